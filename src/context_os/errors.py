@@ -1,0 +1,107 @@
+"""The one exception tree of context_os.
+
+Every error the library raises on purpose is a ``ContextOSError``. Backend exceptions
+(sqlite3, httpx, EDN parsing) are translated at the store boundary and never leak.
+
+    ContextOSError
+    ├── ConfigError              bad store URL, bad policy value, missing setting
+    ├── HashError                a stored document no longer matches its hashes
+    ├── StoreError               anything the store could not do
+    │   ├── StoreUnavailable     the backend cannot be reached (connection refused, timeout)
+    │   ├── TxAborted            a transaction's ``match`` precondition failed
+    │   ├── SchemaError          the store's schema is newer than this library
+    │   └── NotFound             no document with that id (at that time)
+    ├── InputError               a harness message or argument we cannot accept
+    │   ├── MalformedMessage     wrong shape / unknown role / bad field; names index and field
+    │   └── ContentTooLarge      a single field exceeds the configured cap
+    ├── StateError               an operation the context model forbids
+    │   └── LockedObject         deactivating a locked object (chat, system prompt)
+    └── VerificationError        a frame re-render does not reproduce its recorded hash
+
+This module must never import anything from the rest of the package.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "ContentTooLarge",
+    "ContextOSError",
+    "HashError",
+    "InputError",
+    "LockedObject",
+    "MalformedMessage",
+    "NotFound",
+    "SchemaError",
+    "StateError",
+    "StoreError",
+    "StoreUnavailable",
+    "TxAborted",
+    "VerificationError",
+]
+
+
+class ContextOSError(Exception):
+    """Base of every error context_os raises on purpose."""
+
+
+class ConfigError(ContextOSError):
+    """A setting (store URL, policy value, environment variable) is invalid."""
+
+
+class HashError(ContextOSError):
+    """A document's recorded hashes do not match its content."""
+
+
+class StoreError(ContextOSError):
+    """The store could not carry out an operation."""
+
+
+class StoreUnavailable(StoreError):
+    """The store backend cannot be reached."""
+
+
+class TxAborted(StoreError):
+    """A transaction was not committed because a ``match`` precondition failed."""
+
+
+class SchemaError(StoreError):
+    """The on-disk schema is unknown to (newer than) this version of context_os."""
+
+
+class NotFound(StoreError):
+    """No document with that id exists at the requested time."""
+
+
+class InputError(ContextOSError):
+    """Input from a harness or a caller cannot be accepted."""
+
+
+class MalformedMessage(InputError):
+    """A harness message is malformed. ``index`` and ``field`` name the culprit."""
+
+    def __init__(self, message: str, *, index: int | None = None, field: str | None = None):
+        self.index = index
+        self.field = field
+        where = []
+        if index is not None:
+            where.append(f"message {index}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+class ContentTooLarge(MalformedMessage):
+    """A single message field is larger than the configured cap."""
+
+
+class StateError(ContextOSError):
+    """The context model forbids this operation."""
+
+
+class LockedObject(StateError):
+    """The object is locked (e.g. the chat or the system prompt) and cannot be deactivated."""
+
+
+class VerificationError(ContextOSError):
+    """A recorded frame does not re-render to the bytes it recorded."""

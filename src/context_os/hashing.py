@@ -1,0 +1,103 @@
+"""Canonical JSON and blake3 hashes (specified in docs/hashing.md, with test vectors).
+
+Every hash context_os records is ``"b3:" + blake3(canonical_json(value)).hexdigest()``.
+A document carries three of them:
+
+* ``content_hash``  over the value of its ``content`` field;
+* ``meta_hash``     over its ``meta`` mapping;
+* ``object_hash``   over ``{"content_hash", "id", "kind", "meta_hash"}``, so a version can be
+  verified from its metadata and content hash alone (an inactive object has no content loaded).
+
+This module must stay dependency-free apart from blake3: other implementations (the Pi
+extension, XTDB-side tools) reproduce it from docs/hashing.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import blake3
+
+from .errors import HashError
+
+__all__ = [
+    "HASH_PREFIX",
+    "canonical_json",
+    "content_hash",
+    "doc_hashes",
+    "hash_value",
+    "object_hash",
+    "verify_doc",
+]
+
+HASH_PREFIX = "b3:"
+
+
+def _check(value: Any, path: str) -> None:
+    """Reject what has no single canonical encoding: NaN/Infinity and non-string keys."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise HashError(f"{path or '$'}: {value!r} has no canonical JSON form")
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise HashError(f"{path or '$'}: key {k!r} is not a string")
+            _check(v, f"{path}.{k}")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _check(v, f"{path}[{i}]")
+
+
+def canonical_json(value: Any) -> bytes:
+    """UTF-8 JSON with sorted keys, no insignificant whitespace, non-ASCII kept as is.
+
+    Floats that hold an integral value are written as integers (``1.0`` → ``1``) so that a
+    document survives a round trip through stores that do not keep the distinction.
+    """
+    _check(value, "")
+    return json.dumps(
+        _normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, int | str):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    if isinstance(value, Mapping):
+        return {k: _normalise(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalise(v) for v in value]
+    raise HashError(f"{type(value).__name__} has no canonical JSON form")
+
+
+def hash_value(value: Any) -> str:
+    """``b3:`` + blake3 hex digest of the canonical JSON of ``value``."""
+    return HASH_PREFIX + blake3.blake3(canonical_json(value)).hexdigest()
+
+
+def content_hash(content: Any) -> str:
+    """Hash of a document's ``content`` field."""
+    return hash_value(content)
+
+
+def object_hash(doc_id: str, kind: str, content_hash_: str, meta_hash: str) -> str:
+    """Hash of a whole document, built from its id, kind and the two part hashes."""
+    return hash_value({"content_hash": content_hash_, "id": doc_id, "kind": kind, "meta_hash": meta_hash})
+
+
+def doc_hashes(doc: Mapping[str, Any]) -> dict[str, str]:
+    """The three hashes a document should carry, computed from its fields."""
+    c = content_hash(doc.get("content"))
+    m = hash_value(doc.get("meta", {}))
+    return {"content_hash": c, "meta_hash": m, "object_hash": object_hash(doc["id"], doc["kind"], c, m)}
+
+
+def verify_doc(doc: Mapping[str, Any]) -> list[str]:
+    """Names of the hash fields of ``doc`` that do not match its content (empty: all good)."""
+    expected = doc_hashes(doc)
+    return [name for name, value in expected.items() if doc.get(name) != value]

@@ -1,0 +1,146 @@
+"""Document models: the objects context_os keeps, and references to them.
+
+A document is what the store holds: ``id`` (kind-prefixed string), ``kind``, ``content`` (the
+default content field: what "active" loads into context), ``meta`` (what "inactive" shows) and
+its three hashes (see hashing.py). Models here validate and build documents; the store itself
+only ever sees plain JSON-able dicts, so no store knows these classes.
+
+This module must never import from ``store``, ``context`` or ``harness``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from .hashing import doc_hashes
+
+__all__ = [
+    "KINDS",
+    "AnyDoc",
+    "ChatDoc",
+    "DocBase",
+    "FileDoc",
+    "FrameDoc",
+    "SessionDoc",
+    "SourceDoc",
+    "StateDoc",
+    "StaticRef",
+    "ToolcallDoc",
+    "make_id",
+    "parse_doc",
+]
+
+KINDS = ("session", "chat", "toolcall", "file", "frame", "state", "memory", "message")
+
+
+def make_id(kind: str, *parts: str | int) -> str:
+    """A kind-prefixed id, e.g. ``make_id("toolcall", "s1", "call_9")`` → ``toolcall:s1:call_9``."""
+    return ":".join([kind, *(str(p) for p in parts)])
+
+
+class DocBase(BaseModel):
+    """Fields every document has. Subclasses narrow ``kind``, ``content`` and ``meta``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    """Kind-prefixed, stable across versions (``file:…`` keeps its id across renames)."""
+    kind: str
+    """The kind tag; also the id prefix."""
+    content: Any = None
+    """The default content field: what activating the object loads into context."""
+    meta: dict[str, Any] = Field(default_factory=dict)
+    """Metadata: what the metadata pool shows while the object is inactive."""
+
+    def to_doc(self) -> dict[str, Any]:
+        """The plain dict the store keeps, with its three hashes."""
+        doc: dict[str, Any] = {"id": self.id, "kind": self.kind, "content": self.content, "meta": self.meta}
+        doc.update(doc_hashes(doc))
+        return doc
+
+
+class SessionDoc(DocBase):
+    """One agent session. ``meta`` carries ``harness``, ``workspace``, ``cursor``, ``turn``."""
+
+    kind: Literal["session"] = "session"
+
+
+class ChatDoc(DocBase):
+    """One page of a session's chat document: ``content`` is a list of chat entries.
+
+    The chat is stored in fixed-size pages (``chat:<session>:<page>``) so that appending a
+    message rewrites one page, not the whole history. Together the pages are the chat document.
+    """
+
+    kind: Literal["chat"] = "chat"
+    content: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ToolcallDoc(DocBase):
+    """One tool call; ``content`` is the tool output, ``meta`` the call (name, arguments, turn)."""
+
+    kind: Literal["toolcall"] = "toolcall"
+    content: str | None = None
+
+
+class FileDoc(DocBase):
+    """One file the agent touched; ``content`` is its text (None for binary or missing files)."""
+
+    kind: Literal["file"] = "file"
+    content: str | None = None
+
+
+class FrameDoc(DocBase):
+    """One assembled context: static refs of what was rendered, token counts, rendered hash."""
+
+    kind: Literal["frame"] = "frame"
+    content: dict[str, Any]
+
+
+class StateDoc(DocBase):
+    """The state of one object in one session; every version is one recorded state change.
+
+    ``content`` = ``{"state": "active"|"inactive"|"absent", "pinned": bool}``;
+    ``meta`` = ``{"session", "object", "actor", "reason", "turn"}``.
+    """
+
+    kind: Literal["state"] = "state"
+    content: dict[str, Any]
+
+
+class SourceDoc(DocBase):
+    """An item contributed by an object source (memory, mesh message, …), with provenance."""
+
+    kind: Literal["memory", "message"]
+    content: str | None = None
+
+
+AnyDoc = Annotated[
+    SessionDoc | ChatDoc | ToolcallDoc | FileDoc | FrameDoc | StateDoc | SourceDoc,
+    Field(discriminator="kind"),
+]
+_any_doc: TypeAdapter[Any] = TypeAdapter(AnyDoc)
+
+
+def parse_doc(doc: dict[str, Any]) -> DocBase:
+    """Validate a stored dict into its typed model (hash fields are dropped, not checked)."""
+    fields = {k: doc[k] for k in ("id", "kind", "content", "meta") if k in doc}
+    parsed: DocBase = _any_doc.validate_python(fields)
+    return parsed
+
+
+class StaticRef(BaseModel):
+    """Exactly one version of one object: id + valid time + tx id + object hash."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    """The object's id (a dynamic ref is just this)."""
+    valid_time: int
+    """Valid time of the version, epoch milliseconds UTC."""
+    tx_id: int
+    """Transaction that wrote the version."""
+    object_hash: str
+    """The version's object hash, so the ref can be verified."""

@@ -1,0 +1,197 @@
+"""The store contract: a bitemporal document store with XTDB 1.x semantics.
+
+Documents are plain JSON-able dicts with a string ``id``, a ``kind`` and a ``meta`` mapping.
+Every write happens in a transaction of operations (put, delete, match, evict); every read can
+be asked "as of" a valid time and a transaction. Times are UTC epoch **milliseconds**
+everywhere (XTDB's own precision).
+
+Semantics (the conformance suite in tests/conformance pins each one against a real XTDB node):
+
+* ``Put(doc, valid_from, valid_to)``: without ``valid_to`` the document holds from
+  ``valid_from`` (default: the tx time) until the next later version in valid time; with
+  ``valid_to`` it replaces whatever held in ``[valid_from, valid_to)`` and what held at
+  ``valid_to`` resumes there.
+* ``Delete(id, valid_from, valid_to)``: the same, with "no document".
+* ``Match(id, expected, valid_time)``: the transaction commits only if the document in force
+  (at ``valid_time``, default the tx time) equals ``expected`` (``None``: no document).
+* ``Evict(id)``: erases every version of the document, in every time.
+* ``get(id, valid_time, tx_id)``: the version in force at that valid time as known at that tx.
+* ``history(id, ...)``: the versions in valid-time order (``asc``/``desc``), latest correction
+  of each valid time only, within the given bounds; descending history starts at the given
+  valid time (default: now), as XTDB's does.
+* ``find(kind, where, valid_time, tx_id)``: documents in force whose ``kind`` and ``meta``
+  attributes equal the given values.
+
+This module must stay free of any backend detail; backends live beside it.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "Delete",
+    "Evict",
+    "Match",
+    "Op",
+    "Put",
+    "Store",
+    "Tx",
+    "Version",
+    "now_ms",
+]
+
+
+def now_ms() -> int:
+    """The current time as epoch milliseconds UTC."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class Put:
+    """Write ``doc`` for ``[valid_from, valid_to)`` (both optional)."""
+
+    doc: Mapping[str, Any]
+    valid_from: int | None = None
+    valid_to: int | None = None
+
+
+@dataclass(frozen=True)
+class Delete:
+    """End the document's existence for ``[valid_from, valid_to)`` (both optional)."""
+
+    id: str
+    valid_from: int | None = None
+    valid_to: int | None = None
+
+
+@dataclass(frozen=True)
+class Match:
+    """Precondition: the document in force at ``valid_time`` equals ``expected`` (None: absent)."""
+
+    id: str
+    expected: Mapping[str, Any] | None
+    valid_time: int | None = None
+
+
+@dataclass(frozen=True)
+class Evict:
+    """Erase every version of the document (for leaked secrets)."""
+
+    id: str
+
+
+Op = Put | Delete | Match | Evict
+
+
+@dataclass(frozen=True)
+class Tx:
+    """A submitted transaction: its id, its time, and whether it committed."""
+
+    id: int
+    time: int
+    committed: bool = True
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of one document as the store knows it."""
+
+    id: str
+    valid_time: int
+    """Start of the version's validity (epoch ms)."""
+    tx_id: int
+    tx_time: int
+    doc: dict[str, Any] | None = field(default=None, compare=False)
+    """The document; ``None`` for a deletion, or when fetched without docs."""
+    deleted: bool = False
+    """True when this version records that the document does not exist."""
+
+    @property
+    def object_hash(self) -> str | None:
+        return None if self.doc is None else self.doc.get("object_hash")
+
+    @property
+    def content_hash(self) -> str | None:
+        return None if self.doc is None else self.doc.get("content_hash")
+
+
+class Store(ABC):
+    """A bitemporal document store. Small on purpose: every backend implements exactly this."""
+
+    url: str
+    """Where the store lives, as a ``--store`` URL."""
+
+    @abstractmethod
+    def submit(self, ops: Sequence[Op]) -> Tx:
+        """Run ``ops`` as one atomic transaction and return it once it is readable.
+
+        A failed ``Match`` leaves the store unchanged and returns a ``Tx`` with
+        ``committed=False`` (XTDB records such transactions too).
+        """
+
+    @abstractmethod
+    def get(self, id: str, valid_time: int | None = None, tx_id: int | None = None) -> Version | None:
+        """The version of ``id`` in force at ``valid_time`` (default now) as of ``tx_id``."""
+
+    @abstractmethod
+    def history(
+        self,
+        id: str,
+        order: Literal["asc", "desc"] = "asc",
+        *,
+        with_docs: bool = True,
+        start_valid_time: int | None = None,
+        end_valid_time: int | None = None,
+        start_tx_id: int | None = None,
+        end_tx_id: int | None = None,
+    ) -> list[Version]:
+        """Versions of ``id`` in valid-time order; starts inclusive, ends exclusive."""
+
+    @abstractmethod
+    def find(
+        self,
+        kind: str | None = None,
+        where: Mapping[str, Any] | None = None,
+        *,
+        valid_time: int | None = None,
+        tx_id: int | None = None,
+    ) -> list[Version]:
+        """Documents in force whose ``kind`` and ``meta`` attributes equal the given values."""
+
+    @abstractmethod
+    def latest_tx(self) -> Tx | None:
+        """The newest committed-or-not transaction, or None for an empty store."""
+
+    def stats(self) -> dict[str, Any]:
+        """Backend-specific sizes and counts for ``ctxos status``."""
+        return {}
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends need it
+        """Release connections and files."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Conveniences built only on the abstract methods above.
+
+    def put(self, doc: Mapping[str, Any], valid_from: int | None = None, valid_to: int | None = None) -> Tx:
+        """Submit a single put."""
+        return self.submit([Put(doc, valid_from, valid_to)])
+
+    def doc(self, id: str, valid_time: int | None = None, tx_id: int | None = None) -> dict[str, Any] | None:
+        """The document in force, or None."""
+        v = self.get(id, valid_time, tx_id)
+        return None if v is None else v.doc
+
+    def iter_versions(self, kind: str | None = None) -> Iterator[Version]:
+        """Every version (with docs) of every document currently known, for ``verify``."""
+        for current in self.find(kind):
+            yield from self.history(current.id, with_docs=True)
