@@ -1,0 +1,68 @@
+"""Shared fixtures.
+
+* Every test gets its own user data dir and no ``CTXOS_STORE`` (autouse), so nothing touches
+  the developer's real store.
+* ``store`` is parametrised over every backend: the conformance suite runs unchanged on the
+  embedded SQLite store and on a real XTDB node. The XTDB node is shared by the whole run, so
+  tests that use ``store`` must use ids from the ``uid`` fixture (unique per test).
+* Under ``CI=true`` an XTDB node that cannot start fails the tests that need it; elsewhere they
+  are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from context_os.store import Store
+
+
+@pytest.fixture(autouse=True)
+def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path_factory.mktemp("xdg")
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
+    monkeypatch.delenv("CTXOS_STORE", raising=False)
+
+
+@pytest.fixture
+def uid() -> str:
+    """A prefix unique to this test, for ids in stores shared across tests."""
+    return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture(scope="session")
+def xtdb_url() -> Iterator[str]:
+    """URL of a real XTDB 1.x node: $XTDB_URL, else testcontainers, else xtdb/start script."""
+    from tests._xtdb_node import NodeUnavailable, node
+
+    try:
+        with node() as url:
+            yield url
+    except NodeUnavailable as e:  # pragma: no cover - depends on the machine
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"XTDB node could not start under CI=true: {e}")
+        pytest.skip(f"XTDB node not available: {e}")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("xtdb", marks=pytest.mark.xtdb)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A fresh-enough store of each backend (SQLite: a new file; XTDB: the shared node)."""
+    s: Store
+    if request.param == "sqlite":
+        from context_os.store.sqlite import SqliteStore
+
+        s = SqliteStore(tmp_path / "store.db")
+    else:
+        from context_os.store.xtdb import XtdbStore
+
+        s = XtdbStore(request.getfixturevalue("xtdb_url"))
+    try:
+        yield s
+    finally:
+        s.close()
