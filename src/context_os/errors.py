@@ -16,6 +16,7 @@ Every error the library raises on purpose is a ``ContextOSError``. Backend excep
     │   └── ContentTooLarge      a single field exceeds the configured cap
     ├── StateError               an operation the context model forbids
     │   └── LockedObject         deactivating a locked object (chat, system prompt)
+    ├── InvalidOutput            an assembled context failed validation (a bug: please report)
     └── VerificationError        a frame re-render does not reproduce its recorded hash
 
 This module must never import anything from the rest of the package.
@@ -28,6 +29,7 @@ __all__ = [
     "ContentTooLarge",
     "ContextOSError",
     "HashError",
+    "InvalidOutput",
     "InputError",
     "LockedObject",
     "MalformedMessage",
@@ -105,3 +107,7 @@ class LockedObject(StateError):
 
 class VerificationError(ContextOSError):
     """A recorded frame does not re-render to the bytes it recorded."""
+
+
+class InvalidOutput(ContextOSError):
+    """An assembled context failed validation (an orphaned tool call or result, a wrong end)."""

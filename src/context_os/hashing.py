@@ -58,9 +58,11 @@ def canonical_json(value: Any) -> bytes:
     document survives a round trip through stores that do not keep the distinction.
     """
     _check(value, "")
-    return json.dumps(
-        _normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    text = json.dumps(_normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: not text any encoder agrees on
+        raise HashError(f"not valid Unicode text ({e.reason} at position {e.start})") from None
 
 
 def _normalise(value: Any) -> Any:

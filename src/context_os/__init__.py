@@ -1,0 +1,30 @@
+"""context_os: manages what an LLM agent sees.
+
+Objects and references instead of an ever-growing transcript: every message, tool output and
+file is a versioned, blake3-hashed document in a bitemporal store; the agent's context is
+assembled from them each turn and recorded as a frame.
+
+    from context_os import Session, open_store
+    from context_os.harness import OpenAIHook
+
+    hook = OpenAIHook(Session.open(open_store(), "my-session"))
+    messages_for_model = hook.transform_context(messages)
+"""
+
+from .context import Assembly, RetentionPolicy, Session
+from .errors import ContextOSError
+from .harness import ContextHook, OpenAIHook
+from .store import Store, open_store
+
+__all__ = [
+    "Assembly",
+    "ContextHook",
+    "ContextOSError",
+    "OpenAIHook",
+    "RetentionPolicy",
+    "Session",
+    "Store",
+    "open_store",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,91 @@
+"""``ctxos frames SESSION`` and ``ctxos frame SESSION TURN``: what the model saw, turn by turn."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..context.frames import get_frame, verify_frame
+from ..context.session import load_view
+from ..errors import NotFound
+from ._common import emit_json, fails_cleanly, iso, json_option, store_from, table
+
+
+@click.command("frames")
+@click.argument("session_id")
+@json_option
+@click.pass_context
+@fails_cleanly
+def frames_cmd(ctx: click.Context, session_id: str, as_json: bool) -> None:
+    """One row per turn: tokens of the full transcript vs assembled, objects active/inactive."""
+    with store_from(ctx) as store:
+        docs = sorted((v for v in store.find("frame", {"session": session_id}) if v.doc), key=lambda v: v.doc["meta"]["turn"])  # type: ignore[index]
+        if not docs:
+            raise NotFound(f"no frames for session {session_id!r} in {store.url}")
+        view = load_view(store, session_id)
+        known = sum(1 for o in view.objects.values() if o.state != "absent")
+        rows = []
+        for v in docs:
+            c = v.doc["content"]  # type: ignore[index]
+            rows.append({
+                "turn": c["turn"], "time": iso(v.valid_time), "tokens_full": c["tokens_full"], "tokens_assembled": c["tokens"],
+                "messages": c["messages"], "active": len(c["active"]), "frame_id": v.id, "rendered_hash": c["rendered_hash"],
+            })
+        if as_json:
+            emit_json(rows)
+            return
+        click.echo(table(
+            [[r["turn"], r["time"], r["tokens_full"], r["tokens_assembled"],
+              f"{100 * r['tokens_assembled'] / max(1, r['tokens_full']):.0f}%", r["messages"], r["active"]] for r in rows],
+            ["turn", "time", "full", "assembled", "%", "msgs", "active"], "rlrrrrr",
+        ))
+        full = sum(r["tokens_full"] for r in rows)
+        sent = sum(r["tokens_assembled"] for r in rows)
+        click.echo(f"\n{len(rows)} turns; {sent:,} of {full:,} tokens sent ({100 * sent / max(1, full):.1f}%); "
+                   f"{known} objects known now")
+
+
+@click.command("frame")
+@click.argument("session_id")
+@click.argument("turn", type=int)
+@click.option("--messages/--no-messages", default=True, help="Print the re-rendered messages.")
+@json_option
+@click.pass_context
+@fails_cleanly
+def frame_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_json: bool) -> None:
+    """Re-render one turn's frame from the store and verify its hash."""
+    with store_from(ctx) as store:
+        frame = get_frame(store, session_id, turn)
+        check = verify_frame(store, frame)
+        msgs = check.rendered.messages if check.rendered else []
+        if as_json:
+            emit_json({
+                "frame_id": check.frame_id, "ok": check.ok, "recorded_hash": check.recorded_hash,
+                "rendered_hash": check.rendered_hash, "problems": check.problems,
+                "tokens": frame["content"]["tokens"], "refs": frame["content"]["refs"],
+                "messages": msgs if messages else None,
+            })
+        else:
+            if messages:
+                for k, m in enumerate(msgs):
+                    head = f"[{k}] {m['role']}"
+                    if m.get("tool_call_id"):
+                        head += f" ({m['tool_call_id']})"
+                    click.echo(click.style(head, bold=True))
+                    if m.get("text"):
+                        click.echo(m["text"])
+                    for c in m.get("tool_calls") or ():
+                        click.echo(f"  → {c['name']}({c['arguments']})")
+                click.echo("")
+            status = click.style("verified", fg="green") if check.ok else click.style("MISMATCH", fg="red")
+            click.echo(f"{check.frame_id}: {status}  {check.recorded_hash}")
+            for p in check.problems:
+                click.echo(f"  - {p}")
+        if not check.ok:
+            sys.exit(1)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(frames_cmd)
+    cli.add_command(frame_cmd)

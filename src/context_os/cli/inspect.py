@@ -1,0 +1,126 @@
+"""``ctxos inspect ID``: an object's versions, hashes and state changes, at any time."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any
+
+import click
+
+from ..errors import NotFound
+from ..store import Store, Version
+from ._common import emit_json, fails_cleanly, iso, json_option, parse_time, store_from, table
+
+
+def version_row(n: int, v: Version) -> dict[str, Any]:
+    doc = v.doc or {}
+    return {
+        "version": n,
+        "valid_time": iso(v.valid_time),
+        "valid_time_ms": v.valid_time,
+        "tx_time": iso(v.tx_time),
+        "tx_id": v.tx_id,
+        "deleted": v.deleted,
+        "content_hash": doc.get("content_hash"),
+        "meta_hash": doc.get("meta_hash"),
+        "object_hash": doc.get("object_hash"),
+    }
+
+
+def state_changes(store: Store, obj_id: str) -> list[dict[str, Any]]:
+    """Every recorded state change of ``obj_id``, in every session, oldest first."""
+    rows = []
+    for current in store.find("state", {"object": obj_id}):
+        for v in store.history(current.id, with_docs=True):
+            if v.doc is None:
+                continue
+            c, m = v.doc["content"], v.doc["meta"]
+            rows.append({
+                "time": iso(v.valid_time), "time_ms": v.valid_time, "tx_id": v.tx_id, "session": m["session"],
+                "turn": m.get("turn"), "state": c["state"], "pinned": c["pinned"], "actor": m.get("actor"),
+                "reason": m.get("reason"),
+            })
+    return sorted(rows, key=lambda r: (r["time_ms"], r["tx_id"]))
+
+
+def _content_text(doc: dict[str, Any] | None) -> list[str]:
+    if doc is None:
+        return []
+    c = doc.get("content")
+    text = c if isinstance(c, str) else json.dumps(c, indent=2, ensure_ascii=False, sort_keys=True)
+    return text.splitlines(keepends=True)
+
+
+@click.command("inspect")
+@click.argument("object_id")
+@click.option("--as-of", "as_of", metavar="TIME", help="Show the version in force at this valid time (ISO 8601 or epoch ms).")
+@click.option("--tx", "tx_id", type=int, metavar="TX_ID", help="…as the store knew it at this transaction.")
+@click.option("--diff", nargs=2, type=int, metavar="V1 V2", help="Unified diff of the content of two versions.")
+@click.option("--states", is_flag=True, help="With --json: print the state changes instead of the versions.")
+@click.option("--content", "show_content", is_flag=True, help="Also print the content of the version shown.")
+@json_option
+@click.pass_context
+@fails_cleanly
+def inspect_cmd(
+    ctx: click.Context, object_id: str, as_of: str | None, tx_id: int | None, diff: tuple[int, int] | None,
+    states: bool, show_content: bool, as_json: bool,
+) -> None:
+    """Show an object's version history: valid/tx times, tx ids, the three hashes, state changes."""
+    with store_from(ctx) as store:
+        if as_of is not None or tx_id is not None:
+            vt = parse_time(as_of) if as_of else None
+            v = store.get(object_id, vt, tx_id)
+            if v is None:
+                raise NotFound(f"{object_id} did not exist at {as_of or 'now'}" + (f" as of tx {tx_id}" if tx_id else ""))
+            row = version_row(0, v)
+            row["doc"] = v.doc
+            if as_json:
+                emit_json(row)
+                return
+            for k, val in row.items():
+                if k != "doc":
+                    click.echo(f"{k:14} {val}")
+            click.echo("".join(_content_text(v.doc)))
+            return
+        versions = store.history(object_id, with_docs=True)
+        if not versions:
+            raise NotFound(f"no object {object_id!r} in {store.url}")
+        if diff:
+            a, b = diff
+            for n in (a, b):
+                if not 1 <= n <= len(versions):
+                    raise click.BadParameter(f"version {n} does not exist (1..{len(versions)})")
+            lines = difflib.unified_diff(
+                _content_text(versions[a - 1].doc), _content_text(versions[b - 1].doc), f"{object_id}@v{a}", f"{object_id}@v{b}"
+            )
+            out = "".join(lines)
+            if as_json:
+                emit_json({"id": object_id, "from": a, "to": b, "diff": out})
+            else:
+                click.echo(out or "(no difference in content)")
+            return
+        rows = [version_row(n, v) for n, v in enumerate(versions, 1)]
+        changes = state_changes(store, object_id)
+        if as_json:
+            emit_json(changes if states else rows)
+            return
+        click.echo(f"{object_id}: {len(rows)} version(s)")
+        click.echo(table(
+            [[r["version"], r["valid_time"], r["tx_time"], r["tx_id"], "deleted" if r["deleted"] else r["content_hash"][:19],
+              "" if r["deleted"] else r["meta_hash"][:19], "" if r["deleted"] else r["object_hash"][:19]] for r in rows],
+            ["v", "valid time", "tx time", "tx", "content hash", "meta hash", "object hash"], "rlllrll",
+        ))
+        if changes:
+            click.echo(f"\nstate changes ({len(changes)}):")
+            click.echo(table(
+                [[c["time"], c["session"], c["turn"], c["state"] + (" pinned" if c["pinned"] else ""), c["actor"], c["reason"]]
+                 for c in changes],
+                ["time", "session", "turn", "state", "by", "why"], "llrlll",
+            ))
+        if show_content:
+            click.echo("".join(_content_text(versions[-1].doc)))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(inspect_cmd)

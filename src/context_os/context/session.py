@@ -1,0 +1,547 @@
+"""A session's context engine: ingest messages, apply the policy, persist, assemble frames.
+
+``Session`` owns one ``SessionView`` (what rendering depends on) and keeps the store in step
+with it: every call to ``transform`` is one transaction of new chat pages, tool results and
+state changes, then one frame. The store is the truth; the view can always be rebuilt from it
+(``load_view``), which is how sessions resume and how frames are re-rendered and verified.
+
+Harness formats never reach this module: adapters hand it ``Incoming`` messages and a way to
+hash the raw ones (for cursor checks), and take back ``Rendered``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ContentTooLarge, LockedObject, MalformedMessage, NotFound, StateError
+from ..objects import ChatDoc, FrameDoc, SessionDoc, StateDoc, ToolcallDoc
+from ..store.base import Op, Put, Store, Tx, Version, now_ms
+from .entries import ROLES, Entry, Incoming, ToolCall, estimate_tokens, msg_chars
+from .policy import RetentionPolicy
+from .view import ObjInfo, Rendered, SessionView, page_id
+
+__all__ = ["PAGE_SIZE", "Assembly", "Session", "SyncReport", "load_view"]
+
+PAGE_SIZE = 64
+"""Chat entries per chat page: appending a message rewrites one page, never the history."""
+
+LOCKED_PREFIXES = ("chat:", "session:", "frame:", "state:")
+
+
+@dataclass
+class SyncReport:
+    """What one ``sync`` did with the harness's message list."""
+
+    new: int
+    rewritten: bool
+    retired: int = 0
+    """Entries no longer visible because the harness rewrote its history (kept in the store)."""
+
+
+@dataclass
+class Assembly:
+    """One assembled context and the frame that records it."""
+
+    turn: int
+    rendered: Rendered
+    frame_id: str
+    tokens_full: int
+    sync: SyncReport
+    changes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return self.rendered.tokens
+
+
+def _state_id(session_id: str, obj_id: str) -> str:
+    return f"state:{session_id}:{obj_id}"
+
+
+def _preview(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            return line[:120]
+    return ""
+
+
+class Session:
+    """The context of one agent session, kept in a store."""
+
+    def __init__(self, store: Store, view: SessionView, *, harness: str, workspace: str | None, created: int):
+        self.store = store
+        self.view = view
+        self.harness = harness
+        self.workspace = workspace
+        self.created = created
+        self.retired: list[list[int]] = []
+        self._ops: list[Op] = []
+        self._dirty_pages: set[int] = set()
+        self._pending_versions: list[tuple[str, Any]] = []
+        self._last_vt = 0
+        self._call_names: dict[str, str] = {}
+        self._call_objects: dict[str, str] = {}
+        self._call_entries: dict[str, int] = {}
+        self._seq = max((o.seq for o in view.objects.values()), default=0)
+        # size of the unmanaged transcript (what the harness would have sent), kept incrementally
+        self._full = sum(view.entries[i].get("ft", 0) for i in view.visible)
+
+    # --- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        store: Store,
+        session_id: str,
+        *,
+        harness: str = "generic",
+        workspace: str | None = None,
+        policy: RetentionPolicy | None = None,
+    ) -> Session:
+        """Resume ``session_id`` from the store, or start it."""
+        if not session_id or any(c.isspace() for c in session_id):
+            raise StateError(f"session id must be a non-empty string without spaces, got {session_id!r}")
+        current = store.get(f"session:{session_id}")
+        if current is None or current.doc is None:
+            view = SessionView(session_id, policy or RetentionPolicy())
+            s = cls(store, view, harness=harness, workspace=workspace, created=now_ms())
+            s._queue_session_doc()
+            s.flush()
+            return s
+        view = load_view(store, session_id)
+        doc = current.doc
+        s = cls(
+            store,
+            view,
+            harness=doc["content"].get("harness", harness),
+            workspace=doc["content"].get("workspace", workspace),
+            created=doc["content"].get("created", 0),
+        )
+        s.retired = [list(r) for r in doc["meta"].get("retired", [])]
+        s._last_vt = current.valid_time
+        for e in view.entries:
+            for c in e.get("tool_calls") or ():
+                s._call_names[c["id"]] = c["name"]
+                if c.get("object") and c["object"] not in view.objects:  # result still to come
+                    s._call_objects[c["id"]] = c["object"]
+                    s._call_entries[c["id"]] = e["i"]
+        if policy is not None and policy != view.policy:
+            view.policy = policy
+            s._queue_session_doc()
+            s.flush()
+        return s
+
+    @property
+    def id(self) -> str:
+        return self.view.session_id
+
+    # --- ingest ----------------------------------------------------------------------------
+
+    def sync(self, count: int, hash_at: Callable[[int], str], translate: Callable[[int], Incoming]) -> SyncReport:
+        """Take in the harness's message list: only what lies past the cursor is read.
+
+        ``hash_at(k)`` hashes harness message k; ``translate(k)`` turns it into an ``Incoming``
+        (raising ``MalformedMessage`` that names k). If the list no longer starts with what was
+        already ingested (compaction, restore), the cursor is reset to the common prefix: the
+        entries past it stop being visible but stay in the store.
+        """
+        view = self.view
+        cursor = len(view.visible)
+        rewritten = count < cursor or any(
+            hash_at(k) != view.entries[view.visible[k]]["h"] for k in {0, cursor // 2, cursor - 1} if 0 <= k < cursor
+        )
+        retired = 0
+        start = cursor
+        if rewritten:
+            start = 0
+            limit = min(count, cursor)
+            while start < limit and hash_at(start) == view.entries[view.visible[start]]["h"]:
+                start += 1
+            retired = cursor - start
+        # translate and validate everything before changing anything: a bad message stores nothing
+        incoming = [translate(k) for k in range(start, count)]
+        for k, m in zip(range(start, count), incoming, strict=True):
+            self._check(k, m)
+        if rewritten:
+            self._retire(start)
+        for m in incoming:
+            self._append(m)
+        return SyncReport(new=len(incoming), rewritten=rewritten, retired=retired)
+
+    def _check(self, index: int, m: Incoming) -> None:
+        if m.get("role") not in ROLES:
+            raise MalformedMessage(f"unknown role {m.get('role')!r}", index=index, field="role")
+        cap = self.view.policy.max_message_chars
+        text = m.get("text")
+        if text is not None and not isinstance(text, str):
+            raise MalformedMessage("text content must be a string", index=index, field="content")
+        if text is not None and len(text) > cap:
+            raise ContentTooLarge(f"{len(text):,} characters exceeds the cap of {cap:,}", index=index, field="content")
+        if m["role"] == "tool" and not m.get("tool_call_id"):
+            raise MalformedMessage("a tool result needs the id of its call", index=index, field="tool_call_id")
+        for c in m.get("tool_calls") or ():
+            if not c.get("id") or not c.get("name"):
+                raise MalformedMessage("a tool call needs an id and a name", index=index, field="tool_calls")
+            if msg_chars({"role": "assistant", "text": None, "tool_calls": [c]}) > cap:
+                raise ContentTooLarge("tool call arguments exceed the size cap", index=index, field="tool_calls")
+
+    def _toolcall_id(self, call_id: str, entry_index: int) -> str:
+        oid = f"toolcall:{self.id}:{call_id}"
+        if oid in self.view.objects:
+            oid = f"{oid}~{entry_index}"  # the harness reused a call id
+        return oid
+
+    def _append(self, m: Incoming) -> None:
+        view = self.view
+        i = len(view.entries)
+        entry: Entry = {"i": i, "role": m["role"], "text": m.get("text"), "h": m["h"]}
+        if m.get("ts") is not None:
+            entry["ts"] = m["ts"]
+        if m.get("extra"):
+            entry["extra"] = m["extra"]
+        entry["ft"] = estimate_tokens(msg_chars(m))
+        if m.get("tool_calls"):
+            calls: list[ToolCall] = []
+            for c in m["tool_calls"]:
+                oid = self._toolcall_id(c["id"], i)
+                self._call_names[c["id"]] = c["name"]
+                self._call_objects[c["id"]] = oid
+                self._call_entries[c["id"]] = i
+                calls.append({"id": c["id"], "name": c["name"], "arguments": c["arguments"], "object": oid})
+            entry["tool_calls"] = calls
+        if m["role"] == "tool":
+            call_id = m.get("tool_call_id", "")
+            oid = self._call_objects.pop(call_id, None) or self._toolcall_id(call_id, i)
+            text = m.get("text") or ""
+            entry["text"] = None
+            entry["tool_call_id"] = call_id
+            entry["object"] = oid
+            self._seq += 1
+            obj = ObjInfo(
+                id=oid,
+                kind="toolcall",
+                meta={
+                    "session": self.id,
+                    "name": m.get("tool_name") or self._call_names.get(call_id, "tool"),
+                    "call_id": call_id,
+                    "turn": view.turn + 1,
+                    "chars": len(text),
+                    "tokens": estimate_tokens(len(text)),
+                    "preview": _preview(text),
+                    "is_error": bool(m.get("is_error", False)),
+                },
+                content=text,
+                state="active",
+                seq=self._seq,
+                since=view.turn + 1,
+                entry=i,
+                call_entry=self._call_entries.pop(call_id, None),
+            )
+            view.add_object(obj)
+            doc = ToolcallDoc(id=oid, content=text, meta=obj.meta).to_doc()
+            self._queue(doc, ("obj", obj))
+            self._record_state(obj, "system", "new tool result")
+        view.entries.append(entry)
+        view.visible.append(i)
+        self._full += entry["ft"]
+        self._dirty_pages.add(i // PAGE_SIZE)
+
+    def _retire(self, keep: int) -> None:
+        view = self.view
+        gone = view.visible[keep:]
+        if gone:
+            self.retired.append([gone[0], gone[-1] + 1])
+        for i in gone:
+            oid = view.entries[i].get("object")
+            obj = view.objects.get(oid) if oid else None
+            if obj is not None and obj.state == "active":
+                view.set_state(obj, state="inactive", collapsed=True)
+                self._record_state(obj, "system", "history rewritten by the harness")
+        self._full -= sum(view.entries[i].get("ft", 0) for i in gone)
+        del view.visible[keep:]
+        view.reset_render()
+
+    # --- persistence -------------------------------------------------------------------------
+
+    def _queue(self, doc: dict[str, Any], target: tuple[str, Any]) -> None:
+        self._ops.append(Put(doc))
+        self._pending_versions.append((doc["object_hash"], target))
+
+    def _record_state(self, obj: ObjInfo, actor: str, reason: str) -> None:
+        doc = StateDoc(
+            id=_state_id(self.id, obj.id),
+            content={"state": obj.state, "pinned": obj.pinned, "collapsed": obj.collapsed},
+            meta={
+                "session": self.id,
+                "object": obj.id,
+                "actor": actor,
+                "reason": reason,
+                "turn": self.view.turn,
+                "seq": obj.seq,
+                "since": obj.since,
+            },
+        ).to_doc()
+        self._queue(doc, ("state", None))
+
+    def _queue_session_doc(self) -> None:
+        view = self.view
+        doc = SessionDoc(
+            id=f"session:{self.id}",
+            content={"harness": self.harness, "workspace": self.workspace, "created": self.created},
+            meta={
+                "session": self.id,
+                "cursor": len(view.visible),
+                "entries": len(view.entries),
+                "turn": view.turn,
+                "retired": self.retired,
+                "policy": view.policy.to_dict(),
+            },
+        ).to_doc()
+        self._queue(doc, ("session", None))
+
+    def _next_vt(self) -> int:
+        """A valid time after every earlier write of this session and never in the future.
+
+        Distinct valid times keep every version visible in history (a second write at the same
+        valid time would be a correction that hides the first).
+        """
+        vt = now_ms()
+        if vt <= self._last_vt:
+            time.sleep((self._last_vt + 1 - vt) / 1000)
+            vt = max(now_ms(), self._last_vt + 1)
+        self._last_vt = vt
+        return vt
+
+    def flush(self) -> Tx | None:
+        """Write everything queued as one transaction."""
+        for page in sorted(self._dirty_pages):
+            lo = page * PAGE_SIZE
+            entries = self.view.entries[lo : lo + PAGE_SIZE]
+            doc = ChatDoc(
+                id=page_id(self.id, page),
+                content=list(entries),  # type: ignore[arg-type]
+                meta={"session": self.id, "page": page, "first": lo, "count": len(entries)},
+            ).to_doc()
+            self._queue(doc, ("page", page))
+        self._dirty_pages.clear()
+        if not self._ops:
+            return None
+        vt = self._next_vt()
+        ops = [Put(op.doc, vt) if isinstance(op, Put) else op for op in self._ops]
+        pending = self._pending_versions
+        self._ops, self._pending_versions = [], []
+        tx = self.store.submit(ops)
+        for object_hash, (what, target) in pending:
+            version = (vt, tx.id, object_hash)
+            if what == "obj":
+                target.version = version
+            elif what == "page":
+                self.view.pages[target] = version
+            elif what == "session":
+                self.view.session_version = version
+        return tx
+
+    # --- policy ------------------------------------------------------------------------------
+
+    def _apply_policy(self) -> list[dict[str, Any]]:
+        view, policy = self.view, self.view.policy
+        changes: list[dict[str, Any]] = []
+        fresh = sorted(
+            (o for o in view.live() if o.in_history and not o.pinned), key=lambda o: o.entry or 0, reverse=True
+        )
+        for rank, o in enumerate(fresh):
+            age = view.turn - int(o.meta.get("turn", view.turn))
+            if not policy.keeps_expanded(age, rank):
+                why = (
+                    f"{age} turns old"
+                    if age >= policy.collapse_after_turns
+                    else f"older than the {policy.keep_recent_results} newest results"
+                )
+                changes.append(self._set(o, "inactive", "policy", why, collapsed=True))
+        if policy.token_budget is not None:
+            changes.extend(self._fit_budget(policy.token_budget))
+        return changes
+
+    def _fit_budget(self, budget: int) -> list[dict[str, Any]]:
+        view = self.view
+        total = view.render().tokens
+        changes = []
+        for o in sorted((o for o in view.live() if not o.pinned), key=lambda o: (o.since, o.id)):
+            if total <= budget:
+                break
+            before = total
+            changes.append(self._set(o, "inactive", "policy", f"token budget {budget}", collapsed=o.kind == "toolcall"))
+            total = view.render().tokens
+            if total >= before:  # nothing more to gain from this object
+                continue
+        return changes
+
+    def _set(self, o: ObjInfo, state: str, actor: str, reason: str, *, collapsed: bool | None = None) -> dict[str, Any]:
+        before = o.state
+        if state == "active" and before != "active":
+            o.since = self.view.turn
+        self.view.set_state(o, state=state, collapsed=collapsed)
+        self._record_state(o, actor, reason)
+        return {"id": o.id, "from": before, "to": state, "actor": actor, "reason": reason}
+
+    # --- assembly ----------------------------------------------------------------------------
+
+    def assemble(self, sync: SyncReport | None = None) -> Assembly:
+        """Start a new turn: apply the policy, persist, render, and record the frame."""
+        view = self.view
+        view.turn += 1
+        changes = self._apply_policy()
+        self._queue_session_doc()
+        tx = self.flush()
+        assert tx is not None
+        rendered = view.render()
+        tokens_full = self._full
+        frame_id = f"frame:{self.id}:{view.turn:06d}"
+        live = view.live()
+        frame = FrameDoc(
+            id=frame_id,
+            content={
+                "turn": view.turn,
+                "basis_tx_id": tx.id,
+                "valid_time": self._last_vt,
+                "rendered_hash": rendered.rendered_hash,
+                "tokens": rendered.tokens,
+                "tokens_full": tokens_full,
+                "messages": len(rendered.messages),
+                "active": [o.id for o in live],
+                "refs": rendered.refs,
+            },
+            meta={"session": self.id, "turn": view.turn, "tokens": rendered.tokens, "tokens_full": tokens_full},
+        ).to_doc()
+        self.store.submit([Put(frame, self._last_vt)])
+        return Assembly(view.turn, rendered, frame_id, tokens_full, sync or SyncReport(0, False), changes)
+
+    def transform(
+        self, count: int, hash_at: Callable[[int], str], translate: Callable[[int], Incoming]
+    ) -> Assembly:
+        """``sync`` then ``assemble``: what a harness hook calls before every model call."""
+        report = self.sync(count, hash_at, translate)
+        return self.assemble(report)
+
+    # --- agent / user operations ---------------------------------------------------------------
+
+    def _known(self, obj_id: str) -> ObjInfo:
+        obj = self.view.objects.get(obj_id)
+        if obj is not None:
+            return obj
+        if obj_id.startswith(LOCKED_PREFIXES):
+            raise LockedObject(f"{obj_id} is locked: it is always part of the context")
+        v = self.store.get(obj_id)
+        if v is None or v.doc is None:
+            raise NotFound(f"no object {obj_id!r}: use an id from the object list or a tool result stub")
+        self._seq += 1
+        obj = ObjInfo(
+            id=obj_id, kind=v.doc["kind"], meta=v.doc.get("meta", {}), content=v.doc.get("content"),
+            seq=self._seq, version=(v.valid_time, v.tx_id, v.doc["object_hash"]),
+        )
+        self.view.add_object(obj)
+        self._record_state(obj, "system", "added to the session")
+        return obj
+
+    def activate(self, obj_id: str, *, actor: str = "agent", reason: str = "activate") -> dict[str, Any]:
+        """Load an object's content into context (a collapsed tool result comes back at the end)."""
+        obj = self._known(obj_id)
+        if obj.state == "active":
+            return {"id": obj_id, "status": "already active"}
+        self._set(obj, "active", actor, reason)
+        self.flush()
+        return {"id": obj_id, "status": "activated", "tokens": obj.tokens}
+
+    def deactivate(self, obj_id: str, *, actor: str = "agent", reason: str = "deactivate") -> dict[str, Any]:
+        """Collapse an object to its metadata. Locked objects refuse."""
+        if obj_id.startswith(LOCKED_PREFIXES):
+            raise LockedObject(f"{obj_id} is locked: the chat and the session cannot be deactivated")
+        obj = self._known(obj_id)
+        if obj.state != "active":
+            return {"id": obj_id, "status": "already inactive"}
+        self._set(obj, "inactive", actor, reason, collapsed=obj.kind == "toolcall")
+        self.flush()
+        return {"id": obj_id, "status": "deactivated", "tokens_freed": obj.tokens}
+
+    def pin(self, obj_id: str, *, actor: str = "agent", pinned: bool = True) -> dict[str, Any]:
+        """Pin (or unpin) an object: pinned objects are never collapsed by policy or budget."""
+        obj = self._known(obj_id)
+        if obj.pinned == pinned:
+            return {"id": obj_id, "status": "already pinned" if pinned else "not pinned"}
+        self.view.set_state(obj, pinned=pinned)
+        self._record_state(obj, actor, "pin" if pinned else "unpin")
+        self.flush()
+        return {"id": obj_id, "status": "pinned" if pinned else "unpinned"}
+
+    def unpin(self, obj_id: str, *, actor: str = "agent") -> dict[str, Any]:
+        return self.pin(obj_id, actor=actor, pinned=False)
+
+    def state_changes(self, obj_id: str) -> list[Version]:
+        """Every recorded state change of an object in this session, oldest first."""
+        return self.store.history(_state_id(self.id, obj_id), with_docs=True)
+
+    def frames(self) -> list[dict[str, Any]]:
+        """Every frame of this session, in turn order."""
+        return sorted(
+            (v.doc for v in self.store.find("frame", {"session": self.id}) if v.doc), key=lambda d: d["meta"]["turn"]
+        )
+
+
+def load_view(store: Store, session_id: str, *, valid_time: int | None = None, tx_id: int | None = None) -> SessionView:
+    """Rebuild a session's view from the store, as of a valid time and a transaction."""
+    sv = store.get(f"session:{session_id}", valid_time, tx_id)
+    if sv is None or sv.doc is None:
+        raise NotFound(f"no session {session_id!r} in the store" + (f" as of tx {tx_id}" if tx_id else ""))
+    meta = sv.doc["meta"]
+    view = SessionView(session_id, RetentionPolicy.from_dict(meta.get("policy", {})), turn=meta.get("turn", 0))
+    view.session_version = (sv.valid_time, sv.tx_id, sv.doc["object_hash"])
+    pages = sorted(
+        (v for v in store.find("chat", {"session": session_id}, valid_time=valid_time, tx_id=tx_id) if v.doc),
+        key=lambda v: v.doc["meta"]["page"],  # type: ignore[index]
+    )
+    for v in pages:
+        assert v.doc is not None
+        view.entries.extend(v.doc["content"])
+        view.pages[v.doc["meta"]["page"]] = (v.valid_time, v.tx_id, v.doc["object_hash"])
+    entries_n = meta.get("entries", len(view.entries))
+    del view.entries[entries_n:]
+    retired = {i for lo, hi in meta.get("retired", []) for i in range(lo, hi)}
+    view.visible = [e["i"] for e in view.entries if e["i"] not in retired][: meta.get("cursor")]
+    entry_of = {e["object"]: e["i"] for e in view.entries if e.get("object") and e["role"] == "tool"}
+    call_entry_of = {c["object"]: e["i"] for e in view.entries for c in e.get("tool_calls") or () if c.get("object")}
+    docs = {
+        v.id: v
+        for v in store.find("toolcall", {"session": session_id}, valid_time=valid_time, tx_id=tx_id)
+        if v.doc
+    }
+    for st in store.find("state", {"session": session_id}, valid_time=valid_time, tx_id=tx_id):
+        if st.doc is None:
+            continue
+        oid = st.doc["meta"]["object"]
+        v = docs.get(oid) or store.get(oid, valid_time, tx_id)
+        if v is None or v.doc is None:
+            continue
+        content = st.doc["content"]
+        view.add_object(
+            ObjInfo(
+                id=oid,
+                kind=v.doc["kind"],
+                meta=v.doc.get("meta", {}),
+                content=v.doc.get("content"),
+                state=content["state"],
+                pinned=content["pinned"],
+                collapsed=content["collapsed"],
+                seq=st.doc["meta"].get("seq", 0),
+                since=st.doc["meta"].get("since", 0),
+                version=(v.valid_time, v.tx_id, v.doc["object_hash"]),
+                entry=entry_of.get(oid),
+                call_entry=call_entry_of.get(oid),
+            )
+        )
+    return view
+
+

@@ -1,0 +1,392 @@
+"""The in-memory state of one session, and its deterministic rendering.
+
+``SessionView`` is everything rendering depends on: the visible chat entries, the objects the
+session knows with their states, and the turn counter. It is built two ways: incrementally by
+``Session`` as messages arrive, and from the store as of any transaction by ``load_view``. Both
+must render the same bytes; frames prove it.
+
+Rendering keeps per-message *units* memoised, so a turn costs work proportional to what changed
+(new messages, collapsed results, the active set), not to the length of the history.
+
+This module never writes to the store.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import blake3
+
+from ..hashing import canonical_json, hash_value
+from .entries import Entry, Msg, ToolCall, estimate_tokens, msg_chars
+from .policy import RetentionPolicy
+
+__all__ = ["ObjInfo", "Rendered", "SessionView", "Unit", "stub_text"]
+
+TAIL_OPEN = "<context_os>"
+TAIL_CLOSE = "</context_os>"
+
+
+@dataclass
+class ObjInfo:
+    """What the session knows of one object (not the chat, not the session itself)."""
+
+    id: str
+    kind: str
+    meta: dict[str, Any]
+    content: Any = None
+    state: str = "inactive"
+    """active | inactive | absent."""
+    pinned: bool = False
+    collapsed: bool = False
+    """Tool results only: the history slot shows a stub (one-way, keeps the history append-only)."""
+    seq: int = 0
+    """Order in which the session first saw the object (metadata pool order)."""
+    since: int = 0
+    """Turn of the latest activation (active pool order, LRU)."""
+    version: tuple[int, int, str] | None = None
+    """(valid_time, tx_id, object_hash) of the version shown."""
+    entry: int | None = None
+    """Tool results only: the chat entry that shows this output."""
+    call_entry: int | None = None
+    """Tool results only: the assistant entry that made the call."""
+
+    @property
+    def tokens(self) -> int:
+        return int(self.meta.get("tokens", 0))
+
+    @property
+    def in_history(self) -> bool:
+        """Shown expanded in its place in the chat history."""
+        return self.kind == "toolcall" and self.state == "active" and not self.collapsed
+
+    @property
+    def in_tail(self) -> bool:
+        """Shown in the volatile active pool at the end."""
+        return self.state == "active" and (self.kind != "toolcall" or self.collapsed)
+
+
+@dataclass
+class Unit:
+    """The rendered messages of one chat entry (or of synthetic results), memoised."""
+
+    entry: int | None
+    msgs: list[Msg]
+    hash: str
+    tokens: int
+
+
+def _unit(entry: int | None, msgs: list[Msg]) -> Unit:
+    return Unit(entry, msgs, hash_value(msgs), sum(estimate_tokens(msg_chars(m)) for m in msgs))
+
+
+def stub_text(obj: ObjInfo) -> str:
+    """The text a collapsed tool result shows: what it was and how to get it back."""
+    m = obj.meta
+    status = " (error)" if m.get("is_error") else ""
+    preview = m.get("preview") or ""
+    first = f' First line: "{preview}".' if preview else ""
+    return (
+        f"[context_os: output collapsed] {m.get('name', 'tool')} result{status}, {obj.tokens} tokens, "
+        f'stored as {obj.id}.{first} To see it again call activate(id="{obj.id}").'
+    )
+
+
+def _synthetic_result(call: ToolCall) -> Msg:
+    return {
+        "role": "tool",
+        "text": "[context_os] No result was recorded for this call (it was interrupted or dropped).",
+        "tool_call_id": call["id"],
+    }
+
+
+@dataclass
+class Rendered:
+    """One assembled context, neutral: history units, then the volatile part."""
+
+    units: list[Unit]
+    volatile: list[Msg]
+    tokens: int
+    rendered_hash: str
+    refs: list[dict[str, Any]]
+
+    @property
+    def messages(self) -> list[Msg]:
+        out: list[Msg] = [m for u in self.units for m in u.msgs]
+        out.extend(self.volatile)
+        return out
+
+
+@dataclass
+class SessionView:
+    """Render-relevant state of one session. Mutated only by ``Session`` (and ``load_view``)."""
+
+    session_id: str
+    policy: RetentionPolicy = field(default_factory=RetentionPolicy)
+    turn: int = 0
+    entries: list[Entry] = field(default_factory=list)
+    visible: list[int] = field(default_factory=list)
+    """Entry indices currently visible, in order: position k is harness message k."""
+    objects: dict[str, ObjInfo] = field(default_factory=dict)
+    pages: dict[int, tuple[int, int, str]] = field(default_factory=dict)
+    """Chat page number → (valid_time, tx_id, object_hash) of its current version."""
+    session_version: tuple[int, int, str] | None = None
+
+    # memo of the rendering; derived, rebuilt on demand
+    _units: list[Unit] = field(default_factory=list, repr=False)
+    _unit_of: dict[int, int] = field(default_factory=dict, repr=False)
+    _open: tuple[int, list[ToolCall], set[str]] | None = field(default=None, repr=False)
+    _built_upto: int = field(default=0, repr=False)
+    _hist_tokens: int = field(default=0, repr=False)
+    # indexes over ``objects`` so a turn never scans every tool result ever seen
+    _live: set[str] = field(default_factory=set, repr=False)
+    _indexed: dict[str, ObjInfo] = field(default_factory=dict, repr=False)
+
+    # --- objects -----------------------------------------------------------------------------
+
+    def add_object(self, o: ObjInfo) -> None:
+        self.objects[o.id] = o
+        if o.kind != "toolcall":
+            self._indexed[o.id] = o
+        if o.state == "active":
+            self._live.add(o.id)
+
+    def set_state(
+        self, o: ObjInfo, *, state: str | None = None, pinned: bool | None = None, collapsed: bool | None = None
+    ) -> None:
+        """Change an object's state and keep the memoised rendering in step."""
+        if state is not None:
+            o.state = state
+        if pinned is not None:
+            o.pinned = pinned
+        if collapsed is not None:
+            o.collapsed = collapsed
+        if o.state == "active":
+            self._live.add(o.id)
+        else:
+            self._live.discard(o.id)
+        for i in (o.entry, o.call_entry):
+            if i is not None:
+                self.refresh_entry(i)
+
+    def live(self) -> list[ObjInfo]:
+        """Active objects, in id order."""
+        return [self.objects[i] for i in sorted(self._live)]
+
+    # --- history units -------------------------------------------------------------------
+
+    def reset_render(self) -> None:
+        """Forget the memo (after a history rewrite); the next render rebuilds it."""
+        self._units, self._unit_of, self._open, self._built_upto, self._hist_tokens = [], {}, None, 0, 0
+
+    def _append_unit(self, unit: Unit) -> None:
+        if unit.entry is not None:
+            self._unit_of[unit.entry] = len(self._units)
+        self._units.append(unit)
+        self._hist_tokens += unit.tokens
+
+    def _close_open(self) -> None:
+        """Results that never came for the open assistant message get synthetic ones."""
+        if self._open is not None:
+            _, calls, pending = self._open
+            missing = [c for c in calls if c["id"] in pending]
+            if missing:
+                self._append_unit(_unit(None, [_synthetic_result(c) for c in missing]))
+            self._open = None
+
+    def _tool_msgs(self, e: Entry, paired: bool) -> list[Msg]:
+        obj = self.objects.get(e.get("object", ""))
+        if obj is None:  # a result whose object was evicted
+            text = "[context_os] This tool output was erased from the store."
+        elif obj.in_history:
+            text = obj.content if isinstance(obj.content, str) else ""
+        else:
+            text = stub_text(obj)
+        if paired:
+            return [{"role": "tool", "text": text, "tool_call_id": e.get("tool_call_id", "")}]
+        return [{"role": "user", "text": f"[context_os] Tool result whose call is no longer shown: {text}"}]
+
+    def _call_args(self, c: ToolCall) -> Any:
+        """A collapsed call's long argument values collapse with its result."""
+        obj = self.objects.get(c.get("object", ""))
+        if obj is None or obj.in_history or obj.pinned:
+            return c["arguments"]
+        return elide_arguments(c["arguments"], obj.id, self.policy.elide_arguments_over_chars)
+
+    def _entry_msgs(self, e: Entry) -> list[Msg]:
+        msg: Msg = {"role": e["role"], "text": e.get("text")}
+        if e.get("tool_calls"):
+            msg["tool_calls"] = [
+                {"id": c["id"], "name": c["name"], "arguments": self._call_args(c)} for c in e["tool_calls"]
+            ]
+        if e.get("extra"):
+            msg["extra"] = e["extra"]
+        return [msg]
+
+    def _build(self) -> None:
+        """Extend the memo with entries made visible since the last render."""
+        for pos in range(self._built_upto, len(self.visible)):
+            e = self.entries[self.visible[pos]]
+            if e["role"] == "tool":
+                call_id = e.get("tool_call_id", "")
+                paired = self._open is not None and call_id in self._open[2]
+                if paired:
+                    assert self._open is not None
+                    self._open[2].discard(call_id)
+                self._append_unit(_unit(e["i"], self._tool_msgs(e, paired)))
+                continue
+            self._close_open()
+            self._append_unit(_unit(e["i"], self._entry_msgs(e)))
+            if e["role"] == "assistant" and e.get("tool_calls"):
+                calls = e["tool_calls"]
+                self._open = (e["i"], calls, {c["id"] for c in calls})
+        self._built_upto = len(self.visible)
+
+    def refresh_entry(self, entry_index: int) -> None:
+        """Re-render one entry (a tool result, or the call that made it) after a state change."""
+        pos = self._unit_of.get(entry_index)
+        if pos is None:
+            return
+        old = self._units[pos]
+        e = self.entries[entry_index]
+        if e["role"] == "tool":
+            msgs = self._tool_msgs(e, paired=old.msgs[0]["role"] == "tool")
+        else:
+            msgs = self._entry_msgs(e)
+        new = _unit(entry_index, msgs)
+        self._units[pos] = new
+        self._hist_tokens += new.tokens - old.tokens
+
+    # --- the volatile part -------------------------------------------------------------------
+
+    def metadata_pool(self) -> list[ObjInfo]:
+        return sorted((o for o in self._indexed.values() if o.state != "absent"), key=lambda o: o.seq)
+
+    def active_pool(self) -> list[ObjInfo]:
+        return sorted((o for o in self.live() if o.in_tail), key=lambda o: (o.since, o.seq))
+
+    def _tail(self) -> list[Msg]:
+        meta = self.metadata_pool()
+        active = self.active_pool()
+        if not meta and not active:
+            return []
+        lines = [TAIL_OPEN]
+        if meta:
+            lines.append("Objects in this session (activate(id) loads one, deactivate(id) unloads it):")
+            lines.extend(_index_line(o) for o in meta)
+        if active:
+            lines.append("Active content:")
+            for o in active:
+                attrs = f'id="{o.id}" kind="{o.kind}"'
+                if o.meta.get("path"):
+                    attrs += f' path="{o.meta["path"]}"'
+                if o.meta.get("version"):
+                    attrs += f' version="{o.meta["version"]}"'
+                lines.append(f"<object {attrs}>")
+                call = self._call_of(o)
+                if call is not None:
+                    lines.append(f"call: {call['name']} {_args_text(call['arguments'])}")
+                    lines.append("output:")
+                lines.append(o.content if isinstance(o.content, str) else canonical_json(o.content).decode())
+                lines.append("</object>")
+        lines.append(TAIL_CLOSE)
+        return [{"role": "user", "text": "\n".join(lines)}]
+
+    def _call_of(self, o: ObjInfo) -> ToolCall | None:
+        if o.kind != "toolcall" or o.call_entry is None:
+            return None
+        for c in self.entries[o.call_entry].get("tool_calls") or ():
+            if c.get("object") == o.id:
+                return c
+        return None
+
+    # --- whole rendering -------------------------------------------------------------------
+
+    def render(self) -> Rendered:
+        """The context for the current state. Pure: same state, same bytes, same hash."""
+        self._build()
+        volatile: list[Msg] = []
+        if self._open is not None and self._open[2]:
+            # the last assistant message still waits for results: keep the output valid
+            volatile.extend(_synthetic_result(c) for c in self._open[1] if c["id"] in self._open[2])
+        volatile.extend(self._tail())
+        hasher = blake3.blake3()
+        for u in self._units:
+            hasher.update(u.hash.encode())
+            hasher.update(b"\n")
+        for m in volatile:
+            hasher.update(hash_value(m).encode())
+            hasher.update(b"\n")
+        tokens = self._hist_tokens + sum(estimate_tokens(msg_chars(m)) for m in volatile)
+        return Rendered(list(self._units), volatile, tokens, "b3:" + hasher.hexdigest(), self.static_refs())
+
+    def static_refs(self) -> list[dict[str, Any]]:
+        """Static refs of every stored version the rendering draws on, in a stable order."""
+        refs: list[dict[str, Any]] = []
+        if self.session_version:
+            refs.append(_ref(f"session:{self.session_id}", self.session_version))
+        for page in sorted(self.pages):
+            refs.append(_ref(page_id(self.session_id, page), self.pages[page]))
+        shown = {o.id: o for o in self.live()}
+        shown.update((o.id, o) for o in self.metadata_pool())
+        for o in sorted(shown.values(), key=lambda o: o.id):
+            if o.version:
+                refs.append(_ref(o.id, o.version))
+        return refs
+
+
+def _args_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def elide_arguments(arguments: Any, obj_id: str, limit: int) -> Any:
+    """Replace string values longer than ``limit`` in a call's arguments by a short note.
+
+    JSON-string arguments (OpenAI) stay JSON strings that parse; object arguments stay objects.
+    Arguments that are not a JSON object are left alone unless they are themselves too long.
+    """
+    def note(value: str) -> str:
+        return f'[context_os: {len(value):,} chars elided; activate(id="{obj_id}") shows the full call]'
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return note(v) if len(v) > limit else v
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    if isinstance(arguments, str):
+        if len(arguments) <= limit:
+            return arguments
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            return json.dumps({"_elided": note(arguments)})
+        return json.dumps(walk(parsed), ensure_ascii=False)
+    return walk(arguments)
+
+
+def page_id(session_id: str, page: int) -> str:
+    return f"chat:{session_id}:{page:05d}"
+
+
+def _ref(id: str, version: tuple[int, int, str]) -> dict[str, Any]:
+    return {"id": id, "valid_time": version[0], "tx_id": version[1], "object_hash": version[2]}
+
+
+def _index_line(o: ObjInfo) -> str:
+    name = o.meta.get("path") or o.meta.get("name") or ""
+    parts = [f"- {o.id}", o.kind]
+    if name:
+        parts.append(str(name))
+    parts.append(f"{o.tokens} tokens")
+    if o.meta.get("version"):
+        parts.append(f"v{o.meta['version']}")
+    if o.meta.get("missing"):
+        parts.append("missing")
+    parts.append("pinned" if o.pinned else o.state)
+    return " ".join(parts)

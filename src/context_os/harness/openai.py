@@ -1,0 +1,163 @@
+"""OpenAI chat-completions messages: the first adapter.
+
+Input is the list of message dicts a loop sends to ``chat.completions.create`` (roles system,
+developer, user, assistant, tool). Fields context_os does not interpret are kept and rendered
+back verbatim; text content is what is measured and managed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..context.entries import Incoming, Msg, ToolCall
+from ..context.session import Session
+from ..errors import HashError, InvalidOutput, MalformedMessage
+from ..hashing import hash_value
+from .base import Adapter, ContextHook
+
+__all__ = ["OpenAIAdapter", "OpenAIHook", "pairing_problems", "validate_openai"]
+
+_ROLE_MAP = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+_KNOWN = {"role", "content", "tool_calls", "tool_call_id"}
+
+
+def _text_of(content: Any, index: int) -> tuple[str | None, list[Any] | None]:
+    """(text, original parts) of an OpenAI ``content`` value."""
+    if content is None or isinstance(content, str):
+        return content, None
+    if isinstance(content, list):
+        texts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, Mapping) or "type" not in part:
+                raise MalformedMessage("content parts must be objects with a type", index=index, field=f"content[{j}]")
+            if part["type"] == "text":
+                if not isinstance(part.get("text"), str):
+                    raise MalformedMessage("text part without text", index=index, field=f"content[{j}].text")
+                texts.append(part["text"])
+        return "\n".join(texts), list(content)
+    raise MalformedMessage(f"content must be a string, a list of parts or null, not {type(content).__name__}",
+                           index=index, field="content")
+
+
+def _check_utf8(value: str | None, index: int, field: str) -> None:
+    if value is None:
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise MalformedMessage(f"not valid UTF-8 text ({e.reason} at position {e.start})", index=index, field=field) from None
+
+
+class OpenAIAdapter(Adapter[dict[str, Any]]):
+    """Translates OpenAI chat-completions message dicts."""
+
+    name = "openai"
+
+    def hash_message(self, message: dict[str, Any]) -> str:
+        try:
+            return hash_value(message)
+        except (HashError, TypeError, ValueError):
+            return hash_value(repr(message))  # unhashable input is rejected by translate
+
+    def translate(self, message: dict[str, Any], index: int) -> Incoming:
+        if not isinstance(message, Mapping):
+            raise MalformedMessage(f"a message must be an object, not {type(message).__name__}", index=index)
+        role = message.get("role")
+        if role not in _ROLE_MAP:
+            raise MalformedMessage(
+                f"unknown role {role!r} (expected one of {sorted(_ROLE_MAP)})", index=index, field="role"
+            )
+        text, parts = _text_of(message.get("content"), index)
+        _check_utf8(text, index, "content")
+        extra = {k: v for k, v in message.items() if k not in _KNOWN}
+        if role != _ROLE_MAP[role]:
+            extra["role"] = role
+        if parts is not None and role != "tool":
+            extra["content"] = parts
+        m: Incoming = {"role": _ROLE_MAP[role], "text": text, "h": self.hash_message(message)}  # type: ignore[typeddict-item]
+        if role == "assistant" and message.get("tool_calls"):
+            m["tool_calls"] = self._calls(message["tool_calls"], index)
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise MalformedMessage("a tool message needs a tool_call_id string", index=index, field="tool_call_id")
+            m["tool_call_id"] = call_id
+        if extra:
+            m["extra"] = extra
+        return m
+
+    def _calls(self, calls: Any, index: int) -> list[ToolCall]:
+        if not isinstance(calls, list):
+            raise MalformedMessage("tool_calls must be a list", index=index, field="tool_calls")
+        out: list[ToolCall] = []
+        for j, c in enumerate(calls):
+            fn = c.get("function") if isinstance(c, Mapping) else None
+            if not isinstance(fn, Mapping) or not isinstance(c.get("id"), str) or not isinstance(fn.get("name"), str):
+                raise MalformedMessage(
+                    "a tool call needs an id and function.name", index=index, field=f"tool_calls[{j}]"
+                )
+            args = fn.get("arguments", "")
+            if not isinstance(args, str):
+                raise MalformedMessage("function.arguments must be a JSON string", index=index,
+                                       field=f"tool_calls[{j}].function.arguments")
+            _check_utf8(args, index, f"tool_calls[{j}].function.arguments")
+            out.append({"id": c["id"], "name": fn["name"], "arguments": args})
+        return out
+
+    def render_msg(self, msg: Msg) -> dict[str, Any]:
+        extra = dict(msg.get("extra") or {})
+        role = extra.pop("role", msg["role"])
+        content: Any = extra.pop("content", msg["text"])
+        out: dict[str, Any] = {"role": role, "content": content}
+        if msg.get("tool_calls"):
+            out["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in msg["tool_calls"]
+            ]
+        if msg["role"] == "tool":
+            out["tool_call_id"] = msg.get("tool_call_id", "")
+        out.update(extra)
+        return out
+
+    def validate(self, messages: Sequence[dict[str, Any]], *, last_input_role: str | None) -> None:
+        validate_openai(messages, last_input_role=last_input_role)
+
+    def tool_definitions(self) -> list[Any]:
+        return [{"type": "function", "function": dict(t)} for t in super().tool_definitions()]
+
+
+def pairing_problems(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every orphaned tool call or tool result: each call must be answered right after it."""
+    problems: list[str] = []
+    pending: set[str] = set()
+    for k, m in enumerate(messages):
+        role = m.get("role")
+        if role == "tool":
+            if m.get("tool_call_id") not in pending:
+                problems.append(f"message {k}: tool result {m.get('tool_call_id')!r} has no open call")
+            pending.discard(m.get("tool_call_id", ""))
+            continue
+        if pending:
+            problems.append(f"message {k}: tool call(s) {sorted(pending)} have no result")
+        pending = {c["id"] for c in m.get("tool_calls") or ()} if role == "assistant" else set()
+    if pending:
+        problems.append(f"tool call(s) {sorted(pending)} have no result at the end")
+    return problems
+
+
+def validate_openai(messages: Sequence[Mapping[str, Any]], *, last_input_role: str | None = None) -> None:
+    """Raise ``InvalidOutput`` unless every tool call has its result right after it (and every
+    result its call), and the list ends where chat-completions expects."""
+    problems = pairing_problems(messages)
+    if problems:
+        raise InvalidOutput("; ".join(problems[:5]))
+    if messages and messages[-1].get("role") == "assistant" and last_input_role != "assistant":
+        raise InvalidOutput("the context ends with an assistant message")
+
+
+class OpenAIHook(ContextHook[dict[str, Any]]):
+    """``transform_context`` for loops that speak OpenAI chat-completions."""
+
+    def __init__(self, session: Session):
+        super().__init__(session, OpenAIAdapter())

@@ -1,0 +1,696 @@
+"""The embedded bitemporal store: one SQLite file with XTDB 1.x semantics.
+
+This is the default backend. It keeps the same model XTDB 1.x keeps in its KV indexes, so the
+conformance suite can hold both to one behaviour:
+
+* ``versions``: one row per (entity, valid time, tx id) holding a document reference, or NULL
+  for "no document" (a deletion). A read "as of" (vt, tx) takes the row with the greatest valid
+  time <= vt among rows with tx id <= tx; ties on valid time go to the greatest tx id. The
+  primary key is that lookup's index.
+* ``docs``: document JSON, deduplicated by a blake3 hash of the serialised document (not by
+  the document's own ``object_hash`` field: two documents may claim the same object hash and
+  differ, and ``verify`` must be able to see that).
+* ``txs``: every transaction (id, time, committed), aborted ones included, as XTDB records them.
+* ``attrs``: (attribute, value, entity) for every kind and short scalar ``meta`` value any
+  version of an entity ever had. ``find`` reads its candidates from here, then checks each
+  candidate's version in force, so it never scans the history of unrelated documents.
+* ``entities``: string id → integer key, to keep the version rows and indexes small.
+
+Puts and deletes write the same rows XTDB's indexer (``xtdb.tx/put-delete-coords``) writes,
+including its quirks, e.g. a range put restores what held at ``valid_to`` with the tx id of the
+version it restores. Several processes may share one file: writes serialise on SQLite's write
+lock (``BEGIN IMMEDIATE``) and tx ids are allocated inside that lock.
+
+This module must never import from ``context``, ``harness`` or ``objects``, and no sqlite3
+exception may leave it untranslated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import blake3
+
+from ..errors import SchemaError, StoreError, StoreUnavailable
+from ..hashing import canonical_json
+from .base import Delete, Evict, Match, Op, Put, Store, Tx, Version, now_ms
+
+__all__ = ["SqliteStore"]
+
+# Bounds used instead of "no bound" so that every query keeps one prepared form.
+_MIN = -(2**63)
+_MAX = 2**63 - 1
+# A meta value is indexed for ``find`` only if its canonical JSON is at most this long: long
+# texts are rarely looked up by equality and would bloat the index.
+_MAX_INDEXED_VALUE = 256
+_KIND_ATTR = "kind"
+_META_ATTR = "meta:"
+
+
+# -- schema migrations -------------------------------------------------------------------------
+#
+# Ordered, named, recorded in the ``migrations`` table. Never edit a released migration: add a
+# new one. A file that records a migration not listed here was written by a newer context_os.
+
+
+def _m001_initial(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "CREATE TABLE txs (id INTEGER PRIMARY KEY, time INTEGER NOT NULL, committed INTEGER NOT NULL)"
+    )
+    conn.execute("CREATE TABLE entities (eid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE)")
+    conn.execute("CREATE TABLE docs (id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, json TEXT NOT NULL)")
+    conn.execute(
+        "CREATE TABLE versions (eid INTEGER NOT NULL, valid_time INTEGER NOT NULL, tx_id INTEGER NOT NULL,"
+        " doc INTEGER, PRIMARY KEY (eid, valid_time, tx_id)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "CREATE TABLE attrs (name TEXT NOT NULL, value TEXT NOT NULL, eid INTEGER NOT NULL,"
+        " PRIMARY KEY (name, value, eid)) WITHOUT ROWID"
+    )
+
+
+MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (("m001_initial", _m001_initial),)
+
+
+# -- documents and attribute values ---------------------------------------------------------------
+
+
+def _value_key(value: Any) -> str:
+    """The canonical JSON of a value: how ``find`` compares meta values (``1 == 1.0 != true``)."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if value is None or isinstance(value, bool | int):
+        return json.dumps(value)
+    return canonical_json(value).decode("utf-8")
+
+
+def _indexed_value(value: Any) -> str | None:
+    """The ``attrs`` value for a meta value, or None if it is not indexed (not a short scalar)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, str | int | float):
+        key = _value_key(value)
+        return key if len(key) <= _MAX_INDEXED_VALUE else None
+    return None
+
+
+def _doc_attrs(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The (attribute, value) pairs of a document that ``attrs`` indexes."""
+    pairs: list[tuple[str, str]] = []
+    kind = doc.get("kind")
+    if isinstance(kind, str):
+        pairs.append((_KIND_ATTR, kind))
+    meta = doc.get("meta")
+    if isinstance(meta, Mapping):
+        for k, v in meta.items():
+            if isinstance(k, str) and (iv := _indexed_value(v)) is not None:
+                pairs.append((_META_ATTR + k, iv))
+    return pairs
+
+
+@dataclass
+class _PreparedDoc:
+    json: str
+    hash: bytes
+    attrs: list[tuple[str, str]]
+
+
+def _prepare_doc(doc: Mapping[str, Any]) -> _PreparedDoc:
+    if not isinstance(doc, Mapping):
+        raise StoreError(f"a document must be a mapping, got {type(doc).__name__}")
+    doc_id = doc.get("id")
+    if not isinstance(doc_id, str):
+        raise StoreError(f"a document needs a string 'id', got {doc_id!r}")
+    try:
+        # Sorted keys make the text (and so the dedup hash) independent of insertion order;
+        # floats keep their type (1.0 stays 1.0), so documents round-trip exactly.
+        text = json.dumps(doc, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise StoreError(f"document {doc_id!r} is not JSON: {e}") from e
+    return _PreparedDoc(text, blake3.blake3(text.encode("utf-8")).digest(), _doc_attrs(doc))
+
+
+def _check_time(name: str, value: int | None) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise StoreError(f"{name} must be epoch milliseconds (int), got {value!r}")
+
+
+def _op_id(op: Op) -> str:
+    return op.doc["id"] if isinstance(op, Put) else op.id
+
+
+def _load(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    doc: dict[str, Any] = json.loads(text)
+    return doc
+
+
+# A version row while a transaction is being computed: (valid_time, tx_id, doc id or None).
+_Row = tuple[int, int, int | None]
+
+
+class SqliteStore(Store):
+    """Bitemporal store in one SQLite file (WAL mode), shareable by several processes."""
+
+    BUSY_TIMEOUT_S = 30.0
+    """How long a writer waits for another process's write lock before giving up."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path).expanduser().absolute()
+        self.url = "sqlite://" + str(self.path)
+        self._lock = threading.RLock()
+        # The newest tx time this process wrote: "now" for default read times never goes
+        # behind it, so a put is visible at once even if the wall clock stepped back.
+        self._last_tx_time = 0
+        self._conn: sqlite3.Connection | None = None
+        self._conn = self._init_connection()
+
+    # -- connection and schema ----------------------------------------------------------------
+
+    def _init_connection(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreUnavailable(
+                f"cannot create the directory for the SQLite store {self.path}: {e.strerror or e}"
+            ) from e
+        if self.path.is_dir():
+            raise StoreUnavailable(f"cannot open the SQLite store {self.path}: it is a directory")
+        try:
+            # isolation_level=None: we issue BEGIN/COMMIT ourselves (BEGIN IMMEDIATE for writes).
+            # check_same_thread=False: file watchers write from their own thread; self._lock
+            # serialises use of the one connection.
+            conn = sqlite3.connect(
+                str(self.path), timeout=self.BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"cannot open the SQLite store {self.path}: {e}") from e
+        try:
+            with self._translate("open"):
+                conn.execute("PRAGMA journal_mode=WAL")
+                # NORMAL is durable across application crashes in WAL mode; only an OS crash
+                # can lose the last transactions, and it never corrupts the file.
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute(f"PRAGMA busy_timeout={int(self.BUSY_TIMEOUT_S * 1000)}")
+                # Evict exists for leaked secrets: deleted content is zeroed, not left in free pages.
+                conn.execute("PRAGMA secure_delete=ON")
+                self._migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        known = [name for name, _ in MIGRATIONS]
+        if self._applied_migrations(conn) == known:
+            return  # the common case, and it needs no write lock
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at INTEGER)")
+            applied = self._applied_migrations(conn)
+            unknown = [name for name in applied if name not in known]
+            if unknown:
+                raise SchemaError(
+                    f"the SQLite store {self.path} has schema migrations this version of context_os"
+                    f" does not know ({', '.join(unknown)}): it was written by a newer context_os"
+                )
+            for name, migrate in MIGRATIONS:
+                if name not in applied:
+                    migrate(conn)
+                    conn.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, now_ms()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _applied_migrations(conn: sqlite3.Connection) -> list[str]:
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='migrations'"
+        ).fetchone()
+        if not exists:
+            return []
+        return [r[0] for r in conn.execute("SELECT name FROM migrations ORDER BY rowid")]
+
+    @contextmanager
+    def _translate(self, action: str) -> Iterator[None]:
+        """Turn sqlite3 errors into the library's own, naming the file and the action."""
+        try:
+            yield
+        except sqlite3.Error as e:
+            msg = str(e)
+            where = f"SQLite store {self.path}: {action} failed: {msg}"
+            if isinstance(e, sqlite3.OperationalError) and any(
+                s in msg for s in ("unable to open", "locked", "busy", "disk I/O")
+            ):
+                raise StoreUnavailable(where) from e
+            if "file is not a database" in msg:
+                raise StoreError(f"{self.path} is not an SQLite database ({action} failed)") from e
+            if "readonly" in msg:
+                raise StoreError(f"SQLite store {self.path} is read-only: {action} failed") from e
+            raise StoreError(where) from e
+
+    @contextmanager
+    def _connection(self, action: str) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._translate(action):
+            if self._conn is None:
+                raise StoreError(f"SQLite store {self.path} is closed")
+            yield self._conn
+
+    @contextmanager
+    def _read(self, conn: sqlite3.Connection) -> Iterator[None]:
+        """One read snapshot across several statements."""
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            conn.execute("COMMIT")
+
+    def _now(self) -> int:
+        return max(now_ms(), self._last_tx_time)
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def submit(self, ops: Sequence[Op]) -> Tx:
+        # Everything that can fail on bad input fails here, before the write lock is taken.
+        prepared: dict[int, _PreparedDoc] = {}
+        expected: dict[int, bytes] = {}  # canonical JSON of each match's expected doc
+        for i, op in enumerate(ops):
+            if isinstance(op, Put):
+                prepared[i] = _prepare_doc(op.doc)
+                _check_time("valid_from", op.valid_from)
+                _check_time("valid_to", op.valid_to)
+            elif isinstance(op, Delete):
+                _check_time("valid_from", op.valid_from)
+                _check_time("valid_to", op.valid_to)
+            elif isinstance(op, Match):
+                _check_time("valid_time", op.valid_time)
+                if op.expected is not None:
+                    expected[i] = canonical_json(op.expected)
+            elif not isinstance(op, Evict):
+                raise StoreError(f"unknown transaction operation {op!r}")
+            if not isinstance(_op_id(op), str):
+                raise StoreError(f"document ids are strings, got {_op_id(op)!r}")
+
+        with self._connection("submit") as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                last = conn.execute("SELECT id, time FROM txs ORDER BY id DESC LIMIT 1").fetchone()
+                tx_id = 1 if last is None else last[0] + 1
+                # XTDB's tx time never goes backwards, even if the wall clock does.
+                tx_time = now_ms() if last is None else max(now_ms(), last[1])
+                conn.execute("SAVEPOINT ops")
+                committed = _TxWriter(conn, tx_id, tx_time).run(ops, prepared, expected)
+                if not committed:
+                    conn.execute("ROLLBACK TO ops")
+                conn.execute("RELEASE ops")
+                conn.execute(
+                    "INSERT INTO txs (id, time, committed) VALUES (?, ?, ?)", (tx_id, tx_time, committed)
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            self._last_tx_time = max(self._last_tx_time, tx_time)
+            if committed and any(isinstance(op, Evict) for op in ops):
+                # Old page images in the WAL still hold what was evicted; fold them back into
+                # the (zeroed) main file now. Best effort: readers elsewhere may pin the WAL.
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return Tx(tx_id, tx_time, bool(committed))
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get(self, id: str, valid_time: int | None = None, tx_id: int | None = None) -> Version | None:
+        vt = self._now() if valid_time is None else valid_time
+        tx = _MAX if tx_id is None else tx_id
+        with self._connection("get") as conn:
+            row = conn.execute(
+                "SELECT v.valid_time, v.tx_id, t.time, v.doc, d.json FROM entities e"
+                " JOIN versions v ON v.eid = e.eid JOIN txs t ON t.id = v.tx_id"
+                " LEFT JOIN docs d ON d.id = v.doc"
+                " WHERE e.id = ? AND v.valid_time <= ? AND v.tx_id <= ?"
+                " ORDER BY v.valid_time DESC, v.tx_id DESC LIMIT 1",
+                (id, vt, tx),
+            ).fetchone()
+        if row is None or row[3] is None:
+            return None  # never written, or deleted at that time
+        return Version(id, row[0], row[1], row[2], _load(row[4]))
+
+    def history(
+        self,
+        id: str,
+        order: Literal["asc", "desc"] = "asc",
+        *,
+        with_docs: bool = True,
+        start_valid_time: int | None = None,
+        end_valid_time: int | None = None,
+        start_tx_id: int | None = None,
+        end_tx_id: int | None = None,
+    ) -> list[Version]:
+        if order not in ("asc", "desc"):
+            raise StoreError(f"history order must be 'asc' or 'desc', got {order!r}")
+        # As in XTDB, history is read from a db "now": it never shows valid times after now
+        # (asc ends there, desc starts there) nor transactions after the latest.
+        now = self._now()
+        doc_col = "d.json" if with_docs else "NULL"
+        join = " LEFT JOIN docs d ON d.id = v.doc" if with_docs else ""
+        base = (
+            f"SELECT v.valid_time, v.tx_id, t.time, v.doc, {doc_col} FROM entities e"
+            f" JOIN versions v ON v.eid = e.eid JOIN txs t ON t.id = v.tx_id{join}"
+        )
+        if order == "asc":
+            # starts inclusive, ends exclusive
+            vt_lo = _MIN if start_valid_time is None else start_valid_time
+            vt_hi = now + 1 if end_valid_time is None else min(end_valid_time, now + 1)
+            tx_lo = _MIN if start_tx_id is None else start_tx_id
+            tx_hi = _MAX if end_tx_id is None else end_tx_id
+            sql = (
+                base + " WHERE e.id = ? AND v.valid_time >= ? AND v.valid_time < ?"
+                " AND v.tx_id >= ? AND v.tx_id < ? ORDER BY v.valid_time ASC, v.tx_id DESC"
+            )
+            params = (id, vt_lo, vt_hi, tx_lo, tx_hi)
+        else:
+            # descending: the start is the upper bound (inclusive), the end the lower (exclusive)
+            vt_hi = now if start_valid_time is None else min(start_valid_time, now)
+            vt_lo = _MIN if end_valid_time is None else end_valid_time
+            tx_hi = _MAX if start_tx_id is None else start_tx_id
+            tx_lo = _MIN if end_tx_id is None else end_tx_id
+            sql = (
+                base + " WHERE e.id = ? AND v.valid_time <= ? AND v.valid_time > ?"
+                " AND v.tx_id <= ? AND v.tx_id > ? ORDER BY v.valid_time DESC, v.tx_id DESC"
+            )
+            params = (id, vt_hi, vt_lo, tx_hi, tx_lo)
+        with self._connection("history") as conn:
+            rows = conn.execute(sql, params).fetchall()
+        out: list[Version] = []
+        last_vt: int | None = None
+        for vt, tx, tx_time, doc_ref, text in rows:
+            if vt == last_vt:
+                continue  # an older correction of the same valid time (rows come newest tx first)
+            last_vt = vt
+            out.append(Version(id, vt, tx, tx_time, _load(text), deleted=doc_ref is None))
+        return out
+
+    def find(
+        self,
+        kind: str | None = None,
+        where: Mapping[str, Any] | None = None,
+        *,
+        valid_time: int | None = None,
+        tx_id: int | None = None,
+    ) -> list[Version]:
+        vt = self._now() if valid_time is None else valid_time
+        tx = _MAX if tx_id is None else tx_id
+        wanted = {k: _value_key(v) for k, v in (where or {}).items()}
+        # Candidates come from the index: entities that ever had every indexable criterion.
+        # A meta value usually narrows far more than the kind, so it drives the lookup.
+        criteria = [
+            (_META_ATTR + k, iv) for k, v in (where or {}).items() if (iv := _indexed_value(v)) is not None
+        ]
+        if kind is not None:
+            criteria.append((_KIND_ATTR, kind))
+        if criteria:
+            first, *rest = criteria
+            candidates = "SELECT a.eid FROM attrs a WHERE a.name = ? AND a.value = ?" + "".join(
+                " AND EXISTS (SELECT 1 FROM attrs b WHERE b.name = ? AND b.value = ? AND b.eid = a.eid)"
+                for _ in rest
+            )
+            params: list[Any] = [x for pair in (first, *rest) for x in pair]
+        else:
+            candidates = "SELECT eid FROM entities"
+            params = []
+        sql = (
+            f"WITH c(eid) AS ({candidates})"
+            " SELECT e.id, v.valid_time, v.tx_id, t.time, d.json FROM c"
+            " JOIN versions v ON v.eid = c.eid AND (v.valid_time, v.tx_id) = ("
+            "   SELECT valid_time, tx_id FROM versions WHERE eid = c.eid AND valid_time <= ? AND tx_id <= ?"
+            "   ORDER BY valid_time DESC, tx_id DESC LIMIT 1)"
+            " JOIN entities e ON e.eid = c.eid JOIN docs d ON d.id = v.doc JOIN txs t ON t.id = v.tx_id"
+            " ORDER BY e.id"
+        )
+        with self._connection("find") as conn:
+            rows = conn.execute(sql, (*params, vt, tx)).fetchall()
+        out: list[Version] = []
+        for doc_id, v_time, v_tx, tx_time, text in rows:
+            doc = json.loads(text)
+            # The index says some version matched; check the version actually in force.
+            if kind is not None and doc.get("kind") != kind:
+                continue
+            meta = doc.get("meta")
+            if wanted and not (
+                isinstance(meta, Mapping)
+                and all(k in meta and _value_key(meta[k]) == want for k, want in wanted.items())
+            ):
+                continue
+            out.append(Version(doc_id, v_time, v_tx, tx_time, doc))
+        return out
+
+    def latest_tx(self) -> Tx | None:
+        with self._connection("latest_tx") as conn:
+            row = conn.execute("SELECT id, time, committed FROM txs ORDER BY id DESC LIMIT 1").fetchone()
+        return None if row is None else Tx(row[0], row[1], bool(row[2]))
+
+    def stats(self) -> dict[str, Any]:
+        with self._connection("stats") as conn, self._read(conn):
+            entities = conn.execute("SELECT COUNT(*) FROM entities").fetchone()[0]
+            versions = conn.execute("SELECT COUNT(*) FROM versions").fetchone()[0]
+            docs = conn.execute("SELECT COUNT(*) FROM docs").fetchone()[0]
+            txs = conn.execute("SELECT COUNT(*) FROM txs").fetchone()[0]
+        wal = self.path.with_name(self.path.name + "-wal")
+        return {
+            "backend": "sqlite",
+            "path": str(self.path),
+            "size_bytes": self.path.stat().st_size if self.path.exists() else 0,
+            "wal_bytes": wal.stat().st_size if wal.exists() else 0,
+            "entities": entities,
+            "versions": versions,
+            "docs": docs,
+            "txs": txs,
+        }
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                conn, self._conn = self._conn, None
+                with self._translate("close"):
+                    conn.close()
+
+
+class _TxWriter:
+    """Computes and writes the version rows of one transaction, op by op, as XTDB's indexer does.
+
+    Each op sees the effects of the ops before it in the same transaction (XTDB indexes them
+    into the same in-flight snapshot). Rows are buffered and written with one ``executemany``;
+    the buffer is flushed before any op that must read an entity the buffer touches.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, tx_id: int, tx_time: int) -> None:
+        self.conn = conn
+        self.tx_id = tx_id
+        self.tx_time = tx_time
+        self.eids: dict[str, int] = {}
+        # Entities created by this tx and not yet written to: they have no rows to read.
+        self.fresh: set[int] = set()
+        self.pending: list[tuple[int, int, int, int | None]] = []
+        self.pending_eids: set[int] = set()
+        self.attrs: set[tuple[str, str, int]] = set()
+
+    def run(
+        self, ops: Sequence[Op], prepared: Mapping[int, _PreparedDoc], expected: Mapping[int, bytes]
+    ) -> bool:
+        """Apply ``ops``; False (and stop) at the first failed match."""
+        self._resolve_ids(ops)
+        for i, op in enumerate(ops):
+            if isinstance(op, Put):
+                doc = prepared[i]
+                eid = self._eid(op.doc["id"], create=True)
+                assert eid is not None
+                doc_ref = self._doc_ref(doc)
+                self.attrs.update((name, value, eid) for name, value in doc.attrs)
+                self._put(eid, op.valid_from, op.valid_to, doc_ref)
+            elif isinstance(op, Delete):
+                eid = self._eid(op.id, create=True)
+                assert eid is not None
+                self._put(eid, op.valid_from, op.valid_to, None)
+            elif isinstance(op, Match):
+                if not self._matches(op, expected.get(i)):
+                    return False
+            else:
+                self._evict(op.id)
+        self._flush()
+        if self.attrs:
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO attrs (name, value, eid) VALUES (?, ?, ?)", self.attrs
+            )
+        return True
+
+    # -- ids and documents -------------------------------------------------------------------
+
+    def _resolve_ids(self, ops: Sequence[Op]) -> None:
+        """Look up (and create) every entity the ops write, in two statements, not one per op."""
+        ids = list({_op_id(op): None for op in ops})
+        if not ids:
+            return
+        select = "SELECT id, eid FROM entities WHERE id IN (SELECT value FROM json_each(?))"
+        self.eids = dict(self.conn.execute(select, (json.dumps(ids),)).fetchall())
+        missing = list(
+            {
+                op.doc["id"] if isinstance(op, Put) else op.id: None
+                for op in ops
+                if isinstance(op, Put | Delete) and _op_id(op) not in self.eids
+            }
+        )
+        if missing:
+            blob = json.dumps(missing)
+            self.conn.execute("INSERT INTO entities (id) SELECT value FROM json_each(?)", (blob,))
+            created = dict(self.conn.execute(select, (blob,)).fetchall())
+            self.eids.update(created)
+            self.fresh.update(created.values())
+
+    def _eid(self, doc_id: str, *, create: bool) -> int | None:
+        eid = self.eids.get(doc_id)
+        if eid is None and create:  # only after an evict of the same id earlier in this tx
+            eid = self.conn.execute("INSERT INTO entities (id) VALUES (?)", (doc_id,)).lastrowid
+            assert eid is not None
+            self.eids[doc_id] = eid
+            self.fresh.add(eid)
+        return eid
+
+    def _doc_ref(self, doc: _PreparedDoc) -> int:
+        cur = self.conn.execute("INSERT OR IGNORE INTO docs (hash, json) VALUES (?, ?)", (doc.hash, doc.json))
+        if cur.rowcount == 1 and cur.lastrowid is not None:
+            return cur.lastrowid
+        row = self.conn.execute("SELECT id FROM docs WHERE hash = ?", (doc.hash,)).fetchone()
+        ref: int = row[0]
+        return ref
+
+    # -- reading the state this tx builds on --------------------------------------------------
+
+    def _flush(self) -> None:
+        if self.pending:
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO versions (eid, valid_time, tx_id, doc) VALUES (?, ?, ?, ?)",
+                self.pending,
+            )
+            self.pending.clear()
+            self.fresh -= self.pending_eids
+            self.pending_eids.clear()
+
+    def _readable(self, eid: int) -> bool:
+        """Prepare to read ``eid``'s rows; False if it certainly has none."""
+        if eid in self.pending_eids:
+            self._flush()
+            return True
+        return eid not in self.fresh
+
+    def _as_of(self, eid: int, vt: int) -> _Row | None:
+        """The row in force at ``vt`` (every tx so far, this one included)."""
+        if not self._readable(eid):
+            return None
+        row = self.conn.execute(
+            "SELECT valid_time, tx_id, doc FROM versions WHERE eid = ? AND valid_time <= ?"
+            " ORDER BY valid_time DESC, tx_id DESC LIMIT 1",
+            (eid, vt),
+        ).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def _history(self, eid: int, vt: int, order: Literal["asc", "desc"]) -> Iterator[_Row]:
+        """Latest-correction rows from ``vt`` (inclusive) onwards in ``order``, lazily."""
+        if not self._readable(eid):
+            return
+        cmp, direction = (">=", "ASC") if order == "asc" else ("<=", "DESC")
+        cur = self.conn.execute(
+            f"SELECT valid_time, tx_id, doc FROM versions WHERE eid = ? AND valid_time {cmp} ?"
+            f" ORDER BY valid_time {direction}, tx_id DESC",
+            (eid, vt),
+        )
+        try:
+            last_vt: int | None = None
+            for row_vt, row_tx, row_doc in cur:
+                if row_vt != last_vt:
+                    last_vt = row_vt
+                    yield (row_vt, row_tx, row_doc)
+        finally:
+            cur.close()
+
+    # -- the operations ------------------------------------------------------------------------
+
+    def _put(self, eid: int, valid_from: int | None, valid_to: int | None, doc_ref: int | None) -> None:
+        """Rows for a put (``doc_ref``) or a delete (None), as ``xtdb.tx/put-delete-coords``."""
+        start = self.tx_time if valid_from is None else valid_from
+        rows: list[_Row] = []
+        if valid_to is not None:
+            if start == valid_to:
+                return  # XTDB writes nothing for an empty range
+            # Everything from valid_to back to (not including) start, newest first.
+            before_end = list(self._history(eid, valid_to, "desc"))
+            vts = [start] + [r[0] for r in before_end if r[0] > start]
+            rows = [(v, self.tx_id, doc_ref) for v in vts if v != valid_to]
+            if before_end:
+                # What held at valid_to resumes there, keeping its original tx id (XTDB does
+                # exactly this: it re-indexes the old entity-tx at the new valid time).
+                _vt, old_tx, old_doc = before_end[0]
+                rows.append((valid_to, old_tx, old_doc))
+            else:
+                rows.append((valid_to, self.tx_id, None))
+        else:
+            rows.append((start, self.tx_id, doc_ref))
+            visible = self._as_of(eid, start)
+            if visible is not None:
+                # The visible version may continue past start as copies written by the same tx
+                # (a range put writes one row per boundary): the new doc replaces those too,
+                # so it holds until the next real change.
+                for row_vt, row_tx, row_doc in self._history(eid, start, "asc"):
+                    if (row_tx, row_doc) != (visible[1], visible[2]):
+                        break
+                    if row_vt != start:
+                        rows.append((row_vt, self.tx_id, doc_ref))
+        self.pending.extend((eid, v, t, d) for v, t, d in rows)
+        self.pending_eids.add(eid)
+
+    def _matches(self, op: Match, expected: bytes | None) -> bool:
+        """Whether the doc in force at the match's valid time has ``expected`` canonical JSON."""
+        eid = self._eid(op.id, create=False)
+        row = None
+        if eid is not None:
+            row = self._as_of(eid, self.tx_time if op.valid_time is None else op.valid_time)
+        if row is None or row[2] is None:
+            return expected is None
+        if expected is None:
+            return False
+        text = self.conn.execute("SELECT json FROM docs WHERE id = ?", (row[2],)).fetchone()[0]
+        return canonical_json(json.loads(text)) == expected
+
+    def _evict(self, doc_id: str) -> None:
+        eid = self._eid(doc_id, create=False)
+        if eid is None:
+            return
+        self._flush()
+        refs = [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT DISTINCT doc FROM versions WHERE eid = ? AND doc IS NOT NULL", (eid,)
+            )
+        ]
+        # A stored doc carries its own id, so its doc rows belong to this entity alone, and
+        # its attrs can be recomputed from it rather than found by scanning the index.
+        attrs: set[tuple[str, str, int]] = set(a for a in self.attrs if a[2] == eid)
+        for ref in refs:
+            text = self.conn.execute("SELECT json FROM docs WHERE id = ?", (ref,)).fetchone()[0]
+            attrs.update((name, value, eid) for name, value in _doc_attrs(json.loads(text)))
+        self.conn.executemany("DELETE FROM attrs WHERE name = ? AND value = ? AND eid = ?", attrs)
+        self.attrs -= attrs
+        self.conn.execute("DELETE FROM versions WHERE eid = ?", (eid,))
+        self.conn.executemany("DELETE FROM docs WHERE id = ?", [(r,) for r in refs])
+        self.conn.execute("DELETE FROM entities WHERE eid = ?", (eid,))
+        del self.eids[doc_id]
+        self.fresh.discard(eid)

@@ -1,0 +1,285 @@
+"""The context engine through the OpenAI hook: ingest, retention, state ops, frames, resume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import TypeAdapter
+
+from context_os import RetentionPolicy, Session
+from context_os.context.frames import verify_frame
+from context_os.errors import ContentTooLarge, LockedObject, MalformedMessage, NotFound
+from context_os.harness.openai import OpenAIHook, pairing_problems
+from context_os.store.sqlite import SqliteStore
+from tests.helpers import call, coding_session, result, say, user
+
+try:
+    from openai.types.chat import ChatCompletionMessageParam
+
+    OPENAI_MESSAGE = TypeAdapter(ChatCompletionMessageParam)
+except ImportError:  # pragma: no cover - openai is a dev dependency
+    OPENAI_MESSAGE = None
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> SqliteStore:
+    s = SqliteStore(tmp_path / "s.db")
+    yield s
+    s.close()
+
+
+def hook_for(store, sid="s1", **policy) -> OpenAIHook:
+    return OpenAIHook(Session.open(store, sid, harness="openai", policy=RetentionPolicy(**policy) if policy else None))
+
+
+def tool_texts(out):
+    return {m["tool_call_id"]: m["content"] for m in out if m["role"] == "tool"}
+
+
+def test_new_results_are_expanded_then_collapse_after_three_turns(db):
+    hook = hook_for(db)
+    msgs = coding_session(1)
+    out = hook.transform_context(msgs)
+    assert tool_texts(out)["c0"].startswith("line 0")
+    for n in range(1, 4):
+        msgs += [call(f"c{n}", command="ls"), result(f"c{n}", f"out {n}")]
+        out = hook.transform_context(msgs)
+    texts = tool_texts(out)
+    assert texts["c0"].startswith("[context_os: output collapsed]")
+    assert 'activate(id="toolcall:s1:c0")' in texts["c0"]
+    assert texts["c3"] == "out 3"
+    assert not pairing_problems(out)
+
+
+def test_only_the_five_newest_results_stay_expanded(db):
+    hook = hook_for(db)
+    msgs = [user("go")]
+    # seven parallel calls in one assistant message, all answered in the same turn
+    msgs.append({"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"p{n}", "type": "function", "function": {"name": "grep", "arguments": "{}"}} for n in range(7)
+    ]})
+    msgs += [result(f"p{n}", f"hit {n}") for n in range(7)]
+    out = hook.transform_context(msgs)
+    texts = tool_texts(out)
+    assert [texts[f"p{n}"] for n in range(2, 7)] == [f"hit {n}" for n in range(2, 7)]
+    assert texts["p0"].startswith("[context_os: output collapsed]")
+    assert texts["p1"].startswith("[context_os: output collapsed]")
+
+
+def test_pinned_results_never_collapse_and_activate_brings_content_back_at_the_end(db):
+    hook = hook_for(db)
+    msgs = coding_session(2)
+    hook.transform_context(msgs)
+    assert json.loads(hook.call_tool("pin", {"id": "toolcall:s1:c0"}))["status"] == "pinned"
+    for n in range(2, 6):
+        msgs += [call(f"c{n}"), result(f"c{n}", f"out {n}")]
+        out = hook.transform_context(msgs)
+    texts = tool_texts(out)
+    assert texts["c0"].startswith("line 0")  # pinned, in place
+    assert texts["c1"].startswith("[context_os: output collapsed]")
+    assert json.loads(hook.call_tool("activate", '{"id": "toolcall:s1:c1"}'))["status"] == "activated"
+    out = hook.transform_context(msgs)
+    assert tool_texts(out)["c1"].startswith("[context_os")  # history stays append-only
+    assert out[-1]["role"] == "user" and "line 1" in out[-1]["content"]  # content in the active pool
+    assert json.loads(hook.call_tool("activate", {"id": "toolcall:s1:c1"}))["status"] == "already active"
+    assert json.loads(hook.call_tool("deactivate", {"id": "toolcall:s1:c1"}))["status"] == "deactivated"
+    out = hook.transform_context(msgs)
+    assert "line 1" not in out[-1]["content"]
+
+
+def test_every_state_change_is_recorded_with_actor_and_reason(db):
+    hook = hook_for(db)
+    msgs = coding_session(1)
+    for n in range(1, 5):
+        hook.transform_context(msgs)
+        msgs += [call(f"c{n}"), result(f"c{n}", "x")]
+    hook.call_tool("activate", {"id": "toolcall:s1:c0"})
+    changes = hook.session.state_changes("toolcall:s1:c0")
+    got = [(v.doc["content"]["state"], v.doc["meta"]["actor"], v.doc["meta"]["reason"]) for v in changes]
+    assert got == [
+        ("active", "system", "new tool result"),
+        ("inactive", "policy", "3 turns old"),
+        ("active", "agent", "activate"),
+    ]
+    assert [v.valid_time for v in changes] == sorted(v.valid_time for v in changes)
+
+
+def test_chat_and_session_are_locked(db):
+    hook = hook_for(db)
+    hook.transform_context(coding_session(1))
+    with pytest.raises(LockedObject):
+        hook.session.deactivate("chat:s1:00000")
+    reply = json.loads(hook.call_tool("deactivate", {"id": "session:s1"}))
+    assert reply["type"] == "LockedObject"
+    with pytest.raises(NotFound):
+        hook.session.activate("toolcall:s1:nope")
+
+
+def test_every_frame_re_renders_byte_identically_from_the_store(db):
+    hook = hook_for(db)
+    msgs = coding_session(1)
+    for n in range(1, 8):
+        hook.transform_context(msgs)
+        msgs += [call(f"c{n}"), result(f"c{n}", "out" * n)]
+        if n == 4:
+            hook.call_tool("activate", {"id": "toolcall:s1:c0"})
+    frames = hook.session.frames()
+    assert len(frames) == 7
+    for f in frames:
+        check = verify_frame(db, f)
+        assert check.ok, check.problems
+
+
+def test_tampering_with_a_stored_page_breaks_frame_verification(db, tmp_path):
+    hook = hook_for(db)
+    hook.transform_context(coding_session(2))
+    frame = hook.session.frames()[-1]
+    db._conn.execute("UPDATE docs SET json = replace(json, 'fix the bug', 'fix the bug!')")  # noqa: SLF001
+    db._conn.commit()  # noqa: SLF001
+    check = verify_frame(db, frame)
+    assert not check.ok
+
+
+def test_a_resumed_session_renders_exactly_what_the_live_one_did(db):
+    hook = hook_for(db)
+    msgs = coding_session(6)
+    live = hook.transform_context(msgs)
+    resumed = OpenAIHook(Session.open(db, "s1"))
+    assert resumed.session.view.turn == 1
+    again = resumed.transform_context(msgs)  # nothing new: same state, one turn later
+    assert resumed.last.sync.new == 0
+    assert [m["role"] for m in again] == [m["role"] for m in live]
+
+
+def test_only_new_messages_are_translated(db):
+    hook = hook_for(db)
+    msgs = coding_session(3)
+    hook.transform_context(msgs)
+    msgs += [user("and now?")]
+    hook.transform_context(msgs)
+    assert hook.last.sync.new == 1 and not hook.last.sync.rewritten
+
+
+def test_rewritten_history_resets_the_cursor_and_loses_nothing(db):
+    hook = hook_for(db)
+    msgs = coding_session(4)
+    hook.transform_context(msgs)
+    compacted = [msgs[0], user("Summary of earlier work: read four files."), user("continue")]
+    out = hook.transform_context(compacted)
+    assert hook.last.sync.rewritten and hook.last.sync.retired == len(msgs) - 1
+    assert [m["content"] for m in out if m["role"] == "user"][-2:] == ["Summary of earlier work: read four files.", "continue"]
+    # the earlier tool outputs are still in the store, inspectable
+    assert db.doc("toolcall:s1:c0")["content"].startswith("line 0")
+    for f in hook.session.frames():
+        assert verify_frame(db, f).ok
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"role": "wizard", "content": "hi"}, "role"),
+        ({"role": "user", "content": 42}, "content"),
+        ({"role": "tool", "content": "x"}, "tool_call_id"),
+        ({"role": "user", "content": "bad \udc80 surrogate"}, "content"),
+        ({"role": "assistant", "content": None, "tool_calls": [{"id": "x", "function": {}}]}, "tool_calls[0]"),
+    ],
+)
+def test_malformed_messages_name_index_and_field_and_store_nothing(db, bad, field):
+    hook = hook_for(db)
+    msgs = coding_session(1)
+    hook.transform_context(msgs)
+    before = db.latest_tx()
+    with pytest.raises(MalformedMessage) as err:
+        hook.transform_context([*msgs, user("fine"), bad])
+    assert err.value.index == len(msgs) + 1
+    assert err.value.field == field
+    assert db.latest_tx() == before
+    out = hook.transform_context([*msgs, user("fine")])  # the session goes on
+    assert out[-1]["content"] == "fine"
+
+
+def test_huge_content_is_refused_with_a_clear_error(db):
+    hook = hook_for(db, max_message_chars=1000)
+    with pytest.raises(ContentTooLarge, match="message 1, field 'content'"):
+        hook.transform_context([user("a"), user("b" * 1001)])
+
+
+def test_output_is_valid_openai_even_when_the_input_has_orphans(db):
+    hook = hook_for(db)
+    msgs = [user("go"), call("a"), user("interrupted"), result("ghost", "late output")]
+    out = hook.transform_context(msgs)
+    assert not pairing_problems(out)
+    assert out[2]["role"] == "tool" and out[2]["tool_call_id"] == "a"  # synthetic result
+    assert "late output" in out[-1]["content"] and out[-1]["role"] == "user"
+    if OPENAI_MESSAGE is not None:
+        for m in out:
+            OPENAI_MESSAGE.validate_python(m)
+
+
+def test_token_budget_collapses_least_recently_used_first_deterministically(db):
+    hook = hook_for(db, token_budget=3000, keep_recent_results=10, collapse_after_turns=10)
+    msgs = [user("go")]
+    for n in range(4):
+        msgs += [call(f"c{n}"), result(f"c{n}", f"{n}" * 4000)]  # 1,000 tokens each
+        hook.transform_context(msgs)
+    assert hook.last.tokens <= 3000
+    states = {o.id.rsplit(":", 1)[1]: o.state for o in hook.session.view.objects.values()}
+    assert states == {"c0": "inactive", "c1": "inactive", "c2": "active", "c3": "active"}
+
+
+def test_rendering_is_deterministic_across_stores(tmp_path):
+    hashes = []
+    for name in ("a", "b"):
+        with SqliteStore(tmp_path / f"{name}.db") as s:
+            hook = hook_for(s)
+            msgs = coding_session(3)
+            hook.transform_context(msgs)
+            hashes.append(hook.last.rendered.rendered_hash)
+    assert hashes[0] == hashes[1]
+
+
+def test_async_hook(db):
+    hook = hook_for(db)
+    out = asyncio.run(hook.atransform_context(coding_session(2)))
+    assert tool_texts(out)["c1"].startswith("line 1")
+
+
+def test_final_answer_then_new_user_turn(db):
+    hook = hook_for(db)
+    msgs = [*coding_session(1), say("done"), user("thanks, now tests")]
+    out = hook.transform_context(msgs)
+    assert out[-1] == {"role": "user", "content": "thanks, now tests"}
+
+
+def test_a_collapsed_calls_long_arguments_collapse_with_its_result(db):
+    hook = hook_for(db)
+    big = "new text " * 100
+    msgs = [user("edit it"), call("e1", "edit", path="a.py", newText=big), result("e1", "ok")]
+    out = hook.transform_context(msgs)
+    assert json.loads(out[1]["tool_calls"][0]["function"]["arguments"])["newText"] == big
+    for n in range(3):
+        msgs += [call(f"c{n}"), result(f"c{n}", "x")]
+        out = hook.transform_context(msgs)
+    args = json.loads(out[1]["tool_calls"][0]["function"]["arguments"])
+    assert args["path"] == "a.py" and args["newText"].startswith("[context_os: 900 chars elided")
+    hook.call_tool("activate", {"id": "toolcall:s1:e1"})
+    out = hook.transform_context(msgs)
+    assert big in out[-1]["content"]  # the full call comes back with the output
+    for f in hook.session.frames():
+        assert verify_frame(db, f).ok
+
+
+def test_a_result_arriving_after_a_resume_keeps_frames_verifiable(db):
+    hook = hook_for(db)
+    msgs = [user("edit it"), call("e1", "edit", path="a.py", newText="n" * 1000)]
+    hook.transform_context(msgs)
+    resumed = OpenAIHook(Session.open(db, "s1"))
+    msgs.append(result("e1", "ok"))
+    for n in range(4):
+        msgs += [call(f"c{n}"), result(f"c{n}", "x")]
+        resumed.transform_context(msgs)
+    for f in resumed.session.frames():
+        assert verify_frame(db, f).ok, f["id"]

@@ -1,0 +1,140 @@
+"""SqliteStore against the reference model (tests/store_model.py), driven by hypothesis.
+
+Random transactions of puts (with and without ranges), deletes, matches and evicts over a few
+ids and a small valid-time range, so that retroactive writes, corrections and range restores
+collide often. After each step the store and the model must agree on reads at any valid time
+as of any earlier transaction, on history in both orders and bounds, and on find.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from context_os.store import Delete, Evict, Match, Op, Put, Version, now_ms
+from context_os.store.sqlite import SqliteStore
+from tests.store_model import Row, StoreModel
+
+IDS = ["a", "b", "c"]
+KINDS = ["k", "j"]
+vts = st.integers(min_value=0, max_value=20)
+opt_vts = st.none() | vts
+ids = st.sampled_from(IDS)
+
+
+def make_doc(id: str, n: int) -> dict[str, Any]:
+    return {"id": id, "kind": KINDS[n % 2], "meta": {"n": n, "tag": "t" if n < 2 else "u"}, "content": [n]}
+
+
+docs = st.builds(make_doc, ids, st.integers(0, 3))
+puts = st.builds(Put, docs, opt_vts, opt_vts)
+deletes = st.builds(Delete, ids, opt_vts, opt_vts)
+matches = st.builds(Match, ids, st.none() | docs, opt_vts)
+evicts = st.builds(Evict, ids)
+ops = st.lists(
+    st.one_of(puts, puts, deletes, matches, evicts.filter(lambda _: True)), min_size=0, max_size=4
+).filter(lambda xs: sum(isinstance(x, Evict) for x in xs) <= 1)
+
+
+def as_row(v: Version) -> Row:
+    return (v.valid_time, v.tx_id, None if v.deleted else v.doc)
+
+
+class StoreMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="ctxos-model-")
+        self.store = SqliteStore(Path(self.dir) / "store.db")
+        self.model = StoreModel()
+        self.tx_ids: list[int] = []
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def now(self) -> int:
+        return max(now_ms(), *(t for _, t, _ in self.model.txs)) if self.model.txs else now_ms()
+
+    def query_vts(self) -> st.SearchStrategy[int]:
+        return vts | st.sampled_from([t for _, t, _ in self.model.txs] or [0])
+
+    @rule(tx=ops)
+    def submit(self, tx: list[Op]) -> None:
+        got = self.store.submit(tx)
+        if self.tx_ids:
+            assert got.id > self.tx_ids[-1]
+            assert got.time >= self.model.txs[-1][1]
+        committed = self.model.submit(tx, got.id, got.time)
+        assert got.committed == committed
+        self.tx_ids.append(got.id)
+
+    @precondition(lambda self: self.tx_ids)
+    @rule(id=ids, data=st.data())
+    def get_as_of(self, id: str, data: st.DataObject) -> None:
+        vt = data.draw(self.query_vts(), label="valid_time")
+        tx = data.draw(st.sampled_from(self.tx_ids), label="tx_id")
+        got = self.store.get(id, vt, tx)
+        want = self.model.get(id, vt, tx)
+        assert (None if got is None else as_row(got)) == want
+        if got is not None:
+            assert got.tx_time == self.model.tx_time(got.tx_id)
+
+    @precondition(lambda self: self.tx_ids)
+    @rule(
+        id=ids,
+        order=st.sampled_from(["asc", "desc"]),
+        start_vt=opt_vts,
+        end_vt=opt_vts,
+        with_docs=st.booleans(),
+        data=st.data(),
+    )
+    def history(
+        self, id: str, order: Any, start_vt: int | None, end_vt: int | None, with_docs: bool, data: st.DataObject
+    ) -> None:
+        start_tx = data.draw(st.none() | st.sampled_from(self.tx_ids), label="start_tx_id")
+        end_tx = data.draw(st.none() | st.sampled_from(self.tx_ids), label="end_tx_id")
+        got = self.store.history(
+            id,
+            order,
+            with_docs=with_docs,
+            start_valid_time=start_vt,
+            end_valid_time=end_vt,
+            start_tx_id=start_tx,
+            end_tx_id=end_tx,
+        )
+        want = self.model.history(id, order, self.now(), start_vt, end_vt, start_tx, end_tx)
+        if with_docs:
+            assert [as_row(v) for v in got] == want
+        else:
+            assert [(v.valid_time, v.tx_id, v.deleted) for v in got] == [(vt, tx, d is None) for vt, tx, d in want]
+            assert all(v.doc is None for v in got)
+
+    @precondition(lambda self: self.tx_ids)
+    @rule(kind=st.none() | st.sampled_from(KINDS), tag=st.none() | st.sampled_from(["t", "u"]), data=st.data())
+    def find(self, kind: str | None, tag: str | None, data: st.DataObject) -> None:
+        vt = data.draw(self.query_vts(), label="valid_time")
+        tx = data.draw(st.sampled_from(self.tx_ids), label="tx_id")
+        where = None if tag is None else {"tag": tag}
+        got = self.store.find(kind, where, valid_time=vt, tx_id=tx)
+        assert [(v.id, as_row(v)) for v in got] == self.model.find(kind, where, vt, tx)
+
+    @invariant()
+    def full_history_agrees(self) -> None:
+        for id in IDS:
+            got = [as_row(v) for v in self.store.history(id)]
+            assert got == self.model.history(id, "asc", self.now())
+
+
+StoreMachine.TestCase.settings = settings(
+    max_examples=100,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestStoreModel = StoreMachine.TestCase
