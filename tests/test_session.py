@@ -283,3 +283,29 @@ def test_a_result_arriving_after_a_resume_keeps_frames_verifiable(db):
         resumed.transform_context(msgs)
     for f in resumed.session.frames():
         assert verify_frame(db, f).ok, f["id"]
+
+
+def test_shown_objects_go_stale_but_never_reload_by_themselves(db):
+    from context_os.objects import SourceDoc
+
+    def note(version: int, text: str):
+        return SourceDoc(id="memory:notes", kind="memory", content=text, meta={"name": "notes.md", "version": version,
+                                                                             "tokens": 5}).to_doc()
+
+    db.put(note(1, "first draft"))
+    hook = hook_for(db)
+    msgs = [user("hi")]
+    assert hook.session.show("memory:notes")["status"] == "activated"
+    out = hook.transform_context(msgs)
+    assert "first draft" in out[-1]["content"] and "stale" not in out[-1]["content"]
+    db.put(note(2, "second draft"))
+    out = hook.transform_context(msgs)
+    assert "first draft" in out[-1]["content"]
+    assert 'stale="version 2 is newer' in out[-1]["content"]
+    assert json.loads(hook.call_tool("activate", {"id": "memory:notes"}))["status"] == "refreshed"
+    out = hook.transform_context(msgs)
+    assert "second draft" in out[-1]["content"] and "stale" not in out[-1]["content"]
+    for f in hook.session.frames():
+        assert verify_frame(db, f).ok, f["id"]
+    reasons = [v.doc["meta"]["reason"] for v in hook.session.state_changes("memory:notes")]
+    assert reasons == ["show", "a newer version exists", "refresh to the newer version"]

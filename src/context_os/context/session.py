@@ -80,6 +80,7 @@ class Session:
         self.created = created
         self.retired: list[list[int]] = []
         self._ops: list[Op] = []
+        self._queued_states: dict[str, int] = {}
         self._dirty_pages: set[int] = set()
         self._pending_versions: list[tuple[str, Any]] = []
         self._last_vt = 0
@@ -272,6 +273,10 @@ class Session:
         self._pending_versions.append((doc["object_hash"], target))
 
     def _record_state(self, obj: ObjInfo, actor: str, reason: str) -> None:
+        extra: dict[str, Any] = {}
+        if obj.kind != "toolcall" and obj.version is not None:
+            # the exact version shown, so a re-render loads it even after newer ones exist
+            extra = {"shown": [obj.version[0], obj.version[1]], "newer": obj.newer}
         doc = StateDoc(
             id=_state_id(self.id, obj.id),
             content={"state": obj.state, "pinned": obj.pinned, "collapsed": obj.collapsed},
@@ -283,8 +288,16 @@ class Session:
                 "turn": self.view.turn,
                 "seq": obj.seq,
                 "since": obj.since,
+                **extra,
             },
         ).to_doc()
+        # one state version per object per transaction: the last one is what holds
+        prior = self._queued_states.get(doc["id"])
+        if prior is not None:
+            self._ops[prior] = Put(doc)
+            self._pending_versions[prior] = (doc["object_hash"], ("state", None))
+            return
+        self._queued_states[doc["id"]] = len(self._ops)
         self._queue(doc, ("state", None))
 
     def _queue_session_doc(self) -> None:
@@ -333,7 +346,7 @@ class Session:
         vt = self._next_vt()
         ops = [Put(op.doc, vt) if isinstance(op, Put) else op for op in self._ops]
         pending = self._pending_versions
-        self._ops, self._pending_versions = [], []
+        self._ops, self._pending_versions, self._queued_states = [], [], {}
         tx = self.store.submit(ops)
         for object_hash, (what, target) in pending:
             version = (vt, tx.id, object_hash)
@@ -366,6 +379,27 @@ class Session:
             changes.extend(self._fit_budget(policy.token_budget))
         return changes
 
+    def _check_newer(self) -> list[dict[str, Any]]:
+        """Active objects whose store version moved on are marked stale (never reloaded here)."""
+        changes = []
+        for o in self.view.live():
+            if o.kind == "toolcall" or o.version is None:
+                continue
+            v = self.store.get(o.id)
+            if v is None or v.doc is None or v.doc["object_hash"] == o.version[2]:
+                continue
+            if (v.valid_time, v.tx_id) <= (o.version[0], o.version[1]):
+                continue
+            newer = {"valid_time": v.valid_time, "tx_id": v.tx_id, "object_hash": v.doc["object_hash"],
+                     "version": v.doc.get("meta", {}).get("version")}
+            if newer != o.newer:
+                o.newer = newer
+                self.view.refresh_object(o)
+                self._record_state(o, "system", "a newer version exists")
+                changes.append({"id": o.id, "from": o.state, "to": o.state, "actor": "system",
+                                "reason": "a newer version exists"})
+        return changes
+
     def _fit_budget(self, budget: int) -> list[dict[str, Any]]:
         view = self.view
         total = view.render().tokens
@@ -394,7 +428,8 @@ class Session:
         """Start a new turn: apply the policy, persist, render, and record the frame."""
         view = self.view
         view.turn += 1
-        changes = self._apply_policy()
+        changes = self._check_newer()
+        changes += self._apply_policy()
         self._queue_session_doc()
         tx = self.flush()
         assert tx is not None
@@ -429,27 +464,71 @@ class Session:
 
     # --- agent / user operations ---------------------------------------------------------------
 
-    def _known(self, obj_id: str) -> ObjInfo:
-        obj = self.view.objects.get(obj_id)
-        if obj is not None:
-            return obj
+    def _latest(self, obj_id: str) -> Version:
         if obj_id.startswith(LOCKED_PREFIXES):
             raise LockedObject(f"{obj_id} is locked: it is always part of the context")
         v = self.store.get(obj_id)
         if v is None or v.doc is None:
             raise NotFound(f"no object {obj_id!r}: use an id from the object list or a tool result stub")
+        return v
+
+    def _known(self, obj_id: str) -> ObjInfo:
+        obj = self.view.objects.get(obj_id)
+        if obj is not None:
+            return obj
+        return self._adopt(self._latest(obj_id))
+
+    def _adopt(self, v: Version) -> ObjInfo:
+        """Bring a stored object into this session's metadata pool (inactive)."""
+        assert v.doc is not None
         self._seq += 1
         obj = ObjInfo(
-            id=obj_id, kind=v.doc["kind"], meta=v.doc.get("meta", {}), content=v.doc.get("content"),
+            id=v.id, kind=v.doc["kind"], meta=v.doc.get("meta", {}), content=v.doc.get("content"),
             seq=self._seq, version=(v.valid_time, v.tx_id, v.doc["object_hash"]),
         )
         self.view.add_object(obj)
         self._record_state(obj, "system", "added to the session")
         return obj
 
+    def show(
+        self,
+        obj_id: str,
+        *,
+        version: Version | None = None,
+        state: str = "active",
+        actor: str = "agent",
+        reason: str = "show",
+    ) -> dict[str, Any]:
+        """Put a version of a stored object (default: the latest) in this session, active or
+        inactive. What file tools call after indexing, reading or editing a file."""
+        if state not in ("active", "inactive"):
+            raise StateError(f"state must be active or inactive, not {state!r}")
+        v = version or self._latest(obj_id)
+        assert v.doc is not None
+        obj = self.view.objects.get(obj_id)
+        status = "added" if obj is None else "unchanged"
+        if obj is None:
+            obj = self._adopt(v)
+        elif obj.version is None or obj.version[2] != v.doc["object_hash"]:
+            obj.meta, obj.content = v.doc.get("meta", {}), v.doc.get("content")
+            obj.version, obj.newer = (v.valid_time, v.tx_id, v.doc["object_hash"]), None
+            status = "updated"
+        if obj.state != state:
+            self._set(obj, state, actor, reason)
+            status = "activated" if state == "active" else "deactivated"
+        elif status == "updated":
+            self.view.refresh_object(obj)
+            self._record_state(obj, actor, reason)
+        self.flush()
+        return {"id": obj_id, "status": status, "version": obj.meta.get("version"), "tokens": obj.tokens}
+
     def activate(self, obj_id: str, *, actor: str = "agent", reason: str = "activate") -> dict[str, Any]:
-        """Load an object's content into context (a collapsed tool result comes back at the end)."""
+        """Load an object's content into context (a collapsed tool result comes back at the end;
+        an active object with a newer version is refreshed to it)."""
         obj = self._known(obj_id)
+        if obj.state == "active" and obj.newer is not None:
+            result = self.show(obj_id, actor=actor, reason="refresh to the newer version")
+            return result | {"status": "refreshed"}
         if obj.state == "active":
             return {"id": obj_id, "status": "already active"}
         self._set(obj, "active", actor, reason)
@@ -526,6 +605,11 @@ def load_view(store: Store, session_id: str, *, valid_time: int | None = None, t
         if v is None or v.doc is None:
             continue
         content = st.doc["content"]
+        shown = st.doc["meta"].get("shown")
+        if shown is not None:
+            v = store.get(oid, shown[0], shown[1])
+            if v is None or v.doc is None:
+                continue
         view.add_object(
             ObjInfo(
                 id=oid,
@@ -540,6 +624,7 @@ def load_view(store: Store, session_id: str, *, valid_time: int | None = None, t
                 version=(v.valid_time, v.tx_id, v.doc["object_hash"]),
                 entry=entry_of.get(oid),
                 call_entry=call_entry_of.get(oid),
+                newer=st.doc["meta"].get("newer"),
             )
         )
     return view

@@ -52,6 +52,8 @@ class ObjInfo:
     """Tool results only: the chat entry that shows this output."""
     call_entry: int | None = None
     """Tool results only: the assistant entry that made the call."""
+    newer: dict[str, Any] | None = None
+    """A newer version than the one shown exists: ``{valid_time, tx_id, object_hash, version}``."""
 
     @property
     def tokens(self) -> int:
@@ -167,6 +169,10 @@ class SessionView:
             self._live.add(o.id)
         else:
             self._live.discard(o.id)
+        self.refresh_object(o)
+
+    def refresh_object(self, o: ObjInfo) -> None:
+        """Re-render what shows ``o`` after its content or metadata changed."""
         for i in (o.entry, o.call_entry):
             if i is not None:
                 self.refresh_entry(i)
@@ -284,6 +290,8 @@ class SessionView:
                     attrs += f' path="{o.meta["path"]}"'
                 if o.meta.get("version"):
                     attrs += f' version="{o.meta["version"]}"'
+                if o.newer:
+                    attrs += f' stale="version {o.newer.get("version", "?")} is newer: activate(id) loads it"'
                 lines.append(f"<object {attrs}>")
                 call = self._call_of(o)
                 if call is not None:
@@ -386,6 +394,8 @@ def _index_line(o: ObjInfo) -> str:
     parts.append(f"{o.tokens} tokens")
     if o.meta.get("version"):
         parts.append(f"v{o.meta['version']}")
+    if o.newer:
+        parts.append(f"(v{o.newer.get('version', '?')} newer)")
     if o.meta.get("missing"):
         parts.append("missing")
     parts.append("pinned" if o.pinned else o.state)
