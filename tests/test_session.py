@@ -58,9 +58,15 @@ def test_only_the_five_newest_results_stay_expanded(db):
     hook = hook_for(db)
     msgs = [user("go")]
     # seven parallel calls in one assistant message, all answered in the same turn
-    msgs.append({"role": "assistant", "content": None, "tool_calls": [
-        {"id": f"p{n}", "type": "function", "function": {"name": "grep", "arguments": "{}"}} for n in range(7)
-    ]})
+    msgs.append(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": f"p{n}", "type": "function", "function": {"name": "grep", "arguments": "{}"}} for n in range(7)
+            ],
+        }
+    )
     msgs += [result(f"p{n}", f"hit {n}") for n in range(7)]
     out = hook.transform_context(msgs)
     texts = tool_texts(out)
@@ -170,7 +176,10 @@ def test_rewritten_history_resets_the_cursor_and_loses_nothing(db):
     compacted = [msgs[0], user("Summary of earlier work: read four files."), user("continue")]
     out = hook.transform_context(compacted)
     assert hook.last.sync.rewritten and hook.last.sync.retired == len(msgs) - 1
-    assert [m["content"] for m in out if m["role"] == "user"][-2:] == ["Summary of earlier work: read four files.", "continue"]
+    assert [m["content"] for m in out if m["role"] == "user"][-2:] == [
+        "Summary of earlier work: read four files.",
+        "continue",
+    ]
     # the earlier tool outputs are still in the store, inspectable
     assert db.doc("toolcall:s1:c0")["content"].startswith("line 0")
     for f in hook.session.frames():
@@ -212,6 +221,7 @@ def test_output_is_valid_openai_even_when_the_input_has_orphans(db):
     msgs = [user("go"), call("a"), user("interrupted"), result("ghost", "late output")]
     out = hook.transform_context(msgs)
     assert not pairing_problems(out)
+    assert hook.last.rendered.message_count == len(out) == len(hook.last.rendered.messages)
     assert out[2]["role"] == "tool" and out[2]["tool_call_id"] == "a"  # synthetic result
     assert "late output" in out[-1]["content"] and out[-1]["role"] == "user"
     if OPENAI_MESSAGE is not None:
@@ -289,8 +299,9 @@ def test_shown_objects_go_stale_but_never_reload_by_themselves(db):
     from context_os.objects import SourceDoc
 
     def note(version: int, text: str):
-        return SourceDoc(id="memory:notes", kind="memory", content=text, meta={"name": "notes.md", "version": version,
-                                                                             "tokens": 5}).to_doc()
+        return SourceDoc(
+            id="memory:notes", kind="memory", content=text, meta={"name": "notes.md", "version": version, "tokens": 5}
+        ).to_doc()
 
     db.put(note(1, "first draft"))
     hook = hook_for(db)

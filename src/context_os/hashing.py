@@ -28,12 +28,29 @@ __all__ = [
     "canonical_json",
     "content_hash",
     "doc_hashes",
+    "hash_bytes",
     "hash_value",
     "object_hash",
     "verify_doc",
 ]
 
 HASH_PREFIX = "b3:"
+
+
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _plain(value: Any) -> bool:
+    """True if ``value`` is made only of str/int/bool/None, lists and str-keyed dicts: then the
+    standard encoder already writes its canonical form and nothing needs normalising."""
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return True
+    if t is dict:
+        return all(type(k) is str and _plain(v) for k, v in value.items())
+    if t is list:
+        return all(_plain(v) for v in value)
+    return False
 
 
 def _check(value: Any, path: str) -> None:
@@ -57,8 +74,10 @@ def canonical_json(value: Any) -> bytes:
     Floats that hold an integral value are written as integers (``1.0`` → ``1``) so that a
     document survives a round trip through stores that do not keep the distinction.
     """
-    _check(value, "")
-    text = json.dumps(_normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if not _plain(value):  # floats, tuples, mappings of other types, bad keys: the slow path
+        _check(value, "")
+        value = _normalise(value)
+    text = _ENCODER.encode(value)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as e:  # a lone surrogate: not text any encoder agrees on
@@ -77,6 +96,11 @@ def _normalise(value: Any) -> Any:
     raise HashError(f"{type(value).__name__} has no canonical JSON form")
 
 
+def hash_bytes(data: bytes) -> str:
+    """``b3:`` + blake3 hex digest of ``data`` (already canonical JSON)."""
+    return HASH_PREFIX + blake3.blake3(data).hexdigest()
+
+
 def hash_value(value: Any) -> str:
     """``b3:`` + blake3 hex digest of the canonical JSON of ``value``."""
     return HASH_PREFIX + blake3.blake3(canonical_json(value)).hexdigest()
@@ -92,9 +116,13 @@ def object_hash(doc_id: str, kind: str, content_hash_: str, meta_hash: str) -> s
     return hash_value({"content_hash": content_hash_, "id": doc_id, "kind": kind, "meta_hash": meta_hash})
 
 
-def doc_hashes(doc: Mapping[str, Any]) -> dict[str, str]:
-    """The three hashes a document should carry, computed from its fields."""
-    c = content_hash(doc.get("content"))
+def doc_hashes(doc: Mapping[str, Any], content_json: bytes | None = None) -> dict[str, str]:
+    """The three hashes a document should carry, computed from its fields.
+
+    ``content_json``, if given, is the canonical JSON of the content, already assembled by the
+    caller (chat pages join the cached canonical form of each entry).
+    """
+    c = hash_bytes(content_json) if content_json is not None else content_hash(doc.get("content"))
     m = hash_value(doc.get("meta", {}))
     return {"content_hash": c, "meta_hash": m, "object_hash": object_hash(doc["id"], doc["kind"], c, m)}
 

@@ -54,10 +54,11 @@ class DocBase(BaseModel):
     meta: dict[str, Any] = Field(default_factory=dict)
     """Metadata: what the metadata pool shows while the object is inactive."""
 
-    def to_doc(self) -> dict[str, Any]:
-        """The plain dict the store keeps, with its three hashes."""
+    def to_doc(self, content_json: bytes | None = None) -> dict[str, Any]:
+        """The plain dict the store keeps, with its three hashes (``content_json``: the content's
+        canonical JSON when the caller already has it)."""
         doc: dict[str, Any] = {"id": self.id, "kind": self.kind, "content": self.content, "meta": self.meta}
-        doc.update(doc_hashes(doc))
+        doc.update(doc_hashes(doc, content_json))
         return doc
 
 

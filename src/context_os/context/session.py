@@ -11,12 +11,12 @@ hash the raw ones (for cursor checks), and take back ``Rendered``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ContentTooLarge, LockedObject, MalformedMessage, NotFound, StateError
+from ..hashing import canonical_json
 from ..objects import ChatDoc, FrameDoc, SessionDoc, StateDoc, ToolcallDoc
 from ..store.base import Op, Put, Store, Tx, Version, now_ms
 from .entries import ROLES, Entry, Incoming, ToolCall, estimate_tokens, msg_chars
@@ -81,6 +81,7 @@ class Session:
         self.retired: list[list[int]] = []
         self._ops: list[Op] = []
         self._queued_states: dict[str, int] = {}
+        self._entry_cache: dict[int, bytes] = {}
         self._dirty_pages: set[int] = set()
         self._pending_versions: list[tuple[str, Any]] = []
         self._last_vt = 0
@@ -317,28 +318,35 @@ class Session:
         self._queue(doc, ("session", None))
 
     def _next_vt(self) -> int:
-        """A valid time after every earlier write of this session and never in the future.
+        """The valid time of the next write: now, never before an earlier write of this session.
 
-        Distinct valid times keep every version visible in history (a second write at the same
-        valid time would be a correction that hides the first).
+        Two writes of one document within the same millisecond share a valid time; the later is
+        then a correction of the earlier (XTDB semantics): reads as of either transaction still
+        see each version, which is what frames use.
         """
-        vt = now_ms()
-        if vt <= self._last_vt:
-            time.sleep((self._last_vt + 1 - vt) / 1000)
-            vt = max(now_ms(), self._last_vt + 1)
-        self._last_vt = vt
-        return vt
+        self._last_vt = max(now_ms(), self._last_vt)
+        return self._last_vt
+
+    def _entry_json(self, e: Entry) -> bytes:
+        cached = self._entry_cache.get(e["i"])
+        if cached is None:
+            cached = self._entry_cache[e["i"]] = canonical_json(e)
+        return cached
 
     def flush(self) -> Tx | None:
         """Write everything queued as one transaction."""
         for page in sorted(self._dirty_pages):
             lo = page * PAGE_SIZE
             entries = self.view.entries[lo : lo + PAGE_SIZE]
-            doc = ChatDoc(
+            # a page's canonical JSON is its entries' canonical JSON joined: each entry is
+            # encoded once, however often its page is rewritten
+            content_json = b"[" + b",".join(self._entry_json(e) for e in entries) + b"]"
+            doc = ChatDoc.model_construct(
                 id=page_id(self.id, page),
-                content=list(entries),  # type: ignore[arg-type]
+                kind="chat",
+                content=list(entries),
                 meta={"session": self.id, "page": page, "first": lo, "count": len(entries)},
-            ).to_doc()
+            ).to_doc(content_json)
             self._queue(doc, ("page", page))
         self._dirty_pages.clear()
         if not self._ops:
@@ -390,14 +398,19 @@ class Session:
                 continue
             if (v.valid_time, v.tx_id) <= (o.version[0], o.version[1]):
                 continue
-            newer = {"valid_time": v.valid_time, "tx_id": v.tx_id, "object_hash": v.doc["object_hash"],
-                     "version": v.doc.get("meta", {}).get("version")}
+            newer = {
+                "valid_time": v.valid_time,
+                "tx_id": v.tx_id,
+                "object_hash": v.doc["object_hash"],
+                "version": v.doc.get("meta", {}).get("version"),
+            }
             if newer != o.newer:
                 o.newer = newer
                 self.view.refresh_object(o)
                 self._record_state(o, "system", "a newer version exists")
-                changes.append({"id": o.id, "from": o.state, "to": o.state, "actor": "system",
-                                "reason": "a newer version exists"})
+                changes.append(
+                    {"id": o.id, "from": o.state, "to": o.state, "actor": "system", "reason": "a newer version exists"}
+                )
         return changes
 
     def _fit_budget(self, budget: int) -> list[dict[str, Any]]:
@@ -446,7 +459,7 @@ class Session:
                 "rendered_hash": rendered.rendered_hash,
                 "tokens": rendered.tokens,
                 "tokens_full": tokens_full,
-                "messages": len(rendered.messages),
+                "messages": rendered.message_count,
                 "active": [o.id for o in live],
                 "refs": rendered.refs,
             },
@@ -455,9 +468,7 @@ class Session:
         self.store.submit([Put(frame, self._last_vt)])
         return Assembly(view.turn, rendered, frame_id, tokens_full, sync or SyncReport(0, False), changes)
 
-    def transform(
-        self, count: int, hash_at: Callable[[int], str], translate: Callable[[int], Incoming]
-    ) -> Assembly:
+    def transform(self, count: int, hash_at: Callable[[int], str], translate: Callable[[int], Incoming]) -> Assembly:
         """``sync`` then ``assemble``: what a harness hook calls before every model call."""
         report = self.sync(count, hash_at, translate)
         return self.assemble(report)
@@ -483,8 +494,12 @@ class Session:
         assert v.doc is not None
         self._seq += 1
         obj = ObjInfo(
-            id=v.id, kind=v.doc["kind"], meta=v.doc.get("meta", {}), content=v.doc.get("content"),
-            seq=self._seq, version=(v.valid_time, v.tx_id, v.doc["object_hash"]),
+            id=v.id,
+            kind=v.doc["kind"],
+            meta=v.doc.get("meta", {}),
+            content=v.doc.get("content"),
+            seq=self._seq,
+            version=(v.valid_time, v.tx_id, v.doc["object_hash"]),
         )
         self.view.add_object(obj)
         self._record_state(obj, "system", "added to the session")
@@ -593,9 +608,7 @@ def load_view(store: Store, session_id: str, *, valid_time: int | None = None, t
     entry_of = {e["object"]: e["i"] for e in view.entries if e.get("object") and e["role"] == "tool"}
     call_entry_of = {c["object"]: e["i"] for e in view.entries for c in e.get("tool_calls") or () if c.get("object")}
     docs = {
-        v.id: v
-        for v in store.find("toolcall", {"session": session_id}, valid_time=valid_time, tx_id=tx_id)
-        if v.doc
+        v.id: v for v in store.find("toolcall", {"session": session_id}, valid_time=valid_time, tx_id=tx_id) if v.doc
     }
     for st in store.find("state", {"session": session_id}, valid_time=valid_time, tx_id=tx_id):
         if st.doc is None:
@@ -628,5 +641,3 @@ def load_view(store: Store, session_id: str, *, valid_time: int | None = None, t
             )
         )
     return view
-
-

@@ -50,8 +50,13 @@ def call_tool(session: Session, name: str, arguments: str | dict[str, Any]) -> s
     try:
         args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
         if not isinstance(args, dict) or not isinstance(args.get("id"), str):
-            raise InputError(f"{name} takes {{\"id\": \"<object id>\"}}, got {arguments!r}")
-        ops = {"activate": session.activate, "deactivate": session.deactivate, "pin": session.pin, "unpin": session.unpin}
+            raise InputError(f'{name} takes {{"id": "<object id>"}}, got {arguments!r}')
+        ops = {
+            "activate": session.activate,
+            "deactivate": session.deactivate,
+            "pin": session.pin,
+            "unpin": session.unpin,
+        }
         if name not in ops:
             raise InputError(f"unknown context_os tool {name!r}; known: {sorted(ops)}")
         result = ops[name](args["id"])

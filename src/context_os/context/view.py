@@ -25,6 +25,7 @@ from .policy import RetentionPolicy
 
 __all__ = ["ObjInfo", "Rendered", "SessionView", "Unit", "stub_text"]
 
+_CHECKPOINT = 64
 TAIL_OPEN = "<context_os>"
 TAIL_CLOSE = "</context_os>"
 
@@ -113,6 +114,10 @@ class Rendered:
     tokens: int
     rendered_hash: str
     refs: list[dict[str, Any]]
+    stable_prefix: int = 0
+    """How many leading units are unchanged since the previous render of the same view."""
+    message_count: int = 0
+    """Messages in the rendering (history units and volatile part)."""
 
     @property
     def messages(self) -> list[Msg]:
@@ -142,6 +147,10 @@ class SessionView:
     _open: tuple[int, list[ToolCall], set[str]] | None = field(default=None, repr=False)
     _built_upto: int = field(default=0, repr=False)
     _hist_tokens: int = field(default=0, repr=False)
+    _hist_msgs: int = field(default=0, repr=False)
+    _dirty_from: int = field(default=0, repr=False)
+    _prev_count: int = field(default=0, repr=False)
+    _checkpoints: dict[int, Any] = field(default_factory=dict, repr=False)
     # indexes over ``objects`` so a turn never scans every tool result ever seen
     _live: set[str] = field(default_factory=set, repr=False)
     _indexed: dict[str, ObjInfo] = field(default_factory=dict, repr=False)
@@ -185,13 +194,16 @@ class SessionView:
 
     def reset_render(self) -> None:
         """Forget the memo (after a history rewrite); the next render rebuilds it."""
-        self._units, self._unit_of, self._open, self._built_upto, self._hist_tokens = [], {}, None, 0, 0
+        self._units, self._unit_of, self._open, self._built_upto = [], {}, None, 0
+        self._hist_tokens = self._hist_msgs = 0
+        self._dirty_from, self._prev_count, self._checkpoints = 0, 0, {}
 
     def _append_unit(self, unit: Unit) -> None:
         if unit.entry is not None:
             self._unit_of[unit.entry] = len(self._units)
         self._units.append(unit)
         self._hist_tokens += unit.tokens
+        self._hist_msgs += len(unit.msgs)
 
     def _close_open(self) -> None:
         """Results that never came for the open assistant message get synthetic ones."""
@@ -262,8 +274,10 @@ class SessionView:
         else:
             msgs = self._entry_msgs(e)
         new = _unit(entry_index, msgs)
+        self._dirty_from = min(self._dirty_from, pos)
         self._units[pos] = new
         self._hist_tokens += new.tokens - old.tokens
+        self._hist_msgs += len(new.msgs) - len(old.msgs)
 
     # --- the volatile part -------------------------------------------------------------------
 
@@ -320,15 +334,36 @@ class SessionView:
             # the last assistant message still waits for results: keep the output valid
             volatile.extend(_synthetic_result(c) for c in self._open[1] if c["id"] in self._open[2])
         volatile.extend(self._tail())
-        hasher = blake3.blake3()
-        for u in self._units:
-            hasher.update(u.hash.encode())
-            hasher.update(b"\n")
+        stable = min(self._dirty_from, self._prev_count)
+        hasher = self._hasher_upto(stable)
         for m in volatile:
             hasher.update(hash_value(m).encode())
             hasher.update(b"\n")
         tokens = self._hist_tokens + sum(estimate_tokens(msg_chars(m)) for m in volatile)
-        return Rendered(list(self._units), volatile, tokens, "b3:" + hasher.hexdigest(), self.static_refs())
+        self._dirty_from = self._prev_count = len(self._units)
+        return Rendered(
+            list(self._units),
+            volatile,
+            tokens,
+            "b3:" + hasher.hexdigest(),
+            self.static_refs(),
+            stable,
+            self._hist_msgs + len(volatile),
+        )
+
+    def _hasher_upto(self, stable: int) -> Any:
+        """A blake3 hasher fed with every unit hash, resumed from the checkpoint (one every
+        ``_CHECKPOINT`` units) at or before the first unit that changed."""
+        for pos in [p for p in self._checkpoints if p > stable]:
+            del self._checkpoints[pos]
+        start = max((p for p in self._checkpoints), default=0)
+        hasher = self._checkpoints[start].copy() if start else blake3.blake3()
+        for pos in range(start, len(self._units)):
+            if pos and pos % _CHECKPOINT == 0 and pos not in self._checkpoints:
+                self._checkpoints[pos] = hasher.copy()
+            hasher.update(self._units[pos].hash.encode())
+            hasher.update(b"\n")
+        return hasher
 
     def static_refs(self) -> list[dict[str, Any]]:
         """Static refs of every stored version the rendering draws on, in a stable order."""
@@ -355,6 +390,7 @@ def elide_arguments(arguments: Any, obj_id: str, limit: int) -> Any:
     JSON-string arguments (OpenAI) stay JSON strings that parse; object arguments stay objects.
     Arguments that are not a JSON object are left alone unless they are themselves too long.
     """
+
     def note(value: str) -> str:
         return f'[context_os: {len(value):,} chars elided; activate(id="{obj_id}") shows the full call]'
 

@@ -19,7 +19,8 @@ from typing import Any, Generic, TypeVar
 from ..context.entries import Incoming, Msg
 from ..context.session import Assembly, Session
 from ..context.tools import TOOLS, call_tool, tool_names
-from ..context.view import Rendered, Unit
+from ..context.view import Rendered
+from ..errors import InvalidOutput
 
 __all__ = ["Adapter", "ContextHook"]
 
@@ -44,29 +45,47 @@ class Adapter(ABC, Generic[M]):
         """Neutral rendered message → harness message."""
 
     @abstractmethod
-    def validate(self, messages: Sequence[M], *, last_input_role: str | None) -> None:
-        """Raise ``InvalidOutput`` unless the provider would accept ``messages``."""
+    def check_pairs(self, messages: Sequence[M], pending: frozenset[str]) -> tuple[list[str], frozenset[str]]:
+        """Walk ``messages`` with ``pending`` tool calls still open before them: the pairing
+        problems found (orphaned calls or results) and the calls open after them."""
+
+    @abstractmethod
+    def check_end(self, messages: Sequence[M], *, last_input_role: str | None) -> list[str]:
+        """Problems with how the list ends (e.g. on an assistant message the provider rejects)."""
 
     def tool_definitions(self) -> list[Any]:
         """Our tools (activate, deactivate, pin, unpin) in the harness's tool format."""
         return list(TOOLS)
 
+
+class _Output(Generic[M]):
+    """Converted history units and the pairing state after each, reused across turns for the
+    prefix of units the view reports unchanged: a turn converts and checks only what changed."""
+
     def __init__(self) -> None:
-        self._unit_cache: dict[str, list[M]] = {}
+        self.messages: list[M] = []
+        self.offsets: list[int] = []
+        self.pending: list[frozenset[str]] = []
 
-    def render(self, rendered: Rendered) -> list[M]:
-        """Render every message; history units are converted once and reused."""
-        out: list[M] = []
-        for unit in rendered.units:
-            out.extend(self._unit(unit))
-        out.extend(self.render_msg(m) for m in rendered.volatile)
-        return out
+    def update(self, adapter: Adapter[M], rendered: Rendered) -> list[str]:
+        keep = min(rendered.stable_prefix, len(self.offsets))
+        if keep < len(self.offsets):
+            del self.messages[self.offsets[keep] :]
+            del self.offsets[keep:], self.pending[keep:]
+        problems: list[str] = []
+        state = self.pending[-1] if self.pending else frozenset()
+        for unit in rendered.units[keep:]:
+            converted = [adapter.render_msg(m) for m in unit.msgs]
+            found, state = adapter.check_pairs(converted, state)
+            problems += found
+            self.offsets.append(len(self.messages))
+            self.pending.append(state)
+            self.messages.extend(converted)
+        return problems
 
-    def _unit(self, unit: Unit) -> list[M]:
-        cached = self._unit_cache.get(unit.hash)
-        if cached is None:
-            cached = self._unit_cache[unit.hash] = [self.render_msg(m) for m in unit.msgs]
-        return cached
+    @property
+    def open_calls(self) -> frozenset[str]:
+        return self.pending[-1] if self.pending else frozenset()
 
 
 class ContextHook(Generic[M]):
@@ -81,6 +100,7 @@ class ContextHook(Generic[M]):
         self.adapter = adapter
         self.last: Assembly | None = None
         self._lock = threading.Lock()
+        self._output: _Output[M] = _Output()
 
     def transform_context(self, messages: Sequence[M]) -> list[M]:
         """Ingest what is new in ``messages``, assemble the context, return it validated."""
@@ -91,9 +111,18 @@ class ContextHook(Generic[M]):
                 lambda k: adapter.hash_message(messages[k]),
                 lambda k: adapter.translate(messages[k], k),
             )
-            out = adapter.render(assembly.rendered)
+            rendered = assembly.rendered
+            problems = self._output.update(adapter, rendered)
+            volatile = [adapter.render_msg(m) for m in rendered.volatile]
+            found, open_calls = adapter.check_pairs(volatile, self._output.open_calls)
+            problems += found
+            if open_calls:
+                problems.append(f"tool call(s) {sorted(open_calls)} have no result at the end")
+            out = self._output.messages + volatile
             last_role = adapter.translate(messages[-1], len(messages) - 1)["role"] if messages else None
-            adapter.validate(out, last_input_role=last_role)
+            problems += adapter.check_end(out, last_input_role=last_role)
+            if problems:
+                raise InvalidOutput("assembled context failed validation: " + "; ".join(problems[:5]))
             self.last = assembly
             return out
 

@@ -16,7 +16,7 @@ from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
 from .base import Adapter, ContextHook
 
-__all__ = ["OpenAIAdapter", "OpenAIHook", "pairing_problems", "validate_openai"]
+__all__ = ["OpenAIAdapter", "OpenAIHook", "check_end", "check_pairs", "pairing_problems", "validate_openai"]
 
 _ROLE_MAP = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 _KNOWN = {"role", "content", "tool_calls", "tool_call_id"}
@@ -36,8 +36,9 @@ def _text_of(content: Any, index: int) -> tuple[str | None, list[Any] | None]:
                     raise MalformedMessage("text part without text", index=index, field=f"content[{j}].text")
                 texts.append(part["text"])
         return "\n".join(texts), list(content)
-    raise MalformedMessage(f"content must be a string, a list of parts or null, not {type(content).__name__}",
-                           index=index, field="content")
+    raise MalformedMessage(
+        f"content must be a string, a list of parts or null, not {type(content).__name__}", index=index, field="content"
+    )
 
 
 def _check_utf8(value: str | None, index: int, field: str) -> None:
@@ -46,7 +47,9 @@ def _check_utf8(value: str | None, index: int, field: str) -> None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise MalformedMessage(f"not valid UTF-8 text ({e.reason} at position {e.start})", index=index, field=field) from None
+        raise MalformedMessage(
+            f"not valid UTF-8 text ({e.reason} at position {e.start})", index=index, field=field
+        ) from None
 
 
 class OpenAIAdapter(Adapter[dict[str, Any]]):
@@ -99,8 +102,9 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
                 )
             args = fn.get("arguments", "")
             if not isinstance(args, str):
-                raise MalformedMessage("function.arguments must be a JSON string", index=index,
-                                       field=f"tool_calls[{j}].function.arguments")
+                raise MalformedMessage(
+                    "function.arguments must be a JSON string", index=index, field=f"tool_calls[{j}].function.arguments"
+                )
             _check_utf8(args, index, f"tool_calls[{j}].function.arguments")
             out.append({"id": c["id"], "name": fn["name"], "arguments": args})
         return out
@@ -120,40 +124,60 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
         out.update(extra)
         return out
 
-    def validate(self, messages: Sequence[dict[str, Any]], *, last_input_role: str | None) -> None:
-        validate_openai(messages, last_input_role=last_input_role)
+    def check_pairs(
+        self, messages: Sequence[dict[str, Any]], pending: frozenset[str]
+    ) -> tuple[list[str], frozenset[str]]:
+        return check_pairs(messages, pending)
+
+    def check_end(self, messages: Sequence[dict[str, Any]], *, last_input_role: str | None) -> list[str]:
+        return check_end(messages, last_input_role=last_input_role)
 
     def tool_definitions(self) -> list[Any]:
         return [{"type": "function", "function": dict(t)} for t in super().tool_definitions()]
 
 
-def pairing_problems(messages: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Every orphaned tool call or tool result: each call must be answered right after it."""
+def check_pairs(
+    messages: Sequence[Mapping[str, Any]], pending: frozenset[str] = frozenset()
+) -> tuple[list[str], frozenset[str]]:
+    """Orphaned tool calls or results in ``messages``, given the calls still open before them:
+    each call must be answered by tool messages right after its assistant message."""
     problems: list[str] = []
-    pending: set[str] = set()
+    open_calls = set(pending)
     for k, m in enumerate(messages):
         role = m.get("role")
         if role == "tool":
-            if m.get("tool_call_id") not in pending:
+            if m.get("tool_call_id") not in open_calls:
                 problems.append(f"message {k}: tool result {m.get('tool_call_id')!r} has no open call")
-            pending.discard(m.get("tool_call_id", ""))
+            open_calls.discard(m.get("tool_call_id", ""))
             continue
-        if pending:
-            problems.append(f"message {k}: tool call(s) {sorted(pending)} have no result")
-        pending = {c["id"] for c in m.get("tool_calls") or ()} if role == "assistant" else set()
-    if pending:
-        problems.append(f"tool call(s) {sorted(pending)} have no result at the end")
+        if open_calls:
+            problems.append(f"message {k}: tool call(s) {sorted(open_calls)} have no result")
+        open_calls = {c["id"] for c in m.get("tool_calls") or ()} if role == "assistant" else set()
+    return problems, frozenset(open_calls)
+
+
+def pairing_problems(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every orphaned tool call or tool result in a whole message list."""
+    problems, open_calls = check_pairs(messages)
+    if open_calls:
+        problems.append(f"tool call(s) {sorted(open_calls)} have no result at the end")
     return problems
 
 
+def check_end(messages: Sequence[Mapping[str, Any]], *, last_input_role: str | None = None) -> list[str]:
+    """chat-completions expects the input to end on a user, tool or system message (an
+    assistant message only where the harness itself ended on one, as a prefill)."""
+    if messages and messages[-1].get("role") == "assistant" and last_input_role != "assistant":
+        return ["the context ends with an assistant message"]
+    return []
+
+
 def validate_openai(messages: Sequence[Mapping[str, Any]], *, last_input_role: str | None = None) -> None:
-    """Raise ``InvalidOutput`` unless every tool call has its result right after it (and every
-    result its call), and the list ends where chat-completions expects."""
-    problems = pairing_problems(messages)
+    """Raise ``InvalidOutput`` unless every tool call is answered right after it (and every
+    result has its call), and the list ends where chat-completions expects."""
+    problems = pairing_problems(messages) + check_end(messages, last_input_role=last_input_role)
     if problems:
         raise InvalidOutput("; ".join(problems[:5]))
-    if messages and messages[-1].get("role") == "assistant" and last_input_role != "assistant":
-        raise InvalidOutput("the context ends with an assistant message")
 
 
 class OpenAIHook(ContextHook[dict[str, Any]]):

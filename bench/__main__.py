@@ -1,0 +1,20 @@
+"""Run every benchmark module in turn (``python -m bench``)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+from pathlib import Path
+
+failed = []
+for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda i: i.name):
+    if info.name.startswith("_"):
+        continue
+    print(f"== bench.{info.name}", flush=True)
+    module = importlib.import_module(f"bench.{info.name}")
+    if module.main() != 0:
+        failed.append(info.name)
+if failed:
+    print(f"targets missed in: {', '.join(failed)}", file=sys.stderr)
+sys.exit(1 if failed else 0)

@@ -1,0 +1,166 @@
+"""Core targets: the demo's token savings, assembly cost vs history length, ingest rate.
+
+* demo: ``tokens_assembled`` ≤ 40% of ``tokens_full``, no orphaned tool results, every frame
+  verifies.
+* assembly: synthetic sessions of 100 and 1,000 turns with the same active set; the per-turn
+  cost of the last 50 turns of each must not differ by more than 2× (it should follow the
+  active set, not the history).
+* ingest: messages per second through ``Session.sync`` + one transaction per turn, against a
+  bare SQLite loop inserting the same documents in the same batches.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from context_os import RetentionPolicy, Session
+from context_os.cli.demo import demo_messages
+from context_os.harness.openai import OpenAIAdapter, OpenAIHook
+from context_os.harness.replay import replay_openai
+from context_os.store.sqlite import SqliteStore
+
+from ._report import pct, write_section
+
+
+def synthetic_turn(n: int, output_chars: int = 1500) -> list[dict[str, Any]]:
+    """One agent step: a tool call and its output; a user message every 10 steps."""
+    msgs: list[dict[str, Any]] = []
+    if n % 10 == 0:
+        msgs.append({"role": "user", "content": f"step {n}: keep going, check module {n % 37}"})
+    msgs.append(
+        {
+            "role": "assistant",
+            "content": f"Looking at part {n}.",
+            "tool_calls": [
+                {
+                    "id": f"c{n}",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": json.dumps({"command": f"cat m{n}.py"})},
+                }
+            ],
+        }
+    )
+    msgs.append(
+        {"role": "tool", "tool_call_id": f"c{n}", "content": f"# module {n}\n" + ("y = x + 1\n" * (output_chars // 10))}
+    )
+    return msgs
+
+
+def run_demo(tmp: Path) -> dict[str, Any]:
+    with SqliteStore(tmp / "demo.db") as store:
+        session = Session.open(store, "bench-demo", harness="openai")
+        r = replay_openai(demo_messages(), session)
+    return r.summary()
+
+
+def assembly_times(tmp: Path, turns: int) -> list[float]:
+    """Seconds per ``transform_context`` call over a synthetic session of ``turns`` turns."""
+    with SqliteStore(tmp / f"assembly-{turns}.db") as store:
+        hook = OpenAIHook(Session.open(store, f"a{turns}", harness="openai"))
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+        times = []
+        for n in range(turns):
+            msgs.extend(synthetic_turn(n))
+            t0 = time.perf_counter()
+            hook.transform_context(msgs)
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def ingest_rate(tmp: Path, turns: int) -> tuple[float, float, int]:
+    """(messages/s through the library, messages/s of the bare SQLite loop, messages)."""
+    batches = [synthetic_turn(n) for n in range(turns)]
+    total = sum(len(b) for b in batches)
+    adapter = OpenAIAdapter()
+    with SqliteStore(tmp / "ingest.db") as store:
+        session = Session.open(store, "ingest", harness="openai", policy=RetentionPolicy())
+        msgs: list[dict[str, Any]] = []
+        t0 = time.perf_counter()
+        for batch in batches:
+            msgs.extend(batch)
+            session.sync(len(msgs), lambda k: adapter.hash_message(msgs[k]), lambda k: adapter.translate(msgs[k], k))
+            session.flush()
+        lib = total / (time.perf_counter() - t0)
+    # the baseline: the same messages as JSON rows, one transaction per turn, nothing else
+    conn = sqlite3.connect(tmp / "bare.db")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, session TEXT, doc TEXT)")
+    t0 = time.perf_counter()
+    for batch in batches:
+        with conn:
+            conn.executemany("INSERT INTO m (session, doc) VALUES (?, ?)", [("ingest", json.dumps(m)) for m in batch])
+    bare = total / (time.perf_counter() - t0)
+    conn.close()
+    return lib, bare, total
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        demo = run_demo(tmp)
+        print(
+            f"demo: {demo['tokens_assembled']:,} / {demo['tokens_full']:,} tokens = {demo['ratio']:.1%}, "
+            f"orphans {demo['orphaned_tool_results']}, frames {demo['frames_verified']}/{demo['frames']}"
+        )
+        short, long_ = assembly_times(tmp, 100), assembly_times(tmp, 1000)
+        tail_s, tail_l = short[-50:], long_[-50:]
+        ratio = pct(tail_l, 50) / pct(tail_s, 50)
+        print(
+            f"assembly p50 last 50 turns: 100 turns {pct(tail_s, 50) * 1e3:.2f} ms, "
+            f"1000 turns {pct(tail_l, 50) * 1e3:.2f} ms, ratio {ratio:.2f}x"
+        )
+        lib, bare, n = ingest_rate(tmp, 2000)
+        print(f"ingest: {lib:,.0f} msg/s vs bare SQLite {bare:,.0f} msg/s ({lib / bare:.2f}x of bare), {n} messages")
+    ok = (
+        demo["ratio"] <= 0.40
+        and demo["orphaned_tool_results"] == 0
+        and demo["frames_verified"] == demo["frames"]
+        and ratio <= 2.0
+        and lib >= 2000
+    )
+    body = f"""
+### Demo session (`ctxos demo`)
+
+| turns | tokens_full | tokens_assembled | ratio | target | orphaned | frames verified |
+|---:|---:|---:|---:|---:|---:|---:|
+| {demo["turns"]} | {demo["tokens_full"]:,} | {demo["tokens_assembled"]:,} | {demo["ratio"]:.1%} | ≤ 40% | {demo["orphaned_tool_results"]} | {demo["frames_verified"]}/{demo["frames"]} |
+
+### Assembly cost vs history length (embedded store)
+
+Synthetic sessions (a tool call with a 1.5k-char output per turn, a user message every 10
+turns), same policy, so the same active set. Time per `transform_context` call, which includes
+ingest, policy, two transactions and the frame.
+
+| session | p50 all turns | p95 all turns | p50 last 50 | p95 last 50 |
+|---|---:|---:|---:|---:|
+| 100 turns | {pct(short, 50) * 1e3:.2f} ms | {pct(short, 95) * 1e3:.2f} ms | {pct(tail_s, 50) * 1e3:.2f} ms | {pct(tail_s, 95) * 1e3:.2f} ms |
+| 1,000 turns | {pct(long_, 50) * 1e3:.2f} ms | {pct(long_, 95) * 1e3:.2f} ms | {pct(tail_l, 50) * 1e3:.2f} ms | {pct(tail_l, 95) * 1e3:.2f} ms |
+
+Ratio of the last-50-turn p50s, 1,000 vs 100 turns: **{ratio:.2f}×** (target ≤ 2×; aim p50 < 5 ms at 1,000 turns).
+
+### Incremental ingest (embedded store)
+
+{n:,} messages in per-turn batches through `Session.sync` + one transaction per turn (hashes,
+chat pages, tool-call and state documents, session cursor), against a bare SQLite loop inserting
+the same messages as JSON rows in the same batches:
+
+| | messages/s |
+|---|---:|
+| context_os | {lib:,.0f} |
+| bare SQLite loop | {bare:,.0f} |
+| ratio | {lib / bare:.2f}× (target ≥ 2,000 messages/s) |
+"""
+    write_section("Core", body)
+    print("targets met" if ok else "TARGET MISSED", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
