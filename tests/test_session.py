@@ -320,3 +320,19 @@ def test_shown_objects_go_stale_but_never_reload_by_themselves(db):
         assert verify_frame(db, f).ok, f["id"]
     reasons = [v.doc["meta"]["reason"] for v in hook.session.state_changes("memory:notes")]
     assert reasons == ["show", "a newer version exists", "refresh to the newer version"]
+
+
+def test_full_chat_pages_are_named_by_one_aggregate_ref(db):
+    hook = hook_for(db)
+    msgs = coding_session(70)  # 142 messages: two full pages and a partial one
+    hook.transform_context(msgs)
+    frame = hook.session.frames()[-1]
+    refs = frame["content"]["refs"]
+    sealed = [r for r in refs if "sealed_pages" in r]
+    assert sealed == [{"id": "chat:s1", "sealed_pages": 2, "pages_hash": sealed[0]["pages_hash"]}]
+    assert [r["id"] for r in refs if r["id"].startswith("chat:s1:")] == ["chat:s1:00002"]
+    assert verify_frame(db, frame).ok
+    forged = json.loads(json.dumps(frame))
+    forged["content"]["refs"][refs.index(sealed[0])]["pages_hash"] = "b3:" + "0" * 64
+    problems = verify_frame(db, forged).problems
+    assert any("full chat pages" in p for p in problems)

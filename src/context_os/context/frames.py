@@ -14,7 +14,7 @@ from ..errors import NotFound
 from ..hashing import verify_doc
 from ..store.base import Store
 from .session import load_view
-from .view import Rendered
+from .view import Rendered, page_id, sealed_pages_hash
 
 __all__ = ["FrameCheck", "get_frame", "rerender", "verify_frame"]
 
@@ -46,6 +46,21 @@ def rerender(store: Store, frame: dict[str, Any]) -> Rendered:
     return view.render()
 
 
+def _check_sealed(store: Store, frame: dict[str, Any], ref: dict[str, Any]) -> list[str]:
+    """The full pages a frame names by count and hash must be in the store as of its basis."""
+    c = frame["content"]
+    session = frame["meta"]["session"]
+    hashes = []
+    for page in range(ref["sealed_pages"]):
+        v = store.get(page_id(session, page), c["valid_time"], c["basis_tx_id"])
+        if v is None or v.doc is None:
+            return [f"chat page {page} of {session} is missing as of tx {c['basis_tx_id']}"]
+        hashes.append(v.doc["object_hash"])
+    if sealed_pages_hash(hashes) != ref["pages_hash"]:
+        return [f"the {ref['sealed_pages']} full chat pages of {session} do not hash to {ref['pages_hash']}"]
+    return []
+
+
 def verify_frame(store: Store, frame: dict[str, Any]) -> FrameCheck:
     """Re-render ``frame`` and check its hash, its own document hashes and its static refs."""
     problems = [f"frame document field {f} does not match" for f in verify_doc(frame)]
@@ -54,6 +69,9 @@ def verify_frame(store: Store, frame: dict[str, Any]) -> FrameCheck:
     if rendered.rendered_hash != c["rendered_hash"]:
         problems.append(f"re-rendered hash {rendered.rendered_hash} != recorded {c['rendered_hash']}")
     for ref in c["refs"]:
+        if "sealed_pages" in ref:
+            problems += _check_sealed(store, frame, ref)
+            continue
         v = store.get(ref["id"], ref["valid_time"], ref["tx_id"])
         if v is None or v.doc is None or v.doc.get("object_hash") != ref["object_hash"]:
             problems.append(f"static ref {ref['id']} @ tx {ref['tx_id']} does not resolve to {ref['object_hash']}")

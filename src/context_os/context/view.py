@@ -151,6 +151,7 @@ class SessionView:
     _dirty_from: int = field(default=0, repr=False)
     _prev_count: int = field(default=0, repr=False)
     _checkpoints: dict[int, Any] = field(default_factory=dict, repr=False)
+    _sealed: tuple[int, str] | None = field(default=None, repr=False)
     # indexes over ``objects`` so a turn never scans every tool result ever seen
     _live: set[str] = field(default_factory=set, repr=False)
     _indexed: dict[str, ObjInfo] = field(default_factory=dict, repr=False)
@@ -365,13 +366,23 @@ class SessionView:
             hasher.update(b"\n")
         return hasher
 
+    def _sealed_ref(self, count: int) -> dict[str, Any]:
+        """One ref for the full pages before the last: they never change once full, so a frame
+        names them by count and a hash over their object hashes instead of one ref each."""
+        if self._sealed is None or self._sealed[0] != count:
+            self._sealed = (count, sealed_pages_hash([self.pages[p][2] for p in range(count)]))
+        return {"id": f"chat:{self.session_id}", "sealed_pages": count, "pages_hash": self._sealed[1]}
+
     def static_refs(self) -> list[dict[str, Any]]:
         """Static refs of every stored version the rendering draws on, in a stable order."""
         refs: list[dict[str, Any]] = []
         if self.session_version:
             refs.append(_ref(f"session:{self.session_id}", self.session_version))
-        for page in sorted(self.pages):
-            refs.append(_ref(page_id(self.session_id, page), self.pages[page]))
+        last = max(self.pages, default=-1)
+        if last > 0:
+            refs.append(self._sealed_ref(last))
+        if last >= 0:
+            refs.append(_ref(page_id(self.session_id, last), self.pages[last]))
         shown = {o.id: o for o in self.live()}
         shown.update((o.id, o) for o in self.metadata_pool())
         for o in sorted(shown.values(), key=lambda o: o.id):
@@ -412,6 +423,11 @@ def elide_arguments(arguments: Any, obj_id: str, limit: int) -> Any:
             return json.dumps({"_elided": note(arguments)})
         return json.dumps(walk(parsed), ensure_ascii=False)
     return walk(arguments)
+
+
+def sealed_pages_hash(object_hashes: list[str]) -> str:
+    """The hash a frame records for a session's full chat pages, in page order."""
+    return hash_value(object_hashes)
 
 
 def page_id(session_id: str, page: int) -> str:
