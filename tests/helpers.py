@@ -11,9 +11,11 @@ def user(text: str) -> dict[str, Any]:
 
 
 def call(call_id: str, name: str = "bash", **args: Any) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-    ]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}],
+    }
 
 
 def result(call_id: str, text: str) -> dict[str, Any]:

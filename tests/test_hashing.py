@@ -102,9 +102,7 @@ def test_document_vector(doc: dict[str, Any]) -> None:
 
 def test_blake3_known_answer() -> None:
     # BLAKE3 reference test vector for empty input: guards against a wrong blake3 build.
-    assert (
-        blake3.blake3(b"").hexdigest() == "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
-    )
+    assert blake3.blake3(b"").hexdigest() == "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
 
 
 def test_hash_format() -> None:
@@ -147,17 +145,11 @@ def test_lone_surrogate_raises_hash_error() -> None:
 # --- properties ---------------------------------------------------------------------------
 
 json_leaves = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20)
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
 )
 json_values = st.recursive(
     json_leaves,
-    lambda children: (
-        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5)
-    ),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
     max_leaves=25,
 )
 
@@ -177,9 +169,9 @@ def _containing(bad: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         bad,
         lambda inner: (
             st.tuples(st.lists(json_values, max_size=3), inner, st.integers(0, 3)).map(in_list)
-            | st.tuples(
-                st.dictionaries(st.text(max_size=8), json_values, max_size=3), st.text(max_size=8), inner
-            ).map(in_dict)
+            | st.tuples(st.dictionaries(st.text(max_size=8), json_values, max_size=3), st.text(max_size=8), inner).map(
+                in_dict
+            )
         ),
         max_leaves=4,
     )
@@ -250,9 +242,7 @@ def test_non_finite_floats_raise(value: Any) -> None:
         hash_value(value)
 
 
-non_string_keys = (
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.tuples(st.integers())
-)
+non_string_keys = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.tuples(st.integers())
 
 
 @settings(deadline=None)

@@ -37,9 +37,9 @@ puts = st.builds(Put, docs, opt_vts, opt_vts)
 deletes = st.builds(Delete, ids, opt_vts, opt_vts)
 matches = st.builds(Match, ids, st.none() | docs, opt_vts)
 evicts = st.builds(Evict, ids)
-ops = st.lists(
-    st.one_of(puts, puts, deletes, matches, evicts.filter(lambda _: True)), min_size=0, max_size=4
-).filter(lambda xs: sum(isinstance(x, Evict) for x in xs) <= 1)
+ops = st.lists(st.one_of(puts, puts, deletes, matches, evicts.filter(lambda _: True)), min_size=0, max_size=4).filter(
+    lambda xs: sum(isinstance(x, Evict) for x in xs) <= 1
+)
 
 
 def as_row(v: Version) -> Row:

@@ -78,7 +78,9 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], align: str | No
 T = TypeVar("T")
 
 
-def progress(items: Iterable[T], *, length: int, label: str, enabled: bool = True) -> AbstractContextManager[Iterable[T]]:
+def progress(
+    items: Iterable[T], *, length: int, label: str, enabled: bool = True
+) -> AbstractContextManager[Iterable[T]]:
     """A progress bar on stderr (stdout stays clean for ``--json``); silent when not a tty."""
     show = enabled and sys.stderr.isatty()
     return click.progressbar(items, length=length, label=label, file=sys.stderr if show else _Null())  # type: ignore[arg-type]

@@ -48,11 +48,24 @@ def demo_cmd(ctx: click.Context, session_id: str | None, no_verify: bool, as_jso
             summary["per_turn"] = [r.__dict__ for r in result.rows]
             emit_json(summary)
         else:
-            click.echo(table(
-                [[r.turn, r.messages, r.tokens_full, r.tokens_assembled,
-                  f"{100 * r.tokens_assembled / max(1, r.tokens_full):.0f}%", r.active, r.collapsed_now] for r in result.rows],
-                ["turn", "msgs", "full", "assembled", "%", "active", "collapsed"], "rrrrrrr",
-            ))
+            click.echo(
+                table(
+                    [
+                        [
+                            r.turn,
+                            r.messages,
+                            r.tokens_full,
+                            r.tokens_assembled,
+                            f"{100 * r.tokens_assembled / max(1, r.tokens_full):.0f}%",
+                            r.active,
+                            r.collapsed_now,
+                        ]
+                        for r in result.rows
+                    ],
+                    ["turn", "msgs", "full", "assembled", "%", "active", "collapsed"],
+                    "rrrrrrr",
+                )
+            )
             pct = 100 * result.tokens_assembled / max(1, result.tokens_full)
             click.echo(
                 f"\n{result.turns} model calls replayed in {result.seconds:.2f}s into {store.url}\n"

@@ -20,7 +20,9 @@ from ._common import emit_json, fails_cleanly, iso, json_option, store_from, tab
 def frames_cmd(ctx: click.Context, session_id: str, as_json: bool) -> None:
     """One row per turn: tokens of the full transcript vs assembled, objects active/inactive."""
     with store_from(ctx) as store:
-        docs = sorted((v for v in store.find("frame", {"session": session_id}) if v.doc), key=lambda v: v.doc["meta"]["turn"])  # type: ignore[index]
+        docs = sorted(
+            (v for v in store.find("frame", {"session": session_id}) if v.doc), key=lambda v: v.doc["meta"]["turn"]
+        )  # type: ignore[index]
         if not docs:
             raise NotFound(f"no frames for session {session_id!r} in {store.url}")
         view = load_view(store, session_id)
@@ -28,22 +30,45 @@ def frames_cmd(ctx: click.Context, session_id: str, as_json: bool) -> None:
         rows = []
         for v in docs:
             c = v.doc["content"]  # type: ignore[index]
-            rows.append({
-                "turn": c["turn"], "time": iso(v.valid_time), "tokens_full": c["tokens_full"], "tokens_assembled": c["tokens"],
-                "messages": c["messages"], "active": len(c["active"]), "frame_id": v.id, "rendered_hash": c["rendered_hash"],
-            })
+            rows.append(
+                {
+                    "turn": c["turn"],
+                    "time": iso(v.valid_time),
+                    "tokens_full": c["tokens_full"],
+                    "tokens_assembled": c["tokens"],
+                    "messages": c["messages"],
+                    "active": len(c["active"]),
+                    "frame_id": v.id,
+                    "rendered_hash": c["rendered_hash"],
+                }
+            )
         if as_json:
             emit_json(rows)
             return
-        click.echo(table(
-            [[r["turn"], r["time"], r["tokens_full"], r["tokens_assembled"],
-              f"{100 * r['tokens_assembled'] / max(1, r['tokens_full']):.0f}%", r["messages"], r["active"]] for r in rows],
-            ["turn", "time", "full", "assembled", "%", "msgs", "active"], "rlrrrrr",
-        ))
+        click.echo(
+            table(
+                [
+                    [
+                        r["turn"],
+                        r["time"],
+                        r["tokens_full"],
+                        r["tokens_assembled"],
+                        f"{100 * r['tokens_assembled'] / max(1, r['tokens_full']):.0f}%",
+                        r["messages"],
+                        r["active"],
+                    ]
+                    for r in rows
+                ],
+                ["turn", "time", "full", "assembled", "%", "msgs", "active"],
+                "rlrrrrr",
+            )
+        )
         full = sum(r["tokens_full"] for r in rows)
         sent = sum(r["tokens_assembled"] for r in rows)
-        click.echo(f"\n{len(rows)} turns; {sent:,} of {full:,} tokens sent ({100 * sent / max(1, full):.1f}%); "
-                   f"{known} objects known now")
+        click.echo(
+            f"\n{len(rows)} turns; {sent:,} of {full:,} tokens sent ({100 * sent / max(1, full):.1f}%); "
+            f"{known} objects known now"
+        )
 
 
 @click.command("frame")
@@ -60,12 +85,18 @@ def frame_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as
         check = verify_frame(store, frame)
         msgs = check.rendered.messages if check.rendered else []
         if as_json:
-            emit_json({
-                "frame_id": check.frame_id, "ok": check.ok, "recorded_hash": check.recorded_hash,
-                "rendered_hash": check.rendered_hash, "problems": check.problems,
-                "tokens": frame["content"]["tokens"], "refs": frame["content"]["refs"],
-                "messages": msgs if messages else None,
-            })
+            emit_json(
+                {
+                    "frame_id": check.frame_id,
+                    "ok": check.ok,
+                    "recorded_hash": check.recorded_hash,
+                    "rendered_hash": check.rendered_hash,
+                    "problems": check.problems,
+                    "tokens": frame["content"]["tokens"],
+                    "refs": frame["content"]["refs"],
+                    "messages": msgs if messages else None,
+                }
+            )
         else:
             if messages:
                 for k, m in enumerate(msgs):

@@ -1,4 +1,6 @@
-"""``ctxos inspect ID``: an object's versions, hashes and state changes, at any time."""
+"""``ctxos inspect ID``: an object's versions, hashes and state changes, at any time.
+
+``ID`` may also be a file path: it resolves to the file object (see ``files.object_arg``)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import click
 from ..errors import NotFound
 from ..store import Store, Version
 from ._common import emit_json, fails_cleanly, iso, json_option, parse_time, store_from, table
+from .files import file_fields, object_arg, path_lines
 
 
 def version_row(n: int, v: Version) -> dict[str, Any]:
@@ -36,11 +39,19 @@ def state_changes(store: Store, obj_id: str) -> list[dict[str, Any]]:
             if v.doc is None:
                 continue
             c, m = v.doc["content"], v.doc["meta"]
-            rows.append({
-                "time": iso(v.valid_time), "time_ms": v.valid_time, "tx_id": v.tx_id, "session": m["session"],
-                "turn": m.get("turn"), "state": c["state"], "pinned": c["pinned"], "actor": m.get("actor"),
-                "reason": m.get("reason"),
-            })
+            rows.append(
+                {
+                    "time": iso(v.valid_time),
+                    "time_ms": v.valid_time,
+                    "tx_id": v.tx_id,
+                    "session": m["session"],
+                    "turn": m.get("turn"),
+                    "state": c["state"],
+                    "pinned": c["pinned"],
+                    "actor": m.get("actor"),
+                    "reason": m.get("reason"),
+                }
+            )
     return sorted(rows, key=lambda r: (r["time_ms"], r["tx_id"]))
 
 
@@ -54,7 +65,9 @@ def _content_text(doc: dict[str, Any] | None) -> list[str]:
 
 @click.command("inspect")
 @click.argument("object_id")
-@click.option("--as-of", "as_of", metavar="TIME", help="Show the version in force at this valid time (ISO 8601 or epoch ms).")
+@click.option(
+    "--as-of", "as_of", metavar="TIME", help="Show the version in force at this valid time (ISO 8601 or epoch ms)."
+)
 @click.option("--tx", "tx_id", type=int, metavar="TX_ID", help="…as the store knew it at this transaction.")
 @click.option("--diff", nargs=2, type=int, metavar="V1 V2", help="Unified diff of the content of two versions.")
 @click.option("--states", is_flag=True, help="With --json: print the state changes instead of the versions.")
@@ -63,16 +76,25 @@ def _content_text(doc: dict[str, Any] | None) -> list[str]:
 @click.pass_context
 @fails_cleanly
 def inspect_cmd(
-    ctx: click.Context, object_id: str, as_of: str | None, tx_id: int | None, diff: tuple[int, int] | None,
-    states: bool, show_content: bool, as_json: bool,
+    ctx: click.Context,
+    object_id: str,
+    as_of: str | None,
+    tx_id: int | None,
+    diff: tuple[int, int] | None,
+    states: bool,
+    show_content: bool,
+    as_json: bool,
 ) -> None:
     """Show an object's version history: valid/tx times, tx ids, the three hashes, state changes."""
     with store_from(ctx) as store:
+        object_id = object_arg(store, object_id)
         if as_of is not None or tx_id is not None:
             vt = parse_time(as_of) if as_of else None
             v = store.get(object_id, vt, tx_id)
             if v is None:
-                raise NotFound(f"{object_id} did not exist at {as_of or 'now'}" + (f" as of tx {tx_id}" if tx_id else ""))
+                raise NotFound(
+                    f"{object_id} did not exist at {as_of or 'now'}" + (f" as of tx {tx_id}" if tx_id else "")
+                )
             row = version_row(0, v)
             row["doc"] = v.doc
             if as_json:
@@ -92,7 +114,10 @@ def inspect_cmd(
                 if not 1 <= n <= len(versions):
                     raise click.BadParameter(f"version {n} does not exist (1..{len(versions)})")
             lines = difflib.unified_diff(
-                _content_text(versions[a - 1].doc), _content_text(versions[b - 1].doc), f"{object_id}@v{a}", f"{object_id}@v{b}"
+                _content_text(versions[a - 1].doc),
+                _content_text(versions[b - 1].doc),
+                f"{object_id}@v{a}",
+                f"{object_id}@v{b}",
             )
             out = "".join(lines)
             if as_json:
@@ -100,24 +125,53 @@ def inspect_cmd(
             else:
                 click.echo(out or "(no difference in content)")
             return
-        rows = [version_row(n, v) for n, v in enumerate(versions, 1)]
+        rows = [version_row(n, v) | file_fields(v) for n, v in enumerate(versions, 1)]
         changes = state_changes(store, object_id)
         if as_json:
             emit_json(changes if states else rows)
             return
         click.echo(f"{object_id}: {len(rows)} version(s)")
-        click.echo(table(
-            [[r["version"], r["valid_time"], r["tx_time"], r["tx_id"], "deleted" if r["deleted"] else r["content_hash"][:19],
-              "" if r["deleted"] else r["meta_hash"][:19], "" if r["deleted"] else r["object_hash"][:19]] for r in rows],
-            ["v", "valid time", "tx time", "tx", "content hash", "meta hash", "object hash"], "rlllrll",
-        ))
+        click.echo(
+            table(
+                [
+                    [
+                        r["version"],
+                        r["valid_time"],
+                        r["tx_time"],
+                        r["tx_id"],
+                        "deleted" if r["deleted"] else r["content_hash"][:19],
+                        "" if r["deleted"] else r["meta_hash"][:19],
+                        "" if r["deleted"] else r["object_hash"][:19],
+                    ]
+                    for r in rows
+                ],
+                ["v", "valid time", "tx time", "tx", "content hash", "meta hash", "object hash"],
+                "rlllrll",
+            )
+        )
+        paths = path_lines(versions)
+        if paths:
+            click.echo("\npaths (the id is kept across renames):")
+            click.echo("\n".join(paths))
         if changes:
             click.echo(f"\nstate changes ({len(changes)}):")
-            click.echo(table(
-                [[c["time"], c["session"], c["turn"], c["state"] + (" pinned" if c["pinned"] else ""), c["actor"], c["reason"]]
-                 for c in changes],
-                ["time", "session", "turn", "state", "by", "why"], "llrlll",
-            ))
+            click.echo(
+                table(
+                    [
+                        [
+                            c["time"],
+                            c["session"],
+                            c["turn"],
+                            c["state"] + (" pinned" if c["pinned"] else ""),
+                            c["actor"],
+                            c["reason"],
+                        ]
+                        for c in changes
+                    ],
+                    ["time", "session", "turn", "state", "by", "why"],
+                    "llrlll",
+                )
+            )
         if show_content:
             click.echo("".join(_content_text(versions[-1].doc)))
 

@@ -48,12 +48,21 @@ def sessions_cmd(ctx: click.Context, as_json: bool) -> None:
             if v.doc is None:
                 continue
             c, m = v.doc["content"], v.doc["meta"]
-            rows.append({"session": m["session"], "harness": c.get("harness"), "turns": m.get("turn", 0),
-                         "messages": m.get("cursor", 0), "updated": iso(v.valid_time)})
+            rows.append(
+                {
+                    "session": m["session"],
+                    "harness": c.get("harness"),
+                    "turns": m.get("turn", 0),
+                    "messages": m.get("cursor", 0),
+                    "updated": iso(v.valid_time),
+                }
+            )
         if as_json:
             emit_json(rows)
         elif rows:
-            click.echo(table([list(r.values()) for r in rows], ["session", "harness", "turns", "messages", "updated"], "llrrl"))
+            click.echo(
+                table([list(r.values()) for r in rows], ["session", "harness", "turns", "messages", "updated"], "llrrl")
+            )
         else:
             click.echo(f"no sessions in {store.url}")
 

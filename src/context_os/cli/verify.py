@@ -42,7 +42,9 @@ def verify_cmd(ctx: click.Context, check_frames: bool, as_json: bool) -> None:
         if as_json:
             emit_json(report)
         else:
-            click.echo(f"{store.url}: {checked:,} versions of {len(current):,} documents re-hashed, {len(bad)} mismatch(es)")
+            click.echo(
+                f"{store.url}: {checked:,} versions of {len(current):,} documents re-hashed, {len(bad)} mismatch(es)"
+            )
             for b in bad:
                 click.echo(f"  - {b['id']} @ tx {b['tx_id']}: {', '.join(b['fields'])} do not match")
             if check_frames:

@@ -53,9 +53,7 @@ def open_store(url: str | None = None) -> Store:
 
         return SqliteStore(Path(path))
     if "://" in url:
-        raise ConfigError(
-            f"unknown store URL {url!r}: use sqlite:///path/to/store.db or xtdb+http://127.0.0.1:3000"
-        )
+        raise ConfigError(f"unknown store URL {url!r}: use sqlite:///path/to/store.db or xtdb+http://127.0.0.1:3000")
     from .sqlite import SqliteStore
 
     return SqliteStore(Path(url).expanduser().resolve())

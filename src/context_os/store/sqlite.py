@@ -11,7 +11,7 @@ conformance suite can hold both to one behaviour:
   the document's own ``object_hash`` field: two documents may claim the same object hash and
   differ, and ``verify`` must be able to see that).
 * ``txs``: every transaction (id, time, committed), aborted ones included, as XTDB records them.
-* ``attrs``: (attribute, value, entity) for every kind and short scalar ``meta`` value any
+* ``attrs``: (attribute, value digest, entity) for the kind and every scalar ``meta`` value any
   version of an entity ever had. ``find`` reads its candidates from here, then checks each
   candidate's version in force, so it never scans the history of unrelated documents.
 * ``entities``: string id → integer key, to keep the version rows and indexes small.
@@ -48,10 +48,8 @@ __all__ = ["SqliteStore"]
 # Bounds used instead of "no bound" so that every query keeps one prepared form.
 _MIN = -(2**63)
 _MAX = 2**63 - 1
-# A meta value is indexed for ``find`` only if its canonical JSON is at most this long: long
-# texts are rarely looked up by equality and would bloat the index.
-_MAX_INDEXED_VALUE = 256
 _KIND_ATTR = "kind"
+_COUNT_ATTR = "SELECT COUNT(*) FROM (SELECT 1 FROM attrs WHERE name = ? AND value = ? LIMIT 1000)"
 _META_ATTR = "meta:"
 
 
@@ -62,9 +60,7 @@ _META_ATTR = "meta:"
 
 
 def _m001_initial(conn: sqlite3.Connection) -> None:
-    conn.execute(
-        "CREATE TABLE txs (id INTEGER PRIMARY KEY, time INTEGER NOT NULL, committed INTEGER NOT NULL)"
-    )
+    conn.execute("CREATE TABLE txs (id INTEGER PRIMARY KEY, time INTEGER NOT NULL, committed INTEGER NOT NULL)")
     conn.execute("CREATE TABLE entities (eid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE)")
     conn.execute("CREATE TABLE docs (id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, json TEXT NOT NULL)")
     conn.execute(
@@ -72,7 +68,7 @@ def _m001_initial(conn: sqlite3.Connection) -> None:
         " doc INTEGER, PRIMARY KEY (eid, valid_time, tx_id)) WITHOUT ROWID"
     )
     conn.execute(
-        "CREATE TABLE attrs (name TEXT NOT NULL, value TEXT NOT NULL, eid INTEGER NOT NULL,"
+        "CREATE TABLE attrs (name TEXT NOT NULL, value BLOB NOT NULL, eid INTEGER NOT NULL,"
         " PRIMARY KEY (name, value, eid)) WITHOUT ROWID"
     )
 
@@ -92,22 +88,40 @@ def _value_key(value: Any) -> str:
     return canonical_json(value).decode("utf-8")
 
 
-def _indexed_value(value: Any) -> str | None:
-    """The ``attrs`` value for a meta value, or None if it is not indexed (not a short scalar)."""
-    if isinstance(value, float) and not math.isfinite(value):
+def _indexed_value(value: Any) -> bytes | None:
+    """The ``attrs`` value of a kind or meta value, or None if it is not indexed (not a scalar).
+
+    A digest, not the value: the index stays small for long strings, and it never holds a
+    plain copy of a value that ``Evict`` must be able to erase (B-tree interior pages keep
+    copies of index keys that deleting the row does not touch). Equal digests only make a
+    candidate: ``find`` compares the values themselves.
+    """
+    # A cheap injective tag per canonical value (what _value_key would give), not JSON: this
+    # runs for every meta item of every put.
+    if isinstance(value, str):
+        key = b"s" + value.encode("utf-8")
+    elif value is None:
+        key = b"n"
+    elif isinstance(value, bool):
+        key = b"t" if value else b"f"
+    elif isinstance(value, int):
+        key = b"i%d" % value
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        # canonical JSON writes integral floats as integers, so 1.0 finds 1
+        key = b"i%d" % int(value) if value.is_integer() and abs(value) < 2**53 else b"f" + repr(value).encode()
+    else:
         return None
-    if value is None or isinstance(value, str | int | float):
-        key = _value_key(value)
-        return key if len(key) <= _MAX_INDEXED_VALUE else None
-    return None
+    return blake3.blake3(key).digest(length=16)
 
 
-def _doc_attrs(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The (attribute, value) pairs of a document that ``attrs`` indexes."""
-    pairs: list[tuple[str, str]] = []
+def _doc_attrs(doc: Mapping[str, Any]) -> list[tuple[str, bytes]]:
+    """The (attribute, value digest) pairs of a document that ``attrs`` indexes."""
+    pairs: list[tuple[str, bytes]] = []
     kind = doc.get("kind")
-    if isinstance(kind, str):
-        pairs.append((_KIND_ATTR, kind))
+    if isinstance(kind, str) and (ik := _indexed_value(kind)) is not None:
+        pairs.append((_KIND_ATTR, ik))
     meta = doc.get("meta")
     if isinstance(meta, Mapping):
         for k, v in meta.items():
@@ -120,7 +134,7 @@ def _doc_attrs(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
 class _PreparedDoc:
     json: str
     hash: bytes
-    attrs: list[tuple[str, str]]
+    attrs: list[tuple[str, bytes]]
 
 
 def _prepare_doc(doc: Mapping[str, Any]) -> _PreparedDoc:
@@ -234,9 +248,7 @@ class SqliteStore(Store):
 
     @staticmethod
     def _applied_migrations(conn: sqlite3.Connection) -> list[str]:
-        exists = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='migrations'"
-        ).fetchone()
+        exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='migrations'").fetchone()
         if not exists:
             return []
         return [r[0] for r in conn.execute("SELECT name FROM migrations ORDER BY rowid")]
@@ -313,9 +325,7 @@ class SqliteStore(Store):
                 if not committed:
                     conn.execute("ROLLBACK TO ops")
                 conn.execute("RELEASE ops")
-                conn.execute(
-                    "INSERT INTO txs (id, time, committed) VALUES (?, ?, ?)", (tx_id, tx_time, committed)
-                )
+                conn.execute("INSERT INTO txs (id, time, committed) VALUES (?, ?, ?)", (tx_id, tx_time, committed))
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -413,31 +423,33 @@ class SqliteStore(Store):
         wanted = {k: _value_key(v) for k, v in (where or {}).items()}
         # Candidates come from the index: entities that ever had every indexable criterion.
         # A meta value usually narrows far more than the kind, so it drives the lookup.
-        criteria = [
-            (_META_ATTR + k, iv) for k, v in (where or {}).items() if (iv := _indexed_value(v)) is not None
-        ]
-        if kind is not None:
-            criteria.append((_KIND_ATTR, kind))
-        if criteria:
-            first, *rest = criteria
-            candidates = "SELECT a.eid FROM attrs a WHERE a.name = ? AND a.value = ?" + "".join(
-                " AND EXISTS (SELECT 1 FROM attrs b WHERE b.name = ? AND b.value = ? AND b.eid = a.eid)"
-                for _ in rest
-            )
-            params: list[Any] = [x for pair in (first, *rest) for x in pair]
-        else:
-            candidates = "SELECT eid FROM entities"
-            params = []
-        sql = (
-            f"WITH c(eid) AS ({candidates})"
-            " SELECT e.id, v.valid_time, v.tx_id, t.time, d.json FROM c"
-            " JOIN versions v ON v.eid = c.eid AND (v.valid_time, v.tx_id) = ("
-            "   SELECT valid_time, tx_id FROM versions WHERE eid = c.eid AND valid_time <= ? AND tx_id <= ?"
-            "   ORDER BY valid_time DESC, tx_id DESC LIMIT 1)"
-            " JOIN entities e ON e.eid = c.eid JOIN docs d ON d.id = v.doc JOIN txs t ON t.id = v.tx_id"
-            " ORDER BY e.id"
-        )
+        criteria = [(_META_ATTR + k, iv) for k, v in (where or {}).items() if (iv := _indexed_value(v)) is not None]
+        if kind is not None and (ik := _indexed_value(kind)) is not None:
+            criteria.append((_KIND_ATTR, ik))
         with self._connection("find") as conn:
+            if criteria:
+                if len(criteria) > 1:
+                    # Drive the lookup from the rarest criterion (a turn number narrows more
+                    # than a session, a session more than a kind); count up to a cap only.
+                    criteria.sort(key=lambda c: conn.execute(_COUNT_ATTR, c).fetchone()[0])
+                first, *rest = criteria
+                candidates = "SELECT a.eid FROM attrs a WHERE a.name = ? AND a.value = ?" + "".join(
+                    " AND EXISTS (SELECT 1 FROM attrs b WHERE b.name = ? AND b.value = ? AND b.eid = a.eid)"
+                    for _ in rest
+                )
+                params: list[Any] = [x for pair in (first, *rest) for x in pair]
+            else:
+                candidates = "SELECT eid FROM entities"
+                params = []
+            sql = (
+                f"WITH c(eid) AS ({candidates})"
+                " SELECT e.id, v.valid_time, v.tx_id, t.time, d.json FROM c"
+                " JOIN versions v ON v.eid = c.eid AND (v.valid_time, v.tx_id) = ("
+                "   SELECT valid_time, tx_id FROM versions WHERE eid = c.eid AND valid_time <= ? AND tx_id <= ?"
+                "   ORDER BY valid_time DESC, tx_id DESC LIMIT 1)"
+                " JOIN entities e ON e.eid = c.eid JOIN docs d ON d.id = v.doc JOIN txs t ON t.id = v.tx_id"
+                " ORDER BY e.id"
+            )
             rows = conn.execute(sql, (*params, vt, tx)).fetchall()
         out: list[Version] = []
         for doc_id, v_time, v_tx, tx_time, text in rows:
@@ -502,19 +514,26 @@ class _TxWriter:
         self.fresh: set[int] = set()
         self.pending: list[tuple[int, int, int, int | None]] = []
         self.pending_eids: set[int] = set()
-        self.attrs: set[tuple[str, str, int]] = set()
+        self.attrs: set[tuple[str, bytes, int]] = set()
+        # Docs this tx inserted, per entity: a later op of the same tx may overwrite the row
+        # that references one (same valid time), and an unreferenced doc must not linger
+        # (it could be the very secret a later evict is meant to erase).
+        self.new_docs: dict[int, list[int]] = {}
+        self.writes: dict[int, int] = {}  # puts and deletes per entity in this tx
 
-    def run(
-        self, ops: Sequence[Op], prepared: Mapping[int, _PreparedDoc], expected: Mapping[int, bytes]
-    ) -> bool:
+    def run(self, ops: Sequence[Op], prepared: Mapping[int, _PreparedDoc], expected: Mapping[int, bytes]) -> bool:
         """Apply ``ops``; False (and stop) at the first failed match."""
         self._resolve_ids(ops)
         for i, op in enumerate(ops):
             if isinstance(op, Put):
+                if op.valid_to is not None and op.valid_to == (
+                    self.tx_time if op.valid_from is None else op.valid_from
+                ):
+                    continue  # an empty range: XTDB indexes nothing, so store no doc either
                 doc = prepared[i]
                 eid = self._eid(op.doc["id"], create=True)
                 assert eid is not None
-                doc_ref = self._doc_ref(doc)
+                doc_ref = self._doc_ref(eid, doc)
                 self.attrs.update((name, value, eid) for name, value in doc.attrs)
                 self._put(eid, op.valid_from, op.valid_to, doc_ref)
             elif isinstance(op, Delete):
@@ -527,10 +546,9 @@ class _TxWriter:
             else:
                 self._evict(op.id)
         self._flush()
+        self._drop_orphans()
         if self.attrs:
-            self.conn.executemany(
-                "INSERT OR IGNORE INTO attrs (name, value, eid) VALUES (?, ?, ?)", self.attrs
-            )
+            self.conn.executemany("INSERT OR IGNORE INTO attrs (name, value, eid) VALUES (?, ?, ?)", self.attrs)
         return True
 
     # -- ids and documents -------------------------------------------------------------------
@@ -542,13 +560,7 @@ class _TxWriter:
             return
         select = "SELECT id, eid FROM entities WHERE id IN (SELECT value FROM json_each(?))"
         self.eids = dict(self.conn.execute(select, (json.dumps(ids),)).fetchall())
-        missing = list(
-            {
-                op.doc["id"] if isinstance(op, Put) else op.id: None
-                for op in ops
-                if isinstance(op, Put | Delete) and _op_id(op) not in self.eids
-            }
-        )
+        missing = list({_op_id(op): None for op in ops if isinstance(op, Put | Delete) and _op_id(op) not in self.eids})
         if missing:
             blob = json.dumps(missing)
             self.conn.execute("INSERT INTO entities (id) SELECT value FROM json_each(?)", (blob,))
@@ -565,13 +577,24 @@ class _TxWriter:
             self.fresh.add(eid)
         return eid
 
-    def _doc_ref(self, doc: _PreparedDoc) -> int:
+    def _doc_ref(self, eid: int, doc: _PreparedDoc) -> int:
         cur = self.conn.execute("INSERT OR IGNORE INTO docs (hash, json) VALUES (?, ?)", (doc.hash, doc.json))
         if cur.rowcount == 1 and cur.lastrowid is not None:
+            self.new_docs.setdefault(eid, []).append(cur.lastrowid)
             return cur.lastrowid
         row = self.conn.execute("SELECT id FROM docs WHERE hash = ?", (doc.hash,)).fetchone()
         ref: int = row[0]
         return ref
+
+    def _drop_orphans(self) -> None:
+        """Delete docs this tx inserted that no row references any more."""
+        for eid, refs in self.new_docs.items():
+            if self.writes.get(eid, 0) < 2:
+                continue  # a lone put's rows are all still there
+            for ref in refs:
+                used = "SELECT 1 FROM versions WHERE eid = ? AND doc = ? LIMIT 1"
+                if self.conn.execute(used, (eid, ref)).fetchone() is None:
+                    self.conn.execute("DELETE FROM docs WHERE id = ?", (ref,))
 
     # -- reading the state this tx builds on --------------------------------------------------
 
@@ -645,16 +668,19 @@ class _TxWriter:
         else:
             rows.append((start, self.tx_id, doc_ref))
             visible = self._as_of(eid, start)
-            if visible is not None:
+            if visible is not None and visible[2] is not None:
                 # The visible version may continue past start as copies written by the same tx
                 # (a range put writes one row per boundary): the new doc replaces those too,
-                # so it holds until the next real change.
+                # so it holds until the next real change. Not for a visible deletion: XTDB
+                # compares entity-txs, and its as-of read gives a deletion a nil content hash
+                # where its history gives the nil-id hash, so they never compare equal.
                 for row_vt, row_tx, row_doc in self._history(eid, start, "asc"):
                     if (row_tx, row_doc) != (visible[1], visible[2]):
                         break
                     if row_vt != start:
                         rows.append((row_vt, self.tx_id, doc_ref))
         self.pending.extend((eid, v, t, d) for v, t, d in rows)
+        self.writes[eid] = self.writes.get(eid, 0) + 1
         self.pending_eids.add(eid)
 
     def _matches(self, op: Match, expected: bytes | None) -> bool:
@@ -675,15 +701,11 @@ class _TxWriter:
         if eid is None:
             return
         self._flush()
-        refs = [
-            r[0]
-            for r in self.conn.execute(
-                "SELECT DISTINCT doc FROM versions WHERE eid = ? AND doc IS NOT NULL", (eid,)
-            )
-        ]
+        referenced = "SELECT DISTINCT doc FROM versions WHERE eid = ? AND doc IS NOT NULL"
+        refs = {r[0] for r in self.conn.execute(referenced, (eid,))} | set(self.new_docs.pop(eid, []))
         # A stored doc carries its own id, so its doc rows belong to this entity alone, and
         # its attrs can be recomputed from it rather than found by scanning the index.
-        attrs: set[tuple[str, str, int]] = set(a for a in self.attrs if a[2] == eid)
+        attrs = {a for a in self.attrs if a[2] == eid}
         for ref in refs:
             text = self.conn.execute("SELECT json FROM docs WHERE id = ?", (ref,)).fetchone()[0]
             attrs.update((name, value, eid) for name, value in _doc_attrs(json.loads(text)))

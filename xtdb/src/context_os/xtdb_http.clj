@@ -280,6 +280,10 @@
                       :doc "Address to bind (loopback by default)"
                       :default "127.0.0.1"}}}
   [{:keys [xtdb-node port host]}]
+  ;; Without TCP_NODELAY, the JDK server's separate header and body writes meet the client's
+  ;; delayed ACK: every keep-alive request then takes ~40 ms. Read once, when the server
+  ;; implementation first loads, so it is set before the first HttpServer is created.
+  (System/setProperty "sun.net.httpserver.nodelay" "true")
   (let [executor (Executors/newCachedThreadPool (daemon-threads))
         server (doto (HttpServer/create (InetSocketAddress. ^String host (int port)) 128)
                  (.createContext "/" (handler xtdb-node))

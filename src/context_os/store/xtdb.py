@@ -1,0 +1,661 @@
+"""The XTDB 1.x backend: the store contract over a node's REST API, spoken in EDN.
+
+Any XTDB 1.x node with the REST API will do (``xtdb/start`` runs one; so does the official
+Docker image in docker-compose.yml); scale-out is XTDB's own (several nodes sharing a Kafka tx
+log and a document store, any of them reachable here).
+
+**Documents.** Our documents are JSON-able dicts; XTDB documents are EDN maps with keyword
+keys. The mapping, chosen so that ``kind`` and every ``meta`` attribute are plain Datalog
+attributes and the original dict comes back exactly:
+
+* ``id`` → ``:xt/id`` (always a string: the type of an id is part of its identity in XTDB);
+* another top-level key ``k`` → ``:k`` (e.g. ``:kind``, ``:content``, ``:object_hash``);
+* ``meta`` (a mapping) → one attribute per key, ``:meta/k``, plus ``:ctxos/meta-keys``, the set
+  of meta keys, so that an empty or absent ``meta`` comes back as it went in;
+* a key that is not a plain identifier (spaces, ``/``, non-ASCII, a leading digit...) is
+  hex-encoded instead: ``:ctxos.x/x<hex>`` at the top level, ``:meta.x/x<hex>`` in meta;
+* values (nested maps with string keys, lists, strings, numbers, booleans, None) are written
+  as native EDN and read back as Python values. Dicts come back with sorted keys at every level
+  (as the SQLite store returns them): XTDB does not keep the key order of maps.
+
+**Pitfalls this module handles** (each has a test in tests/test_xtdb_store.py):
+
+* document keys must be keywords (string keys are rejected as an invalid tx op);
+* ``#inst`` has millisecond precision: times go over the wire as ``...T..:..:..mmmZ`` built
+  from integer epoch milliseconds, never through floats;
+* responses carry ``#xtdb/id`` tags (content hashes, hashed ids): a tag handler is registered;
+* the type of an id is part of its identity (``"1"`` and ``1`` are two entities): ids are
+  always sent as EDN strings (``eid-edn``), and non-string ids are refused;
+* history is read from a db whose valid time is "now": ascending history ends there and
+  descending history starts there (the contract says the same);
+* the JSON API cuts times to whole seconds: only EDN is used, both ways.
+
+Reads (GET and the query POST) are retried on connection-level failures with a short backoff;
+a submit is retried only when the connection could not be opened (nothing was sent). httpx and
+EDN errors never leave this module untranslated.
+
+This module must stay free of anything above the store (context, harness, objects).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any, Literal, NoReturn
+
+import edn_format
+import httpx
+
+from ..errors import ConfigError, HashError, StoreError, StoreUnavailable
+from ..hashing import canonical_json
+from .base import Delete, Evict, Match, Op, Put, Store, Tx, Version
+
+__all__ = ["XtdbStore"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+# XTDB's content hash of "no document": what a deletion's history entry carries.
+_NIL_HASH = "0" * 40
+# Keys written as plain keywords; anything else is hex-encoded (see the module docstring).
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*\Z")
+_META_NS = "meta"
+_META_HEX_NS = "meta.x"
+_TOP_HEX_NS = "ctxos.x"
+_META_KEYS = "ctxos/meta-keys"
+_SAFE_INT = 2**53
+
+
+# -- EDN out ------------------------------------------------------------------------------------
+
+
+class _Keyword(str):
+    """A keyword to write (the text is its name, e.g. ``xt/id``)."""
+
+
+class _Symbol(str):
+    """A symbol to write (Datalog logic variables)."""
+
+
+class _Inst(int):
+    """An instant to write, in epoch milliseconds."""
+
+
+class _Raw(str):
+    """EDN text written as is (pre-rendered Datalog clauses)."""
+
+
+_STRING_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\b": "\\b", "\f": "\\f"}
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\x7f]')
+
+
+def _escape(m: re.Match[str]) -> str:
+    ch = m.group(0)
+    return _STRING_ESCAPES.get(ch) or f"\\u{ord(ch):04x}"
+
+
+def _iso(ms: int) -> str:
+    """Epoch ms → ``2024-01-02T03:04:05.678Z`` (exact: integer arithmetic, ms precision)."""
+    try:
+        dt = _EPOCH + timedelta(milliseconds=ms)
+    except OverflowError:
+        raise StoreError(f"time {ms} (epoch ms) is outside the years 1-9999") from None
+    return (
+        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}"
+        f".{dt.microsecond // 1000:03d}Z"
+    )
+
+
+def _to_edn(value: Any, path: str = "$") -> str:
+    """EDN text for a JSON-able value (plus the marker types above). Names the path on error."""
+    if value is None:
+        return "nil"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, _Inst):
+        return f'#inst "{_iso(int(value))}"'
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise StoreError(f"{path}: {value!r} cannot be stored (not JSON)")
+        return repr(value)
+    if isinstance(value, _Keyword):
+        return ":" + value
+    if isinstance(value, _Symbol | _Raw):
+        return str(value)
+    if isinstance(value, str):
+        return '"' + _NEEDS_ESCAPE.sub(_escape, value) + '"'
+    if isinstance(value, Mapping):
+        parts = []
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise StoreError(f"{path}: key {k!r} is not a string (not JSON)")
+            parts.append(_to_edn(k, path) + " " + _to_edn(v, f"{path}.{k}"))
+        return "{" + " ".join(parts) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + " ".join(_to_edn(v, f"{path}[{i}]") for i, v in enumerate(value)) + "]"
+    raise StoreError(f"{path}: a {type(value).__name__} cannot be stored (not JSON)")
+
+
+def _key_keyword(key: str, plain_ns: str | None, hex_ns: str) -> _Keyword:
+    if _PLAIN_KEY.match(key):
+        return _Keyword(f"{plain_ns}/{key}" if plain_ns else key)
+    return _Keyword(f"{hex_ns}/x{key.encode('utf-8').hex()}")
+
+
+def _meta_attr(key: str) -> _Keyword:
+    """The Datalog attribute that holds ``meta[key]``."""
+    return _key_keyword(key, _META_NS, _META_HEX_NS)
+
+
+def _check_id(id: Any) -> str:
+    if not isinstance(id, str):
+        # XTDB would accept it, as a different entity than its string form: refuse instead.
+        raise StoreError(f"document ids are strings, got {id!r}")
+    return id
+
+
+def _doc_to_edn(doc: Mapping[str, Any]) -> str:
+    """Our document → the EDN map XTDB stores (see the module docstring)."""
+    if not isinstance(doc, Mapping):
+        raise StoreError(f"a document must be a mapping, got {type(doc).__name__}")
+    doc_id = _check_id(doc.get("id"))
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        if not isinstance(k, str):
+            raise StoreError(f"document {doc_id!r}: key {k!r} is not a string")
+        if k == "id":
+            out[_Keyword("xt/id")] = v
+        elif k == "meta" and isinstance(v, Mapping):
+            for mk, mv in v.items():
+                if not isinstance(mk, str):
+                    raise StoreError(f"document {doc_id!r}: meta key {mk!r} is not a string")
+                out[_meta_attr(mk)] = mv
+            out[_Keyword(_META_KEYS)] = _Raw("#{" + " ".join(_to_edn(mk) for mk in v) + "}")
+        else:
+            out[_key_keyword(k, None, _TOP_HEX_NS)] = v
+    parts = [":" + k + " " + _to_edn(v, f"{doc_id}.{k}") for k, v in out.items()]
+    return "{" + " ".join(parts) + "}"
+
+
+# -- EDN in -------------------------------------------------------------------------------------
+
+
+class _XtdbId(str):
+    """The value of an ``#xtdb/id`` tag: a hex hash of a content or of a non-string id."""
+
+
+_tags_lock = threading.Lock()
+
+
+def _register_edn_tags() -> None:
+    """edn_format keeps tag handlers in one global table; ours is added once, on first use."""
+    with _tags_lock:
+        edn_format.add_tag("xtdb/id", _XtdbId)
+
+
+def _kw(name: str) -> edn_format.Keyword:
+    return edn_format.Keyword(name)
+
+
+_K_TX_ID = _kw("xtdb.api/tx-id")
+_K_TX_TIME = _kw("xtdb.api/tx-time")
+_K_VALID_TIME = _kw("xtdb.api/valid-time")
+_K_CONTENT_HASH = _kw("xtdb.api/content-hash")
+_K_DOC = _kw("xtdb.api/doc")
+_K_TX = _kw("xtdb.api/tx")
+
+
+def _ms(value: Any) -> int:
+    """An ``#inst`` as read by edn_format (an aware datetime) → epoch ms."""
+    if not isinstance(value, datetime):
+        raise StoreError(f"expected an #inst from XTDB, got {value!r}")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    ms: int = (value - _EPOCH) // _MS
+    return ms
+
+
+def _key_name(k: Any) -> str:
+    if isinstance(k, edn_format.Keyword):
+        return str(k.name)
+    return k if isinstance(k, str) else str(k)
+
+
+def _from_edn(value: Any) -> Any:
+    """EDN values as edn_format reads them → plain JSON-like Python values."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return str(value) if isinstance(value, _XtdbId) else value
+    if isinstance(value, Mapping):
+        items = [(_key_name(k), _from_edn(v)) for k, v in value.items()]
+        return dict(sorted(items))
+    if isinstance(value, Sequence):  # vectors (edn_format's ImmutableList) and lists (tuples)
+        return [_from_edn(v) for v in value]
+    if isinstance(value, frozenset | set):
+        return sorted((_from_edn(v) for v in value), key=lambda v: canonical_json(v))
+    if isinstance(value, edn_format.Keyword):
+        return ":" + str(value.name)
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)  # symbols, chars: nothing context_os writes
+
+
+def _unhex(name: str) -> str:
+    return bytes.fromhex(name[1:]).decode("utf-8")
+
+
+def _doc_from_edn(m: Any) -> dict[str, Any]:
+    """The EDN map XTDB stores → our document (exactly what ``_doc_to_edn`` was given)."""
+    if not isinstance(m, Mapping):
+        raise StoreError(f"expected a document map from XTDB, got {m!r}")
+    top: dict[str, Any] = {}
+    meta: dict[str, Any] = {}
+    meta_keys: Any = None
+    for k, v in m.items():
+        if not isinstance(k, edn_format.Keyword):
+            top[_key_name(k)] = _from_edn(v)
+            continue
+        name: str = k.name
+        ns, _, local = name.rpartition("/")
+        if name == "xt/id":
+            top["id"] = _from_edn(v)
+        elif name == _META_KEYS:
+            meta_keys = v
+        elif ns == _META_NS:
+            meta[local] = _from_edn(v)
+        elif ns == _META_HEX_NS:
+            meta[_unhex(local)] = _from_edn(v)
+        elif ns == _TOP_HEX_NS:
+            top[_unhex(local)] = _from_edn(v)
+        else:
+            top[name] = _from_edn(v)
+    if meta_keys is not None or meta:
+        top["meta"] = dict(sorted(meta.items()))
+    return dict(sorted(top.items()))
+
+
+# -- the store ----------------------------------------------------------------------------------
+
+
+def _base_url(url: str) -> str:
+    """``xtdb+http://host:port[/prefix]`` (or plain ``http://...``) → ``http://host:port[/prefix]``."""
+    base = url.removeprefix("xtdb+")
+    if not re.match(r"https?://[^/\s]+", base):
+        raise ConfigError(f"not an XTDB URL: {url!r} (expected xtdb+http://host:port)")
+    return base.rstrip("/")
+
+
+class XtdbStore(Store):
+    """The store contract over an XTDB 1.x node's REST API (EDN)."""
+
+    RETRIES = 3
+    """Extra attempts for a read whose connection failed (backoff 0.1 s, 0.2 s, 0.4 s)."""
+    BACKOFF_S = 0.1
+    FIND_WORKERS = 8
+    """Concurrent entity-tx lookups in ``find`` (Datalog returns docs, not their tx metadata)."""
+
+    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
+        self.base = _base_url(url)
+        self.url = "xtdb+" + self.base
+        self.timeout = timeout
+        _register_edn_tags()
+        self._client = self._init_client()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def _init_client(self) -> httpx.Client:
+        return httpx.Client(
+            timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 5.0)),
+            limits=httpx.Limits(max_connections=32, max_keepalive_connections=self.FIND_WORKERS),
+            headers={"Accept": "application/edn"},
+        )
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        endpoint: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: str | None = None,
+        idempotent: bool = True,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        url = f"{self.base}/_xtdb/{endpoint}"
+        headers = {"Content-Type": "application/edn"} if body is not None else None
+        for attempt in range(self.RETRIES + 1):
+            last = attempt == self.RETRIES
+            try:
+                r = self._client.request(
+                    method,
+                    url,
+                    params=params,
+                    content=body.encode("utf-8") if body is not None else None,
+                    headers=headers,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )
+            except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+                # Nothing was sent: safe to retry even a submit.
+                if last:
+                    raise StoreUnavailable(f"XTDB node at {self.base} cannot be reached: {e}") from e
+            except httpx.TimeoutException as e:
+                raise StoreUnavailable(
+                    f"XTDB node at {self.base} did not answer {method} /_xtdb/{endpoint} in time: {e!r}"
+                ) from e
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+                # The connection broke mid-request: a read can be repeated, a submit cannot
+                # (it may have reached the node).
+                if last or not idempotent:
+                    raise StoreUnavailable(
+                        f"XTDB node at {self.base}: connection lost during {method} /_xtdb/{endpoint}: {e!r}"
+                    ) from e
+            except httpx.HTTPError as e:
+                raise StoreUnavailable(f"XTDB node at {self.base}: {method} /_xtdb/{endpoint} failed: {e!r}") from e
+            else:
+                if r.status_code in (502, 503, 504) and idempotent and not last:
+                    pass  # a proxy in front of a restarting node: try again
+                else:
+                    return r
+            time.sleep(self.BACKOFF_S * 2**attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _edn(self, r: httpx.Response) -> Any:
+        where = f"{r.request.method} {r.request.url.path}, HTTP {r.status_code}"
+        content_type = r.headers.get("content-type", "")
+        if not content_type.startswith("application/edn"):
+            # EDN reads almost anything (an HTML page is a list of symbols): trust the header.
+            raise StoreError(
+                f"XTDB node at {self.base} sent a response that is not EDN ({where}, Content-Type"
+                f" {content_type!r}): is this an XTDB 1.x node? Body: {r.text[:200]!r}"
+            )
+        try:
+            return edn_format.loads(r.text)
+        except Exception as e:  # edn_format raises several types, parser internals included
+            raise StoreError(
+                f"XTDB node at {self.base} sent a response that is not EDN ({where}): {e}; body: {r.text[:200]!r}"
+            ) from e
+
+    def _fail(self, r: httpx.Response, what: str) -> NoReturn:
+        detail = r.text[:500]
+        try:
+            data = edn_format.loads(r.text)
+            if isinstance(data, Mapping):
+                for key in ("xtdb.error/message", "error", "class", "type"):
+                    if (msg := data.get(_kw(key))) is not None:
+                        detail = str(msg)
+                        break
+        except Exception:  # the body is only there to explain; keep it raw
+            pass
+        msg = f"XTDB node at {self.base}: {what} failed (HTTP {r.status_code}): {detail}"
+        if r.status_code in (502, 503, 504):
+            raise StoreUnavailable(msg)
+        raise StoreError(msg)
+
+    def _get(self, endpoint: str, params: Mapping[str, str], what: str, *, missing_ok: bool = False) -> Any:
+        """GET an endpoint and read its EDN; None for a 404 when ``missing_ok``."""
+        r = self._request("GET", endpoint, params=params)
+        if r.status_code == 404 and missing_ok and r.headers.get("content-type", "").startswith("application/edn"):
+            return None  # XTDB's own "not found" (a 404 page from something else is an error)
+        if r.status_code != 200:
+            self._fail(r, what)
+        return self._edn(r)
+
+    @staticmethod
+    def _basis(valid_time: int | None, tx_id: int | None) -> dict[str, str]:
+        params = {}
+        if valid_time is not None:
+            params["valid-time"] = _iso(_check_int("valid_time", valid_time))
+        if tx_id is not None:
+            params["tx-id"] = str(_check_int("tx_id", tx_id))
+        return params
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def submit(self, ops: Sequence[Op]) -> Tx:
+        tx_ops = " ".join(_tx_op(op) for op in ops)  # every input error is raised before sending
+        r = self._request("POST", "submit-tx", body="{:tx-ops [" + tx_ops + "]}", idempotent=False)
+        if r.status_code not in (200, 202):
+            self._fail(r, "submit-tx")
+        submitted = self._edn(r)
+        try:
+            tx_id = int(submitted[_K_TX_ID])
+            tx_time = _ms(submitted[_K_TX_TIME])
+        except (KeyError, TypeError) as e:
+            raise StoreError(f"XTDB node at {self.base}: unexpected submit-tx answer {submitted!r}") from e
+        self._await(tx_id)
+        return Tx(tx_id, tx_time, self._committed(tx_id))
+
+    def _await(self, tx_id: int) -> None:
+        r = self._request(
+            "GET",
+            "await-tx",
+            params={"tx-id": str(tx_id), "timeout": str(int(self.timeout * 1000))},
+            timeout=self.timeout + 10,
+        )
+        if r.status_code != 200:
+            if "TimeoutException" in r.text:
+                raise StoreError(
+                    f"XTDB node at {self.base}: transaction {tx_id} was submitted but not indexed within"
+                    f" {self.timeout:g} s; it may still commit"
+                )
+            self._fail(r, f"await-tx {tx_id}")
+
+    def _committed(self, tx_id: int) -> bool:
+        answer = self._get("tx-committed", {"tx-id": str(tx_id)}, f"tx-committed {tx_id}")
+        committed = answer.get(_kw("tx-committed?")) if isinstance(answer, Mapping) else None
+        if not isinstance(committed, bool):
+            raise StoreError(f"XTDB node at {self.base}: unexpected tx-committed answer {answer!r}")
+        return committed
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get(self, id: str, valid_time: int | None = None, tx_id: int | None = None) -> Version | None:
+        eid = _to_edn(_check_id(id))
+        etx = self._get(
+            "entity-tx", {"eid-edn": eid, **self._basis(valid_time, tx_id)}, f"entity-tx {id!r}", missing_ok=True
+        )
+        if etx is None or str(etx.get(_K_CONTENT_HASH)) == _NIL_HASH:
+            return None
+        vt, tx, tx_time = _ms(etx[_K_VALID_TIME]), int(etx[_K_TX_ID]), _ms(etx[_K_TX_TIME])
+        # Read the document at the version's own coordinates: as of its tx, at its valid time,
+        # it is the version in force whatever was written since (no race with other writers).
+        doc = self._get("entity", {"eid-edn": eid, **self._basis(vt, tx)}, f"entity {id!r}", missing_ok=True)
+        if doc is None:
+            return None  # evicted between the two reads
+        return Version(id, vt, tx, tx_time, _doc_from_edn(doc))
+
+    def history(
+        self,
+        id: str,
+        order: Literal["asc", "desc"] = "asc",
+        *,
+        with_docs: bool = True,
+        start_valid_time: int | None = None,
+        end_valid_time: int | None = None,
+        start_tx_id: int | None = None,
+        end_tx_id: int | None = None,
+    ) -> list[Version]:
+        if order not in ("asc", "desc"):
+            raise StoreError(f"history order must be 'asc' or 'desc', got {order!r}")
+        params = {
+            "eid-edn": _to_edn(_check_id(id)),
+            "history": "true",
+            "sort-order": order,
+            "with-docs": "true" if with_docs else "false",
+        }
+        for name, vt in (("start-valid-time", start_valid_time), ("end-valid-time", end_valid_time)):
+            if vt is not None:
+                params[name] = _iso(_check_int(name, vt))
+        for name, tx in (("start-tx-id", start_tx_id), ("end-tx-id", end_tx_id)):
+            if tx is not None:
+                params[name] = str(_check_int(name, tx))
+        entries = self._get("entity", params, f"history of {id!r}")
+        out: list[Version] = []
+        for e in entries or ():
+            deleted = str(e.get(_K_CONTENT_HASH)) == _NIL_HASH
+            doc = e.get(_K_DOC)
+            out.append(
+                Version(
+                    id,
+                    _ms(e[_K_VALID_TIME]),
+                    int(e[_K_TX_ID]),
+                    _ms(e[_K_TX_TIME]),
+                    _doc_from_edn(doc) if with_docs and doc is not None else None,
+                    deleted=deleted,
+                )
+            )
+        return out
+
+    def find(
+        self,
+        kind: str | None = None,
+        where: Mapping[str, Any] | None = None,
+        *,
+        valid_time: int | None = None,
+        tx_id: int | None = None,
+    ) -> list[Version]:
+        if kind is not None and not isinstance(kind, str):
+            raise StoreError(f"kind must be a string, got {kind!r}")
+        where = dict(where or {})
+        if not all(isinstance(k, str) for k in where):
+            raise StoreError(f"find: meta keys are strings, got {list(where)!r}")
+        try:
+            wanted = {k: canonical_json(v) for k, v in where.items()}
+        except HashError as e:
+            raise StoreError(f"find: a where value cannot be compared: {e}") from e
+        # Pin one basis (valid time and tx) so the query and the metadata reads agree.
+        basis = self._get("db", self._basis(valid_time, tx_id), "db basis")
+        tx = basis.get(_K_TX) if isinstance(basis, Mapping) else None
+        if not tx:
+            return []  # nothing was ever indexed
+        pinned = {"valid-time": _iso(_ms(basis[_K_VALID_TIME])), "tx-id": str(int(tx[_K_TX_ID]))}
+
+        clauses = []
+        if kind is not None:
+            clauses.append(f"[e :kind {_to_edn(kind)}]")
+        clauses.extend(c for k, v in where.items() if (c := _where_clause(k, v)) is not None)
+        if not clauses:
+            clauses.append("[e :xt/id _]")
+        query = "{:query {:find [(pull e [*])] :where [" + " ".join(clauses) + "]}}"
+        r = self._request("POST", "query", params=pinned, body=query)
+        if r.status_code != 200:
+            self._fail(r, "find (Datalog query)")
+        docs = []
+        for row in self._edn(r) or ():
+            doc = _doc_from_edn(row[0])
+            # Datalog narrowed the candidates; equality is decided here, as the SQLite store
+            # decides it (canonical JSON: 1 == 1.0, 1 != true, a list is not its elements).
+            meta = doc.get("meta")
+            if kind is not None and doc.get("kind") != kind:
+                continue
+            if wanted and not (
+                isinstance(meta, Mapping) and all(k in meta and canonical_json(meta[k]) == w for k, w in wanted.items())
+            ):
+                continue
+            if isinstance(doc.get("id"), str):
+                docs.append(doc)
+        docs.sort(key=lambda d: str(d["id"]))
+        return [v for v in self._pool_map(lambda d: self._version_of(d, pinned), docs) if v is not None]
+
+    def _version_of(self, doc: dict[str, Any], pinned: Mapping[str, str]) -> Version | None:
+        etx = self._get(
+            "entity-tx", {"eid-edn": _to_edn(doc["id"]), **pinned}, f"entity-tx {doc['id']!r}", missing_ok=True
+        )
+        if etx is None:
+            return None
+        return Version(doc["id"], _ms(etx[_K_VALID_TIME]), int(etx[_K_TX_ID]), _ms(etx[_K_TX_TIME]), doc)
+
+    def _pool_map(self, fn: Any, items: Sequence[Any]) -> Iterable[Any]:
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.FIND_WORKERS, thread_name_prefix="ctxos-xtdb")
+            pool = self._pool
+        return list(pool.map(fn, items))
+
+    def latest_tx(self) -> Tx | None:
+        tx = self._get("latest-completed-tx", {}, "latest-completed-tx", missing_ok=True)
+        if tx is None:
+            return None
+        tx_id = int(tx[_K_TX_ID])
+        return Tx(tx_id, _ms(tx[_K_TX_TIME]), self._committed(tx_id))
+
+    def stats(self) -> dict[str, Any]:
+        status = self._get("status", {}, "status")
+        if not isinstance(status, Mapping):
+            raise StoreError(f"XTDB node at {self.base}: unexpected status answer {status!r}")
+        out: dict[str, Any] = {"backend": "xtdb", "url": self.url}
+        out.update((_key_name(k), _from_edn(v)) for k, v in status.items())
+        return out
+
+    def __enter__(self) -> XtdbStore:
+        return self
+
+    def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+        self._client.close()
+
+
+def _check_int(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise StoreError(f"{name} must be an int (epoch ms or tx id), got {value!r}")
+    return value
+
+
+def _tx_op(op: Op) -> str:
+    """One transaction operation as XTDB EDN."""
+    if isinstance(op, Put):
+        parts = [":xtdb.api/put", _doc_to_edn(op.doc)]
+        if op.valid_from is not None or op.valid_to is not None:
+            # nil start = the tx time, as XTDB reads it
+            parts.append("nil" if op.valid_from is None else _to_edn(_Inst(_check_int("valid_from", op.valid_from))))
+        if op.valid_to is not None:
+            parts.append(_to_edn(_Inst(_check_int("valid_to", op.valid_to))))
+        return "[" + " ".join(parts) + "]"
+    if isinstance(op, Delete):
+        parts = [":xtdb.api/delete", _to_edn(_check_id(op.id))]
+        if op.valid_from is not None or op.valid_to is not None:
+            parts.append("nil" if op.valid_from is None else _to_edn(_Inst(_check_int("valid_from", op.valid_from))))
+        if op.valid_to is not None:
+            parts.append(_to_edn(_Inst(_check_int("valid_to", op.valid_to))))
+        return "[" + " ".join(parts) + "]"
+    if isinstance(op, Match):
+        expected = "nil" if op.expected is None else _doc_to_edn(op.expected)
+        parts = [":xtdb.api/match", _to_edn(_check_id(op.id)), expected]
+        if op.valid_time is not None:
+            parts.append(_to_edn(_Inst(_check_int("valid_time", op.valid_time))))
+        return "[" + " ".join(parts) + "]"
+    if isinstance(op, Evict):
+        return f"[:xtdb.api/evict {_to_edn(_check_id(op.id))}]"
+    raise StoreError(f"unknown transaction operation {op!r}")
+
+
+def _where_clause(key: str, value: Any) -> str | None:
+    """A Datalog clause that narrows ``find`` to candidates for ``meta[key] == value``, if any.
+
+    XTDB compares numbers by type (1 does not match 1.0), our contract by canonical JSON, so an
+    integral number matches both forms. Lists and maps get no clause: XTDB indexes a vector by
+    its elements, so a vector literal would not mean "equal to this list".
+    """
+    attr = ":" + _meta_attr(key)
+    if value is None or isinstance(value, bool | str):
+        return f"[e {attr} {_to_edn(value)}]"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+            return None
+        if float(value).is_integer() and abs(value) < _SAFE_INT:
+            return f"(or [e {attr} {int(value)}] [e {attr} {float(value)!r}])"
+        return f"[e {attr} {_to_edn(value)}]"
+    return None

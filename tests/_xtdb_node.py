@@ -1,0 +1,212 @@
+"""How the test suite gets a real XTDB 1.x node (used by the ``xtdb_url`` fixture in conftest).
+
+In order of preference:
+
+1. ``$XTDB_URL`` (``http://host:port`` or ``xtdb+http://host:port``): a node someone runs;
+2. a container of the official image, if a Docker engine answers (testcontainers);
+3. ``xtdb/start --config memory`` on a free port, stopped again at exit (needs Java and, the
+   first time, Maven Central).
+
+Whatever cannot produce a node raises ``NodeUnavailable`` with the exact reason; conftest turns
+that into a failure under ``CI=true`` and a skip elsewhere. Progress goes to stderr, because a
+first start (Maven download, JVM warm-up) can take minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from pathlib import Path
+
+import httpx
+
+__all__ = ["IMAGE", "NodeUnavailable", "node"]
+
+ROOT = Path(__file__).resolve().parent.parent
+START = ROOT / "xtdb" / "start"
+STOP = ROOT / "xtdb" / "stop"
+IMAGE = "ghcr.io/xtdb/xtdb-in-memory:1.24.5"
+"""The official in-memory image (its docs: administration/installing.adoc, 1.x branch)."""
+STARTUP_TIMEOUT_S = 300
+"""For the JVM to answer (a warm start takes 10-20 s); Maven's first download comes before it.
+The whole start must stay within pytest's per-test timeout (pyproject: 600 s)."""
+
+
+class NodeUnavailable(Exception):
+    """No XTDB node could be had; the message says exactly why."""
+
+
+def _say(msg: str) -> None:
+    print(f"[xtdb node] {msg}", file=sys.stderr, flush=True)
+
+
+def _store_url(url: str) -> str:
+    url = url.strip().rstrip("/")
+    if url.startswith("xtdb+"):
+        return url
+    if url.startswith(("http://", "https://")):
+        return "xtdb+" + url
+    raise NodeUnavailable(f"XTDB_URL={url!r} is not an http:// or xtdb+http:// URL")
+
+
+def _answers(store_url: str) -> str | None:
+    """None if the node answers /_xtdb/status, else why not."""
+    try:
+        r = httpx.get(
+            store_url.removeprefix("xtdb+") + "/_xtdb/status", headers={"Accept": "application/edn"}, timeout=5
+        )
+    except httpx.HTTPError as e:
+        return f"{type(e).__name__}: {e}"
+    return None if r.status_code == 200 else f"HTTP {r.status_code}: {r.text[:200]}"
+
+
+def _wait_ready(store_url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (why := _answers(store_url)) is not None:
+        if time.monotonic() > deadline:
+            raise NodeUnavailable(f"no answer from {store_url} after {timeout_s:g} s: {why}")
+        time.sleep(0.5)
+
+
+def _docker_answers() -> str | None:
+    """None if a Docker engine answers its ping, else why not.
+
+    Asked over plain HTTP rather than through the docker SDK: quick when there is no engine (the
+    common case here), and it leaves no half-open socket behind.
+    """
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        if host.startswith("unix://"):
+            path = host.removeprefix("unix://")
+            if not Path(path).exists():
+                return f"no Docker socket at {path}"
+            with httpx.Client(transport=httpx.HTTPTransport(uds=path), timeout=3) as client:
+                r = client.get("http://docker/_ping")
+        elif host.startswith("tcp://") and not os.environ.get("DOCKER_TLS_VERIFY"):
+            with httpx.Client(timeout=3) as client:
+                r = client.get("http://" + host.removeprefix("tcp://") + "/_ping")
+        else:
+            return f"DOCKER_HOST={host} is not a plain unix:// or tcp:// address"
+    except httpx.HTTPError as e:
+        return f"Docker at {host} does not answer: {type(e).__name__}: {e}"
+    return None if r.status_code == 200 else f"Docker at {host} answered HTTP {r.status_code}"
+
+
+@contextmanager
+def _container() -> Iterator[str]:
+    from testcontainers.core.container import DockerContainer
+
+    _say(f"starting {IMAGE} with testcontainers")
+    container = DockerContainer(IMAGE).with_exposed_ports(3000)
+    try:
+        container.start()
+        url = f"xtdb+http://{container.get_container_host_ip()}:{container.get_exposed_port(3000)}"
+        _wait_ready(url, STARTUP_TIMEOUT_S)
+    except NodeUnavailable:
+        container.stop()
+        raise
+    except Exception as e:
+        with suppress(Exception):  # it may never have started
+            container.stop()
+        raise NodeUnavailable(f"container {IMAGE} did not start: {type(e).__name__}: {e}") from e
+    _say(f"container ready at {url}")
+    try:
+        yield url
+    finally:
+        container.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def _script_node() -> Iterator[str]:
+    port = _free_port()
+    cmd = [str(START), "--port", str(port), "--config", "memory", "--timeout", str(STARTUP_TIMEOUT_S)]
+    _say(f"starting an in-memory node with {START.relative_to(ROOT)} on port {port} (the first run downloads XTDB)")
+    started = time.monotonic()
+    tail: deque[str] = deque(maxlen=40)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as e:
+        raise NodeUnavailable(f"{START} could not run: {e}") from e
+
+    def relay() -> None:  # live progress on stderr, and the last lines for the error message
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            tail.append(line)
+
+    relay_thread = threading.Thread(target=relay, daemon=True)
+    relay_thread.start()
+    try:
+        rc = proc.wait(timeout=STARTUP_TIMEOUT_S + 240)
+    except subprocess.TimeoutExpired as e:
+        proc.kill()
+        _stop(port)  # the node may be up, detached from the script we gave up on
+        raise NodeUnavailable(f"{START} --port {port} did not finish within {e.timeout:g} s") from e
+    finally:
+        relay_thread.join(timeout=5)
+    assert proc.stdout is not None
+    out = proc.stdout.read().strip()
+    proc.stdout.close()
+    if proc.stderr is not None:
+        proc.stderr.close()
+    if rc != 0:
+        raise NodeUnavailable(f"{START} --port {port} exited with {rc}:\n{''.join(tail)}")
+    url = out.splitlines()[-1] if out else ""
+    if not url.startswith("xtdb+http://"):
+        _stop(port)
+        raise NodeUnavailable(f"{START} printed no store URL: {out!r}")
+    _say(f"node ready at {url} after {time.monotonic() - started:.0f} s")
+    try:
+        yield url
+    finally:
+        _stop(port)
+
+
+def _stop(port: int) -> None:
+    subprocess.run([str(STOP), "--port", str(port)], check=False, timeout=60)
+    if _answers(f"xtdb+http://127.0.0.1:{port}") is None:
+        _say(f"warning: the node on port {port} still answers after {STOP.relative_to(ROOT)}")
+
+
+@contextmanager
+def node() -> Iterator[str]:
+    """A real XTDB 1.x node for the duration of the block, as an ``xtdb+http://`` URL."""
+    env = os.environ.get("XTDB_URL", "").strip()
+    if env:
+        url = _store_url(env)
+        _wait_ready(url, 30)
+        _say(f"using XTDB_URL={env}")
+        yield url
+        return
+    reasons: list[str] = []
+    with ExitStack() as stack:
+        found: str | None = None
+        docker_why = _docker_answers()
+        if docker_why is None:
+            try:
+                found = stack.enter_context(_container())
+            except NodeUnavailable as e:
+                reasons.append(str(e))
+                _say(f"{e}; falling back to {START.relative_to(ROOT)}")
+        else:
+            reasons.append(f"no Docker engine ({docker_why})")
+        if found is None:
+            try:
+                found = stack.enter_context(_script_node())
+            except NodeUnavailable as e:
+                raise NodeUnavailable("; ".join([*reasons, str(e)])) from e
+        yield found

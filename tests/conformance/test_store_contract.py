@@ -1,0 +1,522 @@
+"""The store contract (store/base.py), run unchanged on every backend.
+
+XTDB 1.x is the reference: each test states an XTDB behaviour, and the SQLite store must show
+the same. The XTDB node is shared by the whole run, so every id, kind and meta value here is
+derived from ``uid``, tx ids are only compared with each other, and valid times are explicit
+epoch milliseconds in the past (``T0 + n``). Where a test pins an XTDB behaviour we derived
+from its source rather than saw on a node, a comment says so (marked "XTDB:").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from context_os.store import Delete, Evict, Match, Put, Store, Version, now_ms
+
+T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+
+
+def doc(id: str, n: int = 0, *, kind: str = "note", **meta: Any) -> dict[str, Any]:
+    return {"id": id, "kind": kind, "content": f"v{n}", "meta": {"n": n, **meta}}
+
+
+def ns(versions: list[Version]) -> list[int | None]:
+    """The ``meta.n`` of each version (None for a deletion)."""
+    return [None if v.doc is None else v.doc["meta"]["n"] for v in versions]
+
+
+def n_at(store: Store, id: str, vt: int, tx_id: int | None = None) -> int | None:
+    v = store.get(id, vt, tx_id)
+    return None if v is None else v.doc["meta"]["n"] if v.doc else None
+
+
+# -- documents ---------------------------------------------------------------------------------
+
+
+def test_nested_document_round_trips(store: Store, uid: str) -> None:
+    d = {
+        "id": f"{uid}-nested",
+        "kind": "note",
+        "content": "héllo ✓ 日本語 🎉 \"quoted\" \\ back\nline\ttab \u0000 nul",
+        "meta": {
+            "int": 42,
+            "neg": -7,
+            "big": 2**53,
+            "float": 1.5,
+            "small": -2.5e-8,
+            "t": True,
+            "f": False,
+            "none": None,
+            "empty_s": "",
+            "empty_l": [],
+            "empty_m": {},
+            "list": [1, "two", 3.25, None, [True, {"deep": ["er"]}]],
+            "map": {"a": {"b": {"c": [1, 2, {"d": "é"}]}}},
+        },
+    }
+    store.submit([Put(d, T0)])
+    v = store.get(d["id"], T0)
+    assert v is not None
+    assert v.doc == d
+    assert type(v.doc["meta"]["float"]) is float and type(v.doc["meta"]["int"]) is int
+
+
+def test_keys_that_are_not_identifiers_round_trip(store: Store, uid: str) -> None:
+    # JSON keys need not be valid EDN keywords; the XTDB backend must still keep them exactly.
+    d = {
+        "id": f"{uid}-keys",
+        "kind": "note",
+        "meta": {"with space": 1, "ns/name": 2, ":colon": 3, "1leading-digit": 4, "ünï": 5, "": 6},
+    }
+    store.submit([Put(d, T0)])
+    assert store.doc(d["id"], T0) == d
+
+
+def test_unknown_id_has_nothing(store: Store, uid: str) -> None:
+    assert store.get(f"{uid}-nope") is None
+    assert store.doc(f"{uid}-nope") is None
+    assert store.history(f"{uid}-nope") == []
+    assert store.history(f"{uid}-nope", "desc") == []
+
+
+# -- valid time --------------------------------------------------------------------------------
+
+
+def test_put_at_valid_time_get_before_at_after(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    tx = store.submit([Put(doc(id, 1), T0 + 10)])
+    assert store.get(id, T0 + 9) is None
+    v = store.get(id, T0 + 10)
+    assert v is not None and v.doc == doc(id, 1)
+    assert (v.id, v.valid_time, v.tx_id, v.tx_time, v.deleted) == (id, T0 + 10, tx.id, tx.time, False)
+    assert n_at(store, id, T0 + 1_000_000) == 1
+    assert n_at(store, id, now_ms()) == 1
+    assert store.doc(id) == doc(id, 1)
+
+
+def test_retroactive_put_between_versions(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    store.submit([Put(doc(id, 1), T0 + 10)])
+    store.submit([Put(doc(id, 3), T0 + 30)])
+    store.submit([Put(doc(id, 2), T0 + 20)])
+    assert [n_at(store, id, T0 + t) for t in (5, 10, 15, 20, 25, 30, 35)] == [None, 1, 1, 2, 2, 3, 3]
+    assert ns(store.history(id)) == [1, 2, 3]
+
+
+def test_retroactive_put_before_first_version(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    t1 = store.submit([Put(doc(id, 1), T0 + 10)])
+    store.submit([Put(doc(id, 0), T0 + 5)])
+    assert n_at(store, id, T0 + 7) == 0
+    assert n_at(store, id, T0 + 12) == 1
+    # the old transaction did not know the retroactive version
+    assert n_at(store, id, T0 + 7, t1.id) is None
+
+
+def test_range_put_over_existing_versions(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    store.submit([Put(doc(id, 1), T0 + 10)])
+    t2 = store.submit([Put(doc(id, 2), T0 + 20)])
+    t3 = store.submit([Put(doc(id, 9), T0 + 5, T0 + 30)])
+    assert [n_at(store, id, T0 + t) for t in (4, 5, 10, 20, 29, 30, 40)] == [None, 9, 9, 9, 9, 2, 2]
+    # XTDB writes the range doc at valid_from and again at every version start inside the
+    # range, and re-asserts what held at valid_to there.
+    hist = store.history(id)
+    assert [(v.valid_time - T0, ns([v])[0]) for v in hist] == [(5, 9), (10, 9), (20, 9), (30, 2)]
+    assert [v.tx_id for v in hist[:3]] == [t3.id] * 3
+    # XTDB: the restored version at valid_to keeps the tx id (and tx time) of the version it
+    # restores, not the range put's (xtdb.tx/put-delete-coords assocs the old entity-tx's vt).
+    resumed = store.get(id, T0 + 30)
+    assert resumed is not None
+    assert (resumed.valid_time, resumed.tx_id, resumed.tx_time) == (T0 + 30, t2.id, t2.time)
+
+
+def test_range_put_inside_one_version_resumes_it(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    t1 = store.submit([Put(doc(id, 1), T0 + 10)])
+    store.submit([Put(doc(id, 5), T0 + 15, T0 + 20)])
+    assert [n_at(store, id, T0 + t) for t in (12, 15, 19, 20, 100)] == [1, 5, 5, 1, 1]
+    after = store.get(id, T0 + 20)
+    assert after is not None and after.tx_id == t1.id
+
+
+def test_range_put_on_nothing_ends_in_absence(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    store.submit([Put(doc(id, 1), T0 + 10, T0 + 20)])
+    assert [n_at(store, id, T0 + t) for t in (9, 10, 19, 20, 30)] == [None, 1, 1, None, None]
+    hist = store.history(id)
+    assert [(v.valid_time - T0, v.deleted) for v in hist] == [(10, False), (20, True)]
+
+
+def test_range_put_with_equal_bounds_writes_nothing(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    store.submit([Put(doc(id, 1), T0 + 10, T0 + 10)])
+    assert store.get(id, T0 + 10) is None
+    assert store.history(id) == []
+
+
+def test_put_after_range_put_replaces_its_copies(store: Store, uid: str) -> None:
+    # XTDB: a put without valid_to also overwrites the following rows that the same tx wrote
+    # with the same doc (the copies a range put leaves at each boundary), so the new doc holds
+    # until the next real change rather than until the next copy.
+    id = f"{uid}-a"
+    store.submit([Put(doc(id, 1), T0 + 10)])
+    store.submit([Put(doc(id, 2), T0 + 20)])
+    store.submit([Put(doc(id, 9), T0 + 5, T0 + 30)])
+    store.submit([Put(doc(id, 7), T0 + 5)])
+    assert [n_at(store, id, T0 + t) for t in (5, 10, 20, 29, 30)] == [7, 7, 7, 7, 2]
+
+
+def test_range_put_without_valid_from_starts_at_tx_time(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    end = now_ms() + 3_600_000
+    tx = store.submit([Put(doc(id, 1), None, end)])
+    assert n_at(store, id, tx.time) == 1
+    assert store.get(id, tx.time - 1) is None
+    assert store.get(id, end) is None
+    assert n_at(store, id, end - 1) == 1
+
+
+# -- deletes -----------------------------------------------------------------------------------
+
+
+def test_delete_ends_a_document(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    store.submit([Put(doc(id, 1), T0 + 10)])
+    td = store.submit([Delete(id, T0 + 20)])
+    assert n_at(store, id, T0 + 15) == 1
+    assert store.get(id, T0 + 20) is None
+    assert store.get(id) is None
+    hist = store.history(id)
+    assert [(v.valid_time - T0, v.deleted, v.doc is None) for v in hist] == [(10, False, False), (20, True, True)]
+    assert hist[1].tx_id == td.id and hist[1].tx_time == td.time
+    assert hist[1].object_hash is None
+
+
+def test_delete_with_range_then_the_document_resumes(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    store.submit([Put(doc(id, 1), T0 + 10)])
+    store.submit([Delete(id, T0 + 20, T0 + 30)])
+    assert [n_at(store, id, T0 + t) for t in (15, 20, 25, 30, 40)] == [1, None, None, 1, 1]
+    assert [(v.valid_time - T0, v.deleted) for v in store.history(id)] == [(10, False), (20, True), (30, False)]
+
+
+def test_put_after_delete(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    store.submit([Put(doc(id, 1), T0 + 10)])
+    store.submit([Delete(id, T0 + 20)])
+    store.submit([Put(doc(id, 2), T0 + 30)])
+    assert [n_at(store, id, T0 + t) for t in (15, 25, 35)] == [1, None, 2]
+
+
+def test_delete_of_unknown_id_records_a_deletion(store: Store, uid: str) -> None:
+    # XTDB: a delete writes its entity-tx whether or not the document existed.
+    id = f"{uid}-ghost"
+    store.submit([Delete(id, T0 + 10)])
+    assert store.get(id, T0 + 10) is None
+    assert [(v.valid_time - T0, v.deleted) for v in store.history(id)] == [(10, True)]
+
+
+# -- transaction time --------------------------------------------------------------------------
+
+
+def test_correction_at_same_valid_time_old_tx_sees_old_doc(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    t1 = store.submit([Put(doc(id, 1), T0 + 10)])
+    t2 = store.submit([Put(doc(id, 2), T0 + 10)])
+    assert n_at(store, id, T0 + 10) == 2
+    assert n_at(store, id, T0 + 10, t1.id) == 1
+    assert n_at(store, id, T0 + 10, t2.id) == 2
+    old = store.get(id, T0 + 10, t1.id)
+    assert old is not None and (old.tx_id, old.tx_time) == (t1.id, t1.time)
+    # history shows only the latest correction of each valid time ...
+    hist = store.history(id)
+    assert [(v.valid_time, v.tx_id, ns([v])[0]) for v in hist] == [(T0 + 10, t2.id, 2)]
+    # ... as known at the end of the tx bounds
+    assert ns(store.history(id, end_tx_id=t2.id)) == [1]
+    assert ns(store.history(id, "desc", start_tx_id=t1.id)) == [1]
+
+
+def test_tx_ids_increase_and_tx_time_does_not_go_back(store: Store, uid: str) -> None:
+    txs = [store.submit([Put(doc(f"{uid}-{i}", i))]) for i in range(5)]
+    assert all(b.id > a.id for a, b in zip(txs, txs[1:], strict=False))
+    assert all(b.time >= a.time for a, b in zip(txs, txs[1:], strict=False))
+    assert all(t.committed for t in txs)
+    latest = store.latest_tx()
+    assert latest is not None and latest.id >= txs[-1].id and latest.time >= txs[-1].time
+
+
+def test_default_valid_time_is_tx_time(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    before = now_ms()
+    tx = store.submit([Put(doc(id, 1))])
+    assert tx.time >= before - 1_000  # same machine, millisecond clock
+    hist = store.history(id)
+    assert [(v.valid_time, v.tx_id, v.tx_time) for v in hist] == [(tx.time, tx.id, tx.time)]
+    assert store.get(id, tx.time - 1) is None
+    assert n_at(store, id, tx.time) == 1
+    assert store.doc(id) == doc(id, 1)
+
+
+def test_delete_default_valid_time_is_tx_time(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    store.submit([Put(doc(id, 1), T0)])
+    tx = store.submit([Delete(id)])
+    assert store.get(id) is None
+    assert n_at(store, id, tx.time - 1) == 1
+
+
+def test_millisecond_precision_survives(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    vt = T0 + 123_457  # not a whole second
+    store.submit([Put(doc(id, 1), vt), Put(doc(f"{uid}-b", 2), vt + 1)])
+    assert store.get(id, vt - 1) is None
+    v = store.get(id, vt)
+    assert v is not None and v.valid_time == vt
+    assert [h.valid_time for h in store.history(id)] == [vt]
+    assert [h.valid_time for h in store.history(f"{uid}-b", "desc")] == [vt + 1]
+    tx = store.submit([Put(doc(id, 2))])
+    v = store.get(id)
+    assert v is not None and v.valid_time == tx.time and v.tx_time == tx.time
+
+
+def test_several_documents_in_one_transaction(store: Store, uid: str) -> None:
+    tx = store.submit([Put(doc(f"{uid}-{i}", i), T0 + i) for i in range(50)])
+    assert tx.committed
+    for i in range(50):
+        v = store.get(f"{uid}-{i}", T0 + 100)
+        assert v is not None and v.tx_id == tx.id and v.valid_time == T0 + i and ns([v]) == [i]
+
+
+# -- history -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def three(store: Store, uid: str) -> tuple[str, list[int]]:
+    """One id with versions 1, 2, 3 at T0+10, +20, +30 in three transactions."""
+    id = f"{uid}-h"
+    txs = [store.submit([Put(doc(id, n), T0 + 10 * n)]).id for n in (1, 2, 3)]
+    return id, txs
+
+
+def test_history_orders(store: Store, three: tuple[str, list[int]]) -> None:
+    id, txs = three
+    asc = store.history(id)
+    assert ns(asc) == [1, 2, 3]
+    assert [v.valid_time for v in asc] == [T0 + 10, T0 + 20, T0 + 30]
+    assert [v.tx_id for v in asc] == txs
+    assert all(v.id == id and not v.deleted for v in asc)
+    desc = store.history(id, "desc")
+    assert ns(desc) == [3, 2, 1]
+    assert [v.tx_id for v in desc] == txs[::-1]
+
+
+def test_history_without_docs(store: Store, three: tuple[str, list[int]]) -> None:
+    id, txs = three
+    store.submit([Delete(id, T0 + 40)])
+    bare = store.history(id, with_docs=False)
+    assert [(v.valid_time - T0, v.doc, v.deleted) for v in bare] == [
+        (10, None, False),
+        (20, None, False),
+        (30, None, False),
+        (40, None, True),
+    ]
+    assert [v.tx_id for v in bare[:3]] == txs
+
+
+def test_history_valid_time_bounds(store: Store, three: tuple[str, list[int]]) -> None:
+    id, _ = three
+    # ascending: start inclusive, end exclusive
+    assert ns(store.history(id, start_valid_time=T0 + 20)) == [2, 3]
+    assert ns(store.history(id, start_valid_time=T0 + 21)) == [3]
+    assert ns(store.history(id, end_valid_time=T0 + 30)) == [1, 2]
+    assert ns(store.history(id, start_valid_time=T0 + 10, end_valid_time=T0 + 20)) == [1]
+    # descending: starts at start_valid_time (inclusive) and goes back to end (exclusive)
+    assert ns(store.history(id, "desc", start_valid_time=T0 + 20)) == [2, 1]
+    assert ns(store.history(id, "desc", start_valid_time=T0 + 25)) == [2, 1]
+    assert ns(store.history(id, "desc", end_valid_time=T0 + 10)) == [3, 2]
+    assert ns(store.history(id, "desc", start_valid_time=T0 + 30, end_valid_time=T0 + 20)) == [3]
+
+
+def test_history_tx_bounds(store: Store, three: tuple[str, list[int]]) -> None:
+    id, (t1, t2, t3) = three
+    # ascending: start_tx_id inclusive, end_tx_id exclusive
+    assert ns(store.history(id, start_tx_id=t2)) == [2, 3]
+    assert ns(store.history(id, end_tx_id=t3)) == [1, 2]
+    assert ns(store.history(id, start_tx_id=t2, end_tx_id=t3)) == [2]
+    # descending: start_tx_id is the newest tx included, end_tx_id the (excluded) oldest
+    assert ns(store.history(id, "desc", start_tx_id=t2)) == [2, 1]
+    assert ns(store.history(id, "desc", end_tx_id=t1)) == [3, 2]
+
+
+def test_desc_history_starts_at_now_by_default(store: Store, uid: str) -> None:
+    # XTDB: descending history starts at the db's valid time (now) and goes back, so a
+    # future-dated version is not in it though get() at that future time sees it.
+    id = f"{uid}-future"
+    store.submit([Put(doc(id, 1), T0)])
+    future = now_ms() + 3_600_000
+    store.submit([Put(doc(id, 2), future)])
+    assert ns(store.history(id, "desc")) == [1]
+    assert n_at(store, id, future) == 2
+    # The ascending history likewise stops at now on XTDB (with-history-bounds caps its end
+    # at the db's valid time); not pinned here, see DESIGN.md "history stops at the queried
+    # valid time".
+
+
+# -- match -------------------------------------------------------------------------------------
+
+
+def test_match_success_commits(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    store.submit([Put(doc(id, 1), T0)])
+    tx = store.submit([Match(id, doc(id, 1)), Put(doc(id, 2), T0 + 1)])
+    assert tx.committed
+    assert n_at(store, id, T0 + 1) == 2
+
+
+def test_match_compares_documents_not_their_key_order(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    store.submit([Put(doc(id, 1), T0)])
+    expected = dict(reversed(list(doc(id, 1).items())))
+    assert store.submit([Match(id, expected)]).committed
+
+
+def test_match_failure_aborts_whole_transaction(store: Store, uid: str) -> None:
+    id, other = f"{uid}-a", f"{uid}-b"
+    t1 = store.submit([Put(doc(id, 1), T0)])
+    tx = store.submit([Put(doc(other, 1), T0), Match(id, doc(id, 99)), Put(doc(id, 2), T0 + 1)])
+    assert not tx.committed
+    assert tx.id > t1.id and tx.time >= t1.time
+    assert n_at(store, id, T0 + 1) == 1
+    assert store.get(other, T0 + 1) is None
+    assert store.history(other) == []
+    assert [v.tx_id for v in store.history(id)] == [t1.id]
+    latest = store.latest_tx()
+    assert latest is not None and latest.id >= tx.id
+    # the store goes on normally after an aborted transaction
+    t3 = store.submit([Put(doc(other, 3), T0)])
+    assert t3.committed and t3.id > tx.id
+
+
+def test_match_absent(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    # None expects no document: true before the first put ...
+    assert store.submit([Match(id, None), Put(doc(id, 1), T0)]).committed
+    # ... false once there is one ...
+    assert not store.submit([Match(id, None), Put(doc(id, 2), T0)]).committed
+    assert n_at(store, id, T0) == 1
+    # ... and a deleted document is absent again
+    store.submit([Delete(id)])
+    assert store.submit([Match(id, None)]).committed
+    assert not store.submit([Match(id, doc(id, 1))]).committed
+
+
+def test_match_at_valid_time(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    store.submit([Put(doc(id, 1), T0 + 10), Put(doc(id, 2), T0 + 20)])
+    assert store.submit([Match(id, doc(id, 1), T0 + 15)]).committed
+    assert not store.submit([Match(id, doc(id, 1), T0 + 25)]).committed
+    assert store.submit([Match(id, None, T0 + 5)]).committed
+    # without a valid time a match reads at the tx time: the latest version here
+    assert store.submit([Match(id, doc(id, 2))]).committed
+
+
+# -- evict -------------------------------------------------------------------------------------
+
+
+def test_evict_erases_all_history(store: Store, uid: str) -> None:
+    id, kept = f"{uid}-secret", f"{uid}-kept"
+    kind = f"k{uid}"
+    store.submit([Put(doc(id, 1, kind=kind, token="s3cr3t"), T0 + 10), Put(doc(kept, 1, kind=kind), T0)])
+    store.submit([Put(doc(id, 2, kind=kind, token="s3cr3t"), T0 + 20)])
+    store.submit([Delete(id, T0 + 30)])
+    tx = store.submit([Evict(id)])
+    assert tx.committed
+    for vt in (T0 + 10, T0 + 20, T0 + 30, None):
+        assert store.get(id, vt) is None
+    assert store.history(id) == []
+    assert store.history(id, "desc") == []
+    assert [v.id for v in store.find(kind, valid_time=T0 + 25)] == [kept]
+    assert store.find(kind, {"token": "s3cr3t"}, valid_time=T0 + 25) == []
+    # the id can be used again, with a fresh history
+    store.submit([Put(doc(id, 3, kind=kind), T0 + 40)])
+    assert ns(store.history(id)) == [3]
+    assert n_at(store, kept, T0 + 50) == 1
+
+
+# -- find --------------------------------------------------------------------------------------
+
+
+def test_find_by_kind_and_meta(store: Store, uid: str) -> None:
+    kind, other_kind = f"k{uid}", f"j{uid}"
+    s1, s2 = f"{uid}-s1", f"{uid}-s2"
+    store.submit(
+        [
+            Put(doc(f"{uid}-a", 1, kind=kind, session=s1, turn=1), T0),
+            Put(doc(f"{uid}-b", 2, kind=kind, session=s1, turn=2), T0),
+            Put(doc(f"{uid}-c", 3, kind=kind, session=s2, turn=2), T0),
+            Put(doc(f"{uid}-d", 4, kind=other_kind, session=s1, turn=2), T0),
+        ]
+    )
+
+    def ids(**kw: Any) -> set[str]:
+        return {v.id.removeprefix(f"{uid}-") for v in store.find(valid_time=T0 + 1, **kw)}
+
+    assert ids(kind=kind) == {"a", "b", "c"}
+    assert ids(kind=other_kind) == {"d"}
+    assert ids(kind=kind, where={"session": s1}) == {"a", "b"}
+    assert ids(where={"session": s1}) == {"a", "b", "d"}
+    assert ids(kind=kind, where={"session": s1, "turn": 2}) == {"b"}
+    assert ids(where={"session": s1, "turn": 2}) == {"b", "d"}
+    assert ids(kind=kind, where={"session": f"{uid}-none"}) == set()
+    assert ids(kind=f"x{uid}") == set()
+    found = store.find(kind, {"session": s2}, valid_time=T0 + 1)
+    assert len(found) == 1
+    assert found[0].doc == doc(f"{uid}-c", 3, kind=kind, session=s2, turn=2)
+    assert (found[0].valid_time, found[0].deleted) == (T0, False)
+
+
+def test_find_as_of_valid_time_and_tx(store: Store, uid: str) -> None:
+    kind, s1, s2 = f"k{uid}", f"{uid}-s1", f"{uid}-s2"
+    id = f"{uid}-a"
+    t1 = store.submit([Put(doc(id, 1, kind=kind, session=s1), T0 + 10)])
+    t2 = store.submit([Put(doc(id, 2, kind=kind, session=s2), T0 + 20)])
+
+    def found(where: dict[str, Any], vt: int, tx: int | None = None) -> list[int | None]:
+        return ns(store.find(kind, where, valid_time=vt, tx_id=tx))
+
+    assert found({"session": s1}, T0 + 5) == []
+    assert found({"session": s1}, T0 + 15) == [1]
+    assert found({"session": s1}, T0 + 25) == []
+    assert found({"session": s2}, T0 + 25) == [2]
+    # as of the first tx the move to s2 was not known yet
+    assert found({"session": s1}, T0 + 25, t1.id) == [1]
+    assert found({"session": s2}, T0 + 25, t1.id) == []
+    assert found({"session": s2}, T0 + 25, t2.id) == [2]
+    v = store.find(kind, {"session": s2}, valid_time=T0 + 25)[0]
+    assert (v.valid_time, v.tx_id, v.tx_time) == (T0 + 20, t2.id, t2.time)
+
+
+def test_find_skips_deleted_documents(store: Store, uid: str) -> None:
+    kind = f"k{uid}"
+    store.submit([Put(doc(f"{uid}-a", 1, kind=kind), T0), Put(doc(f"{uid}-b", 2, kind=kind), T0)])
+    store.submit([Delete(f"{uid}-a", T0 + 10)])
+    assert sorted(ns(store.find(kind, valid_time=T0 + 5))) == [1, 2]
+    assert ns(store.find(kind, valid_time=T0 + 15)) == [2]
+    assert sorted(ns(store.find(kind))) == [2]
+
+
+def test_find_matches_value_types_exactly(store: Store, uid: str) -> None:
+    kind = f"k{uid}"
+    store.submit(
+        [
+            Put(doc(f"{uid}-int", 1, kind=kind, flag=1), T0),
+            Put(doc(f"{uid}-bool", 2, kind=kind, flag=True), T0),
+            Put(doc(f"{uid}-str", 3, kind=kind, flag="1"), T0),
+        ]
+    )
+    assert ns(store.find(kind, {"flag": 1}, valid_time=T0)) == [1]
+    assert ns(store.find(kind, {"flag": True}, valid_time=T0)) == [2]
+    assert ns(store.find(kind, {"flag": "1"}, valid_time=T0)) == [3]

@@ -1,0 +1,212 @@
+"""What only the SQLite store has: its file, its schema migrations, several processes, its errors.
+
+The shared behaviour is in tests/conformance; this file covers the embedded store's own
+promises: migrations are recorded and refuse newer files, two processes writing one file lose
+nothing, bad paths and bad input fail with clear typed errors, eviction leaves no copy behind.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os.errors import SchemaError, StoreError, StoreUnavailable
+from context_os.store import Delete, Evict, Put, open_store
+from context_os.store.sqlite import MIGRATIONS, SqliteStore
+
+T0 = 1_700_000_000_000
+
+
+def doc(id: str, n: int = 0, **meta: Any) -> dict[str, Any]:
+    return {"id": id, "kind": "note", "content": f"v{n}", "meta": {"n": n, **meta}}
+
+
+def applied(path: Path) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        return [r[0] for r in conn.execute("SELECT name FROM migrations ORDER BY rowid")]
+
+
+# -- file and schema ---------------------------------------------------------------------------
+
+
+def test_creates_parent_dirs_wal_file_and_url(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "store.db"
+    with SqliteStore(path) as s:
+        assert s.url == f"sqlite://{path}"
+        assert s.url.startswith("sqlite:///") and s.path.is_absolute()
+        s.put(doc("a"))
+    assert path.is_file()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_open_store_url_gives_the_same_file(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    with SqliteStore(path) as s:
+        s.put(doc("a", 1), T0)
+    with open_store(f"sqlite://{path}") as s2:
+        assert isinstance(s2, SqliteStore)
+        assert s2.doc("a", T0) == doc("a", 1)
+
+
+def test_migrations_recorded_and_idempotent_on_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    with SqliteStore(path) as s:
+        tx = s.put(doc("a", 1), T0)
+    names = [name for name, _ in MIGRATIONS]
+    assert applied(path) == names
+    for _ in range(2):
+        with SqliteStore(path) as s:
+            assert s.doc("a", T0) == doc("a", 1)
+            assert s.latest_tx() == tx
+    assert applied(path) == names
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    SqliteStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO migrations (name, applied_at) VALUES ('m999_from_the_future', 0)")
+    with pytest.raises(SchemaError, match="m999_from_the_future") as e:
+        SqliteStore(path)
+    assert str(path) in str(e.value)
+
+
+def test_stats(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "store.db") as s:
+        s.submit([Put(doc("a", 1), T0), Put(doc("b", 1), T0)])
+        s.put(doc("a", 2), T0 + 1)
+        stats = s.stats()
+    assert stats["path"] == str(tmp_path / "store.db")
+    assert stats["size_bytes"] > 0
+    assert (stats["entities"], stats["versions"], stats["txs"]) == (2, 3, 2)
+
+
+def test_identical_documents_are_stored_once(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "store.db") as s:
+        for vt in range(5):
+            s.put(doc("a", 1), T0 + vt)
+        assert (s.stats()["versions"], s.stats()["docs"]) == (5, 1)
+
+
+def test_docs_no_row_references_are_not_kept(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "store.db") as s:
+        # the second put replaces the first one's row (same id, valid time and tx)
+        s.submit([Put(doc("a", 1), T0), Put(doc("a", 2), T0), Delete("b", T0), Put(doc("b", 3), T0)])
+        s.submit([Put(doc("a", 4), T0 + 5), Delete("a", T0 + 5)])
+        s.submit([Put(doc("c", 5), T0, T0)])  # an empty range writes nothing
+        assert s.stats()["docs"] == 2
+        assert s.doc("a", T0) == doc("a", 2)
+        assert s.doc("b", T0) == doc("b", 3)
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def test_path_under_a_file_is_a_clear_store_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    with pytest.raises(StoreUnavailable, match="cannot create the directory") as e:
+        SqliteStore(blocker / "store.db")
+    assert str(blocker / "store.db") in str(e.value)
+
+
+def test_path_that_is_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="is a directory"):
+        SqliteStore(tmp_path)
+
+
+def test_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    path.write_bytes(b"this is not sqlite at all, just some bytes" * 100)
+    with pytest.raises(StoreError, match="not an SQLite database"):
+        SqliteStore(path)
+
+
+def test_closed_store(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "store.db")
+    s.close()
+    s.close()  # idempotent
+    with pytest.raises(StoreError, match="closed"):
+        s.get("a")
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"kind": "note"}, "needs a string 'id'"),
+        ({"id": 7, "kind": "note"}, "needs a string 'id'"),
+        ({"id": "x", "meta": {"v": float("nan")}}, "not JSON"),
+        ({"id": "x", "meta": {"v": {1, 2}}}, "not JSON"),
+    ],
+)
+def test_bad_document_is_refused_and_nothing_is_written(tmp_path: Path, bad: Any, message: str) -> None:
+    with SqliteStore(tmp_path / "store.db") as s:
+        with pytest.raises(StoreError, match=message):
+            s.submit([Put(doc("ok"), T0), Put(bad, T0)])
+        assert s.get("ok") is None
+        assert s.latest_tx() is None
+        assert s.put(doc("ok"), T0).committed  # and the write lock was not left held
+
+
+def test_bad_valid_time_is_refused(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "store.db") as s, pytest.raises(StoreError, match="epoch milliseconds"):
+        s.submit([Put(doc("a"), 1.5)])  # type: ignore[arg-type]
+
+
+# -- eviction ----------------------------------------------------------------------------------
+
+
+def test_evict_leaves_no_copy_in_the_files(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    secret = "s3cr3t-7f0c1e9a"
+    with SqliteStore(path) as s:
+        # a large content (overflow pages), a small one, and a secret in an indexed meta value
+        s.put({"id": "leak", "kind": "note", "content": (secret + "\n") * 2000, "meta": {"key": secret}}, T0)
+        s.put({"id": "leak", "kind": "note", "content": secret, "meta": {}}, T0 + 1)
+        # overwritten within its own tx: no row references this doc any more
+        s.submit([Put({"id": "leak", "kind": "note", "content": secret * 2}, T0 + 2), Put(doc("leak"), T0 + 2)])
+        s.submit([Put(doc(f"other-{i}", i), T0) for i in range(200)])
+        s.submit([Evict("leak")])
+        assert s.stats()["docs"] == 200
+        # while the store is still open, so the WAL file is there too
+        files = [p for p in tmp_path.iterdir() if p.name.startswith("store.db")]
+        assert secret.encode() not in b"".join(p.read_bytes() for p in files)
+
+
+# -- concurrency -------------------------------------------------------------------------------
+
+
+def _writer(path: str, name: str, txs: int, per_tx: int) -> list[int]:
+    """Child process: ``txs`` transactions of ``per_tx`` puts each; returns the tx ids."""
+    ids = []
+    with SqliteStore(Path(path)) as s:
+        for t in range(txs):
+            tx = s.submit([Put(doc(f"{name}-{t}-{i}", i, writer=name), T0 + t) for i in range(per_tx)])
+            assert tx.committed
+            ids.append(tx.id)
+    return ids
+
+
+def test_two_processes_writing_one_file_lose_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    txs, per_tx = 60, 20
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        results = [pool.apply_async(_writer, (str(path), name, txs, per_tx)) for name in ("p", "q")]
+        tx_ids = [r.get(timeout=300) for r in results]
+    all_ids = tx_ids[0] + tx_ids[1]
+    assert len(set(all_ids)) == len(all_ids) == 2 * txs
+    assert all(sorted(ids) == ids for ids in tx_ids)  # each writer saw its tx ids increase
+    with SqliteStore(path) as s:
+        latest = s.latest_tx()
+        assert latest is not None and latest.id == max(all_ids) == 2 * txs
+        for name in ("p", "q"):
+            found = s.find("note", {"writer": name})
+            assert len(found) == txs * per_tx
+        assert s.doc("q-59-19", T0 + 100) == doc("q-59-19", 19, writer="q")
+        assert s.stats()["versions"] == 2 * txs * per_tx

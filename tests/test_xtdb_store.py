@@ -1,0 +1,476 @@
+"""The XTDB backend's own concerns, against a real node: the document ↔ EDN mapping, each known
+XTDB 1.x pitfall, batching, and how transport failures are translated and retried.
+
+The bitemporal semantics themselves are pinned for every backend by tests/conformance.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import suppress
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import edn_format
+import httpx
+import pytest
+
+from context_os.errors import ConfigError, StoreError, StoreUnavailable
+from context_os.store import Delete, Evict, Match, Put, open_store
+from context_os.store.base import now_ms
+from context_os.store.xtdb import XtdbStore, _iso, _ms
+
+pytestmark = pytest.mark.xtdb
+
+DAY_MS = 86_400_000
+
+
+@pytest.fixture
+def xs(xtdb_url: str) -> Iterator[XtdbStore]:
+    s = XtdbStore(xtdb_url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _raw(xs: XtdbStore, method: str, endpoint: str, **kw: Any) -> httpx.Response:
+    """Talk to the node directly, to see what XTDB itself stores and answers."""
+    headers = {"Accept": "application/edn", **kw.pop("headers", {})}
+    return httpx.request(method, f"{xs.base}/_xtdb/{endpoint}", headers=headers, timeout=30, **kw)
+
+
+def _raw_submit(xs: XtdbStore, tx_ops: str) -> httpx.Response:
+    r = _raw(
+        xs,
+        "POST",
+        "submit-tx",
+        content=("{:tx-ops [" + tx_ops + "]}").encode(),
+        headers={"Content-Type": "application/edn", "Accept": "application/edn"},
+    )
+    if r.status_code == 202:
+        tx_id = edn_format.loads(r.text)[edn_format.Keyword("xtdb.api/tx-id")]
+        assert _raw(xs, "GET", "await-tx", params={"tx-id": tx_id}).status_code == 200
+    return r
+
+
+TRICKY_STRINGS = [
+    "",
+    "plain",
+    'quote " and backslash \\ and \\n literal',
+    "newline\n tab\t cr\r formfeed\f backspace\b",
+    "control \x00 \x01 \x1f \x7f",
+    "unicode é ü 中文 עברית 😀 🏳️‍🌈 e\u0301",
+    "\u2028 line separator",
+    ":looks-like-a-keyword",
+    '#inst "2020-01-01T00:00:00Z"',
+    "nil",
+    '#xtdb/id "00"',
+    "\\u00e9 escaped-looking",
+]
+
+
+def _rich_doc(doc_id: str, path: str) -> dict[str, Any]:
+    return {
+        "id": doc_id,
+        "kind": "file",
+        "content": {
+            "strings": TRICKY_STRINGS,
+            "numbers": [0, -1, 2**62, 2**63 + 5, -(2**70), 1.0, -2.5, 1e-7, 1.5e300, 0.1 + 0.2],
+            "nested": {"a": {"b": {"c": [None, True, False, [], {}, [[]], {"": None}]}}},
+            "many_keys": {f"k{i}": i for i in range(20)},
+            "null": None,
+        },
+        "meta": {
+            "path": path,
+            "size": 1234,
+            "ratio": 0.25,
+            "flag": False,
+            "nothing": None,
+            "tags": ["a", "b"],
+            "nested": {"x": [1, {"y": "z"}]},
+            "with space": 1,
+            "with/slash": 2,
+            "1digit": 3,
+            "": 4,
+            "ünï": 5,
+            "xt/id": "not the id",
+            "dotted.key": 6,
+        },
+        "content_hash": "b3:00",
+        "meta_hash": "b3:01",
+        "object_hash": "b3:02",
+        "extra top/level": {"kept": True},
+    }
+
+
+def _same_types(a: Any, b: Any) -> bool:
+    """Equal values of equal types all the way down (1 vs 1.0 vs True matter here)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_types(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same_types(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b)))
+
+
+# -- the document mapping ----------------------------------------------------------------------
+
+
+def test_documents_round_trip_exactly(xs: XtdbStore, uid: str) -> None:
+    doc = _rich_doc(f"file:{uid}", f"src/{uid}.py")
+    xs.put(doc, valid_from=1_600_000_000_000)
+    got = xs.doc(doc["id"])
+    assert got == doc
+    assert _same_types(got, doc)
+    [v] = xs.history(doc["id"])
+    assert _same_types(v.doc, doc)
+    [found] = xs.find("file", {"path": f"src/{uid}.py", "with space": 1})
+    assert found.id == doc["id"] and _same_types(found.doc, doc)
+
+
+def test_dicts_come_back_with_sorted_keys_like_sqlite(xs: XtdbStore, uid: str) -> None:
+    # XTDB keeps maps of more than 8 entries as hash maps: key order is lost, so both stores
+    # return sorted keys at every level.
+    doc: dict[str, Any] = {
+        "id": f"x:{uid}",
+        "meta": {"z": 1, "a": 2},
+        "kind": "k",
+        "content": {f"k{i}": i for i in (9, 3, 7)},
+    }
+    xs.put(doc)
+    got = xs.doc(doc["id"])
+    assert got is not None
+    assert list(got) == sorted(doc)
+    assert list(got["meta"]) == ["a", "z"]
+    assert list(got["content"]) == ["k3", "k7", "k9"]
+
+
+def test_empty_and_absent_meta_stay_distinct(xs: XtdbStore, uid: str) -> None:
+    xs.submit([Put({"id": f"a:{uid}", "kind": "k", "meta": {}}), Put({"id": f"b:{uid}", "kind": "k"})])
+    assert xs.doc(f"a:{uid}") == {"id": f"a:{uid}", "kind": "k", "meta": {}}
+    assert xs.doc(f"b:{uid}") == {"id": f"b:{uid}", "kind": "k"}
+
+
+def test_documents_that_are_not_json_are_refused_before_sending(xs: XtdbStore, uid: str) -> None:
+    before = xs.latest_tx()
+    bad: list[Any] = [
+        {"id": f"x:{uid}", "meta": {"n": math.nan}},
+        {"id": f"x:{uid}", "meta": {1: "int key"}},
+        {"id": f"x:{uid}", "content": {"a set": {1, 2}}},
+        {"id": 42},
+        {"kind": "no id"},
+    ]
+    for doc in bad:
+        with pytest.raises(StoreError):
+            xs.put(doc)
+    with pytest.raises(StoreError, match="valid_from"):
+        xs.put({"id": f"x:{uid}"}, valid_from=1.5)  # type: ignore[arg-type]
+    assert xs.latest_tx() == before
+    assert xs.get(f"x:{uid}") is None
+
+
+# -- each known pitfall -----------------------------------------------------------------------
+
+
+def test_pitfall_document_keys_must_be_keywords(xs: XtdbStore, uid: str) -> None:
+    # XTDB refuses string keys outright...
+    r = _raw_submit(xs, f'[:xtdb.api/put {{"xt/id" "raw:{uid}" "kind" "k"}}]')
+    assert r.status_code == 400
+    assert "invalid doc" in r.text
+    # ...so ours are written as keywords, and meta attributes are plain Datalog attributes.
+    xs.put({"id": f"kw:{uid}", "kind": "k", "meta": {"path": f"p-{uid}", "with space": 1}})
+    stored = _raw(xs, "GET", "entity", params={"eid-edn": f'"kw:{uid}"'}).text
+    assert ':xt/id "kw:' in stored and ":kind " in stored and f':meta/path "p-{uid}"' in stored
+    q = f'{{:query {{:find [e] :where [[e :meta/path "p-{uid}"]]}}}}'
+    r = _raw(xs, "POST", "query", content=q.encode(), headers={"Content-Type": "application/edn"})
+    assert edn_format.loads(r.text) == ((f"kw:{uid}",),) or list(map(list, edn_format.loads(r.text))) == [[f"kw:{uid}"]]
+
+
+def test_pitfall_inst_has_millisecond_precision(xs: XtdbStore, uid: str) -> None:
+    times = [1_700_000_000_123, 1_700_000_000_999, 1, 0, -1, -62_135_596_800_000 + 7]  # ms edges, year 1
+    for i, t in enumerate(times):
+        xs.put({"id": f"t:{uid}:{i}", "kind": "k"}, valid_from=t)
+        v = xs.get(f"t:{uid}:{i}", valid_time=t)
+        assert v is not None and v.valid_time == t
+        assert xs.get(f"t:{uid}:{i}", valid_time=t - 1) is None
+    # The conversions are exact integer arithmetic both ways.
+    for t in [0, 1, -1, 999, 1_000, 1_699_999_999_999, 253_402_300_799_999]:
+        text = _iso(t)
+        assert len(text.split(".")[1]) == 4  # "mmmZ"
+        assert _ms(datetime.fromisoformat(text.replace("Z", "+00:00"))) == t
+    with pytest.raises(StoreError, match="outside the years"):
+        _iso(253_402_300_800_000)
+
+
+def test_pitfall_responses_carry_xtdb_id_tags(xs: XtdbStore, uid: str) -> None:
+    xs.submit([Put({"id": f"h:{uid}", "kind": "k"}, valid_from=1_000), Delete(f"h:{uid}", valid_from=2_000)])
+    raw = _raw(xs, "GET", "entity-tx", params={"eid-edn": f'"h:{uid}"', "valid-time": _iso(1_500)}).text
+    assert "#xtdb/id" in raw
+    # Read through the tag handler: the deletion is recognised by XTDB's nil content hash.
+    versions = xs.history(f"h:{uid}", with_docs=False)
+    assert [(v.valid_time, v.deleted, v.doc) for v in versions] == [(1_000, False, None), (2_000, True, None)]
+
+
+def test_pitfall_id_type_is_part_of_identity(xs: XtdbStore, uid: str) -> None:
+    n = int(uid, 16) % 10**9
+    assert _raw_submit(xs, f'[:xtdb.api/put {{:xt/id {n} :kind "int-id"}}]').status_code == 202
+    assert xs.get(str(n)) is None  # the string "123" is another entity than the integer 123
+    xs.put({"id": str(n), "kind": "string-id"})
+    assert xs.doc(str(n)) == {"id": str(n), "kind": "string-id"}
+    with pytest.raises(StoreError, match="ids are strings"):
+        xs.get(n)  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match="ids are strings"):
+        xs.submit([Delete(n)])  # type: ignore[arg-type]
+
+
+def test_pitfall_history_stops_at_the_queried_valid_time(xs: XtdbStore, uid: str) -> None:
+    doc_id = f"f:{uid}"
+    future = now_ms() + DAY_MS
+    xs.submit([Put({"id": doc_id, "kind": "k", "v": 1}, valid_from=1_000)])
+    xs.submit([Put({"id": doc_id, "kind": "k", "v": 2}, valid_from=future)])
+    # The future version exists...
+    assert xs.doc(doc_id, valid_time=future) == {"id": doc_id, "kind": "k", "v": 2}
+    # ...but history is read as of now: ascending ends there, descending starts there.
+    assert [v.valid_time for v in xs.history(doc_id, "asc")] == [1_000]
+    assert [v.valid_time for v in xs.history(doc_id, "desc")] == [1_000]
+    assert [v.valid_time for v in xs.history(doc_id, "desc", start_valid_time=future + 1)] == [1_000]
+
+
+def test_pitfall_edn_not_json(xs: XtdbStore, uid: str) -> None:
+    # JSON answers cut times to whole seconds; every request asks for EDN.
+    assert xs._client.headers["accept"] == "application/edn"
+    r = _raw(xs, "GET", "latest-completed-tx", headers={"Accept": "application/edn"})
+    assert "#inst" in r.text
+    xs.put({"id": f"j:{uid}", "kind": "k"}, valid_from=1_234_567)
+    v = xs.get(f"j:{uid}", valid_time=1_234_567)
+    assert v is not None and v.valid_time == 1_234_567
+
+
+# -- transactions -----------------------------------------------------------------------------
+
+
+def test_a_batch_is_one_transaction(xs: XtdbStore, uid: str) -> None:
+    ops = [Put({"id": f"b:{uid}:{i}", "kind": "batch", "meta": {"batch": uid, "i": i}}) for i in range(50)]
+    tx = xs.submit(ops)
+    assert tx.committed
+    found = xs.find("batch", {"batch": uid})
+    assert len(found) == 50
+    assert {v.tx_id for v in found} == {tx.id}
+    assert {v.tx_time for v in found} == {tx.time}
+    latest = xs.latest_tx()
+    assert latest is not None and latest.id >= tx.id
+
+
+def test_failed_match_is_a_recorded_uncommitted_tx(xs: XtdbStore, uid: str) -> None:
+    doc: dict[str, Any] = {"id": f"m:{uid}", "kind": "k", "meta": {"n": 1}}
+    xs.put(doc)
+    current = xs.doc(doc["id"])
+    ok = xs.submit([Match(doc["id"], current), Put({**doc, "meta": {"n": 2}})])
+    assert ok.committed
+    failed = xs.submit([Match(doc["id"], current), Put({**doc, "meta": {"n": 3}})])
+    assert not failed.committed
+    assert failed.id > ok.id
+    assert xs.doc(doc["id"]) == {**doc, "meta": {"n": 2}}
+    assert xs.submit([Match(f"absent:{uid}", None)]).committed
+    assert not xs.submit([Match(doc["id"], None)]).committed
+
+
+def test_evict_erases_every_version(xs: XtdbStore, uid: str) -> None:
+    doc_id = f"secret:{uid}"
+    xs.submit([Put({"id": doc_id, "kind": "k", "content": "leaked"}, valid_from=1_000)])
+    xs.submit([Put({"id": doc_id, "kind": "k", "content": "still leaked"})])
+    tx = xs.submit([Evict(doc_id)])
+    assert tx.committed
+    assert xs.get(doc_id) is None
+    assert xs.get(doc_id, valid_time=1_500, tx_id=tx.id - 1) is None
+    assert xs.history(doc_id) == []
+
+
+def test_find_compares_values_as_the_sqlite_store_does(xs: XtdbStore, uid: str) -> None:
+    values: dict[str, Any] = {"int": 1, "float": 1.0, "bool": True, "str": "1", "list": [1, 2], "none": None}
+    xs.submit([Put({"id": f"n:{uid}:{k}", "kind": f"num-{uid}", "meta": {"n": v}}) for k, v in values.items()])
+
+    def ids(where: dict[str, Any]) -> list[str]:
+        return [v.id.rsplit(":", 1)[1] for v in xs.find(f"num-{uid}", where)]
+
+    assert ids({"n": 1}) == ["float", "int"]  # XTDB alone would tell 1 from 1.0
+    assert ids({"n": 1.0}) == ["float", "int"]
+    assert ids({"n": True}) == ["bool"]
+    assert ids({"n": "1"}) == ["str"]
+    assert ids({"n": [1, 2]}) == ["list"]  # XTDB alone would match a list by its elements
+    assert ids({"n": 2}) == []
+    assert ids({"n": None}) == ["none"]
+    assert ids({"missing": None}) == []
+    assert len(xs.find(f"num-{uid}")) == len(values)
+
+
+# -- transport: errors and retries ------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_nothing_listening_is_store_unavailable() -> None:
+    url = f"xtdb+http://127.0.0.1:{_free_port()}"
+    with XtdbStore(url, timeout=5) as s:
+        s.BACKOFF_S = 0.01
+        for call in (
+            lambda: s.get("x"),
+            lambda: s.put({"id": "x"}),
+            lambda: s.history("x"),
+            lambda: s.find("k"),
+            lambda: s.latest_tx(),
+            lambda: s.stats(),
+        ):
+            with pytest.raises(StoreUnavailable, match=r"http://127\.0\.0\.1:\d+ cannot be reached"):
+                call()
+
+
+def test_urls() -> None:
+    assert XtdbStore("xtdb+http://127.0.0.1:3000/").base == "http://127.0.0.1:3000"
+    assert XtdbStore("http://127.0.0.1:3000").url == "xtdb+http://127.0.0.1:3000"
+    assert isinstance(open_store("xtdb+http://127.0.0.1:3000"), XtdbStore)
+    with pytest.raises(ConfigError):
+        XtdbStore("xtdb+ftp://x")
+
+
+class _FlakyProxy:
+    """A TCP proxy to the node that drops the first ``drop`` connections after reading the request.
+
+    A real network fault, not a fake node: from the client's side the server disconnects
+    without answering, as a restarting node or a dying keep-alive connection does.
+    """
+
+    def __init__(self, target: tuple[str, int], drop: int) -> None:
+        self.target = target
+        self.drop = drop
+        self.accepted = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.accepted <= self.drop:
+                conn.recv(65536)
+                conn.close()
+                continue
+            upstream = socket.create_connection(self.target)
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _proxy_to(xs: XtdbStore, drop: int) -> _FlakyProxy:
+    host, port = httpx.URL(xs.base).host, httpx.URL(xs.base).port
+    assert port is not None
+    return _FlakyProxy((host, port), drop)
+
+
+def test_reads_are_retried_after_a_dropped_connection(xs: XtdbStore, uid: str) -> None:
+    xs.put({"id": f"r:{uid}", "kind": "k"})
+    proxy = _proxy_to(xs, drop=2)
+    try:
+        with XtdbStore(f"xtdb+http://127.0.0.1:{proxy.port}") as flaky:
+            flaky.BACKOFF_S = 0.01
+            assert flaky.doc(f"r:{uid}") == {"id": f"r:{uid}", "kind": "k"}
+        assert proxy.accepted >= 3
+    finally:
+        proxy.close()
+
+
+def test_reads_give_up_after_the_retries(xs: XtdbStore) -> None:
+    proxy = _proxy_to(xs, drop=XtdbStore.RETRIES + 1)
+    try:
+        with XtdbStore(f"xtdb+http://127.0.0.1:{proxy.port}") as flaky:
+            flaky.BACKOFF_S = 0.01
+            with pytest.raises(StoreUnavailable, match="connection lost"):
+                flaky.get("anything")
+        assert proxy.accepted == XtdbStore.RETRIES + 1
+    finally:
+        proxy.close()
+
+
+def test_a_submit_is_not_retried_once_sent(xs: XtdbStore, uid: str) -> None:
+    proxy = _proxy_to(xs, drop=1)
+    try:
+        with XtdbStore(f"xtdb+http://127.0.0.1:{proxy.port}") as flaky:
+            flaky.BACKOFF_S = 0.01
+            with pytest.raises(StoreUnavailable, match="connection lost during POST /_xtdb/submit-tx"):
+                flaky.put({"id": f"once:{uid}", "kind": "k"})
+        assert proxy.accepted == 1
+    finally:
+        proxy.close()
+    assert xs.get(f"once:{uid}") is None  # the proxy never forwarded it
+
+
+class _NotXtdb(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        body = b"<html>not an XTDB node</html>"
+        self.send_response(404 if "entity" in self.path else 200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_answers_that_are_not_edn_are_store_errors() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotXtdb)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with XtdbStore(f"xtdb+http://127.0.0.1:{server.server_address[1]}") as s:
+            with pytest.raises(StoreError, match=r"not EDN .*text/html.*<html>") as e:
+                s.stats()
+            assert not isinstance(e.value, StoreUnavailable)
+            # a 404 page from something else is not XTDB saying "no such entity"
+            with pytest.raises(StoreError, match="HTTP 404"):
+                s.get("anything")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_server_errors_name_the_node_and_the_reason(xs: XtdbStore) -> None:
+    latest = xs.latest_tx()
+    assert latest is not None
+    with pytest.raises(StoreError, match=rf"XTDB node at {xs.base}: .*HTTP 400.*out of sync"):
+        xs.get("anything", tx_id=latest.id + 1_000_000)
+
+
+def test_stats_report_the_node(xs: XtdbStore) -> None:
+    stats = xs.stats()
+    assert stats["backend"] == "xtdb"
+    assert stats["url"] == xs.url
+    assert stats["xtdb.version/version"].startswith("1.")
