@@ -66,8 +66,11 @@ def test_inspect_lists_versions_with_hashes_and_state_changes(demo):
         assert v["content_hash"].startswith("b3:")
     tx_ids = [v["tx_id"] for v in versions]
     assert tx_ids == sorted(tx_ids)
-    tool = next(r for r in json.loads(ctxos("frame", "d1", "10", "--json", store=db).stdout)["refs"]
-                if r["id"].startswith("toolcall:"))
+    tool = next(
+        r
+        for r in json.loads(ctxos("frame", "d1", "10", "--json", store=db).stdout)["refs"]
+        if r["id"].startswith("toolcall:")
+    )
     changes = json.loads(ctxos("inspect", tool["id"], "--states", "--json", store=db).stdout)
     assert changes[-1]["actor"] == "policy" and changes[-1]["state"] == "inactive"
     human = ctxos("inspect", tool["id"], store=db).stdout
@@ -117,7 +120,7 @@ def test_status_and_sessions(demo):
     status = json.loads(ctxos("status", "--json", store=db).stdout)
     assert status["store"] == f"sqlite://{db}" and status["by_kind"]["frame"] == 88
     sessions = json.loads(ctxos("sessions", "--json", store=db).stdout)
-    assert {"session": "d1", "harness": "openai", "turns": 88} .items() <= sessions[0].items()
+    assert {"session": "d1", "harness": "openai", "turns": 88}.items() <= sessions[0].items()
 
 
 def test_errors_are_one_line_and_exit_1(tmp_path):

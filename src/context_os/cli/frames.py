@@ -21,8 +21,9 @@ def frames_cmd(ctx: click.Context, session_id: str, as_json: bool) -> None:
     """One row per turn: tokens of the full transcript vs assembled, objects active/inactive."""
     with store_from(ctx) as store:
         docs = sorted(
-            (v for v in store.find("frame", {"session": session_id}) if v.doc), key=lambda v: v.doc["meta"]["turn"]
-        )  # type: ignore[index]
+            (v for v in store.find("frame", {"session": session_id}) if v.doc),
+            key=lambda v: (v.doc or {})["meta"]["turn"],
+        )
         if not docs:
             raise NotFound(f"no frames for session {session_id!r} in {store.url}")
         view = load_view(store, session_id)

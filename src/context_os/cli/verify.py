@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -20,7 +21,9 @@ def verify_cmd(ctx: click.Context, check_frames: bool, as_json: bool) -> None:
     """Re-hash stored documents and report any that no longer match their hashes."""
     with store_from(ctx) as store:
         current = store.find()
-        checked, bad, frames_ok, frames_bad = 0, [], 0, []
+        checked, frames_ok = 0, 0
+        bad: list[dict[str, Any]] = []
+        frames_bad: list[dict[str, Any]] = []
         with progress(current, length=len(current), label="verifying", enabled=not as_json) as bar:
             for cur in bar:
                 for v in store.history(cur.id, with_docs=True):

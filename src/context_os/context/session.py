@@ -217,7 +217,7 @@ class Session:
             entry["tool_calls"] = calls
         if m["role"] == "tool":
             call_id = m.get("tool_call_id", "")
-            oid = self._call_objects.pop(call_id, None) or self._toolcall_id(call_id, i)
+            oid = self._call_objects.pop(call_id, "") or self._toolcall_id(call_id, i)
             text = m.get("text") or ""
             entry["text"] = None
             entry["tool_call_id"] = call_id
@@ -614,27 +614,25 @@ def load_view(store: Store, session_id: str, *, valid_time: int | None = None, t
         if st.doc is None:
             continue
         oid = st.doc["meta"]["object"]
-        v = docs.get(oid) or store.get(oid, valid_time, tx_id)
-        if v is None or v.doc is None:
-            continue
         content = st.doc["content"]
         shown = st.doc["meta"].get("shown")
-        if shown is not None:
-            v = store.get(oid, shown[0], shown[1])
-            if v is None or v.doc is None:
-                continue
+        # the exact version the session showed, else the one in force at the basis
+        found = store.get(oid, shown[0], shown[1]) if shown else (docs.get(oid) or store.get(oid, valid_time, tx_id))
+        if found is None or found.doc is None:
+            continue
+        v, doc = found, found.doc
         view.add_object(
             ObjInfo(
                 id=oid,
-                kind=v.doc["kind"],
-                meta=v.doc.get("meta", {}),
-                content=v.doc.get("content"),
+                kind=doc["kind"],
+                meta=doc.get("meta", {}),
+                content=doc.get("content"),
                 state=content["state"],
                 pinned=content["pinned"],
                 collapsed=content["collapsed"],
                 seq=st.doc["meta"].get("seq", 0),
                 since=st.doc["meta"].get("since", 0),
-                version=(v.valid_time, v.tx_id, v.doc["object_hash"]),
+                version=(v.valid_time, v.tx_id, doc["object_hash"]),
                 entry=entry_of.get(oid),
                 call_entry=call_entry_of.get(oid),
                 newer=st.doc["meta"].get("newer"),

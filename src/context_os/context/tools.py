@@ -7,6 +7,7 @@ Results are JSON strings so any harness can hand them to the model as tool outpu
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import ContextOSError, InputError
@@ -51,7 +52,7 @@ def call_tool(session: Session, name: str, arguments: str | dict[str, Any]) -> s
         args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
         if not isinstance(args, dict) or not isinstance(args.get("id"), str):
             raise InputError(f'{name} takes {{"id": "<object id>"}}, got {arguments!r}')
-        ops = {
+        ops: dict[str, Callable[[str], dict[str, Any]]] = {
             "activate": session.activate,
             "deactivate": session.deactivate,
             "pin": session.pin,

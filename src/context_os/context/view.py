@@ -23,7 +23,7 @@ from ..hashing import canonical_json, hash_value
 from .entries import Entry, Msg, ToolCall, estimate_tokens, msg_chars
 from .policy import RetentionPolicy
 
-__all__ = ["ObjInfo", "Rendered", "SessionView", "Unit", "stub_text"]
+__all__ = ["ObjInfo", "Rendered", "SessionView", "Unit", "active_text", "stub_text"]
 
 _CHECKPOINT = 64
 TAIL_OPEN = "<context_os>"
@@ -95,6 +95,26 @@ def stub_text(obj: ObjInfo) -> str:
         f"[context_os: output collapsed] {m.get('name', 'tool')} result{status}, {obj.tokens} tokens, "
         f'stored as {obj.id}.{first} To see it again call activate(id="{obj.id}").'
     )
+
+
+def active_text(obj: ObjInfo) -> str:
+    """What the active pool shows of an object: its content, cut to ``meta.context_chars``
+    characters when that is set (large files: the full text stays stored), or, when an object has
+    no content and ``meta.content_omitted`` says why (binary, secret, missing file), that reason."""
+    c = obj.content
+    if c is None and obj.meta.get("content_omitted"):
+        return f"[context_os: no content to show: {obj.meta['content_omitted']}]"
+    if not isinstance(c, str):
+        return canonical_json(c).decode()
+    limit = obj.meta.get("context_chars")
+    if isinstance(limit, int) and not isinstance(limit, bool) and 0 <= limit < len(c):
+        cut = c.rfind("\n", 0, limit) + 1
+        cut = cut if cut > limit // 2 else limit  # end on a line break when one is near
+        return (
+            c[:cut] + f"\n[context_os: truncated for context: showing {cut:,} of {len(c):,} characters; "
+            f"the full text is stored in {obj.id}]"
+        )
+    return c
 
 
 def _synthetic_result(call: ToolCall) -> Msg:
@@ -312,7 +332,7 @@ class SessionView:
                 if call is not None:
                     lines.append(f"call: {call['name']} {_args_text(call['arguments'])}")
                     lines.append("output:")
-                lines.append(o.content if isinstance(o.content, str) else canonical_json(o.content).decode())
+                lines.append(active_text(o))
                 lines.append("</object>")
         lines.append(TAIL_CLOSE)
         return [{"role": "user", "text": "\n".join(lines)}]
