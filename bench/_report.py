@@ -46,9 +46,6 @@ def write_section(title: str, body: str) -> None:
     stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine()}._\n\n"
     section = f"## {title}\n\n{stamp}{body.strip()}\n"
     pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
+    text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text(text.rstrip("\n") + "\n")

@@ -290,10 +290,7 @@ class SessionView:
             return
         old = self._units[pos]
         e = self.entries[entry_index]
-        if e["role"] == "tool":
-            msgs = self._tool_msgs(e, paired=old.msgs[0]["role"] == "tool")
-        else:
-            msgs = self._entry_msgs(e)
+        msgs = self._tool_msgs(e, paired=old.msgs[0]["role"] == "tool") if e["role"] == "tool" else self._entry_msgs(e)
         new = _unit(entry_index, msgs)
         self._dirty_from = min(self._dirty_from, pos)
         self._units[pos] = new
