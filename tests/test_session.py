@@ -105,8 +105,7 @@ def test_every_state_change_is_recorded_with_actor_and_reason(db):
     hook.call_tool("activate", {"id": "toolcall:s1:c0"})
     changes = hook.session.state_changes("toolcall:s1:c0")
     got = [(v.doc["content"]["state"], v.doc["meta"]["actor"], v.doc["meta"]["reason"]) for v in changes]
-    assert got == [
-        ("active", "system", "new tool result"),
+    assert got == [  # arriving active is not a change: the first version is the collapse
         ("inactive", "policy", "3 turns old"),
         ("active", "agent", "activate"),
     ]
@@ -324,7 +323,9 @@ def test_shown_objects_go_stale_but_never_reload_by_themselves(db):
 
 def test_full_chat_pages_are_named_by_one_aggregate_ref(db):
     hook = hook_for(db)
-    msgs = coding_session(70)  # 142 messages: two full pages and a partial one
+    from context_os.context.session import PAGE_SIZE
+
+    msgs = coding_session(PAGE_SIZE)  # 2 + 2 * PAGE_SIZE messages: two full pages and a partial one
     hook.transform_context(msgs)
     frame = hook.session.frames()[-1]
     refs = frame["content"]["refs"]

@@ -25,7 +25,7 @@ from .view import ObjInfo, Rendered, SessionView, page_id
 
 __all__ = ["PAGE_SIZE", "Assembly", "Session", "SyncReport", "load_view"]
 
-PAGE_SIZE = 64
+PAGE_SIZE = 16
 """Chat entries per chat page: appending a message rewrites one page, never the history."""
 
 LOCKED_PREFIXES = ("chat:", "session:", "frame:", "state:")
@@ -88,7 +88,7 @@ class Session:
         self._call_names: dict[str, str] = {}
         self._call_objects: dict[str, str] = {}
         self._call_entries: dict[str, int] = {}
-        self._seq = max((o.seq for o in view.objects.values()), default=0)
+        self._seq = max((o.seq for o in view.objects.values() if o.kind != "toolcall"), default=0)
         # size of the unmanaged transcript (what the harness would have sent), kept incrementally
         self._full = sum(view.entries[i].get("ft", 0) for i in view.visible)
 
@@ -222,7 +222,6 @@ class Session:
             entry["text"] = None
             entry["tool_call_id"] = call_id
             entry["object"] = oid
-            self._seq += 1
             obj = ObjInfo(
                 id=oid,
                 kind="toolcall",
@@ -238,15 +237,15 @@ class Session:
                 },
                 content=text,
                 state="active",
-                seq=self._seq,
+                seq=i,
                 since=view.turn + 1,
                 entry=i,
                 call_entry=self._call_entries.pop(call_id, None),
             )
             view.add_object(obj)
             doc = ToolcallDoc(id=oid, content=text, meta=obj.meta).to_doc()
+            # arriving, a result is active in its place: only later changes are state versions
             self._queue(doc, ("obj", obj))
-            self._record_state(obj, "system", "new tool result")
         view.entries.append(entry)
         view.visible.append(i)
         self._full += entry["ft"]
@@ -266,6 +265,7 @@ class Session:
         self._full -= sum(view.entries[i].get("ft", 0) for i in gone)
         del view.visible[keep:]
         view.reset_render()
+        self._queue_session_doc()
 
     # --- persistence -------------------------------------------------------------------------
 
@@ -601,41 +601,52 @@ def load_view(store: Store, session_id: str, *, valid_time: int | None = None, t
         assert v.doc is not None
         view.entries.extend(v.doc["content"])
         view.pages[v.doc["meta"]["page"]] = (v.valid_time, v.tx_id, v.doc["object_hash"])
-    entries_n = meta.get("entries", len(view.entries))
-    del view.entries[entries_n:]
+    # the pages are the truth of what was ingested; the session doc says what was retired
     retired = {i for lo, hi in meta.get("retired", []) for i in range(lo, hi)}
-    view.visible = [e["i"] for e in view.entries if e["i"] not in retired][: meta.get("cursor")]
+    view.visible = [e["i"] for e in view.entries if e["i"] not in retired]
     entry_of = {e["object"]: e["i"] for e in view.entries if e.get("object") and e["role"] == "tool"}
     call_entry_of = {c["object"]: e["i"] for e in view.entries for c in e.get("tool_calls") or () if c.get("object")}
-    docs = {
-        v.id: v for v in store.find("toolcall", {"session": session_id}, valid_time=valid_time, tx_id=tx_id) if v.doc
+    states = {
+        st.doc["meta"]["object"]: st.doc
+        for st in store.find("state", {"session": session_id}, valid_time=valid_time, tx_id=tx_id)
+        if st.doc is not None
     }
-    for st in store.find("state", {"session": session_id}, valid_time=valid_time, tx_id=tx_id):
-        if st.doc is None:
-            continue
-        oid = st.doc["meta"]["object"]
-        content = st.doc["content"]
-        shown = st.doc["meta"].get("shown")
+    for v in store.find("toolcall", {"session": session_id}, valid_time=valid_time, tx_id=tx_id):
+        if v.doc is not None:
+            view.add_object(_loaded(v, states.pop(v.id, None), entry_of.get(v.id), call_entry_of.get(v.id)))
+    for oid, st in states.items():
+        shown = st["meta"].get("shown")
         # the exact version the session showed, else the one in force at the basis
-        found = store.get(oid, shown[0], shown[1]) if shown else (docs.get(oid) or store.get(oid, valid_time, tx_id))
-        if found is None or found.doc is None:
-            continue
-        v, doc = found, found.doc
-        view.add_object(
-            ObjInfo(
-                id=oid,
-                kind=doc["kind"],
-                meta=doc.get("meta", {}),
-                content=doc.get("content"),
-                state=content["state"],
-                pinned=content["pinned"],
-                collapsed=content["collapsed"],
-                seq=st.doc["meta"].get("seq", 0),
-                since=st.doc["meta"].get("since", 0),
-                version=(v.valid_time, v.tx_id, doc["object_hash"]),
-                entry=entry_of.get(oid),
-                call_entry=call_entry_of.get(oid),
-                newer=st.doc["meta"].get("newer"),
-            )
-        )
+        found = store.get(oid, shown[0], shown[1]) if shown else store.get(oid, valid_time, tx_id)
+        if found is not None and found.doc is not None:
+            view.add_object(_loaded(found, st, None, None))
     return view
+
+
+def _loaded(v: Version, state: dict[str, Any] | None, entry: int | None, call_entry: int | None) -> ObjInfo:
+    """An object as the store has it; a tool result without a state version is as it arrived."""
+    assert v.doc is not None
+    doc = v.doc
+    meta = doc.get("meta", {})
+    if state is None:
+        st, sm = (
+            {"state": "active", "pinned": False, "collapsed": False},
+            {"seq": entry or 0, "since": meta.get("turn", 0)},
+        )
+    else:
+        st, sm = state["content"], state["meta"]
+    return ObjInfo(
+        id=v.id,
+        kind=doc["kind"],
+        meta=meta,
+        content=doc.get("content"),
+        state=st["state"],
+        pinned=st["pinned"],
+        collapsed=st["collapsed"],
+        seq=sm.get("seq", 0),
+        since=sm.get("since", 0),
+        version=(v.valid_time, v.tx_id, doc["object_hash"]),
+        entry=entry,
+        call_entry=call_entry,
+        newer=sm.get("newer"),
+    )
