@@ -230,7 +230,6 @@ class Session:
                     "name": m.get("tool_name") or self._call_names.get(call_id, "tool"),
                     "call_id": call_id,
                     "turn": view.turn + 1,
-                    "chars": len(text),
                     "tokens": estimate_tokens(len(text)),
                     "preview": _preview(text),
                     "is_error": bool(m.get("is_error", False)),
@@ -345,7 +344,7 @@ class Session:
                 id=page_id(self.id, page),
                 kind="chat",
                 content=list(entries),
-                meta={"session": self.id, "page": page, "first": lo, "count": len(entries)},
+                meta={"session": self.id, "page": page},
             ).to_doc(content_json)
             self._queue(doc, ("page", page))
         self._dirty_pages.clear()
