@@ -8,12 +8,16 @@ Every error the library raises on purpose is a ``ContextOSError``. Backend excep
     ├── HashError                a stored document no longer matches its hashes
     ├── StoreError               anything the store could not do
     │   ├── StoreUnavailable     the backend cannot be reached (connection refused, timeout)
+    │   │   └── StoreUnreachable not even connected: nothing was sent, nothing changed
     │   ├── TxAborted            a transaction's ``match`` precondition failed
     │   ├── SchemaError          the store's schema is newer than this library
     │   └── NotFound             no document with that id (at that time)
     ├── InputError               a harness message or argument we cannot accept
     │   ├── MalformedMessage     wrong shape / unknown role / bad field; names index and field
-    │   └── ContentTooLarge      a single field exceeds the configured cap
+    │   ├── ContentTooLarge      a single field exceeds the configured cap
+    │   ├── PathDenied           a path outside the workspace and its allow-list, or escaping it by symlink
+    │   └── FileUnreadable       a named file cannot be read: missing, not a regular file, a symlink
+    │                            loop, permission denied
     ├── StateError               an operation the context model forbids
     │   └── LockedObject         deactivating a locked object (chat, system prompt)
     ├── InvalidOutput            an assembled context failed validation (a bug: please report)
@@ -28,16 +32,19 @@ __all__ = [
     "ConfigError",
     "ContentTooLarge",
     "ContextOSError",
+    "FileUnreadable",
     "HashError",
     "InvalidOutput",
     "InputError",
     "LockedObject",
     "MalformedMessage",
     "NotFound",
+    "PathDenied",
     "SchemaError",
     "StateError",
     "StoreError",
     "StoreUnavailable",
+    "StoreUnreachable",
     "TxAborted",
     "VerificationError",
 ]
@@ -61,6 +68,11 @@ class StoreError(ContextOSError):
 
 class StoreUnavailable(StoreError):
     """The store backend cannot be reached."""
+
+
+class StoreUnreachable(StoreUnavailable):
+    """No connection to the backend could be opened: the request was never sent, so nothing
+    changed (a write may safely wait and be sent later; see store/outbox.py)."""
 
 
 class TxAborted(StoreError):
@@ -95,6 +107,16 @@ class MalformedMessage(InputError):
 
 class ContentTooLarge(MalformedMessage):
     """A single message field is larger than the configured cap."""
+
+
+class PathDenied(InputError):
+    """A path the workspace policy refuses: outside the workspace and its allow-list, directly or
+    through a symlink."""
+
+
+class FileUnreadable(InputError):
+    """A named file cannot be read: it does not exist, is not a regular file (a directory, a FIFO,
+    a device), sits behind a symlink loop, or reading it was refused by the OS."""
 
 
 class StateError(ContextOSError):

@@ -11,6 +11,7 @@ hash the raw ones (for cursor checks), and take back ``Rendered``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,10 @@ from .entries import ROLES, Entry, Incoming, ToolCall, estimate_tokens, msg_char
 from .policy import RetentionPolicy
 from .view import ObjInfo, Rendered, SessionView, page_id
 
-__all__ = ["PAGE_SIZE", "Assembly", "Session", "SyncReport", "load_view"]
+__all__ = ["PAGE_SIZE", "Assembly", "Redact", "Session", "SyncReport", "load_view"]
+
+Redact = Callable[[str], tuple[str, int]]
+"""Removes secrets from a text: returns the cleaned text and how many were removed."""
 
 PAGE_SIZE = 16
 """Chat entries per chat page: appending a message rewrites one page, never the history."""
@@ -72,8 +76,18 @@ def _preview(text: str) -> str:
 class Session:
     """The context of one agent session, kept in a store."""
 
-    def __init__(self, store: Store, view: SessionView, *, harness: str, workspace: str | None, created: int):
+    def __init__(
+        self,
+        store: Store,
+        view: SessionView,
+        *,
+        harness: str,
+        workspace: str | None,
+        created: int,
+        redact: Redact | None = None,
+    ):
         self.store = store
+        self.redact = redact
         self.view = view
         self.harness = harness
         self.workspace = workspace
@@ -81,6 +95,7 @@ class Session:
         self.retired: list[list[int]] = []
         self._ops: list[Op] = []
         self._queued_states: dict[str, int] = {}
+        self._state_vts: dict[str, int] = {}
         self._entry_cache: dict[int, bytes] = {}
         self._dirty_pages: set[int] = set()
         self._pending_versions: list[tuple[str, Any]] = []
@@ -103,14 +118,19 @@ class Session:
         harness: str = "generic",
         workspace: str | None = None,
         policy: RetentionPolicy | None = None,
+        redact: Redact | None = None,
     ) -> Session:
-        """Resume ``session_id`` from the store, or start it."""
+        """Resume ``session_id`` from the store, or start it.
+
+        ``redact(text) -> (text, count)``, if given, runs over every message text, tool output
+        and string tool argument before anything is stored (e.g. ``Workspace.redact``).
+        """
         if not session_id or any(c.isspace() for c in session_id):
             raise StateError(f"session id must be a non-empty string without spaces, got {session_id!r}")
         current = store.get(f"session:{session_id}")
         if current is None or current.doc is None:
             view = SessionView(session_id, policy or RetentionPolicy())
-            s = cls(store, view, harness=harness, workspace=workspace, created=now_ms())
+            s = cls(store, view, harness=harness, workspace=workspace, created=now_ms(), redact=redact)
             s._queue_session_doc()
             s.flush()
             return s
@@ -122,6 +142,7 @@ class Session:
             harness=doc["content"].get("harness", harness),
             workspace=doc["content"].get("workspace", workspace),
             created=doc["content"].get("created", 0),
+            redact=redact,
         )
         s.retired = [list(r) for r in doc["meta"].get("retired", [])]
         s._last_vt = current.valid_time
@@ -197,7 +218,28 @@ class Session:
             oid = f"{oid}~{entry_index}"  # the harness reused a call id
         return oid
 
+    def _scrub(self, m: Incoming) -> tuple[Incoming, int]:
+        """The message with secrets redacted from its text and string arguments."""
+        if self.redact is None:
+            return m, 0
+        redact, total = self.redact, 0
+        m = dict(m)  # type: ignore[assignment]
+        if m.get("text"):
+            m["text"], n = redact(m["text"] or "")
+            total += n
+        if m.get("tool_calls"):
+            calls = []
+            for c in m["tool_calls"]:
+                args = c["arguments"]
+                if isinstance(args, str):
+                    args, n = redact(args)
+                    total += n
+                calls.append({**c, "arguments": args})
+            m["tool_calls"] = calls  # type: ignore[typeddict-item]
+        return m, total
+
     def _append(self, m: Incoming) -> None:
+        m, redacted = self._scrub(m)
         view = self.view
         i = len(view.entries)
         entry: Entry = {"i": i, "role": m["role"], "text": m.get("text"), "h": m["h"]}
@@ -233,6 +275,7 @@ class Session:
                     "tokens": estimate_tokens(len(text)),
                     "preview": _preview(text),
                     "is_error": bool(m.get("is_error", False)),
+                    **({"redacted": redacted} if redacted else {}),
                 },
                 content=text,
                 state="active",
@@ -321,10 +364,18 @@ class Session:
 
         Two writes of one document within the same millisecond share a valid time; the later is
         then a correction of the earlier (XTDB semantics): reads as of either transaction still
-        see each version, which is what frames use.
+        see each version, which is what frames use. State changes are the audit trail, so each
+        must stay visible in plain history: if one object's state changes twice within a
+        millisecond (rare: an agent tool right after an assembly), the write waits it out.
         """
-        self._last_vt = max(now_ms(), self._last_vt)
-        return self._last_vt
+        vt = max(now_ms(), self._last_vt)
+        if any(self._state_vts.get(sid, -1) >= vt for sid in self._queued_states):
+            time.sleep(0.001)
+            vt = max(now_ms(), self._last_vt + 1)
+        for sid in self._queued_states:
+            self._state_vts[sid] = vt
+        self._last_vt = vt
+        return vt
 
     def _entry_json(self, e: Entry) -> bytes:
         cached = self._entry_cache.get(e["i"])
@@ -627,6 +678,8 @@ def _loaded(v: Version, state: dict[str, Any] | None, entry: int | None, call_en
     assert v.doc is not None
     doc = v.doc
     meta = doc.get("meta", {})
+    st: dict[str, Any]
+    sm: dict[str, Any]
     if state is None:
         st, sm = (
             {"state": "active", "pinned": False, "collapsed": False},

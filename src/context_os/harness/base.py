@@ -5,6 +5,13 @@ rendered messages back, validates the result, and nothing else. ``ContextHook`` 
 cursor-based ingestion (only messages past the cursor are translated), assembly, validation.
 It accepts sync and async harness loops through one implementation.
 
+Some harnesses pack several neutral messages into one of theirs (Anthropic and pydantic-ai put
+every tool result of a turn, and maybe some text, in one user message). Their adapters override
+``count`` and return a list from ``translate``; the hook then presents the session with the flat
+list of neutral messages (the session's cursor counts those), derives each one's hash from its
+harness message's hash, and names the harness message in errors. Rendering goes the other way
+one neutral message at a time; ``finalize`` then merges what the harness wants merged.
+
 No module here may reach into the store directly: everything goes through ``Session``.
 """
 
@@ -13,14 +20,18 @@ from __future__ import annotations
 import asyncio
 import threading
 from abc import ABC, abstractmethod
+from bisect import bisect_right
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..context.entries import Incoming, Msg
 from ..context.session import Assembly, Session
 from ..context.tools import TOOLS, call_tool, tool_names
 from ..context.view import Rendered
-from ..errors import InvalidOutput
+
+if TYPE_CHECKING:
+    from ..files.tools import FileTools
+from ..errors import InvalidOutput, MalformedMessage
 
 __all__ = ["Adapter", "ContextHook"]
 
@@ -37,8 +48,15 @@ class Adapter(ABC, Generic[M]):
         """A stable hash of one raw harness message (cursor checks)."""
 
     @abstractmethod
-    def translate(self, message: M, index: int) -> Incoming:
-        """Harness message → ``Incoming``; raise ``MalformedMessage`` naming ``index``."""
+    def translate(self, message: M, index: int) -> Incoming | list[Incoming]:
+        """Harness message → ``Incoming``, or the ``count(message)`` neutral messages it holds, in
+        order; raise ``MalformedMessage`` naming ``index``. (The hook sets the ``h`` of each.)"""
+
+    def count(self, message: M) -> int:
+        """How many neutral messages ``translate`` makes of ``message`` (at least one), judged
+        from its structure alone: it is called for every message on every call, so keep it cheap.
+        Adapters that override it are *splitting* adapters."""
+        return 1
 
     @abstractmethod
     def render_msg(self, msg: Msg) -> M:
@@ -53,9 +71,121 @@ class Adapter(ABC, Generic[M]):
     def check_end(self, messages: Sequence[M], *, last_input_role: str | None) -> list[str]:
         """Problems with how the list ends (e.g. on an assistant message the provider rejects)."""
 
-    def tool_definitions(self) -> list[Any]:
-        """Our tools (activate, deactivate, pin, unpin) in the harness's tool format."""
-        return list(TOOLS)
+    def finalize(self, messages: list[M]) -> list[M]:
+        """The rendered list as the harness must receive it, e.g. consecutive messages of one role
+        merged. Called once per turn on the whole list, after pairing checks and before
+        ``check_end``; must not change what each message says. Default: unchanged."""
+        return messages
+
+    def tool_definitions(self, tools: list[dict[str, Any]]) -> list[Any]:
+        """Neutral tool schemas (``{name, description, parameters}``) in the harness's format."""
+        return list(tools)
+
+
+def renamed(e: MalformedMessage, index: int | None, field: str | None) -> MalformedMessage:
+    """The same error (same type, same detail) naming another message index and field."""
+    where = []
+    if e.index is not None:
+        where.append(f"message {e.index}")
+    if e.field is not None:
+        where.append(f"field {e.field!r}")
+    detail = str(e).removeprefix(", ".join(where) + ": ") if where else str(e)
+    return type(e)(detail, index=index, field=field)
+
+
+def sorted_keys(value: Any) -> Any:
+    """``value`` with every object's keys in sorted order, as the store gives it back: tool call
+    arguments that are objects are taken in this form, so that a live session and one rebuilt from
+    the store show the same call text."""
+    if isinstance(value, dict):
+        return {k: sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [sorted_keys(v) for v in value]
+    return value
+
+
+def _incoming_list(translated: Incoming | list[Incoming]) -> list[Incoming]:
+    return translated if isinstance(translated, list) else [translated]
+
+
+class _Layout(Generic[M]):
+    """One call's harness messages seen as the flat list of neutral messages they hold.
+
+    Flat position ``k`` is piece ``k - starts[i]`` of harness message ``i``. A message that holds
+    one neutral message keeps its own hash; piece ``j`` of a larger one hashes as ``"<hash>/<j>"``,
+    so rewriting a harness message still changes the hash of everything it holds.
+    """
+
+    def __init__(self, adapter: Adapter[M], messages: Sequence[M]):
+        self.adapter = adapter
+        self.messages = messages
+        self.split = type(adapter).count is not Adapter.count
+        self.starts: list[int] = []
+        total = 0
+        if self.split:
+            for m in messages:
+                self.starts.append(total)
+                total += max(1, adapter.count(m))
+        else:
+            total = len(messages)
+        self.total = total
+        self._hashes: dict[int, str] = {}
+        self._translated: dict[int, list[Incoming]] = {}
+        self._adapter_error: MalformedMessage | None = None
+
+    def locate(self, k: int) -> tuple[int, int]:
+        """(harness index, piece) of flat position ``k``."""
+        if not self.split:
+            return k, 0
+        i = bisect_right(self.starts, k) - 1
+        return i, k - self.starts[i]
+
+    def _count_of(self, i: int) -> int:
+        if not self.split:
+            return 1
+        end = self.starts[i + 1] if i + 1 < len(self.starts) else self.total
+        return end - self.starts[i]
+
+    def _harness_hash(self, i: int) -> str:
+        h = self._hashes.get(i)
+        if h is None:
+            h = self._hashes[i] = self.adapter.hash_message(self.messages[i])
+        return h
+
+    def hash_at(self, k: int) -> str:
+        i, j = self.locate(k)
+        h = self._harness_hash(i)
+        return h if self._count_of(i) == 1 else f"{h}/{j}"
+
+    def pieces(self, i: int) -> list[Incoming]:
+        """The neutral messages of harness message ``i``, translated once per call."""
+        got = self._translated.get(i)
+        if got is None:
+            try:
+                got = _incoming_list(self.adapter.translate(self.messages[i], i))
+            except MalformedMessage as e:
+                self._adapter_error = e  # names the harness message already
+                raise
+            if len(got) != self._count_of(i):
+                raise InvalidOutput(
+                    f"adapter {self.adapter.name!r} translated message {i} into {len(got)} messages "
+                    f"but counted {self._count_of(i)} (an adapter bug: please report)"
+                )
+            self._translated[i] = got
+        return got
+
+    def translate(self, k: int) -> Incoming:
+        i, j = self.locate(k)
+        m = self.pieces(i)[j]
+        m["h"] = self.hash_at(k)
+        return m
+
+    def harness_error(self, e: MalformedMessage) -> MalformedMessage:
+        """``e`` naming the harness message: the session names flat positions."""
+        if e is self._adapter_error or not self.split or e.index is None or not 0 <= e.index < self.total:
+            return e
+        i, _ = self.locate(e.index)
+        return e if i == e.index else renamed(e, i, e.field)
 
 
 class _Output(Generic[M]):
@@ -95,9 +225,10 @@ class ContextHook(Generic[M]):
     Returned message objects are shared with an internal cache: treat them as read-only.
     """
 
-    def __init__(self, session: Session, adapter: Adapter[M]):
+    def __init__(self, session: Session, adapter: Adapter[M], *, files: FileTools | None = None):
         self.session = session
         self.adapter = adapter
+        self.files = files
         self.last: Assembly | None = None
         self._lock = threading.Lock()
         self._output: _Output[M] = _Output()
@@ -106,11 +237,14 @@ class ContextHook(Generic[M]):
         """Ingest what is new in ``messages``, assemble the context, return it validated."""
         with self._lock:
             adapter = self.adapter
-            assembly = self.session.transform(
-                len(messages),
-                lambda k: adapter.hash_message(messages[k]),
-                lambda k: adapter.translate(messages[k], k),
-            )
+            layout = _Layout(adapter, messages)
+            try:
+                assembly = self.session.transform(layout.total, layout.hash_at, layout.translate)
+            except MalformedMessage as e:
+                again = layout.harness_error(e)
+                if again is e:
+                    raise
+                raise again from None
             rendered = assembly.rendered
             problems = self._output.update(adapter, rendered)
             volatile = [adapter.render_msg(m) for m in rendered.volatile]
@@ -118,8 +252,8 @@ class ContextHook(Generic[M]):
             problems += found
             if open_calls:
                 problems.append(f"tool call(s) {sorted(open_calls)} have no result at the end")
-            out = self._output.messages + volatile
-            last_role = adapter.translate(messages[-1], len(messages) - 1)["role"] if messages else None
+            out = adapter.finalize(self._output.messages + volatile)
+            last_role = layout.pieces(len(messages) - 1)[-1]["role"] if messages else None
             problems += adapter.check_end(out, last_input_role=last_role)
             if problems:
                 raise InvalidOutput("assembled context failed validation: " + "; ".join(problems[:5]))
@@ -132,13 +266,19 @@ class ContextHook(Generic[M]):
 
     @property
     def tools(self) -> list[Any]:
-        """Tool definitions to register with the model, in the harness's format."""
-        return self.adapter.tool_definitions()
+        """Tool definitions to register with the model, in the harness's format: activate,
+        deactivate, pin, unpin; with ``files``, the file tools (read, write, edit, ls, find,
+        grep) whose activate/deactivate/pin/unpin also take paths."""
+        if self.files is None:
+            return self.adapter.tool_definitions(TOOLS)
+        return self.adapter.tool_definitions(self.files.schemas)
 
     def handles(self, tool_name: str) -> bool:
-        return tool_name in tool_names()
+        return tool_name in tool_names() or (self.files is not None and tool_name in self.files.names())
 
     def call_tool(self, name: str, arguments: str | dict[str, Any]) -> str:
-        """Execute one of our tools; returns the tool output text (JSON)."""
+        """Execute one of our tools; returns the tool output text."""
         with self._lock:
+            if self.files is not None and name in self.files.names():
+                return self.files.call(name, arguments)
             return call_tool(self.session, name, arguments)

@@ -8,13 +8,16 @@ back verbatim; text content is what is measured and managed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..context.entries import Incoming, Msg, ToolCall
 from ..context.session import Session
 from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
 from .base import Adapter, ContextHook
+
+if TYPE_CHECKING:
+    from ..files.tools import FileTools
 
 __all__ = ["OpenAIAdapter", "OpenAIHook", "check_end", "check_pairs", "pairing_problems", "validate_openai"]
 
@@ -132,8 +135,8 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
     def check_end(self, messages: Sequence[dict[str, Any]], *, last_input_role: str | None) -> list[str]:
         return check_end(messages, last_input_role=last_input_role)
 
-    def tool_definitions(self) -> list[Any]:
-        return [{"type": "function", "function": dict(t)} for t in super().tool_definitions()]
+    def tool_definitions(self, tools: list[dict[str, Any]]) -> list[Any]:
+        return [{"type": "function", "function": dict(t)} for t in tools]
 
 
 def check_pairs(
@@ -183,5 +186,5 @@ def validate_openai(messages: Sequence[Mapping[str, Any]], *, last_input_role: s
 class OpenAIHook(ContextHook[dict[str, Any]]):
     """``transform_context`` for loops that speak OpenAI chat-completions."""
 
-    def __init__(self, session: Session):
-        super().__init__(session, OpenAIAdapter())
+    def __init__(self, session: Session, *, files: FileTools | None = None):
+        super().__init__(session, OpenAIAdapter(), files=files)

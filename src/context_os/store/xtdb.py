@@ -28,7 +28,12 @@ attributes and the original dict comes back exactly:
   always sent as EDN strings (``eid-edn``), and non-string ids are refused;
 * history is read from a db whose valid time is "now": ascending history ends there and
   descending history starts there (the contract says the same);
-* the JSON API cuts times to whole seconds: only EDN is used, both ways.
+* the JSON API cuts times to whole seconds: only EDN is used, both ways;
+* XTDB stores ``-0.0`` as ``0.0`` (the SQLite store does the same): ``find`` looks for ``0.0``.
+
+A connection that cannot be opened raises ``StoreUnreachable`` (nothing was sent); any later
+failure of a submit raises plain ``StoreUnavailable``, because the node may have taken it. The
+outbox (store/outbox.py) relies on that distinction to queue only what surely did not land.
 
 Reads (GET and the query POST) are retried on connection-level failures with a short backoff;
 a submit is retried only when the connection could not be opened (nothing was sent). httpx and
@@ -51,7 +56,7 @@ from typing import Any, Literal, NoReturn
 import edn_format
 import httpx
 
-from ..errors import ConfigError, HashError, StoreError, StoreUnavailable
+from ..errors import ConfigError, HashError, StoreError, StoreUnavailable, StoreUnreachable
 from ..hashing import canonical_json
 from .base import Delete, Evict, Match, Op, Put, Store, Tx, Version
 
@@ -345,7 +350,7 @@ class XtdbStore(Store):
             except (httpx.ConnectError, httpx.ConnectTimeout) as e:
                 # Nothing was sent: safe to retry even a submit.
                 if last:
-                    raise StoreUnavailable(f"XTDB node at {self.base} cannot be reached: {e}") from e
+                    raise StoreUnreachable(f"XTDB node at {self.base} cannot be reached: {e}") from e
             except httpx.TimeoutException as e:
                 raise StoreUnavailable(
                     f"XTDB node at {self.base} did not answer {method} /_xtdb/{endpoint} in time: {e!r}"
@@ -430,8 +435,16 @@ class XtdbStore(Store):
             tx_time = _ms(submitted[_K_TX_TIME])
         except (KeyError, TypeError) as e:
             raise StoreError(f"XTDB node at {self.base}: unexpected submit-tx answer {submitted!r}") from e
-        self._await(tx_id)
-        return Tx(tx_id, tx_time, self._committed(tx_id))
+        try:
+            self._await(tx_id)
+            committed = self._committed(tx_id)
+        except StoreUnavailable as e:
+            # The node took the transaction: whatever failed now, it must not look unsent
+            # (an outbox would send it again).
+            raise StoreUnavailable(
+                f"XTDB node at {self.base} took transaction {tx_id} but could not confirm it: {e}"
+            ) from e
+        return Tx(tx_id, tx_time, committed)
 
     def _await(self, tx_id: int) -> None:
         r = self._request(
@@ -534,7 +547,7 @@ class XtdbStore(Store):
         # Pin one basis (valid time and tx) so the query and the metadata reads agree.
         basis = self._get("db", self._basis(valid_time, tx_id), "db basis")
         tx = basis.get(_K_TX) if isinstance(basis, Mapping) else None
-        if not tx:
+        if not tx or tx.get(_K_TX_ID) is None:
             return []  # nothing was ever indexed
         pinned = {"valid-time": _iso(_ms(basis[_K_VALID_TIME])), "tx-id": str(int(tx[_K_TX_ID]))}
 
@@ -655,6 +668,8 @@ def _where_clause(key: str, value: Any) -> str | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
         if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
             return None
+        if value == 0:
+            value = 0.0 if isinstance(value, float) else 0  # XTDB stores -0.0 as 0.0
         if float(value).is_integer() and abs(value) < _SAFE_INT:
             return f"(or [e {attr} {int(value)}] [e {attr} {float(value)!r}])"
         return f"[e {attr} {_to_edn(value)}]"

@@ -1,0 +1,332 @@
+"""File objects: one versioned ``file:…`` document per file, whose id survives renames.
+
+``FileIndex`` is the only writer of file documents; the file tools and the tracker both go
+through it. A file gets a random id (``file:<uuid4 hex>``) the first time it is indexed and keeps
+it through edits, renames and deletion; it is found by path with
+``store.find("file", {"abs_path": ...})``.
+
+Two modes, recorded as ``meta.indexed``:
+
+* ``content``: the file was read (``read``, ``write``, ``edit``): ``content`` is its text
+  (``None`` for binary files), ``meta.sha`` the blake3 of its bytes; a new version only when that
+  hash changes, so saving unchanged bytes is a no-op.
+* ``metadata``: the file was only discovered (``ls``/``find``/``grep``), or it is a secret or too
+  large: no content, no hash; a new version when its size or mtime changes. Reading it later
+  switches it to ``content`` mode for good.
+
+Valid time of a version is the file's mtime (ms), clamped to now, and never earlier than the
+previous version's valid time + 1 ms, so a file's history is always in order. Renames and
+deletions happen "now". Writes are compare-and-set (``Match`` on the version they replace), so
+two writers (the tools and the tracker, or two processes) never record one change twice.
+
+This module never touches a session: showing a version to the agent is the tools' job.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ..context.entries import estimate_tokens
+from ..errors import StoreError
+from ..objects import FileDoc
+from ..store.base import Match, Op, Put, Store, Version, now_ms
+from .workspace import FileSnapshot, Workspace
+
+__all__ = ["FileIndex", "Indexed", "IndexStatus", "file_meta_summary"]
+
+IndexStatus = Literal["new", "already indexed", "new version"]
+
+MATCH_HORIZON_MS = 60_000
+"""The compare-and-set checks the version in force this far ahead of now: later than any valid
+time a concurrent writer can have used, so a concurrent version is always seen."""
+
+DIFF_MAX_INPUT_CHARS = 2_000_000
+"""Above this many characters (old + new) no diff is computed (difflib is quadratic at worst)."""
+
+_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Indexed:
+    """The outcome of indexing one file."""
+
+    id: str
+    status: IndexStatus
+    version: Version
+    """The version now in force (with its document)."""
+    changes: tuple[str, ...] = ()
+    """What the new version changed: ``created``, ``content``, ``read``, ``path``, ``missing``,
+    ``recreated``, ``stat``. Empty when nothing changed."""
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        assert self.version.doc is not None
+        meta: dict[str, Any] = self.version.doc["meta"]
+        return meta
+
+    @property
+    def content(self) -> str | None:
+        assert self.version.doc is not None
+        content: str | None = self.version.doc.get("content")
+        return content
+
+
+def file_meta_summary(meta: dict[str, Any]) -> dict[str, Any]:
+    """The few meta fields a tool result reports about a file version."""
+    keys = (
+        "path",
+        "version",
+        "size",
+        "tokens",
+        "missing",
+        "binary",
+        "mime",
+        "encoding",
+        "redacted",
+        "secret",
+        "context_chars",
+        "content_omitted",
+        "lines_added",
+        "lines_removed",
+    )
+    return {k: meta[k] for k in keys if meta.get(k) not in (None, False, 0) or k in ("path", "version")}
+
+
+def _diff(old: str, new: str, old_path: str, new_path: str, cap: int) -> tuple[str | None, int, int, str | None]:
+    """(unified diff capped to ``cap`` chars, lines added, lines removed, why omitted)."""
+    if len(old) + len(new) > DIFF_MAX_INPUT_CHARS:
+        return None, 0, 0, "the file is too large for a diff"
+    lines = list(
+        difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{old_path}", f"b/{new_path}", n=3
+        )
+    )
+    added = sum(1 for ln in lines if ln.startswith("+") and not ln.startswith("+++"))
+    removed = sum(1 for ln in lines if ln.startswith("-") and not ln.startswith("---"))
+    text = "".join(ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines)
+    if len(text) > cap:
+        text = text[:cap] + f"\n[... diff truncated: {len(text) - cap:,} more characters]\n"
+    return text, added, removed, None
+
+
+class FileIndex:
+    """Creates and updates file objects in ``store`` for files of ``workspace``. Thread-safe."""
+
+    def __init__(self, store: Store, workspace: Workspace, *, max_diff_chars: int = 4000):
+        self.store = store
+        self.workspace = workspace
+        self.max_diff_chars = max_diff_chars
+        self._lock = threading.RLock()
+        self._listeners: list[Callable[[Version], None]] = []
+        self._max_vt = 0
+
+    # --- listeners -------------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[Version], None]) -> None:
+        """Call ``listener(version)`` after every file version this index writes."""
+        self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Callable[[Version], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def _read_vt(self) -> int:
+        # a version written within the current millisecond may sit 1 ms ahead of the clock
+        return max(now_ms(), self._max_vt)
+
+    def lookup(self, path: str | Path) -> Version | None:
+        """The file object at the resolved absolute ``path`` (a present one before a missing one)."""
+        hits = [v for v in self.store.find("file", {"abs_path": str(path)}, valid_time=self._read_vt()) if v.doc]
+        if not hits:
+            return None
+        hits.sort(key=lambda v: (bool(v.doc and v.doc["meta"].get("missing")), -v.valid_time, v.id))
+        return hits[0]
+
+    def latest(self, obj_id: str) -> Version | None:
+        v = self.store.get(obj_id, valid_time=self._read_vt())
+        return v if v is not None and v.doc is not None else None
+
+    def indexed(self) -> list[Version]:
+        """Every file object of this workspace, missing ones included."""
+        where = {"workspace": str(self.workspace.root)}
+        return [v for v in self.store.find("file", where, valid_time=self._read_vt()) if v.doc]
+
+    # --- writes ----------------------------------------------------------------------------
+
+    def index(self, path: Path, *, read: bool, cause: str) -> Indexed:
+        """Index the file at the resolved ``path``: create its object, or record a new version
+        if it changed. ``read``: load its content (else metadata only, unless the object is
+        already in content mode). Raises ``FileUnreadable`` if the file cannot be read."""
+        with self._lock:
+            for _ in range(_ATTEMPTS):
+                result = self._update(self.lookup(path), path, read=read, cause=cause)
+                if result is not None:
+                    return result
+        raise StoreError(f"{path}: the file object kept changing under a concurrent writer")
+
+    def refresh(self, obj_id: str, path: Path | None, *, cause: str, reason: str = "deleted") -> Indexed | None:
+        """Bring ``obj_id`` in line with the file now at ``path`` (its old path, or the one it
+        was moved to), or mark it missing when ``path`` is None. None if the object is gone
+        from the store (evicted)."""
+        with self._lock:
+            for _ in range(_ATTEMPTS):
+                prev = self.latest(obj_id)
+                if prev is None:
+                    return None
+                result = (
+                    self._missing(prev, cause=cause, reason=reason)
+                    if path is None
+                    else self._update(prev, path, read=False, cause=cause)
+                )
+                if result is not None:
+                    return result
+        raise StoreError(f"{obj_id}: the file object kept changing under a concurrent writer")
+
+    def _differs(self, pm: dict[str, Any], snap: FileSnapshot) -> bool:
+        if pm.get("indexed") != snap.mode or pm.get("content_omitted") != snap.omitted:
+            return True
+        if snap.mode == "content":
+            return bool(pm.get("sha") != snap.sha)
+        return bool((pm.get("size"), pm.get("mtime")) != (snap.size, snap.mtime_ms))
+
+    def _update(self, prev: Version | None, path: Path, *, read: bool, cause: str) -> Indexed | None:
+        pm: dict[str, Any] = prev.doc["meta"] if prev is not None and prev.doc else {}
+        snap = self.workspace.snapshot(path, read=read or pm.get("indexed") == "content")
+        moved = prev is not None and pm.get("abs_path") != str(path)
+        if prev is not None and not pm.get("missing") and not moved and not self._differs(pm, snap):
+            return Indexed(prev.id, "already indexed", prev)
+        changes: list[str] = []
+        if prev is None:
+            changes.append("created")
+        else:
+            if pm.get("missing"):
+                changes.append("recreated")
+            if moved:
+                changes.append("path")
+            if pm.get("indexed") != snap.mode:
+                changes.append("read" if snap.mode == "content" else "stat")
+            elif snap.mode == "content" and pm.get("sha") != snap.sha:
+                changes.append("content")
+            elif snap.mode == "metadata" and not pm.get("missing") and self._differs(pm, snap):
+                changes.append("stat")
+        meta = self._meta(snap, version=int(pm.get("version", 0)) + 1, cause=cause)
+        if moved:
+            meta["renamed_from"] = pm.get("path")
+        old_text = prev.doc.get("content") if prev is not None and prev.doc else None
+        if isinstance(old_text, str) and snap.text is not None and old_text != snap.text:
+            diff, added, removed, why = _diff(
+                old_text, snap.text, str(pm.get("path")), meta["path"], self.max_diff_chars
+            )
+            meta.update(diff=diff, lines_added=added, lines_removed=removed)
+            if why:
+                meta["diff_omitted"] = why
+        now = now_ms()
+        content_fact = prev is None or "content" in changes or "stat" in changes or "recreated" in changes
+        base = min(snap.mtime_ms, now) if content_fact else now
+        vt = base if prev is None else max(base, prev.valid_time + 1)
+        obj_id = prev.id if prev is not None else "file:" + uuid.uuid4().hex
+        doc = FileDoc(id=obj_id, content=snap.text, meta=meta).to_doc()
+        ops: list[Op] = []
+        if prev is not None:
+            assert prev.doc is not None
+            ops.append(Match(obj_id, prev.doc, valid_time=now + MATCH_HORIZON_MS))
+        if moved:
+            # moved over a path another object holds: that file is gone (replaced), history kept
+            for other in self.store.find("file", {"abs_path": str(path)}, valid_time=self._read_vt()):
+                if other.id != obj_id and other.doc and not other.doc["meta"].get("missing"):
+                    gone = self._missing_doc(other, cause=cause, reason=f"replaced by {obj_id}")
+                    ops += [
+                        Match(other.id, other.doc, valid_time=now + MATCH_HORIZON_MS),
+                        Put(gone, max(now, other.valid_time + 1)),
+                    ]
+        ops.append(Put(doc, vt))
+        return self._commit(ops, obj_id, doc, vt, "new" if prev is None else "new version", tuple(changes))
+
+    def _meta(self, snap: FileSnapshot, *, version: int, cause: str) -> dict[str, Any]:
+        ws = self.workspace
+        text = snap.text
+        meta: dict[str, Any] = {
+            "path": ws.relpath(snap.path),
+            "abs_path": str(snap.path),
+            "workspace": str(ws.root),
+            "name": snap.path.name,
+            "size": snap.size,
+            "mtime": snap.mtime_ms,
+            "inode": f"{snap.dev}:{snap.ino}",
+            "version": version,
+            "indexed": snap.mode,
+            "sha": snap.sha,
+            "binary": snap.binary,
+            "mime": snap.mime,
+            "missing": False,
+            "cause": cause,
+        }
+        if text is not None:
+            shown = min(len(text), ws.max_active_chars)
+            meta.update(
+                chars=len(text),
+                lines=text.count("\n") + (0 if text.endswith("\n") or not text else 1),
+                tokens=estimate_tokens(shown),
+                encoding=snap.encoding,
+            )
+            if shown < len(text):
+                meta.update(context_chars=shown, truncated_for_context=True)
+            if snap.redacted:
+                meta["redacted"] = snap.redacted
+        else:
+            not_read = snap.mode == "metadata" and not snap.secret and snap.size <= ws.max_file_bytes
+            meta.update(tokens=estimate_tokens(snap.size) if not_read else 0, content_omitted=snap.omitted)
+        if snap.secret:
+            meta["secret"] = True
+        return meta
+
+    def _missing_doc(self, prev: Version, *, cause: str, reason: str) -> dict[str, Any]:
+        assert prev.doc is not None
+        pm = prev.doc["meta"]
+        keep = ("path", "abs_path", "workspace", "name", "mime", "indexed", "secret")
+        meta = {k: pm[k] for k in keep if k in pm}
+        meta.update(
+            version=int(pm.get("version", 0)) + 1,
+            missing=True,
+            missing_reason=reason,
+            cause=cause,
+            tokens=0,
+            sha=None,
+            content_omitted=f"the file is missing ({reason}); its earlier versions are kept",
+        )
+        return FileDoc(id=prev.id, content=None, meta=meta).to_doc()
+
+    def _missing(self, prev: Version, *, cause: str, reason: str) -> Indexed | None:
+        assert prev.doc is not None
+        if prev.doc["meta"].get("missing"):
+            return Indexed(prev.id, "already indexed", prev)
+        doc = self._missing_doc(prev, cause=cause, reason=reason)
+        now = now_ms()
+        vt = max(now, prev.valid_time + 1)
+        ops: list[Op] = [Match(prev.id, prev.doc, valid_time=now + MATCH_HORIZON_MS), Put(doc, vt)]
+        return self._commit(ops, prev.id, doc, vt, "new version", ("missing",))
+
+    def _commit(
+        self, ops: list[Op], obj_id: str, doc: dict[str, Any], vt: int, status: IndexStatus, changes: tuple[str, ...]
+    ) -> Indexed | None:
+        tx = self.store.submit(ops)
+        if not tx.committed:
+            return None  # someone else wrote first: the caller re-reads and tries again
+        self._max_vt = max(self._max_vt, *(op.valid_from or 0 for op in ops if isinstance(op, Put)))
+        written = [
+            Version(op.doc["id"], op.valid_from or tx.time, tx.id, tx.time, dict(op.doc))
+            for op in ops
+            if isinstance(op, Put)
+        ]
+        for v in written:
+            for listener in list(self._listeners):
+                listener(v)
+        return Indexed(obj_id, status, Version(obj_id, vt, tx.id, tx.time, doc), changes)

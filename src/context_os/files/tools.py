@@ -1,0 +1,740 @@
+"""The agent's file tools, bound to one session and one workspace.
+
+``FileTools(session, workspace)`` offers, as neutral JSON schemas (``FILE_TOOLS``) and through
+``call(name, arguments) -> str``:
+
+* ``read(path)``: index the file (if new or changed) → metadata pool → activate. The result
+  reports each step: ``indexed`` (``new`` | ``already indexed`` | ``new version``), ``pool``
+  (``added`` | ``already in pool``), ``active`` (``activated`` | ``already active`` |
+  ``refreshed`` | ``metadata only: <why>``). The text itself is shown in the active pool, not
+  in the tool result, so it is in the context exactly once.
+* ``activate(id)``, ``deactivate(id)``, ``pin(id)``, ``unpin(id)``: like the context tools, but
+  ``id`` may also be a file path (``activate(path)`` is ``read(path)``).
+* ``write``, ``edit`` (one ``oldText``→``newText`` replacement, or ``edits=[…]`` applied to the
+  original text), ``ls``, ``find``, ``grep``: wrapped host tools. The file-system work is
+  delegated to a host callable when one is given (``host={"edit": fn, …}``, each
+  ``fn(arguments) -> output text``), else done by the reference implementations here; then the
+  objects are updated: a written/edited file gets a new version with its diff and is shown
+  active (actor ``agent``); every file ``ls``/``find``/``grep`` discovered is indexed metadata-only
+  and enters the metadata pool inactive.
+* ``observe(command, output)``: for bash and other tools, best effort: paths named in the
+  command or its output that are indexed files are re-checked (a new version if they changed,
+  missing if they vanished, the same object if they were moved). Those changes are not shown:
+  the session marks the files it shows as stale.
+* ``after_tool(name, arguments, output)``: the same updates for a tool the host already ran.
+
+Every text result goes through the workspace's redactor before it is returned.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import stat
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..context.session import Session
+from ..errors import ContextOSError, FileUnreadable, InputError
+from ..objects import KINDS
+from .index import FileIndex, Indexed, file_meta_summary
+from .tracker import FileTracker
+from .workspace import Workspace
+
+__all__ = ["FILE_TOOLS", "FileTools", "HostTool", "apply_edits"]
+
+HostTool = Callable[[dict[str, Any]], str]
+"""A host's own implementation of a tool: takes the call's arguments, returns its output text."""
+
+_STR = {"type": "string"}
+_INT = {"type": "integer", "minimum": 1}
+_BOOL = {"type": "boolean"}
+_ID_OR_PATH = {
+    "type": "object",
+    "properties": {"id": {"type": "string", "description": "Object id (file:…, toolcall:…) or a file path."}},
+    "required": ["id"],
+    "additionalProperties": False,
+}
+_EDIT_PAIR = {
+    "type": "object",
+    "properties": {
+        "oldText": {"type": "string", "description": "Exact text to replace; must occur exactly once."},
+        "newText": {"type": "string", "description": "The replacement."},
+    },
+    "required": ["oldText", "newText"],
+    "additionalProperties": False,
+}
+
+
+def _schema(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+FILE_TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "read",
+        "description": (
+            "Read a file: it becomes an object in your context (its content is shown in the context_os "
+            "block at the end and kept up to date by version). The result reports indexing, pool and active status."
+        ),
+        "parameters": _schema({"path": {**_STR, "description": "File path, relative to the workspace."}}, ["path"]),
+    },
+    {
+        "name": "activate",
+        "description": "Load an object's full content into your context: an id (file:…, toolcall:…) or a file path.",
+        "parameters": _ID_OR_PATH,
+    },
+    {
+        "name": "deactivate",
+        "description": "Collapse an object (id or file path) to its one-line metadata to free context.",
+        "parameters": _ID_OR_PATH,
+    },
+    {
+        "name": "pin",
+        "description": "Keep an object's content in context (id or file path): pinned objects never collapse.",
+        "parameters": _ID_OR_PATH,
+    },
+    {"name": "unpin", "description": "Undo pin (id or file path).", "parameters": _ID_OR_PATH},
+    {
+        "name": "write",
+        "description": "Create or overwrite a file with the given text (parent directories are created).",
+        "parameters": _schema({"path": _STR, "content": _STR}, ["path", "content"]),
+    },
+    {
+        "name": "edit",
+        "description": (
+            "Replace exact text in a file: oldText must occur exactly once. For several changes at once pass "
+            "edits=[{oldText, newText}, …], each matched against the original file, non-overlapping."
+        ),
+        "parameters": _schema(
+            {"path": _STR, "oldText": _STR, "newText": _STR, "edits": {"type": "array", "items": _EDIT_PAIR}},
+            ["path"],
+        ),
+    },
+    {
+        "name": "ls",
+        "description": "List a directory (directories end with /). Listed files become metadata-only objects.",
+        "parameters": _schema({"path": _STR, "limit": _INT}, []),
+    },
+    {
+        "name": "find",
+        "description": "Find files by glob pattern (e.g. '*.py', 'src/**/test_*.py') below path.",
+        "parameters": _schema({"pattern": _STR, "path": _STR, "limit": _INT}, ["pattern"]),
+    },
+    {
+        "name": "grep",
+        "description": "Search file contents for a regular expression (or literal text); prints path:line:text.",
+        "parameters": _schema(
+            {"pattern": _STR, "path": _STR, "glob": _STR, "ignoreCase": _BOOL, "literal": _BOOL, "limit": _INT},
+            ["pattern"],
+        ),
+    },
+]
+
+_TEXT_TOOLS = frozenset({"ls", "find", "grep"})
+_TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "boolean": bool, "array": list}
+_ID_PREFIXES = tuple(f"{k}:" for k in KINDS)
+_TOKEN_SPLIT = re.compile(r"[\s'\"`()\[\]{}<>|;&,=]+")
+_GREP_LINE = re.compile(r"^(.+?)[:-](\d+)[:-]")
+
+
+def _check_args(name: str, args: Any) -> dict[str, Any]:
+    """Validate ``args`` against the tool's schema; a clear InputError otherwise."""
+    schema = next(t["parameters"] for t in FILE_TOOLS if t["name"] == name)
+    if not isinstance(args, dict):
+        raise InputError(f"{name} takes a JSON object of arguments, got {type(args).__name__}")
+    props: dict[str, Any] = schema["properties"]
+    unknown = sorted(set(args) - set(props))
+    if unknown:
+        raise InputError(f"{name}: unknown argument(s) {unknown}; expected {sorted(props)}")
+    missing = [k for k in schema["required"] if k not in args]
+    if missing:
+        raise InputError(f"{name}: missing required argument(s) {missing}")
+    for k, v in args.items():
+        want = _TYPES[props[k]["type"]]
+        if not isinstance(v, want) or (want is int and isinstance(v, bool)):
+            raise InputError(f"{name}: argument {k!r} must be {props[k]['type']}, got {type(v).__name__}")
+    return args
+
+
+def apply_edits(text: str, edits: list[tuple[str, str]], shown_path: str) -> tuple[str, int]:
+    """Apply exact replacements, each matched against the original ``text``: every ``oldText``
+    must occur exactly once and the matches must not overlap. Returns (new text, replacements)."""
+    if not edits:
+        raise InputError(f"edit {shown_path}: no edits given (pass oldText/newText or edits=[…])")
+    crlf = "\r\n" in text
+    spans: list[tuple[int, int, str, int]] = []
+    for n, (old, new) in enumerate(edits, 1):
+        which = f" (edit {n} of {len(edits)})" if len(edits) > 1 else ""
+        if not old:
+            raise InputError(f"edit {shown_path}{which}: oldText is empty")
+        if crlf and old not in text and "\r\n" not in old:
+            old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")  # the file uses CRLF
+        count = text.count(old)
+        if count == 0:
+            hint = (
+                "; secret values are shown to you as [REDACTED:…] but are not redacted on disk: edit around them"
+                if "[REDACTED:" in old
+                else ""
+            )
+            raise InputError(
+                f"edit {shown_path}{which}: oldText was not found in the file (it must match exactly, "
+                f"including whitespace and indentation){hint}"
+            )
+        if count > 1:
+            raise InputError(
+                f"edit {shown_path}{which}: oldText occurs {count} times; include more surrounding "
+                "lines so that it matches exactly once"
+            )
+        start = text.index(old)
+        spans.append((start, start + len(old), new, n))
+    spans.sort()
+    for (_, end_a, _, a), (start_b, _, _, b) in zip(spans, spans[1:], strict=False):
+        if start_b < end_a:
+            raise InputError(f"edit {shown_path}: edits {a} and {b} overlap; merge them into one")
+    out = text
+    for start, end, new, _ in reversed(spans):
+        out = out[:start] + new + out[end:]
+    if out == text:
+        raise InputError(f"edit {shown_path}: the edit changes nothing (newText equals oldText)")
+    return out, len(spans)
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """A path glob with ``**`` (any directories), ``*``, ``?`` and ``[…]`` as a regex."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[":
+            j = pattern.find("]", i + 1)
+            if j < 0:
+                out.append(re.escape(c))
+                i += 1
+            else:
+                body = pattern[i + 1 : j].replace("\\", "\\\\")
+                out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+                i = j + 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def _cap(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... output truncated: {len(text) - limit:,} more characters]"
+
+
+def _read_regular(path: Path, max_bytes: int) -> bytes | None:
+    """The bytes of a regular file no larger than ``max_bytes``, else None (never blocks on a FIFO)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+class FileTools:
+    """File tools for the agent of ``session`` in ``workspace``.
+
+    ``tracker``: a running ``FileTracker`` to share its index with (files the tools index are then
+    tracked at once); or ``index``: a ``FileIndex`` to share. ``host``: the host's own
+    implementations of ``write``/``edit``/``ls``/``find``/``grep``. ``max_discovered``: at most
+    this many files per ls/find/grep call enter the metadata pool.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        workspace: Workspace,
+        *,
+        index: FileIndex | None = None,
+        tracker: FileTracker | None = None,
+        host: Mapping[str, HostTool] | None = None,
+        max_discovered: int = 100,
+        max_output_chars: int = 50_000,
+    ):
+        self.session = session
+        self.workspace = workspace
+        self.tracker = tracker
+        self.index = index or (tracker.index if tracker is not None else FileIndex(session.store, workspace))
+        self.host = dict(host or {})
+        self.max_discovered = max_discovered
+        self.max_output_chars = max_output_chars
+
+    # --- dispatch ------------------------------------------------------------------------------
+
+    @property
+    def schemas(self) -> list[dict[str, Any]]:
+        return FILE_TOOLS
+
+    @staticmethod
+    def names() -> frozenset[str]:
+        return frozenset(t["name"] for t in FILE_TOOLS)
+
+    def call(self, name: str, arguments: str | Mapping[str, Any]) -> str:
+        """Run one tool for the agent. ls/find/grep return their listing text; the others a JSON
+        object. Errors come back as ``{"error": …, "type": …}`` (never raised)."""
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+            if name not in self.names():
+                raise InputError(f"unknown file tool {name!r}; known: {sorted(self.names())}")
+            args = _check_args(name, args)
+            result = getattr(self, name)(**args)
+        except json.JSONDecodeError as e:
+            result = {"error": f"arguments are not valid JSON: {e}", "type": "InputError"}
+        except ContextOSError as e:
+            result = {"error": str(e), "type": type(e).__name__}
+        if isinstance(result, str):
+            return result
+        text = json.dumps(result, ensure_ascii=False, sort_keys=True)
+        return self.workspace.redact(text)[0]
+
+    def _host(self, name: str, args: dict[str, Any]) -> str:
+        """Run the host's own implementation of a tool; its failure becomes a clean tool error."""
+        try:
+            return str(self.host[name](args))
+        except ContextOSError:
+            raise
+        except Exception as e:
+            raise ContextOSError(f"{name}: the host tool failed: {type(e).__name__}: {e}") from e
+
+    # --- reading and context state -------------------------------------------------------------
+
+    def _show(self, idx: Indexed, *, reason: str) -> str:
+        """Show the indexed version in the session (active if it has content); the active status."""
+        obj = self.session.view.objects.get(idx.id)
+        assert idx.version.doc is not None
+        if idx.content is None:
+            self.session.show(idx.id, version=idx.version, state="inactive", actor="agent", reason=reason)
+            return f"metadata only: {idx.meta.get('content_omitted', 'no content')}"
+        same = obj is not None and obj.version is not None and obj.version[2] == idx.version.doc["object_hash"]
+        was_active = obj is not None and obj.state == "active"
+        self.session.show(idx.id, version=idx.version, state="active", actor="agent", reason=reason)
+        if was_active:
+            return "already active" if same else "refreshed"
+        return "activated"
+
+    def _result(self, idx: Indexed, **extra: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": idx.id, **file_meta_summary(idx.meta), "indexed": idx.status}
+        out.update(extra)
+        if idx.meta.get("context_chars"):
+            out["note"] = (
+                f"the active pool shows the first {idx.meta['context_chars']:,} of "
+                f"{idx.meta.get('chars', 0):,} characters; use grep to find the rest"
+            )
+        return out
+
+    def read(self, path: str) -> dict[str, Any]:
+        """Index → metadata pool → activate; each step's status."""
+        real = self.workspace.resolve(path)
+        idx = self.index.index(real, read=True, cause="read")
+        pool = "already in pool" if idx.id in self.session.view.objects else "added"
+        active = self._show(idx, reason="read")
+        return self._result(idx, pool=pool, active=active)
+
+    def _is_id(self, value: str) -> bool:
+        return value.startswith(_ID_PREFIXES)
+
+    def _file_id(self, id_or_path: str) -> str:
+        if self._is_id(id_or_path):
+            return id_or_path
+        real = self.workspace.resolve(id_or_path, must_exist=False)
+        v = self.index.lookup(real)
+        if v is None:
+            raise InputError(f"{id_or_path!r} is not an indexed file: read(path) indexes it")
+        return v.id
+
+    def activate(self, id: str) -> dict[str, Any]:
+        """Activate an object; a path is read (indexed if new or changed, then activated)."""
+        if not self._is_id(id):
+            return self.read(id)
+        if id.startswith("file:"):
+            v = self.index.latest(id)
+            if v is not None and v.doc is not None and v.doc.get("content") is None:
+                self.session.show(id, version=v, state="inactive", actor="agent", reason="activate")
+                return {"id": id, "status": f"metadata only: {v.doc['meta'].get('content_omitted', 'no content')}"}
+        return self.session.activate(id)
+
+    def deactivate(self, id: str) -> dict[str, Any]:
+        return self.session.deactivate(self._file_id(id))
+
+    def pin(self, id: str) -> dict[str, Any]:
+        return self.session.pin(self._file_id(id))
+
+    def unpin(self, id: str) -> dict[str, Any]:
+        return self.session.unpin(self._file_id(id))
+
+    # --- write / edit -------------------------------------------------------------------------
+
+    def _after_change(self, real: Path, *, cause: str, reason: str, **extra: Any) -> dict[str, Any]:
+        idx = self.index.index(real, read=True, cause=cause)
+        active = self._show(idx, reason=reason)
+        out = self._result(idx, active=active, **extra)
+        if idx.meta.get("diff"):
+            out["diff"] = idx.meta["diff"]
+        return out
+
+    def write(self, path: str, content: str) -> dict[str, Any]:
+        """Create or overwrite a text file, then record and show its new version."""
+        real = self.workspace.resolve(path, must_exist=False)
+        existed = real.exists()
+        if existed and not real.is_file():
+            raise InputError(f"write {path}: it exists and is not a regular file")
+        host_out = None
+        if "write" in self.host:
+            host_out = self._host("write", {"path": path, "content": content})
+        else:
+            try:
+                real.parent.mkdir(parents=True, exist_ok=True)
+                with open(real, "w", encoding="utf-8", newline="") as f:
+                    f.write(content)
+            except OSError as e:
+                raise InputError(f"write {path}: {e.strerror or e}") from None
+        extra: dict[str, Any] = {
+            "status": "overwritten" if existed else "created",
+            "bytes": len(content.encode("utf-8")),
+        }
+        if host_out:
+            extra["output"] = _cap(host_out, 2000)
+        return self._after_change(real, cause="write", reason="written", **extra)
+
+    def edit(
+        self,
+        path: str,
+        oldText: str | None = None,
+        newText: str | None = None,
+        edits: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Exact replacement(s) in a text file, then record and show its new version with the diff."""
+        real = self.workspace.resolve(path)
+        if edits is not None and (oldText is not None or newText is not None):
+            raise InputError(f"edit {path}: pass either oldText/newText or edits=[…], not both")
+        if edits is None:
+            if oldText is None or newText is None:
+                raise InputError(f"edit {path}: oldText and newText are both required")
+            pairs = [(oldText, newText)]
+        else:
+            pairs = []
+            for n, e in enumerate(edits, 1):
+                if (
+                    not isinstance(e, dict)
+                    or not isinstance(e.get("oldText"), str)
+                    or not isinstance(e.get("newText"), str)
+                ):
+                    raise InputError(f"edit {path}: edits[{n - 1}] needs string oldText and newText")
+                pairs.append((e["oldText"], e["newText"]))
+        host_out = None
+        if "edit" in self.host:
+            args: dict[str, Any] = {"path": path}
+            args.update({"edits": edits} if edits is not None else {"oldText": oldText, "newText": newText})
+            host_out = self._host("edit", args)
+            count = len(pairs)
+        else:
+            shown = self.workspace.relpath(real)
+            snap = self.workspace.snapshot(real, read=True)
+            if snap.text is None:
+                raise InputError(f"edit {shown}: not a text file the edit tool can change ({snap.omitted})")
+            try:
+                text = real.read_bytes().decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError(f"edit {shown}: the file is not valid UTF-8; edit refuses to rewrite it") from None
+            except OSError as e:
+                raise FileUnreadable(f"edit {shown}: {e.strerror or e}") from None
+            new, count = apply_edits(text, pairs, shown)
+            try:
+                with open(real, "w", encoding="utf-8", newline="") as f:
+                    f.write(new)
+            except OSError as e:
+                raise InputError(f"edit {shown}: {e.strerror or e}") from None
+        extra: dict[str, Any] = {"status": "edited", "replacements": count}
+        if host_out:
+            extra["output"] = _cap(host_out, 2000)
+        return self._after_change(real, cause="edit", reason="edited", **extra)
+
+    # --- ls / find / grep -------------------------------------------------------------------------
+
+    def _discover(self, paths: Iterable[Path]) -> str:
+        """Index discovered files metadata-only and put them in the metadata pool; a note."""
+        seen: set[Path] = set()
+        added = skipped = 0
+        for p in paths:
+            try:
+                real = self.workspace.resolve(p)
+            except ContextOSError:
+                continue
+            if real in seen or not real.is_file():
+                continue
+            seen.add(real)
+            if len(seen) > self.max_discovered:
+                skipped += 1
+                continue
+            try:
+                idx = self.index.index(real, read=False, cause="discovered")
+            except ContextOSError:
+                continue
+            if idx.id not in self.session.view.objects:
+                self.session.show(idx.id, version=idx.version, state="inactive", actor="agent", reason="discovered")
+                added += 1
+        if not added and not skipped:
+            return ""
+        note = f"\n[context_os: {added} new file object(s) in your object list"
+        if skipped:
+            note += f"; {skipped} more not indexed (over {self.max_discovered} per call)"
+        return note + "; read(path) loads one]"
+
+    def _finish(self, text: str, discovered: Iterable[Path]) -> str:
+        text = self.workspace.redact(_cap(text, self.max_output_chars))[0]
+        return text + self._discover(discovered)
+
+    def _found_in_output(self, name: str, base: Path, output: str) -> list[Path]:
+        """The file paths an ls/find/grep output names (relative to the searched ``base``)."""
+        if base.is_file():
+            base = base.parent
+        found: list[Path] = []
+        for line in output.splitlines():
+            line = line.strip()
+            if not line or line.startswith("["):
+                continue
+            if name == "grep":
+                m = _GREP_LINE.match(line)
+                if m is None:
+                    continue
+                line = m.group(1)
+                # rg/grep print paths relative to the cwd (the workspace root) when given a directory
+                p = Path(line)
+                found.append(
+                    p
+                    if p.is_absolute()
+                    else (self.workspace.root / p if (self.workspace.root / p).exists() else base / p)
+                )
+                continue
+            if line.endswith("/"):
+                continue
+            p = Path(line)
+            found.append(p if p.is_absolute() else base / p)
+        return found
+
+    def ls(self, path: str = ".", limit: int = 500) -> str:
+        """List a directory (dirs end with ``/``), sorted by name."""
+        real = self.workspace.resolve(path)
+        if "ls" in self.host:
+            out = self._host("ls", {"path": path, "limit": limit})
+            return self._finish(out, self._found_in_output("ls", real, out))
+        if not real.is_dir():
+            return self._finish(self.workspace.relpath(real), [real])
+        try:
+            entries = sorted(os.scandir(real), key=lambda e: (e.name.lower(), e.name))
+        except OSError as e:
+            raise FileUnreadable(f"ls {path}: {e.strerror or e}") from None
+        lines: list[str] = []
+        files: list[Path] = []
+        for entry in entries[:limit]:
+            is_dir = entry.is_dir()
+            lines.append(entry.name + ("/" if is_dir else ""))
+            if not is_dir:
+                files.append(Path(entry.path))
+        if len(entries) > limit:
+            lines.append(f"[... {len(entries) - limit} more entries; raise limit to see them]")
+        return self._finish("\n".join(lines) if lines else "(empty directory)", files)
+
+    def find(self, pattern: str, path: str = ".", limit: int = 1000) -> str:
+        """Files (and directories, ending with /) below ``path`` whose name — or, for a pattern
+        with ``/``, whose path relative to ``path`` — matches the glob."""
+        real = self.workspace.resolve(path)
+        if "find" in self.host:
+            out = self._host("find", {"pattern": pattern, "path": path, "limit": limit})
+            return self._finish(out, self._found_in_output("find", real, out))
+        if not real.is_dir():
+            raise InputError(f"find: {path!r} is not a directory")
+        by_path = "/" in pattern
+        rx = _glob_regex(pattern.lstrip("/")) if by_path else None
+        lines: list[str] = []
+        files: list[Path] = []
+        more = 0
+        for p, is_dir in self.workspace.walk(real):
+            rel = p.relative_to(real).as_posix()
+            hit = rx.match(rel) is not None if rx is not None else fnmatch.fnmatchcase(p.name, pattern)
+            if not hit:
+                continue
+            if len(lines) >= limit:
+                more += 1
+                continue
+            lines.append(rel + ("/" if is_dir else ""))
+            if not is_dir:
+                files.append(p)
+        lines.sort()
+        if more:
+            lines.append(f"[... {more} more matches; raise limit or narrow the pattern]")
+        return self._finish("\n".join(lines) if lines else f"(no files match {pattern!r})", files)
+
+    def grep(
+        self,
+        pattern: str,
+        path: str = ".",
+        glob: str | None = None,
+        ignoreCase: bool = False,
+        literal: bool = False,
+        limit: int = 100,
+    ) -> str:
+        """Lines matching ``pattern`` as ``path:line:text`` (paths relative to the workspace).
+        Binary files, secret-looking files and files over the size cap are skipped."""
+        real = self.workspace.resolve(path)
+        if "grep" in self.host:
+            out = self._host(
+                "grep",
+                {
+                    "pattern": pattern,
+                    "path": path,
+                    "glob": glob,
+                    "ignoreCase": ignoreCase,
+                    "literal": literal,
+                    "limit": limit,
+                },
+            )
+            return self._finish(out, self._found_in_output("grep", real, out))
+        try:
+            rx = re.compile(re.escape(pattern) if literal else pattern, re.IGNORECASE if ignoreCase else 0)
+        except re.error as e:
+            raise InputError(f"grep: not a valid regular expression ({e}); pass literal=true to search text") from None
+        grx = _glob_regex(glob) if glob and "/" in glob else None
+        candidates = [(real, False)] if real.is_file() else self.workspace.walk(real)
+        lines: list[str] = []
+        files: list[Path] = []
+        secrets = 0
+        for p, is_dir in candidates:
+            if is_dir:
+                continue
+            if glob:
+                rel = p.relative_to(real).as_posix() if real.is_dir() else p.name
+                if not (grx.match(rel) if grx is not None else fnmatch.fnmatchcase(p.name, glob)):
+                    continue
+            target = Path(os.path.realpath(p))
+            if self.workspace.root_of(target) is None:
+                continue  # a symlink out of the workspace
+            if self.workspace.is_secret(target):
+                secrets += 1
+                continue
+            data = _read_regular(target, self.workspace.max_file_bytes)
+            if data is None or b"\x00" in data[:8192]:
+                continue
+            shown = self.workspace.relpath(p)
+            hit = False
+            for n, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+                if rx.search(line):
+                    hit = True
+                    lines.append(f"{shown}:{n}:{line[:500]}")
+                    if len(lines) >= limit:
+                        break
+            if hit:
+                files.append(target)
+            if len(lines) >= limit:
+                lines.append(f"[... stopped at {limit} matches; raise limit or narrow the search]")
+                break
+        if secrets:
+            lines.append(f"[{secrets} secret-looking file(s) not searched]")
+        return self._finish("\n".join(lines) if lines else f"(no matches for {pattern!r})", files)
+
+    # --- tools the host ran ------------------------------------------------------------------
+
+    def observe(self, command: str | None, output: str | None) -> list[dict[str, Any]]:
+        """Re-check indexed files named in a command or its output (bash and other tools).
+
+        Best effort: at most 200 distinct path-like tokens are looked at. A file that vanished
+        while another named path now holds the same inode is recorded as moved there. Returns
+        one ``{id, path, indexed, changes}`` per object that got a new version.
+        """
+        text = f"{command or ''}\n{(output or '')[:200_000]}"
+        tokens: list[str] = []
+        for tok in _TOKEN_SPLIT.split(text):
+            tok = tok.rstrip(".:")
+            if tok and ("/" in tok or "." in tok.lstrip(".")) and len(tok) < 4096 and tok not in tokens:
+                tokens.append(tok)
+            if len(tokens) >= 200:
+                break
+        known = self.tracker.tracked() if self.tracker is not None else None
+        known_paths = set(known.values()) if known is not None else None
+        objects: dict[str, tuple[dict[str, Any], Path]] = {}
+        fresh: dict[tuple[Any, ...], Path] = {}  # (inode, size, mtime) → an unindexed file named
+        for tok in tokens:
+            try:
+                real = self.workspace.resolve(tok, must_exist=False)
+            except ContextOSError:
+                continue
+            v = None if known_paths is not None and str(real) not in known_paths else self.index.lookup(real)
+            if v is not None and v.doc is not None:
+                objects[v.id] = (v.doc["meta"], real)
+                continue
+            try:
+                st = os.stat(real)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                fresh[(f"{st.st_dev}:{st.st_ino}", st.st_size, st.st_mtime_ns // 1_000_000)] = real
+        changed = []
+        for oid, (meta, real) in objects.items():
+            # a vanished file that another named path now holds, unchanged: it was moved there
+            moved = fresh.get((meta.get("inode"), meta.get("size"), meta.get("mtime")))
+            target: Path | None = real if real.is_file() else moved
+            try:
+                idx = self.index.refresh(oid, target, cause="observed", reason="gone after a command")
+            except ContextOSError:
+                continue
+            if idx is not None and idx.status != "already indexed":
+                changed.append(
+                    {
+                        "id": oid,
+                        "path": idx.meta.get("path"),
+                        "indexed": idx.status,
+                        "changes": list(idx.changes),
+                        "version": idx.meta.get("version"),
+                    }
+                )
+        return changed
+
+    def after_tool(self, name: str, arguments: Mapping[str, Any] | str, output: str) -> dict[str, Any]:
+        """Update objects after the host ran a tool itself (wrapped tools) or any other tool
+        (observed). Returns what was updated."""
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+        except json.JSONDecodeError:
+            args = {}
+        if not isinstance(args, dict):
+            args = {}
+        try:
+            if name in ("write", "edit") and isinstance(args.get("path"), str):
+                real = self.workspace.resolve(args["path"])
+                return self._after_change(real, cause=name, reason="written" if name == "write" else "edited")
+            if name in _TEXT_TOOLS:
+                base = self.workspace.resolve(args.get("path") or ".")
+                note = self._discover(self._found_in_output(name, base, output))
+                return {"tool": name, "discovered": note.strip()}
+        except ContextOSError as e:
+            return {"error": str(e), "type": type(e).__name__}
+        command = args.get("command") if isinstance(args.get("command"), str) else json.dumps(args)
+        return {"tool": name, "observed": self.observe(command, output)}

@@ -1,0 +1,554 @@
+"""The file tracker: keeps indexed files in sync with the disk, with a real watchdog observer.
+
+Once a file is indexed (read, written, edited or discovered by the agent), a change on disk
+becomes a new version of its object:
+
+* content change → new version (valid time = mtime; unchanged bytes are a no-op, by hash);
+* move/rename, also across directories → the same object with a new path;
+* delete → a new version marked ``missing`` (no content); the history is kept; re-creation at
+  the same path → a new version again;
+* an editor's atomic save (write a temp file, rename it over the original; or rename the
+  original away and write a new one) → one version, because events are debounced per object
+  (``debounce``, default 50 ms; at most ``max_delay`` while events keep coming) and the disk is
+  looked at only once they settle: the path that still holds the file wins.
+
+One recursive watch per root (the workspace root, and each allowed outside directory that holds
+an indexed file) catches moves between any two directories below it, with one observer thread.
+Events under ignored directories (``.git``, ``node_modules``, build output, …) are dropped unless
+they concern an indexed file. After an inotify queue overflow, an observer error, or every
+``rescan_interval`` seconds, every indexed file is ``stat``-ed again and the changed ones
+re-indexed; ``start()`` does the same, so changes made while nothing was watching are recorded.
+
+The tracker writes to the store from its own thread (through ``FileIndex``, whose compare-and-set
+writes make it safe next to the file tools). It never touches a session: a session that shows an
+older version marks it stale on its next turn and does not reload it by itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from watchdog.events import (
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver, ObservedWatch
+
+from ..errors import ContextOSError
+from ..store.base import Store, Version
+from .index import FileIndex, Indexed
+from .workspace import Workspace
+
+__all__ = ["FileTracker"]
+
+_EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+]
+"""What the observer asks the kernel for: no open/access events (our own reads make those)."""
+
+_WATCHDOG_LOGGERS = ("watchdog.observers.inotify_c", "watchdog.observers.inotify")
+_RECENT_MAX = 2000
+
+
+@dataclass(slots=True)
+class _Rec:
+    """What the tracker remembers of one indexed file (kept small: thousands of these)."""
+
+    path: str
+    missing: bool
+    size: int | None
+    mtime: int | None
+    inode: str | None
+
+
+def _rec_of(meta: dict[str, Any]) -> _Rec:
+    return _Rec(
+        str(meta["abs_path"]), bool(meta.get("missing")), meta.get("size"), meta.get("mtime"), meta.get("inode")
+    )
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + os.sep)
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, tracker: FileTracker):
+        self.tracker = tracker
+
+    def dispatch(self, event: FileSystemEvent) -> None:
+        self.tracker._on_event(event)
+
+
+class _OverflowSignal(logging.Handler):
+    """watchdog handles an inotify queue overflow internally and only logs it: this turns that
+    log record into a rescan request."""
+
+    def __init__(self, tracker: FileTracker):
+        super().__init__(logging.WARNING)
+        self.tracker = tracker
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "overflow" in record.getMessage().lower():
+            self.tracker.request_rescan("inotify queue overflow")
+
+
+class FileTracker:
+    """Watches the indexed files of ``workspace`` and records their changes in ``store``.
+
+    ``index``: share the ``FileIndex`` of the file tools (recommended: files they index are then
+    tracked at once); by default the tracker makes its own. Use as a context manager, or call
+    ``start()`` and ``stop()``.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        workspace: Workspace,
+        *,
+        index: FileIndex | None = None,
+        debounce: float = 0.05,
+        max_delay: float = 0.5,
+        rescan_interval: float | None = 30.0,
+        health_interval: float = 1.0,
+        missing_grace: float = 0.25,
+    ):
+        self.store = store
+        self.workspace = workspace
+        self.index = index if index is not None else FileIndex(store, workspace)
+        self.debounce = debounce
+        self.max_delay = max_delay
+        self.rescan_interval = rescan_interval
+        self.health_interval = health_interval
+        self.missing_grace = missing_grace
+        self.stats: dict[str, int] = {"events": 0, "reconciled": 0, "versions": 0, "rescans": 0, "errors": 0}
+        self.errors: deque[str] = deque(maxlen=100)
+        """The latest problems (unreadable files, watch failures), newest last."""
+        self._cond = threading.Condition(threading.Lock())
+        self._records: dict[str, _Rec] = {}
+        self._by_path: dict[str, str] = {}
+        self._pending: dict[str, tuple[float, float]] = {}
+        self._hints: dict[str, str] = {}
+        self._hinted: dict[str, str] = {}
+        self._recent: OrderedDict[str, float] = OrderedDict()
+        self._grace: set[str] = set()
+        self._deferred: dict[str, float] = {}
+        self._rescan_reason: str | None = None
+        self._busy = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._observer: BaseObserver | None = None
+        self._watch_lock = threading.Lock()
+        self._watches: dict[str, ObservedWatch] = {}
+        self._handler = _Handler(self)
+        self._overflow = _OverflowSignal(self)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> FileTracker:
+        """Load the indexed set, start watching, and reconcile what changed while nobody watched."""
+        if self._thread is not None:
+            return self
+        self._stopping = False
+        self.index.subscribe(self._note)
+        for v in self.index.indexed():
+            self._note(v, watch=False)
+        self._observer = self._new_observer()
+        for root in self._roots():
+            self._ensure_watch(root)
+        for name in _WATCHDOG_LOGGERS:
+            logging.getLogger(name).addHandler(self._overflow)
+        self._rescan_reason = "start"
+        self._thread = threading.Thread(target=self._run, name=f"ctxos-file-tracker:{self.workspace.root}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching; events not yet recorded are reconciled first."""
+        thread = self._thread
+        if thread is None:
+            return
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        thread.join()
+        self._thread = None
+        for name in _WATCHDOG_LOGGERS:
+            logging.getLogger(name).removeHandler(self._overflow)
+        self.index.unsubscribe(self._note)
+        observer, self._observer = self._observer, None
+        with self._watch_lock:
+            self._watches.clear()
+        if observer is not None:
+            observer.stop()
+            observer.join()
+
+    def __enter__(self) -> FileTracker:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # --- public helpers ----------------------------------------------------------------------
+
+    def tracked(self) -> dict[str, str]:
+        """Object id → absolute path of every tracked file (missing ones included)."""
+        with self._cond:
+            return {oid: r.path for oid, r in self._records.items()}
+
+    def request_rescan(self, reason: str) -> None:
+        """Re-check every indexed file soon (from the tracker thread)."""
+        with self._cond:
+            self._rescan_reason = reason
+            self._cond.notify_all()
+
+    def settle(self, timeout: float = 5.0) -> bool:
+        """Wait until no event waits to be reconciled; False on timeout. (Events still queued in
+        the observer are not seen here: poll the store when you need a particular version.)"""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: not self._pending and not self._busy and self._rescan_reason is None, timeout
+            )
+
+    def rescan(self) -> int:
+        """Re-check every tracked file now, in the caller's thread; the number of new versions."""
+        with self._cond:
+            items = list(self._records.items())
+        dirty = [oid for oid, rec in items if self._changed_on_disk(rec)]
+        self.stats["rescans"] += 1
+        return sum(1 for oid in dirty if self._reconcile(oid, None))
+
+    # --- the index tells us what is indexed -------------------------------------------------
+
+    def _note(self, v: Version, *, watch: bool = True) -> None:
+        doc = v.doc
+        if doc is None or doc.get("kind") != "file":
+            return
+        meta = doc["meta"]
+        if meta.get("workspace") != str(self.workspace.root) or "abs_path" not in meta:
+            return
+        rec = _rec_of(meta)
+        with self._cond:
+            old = self._records.get(v.id)
+            if old is not None and old.path != rec.path and self._by_path.get(old.path) == v.id:
+                del self._by_path[old.path]
+            self._records[v.id] = rec
+            holder = self._by_path.get(rec.path)
+            if holder is None or holder == v.id or not rec.missing:
+                self._by_path[rec.path] = v.id
+        if watch and self._observer is not None:
+            root = self.workspace.root_of(rec.path)
+            if root is not None:
+                self._ensure_watch(root)
+
+    def _roots(self) -> set[Path]:
+        with self._cond:
+            paths = [r.path for r in self._records.values()]
+        return {root for p in paths if (root := self.workspace.root_of(p)) is not None}
+
+    # --- watching ------------------------------------------------------------------------------
+
+    def _new_observer(self) -> BaseObserver:
+        observer = Observer()
+        observer.name = f"ctxos-watchdog:{self.workspace.root}"
+        observer.start()
+        return observer
+
+    def _ensure_watch(self, root: Path) -> None:
+        key = str(root)
+        with self._watch_lock:
+            observer = self._observer
+            if observer is None or key in self._watches:
+                return
+            try:
+                self._watches[key] = observer.schedule(self._handler, key, recursive=True, event_filter=_EVENTS)
+            except OSError as e:
+                # e.g. the root is gone, or the inotify watch limit is reached: the periodic
+                # rescan still catches changes, and the health check retries the watch
+                self._error(f"cannot watch {key}: {e.strerror or e}")
+
+    def _check_health(self) -> None:
+        """Restart a dead observer and re-create watches whose emitter stopped (root deleted)."""
+        observer = self._observer
+        if observer is None:
+            return
+        lost = False
+        # the inotify reader thread of watchdog's Linux observer can die on its own (e.g. a warning
+        # raised as an error under -W error) while the observer thread lives on
+        reader = getattr(observer, "_inotify_fd", None)
+        if not observer.is_alive() or (isinstance(reader, threading.Thread) and not reader.is_alive()):
+            self._error("the watchdog observer stopped; restarting it")
+            with contextlib.suppress(Exception):
+                observer.stop()
+            with self._watch_lock:
+                self._watches.clear()
+                self._observer = self._new_observer()
+            lost = True
+        else:
+            dead = {e.watch for e in list(observer.emitters) if not e.is_alive()}
+            with self._watch_lock:
+                for key, watch in list(self._watches.items()):
+                    if watch in dead or watch not in {e.watch for e in observer.emitters}:
+                        del self._watches[key]
+                        with contextlib.suppress(KeyError, RuntimeError):
+                            observer.unschedule(watch)
+                        lost = True
+        missing_roots = {r for r in self._roots() if str(r) not in self._watches}
+        for root in missing_roots:
+            if root.is_dir():
+                self._ensure_watch(root)
+        if lost or missing_roots:
+            self.request_rescan("watch lost")
+
+    # --- events (observer thread: keep it cheap) ----------------------------------------------
+
+    def _on_event(self, event: FileSystemEvent) -> None:
+        kind = event.event_type
+        src = os.fsdecode(event.src_path)
+        now = time.monotonic()
+        with self._cond:
+            self.stats["events"] += 1
+            marked = False
+            if kind == "moved":
+                dest = os.fsdecode(event.dest_path)
+                if event.is_directory:
+                    for path, oid in list(self._by_path.items()) + list(self._hinted.items()):
+                        if _under(path, src):
+                            marked |= self._hint(oid, dest + path[len(src) :], now)
+                        elif _under(path, dest):
+                            marked |= self._mark(oid, now)
+                else:
+                    mover = self._by_path.get(src) or self._hinted.get(src)
+                    if mover is not None:
+                        marked |= self._hint(mover, dest, now)
+                    target = self._by_path.get(dest)
+                    if target is not None and target != mover:
+                        marked |= self._mark(target, now)
+                    elif mover is None:
+                        self._remember(dest, now)
+            elif event.is_directory:  # a deleted directory: everything below it
+                for path, oid in list(self._by_path.items()):
+                    if _under(path, src):
+                        marked |= self._mark(oid, now)
+            else:
+                hit = self._by_path.get(src) or self._hinted.get(src)
+                if hit is not None:
+                    marked |= self._mark(hit, now)
+                elif kind == "created":
+                    self._remember(src, now)
+            if marked:
+                self._cond.notify_all()
+
+    def _remember(self, path: str, now: float) -> None:
+        """A file appeared at an unindexed path: maybe an indexed file moved there unseen (into a
+        directory created a moment ago, before its watch existed). Kept a few seconds."""
+        self._recent[path] = now
+        self._recent.move_to_end(path)
+        while self._recent and (len(self._recent) > _RECENT_MAX or next(iter(self._recent.values())) < now - 10):
+            self._recent.popitem(last=False)
+
+    def _moved_unseen(self, rec: _Rec) -> str | None:
+        """An unindexed path that appeared recently holding this very file (same inode, size and
+        mtime: a rename keeps all three, a new file reusing the inode does not)."""
+        if rec.inode is None:
+            return None
+        with self._cond:
+            paths = list(self._recent)
+        for path in reversed(paths):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and (f"{st.st_dev}:{st.st_ino}", st.st_size, st.st_mtime_ns // 1_000_000) == (
+                rec.inode,
+                rec.size,
+                rec.mtime,
+            ):
+                return path
+        return None
+
+    def _mark(self, oid: str, now: float) -> bool:
+        first = self._pending.get(oid, (now, now))[0]
+        self._pending[oid] = (first, now)
+        return True
+
+    def _hint(self, oid: str, dest: str, now: float) -> bool:
+        old = self._hints.get(oid)
+        if old is not None:
+            self._hinted.pop(old, None)
+        self._hints[oid] = dest
+        self._hinted[dest] = oid
+        return self._mark(oid, now)
+
+    # --- the tracker thread ----------------------------------------------------------------------
+
+    def _due(self, now: float) -> tuple[list[str], float | None]:
+        due, wake = [], None
+        for oid, (first, last) in self._pending.items():
+            at = min(last + self.debounce, first + self.max_delay)
+            if at <= now:
+                due.append(oid)
+            else:
+                wake = at if wake is None else min(wake, at)
+        return due, wake
+
+    def _run(self) -> None:
+        next_health = time.monotonic() + self.health_interval
+        next_rescan = None if self.rescan_interval is None else time.monotonic() + self.rescan_interval
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    due, wake = self._due(now)
+                    periodic = next_rescan is not None and now >= next_rescan
+                    if self._stopping:
+                        due = list(self._pending)
+                    if due or self._rescan_reason or periodic or now >= next_health or self._stopping:
+                        break
+                    deadlines = [t for t in (wake, next_health, next_rescan) if t is not None]
+                    self._cond.wait(max(0.001, min(deadlines) - now))
+                batch = [(oid, self._hints.pop(oid, None)) for oid in due]
+                for oid, hint in batch:
+                    del self._pending[oid]
+                    if hint is not None:
+                        self._hinted.pop(hint, None)
+                rescan = self._rescan_reason is not None or periodic
+                self._rescan_reason = None
+                stopping = self._stopping
+                self._busy = True
+            try:
+                # moves first: a file moved over another indexed file takes its path before
+                # the other one is looked at
+                for oid, hint in sorted(batch, key=lambda b: b[1] is None):
+                    self._reconcile(oid, hint)
+                if rescan and not stopping:
+                    self.rescan()
+                    next_rescan = None if self.rescan_interval is None else time.monotonic() + self.rescan_interval
+                if time.monotonic() >= next_health and not stopping:
+                    self._check_health()
+                    next_health = time.monotonic() + self.health_interval
+            except Exception as e:  # the thread must survive anything (a store that is down, a bug)
+                self._error(f"tracker: {type(e).__name__}: {e}")
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+            if stopping:
+                return
+
+    def _changed_on_disk(self, rec: _Rec) -> bool:
+        try:
+            st = os.stat(rec.path)
+        except OSError:
+            return not rec.missing
+        if not stat.S_ISREG(st.st_mode):
+            return not rec.missing
+        if rec.missing:
+            return True
+        return (st.st_size, st.st_mtime_ns // 1_000_000, f"{st.st_dev}:{st.st_ino}") != (rec.size, rec.mtime, rec.inode)
+
+    def _reconcile(self, oid: str, hint: str | None) -> Indexed | None:
+        """Look at the disk once and record what it shows for object ``oid``."""
+        with self._cond:
+            rec = self._records.get(oid)
+            holder = None if rec is None else self._by_path.get(rec.path)
+        if rec is None:
+            return None
+        self.stats["reconciled"] += 1
+        target: str | None = None
+        if holder in (None, oid) and os.path.isfile(rec.path):
+            target = rec.path  # still (or again) there: an in-place or atomic save
+        elif hint is not None and os.path.isfile(hint) and self.workspace.root_of(hint) is not None:
+            target = hint  # moved
+        elif not rec.missing:
+            target = self._moved_unseen(rec)
+            if target is None and oid not in self._grace and self.running and not self._stopping:
+                # gone: look once more a moment later, in case it reappears (a slow save) or
+                # turns up elsewhere (its move event could not be paired)
+                self._grace.add(oid)
+                self._later(oid, self.missing_grace)
+                return None
+        self._grace.discard(oid)
+        if target is not None and self._still_being_written(oid, target):
+            self._later(oid, self.debounce)
+            return None
+        try:
+            result = self.index.refresh(
+                oid, Path(target) if target else None, cause="tracker", reason="deleted or moved away on disk"
+            )
+        except ContextOSError as e:
+            self._error(f"{rec.path}: {e}")
+            return None
+        if result is None:  # evicted from the store: stop tracking it
+            with self._cond:
+                self._records.pop(oid, None)
+                if self._by_path.get(rec.path) == oid:
+                    del self._by_path[rec.path]
+            return None
+        if result.status != "already indexed":
+            self.stats["versions"] += 1
+            return result
+        return None
+
+    def _later(self, oid: str, delay: float) -> None:
+        """Look at ``oid`` again in ``delay`` seconds (unless new events come first)."""
+        with self._cond:
+            later = time.monotonic() + delay
+            first, last = self._pending.get(oid, (later, later))
+            self._pending[oid] = (max(first, later), max(last, later))
+            self._cond.notify_all()
+
+    def _still_being_written(self, oid: str, path: str) -> bool:
+        """Whether the file was modified less than ``debounce`` ago: the events that woke us may
+        be older than a write still in progress (a truncate before its write). Deferred for at
+        most ``max_delay`` in a row, so a file written continuously is still recorded."""
+        if not self.running or self._stopping:
+            return False
+        try:
+            age = time.time() - os.stat(path).st_mtime
+        except OSError:
+            return False
+        now = time.monotonic()
+        since = self._deferred.setdefault(oid, now)
+        if 0 <= age < self.debounce and now - since < self.max_delay:
+            return True
+        self._deferred.pop(oid, None)
+        return False
+
+    def _error(self, message: str) -> None:
+        self.stats["errors"] += 1
+        self.errors.append(message)
+
+    def track(self, paths: Iterable[str | os.PathLike[str]]) -> list[Indexed]:
+        """Index ``paths`` (content mode) so that they are tracked from now on."""
+        return [self.index.index(self.workspace.resolve(p), read=True, cause="tracker") for p in paths]

@@ -1,0 +1,81 @@
+"""Fixtures for the file tests: a real workspace directory, a real SQLite store beside it (never
+inside it), sessions, file tools, and a started watchdog tracker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from context_os import Session
+from context_os.files import FileTools, FileTracker, Workspace
+from context_os.store.sqlite import SqliteStore
+
+T = TypeVar("T")
+
+WATCHDOG_RACE_WARNING = "ignore:Callback with id:RuntimeWarning"
+"""watchdog's inotify thread warns when a new directory's watch is added twice (it races with
+itself on ``mkdir -p``); harmless, but under ``filterwarnings = error`` it would kill that
+thread. Tests that run a tracker ignore exactly this warning."""
+
+
+def wait_for(check: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def metas(db: SqliteStore, oid: str) -> list[dict[str, Any]]:
+    """The meta of every version of ``oid``, oldest first (read slightly ahead of the clock)."""
+    return [v.doc["meta"] for v in db.history(oid, with_docs=True) if v.doc]
+
+
+def latest_meta(db: SqliteStore, oid: str) -> dict[str, Any]:
+    v = db.get(oid, valid_time=int(time.time() * 1000) + 1000)
+    assert v is not None and v.doc is not None
+    return v.doc["meta"]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "ws"
+    r.mkdir()
+    return r
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[SqliteStore]:
+    s = SqliteStore(tmp_path / "store.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def ws(root: Path) -> Workspace:
+    return Workspace(root)
+
+
+@pytest.fixture
+def session(db: SqliteStore) -> Session:
+    return Session.open(db, "s1", harness="openai")
+
+
+@pytest.fixture
+def tools(session: Session, ws: Workspace) -> FileTools:
+    return FileTools(session, ws)
+
+
+@pytest.fixture
+def tracker(db: SqliteStore, ws: Workspace) -> Iterator[FileTracker]:
+    t = FileTracker(db, ws, rescan_interval=None).start()
+    yield t
+    t.stop()

@@ -1,0 +1,48 @@
+"""Files and redaction through the OpenAI hook: the tools a model sees, and what is stored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from context_os import Session
+from context_os.context.frames import verify_frame
+from context_os.files import FileTools, Workspace
+from context_os.harness.openai import OpenAIHook
+from context_os.store.sqlite import SqliteStore
+from tests.helpers import call, result, user
+
+KEY = "sk-proj-" + "a1B2c3D4e5" * 5
+
+
+def test_file_tools_are_offered_and_routed(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text("print('hi')\n")
+    with SqliteStore(tmp_path / "s.db") as store:
+        ws = Workspace(tmp_path)
+        session = Session.open(store, "f1", workspace=str(tmp_path), redact=ws.redact)
+        hook = OpenAIHook(session, files=FileTools(session, ws))
+        names = {t["function"]["name"] for t in hook.tools}
+        assert {"read", "write", "edit", "ls", "find", "grep", "activate", "deactivate", "pin", "unpin"} <= names
+        assert len(names) == len(hook.tools)  # no tool offered twice
+        msgs = [user("look at app.py"), call("r1", "read", path="app.py")]
+        output = hook.call_tool("read", {"path": "app.py"})
+        assert json.loads(output)["active"] == "activated"
+        msgs.append(result("r1", output))
+        out = hook.transform_context(msgs)
+        assert "print('hi')" in out[-1]["content"] and 'path="app.py"' in out[-1]["content"]
+        assert hook.handles("read") and hook.handles("activate") and not hook.handles("bash")
+        for f in session.frames():
+            assert verify_frame(store, f).ok
+
+
+def test_secrets_are_redacted_before_they_are_stored(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "s.db") as store:
+        ws = Workspace(tmp_path)
+        hook = OpenAIHook(Session.open(store, "r1", redact=ws.redact))
+        msgs = [user("env?"), call("c1", "bash", command=f"echo {KEY}"), result("c1", f"OPENAI_API_KEY={KEY}\n")]
+        out = hook.transform_context(msgs)
+        assert KEY not in json.dumps(out)
+        doc = store.doc("toolcall:r1:c1")
+        assert KEY not in json.dumps(doc) and doc["meta"]["redacted"] >= 1
+        raw = b"".join(p.read_bytes() for p in tmp_path.glob("s.db*"))
+        assert KEY.encode() not in raw

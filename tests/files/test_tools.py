@@ -1,0 +1,345 @@
+"""The file tools on a real session and store: statuses, versions and diffs, discovery,
+the workspace policy through the tools, observation of other tools, host delegation."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os import Session
+from context_os.errors import InputError
+from context_os.files import FileTools, Workspace, apply_edits
+from context_os.store.sqlite import SqliteStore
+from tests.files.conftest import latest_meta, metas
+from tests.files.test_workspace import KEYS, PNG
+
+
+def call(tools: FileTools, name: str, **args: Any) -> Any:
+    out = tools.call(name, args)
+    return out if name in ("ls", "find", "grep") else json.loads(out)
+
+
+def tail(session: Session) -> str:
+    msgs = session.view.render().volatile
+    return msgs[-1]["text"] or "" if msgs else ""
+
+
+def reasons(session: Session, oid: str) -> list[tuple[str, str, str]]:
+    return [
+        (v.doc["content"]["state"], v.doc["meta"]["actor"], v.doc["meta"]["reason"])
+        for v in session.state_changes(oid)
+        if v.doc
+    ]
+
+
+def test_read_reports_index_pool_and_active_status_at_each_step(root: Path, tools: FileTools, db) -> None:
+    (root / "app.py").write_text("def main():\n    return 1\n")
+    first = call(tools, "read", path="app.py")
+    assert (first["indexed"], first["pool"], first["active"]) == ("new", "added", "activated")
+    assert first["id"].startswith("file:") and first["version"] == 1 and first["path"] == "app.py"
+    again = call(tools, "read", path="app.py")
+    assert (again["indexed"], again["pool"], again["active"]) == (
+        "already indexed",
+        "already in pool",
+        "already active",
+    )
+    (root / "app.py").write_text("def main():\n    return 2\n")
+    changed = call(tools, "read", path="./app.py")
+    assert (changed["indexed"], changed["pool"], changed["active"]) == ("new version", "already in pool", "refreshed")
+    assert changed["id"] == first["id"] and changed["version"] == 2
+    assert "return 2" in tail(tools.session) and "return 1" not in tail(tools.session)
+    meta = latest_meta(db, first["id"])
+    assert meta["abs_path"] == str(root.resolve() / "app.py") and meta["workspace"] == str(root.resolve())
+    assert meta["cause"] == "read" and "-    return 1" in meta["diff"] and "+    return 2" in meta["diff"]
+
+
+def test_saving_the_same_bytes_is_not_a_new_version(root: Path, tools: FileTools, db) -> None:
+    f = root / "same.txt"
+    f.write_text("one\n")
+    oid = call(tools, "read", path="same.txt")["id"]
+    f.write_text("one\n")
+    os.utime(f, (1, 1))  # even a different mtime: the content hash decides
+    assert call(tools, "read", path="same.txt")["indexed"] == "already indexed"
+    assert len(metas(db, oid)) == 1
+
+
+def test_valid_time_is_the_mtime_and_history_stays_ordered(root: Path, tools: FileTools, db) -> None:
+    f = root / "t.txt"
+    f.write_text("a")
+    os.utime(f, ns=(1_700_000_000_123_000_000, 1_700_000_000_123_000_000))
+    oid = call(tools, "read", path="t.txt")["id"]
+    f.write_text("b")
+    os.utime(f, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))  # mtime went backwards
+    call(tools, "read", path="t.txt")
+    vts = [v.valid_time for v in db.history(oid)]
+    assert vts == [1_700_000_000_123, 1_700_000_000_124]
+
+
+def test_activate_deactivate_pin_accept_ids_and_paths(root: Path, tools: FileTools) -> None:
+    (root / "a.md").write_text("# A\n")
+    oid = call(tools, "read", path="a.md")["id"]
+    assert call(tools, "deactivate", id="a.md") == {"id": oid, "status": "deactivated", "tokens_freed": 1}
+    assert "# A" not in tail(tools.session)
+    assert call(tools, "activate", id=oid)["status"] == "activated"
+    assert call(tools, "deactivate", id=oid)["status"] == "deactivated"
+    assert call(tools, "activate", id="a.md")["active"] == "activated"  # a path reads
+    assert call(tools, "pin", id="a.md")["status"] == "pinned"
+    assert call(tools, "unpin", id=oid)["status"] == "unpinned"
+    # state changes within one millisecond are corrections of each other: the last one holds
+    assert reasons(tools.session, oid)[-1] == ("active", "agent", "unpin")
+    assert tools.session.view.objects[oid].state == "active"
+
+
+def test_tool_errors_are_typed_json(root: Path, tools: FileTools) -> None:
+    locked = call(tools, "deactivate", id="chat:s1:00000")
+    assert locked["type"] == "LockedObject"
+    assert call(tools, "deactivate", id="not-indexed.txt")["type"] == "InputError"
+    assert call(tools, "read", path="/etc/passwd")["type"] == "PathDenied"
+    assert call(tools, "read", path="missing.txt")["type"] == "FileUnreadable"
+    assert json.loads(tools.call("read", "{not json"))["type"] == "InputError"
+    assert "unknown argument" in json.loads(tools.call("read", {"path": "a", "mode": "x"}))["error"]
+    assert "missing required" in json.loads(tools.call("write", {"path": "a"}))["error"]
+    assert "must be string" in json.loads(tools.call("read", {"path": 3}))["error"]
+    assert json.loads(tools.call("rm", {}))["type"] == "InputError"
+
+
+def test_write_creates_then_overwrites_with_a_diff_and_shows_it_active(root: Path, tools: FileTools, db) -> None:
+    created = call(tools, "write", path="pkg/new/mod.py", content="A = 1\n")
+    assert created["status"] == "created" and created["indexed"] == "new" and created["active"] == "activated"
+    assert (root / "pkg" / "new" / "mod.py").read_text() == "A = 1\n"
+    over = call(tools, "write", path="pkg/new/mod.py", content="A = 2\n")
+    assert over["status"] == "overwritten" and over["version"] == 2 and over["id"] == created["id"]
+    assert "-A = 1\n+A = 2\n" in over["diff"]
+    assert latest_meta(db, created["id"])["cause"] == "write"
+    assert reasons(tools.session, created["id"])[-1] == ("active", "agent", "written")
+    assert "A = 2" in tail(tools.session)
+
+
+def test_edit_replaces_exactly_once_and_records_the_diff(root: Path, tools: FileTools, db) -> None:
+    (root / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    oid = call(tools, "read", path="calc.py")["id"]
+    r = call(tools, "edit", path="calc.py", oldText="return a - b", newText="return a + b")
+    assert (r["status"], r["replacements"], r["indexed"], r["version"]) == ("edited", 1, "new version", 2)
+    assert r["lines_added"] == 1 and r["lines_removed"] == 1
+    assert (root / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    m = metas(db, oid)
+    assert [x["version"] for x in m] == [1, 2] and m[1]["cause"] == "edit"
+    assert "-    return a - b\n+    return a + b" in m[1]["diff"]
+    assert reasons(tools.session, oid)[-1] == ("active", "agent", "edited")
+
+
+def test_multi_edit_applies_every_pair_to_the_original(root: Path, tools: FileTools) -> None:
+    (root / "m.py").write_text("alpha = 1\nbeta = 2\ngamma = 3\n")
+    r = call(
+        tools,
+        "edit",
+        path="m.py",
+        edits=[
+            {"oldText": "alpha = 1", "newText": "alpha = 10"},
+            {"oldText": "gamma = 3", "newText": "gamma = 30\ndelta = 40"},
+        ],
+    )
+    assert r["replacements"] == 2 and r["version"] == 1 and r["indexed"] == "new"
+    assert (root / "m.py").read_text() == "alpha = 10\nbeta = 2\ngamma = 30\ndelta = 40\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"oldText": "nothing like this", "newText": "x"}, "not found"),
+        ({"oldText": "x = 1", "newText": "x = 2"}, "occurs 2 times"),
+        ({"oldText": "x = 1\ny", "newText": "x = 1\ny"}, "changes nothing"),
+        ({"oldText": "", "newText": "x"}, "oldText is empty"),
+        ({"edits": [{"oldText": "x = 1\ny", "newText": "a"}, {"oldText": "y = 2", "newText": "b"}]}, "overlap"),
+        ({"edits": [{"oldText": "y = 2", "newText": "b"}, {"oldText": "zzz", "newText": "c"}]}, "edit 2 of 2"),
+        ({"oldText": "y", "newText": "z", "edits": []}, "not both"),
+        ({"oldText": "y"}, "both required"),
+    ],
+)
+def test_edit_errors_are_clear_and_change_nothing(root: Path, tools: FileTools, args: dict, message: str) -> None:
+    (root / "dup.py").write_text("x = 1\ny = 2\nx = 1\n")
+    r = call(tools, "edit", path="dup.py", **args)
+    assert r["type"] == "InputError" and message in r["error"]
+    assert (root / "dup.py").read_text() == "x = 1\ny = 2\nx = 1\n"
+
+
+def test_edit_keeps_crlf_line_endings(root: Path, tools: FileTools) -> None:
+    (root / "w.txt").write_bytes(b"one\r\ntwo\r\n")
+    call(tools, "edit", path="w.txt", oldText="one\ntwo", newText="uno\ndos")
+    assert (root / "w.txt").read_bytes() == b"uno\r\ndos\r\n"
+
+
+def test_edit_refuses_binary_and_non_utf8_files(root: Path, tools: FileTools) -> None:
+    (root / "img.png").write_bytes(PNG)
+    (root / "l1.txt").write_bytes("naïve\n".encode("latin-1"))
+    assert "not a text file" in call(tools, "edit", path="img.png", oldText="PNG", newText="GIF")["error"]
+    assert "not valid UTF-8" in call(tools, "edit", path="l1.txt", oldText="na", newText="NA")["error"]
+
+
+def test_apply_edits_directly() -> None:
+    assert apply_edits("a b c", [("a", "A"), ("c", "C")], "f") == ("A b C", 2)
+    with pytest.raises(InputError, match="no edits"):
+        apply_edits("a", [], "f")
+
+
+def test_binary_and_secret_reads_are_metadata_only(root: Path, tools: FileTools, db) -> None:
+    (root / "logo.png").write_bytes(PNG)
+    (root / ".env").write_text(f"OPENAI_API_KEY={KEYS['openai-key']}\n")
+    img = call(tools, "read", path="logo.png")
+    assert img["active"].startswith("metadata only: binary file") and img["binary"] is True
+    env = call(tools, "read", path=".env")
+    assert env["active"].startswith("metadata only: looks like a secret") and env["secret"] is True
+    for r in (img, env):
+        assert tools.session.view.objects[r["id"]].state == "inactive"
+    assert latest_meta(db, env["id"])["sha"] is None
+    assert call(tools, "activate", id=img["id"])["status"].startswith("metadata only")
+    assert "logo.png" in tail(tools.session) and "OPENAI_API_KEY" not in tail(tools.session)
+    assert KEYS["openai-key"].encode() not in Path(db.path).read_bytes()
+
+
+def test_secrets_inside_ordinary_files_are_redacted_before_they_are_stored(root: Path, tools: FileTools, db) -> None:
+    key = KEYS["github-token"]
+    (root / "config.py").write_text(f'GITHUB = "{key}"\nDEBUG = True\n')
+    r = call(tools, "read", path="config.py")
+    assert r["redacted"] == 1
+    stored = db.get(r["id"]).doc["content"]
+    assert key not in stored and "[REDACTED:github-token]" in stored and "DEBUG = True" in stored
+    db.close()
+    assert key.encode() not in Path(db.path).read_bytes()
+    assert key not in tools.call("grep", {"pattern": "GITHUB"})
+
+
+def test_large_files_are_stored_whole_and_shown_truncated(root: Path, db: SqliteStore, session: Session) -> None:
+    tools = FileTools(session, Workspace(root, max_active_chars=1000))
+    text = "".join(f"line {n:04d} " + "x" * 40 + "\n" for n in range(200))
+    (root / "big.txt").write_text(text)
+    r = call(tools, "read", path="big.txt")
+    assert r["context_chars"] == 1000 and "grep" in r["note"] and r["tokens"] == 250
+    assert db.get(r["id"]).doc["content"] == text
+    shown = tail(session)
+    assert "line 0000" in shown and "line 0199" not in shown
+    assert f"truncated for context: showing 969 of {len(text):,} characters" in shown
+
+
+def test_ls_find_grep_index_what_they_discover_metadata_only(root: Path, tools: FileTools, db) -> None:
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / "src" / "pkg" / "core.py").write_text("def core():\n    return 'needle'\n")
+    (root / "src" / "util.py").write_text("import os\n")
+    (root / "README.md").write_text("needle in the readme\n")
+    (root / "node_modules" / "dep").mkdir(parents=True)
+    (root / "node_modules" / "dep" / "index.py").write_text("needle = 1\n")
+    (root / ".env").write_text("needle=secret\n")
+
+    listing = tools.call("ls", {"path": "src"})
+    assert listing.splitlines()[:2] == ["pkg/", "util.py"] and "1 new file object" in listing
+    found = tools.call("find", {"pattern": "*.py"})
+    assert found.splitlines()[:2] == ["src/pkg/core.py", "src/util.py"]
+    assert "node_modules" not in found
+    assert tools.call("find", {"pattern": "src/**/c*.py"}).splitlines()[0] == "src/pkg/core.py"
+    hits = tools.call("grep", {"pattern": "needle"})
+    assert "README.md:1:needle in the readme" in hits and "src/pkg/core.py:2:" in hits
+    assert ".env" not in hits.split("[")[0] and "1 secret-looking file(s) not searched" in hits
+
+    pool = {o.meta["path"]: o for o in tools.session.view.objects.values() if o.kind == "file"}
+    assert set(pool) == {"src/util.py", "src/pkg/core.py", "README.md"}
+    for o in pool.values():
+        assert o.state == "inactive" and o.content is None and o.meta["indexed"] == "metadata"
+        assert o.meta["sha"] is None and "not read yet" in o.meta["content_omitted"]
+    r = call(tools, "read", path="src/util.py")  # now its content is loaded: a new version
+    assert (r["indexed"], r["pool"], r["active"], r["version"]) == ("new version", "already in pool", "activated", 2)
+    assert latest_meta(db, r["id"])["indexed"] == "content"
+
+
+def test_discovery_is_capped_per_call(root: Path, session: Session, ws: Workspace) -> None:
+    for n in range(12):
+        (root / f"f{n:02d}.txt").write_text(str(n))
+    tools = FileTools(session, ws, max_discovered=5)
+    out = tools.call("ls", {})
+    assert "5 new file object(s)" in out and "7 more not indexed" in out
+    assert tools.call("ls", {"limit": 3}).splitlines()[3].startswith("[... 9 more entries")
+
+
+def test_grep_options(root: Path, tools: FileTools) -> None:
+    (root / "a.txt").write_text("Hello world\nhello again\n")
+    (root / "b.md").write_text("hello (md)\n")
+    assert tools.call("grep", {"pattern": "hello", "glob": "*.txt"}).splitlines()[0] == "a.txt:2:hello again"
+    assert len(tools.call("grep", {"pattern": "HELLO", "ignoreCase": True, "glob": "*.txt"}).splitlines()) >= 2
+    assert "b.md:1:hello (md)" in tools.call("grep", {"pattern": "(md)", "literal": True})
+    assert "not a valid regular expression" in tools.call("grep", {"pattern": "(md"})
+
+
+def test_symlinks_escaping_are_denied_through_tools_and_skipped_by_grep(tmp_path: Path, root: Path, tools: FileTools):
+    (tmp_path / "outside.txt").write_text("needle outside\n")
+    (root / "esc.txt").symlink_to(tmp_path / "outside.txt")
+    assert call(tools, "read", path="esc.txt")["type"] == "PathDenied"
+    assert call(tools, "write", path="esc.txt", content="x")["type"] == "PathDenied"
+    assert "outside" not in tools.call("grep", {"pattern": "needle"})
+    assert (tmp_path / "outside.txt").read_text() == "needle outside\n"
+
+
+def test_observe_rechecks_files_named_by_other_tools(root: Path, tools: FileTools, db) -> None:
+    (root / "lib").mkdir()
+    (root / "lib" / "a.py").write_text("A = 1\n")
+    (root / "lib" / "b.py").write_text("B = 1\n")
+    a = call(tools, "read", path="lib/a.py")["id"]
+    b = call(tools, "read", path="lib/b.py")["id"]
+    (root / "lib" / "a.py").write_text("A = 2\n")  # as `sed -i` would
+    changed = tools.observe("sed -i 's/1/2/' lib/a.py", "")
+    assert [(c["id"], c["indexed"], c["changes"]) for c in changed] == [(a, "new version", ["content"])]
+    os.rename(root / "lib" / "b.py", root / "lib" / "b2.py")
+    moved = tools.observe("mv lib/b.py lib/b2.py", "")
+    assert [(c["id"], c["path"]) for c in moved] == [(b, "lib/b2.py")]
+    (root / "lib" / "a.py").unlink()
+    gone = tools.observe("rm lib/a.py", "")
+    assert gone[0]["id"] == a and latest_meta(db, a)["missing"] is True
+    assert tools.observe("echo hello", "hello") == []
+    # the session still shows what it showed: the newer versions make those stale on the next turn
+    assert tools.session.view.objects[a].meta["version"] == 1
+
+
+def test_host_tools_do_the_file_work_and_objects_follow(root: Path, session: Session, ws: Workspace, db) -> None:
+    calls: list[tuple[str, dict]] = []
+
+    def host_write(args: dict) -> str:
+        calls.append(("write", args))
+        (root / args["path"]).write_text(args["content"])
+        return "wrote it"
+
+    def host_edit(args: dict) -> str:
+        calls.append(("edit", args))
+        p = root / args["path"]
+        p.write_text(p.read_text().replace(args["oldText"], args["newText"]))
+        return "edited it"
+
+    def host_grep(args: dict) -> str:
+        return "x.py:1:X = 'y'\nnot a match line"
+
+    tools = FileTools(session, ws, host={"write": host_write, "edit": host_edit, "grep": host_grep})
+    w = call(tools, "write", path="x.py", content="X = 'x'\n")
+    e = call(tools, "edit", path="x.py", oldText="'x'", newText="'y'")
+    assert [c[0] for c in calls] == ["write", "edit"] and w["output"] == "wrote it" and e["version"] == 2
+    assert "-X = 'x'\n+X = 'y'" in e["diff"]
+    assert "x.py:1:" in tools.call("grep", {"pattern": "y"})
+
+
+def test_after_tool_updates_objects_for_tools_the_host_ran(root: Path, tools: FileTools, db) -> None:
+    (root / "h.txt").write_text("v1\n")
+    (root / "h.txt").write_text("v2\n")
+    r = tools.after_tool("edit", json.dumps({"path": "h.txt", "oldText": "v1", "newText": "v2"}), "ok")
+    assert r["indexed"] == "new" and r["active"] == "activated"
+    (root / "other.txt").write_text("o\n")
+    assert "1 new file object" in tools.after_tool("find", {"pattern": "*.txt"}, "other.txt\nh.txt\n")["discovered"]
+    (root / "h.txt").write_text("v3\n")
+    obs = tools.after_tool("bash", {"command": "echo v3 > h.txt"}, "")
+    assert obs["observed"][0]["id"] == r["id"]
+
+
+def test_tool_output_is_redacted(root: Path, tools: FileTools) -> None:
+    (root / "notes.txt").write_text(f"aws {KEYS['aws-access-key-id']} here\n")
+    out = tools.call("grep", {"pattern": "aws"})
+    assert KEYS["aws-access-key-id"] not in out and "[REDACTED:aws-access-key-id]" in out
+    assert tools.workspace.redact(f"key={KEYS['openai-key']}")[1] == 1

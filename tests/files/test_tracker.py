@@ -1,0 +1,247 @@
+"""The watchdog tracker on real directories with a real observer. Nothing here asserts a
+duration: every check polls the store until the expected version shows up (or times out)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from context_os.files import FileIndex, FileTracker, Workspace
+from context_os.store.sqlite import SqliteStore
+from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta, metas, wait_for
+
+pytestmark = pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
+
+
+def index(tracker: FileTracker, root: Path, rel: str, text: str | None = None) -> str:
+    if text is not None:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return tracker.index.index(tracker.workspace.resolve(rel), read=True, cause="read").id
+
+
+def versions(db: SqliteStore, oid: str) -> int:
+    return len(metas(db, oid))
+
+
+def wait_version(db: SqliteStore, oid: str, n: int, what: str = "") -> dict:
+    return wait_for(lambda: (m := latest_meta(db, oid))["version"] >= n and m, what=what or f"{oid} v{n}")
+
+
+def flushed(tracker: FileTracker, db: SqliteStore, root: Path) -> None:
+    """Change a sentinel file and wait for its version: events are dispatched in order, so every
+    earlier event has then been seen and reconciled."""
+    sentinel = root / ".sentinel"
+    known = tracker.index.lookup(root.resolve() / ".sentinel")
+    oid = known.id if known is not None else index(tracker, root, ".sentinel", "0")
+    n = latest_meta(db, oid)["version"]
+    sentinel.write_text(str(n + 1))
+    wait_version(db, oid, n + 1, "the sentinel")
+
+
+def test_an_edit_on_disk_becomes_a_new_version_with_mtime_as_valid_time(root, db, tracker) -> None:
+    oid = index(tracker, root, "app.py", "x = 1\n")
+    (root / "app.py").write_text("x = 2\n")
+    meta = wait_version(db, oid, 2)
+    assert meta["cause"] == "tracker" and "-x = 1\n+x = 2\n" in meta["diff"]
+    v = db.history(oid)[-1]
+    assert v.valid_time == max(os.stat(root / "app.py").st_mtime_ns // 1_000_000, db.history(oid)[0].valid_time + 1)
+    assert db.get(oid).doc["content"] == "x = 2\n"
+
+
+def test_saving_identical_bytes_makes_no_version(root, db, tracker) -> None:
+    oid = index(tracker, root, "same.txt", "same\n")
+    before = tracker.stats["reconciled"]
+    (root / "same.txt").write_text("same\n")
+    wait_for(lambda: tracker.stats["reconciled"] > before, what="the tracker to look at the file")
+    flushed(tracker, db, root)
+    assert versions(db, oid) == 1
+
+
+def test_rename_keeps_the_id_also_across_directories(root, db, tracker) -> None:
+    oid = index(tracker, root, "src/util.py", "def f(): pass\n")
+    os.rename(root / "src" / "util.py", root / "src" / "helpers.py")
+    assert wait_for(lambda: latest_meta(db, oid)["path"] == "src/helpers.py", what="rename")
+    (root / "lib" / "deep").mkdir(parents=True)  # a directory created after tracking started
+    os.rename(root / "src" / "helpers.py", root / "lib" / "deep" / "helpers.py")
+    meta = wait_for(lambda: (m := latest_meta(db, oid))["path"] == "lib/deep/helpers.py" and m, what="move")
+    assert meta["renamed_from"] == "src/helpers.py" and not meta["missing"]
+    assert [m["path"] for m in metas(db, oid)] == ["src/util.py", "src/helpers.py", "lib/deep/helpers.py"]
+    (root / "lib" / "deep" / "helpers.py").write_text("def f(): return 1\n")
+    assert wait_version(db, oid, 4)["path"] == "lib/deep/helpers.py"
+
+
+def test_moving_a_directory_moves_the_files_in_it(root, db, tracker) -> None:
+    a = index(tracker, root, "pkg/a.py", "a\n")
+    b = index(tracker, root, "pkg/sub/b.py", "b\n")
+    shutil.move(root / "pkg", root / "renamed")
+    wait_for(lambda: latest_meta(db, a)["path"] == "renamed/a.py", what="a moved")
+    wait_for(lambda: latest_meta(db, b)["path"] == "renamed/sub/b.py", what="b moved")
+
+
+def test_delete_marks_missing_keeps_history_and_recreation_is_a_new_version(root, db, tracker) -> None:
+    oid = index(tracker, root, "gone.txt", "here\n")
+    (root / "gone.txt").unlink()
+    meta = wait_version(db, oid, 2)
+    assert meta["missing"] is True and meta["missing_reason"] and db.get(oid).doc["content"] is None
+    first = db.history(oid)[0]
+    assert db.get(oid, first.valid_time, first.tx_id).doc["content"] == "here\n"  # history kept
+    (root / "gone.txt").write_text("back\n")
+    meta = wait_version(db, oid, 3)
+    assert meta["missing"] is False and db.get(oid).doc["content"] == "back\n"
+    assert tracker.tracked()[oid] == str(root.resolve() / "gone.txt")
+
+
+def test_an_atomic_save_is_one_version(root, db, tracker) -> None:
+    oid = index(tracker, root, "doc.md", "# v1\n")
+    tmp = root / ".doc.md.tmp1234"
+    tmp.write_text("# v2\n")
+    os.replace(tmp, root / "doc.md")
+    assert wait_version(db, oid, 2)["path"] == "doc.md"
+    flushed(tracker, db, root)
+    assert versions(db, oid) == 2 and db.get(oid).doc["content"] == "# v2\n"
+
+
+def test_a_backup_rename_save_is_one_version_and_the_object_stays_on_its_path(root, db, tracker) -> None:
+    oid = index(tracker, root, "vim.txt", "one\n")
+    os.rename(root / "vim.txt", root / "vim.txt~")  # vim without backupcopy: rename away, write anew
+    (root / "vim.txt").write_text("two\n")
+    (root / "vim.txt~").unlink()
+    meta = wait_version(db, oid, 2)
+    flushed(tracker, db, root)
+    assert versions(db, oid) == 2 and meta["path"] == "vim.txt" and not meta["missing"]
+
+
+def test_moving_a_file_over_another_tracked_file(root, db, tracker) -> None:
+    a = index(tracker, root, "a.txt", "A\n")
+    b = index(tracker, root, "b.txt", "B\n")
+    os.replace(root / "a.txt", root / "b.txt")
+    wait_for(lambda: latest_meta(db, a)["path"] == "b.txt", what="a took b's path")
+    meta_b = wait_for(lambda: (m := latest_meta(db, b))["missing"] and m, what="b replaced")
+    assert meta_b["missing_reason"] == f"replaced by {a}"
+    assert tracker.index.lookup(root.resolve() / "b.txt").id == a
+
+
+def test_many_files_changing_at_once(root, db, tracker) -> None:
+    ids = [index(tracker, root, f"many/f{n:03d}.txt", f"{n}\n") for n in range(60)]
+    for n in range(60):
+        (root / "many" / f"f{n:03d}.txt").write_text(f"{n} changed\n")
+    for oid in ids:
+        wait_version(db, oid, 2)
+    flushed(tracker, db, root)
+    assert all(versions(db, oid) == 2 for oid in ids)
+
+
+def test_files_indexed_by_the_tools_are_tracked_at_once(root, db, tracker, session) -> None:
+    from context_os.files import FileTools
+
+    tools = FileTools(session, tracker.workspace, tracker=tracker)
+    (root / "t.py").write_text("T = 1\n")
+    oid = tools.read("t.py")["id"]
+    assert oid in tracker.tracked()
+    (root / "t.py").write_text("T = 2\n")
+    wait_version(db, oid, 2)
+
+
+def test_changes_made_while_nothing_watched_are_recorded_at_start(root, db, ws) -> None:
+    idx = FileIndex(db, ws)
+    (root / "offline.txt").write_text("before\n")
+    (root / "deleted.txt").write_text("x\n")
+    oid = idx.index(ws.resolve("offline.txt"), read=True, cause="read").id
+    gone = idx.index(ws.resolve("deleted.txt"), read=True, cause="read").id
+    (root / "offline.txt").write_text("after, longer\n")
+    (root / "deleted.txt").unlink()
+    with FileTracker(db, ws, rescan_interval=None) as t:
+        wait_version(db, oid, 2)
+        assert wait_version(db, gone, 2)["missing"] is True
+        assert t.stats["rescans"] >= 1
+
+
+def test_an_overflow_triggers_a_rescan(root, db, tracker) -> None:
+    index(tracker, root, "o.txt", "o\n")
+    before = tracker.stats["rescans"]
+    logging.getLogger("watchdog.observers.inotify_c").warning("Inotify queue overflowed; filesystem events were lost")
+    wait_for(lambda: tracker.stats["rescans"] > before, what="a rescan")
+
+
+def test_a_file_replaced_by_a_fifo_does_not_hang_the_tracker(root, db, tracker) -> None:
+    oid = index(tracker, root, "p.txt", "p\n")
+    other = index(tracker, root, "q.txt", "q\n")
+    (root / "p.txt").unlink()
+    os.mkfifo(root / "p.txt")
+    assert wait_version(db, oid, 2)["missing"] is True  # no regular file there any more
+    (root / "q.txt").write_text("q2\n")
+    wait_version(db, other, 2, "the tracker to keep working")
+    (root / "p.txt").unlink()
+    (root / "p.txt").write_text("p again\n")
+    assert wait_version(db, oid, 3)["missing"] is False
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode; see the FIFO test")
+def test_a_file_that_became_unreadable_is_reported_not_fatal(root, db, tracker) -> None:
+    oid = index(tracker, root, "locked.txt", "a\n")
+    (root / "locked.txt").write_text("b\n")
+    (root / "locked.txt").chmod(0)
+    try:
+        wait_for(lambda: any("permission denied" in e for e in tracker.errors), what="the error")
+        assert versions(db, oid) == 1
+    finally:
+        (root / "locked.txt").chmod(0o644)
+    os.utime(root / "locked.txt")
+    wait_version(db, oid, 2)
+
+
+def test_a_symlink_loop_in_the_tree_is_harmless(root, db, tracker) -> None:
+    oid = index(tracker, root, "real.txt", "r\n")
+    (root / "loop1").symlink_to(root / "loop2")
+    (root / "loop2").symlink_to(root / "loop1")
+    (root / "dirloop").mkdir()
+    (root / "dirloop" / "self").symlink_to(root / "dirloop")
+    (root / "real.txt").write_text("r2\n")
+    wait_version(db, oid, 2)
+    assert tracker.stats["errors"] == 0
+
+
+def test_noise_in_ignored_and_unindexed_paths_indexes_nothing(root, db, tracker) -> None:
+    index(tracker, root, "kept.txt", "k\n")
+    for d in (".git/objects/ab", "node_modules/x", "build", "__pycache__"):
+        (root / d).mkdir(parents=True)
+        for n in range(5):
+            (root / d / f"f{n}").write_text("noise")
+    (root / "untracked.txt").write_text("u")
+    flushed(tracker, db, root)
+    assert {m.doc["meta"]["path"] for m in db.find("file")} == {"kept.txt", ".sentinel"}
+
+
+def test_evicted_objects_stop_being_tracked(root, db, tracker) -> None:
+    from context_os.store import Evict
+
+    oid = index(tracker, root, "leak.txt", "secret\n")
+    db.submit([Evict(oid)])
+    (root / "leak.txt").write_text("still secret\n")
+    wait_for(lambda: oid not in tracker.tracked(), what="the tracker to forget it")
+    assert db.history(oid) == []
+
+
+def test_start_stop_and_context_manager(root, db, ws) -> None:
+    t = FileTracker(db, ws)
+    assert not t.running
+    with t:
+        assert t.running and t.settle(5)
+    assert not t.running
+    t.stop()  # idempotent
+
+
+def test_a_tracker_with_allowed_outside_directories(tmp_path, root, db) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    ws = Workspace(root, allow_outside=[shared])
+    (shared / "s.txt").write_text("s1\n")
+    with FileTracker(db, ws, rescan_interval=None) as t:
+        oid = t.track([shared / "s.txt"])[0].id
+        (shared / "s.txt").write_text("s2\n")
+        assert wait_version(db, oid, 2)["path"] == str((shared / "s.txt").resolve())

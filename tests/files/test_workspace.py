@@ -1,0 +1,200 @@
+"""Workspace policy: path resolution and denial, special files, binary and non-UTF-8 content,
+secrets, size caps, and redaction."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from context_os.errors import FileUnreadable, InputError, PathDenied
+from context_os.files import Redactor, Workspace
+from context_os.files.redact import shannon_entropy
+
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256))
+
+
+def test_relative_and_absolute_paths_inside_resolve_to_the_real_path(root: Path, ws: Workspace) -> None:
+    (root / "src").mkdir()
+    (root / "src" / "a.py").write_text("x = 1\n")
+    assert ws.resolve("src/a.py") == root.resolve() / "src" / "a.py"
+    assert ws.resolve(root / "src" / "a.py") == ws.resolve("./src/../src/a.py")
+    assert ws.relpath(ws.resolve("src/a.py")) == "src/a.py"
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../outside.txt", "src/../../outside.txt"])
+def test_paths_outside_the_workspace_are_denied(ws: Workspace, path: str) -> None:
+    with pytest.raises(PathDenied, match="outside the workspace"):
+        ws.resolve(path)
+
+
+def test_denial_comes_before_existence_so_nothing_leaks(ws: Workspace) -> None:
+    with pytest.raises(PathDenied):
+        ws.resolve("/no/such/dir/file.txt")
+
+
+def test_a_symlink_escaping_the_workspace_is_denied(tmp_path: Path, root: Path, ws: Workspace) -> None:
+    secret = tmp_path / "outside.txt"
+    secret.write_text("not yours")
+    (root / "link.txt").symlink_to(secret)
+    (root / "linkdir").symlink_to(tmp_path)
+    with pytest.raises(PathDenied, match="resolves through a symlink"):
+        ws.resolve("link.txt")
+    with pytest.raises(PathDenied, match="symlink"):
+        ws.resolve("linkdir/outside.txt")
+
+
+def test_a_symlink_inside_the_workspace_is_fine(root: Path, ws: Workspace) -> None:
+    (root / "real.txt").write_text("hi")
+    (root / "alias.txt").symlink_to(root / "real.txt")
+    assert ws.resolve("alias.txt") == ws.resolve("real.txt")
+
+
+def test_allow_outside_lists_extra_directories(tmp_path: Path, root: Path) -> None:
+    extra = tmp_path / "shared"
+    extra.mkdir()
+    (extra / "notes.md").write_text("shared notes")
+    ws = Workspace(root, allow_outside=[extra])
+    path = ws.resolve(extra / "notes.md")
+    assert ws.relpath(path) == str(path)  # shown absolute: it is not under the root
+    with pytest.raises(PathDenied, match="allowed directories"):
+        ws.resolve(tmp_path / "other.txt")
+
+
+def test_a_symlink_loop_is_a_clear_error(root: Path, ws: Workspace) -> None:
+    (root / "loop1").symlink_to(root / "loop2")
+    (root / "loop2").symlink_to(root / "loop1")
+    with pytest.raises(FileUnreadable, match="symlink loop"):
+        ws.resolve("loop1")
+    with pytest.raises(FileUnreadable, match="symlink loop"):
+        ws.resolve("loop1/child.txt", must_exist=False)
+
+
+def test_missing_files_directories_and_fifos_are_unreadable(root: Path, ws: Workspace) -> None:
+    with pytest.raises(FileUnreadable, match="no such file"):
+        ws.resolve("nope.txt")
+    (root / "d").mkdir()
+    with pytest.raises(FileUnreadable, match="directory"):
+        ws.snapshot(ws.resolve("d"))
+    os.mkfifo(root / "pipe")
+    with pytest.raises(FileUnreadable, match="FIFO"):  # and it must not block waiting for a writer
+        ws.snapshot(ws.resolve("pipe"))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode; the FIFO test covers blocking")
+def test_permission_denied_is_unreadable(root: Path, ws: Workspace) -> None:
+    f = root / "locked.txt"
+    f.write_text("secret")
+    f.chmod(0)
+    try:
+        with pytest.raises(FileUnreadable, match="permission denied"):
+            ws.snapshot(ws.resolve("locked.txt"))
+    finally:
+        f.chmod(0o644)
+
+
+def test_binary_files_are_metadata_only_with_size_mime_and_hash(root: Path, ws: Workspace) -> None:
+    (root / "logo.png").write_bytes(PNG)
+    snap = ws.snapshot(ws.resolve("logo.png"))
+    assert snap.binary is True and snap.text is None
+    assert snap.mime == "image/png" and snap.size == len(PNG)
+    assert snap.sha is not None and snap.sha.startswith("b3:")
+    assert "binary file" in (snap.omitted or "")
+
+
+def test_non_utf8_text_is_decoded_with_replacements_and_says_so(root: Path, ws: Workspace) -> None:
+    (root / "latin1.txt").write_bytes("café crème\n".encode("latin-1"))
+    snap = ws.snapshot(ws.resolve("latin1.txt"))
+    assert snap.binary is False and snap.text == "caf\ufffd cr\ufffdme\n"
+    assert snap.replaced == 2 and "2 undecodable" in (snap.encoding or "")
+    (root / "noise.bin").write_bytes(bytes(range(128, 256)) * 4)  # no NUL, but not text at all
+    assert ws.snapshot(ws.resolve("noise.bin")).binary is True
+
+
+def test_secret_files_are_metadata_only_unless_allowed(root: Path) -> None:
+    for name in (".env", "server.pem", "id_rsa", "prod.key", ".env.production"):
+        (root / name).write_text("API_KEY=abc123def456ghi789\n")
+    (root / ".env.example").write_text("API_KEY=\n")
+    ws = Workspace(root)
+    for name in (".env", "server.pem", "id_rsa", "prod.key", ".env.production"):
+        snap = ws.snapshot(ws.resolve(name))
+        assert snap.secret and snap.text is None and snap.sha is None, name
+    assert not ws.snapshot(ws.resolve(".env.example")).secret
+    allowed = Workspace(root, allow_secrets=True)
+    assert allowed.snapshot(allowed.resolve(".env")).text is not None
+
+
+def test_discovery_never_reads_the_file(root: Path, ws: Workspace) -> None:
+    (root / "big.log").write_text("x" * 1000)
+    snap = ws.snapshot(ws.resolve("big.log"), read=False)
+    assert snap.mode == "metadata" and snap.sha is None and snap.size == 1000
+
+
+def test_files_over_the_byte_cap_are_metadata_only(root: Path) -> None:
+    (root / "huge.txt").write_text("y" * 5000)
+    ws = Workspace(root, max_file_bytes=4096)
+    snap = ws.snapshot(ws.resolve("huge.txt"))
+    assert snap.mode == "metadata" and "too large" in (snap.omitted or "")
+
+
+def test_bad_workspace_settings_are_input_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not a directory"):
+        Workspace(tmp_path / "missing")
+    with pytest.raises(InputError):
+        Workspace(tmp_path, max_active_chars=0)
+
+
+# --- redaction ---------------------------------------------------------------------------------
+
+KEYS = {
+    "openai-key": "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z",
+    "anthropic-key": "sk-ant-api03-" + "Zy9xWv8uTs7rQp6oNm5lKj4iHg3fEd2c",
+    "aws-access-key-id": "AKIA" + "IOSFODNN7EXAMPLE",
+    "github-token": "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "slack-token": "xoxb-" + "123456789012-abcdefABCDEF",
+}
+
+
+@pytest.mark.parametrize("name", sorted(KEYS))
+def test_known_key_shapes_are_redacted(name: str) -> None:
+    text, n = Redactor().redact(f"export TOKEN_VALUE_{name}={KEYS[name]} # set")
+    assert n >= 1 and KEYS[name] not in text and f"[REDACTED:{name}]" in text
+
+
+def test_generic_secret_assignments_keep_their_key_and_lose_a_random_value() -> None:
+    text, n = Redactor().redact('api_key = "q8Zr2LmX9vT4pK7wN3bY6hJ1"\nDB_PASSWORD=Tr0ub4dor&3\n')
+    assert n == 1
+    assert 'api_key = "[REDACTED:secret-assignment]"' in text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password = input('password: ')",
+        "token_count = 123456789012345678",
+        "api_key = os.environ['OPENAI_API_KEY']",
+        "def get_secret_name(self): return self.secret_name_for_display",
+        "the task is done; see sk-learn docs",
+    ],
+)
+def test_ordinary_code_is_left_alone(text: str) -> None:
+    assert Redactor().redact(text) == (text, 0)
+
+
+def test_patterns_are_configurable_and_redaction_can_be_off() -> None:
+    r = Redactor({"ticket": r"TICKET-\d+"}, generic=False)
+    assert r.redact("see TICKET-42 and sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z") == (
+        "see [REDACTED:ticket] and sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z",
+        1,
+    )
+    off = Redactor({}, generic=False)
+    assert not off.enabled and off.redact(KEYS["openai-key"]) == (KEYS["openai-key"], 0)
+    assert Redactor.with_extra([r"INTERNAL-\w+"]).redact("INTERNAL-abc")[0] == "[REDACTED:custom-1]"
+    assert shannon_entropy("aaaa") == 0.0
+
+
+def test_private_key_blocks_are_redacted_whole() -> None:
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA\n-----END OPENSSH PRIVATE KEY-----"
+    text, n = Redactor().redact(f"key:\n{pem}\nafter")
+    assert n == 1 and "b3BlbnNz" not in text and text.endswith("after")
