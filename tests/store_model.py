@@ -8,6 +8,8 @@ Times and tx ids are given by the caller. This module must never import a backen
 
 from __future__ import annotations
 
+import json
+
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +44,7 @@ class StoreModel:
                 at = tx_time if op.valid_time is None else op.valid_time
                 current = _in_force(staged.get(op.id, {}), at, tx_id)
                 have = None if current is None else current[2]
-                if not _same(have, op.expected):
+                if not _exact(have, op.expected):
                     committed = False
                     break
             elif isinstance(op, Evict):
@@ -145,6 +147,13 @@ class StoreModel:
             if all(k in meta and _same(meta[k], v) for k, v in (where or {}).items()):
                 out.append((id, row))
         return out
+
+
+def _exact(a: Any, b: Any) -> bool:
+    """Match compares documents type-strictly, as XTDB does (1.0 is not 1)."""
+    if a is None or b is None:
+        return a is None and b is None
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def _same(a: Any, b: Any) -> bool:

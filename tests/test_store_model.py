@@ -37,9 +37,8 @@ puts = st.builds(Put, docs, opt_vts, opt_vts)
 deletes = st.builds(Delete, ids, opt_vts, opt_vts)
 matches = st.builds(Match, ids, st.none() | docs, opt_vts)
 evicts = st.builds(Evict, ids)
-ops = st.lists(st.one_of(puts, puts, deletes, matches, evicts.filter(lambda _: True)), min_size=0, max_size=4).filter(
-    lambda xs: sum(isinstance(x, Evict) for x in xs) <= 1
-)
+# puts twice: the richest op, so the most frequent
+ops = st.lists(st.one_of(puts, puts, deletes, matches, evicts), min_size=0, max_size=4)
 
 
 def as_row(v: Version) -> Row:
@@ -135,6 +134,6 @@ StoreMachine.TestCase.settings = settings(
     max_examples=100,
     stateful_step_count=30,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    suppress_health_check=[HealthCheck.too_slow],
 )
 TestStoreModel = StoreMachine.TestCase

@@ -22,6 +22,7 @@ import pytest
 from context_os.errors import ConfigError, StoreError, StoreUnavailable
 from context_os.store import Delete, Evict, Match, Put, open_store
 from context_os.store.base import now_ms
+from context_os.store.outbox import OutboxStore
 from context_os.store.xtdb import XtdbStore, _iso, _ms
 
 pytestmark = pytest.mark.xtdb
@@ -339,7 +340,9 @@ def test_nothing_listening_is_store_unavailable() -> None:
 def test_urls() -> None:
     assert XtdbStore("xtdb+http://127.0.0.1:3000/").base == "http://127.0.0.1:3000"
     assert XtdbStore("http://127.0.0.1:3000").url == "xtdb+http://127.0.0.1:3000"
-    assert isinstance(open_store("xtdb+http://127.0.0.1:3000"), XtdbStore)
+    wrapped = open_store("xtdb+http://127.0.0.1:3000")  # behind an outbox (tests/test_xtdb_outbox.py)
+    assert isinstance(wrapped, OutboxStore) and isinstance(wrapped.inner, XtdbStore)
+    assert isinstance(open_store("xtdb+http://127.0.0.1:3000?outbox=off"), XtdbStore)
     with pytest.raises(ConfigError):
         XtdbStore("xtdb+ftp://x")
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 import click
 
+from ..errors import StoreUnavailable
 from ._common import emit_json, fails_cleanly, iso, json_option, store_from, table
 
 
@@ -14,26 +16,35 @@ from ._common import emit_json, fails_cleanly, iso, json_option, store_from, tab
 @click.pass_context
 @fails_cleanly
 def status_cmd(ctx: click.Context, as_json: bool) -> None:
-    """Store location, size and counts of documents by kind."""
+    """Store location, size and counts of documents by kind (exit 1 if the store is out of reach)."""
     with store_from(ctx) as store:
-        kinds = Counter(v.doc["kind"] for v in store.find() if v.doc)
-        latest = store.latest_tx()
+        error = None
+        try:
+            kinds = Counter(v.doc["kind"] for v in store.find() if v.doc)
+            latest = store.latest_tx()
+        except StoreUnavailable as e:  # still say what is known locally (e.g. writes waiting to be sent)
+            kinds, latest, error = Counter(), None, f"{type(e).__name__}: {e}"
         report = {
             "store": store.url,
             "backend": type(store).__name__,
+            "reachable": error is None,
             "documents": sum(kinds.values()),
             "by_kind": dict(sorted(kinds.items())),
             "sessions": kinds.get("session", 0),
             "latest_tx": None if latest is None else {"id": latest.id, "time": iso(latest.time)},
             **store.stats(),
         }
+        if error is not None:
+            report["error"] = error
         if as_json:
             emit_json(report)
-            return
-        for k, v in report.items():
-            if k != "by_kind":
-                click.echo(f"{k:12} {v}")
-        click.echo("by kind      " + (", ".join(f"{k} {n}" for k, n in report["by_kind"].items()) or "(empty)"))
+        else:
+            for k, v in report.items():
+                if k != "by_kind":
+                    click.echo(f"{k:12} {v}")
+            click.echo("by kind      " + (", ".join(f"{k} {n}" for k, n in report["by_kind"].items()) or "(empty)"))
+        if error is not None:
+            sys.exit(1)
 
 
 @click.command("sessions")

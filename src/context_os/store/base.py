@@ -21,6 +21,10 @@ Semantics (the conformance suite in tests/conformance pins each one against a re
   valid time (default: now), as XTDB's does.
 * ``find(kind, where, valid_time, tx_id)``: documents in force whose ``kind`` and ``meta``
   attributes equal the given values.
+* Reading as of a ``tx_id`` past the newest transaction (``get``, ``find``) is an error
+  (``StoreError``), not "now"; ``history``'s tx bounds are only bounds.
+* Transaction ids are ints that increase with each transaction (XTDB's start at 0). A negative
+  id is provisional: a write accepted while the backend was out of reach (``Tx.pending``).
 
 This module must stay free of any backend detail; backends live beside it.
 """
@@ -95,6 +99,10 @@ class Tx:
     id: int
     time: int
     committed: bool = True
+    pending: bool = False
+    """Accepted but not yet in the store (an outbox holds it while the backend is out of reach):
+    ``id`` is then a provisional negative id, which this store's reads accept as ``tx_id`` once
+    the write has landed, and ``time`` is the accept time."""
 
 
 @dataclass(frozen=True)

@@ -146,12 +146,30 @@ def _prepare_doc(doc: Mapping[str, Any]) -> _PreparedDoc:
     if not isinstance(doc_id, str):
         raise StoreError(f"a document needs a string 'id', got {doc_id!r}")
     try:
-        # Sorted keys make the text (and so the dedup hash) independent of insertion order;
-        # floats keep their type (1.0 stays 1.0), so documents round-trip exactly.
-        text = json.dumps(doc, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        text = _exact_json(doc)
     except (TypeError, ValueError) as e:
         raise StoreError(f"document {doc_id!r} is not JSON: {e}") from e
     return _PreparedDoc(text, blake3.blake3(text.encode("utf-8")).digest(), _doc_attrs(doc))
+
+
+def _exact_json(value: Any) -> str:
+    """The stored text of a document: sorted keys make it (and the dedup hash) independent of
+    insertion order; floats keep their type (1.0 stays 1.0, XTDB compares types), so documents
+    round-trip exactly; -0.0 is stored as 0.0, as XTDB does."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    if "-0.0" in text:  # a cheap test; only then walk the value
+        text = json.dumps(_unsigned_zero(value), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return text
+
+
+def _unsigned_zero(value: Any) -> Any:
+    if isinstance(value, float):
+        return value + 0.0  # -0.0 + 0.0 == 0.0
+    if isinstance(value, Mapping):
+        return {k: _unsigned_zero(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_unsigned_zero(v) for v in value]
+    return value
 
 
 def _check_time(name: str, value: int | None) -> None:
@@ -187,6 +205,7 @@ class SqliteStore(Store):
         # The newest tx time this process wrote: "now" for default read times never goes
         # behind it, so a put is visible at once even if the wall clock stepped back.
         self._last_tx_time = 0
+        self._known_tx = -1  # newest tx id this process has seen: as-of reads up to it need no check
         self._conn: sqlite3.Connection | None = None
         self._conn = self._init_connection()
 
@@ -310,7 +329,10 @@ class SqliteStore(Store):
             elif isinstance(op, Match):
                 _check_time("valid_time", op.valid_time)
                 if op.expected is not None:
-                    expected[i] = canonical_json(op.expected)
+                    try:
+                        expected[i] = _exact_json(op.expected).encode("utf-8")
+                    except (TypeError, ValueError) as e:
+                        raise StoreError(f"match on {op.id!r}: the expected document is not JSON: {e}") from e
             elif not isinstance(op, Evict):
                 raise StoreError(f"unknown transaction operation {op!r}")
             if not isinstance(_op_id(op), str):
@@ -334,6 +356,7 @@ class SqliteStore(Store):
                 conn.execute("ROLLBACK")
                 raise
             self._last_tx_time = max(self._last_tx_time, tx_time)
+            self._known_tx = max(self._known_tx, tx_id)
             if committed and any(isinstance(op, Evict) for op in ops):
                 # Evict exists for leaked secrets. Free pages and old page images in the WAL may
                 # still hold copies of what was erased: rebuild the file without them, then fold
@@ -344,10 +367,21 @@ class SqliteStore(Store):
 
     # -- reads ---------------------------------------------------------------------------------
 
+    def _check_basis(self, conn: sqlite3.Connection, tx_id: int | None) -> None:
+        """Reading as of a transaction that does not exist yet is an error, as on XTDB."""
+        if tx_id is None or tx_id <= self._known_tx:
+            return
+        newest = conn.execute("SELECT max(id) FROM txs").fetchone()[0]
+        if newest is not None:
+            self._known_tx = max(self._known_tx, newest)
+        if newest is None or tx_id > newest:
+            raise StoreError(f"tx {tx_id} is past the newest transaction ({newest}) of {self.url}")
+
     def get(self, id: str, valid_time: int | None = None, tx_id: int | None = None) -> Version | None:
         vt = self._now() if valid_time is None else valid_time
         tx = _MAX if tx_id is None else tx_id
         with self._connection("get") as conn:
+            self._check_basis(conn, tx_id)
             row = conn.execute(
                 "SELECT v.valid_time, v.tx_id, t.time, v.doc, d.json FROM entities e"
                 " JOIN versions v ON v.eid = e.eid JOIN txs t ON t.id = v.tx_id"
@@ -432,6 +466,7 @@ class SqliteStore(Store):
         if kind is not None and (ik := _indexed_value(kind)) is not None:
             criteria.append((_KIND_ATTR, ik))
         with self._connection("find") as conn:
+            self._check_basis(conn, tx_id)
             if criteria:
                 if len(criteria) > 1:
                     # Drive the lookup from the rarest criterion (a turn number narrows more
@@ -696,7 +731,8 @@ class _TxWriter:
         self.pending_eids.add(eid)
 
     def _matches(self, op: Match, expected: bytes | None) -> bool:
-        """Whether the doc in force at the match's valid time has ``expected`` canonical JSON."""
+        """Whether the doc in force at the match's valid time is exactly ``expected`` (types
+        included: XTDB does not match 1.0 against 1)."""
         eid = self._eid(op.id, create=False)
         row = None
         if eid is not None:
@@ -706,7 +742,7 @@ class _TxWriter:
         if expected is None:
             return False
         text = self.conn.execute("SELECT json FROM docs WHERE id = ?", (row[2],)).fetchone()[0]
-        return canonical_json(json.loads(text)) == expected
+        return bool(text.encode("utf-8") == expected)
 
     def _evict(self, doc_id: str) -> None:
         eid = self._eid(doc_id, create=False)

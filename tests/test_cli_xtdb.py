@@ -1,0 +1,149 @@
+"""End-to-end: every ``ctxos`` command against a real XTDB node, by ``--store`` and by ``CTXOS_STORE``.
+
+The node is shared by the whole run, so the session id is unique per run and assertions about
+the whole store (``status``, ``verify``) look only at what this module wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os.store import Put
+from context_os.store.outbox import OutboxStore
+from context_os.store.xtdb import XtdbStore
+
+pytestmark = pytest.mark.e2e
+
+CTXOS = [str(Path(sys.executable).parent / "ctxos")]
+
+
+def ctxos(
+    *args: str, store: str | None = None, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    cmd = [*CTXOS, *(["--store", store] if store else []), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=500)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def demo(xtdb_url: str) -> tuple[str, str, dict[str, Any]]:
+    """The bundled demo session recorded into XTDB: (store url, session id, demo summary).
+
+    Recorded without the demo's own final verification: ``verify --frames`` below re-renders
+    every frame the same way, and on XTDB that is the slow part (a find per frame and object).
+    """
+    sid = f"cli-{uuid.uuid4().hex[:10]}"
+    out = json.loads(ctxos("demo", "--json", "--no-verify", "--session", sid, store=xtdb_url).stdout)
+    return xtdb_url, sid, out
+
+
+@pytest.mark.xtdb
+def test_demo_on_xtdb_renders_what_sqlite_renders(demo: tuple[str, str, dict[str, Any]], tmp_path: Path) -> None:
+    url, sid, out = demo
+    assert out["store"] == url and out["session"] == sid
+    assert out["turns"] == 88 == out["frames"] and out["orphaned_tool_results"] == 0
+    assert out["tokens_assembled"] <= 0.40 * out["tokens_full"]
+    # the same session on the embedded store: the same bytes every turn (rendering is a pure
+    # function of the stored state, so both stores must hold the same state)
+    db = str(tmp_path / "same.db")
+    sqlite = json.loads(ctxos("demo", "--json", "--no-verify", "--session", sid, store=db).stdout)
+    assert sqlite["per_turn"] == out["per_turn"]
+    on_xtdb = json.loads(ctxos("frames", sid, "--json", store=url).stdout)
+    on_sqlite = json.loads(ctxos("frames", sid, "--json", store=db).stdout)
+    assert [r["rendered_hash"] for r in on_xtdb] == [r["rendered_hash"] for r in on_sqlite]
+    assert [r["turn"] for r in on_xtdb] == list(range(1, 89))
+
+
+@pytest.mark.xtdb
+def test_frame_and_inspect(demo: tuple[str, str, dict[str, Any]]) -> None:
+    url, sid, _ = demo
+    frame = json.loads(ctxos("frame", sid, "40", "--json", store=url).stdout)
+    assert frame["ok"] and frame["problems"] == [] and frame["messages"][0]["role"] == "system"
+    assert "verified" in ctxos("frame", sid, "40", "--no-messages", store=url).stdout
+    versions = json.loads(ctxos("inspect", f"chat:{sid}:00000", "--json", store=url).stdout)
+    assert len(versions) >= 2 and all(v["content_hash"].startswith("b3:") for v in versions)
+    tx_ids = [v["tx_id"] for v in versions]
+    assert tx_ids == sorted(tx_ids) and min(tx_ids) >= 0
+    first = json.loads(
+        ctxos("inspect", f"session:{sid}", "--as-of", str(versions[0]["valid_time_ms"]), "--json", store=url).stdout
+    )
+    assert first["object_hash"].startswith("b3:")
+    early = json.loads(ctxos("frame", sid, "10", "--json", store=url).stdout)
+    tool = next(r for r in early["refs"] if r["id"].startswith("toolcall:"))
+    changes = json.loads(ctxos("inspect", tool["id"], "--states", "--json", store=url).stdout)
+    assert changes[-1]["actor"] == "policy" and changes[-1]["state"] == "inactive"
+    diff = json.loads(ctxos("inspect", f"session:{sid}", "--diff", "1", "2", "--json", store=url).stdout)
+    assert diff["diff"] == ""
+
+
+@pytest.mark.xtdb
+def test_verify_frames(demo: tuple[str, str, dict[str, Any]]) -> None:
+    url, sid, _ = demo
+    # the shared node also holds other tests' documents (some deliberately without hashes),
+    # so the exit code speaks for all of them: judge this session's part
+    proc = ctxos("verify", "--frames", "--json", store=url, check=False)
+    assert proc.returncode in (0, 1), proc.stderr
+    report = json.loads(proc.stdout)
+    assert [m for m in report["mismatches"] if sid in m["id"]] == []
+    assert [f for f in report["frames_failed"] if sid in f["id"]] == []
+    assert report["frames_verified"] >= 88
+
+
+@pytest.mark.xtdb
+def test_status_and_sessions(demo: tuple[str, str, dict[str, Any]]) -> None:
+    url, sid, _ = demo
+    status = json.loads(ctxos("status", "--json", store=url).stdout)
+    assert status["store"] == url and status["backend"] == "xtdb" and status["reachable"] is True
+    assert status["by_kind"]["frame"] >= 88 and "outbox" not in status["by_kind"]
+    assert status["outbox"]["pending"] == 0
+    assert status["xtdb.version/version"].startswith("1.")
+    sessions = json.loads(ctxos("sessions", "--json", store=url).stdout)
+    assert {"session": sid, "harness": "openai", "turns": 88}.items() <= next(
+        s for s in sessions if s["session"] == sid
+    ).items()
+
+
+@pytest.mark.xtdb
+def test_ctxos_store_environment_variable(demo: tuple[str, str, dict[str, Any]]) -> None:
+    url, sid, _ = demo
+    env = {"CTXOS_STORE": url}
+    status = json.loads(ctxos("status", "--json", env=env).stdout)
+    assert status["store"] == url and status["backend"] == "xtdb"
+    rows = json.loads(ctxos("frames", sid, "--json", env=env).stdout)
+    assert len(rows) == 88
+    frame = json.loads(ctxos("frame", sid, "88", "--json", "--no-messages", env=env).stdout)
+    assert frame["ok"]
+    # --store wins over the environment
+    assert (
+        json.loads(ctxos("status", "--json", store=url, env={"CTXOS_STORE": "/nonexistent/x.db"}).stdout)["store"]
+        == url
+    )
+
+
+def test_status_of_a_node_out_of_reach_shows_the_outbox(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"xtdb+http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
+    box = tmp_path / "outbox.db"
+    inner = XtdbStore(url)
+    inner.BACKOFF_S = 0.01
+    with OutboxStore(inner, box) as store:
+        tx = store.submit([Put({"id": "note:1", "kind": "note"})])
+        assert tx.pending
+    proc = ctxos("status", "--json", store=f"{url}?outbox={box}", check=False)
+    assert proc.returncode == 1
+    status = json.loads(proc.stdout)
+    assert status["reachable"] is False and "cannot be reached" in status["error"]
+    assert status["outbox"] == {"path": str(box), "pending": 1, "oldest_accepted": tx.time, "blocked_by": None}

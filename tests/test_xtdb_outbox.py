@@ -1,0 +1,365 @@
+"""No lost writes: the outbox in front of a real XTDB node (store/outbox.py).
+
+The headline test stops and restarts a persistent (RocksDB) node of its own in the middle of a
+session's ingest through ``OpenAIHook``; the others use a port where nothing listens as the
+node that is out of reach (a real refused connection), and the shared node to replay into.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+import subprocess
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import edn_format
+import httpx
+import pytest
+
+from context_os import Session
+from context_os.context.frames import verify_frame
+from context_os.errors import StoreError, StoreUnavailable, StoreUnreachable
+from context_os.harness.openai import OpenAIHook
+from context_os.hashing import doc_hashes
+from context_os.store import Delete, Evict, Match, Op, Put, Tx, open_store
+from context_os.store.outbox import MARKER_KIND, OutboxStore
+from context_os.store.xtdb import XtdbStore, _doc_from_edn, _ms
+from tests._xtdb_node import START, STARTUP_TIMEOUT_S, STOP
+from tests.helpers import call, result, user
+
+pytestmark = pytest.mark.xtdb
+
+T0 = 1_700_000_000_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _nowhere() -> str:
+    """The URL of a node that is out of reach: nothing listens on that port."""
+    return f"xtdb+http://127.0.0.1:{_free_port()}"
+
+
+def _outbox(url: str, path: Path) -> OutboxStore:
+    inner = XtdbStore(url, timeout=10)
+    inner.BACKOFF_S = 0.01  # refused connections need no patience here
+    return OutboxStore(inner, path)
+
+
+def _doc(id: str, n: int) -> dict[str, Any]:
+    d: dict[str, Any] = {"id": id, "kind": "note", "content": f"v{n}", "meta": {"n": n}}
+    d.update(doc_hashes(d))
+    return d
+
+
+def _all_corrections(url: str, id: str) -> list[tuple[int, int, str | None]]:
+    """Every version XTDB holds for ``id``, corrections included: (valid time, tx id, object hash).
+
+    Read straight from the node (the contract's history shows only the latest correction of
+    each valid time, which would hide a duplicate written at the same valid time).
+    """
+    r = httpx.get(
+        url.removeprefix("xtdb+") + "/_xtdb/entity",
+        params={
+            "eid-edn": json.dumps(id),
+            "history": "true",
+            "sort-order": "asc",
+            "with-corrections": "true",
+            "with-docs": "true",
+        },
+        headers={"Accept": "application/edn"},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    out = []
+    for e in edn_format.loads(r.text):
+        doc = e.get(edn_format.Keyword("xtdb.api/doc"))
+        out.append(
+            (
+                _ms(e[edn_format.Keyword("xtdb.api/valid-time")]),
+                int(e[edn_format.Keyword("xtdb.api/tx-id")]),
+                None if doc is None else _doc_from_edn(doc).get("object_hash"),
+            )
+        )
+    return out
+
+
+# -- offline semantics (no node needed to accept) ---------------------------------------------------
+
+
+def test_writes_while_unreachable_are_accepted_and_reads_say_so(tmp_path: Path) -> None:
+    with _outbox(_nowhere(), tmp_path / "outbox.db") as off:
+        before = off.outbox_stats()
+        assert before["pending"] == 0 and not (tmp_path / "outbox.db").exists()  # created on first need
+        tx = off.submit([Put(_doc("note:a", 1))])
+        assert tx.pending and tx.committed and tx.id < 0
+        tx2 = off.submit([Delete("note:a", T0)])
+        assert tx2.pending and tx2.id < 0 and tx2.id != tx.id
+        assert off.depth() == 2
+        # a read must not answer from a store that misses accepted writes
+        with pytest.raises(StoreUnreachable, match=r"2 accepted write\(s\) wait in the outbox .*outbox\.db"):
+            off.get("note:a")
+        with pytest.raises(StoreUnavailable):
+            off.find("note")
+        with pytest.raises(StoreUnavailable):
+            off.latest_tx()
+        stats = off.stats()
+        assert stats["reachable"] is False and stats["backend"] == "xtdb"
+        assert stats["outbox"]["pending"] == 2 and stats["outbox"]["oldest_accepted"] == tx.time
+
+
+def test_a_match_is_refused_offline_and_nothing_is_queued(tmp_path: Path) -> None:
+    with _outbox(_nowhere(), tmp_path / "outbox.db") as off:
+        with pytest.raises(StoreUnavailable, match="match on 'note:a' cannot wait in the outbox"):
+            off.submit([Put(_doc("note:a", 1)), Match("note:a", None)])
+        assert off.depth() == 0
+        off.submit([Put(_doc("note:b", 1))])
+        with pytest.raises(StoreUnavailable, match="match"):  # also once writes wait
+            off.submit([Match("note:b", None)])
+        assert off.depth() == 1
+
+
+def test_bad_input_is_refused_at_accept_time(tmp_path: Path) -> None:
+    with _outbox(_nowhere(), tmp_path / "outbox.db") as off:
+        for ops in (
+            [Put({"id": 1, "kind": "note"})],
+            [Put({"id": "x", "v": float("nan")})],
+            [Put({"id": "x", "meta": {1: "non-string key"}})],
+            [Put({"id": "x"}, valid_from="yesterday")],  # type: ignore[arg-type]
+            [Delete(2)],  # type: ignore[arg-type]
+        ):
+            with pytest.raises(StoreError) as e:
+                off.submit(ops)
+            assert not isinstance(e.value, StoreUnavailable)
+        assert off.depth() == 0
+
+
+def test_the_outbox_url_option(tmp_path: Path) -> None:
+    url = _nowhere()
+    box = tmp_path / "elsewhere.db"
+    with open_store(f"{url}?outbox={box}") as s:
+        assert isinstance(s, OutboxStore) and s.path == box and s.url == url
+    with open_store(url) as s:
+        assert isinstance(s, OutboxStore)
+        port = url.rsplit(":", 1)[1]
+        assert s.path.name == f"127.0.0.1_{port}.db" and s.path.parent.name == "outbox"
+        assert "context_os" in s.path.parts  # the user data dir (an isolated tmp dir in tests)
+    with pytest.raises(Exception, match="unknown option"):
+        open_store(f"{url}?outbx=1")
+
+
+# -- replay into the shared node ------------------------------------------------------------------
+
+
+def test_replay_keeps_order_valid_times_and_resolves_provisional_ids(xtdb_url: str, tmp_path: Path, uid: str) -> None:
+    box = tmp_path / "outbox.db"
+    id, gone = f"note:{uid}", f"note:{uid}-gone"
+    with _outbox(_nowhere(), box) as off:
+        t1 = off.submit([Put(_doc(id, 1)), Put(_doc(gone, 1), T0)])  # no valid_from: fixed at accept time
+        t2 = off.submit([Put(_doc(id, 2), t1.time)])  # a correction at the same valid time
+        t3 = off.submit([Put(_doc(id, 3), t1.time + 5), Evict(gone)])
+    with _outbox(xtdb_url, box) as on:
+        assert on.depth() == 3
+        v = on.get(id, t1.time + 1)  # a read sends what waits first
+        assert on.depth() == 0
+        assert v is not None and v.doc == _doc(id, 2) and v.valid_time == t1.time
+        assert v.tx_time > t1.time  # XTDB learnt it later: only the tx time moved
+        # provisional ids are accepted wherever a tx id is, and mean the transaction that carried the write
+        v1 = on.get(id, t1.time, t1.id)
+        assert v1 is not None and v1.doc == _doc(id, 1) and v1.tx_id >= 0
+        assert [h.doc["meta"]["n"] for h in on.history(id, end_tx_id=t2.id) if h.doc] == [1]
+        assert [h.doc["meta"]["n"] for h in on.history(id, start_tx_id=t2.id) if h.doc] == [2, 3]
+        found = on.find("note", {"n": 2}, valid_time=t1.time, tx_id=t2.id)
+        assert [f.id for f in found if f.id.startswith(f"note:{uid}")] == [id]
+        assert on.get(id, t1.time + 5, t3.id) is not None
+        assert on.history(gone) == []  # the eviction was replayed too
+        # in order, once each: what XTDB holds, corrections included
+        hashes = [h for _, _, h in _all_corrections(xtdb_url, id)]
+        assert hashes == [_doc(id, n)["object_hash"] for n in (1, 2, 3)]
+        # the markers: one per replayed transaction, out of find() unless asked for
+        for t in (t1, t2, t3):
+            assert on.find(None, {"provisional_tx_id": t.id}) == []
+            [marker] = on.find(MARKER_KIND, {"provisional_tx_id": t.id})
+            assert marker.valid_time == t.time and marker.doc is not None
+            assert marker.doc["content"] == {"accepted": t.time, "ops": 1 if t is t2 else 2}
+    # another process (no cache) resolves them through the markers
+    with _outbox(xtdb_url, tmp_path / "other.db") as other:
+        v1 = other.get(id, t1.time, t1.id)
+        assert v1 is not None and v1.doc == _doc(id, 1)
+        with pytest.raises(StoreError, match="not in the store"):
+            other.get(id, None, -12345)
+
+
+class _Crash(Exception):
+    """The process dies here."""
+
+
+def test_a_replay_that_dies_before_forgetting_sends_nothing_twice(
+    xtdb_url: str, tmp_path: Path, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box = tmp_path / "outbox.db"
+    id = f"note:{uid}"
+    with _outbox(_nowhere(), box) as off:
+        t1 = off.submit([Put(_doc(id, 1), T0)])
+        t2 = off.submit([Put(_doc(id, 2), T0)])  # a correction: a repeat of t1 after it would win
+
+    def die(self: OutboxStore, conn: Any, seq: int) -> None:
+        raise _Crash
+
+    # XTDB takes the first transaction, then the process dies before the outbox forgets it
+    with _outbox(xtdb_url, box) as dying:
+        monkeypatch.setattr(OutboxStore, "_forget", die)
+        with pytest.raises(_Crash):
+            dying.replay()
+        monkeypatch.undo()
+        assert dying.depth() == 2
+    assert [h for _, _, h in _all_corrections(xtdb_url, id)] == [_doc(id, 1)["object_hash"]]
+
+    with _outbox(xtdb_url, box) as again:  # the next process replays everything that waits
+        assert again.replay() == 2
+        assert again.depth() == 0
+        held = _all_corrections(xtdb_url, id)
+        assert [h for _, _, h in held] == [_doc(id, 1)["object_hash"], _doc(id, 2)["object_hash"]]
+        assert again.doc(id, T0) == _doc(id, 2)
+        # the provisional id of the write that landed before the crash names its real tx
+        v1 = again.get(id, T0, t1.id)
+        assert v1 is not None and v1.doc == _doc(id, 1) and v1.tx_id == held[0][1]
+        v2 = again.get(id, T0, t2.id)
+        assert v2 is not None and v2.tx_id == held[1][1]
+
+
+def test_a_write_the_node_refuses_blocks_the_outbox_and_says_why(xtdb_url: str, tmp_path: Path, uid: str) -> None:
+    box = tmp_path / "outbox.db"
+    with _outbox(_nowhere(), box) as off:
+        off.submit([Put(_doc(f"note:{uid}", 1), T0)])
+    # a row the node cannot take (e.g. written by a buggy older version): XTDB ids are strings here
+    conn = sqlite3.connect(box)
+    with conn:
+        conn.execute(
+            "UPDATE pending SET ops = ?",
+            (json.dumps([{"op": "put", "doc": {"id": 7, "kind": "note"}, "from": T0, "to": None}]),),
+        )
+    conn.close()
+    with _outbox(xtdb_url, box) as on:
+        with pytest.raises(StoreError, match="refused write .* holds back the writes after it"):
+            on.get(f"note:{uid}")
+        assert on.outbox_stats()["blocked_by"] is not None and on.depth() == 1
+        with pytest.raises(StoreError, match="refused write"):
+            on.submit([Put(_doc(f"note:{uid}-later", 1))])
+        assert on.depth() == 1
+
+
+# -- the headline: a session's ingest across a node restart ------------------------------------------
+
+
+def _start(port: int, data_dir: Path) -> str:
+    cmd = [str(START), "--port", str(port), "--config", "rocksdb", "--data-dir", str(data_dir)]
+    try:
+        proc = subprocess.run(
+            [*cmd, "--timeout", str(STARTUP_TIMEOUT_S)], capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S + 60
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        pytest.fail(f"{START} did not start a node: {e}")
+    if proc.returncode != 0:
+        pytest.fail(f"{START} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def _stop(port: int) -> None:
+    subprocess.run([str(STOP), "--port", str(port)], check=False, timeout=90, capture_output=True)
+
+
+@pytest.fixture
+def rocksdb_node(tmp_path: Path, xtdb_url: str) -> Iterator[tuple[str, int, Path]]:
+    """A persistent node of this test's own: (url, port, data dir). ``xtdb_url`` is requested
+    only so the test is skipped exactly where no node can be had."""
+    port, data = _free_port(), tmp_path / "xtdb-data"
+    url = _start(port, data)
+    try:
+        yield url, port, data
+    finally:
+        _stop(port)
+
+
+def _turn(n: int) -> list[dict[str, Any]]:
+    msgs = [user(f"step {n}: look at module {n}")] if n % 3 == 0 else []
+    return [*msgs, call(f"c{n}", "bash", command=f"cat m{n}.py"), result(f"c{n}", f"# module {n}\n" + "x = 1\n" * 200)]
+
+
+def test_a_session_keeps_ingesting_across_a_node_restart(rocksdb_node: tuple[str, int, Path], tmp_path: Path) -> None:
+    url, port, data = rocksdb_node
+    store = open_store(f"{url}?outbox={tmp_path / 'outbox.db'}")
+    assert isinstance(store, OutboxStore)
+    assert isinstance(store.inner, XtdbStore)
+    store.inner.BACKOFF_S = 0.01
+    written: list[tuple[list[Op], Tx]] = []
+    submit = store.submit
+
+    def recording_submit(ops: Any) -> Tx:
+        ops = list(ops)
+        tx = submit(ops)
+        written.append((ops, tx))
+        return tx
+
+    store.submit = recording_submit  # type: ignore[method-assign]
+    sid = f"restart-{uuid.uuid4().hex[:8]}"
+    hook = OpenAIHook(Session.open(store, sid, harness="openai"))
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+    frames: list[str] = []
+
+    def step(n: int) -> None:
+        msgs.extend(_turn(n))
+        out = hook.transform_context(msgs)  # nothing may reach the harness but a valid context
+        assert out[0]["role"] == "system" and hook.last is not None
+        frames.append(hook.last.frame_id)
+
+    for n in range(6):
+        step(n)
+    assert not any(tx.pending for _, tx in written)
+
+    _stop(port)
+    for n in range(6, 14):
+        step(n)
+    offline = [tx for _, tx in written if tx.pending]
+    assert len(offline) == 16 and store.depth() == 16  # two transactions a turn: the turn's writes, its frame
+    with pytest.raises(StoreUnavailable, match="16 accepted write"):
+        store.get(f"session:{sid}")
+
+    assert _start(port, data) == url  # the same node: same port, same RocksDB files
+    for n in range(14, 18):
+        step(n)
+    store.latest_tx()  # any read sends what still waits
+    assert store.depth() == 0 and store.outbox_stats()["pending"] == 0
+
+    # every version is in XTDB exactly once, at its original valid time
+    expected: dict[str, Counter[tuple[int, str]]] = {}
+    for ops, _ in written:
+        for op in ops:
+            assert isinstance(op, Put) and op.valid_from is not None  # the session fixes its valid times
+            expected.setdefault(op.doc["id"], Counter())[(op.valid_from, op.doc["object_hash"])] += 1
+    kinds = Counter(id.split(":", 1)[0] for id in expected)
+    assert kinds["chat"] >= 1 and kinds["toolcall"] == 18 and kinds["frame"] == 18
+    for id, want in expected.items():
+        held = Counter((vt, h) for vt, _, h in _all_corrections(url, id))
+        assert held == want, id
+
+    # what the session recorded offline (provisional tx ids in frames and refs) still verifies
+    for frame_id in frames:
+        frame = store.doc(frame_id)
+        assert frame is not None
+        check = verify_frame(store, frame)
+        assert check.ok, (frame_id, check.problems)
+    assert sum(1 for f in frames if (d := store.doc(f)) and d["content"]["basis_tx_id"] < 0) == 8
+    # and the session resumes from the store as if nothing had happened
+    resumed = Session.open(store, sid, harness="openai")
+    assert len(resumed.view.entries) == len(hook.session.view.entries)
+    store.close()
