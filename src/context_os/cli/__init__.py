@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from . import demo, evict, files, frames, inspect, status, verify
+from . import demo, evict, files, frames, inspect, replay, serve, status, verify
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,7 +22,7 @@ def cli(ctx: click.Context, store: str | None) -> None:
     ctx.obj["store"] = store
 
 
-for module in (inspect, frames, verify, demo, status, files, evict):
+for module in (inspect, frames, verify, demo, replay, status, files, evict, serve):
     module.register(cli)
 
 

@@ -43,6 +43,9 @@ class Incoming(TypedDict):
     """When the message happened (epoch ms), if the harness knows."""
     extra: NotRequired[dict[str, Any]]
     """Harness fields context_os does not interpret, kept verbatim for rendering back."""
+    extra_chars: NotRequired[int]
+    """Characters of ``extra`` the model receives too (e.g. reasoning a harness sends back):
+    counted in token estimates, never managed."""
     h: str
     """Hash of the raw harness message (cursor / rewrite detection)."""
 
@@ -59,6 +62,7 @@ class Entry(TypedDict):
     object: NotRequired[str]
     ts: NotRequired[int]
     extra: NotRequired[dict[str, Any]]
+    extra_chars: NotRequired[int]
     ft: NotRequired[int]
     """Tokens this message costs in the full, unmanaged transcript (tool output included)."""
 
@@ -70,7 +74,11 @@ class Msg(TypedDict):
     text: str | None
     tool_calls: NotRequired[list[ToolCall]]
     tool_call_id: NotRequired[str]
+    tool_name: NotRequired[str]
+    """For ``tool``: the name of the tool that produced the result."""
+    is_error: NotRequired[bool]
     extra: NotRequired[dict[str, Any]]
+    extra_chars: NotRequired[int]
 
 
 def _args_chars(arguments: Any) -> int:
@@ -80,8 +88,9 @@ def _args_chars(arguments: Any) -> int:
 
 
 def msg_chars(msg: Msg | Incoming) -> int:
-    """Characters a message puts in front of the model: text plus tool call names and arguments."""
-    n = len(msg.get("text") or "")
+    """Characters a message puts in front of the model: text, tool call names and arguments, and
+    the ``extra_chars`` the adapter counted in its harness-only fields."""
+    n = len(msg.get("text") or "") + int(msg.get("extra_chars") or 0)
     for call in msg.get("tool_calls") or ():
         n += len(call["name"]) + _args_chars(call["arguments"])
     return n

@@ -39,10 +39,13 @@ def get_frame(store: Store, session_id: str, turn: int) -> dict[str, Any]:
     return doc
 
 
-def rerender(store: Store, frame: dict[str, Any]) -> Rendered:
-    """Render the frame's session exactly as it stood at the frame's basis."""
+def rerender(store: Store, frame: dict[str, Any], *, hash_memo: dict[bytes, tuple[str, int]] | None = None) -> Rendered:
+    """Render the frame's session exactly as it stood at the frame's basis (``hash_memo``: share
+    one dict across the frames of a session to hash each distinct message once)."""
     c = frame["content"]
-    view = load_view(store, frame["meta"]["session"], valid_time=c["valid_time"], tx_id=c["basis_tx_id"])
+    view = load_view(
+        store, frame["meta"]["session"], valid_time=c["valid_time"], tx_id=c["basis_tx_id"], hash_memo=hash_memo
+    )
     return view.render()
 
 
@@ -61,11 +64,13 @@ def _check_sealed(store: Store, frame: dict[str, Any], ref: dict[str, Any]) -> l
     return []
 
 
-def verify_frame(store: Store, frame: dict[str, Any]) -> FrameCheck:
+def verify_frame(
+    store: Store, frame: dict[str, Any], *, hash_memo: dict[bytes, tuple[str, int]] | None = None
+) -> FrameCheck:
     """Re-render ``frame`` and check its hash, its own document hashes and its static refs."""
     problems = [f"frame document field {f} does not match" for f in verify_doc(frame)]
     c = frame["content"]
-    rendered = rerender(store, frame)
+    rendered = rerender(store, frame, hash_memo=hash_memo)
     if rendered.rendered_hash != c["rendered_hash"]:
         problems.append(f"re-rendered hash {rendered.rendered_hash} != recorded {c['rendered_hash']}")
     for ref in c["refs"]:

@@ -5,6 +5,13 @@ design: a tool result stays expanded while it is less than ``collapse_after_turn
 and among the ``keep_recent_results`` newest; pins override; an optional ``token_budget``
 collapses the least recently used unpinned active objects first, ties broken by id.
 
+Collapsing a result in the middle of the history changes the rendered input from that point on,
+which breaks a provider's prompt cache there; ``collapse_batch_tokens`` makes results that are
+due only by age collapse together. Files (and other objects shown in
+the active pool) stay active while the agent uses them: ``file_idle_turns`` after the last tool
+that touched them; an object whose harness reports the lines it looked at shows at most
+``file_view_chars`` characters around them.
+
 This module holds configuration and pure decisions only: no store, no rendering.
 """
 
@@ -29,6 +36,17 @@ class RetentionPolicy:
     elide_arguments_over_chars: int = 400
     """Once a tool result collapses, string arguments of its call longer than this collapse too
     (an edit's old and new text, a write's content): the file holds them, the chat keeps them."""
+    collapse_batch_tokens: int = 0
+    """If set, results due by age wait and collapse together once collapsing them frees this many
+    tokens (their output and the long arguments of their calls) or the budget is near: each
+    collapse rewrites the history from its position, which the model then reads uncached. 0:
+    each collapses when due. Results beyond ``keep_recent_results`` collapse at once."""
+    file_idle_turns: int | None = 10
+    """An active object shown in the active pool (a file) that no tool touched for this many turns
+    is deactivated by policy (pinned ones stay); None keeps objects active until the budget."""
+    file_view_chars: int | None = 16_000
+    """An active object with a *focus* (the line ranges its harness's tools read or changed) shows
+    at most this many characters of its text: the focused lines, then the lines around them."""
     token_budget: int | None = None
     """If set, collapse least-recently-used unpinned active objects until the context fits."""
     max_message_chars: int = 2_000_000

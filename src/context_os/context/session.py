@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ContentTooLarge, LockedObject, MalformedMessage, NotFound, StateError
+from ..errors import ContentTooLarge, HashError, LockedObject, MalformedMessage, NotFound, StateError
 from ..hashing import canonical_json
 from ..objects import ChatDoc, FrameDoc, SessionDoc, StateDoc, ToolcallDoc
 from ..store.base import Op, Put, Store, Tx, Version, now_ms
@@ -196,6 +196,16 @@ class Session:
         return SyncReport(new=len(incoming), rewritten=rewritten, retired=retired)
 
     def _check(self, index: int, m: Incoming) -> None:
+        try:  # everything stored must have a canonical form: refuse now, not at flush
+            for value in (m.get("text"), m.get("tool_call_id")):
+                if isinstance(value, str):
+                    value.encode("utf-8")  # lone surrogates: the one way a str is not text
+            if m.get("extra") is not None or m.get("tool_calls"):
+                canonical_json([m.get("extra"), m.get("tool_calls")])
+        except UnicodeEncodeError as e:
+            raise MalformedMessage(f"not valid Unicode text ({e.reason})", index=index, field="content") from None
+        except HashError as e:
+            raise MalformedMessage(f"cannot be stored: {e}", index=index) from None
         if m.get("role") not in ROLES:
             raise MalformedMessage(f"unknown role {m.get('role')!r}", index=index, field="role")
         cap = self.view.policy.max_message_chars
@@ -247,6 +257,8 @@ class Session:
             entry["ts"] = m["ts"]
         if m.get("extra"):
             entry["extra"] = m["extra"]
+        if m.get("extra_chars"):
+            entry["extra_chars"] = m["extra_chars"]
         entry["ft"] = estimate_tokens(msg_chars(m))
         if m.get("tool_calls"):
             calls: list[ToolCall] = []
@@ -320,6 +332,8 @@ class Session:
         if obj.kind != "toolcall" and obj.version is not None:
             # the exact version shown, so a re-render loads it even after newer ones exist
             extra = {"shown": [obj.version[0], obj.version[1]], "newer": obj.newer}
+            if obj.focus:
+                extra["focus"] = obj.focus
         doc = StateDoc(
             id=_state_id(self.id, obj.id),
             content={"state": obj.state, "pinned": obj.pinned, "collapsed": obj.collapsed},
@@ -424,15 +438,29 @@ class Session:
         fresh = sorted(
             (o for o in view.live() if o.in_history and not o.pinned), key=lambda o: o.entry or 0, reverse=True
         )
+        by_rank: list[ObjInfo] = []
+        by_age: list[tuple[ObjInfo, int]] = []
         for rank, o in enumerate(fresh):
             age = view.turn - int(o.meta.get("turn", view.turn))
-            if not policy.keeps_expanded(age, rank):
-                why = (
-                    f"{age} turns old"
-                    if age >= policy.collapse_after_turns
-                    else f"older than the {policy.keep_recent_results} newest results"
-                )
-                changes.append(self._set(o, "inactive", "policy", why, collapsed=True))
+            if rank >= policy.keep_recent_results:
+                by_rank.append(o)
+            elif not policy.keeps_expanded(age, rank):
+                by_age.append((o, age))
+        for o in by_rank:
+            why = f"older than the {policy.keep_recent_results} newest results"
+            changes.append(self._set(o, "inactive", "policy", why, collapsed=True))
+        # due by age only: collapsing rewrites the history from the first of them on (the model
+        # reads all of it again, uncached), so with a batch size they wait to go together
+        batch = sum(view.collapse_gain(o) for o, _ in by_age) if policy.collapse_batch_tokens else 0
+        near_budget = policy.token_budget is not None and view.render().tokens > policy.token_budget * 9 // 10
+        if by_age and (batch >= policy.collapse_batch_tokens or near_budget):
+            for o, age in by_age:
+                changes.append(self._set(o, "inactive", "policy", f"{age} turns old", collapsed=True))
+        if policy.file_idle_turns is not None:
+            for o in view.live():
+                idle = view.turn - o.since
+                if o.in_tail and not o.pinned and idle > policy.file_idle_turns:
+                    changes.append(self._set(o, "inactive", "policy", f"not used for {idle - 1} turns"))
         if policy.token_budget is not None:
             changes.extend(self._fit_budget(policy.token_budget))
         return changes
@@ -563,9 +591,12 @@ class Session:
         state: str = "active",
         actor: str = "agent",
         reason: str = "show",
+        focus: list[list[int]] | None = None,
     ) -> dict[str, Any]:
         """Put a version of a stored object (default: the latest) in this session, active or
-        inactive. What file tools call after indexing, reading or editing a file."""
+        inactive. What file tools call after indexing, reading or editing a file; showing an
+        active object again counts as using it (``file_idle_turns``). ``focus``: the line ranges
+        of its text the tool looked at, most recent first (``[]`` clears them, None keeps them)."""
         if state not in ("active", "inactive"):
             raise StateError(f"state must be active or inactive, not {state!r}")
         v = version or self._latest(obj_id)
@@ -578,12 +609,20 @@ class Session:
             obj.meta, obj.content = v.doc.get("meta", {}), v.doc.get("content")
             obj.version, obj.newer = (v.valid_time, v.tx_id, v.doc["object_hash"]), None
             status = "updated"
+        changed = status == "updated"
+        if focus is not None and (focus or None) != obj.focus:
+            obj.focus = [[int(a), int(b)] for a, b in focus] or None
+            changed = True
         if obj.state != state:
             self._set(obj, state, actor, reason)
             status = "activated" if state == "active" else "deactivated"
-        elif status == "updated":
-            self.view.refresh_object(obj)
-            self._record_state(obj, actor, reason)
+        else:
+            if state == "active" and obj.since != self.view.turn:
+                obj.since = self.view.turn  # used again: the idle clock restarts
+                changed = True
+            if changed:
+                self.view.refresh_object(obj)
+                self._record_state(obj, actor, reason)
         self.flush()
         return {"id": obj_id, "status": status, "version": obj.meta.get("version"), "tokens": obj.tokens}
 
@@ -635,13 +674,23 @@ class Session:
         )
 
 
-def load_view(store: Store, session_id: str, *, valid_time: int | None = None, tx_id: int | None = None) -> SessionView:
-    """Rebuild a session's view from the store, as of a valid time and a transaction."""
+def load_view(
+    store: Store,
+    session_id: str,
+    *,
+    valid_time: int | None = None,
+    tx_id: int | None = None,
+    hash_memo: dict[bytes, tuple[str, int]] | None = None,
+) -> SessionView:
+    """Rebuild a session's view from the store, as of a valid time and a transaction
+    (``hash_memo``: a unit-hash memo shared by many rebuilds, see ``SessionView.hash_memo``)."""
     sv = store.get(f"session:{session_id}", valid_time, tx_id)
     if sv is None or sv.doc is None:
         raise NotFound(f"no session {session_id!r} in the store" + (f" as of tx {tx_id}" if tx_id else ""))
     meta = sv.doc["meta"]
-    view = SessionView(session_id, RetentionPolicy.from_dict(meta.get("policy", {})), turn=meta.get("turn", 0))
+    view = SessionView(
+        session_id, RetentionPolicy.from_dict(meta.get("policy", {})), turn=meta.get("turn", 0), hash_memo=hash_memo
+    )
     view.session_version = (sv.valid_time, sv.tx_id, sv.doc["object_hash"])
     pages = sorted(
         (v for v in store.find("chat", {"session": session_id}, valid_time=valid_time, tx_id=tx_id) if v.doc),
@@ -701,4 +750,5 @@ def _loaded(v: Version, state: dict[str, Any] | None, entry: int | None, call_en
         entry=entry,
         call_entry=call_entry,
         newer=sm.get("newer"),
+        focus=sm.get("focus"),
     )

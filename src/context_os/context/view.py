@@ -23,7 +23,7 @@ from ..hashing import canonical_json, hash_value
 from .entries import Entry, Msg, ToolCall, estimate_tokens, msg_chars
 from .policy import RetentionPolicy
 
-__all__ = ["ObjInfo", "Rendered", "SessionView", "Unit", "active_text", "stub_text"]
+__all__ = ["ObjInfo", "Rendered", "SessionView", "Unit", "active_text", "focus_window", "stub_text"]
 
 _CHECKPOINT = 64
 TAIL_OPEN = "<context_os>"
@@ -55,6 +55,9 @@ class ObjInfo:
     """Tool results only: the assistant entry that made the call."""
     newer: dict[str, Any] | None = None
     """A newer version than the one shown exists: ``{valid_time, tx_id, object_hash, version}``."""
+    focus: list[list[int]] | None = None
+    """Line ranges ``[first, last]`` (1-based, in the shown text) that the agent's tools last read or
+    changed, most recent first: a long text shows these and the lines around them."""
 
     @property
     def tokens(self) -> int:
@@ -81,31 +84,95 @@ class Unit:
     tokens: int
 
 
-def _unit(entry: int | None, msgs: list[Msg]) -> Unit:
-    return Unit(entry, msgs, hash_value(msgs), sum(estimate_tokens(msg_chars(m)) for m in msgs))
+def _unit(entry: int | None, msgs: list[Msg], memo: dict[bytes, tuple[str, int]] | None = None) -> Unit:
+    if memo is None:
+        return Unit(entry, msgs, hash_value(msgs), sum(estimate_tokens(msg_chars(m)) for m in msgs))
+    # re-rendering many frames of one session meets the same units again: the canonical hash (slow,
+    # pure Python) and the token count are computed once per distinct unit, found by a fast digest
+    key = blake3.blake3(json.dumps(msgs, sort_keys=True, ensure_ascii=False).encode()).digest()
+    known = memo.get(key)
+    if known is None:
+        known = memo[key] = (hash_value(msgs), sum(estimate_tokens(msg_chars(m)) for m in msgs))
+    return Unit(entry, msgs, known[0], known[1])
 
 
 def stub_text(obj: ObjInfo) -> str:
     """The text a collapsed tool result shows: what it was and how to get it back."""
     m = obj.meta
     status = " (error)" if m.get("is_error") else ""
-    preview = m.get("preview") or ""
-    first = f' First line: "{preview}".' if preview else ""
+    preview = (m.get("preview") or "")[:40]
+    first = f' First line: "{preview}"' if preview else ""
     return (
-        f"[context_os: output collapsed] {m.get('name', 'tool')} result{status}, {obj.tokens} tokens, "
-        f'stored as {obj.id}.{first} To see it again call activate(id="{obj.id}").'
+        f"[context_os: output collapsed] {m.get('name', 'tool')} result{status}, {obj.tokens} tokens; "
+        f'activate(id="{obj.id}") shows it.{first}'
     )
 
 
-def active_text(obj: ObjInfo) -> str:
+def focus_window(text: str, focus: list[list[int]], limit: int) -> str | None:
+    """The lines of ``text`` around ``focus`` (line ranges, most recent first) that fit in
+    ``limit`` characters, with a note for each run of lines left out; None if it all fits.
+
+    The focused lines come first (most recent range first), then each range grows one line at a
+    time on both sides until the next line no longer fits. Pure: same input, same window.
+    """
+    if len(text) <= limit:
+        return None
+    lines = text.split("\n")
+    n = len(lines)
+    shown = [False] * n
+    used = 0
+    ranges = [(max(1, a) - 1, min(n, b) - 1) for a, b in focus if max(1, a) <= min(n, b)] or [(0, 0)]
+    for a, b in ranges:
+        for j in range(a, b + 1):
+            if not shown[j] and used + len(lines[j]) + 1 <= limit:
+                shown[j] = True
+                used += len(lines[j]) + 1
+    # each range has two sides that grow outwards; a side stops at the first line that does not fit
+    sides = [[a, -1] for a, _ in ranges] + [[b, 1] for _, b in ranges]
+    while sides:
+        still = []
+        for side in sides:
+            j = side[0] + side[1]
+            if not 0 <= j < n:
+                continue
+            if not shown[j]:
+                if used + len(lines[j]) + 1 > limit:
+                    continue
+                shown[j] = True
+                used += len(lines[j]) + 1
+            side[0] = j
+            still.append(side)
+        sides = still
+    count = sum(shown)
+    out = [f"[context_os: showing {count:,} of {n:,} lines, around the ones last read or changed]"]
+    gap = 0
+    for j in range(n):
+        if shown[j]:
+            if gap:
+                out.append(f"[context_os: {gap:,} lines not shown]")
+                gap = 0
+            out.append(lines[j])
+        else:
+            gap += 1
+    if gap:
+        out.append(f"[context_os: {gap:,} lines not shown]")
+    return "\n".join(out)
+
+
+def active_text(obj: ObjInfo, view_chars: int | None = None) -> str:
     """What the active pool shows of an object: its content, cut to ``meta.context_chars``
-    characters when that is set (large files: the full text stays stored), or, when an object has
-    no content and ``meta.content_omitted`` says why (binary, secret, missing file), that reason."""
+    characters when that is set (large files: the full text stays stored), or to a window of
+    ``view_chars`` around its ``focus`` when it has one; or, when an object has no content and
+    ``meta.content_omitted`` says why (binary, secret, missing file), that reason."""
     c = obj.content
     if c is None and obj.meta.get("content_omitted"):
         return f"[context_os: no content to show: {obj.meta['content_omitted']}]"
     if not isinstance(c, str):
         return canonical_json(c).decode()
+    if obj.focus and view_chars is not None:
+        window = focus_window(c, obj.focus, view_chars)
+        if window is not None:
+            return window
     limit = obj.meta.get("context_chars")
     if isinstance(limit, int) and not isinstance(limit, bool) and 0 <= limit < len(c):
         cut = c.rfind("\n", 0, limit) + 1
@@ -160,6 +227,9 @@ class SessionView:
     pages: dict[int, tuple[int, int, str]] = field(default_factory=dict)
     """Chat page number → (valid_time, tx_id, object_hash) of its current version."""
     session_version: tuple[int, int, str] | None = None
+    hash_memo: dict[bytes, tuple[str, int]] | None = field(default=None, repr=False)
+    """Unit hashes and tokens by a digest of their messages, shared by views that re-render many
+    frames of one session."""
 
     # memo of the rendering; derived, rebuilt on demand
     _units: list[Unit] = field(default_factory=list, repr=False)
@@ -232,7 +302,7 @@ class SessionView:
             _, calls, pending = self._open
             missing = [c for c in calls if c["id"] in pending]
             if missing:
-                self._append_unit(_unit(None, [_synthetic_result(c) for c in missing]))
+                self._append_unit(_unit(None, [_synthetic_result(c) for c in missing], self.hash_memo))
             self._open = None
 
     def _tool_msgs(self, e: Entry, paired: bool) -> list[Msg]:
@@ -244,7 +314,17 @@ class SessionView:
         else:
             text = stub_text(obj)
         if paired:
-            return [{"role": "tool", "text": text, "tool_call_id": e.get("tool_call_id", "")}]
+            msg: Msg = {"role": "tool", "text": text, "tool_call_id": e.get("tool_call_id", "")}
+            if obj is not None:  # harnesses that name results (Pi, Gemini) need these back
+                msg["tool_name"] = str(obj.meta.get("name", "tool"))
+                if obj.meta.get("is_error"):
+                    msg["is_error"] = True
+            extra = dict(e.get("extra") or {})
+            if obj is None or not obj.in_history:
+                extra.pop("full", None)  # the output as given (images, blocks) shows only in full
+            if extra:
+                msg["extra"] = extra
+            return [msg]
         return [{"role": "user", "text": f"[context_os] Tool result whose call is no longer shown: {text}"}]
 
     def _call_args(self, c: ToolCall) -> Any:
@@ -262,6 +342,8 @@ class SessionView:
             ]
         if e.get("extra"):
             msg["extra"] = e["extra"]
+        if e.get("extra_chars"):
+            msg["extra_chars"] = e["extra_chars"]
         return [msg]
 
     def _build(self) -> None:
@@ -274,10 +356,10 @@ class SessionView:
                 if paired:
                     assert self._open is not None
                     self._open[2].discard(call_id)
-                self._append_unit(_unit(e["i"], self._tool_msgs(e, paired)))
+                self._append_unit(_unit(e["i"], self._tool_msgs(e, paired), self.hash_memo))
                 continue
             self._close_open()
-            self._append_unit(_unit(e["i"], self._entry_msgs(e)))
+            self._append_unit(_unit(e["i"], self._entry_msgs(e), self.hash_memo))
             if e["role"] == "assistant" and e.get("tool_calls"):
                 calls = e["tool_calls"]
                 self._open = (e["i"], calls, {c["id"] for c in calls})
@@ -291,11 +373,23 @@ class SessionView:
         old = self._units[pos]
         e = self.entries[entry_index]
         msgs = self._tool_msgs(e, paired=old.msgs[0]["role"] == "tool") if e["role"] == "tool" else self._entry_msgs(e)
-        new = _unit(entry_index, msgs)
+        new = _unit(entry_index, msgs, self.hash_memo)
         self._dirty_from = min(self._dirty_from, pos)
         self._units[pos] = new
         self._hist_tokens += new.tokens - old.tokens
         self._hist_msgs += len(new.msgs) - len(old.msgs)
+
+    def collapse_gain(self, o: ObjInfo) -> int:
+        """Tokens collapsing the tool result ``o`` frees: its output, and the long arguments of its
+        call that collapse with it."""
+        gain = o.tokens
+        call = self._call_of(o)
+        if call is not None:
+            before = msg_chars({"role": "assistant", "text": None, "tool_calls": [call]})
+            elided = elide_arguments(call["arguments"], o.id, self.policy.elide_arguments_over_chars)
+            after = msg_chars({"role": "assistant", "text": None, "tool_calls": [{**call, "arguments": elided}]})
+            gain += estimate_tokens(max(0, before - after))
+        return gain
 
     # --- the volatile part -------------------------------------------------------------------
 
@@ -329,7 +423,7 @@ class SessionView:
                 if call is not None:
                     lines.append(f"call: {call['name']} {_args_text(call['arguments'])}")
                     lines.append("output:")
-                lines.append(active_text(o))
+                lines.append(active_text(o, self.policy.file_view_chars))
                 lines.append("</object>")
         lines.append(TAIL_CLOSE)
         return [{"role": "user", "text": "\n".join(lines)}]
@@ -409,7 +503,8 @@ class SessionView:
 
 
 def _args_text(arguments: Any) -> str:
-    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    # sorted: object arguments come back from the store with sorted keys, and a re-render must match
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, sort_keys=True)
 
 
 def elide_arguments(arguments: Any, obj_id: str, limit: int) -> Any:

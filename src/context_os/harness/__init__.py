@@ -1,6 +1,20 @@
-"""Harness adapters: translate a harness's messages to and from the context engine."""
+"""Harness adapters: translate a harness's messages to and from the context engine.
 
+``pydantic_ai`` is imported on demand (``context_os.harness.pydantic_ai``): it needs pydantic-ai.
+"""
+
+from .anthropic import AnthropicAdapter, AnthropicHook
 from .base import Adapter, ContextHook
 from .openai import OpenAIAdapter, OpenAIHook
+from .toolnames import ToolNames, tool_role
 
-__all__ = ["Adapter", "ContextHook", "OpenAIAdapter", "OpenAIHook"]
+__all__ = [
+    "Adapter",
+    "AnthropicAdapter",
+    "AnthropicHook",
+    "ContextHook",
+    "OpenAIAdapter",
+    "OpenAIHook",
+    "ToolNames",
+    "tool_role",
+]

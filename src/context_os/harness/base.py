@@ -21,19 +21,20 @@ import asyncio
 import threading
 from abc import ABC, abstractmethod
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..context.entries import Incoming, Msg
-from ..context.session import Assembly, Session
+from ..context.session import Assembly, Session, SyncReport
 from ..context.tools import TOOLS, call_tool, tool_names
 from ..context.view import Rendered
 
 if TYPE_CHECKING:
     from ..files.tools import FileTools
-from ..errors import InvalidOutput, MalformedMessage
+from ..errors import HashError, InvalidOutput, MalformedMessage
+from ..hashing import canonical_json
 
-__all__ = ["Adapter", "ContextHook"]
+__all__ = ["Adapter", "ContextHook", "MergeCache", "renamed", "sorted_keys"]
 
 M = TypeVar("M")
 
@@ -104,8 +105,52 @@ def sorted_keys(value: Any) -> Any:
     return value
 
 
+class MergeCache(Generic[M]):
+    """What ``finalize`` built from a run of rendered messages, by the identity of those messages.
+
+    The hook hands ``finalize`` the same message objects for the unchanged part of the history
+    every turn, so merges are built once, not once per turn. Entries not used in a turn are
+    dropped at the next; each entry holds its inputs, so an id is never reused while cached.
+    """
+
+    def __init__(self) -> None:
+        self._prev: dict[tuple[int, ...], tuple[list[M], M]] = {}
+        self._next: dict[tuple[int, ...], tuple[list[M], M]] = {}
+
+    def get(self, run: list[M], build: Callable[[list[M]], M]) -> M:
+        key = tuple(map(id, run))
+        hit = self._next.get(key) or self._prev.get(key)
+        merged = hit[1] if hit is not None and all(a is b for a, b in zip(hit[0], run, strict=True)) else build(run)
+        self._next[key] = (list(run), merged)
+        return merged
+
+    def turn(self) -> None:
+        """Call once per finalized list: what that list did not use is forgotten next time."""
+        self._prev, self._next = self._next, {}
+
+
 def _incoming_list(translated: Incoming | list[Incoming]) -> list[Incoming]:
     return translated if isinstance(translated, list) else [translated]
+
+
+def _check_storable(m: Incoming, index: int) -> None:
+    """Refuse what the store cannot hold (text that is not Unicode, NaN, non-string keys) before
+    the session takes it in: a message that fails only when its chat page is written would be
+    in the session's memory but never in the store."""
+    try:
+        canonical_json(m)
+        return
+    except HashError:
+        pass
+    for key, value in m.items():
+        parts = value.items() if key == "extra" and isinstance(value, dict) else [(key, value)]
+        for name, v in parts:
+            try:
+                canonical_json(v)
+            except HashError as e:
+                field = {"text": "content"}.get(name, name)
+                raise MalformedMessage(f"cannot be stored: {e}", index=index, field=field) from None
+    raise MalformedMessage("cannot be stored", index=index)  # pragma: no cover - some part failed above
 
 
 class _Layout(Generic[M]):
@@ -163,6 +208,8 @@ class _Layout(Generic[M]):
         if got is None:
             try:
                 got = _incoming_list(self.adapter.translate(self.messages[i], i))
+                for m in got:
+                    _check_storable(m, i)
             except MalformedMessage as e:
                 self._adapter_error = e  # names the harness message already
                 raise
@@ -225,10 +272,20 @@ class ContextHook(Generic[M]):
     Returned message objects are shared with an internal cache: treat them as read-only.
     """
 
-    def __init__(self, session: Session, adapter: Adapter[M], *, files: FileTools | None = None):
+    def __init__(
+        self,
+        session: Session,
+        adapter: Adapter[M],
+        *,
+        files: FileTools | None = None,
+        on_sync: Callable[[Session, SyncReport], None] | None = None,
+    ):
+        """``on_sync(session, report)``, if given, runs after the new messages are ingested and
+        before the context is assembled: e.g. to show the files that new tool results touched."""
         self.session = session
         self.adapter = adapter
         self.files = files
+        self.on_sync = on_sync
         self.last: Assembly | None = None
         self._lock = threading.Lock()
         self._output: _Output[M] = _Output()
@@ -239,12 +296,15 @@ class ContextHook(Generic[M]):
             adapter = self.adapter
             layout = _Layout(adapter, messages)
             try:
-                assembly = self.session.transform(layout.total, layout.hash_at, layout.translate)
+                report = self.session.sync(layout.total, layout.hash_at, layout.translate)
             except MalformedMessage as e:
                 again = layout.harness_error(e)
                 if again is e:
                     raise
                 raise again from None
+            if self.on_sync is not None:
+                self.on_sync(self.session, report)
+            assembly = self.session.assemble(report)
             rendered = assembly.rendered
             problems = self._output.update(adapter, rendered)
             volatile = [adapter.render_msg(m) for m in rendered.volatile]

@@ -70,7 +70,7 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
         if not isinstance(message, Mapping):
             raise MalformedMessage(f"a message must be an object, not {type(message).__name__}", index=index)
         role = message.get("role")
-        if role not in _ROLE_MAP:
+        if not isinstance(role, str) or role not in _ROLE_MAP:
             raise MalformedMessage(
                 f"unknown role {role!r} (expected one of {sorted(_ROLE_MAP)})", index=index, field="role"
             )

@@ -1,0 +1,441 @@
+"""Anthropic Messages API: the ``messages`` list (and ``system``) a loop sends to ``messages.create``.
+
+One Anthropic message may hold several neutral ones: a user message carries every tool result
+of a turn as ``tool_result`` blocks, maybe followed by text. This adapter splits such a message
+into one neutral ``tool`` message per result (in block order), then one ``user`` message for the
+remaining blocks, if any. Everything else is one neutral message per Anthropic message.
+
+Rendering goes one neutral message at a time (a tool result becomes a user message holding one
+``tool_result`` block), and ``finalize`` merges consecutive user or assistant messages into one
+turn, ``tool_result`` blocks first, as the API requires. So the volatile ``<context_os>`` message
+that follows a user message of tool results joins it as a text block after the results.
+
+What the API needs verbatim is kept verbatim: assistant blocks (thinking and redacted_thinking
+with their signatures, server tool blocks, citations, cache_control) are stored in ``extra`` and
+rendered back in their order; only a ``tool_use`` block's ``input`` comes from the neutral tool
+call (so a collapsed call's long arguments collapse with its result). User content blocks
+(images, documents, text) are kept as given.
+
+The top-level ``system`` parameter is not part of ``messages``: ``AnthropicHook.transform`` takes
+it, records it as the first message of the session (so frames show it), and returns it as
+``system`` again. ``system``-role messages inside ``messages`` are kept where they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+
+from pydantic import BaseModel
+
+from ..context.entries import Incoming, Msg, ToolCall
+from ..context.session import Session
+from ..errors import HashError, InvalidOutput, MalformedMessage
+from ..hashing import hash_value
+from .base import Adapter, ContextHook, MergeCache, renamed, sorted_keys
+
+if TYPE_CHECKING:
+    from ..files.tools import FileTools
+
+__all__ = [
+    "SYSTEM_PARAM",
+    "AnthropicAdapter",
+    "AnthropicHook",
+    "AnthropicRequest",
+    "check_end",
+    "check_pairs",
+    "merge_turns",
+    "pairing_problems",
+    "validate_anthropic",
+]
+
+SYSTEM_PARAM = "context_os_system_param"
+"""Key marking the pseudo-message that carries the top-level ``system`` parameter in the session."""
+
+_ROLES = ("user", "assistant", "system")
+_MANAGED = {"role", "content"}
+
+
+class AnthropicRequest(TypedDict):
+    """What ``AnthropicHook.transform`` returns: keyword arguments for ``messages.create``."""
+
+    messages: list[dict[str, Any]]
+    system: NotRequired[str | list[dict[str, Any]]]
+    """Present when a ``system`` was given (as given, or as it was last recorded)."""
+
+
+def _plain(value: Any) -> Any:
+    """SDK objects (e.g. ``response.content`` blocks passed back as assistant content) → dicts."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_none=True)
+    return value
+
+
+def _blocks(content: Any, index: int) -> list[dict[str, Any]] | None:
+    """The content blocks of a message (None for string content), as plain dicts."""
+    if isinstance(content, str):
+        return None
+    if not isinstance(content, list | tuple):
+        raise MalformedMessage(
+            f"content must be a string or a list of content blocks, not {type(content).__name__}",
+            index=index,
+            field="content",
+        )
+    out: list[dict[str, Any]] = []
+    for j, block in enumerate(content):
+        block = _plain(block)
+        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+            raise MalformedMessage("a content block must be an object with a type", index=index, field=f"content[{j}]")
+        out.append(dict(block))
+    return out
+
+
+def _check_text(value: Any, index: int, field: str) -> str:
+    if not isinstance(value, str):
+        raise MalformedMessage(f"must be a string, not {type(value).__name__}", index=index, field=field)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise MalformedMessage(
+            f"not valid UTF-8 text ({e.reason} at position {e.start})", index=index, field=field
+        ) from None
+    return value
+
+
+def _joined_text(blocks: Sequence[Mapping[str, Any]], index: int, field: str) -> str:
+    texts = []
+    for j, b in enumerate(blocks):
+        if b.get("type") == "text":
+            texts.append(_check_text(b.get("text"), index, f"{field}[{j}].text"))
+    return "\n".join(texts)
+
+
+def _is_result(block: Any) -> bool:
+    if type(block) is dict:  # the common case, without the slower isinstance checks
+        return block.get("type") == "tool_result"
+    if isinstance(block, BaseModel):
+        return getattr(block, "type", None) == "tool_result"
+    return isinstance(block, Mapping) and block.get("type") == "tool_result"
+
+
+class AnthropicAdapter(Adapter[dict[str, Any]]):
+    """Translates Anthropic Messages API message dicts (``MessageParam``)."""
+
+    name = "anthropic"
+
+    def __init__(self) -> None:
+        self._merges: MergeCache[dict[str, Any]] = MergeCache()
+
+    def hash_message(self, message: dict[str, Any]) -> str:
+        try:
+            plain = dict(message)
+            content = plain.get("content")
+            if not isinstance(content, str | None):
+                plain["content"] = [_plain(b) for b in content]
+            return hash_value(plain)
+        except (HashError, TypeError, ValueError, RecursionError):
+            return hash_value(repr(message))  # unhashable input is rejected by translate
+
+    def count(self, message: dict[str, Any]) -> int:
+        if not isinstance(message, Mapping) or message.get("role") != "user":
+            return 1
+        content = message.get("content")
+        if isinstance(content, str) or not isinstance(content, list | tuple):
+            return 1
+        results = sum(1 for b in content if _is_result(b))
+        return results + (1 if results < len(content) or not results else 0)
+
+    def translate(self, message: dict[str, Any], index: int) -> list[Incoming]:
+        if not isinstance(message, Mapping):
+            raise MalformedMessage(f"a message must be an object, not {type(message).__name__}", index=index)
+        role = message.get("role")
+        if role not in _ROLES:
+            raise MalformedMessage(f"unknown role {role!r} (expected one of {list(_ROLES)})", index=index, field="role")
+        if "content" not in message:
+            raise MalformedMessage("a message needs content", index=index, field="content")
+        content = message["content"]
+        blocks = _blocks(content, index)
+        extra = {k: v for k, v in message.items() if k not in _MANAGED}
+        if SYSTEM_PARAM in extra and (index != 0 or role != "system"):
+            raise MalformedMessage(f"{SYSTEM_PARAM!r} is reserved for the system parameter", index=index)
+        if role == "assistant":
+            return [self._assistant(content, blocks, extra, index)]
+        text = _check_text(content, index, "content") if blocks is None else _joined_text(blocks, index, "content")
+        if role == "system":
+            if blocks is not None:
+                for j, b in enumerate(blocks):
+                    if b["type"] != "text":
+                        raise MalformedMessage(
+                            "system content may only hold text blocks", index=index, field=f"content[{j}]"
+                        )
+                extra["content"] = blocks
+            return [_incoming("system", text, extra)]
+        if blocks is None:
+            return [_incoming("user", text, extra)]
+        out = [self._result(b, index, j) for j, b in enumerate(blocks) if b["type"] == "tool_result"]
+        rest = [b for b in blocks if b["type"] != "tool_result"]
+        if rest or not out:
+            rest_text = _joined_text(rest, index, "content")
+            out.append(_incoming("user", rest_text, {**extra, "content": rest}))
+        return out
+
+    def _assistant(
+        self, content: Any, blocks: list[dict[str, Any]] | None, extra: dict[str, Any], index: int
+    ) -> Incoming:
+        if blocks is None:
+            return _incoming("assistant", _check_text(content, index, "content"), extra)
+        calls: list[ToolCall] = []
+        kept: list[dict[str, Any]] = []
+        for j, b in enumerate(blocks):
+            if b["type"] == "tool_use":
+                call_id, name, args = b.get("id"), b.get("name"), b.get("input", {})
+                if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
+                    raise MalformedMessage(
+                        "a tool_use block needs an id and a name", index=index, field=f"content[{j}]"
+                    )
+                if not isinstance(args, Mapping):
+                    raise MalformedMessage(
+                        f"tool_use input must be an object, not {type(args).__name__}",
+                        index=index,
+                        field=f"content[{j}].input",
+                    )
+                calls.append({"id": call_id, "name": name, "arguments": sorted_keys(dict(args))})
+                # the input lives in the neutral call (where the engine may elide it)
+                b = {k: v for k, v in b.items() if k != "input"}
+            kept.append(b)
+        m = _incoming("assistant", _joined_text(blocks, index, "content"), {**extra, "content": kept})
+        if calls:
+            m["tool_calls"] = calls
+        return m
+
+    def _result(self, block: dict[str, Any], index: int, j: int) -> Incoming:
+        field = f"content[{j}]"
+        call_id = block.get("tool_use_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise MalformedMessage(
+                "a tool_result needs a tool_use_id string", index=index, field=f"{field}.tool_use_id"
+            )
+        raw = block.get("content", "")
+        extra = {k: v for k, v in block.items() if k not in ("type", "tool_use_id", "content")}
+        if raw is None or isinstance(raw, str):
+            text = _check_text(raw or "", index, f"{field}.content")
+        else:
+            parts = _blocks(raw, index)
+            assert parts is not None
+            text = _joined_text(parts, index, f"{field}.content")
+            # the output as given (images, several blocks): shown only while the result is shown in full
+            extra["full"] = {"content": parts}
+        is_error = block.get("is_error", False)
+        if not isinstance(is_error, bool):
+            raise MalformedMessage("is_error must be a boolean", index=index, field=f"{field}.is_error")
+        m: Incoming = {"role": "tool", "text": text, "tool_call_id": call_id, "h": ""}
+        if is_error:
+            m["is_error"] = True
+        if extra:
+            m["extra"] = extra
+        return m
+
+    def render_msg(self, msg: Msg) -> dict[str, Any]:
+        extra = dict(msg.get("extra") or {})
+        role = msg["role"]
+        text = msg["text"] or ""
+        if role == "tool":
+            full = extra.pop("full", None)
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": msg.get("tool_call_id", "")}
+            block["content"] = full["content"] if isinstance(full, Mapping) and "content" in full else text
+            if msg.get("is_error"):
+                block["is_error"] = True
+            block.update(extra)
+            return {"role": "user", "content": [block]}
+        content: Any = extra.pop("content", None)
+        if role == "assistant":
+            content = _assistant_content(content, text, msg.get("tool_calls") or [])
+        elif content is None:
+            content = text
+        out: dict[str, Any] = {"role": role, "content": content}
+        out.update(extra)
+        return out
+
+    def finalize(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = merge_turns(messages, self._merges)
+        self._merges.turn()
+        return out
+
+    def check_pairs(
+        self, messages: Sequence[dict[str, Any]], pending: frozenset[str]
+    ) -> tuple[list[str], frozenset[str]]:
+        return check_pairs(messages, pending)
+
+    def check_end(self, messages: Sequence[dict[str, Any]], *, last_input_role: str | None) -> list[str]:
+        return check_end(messages, last_input_role=last_input_role)
+
+    def tool_definitions(self, tools: list[dict[str, Any]]) -> list[Any]:
+        return [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]} for t in tools]
+
+
+def _incoming(role: str, text: str | None, extra: dict[str, Any]) -> Incoming:
+    m: Incoming = {"role": role, "text": text, "h": ""}  # type: ignore[typeddict-item]
+    if extra:
+        m["extra"] = extra
+    return m
+
+
+def _assistant_content(kept: Any, text: str, calls: Sequence[ToolCall]) -> Any:
+    """Assistant blocks as recorded, each ``tool_use`` given the (maybe elided) neutral input."""
+    if not isinstance(kept, list):
+        if not calls:
+            return text
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        return blocks + [{"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["arguments"]} for c in calls]
+    inputs = {c["id"]: c["arguments"] for c in calls}
+    out = []
+    for b in kept:
+        if b.get("type") == "tool_use" and b.get("id") in inputs:
+            b = {**b, "input": inputs.pop(b["id"])}
+        out.append(b)
+    return out
+
+
+def _as_blocks(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return list(content)
+
+
+def _merged(run: list[dict[str, Any]]) -> dict[str, Any]:
+    blocks = [b for m in run for b in _as_blocks(m.get("content"))]
+    if run[0]["role"] == "user":
+        blocks = [b for b in blocks if _is_result(b)] + [b for b in blocks if not _is_result(b)]
+    merged = {k: v for k, v in run[0].items() if k != "content"}
+    merged["content"] = blocks
+    return merged
+
+
+def merge_turns(
+    messages: Sequence[dict[str, Any]], cache: MergeCache[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Consecutive user (or assistant) messages merged into one turn, ``tool_result`` blocks first
+    in each user turn. Messages that need no merging are returned as they are (not copied)."""
+    out: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            out.append(cache.get(run, _merged) if cache is not None else _merged(run))
+        run.clear()
+
+    for m in messages:
+        role = m.get("role")
+        if run and (role != run[0].get("role") or role == "system"):
+            flush()
+        run.append(m)
+    flush()
+    return out
+
+
+def _tool_ids(content: Any, kind: str, key: str) -> list[str]:
+    if isinstance(content, str) or content is None:
+        return []
+    blocks = (_plain(x) for x in content)
+    return [str(b.get(key)) for b in blocks if isinstance(b, Mapping) and b.get("type") == kind]
+
+
+def check_pairs(
+    messages: Sequence[Mapping[str, Any]], pending: frozenset[str] = frozenset()
+) -> tuple[list[str], frozenset[str]]:
+    """Orphaned ``tool_use`` or ``tool_result`` blocks in ``messages``, given the calls still open
+    before them: every call must be answered in the user turn right after its assistant turn
+    (consecutive user messages count as one turn, as the API merges them)."""
+    problems: list[str] = []
+    open_calls = set(pending)
+    for k, m in enumerate(messages):
+        role = m.get("role")
+        content = m.get("content")
+        if role == "user":
+            for call_id in _tool_ids(content, "tool_result", "tool_use_id"):
+                if call_id not in open_calls:
+                    problems.append(f"message {k}: tool_result {call_id!r} answers no tool_use of the turn before")
+                open_calls.discard(call_id)
+            continue
+        if open_calls:
+            problems.append(f"message {k}: tool_use(s) {sorted(open_calls)} have no tool_result")
+        open_calls = set(_tool_ids(content, "tool_use", "id")) if role == "assistant" else set()
+    return problems, frozenset(open_calls)
+
+
+def pairing_problems(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every orphaned ``tool_use`` or ``tool_result`` in a whole message list."""
+    problems, open_calls = check_pairs(messages)
+    if open_calls:
+        problems.append(f"tool_use(s) {sorted(open_calls)} have no tool_result at the end")
+    return problems
+
+
+def check_end(messages: Sequence[Mapping[str, Any]], *, last_input_role: str | None = None) -> list[str]:
+    """The Messages API answers a list that ends on a user turn (on an assistant turn only as a
+    prefill, where the harness itself ended on one); turns alternate once merged."""
+    if messages and messages[-1].get("role") == "assistant" and last_input_role != "assistant":
+        return ["the context ends with an assistant message"]
+    return []
+
+
+def validate_anthropic(messages: Sequence[Mapping[str, Any]], *, last_input_role: str | None = None) -> None:
+    """Raise ``InvalidOutput`` unless every ``tool_use`` is answered in the next user turn (and
+    every ``tool_result`` has its call), turns alternate, results lead their user message, and
+    the list ends where the API expects."""
+    problems = pairing_problems(messages) + check_end(messages, last_input_role=last_input_role)
+    for k in range(1, len(messages)):
+        role = messages[k].get("role")
+        if role != "system" and role == messages[k - 1].get("role"):
+            problems.append(f"message {k}: two {role} messages in a row")
+    for k, m in enumerate(messages):
+        if m.get("role") == "user" and not isinstance(m.get("content"), str):
+            kinds = [_is_result(b) for b in m.get("content") or ()]
+            if kinds != sorted(kinds, reverse=True):
+                problems.append(f"message {k}: text before tool_result blocks")
+    if problems:
+        raise InvalidOutput("; ".join(problems[:5]))
+
+
+class AnthropicHook(ContextHook[dict[str, Any]]):
+    """``transform_context`` for loops that speak the Anthropic Messages API.
+
+    Prefer ``transform(messages, system=...)``: it returns ``{"messages": ..., "system": ...}``,
+    ready to splat into ``client.messages.create(**request, model=..., max_tokens=...)``.
+    """
+
+    def __init__(self, session: Session, *, files: FileTools | None = None):
+        super().__init__(session, AnthropicAdapter(), files=files)
+
+    def transform(
+        self, messages: Sequence[dict[str, Any]], system: str | Sequence[Mapping[str, Any]] | None = None
+    ) -> AnthropicRequest:
+        """Assemble the context for ``messages`` and the top-level ``system`` parameter."""
+        harness: list[dict[str, Any]] = list(messages)
+        if system is not None:
+            content = system if isinstance(system, str) else [dict(b) for b in system]
+            harness.insert(0, {"role": "system", "content": content, SYSTEM_PARAM: True})
+        try:
+            out = self.transform_context(harness)
+        except MalformedMessage as e:
+            if system is None or e.index is None:
+                raise
+            # name the caller's message, not our list with the system prompt in front
+            index, field = (e.index - 1, e.field) if e.index else (None, "system" + (f".{e.field}" if e.field else ""))
+            raise renamed(e, index, field) from None
+        request: AnthropicRequest = {"messages": out}
+        if out and out[0].get(SYSTEM_PARAM):
+            request["system"] = out[0]["content"]
+            request["messages"] = out[1:]
+        if any(m.get(SYSTEM_PARAM) for m in request["messages"]):
+            raise InvalidOutput("the system parameter was rendered after the first message (a bug: please report)")
+        return request
+
+    async def atransform(
+        self, messages: Sequence[dict[str, Any]], system: str | Sequence[Mapping[str, Any]] | None = None
+    ) -> AnthropicRequest:
+        """The same, for async loops: store work runs in a thread, off the event loop."""
+        return await asyncio.to_thread(self.transform, list(messages), system)

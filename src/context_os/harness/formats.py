@@ -1,0 +1,345 @@
+"""Session files a replay reads: Pi session JSONL (format versions 1, 2 and 3), Claude Code session
+JSONL, and a JSON list of OpenAI chat-completions messages.
+
+``read_session(path)`` detects the format (``format=`` forces one) and returns a ``Transcript``:
+the messages of the session's current branch, uncompacted, in the harness format its adapter
+reads (Pi ``AgentMessage`` dicts for Pi and Claude Code, OpenAI message dicts for OpenAI), plus
+the compactions Pi recorded, so that a replay can also tell what Pi itself sent.
+
+* Pi v1: entries in file order, no ids; a ``compaction`` names its first kept entry by index
+  (``firstKeptEntryIndex``).
+* Pi v2/v3: entries form a tree by ``id``/``parentId``; the current branch is the path from the
+  last entry (the leaf) to the root; a ``compaction`` names ``firstKeptEntryId``. ``custom_message``
+  and ``branch_summary`` entries are messages too (``custom``, ``branchSummary``); v2's
+  ``hookMessage`` role is v3's ``custom``.
+* Claude Code: entries with ``type`` ``user``/``assistant``, ``uuid``/``parentUuid`` chains
+  (the branch of the last message is followed, sidechains left out), ``message`` with content
+  blocks ``text``/``thinking``/``tool_use``/``tool_result``. An assistant reply streamed as several
+  entries (one ``message.id``) is one message; tool results become Pi ``toolResult`` messages.
+
+This module reads files; it never touches a store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+__all__ = ["FORMATS", "Compaction", "Transcript", "detect_format", "read_session"]
+
+FORMATS = ("pi", "claude-code", "openai")
+
+
+@dataclass
+class Compaction:
+    """A compaction Pi recorded: from message ``at`` on, Pi sent the summary and the messages from
+    ``first_kept`` on instead of everything before."""
+
+    at: int
+    """Index (in ``Transcript.messages``) of the first message after the compaction entry."""
+    first_kept: int
+    """Index of the first message Pi kept."""
+    summary: str
+    tokens_before: int | None = None
+
+
+@dataclass
+class Transcript:
+    """One recorded session, ready to replay."""
+
+    format: str
+    """``pi-v1``, ``pi-v2``, ``pi-v3``, ``claude-code`` or ``openai``."""
+    harness: str
+    """The adapter its messages are for: ``pi`` or ``openai``."""
+    tool_names: str
+    """The tool-name preset of its tools (``pi``, ``claude-code``, ``canonical``)."""
+    messages: list[dict[str, Any]]
+    session_id: str | None = None
+    cwd: str | None = None
+    compactions: list[Compaction] = field(default_factory=list)
+    entries: int = 0
+    """Entries (lines) read from the file."""
+
+
+def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    out = []
+    for n, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as e:
+            raise InputError(f"{path}:{n}: not a JSON line ({e})") from None
+        if not isinstance(value, dict):
+            raise InputError(f"{path}:{n}: expected a JSON object per line, got {type(value).__name__}")
+        out.append((n, value))
+    return out
+
+
+def detect_format(path: str | Path) -> str:
+    """``pi``, ``claude-code`` or ``openai``, from the file's first JSON value."""
+    p = Path(path)
+    try:
+        with p.open("r", encoding="utf-8") as f:
+            head = f.read(1 << 16)
+    except OSError as e:
+        raise InputError(f"cannot read {p}: {e.strerror or e}") from None
+    stripped = head.lstrip()
+    if stripped.startswith("["):
+        return "openai"
+    first = stripped.split("\n", 1)[0]
+    try:
+        value = json.loads(first)
+    except ValueError:
+        raise InputError(f"{p}: neither a JSON list of messages nor JSON lines") from None
+    if isinstance(value, dict):
+        if value.get("type") == "session":
+            return "pi"
+        if "parentUuid" in value or "uuid" in value or "sessionId" in value:
+            return "claude-code"
+        if value.get("type") in ("message", "compaction", "model_change", "thinking_level_change"):
+            return "pi"
+    raise InputError(f"{p}: unknown session format (expected a Pi or Claude Code session, or a JSON message list)")
+
+
+def read_session(path: str | Path, format: str | None = None) -> Transcript:
+    """Read a session file (format detected unless given: ``pi``, ``claude-code``, ``openai``)."""
+    p = Path(path)
+    fmt = format or detect_format(p)
+    if fmt == "pi":
+        return _read_pi(p)
+    if fmt == "claude-code":
+        return _read_claude_code(p)
+    if fmt == "openai":
+        try:
+            data = json.loads(p.read_text("utf-8"))
+        except (OSError, ValueError) as e:
+            raise InputError(f"{p}: not a JSON list of messages ({e})") from None
+        if not isinstance(data, list) or not all(isinstance(m, dict) for m in data):
+            raise InputError(f"{p}: expected a JSON list of message objects")
+        return Transcript("openai", "openai", "canonical", data, entries=len(data))
+    raise InputError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
+
+
+# --- Pi ------------------------------------------------------------------------------------------
+
+
+def _iso_ms(value: Any) -> int:
+    if isinstance(value, str):
+        try:
+            return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+        except ValueError:
+            return 0
+    return 0
+
+
+def _pi_message(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The AgentMessage an entry contributes to the context, if any."""
+    kind = entry.get("type")
+    if kind == "message" and isinstance(entry.get("message"), dict):
+        m = dict(entry["message"])
+        if m.get("role") == "hookMessage":  # v2 name of v3's custom
+            m["role"] = "custom"
+        return m
+    if kind == "custom_message":
+        return {
+            "role": "custom",
+            "customType": entry.get("customType"),
+            "content": entry.get("content", ""),
+            "display": entry.get("display", True),
+            "timestamp": _iso_ms(entry.get("timestamp")),
+        }
+    if kind == "branch_summary":
+        return {
+            "role": "branchSummary",
+            "summary": entry.get("summary", ""),
+            "fromId": entry.get("fromId"),
+            "timestamp": _iso_ms(entry.get("timestamp")),
+        }
+    return None
+
+
+def _read_pi(p: Path) -> Transcript:
+    rows = _lines(p)
+    if not rows:
+        raise InputError(f"{p}: empty session file")
+    header = rows[0][1] if rows[0][1].get("type") == "session" else {}
+    body = rows[1:] if header else rows
+    version = int(header.get("version", 1) or 1)
+    if version >= 2 or any("id" in e and "parentId" in e for _, e in body):
+        return _read_pi_tree(p, header, body, version)
+    messages: list[dict[str, Any]] = []
+    first_message_at: dict[int, int] = {}  # entry index → index of the first message at or after it
+    pending: list[tuple[int, dict[str, Any]]] = []
+    for k, (_, e) in enumerate(body):
+        entry_index = k + (1 if header else 0)  # firstKeptEntryIndex counts the header line
+        first_message_at[entry_index] = len(messages)
+        m = _pi_message(e)
+        if m is not None:
+            messages.append(m)
+        elif e.get("type") == "compaction":
+            pending.append((len(messages), e))
+    compactions = [
+        Compaction(
+            at,
+            first_message_at.get(int(e.get("firstKeptEntryIndex", 0)), at),
+            str(e.get("summary", "")),
+            e.get("tokensBefore"),
+        )
+        for at, e in pending
+    ]
+    return Transcript(
+        f"pi-v{version}", "pi", "pi", messages, header.get("id"), header.get("cwd"), compactions, len(rows)
+    )
+
+
+def _read_pi_tree(p: Path, header: dict[str, Any], body: list[tuple[int, dict[str, Any]]], version: int) -> Transcript:
+    by_id: dict[str, dict[str, Any]] = {}
+    for n, e in body:
+        if not isinstance(e.get("id"), str):
+            raise InputError(f"{p}:{n}: a version {version} entry needs an id")
+        by_id[e["id"]] = e
+    if not body:
+        return Transcript(f"pi-v{version}", "pi", "pi", [], header.get("id"), header.get("cwd"), [], 1)
+    path: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    node: dict[str, Any] | None = body[-1][1]  # the leaf: the last entry appended
+    while node is not None:
+        if node["id"] in seen:
+            raise InputError(f"{p}: the entries' parentId links form a cycle at {node['id']!r}")
+        seen.add(node["id"])
+        path.append(node)
+        parent = node.get("parentId")
+        node = by_id.get(parent) if isinstance(parent, str) else None
+    path.reverse()
+    messages: list[dict[str, Any]] = []
+    message_of: dict[str, int] = {}
+    pending: list[tuple[int, dict[str, Any]]] = []
+    for e in path:
+        message_of[e["id"]] = len(messages)
+        m = _pi_message(e)
+        if m is not None:
+            messages.append(m)
+        elif e.get("type") == "compaction":
+            pending.append((len(messages), e))
+    compactions = [
+        Compaction(
+            at, message_of.get(str(e.get("firstKeptEntryId")), at), str(e.get("summary", "")), e.get("tokensBefore")
+        )
+        for at, e in pending
+    ]
+    return Transcript(
+        f"pi-v{version}", "pi", "pi", messages, header.get("id"), header.get("cwd"), compactions, len(body) + 1
+    )
+
+
+# --- Claude Code -----------------------------------------------------------------------------------
+
+
+def _cc_text(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    blocks = []
+    for b in content or ():
+        if isinstance(b, Mapping) and b.get("type") == "text":
+            blocks.append({"type": "text", "text": str(b.get("text", ""))})
+        elif isinstance(b, Mapping) and b.get("type") == "image":
+            src = b.get("source") or {}
+            blocks.append({"type": "image", "data": src.get("data", ""), "mimeType": src.get("media_type", "")})
+    return blocks
+
+
+def _read_claude_code(p: Path) -> Transcript:
+    rows = _lines(p)
+    entries = [e for _, e in rows if e.get("type") in ("user", "assistant") and isinstance(e.get("message"), dict)]
+    by_uuid = {e["uuid"]: e for e in entries if isinstance(e.get("uuid"), str)}
+    main = [e for e in entries if not e.get("isSidechain")]
+    chain: list[dict[str, Any]] = []
+    if main:
+        node: dict[str, Any] | None = main[-1]
+        seen: set[str] = set()
+        while node is not None and node.get("uuid") not in seen:
+            seen.add(str(node.get("uuid")))
+            chain.append(node)
+            parent = node.get("parentUuid")
+            node = by_uuid.get(parent) if isinstance(parent, str) else None
+        chain.reverse()
+    messages: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    last_id: str | None = None
+    session_id = cwd = None
+    for e in chain:
+        session_id = session_id or e.get("sessionId")
+        cwd = cwd or e.get("cwd")
+        msg = e["message"]
+        ts = _iso_ms(e.get("timestamp"))
+        if e["type"] == "assistant":
+            blocks: list[dict[str, Any]] = []
+            for b in msg.get("content") or ():
+                if not isinstance(b, Mapping):
+                    continue
+                if b.get("type") == "text":
+                    blocks.append({"type": "text", "text": str(b.get("text", ""))})
+                elif b.get("type") == "thinking":
+                    blocks.append(
+                        {
+                            "type": "thinking",
+                            "thinking": str(b.get("thinking", "")),
+                            "thinkingSignature": b.get("signature", ""),
+                        }
+                    )
+                elif b.get("type") == "tool_use":
+                    names[str(b.get("id"))] = str(b.get("name"))
+                    args = b.get("input") if isinstance(b.get("input"), dict) else {}
+                    blocks.append(
+                        {"type": "toolCall", "id": str(b.get("id")), "name": str(b.get("name")), "arguments": args}
+                    )
+            mid = msg.get("id")
+            if mid is not None and mid == last_id and messages and messages[-1]["role"] == "assistant":
+                messages[-1]["content"].extend(blocks)  # the same reply, streamed as several entries
+                continue
+            last_id = mid
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": blocks,
+                    "api": "anthropic-messages",
+                    "provider": "anthropic",
+                    "model": msg.get("model", ""),
+                    "stopReason": "toolUse" if any(b["type"] == "toolCall" for b in blocks) else "stop",
+                    "timestamp": ts,
+                }
+            )
+            continue
+        last_id = None
+        content = msg.get("content")
+        if isinstance(content, list) and any(
+            isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content
+        ):
+            rest = []
+            for b in content:
+                if isinstance(b, Mapping) and b.get("type") == "tool_result":
+                    call_id = str(b.get("tool_use_id"))
+                    messages.append(
+                        {
+                            "role": "toolResult",
+                            "toolCallId": call_id,
+                            "toolName": names.get(call_id, ""),
+                            "content": _cc_text(b.get("content")),
+                            "isError": bool(b.get("is_error", False)),
+                            "timestamp": ts,
+                        }
+                    )
+                else:
+                    rest.append(b)
+            if _cc_text(rest):
+                messages.append({"role": "user", "content": _cc_text(rest), "timestamp": ts})
+            continue
+        messages.append({"role": "user", "content": _cc_text(content), "timestamp": ts})
+    return Transcript("claude-code", "pi", "claude-code", messages, session_id, cwd, [], len(rows))

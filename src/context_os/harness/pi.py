@@ -1,0 +1,466 @@
+"""Pi (the pi-mono coding agent) messages: the adapter, and what Pi's file tools say about files.
+
+Input is the list of ``AgentMessage`` objects (as JSON dicts) Pi hands an extension's ``context``
+event, or that a Pi session file stores: roles ``user``, ``assistant``, ``toolResult``, the coding
+agent's ``bashExecution``, ``custom``, ``branchSummary``, ``compactionSummary``, and the ``system``
+messages of ``@earendil-works/pi-coding-agent`` 1.5.x. Output is what Pi's ``convertToLlm``
+expects: the same roles, so an extension can return it from the ``context`` event.
+
+* ``user``, ``assistant`` and ``system`` come back as they were (content blocks in order, thinking
+  blocks with their signatures, usage, stop reason, timestamps) unless context_os changed them
+  (elided call arguments); a ``toolResult`` comes back with its call id, tool name, error flag
+  and text (or the stub of a collapsed result).
+* ``bashExecution``, ``custom``, ``branchSummary`` and ``compactionSummary`` are taken in the form
+  ``convertToLlm`` gives the model (a user message) and come back in that form;
+  ``bashExecution`` with ``excludeFromContext`` is left out, as Pi leaves it out.
+* Text blocks become the neutral text (several are joined with a newline and split back by
+  their lengths); thinking is counted (``extra_chars``, as Pi's own token estimate counts it)
+  but not managed.
+
+A tool result's images are stored (``extra["full"]``) but come back only when the engine renders
+a result entry's extra, which it does not yet (it renders a result from its output text, name
+and error flag); a result's ``details`` is Pi's UI data, never sent to the model, and not kept.
+
+``pi_file_op`` reads what Pi's ``read``/``write``/``edit`` calls and results say about a file (the
+replay uses it to keep file objects without the files on disk).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..context.entries import Incoming, Msg, ToolCall
+from ..context.session import Session, SyncReport
+from ..errors import HashError, MalformedMessage
+from ..hashing import hash_value
+from .base import Adapter, ContextHook, sorted_keys
+from .openai import check_pairs as _openai_pairs
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..files.tools import FileTools
+
+__all__ = [
+    "COMPACTION_SUMMARY_PREFIX",
+    "FileOp",
+    "PiAdapter",
+    "PiHook",
+    "bash_execution_text",
+    "convert_to_llm",
+    "pi_file_op",
+    "strip_read_output",
+]
+
+COMPACTION_SUMMARY_PREFIX = (
+    "The conversation history before this point was compacted into the following summary:\n\n<summary>\n"
+)
+COMPACTION_SUMMARY_SUFFIX = "\n</summary>"
+BRANCH_SUMMARY_PREFIX = "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
+BRANCH_SUMMARY_SUFFIX = "</summary>"
+
+_LLM_ROLES = {"user": "user", "assistant": "assistant", "toolResult": "tool", "system": "system"}
+_CONVERTED = ("bashExecution", "custom", "branchSummary", "compactionSummary")
+_NEUTRAL_TO_PI = {"user": "user", "assistant": "assistant", "tool": "toolResult", "system": "system"}
+
+
+def bash_execution_text(msg: Mapping[str, Any]) -> str:
+    """The user-message text Pi's ``bashExecutionToText`` makes of a ``bashExecution``."""
+    text = f"Ran `{msg.get('command', '')}`\n"
+    output = msg.get("output")
+    text += f"```\n{output}\n```" if output else "(no output)"
+    exit_code = msg.get("exitCode")
+    if msg.get("cancelled"):
+        text += "\n\n(command cancelled)"
+    elif exit_code is not None and exit_code != 0:
+        text += f"\n\nCommand exited with code {exit_code}"
+    if msg.get("truncated") and msg.get("fullOutputPath"):
+        text += f"\n\n[Output truncated. Full output: {msg['fullOutputPath']}]"
+    return text
+
+
+def convert_to_llm(message: Mapping[str, Any]) -> dict[str, Any] | None:
+    """One AgentMessage as Pi's ``convertToLlm`` passes it to the model (None: left out)."""
+    role = message.get("role")
+    ts = message.get("timestamp", 0)
+    if role == "bashExecution":
+        if message.get("excludeFromContext"):
+            return None
+        return {"role": "user", "content": [{"type": "text", "text": bash_execution_text(message)}], "timestamp": ts}
+    if role == "custom":
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        return {"role": "user", "content": blocks, "timestamp": ts}
+    if role == "branchSummary":
+        text = BRANCH_SUMMARY_PREFIX + str(message.get("summary", "")) + BRANCH_SUMMARY_SUFFIX
+        return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": ts}
+    if role == "compactionSummary":
+        text = COMPACTION_SUMMARY_PREFIX + str(message.get("summary", "")) + COMPACTION_SUMMARY_SUFFIX
+        return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": ts}
+    return dict(message)
+
+
+def _text_blocks(content: Any, index: int, *, allowed: tuple[str, ...]) -> tuple[str, list[dict[str, Any]]]:
+    """(joined text, skeleton) of a content block list: text blocks keep everything but their
+    text (and record its length), other allowed blocks are kept whole."""
+    if not isinstance(content, list):
+        raise MalformedMessage(
+            f"content must be a string or a list of blocks, not {type(content).__name__}", index=index, field="content"
+        )
+    texts: list[str] = []
+    skeleton: list[dict[str, Any]] = []
+    for j, block in enumerate(content):
+        if not isinstance(block, Mapping) or block.get("type") not in allowed:
+            kind = block.get("type") if isinstance(block, Mapping) else type(block).__name__
+            raise MalformedMessage(
+                f"unsupported content block {kind!r} (expected one of {list(allowed)})",
+                index=index,
+                field=f"content[{j}]",
+            )
+        if block["type"] == "text":
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise MalformedMessage("a text block needs a text string", index=index, field=f"content[{j}].text")
+            texts.append(text)
+            skeleton.append({**{k: v for k, v in block.items() if k != "text"}, "_len": len(text)})
+        else:
+            skeleton.append(dict(block))
+    return "\n".join(texts), skeleton
+
+
+def _fill(skeleton: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """The blocks of ``skeleton`` with their texts cut back out of ``text`` (all of it in the first
+    text block if the lengths no longer add up, e.g. after redaction)."""
+    lens = [b["_len"] for b in skeleton if b.get("type") == "text" and isinstance(b.get("_len"), int)]
+    fits = sum(lens) + max(0, len(lens) - 1) == len(text)
+    out: list[dict[str, Any]] = []
+    pos, first = 0, True
+    for b in skeleton:
+        if b.get("type") != "text":
+            out.append(b)
+            continue
+        block = {k: v for k, v in b.items() if k != "_len"}
+        if fits:
+            n = int(b.get("_len", 0))
+            block["text"] = text[pos : pos + n]
+            pos += n + 1
+        else:
+            block["text"] = text if first else ""
+        first = False
+        out.append(block)
+    return out
+
+
+class PiAdapter(Adapter[dict[str, Any]]):
+    """Translates Pi ``AgentMessage`` dicts (the coding agent's roles included)."""
+
+    name = "pi"
+
+    def hash_message(self, message: dict[str, Any]) -> str:
+        try:
+            return hash_value(message)
+        except (HashError, TypeError, ValueError):
+            return hash_value(repr(message))  # unhashable input is rejected by translate
+
+    def translate(self, message: dict[str, Any], index: int) -> Incoming:
+        if not isinstance(message, Mapping):
+            raise MalformedMessage(f"a message must be an object, not {type(message).__name__}", index=index)
+        role = message.get("role")
+        if role in _CONVERTED:
+            converted = convert_to_llm(message)
+            if converted is None:
+                raise MalformedMessage(
+                    "a bashExecution excluded from context cannot be translated (PiHook leaves it out)",
+                    index=index,
+                    field="excludeFromContext",
+                )
+            message = converted
+            role = "user"
+        if role not in _LLM_ROLES:
+            raise MalformedMessage(
+                f"unknown role {role!r} (expected one of {sorted([*_LLM_ROLES, *_CONVERTED])})",
+                index=index,
+                field="role",
+            )
+        if role == "assistant":
+            return self._assistant(message, index)
+        if role == "toolResult":
+            return self._result(message, index)
+        content = message.get("content")
+        pi = {k: v for k, v in message.items() if k not in ("role", "content")}
+        extra: dict[str, Any] = {"pi": pi} if pi else {}
+        allowed = ("text",) if role == "system" else ("text", "image")
+        if isinstance(content, str):
+            text = content
+        else:
+            text, skeleton = _text_blocks(content, index, allowed=allowed)
+            extra["content"] = skeleton
+        m: Incoming = {"role": _LLM_ROLES[role], "text": text, "h": ""}  # type: ignore[typeddict-item]
+        if role == "system":
+            sections = message.get("sections")
+            if isinstance(sections, Mapping):
+                m["extra_chars"] = sum(len(v) for v in sections.values() if isinstance(v, str))
+        self._ts(m, message)
+        if extra:
+            m["extra"] = extra
+        return m
+
+    def _ts(self, m: Incoming, message: Mapping[str, Any]) -> None:
+        ts = message.get("timestamp")
+        if isinstance(ts, int) and not isinstance(ts, bool):
+            m["ts"] = ts
+
+    def _assistant(self, message: Mapping[str, Any], index: int) -> Incoming:
+        content = message.get("content")
+        text, skeleton = _text_blocks(content, index, allowed=("text", "thinking", "toolCall"))
+        calls: list[ToolCall] = []
+        thinking = 0
+        for j, block in enumerate(skeleton):
+            if block["type"] == "thinking":
+                thinking += len(str(block.get("thinking") or ""))
+            elif block["type"] == "toolCall":
+                call_id, name, args = block.get("id"), block.get("name"), block.get("arguments", {})
+                if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
+                    raise MalformedMessage("a toolCall needs an id and a name", index=index, field=f"content[{j}]")
+                if not isinstance(args, Mapping):
+                    raise MalformedMessage(
+                        "toolCall arguments must be an object", index=index, field=f"content[{j}].arguments"
+                    )
+                calls.append({"id": call_id, "name": name, "arguments": sorted_keys(dict(args))})
+                skeleton[j] = {k: v for k, v in block.items() if k not in ("name", "arguments")}
+        pi = {k: v for k, v in message.items() if k not in ("role", "content")}
+        m: Incoming = {"role": "assistant", "text": text or None, "h": ""}
+        if calls:
+            m["tool_calls"] = calls
+        if thinking:
+            m["extra_chars"] = thinking
+        m["extra"] = {"pi": pi, "content": skeleton}
+        self._ts(m, message)
+        return m
+
+    def _result(self, message: Mapping[str, Any], index: int) -> Incoming:
+        call_id = message.get("toolCallId")
+        if not isinstance(call_id, str) or not call_id:
+            raise MalformedMessage("a toolResult needs a toolCallId string", index=index, field="toolCallId")
+        content = message.get("content", [])
+        skeleton: list[dict[str, Any]] | None = None
+        if isinstance(content, str):
+            text = content
+        else:
+            text, skeleton = _text_blocks(content, index, allowed=("text", "image"))
+        is_error = message.get("isError", False)
+        if not isinstance(is_error, bool):
+            raise MalformedMessage("isError must be a boolean", index=index, field="isError")
+        m: Incoming = {"role": "tool", "text": text, "tool_call_id": call_id, "h": ""}
+        if isinstance(message.get("toolName"), str):
+            m["tool_name"] = message["toolName"]
+        if is_error:
+            m["is_error"] = True
+        self._ts(m, message)
+        # the output's text lives in the toolcall object; images, or several text blocks, are kept
+        # as ``full`` (shown only with the whole output); ``details`` is Pi's UI data, never sent
+        # to the model, and is not kept
+        extra: dict[str, Any] = {}
+        if isinstance(message.get("timestamp"), int):
+            extra["pi"] = {"timestamp": message["timestamp"]}
+        if skeleton is not None and [b.get("type") for b in skeleton] != ["text"]:
+            extra["full"] = {"content": skeleton}
+        if extra:
+            m["extra"] = extra
+        return m
+
+    def render_msg(self, msg: Msg) -> dict[str, Any]:
+        extra = msg.get("extra") or {}
+        pi = dict(extra.get("pi") or {})
+        role = _NEUTRAL_TO_PI[msg["role"]]
+        text = msg["text"] or ""
+        if role == "toolResult":
+            full = extra.get("full")
+            blocks = [{"type": "text", "text": text}]
+            if isinstance(full, Mapping) and isinstance(full.get("content"), list):
+                blocks = _fill(list(full["content"]), text)
+            out: dict[str, Any] = {
+                "role": "toolResult",
+                "toolCallId": msg.get("tool_call_id", ""),
+                "toolName": msg.get("tool_name", ""),
+                "content": blocks,
+                "isError": bool(msg.get("is_error", False)),
+            }
+            out["timestamp"] = pi.get("timestamp", 0)
+            return out
+        skeleton = extra.get("content")
+        content: Any
+        if role == "assistant":
+            calls = {c["id"]: c for c in msg.get("tool_calls") or ()}
+            blocks = _fill(list(skeleton or []), text) if skeleton is not None else []
+            if skeleton is None and text:
+                blocks = [{"type": "text", "text": text}]
+            content = []
+            for b in blocks:
+                if b.get("type") == "toolCall" and b.get("id") in calls:
+                    c = calls.pop(b["id"])
+                    content.append({"type": "toolCall", "id": c["id"], "name": c["name"], "arguments": c["arguments"]})
+                    content[-1].update({k: v for k, v in b.items() if k not in ("type", "id")})
+                else:
+                    content.append(b)
+            content += [
+                {"type": "toolCall", "id": c["id"], "name": c["name"], "arguments": c["arguments"]}
+                for c in calls.values()
+            ]
+            out = {"role": "assistant", "content": content}
+        elif skeleton is not None:
+            out = {"role": role, "content": _fill(list(skeleton), text)}
+        elif "pi" in extra or role == "system":
+            out = {"role": role, "content": text}
+        else:  # a message context_os made (the context_os block, a note)
+            out = {"role": role, "content": [{"type": "text", "text": text}], "timestamp": 0}
+        out.update(pi)
+        return out
+
+    def check_pairs(
+        self, messages: Sequence[dict[str, Any]], pending: frozenset[str]
+    ) -> tuple[list[str], frozenset[str]]:
+        return _openai_pairs([_pairing_view(m) for m in messages], pending)
+
+    def check_end(self, messages: Sequence[dict[str, Any]], *, last_input_role: str | None) -> list[str]:
+        if messages and messages[-1].get("role") == "assistant" and last_input_role != "assistant":
+            return ["the context ends with an assistant message"]
+        return []
+
+    def tool_definitions(self, tools: list[dict[str, Any]]) -> list[Any]:
+        return [{"name": t["name"], "description": t["description"], "parameters": t["parameters"]} for t in tools]
+
+
+def _pairing_view(m: Mapping[str, Any]) -> dict[str, Any]:
+    """A Pi message in the shape the OpenAI pairing check reads."""
+    role = m.get("role")
+    if role == "toolResult":
+        return {"role": "tool", "tool_call_id": m.get("toolCallId")}
+    if role == "assistant":
+        calls = [
+            {"id": b.get("id")}
+            for b in m.get("content") or ()
+            if isinstance(b, Mapping) and b.get("type") == "toolCall"
+        ]
+        return {"role": "assistant", "tool_calls": calls}
+    return {"role": str(role)}
+
+
+def in_context(message: Mapping[str, Any]) -> bool:
+    """Whether Pi sends ``message`` to the model at all (``!!`` bash runs it does not)."""
+    return not (message.get("role") == "bashExecution" and message.get("excludeFromContext"))
+
+
+class PiHook(ContextHook[dict[str, Any]]):
+    """``transform_context`` for Pi's ``context`` event: AgentMessages in, AgentMessages out."""
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        files: FileTools | None = None,
+        on_sync: Callable[[Session, SyncReport], None] | None = None,
+    ):
+        super().__init__(session, PiAdapter(), files=files, on_sync=on_sync)
+
+    def transform_context(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return super().transform_context([m for m in messages if not isinstance(m, Mapping) or in_context(m)])
+
+
+# --- what Pi's file tools say about files --------------------------------------------------------
+
+_READ_TRAILER = re.compile(
+    r"\n\n\[(?:Showing lines (?P<first>\d+)-(?P<last>\d+) of (?P<total>\d+)(?: \([^)\]]*\))?\. "
+    r"Use offset=\d+ to continue\.?"
+    r"|(?P<more>\d+) more lines in file\. Use offset=(?P<next>\d+) to continue\.?)\]\Z"
+)
+_NUMBERED = re.compile(r"^ *(\d+)(?:\t|→)")
+
+
+@dataclass
+class FileOp:
+    """What one file tool call says about a file."""
+
+    kind: str
+    """``read``, ``write`` or ``edit``."""
+    path: str
+    text: str | None = None
+    """read: the lines read (Pi's notes removed); write: the whole content."""
+    first_line: int = 1
+    """read: the line number of the first line read."""
+    total_lines: int | None = None
+    """read: the file's line count, when the output says it (or the read reached the end)."""
+    edits: list[tuple[str, str]] = field(default_factory=list)
+    """edit: (old text, new text) pairs, each matched against the file as it was."""
+
+
+def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | None] | None:
+    """(lines read, first line number, total lines or None) of a read tool's output: Pi's
+    continuation notes removed, and ``cat -n`` style line numbers (``   12\\t`` or ``   12→``)
+    removed when every line has them. None if the output is not file text (a note instead)."""
+    first = max(1, offset or 1)
+    total: int | None = None
+    m = _READ_TRAILER.search(output)
+    body = output
+    if m is not None:
+        body = output[: m.start()]
+        total = int(m.group("total")) if m.group("total") else int(m.group("next")) - 1 + int(m.group("more"))
+    elif output.startswith("[Line ") or output.startswith("Read image file"):
+        return None
+    lines = body.split("\n")
+    numbered = [_NUMBERED.match(line) for line in lines if line]
+    if numbered and all(numbered):
+        first = int(numbered[0].group(1)) if numbered[0] else first
+        lines = [_NUMBERED.sub("", line, count=1) for line in lines]
+        body = "\n".join(lines)
+    if total is None:
+        total = first + len(lines) - 1  # no note: the read reached the end of the file
+    return body, first, total
+
+
+def _pairs(args: Mapping[str, Any], old: str, new: str) -> list[tuple[str, str]] | None:
+    edits = args.get("edits")
+    if isinstance(edits, list):
+        out = []
+        for e in edits:
+            if not isinstance(e, Mapping) or not isinstance(e.get(old), str) or not isinstance(e.get(new), str):
+                return None
+            out.append((e[old], e[new]))
+        return out
+    if isinstance(args.get(old), str) and isinstance(args.get(new), str):
+        return [(args[old], args[new])]
+    return None
+
+
+def pi_file_op(role: str | None, arguments: Any, output: str, *, is_error: bool = False) -> FileOp | None:
+    """What a ``read``/``write``/``edit`` call (Pi's argument names, or Claude Code's
+    ``file_path``/``old_string``/``new_string``) and its output say about a file; None for other
+    tools, failed calls and outputs that are no file text."""
+    if is_error or role not in ("read", "write", "edit"):
+        return None
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    if not isinstance(arguments, Mapping):
+        return None
+    path = arguments.get("path", arguments.get("file_path"))
+    if not isinstance(path, str) or not path:
+        return None
+    if role == "write":
+        content = arguments.get("content")
+        return FileOp("write", path, text=content) if isinstance(content, str) else None
+    if role == "edit":
+        pairs = _pairs(arguments, "oldText", "newText") or _pairs(arguments, "old_string", "new_string")
+        return FileOp("edit", path, edits=pairs) if pairs else None
+    offset = arguments.get("offset")
+    got = strip_read_output(output, offset if isinstance(offset, int) and not isinstance(offset, bool) else None)
+    if got is None:
+        return None
+    body, first, total = got
+    return FileOp("read", path, text=body, first_line=first, total_lines=total)

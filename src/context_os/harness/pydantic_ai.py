@@ -1,0 +1,403 @@
+"""pydantic-ai (``pydantic-ai-slim`` 2.x): context_os as a capability of an ``Agent``.
+
+pydantic-ai 2 removed ``Agent(history_processors=...)``; its replacement, the ``ProcessHistory``
+capability, writes what the processor returns back into the run's history. That suits trimming,
+not context_os: the harness's history is our event source and must stay as the harness made it
+(stubs and the volatile ``<context_os>`` part fed back in would read as a rewritten history every
+turn). So ``ContextOS`` hooks ``before_model_request`` and replaces only the messages of the
+request being made; the run's history keeps the real tool outputs. It also registers our tools
+(activate, deactivate, pin, unpin) as a toolset::
+
+    hook = PydanticAIHook(Session.open(store, "my-session", harness="pydantic-ai"))
+    agent = Agent(model, capabilities=[hook.capability()])
+
+``hook.transform_context`` (sync) and ``hook.atransform_context`` (async) are plain history
+processors, ``list[ModelMessage] -> list[ModelMessage]``, for loops that call models directly.
+
+Mapping. A ``ModelResponse`` is one assistant message: text parts are its text, ``ToolCallPart``s
+its tool calls; the whole response is kept (JSON form) in ``extra`` and rendered back as it was,
+each call's ``args`` from the neutral call (so collapsed calls' long arguments collapse too). A
+``ModelRequest`` is split: each ``ToolReturnPart`` (and legacy ``RetryPromptPart`` that answers
+a call) becomes one neutral ``tool`` message, then each run of the other parts becomes a
+``system`` (system prompts) or ``user`` message that keeps its parts verbatim. Rendering merges
+consecutive requests back into one and names each rendered tool return after its call. Typed
+tool parts (``tool_kind`` subclasses such as tool search) and native tool parts are passed
+through verbatim, never managed.
+
+Parts the engine synthesises (a stub for a result whose call is no longer shown, a result for a
+call that never got one, the ``<context_os>`` part) carry the Unix epoch as their timestamp, so
+rendering stays a pure function of the session state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    ERROR_OUTCOMES,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    RetryFeedbackPart,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.tools import RunContext, Tool, ToolDefinition
+from pydantic_ai.toolsets import FunctionToolset
+
+from ..context.entries import Incoming, Msg, ToolCall
+from ..context.session import Session
+from ..errors import HashError, MalformedMessage
+from ..hashing import hash_value
+from .base import Adapter, ContextHook, MergeCache, sorted_keys
+
+if TYPE_CHECKING:
+    from ..files.tools import FileTools
+
+__all__ = ["ContextOS", "PydanticAIAdapter", "PydanticAIHook", "check_end", "check_pairs", "pairing_problems"]
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""Timestamp of the parts context_os synthesises."""
+
+
+def _dump(message: ModelMessage) -> dict[str, Any]:
+    dumped: dict[str, Any] = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
+    return dumped
+
+
+def _load(data: dict[str, Any]) -> ModelMessage:
+    return ModelMessagesTypeAdapter.validate_python([data])[0]
+
+
+def _is_result(part: Any) -> bool:
+    """A part context_os manages as a tool result: a plain ``ToolReturnPart`` (typed subclasses
+    are passed through), or a legacy ``RetryPromptPart`` that answers a call."""
+    return type(part) is ToolReturnPart or (isinstance(part, RetryPromptPart) and part.tool_name is not None)
+
+
+def _answered(part: Any) -> str | None:
+    """The call id a part answers (any non-native tool return, managed or not), else None."""
+    if isinstance(part, ToolReturnPart) or (isinstance(part, RetryPromptPart) and part.tool_name is not None):
+        return str(part.tool_call_id)
+    return None
+
+
+def _kind(part: Any) -> str:
+    return "system" if isinstance(part, SystemPromptPart) else "user"
+
+
+def _runs(parts: Sequence[Any]) -> list[list[int]]:
+    """Indices of the parts that are not managed results, in runs of one neutral role."""
+    runs: list[list[int]] = []
+    for j, p in enumerate(parts):
+        if _is_result(p):
+            continue
+        if runs and _kind(parts[runs[-1][-1]]) == _kind(p):
+            runs[-1].append(j)
+        else:
+            runs.append([j])
+    return runs
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, UserPromptPart):
+        c = part.content
+        return c if isinstance(c, str) else "\n".join(x for x in c if isinstance(x, str))
+    if isinstance(part, RetryFeedbackPart | RetryPromptPart):
+        return part.model_response()
+    content = getattr(part, "content", None)
+    return content if isinstance(content, str) else ""
+
+
+def _ms(ts: Any) -> int | None:
+    return int(ts.timestamp() * 1000) if isinstance(ts, datetime) else None
+
+
+def _utf8(value: str, index: int, field: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise MalformedMessage(
+            f"not valid UTF-8 text ({e.reason} at position {e.start})", index=index, field=field
+        ) from None
+    return value
+
+
+class PydanticAIAdapter(Adapter[ModelMessage]):
+    """Translates pydantic-ai ``ModelRequest`` / ``ModelResponse`` messages."""
+
+    name = "pydantic-ai"
+
+    def __init__(self) -> None:
+        self._merges: MergeCache[ModelMessage] = MergeCache()
+
+    def hash_message(self, message: ModelMessage) -> str:
+        try:
+            return hash_value(_dump(message))
+        except (HashError, ValueError, TypeError, RecursionError):  # pydantic_core errors are ValueErrors
+            return hash_value(repr(message))  # rejected by translate
+
+    def count(self, message: ModelMessage) -> int:
+        if not isinstance(message, ModelRequest):
+            return 1
+        results = sum(1 for p in message.parts if _is_result(p))
+        return max(1, results + len(_runs(message.parts)))
+
+    def translate(self, message: ModelMessage, index: int) -> list[Incoming]:
+        if not isinstance(message, ModelRequest | ModelResponse):
+            raise MalformedMessage(
+                f"a message must be a ModelRequest or a ModelResponse, not {type(message).__name__}", index=index
+            )
+        try:
+            dumped = _dump(message)
+        except (ValueError, TypeError) as e:
+            raise MalformedMessage(f"cannot be serialised: {e}", index=index, field="parts") from None
+        if isinstance(message, ModelResponse):
+            return [self._response(message, dumped, index)]
+        fields = {k: v for k, v in dumped.items() if k != "parts"}
+        parts, raw = list(message.parts), dumped["parts"]
+        out = [self._result(p, raw[j], index, j) for j, p in enumerate(parts) if _is_result(p)]
+        for run in _runs(parts):
+            role = _kind(parts[run[0]])
+            text = "\n".join(_part_text(parts[j]) for j in run)
+            extra = {"request": fields, "parts": [raw[j] for j in run]}
+            out.append({"role": role, "text": _utf8(text, index, "parts"), "h": "", "extra": extra})  # type: ignore[typeddict-item]
+        if not out:  # a request without parts still leaves a trace
+            out.append({"role": "user", "text": None, "h": "", "extra": {"request": fields, "parts": []}})
+        return out
+
+    def _response(self, message: ModelResponse, dumped: dict[str, Any], index: int) -> Incoming:
+        calls: list[ToolCall] = []
+        texts = []
+        for j, p in enumerate(message.parts):
+            if isinstance(p, TextPart):
+                texts.append(_utf8(p.content, index, f"parts[{j}].content"))
+            elif type(p) is ToolCallPart:
+                if isinstance(p.args, str):
+                    _utf8(p.args, index, f"parts[{j}].args")
+                calls.append({"id": p.tool_call_id, "name": p.tool_name, "arguments": sorted_keys(p.args)})
+                dumped["parts"][j].pop("args", None)  # lives in the neutral call
+        m: Incoming = {"role": "assistant", "text": "\n".join(texts), "h": "", "extra": {"response": dumped}}
+        if calls:
+            m["tool_calls"] = calls
+        return m
+
+    def _result(self, part: Any, raw: dict[str, Any], index: int, j: int) -> Incoming:
+        if isinstance(part, RetryPromptPart):
+            text, is_error = part.model_response(), True
+        else:
+            text, is_error = part.model_response_str(), part.outcome in ERROR_OUTCOMES
+        m: Incoming = {
+            "role": "tool",
+            "text": _utf8(text, index, f"parts[{j}].content"),
+            "tool_call_id": part.tool_call_id,
+            "tool_name": part.tool_name or "",
+            "h": "",
+        }
+        extra: dict[str, Any] = {"part": {k: v for k, v in raw.items() if k not in ("content", "outcome", "retry")}}
+        if not isinstance(part, ToolReturnPart) or not isinstance(part.content, str) or part.outcome != "success":
+            # the part as given (files, structured content, native error outcome): shown only
+            # while the result is shown in full; the text already says what the model must see
+            extra["full"] = {"part": raw}
+        m["extra"] = extra
+        if is_error:
+            m["is_error"] = True
+        ts = _ms(part.timestamp)
+        if ts is not None:
+            m["ts"] = ts
+        return m
+
+    def render_msg(self, msg: Msg) -> ModelMessage:
+        extra = msg.get("extra") or {}
+        role, text = msg["role"], msg["text"] or ""
+        if role == "assistant":
+            return self._render_response(msg, extra)
+        if role == "tool":
+            full = extra.get("full")
+            if isinstance(full, dict) and "part" in full:
+                return _load({"kind": "request", "parts": [full["part"]]})
+            kept = extra.get("part")
+            if isinstance(kept, dict):
+                return _load({"kind": "request", "parts": [{**kept, "content": text}]})
+            # a result rendered without its harness fields (one the engine made up has no name:
+            # finalize names it after its call); an error is already spelled out in ``text``
+            part = ToolReturnPart(
+                tool_name=msg.get("tool_name", ""),
+                content=text,
+                tool_call_id=msg.get("tool_call_id", ""),
+                timestamp=EPOCH,
+            )
+            return ModelRequest(parts=[part])
+        if "parts" in extra:
+            return _load({**extra.get("request", {}), "kind": "request", "parts": extra["parts"]})
+        synthetic: ModelRequestPart = (
+            SystemPromptPart(text, timestamp=EPOCH) if role == "system" else UserPromptPart(text, timestamp=EPOCH)
+        )
+        return ModelRequest(parts=[synthetic])
+
+    def _render_response(self, msg: Msg, extra: dict[str, Any]) -> ModelMessage:
+        calls = msg.get("tool_calls") or []
+        response = extra.get("response")
+        if not isinstance(response, dict):
+            parts: list[Any] = [TextPart(msg["text"])] if msg["text"] else []
+            parts += [ToolCallPart(c["name"], c["arguments"], c["id"]) for c in calls]
+            return ModelResponse(parts=parts, timestamp=EPOCH)
+        args = {c["id"]: c["arguments"] for c in calls}
+        data = dict(response)
+        data["parts"] = [
+            {**p, "args": args.get(p.get("tool_call_id"))}
+            if p.get("part_kind") == "tool-call" and "args" not in p
+            else p
+            for p in response["parts"]
+        ]
+        return _load(data)
+
+    def finalize(self, messages: list[ModelMessage]) -> list[ModelMessage]:
+        out = merge_requests(messages, self._merges)
+        self._merges.turn()
+        return out
+
+    def check_pairs(
+        self, messages: Sequence[ModelMessage], pending: frozenset[str]
+    ) -> tuple[list[str], frozenset[str]]:
+        return check_pairs(messages, pending)
+
+    def check_end(self, messages: Sequence[ModelMessage], *, last_input_role: str | None) -> list[str]:
+        return check_end(messages, last_input_role=last_input_role)
+
+    def tool_definitions(self, tools: list[dict[str, Any]]) -> list[Any]:
+        return [
+            ToolDefinition(name=t["name"], description=t["description"], parameters_json_schema=t["parameters"])
+            for t in tools
+        ]
+
+
+def merge_requests(
+    messages: Sequence[ModelMessage], cache: MergeCache[ModelMessage] | None = None
+) -> list[ModelMessage]:
+    """Consecutive requests merged into one (the fields of the first that has a timestamp), and
+    tool returns rendered without a tool name named after their call. Messages that need
+    neither are returned as they are (not copied)."""
+    out: list[ModelMessage] = []
+    names: dict[str, str] = {}
+    run: list[ModelMessage] = []
+
+    def named(part: Any) -> Any:
+        if isinstance(part, ToolReturnPart) and not part.tool_name:
+            return dataclasses.replace(part, tool_name=names.get(part.tool_call_id, "tool"))
+        return part
+
+    def merged(requests: list[ModelMessage]) -> ModelMessage:
+        parts = [named(p) for r in requests for p in r.parts]
+        if len(requests) == 1 and all(a is b for a, b in zip(parts, requests[0].parts, strict=True)):
+            return requests[0]
+        base = next((r for r in requests if r.timestamp is not None), requests[0])
+        assert isinstance(base, ModelRequest)
+        return dataclasses.replace(base, parts=parts)
+
+    def flush() -> None:
+        if run:
+            out.append(cache.get(run, merged) if cache is not None else merged(run))
+        run.clear()
+
+    for m in messages:
+        if isinstance(m, ModelRequest):
+            run.append(m)
+            continue
+        flush()
+        for p in m.parts:
+            if isinstance(p, ToolCallPart):
+                names[p.tool_call_id] = p.tool_name
+        out.append(m)
+    flush()
+    return out
+
+
+def check_pairs(
+    messages: Sequence[ModelMessage], pending: frozenset[str] = frozenset()
+) -> tuple[list[str], frozenset[str]]:
+    """Orphaned tool calls or returns, given the calls still open before ``messages``: every call
+    of a response must be answered in the request(s) right after it."""
+    problems: list[str] = []
+    open_calls = set(pending)
+    for k, m in enumerate(messages):
+        if isinstance(m, ModelRequest):
+            for p in m.parts:
+                call_id = _answered(p)
+                if call_id is None:
+                    continue
+                if call_id not in open_calls:
+                    problems.append(f"message {k}: tool return {call_id!r} answers no call before it")
+                open_calls.discard(call_id)
+            continue
+        if open_calls:
+            problems.append(f"message {k}: tool call(s) {sorted(open_calls)} have no return")
+        open_calls = {p.tool_call_id for p in m.parts if isinstance(p, ToolCallPart)}
+    return problems, frozenset(open_calls)
+
+
+def pairing_problems(messages: Sequence[ModelMessage]) -> list[str]:
+    """Every orphaned tool call or return in a whole message list."""
+    problems, open_calls = check_pairs(messages)
+    if open_calls:
+        problems.append(f"tool call(s) {sorted(open_calls)} have no return at the end")
+    return problems
+
+
+def check_end(messages: Sequence[ModelMessage], *, last_input_role: str | None = None) -> list[str]:
+    """A model request ends on a ``ModelRequest`` (on a response only where the input did)."""
+    if messages and isinstance(messages[-1], ModelResponse) and last_input_role != "assistant":
+        return ["the context ends with a model response"]
+    return []
+
+
+class PydanticAIHook(ContextHook[ModelMessage]):
+    """``transform_context`` for pydantic-ai message lists, and the ``ContextOS`` capability."""
+
+    def __init__(self, session: Session, *, files: FileTools | None = None):
+        super().__init__(session, PydanticAIAdapter(), files=files)
+
+    def capability(self) -> ContextOS:
+        """The capability to give an ``Agent``: assembles every model request, adds our tools."""
+        return ContextOS(self)
+
+    def toolset(self) -> FunctionToolset[Any]:
+        """Our tools (activate, deactivate, pin, unpin; with ``files``, the file tools too) as a
+        pydantic-ai toolset."""
+
+        def tool(d: ToolDefinition) -> Tool[Any]:
+            def run(**arguments: Any) -> str:
+                return self.call_tool(d.name, arguments)
+
+            return Tool.from_schema(run, d.name, d.description, d.parameters_json_schema)
+
+        return FunctionToolset([tool(d) for d in self.tools])
+
+
+@dataclass
+class ContextOS(AbstractCapability[Any]):
+    """Replaces the messages of every model request with the context_os assembly (the run's own
+    history is left as it is) and registers our tools."""
+
+    hook: PydanticAIHook
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        request_context.messages = await self.hook.atransform_context(request_context.messages)
+        return request_context
+
+    def get_toolset(self) -> FunctionToolset[Any]:
+        return self.hook.toolset()

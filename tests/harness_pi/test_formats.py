@@ -1,0 +1,131 @@
+"""Session files: format detection and parsing (Pi v1 on the real session, v3 with a branch and a
+compaction, Claude Code, OpenAI JSON), and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from context_os.errors import InputError
+from context_os.harness.formats import detect_format, read_session
+from context_os.harness.pi import PiAdapter
+
+DATA = Path(__file__).parent / "data"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "pi-sessions" / "before-compaction.jsonl"
+
+
+@pytest.fixture(scope="module")
+def real() -> Path:
+    if not REAL.exists():  # pragma: no cover - the shared data sits beside the repository
+        pytest.skip(f"the real Pi session is not at {REAL}")
+    return REAL
+
+
+def test_the_real_v1_session(real: Path) -> None:
+    assert detect_format(real) == "pi"
+    t = read_session(real)
+    assert (t.format, t.harness, t.tool_names) == ("pi-v1", "pi", "pi")
+    roles = [m["role"] for m in t.messages]
+    assert len(roles) == 990
+    assert (roles.count("user"), roles.count("assistant"), roles.count("toolResult"), roles.count("bashExecution")) == (
+        55,
+        484,
+        448,
+        3,
+    )
+    assert t.cwd == "/Users/badlogic/workspaces/pi-mono" and t.session_id == "ffae836b-9420-4060-ac13-7745215f90ff"
+    # compactions name their first kept entry by index (the header is entry 0)
+    lines = [json.loads(x) for x in real.read_text().splitlines()]
+    first = [e for e in lines if e["type"] == "compaction"][0]
+    assert len(t.compactions) == 2
+    kept = lines[first["firstKeptEntryIndex"]]
+    assert t.messages[t.compactions[0].first_kept] == kept["message"]
+    assert t.compactions[0].at < t.compactions[1].at and t.compactions[0].tokens_before == first["tokensBefore"]
+    adapter = PiAdapter()
+    for k, m in enumerate(t.messages):  # every message translates
+        adapter.translate(m, k)
+
+
+def test_v3_follows_the_leafs_branch_and_records_the_compaction() -> None:
+    t = read_session(DATA / "branch-v3.jsonl")
+    assert (t.format, t.cwd, t.session_id) == ("pi-v3", "/repo", "sess-v3")
+    roles = [m["role"] for m in t.messages]
+    assert roles == [
+        "user",
+        "assistant",
+        "toolResult",
+        "branchSummary",
+        "assistant",
+        "toolResult",
+        "user",
+        "assistant",
+        "toolResult",
+        "assistant",
+    ]
+    assert "Plan A: rewrite the module." not in json.dumps(t.messages)  # the abandoned branch
+    assert t.messages[3]["summary"].startswith("Plan A (a rewrite)")
+    (c,) = t.compactions
+    assert (c.at, c.first_kept, c.tokens_before) == (6, 4, 1234)
+    assert t.messages[c.first_kept]["content"][0]["name"] == "edit"
+
+
+def test_v3_with_a_forced_format_and_a_broken_tree(tmp_path: Path) -> None:
+    assert read_session(DATA / "branch-v3.jsonl", "pi").format == "pi-v3"
+    bad = tmp_path / "cycle.jsonl"
+    bad.write_text(
+        '{"type":"session","version":3,"id":"s"}\n'
+        '{"type":"message","id":"a","parentId":"b","message":{"role":"user","content":"x"}}\n'
+        '{"type":"message","id":"b","parentId":"a","message":{"role":"user","content":"y"}}\n'
+    )
+    with pytest.raises(InputError, match="cycle"):
+        read_session(bad)
+
+
+def test_claude_code_sessions_become_pi_messages() -> None:
+    path = DATA / "claude-code.jsonl"
+    assert detect_format(path) == "claude-code"
+    t = read_session(path)
+    assert (t.format, t.harness, t.tool_names, t.cwd, t.session_id) == (
+        "claude-code",
+        "pi",
+        "claude-code",
+        "/repo",
+        "cc-1",
+    )
+    assert [m["role"] for m in t.messages] == [
+        "user",
+        "assistant",
+        "toolResult",
+        "assistant",
+        "toolResult",
+        "assistant",
+    ]
+    streamed = t.messages[1]["content"]  # one reply streamed as two entries
+    assert [b["type"] for b in streamed] == ["thinking", "toolCall"] and streamed[0]["thinkingSignature"] == "s1"
+    assert streamed[1]["arguments"] == {"file_path": "/repo/calc.py"}
+    assert t.messages[2]["toolName"] == "Read" and t.messages[2]["content"][0]["text"].startswith("     1\t")
+    assert "a sidechain" not in json.dumps(t.messages)
+
+
+def test_openai_json_lists(tmp_path: Path) -> None:
+    path = DATA / "openai.json"
+    assert detect_format(path) == "openai"
+    t = read_session(path)
+    assert (t.format, t.harness, t.tool_names, len(t.messages)) == ("openai", "openai", "canonical", 7)
+    bad = tmp_path / "obj.json"
+    bad.write_text('[{"role": "user"}, 3]')
+    with pytest.raises(InputError, match="list of message objects"):
+        read_session(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [("not json at all\n", "neither a JSON list"), ('{"hello": 1}\n', "unknown session format")],
+)
+def test_unknown_files_are_refused_with_a_reason(tmp_path: Path, text: str, match: str) -> None:
+    p = tmp_path / "x.jsonl"
+    p.write_text(text)
+    with pytest.raises(InputError, match=match):
+        read_session(p)

@@ -1,0 +1,211 @@
+"""The Pi adapter: every role to the neutral form and back, through a real session and store."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os import Session
+from context_os.context.frames import verify_frame
+from context_os.errors import MalformedMessage
+from context_os.harness.pi import (
+    COMPACTION_SUMMARY_PREFIX,
+    PiAdapter,
+    PiHook,
+    bash_execution_text,
+    convert_to_llm,
+    pi_file_op,
+    strip_read_output,
+)
+from context_os.store.sqlite import SqliteStore
+from tests.harness_pi.pi_msgs import assistant, call, result, say, step, tool_call, user
+
+IMAGE = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    s = SqliteStore(tmp_path / "s.db")
+    yield s
+    s.close()
+
+
+def neutral_and_back(message: dict[str, Any]) -> dict[str, Any]:
+    """What the engine renders of an unchanged message: the translated fields, back to Pi."""
+    a = PiAdapter()
+    m = a.translate(copy.deepcopy(message), 0)
+    msg: dict[str, Any] = {k: v for k, v in m.items() if k not in ("h", "ts")}
+    return a.render_msg(msg)  # type: ignore[arg-type]
+
+
+LLM_ROLES = [
+    pytest.param(user("hello"), id="user-blocks"),
+    pytest.param({"role": "user", "content": "plain string", "timestamp": 1}, id="user-string"),
+    pytest.param(
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "look"}, IMAGE, {"type": "text", "text": "and this"}],
+            "timestamp": 2,
+        },
+        id="user-text-image-text",
+    ),
+    pytest.param(
+        assistant(
+            {"type": "thinking", "thinking": "hmm", "thinkingSignature": "sig"},
+            {"type": "text", "text": "Reading it.", "textSignature": "t"},
+            tool_call("c1", "read", path="a.py", offset=3),
+            {**tool_call("c2", "bash", command="ls"), "thoughtSignature": "x"},
+        ),
+        id="assistant-thinking-text-calls",
+    ),
+    pytest.param(assistant(stop="aborted") | {"errorMessage": "Request was aborted."}, id="assistant-empty-aborted"),
+    pytest.param(result("c1", "read", "line 1\nline 2"), id="tool-result"),
+    pytest.param(result("c1", "bash", "boom", error=True), id="tool-result-error"),
+    pytest.param(
+        result("c1", "read", "Read image file [image/png]")
+        | {"content": [{"type": "text", "text": "Read image file [image/png]"}, IMAGE]},
+        id="tool-result-image",
+    ),
+    pytest.param(
+        {"role": "system", "content": "", "sections": {"preamble": "You are Pi."}, "toolsAdded": [], "timestamp": 3},
+        id="system-1.5",
+    ),
+]
+
+
+@pytest.mark.parametrize("message", LLM_ROLES)
+def test_llm_roles_round_trip_exactly(message: dict[str, Any]) -> None:
+    assert neutral_and_back(message) == message
+
+
+CONVERTED = [
+    pytest.param(
+        {
+            "role": "bashExecution",
+            "command": "ls",
+            "output": "a\nb\n",
+            "exitCode": 2,
+            "cancelled": False,
+            "truncated": False,
+            "timestamp": 4,
+        },
+        id="bash",
+    ),
+    pytest.param(
+        {"role": "custom", "customType": "note", "content": "injected", "display": True, "timestamp": 5}, id="custom"
+    ),
+    pytest.param({"role": "branchSummary", "summary": "tried X", "fromId": "ab12", "timestamp": 6}, id="branch"),
+    pytest.param({"role": "compactionSummary", "summary": "did Y", "tokensBefore": 9, "timestamp": 7}, id="compaction"),
+]
+
+
+@pytest.mark.parametrize("message", CONVERTED)
+def test_coding_agent_roles_come_back_as_convert_to_llm_gives_them(message: dict[str, Any]) -> None:
+    assert neutral_and_back(message) == convert_to_llm(message)
+
+
+def test_convert_to_llm_texts_match_pi() -> None:
+    bash = {
+        "role": "bashExecution",
+        "command": "make",
+        "output": "",
+        "exitCode": 0,
+        "cancelled": True,
+        "truncated": True,
+    }
+    assert bash_execution_text(bash) == "Ran `make`\n(no output)\n\n(command cancelled)"
+    out = {
+        "role": "bashExecution",
+        "command": "x",
+        "output": "o",
+        "exitCode": 1,
+        "truncated": True,
+        "fullOutputPath": "/t",
+    }
+    assert (
+        bash_execution_text(out)
+        == "Ran `x`\n```\no\n```\n\nCommand exited with code 1\n\n[Output truncated. Full output: /t]"
+    )
+    summary = convert_to_llm({"role": "compactionSummary", "summary": "S", "timestamp": 1})
+    assert summary is not None
+    assert summary["content"][0]["text"] == COMPACTION_SUMMARY_PREFIX + "S\n</summary>"
+    assert convert_to_llm({"role": "bashExecution", "command": "x", "output": "", "excludeFromContext": True}) is None
+
+
+def test_thinking_is_counted_like_pi_counts_it() -> None:
+    m = PiAdapter().translate(assistant({"type": "thinking", "thinking": "x" * 400}, {"type": "text", "text": "ok"}), 0)
+    assert m["extra_chars"] == 400 and m["text"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        ({"role": "wizard", "content": "x"}, "role"),
+        ({"role": "toolResult", "content": [], "isError": False}, "toolCallId"),
+        ({"role": "assistant", "content": [{"type": "toolCall", "id": "c", "arguments": {}}]}, "content[0]"),
+        ({"role": "assistant", "content": [{"type": "video"}]}, "content[0]"),
+        ({"role": "user", "content": 3}, "content"),
+    ],
+)
+def test_malformed_messages_name_the_field(message: dict[str, Any], field: str) -> None:
+    with pytest.raises(MalformedMessage) as e:
+        PiAdapter().translate(message, 7)
+    assert e.value.index == 7 and e.value.field == field
+
+
+def test_the_hook_collapses_old_results_keeps_pairs_and_frames_verify(db) -> None:
+    hook = PiHook(Session.open(db, "p1", harness="pi"))
+    msgs: list[dict[str, Any]] = [user("go")]
+    for n in range(5):
+        msgs += step(f"c{n}", "bash", f"output {n}\n" + "x" * 2000, command=f"cat f{n}")
+        out = hook.transform_context(msgs)
+    results = {m["toolCallId"]: m for m in out if m["role"] == "toolResult"}
+    assert results["c0"]["content"][0]["text"].startswith("[context_os: output collapsed] bash result")
+    assert results["c0"]["toolName"] == "bash" and results["c0"]["isError"] is False
+    assert results["c4"]["content"][0]["text"].startswith("output 4")
+    assert out[-1]["role"] == "toolResult"  # no objects besides tool results: no context_os block
+    assert out[1] == msgs[1]  # the assistant message, exactly as Pi stored it
+    msgs.append(say("done"))
+    msgs.append(
+        {
+            "role": "bashExecution",
+            "command": "ls",
+            "output": "",
+            "exitCode": 0,
+            "cancelled": False,
+            "truncated": False,
+            "excludeFromContext": True,
+            "timestamp": 9,
+        }
+    )
+    msgs.append(user("thanks"))
+    out = hook.transform_context(msgs)
+    assert out[-1] == msgs[-1]  # the excluded bash run is left out, as Pi leaves it out
+    for f in hook.session.frames():
+        assert verify_frame(db, f).ok
+
+
+def test_an_unanswered_call_gets_a_synthetic_result(db) -> None:
+    hook = PiHook(Session.open(db, "p2", harness="pi"))
+    out = hook.transform_context([user("go"), call("c1", "bash", command="sleep 100")])
+    assert out[2]["role"] == "toolResult" and out[2]["toolCallId"] == "c1"
+    assert "No result was recorded" in out[2]["content"][0]["text"]
+
+
+def test_read_outputs_lose_pis_notes_and_cat_n_numbers() -> None:
+    assert strip_read_output("a\nb\n\n[5 more lines in file. Use offset=3 to continue.]", 1) == ("a\nb", 1, 7)
+    assert strip_read_output("x\n\n[Showing lines 10-10 of 99 (50.0KB limit). Use offset=11 to continue]", 10) == (
+        "x",
+        10,
+        99,
+    )
+    assert strip_read_output("     4\tfoo\n     5→bar", None) == ("foo\nbar", 4, 5)
+    assert strip_read_output("[Line 3 is 40KB, exceeds 30KB limit. Use bash: sed -n '3p' f]", 3) is None
+    op = pi_file_op("edit", {"path": "a", "edits": [{"oldText": "1", "newText": "2"}]}, "ok")
+    assert op is not None and op.edits == [("1", "2")]
+    assert pi_file_op("edit", {"file_path": "a", "old_string": "1", "new_string": "2"}, "ok").edits == [("1", "2")]  # type: ignore[union-attr]
+    assert pi_file_op("read", {"path": "a"}, "text", is_error=True) is None
+    assert pi_file_op("bash", {"command": "cat a"}, "text") is None

@@ -1,0 +1,356 @@
+"""The Anthropic Messages adapter, round-tripped through the anthropic SDK's own types."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anthropic.types import Message, MessageParam, ToolParam
+from pydantic import TypeAdapter
+
+from context_os import RetentionPolicy, Session
+from context_os.context.frames import verify_frame
+from context_os.errors import ContentTooLarge, InvalidOutput, MalformedMessage
+from context_os.harness.anthropic import AnthropicHook, merge_turns, pairing_problems, validate_anthropic
+from context_os.store.sqlite import SqliteStore
+
+MESSAGE = TypeAdapter(MessageParam)
+TOOL = TypeAdapter(ToolParam)
+SYSTEM = "You are a careful coding agent."
+PNG = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> SqliteStore:
+    s = SqliteStore(tmp_path / "s.db")
+    yield s
+    s.close()
+
+
+def hook_for(store: SqliteStore, sid: str = "a1", **policy: Any) -> AnthropicHook:
+    return AnthropicHook(
+        Session.open(store, sid, harness="anthropic", policy=RetentionPolicy(**policy) if policy else None)
+    )
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def calls(*ids: str, name: str = "bash", think: bool = True, **args: Any) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = []
+    if think:
+        blocks.append({"type": "thinking", "thinking": f"plan for {ids}", "signature": f"sig-{ids[0]}"})
+    blocks.append({"type": "text", "text": f"running {', '.join(ids)}"})
+    blocks += [{"type": "tool_use", "id": i, "name": name, "input": dict(args or {"command": "ls"})} for i in ids]
+    return {"role": "assistant", "content": blocks}
+
+
+def results(*pairs: tuple[str, str], text: str | None = None) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = [{"type": "tool_result", "tool_use_id": i, "content": out} for i, out in pairs]
+    if text is not None:
+        blocks.append({"type": "text", "text": text})
+    return {"role": "user", "content": blocks}
+
+
+def conversation(steps: int, width: int = 2, size: int = 2000) -> list[dict[str, Any]]:
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "fix the bug"}, {"type": "image", "source": PNG}]}]
+    for n in range(steps):
+        ids = [f"t{n}{c}" for c in "abcdefgh"[:width]]
+        msgs.append(calls(*ids))
+        msgs.append(results(*[(i, f"{i} output\n" + "x" * size) for i in ids]))
+    return msgs
+
+
+def result_texts(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        b["tool_use_id"]: b["content"]
+        for m in messages
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b["type"] == "tool_result"
+    }
+
+
+def assert_valid(request: dict[str, Any]) -> None:
+    for m in request["messages"]:
+        MESSAGE.validate_python(m)
+    validate_anthropic(request["messages"])
+
+
+def test_round_trip_collapses_old_results_and_keeps_everything_else_verbatim(db):
+    hook = hook_for(db)
+    msgs = conversation(1)
+    for n in range(1, 5):
+        request = hook.transform(msgs, system=SYSTEM)
+        assert_valid(request)
+        assert request["system"] == SYSTEM
+        msgs += [calls(f"t{n}z"), results((f"t{n}z", f"small {n}"))]
+    request = hook.transform(msgs, system=SYSTEM)
+    assert_valid(request)
+    out = request["messages"]
+    texts = result_texts(out)
+    assert texts["t0a"].startswith("[context_os: output collapsed] bash result")
+    assert 'activate(id="toolcall:a1:t0b")' in texts["t0b"]
+    assert texts["t4z"] == "small 4"
+    # user blocks (the image), thinking signatures and tool_use inputs come back as given
+    assert out[0] == msgs[0]
+    assert out[1] == msgs[1]
+    assert [m["role"] for m in out] == [m["role"] for m in msgs]
+
+
+def test_the_volatile_part_joins_the_last_user_turn_after_its_tool_results(db):
+    hook = hook_for(db)
+    msgs = conversation(4)
+    hook.transform(msgs)
+    assert json.loads(hook.call_tool("activate", {"id": "toolcall:a1:t0a"}))["status"] == "activated"
+    out = hook.transform(msgs)["messages"]
+    assert len(out) == len(msgs)  # merged, not appended as a fifth user message
+    last = out[-1]
+    assert last["role"] == "user"
+    kinds = [b["type"] for b in last["content"]]
+    assert kinds == ["tool_result", "tool_result", "text"]
+    assert last["content"][-1]["text"].startswith("<context_os>")
+    assert "t0a output" in last["content"][-1]["text"]
+    assert_valid({"messages": out})
+
+
+def test_tool_results_and_text_in_one_user_message_become_several_neutral_messages(db):
+    hook = hook_for(db)
+    msgs = [user("go"), calls("a", "b"), results(("a", "one"), ("b", "two"), text="and also this")]
+    out = hook.transform(msgs)["messages"]
+    assert hook.last.sync.new == 5  # user, assistant, two tool results, the trailing text
+    assert out[-1] == msgs[-1]
+    entries = hook.session.view.entries
+    assert [e["role"] for e in entries] == ["user", "assistant", "tool", "tool", "user"]
+    assert db.doc("toolcall:a1:b")["content"] == "two"
+    msgs += [calls("c", think=False), results(("c", "three"))]
+    hook.transform(msgs)
+    assert hook.last.sync.new == 2 and not hook.last.sync.rewritten
+
+
+def test_the_system_parameter_is_recorded_and_returned(db):
+    hook = hook_for(db)
+    blocks = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    request = hook.transform([user("hi")], system=blocks)
+    assert request["system"] == blocks
+    assert hook.session.view.entries[0]["role"] == "system"
+    frame = hook.session.frames()[-1]
+    check = verify_frame(db, frame)
+    assert check.ok and check.rendered.messages[0]["text"] == SYSTEM
+    # a changed system prompt is a rewritten history: the cursor resets, nothing is lost
+    request = hook.transform([user("hi")], system="Another prompt.")
+    assert hook.last.sync.rewritten and request["system"] == "Another prompt."
+    assert "system" not in hook.transform([user("hi")])
+
+
+def test_system_messages_inside_messages_stay_in_place(db):
+    hook = hook_for(db)
+    msgs = [
+        user("hi"),
+        {"role": "assistant", "content": "hello"},
+        {"role": "system", "content": "Be brief."},
+        user("x"),
+    ]
+    out = hook.transform(msgs)["messages"]
+    assert out == msgs
+    assert_valid({"messages": out})
+
+
+def test_sdk_response_blocks_are_accepted_as_assistant_content(db):
+    response = Message.model_validate(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": [
+                {"type": "thinking", "thinking": "look first", "signature": "sig"},
+                {"type": "text", "text": "I'll look."},
+                {"type": "tool_use", "id": "tu1", "name": "bash", "input": {"command": "ls"}},
+            ],
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+    )
+    hook = hook_for(db)
+    msgs = [user("go"), {"role": "assistant", "content": response.content}, results(("tu1", "a.py b.py"))]
+    out = hook.transform(msgs)["messages"]
+    assert_valid({"messages": out})
+    assert out[1]["content"][0] == {"type": "thinking", "thinking": "look first", "signature": "sig"}
+    assert out[1]["content"][2]["input"] == {"command": "ls"}
+    hook.transform(msgs)
+    assert hook.last.sync.new == 0  # SDK objects hash stably
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"role": "wizard", "content": "hi"}, "role"),
+        ({"role": "user"}, "content"),
+        ({"role": "user", "content": 42}, "content"),
+        ({"role": "user", "content": ["not a block"]}, "content[0]"),
+        ({"role": "user", "content": [{"type": "tool_result", "content": "x"}]}, "content[0].tool_use_id"),
+        ({"role": "user", "content": [{"type": "text", "text": "bad \udc80"}]}, "content[0].text"),
+        (
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "y", "input": "s"}]},
+            "content[0].input",
+        ),
+        (
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "q", "is_error": "yes"}]},
+            "content[0].is_error",
+        ),
+        ({"role": "system", "content": [{"type": "image", "source": PNG}]}, "content[0]"),
+    ],
+)
+def test_malformed_messages_name_the_callers_index_and_store_nothing(db, bad, field):
+    hook = hook_for(db)
+    msgs = conversation(1)
+    hook.transform(msgs, system=SYSTEM)
+    before = db.latest_tx()
+    with pytest.raises(MalformedMessage) as err:
+        hook.transform([*msgs, user("fine"), bad], system=SYSTEM)
+    assert err.value.index == len(msgs) + 1  # the caller's list, not ours with the system in front
+    assert err.value.field == field
+    assert db.latest_tx() == before
+    out = hook.transform([*msgs, user("fine")], system=SYSTEM)["messages"]
+    assert out[-1]["content"][-1] == {"type": "text", "text": "fine"}  # joins the results' user turn
+
+
+def test_a_too_large_tool_result_names_its_anthropic_message(db):
+    hook = hook_for(db, max_message_chars=1000)
+    msgs = [user("go"), calls("a", "b"), results(("a", "ok"), ("b", "y" * 1001))]
+    with pytest.raises(ContentTooLarge) as err:
+        hook.transform(msgs)
+    assert err.value.index == 2 and "1,001 characters" in str(err.value)
+
+
+def test_the_reserved_system_key_is_refused_inside_messages(db):
+    hook = hook_for(db)
+    with pytest.raises(MalformedMessage, match="reserved"):
+        hook.transform([user("a"), {"role": "system", "content": "x", "context_os_system_param": True}])
+
+
+def test_output_stays_valid_when_the_input_has_orphans(db):
+    hook = hook_for(db)
+    msgs = [user("go"), calls("a", "b"), results(("a", "only a")), user("interrupted"), results(("ghost", "late"))]
+    out = hook.transform(msgs)["messages"]
+    assert_valid({"messages": out})
+    assert not pairing_problems(out)
+    texts = result_texts(out)
+    assert texts["a"] == "only a" and "No result was recorded" in texts["b"]
+    assert "ghost" not in texts and "late" in json.dumps(out[-1])
+
+
+def test_a_call_still_waiting_for_its_result_gets_one_so_the_request_is_valid(db):
+    hook = hook_for(db)
+    out = hook.transform([user("go"), calls("a")])["messages"]
+    assert_valid({"messages": out})
+    assert out[-1]["content"][0]["tool_use_id"] == "a"
+
+
+def test_a_collapsed_calls_long_input_collapses_with_it_and_comes_back_on_activate(db):
+    hook = hook_for(db)
+    big = "new text " * 100
+    msgs = [user("edit"), calls("e1", name="edit", path="a.py", new_text=big), results(("e1", "ok"))]
+    out = hook.transform(msgs)["messages"]
+    assert out[1]["content"][2]["input"]["new_text"] == big
+    for n in range(3):
+        msgs += [calls(f"c{n}"), results((f"c{n}", "x"))]
+        out = hook.transform(msgs)["messages"]
+    tool_input = out[1]["content"][2]["input"]
+    assert tool_input["path"] == "a.py" and tool_input["new_text"].startswith("[context_os: 900 chars elided")
+    assert out[1]["content"][0] == msgs[1]["content"][0]  # the thinking block is untouched
+    hook.call_tool("activate", {"id": "toolcall:a1:e1"})
+    out = hook.transform(msgs)["messages"]
+    assert big in out[-1]["content"][-1]["text"]
+    for f in hook.session.frames():
+        assert verify_frame(db, f).ok
+
+
+def test_frames_verify_and_a_resumed_session_renders_the_same(db):
+    hook = hook_for(db)
+    msgs = conversation(6)
+    live = hook.transform(msgs, system=SYSTEM)
+    resumed = AnthropicHook(Session.open(db, "a1"))
+    again = resumed.transform(msgs, system=SYSTEM)
+    assert resumed.last.sync.new == 0
+    assert again == live
+    for f in resumed.session.frames():
+        assert verify_frame(db, f).ok
+
+
+def test_rewriting_one_result_inside_a_message_is_detected(db):
+    hook = hook_for(db)
+    msgs = conversation(3)
+    hook.transform(msgs)
+    # the first of the last message's two results changes: every piece of that message rehashes
+    edited = [*msgs[:-1], results(("t2a", "changed"), ("t2b", msgs[-1]["content"][1]["content"]))]
+    hook.transform(edited)
+    assert hook.last.sync.rewritten and hook.last.sync.retired == 2 and hook.last.sync.new == 2
+    assert db.doc("toolcall:a1:t2a")["content"].startswith("t2a output")  # kept in the store
+
+
+def test_async_transform(db):
+    hook = hook_for(db)
+    request = asyncio.run(hook.atransform(conversation(2), system=SYSTEM))
+    assert request["system"] == SYSTEM
+    assert result_texts(request["messages"])["t1a"].startswith("t1a output")
+
+
+def test_tool_definitions_are_anthropic_tools(db):
+    hook = hook_for(db)
+    assert {t["name"] for t in hook.tools} == {"activate", "deactivate", "pin", "unpin"}
+    for t in hook.tools:
+        TOOL.validate_python(t)
+
+
+def test_merge_turns_keeps_singletons_and_puts_results_first():
+    a = {"role": "user", "content": "x"}
+    b = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]}
+    merged = merge_turns([a, b])
+    assert merged == [
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}, {"type": "text", "text": "x"}],
+        }
+    ]
+    single = [{"role": "assistant", "content": "hi"}]
+    assert merge_turns(single)[0] is single[0]
+
+
+def test_validation_rejects_what_the_api_rejects():
+    with pytest.raises(InvalidOutput, match="no tool_result"):
+        validate_anthropic([user("a"), calls("x"), user("b")])
+    with pytest.raises(InvalidOutput, match="in a row"):
+        validate_anthropic([user("a"), user("b")])
+    with pytest.raises(InvalidOutput, match="before tool_result"):
+        validate_anthropic(
+            [
+                user("a"),
+                calls("x"),
+                {"role": "user", "content": [{"type": "text", "text": "t"}, *results(("x", "r"))["content"]]},
+            ]
+        )
+    with pytest.raises(InvalidOutput, match="ends with an assistant"):
+        validate_anthropic([user("a"), {"role": "assistant", "content": "b"}])
+    validate_anthropic([user("a"), {"role": "assistant", "content": "b"}], last_input_role="assistant")
+
+
+def test_an_error_result_stays_an_error(db):
+    hook = hook_for(db)
+    block = {"type": "tool_result", "tool_use_id": "a", "content": "no such file", "is_error": True}
+    out = hook.transform([user("go"), calls("a"), {"role": "user", "content": [block]}])["messages"]
+    assert out[-1]["content"][0] == block
+
+
+def test_an_expanded_result_keeps_its_images(db):
+    hook = hook_for(db)
+    content = [{"type": "text", "text": "see"}, {"type": "image", "source": PNG}]
+    block = {"type": "tool_result", "tool_use_id": "a", "content": content}
+    out = hook.transform([user("go"), calls("a"), {"role": "user", "content": [block]}])["messages"]
+    assert out[-1]["content"][0] == block

@@ -1,0 +1,236 @@
+"""The pydantic-ai integration: a real ``Agent`` driven by a scripted ``FunctionModel``, and
+round trips through pydantic-ai's own message types."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    BinaryContent,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from context_os import RetentionPolicy, Session
+from context_os.context.frames import verify_frame
+from context_os.errors import MalformedMessage
+from context_os.harness.pydantic_ai import PydanticAIHook, pairing_problems
+from context_os.store.sqlite import SqliteStore
+
+STUB = "[context_os: output collapsed]"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> SqliteStore:
+    s = SqliteStore(tmp_path / "s.db")
+    yield s
+    s.close()
+
+
+def hook_for(store: SqliteStore, sid: str = "p1", **policy: Any) -> PydanticAIHook:
+    return PydanticAIHook(
+        Session.open(store, sid, harness="pydantic-ai", policy=RetentionPolicy(**policy) if policy else None)
+    )
+
+
+def returns(messages: list[ModelMessage]) -> dict[str, Any]:
+    return {
+        p.tool_call_id: p.content
+        for m in messages
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    }
+
+
+class ScriptedModel:
+    """A fake LLM: calls ``bash`` ``steps`` times (then whatever ``extra`` says), then answers.
+    Records what it received on every call."""
+
+    def __init__(self, steps: int, extra: list[ToolCallPart] | None = None):
+        self.steps = steps
+        self.extra = list(extra or [])
+        self.received: list[list[ModelMessage]] = []
+        self.tools: list[str] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.received.append(messages)
+        self.tools = [t.name for t in info.function_tools]
+        n = len(self.received)
+        if n <= self.steps:
+            call = ToolCallPart("bash", {"command": f"cat file{n}.py"}, tool_call_id=f"c{n}")
+            return ModelResponse(parts=[TextPart(f"step {n}"), call])
+        if self.extra:
+            return ModelResponse(parts=[self.extra.pop(0)])
+        return ModelResponse(parts=[TextPart("done")])
+
+
+def run(agent: Agent[None, str], prompt: str, **kwargs: Any) -> Any:
+    # asyncio.run, not Agent.run_sync: that one leaves an event loop open for the whole process
+    return asyncio.run(agent.run(prompt, **kwargs))
+
+
+def agent_with(hook: PydanticAIHook, model: ScriptedModel) -> Agent[None, str]:
+    agent = Agent(FunctionModel(model), system_prompt="You are a coding agent.", capabilities=[hook.capability()])
+
+    @agent.tool_plain
+    def bash(command: str) -> str:
+        """Run a shell command."""
+        return f"$ {command}\n" + "x" * 2000
+
+    return agent
+
+
+def test_an_agent_run_sends_stubs_for_old_results_and_keeps_its_own_history(db):
+    hook = hook_for(db)
+    model = ScriptedModel(steps=6)
+    result = run(agent_with(hook, model), "fix the bug")
+    assert result.output == "done"
+    assert {"activate", "deactivate", "pin", "unpin", "bash"} <= set(model.tools)
+    last = returns(model.received[-1])
+    assert last["c1"].startswith(STUB) and 'activate(id="toolcall:p1:c1")' in last["c1"]
+    assert last["c6"].startswith("$ cat file6.py")
+    assert not pairing_problems(model.received[-1])
+    # the run's own history is untouched: the real outputs, no context_os parts
+    history = returns(result.all_messages())
+    assert history["c1"].startswith("$ cat file1.py")
+    assert STUB not in json.dumps(ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json"))
+    frames = hook.session.frames()
+    assert len(frames) == len(model.received) == 7
+    for f in frames:
+        assert verify_frame(db, f).ok, f["id"]
+    assert hook.last.sync.new == 2 and not hook.last.sync.rewritten  # only what was new, every call
+    assert hook.last.tokens < hook.last.tokens_full
+
+
+def test_the_model_can_activate_a_collapsed_result_through_our_tool(db):
+    hook = hook_for(db)
+    model = ScriptedModel(steps=5, extra=[ToolCallPart("activate", {"id": "toolcall:p1:c1"}, tool_call_id="act")])
+    run(agent_with(hook, model), "fix the bug")
+    after = model.received[-1]
+    assert json.loads(returns(after)["act"])["status"] == "activated"
+    tail = after[-1]
+    assert isinstance(tail, ModelRequest)
+    assert isinstance(tail.parts[0], ToolReturnPart)  # the activate result, then our part, merged
+    assert isinstance(tail.parts[-1], UserPromptPart) and tail.parts[-1].content.startswith("<context_os>")
+    assert "$ cat file1.py" in tail.parts[-1].content
+
+
+def test_a_continued_conversation_is_recognised_as_the_same_history(db):
+    hook = hook_for(db)
+    first = run(agent_with(hook, ScriptedModel(steps=2)), "fix the bug")
+    model = ScriptedModel(steps=0)
+    run(agent_with(hook, model), "now the tests", message_history=first.all_messages())
+    # only the first run's final answer (never sent to a model) and the new prompt are new
+    assert not hook.last.sync.rewritten and hook.last.sync.new == 2
+    assert model.received[-1][-1].parts[-1].content == "now the tests"
+
+
+def dump(message: ModelMessage) -> Any:
+    return ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
+
+
+def history() -> list[ModelMessage]:
+    image = BinaryContent(data=b"\x89PNG\r\n", media_type="image/png")
+    return [
+        ModelRequest(
+            parts=[SystemPromptPart("You are a coding agent."), UserPromptPart(["look at this", image])],
+            instructions="Be brief.",
+        ),
+        ModelResponse(
+            parts=[
+                ThinkingPart("two files to read", signature="sig-1", provider_name="anthropic"),
+                TextPart("Reading both."),
+                ToolCallPart("read", {"path": "a.py"}, tool_call_id="r1"),
+                ToolCallPart("read", '{"path": "b.py"}', tool_call_id="r2"),
+            ],
+            model_name="scripted",
+        ),
+        ModelRequest(
+            parts=[
+                ToolReturnPart("read", "print('a')\n" * 50, tool_call_id="r1"),
+                ToolReturnPart("read", {"lines": 2, "text": "b"}, tool_call_id="r2"),
+                UserPromptPart("also check c.py"),
+            ]
+        ),
+    ]
+
+
+def test_pydantic_ai_messages_round_trip(db):
+    hook = hook_for(db)
+    msgs = history()
+    out = hook.transform_context(msgs)
+    again = ModelMessagesTypeAdapter.validate_python(ModelMessagesTypeAdapter.dump_python(out, mode="json"))
+    assert again == out
+    assert [type(m) for m in out] == [ModelRequest, ModelResponse, ModelRequest]
+    assert dump(out[0]) == dump(msgs[0])  # system prompt, image and instructions as given
+    assert dump(out[1]) == dump(msgs[1])  # thinking signature, text, both calls' args as given
+    assert [type(p) for p in out[2].parts] == [ToolReturnPart, ToolReturnPart, UserPromptPart]
+    r1, r2, tail = out[2].parts
+    assert (r1.tool_name, r1.tool_call_id, r1.content) == ("read", "r1", "print('a')\n" * 50)
+    assert r2.tool_name == "read" and r2.content == {"lines": 2, "text": "b"}  # structured, as given
+    assert tail.content == "also check c.py"
+    assert [type(e) for e in hook.session.view.entries] and [e["role"] for e in hook.session.view.entries] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "user",
+    ]
+
+
+def test_results_collapse_and_calls_keep_pairing(db):
+    hook = hook_for(db, collapse_after_turns=1)
+    msgs = history()
+    hook.transform_context(msgs)
+    msgs += [ModelResponse(parts=[TextPart("ok")]), ModelRequest(parts=[UserPromptPart("next")])]
+    out = hook.transform_context(msgs)
+    assert returns(out)["r1"].startswith(STUB) and returns(out)["r2"].startswith(STUB)
+    assert not pairing_problems(out)
+    assert isinstance(out[-1], ModelRequest) and out[-1].parts[-1].content == "next"
+
+
+def test_a_call_without_a_return_gets_one(db):
+    hook = hook_for(db)
+    msgs = history()[:2]
+    out = hook.transform_context(msgs)
+    assert isinstance(out[-1], ModelRequest)
+    assert {p.tool_call_id: p.tool_name for p in out[-1].parts} == {"r1": "read", "r2": "read"}
+    assert not pairing_problems(out)
+
+
+def test_async_processor(db):
+    hook = hook_for(db)
+    out = asyncio.run(hook.atransform_context(history()))
+    assert returns(out)["r1"].startswith("print('a')")
+
+
+def test_a_message_that_is_not_a_model_message_is_refused(db):
+    hook = hook_for(db)
+    hook.transform_context(history())
+    before = db.latest_tx()
+    with pytest.raises(MalformedMessage) as err:
+        hook.transform_context([*history(), {"role": "user", "content": "hi"}])  # type: ignore[list-item]
+    assert err.value.index == 3
+    assert db.latest_tx() == before
+
+
+def test_tool_definitions_are_pydantic_ai_tool_definitions(db):
+    hook = hook_for(db)
+    assert [d.name for d in hook.tools] == ["activate", "deactivate", "pin", "unpin"]
+    assert hook.tools[0].parameters_json_schema["required"] == ["id"]

@@ -1,0 +1,458 @@
+"""The JSON-RPC server: ``ctxos serve`` as a real subprocess over pipes and HTTP, and the request
+handler under a hypothesis fuzz (bad input always gets a JSON-RPC error and writes nothing)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from context_os.server import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    SESSION_NOT_OPEN,
+    Server,
+)
+from context_os.store.sqlite import SqliteStore
+from tests.helpers import call, coding_session, result, user
+
+CTXOS = str(Path(sys.executable).parent / "ctxos")
+
+
+class Rpc:
+    """``ctxos serve`` in a subprocess, spoken to over its stdin and stdout."""
+
+    def __init__(self, store: Path, *args: str):
+        self.proc = subprocess.Popen(
+            [CTXOS, "--store", str(store), "serve", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        self.next_id = 0
+
+    def send_raw(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def read(self) -> Any:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.endswith(b"\n"), f"no answer; the server exited with {self.proc.poll()}"
+        return json.loads(line)
+
+    def __call__(self, method: str, **params: Any) -> Any:
+        self.next_id += 1
+        self.send_raw(
+            json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}).encode() + b"\n"
+        )
+        answer = self.read()
+        assert answer["id"] == self.next_id and answer["jsonrpc"] == "2.0"
+        return answer
+
+    def result(self, method: str, **params: Any) -> Any:
+        answer = self(method, **params)
+        assert "result" in answer, answer
+        return answer["result"]
+
+    def close(self) -> tuple[int, str]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        code = self.proc.wait(timeout=60)
+        rest = (self.proc.stdout.read() if self.proc.stdout else b"").decode()
+        assert rest == "", f"unexpected output after the last answer: {rest!r}"
+        err = (self.proc.stderr.read() if self.proc.stderr else b"").decode()
+        return code, err
+
+
+@pytest.fixture
+def rpc(tmp_path: Path) -> Iterator[Rpc]:
+    r = Rpc(tmp_path / "s.db", "--stdio", "--max-request-mb", "1")
+    yield r
+    if r.proc.poll() is None:
+        r.proc.kill()
+        r.proc.wait()
+    for stream in (r.proc.stdin, r.proc.stdout, r.proc.stderr):
+        if stream is not None and not stream.closed:
+            stream.close()
+
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.mark.e2e
+def test_a_whole_session_over_stdio(rpc: Rpc):
+    assert rpc.result("ping")["pong"] is True
+    opened = rpc.result("session.open", session="s1", harness="openai", policy={"collapse_after_turns": 2})
+    assert opened["created"] and opened["turn"] == 0 and opened["policy"]["collapse_after_turns"] == 2
+    msgs = coding_session(1)
+    first = rpc.result("context.transform", session="s1", messages=msgs)
+    assert first["turn"] == 1 and first["frame_id"] == "frame:s1:000001" and first["new"] == 4
+    assert first["tokens"] <= first["tokens_full"]
+    for n in range(1, 4):
+        msgs += [call(f"c{n}"), result(f"c{n}", f"out {n}")]
+        out = rpc.result("context.transform", session="s1", messages=msgs)
+    texts = {m["tool_call_id"]: m["content"] for m in out["messages"] if m["role"] == "tool"}
+    assert texts["c0"].startswith("[context_os: output collapsed]") and texts["c3"] == "out 3"
+    tools = rpc.result("tools.list", session="s1")
+    assert {t["function"]["name"] for t in tools} == {"activate", "deactivate", "pin", "unpin"}
+    called = rpc.result("tools.call", session="s1", name="activate", arguments={"id": "toolcall:s1:c0"})
+    assert json.loads(called["output"])["status"] == "activated" and not called["is_error"]
+    missing = rpc.result("tools.call", session="s1", name="activate", arguments='{"id": "toolcall:s1:nope"}')
+    assert missing["is_error"] and json.loads(missing["output"])["type"] == "NotFound"
+    frames = rpc.result("frames.list", session="s1")
+    assert [f["turn"] for f in frames] == [1, 2, 3, 4]
+    assert all(rpc.result("frame.verify", session="s1", turn=f["turn"])["ok"] for f in frames)
+    versions = rpc.result("inspect", id="toolcall:s1:c0")["versions"]
+    assert len(versions) == 1 and versions[0]["object_hash"].startswith("b3:")
+    one = rpc.result("inspect", id="toolcall:s1:c0", as_of=versions[0]["valid_time"])["version"]
+    assert one["doc"]["content"].startswith("line 0")
+    assert rpc.result("session.close", session="s1") == {"session": "s1", "closed": True}
+    code, err = rpc.close()
+    assert code == 0, err
+
+
+@pytest.mark.e2e
+def test_anthropic_and_pydantic_ai_sessions_over_stdio(rpc: Rpc):
+    rpc.result("session.open", session="a1", harness="anthropic")
+    msgs = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {"c": "ls"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.py"}]},
+    ]
+    out = rpc.result("context.transform", session="a1", messages=msgs, system="Be careful.")
+    assert out["system"] == "Be careful." and out["messages"] == msgs
+    assert rpc.result("tools.list", session="a1")[0]["input_schema"]["required"] == ["id"]
+
+    rpc.result("session.open", session="p1", harness="pydantic-ai")
+    history = [
+        {"kind": "request", "parts": [{"part_kind": "user-prompt", "content": "go"}]},
+        {
+            "kind": "response",
+            "parts": [{"part_kind": "tool-call", "tool_name": "bash", "args": {"c": "ls"}, "tool_call_id": "t1"}],
+        },
+        {
+            "kind": "request",
+            "parts": [{"part_kind": "tool-return", "tool_name": "bash", "content": "a.py", "tool_call_id": "t1"}],
+        },
+    ]
+    out = rpc.result("context.transform", session="p1", messages=history)
+    assert [m["kind"] for m in out["messages"]] == ["request", "response", "request"]
+    assert out["messages"][2]["parts"][0]["content"] == "a.py"
+    bad = rpc("context.transform", session="p1", messages=[{"kind": "request", "parts": [{"part_kind": "nope"}]}])
+    assert bad["error"]["code"] == -32001 and bad["error"]["data"]["index"] == 0
+    assert rpc("context.transform", session="p1", messages=history, system="x")["error"]["code"] == INVALID_PARAMS
+    assert rpc.close()[0] == 0
+
+
+@pytest.mark.e2e
+def test_bad_input_gets_errors_and_the_server_goes_on(rpc: Rpc):
+    def raw(data: bytes) -> Any:
+        rpc.send_raw(data + b"\n")
+        return rpc.read()
+
+    assert raw(b'{"jsonrpc": "2.0", "method": "ping", "id": 1')["error"]["code"] == PARSE_ERROR
+    assert raw(b"\xff\xfe not utf-8")["error"]["code"] == PARSE_ERROR
+    assert raw(b'{"jsonrpc": "2.0", "method": "ping", "id": NaN}')["error"]["code"] == PARSE_ERROR
+    assert raw(b"[" * 100_000)["error"]["code"] == PARSE_ERROR
+    assert raw(b"[]")["error"]["code"] == INVALID_REQUEST
+    assert raw(b'"ping"')["error"]["code"] == INVALID_REQUEST
+    assert raw(b'{"jsonrpc": "1.0", "method": "ping", "id": 3}') == {
+        "jsonrpc": "2.0",
+        "error": {"code": INVALID_REQUEST, "message": 'invalid request: "jsonrpc" must be "2.0"'},
+        "id": 3,
+    }
+    assert raw(b'{"jsonrpc": "2.0", "method": "ping", "id": {"x": 1}}')["id"] is None
+    huge = b'{"jsonrpc": "2.0", "method": "ping", "id": 9, "params": {"pad": "' + b"x" * 1_500_000 + b'"}}'
+    too_big = raw(huge)
+    assert too_big["error"]["code"] == INVALID_REQUEST and "1 MiB" in too_big["error"]["message"]
+    assert rpc("nope")["error"]["code"] == METHOD_NOT_FOUND
+    assert rpc("session.open", session=42)["error"]["code"] == INVALID_PARAMS
+    assert rpc("session.open", session="s1", harness="emacs")["error"]["code"] == INVALID_PARAMS
+    assert rpc("session.open", session="s1", unknown=1)["error"]["code"] == INVALID_PARAMS
+    assert rpc("session.open", session="has space")["error"]["data"]["type"] == "StateError"
+    assert rpc("session.open", session="s1", policy={"keep_recent_results": -1})["error"]["code"] == -32008
+    assert rpc("context.transform", session="never", messages=[])["error"]["code"] == SESSION_NOT_OPEN
+    rpc.result("session.open", session="s1")
+    malformed = rpc("context.transform", session="s1", messages=[user("hi"), {"role": "tool", "content": "x"}])
+    assert malformed["error"] == {
+        "code": -32001,
+        "message": "message 1, field 'tool_call_id': a tool message needs a tool_call_id string",
+        "data": {"type": "MalformedMessage", "index": 1, "field": "tool_call_id"},
+    }
+    assert rpc("tools.call", session="s1", name="rm", arguments={})["error"]["code"] == INVALID_PARAMS
+    assert rpc("inspect", id="toolcall:none")["error"]["code"] == -32002
+    assert rpc("inspect", id="x", as_of="yesterday")["error"]["code"] == INVALID_PARAMS
+    assert rpc("frame.verify", session="s1", turn=99)["error"]["code"] == -32002
+    assert rpc("frame.verify", session="s1", turn=True)["error"]["code"] == INVALID_PARAMS
+    # notifications are never answered, not even their errors; a batch answers in one line
+    rpc.send_raw(b'{"jsonrpc": "2.0", "method": "ping"}\n{"jsonrpc": "2.0", "method": "nope"}\n\n')
+    batch = raw(b'[{"jsonrpc": "2.0", "method": "ping", "id": "a"}, {"jsonrpc": "2.0", "method": "ping"}, 5]')
+    assert [a.get("id") for a in batch] == ["a", None] and batch[1]["error"]["code"] == INVALID_REQUEST
+    assert rpc.result("ping")["pong"]
+    code, err = rpc.close()
+    assert code == 0
+    assert "Traceback" not in err
+
+
+@pytest.mark.e2e
+def test_http_on_loopback(tmp_path: Path):
+    proc = subprocess.Popen(
+        [CTXOS, "--store", str(tmp_path / "s.db"), "serve", "--http", "0", "--max-request-mb", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline().decode()
+        assert "listening on http://127.0.0.1:" in line, line
+        url = line.strip().rsplit(" ", 1)[1]
+
+        def post(body: bytes) -> tuple[int, bytes]:
+            req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    return resp.status, resp.read()
+            except urllib.error.HTTPError as e:
+                with e:
+                    return e.code, e.read()
+
+        status, body = post(b'{"jsonrpc": "2.0", "method": "ping", "id": 1}')
+        assert status == 200 and json.loads(body)["result"]["pong"]
+        assert post(b'{"jsonrpc": "2.0", "method": "ping"}') == (204, b"")
+        status, body = post(b"{broken")
+        assert status == 200 and json.loads(body)["error"]["code"] == PARSE_ERROR
+        status, body = post(b" " * (1024 * 1024 + 1))
+        assert status == 413 and json.loads(body)["error"]["code"] == INVALID_REQUEST
+        try:
+            urllib.request.urlopen(url, timeout=30).close()
+            raise AssertionError("GET must be refused")
+        except urllib.error.HTTPError as e:
+            with e:
+                assert e.code == 405
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+# --- the handler, in process ------------------------------------------------------------------
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    store = SqliteStore(tmp_path / "s.db")
+    s = Server(store, max_request_bytes=64 * 1024)
+    for sid, harness in (("s1", "openai"), ("a1", "anthropic"), ("p1", "pydantic-ai")):
+        assert "result" in s.handle(
+            {"jsonrpc": "2.0", "id": 0, "method": "session.open", "params": {"session": sid, "harness": harness}}
+        )
+    s.handle(
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "context.transform",
+            "params": {"session": "s1", "messages": coding_session(2)},
+        }
+    )
+    yield s
+    store.close()
+
+
+def test_session_open_refuses_another_harness_for_a_recorded_session(server: Server):
+    answer = server.handle(
+        {"jsonrpc": "2.0", "id": 1, "method": "session.open", "params": {"session": "s1", "harness": "anthropic"}}
+    )
+    assert answer["error"]["data"]["type"] == "StateError"
+
+
+def test_text_that_is_not_unicode_is_refused_and_the_session_goes_on(server: Server):
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "\udc80"}}
+    params = {"session": "a1", "messages": [{"role": "user", "content": [image]}]}
+    before = server.store.latest_tx()
+    line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "context.transform", "params": params}).encode()
+    err = json.loads(server.handle_line(line) or b"")["error"]
+    assert err["code"] == -32001 and err["data"] == {"type": "MalformedMessage", "index": 0, "field": "content"}
+    assert server.store.latest_tx() == before
+    params["messages"] = [user("fine")]
+    assert "result" in server.handle({"jsonrpc": "2.0", "id": 2, "method": "context.transform", "params": params})
+
+
+def test_an_answer_echoing_text_that_is_not_unicode_is_still_one_line_of_json(server: Server):
+    out = server.handle_line(b'{"jsonrpc": "2.0", "method": "ping", "id": "\\udc80"}')
+    assert out is not None and b"\n" not in out
+    assert json.loads(out) == {"jsonrpc": "2.0", "result": {"pong": True, "version": "0.1.0"}, "id": "\udc80"}
+
+
+_SESSIONS = st.sampled_from(["s1", "a1", "p1"]) | st.sampled_from(["s1", "a1", "nope", ""]) | st.text(max_size=8)
+_SCALARS = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+)
+_JSON = st.recursive(
+    _SCALARS, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4), max_leaves=12
+)
+_IDS = st.sampled_from(["c0", "c1", "t1", "x"]) | _JSON
+_BLOCK = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "tool_result", "tool_use", "image", "thinking", "bogus"])},
+    optional={
+        "text": st.text(max_size=20) | _JSON,
+        "tool_use_id": _IDS,
+        "id": _IDS,
+        "name": st.sampled_from(["bash", ""]) | _JSON,
+        "input": st.dictionaries(st.text(max_size=5), _JSON, max_size=2) | _JSON,
+        "content": st.text(max_size=20)
+        | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _JSON}))
+        | _JSON,
+        "is_error": st.booleans() | _JSON,
+    },
+)
+_CALL = st.fixed_dictionaries(
+    {"id": _IDS, "type": st.just("function"), "function": st.fixed_dictionaries({"name": _JSON, "arguments": _JSON})}
+)
+_MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "tool", "system", "developer", "wizard"]) | _JSON},
+    optional={
+        "content": st.text(max_size=30) | st.lists(_BLOCK, max_size=3) | _JSON,
+        "tool_calls": st.lists(_CALL, max_size=2) | _JSON,
+        "tool_call_id": _IDS,
+        "context_os_system_param": st.booleans(),
+        "name": _JSON,
+    },
+)
+# well-formed conversations too, so that calls also succeed (and later ones find history)
+_GOOD = st.sampled_from(
+    [
+        coding_session(1),
+        [*coding_session(2), user("and now?")],
+        [user("go"), call("c9"), result("c9", "done")],
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {"c": "ls"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.py"}]},
+        ],
+    ]
+)
+_PART = st.fixed_dictionaries(
+    {
+        "part_kind": st.sampled_from(
+            ["user-prompt", "system-prompt", "tool-return", "tool-call", "text", "thinking", "x"]
+        )
+    },
+    optional={"content": _JSON, "tool_name": _JSON, "tool_call_id": _IDS, "args": _JSON, "outcome": _JSON},
+)
+_MODEL_MESSAGE = st.fixed_dictionaries(
+    {"kind": st.sampled_from(["request", "response", "x"]), "parts": st.lists(_PART, max_size=3) | _JSON}
+)
+_MESSAGES = (
+    _GOOD
+    | st.lists(_MODEL_MESSAGE, max_size=4)
+    | st.lists(_MESSAGE, max_size=5)
+    | st.tuples(_GOOD, _MESSAGE).map(lambda t: [*t[0], t[1]])
+    | _JSON
+)
+_PARAMS = {
+    "session.open": st.fixed_dictionaries(
+        {"session": _SESSIONS},
+        optional={
+            "harness": st.sampled_from(["openai", "anthropic", "pydantic-ai", "pi"]) | _JSON,
+            "workspace": st.text(max_size=10) | _JSON,
+            "policy": st.dictionaries(
+                st.sampled_from(["keep_recent_results", "token_budget", "x"]), st.integers(-2, 5) | _JSON, max_size=2
+            )
+            | _JSON,
+        },
+    ),
+    "context.transform": st.fixed_dictionaries(
+        {"session": _SESSIONS, "messages": _MESSAGES}, optional={"system": st.text(max_size=10) | _JSON}
+    ),
+    "tools.call": st.fixed_dictionaries(
+        {
+            "session": _SESSIONS,
+            "name": st.sampled_from(["activate", "deactivate", "pin", "unpin", "rm"]) | _JSON,
+            "arguments": st.fixed_dictionaries(
+                {"id": st.sampled_from(["toolcall:s1:c0", "chat:s1:00000", "session:s1", "nope"]) | _JSON}
+            )
+            | st.text(max_size=20)
+            | _JSON,
+        }
+    ),
+    "inspect": st.fixed_dictionaries(
+        {"id": st.sampled_from(["toolcall:s1:c0", "session:s1", "nope"]) | _JSON},
+        optional={"as_of": st.integers() | st.text(max_size=25) | _JSON, "tx": _JSON, "with_docs": _JSON},
+    ),
+    "frame.verify": st.fixed_dictionaries({"session": _SESSIONS, "turn": st.integers(-1, 3) | _JSON}),
+    "tools.list": st.fixed_dictionaries({"session": _SESSIONS}),
+    "frames.list": st.fixed_dictionaries({"session": _SESSIONS}),
+    "session.close": st.fixed_dictionaries({"session": st.sampled_from(["nope", "x"]) | _JSON}),
+    "ping": st.just({}),
+}
+_WELL_FORMED = st.sampled_from([*sorted(_PARAMS), *["context.transform"] * 4, "tools.call"]).flatmap(
+    lambda m: st.fixed_dictionaries(
+        {
+            "jsonrpc": st.just("2.0"),
+            "method": st.just(m),
+            "id": st.integers(0, 10**6) | st.text(max_size=5),
+            "params": st.one_of(_PARAMS[m], _PARAMS[m], st.dictionaries(st.text(max_size=8), _JSON, max_size=3)),
+        }
+    )
+)
+_REQUEST = _WELL_FORMED | st.fixed_dictionaries(
+    {"jsonrpc": st.sampled_from(["2.0", "1.0"]) | _JSON, "method": st.sampled_from(sorted(_PARAMS)) | _JSON},
+    optional={"id": st.integers() | st.text(max_size=5) | _JSON, "params": _JSON},
+)
+
+
+def _encoded(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+_LINES = (
+    _WELL_FORMED.map(_encoded)
+    | _WELL_FORMED.map(_encoded)
+    | _REQUEST.map(_encoded)
+    | st.lists(_REQUEST, min_size=0, max_size=3).map(_encoded)
+    | _JSON.map(_encoded)
+    | st.binary(max_size=200)
+    | st.tuples(_REQUEST.map(_encoded), st.integers(min_value=0)).map(lambda t: t[0][: t[1] % max(1, len(t[0]))])
+)
+
+
+def _check_error(answer: Any) -> None:
+    assert answer["jsonrpc"] == "2.0" and set(answer) == {"jsonrpc", "error", "id"}
+    err = answer["error"]
+    assert isinstance(err["code"], int) and isinstance(err["message"], str) and err["message"]
+    assert err["code"] != INTERNAL_ERROR, err  # an internal error is a bug, whatever the input
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=_LINES)
+def test_fuzz_bad_requests_always_get_a_json_rpc_error_and_never_write(server: Server, line: bytes):
+    before = server.store.latest_tx()
+    out = server.handle_line(line)
+    if out is None:
+        return  # notifications only
+    assert b"\n" not in out
+    answer = json.loads(out)
+    answers = answer if isinstance(answer, list) else [answer]
+    for a in answers:
+        assert a["jsonrpc"] == "2.0" and ("result" in a) != ("error" in a)
+        if "error" in a:
+            _check_error(a)
+        event(f"error {a['error']['code']}" if "error" in a else "result")
+    if not isinstance(answer, list) and "error" in answer:
+        assert server.store.latest_tx() == before, answer
