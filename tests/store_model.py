@@ -8,9 +8,8 @@ Times and tx ids are given by the caller. This module must never import a backen
 
 from __future__ import annotations
 
-import json
-
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
