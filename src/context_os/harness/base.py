@@ -32,7 +32,7 @@ from ..context.view import Rendered
 if TYPE_CHECKING:
     from ..files.tools import FileTools
 from ..errors import HashError, InvalidOutput, MalformedMessage
-from ..hashing import canonical_json
+from ..hashing import canonical_json, hash_value
 
 __all__ = ["Adapter", "ContextHook", "MergeCache", "renamed", "sorted_keys"]
 
@@ -44,9 +44,13 @@ class Adapter(ABC, Generic[M]):
 
     name: str = "generic"
 
-    @abstractmethod
     def hash_message(self, message: M) -> str:
-        """A stable hash of one raw harness message (cursor checks)."""
+        """A stable hash of one raw harness message (cursor checks). The default suits JSON-like
+        messages; one that cannot be hashed still gets a hash, and ``translate`` rejects it."""
+        try:
+            return hash_value(message)
+        except (HashError, TypeError, ValueError):
+            return hash_value(repr(message))
 
     @abstractmethod
     def translate(self, message: M, index: int) -> Incoming | list[Incoming]:

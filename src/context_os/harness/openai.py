@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..context.entries import Incoming, Msg, ToolCall
 from ..context.session import Session
-from ..errors import HashError, InvalidOutput, MalformedMessage
-from ..hashing import hash_value
+from ..errors import InvalidOutput, MalformedMessage
 from .base import Adapter, ContextHook
 
 if TYPE_CHECKING:
@@ -59,12 +58,6 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
     """Translates OpenAI chat-completions message dicts."""
 
     name = "openai"
-
-    def hash_message(self, message: dict[str, Any]) -> str:
-        try:
-            return hash_value(message)
-        except (HashError, TypeError, ValueError):
-            return hash_value(repr(message))  # unhashable input is rejected by translate
 
     def translate(self, message: dict[str, Any], index: int) -> Incoming:
         if not isinstance(message, Mapping):

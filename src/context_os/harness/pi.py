@@ -35,8 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..context.entries import Incoming, Msg, ToolCall
 from ..context.session import Session, SyncReport
-from ..errors import HashError, MalformedMessage
-from ..hashing import hash_value
+from ..errors import MalformedMessage
 from .base import Adapter, ContextHook, sorted_keys
 from .openai import check_pairs as _openai_pairs
 
@@ -159,12 +158,6 @@ class PiAdapter(Adapter[dict[str, Any]]):
     """Translates Pi ``AgentMessage`` dicts (the coding agent's roles included)."""
 
     name = "pi"
-
-    def hash_message(self, message: dict[str, Any]) -> str:
-        try:
-            return hash_value(message)
-        except (HashError, TypeError, ValueError):
-            return hash_value(repr(message))  # unhashable input is rejected by translate
 
     def translate(self, message: dict[str, Any], index: int) -> Incoming:
         if not isinstance(message, Mapping):
