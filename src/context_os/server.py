@@ -58,7 +58,7 @@ from .files import FileTools, Workspace
 from .harness.anthropic import AnthropicHook
 from .harness.base import ContextHook
 from .harness.openai import OpenAIHook
-from .harness.pi import PiHook
+from .harness.pi import PiHook, host_tool_observer
 from .store.base import Store, Version
 
 __all__ = [
@@ -245,7 +245,8 @@ def _open_hook(harness: str, session: Session, files: FileTools | None = None) -
     elif harness == "openai":
         hook = OpenAIHook(session, files=files)
     elif harness == "pi":
-        hook = PiHook(session, files=files)
+        # Pi runs its own edit/write/bash: the file objects follow what they did on disk
+        hook = PiHook(session, files=files, on_sync=host_tool_observer(files) if files else None)
     else:
         return _pydantic_ai(session)
     return _Open(harness, hook, _same, _same, lambda: hook.tools)

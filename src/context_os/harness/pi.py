@@ -38,6 +38,7 @@ from ..context.session import Session, SyncReport
 from ..errors import MalformedMessage
 from .base import Adapter, ContextHook, sorted_keys
 from .openai import check_pairs as _openai_pairs
+from .toolnames import PI, tool_role
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -262,6 +263,9 @@ class PiAdapter(Adapter[dict[str, Any]]):
             extra["pi"] = {"timestamp": message["timestamp"]}
         if skeleton is not None and [b.get("type") for b in skeleton] != ["text"]:
             extra["full"] = {"content": skeleton}
+        details = message.get("details")
+        if isinstance(details, Mapping) and details.get("contextOs") is True:
+            extra["ours"] = True  # our own tool's report (the Pi extension's read): no file text
         if extra:
             m["extra"] = extra
         return m
@@ -457,3 +461,30 @@ def pi_file_op(role: str | None, arguments: Any, output: str, *, is_error: bool 
         return None
     body, first, total = got
     return FileOp("read", path, text=body, first_line=first, total_lines=total)
+
+
+def host_tool_observer(
+    files: FileTools, names: Mapping[str, str] | None = None
+) -> Callable[[Session, SyncReport], None]:
+    """An ``on_sync`` for harnesses that run file tools themselves (Pi's edit, write, ls, find,
+    grep, bash): after each new tool result, the file objects it touched are brought up to date
+    from the disk, so the next context shows the new version instead of a stale one."""
+    names = names or PI
+    calls: dict[str, tuple[str, Any]] = {}
+
+    def observe(session: Session, report: SyncReport) -> None:
+        view = session.view
+        for i in view.visible[len(view.visible) - report.new :]:
+            e = view.entries[i]
+            for c in e.get("tool_calls") or ():
+                calls[c["id"]] = (c["name"], c["arguments"])
+            if e["role"] != "tool":
+                continue
+            name, args = calls.pop(e.get("tool_call_id", ""), ("", {}))
+            role = tool_role(name, names)
+            obj = view.objects.get(e.get("object", ""))
+            if role in (None, "read") or obj is None or obj.meta.get("is_error") or (e.get("extra") or {}).get("ours"):
+                continue  # reads go through our read tool; failed calls changed nothing
+            files.after_tool(role, args, obj.content if isinstance(obj.content, str) else "")
+
+    return observe

@@ -219,6 +219,8 @@ class VirtualFiles:
             obj = view.objects.get(e.get("object", ""))
             if obj is None:
                 continue
+            if (e.get("extra") or {}).get("ours"):
+                continue  # our own tool's report (context_os's read): it holds no file text
             output = obj.content if isinstance(obj.content, str) else ""
             op = pi_file_op(self.names.get(name), args, output, is_error=bool(obj.meta.get("is_error")))
             if op is not None:

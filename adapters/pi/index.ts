@@ -1,0 +1,346 @@
+/**
+ * context_os for Pi: every model call's messages are assembled by context_os.
+ *
+ * Pi fires `context` before each model call with the conversation (no system messages); this
+ * extension sends those messages to a `ctxos serve --stdio` child (JSON-RPC `context.transform`,
+ * harness "pi") and returns the assembled list, which Pi sends instead. It also registers the tools
+ * context_os gives the agent: `read` (replacing Pi's own), `activate` and `deactivate`, answered
+ * by the same child (`tools.call`).
+ *
+ * It fails open. If ctxos cannot start, exits, answers with an error, answers something Pi cannot
+ * use, or does not answer within CTXOS_TIMEOUT_MS, context_os is off for the rest of the session:
+ * Pi sends its own context, `read` is Pi's read again, `activate`/`deactivate` are withdrawn, and
+ * the extension says so once (a notification in the TUI, a line on stderr in print/JSON mode).
+ *
+ * Configuration (environment): CTXOS_CMD, the command that runs ctxos (default `ctxos`; quoted
+ * words allowed, e.g. `"/opt/my venv/bin/ctxos"` or `uv run ctxos`); CTXOS_STORE, the
+ * store URL, which ctxos itself reads; CTXOS_POLICY, a JSON object of retention settings for the
+ * session (e.g. {"collapse_after_turns": 2}); CTXOS_TIMEOUT_MS, how long one call may take (default 30000).
+ * The context_os session id is Pi's session id; the workspace is Pi's working directory.
+ *
+ * This module must never make Pi fail: every error ends in `off()`, never in a throw to Pi.
+ */
+
+import type { ExtensionAPI, ExtensionContext, ToolDefinition } from "@earendil-works/pi-coding-agent";
+// The legacy package name on purpose: Pi 1.5.x maps it to itself, and Pi 0.7x knows no other.
+import { createReadToolDefinition } from "@mariozechner/pi-coding-agent";
+import { RpcChild, RpcError, splitCommand } from "./rpc.ts";
+
+const HARNESS = "pi";
+const DEFAULT_TIMEOUT_MS = 30_000;
+const STATUS_KEY = "context_os";
+/** The tools only context_os can answer: withdrawn when it is off. */
+const CONTEXT_TOOLS = ["activate", "deactivate"] as const;
+
+interface TransformResult {
+	messages: unknown;
+	turn?: number;
+	tokens?: number;
+	tokens_full?: number;
+}
+
+interface ToolCallResult {
+	output: string;
+	is_error: boolean;
+}
+
+/** One session's link to ctxos: started at session start, off at the first failure. */
+class ContextOs {
+	private rpc: RpcChild | undefined;
+	private ready: Promise<RpcChild | undefined> | undefined;
+	private offReason: string | undefined;
+	private session = "";
+	/** The tools ctxos offers this session (`tools.list`): `read` only when it manages files. */
+	private offered = new Set<string>();
+
+	constructor(private readonly pi: ExtensionAPI) {}
+
+	/** Starts ctxos and opens the session, once; does not wait. */
+	start(ctx: ExtensionContext): void {
+		this.ready ??= this.open(ctx);
+	}
+
+	/** The child when context_os is on (waiting for the start if it is under way), else undefined. */
+	async connection(ctx: ExtensionContext): Promise<RpcChild | undefined> {
+		this.start(ctx);
+		const rpc = await this.ready;
+		return this.offReason === undefined ? rpc : undefined;
+	}
+
+	offers(tool: string): boolean {
+		return this.offReason === undefined && this.offered.has(tool);
+	}
+
+	get sessionId(): string {
+		return this.session;
+	}
+
+	/** Turns context_os off for this session and says so, once. Never throws. */
+	off(ctx: ExtensionContext, reason: string): void {
+		if (this.offReason !== undefined) return;
+		this.offReason = reason;
+		this.rpc?.close();
+		try {
+			const active = this.pi.getActiveTools();
+			const kept = active.filter((name) => !(CONTEXT_TOOLS as readonly string[]).includes(name));
+			if (kept.length !== active.length) this.pi.setActiveTools(kept);
+		} catch {
+			// the tools stay; each answers that context_os is off
+		}
+		warn(ctx, `context_os is off: ${reason.replace(/\.$/, "")}. Pi carries on with its own context.`);
+		if (ctx.hasUI) ctx.ui.setStatus(STATUS_KEY, "context_os: off");
+	}
+
+	get reason(): string {
+		return this.offReason ?? "";
+	}
+
+	close(): void {
+		this.rpc?.close();
+	}
+
+	private async open(ctx: ExtensionContext): Promise<RpcChild | undefined> {
+		this.session = ctx.sessionManager.getSessionId();
+		let argv: string[];
+		try {
+			argv = [...splitCommand(process.env.CTXOS_CMD?.trim() || "ctxos"), "serve", "--stdio"];
+		} catch (e) {
+			this.off(ctx, `CTXOS_CMD: ${message(e)}`);
+			return undefined;
+		}
+		let policy: object | undefined;
+		try {
+			policy = jsonObject(process.env.CTXOS_POLICY);
+		} catch (e) {
+			this.off(ctx, `CTXOS_POLICY: ${message(e)}`);
+			return undefined;
+		}
+		const timeoutMs = positiveInt(process.env.CTXOS_TIMEOUT_MS) ?? DEFAULT_TIMEOUT_MS;
+		const rpc = new RpcChild(argv, timeoutMs, { cwd: ctx.cwd, env: process.env });
+		this.rpc = rpc;
+		try {
+			await rpc.call("session.open", { session: this.session, harness: HARNESS, workspace: ctx.cwd, policy });
+			const tools = await rpc.call<unknown>("tools.list", { session: this.session });
+			this.offered = new Set(toolNames(tools));
+		} catch (e) {
+			this.off(ctx, `could not open session ${this.session}: ${describe(e)}`);
+			return undefined;
+		}
+		if (ctx.hasUI) ctx.ui.setStatus(STATUS_KEY, "context_os: on");
+		return rpc;
+	}
+}
+
+export default function contextOs(pi: ExtensionAPI): void {
+	// One link per extension instance: Pi loads the extension anew for every session it switches to.
+	const link = new ContextOs(pi);
+
+	pi.on("session_start", (_event, ctx) => {
+		link.start(ctx);
+	});
+
+	// The run's tools are settled here: waiting for ctxos lets a failed start withdraw
+	// activate/deactivate before the first model call rather than after it.
+	pi.on("before_agent_start", async (_event, ctx) => {
+		await link.connection(ctx);
+	});
+
+	pi.on("session_shutdown", () => {
+		link.close();
+	});
+
+	pi.on("context", async (event, ctx) => {
+		const rpc = await link.connection(ctx);
+		if (!rpc) return undefined;
+		let result: TransformResult;
+		try {
+			result = await rpc.call<TransformResult>("context.transform", {
+				session: link.sessionId,
+				messages: event.messages,
+			});
+		} catch (e) {
+			link.off(ctx, `context.transform failed: ${describe(e)}`);
+			return undefined;
+		}
+		const problem = unusable(result?.messages);
+		if (problem) {
+			link.off(ctx, `context.transform returned messages Pi cannot use (${problem})`);
+			return undefined;
+		}
+		if (ctx.hasUI && result.tokens !== undefined && result.tokens_full !== undefined) {
+			ctx.ui.setStatus(STATUS_KEY, `context_os: turn ${result.turn} · ${result.tokens}/${result.tokens_full} tokens`);
+		}
+		return { messages: result.messages as typeof event.messages };
+	});
+
+	pi.registerTool(readTool(link));
+	pi.registerTool(contextTool(link, "activate", ACTIVATE));
+	pi.registerTool(contextTool(link, "deactivate", DEACTIVATE));
+}
+
+// --- tools ---------------------------------------------------------------------------------------
+
+interface Texts {
+	label: string;
+	description: string;
+	snippet: string;
+}
+
+const ACTIVATE: Texts = {
+	label: "activate",
+	description:
+		"Load an object's full content back into your context: an id from the context_os index " +
+		"(file:…, toolcall:…) or a file path. Collapsed tool results name the id to activate.",
+	snippet: "Load a collapsed tool result or a file (by id or path) back into context",
+};
+const DEACTIVATE: Texts = {
+	label: "deactivate",
+	description:
+		"Collapse an object (an id such as file:… or toolcall:…, or a file path) to its one-line " +
+		"metadata to free context. It stays listed and can be activated again.",
+	snippet: "Collapse an object you no longer need to its one-line metadata",
+};
+
+/** JSON Schema, as Pi takes it: Pi validates any JSON Schema, and building these with TypeBox at
+ * run time would be one more module to resolve through Pi's loader. */
+type Schema = ToolDefinition["parameters"];
+
+const ID_PARAMETERS: Schema = {
+	type: "object",
+	properties: { id: { type: "string", description: "Object id (file:…, toolcall:…) or a file path" } },
+	required: ["id"],
+	additionalProperties: false,
+};
+
+const READ_PARAMETERS: Schema = {
+	type: "object",
+	properties: {
+		path: { type: "string", description: "Path to the file to read (relative or absolute)" },
+		offset: { type: "number", description: "Line number to start reading from (1-indexed)" },
+		limit: { type: "number", description: "Maximum number of lines to read" },
+	},
+	required: ["path"],
+	additionalProperties: false,
+};
+
+interface ReadParams {
+	path: string;
+	offset?: number;
+	limit?: number;
+}
+
+function readTool(link: ContextOs): ToolDefinition<Schema, unknown> {
+	return {
+		name: "read",
+		label: "read",
+		description:
+			"Read a file. With context_os on, the file becomes an object in your context: its text is shown " +
+			"in the <context_os> block at the end of the conversation and kept current by version, and the " +
+			"result reports indexing and activation. With offset/limit, the lines are returned directly.",
+		promptSnippet: "Read file contents",
+		promptGuidelines: ["Use read to examine files instead of cat or sed."],
+		parameters: READ_PARAMETERS,
+		async execute(toolCallId, params, signal, onUpdate, ctx) {
+			const p = params as ReadParams;
+			const rangeRead = p.offset !== undefined || p.limit !== undefined;
+			const rpc = rangeRead ? undefined : await link.connection(ctx);
+			if (rpc && link.offers("read")) {
+				try {
+					const r = await rpc.call<ToolCallResult>("tools.call", {
+						session: link.sessionId,
+						name: "read",
+						arguments: { path: p.path },
+					});
+					// what context_os cannot read (binary, outside the workspace, …), Pi reads itself
+					if (!r.is_error) return { content: [{ type: "text", text: r.output }], details: contextOsDetails() };
+				} catch (e) {
+					link.off(ctx, `read failed: ${describe(e)}`);
+				}
+			}
+			return createReadToolDefinition(ctx.cwd).execute(toolCallId, p, signal, onUpdate, ctx);
+		},
+	};
+}
+
+function contextTool(
+	link: ContextOs,
+	name: (typeof CONTEXT_TOOLS)[number],
+	texts: Texts,
+): ToolDefinition<Schema, unknown> {
+	return {
+		name,
+		label: texts.label,
+		description: texts.description,
+		promptSnippet: texts.snippet,
+		parameters: ID_PARAMETERS,
+		async execute(_toolCallId, params, _signal, _onUpdate, ctx) {
+			const rpc = await link.connection(ctx);
+			if (!rpc) return errorResult(`context_os is off (${link.reason}): ${name} has nothing to act on`);
+			try {
+				const r = await rpc.call<ToolCallResult>("tools.call", { session: link.sessionId, name, arguments: params });
+				return { content: [{ type: "text", text: r.output }], details: contextOsDetails(), isError: r.is_error };
+			} catch (e) {
+				link.off(ctx, `${name} failed: ${describe(e)}`);
+				return errorResult(`context_os is off (${link.reason})`);
+			}
+		},
+	};
+}
+
+/** Marks a tool result as context_os's (Pi keeps `details` in the session, the model never sees it). */
+function contextOsDetails() {
+	return { contextOs: true };
+}
+
+function errorResult(text: string) {
+	return { content: [{ type: "text" as const, text }], details: contextOsDetails(), isError: true };
+}
+
+// --- helpers -------------------------------------------------------------------------------------
+
+/** Why `messages` cannot go to Pi, or undefined when it can. */
+function unusable(messages: unknown): string | undefined {
+	if (!Array.isArray(messages)) return "not a list";
+	if (messages.length === 0) return "empty";
+	const bad = messages.findIndex(
+		(m) => typeof m !== "object" || m === null || typeof (m as { role?: unknown }).role !== "string",
+	);
+	return bad >= 0 ? `message ${bad} has no role` : undefined;
+}
+
+function toolNames(tools: unknown): string[] {
+	if (!Array.isArray(tools)) return [];
+	return tools.flatMap((t) => {
+		// neutral ({name}) or OpenAI-style ({function: {name}}) definitions
+		const entry = t as { name?: unknown; function?: { name?: unknown } } | null;
+		const name = entry?.name ?? entry?.function?.name;
+		return typeof name === "string" ? [name] : [];
+	});
+}
+
+function describe(e: unknown): string {
+	return e instanceof RpcError ? `${e.message} (JSON-RPC error ${e.code})` : message(e);
+}
+
+function message(e: unknown): string {
+	return e instanceof Error ? e.message : String(e);
+}
+
+/** A JSON object from an environment variable (undefined when unset). */
+function jsonObject(value: string | undefined): object | undefined {
+	if (!value?.trim()) return undefined;
+	const parsed: unknown = JSON.parse(value);
+	if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("not a JSON object");
+	return parsed;
+}
+
+function positiveInt(value: string | undefined): number | undefined {
+	const n = Number(value);
+	return value && Number.isInteger(n) && n > 0 ? n : undefined;
+}
+
+/** A warning notification in the TUI (and over RPC); a stderr line where there is no UI (print, JSON). */
+function warn(ctx: ExtensionContext, text: string): void {
+	if (ctx.hasUI) ctx.ui.notify(text, "warning");
+	else process.stderr.write(`${text}\n`);
+}

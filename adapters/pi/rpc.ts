@@ -1,0 +1,227 @@
+/**
+ * A JSON-RPC 2.0 client for one `ctxos serve --stdio` child process: one request per line on its
+ * stdin, one answer per line on its stdout (docs/protocol.md).
+ *
+ * Every failure surfaces as a rejected call, never as an exception thrown elsewhere: a child that
+ * cannot start, exits, writes something that is not an answer, or does not answer in time rejects
+ * every pending call with `ChildGone`; an answer with an `error` member rejects that call with
+ * `RpcError`. The caller decides what a failure means (the extension fails open).
+ *
+ * The child's stderr is kept (its last lines) for error messages and never written to the
+ * terminal: in Pi's TUI it would draw over the screen.
+ */
+
+import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
+import { createInterface } from "node:readline";
+
+/** The child is unusable: it did not start, it exited, it broke the protocol or it timed out. */
+export class ChildGone extends Error {}
+
+/** The server answered with a JSON-RPC error. */
+export class RpcError extends Error {
+	constructor(
+		readonly code: number,
+		message: string,
+		readonly data: unknown,
+	) {
+		super(message);
+	}
+}
+
+interface Pending {
+	method: string;
+	resolve: (value: unknown) => void;
+	reject: (error: Error) => void;
+	timer: NodeJS.Timeout;
+}
+
+const STDERR_KEEP = 4000;
+const EXIT_GRACE_MS = 200;
+
+/** Splits a command line into words, honouring single and double quotes and backslashes. */
+export function splitCommand(line: string): string[] {
+	const words: string[] = [];
+	let word = "";
+	let inWord = false;
+	let quote: string | null = null;
+	for (let i = 0; i < line.length; i++) {
+		const c = line[i];
+		if (quote) {
+			if (c === quote) quote = null;
+			else if (c === "\\" && quote === '"' && i + 1 < line.length) word += line[++i];
+			else word += c;
+		} else if (c === "'" || c === '"') {
+			quote = c;
+			inWord = true;
+		} else if (c === "\\" && i + 1 < line.length) {
+			word += line[++i];
+			inWord = true;
+		} else if (/\s/.test(c)) {
+			if (inWord) words.push(word);
+			word = "";
+			inWord = false;
+		} else {
+			word += c;
+			inWord = true;
+		}
+	}
+	if (quote) throw new Error(`unbalanced ${quote} in command ${JSON.stringify(line)}`);
+	if (inWord) words.push(word);
+	return words;
+}
+
+export class RpcChild {
+	private child: ChildProcessWithoutNullStreams | undefined;
+	private pending = new Map<number, Pending>();
+	private nextId = 1;
+	private stderr = "";
+	private gone: ChildGone | undefined;
+
+	/** Spawns `argv` at once; a failure to start shows up as the first call's rejection. */
+	constructor(
+		argv: string[],
+		private readonly timeoutMs: number,
+		options: { cwd?: string; env?: NodeJS.ProcessEnv } = {},
+	) {
+		try {
+			// its own process group, so that ending it also ends whatever a wrapper command started
+			const detached = process.platform !== "win32";
+			this.child = spawn(argv[0], argv.slice(1), { cwd: options.cwd, env: options.env, stdio: "pipe", detached });
+		} catch (e) {
+			this.fail(`could not start ${JSON.stringify(argv.join(" "))}: ${message(e)}`);
+			return;
+		}
+		const child = this.child;
+		child.on("error", (e) => this.fail(`could not run ${JSON.stringify(argv.join(" "))}: ${e.message}`));
+		// the reason names the exit and the child's last stderr line: "close" comes once stderr is
+		// read to its end; "exit" (plus a moment for stderr) covers a grandchild holding the pipes
+		const exited = (code: number | null, signal: NodeJS.Signals | null) => {
+			const how = signal ? `was killed by ${signal}` : `exited with code ${code}`;
+			const last = this.stderrTail();
+			this.fail(`ctxos ${how}${last ? `: ${last}` : ""}`);
+		};
+		child.on("close", exited);
+		child.on("exit", (code, signal) => setTimeout(() => exited(code, signal), EXIT_GRACE_MS).unref());
+		// a child that exits at once breaks the pipe before its exit is reported: give the exit (and
+		// its stderr) a moment to be the reason given
+		child.stdin.on("error", (e) => {
+			setTimeout(() => this.fail(`cannot write to ctxos: ${e.message}`), EXIT_GRACE_MS).unref();
+		});
+		child.stderr.setEncoding("utf8");
+		child.stderr.on("data", (chunk: string) => {
+			this.stderr = (this.stderr + chunk).slice(-STDERR_KEEP);
+		});
+		const lines = createInterface({ input: child.stdout, crlfDelay: Infinity });
+		lines.on("line", (line) => this.onLine(line));
+		this.idle();
+	}
+
+	/** The last non-empty line the child wrote to stderr (for error messages). */
+	stderrTail(): string {
+		const lines = this.stderr.trim().split("\n");
+		return lines[lines.length - 1]?.trim() ?? "";
+	}
+
+	/** Calls `method`; resolves with the answer's `result`. */
+	call<T>(method: string, params: object, timeoutMs = this.timeoutMs): Promise<T> {
+		if (this.gone) return Promise.reject(this.gone);
+		const child = this.child as ChildProcessWithoutNullStreams;
+		const id = this.nextId++;
+		const line = `${JSON.stringify({ jsonrpc: "2.0", id, method, params })}\n`;
+		return new Promise<T>((resolve, reject) => {
+			const timer = setTimeout(() => {
+				this.fail(`ctxos did not answer ${method} within ${timeoutMs} ms`);
+			}, timeoutMs);
+			this.pending.set(id, { method, resolve: resolve as (v: unknown) => void, reject, timer });
+			this.busy();
+			child.stdin.write(line);
+		});
+	}
+
+	/** Ends the child: closes its stdin (it exits at end of input), then kills it if it lingers. */
+	close(graceMs = 2000): void {
+		const child = this.child;
+		this.fail("context_os was closed", { kill: false });
+		if (!child || child.exitCode !== null || child.signalCode !== null) return;
+		child.stdin.end();
+		const timer = setTimeout(() => terminate(child), graceMs);
+		timer.unref();
+		child.once("exit", () => clearTimeout(timer));
+	}
+
+	private onLine(line: string): void {
+		if (!line.trim()) return;
+		let answer: { id?: unknown; result?: unknown; error?: { code?: unknown; message?: unknown; data?: unknown } };
+		try {
+			answer = JSON.parse(line);
+		} catch {
+			this.fail(`ctxos wrote something that is not JSON-RPC: ${line.slice(0, 200)}`);
+			return;
+		}
+		const pending = typeof answer.id === "number" ? this.pending.get(answer.id) : undefined;
+		if (!pending) {
+			// an answer without an id (e.g. a parse error) cannot be matched to a call: the stream
+			// can no longer be trusted
+			const why = answer.error?.message ?? "no matching request";
+			this.fail(`ctxos answered a request it was not asked (${String(why)})`);
+			return;
+		}
+		this.pending.delete(answer.id as number);
+		clearTimeout(pending.timer);
+		if (this.pending.size === 0) this.idle();
+		if (answer.error) {
+			const e = answer.error;
+			pending.reject(new RpcError(Number(e.code), String(e.message ?? "error"), e.data));
+		} else {
+			pending.resolve(answer.result);
+		}
+	}
+
+	/** Marks the child unusable (once), rejects everything pending and (unless told not to) ends it. */
+	private fail(reason: string, { kill = true } = {}): void {
+		if (!this.gone) this.gone = new ChildGone(reason);
+		for (const p of this.pending.values()) {
+			clearTimeout(p.timer);
+			p.reject(this.gone);
+		}
+		this.pending.clear();
+		const child = this.child;
+		if (kill && child && child.exitCode === null && child.signalCode === null) terminate(child);
+		this.idle();
+	}
+
+	// While no call is pending the child must not keep Pi's process alive (print mode exits when
+	// its prompts are done); while one is, it must.
+	private busy(): void {
+		this.child?.ref();
+		setRef(this.child?.stdout, true);
+	}
+
+	private idle(): void {
+		const child = this.child;
+		if (!child) return;
+		child.unref();
+		for (const stream of [child.stdin, child.stdout, child.stderr]) setRef(stream, false);
+	}
+}
+
+/** SIGTERM to the child's process group (see the constructor), else to the child alone. */
+function terminate(child: ChildProcessWithoutNullStreams): void {
+	try {
+		if (child.pid !== undefined && process.platform !== "win32") process.kill(-child.pid, "SIGTERM");
+		else child.kill("SIGTERM");
+	} catch {
+		child.kill("SIGTERM");
+	}
+}
+
+/** Pipes to a child are sockets, which can be (un)referenced; the stream types do not say so. */
+function setRef(stream: object | undefined, on: boolean): void {
+	const s = stream as { ref?: () => void; unref?: () => void } | undefined;
+	if (on) s?.ref?.();
+	else s?.unref?.();
+}
+
+function message(e: unknown): string {
+	return e instanceof Error ? e.message : String(e);
+}

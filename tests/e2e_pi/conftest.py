@@ -1,0 +1,130 @@
+"""Fixtures for the Pi end-to-end tests: a provisioned Pi (see provision.py), and Pi runs.
+
+Under ``CI=true`` a Pi that cannot be provisioned fails the tests that need it; elsewhere they are
+skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .model_server import Reply, ScriptedModel, scripted_model
+from .provision import PiInstall, PiUnavailable, provision
+
+CTXOS = str(Path(sys.executable).parent / "ctxos")
+PI_RUN_TIMEOUT_S = 90
+
+
+@pytest.fixture(scope="session")
+def pi() -> PiInstall:
+    try:
+        return provision()
+    except PiUnavailable as e:  # pragma: no cover - depends on the machine
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"Pi could not be provisioned under CI=true: {e}")
+        pytest.skip(f"Pi not available: {e}")
+
+
+@dataclass
+class PiRun:
+    """What one ``pi -p`` run left behind."""
+
+    proc: subprocess.CompletedProcess[str]
+    model: ScriptedModel
+    workspace: Path
+    agent_dir: Path
+    store: Path
+
+    @property
+    def requests(self) -> list[dict]:
+        return self.model.requests
+
+    def session_file(self) -> Path:
+        files = sorted((self.agent_dir / "sessions").rglob("*.jsonl"))
+        assert len(files) == 1, f"expected one Pi session file, found {files}"
+        return files[0]
+
+    def session_id(self) -> str:
+        header = json.loads(self.session_file().read_text().splitlines()[0])
+        assert header["type"] == "session"
+        return str(header["id"])
+
+
+def run_pi(
+    pi: PiInstall,
+    root: Path,
+    prompt: str,
+    script: list[Reply],
+    *,
+    files: dict[str, str],
+    ctxos: str = CTXOS,
+    env: dict[str, str] | None = None,
+    on_request: Callable[[int], None] | None = None,
+) -> PiRun:
+    """Runs the real Pi CLI in print mode in a fresh workspace under ``root`` holding ``files``,
+    with our extension loaded, against a scripted model serving ``script`` (``on_request``: see
+    ``ScriptedModel``). ``ctxos`` is the CTXOS_CMD (default: this venv's ctxos); the store is
+    ``root/store.db``."""
+    workspace = root / "workspace"
+    agent_dir = root / "pi-agent"
+    store = root / "store.db"
+    workspace.mkdir()
+    agent_dir.mkdir()
+    for name, text in files.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(text)
+    with scripted_model(script, on_request) as (model, base_url):
+        provider = {
+            "baseUrl": base_url,
+            "api": "openai-completions",
+            "apiKey": "scripted",
+            "models": [{"id": "scripted-1", "contextWindow": 64000, "maxTokens": 2000}],
+        }
+        (agent_dir / "models.json").write_text(json.dumps({"providers": {"scripted": provider}}))
+        run_env = {
+            **os.environ,
+            "PATH": pi.path_env(),
+            "PI_CODING_AGENT_DIR": str(agent_dir),
+            # no network but the scripted model: no catalog refresh, version check or telemetry
+            "PI_OFFLINE": "1",
+            "PI_SKIP_VERSION_CHECK": "1",
+            "PI_TELEMETRY": "0",
+            "XDG_DATA_HOME": str(root / "xdg-data"),
+            "XDG_CONFIG_HOME": str(root / "xdg-config"),
+            "XDG_CACHE_HOME": str(root / "xdg-cache"),
+            "CTXOS_CMD": ctxos,
+            "CTXOS_STORE": f"sqlite:///{store}",
+            **(env or {}),
+        }
+        cmd = pi.command(
+            "-p",
+            "--offline",
+            "--provider",
+            "scripted",
+            "--model",
+            "scripted-1",
+            "--no-extensions",
+            "--no-skills",
+            "--no-context-files",
+            "-e",
+            str(pi.extension),
+            prompt,
+        )
+        proc = subprocess.run(
+            cmd,
+            cwd=workspace,
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=PI_RUN_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+    return PiRun(proc=proc, model=model, workspace=workspace, agent_dir=agent_dir, store=store)

@@ -1,0 +1,247 @@
+"""End to end through the real Pi CLI (``pi -p``) with the context_os extension (adapters/pi).
+
+Only the model is scripted (model_server.py): Pi, its tools, the extension, ``ctxos serve`` and
+the SQLite store are real, working on real files in a temp workspace. The Pi and Node they need
+are provisioned by the ``pi`` fixture (conftest.py, provision.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os.context.view import TAIL_OPEN
+from context_os.store.sqlite import SqliteStore
+
+from .conftest import CTXOS, PiRun, run_pi
+from .model_server import text, tool_call
+from .provision import ADAPTER, PiInstall
+
+pytestmark = pytest.mark.e2e
+
+BUGGY = "def add(a, b):\n    return a - b\n\n\nprint(add(2, 3))\n"
+FIXED = BUGGY.replace("a - b", "a + b")
+PROMPT = "calc.py prints the wrong sum: fix it and check."
+
+# read → edit (Pi 1.5's multi-edit form) → bash, then an output long enough to be collapsed by
+# policy (3 turns old, over the 1,000-token batch) before the last call
+SCRIPT = [
+    tool_call("read", path="calc.py"),
+    tool_call("edit", path="calc.py", edits=[{"oldText": "return a - b", "newText": "return a + b"}]),
+    tool_call("bash", command="python3 calc.py"),
+    tool_call("bash", command="seq 1 1500"),
+    tool_call("bash", command="echo one"),
+    tool_call("bash", command="echo two"),
+    tool_call("bash", command="echo three"),
+    text("Fixed: add() now adds; calc.py prints 5."),
+]
+
+
+def _texts(value: Any) -> list[str]:
+    """Every string inside a JSON value."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _texts(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v)]
+    return []
+
+
+def _joined(request: dict[str, Any]) -> str:
+    return "\n".join(_texts(request["messages"]))
+
+
+def _tool_names(request: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in request.get("tools", [])]
+
+
+def _tool_output(request: dict[str, Any], call_id: str) -> str:
+    found = [m for m in request["messages"] if m.get("role") == "tool" and m.get("tool_call_id") == call_id]
+    assert len(found) == 1, f"expected one result for {call_id}, got {found}"
+    return "\n".join(_texts(found[0]["content"]))
+
+
+def _tail(request: dict[str, Any]) -> str:
+    """The text of the request's context_os block (the message holding it)."""
+    found = [m for m in request["messages"] if TAIL_OPEN in "\n".join(_texts(m.get("content")))]
+    assert len(found) == 1, f"expected one {TAIL_OPEN} message, got {len(found)}"
+    return "\n".join(_texts(found[0]["content"]))
+
+
+def _assert_task_done(run: PiRun) -> None:
+    assert run.proc.returncode == 0, f"pi exited {run.proc.returncode}\n{run.proc.stdout}\n{run.proc.stderr}"
+    assert run.model.errors == []
+    assert len(run.requests) == len(SCRIPT), [_joined(r)[-300:] for r in run.requests]
+    assert (run.workspace / "calc.py").read_text() == FIXED
+    assert "Fixed: add() now adds" in run.proc.stdout
+
+
+def _ctxos(*args: str, store: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CTXOS, "--store", f"sqlite:///{store}", *args], capture_output=True, text=True, timeout=120)
+
+
+def _file_versions(store: Path, path: str) -> list[str | None]:
+    with SqliteStore(store) as s:
+        files = s.find("file", {"path": path})
+        assert len(files) == 1, files
+        return [v.doc["content"] for v in s.history(files[0].id, with_docs=True) if v.doc]
+
+
+@pytest.fixture(scope="module")
+def task(pi: PiInstall, tmp_path_factory: pytest.TempPathFactory) -> PiRun:
+    """The scripted task, run once with context_os on, for the tests that read what it left."""
+    return run_pi(pi, tmp_path_factory.mktemp("pi-task"), PROMPT, SCRIPT, files={"calc.py": BUGGY})
+
+
+@pytest.fixture(scope="module")
+def replay(task: PiRun, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """``ctxos replay`` of the session file Pi wrote in ``task``: its summary and its store."""
+    store = tmp_path_factory.mktemp("pi-replay") / "replay.db"
+    out = _ctxos("replay", str(task.session_file()), "--json", "--no-per-turn", store=store)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout), store
+
+
+def test_pi_completes_the_task_with_context_os_on(task: PiRun) -> None:
+    _assert_task_done(task)
+    assert "context_os is off" not in task.proc.stderr, task.proc.stderr
+
+
+def test_context_os_assembles_every_model_call(task: PiRun) -> None:
+    first, *later = task.requests
+    # our tools were offered from the first call on; `read` is ours: it reports, it does not dump
+    assert {"read", "activate", "deactivate", "edit", "bash"} <= set(_tool_names(first))
+    read_report = json.loads(_tool_output(later[0], "call_1"))
+    assert read_report["path"] == "calc.py" and read_report["active"] == "activated"
+
+    # the file's text reaches the model in context_os's block, which Pi never writes
+    assert TAIL_OPEN not in _joined(first)
+    assert "return a - b" in _tail(later[0])
+    assert all(TAIL_OPEN in _joined(r) for r in later)
+
+    # the long bash output was collapsed to a stub by policy before the last call; newer ones stay
+    last = task.requests[-1]
+    assert _tool_output(later[3], "call_4").startswith("1\n2\n3\n")
+    assert _tool_output(last, "call_4").startswith("[context_os: output collapsed] bash result")
+    assert _tool_output(last, "call_7") == "three\n"
+
+
+def test_the_store_holds_the_file_and_a_verified_frame_per_call(task: PiRun) -> None:
+    assert _file_versions(task.store, "calc.py")[0] == BUGGY
+    session = task.session_id()
+    frames = json.loads(_ctxos("frames", session, "--json", store=task.store).stdout)
+    assert [f["turn"] for f in frames] == list(range(1, len(SCRIPT) + 1))
+    verify = _ctxos("verify", "--frames", "--json", store=task.store)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert json.loads(verify.stdout)["frames_verified"] == len(SCRIPT)
+
+
+def test_an_edit_makes_a_new_version_shown_in_the_tail(task: PiRun) -> None:
+    assert _file_versions(task.store, "calc.py")[-1] == FIXED
+    tail = _tail(task.requests[2])  # the call right after the edit
+    assert "return a + b" in tail and "return a - b" not in tail
+
+
+def test_pi_session_file_replays(replay: tuple[dict[str, Any], Path]) -> None:
+    summary, _ = replay
+    assert summary["format"].startswith("pi")
+    assert summary["turns"] == len(SCRIPT)
+    assert summary["frames"] == summary["frames_verified"] == len(SCRIPT)
+    assert summary["orphaned_tool_results"] == 0
+    assert summary["files"] == 1
+    assert summary["edits_total"] == 1
+
+
+def test_replay_takes_no_context_os_report_for_file_text(replay: tuple[dict[str, Any], Path]) -> None:
+    # with context_os on, the file's text never was in Pi's session (it was in the context_os
+    # block): the replay may not know it, but must not make it up
+    _, store = replay
+    assert all(v in (None, BUGGY, FIXED) for v in _file_versions(store, "calc.py"))
+
+
+@pytest.mark.parametrize(
+    ("ctxos", "timeout_ms", "reason"),
+    [
+        pytest.param("false", None, "ctxos exited with code 1", id="exits-at-once"),
+        pytest.param(
+            f"'{sys.executable}' -c 'import time; time.sleep(60)'",
+            "1500",
+            "ctxos did not answer session.open within 1500 ms",
+            id="never-answers",
+        ),
+    ],
+)
+def test_pi_works_on_when_ctxos_fails(
+    pi: PiInstall, tmp_path: Path, ctxos: str, timeout_ms: str | None, reason: str
+) -> None:
+    env = {"CTXOS_TIMEOUT_MS": timeout_ms} if timeout_ms else {}
+    run = run_pi(pi, tmp_path, PROMPT, SCRIPT, files={"calc.py": BUGGY}, ctxos=ctxos, env=env)
+    _assert_task_done(run)
+
+    # said once, with the reason, on stderr (print mode has no UI to notify)
+    assert run.proc.stderr.count("context_os is off") == 1, run.proc.stderr
+    assert reason in run.proc.stderr
+    assert "Pi carries on with its own context" in run.proc.stderr
+
+    # Pi's own context went to the model: Pi's read returned the text, no context_os block, and
+    # the tools only context_os can answer were withdrawn before the first call
+    assert _tool_output(run.requests[1], "call_1").startswith(BUGGY.rstrip("\n"))
+    assert not any(TAIL_OPEN in _joined(r) for r in run.requests)
+    for request in run.requests:
+        names = _tool_names(request)
+        assert "read" in names and "activate" not in names and "deactivate" not in names
+    assert not run.store.exists()
+
+
+def _kill_ctxos_serving(store: Path) -> int:
+    """SIGKILL the ``ctxos serve`` this test's Pi started (found by its unique store URL); how many."""
+    marker = f"CTXOS_STORE=sqlite:///{store}".encode()
+    killed = 0
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue  # gone, or not ours to read
+        if b"serve\0--stdio" in cmdline and marker in environ.split(b"\0"):
+            os.kill(int(proc.name), signal.SIGKILL)
+            killed += 1
+    return killed
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the ctxos process through /proc")
+def test_pi_works_on_when_ctxos_dies_mid_session(pi: PiInstall, tmp_path: Path) -> None:
+    killed: list[int] = []
+
+    def kill_after_two_calls(n: int) -> None:
+        if n == 3:  # the third call was assembled by context_os; the fourth will find it dead
+            killed.append(_kill_ctxos_serving(tmp_path / "store.db"))
+
+    run = run_pi(pi, tmp_path, PROMPT, SCRIPT, files={"calc.py": BUGGY}, on_request=kill_after_two_calls)
+    assert killed == [1]
+    _assert_task_done(run)
+    assert run.proc.stderr.count("context_os is off") == 1, run.proc.stderr
+    assert "context.transform failed: ctxos was killed by SIGKILL" in run.proc.stderr
+    assert all(TAIL_OPEN in _joined(r) for r in run.requests[1:3])
+    assert not any(TAIL_OPEN in _joined(r) for r in run.requests[3:])
+    assert "activate" in _tool_names(run.requests[2])
+    assert "activate" not in _tool_names(run.requests[-1])
+
+
+def test_extension_typechecks_against_the_installed_pi(pi: PiInstall) -> None:
+    tsc = ADAPTER / "node_modules" / "typescript" / "bin" / "tsc"
+    proc = subprocess.run(
+        [str(pi.node_bin / "node"), str(tsc), "--noEmit", "-p", str(ADAPTER)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
