@@ -95,7 +95,7 @@ class _Raw(str):
     """EDN text written as is (pre-rendered Datalog clauses)."""
 
 
-# A JSON string literal is an EDN one: the same escapes (\" \\ \n \t \r \b \f \uXXXX), and
+# A JSON string literal is an EDN one: the same escapes (\" \\ \n \t \r \b \f and \u with four hex digits), and
 # the C encoder writes it far faster than a regex with a callback (documents are mostly text).
 _string_literal = json.JSONEncoder(ensure_ascii=False).encode
 
