@@ -61,6 +61,30 @@ class Assembly:
         return self.rendered.tokens
 
 
+def _check_storable(m: Incoming, index: int) -> None:
+    """Refuse what the store cannot hold (text that is not Unicode, NaN, non-string keys) before
+    anything changes: a message that failed only when its chat page is written would be in the
+    session's memory but never in the store. Names the failing field."""
+    for key, value in m.items():
+        parts = value.items() if key == "extra" and isinstance(value, dict) else [(key, value)]
+        for name, v in parts:
+            if isinstance(v, str):
+                try:
+                    v.encode("utf-8")  # lone surrogates: the one way a str is not text
+                    continue
+                except UnicodeEncodeError as e:
+                    problem = f"not valid Unicode text ({e.reason} at position {e.start})"
+            elif v is None or isinstance(v, bool | int):
+                continue
+            else:
+                try:
+                    canonical_json(v)
+                    continue
+                except HashError as e:
+                    problem = f"cannot be stored: {e}"
+            raise MalformedMessage(problem, index=index, field={"text": "content"}.get(name, name))
+
+
 def _state_id(session_id: str, obj_id: str) -> str:
     return f"state:{session_id}:{obj_id}"
 
@@ -196,16 +220,7 @@ class Session:
         return SyncReport(new=len(incoming), rewritten=rewritten, retired=retired)
 
     def _check(self, index: int, m: Incoming) -> None:
-        try:  # everything stored must have a canonical form: refuse now, not at flush
-            for value in (m.get("text"), m.get("tool_call_id")):
-                if isinstance(value, str):
-                    value.encode("utf-8")  # lone surrogates: the one way a str is not text
-            if m.get("extra") is not None or m.get("tool_calls"):
-                canonical_json([m.get("extra"), m.get("tool_calls")])
-        except UnicodeEncodeError as e:
-            raise MalformedMessage(f"not valid Unicode text ({e.reason})", index=index, field="content") from None
-        except HashError as e:
-            raise MalformedMessage(f"cannot be stored: {e}", index=index) from None
+        _check_storable(m, index)
         if m.get("role") not in ROLES:
             raise MalformedMessage(f"unknown role {m.get('role')!r}", index=index, field="role")
         cap = self.view.policy.max_message_chars

@@ -33,7 +33,7 @@ from ..context.entries import Incoming, Msg, ToolCall
 from ..context.session import Session
 from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
-from .base import Adapter, ContextHook, MergeCache, renamed, sorted_keys
+from .base import Adapter, ContextHook, MergeCache, check_utf8, renamed, sorted_keys
 
 if TYPE_CHECKING:
     from ..files.tools import FileTools
@@ -94,13 +94,7 @@ def _blocks(content: Any, index: int) -> list[dict[str, Any]] | None:
 def _check_text(value: Any, index: int, field: str) -> str:
     if not isinstance(value, str):
         raise MalformedMessage(f"must be a string, not {type(value).__name__}", index=index, field=field)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise MalformedMessage(
-            f"not valid UTF-8 text ({e.reason} at position {e.start})", index=index, field=field
-        ) from None
-    return value
+    return check_utf8(value, index, field)
 
 
 def _joined_text(blocks: Sequence[Mapping[str, Any]], index: int, field: str) -> str:

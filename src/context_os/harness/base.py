@@ -32,7 +32,7 @@ from ..context.view import Rendered
 if TYPE_CHECKING:
     from ..files.tools import FileTools
 from ..errors import HashError, InvalidOutput, MalformedMessage
-from ..hashing import canonical_json, hash_value
+from ..hashing import hash_value
 
 __all__ = ["Adapter", "ContextHook", "MergeCache", "renamed", "sorted_keys"]
 
@@ -137,24 +137,16 @@ def _incoming_list(translated: Incoming | list[Incoming]) -> list[Incoming]:
     return translated if isinstance(translated, list) else [translated]
 
 
-def _check_storable(m: Incoming, index: int) -> None:
-    """Refuse what the store cannot hold (text that is not Unicode, NaN, non-string keys) before
-    the session takes it in: a message that fails only when its chat page is written would be
-    in the session's memory but never in the store."""
+def check_utf8(value: str, index: int, field: str) -> str:
+    """``value`` if it is text every encoder agrees on (no lone surrogates); else an error that
+    names the harness message and field."""
     try:
-        canonical_json(m)
-        return
-    except HashError:
-        pass
-    for key, value in m.items():
-        parts = value.items() if key == "extra" and isinstance(value, dict) else [(key, value)]
-        for name, v in parts:
-            try:
-                canonical_json(v)
-            except HashError as e:
-                field = {"text": "content"}.get(name, name)
-                raise MalformedMessage(f"cannot be stored: {e}", index=index, field=field) from None
-    raise MalformedMessage("cannot be stored", index=index)  # pragma: no cover - some part failed above
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise MalformedMessage(
+            f"not valid UTF-8 text ({e.reason} at position {e.start})", index=index, field=field
+        ) from None
+    return value
 
 
 class _Layout(Generic[M]):
@@ -212,8 +204,6 @@ class _Layout(Generic[M]):
         if got is None:
             try:
                 got = _incoming_list(self.adapter.translate(self.messages[i], i))
-                for m in got:
-                    _check_storable(m, i)
             except MalformedMessage as e:
                 self._adapter_error = e  # names the harness message already
                 raise

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..context.entries import Incoming, Msg, ToolCall
 from ..context.session import Session
 from ..errors import InvalidOutput, MalformedMessage
-from .base import Adapter, ContextHook
+from .base import Adapter, ContextHook, check_utf8
 
 if TYPE_CHECKING:
     from ..files.tools import FileTools
@@ -43,17 +43,6 @@ def _text_of(content: Any, index: int) -> tuple[str | None, list[Any] | None]:
     )
 
 
-def _check_utf8(value: str | None, index: int, field: str) -> None:
-    if value is None:
-        return
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise MalformedMessage(
-            f"not valid UTF-8 text ({e.reason} at position {e.start})", index=index, field=field
-        ) from None
-
-
 class OpenAIAdapter(Adapter[dict[str, Any]]):
     """Translates OpenAI chat-completions message dicts."""
 
@@ -68,7 +57,8 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
                 f"unknown role {role!r} (expected one of {sorted(_ROLE_MAP)})", index=index, field="role"
             )
         text, parts = _text_of(message.get("content"), index)
-        _check_utf8(text, index, "content")
+        if text is not None:
+            check_utf8(text, index, "content")
         extra = {k: v for k, v in message.items() if k not in _KNOWN}
         if role != _ROLE_MAP[role]:
             extra["role"] = role
@@ -101,7 +91,7 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
                 raise MalformedMessage(
                     "function.arguments must be a JSON string", index=index, field=f"tool_calls[{j}].function.arguments"
                 )
-            _check_utf8(args, index, f"tool_calls[{j}].function.arguments")
+            check_utf8(args, index, f"tool_calls[{j}].function.arguments")
             out.append({"id": c["id"], "name": fn["name"], "arguments": args})
         return out
 

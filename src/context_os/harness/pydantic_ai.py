@@ -61,7 +61,7 @@ from ..context.entries import Incoming, Msg, ToolCall
 from ..context.session import Session
 from ..errors import HashError, MalformedMessage
 from ..hashing import hash_value
-from .base import Adapter, ContextHook, MergeCache, sorted_keys
+from .base import Adapter, ContextHook, MergeCache, check_utf8, sorted_keys
 
 if TYPE_CHECKING:
     from ..files.tools import FileTools
@@ -125,16 +125,6 @@ def _ms(ts: Any) -> int | None:
     return int(ts.timestamp() * 1000) if isinstance(ts, datetime) else None
 
 
-def _utf8(value: str, index: int, field: str) -> str:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise MalformedMessage(
-            f"not valid UTF-8 text ({e.reason} at position {e.start})", index=index, field=field
-        ) from None
-    return value
-
-
 class PydanticAIAdapter(Adapter[ModelMessage]):
     """Translates pydantic-ai ``ModelRequest`` / ``ModelResponse`` messages."""
 
@@ -173,7 +163,7 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
             role = _kind(parts[run[0]])
             text = "\n".join(_part_text(parts[j]) for j in run)
             extra = {"request": fields, "parts": [raw[j] for j in run]}
-            out.append({"role": role, "text": _utf8(text, index, "parts"), "h": "", "extra": extra})  # type: ignore[typeddict-item]
+            out.append({"role": role, "text": check_utf8(text, index, "parts"), "h": "", "extra": extra})  # type: ignore[typeddict-item]
         if not out:  # a request without parts still leaves a trace
             out.append({"role": "user", "text": None, "h": "", "extra": {"request": fields, "parts": []}})
         return out
@@ -183,10 +173,10 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
         texts = []
         for j, p in enumerate(message.parts):
             if isinstance(p, TextPart):
-                texts.append(_utf8(p.content, index, f"parts[{j}].content"))
+                texts.append(check_utf8(p.content, index, f"parts[{j}].content"))
             elif type(p) is ToolCallPart:
                 if isinstance(p.args, str):
-                    _utf8(p.args, index, f"parts[{j}].args")
+                    check_utf8(p.args, index, f"parts[{j}].args")
                 calls.append({"id": p.tool_call_id, "name": p.tool_name, "arguments": sorted_keys(p.args)})
                 dumped["parts"][j].pop("args", None)  # lives in the neutral call
         m: Incoming = {"role": "assistant", "text": "\n".join(texts), "h": "", "extra": {"response": dumped}}
@@ -201,7 +191,7 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
             text, is_error = part.model_response_str(), part.outcome in ERROR_OUTCOMES
         m: Incoming = {
             "role": "tool",
-            "text": _utf8(text, index, f"parts[{j}].content"),
+            "text": check_utf8(text, index, f"parts[{j}].content"),
             "tool_call_id": part.tool_call_id,
             "tool_name": part.tool_name or "",
             "h": "",
