@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from context_os import RetentionPolicy, Session
-from context_os.cli.demo import demo_messages
+from context_os.cli.demo import demo_transcript
 from context_os.harness.openai import OpenAIAdapter, OpenAIHook
-from context_os.harness.replay import replay_openai
+from context_os.harness.replay import replay_transcript
 from context_os.store.sqlite import SqliteStore
 
 from ._report import pct, write_section
@@ -55,7 +55,7 @@ def synthetic_turn(n: int, output_chars: int = 1500) -> list[dict[str, Any]]:
 def run_demo(tmp: Path) -> dict[str, Any]:
     with SqliteStore(tmp / "demo.db") as store:
         session = Session.open(store, "bench-demo", harness="openai")
-        r = replay_openai(demo_messages(), session)
+        r = replay_transcript(demo_transcript(), session)
     return r.summary()
 
 
@@ -78,6 +78,7 @@ def ingest_rate(tmp: Path, turns: int) -> tuple[float, float, int]:
     batches = [synthetic_turn(n) for n in range(turns)]
     total = sum(len(b) for b in batches)
     adapter = OpenAIAdapter()
+    tmp.mkdir(parents=True, exist_ok=True)
     with SqliteStore(tmp / "ingest.db") as store:
         session = Session.open(store, "ingest", harness="openai", policy=RetentionPolicy())
         msgs: list[dict[str, Any]] = []
@@ -116,8 +117,15 @@ def main() -> int:
             f"assembly p50 last 50 turns: 100 turns {pct(tail_s, 50) * 1e3:.2f} ms, "
             f"1000 turns {pct(tail_l, 50) * 1e3:.2f} ms, ratio {ratio:.2f}x"
         )
-        lib, bare, n = ingest_rate(tmp, 2000)
-        print(f"ingest: {lib:,.0f} msg/s vs bare SQLite {bare:,.0f} msg/s ({lib / bare:.2f}x of bare), {n} messages")
+        # disk noise on a shared VM moves single rounds by ±15%: the median of three, each against
+        # its own bare baseline from the same round
+        rounds = sorted((ingest_rate(tmp / f"r{i}", 2000) for i in range(3)), key=lambda r: r[0])
+        lib, bare, n = rounds[1]
+        spread = f"{rounds[0][0]:,.0f}–{rounds[2][0]:,.0f}"
+        print(
+            f"ingest: {lib:,.0f} msg/s (median of 3, range {spread}) vs bare SQLite {bare:,.0f} msg/s "
+            f"({lib / bare:.2f}x of bare), {n} messages"
+        )
     ok = (
         demo["ratio"] <= 0.40
         and demo["orphaned_tool_results"] == 0
@@ -153,7 +161,7 @@ the same messages as JSON rows in the same batches:
 
 | | messages/s |
 |---|---:|
-| context_os | {lib:,.0f} |
+| context_os (median of 3 rounds; range {spread}) | {lib:,.0f} |
 | bare SQLite loop | {bare:,.0f} |
 | ratio | {lib / bare:.2f}× (target ≥ 2,000 messages/s) |
 """

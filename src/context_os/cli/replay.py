@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from ..context.session import Session
-from ..harness.formats import FORMATS, read_session
+from ..harness.formats import FORMATS, Transcript, read_session
 from ..harness.replay import TranscriptRow, replay_transcript
 from ._common import emit_json, fails_cleanly, json_option, progress, store_from, table
 
@@ -39,7 +39,31 @@ def replay_cmd(
     """Replay a session file: at every model call, the context the harness sent (the full
     transcript, uncompacted) against the one context_os assembles, with the same token estimate."""
     transcript = read_session(file, fmt)
-    session_id = session_id or "replay-" + datetime.now(UTC).strftime("%y%m%d%H%M%S")
+    run_replay(
+        ctx,
+        transcript,
+        file.name,
+        session_id or "replay-" + datetime.now(UTC).strftime("%y%m%d%H%M%S"),
+        verify=verify,
+        per_turn=per_turn,
+        as_json=as_json,
+        source=str(file),
+    )
+
+
+def run_replay(
+    ctx: click.Context,
+    transcript: Transcript,
+    label: str,
+    session_id: str,
+    *,
+    verify: str,
+    per_turn: bool,
+    as_json: bool,
+    source: str = "",
+) -> None:
+    """Replay ``transcript`` into the store and report it (``ctxos replay`` and ``ctxos demo``);
+    exit 1 if a tool result was orphaned or a checked frame did not verify."""
     calls = sum(1 for k, m in enumerate(transcript.messages) if k and m.get("role") == "assistant")
     with store_from(ctx) as store:
         session = Session.open(store, session_id, harness=transcript.harness, workspace=transcript.cwd)
@@ -49,7 +73,7 @@ def replay_cmd(
             def tick(_: TranscriptRow) -> None:
                 next(it, None)
 
-            result = replay_transcript(transcript, session, file=str(file), verify=verify, on_turn=tick)
+            result = replay_transcript(transcript, session, file=source, verify=verify, on_turn=tick)
         summary = result.summary()
         if as_json:
             if per_turn:
@@ -84,7 +108,7 @@ def replay_cmd(
                 else ""
             )
             click.echo(
-                f"{file.name} ({result.format}): {result.turns} model calls replayed in {result.seconds:.1f}s "
+                f"{label} ({result.format}): {result.turns} model calls replayed in {result.seconds:.1f}s "
                 f"(peak RSS {result.peak_rss_mb:.0f} MB) into {store.url}\n"
                 f"tokens sent: {result.tokens_assembled:,} with context_os vs {result.tokens_full:,} with the full "
                 f"transcript ({pct:.1f}%){pi}\n"

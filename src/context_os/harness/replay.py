@@ -4,8 +4,8 @@ A model call happened wherever the recording has an assistant message: its input
 message before it. For each, the naive transcript (what the harness sent) is compared with
 what context_os assembles, using the same token estimate on both sides.
 
-``replay_openai`` replays OpenAI-format messages (``ctxos demo``). ``replay_transcript`` replays
-any session file ``formats.read_session`` reads, through its harness's adapter, and keeps the
+``replay_transcript`` replays any session file ``formats.read_session`` reads (and the bundled
+session of ``ctxos demo``), through its harness's adapter, and keeps the
 files the recorded tools read, wrote and edited as *virtual* file objects (``VirtualFiles``: the
 recorded session's files are not on disk; their versions are recorded from the transcript, valid
 time = the message's timestamp). It measures what ``ctxos replay`` reports: see docs/replay.md.
@@ -14,7 +14,7 @@ time = the message's timestamp). It measures what ``ctxos replay`` reports: see 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,100 +29,17 @@ from ..objects import FileDoc
 from ..store.base import Put, Version, now_ms
 from .base import Adapter, ContextHook
 from .formats import Transcript
-from .openai import OpenAIAdapter, OpenAIHook, pairing_problems
+from .openai import OpenAIAdapter
 from .pi import COMPACTION_SUMMARY_PREFIX, FileOp, PiHook, in_context, pi_file_op
 from .toolnames import preset
 
 __all__ = [
-    "ReplayResult",
     "TranscriptReplay",
     "TranscriptRow",
-    "TurnRow",
     "VirtualFile",
     "VirtualFiles",
-    "model_calls",
-    "replay_openai",
     "replay_transcript",
 ]
-
-
-@dataclass
-class TurnRow:
-    turn: int
-    messages: int
-    tokens_full: int
-    tokens_assembled: int
-    active: int
-    collapsed_now: int
-    orphaned: int
-
-
-@dataclass
-class ReplayResult:
-    session: str
-    store: str
-    turns: int = 0
-    tokens_full: int = 0
-    tokens_assembled: int = 0
-    orphaned_tool_results: int = 0
-    frames: int = 0
-    frames_verified: int = 0
-    seconds: float = 0.0
-    rows: list[TurnRow] = field(default_factory=list)
-
-    def summary(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("rows")
-        d["ratio"] = round(self.tokens_assembled / self.tokens_full, 4) if self.tokens_full else None
-        return d
-
-
-def model_calls(messages: Sequence[dict[str, Any]]) -> list[int]:
-    """Indices of the assistant messages: each is a model call whose input preceded it."""
-    return [k for k, m in enumerate(messages) if m.get("role") == "assistant" and k > 0]
-
-
-def replay_openai(
-    messages: Sequence[dict[str, Any]],
-    session: Session,
-    *,
-    verify: bool = True,
-    on_turn: Callable[[TurnRow], None] | None = None,
-) -> ReplayResult:
-    """Run the hook at every model call of ``messages``; optionally re-verify every frame."""
-    hook = OpenAIHook(session)
-    result = ReplayResult(session=session.id, store=session.store.url)
-    started = time.perf_counter()
-    for k in model_calls(messages):
-        out = hook.transform_context(messages[:k])
-        assembly = hook.last
-        assert assembly is not None
-        orphans = len(pairing_problems(out))
-        row = TurnRow(
-            turn=assembly.turn,
-            messages=len(out),
-            tokens_full=assembly.tokens_full,
-            tokens_assembled=assembly.tokens,
-            active=len(session.view.live()),
-            collapsed_now=len(assembly.changes),
-            orphaned=orphans,
-        )
-        result.rows.append(row)
-        result.turns += 1
-        result.tokens_full += row.tokens_full
-        result.tokens_assembled += row.tokens_assembled
-        result.orphaned_tool_results += orphans
-        if on_turn:
-            on_turn(row)
-    frames = session.frames()
-    result.frames = len(frames)
-    if verify:
-        result.frames_verified = sum(verify_frame(session.store, f).ok for f in frames)
-    result.seconds = round(time.perf_counter() - started, 3)
-    return result
-
-
-# --- virtual files: file objects kept from a transcript ----------------------------------------------
 
 
 @dataclass
