@@ -159,6 +159,84 @@ def test_bad_valid_time_is_refused(tmp_path: Path) -> None:
         s.submit([Put(doc("a"), 1.5)])  # type: ignore[arg-type]
 
 
+# -- the attribute index ------------------------------------------------------------------------
+
+
+def indexed_keys(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {r[0] for r in conn.execute("SELECT name FROM indexed_keys")}
+
+
+def attr_rows(path: Path, name: str) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM attrs WHERE name = ?", (name,)).fetchone()[0])
+
+
+# every scalar JSON type, an integral float (found by its int), an integer past 64 bits, and
+# values that are never indexed (a list, a mapping)
+VALUES: list[Any] = ["x", "", 7, -3, 1.5, 2.0, 2**70, True, False, None, [1, 2], {"a": 1}]
+
+
+def test_a_meta_key_is_indexed_when_first_searched_for_every_version_ever_stored(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    with SqliteStore(path) as s:
+        for i, value in enumerate(VALUES):
+            s.put({"id": f"d{i}", "kind": "note", "meta": {"v": value, "other": i}}, T0)
+            s.put({"id": f"d{i}", "kind": "note", "meta": {"v": "later", "other": i}}, T0 + 10)
+        assert indexed_keys(path) == set() and attr_rows(path, "meta:v") == 0  # writes index no meta key
+        for i, value in enumerate(VALUES):
+            assert [v.id for v in s.find("note", {"v": value}, valid_time=T0)] == [f"d{i}"], value
+            assert s.find("note", {"v": value}, valid_time=T0 + 10) == []
+        assert indexed_keys(path) == {"meta:v"}
+        # 10 scalar values (2.0 and 2**70 included) as of T0, plus "later" for all 12 entities
+        assert attr_rows(path, "meta:v") == 10 + 12
+        assert [v.id for v in s.find("note", {"v": "later"})] == sorted(f"d{i}" for i in range(len(VALUES)))
+        # from now on every put indexes it
+        s.put({"id": "new", "kind": "note", "meta": {"v": 2**70}}, T0 + 20)
+        assert attr_rows(path, "meta:v") == 10 + 12 + 1
+        assert [v.id for v in s.find("note", {"v": 2**70})] == ["new"]
+        assert "meta:other" not in indexed_keys(path)
+
+
+def test_a_key_another_connection_starts_indexing_is_indexed_by_this_one_too(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    with SqliteStore(path) as a, SqliteStore(path) as b:
+        a.put({"id": "one", "kind": "note", "meta": {"tag": "t"}}, T0)
+        assert [v.id for v in b.find("note", {"tag": "t"})] == ["one"]  # b starts indexing 'tag'
+        a.put({"id": "two", "kind": "note", "meta": {"tag": "t"}}, T0)  # a has not searched for it
+        assert [v.id for v in b.find("note", {"tag": "t"})] == ["one", "two"]
+        assert attr_rows(path, "meta:tag") == 2
+
+
+def test_a_store_that_cannot_be_written_is_searched_without_the_index(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    with SqliteStore(path) as s:
+        s.put({"id": "one", "kind": "note", "meta": {"tag": "t"}}, T0)
+        s.put({"id": "two", "kind": "other", "meta": {"tag": "t"}}, T0)
+    with SqliteStore(path) as s:
+        assert s._conn is not None
+        s._conn.execute("PRAGMA query_only = ON")
+        assert [v.id for v in s.find("note", {"tag": "t"})] == ["one"]
+        assert [v.id for v in s.find(None, {"tag": "t"})] == ["one", "two"]
+    assert indexed_keys(path) == set()
+
+
+def test_files_from_before_the_index_keys_migration_keep_every_key_indexed(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with SqliteStore(path) as s:
+        s.put({"id": "one", "kind": "note", "meta": {"tag": "t", "n": 1}}, T0)
+        assert s.find("note", {"tag": "t"})
+    with sqlite3.connect(path) as conn:  # make it the file an older context_os wrote
+        conn.execute("DROP TABLE indexed_keys")
+        conn.execute("DELETE FROM migrations WHERE name = 'm002_indexed_keys'")
+        conn.execute("INSERT INTO attrs SELECT 'meta:n', value, eid FROM attrs WHERE name = 'meta:tag'")
+    with SqliteStore(path) as s:
+        assert applied(path) == [name for name, _ in MIGRATIONS]
+        assert indexed_keys(path) == {"meta:tag", "meta:n"}
+        s.put({"id": "two", "kind": "note", "meta": {"tag": "t", "n": 1}}, T0)
+        assert attr_rows(path, "meta:n") == 2
+
+
 # -- eviction ----------------------------------------------------------------------------------
 
 
@@ -168,6 +246,7 @@ def test_evict_leaves_no_copy_in_the_files(tmp_path: Path) -> None:
     with SqliteStore(path) as s:
         # a large content (overflow pages), a small one, and a secret in an indexed meta value
         s.put({"id": "leak", "kind": "note", "content": (secret + "\n") * 2000, "meta": {"key": secret}}, T0)
+        assert [v.id for v in s.find("note", {"key": secret}, valid_time=T0)] == ["leak"]  # now indexed
         s.put({"id": "leak", "kind": "note", "content": secret, "meta": {}}, T0 + 1)
         # overwritten within its own tx: no row references this doc any more
         s.submit([Put({"id": "leak", "kind": "note", "content": secret * 2}, T0 + 2), Put(doc("leak"), T0 + 2)])

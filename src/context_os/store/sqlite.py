@@ -11,9 +11,15 @@ conformance suite can hold both to one behaviour:
   the document's own ``object_hash`` field: two documents may claim the same object hash and
   differ, and ``verify`` must be able to see that).
 * ``txs``: every transaction (id, time, committed), aborted ones included, as XTDB records them.
-* ``attrs``: (attribute, value digest, entity) for the kind and every scalar ``meta`` value any
-  version of an entity ever had. ``find`` reads its candidates from here, then checks each
-  candidate's version in force, so it never scans the history of unrelated documents.
+* ``attrs``: (attribute, value digest, entity) for the kind and every scalar value of an
+  *indexed* ``meta`` key that any version of an entity ever had. ``find`` reads its candidates
+  from here, then checks each candidate's version in force, so it never scans the history of
+  unrelated documents.
+* ``indexed_keys``: the ``meta`` keys ``attrs`` covers. A key is indexed the first time ``find``
+  asks for it (every stored version is indexed then, under the write lock) and from then on by
+  every put. Keys nobody searches by (previews, token counts, call ids) cost writes nothing:
+  each indexed value is a random-order B-tree insert, which is most of what a small
+  transaction costs in WAL mode.
 * ``entities``: string id → integer key, to keep the version rows and indexes small.
 
 Puts and deletes write the same rows XTDB's indexer (``xtdb.tx/put-delete-coords``) writes,
@@ -31,7 +37,7 @@ import json
 import math
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,7 +81,16 @@ def _m001_initial(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (("m001_initial", _m001_initial),)
+def _m002_indexed_keys(conn: sqlite3.Connection) -> None:
+    # Files written before this migration indexed every meta key: all of them stay indexed.
+    conn.execute("CREATE TABLE indexed_keys (name TEXT PRIMARY KEY) WITHOUT ROWID")
+    conn.execute("INSERT INTO indexed_keys (name) SELECT DISTINCT name FROM attrs WHERE name != ?", (_KIND_ATTR,))
+
+
+MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
+    ("m001_initial", _m001_initial),
+    ("m002_indexed_keys", _m002_indexed_keys),
+)
 
 
 # -- documents and attribute values ---------------------------------------------------------------
@@ -118,8 +133,9 @@ def _indexed_value(value: Any) -> bytes | None:
     return blake3.blake3(key).digest(length=16)
 
 
-def _doc_attrs(doc: Mapping[str, Any]) -> list[tuple[str, bytes]]:
-    """The (attribute, value digest) pairs of a document that ``attrs`` indexes."""
+def _doc_attrs(doc: Mapping[str, Any], keys: Container[str] | None = None) -> list[tuple[str, bytes]]:
+    """The (attribute, value digest) pairs of a document that ``attrs`` indexes: the kind and the
+    meta values whose attribute name is in ``keys`` (all of them if None)."""
     pairs: list[tuple[str, bytes]] = []
     kind = doc.get("kind")
     if isinstance(kind, str) and (ik := _indexed_value(kind)) is not None:
@@ -127,7 +143,9 @@ def _doc_attrs(doc: Mapping[str, Any]) -> list[tuple[str, bytes]]:
     meta = doc.get("meta")
     if isinstance(meta, Mapping):
         for k, v in meta.items():
-            if isinstance(k, str) and (iv := _indexed_value(v)) is not None:
+            if not isinstance(k, str) or (keys is not None and _META_ATTR + k not in keys):
+                continue
+            if (iv := _indexed_value(v)) is not None:
                 pairs.append((_META_ATTR + k, iv))
     return pairs
 
@@ -136,7 +154,7 @@ def _doc_attrs(doc: Mapping[str, Any]) -> list[tuple[str, bytes]]:
 class _PreparedDoc:
     json: str
     hash: bytes
-    attrs: list[tuple[str, bytes]]
+    doc: Mapping[str, Any]
 
 
 def _prepare_doc(doc: Mapping[str, Any]) -> _PreparedDoc:
@@ -149,7 +167,7 @@ def _prepare_doc(doc: Mapping[str, Any]) -> _PreparedDoc:
         text = _exact_json(doc)
     except (TypeError, ValueError) as e:
         raise StoreError(f"document {doc_id!r} is not JSON: {e}") from e
-    return _PreparedDoc(text, blake3.blake3(text.encode("utf-8")).digest(), _doc_attrs(doc))
+    return _PreparedDoc(text, blake3.blake3(text.encode("utf-8")).digest(), doc)
 
 
 def _exact_json(value: Any) -> str:
@@ -206,6 +224,9 @@ class SqliteStore(Store):
         # behind it, so a put is visible at once even if the wall clock stepped back.
         self._last_tx_time = 0
         self._known_tx = -1  # newest tx id this process has seen: as-of reads up to it need no check
+        # The indexed meta keys as last read. Keys are only ever added, so a key found here is
+        # indexed; one missing may have been added by another process (re-read under the lock).
+        self._indexed: frozenset[str] = frozenset()
         self._conn: sqlite3.Connection | None = None
         self._conn = self._init_connection()
 
@@ -240,6 +261,7 @@ class SqliteStore(Store):
                 # instead of every 4 MB, so a session's small transactions do not each pay for one.
                 conn.execute("PRAGMA wal_autocheckpoint=10000")
                 self._migrate(conn)
+                self._indexed = self._read_indexed(conn)
         except BaseException:
             conn.close()
             raise
@@ -274,6 +296,56 @@ class SqliteStore(Store):
         if not exists:
             return []
         return [r[0] for r in conn.execute("SELECT name FROM migrations ORDER BY rowid")]
+
+    @staticmethod
+    def _read_indexed(conn: sqlite3.Connection) -> frozenset[str]:
+        return frozenset(r[0] for r in conn.execute("SELECT name FROM indexed_keys"))
+
+    def _index_keys(self, conn: sqlite3.Connection, names: Sequence[str]) -> bool:
+        """Start indexing the meta attributes ``names``: index every stored version's value for
+        them, in one write transaction. False if the file cannot be written (a read-only store
+        is searched without the index; ``find`` checks every candidate anyway)."""
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._indexed = self._read_indexed(conn)
+                for name in names:
+                    if name not in self._indexed:
+                        self._backfill(conn, name)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as e:
+            if "readonly" in str(e):
+                return False
+            raise
+        self._indexed = self._indexed.union(names)
+        return True
+
+    @staticmethod
+    def _backfill(conn: sqlite3.Connection, name: str) -> None:
+        """Index ``name`` for every version ever stored, and record it as indexed."""
+        key = name[len(_META_ATTR) :]
+        rows: set[tuple[str, bytes, int]] = set()
+        # json_each reads the values in C. An integer past 64 bits comes back as a float (typed
+        # 'integer' or 'real'), whose digest only the document's own parse gets right.
+        scan = (
+            "SELECT DISTINCT v.eid, d.id, j.type, j.atom FROM versions v JOIN docs d ON d.id = v.doc,"
+            " json_each(d.json, '$.meta') j WHERE j.key = ?"
+        )
+        for eid, doc_ref, jtype, atom in conn.execute(scan, (key,)).fetchall():
+            if jtype in ("array", "object"):
+                continue  # not scalars: never indexed
+            if jtype == "real" or (jtype == "integer" and not isinstance(atom, int)):
+                atom = json.loads(conn.execute("SELECT json FROM docs WHERE id = ?", (doc_ref,)).fetchone()[0])
+                atom = atom["meta"][key]
+            elif jtype in ("true", "false"):
+                atom = jtype == "true"
+            if (iv := _indexed_value(atom)) is not None:
+                rows.add((name, iv, eid))
+        conn.executemany("INSERT OR IGNORE INTO attrs (name, value, eid) VALUES (?, ?, ?)", rows)
+        conn.execute("INSERT INTO indexed_keys (name) VALUES (?)", (name,))
 
     @contextmanager
     def _translate(self, action: str) -> Iterator[None]:
@@ -345,8 +417,10 @@ class SqliteStore(Store):
                 tx_id = 1 if last is None else last[0] + 1
                 # XTDB's tx time never goes backwards, even if the wall clock does.
                 tx_time = now_ms() if last is None else max(now_ms(), last[1])
+                if prepared:
+                    self._indexed = self._read_indexed(conn)
                 conn.execute("SAVEPOINT ops")
-                committed = _TxWriter(conn, tx_id, tx_time).run(ops, prepared, expected)
+                committed = _TxWriter(conn, tx_id, tx_time, self._indexed).run(ops, prepared, expected)
                 if not committed:
                     conn.execute("ROLLBACK TO ops")
                 conn.execute("RELEASE ops")
@@ -463,10 +537,13 @@ class SqliteStore(Store):
         # Candidates come from the index: entities that ever had every indexable criterion.
         # A meta value usually narrows far more than the kind, so it drives the lookup.
         criteria = [(_META_ATTR + k, iv) for k, v in (where or {}).items() if (iv := _indexed_value(v)) is not None]
-        if kind is not None and (ik := _indexed_value(kind)) is not None:
-            criteria.append((_KIND_ATTR, ik))
         with self._connection("find") as conn:
             self._check_basis(conn, tx_id)
+            new = [name for name, _ in criteria if name not in self._indexed]
+            if new and not self._index_keys(conn, new):
+                criteria = [c for c in criteria if c[0] in self._indexed]
+            if kind is not None and (ik := _indexed_value(kind)) is not None:
+                criteria.append((_KIND_ATTR, ik))
             if criteria:
                 if len(criteria) > 1:
                     # Drive the lookup from the rarest criterion (a turn number narrows more
@@ -545,8 +622,9 @@ class _TxWriter:
     the buffer is flushed before any op that must read an entity the buffer touches.
     """
 
-    def __init__(self, conn: sqlite3.Connection, tx_id: int, tx_time: int) -> None:
+    def __init__(self, conn: sqlite3.Connection, tx_id: int, tx_time: int, indexed: frozenset[str]) -> None:
         self.conn = conn
+        self.indexed = indexed
         self.tx_id = tx_id
         self.tx_time = tx_time
         self.eids: dict[str, int] = {}
@@ -572,7 +650,7 @@ class _TxWriter:
                 eid = self._eid(op.doc["id"], create=True)
                 assert eid is not None
                 doc_ref = self._doc_ref(eid, doc)
-                self.attrs.update((name, value, eid) for name, value in doc.attrs)
+                self.attrs.update((name, value, eid) for name, value in _doc_attrs(doc.doc, self.indexed))
                 self._put(eid, op.valid_from, op.valid_to, doc_ref)
             elif isinstance(op, Delete):
                 eid = self._eid(op.id, create=True)
