@@ -15,6 +15,7 @@ from context_os import RetentionPolicy, Session
 from context_os.context.frames import verify_frame
 from context_os.errors import ContentTooLarge, InvalidOutput, MalformedMessage
 from context_os.harness.anthropic import AnthropicHook, merge_turns, pairing_problems, validate_anthropic
+from context_os.store import Evict
 from context_os.store.sqlite import SqliteStore
 
 MESSAGE = TypeAdapter(MessageParam)
@@ -354,3 +355,25 @@ def test_an_expanded_result_keeps_its_images(db):
     block = {"type": "tool_result", "tool_use_id": "a", "content": content}
     out = hook.transform([user("go"), calls("a"), {"role": "user", "content": [block]}])["messages"]
     assert out[-1]["content"][0] == block
+
+
+def test_a_results_images_live_in_its_tool_call_object_and_evict_erases_them(db):
+    hook = hook_for(db)
+    secret_png = {"type": "base64", "media_type": "image/png", "data": "c2VjcmV0LXNjcmVlbnNob3Q="}
+    content = [{"type": "text", "text": "see"}, {"type": "image", "source": secret_png}]
+    block = {"type": "tool_result", "tool_use_id": "a", "content": content}
+    msgs = [user("go"), calls("a"), {"role": "user", "content": [block]}]
+    assert hook.transform(msgs)["messages"][-1]["content"][0] == block
+    [obj] = [o for o in hook.session.view.objects.values() if o.kind == "toolcall"]
+    assert obj.meta["blocks"] == {"content": content}  # hashed with the object's metadata
+
+    def stored() -> str:
+        return "".join(json.dumps(v.doc) for v in db.find() if v.doc)
+
+    assert secret_png["data"] in stored()
+    assert all(secret_png["data"] not in json.dumps(v.doc) for v in db.find("chat") if v.doc)  # not in the chat
+    db.submit([Evict(obj.id)])
+    assert secret_png["data"] not in stored()
+    # the session goes on; the evicted result renders as erased
+    out = hook_for(db).transform([*msgs, user("next")])["messages"]
+    assert "erased" in json.dumps(out)

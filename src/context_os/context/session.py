@@ -270,8 +270,12 @@ class Session:
         entry: Entry = {"i": i, "role": m["role"], "text": m.get("text"), "h": m["h"]}
         if m.get("ts") is not None:
             entry["ts"] = m["ts"]
-        if m.get("extra"):
-            entry["extra"] = m["extra"]
+        extra = dict(m.get("extra") or {})
+        # A tool output as the harness gave it (images, several blocks) belongs to the tool-call
+        # object, so that evicting the object erases it: the chat entry keeps the rest.
+        blocks = extra.pop("full", None) if m["role"] == "tool" else None
+        if extra:
+            entry["extra"] = extra
         if m.get("extra_chars"):
             entry["extra_chars"] = m["extra_chars"]
         entry["ft"] = estimate_tokens(msg_chars(m))
@@ -303,6 +307,7 @@ class Session:
                     "preview": _preview(text),
                     "is_error": bool(m.get("is_error", False)),
                     **({"redacted": redacted} if redacted else {}),
+                    **({"blocks": blocks} if blocks is not None else {}),
                 },
                 content=text,
                 state="active",

@@ -322,6 +322,8 @@ class SessionView:
             extra = dict(e.get("extra") or {})
             if obj is None or not obj.in_history:
                 extra.pop("full", None)  # the output as given (images, blocks) shows only in full
+            elif "blocks" in obj.meta:
+                extra["full"] = obj.meta["blocks"]
             if extra:
                 msg["extra"] = extra
             return [msg]

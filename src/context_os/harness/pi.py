@@ -17,9 +17,9 @@ expects: the same roles, so an extension can return it from the ``context`` even
   their lengths); thinking is counted (``extra_chars``, as Pi's own token estimate counts it)
   but not managed.
 
-A tool result's images are stored (``extra["full"]``) but come back only when the engine renders
-a result entry's extra, which it does not yet (it renders a result from its output text, name
-and error flag); a result's ``details`` is Pi's UI data, never sent to the model, and not kept.
+A tool result's images (``extra["full"]``) are stored in its tool-call object and come back
+while the result is shown in full; a result's ``details`` is Pi's UI data, never sent to the
+model, and not kept.
 
 ``pi_file_op`` reads what Pi's ``read``/``write``/``edit`` calls and results say about a file (the
 replay uses it to keep file objects without the files on disk).
