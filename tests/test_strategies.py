@@ -1,0 +1,276 @@
+"""The baseline context strategies of bench/strategies.py (bench/_strategies.py), on small hand-built
+Pi sessions: each must do what the harness or library it stands for does, or the comparison is unfair."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from bench._strategies import (
+    CLEARED,
+    ClearToolResults,
+    FullHistory,
+    PiCompaction,
+    Prepared,
+    TrimLast,
+    find_cut_point,
+    measure,
+    prefix_tokens,
+    prepare,
+    trim_last,
+    unpaired,
+)
+
+from context_os.harness.formats import Transcript
+from context_os.harness.pi import COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
+
+
+def call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "toolCall", "id": call_id, "name": name, "arguments": args}]}
+
+
+def result(call_id: str, text: str, name: str = "bash") -> dict[str, Any]:
+    return {
+        "role": "toolResult",
+        "toolCallId": call_id,
+        "toolName": name,
+        "content": [{"type": "text", "text": text}],
+        "isError": False,
+    }
+
+
+def answer(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "text", "text": text}], "stopReason": "stop"}
+
+
+def session(messages: list[dict[str, Any]], window: int = 200_000) -> Prepared:
+    return prepare(Transcript("pi-v3", "pi", "pi", messages), "test", window)
+
+
+def tool_session(turns: int, results: int, size: int) -> Prepared:
+    """``turns`` user prompts, each followed by ``results`` bash calls with ``size``-char outputs."""
+    messages: list[dict[str, Any]] = []
+    for t in range(turns):
+        messages.append(user(f"task {t}"))
+        for r in range(results):
+            messages += [call(f"c{t}.{r}", "bash", command=f"run {t} {r}"), result(f"c{t}.{r}", "x" * size)]
+        messages.append(answer(f"done {t}"))
+    return session(messages)
+
+
+def sent(s: Prepared, strategy: Any, n: int) -> list[dict[str, Any]]:
+    return [s.messages[x.src] if x.src >= 0 else {"role": "user"} for x in strategy.context(s, n)]
+
+
+# --- trimming --------------------------------------------------------------------------------------
+
+
+def test_trim_last_keeps_the_newest_messages_that_fit_from_a_user_message() -> None:
+    roles = ["user", "assistant", "tool", "user", "assistant", "tool", "assistant", "tool"]
+    tokens = [10, 10, 50, 10, 10, 30, 10, 20]
+    # 20+10+30+10 = 70 fits, +10 (the user message) = 80 fits, +50 does not
+    assert trim_last(roles, tokens, 80) == [3, 4, 5, 6, 7]
+    # 79: the user message no longer fits, and a window must start on one: the run shrinks to nothing
+    assert trim_last(roles, tokens, 79) == []
+
+
+def test_trim_last_keeps_the_system_message_and_counts_it() -> None:
+    roles = ["system", "user", "assistant", "user", "assistant", "tool"]
+    tokens = [40, 10, 10, 10, 10, 10]
+    assert trim_last(roles, tokens, 70) == [0, 3, 4, 5]
+    assert trim_last(roles, tokens, 200) == [0, 1, 2, 3, 4, 5]
+
+
+def test_trim_last_drops_trailing_messages_that_are_not_user_or_tool() -> None:
+    assert trim_last(["user", "assistant", "tool", "assistant"], [1, 1, 1, 1], 100) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("budget", [60, 200, 450, 1_000, 5_000])
+def test_trimming_never_separates_a_tool_call_from_its_result(budget: int) -> None:
+    s = tool_session(turns=6, results=4, size=300)
+    trim = TrimLast(budget)
+    for n in s.calls:
+        messages = sent(s, trim, n)
+        assert not unpaired(messages)
+        assert not messages or messages[0]["role"] == "user"
+        assert sum(s.tokens[x.src] for x in trim.context(s, n)) <= budget
+
+
+def test_unpaired_finds_calls_without_results_and_results_without_calls() -> None:
+    msgs = [
+        {"role": "assistant", "tool_calls": [{"id": "a"}, {"id": "b"}]},
+        {"role": "tool", "tool_call_id": "a"},
+        {"role": "user"},
+        {"role": "tool", "tool_call_id": "z"},
+    ]
+    assert unpaired(msgs) == {"call:b", "result:z"}
+
+
+# --- tool-result clearing ----------------------------------------------------------------------------
+
+
+def test_clearing_waits_for_the_trigger() -> None:
+    s = tool_session(turns=1, results=6, size=400)
+    clear = ClearToolResults(trigger=s.prefix[-1])
+    assert all(not x.cleared for n in s.calls for x in clear.context(s, n))
+    assert clear.triggered == 0
+
+
+def test_clearing_keeps_exactly_the_three_newest_results_and_puts_placeholders() -> None:
+    s = tool_session(turns=2, results=5, size=4_000)  # 10 results of 1,000 tokens
+    clear = ClearToolResults(trigger=5_000)
+    n = s.calls[-1]
+    shown = clear.context(s, n)
+    results = [x for x in shown if s.messages[x.src]["role"] == "tool"]
+    assert len(results) == 10
+    assert [x.cleared for x in results] == [True] * 7 + [False] * 3
+    assert all(x.tokens == (len(CLEARED) + 3) // 4 for x in results[:7])
+    assert all(x.tokens == 1_000 for x in results[7:])
+    assert [x.src for x in shown] == list(range(n))  # placeholders in place: nothing removed, pairs kept
+    assert not unpaired(sent(s, clear, n))
+    assert sum(x.tokens for x in shown) < s.prefix[n]
+
+
+def test_clearing_keeps_everything_when_there_are_three_results_or_fewer() -> None:
+    s = tool_session(turns=1, results=3, size=4_000)
+    assert not any(x.cleared for x in ClearToolResults(trigger=10).context(s, s.calls[-1]))
+
+
+# --- Pi compaction -------------------------------------------------------------------------------------
+
+
+def test_cut_point_keeps_about_keep_recent_tokens_and_never_cuts_at_a_tool_result() -> None:
+    roles = ["user", "assistant", "tool", "assistant", "tool", "user", "assistant", "tool"]
+    tokens = [5, 5, 100, 5, 100, 5, 5, 100]
+    # from the end: 100, 105, 110 (reaches 110 at index 5, a user message)
+    assert find_cut_point(roles, tokens, 0, 8, 110) == 5
+    # 200 is reached at index 4, a tool result: the next valid cut point is 5
+    assert find_cut_point(roles, tokens, 0, 8, 200) == 5
+    # reached at index 2 (a tool result): cut at the assistant message 3, which keeps its result
+    assert find_cut_point(roles, tokens, 0, 8, 300) == 3
+    # never reached: keep from the first valid cut point of the range
+    assert find_cut_point(roles, tokens, 0, 8, 10_000) == 0
+    assert find_cut_point(roles, tokens, 2, 8, 10_000) == 3
+
+
+def test_compaction_triggers_at_the_threshold_and_keeps_about_keep_recent_tokens() -> None:
+    # 20 turns of 4 results of 1,000 tokens (about 4,030 tokens a turn)
+    s = tool_session(turns=20, results=4, size=4_000)
+    pi = PiCompaction(context_window=40_000, reserve_tokens=10_000, keep_recent_tokens=8_000)
+    for n in s.calls:
+        before = list(pi.compactions)
+        shown = pi.context(s, n)
+        sent_tokens = sum(x.tokens for x in shown)
+        if len(pi.compactions) > len(before):
+            end, first_kept, reason = pi.compactions[-1]
+            assert reason == "threshold"
+            assert s.messages[end]["role"] == "user"  # checked when the run ended, before the new prompt
+            grown = s.prefix[end] - (s.prefix[before[-1][1]] - pi.summary_tokens if before else 0)
+            assert grown > 30_000  # the context up to the prompt passed contextWindow - reserveTokens
+            # about keepRecentTokens: the cut moves to the next valid point, at most one message away
+            assert abs((s.prefix[end] - s.prefix[first_kept]) - 8_000) <= 1_100
+            assert s.messages[first_kept]["role"] != "tool"
+        else:
+            assert sent_tokens <= 30_000 + 4_100  # never more than a turn past the threshold
+        assert not unpaired(sent(s, pi, n))
+    assert len(pi.compactions) >= 2
+    # after a compaction a call sends the summary first, then the kept messages
+    assert shown[0].src == -1
+    assert [x.src for x in shown[1:]] == list(range(pi.compactions[-1][1], s.calls[-1]))
+
+
+def test_compaction_waits_for_the_threshold() -> None:
+    s = tool_session(turns=6, results=4, size=4_000)  # about 24k tokens in all
+    pi = PiCompaction(context_window=40_000, reserve_tokens=10_000, keep_recent_tokens=8_000)
+    for n in s.calls:
+        assert [x.src for x in pi.context(s, n)] == list(range(n))
+    assert pi.compactions == []
+
+
+def test_compaction_on_overflow_inside_a_long_run() -> None:
+    s = tool_session(turns=1, results=30, size=4_000)  # one prompt, 30k tokens of results
+    pi = PiCompaction(context_window=20_000, reserve_tokens=5_000, keep_recent_tokens=4_000)
+    for n in s.calls:
+        assert sum(x.tokens for x in pi.context(s, n)) <= 20_000
+    assert pi.compactions and {reason for _, _, reason in pi.compactions} == {"overflow"}
+
+
+def test_compaction_summary_is_a_fixed_size_placeholder_in_pis_wrapper() -> None:
+    pi = PiCompaction(context_window=1, summary_chars=4_000)
+    wrapper = len(COMPACTION_SUMMARY_PREFIX) + len(COMPACTION_SUMMARY_SUFFIX)
+    assert pi.summary_tokens == (4_000 + wrapper + 3) // 4
+
+
+# --- measures ------------------------------------------------------------------------------------------
+
+
+def test_prefix_tokens_counts_the_identical_leading_messages() -> None:
+    assert prefix_tokens([], ["a", "b"], [3, 4]) == 0  # the first call has none
+    assert prefix_tokens(["a", "b"], ["a", "b", "c"], [3, 4, 5]) == 7  # append-only: everything before
+    assert prefix_tokens(["a", "b", "c"], ["a", "x", "c"], [3, 4, 5]) == 3  # stops at the first change
+    assert prefix_tokens(["a", "b"], ["b", "a"], [3, 4]) == 0  # same messages, other positions
+
+
+def test_full_history_prefix_stability_is_one_minus_new_over_total() -> None:
+    s = tool_session(turns=2, results=3, size=400)
+    m = measure(s, FullHistory())
+    assert m.tokens == [s.prefix[n] for n in s.calls]
+    new = [s.prefix[n] - s.prefix[p] for p, n in zip([0, *s.calls], s.calls, strict=False)]
+    assert m.prefix == [t - d for t, d in zip(m.tokens, new, strict=True)]
+    assert m.uncached == s.prefix[s.calls[-1]]
+
+
+def test_clearing_breaks_the_prefix_where_it_clears() -> None:
+    s = tool_session(turns=1, results=6, size=4_000)  # results of 1,000 tokens at messages 2, 4, …, 12
+    clear = ClearToolResults(trigger=3_500)
+    m = measure(s, clear)
+    assert clear.triggered == 3  # from the 4th result on
+    # the last call clears one more result, the 4th newest (message 6): the prefix ends before it,
+    # the two results before it being placeholders in both calls
+    assert m.prefix[-1] == s.prefix[6] - 2 * (1_000 - (len(CLEARED) + 3) // 4)
+
+
+def test_edit_target_in_context_follows_the_latest_view_and_the_edits_since() -> None:
+    path = "/repo/app.py"
+    messages = [
+        user("fix app.py"),
+        call("r1", "read", path=path),
+        result("r1", "a = 1\nb = 2", name="read"),
+        call("e1", "edit", path=path, oldText="a = 1", newText="a = 3"),
+        result("e1", "Successfully replaced text in /repo/app.py.", name="edit"),
+        call("b1", "bash", command="make"),
+        result("b1", "y" * 40_000),
+        call("b2", "bash", command="make"),
+        result("b2", "y" * 40_000),
+        call("b3", "bash", command="make"),
+        result("b3", "y" * 40_000),
+        call("e2", "edit", path=path, oldText="b = 2", newText="b = 4"),
+        result("e2", "Successfully replaced text in /repo/app.py.", name="edit"),
+    ]
+    s = session(messages)
+    full = measure(s, FullHistory())
+    assert (full.edits_total, full.edits_with_target) == (2, 2)
+    # the read result was cleared before the second edit: its target's content is no longer in view
+    cleared = measure(s, ClearToolResults(trigger=20_000))
+    assert (cleared.edits_total, cleared.edits_with_target) == (2, 1)
+    # the read, then an edit of the same file: the read shows the file as it was
+    assert full.stale_views == sum(1 for n in s.calls if n > 4)
+
+
+def test_an_edit_whose_old_text_was_never_read_leaves_the_content_unknown() -> None:
+    path = "/repo/app.py"
+    messages = [
+        user("fix app.py"),
+        call("r1", "read", path=path),
+        result("r1", "a = 1", name="read"),
+        call("e1", "edit", path=path, oldText="zzz", newText="a = 3"),
+        result("e1", "Successfully replaced text in /repo/app.py.", name="edit"),
+        call("e2", "edit", path=path, oldText="a = 1", newText="a = 2"),
+        result("e2", "Successfully replaced text in /repo/app.py.", name="edit"),
+    ]
+    m = measure(session(messages), FullHistory())
+    assert (m.edits_total, m.edits_with_target) == (2, 1)
