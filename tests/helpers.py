@@ -33,3 +33,11 @@ def coding_session(steps: int, output_chars: int = 4000) -> list[dict[str, Any]]
         msgs.append(call(f"c{n}", "bash", command=f"cat file{n}.py"))
         msgs.append(result(f"c{n}", f"line {n}\n" + ("x" * output_chars)))
     return msgs
+
+
+def blocks_text(out: list[dict[str, Any]]) -> str:
+    """The context_os blocks (one per active object, then the object index) of an OpenAI-format
+    context, joined: where each block stands depends on when it last changed."""
+    return "\n".join(
+        m["content"] for m in out if m["role"] == "user" and str(m.get("content", "")).startswith("<context_os>")
+    )

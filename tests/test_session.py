@@ -14,7 +14,7 @@ from context_os.context.frames import verify_frame
 from context_os.errors import ContentTooLarge, LockedObject, MalformedMessage, NotFound
 from context_os.harness.openai import OpenAIHook, pairing_problems
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import call, coding_session, result, say, user
+from tests.helpers import blocks_text, call, coding_session, result, say, user
 
 try:
     from openai.types.chat import ChatCompletionMessageParam
@@ -89,11 +89,11 @@ def test_pinned_results_never_collapse_and_activate_brings_content_back_at_the_e
     assert json.loads(hook.call_tool("activate", '{"id": "toolcall:s1:c1"}'))["status"] == "activated"
     out = hook.transform_context(msgs)
     assert tool_texts(out)["c1"].startswith("[context_os")  # history stays append-only
-    assert out[-1]["role"] == "user" and "line 1" in out[-1]["content"]  # content in the active pool
+    assert out[-1]["role"] == "user" and "line 1" in blocks_text(out)  # content in the active pool
     assert json.loads(hook.call_tool("activate", {"id": "toolcall:s1:c1"}))["status"] == "already active"
     assert json.loads(hook.call_tool("deactivate", {"id": "toolcall:s1:c1"}))["status"] == "deactivated"
     out = hook.transform_context(msgs)
-    assert "line 1" not in out[-1]["content"]
+    assert "line 1" not in blocks_text(out)
 
 
 def test_every_state_change_is_recorded_with_actor_and_reason(db):
@@ -307,14 +307,14 @@ def test_shown_objects_go_stale_but_never_reload_by_themselves(db):
     msgs = [user("hi")]
     assert hook.session.show("memory:notes")["status"] == "activated"
     out = hook.transform_context(msgs)
-    assert "first draft" in out[-1]["content"] and "stale" not in out[-1]["content"]
+    assert "first draft" in blocks_text(out) and "stale" not in blocks_text(out)
     db.put(note(2, "second draft"))
     out = hook.transform_context(msgs)
-    assert "first draft" in out[-1]["content"]
-    assert 'stale="version 2 is newer' in out[-1]["content"]
+    assert "first draft" in blocks_text(out)
+    assert 'stale="version 2 is newer' in blocks_text(out)
     assert json.loads(hook.call_tool("activate", {"id": "memory:notes"}))["status"] == "refreshed"
     out = hook.transform_context(msgs)
-    assert "second draft" in out[-1]["content"] and "stale" not in out[-1]["content"]
+    assert "second draft" in blocks_text(out) and "stale" not in blocks_text(out)
     for f in hook.session.frames():
         assert verify_frame(db, f).ok, f["id"]
     reasons = [v.doc["meta"]["reason"] for v in hook.session.state_changes("memory:notes")]
@@ -337,3 +337,101 @@ def test_full_chat_pages_are_named_by_one_aggregate_ref(db):
     forged["content"]["refs"][refs.index(sealed[0])]["pages_hash"] = "b3:" + "0" * 64
     problems = verify_frame(db, forged).problems
     assert any("full chat pages" in p for p in problems)
+
+
+# -- where the blocks of the volatile part stand ---------------------------------------------
+
+
+def _note(version: int, text: str, name: str = "notes.md") -> dict:
+    from context_os.objects import SourceDoc
+
+    oid = "memory:" + name.split(".")[0]
+    return SourceDoc(id=oid, kind="memory", content=text, meta={"name": name, "version": version}).to_doc()
+
+
+def _block_positions(out: list[dict]) -> dict[str, int]:
+    """Position of each context_os block in ``out``, by the first words after its header."""
+    return {
+        m["content"].splitlines()[2][:40]: i
+        for i, m in enumerate(out)
+        if m["role"] == "user" and m["content"].startswith("<context_os>")
+    }
+
+
+def test_a_block_stays_in_place_while_it_does_not_change_and_moves_to_the_end_when_it_does(db):
+    db.put(_note(1, "plan v1"))
+    db.put(_note(1, "todo v1", name="todo.md"))
+    hook = hook_for(db)
+    msgs = [user("hi")]
+    hook.session.show("memory:notes")
+    hook.session.show("memory:todo")
+    first = hook.transform_context(msgs)
+    assert [m["role"] for m in first[-3:]] == ["user"] * 3  # two objects, then the index: all at the end
+    msgs += [say("ok"), user("go on")]
+    second = hook.transform_context(msgs)
+    # nothing changed: every block stands where it stood, the new messages come after them
+    assert second[: len(first)] == first
+    assert second[len(first) :] == [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}]
+    db.put(_note(2, "plan v2"))
+    hook.transform_context(msgs)  # the session sees v2 (the block says it is stale)
+    assert json.loads(hook.call_tool("activate", {"id": "memory:notes"}))["status"] == "refreshed"
+    msgs += [say("noted"), user("and now")]
+    third = hook.transform_context(msgs)
+    pos = _block_positions(third)
+    todo = next(p for k, p in pos.items() if "memory:todo" in k)
+    notes = next(p for k, p in pos.items() if "memory:notes" in k)
+    ok = third.index({"role": "assistant", "content": "ok"})
+    assert third[todo] in first and todo < ok  # unchanged: in place, before the chat that followed
+    assert notes > ok and "plan v2" in third[notes]["content"]  # changed: at the end
+    assert "plan v1" not in blocks_text(third)
+    assert not pairing_problems(third)
+    for f in hook.session.frames():
+        check = verify_frame(db, f)
+        assert check.ok, (f["id"], check.problems)
+    assert hook.session.frames()[-1]["content"]["tail_at"][0] is not None  # recorded: todo in place
+
+
+def test_a_block_is_never_left_between_a_call_and_its_results(db):
+    db.put(_note(1, "plan"))
+    hook = hook_for(db)
+    hook.session.show("memory:notes")
+    msgs = [user("hi"), call("c1", command="ls")]  # the model's call still waits for its result
+    out = hook.transform_context(msgs)
+    assert [m["role"] for m in out[-4:]] == ["assistant", "tool", "user", "user"]  # a stand-in result, the blocks
+    msgs.append(result("c1", "a.py"))
+    out = hook.transform_context(msgs)
+    assert not pairing_problems(out)
+    assert [m["role"] for m in out[-4:]] == ["assistant", "tool", "user", "user"]  # the blocks after the result
+    assert out[-3]["content"] == "a.py"
+    for f in hook.session.frames():
+        assert verify_frame(db, f).ok
+
+
+def test_a_frame_from_before_blocks_had_places_re_renders_as_one_block_at_the_end(db):
+    from context_os.context.frames import rerender
+
+    db.put(_note(1, "plan"))
+    hook = hook_for(db)
+    hook.session.show("memory:notes")
+    hook.transform_context([user("hi")])
+    frame = hook.session.frames()[-1]
+    legacy = {**frame, "content": {k: v for k, v in frame["content"].items() if k not in ("tail_layout", "tail_at")}}
+    old = rerender(db, legacy)
+    assert [m["role"] for m in old.volatile] == ["user"]
+    assert "Objects in this session" in old.volatile[0]["text"] and "plan" in old.volatile[0]["text"]
+    assert old.rendered_hash != frame["content"]["rendered_hash"]  # the layout is part of the hash
+
+
+def test_the_hook_sends_what_the_frame_records_when_the_budget_renders_in_between(db):
+    hook = hook_for(db, token_budget=3000)
+    msgs = coding_session(1, output_chars=2000)
+    for n in range(1, 8):
+        hook.transform_context(msgs)
+        msgs += [call(f"c{n}", command="ls"), result(f"c{n}", f"out {n}\n" + "y" * 2000)]
+        out = hook.transform_context(msgs)
+        rendered = hook.last.rendered if hook.last else None
+        assert rendered is not None
+        fresh = hook.adapter.finalize([hook.adapter.render_msg(m) for m in rendered.messages])
+        assert out == fresh, n  # what the hook sent is what the frame re-renders to
+    for f in hook.session.frames():
+        assert verify_frame(db, f).ok

@@ -70,10 +70,10 @@ def _tool_output(request: dict[str, Any], call_id: str) -> str:
 
 
 def _tail(request: dict[str, Any]) -> str:
-    """The text of the request's context_os block (the message holding it)."""
+    """The text of the request's context_os blocks (the messages holding them)."""
     found = [m for m in request["messages"] if TAIL_OPEN in "\n".join(_texts(m.get("content")))]
-    assert len(found) == 1, f"expected one {TAIL_OPEN} message, got {len(found)}"
-    return "\n".join(_texts(found[0]["content"]))
+    assert found, f"expected {TAIL_OPEN} messages"
+    return "\n".join(t for m in found for t in _texts(m["content"]))
 
 
 def _assert_task_done(run: PiRun) -> None:

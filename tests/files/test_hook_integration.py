@@ -10,7 +10,7 @@ from context_os.context.frames import verify_frame
 from context_os.files import FileTools, Workspace
 from context_os.harness.openai import OpenAIHook
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import call, result, user
+from tests.helpers import blocks_text, call, result, user
 
 KEY = "sk-proj-" + "a1B2c3D4e5" * 5
 
@@ -29,7 +29,7 @@ def test_file_tools_are_offered_and_routed(tmp_path: Path) -> None:
         assert json.loads(output)["active"] == "activated"
         msgs.append(result("r1", output))
         out = hook.transform_context(msgs)
-        assert "print('hi')" in out[-1]["content"] and 'path="app.py"' in out[-1]["content"]
+        assert "print('hi')" in blocks_text(out) and 'path="app.py"' in blocks_text(out)
         assert hook.handles("read") and hook.handles("activate") and not hook.handles("bash")
         for f in session.frames():
             assert verify_frame(store, f).ok

@@ -24,8 +24,9 @@ def call(tools: FileTools, name: str, **args: Any) -> Any:
 
 
 def tail(session: Session) -> str:
-    msgs = session.view.render().volatile
-    return msgs[-1]["text"] or "" if msgs else ""
+    """The context_os blocks the session would show now."""
+    msgs = session.view.render().messages
+    return "\n".join(m["text"] or "" for m in msgs if (m["text"] or "").startswith("<context_os>"))
 
 
 def reasons(session: Session, oid: str) -> list[tuple[str, str, str]]:

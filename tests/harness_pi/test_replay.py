@@ -97,7 +97,7 @@ def test_file_results_collapse_at_once_and_the_file_shows_the_current_text(db) -
     last = session.frames()[-1]
     assert r.stale_file_views_full == 1  # the naive transcript still shows `return 1` at the last call
     assert r.stale_file_views_assembled == 0
-    tail = session.view.render().volatile[-1]["text"] or ""
+    tail = blocks(session)
     assert "return 2" in tail and "return 1" not in tail and 'path="app.py" version="2"' in tail
     stub = session.view.objects["toolcall:cur:r1"]
     assert stub.collapsed and stub.state == "inactive"
@@ -114,7 +114,7 @@ def test_a_large_file_shows_a_window_around_the_lines_touched(db) -> None:
     msgs += step("e1", "edit", "ok", path="/repo/big.txt", oldText="line 0700 ", newText="LINE 0700 ")
     msgs.append(say("done"))
     replay_transcript(pi(msgs), session, verify="all")
-    tail = session.view.render().volatile[-1]["text"] or ""
+    tail = blocks(session)
     assert "LINE 0700" in tail and "line 0001" not in tail and "lines not shown]" in tail
     assert len(tail) < session.view.policy.file_view_chars + 2000  # type: ignore[operator]
 
@@ -169,3 +169,9 @@ def test_the_real_session_reads_with_its_compactions() -> None:
     if not REAL.exists():  # pragma: no cover
         pytest.skip(f"the real Pi session is not at {REAL}")
     assert len(read_session(REAL).compactions) == 2
+
+
+def blocks(session: Session) -> str:
+    """The context_os blocks the session would show now, joined."""
+    texts = (m["text"] or "" for m in session.view.render().messages)
+    return "\n".join(t for t in texts if t.startswith("<context_os>"))

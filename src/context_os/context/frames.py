@@ -46,7 +46,7 @@ def rerender(store: Store, frame: dict[str, Any], *, hash_memo: dict[bytes, tupl
     view = load_view(
         store, frame["meta"]["session"], valid_time=c["valid_time"], tx_id=c["basis_tx_id"], hash_memo=hash_memo
     )
-    return view.render()
+    return view.render(frame=c)
 
 
 def _check_sealed(store: Store, frame: dict[str, Any], ref: dict[str, Any]) -> list[str]:

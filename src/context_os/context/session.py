@@ -231,9 +231,13 @@ class Session:
             raise ContentTooLarge(f"{len(text):,} characters exceeds the cap of {cap:,}", index=index, field="content")
         if m["role"] == "tool" and not m.get("tool_call_id"):
             raise MalformedMessage("a tool result needs the id of its call", index=index, field="tool_call_id")
+        seen: list[Any] = []
         for c in m.get("tool_calls") or ():
             if not c.get("id") or not c.get("name"):
                 raise MalformedMessage("a tool call needs an id and a name", index=index, field="tool_calls")
+            if c["id"] in seen:  # its results could not be told apart
+                raise MalformedMessage(f"two tool calls share the id {c['id']!r}", index=index, field="tool_calls")
+            seen.append(c["id"])
             if msg_chars({"role": "assistant", "text": None, "tool_calls": [c]}) > cap:
                 raise ContentTooLarge("tool call arguments exceed the size cap", index=index, field="tool_calls")
 
@@ -472,7 +476,8 @@ class Session:
         # due by age only: collapsing rewrites the history from the first of them on (the model
         # reads all of it again, uncached), so with a batch size they wait to go together
         batch = sum(view.collapse_gain(o) for o, _ in by_age) if policy.collapse_batch_tokens else 0
-        near_budget = policy.token_budget is not None and view.render().tokens > policy.token_budget * 9 // 10
+        budget = policy.token_budget
+        near_budget = budget is not None and view.render().tokens > budget * 9 // 10
         if by_age and (batch >= policy.collapse_batch_tokens or near_budget):
             for o, age in by_age:
                 changes.append(self._set(o, "inactive", "policy", f"{age} turns old", collapsed=True))
@@ -544,7 +549,7 @@ class Session:
         self._queue_session_doc()
         tx = self.flush()
         assert tx is not None
-        rendered = view.render()
+        rendered = view.render(commit=True)
         tokens_full = self._full
         frame_id = f"frame:{self.id}:{view.turn:06d}"
         live = view.live()
@@ -560,6 +565,8 @@ class Session:
                 "messages": rendered.message_count,
                 "active": [o.id for o in live],
                 "refs": rendered.refs,
+                "tail_layout": 1,
+                **({"tail_at": view.tail_at} if view.tail_at else {}),
             },
             meta={"session": self.id, "turn": view.turn, "tokens": rendered.tokens, "tokens_full": tokens_full},
         ).to_doc()

@@ -14,7 +14,9 @@ This module never writes to the store.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from typing import Any
 
 import blake3
@@ -242,6 +244,13 @@ class SessionView:
     _prev_count: int = field(default=0, repr=False)
     _checkpoints: dict[int, Any] = field(default_factory=dict, repr=False)
     _sealed: tuple[int, str] | None = field(default=None, repr=False)
+    # where each block of the volatile part stands: block hash → history position (see render)
+    _anchors: dict[str, int] = field(default_factory=dict, repr=False)
+    _prev_spliced: list[tuple[int, str]] = field(default_factory=list, repr=False)
+    _prev_rendered: int = field(default=0, repr=False)
+    tail_at: list[int | None] | None = field(default=None, repr=False)
+    """Of the last committed render: for each block of the volatile part, in block order, the
+    history position it stands at, or None at the end (what a frame records as ``tail_at``)."""
     # indexes over ``objects`` so a turn never scans every tool result ever seen
     _live: set[str] = field(default_factory=set, repr=False)
     _indexed: dict[str, ObjInfo] = field(default_factory=dict, repr=False)
@@ -288,6 +297,7 @@ class SessionView:
         self._units, self._unit_of, self._open, self._built_upto = [], {}, None, 0
         self._hist_tokens = self._hist_msgs = 0
         self._dirty_from, self._prev_count, self._checkpoints = 0, 0, {}
+        self._anchors, self._prev_spliced, self._prev_rendered = {}, [], 0
 
     def _append_unit(self, unit: Unit) -> None:
         if unit.entry is not None:
@@ -358,6 +368,10 @@ class SessionView:
                 if paired:
                     assert self._open is not None
                     self._open[2].discard(call_id)
+                else:
+                    # a result that answers no open call is shown as a note: the calls still open
+                    # get their synthetic results before it, or they would be cut off from them
+                    self._close_open()
                 self._append_unit(_unit(e["i"], self._tool_msgs(e, paired), self.hash_memo))
                 continue
             self._close_open()
@@ -413,22 +427,41 @@ class SessionView:
         if active:
             lines.append("Active content:")
             for o in active:
-                attrs = f'id="{o.id}" kind="{o.kind}"'
-                if o.meta.get("path"):
-                    attrs += f' path="{o.meta["path"]}"'
-                if o.meta.get("version"):
-                    attrs += f' version="{o.meta["version"]}"'
-                if o.newer:
-                    attrs += f' stale="version {o.newer.get("version", "?")} is newer: activate(id) loads it"'
-                lines.append(f"<object {attrs}>")
-                call = self._call_of(o)
-                if call is not None:
-                    lines.append(f"call: {call['name']} {_args_text(call['arguments'])}")
-                    lines.append("output:")
-                lines.append(active_text(o, self.policy.file_view_chars))
-                lines.append("</object>")
+                lines.extend(self._object_lines(o))
         lines.append(TAIL_CLOSE)
         return [{"role": "user", "text": "\n".join(lines)}]
+
+    def _tail_blocks(self) -> list[Msg]:
+        """The volatile part as blocks that change independently: the object index, then one
+        block per active object (see ``render`` for where each one stands)."""
+        blocks: list[Msg] = []
+        for o in self.active_pool():
+            lines = [TAIL_OPEN, "Active content:", *self._object_lines(o), TAIL_CLOSE]
+            blocks.append({"role": "user", "text": "\n".join(lines)})
+        meta = self.metadata_pool()
+        if meta:
+            lines = [TAIL_OPEN, "Objects in this session (activate(id) loads one, deactivate(id) unloads it):"]
+            lines.extend(_index_line(o) for o in meta)
+            lines.append(TAIL_CLOSE)
+            blocks.append({"role": "user", "text": "\n".join(lines)})
+        return blocks
+
+    def _object_lines(self, o: ObjInfo) -> list[str]:
+        attrs = f'id="{o.id}" kind="{o.kind}"'
+        if o.meta.get("path"):
+            attrs += f' path="{o.meta["path"]}"'
+        if o.meta.get("version"):
+            attrs += f' version="{o.meta["version"]}"'
+        if o.newer:
+            attrs += f' stale="version {o.newer.get("version", "?")} is newer: activate(id) loads it"'
+        lines = [f"<object {attrs}>"]
+        call = self._call_of(o)
+        if call is not None:
+            lines.append(f"call: {call['name']} {_args_text(call['arguments'])}")
+            lines.append("output:")
+        lines.append(active_text(o, self.policy.file_view_chars))
+        lines.append("</object>")
+        return lines
 
     def _call_of(self, o: ObjInfo) -> ToolCall | None:
         if o.kind != "toolcall" or o.call_entry is None:
@@ -440,30 +473,89 @@ class SessionView:
 
     # --- whole rendering -------------------------------------------------------------------
 
-    def render(self) -> Rendered:
-        """The context for the current state. Pure: same state, same bytes, same hash."""
+    def render(self, *, commit: bool = False, frame: Mapping[str, Any] | None = None) -> Rendered:
+        """The context for the current state. Pure: same state, same bytes, same hash.
+
+        The volatile part is a list of blocks (one per active object, then the object index). A
+        block stays where it was first shown for as long as it does not change, so the calls in
+        between find it in the provider's prefix cache; a new or changed block goes to the end.
+        ``commit=True``: this rendering is the one shown (the session's ``assemble``): blocks keep
+        their places and the next ``stable_prefix`` counts from it; other renders only look.
+        ``frame``: the content of a recorded frame, to re-render it with its blocks where it
+        recorded them (a frame from before blocks had places shows one block at the end).
+        """
         self._build()
-        volatile: list[Msg] = []
+        n = len(self._units)
+        synthetic: list[Msg] = []
         if self._open is not None and self._open[2]:
             # the last assistant message still waits for results: keep the output valid
-            volatile.extend(_synthetic_result(c) for c in self._open[1] if c["id"] in self._open[2])
-        volatile.extend(self._tail())
-        stable = min(self._dirty_from, self._prev_count)
-        hasher = self._hasher_upto(stable)
+            synthetic = [_synthetic_result(c) for c in self._open[1] if c["id"] in self._open[2]]
+        places: list[int | None] | None
+        if frame is not None and "tail_layout" not in frame:
+            blocks, places = self._tail(), [None]
+        else:
+            blocks = self._tail_blocks()
+            places = None if frame is None else (frame.get("tail_at") or [])
+        spliced: list[tuple[int, int, Unit]] = []  # (history position, block order, block)
+        volatile = list(synthetic)
+        anchors: dict[str, int] = {}
+        for k, m in enumerate(blocks):
+            unit = _unit(None, [m], self.hash_memo)
+            if places is None:
+                at = self._anchors.get(unit.hash, n)
+                # a block shown at the end keeps that place only if nothing is still waiting for
+                # a result there (the results will come right after the call)
+                if at < n or not synthetic:
+                    anchors[unit.hash] = at
+            else:
+                recorded = places[k] if k < len(places) else None
+                at = n if recorded is None else recorded
+            at = min(at, n)
+            if at < n:
+                spliced.append((at, k, unit))
+            else:
+                volatile.extend(unit.msgs)
+        spliced.sort(key=lambda b: (b[0], b[1]))
+        stable_h = min(self._dirty_from, self._prev_count)
+        hasher = self._hasher_upto(stable_h)
+        units = list(self._units)
+        for j, (at, _, unit) in enumerate(spliced):
+            units.insert(at + j, unit)
+            hasher.update(f"@{at}:{unit.hash}\n".encode())
         for m in volatile:
             hasher.update(hash_value(m).encode())
             hasher.update(b"\n")
-        tokens = self._hist_tokens + sum(estimate_tokens(msg_chars(m)) for m in volatile)
-        self._dirty_from = self._prev_count = len(self._units)
+        stable = self._stable_prefix(stable_h, [(at, u.hash) for at, _, u in spliced])
+        tokens = self._hist_tokens + sum(u.tokens for *_, u in spliced)
+        tokens += sum(estimate_tokens(msg_chars(m)) for m in volatile)
+        if commit:
+            self._dirty_from = self._prev_count = n
+            if places is None:
+                self._anchors = anchors
+            self._prev_spliced = [(at, u.hash) for at, _, u in spliced]
+            self._prev_rendered = len(units)
+            where = {k: at for at, k, _ in spliced}
+            self.tail_at = [where.get(k) for k in range(len(blocks))] if where else None
         return Rendered(
-            list(self._units),
+            units,
             volatile,
             tokens,
             "b3:" + hasher.hexdigest(),
             self.static_refs(),
             stable,
-            self._hist_msgs + len(volatile),
+            self._hist_msgs + len(spliced) + len(volatile),
         )
+
+    def _stable_prefix(self, stable_h: int, spliced: list[tuple[int, str]]) -> int:
+        """How many leading units of this rendering the last committed one had too, given the
+        first history unit that changed (``stable_h``) and where the blocks stand now and stood."""
+        cut = stable_h + sum(1 for at, _ in spliced if at <= stable_h)
+        for j, (now, before) in enumerate(zip_longest(spliced, self._prev_spliced)):
+            if now != before:
+                first = min(b[0] for b in (now, before) if b is not None)
+                cut = min(cut, first + j)
+                break
+        return min(cut, self._prev_rendered)
 
     def _hasher_upto(self, stable: int) -> Any:
         """A blake3 hasher fed with every unit hash, resumed from the checkpoint (one every
