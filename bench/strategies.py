@@ -298,11 +298,12 @@ def main() -> int:
         "view*: the messages sent show some file as read or written before a later change; *orphaned*: pairing "
         "problems the strategy made (a tool call sent without its result, a result without its call), not "
         "those the recording itself has.",
-        "Where context_os's prefix stability is lowest: it shows active files and other active objects in a "
-        "volatile block after the chat history (so that history stays append-only and cacheable), and that "
-        "block comes after each call's new messages, so no prefix cache serves it. On a short session whose "
-        "few active files are large next to its history, that block is a large share of every call, and "
-        "cache-priced its lead over strategies that keep the history verbatim shrinks accordingly.",
+        "Where context_os's prefix stability is lowest: it shows active files and other active objects as "
+        "`<context_os>` blocks that stay in place while unchanged; a block that changes (a file the agent edits) "
+        "goes to the end, and leaving its old place re-sends everything after it. On a short session whose few "
+        "active files are large next to its history and edited every few calls (the demo), those moves are a "
+        "large share of every call, and cache-priced its lead over strategies that keep the history verbatim "
+        "shrinks accordingly.",
     ]
     for run, (_, text) in zip(runs, verdicts, strict=True):
         head = f"### {run.label[0].upper()}{run.label[1:]}\n\n" + " ".join(run.notes)
