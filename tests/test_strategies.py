@@ -23,28 +23,12 @@ from bench._strategies import (
 
 from context_os.harness.formats import Transcript
 from context_os.harness.pi import COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
-
-
-def call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
-    return {"role": "assistant", "content": [{"type": "toolCall", "id": call_id, "name": name, "arguments": args}]}
+from tests.harness_pi import pi_msgs
+from tests.harness_pi.pi_msgs import call, say, user
 
 
 def result(call_id: str, text: str, name: str = "bash") -> dict[str, Any]:
-    return {
-        "role": "toolResult",
-        "toolCallId": call_id,
-        "toolName": name,
-        "content": [{"type": "text", "text": text}],
-        "isError": False,
-    }
-
-
-def answer(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": [{"type": "text", "text": text}], "stopReason": "stop"}
+    return pi_msgs.result(call_id, name, text)
 
 
 def session(messages: list[dict[str, Any]], window: int = 200_000) -> Prepared:
@@ -58,7 +42,7 @@ def tool_session(turns: int, results: int, size: int) -> Prepared:
         messages.append(user(f"task {t}"))
         for r in range(results):
             messages += [call(f"c{t}.{r}", "bash", command=f"run {t} {r}"), result(f"c{t}.{r}", "x" * size)]
-        messages.append(answer(f"done {t}"))
+        messages.append(say(f"done {t}"))
     return session(messages)
 
 
