@@ -435,3 +435,27 @@ def test_the_hook_sends_what_the_frame_records_when_the_budget_renders_in_betwee
         assert out == fresh, n  # what the hook sent is what the frame re-renders to
     for f in hook.session.frames():
         assert verify_frame(db, f).ok
+
+
+def test_the_sealed_pages_hash_kept_as_pages_fill_is_the_hash_of_them_all():
+    from context_os.context.view import _SealedPages, sealed_pages_hash
+
+    hashes = [f"b3:{i:064x}" for i in range(40)]
+    sealed = _SealedPages()
+    got = [sealed.extend(hashes[lo:hi]) for lo, hi in [(0, 0), (0, 1), (1, 17), (17, 40)]]
+    assert got == [sealed_pages_hash(hashes[:n]) for n in (0, 1, 17, 40)]
+
+
+def test_frames_of_a_long_session_verify_across_hash_checkpoints(db):
+    # > 3 checkpoints' worth of history units (one every 64), with collapses rewriting units
+    # behind the end every turn, so the hash resumes from an earlier checkpoint each time
+    hook = hook_for(db)
+    msgs = coding_session(1, output_chars=300)
+    for n in range(1, 110):
+        msgs += [call(f"c{n}", command=f"cat f{n}"), result(f"c{n}", f"out {n}\n" + "z" * 300)]
+        hook.transform_context(msgs)
+    frames = hook.session.frames()
+    assert len(frames) == 109
+    for f in frames[::9] + frames[-3:]:
+        check = verify_frame(db, f)
+        assert check.ok, (f["id"], check.problems)

@@ -21,7 +21,7 @@ from typing import Any
 
 import blake3
 
-from ..hashing import canonical_json, hash_value
+from ..hashing import HASH_PREFIX, canonical_json, hash_value
 from .entries import Entry, Msg, ToolCall, estimate_tokens, msg_chars
 from .policy import RetentionPolicy
 
@@ -196,17 +196,44 @@ def _synthetic_result(call: ToolCall) -> Msg:
 
 @dataclass
 class Rendered:
-    """One assembled context, neutral: history units, then the volatile part."""
+    """One assembled context, neutral: history units with the blocks that stand among them,
+    then the volatile part.
 
-    units: list[Unit]
+    The history units are the view's own memo, not a copy (a copy would cost every call time
+    in proportion to the history): read them before the view renders again.
+    """
+
+    history: list[Unit]
+    history_len: int
+    spliced: list[tuple[int, Unit]]
+    """Blocks standing among the history units: (history units before it, block), in order."""
     volatile: list[Msg]
     tokens: int
     rendered_hash: str
     refs: list[dict[str, Any]]
     stable_prefix: int = 0
-    """How many leading units are unchanged since the previous render of the same view."""
+    """How many leading units are unchanged since the previous committed render of the view."""
     message_count: int = 0
-    """Messages in the rendering (history units and volatile part)."""
+    """Messages in the rendering (history units, blocks and volatile part)."""
+
+    @property
+    def units(self) -> list[Unit]:
+        """Every unit in order: history units and the blocks among them."""
+        return self.units_from(0)
+
+    def units_from(self, k: int) -> list[Unit]:
+        """The units from position ``k`` on (positions count history units and blocks)."""
+        j = 0
+        while j < len(self.spliced) and self.spliced[j][0] + j < k:
+            j += 1
+        h = k - j
+        out: list[Unit] = []
+        for at, unit in self.spliced[j:]:
+            out.extend(self.history[h:at])
+            out.append(unit)
+            h = max(h, at)
+        out.extend(self.history[h : self.history_len])
+        return out
 
     @property
     def messages(self) -> list[Msg]:
@@ -242,8 +269,10 @@ class SessionView:
     _hist_msgs: int = field(default=0, repr=False)
     _dirty_from: int = field(default=0, repr=False)
     _prev_count: int = field(default=0, repr=False)
-    _checkpoints: dict[int, Any] = field(default_factory=dict, repr=False)
-    _sealed: tuple[int, str] | None = field(default=None, repr=False)
+    _checkpoints: list[Any] = field(default_factory=list, repr=False)
+    """Hasher states: entry i has been fed units [0, _CHECKPOINT * (i + 1))."""
+    _sealed: _SealedPages | None = field(default=None, repr=False)
+    _last_page: tuple[int, int] = field(default=(0, -1), repr=False)
     # where each block of the volatile part stands: block hash → history position (see render)
     _anchors: dict[str, int] = field(default_factory=dict, repr=False)
     _prev_spliced: list[tuple[int, str]] = field(default_factory=list, repr=False)
@@ -296,7 +325,7 @@ class SessionView:
         """Forget the memo (after a history rewrite); the next render rebuilds it."""
         self._units, self._unit_of, self._open, self._built_upto = [], {}, None, 0
         self._hist_tokens = self._hist_msgs = 0
-        self._dirty_from, self._prev_count, self._checkpoints = 0, 0, {}
+        self._dirty_from, self._prev_count, self._checkpoints = 0, 0, []
         self._anchors, self._prev_spliced, self._prev_rendered = {}, [], 0
 
     def _append_unit(self, unit: Unit) -> None:
@@ -518,9 +547,7 @@ class SessionView:
         spliced.sort(key=lambda b: (b[0], b[1]))
         stable_h = min(self._dirty_from, self._prev_count)
         hasher = self._hasher_upto(stable_h)
-        units = list(self._units)
-        for j, (at, _, unit) in enumerate(spliced):
-            units.insert(at + j, unit)
+        for at, _, unit in spliced:
             hasher.update(f"@{at}:{unit.hash}\n".encode())
         for m in volatile:
             hasher.update(hash_value(m).encode())
@@ -533,11 +560,13 @@ class SessionView:
             if places is None:
                 self._anchors = anchors
             self._prev_spliced = [(at, u.hash) for at, _, u in spliced]
-            self._prev_rendered = len(units)
+            self._prev_rendered = n + len(spliced)
             where = {k: at for at, k, _ in spliced}
             self.tail_at = [where.get(k) for k in range(len(blocks))] if where else None
         return Rendered(
-            units,
+            self._units,
+            n,
+            [(at, unit) for at, _, unit in spliced],
             volatile,
             tokens,
             "b3:" + hasher.hexdigest(),
@@ -560,13 +589,12 @@ class SessionView:
     def _hasher_upto(self, stable: int) -> Any:
         """A blake3 hasher fed with every unit hash, resumed from the checkpoint (one every
         ``_CHECKPOINT`` units) at or before the first unit that changed."""
-        for pos in [p for p in self._checkpoints if p > stable]:
-            del self._checkpoints[pos]
-        start = max((p for p in self._checkpoints), default=0)
-        hasher = self._checkpoints[start].copy() if start else blake3.blake3()
+        del self._checkpoints[stable // _CHECKPOINT :]  # those fed a unit that changed
+        start = _CHECKPOINT * len(self._checkpoints)
+        hasher = self._checkpoints[-1].copy() if self._checkpoints else blake3.blake3()
         for pos in range(start, len(self._units)):
-            if pos and pos % _CHECKPOINT == 0 and pos not in self._checkpoints:
-                self._checkpoints[pos] = hasher.copy()
+            if pos == _CHECKPOINT * (len(self._checkpoints) + 1):
+                self._checkpoints.append(hasher.copy())
             hasher.update(self._units[pos].hash.encode())
             hasher.update(b"\n")
         return hasher
@@ -574,16 +602,25 @@ class SessionView:
     def _sealed_ref(self, count: int) -> dict[str, Any]:
         """One ref for the full pages before the last: they never change once full, so a frame
         names them by count and a hash over their object hashes instead of one ref each."""
-        if self._sealed is None or self._sealed[0] != count:
-            self._sealed = (count, sealed_pages_hash([self.pages[p][2] for p in range(count)]))
-        return {"id": f"chat:{self.session_id}", "sealed_pages": count, "pages_hash": self._sealed[1]}
+        hashes = [self.pages[p][2] for p in range(len(self._sealed.hashes) if self._sealed else 0, count)]
+        if self._sealed is None or count < len(self._sealed.hashes):
+            self._sealed = _SealedPages()
+            hashes = [self.pages[p][2] for p in range(count)]
+        return {
+            "id": f"chat:{self.session_id}",
+            "sealed_pages": count,
+            "pages_hash": self._sealed.extend(hashes),
+        }
 
     def static_refs(self) -> list[dict[str, Any]]:
         """Static refs of every stored version the rendering draws on, in a stable order."""
         refs: list[dict[str, Any]] = []
         if self.session_version:
             refs.append(_ref(f"session:{self.session_id}", self.session_version))
-        last = max(self.pages, default=-1)
+        # pages are only ever added: their greatest number changes only when their count does
+        if self._last_page[0] != len(self.pages):
+            self._last_page = (len(self.pages), max(self.pages, default=-1))
+        last = self._last_page[1]
         if last > 0:
             refs.append(self._sealed_ref(last))
         if last >= 0:
@@ -634,6 +671,23 @@ def elide_arguments(arguments: Any, obj_id: str, limit: int) -> Any:
 def sealed_pages_hash(object_hashes: list[str]) -> str:
     """The hash a frame records for a session's full chat pages, in page order."""
     return hash_value(object_hashes)
+
+
+class _SealedPages:
+    """``sealed_pages_hash`` kept up to date as pages fill, without hashing them all again: the
+    canonical JSON of a list of hash strings is ``["h1","h2",…]``, fed to blake3 as it grows."""
+
+    def __init__(self) -> None:
+        self.hashes: list[str] = []
+        self._hasher = blake3.blake3(b"[")
+
+    def extend(self, hashes: list[str]) -> str:
+        for h in hashes:
+            self._hasher.update(canonical_json(h) if not self.hashes else b"," + canonical_json(h))
+            self.hashes.append(h)
+        final = self._hasher.copy()
+        final.update(b"]")
+        return HASH_PREFIX + final.hexdigest()
 
 
 def page_id(session_id: str, page: int) -> str:
