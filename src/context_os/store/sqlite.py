@@ -37,6 +37,7 @@ import json
 import math
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -165,9 +166,12 @@ def _prepare_doc(doc: Mapping[str, Any]) -> _PreparedDoc:
         raise StoreError(f"a document needs a string 'id', got {doc_id!r}")
     try:
         text = _exact_json(doc)
+        digest = blake3.blake3(text.encode("utf-8")).digest()
+    except UnicodeEncodeError as e:
+        raise StoreError(f"document {doc_id!r} holds text that is not Unicode: {e}") from e
     except (TypeError, ValueError) as e:
         raise StoreError(f"document {doc_id!r} is not JSON: {e}") from e
-    return _PreparedDoc(text, blake3.blake3(text.encode("utf-8")).digest(), doc)
+    return _PreparedDoc(text, digest, doc)
 
 
 def _exact_json(value: Any) -> str:
@@ -241,6 +245,18 @@ class SqliteStore(Store):
             ) from e
         if self.path.is_dir():
             raise StoreUnavailable(f"cannot open the SQLite store {self.path}: it is a directory")
+        # Two processes opening a new file at once: the switch to WAL mode and the WAL recovery
+        # can answer "locked" at once instead of waiting; that passes, so try again for a while.
+        deadline = time.monotonic() + self.BUSY_TIMEOUT_S
+        while True:
+            try:
+                return self._connect()
+            except StoreUnavailable as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _connect(self) -> sqlite3.Connection:
         try:
             # isolation_level=None: we issue BEGIN/COMMIT ourselves (BEGIN IMMEDIATE for writes).
             # check_same_thread=False: file watchers write from their own thread; self._lock
@@ -352,6 +368,8 @@ class SqliteStore(Store):
         """Turn sqlite3 errors into the library's own, naming the file and the action."""
         try:
             yield
+        except UnicodeEncodeError as e:  # a lone surrogate in an id, a kind or a value
+            raise StoreError(f"SQLite store {self.path}: {action} failed: text that is not Unicode ({e})") from e
         except sqlite3.Error as e:
             msg = str(e)
             where = f"SQLite store {self.path}: {action} failed: {msg}"
@@ -533,10 +551,11 @@ class SqliteStore(Store):
     ) -> list[Version]:
         vt = self._now() if valid_time is None else valid_time
         tx = _MAX if tx_id is None else tx_id
-        wanted = {k: _value_key(v) for k, v in (where or {}).items()}
-        # Candidates come from the index: entities that ever had every indexable criterion.
-        # A meta value usually narrows far more than the kind, so it drives the lookup.
-        criteria = [(_META_ATTR + k, iv) for k, v in (where or {}).items() if (iv := _indexed_value(v)) is not None]
+        with self._translate("find"):
+            wanted = {k: _value_key(v) for k, v in (where or {}).items()}
+            # Candidates come from the index: entities that ever had every indexable criterion.
+            # A meta value usually narrows far more than the kind, so it drives the lookup.
+            criteria = [(_META_ATTR + k, iv) for k, v in (where or {}).items() if (iv := _indexed_value(v)) is not None]
         with self._connection("find") as conn:
             self._check_basis(conn, tx_id)
             new = [name for name, _ in criteria if name not in self._indexed]
