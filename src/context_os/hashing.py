@@ -74,10 +74,13 @@ def canonical_json(value: Any) -> bytes:
     Floats that hold an integral value are written as integers (``1.0`` → ``1``) so that a
     document survives a round trip through stores that do not keep the distinction.
     """
-    if not _plain(value):  # floats, tuples, mappings of other types, bad keys: the slow path
-        _check(value, "")
-        value = _normalise(value)
-    text = _ENCODER.encode(value)
+    try:
+        if not _plain(value):  # floats, tuples, mappings of other types, bad keys: the slow path
+            _check(value, "")
+            value = _normalise(value)
+        text = _ENCODER.encode(value)
+    except RecursionError:
+        raise HashError("nested too deeply to have a canonical JSON form") from None
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as e:  # a lone surrogate: not text any encoder agrees on

@@ -33,7 +33,16 @@ from ..context.entries import Incoming, Msg, ToolCall
 from ..context.session import Session
 from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
-from .base import Adapter, ContextHook, MergeCache, check_utf8, renamed, sorted_keys
+from .base import (
+    Adapter,
+    ContextHook,
+    MergeCache,
+    check_message_list,
+    check_utf8,
+    fallback_hash,
+    renamed,
+    sorted_keys,
+)
 
 if TYPE_CHECKING:
     from ..files.tools import FileTools
@@ -129,7 +138,7 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
                 plain["content"] = [_plain(b) for b in content]
             return hash_value(plain)
         except (HashError, TypeError, ValueError, RecursionError):
-            return hash_value(repr(message))  # unhashable input is rejected by translate
+            return fallback_hash(message)  # unhashable input is rejected by translate
 
     def count(self, message: dict[str, Any]) -> int:
         if not isinstance(message, Mapping) or message.get("role") != "user":
@@ -194,7 +203,13 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
                         index=index,
                         field=f"content[{j}].input",
                     )
-                calls.append({"id": call_id, "name": name, "arguments": sorted_keys(dict(args))})
+                calls.append(
+                    {
+                        "id": call_id,
+                        "name": name,
+                        "arguments": sorted_keys(dict(args), index=index, field=f"content[{j}].input"),
+                    }
+                )
                 # the input lives in the neutral call (where the engine may elide it)
                 b = {k: v for k, v in b.items() if k != "input"}
             kept.append(b)
@@ -331,7 +346,7 @@ def merge_turns(
 
 
 def _tool_ids(content: Any, kind: str, key: str) -> list[str]:
-    if isinstance(content, str) or content is None:
+    if not isinstance(content, list | tuple):  # a string (or not content at all: validate says so)
         return []
     blocks = (_plain(x) for x in content)
     return [str(b.get(key)) for b in blocks if isinstance(b, Mapping) and b.get("type") == kind]
@@ -386,8 +401,10 @@ def validate_anthropic(messages: Sequence[Mapping[str, Any]], *, last_input_role
         if role != "system" and role == messages[k - 1].get("role"):
             problems.append(f"message {k}: two {role} messages in a row")
     for k, m in enumerate(messages):
-        if m.get("role") == "user" and not isinstance(m.get("content"), str):
-            kinds = [_is_result(b) for b in m.get("content") or ()]
+        if not isinstance(m.get("content"), str | list | tuple):
+            problems.append(f"message {k}: content must be a string or a list of content blocks")
+        elif m.get("role") == "user" and not isinstance(m.get("content"), str):
+            kinds = [_is_result(b) for b in m["content"]]
             if kinds != sorted(kinds, reverse=True):
                 problems.append(f"message {k}: text before tool_result blocks")
     if problems:
@@ -408,9 +425,15 @@ class AnthropicHook(ContextHook[dict[str, Any]]):
         self, messages: Sequence[dict[str, Any]], system: str | Sequence[Mapping[str, Any]] | None = None
     ) -> AnthropicRequest:
         """Assemble the context for ``messages`` and the top-level ``system`` parameter."""
+        check_message_list(messages)
         harness: list[dict[str, Any]] = list(messages)
         if system is not None:
-            content = system if isinstance(system, str) else [dict(b) for b in system]
+            if isinstance(system, str):
+                content: Any = system
+            else:
+                content = [dict(b) for b in system if isinstance(b, Mapping)] if isinstance(system, Sequence) else None
+                if content is None or len(content) != len(system):
+                    raise MalformedMessage("must be a string or a list of text blocks", field="system")
             harness.insert(0, {"role": "system", "content": content, SYSTEM_PARAM: True})
         try:
             out = self.transform_context(harness)

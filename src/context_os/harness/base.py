@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
 
-__all__ = ["Adapter", "ContextHook", "MergeCache", "renamed", "sorted_keys"]
+__all__ = ["Adapter", "ContextHook", "MergeCache", "check_message_list", "fallback_hash", "renamed", "sorted_keys"]
 
 M = TypeVar("M")
 
@@ -50,7 +50,7 @@ class Adapter(ABC, Generic[M]):
         try:
             return hash_value(message)
         except (HashError, TypeError, ValueError):
-            return hash_value(repr(message))
+            return fallback_hash(message)
 
     @abstractmethod
     def translate(self, message: M, index: int) -> Incoming | list[Incoming]:
@@ -87,6 +87,15 @@ class Adapter(ABC, Generic[M]):
         return list(tools)
 
 
+def fallback_hash(message: Any) -> str:
+    """A hash for a message that has no canonical JSON form (``translate`` rejects it): of its
+    repr, or of its type if even that recurses too deep."""
+    try:
+        return hash_value(repr(message))
+    except RecursionError:
+        return hash_value(f"<{type(message).__name__} nested too deeply>")
+
+
 def renamed(e: MalformedMessage, index: int | None, field: str | None) -> MalformedMessage:
     """The same error (same type, same detail) naming another message index and field."""
     where = []
@@ -98,14 +107,23 @@ def renamed(e: MalformedMessage, index: int | None, field: str | None) -> Malfor
     return type(e)(detail, index=index, field=field)
 
 
-def sorted_keys(value: Any) -> Any:
+def sorted_keys(value: Any, *, index: int | None = None, field: str | None = None) -> Any:
     """``value`` with every object's keys in sorted order, as the store gives it back: tool call
     arguments that are objects are taken in this form, so that a live session and one rebuilt from
-    the store show the same call text."""
+    the store show the same call text. ``index`` and ``field`` name the value in errors."""
+    try:
+        return _sorted_keys(value)
+    except RecursionError:
+        raise MalformedMessage("nested too deeply", index=index, field=field) from None
+    except TypeError:  # keys that do not sort (not all strings): the store refuses them anyway
+        raise MalformedMessage("object keys must be strings", index=index, field=field) from None
+
+
+def _sorted_keys(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: sorted_keys(value[k]) for k in sorted(value)}
+        return {k: _sorted_keys(value[k]) for k in sorted(value)}
     if isinstance(value, list):
-        return [sorted_keys(v) for v in value]
+        return [_sorted_keys(v) for v in value]
     return value
 
 
@@ -147,6 +165,13 @@ def check_utf8(value: str, index: int, field: str) -> str:
             f"not valid UTF-8 text ({e.reason} at position {e.start})", index=index, field=field
         ) from None
     return value
+
+
+def check_message_list(messages: Any) -> None:
+    """Refuse a ``messages`` argument that is not a list of messages (a harness bug, reported as
+    bad input rather than a crash deep inside)."""
+    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes | bytearray):
+        raise MalformedMessage(f"messages must be a list of messages, not {type(messages).__name__}")
 
 
 class _Layout(Generic[M]):
@@ -245,7 +270,7 @@ class _Output(Generic[M]):
             del self.offsets[keep:], self.pending[keep:]
         problems: list[str] = []
         state = self.pending[-1] if self.pending else frozenset()
-        for unit in rendered.units[keep:]:
+        for unit in rendered.units_from(keep):
             converted = [adapter.render_msg(m) for m in unit.msgs]
             found, state = adapter.check_pairs(converted, state)
             problems += found
@@ -286,6 +311,7 @@ class ContextHook(Generic[M]):
 
     def transform_context(self, messages: Sequence[M]) -> list[M]:
         """Ingest what is new in ``messages``, assemble the context, return it validated."""
+        check_message_list(messages)
         with self._lock:
             adapter = self.adapter
             layout = _Layout(adapter, messages)

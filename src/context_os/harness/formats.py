@@ -67,15 +67,37 @@ class Transcript:
     """Entries (lines) read from the file."""
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text("utf-8")
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+
+
+def _json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise InputError(f"{where}: not JSON ({e})") from None
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply to read") from None
+
+
+def _str(value: Any) -> str | None:
+    """A text field of the file, or None if it is missing or not text."""
+    return value if isinstance(value, str) else None
+
+
 def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
     out = []
-    for n, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+    # "\n" only: str.splitlines() would also split inside JSON strings at U+2028, U+0085..., which
+    # JSON writers (JavaScript's JSON.stringify among them) leave unescaped
+    for n, line in enumerate(_read_text(path).split("\n"), 1):
         if not line.strip():
             continue
-        try:
-            value = json.loads(line)
-        except ValueError as e:
-            raise InputError(f"{path}:{n}: not a JSON line ({e})") from None
+        value = _json(line, f"{path}:{n}")
         if not isinstance(value, dict):
             raise InputError(f"{path}:{n}: expected a JSON object per line, got {type(value).__name__}")
         out.append((n, value))
@@ -85,18 +107,22 @@ def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
 def detect_format(path: str | Path) -> str:
     """``pi``, ``claude-code`` or ``openai``, from the file's first JSON value."""
     p = Path(path)
+    first = ""
     try:
         with p.open("r", encoding="utf-8") as f:
-            head = f.read(1 << 16)
+            for line in f:  # the first line that is not blank, however long
+                if line.strip():
+                    first = line.strip()
+                    break
     except OSError as e:
         raise InputError(f"cannot read {p}: {e.strerror or e}") from None
-    stripped = head.lstrip()
-    if stripped.startswith("["):
+    except UnicodeDecodeError as e:
+        raise InputError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    if first.startswith("["):
         return "openai"
-    first = stripped.split("\n", 1)[0]
     try:
         value = json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InputError(f"{p}: neither a JSON list of messages nor JSON lines") from None
     if isinstance(value, dict):
         if value.get("type") == "session":
@@ -117,10 +143,7 @@ def read_session(path: str | Path, format: str | None = None) -> Transcript:
     if fmt == "claude-code":
         return _read_claude_code(p)
     if fmt == "openai":
-        try:
-            data = json.loads(p.read_text("utf-8"))
-        except (OSError, ValueError) as e:
-            raise InputError(f"{p}: not a JSON list of messages ({e})") from None
+        data = _json(_read_text(p), f"{p}: not a JSON list of messages")
         if not isinstance(data, list) or not all(isinstance(m, dict) for m in data):
             raise InputError(f"{p}: expected a JSON list of message objects")
         return Transcript("openai", "openai", "canonical", data, entries=len(data))
@@ -134,9 +157,19 @@ def _iso_ms(value: Any) -> int:
     if isinstance(value, str):
         try:
             return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
-        except ValueError:
+        except (ValueError, OverflowError, OSError):  # not a time, or one the platform cannot place
             return 0
     return 0
+
+
+def _int(value: Any, where: str, name: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise InputError(f"{where}: {name} must be an integer, got {value!r:.80}")
+
+
+def _tokens(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _pi_message(entry: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -171,31 +204,31 @@ def _read_pi(p: Path) -> Transcript:
         raise InputError(f"{p}: empty session file")
     header = rows[0][1] if rows[0][1].get("type") == "session" else {}
     body = rows[1:] if header else rows
-    version = int(header.get("version", 1) or 1)
+    version = _int(header.get("version", 1) or 1, f"{p}:{rows[0][0]}", "the session version")
     if version >= 2 or any("id" in e and "parentId" in e for _, e in body):
         return _read_pi_tree(p, header, body, version)
     messages: list[dict[str, Any]] = []
     first_message_at: dict[int, int] = {}  # entry index → index of the first message at or after it
-    pending: list[tuple[int, dict[str, Any]]] = []
-    for k, (_, e) in enumerate(body):
+    pending: list[tuple[int, int, dict[str, Any]]] = []
+    for k, (n, e) in enumerate(body):
         entry_index = k + (1 if header else 0)  # firstKeptEntryIndex counts the header line
         first_message_at[entry_index] = len(messages)
         m = _pi_message(e)
         if m is not None:
             messages.append(m)
         elif e.get("type") == "compaction":
-            pending.append((len(messages), e))
+            pending.append((n, len(messages), e))
     compactions = [
         Compaction(
             at,
-            first_message_at.get(int(e.get("firstKeptEntryIndex", 0)), at),
+            first_message_at.get(_int(e.get("firstKeptEntryIndex", 0), f"{p}:{n}", "firstKeptEntryIndex"), at),
             str(e.get("summary", "")),
-            e.get("tokensBefore"),
+            _tokens(e.get("tokensBefore")),
         )
-        for at, e in pending
+        for n, at, e in pending
     ]
     return Transcript(
-        f"pi-v{version}", "pi", "pi", messages, header.get("id"), header.get("cwd"), compactions, len(rows)
+        f"pi-v{version}", "pi", "pi", messages, _str(header.get("id")), _str(header.get("cwd")), compactions, len(rows)
     )
 
 
@@ -205,8 +238,9 @@ def _read_pi_tree(p: Path, header: dict[str, Any], body: list[tuple[int, dict[st
         if not isinstance(e.get("id"), str):
             raise InputError(f"{p}:{n}: a version {version} entry needs an id")
         by_id[e["id"]] = e
+    session_id, cwd = _str(header.get("id")), _str(header.get("cwd"))
     if not body:
-        return Transcript(f"pi-v{version}", "pi", "pi", [], header.get("id"), header.get("cwd"), [], 1)
+        return Transcript(f"pi-v{version}", "pi", "pi", [], session_id, cwd, [], 1)
     path: list[dict[str, Any]] = []
     seen: set[str] = set()
     node: dict[str, Any] | None = body[-1][1]  # the leaf: the last entry appended
@@ -230,27 +264,39 @@ def _read_pi_tree(p: Path, header: dict[str, Any], body: list[tuple[int, dict[st
             pending.append((len(messages), e))
     compactions = [
         Compaction(
-            at, message_of.get(str(e.get("firstKeptEntryId")), at), str(e.get("summary", "")), e.get("tokensBefore")
+            at,
+            message_of.get(str(e.get("firstKeptEntryId")), at),
+            str(e.get("summary", "")),
+            _tokens(e.get("tokensBefore")),
         )
         for at, e in pending
     ]
-    return Transcript(
-        f"pi-v{version}", "pi", "pi", messages, header.get("id"), header.get("cwd"), compactions, len(body) + 1
-    )
+    return Transcript(f"pi-v{version}", "pi", "pi", messages, session_id, cwd, compactions, len(body) + 1)
 
 
 # --- Claude Code -----------------------------------------------------------------------------------
 
 
-def _cc_text(content: Any) -> list[dict[str, Any]]:
+def _cc_blocks(content: Any, where: str) -> list[Any]:
+    """The content blocks of a message or tool result (a string is one text block)."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
+    if content is None:
+        return []
+    if not isinstance(content, list):
+        raise InputError(f"{where}: content must be a string or a list of blocks, not {type(content).__name__}")
+    return content
+
+
+def _cc_text(content: Any, where: str) -> list[dict[str, Any]]:
     blocks = []
-    for b in content or ():
+    for b in _cc_blocks(content, where):
         if isinstance(b, Mapping) and b.get("type") == "text":
             blocks.append({"type": "text", "text": str(b.get("text", ""))})
         elif isinstance(b, Mapping) and b.get("type") == "image":
-            src = b.get("source") or {}
+            src = b.get("source")
+            if not isinstance(src, Mapping):
+                src = {}
             blocks.append({"type": "image", "data": src.get("data", ""), "mimeType": src.get("media_type", "")})
     return blocks
 
@@ -264,7 +310,7 @@ def _read_claude_code(p: Path) -> Transcript:
     if main:
         node: dict[str, Any] | None = main[-1]
         seen: set[str] = set()
-        while node is not None and node.get("uuid") not in seen:
+        while node is not None and str(node.get("uuid")) not in seen:
             seen.add(str(node.get("uuid")))
             chain.append(node)
             parent = node.get("parentUuid")
@@ -275,13 +321,14 @@ def _read_claude_code(p: Path) -> Transcript:
     last_id: str | None = None
     session_id = cwd = None
     for e in chain:
-        session_id = session_id or e.get("sessionId")
-        cwd = cwd or e.get("cwd")
+        session_id = session_id or _str(e.get("sessionId"))
+        cwd = cwd or _str(e.get("cwd"))
         msg = e["message"]
         ts = _iso_ms(e.get("timestamp"))
+        where = f"{p}: entry {e.get('uuid')!r:.60}"
         if e["type"] == "assistant":
             blocks: list[dict[str, Any]] = []
-            for b in msg.get("content") or ():
+            for b in _cc_blocks(msg.get("content"), where):
                 if not isinstance(b, Mapping):
                     continue
                 if b.get("type") == "text":
@@ -331,15 +378,15 @@ def _read_claude_code(p: Path) -> Transcript:
                             "role": "toolResult",
                             "toolCallId": call_id,
                             "toolName": names.get(call_id, ""),
-                            "content": _cc_text(b.get("content")),
+                            "content": _cc_text(b.get("content"), where),
                             "isError": bool(b.get("is_error", False)),
                             "timestamp": ts,
                         }
                     )
                 else:
                     rest.append(b)
-            if _cc_text(rest):
-                messages.append({"role": "user", "content": _cc_text(rest), "timestamp": ts})
+            if _cc_text(rest, where):
+                messages.append({"role": "user", "content": _cc_text(rest, where), "timestamp": ts})
             continue
-        messages.append({"role": "user", "content": _cc_text(content), "timestamp": ts})
+        messages.append({"role": "user", "content": _cc_text(content, where), "timestamp": ts})
     return Transcript("claude-code", "pi", "claude-code", messages, session_id, cwd, [], len(rows))

@@ -132,13 +132,21 @@ def check_pairs(
     for k, m in enumerate(messages):
         role = m.get("role")
         if role == "tool":
-            if m.get("tool_call_id") not in open_calls:
-                problems.append(f"message {k}: tool result {m.get('tool_call_id')!r} has no open call")
-            open_calls.discard(m.get("tool_call_id", ""))
+            call_id = m.get("tool_call_id")
+            if isinstance(call_id, str) and call_id in open_calls:
+                open_calls.discard(call_id)
+            else:
+                problems.append(f"message {k}: tool result {call_id!r} has no open call")
             continue
         if open_calls:
             problems.append(f"message {k}: tool call(s) {sorted(open_calls)} have no result")
-        open_calls = {c["id"] for c in m.get("tool_calls") or ()} if role == "assistant" else set()
+        open_calls = set()
+        if role == "assistant" and m.get("tool_calls"):
+            calls = m["tool_calls"] if isinstance(m["tool_calls"], list) else [m["tool_calls"]]
+            ids = [c.get("id") if isinstance(c, Mapping) else None for c in calls]
+            open_calls = {i for i in ids if isinstance(i, str)}
+            if not all(isinstance(i, str) for i in ids):
+                problems.append(f"message {k}: tool_calls must be a list of calls with string ids")
     return problems, frozenset(open_calls)
 
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..context.entries import Incoming, Msg, ToolCall
 from ..context.session import Session, SyncReport
 from ..errors import MalformedMessage
-from .base import Adapter, ContextHook, sorted_keys
+from .base import Adapter, ContextHook, check_message_list, sorted_keys
 from .openai import check_pairs as _openai_pairs
 from .toolnames import PI, tool_role
 
@@ -174,7 +174,7 @@ class PiAdapter(Adapter[dict[str, Any]]):
                 )
             message = converted
             role = "user"
-        if role not in _LLM_ROLES:
+        if not isinstance(role, str) or role not in _LLM_ROLES:
             raise MalformedMessage(
                 f"unknown role {role!r} (expected one of {sorted([*_LLM_ROLES, *_CONVERTED])})",
                 index=index,
@@ -224,7 +224,13 @@ class PiAdapter(Adapter[dict[str, Any]]):
                     raise MalformedMessage(
                         "toolCall arguments must be an object", index=index, field=f"content[{j}].arguments"
                     )
-                calls.append({"id": call_id, "name": name, "arguments": sorted_keys(dict(args))})
+                calls.append(
+                    {
+                        "id": call_id,
+                        "name": name,
+                        "arguments": sorted_keys(dict(args), index=index, field=f"content[{j}].arguments"),
+                    }
+                )
                 skeleton[j] = {k: v for k, v in block.items() if k not in ("name", "arguments")}
         pi = {k: v for k, v in message.items() if k not in ("role", "content")}
         m: Incoming = {"role": "assistant", "text": text or None, "h": ""}
@@ -365,6 +371,7 @@ class PiHook(ContextHook[dict[str, Any]]):
         super().__init__(session, PiAdapter(), files=files, on_sync=on_sync)
 
     def transform_context(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        check_message_list(messages)
         return super().transform_context([m for m in messages if not isinstance(m, Mapping) or in_context(m)])
 
 

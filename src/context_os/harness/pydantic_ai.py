@@ -61,7 +61,7 @@ from ..context.entries import Incoming, Msg, ToolCall
 from ..context.session import Session
 from ..errors import HashError, MalformedMessage
 from ..hashing import hash_value
-from .base import Adapter, ContextHook, MergeCache, check_utf8, sorted_keys
+from .base import Adapter, ContextHook, MergeCache, check_utf8, fallback_hash, sorted_keys
 
 if TYPE_CHECKING:
     from ..files.tools import FileTools
@@ -73,7 +73,9 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _dump(message: ModelMessage) -> dict[str, Any]:
-    dumped: dict[str, Any] = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
+    # warnings="error": a message pydantic cannot serialise raises (a ValueError) instead of
+    # warning and dumping something else
+    dumped: dict[str, Any] = ModelMessagesTypeAdapter.dump_python([message], mode="json", warnings="error")[0]
     return dumped
 
 
@@ -137,11 +139,11 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
         try:
             return hash_value(_dump(message))
         except (HashError, ValueError, TypeError, RecursionError):  # pydantic_core errors are ValueErrors
-            return hash_value(repr(message))  # rejected by translate
+            return fallback_hash(message)  # rejected by translate
 
     def count(self, message: ModelMessage) -> int:
-        if not isinstance(message, ModelRequest):
-            return 1
+        if not isinstance(message, ModelRequest) or not isinstance(message.parts, list | tuple):
+            return 1  # translate refuses what is not a request with a list of parts
         results = sum(1 for p in message.parts if _is_result(p))
         return max(1, results + len(_runs(message.parts)))
 
@@ -152,6 +154,7 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
             )
         try:
             dumped = _dump(message)
+            _load(dumped)  # what is stored must load again when it is rendered (pydantic errors are ValueErrors)
         except (ValueError, TypeError) as e:
             raise MalformedMessage(f"cannot be serialised: {e}", index=index, field="parts") from None
         if isinstance(message, ModelResponse):
@@ -177,7 +180,13 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
             elif type(p) is ToolCallPart:
                 if isinstance(p.args, str):
                     check_utf8(p.args, index, f"parts[{j}].args")
-                calls.append({"id": p.tool_call_id, "name": p.tool_name, "arguments": sorted_keys(p.args)})
+                calls.append(
+                    {
+                        "id": p.tool_call_id,
+                        "name": p.tool_name,
+                        "arguments": sorted_keys(p.args, index=index, field=f"parts[{j}].args"),
+                    }
+                )
                 dumped["parts"][j].pop("args", None)  # lives in the neutral call
         m: Incoming = {"role": "assistant", "text": "\n".join(texts), "h": "", "extra": {"response": dumped}}
         if calls:

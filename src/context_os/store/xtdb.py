@@ -147,7 +147,10 @@ def _to_edn(value: Any, path: str = "$") -> str:
 def _key_keyword(key: str, plain_ns: str | None, hex_ns: str) -> _Keyword:
     if _PLAIN_KEY.match(key):
         return _Keyword(f"{plain_ns}/{key}" if plain_ns else key)
-    return _Keyword(f"{hex_ns}/x{key.encode('utf-8').hex()}")
+    try:
+        return _Keyword(f"{hex_ns}/x{key.encode('utf-8').hex()}")
+    except UnicodeEncodeError as e:
+        raise StoreError(f"key {key!r} is not valid Unicode text ({e.reason})") from None
 
 
 def _meta_attr(key: str) -> _Keyword:
@@ -333,6 +336,15 @@ class XtdbStore(Store):
     ) -> httpx.Response:
         url = f"{self.base}/_xtdb/{endpoint}"
         headers = {"Content-Type": "application/edn"} if body is not None else None
+        try:  # httpx would raise UnicodeEncodeError from inside the request for an id, a value, a key
+            content = body.encode("utf-8") if body is not None else None
+            for value in (params or {}).values():
+                value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise StoreError(
+                f"{method} /_xtdb/{endpoint}: an id, key or value is not valid Unicode text ({e.reason});"
+                f" nothing was sent to {self.base}"
+            ) from None
         for attempt in range(self.RETRIES + 1):
             last = attempt == self.RETRIES
             try:
@@ -340,7 +352,7 @@ class XtdbStore(Store):
                     method,
                     url,
                     params=params,
-                    content=body.encode("utf-8") if body is not None else None,
+                    content=content,
                     headers=headers,
                     timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
                 )
