@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
+import sqlite3
+import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 HEADER = (
@@ -49,3 +53,19 @@ def write_section(title: str, body: str) -> None:
     text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text(text.rstrip("\n") + "\n")
+
+
+def bare_sqlite_rate(path: Path, batches: list[list[dict[str, Any]]]) -> float:
+    """Messages per second of the baseline ingest: the same messages as JSON rows in a bare SQLite
+    table (WAL, synchronous=NORMAL, as the embedded store), one transaction per batch."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, session TEXT, doc TEXT)")
+    t0 = time.perf_counter()
+    for batch in batches:
+        with conn:
+            conn.executemany("INSERT INTO m (session, doc) VALUES (?, ?)", [("s", json.dumps(m)) for m in batch])
+    rate = sum(len(b) for b in batches) / (time.perf_counter() - t0)
+    conn.close()
+    return rate

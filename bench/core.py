@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ from context_os.harness.openai import OpenAIAdapter, OpenAIHook
 from context_os.harness.replay import replay_transcript
 from context_os.store.sqlite import SqliteStore
 
-from ._report import pct, write_section
+from ._report import bare_sqlite_rate, pct, write_section
 
 
 def synthetic_turn(n: int, output_chars: int = 1500) -> list[dict[str, Any]]:
@@ -89,17 +88,7 @@ def ingest_rate(tmp: Path, turns: int) -> tuple[float, float, int]:
             session.flush()
         lib = total / (time.perf_counter() - t0)
     # the baseline: the same messages as JSON rows, one transaction per turn, nothing else
-    conn = sqlite3.connect(tmp / "bare.db")
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, session TEXT, doc TEXT)")
-    t0 = time.perf_counter()
-    for batch in batches:
-        with conn:
-            conn.executemany("INSERT INTO m (session, doc) VALUES (?, ?)", [("ingest", json.dumps(m)) for m in batch])
-    bare = total / (time.perf_counter() - t0)
-    conn.close()
-    return lib, bare, total
+    return lib, bare_sqlite_rate(tmp / "bare.db", batches), total
 
 
 def main() -> int:
