@@ -14,6 +14,7 @@ first start (Maven download, JVM warm-up) can take minutes.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["IMAGE", "NodeUnavailable", "node"]
+__all__ = ["IMAGE", "NodeUnavailable", "all_corrections", "node"]
 
 ROOT = Path(__file__).resolve().parent.parent
 START = ROOT / "xtdb" / "start"
@@ -210,3 +211,32 @@ def node() -> Iterator[str]:
             except NodeUnavailable as e:
                 raise NodeUnavailable("; ".join([*reasons, str(e)])) from e
         yield found
+
+
+def all_corrections(url: str, id: str) -> list[tuple[int, int, str | None]]:
+    """Every version a node holds for ``id``, corrections included: (valid time, tx id, object
+    hash), in order. Read straight from the node: the store contract's history shows only the
+    latest correction of each valid time, which would hide a version written twice."""
+    import edn_format
+
+    from context_os.store.xtdb import _doc_from_edn, _ms
+
+    r = httpx.get(
+        url.removeprefix("xtdb+").partition("?")[0] + "/_xtdb/entity",
+        params={
+            "eid-edn": json.dumps(id),
+            "history": "true",
+            "sort-order": "asc",
+            "with-corrections": "true",
+            "with-docs": "true",
+        },
+        headers={"Accept": "application/edn"},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    out = []
+    for e in edn_format.loads(r.text):
+        doc = e.get(edn_format.Keyword("xtdb.api/doc"))
+        vt, tx = e[edn_format.Keyword("xtdb.api/valid-time")], e[edn_format.Keyword("xtdb.api/tx-id")]
+        out.append((_ms(vt), int(tx), None if doc is None else _doc_from_edn(doc).get("object_hash")))
+    return out

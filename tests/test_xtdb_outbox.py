@@ -17,8 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import edn_format
-import httpx
 import pytest
 
 from context_os import Session
@@ -28,8 +26,8 @@ from context_os.harness.openai import OpenAIHook
 from context_os.hashing import doc_hashes
 from context_os.store import Delete, Evict, Match, Op, Put, Tx, open_store
 from context_os.store.outbox import MARKER_KIND, OutboxStore
-from context_os.store.xtdb import XtdbStore, _doc_from_edn, _ms
-from tests._xtdb_node import START, STARTUP_TIMEOUT_S, STOP
+from context_os.store.xtdb import XtdbStore
+from tests._xtdb_node import START, STARTUP_TIMEOUT_S, STOP, all_corrections
 from tests.helpers import call, result, user
 
 pytestmark = pytest.mark.xtdb
@@ -59,38 +57,6 @@ def _doc(id: str, n: int) -> dict[str, Any]:
     d: dict[str, Any] = {"id": id, "kind": "note", "content": f"v{n}", "meta": {"n": n}}
     d.update(doc_hashes(d))
     return d
-
-
-def _all_corrections(url: str, id: str) -> list[tuple[int, int, str | None]]:
-    """Every version XTDB holds for ``id``, corrections included: (valid time, tx id, object hash).
-
-    Read straight from the node (the contract's history shows only the latest correction of
-    each valid time, which would hide a duplicate written at the same valid time).
-    """
-    r = httpx.get(
-        url.removeprefix("xtdb+") + "/_xtdb/entity",
-        params={
-            "eid-edn": json.dumps(id),
-            "history": "true",
-            "sort-order": "asc",
-            "with-corrections": "true",
-            "with-docs": "true",
-        },
-        headers={"Accept": "application/edn"},
-        timeout=30,
-    )
-    assert r.status_code == 200, r.text
-    out = []
-    for e in edn_format.loads(r.text):
-        doc = e.get(edn_format.Keyword("xtdb.api/doc"))
-        out.append(
-            (
-                _ms(e[edn_format.Keyword("xtdb.api/valid-time")]),
-                int(e[edn_format.Keyword("xtdb.api/tx-id")]),
-                None if doc is None else _doc_from_edn(doc).get("object_hash"),
-            )
-        )
-    return out
 
 
 # -- offline semantics (no node needed to accept) ---------------------------------------------------
@@ -183,7 +149,7 @@ def test_replay_keeps_order_valid_times_and_resolves_provisional_ids(xtdb_url: s
         assert on.get(id, t1.time + 5, t3.id) is not None
         assert on.history(gone) == []  # the eviction was replayed too
         # in order, once each: what XTDB holds, corrections included
-        hashes = [h for _, _, h in _all_corrections(xtdb_url, id)]
+        hashes = [h for _, _, h in all_corrections(xtdb_url, id)]
         assert hashes == [_doc(id, n)["object_hash"] for n in (1, 2, 3)]
         # the markers: one per replayed transaction, out of find() unless asked for
         for t in (t1, t2, t3):
@@ -222,12 +188,12 @@ def test_a_replay_that_dies_before_forgetting_sends_nothing_twice(
             dying.replay()
         monkeypatch.undo()
         assert dying.depth() == 2
-    assert [h for _, _, h in _all_corrections(xtdb_url, id)] == [_doc(id, 1)["object_hash"]]
+    assert [h for _, _, h in all_corrections(xtdb_url, id)] == [_doc(id, 1)["object_hash"]]
 
     with _outbox(xtdb_url, box) as again:  # the next process replays everything that waits
         assert again.replay() == 2
         assert again.depth() == 0
-        held = _all_corrections(xtdb_url, id)
+        held = all_corrections(xtdb_url, id)
         assert [h for _, _, h in held] == [_doc(id, 1)["object_hash"], _doc(id, 2)["object_hash"]]
         assert again.doc(id, T0) == _doc(id, 2)
         # the provisional id of the write that landed before the crash names its real tx
@@ -349,7 +315,7 @@ def test_a_session_keeps_ingesting_across_a_node_restart(rocksdb_node: tuple[str
     kinds = Counter(id.split(":", 1)[0] for id in expected)
     assert kinds["chat"] >= 1 and kinds["toolcall"] == 18 and kinds["frame"] == 18
     for id, want in expected.items():
-        held = Counter((vt, h) for vt, _, h in _all_corrections(url, id))
+        held = Counter((vt, h) for vt, _, h in all_corrections(url, id))
         assert held == want, id
 
     # what the session recorded offline (provisional tx ids in frames and refs) still verifies

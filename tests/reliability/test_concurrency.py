@@ -20,12 +20,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import edn_format
-import httpx
 import pytest
 
 from context_os.store import Store, open_store
-from context_os.store.xtdb import _doc_from_edn, _ms
+from tests._xtdb_node import all_corrections
 from tests.reliability.conftest import Counts
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -58,33 +56,6 @@ def _run_writers(url: str, prefix: str, txs: int, seed: int, tmp_path: Path) -> 
         assert lines[-1] == {"done": f"w{i}"}
         acks += [line | {"writer": i} for line in lines if "ack" in line]
     return acks
-
-
-def _xtdb_versions(url: str, id: str) -> list[tuple[int, int, str | None]]:
-    """Every version XTDB holds for ``id``, corrections included: (valid time, tx id, object hash).
-
-    Read from the node directly: the contract's history shows the latest correction of each valid
-    time only, which would hide a version written twice.
-    """
-    r = httpx.get(
-        url.removeprefix("xtdb+").partition("?")[0] + "/_xtdb/entity",
-        params={
-            "eid-edn": json.dumps(id),
-            "history": "true",
-            "sort-order": "asc",
-            "with-corrections": "true",
-            "with-docs": "true",
-        },
-        headers={"Accept": "application/edn"},
-        timeout=30,
-    )
-    assert r.status_code == 200, r.text
-    out = []
-    for e in edn_format.loads(r.text):
-        doc = e.get(edn_format.Keyword("xtdb.api/doc"))
-        vt, tx = e[edn_format.Keyword("xtdb.api/valid-time")], e[edn_format.Keyword("xtdb.api/tx-id")]
-        out.append((_ms(vt), int(tx), None if doc is None else _doc_from_edn(doc).get("object_hash")))
-    return out
 
 
 def _check(store: Store, acks: list[dict[str, Any]], prefix: str, counts: Counts, check: str) -> None:
@@ -120,7 +91,7 @@ def _check(store: Store, acks: list[dict[str, Any]], prefix: str, counts: Counts
         held = [(v.valid_time, v.object_hash, v.doc["content"] if v.doc else None, v.tx_id) for v in store.history(id)]
         assert held == sorted(want), f"{id}: history differs from what was acknowledged"
         if store.url.startswith("xtdb"):
-            raw = _xtdb_versions(store.url, id)
+            raw = all_corrections(store.url, id)
             assert Counter((vt, h) for vt, _, h in raw) == Counter((vt, h) for vt, h, _, _ in want), id
         versions += len(held)
 
