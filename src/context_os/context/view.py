@@ -30,6 +30,7 @@ __all__ = ["ObjInfo", "Rendered", "SessionView", "Unit", "active_text", "focus_w
 _CHECKPOINT = 64
 TAIL_OPEN = "<context_os>"
 TAIL_CLOSE = "</context_os>"
+INDEX_HEADER = "Objects in this session (activate(id) loads one, deactivate(id) unloads it):"
 
 
 @dataclass
@@ -276,7 +277,6 @@ class SessionView:
     # where each block of the volatile part stands: block hash → history position (see render)
     _anchors: dict[str, int] = field(default_factory=dict, repr=False)
     _prev_spliced: list[tuple[int, str]] = field(default_factory=list, repr=False)
-    _prev_rendered: int = field(default=0, repr=False)
     tail_at: list[int | None] | None = field(default=None, repr=False)
     """Of the last committed render: for each block of the volatile part, in block order, the
     history position it stands at, or None at the end (what a frame records as ``tail_at``)."""
@@ -326,7 +326,7 @@ class SessionView:
         self._units, self._unit_of, self._open, self._built_upto = [], {}, None, 0
         self._hist_tokens = self._hist_msgs = 0
         self._dirty_from, self._prev_count, self._checkpoints = 0, 0, []
-        self._anchors, self._prev_spliced, self._prev_rendered = {}, [], 0
+        self._anchors, self._prev_spliced = {}, []
 
     def _append_unit(self, unit: Unit) -> None:
         if unit.entry is not None:
@@ -451,7 +451,7 @@ class SessionView:
             return []
         lines = [TAIL_OPEN]
         if meta:
-            lines.append("Objects in this session (activate(id) loads one, deactivate(id) unloads it):")
+            lines.append(INDEX_HEADER)
             lines.extend(_index_line(o) for o in meta)
         if active:
             lines.append("Active content:")
@@ -461,17 +461,15 @@ class SessionView:
         return [{"role": "user", "text": "\n".join(lines)}]
 
     def _tail_blocks(self) -> list[Msg]:
-        """The volatile part as blocks that change independently: the object index, then one
-        block per active object (see ``render`` for where each one stands)."""
+        """The volatile part as blocks that change independently: one per active object, then the
+        object index, which changes most often (see ``render`` for where each one stands)."""
         blocks: list[Msg] = []
         for o in self.active_pool():
             lines = [TAIL_OPEN, "Active content:", *self._object_lines(o), TAIL_CLOSE]
             blocks.append({"role": "user", "text": "\n".join(lines)})
         meta = self.metadata_pool()
         if meta:
-            lines = [TAIL_OPEN, "Objects in this session (activate(id) loads one, deactivate(id) unloads it):"]
-            lines.extend(_index_line(o) for o in meta)
-            lines.append(TAIL_CLOSE)
+            lines = [TAIL_OPEN, INDEX_HEADER, *(_index_line(o) for o in meta), TAIL_CLOSE]
             blocks.append({"role": "user", "text": "\n".join(lines)})
         return blocks
 
@@ -560,7 +558,6 @@ class SessionView:
             if places is None:
                 self._anchors = anchors
             self._prev_spliced = [(at, u.hash) for at, _, u in spliced]
-            self._prev_rendered = n + len(spliced)
             where = {k: at for at, k, _ in spliced}
             self.tail_at = [where.get(k) for k in range(len(blocks))] if where else None
         return Rendered(
@@ -584,7 +581,7 @@ class SessionView:
                 first = min(b[0] for b in (now, before) if b is not None)
                 cut = min(cut, first + j)
                 break
-        return min(cut, self._prev_rendered)
+        return min(cut, self._prev_count + len(self._prev_spliced))
 
     def _hasher_upto(self, stable: int) -> Any:
         """A blake3 hasher fed with every unit hash, resumed from the checkpoint (one every
@@ -602,15 +599,10 @@ class SessionView:
     def _sealed_ref(self, count: int) -> dict[str, Any]:
         """One ref for the full pages before the last: they never change once full, so a frame
         names them by count and a hash over their object hashes instead of one ref each."""
-        hashes = [self.pages[p][2] for p in range(len(self._sealed.hashes) if self._sealed else 0, count)]
         if self._sealed is None or count < len(self._sealed.hashes):
             self._sealed = _SealedPages()
-            hashes = [self.pages[p][2] for p in range(count)]
-        return {
-            "id": f"chat:{self.session_id}",
-            "sealed_pages": count,
-            "pages_hash": self._sealed.extend(hashes),
-        }
+        pages_hash = self._sealed.extend([self.pages[p][2] for p in range(len(self._sealed.hashes), count)])
+        return {"id": f"chat:{self.session_id}", "sealed_pages": count, "pages_hash": pages_hash}
 
     def static_refs(self) -> list[dict[str, Any]]:
         """Static refs of every stored version the rendering draws on, in a stable order."""
