@@ -281,6 +281,14 @@ def test_session_open_refuses_another_harness_for_a_recorded_session(server: Ser
     assert answer["error"]["data"]["type"] == "StateError"
 
 
+def test_a_workspace_path_no_system_call_takes_is_bad_input_not_an_internal_error(server: Server):
+    before = server.store.latest_tx()
+    params = {"session": "s9", "workspace": "\u0000"}
+    answer = server.handle({"jsonrpc": "2.0", "id": 1, "method": "session.open", "params": params})
+    assert answer["error"]["data"]["type"] == "InputError"
+    assert server.store.latest_tx() == before
+
+
 def test_text_that_is_not_unicode_is_refused_and_the_session_goes_on(server: Server):
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "\udc80"}}
     params = {"session": "a1", "messages": [{"role": "user", "content": [image]}]}

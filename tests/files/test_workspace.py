@@ -198,3 +198,11 @@ def test_private_key_blocks_are_redacted_whole() -> None:
     pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA\n-----END OPENSSH PRIVATE KEY-----"
     text, n = Redactor().redact(f"key:\n{pem}\nafter")
     assert n == 1 and "b3BlbnNz" not in text and text.endswith("after")
+
+
+@pytest.mark.parametrize("bad", ["\x00", "ok\x00/../x"])
+def test_a_root_no_system_call_takes_is_bad_input(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(InputError, match="not a valid path"):
+        Workspace(bad)
+    with pytest.raises(InputError, match="not a valid path"):
+        Workspace(tmp_path, allow_outside=[bad])

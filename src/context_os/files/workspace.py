@@ -149,6 +149,15 @@ def _strerror(e: OSError) -> str:
     return e.strerror or str(e)
 
 
+def _real_path(path: str | os.PathLike[str]) -> str:
+    """``path`` with ``~`` expanded and symlinks resolved; a path no system call takes (a NUL
+    byte in it) is refused as bad input."""
+    try:
+        return os.path.realpath(os.path.expanduser(os.fspath(path)))
+    except ValueError as e:  # embedded null byte
+        raise InputError(f"workspace path {os.fspath(path)!r} is not a valid path: {e}") from None
+
+
 class Workspace:
     """Path policy and file reading for one workspace root.
 
@@ -173,15 +182,13 @@ class Workspace:
         secret_patterns: Sequence[str] = DEFAULT_SECRET_PATTERNS,
         ignored_dirs: Iterable[str] = DEFAULT_IGNORED_DIRS,
     ):
-        real = os.path.realpath(os.path.expanduser(os.fspath(root)))
+        real = _real_path(root)
         if not os.path.isdir(real):
             raise InputError(f"workspace root {os.fspath(root)!r} is not a directory")
         if max_active_chars < 1 or max_file_bytes < 1:
             raise InputError("max_active_chars and max_file_bytes must be positive")
         self.root = Path(real)
-        self.allowed: tuple[Path, ...] = tuple(
-            Path(os.path.realpath(os.path.expanduser(os.fspath(p)))) for p in allow_outside
-        )
+        self.allowed: tuple[Path, ...] = tuple(Path(_real_path(p)) for p in allow_outside)
         self.allow_secrets = allow_secrets
         self.max_active_chars = max_active_chars
         self.max_file_bytes = max_file_bytes
