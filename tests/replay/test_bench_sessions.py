@@ -1,6 +1,6 @@
 """Every recorded session in ``bench/sessions`` (Pi, Claude Code and its sub-agents' files,
 SWE-agent, OpenHands) replays end to end through ``ctxos replay --json --verify last``: every
-session the file holds, no orphaned tool result, every checked frame verified."""
+session the file holds, no orphaned tool result, no stale file view, every checked frame verified."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def test_every_recorded_session_replays(tmp_path: Path, path: Path) -> None:
     sessions = out["sessions"]
     assert [s["label"] for s in sessions] == [t.label for t in transcripts]
     assert out["orphaned_tool_results"] == 0 and out["turns"] == sum(s["turns"] for s in sessions) > 0
+    assert out["stale_file_views_assembled"] == 0  # no call shows a file at an older state than it knows
     assert out["frames_verified"] == out["frames_checked"] == len(sessions)
     for s, t in zip(sessions, transcripts, strict=True):
         calls = sum(1 for k, m in enumerate(t.messages) if k and m["role"] == "assistant")

@@ -113,6 +113,23 @@ def test_file_results_collapse_at_once_and_the_file_shows_the_current_text(db) -
     assert last["content"]["tokens"] < last["content"]["tokens_full"] + 200
 
 
+def test_a_reused_call_id_is_judged_by_its_own_result(db) -> None:
+    """A harness that reuses a call id (SWE-agent does) gets each result as its own object; the
+    read's view is the second object's, collapsed when the file shows it, so the later edit leaves no
+    call showing the old text. Keyed by the call id, the first object was checked instead."""
+    session = Session.open(db, "reuse", harness="pi", policy=RetentionPolicy(**EAGER))
+    msgs = [user("go")]
+    msgs += step("c1", "bash", "ok", command="true")
+    msgs += step("c1", "read", "def f():\n    return 1\n", path="/repo/app.py")
+    msgs += step("e1", "edit", "ok", path="/repo/app.py", oldText="return 1", newText="return 2")
+    msgs.append(say("done"))
+    r = replay_transcript(pi(msgs), session, verify="all")
+    assert r.orphaned_tool_results == 0 and r.stale_file_views_full == 1
+    assert r.stale_file_views_assembled == 0
+    read = next(o for o in session.view.objects.values() if o.id.startswith("toolcall:reuse:c1~"))
+    assert read.collapsed and "return 2" in blocks(session)
+
+
 def test_a_large_file_shows_a_window_around_the_lines_touched(db) -> None:
     session = Session.open(db, "win", harness="pi")
     body = "\n".join(f"line {n:04d} " + "x" * 60 for n in range(1, 801))

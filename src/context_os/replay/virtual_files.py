@@ -113,7 +113,8 @@ class VirtualFiles:
         )
         self.files: dict[str, VirtualFile] = {}
         self.views: dict[str, tuple[str, int]] = {}
-        """Tool call id → (file path, change count) of each read or write that showed file text."""
+        """Tool-call object id → (file path, change count) of each read or write that showed file
+        text (the object id, not the call id: a harness may reuse a call id)."""
         self.min_view: dict[str, int] = {}
         """Per file, the change count of the oldest view the naive transcript shows."""
         self._calls: dict[str, tuple[str, Any]] = {}
@@ -141,9 +142,9 @@ class VirtualFiles:
             output = obj.content if isinstance(obj.content, str) else ""
             op = file_op(self.names.role(name, args), args, output, is_error=bool(obj.meta.get("is_error")))
             if op is not None:
-                self.apply(op, e.get("ts"), obj.id, e.get("tool_call_id", ""))
+                self.apply(op, e.get("ts"), obj.id)
 
-    def apply(self, op: FileOp, ts: int | None, result_id: str | None = None, call_id: str = "") -> VirtualFile:
+    def apply(self, op: FileOp, ts: int | None, result_id: str | None = None) -> VirtualFile:
         """Record what ``op`` says about its file and show the file; collapse ``result_id``."""
         vf = self.files.get(op.path)
         if vf is None:
@@ -169,7 +170,8 @@ class VirtualFiles:
         if vf.latest is None or after != before or op.kind != "read":
             self._store(vf, ts, cause, op)
         if op.kind in ("read", "write"):
-            self.views[call_id] = (op.path, vf.changes)
+            if result_id is not None:
+                self.views[result_id] = (op.path, vf.changes)
             self.min_view[op.path] = min(self.min_view.get(op.path, vf.changes), vf.changes)
         assert vf.latest is not None
         focus = self._focus(vf, turn)
@@ -313,9 +315,9 @@ class VirtualFiles:
         view = self.session.view
         if not view.managed:
             return self.stale_naive()
-        for call_id, (path, changes) in self.views.items():
+        for oid, (path, changes) in self.views.items():
             if changes < self.files[path].changes:
-                obj = view.objects.get(f"toolcall:{self.session.id}:{call_id}")
+                obj = view.objects.get(oid)
                 if obj is not None and obj.in_history:
                     return True
         for vf in self.files.values():
