@@ -1,0 +1,68 @@
+"""The recorded sessions the economy benchmarks run on, split into the tuning set and the check set
+(``bench/sessions/README.md``: the policy may be tuned on the first, never on the second).
+
+Each file is read with ``read_sessions`` the way ``ctxos replay`` reads it, so a Claude Code file
+brings its sub-agents (from the file and from ``<session>/subagents/`` beside it) and an OpenHands
+``output.jsonl`` one session per record. The real Pi session in ``shared/data`` and the bundled
+demo session belong to the tuning set.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from context_os.replay.transcripts import Transcript, demo_transcript, read_sessions
+
+ROOT = Path(__file__).resolve().parent.parent
+SESSIONS = ROOT / "bench" / "sessions"
+SHARED_PI = ROOT.parent / "shared" / "data" / "pi-sessions" / "before-compaction.jsonl"
+SETS = ("tuning", "check")
+SUFFIXES = (".jsonl", ".json", ".traj")
+LONG = 100
+"""Sessions of at least this many model calls are held to the economy aims."""
+SMALL_TOKENS = 50_000
+"""Sessions whose largest input stays under this many tokens must cost no more than full history."""
+
+
+@dataclass(frozen=True)
+class BenchSession:
+    set: str
+    kind: str
+    """The agent that recorded it: pi, claude-code, swe-agent, openhands, or demo."""
+    name: str
+    """Its file under bench/sessions/<set>/ (or shared/data, or ``ctxos demo``), with ``#label``
+    for a sub-agent or an OpenHands record."""
+    path: Path | None
+    transcript: Transcript
+
+    @property
+    def calls(self) -> int:
+        return sum(1 for k, m in enumerate(self.transcript.messages) if k and m.get("role") == "assistant")
+
+
+def session_files(which: str) -> list[Path]:
+    """The session files of one set; sub-agents' files are read with their main session's file."""
+    base = SESSIONS / which
+    return sorted(p for p in base.rglob("*") if p.suffix in SUFFIXES and "subagents" not in p.parts)
+
+
+def bench_sessions(which: str) -> list[BenchSession]:
+    """Every session of the set ``which`` ("tuning" or "check"), in a fixed order."""
+    if which not in SETS:
+        raise ValueError(f"unknown set {which!r} (known: {', '.join(SETS)})")
+    out: list[BenchSession] = []
+    if which == "tuning":
+        if SHARED_PI.exists():
+            t = read_sessions(SHARED_PI)[0]
+            out.append(BenchSession(which, "pi", "shared: pi-sessions/before-compaction.jsonl", SHARED_PI, t))
+        else:
+            print(f"bench: {SHARED_PI} not found: the real Pi session is left out", file=sys.stderr)
+        out.append(BenchSession(which, "demo", "`ctxos demo` session", None, demo_transcript()))
+    for path in session_files(which):
+        rel = path.relative_to(SESSIONS / which)
+        for t in read_sessions(path):
+            name = str(rel) if t.label is None else f"{rel}#{t.label}"
+            out.append(BenchSession(which, rel.parts[0], name, path, t))
+    return out
