@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from .hashing import doc_hashes
 
 __all__ = [
+    "INDEXED_KINDS",
     "KINDS",
     "FileMeta",
     "FrameContent",
@@ -35,6 +36,7 @@ __all__ = [
     "StaticRef",
     "TombstoneDoc",
     "ToolcallDoc",
+    "index_parts",
     "make_id",
     "parse_doc",
 ]
@@ -51,6 +53,7 @@ KINDS = (
     "tombstone",
     "memory",
     "message",
+    "recall",
 )
 
 
@@ -260,7 +263,7 @@ class TombstoneDoc(DocBase):
 class SourceDoc(DocBase):
     """An item contributed by an object source (memory, mesh message, …), with provenance."""
 
-    kind: Literal["memory", "message"]
+    kind: Literal["memory", "message", "recall"]
     content: str | None = None
 
 
@@ -291,3 +294,41 @@ class StaticRef(BaseModel):
     """Transaction that wrote the version."""
     object_hash: str
     """The version's object hash, so the ref can be verified."""
+
+
+INDEXED_KINDS = ("chat", "toolcall", "file", "memory", "message", "recall")
+"""The kinds whose text the stores' keyword index holds (``index_parts``); never frames, blocks,
+states, leases, tombstones or sessions: they hold bookkeeping, or text indexed elsewhere."""
+
+
+def index_parts(doc: Any) -> list[tuple[str, str]]:
+    """The ``(part, text)`` pairs of a stored document that keyword (and vector) recall index.
+
+    * ``chat`` pages: one part per entry with text, ``"e<i>"`` where ``i`` is the entry's ``i``;
+    * ``toolcall``: ``""`` = the tool output, with the call's arguments when ``meta`` has them;
+    * ``file``, ``memory``, ``message``, ``recall``: ``""`` = the content;
+    * any other kind, a deletion, or a document that is not of its kind's shape: nothing.
+
+    Pure and total: it reads plain stored dicts (no validation) and never raises, because the
+    stores call it on every version they write or rebuild from.
+    """
+    if not isinstance(doc, dict):
+        return []
+    kind, content = doc.get("kind"), doc.get("content")
+    if kind == "chat":
+        parts: list[tuple[str, str]] = []
+        for entry in content if isinstance(content, list) else ():
+            if not isinstance(entry, dict):
+                continue
+            i, text = entry.get("i"), entry.get("text")
+            if isinstance(i, int) and not isinstance(i, bool) and isinstance(text, str) and text.strip():
+                parts.append((f"e{i}", text))
+        return parts
+    if kind == "toolcall":
+        meta = doc.get("meta")
+        args = meta.get("arguments") if isinstance(meta, dict) else None
+        texts = [t for t in (args if isinstance(args, str) else None, content) if isinstance(t, str) and t.strip()]
+        return [("", "\n".join(texts))] if texts else []
+    if kind in INDEXED_KINDS and isinstance(content, str) and content.strip():
+        return [("", content)]
+    return []

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import LockedObject, NotFound, StateError, StoreUnavailable
 from ..objects import FrameContent
+from ..sources.base import ObjectSource
 from ..store.base import Evict, Store, Tx, Version, now_ms
 from .entries import Incoming
 from .ingest import Ingest, RedactFunction, SyncReport
@@ -32,6 +33,7 @@ from .lease import DEFAULT_LEASE_MS, Lease
 from .load import load_view
 from .persist import PAGE_SIZE, SessionWriter, state_id
 from .policy import Actor, RetentionPolicy, StateChange, fit_budget, plan_break, retention_due
+from .sources import SourceFeed, consult
 from .view import ObjInfo, Rendered, SessionView
 
 __all__ = ["LOCKED_PREFIXES", "Assembly", "Session"]
@@ -105,6 +107,9 @@ class Session:
         """Managed from the next turn on, whatever its size: an object the session showed got a
         new version, or its tools show text only in blocks (``manage``)."""
         self._seq = max((o.seq for o in view.objects.values() if o.kind != "toolcall"), default=0)
+        self.feeds: list[SourceFeed] = []
+        """The object sources consulted at each turn (``add_source``)."""
+        self._asked_from = len(view.entries)
         # the tombstones (id, tx) this session has taken in: evictions it already reflects
         self._tombstones: set[tuple[str, int]] = set()
 
@@ -218,6 +223,7 @@ class Session:
             view.reset_render()
         changes = self._apply_tombstones()
         changes += self._check_newer()
+        self._consult_sources()
         self._note_mentions()
         break_at = self._retain(changes)
         self.writer.queue_session_doc()
@@ -243,6 +249,36 @@ class Session:
         meta = {"session": self.id, "turn": view.turn, "tokens": rendered.tokens, "tokens_full": tokens_full}
         frame_id = self.writer.write_frame(content, meta, rendered.new_blocks)
         return Assembly(view.turn, rendered, frame_id, tokens_full, sync or SyncReport(0, False), changes)
+
+    def add_source(
+        self,
+        source: ObjectSource,
+        *,
+        budget_tokens: int = 1500,
+        active_score: float | None = None,
+        max_items: int = 5,
+        pin: bool = False,
+        every_turn: bool = False,
+    ) -> SourceFeed:
+        """Consult ``source`` from the next turn on (context/sources.py): at each new user
+        message (the query), or at every turn with ``every_turn``; its items enter the metadata
+        pool, or the active pool at or above ``active_score`` within ``budget_tokens``, or pinned
+        with ``pin``. A session with a source is managed (its items show as blocks)."""
+        feed = SourceFeed(source, budget_tokens, active_score, max_items, pin, every_turn)
+        self.feeds.append(feed)
+        self.manage()
+        return feed
+
+    def _consult_sources(self) -> None:
+        view = self.view
+        if not self.feeds:
+            self._asked_from = len(view.entries)
+            return
+        start = min(self._asked_from, len(view.entries))
+        self._asked_from = len(view.entries)
+        asked = [t for e in view.entries[start:] if e["role"] == "user" and isinstance(t := e.get("text"), str)]
+        query = asked[-1] if asked and asked[-1].strip() else None
+        consult(self, self.feeds, query)
 
     def _note_mentions(self) -> None:
         """Files of the active pool named in what came since the last turn count as used (the

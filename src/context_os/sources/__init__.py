@@ -1,5 +1,5 @@
-"""Object sources: recall, memory and mesh items that enter a session as objects (protocol only so far)."""
+"""Object sources: recall, memory and mesh items that enter a session as objects (context/sources.py shows them in sessions)."""
 
-from .base import ObjectSource, SourceItem
+from .base import ObjectSource, SourceItem, TextSource
 
-__all__ = ["ObjectSource", "SourceItem"]
+__all__ = ["ObjectSource", "SourceItem", "TextSource"]

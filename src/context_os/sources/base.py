@@ -6,9 +6,9 @@ a token budget, for scored items. Each item becomes a versioned object of its ow
 provenance (source, query, score, rank) and enters the session's metadata pool, or, above a
 relevance bar and within the budget, the active pool (DESIGN.md §4, "Sources").
 
-Only the protocol lives here so far; the sources themselves are not built yet (README, "Not
-finished yet"). This module must never import from ``context``, ``harness`` or ``files``: a
-source reads what it reads and returns items, the session decides what they become.
+The protocol and the simplest source (``TextSource``) live here; the recall and memory sources
+beside it. No source module may import from ``context``, ``harness`` or ``files``: a source reads
+what it reads and returns items, the session decides what they become (context/sources.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["ObjectSource", "SourceItem"]
+__all__ = ["ObjectSource", "SourceItem", "TextSource"]
 
 
 @dataclass(frozen=True)
@@ -44,3 +44,24 @@ class ObjectSource(Protocol):
     def items(self, query: str, budget_tokens: int) -> list[SourceItem]:
         """The items for ``query``, best first, together within about ``budget_tokens``."""
         ...
+
+
+class TextSource:
+    """The simplest source: a fixed set of texts, scored by the share of the query's words each
+    holds (case-insensitive). Used in tests and examples; real recall is ``sources.recall``."""
+
+    def __init__(self, name: str, texts: Mapping[str, str], *, kind: str = "recall"):
+        self.name = name
+        self.kind = kind
+        self.texts = dict(texts)
+        """Item id → text."""
+
+    def items(self, query: str, budget_tokens: int) -> list[SourceItem]:
+        words = {w for w in query.lower().split() if w.isalnum()}
+        scored = []
+        for id, text in self.texts.items():
+            have = set(text.lower().split())
+            score = len(words & have) / len(words) if words else 0.0
+            if score > 0:
+                scored.append(SourceItem(id, self.kind, text, score, {"name": id.split(":")[-1]}))
+        return sorted(scored, key=lambda i: (-i.score, i.id))

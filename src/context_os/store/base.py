@@ -158,6 +158,40 @@ class Version:
         return None if self.doc is None else self.doc.get("content_hash")
 
 
+@dataclass(frozen=True)
+class TextHit:
+    """One keyword-search hit: a part of one stored version (``Store.text_search``)."""
+
+    id: str
+    """The object's id."""
+    kind: str
+    part: str
+    """Where in the document the text stands: ``""`` for the whole content (a file version, a tool
+    output, a memory), ``"e<i>"`` for chat entry ``i`` (a chat page holds many messages)."""
+    valid_time: int
+    tx_id: int
+    object_hash: str
+    """With ``valid_time`` and ``tx_id``: the static ref of the version the text comes from."""
+    session: str | None
+    text: str
+    """The indexed text of the part (previews, MMR, embedding)."""
+    score: float
+    """BM25 relevance, higher is better (comparable within one query)."""
+
+
+@dataclass(frozen=True)
+class TextPart:
+    """One indexed part, in index order (``Store.text_parts``): what an embedder catches up on."""
+
+    seq: int
+    """Increasing with every part indexed: a cursor to resume from."""
+    id: str
+    kind: str
+    part: str
+    object_hash: str
+    text: str
+
+
 class Store(ABC):
     """A bitemporal document store. Small on purpose: every backend implements exactly this."""
 

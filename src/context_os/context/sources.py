@@ -1,0 +1,121 @@
+"""Object sources in a session: what recall and memory put in front of the model.
+
+A session consults each of its sources (``Session.add_source``) when a new user message arrives
+(a recall source: the message is the query) or at every turn (a source that does not depend on
+the query, like the memory index: it is re-read when its file changes). Each item a source
+returns is stored as a versioned object of its own kind (``recall``, ``memory``, …) with its
+provenance in ``meta`` (source, query, score, rank) and shown in the session: in the metadata
+pool (inactive, one line), or in the active pool when it scores at or above the feed's bar and
+fits its token budget (or always, pinned, for a pinned feed). The agent activates and
+deactivates them like any object; frames record them like any object, so a frame shows what
+recall put in front of the model at that turn.
+
+An item whose text is unchanged keeps its object version (nothing is written) and its block in
+place: recalling the same thing again costs no prompt-cache miss.
+
+This module never reads files or indexes itself: sources do (``context_os.sources``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InputError
+from ..objects import SourceDoc
+from ..sources.base import ObjectSource, SourceItem
+from ..tokens import estimate_tokens
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["QUERY_CHARS", "SourceFeed", "consult"]
+
+QUERY_CHARS = 500
+"""The query kept in an item's provenance is cut to this many characters."""
+
+
+@dataclass(frozen=True)
+class SourceFeed:
+    """One source of a session, and how its items enter the pools."""
+
+    source: ObjectSource
+    budget_tokens: int = 1500
+    """The tokens the source's items may take in the active pool together."""
+    active_score: float | None = None
+    """Items scoring at least this enter the active pool (within the budget); None: none do,
+    every item enters the metadata pool only, for the agent to activate."""
+    max_items: int = 5
+    """At most this many items per consultation are shown at all."""
+    pin: bool = False
+    """Every item enters the active pool, pinned (the memory index), whatever its score."""
+    every_turn: bool = False
+    """Consult at every turn, with or without a new user message (a source that does not depend
+    on the query, re-read when it changes); otherwise only when a new user message arrives."""
+
+    def __post_init__(self) -> None:
+        if self.budget_tokens < 0 or self.max_items < 0:
+            raise InputError("budget_tokens and max_items must be ≥ 0")
+        if not getattr(self.source, "name", None):
+            raise InputError("an object source needs a non-empty name (its items' provenance)")
+
+
+def consult(session: Session, feeds: Sequence[SourceFeed], query: str | None) -> list[str]:
+    """Ask every feed due now and show its items in ``session``; the ids shown, in order.
+
+    ``query``: the newest user message since the last consultation (None: none came).
+    """
+    shown: list[str] = []
+    for feed in feeds:
+        if query is None and not feed.every_turn:
+            continue
+        items = feed.source.items(query or "", feed.budget_tokens)
+        used = 0
+        for rank, item in enumerate(_eligible(session, items)[: feed.max_items]):
+            tokens = estimate_tokens(len(item.text))
+            scores = feed.active_score is not None and item.score >= feed.active_score
+            active = feed.pin or (scores and used + tokens <= feed.budget_tokens)
+            used += tokens if active else 0
+            _store(session, feed, item, rank, query)
+            obj = session.view.objects.get(item.id)
+            if obj is not None and obj.state == "active" and not active:
+                continue  # recalled again, below the bar: what the agent (or an earlier query) chose stays
+            reason = f"{feed.source.name}: score {item.score:.3g}, rank {rank + 1}"
+            session.show(item.id, state="active" if active else "inactive", actor="system", reason=reason)
+            if feed.pin and not session.view.objects[item.id].pinned:
+                session.pin(item.id, actor="system")
+            shown.append(item.id)
+    return shown
+
+
+def _eligible(session: Session, items: list[SourceItem]) -> list[SourceItem]:
+    """Items worth showing: not this session's own chat (it is in the history already)."""
+    out = []
+    for item in items:
+        obj = str(item.meta.get("object", ""))
+        if item.meta.get("session") == session.id and obj.startswith("chat:"):
+            continue
+        out.append(item)
+    return out
+
+
+def _store(session: Session, feed: SourceFeed, item: SourceItem, rank: int, query: str | None) -> None:
+    """Write the item as a version of its object, unless the latest already holds this text."""
+    text = item.text
+    if session.ingest.redact is not None:
+        text = session.ingest.redact(text)[0]  # a memory file is the user's text: secrets stay out
+    latest = session.store.get(item.id)
+    meta: dict[str, Any] = dict(item.meta)
+    meta.update(source=feed.source.name, score=round(float(item.score), 6), rank=rank + 1)
+    if query is not None and not feed.every_turn:
+        meta["query"] = query[:QUERY_CHARS]
+    if latest is not None and latest.doc is not None and latest.doc.get("content") == text:
+        # the same text: its version (and its block) stay; only a new query's provenance is new,
+        # and that is in the state change's reason
+        return
+    try:
+        doc = SourceDoc(id=item.id, kind=item.kind, content=text, meta=meta).to_doc()  # type: ignore[arg-type]
+    except ValueError as e:
+        raise InputError(f"source {feed.source.name!r} returned an item that is not a valid object: {e}") from None
+    session.store.put(doc)
