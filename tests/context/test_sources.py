@@ -85,9 +85,11 @@ def test_a_pinned_source_is_read_every_turn_and_follows_its_text(store: Store, u
         name = "memory"
 
         def __init__(self) -> None:
-            self.text = "- the user prefers tabs"
+            self.text: str | None = "- the user prefers tabs"
 
         def items(self, query: str, budget_tokens: int) -> list[SourceItem]:
+            if self.text is None:  # the file was deleted
+                return []
             return [SourceItem(f"memory:{uid}:MEMORY.md", "memory", self.text, 1.0, {"scope": "global"})]
 
     memory = Memory()
@@ -102,6 +104,11 @@ def test_a_pinned_source_is_read_every_turn_and_follows_its_text(store: Store, u
     msgs += [say("hello")]
     text = blocks_text(h.transform_context(msgs))
     assert "make test" in text and len(store.history(f"memory:{uid}:MEMORY.md")) == 2
+    memory.text = None
+    msgs += [user("bye")]
+    assert "make test" not in blocks_text(h.transform_context(msgs))
+    obj = session.view.objects[f"memory:{uid}:MEMORY.md"]
+    assert obj.state == "inactive" and not obj.pinned
     assert all_frames_verify(store, session.id)
 
 

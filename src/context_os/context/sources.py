@@ -64,15 +64,16 @@ class SourceFeed:
 def consult(session: Session, feeds: Sequence[SourceFeed], query: str | None) -> list[str]:
     """Ask every feed due now and show its items in ``session``; the ids shown, in order.
 
-    ``query``: the newest user message since the last consultation (None: none came).
+    ``query``: the newest user message since the last consultation (None: none came). An item a
+    feed consulted at every turn no longer offers (a deleted ``MEMORY.md``) leaves the context.
     """
     shown: list[str] = []
     for feed in feeds:
         if query is None and not feed.every_turn:
             continue
-        items = feed.source.items(query or "", feed.budget_tokens)
+        items = _eligible(session, feed.source.items(query or "", feed.budget_tokens))[: feed.max_items]
         used = 0
-        for rank, item in enumerate(_eligible(session, items)[: feed.max_items]):
+        for rank, item in enumerate(items):
             tokens = estimate_tokens(len(item.text))
             scores = feed.active_score is not None and item.score >= feed.active_score
             active = feed.pin or (scores and used + tokens <= feed.budget_tokens)
@@ -86,6 +87,13 @@ def consult(session: Session, feeds: Sequence[SourceFeed], query: str | None) ->
             if feed.pin and not session.view.objects[item.id].pinned:
                 session.pin(item.id, actor="system")
             shown.append(item.id)
+        if feed.every_turn:
+            offered = {item.id for item in items}
+            for o in list(session.view.objects.values()):
+                if o.meta.get("source") == feed.source.name and o.id not in offered and o.state == "active":
+                    if o.pinned:
+                        session.unpin(o.id, actor="system")
+                    session.deactivate(o.id, actor="system", reason=f"{feed.source.name} no longer offers it")
     return shown
 
 
@@ -110,12 +118,13 @@ def _store(session: Session, feed: SourceFeed, item: SourceItem, rank: int, quer
     meta.update(source=feed.source.name, score=round(float(item.score), 6), rank=rank + 1)
     if query is not None and not feed.every_turn:
         meta["query"] = query[:QUERY_CHARS]
-    if latest is not None and latest.doc is not None and latest.doc.get("content") == text:
-        # the same text: its version (and its block) stay; only a new query's provenance is new,
-        # and that is in the state change's reason
+    if not feed.every_turn and latest is not None and latest.doc is not None and latest.doc.get("content") == text:
+        # the same text for a new query: its version (and its block) stay; the query's
+        # provenance is in the state change's reason
         return
     try:
         doc = SourceDoc(id=item.id, kind=item.kind, content=text, meta=meta).to_doc()  # type: ignore[arg-type]
     except ValueError as e:
         raise InputError(f"source {feed.source.name!r} returned an item that is not a valid object: {e}") from None
-    session.store.put(doc)
+    if latest is None or latest.doc is None or latest.doc["object_hash"] != doc["object_hash"]:
+        session.store.put(doc)  # a source read at every turn: written when anything of it changed

@@ -1,0 +1,721 @@
+"""Markdown memory scopes as an object source: the ``MEMORY.md`` indexes the agent keeps.
+
+A *scope* is a directory holding a ``MEMORY.md`` index, topic files (``<topic>.md``) beside it
+and an ``archive/`` folder. ``MemoryScopes`` knows four:
+
+* ``global``: ``<user data dir>/memory/`` (the base the default store uses), for this user in
+  every workspace;
+* ``project``: ``<workspace>/.context_os/memory/``, in the repository, shared with whoever
+  shares it; used **only when the workspace is trusted**: ``trust_project=True``, or its root
+  (or a folder above it) listed in ``<user data dir>/memory.json`` (``trust_workspace``). A
+  repository cannot trust itself: nothing inside it is consulted for trust;
+* ``pi-global`` (``$PI_CODING_AGENT_DIR`` or ``~/.pi/agent``, then ``memory/``) and
+  ``pi-project`` (``<workspace>/.pi/memory/``, same trust rule): Pi's own scopes, read only
+  when asked (``include_pi=True``, or ``"include_pi": true`` in ``memory.json``).
+
+``items(query, budget_tokens)`` offers one ``memory`` item per scope in use whose index exists:
+the first 200 lines or 8 KiB of ``MEMORY.md``, whichever is smaller, cut at a line boundary,
+with a one-line note when something was left out. The text depends only on the file's bytes,
+so it is byte-stable (same bytes, same hash) while the file is unchanged; the query changes
+nothing. Topic files and ``archive/`` are never offered: topic files are ordinary files the
+agent reads with its ``read`` tool. ``changed()`` says cheaply whether the next ``items()``
+would differ; ``paths()`` names every index, for a file tracker to watch.
+
+``remember(text, scope, topic)`` appends one fact as one bullet line, never rewriting a byte
+that is there.
+
+Files are opened relative to the opened scope directory and never through a symlink inside a
+scope (``O_NOFOLLOW``): a repository cannot point its ``MEMORY.md`` at a file elsewhere on the
+machine. This module must never import from ``context``, ``harness``, ``files`` or ``cli``, and
+never let an ``OSError`` out: failures are ``InputError`` or ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import secrets
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import blake3
+
+from ..errors import ConfigError, InputError
+from .base import SourceItem
+
+__all__ = [
+    "MAX_INDEX_BYTES",
+    "MAX_INDEX_LINES",
+    "MAX_FACT_CHARS",
+    "MemoryScope",
+    "MemoryScopes",
+    "Remembered",
+    "ScopeName",
+    "settings_path",
+    "trust_workspace",
+    "trusted_workspaces",
+    "untrust_workspace",
+]
+
+MAX_INDEX_LINES = 200
+"""At most this many lines of a ``MEMORY.md`` enter the context."""
+MAX_INDEX_BYTES = 8 * 1024
+"""At most this many bytes of a ``MEMORY.md`` enter the context."""
+MAX_FACT_CHARS = 1000
+"""A fact ``remember`` appends to an index is at most this long; longer ones belong in a topic."""
+
+ScopeName = Literal["global", "project", "pi-global", "pi-project"]
+
+INDEX = "MEMORY.md"
+ARCHIVE = "archive"
+_PROJECT_PARTS = (".context_os", "memory")
+_PI_PROJECT_PARTS = (".pi", "memory")
+_SETTINGS = "memory.json"
+_CHUNK = 1 << 16
+_TOPIC = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_BULLET = re.compile(r"\A[-*+](?:\s+|\Z)")
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_DIR = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NONBLOCK | _O_NOFOLLOW | _O_CLOEXEC
+_APPEND = os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC
+
+
+@dataclass(frozen=True)
+class MemoryScope:
+    """What one look at one scope found."""
+
+    scope: ScopeName
+    id: str
+    """The id of the item the index becomes: ``memory:global:MEMORY.md``,
+    ``memory:project:<workspace tag>:MEMORY.md`` (project ids name their workspace, since one
+    store serves many)."""
+    dir: Path
+    index: Path
+    """The scope's ``MEMORY.md`` (it may not exist)."""
+    used: bool
+    """Offered to the context: configured, and for project scopes, the workspace is trusted."""
+    exists: bool
+    """``MEMORY.md`` exists (and is a regular file)."""
+    bytes: int = 0
+    lines: int | None = None
+    """Lines of ``MEMORY.md``; None when it was not read (an unused scope is only ``stat``-ed)."""
+    sha: str | None = None
+    """``b3:`` blake3 of the bytes of ``MEMORY.md``, when read."""
+    injected_bytes: int = 0
+    """Bytes of ``MEMORY.md`` the item shows (the note about the rest not counted)."""
+    injected_lines: int = 0
+    capped: bool = False
+    """The index is longer than the cap: the item shows the head and a note."""
+    text: str | None = None
+    """The item's text: the capped index (with the note), when read."""
+    topics: int = 0
+    """``*.md`` files beside ``MEMORY.md``."""
+    archived: int = 0
+    """Files anywhere below ``archive/`` (never offered)."""
+    error: str | None = None
+    """Why the scope could not be read (a symlink inside it, permission denied, …); such a
+    scope offers nothing."""
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """What the metadata pool shows of the item."""
+        return {
+            "name": f"{INDEX} ({self.scope})",
+            "scope": self.scope,
+            "path": str(self.index),
+            "bytes": self.bytes,
+            "injected_bytes": self.injected_bytes,
+            "capped": self.capped,
+            "lines": self.lines,
+            "injected_lines": self.injected_lines,
+            "sha": self.sha,
+        }
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """What ``remember`` wrote, and where."""
+
+    scope: Literal["global", "project"]
+    path: Path
+    """The file the fact was appended to (``MEMORY.md`` or the topic file)."""
+    line: str
+    """The line appended (``- <fact>``, without its newline)."""
+    pointer: str | None = None
+    """The pointer line appended to ``MEMORY.md`` the first time a topic was used."""
+    index: Path | None = None
+    """The scope's ``MEMORY.md`` (where a pointer went)."""
+
+
+# -- settings: the user's list of trusted workspaces -------------------------------------------
+
+
+def _default_data_dir() -> Path:
+    from ..store import data_dir
+
+    return data_dir()
+
+
+def settings_path(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``<user data dir>/memory.json``: the trusted workspace roots and ``include_pi``. It lies
+    beside the global scope, not in it, so an agent allowed to edit its memory cannot trust a
+    workspace."""
+    return Path(data_dir if data_dir is not None else _default_data_dir()) / _SETTINGS
+
+
+def _load_settings(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected a JSON object, found {type(value).__name__}")
+    roots = value.get("trusted_workspaces", [])
+    if not isinstance(roots, list) or not all(isinstance(r, str) for r in roots):
+        raise ConfigError(f"{path}: trusted_workspaces must be a list of paths")
+    if not isinstance(value.get("include_pi", False), bool):
+        raise ConfigError(f"{path}: include_pi must be true or false")
+    return value
+
+
+def _save_settings(path: Path, value: dict[str, Any]) -> None:
+    data = (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with suppress(OSError):
+            tmp.unlink()
+        raise ConfigError(f"{path}: cannot be written ({e.strerror or e})") from None
+
+
+def _root(workspace: str | os.PathLike[str]) -> Path:
+    try:
+        real = os.path.realpath(os.path.expanduser(os.fspath(workspace)))
+    except ValueError as e:  # a NUL byte
+        raise InputError(f"workspace path {os.fspath(workspace)!r} is not a valid path: {e}") from None
+    if not os.path.isdir(real):
+        raise InputError(f"workspace {os.fspath(workspace)!r} is not a directory")
+    return Path(real)
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def trusted_workspaces(data_dir: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The workspace roots the user trusts (a workspace inside one is trusted too)."""
+    out = []
+    for p in _load_settings(settings_path(data_dir)).get("trusted_workspaces", []):
+        expanded = os.path.expanduser(p)
+        if os.path.isabs(expanded):  # a relative entry would depend on the current directory
+            out.append(Path(os.path.realpath(expanded)))
+    return out
+
+
+def trust_workspace(workspace: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Add the workspace's resolved root to the trusted list (once); returns that root."""
+    root = _root(workspace)
+    path = settings_path(data_dir)
+    settings = _load_settings(path)
+    roots = list(settings.get("trusted_workspaces", []))
+    if str(root) not in roots:
+        settings["trusted_workspaces"] = [*roots, str(root)]
+        _save_settings(path, settings)
+    return root
+
+
+def untrust_workspace(workspace: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None) -> bool:
+    """Remove the workspace's resolved root from the trusted list; whether it was listed. A
+    folder above it that is listed still trusts it."""
+    root = _root(workspace)
+    path = settings_path(data_dir)
+    settings = _load_settings(path)
+    roots = list(settings.get("trusted_workspaces", []))
+    if str(root) not in roots:
+        return False
+    settings["trusted_workspaces"] = [r for r in roots if r != str(root)]
+    _save_settings(path, settings)
+    return True
+
+
+# -- opening files inside a scope --------------------------------------------------------------
+
+
+def _strerror(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
+def _open_scope_dir(base: Path, parts: tuple[str, ...], create: bool) -> int | None:
+    fd = -1
+    try:
+        if create:
+            base.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(base, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        for part in parts:
+            try:
+                nxt = os.open(part, _DIR, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    os.close(fd)
+                    return None
+                with suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                nxt = os.open(part, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return fd
+    except OSError as e:
+        if fd >= 0:
+            os.close(fd)
+        where = base.joinpath(*parts)
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise InputError(
+                f"{where}: a part of it is a symlink or not a directory; memory is not read or written through it"
+            ) from None
+        raise InputError(f"{where}: {_strerror(e)}") from None
+
+
+@contextmanager
+def _scope_dir(base: Path, parts: tuple[str, ...], *, create: bool = False) -> Iterator[int | None]:
+    """The scope directory ``base/parts…`` opened: ``base`` by its name, each part relative to
+    the one before and never through a symlink. None if it is missing (and not ``create``)."""
+    fd = _open_scope_dir(base, parts, create)
+    try:
+        yield fd
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _open_file(dir_fd: int, name: str, shown: Path) -> int | None:
+    """``name`` in the opened directory, opened to read; None if it is missing. A symlink or a
+    non-regular file is an ``InputError``."""
+    try:
+        fd = os.open(name, _READ, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise InputError(f"{shown} is a symlink; memory is not read through symlinks") from None
+        raise InputError(f"{shown}: cannot be read ({_strerror(e)})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(f"{shown} is not a regular file")
+    return fd
+
+
+@dataclass(frozen=True)
+class _Read:
+    size: int
+    lines: int
+    sha: str
+    head: bytes
+    """The first ``max_bytes + 1`` bytes (enough to decide the cut)."""
+    ends_newline: bool
+    binary: bool
+
+
+def _read(fd: int, keep: int) -> _Read:
+    """Stream the file once: its size, line count, hash and first ``keep`` bytes."""
+    h = blake3.blake3()
+    head = bytearray()
+    size = newlines = 0
+    last = b""
+    binary = False
+    while chunk := os.read(fd, _CHUNK):
+        h.update(chunk)
+        if len(head) < keep:
+            head += chunk[: keep - len(head)]
+        size += len(chunk)
+        newlines += chunk.count(b"\n")
+        binary = binary or b"\x00" in chunk
+        last = chunk[-1:]
+    ends = last == b"\n"
+    lines = newlines + (1 if size and not ends else 0)
+    return _Read(size, lines, "b3:" + h.hexdigest(), bytes(head), ends, binary)
+
+
+def _cut(r: _Read, max_lines: int, max_bytes: int) -> bytes | None:
+    """The injected part of the index, or None when all of it fits."""
+    if r.size <= max_bytes and r.lines <= max_lines:
+        return None
+    head, end = r.head[:max_bytes], 0
+    for _ in range(max_lines):  # complete lines only: a line is what ends in "\n" (a lone "\r" is not one)
+        nl = head.find(b"\n", end)
+        if nl < 0:
+            break
+        end = nl + 1
+    return head[:end]
+
+
+def _count(dir_fd: int) -> tuple[int, int]:
+    """(topic files, archived files) of an opened scope directory; neither is ever opened."""
+    topics = archived = 0
+    with os.scandir(dir_fd) as entries:
+        for e in entries:
+            if e.name != INDEX and e.name.endswith(".md") and e.is_file(follow_symlinks=False):
+                topics += 1
+    try:
+        fd = os.open(ARCHIVE, _DIR, dir_fd=dir_fd)
+    except OSError:
+        return topics, 0
+    stack = [fd]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as entries:
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        with suppress(OSError):
+                            stack.append(os.open(e.name, _DIR, dir_fd=d))
+                    else:
+                        archived += 1
+        finally:
+            os.close(d)
+    return topics, archived
+
+
+# -- the scopes --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Where:
+    scope: ScopeName
+    id: str
+    base: Path
+    parts: tuple[str, ...]
+    used: bool
+    project: bool
+
+    @property
+    def dir(self) -> Path:
+        return self.base.joinpath(*self.parts)
+
+
+class MemoryScopes:
+    """The memory scopes of one workspace, as an ``ObjectSource`` named ``memory``.
+
+    ``workspace``: the workspace root (None: global scopes only). ``trust_project``: True uses
+    the project scopes, False never does, None (the default) uses them when the workspace lies
+    in a root of ``trusted_workspaces()``. ``include_pi``: also Pi's scopes (None: the
+    ``include_pi`` setting of ``memory.json``, off by default). ``data_dir``: the user data dir
+    (default: the store's, ``context_os.store.data_dir()``). ``pi_agent_dir``: Pi's agent dir
+    (default ``$PI_CODING_AGENT_DIR``, else ``~/.pi/agent``). ``max_lines``, ``max_bytes``: the
+    per-scope cap.
+    """
+
+    name = "memory"
+
+    def __init__(
+        self,
+        workspace: str | os.PathLike[str] | None = None,
+        *,
+        trust_project: bool | None = None,
+        include_pi: bool | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+        pi_agent_dir: str | os.PathLike[str] | None = None,
+        max_lines: int = MAX_INDEX_LINES,
+        max_bytes: int = MAX_INDEX_BYTES,
+    ):
+        if max_lines < 1 or max_bytes < 1:
+            raise ConfigError(f"memory caps must be positive (max_lines={max_lines}, max_bytes={max_bytes})")
+        self.workspace = _root(workspace) if workspace is not None else None
+        self.trust_project = trust_project
+        self.include_pi = include_pi
+        self.data_dir = Path(data_dir) if data_dir is not None else _default_data_dir()
+        if pi_agent_dir is None:
+            pi_agent_dir = os.environ.get("PI_CODING_AGENT_DIR") or Path("~/.pi/agent").expanduser()
+        self.pi_agent_dir = Path(pi_agent_dir).expanduser()
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self._seen: tuple[tuple[str, str | None], ...] | None = None
+
+    # -- trust and configuration
+
+    @property
+    def settings_path(self) -> Path:
+        return settings_path(self.data_dir)
+
+    def trusted_by(self) -> str | None:
+        """Why the workspace is trusted: ``option`` (``trust_project=True``), the trusted root
+        from ``memory.json`` it lies in, or None (not trusted, or no workspace)."""
+        if self.workspace is None or self.trust_project is False:
+            return None
+        if self.trust_project:
+            return "option"
+        for root in trusted_workspaces(self.data_dir):
+            if _within(self.workspace, root):
+                return str(root)
+        return None
+
+    @property
+    def trusted(self) -> bool:
+        return self.trusted_by() is not None
+
+    def pi_enabled(self) -> bool:
+        if self.include_pi is not None:
+            return self.include_pi
+        return bool(_load_settings(self.settings_path).get("include_pi", False))
+
+    def _where(self) -> list[_Where]:
+        """Every scope configured, in the order they enter the context (general to specific)."""
+        pi = self.pi_enabled()
+        out = [_Where("global", f"memory:global:{INDEX}", self.data_dir / "memory", (), True, False)]
+        if pi:
+            out.append(_Where("pi-global", f"memory:pi-global:{INDEX}", self.pi_agent_dir / "memory", (), True, False))
+        if self.workspace is not None:
+            ws, trusted = self.workspace, self.trusted
+            tag = blake3.blake3(str(ws).encode("utf-8")).hexdigest()[:16]
+            out.append(_Where("project", f"memory:project:{tag}:{INDEX}", ws, _PROJECT_PARTS, trusted, True))
+            if pi:
+                out.append(
+                    _Where("pi-project", f"memory:pi-project:{tag}:{INDEX}", ws, _PI_PROJECT_PARTS, trusted, True)
+                )
+        return out
+
+    # -- reading
+
+    def scopes(self) -> list[MemoryScope]:
+        """A fresh look at every configured scope, used or not. An unused (untrusted) scope is
+        only ``stat``-ed: its text is never read."""
+        return [self._look(w) for w in self._where()]
+
+    def _look(self, w: _Where) -> MemoryScope:
+        index = w.dir / INDEX
+        none = MemoryScope(scope=w.scope, id=w.id, dir=w.dir, index=index, used=w.used, exists=False)
+        try:
+            with _scope_dir(w.base, w.parts) as dir_fd:
+                if dir_fd is None:
+                    return none
+                topics, archived = _count(dir_fd)
+                fd = _open_file(dir_fd, INDEX, index)
+                if fd is None:
+                    return replace(none, topics=topics, archived=archived)
+                try:
+                    if not w.used:
+                        size = os.fstat(fd).st_size
+                        return replace(none, exists=True, bytes=size, topics=topics, archived=archived)
+                    r = _read(fd, self.max_bytes + 1)
+                finally:
+                    os.close(fd)
+        except InputError as e:
+            return replace(none, error=str(e))
+        except OSError as e:
+            return replace(none, error=f"{w.dir}: {_strerror(e)}")
+        text, injected, capped = self._text(w, index, r)
+        return replace(
+            none,
+            exists=True,
+            bytes=r.size,
+            lines=r.lines,
+            sha=r.sha,
+            injected_bytes=len(injected),
+            injected_lines=injected.count(b"\n") + (1 if injected and not injected.endswith(b"\n") else 0),
+            capped=capped,
+            text=text,
+            topics=topics,
+            archived=archived,
+        )
+
+    def _shown(self, w: _Where, index: Path) -> str:
+        """How the note names the index for the read tool: relative to the workspace if inside."""
+        if w.project and self.workspace is not None:
+            return index.relative_to(self.workspace).as_posix()
+        return str(index)
+
+    def _text(self, w: _Where, index: Path, r: _Read) -> tuple[str, bytes, bool]:
+        """(item text, injected bytes of the file, capped)."""
+        shown = self._shown(w, index)
+        if r.binary:
+            return f"[memory: {shown} is not a text file ({r.size:,} bytes); nothing of it is shown]\n", b"", True
+        head = _cut(r, self.max_lines, self.max_bytes)
+        if head is None:
+            return r.head.decode("utf-8", errors="replace"), r.head, False
+        n = head.count(b"\n")
+        note = (
+            f"[memory: {INDEX} is longer than the {self.max_lines}-line / {self.max_bytes:,}-byte cap: shown are "
+            f"its first {n} of {r.lines:,} lines ({len(head):,} of {r.size:,} bytes); read the whole file with "
+            f"read({shown!r}), and the topic files beside it the same way]\n"
+        )
+        return head.decode("utf-8", errors="replace") + note, head, True
+
+    def items(self, query: str, budget_tokens: int) -> list[SourceItem]:
+        """One ``memory`` item per used scope whose ``MEMORY.md`` exists, general scopes first;
+        score 1.0 whatever the query. The caps bound them (about 2k tokens per scope), so
+        ``budget_tokens`` drops nothing: items that came and went with the budget would break
+        the prompt cache every turn."""
+        looked = self.scopes()
+        self._seen = self._fingerprint(looked)
+        return [
+            SourceItem(id=s.id, kind="memory", text=s.text, score=1.0, meta=s.meta)
+            for s in looked
+            if s.used and s.text is not None
+        ]
+
+    @staticmethod
+    def _fingerprint(looked: list[MemoryScope]) -> tuple[tuple[str, str | None], ...]:
+        return tuple((s.id, s.sha) for s in looked if s.used)
+
+    def fingerprint(self) -> tuple[tuple[str, str | None], ...]:
+        """(item id, ``b3:`` hash of ``MEMORY.md`` or None) of every used scope: equal
+        fingerprints give equal items. Reads each index once (they are small by design)."""
+        return self._fingerprint(self.scopes())
+
+    def changed(self) -> bool:
+        """Whether ``items()`` would now differ from what the last ``items()`` or ``changed()``
+        saw (always True the first time): an index edited, created or deleted, or the workspace
+        trusted or untrusted since. A ``touch`` that changes no byte is no change."""
+        now = self.fingerprint()
+        changed, self._seen = now != self._seen, now
+        return changed
+
+    def paths(self) -> list[Path]:
+        """The ``MEMORY.md`` of every used scope, whether it exists yet or not: what a file
+        tracker watches to notice an edit."""
+        return [w.dir / INDEX for w in self._where() if w.used]
+
+    def dirs(self) -> list[Path]:
+        """The directory of every used scope (for a read tool's allow-list: topic files are read
+        from there)."""
+        return [w.dir for w in self._where() if w.used]
+
+    # -- writing
+
+    def remember(
+        self, text: str, scope: Literal["global", "project"] = "project", topic: str | None = None
+    ) -> Remembered:
+        """Append one fact to the scope's ``MEMORY.md``, or to ``<topic>.md`` (then a pointer
+        ``- [topic](topic.md)`` goes to ``MEMORY.md`` the first time the index has none).
+
+        The fact becomes one bullet line ``- <text>``: multi-line text is folded into one line
+        (each line stripped, blank ones dropped, joined by spaces), a leading bullet marker is
+        dropped. Empty text, control characters, a fact over ``MAX_FACT_CHARS`` for the index,
+        a topic name that is not a plain file name (a path separator, ``..``, a leading dot,
+        ``MEMORY``, ``archive``), and the project scope of an untrusted workspace are refused
+        with ``InputError``, with nothing written. Existing bytes are never rewritten: the file
+        is opened for appending, the line written in one ``write`` and synced to disk. The scope
+        directory is created on first use.
+        """
+        if scope not in ("global", "project"):
+            raise InputError(f"remember: scope must be 'global' or 'project', not {scope!r}")
+        fact = _fold(text)
+        name = _topic_file(topic) if topic is not None else None
+        if name is None and len(fact) > MAX_FACT_CHARS:
+            raise InputError(
+                f"remember: the fact is {len(fact):,} characters; the index takes at most {MAX_FACT_CHARS:,} "
+                "per fact: put the detail in a topic (topic=…) and keep the index line short"
+            )
+        w = next((w for w in self._where() if w.scope == scope), None)
+        if w is None:
+            raise InputError("remember: no workspace was given, so there is no project scope; use scope='global'")
+        if not w.used:
+            raise InputError(
+                f"remember: the workspace {self.workspace} is not trusted, so its project memory is not used and "
+                f"not written; trust it with `ctxos memory trust --workspace {self.workspace}` (or pass "
+                "trust_project=True), or use scope='global'"
+            )
+        line = f"- {fact}"
+        index = w.dir / INDEX
+        with _scope_dir(w.base, w.parts, create=True) as dir_fd:
+            assert dir_fd is not None
+            if name is None:
+                _append(dir_fd, INDEX, index, line)
+                return Remembered(scope, index, line, index=index)
+            _append(dir_fd, name, w.dir / name, line)
+            pointer = None
+            if not _has_pointer(dir_fd, index, name):
+                pointer = f"- [{name[:-3]}]({name})"
+                _append(dir_fd, INDEX, index, pointer)
+            return Remembered(scope, w.dir / name, line, pointer=pointer, index=index)
+
+
+def _fold(text: str) -> str:
+    if not isinstance(text, str):
+        raise InputError(f"remember: text must be a string, not {type(text).__name__}")
+    fact = " ".join(part.strip() for part in text.splitlines() if part.strip())
+    fact = _BULLET.sub("", fact)
+    if not fact:
+        raise InputError("remember: the text is empty; give one fact to remember")
+    if _CONTROL.search(fact):
+        raise InputError("remember: the text contains control characters; give plain text")
+    try:
+        fact.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"remember: the text is not valid Unicode ({e.reason} at position {e.start})") from None
+    return fact
+
+
+def _topic_file(topic: str) -> str:
+    name = topic[:-3] if topic.endswith(".md") else topic
+    if not _TOPIC.fullmatch(name) or ".." in name or name.upper() == "MEMORY" or name.lower() == ARCHIVE:
+        raise InputError(
+            f"remember: topic {topic!r} is not a plain name: use letters, digits, '.', '_' and '-' (at most 64, "
+            "starting with a letter or digit; no path separators or '..'; not MEMORY or archive)"
+        )
+    return name + ".md"
+
+
+def _has_pointer(dir_fd: int, index: Path, name: str) -> bool:
+    fd = _open_file(dir_fd, INDEX, index)
+    if fd is None:
+        return False
+    try:
+        chunks = []
+        while chunk := os.read(fd, _CHUNK):
+            chunks.append(chunk)
+    except OSError as e:
+        raise InputError(f"{index}: cannot be read ({_strerror(e)})") from None
+    finally:
+        os.close(fd)
+    return f"]({name})".encode() in b"".join(chunks)
+
+
+def _append(dir_fd: int, name: str, shown: Path, line: str) -> None:
+    """Append ``line`` and a newline to ``name`` in the opened directory (created if missing;
+    never through a symlink), after a newline if the file does not end with one."""
+    try:
+        fd = os.open(name, _APPEND, 0o666, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise InputError(f"{shown} is a symlink; memory is not written through symlinks") from None
+        raise InputError(f"{shown}: cannot be written ({_strerror(e)})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{shown} is not a regular file; nothing was written")
+        data = (line + "\n").encode("utf-8")
+        if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
+            data = b"\n" + data
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except OSError as e:
+        raise InputError(f"{shown}: cannot be written ({_strerror(e)})") from None
+    finally:
+        os.close(fd)
