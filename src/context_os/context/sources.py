@@ -30,7 +30,7 @@ from ..tokens import estimate_tokens
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["QUERY_CHARS", "SourceFeed", "consult"]
+__all__ = ["QUERY_CHARS", "SourceFeed", "consult", "store_item"]
 
 QUERY_CHARS = 500
 """The query kept in an item's provenance is cut to this many characters."""
@@ -78,7 +78,7 @@ def consult(session: Session, feeds: Sequence[SourceFeed], query: str | None) ->
             scores = feed.active_score is not None and item.score >= feed.active_score
             active = feed.pin or (scores and used + tokens <= feed.budget_tokens)
             used += tokens if active else 0
-            _store(session, feed, item, rank, query)
+            store_item(session, feed, item, rank, query)
             obj = session.view.objects.get(item.id)
             if obj is not None and obj.state == "active" and not active:
                 continue  # recalled again, below the bar: what the agent (or an earlier query) chose stays
@@ -108,7 +108,7 @@ def _eligible(session: Session, items: list[SourceItem]) -> list[SourceItem]:
     return out
 
 
-def _store(session: Session, feed: SourceFeed, item: SourceItem, rank: int, query: str | None) -> None:
+def store_item(session: Session, feed: SourceFeed, item: SourceItem, rank: int, query: str | None) -> None:
     """Write the item as a version of its object, unless the latest already holds this text."""
     text = item.text
     if session.ingest.redact is not None:

@@ -1,0 +1,204 @@
+"""The agent's ``recall`` and ``remember`` tools, and the sources behind them.
+
+``SourceTools(session, recall=..., memory=...)`` adds the sources to the session (the memory
+index pinned and re-read when it changes; recall consulted at each new user message, its hits
+entering the metadata pool) and registers the tools in a hook's registry
+(``register(hook.registry)``), so every hook and ``ctxos serve`` offer them:
+
+* ``recall(query, k?, kinds?, session?, as_of?)``: search everything the store holds (chat
+  messages, tool outputs, file versions, memories, every session); each hit becomes a ``recall``
+  object in the metadata pool the agent can ``activate``; the output lists them, best first,
+  with their scores per stream and a one-line preview, and says each step's status.
+* ``remember(text, scope?, topic?)``: append one fact to a memory scope (never rewriting it); the
+  index in context shows it from the next turn on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import InputError
+from ..sources.base import ObjectSource, SourceItem
+from ..times import iso, parse_time
+from .sources import SourceFeed, store_item
+from .tools import Tool, ToolRegistry, object_schema
+
+if TYPE_CHECKING:
+    from ..sources.memory import MemoryScopes
+    from .session import Session
+
+__all__ = ["PREVIEW_CHARS", "RecallEngine", "SourceTools"]
+
+PREVIEW_CHARS = 160
+
+
+class RecallEngine(ObjectSource, Protocol):
+    """What the recall tool needs of a recall source (``context_os.sources.recall.Recall``)."""
+
+    def search_items(
+        self,
+        query: str,
+        *,
+        k: int = 10,
+        kinds: Sequence[str] | None = None,
+        session: str | None = None,
+        valid_time: int | None = None,
+        tx_id: int | None = None,
+    ) -> list[SourceItem]:
+        """The hits for ``query`` as items (kind ``recall``, provenance and static ref in meta)."""
+        ...
+
+    def describe(self) -> str:
+        """How it ranks now (e.g. "hybrid: BM25 + vectors (model)", "keyword only: no embedder")."""
+        ...
+
+
+def _preview(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= PREVIEW_CHARS else line[: PREVIEW_CHARS - 1] + "…"
+
+
+class SourceTools:
+    """The recall and memory sources of one session, and the agent's tools over them."""
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        recall: RecallEngine | None = None,
+        memory: MemoryScopes | None = None,
+        auto_recall: bool = True,
+        recall_active_score: float | None = None,
+        max_k: int = 20,
+    ):
+        """``auto_recall``: consult ``recall`` at each new user message (hits enter the metadata
+        pool; at or above ``recall_active_score``, the active pool). ``max_k``: the most hits one
+        ``recall`` call returns."""
+        if recall is None and memory is None:
+            raise InputError("SourceTools needs a recall engine, memory scopes, or both")
+        self.session = session
+        self.recall_engine = recall
+        self.memory = memory
+        self.max_k = max_k
+        self.feeds: list[SourceFeed] = []
+        if memory is not None:
+            self.feeds.append(session.add_source(memory, pin=True, every_turn=True))
+        if recall is not None and auto_recall:
+            self.feeds.append(session.add_source(recall, active_score=recall_active_score))
+
+    def register(self, registry: ToolRegistry) -> ToolRegistry:
+        """Add ``recall`` (with a recall engine) and ``remember`` (with memory) to ``registry``."""
+        if self.recall_engine is not None:
+            registry.register(Tool("recall", RECALL_DESCRIPTION, RECALL_SCHEMA, self.recall))
+        if self.memory is not None:
+            registry.register(Tool("remember", REMEMBER_DESCRIPTION, REMEMBER_SCHEMA, self.remember))
+        return registry
+
+    # --- the tools -----------------------------------------------------------------------------
+
+    def recall(
+        self,
+        query: str,
+        k: int = 5,
+        kinds: list[str] | None = None,
+        session: str | None = None,
+        as_of: str | int | None = None,
+    ) -> dict[str, Any]:
+        """Search; each hit enters the metadata pool as a ``recall`` object; each step's status."""
+        engine = self.recall_engine
+        assert engine is not None
+        if not isinstance(query, str) or not query.strip():
+            raise InputError("recall: query is empty; say what to look for")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.max_k:
+            raise InputError(f"recall: k must be an integer from 1 to {self.max_k}, got {k!r}")
+        valid_time = parse_time(as_of, "as_of") if as_of is not None else None
+        items = engine.search_items(query, k=k, kinds=kinds, session=session, valid_time=valid_time)
+        hits = []
+        for rank, item in enumerate(items):
+            feed = SourceFeed(engine)
+            store_item(self.session, feed, item, rank, query)
+            added = item.id not in self.session.view.objects
+            self.session.show(
+                item.id,
+                state=self.session.view.objects[item.id].state if not added else "inactive",
+                actor="agent",
+                reason=f"recall: score {item.score:.3g}, rank {rank + 1}",
+            )
+            meta = item.meta
+            hit: dict[str, Any] = {
+                "id": item.id,
+                "object": meta.get("object"),
+                "kind": meta.get("object_kind", item.kind),
+                "score": round(item.score, 4),
+                "preview": _preview(item.text),
+                "pool": "added" if added else "already in pool",
+            }
+            for key in ("part", "session", "scores", "ranks"):
+                if meta.get(key) not in (None, ""):
+                    hit[key] = meta[key]
+            if isinstance(meta.get("valid_time"), int):
+                hit["valid_time"] = iso(meta["valid_time"])
+            hits.append(hit)
+        out: dict[str, Any] = {"query": query, "ranking": engine.describe(), "hits": hits}
+        if as_of is not None and valid_time is not None:
+            out["as_of"] = iso(valid_time)
+        out["next"] = "activate(id) loads a hit's full text" if hits else "no hit: try other words"
+        return out
+
+    def remember(self, text: str, scope: str = "project", topic: str | None = None) -> dict[str, Any]:
+        """Append one fact to a memory scope; the index in context shows it from the next turn."""
+        memory = self.memory
+        assert memory is not None
+        if scope not in ("global", "project"):
+            raise InputError(f"remember: scope must be 'global' or 'project', not {scope!r}")
+        done = memory.remember(text, scope, topic)  # type: ignore[arg-type]
+        out: dict[str, Any] = {"scope": done.scope, "file": str(done.path), "appended": done.line}
+        if done.pointer is not None:
+            out["index"] = f"pointer added to {done.index}: {done.pointer}"
+        out["next"] = (
+            "the memory index in your context shows it from the next turn"
+            if topic is None
+            else f"read({str(done.path)!r}) shows the topic; the index points to it"
+        )
+        return out
+
+
+RECALL_DESCRIPTION = (
+    "Search everything context_os has stored (past messages, tool outputs, file versions, memories, other "
+    "sessions) for what matters now. Hits enter your object index; activate(id) loads one. as_of (ISO 8601 or "
+    "epoch ms) searches what was true then."
+)
+RECALL_SCHEMA = object_schema(
+    {
+        "query": {"type": "string", "description": "What to look for, in words"},
+        "k": {"type": "integer", "description": "How many hits (default 5)", "minimum": 1},
+        "kinds": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Only these object kinds (chat, toolcall, file, memory, message)",
+        },
+        "session": {"type": "string", "description": "Only this session's objects"},
+        "as_of": {
+            "type": "string",
+            "description": "A past time, ISO 8601 or epoch ms: search what was valid and known then",
+        },
+    },
+    ["query"],
+)
+REMEMBER_DESCRIPTION = (
+    "Remember one fact for later sessions: appended as a line to the memory index (or to a topic file), never "
+    "rewriting what is there. Keep it short and self-contained."
+)
+REMEMBER_SCHEMA = object_schema(
+    {
+        "text": {"type": "string", "description": "The fact, one line"},
+        "scope": {
+            "type": "string",
+            "enum": ["project", "global"],
+            "description": "project: this repository (default); global: every project of this user",
+        },
+        "topic": {"type": "string", "description": "A topic file name (e.g. deploy) for detail"},
+    },
+    ["text"],
+)
