@@ -1,4 +1,5 @@
-"""Object sources: recall, memory and mesh items that enter a session as objects (context/sources.py shows them in sessions)."""
+"""Object sources: recall, memory and mesh items that enter a session as objects
+(context/sources.py shows them in sessions)."""
 
 from .base import ObjectSource, SourceItem, TextSource
 

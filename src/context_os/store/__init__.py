@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import ConfigError
-from .base import Delete, Evict, Match, Op, Put, Store, Tx, Version, now_ms
+from .base import Delete, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, now_ms
 
 __all__ = [
     "Delete",
@@ -34,6 +34,8 @@ __all__ = [
     "Op",
     "Put",
     "Store",
+    "TextHit",
+    "TextPart",
     "Tx",
     "Version",
     "data_dir",

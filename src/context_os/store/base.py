@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -47,6 +47,8 @@ __all__ = [
     "Op",
     "Put",
     "Store",
+    "TextHit",
+    "TextPart",
     "Tx",
     "Version",
     "next_valid_time",
@@ -274,6 +276,66 @@ class Store(ABC):
         """Problems the backend's own integrity check finds (empty: none), for ``ctxos verify``;
         None if the backend has no such check that can be run from here."""
         return None
+
+    # Keyword recall. A backend with an index overrides all four; these defaults are what a
+    # store without one can still answer (a scan), so every store can be searched.
+
+    def text_search(
+        self,
+        query: str,
+        *,
+        k: int = 20,
+        kinds: Sequence[str] | None = None,
+        session: str | None = None,
+        valid_time: int | None = None,
+        tx_id: int | None = None,
+    ) -> list[TextHit]:
+        """The ``k`` indexed parts that best match ``query`` (BM25, best first) among the
+        versions in force at ``valid_time`` (default now) as of ``tx_id`` (default the latest).
+
+        ``query`` is plain text: its words are searched for (any of them; more of them, and
+        rarer ones, rank higher), never read as query syntax. ``kinds`` narrows to some of the
+        searchable kinds (``objects.INDEXED_KINDS``), ``session`` to one session's objects.
+        ``InputError`` names a bad argument (an empty query, an unknown kind, a valid time that
+        is not epoch ms); a query without any word finds nothing.
+
+        This default scans every version in force (``find``): correct, and slow on a large store.
+        """
+        from .text_index import check_search, scan_search
+
+        return scan_search(self, check_search(query, k, kinds, session, valid_time, tx_id))
+
+    def text_parts(self, after_seq: int = 0, limit: int = 1000) -> list[TextPart]:
+        """At most ``limit`` indexed parts with ``seq > after_seq``, in index order: each distinct
+        (id, part, text) once, so an embedder can resume from the last ``seq`` it saw. A store
+        without an index has none (this default)."""
+        from .text_index import check_cursor
+
+        check_cursor(after_seq, limit)
+        return []
+
+    def index_status(self) -> dict[str, Any]:
+        """The keyword index: ``backend``, ``state`` (``ok``, ``missing``, ``corrupt``,
+        ``building``, ``none``), ``parts``, ``documents``, ``last_seq``, ``last_indexed_tx``,
+        ``store_tx``, ``lags`` (whether search may miss the newest writes) and ``search``
+        (``index``, or ``scan`` when searches fall back to scanning)."""
+        latest = self.latest_tx()
+        return {
+            "backend": "none",
+            "state": "none",
+            "parts": 0,
+            "documents": 0,
+            "last_seq": 0,
+            "last_indexed_tx": None,
+            "store_tx": None if latest is None else latest.id,
+            "lags": False,
+            "search": "scan",
+        }
+
+    def rebuild_index(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Build the keyword index again from every stored version; the number of parts it then
+        holds. ``progress(done, total)`` is called as it goes. Safe to run again after a crash."""
+        return 0
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends need it
         """Release connections and files."""

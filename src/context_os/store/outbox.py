@@ -41,13 +41,13 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import HashError, SchemaError, StoreError, StoreUnavailable, StoreUnreachable
 from ..hashing import canonical_json, doc_hashes
-from .base import Delete, Evict, Match, Op, Put, Store, Tx, Version, now_ms
+from .base import Delete, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, now_ms
 
 __all__ = ["MARKER_KIND", "OutboxStore"]
 
@@ -394,6 +394,30 @@ class OutboxStore(Store):
 
     def check(self) -> list[str] | None:
         return self.inner.check()
+
+    def text_search(
+        self,
+        query: str,
+        *,
+        k: int = 20,
+        kinds: Sequence[str] | None = None,
+        session: str | None = None,
+        valid_time: int | None = None,
+        tx_id: int | None = None,
+    ) -> list[TextHit]:
+        self._ready()
+        return self.inner.text_search(
+            query, k=k, kinds=kinds, session=session, valid_time=valid_time, tx_id=self._tx(tx_id)
+        )
+
+    def text_parts(self, after_seq: int = 0, limit: int = 1000) -> list[TextPart]:
+        return self.inner.text_parts(after_seq, limit)
+
+    def index_status(self) -> dict[str, Any]:
+        return self.inner.index_status()
+
+    def rebuild_index(self, progress: Callable[[int, int], None] | None = None) -> int:
+        return self.inner.rebuild_index(progress)
 
     def __enter__(self) -> OutboxStore:
         return self

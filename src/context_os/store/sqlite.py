@@ -27,8 +27,12 @@ including its quirks, e.g. a range put restores what held at ``valid_to`` with t
 version it restores. Several processes may share one file: writes serialise on SQLite's write
 lock (``BEGIN IMMEDIATE``) and tx ids are allocated inside that lock.
 
-This module must never import from ``context``, ``harness`` or ``objects``, and no sqlite3
-exception may leave it untranslated.
+The keyword index (``text_parts``, ``text_fts``, ``text_meta``: see store/text_index.py) is
+written in the same transaction as the versions it indexes.
+
+This module must never import from ``context``, ``harness`` or ``objects`` (what a document
+contributes to the keyword index it learns from text_index only), and no sqlite3 exception may
+leave it untranslated.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -50,7 +54,8 @@ import blake3
 from ..errors import InputError, NotFound, SchemaError, StoreCorrupt, StoreError, StoreUnavailable
 from ..hashing import canonical_json
 from ..times import iso
-from .base import Delete, Evict, Match, Op, Put, Store, Tx, Version, now_ms
+from . import text_index
+from .base import Delete, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, now_ms
 
 __all__ = ["SqliteStore"]
 
@@ -90,9 +95,39 @@ def _m002_indexed_keys(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT INTO indexed_keys (name) SELECT DISTINCT name FROM attrs WHERE name != ?", (_KIND_ATTR,))
 
 
+def _index_docs(conn: sqlite3.Connection, docs: Sequence[tuple[int, int, str]]) -> None:
+    """Index stored documents ``(doc ref, entity key, json)`` (a migration, a rebuild)."""
+    for _ref, eid, text in docs:
+        try:
+            doc = json.loads(text)
+        except (ValueError, RecursionError):
+            continue  # damaged: ``verify`` reports it; nothing to index
+        if isinstance(doc, dict):
+            text_index.add_parts(conn, eid, doc)
+
+
+# Stored documents in doc order, each with the entity it belongs to (a doc carries its own id).
+_DOCS_AFTER = (
+    "SELECT d.id, e.eid, d.json FROM docs d JOIN entities e ON e.id = json_extract(d.json, '$.id')"
+    " WHERE d.id > ? AND json_valid(d.json) AND json_extract(d.json, '$.kind') IN (SELECT value FROM json_each(?))"
+    " ORDER BY d.id LIMIT ?"
+)
+_INDEXED_KINDS_JSON = json.dumps(list(text_index.INDEXED_KINDS))
+
+
+def _m003_text_index(conn: sqlite3.Connection) -> None:
+    # The keyword index, built at once for every document stored before it.
+    text_index.create_tables(conn)
+    last = 0
+    while batch := conn.execute(_DOCS_AFTER, (last, _INDEXED_KINDS_JSON, 500)).fetchall():
+        _index_docs(conn, batch)
+        last = batch[-1][0]
+
+
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
     ("m001_initial", _m001_initial),
     ("m002_indexed_keys", _m002_indexed_keys),
+    ("m003_text_index", _m003_text_index),
 )
 
 
@@ -254,6 +289,7 @@ class SqliteStore(Store):
         # The indexed meta keys as last read. Keys are only ever added, so a key found here is
         # indexed; one missing may have been added by another process (re-read under the lock).
         self._indexed: frozenset[str] = frozenset()
+        self._text_schema = (-1, False)  # (schema version, whether the keyword index is there)
         self._conn: sqlite3.Connection | None = None
         self._conn = self._init_connection()
 
@@ -492,10 +528,16 @@ class SqliteStore(Store):
                 tx_time = now_ms() if last is None else max(now_ms(), last[1])
                 if prepared:
                     self._indexed = self._read_indexed(conn)
+                # The keyword index is written here, in this transaction, unless it was dropped
+                # (``rebuild_index`` brings it back, and reads scan meanwhile).
+                text = any(isinstance(op, Put | Evict) for op in ops) and self._text_ready(conn)
                 conn.execute("SAVEPOINT ops")
-                committed = _TxWriter(conn, tx_id, tx_time, self._indexed).run(ops, prepared, expected)
+                writer = _TxWriter(conn, tx_id, tx_time, self._indexed, text=text)
+                committed = writer.run(ops, prepared, expected)
                 if not committed:
                     conn.execute("ROLLBACK TO ops")
+                elif writer.text_removed:
+                    text_index.purge(conn)  # no evicted term may stay behind in an old segment
                 conn.execute("RELEASE ops")
                 conn.execute("INSERT INTO txs (id, time, committed) VALUES (?, ?, ?)", (tx_id, tx_time, committed))
                 conn.execute("COMMIT")
@@ -656,6 +698,160 @@ class SqliteStore(Store):
             out.append(Version(doc_id, v_time, v_tx, tx_time, doc))
         return out
 
+    # -- the keyword index ----------------------------------------------------------------------
+
+    def text_search(
+        self,
+        query: str,
+        *,
+        k: int = 20,
+        kinds: Sequence[str] | None = None,
+        session: str | None = None,
+        valid_time: int | None = None,
+        tx_id: int | None = None,
+    ) -> list[TextHit]:
+        """``Store.text_search`` over the FTS5 index this file keeps with its versions; a scan
+        when the index is missing, damaged or being rebuilt (``index_status`` says which)."""
+        args = text_index.check_search(query, k, kinds, session, valid_time, tx_id)
+        vt = self._now() if valid_time is None else valid_time
+        with self._connection("text search") as conn:
+            self._check_basis(conn, tx_id)
+            if args.match is None:
+                return []
+            try:
+                with self._read(conn):
+                    if self._text_ready(conn) and text_index.index_state(conn) == "ok":
+                        return self._indexed_hits(conn, args, vt, _MAX if tx_id is None else tx_id)
+            except sqlite3.DatabaseError:
+                pass  # a damaged index: answer by scanning, below; rebuild_index repairs it
+        return text_index.scan_search(self, args)
+
+    def _indexed_hits(self, conn: sqlite3.Connection, args: text_index.SearchArgs, vt: int, tx: int) -> list[TextHit]:
+        # A candidate is a text some version of its entity had; it is a hit if the version in
+        # force holds it. Checked on the stored document itself (read once per document), so
+        # writes pay for no document → parts table.
+        in_force: dict[int, tuple[int, int, int | None] | None] = {}
+        doc_parts: dict[int, tuple[str, dict[str, str]]] = {}
+        hits: list[TextHit] = []
+        with closing(text_index.ranked(conn, args)) as candidates:
+            for c in candidates:
+                if c.eid not in in_force:
+                    in_force[c.eid] = conn.execute(
+                        "SELECT valid_time, tx_id, doc FROM versions WHERE eid = ? AND valid_time <= ? AND tx_id <= ?"
+                        " ORDER BY valid_time DESC, tx_id DESC LIMIT 1",
+                        (c.eid, vt, tx),
+                    ).fetchone()
+                row = in_force[c.eid]
+                if row is None or (ref := row[2]) is None:
+                    continue  # not in force then (not yet written, or deleted)
+                v_time, v_tx = row[0], row[1]
+                if ref not in doc_parts:
+                    text = conn.execute("SELECT json FROM docs WHERE id = ?", (ref,)).fetchone()
+                    doc = _load(None if text is None else text[0], c.id, v_tx, self.path)
+                    doc_parts[ref] = (str(doc.get("object_hash") or ""), dict(text_index.index_parts(doc)))
+                object_hash, parts = doc_parts[ref]
+                if parts.get(c.part) != c.text:
+                    continue  # another version's text
+                hits.append(TextHit(c.id, c.kind, c.part, v_time, v_tx, object_hash, c.session, c.text, c.score))
+                if len(hits) == args.k:
+                    break
+        return hits
+
+    def _text_ready(self, conn: sqlite3.Connection) -> bool:
+        """Whether the keyword index's tables are all there (to write to; to read, its state
+        must also be ok). Read again only when the schema changed (a drop, a rebuild)."""
+        version = conn.execute("PRAGMA schema_version").fetchone()[0]
+        if self._text_schema[0] != version:
+            self._text_schema = (version, text_index.tables_present(conn))
+        return self._text_schema[1]
+
+    def text_parts(self, after_seq: int = 0, limit: int = 1000) -> list[TextPart]:
+        text_index.check_cursor(after_seq, limit)
+        with self._connection("text parts") as conn, self._read(conn):
+            if not self._text_ready(conn):
+                return []
+            return text_index.parts_after(conn, after_seq, limit)
+
+    def index_status(self) -> dict[str, Any]:
+        with self._connection("index status") as conn:
+            latest = conn.execute("SELECT max(id) FROM txs").fetchone()[0]
+            state = text_index.index_state(conn)
+            problem = None
+            counts = {"parts": 0, "documents": 0, "last_seq": 0}
+            if state != "missing":
+                try:
+                    counts = text_index.index_counts(conn)
+                    problem = text_index.fts_problem(conn)
+                except sqlite3.DatabaseError as e:
+                    problem = str(e)
+                if problem is not None:
+                    state = "corrupt"
+        out: dict[str, Any] = {
+            "backend": "sqlite-fts5",
+            "state": state,
+            **counts,
+            "last_indexed_tx": latest if state == "ok" else None,
+            "store_tx": latest,
+            "lags": state != "ok",
+            "search": "index" if state == "ok" else "scan",
+            "tokenizer": text_index.TOKENIZER,
+        }
+        if problem is not None:
+            out["problem"] = problem
+        return out
+
+    REBUILD_BATCH = 500
+    """Documents indexed per write transaction of ``rebuild_index`` (writers wait no longer)."""
+
+    def rebuild_index(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Drop the keyword index and index every stored document again, in batches, each its
+        own transaction (writers go on meanwhile, their writes indexed as usual). Searches scan
+        until it is done. A rebuild cut short is resumed by the next one."""
+        if self.read_only:
+            raise StoreError(f"SQLite store {self.path} is read-only: the keyword index cannot be rebuilt")
+        with self._connection("rebuild index") as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                resume = self._text_ready(conn) and text_index.index_state(conn) == "building"
+                if resume:
+                    try:
+                        resume = text_index.fts_problem(conn) is None
+                    except sqlite3.DatabaseError:
+                        resume = False
+                if not resume:
+                    text_index.drop_tables(conn)
+                    text_index.create_tables(conn, state="building")
+                    text_index.set_meta(conn, "rebuild_after", 0)
+                after = int(text_index.meta_value(conn, "rebuild_after") or 0)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        while True:
+            with self._connection("rebuild index") as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    batch = conn.execute(_DOCS_AFTER, (after, _INDEXED_KINDS_JSON, self.REBUILD_BATCH)).fetchall()
+                    if batch:
+                        _index_docs(conn, batch)
+                        after = batch[-1][0]
+                        text_index.set_meta(conn, "rebuild_after", after)
+                    else:
+                        text_index.set_meta(conn, "state", "ok")
+                        conn.execute("DELETE FROM text_meta WHERE key = 'rebuild_after'")
+                    done, total = conn.execute(
+                        "SELECT count(*) FILTER (WHERE id <= ?), count(*) FROM docs", (after,)
+                    ).fetchone()
+                    parts: int = conn.execute("SELECT count(*) FROM text_parts").fetchone()[0]
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            if progress is not None:
+                progress(done if batch else total, total)
+            if not batch:
+                return parts
+
     def latest_tx(self) -> Tx | None:
         with self._connection("latest_tx") as conn:
             row = conn.execute("SELECT id, time, committed FROM txs ORDER BY id DESC LIMIT 1").fetchone()
@@ -717,9 +913,13 @@ class _TxWriter:
     the buffer is flushed before any op that must read an entity the buffer touches.
     """
 
-    def __init__(self, conn: sqlite3.Connection, tx_id: int, tx_time: int, indexed: frozenset[str]) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, tx_id: int, tx_time: int, indexed: frozenset[str], *, text: bool = False
+    ) -> None:
         self.conn = conn
         self.indexed = indexed
+        self.text = text  # whether the keyword index is there to keep up to date
+        self.text_removed = False  # an evict took parts out of it (its segments need a merge)
         self.tx_id = tx_id
         self.tx_time = tx_time
         self.eids: dict[str, int] = {}
@@ -745,6 +945,10 @@ class _TxWriter:
                 eid = self._eid(op.doc["id"], create=True)
                 assert eid is not None
                 doc_ref = self._doc_ref(eid, doc)
+                if self.text and doc_ref in self.new_docs.get(eid, ()):
+                    # A document stored before has its parts already; of a new one (a chat page
+                    # rewritten), only the texts this entity never had are indexed.
+                    text_index.add_parts(self.conn, eid, doc.doc)
                 self.attrs.update((name, value, eid) for name, value in _doc_attrs(doc.doc, self.indexed))
                 self._put(eid, op.valid_from, op.valid_to, doc_ref)
             elif isinstance(op, Delete):
@@ -942,6 +1146,8 @@ class _TxWriter:
         self.attrs -= attrs
         self.conn.execute("DELETE FROM versions WHERE eid = ?", (eid,))
         self.conn.executemany("DELETE FROM docs WHERE id = ?", [(r,) for r in refs])
+        if self.text and text_index.remove_entity(self.conn, eid):
+            self.text_removed = True
         self.conn.execute("DELETE FROM entities WHERE eid = ?", (eid,))
         del self.eids[doc_id]
         self.fresh.discard(eid)

@@ -46,12 +46,14 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, Literal, NoReturn
 from urllib.parse import unquote, urlsplit
 
@@ -61,8 +63,8 @@ import httpx
 from ..errors import ConfigError, HashError, InputError, StoreError, StoreUnavailable, StoreUnreachable
 from ..hashing import canonical_json
 from ..times import iso
-from . import mask_url
-from .base import Delete, Evict, Match, Op, Put, Store, Tx, Version
+from . import data_dir, default_outbox_path, mask_url, text_index
+from .base import Delete, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version
 
 __all__ = ["XtdbStore"]
 
@@ -325,7 +327,9 @@ class XtdbStore(Store):
     FIND_WORKERS = 8
     """Concurrent entity-tx lookups in ``find`` (Datalog returns docs, not their tx metadata)."""
 
-    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, *, timeout: float = 30.0, text_index_path: Path | None = None) -> None:
+        """``text_index_path``: the keyword index's sidecar file (default: one per node address
+        under the user data dir, ``text-index/<host>_<port>.db``)."""
         # the base (what messages name) carries no credentials; they go in each request's auth
         self.base, shown, self._auth = _parse_url(url)
         self.url = "xtdb+" + shown
@@ -334,6 +338,9 @@ class XtdbStore(Store):
         self._client = self._init_client()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._text = text_index.SidecarIndex(
+            text_index_path or data_dir() / "text-index" / default_outbox_path(self.base).name, self
+        )
 
     def _init_client(self) -> httpx.Client:
         return httpx.Client(
@@ -476,7 +483,21 @@ class XtdbStore(Store):
             raise StoreUnavailable(
                 f"XTDB node at {self.base} took transaction {tx_id} but could not confirm it: {e}"
             ) from e
-        return Tx(tx_id, tx_time, committed)
+        tx = Tx(tx_id, tx_time, committed)
+        self._index_write(tx, ops)
+        return tx
+
+    def _index_write(self, tx: Tx, ops: Sequence[Op]) -> None:
+        """Bring the landed transaction into the keyword index's sidecar."""
+        try:
+            self._text.note_write(tx, ops)
+        except (sqlite3.Error, StoreError) as e:
+            if any(isinstance(op, Evict) for op in ops):
+                raise StoreError(
+                    f"XTDB node at {self.base} evicted in transaction {tx.id}, but the keyword index"
+                    f" {self._text.path} could not drop what it held of it ({e}): run `ctxos index rebuild`"
+                ) from e
+            # The write landed; the index only lags, and the next search catches up with it.
 
     def _await(self, tx_id: int) -> None:
         r = self._request(
@@ -640,6 +661,61 @@ class XtdbStore(Store):
         out.update((_key_name(k), _from_edn(v)) for k, v in status.items())
         return out
 
+    # -- the keyword index (a sidecar FTS5 file: see text_index.SidecarIndex) -----------------
+
+    def text_search(
+        self,
+        query: str,
+        *,
+        k: int = 20,
+        kinds: Sequence[str] | None = None,
+        session: str | None = None,
+        valid_time: int | None = None,
+        tx_id: int | None = None,
+    ) -> list[TextHit]:
+        """``Store.text_search`` over the sidecar index, each hit checked against the version in
+        force; a scan when the sidecar is damaged (``index_status`` says so)."""
+        args = text_index.check_search(query, k, kinds, session, valid_time, tx_id)
+        try:
+            return self._text.search(args)
+        except sqlite3.DatabaseError:
+            return text_index.scan_search(self, args)
+
+    def text_parts(self, after_seq: int = 0, limit: int = 1000) -> list[TextPart]:
+        text_index.check_cursor(after_seq, limit)
+        try:
+            return self._text.parts(after_seq, limit)
+        except sqlite3.Error as e:
+            raise StoreError(f"the keyword index {self._text.path} failed: {e}; run `ctxos index rebuild`") from e
+
+    def index_status(self) -> dict[str, Any]:
+        try:
+            return self._text.status()
+        except sqlite3.DatabaseError as e:
+            latest = self.latest_tx()
+            return {
+                "backend": "fts5-sidecar",
+                "path": str(self._text.path),
+                "state": "corrupt",
+                "parts": 0,
+                "documents": 0,
+                "last_seq": 0,
+                "last_indexed_tx": None,
+                "store_tx": None if latest is None else latest.id,
+                "lags": True,
+                "search": "scan",
+                "tokenizer": text_index.TOKENIZER,
+                "problem": str(e),
+            }
+
+    def rebuild_index(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Drop the sidecar and read every document of a searchable kind in force now, with its
+        whole history, from the node again."""
+        try:
+            return self._text.rebuild(progress)
+        except sqlite3.Error as e:
+            raise StoreError(f"the keyword index {self._text.path} could not be rebuilt: {e}") from e
+
     def check(self) -> None:
         """None: XTDB 1.x offers no integrity check over its HTTP API, so there is none to run
         from here (``verify`` still re-hashes every document it reads)."""
@@ -653,6 +729,7 @@ class XtdbStore(Store):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+        self._text.close()
         self._client.close()
 
 

@@ -1,0 +1,89 @@
+"""``ctxos index status|rebuild``: the keyword index every store keeps for recall.
+
+``status`` never writes. ``rebuild`` drops the index and builds it again from every stored
+version (a progress bar on a terminal); it says whether the index was missing or damaged before.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ._common import emit_json, fails_cleanly, json_option, store_from, table
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(index_group)
+
+
+@click.group("index")
+def index_group() -> None:
+    """The keyword index: status and rebuild."""
+
+
+@index_group.command("status")
+@json_option
+@click.pass_context
+@fails_cleanly
+def status_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Parts indexed, whether the index is current, its state."""
+    with store_from(ctx) as store:
+        report = {"store": store.url, **store.index_status()}
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo(table(_rows(report), ["field", "value"]))
+        if report.get("state") not in ("ok", "none"):
+            click.echo(f"the index is {report['state']}: searches scan the store; `ctxos index rebuild` repairs it")
+
+
+@index_group.command("rebuild")
+@json_option
+@click.pass_context
+@fails_cleanly
+def rebuild_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Drop the index and build it again from every stored version."""
+    with store_from(ctx) as store:
+        before = store.index_status()
+        bar: Any = None
+        shown = sys.stderr.isatty()
+
+        def progress(done: int, total: int) -> None:
+            nonlocal bar
+            if not shown:
+                return
+            if bar is None:
+                bar = click.progressbar(length=max(total, 1), label="indexing", file=sys.stderr)
+                bar.__enter__()
+            bar.update(done - bar.pos)
+
+        try:
+            parts = store.rebuild_index(progress)
+        finally:
+            if bar is not None:
+                bar.__exit__(None, None, None)
+        after = store.index_status()
+    was = before.get("state")
+    repaired = was in ("missing", "corrupt", "building")
+    report = {
+        "store": store.url,
+        "parts": parts,
+        "state_before": was,
+        "repaired": repaired,
+        "state": after.get("state"),
+        "problem_before": before.get("problem"),
+    }
+    if as_json:
+        emit_json(report)
+        return
+    if repaired:
+        what = {"missing": "was missing", "corrupt": "was damaged", "building": "was half built"}[str(was)]
+        click.echo(f"the index {what}: repaired, {parts} parts indexed")
+    else:
+        click.echo(f"rebuilt the index: {parts} parts indexed")
+
+
+def _rows(report: dict[str, Any]) -> list[list[str]]:
+    return [[key.replace("_", " "), "" if value is None else str(value)] for key, value in report.items()]

@@ -1,0 +1,624 @@
+"""The keyword half of recall: an SQLite FTS5 index over the text parts of stored versions.
+
+Both stores use this module. The SQLite store keeps the tables in its own file and writes them
+in the transaction that writes the versions (search never lags the store). The XTDB store keeps
+them in a sidecar file (``SidecarIndex``): a derived index, fed by its own writes once they have
+landed and by a catch-up over the store contract, that it can always rebuild from the node.
+
+What a document contributes is ``objects.index_parts``: the only place the store layer reads the
+shape of a document (which kinds hold text, where a chat page keeps its entries).
+
+Tables (``create_tables``):
+
+* ``entities``: id ↔ integer key (the SQLite store's own table; a sidecar has its own).
+* ``text_parts``: every distinct text each part of each entity ever had, once, with the seq that
+  is its cursor for ``Store.text_parts``. A chat page rewritten on every append adds only its
+  new entries here (an unchanged entry has the same (entity, part, text hash)).
+* ``text_fts``: FTS5 over ``text_parts.text`` (external content: the text is stored once),
+  tokenizer ``porter unicode61 remove_diacritics 2``.
+* ``text_meta``: ``state`` (``ok``, or ``building`` while a rebuild runs) and the backend's
+  bookkeeping (the sidecar's last indexed tx, a rebuild's cursor).
+
+The index says which texts *some* version had. Whether the version in force at the asked
+(valid time, tx) holds the text is checked on that version's document, read once per search
+and document: the SQLite store reads it from its own tables, the sidecar with ``Store.get``.
+
+This module never imports from ``context`` or ``harness``; no sqlite3 error leaves the public
+``Store`` methods that use it untranslated (the callers translate).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sqlite3
+import threading
+from collections import Counter
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import blake3
+
+from ..errors import InputError, StoreError
+from ..objects import INDEXED_KINDS, index_parts
+from .base import Evict, Op, Put, TextHit, TextPart, Tx, now_ms
+
+if TYPE_CHECKING:
+    from .base import Store, Version
+
+__all__ = [
+    "INDEXED_KINDS",
+    "TOKENIZER",
+    "Candidate",
+    "SearchArgs",
+    "SidecarIndex",
+    "add_parts",
+    "check_search",
+    "create_tables",
+    "drop_tables",
+    "fts_problem",
+    "index_counts",
+    "index_parts",
+    "parts_after",
+    "purge",
+    "ranked",
+    "remove_entity",
+    "scan_search",
+    "session_of",
+    "tables_present",
+]
+
+TOKENIZER = "porter unicode61 remove_diacritics 2"
+"""FTS5 tokenizer: Unicode words, case and diacritics folded, English stems (``tests`` finds
+``test``): recall from LLM-written queries needs the stems more than exact forms."""
+MAX_TERMS = 64
+"""A query's distinct words beyond this are dropped (an LLM may pass a whole message)."""
+_WORD = re.compile(r"[^\W_]+")  # what unicode61 calls a token: letters and digits, "_" separates
+TABLES = ("text_fts", "text_parts", "text_meta")
+
+
+# -- arguments ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SearchArgs:
+    """``text_search``'s arguments, checked."""
+
+    match: str | None
+    """The FTS5 query (quoted words OR-ed), None when the query has no word at all."""
+    words: tuple[str, ...]
+    k: int
+    kinds: tuple[str, ...]
+    session: str | None
+    valid_time: int | None
+    tx_id: int | None
+
+
+def check_search(query: Any, k: Any, kinds: Any, session: Any, valid_time: Any, tx_id: Any) -> SearchArgs:
+    """Check ``text_search``'s arguments (``InputError`` naming the bad one) and build the FTS5
+    query: the query's words, each quoted, OR-ed, so no user or LLM text is ever FTS5 syntax."""
+    if not isinstance(query, str):
+        raise InputError(f"text_search: query must be a string, got {type(query).__name__}")
+    if not query.strip():
+        raise InputError("text_search: the query is empty: give at least one word to search for")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise InputError(f"text_search: k must be a positive int, got {k!r}")
+    if kinds is None:
+        wanted = INDEXED_KINDS
+    else:
+        if isinstance(kinds, str) or not isinstance(kinds, Sequence | set | frozenset):
+            raise InputError(f"text_search: kinds must be a list of kinds, got {kinds!r}")
+        unknown = [kd for kd in kinds if kd not in INDEXED_KINDS]
+        if unknown:
+            raise InputError(
+                f"text_search: kinds holds {', '.join(map(repr, unknown))}, which is not a searchable kind"
+                f" (searchable: {', '.join(INDEXED_KINDS)})"
+            )
+        wanted = tuple(dict.fromkeys(kinds))
+    if session is not None and not isinstance(session, str):
+        raise InputError(f"text_search: session must be a session id (str), got {session!r}")
+    for name, value in (("valid_time", valid_time), ("tx_id", tx_id)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            what = "epoch ms" if name == "valid_time" else "a tx id"
+            raise InputError(f"text_search: {name} must be an int ({what}), got {value!r}")
+    words = tuple(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))[:MAX_TERMS]
+    match = " OR ".join(f'"{w}"' for w in words) if words else None
+    return SearchArgs(match, words, k, wanted, session, valid_time, tx_id)
+
+
+def session_of(doc: Mapping[str, Any]) -> str | None:
+    """The session an object belongs to: ``meta.session``, else the ``<session>`` of a
+    ``chat:<session>:<page>`` or ``toolcall:<session>:<call>`` id; None for files and memories
+    without one."""
+    meta = doc.get("meta")
+    if isinstance(meta, Mapping) and isinstance(meta.get("session"), str):
+        return str(meta["session"])
+    doc_id, kind = doc.get("id"), doc.get("kind")
+    if kind in ("chat", "toolcall") and isinstance(doc_id, str):
+        # the session id may itself hold ":"; the page number and call id come last
+        body = doc_id.removeprefix(f"{kind}:")
+        session, sep, _ = body.rpartition(":")
+        if sep and session:
+            return session
+    return None
+
+
+def _text_key(text: str) -> bytes:
+    return blake3.blake3(text.encode("utf-8", "surrogatepass")).digest(length=16)
+
+
+# -- the tables -----------------------------------------------------------------------------------
+
+
+def create_tables(conn: sqlite3.Connection, *, state: str = "ok") -> None:
+    """Create the index tables (empty), in the caller's transaction."""
+    conn.execute(
+        "CREATE TABLE text_parts (seq INTEGER PRIMARY KEY, eid INTEGER NOT NULL, part TEXT NOT NULL,"
+        " hash BLOB NOT NULL, kind TEXT NOT NULL, session TEXT, object_hash TEXT NOT NULL, text TEXT NOT NULL,"
+        " UNIQUE (eid, part, hash))"
+    )
+    conn.execute(
+        f"CREATE VIRTUAL TABLE text_fts USING fts5(text, content='text_parts', content_rowid='seq',"
+        f" tokenize='{TOKENIZER}')"
+    )
+    conn.execute("CREATE TABLE text_meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID")
+    conn.execute("INSERT INTO text_meta (key, value) VALUES ('state', ?)", (state,))
+
+
+def drop_tables(conn: sqlite3.Connection) -> None:
+    """Drop the index tables, whatever state they are in, in the caller's transaction."""
+    for name in TABLES:
+        try:
+            conn.execute(f"DROP TABLE IF EXISTS {name}")
+        except sqlite3.DatabaseError:
+            if name != "text_fts":
+                raise
+            # a damaged FTS5 table may refuse DROP: remove its shadow tables and its entry
+            _drop_damaged_fts(conn)
+
+
+def _drop_damaged_fts(conn: sqlite3.Connection) -> None:
+    for shadow in ("data", "idx", "content", "docsize", "config"):
+        conn.execute(f"DROP TABLE IF EXISTS text_fts_{shadow}")
+    conn.execute("PRAGMA writable_schema=ON")
+    try:
+        conn.execute("DELETE FROM sqlite_master WHERE name = 'text_fts'")
+    finally:
+        conn.execute("PRAGMA writable_schema=OFF")
+    # the connection's parsed schema still lists the table: make every connection read it again
+    version = conn.execute("PRAGMA schema_version").fetchone()[0]
+    conn.execute(f"PRAGMA schema_version={int(version) + 1}")
+
+
+def tables_present(conn: sqlite3.Connection) -> bool:
+    """Whether every index table exists."""
+    listed = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (SELECT value FROM json_each(?))"
+    return {r[0] for r in conn.execute(listed, (json.dumps(TABLES),))} == set(TABLES)
+
+
+def index_state(conn: sqlite3.Connection) -> str:
+    """``missing`` (some table is gone), or the recorded state (``ok``, ``building``)."""
+    if not tables_present(conn):
+        return "missing"
+    row = conn.execute("SELECT value FROM text_meta WHERE key = 'state'").fetchone()
+    return "missing" if row is None else str(row[0])
+
+
+def meta_value(conn: sqlite3.Connection, key: str) -> Any:
+    row = conn.execute("SELECT value FROM text_meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else row[0]
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: Any) -> None:
+    conn.execute("INSERT OR REPLACE INTO text_meta (key, value) VALUES (?, ?)", (key, value))
+
+
+def fts_problem(conn: sqlite3.Connection) -> str | None:
+    """What FTS5's own integrity check finds wrong with the index (None: nothing). Runs over the
+    whole index; a store opened read-only cannot run it and reports None."""
+    try:
+        conn.execute("INSERT INTO text_fts (text_fts, rank) VALUES ('integrity-check', 1)")
+    except sqlite3.DatabaseError as e:
+        if "readonly" in str(e):
+            return None
+        return str(e)
+    return None
+
+
+def add_parts(conn: sqlite3.Connection, eid: int, doc: Mapping[str, Any]) -> int:
+    """Index the parts of ``doc`` (a version of entity ``eid``) that this entity never had
+    (a rewritten chat page adds its new entries only); how many were new."""
+    parts = index_parts(doc)
+    if not parts:
+        return 0
+    kind = str(doc.get("kind"))
+    session = session_of(doc)
+    object_hash = str(doc.get("object_hash") or "")
+    added = 0
+    for part, text in parts:
+        cur = conn.execute(
+            "INSERT OR IGNORE INTO text_parts (eid, part, hash, kind, session, object_hash, text)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (eid, part, _text_key(text), kind, session, object_hash, text),
+        )
+        if cur.rowcount == 1:
+            conn.execute("INSERT INTO text_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, text))
+            added += 1
+    return added
+
+
+def remove_entity(conn: sqlite3.Connection, eid: int) -> int:
+    """Remove every part of entity ``eid`` from the index; how many. The caller then runs
+    ``purge`` so that no copy of the text stays in the FTS5 segments either."""
+    rows = conn.execute("SELECT seq, text FROM text_parts WHERE eid = ?", (eid,)).fetchall()
+    conn.executemany("INSERT INTO text_fts (text_fts, rowid, text) VALUES ('delete', ?, ?)", rows)
+    conn.execute("DELETE FROM text_parts WHERE eid = ?", (eid,))
+    return len(rows)
+
+
+def purge(conn: sqlite3.Connection) -> None:
+    """Merge the FTS5 segments into one: a delete only adds a tombstone in a newer segment, and
+    the older segment keeps the evicted terms until merged. Costs a pass over the index; only
+    evictions need it."""
+    conn.execute("INSERT INTO text_fts (text_fts) VALUES ('optimize')")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A part whose text matches, in rank order: not yet known to be in force."""
+
+    seq: int
+    eid: int
+    id: str
+    part: str
+    kind: str
+    session: str | None
+    text: str
+    score: float
+
+
+def ranked(conn: sqlite3.Connection, args: SearchArgs) -> Generator[Candidate]:
+    """Matching parts, best first (BM25), of the wanted kinds and session, lazily."""
+    sql = (
+        "SELECT p.seq, p.eid, e.id, p.part, p.kind, p.session, p.text, f.rank FROM text_fts f"
+        " JOIN text_parts p ON p.seq = f.rowid JOIN entities e ON e.eid = p.eid"
+        " WHERE text_fts MATCH ? AND p.kind IN (SELECT value FROM json_each(?))"
+    )
+    params: list[Any] = [args.match, _json_list(args.kinds)]
+    if args.session is not None:
+        sql += " AND p.session = ?"
+        params.append(args.session)
+    cur = conn.execute(sql + " ORDER BY f.rank", params)
+    try:
+        for seq, eid, doc_id, part, kind, session, text, rank in cur:
+            yield Candidate(seq, eid, doc_id, part, kind, session, text, -float(rank))
+    finally:
+        cur.close()
+
+
+def _json_list(values: Sequence[str]) -> str:
+    return json.dumps(list(values))
+
+
+def parts_after(conn: sqlite3.Connection, after_seq: int, limit: int) -> list[TextPart]:
+    rows = conn.execute(
+        "SELECT p.seq, e.id, p.kind, p.part, p.object_hash, p.text FROM text_parts p"
+        " JOIN entities e ON e.eid = p.eid WHERE p.seq > ? ORDER BY p.seq LIMIT ?",
+        (after_seq, limit),
+    ).fetchall()
+    return [TextPart(*r) for r in rows]
+
+
+def check_cursor(after_seq: Any, limit: Any) -> None:
+    if not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0:
+        raise InputError(f"text_parts: after_seq must be an int >= 0, got {after_seq!r}")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise InputError(f"text_parts: limit must be a positive int, got {limit!r}")
+
+
+def index_counts(conn: sqlite3.Connection) -> dict[str, Any]:
+    parts, documents, last_seq = conn.execute(
+        "SELECT count(*), count(DISTINCT eid), coalesce(max(seq), 0) FROM text_parts"
+    ).fetchone()
+    return {"parts": parts, "documents": documents, "last_seq": last_seq}
+
+
+# -- without an index: a scan ---------------------------------------------------------------------
+
+
+def _words(text: str) -> list[str]:
+    return [w.casefold() for w in _WORD.findall(text)]
+
+
+def scan_search(store: Store, args: SearchArgs) -> list[TextHit]:
+    """``text_search`` without an index: BM25 (k1 1.2, b 0.75, no stemming) over the parts of
+    every version in force, read through ``find``. Slow on a large store; always correct."""
+    if args.match is None:
+        return []
+    vt = now_ms() if args.valid_time is None else args.valid_time
+    parts: list[tuple[Version, str, str, Counter[str], int]] = []
+    for kind in args.kinds:
+        for v in store.find(kind, valid_time=vt, tx_id=args.tx_id):
+            if v.doc is None or (args.session is not None and session_of(v.doc) != args.session):
+                continue
+            for part, text in index_parts(v.doc):
+                words = _words(text)
+                parts.append((v, part, text, Counter(words), len(words)))
+    if not parts:
+        return []
+    n = len(parts)
+    avg = sum(p[4] for p in parts) / n
+    df = {w: sum(1 for p in parts if w in p[3]) for w in args.words}
+    scored: list[tuple[float, int]] = []
+    for i, (_v, _part, _text, tf, length) in enumerate(parts):
+        score = 0.0
+        for w in args.words:
+            f = tf.get(w, 0)
+            if f:
+                idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
+                score += idf * f * 2.2 / (f + 1.2 * (0.25 + 0.75 * length / (avg or 1)))
+        if score > 0:
+            scored.append((score, i))
+    scored.sort(key=lambda s: (-s[0], s[1]))
+    hits = []
+    for score, i in scored[: args.k]:
+        v, part, text, _tf, _len = parts[i]
+        assert v.doc is not None
+        hits.append(
+            TextHit(
+                v.id,
+                str(v.doc.get("kind")),
+                part,
+                v.valid_time,
+                v.tx_id,
+                str(v.object_hash or ""),
+                session_of(v.doc),
+                text,
+                score,
+            )
+        )
+    return hits
+
+
+# -- a sidecar index for a store that cannot hold one ----------------------------------------------
+
+
+class SidecarIndex:
+    """The index in a local SQLite file beside a remote store (the XTDB store's).
+
+    * Own writes are indexed after they land (``note_write``); an eviction removes the id's parts.
+    * ``catch_up`` (before every search) indexes what other writers added: the history, since
+      the last indexed tx, of every document of a searchable kind in force now. A version only
+      a later transaction wrote into an entity's past while its current version stayed older, or
+      the history of an entity deleted since, is not seen by it: ``rebuild`` reads everything.
+    * A search checks each candidate against the version in force (``Store.get`` at the pinned
+      valid time and tx): the index may hold more than is in force, never shows it.
+    * ``last_tx`` in ``text_meta``: the newest tx up to which every write is indexed.
+    """
+
+    VERIFY_WORKERS = 8
+
+    def __init__(self, path: Path, store: Store) -> None:
+        self.path = path
+        self.store = store
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    # -- the file -----------------------------------------------------------------------------
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=60)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute(
+                        "CREATE TABLE IF NOT EXISTS entities (eid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE)"
+                    )
+                    if index_state(conn) == "missing":
+                        drop_tables(conn)
+                        create_tables(conn)
+                        set_meta(conn, "last_tx", -1)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as e:
+                raise StoreError(f"the text index {self.path} cannot be opened: {e}") from e
+            self._conn = conn
+        return self._conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._db()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _eid(self, conn: sqlite3.Connection, doc_id: str) -> int:
+        conn.execute("INSERT OR IGNORE INTO entities (id) VALUES (?)", (doc_id,))
+        eid: int = conn.execute("SELECT eid FROM entities WHERE id = ?", (doc_id,)).fetchone()[0]
+        return eid
+
+    def _forget(self, conn: sqlite3.Connection, doc_id: str) -> bool:
+        row = conn.execute("SELECT eid FROM entities WHERE id = ?", (doc_id,)).fetchone()
+        if row is None:
+            return False
+        removed = remove_entity(conn, row[0])
+        conn.execute("DELETE FROM entities WHERE eid = ?", (row[0],))
+        return removed > 0
+
+    def last_tx(self) -> int:
+        with self._lock:
+            value = meta_value(self._db(), "last_tx")
+        return -1 if value is None else int(value)
+
+    # -- keeping up ---------------------------------------------------------------------------
+
+    def note_write(self, tx: Tx, ops: Sequence[Op]) -> None:
+        """Index a transaction of this process once it has landed (committed or not)."""
+        with self._lock:
+            with self._write() as conn:
+                purged = False
+                if tx.committed:
+                    for op in ops:
+                        if isinstance(op, Put) and isinstance(op.doc.get("id"), str) and index_parts(op.doc):
+                            add_parts(conn, self._eid(conn, op.doc["id"]), op.doc)
+                        elif isinstance(op, Evict) and self._forget(conn, op.id):
+                            purged = True
+                    if purged:
+                        purge(conn)
+                # Advance only over a gap-free run: a tx another writer slipped in before this
+                # one is left to the catch-up.
+                advance = "UPDATE text_meta SET value = ? WHERE key = 'last_tx' AND value = ?"
+                conn.execute(advance, (tx.id, tx.id - 1))
+            if purged:
+                # Free pages and the WAL's old page images still hold the evicted text.
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Index what the store holds past the last indexed tx; how many parts were added."""
+        return self._catch_up(progress)[0]
+
+    def _catch_up(self, progress: Callable[[int, int], None] | None = None) -> tuple[int, Tx | None]:
+        with self._lock:
+            latest = self.store.latest_tx()
+            last = self.last_tx()
+            if latest is None or latest.id == last:
+                return 0, latest
+            if latest.id < last:  # a new node behind the same address: start again
+                with self._write() as conn:
+                    drop_tables(conn)
+                    conn.execute("DELETE FROM entities")
+                    create_tables(conn)
+                    set_meta(conn, "last_tx", -1)
+                last = -1
+            todo = [v.id for kind in INDEXED_KINDS for v in self.store.find(kind, tx_id=latest.id) if v.tx_id > last]
+            added = 0
+            for n, doc_id in enumerate(todo):
+                versions = self.store.history(doc_id, with_docs=True, start_tx_id=last + 1, end_tx_id=latest.id + 1)
+                with self._write() as conn:
+                    for v in versions:
+                        if v.doc is not None:
+                            added += add_parts(conn, self._eid(conn, doc_id), v.doc)
+                if progress is not None:
+                    progress(n + 1, len(todo))
+            with self._write() as conn:
+                conn.execute("UPDATE text_meta SET value = ? WHERE key = 'last_tx' AND value = ?", (latest.id, last))
+            return added, latest
+
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Drop the index and read everything again; how many parts it holds then."""
+        with self._lock:
+            with self._write() as conn:
+                drop_tables(conn)
+                conn.execute("DELETE FROM entities")
+                create_tables(conn)
+                set_meta(conn, "last_tx", -1)
+            self.catch_up(progress)
+            return int(index_counts(self._db())["parts"])
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def search(self, args: SearchArgs) -> list[TextHit]:
+        _, latest = self._catch_up()
+        if args.tx_id is not None and (latest is None or args.tx_id > latest.id):
+            newest = None if latest is None else latest.id
+            raise StoreError(f"tx {args.tx_id} is past the newest transaction ({newest}) of {self.store.url}")
+        if args.match is None or latest is None:
+            return []
+        # One basis for every check: the same (valid time, tx) whatever lands meanwhile.
+        vt = now_ms() if args.valid_time is None else args.valid_time
+        tx = latest.id if args.tx_id is None else args.tx_id
+        hits: list[TextHit] = []
+        in_force: dict[str, Version | None] = {}
+        batch = max(2 * args.k, 32)
+        with self._lock:
+            candidates = ranked(self._db(), args)
+            while len(hits) < args.k:
+                chunk = [c for _, c in zip(range(batch), candidates, strict=False)]
+                if not chunk:
+                    break
+                ids = [i for i in dict.fromkeys(c.id for c in chunk) if i not in in_force]
+                for doc_id, v in zip(ids, self._map(lambda i: self.store.get(i, vt, tx), ids), strict=True):
+                    in_force[doc_id] = v
+                for c in chunk:
+                    v = in_force[c.id]
+                    if v is None or v.doc is None or (c.part, c.text) not in index_parts(v.doc):
+                        continue
+                    hits.append(
+                        TextHit(
+                            c.id,
+                            c.kind,
+                            c.part,
+                            v.valid_time,
+                            v.tx_id,
+                            str(v.object_hash or ""),
+                            c.session,
+                            c.text,
+                            c.score,
+                        )
+                    )
+                    if len(hits) == args.k:
+                        break
+        return hits
+
+    def _map(self, fn: Callable[[str], Version | None], items: list[str]) -> list[Version | None]:
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.VERIFY_WORKERS, thread_name_prefix="ctxos-text")
+        return list(self._pool.map(fn, items))
+
+    def parts(self, after_seq: int, limit: int) -> list[TextPart]:
+        self.catch_up()
+        with self._lock:
+            return parts_after(self._db(), after_seq, limit)
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            exists = self.path.exists()
+            conn = self._db()
+            state = index_state(conn)
+            if state == "ok" and (problem := fts_problem(conn)) is not None:
+                state = "corrupt"
+            counts = index_counts(conn) if state != "missing" else {"parts": 0, "documents": 0, "last_seq": 0}
+            last = self.last_tx()
+        latest = self.store.latest_tx()
+        out: dict[str, Any] = {
+            "backend": "fts5-sidecar",
+            "path": str(self.path),
+            "state": state if exists else "missing",
+            **counts,
+            "last_indexed_tx": None if last < 0 else last,
+            "store_tx": None if latest is None else latest.id,
+            "lags": latest is not None and last < latest.id,
+            "search": "index" if state == "ok" else "scan",
+            "tokenizer": TOKENIZER,
+        }
+        if state == "corrupt":
+            out["problem"] = problem
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+            conn, self._conn = self._conn, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+        if conn is not None:
+            conn.close()

@@ -1,0 +1,485 @@
+"""The keyword index (``Store.text_search``, ``text_parts``, ``index_status``, ``rebuild_index``),
+run unchanged on every backend: the SQLite store's own FTS5 tables and the XTDB store's sidecar.
+
+The XTDB node is shared by the whole run: every searched word carries the test's ``uid`` (so no
+other test's documents match), tx ids are only compared with each other, and valid times are
+explicit and in the past (``T0 + n``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os.errors import InputError, StoreError
+from context_os.hashing import doc_hashes
+from context_os.objects import index_parts
+from context_os.store import Evict, Match, Put, Store, TextHit
+from context_os.store.sqlite import SqliteStore
+
+T0 = 1_700_000_000_000
+
+
+def obj(id: str, kind: str, content: Any, **meta: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"id": id, "kind": kind, "content": content, "meta": meta}
+    d.update(doc_hashes(d))
+    return d
+
+
+def page(session: str, n: int, *texts: str | None) -> dict[str, Any]:
+    entries = [
+        {"i": i, "role": "user" if i % 2 == 0 else "assistant", "text": t, "h": f"h{i}"} for i, t in enumerate(texts)
+    ]
+    return obj(f"chat:{session}:{n:05d}", "chat", entries, session=session, page=n)
+
+
+def found(hits: list[TextHit]) -> list[tuple[str, str]]:
+    return [(h.id, h.part) for h in hits]
+
+
+def mine(hits: list[TextHit], uid: str) -> list[TextHit]:
+    """The hits on this test's documents (other tests share the XTDB node)."""
+    return [h for h in hits if uid in h.id]
+
+
+def assert_is_version(store: Store, hit: TextHit) -> None:
+    """A hit is a static ref: its version exists, carries that object hash and holds the text."""
+    v = store.get(hit.id, hit.valid_time, hit.tx_id)
+    assert v is not None and v.doc is not None
+    assert (v.valid_time, v.tx_id, v.object_hash) == (hit.valid_time, hit.tx_id, hit.object_hash)
+    assert (hit.part, hit.text) in index_parts(v.doc)
+
+
+# -- what is found ---------------------------------------------------------------------------------
+
+
+def test_chat_entries_are_found_with_their_part_and_session(store: Store, uid: str) -> None:
+    s = f"s{uid}"
+    store.put(page(s, 0, f"hello {uid}"), T0)
+    store.put(page(s, 0, f"hello {uid}", None, f"the {uid} migration needs a zebra"), T0 + 1)
+    hits = mine(store.text_search(f"zebra {uid}"), uid)
+    assert found(hits) == [(f"chat:{s}:00000", "e2"), (f"chat:{s}:00000", "e0")]
+    assert hits[0].score > hits[1].score > 0
+    assert all(h.session == s and h.kind == "chat" for h in hits)
+    assert hits[0].text == f"the {uid} migration needs a zebra"
+    for h in hits:
+        assert_is_version(store, h)
+        assert h.valid_time == T0 + 1  # the page version in force holds both entries
+
+
+def test_a_chat_entry_is_found_once_its_page_version_is_in_force(store: Store, uid: str) -> None:
+    s = f"s{uid}"
+    store.put(page(s, 0, "first"), T0)
+    store.put(page(s, 0, "first", f"later {uid}"), T0 + 10)
+    assert store.text_search(uid, valid_time=T0 + 5) == []
+    assert found(store.text_search(uid, valid_time=T0 + 10)) == [(f"chat:{s}:00000", "e1")]
+
+
+def test_tool_outputs_files_and_memories_are_found(store: Store, uid: str) -> None:
+    call = obj(f"toolcall:s{uid}:c1", "toolcall", f"grep found {uid} in setup.py", name="bash", session=f"s{uid}")
+    file = obj(f"file:{uid}", "file", f"def {uid}_helper():\n    return 1\n", path="a.py")
+    memory = obj(f"memory:{uid}", "memory", f"the user prefers {uid} tabs")
+    frame = obj(f"frame:s{uid}:1", "frame", {"note": f"{uid}"})
+    store.submit([Put(call, T0), Put(file, T0), Put(memory, T0), Put(frame, T0)])
+    hits = store.text_search(uid)
+    assert sorted(found(hits)) == sorted([(call["id"], ""), (file["id"], ""), (memory["id"], "")])
+    by_id = {h.id: h for h in hits}
+    assert by_id[call["id"]].session == f"s{uid}" and by_id[call["id"]].kind == "toolcall"
+    assert by_id[file["id"]].session is None and by_id[file["id"]].text == file["content"]
+    for h in hits:
+        assert_is_version(store, h)
+
+
+def test_words_are_stemmed_and_case_folded(store: Store, uid: str) -> None:
+    store.put(obj(f"file:{uid}", "file", f"Running the {uid.upper()} Tests"), T0)
+    # other tests' documents on a shared node may hold "run" and "test": compare scores
+    [alone] = store.text_search(uid)
+    stemmed = store.text_search(f"run {uid} test")
+    assert found(stemmed)[0] == (f"file:{uid}", "")
+    assert stemmed[0].score > alone.score
+
+
+def test_more_matching_words_rank_higher(store: Store, uid: str) -> None:
+    store.submit(
+        [
+            Put(obj(f"file:{uid}-1", "file", f"{uid} alpha{uid}"), T0),
+            Put(obj(f"file:{uid}-2", "file", f"{uid} alpha{uid} beta{uid} gamma{uid}"), T0),
+            Put(obj(f"file:{uid}-3", "file", f"{uid} unrelated words"), T0),
+        ]
+    )
+    hits = store.text_search(f"{uid} alpha{uid} beta{uid} gamma{uid}", k=2)
+    assert [h.id for h in hits] == [f"file:{uid}-2", f"file:{uid}-1"]
+
+
+# -- bitemporal ------------------------------------------------------------------------------------
+
+
+def test_an_edited_file_is_found_at_its_old_text_only_in_the_past(store: Store, uid: str) -> None:
+    fid = f"file:{uid}"
+    store.put(obj(fid, "file", f"alpha{uid} original text"), T0)
+    store.put(obj(fid, "file", f"beta{uid} edited text"), T0 + 10)
+    assert store.text_search(f"alpha{uid}") == []
+    [new] = store.text_search(f"beta{uid}")
+    assert new.valid_time == T0 + 10
+    [old] = store.text_search(f"alpha{uid}", valid_time=T0 + 5)
+    assert (old.valid_time, old.text) == (T0, f"alpha{uid} original text")
+    assert_is_version(store, old)
+    assert store.text_search(f"beta{uid}", valid_time=T0 + 5) == []
+    assert store.text_search(f"alpha{uid}", valid_time=T0 - 1) == []
+
+
+def test_as_of_a_transaction(store: Store, uid: str) -> None:
+    fid = f"file:{uid}"
+    tx1 = store.put(obj(fid, "file", f"alpha{uid}"), T0)
+    tx2 = store.put(obj(fid, "file", f"beta{uid}"), T0)  # a correction of the same valid time
+    assert found(store.text_search(f"alpha{uid}", valid_time=T0, tx_id=tx1.id)) == [(fid, "")]
+    assert store.text_search(f"alpha{uid}", valid_time=T0, tx_id=tx2.id) == []
+    assert store.text_search(f"alpha{uid}", valid_time=T0) == []
+    assert store.text_search(f"beta{uid}", valid_time=T0, tx_id=tx1.id) == []
+    [hit] = store.text_search(f"beta{uid}", valid_time=T0, tx_id=tx2.id)
+    assert hit.tx_id == tx2.id
+
+
+def test_as_of_a_transaction_past_the_newest_is_an_error(store: Store, uid: str) -> None:
+    tx = store.put(obj(f"file:{uid}", "file", uid), T0)
+    with pytest.raises(StoreError, match="past the newest"):
+        store.text_search(uid, tx_id=tx.id + 1000)
+
+
+def test_a_deleted_object_is_not_found(store: Store, uid: str) -> None:
+    from context_os.store import Delete
+
+    store.put(obj(f"memory:{uid}", "memory", f"remember {uid}"), T0)
+    store.submit([Delete(f"memory:{uid}", T0 + 10)])
+    assert store.text_search(uid) == []
+    assert len(store.text_search(uid, valid_time=T0 + 5)) == 1
+
+
+# -- filters ---------------------------------------------------------------------------------------
+
+
+def test_kinds_and_session_filters(store: Store, uid: str) -> None:
+    store.submit(
+        [
+            Put(page(f"a{uid}", 0, f"{uid} in chat a"), T0),
+            Put(page(f"b{uid}", 0, f"{uid} in chat b"), T0),
+            Put(obj(f"toolcall:a{uid}:c1", "toolcall", f"{uid} tool output", session=f"a{uid}"), T0),
+            Put(obj(f"file:{uid}", "file", f"{uid} file"), T0),
+        ]
+    )
+    assert {h.id for h in store.text_search(uid, kinds=["file"])} == {f"file:{uid}"}
+    assert {h.kind for h in store.text_search(uid, kinds=["chat", "toolcall"])} == {"chat", "toolcall"}
+    assert {h.id for h in store.text_search(uid, session=f"a{uid}")} == {f"chat:a{uid}:00000", f"toolcall:a{uid}:c1"}
+    assert found(store.text_search(uid, session=f"b{uid}", kinds=["chat"])) == [(f"chat:b{uid}:00000", "e0")]
+    assert store.text_search(uid, session=f"b{uid}", kinds=["toolcall"]) == []
+    assert len(store.text_search(uid, k=2)) == 2
+
+
+def test_session_comes_from_the_id_when_meta_has_none(store: Store, uid: str) -> None:
+    store.put(obj(f"toolcall:x{uid}:c9", "toolcall", f"{uid} output"), T0)
+    [hit] = store.text_search(uid)
+    assert hit.session == f"x{uid}"
+
+
+# -- queries from users and models -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "noise",
+    ['"', "'", "*", "(", ")", "AND", "OR", "NOT", "NEAR(", "-", ":", "^", "{", "}", "+", '"unbalanced', "col:umn"],
+)
+def test_query_syntax_characters_are_plain_text(store: Store, uid: str, noise: str) -> None:
+    store.put(obj(f"file:{uid}", "file", f'say "{uid}" AND (stop)'), T0)
+    # "AND", "col" ... are words too (other tests' files on a shared node may hold them)
+    hits = store.text_search(f"{noise} {uid} {noise}")
+    assert found(hits)[0] == (f"file:{uid}", "")
+    assert [h for h in hits if uid in h.text] == hits[:1]
+
+
+def test_a_query_without_words_finds_nothing(store: Store, uid: str) -> None:
+    store.put(obj(f"file:{uid}", "file", f"{uid} ***"), T0)
+    assert store.text_search('*** "" ()') == []
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+def test_an_empty_query_is_an_input_error(store: Store, query: str) -> None:
+    with pytest.raises(InputError, match="query is empty"):
+        store.text_search(query)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"kinds": ["file", "frame"]}, "kinds"),
+        ({"kinds": ["nonsense"]}, "kinds"),
+        ({"kinds": "file"}, "kinds"),
+        ({"valid_time": "2024-01-01"}, "valid_time"),
+        ({"valid_time": 1.5}, "valid_time"),
+        ({"tx_id": "3"}, "tx_id"),
+        ({"k": 0}, "k"),
+    ],
+)
+def test_bad_arguments_are_input_errors_naming_the_field(store: Store, kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(InputError, match=field):
+        store.text_search("anything", **kwargs)
+
+
+# -- writes ----------------------------------------------------------------------------------------
+
+
+def test_evict_removes_every_hit_and_part(store: Store, uid: str) -> None:
+    secret = f"sk{uid}leaked"
+    mid = f"memory:{uid}"
+    store.put(obj(mid, "memory", f"token {secret}"), T0)
+    store.put(obj(mid, "memory", f"token {secret} again"), T0 + 1)
+    assert len(store.text_search(secret, valid_time=T0)) == 1
+    store.submit([Evict(mid)])
+    assert store.text_search(secret) == []
+    assert store.text_search(secret, valid_time=T0) == []
+    assert not [p for p in all_parts(store) if p.id == mid]
+
+
+def test_a_failed_match_indexes_nothing(store: Store, uid: str) -> None:
+    fid = f"file:{uid}"
+    store.put(obj(fid, "file", "before"), T0)
+    tx = store.submit([Match(fid, obj(fid, "file", "something else")), Put(obj(fid, "file", f"after{uid}"), T0 + 1)])
+    assert not tx.committed
+    assert store.text_search(f"after{uid}") == []
+    assert not [p for p in all_parts(store) if f"after{uid}" in p.text]
+
+
+def all_parts(store: Store) -> list[Any]:
+    out, after = [], 0
+    while batch := store.text_parts(after, 500):
+        out += batch
+        after = batch[-1].seq
+    return out
+
+
+def test_text_parts_is_a_cursor_over_each_distinct_text_once(store: Store, uid: str) -> None:
+    s = f"s{uid}"
+    store.put(page(s, 0, f"one {uid}"), T0)
+    store.put(page(s, 0, f"one {uid}", f"two {uid}"), T0 + 1)
+    store.put(page(s, 0, f"one {uid}", f"two {uid}", f"three {uid}"), T0 + 2)
+    store.put(obj(f"file:{uid}", "file", f"four {uid}"), T0)
+    mine = [p for p in all_parts(store) if uid in p.text]
+    assert [(p.id, p.part, p.text) for p in mine] == [
+        (f"chat:{s}:00000", "e0", f"one {uid}"),
+        (f"chat:{s}:00000", "e1", f"two {uid}"),
+        (f"chat:{s}:00000", "e2", f"three {uid}"),
+        (f"file:{uid}", "", f"four {uid}"),
+    ]
+    seqs = [p.seq for p in mine]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 4
+    assert all(p.object_hash.startswith("b3:") for p in mine)
+    # resuming after a seq gives only what came after it
+    rest = store.text_parts(seqs[1], 1000)
+    assert [p.seq for p in rest if uid in p.text] == seqs[2:]
+    assert len(store.text_parts(0, 2)) == 2
+    with pytest.raises(InputError, match="after_seq"):
+        store.text_parts(-1)
+
+
+def test_index_status_reports_a_current_index(store: Store, uid: str) -> None:
+    tx = store.put(obj(f"file:{uid}", "file", uid), T0)
+    store.text_search(uid)
+    status = store.index_status()
+    assert status["state"] == "ok" and status["search"] == "index"
+    assert status["last_indexed_tx"] == status["store_tx"] >= tx.id
+    assert status["lags"] is False
+    assert status["parts"] >= 1 and status["documents"] >= 1 and status["last_seq"] >= 1
+
+
+def test_rebuild_index_restores_the_same_hits(store: Store, uid: str) -> None:
+    store.put(page(f"s{uid}", 0, f"hello {uid}", f"bye {uid}"), T0)
+    store.put(obj(f"file:{uid}", "file", f"old {uid}"), T0)
+    store.put(obj(f"file:{uid}", "file", f"new {uid}"), T0 + 5)
+    before = store.text_search(uid), mine(store.text_search(f"old {uid}", valid_time=T0 + 1), uid)
+    ticks: list[tuple[int, int]] = []
+    parts = store.rebuild_index(lambda done, total: ticks.append((done, total)))
+    assert parts >= 4
+    assert ticks and ticks[-1][0] == ticks[-1][1]
+    after = store.text_search(uid), mine(store.text_search(f"old {uid}", valid_time=T0 + 1), uid)
+    assert [found(h) for h in after] == [found(h) for h in before]
+    assert store.index_status()["state"] == "ok"
+
+
+# -- SQLite: one transaction, a migration, a dropped or damaged index -------------------------------
+
+
+def test_sqlite_index_is_written_with_the_versions(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "s.db") as s:
+        for n in range(5):
+            tx = s.put(obj(f"file:{n}", "file", f"word{n}"), T0)
+            assert found(s.text_search(f"word{n}")) == [(f"file:{n}", "")]
+            status = s.index_status()
+            assert status["last_indexed_tx"] == status["store_tx"] == tx.id
+
+
+def test_sqlite_chat_rewrites_index_only_new_entries(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "s.db") as s:
+        texts = [f"entry number {n}" for n in range(30)]
+        for n in range(1, 31):
+            s.put(page("s1", 0, *texts[:n]))
+        conn = sqlite3.connect(tmp_path / "s.db")
+        assert conn.execute("SELECT count(*) FROM text_parts").fetchone()[0] == 30
+        conn.close()
+
+
+def drop_index(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    for table in ("text_fts", "text_parts", "text_meta"):
+        conn.execute(f"DROP TABLE {table}")
+    conn.commit()
+    conn.close()
+
+
+def fill(s: Store) -> None:
+    s.put(page("s1", 0, "the quick brown fox", "jumps over the lazy dog"), T0)
+    s.put(obj("file:a", "file", "a quick test file"), T0)
+    s.put(obj("file:a", "file", "rewritten entirely"), T0 + 10)
+    s.put(obj("toolcall:s1:c1", "toolcall", "quick output"), T0)
+
+
+def test_sqlite_rebuild_after_dropping_the_index(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as s:
+        fill(s)
+        before = found(s.text_search("quick")), found(s.text_search("quick", valid_time=T0 + 1))
+    drop_index(path)
+    with SqliteStore(path) as s:
+        status = s.index_status()
+        assert (status["state"], status["search"], status["lags"]) == ("missing", "scan", True)
+        # without the index: a scan, same answers
+        assert found(s.text_search("quick")) == before[0]
+        s.put(obj("memory:m", "memory", "quick memo"), T0)  # writes go on without it
+        assert s.rebuild_index() == 6
+        assert s.index_status()["state"] == "ok"
+        assert set(found(s.text_search("quick"))) == {("memory:m", ""), *before[0]}
+        assert set(found(s.text_search("quick", valid_time=T0 + 1))) == {("memory:m", ""), *before[1]}
+        assert ("file:a", "") in before[1] and ("file:a", "") not in before[0]  # the old file text
+
+
+def test_sqlite_damaged_index_falls_back_to_a_scan_and_rebuild_repairs_it(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as s:
+        fill(s)
+        expected = set(found(s.text_search("quick")))
+    conn = sqlite3.connect(path)
+    conn.execute("DELETE FROM text_fts_data WHERE id > 1")  # the FTS5 segments
+    conn.commit()
+    conn.close()
+    with SqliteStore(path) as s:
+        status = s.index_status()
+        assert (status["state"], status["search"]) == ("corrupt", "scan")
+        assert status["problem"]
+        assert set(found(s.text_search("quick"))) == expected
+        s.rebuild_index()
+        assert s.index_status()["state"] == "ok"
+        assert set(found(s.text_search("quick"))) == expected
+
+
+def test_sqlite_an_interrupted_rebuild_is_resumed(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as s:
+        for n in range(12):
+            s.put(obj(f"file:{n}", "file", f"common word{n}"), T0)
+        s.REBUILD_BATCH = 5
+
+        def crash(done: int, total: int) -> None:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            s.rebuild_index(crash)
+        assert s.index_status()["state"] == "building"
+        assert s.index_status()["search"] == "scan"
+        assert len(s.text_search("common", k=50)) == 12  # scanning meanwhile
+        assert s.rebuild_index() == 12
+        assert len(s.text_search("common", k=50)) == 12
+        assert s.index_status()["state"] == "ok"
+
+
+def test_sqlite_migration_indexes_a_store_written_before_the_index(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as s:
+        fill(s)
+        expected = found(s.text_search("quick"))
+    drop_index(path)
+    conn = sqlite3.connect(path)
+    conn.execute("DELETE FROM migrations WHERE name = 'm003_text_index'")
+    conn.commit()
+    conn.close()
+    with SqliteStore(path) as s:
+        assert s.index_status()["state"] == "ok"
+        assert found(s.text_search("quick")) == expected
+
+
+def test_sqlite_evicted_text_leaves_no_trace_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    secret = "sk" + "9f3a7c" * 4
+    with SqliteStore(path) as s:
+        for n in range(20):  # several FTS5 segments
+            s.put(obj(f"file:{n}", "file", f"filler text {n}"), T0)
+        s.put(obj("memory:leak", "memory", f"the key is {secret}"), T0)
+        s.put(obj("file:x", "file", "more filler"), T0)
+        s.submit([Evict("memory:leak")])
+        assert s.text_search(secret) == []
+    data = path.read_bytes()
+    wal = path.with_name(path.name + "-wal")
+    data += wal.read_bytes() if wal.exists() else b""
+    assert secret.encode() not in data
+    assert secret.lower().encode() not in data
+
+
+def test_sqlite_read_only_store_searches(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as s:
+        fill(s)
+        expected = found(s.text_search("quick"))
+    with SqliteStore(path, read_only=True) as s:
+        assert found(s.text_search("quick")) == expected
+        assert s.index_status()["state"] == "ok"
+        with pytest.raises(StoreError, match="read-only"):
+            s.rebuild_index()
+
+
+# -- XTDB: the sidecar keeps up with other writers -------------------------------------------------
+
+
+@pytest.mark.xtdb
+def test_xtdb_sidecar_catches_up_with_another_writer(xtdb_url: str, tmp_path: Path, uid: str) -> None:
+    from context_os.store.xtdb import XtdbStore
+
+    with (
+        XtdbStore(xtdb_url, text_index_path=tmp_path / "a.db") as a,
+        XtdbStore(xtdb_url, text_index_path=tmp_path / "b.db") as b,
+    ):
+        b.text_search("warm up")  # b's index is current, then a writes behind its back
+        a.put(obj(f"file:{uid}", "file", f"first{uid}"), T0)
+        a.put(obj(f"file:{uid}", "file", f"second{uid}"), T0 + 10)
+        assert b.index_status()["lags"] is True
+        assert found(b.text_search(f"second{uid}")) == [(f"file:{uid}", "")]
+        [old] = b.text_search(f"first{uid}", valid_time=T0 + 1)
+        assert old.valid_time == T0
+        assert b.index_status()["lags"] is False
+        a.submit([Evict(f"file:{uid}")])
+        assert b.text_search(uid) == []  # b still holds the text, never shows it
+
+
+@pytest.mark.xtdb
+def test_xtdb_sidecar_drops_evicted_text_from_its_file(xtdb_url: str, tmp_path: Path, uid: str) -> None:
+    from context_os.store.xtdb import XtdbStore
+
+    secret = f"sk{uid}secret"
+    path = tmp_path / "idx.db"
+    with XtdbStore(xtdb_url, text_index_path=path) as s:
+        s.text_search("warm up")
+        s.put(obj(f"memory:{uid}", "memory", f"key {secret}"), T0)
+        assert len(s.text_search(secret)) == 1
+        s.submit([Evict(f"memory:{uid}")])
+        assert s.text_search(secret) == []
+    data = b"".join(p.read_bytes() for p in tmp_path.glob("idx.db*"))
+    assert secret.encode() not in data
