@@ -5,6 +5,8 @@ Every error the library raises on purpose is a ``ContextOSError``. Backend excep
 
     ContextOSError
     ├── ConfigError              bad store URL, bad policy value, missing setting
+    ├── EmbedderUnavailable      an embedder cannot embed (package missing, endpoint failing):
+    │                            recall falls back to keywords alone
     ├── HashError                a stored document no longer matches its hashes
     ├── StoreError               anything the store could not do
     │   ├── StoreUnavailable     the backend cannot be reached (connection refused, timeout)
@@ -33,6 +35,7 @@ __all__ = [
     "ConfigError",
     "ContentTooLarge",
     "ContextOSError",
+    "EmbedderUnavailable",
     "FileUnreadable",
     "HashError",
     "InvalidOutput",
@@ -57,6 +60,11 @@ class ContextOSError(Exception):
 
 class ConfigError(ContextOSError):
     """A setting (store URL, policy value, environment variable) is invalid."""
+
+
+class EmbedderUnavailable(ContextOSError):
+    """An embedder could not embed: its package is missing, or its endpoint failed or answered
+    something that is not embeddings. Recall then falls back to keywords alone."""
 
 
 class HashError(ContextOSError):

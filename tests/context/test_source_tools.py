@@ -14,7 +14,9 @@ from context_os.context.source_tools import SourceTools
 from context_os.errors import InputError
 from context_os.harness.openai import OpenAIHook
 from context_os.sources.memory import MemoryScopes
+from context_os.sources.recall import Recall, open_recall, vector_path
 from context_os.store.base import Store
+from context_os.store.sqlite import SqliteStore
 from tests.helpers import blocks_text, call, result, say, user
 
 
@@ -66,3 +68,77 @@ def test_remember_refuses_what_it_cannot_write(store: Store, uid: str, tmp_path:
 def test_source_tools_need_a_source(store: Store, uid: str) -> None:
     with pytest.raises(InputError, match="recall engine, memory scopes, or both"):
         SourceTools(Session.open(store, uid))
+
+
+def recall_hook(store: Store, sid: str, recall: Recall, *, auto: bool = False) -> OpenAIHook:
+    session = Session.open(store, sid, harness="openai")
+    hook = OpenAIHook(session)
+    SourceTools(session, recall=recall, auto_recall=auto).register(hook.registry)
+    return hook
+
+
+def test_recall_finds_another_sessions_tool_output_and_activate_loads_it(store: Store, uid: str) -> None:
+    earlier = OpenAIHook(Session.open(store, f"{uid}-a", harness="openai"))
+    earlier.transform_context(
+        [
+            user("why does ci fail"),
+            call("c1", command="pytest -x"),
+            result("c1", "FAILED test_lease_renewal: the lease expired early"),
+        ]
+    )
+    earlier.session.close()
+    before = store.latest_tx()
+    assert before is not None
+    hook = recall_hook(store, f"{uid}-b", Recall(store))
+    hook.transform_context([user("the lease test again")])
+    out = json.loads(hook.call_tool("recall", {"query": "lease renewal failed", "k": 3}))
+    assert out["ranking"].startswith("keyword (BM25) only") and "no embedder" in out["note"]
+    hit = next(h for h in out["hits"] if h["object"] == f"toolcall:{uid}-a:c1")
+    assert hit["id"] == f"recall:toolcall:{uid}-a:c1#" and hit["pool"] == "added" and "lease expired" in hit["preview"]
+    assert hit["session"] == f"{uid}-a" and hook.session.view.objects[hit["id"]].state == "inactive"
+    assert json.loads(hook.call_tool("activate", {"id": hit["id"]}))["status"] == "activated"
+    msgs = [user("the lease test again"), say("looking")]
+    assert "the lease expired early" in blocks_text(hook.transform_context(msgs))
+    assert all(verify_frame(store, f).ok for f in frame_docs(store, f"{uid}-b"))
+    # only this session's objects, or only what was known before the run: nothing
+    mine = json.loads(hook.call_tool("recall", {"query": "lease renewal failed", "session": f"{uid}-b"}))
+    assert all(h["session"] == f"{uid}-b" for h in mine["hits"])
+    old = json.loads(hook.call_tool("recall", {"query": "lease renewal failed", "as_of": "2001-01-01T00:00:00Z"}))
+    assert old["hits"] == [] and old["as_of"] == "2001-01-01T00:00:00.000Z"
+    # with auto recall, the user's message is the query: the hit is in the object index at once
+    auto = recall_hook(store, f"{uid}-c", Recall(store), auto=True)
+    text = blocks_text(auto.transform_context([user("the lease renewal test failed again")]))
+    assert f"- recall:toolcall:{uid}-a:c1# recall" in text and "lease expired early" not in text
+
+
+def test_recall_refuses_bad_arguments(store: Store, uid: str) -> None:
+    hook = recall_hook(store, uid, Recall(store))
+    hook.transform_context([user("hi")])
+    for args, field in [
+        ({"query": "  "}, "empty"),
+        ({"query": "x", "k": 0}, "k must be"),
+        ({"query": "x", "kinds": ["frame"]}, "kinds"),
+        ({"query": "x", "as_of": "yesterday"}, "as_of"),
+    ]:
+        out = json.loads(hook.call_tool("recall", args))
+        assert out["type"] == "InputError" and field in out["error"], (args, out)
+
+
+@pytest.mark.slow
+def test_hybrid_recall_embeds_in_the_background_and_finds_a_paraphrase(tmp_path: Path, uid: str) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    recall = open_recall(store, "wordllama")
+    try:
+        assert recall.vectors is not None and recall.indexer is not None
+        assert vector_path(store) == tmp_path / "s.db.vectors"
+        earlier = OpenAIHook(Session.open(store, f"{uid}-a", harness="openai"))
+        earlier.transform_context([user("my sister adopted a puppy last weekend"), say("how lovely")])
+        hook = recall_hook(store, f"{uid}-b", recall)
+        hook.transform_context([user("hello")])
+        assert recall.indexer.drain(timeout=60)
+        out = json.loads(hook.call_tool("recall", {"query": "sister dog"}))
+        assert out["ranking"].startswith("hybrid") and out["hits"]
+        assert out["hits"][0]["object"].startswith(f"chat:{uid}-a:")
+    finally:
+        recall.close()
+        store.close()

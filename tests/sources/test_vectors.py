@@ -1,0 +1,240 @@
+"""The vector index (sources/vectors.py) on real SQLite stores and sidecar files with the real
+WordLlama embedder: vectors keyed by text and never recomputed, the persisted cursor after a
+crash, a change of model, the bitemporal filter, the worker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from context_os import Session
+from context_os.errors import InputError
+from context_os.harness.openai import OpenAIHook
+from context_os.objects import SourceDoc
+from context_os.sources.embed import OpenAIEmbedder, Vectors, WordLlamaEmbedder
+from context_os.sources.vectors import VectorIndex, VectorIndexer
+from context_os.store import Store, open_store
+from context_os.store.base import Evict, Put
+
+from ._embeddings_server import embeddings_server
+
+TALK = [
+    "I adopted a golden retriever puppy called Biscuit last week.",
+    "How is Biscuit settling in?",
+    "He chewed my running shoes but he is adorable.",
+    "My sister is moving to Lisbon for a new job in September.",
+    "Lisbon is lovely, the pastel de nata there is the best.",
+    "I started learning the cello in the evenings.",
+    "Which piece are you practising?",
+    "A Bach suite, very slowly.",
+    "Our team shipped the billing migration on Friday.",
+    "Was the database downtime long?",
+    "Under a minute, the rollback plan was never needed.",
+    "We are planning a hiking trip in the Dolomites next summer.",
+    "Do you have boots for it?",
+    "Not yet, I will buy some before June.",
+    "The kitchen tap is leaking again.",
+    "Call the plumber, it is cheaper than a flood.",
+    "I finished reading a novel about a lighthouse keeper.",
+    "Did you like the ending?",
+    "It was sad but honest.",
+    "Let's meet for coffee on Tuesday.",
+]
+
+
+class Counting:
+    """The real WordLlama embedder, counting the texts it is asked to embed."""
+
+    def __init__(self, inner: WordLlamaEmbedder) -> None:
+        self.inner = inner
+        self.name, self.dim, self.max_chars = inner.name, inner.dim, inner.max_chars
+        self.texts: list[str] = []
+
+    def embed(self, texts: Sequence[str], *, query: bool = False) -> Vectors:
+        if not query:
+            self.texts.extend(texts)
+        return self.inner.embed(texts, query=query)
+
+
+@pytest.fixture(scope="module")
+def model() -> WordLlamaEmbedder:
+    return WordLlamaEmbedder()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Store]:
+    s = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    yield s
+    s.close()
+
+
+def chat(store: Store, session: str, texts: Sequence[str], every: int = 2) -> None:
+    """Feed ``texts`` as alternating user/assistant messages through the real OpenAI hook, one
+    model call per ``every`` messages (so chat pages are rewritten as they grow)."""
+    messages = [{"role": "user" if k % 2 == 0 else "assistant", "content": t} for k, t in enumerate(texts)]
+    with Session.open(store, session, harness="openai", redact=False) as s:
+        hook = OpenAIHook(s)
+        for k in range(every, len(messages) + every, every):
+            hook.transform_context(messages[: min(k, len(messages))])
+
+
+def memory(id: str, text: str) -> dict[str, object]:
+    return SourceDoc(id=id, kind="memory", content=text).to_doc()
+
+
+def test_every_text_is_embedded_once_and_found(db: Store, tmp_path: Path, model: WordLlamaEmbedder) -> None:
+    chat(db, "s1", TALK, every=1)  # 20 model calls: the first page is written 16 times
+    counting = Counting(model)
+    index = VectorIndex(db, counting, tmp_path / "v.vectors")
+    assert index.catch_up() > 0
+    assert sorted(counting.texts) == sorted(TALK)  # each distinct text once, however often its page was written
+    hits = index.search("dog puppy retriever", k=3)
+    assert hits[0].text == TALK[0] and hits[0].part == "e0" and hits[0].session == "s1"
+    current = db.get(hits[0].id)
+    assert current is not None and (hits[0].valid_time, hits[0].tx_id, hits[0].object_hash) == (
+        current.valid_time,
+        current.tx_id,
+        current.object_hash,
+    )
+    assert -1 <= hits[0].score <= 1 and not hits[0].truncated
+    # nothing new: nothing embedded
+    assert index.catch_up() == 0 and len(counting.texts) == len(TALK)
+    index.close()
+    # reopened: the vectors are on disk, the cursor too
+    again = Counting(model)
+    index = VectorIndex(db, again, tmp_path / "v.vectors")
+    assert index.reindexed is None and index.catch_up() == 0 and again.texts == []
+    assert index.counts()["pending"] == 0 and index.counts()["vectors"] == len(TALK)
+    chat(db, "s2", ["The puppy learned to sit today.", TALK[5]])
+    assert index.catch_up() == 2
+    assert again.texts == ["The puppy learned to sit today."]  # TALK[5] has its vector already
+    assert {h.session for h in index.search("puppy", k=5)} == {"s1", "s2"}
+    assert {h.session for h in index.search("puppy", k=5, session="s2")} == {"s2"}
+    index.close()
+
+
+def test_a_new_model_or_dimension_re_indexes_everything(db: Store, tmp_path: Path, model: WordLlamaEmbedder) -> None:
+    chat(db, "s1", TALK[:6])
+    VectorIndex(db, model, tmp_path / "v.vectors").catch_up()
+    with embeddings_server(dim=12) as server:
+        other = OpenAIEmbedder(server.url, "tiny", api_key_env=None)
+        index = VectorIndex(db, other, tmp_path / "v.vectors")
+        assert index.reindexed is not None
+        assert model.name in index.reindexed and "openai:tiny" in index.reindexed and "dim 12" in index.reindexed
+        assert index.counts()["vectors"] == 0 and index.cursor == 0
+        assert index.catch_up() == 6
+        assert index.counts()["vectors"] == 6
+        assert index.vector_of(next(iter(index._m.row_of))) is not None
+        assert index._m.vecs.shape[1] == 12  # never a mix of 256 and 12
+        index.close()
+        other.close()
+
+
+def test_a_crash_mid_catch_up_resumes_from_the_cursor(db: Store, tmp_path: Path, model: WordLlamaEmbedder) -> None:
+    chat(db, "s1", TALK)
+    store_path, vec_path = tmp_path / "store.db", tmp_path / "v.vectors"
+    child = textwrap.dedent(
+        f"""
+        import os
+        from context_os.sources.embed import WordLlamaEmbedder
+        from context_os.sources.vectors import VectorIndex
+        from context_os.store import open_store
+        index = VectorIndex(open_store("sqlite:///{store_path}"), WordLlamaEmbedder(), "{vec_path}")
+        index.BATCH = 4
+        index.catch_up(max_parts=12)
+        os._exit(9)  # no close, no cleanup: as if killed
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=False)
+    assert done.returncode == 9, done.stderr
+    counting = Counting(model)
+    index = VectorIndex(db, counting, vec_path)
+    assert index.counts()["parts"] == 12 and index.counts()["pending"] == len(TALK) - 12
+    assert index.catch_up() == len(TALK) - 12
+    assert sorted(counting.texts) == sorted(TALK[12:])  # nothing embedded twice
+    assert index.search("call a plumber before a flood", k=1)[0].text == TALK[15]
+    index.close()
+
+
+def test_search_is_bitemporal_like_keyword_search(db: Store, tmp_path: Path, model: WordLlamaEmbedder) -> None:
+    t1 = db.put(memory("memory:fruit", "The orchard grows crisp green apples."), valid_from=1_000_000)
+    db.put(memory("memory:fruit", "The orchard now grows only plums."), valid_from=2_000_000)
+    db.put(memory("memory:secret", "The vault combination is apples and pears."), valid_from=1_000_000)
+    index = VectorIndex(db, model, tmp_path / "v.vectors")
+    index.catch_up()
+    now = {h.text for h in index.search("apples orchard", k=5)}
+    assert "The orchard grows crisp green apples." not in now and "The orchard now grows only plums." in now
+    then = index.search("apples orchard", k=5, valid_time=1_500_000)
+    old = next(h for h in then if h.id == "memory:fruit")
+    assert old.text == "The orchard grows crisp green apples."
+    v1 = db.get("memory:fruit", 1_500_000)
+    assert v1 is not None and (old.valid_time, old.tx_id, old.object_hash) == (v1.valid_time, v1.tx_id, v1.object_hash)
+    # as known at the first transaction: only the first write existed
+    assert {h.id for h in index.search("apples", k=5, valid_time=2_500_000, tx_id=t1.id)} == {"memory:fruit"}
+    # keyword and vector search agree on what is in force
+    keyword = {(h.id, h.text) for h in db.text_search("orchard", valid_time=1_500_000)}
+    assert (old.id, old.text) in keyword
+    # evicted: gone from vector search too (the sidecar has no text, only vectors and hashes)
+    db.submit([Evict("memory:secret")])
+    assert all(h.id != "memory:secret" for h in index.search("vault combination", k=10))
+    assert all(h.kind == "memory" for h in index.search("orchard", kinds=["memory"]))
+    assert index.search("orchard", kinds=["chat"]) == []
+    with pytest.raises(InputError, match="kinds"):
+        index.search("orchard", kinds=["frame"])
+    with pytest.raises(InputError, match="valid_time"):
+        index.search("orchard", valid_time="yesterday")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="empty"):
+        index.search("  ")
+    index.close()
+
+
+def test_the_worker_embeds_off_the_writers_path_and_drains(db: Store, tmp_path: Path, model: WordLlamaEmbedder) -> None:
+    index = VectorIndex(db, model, tmp_path / "v.vectors")
+    worker = VectorIndexer(index, queue_size=1, poll_s=None)
+    try:
+        for k in range(0, len(TALK), 4):
+            chat(db, f"s{k}", TALK[k : k + 4])
+            for _ in range(50):  # a full queue never makes a writer wait
+                worker.notify()
+        assert worker.drain(timeout=60)
+        assert index.counts()["pending"] == 0 and index.counts()["vectors"] == len(TALK)
+        db.submit([Put(memory("memory:late", "A late note about the cello lesson."))])
+        worker.notify()
+        assert worker.drain(timeout=60)
+        assert index.search("cello lesson note", k=1)[0].id == "memory:late"
+    finally:
+        worker.close()
+    index.close()
+
+
+def test_a_failing_embedder_is_reported_by_drain_and_nothing_is_lost(db: Store, tmp_path: Path) -> None:
+    chat(db, "s1", TALK[:4])
+    with embeddings_server(dim=6) as server:
+        emb = OpenAIEmbedder(server.url, "tiny", api_key_env=None, dim=6)
+        index = VectorIndex(db, emb, tmp_path / "v.vectors")
+        worker = VectorIndexer(index, poll_s=None)
+        server.fail_with = 500
+        assert not worker.drain(timeout=60)
+        assert index.last_error is not None and "HTTP 500" in index.last_error
+        assert index.cursor == 0
+        server.fail_with = None
+        assert worker.drain(timeout=60)
+        assert index.counts()["vectors"] == 4 and index.last_error is None
+        worker.close()
+        index.close()
+        emb.close()
+
+
+def test_vectors_are_normalised_float32_in_the_sidecar(db: Store, tmp_path: Path, model: WordLlamaEmbedder) -> None:
+    chat(db, "s1", TALK[:2])
+    index = VectorIndex(db, model, tmp_path / "v.vectors")
+    index.catch_up()
+    m = index._m.vecs[: index._m.n_vecs]
+    assert m.dtype == np.float32 and np.allclose(np.linalg.norm(m, axis=1), 1, atol=1e-5)
+    index.close()
