@@ -483,3 +483,39 @@ def test_every_harness_gets_the_file_tools_over_json_rpc(tmp_path: Path, harness
         assert {"read", "write", "edit", "ls", "find", "grep", "activate", "deactivate"} <= names
         out = rpc("tools.call", session="s", name="read", arguments={"path": "app.py"})
         assert not out["is_error"] and json.loads(out["output"])["active"] == "activated"
+
+
+@pytest.mark.e2e
+def test_recall_and_remember_over_stdio(tmp_path: Path):
+    """A session opened with recall and memory gets both tools; what another session said is
+    found, and a remembered fact is in the next call's context (the global scope: no workspace)."""
+    rpc = Rpc(tmp_path / "s.db", "--stdio", "--embedder", "none")
+    try:
+        rpc.result("session.open", session="a", harness="openai")
+        rpc.result(
+            "context.transform",
+            session="a",
+            messages=[user("ci"), call("c1", command="pytest"), result("c1", "FAILED test_lease_renewal")],
+        )
+        opened = rpc.result("session.open", session="b", harness="openai", recall=True, memory=True)
+        assert opened["sources"] == ["memory", "recall"]
+        tools = {t["function"]["name"] for t in rpc.result("tools.list", session="b")}
+        assert {"recall", "remember", "activate"} <= tools
+        found = rpc.result("tools.call", session="b", name="recall", arguments={"query": "lease renewal"})
+        hits = json.loads(found["output"])["hits"]
+        assert not found["is_error"] and hits[0]["object"] == "toolcall:a:c1"
+        said = rpc.result(
+            "tools.call", session="b", name="remember", arguments={"text": "tests need make test", "scope": "global"}
+        )
+        assert json.loads(said["output"])["appended"] == "- tests need make test"
+        out = rpc.result("context.transform", session="b", messages=[user("hello")])
+        assert any("- tests need make test" in str(m.get("content")) for m in out["messages"])
+        code, err = rpc.close()
+        assert code == 0, err
+    finally:
+        if rpc.proc.poll() is None:
+            rpc.proc.kill()
+            rpc.proc.wait()
+        for stream in (rpc.proc.stdin, rpc.proc.stdout, rpc.proc.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()

