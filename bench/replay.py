@@ -21,6 +21,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from context_os import Session, open_store
+from context_os.replay.run import replay_transcript
+from context_os.replay.transcripts import demo_transcript, read_sessions
+from context_os.sources.recall import Recall
+
 from ._report import write_section
 from ._sessions import LONG, SESSIONS, SETS, SHARED_PI, session_files
 
@@ -89,6 +94,56 @@ sides. Definitions: [replay.md](replay.md).
     return all(checks.values()), body
 
 
+def with_recall(path: Path, plain: dict[str, Any]) -> tuple[bool, str]:
+    """The session replayed again with recall on, in a store that already holds other sessions
+    (the demo and the tuning set's Claude Code sessions): auto recall at each user message, its
+    hits in the object index (keyword recall: what a store without an embedder does). Its
+    figures must hold: prefix stability ≥ 0.90, tokens and edits as without recall."""
+    with tempfile.TemporaryDirectory() as d, open_store(f"sqlite:///{d}/recall.db") as store:
+        others = [demo_transcript()] + [
+            t for f in session_files("tuning") if f.parent.name == "claude-code" for t in read_sessions(f)
+        ]
+        for k, t in enumerate(others):
+            with Session.open(store, f"other-{k}", harness=t.harness, workspace=t.cwd) as s:
+                replay_transcript(t, s, verify="none")
+        t = read_sessions(path)[0]
+        with Session.open(store, "bench-recall", harness=t.harness, workspace=t.cwd) as session:
+            session.add_source(Recall(store))
+            r = replay_transcript(t, session, verify="all")
+            recalled = sum(1 for o in session.view.objects.values() if o.kind == "recall")
+    ratio = r.tokens_assembled / r.tokens_full
+    base = plain["tokens_assembled"] / plain["tokens_full"]
+    ok = (
+        r.prefix_stability >= 0.90
+        and ratio <= 0.25
+        and r.edits_with_target_active >= 0.9 * r.edits_total
+        and r.frames_verified == r.frames == r.frames_checked
+        and r.orphaned_tool_results == 0
+    )
+    print(
+        f"replay with recall: {ratio:.1%} (without {base:.1%}), prefix {r.prefix_stability:.3f}, "
+        f"edits {r.edits_with_target_active}/{r.edits_total}, {recalled} recalled objects, "
+        f"frames {r.frames_verified}/{r.frames}"
+    )
+    body = f"""### The real Pi session with recall on
+
+The same replay in a store that already holds {len(others)} other sessions (the demo and the tuning
+set's Claude Code sessions), with a keyword `Recall` source consulted at each user message (its
+hits enter the object index, one line each; the agent activates what it wants). Aim: the figures
+hold.
+
+| measure | without recall | with recall | aim |
+|---|---:|---:|---|
+| tokens vs full | {base:.1%} | {ratio:.1%} | ≤ 25% |
+| prefix stability | {plain["prefix_stability"]:.3f} | {r.prefix_stability:.3f} | ≥ 0.90 |
+| edits with target active | {plain["edits_with_target_active"]} / {plain["edits_total"]} | {r.edits_with_target_active} / {r.edits_total} | ≥ 90% |
+| recall objects in the session | 0 | {recalled} | |
+| frames verified | {plain["frames_verified"]} / {plain["frames"]} | {r.frames_verified} / {r.frames} | all |
+
+Aims: {"met" if ok else "**MISSED**"}."""
+    return ok, body
+
+
 def files_section(rows: list[tuple[str, Path, dict[str, Any]]]) -> tuple[bool, str]:
     """One row per session file: what ``ctxos replay --json --verify all`` said of it."""
     lines = [
@@ -144,6 +199,9 @@ def main() -> int:
     if pi is not None:
         pi_ok, body = pi_section(pi)
         ok = ok and pi_ok
+        parts.append(body)
+        recall_ok, body = with_recall(SHARED_PI, pi)
+        ok = ok and recall_ok
         parts.append(body)
     else:
         print(f"replay: {SHARED_PI} not found: the detailed table is left out", file=sys.stderr)
