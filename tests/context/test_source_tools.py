@@ -125,20 +125,41 @@ def test_recall_refuses_bad_arguments(store: Store, uid: str) -> None:
 
 
 @pytest.mark.slow
-def test_hybrid_recall_embeds_in_the_background_and_finds_a_paraphrase(tmp_path: Path, uid: str) -> None:
-    store = SqliteStore(tmp_path / "s.db")
-    recall = open_recall(store, "wordllama")
+def test_hybrid_recall_embeds_in_the_background_and_finds_a_paraphrase(store: Store, uid: str, tmp_path: Path) -> None:
+    recall = open_recall(store, "wordllama", path=tmp_path / "vectors.db")
     try:
         assert recall.vectors is not None and recall.indexer is not None
-        assert vector_path(store) == tmp_path / "s.db.vectors"
         earlier = OpenAIHook(Session.open(store, f"{uid}-a", harness="openai"))
-        earlier.transform_context([user("my sister adopted a puppy last weekend"), say("how lovely")])
+        earlier.transform_context([user(f"my sister {uid} adopted a puppy last weekend"), say("how lovely")])
         hook = recall_hook(store, f"{uid}-b", recall)
         hook.transform_context([user("hello")])
         assert recall.indexer.drain(timeout=60)
-        out = json.loads(hook.call_tool("recall", {"query": "sister dog"}))
+        out = json.loads(hook.call_tool("recall", {"query": f"sister {uid} dog", "session": f"{uid}-a"}))
         assert out["ranking"].startswith("hybrid") and out["hits"]
-        assert out["hits"][0]["object"].startswith(f"chat:{uid}-a:")
+        top = out["hits"][0]
+        assert top["object"].startswith(f"chat:{uid}-a:") and top["vector_rank"] is not None
     finally:
         recall.close()
-        store.close()
+
+
+def test_the_vectors_of_an_embedded_store_live_beside_its_file(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "s.db") as store:
+        assert vector_path(store) == tmp_path / "s.db.vectors"
+
+
+def test_a_huge_query_is_searched_and_said_to_be_cut(store: Store, uid: str) -> None:
+    hook = recall_hook(store, uid, Recall(store))
+    hook.transform_context([user("hi")])
+    out = json.loads(hook.call_tool("recall", {"query": "lease " * 200_000}))
+    assert "hits" in out and "error" not in out
+
+
+@pytest.mark.slow
+def test_a_huge_query_is_cut_for_embedding_and_the_result_says_so(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "s.db") as store:
+        recall = open_recall(store, "wordllama", background=False)
+        try:
+            result = recall.search("lease " * 200_000)
+            assert result.mode == "hybrid" and result.note is not None and "was cut to its first" in result.note
+        finally:
+            recall.close()

@@ -263,6 +263,9 @@ class Recall:
                 self._warned = True
         else:
             qv = self.vectors.embed_query(query)
+            cut = self.vectors.embedder.max_chars
+            if len(query) > cut:
+                note = f"the query ({len(query):,} characters) was cut to its first {cut:,} for embedding"
             t2 = time.perf_counter()
             timings["embed"] = (t2 - t1) * 1000
             vec = self.vectors.search_vector(
