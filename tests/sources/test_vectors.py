@@ -238,3 +238,27 @@ def test_vectors_are_normalised_float32_in_the_sidecar(db: Store, tmp_path: Path
     m = index._m.vecs[: index._m.n_vecs]
     assert m.dtype == np.float32 and np.allclose(np.linalg.norm(m, axis=1), 1, atol=1e-5)
     index.close()
+
+
+def test_evicting_an_object_drops_its_vectors_from_the_sidecar(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    from context_os.context.evict import evict
+    from context_os.sources.vectors import text_key
+
+    secret = "the staging password is hunter2-orange-lamp"
+    db.put(memory("memory:leak", secret))
+    db.put(memory("memory:keep", "the build runs with make test"))
+    chat(db, "s1", ["what did we say about staging?", f"you told me {secret}"])
+    path = tmp_path / "v.db"
+    with VectorIndex(db, model, path) as index:
+        index.catch_up()
+        keys = {text_key(secret), text_key(f"you told me {secret}")}
+        held = {bytes(k) for (k,) in index._db.execute("SELECT key FROM vectors")}
+        assert keys <= held
+        evict(db, "memory:leak")
+        index.catch_up()
+        held = {bytes(k) for (k,) in index._db.execute("SELECT key FROM vectors")}
+        assert text_key(secret) not in held and text_key("the build runs with make test") in held
+        assert all(h.id != "memory:leak" for h in index.search("staging password", k=10))
+        assert index.forget_evicted() == 0  # each tombstone is looked at once

@@ -30,6 +30,7 @@ indexed before the call has its vector. This module never imports from ``context
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import queue
 import re
@@ -231,6 +232,7 @@ class VectorIndex:
         in. Each batch is one transaction with the cursor, so a crash resumes where it stopped."""
         taken = 0
         with self._write:
+            self.forget_evicted()
             while max_parts is None or taken < max_parts:
                 limit = self.BATCH if max_parts is None else min(self.BATCH, max_parts - taken)
                 batch = self.store.text_parts(after_seq=self.cursor, limit=limit)
@@ -239,6 +241,47 @@ class VectorIndex:
                 self._take(batch)
                 taken += len(batch)
         return taken
+
+    def forget_evicted(self) -> int:
+        """Drop the vectors of what was evicted since the last look (``ctxos objects evict``
+        leaves a tombstone): the evicted object's parts, the chat entries its eviction scrubbed,
+        and every vector no part uses any more. A vector is not the text, but it is derived from
+        it: a leaked secret leaves no trace here either. How many parts were dropped."""
+        tombstones = [t.doc for t in self.store.find("tombstone") if t.doc is not None]
+        with self._lock:
+            seen = set(json.loads(self._meta("tombstones") or "[]"))
+        new = [d for d in tombstones if d["id"] not in seen]
+        if not new:
+            return 0
+        ids = {str(d["meta"].get("object")) for d in new}
+        sessions = {d["meta"]["session"] for d in new if d["meta"].get("session")}
+        with self._lock:
+            rows = self._db.execute("SELECT seq, id, kind, session, key FROM parts").fetchall()
+            drop = [seq for seq, id, _, _, _ in rows if id in ids]
+            pages: dict[str, set[bytes]] = {}
+            for seq, id, kind, session, key in rows:
+                if kind == "chat" and session in sessions and id not in ids:
+                    if id not in pages:
+                        doc = self.store.doc(id)
+                        pages[id] = {text_key(t) for _, t in index_parts(doc)} if doc is not None else set()
+                    if key not in pages[id]:
+                        drop.append(seq)  # an entry the eviction scrubbed from the page
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("DELETE FROM parts WHERE seq = ?", [(seq,) for seq in drop])
+                self._db.execute("DELETE FROM vectors WHERE key NOT IN (SELECT key FROM parts)")
+                self._db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('tombstones', ?)",
+                    (json.dumps(sorted(seen | {d["id"] for d in new})),),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            if drop:
+                self._db.execute("VACUUM")  # no copy of a dropped vector stays in the file
+            self._m = self._load()
+        return len(drop)
 
     def _take(self, batch: Sequence[TextPart]) -> None:
         keys = [text_key(p.text) for p in batch]
