@@ -15,7 +15,7 @@ from context_os.sources import ObjectSource
 from context_os.sources.embed import WordLlamaEmbedder
 from context_os.sources.recall import Recall, RecallConfig, keyword_query
 from context_os.sources.vectors import VectorIndex
-from context_os.store import Store, open_store
+from context_os.store import Store
 
 from .test_vectors import TALK, chat, memory
 
@@ -25,18 +25,6 @@ QA = [
     "Any news from the garage about the car?",
     "They replaced the clutch, it drives fine now.",
 ]
-
-
-@pytest.fixture(scope="module")
-def model() -> WordLlamaEmbedder:
-    return WordLlamaEmbedder()
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Store]:
-    s = open_store(f"sqlite:///{tmp_path / 'store.db'}")
-    yield s
-    s.close()
 
 
 @pytest.fixture

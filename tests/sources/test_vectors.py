@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,7 @@ from context_os.harness.openai import OpenAIHook
 from context_os.objects import SourceDoc
 from context_os.sources.embed import OpenAIEmbedder, Vectors, WordLlamaEmbedder
 from context_os.sources.vectors import VectorIndex, VectorIndexer
-from context_os.store import Store, open_store
+from context_os.store import Store
 from context_os.store.base import Evict, Put
 
 from ._embeddings_server import embeddings_server
@@ -60,18 +60,6 @@ class Counting:
         if not query:
             self.texts.extend(texts)
         return self.inner.embed(texts, query=query)
-
-
-@pytest.fixture(scope="module")
-def model() -> WordLlamaEmbedder:
-    return WordLlamaEmbedder()
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Store]:
-    s = open_store(f"sqlite:///{tmp_path / 'store.db'}")
-    yield s
-    s.close()
 
 
 def chat(store: Store, session: str, texts: Sequence[str], every: int = 2) -> None:
