@@ -15,7 +15,9 @@
  * Configuration (environment): CTXOS_CMD, the command that runs ctxos (default `ctxos`; quoted
  * words allowed, e.g. `"/opt/my venv/bin/ctxos"` or `uv run ctxos`); CTXOS_STORE, the
  * store URL, which ctxos itself reads; CTXOS_POLICY, a JSON object of retention settings for the
- * session (e.g. {"collapse_after_turns": 2}); CTXOS_TIMEOUT_MS, how long one call may take (default 30000).
+ * session (e.g. {"collapse_after_turns": 2}); CTXOS_TIMEOUT_MS, how long one call may take (default 30000);
+ * CTXOS_RECALL=1, the `recall` tool (and recall at each user message); CTXOS_MEMORY=1, the
+ * `remember` tool and the memory index pinned in context (docs/recall.md).
  * The context_os session id is Pi's session id; the workspace is Pi's working directory.
  *
  * This module must never make Pi fail: every error ends in `off()`, never in a throw to Pi.
@@ -29,8 +31,16 @@ import { RpcChild, RpcError, splitCommand } from "./rpc.ts";
 const HARNESS = "pi";
 const DEFAULT_TIMEOUT_MS = 30_000;
 const STATUS_KEY = "context_os";
+/** Recall and memory, when configured: read once, when Pi loads the extension. */
+const RECALL = process.env.CTXOS_RECALL === "1";
+const MEMORY = process.env.CTXOS_MEMORY === "1";
 /** The tools only context_os can answer: withdrawn when it is off. */
-const CONTEXT_TOOLS = ["activate", "deactivate"] as const;
+const CONTEXT_TOOLS: readonly string[] = [
+	"activate",
+	"deactivate",
+	...(RECALL ? ["recall"] : []),
+	...(MEMORY ? ["remember"] : []),
+];
 
 interface TransformResult {
 	messages: unknown;
@@ -82,7 +92,7 @@ class ContextOs {
 		this.rpc?.close();
 		try {
 			const active = this.pi.getActiveTools();
-			const kept = active.filter((name) => !(CONTEXT_TOOLS as readonly string[]).includes(name));
+			const kept = active.filter((name) => !CONTEXT_TOOLS.includes(name));
 			if (kept.length !== active.length) this.pi.setActiveTools(kept);
 		} catch {
 			// the tools stay; each answers that context_os is off
@@ -120,7 +130,8 @@ class ContextOs {
 		const rpc = new RpcChild(argv, timeoutMs, { cwd: ctx.cwd, env: process.env });
 		this.rpc = rpc;
 		try {
-			await rpc.call("session.open", { session: this.session, harness: HARNESS, workspace: ctx.cwd, policy });
+			const sources = { recall: RECALL, memory: MEMORY };
+			await rpc.call("session.open", { session: this.session, harness: HARNESS, workspace: ctx.cwd, policy, ...sources });
 			const tools = await rpc.call<unknown>("tools.list", { session: this.session });
 			this.offered = new Set(toolNames(tools));
 		} catch (e) {
@@ -177,6 +188,8 @@ export default function contextOs(pi: ExtensionAPI): void {
 	pi.registerTool(readTool(link));
 	pi.registerTool(contextTool(link, "activate", ACTIVATE));
 	pi.registerTool(contextTool(link, "deactivate", DEACTIVATE));
+	if (RECALL) pi.registerTool(contextTool(link, "recall", RECALL_TEXTS, RECALL_PARAMETERS));
+	if (MEMORY) pi.registerTool(contextTool(link, "remember", REMEMBER_TEXTS, REMEMBER_PARAMETERS));
 }
 
 // --- tools ---------------------------------------------------------------------------------------
@@ -202,6 +215,21 @@ const DEACTIVATE: Texts = {
 	snippet: "Collapse an object you no longer need to its one-line metadata",
 };
 
+const RECALL_TEXTS: Texts = {
+	label: "recall",
+	description:
+		"Search everything context_os has stored (past messages, tool outputs, file versions, memories, " +
+		"other sessions). Hits enter your object index; activate(id) loads one. as_of (ISO 8601) searches what was true then.",
+	snippet: "Search past messages, tool outputs, files and memories",
+};
+const REMEMBER_TEXTS: Texts = {
+	label: "remember",
+	description:
+		"Remember one fact for later sessions: appended as a line to the memory index (or a topic file), " +
+		"never rewriting what is there. Keep it short and self-contained.",
+	snippet: "Remember one fact for later sessions",
+};
+
 /** JSON Schema, as Pi takes it: Pi validates any JSON Schema, and building these with TypeBox at
  * run time would be one more module to resolve through Pi's loader. */
 type Schema = ToolDefinition["parameters"];
@@ -210,6 +238,30 @@ const ID_PARAMETERS: Schema = {
 	type: "object",
 	properties: { id: { type: "string", description: "Object id (file:…, toolcall:…) or a file path" } },
 	required: ["id"],
+	additionalProperties: false,
+};
+
+const RECALL_PARAMETERS: Schema = {
+	type: "object",
+	properties: {
+		query: { type: "string", description: "What to look for, in words" },
+		k: { type: "integer", description: "How many hits (default 5)" },
+		kinds: { type: "array", items: { type: "string" }, description: "Only these kinds (chat, toolcall, file, memory)" },
+		session: { type: "string", description: "Only this session's objects" },
+		as_of: { type: "string", description: "A past time, ISO 8601: what was valid and known then" },
+	},
+	required: ["query"],
+	additionalProperties: false,
+};
+
+const REMEMBER_PARAMETERS: Schema = {
+	type: "object",
+	properties: {
+		text: { type: "string", description: "The fact, one line" },
+		scope: { type: "string", enum: ["project", "global"], description: "project (default) or global" },
+		topic: { type: "string", description: "A topic file name for detail" },
+	},
+	required: ["text"],
 	additionalProperties: false,
 };
 
@@ -265,15 +317,16 @@ function readTool(link: ContextOs): ToolDefinition<Schema, unknown> {
 
 function contextTool(
 	link: ContextOs,
-	name: (typeof CONTEXT_TOOLS)[number],
+	name: string,
 	texts: Texts,
+	parameters: Schema = ID_PARAMETERS,
 ): ToolDefinition<Schema, unknown> {
 	return {
 		name,
 		label: texts.label,
 		description: texts.description,
 		promptSnippet: texts.snippet,
-		parameters: ID_PARAMETERS,
+		parameters,
 		async execute(_toolCallId, params, _signal, _onUpdate, ctx) {
 			const rpc = await link.connection(ctx);
 			if (!rpc) return errorResult(`context_os is off (${link.reason}): ${name} has nothing to act on`);

@@ -248,3 +248,23 @@ def test_extension_typechecks_against_the_installed_pi(pi: PiInstall) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_recall_and_remember_through_pi(pi: PiInstall, tmp_path: Path) -> None:
+    """With CTXOS_RECALL and CTXOS_MEMORY, Pi offers recall and remember; what the agent remembers
+    is in its context at the next call, and recall finds what the session said."""
+    script = [
+        tool_call("remember", text="calc.py is checked with python3 calc.py", scope="global"),
+        tool_call("recall", query="wrong sum", k=3),
+        text("Noted."),
+    ]
+    env = {"CTXOS_RECALL": "1", "CTXOS_MEMORY": "1", "CTXOS_POLICY": json.dumps({"cache_break_percent": None})}
+    run = run_pi(pi, tmp_path, PROMPT, script, files={"calc.py": BUGGY}, env=env)
+    assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
+    assert run.model.errors == [] and len(run.requests) == 3
+    assert {"recall", "remember", "activate"} <= set(_tool_names(run.requests[0]))
+    assert "- calc.py is checked with python3 calc.py" in _tail(run.requests[1])
+    found = json.loads(_tool_output(run.requests[2], "call_2"))
+    assert found["hits"] and "wrong sum" in found["hits"][0]["preview"]
+    memory = tmp_path / "xdg-data" / "context_os" / "memory" / "MEMORY.md"
+    assert memory.read_text() == "- calc.py is checked with python3 calc.py\n"
