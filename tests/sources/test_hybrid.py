@@ -69,6 +69,27 @@ def test_the_reply_to_a_matching_question_is_recalled(db: Store, vectors: Vector
     assert [h.text for h in without].index(QA[0]) == 0
 
 
+def test_the_entry_after_a_question_gets_the_larger_share(db: Store) -> None:
+    chat(db, "asked", ["Where did you park the van?", "Behind the old mill."])
+    chat(db, "told", ["I parked the van today.", "Behind the old mill."])
+
+    def reply_score(config: RecallConfig, session: str) -> float:
+        hits = Recall(db, config=config).search("van", session=session).hits
+        assert hits[0].part == "e0" and hits[0].score == pytest.approx(0.6)  # the one BM25 hit, weighted
+        return next(h.score for h in hits if h.part == "e1")
+
+    default = RecallConfig()
+    assert reply_score(default, "asked") == pytest.approx(0.6 * default.spread_next * default.spread_after_question)
+    assert reply_score(default, "told") == pytest.approx(0.6 * default.spread_next)
+    flat = RecallConfig(spread_after_question=1.0)
+    assert reply_score(flat, "asked") == reply_score(flat, "told")
+    # spread_next=0 still turns the forward spread off, after a question too
+    off = Recall(db, config=RecallConfig(spread_next=0, spread_prev=0)).search("van", session="asked").hits
+    assert [h.part for h in off] == ["e0"]
+    with pytest.raises(InputError, match="spread_after_question"):
+        RecallConfig(spread_after_question=-1.0)
+
+
 def test_without_an_embedder_it_is_bm25_and_says_so_once(db: Store, caplog: pytest.LogCaptureFixture) -> None:
     chat(db, "s1", TALK + QA)
     recall = Recall(db)

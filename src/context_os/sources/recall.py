@@ -10,7 +10,9 @@ offers the best of them to a session.
   Rank Fusion, ``weight / (rrf_k + rank)``, rrf_k 60;
 * context spread: a chat entry passes a share of its score to the entry after it
   (``spread_next``: the reply to a question that matched) and before it (``spread_prev``). In a
-  conversation the answer often shares no word with the question: the turn before it does;
+  conversation the answer often shares no word with the question: the turn before it does. An
+  entry that asks a question (holds a ``?``) passes ``spread_after_question`` times more to
+  the entry after it, its likely answer;
 * recency (``recency_weight``, ``recency_half_life_ms``; off by default), a score threshold
   (``min_score``), and MMR for diversity (``mmr_lambda``; off by default).
 
@@ -75,6 +77,11 @@ _WORD = re.compile(r"[^\W_]+")
 _ENTRY = re.compile(r"e(\d+)")
 
 
+def _asks(text: str) -> bool:
+    """Whether ``text`` asks a question (a question mark, ASCII or full-width)."""
+    return "?" in text or "\uff1f" in text
+
+
 def keyword_query(query: str) -> str:
     """``query`` without stopwords, for BM25; the query itself when nothing else is left."""
     words = _WORD.findall(query)
@@ -90,10 +97,13 @@ class RecallConfig:
     bm25_weight: float = 0.6
     vector_weight: float = 0.4
     rrf_k: int = 60
-    depth: int = 50
+    depth: int = 100
     """Hits taken from each stream before fusing."""
-    spread_next: float = 0.4
+    spread_next: float = 0.2
     """Share of a chat entry's fused score added to the entry after it."""
+    spread_after_question: float = 4.0
+    """``spread_next`` is multiplied by this for an entry that asks a question (holds a ``?``):
+    the entry after a question is most likely its answer, after a statement less so."""
     spread_prev: float = 0.1
     """Share added to the entry before it."""
     recency_weight: float = 0.0
@@ -108,7 +118,15 @@ class RecallConfig:
     def __post_init__(self) -> None:
         if self.fusion not in ("score", "rrf"):
             raise InputError(f"fusion must be 'score' or 'rrf', got {self.fusion!r}")
-        for name in ("bm25_weight", "vector_weight", "spread_next", "spread_prev", "recency_weight", "min_score"):
+        for name in (
+            "bm25_weight",
+            "vector_weight",
+            "spread_next",
+            "spread_after_question",
+            "spread_prev",
+            "recency_weight",
+            "min_score",
+        ):
             if getattr(self, name) < 0:
                 raise InputError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if self.rrf_k < 1 or self.depth < 1 or self.recency_half_life_ms < 1:
@@ -363,7 +381,8 @@ class Recall:
             if m is not None and c.session is not None:
                 by_entry[(c.session, int(m[1]))] = c
         for (sess, entry), c in list(by_entry.items()):
-            for offset, share in ((1, cfg.spread_next), (-1, cfg.spread_prev)):
+            after = cfg.spread_next * (cfg.spread_after_question if _asks(c.text) else 1.0)
+            for offset, share in ((1, after), (-1, cfg.spread_prev)):
                 if not share or entry + offset < 0:
                     continue
                 near = by_entry.get((sess, entry + offset))
