@@ -250,3 +250,23 @@ def test_evicting_an_object_drops_its_vectors_from_the_sidecar(
         assert text_key(secret) not in held and text_key("the build runs with make test") in held
         assert all(h.id != "memory:leak" for h in index.search("staging password", k=10))
         assert index.forget_evicted() == 0  # each tombstone is looked at once
+
+
+def test_after_the_keyword_index_is_rebuilt_new_parts_are_still_embedded(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    counting = Counting(model)
+    for n in range(5):
+        db.put(memory(f"memory:{n}", f"fact number {n} about the build"))
+    with VectorIndex(db, counting, tmp_path / "v.db") as index:
+        index.catch_up()
+        before = index.cursor
+        db.submit([Evict("memory:3"), Evict("memory:4")])
+        db.rebuild_index()  # the seqs start again: below the cursor now
+        db.put(memory("memory:new", "the deploy needs a tag"))
+        assert int(db.index_status()["last_seq"]) <= before
+        index._rebuilt_check = -1e9  # the check runs at most once a minute: now
+        index.catch_up()
+        assert "the deploy needs a tag" in counting.texts
+        assert counting.texts.count("fact number 0 about the build") == 1  # not embedded twice
+        assert [h.id for h in index.search("deploy tag", k=1)] == ["memory:new"]

@@ -283,6 +283,22 @@ def test_text_parts_is_a_cursor_over_each_distinct_text_once(store: Store, uid: 
         store.text_parts(-1)
 
 
+def test_a_seq_is_never_given_again_after_the_newest_parts_are_evicted(store: Store, uid: str) -> None:
+    """An embedder's cursor may stand past the parts an eviction removed: what comes next must
+    still come after it."""
+    store.put(obj(f"memory:{uid}:a", "memory", f"first {uid}"), T0)
+    store.put(obj(f"memory:{uid}:b", "memory", f"leaked {uid}"), T0)
+    cursor = max(p.seq for p in all_parts(store))
+    status = store.index_status()
+    store.submit([Evict(f"memory:{uid}:b")])
+    after = store.index_status()
+    assert after["last_seq"] >= cursor and after["parts"] == status["parts"] - 1
+    store.put(obj(f"memory:{uid}:c", "memory", f"later {uid}"), T0)
+    new = [p for p in store.text_parts(cursor, 1000) if uid in p.text]
+    assert [p.text for p in new] == [f"later {uid}"] and new[0].seq > cursor
+    assert all(h.id != f"memory:{uid}:b" for h in store.text_search(f"leaked {uid}"))
+
+
 def test_index_status_reports_a_current_index(store: Store, uid: str) -> None:
     tx = store.put(obj(f"file:{uid}", "file", uid), T0)
     store.text_search(uid)

@@ -55,6 +55,8 @@ __all__ = ["VectorHit", "VectorIndex", "VectorIndexer", "check_kinds", "text_key
 log = logging.getLogger(__name__)
 
 _ENTRY = re.compile(r"e(\d+)")
+REBUILT_CHECK_S = 60.0
+"""How often (at most) a catch-up checks whether the keyword index was rebuilt under it."""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vec BLOB NOT NULL, truncated INTEGER NOT NULL);
@@ -148,6 +150,7 @@ class VectorIndex:
         self._lock = threading.RLock()
         self._write = threading.Lock()
         self._queries: dict[str, Vectors] = {}  # the last query vectors, oldest first
+        self._rebuilt_check = -REBUILT_CHECK_S
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -233,6 +236,14 @@ class VectorIndex:
         taken = 0
         with self._write:
             self.forget_evicted()
+            if time.monotonic() - self._rebuilt_check >= REBUILT_CHECK_S:
+                # the keyword index may have been rebuilt (its seqs start again): then walk it
+                # again; texts already embedded are found by their key, not embedded twice.
+                # index_status runs the index's integrity check: not at every catch-up
+                self._rebuilt_check = time.monotonic()
+                if int(self.store.index_status().get("last_seq") or 0) < self.cursor:
+                    with self._lock:
+                        self._db.execute("UPDATE meta SET value = '0' WHERE key = 'cursor'")
             while max_parts is None or taken < max_parts:
                 limit = self.BATCH if max_parts is None else min(self.BATCH, max_parts - taken)
                 batch = self.store.text_parts(after_seq=self.cursor, limit=limit)

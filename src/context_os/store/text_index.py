@@ -256,8 +256,18 @@ def remove_entity(conn: sqlite3.Connection, eid: int) -> int:
     """Remove every part of entity ``eid`` from the index; how many. The caller then runs
     ``purge`` so that no copy of the text stays in the FTS5 segments either."""
     rows = conn.execute("SELECT seq, text FROM text_parts WHERE eid = ?", (eid,)).fetchall()
+    (top,) = conn.execute("SELECT max(seq) FROM text_parts").fetchone()
     conn.executemany("INSERT INTO text_fts (text_fts, rowid, text) VALUES ('delete', ?, ?)", rows)
     conn.execute("DELETE FROM text_parts WHERE eid = ?", (eid,))
+    (now,) = conn.execute("SELECT max(seq) FROM text_parts").fetchone()
+    if top is not None and (now is None or now < top):
+        # seq never goes back (an embedder's cursor may stand past the parts just removed): a
+        # row of no entity (eid 0, no text, not in text_fts) holds the high-water mark
+        conn.execute(
+            "INSERT OR REPLACE INTO text_parts (seq, eid, part, hash, kind, session, object_hash, text)"
+            " VALUES (?, 0, '', x'', '', NULL, '', '')",
+            (top,),
+        )
     return len(rows)
 
 
@@ -323,7 +333,8 @@ def check_cursor(after_seq: Any, limit: Any) -> None:
 
 def index_counts(conn: sqlite3.Connection) -> dict[str, Any]:
     parts, documents, last_seq = conn.execute(
-        "SELECT count(*), count(DISTINCT eid), coalesce(max(seq), 0) FROM text_parts"
+        "SELECT count(*) FILTER (WHERE eid != 0), count(DISTINCT eid) FILTER (WHERE eid != 0),"
+        " coalesce(max(seq), 0) FROM text_parts"
     ).fetchone()
     return {"parts": parts, "documents": documents, "last_seq": last_seq}
 
