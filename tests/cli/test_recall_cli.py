@@ -60,3 +60,16 @@ def test_bad_queries_and_kinds_are_named(db: Path) -> None:
     assert code == 1 and "as_of" in out
     code, out = recall(db, "x", "--embedder", "bert")
     assert code == 1 and "embedder must be one of" in out
+
+
+@pytest.mark.slow
+def test_index_status_shows_what_the_vectors_hold(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    assert CliRunner().invoke(cli, ["--store", str(db), "demo", "--json"]).exit_code == 0
+    before = json.loads(CliRunner().invoke(cli, ["--store", str(db), "index", "status", "--json"]).output)
+    assert before["vectors"] is None  # recall never embedded anything here
+    assert recall(db, "model picker", "--embedder", "wordllama", "--json")[0] == 0
+    after = json.loads(CliRunner().invoke(cli, ["--store", str(db), "index", "status", "--json"]).output)
+    vectors = after["vectors"]
+    assert vectors["embedder"].startswith("wordllama") and vectors["pending"] == 0
+    assert vectors["cursor"] == after["last_seq"] and vectors["vectors"] > 0

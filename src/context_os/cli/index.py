@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from ..sources.recall import vector_path
+from ..sources.vectors import vector_status
 from ._common import emit_json, fails_cleanly, json_option, store_from, table
 
 
@@ -30,7 +32,9 @@ def index_group() -> None:
 def status_cmd(ctx: click.Context, as_json: bool) -> None:
     """Parts indexed, whether the index is current, its state."""
     with store_from(ctx) as store:
-        report = {"store": store.url, **store.index_status()}
+        report: dict[str, Any] = {"store": store.url, **store.index_status()}
+        # the vectors beside the store, if recall ever embedded any (read without the model)
+        report["vectors"] = vector_status(vector_path(store), int(report.get("last_seq") or 0))
     if as_json:
         emit_json(report)
     else:
@@ -85,5 +89,11 @@ def rebuild_cmd(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"rebuilt the index: {parts} parts indexed")
 
 
-def _rows(report: dict[str, Any]) -> list[list[str]]:
-    return [[key.replace("_", " "), "" if value is None else str(value)] for key, value in report.items()]
+def _rows(report: dict[str, Any], prefix: str = "") -> list[list[str]]:
+    rows: list[list[str]] = []
+    for key, value in report.items():
+        if isinstance(value, dict):
+            rows += _rows(value, prefix + key + ".")
+        else:
+            rows.append([prefix + key.replace("_", " "), "" if value is None else str(value)])
+    return rows

@@ -40,6 +40,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import blake3
 import numpy as np
@@ -50,7 +51,7 @@ from ..store.base import Store, TextPart, Version
 from ..store.text_index import session_of
 from .embed import Embedder, Vectors, embed_texts
 
-__all__ = ["VectorHit", "VectorIndex", "VectorIndexer", "check_kinds", "text_key"]
+__all__ = ["VectorHit", "VectorIndex", "VectorIndexer", "check_kinds", "text_key", "vector_status"]
 
 log = logging.getLogger(__name__)
 
@@ -472,6 +473,32 @@ class VectorIndex:
             return None
         text = dict(index_parts(v.doc)).get(part)
         return None if text is None else (v, text, session_of(v.doc))
+
+
+def vector_status(path: str | Path, last_seq: int) -> dict[str, Any] | None:
+    """What a vector sidecar holds, read without loading its embedder: ``embedder``, ``dim``,
+    ``vectors``, ``cursor`` and ``pending`` (parts of the keyword index, up to ``last_seq``, not
+    embedded yet); None when there is no sidecar at ``path``."""
+    if not Path(path).is_file():
+        return None
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            (count,) = db.execute("SELECT count(*) FROM vectors").fetchone()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as e:
+        return {"path": str(path), "error": f"unreadable: {e}"}
+    cursor = int(meta.get("cursor") or 0)
+    return {
+        "path": str(path),
+        "embedder": meta.get("embedder"),
+        "dim": int(meta["dim"]) if meta.get("dim") else None,
+        "vectors": count,
+        "cursor": cursor,
+        "pending": max(0, last_seq - cursor),
+    }
 
 
 def check_kinds(kinds: Sequence[str] | None) -> tuple[str, ...]:
