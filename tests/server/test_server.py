@@ -519,3 +519,28 @@ def test_recall_and_remember_over_stdio(tmp_path: Path):
         for stream in (rpc.proc.stdin, rpc.proc.stdout, rpc.proc.stderr):
             if stream is not None and not stream.closed:
                 stream.close()
+
+
+def test_a_memory_session_reads_its_global_topic_files(tmp_path: Path) -> None:
+    """The global memory scope lies outside the workspace: a session opened with memory may read
+    the topic files it wrote there, and nothing else outside the workspace."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with SqliteStore(tmp_path / "s.db") as store:
+        server = Server(store, workspaces=[ws], embedder=None)
+
+        def rpc(method: str, **params: Any) -> Any:
+            answer = server.handle({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+            assert "result" in answer, answer
+            return answer["result"]
+
+        rpc("session.open", session="m", workspace=str(ws), memory=True)
+        args = {"text": "release with make release", "scope": "global", "topic": "deploy"}
+        wrote = json.loads(rpc("tools.call", session="m", name="remember", arguments=args)["output"])
+        topic = wrote["file"]
+        assert Path(topic).parent != ws and topic.endswith("deploy.md")
+        read = rpc("tools.call", session="m", name="read", arguments={"path": topic})
+        assert not read["is_error"], read["output"]
+        outside = rpc("tools.call", session="m", name="read", arguments={"path": str(tmp_path / "s.db")})
+        assert outside["is_error"] and json.loads(outside["output"])["type"] == "PathDenied"
+        server.close()

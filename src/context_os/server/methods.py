@@ -197,14 +197,16 @@ class Server(RpcServer):
                 redact=ws.redact if ws else True,
             )
             h = harness(p.harness)
+            # memory: the global scope, and the project scope of a workspace the user trusted
+            # (never on the client's word); the file tools may read its topic files
+            memory = MemoryScopes(ws.root if ws else None) if p.memory else None
+            if ws is not None and memory is not None:
+                ws = Workspace(ws.root, allow_outside=[d for d in memory.dirs() if not d.is_relative_to(ws.root)])
             files = FileTools(session, ws) if ws else None
             hook = h.hook(session, files=files)
             if p.recall or p.memory:
-                # the agent's recall and remember tools; memory: the global scope, and the
-                # project scope of a workspace the user trusted (never on the client's word)
                 if p.recall and self.recall is None:
                     self.recall = open_recall(self.store, self.embedder)
-                memory = MemoryScopes(ws.root if ws else None) if p.memory else None
                 SourceTools(session, recall=self.recall if p.recall else None, memory=memory).register(hook.registry)
             current = self.sessions[p.session] = _Open(h, hook)
         s = current.hook.session
