@@ -43,11 +43,12 @@ import numpy as np
 from ..errors import InputError
 from ..objects import index_parts
 from ..store.base import Store, TextHit, Version, now_ms
+from ..store.text_index import check_basis, check_kinds
 from ..times import parse_time
 from ..tokens import estimate_tokens
 from .base import SourceItem
 from .embed import Embedder, default_embedder
-from .vectors import VectorHit, VectorIndex, VectorIndexer, check_kinds, text_key
+from .vectors import VectorHit, VectorIndex, VectorIndexer, text_key
 
 __all__ = [
     "STOPWORDS",
@@ -259,8 +260,7 @@ class Recall:
             raise InputError(f"recall: k must be a positive int, got {k!r}")
         wanted = check_kinds(kinds) if kinds is not None else self.kinds
         valid_time = None if as_of is None else parse_time(as_of, "as_of")
-        if tx_id is not None and (not isinstance(tx_id, int) or isinstance(tx_id, bool)):
-            raise InputError(f"recall: tx_id must be an int, got {tx_id!r}")
+        check_basis(valid_time, tx_id)
         cfg = self.config
         if self.indexer is not None:
             self.indexer.notify()

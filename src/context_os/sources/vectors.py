@@ -46,12 +46,12 @@ import blake3
 import numpy as np
 
 from ..errors import InputError, StoreCorrupt
-from ..objects import INDEXED_KINDS, index_parts
+from ..objects import index_parts
 from ..store.base import Store, TextPart, Version
-from ..store.text_index import session_of
+from ..store.text_index import check_basis, check_kinds, session_of
 from .embed import Embedder, Vectors, embed_texts
 
-__all__ = ["VectorHit", "VectorIndex", "VectorIndexer", "check_kinds", "text_key", "vector_status"]
+__all__ = ["VectorHit", "VectorIndex", "VectorIndexer", "text_key", "vector_status"]
 
 log = logging.getLogger(__name__)
 
@@ -377,9 +377,7 @@ class VectorIndex:
         wanted = check_kinds(kinds)
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InputError(f"vector search: k must be a positive int, got {k!r}")
-        for name, value in (("valid_time", valid_time), ("tx_id", tx_id)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-                raise InputError(f"vector search: {name} must be an int, got {value!r}")
+        check_basis(valid_time, tx_id)
         with self._lock:
             m = self._m
             n = m.n_parts
@@ -499,21 +497,6 @@ def vector_status(path: str | Path, last_seq: int) -> dict[str, Any] | None:
         "cursor": cursor,
         "pending": max(0, last_seq - cursor),
     }
-
-
-def check_kinds(kinds: Sequence[str] | None) -> tuple[str, ...]:
-    """``kinds`` checked against the searchable kinds (``InputError`` naming ``kinds``)."""
-    if kinds is None:
-        return INDEXED_KINDS
-    if isinstance(kinds, str) or not isinstance(kinds, Sequence | set | frozenset):
-        raise InputError(f"kinds must be a list of kinds, got {kinds!r}")
-    unknown = [kd for kd in kinds if kd not in INDEXED_KINDS]
-    if unknown:
-        raise InputError(
-            f"kinds holds {', '.join(map(repr, unknown))}, which is not a searchable kind"
-            f" (searchable: {', '.join(INDEXED_KINDS)})"
-        )
-    return tuple(dict.fromkeys(kinds))
 
 
 _STOP = object()

@@ -36,9 +36,12 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import StoreError
+
+if TYPE_CHECKING:
+    from .text_index import SearchArgs
 
 __all__ = [
     "Delete",
@@ -277,8 +280,9 @@ class Store(ABC):
         None if the backend has no such check that can be run from here."""
         return None
 
-    # Keyword recall. A backend with an index overrides all four; these defaults are what a
-    # store without one can still answer (a scan), so every store can be searched.
+    # Keyword recall. A backend with an index implements ``_text_search`` and ``_text_parts`` and
+    # overrides the other two; these defaults are what a store without one can still answer (a
+    # scan), so every store can be searched.
 
     def text_search(
         self,
@@ -298,20 +302,28 @@ class Store(ABC):
         searchable kinds (``objects.INDEXED_KINDS``), ``session`` to one session's objects.
         ``InputError`` names a bad argument (an empty query, an unknown kind, a valid time that
         is not epoch ms); a query without any word finds nothing.
-
-        This default scans every version in force (``find``): correct, and slow on a large store.
         """
-        from .text_index import check_search, scan_search
+        from .text_index import check_search
 
-        return scan_search(self, check_search(query, k, kinds, session, valid_time, tx_id))
+        return self._text_search(check_search(query, k, kinds, session, valid_time, tx_id))
+
+    def _text_search(self, args: SearchArgs) -> list[TextHit]:
+        """``text_search`` once its arguments are checked. This default scans every version in
+        force (``find``): correct, and slow on a large store."""
+        from .text_index import scan_search
+
+        return scan_search(self, args)
 
     def text_parts(self, after_seq: int = 0, limit: int = 1000) -> list[TextPart]:
         """At most ``limit`` indexed parts with ``seq > after_seq``, in index order: each distinct
-        (id, part, text) once, so an embedder can resume from the last ``seq`` it saw. A store
-        without an index has none (this default)."""
+        (id, part, text) once, so an embedder can resume from the last ``seq`` it saw."""
         from .text_index import check_cursor
 
         check_cursor(after_seq, limit)
+        return self._text_parts(after_seq, limit)
+
+    def _text_parts(self, after_seq: int, limit: int) -> list[TextPart]:
+        """``text_parts`` once its arguments are checked. A store without an index has none."""
         return []
 
     def index_status(self) -> dict[str, Any]:

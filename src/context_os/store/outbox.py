@@ -48,6 +48,7 @@ from typing import Any, Literal
 from ..errors import HashError, SchemaError, StoreError, StoreUnavailable, StoreUnreachable
 from ..hashing import canonical_json, doc_hashes
 from .base import Delete, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, now_ms
+from .text_index import SearchArgs
 
 __all__ = ["MARKER_KIND", "OutboxStore"]
 
@@ -395,22 +396,18 @@ class OutboxStore(Store):
     def check(self) -> list[str] | None:
         return self.inner.check()
 
-    def text_search(
-        self,
-        query: str,
-        *,
-        k: int = 20,
-        kinds: Sequence[str] | None = None,
-        session: str | None = None,
-        valid_time: int | None = None,
-        tx_id: int | None = None,
-    ) -> list[TextHit]:
+    def _text_search(self, args: SearchArgs) -> list[TextHit]:
         self._ready()
         return self.inner.text_search(
-            query, k=k, kinds=kinds, session=session, valid_time=valid_time, tx_id=self._tx(tx_id)
+            args.query,
+            k=args.k,
+            kinds=args.kinds,
+            session=args.session,
+            valid_time=args.valid_time,
+            tx_id=self._tx(args.tx_id),
         )
 
-    def text_parts(self, after_seq: int = 0, limit: int = 1000) -> list[TextPart]:
+    def _text_parts(self, after_seq: int, limit: int) -> list[TextPart]:
         return self.inner.text_parts(after_seq, limit)
 
     def index_status(self) -> dict[str, Any]:

@@ -700,20 +700,11 @@ class SqliteStore(Store):
 
     # -- the keyword index ----------------------------------------------------------------------
 
-    def text_search(
-        self,
-        query: str,
-        *,
-        k: int = 20,
-        kinds: Sequence[str] | None = None,
-        session: str | None = None,
-        valid_time: int | None = None,
-        tx_id: int | None = None,
-    ) -> list[TextHit]:
-        """``Store.text_search`` over the FTS5 index this file keeps with its versions; a scan
-        when the index is missing, damaged or being rebuilt (``index_status`` says which)."""
-        args = text_index.check_search(query, k, kinds, session, valid_time, tx_id)
-        vt = self._now() if valid_time is None else valid_time
+    def _text_search(self, args: text_index.SearchArgs) -> list[TextHit]:
+        """Over the FTS5 index this file keeps with its versions; a scan when the index is
+        missing, damaged or being rebuilt (``index_status`` says which)."""
+        tx_id = args.tx_id
+        vt = self._now() if args.valid_time is None else args.valid_time
         with self._connection("text search") as conn:
             self._check_basis(conn, tx_id)
             if args.match is None:
@@ -765,8 +756,7 @@ class SqliteStore(Store):
             self._text_schema = (version, text_index.tables_present(conn))
         return self._text_schema[1]
 
-    def text_parts(self, after_seq: int = 0, limit: int = 1000) -> list[TextPart]:
-        text_index.check_cursor(after_seq, limit)
+    def _text_parts(self, after_seq: int, limit: int) -> list[TextPart]:
         with self._connection("text parts") as conn, self._read(conn):
             if not self._text_ready(conn):
                 return []

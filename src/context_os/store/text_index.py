@@ -58,6 +58,8 @@ __all__ = [
     "SearchArgs",
     "SidecarIndex",
     "add_parts",
+    "check_basis",
+    "check_kinds",
     "check_search",
     "create_tables",
     "drop_tables",
@@ -89,6 +91,7 @@ TABLES = ("text_fts", "text_parts", "text_meta")
 class SearchArgs:
     """``text_search``'s arguments, checked."""
 
+    query: str
     match: str | None
     """The FTS5 query (quoted words OR-ed), None when the query has no word at all."""
     words: tuple[str, ...]
@@ -108,27 +111,37 @@ def check_search(query: Any, k: Any, kinds: Any, session: Any, valid_time: Any, 
         raise InputError("text_search: the query is empty: give at least one word to search for")
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise InputError(f"text_search: k must be a positive int, got {k!r}")
-    if kinds is None:
-        wanted = INDEXED_KINDS
-    else:
-        if isinstance(kinds, str) or not isinstance(kinds, Sequence | set | frozenset):
-            raise InputError(f"text_search: kinds must be a list of kinds, got {kinds!r}")
-        unknown = [kd for kd in kinds if kd not in INDEXED_KINDS]
-        if unknown:
-            raise InputError(
-                f"text_search: kinds holds {', '.join(map(repr, unknown))}, which is not a searchable kind"
-                f" (searchable: {', '.join(INDEXED_KINDS)})"
-            )
-        wanted = tuple(dict.fromkeys(kinds))
+    wanted = check_kinds(kinds)
     if session is not None and not isinstance(session, str):
         raise InputError(f"text_search: session must be a session id (str), got {session!r}")
+    check_basis(valid_time, tx_id)
+    words = tuple(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))[:MAX_TERMS]
+    match = " OR ".join(f'"{w}"' for w in words) if words else None
+    return SearchArgs(query, match, words, k, wanted, session, valid_time, tx_id)
+
+
+def check_kinds(kinds: Any) -> tuple[str, ...]:
+    """``kinds`` checked against the searchable kinds (``InputError`` naming ``kinds``), without
+    repeats; None: every searchable kind. Keyword and vector search take the same."""
+    if kinds is None:
+        return INDEXED_KINDS
+    if isinstance(kinds, str) or not isinstance(kinds, Sequence | set | frozenset):
+        raise InputError(f"kinds must be a list of kinds, got {kinds!r}")
+    unknown = [kd for kd in kinds if kd not in INDEXED_KINDS]
+    if unknown:
+        raise InputError(
+            f"kinds holds {', '.join(map(repr, unknown))}, which is not a searchable kind"
+            f" (searchable: {', '.join(INDEXED_KINDS)})"
+        )
+    return tuple(dict.fromkeys(kinds))
+
+
+def check_basis(valid_time: Any, tx_id: Any) -> None:
+    """``InputError`` naming ``valid_time`` or ``tx_id`` when one is given and is not an int."""
     for name, value in (("valid_time", valid_time), ("tx_id", tx_id)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             what = "epoch ms" if name == "valid_time" else "a tx id"
-            raise InputError(f"text_search: {name} must be an int ({what}), got {value!r}")
-    words = tuple(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))[:MAX_TERMS]
-    match = " OR ".join(f'"{w}"' for w in words) if words else None
-    return SearchArgs(match, words, k, wanted, session, valid_time, tx_id)
+            raise InputError(f"{name} must be an int ({what}), got {value!r}")
 
 
 def session_of(doc: Mapping[str, Any]) -> str | None:

@@ -663,26 +663,15 @@ class XtdbStore(Store):
 
     # -- the keyword index (a sidecar FTS5 file: see text_index.SidecarIndex) -----------------
 
-    def text_search(
-        self,
-        query: str,
-        *,
-        k: int = 20,
-        kinds: Sequence[str] | None = None,
-        session: str | None = None,
-        valid_time: int | None = None,
-        tx_id: int | None = None,
-    ) -> list[TextHit]:
-        """``Store.text_search`` over the sidecar index, each hit checked against the version in
-        force; a scan when the sidecar is damaged (``index_status`` says so)."""
-        args = text_index.check_search(query, k, kinds, session, valid_time, tx_id)
+    def _text_search(self, args: text_index.SearchArgs) -> list[TextHit]:
+        """Over the sidecar index, each hit checked against the version in force; a scan when
+        the sidecar is damaged (``index_status`` says so)."""
         try:
             return self._text.search(args)
         except sqlite3.DatabaseError:
             return text_index.scan_search(self, args)
 
-    def text_parts(self, after_seq: int = 0, limit: int = 1000) -> list[TextPart]:
-        text_index.check_cursor(after_seq, limit)
+    def _text_parts(self, after_seq: int, limit: int) -> list[TextPart]:
         try:
             return self._text.parts(after_seq, limit)
         except sqlite3.Error as e:
