@@ -34,7 +34,7 @@ import math
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -137,30 +137,16 @@ class RecallConfig:
 
 
 @dataclass(frozen=True)
-class RecallHit:
-    """One recalled part, with where it came from in each stream."""
+class RecallHit(TextHit):
+    """One recalled part, with where it came from in each stream; ``score`` is the fused score
+    (after spread, recency and MMR), higher is better."""
 
-    id: str
-    kind: str
-    part: str
-    valid_time: int
-    tx_id: int
-    object_hash: str
-    session: str | None
-    text: str
-    score: float
-    """The fused score (after spread, recency and MMR), higher is better."""
     rank: int
     """1-based place in the fused ranking."""
     bm25_score: float | None = None
     bm25_rank: int | None = None
     vector_score: float | None = None
     vector_rank: int | None = None
-
-    @property
-    def ref(self) -> dict[str, Any]:
-        """The static ref of the version the text comes from."""
-        return {"id": self.id, "valid_time": self.valid_time, "tx_id": self.tx_id, "object_hash": self.object_hash}
 
     @property
     def item_id(self) -> str:
@@ -183,14 +169,8 @@ class RecallResult:
 
 @dataclass
 class _Cand:
-    id: str
-    kind: str
-    part: str
-    valid_time: int
-    tx_id: int
-    object_hash: str
-    session: str | None
-    text: str
+    hit: TextHit
+    """The part (its score: the first stream's that found it; the fused one is ``score``)."""
     bm25: tuple[float, int] | None = None
     vector: tuple[float, int] | None = None
     base: float = 0.0
@@ -308,13 +288,13 @@ class Recall:
         cfg = self.config
         cands: dict[tuple[str, str], _Cand] = {}
 
-        def cand(h: TextHit | VectorHit) -> _Cand:
+        def cand(h: TextHit) -> _Cand:
             key = (h.id, h.part)
             if key not in cands:
-                cands[key] = _Cand(h.id, h.kind, h.part, h.valid_time, h.tx_id, h.object_hash, h.session, h.text)
+                cands[key] = _Cand(h)
             return cands[key]
 
-        streams: list[tuple[str, Sequence[TextHit | VectorHit], float]] = [
+        streams: list[tuple[str, Sequence[TextHit], float]] = [
             ("bm25", bm, cfg.bm25_weight),
             ("vector", vec, cfg.vector_weight),
         ]
@@ -336,34 +316,24 @@ class Recall:
         if cfg.recency_weight:
             now = valid_time if valid_time is not None else now_ms()
             for c in cands.values():
-                age = max(0, now - c.valid_time)
+                age = max(0, now - c.hit.valid_time)
                 fresh = math.pow(0.5, age / cfg.recency_half_life_ms)
                 c.score *= (1 - cfg.recency_weight) + cfg.recency_weight * fresh
-        ranked = sorted(cands.values(), key=lambda c: (-c.score, c.id, c.part))
+        ranked = sorted(cands.values(), key=lambda c: (-c.score, c.hit.id, c.hit.part))
         ranked = [c for c in ranked if c.score >= cfg.min_score]
         if cfg.mmr_lambda is not None:
             ranked = self._mmr(ranked, k, cfg.mmr_lambda)
-        out = []
-        for rank, c in enumerate(ranked[:k], 1):
-            out.append(
-                RecallHit(
-                    c.id,
-                    c.kind,
-                    c.part,
-                    c.valid_time,
-                    c.tx_id,
-                    c.object_hash,
-                    c.session,
-                    c.text,
-                    round(c.score, 6),
-                    rank,
-                    c.bm25[0] if c.bm25 else None,
-                    c.bm25[1] if c.bm25 else None,
-                    c.vector[0] if c.vector else None,
-                    c.vector[1] if c.vector else None,
-                )
+        return [
+            RecallHit(
+                **{f.name: getattr(c.hit, f.name) for f in fields(TextHit)} | {"score": round(c.score, 6)},
+                rank=rank,
+                bm25_score=c.bm25[0] if c.bm25 else None,
+                bm25_rank=c.bm25[1] if c.bm25 else None,
+                vector_score=c.vector[0] if c.vector else None,
+                vector_rank=c.vector[1] if c.vector else None,
             )
-        return out
+            for rank, c in enumerate(ranked[:k], 1)
+        ]
 
     def _spread(
         self,
@@ -377,20 +347,21 @@ class Recall:
         by_entry: dict[tuple[str, int], _Cand] = {}
         docs: dict[str, tuple[Version, dict[str, str]] | None] = {}
         for c in cands.values():
-            m = _ENTRY.fullmatch(c.part) if c.kind == "chat" and c.session is not None else None
-            if m is not None and c.session is not None:
-                by_entry[(c.session, int(m[1]))] = c
+            h = c.hit
+            m = _ENTRY.fullmatch(h.part) if h.kind == "chat" and h.session is not None else None
+            if m is not None and h.session is not None:
+                by_entry[(h.session, int(m[1]))] = c
         for (sess, entry), c in list(by_entry.items()):
-            after = cfg.spread_next * (cfg.spread_after_question if _asks(c.text) else 1.0)
+            after = cfg.spread_next * (cfg.spread_after_question if _asks(c.hit.text) else 1.0)
             for offset, share in ((1, after), (-1, cfg.spread_prev)):
                 if not share or entry + offset < 0:
                     continue
                 near = by_entry.get((sess, entry + offset))
                 if near is None:
                     near = self._neighbour(sess, entry + offset, c, docs, valid_time, tx_id)
-                    if near is None or (session is not None and near.session != session):
+                    if near is None or (session is not None and near.hit.session != session):
                         continue
-                    cands[(near.id, near.part)] = near
+                    cands[(near.hit.id, near.hit.part)] = near
                     by_entry[(sess, entry + offset)] = near
                 near.score += share * c.base
 
@@ -405,21 +376,22 @@ class Recall:
     ) -> _Cand | None:
         """Entry ``entry`` of ``session`` as of the search: in the chat page of the entry
         ``beside`` it when that page holds it, else where the vector index saw it last."""
-        if beside.id not in docs:
-            got = self.store.get(beside.id, valid_time, tx_id)
-            docs[beside.id] = None if got is None or got.doc is None else (got, dict(index_parts(got.doc)))
-        held = docs[beside.id]
+        page = beside.hit.id
+        if page not in docs:
+            got = self.store.get(page, valid_time, tx_id)
+            docs[page] = None if got is None or got.doc is None else (got, dict(index_parts(got.doc)))
+        held = docs[page]
         part = f"e{entry}"
         if held is not None and (text := held[1].get(part)) is not None:
             v = held[0]
-            return _Cand(beside.id, "chat", part, v.valid_time, v.tx_id, v.object_hash or "", session, text)
+            return _Cand(TextHit(page, "chat", part, v.valid_time, v.tx_id, v.object_hash or "", session, text, 0.0))
         if self.vectors is None:
             return None
         for id, p in self.vectors.entry_parts(session, entry):
             found = self.vectors.resolve(id, p, valid_time=valid_time, tx_id=tx_id)
             if found is not None:
                 w, text, sess = found
-                return _Cand(id, "chat", p, w.valid_time, w.tx_id, w.object_hash or "", sess, text)
+                return _Cand(TextHit(id, "chat", p, w.valid_time, w.tx_id, w.object_hash or "", sess, text, 0.0))
         return None
 
     def _mmr(self, ranked: list[_Cand], k: int, lam: float) -> list[_Cand]:
@@ -429,7 +401,7 @@ class Recall:
         if len(pool) < 2:
             return ranked
         top = pool[0].score or 1.0
-        sims = self._similarities([c.text for c in pool])
+        sims = self._similarities([c.hit.text for c in pool])
         chosen: list[int] = []
         left = list(range(len(pool)))
         while left and len(chosen) < k:

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..errors import InputError, StoreCorrupt
 from ..objects import index_parts
-from ..store.base import Store, TextPart, Version
+from ..store.base import Store, TextHit, TextPart, Version
 from ..store.text_index import check_basis, check_kinds, session_of
 from .embed import Embedder, Vectors, embed_texts
 
@@ -75,19 +75,10 @@ def text_key(text: str) -> bytes:
 
 
 @dataclass(frozen=True)
-class VectorHit:
-    """One vector-search hit: a part of the version in force, with its cosine similarity."""
+class VectorHit(TextHit):
+    """One vector-search hit: a part of the version in force; ``score`` is its cosine similarity
+    to the query, in [-1, 1]."""
 
-    id: str
-    kind: str
-    part: str
-    valid_time: int
-    tx_id: int
-    object_hash: str
-    session: str | None
-    text: str
-    score: float
-    """Cosine similarity to the query, in [-1, 1]."""
     truncated: bool
     """The text was longer than the embedder reads: its vector stands for its head only."""
 

@@ -181,7 +181,13 @@ class TextHit:
     text: str
     """The indexed text of the part (previews, MMR, embedding)."""
     score: float
-    """BM25 relevance, higher is better (comparable within one query)."""
+    """BM25 relevance, higher is better (comparable within one query); vector and fused hits
+    (sources/) carry their own score here."""
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        """The static ref of the version the text comes from."""
+        return {"id": self.id, "valid_time": self.valid_time, "tx_id": self.tx_id, "object_hash": self.object_hash}
 
 
 @dataclass(frozen=True)
