@@ -466,16 +466,15 @@ def hit_item(h: RecallHit, query: str, mode: str) -> SourceItem:
 def vector_path(store: Store) -> Path:
     """Where the vectors of ``store`` live: beside an embedded store's file
     (``<file>.vectors``), else one file per node address under the user data dir
-    (``vectors/<host>_<port>.db``)."""
+    (``vectors/<host>_<port>.db``, named as the node's outbox and keyword index are)."""
     url = store.url.split("?", 1)[0]
     if url.startswith("sqlite://"):
         file = url.removeprefix("sqlite://")
         file = "/" + file.lstrip("/") if file.startswith("/") else file  # sqlite:////x: one root
         return Path(file + ".vectors")
-    from ..store import data_dir
+    from ..store import data_dir, default_outbox_path
 
-    netloc = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
-    return data_dir() / "vectors" / (re.sub(r"[^A-Za-z0-9.-]", "_", netloc) + ".db")
+    return data_dir() / "vectors" / default_outbox_path(url).name
 
 
 def open_recall(
