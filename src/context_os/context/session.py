@@ -27,7 +27,7 @@ from ..errors import LockedObject, NotFound, StateError, StoreUnavailable
 from ..objects import FrameContent
 from ..sources.base import ObjectSource
 from ..store.base import Evict, Store, Tx, Version, now_ms
-from .entries import Incoming
+from .entries import Entry, Incoming
 from .ingest import Ingest, RedactFunction, SyncReport
 from .lease import DEFAULT_LEASE_MS, Lease
 from .load import load_view
@@ -102,14 +102,14 @@ class Session:
         self.ingest = Ingest(view, self.writer, redact=redact, retired=self.retired)
         self.managed_from: int | None = 0 if view.managed else None
         """The turn from which the session is managed (None: it still passes through unchanged)."""
-        self._mentions_from = len(view.entries)
+        self._seen_from = len(view.entries)
+        """Where the entries not yet looked at by a turn start (mentions, source queries)."""
         self._manage_next = False
         """Managed from the next turn on, whatever its size: an object the session showed got a
         new version, or its tools show text only in blocks (``manage``)."""
         self._seq = max((o.seq for o in view.objects.values() if o.kind != "toolcall"), default=0)
         self.feeds: list[SourceFeed] = []
         """The object sources consulted at each turn (``add_source``)."""
-        self._asked_from = len(view.entries)
         # the tombstones (id, tx) this session has taken in: evictions it already reflects
         self._tombstones: set[tuple[str, int]] = set()
 
@@ -223,8 +223,10 @@ class Session:
             view.reset_render()
         changes = self._apply_tombstones()
         changes += self._check_newer()
-        self._consult_sources()
-        self._note_mentions()
+        new = view.entries[min(self._seen_from, len(view.entries)) :]
+        self._seen_from = len(view.entries)
+        self._consult_sources(new)
+        self._note_mentions(new)
         break_at = self._retain(changes)
         self.writer.queue_session_doc()
         tx = self.writer.flush()
@@ -269,28 +271,23 @@ class Session:
         self.manage()
         return feed
 
-    def _consult_sources(self) -> None:
-        view = self.view
+    def _consult_sources(self, new: list[Entry]) -> None:
+        """Ask the sources, with the newest user message among ``new`` as the query."""
         if not self.feeds:
-            self._asked_from = len(view.entries)
             return
-        start = min(self._asked_from, len(view.entries))
-        self._asked_from = len(view.entries)
-        asked = [t for e in view.entries[start:] if e["role"] == "user" and isinstance(t := e.get("text"), str)]
+        asked = [t for e in new if e["role"] == "user" and isinstance(t := e.get("text"), str)]
         query = asked[-1] if asked and asked[-1].strip() else None
         consult(self, self.feeds, query)
 
-    def _note_mentions(self) -> None:
-        """Files of the active pool named in what came since the last turn count as used (the
-        least recently used leave the pool first): a user message naming one, a grep hit or a
-        test failure naming its path. A message naming more than ``MENTION_LIMIT`` of them (a
-        listing) says nothing of any."""
+    def _note_mentions(self, new: list[Entry]) -> None:
+        """Files of the active pool named in ``new`` (what came since the last turn) count as
+        used (the least recently used leave the pool first): a user message naming one, a grep
+        hit or a test failure naming its path. A message naming more than ``MENTION_LIMIT`` of
+        them (a listing) says nothing of any."""
         view = self.view
-        start = min(self._mentions_from, len(view.entries))
-        self._mentions_from = len(view.entries)
         texts: list[str] = []
         asked: list[str] = []
-        for e in view.entries[start:]:
+        for e in new:
             text = e.get("text")
             if e["role"] == "user" and isinstance(text, str):
                 texts.append(text)
