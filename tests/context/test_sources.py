@@ -100,6 +100,11 @@ def test_a_pinned_source_is_read_every_turn_and_follows_its_text(store: Store, u
     h.transform_context(msgs)
     obj = session.view.objects[f"memory:{uid}:MEMORY.md"]
     assert obj.pinned and obj.state == "active" and "prefers tabs" in blocks_text(h.transform_context(msgs))
+    # read again unchanged: no new version, and nothing recorded (no state change per turn)
+    recorded = len(session.state_changes(f"memory:{uid}:MEMORY.md"))
+    h.transform_context(msgs)
+    assert len(session.state_changes(f"memory:{uid}:MEMORY.md")) == recorded
+    assert len(store.history(f"memory:{uid}:MEMORY.md")) == 1
     memory.text += "\n- tests run with make test"
     msgs += [say("hello")]
     text = blocks_text(h.transform_context(msgs))

@@ -110,6 +110,9 @@ class Session:
         self._seq = max((o.seq for o in view.objects.values() if o.kind != "toolcall"), default=0)
         self.feeds: list[SourceFeed] = []
         """The object sources consulted at each turn (``add_source``)."""
+        self.source_hashes: dict[str, dict[str, str]] = {}
+        """Per source item: the object and content hashes of its version as this session last
+        wrote or read it (context/sources.py: an unchanged item costs no store read)."""
         # the tombstones (id, tx) this session has taken in: evictions it already reflects
         self._tombstones: set[tuple[str, int]] = set()
 

@@ -78,12 +78,16 @@ def consult(session: Session, feeds: Sequence[SourceFeed], query: str | None) ->
             scores = feed.active_score is not None and item.score >= feed.active_score
             active = feed.pin or (scores and used + tokens <= feed.budget_tokens)
             used += tokens if active else 0
-            store_item(session, feed, item, rank, query)
+            wrote = store_item(session, feed, item, rank, query)
             obj = session.view.objects.get(item.id)
             if obj is not None and obj.state == "active" and not active:
                 continue  # recalled again, below the bar: what the agent (or an earlier query) chose stays
+            want = "active" if active else "inactive"
+            if feed.every_turn and not wrote and obj is not None and obj.state == want and obj.pinned == feed.pin:
+                shown.append(item.id)
+                continue  # read again, unchanged: nothing to show anew, nothing to record
             reason = f"{feed.source.name}: score {item.score:.3g}, rank {rank + 1}"
-            session.show(item.id, state="active" if active else "inactive", actor="system", reason=reason)
+            session.show(item.id, state=want, actor="system", reason=reason)
             if feed.pin and not session.view.objects[item.id].pinned:
                 session.pin(item.id, actor="system")
             shown.append(item.id)
@@ -108,23 +112,32 @@ def _eligible(session: Session, items: list[SourceItem]) -> list[SourceItem]:
     return out
 
 
-def store_item(session: Session, feed: SourceFeed, item: SourceItem, rank: int, query: str | None) -> None:
-    """Write the item as a version of its object, unless the latest already holds this text."""
+def store_item(session: Session, feed: SourceFeed, item: SourceItem, rank: int, query: str | None) -> bool:
+    """Write the item as a version of its object, unless the store already holds it (for a feed
+    read at every turn: this very document; for a query: this text); True when it wrote one.
+    What the session last wrote or read of each item (``Session.source_hashes``) spares a store
+    read for an item that did not change."""
     text = item.text
     if session.ingest.redact is not None:
         text = session.ingest.redact(text)[0]  # a memory file is the user's text: secrets stay out
-    latest = session.store.get(item.id)
     meta: dict[str, Any] = dict(item.meta)
     meta.update(source=feed.source.name, score=round(float(item.score), 6), rank=rank + 1)
     if query is not None and not feed.every_turn:
         meta["query"] = query[:QUERY_CHARS]
-    if not feed.every_turn and latest is not None and latest.doc is not None and latest.doc.get("content") == text:
-        # the same text for a new query: its version (and its block) stay; the query's
-        # provenance is in the state change's reason
-        return
     try:
         doc = SourceDoc(id=item.id, kind=item.kind, content=text, meta=meta).to_doc()  # type: ignore[arg-type]
     except ValueError as e:
         raise InputError(f"source {feed.source.name!r} returned an item that is not a valid object: {e}") from None
-    if latest is None or latest.doc is None or latest.doc["object_hash"] != doc["object_hash"]:
-        session.store.put(doc)  # a source read at every turn: written when anything of it changed
+    # a new query's provenance alone makes no new version: its version (and its block) stay,
+    # and the query is in the state change's reason
+    same = "object_hash" if feed.every_turn else "content_hash"
+    known = session.source_hashes.get(item.id)
+    if known is not None and known[same] == doc[same]:
+        return False
+    latest = session.store.get(item.id)
+    if latest is not None and latest.doc is not None and latest.doc[same] == doc[same]:
+        session.source_hashes[item.id] = {k: latest.doc[k] for k in ("object_hash", "content_hash")}
+        return False
+    session.store.put(doc)
+    session.source_hashes[item.id] = {k: doc[k] for k in ("object_hash", "content_hash")}
+    return True
