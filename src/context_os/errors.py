@@ -8,6 +8,9 @@ Every error the library raises on purpose is a ``ContextOSError``. Backend excep
     ├── EmbedderUnavailable      an embedder cannot embed (package missing, endpoint failing):
     │                            recall falls back to keywords alone
     ├── HashError                a stored document no longer matches its hashes
+    ├── MeshError                the agent mesh could not do it: a peer unreachable or silent past
+    │   │                        the deadline, a refused request, a node not running
+    │   └── MeshUnavailable      the libp2p stack is not installed (pip install 'context_os[mesh]')
     ├── StoreError               anything the store could not do
     │   ├── StoreUnavailable     the backend cannot be reached (connection refused, timeout)
     │   │   └── StoreUnreachable not even connected: nothing was sent, nothing changed
@@ -42,6 +45,8 @@ __all__ = [
     "InputError",
     "LockedObject",
     "MalformedMessage",
+    "MeshError",
+    "MeshUnavailable",
     "NotFound",
     "PathDenied",
     "SchemaError",
@@ -69,6 +74,15 @@ class EmbedderUnavailable(ContextOSError):
 
 class HashError(ContextOSError):
     """A document's recorded hashes do not match its content."""
+
+
+class MeshError(ContextOSError):
+    """The agent mesh could not do it: a peer unreachable or silent past the deadline, a refused
+    request, a node that is not running."""
+
+
+class MeshUnavailable(MeshError):
+    """The libp2p stack is not installed: ``pip install 'context_os[mesh]'``."""
 
 
 class StoreError(ContextOSError):

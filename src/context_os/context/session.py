@@ -264,12 +264,14 @@ class Session:
         max_items: int = 5,
         pin: bool = False,
         every_turn: bool = False,
+        forget: bool = False,
     ) -> SourceFeed:
         """Consult ``source`` from the next turn on (context/sources.py): at each new user
         message (the query), or at every turn with ``every_turn``; its items enter the metadata
         pool, or the active pool at or above ``active_score`` within ``budget_tokens``, or pinned
-        with ``pin``. A session with a source is managed (its items show as blocks)."""
-        feed = SourceFeed(source, budget_tokens, active_score, max_items, pin, every_turn)
+        with ``pin``; with ``forget``, an item no longer offered leaves the session. A session
+        with a source is managed (its items show as blocks)."""
+        feed = SourceFeed(source, budget_tokens, active_score, max_items, pin, every_turn, forget)
         self.feeds.append(feed)
         self.manage()
         return feed
@@ -557,6 +559,19 @@ class Session:
         self._set(obj, "inactive", actor, reason, collapsed=obj.kind == "toolcall")
         self.writer.flush()
         return {"id": obj_id, "status": "deactivated", "tokens_freed": obj.tokens}
+
+    def drop(self, obj_id: str, *, actor: Actor = "system", reason: str = "drop") -> dict[str, Any]:
+        """Take an object out of the session altogether (absent: not even a line in the metadata
+        pool); the store keeps it, ``show`` brings it back. Locked objects refuse."""
+        obj_id = self.resolve(obj_id)
+        if obj_id.startswith(LOCKED_PREFIXES):
+            raise LockedObject(f"{obj_id} is locked: the chat and the session cannot be dropped")
+        obj = self._known(obj_id)
+        self.view.set_state(obj, state="absent")
+        self.writer.record_state(obj, actor, reason)
+        self.view.remove_object(obj_id)
+        self.writer.flush()
+        return {"id": obj_id, "status": "dropped"}
 
     def pin(self, obj_id: str, *, actor: Actor = "agent", pinned: bool = True) -> dict[str, Any]:
         """Pin (or unpin) an object: pinned objects are never collapsed by policy or budget."""

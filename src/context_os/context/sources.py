@@ -53,6 +53,9 @@ class SourceFeed:
     every_turn: bool = False
     """Consult at every turn, with or without a new user message (a source that does not depend
     on the query, re-read when it changes); otherwise only when a new user message arrives."""
+    forget: bool = False
+    """With ``every_turn``: an item no longer offered leaves the session altogether (absent, not
+    even a line in the metadata pool), as a capped history does; otherwise it is deactivated."""
 
     def __post_init__(self) -> None:
         if self.budget_tokens < 0 or self.max_items < 0:
@@ -78,7 +81,7 @@ def consult(session: Session, feeds: Sequence[SourceFeed], query: str | None) ->
             scores = feed.active_score is not None and item.score >= feed.active_score
             active = feed.pin or (scores and used + tokens <= feed.budget_tokens)
             used += tokens if active else 0
-            wrote = store_item(session, feed, item, rank, query)
+            wrote = False if item.stored else store_item(session, feed, item, rank, query)
             obj = session.view.objects.get(item.id)
             if obj is not None and obj.state == "active" and not active:
                 continue  # recalled again, below the bar: what the agent (or an earlier query) chose stays
@@ -94,9 +97,13 @@ def consult(session: Session, feeds: Sequence[SourceFeed], query: str | None) ->
         if feed.every_turn:
             offered = {item.id for item in items}
             for o in list(session.view.objects.values()):
-                if o.meta.get("source") == feed.source.name and o.id not in offered and o.state == "active":
-                    if o.pinned:
-                        session.unpin(o.id, actor="system")
+                if o.meta.get("source") != feed.source.name or o.id in offered:
+                    continue
+                if o.pinned:
+                    session.unpin(o.id, actor="system")
+                if feed.forget:
+                    session.drop(o.id, actor="system", reason=f"{feed.source.name} no longer offers it")
+                elif o.state == "active":
                     session.deactivate(o.id, actor="system", reason=f"{feed.source.name} no longer offers it")
     return shown
 

@@ -23,6 +23,7 @@ from typing import Any
 import blake3
 
 from ..hashing import HASH_PREFIX, canonical_json, hash_value
+from ..times import iso
 from ..tokens import estimate_tokens
 from .entries import Entry, Msg, ToolCall, msg_chars
 from .policy import RetentionPolicy
@@ -647,6 +648,8 @@ class SessionView:
             attrs += f' version="{o.meta["version"]}"'
         if o.newer:
             attrs += f' stale="version {o.newer.get("version", "?")} is newer: activate(id) loads it"'
+        if o.kind == "message":
+            attrs += _message_attrs(o.meta)
         lines = [f"<object {attrs}>"]
         call = self._call_of(o)
         if call is not None:
@@ -973,6 +976,24 @@ def page_id(session_id: str, page: int) -> str:
 
 def _ref(id: str, version: tuple[int, int, str]) -> dict[str, Any]:
     return {"id": id, "valid_time": version[0], "tx_id": version[1], "object_hash": version[2]}
+
+
+def _message_attrs(m: Mapping[str, Any]) -> str:
+    """Where a mesh message comes from (or goes to), what it is, when it was sent."""
+    peer = m.get("peer")
+    who = f"{m.get('peer_name') or '?'} ({peer})" if peer else "every peer"
+    attrs = f' {"from" if m.get("direction") == "in" else "to"}="{who}" message="{m.get("kind", "?")}"'
+    if m.get("type"):
+        attrs += f' type="{m["type"]}"'
+    if m.get("request_id"):
+        attrs += f' request="{m["request_id"]}"'
+    if m.get("in_reply_to"):
+        attrs += f' reply_to="{m["in_reply_to"]}"'
+    if isinstance(m.get("sent_at"), int):
+        attrs += f' sent="{iso(m["sent_at"])}"'
+    if m.get("error"):
+        attrs += ' error="true"'
+    return attrs
 
 
 def _index_line(o: ObjInfo) -> str:

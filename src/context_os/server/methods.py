@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import field_validator
 
 from .. import __version__
 from ..context.frames import frame_rows, get_frame, verify_frame
+from ..context.mesh_tools import MeshTools
 from ..context.policy import RetentionPolicy
 from ..context.session import Session
 from ..context.source_tools import SourceTools
@@ -42,6 +44,9 @@ from ..sources.recall import Recall, open_recall
 from ..store.base import Store, Version
 from ..times import parse_time
 from .protocol import INVALID_PARAMS, MAX_REQUEST_BYTES, SESSION_NOT_OPEN, NoParams, Params, RpcError, RpcServer, log
+
+if TYPE_CHECKING:
+    from ..mesh.agent import MeshAgent
 
 __all__ = ["Server"]
 
@@ -57,6 +62,7 @@ class _OpenParams(Params):
     policy: dict[str, Any] | None = None
     recall: bool = False
     memory: bool = False
+    mesh: bool = False
 
     @field_validator("harness")
     @classmethod
@@ -83,6 +89,23 @@ class _InspectParams(Params):
     as_of: str | int | None = None
     tx: int | None = None
     with_docs: bool = False
+
+
+class _NextRequestParams(Params):
+    timeout: float = 0.0
+
+    @field_validator("timeout")
+    @classmethod
+    def _bounded(cls, value: float) -> float:
+        if not 0 <= value <= 30:
+            raise ValueError("timeout must be 0 to 30 seconds (poll again for longer)")
+        return value
+
+
+class _AnswerParams(Params):
+    requestId: str  # noqa: N815 - the wire's name
+    text: str
+    error: bool = False
 
 
 class _VerifyParams(Params):
@@ -124,12 +147,18 @@ class Server(RpcServer):
         workspaces: Sequence[str | os.PathLike[str]] = (),
         max_request_bytes: int = MAX_REQUEST_BYTES,
         embedder: str | None = "auto",
+        mesh: MeshAgent | None = None,
+        recall: Recall | None = None,
     ):
         """``embedder``: what recall embeds with (``open_recall``; None: keyword only), for the
-        sessions opened with ``recall``; the recall engine is made for the first of them."""
+        sessions opened with ``recall``; the recall engine is made for the first of them.
+        ``mesh``: the agent's started mesh peer, for the sessions opened with ``mesh`` (the
+        server does not close it: whoever started it does). ``recall``: a recall engine made
+        already (the mesh's memory searches with it); the server closes it."""
         self.store = store
+        self.mesh = mesh
         self.embedder = embedder
-        self.recall: Recall | None = None
+        self.recall: Recall | None = recall
         self.workspaces: tuple[Path, ...] = tuple(Workspace(w).root for w in workspaces)
         """The directories sessions may use as their workspace (or a directory inside one): fixed
         by whoever starts the server, never by a client."""
@@ -145,6 +174,9 @@ class Server(RpcServer):
                 "frames.list": (_SessionParams, self._frames_list),
                 "frame.verify": (_VerifyParams, self._frame_verify),
                 "ping": (NoParams, self._ping),
+                "mesh.status": (NoParams, self._mesh_status),
+                "mesh.next_request": (_NextRequestParams, self._mesh_next_request),
+                "mesh.answer": (_AnswerParams, self._mesh_answer),
             },
             max_request_bytes=max_request_bytes,
         )
@@ -182,6 +214,8 @@ class Server(RpcServer):
             was = stored["content"].get("harness")
             if was not in (None, "generic", p.harness):
                 raise StateError(f"session {p.session!r} was recorded with harness {was!r}, not {p.harness!r}")
+        if p.mesh and self.mesh is None:
+            raise StateError("this server runs no mesh agent: start it with ctxos serve --mesh NAME")
         current = self.sessions.get(p.session)
         if current is not None and current.harness.name != p.harness:
             raise StateError(f"session {p.session!r} is open with harness {current.harness.name!r}")
@@ -208,6 +242,8 @@ class Server(RpcServer):
                 if p.recall and self.recall is None:
                     self.recall = open_recall(self.store, self.embedder)
                 SourceTools(session, recall=self.recall if p.recall else None, memory=memory).register(hook.registry)
+            if p.mesh and self.mesh is not None:
+                MeshTools(session, self.mesh).register(hook.registry)
             current = self.sessions[p.session] = _Open(h, hook)
         s = current.hook.session
         return {
@@ -220,6 +256,42 @@ class Server(RpcServer):
             "policy": s.view.policy.to_dict(),
             "sources": [f.source.name for f in s.feeds],
         }
+
+    def _the_mesh(self) -> MeshAgent:
+        if self.mesh is None:
+            raise StateError("this server runs no mesh agent: start it with ctxos serve --mesh NAME")
+        return self.mesh
+
+    def _mesh_status(self, p: NoParams) -> dict[str, Any]:
+        return self._the_mesh().status()
+
+    def _mesh_next_request(self, p: _NextRequestParams) -> dict[str, Any]:
+        """The oldest request from a peer, now the agent's to answer (null: none waits)."""
+        req = self._the_mesh().next_request(timeout=p.timeout)
+        if req is None:
+            return {"request": None}
+        return {
+            "request": {
+                "requestId": req.request_id,
+                "peerId": req.peer,
+                "agentName": req.peer_name,
+                "message": req.message,
+                "text": req.text,
+                "memory": req.context,
+                "object": req.object_id,
+                "secondsLeft": round(max(0.0, req.deadline - time.monotonic()), 1),
+            }
+        }
+
+    def _mesh_answer(self, p: _AnswerParams) -> dict[str, Any]:
+        req = self._the_mesh().queue.active
+        if req is None or req.request_id != p.requestId:
+            raise StateError(
+                f"request {p.requestId!r} is not the one the agent holds (answered, timed out, or never taken "
+                "with mesh.next_request)"
+            )
+        req.answer(p.text, error=p.error)
+        return {"requestId": p.requestId, "answered": True}
 
     def _session_close(self, p: _SessionParams) -> dict[str, Any]:
         found = self.sessions.pop(p.session, None)

@@ -33,6 +33,9 @@ class SourceItem:
     """Relevance to the query, higher is better; comparable within one source."""
     meta: Mapping[str, Any] = field(default_factory=dict)
     """What the metadata pool shows of the item (name, path, peer, time, …)."""
+    stored: bool = False
+    """The item is an object the source has written itself (a mesh message): the session shows
+    the store's latest version of it and writes nothing."""
 
 
 class ObjectSource(Protocol):

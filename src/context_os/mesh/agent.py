@@ -1,0 +1,471 @@
+"""One agent on the mesh: its node, its messages as objects, its memory of peers, its request queue.
+
+``MeshAgent`` runs a ``MeshNode`` and records everything that passes through it in the store:
+every direct message, reply and broadcast, sent or received, is a ``message`` object (peer, agent
+names, direction, kind, timestamps, the request id; a reply names the request it answers). A
+message is written once it is complete: a request sent and answered is written with its reply
+in one transaction; a request that failed is written with the failure; nothing is ever left
+half-written. Each exchange and each broadcast also goes into the per-peer memory (``memory``),
+which a later request from the same peer recalls.
+
+Peers' requests wait in a FIFO (``queue``) for the agent's loop: ``next_request()`` gives the
+oldest, with what memory recalls of the peer; ``answer()`` sends the response and records it.
+
+``source`` is the ``ObjectSource`` that shows the messages to the model: the newest
+``history_cap`` (seed: 200) of them; the cap applies to what is shown, never to what is stored.
+
+This module never imports from ``context``: a session shows what the source offers
+(context/mesh_tools.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InputError, MeshError
+from ..objects import SourceDoc
+from ..sources.base import SourceItem
+from ..store.base import Put
+from ..tokens import estimate_tokens
+from . import wire
+from .memory import MemoryLimits, PeerMemory
+from .node import MeshConfig, MeshNode
+from .queue import MAX_QUEUE, REQUEST_TIMEOUT, PendingRequest, RequestQueue
+
+if TYPE_CHECKING:
+    from ..sources.recall import Recall
+    from ..store.base import Store
+
+__all__ = ["HISTORY_CAP", "MeshAgent", "MeshSource"]
+
+log = logging.getLogger("context_os.mesh")
+
+HISTORY_CAP = 200
+"""Messages shown to the model at most (seed ``MAX_BROADCAST_HISTORY``); all are stored."""
+SEND_ATTEMPTS = 2
+RETRY_DELAY = 0.5
+"""A send that could not reach its peer is tried once more after this many seconds (seed)."""
+DISCOVER_WINDOW_MS = 60_000
+"""``discover`` reports the peers found within this window."""
+
+
+@dataclass(frozen=True)
+class _Shown:
+    """What the source offers of one message: its object id, text and index metadata."""
+
+    id: str
+    text: str
+    meta: Mapping[str, Any]
+    memories: tuple[tuple[str, str], ...] = ()
+    """(id, text) of the memory objects recalled for a request."""
+
+
+class MeshAgent:
+    """An agent's presence on the mesh, recorded in ``store``."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: MeshConfig,
+        *,
+        session: str | None = None,
+        recall: Recall | None = None,
+        limits: MemoryLimits | None = None,
+        auto_reply: bool = False,
+        history_cap: int = HISTORY_CAP,
+        max_queue: int = MAX_QUEUE,
+    ):
+        """``session``: the session the messages belong to (their scope for recall; None: the
+        agent's own scope ``mesh:<agent>``). ``auto_reply``: acknowledge every request at once
+        instead of queueing it for the agent (a node nobody answers from, like the CLI's)."""
+        if history_cap < 1:
+            raise InputError("history_cap must be at least 1")
+        self.store = store
+        self.config = config
+        self.name = config.agent_name
+        self.session = session
+        self.scope = session or f"mesh:{self.name}"
+        self.auto_reply = auto_reply
+        self.history_cap = history_cap
+        self.memory = PeerMemory(store, self.name, recall=recall, limits=limits)
+        self.queue = RequestQueue(max_queue)
+        self._lock = threading.Lock()
+        self._shown: collections.deque[_Shown] = collections.deque(maxlen=history_cap)
+        self._changed = threading.Event()
+        self._seq = itertools.count()
+        # bookkeeping writes that follow an event on the network thread (a request that timed
+        # out) go through one worker, in order, so the network never waits for the store
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"mesh-writer-{self.name}")
+        self._load_shown()
+        self.node = MeshNode(config, on_request=self._on_request, on_broadcast=self._on_broadcast)
+        self.source = MeshSource(self)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> MeshAgent:
+        self.node.start()
+        return self
+
+    def close(self) -> None:
+        """Answer what still waits with an error, stop the node, finish the writes."""
+        self.queue.close("the agent stopped")
+        try:
+            self.node.close()
+        finally:
+            self._writer.shutdown(wait=True)
+
+    def __enter__(self) -> MeshAgent:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def peer_id(self) -> str:
+        return self.node.peer_id
+
+    # --- messages as objects ---------------------------------------------------------------------
+
+    def _load_shown(self) -> None:
+        """The newest messages of this scope already stored (a restarted agent shows them again)."""
+        found = self.store.find(kind="message", where={"mesh_agent": self.name, "session": self.scope})
+        versions = sorted((v for v in found if v.doc is not None), key=lambda v: (v.doc["meta"].get("at", 0), v.tx_id))  # type: ignore[index]
+        for d in [v.doc for v in versions[-self.history_cap :] if v.doc is not None]:
+            self._shown.append(_Shown(d["id"], str(d.get("content") or ""), d["meta"]))
+
+    def _message_doc(self, text: str, **meta: Any) -> dict[str, Any]:
+        at = wire.now_ms()
+        # time, then a counter (the order within one millisecond), then randomness (another
+        # process of the same agent name writing into the same store)
+        oid = f"message:{self.name}:{at:x}{next(self._seq) % 0x10000:04x}{os.urandom(2).hex()}"
+        peer_name = meta.get("peer_name") or str(meta.get("peer", ""))[:16]
+        arrow = f"{peer_name} → {self.name}" if meta["direction"] == "in" else f"{self.name} → {peer_name}"
+        full = {
+            "session": self.scope,
+            "source": f"mesh:{self.name}",
+            "mesh_agent": self.name,
+            "at": at,
+            "name": f"{arrow}: {meta['kind']}",
+            "tokens": estimate_tokens(len(text)),
+            **{k: v for k, v in meta.items() if v is not None},
+        }
+        return SourceDoc(id=oid, kind="message", content=text, meta=full).to_doc()
+
+    def _record(self, *docs: dict[str, Any], memories: tuple[tuple[str, str], ...] = ()) -> None:
+        """Write ``docs`` in one transaction, then offer them to the session."""
+        self.store.submit([Put(d) for d in docs])
+        with self._lock:
+            for d in docs:
+                self._shown.append(_Shown(d["id"], d["content"], d["meta"], memories))
+        self._changed.set()
+
+    def _remember(self, peer: str, key: str, value: str, kind: str, peer_name: str | None) -> None:
+        try:
+            self.memory.store_entry(peer, key, value, type=kind, peer_name=peer_name)  # type: ignore[arg-type]
+        except Exception as e:  # noqa: BLE001 - memory is a help: the message itself is stored
+            log.warning("mesh: could not remember %s with %s: %s", key, peer, e)
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The messages shown (newest last): id, text and metadata."""
+        with self._lock:
+            return [{"id": s.id, "text": s.text, **s.meta} for s in self._shown]
+
+    def changed(self) -> bool:
+        """Whether a message came or went since the last call."""
+        if self._changed.is_set():
+            self._changed.clear()
+            return True
+        return False
+
+    # --- outgoing --------------------------------------------------------------------------------
+
+    def send(
+        self, peer: str, message: str, *, auto_reply: bool = False, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Send ``message`` to ``peer`` and wait for the answer (``timeout`` seconds, default 60);
+        a peer that cannot be reached is tried once more after half a second. The request and
+        the answer are stored together; a failure is stored with the request and raised as
+        ``MeshError``."""
+        if not isinstance(message, str) or not message.strip():
+            raise InputError("mesh_send: message is empty")
+        wait = REQUEST_TIMEOUT if timeout is None else timeout
+        known = self.node.peer(peer)
+        peer_name = known.agent_name if known else None
+        sent_at = wire.now_ms()
+        error: MeshError | None = None
+        for attempt in range(SEND_ATTEMPTS):
+            try:
+                resp = self.node.request(peer, message, auto_reply=auto_reply, timeout=wait)
+                error = None
+                break
+            except MeshError as e:
+                error = e
+                if "no answer within" in str(e) or attempt + 1 == SEND_ATTEMPTS:
+                    break  # a peer that stays silent is not tried again: it had its time
+                time.sleep(RETRY_DELAY)
+        if error is not None:
+            self._record(
+                self._message_doc(
+                    message,
+                    direction="out",
+                    kind="request",
+                    peer=peer,
+                    peer_name=peer_name,
+                    sent_at=sent_at,
+                    status="failed",
+                    error=str(error),
+                )
+            )
+            raise error
+        peer_name = resp.from_agent
+        request = self._message_doc(
+            message,
+            direction="out",
+            kind="request",
+            peer=peer,
+            peer_name=peer_name,
+            request_id=resp.request_id,
+            sent_at=sent_at,
+            status="answered",
+        )
+        reply = self._message_doc(
+            resp.message,
+            direction="in",
+            kind="reply",
+            peer=peer,
+            peer_name=peer_name,
+            request_id=resp.request_id,
+            in_reply_to=request["id"],
+            sent_at=resp.timestamp,
+            error=resp.error or None,
+        )
+        self._record(request, reply)
+        if not resp.error:
+            self._remember(
+                peer, "exchange", f"[Request] {message}\n[Response] {resp.message}", "conversation_turn", peer_name
+            )
+        return {
+            "peerId": peer,
+            "agentName": peer_name,
+            "requestId": resp.request_id,
+            "response": resp.message,
+            "error": resp.error,
+            "objects": [request["id"], reply["id"]],
+        }
+
+    def broadcast(self, message: str, type: str = "announce") -> dict[str, Any]:
+        """Publish ``message`` on the topic; stored as a sent broadcast."""
+        if not isinstance(message, str) or not message.strip():
+            raise InputError("mesh_broadcast: message is empty")
+        result = self.node.broadcast(message, type)
+        doc = self._message_doc(
+            message,
+            direction="out",
+            kind="broadcast",
+            type=type,
+            peer=None,
+            sent_at=wire.now_ms(),
+            message_id=result.message_id,
+            reached=result.peers_reached,
+        )
+        self._record(doc)
+        return {
+            "topic": result.topic,
+            "peersReached": result.peers_reached,
+            "messageId": result.message_id,
+            "object": doc["id"],
+        }
+
+    # --- incoming (on the node's worker threads) -------------------------------------------------
+
+    def _on_request(self, peer: str, req: wire.AgentRequest) -> str | concurrent.futures.Future[tuple[str, bool]]:
+        if self.auto_reply or req.auto_reply:
+            text = f"[auto-response] Received: {req.message}"
+            got = self._message_doc(
+                req.message,
+                direction="in",
+                kind="request",
+                peer=peer,
+                peer_name=req.from_agent,
+                request_id=req.request_id,
+                sent_at=req.timestamp,
+                status="answered automatically",
+            )
+            self._record(got, self._reply_doc(got, peer, req.from_agent, req.request_id, text, False))
+            return text
+        try:
+            context, entries = self.memory.recall_for(peer, req.message)
+        except Exception as e:  # noqa: BLE001 - the request goes on without what memory would add
+            log.warning("mesh: recalling memory of %s failed: %s", peer, e)
+            context, entries = "", []
+        memories = [e.id for e in entries]
+        timeout = min(self.config.answer_timeout, (req.timeout_ms or REQUEST_TIMEOUT * 1000) / 1000)
+        now = time.monotonic()
+        pending = PendingRequest(
+            peer,
+            req.from_agent,
+            req.request_id,
+            req.message,
+            now,
+            now + timeout,
+            context=context,
+            memories=memories,
+            on_answer=self._answered,
+        )
+        doc = self._message_doc(
+            req.message,
+            direction="in",
+            kind="request",
+            peer=peer,
+            peer_name=req.from_agent,
+            request_id=req.request_id,
+            sent_at=req.timestamp,
+            status="queued",
+            memories=memories or None,
+        )
+        pending.object_id = doc["id"]
+        # stored before it is queued: the agent's answer always follows its request
+        self._record(doc, memories=tuple((e.id, e.value) for e in entries))
+        self.queue.put(pending)  # a full queue answers "[queue-full]" at once: _settled stores it
+        pending.future.add_done_callback(lambda f: self._settled(pending, doc))
+        return pending.future
+
+    def _reply_doc(
+        self, request: Mapping[str, Any], peer: str, peer_name: str, rid: str, text: str, error: bool
+    ) -> dict[str, Any]:
+        return self._message_doc(
+            text,
+            direction="out",
+            kind="reply",
+            peer=peer,
+            peer_name=peer_name,
+            request_id=rid,
+            in_reply_to=request["id"],
+            sent_at=wire.now_ms(),
+            error=error or None,
+        )
+
+    def _answered(self, pending: PendingRequest, text: str, error: bool) -> None:
+        """The agent's answer, stored before the peer gets it (on the agent's thread)."""
+        if pending.object_id is None:
+            return
+        request = {"id": pending.object_id}
+        self._record(self._reply_doc(request, pending.peer, pending.peer_name, pending.request_id, text, error))
+        if not error:
+            self._remember(
+                pending.peer,
+                "exchange",
+                f"[Request] {pending.message}\n[Response] {text}",
+                "conversation_turn",
+                pending.peer_name,
+            )
+
+    def _settled(self, pending: PendingRequest, doc: dict[str, Any]) -> None:
+        """A request's status once it has its answer (a new version of its object)."""
+        text, error = pending.future.result()
+        if not error:
+            status = "answered"
+        elif text.startswith("[timeout]"):
+            status = "timed out"
+        elif text.startswith("[queue-full]"):
+            status = "refused: queue full"
+        else:
+            status = "failed"
+        if status == doc["meta"].get("status"):
+            return
+        meta = dict(doc["meta"], status=status)
+
+        def write() -> None:
+            try:
+                self.store.put(SourceDoc(id=doc["id"], kind="message", content=doc["content"], meta=meta).to_doc())
+                with self._lock:
+                    self._shown = collections.deque(
+                        (_Shown(s.id, s.text, meta, s.memories) if s.id == doc["id"] else s for s in self._shown),
+                        maxlen=self.history_cap,
+                    )
+                self._changed.set()
+            except Exception as e:  # noqa: BLE001 - the answer went out; only its status is not stored
+                log.warning("mesh: could not store the status of request %s: %s", pending.request_id, e)
+
+        try:
+            self._writer.submit(write)
+        except RuntimeError:  # shutting down: write here
+            write()
+
+    def _on_broadcast(self, peer: str, b: wire.Broadcast) -> None:
+        doc = self._message_doc(
+            b.message,
+            direction="in",
+            kind="broadcast",
+            type=b.type,
+            peer=peer,
+            peer_name=b.from_agent,
+            sent_at=b.timestamp,
+        )
+        self._record(doc)
+        self._remember(peer, "broadcast", f"[{b.type}] {b.message}", "broadcast", b.from_agent)
+
+    # --- for the agent's loop and tools ----------------------------------------------------------
+
+    def next_request(self, timeout: float | None = 0.0) -> PendingRequest | None:
+        """The oldest request waiting for the agent (see ``RequestQueue.next``)."""
+        return self.queue.next(timeout)
+
+    def peers(self) -> list[dict[str, Any]]:
+        """Every peer known (stale ones pruned first, as the seed does every 30 s)."""
+        self.node.prune_stale()
+        return [p.public() for p in self.node.peers()]
+
+    def discover(self, window_ms: int = DISCOVER_WINDOW_MS) -> dict[str, Any]:
+        """The peers found in the last minute (mDNS, bootstrap, or that reached us)."""
+        cutoff = wire.now_ms() - window_ms
+        recent = [p.public() for p in self.node.peers() if p.discovered_at >= cutoff]
+        return {"peersFound": len(recent), "peers": recent, "mdns": self.config.mdns}
+
+    def prune(self) -> dict[str, Any]:
+        return {"pruned": self.node.prune_disconnected(), "remaining": len(self.node.peers())}
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "agentName": self.name,
+            "peerId": self.peer_id,
+            "addresses": self.node.addrs if self.node.running else [],
+            "topic": self.config.topic,
+            "peers": len(self.node.peers()),
+            "connected": len(self.node.connected()) if self.node.running else 0,
+            "traffic": dict(self.node.counts),
+            "requests": self.queue.stats(),
+            "shown": len(self._shown),
+        }
+
+
+class MeshSource:
+    """The ``ObjectSource`` of an agent's messages: the newest ``history_cap`` of them, newest
+    first, each already a stored object (``SourceItem.stored``), with the memory objects
+    recalled for a request right after it. Broadcasts that came (score 1) and recalled memories
+    (0.5) are meant for the active pool; the other messages (0.2) for the metadata pool."""
+
+    def __init__(self, agent: MeshAgent):
+        self.agent = agent
+        self.name = f"mesh:{agent.name}"
+
+    def items(self, query: str, budget_tokens: int) -> list[SourceItem]:
+        with self.agent._lock:
+            shown = list(self.agent._shown)
+        out: list[SourceItem] = []
+        for s in reversed(shown):
+            # a broadcast that came is shown in full; the rest the agent has seen already (its
+            # own messages, a tool's answer, a request its loop gives it as a user message)
+            score = 1.0 if s.meta.get("direction") == "in" and s.meta.get("kind") == "broadcast" else 0.2
+            out.append(SourceItem(s.id, "message", s.text, score, s.meta, stored=True))
+            out.extend(SourceItem(m, "memory", text, 0.5, {}, stored=True) for m, text in s.memories)
+        return out

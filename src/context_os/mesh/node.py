@@ -1,0 +1,744 @@
+"""One agent's libp2p peer, behind a synchronous API.
+
+``MeshNode`` is a real libp2p host (py-libp2p): TCP, Noise, yamux, identify, GossipSub on one
+topic, the ``/pi-agent/0.1.0`` request/response protocol (``wire``), optional mDNS discovery and
+an optional private-network key (``pnet``), with a stable identity when given a 32-byte seed.
+
+py-libp2p runs on trio; this library is synchronous. One daemon thread per node runs the trio
+loop; every call from another thread crosses into it with a deadline of its own (a peer that
+stops answering gives no error at all, only a deadline does) and comes back as a value or a
+``MeshError``. What peers send reaches the callbacks given to the node on worker threads, so a
+slow callback never holds up the network (and is abandoned at shutdown).
+
+What 0.8.1 needs set differently, and why (measured; docs/mesh.md):
+
+* every dial waits a fixed 250 ms "happy eyeballs" delay before it starts: set to 0 (a
+  process-wide module value of py-libp2p; nothing else in the process depends on it);
+* its default security and muxer options also offer plaintext and mplex: only Noise and yamux;
+* its private-network protector speaks no other implementation's protocol: ``pnet.install``;
+* GossipSub's eclipse protection wants peers on three distinct IP addresses (never true on one
+  machine) and its spam protection allows 10 messages a second per topic: off, and 100
+  (``broadcast_rate``);
+* a publish comes back to its own sender; failed dials are refused for 60 s (cleared before an
+  explicit dial); ``Pubsub`` starts a cache thread it never stops (stopped at close); a
+  subscription drops what comes past 32 waiting (a burst from one connection): 1,000;
+* it logs to the ``libp2p`` logger at ERROR for events a caller already gets as an exception:
+  that logger gets a ``NullHandler`` and does not propagate (``quiet_libp2p``).
+
+This module knows nothing of stores, sessions or the agent's tools (``agent`` does).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from ..errors import ConfigError, MeshError, MeshUnavailable
+from . import wire
+
+__all__ = [
+    "BroadcastResult",
+    "MeshConfig",
+    "MeshNode",
+    "MeshPeer",
+    "Reply",
+    "load_seed",
+    "quiet_libp2p",
+]
+
+log = logging.getLogger("context_os.mesh")
+
+STALE_PEER_SECONDS = 60.0
+"""A peer disconnected this long is dropped by ``prune_stale`` (the seed's time-based prune)."""
+HANDLER_READ_SECONDS = 30.0
+"""An inbound stream that sends no complete request within this is reset."""
+REQUEST_TIMEOUT_MAX_MS = 600_000
+"""The longest a request may ask its receiver to work on it."""
+INBOX_SIZE = 1000
+"""Broadcasts waiting for the callback; past it the newest are dropped (and counted)."""
+
+Reply = tuple[str, bool]
+"""What answers a request: the text, and whether it is an error."""
+RequestCallback = Callable[[str, wire.AgentRequest], "str | Reply | concurrent.futures.Future[Reply]"]
+BroadcastCallback = Callable[[str, wire.Broadcast], None]
+
+
+def quiet_libp2p() -> None:
+    """Keep py-libp2p's own log lines (errors a caller already gets as exceptions) off stderr."""
+    lg = logging.getLogger("libp2p")
+    if not any(isinstance(h, logging.NullHandler) for h in lg.handlers):
+        lg.addHandler(logging.NullHandler())
+    lg.propagate = False
+
+
+def load_seed(path: str | Path, *, create: bool = True) -> bytes:
+    """The 32-byte identity seed in ``path``, created (mode 0600) when missing and ``create``:
+    the same seed gives the same peer id, here and in js-libp2p."""
+    import os
+
+    p = Path(path).expanduser()
+    if p.exists():
+        seed = p.read_bytes()
+        if len(seed) != 32:
+            raise ConfigError(f"identity seed {p} must hold exactly 32 bytes, it holds {len(seed)}")
+        return seed
+    if not create:
+        raise ConfigError(f"identity seed {p} does not exist")
+    seed = os.urandom(32)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process made it first: use theirs
+        return load_seed(p, create=False)
+    with os.fdopen(fd, "wb") as f:
+        f.write(seed)
+    return seed
+
+
+@dataclass(frozen=True)
+class MeshConfig:
+    """How one node runs."""
+
+    agent_name: str
+    """The name peers see (travels in every message: identify's agent version is process-wide)."""
+    host: str = "127.0.0.1"
+    """The address to listen on; ``0.0.0.0`` to be reachable from the local network."""
+    port: int = 0
+    """The TCP port; 0 picks a free one."""
+    seed: bytes | None = None
+    """32 bytes: a stable identity (``load_seed``); None: a new peer id at each start."""
+    psk: bytes | None = None
+    """32 bytes: a private network (``pnet.read_swarm_key``); peers without it cannot connect."""
+    topic: str = "pi-broadcast"
+    mdns: bool = False
+    """Discover peers on the local network by mDNS (and dial them)."""
+    bootstrap: tuple[str, ...] = ()
+    """Multiaddrs (with ``/p2p/<id>``) to dial at start."""
+    call_timeout: float = 10.0
+    """The deadline of a connect or a broadcast, seconds."""
+    broadcast_rate: float = 100.0
+    """Broadcasts per second the topic may bring in; more are dropped (GossipSub's spam
+    protection: a flooding peer cannot fill the store and the context)."""
+    answer_timeout: float = 60.0
+    """How long a peer's request waits for this agent's answer at most (seed: 60 s), seconds;
+    less when the request itself asks for less."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.agent_name, str) or not self.agent_name.strip() or len(self.agent_name) > 128:
+            raise ConfigError("mesh: the agent name must be 1 to 128 characters")
+        if self.seed is not None and len(self.seed) != 32:
+            raise ConfigError(f"mesh: the identity seed must be 32 bytes, not {len(self.seed)}")
+        if self.psk is not None and len(self.psk) != 32:
+            raise ConfigError(f"mesh: the private-network key must be 32 bytes, not {len(self.psk)}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"mesh: port {self.port} is not a TCP port")
+        if not self.topic:
+            raise ConfigError("mesh: the broadcast topic is empty")
+        if not 0 < self.answer_timeout <= REQUEST_TIMEOUT_MAX_MS / 1000 or self.call_timeout <= 0:
+            raise ConfigError("mesh: timeouts must be positive (answer_timeout at most 600 s)")
+
+
+@dataclass
+class MeshPeer:
+    """What the node knows of one peer (kept across disconnects, until pruned)."""
+
+    id: str
+    addrs: list[str] = field(default_factory=list)
+    status: Literal["discovered", "connected", "disconnected"] = "discovered"
+    agent_name: str | None = None
+    """Learnt from the peer's messages."""
+    discovered_at: int = 0
+    connected_at: int | None = None
+    disconnected_at: int | None = None
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "peerId": self.id,
+            "agentName": self.agent_name,
+            "status": self.status,
+            "addresses": list(self.addrs),
+            "discoveredAt": self.discovered_at,
+            "connectedAt": self.connected_at,
+            "disconnectedAt": self.disconnected_at,
+        }
+
+
+@dataclass(frozen=True)
+class BroadcastResult:
+    topic: str
+    peers_reached: int
+    """Peers of the topic's mesh the publish went to directly."""
+    message_id: str
+
+
+class MeshNode:
+    """A libp2p peer with a synchronous API; ``start()`` it (or use ``with``), ``close()`` it."""
+
+    def __init__(
+        self,
+        config: MeshConfig,
+        *,
+        on_request: RequestCallback | None = None,
+        on_broadcast: BroadcastCallback | None = None,
+    ):
+        """``on_request(peer_id, request)`` answers every request (one asking for an automatic
+        reply too: ``request.auto_reply``): a text, a (text, is_error) pair, or a future of one
+        (the node waits for it up to the request's timeout); an exception answers with an error
+        at once. Without it every request is acknowledged automatically. ``on_broadcast(peer_id, broadcast)`` sees every
+        broadcast from another peer. Both run on worker threads."""
+        try:
+            import libp2p  # noqa: F401
+            import trio  # noqa: F401
+        except ImportError as e:
+            raise MeshUnavailable(f"the agent mesh needs py-libp2p: pip install 'context_os[mesh]' ({e})") from None
+        self.config = config
+        self.on_request = on_request
+        self.on_broadcast = on_broadcast
+        self._lock = threading.Lock()
+        self._peers: dict[str, MeshPeer] = {}
+        self.counts = {
+            "requests_in": 0,
+            "requests_out": 0,
+            "broadcasts_in": 0,
+            "broadcasts_out": 0,
+            "rejected": 0,
+            "dropped": 0,
+        }
+        """What passed through the node (``rejected``: malformed or spoofed input)."""
+        self._token: Any = None
+        self._stop: Any = None
+        self._nursery: Any = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._init_host()
+
+    def _init_host(self) -> None:
+        import multiaddr
+        from libp2p import new_host
+        from libp2p.crypto.ed25519 import create_new_key_pair
+        from libp2p.crypto.x25519 import create_new_key_pair as new_x25519
+        from libp2p.custom_types import TProtocol
+        from libp2p.identity_utils import create_identity_from_seed
+        from libp2p.network import swarm
+        from libp2p.pubsub import pubsub as pubsub_module
+        from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
+        from libp2p.pubsub.pubsub import Pubsub
+        from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_ID
+        from libp2p.security.noise.transport import Transport as Noise
+        from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_ID
+        from libp2p.stream_muxer.yamux.yamux import Yamux
+
+        from . import pnet
+
+        quiet_libp2p()
+        swarm._HAPPY_EYEBALLS_DELAY = 0.0
+        # a burst of broadcasts read off one connection is pushed to the subscription without a
+        # pause: past 32 waiting they were dropped (read when the subscription is made)
+        pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = max(pubsub_module.SUBSCRIPTION_CHANNEL_SIZE, INBOX_SIZE)
+        cfg = self.config
+        if cfg.psk is not None:
+            pnet.install()
+        key_pair = create_identity_from_seed(cfg.seed) if cfg.seed is not None else create_new_key_pair()
+        self._listen = multiaddr.Multiaddr(f"/ip4/{cfg.host}/tcp/{cfg.port}")
+        self._host = new_host(
+            key_pair=key_pair,
+            sec_opt={NOISE_ID: Noise(key_pair, noise_privkey=new_x25519().private_key)},
+            muxer_opt={TProtocol(YAMUX_ID): Yamux},
+            listen_addrs=[self._listen],
+            psk=cfg.psk.hex() if cfg.psk is not None else None,
+            enable_mDNS=cfg.mdns,
+        )
+        self._router = GossipSub(
+            protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
+            degree=6,
+            degree_low=4,
+            degree_high=12,
+            heartbeat_initial_delay=0.1,
+            heartbeat_interval=1,
+            spam_protection_enabled=True,
+            max_messages_per_topic_per_second=cfg.broadcast_rate,
+            eclipse_protection_enabled=False,
+        )
+        self._pubsub = Pubsub(self._host, self._router)
+        self._network: Any = self._host.get_network()  # its swarm: more than the interface types
+        self.peer_id = str(self._host.get_id())
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 15.0) -> MeshNode:
+        """Listen, subscribe to the topic, dial the bootstrap peers; ``MeshError`` if it cannot."""
+        if self._thread is not None:
+            raise MeshError("mesh: this node was already started (a node starts once)")
+        self._thread = threading.Thread(target=self._run, name=f"mesh-{self.config.agent_name}", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise MeshError(f"mesh: the node did not start within {timeout:g} s")
+        if self._error is not None:
+            err = self._error
+            raise MeshError(f"mesh: the node could not start: {_describe(err)}") from err
+        for addr in self.config.bootstrap:
+            try:
+                self.connect(addr)
+            except MeshError as e:
+                log.warning("mesh: bootstrap peer %s: %s", addr, e)
+        return self
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the node: close its connections, leave the topic, end its thread."""
+        import trio
+
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        if self._token is not None and self._stop is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self._stop.set)
+        thread.join(timeout)
+        if thread.is_alive():
+            raise MeshError(f"mesh: the node did not stop within {timeout:g} s")
+
+    def __enter__(self) -> MeshNode:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self._ready.is_set() and self._error is None
+
+    def _run(self) -> None:
+        import trio
+
+        try:
+            trio.run(self._main)
+        except BaseException as e:  # noqa: BLE001 - reported by start(), or logged when it comes later
+            self._error = e
+            if self._ready.is_set():
+                log.error("mesh: the node stopped: %s", _describe(e))
+        finally:
+            self._ready.set()
+
+    async def _main(self) -> None:
+        import trio
+        from libp2p.custom_types import TProtocol
+        from libp2p.tools.anyio_service import background_trio_service
+
+        self._token = trio.lowlevel.current_trio_token()
+        self._stop = trio.Event()
+        host = self._host
+        host.set_stream_handler(TProtocol(wire.PROTOCOL), self._handle_stream)
+        self._network.register_notifee(_Notifee(self))
+        discovered = self._watch_mdns() if self.config.mdns else None
+        inbox_send, inbox_receive = trio.open_memory_channel[tuple[str, wire.Broadcast]](INBOX_SIZE)
+        self._inbox = inbox_send
+        try:
+            async with (
+                host.run([self._listen]),
+                background_trio_service(self._pubsub),
+                background_trio_service(self._router),
+                trio.open_nursery() as nursery,
+            ):
+                self._nursery = nursery
+                await self._pubsub.wait_until_ready()
+                subscription = await self._pubsub.subscribe(self.config.topic)
+                nursery.start_soon(self._pump_broadcasts, subscription)
+                nursery.start_soon(self._deliver_broadcasts, inbox_receive)
+                self._ready.set()
+                await self._stop.wait()
+                await self._hang_up()
+                nursery.cancel_scope.cancel()
+        finally:
+            if discovered is not None:
+                from libp2p.discovery.events.peerDiscovery import peerDiscovery
+
+                peerDiscovery.unregister_peer_discovered_handler(discovered)
+            self._pubsub.seen_messages.stop()  # its thread is not stopped by Pubsub itself
+
+    async def _hang_up(self) -> None:
+        """Close every connection (leaving the host does not close the ones this node dialled:
+        their sockets would stay open until the node is garbage)."""
+        import trio
+
+        with trio.move_on_after(2):
+            for pid in list(self._host.get_connected_peers()):
+                with contextlib.suppress(Exception):  # already closing
+                    await self._network.close_peer(pid)
+
+    def _watch_mdns(self) -> Callable[[Any], None]:
+        """Dial every peer mDNS discovers (the listener only fills the peer store)."""
+        from libp2p.discovery.events.peerDiscovery import peerDiscovery
+
+        me = self._host.get_id()
+
+        def discovered(info: Any) -> None:  # on zeroconf's thread
+            if info.peer_id == me:
+                return
+            self._note(str(info.peer_id), addrs=[str(a) for a in info.addrs])
+            with contextlib.suppress(Exception):  # the node is stopping
+                self._token.run_sync_soon(self._spawn, self._dial_info, info)
+
+        peerDiscovery.register_peer_discovered_handler(discovered)
+        return discovered
+
+    def _spawn(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(afn, *args)
+
+    async def _dial_info(self, info: Any) -> None:
+        import trio
+
+        try:
+            self._network.unblock_peer(info.peer_id)
+            with trio.fail_after(self.config.call_timeout):
+                await self._host.connect(info)
+        except Exception as e:  # noqa: BLE001 - a discovered peer that cannot be dialled stays "discovered"
+            log.info("mesh: discovered peer %s not reachable: %s", info.peer_id, _describe(e))
+
+    # --- the registry ----------------------------------------------------------------------------
+
+    def _note(self, peer: str, **changes: Any) -> MeshPeer:
+        now = wire.now_ms()
+        with self._lock:
+            p = self._peers.get(peer)
+            if p is None:
+                p = self._peers[peer] = MeshPeer(peer, discovered_at=now)
+            for key, value in changes.items():
+                if key == "addrs":
+                    p.addrs = list(dict.fromkeys([*value, *p.addrs]))
+                elif value is not None:
+                    setattr(p, key, value)
+            return replace(p, addrs=list(p.addrs))
+
+    def peers(self) -> list[MeshPeer]:
+        """Every peer known, connected first, then by when it was discovered."""
+        with self._lock:
+            out = [replace(p, addrs=list(p.addrs)) for p in self._peers.values()]
+        return sorted(out, key=lambda p: (p.status != "connected", p.discovered_at, p.id))
+
+    def peer(self, peer_id: str) -> MeshPeer | None:
+        with self._lock:
+            p = self._peers.get(peer_id)
+            return None if p is None else replace(p, addrs=list(p.addrs))
+
+    def prune_stale(self, ttl: float = STALE_PEER_SECONDS) -> int:
+        """Drop peers disconnected for ``ttl`` seconds, and a disconnected peer whose agent name
+        a connected peer now has (the same agent restarted with a new id); how many."""
+        cutoff = wire.now_ms() - int(ttl * 1000)
+        with self._lock:
+            live_names = {p.agent_name for p in self._peers.values() if p.status == "connected" and p.agent_name}
+            gone = [
+                p.id
+                for p in self._peers.values()
+                if p.status != "connected"
+                and (
+                    (p.disconnected_at is not None and p.disconnected_at <= cutoff)
+                    or (p.agent_name is not None and p.agent_name in live_names)
+                )
+            ]
+            for pid in gone:
+                del self._peers[pid]
+        return len(gone)
+
+    def prune_disconnected(self) -> int:
+        """Drop every peer that is not connected now; how many."""
+        with self._lock:
+            gone = [p.id for p in self._peers.values() if p.status != "connected"]
+            for pid in gone:
+                del self._peers[pid]
+        return len(gone)
+
+    # --- calls into the node ---------------------------------------------------------------------
+
+    def _call(self, afn: Callable[..., Awaitable[Any]], *args: Any, timeout: float, what: str) -> Any:
+        import trio
+
+        if not self.running:
+            raise MeshError(f"mesh: {what}: the node is not running")
+
+        async def bounded() -> Any:
+            with trio.fail_after(timeout):
+                return await afn(*args)
+
+        try:
+            return trio.from_thread.run(bounded, trio_token=self._token)
+        except trio.TooSlowError:
+            raise MeshError(f"mesh: {what}: no answer within {timeout:g} s") from None
+        except trio.RunFinishedError:
+            raise MeshError(f"mesh: {what}: the node stopped") from None
+        except MeshError:
+            raise
+        except Exception as e:
+            raise MeshError(f"mesh: {what}: {_describe(e)}") from e
+
+    @property
+    def addrs(self) -> list[str]:
+        """The addresses peers dial, each ending in ``/p2p/<peer id>``."""
+        return [str(a) for a in self._host.get_addrs()]
+
+    def connect(self, addr: str, timeout: float | None = None) -> str:
+        """Dial a peer at a multiaddr ending in ``/p2p/<id>``; its peer id."""
+        import multiaddr
+        from libp2p.peer.peerinfo import info_from_p2p_addr
+
+        try:
+            info = info_from_p2p_addr(multiaddr.Multiaddr(addr))
+        except Exception as e:  # noqa: BLE001 - multiaddr raises several types for bad text
+            raise MeshError(f"mesh: {addr!r} is not a peer address (/ip4/…/tcp/…/p2p/<id>): {e}") from None
+
+        async def dial() -> None:
+            self._network.unblock_peer(info.peer_id)
+            await self._host.connect(info)
+
+        self._note(str(info.peer_id), addrs=[str(a) for a in info.addrs])
+        self._call(dial, timeout=timeout or self.config.call_timeout, what=f"connect to {addr}")
+        return str(info.peer_id)
+
+    def connected(self) -> list[str]:
+        """The peer ids with an open connection now."""
+        return sorted(str(p) for p in self._host.get_connected_peers())
+
+    def topic_peers(self) -> list[str]:
+        """The peers this node's topic mesh holds now (who a broadcast goes to directly)."""
+        return sorted(str(p) for p in self._router.mesh.get(self.config.topic, set()))
+
+    def request(
+        self, peer_id: str, message: str, *, auto_reply: bool = False, timeout: float = 60.0
+    ) -> wire.AgentResponse:
+        """Send ``message`` to a peer and wait up to ``timeout`` seconds for its response (which
+        may be an error response: ``.error``). ``MeshError`` when there is none."""
+        from libp2p.peer.id import ID
+
+        try:
+            pid = ID.from_base58(peer_id)
+        except Exception:  # noqa: BLE001 - base58 and multihash errors alike
+            raise MeshError(f"mesh: {peer_id!r} is not a peer id") from None
+        if peer_id == self.peer_id:
+            raise MeshError("mesh: a node cannot send a request to itself")
+        req = wire.AgentRequest(
+            request_id=wire.new_request_id(),
+            from_agent=self.config.agent_name,
+            from_peer=self.peer_id,
+            timestamp=wire.now_ms(),
+            message=message,
+            auto_reply=auto_reply,
+            timeout_ms=int(timeout * 1000),
+        )
+        with self._lock:
+            self.counts["requests_out"] += 1
+        return self._call(self._request, pid, req, timeout=timeout, what=f"request to {peer_id}")  # type: ignore[no-any-return]
+
+    async def _request(self, pid: Any, req: wire.AgentRequest) -> wire.AgentResponse:
+        import trio
+        from libp2p.custom_types import TProtocol
+        from libp2p.io.msgio import VarIntLengthMsgReadWriter
+
+        self._network.unblock_peer(pid)
+        stream = await self._host.new_stream(pid, [TProtocol(wire.PROTOCOL)])
+        try:
+            rw = VarIntLengthMsgReadWriter(stream, max_msg_size=wire.MAX_MESSAGE_BYTES)
+            await rw.write_msg(wire.encode(req))
+            raw = await rw.read_msg()
+        except BaseException:
+            with trio.move_on_after(1):
+                with contextlib.suppress(Exception):  # already broken
+                    await stream.reset()
+            raise
+        await stream.close()
+        try:
+            resp = wire.decode_response(raw)
+        except wire.WireError as e:
+            self._reject(str(pid), str(e))
+            raise MeshError(f"mesh: {pid} answered with something that is not a response: {e}") from None
+        if resp.from_peer != str(pid):
+            self._reject(str(pid), f"response claims to come from {resp.from_peer}")
+            raise MeshError(f"mesh: {pid} answered in the name of another peer ({resp.from_peer})")
+        self._note(str(pid), agent_name=resp.from_agent)
+        return resp
+
+    def broadcast(self, message: str, type: str = "announce") -> BroadcastResult:
+        """Publish ``message`` to every peer on the topic."""
+        if type not in wire.BROADCAST_TYPES:
+            raise MeshError(f"mesh: broadcast type must be one of {', '.join(wire.BROADCAST_TYPES)}, not {type!r}")
+        body = wire.encode(
+            wire.Broadcast(self.config.agent_name, self.peer_id, wire.now_ms(), message, type)  # type: ignore[arg-type]
+        )
+        reached = len(self.topic_peers())
+        self._call(self._pubsub.publish, self.config.topic, body, timeout=self.config.call_timeout, what="broadcast")
+        with self._lock:
+            self.counts["broadcasts_out"] += 1
+        return BroadcastResult(self.config.topic, reached, hashlib.sha256(body).hexdigest()[:16])
+
+    # --- what peers send -------------------------------------------------------------------------
+
+    def _reject(self, peer: str, why: str) -> None:
+        with self._lock:
+            self.counts["rejected"] += 1
+        log.warning("mesh: rejected a message from %s: %s", peer, why)
+
+    async def _handle_stream(self, stream: Any) -> None:
+        import trio
+        from libp2p.io.msgio import VarIntLengthMsgReadWriter
+
+        peer = str(stream.muxed_conn.peer_id)
+        rw = VarIntLengthMsgReadWriter(stream, max_msg_size=wire.MAX_MESSAGE_BYTES)
+        try:
+            with trio.fail_after(HANDLER_READ_SECONDS):
+                raw = await rw.read_msg()
+            resp = await self._answer(peer, raw)
+            await rw.write_msg(wire.encode(resp))
+            await stream.close()
+        except Exception as e:  # noqa: BLE001 - the stream broke or the peer went silent: nothing to answer
+            log.info("mesh: stream from %s ended early: %s", peer, _describe(e))
+            with trio.move_on_after(1):
+                with contextlib.suppress(Exception):  # already broken
+                    await stream.reset()
+
+    def _response(self, request_id: str | None, text: str, error: bool) -> wire.AgentResponse:
+        return wire.AgentResponse(request_id, self.config.agent_name, self.peer_id, wire.now_ms(), text, error)
+
+    async def _answer(self, peer: str, raw: bytes) -> wire.AgentResponse:
+
+        try:
+            req = wire.decode_request(raw)
+        except wire.WireError as e:
+            self._reject(peer, str(e))
+            return self._response(None, f"malformed request: {e}", True)
+        if req.from_peer != peer:
+            self._reject(peer, f"request claims to come from {req.from_peer}")
+            return self._response(req.request_id, "refused: fromPeerId is not the peer that sent it", True)
+        with self._lock:
+            self.counts["requests_in"] += 1
+        self._note(peer, agent_name=req.from_agent)
+        callback = self.on_request
+        if callback is None:
+            return self._response(req.request_id, f"[auto-response] Received: {req.message}", False)
+        wait = min(req.timeout_ms or REQUEST_TIMEOUT_MAX_MS, REQUEST_TIMEOUT_MAX_MS) / 1000
+        wait = min(wait, self.config.answer_timeout)
+        try:
+            result = await _to_thread(callback, peer, req)
+            if isinstance(result, concurrent.futures.Future):
+                result = await self._wait_future(result, wait)
+        except Exception as e:  # noqa: BLE001 - the sender hears of it at once, not after its timeout
+            log.warning("mesh: handling a request from %s failed: %s", peer, _describe(e))
+            return self._response(req.request_id, f"handling failed: {_describe(e)}", True)
+        text, error = result if isinstance(result, tuple) else (result, False)
+        return self._response(req.request_id, str(text), bool(error))
+
+    async def _wait_future(self, fut: concurrent.futures.Future[Reply], timeout: float) -> Reply:
+        import trio
+
+        done = trio.Event()
+        token = self._token
+
+        def wake(_: object) -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(done.set)
+
+        fut.add_done_callback(wake)
+        with trio.move_on_after(timeout):
+            await done.wait()
+        if not fut.done():
+            # the answer is "[timeout]" now: an answer that comes later finds it taken (unless
+            # it came in between)
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                fut.set_result((f"[timeout] no answer within {timeout:g} s", True))
+        return fut.result()
+
+    async def _pump_broadcasts(self, subscription: Any) -> None:
+        """Take broadcasts off the subscription at once (py-libp2p drops past 32 waiting)."""
+        import trio
+        from libp2p.peer.id import ID
+
+        me = self._host.get_id().to_bytes()
+        async for msg in subscription:
+            if msg.from_id == me:
+                continue  # our own publish, delivered back to us
+            peer = str(ID(msg.from_id))
+            try:
+                b = wire.decode_broadcast(msg.data)
+            except wire.WireError as e:
+                self._reject(peer, str(e))
+                continue
+            if b.from_peer != peer:
+                self._reject(peer, f"broadcast claims to come from {b.from_peer}")
+                continue
+            with self._lock:
+                self.counts["broadcasts_in"] += 1
+            self._note(peer, agent_name=b.from_agent)
+            try:
+                self._inbox.send_nowait((peer, b))
+            except trio.WouldBlock:
+                with self._lock:
+                    self.counts["dropped"] += 1
+                log.warning("mesh: dropped a broadcast from %s: %d wait already", peer, INBOX_SIZE)
+
+    async def _deliver_broadcasts(self, inbox: Any) -> None:
+
+        async for peer, b in inbox:
+            if self.on_broadcast is None:
+                continue
+            try:
+                await _to_thread(self.on_broadcast, peer, b)
+            except Exception as e:  # noqa: BLE001 - one bad callback must not stop the next broadcasts
+                log.warning("mesh: handling a broadcast from %s failed: %s", peer, _describe(e))
+
+
+class _Notifee:
+    """Keeps the registry's connected / disconnected status (py-libp2p network events)."""
+
+    def __init__(self, node: MeshNode):
+        self.node = node
+
+    async def opened_stream(self, network: Any, stream: Any) -> None:
+        pass
+
+    async def closed_stream(self, network: Any, stream: Any) -> None:
+        pass
+
+    async def connected(self, network: Any, conn: Any) -> None:
+        peer = conn.muxed_conn.peer_id
+        addrs = [str(a) for a in network.peerstore.addrs(peer)] if _has_addrs(network, peer) else []
+        self.node._note(str(peer), status="connected", connected_at=wire.now_ms(), addrs=addrs)
+
+    async def disconnected(self, network: Any, conn: Any) -> None:
+        peer = conn.muxed_conn.peer_id
+        if not network.get_connections(peer):  # its last connection
+            self.node._note(str(peer), status="disconnected", disconnected_at=wire.now_ms())
+
+    async def listen(self, network: Any, multiaddr: Any) -> None:
+        pass
+
+    async def listen_close(self, network: Any, multiaddr: Any) -> None:
+        pass
+
+
+def _has_addrs(network: Any, peer: Any) -> bool:
+    try:
+        return bool(network.peerstore.addrs(peer))
+    except Exception:  # noqa: BLE001 - PeerStoreError for a peer without addresses
+        return False
+
+
+async def _to_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn`` on a worker thread, abandoned (not waited for) if the node stops meanwhile."""
+    import trio
+
+    run: Any = trio.to_thread.run_sync  # the installed trio stubs predate abandon_on_cancel
+    return await run(fn, *args, abandon_on_cancel=True)
+
+
+def _describe(e: BaseException) -> str:
+    """An exception as one line: trio wraps concurrent failures in groups; name what is inside."""
+    if isinstance(e, BaseExceptionGroup):
+        return "; ".join(_describe(x) for x in e.exceptions)
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__

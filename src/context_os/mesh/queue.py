@@ -1,0 +1,201 @@
+"""Peers' requests, waiting for the agent's loop, first come first served.
+
+A request a peer sends (without ``autoReply``) is an answer the *agent* must give: the node
+cannot answer it by itself. It waits here until the loop takes it (``next``), one at a time, and
+its sender waits for ``answer`` up to the request's timeout (the seed's 60 s). A request still
+waiting when its time is up is answered ``[timeout]`` and skipped; past ``MAX_QUEUE`` waiting, a
+new one is refused at once (``[queue-full]``). Each request's answer is a future the node awaits.
+
+Thread-safe; knows nothing of libp2p, stores or sessions.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import StateError
+
+__all__ = ["MAX_QUEUE", "REQUEST_TIMEOUT", "PendingRequest", "RequestQueue"]
+
+MAX_QUEUE = 50
+REQUEST_TIMEOUT = 60.0
+"""Seconds a request waits for its answer when it does not say (seed: 60 s)."""
+
+Reply = tuple[str, bool]
+TIMEOUT_MARK = "[timeout]"
+
+
+@dataclass(eq=False)
+class PendingRequest:
+    """One request from a peer, until answered."""
+
+    peer: str
+    peer_name: str
+    request_id: str
+    message: str
+    """What the peer asked."""
+    received_at: float
+    """``time.monotonic()`` when it came."""
+    deadline: float
+    """``time.monotonic()`` when its sender stops waiting."""
+    context: str = ""
+    """What memory recalls of the peer for this request (empty: nothing)."""
+    memories: list[str] = field(default_factory=list)
+    """The ids of the memory objects behind ``context``."""
+    object_id: str | None = None
+    """The ``message`` object the request is stored as."""
+    future: concurrent.futures.Future[Reply] = field(default_factory=concurrent.futures.Future)
+    on_answer: Callable[[PendingRequest, str, bool], None] | None = None
+
+    @property
+    def text(self) -> str:
+        """The user message a loop gives its model: who asks, and what. (A session with the
+        mesh's tools shows what memory recalls of the peer as objects beside it.)"""
+        return f"[Request from {self.peer_name} ({self.peer}), id {self.request_id}]\n{self.message}"
+
+    @property
+    def text_with_memory(self) -> str:
+        """``text`` after what memory recalls of the peer: for a loop without a session."""
+        return f"{self.context}\n\n{self.text}" if self.context else self.text
+
+    @property
+    def answered(self) -> bool:
+        return self.future.done()
+
+    def answer(self, text: str, *, error: bool = False) -> None:
+        """Send ``text`` to the peer as the response; ``StateError`` if it was already answered
+        (or timed out)."""
+        if not isinstance(text, str):
+            raise StateError("a request's answer must be text")
+        if self.future.done():
+            raise StateError(f"request {self.request_id} was already answered ({self.future.result()[0][:60]!r})")
+        if self.on_answer is not None:
+            self.on_answer(self, text, error)  # recorded before the peer sees it
+        try:
+            self.future.set_result((text, error))
+        except concurrent.futures.InvalidStateError:
+            raise StateError(f"request {self.request_id} timed out while it was being answered") from None
+
+    def fail(self, why: str) -> None:
+        """Answer with an error: the peer hears it at once."""
+        self.answer(f"[error] {why}", error=True)
+
+
+class RequestQueue:
+    """FIFO of ``PendingRequest``; one of them is the agent's at a time."""
+
+    def __init__(self, max_size: int = MAX_QUEUE):
+        self.max_size = max_size
+        self._items: collections.deque[PendingRequest] = collections.deque()
+        self._active: PendingRequest | None = None
+        self._cond = threading.Condition()
+        self.counts = {"queued": 0, "answered": 0, "timed_out": 0, "refused": 0}
+
+    def __len__(self) -> int:
+        with self._cond:
+            self._drop_expired()
+            return len(self._items)
+
+    def put(self, req: PendingRequest) -> bool:
+        """Queue ``req``; False (and answered ``[queue-full]``) when ``max_size`` wait already."""
+        with self._cond:
+            self._drop_expired()
+            if len(self._items) >= self.max_size:
+                self.counts["refused"] += 1
+                req.future.set_result((f"[queue-full] {self.max_size} requests are waiting; try again later", True))
+                return False
+            req.future.add_done_callback(lambda _: self._wake())
+            self._items.append(req)
+            self.counts["queued"] += 1
+            self._cond.notify_all()
+            return True
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    @staticmethod
+    def expire(req: PendingRequest) -> bool:
+        """Answer ``req`` with ``[timeout]`` if nobody has; True when this did."""
+        waited = time.monotonic() - req.received_at
+        try:
+            req.future.set_result((f"{TIMEOUT_MARK} no answer within {waited:.0f} s", True))
+        except concurrent.futures.InvalidStateError:
+            return False
+        return True
+
+    def _settle(self, req: PendingRequest) -> None:
+        outcome = "timed_out" if req.future.result()[0].startswith(TIMEOUT_MARK) else "answered"
+        self.counts[outcome] += 1
+
+    def _drop_expired(self) -> None:
+        now = time.monotonic()
+        for req in list(self._items):
+            if req.deadline <= now:
+                self.expire(req)
+            if req.future.done():
+                self._items.remove(req)
+                self._settle(req)
+        active = self._active
+        if active is not None:
+            if active.deadline <= now:
+                self.expire(active)
+            if active.future.done():
+                self._settle(active)
+                self._active = None
+
+    @property
+    def active(self) -> PendingRequest | None:
+        """The request the agent holds and has not answered yet."""
+        with self._cond:
+            self._drop_expired()
+            return self._active
+
+    def next(self, timeout: float | None = 0.0) -> PendingRequest | None:
+        """The oldest waiting request, now the agent's; None if none comes within ``timeout``
+        seconds (None: wait for one) or while the agent still holds an unanswered one."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                self._drop_expired()
+                if self._active is None and self._items:
+                    self._active = self._items.popleft()
+                    return self._active
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                soonest = min(
+                    (r.deadline for r in [*self._items, *([self._active] if self._active else [])]), default=None
+                )
+                if soonest is not None:
+                    until = max(0.0, soonest - time.monotonic()) + 0.001
+                    left = until if left is None else min(left, until)
+                self._cond.wait(left)
+
+    def pending(self) -> list[PendingRequest]:
+        """The requests waiting, oldest first (not the active one)."""
+        with self._cond:
+            self._drop_expired()
+            return list(self._items)
+
+    def close(self, why: str = "the agent stopped") -> None:
+        """Answer every waiting request (and the active one) with an error."""
+        with self._cond:
+            for req in [*self._items, *([self._active] if self._active else [])]:
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    req.future.set_result((f"[error] {why}", True))
+            self._items.clear()
+            self._active = None
+            self._cond.notify_all()
+
+    def stats(self) -> dict[str, Any]:
+        with self._cond:
+            self._drop_expired()
+            return {**self.counts, "waiting": len(self._items), "active": self._active is not None}

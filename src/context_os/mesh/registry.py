@@ -1,0 +1,174 @@
+"""The local registry of mesh agents running on this machine, so that shell commands find them
+without mDNS (``ctxos mesh peers|send|broadcast``).
+
+An agent that wants to be found writes one small JSON file, ``<peer id>.json``, into a directory
+(``default_dir()``: ``<user data dir>/mesh/peers``) when its node is up (``announce``) and removes
+it when it stops (``withdraw``). The file holds the agent's name, its addresses (multiaddrs
+ending in ``/p2p/<peer id>``), its process id and when it started. Files are written whole
+(a temporary file renamed into place) and readable by their owner only (0600, in a 0700
+directory). An entry whose process is gone (a crash skips ``withdraw``) is dropped when read;
+a file that does not parse is skipped and left alone.
+
+The registry is a hint, not a guarantee: a listed agent may be frozen or no longer listening,
+and only a dial says so. This module only reads and writes those files: it never starts a node,
+never dials, never imports libp2p, and never touches the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from ..errors import InputError, MeshError
+from ..store import data_dir
+
+__all__ = ["LocalPeer", "announce", "default_dir", "find", "local_peers", "withdraw"]
+
+_PEER_ID = re.compile(r"[A-Za-z0-9]{1,128}")
+"""What a peer id looks like (base58 or base32 text): also what makes it a safe file name."""
+
+
+@dataclass(frozen=True)
+class LocalPeer:
+    """One agent announced in the registry."""
+
+    peer_id: str
+    agent_name: str
+    addrs: tuple[str, ...]
+    """Multiaddrs to dial, each ending in ``/p2p/<peer id>``."""
+    pid: int
+    """The process the agent runs in (alive when the registry was read)."""
+    started: int
+    """When it announced itself, epoch ms."""
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "peerId": self.peer_id,
+            "agentName": self.agent_name,
+            "addresses": list(self.addrs),
+            "pid": self.pid,
+            "started": self.started,
+        }
+
+
+def default_dir() -> Path:
+    """``<user data dir>/mesh/peers``: where agents on this machine announce themselves."""
+    return data_dir() / "mesh" / "peers"
+
+
+def announce(
+    directory: str | Path, *, peer_id: str, agent_name: str, addrs: Iterable[str], pid: int | None = None
+) -> Path:
+    """Write the entry of a running agent (``pid``: its process, default this one); its path,
+    for ``withdraw``. An entry for the same peer id is replaced."""
+    if not isinstance(peer_id, str) or not _PEER_ID.fullmatch(peer_id):
+        raise InputError(f"mesh registry: {peer_id!r} is not a peer id")
+    if not isinstance(agent_name, str) or not agent_name.strip():
+        raise InputError("mesh registry: the agent name is empty")
+    entry = {
+        "peerId": peer_id,
+        "agentName": agent_name,
+        "addresses": [str(a) for a in addrs],
+        "pid": os.getpid() if pid is None else pid,
+        "started": int(time.time() * 1000),
+    }
+    d = Path(directory)
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = d / f"{peer_id}.json"
+    # mkstemp makes the file 0600; its name does not end in .json, so readers never see it half written
+    fd, tmp = tempfile.mkstemp(prefix=f".{peer_id}.", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(entry, sort_keys=True))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def withdraw(path: str | Path) -> None:
+    """Remove an entry ``announce`` wrote (gone already: nothing to do)."""
+    Path(path).unlink(missing_ok=True)
+
+
+def local_peers(directory: str | Path) -> list[LocalPeer]:
+    """The agents announced in ``directory`` whose process is alive, oldest first. Entries of
+    dead processes are removed; files that are not entries are skipped."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    out: list[LocalPeer] = []
+    for path in sorted(d.glob("*.json")):
+        peer = _read(path)
+        if peer is None:
+            continue
+        if not _alive(peer.pid):
+            withdraw(path)
+            continue
+        out.append(peer)
+    return sorted(out, key=lambda p: (p.started, p.peer_id))
+
+
+def find(directory: str | Path, who: str) -> LocalPeer | None:
+    """The live agent whose peer id, or else whose agent name, is ``who``; None if none is.
+    ``MeshError`` when several agents have that name (it names them)."""
+    peers = local_peers(directory)
+    for p in peers:
+        if p.peer_id == who:
+            return p
+    named = [p for p in peers if p.agent_name == who]
+    if len(named) > 1:
+        which = ", ".join(f"{p.peer_id} (pid {p.pid})" for p in named)
+        raise MeshError(f"mesh: {len(named)} agents are named {who!r}: {which}; give a peer id instead")
+    return named[0] if named else None
+
+
+def _read(path: Path) -> LocalPeer | None:
+    """The entry in ``path``, or None when it is not one (unreadable, not JSON, a field missing
+    or of the wrong type, or a peer id that is not its file's name)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    peer_id, name, addrs, pid, started = (raw.get(k) for k in ("peerId", "agentName", "addresses", "pid", "started"))
+    if not isinstance(peer_id, str) or path.name != f"{peer_id}.json" or not _PEER_ID.fullmatch(peer_id):
+        return None
+    if not isinstance(name, str) or not isinstance(addrs, list) or not all(isinstance(a, str) for a in addrs):
+        return None
+    # pid 0 and negative pids are process groups to os.kill, never one process
+    if not _is_int(pid) or pid <= 0 or not _is_int(started):
+        return None
+    return LocalPeer(peer_id, name, tuple(addrs), pid, started)
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0 checks without sending anything)."""
+    if os.name == "nt":  # there os.kill(pid, 0) would send CTRL_C_EVENT: trust the entry
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    except OSError:  # e.g. a pid beyond the system's range
+        return False
+    return True

@@ -1,0 +1,219 @@
+"""What peers say to each other: the ``/pi-agent/0.1.0`` messages and their CBOR encoding.
+
+A direct message is one request and one response on their own stream, each a CBOR map prefixed
+by its length as an unsigned varint (what js-libp2p's ``lpStream`` writes, so a Pi agent on
+js-libp2p and one on this library understand each other). A broadcast is one CBOR map published
+on the GossipSub topic. The maps are the seed's ``AgentRequest``, ``AgentResponse`` and
+``BroadcastMessage`` (camelCase keys on the wire).
+
+Everything a peer sends is checked here, field by field, before anything else sees it: a bad map
+is a ``WireError`` naming the field, answered with an error response, never half-used. This module
+knows nothing of libp2p, trio, stores or sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import cbor2
+
+__all__ = [
+    "BROADCAST_TYPES",
+    "MAX_MESSAGE_BYTES",
+    "PROTOCOL",
+    "AgentRequest",
+    "AgentResponse",
+    "Broadcast",
+    "WireError",
+    "decode_broadcast",
+    "decode_request",
+    "decode_response",
+    "encode",
+    "new_request_id",
+]
+
+PROTOCOL = "/pi-agent/0.1.0"
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""The largest CBOR body a peer may send (a length prefix above it is refused unread)."""
+MAX_TEXT_CHARS = 1_000_000
+"""The longest ``message`` text accepted."""
+BROADCAST_TYPES = ("announce", "query", "response", "event")
+_MAX_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: a later timestamp is not a time."""
+
+BroadcastType = Literal["announce", "query", "response", "event"]
+
+
+class WireError(ValueError):
+    """A peer sent something that is not a valid message; says what was wrong."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def new_request_id() -> str:
+    return os.urandom(8).hex()
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    """A direct message to a peer, which answers with one ``AgentResponse``."""
+
+    request_id: str
+    from_agent: str
+    from_peer: str
+    timestamp: int
+    """When the sender sent it, epoch ms (the sender's clock)."""
+    message: str
+    auto_reply: bool = False
+    """Ask the receiver to answer at once with an acknowledgement, without its agent."""
+    timeout_ms: int | None = None
+    """How long the sender waits for the answer."""
+
+    def wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "protocol": PROTOCOL,
+            "requestId": self.request_id,
+            "fromAgent": self.from_agent,
+            "fromPeerId": self.from_peer,
+            "timestamp": self.timestamp,
+            "message": self.message,
+        }
+        if self.auto_reply:
+            out["autoReply"] = True
+        if self.timeout_ms is not None:
+            out["timeoutMs"] = self.timeout_ms
+        return out
+
+
+@dataclass(frozen=True)
+class AgentResponse:
+    """The answer to one ``AgentRequest``; ``error`` marks a refusal or a failure."""
+
+    request_id: str | None
+    from_agent: str
+    from_peer: str
+    timestamp: int
+    message: str
+    error: bool = False
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "requestId": self.request_id,
+            "fromAgent": self.from_agent,
+            "fromPeerId": self.from_peer,
+            "timestamp": self.timestamp,
+            "message": self.message,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    """A message to every peer on the topic."""
+
+    from_agent: str
+    from_peer: str
+    timestamp: int
+    message: str
+    type: BroadcastType = "announce"
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "fromAgent": self.from_agent,
+            "fromPeerId": self.from_peer,
+            "timestamp": self.timestamp,
+            "message": self.message,
+            "type": self.type,
+        }
+
+
+def encode(msg: AgentRequest | AgentResponse | Broadcast) -> bytes:
+    """The CBOR body of a message (without the length prefix: the stream adds it)."""
+    return cbor2.dumps(msg.wire())
+
+
+def _map(raw: bytes, what: str) -> Mapping[str, Any]:
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise WireError(f"{what}: {len(raw):,} bytes, more than the {MAX_MESSAGE_BYTES:,} allowed")
+    try:
+        value = cbor2.loads(raw)
+    except Exception as e:  # cbor2 raises several types for bad input; all mean "not CBOR"
+        raise WireError(f"{what}: not CBOR ({e})") from None
+    if not isinstance(value, Mapping):
+        raise WireError(f"{what}: a CBOR map was expected, got {type(value).__name__}")
+    return value
+
+
+def _text(m: Mapping[str, Any], key: str, what: str, *, optional: bool = False, limit: int = 256) -> Any:
+    value = m.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise WireError(f"{what}: {key!r} must be text, got {type(value).__name__}")
+    if len(value) > limit:
+        raise WireError(f"{what}: {key!r} is {len(value):,} characters, more than {limit:,}")
+    return value
+
+
+def _ms(m: Mapping[str, Any], key: str, what: str) -> int:
+    value = m.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= _MAX_MS:
+        raise WireError(f"{what}: {key!r} must be epoch milliseconds, got {value!r}")
+    return int(value)
+
+
+def decode_request(raw: bytes) -> AgentRequest:
+    what = "request"
+    m = _map(raw, what)
+    auto = m.get("autoReply", False)
+    if not isinstance(auto, bool):
+        raise WireError(f"{what}: 'autoReply' must be true or false, got {auto!r}")
+    timeout = m.get("timeoutMs")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0):
+        raise WireError(f"{what}: 'timeoutMs' must be a positive integer, got {timeout!r}")
+    return AgentRequest(
+        request_id=_text(m, "requestId", what, limit=128),
+        from_agent=_text(m, "fromAgent", what),
+        from_peer=_text(m, "fromPeerId", what),
+        timestamp=_ms(m, "timestamp", what),
+        message=_text(m, "message", what, limit=MAX_TEXT_CHARS),
+        auto_reply=auto,
+        timeout_ms=timeout,
+    )
+
+
+def decode_response(raw: bytes) -> AgentResponse:
+    what = "response"
+    m = _map(raw, what)
+    error = m.get("error", False)
+    if not isinstance(error, bool):
+        raise WireError(f"{what}: 'error' must be true or false, got {error!r}")
+    return AgentResponse(
+        request_id=_text(m, "requestId", what, optional=True, limit=128),
+        from_agent=_text(m, "fromAgent", what),
+        from_peer=_text(m, "fromPeerId", what),
+        timestamp=_ms(m, "timestamp", what),
+        message=_text(m, "message", what, limit=MAX_TEXT_CHARS),
+        error=error,
+    )
+
+
+def decode_broadcast(raw: bytes) -> Broadcast:
+    what = "broadcast"
+    m = _map(raw, what)
+    kind = m.get("type", "announce")
+    if kind not in BROADCAST_TYPES:
+        raise WireError(f"{what}: 'type' must be one of {', '.join(BROADCAST_TYPES)}, got {kind!r}")
+    return Broadcast(
+        from_agent=_text(m, "fromAgent", what),
+        from_peer=_text(m, "fromPeerId", what),
+        timestamp=_ms(m, "timestamp", what),
+        message=_text(m, "message", what, limit=MAX_TEXT_CHARS),
+        type=kind,
+    )

@@ -1,0 +1,86 @@
+"""Real mesh peers for the tests: each a ``MeshAgent`` on 127.0.0.1 (a free port), closed after
+the test. libp2p is imported here unconditionally: without it these tests fail, never skip."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import libp2p  # noqa: F401 - the stack under test: missing, the tests fail
+import pytest
+
+from context_os.mesh.agent import MeshAgent
+from context_os.mesh.node import MeshConfig
+from context_os.store.base import Store
+
+DEADLINE = 10.0
+"""The longest any condition in these tests is waited for."""
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = DEADLINE) -> Any:
+    """Poll ``check`` until it returns something true; fail naming ``what`` at the deadline."""
+    end = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.01)
+
+
+AgentFactory = Callable[..., MeshAgent]
+
+
+@pytest.fixture
+def agents(store: Store, uid: str) -> Iterator[AgentFactory]:
+    """Make started agents named ``<name>-<uid>`` (names are scopes in a shared store)."""
+    made: list[MeshAgent] = []
+
+    def make(name: str, *, session: str | None = None, **kwargs: Any) -> MeshAgent:
+        config_args = {
+            k: kwargs.pop(k)
+            for k in ("seed", "psk", "mdns", "topic", "port", "answer_timeout", "broadcast_rate")
+            if k in kwargs
+        }
+        agent = MeshAgent(store, MeshConfig(f"{name}-{uid}", **config_args), session=session, **kwargs)
+        made.append(agent)
+        return agent.start()
+
+    yield make
+    for agent in made:
+        agent.close()
+
+
+def link(*agents: MeshAgent) -> None:
+    """Connect every agent to every other and wait until the topic mesh holds them all."""
+    for i, a in enumerate(agents):
+        for b in agents[i + 1 :]:
+            a.node.connect(b.node.addrs[0])
+    for a in agents:
+        others = {b.peer_id for b in agents if b is not a}
+        wait_for(f"{a.name}'s topic mesh", lambda a=a, others=others: others <= set(a.node.topic_peers()))
+
+
+class Answerer:
+    """An agent's loop in a thread: takes each request, answers with ``reply(request)``."""
+
+    def __init__(self, agent: MeshAgent, reply: Callable[[Any], str]):
+        self.agent, self.reply = agent, reply
+        self.seen: list[Any] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            req = self.agent.next_request(timeout=0.05)
+            if req is not None:
+                self.seen.append(req)
+                req.answer(self.reply(req))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)

@@ -1,0 +1,349 @@
+"""Three real peers on 127.0.0.1 (mesh/node.py, mesh/agent.py, context/mesh_tools.py): direct
+messages through each agent's context, broadcasts, memory recalled on the next request, a peer
+killed mid-request, a wrong private-network key, malformed and spoofed input."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os import Session
+from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.mesh_tools import MESH_TOOL_NAMES, MeshTools
+from context_os.errors import MeshError
+from context_os.harness.openai import OpenAIHook
+from context_os.mesh import wire
+from context_os.mesh.agent import MeshAgent
+from context_os.mesh.node import MeshConfig, MeshNode, load_seed
+from context_os.mesh.pnet import new_swarm_key, read_swarm_key
+from context_os.store.base import Store
+from context_os.store.sqlite import SqliteStore
+from tests.helpers import blocks_text, call, result, say, user
+from tests.mesh.conftest import AgentFactory, Answerer, link, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def hook_for(store: Store, agent: MeshAgent, sid: str) -> OpenAIHook:
+    hook = OpenAIHook(Session.open(store, sid, harness="openai"))
+    MeshTools(hook.session, agent).register(hook.registry)
+    return hook
+
+
+def messages_of(store: Store, agent: MeshAgent) -> list[dict[str, Any]]:
+    docs = [v.doc for v in store.find(kind="message", where={"mesh_agent": agent.name}) if v.doc is not None]
+    return sorted(docs, key=lambda d: (d["meta"]["at"], d["id"]))
+
+
+def test_a_direct_message_goes_round_all_three_agents_through_their_contexts(
+    store: Store, agents: AgentFactory, uid: str
+) -> None:
+    names = ("alice", "bob", "carol")
+    peers = [agents(n, session=f"{uid}-{n}") for n in names]
+    hooks = [hook_for(store, a, f"{uid}-{n}") for a, n in zip(peers, names, strict=True)]
+    link(*peers)
+    assert set(MESH_TOOL_NAMES) <= {t["function"]["name"] for t in hooks[0].tools}
+    answerers = [Answerer(a, lambda r, a=a: f"{a.name} read: {r.message}") for a in peers]
+    try:
+        for i, (sender, hook) in enumerate(zip(peers, hooks, strict=True)):
+            to = peers[(i + 1) % 3]
+            msgs = [user(f"ask {to.name} about the build")]
+            hook.transform_context(msgs)
+            out = json.loads(hook.call_tool("mesh_send", {"peerId": to.peer_id, "message": "which build flags?"}))
+            assert out["response"] == f"{to.name} read: which build flags?" and out["error"] is False
+            assert out["agentName"] == to.name
+            msgs += [call("c1", "mesh_send", peerId=to.peer_id, message="which build flags?")]
+            msgs += [result("c1", json.dumps(out)), say("done")]
+            text = blocks_text(hook.transform_context(msgs))
+            request_id, reply_id = out["objects"]
+            # both sides of the exchange are objects of the sender's session, one line each
+            assert f"- {request_id} message {sender.name} → {to.name}: request" in text
+            assert f"- {reply_id} message {to.name} → {sender.name}: reply" in text
+            reply = store.doc(reply_id)
+            assert reply is not None and reply["meta"]["in_reply_to"] == request_id
+            assert reply["meta"]["direction"] == "in" and reply["meta"]["peer"] == to.peer_id
+        # each receiver stored the request it got and the answer it gave, paired
+        for a in peers:
+            got = [
+                d for d in messages_of(store, a) if d["meta"]["direction"] == "in" and d["meta"]["kind"] == "request"
+            ]
+            assert len(got) == 1 and got[0]["meta"]["status"] == "answered"
+            answer = [d for d in messages_of(store, a) if d["meta"].get("in_reply_to") == got[0]["id"]]
+            assert [d["content"] for d in answer] == [f"{a.name} read: which build flags?"]
+            assert a.node.counts["rejected"] == 0
+    finally:
+        for ans in answerers:
+            ans.stop()
+    for n in names:
+        assert all(verify_frame(store, f).ok for f in frame_docs(store, f"{uid}-{n}"))
+
+
+def test_a_broadcast_reaches_both_others_and_shows_in_their_context(
+    store: Store, agents: AgentFactory, uid: str
+) -> None:
+    a, b, c = (agents(n, session=f"{uid}-{n}") for n in ("alice", "bob", "carol"))
+    hb, hc = hook_for(store, b, f"{uid}-bob"), hook_for(store, c, f"{uid}-carol")
+    link(a, b, c)
+    out = a.broadcast("release freeze at 17:00", "event")
+    assert out["peersReached"] == 2
+    for agent, hook in ((b, hb), (c, hc)):
+        wait_for(f"{agent.name} to get the broadcast", lambda agent=agent: agent.messages())
+        text = blocks_text(hook.transform_context([user("anything new?")]))
+        assert "release freeze at 17:00" in text
+        assert f'from="{a.name} ({a.peer_id})" message="broadcast" type="event"' in text
+        [got] = agent.messages()
+        assert got["kind"] == "broadcast" and got["direction"] == "in" and got["peer"] == a.peer_id
+        # remembered for the peer, under the seed's key
+        [entry] = agent.memory.get(a.peer_id, "broadcast")
+        assert entry.value == "[event] release freeze at 17:00"
+    [sent] = a.messages()
+    assert sent["direction"] == "out" and sent["kind"] == "broadcast"
+
+
+def test_memory_of_a_peer_is_recalled_on_its_next_request(store: Store, agents: AgentFactory, uid: str) -> None:
+    a, b = agents("alice"), agents("bob", session=f"{uid}-bob")
+    hb = hook_for(store, b, f"{uid}-bob")
+    link(a, b)
+    ans = Answerer(b, lambda r: "we use pnpm workspaces" if "package manager" in r.message else "ok")
+    try:
+        a.send(b.peer_id, "which package manager does the monorepo use?")
+        b.memory.store_entry(a.peer_id, "prefs", "alice wants answers under three lines", peer_name=a.name)
+        a.send(b.peer_id, "remind me: package manager and how you want answers?")
+    finally:
+        ans.stop()
+    first, second = ans.seen
+    assert first.context == ""  # nothing known of alice yet
+    # the latest exchange and the entries that match the request come with the next one
+    assert "[Request] which package manager does the monorepo use?" in second.context
+    assert "[Response] we use pnpm workspaces" in second.context
+    assert "alice wants answers under three lines" in second.context
+    assert second.memories and all(m.startswith(f"memory:mesh:{b.name}:") for m in second.memories)
+    # in the session they are objects of the active pool (the request itself is its loop's user message)
+    text = blocks_text(hb.transform_context([user(second.text)]))
+    assert "alice wants answers under three lines" in text
+    assert all(hb.session.view.objects[m].state == "active" for m in second.memories)
+    # the agent's memory tools see the same entries
+    keys = json.loads(hb.call_tool("memory_keys", {"peerId": a.peer_id}))["keys"]
+    assert {"key": "exchange", "count": 2} in keys and {"key": "prefs", "count": 1} in keys
+    found = json.loads(hb.call_tool("memory_search", {"query": "pnpm", "peerId": a.peer_id}))
+    assert found["count"] >= 1 and "pnpm" in found["results"][0]["value"]
+
+
+def test_a_peer_killed_mid_request_fails_the_sender_and_leaves_nothing_half_written(
+    store: Store, agents: AgentFactory, tmp_path: Path
+) -> None:
+    alice = agents("alice")
+    ready = tmp_path / "addr"
+    script = textwrap.dedent(
+        f"""
+        import time
+        from context_os.mesh.agent import MeshAgent
+        from context_os.mesh.node import MeshConfig
+        from context_os.store.sqlite import SqliteStore
+        agent = MeshAgent(SqliteStore({str(tmp_path / "victim.db")!r}), MeshConfig("victim")).start()
+        open({str(ready)!r} + ".tmp", "w").write(agent.node.addrs[0])
+        import os; os.rename({str(ready)!r} + ".tmp", {str(ready)!r})
+        while True:  # never answers: the request waits in its queue
+            time.sleep(1)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        addr = wait_for("the victim to listen", lambda: ready.exists() and ready.read_text(), timeout=30)
+        victim = alice.node.connect(addr)
+        wait_for("the victim to queue nothing yet", lambda: victim in alice.node.connected())
+        import threading
+
+        outcome: dict[str, Any] = {}
+
+        def send() -> None:
+            try:
+                outcome["reply"] = alice.send(victim, "run the migration", timeout=30)
+            except MeshError as e:
+                outcome["error"] = e
+
+        t = threading.Thread(target=send)
+        t.start()
+        wait_for("the victim to get the request", lambda: alice.node.counts["requests_out"] >= 1)
+        os.kill(proc.pid, signal.SIGKILL)
+        t.join(30)
+        assert not t.is_alive()
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert "reply" not in outcome and isinstance(outcome["error"], MeshError)
+    # the request is stored once, with its failure; no reply object, no exchange remembered
+    [req] = messages_of(store, alice)
+    assert req["meta"]["kind"] == "request" and req["meta"]["status"] == "failed"
+    assert req["meta"]["error"] and req["content"] == "run the migration"
+    assert alice.memory.get(victim, "exchange") == []
+
+
+def test_a_peer_with_the_wrong_private_network_key_cannot_connect(
+    store: Store, agents: AgentFactory, tmp_path: Path
+) -> None:
+    (tmp_path / "swarm.key").write_text(new_swarm_key())
+    (tmp_path / "other.key").write_text(new_swarm_key())
+    key, other = read_swarm_key(tmp_path / "swarm.key"), read_swarm_key(tmp_path / "other.key")
+    a, b = agents("alice", psk=key), agents("bob", psk=key)
+    stranger, open_peer = agents("mallory", psk=other), agents("eve")
+    a.node.connect(b.node.addrs[0])
+    assert a.send(b.peer_id, "in the club?", auto_reply=True)["response"] == "[auto-response] Received: in the club?"
+    for outsider in (stranger, open_peer):
+        with pytest.raises(MeshError):
+            outsider.node.connect(a.node.addrs[0], timeout=3)
+        assert a.peer_id not in outsider.node.connected()
+    assert {stranger.peer_id, open_peer.peer_id}.isdisjoint(a.node.connected())
+
+
+async def _raw_request(node: MeshNode, peer: str, payload: bytes) -> bytes:
+    """Write ``payload`` as one length-prefixed message on a /pi-agent/0.1.0 stream; the reply."""
+    from libp2p.custom_types import TProtocol
+    from libp2p.io.msgio import VarIntLengthMsgReadWriter
+    from libp2p.peer.id import ID
+
+    stream = await node._host.new_stream(ID.from_base58(peer), [TProtocol(wire.PROTOCOL)])
+    rw = VarIntLengthMsgReadWriter(stream, max_msg_size=wire.MAX_MESSAGE_BYTES)
+    await rw.write_msg(payload)
+    raw: bytes = await rw.read_msg()
+    await stream.close()
+    return raw
+
+
+def test_malformed_and_spoofed_requests_are_answered_with_an_error_logged_and_not_stored(
+    store: Store, agents: AgentFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = agents("alice"), agents("bob")
+    link(a, b)
+    bad = {
+        b"\xff\x00garbage": "not CBOR",
+        wire.cbor2.dumps([1, 2, 3]): "a CBOR map was expected",
+        wire.cbor2.dumps({"requestId": "x", "fromAgent": "a", "fromPeerId": a.peer_id, "timestamp": 1}): "'message'",
+        wire.cbor2.dumps(
+            {"requestId": "x", "fromAgent": "a", "fromPeerId": b.peer_id, "timestamp": 1, "message": "hi"}
+        ): "fromPeerId is not the peer",
+    }
+    with caplog.at_level(logging.WARNING, logger="context_os.mesh"):
+        for payload, why in bad.items():
+            raw = a.node._call(_raw_request, a.node, b.peer_id, payload, timeout=5, what="raw request")
+            resp = wire.decode_response(raw)
+            assert resp.error is True and why in resp.message, resp.message
+    assert b.node.counts["rejected"] == len(bad)
+    assert sum("rejected a message from" in r.message for r in caplog.records) == len(bad)
+    assert b.messages() == [] and b.queue.stats()["queued"] == 0
+
+
+def test_a_request_nobody_answers_times_out_and_a_full_queue_refuses(store: Store, agents: AgentFactory) -> None:
+    a = agents("alice")
+    b = agents("bob", answer_timeout=1.0, max_queue=1)
+    link(a, b)
+    import threading
+
+    answers: list[dict[str, Any]] = []
+    first = threading.Thread(target=lambda: answers.append(a.send(b.peer_id, "first")))
+    first.start()
+    wait_for("the first request to queue", lambda: b.queue.stats()["queued"] == 1)
+    second = a.send(b.peer_id, "second")  # the queue holds one: refused at once
+    assert second["error"] is True and second["response"].startswith("[queue-full]")
+    first.join(10)
+    assert answers[0]["error"] is True and answers[0]["response"].startswith("[timeout]")
+    assert b.next_request() is None  # the timed-out request is not handed to the agent
+
+    def settled() -> list[dict[str, Any]]:
+        got = [d for d in messages_of(store, b) if d["meta"]["kind"] == "request"]
+        return got if len(got) == 2 and all(d["meta"]["status"] != "queued" for d in got) else []
+
+    statuses = {d["content"]: d["meta"]["status"] for d in wait_for("both statuses stored", settled)}
+    assert statuses == {"first": "timed out", "second": "refused: queue full"}
+
+
+def test_a_handler_that_fails_answers_with_an_error_at_once(store: Store, uid: str) -> None:
+    def broken(peer: str, req: wire.AgentRequest) -> str:
+        raise RuntimeError("the model provider is down")
+
+    with (
+        MeshNode(MeshConfig(f"alice-{uid}")) as a,
+        MeshNode(MeshConfig(f"bob-{uid}"), on_request=broken) as b,
+    ):
+        a.connect(b.addrs[0])
+        resp = a.request(b.peer_id, "hello", timeout=30)
+    assert resp.error is True and "handling failed: RuntimeError: the model provider is down" in resp.message
+
+
+def test_the_history_cap_applies_to_what_is_shown_not_to_what_is_stored(
+    store: Store, agents: AgentFactory, uid: str
+) -> None:
+    a, b = agents("alice"), agents("bob", session=f"{uid}-bob", history_cap=3)
+    hb = hook_for(store, b, f"{uid}-bob")
+    link(a, b)
+    for i in range(5):
+        a.broadcast(f"note {i}")
+    wait_for("five broadcasts", lambda: len(messages_of(store, b)) == 5)
+    text = blocks_text(hb.transform_context([user("news?")]))
+    assert [f"note {i}" in text for i in range(5)] == [False, False, True, True, True]
+    shown = [o for o in hb.session.view.objects.values() if o.kind == "message"]
+    assert len(shown) == 3
+    assert all(verify_frame(store, f).ok for f in frame_docs(store, f"{uid}-bob"))
+
+
+def test_a_seed_file_gives_the_same_peer_id_across_restarts(tmp_path: Path, uid: str) -> None:
+    seed = load_seed(tmp_path / "id.seed")
+    assert (tmp_path / "id.seed").stat().st_mode & 0o777 == 0o600
+    assert load_seed(tmp_path / "id.seed") == seed
+    ids = []
+    for _ in range(2):
+        with MeshNode(MeshConfig(f"a-{uid}", seed=seed)) as node:
+            ids.append(node.peer_id)
+    assert ids[0] == ids[1]
+    assert MeshNode(MeshConfig(f"b-{uid}")).peer_id != ids[0]
+
+
+def test_mdns_discovers_the_other_peers(tmp_path: Path, uid: str) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    made = [MeshAgent(store, MeshConfig(f"{n}-{uid}", mdns=True)) for n in ("alice", "bob", "carol")]
+    try:
+        for a in made:
+            a.start()
+        for a in made:
+            others = {b.peer_id for b in made if b is not a}
+            wait_for(f"{a.name} to discover and connect", lambda a=a, o=others: o <= set(a.node.connected()), 30)
+            found = {p["peerId"] for p in a.discover()["peers"]}
+            assert others <= found
+    finally:
+        for a in made:
+            a.close()
+
+
+def test_a_burst_of_broadcasts_arrives_whole(store: Store, agents: AgentFactory) -> None:
+    # a burst read off one connection used to overflow py-libp2p's 32-message subscription
+    a, b = agents("alice", broadcast_rate=1e6), agents("bob", broadcast_rate=1e6)
+    link(a, b)
+    for i in range(200):
+        a.node.broadcast(f"burst {i}")
+    wait_for("200 broadcasts stored", lambda: len(b.messages()) == 200, timeout=60)
+    assert sorted(m["text"] for m in b.messages()) == sorted(f"burst {i}" for i in range(200))
+    assert b.node.counts["dropped"] == 0
+
+
+def test_the_default_broadcast_rate_limit_drops_a_flood(store: Store, agents: AgentFactory) -> None:
+    a, b = agents("alice", broadcast_rate=1e6), agents("bob")  # bob keeps the default 100/s
+    link(a, b)
+    for i in range(1000):  # about a second here: a slow machine takes longer, and lets more in
+        a.node.broadcast(f"flood {i}")
+    seen: list[int] = []
+
+    def settled() -> bool:  # nothing more came in the last half second
+        seen.append(len(b.messages()))
+        return len(seen) > 50 and seen[-1] == seen[-51] and seen[-1] > 0
+
+    wait_for("bob to take in what it accepts", settled, timeout=60)
+    assert 0 < seen[-1] < 1000  # a flooding peer cannot fill bob's store

@@ -1,0 +1,62 @@
+"""``ctxos serve --mesh``: a harness that is not Python gets the mesh tools and the peers'
+requests through JSON-RPC, with a real peer on the other side."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os.context.mesh_tools import MESH_TOOL_NAMES
+from context_os.mesh import registry
+from context_os.mesh.agent import MeshAgent
+from context_os.mesh.node import MeshConfig
+from context_os.store.sqlite import SqliteStore
+from tests.helpers import http_server
+from tests.mesh.conftest import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+def test_a_served_agent_answers_a_peer_and_uses_the_mesh_tools(tmp_path: Path) -> None:
+    with http_server(tmp_path, "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none") as srv:
+        bob = wait_for("bob in the local registry", lambda: registry.find(registry.default_dir(), "bob"))
+        opened = srv.rpc("session.open", session="s1", mesh=True)["result"]
+        assert opened["sources"] == ["mesh:bob"]
+        tools = {t["function"]["name"] for t in srv.rpc("tools.list", session="s1")["result"]}
+        assert set(MESH_TOOL_NAMES) <= tools
+        with MeshAgent(SqliteStore(tmp_path / "alice.db"), MeshConfig("alice")) as alice:
+            alice.node.connect(bob.addrs[0])
+            answer: dict[str, Any] = {}
+            t = threading.Thread(target=lambda: answer.update(alice.send(bob.peer_id, "ready to merge?")))
+            t.start()
+            req = srv.rpc("mesh.next_request", timeout=10)["result"]["request"]
+            assert req["message"] == "ready to merge?" and req["agentName"] == "alice"
+            assert req["peerId"] == alice.peer_id and req["text"].startswith("[Request from alice")
+            assert srv.rpc("mesh.next_request")["result"] == {"request": None}  # one at a time
+            wrong = srv.rpc("mesh.answer", requestId="nope", text="x")
+            assert "not the one the agent holds" in wrong["error"]["message"]
+            done = srv.rpc("mesh.answer", requestId=req["requestId"], text="yes, CI is green")["result"]
+            assert done == {"requestId": req["requestId"], "answered": True}
+            t.join(30)
+            assert answer["response"] == "yes, CI is green" and answer["error"] is False
+            # the served agent's tools see alice and what was said
+            out = srv.rpc("tools.call", session="s1", name="mesh_list_peers", arguments={})["result"]
+            peers = json.loads(out["output"])["peers"]
+            assert [p["agentName"] for p in peers] == ["alice"]
+            out = srv.rpc(
+                "tools.call", session="s1", name="memory_recall", arguments={"peerId": alice.peer_id, "key": "exchange"}
+            )["result"]
+            entries = json.loads(out["output"])["entries"]
+            assert entries[0]["value"] == "[Request] ready to merge?\n[Response] yes, CI is green"
+        status = srv.rpc("mesh.status")["result"]
+        assert status["agentName"] == "bob" and status["requests"]["answered"] == 1
+    # a server without --mesh refuses mesh sessions and methods, saying how to get them
+    with http_server(tmp_path / "plain") as srv:
+        refused = srv.rpc("session.open", session="s2", mesh=True)
+        assert "--mesh NAME" in refused["error"]["message"]
+        assert "--mesh NAME" in srv.rpc("mesh.status")["error"]["message"]
+    assert registry.local_peers(registry.default_dir()) == []  # withdrawn when the server stopped

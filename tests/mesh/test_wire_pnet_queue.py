@@ -1,0 +1,141 @@
+"""The pieces of the mesh that need no network: the wire format (mesh/wire.py), the private
+network cipher and key files (mesh/pnet.py), the request queue (mesh/queue.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import cbor2
+import nacl.secret
+import pytest
+
+from context_os.errors import ConfigError, StateError
+from context_os.mesh import wire
+from context_os.mesh.pnet import new_swarm_key, read_swarm_key, xsalsa20
+from context_os.mesh.queue import PendingRequest, RequestQueue
+
+
+def test_messages_round_trip_in_the_seeds_camel_case() -> None:
+    req = wire.AgentRequest("r1", "alice", "12D3a", 1_700_000_000_000, "hi", auto_reply=True, timeout_ms=5000)
+    body = cbor2.loads(wire.encode(req))
+    assert body == {
+        "protocol": "/pi-agent/0.1.0", "requestId": "r1", "fromAgent": "alice", "fromPeerId": "12D3a",
+        "timestamp": 1_700_000_000_000, "message": "hi", "autoReply": True, "timeoutMs": 5000,
+    }  # fmt: skip
+    assert wire.decode_request(wire.encode(req)) == req
+    resp = wire.AgentResponse("r1", "bob", "12D3b", 1, "ok", error=True)
+    assert wire.decode_response(wire.encode(resp)) == resp
+    b = wire.Broadcast("alice", "12D3a", 2, "news", "event")
+    assert wire.decode_broadcast(wire.encode(b)) == b
+    # what js peers leave out takes its default
+    minimal = {"requestId": "r", "fromAgent": "a", "fromPeerId": "p", "timestamp": 3, "message": "m"}
+    assert wire.decode_request(cbor2.dumps(minimal)).auto_reply is False
+
+
+GOOD = {"requestId": "r", "fromAgent": "a", "fromPeerId": "p", "timestamp": 1, "message": "m"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (b"\xff", "not CBOR"),
+        (cbor2.dumps("text"), "a CBOR map was expected"),
+        (cbor2.dumps({k: v for k, v in GOOD.items() if k != "requestId"}), "'requestId'"),
+        (cbor2.dumps(GOOD | {"fromAgent": 1}), "'fromAgent'"),
+        (cbor2.dumps(GOOD | {"timestamp": -1}), "epoch"),
+        (cbor2.dumps(GOOD | {"timestamp": 10**17}), "epoch"),
+        (cbor2.dumps(GOOD | {"autoReply": 1}), "autoReply"),
+        (cbor2.dumps(GOOD | {"timeoutMs": 0}), "timeoutMs"),
+        (cbor2.dumps(GOOD | {"requestId": "r" * 200}), "more than 128"),
+    ],
+)
+def test_a_bad_request_is_refused_naming_what_is_wrong(raw: bytes, says: str) -> None:
+    with pytest.raises(wire.WireError, match=says):
+        wire.decode_request(raw)
+
+
+def test_a_bad_broadcast_type_is_refused() -> None:
+    raw = cbor2.dumps({"fromAgent": "a", "fromPeerId": "p", "timestamp": 1, "message": "m", "type": "spam"})
+    with pytest.raises(wire.WireError, match="'type' must be one of"):
+        wire.decode_broadcast(raw)
+
+
+def test_xsalsa20_is_libsodiums() -> None:
+    for _ in range(20):
+        key, nonce, msg = os.urandom(32), os.urandom(24), os.urandom(300)
+        # SecretBox is XSalsa20-Poly1305: its ciphertext (after the 16-byte tag) is the message
+        # XOR the key stream from byte 32 on
+        sealed = nacl.secret.SecretBox(key).encrypt(msg, nonce).ciphertext[16:]
+        reference = bytes(a ^ b for a, b in zip(sealed, msg, strict=True))
+        ours = xsalsa20(key, nonce).encrypt(bytes(32 + len(msg)))[32:]
+        assert ours == reference
+
+
+def test_swarm_key_files(tmp_path: Path) -> None:
+    good = tmp_path / "swarm.key"
+    good.write_text(new_swarm_key())
+    assert len(read_swarm_key(good)) == 32
+    cases = {
+        "missing.key": None,
+        "short.key": "/key/swarm/psk/1.0.0/\n/base16/\nabcd\n",
+        "b64.key": "/key/swarm/psk/1.0.0/\n/base64/\n" + "A" * 44 + "\n",
+        "nothex.key": "/key/swarm/psk/1.0.0/\n/base16/\n" + "z" * 64 + "\n",
+        "header.key": "hello\n",
+    }
+    for name, text in cases.items():
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        with pytest.raises(ConfigError, match="swarm key"):
+            read_swarm_key(tmp_path / name)
+
+
+def pending(n: int, timeout: float = 30.0) -> PendingRequest:
+    now = time.monotonic()
+    return PendingRequest(f"peer{n}", f"agent{n}", f"r{n}", f"message {n}", now, now + timeout)
+
+
+def test_requests_come_first_in_first_out_one_at_a_time() -> None:
+    q = RequestQueue(max_size=10)
+    reqs = [pending(i) for i in range(3)]
+    for r in reqs:
+        assert q.put(r)
+    first = q.next()
+    assert first is reqs[0]
+    assert q.next() is None  # the agent still holds the first one
+    first.answer("done")
+    assert first.future.result() == ("done", False)
+    with pytest.raises(StateError, match="already answered"):
+        first.answer("again")
+    assert q.next() is reqs[1]
+    reqs[1].fail("cannot")
+    assert reqs[1].future.result() == ("[error] cannot", True)
+    assert q.next() is reqs[2]
+    assert q.stats()["answered"] == 2
+
+
+def test_a_full_queue_refuses_and_a_late_request_is_skipped() -> None:
+    q = RequestQueue(max_size=2)
+    late, ok = pending(0, timeout=0.05), pending(1)
+    assert q.put(late) and q.put(ok)
+    refused = pending(2)
+    assert not q.put(refused)
+    assert refused.future.result()[0].startswith("[queue-full]")
+    time.sleep(0.1)  # past the late one's deadline (monotonic): it is answered "[timeout]", never handed out
+    got = q.next(timeout=1)
+    assert got is ok and late.future.result()[0].startswith("[timeout]")
+    assert q.stats()["timed_out"] == 1 and q.stats()["refused"] == 1
+
+
+def test_next_waits_for_a_request_from_another_thread_and_close_answers_what_waits() -> None:
+    q = RequestQueue()
+    r = pending(0)
+    threading.Timer(0.05, q.put, [r]).start()
+    assert q.next(timeout=5) is r
+    waiting = pending(1)
+    q.put(waiting)
+    q.close("shutting down")
+    assert r.future.result() == ("[error] shutting down", True)
+    assert waiting.future.result() == ("[error] shutting down", True)
