@@ -17,7 +17,9 @@
  * store URL, which ctxos itself reads; CTXOS_POLICY, a JSON object of retention settings for the
  * session (e.g. {"collapse_after_turns": 2}); CTXOS_TIMEOUT_MS, how long one call may take (default 30000);
  * CTXOS_RECALL=1, the `recall` tool (and recall at each user message); CTXOS_MEMORY=1, the
- * `remember` tool and the memory index pinned in context (docs/recall.md).
+ * `remember` tool and the memory index pinned in context (docs/recall.md); CTXOS_MESH=NAME, the
+ * agent on the mesh as NAME (`ctxos serve --mesh NAME`, more serve flags in CTXOS_MESH_ARGS, e.g.
+ * `--mesh-connect /ip4/…/p2p/… --no-mesh-mdns`) with the nine mesh tools (docs/mesh.md).
  * The context_os session id is Pi's session id; the workspace is Pi's working directory.
  *
  * This module must never make Pi fail: every error ends in `off()`, never in a throw to Pi.
@@ -34,12 +36,27 @@ const STATUS_KEY = "context_os";
 /** Recall and memory, when configured: read once, when Pi loads the extension. */
 const RECALL = process.env.CTXOS_RECALL === "1";
 const MEMORY = process.env.CTXOS_MEMORY === "1";
+/** The agent's name on the mesh, when it joins one. */
+const MESH = process.env.CTXOS_MESH?.trim() || undefined;
+/** The seed's nine (their definitions: MESH_TOOLS, below). */
+const MESH_TOOL_NAMES: readonly string[] = [
+	"mesh_list_peers",
+	"mesh_send",
+	"mesh_broadcast",
+	"mesh_discover",
+	"mesh_prune",
+	"memory_store",
+	"memory_recall",
+	"memory_search",
+	"memory_keys",
+];
 /** The tools only context_os can answer: withdrawn when it is off. */
 const CONTEXT_TOOLS: readonly string[] = [
 	"activate",
 	"deactivate",
 	...(RECALL ? ["recall"] : []),
 	...(MEMORY ? ["remember"] : []),
+	...(MESH ? MESH_TOOL_NAMES : []),
 ];
 
 interface TransformResult {
@@ -115,6 +132,7 @@ class ContextOs {
 		try {
 			// the server may give sessions only the workspace granted here: Pi's working directory
 			argv = [...splitCommand(process.env.CTXOS_CMD?.trim() || "ctxos"), "serve", "--stdio", "--workspace", ctx.cwd];
+			if (MESH) argv.push("--mesh", MESH, ...splitCommand(process.env.CTXOS_MESH_ARGS?.trim() || ""));
 		} catch (e) {
 			this.off(ctx, `CTXOS_CMD: ${message(e)}`);
 			return undefined;
@@ -130,7 +148,7 @@ class ContextOs {
 		const rpc = new RpcChild(argv, timeoutMs, { cwd: ctx.cwd, env: process.env });
 		this.rpc = rpc;
 		try {
-			const sources = { recall: RECALL, memory: MEMORY };
+			const sources = { recall: RECALL, memory: MEMORY, mesh: MESH !== undefined };
 			await rpc.call("session.open", { session: this.session, harness: HARNESS, workspace: ctx.cwd, policy, ...sources });
 			const tools = await rpc.call<unknown>("tools.list", { session: this.session });
 			this.offered = new Set(toolNames(tools));
@@ -190,6 +208,7 @@ export default function contextOs(pi: ExtensionAPI): void {
 	pi.registerTool(contextTool(link, "deactivate", DEACTIVATE));
 	if (RECALL) pi.registerTool(contextTool(link, "recall", RECALL_TEXTS, RECALL_PARAMETERS));
 	if (MEMORY) pi.registerTool(contextTool(link, "remember", REMEMBER_TEXTS, REMEMBER_PARAMETERS));
+	if (MESH) for (const name of MESH_TOOL_NAMES) pi.registerTool(contextTool(link, name, MESH_TOOLS[name], MESH_TOOLS[name].parameters));
 }
 
 // --- tools ---------------------------------------------------------------------------------------
@@ -263,6 +282,121 @@ const REMEMBER_PARAMETERS: Schema = {
 	},
 	required: ["text"],
 	additionalProperties: false,
+};
+
+/** The seed's nine mesh tools, as `ctxos serve` answers them (context/mesh_tools.py holds the same
+ * schemas: the end-to-end test checks that they agree). */
+const NO_PARAMETERS: Schema = { type: "object", properties: {}, required: [], additionalProperties: false };
+const PEER_ID = { type: "string", description: "The peer" };
+const MESH_TOOLS: Record<string, Texts & { parameters: Schema }> = {
+	mesh_list_peers: {
+		label: "mesh_list_peers",
+		description: "List every known mesh peer: peer id, agent name, status (connected or disconnected), addresses.",
+		snippet: "List the agents on the mesh",
+		parameters: NO_PARAMETERS,
+	},
+	mesh_send: {
+		label: "mesh_send",
+		description:
+			"Send a direct message to a peer agent and wait for its answer (up to 60 s). Use mesh_list_peers first for " +
+			"the peer id. autoReply asks the peer to acknowledge at once without its agent.",
+		snippet: "Send a message to another agent and wait for its answer",
+		parameters: {
+			type: "object",
+			properties: {
+				peerId: { type: "string", description: "The peer's id (12D3KooW…)" },
+				message: { type: "string", description: "What to say" },
+				autoReply: { type: "boolean", description: "Ask for an automatic acknowledgement" },
+			},
+			required: ["peerId", "message"],
+			additionalProperties: false,
+		},
+	},
+	mesh_broadcast: {
+		label: "mesh_broadcast",
+		description: "Publish a message to every peer on the mesh (GossipSub).",
+		snippet: "Announce something to every agent on the mesh",
+		parameters: {
+			type: "object",
+			properties: {
+				message: { type: "string", description: "What to announce" },
+				type: { type: "string", enum: ["announce", "query", "response", "event"], description: "Its kind" },
+			},
+			required: ["message"],
+			additionalProperties: false,
+		},
+	},
+	mesh_discover: {
+		label: "mesh_discover",
+		description: "Report the peers discovered in the last minute.",
+		snippet: "Report newly discovered agents",
+		parameters: NO_PARAMETERS,
+	},
+	mesh_prune: {
+		label: "mesh_prune",
+		description: "Remove every disconnected peer from the peer list.",
+		snippet: "Forget disconnected agents",
+		parameters: NO_PARAMETERS,
+	},
+	memory_store: {
+		label: "memory_store",
+		description:
+			"Remember a fact about a peer (a decision, a preference, a constraint) under a key; entries are appended, " +
+			"never overwritten. Save what matters after a meaningful exchange, not the raw conversation.",
+		snippet: "Remember a fact about another agent",
+		parameters: {
+			type: "object",
+			properties: {
+				peerId: { type: "string", description: "The peer the fact is about" },
+				key: { type: "string", description: "A category: prefs, decision, project_context, …" },
+				value: { type: "string", description: "The fact" },
+				metadata: { type: "object", description: "Extra text or number fields" },
+			},
+			required: ["peerId", "key", "value"],
+			additionalProperties: false,
+		},
+	},
+	memory_recall: {
+		label: "memory_recall",
+		description:
+			"Recall what you stored about a peer, by key, newest first (give peerId, key, or both). The latest exchange " +
+			"and the best matches are already recalled for each incoming request; use this for more.",
+		snippet: "Recall what you know of another agent",
+		parameters: {
+			type: "object",
+			properties: {
+				peerId: PEER_ID,
+				key: { type: "string", description: "The key (exchange, broadcast, or one you stored)" },
+				limit: { type: "integer", minimum: 1, description: "How many entries (default 10, at most 50)" },
+				fullText: { type: "boolean", description: "Values uncut (default: cut to 10,000 characters)" },
+			},
+			required: [],
+			additionalProperties: false,
+		},
+	},
+	memory_search: {
+		label: "memory_search",
+		description:
+			"Search every memory of every peer (or of one) by meaning and words, e.g. 'what did we decide about " +
+			"performance?'.",
+		snippet: "Search what you know of other agents",
+		parameters: {
+			type: "object",
+			properties: {
+				query: { type: "string", description: "What to look for" },
+				peerId: { type: "string", description: "Only this peer's memories" },
+				nResults: { type: "integer", minimum: 1, description: "How many results (default 5)" },
+			},
+			required: ["query"],
+			additionalProperties: false,
+		},
+	},
+	memory_keys: {
+		label: "memory_keys",
+		description: "List the keys stored for a peer, with how many entries each holds.",
+		snippet: "List the keys stored for another agent",
+		parameters: { type: "object", properties: { peerId: PEER_ID }, required: ["peerId"], additionalProperties: false },
+	},
 };
 
 const READ_PARAMETERS: Schema = {

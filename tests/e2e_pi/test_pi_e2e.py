@@ -268,3 +268,49 @@ def test_recall_and_remember_through_pi(pi: PiInstall, tmp_path: Path) -> None:
     assert found["hits"] and "wrong sum" in found["hits"][0]["preview"]
     memory = tmp_path / "xdg-data" / "context_os" / "memory" / "MEMORY.md"
     assert memory.read_text() == "- calc.py is checked with python3 calc.py\n"
+
+
+def test_mesh_tools_through_pi(pi: PiInstall, tmp_path: Path) -> None:
+    """With CTXOS_MESH, Pi's agent is a mesh peer: it lists a Python peer, sends it a message and
+    gets its answer, all through the extension and ``ctxos serve --mesh``; the tools Pi offers the
+    model are the ones ctxos defines (the extension's copies of the schemas have not drifted)."""
+    from context_os.context.mesh_tools import MESH_TOOL_NAMES, MeshTools
+    from context_os.context.tools import ToolRegistry
+    from context_os.mesh.agent import MeshAgent
+    from context_os.mesh.node import MeshConfig
+    from tests.mesh.conftest import Answerer
+
+    with SqliteStore(tmp_path / "bob.db") as bob_store, MeshAgent(bob_store, MeshConfig("bob")) as bob:
+        answers = Answerer(bob, lambda r: f"bob here: {r.message.upper()}")
+        try:
+            script = [
+                tool_call("mesh_list_peers"),
+                tool_call("mesh_send", peerId=bob.peer_id, message="is main green?"),
+                text("Bob says main is green."),
+            ]
+            env = {
+                "CTXOS_MESH": "alice",
+                "CTXOS_MESH_ARGS": f"--no-mesh-mdns --mesh-connect {bob.node.addrs[0]}",
+                "CTXOS_POLICY": json.dumps({"cache_break_percent": None}),
+            }
+            (tmp_path / "pi").mkdir()
+            run = run_pi(pi, tmp_path / "pi", PROMPT, script, files={"calc.py": BUGGY}, env=env)
+        finally:
+            answers.stop()
+        assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
+        assert run.model.errors == [] and len(run.requests) == 3
+        offered = {t["function"]["name"]: t["function"] for t in run.requests[0]["tools"]}
+        registry = MeshTools.__new__(MeshTools).register(ToolRegistry())  # the schemas only: no session needed
+        ours = {s["name"]: s for s in registry.schemas}
+        for name in MESH_TOOL_NAMES:
+            assert offered[name]["parameters"] == ours[name]["parameters"], name
+            assert offered[name]["description"] == ours[name]["description"], name
+        peers = json.loads(_tool_output(run.requests[1], "call_1"))["peers"]
+        assert [(p["peerId"], p["status"]) for p in peers] == [(bob.peer_id, "connected")]
+        sent = json.loads(_tool_output(run.requests[2], "call_2"))
+        assert sent["response"] == "bob here: IS MAIN GREEN?" and sent["agentName"] == "bob"
+        # both agents stored the exchange
+        assert [r.message for r in answers.seen] == ["is main green?"]
+        with SqliteStore(run.store) as alice_store:
+            kinds = sorted(v.doc["meta"]["kind"] for v in alice_store.find("message", {"mesh_agent": "alice"}) if v.doc)
+        assert kinds == ["reply", "request"]
