@@ -161,12 +161,104 @@ class ContextOs {
 	}
 }
 
+/** How often an idle agent on the mesh asks ctxos for a peer's request. */
+const MESH_POLL_MS = 500;
+
+interface MeshRequest {
+	requestId: string;
+	text: string;
+}
+
+/**
+ * Peers' requests as turns of the agent (seed: the FIFO request queue): while Pi is idle, the
+ * oldest request waiting (`mesh.next_request`) becomes a user message; the text the run ends with
+ * is the answer (`mesh.answer`). One at a time: ctxos hands out no other until it is answered.
+ */
+class MeshTurns {
+	private holding: string | undefined;
+	private polling = false;
+	private timer: ReturnType<typeof setInterval> | undefined;
+
+	constructor(
+		private readonly pi: ExtensionAPI,
+		private readonly link: ContextOs,
+	) {}
+
+	start(ctx: ExtensionContext): void {
+		this.timer ??= setInterval(() => void this.poll(ctx), MESH_POLL_MS);
+		this.timer.unref?.(); // never what keeps Pi running
+	}
+
+	stop(): void {
+		if (this.timer !== undefined) clearInterval(this.timer);
+		this.timer = undefined;
+	}
+
+	private async poll(ctx: ExtensionContext): Promise<void> {
+		if (this.polling || this.holding !== undefined || !ctx.isIdle() || ctx.hasPendingMessages()) return;
+		this.polling = true;
+		try {
+			const rpc = await this.link.connection(ctx);
+			if (!rpc) return this.stop();
+			const got = await rpc.call<{ request: MeshRequest | null }>("mesh.next_request", { timeout: 0 });
+			if (!got?.request) return;
+			this.holding = got.request.requestId;
+			this.pi.sendUserMessage(got.request.text);
+		} catch (e) {
+			warn(ctx, `context_os: no more mesh requests this session: ${describe(e)}`);
+			this.stop();
+		} finally {
+			this.polling = false;
+		}
+	}
+
+	/** The run a request started ended: its last assistant text goes back to the peer. */
+	async ended(messages: readonly unknown[], ctx: ExtensionContext): Promise<void> {
+		const requestId = this.holding;
+		if (requestId === undefined) return;
+		this.holding = undefined;
+		const answer = lastAssistantText(messages);
+		const rpc = await this.link.connection(ctx);
+		if (!rpc) return;
+		try {
+			await rpc.call("mesh.answer", {
+				requestId,
+				text: answer ?? "[error] the agent ended its turn without an answer",
+				error: answer === undefined,
+			});
+		} catch (e) {
+			warn(ctx, `context_os: could not answer mesh request ${requestId}: ${describe(e)}`);
+		}
+	}
+}
+
+/** The text of the last assistant message that has any. */
+function lastAssistantText(messages: readonly unknown[]): string | undefined {
+	for (let i = messages.length - 1; i >= 0; i--) {
+		const m = messages[i] as { role?: unknown; content?: unknown };
+		if (m?.role !== "assistant" || !Array.isArray(m.content)) continue;
+		const text = m.content
+			.filter((c): c is { type: "text"; text: string } => c?.type === "text" && typeof c.text === "string")
+			.map((c) => c.text)
+			.join("")
+			.trim();
+		if (text) return text;
+	}
+	return undefined;
+}
+
 export default function contextOs(pi: ExtensionAPI): void {
 	// One link per extension instance: Pi loads the extension anew for every session it switches to.
 	const link = new ContextOs(pi);
+	const mesh = MESH ? new MeshTurns(pi, link) : undefined;
 
 	pi.on("session_start", (_event, ctx) => {
 		link.start(ctx);
+		mesh?.start(ctx);
+	});
+
+	pi.on("agent_end", async (event, ctx) => {
+		await mesh?.ended(event.messages, ctx);
 	});
 
 	// The run's tools are settled here: waiting for ctxos lets a failed start withdraw
@@ -176,6 +268,7 @@ export default function contextOs(pi: ExtensionAPI): void {
 	});
 
 	pi.on("session_shutdown", () => {
+		mesh?.stop();
 		link.close();
 	});
 

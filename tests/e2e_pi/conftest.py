@@ -10,7 +10,9 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +60,46 @@ class PiRun:
         return str(header["id"])
 
 
+def _setup(
+    pi: PiInstall, root: Path, base_url: str, files: dict[str, str], ctxos: str, env: dict[str, str] | None
+) -> tuple[Path, Path, Path, dict[str, str], list[str]]:
+    """A fresh workspace under ``root`` holding ``files``, Pi's agent dir pointing at the scripted
+    model at ``base_url``: (workspace, agent dir, store, environment, Pi's options)."""
+    workspace = root / "workspace"
+    agent_dir = root / "pi-agent"
+    store = root / "store.db"
+    workspace.mkdir()
+    agent_dir.mkdir()
+    for name, text in files.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(text)
+    provider = {
+        "baseUrl": base_url,
+        "api": "openai-completions",
+        "apiKey": "scripted",
+        "models": [{"id": "scripted-1", "contextWindow": 64000, "maxTokens": 2000}],
+    }
+    (agent_dir / "models.json").write_text(json.dumps({"providers": {"scripted": provider}}))
+    run_env = {
+        **os.environ,
+        "PATH": pi.path_env(),
+        "PI_CODING_AGENT_DIR": str(agent_dir),
+        # no network but the scripted model: no catalog refresh, version check or telemetry
+        "PI_OFFLINE": "1",
+        "PI_SKIP_VERSION_CHECK": "1",
+        "PI_TELEMETRY": "0",
+        "XDG_DATA_HOME": str(root / "xdg-data"),
+        "XDG_CONFIG_HOME": str(root / "xdg-config"),
+        "XDG_CACHE_HOME": str(root / "xdg-cache"),
+        "CTXOS_CMD": ctxos,
+        "CTXOS_STORE": f"sqlite:///{store}",
+        **(env or {}),
+    }
+    options = ["--offline", "--provider", "scripted", "--model", "scripted-1", "--no-extensions", "--no-skills"]
+    options += ["--no-context-files", "-e", str(pi.extension)]
+    return workspace, agent_dir, store, run_env, options
+
+
 def run_pi(
     pi: PiInstall,
     root: Path,
@@ -73,53 +115,10 @@ def run_pi(
     with our extension loaded, against a scripted model serving ``script`` (``on_request``: see
     ``ScriptedModel``). ``ctxos`` is the CTXOS_CMD (default: this venv's ctxos); the store is
     ``root/store.db``."""
-    workspace = root / "workspace"
-    agent_dir = root / "pi-agent"
-    store = root / "store.db"
-    workspace.mkdir()
-    agent_dir.mkdir()
-    for name, text in files.items():
-        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
-        (workspace / name).write_text(text)
     with scripted_model(script, on_request) as (model, base_url):
-        provider = {
-            "baseUrl": base_url,
-            "api": "openai-completions",
-            "apiKey": "scripted",
-            "models": [{"id": "scripted-1", "contextWindow": 64000, "maxTokens": 2000}],
-        }
-        (agent_dir / "models.json").write_text(json.dumps({"providers": {"scripted": provider}}))
-        run_env = {
-            **os.environ,
-            "PATH": pi.path_env(),
-            "PI_CODING_AGENT_DIR": str(agent_dir),
-            # no network but the scripted model: no catalog refresh, version check or telemetry
-            "PI_OFFLINE": "1",
-            "PI_SKIP_VERSION_CHECK": "1",
-            "PI_TELEMETRY": "0",
-            "XDG_DATA_HOME": str(root / "xdg-data"),
-            "XDG_CONFIG_HOME": str(root / "xdg-config"),
-            "XDG_CACHE_HOME": str(root / "xdg-cache"),
-            "CTXOS_CMD": ctxos,
-            "CTXOS_STORE": f"sqlite:///{store}",
-            **(env or {}),
-        }
-        cmd = pi.command(
-            "-p",
-            "--offline",
-            "--provider",
-            "scripted",
-            "--model",
-            "scripted-1",
-            "--no-extensions",
-            "--no-skills",
-            "--no-context-files",
-            "-e",
-            str(pi.extension),
-            prompt,
-        )
+        workspace, agent_dir, store, run_env, options = _setup(pi, root, base_url, files, ctxos, env)
         proc = subprocess.run(
-            cmd,
+            pi.command("-p", *options, prompt),
             cwd=workspace,
             env=run_env,
             capture_output=True,
@@ -128,3 +127,41 @@ def run_pi(
             stdin=subprocess.DEVNULL,
         )
     return PiRun(proc=proc, model=model, workspace=workspace, agent_dir=agent_dir, store=store)
+
+
+@contextmanager
+def pi_rpc(
+    pi: PiInstall, root: Path, script: list[Reply], *, files: dict[str, str], env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], ScriptedModel, Path]]:
+    """The real Pi CLI in RPC mode (a long-lived agent waiting on stdin) with our extension, against
+    a scripted model; yields (process, model, store). Closing stdin ends it."""
+    with scripted_model(script) as (model, base_url):
+        workspace, _, store, run_env, options = _setup(pi, root, base_url, files, CTXOS, env)
+        proc = subprocess.Popen(
+            pi.command("--mode", "rpc", "--no-session", *options),
+            cwd=workspace,
+            env=run_env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        # read what Pi writes as it writes it: a full pipe would stall it
+        drains = [threading.Thread(target=stream.read, daemon=True) for stream in (proc.stdout, proc.stderr) if stream]
+        for t in drains:
+            t.start()
+        try:
+            yield proc, model, store
+        finally:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+            for t in drains:
+                t.join(10)
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -314,3 +315,39 @@ def test_mesh_tools_through_pi(pi: PiInstall, tmp_path: Path) -> None:
         with SqliteStore(run.store) as alice_store:
             kinds = sorted(v.doc["meta"]["kind"] for v in alice_store.find("message", {"mesh_agent": "alice"}) if v.doc)
         assert kinds == ["reply", "request"]
+
+
+def test_a_peers_request_is_a_turn_of_the_pi_agent(pi: PiInstall, tmp_path: Path) -> None:
+    """A Pi agent on the mesh (RPC mode: long-lived, idle) takes a peer's request as a user
+    message, and what its run ends with goes back to the peer as the answer."""
+    from context_os.mesh.agent import MeshAgent
+    from context_os.mesh.node import MeshConfig
+    from context_os.store.sqlite import SqliteStore
+
+    from .conftest import pi_rpc
+
+    with SqliteStore(tmp_path / "bob.db") as bob_store, MeshAgent(bob_store, MeshConfig("bob")) as bob:
+        env = {"CTXOS_MESH": "alice", "CTXOS_MESH_ARGS": f"--no-mesh-mdns --mesh-connect {bob.node.addrs[0]}"}
+        (tmp_path / "pi").mkdir()
+        script = [text("alice: calc.py adds now, tests pass")]
+        with pi_rpc(pi, tmp_path / "pi", script, files={"calc.py": FIXED}, env=env) as (proc, model, store):
+            deadline = time.monotonic() + 60
+            while not bob.node.connected():  # alice dials bob when Pi starts its ctxos
+                assert proc.poll() is None and time.monotonic() < deadline, "alice never connected"
+                time.sleep(0.05)
+            [alice] = bob.node.connected()
+            out = bob.send(alice, "is calc.py fixed?", timeout=60)
+            assert proc.poll() is None
+        assert out["error"] is False and out["response"] == "alice: calc.py adds now, tests pass"
+        assert out["agentName"] == "alice"
+        # the model was given the request as the user message
+        assert "is calc.py fixed?" in _joined(model.requests[0])
+        with SqliteStore(store) as alice_store:
+            got = {
+                (v.doc["meta"]["direction"], v.doc["meta"]["kind"]): v.doc
+                for v in alice_store.find("message", {"mesh_agent": "alice"})
+                if v.doc
+            }
+        assert got[("in", "request")]["content"] == "is calc.py fixed?"
+        assert got[("in", "request")]["meta"]["status"] == "answered"
+        assert got[("out", "reply")]["meta"]["in_reply_to"] == got[("in", "request")]["id"]
