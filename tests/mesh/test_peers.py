@@ -347,3 +347,17 @@ def test_the_default_broadcast_rate_limit_drops_a_flood(store: Store, agents: Ag
 
     wait_for("bob to take in what it accepts", settled, timeout=60)
     assert 0 < seen[-1] < 1000  # a flooding peer cannot fill bob's store
+
+
+def test_a_restarted_peer_is_heard_at_once(store: Store, agents: AgentFactory, uid: str) -> None:
+    # message ids used to restart from the time in seconds: a second run within the same second
+    # repeated ids its peers had seen, and its broadcasts were dropped as duplicates
+    b = agents("bob")
+    seed = os.urandom(32)
+    for run in range(2):
+        with MeshNode(MeshConfig(f"alice-{uid}", seed=seed)) as a:
+            a.connect(b.node.addrs[0])
+            wait_for("the topic mesh", lambda a=a: b.peer_id in a.topic_peers())
+            a.broadcast(f"run {run}")
+        # close() lets the broadcast leave before the connection goes
+        wait_for(f"run {run}'s broadcast", lambda run=run: any(m["text"] == f"run {run}" for m in b.messages()))

@@ -21,7 +21,10 @@ What 0.8.1 needs set differently, and why (measured; docs/mesh.md):
   (``broadcast_rate``);
 * a publish comes back to its own sender; failed dials are refused for 60 s (cleared before an
   explicit dial); ``Pubsub`` starts a cache thread it never stops (stopped at close); a
-  subscription drops what comes past 32 waiting (a burst from one connection): 1,000;
+  subscription drops what comes past 32 waiting (a burst from one connection): 1,000; its message
+  counter starts at the time in seconds, so a node restarted with the same identity within a
+  second repeats ids its peers drop as seen: nanoseconds; a publish only queues the message, so
+  ``close`` lets the queues drain first;
 * it logs to the ``libp2p`` logger at ERROR for events a caller already gets as an exception:
   that logger gets a ``NullHandler`` and does not propagate (``quiet_libp2p``).
 
@@ -35,6 +38,7 @@ import contextlib
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -268,6 +272,10 @@ class MeshNode:
             eclipse_protection_enabled=False,
         )
         self._pubsub = Pubsub(self._host, self._router)
+        # message ids are the sender and a counter that starts at the time in seconds: a node
+        # restarted with the same identity within a second sent ids its peers had seen, and they
+        # dropped its broadcasts as duplicates (go-libp2p starts at nanoseconds)
+        self._pubsub.counter = time.time_ns()
         self._network: Any = self._host.get_network()  # its swarm: more than the interface types
         self.peer_id = str(self._host.get_id())
 
@@ -364,10 +372,15 @@ class MeshNode:
             self._pubsub.seen_messages.stop()  # its thread is not stopped by Pubsub itself
 
     async def _hang_up(self) -> None:
-        """Close every connection (leaving the host does not close the ones this node dialled:
-        their sockets would stay open until the node is garbage)."""
+        """Let the broadcasts still queued for peers go out, then close every connection
+        (leaving the host does not close the ones this node dialled: their sockets would stay
+        open until the node is garbage)."""
         import trio
 
+        with trio.move_on_after(1):  # a publish only queues its message for each peer's sender
+            while any(len(q) for q in self._pubsub.peer_queues.values()):
+                await trio.sleep(0.005)
+            await trio.sleep(0.05)  # the last one taken off a queue is being written
         with trio.move_on_after(2):
             for pid in list(self._host.get_connected_peers()):
                 with contextlib.suppress(Exception):  # already closing

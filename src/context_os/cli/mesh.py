@@ -1,0 +1,313 @@
+"""``ctxos mesh peers|send|broadcast``: the agents on the mesh, from the shell.
+
+``peers`` lists the agents announced in the local registry (``mesh/registry.py``); with
+``--scan`` it also listens for mDNS announcements for a while. ``send`` and ``broadcast`` start
+a transient agent of their own (identity ``<user data dir>/mesh/cli.seed``, name ``--as``), dial,
+send, print what came back and stop. That agent records what it sends and receives as
+``message`` objects in the store, like any agent; it acknowledges a request a peer sends it at
+once (``auto_reply``), as nobody is there to answer. Nothing here announces itself in the registry.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import InputError, MeshError
+from ..mesh import registry
+from ..mesh.agent import MeshAgent
+from ..mesh.node import MeshConfig, MeshNode, load_seed
+from ..mesh.pnet import read_swarm_key
+from ..mesh.wire import BROADCAST_TYPES
+from ..store import Store, data_dir
+from ._common import emit_json, fails_cleanly, json_option, store_from, table
+
+CLI_AGENT = "ctxos-cli"
+REQUEST_TIMEOUT = 60.0
+"""Seconds ``send`` waits for the answer by default (the seed's request timeout)."""
+DIAL_TIMEOUT = 10.0
+"""The longest one dial may take."""
+POLL = 0.05
+
+as_option = click.option(
+    "--as",
+    "agent_name",
+    default=CLI_AGENT,
+    show_default=True,
+    metavar="NAME",
+    help="The agent name peers see.",
+)
+swarm_key_option = click.option(
+    "--swarm-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="A private network's swarm.key (its peers refuse anyone without it).",
+)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(mesh_group)
+
+
+@click.group("mesh")
+def mesh_group() -> None:
+    """Agents on the mesh: list them, send one a message, broadcast."""
+
+
+# -- peers ------------------------------------------------------------------------------------------
+
+
+@mesh_group.command("peers")
+@click.option(
+    "--scan",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Also listen for mDNS announcements this long and add the agents found.",
+)
+@json_option
+@fails_cleanly
+def peers_cmd(scan: float | None, as_json: bool) -> None:
+    """Agents running here (the local registry); --scan adds mDNS."""
+    directory = registry.default_dir()
+    rows: list[dict[str, Any]] = [{**p.public(), "source": "registry"} for p in registry.local_peers(directory)]
+    if scan is not None:
+        known = {r["peerId"] for r in rows}
+        rows += [{**p, "source": "mdns"} for p in _scan(scan) if p["peerId"] not in known]
+    if as_json:
+        emit_json({"registry": str(directory), "scanned": scan, "peers": rows})
+        return
+    if not rows:
+        more = f" and none answered mDNS within {scan:g} s" if scan is not None else ""
+        click.echo(f"no mesh agent is announced in {directory}{more}")
+        return
+    click.echo(
+        table(
+            [
+                [r["agentName"] or "?", r["peerId"], r["pid"] or "", r["source"], ", ".join(_transport(r["addresses"]))]
+                for r in rows
+            ],
+            ["agent", "peer id", "pid", "source", "addresses"],
+            "llrll",
+        )
+    )
+
+
+def _scan(seconds: float) -> list[dict[str, Any]]:
+    """The peers a node with mDNS finds within ``seconds`` (its own id left out)."""
+    node = MeshNode(MeshConfig(CLI_AGENT, seed=load_seed(_seed_path()), mdns=True))
+    node.start()
+    try:
+        time.sleep(seconds)  # discovery is what this command waits for: there is no condition to poll
+        found = [p.public() for p in node.peers() if p.id != node.peer_id]
+    finally:
+        _close(node)
+    return [
+        {
+            "peerId": p["peerId"],
+            "agentName": p["agentName"],
+            "addresses": p["addresses"],
+            "pid": None,
+            "started": None,
+            "status": p["status"],
+        }
+        for p in found
+    ]
+
+
+def _transport(addrs: list[str]) -> list[str]:
+    """Addresses without their ``/p2p/<id>`` tail (the peer id has a column of its own)."""
+    return [a.split("/p2p/")[0] for a in addrs]
+
+
+# -- send -------------------------------------------------------------------------------------------
+
+
+@mesh_group.command("send")
+@click.argument("peer", metavar="NAME|PEER_ID|MULTIADDR")
+@click.argument("message")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=REQUEST_TIMEOUT,
+    show_default=True,
+    metavar="S",
+    help="Seconds to wait for the answer.",
+)
+@click.option("--auto-reply", is_flag=True, help="Ask the peer to acknowledge at once, without its agent.")
+@as_option
+@swarm_key_option
+@json_option
+@click.pass_context
+@fails_cleanly
+def send_cmd(
+    ctx: click.Context,
+    peer: str,
+    message: str,
+    timeout: float,
+    auto_reply: bool,
+    agent_name: str,
+    swarm_key: Path | None,
+    as_json: bool,
+) -> None:
+    """Send one agent a message and print its answer."""
+    if not message.strip():
+        raise InputError("mesh send: the message is empty")
+    addrs = _addresses(peer)
+    config = _config(agent_name, swarm_key)
+    with store_from(ctx, create=True) as store, _transient(store, config) as agent:
+        peer_id = _dial(agent, addrs, min(timeout, DIAL_TIMEOUT))
+        result = agent.send(peer_id, message, auto_reply=auto_reply, timeout=timeout)
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(result["response"])
+    if result["error"]:
+        if not as_json:
+            click.echo(f"{result['agentName']} ({peer_id}) answered with an error", err=True)
+        ctx.exit(1)
+
+
+def _addresses(peer: str) -> list[str]:
+    """Where to dial ``peer``: the multiaddr itself, or the addresses of the registry's agent."""
+    if peer.startswith("/"):
+        if "/p2p/" not in peer:
+            raise MeshError(f"mesh: {peer!r} has no /p2p/<peer id> part: the address of a peer ends with it")
+        return [peer]
+    directory = registry.default_dir()
+    found = registry.find(directory, peer)
+    if found is None:
+        raise MeshError(
+            f"mesh: no running agent named {peer!r} (nor with that peer id) in the local registry {directory}; "
+            "`ctxos mesh peers` lists them, or give the peer's multiaddr (/ip4/…/tcp/…/p2p/<id>)"
+        )
+    return _dialable(found)
+
+
+def _dialable(peer: registry.LocalPeer) -> list[str]:
+    """The addresses of an announced agent, each ending in its ``/p2p/<id>`` (as a dial needs)."""
+    return [a if "/p2p/" in a else f"{a}/p2p/{peer.peer_id}" for a in peer.addrs]
+
+
+def _dial(agent: MeshAgent, addrs: list[str], timeout: float) -> str:
+    """Connect to the first of ``addrs`` that answers; its peer id. ``MeshError`` naming every
+    address tried when none does."""
+    if not addrs:
+        raise MeshError("mesh: the agent announced no address to dial")
+    failures = []
+    for addr in addrs:
+        try:
+            return agent.node.connect(addr, timeout=timeout)
+        except MeshError as e:
+            failures.append(str(e))
+    raise MeshError("; ".join(failures) if len(failures) == 1 else "cannot reach the peer: " + "; ".join(failures))
+
+
+# -- broadcast --------------------------------------------------------------------------------------
+
+
+@mesh_group.command("broadcast")
+@click.argument("message")
+@click.option(
+    "--type",
+    "kind",
+    type=click.Choice(BROADCAST_TYPES),
+    default="announce",
+    show_default=True,
+    help="The kind of message.",
+)
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds to wait for the dialled agents to join the topic.",
+)
+@as_option
+@swarm_key_option
+@json_option
+@click.pass_context
+@fails_cleanly
+def broadcast_cmd(
+    ctx: click.Context, message: str, kind: str, wait: float, agent_name: str, swarm_key: Path | None, as_json: bool
+) -> None:
+    """Publish a message to the agents in the local registry."""
+    if not message.strip():
+        raise InputError("mesh broadcast: the message is empty")
+    directory = registry.default_dir()
+    announced = registry.local_peers(directory)
+    config = _config(agent_name, swarm_key)
+    with store_from(ctx, create=True) as store, _transient(store, config) as agent:
+        reached: list[str] = []
+        failed: list[dict[str, Any]] = []
+        for p in announced:
+            if p.peer_id == agent.peer_id:
+                continue  # another command of ours, with the same identity
+            try:
+                reached.append(_dial(agent, _dialable(p), min(wait, DIAL_TIMEOUT)))
+            except MeshError as e:
+                failed.append({"peerId": p.peer_id, "agentName": p.agent_name, "error": str(e)})
+        if reached:
+            # every agent dialled joins the topic's mesh within a heartbeat or two, unless it is
+            # not subscribed to it: wait for them all, and settle for those there at the deadline
+            deadline = time.monotonic() + wait
+            while not set(reached) <= set(agent.node.topic_peers()) and time.monotonic() < deadline:
+                time.sleep(POLL)
+        if not agent.node.topic_peers():
+            why = f"{len(reached)} agent(s) reached" if reached else f"no agent in {directory} could be reached"
+            why += "".join(f"; {f['agentName']} ({f['peerId']}): {f['error']}" for f in failed)
+            raise MeshError(f"mesh: no peer on the topic {agent.config.topic!r} within {wait:g} s ({why})")
+        result = agent.broadcast(message, kind)  # close() lets it leave the node's queues
+    result["dialled"] = reached
+    result["failed"] = failed
+    if as_json:
+        emit_json(result)
+        return
+    for f in failed:
+        click.echo(f"could not reach {f['agentName']} ({f['peerId']}): {f['error']}", err=True)
+    click.echo(
+        f"broadcast on {result['topic']}: {result['peersReached']} peer(s) reached (message {result['messageId']})"
+    )
+
+
+# -- the transient agent ----------------------------------------------------------------------------
+
+
+def _seed_path() -> Path:
+    """The identity of the CLI's transient nodes: one peer id across runs."""
+    return data_dir() / "mesh" / "cli.seed"
+
+
+def _config(agent_name: str, swarm_key: Path | None) -> MeshConfig:
+    """How the CLI's transient node runs (read before anything is opened: a bad key or name
+    fails first)."""
+    return MeshConfig(
+        agent_name,
+        seed=load_seed(_seed_path()),
+        psk=read_swarm_key(swarm_key) if swarm_key is not None else None,
+    )
+
+
+@contextmanager
+def _transient(store: Store, config: MeshConfig) -> Iterator[MeshAgent]:
+    """A started agent that acknowledges requests itself, stopped on the way out."""
+    agent = MeshAgent(store, config, auto_reply=True)
+    try:
+        agent.start()
+        yield agent
+    finally:
+        _close(agent)
+
+
+def _close(node: MeshAgent | MeshNode) -> None:
+    """Stop ``node``; one that will not stop is only reported: what it did is already printed or
+    raised, and its thread ends with the process."""
+    try:
+        node.close()
+    except MeshError as e:
+        click.echo(f"warning: {e}", err=True)

@@ -1,0 +1,458 @@
+"""``ctxos mesh peers|send|broadcast`` through the real command tree (CliRunner), against real
+peers: "bob" is a ``MeshAgent`` in this process on 127.0.0.1, on its own SQLite store, announced
+in the registry the CLI reads (the isolated user data dir), answering its requests from a
+thread as an agent's loop would. And the registry (mesh/registry.py) on its own, on real files
+and real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from context_os.cli import cli
+from context_os.cli.mesh import register
+from context_os.errors import InputError, MeshError
+from context_os.mesh import registry
+from context_os.mesh.agent import MeshAgent
+from context_os.mesh.node import MeshConfig, MeshNode
+from context_os.mesh.pnet import new_swarm_key, read_swarm_key
+from context_os.store import data_dir
+from context_os.store.sqlite import SqliteStore
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
+
+POLL = 0.02
+WAIT = 5.0
+"""The longest any condition here is waited for (each passes in milliseconds when all is well)."""
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g} s")
+        time.sleep(POLL)
+
+
+@pytest.fixture(scope="module")
+def ctxos() -> click.Group:
+    """The ``ctxos`` group with the mesh commands (a copy: the real group is left as it is)."""
+    group = click.Group(cli.name, commands=dict(cli.commands), params=cli.params, callback=cli.callback)
+    register(group)
+    return group
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """The store the CLI's transient agent records in (created by the first command)."""
+    return tmp_path / "cli.db"
+
+
+def run(ctxos: click.Group, db: Path, *args: str) -> Result:
+    return CliRunner().invoke(ctxos, ["--store", str(db), "mesh", *args])
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", ""])
+    proc.wait(WAIT)
+    return proc.pid
+
+
+@pytest.fixture(scope="module")
+def bob(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshAgent]:
+    """A real agent whose loop answers ``bob heard: <message>``, or with an error when the
+    message starts with ``fail:``."""
+    store = SqliteStore(tmp_path_factory.mktemp("bob") / "bob.db")
+    agent = MeshAgent(store, MeshConfig("bob"), auto_reply=False).start()
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            req = agent.next_request(timeout=POLL)
+            if req is None:
+                continue
+            if req.message.startswith("fail:"):
+                req.answer("bob cannot do that", error=True)
+            else:
+                req.answer(f"bob heard: {req.message}")
+
+    thread = threading.Thread(target=loop, name="bob-loop", daemon=True)
+    thread.start()
+    try:
+        yield agent
+    finally:
+        stop.set()
+        thread.join(WAIT)
+        agent.close()
+        store.close()
+
+
+@pytest.fixture
+def announced(bob: MeshAgent) -> Path:
+    """Bob's entry in this test's registry."""
+    return registry.announce(registry.default_dir(), peer_id=bob.peer_id, agent_name="bob", addrs=bob.node.addrs)
+
+
+@pytest.fixture
+def dead_addr() -> str:
+    """The address of a peer that has stopped: nothing listens there any more."""
+    node = MeshNode(MeshConfig("ghost")).start()
+    addr = node.addrs[0]
+    node.close()
+    return addr
+
+
+def cli_messages(db: Path, agent: str = "ctxos-cli") -> list[dict[str, Any]]:
+    with SqliteStore(db) as s:
+        docs = [v.doc for v in s.find(kind="message", where={"mesh_agent": agent}) if v.doc is not None]
+    return sorted(docs, key=lambda d: (d["meta"]["at"], d["id"]))
+
+
+# -- send -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("announced")
+def test_send_by_agent_name_prints_the_answer_and_records_both_messages(
+    ctxos: click.Group, db: Path, bob: MeshAgent
+) -> None:
+    r = run(ctxos, db, "send", "bob", "hello bob", "--timeout", "5")
+    assert r.exit_code == 0, r.output
+    assert r.stdout == "bob heard: hello bob\n"
+    # again: the same CLI identity, a new node, while bob may still hold the last connection
+    r = run(ctxos, db, "send", "bob", "hello again", "--timeout", "5")
+    assert r.exit_code == 0, r.output
+    assert r.stdout == "bob heard: hello again\n"
+    docs = cli_messages(db)
+    assert [(d["meta"]["kind"], d["meta"]["direction"], d["content"]) for d in docs] == [
+        ("request", "out", "hello bob"),
+        ("reply", "in", "bob heard: hello bob"),
+        ("request", "out", "hello again"),
+        ("reply", "in", "bob heard: hello again"),
+    ]
+    assert {d["meta"]["peer"] for d in docs} == {bob.peer_id}
+    assert docs[1]["meta"]["in_reply_to"] == docs[0]["id"] and docs[1]["meta"]["peer_name"] == "bob"
+
+
+@pytest.mark.usefixtures("announced")
+def test_send_by_peer_id_json(ctxos: click.Group, db: Path, bob: MeshAgent) -> None:
+    r = run(ctxos, db, "send", bob.peer_id, "by id", "--json", "--timeout", "5")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert (out["peerId"], out["agentName"], out["response"], out["error"]) == (
+        bob.peer_id,
+        "bob",
+        "bob heard: by id",
+        False,
+    )
+    assert [d["id"] for d in cli_messages(db)] == out["objects"]
+
+
+def test_send_by_multiaddr_needs_no_registry(ctxos: click.Group, db: Path, bob: MeshAgent) -> None:
+    assert registry.local_peers(registry.default_dir()) == []
+    r = run(ctxos, db, "send", bob.node.addrs[0], "by address", "--as", "alice", "--json", "--timeout", "5")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["response"] == "bob heard: by address"
+    docs = cli_messages(db, "alice")
+    assert [(d["meta"]["kind"], d["content"]) for d in docs] == [
+        ("request", "by address"),
+        ("reply", "bob heard: by address"),
+    ]
+    assert cli_messages(db) == []
+
+
+@pytest.mark.usefixtures("announced")
+def test_send_auto_reply_is_answered_by_the_node(ctxos: click.Group, db: Path) -> None:
+    r = run(ctxos, db, "send", "bob", "ping", "--auto-reply", "--timeout", "5")
+    assert r.exit_code == 0, r.output
+    assert r.stdout == "[auto-response] Received: ping\n"
+
+
+@pytest.mark.usefixtures("announced")
+def test_an_error_answer_is_printed_and_exits_1(ctxos: click.Group, db: Path) -> None:
+    r = run(ctxos, db, "send", "bob", "fail: now", "--timeout", "5")
+    assert r.exit_code == 1, r.output
+    assert r.stdout == "bob cannot do that\n"
+    assert "answered with an error" in r.stderr
+    r = run(ctxos, db, "send", "bob", "fail: as json", "--json", "--timeout", "5")
+    assert r.exit_code == 1, r.output
+    out = json.loads(r.stdout)
+    assert (out["response"], out["error"]) == ("bob cannot do that", True)
+
+
+@pytest.mark.usefixtures("announced")
+def test_send_to_an_unknown_name_fails_naming_it(ctxos: click.Group, db: Path) -> None:
+    r = run(ctxos, db, "send", "nobody-here", "hello")
+    assert r.exit_code == 1
+    assert "Error: MeshError" in r.stderr and "'nobody-here'" in r.stderr and "local registry" in r.stderr
+    assert not db.exists()  # refused before anything was opened
+
+
+def test_send_to_an_ambiguous_name_names_the_candidates(ctxos: click.Group, db: Path) -> None:
+    for peer_id in ("12D3KooWTwinA", "12D3KooWTwinB"):
+        registry.announce(registry.default_dir(), peer_id=peer_id, agent_name="twin", addrs=[])
+    r = run(ctxos, db, "send", "twin", "which one?")
+    assert r.exit_code == 1
+    assert "2 agents are named 'twin'" in r.stderr and "12D3KooWTwinA" in r.stderr and "12D3KooWTwinB" in r.stderr
+    assert not db.exists()
+
+
+def test_send_to_an_agent_without_an_address(ctxos: click.Group, db: Path) -> None:
+    registry.announce(registry.default_dir(), peer_id="12D3KooWMute", agent_name="mute", addrs=[])
+    r = run(ctxos, db, "send", "mute", "hello")
+    assert r.exit_code == 1 and "announced no address" in r.stderr
+
+
+def test_send_to_a_stopped_peer_fails_within_the_timeout(ctxos: click.Group, db: Path, dead_addr: str) -> None:
+    began = time.monotonic()
+    r = run(ctxos, db, "send", dead_addr, "anyone?", "--timeout", "3")
+    took = time.monotonic() - began
+    assert r.exit_code == 1
+    assert "Error: MeshError" in r.stderr and f"connect to {dead_addr}" in r.stderr
+    # a deadline, not a speed target: the command must not outlive its --timeout (plus a start
+    # and a stop of its node)
+    assert took < 3 + WAIT
+    failed = [d for d in cli_messages(db) if d["meta"]["kind"] == "request"]
+    assert failed == []  # it never got as far as a request: nothing half-sent is recorded
+
+
+def test_send_to_a_silent_peer_times_out(ctxos: click.Group, db: Path, tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "carol.db") as store, MeshAgent(store, MeshConfig("carol")) as carol:
+        registry.announce(registry.default_dir(), peer_id=carol.peer_id, agent_name="carol", addrs=carol.node.addrs)
+        r = run(ctxos, db, "send", "carol", "are you there?", "--timeout", "1")
+    assert r.exit_code == 1
+    # carol's queue or the CLI's own deadline, whichever fires first, says the same
+    assert "no answer within 1 s" in r.output
+
+
+def test_send_on_a_private_network_needs_the_key(ctxos: click.Group, db: Path, tmp_path: Path) -> None:
+    key_file = tmp_path / "swarm.key"
+    key_file.write_text(new_swarm_key())
+    config = MeshConfig("pat", psk=read_swarm_key(key_file))
+    with SqliteStore(tmp_path / "pat.db") as store, MeshAgent(store, config) as pat:
+        registry.announce(registry.default_dir(), peer_id=pat.peer_id, agent_name="pat", addrs=pat.node.addrs)
+        r = run(ctxos, db, "send", "pat", "with the key", "--auto-reply", "--swarm-key", str(key_file))
+        assert r.exit_code == 0, r.output
+        assert r.stdout == "[auto-response] Received: with the key\n"
+        r = run(ctxos, db, "send", "pat", "without it", "--auto-reply", "--timeout", "1")
+        assert r.exit_code == 1 and "connect to" in r.stderr
+
+
+def test_a_bad_swarm_key_is_a_clean_error(ctxos: click.Group, db: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "swarm.key"
+    bad.write_text("not a key\n")
+    r = run(ctxos, db, "send", "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWAbc", "x", "--swarm-key", str(bad))
+    assert r.exit_code == 1 and "Error: ConfigError: swarm key" in r.stderr
+    assert not db.exists()  # refused before anything was opened
+
+
+# -- broadcast --------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("announced")
+def test_broadcast_reaches_bob_and_reports_who_could_not_be_reached(
+    ctxos: click.Group, db: Path, bob: MeshAgent, dead_addr: str
+) -> None:
+    ghost = dead_addr.rsplit("/p2p/", 1)[1]
+    registry.announce(registry.default_dir(), peer_id=ghost, agent_name="ghost", addrs=[dead_addr])
+    text = f"news {time.monotonic_ns()}"
+    r = run(ctxos, db, "broadcast", text, "--type", "event", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["peersReached"] == 1 and out["dialled"] == [bob.peer_id]
+    assert [(f["peerId"], f["agentName"]) for f in out["failed"]] == [(ghost, "ghost")]
+
+    def heard() -> list[dict[str, Any]]:
+        return [m for m in bob.messages() if m["kind"] == "broadcast" and m["text"] == text]
+
+    wait_for(lambda: bool(heard()), "bob gets the broadcast")
+    (got,) = heard()
+    assert (got["direction"], got["type"], got["peer_name"]) == ("in", "event", "ctxos-cli")
+    (sent,) = cli_messages(db)
+    assert (sent["meta"]["kind"], sent["meta"]["direction"], sent["content"]) == ("broadcast", "out", text)
+
+
+@pytest.mark.usefixtures("announced")
+def test_broadcast_text_output(ctxos: click.Group, db: Path) -> None:
+    r = run(ctxos, db, "broadcast", "hello all")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("broadcast on pi-broadcast: 1 peer(s) reached (message ")
+
+
+def test_broadcast_with_nobody_to_reach_fails(ctxos: click.Group, db: Path) -> None:
+    r = run(ctxos, db, "broadcast", "hello?", "--wait", "1")
+    assert r.exit_code == 1
+    assert "no peer on the topic 'pi-broadcast'" in r.stderr
+
+
+# -- peers ------------------------------------------------------------------------------------------
+
+
+def test_peers_lists_live_agents_and_skips_dead_and_malformed_entries(
+    ctxos: click.Group, db: Path, bob: MeshAgent, announced: Path
+) -> None:
+    directory = registry.default_dir()
+    gone = registry.announce(directory, peer_id="12D3KooWGone", agent_name="gone", addrs=[], pid=dead_pid())
+    (directory / "garbage.json").write_text("{not json")
+    (directory / "12D3KooWOdd.json").write_text(json.dumps({"peerId": "12D3KooWOdd", "agentName": "odd"}))
+    r = run(ctxos, db, "peers", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["registry"] == str(directory) and out["scanned"] is None
+    (row,) = out["peers"]
+    assert row == {
+        "peerId": bob.peer_id,
+        "agentName": "bob",
+        "addresses": bob.node.addrs,
+        "pid": os.getpid(),
+        "started": row["started"],
+        "source": "registry",
+    }
+    assert not gone.exists() and (directory / "garbage.json").exists()  # only the dead entry goes
+    r = run(ctxos, db, "peers")
+    assert r.exit_code == 0, r.output
+    assert bob.peer_id in r.stdout and "bob" in r.stdout and "/p2p/" not in r.stdout
+    assert not db.exists()  # listing opens no store
+
+
+def test_peers_with_an_empty_registry(ctxos: click.Group, db: Path) -> None:
+    r = run(ctxos, db, "peers")
+    assert r.exit_code == 0, r.output
+    assert r.stdout == f"no mesh agent is announced in {registry.default_dir()}\n"
+
+
+@pytest.mark.usefixtures("announced")
+def test_peers_scan_runs_an_mdns_node_for_a_while(ctxos: click.Group, db: Path, bob: MeshAgent) -> None:
+    r = run(ctxos, db, "peers", "--scan", "0.2", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["scanned"] == 0.2
+    # other mDNS peers on this machine may answer too; bob is there once, from the registry
+    assert [p["source"] for p in out["peers"] if p["peerId"] == bob.peer_id] == ["registry"]
+
+
+# -- the registry -----------------------------------------------------------------------------------
+
+
+def test_default_dir_is_in_the_user_data_dir() -> None:
+    assert registry.default_dir() == data_dir() / "mesh" / "peers"
+
+
+def test_announce_writes_one_private_file(tmp_path: Path) -> None:
+    d = tmp_path / "peers"
+    path = registry.announce(d, peer_id="12D3KooWA", agent_name="alice", addrs=["/ip4/127.0.0.1/tcp/1/p2p/12D3KooWA"])
+    assert path == d / "12D3KooWA.json" and os.listdir(d) == ["12D3KooWA.json"]  # no temporary file left
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(d.stat().st_mode) == 0o700
+    entry = json.loads(path.read_text())
+    assert entry == {
+        "peerId": "12D3KooWA",
+        "agentName": "alice",
+        "addresses": ["/ip4/127.0.0.1/tcp/1/p2p/12D3KooWA"],
+        "pid": os.getpid(),
+        "started": entry["started"],
+    }
+    (peer,) = registry.local_peers(d)
+    assert peer == registry.LocalPeer(
+        "12D3KooWA", "alice", ("/ip4/127.0.0.1/tcp/1/p2p/12D3KooWA",), os.getpid(), entry["started"]
+    )
+    # announcing again replaces the entry
+    registry.announce(d, peer_id="12D3KooWA", agent_name="alice2", addrs=[])
+    assert [p.agent_name for p in registry.local_peers(d)] == ["alice2"]
+
+
+@pytest.mark.parametrize("peer_id", ["", "../escape", "a/b", "12D3 KooW", "x" * 129])
+def test_announce_refuses_what_is_not_a_peer_id(tmp_path: Path, peer_id: str) -> None:
+    with pytest.raises(InputError, match="not a peer id"):
+        registry.announce(tmp_path, peer_id=peer_id, agent_name="a", addrs=[])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_announce_refuses_an_empty_name(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="agent name"):
+        registry.announce(tmp_path, peer_id="12D3KooWA", agent_name=" ", addrs=[])
+
+
+def test_withdraw_removes_and_tolerates_missing(tmp_path: Path) -> None:
+    path = registry.announce(tmp_path, peer_id="12D3KooWA", agent_name="a", addrs=[])
+    registry.withdraw(path)
+    registry.withdraw(path)
+    assert registry.local_peers(tmp_path) == []
+
+
+def test_local_peers_of_a_missing_directory(tmp_path: Path) -> None:
+    assert registry.local_peers(tmp_path / "nothing") == []
+
+
+def test_local_peers_drops_dead_processes(tmp_path: Path) -> None:
+    dead = registry.announce(tmp_path, peer_id="12D3KooWDead", agent_name="dead", addrs=[], pid=dead_pid())
+    registry.announce(tmp_path, peer_id="12D3KooWLive", agent_name="live", addrs=[])
+    assert [p.peer_id for p in registry.local_peers(tmp_path)] == ["12D3KooWLive"]
+    assert not dead.exists()
+
+
+@pytest.mark.parametrize(
+    "name, body",
+    [
+        ("12D3KooWA.json", "{not json"),
+        ("12D3KooWA.json", "[1, 2]"),
+        ("12D3KooWA.json", b"\xff\xfe"),
+        ("12D3KooWA.json", {"peerId": "12D3KooWA", "agentName": "a", "addresses": []}),  # no pid
+        ("12D3KooWA.json", {"peerId": "12D3KooWA", "agentName": "a", "addresses": [], "pid": 0, "started": 1}),
+        ("12D3KooWA.json", {"peerId": "12D3KooWA", "agentName": "a", "addresses": [], "pid": -1, "started": 1}),
+        ("12D3KooWA.json", {"peerId": "12D3KooWA", "agentName": "a", "addresses": [], "pid": True, "started": 1}),
+        ("12D3KooWA.json", {"peerId": "12D3KooWA", "agentName": "a", "addresses": [1], "pid": 1, "started": 1}),
+        ("12D3KooWA.json", {"peerId": "12D3KooWA", "agentName": 5, "addresses": [], "pid": 1, "started": 1}),
+        ("12D3KooWA.json", {"peerId": "12D3KooWA", "agentName": "a", "addresses": [], "pid": 1, "started": "1"}),
+        ("other.json", {"peerId": "12D3KooWA", "agentName": "a", "addresses": [], "pid": 1, "started": 1}),
+    ],
+)
+def test_local_peers_skips_malformed_files_and_leaves_them(tmp_path: Path, name: str, body: Any) -> None:
+    path = tmp_path / name
+    if isinstance(body, bytes):
+        path.write_bytes(body)
+    else:
+        path.write_text(body if isinstance(body, str) else json.dumps(body))
+    registry.announce(tmp_path, peer_id="12D3KooWGood", agent_name="good", addrs=[])
+    assert [p.peer_id for p in registry.local_peers(tmp_path)] == ["12D3KooWGood"]
+    assert path.exists()
+
+
+def test_local_peers_are_oldest_first(tmp_path: Path) -> None:
+    for n, peer_id in enumerate(["12D3KooWC", "12D3KooWA", "12D3KooWB"]):
+        path = registry.announce(tmp_path, peer_id=peer_id, agent_name=peer_id, addrs=[])
+        entry = json.loads(path.read_text())
+        path.write_text(json.dumps({**entry, "started": 1000 - n}))
+    assert [p.peer_id for p in registry.local_peers(tmp_path)] == ["12D3KooWB", "12D3KooWA", "12D3KooWC"]
+
+
+def test_find_by_peer_id_or_name(tmp_path: Path) -> None:
+    registry.announce(tmp_path, peer_id="12D3KooWA", agent_name="alice", addrs=[])
+    registry.announce(tmp_path, peer_id="12D3KooWB", agent_name="12D3KooWA", addrs=[])  # a name that is an id
+    found = registry.find(tmp_path, "12D3KooWA")
+    assert found is not None and found.agent_name == "alice"  # the peer id wins
+    found = registry.find(tmp_path, "alice")
+    assert found is not None and found.peer_id == "12D3KooWA"
+    assert registry.find(tmp_path, "nobody") is None
+    assert registry.find(tmp_path / "missing", "alice") is None
+
+
+def test_find_an_ambiguous_name_names_the_candidates(tmp_path: Path) -> None:
+    registry.announce(tmp_path, peer_id="12D3KooWA", agent_name="twin", addrs=[])
+    registry.announce(tmp_path, peer_id="12D3KooWB", agent_name="twin", addrs=[])
+    with pytest.raises(MeshError, match="2 agents are named 'twin'") as e:
+        registry.find(tmp_path, "twin")
+    assert "12D3KooWA" in str(e.value) and "12D3KooWB" in str(e.value)
+    found = registry.find(tmp_path, "12D3KooWB")
+    assert found is not None and found.agent_name == "twin"
