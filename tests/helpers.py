@@ -1,4 +1,5 @@
-"""Builders for OpenAI-format conversations used across tests, and a ``ctxos serve --http`` runner."""
+"""Builders for OpenAI-format conversations used across tests, a ``ctxos serve --http`` runner, and
+``wait_for`` (tests of threads and processes wait on conditions, never on sleeps)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import pytest
 
 from context_os.context.view import INDEX_HEADER
 
@@ -179,3 +183,19 @@ def shown_blocks(texts: list[str]) -> dict[str, str]:
             else:
                 shown[key] = apply_patch(shown[key], lines[2:-1])
     return shown
+
+
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T], what: str = "condition", timeout: float = 10.0) -> T:
+    """Poll ``check`` until it returns something truthy (returned); fail naming ``what`` after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.01)

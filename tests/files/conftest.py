@@ -4,7 +4,7 @@ inside it), sessions, file tools, and a started watchdog tracker."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,18 +22,6 @@ WATCHDOG_RACE_WARNING = "ignore:Callback with id:RuntimeWarning"
 """watchdog's inotify thread warns when a new directory's watch is added twice (it races with
 itself on ``mkdir -p``); harmless, but under ``filterwarnings = error`` it would kill that
 thread. Tests that run a tracker ignore exactly this warning."""
-
-
-def wait_for(check: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
-    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def metas(db: SqliteStore, oid: str) -> list[dict[str, Any]]:

@@ -16,8 +16,8 @@ from context_os.files import FILE_TOOLS, FileTools, FileTracker, Workspace
 from context_os.harness.openai import OPENAI_PAIRING, OpenAIHook
 from context_os.harness.pairing import pairing_problems
 from context_os.store.sqlite import SqliteStore
-from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta, wait_for
-from tests.helpers import EAGER, call, result, user
+from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta
+from tests.helpers import EAGER, call, result, user, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)]
 

@@ -13,7 +13,8 @@ import pytest
 
 from context_os.files import FileIndex, FileTracker, Workspace
 from context_os.store.sqlite import SqliteStore
-from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta, metas, wait_for
+from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta, metas
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
 

@@ -4,7 +4,6 @@ the test. libp2p is imported here unconditionally: without it these tests fail, 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,22 +13,7 @@ import pytest
 from context_os.mesh.agent import MeshAgent
 from context_os.mesh.node import MeshConfig
 from context_os.store.base import Store
-
-DEADLINE = 10.0
-"""The longest any condition in these tests is waited for."""
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = DEADLINE) -> Any:
-    """Poll ``check`` until it returns something true; fail naming ``what`` at the deadline."""
-    end = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.01)
-
+from tests.helpers import wait_for
 
 AgentFactory = Callable[..., MeshAgent]
 
@@ -61,7 +45,7 @@ def link(*agents: MeshAgent) -> None:
             a.node.connect(b.node.addrs[0])
     for a in agents:
         others = {b.peer_id for b in agents if b is not a}
-        wait_for(f"{a.name}'s topic mesh", lambda a=a, others=others: others <= set(a.node.topic_peers()))
+        wait_for(lambda a=a, others=others: others <= set(a.node.topic_peers()), f"{a.name}'s topic mesh")
 
 
 class Answerer:

@@ -154,21 +154,21 @@ def test_direct_messages_and_broadcasts_both_ways(js: Any, tmp_path: Path) -> No
             assert got["ok"]["response"]["message"] == "py read: hello py"
             assert got["ok"]["response"]["fromPeerId"] == agent.peer_id and got["ok"]["response"]["error"] is False
             # broadcasts: the topic mesh forms across both stacks
-            wait_for("the js peer on the topic", lambda: peer.peer_id in agent.node.topic_peers(), timeout=30)
+            wait_for(lambda: peer.peer_id in agent.node.topic_peers(), "the js peer on the topic", timeout=30)
             wait_for(
-                "the py peer on the js topic",
                 lambda: agent.peer_id in peer.do({"subscribers": True})["ok"]["subscribers"],
+                "the py peer on the js topic",
                 timeout=30,
             )
             agent.broadcast("from py to everyone", "event")
-            wait_for("js to get the broadcast", lambda: peer.broadcasts, timeout=30)
+            wait_for(lambda: peer.broadcasts, "js to get the broadcast", timeout=30)
             assert peer.broadcasts[0]["message"] == "from py to everyone" and peer.broadcasts[0]["type"] == "event"
             wait_for(
-                "py to get a js broadcast",
                 lambda: (
                     peer.do({"publish": "from js"})
                     and any(m["kind"] == "broadcast" and m["direction"] == "in" for m in agent.messages())
                 ),
+                "py to get a js broadcast",
                 timeout=30,
             )
         finally:

@@ -96,7 +96,7 @@ def test_a_broadcast_reaches_both_others_and_shows_in_their_context(
     out = a.broadcast("release freeze at 17:00", "event")
     assert out["peersReached"] == 2
     for agent, hook in ((b, hb), (c, hc)):
-        wait_for(f"{agent.name} to get the broadcast", lambda agent=agent: agent.messages())
+        wait_for(lambda agent=agent: agent.messages(), f"{agent.name} to get the broadcast")
         text = blocks_text(hook.transform_context([user("anything new?")]))
         assert "release freeze at 17:00" in text
         assert f'from="{a.name} ({a.peer_id})" message="broadcast" type="event"' in text
@@ -158,9 +158,9 @@ def test_a_peer_killed_mid_request_fails_the_sender_and_leaves_nothing_half_writ
     )
     proc = subprocess.Popen([sys.executable, "-c", script])
     try:
-        addr = wait_for("the victim to listen", lambda: ready.exists() and ready.read_text(), timeout=30)
+        addr = wait_for(lambda: ready.exists() and ready.read_text(), "the victim to listen", timeout=30)
         victim = alice.node.connect(addr)
-        wait_for("the victim to queue nothing yet", lambda: victim in alice.node.connected())
+        wait_for(lambda: victim in alice.node.connected(), "the victim to queue nothing yet")
         import threading
 
         outcome: dict[str, Any] = {}
@@ -173,7 +173,7 @@ def test_a_peer_killed_mid_request_fails_the_sender_and_leaves_nothing_half_writ
 
         t = threading.Thread(target=send)
         t.start()
-        wait_for("the victim to get the request", lambda: alice.node.counts["requests_out"] >= 1)
+        wait_for(lambda: alice.node.counts["requests_out"] >= 1, "the victim to get the request")
         os.kill(proc.pid, signal.SIGKILL)
         t.join(30)
         assert not t.is_alive()
@@ -251,7 +251,7 @@ def test_a_request_nobody_answers_times_out_and_a_full_queue_refuses(store: Stor
     answers: list[dict[str, Any]] = []
     first = threading.Thread(target=lambda: answers.append(a.send(b.peer_id, "first")))
     first.start()
-    wait_for("the first request to queue", lambda: b.queue.stats()["queued"] == 1)
+    wait_for(lambda: b.queue.stats()["queued"] == 1, "the first request to queue")
     second = a.send(b.peer_id, "second")  # the queue holds one: refused at once
     assert second["error"] is True and second["response"].startswith("[queue-full]")
     first.join(10)
@@ -262,7 +262,7 @@ def test_a_request_nobody_answers_times_out_and_a_full_queue_refuses(store: Stor
         got = [d for d in messages_of(store, b) if d["meta"]["kind"] == "request"]
         return got if len(got) == 2 and all(d["meta"]["status"] != "queued" for d in got) else []
 
-    statuses = {d["content"]: d["meta"]["status"] for d in wait_for("both statuses stored", settled)}
+    statuses = {d["content"]: d["meta"]["status"] for d in wait_for(settled, "both statuses stored")}
     assert statuses == {"first": "timed out", "second": "refused: queue full"}
 
 
@@ -287,7 +287,7 @@ def test_the_history_cap_applies_to_what_is_shown_not_to_what_is_stored(
     link(a, b)
     for i in range(5):
         a.broadcast(f"note {i}")
-    wait_for("five broadcasts", lambda: len(messages_of(store, b)) == 5)
+    wait_for(lambda: len(messages_of(store, b)) == 5, "five broadcasts")
     text = blocks_text(hb.transform_context([user("news?")]))
     assert [f"note {i}" in text for i in range(5)] == [False, False, True, True, True]
     shown = [o for o in hb.session.view.objects.values() if o.kind == "message"]
@@ -315,7 +315,7 @@ def test_mdns_discovers_the_other_peers(tmp_path: Path, uid: str) -> None:
             a.start()
         for a in made:
             others = {b.peer_id for b in made if b is not a}
-            wait_for(f"{a.name} to discover and connect", lambda a=a, o=others: o <= set(a.node.connected()), 30)
+            wait_for(lambda a=a, o=others: o <= set(a.node.connected()), f"{a.name} to discover and connect", 30)
             found = {p["peerId"] for p in a.discover()["peers"]}
             assert others <= found
     finally:
@@ -329,7 +329,7 @@ def test_a_burst_of_broadcasts_arrives_whole(store: Store, agents: AgentFactory)
     link(a, b)
     for i in range(200):
         a.node.broadcast(f"burst {i}")
-    wait_for("200 broadcasts stored", lambda: len(b.messages()) == 200, timeout=60)
+    wait_for(lambda: len(b.messages()) == 200, "200 broadcasts stored", timeout=60)
     assert sorted(m["text"] for m in b.messages()) == sorted(f"burst {i}" for i in range(200))
     assert b.node.counts["dropped"] == 0
 
@@ -345,7 +345,7 @@ def test_the_default_broadcast_rate_limit_drops_a_flood(store: Store, agents: Ag
         seen.append(len(b.messages()))
         return len(seen) > 50 and seen[-1] == seen[-51] and seen[-1] > 0
 
-    wait_for("bob to take in what it accepts", settled, timeout=60)
+    wait_for(settled, "bob to take in what it accepts", timeout=60)
     assert 0 < seen[-1] < 1000  # a flooding peer cannot fill bob's store
 
 
@@ -357,7 +357,7 @@ def test_a_restarted_peer_is_heard_at_once(store: Store, agents: AgentFactory, u
     for run in range(2):
         with MeshNode(MeshConfig(f"alice-{uid}", seed=seed)) as a:
             a.connect(b.node.addrs[0])
-            wait_for("the topic mesh", lambda a=a: b.peer_id in a.topic_peers())
+            wait_for(lambda a=a: b.peer_id in a.topic_peers(), "the topic mesh")
             a.broadcast(f"run {run}")
         # close() lets the broadcast leave before the connection goes
-        wait_for(f"run {run}'s broadcast", lambda run=run: any(m["text"] == f"run {run}" for m in b.messages()))
+        wait_for(lambda run=run: any(m["text"] == f"run {run}" for m in b.messages()), f"run {run}'s broadcast")

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 def test_a_served_agent_answers_a_peer_and_uses_the_mesh_tools(tmp_path: Path) -> None:
     with http_server(tmp_path, "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none") as srv:
-        bob = wait_for("bob in the local registry", lambda: registry.find(registry.default_dir(), "bob"))
+        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
         opened = srv.rpc("session.open", session="s1", mesh=True)["result"]
         assert opened["sources"] == ["mesh:bob"]
         tools = {t["function"]["name"] for t in srv.rpc("tools.list", session="s1")["result"]}

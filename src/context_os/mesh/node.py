@@ -23,8 +23,9 @@ What 0.8.1 needs set differently, and why (measured; docs/mesh.md):
   explicit dial); ``Pubsub`` starts a cache thread it never stops (stopped at close); a
   subscription drops what comes past 32 waiting (a burst from one connection): 1,000; its message
   counter starts at the time in seconds, so a node restarted with the same identity within a
-  second repeats ids its peers drop as seen: nanoseconds; a publish only queues the message, so
-  ``close`` lets the queues drain first;
+  second repeats ids its peers drop as seen: nanoseconds; a publish only queues the message for
+  each peer and drops it past 32 queued, so a broadcast waits for room and ``close`` lets the
+  queues drain first;
 * it logs to the ``libp2p`` logger at ERROR for events a caller already gets as an exception:
   that logger gets a ``NullHandler`` and does not propagate (``quiet_libp2p``).
 
@@ -585,10 +586,20 @@ class MeshNode:
             wire.Broadcast(self.config.agent_name, self.peer_id, wire.now_ms(), message, type)  # type: ignore[arg-type]
         )
         reached = len(self.topic_peers())
-        self._call(self._pubsub.publish, self.config.topic, body, timeout=self.config.call_timeout, what="broadcast")
+        self._call(self._publish, body, timeout=self.config.call_timeout, what="broadcast")
         with self._lock:
             self.counts["broadcasts_out"] += 1
         return BroadcastResult(self.config.topic, reached, hashlib.sha256(body).hexdigest()[:16])
+
+    async def _publish(self, body: bytes) -> None:
+        """Publish once every peer's outbound queue has room: py-libp2p drops what comes past 32
+        queued for a peer (a burst on a busy machine lost broadcasts); here a burst waits."""
+        import trio
+        from libp2p.pubsub.rpc_queue import OutBoundQueueSize
+
+        while any(len(q) >= OutBoundQueueSize for q in self._pubsub.peer_queues.values()):
+            await trio.sleep(0.001)
+        await self._pubsub.publish(self.config.topic, body)
 
     # --- what peers send -------------------------------------------------------------------------
 
