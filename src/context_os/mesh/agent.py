@@ -290,16 +290,7 @@ class MeshAgent:
     def _on_request(self, peer: str, req: wire.AgentRequest) -> str | concurrent.futures.Future[tuple[str, bool]]:
         if self.auto_reply or req.auto_reply:
             text = f"[auto-response] Received: {req.message}"
-            got = self._message_doc(
-                req.message,
-                direction="in",
-                kind="request",
-                peer=peer,
-                peer_name=req.from_agent,
-                request_id=req.request_id,
-                sent_at=req.timestamp,
-                status="answered automatically",
-            )
+            got = self._request_doc(peer, req, "answered automatically")
             self._record(got, self._reply_doc(got, peer, req.from_agent, req.request_id, text, False))
             return text
         try:
@@ -321,7 +312,18 @@ class MeshAgent:
             memories=memories,
             on_answer=self._answered,
         )
-        doc = self._message_doc(
+        doc = self._request_doc(peer, req, "queued", memories)
+        pending.object_id = doc["id"]
+        # stored before it is queued: the agent's answer always follows its request
+        self._record(doc, memories=tuple((e.id, e.value) for e in entries))
+        self.queue.put(pending)  # a full queue answers "[queue-full]" at once: _settled stores it
+        pending.future.add_done_callback(lambda f: self._settled(pending, doc))
+        return pending.future
+
+    def _request_doc(
+        self, peer: str, req: wire.AgentRequest, status: str, memories: list[str] | None = None
+    ) -> dict[str, Any]:
+        return self._message_doc(
             req.message,
             direction="in",
             kind="request",
@@ -329,15 +331,9 @@ class MeshAgent:
             peer_name=req.from_agent,
             request_id=req.request_id,
             sent_at=req.timestamp,
-            status="queued",
+            status=status,
             memories=memories or None,
         )
-        pending.object_id = doc["id"]
-        # stored before it is queued: the agent's answer always follows its request
-        self._record(doc, memories=tuple((e.id, e.value) for e in entries))
-        self.queue.put(pending)  # a full queue answers "[queue-full]" at once: _settled stores it
-        pending.future.add_done_callback(lambda f: self._settled(pending, doc))
-        return pending.future
 
     def _reply_doc(
         self, request: Mapping[str, Any], peer: str, peer_name: str, rid: str, text: str, error: bool
