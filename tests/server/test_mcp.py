@@ -1,0 +1,186 @@
+"""``ctxos mcp`` through the official MCP SDK's own client: over stdio (a real ``ctxos mcp``
+subprocess) and over streamable HTTP (its token and Host checks)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from context_os import Session
+from context_os.context.tools import ToolRegistry
+from context_os.harness.openai import OpenAIHook
+from context_os.server.mcp import ContextOsMcp
+from context_os.store.sqlite import SqliteStore
+from tests.helpers import user
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+CTXOS = str(Path(sys.executable).parent / "ctxos")
+
+
+@asynccontextmanager
+async def stdio(store: Path, workspace: Path, *args: str) -> Any:
+    params = StdioServerParameters(
+        command=CTXOS, args=["--store", str(store), "mcp", "--workspace", str(workspace), "--embedder", "none", *args]
+    )
+    async with stdio_client(params) as streams, ClientSession(streams[0], streams[1]) as session:
+        await session.initialize()
+        yield session
+
+
+async def call(session: ClientSession, name: str, args: dict[str, Any]) -> tuple[Any, bool]:
+    r = await session.call_tool(name, args)
+    text = r.content[0].text  # type: ignore[union-attr]
+    try:
+        return json.loads(text), r.is_error
+    except ValueError:
+        return text, r.is_error
+
+
+def test_the_tools_over_stdio(tmp_path: Path) -> None:
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    (ws / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    db = tmp_path / "s.db"
+    # a session of another agent, with recorded frames
+    with SqliteStore(db) as store:
+        hook = OpenAIHook(Session.open(store, "agent-1", harness="openai"))
+        sent = hook.transform_context([user("the sum in calc.py is wrong")])
+        hook.session.close()
+
+    async def main() -> None:
+        async with stdio(db, ws) as s:
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            assert set(tools) == {"read", "activate", "deactivate", "inspect", "frames", "recall", "remember"}
+            # the schemas are the registry's, not a copy
+            with SqliteStore(tmp_path / "other.db") as other:
+                ours = {t["name"]: t for t in ContextOsMcp(other, session="x", workspace=ws).registry.schemas}
+            assert tools["read"].input_schema == ours["read"]["parameters"]
+            assert tools["inspect"].description == ours["inspect"]["description"]
+
+            first, err = await call(s, "read", {"path": "calc.py"})
+            assert not err and first["text"].startswith("def add") and first["version"] == 1
+            (ws / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+            second, _ = await call(s, "read", {"path": "calc.py"})
+            assert second["version"] == 2 and "a + b" in second["text"] and second["id"] == first["id"]
+
+            got, _ = await call(s, "activate", {"id": first["id"]})
+            assert got["kind"] == "file" and "a + b" in got["text"]
+            off, _ = await call(s, "deactivate", {"id": "calc.py"})
+            assert off["status"] == "deactivated"
+
+            history, _ = await call(s, "inspect", {"id": first["id"]})
+            assert [v["version"] for v in history["versions"]] == [1, 2]
+            then, _ = await call(s, "inspect", {"id": first["id"], "as_of": history["versions"][0]["valid_time"]})
+            assert "a - b" in then["version"]["doc"]["content"]
+
+            frames, _ = await call(s, "frames", {"session": "agent-1"})
+            assert [f["turn"] for f in frames["frames"]] == [1]
+            one, _ = await call(s, "frames", {"session": "agent-1", "turn": 1})
+            assert one["verified"] is True
+            shown = await s.read_resource(one["resource"])
+            messages = json.loads(shown.contents[0].text)  # type: ignore[union-attr]
+            assert "the sum in calc.py is wrong" in json.dumps(messages) and len(messages) == len(sent)
+
+            v1 = await s.read_resource(f"context-os://object/{first['id']}@1")
+            assert "a - b" in json.loads(v1.contents[0].text)["doc"]["content"]  # type: ignore[union-attr]
+            latest = await s.read_resource(history["resource"])
+            assert "a + b" in json.loads(latest.contents[0].text)["doc"]["content"]  # type: ignore[union-attr]
+            listed = [str(r.uri) for r in (await s.list_resources()).resources]
+            assert listed == [one["resource"]]  # the newest frames of every session
+
+            found, _ = await call(s, "recall", {"query": "sum calc wrong"})
+            assert found["hits"]
+            kept, err = await call(s, "remember", {"text": "calc.py adds", "scope": "global"})
+            assert not err and kept["appended"] == "- calc.py adds"
+
+            # failures: the model reads them as tool errors; protocol misuse is an MCP error
+            for name, args, says in [
+                ("read", {"path": "../outside.txt"}, "outside the workspace"),
+                ("read", {}, "path"),
+                ("read", {"path": 3}, "path"),
+                ("inspect", {"id": "file:nope"}, "no object"),
+                ("frames", {"session": "agent-1", "turn": 9}, "9"),
+                ("remember", {"text": "x", "scope": "team"}, "scope"),
+            ]:
+                out, err = await call(s, name, args)
+                assert err and says in out["error"], (name, out)
+            with pytest.raises(MCPError, match="unknown tool"):
+                await s.call_tool("rm_rf", {})
+            for uri in (
+                "context-os://object/file:nope@1",
+                f"context-os://object/{first['id']}@7",
+                "file:///etc/passwd",
+            ):
+                with pytest.raises(MCPError):
+                    await s.read_resource(uri)
+
+    anyio.run(main)
+
+
+@contextmanager
+def http_server(tmp_path: Path) -> Iterator[tuple[str, str, subprocess.Popen[bytes]]]:
+    token_file = tmp_path / "token"
+    cmd = [CTXOS, "--store", str(tmp_path / "s.db"), "mcp", "--workspace", str(tmp_path), "--embedder", "none"]
+    proc = subprocess.Popen([*cmd, "--http", "0", "--token-file", str(token_file)], stderr=subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            m = re.search(rb"listening on (http://127\.0\.0\.1:\d+/mcp)", line)
+            if m:
+                break
+        else:
+            pytest.fail("ctxos mcp --http never said where it listens")
+        yield m.group(1).decode(), token_file.read_text().strip(), proc
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        assert proc.stderr is not None
+        proc.stderr.close()
+    assert not token_file.exists()  # removed at exit
+
+
+def test_streamable_http_needs_the_token_and_a_loopback_host(tmp_path: Path) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    with http_server(tmp_path) as (url, token, _):
+
+        async def main() -> None:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with (
+                httpx2.AsyncClient(headers=headers) as http,
+                streamable_http_client(url, http_client=http) as streams,
+                ClientSession(streams[0], streams[1]) as s,
+            ):
+                await s.initialize()
+                names = {t.name for t in (await s.list_tools()).tools}
+                assert {"read", "inspect", "frames"} <= names
+            async with httpx2.AsyncClient() as http:
+                init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+                accept = {"Accept": "application/json, text/event-stream"}
+                assert (await http.post(url, json=init, headers=accept)).status_code == 401
+                wrong = accept | {"Authorization": "Bearer nope"}
+                assert (await http.post(url, json=init, headers=wrong)).status_code == 401
+                rebinding = accept | {"Authorization": f"Bearer {token}", "Host": "evil.example:80"}
+                assert (await http.post(url, json=init, headers=rebinding)).status_code in (400, 403, 421)
+
+        anyio.run(main)
+
+
+def test_a_registry_with_no_workspace_has_no_read(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "s.db") as store:
+        app = ContextOsMcp(store, session="s")
+        assert "read" not in app.registry.names and isinstance(app.registry, ToolRegistry)
+        app.close()
