@@ -9,7 +9,23 @@ from __future__ import annotations
 
 import click
 
-from . import demo, files, frames, index, mcp, memory, mesh, objects, recall, replay, serve, sessions, status, verify
+from . import (
+    demo,
+    files,
+    frames,
+    index,
+    mcp,
+    memory,
+    mesh,
+    objects,
+    proxy,
+    recall,
+    replay,
+    serve,
+    sessions,
+    status,
+    verify,
+)
 
 
 @click.group(
@@ -31,7 +47,23 @@ def cli(ctx: click.Context, store: str | None) -> None:
     ctx.obj["store"] = store
 
 
-for module in (sessions, frames, objects, files, memory, index, recall, mesh, replay, demo, verify, status, serve, mcp):
+for module in (
+    sessions,
+    frames,
+    objects,
+    files,
+    memory,
+    index,
+    recall,
+    mesh,
+    replay,
+    demo,
+    verify,
+    status,
+    serve,
+    mcp,
+    proxy,
+):
     module.register(cli)
 
 

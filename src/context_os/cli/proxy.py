@@ -1,0 +1,76 @@
+"""``ctxos proxy``: the OpenAI/Anthropic-compatible proxy (server/proxy.py)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+import click
+
+from ._common import fails_cleanly, store_from
+
+
+@click.command("proxy")
+@click.option(
+    "--upstream",
+    required=True,
+    metavar="URL",
+    help="The provider's origin, e.g. https://api.openai.com (the request's path /v1/… is added to it).",
+)
+@click.option("--anthropic-upstream", metavar="URL", help="Another origin for /v1/messages (default: --upstream).")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8787, show_default=True, help="The port on 127.0.0.1 (0: any)."
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(1, 3600),
+    default=600,
+    show_default=True,
+    help="Seconds one upstream call may take.",
+)
+@click.option("-v", "--verbose", count=True, help="Log more to stderr (-v: each request).")
+@click.pass_context
+@fails_cleanly
+def proxy_cmd(
+    ctx: click.Context, upstream: str, anthropic_upstream: str | None, port: int, timeout: float, verbose: int
+) -> None:
+    """An OpenAI/Anthropic-compatible proxy for any agent.
+
+    Point the agent's base URL at http://127.0.0.1:PORT/v1 (OpenAI) or http://127.0.0.1:PORT
+    (Anthropic); its API key goes upstream untouched. Each conversation is a session
+    (X-Context-OS-Session names one); the context sent upstream is the assembled one. See
+    docs/proxy.md."""
+    from ..server.proxy import Proxy, make_proxy_server
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("ctxos proxy: %(levelname)s %(message)s"))
+    logger = logging.getLogger("context_os")
+    logger.addHandler(handler)
+    logger.setLevel([logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)])
+    signal.signal(signal.SIGTERM, _stop)
+    with store_from(ctx, create=True, announce=False) as store:
+        proxy = Proxy(store, upstream, anthropic_upstream=anthropic_upstream, timeout=timeout)
+        server = make_proxy_server(proxy, port)
+        bound = server.server_address[1]
+        print(
+            f"ctxos proxy: listening on http://127.0.0.1:{bound} (OpenAI base URL http://127.0.0.1:{bound}/v1, "
+            f"Anthropic base URL http://127.0.0.1:{bound}) -> {upstream}",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+            proxy.close()
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(proxy_cmd)

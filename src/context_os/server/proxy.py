@@ -1,0 +1,273 @@
+"""``ctxos proxy``: an OpenAI- and Anthropic-compatible HTTP proxy that puts context_os in front of
+any agent that lets you set its base URL.
+
+The agent sends its whole conversation, as it would to the provider. The proxy gives the messages
+to the same hook the library uses (harness ``openai`` for ``/v1/chat/completions``, ``anthropic``
+for ``/v1/messages``), sends the *assembled* context upstream in the original request's place,
+and relays the reply unchanged: a JSON body as it came, a stream chunk by chunk as it comes.
+
+* **Sessions.** The ``X-Context-OS-Session`` header names one; without it the session is derived
+  from the conversation's start (its system prompt and first user message, whatever the model),
+  so a resumed conversation finds its session and two conversations stay apart.
+* **Keys.** The client's ``Authorization`` / ``x-api-key`` headers go upstream as they came; they
+  are never stored or logged.
+* **Failing open.** If context_os fails on a request (a message it cannot read, a store that is
+  down), the original messages go upstream instead, the failure is logged once per session, and
+  the agent never sees an error of ours. If the upstream cannot be reached, the client gets an
+  error in its API's own shape (OpenAI's ``{"error": …}``, Anthropic's ``{"type": "error", …}``).
+* **Security.** It listens on 127.0.0.1 only and refuses a request whose ``Host`` is not the
+  loopback address it bound (DNS rebinding) or that carries a browser ``Origin``.
+
+This module never imports a harness SDK: it speaks the wire formats as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, Literal
+
+import blake3
+import httpx
+
+from ..context.session import Session
+from ..harness.registry import harness
+from ..hashing import canonical_json
+
+if TYPE_CHECKING:
+    from ..harness.base import ContextHook
+    from ..store.base import Store
+
+__all__ = ["SESSION_HEADER", "Proxy", "derive_session", "make_proxy_server"]
+
+log = logging.getLogger("context_os.proxy")
+
+SESSION_HEADER = "X-Context-OS-Session"
+Api = Literal["openai", "anthropic"]
+ROUTES: dict[str, Api] = {"/v1/chat/completions": "openai", "/chat/completions": "openai", "/v1/messages": "anthropic"}
+MAX_BODY = 64 * 1024 * 1024
+"""The largest request body accepted (a long conversation with images stays well under)."""
+# never forwarded: they describe one hop, not the request
+HOP_HEADERS = {
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "accept-encoding",
+}
+
+
+def derive_session(api: Api, body: Mapping[str, Any]) -> str:
+    """A conversation's session id from how it starts: ``proxy-`` and 16 hex digits of the hash
+    of its API, system prompt and first user message (the model may change; the start does not)."""
+    found = body.get("messages")
+    messages: list[Any] = found if isinstance(found, list) else []
+    system: Any = body.get("system")
+    if api == "openai":
+        system = [m for m in messages if isinstance(m, Mapping) and m.get("role") in ("system", "developer")]
+    first = next((m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None)
+    digest = blake3.blake3(canonical_json({"api": api, "system": system, "first": first})).hexdigest()
+    return f"proxy-{digest[:16]}"
+
+
+def error_body(api: Api, status: int, message: str) -> bytes:
+    """An error in the client's API's own shape."""
+    if api == "anthropic":
+        kind = "overloaded_error" if status in (502, 503) else "api_error"
+        return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+    return json.dumps({"error": {"message": message, "type": "upstream_error", "code": status}}).encode()
+
+
+@dataclass
+class _Conversation:
+    hook: ContextHook[Any]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    warned: bool = False
+
+
+class Proxy:
+    """What the HTTP layer asks for each request: the body to send upstream, and where."""
+
+    def __init__(self, store: Store, upstream: str, *, anthropic_upstream: str | None = None, timeout: float = 600.0):
+        """``upstream``: the provider's origin (``https://api.openai.com``), the request's path is
+        added to it; ``anthropic_upstream`` for ``/v1/messages`` if it is another one."""
+        self.store = store
+        self.upstreams: dict[Api, str] = {
+            "openai": upstream.rstrip("/"),
+            "anthropic": (anthropic_upstream or upstream).rstrip("/"),
+        }
+        self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
+        self._lock = threading.Lock()
+        self._conversations: dict[str, _Conversation] = {}
+        self.counts = {"requests": 0, "assembled": 0, "failed_open": 0, "upstream_errors": 0}
+
+    def close(self) -> None:
+        self.client.close()
+        with self._lock:
+            for c in self._conversations.values():
+                try:
+                    c.hook.session.close()
+                except Exception as e:  # noqa: BLE001 - the store may be down: the lease then expires
+                    log.warning("proxy: closing session %s: %s", c.hook.session.id, e)
+            self._conversations.clear()
+
+    def _conversation(self, api: Api, session_id: str) -> _Conversation:
+        with self._lock:
+            found = self._conversations.get(session_id)
+            if found is None:
+                session = Session.open(self.store, session_id, harness=api)
+                found = self._conversations[session_id] = _Conversation(harness(api).hook(session))
+            return found
+
+    def prepare(self, api: Api, headers: Mapping[str, str], body: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """The body to send upstream (the assembled context in place of the messages) and its
+        session; on any failure of ours, the body as it came (and None)."""
+        with self._lock:
+            self.counts["requests"] += 1
+        named = next((v for k, v in headers.items() if k.lower() == SESSION_HEADER.lower()), None)
+        session_id = named.strip() if named and named.strip() else derive_session(api, body)
+        conv: _Conversation | None = None
+        try:
+            conv = self._conversation(api, session_id)
+            with conv.lock:
+                out = self._assemble(api, conv.hook, body)
+        except Exception as e:  # noqa: BLE001 - fail open: the agent must never break because of us
+            with self._lock:
+                self.counts["failed_open"] += 1
+            if conv is None or not conv.warned:
+                log.warning(
+                    "proxy: session %s: context_os failed, the original messages go upstream: %s", session_id, e
+                )
+                if conv is not None:
+                    conv.warned = True
+            return body, None
+        with self._lock:
+            self.counts["assembled"] += 1
+        return out, session_id
+
+    def _assemble(self, api: Api, hook: ContextHook[Any], body: dict[str, Any]) -> dict[str, Any]:
+        h = harness(api)
+        messages = h.decode(list(body.get("messages") or []))
+        out = dict(body)
+        if h.system_apart:
+            request = hook.transform_request(messages, system=body.get("system"))  # type: ignore[attr-defined]
+            out["messages"] = request["messages"]
+            if "system" in request:
+                out["system"] = request["system"]
+        else:
+            out["messages"] = h.encode(hook.transform_context(messages))
+        return out
+
+    def upstream_url(self, api: Api, path: str) -> str:
+        return self.upstreams[api] + path
+
+
+def make_proxy_server(proxy: Proxy, port: int = 0, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """The proxy's HTTP server, bound (not yet serving)."""
+    from .transports import HttpGuard
+
+    server = ThreadingHTTPServer((host, port), _handler(proxy))
+    server.daemon_threads = True
+    bound = server.server_address[1]
+    server.guard = HttpGuard.for_address(host, int(bound), token="")  # type: ignore[attr-defined]
+    return server
+
+
+def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "ctxos-proxy"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("proxy: " + format, *args)
+
+        def _reply(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _refused(self, api: Api) -> bool:
+            """A foreign Host (DNS rebinding) or a browser's Origin: refused, answered."""
+            refusal = self.server.guard.refusal(self.command, self.headers)  # type: ignore[attr-defined]
+            if refusal is not None and refusal[0] == 403:  # the guard's token check is not ours
+                self._reply(403, error_body(api, 403, refusal[1]))
+                return True
+            return False
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            # a model list and the like go upstream untouched
+            if not self._refused("openai"):
+                self._forward("openai", None)
+
+        def do_POST(self) -> None:  # noqa: N802
+            api = ROUTES.get(self.path.split("?")[0].rstrip("/"))
+            if self._refused(api or "openai"):
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                self._reply(413, error_body(api or "openai", 413, f"request body over {MAX_BODY:,} bytes"))
+                self.close_connection = True
+                return
+            raw = self.rfile.read(length)
+            if api is None:
+                self._forward("openai", raw)  # another endpoint: untouched
+                return
+            try:
+                body = json.loads(raw)
+                if not isinstance(body, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError:
+                self._forward(api, raw)  # the upstream says what is wrong with it, in its words
+                return
+            sent, _ = proxy.prepare(api, {k: v for k, v in self.headers.items()}, body)
+            self._forward(api, json.dumps(sent).encode())
+
+        def _forward(self, api: Api, raw: bytes | None) -> None:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
+            headers.pop(SESSION_HEADER, None)
+            for k in [k for k in headers if k.lower() == SESSION_HEADER.lower()]:
+                headers.pop(k)
+            method = "POST" if raw is not None else "GET"
+            try:
+                with proxy.client.stream(
+                    method, proxy.upstream_url(api, self.path), headers=headers, content=raw
+                ) as resp:
+                    self.send_response(resp.status_code)
+                    for k, v in resp.headers.multi_items():
+                        if k.lower() not in HOP_HEADERS and k.lower() != "content-encoding":
+                            self.send_header(k, v)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for chunk in _chunks(resp.iter_bytes()):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                    if resp.status_code >= 400:
+                        with proxy._lock:
+                            proxy.counts["upstream_errors"] += 1
+            except httpx.TimeoutException:
+                self._reply(504, error_body(api, 504, f"the upstream {proxy.upstreams[api]} did not answer in time"))
+            except httpx.HTTPError as e:
+                self._reply(502, error_body(api, 502, f"the upstream {proxy.upstreams[api]} cannot be reached: {e}"))
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the client went away mid-stream
+
+    return Handler
+
+
+def _chunks(parts: Iterator[bytes]) -> Iterator[bytes]:
+    for part in parts:
+        if part:
+            yield part

@@ -1,0 +1,252 @@
+"""``ctxos proxy`` with the real ``openai`` and ``anthropic`` SDK clients pointed at it and a
+scripted provider behind it (tests/proxy/upstream.py): the provider gets the assembled context,
+streams come through chunk by chunk, each conversation is a session, keys pass untouched, errors
+keep their API's shape, and context_os failing never breaks the agent."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from context_os import Session
+from context_os.context.frames import frame_docs, verify_frame
+from context_os.harness.openai import OpenAIHook
+from context_os.server.proxy import SESSION_HEADER, Proxy, derive_session, make_proxy_server
+from context_os.store.sqlite import SqliteStore
+from tests.proxy.upstream import Upstream, upstream
+
+pytestmark = pytest.mark.timeout(120)
+
+KEY = "sk-test-0123456789abcdef-secret"
+
+
+class Running:
+    def __init__(self, tmp_path: Path, up: Upstream):
+        self.db = tmp_path / "proxy.db"
+        self.store = SqliteStore(self.db)
+        self.proxy = Proxy(self.store, up.url)
+        self.server = make_proxy_server(self.proxy, 0)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def openai(self, **headers: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=KEY, default_headers=headers or None, max_retries=0)
+
+    def anthropic(self, **headers: str) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=self.url, api_key=KEY, default_headers=headers or None, max_retries=0)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+        self.proxy.close()
+        self.store.close()
+
+
+@pytest.fixture
+def up() -> Iterator[Upstream]:
+    with upstream(replies=["first answer here", "second answer here"]) as u:
+        yield u
+
+
+@pytest.fixture
+def proxy(tmp_path: Path, up: Upstream) -> Iterator[Running]:
+    running = Running(tmp_path, up)
+    yield running
+    running.close()
+
+
+def coding_conversation(steps: int) -> list[dict[str, Any]]:
+    """A system prompt, a task, and ``steps`` tool calls with long outputs (enough to be managed)."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "find why the build fails"},
+    ]
+    for n in range(steps):
+        call = {
+            "id": f"c{n}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat m{n}.py"})},
+        }
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{n}", "content": f"# module {n}\n" + "x = 1\n" * 700})
+    return msgs
+
+
+def test_the_provider_gets_the_assembled_context_and_the_reply_comes_back(
+    proxy: Running, up: Upstream, tmp_path: Path
+) -> None:
+    messages = coding_conversation(30)
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
+    got = proxy.openai().chat.completions.create(model="m", messages=messages, tools=tools)  # type: ignore[arg-type]
+    assert got.choices[0].message.content == "first answer here"
+    sent = up.requests[0]
+    assert sent["model"] == "m" and sent["tools"] == tools  # everything but the messages as it came
+    # what went upstream is what context_os assembles for this conversation (rendering is
+    # deterministic: the same session on another store gives the same bytes) ...
+    with SqliteStore(tmp_path / "check.db") as check:
+        sid = derive_session("openai", {"messages": messages})
+        expected = OpenAIHook(Session.open(check, sid, harness="openai")).transform_context(messages)
+    assert sent["messages"] == json.loads(json.dumps(expected))
+    # ... which is smaller than the conversation, and recorded as a verified frame
+    assert len(json.dumps(sent["messages"])) < 0.6 * len(json.dumps(messages))
+    [frame] = frame_docs(proxy.store, sid)
+    assert verify_frame(proxy.store, frame).ok
+
+
+def test_a_stream_comes_through_chunk_by_chunk(tmp_path: Path) -> None:
+    hold = threading.Event()
+    with upstream(replies=["one two three four"], hold=hold) as up:
+        running = Running(tmp_path, up)
+        try:
+            stream = running.openai().chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "count"}], stream=True
+            )
+            pieces = []
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    pieces.append(chunk.choices[0].delta.content)
+                    # the upstream holds the rest until the client has the first chunk: nothing is
+                    # buffered on the way
+                    hold.set()
+            assert "".join(pieces) == "one two three four" and len(pieces) == 4
+        finally:
+            running.close()
+
+
+def test_anthropic_messages_json_and_streamed(proxy: Running, up: Upstream) -> None:
+    client = proxy.anthropic()
+    got = client.messages.create(
+        model="m", max_tokens=100, system="You review code.", messages=[{"role": "user", "content": "review a.py"}]
+    )
+    assert got.content[0].text == "first answer here"  # type: ignore[union-attr]
+    assert up.requests[0]["system"] and "review a.py" in json.dumps(up.requests[0]["messages"])
+    with client.messages.stream(
+        model="m", max_tokens=100, system="You review code.", messages=[{"role": "user", "content": "review b.py"}]
+    ) as stream:
+        text = "".join(stream.text_stream)
+    assert text == "second answer here"
+    sent = {k.lower(): v for k, v in up.headers[0].items()}
+    assert KEY in (sent.get("x-api-key"), sent.get("authorization", "").removeprefix("Bearer ")), sorted(sent)
+
+
+def test_each_conversation_is_a_session_and_a_resumed_one_finds_its_own(proxy: Running, up: Upstream) -> None:
+    client = proxy.openai()
+    a = [{"role": "user", "content": "task A"}]
+    b = [{"role": "user", "content": "task B"}]
+    client.chat.completions.create(model="m", messages=a)  # type: ignore[arg-type]
+    client.chat.completions.create(model="m", messages=b)  # type: ignore[arg-type]
+    client.chat.completions.create(  # type: ignore[call-overload]
+        model="other-model", messages=[*a, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+    )
+    sa, sb = derive_session("openai", {"messages": a}), derive_session("openai", {"messages": b})
+    assert sa != sb
+    assert len(frame_docs(proxy.store, sa)) == 2 and len(frame_docs(proxy.store, sb)) == 1
+    named = proxy.openai(**{SESSION_HEADER: "my-run-7"})
+    named.chat.completions.create(model="m", messages=a)  # type: ignore[arg-type]
+    assert len(frame_docs(proxy.store, "my-run-7")) == 1
+    assert all(SESSION_HEADER.lower() not in {k.lower() for k in h} for h in up.headers)  # ours stays here
+
+
+def test_the_key_goes_upstream_untouched_and_is_never_stored(proxy: Running, up: Upstream) -> None:
+    proxy.openai().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    auth = {k.lower(): v for k, v in up.headers[0].items()}["authorization"]
+    assert auth == f"Bearer {KEY}"
+    proxy.store.close()
+    assert KEY.encode() not in proxy.db.read_bytes()
+
+
+def test_concurrent_conversations_stay_apart(proxy: Running, up: Upstream) -> None:
+    def talk(n: int) -> None:
+        client = proxy.openai()
+        msgs: list[dict[str, Any]] = [{"role": "user", "content": f"conversation {n}"}]
+        for turn in range(3):
+            client.chat.completions.create(model="m", messages=msgs)  # type: ignore[arg-type]
+            msgs += [{"role": "assistant", "content": f"reply {turn}"}, {"role": "user", "content": f"go on {turn}"}]
+
+    threads = [threading.Thread(target=talk, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for n in range(6):
+        sid = derive_session("openai", {"messages": [{"role": "user", "content": f"conversation {n}"}]})
+        frames = frame_docs(proxy.store, sid)
+        assert len(frames) == 3 and all(verify_frame(proxy.store, f).ok for f in frames)
+    for body in up.requests:  # no request carries another conversation's words
+        text = json.dumps(body["messages"])
+        assert sum(f"conversation {n}" in text for n in range(6)) == 1
+
+
+def test_upstream_errors_keep_their_shape(tmp_path: Path) -> None:
+    with upstream(status=429) as up:
+        running = Running(tmp_path, up)
+        try:
+            with pytest.raises(openai.RateLimitError, match="slow down"):
+                running.openai().chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+            with pytest.raises(anthropic.RateLimitError, match="slow down"):
+                running.anthropic().messages.create(
+                    model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+                )
+        finally:
+            running.close()
+    # an upstream that is not there: a 502 in the client's shape, saying which upstream
+    gone = f"http://127.0.0.1:{_free_port()}"
+    store = SqliteStore(tmp_path / "gone.db")
+    proxy = Proxy(store, gone)
+    server = make_proxy_server(proxy, 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(openai.APIStatusError) as e:
+            openai.OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0).chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x"}]
+            )
+        assert e.value.status_code == 502 and "cannot be reached" in str(e.value)
+        with pytest.raises(anthropic.APIStatusError) as e2:
+            anthropic.Anthropic(base_url=base, api_key=KEY, max_retries=0).messages.create(
+                model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+            )
+        assert e2.value.status_code == 502 and e2.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+    finally:
+        server.shutdown()
+        server.server_close()
+        proxy.close()
+        store.close()
+
+
+def test_context_os_failing_forwards_the_original_messages(proxy: Running, up: Upstream, caplog: Any) -> None:
+    odd = [{"role": "user", "content": "hi"}, {"role": "robot", "content": "beep"}]  # a role we cannot read
+    with caplog.at_level("WARNING", logger="context_os.proxy"):
+        for _ in range(2):
+            got = proxy.openai().chat.completions.create(model="m", messages=odd)  # type: ignore[arg-type]
+            assert got.choices[0].message.content
+    assert up.requests[0]["messages"] == odd and up.requests[1]["messages"] == odd
+    assert proxy.proxy.counts["failed_open"] == 2
+    assert sum("original messages go upstream" in r.message for r in caplog.records) == 1  # once per session
+
+
+def test_a_foreign_host_or_a_browser_origin_is_refused(proxy: Running, up: Upstream) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    for headers in ({"Host": "evil.example"}, {"Origin": "https://evil.example"}):
+        r = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, headers=headers)
+        assert r.status_code == 403 and "refused" in r.json()["error"]["message"]
+    assert up.requests == []
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,137 @@
+"""A scripted provider on 127.0.0.1 for the proxy tests: OpenAI chat completions and Anthropic
+messages, JSON or streamed, recording every request (body and headers) it received. Only the
+model is fake: the proxy, the SDK clients and the HTTP in between are real."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Upstream:
+    replies: list[str] = field(default_factory=list)
+    """The n-th request is answered with the n-th text (then "ok")."""
+    status: int = 200
+    """Answer every request with this status (an error body in the API's shape when not 200)."""
+    hold: threading.Event | None = None
+    """When set, a stream sends its first chunk, then waits for this event before the rest."""
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    url: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, body: dict[str, Any], headers: dict[str, str]) -> str:
+        with self.lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+            n = len(self.requests)
+        return self.replies[n - 1] if n <= len(self.replies) else "ok"
+
+
+def _openai_chunks(text: str) -> Iterator[bytes]:
+    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": int(time.time()), "model": "m"}
+    words = text.split(" ")
+    for i, w in enumerate(words):
+        piece = w if i == 0 else " " + w
+        delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
+        choice = {"index": 0, "delta": delta, "finish_reason": None}
+        yield f"data: {json.dumps(base | {'choices': [choice]})}\n\n".encode()
+    yield f"data: {json.dumps(base | {'choices': [{'index': 0, 'delta': {}, 'finish_reason': 'stop'}]})}\n\n".encode()
+    yield b"data: [DONE]\n\n"
+
+
+def _anthropic_events(text: str) -> Iterator[bytes]:
+    def event(kind: str, data: dict[str, Any]) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps(data | {'type': kind})}\n\n".encode()
+
+    usage = {"input_tokens": 10, "output_tokens": 5}
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
+               "stop_reason": None, "stop_sequence": None, "usage": usage}  # fmt: skip
+    yield event("message_start", {"message": message})
+    yield event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+    for i, w in enumerate(text.split(" ")):
+        yield event(
+            "content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": w if i == 0 else " " + w}}
+        )
+    yield event("content_block_stop", {"index": 0})
+    yield event(
+        "message_delta", {"delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 5}}
+    )
+    yield event("message_stop", {})
+
+
+def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _send(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("x-request-id", "req-upstream-1")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            text = up.record(body, dict(self.headers.items()))
+            anthropic = self.path.startswith("/v1/messages")
+            if up.status != 200:
+                err = (
+                    {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
+                    if anthropic
+                    else {"error": {"message": "slow down", "type": "rate_limit_exceeded", "code": None}}
+                )
+                self._send(up.status, json.dumps(err).encode())
+                return
+            if not body.get("stream"):
+                if anthropic:
+                    out = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                           "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+                           "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 5}}  # fmt: skip
+                else:
+                    out = {"id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()), "model": "m",
+                           "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                        "finish_reason": "stop"}],
+                           "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}  # fmt: skip
+                self._send(200, json.dumps(out).encode())
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for i, chunk in enumerate(_anthropic_events(text) if anthropic else _openai_chunks(text)):
+                self.wfile.write(chunk)
+                self.wfile.flush()
+                if i == 0 and up.hold is not None:
+                    up.hold.wait(30)
+            self.close_connection = True
+
+    return Handler
+
+
+@contextmanager
+def upstream(**kwargs: Any) -> Iterator[Upstream]:
+    up = Upstream(**kwargs)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(up))
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    up.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        yield up
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
