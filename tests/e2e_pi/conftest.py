@@ -110,13 +110,18 @@ def run_pi(
     ctxos: str = CTXOS,
     env: dict[str, str] | None = None,
     on_request: Callable[[int], None] | None = None,
+    provider: Callable[[str], str] | None = None,
 ) -> PiRun:
     """Runs the real Pi CLI in print mode in a fresh workspace under ``root`` holding ``files``,
     with our extension loaded, against a scripted model serving ``script`` (``on_request``: see
     ``ScriptedModel``). ``ctxos`` is the CTXOS_CMD (default: this venv's ctxos); the store is
-    ``root/store.db``."""
+    ``root/store.db``. ``provider``: Pi talks to the base URL it returns for the scripted
+    model's (``ctxos proxy`` in between), without our extension."""
     with scripted_model(script, on_request) as (model, base_url):
-        workspace, agent_dir, store, run_env, options = _setup(pi, root, base_url, files, ctxos, env)
+        via = provider(base_url) if provider is not None else base_url
+        workspace, agent_dir, store, run_env, options = _setup(pi, root, via, files, ctxos, env)
+        if provider is not None:
+            options = options[: options.index("-e")]
         proc = subprocess.run(
             pi.command("-p", *options, prompt),
             cwd=workspace,

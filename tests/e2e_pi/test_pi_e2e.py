@@ -351,3 +351,37 @@ def test_a_peers_request_is_a_turn_of_the_pi_agent(pi: PiInstall, tmp_path: Path
         assert got[("in", "request")]["content"] == "is calc.py fixed?"
         assert got[("in", "request")]["meta"]["status"] == "answered"
         assert got[("out", "reply")]["meta"]["in_reply_to"] == got[("in", "request")]["id"]
+
+
+def test_pi_through_the_proxy(pi: PiInstall, tmp_path: Path) -> None:
+    """Pi, with no extension, configured with ``ctxos proxy`` as its OpenAI-compatible provider:
+    it does the task, and every model call went through context_os as a verified frame."""
+    import threading
+
+    from context_os.context.frames import frame_docs, verify_frame
+    from context_os.server.proxy import Proxy, make_proxy_server
+
+    store = SqliteStore(tmp_path / "proxy.db")
+    servers: list[Any] = []
+
+    def through_proxy(model_url: str) -> str:
+        proxy = Proxy(store, model_url.removesuffix("/v1"))
+        server = make_proxy_server(proxy, 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append((server, proxy))
+        return f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+    (tmp_path / "pi").mkdir()
+    try:
+        run = run_pi(pi, tmp_path / "pi", PROMPT, SCRIPT, files={"calc.py": BUGGY}, provider=through_proxy)
+    finally:
+        for server, proxy in servers:
+            server.shutdown()
+            server.server_close()
+            proxy.close()
+    _assert_task_done(run)
+    sessions = {d["meta"]["session"] for d in (v.doc for v in store.find("frame")) if d}
+    assert len(sessions) == 1  # one conversation, one session, found again at every call
+    frames = frame_docs(store, sessions.pop())
+    assert len(frames) == len(SCRIPT) and all(verify_frame(store, f).ok for f in frames)
+    store.close()
