@@ -111,11 +111,14 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
             self.end_headers()
-            for i, chunk in enumerate(_anthropic_events(text) if anthropic else _openai_chunks(text)):
-                self.wfile.write(chunk)
-                self.wfile.flush()
-                if i == 0 and up.hold is not None:
-                    up.hold.wait(30)
+            try:
+                for i, chunk in enumerate(_anthropic_events(text) if anthropic else _openai_chunks(text)):
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+                    if i == 0 and up.hold is not None:
+                        up.hold.wait(30)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client stopped reading (a benchmark takes the first chunk only)
             self.close_connection = True
 
     return Handler
