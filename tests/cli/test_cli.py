@@ -280,7 +280,8 @@ def test_every_command_has_a_one_line_help_and_json_where_a_script_reads_it():
         if not cmd.hidden:  # listed in full in its group's --help on an 80-column terminal, never cut off
             siblings = [p[-1] for p, c in tree if p[:-1] == path[:-1] and not c.hidden]
             assert cmd.get_short_help_str(limit=78 - 6 - max(map(len, siblings))) == first, path
-        if not isinstance(cmd, click.Group) and path not in {("serve",), ("mcp",), ("proxy",)}:  # servers: stdout is theirs
+        servers = {("serve",), ("mcp",), ("proxy",)}  # they print nothing on stdout: it is the protocol's
+        if not isinstance(cmd, click.Group) and path not in servers:
             assert "--json" in {o for p in cmd.params for o in p.opts}, path
 
 

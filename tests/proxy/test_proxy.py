@@ -21,7 +21,7 @@ from context_os.context.frames import frame_docs, verify_frame
 from context_os.harness.openai import OpenAIHook
 from context_os.server.proxy import SESSION_HEADER, Proxy, derive_session, make_proxy_server
 from context_os.store.sqlite import SqliteStore
-from tests.proxy.upstream import Upstream, upstream
+from tests.proxy.upstream import Upstream, call, upstream
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -90,7 +90,10 @@ def test_the_provider_gets_the_assembled_context_and_the_reply_comes_back(
     got = proxy.openai().chat.completions.create(model="m", messages=messages, tools=tools)  # type: ignore[arg-type]
     assert got.choices[0].message.content == "first answer here"
     sent = up.requests[0]
-    assert sent["model"] == "m" and sent["tools"] == tools  # everything but the messages as it came
+    assert sent["model"] == "m"  # everything but the messages and the tools as it came
+    # the client's tools first, then context_os's own, which the proxy runs itself
+    assert sent["tools"][:1] == tools
+    assert {t["function"]["name"] for t in sent["tools"][1:]} == {"activate", "deactivate", "pin", "unpin"}
     # what went upstream is what context_os assembles for this conversation (rendering is
     # deterministic: the same session on another store gives the same bytes) ...
     with SqliteStore(tmp_path / "check.db") as check:
@@ -250,3 +253,98 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+BASH = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
+
+
+def test_our_tools_run_inside_the_proxy_and_the_client_sees_only_its_answer(tmp_path: Path) -> None:
+    replies = [call("pin", id="r2"), "pinned it, done", "second turn answer"]
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.openai()
+            msgs: list[dict[str, Any]] = [
+                {"role": "user", "content": "check the log"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "t1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "t1", "content": "log line\n" * 50},
+            ]  # fmt: skip
+            got = client.chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+            assert got.choices[0].message.content == "pinned it, done" and not got.choices[0].message.tool_calls
+            assert len(up.requests) == 2  # the proxy called upstream again with our tool's result
+            again = up.requests[1]["messages"]
+            hidden_call = next(
+                m for m in again if m.get("tool_calls") and m["tool_calls"][0]["function"]["name"] == "pin"
+            )
+            result = next(m for m in again if m.get("tool_call_id") == hidden_call["tool_calls"][0]["id"])
+            assert "pinned" in result["content"]
+            # the next request: the client's history lacks the exchange; the proxy splices it back
+            msgs += [{"role": "assistant", "content": "pinned it, done"}, {"role": "user", "content": "and now?"}]
+            got = client.chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+            assert got.choices[0].message.content == "second turn answer"
+            third = json.dumps(up.requests[2]["messages"])
+            assert third.index('"pin"') < third.index("pinned it, done") < third.index("and now?")
+            sid = derive_session("openai", {"messages": msgs})
+            frames = frame_docs(running.store, sid)
+            assert len(frames) == 3 and all(verify_frame(running.store, f).ok for f in frames)
+            assert running.proxy.counts["tool_calls"] == 1
+        finally:
+            running.close()
+
+
+def test_our_tools_in_a_stream_and_the_clients_own_calls_pass(tmp_path: Path) -> None:
+    replies = [call("pin", id="r1"), call("bash", cmd="ls"), call("unpin", id="r1"), "all done"]
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.openai()
+            msgs: list[dict[str, Any]] = [{"role": "user", "content": "list files"}]
+            stream = client.chat.completions.create(model="m", messages=msgs, tools=BASH, stream=True)  # type: ignore[call-overload]
+            calls = [
+                tc.function.name
+                for chunk in stream
+                for tc in (chunk.choices[0].delta.tool_calls or [])
+                if chunk.choices
+            ]
+            assert calls == ["bash"]  # our pin ran inside; the client's bash came through
+            assert len(up.requests) == 2
+            msgs += [
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_2", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "call_2", "content": "a.py b.py"},
+            ]  # fmt: skip
+            stream = client.chat.completions.create(model="m", messages=msgs, tools=BASH, stream=True)  # type: ignore[call-overload]
+            text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            assert text == "all done" and len(up.requests) == 4
+        finally:
+            running.close()
+
+
+def test_anthropic_tool_rounds_json_and_streamed(tmp_path: Path) -> None:
+    replies = [call("pin", id="r1"), "json done", call("unpin", id="r1"), "stream done"]
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.anthropic()
+            got = client.messages.create(model="m", max_tokens=50, messages=[{"role": "user", "content": "hi"}])
+            assert [b.type for b in got.content] == ["text"] and got.content[0].text == "json done"  # type: ignore[union-attr]
+            tool_result = up.requests[1]["messages"][-1]["content"][0]
+            assert tool_result["type"] == "tool_result" and tool_result["tool_use_id"] == "toolu_1"
+            with client.messages.stream(model="m", max_tokens=50, messages=[{"role": "user", "content": "again"}]) as s:
+                final = s.get_final_message()
+            assert [b.type for b in final.content] == ["text"] and final.content[0].text == "stream done"  # type: ignore[union-attr]
+        finally:
+            running.close()
+
+
+def test_the_rounds_of_one_request_are_capped(tmp_path: Path) -> None:
+    with upstream(replies=[call("pin", id="r1")] * 20) as up:
+        running = Running(tmp_path, up)
+        try:
+            got = running.openai().chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+            assert len(up.requests) == 8  # MAX_ROUNDS; the last offered none of ours ...
+            assert "tools" not in up.requests[-1] or not up.requests[-1]["tools"]
+            assert got.choices[0].message.tool_calls  # ... so what the model did then is the client's to see
+        finally:
+            running.close()

@@ -14,10 +14,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    args: dict[str, Any]
+
+
+def call(name: str, **args: Any) -> ToolCall:
+    return ToolCall(name, args)
+
+
 @dataclass
 class Upstream:
-    replies: list[str] = field(default_factory=list)
-    """The n-th request is answered with the n-th text (then "ok")."""
+    replies: list[str | ToolCall] = field(default_factory=list)
+    """The n-th request is answered with the n-th text or tool call (then "ok")."""
     status: int = 200
     """Answer every request with this status (an error body in the API's shape when not 200)."""
     hold: threading.Event | None = None
@@ -27,7 +37,7 @@ class Upstream:
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def record(self, body: dict[str, Any], headers: dict[str, str]) -> str:
+    def record(self, body: dict[str, Any], headers: dict[str, str]) -> str | ToolCall:
         with self.lock:
             self.requests.append(body)
             self.headers.append(headers)
@@ -35,8 +45,21 @@ class Upstream:
         return self.replies[n - 1] if n <= len(self.replies) else "ok"
 
 
-def _openai_chunks(text: str) -> Iterator[bytes]:
-    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": int(time.time()), "model": "m"}
+def _openai_chunks(reply: str | ToolCall, n: int) -> Iterator[bytes]:
+    base = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": int(time.time()), "model": "m"}
+    if isinstance(reply, ToolCall):
+        fn = {"name": reply.name, "arguments": json.dumps(reply.args)}
+        delta = {
+            "role": "assistant",
+            "tool_calls": [{"index": 0, "id": f"call_{n}", "type": "function", "function": fn}],
+        }
+        first = {"index": 0, "delta": delta, "finish_reason": None}
+        yield f"data: {json.dumps(base | {'choices': [first]})}\n\n".encode()
+        done = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
+        yield f"data: {json.dumps(base | {'choices': [done]})}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+        return
+    text = reply
     words = text.split(" ")
     for i, w in enumerate(words):
         piece = w if i == 0 else " " + w
@@ -47,14 +70,27 @@ def _openai_chunks(text: str) -> Iterator[bytes]:
     yield b"data: [DONE]\n\n"
 
 
-def _anthropic_events(text: str) -> Iterator[bytes]:
+def _anthropic_events(reply: str | ToolCall, n: int) -> Iterator[bytes]:
     def event(kind: str, data: dict[str, Any]) -> bytes:
         return f"event: {kind}\ndata: {json.dumps(data | {'type': kind})}\n\n".encode()
 
     usage = {"input_tokens": 10, "output_tokens": 5}
-    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
+    message = {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": "m", "content": [],
                "stop_reason": None, "stop_sequence": None, "usage": usage}  # fmt: skip
     yield event("message_start", {"message": message})
+    if isinstance(reply, ToolCall):
+        block = {"type": "tool_use", "id": f"toolu_{n}", "name": reply.name, "input": {}}
+        yield event("content_block_start", {"index": 0, "content_block": block})
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(reply.args)}
+        yield event("content_block_delta", {"index": 0, "delta": delta})
+        yield event("content_block_stop", {"index": 0})
+        yield event(
+            "message_delta",
+            {"delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": {"output_tokens": 5}},
+        )
+        yield event("message_stop", {})
+        return
+    text = reply
     yield event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
     for i, w in enumerate(text.split(" ")):
         yield event(
@@ -65,6 +101,27 @@ def _anthropic_events(text: str) -> Iterator[bytes]:
         "message_delta", {"delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 5}}
     )
     yield event("message_stop", {})
+
+
+def _openai_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply if isinstance(reply, str) else None}
+    if isinstance(reply, ToolCall):
+        fn = {"name": reply.name, "arguments": json.dumps(reply.args)}
+        message["tool_calls"] = [{"id": f"call_{n}", "type": "function", "function": fn}]
+    finish = "tool_calls" if isinstance(reply, ToolCall) else "stop"
+    return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()), "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}  # fmt: skip
+
+
+def _anthropic_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
+    if isinstance(reply, ToolCall):
+        content = [{"type": "tool_use", "id": f"toolu_{n}", "name": reply.name, "input": reply.args}]
+    else:
+        content = [{"type": "text", "text": reply}]
+    return {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": "m", "content": content,
+            "stop_reason": "tool_use" if isinstance(reply, ToolCall) else "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5}}  # fmt: skip
 
 
 def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
@@ -94,17 +151,9 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 )
                 self._send(up.status, json.dumps(err).encode())
                 return
+            n = len(up.requests)
             if not body.get("stream"):
-                if anthropic:
-                    out = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-                           "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-                           "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 5}}  # fmt: skip
-                else:
-                    out = {"id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()), "model": "m",
-                           "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                        "finish_reason": "stop"}],
-                           "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}  # fmt: skip
-                self._send(200, json.dumps(out).encode())
+                self._send(200, json.dumps(_anthropic_json(text, n) if anthropic else _openai_json(text, n)).encode())
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -112,7 +161,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             self.send_header("Connection", "close")
             self.end_headers()
             try:
-                for i, chunk in enumerate(_anthropic_events(text) if anthropic else _openai_chunks(text)):
+                for i, chunk in enumerate(_anthropic_events(text, n) if anthropic else _openai_chunks(text, n)):
                     self.wfile.write(chunk)
                     self.wfile.flush()
                     if i == 0 and up.hold is not None:

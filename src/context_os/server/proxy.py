@@ -37,12 +37,13 @@ import httpx
 from ..context.session import Session
 from ..harness.registry import harness
 from ..hashing import canonical_json
+from .proxy_tools import MAX_ROUNDS, Call, Hidden, StreamFilter, dialect, prefix_hash, splice, sse_events
 
 if TYPE_CHECKING:
     from ..harness.base import ContextHook
     from ..store.base import Store
 
-__all__ = ["SESSION_HEADER", "Proxy", "derive_session", "make_proxy_server"]
+__all__ = ["SESSION_HEADER", "Plan", "Proxy", "derive_session", "make_proxy_server"]
 
 log = logging.getLogger("context_os.proxy")
 
@@ -92,6 +93,23 @@ class _Conversation:
     hook: ContextHook[Any]
     lock: threading.Lock = field(default_factory=threading.Lock)
     warned: bool = False
+    hidden: list[Hidden] = field(default_factory=list)
+    """The exchanges with our tools the client never saw (proxy_tools.py)."""
+
+
+@dataclass
+class Plan:
+    """One client request, as the proxy will send it upstream."""
+
+    api: Api
+    body: dict[str, Any]
+    """What goes upstream now."""
+    original: dict[str, Any]
+    """The request as the client sent it."""
+    conversation: _Conversation | None = None
+    """None: failing open (the original goes upstream, no tools of ours)."""
+    ours: frozenset[str] = frozenset()
+    """Our tools offered to the model in this request."""
 
 
 class Proxy:
@@ -108,7 +126,7 @@ class Proxy:
         self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
         self._lock = threading.Lock()
         self._conversations: dict[str, _Conversation] = {}
-        self.counts = {"requests": 0, "assembled": 0, "failed_open": 0, "upstream_errors": 0}
+        self.counts = {"requests": 0, "assembled": 0, "failed_open": 0, "upstream_errors": 0, "tool_calls": 0}
 
     def close(self) -> None:
         self.client.close()
@@ -128,9 +146,10 @@ class Proxy:
                 found = self._conversations[session_id] = _Conversation(harness(api).hook(session))
             return found
 
-    def prepare(self, api: Api, headers: Mapping[str, str], body: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-        """The body to send upstream (the assembled context in place of the messages) and its
-        session; on any failure of ours, the body as it came (and None)."""
+    def prepare(self, api: Api, headers: Mapping[str, str], body: dict[str, Any]) -> Plan:
+        """What to send upstream for a client's request: the assembled context in place of its
+        messages (with the exchanges it did not see spliced back in), our tools beside its own;
+        on any failure of ours, the request as it came."""
         with self._lock:
             self.counts["requests"] += 1
         named = next((v for k, v in headers.items() if k.lower() == SESSION_HEADER.lower()), None)
@@ -138,21 +157,61 @@ class Proxy:
         conv: _Conversation | None = None
         try:
             conv = self._conversation(api, session_id)
-            with conv.lock:
-                out = self._assemble(api, conv.hook, body)
-        except Exception as e:  # noqa: BLE001 - fail open: the agent must never break because of us
-            with self._lock:
-                self.counts["failed_open"] += 1
-            if conv is None or not conv.warned:
-                log.warning(
-                    "proxy: session %s: context_os failed, the original messages go upstream: %s", session_id, e
-                )
-                if conv is not None:
-                    conv.warned = True
-            return body, None
+            plan = self._plan(Plan(api, body, body, conv), offer=True)
+        except Exception as e:
+            self._failed(session_id, conv, e)
+            return Plan(api, body, body)
         with self._lock:
             self.counts["assembled"] += 1
-        return out, session_id
+        return plan
+
+    def _failed(self, session_id: str, conv: _Conversation | None, e: Exception) -> None:
+        """Fail open: count it, say it once per session."""
+        with self._lock:
+            self.counts["failed_open"] += 1
+        if conv is None or not conv.warned:
+            log.warning("proxy: session %s: context_os failed, the original messages go upstream: %s", session_id, e)
+            if conv is not None:
+                conv.warned = True
+
+    def _plan(self, plan: Plan, *, offer: bool) -> Plan:
+        """``plan`` with its body assembled anew (the hidden exchanges as they stand now); with
+        ``offer``, our tools that do not clash with the client's offered."""
+        conv = plan.conversation
+        assert conv is not None
+        d = dialect(plan.api)
+        client = list(plan.original.get("messages") or [])
+        with conv.lock:
+            messages, conv.hidden = splice(client, conv.hidden)
+            body = self._assemble(plan.api, conv.hook, dict(plan.original, messages=messages))
+            theirs = d.tool_names(plan.original.get("tools"))
+            schemas = [t for t in conv.hook.registry.schemas if t["name"] not in theirs] if offer else []
+        if schemas:
+            body["tools"] = [*(plan.original.get("tools") or []), *d.declare(schemas)]
+        return Plan(plan.api, body, plan.original, conv, frozenset(t["name"] for t in schemas))
+
+    def run_ours(self, plan: Plan, calls: list[Call], text: str | None) -> None:
+        """Run the model's calls of our tools; keep the exchange for the next upstream call."""
+        conv = plan.conversation
+        assert conv is not None
+        client = list(plan.original.get("messages") or [])
+        with conv.lock:
+            results = [conv.hook.call_tool(c.name, c.arguments) for c in calls]
+            exchange = dialect(plan.api).exchange(text, calls, results)
+            conv.hidden.append(Hidden(len(client), prefix_hash(client), exchange))
+        with self._lock:
+            self.counts["tool_calls"] += len(calls)
+
+    def next_round(self, plan: Plan, *, last: bool) -> Plan:
+        """The request again, with the exchanges so far (the last round offers none of ours)."""
+        try:
+            return self._plan(plan, offer=not last)
+        except Exception as e:
+            assert plan.conversation is not None
+            self._failed(plan.conversation.hook.session.id, plan.conversation, e)
+            with plan.conversation.lock:
+                messages, _ = splice(list(plan.original.get("messages") or []), plan.conversation.hidden)
+            return Plan(plan.api, dict(plan.original, messages=messages), plan.original)
 
     def _assemble(self, api: Api, hook: ContextHook[Any], body: dict[str, Any]) -> dict[str, Any]:
         h = harness(api)
@@ -230,8 +289,80 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 self._forward(api, raw)  # the upstream says what is wrong with it, in its words
                 return
-            sent, _ = proxy.prepare(api, {k: v for k, v in self.headers.items()}, body)
-            self._forward(api, json.dumps(sent).encode())
+            plan = proxy.prepare(api, {k: v for k, v in self.headers.items()}, body)
+            if not plan.ours:
+                self._forward(api, json.dumps(plan.body).encode())
+                return
+            try:
+                self._rounds(plan)
+            except httpx.TimeoutException:
+                self._reply(504, error_body(api, 504, f"the upstream {proxy.upstreams[api]} did not answer in time"))
+            except httpx.HTTPError as e:
+                self._reply(502, error_body(api, 502, f"the upstream {proxy.upstreams[api]} cannot be reached: {e}"))
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+        def _upstream_headers(self) -> dict[str, str]:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
+            return {k: v for k, v in headers.items() if k.lower() != SESSION_HEADER.lower()}
+
+        def _start(self, status: int, headers: Any) -> None:
+            self.send_response(status)
+            for k, v in headers.multi_items():
+                if k.lower() not in HOP_HEADERS and k.lower() != "content-encoding":
+                    self.send_header(k, v)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+
+        def _chunk(self, data: bytes) -> None:
+            if data:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+        def _end(self) -> None:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        def _rounds(self, plan: Plan) -> None:
+            """Upstream until the model answers without calling one of our tools."""
+            d = dialect(plan.api)
+            url = proxy.upstream_url(plan.api, self.path)
+            streaming = bool(plan.original.get("stream"))
+            started = False
+            offset = 0
+            for n in range(MAX_ROUNDS):
+                last = n == MAX_ROUNDS - 1
+                with proxy.client.stream("POST", url, headers=self._upstream_headers(), json=plan.body) as resp:
+                    if resp.status_code >= 400 or not streaming:
+                        raw = resp.read()
+                        calls, message = d.calls(json.loads(raw)) if resp.status_code < 400 else ([], {})
+                        ours = [c for c in calls if c.name in plan.ours]
+                        if not ours or last:
+                            if started:  # an error after our rounds began: the stream just ends
+                                self._end()
+                                return
+                            self._start(resp.status_code, resp.headers)
+                            self._chunk(raw)
+                            self._end()
+                            return
+                        proxy.run_ours(plan, ours, _text_of(plan.api, message))
+                    else:
+                        if not started:
+                            self._start(resp.status_code, resp.headers)
+                            started = True
+                        f = StreamFilter(plan.api, first_round=n == 0, block_offset=offset)
+                        for event in sse_events(resp.iter_bytes()):
+                            self._chunk(f.feed(event))
+                        ours = [c for c in f.calls() if c.name in plan.ours]
+                        if not ours or last:
+                            for event in f.held:
+                                self._chunk(event)
+                            self._end()
+                            return
+                        offset += f.sent_blocks
+                        # the client has the text already: the exchange keeps only the calls
+                        proxy.run_ours(plan, ours, None)
+                plan = proxy.next_round(plan, last=n + 1 == MAX_ROUNDS - 1)
 
         def _forward(self, api: Api, raw: bytes | None) -> None:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
@@ -265,6 +396,17 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True  # the client went away mid-stream
 
     return Handler
+
+
+def _text_of(api: Api, message: Mapping[str, Any]) -> str | None:
+    """The text of an assistant message (what the model said beside its calls)."""
+    if api == "openai":
+        content = message.get("content")
+        return content if isinstance(content, str) and content else None
+    texts = [
+        b.get("text", "") for b in message.get("content") or [] if isinstance(b, Mapping) and b.get("type") == "text"
+    ]
+    return "".join(texts) or None
 
 
 def _chunks(parts: Iterator[bytes]) -> Iterator[bytes]:

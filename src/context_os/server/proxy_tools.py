@@ -1,0 +1,286 @@
+"""context_os's own tools inside the proxy: offered to the model, run by the proxy, never seen by
+the client.
+
+When the model calls one of ours (``activate``, ``deactivate``, ``pin``, ``unpin``; ``recall``
+with it on), the proxy runs it and calls upstream again with the call and its result appended,
+until the model answers without one (at most ``MAX_ROUNDS`` times; the last round offers none of
+ours). The client gets only that final answer, with its own tools' calls. The exchange it did
+not see is kept per session (``Hidden``) and spliced back into its messages at the same place on
+every later request, so the session's history stays the one the model saw (no rewritten history,
+no lost prompt cache); if the client rewrites its history before that place, the exchange is
+dropped.
+
+A response that calls ours and the client's together: ours run, the client's are dropped, and
+the model, seeing our results, calls the client's again.
+
+This module speaks the two wire formats (``Dialect``): how tools are declared, how a response
+names its calls, how a stream is read (``StreamFilter``: text passes on at once, tool calls are
+held until the response ends and it is known whether any is ours).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import blake3
+
+from ..hashing import canonical_json
+
+__all__ = ["MAX_ROUNDS", "Call", "Hidden", "StreamFilter", "dialect", "prefix_hash", "splice"]
+
+MAX_ROUNDS = 8
+"""Upstream calls one client request may take when the model keeps calling our tools."""
+
+
+@dataclass(frozen=True)
+class Call:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class Hidden:
+    """An exchange the client never saw: it stands after the client's first ``at`` messages."""
+
+    at: int
+    prefix: str
+    """The hash of those ``at`` messages: if the client's differ, the exchange no longer fits."""
+    messages: list[dict[str, Any]]
+
+
+def prefix_hash(messages: Sequence[Any]) -> str:
+    return blake3.blake3(canonical_json(list(messages))).hexdigest()
+
+
+def splice(messages: list[Any], hidden: list[Hidden]) -> tuple[list[Any], list[Hidden]]:
+    """The client's messages with the hidden exchanges back in their places, and the exchanges
+    that still fit (one whose place the client rewrote is dropped)."""
+    out: list[Any] = []
+    kept: list[Hidden] = []
+    taken = 0
+    for h in sorted(hidden, key=lambda h: h.at):
+        if h.at > len(messages) or prefix_hash(messages[: h.at]) != h.prefix:
+            continue
+        out.extend(messages[taken : h.at])
+        out.extend(h.messages)
+        taken = h.at
+        kept.append(h)
+    out.extend(messages[taken:])
+    return out, kept
+
+
+def _args(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return raw
+    try:
+        parsed = json.loads(raw or "{}")
+    except ValueError:
+        return {"_unparsed": raw}
+    return parsed if isinstance(parsed, dict) else {"_unparsed": raw}
+
+
+class OpenAIDialect:
+    """``/v1/chat/completions``."""
+
+    @staticmethod
+    def declare(schemas: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            {
+                "type": "function",
+                "function": {"name": s["name"], "description": s["description"], "parameters": s["parameters"]},
+            }
+            for s in schemas
+        ]
+
+    @staticmethod
+    def tool_names(tools: Any) -> set[str]:
+        out = set()
+        for t in tools if isinstance(tools, list) else []:
+            fn = t.get("function") if isinstance(t, Mapping) else None
+            if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
+                out.add(fn["name"])
+        return out
+
+    @staticmethod
+    def calls(response: Mapping[str, Any]) -> tuple[list[Call], dict[str, Any]]:
+        """The calls of a JSON response, and its assistant message."""
+        choices = response.get("choices") or []
+        message = dict(choices[0].get("message") or {}) if choices else {}
+        calls = [
+            Call(
+                c.get("id", ""),
+                (c.get("function") or {}).get("name", ""),
+                _args((c.get("function") or {}).get("arguments")),
+            )
+            for c in message.get("tool_calls") or []
+        ]
+        return calls, message
+
+    @staticmethod
+    def exchange(text: str | None, calls: list[Call], results: list[str]) -> list[dict[str, Any]]:
+        assistant = {
+            "role": "assistant",
+            "content": text or None,
+            "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                for c in calls
+            ],
+        }
+        return [
+            assistant,
+            *({"role": "tool", "tool_call_id": c.id, "content": r} for c, r in zip(calls, results, strict=True)),
+        ]
+
+
+class AnthropicDialect:
+    """``/v1/messages``."""
+
+    @staticmethod
+    def declare(schemas: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return [{"name": s["name"], "description": s["description"], "input_schema": s["parameters"]} for s in schemas]
+
+    @staticmethod
+    def tool_names(tools: Any) -> set[str]:
+        return (
+            {t["name"] for t in tools if isinstance(t, Mapping) and isinstance(t.get("name"), str)}
+            if isinstance(tools, list)
+            else set()
+        )
+
+    @staticmethod
+    def calls(response: Mapping[str, Any]) -> tuple[list[Call], dict[str, Any]]:
+        blocks = [b for b in response.get("content") or [] if isinstance(b, Mapping)]
+        calls = [
+            Call(b.get("id", ""), b.get("name", ""), _args(b.get("input")))
+            for b in blocks
+            if b.get("type") == "tool_use"
+        ]
+        return calls, {"role": "assistant", "content": blocks}
+
+    @staticmethod
+    def exchange(text: str | None, calls: list[Call], results: list[str]) -> list[dict[str, Any]]:
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in calls]
+        tool_results = [
+            {"type": "tool_result", "tool_use_id": c.id, "content": r} for c, r in zip(calls, results, strict=True)
+        ]
+        return [{"role": "assistant", "content": content}, {"role": "user", "content": tool_results}]
+
+
+def dialect(api: str) -> Any:
+    return AnthropicDialect if api == "anthropic" else OpenAIDialect
+
+
+def sse_events(parts: Iterator[bytes]) -> Iterator[bytes]:
+    """Whole server-sent events (each ending in a blank line) out of a byte stream."""
+    buf = b""
+    for part in parts:
+        buf += part.replace(b"\r\n", b"\n")
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            yield event + b"\n\n"
+    if buf.strip():
+        yield buf if buf.endswith(b"\n\n") else buf + b"\n\n"
+
+
+def _data(event: bytes) -> Any:
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                return "[DONE]"
+            try:
+                return json.loads(payload)
+            except ValueError:
+                return None
+    return None
+
+
+@dataclass
+class StreamFilter:
+    """Reads one streamed response: ``feed`` an event, get what may go to the client now; at the
+    end, ``calls`` says what the model called, ``held`` what was kept back (tool calls, the end)."""
+
+    api: str
+    first_round: bool
+    block_offset: int = 0
+    """Anthropic: content blocks the client was already sent in earlier rounds of this request."""
+    text: list[str] = field(default_factory=list)
+    held: list[bytes] = field(default_factory=list)
+    _tools: dict[int, dict[str, Any]] = field(default_factory=dict)
+    _held_blocks: set[int] = field(default_factory=set)
+    sent_blocks: int = 0
+
+    def feed(self, event: bytes) -> bytes:
+        data = _data(event)
+        if self.api == "anthropic":
+            return self._anthropic(event, data)
+        return self._openai(event, data)
+
+    def _openai(self, event: bytes, data: Any) -> bytes:
+        if data == "[DONE]":
+            self.held.append(event)
+            return b""
+        if not isinstance(data, dict):
+            return event
+        choices = data.get("choices") or []
+        delta = (choices[0].get("delta") or {}) if choices else {}
+        if isinstance(delta.get("content"), str):
+            self.text.append(delta["content"])
+        calls = delta.get("tool_calls")
+        if calls or (choices and choices[0].get("finish_reason")) or not choices:
+            for c in calls or []:
+                t = self._tools.setdefault(int(c.get("index", 0)), {"id": "", "name": "", "arguments": ""})
+                t["id"] = c.get("id") or t["id"]
+                fn = c.get("function") or {}
+                t["name"] = fn.get("name") or t["name"]
+                t["arguments"] += fn.get("arguments") or ""
+            if calls and delta.get("content"):  # text riding with the calls goes on now, the calls wait
+                text_only = dict(data, choices=[dict(choices[0], delta={"content": delta["content"]})])
+                calls_only = dict(
+                    data, choices=[dict(choices[0], delta={k: v for k, v in delta.items() if k != "content"})]
+                )
+                self.held.append(f"data: {json.dumps(calls_only)}\n\n".encode())
+                return f"data: {json.dumps(text_only)}\n\n".encode()
+            self.held.append(event)
+            return b""
+        return event
+
+    def _anthropic(self, event: bytes, data: Any) -> bytes:
+        if not isinstance(data, dict):
+            return event
+        kind = data.get("type")
+        if kind == "message_start":
+            return event if self.first_round else b""
+        if kind in ("content_block_start", "content_block_delta", "content_block_stop"):
+            index = int(data.get("index", 0))
+            if kind == "content_block_start" and (data.get("content_block") or {}).get("type") == "tool_use":
+                block = data["content_block"]
+                self._tools[index] = {"id": block.get("id", ""), "name": block.get("name", ""), "arguments": ""}
+                self._held_blocks.add(index)
+            if index in self._held_blocks:
+                delta = data.get("delta") or {}
+                if delta.get("type") == "input_json_delta":
+                    self._tools[index]["arguments"] += delta.get("partial_json", "")
+                self.held.append(self._reindexed(data, index))
+                return b""
+            if (data.get("delta") or {}).get("type") == "text_delta":
+                self.text.append(data["delta"].get("text", ""))
+            if kind == "content_block_start":
+                self.sent_blocks += 1
+            return self._reindexed(data, index)
+        if kind in ("message_delta", "message_stop"):
+            self.held.append(event)
+            return b""
+        return event
+
+    def _reindexed(self, data: dict[str, Any], index: int) -> bytes:
+        moved = dict(data, index=index + self.block_offset)
+        return f"event: {data['type']}\ndata: {json.dumps(moved)}\n\n".encode()
+
+    def calls(self) -> list[Call]:
+        return [Call(t["id"], t["name"], _args(t["arguments"])) for _, t in sorted(self._tools.items())]
