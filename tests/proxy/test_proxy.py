@@ -396,3 +396,33 @@ def test_the_proxy_command(tmp_path: Path, up: Upstream) -> None:
         assert proc.wait(30) == 0  # SIGTERM: a clean stop
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+def test_with_a_workspace_read_is_offered_unless_the_agent_has_its_own(tmp_path: Path) -> None:
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    (ws / "notes.md").write_text("deploys happen on fridays\n")
+    with upstream(replies=[call("read", path="notes.md"), "fridays", "ok"]) as up:
+        store = SqliteStore(tmp_path / "w.db")
+        proxy = Proxy(store, up.url, workspace=ws)
+        server = make_proxy_server(proxy, 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", api_key=KEY, max_retries=0)
+        try:
+            got = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "when do we deploy?"}]
+            )
+            assert got.choices[0].message.content == "fridays"
+            offered = {t["function"]["name"] for t in up.requests[0]["tools"]}
+            assert offered == {"read", "activate", "deactivate", "pin", "unpin"}  # never write, edit, grep…
+            assert "deploys happen on fridays" in json.dumps(up.requests[1]["messages"])  # the file, as an object
+            own = [
+                {"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}
+            ]
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "other"}], tools=own)  # type: ignore[arg-type]
+            assert [t["function"]["name"] for t in up.requests[2]["tools"]].count("read") == 1  # the agent's own
+        finally:
+            server.shutdown()
+            server.server_close()
+            proxy.close()
+            store.close()

