@@ -128,6 +128,9 @@ def _serve_http(app: Any, port: int, token_file: Path | None) -> None:
     config = uvicorn.Config(http_app(app, token), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     sock = config.bind_socket()
+    # listening before the line that says so: a client that reads it may connect at once (uvicorn
+    # itself listens only once its loop runs)
+    sock.listen(config.backlog)
     bound = sock.getsockname()[1]
     written = write_token_file(token_file or data_dir() / "mcp" / f"http-{bound}.token", token)
     # uvicorn stops on SIGTERM and then raises it again: as KeyboardInterrupt it ends here, and
