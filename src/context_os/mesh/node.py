@@ -199,6 +199,7 @@ class MeshNode:
         at once. Without it every request is acknowledged automatically. ``on_broadcast(peer_id, broadcast)`` sees every
         broadcast from another peer. Both run on worker threads."""
         try:
+            import cbor2  # noqa: F401
             import libp2p  # noqa: F401
             import trio  # noqa: F401
         except ImportError as e:

@@ -19,8 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import cbor2
-
 __all__ = [
     "BROADCAST_TYPES",
     "MAX_MESSAGE_BYTES",
@@ -135,10 +133,14 @@ class Broadcast:
 
 def encode(msg: AgentRequest | AgentResponse | Broadcast) -> bytes:
     """The CBOR body of a message (without the length prefix: the stream adds it)."""
+    import cbor2  # the mesh extra's: this module imports without it (the CLI lists its choices)
+
     return cbor2.dumps(msg.wire())
 
 
 def _map(raw: bytes, what: str) -> Mapping[str, Any]:
+    import cbor2
+
     if len(raw) > MAX_MESSAGE_BYTES:
         raise WireError(f"{what}: {len(raw):,} bytes, more than the {MAX_MESSAGE_BYTES:,} allowed")
     try:
