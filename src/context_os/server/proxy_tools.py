@@ -266,19 +266,22 @@ class StreamFilter:
                 delta = data.get("delta") or {}
                 if delta.get("type") == "input_json_delta":
                     self._tools[index]["arguments"] += delta.get("partial_json", "")
-                self.held.append(self._reindexed(data, index))
+                self.held.append(self._reindexed(event, data, index))
                 return b""
             if (data.get("delta") or {}).get("type") == "text_delta":
                 self.text.append(data["delta"].get("text", ""))
             if kind == "content_block_start":
                 self.sent_blocks += 1
-            return self._reindexed(data, index)
+            return self._reindexed(event, data, index)
         if kind in ("message_delta", "message_stop"):
             self.held.append(event)
             return b""
         return event
 
-    def _reindexed(self, data: dict[str, Any], index: int) -> bytes:
+    def _reindexed(self, event: bytes, data: dict[str, Any], index: int) -> bytes:
+        """The event as it came, unless earlier rounds sent the client blocks before it."""
+        if not self.block_offset:
+            return event
         moved = dict(data, index=index + self.block_offset)
         return f"event: {data['type']}\ndata: {json.dumps(moved)}\n\n".encode()
 
