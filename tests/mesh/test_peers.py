@@ -103,8 +103,8 @@ def test_a_broadcast_reaches_both_others_and_shows_in_their_context(
         assert f'from="{a.name} ({a.peer_id})" message="broadcast" type="event"' in text
         [got] = agent.messages()
         assert got["kind"] == "broadcast" and got["direction"] == "in" and got["peer"] == a.peer_id
-        # remembered for the peer, under the seed's key
-        [entry] = agent.memory.get(a.peer_id, "broadcast")
+        # remembered for the peer, under the seed's key (written just after the message)
+        [entry] = wait_for(lambda agent=agent: agent.memory.get(a.peer_id, "broadcast"), "the broadcast remembered")
         assert entry.value == "[event] release freeze at 17:00"
     [sent] = a.messages()
     assert sent["direction"] == "out" and sent["kind"] == "broadcast"

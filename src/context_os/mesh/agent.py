@@ -102,6 +102,8 @@ class MeshAgent:
         self._shown: collections.deque[_Shown] = collections.deque(maxlen=history_cap)
         self._changed = threading.Event()
         self._seq = itertools.count()
+        self._unanswered: dict[str, dict[str, Any]] = {}
+        """Received requests the agent has not answered yet, by object id."""
         # bookkeeping writes that follow an event on the network thread (a request that timed
         # out) go through one worker, in order, so the network never waits for the store
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"mesh-writer-{self.name}")
@@ -161,12 +163,23 @@ class MeshAgent:
         return SourceDoc(id=oid, kind="message", content=text, meta=full).to_doc()
 
     def _record(self, *docs: dict[str, Any], memories: tuple[tuple[str, str], ...] = ()) -> None:
-        """Write ``docs`` in one transaction, then offer them to the session."""
+        """Write ``docs`` in one transaction, then offer them to the session (a new version of a
+        message shown already takes its place)."""
         self.store.submit([Put(d) for d in docs])
         with self._lock:
             for d in docs:
-                self._shown.append(_Shown(d["id"], d["content"], d["meta"], memories))
+                known = next((i for i, s in enumerate(self._shown) if s.id == d["id"]), None)
+                if known is None:
+                    self._shown.append(_Shown(d["id"], d["content"], d["meta"], memories))
+                else:
+                    was = self._shown[known]
+                    self._shown[known] = _Shown(was.id, was.text, d["meta"], was.memories)
         self._changed.set()
+
+    def _with_status(self, doc: Mapping[str, Any], status: str) -> dict[str, Any]:
+        """The next version of a received request: the same message, its new status."""
+        meta = dict(doc["meta"], status=status)
+        return SourceDoc(id=doc["id"], kind="message", content=doc["content"], meta=meta).to_doc()
 
     def _remember(self, peer: str, key: str, value: str, kind: str, peer_name: str | None) -> None:
         try:
@@ -314,6 +327,8 @@ class MeshAgent:
         )
         doc = self._request_doc(peer, req, "queued", memories)
         pending.object_id = doc["id"]
+        with self._lock:
+            self._unanswered[doc["id"]] = doc
         # stored before it is queued: the agent's answer always follows its request
         self._record(doc, memories=tuple((e.id, e.value) for e in entries))
         self.queue.put(pending)  # a full queue answers "[queue-full]" at once: _settled stores it
@@ -351,11 +366,14 @@ class MeshAgent:
         )
 
     def _answered(self, pending: PendingRequest, text: str, error: bool) -> None:
-        """The agent's answer, stored before the peer gets it (on the agent's thread)."""
-        if pending.object_id is None:
+        """The agent's answer and its request's new status, stored together before the peer
+        gets the answer (on the agent's thread)."""
+        with self._lock:
+            request = self._unanswered.pop(pending.object_id or "", None)
+        if request is None:
             return
-        request = {"id": pending.object_id}
-        self._record(self._reply_doc(request, pending.peer, pending.peer_name, pending.request_id, text, error))
+        reply = self._reply_doc(request, pending.peer, pending.peer_name, pending.request_id, text, error)
+        self._record(reply, self._with_status(request, "answered" if not error else "refused by the agent"))
         if not error:
             self._remember(
                 pending.peer,
@@ -366,29 +384,23 @@ class MeshAgent:
             )
 
     def _settled(self, pending: PendingRequest, doc: dict[str, Any]) -> None:
-        """A request's status once it has its answer (a new version of its object)."""
-        text, error = pending.future.result()
-        if not error:
-            status = "answered"
-        elif text.startswith("[timeout]"):
+        """The status of a request the agent did not answer (timed out, refused: the queue was
+        full, the agent stopped), as a new version of its object, written off the network's
+        thread. (An answer writes its own, with the reply.)"""
+        with self._lock:
+            if self._unanswered.pop(doc["id"], None) is None:
+                return  # the agent answered: stored with its answer
+        text, _ = pending.future.result()
+        if text.startswith("[timeout]"):
             status = "timed out"
         elif text.startswith("[queue-full]"):
             status = "refused: queue full"
         else:
             status = "failed"
-        if status == doc["meta"].get("status"):
-            return
-        meta = dict(doc["meta"], status=status)
 
         def write() -> None:
             try:
-                self.store.put(SourceDoc(id=doc["id"], kind="message", content=doc["content"], meta=meta).to_doc())
-                with self._lock:
-                    self._shown = collections.deque(
-                        (_Shown(s.id, s.text, meta, s.memories) if s.id == doc["id"] else s for s in self._shown),
-                        maxlen=self.history_cap,
-                    )
-                self._changed.set()
+                self._record(self._with_status(doc, status))
             except Exception as e:  # noqa: BLE001 - the answer went out; only its status is not stored
                 log.warning("mesh: could not store the status of request %s: %s", pending.request_id, e)
 

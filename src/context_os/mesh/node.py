@@ -26,6 +26,8 @@ What 0.8.1 needs set differently, and why (measured; docs/mesh.md):
   second repeats ids its peers drop as seen: nanoseconds; a publish only queues the message for
   each peer and drops it past 32 queued, so a broadcast waits for room and ``close`` lets the
   queues drain first;
+* its auto-connector dials every known peer until 150 connections are open (redials of peers
+  that are leaving, sockets left open when this node stops mid-dial): off;
 * it logs to the ``libp2p`` logger at ERROR for events a caller already gets as an exception:
   that logger gets a ``NullHandler`` and does not propagate (``quiet_libp2p``).
 
@@ -224,6 +226,8 @@ class MeshNode:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._sockets: list[Any] = []
+        """The TCP streams of this node's connections (closed at shutdown whatever else happened)."""
         self._init_host()
 
     def _init_host(self) -> None:
@@ -278,7 +282,12 @@ class MeshNode:
         # restarted with the same identity within a second sent ids its peers had seen, and they
         # dropped its broadcasts as duplicates (go-libp2p starts at nanoseconds)
         self._pubsub.counter = time.time_ns()
-        self._network: Any = self._host.get_network()  # its swarm: more than the interface types
+        network: Any = self._host.get_network()  # its swarm: more than the interface types
+        self._network: Any = network
+        # its auto-connector dials every peer the peer store knows until 150 connections are open:
+        # redials of peers that are leaving, sockets left open when this node stops mid-dial. This
+        # node dials what it discovers and what it is told to, nothing else.
+        network.auto_connector.maybe_connect = _no_auto_dial
         self.peer_id = str(self._host.get_id())
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -383,10 +392,22 @@ class MeshNode:
             while any(len(q) for q in self._pubsub.peer_queues.values()):
                 await trio.sleep(0.005)
             await trio.sleep(0.05)  # the last one taken off a queue is being written
+        sockets = [
+            sock
+            for conns in self._network.get_connections_map().values()
+            for conn in conns
+            if (sock := _tcp_stream(conn)) is not None
+        ]
+        sockets += self._sockets
         with trio.move_on_after(2):
             for pid in list(self._host.get_connected_peers()):
                 with contextlib.suppress(Exception):  # already closing
                     await self._network.close_peer(pid)
+        # what a busy or failing close left open (py-libp2p logs and goes on): closed here, or
+        # the socket stays open until the node is garbage
+        for sock in sockets:
+            with contextlib.suppress(Exception):
+                sock.socket.close()
 
     def _watch_mdns(self) -> Callable[[Any], None]:
         """Dial every peer mDNS discovers (the listener only fills the peer store)."""
@@ -730,11 +751,20 @@ class _Notifee:
         pass
 
     async def connected(self, network: Any, conn: Any) -> None:
+        sock = _tcp_stream(conn)
+        if sock is not None:  # kept to be closed for sure (a connection's own close may not)
+            self.node._sockets = [s for s in self.node._sockets if s.socket.fileno() != -1] + [sock]
         peer = conn.muxed_conn.peer_id
         addrs = [str(a) for a in network.peerstore.addrs(peer)] if _has_addrs(network, peer) else []
         self.node._note(str(peer), status="connected", connected_at=wire.now_ms(), addrs=addrs)
 
     async def disconnected(self, network: Any, conn: Any) -> None:
+        # a connection the other side ended is dropped by the swarm, its socket left open (a file
+        # descriptor per disconnect, for as long as the node runs): close it
+        sock = _tcp_stream(conn)
+        if sock is not None:
+            with contextlib.suppress(Exception):
+                sock.socket.close()
         peer = conn.muxed_conn.peer_id
         if not network.get_connections(peer):  # its last connection
             self.node._note(str(peer), status="disconnected", disconnected_at=wire.now_ms())
@@ -751,6 +781,26 @@ def _has_addrs(network: Any, peer: Any) -> bool:
         return bool(network.peerstore.addrs(peer))
     except Exception:  # noqa: BLE001 - PeerStoreError for a peer without addresses
         return False
+
+
+async def _no_auto_dial() -> None:
+    return None
+
+
+def _tcp_stream(conn: Any) -> Any:
+    """The trio TCP stream under a swarm connection (muxer, security, private network, raw)."""
+    import trio
+
+    x = conn
+    for _ in range(10):
+        if isinstance(x, trio.SocketStream):
+            return x
+        x = next(
+            (getattr(x, n) for n in ("muxed_conn", "secured_conn", "conn", "_conn", "stream") if hasattr(x, n)), None
+        )
+        if x is None:
+            return None
+    return None
 
 
 async def _to_thread(fn: Callable[..., Any], *args: Any) -> Any:
