@@ -239,11 +239,19 @@ def test_context_os_failing_forwards_the_original_messages(proxy: Running, up: U
     assert sum("original messages go upstream" in r.message for r in caplog.records) == 1  # once per session
 
 
-def test_a_foreign_host_or_a_browser_origin_is_refused(proxy: Running, up: Upstream) -> None:
+def test_a_foreign_host_a_browser_origin_or_a_body_that_is_not_json_is_refused(proxy: Running, up: Upstream) -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
     for headers in ({"Host": "evil.example"}, {"Origin": "https://evil.example"}):
         r = httpx.post(f"{proxy.url}/v1/chat/completions", json=body, headers=headers)
         assert r.status_code == 403 and "refused" in r.json()["error"]["message"]
+    # a browser's "simple" POST (no preflight) is not JSON: refused before it is read
+    r = httpx.post(f"{proxy.url}/v1/chat/completions", content=json.dumps(body), headers={"Content-Type": "text/plain"})
+    assert r.status_code == 415 and "application/json" in r.json()["error"]["message"]
+    for raw in (b"{not json", b"[1, 2]"):
+        r = httpx.post(f"{proxy.url}/v1/messages", content=raw, headers={"Content-Type": "application/json"})
+        assert (
+            r.status_code == 400 and r.json()["type"] == "error" and "not a JSON object" in r.json()["error"]["message"]
+        )
     assert up.requests == []
 
 

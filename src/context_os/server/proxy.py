@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -264,7 +264,8 @@ def make_proxy_server(proxy: Proxy, port: int = 0, host: str = "127.0.0.1") -> T
     server = ThreadingHTTPServer((host, port), _handler(proxy))
     server.daemon_threads = True
     bound = server.server_address[1]
-    server.guard = HttpGuard.for_address(host, int(bound), token="")  # type: ignore[attr-defined]
+    # Host, Origin and JSON are checked; no token of its own: the provider's key is the credential
+    server.guard = HttpGuard.for_address(host, int(bound), token=None)  # type: ignore[attr-defined]
     return server
 
 
@@ -283,57 +284,82 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def _refused(self, api: Api) -> bool:
-            """A foreign Host (DNS rebinding) or a browser's Origin: refused, answered."""
+        def _refuse(self, api: Api, status: int, why: str) -> None:
+            """Answer a refused request in its API's shape, having read (and dropped) its body: a
+            socket closed with unread data is reset, and the client loses the answer."""
+            length = int(self.headers.get("Content-Length") or 0)
+            if 0 < length <= MAX_BODY:
+                self.rfile.read(length)
+            self.close_connection = True
+            self._reply(status, error_body(api, status, why))
+
+        def _admitted(self, api: Api) -> bool:
+            """The guard's checks: a loopback Host (no DNS rebinding), no browser Origin, JSON."""
             refusal = self.server.guard.refusal(self.command, self.headers)  # type: ignore[attr-defined]
-            if refusal is not None and refusal[0] == 403:  # the guard's token check is not ours
-                self._reply(403, error_body(api, 403, refusal[1]))
-                return True
-            return False
+            if refusal is not None:
+                self._refuse(api, *refusal)
+            return refusal is None
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             # a model list and the like go upstream untouched
-            if not self._refused("openai"):
-                self._forward("openai", None)
+            if self._admitted("openai"):
+                self._upstream("openai", lambda: self._forward("openai", None))
 
         def do_POST(self) -> None:  # noqa: N802
             api = ROUTES.get(self.path.split("?")[0].rstrip("/"))
-            if self._refused(api or "openai"):
+            if not self._admitted(api or "openai"):
                 return
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_BODY:
-                self._reply(413, error_body(api or "openai", 413, f"request body over {MAX_BODY:,} bytes"))
                 self.close_connection = True
+                self._reply(413, error_body(api or "openai", 413, f"request body over {MAX_BODY:,} bytes"))
                 return
             raw = self.rfile.read(length)
             if api is None:
-                self._forward("openai", raw)  # another endpoint: untouched
+                self._upstream("openai", lambda: self._forward("openai", raw))  # another endpoint: untouched
                 return
             try:
                 body = json.loads(raw)
-                if not isinstance(body, dict):
-                    raise ValueError("not a JSON object")
             except ValueError:
-                self._forward(api, raw)  # the upstream says what is wrong with it, in its words
+                body = None
+            if not isinstance(body, dict):
+                self._reply(400, error_body(api, 400, "the request body is not a JSON object"))
                 return
             plan = proxy.prepare(api, {k: v for k, v in self.headers.items()}, body)
-            if not plan.ours:
-                self._forward(api, json.dumps(plan.body).encode())
-                return
+            if plan.ours:
+                self._upstream(api, lambda: self._rounds(plan))
+            else:
+                self._upstream(api, lambda: self._forward(api, json.dumps(plan.body).encode()))
+
+        def _upstream(self, api: Api, send: Callable[[], None]) -> None:
+            """Run ``send``; an upstream that cannot be reached or is too slow is answered in the
+            client's API's shape (before anything was sent; after, the stream just ends)."""
+            self._started = False
             try:
-                self._rounds(plan)
-            except httpx.TimeoutException:
-                self._reply(504, error_body(api, 504, f"the upstream {proxy.upstreams[api]} did not answer in time"))
+                send()
             except httpx.HTTPError as e:
-                self._reply(502, error_body(api, 502, f"the upstream {proxy.upstreams[api]} cannot be reached: {e}"))
+                if self._started:
+                    self.close_connection = True
+                elif isinstance(e, httpx.TimeoutException):
+                    self._reply(
+                        504, error_body(api, 504, f"the upstream {proxy.upstreams[api]} did not answer in time")
+                    )
+                else:
+                    self._reply(
+                        502, error_body(api, 502, f"the upstream {proxy.upstreams[api]} cannot be reached: {e}")
+                    )
             except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True
+                self.close_connection = True  # the client went away mid-stream
 
         def _upstream_headers(self) -> dict[str, str]:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
             return {k: v for k, v in headers.items() if k.lower() != SESSION_HEADER.lower()}
 
         def _start(self, status: int, headers: Any) -> None:
+            self._started = True
+            if status >= 400:
+                with proxy._lock:
+                    proxy.counts["upstream_errors"] += 1
             self.send_response(status)
             for k, v in headers.multi_items():
                 if k.lower() not in HOP_HEADERS and k.lower() != "content-encoding":
@@ -392,35 +418,14 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 plan = proxy.next_round(plan, last=n + 1 == MAX_ROUNDS - 1)
 
         def _forward(self, api: Api, raw: bytes | None) -> None:
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
-            headers.pop(SESSION_HEADER, None)
-            for k in [k for k in headers if k.lower() == SESSION_HEADER.lower()]:
-                headers.pop(k)
+            """The request upstream as it is, the answer back as it comes."""
             method = "POST" if raw is not None else "GET"
-            try:
-                with proxy.client.stream(
-                    method, proxy.upstream_url(api, self.path), headers=headers, content=raw
-                ) as resp:
-                    self.send_response(resp.status_code)
-                    for k, v in resp.headers.multi_items():
-                        if k.lower() not in HOP_HEADERS and k.lower() != "content-encoding":
-                            self.send_header(k, v)
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.end_headers()
-                    for chunk in _chunks(resp.iter_bytes()):
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                        self.wfile.flush()
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-                    if resp.status_code >= 400:
-                        with proxy._lock:
-                            proxy.counts["upstream_errors"] += 1
-            except httpx.TimeoutException:
-                self._reply(504, error_body(api, 504, f"the upstream {proxy.upstreams[api]} did not answer in time"))
-            except httpx.HTTPError as e:
-                self._reply(502, error_body(api, 502, f"the upstream {proxy.upstreams[api]} cannot be reached: {e}"))
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True  # the client went away mid-stream
+            url = proxy.upstream_url(api, self.path)
+            with proxy.client.stream(method, url, headers=self._upstream_headers(), content=raw) as resp:
+                self._start(resp.status_code, resp.headers)
+                for part in resp.iter_bytes():
+                    self._chunk(part)
+                self._end()
 
     return Handler
 
@@ -434,9 +439,3 @@ def _text_of(api: Api, message: Mapping[str, Any]) -> str | None:
         b.get("text", "") for b in message.get("content") or [] if isinstance(b, Mapping) and b.get("type") == "text"
     ]
     return "".join(texts) or None
-
-
-def _chunks(parts: Iterator[bytes]) -> Iterator[bytes]:
-    for part in parts:
-        if part:
-            yield part

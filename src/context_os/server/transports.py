@@ -123,17 +123,19 @@ class HttpGuard:
     So: the ``Host`` header must name the loopback address the server bound (or ``localhost``)
     with its port; a request with an ``Origin`` header is refused unless that origin was allowed
     by whoever started the server; the body must be ``application/json``; and the request must
-    carry the server's secret token. Checks run in that order, and the first that fails answers.
+    carry the server's secret token (unless the server has none: a proxy, whose credential is the
+    provider's key the client sends through). Checks run in that order, and the first that fails
+    answers.
     """
 
-    token: str
+    token: str | None
     hosts: frozenset[str]
     """Acceptable ``Host`` header values (lower case, with port)."""
     origins: frozenset[str] = frozenset()
     """Origins (``scheme://host[:port]``) allowed to send requests; none by default."""
 
     @classmethod
-    def for_address(cls, host: str, port: int, token: str, origins: Sequence[str] = ()) -> HttpGuard:
+    def for_address(cls, host: str, port: int, token: str | None, origins: Sequence[str] = ()) -> HttpGuard:
         shown = f"[{host}]" if ":" in host else host
         return cls(
             token,
@@ -153,6 +155,8 @@ class HttpGuard:
             ctype = (headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
             if ctype != "application/json":
                 return 415, f"Content-Type {ctype or '(none)'!r} refused: send application/json"
+        if self.token is None:
+            return None
         scheme, _, given = (headers.get(TOKEN_HEADER) or "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token.encode()):
             return 401, "missing or wrong token: send Authorization: Bearer <the server's token>"
