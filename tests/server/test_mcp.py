@@ -175,6 +175,13 @@ def test_streamable_http_needs_the_token_and_a_loopback_host(tmp_path: Path) -> 
                 assert (await http.post(url, json=init, headers=wrong)).status_code == 401
                 rebinding = accept | {"Authorization": f"Bearer {token}", "Host": "evil.example:80"}
                 assert (await http.post(url, json=init, headers=rebinding)).status_code in (400, 403, 421)
+                page = accept | {"Authorization": f"Bearer {token}", "Origin": "https://evil.example"}
+                assert (await http.post(url, json=init, headers=page)).status_code in (400, 403)
+                right = accept | {"Authorization": f"Bearer {token}"}
+                plain = right | {"Content-Type": "text/plain"}
+                assert (await http.post(url, content=json.dumps(init), headers=plain)).status_code in (400, 415)
+                garbage = right | {"Content-Type": "application/json"}
+                assert (await http.post(url, content=b"{not json", headers=garbage)).status_code == 400
 
         anyio.run(main)
 
