@@ -28,6 +28,30 @@ pytestmark = pytest.mark.timeout(120)
 KEY = "sk-test-0123456789abcdef-secret"
 
 
+_OPEN: list[Any] = []
+"""The SDK clients a test made: closed after it (their pooled sockets would otherwise be closed,
+with a ResourceWarning, whenever the collector finds them: in some later test)."""
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+def openai_client(base_url: str, **headers: str) -> openai.OpenAI:
+    client = openai.OpenAI(base_url=base_url, api_key=KEY, default_headers=headers or None, max_retries=0)
+    _OPEN.append(client)
+    return client
+
+
+def anthropic_client(base_url: str, **headers: str) -> anthropic.Anthropic:
+    client = anthropic.Anthropic(base_url=base_url, api_key=KEY, default_headers=headers or None, max_retries=0)
+    _OPEN.append(client)
+    return client
+
+
 class Running:
     def __init__(self, tmp_path: Path, up: Upstream):
         self.db = tmp_path / "proxy.db"
@@ -39,10 +63,10 @@ class Running:
         self.thread.start()
 
     def openai(self, **headers: str) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=KEY, default_headers=headers or None, max_retries=0)
+        return openai_client(f"{self.url}/v1", **headers)
 
     def anthropic(self, **headers: str) -> anthropic.Anthropic:
-        return anthropic.Anthropic(base_url=self.url, api_key=KEY, default_headers=headers or None, max_retries=0)
+        return anthropic_client(self.url, **headers)
 
     def close(self) -> None:
         self.server.shutdown()
@@ -212,14 +236,10 @@ def test_upstream_errors_keep_their_shape(tmp_path: Path) -> None:
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         with pytest.raises(openai.APIStatusError) as e:
-            openai.OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0).chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "x"}]
-            )
+            openai_client(f"{base}/v1").chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
         assert e.value.status_code == 502 and "cannot be reached" in str(e.value)
         with pytest.raises(anthropic.APIStatusError) as e2:
-            anthropic.Anthropic(base_url=base, api_key=KEY, max_retries=0).messages.create(
-                model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
-            )
+            anthropic_client(base).messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
         assert e2.value.status_code == 502 and e2.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
     finally:
         server.shutdown()
@@ -366,7 +386,7 @@ def test_recall_is_offered_and_finds_another_conversation(tmp_path: Path) -> Non
         proxy = Proxy(store, up.url, recall=Recall(store))
         server = make_proxy_server(proxy, 0)
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", api_key=KEY, max_retries=0)
+        client = openai_client(f"http://127.0.0.1:{server.server_address[1]}/v1")
         try:
             client.chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "the payment webhook test is flaky on CI"}]
@@ -396,7 +416,7 @@ def test_the_proxy_command(tmp_path: Path, up: Upstream) -> None:
         line = proc.stderr.readline().decode()
         m = re.search(r"OpenAI base URL (http://127\.0\.0\.1:\d+/v1)", line)
         assert m, line
-        client = openai.OpenAI(base_url=m.group(1), api_key=KEY, max_retries=0)
+        client = openai_client(m.group(1))
         got = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}])
         assert got.choices[0].message.content == "first answer here"
     finally:
@@ -415,7 +435,7 @@ def test_with_a_workspace_read_is_offered_unless_the_agent_has_its_own(tmp_path:
         proxy = Proxy(store, up.url, workspace=ws)
         server = make_proxy_server(proxy, 0)
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", api_key=KEY, max_retries=0)
+        client = openai_client(f"http://127.0.0.1:{server.server_address[1]}/v1")
         try:
             got = client.chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "when do we deploy?"}]
