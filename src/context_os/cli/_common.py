@@ -8,7 +8,9 @@ nothing that is not about the command line belongs here (store lookups live belo
 from __future__ import annotations
 
 import json
+import logging
 import shutil
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -25,6 +27,23 @@ from ..replay import Transcript, TranscriptReplay, TranscriptRow, replay_total, 
 from ..store import Store, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def server_process(name: str, verbose: int) -> None:
+    """What a long-running command (serve, mcp, proxy) sets up first: context_os's log lines on
+    stderr as ``ctxos NAME: LEVEL message`` (-v: info, -vv: debug; stdout may be a protocol), and
+    SIGTERM (a supervisor stopping it) ending it like Ctrl-C, so its ``finally`` clean-up runs."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"ctxos {name}: %(levelname)s %(message)s"))
+    logger = logging.getLogger("context_os")
+    logger.addHandler(handler)
+    logger.setLevel([logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)])
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 embedder_option = click.option(

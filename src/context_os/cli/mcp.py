@@ -5,9 +5,7 @@ On stdio it never prints to stdout (stdio is the protocol); logs go to stderr.""
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
-import signal
 import sys
 from contextlib import suppress
 from pathlib import Path
@@ -17,7 +15,7 @@ import click
 
 from ..errors import ConfigError
 from ..store import data_dir
-from ._common import embedder_option, fails_cleanly, store_from
+from ._common import embedder_option, fails_cleanly, server_process, store_from
 
 TOKEN_ENV = "CTXOS_MCP_TOKEN"
 """A token chosen by whoever starts the HTTP server, instead of a fresh one."""
@@ -83,11 +81,7 @@ def mcp_cmd(
     from ..sources.memory import MemoryScopes
     from ..sources.recall import open_recall
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("ctxos mcp: %(levelname)s %(message)s"))
-    logger = logging.getLogger("context_os")
-    logger.addHandler(handler)
-    logger.setLevel([logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)])
+    server_process("mcp", verbose)
     root = (workspace or Path.cwd()).resolve()
     with store_from(ctx, create=True, announce=True) as store:
         engine = open_recall(store, None if embedder == "none" else embedder) if recall else None
@@ -128,9 +122,6 @@ def _serve_http(app: Any, port: int, token_file: Path | None) -> None:
     sock.listen(config.backlog)
     bound = sock.getsockname()[1]
     written = write_token_file(token_file or data_dir() / "mcp" / f"http-{bound}.token", token)
-    # uvicorn stops on SIGTERM and then raises it again: as KeyboardInterrupt it ends here, and
-    # the token file goes
-    signal.signal(signal.SIGTERM, _stop)
     try:
         print(f"ctxos mcp: listening on http://127.0.0.1:{bound}/mcp (token in {written})", file=sys.stderr, flush=True)
         server.run(sockets=[sock])
@@ -139,10 +130,6 @@ def _serve_http(app: Any, port: int, token_file: Path | None) -> None:
     finally:
         with suppress(OSError):
             written.unlink()
-
-
-def _stop(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def register(cli: click.Group) -> None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import logging
-import signal
 import sys
 from pathlib import Path
 
 import click
 
-from ._common import embedder_option, fails_cleanly, store_from
+from ._common import embedder_option, fails_cleanly, server_process, store_from
 
 
 @click.command("proxy")
@@ -60,12 +58,7 @@ def proxy_cmd(
     from ..server.proxy import Proxy, make_proxy_server
     from ..sources.recall import open_recall
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("ctxos proxy: %(levelname)s %(message)s"))
-    logger = logging.getLogger("context_os")
-    logger.addHandler(handler)
-    logger.setLevel([logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)])
-    signal.signal(signal.SIGTERM, _stop)
+    server_process("proxy", verbose)
     with store_from(ctx, create=True, announce=False) as store:
         engine = open_recall(store, None if embedder == "none" else embedder) if recall else None
         proxy = Proxy(
@@ -88,10 +81,6 @@ def proxy_cmd(
             proxy.close()
             if engine is not None:
                 engine.close()
-
-
-def _stop(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def register(cli: click.Group) -> None:

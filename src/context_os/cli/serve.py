@@ -4,9 +4,7 @@ It only wires the server to its transports; it never prints to stdout (stdio is 
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -27,7 +25,7 @@ from ..server import (
 )
 from ..sources.recall import open_recall
 from ..store import data_dir
-from ._common import announce_created, embedder_option, fails_cleanly, store_from
+from ._common import announce_created, embedder_option, fails_cleanly, server_process, store_from
 
 if TYPE_CHECKING:
     from ..mesh.agent import MeshAgent
@@ -128,14 +126,8 @@ def serve_cmd(
     HTTP requests need the server's token (``Authorization: Bearer …``, written to a 0600 file
     named on stderr), ``Content-Type: application/json``, a loopback ``Host`` and no foreign
     ``Origin``. Clients may open sessions only in the ``--workspace`` directories."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("ctxos serve: %(levelname)s %(message)s"))
-    logger = logging.getLogger("context_os")
-    logger.addHandler(handler)
-    logger.setLevel([logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)])
+    server_process("serve", verbose)
     use_stdio = stdio or http_port is None
-    # SIGTERM (a supervisor stopping us) ends the server like Ctrl-C: the token file is removed
-    signal.signal(signal.SIGTERM, _stop)
     token = os.environ.get(TOKEN_ENV) or new_token()
     if len(token) < 16:
         raise ConfigError(f"${TOKEN_ENV} is too short to be a secret ({len(token)} characters; at least 16)")
@@ -246,10 +238,6 @@ def _mesh_agent(
 def _file_name(name: str) -> str:
     """An agent name as a file name (what is not a letter, digit, '-' or '_' becomes '_')."""
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
-
-
-def _stop(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def register(cli: click.Group) -> None:
