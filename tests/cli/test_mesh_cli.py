@@ -445,3 +445,9 @@ def test_find_an_ambiguous_name_names_the_candidates(tmp_path: Path) -> None:
     assert "12D3KooWA" in str(e.value) and "12D3KooWB" in str(e.value)
     found = registry.find(tmp_path, "12D3KooWB")
     assert found is not None and found.agent_name == "twin"
+
+
+def test_an_agent_name_has_one_identity_file_and_two_names_never_share_one() -> None:
+    assert registry.identity_path("alice") == registry.default_dir().parent / "alice.seed"
+    odd = {registry.identity_path(n) for n in ("a b", "a_b", "a/b", "../x")}
+    assert len(odd) == 4 and all(p.parent == registry.default_dir().parent for p in odd)

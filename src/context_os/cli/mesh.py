@@ -2,7 +2,7 @@
 
 ``peers`` lists the agents announced in the local registry (``mesh/registry.py``); with
 ``--scan`` it also listens for mDNS announcements for a while. ``send`` and ``broadcast`` start
-a transient agent of their own (identity ``<user data dir>/mesh/cli.seed``, name ``--as``), dial,
+a transient agent of their own (identity ``<user data dir>/mesh/ctxos-cli.seed``, whatever ``--as`` names it), dial,
 send, print what came back and stop. That agent records what it sends and receives as
 ``message`` objects in the store, like any agent; it acknowledges a request a peer sends it at
 once (``auto_reply``), as nobody is there to answer. Nothing here announces itself in the registry.
@@ -24,7 +24,7 @@ from ..mesh.agent import MeshAgent
 from ..mesh.node import MeshConfig, MeshNode, load_seed
 from ..mesh.pnet import read_swarm_key
 from ..mesh.wire import BROADCAST_TYPES
-from ..store import Store, data_dir
+from ..store import Store
 from ._common import emit_json, fails_cleanly, json_option, store_from, table
 
 CLI_AGENT = "ctxos-cli"
@@ -99,7 +99,7 @@ def peers_cmd(scan: float | None, as_json: bool) -> None:
 
 def _scan(seconds: float) -> list[dict[str, Any]]:
     """The peers a node with mDNS finds within ``seconds`` (its own id left out)."""
-    node = MeshNode(MeshConfig(CLI_AGENT, seed=load_seed(_seed_path()), mdns=True))
+    node = MeshNode(MeshConfig(CLI_AGENT, seed=load_seed(registry.identity_path(CLI_AGENT)), mdns=True))
     node.start()
     try:
         time.sleep(seconds)  # discovery is what this command waits for: there is no condition to poll
@@ -278,17 +278,12 @@ def broadcast_cmd(
 # -- the transient agent ----------------------------------------------------------------------------
 
 
-def _seed_path() -> Path:
-    """The identity of the CLI's transient nodes: one peer id across runs."""
-    return data_dir() / "mesh" / "cli.seed"
-
-
 def _config(agent_name: str, swarm_key: Path | None) -> MeshConfig:
     """How the CLI's transient node runs (read before anything is opened: a bad key or name
     fails first)."""
     return MeshConfig(
         agent_name,
-        seed=load_seed(_seed_path()),
+        seed=load_seed(registry.identity_path(CLI_AGENT)),
         psk=read_swarm_key(swarm_key) if swarm_key is not None else None,
     )
 

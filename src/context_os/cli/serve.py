@@ -217,7 +217,7 @@ def _mesh_agent(
         name,
         host=host,
         port=port,
-        seed=load_seed(data_dir() / "mesh" / f"{_file_name(name)}.seed"),
+        seed=load_seed(registry.identity_path(name)),
         psk=read_swarm_key(swarm_key) if swarm_key is not None else None,
         mdns=mdns,
         bootstrap=connect,
@@ -233,11 +233,6 @@ def _mesh_agent(
             registry.withdraw(entry)
     finally:
         agent.close()
-
-
-def _file_name(name: str) -> str:
-    """An agent name as a file name (what is not a letter, digit, '-' or '_' becomes '_')."""
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
 def register(cli: click.Group) -> None:

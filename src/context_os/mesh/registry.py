@@ -17,6 +17,7 @@ never dials, never imports libp2p, and never touches the store.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -57,6 +58,16 @@ class LocalPeer:
             "pid": self.pid,
             "started": self.started,
         }
+
+
+def identity_path(agent_name: str) -> Path:
+    """Where the identity seed of an agent name lives on this machine (``mesh.node.load_seed``):
+    ``<user data dir>/mesh/<name>.seed``; a name that is not a plain file name (``/``, spaces)
+    gets 8 hex digits of its hash too, so two names never share one."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in agent_name)
+    if safe != agent_name:
+        safe += "-" + hashlib.blake2b(agent_name.encode(), digest_size=4).hexdigest()
+    return data_dir() / "mesh" / f"{safe}.seed"
 
 
 def default_dir() -> Path:
