@@ -26,6 +26,7 @@ from context_os.mesh import wire
 from context_os.mesh.agent import MeshAgent
 from context_os.mesh.node import MeshConfig, MeshNode
 from context_os.store.sqlite import SqliteStore
+from context_os.times import now_ms
 
 from ._report import pct, write_section
 
@@ -68,7 +69,7 @@ def bare_echo_round_trips(n: int) -> list[float]:
     async def echo(stream: Any) -> None:
         rw = VarIntLengthMsgReadWriter(stream, max_msg_size=wire.MAX_MESSAGE_BYTES)
         req = wire.decode_request(await rw.read_msg())
-        resp = wire.AgentResponse(req.request_id, "b", "p", wire.now_ms(), req.message)
+        resp = wire.AgentResponse(req.request_id, "b", "p", now_ms(), req.message)
         await rw.write_msg(wire.encode(resp))
         await stream.close()
 
@@ -80,7 +81,7 @@ def bare_echo_round_trips(n: int) -> list[float]:
         listen = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")
         async with a.run([listen]), b.run([listen]):
             await a.connect(info_from_p2p_addr(b.get_addrs()[0]))
-            req = wire.AgentRequest("r", "a", str(a.get_id()), wire.now_ms(), "ping")
+            req = wire.AgentRequest("r", "a", str(a.get_id()), now_ms(), "ping")
             for _ in range(n):
                 t = time.perf_counter()
                 stream = await a.new_stream(b.get_id(), [proto])

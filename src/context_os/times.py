@@ -17,11 +17,12 @@ This module must never import anything from the package but ``errors``.
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime, timedelta
 
 from .errors import InputError
 
-__all__ = ["MAX_MS", "MIN_MS", "iso", "parse_time"]
+__all__ = ["MAX_MS", "MIN_MS", "iso", "now_ms", "parse_time"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -45,6 +46,11 @@ def _in_range(ms: int, value: object, name: str) -> int:
     if not MIN_MS <= ms <= MAX_MS:
         raise InputError(f"{name} {_shown(value)} is outside the years 0001-9999 UTC (epoch ms {MIN_MS} to {MAX_MS})")
     return ms
+
+
+def now_ms() -> int:
+    """The current time as epoch milliseconds UTC."""
+    return time.time_ns() // 1_000_000
 
 
 def parse_time(value: str | int, name: str = "time") -> int:

@@ -35,6 +35,7 @@ from ..errors import InputError, MeshError
 from ..objects import SourceDoc
 from ..sources.base import SourceItem
 from ..store.base import Put
+from ..times import now_ms
 from ..tokens import estimate_tokens
 from . import wire
 from .memory import MemoryLimits, PeerMemory
@@ -145,7 +146,7 @@ class MeshAgent:
             self._shown.append(_Shown(d["id"], str(d.get("content") or ""), d["meta"]))
 
     def _message_doc(self, text: str, **meta: Any) -> dict[str, Any]:
-        at = wire.now_ms()
+        at = now_ms()
         # time, then a counter (the order within one millisecond), then randomness (another
         # process of the same agent name writing into the same store)
         oid = f"message:{self.name}:{at:x}{next(self._seq) % 0x10000:04x}{os.urandom(2).hex()}"
@@ -213,7 +214,7 @@ class MeshAgent:
         wait = REQUEST_TIMEOUT if timeout is None else timeout
         known = self.node.peer(peer)
         peer_name = known.agent_name if known else None
-        sent_at = wire.now_ms()
+        sent_at = now_ms()
         error: MeshError | None = None
         for attempt in range(SEND_ATTEMPTS):
             try:
@@ -286,7 +287,7 @@ class MeshAgent:
             kind="broadcast",
             type=type,
             peer=None,
-            sent_at=wire.now_ms(),
+            sent_at=now_ms(),
             message_id=result.message_id,
             reached=result.peers_reached,
         )
@@ -361,7 +362,7 @@ class MeshAgent:
             peer_name=peer_name,
             request_id=rid,
             in_reply_to=request["id"],
-            sent_at=wire.now_ms(),
+            sent_at=now_ms(),
             error=error or None,
         )
 
@@ -435,7 +436,7 @@ class MeshAgent:
 
     def discover(self, window_ms: int = DISCOVER_WINDOW_MS) -> dict[str, Any]:
         """The peers found in the last minute (mDNS, bootstrap, or that reached us)."""
-        cutoff = wire.now_ms() - window_ms
+        cutoff = now_ms() - window_ms
         recent = [p.public() for p in self.node.peers() if p.discovered_at >= cutoff]
         return {"peersFound": len(recent), "peers": recent, "mdns": self.config.mdns}
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigError, InputError
 from ..objects import SourceDoc
+from ..times import now_ms
 from ..tokens import estimate_tokens
-from . import wire
 
 if TYPE_CHECKING:
     from ..sources.recall import Recall
@@ -149,7 +149,7 @@ class PeerMemory:
         for k, v in extra.items():
             if not isinstance(k, str) or not (isinstance(v, str | int | float | bool) or v is None):
                 raise InputError(f"memory: metadata values must be text, numbers or booleans ({k!r} is not)")
-        ts = wire.now_ms()
+        ts = now_ms()
         oid = f"memory:mesh:{self.agent}:{ts:x}{os.urandom(3).hex()}"
         meta: dict[str, Any] = {
             "session": peer_scope(self.agent, peer),

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import ConfigError, MeshError, MeshUnavailable
+from ..times import now_ms
 from . import wire
 
 __all__ = [
@@ -442,7 +443,7 @@ class MeshNode:
     # --- the registry ----------------------------------------------------------------------------
 
     def _note(self, peer: str, **changes: Any) -> MeshPeer:
-        now = wire.now_ms()
+        now = now_ms()
         with self._lock:
             p = self._peers.get(peer)
             if p is None:
@@ -468,7 +469,7 @@ class MeshNode:
     def prune_stale(self, ttl: float = STALE_PEER_SECONDS) -> int:
         """Drop peers disconnected for ``ttl`` seconds, and a disconnected peer whose agent name
         a connected peer now has (the same agent restarted with a new id); how many."""
-        cutoff = wire.now_ms() - int(ttl * 1000)
+        cutoff = now_ms() - int(ttl * 1000)
         with self._lock:
             live_names = {p.agent_name for p in self._peers.values() if p.status == "connected" and p.agent_name}
             gone = [
@@ -563,7 +564,7 @@ class MeshNode:
             request_id=wire.new_request_id(),
             from_agent=self.config.agent_name,
             from_peer=self.peer_id,
-            timestamp=wire.now_ms(),
+            timestamp=now_ms(),
             message=message,
             auto_reply=auto_reply,
             timeout_ms=int(timeout * 1000),
@@ -605,7 +606,7 @@ class MeshNode:
         if type not in wire.BROADCAST_TYPES:
             raise MeshError(f"mesh: broadcast type must be one of {', '.join(wire.BROADCAST_TYPES)}, not {type!r}")
         body = wire.encode(
-            wire.Broadcast(self.config.agent_name, self.peer_id, wire.now_ms(), message, type)  # type: ignore[arg-type]
+            wire.Broadcast(self.config.agent_name, self.peer_id, now_ms(), message, type)  # type: ignore[arg-type]
         )
         reached = len(self.topic_peers())
         self._call(self._publish, body, timeout=self.config.call_timeout, what="broadcast")
@@ -649,7 +650,7 @@ class MeshNode:
                     await stream.reset()
 
     def _response(self, request_id: str | None, text: str, error: bool) -> wire.AgentResponse:
-        return wire.AgentResponse(request_id, self.config.agent_name, self.peer_id, wire.now_ms(), text, error)
+        return wire.AgentResponse(request_id, self.config.agent_name, self.peer_id, now_ms(), text, error)
 
     async def _answer(self, peer: str, raw: bytes) -> wire.AgentResponse:
 
@@ -756,7 +757,7 @@ class _Notifee:
             self.node._sockets = [s for s in self.node._sockets if s.socket.fileno() != -1] + [sock]
         peer = conn.muxed_conn.peer_id
         addrs = [str(a) for a in network.peerstore.addrs(peer)] if _has_addrs(network, peer) else []
-        self.node._note(str(peer), status="connected", connected_at=wire.now_ms(), addrs=addrs)
+        self.node._note(str(peer), status="connected", connected_at=now_ms(), addrs=addrs)
 
     async def disconnected(self, network: Any, conn: Any) -> None:
         # a connection the other side ended is dropped by the swarm, its socket left open (a file
@@ -767,7 +768,7 @@ class _Notifee:
                 sock.socket.close()
         peer = conn.muxed_conn.peer_id
         if not network.get_connections(peer):  # its last connection
-            self.node._note(str(peer), status="disconnected", disconnected_at=wire.now_ms())
+            self.node._note(str(peer), status="disconnected", disconnected_at=now_ms())
 
     async def listen(self, network: Any, multiaddr: Any) -> None:
         pass

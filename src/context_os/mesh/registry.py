@@ -22,7 +22,6 @@ import json
 import os
 import re
 import tempfile
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any, TypeGuard
 
 from ..errors import InputError, MeshError
 from ..store import data_dir
+from ..times import now_ms
 
 __all__ = ["LocalPeer", "announce", "default_dir", "find", "local_peers", "withdraw"]
 
@@ -89,7 +89,7 @@ def announce(
         "agentName": agent_name,
         "addresses": [str(a) for a in addrs],
         "pid": os.getpid() if pid is None else pid,
-        "started": int(time.time() * 1000),
+        "started": now_ms(),
     }
     d = Path(directory)
     d.mkdir(mode=0o700, parents=True, exist_ok=True)

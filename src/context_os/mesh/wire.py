@@ -14,10 +14,11 @@ knows nothing of libp2p, trio, stores or sessions.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from ..times import MAX_MS
 
 __all__ = [
     "BROADCAST_TYPES",
@@ -40,18 +41,12 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_TEXT_CHARS = 1_000_000
 """The longest ``message`` text accepted."""
 BROADCAST_TYPES = ("announce", "query", "response", "event")
-_MAX_MS = 253_402_300_799_999
-"""9999-12-31T23:59:59.999Z: a later timestamp is not a time."""
 
 BroadcastType = Literal["announce", "query", "response", "event"]
 
 
 class WireError(ValueError):
     """A peer sent something that is not a valid message; says what was wrong."""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def new_request_id() -> str:
@@ -165,7 +160,7 @@ def _text(m: Mapping[str, Any], key: str, what: str, *, optional: bool = False, 
 
 def _ms(m: Mapping[str, Any], key: str, what: str) -> int:
     value = m.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= _MAX_MS:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_MS:
         raise WireError(f"{what}: {key!r} must be epoch milliseconds, got {value!r}")
     return int(value)
 

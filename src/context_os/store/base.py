@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import StoreError
+from ..times import now_ms
 
 if TYPE_CHECKING:
     from .text_index import SearchArgs
@@ -57,11 +58,6 @@ __all__ = [
     "next_valid_time",
     "now_ms",
 ]
-
-
-def now_ms() -> int:
-    """The current time as epoch milliseconds UTC."""
-    return time.time_ns() // 1_000_000
 
 
 MAX_CLOCK_WAIT_MS = 1000
