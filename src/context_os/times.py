@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 from .errors import InputError
 
-__all__ = ["MAX_MS", "MIN_MS", "iso", "now_ms", "parse_time"]
+__all__ = ["MAX_MS", "MIN_MS", "display", "iso", "now_ms", "parse_time"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -103,3 +103,12 @@ def iso(ms: int) -> str:
         f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}"
         f".{dt.microsecond // 1000:03d}Z"
     )
+
+
+def display(ms: int) -> str:
+    """``iso`` for showing a stored time: one outside the years 0001-9999 is shown as the number
+    it is rather than refused."""
+    try:
+        return iso(ms)
+    except InputError:
+        return f"{ms} (epoch ms)"

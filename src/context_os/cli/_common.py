@@ -22,7 +22,7 @@ import click
 
 from .. import times
 from ..context.session import Session
-from ..errors import ContextOSError, InputError, NotFound, StateError
+from ..errors import ContextOSError, NotFound, StateError
 from ..replay import Transcript, TranscriptReplay, TranscriptRow, replay_total, replay_transcript
 from ..store import Store, open_store
 
@@ -102,12 +102,7 @@ def echo_long(text: str) -> None:
 def iso(ms: int | None) -> str | None:
     """Epoch ms → ISO 8601 UTC with milliseconds (``times.iso``), for display: a stored time
     outside the years 0001-9999 is shown as the number it is."""
-    if ms is None:
-        return None
-    try:
-        return times.iso(ms)
-    except InputError:
-        return f"{ms} (epoch ms)"
+    return None if ms is None else times.display(ms)
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], align: str | None = None) -> str:

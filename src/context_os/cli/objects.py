@@ -15,32 +15,17 @@ from typing import Any
 import click
 
 from ..context.evict import evict
-from ..context.load import object_states
+from ..context.load import object_states, version_row
 from ..errors import NotFound
 from ..files.index import find_file_object
 from ..store import Version
 from ..times import parse_time
-from ._common import DeprecatedAlias, emit_json, fails_cleanly, iso, json_option, store_from, table
+from ._common import DeprecatedAlias, emit_json, fails_cleanly, json_option, store_from, table
 
 
 @click.group("objects")
 def objects() -> None:
     """One object, by id or file path: inspect, evict."""
-
-
-def version_row(n: int, v: Version) -> dict[str, Any]:
-    doc = v.doc or {}
-    return {
-        "version": n,
-        "valid_time": iso(v.valid_time),
-        "valid_time_ms": v.valid_time,
-        "tx_time": iso(v.tx_time),
-        "tx_id": v.tx_id,
-        "deleted": v.deleted,
-        "content_hash": doc.get("content_hash"),
-        "meta_hash": doc.get("meta_hash"),
-        "object_hash": doc.get("object_hash"),
-    }
 
 
 def file_fields(v: Version) -> dict[str, Any]:

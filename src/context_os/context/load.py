@@ -14,13 +14,13 @@ from typing import Any
 
 from ..errors import NotFound, StoreCorrupt
 from ..store.base import Store, Version
-from ..times import iso
+from ..times import display, iso
 from .entries import Entry
 from .persist import PAGE_SIZE
 from .policy import RetentionPolicy
 from .view import ObjInfo, SessionView, page_id
 
-__all__ = ["load_view", "object_states"]
+__all__ = ["load_view", "object_states", "version_row"]
 
 
 def load_view(
@@ -119,6 +119,26 @@ def _loaded(v: Version, state: dict[str, Any] | None, entry: int | None, call_en
         newer=sm.get("newer"),
         focus=sm.get("focus"),
     )
+
+
+def version_row(n: int, v: Version, *, with_doc: bool = False) -> dict[str, Any]:
+    """One version of an object as ``ctxos objects inspect`` and the MCP server show it: its
+    1-based number in the object's history (0: not counted), times, transaction and hashes."""
+    doc = v.doc or {}
+    row: dict[str, Any] = {
+        "version": n,
+        "valid_time": display(v.valid_time),
+        "valid_time_ms": v.valid_time,
+        "tx_time": display(v.tx_time),
+        "tx_id": v.tx_id,
+        "deleted": v.deleted,
+        "content_hash": doc.get("content_hash"),
+        "meta_hash": doc.get("meta_hash"),
+        "object_hash": doc.get("object_hash"),
+    }
+    if with_doc:
+        row["doc"] = v.doc
+    return row
 
 
 def object_states(store: Store, obj_id: str) -> list[dict[str, Any]]:

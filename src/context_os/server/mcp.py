@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 from ..context.frames import frame_rows, get_frame, verify_frame
+from ..context.load import version_row
 from ..context.session import Session
 from ..context.source_tools import SourceTools
 from ..context.tools import Tool, ToolRegistry, object_schema
@@ -38,7 +39,7 @@ from ..times import iso, parse_time
 if TYPE_CHECKING:
     from ..sources.memory import MemoryScopes
     from ..sources.recall import Recall
-    from ..store.base import Store, Version
+    from ..store.base import Store
 
 __all__ = ["MCP_TOOLS", "ContextOsMcp", "FRAME_URI", "OBJECT_URI"]
 
@@ -145,13 +146,13 @@ class ContextOsMcp:
             v = self.store.get(id, parse_time(as_of, "as_of"))
             if v is None or v.doc is None:
                 raise NotFound(f"{id} did not exist at {as_of}")
-            return {"id": id, "as_of": as_of, "version": _row(v, with_doc=True)}
+            return {"id": id, "as_of": as_of, "version": version_row(0, v, with_doc=True)}
         versions = self.store.history(id, with_docs=True)
         if not versions:
             raise NotFound(f"no object {id!r}")
         return {
             "id": id,
-            "versions": [_row(v, with_doc=False) | {"version": n} for n, v in enumerate(versions, 1)],
+            "versions": [version_row(n, v) for n, v in enumerate(versions, 1)],
             "resource": OBJECT_URI.format(id=quote(id, safe=":"), version="latest"),
         }
 
@@ -212,27 +213,12 @@ class ContextOsMcp:
             versions = [v for v in self.store.history(oid, with_docs=True) if v.doc is not None]
             if not versions:
                 raise NotFound(f"no object {oid!r}")
-            if which == "latest":
-                v = versions[-1]
-            elif which.isdigit() and 1 <= int(which) <= len(versions):
-                v = versions[int(which) - 1]
-            else:
+            n = len(versions) if which == "latest" else int(which) if which.isdigit() else 0
+            if not 1 <= n <= len(versions):
                 raise NotFound(f"{oid} has versions 1 to {len(versions)} (or latest), not {which!r}")
-            return "application/json", json.dumps(_row(v, with_doc=True), ensure_ascii=False)
+            row = version_row(n, versions[n - 1], with_doc=True)
+            return "application/json", json.dumps(row, ensure_ascii=False)
         raise NotFound(f"{uri!r} is not a context_os resource (context-os://frame/… or context-os://object/…)")
-
-
-def _row(v: Version, *, with_doc: bool) -> dict[str, Any]:
-    doc = v.doc or {}
-    row: dict[str, Any] = {
-        "valid_time": iso(v.valid_time),
-        "tx_id": v.tx_id,
-        "object_hash": doc.get("object_hash"),
-        "deleted": v.deleted,
-    }
-    if with_doc:
-        row["doc"] = v.doc
-    return row
 
 
 def run_stdio(app: ContextOsMcp) -> None:
