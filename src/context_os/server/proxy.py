@@ -214,7 +214,7 @@ class Proxy:
                 else []
             )
         if schemas:
-            body["tools"] = [*(plan.original.get("tools") or []), *d.declare(schemas)]
+            body["tools"] = [*(plan.original.get("tools") or []), *conv.hook.adapter.tool_definitions(schemas)]
         return Plan(plan.api, body, plan.original, conv, frozenset(t["name"] for t in schemas))
 
     def run_ours(self, plan: Plan, calls: list[Call], text: str | None) -> None:

@@ -13,9 +13,10 @@ dropped.
 A response that calls ours and the client's together: ours run, the client's are dropped, and
 the model, seeing our results, calls the client's again.
 
-This module speaks the two wire formats (``Dialect``): how tools are declared, how a response
-names its calls, how a stream is read (``StreamFilter``: text passes on at once, tool calls are
-held until the response ends and it is known whether any is ours).
+This module speaks the two wire formats (``Dialect``): which tools a request declares, how a
+response names its calls, how a stream is read (``StreamFilter``: text passes on at once, tool
+calls are held until the response ends and it is known whether any is ours). Our tools are
+declared in each format by the harness adapters (``tool_definitions``).
 """
 
 from __future__ import annotations
@@ -87,16 +88,6 @@ class OpenAIDialect:
     """``/v1/chat/completions``."""
 
     @staticmethod
-    def declare(schemas: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        return [
-            {
-                "type": "function",
-                "function": {"name": s["name"], "description": s["description"], "parameters": s["parameters"]},
-            }
-            for s in schemas
-        ]
-
-    @staticmethod
     def tool_names(tools: Any) -> set[str]:
         out = set()
         for t in tools if isinstance(tools, list) else []:
@@ -138,10 +129,6 @@ class OpenAIDialect:
 
 class AnthropicDialect:
     """``/v1/messages``."""
-
-    @staticmethod
-    def declare(schemas: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        return [{"name": s["name"], "description": s["description"], "input_schema": s["parameters"]} for s in schemas]
 
     @staticmethod
     def tool_names(tools: Any) -> set[str]:
