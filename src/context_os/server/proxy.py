@@ -32,14 +32,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import blake3
 import httpx
 
 from ..context.session import Session
 from ..context.source_tools import SourceTools
 from ..files import FileTools, Workspace
 from ..harness.registry import harness
-from ..hashing import canonical_json
+from ..hashing import HASH_PREFIX, hash_value
 from .proxy_tools import MAX_ROUNDS, Call, Hidden, StreamFilter, dialect, prefix_hash, splice, sse_events
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ def derive_session(api: Api, body: Mapping[str, Any]) -> str:
     if api == "openai":
         system = [m for m in messages if isinstance(m, Mapping) and m.get("role") in ("system", "developer")]
     first = next((m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None)
-    digest = blake3.blake3(canonical_json({"api": api, "system": system, "first": first})).hexdigest()
+    digest = hash_value({"api": api, "system": system, "first": first}).removeprefix(HASH_PREFIX)
     return f"proxy-{digest[:16]}"
 
 

@@ -26,9 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import blake3
-
-from ..hashing import canonical_json
+from ..hashing import hash_value
 
 __all__ = ["MAX_ROUNDS", "Call", "Hidden", "StreamFilter", "dialect", "prefix_hash", "splice"]
 
@@ -54,7 +52,7 @@ class Hidden:
 
 
 def prefix_hash(messages: Sequence[Any]) -> str:
-    return blake3.blake3(canonical_json(list(messages))).hexdigest()
+    return hash_value(list(messages))
 
 
 def splice(messages: list[Any], hidden: list[Hidden]) -> tuple[list[Any], list[Hidden]]:
