@@ -101,7 +101,6 @@ class MeshAgent:
         self.queue = RequestQueue(max_queue)
         self._lock = threading.Lock()
         self._shown: collections.deque[_Shown] = collections.deque(maxlen=history_cap)
-        self._changed = threading.Event()
         self._seq = itertools.count()
         self._unanswered: dict[str, dict[str, Any]] = {}
         """Received requests the agent has not answered yet, by object id."""
@@ -175,7 +174,6 @@ class MeshAgent:
                 else:
                     was = self._shown[known]
                     self._shown[known] = _Shown(was.id, was.text, d["meta"], was.memories)
-        self._changed.set()
 
     def _with_status(self, doc: Mapping[str, Any], status: str) -> dict[str, Any]:
         """The next version of a received request: the same message, its new status."""
@@ -192,13 +190,6 @@ class MeshAgent:
         """The messages shown (newest last): id, text and metadata."""
         with self._lock:
             return [{"id": s.id, "text": s.text, **s.meta} for s in self._shown]
-
-    def changed(self) -> bool:
-        """Whether a message came or went since the last call."""
-        if self._changed.is_set():
-            self._changed.clear()
-            return True
-        return False
 
     # --- outgoing --------------------------------------------------------------------------------
 

@@ -179,12 +179,6 @@ class RequestQueue:
                     left = until if left is None else min(left, until)
                 self._cond.wait(left)
 
-    def pending(self) -> list[PendingRequest]:
-        """The requests waiting, oldest first (not the active one)."""
-        with self._cond:
-            self._drop_expired()
-            return list(self._items)
-
     def close(self, why: str = "the agent stopped") -> None:
         """Answer every waiting request (and the active one) with an error."""
         with self._cond:

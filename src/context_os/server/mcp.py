@@ -41,11 +41,10 @@ if TYPE_CHECKING:
     from ..sources.recall import Recall
     from ..store.base import Store
 
-__all__ = ["MCP_TOOLS", "ContextOsMcp", "FRAME_URI", "OBJECT_URI"]
+__all__ = ["FRAME_URI", "OBJECT_URI", "ContextOsMcp"]
 
 FRAME_URI = "context-os://frame/{session}/{turn}"
 OBJECT_URI = "context-os://object/{id}@{version}"
-MCP_TOOLS = ("read", "activate", "deactivate", "inspect", "frames", "recall", "remember")
 LISTED_FRAMES = 50
 """How many frames ``resources/list`` names (the newest; any other is read by its URI)."""
 TEXT_LIMIT = 200_000
