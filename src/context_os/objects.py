@@ -158,6 +158,17 @@ class FrameContent(TypedDict):
     managed: NotRequired[bool]
     """False: the session still passed through unchanged (policy ``manage_from_tokens``)."""
     tail_at: NotRequired[list[int | None]]
+    pools: NotRequired[dict[str, int]]
+    """Tokens by pool (``chat``, ``metadata``, ``active``, ``recall``; view.POOLS); absent in
+    frames written before pools were recorded."""
+    prefix_tokens: NotRequired[int]
+    """Tokens the previous frame sent too, as the prefix of this one (a prompt cache's share)."""
+    changes: NotRequired[list[dict[str, Any]]]
+    """Objects whose state changed since the previous frame (at most 200, in the order of their
+    last change): ``id``, ``state``, ``pinned``, ``collapsed``, and who (``actor``) and why
+    (``reason``) changed it last."""
+    changes_total: NotRequired[int]
+    """How many objects changed state since the previous frame (``changes`` may list fewer)."""
 
 
 class StateContent(TypedDict):

@@ -24,6 +24,7 @@ from . import (
     serve,
     sessions,
     status,
+    ui,
     verify,
 )
 
@@ -63,6 +64,7 @@ for module in (
     serve,
     mcp,
     proxy,
+    ui,
 ):
     module.register(cli)
 

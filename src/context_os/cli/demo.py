@@ -5,7 +5,11 @@ the store but through the library (here: a replay)."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
 from datetime import UTC, datetime
+from urllib.parse import quote
 
 import click
 
@@ -24,15 +28,30 @@ def demo_cmd(ctx: click.Context, session_id: str | None, no_verify: bool, as_jso
 
     A real multi-turn coding session (reads, edits, greps, long outputs): the naive full
     transcript against what context_os assembles, turn by turn; every frame re-rendered at the end."""
+    session_id = session_id or "demo-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
     run_replay(
         ctx,
         [demo_transcript()],
         "bundled demo session",
-        session_id or "demo-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f"),
+        session_id,
         verify="none" if no_verify else "all",
         per_turn=True,
         as_json=as_json,
     )
+    if not as_json:
+        store = ctx.obj.get("store") if ctx.obj else None
+        command = [_program(), *(["--store", store] if store else []), "ui", "--session", session_id]
+        click.echo(
+            f"\nits timeline in a browser: {shlex.join(command)}\n"
+            f"  then open http://127.0.0.1:8766/session?id={quote(session_id, safe='')} (Ctrl-C stops it)"
+        )
+
+
+def _program() -> str:
+    """How the user ran ``ctxos``: a path under the current directory as such (``.venv/bin/ctxos``
+    from ``make demo``), else ``ctxos``."""
+    path = os.path.relpath(sys.argv[0]) if sys.argv and sys.argv[0] else "ctxos"
+    return path if os.path.basename(path) == "ctxos" and not path.startswith("..") and os.sep in path else "ctxos"
 
 
 def register(cli: click.Group) -> None:

@@ -8,14 +8,12 @@ It never writes, but through ``context.evict`` (``evict --yes``)."""
 
 from __future__ import annotations
 
-import difflib
-import json
 from typing import Any
 
 import click
 
 from ..context.evict import evict
-from ..context.load import object_states, version_row
+from ..context.load import content_lines, object_states, unified_diff, version_row
 from ..errors import NotFound
 from ..files.index import find_file_object
 from ..store import Version
@@ -50,24 +48,6 @@ def path_lines(versions: list[Version]) -> list[str]:
             lines.append(f"  v{n}: {f['path']}" + (" (missing)" if f["missing"] else ""))
             last = key
     return lines
-
-
-def _content_text(doc: dict[str, Any] | None) -> list[str]:
-    if doc is None:
-        return []
-    c = doc.get("content")
-    text = c if isinstance(c, str) else json.dumps(c, indent=2, ensure_ascii=False, sort_keys=True)
-    return text.splitlines(keepends=True)
-
-
-def unified_diff(a: list[str], b: list[str], from_name: str, to_name: str) -> str:
-    """``diff -u`` of two texts split with their line ends: a last line without one is followed
-    by ``\\ No newline at end of file``, as diff and patch write it (difflib leaves it glued to
-    the next line of the diff)."""
-    out = []
-    for line in difflib.unified_diff(a, b, from_name, to_name):
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
 
 
 @objects.command("inspect")
@@ -110,7 +90,7 @@ def inspect_cmd(
             for k, val in row.items():
                 if k != "doc":
                     click.echo(f"{k:14} {val}")
-            click.echo("".join(_content_text(v.doc)))
+            click.echo("".join(content_lines(v.doc)))
             return
         versions = store.history(object_id, with_docs=True)
         if not versions:
@@ -121,8 +101,8 @@ def inspect_cmd(
                 if not 1 <= n <= len(versions):
                     raise click.BadParameter(f"version {n} does not exist (1..{len(versions)})")
             out = unified_diff(
-                _content_text(versions[a - 1].doc),
-                _content_text(versions[b - 1].doc),
+                content_lines(versions[a - 1].doc),
+                content_lines(versions[b - 1].doc),
                 f"{object_id}@v{a}",
                 f"{object_id}@v{b}",
             )
@@ -179,7 +159,7 @@ def inspect_cmd(
                 )
             )
         if show_content:
-            click.echo("".join(_content_text(versions[-1].doc)))
+            click.echo("".join(content_lines(versions[-1].doc)))
 
 
 @objects.command("evict")

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import click
 
-from ._common import DefaultGroup, emit_json, fails_cleanly, iso, json_option, store_from, table
+from ..context.timeline import session_rows
+from ._common import DefaultGroup, emit_json, fails_cleanly, json_option, store_from, table
 
 
 @click.group("sessions", cls=DefaultGroup, default="list", bare_default=True)
@@ -20,27 +21,28 @@ def sessions() -> None:
 @click.pass_context
 @fails_cleanly
 def list_cmd(ctx: click.Context, as_json: bool) -> None:
-    """List sessions: id, harness, turns, messages, last update."""
+    """List sessions: id, harness, turns, messages, the last turn's tokens, last update."""
     with store_from(ctx) as store:
-        rows = []
-        for v in sorted(store.find("session"), key=lambda v: v.valid_time):
-            if v.doc is None:
-                continue
-            c, m = v.doc["content"], v.doc["meta"]
-            rows.append(
-                {
-                    "session": m["session"],
-                    "harness": c.get("harness"),
-                    "turns": m.get("turn", 0),
-                    "messages": m.get("cursor", 0),
-                    "updated": iso(v.valid_time),
-                }
-            )
+        rows = [r.to_dict() for r in session_rows(store)]
         if as_json:
             emit_json(rows)
         elif rows:
             click.echo(
-                table([list(r.values()) for r in rows], ["session", "harness", "turns", "messages", "updated"], "llrrl")
+                table(
+                    [
+                        [
+                            r["session"],
+                            r["harness"],
+                            r["turns"],
+                            r["messages"],
+                            "" if r["tokens_full"] is None else f"{r['tokens_assembled']:,} / {r['tokens_full']:,}",
+                            r["updated"],
+                        ]
+                        for r in rows
+                    ],
+                    ["session", "harness", "turns", "messages", "last turn: sent / full", "updated"],
+                    "llrrrl",
+                )
             )
         else:
             click.echo(f"no sessions in {store.url}")

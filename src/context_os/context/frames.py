@@ -19,9 +19,19 @@ from ..hashing import verify_doc
 from ..store.base import Store, Version
 from ..times import iso
 from .load import load_view
-from .view import Rendered, page_id, sealed_pages_hash
+from .view import Rendered, SessionView, page_id, sealed_pages_hash
 
-__all__ = ["FrameCheck", "FrameRow", "frame_docs", "frame_rows", "get_frame", "rerender", "verify_frame"]
+__all__ = [
+    "FrameCheck",
+    "FrameRow",
+    "frame_docs",
+    "frame_id",
+    "frame_row",
+    "frame_rows",
+    "get_frame",
+    "rerender",
+    "verify_frame",
+]
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,12 @@ class FrameRow:
     active: int
     """Objects active in that turn."""
     rendered_hash: str
+    pools: dict[str, int] | None = None
+    """Tokens by pool (view.POOLS); None for frames written before they were recorded."""
+    prefix_tokens: int | None = None
+    """Tokens the previous turn sent too, as this one's prefix (a prompt cache's share)."""
+    changes: int | None = None
+    """Objects whose state changed since the previous turn."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,29 +77,37 @@ def _frame_versions(store: Store, session_id: str) -> list[Version]:
     )
 
 
+def frame_id(session_id: str, turn: int) -> str:
+    """The id of the frame of one turn."""
+    return f"frame:{session_id}:{turn:06d}"
+
+
+def frame_row(v: Version) -> FrameRow:
+    """The row of one stored frame version."""
+    c = (v.doc or {})["content"]
+    return FrameRow(
+        turn=c["turn"],
+        frame_id=v.id,
+        valid_time=v.valid_time,
+        time=iso(v.valid_time),
+        tx_id=v.tx_id,
+        tokens_full=c["tokens_full"],
+        tokens_assembled=c["tokens"],
+        messages=c["messages"],
+        active=len(c["active"]),
+        rendered_hash=c["rendered_hash"],
+        pools=c.get("pools") or None,
+        prefix_tokens=c.get("prefix_tokens"),
+        changes=c.get("changes_total"),
+    )
+
+
 def frame_rows(store: Store, session_id: str) -> list[FrameRow]:
     """One row per turn of ``session_id``; ``NotFound`` if it has no frames."""
     versions = _frame_versions(store, session_id)
     if not versions:
         raise NotFound(f"no frames for session {session_id!r} in {store.url}")
-    rows = []
-    for v in versions:
-        c = (v.doc or {})["content"]
-        rows.append(
-            FrameRow(
-                turn=c["turn"],
-                frame_id=v.id,
-                valid_time=v.valid_time,
-                time=iso(v.valid_time),
-                tx_id=v.tx_id,
-                tokens_full=c["tokens_full"],
-                tokens_assembled=c["tokens"],
-                messages=c["messages"],
-                active=len(c["active"]),
-                rendered_hash=c["rendered_hash"],
-            )
-        )
-    return rows
+    return [frame_row(v) for v in versions]
 
 
 @dataclass
@@ -96,12 +120,13 @@ class FrameCheck:
     rendered_hash: str
     problems: list[str] = field(default_factory=list)
     rendered: Rendered | None = None
+    view: SessionView | None = None
+    """The session view the frame was re-rendered from (its entries and objects)."""
 
 
 def get_frame(store: Store, session_id: str, turn: int) -> dict[str, Any]:
     """The frame document of one turn; ``NotFound`` naming the turns the session has, if any."""
-    frame_id = f"frame:{session_id}:{turn:06d}"
-    doc = store.doc(frame_id)
+    doc = store.doc(frame_id(session_id, turn))
     if doc is None:
         turns = sorted(v.doc["meta"]["turn"] for v in store.find("frame", {"session": session_id}) if v.doc)
         if not turns:
@@ -113,6 +138,12 @@ def get_frame(store: Store, session_id: str, turn: int) -> dict[str, Any]:
 def rerender(store: Store, frame: dict[str, Any], *, hash_memo: dict[bytes, tuple[str, int]] | None = None) -> Rendered:
     """Render the frame's session exactly as it stood at the frame's basis (``hash_memo``: share
     one dict across the frames of a session to hash each distinct message once)."""
+    return _rerender(store, frame, hash_memo)[1]
+
+
+def _rerender(
+    store: Store, frame: dict[str, Any], hash_memo: dict[bytes, tuple[str, int]] | None
+) -> tuple[SessionView, Rendered]:
     c = frame["content"]
     view = load_view(
         store, frame["meta"]["session"], valid_time=c["valid_time"], tx_id=c["basis_tx_id"], hash_memo=hash_memo
@@ -125,7 +156,7 @@ def rerender(store: Store, frame: dict[str, Any], *, hash_memo: dict[bytes, tupl
         if doc is None:
             raise NotFound(f"block {block_id} of {frame['id']} is not in the store (evicted?)")
         blocks.append((at, str(doc["content"])))
-    return view.render(frame=c, blocks=blocks)
+    return view, view.render(frame=c, blocks=blocks)
 
 
 def _check_sealed(store: Store, frame: dict[str, Any], ref: dict[str, Any]) -> list[str]:
@@ -150,7 +181,7 @@ def verify_frame(
     problems = [f"frame document field {f} does not match" for f in verify_doc(frame)]
     c = frame["content"]
     try:
-        rendered = rerender(store, frame, hash_memo=hash_memo)
+        view, rendered = _rerender(store, frame, hash_memo)
     except NotFound as e:  # a block it showed was evicted
         return FrameCheck(frame["id"], False, c["rendered_hash"], "", [*problems, str(e)])
     if rendered.rendered_hash != c["rendered_hash"]:
@@ -162,4 +193,4 @@ def verify_frame(
         v = store.get(ref["id"], ref["valid_time"], ref["tx_id"])
         if v is None or v.doc is None or v.doc.get("object_hash") != ref["object_hash"]:
             problems.append(f"static ref {ref['id']} @ tx {ref['tx_id']} does not resolve to {ref['object_hash']}")
-    return FrameCheck(frame["id"], not problems, c["rendered_hash"], rendered.rendered_hash, problems, rendered)
+    return FrameCheck(frame["id"], not problems, c["rendered_hash"], rendered.rendered_hash, problems, rendered, view)

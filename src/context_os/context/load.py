@@ -10,6 +10,8 @@ This module only reads the store.
 
 from __future__ import annotations
 
+import difflib
+import json
 from typing import Any
 
 from ..errors import NotFound, StoreCorrupt
@@ -20,7 +22,7 @@ from .persist import PAGE_SIZE
 from .policy import RetentionPolicy
 from .view import ObjInfo, SessionView, page_id
 
-__all__ = ["load_view", "object_states", "version_row"]
+__all__ = ["content_lines", "load_view", "object_states", "unified_diff", "version_row"]
 
 
 def load_view(
@@ -163,3 +165,23 @@ def object_states(store: Store, obj_id: str) -> list[dict[str, Any]]:
                 }
             )
     return sorted(rows, key=lambda r: (r["time_ms"], r["tx_id"]))
+
+
+def content_lines(doc: dict[str, Any] | None) -> list[str]:
+    """A document's content as lines with their ends: text as it is, anything else as indented
+    JSON (what ``unified_diff`` compares)."""
+    if doc is None:
+        return []
+    c = doc.get("content")
+    text = c if isinstance(c, str) else json.dumps(c, indent=2, ensure_ascii=False, sort_keys=True)
+    return text.splitlines(keepends=True)
+
+
+def unified_diff(a: list[str], b: list[str], from_name: str, to_name: str) -> str:
+    """``diff -u`` of two texts split with their line ends: a last line without one is followed
+    by ``\\ No newline at end of file``, as diff and patch write it (difflib leaves it glued to
+    the next line of the diff)."""
+    out = []
+    for line in difflib.unified_diff(a, b, from_name, to_name):
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)

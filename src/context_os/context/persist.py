@@ -61,6 +61,9 @@ class SessionWriter:
         self._queued_states: dict[str, int] = {}
         self._state_vts: dict[str, int] = {}
         self._entry_cache: dict[int, bytes] = {}
+        self.changed: dict[str, dict[str, Any]] = {}
+        """Objects whose state changed since the last frame: their state now, who changed it last
+        and why (the next frame records them, ``FrameContent.changes``)."""
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -98,6 +101,8 @@ class SessionWriter:
             **extra,  # type: ignore[typeddict-item]
         }
         doc = StateDoc(id=state_id(view.session_id, obj.id), content=dict(content), meta=dict(meta)).to_doc()
+        self.changed.pop(obj.id, None)  # in the order of their last change
+        self.changed[obj.id] = {**content, "actor": actor, "reason": reason}
         # one state version per object per transaction: the last one is what holds
         prior = self._queued_states.get(doc["id"])
         if prior is not None:

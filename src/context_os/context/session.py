@@ -42,6 +42,10 @@ LOCKED_PREFIXES = ("chat:", "session:", "frame:", "block:", "state:", "lease:", 
 
 _SHORT_REF = re.compile(r"r(\d+)")
 
+FRAME_CHANGES = 200
+"""A frame lists at most this many of the state changes since the previous one (it counts them
+all): a first turn over a long history collapses thousands of tool results at once."""
+
 MENTION_LIMIT = 2
 """A message naming more files of the active pool than this is a listing: no file counts as used."""
 
@@ -250,7 +254,12 @@ class Session:
             "blocks": view.block_refs or [],
             "layout": view.layout,
             "managed": view.managed,
+            "pools": rendered.pools or {},
+            "prefix_tokens": rendered.prefix_tokens or 0,
+            "changes": [{"id": k, **v} for k, v in list(self.writer.changed.items())[:FRAME_CHANGES]],
+            "changes_total": len(self.writer.changed),
         }
+        self.writer.changed = {}
         meta = {"session": self.id, "turn": view.turn, "tokens": rendered.tokens, "tokens_full": tokens_full}
         frame_id = self.writer.write_frame(content, meta, rendered.new_blocks)
         return Assembly(view.turn, rendered, frame_id, tokens_full, sync or SyncReport(0, False), changes)

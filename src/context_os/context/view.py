@@ -218,6 +218,11 @@ def active_text(obj: ObjInfo, view_chars: int | None = None) -> str:
 INDEX_KEY = "index"
 """The key of the object index's chain of blocks (the others are keyed by object id)."""
 
+POOLS = ("chat", "metadata", "active", "recall")
+"""How a frame splits its tokens: the conversation as shown (tool results in place, whole or as
+stubs, and any synthetic result), the object index, blocks of active objects, and blocks of
+items from sources (any object that is neither a file nor a tool call)."""
+
 PATCH_MIN_TOKENS = 256
 """A block's patches may always add up to this many tokens before it must be shown anew."""
 
@@ -315,6 +320,11 @@ class Rendered:
     new_blocks: list[tuple[str, str, str]] = field(default_factory=list)
     """Blocks this (committed) rendering shows for the first time: (block id, key, text), for
     the store: a frame names its blocks, and re-renders from them."""
+    pools: dict[str, int] | None = None
+    """A committed rendering's tokens by pool (``POOLS``); they add up to ``tokens``."""
+    prefix_tokens: int | None = None
+    """A committed rendering's tokens that the previous committed one sent too, as its prefix:
+    what a provider's prompt cache could reuse."""
 
     @property
     def units(self) -> list[Unit]:
@@ -854,9 +864,27 @@ class SessionView:
             new_blocks,
         )
         if commit:
+            uncached = sum(u.tokens for u in rendered.units_from(stable)) + volatile_tokens
             self.sent_total += tokens
-            self.uncached_total += sum(u.tokens for u in rendered.units_from(stable)) + volatile_tokens
+            self.uncached_total += uncached
+            rendered.prefix_tokens = tokens - uncached
+            rendered.pools = self._pool_tokens(tokens, chains)
         return rendered
+
+    def pool_of(self, key: str) -> str:
+        """The pool a block counts in, by its chain's key (an object id or ``INDEX_KEY``)."""
+        if key == INDEX_KEY:
+            return "metadata"
+        o = self.objects.get(key)
+        return "active" if o is None or o.kind in ("file", "toolcall") else "recall"
+
+    def _pool_tokens(self, tokens: int, chains: dict[str, _Chain] | None) -> dict[str, int]:
+        """``tokens`` split by pool: each chain of blocks by its key, the rest is the chat."""
+        pools = dict.fromkeys(POOLS, 0)
+        for key, chain in (chains or {}).items():
+            pools[self.pool_of(key)] += sum(b.unit.tokens for b in chain.blocks)
+        pools["chat"] = tokens - pools["metadata"] - pools["active"] - pools["recall"]
+        return pools
 
     def _stable_prefix(self, stable_h: int, spliced: list[tuple[int, str]]) -> int:
         """How many leading units of this rendering the last committed one had too, given the

@@ -1,0 +1,407 @@
+"""The web view's pages: one method per page, each reading a bounded slice of the store.
+
+``UiApp.respond(path)`` answers one GET; ``make_ui_server`` puts it behind an HTTP server on
+loopback. A page shows at most one page of rows (``PAGE_TURNS`` turns, ``PAGE_MESSAGES``
+messages, ``PAGE_VERSIONS`` versions, ``PAGE_SESSIONS`` sessions): a session of 50,000 messages
+pages like a short one.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import threading
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from ...context.frames import FrameCheck, get_frame, verify_frame
+from ...context.load import content_lines, object_states, unified_diff, version_row
+from ...context.timeline import frame_diff, frame_messages, session_rows, turn_count, turn_rows, version_at
+from ...context.view import POOLS
+from ...errors import ConfigError, ContextOSError, InputError, NotFound
+from ...store.base import Store
+from ...times import display, iso, now_ms, parse_time
+from ..protocol import log
+from ..transports import HttpGuard, _is_loopback
+
+__all__ = ["PAGE_MESSAGES", "PAGE_SESSIONS", "PAGE_TURNS", "PAGE_VERSIONS", "UiApp", "make_ui_server"]
+
+PAGE_SESSIONS = 100
+PAGE_TURNS = 100
+PAGE_MESSAGES = 200
+PAGE_VERSIONS = 100
+ROW_LIST = 6
+"""A timeline row lists this many of its active objects and state changes (its frame has all)."""
+CONTENT_CHARS = 200_000
+"""A version's content is shown up to this many characters (the rest is named, not sent)."""
+HUNK_CHARS = 4000
+"""A message in a frame diff is shown up to this many characters (the frames have it whole)."""
+CHECK_CACHE = 8
+"""Re-rendered frames kept, so paging through one frame's messages renders it once."""
+
+_HERE = Path(__file__).parent
+_STATIC = _HERE / "static"
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One answer: status, content type and body."""
+
+    status: int
+    content_type: str
+    body: bytes
+    cache: bool = False
+
+
+def _int(q: dict[str, str], name: str, default: int | None = None, *, low: int = 0) -> int:
+    raw = q.get(name, "")
+    if raw == "":
+        if default is None:
+            raise InputError(f"the query needs {name}=<number>")
+        return default
+    if not raw.isdigit():
+        raise InputError(f"{name} must be a whole number, got {raw!r}")
+    value = int(raw)
+    if value < low:
+        raise InputError(f"{name} must be at least {low}, got {value}")
+    return value
+
+
+def _required(q: dict[str, str], name: str) -> str:
+    value = q.get(name, "")
+    if not value:
+        raise InputError(f"the query needs {name}=…")
+    return value
+
+
+def _change_label(c: dict[str, Any]) -> str:
+    if c["state"] == "active":
+        return "activated"
+    if c["state"] == "absent":
+        return "dropped"
+    return "collapsed" if c.get("collapsed") else "deactivated"
+
+
+class UiApp:
+    """The pages of the web view over one store."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.env = Environment(
+            loader=FileSystemLoader(_HERE / "templates"),
+            autoescape=select_autoescape(default=True),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.globals.update(url=_url, pools=POOLS, store_url=store.url, short=_short)
+        self.env.filters["num"] = lambda n: "" if n is None else f"{n:,}"
+        self.env.filters["pct"] = lambda x, y: "" if x is None or not y else f"{100 * x / y:.0f}%"
+        self._checks: OrderedDict[str, tuple[dict[str, Any], FrameCheck]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # --- dispatch --------------------------------------------------------------------------------
+
+    def respond(self, target: str) -> Page:
+        """The answer to ``GET target`` (a path with its query)."""
+        parts = urlsplit(target)
+        q = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        route = {
+            "/": self.sessions_page,
+            "/session": self.timeline_page,
+            "/frame": self.frame_page,
+            "/diff": self.diff_page,
+            "/object": self.object_page,
+        }.get(parts.path)
+        try:
+            if parts.path.startswith("/static/"):
+                return self.static(parts.path.removeprefix("/static/"))
+            if route is None:
+                raise NotFound(f"no page {parts.path!r}: the pages are /, /session, /frame, /diff and /object")
+            return route(q)
+        except NotFound as e:
+            return self._error(404, "Not found", str(e))
+        except InputError as e:
+            return self._error(400, "Bad request", str(e))
+        except ContextOSError as e:  # the store is down, or damaged
+            log.warning("ui: %s: %s", target, e)
+            return self._error(503, "The store cannot answer", str(e))
+
+    def _html(self, template: str, **values: Any) -> Page:
+        body = self.env.get_template(template).render(**values)
+        return Page(200, "text/html; charset=utf-8", body.encode())
+
+    def _error(self, status: int, title: str, message: str) -> Page:
+        page = self._html("error.html", title=title, message=message, status=status)
+        return Page(status, page.content_type, page.body)
+
+    def static(self, name: str) -> Page:
+        path = (_STATIC / name).resolve()
+        if path.parent != _STATIC.resolve() or not path.is_file():
+            raise NotFound(f"no static file {name!r}")
+        ctype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        if ctype.startswith("text/") or ctype.endswith("javascript"):
+            ctype += "; charset=utf-8"
+        return Page(200, ctype, path.read_bytes(), cache=True)
+
+    # --- pages -----------------------------------------------------------------------------------
+
+    def sessions_page(self, q: dict[str, str]) -> Page:
+        rows = sorted(session_rows(self.store), key=lambda r: r.updated_ms, reverse=True)
+        start = _int(q, "from", 0)
+        return self._html(
+            "sessions.html",
+            title="Sessions",
+            rows=rows[start : start + PAGE_SESSIONS],
+            total=len(rows),
+            start=start,
+            page=PAGE_SESSIONS,
+        )
+
+    def timeline_page(self, q: dict[str, str]) -> Page:
+        session = _required(q, "id")
+        turns = turn_count(self.store, session)
+        if turns == 0:
+            raise NotFound(f"session {session!r} has no turns yet")
+        focus = _int(q, "turn", 0)
+        if focus > turns:
+            raise NotFound(f"session {session!r} has turns 1–{turns}, not {focus}")
+        default_first = ((focus - 1) // PAGE_TURNS) * PAGE_TURNS + 1 if focus else 1
+        first = min(_int(q, "from", default_first, low=1), turns)
+        rows = turn_rows(self.store, session, first, PAGE_TURNS)
+        scale = max((r.row.tokens_full for r in rows), default=1) or 1
+        shown = []
+        for r in rows:
+            counts = Counter(_change_label(c) for c in r.changes)
+            shown.append(
+                {
+                    "row": r.row,
+                    "bar": _bar(r.row.pools, r.row.tokens_assembled, r.row.tokens_full, scale),
+                    "changes": r.changes[:ROW_LIST],
+                    "listed": len(r.changes),
+                    "labels": [(label, counts[label]) for label in sorted(counts)],
+                    "active_ids": r.active_ids[:ROW_LIST],
+                }
+            )
+        return self._html(
+            "timeline.html",
+            title=f"Session {session}",
+            session=session,
+            rows=shown,
+            turns=turns,
+            first=first,
+            page=PAGE_TURNS,
+            focus=focus,
+        )
+
+    def _check(self, session: str, turn: int) -> tuple[dict[str, Any], FrameCheck]:
+        """The frame of a turn, re-rendered and verified (kept for the next few requests)."""
+        frame = get_frame(self.store, session, turn)
+        key = f"{frame['id']}@{frame['object_hash']}"
+        with self._lock:
+            hit = self._checks.get(key)
+            if hit is not None:
+                self._checks.move_to_end(key)
+                return hit
+        got = (frame, verify_frame(self.store, frame))
+        with self._lock:
+            self._checks[key] = got
+            while len(self._checks) > CHECK_CACHE:
+                self._checks.popitem(last=False)
+        return got
+
+    def frame_page(self, q: dict[str, str]) -> Page:
+        session = _required(q, "session")
+        turn = _int(q, "turn", low=1)
+        frame, check = self._check(session, turn)
+        start = _int(q, "from", 0)
+        total, messages = frame_messages(self.store, frame, check, start, start + PAGE_MESSAGES)
+        c = frame["content"]
+        return self._html(
+            "frame.html",
+            title=f"Turn {turn} of {session}",
+            session=session,
+            turn=turn,
+            turns=turn_count(self.store, session),
+            frame=frame,
+            content=c,
+            check=check,
+            messages=messages,
+            total=total,
+            start=start,
+            page=PAGE_MESSAGES,
+            pool_bar=_bar(c.get("pools"), c["tokens"], c["tokens_full"], c["tokens_full"] or 1),
+            changes=c.get("changes", []),
+            changes_total=c.get("changes_total", 0),
+            label=_change_label,
+            time=iso(frame["content"]["valid_time"]),
+        )
+
+    def diff_page(self, q: dict[str, str]) -> Page:
+        session = _required(q, "session")
+        b = _int(q, "b", low=1)
+        a = _int(q, "a", max(1, b - 1), low=1)
+        diff = frame_diff(self.store, session, a, b)
+        return self._html(
+            "diff.html",
+            title=f"Turn {a} → {b} of {session}",
+            session=session,
+            diff=diff,
+            turns=turn_count(self.store, session),
+            page=PAGE_MESSAGES,
+            cut=_cut,
+        )
+
+    def object_page(self, q: dict[str, str]) -> Page:
+        obj_id = _required(q, "id")
+        versions = self.store.history(obj_id, with_docs=True)
+        if not versions:
+            raise NotFound(f"no object {obj_id!r} in {self.store.url}")
+        latest_tx = self.store.latest_tx()
+        tx_max = latest_tx.id if latest_tx else versions[-1].tx_id
+        vt_min, vt_max = versions[0].valid_time, max(now_ms(), versions[-1].valid_time)
+        vt = parse_time(q["vt"], "vt") if q.get("vt") else None
+        tx = _int(q, "tx") if q.get("tx") else None
+        as_of = (
+            version_at(self.store, obj_id, versions, vt, tx) if (vt is not None or tx is not None) else len(versions)
+        )
+        shown = versions[as_of - 1] if as_of else None
+        text = "".join(content_lines(shown.doc)) if shown else ""
+        b = min(_int(q, "b", len(versions), low=1), len(versions))
+        a = min(_int(q, "a", max(1, b - 1), low=1), len(versions))
+        diff = unified_diff(content_lines(versions[a - 1].doc), content_lines(versions[b - 1].doc), f"v{a}", f"v{b}")
+        start = _int(q, "from", max(0, len(versions) - PAGE_VERSIONS))
+        rows = [version_row(n, v) for n, v in enumerate(versions, 1)][start : start + PAGE_VERSIONS]
+        for row, v in zip(rows, versions[start : start + PAGE_VERSIONS], strict=True):
+            row["path"] = (v.doc or {}).get("meta", {}).get("path")
+        latest = versions[-1].doc or {}
+        return self._html(
+            "object.html",
+            title=obj_id,
+            obj_id=obj_id,
+            kind=latest.get("kind", obj_id.split(":", 1)[0]),
+            meta=latest.get("meta", {}),
+            versions=rows,
+            total=len(versions),
+            start=start,
+            page=PAGE_VERSIONS,
+            states=object_states(self.store, obj_id),
+            as_of=as_of,
+            shown=version_row(as_of, shown) if shown else None,
+            text=text[:CONTENT_CHARS],
+            cut=max(0, len(text) - CONTENT_CHARS),
+            vt=vt,
+            tx=tx,
+            vt_shown=display(vt) if vt is not None else "now",
+            vt_min=vt_min,
+            vt_max=vt_max,
+            tx_min=versions[0].tx_id,
+            tx_max=tx_max,
+            marks_vt=sorted({v.valid_time for v in versions}),
+            marks_tx=sorted({v.tx_id for v in versions}),
+            a=a,
+            b=b,
+            diff=diff[:CONTENT_CHARS],
+        )
+
+
+def _url(path: str, **params: Any) -> str:
+    """A link to one of the pages, its query built from ``params`` (None: left out)."""
+    query = urlencode({k: v for k, v in params.items() if v is not None})
+    return f"{path}?{query}" if query else path
+
+
+def _cut(text: str | None) -> str:
+    """A message's text for a frame diff: up to ``HUNK_CHARS``, then how much more there is."""
+    text = text or ""
+    return text if len(text) <= HUNK_CHARS else f"{text[:HUNK_CHARS]}\n… {len(text) - HUNK_CHARS:,} more characters"
+
+
+def _short(h: str | None, n: int = 12) -> str:
+    """A hash shortened for tables: ``b3:`` and its first ``n`` hex digits."""
+    return "" if not h else h[: 3 + n] if h.startswith("b3:") else h[:n]
+
+
+BAR_WIDTH = 360
+
+
+def _bar(pools: dict[str, int] | None, assembled: int, full: int, scale: int) -> dict[str, Any]:
+    """The stacked bar of one turn: its pools (or one segment if the frame has none) against the
+    naive transcript, in pixels of ``BAR_WIDTH`` for ``scale`` tokens."""
+    px = BAR_WIDTH / max(1, scale)
+    segments = []
+    x = 0.0
+    for pool, tokens in [(p, pools.get(p, 0)) for p in POOLS] if pools else [("assembled", assembled)]:
+        if tokens <= 0:
+            continue
+        segments.append({"pool": pool, "x": round(x, 1), "w": round(max(tokens * px, 0.5), 1), "tokens": tokens})
+        x += tokens * px
+    return {"width": BAR_WIDTH, "full": round(full * px, 1), "segments": segments}
+
+
+def make_ui_server(store: Store, port: int = 0, *, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """An HTTP server for the web view of ``store``, bound to loopback (``port`` 0: any free)."""
+    if not _is_loopback(host):
+        raise ConfigError(f"the web view binds to a loopback address only, not {host!r}")
+    app = UiApp(store)
+
+    class Handler(BaseHTTPRequestHandler):
+        timeout = 60
+        server_version = "context_os-ui"
+
+        def _answer(self, page: Page, *, head: bool = False) -> None:
+            self.send_response(page.status)
+            self.send_header("Content-Type", page.content_type)
+            self.send_header("Content-Length", str(len(page.body)))
+            self.send_header("Content-Security-Policy", CSP)
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Referrer-Policy", "no-referrer")
+            self.send_header("Cache-Control", "max-age=300" if page.cache else "no-store")
+            if page.status == 405:
+                self.send_header("Allow", "GET, HEAD")
+            self.end_headers()
+            if not head:
+                self.wfile.write(page.body)
+
+        def _get(self, head: bool) -> None:
+            refusal = httpd.guard.refusal("GET", self.headers)
+            if refusal is not None:
+                log.warning("ui: GET refused: %s", refusal[1])
+                self.close_connection = True
+                self._answer(app._error(refusal[0], "Refused", refusal[1]), head=head)
+                return
+            self._answer(app.respond(self.path), head=head)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server naming
+            self._get(False)
+
+        def do_HEAD(self) -> None:  # noqa: N802 - http.server naming
+            self._get(True)
+
+        def _read_only(self) -> None:
+            self.close_connection = True
+            self._answer(app._error(405, "Read-only", f"{self.command} refused: this web view only reads"))
+
+        do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _read_only  # noqa: N815
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.info("ui %s - " + format, self.client_address[0], *args)
+
+    httpd = _UiServer((host, port), Handler)
+    httpd.daemon_threads = True
+    bound_host, bound_port = httpd.server_address[:2]
+    httpd.guard = HttpGuard.for_address(str(bound_host), bound_port, None)
+    return httpd
+
+
+class _UiServer(ThreadingHTTPServer):
+    guard: HttpGuard

@@ -1,0 +1,155 @@
+"""The web view in a real headless Chromium (the system's, through its chromedriver): every page
+loads with no console error, the demo session's timeline shows its 88 turns, a click and the
+keyboard reach verified frames, a diff shows what changed, and the as-of view of a file shows
+its older text."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
+
+from context_os.context.frames import frame_docs
+from context_os.store import Store
+from context_os.store.sqlite import SqliteStore
+from tests.ui.browser import console_errors
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def site(demo_db: Path, serve: Callable[[Store], str], browser: Any) -> Iterator[tuple[str, Store]]:
+    with SqliteStore(demo_db) as store:
+        base = serve(store)
+        console_errors(browser)  # what earlier tests left
+        yield base, store
+        assert console_errors(browser) == []
+
+
+def _open(browser: Any, url: str) -> None:
+    browser.get(url)
+    WebDriverWait(browser, 60).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def _wait_url(browser: Any, part: str) -> None:
+    WebDriverWait(browser, 60).until(ec.url_contains(part))
+    WebDriverWait(browser, 60).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def _most_versioned_file(store: Store) -> str:
+    return max((v.id for v in store.find("file")), key=lambda i: len(store.history(i, with_docs=False)))
+
+
+def test_every_page_loads_without_a_console_error(site: tuple[str, Store], browser: Any) -> None:
+    base, store = site
+    file = _most_versioned_file(store)
+    for path in (
+        "/",
+        "/session?id=demo",
+        "/frame?session=demo&turn=40",
+        "/diff?session=demo&a=39&b=40",
+        f"/object?id={quote(file)}",
+        f"/object?id={quote(file)}&a=1&b=3",
+    ):
+        _open(browser, base + path)
+        assert browser.title.endswith("· context_os"), path
+        assert console_errors(browser) == [], path
+        # the stylesheet applied (a CSP or MIME mistake would leave the page unstyled)
+        header = browser.find_element(By.TAG_NAME, "header")
+        assert header.value_of_css_property("display") == "flex", path
+
+
+def test_the_timeline_shows_88_turns_and_a_click_opens_a_verified_frame(site: tuple[str, Store], browser: Any) -> None:
+    base, store = site
+    _open(browser, base + "/")
+    browser.find_element(By.LINK_TEXT, "demo").click()
+    _wait_url(browser, "/session?id=demo")
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.timeline tbody tr")
+    assert len(rows) == 88
+    assert [r.get_attribute("data-turn") for r in rows] == [str(t) for t in range(1, 89)]
+    bars = browser.find_elements(By.CSS_SELECTOR, "tr#turn-40 svg.bar rect")
+    assert {b.get_attribute("class") for b in bars} >= {"full", "pool-chat", "pool-active"}
+    browser.find_element(By.CSS_SELECTOR, "tr#turn-40 td a").click()
+    _wait_url(browser, "turn=40")
+    verdict = browser.find_element(By.ID, "verdict")
+    recorded = frame_docs(store, "demo")[39]["content"]["rendered_hash"]
+    assert "verified" in verdict.text and recorded in verdict.text
+    assert "verdict ok" in verdict.get_attribute("class")
+    messages = browser.find_elements(By.CSS_SELECTOR, "ol.messages li.msg")
+    assert len(messages) == frame_docs(store, "demo")[39]["content"]["messages"]
+    # each block links to its object at the version shown
+    link = browser.find_element(By.CSS_SELECTOR, "li.msg.origin-block a.obj")
+    assert "tx=" in link.get_attribute("href")
+
+
+def test_keyboard_moves_between_turns(site: tuple[str, Store], browser: Any) -> None:
+    base, _ = site
+    _open(browser, base + "/session?id=demo")
+    body = browser.find_element(By.TAG_NAME, "body")
+    body.send_keys("j", Keys.ARROW_DOWN, "j", "k")  # turn 1 → 4 → 3
+    assert browser.find_element(By.CSS_SELECTOR, "tr.selected").get_attribute("data-turn") == "3"
+    body.send_keys(Keys.ENTER)
+    _wait_url(browser, "turn=3")
+    browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ARROW_RIGHT)
+    _wait_url(browser, "turn=4")
+    browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ARROW_LEFT)
+    _wait_url(browser, "turn=3")
+    assert "verified" in browser.find_element(By.ID, "verdict").text
+    browser.find_element(By.TAG_NAME, "body").send_keys("d")
+    _wait_url(browser, "/diff?session=demo&a=2&b=3")
+
+
+def test_the_diff_of_two_turns_shows_the_change(site: tuple[str, Store], browser: Any) -> None:
+    base, store = site
+    docs = frame_docs(store, "demo")
+    # the first pair where files entered the active pool, and what the frames say entered
+    a, b = next(
+        (d["content"]["turn"] - 1, d["content"]["turn"])
+        for k, d in enumerate(docs)
+        if k and {i for i in d["content"]["active"] if i.startswith("file:")} - set(docs[k - 1]["content"]["active"])
+    )
+    entered = set(docs[b - 1]["content"]["active"]) - set(docs[a - 1]["content"]["active"])
+    _open(browser, base + "/session?id=demo")
+    form = browser.find_element(By.CSS_SELECTOR, "form[action='/diff']")
+    for name, value in (("a", a), ("b", b)):
+        field = form.find_element(By.NAME, name)
+        field.clear()
+        field.send_keys(str(value))
+    form.find_element(By.TAG_NAME, "button").click()
+    _wait_url(browser, f"a={a}&b={b}")
+    active = browser.find_element(By.ID, "active").text
+    for oid in entered:
+        assert f"+ {oid}" in active
+    prefix = browser.find_element(By.ID, "prefix").text
+    assert "byte" in prefix
+    assert browser.find_elements(By.CSS_SELECTOR, "section.hunk pre.ins")
+
+
+def test_the_as_of_view_shows_a_files_older_text(site: tuple[str, Store], browser: Any) -> None:
+    base, store = site
+    file = _most_versioned_file(store)
+    versions = store.history(file, with_docs=True)
+    first, last = versions[0].doc["content"], versions[-1].doc["content"]  # type: ignore[index]
+    assert first != last
+    _open(browser, base + f"/object?id={quote(file)}")
+    assert f"version {len(versions)} of {len(versions)}" in browser.find_element(By.ID, "asof-result").text
+    # drag the valid-time slider back to the first version's time (as a user's drag ends: change)
+    slider = browser.find_element(By.CSS_SELECTOR, "#asof input[name=vt]")
+    browser.execute_script(
+        "arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'));"
+        "arguments[0].dispatchEvent(new Event('change'));",
+        slider,
+        str(versions[0].valid_time),
+    )
+    _wait_url(browser, f"vt={versions[0].valid_time}")
+    assert f"version 1 of {len(versions)}" in browser.find_element(By.ID, "asof-result").text
+    shown = browser.find_element(By.ID, "content").get_attribute("textContent")
+    assert shown == first[: len(shown)] and shown.splitlines()[:20] == first.splitlines()[:20]
+    assert shown != last[: len(shown)]

@@ -1,0 +1,157 @@
+"""The web view over HTTP, on every store: each page, the guard (Host, Origin, methods), errors,
+paging on a 50,000-message session, and ``ctxos ui`` itself."""
+
+from __future__ import annotations
+
+import http.client
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from context_os.store import Store
+from context_os.store.sqlite import SqliteStore
+from tests.ui.conftest import record_demo
+
+PAGES = [
+    "/",
+    "/session?id={sid}",
+    "/session?id={sid}&turn=7",
+    "/frame?session={sid}&turn=5",
+    "/frame?session={sid}&turn=5&from=10",
+    "/diff?session={sid}&a=3&b=6",
+    "/diff?session={sid}&b=6",
+    "/object?id={file}",
+    "/object?id={file}&a=1&b=2",
+    "/object?id={file}&vt={vt}",
+    "/object?id={file}&tx={tx}",
+    "/object?id=session:{sid}",
+]
+
+
+def _rows(html: str) -> int:
+    return len(re.findall(r'<tr id="turn-\d+"', html))
+
+
+@pytest.fixture
+def served(store: Store, uid: str, serve: Callable[[Store], str]) -> tuple[Store, str, str]:
+    sid = record_demo(store, f"{uid}-ui", 40)
+    return store, sid, serve(store)
+
+
+def _a_file(store: Store, sid: str) -> tuple[str, int, int]:
+    """A file the session read that has two versions or more: id, first valid time, first tx."""
+    for v in store.find("file"):
+        versions = store.history(v.id, with_docs=False)
+        if len(versions) >= 2:
+            return v.id, versions[0].valid_time, versions[0].tx_id
+    raise AssertionError("no file with two versions")
+
+
+def test_every_page_answers_and_nothing_is_written(served: tuple[Store, str, str]) -> None:
+    store, sid, base = served
+    file, vt, tx = _a_file(store, sid)
+    before = store.latest_tx()
+    with httpx.Client(base_url=base) as client:
+        for page in PAGES:
+            r = client.get(page.format(sid=sid, file=file, vt=vt, tx=tx))
+            assert r.status_code == 200, (page, r.text[:500])
+            assert r.headers["content-type"] == "text/html; charset=utf-8"
+            assert "script-src 'self'" in r.headers["content-security-policy"]
+            assert r.headers["x-content-type-options"] == "nosniff"
+            for link in re.findall(r'(?:href|src|action)="([^"]*)"', r.text):
+                assert link.startswith(("/", "#", "data:")), (page, link)  # nothing from elsewhere
+        assert client.get("/static/ui.css").headers["content-type"].startswith("text/css")
+        assert "javascript" in client.get("/static/ui.js").headers["content-type"]
+        timeline = client.get(f"/session?id={sid}").text
+        frame = client.get(f"/frame?session={sid}&turn=5").text
+        head = client.head(f"/session?id={sid}")
+    assert store.latest_tx() == before
+    assert _rows(timeline) == int(re.search(r"(\d+) turns", timeline).group(1))  # type: ignore[union-attr]
+    assert "✓ verified" in frame
+    assert head.status_code == 200 and head.content == b"" and int(head.headers["content-length"]) > 0
+
+
+def test_errors_are_pages_with_reasons(served: tuple[Store, str, str]) -> None:
+    _, sid, base = served
+    with httpx.Client(base_url=base) as client:
+        cases = {
+            "/nope": (404, "no page"),
+            "/session?id=no-such-session": (404, "no session"),
+            f"/frame?session={sid}&turn=999": (404, "no frame for turn 999"),
+            f"/frame?session={sid}&turn=x": (400, "turn must be a whole number"),
+            f"/frame?session={sid}": (400, "needs turn="),
+            "/object?id=file:nothing": (404, "no object"),
+            f"/object?id=session:{sid}&vt=yesterday": (400, "vt"),
+        }
+        for path, (status, text) in cases.items():
+            r = client.get(path)
+            assert r.status_code == status, path
+            assert text in r.text, (path, r.text[:400])
+    # a path that climbs out of the static files (http.client sends it as written)
+    conn = http.client.HTTPConnection(base.removeprefix("http://"))
+    try:
+        for path in ("/static/../app.py", "/static/../templates/base.html", "/static/%2e%2e/app.py"):
+            conn.request("GET", path)
+            answer = conn.getresponse()
+            assert answer.status == 404 and b"no static file" in answer.read(), path
+    finally:
+        conn.close()
+
+
+def test_the_guard_refuses_other_hosts_origins_and_writes(served: tuple[Store, str, str]) -> None:
+    _, _, base = served
+    port = base.rsplit(":", 1)[1]
+    with httpx.Client(base_url=base) as client:
+        assert client.get("/", headers={"Host": "evil.example"}).status_code == 403
+        assert client.get("/", headers={"Host": f"evil.example:{port}"}).status_code == 403
+        assert client.get("/", headers={"Host": f"localhost:{port}"}).status_code == 200
+        assert client.get("/", headers={"Origin": "http://evil.example"}).status_code == 403
+        for method in ("POST", "PUT", "DELETE", "PATCH"):
+            r = client.request(method, "/", content=b"{}")
+            assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD", method
+
+
+def test_a_50k_message_session_pages(long_db: Path, serve: Callable[[Store], str]) -> None:
+    """No page loads more than it shows: 100 turns, 200 messages of a 50,000-message frame."""
+    with SqliteStore(long_db) as store, httpx.Client(base_url=serve(store), timeout=120) as client:
+        first = client.get("/session?id=long")
+        second = client.get("/session?id=long&from=101")
+        frame = client.get("/frame?session=long&turn=200")
+        last = client.get("/frame?session=long&turn=200&from=49800")
+        for r in (first, second, frame, last):
+            assert r.status_code == 200
+            assert len(r.content) < 500_000, (r.url, len(r.content))
+        assert _rows(first.text) == 100 and 'turn-1"' in first.text and 'turn-100"' in first.text
+        assert _rows(second.text) == 100 and 'turn-101"' in second.text and 'turn-200"' in second.text
+        assert "200 turns" in first.text
+        for page in (frame.text, last.text):
+            assert page.count('<li class="msg') == 200
+            assert "✓ verified" in page
+        assert 'id="m0"' in frame.text and 'id="m199"' in frame.text and 'id="m200"' not in frame.text
+        assert 'id="m49800"' in last.text
+        assert re.search(r"messages 1–200 of 50,\d{3}", frame.text)
+
+
+def test_ctxos_ui_serves_until_stopped(demo_db: Path) -> None:
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ctxos"), "--store", str(demo_db), "ui", "--port", "0", "--session", "demo"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        url = re.search(r"(http://127\.0\.0\.1:\d+/session\?id=demo)", line)
+        assert url, line
+        r = httpx.get(url.group(1))
+        assert r.status_code == 200 and _rows(r.text) == 88
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0  # SIGTERM: a clean stop
+        if proc.stderr:
+            proc.stderr.close()
