@@ -116,9 +116,7 @@ def convert(entries: list[dict[str, Any]], user_turns: int) -> list[dict[str, An
                 out_msg["tool_calls"] = calls
             out.append(out_msg)
         elif role == "toolResult":
-            out.append(
-                {"role": "tool", "tool_call_id": msg["toolCallId"], "content": _text_of(msg["content"])}
-            )
+            out.append({"role": "tool", "tool_call_id": msg["toolCallId"], "content": _text_of(msg["content"])})
         # bashExecution and any other role: not part of the model's conversation here
     fixed: list[dict[str, Any]] = _fix_paths(_pair_tool_calls(out))
     return fixed
@@ -178,9 +176,7 @@ def stats(messages: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path, help="Pi v1 session file (before-compaction.jsonl)")
-    parser.add_argument(
-        "--licence", type=Path, help="pi-mono's MIT licence (default: LICENSE-pi-mono beside source)"
-    )
+    parser.add_argument("--licence", type=Path, help="pi-mono's MIT licence (default: LICENSE-pi-mono beside source)")
     parser.add_argument("--user-turns", type=int, default=USER_TURNS)
     parser.add_argument("--out-dir", type=Path, default=DATA_DIR)
     args = parser.parse_args(argv)

@@ -263,6 +263,7 @@ def test_the_command_tree_is_noun_groups_with_the_old_verbs_hidden():
         "sessions",
         "sessions list",
         "status",
+        "ui",
         "verify",
     }
     assert {" ".join(p) for p, c in walk(cli) if c.hidden} == {"frame", "inspect", "evict"}
@@ -280,7 +281,7 @@ def test_every_command_has_a_one_line_help_and_json_where_a_script_reads_it():
         if not cmd.hidden:  # listed in full in its group's --help on an 80-column terminal, never cut off
             siblings = [p[-1] for p, c in tree if p[:-1] == path[:-1] and not c.hidden]
             assert cmd.get_short_help_str(limit=78 - 6 - max(map(len, siblings))) == first, path
-        servers = {("serve",), ("mcp",), ("proxy",)}  # they print nothing on stdout: it is the protocol's
+        servers = {("serve",), ("mcp",), ("proxy",), ("ui",)}  # they print nothing on stdout (the protocol's, or none)
         if not isinstance(cmd, click.Group) and path not in servers:
             assert "--json" in {o for p in cmd.params for o in p.opts}, path
 

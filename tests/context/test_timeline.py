@@ -20,7 +20,7 @@ from context_os.context.timeline import (
 from context_os.errors import NotFound
 from context_os.hashing import canonical_json
 from context_os.store import Store
-from tests.ui.conftest import record_demo
+from tests.ui.recorded import record_demo
 
 MESSAGES = 70
 """The first messages of the bundled session: reads, edits and collapses in ~25 turns."""

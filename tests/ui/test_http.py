@@ -15,7 +15,7 @@ import pytest
 
 from context_os.store import Store
 from context_os.store.sqlite import SqliteStore
-from tests.ui.conftest import record_demo
+from tests.ui.recorded import record_demo
 
 PAGES = [
     "/",

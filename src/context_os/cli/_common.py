@@ -11,6 +11,7 @@ import json
 import logging
 import shutil
 import signal
+import socketserver
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -43,6 +44,16 @@ def server_process(name: str, verbose: int) -> None:
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def serve_until_stopped(server: socketserver.BaseServer) -> None:
+    """Serve until Ctrl-C or SIGTERM (``server_process``), then close the server's socket."""
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ._common import embedder_option, fails_cleanly, server_process, store_from
+from ._common import embedder_option, fails_cleanly, serve_until_stopped, server_process, store_from
 
 
 @click.command("proxy")
@@ -73,11 +73,8 @@ def proxy_cmd(
             flush=True,
         )
         try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
+            serve_until_stopped(server)
         finally:
-            server.server_close()
             proxy.close()
             if engine is not None:
                 engine.close()

@@ -21,7 +21,7 @@ def sessions() -> None:
 @click.pass_context
 @fails_cleanly
 def list_cmd(ctx: click.Context, as_json: bool) -> None:
-    """List sessions: id, harness, turns, messages, the last turn's tokens, last update."""
+    """List sessions: turns, messages, last turn's tokens, last update."""
     with store_from(ctx) as store:
         rows = [r.to_dict() for r in session_rows(store)]
         if as_json:

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import click
 
-from ._common import fails_cleanly, server_process, store_from
+from ._common import fails_cleanly, serve_until_stopped, server_process, store_from
 
 
 @click.command("ui")
@@ -21,7 +21,7 @@ from ._common import fails_cleanly, server_process, store_from
 @click.pass_context
 @fails_cleanly
 def ui_cmd(ctx: click.Context, port: int, session_id: str | None, open_browser: bool, verbose: int) -> None:
-    """A web view of what the model saw: sessions, timelines, frames, diffs, objects.
+    """A read-only web view of sessions, frames, diffs and objects.
 
     Read-only, on http://127.0.0.1:PORT (other Host headers are refused); Ctrl-C stops it.
     See docs/ui.md."""
@@ -37,12 +37,7 @@ def ui_cmd(ctx: click.Context, port: int, session_id: str | None, open_browser: 
         print(f"ctxos ui: {store.url} on {url} (Ctrl-C stops it)", file=sys.stderr, flush=True)
         if open_browser:
             webbrowser.open(url)
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.server_close()
+        serve_until_stopped(server)
 
 
 def register(cli: click.Group) -> None:

@@ -8,6 +8,7 @@ pages like a short one.
 
 from __future__ import annotations
 
+import functools
 import mimetypes
 import threading
 from collections import Counter, OrderedDict
@@ -181,7 +182,9 @@ class UiApp:
         scale = max((r.row.tokens_full for r in rows), default=1) or 1
         shown = []
         for r in rows:
-            counts = Counter(_change_label(c) for c in r.changes)
+            counts: Counter[str] = Counter()
+            for (state, collapsed), n in Counter((c["state"], bool(c.get("collapsed"))) for c in r.changes).items():
+                counts[_change_label({"state": state, "collapsed": collapsed})] += n
             shown.append(
                 {
                     "row": r.row,
@@ -316,7 +319,13 @@ class UiApp:
 
 def _url(path: str, **params: Any) -> str:
     """A link to one of the pages, its query built from ``params`` (None: left out)."""
-    query = urlencode({k: v for k, v in params.items() if v is not None})
+    return _link(path, tuple((k, v) for k, v in params.items() if v is not None))
+
+
+@functools.lru_cache(maxsize=8192)
+def _link(path: str, params: tuple[tuple[str, Any], ...]) -> str:
+    # a timeline page links the same objects from many rows: each link is encoded once
+    query = urlencode(params)
     return f"{path}?{query}" if query else path
 
 
