@@ -33,6 +33,11 @@ PAGES = [
 ]
 
 
+def _text(html: str) -> str:
+    """What a page says, its tags left out."""
+    return re.sub(r"<[^>]+>", "", html)
+
+
 def _rows(html: str) -> int:
     return len(re.findall(r'<tr id="turn-\d+"', html))
 
@@ -135,6 +140,18 @@ def test_a_50k_message_session_pages(long_db: Path, serve: Callable[[Store], str
         assert 'id="m0"' in frame.text and 'id="m199"' in frame.text and 'id="m200"' not in frame.text
         assert 'id="m49800"' in last.text
         assert re.search(r"messages 1–200 of 50,\d{3}", frame.text)
+        # an object with hundreds of versions (the session document: one per write) pages too
+        versions = store.history("session:long", with_docs=False)
+        assert len(versions) > 200
+        latest = client.get("/object?id=session:long")
+        oldest = client.get("/object?id=session:long&from=0&vt=" + str(versions[0].valid_time))
+        for r in (latest, oldest):
+            assert r.status_code == 200 and len(r.content) < 500_000
+            assert len(re.findall(r"<tr( class=\"focus\")?>\s*<td class=\"n\"><a href=\"/object", r.text)) == 100
+            assert len(re.findall(r"<option value=", r.text)) <= 2 * 200  # slider marks, thinned
+        assert f"version {len(versions)} of {len(versions)}" in _text(latest.text)
+        assert f"version 1 of {len(versions)}" in _text(oldest.text)
+        assert ">1</a></td>" in oldest.text and f">{len(versions)}</a></td>" in latest.text
 
 
 def test_ctxos_ui_serves_until_stopped(demo_db: Path) -> None:

@@ -12,6 +12,7 @@ This module only reads the store.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -255,11 +256,23 @@ def _prompt_lines(messages: list[Msg]) -> list[bytes]:
     return [canonical_json(m) + b"\n" for m in messages]
 
 
-def frame_diff(store: Store, session_id: str, a: int, b: int, *, max_hunks: int = 50) -> FrameDiff:
-    """What changed from turn ``a`` to turn ``b``: both frames re-rendered and verified."""
+def frame_diff(
+    store: Store,
+    session_id: str,
+    a: int,
+    b: int,
+    *,
+    max_hunks: int = 50,
+    check: Callable[[dict[str, Any]], FrameCheck] | None = None,
+) -> FrameDiff:
+    """What changed from turn ``a`` to turn ``b``: both frames re-rendered and verified (by
+    ``check``, e.g. one that keeps what it verified; default ``verify_frame``)."""
     fa, fb = get_frame(store, session_id, a), get_frame(store, session_id, b)
-    memo: dict[bytes, tuple[str, int]] = {}
-    ca, cb = verify_frame(store, fa, hash_memo=memo), verify_frame(store, fb, hash_memo=memo)
+    if check is None:
+        memo: dict[bytes, tuple[str, int]] = {}
+        ca, cb = verify_frame(store, fa, hash_memo=memo), verify_frame(store, fb, hash_memo=memo)
+    else:
+        ca, cb = check(fa), check(fb)
     ma = ca.rendered.messages if ca.rendered else []
     mb = cb.rendered.messages if cb.rendered else []
     la, lb = _prompt_lines(ma), _prompt_lines(mb)

@@ -27,14 +27,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
-from ..context.frames import frame_rows, get_frame, verify_frame
+from ..context.frames import FrameRow, frame_rows, get_frame, verify_frame
 from ..context.load import version_row
 from ..context.session import Session
 from ..context.source_tools import SourceTools
+from ..context.timeline import session_rows, turn_rows
 from ..context.tools import Tool, ToolRegistry, object_schema
 from ..errors import ContextOSError, InputError, NotFound
 from ..files import FileTools, Workspace
-from ..times import iso, parse_time
+from ..times import parse_time
 
 if TYPE_CHECKING:
     from ..sources.memory import MemoryScopes
@@ -173,22 +174,24 @@ class ContextOsMcp:
     # --- resources --------------------------------------------------------------------------------
 
     def resources(self) -> list[dict[str, Any]]:
-        """The newest ``LISTED_FRAMES`` frames of every session, newest first (every other frame
-        and object: through the templates)."""
-        frames = sorted(
-            (v for v in self.store.find("frame") if v.doc is not None),
-            key=lambda v: (v.valid_time, v.tx_id),
-            reverse=True,
-        )[:LISTED_FRAMES]
+        """The newest ``LISTED_FRAMES`` frames of the store, newest first (every other frame and
+        object: through the templates). Only those frames are read: the latest turns of the
+        sessions updated last."""
+        rows: list[FrameRow] = []
+        for session in sorted(session_rows(self.store), key=lambda r: r.updated_ms, reverse=True):
+            if len(rows) >= LISTED_FRAMES and session.updated_ms < rows[LISTED_FRAMES - 1].valid_time:
+                break  # every frame of this session and the ones before it is older
+            first = max(1, session.turns - LISTED_FRAMES + 1)
+            rows += [t.row for t in turn_rows(self.store, session.session, first, LISTED_FRAMES)]
+            rows.sort(key=lambda r: (r.valid_time, r.tx_id), reverse=True)
         out = []
-        for v in frames:
-            meta, content = v.doc["meta"], v.doc["content"]  # type: ignore[index]
-            sid, turn = str(meta["session"]), int(meta["turn"])
+        for r in rows[:LISTED_FRAMES]:
+            sid = r.frame_id.removeprefix("frame:").rsplit(":", 1)[0]
             out.append(
                 {
-                    "uri": FRAME_URI.format(session=quote(sid, safe=""), turn=turn),
-                    "name": f"{sid} turn {turn}",
-                    "description": f"{content.get('tokens', 0):,} tokens, at {iso(v.valid_time)}",
+                    "uri": FRAME_URI.format(session=quote(sid, safe=""), turn=r.turn),
+                    "name": f"{sid} turn {r.turn}",
+                    "description": f"{r.tokens_assembled:,} tokens, at {r.time}",
                 }
             )
         return out

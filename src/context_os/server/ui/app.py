@@ -25,7 +25,7 @@ from ...context.load import content_lines, object_states, unified_diff, version_
 from ...context.timeline import frame_diff, frame_messages, session_rows, turn_count, turn_rows, version_at
 from ...context.view import POOLS
 from ...errors import ConfigError, ContextOSError, InputError, NotFound
-from ...store.base import Store
+from ...store.base import Store, Version
 from ...times import display, iso, now_ms, parse_time
 from ..protocol import log
 from ..transports import HttpGuard, _is_loopback
@@ -40,6 +40,9 @@ ROW_LIST = 6
 """A timeline row lists this many of its active objects and state changes (its frame has all)."""
 CONTENT_CHARS = 200_000
 """A version's content is shown up to this many characters (the rest is named, not sent)."""
+MESSAGE_CHARS = 200_000
+"""A message on a frame page is shown up to this many characters (``ctxos frames show`` prints it
+whole)."""
 HUNK_CHARS = 4000
 """A message in a frame diff is shown up to this many characters (the frames have it whole)."""
 CHECK_CACHE = 8
@@ -107,7 +110,7 @@ class UiApp:
         self.env.globals.update(url=_url, pools=POOLS, store_url=store.url, short=_short)
         self.env.filters["num"] = lambda n: "" if n is None else f"{n:,}"
         self.env.filters["pct"] = lambda x, y: "" if x is None or not y else f"{100 * x / y:.0f}%"
-        self._checks: OrderedDict[str, tuple[dict[str, Any], FrameCheck]] = OrderedDict()
+        self._checks: OrderedDict[str, FrameCheck] = OrderedDict()
         self._lock = threading.Lock()
 
     # --- dispatch --------------------------------------------------------------------------------
@@ -206,26 +209,26 @@ class UiApp:
             focus=focus,
         )
 
-    def _check(self, session: str, turn: int) -> tuple[dict[str, Any], FrameCheck]:
-        """The frame of a turn, re-rendered and verified (kept for the next few requests)."""
-        frame = get_frame(self.store, session, turn)
+    def _verified(self, frame: dict[str, Any]) -> FrameCheck:
+        """``frame`` re-rendered and verified (kept for the next few requests)."""
         key = f"{frame['id']}@{frame['object_hash']}"
         with self._lock:
             hit = self._checks.get(key)
             if hit is not None:
                 self._checks.move_to_end(key)
                 return hit
-        got = (frame, verify_frame(self.store, frame))
+        check = verify_frame(self.store, frame)
         with self._lock:
-            self._checks[key] = got
+            self._checks[key] = check
             while len(self._checks) > CHECK_CACHE:
                 self._checks.popitem(last=False)
-        return got
+        return check
 
     def frame_page(self, q: dict[str, str]) -> Page:
         session = _required(q, "session")
         turn = _int(q, "turn", low=1)
-        frame, check = self._check(session, turn)
+        frame = get_frame(self.store, session, turn)
+        check = self._verified(frame)
         start = _int(q, "from", 0)
         total, messages = frame_messages(self.store, frame, check, start, start + PAGE_MESSAGES)
         c = frame["content"]
@@ -246,6 +249,7 @@ class UiApp:
             changes=c.get("changes", []),
             changes_total=c.get("changes_total", 0),
             label=_change_label,
+            clip=_clip,
             time=iso(frame["content"]["valid_time"]),
         )
 
@@ -253,7 +257,7 @@ class UiApp:
         session = _required(q, "session")
         b = _int(q, "b", low=1)
         a = _int(q, "a", max(1, b - 1), low=1)
-        diff = frame_diff(self.store, session, a, b)
+        diff = frame_diff(self.store, session, a, b, check=self._verified)
         return self._html(
             "diff.html",
             title=f"Turn {a} → {b} of {session}",
@@ -264,29 +268,34 @@ class UiApp:
             cut=_cut,
         )
 
+    def _with_doc(self, v: Version) -> Version:
+        """``v`` (from a history read without documents) with its document."""
+        got = self.store.get(v.id, v.valid_time, v.tx_id)
+        return got if got is not None and (got.valid_time, got.tx_id) == (v.valid_time, v.tx_id) else v
+
     def object_page(self, q: dict[str, str]) -> Page:
         obj_id = _required(q, "id")
-        versions = self.store.history(obj_id, with_docs=True)
-        if not versions:
-            raise NotFound(f"no object {obj_id!r} in {self.store.url}")
-        latest_tx = self.store.latest_tx()
-        tx_max = latest_tx.id if latest_tx else versions[-1].tx_id
-        vt_min, vt_max = versions[0].valid_time, max(now_ms(), versions[-1].valid_time)
         vt = parse_time(q["vt"], "vt") if q.get("vt") else None
         tx = _int(q, "tx") if q.get("tx") else None
-        as_of = (
-            version_at(self.store, obj_id, versions, vt, tx) if (vt is not None or tx is not None) else len(versions)
-        )
-        shown = versions[as_of - 1] if as_of else None
+        # the history without documents: only the versions the page shows are read whole
+        versions = self.store.history(obj_id, with_docs=False)
+        if not versions:
+            raise NotFound(f"no object {obj_id!r} in {self.store.url}")
+        n = len(versions)
+        latest_tx = self.store.latest_tx()
+        as_of = n if vt is None and tx is None else version_at(self.store, obj_id, versions, vt, tx)
+        shown = self._with_doc(versions[as_of - 1]) if as_of else None
         text = "".join(content_lines(shown.doc)) if shown else ""
-        b = min(_int(q, "b", len(versions), low=1), len(versions))
-        a = min(_int(q, "a", max(1, b - 1), low=1), len(versions))
-        diff = unified_diff(content_lines(versions[a - 1].doc), content_lines(versions[b - 1].doc), f"v{a}", f"v{b}")
-        start = _int(q, "from", max(0, len(versions) - PAGE_VERSIONS))
-        rows = [version_row(n, v) for n, v in enumerate(versions, 1)][start : start + PAGE_VERSIONS]
-        for row, v in zip(rows, versions[start : start + PAGE_VERSIONS], strict=True):
-            row["path"] = (v.doc or {}).get("meta", {}).get("path")
-        latest = versions[-1].doc or {}
+        b = min(_int(q, "b", n, low=1), n)
+        a = min(_int(q, "a", max(1, b - 1), low=1), n)
+        old, new = self._with_doc(versions[a - 1]), self._with_doc(versions[b - 1])
+        diff = unified_diff(content_lines(old.doc), content_lines(new.doc), f"v{a}", f"v{b}")
+        start = min(_int(q, "from", max(0, n - PAGE_VERSIONS)), max(0, n - 1))
+        rows = []
+        for k, v in enumerate(versions[start : start + PAGE_VERSIONS], start + 1):
+            v = self._with_doc(v)
+            rows.append(version_row(k, v) | {"path": (v.doc or {}).get("meta", {}).get("path")})
+        latest = self._with_doc(versions[-1]).doc or {}
         return self._html(
             "object.html",
             title=obj_id,
@@ -294,7 +303,7 @@ class UiApp:
             kind=latest.get("kind", obj_id.split(":", 1)[0]),
             meta=latest.get("meta", {}),
             versions=rows,
-            total=len(versions),
+            total=n,
             start=start,
             page=PAGE_VERSIONS,
             states=object_states(self.store, obj_id),
@@ -305,16 +314,24 @@ class UiApp:
             vt=vt,
             tx=tx,
             vt_shown=display(vt) if vt is not None else "now",
-            vt_min=vt_min,
-            vt_max=vt_max,
+            vt_min=versions[0].valid_time,
+            vt_max=max(now_ms(), versions[-1].valid_time),
             tx_min=versions[0].tx_id,
-            tx_max=tx_max,
-            marks_vt=sorted({v.valid_time for v in versions}),
-            marks_tx=sorted({v.tx_id for v in versions}),
+            tx_max=latest_tx.id if latest_tx else versions[-1].tx_id,
+            marks_vt=_marks(sorted({v.valid_time for v in versions})),
+            marks_tx=_marks(sorted({v.tx_id for v in versions})),
             a=a,
             b=b,
             diff=diff[:CONTENT_CHARS],
         )
+
+
+def _marks(points: list[int], most: int = 200) -> list[int]:
+    """At most ``most`` of ``points`` (evenly spread, first and last kept): a slider's tick marks."""
+    if len(points) <= most:
+        return points
+    step = (len(points) - 1) / (most - 1)
+    return [points[round(k * step)] for k in range(most)]
 
 
 def _url(path: str, **params: Any) -> str:
@@ -329,10 +346,14 @@ def _link(path: str, params: tuple[tuple[str, Any], ...]) -> str:
     return f"{path}?{query}" if query else path
 
 
-def _cut(text: str | None) -> str:
-    """A message's text for a frame diff: up to ``HUNK_CHARS``, then how much more there is."""
+def _cut(text: str | None, limit: int = HUNK_CHARS) -> str:
+    """A message's text up to ``limit`` characters, then how much more there is."""
     text = text or ""
-    return text if len(text) <= HUNK_CHARS else f"{text[:HUNK_CHARS]}\n… {len(text) - HUNK_CHARS:,} more characters"
+    return text if len(text) <= limit else f"{text[:limit]}\n… {len(text) - limit:,} more characters"
+
+
+def _clip(text: str | None) -> str:
+    return _cut(text, MESSAGE_CHARS)
 
 
 def _short(h: str | None, n: int = 12) -> str:
