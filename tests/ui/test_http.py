@@ -172,3 +172,35 @@ def test_ctxos_ui_serves_until_stopped(demo_db: Path) -> None:
         assert proc.wait(30) == 0  # SIGTERM: a clean stop
         if proc.stderr:
             proc.stderr.close()
+
+
+def test_a_store_that_is_down_is_a_503_page(serve: Callable[[Store], str]) -> None:
+    from context_os.store import open_store
+
+    with open_store("xtdb+http://127.0.0.1:1") as store:  # nothing listens on port 1
+        r = httpx.get(serve(store) + "/session?id=x")
+    assert r.status_code == 503
+    assert "The store cannot answer" in r.text and "cannot be reached" in r.text
+
+
+def test_a_frame_that_no_longer_verifies_says_why(tmp_path: Path, serve: Callable[[Store], str]) -> None:
+    """An evicted object (a leaked secret erased) leaves the frames that showed it unverifiable:
+    the frame page says so in red, naming what is missing, and still shows the rest."""
+    from context_os.context.evict import evict
+    from context_os.context.frames import frame_docs
+
+    with SqliteStore(tmp_path / "store.db") as store:
+        sid = record_demo(store, "evicted", 40)
+        docs = frame_docs(store, sid)
+        turn, file = next(
+            (d["content"]["turn"], i) for d in docs for i in d["content"]["active"] if i.startswith("file:")
+        )
+        base = serve(store)
+        assert "✓ verified" in httpx.get(f"{base}/frame?session={sid}&turn={turn}").text
+        evict(store, file, reason="test")
+        r = httpx.get(f"{base}/frame?session={sid}&turn={turn}")
+        diff = httpx.get(f"{base}/diff?session={sid}&a={turn}&b={turn}")
+    assert r.status_code == 200
+    assert "✗ does not verify" in r.text and 'class="verdict bad"' in r.text
+    assert "is not in the store (evicted?)" in r.text
+    assert "does NOT verify" in diff.text

@@ -210,8 +210,10 @@ class UiApp:
         )
 
     def _verified(self, frame: dict[str, Any]) -> FrameCheck:
-        """``frame`` re-rendered and verified (kept for the next few requests)."""
-        key = f"{frame['id']}@{frame['object_hash']}"
+        """``frame`` re-rendered and verified (kept for the next few requests while the store has
+        no newer transaction: one may have evicted what the frame showed)."""
+        latest = self.store.latest_tx()
+        key = f"{frame['id']}@{frame['object_hash']}@{latest.id if latest else 0}"
         with self._lock:
             hit = self._checks.get(key)
             if hit is not None:
@@ -409,7 +411,12 @@ def make_ui_server(store: Store, port: int = 0, *, host: str = "127.0.0.1") -> T
                 self.close_connection = True
                 self._answer(app._error(refusal[0], "Refused", refusal[1]), head=head)
                 return
-            self._answer(app.respond(self.path), head=head)
+            try:
+                page = app.respond(self.path)
+            except Exception as e:  # a bug: the browser gets a page saying so, the log the traceback
+                log.exception("ui: GET %s failed", self.path)
+                page = app._error(500, "Internal error", f"{type(e).__name__}: {e} (the server's log has the details)")
+            self._answer(page, head=head)
 
         def do_GET(self) -> None:  # noqa: N802 - http.server naming
             self._get(False)
