@@ -37,7 +37,9 @@ PAGE_TURNS = 100
 PAGE_MESSAGES = 200
 PAGE_VERSIONS = 100
 ROW_LIST = 6
-"""A timeline row lists this many of its active objects and state changes (its frame has all)."""
+"""A timeline row lists this many of its state changes (its frame has all)."""
+ACTIVE_TITLE = 20
+"""A timeline row names this many of its active objects (on hover; its frame has all)."""
 CONTENT_CHARS = 200_000
 """A version's content is shown up to this many characters (the rest is named, not sent)."""
 MESSAGE_CHARS = 200_000
@@ -195,7 +197,8 @@ class UiApp:
                     "changes": r.changes[:ROW_LIST],
                     "listed": len(r.changes),
                     "labels": [(label, counts[label]) for label in sorted(counts)],
-                    "active_ids": r.active_ids[:ROW_LIST],
+                    "active_title": "\n".join(r.active_ids[:ACTIVE_TITLE])
+                    + (f"\n… {len(r.active_ids) - ACTIVE_TITLE} more" if len(r.active_ids) > ACTIVE_TITLE else ""),
                 }
             )
         return self._html(
