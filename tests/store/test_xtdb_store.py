@@ -348,6 +348,26 @@ def test_urls() -> None:
         XtdbStore("xtdb+ftp://x")
 
 
+def test_a_url_may_name_several_nodes_of_a_cluster() -> None:
+    s = XtdbStore("xtdb+http://u:secret@127.0.0.1:3000,127.0.0.1:3001/prefix")
+    assert s.bases == ["http://127.0.0.1:3000/prefix", "http://127.0.0.1:3001/prefix"]
+    assert s.base == s.bases[0] and "secret" not in s.url and s.url.startswith("xtdb+http://u:***@")
+    for bad, says in (
+        ("xtdb+http://127.0.0.1:3000,127.0.0.1:3000", "named twice"),
+        ("xtdb+http://127.0.0.1:3000,:3001", "no host"),
+        ("xtdb+http://127.0.0.1:3000,127.0.0.1:99999", "Port out of range"),
+    ):
+        with pytest.raises(ConfigError, match=says):
+            XtdbStore(bad)
+
+
+def test_every_node_down_is_unreachable_naming_them_all() -> None:
+    ports = [_free_port(), _free_port()]
+    s = XtdbStore(f"xtdb+http://127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}", timeout=2)
+    with pytest.raises(StoreUnavailable, match=r"every node"):
+        s.get("x")
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [

@@ -1,8 +1,11 @@
 """The XTDB 1.x backend: the store contract over a node's REST API, spoken in EDN.
 
 Any XTDB 1.x node with the REST API will do (``xtdb/start`` runs one; so does the official
-Docker image in docker-compose.yml); scale-out is XTDB's own (several nodes sharing a Kafka tx
-log and a document store, any of them reachable here).
+Docker image in docker-compose.yml); scale-out is XTDB's own (several nodes sharing a
+transaction log and a document store: ``xtdb/start --cluster N`` runs them over PostgreSQL).
+A store URL may name several nodes of one cluster (``xtdb+http://h1:3000,h2:3001``): requests go
+to one, and to the next when it cannot be reached, which is first brought up to the newest
+transaction this store wrote or waited for (a read never misses an acknowledged write).
 
 **Documents.** Our documents are JSON-able dicts; XTDB documents are EDN maps with keyword
 keys. The mapping, chosen so that ``kind`` and every ``meta`` attribute are plain Datalog
@@ -35,8 +38,9 @@ A connection that cannot be opened raises ``StoreUnreachable`` (nothing was sent
 failure of a submit raises plain ``StoreUnavailable``, because the node may have taken it. The
 outbox (store/outbox.py) relies on that distinction to queue only what surely did not land.
 
-Reads (GET and the query POST) are retried on connection-level failures with a short backoff;
-a submit is retried only when the connection could not be opened (nothing was sent). httpx and
+Reads (GET and the query POST) are retried on connection-level failures (on the next node at
+once, then with a short backoff); a submit is retried only when the connection could not be
+opened (nothing was sent). httpx and
 EDN errors never leave this module untranslated.
 
 This module must stay free of anything above the store (context, harness, objects).
@@ -45,6 +49,7 @@ This module must stay free of anything above the store (context, harness, object
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sqlite3
 import threading
@@ -67,6 +72,8 @@ from . import data_dir, default_outbox_path, mask_url, text_index
 from .base import Delete, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version
 
 __all__ = ["XtdbStore"]
+
+log = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -318,6 +325,25 @@ def _parse_url(url: str) -> tuple[str, str, httpx.BasicAuth | None]:
     return base, mask_url(f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")), auth
 
 
+def _parse_urls(url: str) -> tuple[list[str], str, httpx.BasicAuth | None]:
+    """``xtdb+http://[user:pass@]host:port[,host:port...][/prefix]``: the base URL of each node (in
+    the order given; the same user info and path for all), the URL to show, and the basic auth."""
+    raw = url.removeprefix("xtdb+")
+    scheme, sep, rest = raw.partition("://")
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    if not sep or "," not in hosts:
+        base, shown, auth = _parse_url(url)
+        return [base], shown, auth
+    bases, auth = [], None
+    for host in hosts.split(","):
+        base, _, auth = _parse_url(f"{scheme}://{userinfo}{at}{host}{slash}{path}")
+        bases.append(base)
+    if len(set(bases)) != len(bases):
+        raise ConfigError(f"invalid XTDB URL {mask_url(url)!r}: a node is named twice")
+    return bases, mask_url(raw.split("?", 1)[0].rstrip("/")), auth
+
+
 class XtdbStore(Store):
     """The store contract over an XTDB 1.x node's REST API (EDN)."""
 
@@ -331,8 +357,15 @@ class XtdbStore(Store):
         """``text_index_path``: the keyword index's sidecar file (default: one per node address
         under the user data dir, ``text-index/<host>_<port>.db``)."""
         # the base (what messages name) carries no credentials; they go in each request's auth
-        self.base, shown, self._auth = _parse_url(url)
+        self.bases, shown, self._auth = _parse_urls(url)
+        self.base = self.bases[0]
+        """The node requests go to now; the next in ``bases`` when it cannot be reached."""
         self.url = "xtdb+" + shown
+        self._seen_tx = -1
+        """The newest transaction this store wrote or waited for: a node failed over to is first
+        brought up to it, so reads still see every write acknowledged before."""
+        self._node_lock = threading.Lock()
+        self._behind: dict[str, bool] = {}
         self.timeout = timeout
         _register_edn_tags()
         self._client = self._init_client()
@@ -362,7 +395,6 @@ class XtdbStore(Store):
         idempotent: bool = True,
         timeout: float | None = None,
     ) -> httpx.Response:
-        url = f"{self.base}/_xtdb/{endpoint}"
         headers = {"Content-Type": "application/edn"} if body is not None else None
         try:  # httpx would raise UnicodeEncodeError from inside the request for an id, a value, a key
             content = body.encode("utf-8") if body is not None else None
@@ -373,41 +405,76 @@ class XtdbStore(Store):
                 f"{method} /_xtdb/{endpoint}: an id, key or value is not valid Unicode text ({e.reason});"
                 f" nothing was sent to {self.base}"
             ) from None
-        for attempt in range(self.RETRIES + 1):
-            last = attempt == self.RETRIES
+        attempt = 0
+        tried: set[str] = set()
+        while True:
+            base = self.base
+            tried.add(base)
+            if endpoint != "await-tx" and self._behind.pop(base, False):
+                self._catch_up(base)
+            last = attempt >= self.RETRIES
             try:
                 r = self._client.request(
                     method,
-                    url,
+                    f"{base}/_xtdb/{endpoint}",
                     params=params,
                     content=content,
                     headers=headers,
                     timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
                 )
             except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-                # Nothing was sent: safe to retry even a submit.
+                # Nothing was sent: safe to retry even a submit, at once on another node
+                if self._fail_over(base, tried):
+                    continue
                 if last:
-                    raise StoreUnreachable(f"XTDB node at {self.base} cannot be reached: {e}") from e
+                    where = base if len(self.bases) == 1 else f"{', '.join(self.bases)} (every node)"
+                    raise StoreUnreachable(f"XTDB node at {where} cannot be reached: {e}") from e
             except httpx.TimeoutException as e:
                 raise StoreUnavailable(
-                    f"XTDB node at {self.base} did not answer {method} /_xtdb/{endpoint} in time: {e!r}"
+                    f"XTDB node at {base} did not answer {method} /_xtdb/{endpoint} in time: {e!r}"
                 ) from e
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
-                # The connection broke mid-request: a read can be repeated, a submit cannot
-                # (it may have reached the node).
-                if last or not idempotent:
+                # The connection broke mid-request: a read can be repeated (on another node if there
+                # is one), a submit cannot (it may have reached the node)
+                if not idempotent:
                     raise StoreUnavailable(
-                        f"XTDB node at {self.base}: connection lost during {method} /_xtdb/{endpoint}: {e!r}"
+                        f"XTDB node at {base}: connection lost during {method} /_xtdb/{endpoint}: {e!r}"
+                    ) from e
+                if self._fail_over(base, tried):
+                    continue
+                if last:
+                    raise StoreUnavailable(
+                        f"XTDB node at {base}: connection lost during {method} /_xtdb/{endpoint}: {e!r}"
                     ) from e
             except httpx.HTTPError as e:
-                raise StoreUnavailable(f"XTDB node at {self.base}: {method} /_xtdb/{endpoint} failed: {e!r}") from e
+                raise StoreUnavailable(f"XTDB node at {base}: {method} /_xtdb/{endpoint} failed: {e!r}") from e
             else:
                 if r.status_code in (502, 503, 504) and idempotent and not last:
                     pass  # a proxy in front of a restarting node: try again
                 else:
                     return r
             time.sleep(self.BACKOFF_S * 2**attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
+            attempt += 1
+            tried = set()
+
+    def _fail_over(self, failed: str, tried: set[str]) -> bool:
+        """Send what follows to a node not yet tried for this request, if there is one (it is
+        brought up to this store's newest transaction before it answers a read)."""
+        with self._node_lock:
+            if self.base == failed:
+                untried = [b for b in self.bases if b not in tried]
+                if not untried:
+                    return False
+                k = self.bases.index(failed)
+                self.base = next(b for b in self.bases[k + 1 :] + self.bases[: k + 1] if b in untried)
+                self._behind[self.base] = True
+        log.warning("XTDB node at %s cannot be reached: going on with %s", failed, self.base)
+        return True
+
+    def _catch_up(self, base: str) -> None:
+        """Wait until ``base`` (just failed over to) has indexed this store's newest transaction."""
+        if self._seen_tx >= 0:
+            self._await(self._seen_tx)
 
     def _edn(self, r: httpx.Response) -> Any:
         where = f"{r.request.method} {r.request.url.path}, HTTP {r.status_code}"
@@ -513,6 +580,7 @@ class XtdbStore(Store):
                     f" {self.timeout:g} s; it may still commit"
                 )
             self._fail(r, f"await-tx {tx_id}")
+        self._seen_tx = max(self._seen_tx, tx_id)
 
     def _committed(self, tx_id: int) -> bool:
         answer = self._get("tx-committed", {"tx-id": str(tx_id)}, f"tx-committed {tx_id}")
