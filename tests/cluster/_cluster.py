@@ -69,6 +69,12 @@ class Cluster:
         while _answers(f"xtdb+http://127.0.0.1:{port}") is None and time.monotonic() < deadline:
             time.sleep(0.1)
 
+    def stop_postgres(self) -> None:
+        _run(str(XTDB / "postgres"), "stop", "--port", str(self.pg_port), timeout=120)
+
+    def start_postgres(self) -> None:
+        _run(str(XTDB / "postgres"), "start", "--port", str(self.pg_port), timeout=120)
+
     def stop(self) -> None:
         for port in self.ports:
             subprocess.run([str(XTDB / "stop"), "--port", str(port)], check=False, timeout=90)

@@ -2,16 +2,21 @@
 transaction log and document store in PostgreSQL, each with its own RocksDB index.
 
 The tests of one module share one cluster and run in order: the later ones kill a node, restart
-it and add another."""
+it, add another, and stop and start PostgreSQL under a session."""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
+from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.errors import StoreUnavailable
+from context_os.harness import OpenAIHook
+from context_os.replay.transcripts import demo_messages
+from context_os.store import open_store
 from context_os.store.base import Put
 from context_os.store.xtdb import XtdbStore
 from tests.cluster._cluster import Cluster
@@ -99,3 +104,43 @@ def test_a_restarted_and_a_fresh_node_catch_up_from_the_log(cluster: Cluster, ui
     finally:
         for s in stores:
             s.close()
+
+
+def test_postgres_restarted_under_a_session_the_outbox_replays_exactly_once(
+    cluster: Cluster, uid: str, tmp_path: Path
+) -> None:
+    """While the shared log is down the nodes say "nothing was submitted"; the session goes on,
+    its writes wait in the outbox, and are sent once, in order, when PostgreSQL is back."""
+    messages = demo_messages()
+    calls = [k for k, m in enumerate(messages) if m.get("role") == "assistant" and k > 0][:14]
+    store = open_store(cluster.url() + f"?outbox={tmp_path / 'outbox.db'}")
+    sid = f"{uid}-outage"
+    queued = 0
+    try:
+        with Session.open(store, sid) as session:
+            hook = OpenAIHook(session)
+            for n, k in enumerate(calls):
+                if n == 5:
+                    cluster.stop_postgres()
+                if n == 8:
+                    queued = store.stats()["outbox"]["pending"]
+                    cluster.start_postgres()
+                hook.transform_context(messages[:k])
+        assert queued >= 3  # the turns while it was down: accepted into the outbox
+        assert store.stats()["outbox"]["pending"] == 0
+    finally:
+        store.close()
+    # another node than the one written through, as `ctxos` opens it (frames written offline name
+    # provisional transactions, which every outbox store resolves through the markers)
+    check = open_store(cluster.url(cluster.ports[-1]) + f"?outbox={tmp_path / 'check.db'}")
+    try:
+        docs = frame_docs(check, sid)
+        assert [d["content"]["turn"] for d in docs] == list(range(1, len(calls) + 1))
+        for d in docs:
+            assert len(check.history(d["id"], with_docs=False)) == 1, d["id"]  # sent exactly once
+            assert verify_frame(check, d).ok, d["id"]
+        markers = [v for v in check.find("outbox") if v.doc is not None]
+        assert len(markers) >= queued
+        assert all(len(check.history(v.id, with_docs=False)) == 1 for v in markers)
+    finally:
+        check.close()

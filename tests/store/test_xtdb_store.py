@@ -352,6 +352,11 @@ def test_a_url_may_name_several_nodes_of_a_cluster() -> None:
     s = XtdbStore("xtdb+http://u:secret@127.0.0.1:3000,127.0.0.1:3001/prefix")
     assert s.bases == ["http://127.0.0.1:3000/prefix", "http://127.0.0.1:3001/prefix"]
     assert s.base == s.bases[0] and "secret" not in s.url and s.url.startswith("xtdb+http://u:***@")
+    wrapped = open_store("xtdb+http://127.0.0.1:3000,127.0.0.1:3001")  # one outbox for the cluster
+    assert isinstance(wrapped, OutboxStore) and wrapped.inner.bases == [
+        "http://127.0.0.1:3000",
+        "http://127.0.0.1:3001",
+    ]
     for bad, says in (
         ("xtdb+http://127.0.0.1:3000,127.0.0.1:3000", "named twice"),
         ("xtdb+http://127.0.0.1:3000,:3001", "no host"),

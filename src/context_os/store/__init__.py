@@ -63,10 +63,16 @@ def default_store_url() -> str:
 
 
 def default_outbox_path(url: str) -> Path:
-    """``<user data dir>/outbox/<host>_<port>[_<path>].db`` for an XTDB URL."""
-    parts = urlsplit(url.removeprefix("xtdb+"))
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    name = "_".join(p for p in (parts.hostname or "localhost", str(port), parts.path.strip("/")) if p)
+    """``<user data dir>/outbox/<host>_<port>[_<path>].db`` for an XTDB URL (a URL naming
+    several nodes: every ``<host>_<port>`` in turn)."""
+    raw = url.removeprefix("xtdb+")
+    scheme, _, rest = raw.partition("://")
+    netloc, _, path = rest.partition("/")
+    nodes = []
+    for host in netloc.rpartition("@")[2].split(","):
+        parts = urlsplit(f"{scheme}://{host}")
+        nodes.append(f"{parts.hostname or 'localhost'}_{parts.port or (443 if scheme == 'https' else 80)}")
+    name = "_".join(p for p in (*nodes, path.split("?", 1)[0].strip("/")) if p)
     return data_dir() / "outbox" / (re.sub(r"[^A-Za-z0-9.-]+", "_", name) + ".db")
 
 

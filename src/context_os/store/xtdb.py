@@ -325,6 +325,15 @@ def _parse_url(url: str) -> tuple[str, str, httpx.BasicAuth | None]:
     return base, mask_url(f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")), auth
 
 
+def _not_submitted(r: httpx.Response) -> bool:
+    """Whether a refused submit says that nothing of it was written (``:context-os/not-submitted``)."""
+    try:
+        body = edn_format.loads(r.text)
+    except Exception:  # not our front end's answer: nothing is known
+        return False
+    return isinstance(body, Mapping) and body.get(_kw("context-os/not-submitted")) is True
+
+
 def _parse_urls(url: str) -> tuple[list[str], str, httpx.BasicAuth | None]:
     """``xtdb+http://[user:pass@]host:port[,host:port...][/prefix]``: the base URL of each node (in
     the order given; the same user info and path for all), the URL to show, and the basic auth."""
@@ -372,7 +381,7 @@ class XtdbStore(Store):
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._text = text_index.SidecarIndex(
-            text_index_path or data_dir() / "text-index" / default_outbox_path(self.base).name, self
+            text_index_path or data_dir() / "text-index" / default_outbox_path(url.split("?", 1)[0]).name, self
         )
 
     def _init_client(self) -> httpx.Client:
@@ -531,6 +540,10 @@ class XtdbStore(Store):
     def submit(self, ops: Sequence[Op]) -> Tx:
         tx_ops = " ".join(_tx_op(op) for op in ops)  # every input error is raised before sending
         r = self._request("POST", "submit-tx", body="{:tx-ops [" + tx_ops + "]}", idempotent=False)
+        if r.status_code == 503 and _not_submitted(r):
+            # the node could not reach its transaction log and says nothing was written (our
+            # front end, xtdb/src): as safe to send again as a connection never opened
+            raise StoreUnreachable(f"XTDB node at {self.base}: {self._edn(r).get(_kw('error'), 'not submitted')}")
         if r.status_code not in (200, 202):
             self._fail(r, "submit-tx")
         submitted = self._edn(r)

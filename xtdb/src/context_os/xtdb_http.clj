@@ -150,13 +150,41 @@
       (throw (bad-request "No query provided" {:xtdb.error/error-key :no-query})))
     [200 (or (seq (apply xt/q (db-for node params) q in-args)) '())]))
 
+(def ^:private unsent-sql-states
+  "SQLSTATEs after which a statement surely did not commit: no connection could be made (08001,
+  08004) or was there (08003), or the server was shutting down and ended the session before
+  running it (57P01, 57P02, 57P03). A connection lost mid-statement (08006) is not among them:
+  its commit may have happened."
+  #{"08001" "08003" "08004" "57P01" "57P02" "57P03"})
+
+(defn- not-submitted?
+  "Whether `e` says the transaction log was never written: a JDBC pool that found no connection
+  within its timeout (java.sql.SQLTransientConnectionException), or one of `unsent-sql-states`.
+  Anything else may have written it."
+  [^Throwable e]
+  (some #(or (instance? java.sql.SQLTransientConnectionException %)
+             (and (instance? java.sql.SQLException %)
+                  (contains? unsent-sql-states (.getSQLState ^java.sql.SQLException %))))
+        (take-while some? (iterate #(.getCause ^Throwable %) e))))
+
 (defn- submit-tx [node ^HttpExchange ex _params]
   (when-not (= "POST" (.getRequestMethod ex))
     (throw (ex-info "submit-tx takes POST" {::status 405 :error "submit-tx takes POST"})))
   (let [{:keys [tx-ops]} (read-body ex)]
     (when-not (vector? tx-ops)
       (throw (bad-request "body must be {:tx-ops [...]}" {})))
-    [202 (xt/submit-tx node tx-ops)]))
+    (try
+      [202 (xt/submit-tx node tx-ops)]
+      (catch Throwable e
+        (if (not-submitted? e)
+          ;; no connection to the transaction log could be had: nothing of this transaction was
+          ;; written, so a client may keep it and send it again (context_os's outbox does)
+          (throw (ex-info "the transaction log cannot be reached: nothing was submitted"
+                          {::status 503
+                           :error (str "the transaction log cannot be reached: nothing was submitted ("
+                                       (.getMessage e) ")")
+                           :context-os/not-submitted true}))
+          (throw e))))))
 
 (defn- await-tx [node _ex params]
   (let [tx-id (or (param params :tx-id parse-long*) (throw (bad-request "tx-id is required" {})))]
