@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,14 +43,13 @@ def uid() -> str:
 def xtdb_url() -> Iterator[str]:
     """URL of a real XTDB 1.x node: $XTDB_URL, else testcontainers, else xtdb/start script."""
     from tests._xtdb_node import NodeUnavailable, node
+    from tests.helpers import unavailable
 
     try:
         with node() as url:
             yield url
     except NodeUnavailable as e:  # pragma: no cover - depends on the machine
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"XTDB node could not start under CI=true: {e}")
-        pytest.skip(f"XTDB node not available: {e}")
+        unavailable("an XTDB node", e)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("xtdb", marks=pytest.mark.xtdb)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 
@@ -22,6 +23,14 @@ EAGER: dict[str, Any] = {"manage_from_tokens": 0, "cache_break_percent": None}
 """Policy settings that manage a session from its first call and take every change when it is
 due: what tests of the retention rules themselves use. The defaults wait for the session to grow
 and for cache breaks that pay (tests/context/test_economy.py)."""
+
+
+def unavailable(what: str, why: object) -> NoReturn:
+    """A real part a test needs (a node, a browser, a peer, data) could not be had: under
+    ``CI=true`` that fails the test (CI runs everything), elsewhere it skips it, naming what and why."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{what} could not be had under CI=true: {why}")
+    pytest.skip(f"{what} not available: {why}")
 
 
 def user(text: str) -> dict[str, Any]:

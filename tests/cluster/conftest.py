@@ -5,13 +5,13 @@ skipped with the reason."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests._xtdb_node import NodeUnavailable
 from tests.cluster._cluster import Cluster
+from tests.helpers import unavailable
 
 
 @pytest.fixture(scope="module")
@@ -19,17 +19,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         c = Cluster(tmp_path_factory.mktemp("cluster"))
     except NodeUnavailable as e:  # pragma: no cover - depends on the machine
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"PostgreSQL for the XTDB cluster could not start under CI=true: {e}")
-        pytest.skip(f"PostgreSQL not available: {e}")
+        unavailable("PostgreSQL for the XTDB cluster", e)
     try:
         try:
             c.start_node()
             c.start_node()
         except NodeUnavailable as e:  # pragma: no cover - depends on the machine
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail(f"the XTDB cluster could not start under CI=true: {e}")
-            pytest.skip(f"the XTDB cluster could not start: {e}")
+            unavailable("the XTDB cluster", e)
         yield c
     finally:
         c.stop()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import unavailable
+
 from .model_server import Reply, ScriptedModel, scripted_model
 from .provision import PiInstall, PiUnavailable, provision
 
@@ -30,9 +32,7 @@ def pi() -> PiInstall:
     try:
         return provision()
     except PiUnavailable as e:  # pragma: no cover - depends on the machine
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"Pi could not be provisioned under CI=true: {e}")
-        pytest.skip(f"Pi not available: {e}")
+        unavailable("Pi", e)
 
 
 @dataclass

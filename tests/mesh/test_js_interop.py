@@ -24,6 +24,7 @@ from context_os.errors import MeshError
 from context_os.mesh.agent import MeshAgent
 from context_os.mesh.node import MeshConfig, MeshNode
 from context_os.store.sqlite import SqliteStore
+from tests.helpers import unavailable
 from tests.mesh.conftest import Answerer, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -64,9 +65,7 @@ def node_bin() -> Path:
             _run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=JS, env=env)
         return bin_dir
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:  # pragma: no cover - depends on the machine
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"the js-libp2p peer could not be provisioned under CI=true: {e}")
-        pytest.skip(f"the js-libp2p peer is not available: {e}")
+        unavailable("the js-libp2p peer", e)
 
 
 class JsPeer:

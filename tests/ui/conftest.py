@@ -6,7 +6,6 @@ elsewhere they are skipped with the reason (``scripts/browser.sh`` says how to i
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from context_os.server.ui import make_ui_server
 from context_os.store import Store
 from context_os.store.sqlite import SqliteStore
+from tests.helpers import unavailable
 from tests.ui.browser import BrowserUnavailable, chrome
 from tests.ui.recorded import record_demo, record_long
 
@@ -62,9 +62,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     try:
         driver = chrome(tmp_path_factory.mktemp("chromium-profile"))
     except BrowserUnavailable as e:  # pragma: no cover - depends on the machine
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"Chromium could not be found or installed under CI=true: {e}")
-        pytest.skip(f"Chromium not available: {e}")
+        unavailable("Chromium", e)
     try:
         yield driver
     finally:
