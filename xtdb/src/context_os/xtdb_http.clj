@@ -1,6 +1,7 @@
 (ns context-os.xtdb-http
   "An HTTP front end for an XTDB 1.x node that speaks the documented XTDB 1.x REST API
-  (/_xtdb/status, db, entity, entity-tx, query, submit-tx, await-tx, tx-committed, ...), EDN only.
+  (/_xtdb/status, db, entity, entity-tx, query, submit-tx, await-tx, tx-committed, tx-log, ...) in
+  EDN and JSON.
 
   Why it exists: the official module `com.xtdb/xtdb-http-server` and its Clojure dependencies
   (reitit, muuntaja, ring, jetty) are published to Clojars, which this project's machines cannot
@@ -14,21 +15,45 @@
   server, so that a client written against it works unchanged against the official one
   (e.g. the Docker image in docker-compose.yml).
 
+  Formats, as the official server negotiates them (muuntaja): the response is JSON when the
+  first acceptable type of the Accept header (by q, `*/*` last) that we produce is
+  application/json, and EDN otherwise (EDN is the default: no Accept, `*/*`, anything else).
+  The EDN answers are exactly what they were before JSON existed. JSON follows the official
+  module (modules/http-server: json.clj and the per-endpoint encoders): the top-level keys of
+  most answers camelCased by their name (`:xtdb.api/tx-id` -> `txId`, `:tx-committed?` ->
+  `txCommitted?`); documents, query rows and attribute stats as they are (`:xt/id` ->
+  `xt/id`); keywords written as strings without the colon, dates as yyyy-MM-dd'T'HH:mm:ss'Z'
+  (UTC, whole seconds, as jsonista writes them), ids as hex. A submit-tx body with
+  Content-Type application/json is read the official way: `{tx-ops: [[put, doc, valid-time?,
+  end-valid-time?], ...]}` with the op names as strings, keys made keywords (`xt/id` ->
+  `:xt/id`), times parsed from strings, `xt/fn` read as EDN. Not served: transit+json, the
+  HTML console, text/csv.
+
   Used as an XTDB module: `{:context-os.xtdb-http/server {:port 3000 :host \"127.0.0.1\"}}`."
   (:require [clojure.data.json :as json]
+            [clojure.edn :as edn]
             [clojure.instant :as instant]
             [clojure.string :as str]
             [clojure.tools.logging :as log]
             [xtdb.api :as xt]
             [xtdb.codec :as c]
-            [xtdb.system :as sys])
-  (:import [com.sun.net.httpserver HttpExchange HttpHandler HttpServer]
+            [xtdb.system :as sys]
+            [xtdb.tx.conform :as txc])
+  (:import [clojure.lang BigInt IPersistentList Keyword Ratio]
+           [com.sun.net.httpserver HttpExchange HttpHandler HttpServer]
            [java.io Closeable]
+           [java.math BigDecimal BigInteger]
            [java.net InetSocketAddress URLDecoder]
            [java.nio.charset StandardCharsets]
-           [java.time Duration]
+           [java.text SimpleDateFormat]
+           [java.time Duration Instant LocalDate LocalDateTime LocalTime OffsetDateTime OffsetTime
+            ZonedDateTime]
+           [java.time.format DateTimeFormatter]
+           [java.util Collection Date Map SimpleTimeZone]
            [java.util.concurrent ExecutorService Executors ThreadFactory TimeoutException]
-           [java.util.concurrent.atomic AtomicLong]))
+           [java.util.concurrent.atomic AtomicLong]
+           [java.util.function Supplier]
+           [xtdb.codec EDNId Id]))
 
 ;; ---------------------------------------------------------------------------------------------
 ;; Requests
@@ -74,11 +99,171 @@
 
 (defn- read-edn [s] (c/read-edn-string-with-readers s))
 
+;; ---------------------------------------------------------------------------------------------
+;; JSON, read and written as the official server's Jackson object mapper (jsonista, with
+;; keyword keys) does
+
+(defn- jackson-numbers
+  "Jackson reads a JSON integer into the smallest of Integer, Long and BigInteger that holds it
+  (and a document keeps that type): data.json's Longs and BigInts made so."
+  [x]
+  (cond
+    (map? x) (into {} (map (fn [[k v]] [k (jackson-numbers v)])) x)
+    (vector? x) (mapv jackson-numbers x)
+    (instance? Long x) (if (<= Integer/MIN_VALUE (long x) Integer/MAX_VALUE)
+                         (Integer/valueOf (int x))
+                         x)
+    (instance? BigInt x) (biginteger x)
+    :else x))
+
+(defn- read-json
+  "A JSON text as the official server reads it: objects with keyword keys (`\"xt/id\"` ->
+  `:xt/id`), arrays as vectors, integers as Integer/Long/BigInteger, decimals as Double."
+  [^String s]
+  (jackson-numbers (json/read-str s :key-fn keyword)))
+
+(def ^:private ^ThreadLocal json-date-format
+  ;; jsonista's default for java.util.Date: whole seconds, UTC, a literal Z
+  (ThreadLocal/withInitial
+   (reify Supplier
+     (get [_] (doto (SimpleDateFormat. "yyyy-MM-dd'T'HH:mm:ss'Z'")
+                (.setTimeZone (SimpleTimeZone. 0 "UTC")))))))
+
+(def ^:private ^ThreadLocal json-date-key-format
+  ;; Jackson's StdDateFormat, which it uses for a Date that is a map key
+  (ThreadLocal/withInitial
+   (reify Supplier
+     (get [_] (doto (SimpleDateFormat. "yyyy-MM-dd'T'HH:mm:ss.SSS'+00:00'")
+                (.setTimeZone (SimpleTimeZone. 0 "UTC")))))))
+
+(defn- json-string! [^StringBuilder sb ^String s]
+  (.append sb \")
+  (dotimes [i (.length s)]
+    (let [ch (.charAt s i)]
+      (case ch
+        \" (.append sb "\\\"")
+        \\ (.append sb "\\\\")
+        \newline (.append sb "\\n")
+        \return (.append sb "\\r")
+        \tab (.append sb "\\t")
+        \backspace (.append sb "\\b")
+        \formfeed (.append sb "\\f")
+        (if (< (int ch) 0x20)
+          (.append sb (format "\\u%04X" (int ch)))
+          (.append sb ch)))))
+  (.append sb \"))
+
+(defn- json-key ^String [k]
+  (cond
+    (keyword? k) (str (.sym ^Keyword k))
+    (string? k) k
+    (nil? k) (throw (IllegalArgumentException. "a map with a nil key cannot be written as JSON"))
+    (instance? Date k) (.format ^SimpleDateFormat (.get json-date-key-format) ^Date k)
+    :else (str k)))
+
+(defn- duration-seconds
+  "Jackson's default for a Duration (WRITE_DURATIONS_AS_TIMESTAMPS): seconds, 9 decimals."
+  [^Duration d]
+  (if (and (zero? (.getSeconds d)) (zero? (.getNano d)))
+    "0.0"
+    (str (.add (.setScale (BigDecimal/valueOf (.getSeconds d)) 9)
+               (BigDecimal/valueOf (long (.getNano d)) 9)))))
+
+(defn- write-json! [^StringBuilder sb x]
+  (cond
+    (nil? x) (.append sb "null")
+    (string? x) (json-string! sb x)
+    (instance? Boolean x) (.append sb (str x))
+    (keyword? x) (json-string! sb (str (.sym ^Keyword x)))
+    (symbol? x) (json-string! sb (str x))
+    (or (instance? Long x) (instance? Integer x) (instance? Short x) (instance? Byte x)
+        (instance? BigInteger x) (instance? BigInt x) (instance? BigDecimal x)) (.append sb (str x))
+    (or (instance? Double x) (instance? Float x)) (if (Double/isFinite (double x))
+                                                      (.append sb (str x))
+                                                      (json-string! sb (str x)))
+    (instance? Ratio x) (.append sb (str (double x)))
+    (number? x) (.append sb (str x))
+    (instance? Id x) (json-string! sb (str x))
+    (instance? EDNId x) (json-string! sb (str x))
+    (instance? Date x) (json-string! sb (.format ^SimpleDateFormat (.get json-date-format) ^Date x))
+    (instance? Instant x) (json-string! sb (.format DateTimeFormatter/ISO_INSTANT ^Instant x))
+    (instance? LocalDateTime x) (json-string! sb (.format DateTimeFormatter/ISO_LOCAL_DATE_TIME ^LocalDateTime x))
+    (instance? LocalDate x) (json-string! sb (.format DateTimeFormatter/ISO_LOCAL_DATE ^LocalDate x))
+    (instance? LocalTime x) (json-string! sb (.format DateTimeFormatter/ISO_LOCAL_TIME ^LocalTime x))
+    (instance? OffsetDateTime x) (json-string! sb (.format DateTimeFormatter/ISO_OFFSET_DATE_TIME ^OffsetDateTime x))
+    (instance? ZonedDateTime x) (json-string! sb (.format DateTimeFormatter/ISO_OFFSET_DATE_TIME ^ZonedDateTime x))
+    (instance? OffsetTime x) (json-string! sb (.format DateTimeFormatter/ISO_OFFSET_TIME ^OffsetTime x))
+    (instance? Duration x) (.append sb (duration-seconds x))
+    (bytes? x) (json-string! sb (c/base64-writer x))
+    ;; the official mapper writes a quoted function, '(fn [...] ...), as its EDN text
+    (and (instance? IPersistentList x) (contains? #{'fn* 'fn} (first x))) (json-string! sb (pr-str x))
+    (instance? Map x) (do (.append sb \{)
+                          (reduce (fn [first? [k v]]
+                                    (when-not first? (.append sb \,))
+                                    (json-string! sb (json-key k))
+                                    (.append sb \:)
+                                    (write-json! sb v)
+                                    false)
+                                  true
+                                  x)
+                          (.append sb \}))
+    (or (instance? Collection x) (some-> (class x) (.isArray)))
+    (do (.append sb \[)
+        (reduce (fn [first? v]
+                  (when-not first? (.append sb \,))
+                  (write-json! sb v)
+                  false)
+                true
+                x)
+        (.append sb \]))
+    :else (json-string! sb (str x))))
+
+(defn- ->json ^String [body]
+  (let [sb (StringBuilder.)]
+    (write-json! sb body)
+    (str sb)))
+
+(defn- camel-case
+  "A key's name in camelCase, split into words as camel-snake-kebab splits them (at `-`, `_`
+  and spaces, before an upper-case letter that follows a non-upper-case one, before a digit
+  that follows a non-digit, and before the last of several capitals followed by a lower-case
+  letter); the first word lower-cased, the others capitalised: `tx-committed?` -> txCommitted?"
+  ^String [^String s]
+  (let [kind (fn [ch] (cond (contains? #{\space \tab \newline \return \- \_} ch) :sep
+                            (Character/isUpperCase (char ch)) :upper
+                            (Character/isLowerCase (char ch)) :lower
+                            (Character/isDigit (char ch)) :number
+                            :else :other))
+        kinds (mapv kind s)
+        n (count s)
+        words (loop [words [] start 0 i 0]
+                (if (>= i n)
+                  (cond-> words (> i start) (conj (subs s start i)))
+                  (let [a (kinds i) b (get kinds (inc i)) c (get kinds (+ i 2))]
+                    (cond
+                      (= a :sep) (recur (cond-> words (> i start) (conj (subs s start i))) (inc i) (inc i))
+                      (or (and (not= a :upper) (= b :upper))
+                          (and (not= a :number) (= b :number))
+                          (and (= a :upper) (= b :upper) (= c :lower)))
+                      (recur (conj words (subs s start (inc i))) (inc i) (inc i))
+                      :else (recur words start (inc i))))))]
+    (if (empty? words)
+      ""
+      (apply str (str/lower-case (first words)) (map str/capitalize (rest words))))))
+
+(defn- camel-case-keys
+  "The official JSON encoding of most answers: a map's own keys (not nested ones) camelCased by
+  their name, the namespace dropped: `:xtdb.api/tx-id` -> \"txId\"."
+  [m]
+  (if (map? m)
+    (into {} (map (fn [[k v]] [(if (or (keyword? k) (string? k)) (camel-case (name k)) k) v])) m)
+    m))
+
 (defn- req-eid
   "The entity id from eid-edn / eid-json / eid (a plain string id)."
   [params]
   (let [eid (or (param params :eid-edn read-edn)
-                (param params :eid-json json/read-str)
+                (param params :eid-json read-json)
                 (:eid params))]
     (when (nil? eid)
       (throw (bad-request "Missing eid" {:xtdb.error/error-key :missing-eid})))
@@ -100,6 +285,81 @@
       (read-edn s)
       (catch Exception _
         (throw (bad-request "Malformed \"application/edn\" request." {}))))))
+
+(def ^:private produced
+  "The response formats we produce, by the media type that asks for them."
+  {"application/edn" :edn
+   "application/json" :json})
+
+(defn- parse-q [s]
+  (try
+    (-> (Double/parseDouble s) (min 1.0) (max 0.0))
+    (catch NumberFormatException _ nil)))
+
+(defn- accepted-types
+  "An Accept header's media types, most wanted first, ordered as the official server's
+  muuntaja orders them: by q (1 if absent), stable, `*/*` after any other type of the same q.
+  A malformed media range counts as nil."
+  [^String accept]
+  (->> (str/split accept #"[\s\n\r]*,[\s\n\r]*")
+       (map (fn [fragment]
+              (let [[media-range & ps] (str/split fragment #"\s*;\s*")
+                    type (second (re-matches #"^\s*((\*|[^()<>@,;:\"/\[\]?={} \t]+)/(\*|[^()<>@,;:\"/\[\]?={} \t]+))$"
+                                             media-range))]
+                {:type type
+                 :q (or (some (fn [p] (some-> (re-matches #"q=(.+)" p) second parse-q)) ps) 1.0)})))
+       (sort-by #(= "*/*" (:type %)))
+       (sort-by :q >)
+       (map :type)))
+
+(defn- response-format
+  "`:json` or `:edn` for this request, negotiated on its Accept header; EDN unless the first
+  type we produce among the acceptable ones is application/json."
+  [^HttpExchange ex]
+  (or (some->> (.get (.getRequestHeaders ex) "Accept")
+               (str/join ",")
+               (accepted-types)
+               (some produced))
+      :edn))
+
+(defn- json-body?
+  "Whether the request body is JSON: Content-Type application/json (parameters aside), the
+  only JSON type the official server decodes."
+  [^HttpExchange ex]
+  (= "application/json" (some-> (.getFirst (.getRequestHeaders ex) "Content-Type")
+                                (str/split #";" 2)
+                                first)))
+
+(def ^:private json-tx-decoders
+  "How the official server makes JSON values of tx-ops into XTDB's, applied by xtdb-core's own
+  tx-op conformer: a document's `xt/fn` is EDN text; a valid time is a date string (what does
+  not parse is left for the conformer to refuse)."
+  {::txc/->doc (fn [doc]
+                 (if (and (map? doc) (contains? doc :xt/fn))
+                   (update doc :xt/fn edn/read-string)
+                   doc))
+   ::txc/->valid-time (fn [vt]
+                        (try
+                          (instant/read-instant-date vt)
+                          (catch Exception _ vt)))})
+
+(defn- read-json-tx-body
+  "A JSON submit-tx body, `{\"tx-ops\": [[\"put\", {\"xt/id\": ...}, \"2020-01-01T00:00:00Z\"], ...]}`,
+  as the official server reads it: op names become `:xtdb.api/put` etc., and each op is
+  conformed with `json-tx-decoders`. Anything that does not read or conform is, as there, a
+  400 saying the request is malformed."
+  [^HttpExchange ex]
+  (try
+    (-> (read-json (slurp (.getRequestBody ex) :encoding "UTF-8"))
+        (update :tx-ops (fn [tx-ops]
+                          (mapv (fn [op]
+                                  (-> op
+                                      (update 0 #(keyword "xtdb.api" %))
+                                      (txc/conform-tx-op json-tx-decoders)
+                                      (txc/->tx-op)))
+                                tx-ops))))
+    (catch Exception _
+      (throw (bad-request "Malformed \"application/json\" request." {})))))
 
 ;; ---------------------------------------------------------------------------------------------
 ;; Endpoints: each returns [status body]
@@ -144,11 +404,16 @@
   (let [body (when (= "POST" (.getRequestMethod ex)) (read-body ex))
         q (or (param params :query-edn read-edn) (:query body))
         in-args (or (param params :in-args-edn read-edn)
-                    (param params :in-args-json json/read-str)
+                    (param params :in-args-json read-json)
                     (:in-args body))]
     (when (nil? q)
       (throw (bad-request "No query provided" {:xtdb.error/error-key :no-query})))
-    [200 (or (seq (apply xt/q (db-for node params) q in-args)) '())]))
+    (if (= :json (response-format ex))
+      ;; the official server answers every format from open-q: rows in the engine's order,
+      ;; not de-duplicated into a set as xt/q does (our EDN answer keeps xt/q's, as it always has)
+      (with-open [^Closeable rows (apply xt/open-q (db-for node params) q in-args)]
+        [200 (vec (iterator-seq rows))])
+      [200 (or (seq (apply xt/q (db-for node params) q in-args)) '())])))
 
 (def ^:private unsent-sql-states
   "SQLSTATEs after which a statement surely did not commit: no connection could be made (08001,
@@ -170,7 +435,7 @@
 (defn- submit-tx [node ^HttpExchange ex _params]
   (when-not (= "POST" (.getRequestMethod ex))
     (throw (ex-info "submit-tx takes POST" {::status 405 :error "submit-tx takes POST"})))
-  (let [{:keys [tx-ops]} (read-body ex)]
+  (let [{:keys [tx-ops]} (if (json-body? ex) (read-json-tx-body ex) (read-body ex))]
     (when-not (vector? tx-ops)
       (throw (bad-request "body must be {:tx-ops [...]}" {})))
     (try
@@ -214,20 +479,63 @@
 (defn- attribute-stats [node _ex _params]
   [200 (xt/attribute-stats node)])
 
+(defn- tx-log [node _ex params]
+  (let [after-tx-id (param params :after-tx-id parse-long*)
+        with-ops? (boolean (param params :with-ops? parse-bool))]
+    (with-open [txs (xt/open-tx-log node after-tx-id with-ops?)]
+      [200 (or (seq (doall (iterator-seq txs))) '())])))
+
+(defn- active-queries [node _ex _params]
+  [200 (xt/active-queries node)])
+
+(defn- recent-queries [node _ex _params]
+  [200 (xt/recent-queries node)])
+
+(defn- slowest-queries [node _ex _params]
+  [200 (xt/slowest-queries node)])
+
+;; How each endpoint's body (answer or error) is shaped before it is written as JSON, as the
+;; official server's encoder for that endpoint does it.
+
+(defn- entity-json [body]
+  ;; a document (or an error) as it is; a history's entries camelCased
+  (if (map? body) body (map camel-case-keys body)))
+
+(defn- tx-log-entry-json [tx]
+  (let [op-names (fn [ops] (mapv #(update % 0 name) ops))]
+    (cond-> tx
+      (contains? tx ::xt/tx-ops) (update ::xt/tx-ops op-names)
+      (contains? tx ::xt/tx-events) (update ::xt/tx-events op-names)
+      true (camel-case-keys))))
+
+(defn- tx-log-json [body]
+  (if (map? body) (tx-log-entry-json body) (map tx-log-entry-json body)))
+
+(defn- query-states-json [body]
+  ;; each query as its EDN text
+  (if (map? body)
+    (camel-case-keys body)
+    (map #(camel-case-keys (update % :query pr-str)) body)))
+
 (def ^:private routes
-  {"/_xtdb/status" status
-   "/_xtdb/db" db-basis
-   "/_xtdb/entity" entity
-   "/_xtdb/entity-tx" entity-tx
-   "/_xtdb/query" query
-   "/_xtdb/submit-tx" submit-tx
-   "/_xtdb/await-tx" await-tx
-   "/_xtdb/await-tx-time" await-tx-time
-   "/_xtdb/sync" sync*
-   "/_xtdb/tx-committed" tx-committed
-   "/_xtdb/latest-completed-tx" latest-completed-tx
-   "/_xtdb/latest-submitted-tx" latest-submitted-tx
-   "/_xtdb/attribute-stats" attribute-stats})
+  "path -> [endpoint, what its body goes through before it is written as JSON]"
+  {"/_xtdb/status" [status camel-case-keys]
+   "/_xtdb/db" [db-basis camel-case-keys]
+   "/_xtdb/entity" [entity entity-json]
+   "/_xtdb/entity-tx" [entity-tx camel-case-keys]
+   "/_xtdb/query" [query identity]
+   "/_xtdb/submit-tx" [submit-tx camel-case-keys]
+   "/_xtdb/await-tx" [await-tx camel-case-keys]
+   "/_xtdb/await-tx-time" [await-tx-time camel-case-keys]
+   "/_xtdb/sync" [sync* camel-case-keys]
+   "/_xtdb/tx-committed" [tx-committed camel-case-keys]
+   "/_xtdb/latest-completed-tx" [latest-completed-tx camel-case-keys]
+   "/_xtdb/latest-submitted-tx" [latest-submitted-tx camel-case-keys]
+   "/_xtdb/attribute-stats" [attribute-stats identity]
+   "/_xtdb/tx-log" [tx-log tx-log-json]
+   "/_xtdb/active-queries" [active-queries query-states-json]
+   "/_xtdb/recent-queries" [recent-queries query-states-json]
+   "/_xtdb/slowest-queries" [slowest-queries query-states-json]})
 
 ;; ---------------------------------------------------------------------------------------------
 ;; Responses
@@ -239,12 +547,21 @@
             *print-meta* false]
     (pr-str body)))
 
-(defn- respond [^HttpExchange ex status body]
-  (let [bytes (.getBytes (->edn body) StandardCharsets/UTF_8)]
-    (.set (.getResponseHeaders ex) "Content-Type" "application/edn; charset=utf-8")
-    (.sendResponseHeaders ex status (alength bytes))
-    (with-open [out (.getResponseBody ex)]
-      (.write out bytes))))
+(defn- encode ^bytes [fmt json-shape body]
+  (.getBytes (case fmt
+               :json (->json (json-shape body))
+               :edn (->edn body))
+             StandardCharsets/UTF_8))
+
+(def ^:private content-types
+  {:edn "application/edn; charset=utf-8"
+   :json "application/json; charset=utf-8"})
+
+(defn- respond [^HttpExchange ex fmt status ^bytes bytes]
+  (.set (.getResponseHeaders ex) "Content-Type" (content-types fmt))
+  (.sendResponseHeaders ex status (alength bytes))
+  (with-open [out (.getResponseBody ex)]
+    (.write out bytes)))
 
 (defn- error-response
   "Status and body for an exception, following the official server: xtdb's own illegal-argument
@@ -267,17 +584,25 @@
     (handle [_ ex]
       (try
         (let [path (.getPath (.getRequestURI ex))
-              endpoint (get routes path)
+              [endpoint json-shape] (get routes path [nil camel-case-keys])
+              fmt (response-format ex)
+              failed (fn [^Throwable e]
+                       (let [[status _ :as resp] (error-response e)]
+                         (when (>= status 500)
+                           (log/warn e "request failed:" (.getRequestMethod ex) path))
+                         resp))
               [status body] (try
                               (if endpoint
                                 (endpoint node ex (query-params ex))
                                 [404 {:error (str "no such endpoint: " path)}])
                               (catch Throwable e
-                                (let [[status _ :as resp] (error-response e)]
-                                  (when (>= status 500)
-                                    (log/warn e "request failed:" (.getRequestMethod ex) path))
-                                  resp)))]
-          (respond ex status body))
+                                (failed e)))
+              [status bytes] (try
+                               [status (encode fmt json-shape body)]
+                               (catch Throwable e
+                                 (let [[status body] (failed e)]
+                                   [status (encode fmt camel-case-keys body)])))]
+          (respond ex fmt status bytes))
         (catch Throwable e
           (log/error e "could not send the response"))
         (finally
