@@ -61,9 +61,9 @@ class SessionWriter:
         self._queued_states: dict[str, int] = {}
         self._state_vts: dict[str, int] = {}
         self._entry_cache: dict[int, bytes] = {}
-        self.changed: dict[str, dict[str, Any]] = {}
+        self._changed: dict[str, dict[str, Any]] = {}
         """Objects whose state changed since the last frame: their state now, who changed it last
-        and why (the next frame records them, ``FrameContent.changes``)."""
+        and why (``take_changes``)."""
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -101,8 +101,8 @@ class SessionWriter:
             **extra,  # type: ignore[typeddict-item]
         }
         doc = StateDoc(id=state_id(view.session_id, obj.id), content=dict(content), meta=dict(meta)).to_doc()
-        self.changed.pop(obj.id, None)  # in the order of their last change
-        self.changed[obj.id] = {**content, "actor": actor, "reason": reason}
+        self._changed.pop(obj.id, None)  # in the order of their last change
+        self._changed[obj.id] = {**content, "actor": actor, "reason": reason}
         # one state version per object per transaction: the last one is what holds
         prior = self._queued_states.get(doc["id"])
         if prior is not None:
@@ -111,6 +111,12 @@ class SessionWriter:
             return
         self._queued_states[doc["id"]] = len(self._ops)
         self.queue(doc, ("state", None))
+
+    def take_changes(self, limit: int) -> tuple[list[dict[str, Any]], int]:
+        """The objects whose state changed since the last call (at most ``limit``, in the order
+        of their last change: ``id``, state, who and why) and how many there were; then none."""
+        changes, self._changed = self._changed, {}
+        return [{"id": k, **v} for k, v in list(changes.items())[:limit]], len(changes)
 
     def queue_session_doc(self) -> None:
         """Queue the session document: its cursor, turn, retired runs and policy as of now."""

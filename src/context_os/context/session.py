@@ -240,6 +240,7 @@ class Session:
         assert tx is not None
         rendered = view.render(commit=True, break_at=break_at)
         tokens_full = self.ingest.full
+        changed, changes_total = self.writer.take_changes(FRAME_CHANGES)
         content: FrameContent = {
             "turn": view.turn,
             "basis_tx_id": tx.id,
@@ -256,10 +257,9 @@ class Session:
             "managed": view.managed,
             "pools": rendered.pools or {},
             "prefix_tokens": rendered.prefix_tokens or 0,
-            "changes": [{"id": k, **v} for k, v in list(self.writer.changed.items())[:FRAME_CHANGES]],
-            "changes_total": len(self.writer.changed),
+            "changes": changed,
+            "changes_total": changes_total,
         }
-        self.writer.changed = {}
         meta = {"session": self.id, "turn": view.turn, "tokens": rendered.tokens, "tokens_full": tokens_full}
         frame_id = self.writer.write_frame(content, meta, rendered.new_blocks)
         return Assembly(view.turn, rendered, frame_id, tokens_full, sync or SyncReport(0, False), changes)

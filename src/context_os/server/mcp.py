@@ -177,16 +177,15 @@ class ContextOsMcp:
         """The newest ``LISTED_FRAMES`` frames of the store, newest first (every other frame and
         object: through the templates). Only those frames are read: the latest turns of the
         sessions updated last."""
-        rows: list[FrameRow] = []
+        rows: list[tuple[FrameRow, str]] = []  # (row, its session)
         for session in sorted(session_rows(self.store), key=lambda r: r.updated_ms, reverse=True):
-            if len(rows) >= LISTED_FRAMES and session.updated_ms < rows[LISTED_FRAMES - 1].valid_time:
+            if len(rows) >= LISTED_FRAMES and session.updated_ms < rows[LISTED_FRAMES - 1][0].valid_time:
                 break  # every frame of this session and the ones before it is older
             first = max(1, session.turns - LISTED_FRAMES + 1)
-            rows += [t.row for t in turn_rows(self.store, session.session, first, LISTED_FRAMES)]
-            rows.sort(key=lambda r: (r.valid_time, r.tx_id), reverse=True)
+            rows += [(t.row, session.session) for t in turn_rows(self.store, session.session, first, LISTED_FRAMES)]
+            rows.sort(key=lambda x: (x[0].valid_time, x[0].tx_id), reverse=True)
         out = []
-        for r in rows[:LISTED_FRAMES]:
-            sid = r.frame_id.removeprefix("frame:").rsplit(":", 1)[0]
+        for r, sid in rows[:LISTED_FRAMES]:
             out.append(
                 {
                     "uri": FRAME_URI.format(session=quote(sid, safe=""), turn=r.turn),

@@ -325,13 +325,16 @@ def _parse_url(url: str) -> tuple[str, str, httpx.BasicAuth | None]:
     return base, mask_url(f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")), auth
 
 
-def _not_submitted(r: httpx.Response) -> bool:
-    """Whether a refused submit says that nothing of it was written (``:context-os/not-submitted``)."""
+def _not_submitted(r: httpx.Response) -> str | None:
+    """Why nothing of a refused submit was written, if its answer says so
+    (``:context-os/not-submitted``, from our front end); None if nothing is known."""
     try:
         body = edn_format.loads(r.text)
-    except Exception:  # not our front end's answer: nothing is known
-        return False
-    return isinstance(body, Mapping) and body.get(_kw("context-os/not-submitted")) is True
+    except Exception:  # not our front end's answer
+        return None
+    if not isinstance(body, Mapping) or body.get(_kw("context-os/not-submitted")) is not True:
+        return None
+    return str(body.get(_kw("error"), "not submitted"))
 
 
 def _parse_urls(url: str) -> tuple[list[str], str, httpx.BasicAuth | None]:
@@ -374,7 +377,8 @@ class XtdbStore(Store):
         """The newest transaction this store wrote or waited for: a node failed over to is first
         brought up to it, so reads still see every write acknowledged before."""
         self._node_lock = threading.Lock()
-        self._behind: dict[str, bool] = {}
+        self._behind: set[str] = set()
+        """Nodes failed over to that have not yet been brought up to ``_seen_tx``."""
         self.timeout = timeout
         _register_edn_tags()
         self._client = self._init_client()
@@ -419,8 +423,9 @@ class XtdbStore(Store):
         while True:
             base = self.base
             tried.add(base)
-            if endpoint != "await-tx" and self._behind.pop(base, False):
-                self._catch_up(base)
+            if endpoint != "await-tx" and base in self._behind:
+                self._behind.discard(base)
+                self._catch_up()
             last = attempt >= self.RETRIES
             try:
                 r = self._client.request(
@@ -476,12 +481,12 @@ class XtdbStore(Store):
                     return False
                 k = self.bases.index(failed)
                 self.base = next(b for b in self.bases[k + 1 :] + self.bases[: k + 1] if b in untried)
-                self._behind[self.base] = True
+                self._behind.add(self.base)
         log.warning("XTDB node at %s cannot be reached: going on with %s", failed, self.base)
         return True
 
-    def _catch_up(self, base: str) -> None:
-        """Wait until ``base`` (just failed over to) has indexed this store's newest transaction."""
+    def _catch_up(self) -> None:
+        """Wait until the node just failed over to has indexed this store's newest transaction."""
         if self._seen_tx >= 0:
             self._await(self._seen_tx)
 
@@ -540,10 +545,10 @@ class XtdbStore(Store):
     def submit(self, ops: Sequence[Op]) -> Tx:
         tx_ops = " ".join(_tx_op(op) for op in ops)  # every input error is raised before sending
         r = self._request("POST", "submit-tx", body="{:tx-ops [" + tx_ops + "]}", idempotent=False)
-        if r.status_code == 503 and _not_submitted(r):
+        if r.status_code == 503 and (why := _not_submitted(r)) is not None:
             # the node could not reach its transaction log and says nothing was written (our
             # front end, xtdb/src): as safe to send again as a connection never opened
-            raise StoreUnreachable(f"XTDB node at {self.base}: {self._edn(r).get(_kw('error'), 'not submitted')}")
+            raise StoreUnreachable(f"XTDB node at {self.base}: {why}")
         if r.status_code not in (200, 202):
             self._fail(r, "submit-tx")
         submitted = self._edn(r)

@@ -12,6 +12,7 @@ import functools
 import mimetypes
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -90,12 +91,19 @@ def _required(q: dict[str, str], name: str) -> str:
     return value
 
 
-def _change_label(c: dict[str, Any]) -> str:
-    if c["state"] == "active":
+def _change_label(state: str, collapsed: bool) -> str:
+    """What a state change did, in a word: activated, dropped, collapsed or deactivated."""
+    if state == "active":
         return "activated"
-    if c["state"] == "absent":
+    if state == "absent":
         return "dropped"
-    return "collapsed" if c.get("collapsed") else "deactivated"
+    return "collapsed" if collapsed else "deactivated"
+
+
+def _labelled(changes: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """How many of ``changes`` did what (``_change_label``), by label."""
+    counts = Counter(_change_label(c["state"], bool(c.get("collapsed"))) for c in changes)
+    return sorted(counts.items())
 
 
 class UiApp:
@@ -112,6 +120,13 @@ class UiApp:
         self.env.globals.update(url=_url, pools=POOLS, store_url=store.url, short=_short)
         self.env.filters["num"] = lambda n: "" if n is None else f"{n:,}"
         self.env.filters["pct"] = lambda x, y: "" if x is None or not y else f"{100 * x / y:.0f}%"
+        self._routes: dict[str, Callable[[dict[str, str]], Page]] = {
+            "/": self.sessions_page,
+            "/session": self.timeline_page,
+            "/frame": self.frame_page,
+            "/diff": self.diff_page,
+            "/object": self.object_page,
+        }
         self._checks: OrderedDict[str, FrameCheck] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -121,13 +136,7 @@ class UiApp:
         """The answer to ``GET target`` (a path with its query)."""
         parts = urlsplit(target)
         q = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        route = {
-            "/": self.sessions_page,
-            "/session": self.timeline_page,
-            "/frame": self.frame_page,
-            "/diff": self.diff_page,
-            "/object": self.object_page,
-        }.get(parts.path)
+        route = self._routes.get(parts.path)
         try:
             if parts.path.startswith("/static/"):
                 return self.static(parts.path.removeprefix("/static/"))
@@ -187,16 +196,13 @@ class UiApp:
         scale = max((r.row.tokens_full for r in rows), default=1) or 1
         shown = []
         for r in rows:
-            counts: Counter[str] = Counter()
-            for (state, collapsed), n in Counter((c["state"], bool(c.get("collapsed"))) for c in r.changes).items():
-                counts[_change_label({"state": state, "collapsed": collapsed})] += n
             shown.append(
                 {
                     "row": r.row,
                     "bar": _bar(r.row.pools, r.row.tokens_assembled, r.row.tokens_full, scale),
                     "changes": r.changes[:ROW_LIST],
                     "listed": len(r.changes),
-                    "labels": [(label, counts[label]) for label in sorted(counts)],
+                    "labels": _labelled(r.changes),
                     "active_title": "\n".join(r.active_ids[:ACTIVE_TITLE])
                     + (f"\n… {len(r.active_ids) - ACTIVE_TITLE} more" if len(r.active_ids) > ACTIVE_TITLE else ""),
                 }
