@@ -133,7 +133,7 @@ def main() -> int:
 
 Synthetic sessions (a tool call with a 1.5k-char output per turn, a user message every 10
 turns), same policy, so the same active set. Time per `transform_context` call, which includes
-ingest, policy, two transactions and the frame.
+ingest, policy, the frame and the one transaction that writes the turn.
 
 | session | p50 all turns | p95 all turns | p50 last 50 | p95 last 50 |
 |---|---:|---:|---:|---:|

@@ -51,7 +51,7 @@ WARM_TURNS = 300
 and Python's caches, run the first thousands of documents slower, which would flatter the ratio
 against the 1k session."""
 XTDB_BUILD_CALLS = 2_000
-"""A call on XTDB takes 10-20 ms (two transactions, each awaited): a history longer than this
+"""A call on XTDB takes 10-20 ms (one awaited transaction): a history longer than this
 many turns is fed several turns per call before the measured tail, to keep the run in minutes."""
 XTDB_HEAP = "-Xmx8g"
 """The in-memory node keeps every document and index entry on the heap: a 50,000-message session
@@ -453,7 +453,7 @@ def main() -> int:
     batched = "".join(
         f" The XTDB {r['messages']:,}-message history was fed {r['per_call']} turns per call ({r['calls']:,} "
         f"calls for {r['turns']:,} turns: one call per turn costs {_ms(sessions['xtdb'][0]['mean'])} on XTDB, "
-        f"two awaited transactions) before its last {TAIL} turns, which are one call each as everywhere "
+        f"one awaited transaction) before its last {TAIL} turns, which are one call each as everywhere "
         f"else; the policy keeps only the newest results expanded, so the tail has the same active set."
         for r in sessions["xtdb"]
         if r["per_call"] > 1
@@ -472,7 +472,7 @@ in a process of its own (peak RSS is its VmHWM, which includes the harness's own
 reached over HTTP/EDN through `open_store`.{batched}
 
 Assembly is the time of one `transform_context` call over the last {TAIL} turns (ingesting that
-turn, policy, two transactions, the frame), split into the time inside the store's methods and
+turn, policy, the frame, its one transaction), split into the time inside the store's methods and
 the rest (library). Ingest is all messages over the whole session's time, against a bare SQLite
 loop inserting the same messages as JSON rows, one transaction per turn. Store size: the SQLite
 file plus its WAL; the in-memory node reports no size (`:xtdb.kv/size` is nil in

@@ -137,8 +137,9 @@ class FrameContent(TypedDict):
     """``content`` of a ``frame`` document: everything needed to re-render and verify one turn."""
 
     turn: int
-    basis_tx_id: int
-    """The transaction whose store state the turn was rendered from."""
+    basis_tx_id: NotRequired[int]
+    """Frames written before a turn took one transaction: the transaction whose store state the
+    turn was rendered from. Absent: the frame's own (``frames.frame_basis``)."""
     valid_time: int
     rendered_hash: str
     tokens: int
@@ -148,7 +149,8 @@ class FrameContent(TypedDict):
     active: list[str]
     refs: list[dict[str, Any]]
     """Static refs (id, valid time, tx id, object hash) of everything rendered; full chat pages as
-    one aggregate ref (``sealed_pages``, ``pages_hash``)."""
+    one aggregate ref (``sealed_pages``, ``pages_hash``). A version written in the frame's own
+    transaction has tx id None (``frames.ref_tx``)."""
     tail_layout: NotRequired[int]
     """2: ``blocks`` names the block documents in order; 1: ``tail_at``; absent: one block."""
     blocks: NotRequired[list[list[Any]]]

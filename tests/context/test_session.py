@@ -10,7 +10,7 @@ import pytest
 from pydantic import TypeAdapter
 
 from context_os import RetentionPolicy, Session
-from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.frames import frame_basis, frame_docs, verify_frame
 from context_os.errors import ContentTooLarge, LockedObject, MalformedMessage, NotFound
 from context_os.harness.openai import OPENAI_PAIRING, OpenAIHook
 from context_os.harness.pairing import pairing_problems
@@ -469,3 +469,69 @@ def test_frames_of_a_long_session_verify_across_hash_checkpoints(db):
     for f in frames[::9] + frames[-3:]:
         check = verify_frame(db, f)
         assert check.ok, (f["id"], check.problems)
+
+
+def test_a_turn_is_one_transaction_and_its_frame_is_rendered_from_it(db):
+    hook = hook_for(db)
+    msgs = coding_session(1)
+    hook.transform_context(msgs)
+    for n in range(1, 6):
+        msgs += [call(f"c{n}"), result(f"c{n}", f"out {n}")]
+        before = db.latest_tx()
+        hook.transform_context(msgs)
+        after = db.latest_tx()
+        assert before is not None and after is not None and after.id == before.id + 1
+        frame = db.get(hook.last.frame_id)
+        assert frame is not None and frame.tx_id == after.id
+        assert "basis_tx_id" not in frame.doc["content"]
+        assert frame_basis(db, frame.doc) == after.id
+        # what the turn wrote is named without a transaction; the check resolves it to the frame's
+        own = [r for r in frame.doc["content"]["refs"] if "sealed_pages" not in r and r["tx_id"] is None]
+        assert any(r["id"] == "session:s1" for r in own)
+        check = verify_frame(db, frame.doc)
+        assert check.ok, check.problems
+        assert check.basis == after.id and all(r["tx_id"] is not None for r in check.refs if "sealed_pages" not in r)
+
+
+def test_a_turn_the_store_refused_is_written_with_the_next_one(db):
+    hook = hook_for(db)
+    msgs = coding_session(1)
+    hook.transform_context(msgs)
+    msgs += [call("c1"), result("c1", "out 1")]
+    db._conn.execute("PRAGMA query_only=ON")  # noqa: SLF001 - the file refuses every write
+    with pytest.raises(Exception, match="readonly|read-only|query"):
+        hook.transform_context(msgs)
+    db._conn.execute("PRAGMA query_only=OFF")  # noqa: SLF001
+    msgs += [call("c2"), result("c2", "out 2")]
+    hook.transform_context(msgs)
+    frames = frame_docs(db, "s1")
+    assert [f["content"]["turn"] for f in frames] == [1, 3]  # turn 2 was never shown: no frame
+    for f in frames:
+        check = verify_frame(db, f)
+        assert check.ok, check.problems
+    assert db.get("toolcall:s1:c1") is not None  # what turn 2 took in was written with turn 3
+    resumed = Session.open(db, "s2", harness="openai")
+    resumed.close()
+
+
+def test_a_collapsed_result_leaves_memory_and_comes_back_from_the_store(db):
+    hook = hook_for(db)
+    msgs = coding_session(1)
+    hook.transform_context(msgs)
+    for n in range(1, 5):
+        msgs += [call(f"c{n}"), result(f"c{n}", f"out {n}")]
+        hook.transform_context(msgs)
+    c0 = hook.session.view.objects["toolcall:s1:c0"]
+    assert c0.collapsed and c0.content is None  # the store has it
+    assert hook.session.view.objects["toolcall:s1:c4"].content == "out 4"
+    assert json.loads(hook.call_tool("activate", {"id": "toolcall:s1:c0"}))["status"] == "activated"
+    assert c0.content.startswith("line 0")
+    out = hook.transform_context(msgs)
+    assert "line 0" in blocks_text(out)
+    for f in frame_docs(db, "s1"):
+        assert verify_frame(db, f).ok
+    # a resumed session lets them go too
+    hook.session.close()
+    resumed = Session.open(db, "s1", harness="openai")
+    assert resumed.view.objects["toolcall:s1:c1"].content is None
+    assert resumed.view.objects["toolcall:s1:c0"].content.startswith("line 0")  # active again

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from context_os.context.frames import frame_docs, get_frame, verify_frame
+from context_os.context.frames import frame_basis, frame_docs, get_frame, verify_frame
 from context_os.context.timeline import (
     frame_diff,
     frame_messages,
@@ -55,7 +55,7 @@ def test_changes_are_the_state_versions_since_the_previous_frame(recorded: tuple
     for doc in frame_docs(store, sid):
         c = doc["content"]
         for ch in c["changes"]:
-            st = store.get(f"state:{sid}:{ch['id']}", c["valid_time"], c["basis_tx_id"])
+            st = store.get(f"state:{sid}:{ch['id']}", c["valid_time"], frame_basis(store, doc))
             assert st is not None and st.doc is not None
             assert st.doc["content"] == {k: ch[k] for k in ("state", "pinned", "collapsed")}
             assert (st.doc["meta"]["actor"], st.doc["meta"]["reason"]) == (ch["actor"], ch["reason"])

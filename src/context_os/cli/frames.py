@@ -95,7 +95,8 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
                     "problems": check.problems,
                     "tokens_assembled": frame["content"]["tokens"],
                     "tokens_full": frame["content"]["tokens_full"],
-                    "refs": frame["content"]["refs"],
+                    "basis_tx_id": check.basis,
+                    "refs": check.refs,
                     "messages": msgs if messages else None,
                 }
             )

@@ -2,9 +2,11 @@
 
 ``frame_rows`` lists a session's frames (one ``FrameRow`` per turn, the same fields in the CLI,
 JSON-RPC and Python); ``frame_docs`` gives the documents, ``get_frame`` one of them.
-A frame names its basis transaction and valid time; rebuilding the session view as of that
-point and rendering it must reproduce the recorded hash, and every static ref must resolve to
-exactly the version it names (``verify_frame``).
+A frame names its valid time; its basis transaction is the one that wrote it, with the state it
+shows (frames written before that name it, ``basis_tx_id``: ``frame_basis``). Rebuilding the
+session view as of that point and rendering it must reproduce the recorded hash, and every static
+ref must resolve to exactly the version it names (``verify_frame``; a ref written in the frame's
+own transaction names none: ``ref_tx``).
 
 This module only reads the store.
 """
@@ -24,11 +26,13 @@ from .view import Rendered, SessionView, page_id, sealed_pages_hash
 __all__ = [
     "FrameCheck",
     "FrameRow",
+    "frame_basis",
     "frame_docs",
     "frame_id",
     "frame_row",
     "frame_rows",
     "get_frame",
+    "ref_tx",
     "rerender",
     "verify_frame",
 ]
@@ -82,6 +86,26 @@ def frame_id(session_id: str, turn: int) -> str:
     return f"frame:{session_id}:{turn:06d}"
 
 
+def frame_basis(store: Store, frame: dict[str, Any]) -> int:
+    """The transaction whose store state ``frame`` was rendered from: the one that wrote the frame
+    (with the turn's state), or, in frames written before turns took one transaction, the one it
+    names (``basis_tx_id``)."""
+    basis = frame["content"].get("basis_tx_id")
+    if basis is not None:
+        return int(basis)
+    v = store.get(frame["id"])  # a frame is written once
+    if v is None or v.doc is None:
+        raise NotFound(f"{frame['id']} is not in {store.url}")
+    return v.tx_id
+
+
+def ref_tx(ref: dict[str, Any], basis: int) -> int:
+    """The transaction of the version a static ref names: a version written with the frame names
+    none, its transaction is the frame's basis."""
+    tx = ref.get("tx_id")
+    return basis if tx is None else int(tx)
+
+
 def frame_row(v: Version) -> FrameRow:
     """The row of one stored frame version."""
     c = (v.doc or {})["content"]
@@ -122,6 +146,10 @@ class FrameCheck:
     rendered: Rendered | None = None
     view: SessionView | None = None
     """The session view the frame was re-rendered from (its entries and objects)."""
+    basis: int | None = None
+    """The transaction it was rendered from (``frame_basis``)."""
+    refs: list[dict[str, Any]] = field(default_factory=list)
+    """Its static refs, each naming its transaction (``ref_tx``)."""
 
 
 def get_frame(store: Store, session_id: str, turn: int) -> dict[str, Any]:
@@ -138,16 +166,14 @@ def get_frame(store: Store, session_id: str, turn: int) -> dict[str, Any]:
 def rerender(store: Store, frame: dict[str, Any], *, hash_memo: dict[bytes, tuple[str, int]] | None = None) -> Rendered:
     """Render the frame's session exactly as it stood at the frame's basis (``hash_memo``: share
     one dict across the frames of a session to hash each distinct message once)."""
-    return _rerender(store, frame, hash_memo)[1]
+    return _rerender(store, frame, frame_basis(store, frame), hash_memo)[1]
 
 
 def _rerender(
-    store: Store, frame: dict[str, Any], hash_memo: dict[bytes, tuple[str, int]] | None
+    store: Store, frame: dict[str, Any], basis: int, hash_memo: dict[bytes, tuple[str, int]] | None
 ) -> tuple[SessionView, Rendered]:
     c = frame["content"]
-    view = load_view(
-        store, frame["meta"]["session"], valid_time=c["valid_time"], tx_id=c["basis_tx_id"], hash_memo=hash_memo
-    )
+    view = load_view(store, frame["meta"]["session"], valid_time=c["valid_time"], tx_id=basis, hash_memo=hash_memo)
     view.layout = c.get("layout", 1)
     view.managed = c.get("managed", True)
     blocks: list[tuple[int | None, str]] = []
@@ -159,15 +185,15 @@ def _rerender(
     return view, view.render(frame=c, blocks=blocks)
 
 
-def _check_sealed(store: Store, frame: dict[str, Any], ref: dict[str, Any]) -> list[str]:
+def _check_sealed(store: Store, frame: dict[str, Any], ref: dict[str, Any], basis: int) -> list[str]:
     """The full pages a frame names by count and hash must be in the store as of its basis."""
     c = frame["content"]
     session = frame["meta"]["session"]
     hashes = []
     for page in range(ref["sealed_pages"]):
-        v = store.get(page_id(session, page), c["valid_time"], c["basis_tx_id"])
+        v = store.get(page_id(session, page), c["valid_time"], basis)
         if v is None or v.doc is None:
-            return [f"chat page {page} of {session} is missing as of tx {c['basis_tx_id']}"]
+            return [f"chat page {page} of {session} is missing as of tx {basis}"]
         hashes.append(v.doc["object_hash"])
     if sealed_pages_hash(hashes) != ref["pages_hash"]:
         return [f"the {ref['sealed_pages']} full chat pages of {session} do not hash to {ref['pages_hash']}"]
@@ -181,16 +207,23 @@ def verify_frame(
     problems = [f"frame document field {f} does not match" for f in verify_doc(frame)]
     c = frame["content"]
     try:
-        view, rendered = _rerender(store, frame, hash_memo)
-    except NotFound as e:  # a block it showed was evicted
-        return FrameCheck(frame["id"], False, c["rendered_hash"], "", [*problems, str(e)])
+        basis = frame_basis(store, frame)
+        view, rendered = _rerender(store, frame, basis, hash_memo)
+    except NotFound as e:  # a block it showed was evicted (or the frame itself)
+        return FrameCheck(frame["id"], False, c["rendered_hash"], "", [*problems, str(e)], refs=c["refs"])
     if rendered.rendered_hash != c["rendered_hash"]:
         problems.append(f"re-rendered hash {rendered.rendered_hash} != recorded {c['rendered_hash']}")
+    refs: list[dict[str, Any]] = []
     for ref in c["refs"]:
         if "sealed_pages" in ref:
-            problems += _check_sealed(store, frame, ref)
+            problems += _check_sealed(store, frame, ref, basis)
+            refs.append(ref)
             continue
-        v = store.get(ref["id"], ref["valid_time"], ref["tx_id"])
+        tx = ref_tx(ref, basis)
+        refs.append({**ref, "tx_id": tx})
+        v = store.get(ref["id"], ref["valid_time"], tx)
         if v is None or v.doc is None or v.doc.get("object_hash") != ref["object_hash"]:
-            problems.append(f"static ref {ref['id']} @ tx {ref['tx_id']} does not resolve to {ref['object_hash']}")
-    return FrameCheck(frame["id"], not problems, c["rendered_hash"], rendered.rendered_hash, problems, rendered, view)
+            problems.append(f"static ref {ref['id']} @ tx {tx} does not resolve to {ref['object_hash']}")
+    return FrameCheck(
+        frame["id"], not problems, c["rendered_hash"], rendered.rendered_hash, problems, rendered, view, basis, refs
+    )

@@ -61,6 +61,9 @@ class SessionWriter:
         self._queued_states: dict[str, int] = {}
         self._state_vts: dict[str, int] = {}
         self._entry_cache: dict[int, bytes] = {}
+        """Canonical JSON of the entries of pages still filling (a full page's are dropped)."""
+        self._vt: int | None = None
+        """The valid time ``stage`` fixed for the transaction being built (None: not staged)."""
         self._changed: dict[str, dict[str, Any]] = {}
         """Objects whose state changed since the last frame: their state now, who changed it last
         and why (``take_changes``)."""
@@ -76,7 +79,8 @@ class SessionWriter:
 
     def queue(self, doc: dict[str, Any], target: tuple[str, Any]) -> None:
         """Queue ``doc``; once written, ``target`` (``("obj", ObjInfo)``, ``("page", n)``,
-        ``("session", None)``, ``("state", None)``) learns the version it got."""
+        ``("session", None)``; ``("state" | "block" | "frame", None)``: nothing) learns the version it
+        got."""
         self._ops.append(Put(doc))
         self._pending.append((doc["object_hash"], target))
 
@@ -155,6 +159,8 @@ class SessionWriter:
         # share its millisecond, a state version may not
         after = max((self._state_vts.get(sid, -1) for sid in self._queued_states), default=-1)
         vt = next_valid_time(max(after, self.last_vt - 1))
+        if len(self._state_vts) > 256:  # only a state written in this millisecond still matters
+            self._state_vts = {sid: t for sid, t in self._state_vts.items() if t >= vt - 1}
         for sid in self._queued_states:
             self._state_vts[sid] = vt
         self.last_vt = vt
@@ -168,6 +174,14 @@ class SessionWriter:
 
     def flush(self) -> Tx | None:
         """Write everything queued (and the dirty chat pages) as one transaction."""
+        self.stage()
+        return self.commit()
+
+    def stage(self) -> int | None:
+        """Queue the dirty chat pages and fix the valid time of the next write: every queued
+        document's target learns its version, its transaction still unknown (None) until
+        ``commit``. What a frame written in the same transaction sees (``queue_frame``). The
+        valid time, or None when nothing is queued."""
         view = self.view
         for page in sorted(self.dirty_pages):
             lo = page * PAGE_SIZE
@@ -175,6 +189,9 @@ class SessionWriter:
             # a page's canonical JSON is its entries' canonical JSON joined: each entry is
             # encoded once, however often its page is rewritten
             content_json = b"[" + b",".join(self._entry_json(e) for e in entries) + b"]"
+            if len(entries) == PAGE_SIZE:  # a full page is written for the last time (but evictions)
+                for e in entries:
+                    self._entry_cache.pop(e["i"], None)
             doc = ChatDoc.model_construct(
                 id=page_id(view.session_id, page),
                 kind="chat",
@@ -185,32 +202,56 @@ class SessionWriter:
         self.dirty_pages.clear()
         if not self._ops:
             return None
-        vt = self._next_vt()
+        if self._vt is None:
+            self._vt = self._next_vt()
+        self._settle(self._vt, None)
+        return self._vt
+
+    def commit(self) -> Tx | None:
+        """Write what ``stage`` staged as one transaction; its targets learn the transaction."""
+        if not self._ops:
+            return None
+        vt = self._vt if self._vt is not None else self._next_vt()
         ops = [Put(op.doc, vt) if isinstance(op, Put) else op for op in self._ops]
-        pending = self._pending
-        self._ops, self._pending, self._queued_states = [], [], {}
-        tx = self.submit(ops)
-        for object_hash, (what, target) in pending:
-            version = (vt, tx.id, object_hash)
+        queued, pending = self._ops, self._pending
+        self._ops, self._pending, self._queued_states, self._vt = [], [], {}, None
+        try:
+            tx = self.submit(ops)
+        except BaseException:
+            # not written (or not known to be): what the session's later writes build on (pages,
+            # objects, states, the session document) is queued again for the next flush; a frame
+            # and its blocks record a context that was never shown, so they go
+            for op, (object_hash, target) in zip(queued, pending, strict=True):
+                if target[0] in ("frame", "block"):
+                    continue
+                if target[0] == "state":
+                    self._queued_states[op.doc["id"]] = len(self._ops)  # type: ignore[union-attr]
+                self._ops.append(op)
+                self._pending.append((object_hash, target))
+            raise
+        self._settle(vt, tx.id, pending)
+        return tx
+
+    def _settle(self, vt: int, tx_id: int | None, pending: list[tuple[str, tuple[str, Any]]] | None = None) -> None:
+        view = self.view
+        for object_hash, (what, target) in self._pending if pending is None else pending:
+            version = (vt, tx_id, object_hash)
             if what == "obj":
                 target.version = version
             elif what == "page":
                 view.pages[target] = version
             elif what == "session":
                 view.session_version = version
-        return tx
 
-    def write_frame(self, content: FrameContent, meta: dict[str, Any], new_blocks: list[tuple[str, str, str]]) -> str:
-        """Write the frame of the current turn, with the blocks it shows for the first time (their
-        texts: a frame re-renders from them), at the valid time of the turn's writes; its id."""
+    def queue_frame(self, content: FrameContent, meta: dict[str, Any], new_blocks: list[tuple[str, str, str]]) -> str:
+        """Queue the frame of the current turn, with the blocks it shows for the first time (their
+        texts: a frame re-renders from them), into the staged transaction: the frame is written
+        with the state it shows, so its basis is its own transaction (``frames.frame_basis``).
+        Its id."""
         view = self.view
         frame = FrameDoc(id=f"frame:{view.session_id}:{view.turn:06d}", content=dict(content), meta=meta).to_doc()
-        ops: list[Op] = [
-            Put(
-                BlockDoc(id=block_id, content=text, meta={"session": view.session_id, "object": key}).to_doc(),
-                self.last_vt,
-            )
-            for block_id, key, text in new_blocks
-        ]
-        self.submit([*ops, Put(frame, self.last_vt)])
+        for block_id, key, text in new_blocks:
+            block = BlockDoc(id=block_id, content=text, meta={"session": view.session_id, "object": key}).to_doc()
+            self.queue(block, ("block", None))
+        self.queue(frame, ("frame", None))
         return str(frame["id"])

@@ -119,6 +119,8 @@ class Session:
         wrote or read it (context/sources.py: an unchanged item costs no store read)."""
         # the tombstones (id, tx) this session has taken in: evictions it already reflects
         self._tombstones: set[tuple[str, int]] = set()
+        self._released: list[ObjInfo] = [o for o in view.objects.values() if o.kind == "toolcall" and o.collapsed]
+        """Collapsed tool results whose text may leave memory (``_release``)."""
 
     def _header(self) -> dict[str, Any]:
         content = {"harness": self.harness, "workspace": self.workspace, "created": self.created}
@@ -182,6 +184,7 @@ class Session:
             view.policy = policy
             s.writer.queue_session_doc()
         s.writer.flush()  # a changed policy, a page rebuilt from its tombstone; usually nothing
+        s._release()
         return s
 
     @property
@@ -228,6 +231,7 @@ class Session:
             # break of the cache)
             view.managed, self.managed_from = True, view.turn
             view.reset_render()
+            self._released = [o for o in view.objects.values() if o.kind == "toolcall" and o.collapsed]
         changes = self._apply_tombstones()
         changes += self._check_newer()
         new = view.entries[min(self._seen_from, len(view.entries)) :]
@@ -236,32 +240,41 @@ class Session:
         self._note_mentions(new)
         break_at = self._retain(changes)
         self.writer.queue_session_doc()
-        tx = self.writer.flush()
-        assert tx is not None
-        rendered = view.render(commit=True, break_at=break_at)
-        tokens_full = self.ingest.full
-        changed, changes_total = self.writer.take_changes(FRAME_CHANGES)
-        content: FrameContent = {
-            "turn": view.turn,
-            "basis_tx_id": tx.id,
-            "valid_time": self.writer.last_vt,
-            "rendered_hash": rendered.rendered_hash,
-            "tokens": rendered.tokens,
-            "tokens_full": tokens_full,
-            "messages": rendered.message_count,
-            "active": [o.id for o in view.live()],
-            "refs": rendered.refs,
-            "tail_layout": 2,
-            "blocks": view.block_refs or [],
-            "layout": view.layout,
-            "managed": view.managed,
-            "pools": rendered.pools or {},
-            "prefix_tokens": rendered.prefix_tokens or 0,
-            "changes": changed,
-            "changes_total": changes_total,
-        }
-        meta = {"session": self.id, "turn": view.turn, "tokens": rendered.tokens, "tokens_full": tokens_full}
-        frame_id = self.writer.write_frame(content, meta, rendered.new_blocks)
+        # one transaction per turn: the state changes, the chat pages, the session document, the
+        # frame and its new blocks; the frame's basis is that transaction (frames.frame_basis)
+        vt = self.writer.stage()
+        assert vt is not None
+        try:
+            rendered = view.render(commit=True, break_at=break_at)
+            tokens_full = self.ingest.full
+            changed, changes_total = self.writer.take_changes(FRAME_CHANGES)
+            content: FrameContent = {
+                "turn": view.turn,
+                "valid_time": vt,
+                "rendered_hash": rendered.rendered_hash,
+                "tokens": rendered.tokens,
+                "tokens_full": tokens_full,
+                "messages": rendered.message_count,
+                "active": [o.id for o in view.live()],
+                "refs": rendered.refs,
+                "tail_layout": 2,
+                "blocks": view.block_refs or [],
+                "layout": view.layout,
+                "managed": view.managed,
+                "pools": rendered.pools or {},
+                "prefix_tokens": rendered.prefix_tokens or 0,
+                "changes": changed,
+                "changes_total": changes_total,
+            }
+            meta = {"session": self.id, "turn": view.turn, "tokens": rendered.tokens, "tokens_full": tokens_full}
+            frame_id = self.writer.queue_frame(content, meta, rendered.new_blocks)
+            self.writer.commit()
+            self._release()
+        except BaseException:
+            # the render was taken as shown, but nothing of the turn reached the store: the next
+            # turn renders (and writes its blocks) anew rather than build on a frame never written
+            view.reset_render()
+            raise
         return Assembly(view.turn, rendered, frame_id, tokens_full, sync or SyncReport(0, False), changes)
 
     def add_source(
@@ -378,10 +391,38 @@ class Session:
     def _set(self, o: ObjInfo, state: str, actor: Actor, reason: str, *, collapsed: bool | None = None) -> StateChange:
         before = o.state
         if state == "active" and before != "active":
+            self._reload(o)
             o.since = self.view.turn
         self.view.set_state(o, state=state, collapsed=collapsed)
         self.writer.record_state(o, actor, reason)
+        if o.collapsed and o.state != "active":
+            self._released.append(o)
         return StateChange(o.id, before, state, actor, reason, collapsed)
+
+    def _release(self) -> None:
+        """Collapsed tool results leave memory: the store has their text (``_reload`` brings one
+        back). Only in a managed session (before, the history shows every result in full) and
+        once their version is written."""
+        if not self.view.managed:
+            return
+        waiting: list[ObjInfo] = []
+        for o in self._released:
+            if o.state == "active" or not o.collapsed or o.kind != "toolcall":
+                continue
+            if o.version is None or o.version[1] is None:
+                waiting.append(o)
+            else:
+                o.content = None
+        self._released = waiting
+
+    def _reload(self, o: ObjInfo) -> None:
+        """The text of a tool result ``_release`` let go, read back from its version."""
+        if o.kind != "toolcall" or o.content is not None or o.version is None:
+            return
+        v = self.store.get(o.id, o.version[0], o.version[1])
+        if v is None or v.doc is None:
+            raise NotFound(f"{o.id} is no longer in the store (evicted?)")
+        o.content = v.doc.get("content")
 
     def _apply_tombstones(self) -> list[StateChange]:
         """Take in evictions made since the last turn (context/evict.py): the text of an evicted
@@ -428,8 +469,8 @@ class Session:
         """Active objects whose store version moved on are marked stale (never reloaded here)."""
         changes: list[StateChange] = []
         for o in self.view.live():
-            if o.kind == "toolcall" or o.version is None:
-                continue
+            if o.kind == "toolcall" or o.version is None or o.version[1] is None:
+                continue  # (a version still waiting to be written is the newest)
             v = self.store.get(o.id)
             if v is None or v.doc is None or v.doc["object_hash"] == o.version[2]:
                 continue

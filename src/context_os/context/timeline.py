@@ -150,7 +150,7 @@ def frame_messages(
         return 0, []
     rendered, view = check.rendered, check.view
     c = frame["content"]
-    refs = {r["id"]: r for r in c["refs"] if "sealed_pages" not in r}
+    refs = {r["id"]: r for r in check.refs if "sealed_pages" not in r}
     block_keys: dict[str, str] = {}
     for _, block_id, unit_hash in c.get("blocks", []):
         doc = store.doc(block_id)
@@ -290,8 +290,8 @@ def frame_diff(
         offset += len(x)
     size_a, size_b = sum(map(len, la)), sum(map(len, lb))
     extends = first_byte is None or first_byte == size_a
-    refs_a = {r["id"]: r for r in fa["content"]["refs"] if "sealed_pages" not in r}
-    refs_b = {r["id"]: r for r in fb["content"]["refs"] if "sealed_pages" not in r}
+    refs_a = {r["id"]: r for r in ca.refs if "sealed_pages" not in r}
+    refs_b = {r["id"]: r for r in cb.refs if "sealed_pages" not in r}
     act_a, act_b = fa["content"]["active"], fb["content"]["active"]
     diff = FrameDiff(
         session_id,

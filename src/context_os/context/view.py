@@ -54,6 +54,8 @@ class ObjInfo:
     kind: str
     meta: dict[str, Any]
     content: Any = None
+    """The text shown when active; None for a collapsed tool result of a managed session (its
+    text stays in the store until it is activated again: ``Session._reload``)."""
     state: str = "inactive"
     """active | inactive | absent."""
     pinned: bool = False
@@ -63,8 +65,9 @@ class ObjInfo:
     """Order in which the session first saw the object (metadata pool order)."""
     since: int = 0
     """Turn of the latest activation (active pool order, LRU)."""
-    version: tuple[int, int, str] | None = None
-    """(valid_time, tx_id, object_hash) of the version shown."""
+    version: tuple[int, int | None, str] | None = None
+    """(valid_time, tx_id, object_hash) of the version shown; tx_id None while the transaction
+    that writes it is being built (a frame in it names it so: ``frames.frame_basis``)."""
     entry: int | None = None
     """Tool results only: the chat entry that shows this output."""
     call_entry: int | None = None
@@ -395,9 +398,10 @@ class SessionView:
     visible: list[int] = field(default_factory=list)
     """Entry indices currently visible, in order: position k is harness message k."""
     objects: dict[str, ObjInfo] = field(default_factory=dict)
-    pages: dict[int, tuple[int, int, str]] = field(default_factory=dict)
-    """Chat page number → (valid_time, tx_id, object_hash) of its current version."""
-    session_version: tuple[int, int, str] | None = None
+    pages: dict[int, tuple[int, int | None, str]] = field(default_factory=dict)
+    """Chat page number → (valid_time, tx_id, object_hash) of its current version (tx_id: as
+    ``ObjInfo.version``)."""
+    session_version: tuple[int, int | None, str] | None = None
     layout: int = LAYOUT
     """How to render (``LAYOUT``); a frame re-renders with the layout it recorded."""
     managed: bool = True
@@ -1002,7 +1006,7 @@ def page_id(session_id: str, page: int) -> str:
     return f"chat:{session_id}:{page:05d}"
 
 
-def _ref(id: str, version: tuple[int, int, str]) -> dict[str, Any]:
+def _ref(id: str, version: tuple[int, int | None, str]) -> dict[str, Any]:
     return {"id": id, "valid_time": version[0], "tx_id": version[1], "object_hash": version[2]}
 
 

@@ -279,7 +279,8 @@ class _Output(Generic[M]):
         state = self.pending[-1] if self.pending else frozenset()
         for unit in rendered.units_from(keep):
             converted = [adapter.render_msg(m) for m in unit.msgs]
-            found, state = check_pairs(adapter.pairing, converted, state)
+            found, after = check_pairs(adapter.pairing, converted, state)
+            state = state if after == state else after  # one object while nothing is open
             problems += found
             self.offsets.append(len(self.messages))
             self.pending.append(state)
