@@ -54,6 +54,8 @@ class SessionWriter:
         self.lease = lease
         self.header = header
         self.last_vt = last_vt
+        self.last_tx: int | None = None
+        """The id of the transaction this writer wrote last (None: none yet)."""
         self.dirty_pages: set[int] = set()
         """Chat pages whose entries changed since the last flush."""
         self._ops: list[Op] = []
@@ -62,6 +64,7 @@ class SessionWriter:
         self._state_vts: dict[str, int] = {}
         self._entry_cache: dict[int, bytes] = {}
         """Canonical JSON of the entries of pages still filling (a full page's are dropped)."""
+        self._policy: tuple[Any, dict[str, Any]] | None = None
         self._vt: int | None = None
         """The valid time ``stage`` fixed for the transaction being built (None: not staged)."""
         self._changed: dict[str, dict[str, Any]] = {}
@@ -136,10 +139,16 @@ class SessionWriter:
                 "turn": view.turn,
                 "retired": head["retired"],
                 "managed_from": head["managed_from"],
-                "policy": view.policy.to_dict(),
+                "policy": self._policy_dict(),
             },
         ).to_doc()
         self.queue(doc, ("session", None))
+
+    def _policy_dict(self) -> dict[str, Any]:
+        policy = self.view.policy  # frozen: its dict is built again only when it is replaced
+        if self._policy is None or self._policy[0] is not policy:
+            self._policy = (policy, policy.to_dict())
+        return self._policy[1]
 
     def forget_entry(self, i: int) -> None:
         """Entry ``i`` changed in place (scrubbed after an eviction): encode it again."""
@@ -230,6 +239,7 @@ class SessionWriter:
                 self._pending.append((object_hash, target))
             raise
         self._settle(vt, tx.id, pending)
+        self.last_tx = tx.id
         return tx
 
     def _settle(self, vt: int, tx_id: int | None, pending: list[tuple[str, tuple[str, Any]]] | None = None) -> None:

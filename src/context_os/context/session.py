@@ -232,8 +232,10 @@ class Session:
             view.managed, self.managed_from = True, view.turn
             view.reset_render()
             self._released = [o for o in view.objects.values() if o.kind == "toolcall" and o.collapsed]
-        changes = self._apply_tombstones()
-        changes += self._check_newer()
+        changes: list[StateChange] = []
+        if self._others_wrote():
+            changes += self._apply_tombstones()
+            changes += self._check_newer()
         new = view.entries[min(self._seen_from, len(view.entries)) :]
         self._seen_from = len(view.entries)
         self._consult_sources(new)
@@ -325,7 +327,7 @@ class Session:
                     texts.append(o.content)
         if asked:  # a file the user names comes back (as the agent will read it anyway)
             files = [
-                o for o in view.objects.values() if o.kind == "file" and o.state == "inactive" and o.meta.get("path")
+                o for o in view.metadata_pool() if o.kind == "file" and o.state == "inactive" and o.meta.get("path")
             ]
             for o in sorted(files, key=lambda o: o.id):
                 if o.content is not None and any(str(o.meta["path"]) in t for t in asked):
@@ -423,6 +425,17 @@ class Session:
         if v is None or v.doc is None:
             raise NotFound(f"{o.id} is no longer in the store (evicted?)")
         o.content = v.doc.get("content")
+
+    def _others_wrote(self) -> bool:
+        """Whether anything but this session wrote since its last transaction (an eviction, a
+        newer version of something it shows): if not, neither can have happened."""
+        if self.writer.last_tx is None:
+            return True
+        try:
+            latest = self.store.latest_tx()
+        except StoreUnavailable:
+            return True  # the checks below know what to do then
+        return latest is None or latest.id != self.writer.last_tx
 
     def _apply_tombstones(self) -> list[StateChange]:
         """Take in evictions made since the last turn (context/evict.py): the text of an evicted

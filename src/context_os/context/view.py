@@ -928,8 +928,11 @@ class SessionView:
         if self.session_version:
             refs.append(_ref(f"session:{self.session_id}", self.session_version))
         # pages are only ever added: their greatest number changes only when their count does
-        if self._last_page[0] != len(self.pages):
-            self._last_page = (len(self.pages), max(self.pages, default=-1))
+        count, last = self._last_page
+        if count != len(self.pages):
+            # a page more, the next one (how sessions grow): no need to look at them all
+            grown = len(self.pages) == count + 1 and last + 1 in self.pages
+            self._last_page = (len(self.pages), last + 1 if grown else max(self.pages, default=-1))
         last = self._last_page[1]
         if last > 0:
             refs.append(self._sealed_ref(last))

@@ -261,6 +261,9 @@ class _Layout(Generic[M]):
         return e if i == e.index else renamed(e, i, e.field)
 
 
+_NONE_OPEN: frozenset[str] = frozenset()
+
+
 class _Output(Generic[M]):
     """Converted history units and the pairing state after each, reused across turns for the
     prefix of units the view reports unchanged: a turn converts and checks only what changed."""
@@ -280,7 +283,7 @@ class _Output(Generic[M]):
         for unit in rendered.units_from(keep):
             converted = [adapter.render_msg(m) for m in unit.msgs]
             found, after = check_pairs(adapter.pairing, converted, state)
-            state = state if after == state else after  # one object while nothing is open
+            state = _NONE_OPEN if not after else state if after == state else after  # shared while unchanged
             problems += found
             self.offsets.append(len(self.messages))
             self.pending.append(state)
