@@ -55,6 +55,33 @@ def write_section(title: str, body: str) -> None:
     DOC.write_text(text.rstrip("\n") + "\n")
 
 
+def floor_rates(batches: list[list[dict[str, Any]]]) -> dict[str, float]:
+    """Messages per second of two things every ingest must do, alone, over the same messages: the
+    default redaction of every text a message carries (its content and its tool calls'
+    arguments), and the blake3 hash of its canonical JSON (the harness's prefix check). What
+    they cost bounds how close any ingest that does them can come to the bare loop."""
+    from context_os.hashing import hash_value
+    from context_os.redact import Redactor
+
+    redact = Redactor().redact
+    msgs = [m for batch in batches for m in batch]
+    texts = [t for m in msgs for t in _texts(m)]
+    t0 = time.perf_counter()
+    for t in texts:
+        redact(t)
+    redaction = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for m in msgs:
+        hash_value(m)
+    hashing = time.perf_counter() - t0
+    return {"redact_rate": len(msgs) / redaction, "hash_rate": len(msgs) / hashing}
+
+
+def _texts(m: dict[str, Any]) -> list[str]:
+    out = [m["content"]] if isinstance(m.get("content"), str) else []
+    return out + [c["function"]["arguments"] for c in m.get("tool_calls") or ()]
+
+
 def bare_sqlite_rate(path: Path, batches: list[list[dict[str, Any]]]) -> float:
     """Messages per second of the baseline ingest: the same messages as JSON rows in a bare SQLite
     table (WAL, synchronous=NORMAL, as the embedded store), one transaction per batch."""

@@ -75,3 +75,20 @@ def test_the_two_sets_hold_distinct_real_sessions() -> None:
     assert {s.kind for s in check} == {"pi", "claude-code", "swe-agent", "openhands"}
     with pytest.raises(ValueError, match="unknown set"):
         bench_sessions("train")
+
+
+def test_the_scale_aims_name_what_is_missed_and_the_floors() -> None:
+    from bench._report import floor_rates
+    from bench.scale import _aims, session_turns
+
+    turns = session_turns(60)
+    floors = floor_rates(turns)
+    assert floors["redact_rate"] > 0 and floors["hash_rate"] > 0
+    row = {"messages": 50_000, "p50": 0.0009, "rate": 2_000.0, "bare_rate": 50_000.0, **floors}
+    row |= {"peak_rss_mb": 300.0, "start_rss_mb": 50.0, "msgs_rss_mb": 110.0}
+    text = _aims([{**row, "messages": 1_000, "p50": 0.0008}, row])
+    assert "0.90 ms, met" in text and "1.12×, met" in text
+    assert "share is 140 MB, met" in text and "(the whole process: **MISSED**)" in text
+    assert "0.04×, **MISSED**" in text
+    slow = _aims([{**row, "p50": 0.0005}, {**row, "p50": 0.0011, "peak_rss_mb": 400.0}])
+    assert "1.10 ms, **MISSED**" in slow and "2.20×, **MISSED**" in slow and "share is 240 MB, **MISSED**" in slow
