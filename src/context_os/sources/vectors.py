@@ -386,7 +386,7 @@ class VectorIndex:
         sims = np.where(mask, sims, -np.inf)
         hits: list[VectorHit] = []
         seen: set[tuple[str, str]] = set()
-        versions: dict[str, Version | None] = {}
+        versions: dict[str, tuple[Version, dict[str, str], str | None] | None] = {}
         order = np.argsort(-sims, kind="stable")
         for i in order:
             if not np.isfinite(sims[i]) or len(hits) == k:
@@ -420,21 +420,25 @@ class VectorIndex:
         id: str,
         part: str,
         key: bytes,
-        versions: dict[str, Version | None],
+        versions: dict[str, tuple[Version, dict[str, str], str | None] | None],
         valid_time: int | None,
         tx_id: int | None,
         session: str | None,
     ) -> tuple[Version, str, str | None] | None:
         """The version in force and the part's text, if that version holds this very text."""
         if id not in versions:
-            versions[id] = self.store.get(id, valid_time, tx_id)
-        v = versions[id]
-        if v is None or v.doc is None:
+            # a chat page holds many candidates: its parts are read once per search
+            got = self.store.get(id, valid_time, tx_id)
+            versions[id] = (
+                None if got is None or got.doc is None else (got, dict(index_parts(got.doc)), session_of(got.doc))
+            )
+        held = versions[id]
+        if held is None:
             return None
-        text = dict(index_parts(v.doc)).get(part)
+        v, parts, sess = held
+        text = parts.get(part)
         if text is None or text_key(text) != key:
             return None
-        sess = session_of(v.doc)
         if session is not None and sess != session:
             return None
         return v, text, sess
