@@ -425,7 +425,7 @@ def test_sqlite_migration_indexes_a_store_written_before_the_index(tmp_path: Pat
         expected = found(s.text_search("quick"))
     drop_index(path)
     conn = sqlite3.connect(path)
-    conn.execute("DELETE FROM migrations WHERE name = 'm003_text_index'")
+    conn.execute("DELETE FROM migrations WHERE name IN ('m003_text_index', 'm004_fts_seq')")
     conn.commit()
     conn.close()
     with SqliteStore(path) as s:
@@ -499,3 +499,65 @@ def test_xtdb_sidecar_drops_evicted_text_from_its_file(xtdb_url: str, tmp_path: 
         assert s.text_search(secret) == []
     data = b"".join(p.read_bytes() for p in tmp_path.glob("idx.db*"))
     assert secret.encode() not in data
+
+
+def test_texts_wait_for_a_batch_but_a_search_never_misses_them(store: Store, uid: str) -> None:
+    for n in range(3):
+        store.put(obj(f"file:{uid}:{n}", "file", f"pending{uid} text {n}"), T0)
+    assert store.index_status()["pending"] >= 3  # not in the FTS5 table yet
+    hits = mine(store.text_search(f"pending{uid}", k=10), uid)
+    assert sorted(h.id for h in hits) == [f"file:{uid}:{n}" for n in range(3)]
+    assert store.index_status()["pending"] == 0  # the search moved them in
+    store.put(obj(f"file:{uid}:x", "file", f"pending{uid} more"), T0)
+    store.submit([Evict(f"file:{uid}:x")])  # evicted while still held back
+    assert [h.id for h in mine(store.text_search(f"pending{uid}", k=10), uid)] != []
+    assert f"file:{uid}:x" not in {h.id for h in store.text_search(f"pending{uid}", k=10)}
+
+
+def test_sqlite_a_batch_of_texts_reaches_the_index_with_its_write(tmp_path: Path) -> None:
+    from context_os.store.text_index import FTS_BATCH
+
+    with SqliteStore(tmp_path / "s.db") as s:
+        for n in range(FTS_BATCH + 5):
+            s.put(obj(f"file:{n}", "file", f"batched text {n}"), T0)
+        status = s.index_status()
+        assert status["parts"] == FTS_BATCH + 5 and status["pending"] < FTS_BATCH
+
+
+def test_sqlite_a_read_only_reader_finds_what_a_writer_holds_back(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as writer:
+        writer.put(obj("file:a", "file", "alpha indexed text"), T0)
+        writer.text_search("alpha")  # in the FTS5 table now
+        writer.put(obj("file:b", "file", "alpha waiting text"), T0)
+        writer.put(obj("file:c", "file", "alpha waiting, alpha again"), T0)
+        assert writer.index_status()["pending"] == 2
+        with SqliteStore(path, read_only=True) as reader:
+            hits = reader.text_search("alpha", k=10)
+            assert sorted(h.id for h in hits) == ["file:a", "file:b", "file:c"]
+            assert hits[0].id == "file:c"  # two matches rank first among the held back
+            assert reader.text_search("waiting", k=10)[0].id in ("file:b", "file:c")
+        assert writer.index_status()["pending"] == 2  # a reader does not write
+    with SqliteStore(path) as s:
+        assert s.index_status()["pending"] == 2  # opening and closing writes nothing either
+        assert len(s.text_search("alpha", k=10)) == 3
+        assert s.index_status()["pending"] == 0
+
+
+def test_sqlite_an_index_from_before_the_batches_keeps_each_text_once(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as s:
+        fill(s)
+        s.text_search("quick")  # everything in the FTS5 table, as an older context_os left it
+        expected = found(s.text_search("quick", k=50))
+    conn = sqlite3.connect(path)
+    conn.execute("DELETE FROM migrations WHERE name = 'm004_fts_seq'")
+    conn.execute("DELETE FROM text_meta WHERE key = 'fts_seq'")
+    conn.commit()
+    conn.close()
+    with SqliteStore(path) as s:
+        s.put(obj("file:new", "file", "a quick new text"), T0)
+        hits = found(s.text_search("quick", k=50))
+        assert hits == sorted(set(hits), key=hits.index)  # no text twice
+        assert set(hits) == set(expected) | {("file:new", "")}
+        assert s.index_status()["state"] == "ok"  # FTS5's own integrity check passes

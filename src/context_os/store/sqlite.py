@@ -122,12 +122,22 @@ def _m003_text_index(conn: sqlite3.Connection) -> None:
     while batch := conn.execute(_DOCS_AFTER, (last, _INDEXED_KINDS_JSON, 500)).fetchall():
         _index_docs(conn, batch)
         last = batch[-1][0]
+    text_index.flush_fts(conn, force=True)
+
+
+def _m004_fts_seq(conn: sqlite3.Connection) -> None:
+    # Parts reach the FTS5 table in batches from here on: everything indexed so far is in it.
+    if text_index.tables_present(conn):
+        conn.execute(
+            "INSERT OR IGNORE INTO text_meta (key, value) SELECT 'fts_seq', coalesce(max(seq), 0) FROM text_parts"
+        )
 
 
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
     ("m001_initial", _m001_initial),
     ("m002_indexed_keys", _m002_indexed_keys),
     ("m003_text_index", _m003_text_index),
+    ("m004_fts_seq", _m004_fts_seq),
 )
 
 
@@ -536,8 +546,10 @@ class SqliteStore(Store):
                 committed = writer.run(ops, prepared, expected)
                 if not committed:
                     conn.execute("ROLLBACK TO ops")
-                elif writer.text_removed:
-                    text_index.purge(conn)  # no evicted term may stay behind in an old segment
+                elif text:
+                    text_index.flush_fts(conn)  # once a batch is pending
+                    if writer.text_removed:
+                        text_index.purge(conn)  # no evicted term may stay behind in an old segment
                 conn.execute("RELEASE ops")
                 conn.execute("INSERT INTO txs (id, time, committed) VALUES (?, ?, ?)", (tx_id, tx_time, committed))
                 conn.execute("COMMIT")
@@ -710,6 +722,8 @@ class SqliteStore(Store):
             if args.match is None:
                 return []
             try:
+                if not self.read_only and self._text_ready(conn):
+                    self._flush_fts(conn)
                 with self._read(conn):
                     if self._text_ready(conn) and text_index.index_state(conn) == "ok":
                         return self._indexed_hits(conn, args, vt, _MAX if tx_id is None else tx_id)
@@ -747,6 +761,19 @@ class SqliteStore(Store):
                 if len(hits) == args.k:
                     break
         return hits
+
+    def _flush_fts(self, conn: sqlite3.Connection) -> None:
+        """Move the parts still held back into the FTS5 table before a search reads it."""
+        done, top = text_index.fts_pending(conn)
+        if top <= done:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            text_index.flush_fts(conn, force=True)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     def _text_ready(self, conn: sqlite3.Connection) -> bool:
         """Whether the keyword index's tables are all there (to write to; to read, its state
@@ -824,6 +851,7 @@ class SqliteStore(Store):
                     batch = conn.execute(_DOCS_AFTER, (after, _INDEXED_KINDS_JSON, self.REBUILD_BATCH)).fetchall()
                     if batch:
                         _index_docs(conn, batch)
+                        text_index.flush_fts(conn, force=True)
                         after = batch[-1][0]
                         text_index.set_meta(conn, "rebuild_after", after)
                     else:

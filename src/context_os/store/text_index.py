@@ -15,9 +15,15 @@ Tables (``create_tables``):
   is its cursor for ``Store.text_parts``. A chat page rewritten on every append adds only its
   new entries here (an unchanged entry has the same (entity, part, text hash)).
 * ``text_fts``: FTS5 over ``text_parts.text`` (external content: the text is stored once),
-  tokenizer ``porter unicode61 remove_diacritics 2``.
-* ``text_meta``: ``state`` (``ok``, or ``building`` while a rebuild runs) and the backend's
-  bookkeeping (the sidecar's last indexed tx, a rebuild's cursor).
+  tokenizer ``porter unicode61 remove_diacritics 2``. Parts enter it in batches
+  (``FTS_BATCH``): FTS5 writes a segment per transaction and merges them as they pile up, so
+  indexing a turn's few texts in each turn's transaction cost more than the text_parts rows
+  themselves. A search first moves what is still pending into it (``flush_fts``), so it never
+  misses a write; a store opened read-only reads the pending parts from a temporary index of
+  their own instead.
+* ``text_meta``: ``state`` (``ok``, or ``building`` while a rebuild runs), ``fts_seq`` (every
+  part up to this seq is in ``text_fts``) and the backend's bookkeeping (the sidecar's last
+  indexed tx, a rebuild's cursor).
 
 The index says which texts *some* version had. Whether the version in force at the asked
 (valid time, tx) holds the text is checked on that version's document, read once per search
@@ -29,6 +35,7 @@ This module never imports from ``context`` or ``harness``; no sqlite3 error leav
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import re
@@ -63,6 +70,9 @@ __all__ = [
     "check_search",
     "create_tables",
     "drop_tables",
+    "FTS_BATCH",
+    "flush_fts",
+    "fts_pending",
     "fts_problem",
     "index_counts",
     "index_parts",
@@ -82,6 +92,10 @@ MAX_TERMS = 64
 """A query's distinct words beyond this are dropped (an LLM may pass a whole message)."""
 _WORD = re.compile(r"[^\W_]+")  # what unicode61 calls a token: letters and digits, "_" separates
 TABLES = ("text_fts", "text_parts", "text_meta")
+
+FTS_BATCH = 256
+"""Parts held back from ``text_fts`` until this many are pending (``flush_fts``): one segment
+per batch instead of one per transaction. Searches flush first, so they never miss one."""
 
 
 # -- arguments ------------------------------------------------------------------------------------
@@ -180,7 +194,7 @@ def create_tables(conn: sqlite3.Connection, *, state: str = "ok") -> None:
         f" tokenize='{TOKENIZER}')"
     )
     conn.execute("CREATE TABLE text_meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID")
-    conn.execute("INSERT INTO text_meta (key, value) VALUES ('state', ?)", (state,))
+    conn.execute("INSERT INTO text_meta (key, value) VALUES ('state', ?), ('fts_seq', 0)", (state,))
 
 
 def drop_tables(conn: sqlite3.Connection) -> None:
@@ -244,8 +258,9 @@ def fts_problem(conn: sqlite3.Connection) -> str | None:
 
 
 def add_parts(conn: sqlite3.Connection, eid: int, doc: Mapping[str, Any]) -> int:
-    """Index the parts of ``doc`` (a version of entity ``eid``) that this entity never had
-    (a rewritten chat page adds its new entries only); how many were new."""
+    """Add the parts of ``doc`` (a version of entity ``eid``) that this entity never had (a
+    rewritten chat page adds its new entries only) to ``text_parts``; how many were new. They
+    reach ``text_fts`` with the next ``flush_fts``."""
     parts = index_parts(doc)
     if not parts:
         return 0
@@ -259,18 +274,48 @@ def add_parts(conn: sqlite3.Connection, eid: int, doc: Mapping[str, Any]) -> int
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
             (eid, part, _text_key(text), kind, session, object_hash, text),
         )
-        if cur.rowcount == 1:
-            conn.execute("INSERT INTO text_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, text))
-            added += 1
+        added += cur.rowcount
     return added
+
+
+def fts_seq(conn: sqlite3.Connection) -> int:
+    """The seq up to which every part is in ``text_fts``. An index from before parts were held
+    back has no such mark: all its parts went in with their writes."""
+    value = meta_value(conn, "fts_seq")
+    if value is not None:
+        return int(value)
+    (top,) = conn.execute("SELECT coalesce(max(seq), 0) FROM text_parts").fetchone()
+    return int(top)
+
+
+def fts_pending(conn: sqlite3.Connection) -> tuple[int, int]:
+    """(``fts_seq``, the newest seq): the parts between are not in ``text_fts`` yet."""
+    (top,) = conn.execute("SELECT coalesce(max(seq), 0) FROM text_parts").fetchone()
+    return fts_seq(conn), int(top)
+
+
+def flush_fts(conn: sqlite3.Connection, *, force: bool = False) -> int:
+    """Move the pending parts into ``text_fts``, in the caller's write transaction: all of them
+    with ``force`` (before a search), else only once ``FTS_BATCH`` are pending; how many."""
+    done, top = fts_pending(conn)
+    if top - done < (1 if force else FTS_BATCH):
+        return 0
+    cur = conn.execute(
+        "INSERT INTO text_fts (rowid, text) SELECT seq, text FROM text_parts WHERE seq > ? AND eid != 0", (done,)
+    )
+    set_meta(conn, "fts_seq", top)
+    return max(cur.rowcount, 0)
 
 
 def remove_entity(conn: sqlite3.Connection, eid: int) -> int:
     """Remove every part of entity ``eid`` from the index; how many. The caller then runs
     ``purge`` so that no copy of the text stays in the FTS5 segments either."""
+    done = fts_seq(conn)
     rows = conn.execute("SELECT seq, text FROM text_parts WHERE eid = ?", (eid,)).fetchall()
     (top,) = conn.execute("SELECT max(seq) FROM text_parts").fetchone()
-    conn.executemany("INSERT INTO text_fts (text_fts, rowid, text) VALUES ('delete', ?, ?)", rows)
+    # only what reached text_fts is deleted from it (FTS5 must be told the exact text it holds)
+    indexed = [(seq, text) for seq, text in rows if seq <= done]
+    conn.executemany("INSERT INTO text_fts (text_fts, rowid, text) VALUES ('delete', ?, ?)", indexed)
     conn.execute("DELETE FROM text_parts WHERE eid = ?", (eid,))
     (now,) = conn.execute("SELECT max(seq) FROM text_parts").fetchone()
     if top is not None and (now is None or now < top):
@@ -306,11 +351,37 @@ class Candidate:
 
 
 def ranked(conn: sqlite3.Connection, args: SearchArgs) -> Generator[Candidate]:
-    """Matching parts, best first (BM25), of the wanted kinds and session, lazily."""
+    """Matching parts, best first (BM25), of the wanted kinds and session, lazily. The caller
+    flushes first (``flush_fts``); what is still pending (a store opened read-only) is matched in
+    a temporary index of its own and merged by score."""
+    done, top = fts_pending(conn)
+    indexed = _ranked(conn, "text_fts", args)
+    if top <= done:
+        return indexed
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.pending_fts USING fts5(text, tokenize='{TOKENIZER}')")
+    conn.execute("DELETE FROM temp.pending_fts")
+    conn.execute(
+        "INSERT INTO temp.pending_fts (rowid, text) SELECT seq, text FROM text_parts WHERE seq > ? AND eid != 0",
+        (done,),
+    )
+    return _merged(indexed, _ranked(conn, "temp.pending_fts", args))
+
+
+def _merged(*streams: Generator[Candidate]) -> Generator[Candidate]:
+    """Ranked streams as one, best first; closing it closes them (their cursors)."""
+    try:
+        yield from heapq.merge(*streams, key=lambda c: -c.score)
+    finally:
+        for stream in streams:
+            stream.close()
+
+
+def _ranked(conn: sqlite3.Connection, table: str, args: SearchArgs) -> Generator[Candidate]:
+    name = table.rsplit(".", 1)[-1]
     sql = (
-        "SELECT p.seq, p.eid, e.id, p.part, p.kind, p.session, p.text, f.rank FROM text_fts f"
+        f"SELECT p.seq, p.eid, e.id, p.part, p.kind, p.session, p.text, f.rank FROM {table} f"
         " JOIN text_parts p ON p.seq = f.rowid JOIN entities e ON e.eid = p.eid"
-        " WHERE text_fts MATCH ? AND p.kind IN (SELECT value FROM json_each(?))"
+        f" WHERE {name} MATCH ? AND p.kind IN (SELECT value FROM json_each(?))"
     )
     params: list[Any] = [args.match, _json_list(args.kinds)]
     if args.session is not None:
@@ -345,11 +416,13 @@ def check_cursor(after_seq: Any, limit: Any) -> None:
 
 
 def index_counts(conn: sqlite3.Connection) -> dict[str, Any]:
-    parts, documents, last_seq = conn.execute(
+    done = fts_seq(conn)
+    parts, documents, last_seq, pending = conn.execute(
         "SELECT count(*) FILTER (WHERE eid != 0), count(DISTINCT eid) FILTER (WHERE eid != 0),"
-        " coalesce(max(seq), 0) FROM text_parts"
+        " coalesce(max(seq), 0), count(*) FILTER (WHERE eid != 0 AND seq > ?) FROM text_parts",
+        (done,),
     ).fetchone()
-    return {"parts": parts, "documents": documents, "last_seq": last_seq}
+    return {"parts": parts, "documents": documents, "last_seq": last_seq, "pending": pending}
 
 
 # -- without an index: a scan ---------------------------------------------------------------------
@@ -452,6 +525,8 @@ class SidecarIndex:
                         drop_tables(conn)
                         create_tables(conn)
                         set_meta(conn, "last_tx", -1)
+                    elif meta_value(conn, "fts_seq") is None:  # written before parts were held back
+                        set_meta(conn, "fts_seq", fts_seq(conn))
                     conn.execute("COMMIT")
                 except BaseException:
                     conn.execute("ROLLBACK")
@@ -503,6 +578,7 @@ class SidecarIndex:
                             add_parts(conn, self._eid(conn, op.doc["id"]), op.doc)
                         elif isinstance(op, Evict) and self._forget(conn, op.id):
                             purged = True
+                    flush_fts(conn)  # once a batch is pending
                     if purged:
                         purge(conn)
                 # Advance only over a gap-free run: a tx another writer slipped in before this
@@ -539,6 +615,7 @@ class SidecarIndex:
                     for v in versions:
                         if v.doc is not None:
                             added += add_parts(conn, self._eid(conn, doc_id), v.doc)
+                    flush_fts(conn)
                 if progress is not None:
                     progress(n + 1, len(todo))
             with self._write() as conn:
@@ -572,6 +649,10 @@ class SidecarIndex:
         in_force: dict[str, Version | None] = {}
         batch = max(2 * args.k, 32)
         with self._lock:
+            done, top = fts_pending(self._db())
+            if top > done:
+                with self._write() as conn:
+                    flush_fts(conn, force=True)
             candidates = ranked(self._db(), args)
             while len(hits) < args.k:
                 chunk = [c for _, c in zip(range(batch), candidates, strict=False)]
