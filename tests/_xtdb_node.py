@@ -217,9 +217,8 @@ def all_corrections(url: str, id: str) -> list[tuple[int, int, str | None]]:
     """Every version a node holds for ``id``, corrections included: (valid time, tx id, object
     hash), in order. Read straight from the node: the store contract's history shows only the
     latest correction of each valid time, which would hide a version written twice."""
-    import edn_format
-
-    from context_os.store.xtdb import _doc_from_edn, _ms
+    from context_os.store.edn import Keyword
+    from context_os.store.xtdb import _doc_from_edn, _ms, _read_edn
 
     r = httpx.get(
         url.removeprefix("xtdb+").partition("?")[0] + "/_xtdb/entity",
@@ -235,8 +234,8 @@ def all_corrections(url: str, id: str) -> list[tuple[int, int, str | None]]:
     )
     assert r.status_code == 200, r.text
     out = []
-    for e in edn_format.loads(r.text):
-        doc = e.get(edn_format.Keyword("xtdb.api/doc"))
-        vt, tx = e[edn_format.Keyword("xtdb.api/valid-time")], e[edn_format.Keyword("xtdb.api/tx-id")]
+    for e in _read_edn(r.text):
+        doc = e.get(Keyword("xtdb.api/doc"))
+        vt, tx = e[Keyword("xtdb.api/valid-time")], e[Keyword("xtdb.api/tx-id")]
         out.append((_ms(vt), int(tx), None if doc is None else _doc_from_edn(doc).get("object_hash")))
     return out

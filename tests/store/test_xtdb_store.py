@@ -23,8 +23,9 @@ import pytest
 from context_os.errors import ConfigError, StoreError, StoreUnavailable
 from context_os.store import Delete, Evict, Match, Put, open_store
 from context_os.store.base import now_ms
+from context_os.store.edn import Keyword
 from context_os.store.outbox import OutboxStore
-from context_os.store.xtdb import XtdbStore, _iso, _ms
+from context_os.store.xtdb import XtdbStore, _iso, _ms, _read_edn
 
 pytestmark = pytest.mark.xtdb
 
@@ -510,12 +511,104 @@ def test_a_submit_is_not_retried_once_sent(xs: XtdbStore, uid: str) -> None:
     try:
         with XtdbStore(f"xtdb+http://127.0.0.1:{proxy.port}") as flaky:
             flaky.BACKOFF_S = 0.01
-            with pytest.raises(StoreUnavailable, match="connection lost during POST /_xtdb/submit-tx"):
+            with pytest.raises(StoreUnavailable, match="connection lost during POST /_xtdb/context-os/submit-tx"):
                 flaky.put({"id": f"once:{uid}", "kind": "k"})
         assert proxy.accepted == 1
     finally:
         proxy.close()
     assert xs.get(f"once:{uid}") is None  # the proxy never forwarded it
+
+
+class _OfficialApiOnly(BaseHTTPRequestHandler):
+    """A node as the official REST server is: our front end's own endpoints (/_xtdb/context-os/)
+    answer 404; everything else goes to the real node."""
+
+    node = ""
+    seen: list[str] = []
+
+    def _forward(self) -> None:
+        self.seen.append(f"{self.command} {self.path.split('?')[0]}")
+        if self.path.startswith("/_xtdb/context-os/"):
+            body, status, ctype = b"Not Found", 404, "text/plain"
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            r = httpx.request(
+                self.command,
+                self.node + self.path,
+                content=self.rfile.read(length) if length else None,
+                headers={k: v for k, v in self.headers.items() if k.lower() in ("accept", "content-type")},
+                timeout=60,
+            )
+            body, status, ctype = r.content, r.status_code, r.headers.get("content-type", "")
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _forward
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def official(xs: XtdbStore, tmp_path: Any) -> Iterator[tuple[XtdbStore, list[str]]]:
+    """A store reaching the node through _OfficialApiOnly; and the requests it made."""
+    handler = type("Handler", (_OfficialApiOnly,), {"node": xs.base, "seen": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with XtdbStore(f"xtdb+http://127.0.0.1:{server.server_address[1]}", text_index_path=tmp_path / "i.db") as s:
+            yield s, handler.seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_without_our_endpoints_the_official_calls_give_the_same_answers(
+    xs: XtdbStore, official: tuple[XtdbStore, list[str]], uid: str
+) -> None:
+    o, seen = official
+    i = f"off:{uid}"
+    doc = {"id": i, "kind": "k", "meta": {"n": 1}}
+    txs = [
+        o.submit([Put(doc, 1_000)]),
+        o.submit([Put({**doc, "meta": {"n": 2}}, 2_000, 3_000)]),
+        o.submit([Match(i, doc, 1_500), Delete(i, 5_000)]),
+        o.submit([Match(i, {**doc, "kind": "other"})]),  # fails: not committed
+    ]
+    assert [t.committed for t in txs] == [True, True, True, False]
+    # the official calls, once the node is known to lack ours (one 404, then none of them again)
+    assert seen.count("POST /_xtdb/context-os/submit-tx") == 1 and seen.count("POST /_xtdb/submit-tx") == 4
+    assert seen.count("GET /_xtdb/await-tx") == 4 and seen.count("GET /_xtdb/tx-committed") == 2
+    for vt in (500, 1_000, 1_999, 2_000, 2_500, 3_000, 4_999, 5_000, 9_000, None):
+        for tx in (*(t.id for t in txs), None):
+            assert o.get(i, vt, tx) == xs.get(i, vt, tx), (vt, tx)
+    assert o.history(i) == xs.history(i)
+    assert seen.count("GET /_xtdb/context-os/entity-version") == 0 and seen.count("GET /_xtdb/entity-tx") > 40
+    # and our own endpoints were what xs used: one call per get, one per submit
+    assert o._official == {o.base} and not xs._official
+
+
+def test_a_submit_not_indexed_in_time_is_taken_and_not_confirmed(xs: XtdbStore, uid: str) -> None:
+    # a transaction that the node cannot index in 0 ms: our endpoint answers 202, indexed? false
+    ops = " ".join(f'[:xtdb.api/put {{:xt/id "slow:{uid}:{n}"}}]' for n in range(2000))
+    r = _raw(
+        xs,
+        "POST",
+        "context-os/submit-tx",
+        params={"timeout": "0"},
+        content=("{:tx-ops [" + ops + "]}").encode(),
+        headers={"Content-Type": "application/edn"},
+    )
+    assert r.status_code in (200, 202), r.text
+    answer = _read_edn(r.text)
+    if r.status_code == 202:
+        assert answer[Keyword("context-os/indexed?")] is False and Keyword("tx-committed?") not in answer
+    else:  # indexed within the timeout after all (a fast machine): committed
+        assert answer[Keyword("tx-committed?")] is True
+    assert isinstance(answer[Keyword("xtdb.api/tx-id")], int)
 
 
 class _NotXtdb(BaseHTTPRequestHandler):

@@ -26,7 +26,7 @@ attributes and the original dict comes back exactly:
 * document keys must be keywords (string keys are rejected as an invalid tx op);
 * ``#inst`` has millisecond precision: times go over the wire as ``...T..:..:..mmmZ`` built
   from integer epoch milliseconds, never through floats;
-* responses carry ``#xtdb/id`` tags (content hashes, hashed ids): a tag handler is registered;
+* responses carry ``#xtdb/id`` tags (content hashes, hashed ids): the reader is given a handler;
 * the type of an id is part of its identity (``"1"`` and ``1`` are two entities): ids are
   always sent as EDN strings (``eid-edn``), and non-string ids are refused;
 * history is read from a db whose valid time is "now": ascending history ends there and
@@ -62,13 +62,12 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 from urllib.parse import unquote, urlsplit
 
-import edn_format
 import httpx
 
 from ..errors import ConfigError, HashError, InputError, StoreError, StoreUnavailable, StoreUnreachable
 from ..hashing import canonical_json
 from ..times import iso
-from . import data_dir, default_outbox_path, mask_url, text_index
+from . import data_dir, default_outbox_path, edn, mask_url, text_index
 from .base import Delete, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version
 
 __all__ = ["XtdbStore"]
@@ -203,17 +202,49 @@ class _XtdbId(str):
     """The value of an ``#xtdb/id`` tag: a hex hash of a content or of a non-string id."""
 
 
-_tags_lock = threading.Lock()
+class _Instant(int):
+    """The value of an ``#inst`` tag, in epoch milliseconds (XTDB's precision)."""
 
 
-def _register_edn_tags() -> None:
-    """edn_format keeps tag handlers in one global table; ours is added once, on first use."""
-    with _tags_lock:
-        edn_format.add_tag("xtdb/id", _XtdbId)
+_DAY_MS: dict[str, int] = {}
+"""``#inst`` days already read (``2024-01-02``) → epoch ms of their midnight (UTC)."""
 
 
-def _kw(name: str) -> edn_format.Keyword:
-    return edn_format.Keyword(name)
+def _read_inst(text: Any) -> _Instant:
+    """An ``#inst`` → epoch ms; fast for the form XTDB writes, ``2024-01-02T03:04:05.678-00:00``
+    (an answer holds thousands: a datetime each cost a history of 1,000 versions 6 ms)."""
+    if (
+        isinstance(text, str)
+        and len(text) == 29
+        and text[23:] in ("-00:00", "+00:00")
+        and text[10] == "T"
+        and text[13] == text[16] == ":"
+        and text[19] == "."
+        and text[11:19].replace(":", "").isdigit()
+        and text[20:23].isdigit()
+    ):
+        day = _DAY_MS.get(text[:10])
+        if day is None:
+            day = _ms(edn.read_inst(text[:10]))
+            if len(_DAY_MS) < 100_000:
+                _DAY_MS[text[:10]] = day
+        h, mi, sec = int(text[11:13]), int(text[14:16]), int(text[17:19])
+        if h < 24 and mi < 60 and sec < 60:
+            return _Instant(day + h * 3_600_000 + mi * 60_000 + sec * 1000 + int(text[20:23]))
+    if not isinstance(text, str):
+        raise edn.EdnError(f"#inst takes a string, got {text!r}")
+    return _Instant(_ms(edn.read_inst(text)))
+
+
+_EDN_TAGS: dict[str, Callable[[Any], Any]] = {"xtdb/id": _XtdbId, "inst": _read_inst}
+
+
+def _read_edn(text: str) -> Any:
+    """An answer's EDN (store/edn.py: XTDB's ``#xtdb/id`` tags read as ``_XtdbId``)."""
+    return edn.loads(text, _EDN_TAGS)
+
+
+_kw = edn.Keyword
 
 
 _K_TX_ID = _kw("xtdb.api/tx-id")
@@ -222,10 +253,14 @@ _K_VALID_TIME = _kw("xtdb.api/valid-time")
 _K_CONTENT_HASH = _kw("xtdb.api/content-hash")
 _K_DOC = _kw("xtdb.api/doc")
 _K_TX = _kw("xtdb.api/tx")
+_K_COMMITTED = _kw("tx-committed?")
+_K_INDEXED = _kw("context-os/indexed?")
 
 
 def _ms(value: Any) -> int:
-    """An ``#inst`` as read by edn_format (an aware datetime) → epoch ms."""
+    """An ``#inst`` as read (``_Instant``, or an aware datetime) → epoch ms."""
+    if isinstance(value, _Instant):
+        return int(value)
     if not isinstance(value, datetime):
         raise StoreError(f"expected an #inst from XTDB, got {value!r}")
     if value.tzinfo is None:
@@ -235,24 +270,26 @@ def _ms(value: Any) -> int:
 
 
 def _key_name(k: Any) -> str:
-    if isinstance(k, edn_format.Keyword):
-        return str(k.name)
+    if isinstance(k, edn.Keyword):
+        return k.name
     return k if isinstance(k, str) else str(k)
 
 
 def _from_edn(value: Any) -> Any:
-    """EDN values as edn_format reads them → plain JSON-like Python values."""
+    """EDN values as store/edn.py reads them → plain JSON-like Python values."""
     if value is None or isinstance(value, bool | int | float | str):
-        return str(value) if isinstance(value, _XtdbId) else value
+        if isinstance(value, _XtdbId):
+            return str(value)
+        return (_EPOCH + value * _MS).isoformat() if isinstance(value, _Instant) else value
     if isinstance(value, Mapping):
         items = [(_key_name(k), _from_edn(v)) for k, v in value.items()]
         return dict(sorted(items))
-    if isinstance(value, Sequence):  # vectors (edn_format's ImmutableList) and lists (tuples)
+    if isinstance(value, list | tuple):  # vectors and lists
         return [_from_edn(v) for v in value]
     if isinstance(value, frozenset | set):
         return sorted((_from_edn(v) for v in value), key=lambda v: canonical_json(v))
-    if isinstance(value, edn_format.Keyword):
-        return ":" + str(value.name)
+    if isinstance(value, edn.Keyword):
+        return ":" + value.name
     if isinstance(value, Decimal):
         return float(value)
     if isinstance(value, datetime | date):
@@ -264,6 +301,37 @@ def _unhex(name: str) -> str:
     return bytes.fromhex(name[1:]).decode("utf-8")
 
 
+_ATTRS: dict[Any, tuple[int, str]] = {}
+"""Document attributes already read (a keyword) → where they go: (_TOP, key), (_META, key),
+(_ID, "id"), (_KEYS, ""): every answer names the same few attributes thousands of times."""
+_TOP, _META, _ID, _KEYS = range(4)
+
+
+def _attr(k: Any) -> tuple[int, str]:
+    if not isinstance(k, edn.Keyword):
+        return _TOP, _key_name(k)
+    name: str = k.name
+    ns, _, local = name.rpartition("/")
+    if name == "xt/id":
+        where = (_ID, "id")
+    elif name == _META_KEYS:
+        where = (_KEYS, "")
+    elif ns == _META_NS:
+        where = (_META, local)
+    elif ns == _META_HEX_NS:
+        where = (_META, _unhex(local))
+    elif ns == _TOP_HEX_NS:
+        where = (_TOP, _unhex(local))
+    else:
+        where = (_TOP, name)
+    if len(_ATTRS) < 100_000:
+        _ATTRS[k] = where
+    return where
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
 def _doc_from_edn(m: Any) -> dict[str, Any]:
     """The EDN map XTDB stores → our document (exactly what ``_doc_to_edn`` was given)."""
     if not isinstance(m, Mapping):
@@ -271,24 +339,18 @@ def _doc_from_edn(m: Any) -> dict[str, Any]:
     top: dict[str, Any] = {}
     meta: dict[str, Any] = {}
     meta_keys: Any = None
+    attrs = _ATTRS
     for k, v in m.items():
-        if not isinstance(k, edn_format.Keyword):
-            top[_key_name(k)] = _from_edn(v)
-            continue
-        name: str = k.name
-        ns, _, local = name.rpartition("/")
-        if name == "xt/id":
-            top["id"] = _from_edn(v)
-        elif name == _META_KEYS:
+        where, key = attrs.get(k) or _attr(k)
+        if where == _KEYS:
             meta_keys = v
-        elif ns == _META_NS:
-            meta[local] = _from_edn(v)
-        elif ns == _META_HEX_NS:
-            meta[_unhex(local)] = _from_edn(v)
-        elif ns == _TOP_HEX_NS:
-            top[_unhex(local)] = _from_edn(v)
+            continue
+        if type(v) not in _PLAIN:  # exactly: an _XtdbId or an _Instant is converted
+            v = _from_edn(v)
+        if where == _META:
+            meta[key] = v
         else:
-            top[name] = _from_edn(v)
+            top[key] = v
     if meta_keys is not None or meta:
         top["meta"] = dict(sorted(meta.items()))
     return dict(sorted(top.items()))
@@ -329,7 +391,7 @@ def _not_submitted(r: httpx.Response) -> str | None:
     """Why nothing of a refused submit was written, if its answer says so
     (``:context-os/not-submitted``, from our front end); None if nothing is known."""
     try:
-        body = edn_format.loads(r.text)
+        body = _read_edn(r.text)
     except Exception:  # not our front end's answer
         return None
     if not isinstance(body, Mapping) or body.get(_kw("context-os/not-submitted")) is not True:
@@ -379,8 +441,10 @@ class XtdbStore(Store):
         self._node_lock = threading.Lock()
         self._behind: set[str] = set()
         """Nodes failed over to that have not yet been brought up to ``_seen_tx``."""
+        self._official: set[str] = set()
+        """Nodes without our front end's own endpoints (/_xtdb/context-os/...: the official
+        server answers 404): they get the official API's calls instead."""
         self.timeout = timeout
-        _register_edn_tags()
         self._client = self._init_client()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -500,8 +564,8 @@ class XtdbStore(Store):
                 f" {content_type!r}): is this an XTDB 1.x node? Body: {r.text[:200]!r}"
             )
         try:
-            return edn_format.loads(r.text)
-        except Exception as e:  # edn_format raises several types, parser internals included
+            return _read_edn(r.text)
+        except Exception as e:  # EdnError; anything else would be the reader's bug, still translated
             raise StoreError(
                 f"XTDB node at {self.base} sent a response that is not EDN ({where}): {e}; body: {r.text[:200]!r}"
             ) from e
@@ -509,7 +573,7 @@ class XtdbStore(Store):
     def _fail(self, r: httpx.Response, what: str) -> NoReturn:
         detail = r.text[:500]
         try:
-            data = edn_format.loads(r.text)
+            data = _read_edn(r.text)
             if isinstance(data, Mapping):
                 for key in ("xtdb.error/message", "error", "class", "type"):
                     if (msg := data.get(_kw(key))) is not None:
@@ -544,7 +608,33 @@ class XtdbStore(Store):
 
     def submit(self, ops: Sequence[Op]) -> Tx:
         tx_ops = " ".join(_tx_op(op) for op in ops)  # every input error is raised before sending
-        r = self._request("POST", "submit-tx", body="{:tx-ops [" + tx_ops + "]}", idempotent=False)
+        body = "{:tx-ops [" + tx_ops + "]}"
+        if self.base not in self._official:
+            # one round trip: submit, await and (with a match) the committed check, on our front end
+            r = self._request(
+                "POST",
+                "context-os/submit-tx",
+                params={"timeout": str(int(self.timeout * 1000))},
+                body=body,
+                idempotent=False,
+                timeout=self.timeout + 10,
+            )
+            if r.status_code != 404:
+                return self._submitted(r, ops, awaited=True)
+            self._no_own_endpoints(r)  # nothing was written: a route the node does not have
+        r = self._request("POST", "submit-tx", body=body, idempotent=False)
+        return self._submitted(r, ops, awaited=False)
+
+    def _no_own_endpoints(self, r: httpx.Response) -> None:
+        """The node that answered ``r`` 404 has no /_xtdb/context-os/ endpoints (an official
+        server): it gets the official API's calls from now on."""
+        base = str(r.request.url).partition("/_xtdb/")[0]
+        self._official.add(base)
+        log.info("XTDB node at %s has no /_xtdb/context-os/ endpoints: using the official API", base)
+
+    def _submitted(self, r: httpx.Response, ops: Sequence[Op], *, awaited: bool) -> Tx:
+        """The Tx of a submit's answer (``awaited``: our front end's, which also awaited it and
+        says whether it committed; else the official ``submit-tx``'s, awaited here)."""
         if r.status_code == 503 and (why := _not_submitted(r)) is not None:
             # the node could not reach its transaction log and says nothing was written (our
             # front end, xtdb/src): as safe to send again as a connection never opened
@@ -557,17 +647,28 @@ class XtdbStore(Store):
             tx_time = _ms(submitted[_K_TX_TIME])
         except (KeyError, TypeError) as e:
             raise StoreError(f"XTDB node at {self.base}: unexpected submit-tx answer {submitted!r}") from e
-        try:
-            self._await(tx_id)
-            # Only a failed match aborts a transaction of puts, deletes, matches and evictions
-            # (XTDB 1.x; we send no transaction functions): ask the node only when there is one.
-            committed = self._committed(tx_id) if any(isinstance(op, Match) for op in ops) else True
-        except StoreUnavailable as e:
-            # The node took the transaction: whatever failed now, it must not look unsent
-            # (an outbox would send it again).
-            raise StoreUnavailable(
-                f"XTDB node at {self.base} took transaction {tx_id} but could not confirm it: {e}"
-            ) from e
+        if awaited:
+            if submitted.get(_K_INDEXED) is False:
+                raise StoreError(
+                    f"XTDB node at {self.base}: transaction {tx_id} was submitted but not indexed within"
+                    f" {self.timeout:g} s; it may still commit"
+                )
+            committed = submitted.get(_K_COMMITTED)
+            if not isinstance(committed, bool):
+                raise StoreError(f"XTDB node at {self.base}: unexpected submit-tx answer {submitted!r}")
+            self._seen_tx = max(self._seen_tx, tx_id)
+        else:
+            try:
+                self._await(tx_id)
+                # Only a failed match aborts a transaction of puts, deletes, matches and evictions
+                # (XTDB 1.x; we send no transaction functions): ask the node only when there is one.
+                committed = self._committed(tx_id) if any(isinstance(op, Match) for op in ops) else True
+            except StoreUnavailable as e:
+                # The node took the transaction: whatever failed now, it must not look unsent
+                # (an outbox would send it again).
+                raise StoreUnavailable(
+                    f"XTDB node at {self.base} took transaction {tx_id} but could not confirm it: {e}"
+                ) from e
         tx = Tx(tx_id, tx_time, committed)
         self._index_write(tx, ops)
         return tx
@@ -611,9 +712,20 @@ class XtdbStore(Store):
 
     def get(self, id: str, valid_time: int | None = None, tx_id: int | None = None) -> Version | None:
         eid = _to_edn(_check_id(id))
-        etx = self._get(
-            "entity-tx", {"eid-edn": eid, **self._basis(valid_time, tx_id)}, f"entity-tx {id!r}", missing_ok=True
-        )
+        params = {"eid-edn": eid, **self._basis(valid_time, tx_id)}
+        if self.base not in self._official:
+            # one round trip: the version's coordinates and its document from one index snapshot
+            r = self._request("GET", "context-os/entity-version", params=params)
+            if r.status_code != 404:
+                if r.status_code != 200:
+                    self._fail(r, f"entity-version {id!r}")
+                v = self._edn(r)
+                if v is None or str(v.get(_K_CONTENT_HASH)) == _NIL_HASH or v.get(_K_DOC) is None:
+                    return None  # no version, a deletion, or an evicted document
+                vt, tx, tx_time = _ms(v[_K_VALID_TIME]), int(v[_K_TX_ID]), _ms(v[_K_TX_TIME])
+                return Version(id, vt, tx, tx_time, _doc_from_edn(v[_K_DOC]))
+            self._no_own_endpoints(r)
+        etx = self._get("entity-tx", params, f"entity-tx {id!r}", missing_ok=True)
         if etx is None or str(etx.get(_K_CONTENT_HASH)) == _NIL_HASH:
             return None
         vt, tx, tx_time = _ms(etx[_K_VALID_TIME]), int(etx[_K_TX_ID]), _ms(etx[_K_TX_TIME])
