@@ -40,6 +40,7 @@ K, S = Keyword, Symbol
         (r'"\u00e9\u4e2d"', "é中"),
         (r'"\ud83d\ude00"', "😀"),  # a surrogate pair, as Java strings hold it
         (r'"\101\7"', "A\x07"),  # octal escapes, as Clojure's EDN reader takes them
+        (r'"\101 \ud83d\ude00 \ud83d"', "A 😀 \ud83d"),  # the same pair with one
         ('"raw \x01 control\ncharacters"', "raw \x01 control\ncharacters"),
         ('"😀 é 中"', "😀 é 中"),
         (r'"\\"', "\\"),
