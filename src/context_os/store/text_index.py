@@ -93,7 +93,7 @@ MAX_TERMS = 64
 _WORD = re.compile(r"[^\W_]+")  # what unicode61 calls a token: letters and digits, "_" separates
 TABLES = ("text_fts", "text_parts", "text_meta")
 
-FTS_BATCH = 256
+FTS_BATCH = 1024
 """Parts held back from ``text_fts`` until this many are pending (``flush_fts``): one segment
 per batch instead of one per transaction. Searches flush first, so they never miss one."""
 
