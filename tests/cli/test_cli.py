@@ -154,6 +154,16 @@ def test_verify_frames(demo):
     assert report["frames_verified"] == 88 and report["frames_failed"] == []
 
 
+def test_verify_frames_names_a_frame_document_context_os_did_not_write(tmp_path):
+    db = tmp_path / "foreign.db"
+    with SqliteStore(db) as store:  # a document of kind frame written by hand, not by a session
+        store.put({"id": "frame:x", "kind": "frame", "content": {"turn": 1}, "meta": {}}, 1_700_000_000_000)
+    proc = ctxos("verify", "--frames", "--json", store=db, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (failed,) = json.loads(proc.stdout)["frames_failed"]
+    assert failed["id"] == "frame:x" and failed["problems"][-1] == "not a frame: no meta.session"
+
+
 def test_status_and_sessions(demo):
     db, _ = demo
     status = json.loads(ctxos("status", "--json", store=db).stdout)

@@ -200,11 +200,29 @@ def _check_sealed(store: Store, frame: dict[str, Any], ref: dict[str, Any], basi
     return []
 
 
+_FRAME_FIELDS = ("turn", "valid_time", "rendered_hash", "refs")
+
+
+def _missing_fields(frame: dict[str, Any]) -> str | None:
+    """The first field a frame document needs and ``frame`` lacks (a document of kind ``frame``
+    that context_os did not write), or None."""
+    content, meta = frame.get("content"), frame.get("meta")
+    if not isinstance(meta, dict) or not isinstance(meta.get("session"), str):
+        return "meta.session"
+    if not isinstance(content, dict):
+        return "content"
+    return next((f"content.{k}" for k in _FRAME_FIELDS if k not in content), None)
+
+
 def verify_frame(
     store: Store, frame: dict[str, Any], *, hash_memo: dict[bytes, tuple[str, int]] | None = None
 ) -> FrameCheck:
     """Re-render ``frame`` and check its hash, its own document hashes and its static refs."""
     problems = [f"frame document field {f} does not match" for f in verify_doc(frame)]
+    missing = _missing_fields(frame)
+    if missing:
+        recorded = frame.get("content", {}).get("rendered_hash", "") if isinstance(frame.get("content"), dict) else ""
+        return FrameCheck(str(frame.get("id")), False, str(recorded), "", [*problems, f"not a frame: no {missing}"])
     c = frame["content"]
     try:
         basis = frame_basis(store, frame)
