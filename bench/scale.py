@@ -9,8 +9,9 @@
 * files: ``FILES`` real files in a temp dir, indexed and tracked by ``FileTracker``: time to
   track them, time to start the tracker over them, RSS.
 
-Both stores: the SQLite store in a temp file, and an in-memory XTDB 1.x node started with
-``xtdb/start`` (a fresh one per job, so the node's own memory is that job's) and stopped after.
+Both stores: the SQLite store in a temp file, and an XTDB 1.x node on RocksDB with a 2 GB heap
+started with ``xtdb/start`` (a fresh one per job, so the node's own memory is that job's) and
+stopped after.
 Each job runs in a child process (``python -m bench.scale --child SPEC``), so its peak RSS
 (VmHWM) is its own. The baseline, in the same run: a bare SQLite loop inserting the same
 messages as JSON rows, one transaction per hook call.
@@ -53,9 +54,9 @@ against the 1k session."""
 XTDB_BUILD_CALLS = 2_000
 """A call on XTDB takes 10-20 ms (one awaited transaction): a history longer than this
 many turns is fed several turns per call before the measured tail, to keep the run in minutes."""
-XTDB_HEAP = "-Xmx8g"
-"""The in-memory node keeps every document and index entry on the heap: a 50,000-message session
-of this mix ran the default 1 GB out of memory."""
+XTDB_HEAP = "-Xmx2g"
+"""The node's heap: RocksDB keeps documents and indexes off the heap (an in-memory node kept them
+on it and needed 8 GB for the 50,000-message session)."""
 FILES = 10_000
 FLAT_TARGET = 2.0
 
@@ -303,23 +304,32 @@ def child(arg: str) -> int:
 
 
 @contextmanager
-def _xtdb_node() -> Iterator[tuple[str, int | None]]:
-    """A fresh in-memory XTDB node (the test suite's helper), with the heap this needs; its URL
-    and JVM pid (None if it is not ours: ``$XTDB_URL`` or a container)."""
-    from tests._xtdb_node import node
+def _xtdb_node(tmp: Path) -> Iterator[tuple[str, int | None, Path | None]]:
+    """A fresh XTDB node on RocksDB (``xtdb/start --config rocksdb``, its data in ``tmp``) with a
+    heap of ``XTDB_HEAP``: its URL, JVM pid and data directory (None, None for ``$XTDB_URL``)."""
+    from tests._xtdb_node import _free_port, _stop
 
-    saved = os.environ.get("XTDB_JAVA_OPTS")
-    os.environ["XTDB_JAVA_OPTS"] = saved or XTDB_HEAP
+    env = os.environ.get("XTDB_URL", "").strip()
+    if env:
+        yield env, None, None
+        return
+    port = _free_port()
+    data = tmp / f"xtdb-{port}"
+    cmd = [str(ROOT / "xtdb" / "start"), "--port", str(port), "--config", "rocksdb", "--data-dir", str(data)]
+    done = subprocess.run(
+        cmd, env={**os.environ, "XTDB_JAVA_OPTS": XTDB_HEAP}, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"xtdb/start failed: {done.stderr.strip()[-2000:]}")
     try:
-        with node() as url:
-            pid_file = ROOT / "xtdb" / "target" / f"xtdb-{url.rsplit(':', 1)[-1]}.pid"
-            pid = int(pid_file.read_text()) if pid_file.exists() and not os.environ.get("XTDB_URL") else None
-            yield url, pid
+        pid_file = ROOT / "xtdb" / "target" / f"xtdb-{port}.pid"
+        yield done.stdout.strip(), int(pid_file.read_text()) if pid_file.exists() else None, data
     finally:
-        if saved is None:
-            os.environ.pop("XTDB_JAVA_OPTS", None)
-        else:
-            os.environ["XTDB_JAVA_OPTS"] = saved
+        _stop(port)
+
+
+def _dir_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
 def _run_child(spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
@@ -401,6 +411,11 @@ def _aims(rows: list[dict[str, Any]]) -> str:
   with redaction on (the default, a security requirement), no ingest can reach 0.5× the bare loop."""
 
 
+def _node_disk(r: dict[str, Any]) -> str:
+    size = f"{r['node_mb']:,.1f} MB RocksDB" if r.get("node_mb") is not None else "n/a"
+    return f"{size} ({r['kv_keys']:,} KV keys)"
+
+
 def _disk(r: dict[str, Any]) -> str:
     return f"{r['db_mb'] + r['wal_mb']:,.1f} MB ({r['db_mb']:,.1f} + WAL {r['wal_mb']:,.1f})"
 
@@ -425,12 +440,13 @@ def main() -> int:
         _say(f"sqlite: {FILES:,} tracked files")
         files["sqlite"] = _run_child({"job": "files", "store": "sqlite"}, tmp)
         for size in SIZES:
-            _say(f"xtdb: session of {size:,} messages (fresh in-memory node)")
-            with _xtdb_node() as (url, pid):
+            _say(f"xtdb: session of {size:,} messages (fresh RocksDB node, {XTDB_HEAP})")
+            with _xtdb_node(tmp) as (url, pid, data):
                 spec = {"job": "session", "store": "xtdb", "size": size, "url": url, "pid": pid}
                 sessions["xtdb"].append(_run_child(spec, tmp))
-        _say(f"xtdb: {FILES:,} tracked files (fresh in-memory node)")
-        with _xtdb_node() as (url, pid):
+                sessions["xtdb"][-1]["node_mb"] = _dir_mb(data) if data is not None else None
+        _say(f"xtdb: {FILES:,} tracked files (fresh RocksDB node, {XTDB_HEAP})")
+        with _xtdb_node(tmp) as (url, pid, data):
             files["xtdb"] = _run_child({"job": "files", "store": "xtdb", "url": url, "pid": pid}, tmp)
     runtime = time.perf_counter() - started
 
@@ -440,7 +456,7 @@ def main() -> int:
     rows = []
     for name, results in sessions.items():
         for r in results:
-            disk = _disk(r) if name == "sqlite" else f"n/a ({r['kv_keys']:,} KV keys)"
+            disk = _disk(r) if name == "sqlite" else _node_disk(r)
             node = f" + node {_mb(r['node_hwm_mb'])}" if r.get("node_hwm_mb") else ""
             build = "1" if r["per_call"] == 1 else f"{r['per_call']}, then 1"
             active = f"{min(r['active'])}–{max(r['active'])}"
@@ -494,17 +510,17 @@ characters, 4% of them 20k–60k ({big["chars"] / big["messages"]:,.0f} characte
 {big["messages"]:,} messages are {big["turns"]:,} turns). Default `RetentionPolicy`. Each job runs
 in a process of its own (peak RSS is its VmHWM, which includes the harness's own message list:
 {_mb(big["msgs_rss_mb"])} at {big["messages"]:,} messages); each store first takes a
-{WARM_TURNS}-turn warm-up session. XTDB is a fresh in-memory 1.24.5 node per job (`xtdb/start`,
-`XTDB_JAVA_OPTS={XTDB_HEAP}`: with the default 1 GB heap a 50,000-message session ran out of memory),
-reached over HTTP/EDN through `open_store`.{batched}
+{WARM_TURNS}-turn warm-up session. XTDB is a fresh 1.24.5 node on RocksDB per job (`xtdb/start
+--config rocksdb`, `XTDB_JAVA_OPTS={XTDB_HEAP}`: documents and indexes live in RocksDB, off the
+heap; an in-memory node needed 8 GB for the 50,000-message session), reached over HTTP/EDN
+through `open_store`: every job below ran to its end within that heap.{batched}
 
 Assembly is the time of one `transform_context` call over the last {TAIL} turns (ingesting that
 turn, policy, the frame, its one transaction), split into the time inside the store's methods and
 the rest (library). Ingest is all messages over the whole session's time, against a bare SQLite
 loop inserting the same messages as JSON rows, one transaction per turn. Store size: the SQLite
-file plus its WAL; the in-memory node reports no size (`:xtdb.kv/size` is nil in
-`/_xtdb/status`), so the table gives its KV key count (`:xtdb.kv/estimate-num-keys`, after the
-warm-up) and the node's peak RSS.
+file plus its WAL; the node's RocksDB directory (transaction log, documents, indexes) with its KV
+key count (`:xtdb.kv/estimate-num-keys`, after the warm-up), and the node's peak RSS.
 
 | store | messages | turns per call | assembly p50 | p95 | mean | p50 store / library | active objects | ingest msg/s | vs bare | store size | peak RSS |
 |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|
