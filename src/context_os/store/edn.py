@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from json.decoder import scanstring  # type: ignore[attr-defined]  # the C scanner (_json)
-from typing import Any
+from typing import Any, Self
 
 __all__ = ["Char", "EdnError", "FrozenMap", "Keyword", "Symbol", "Tagged", "loads"]
 
@@ -46,51 +46,43 @@ class EdnError(ValueError):
     """The text is not EDN (or uses a part of it this reader does not take)."""
 
 
-class Keyword:
-    """An EDN keyword; ``name`` is its text without the colon (``xt/id``). Interned."""
+class _Interned:
+    """A name read from EDN, one object per name (compared by identity)."""
 
     __slots__ = ("name",)
-    _interned: dict[str, Keyword] = {}
+    _interned: dict[str, Any]
     name: str
 
-    def __new__(cls, name: str) -> Keyword:
-        kw = cls._interned.get(name)
-        if kw is None:
-            kw = object.__new__(cls)
-            kw.name = name
-            kw = cls._interned.setdefault(name, kw)
-        return kw
+    def __new__(cls, name: str) -> Self:
+        got: Self | None = cls._interned.get(name)
+        if got is None:
+            got = object.__new__(cls)
+            got.name = name
+            got = cls._interned.setdefault(name, got)
+        return got
 
-    def __reduce__(self) -> tuple[type[Keyword], tuple[str]]:
-        return (Keyword, (self.name,))
+    def __reduce__(self) -> tuple[type[_Interned], tuple[str]]:
+        return (type(self), (self.name,))
 
     def __repr__(self) -> str:
-        return f"Keyword({self.name!r})"
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class Keyword(_Interned):
+    """An EDN keyword; ``name`` is its text without the colon (``xt/id``). Interned."""
+
+    __slots__ = ()
+    _interned: dict[str, Keyword] = {}
 
     def __str__(self) -> str:
         return ":" + self.name
 
 
-class Symbol:
+class Symbol(_Interned):
     """An EDN symbol (``?e``, ``xtdb.api/put``). Interned."""
 
-    __slots__ = ("name",)
+    __slots__ = ()
     _interned: dict[str, Symbol] = {}
-    name: str
-
-    def __new__(cls, name: str) -> Symbol:
-        sym = cls._interned.get(name)
-        if sym is None:
-            sym = object.__new__(cls)
-            sym.name = name
-            sym = cls._interned.setdefault(name, sym)
-        return sym
-
-    def __reduce__(self) -> tuple[type[Symbol], tuple[str]]:
-        return (Symbol, (self.name,))
-
-    def __repr__(self) -> str:
-        return f"Symbol({self.name!r})"
 
     def __str__(self) -> str:
         return self.name
