@@ -44,7 +44,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -247,13 +247,25 @@ def set_meta(conn: sqlite3.Connection, key: str, value: Any) -> None:
 
 def fts_problem(conn: sqlite3.Connection) -> str | None:
     """What FTS5's own integrity check finds wrong with the index (None: nothing). Runs over the
-    whole index; a store opened read-only cannot run it and reports None."""
+    whole index; a store opened read-only cannot run it and reports None.
+
+    The check compares ``text_fts`` with its content table, ``text_parts``, which also holds the
+    parts not moved into ``text_fts`` yet (``flush_fts``): they are moved first, inside a
+    savepoint that is rolled back, so the check sees the index as a search would and changes
+    nothing."""
     try:
+        conn.execute("SAVEPOINT fts_check")
+    except sqlite3.DatabaseError as e:
+        return None if "readonly" in str(e) else str(e)
+    try:
+        flush_fts(conn, force=True)
         conn.execute("INSERT INTO text_fts (text_fts, rank) VALUES ('integrity-check', 1)")
     except sqlite3.DatabaseError as e:
-        if "readonly" in str(e):
-            return None
-        return str(e)
+        return None if "readonly" in str(e) else str(e)
+    finally:
+        with suppress(sqlite3.DatabaseError):  # an error that ended the transaction took it along
+            conn.execute("ROLLBACK TO fts_check")
+            conn.execute("RELEASE fts_check")
     return None
 
 
