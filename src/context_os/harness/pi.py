@@ -104,7 +104,7 @@ def _text_blocks(content: Any, index: int, *, allowed: tuple[str, ...]) -> tuple
     text (and record its length), other allowed blocks are kept whole."""
     if not isinstance(content, list):
         raise MalformedMessage(
-            f"content must be a string or a list of blocks, not {type(content).__name__}", index=index, field="content"
+            f"content must be a list of blocks, not {type(content).__name__}", index=index, field="content"
         )
     texts: list[str] = []
     skeleton: list[dict[str, Any]] = []
