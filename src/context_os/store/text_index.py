@@ -279,15 +279,18 @@ def add_parts(conn: sqlite3.Connection, eid: int, doc: Mapping[str, Any]) -> int
     kind = str(doc.get("kind"))
     session = session_of(doc)
     object_hash = str(doc.get("object_hash") or "")
-    added = 0
-    for part, text in parts:
-        cur = conn.execute(
-            "INSERT OR IGNORE INTO text_parts (eid, part, hash, kind, session, object_hash, text)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (eid, part, _text_key(text), kind, session, object_hash, text),
-        )
-        added += cur.rowcount
-    return added
+    rows = [(eid, part, _text_key(text), kind, session, object_hash, text) for part, text in parts]
+    if len(rows) > 1:
+        # a chat page is written again at every turn with one or a few new entries: what this
+        # entity already has is read in one query rather than refused one insert at a time
+        had = set(conn.execute("SELECT part, hash FROM text_parts WHERE eid = ?", (eid,)))
+        rows = [r for r in rows if (r[1], r[2]) not in had]
+    cur = conn.executemany(
+        "INSERT OR IGNORE INTO text_parts (eid, part, hash, kind, session, object_hash, text)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    return max(cur.rowcount, 0)
 
 
 def fts_seq(conn: sqlite3.Connection) -> int:
