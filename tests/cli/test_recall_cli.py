@@ -42,6 +42,18 @@ def test_keyword_recall_lists_hits_with_their_refs(db: Path) -> None:
     assert code == 0 and json.loads(out)["hits"] == []
 
 
+def test_the_periods_a_query_names_are_shown(db: Path) -> None:
+    code, out = recall(db, "slash command in March 2025", "--embedder", "none", "--json", "-k", "1")
+    assert code == 0, out
+    assert json.loads(out)["periods"] == [
+        {"text": "March 2025", "start": "2025-03-01T00:00:00.000Z", "end": "2025-04-01T00:00:00.000Z"}
+    ]
+    code, out = recall(db, "slash command on 2025-03-04", "--embedder", "none", "-k", "1")
+    assert code == 0 and "the query names '2025-03-04': 2025-03-04 (what was said then ranks higher)" in out
+    code, out = recall(db, "slash command", "--embedder", "none", "--json", "-k", "1")
+    assert code == 0 and json.loads(out)["periods"] == []
+
+
 @pytest.mark.slow
 def test_hybrid_recall_embeds_what_is_missing_first(db: Path) -> None:
     code, out = recall(db, "how do users pick a model", "--embedder", "wordllama", "--json", "-k", "5")

@@ -105,6 +105,9 @@ def test_recall_finds_another_sessions_tool_output_and_activate_loads_it(store: 
     assert all(h["session"] == f"{uid}-b" for h in mine["hits"])
     old = json.loads(hook.call_tool("recall", {"query": "lease renewal failed", "as_of": "2001-01-01T00:00:00Z"}))
     assert old["hits"] == [] and old["as_of"] == "2001-01-01T00:00:00.000Z"
+    named = json.loads(hook.call_tool("recall", {"query": "lease renewal failed in May 2001", "as_of": "2001-06-01"}))
+    assert named["periods"] == ["May 2001 (2001-05-01 to 2001-05-31, ranked higher)"] and named["hits"] == []
+    assert "periods" not in out
     # with auto recall, the user's message is the query: the hit is in the object index at once
     auto = recall_hook(store, f"{uid}-c", Recall(store), auto=True)
     text = blocks_text(auto.transform_context([user("the lease renewal test failed again")]))

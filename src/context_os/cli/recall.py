@@ -13,7 +13,9 @@ from typing import Any
 
 import click
 
+from .. import times
 from ..sources.recall import RecallResult, open_recall
+from ..sources.when import Period
 from ._common import embedder_option, emit_json, fails_cleanly, iso, json_option, progress, store_from, table
 
 PREVIEW = 70
@@ -57,6 +59,8 @@ def recall_cmd(
         emit_json(_report(result))
         return
     click.echo(f"{result.mode}: {len(result.hits)} hits" + (f" ({result.note})" if result.note else ""))
+    for p in result.periods:
+        click.echo(f"the query names {p.text!r}: {_span(p)} (what was said then ranks higher)")
     if result.hits:
         click.echo(table(_rows(result), ["#", "kind", "id", "part", "score", "bm25", "vector", "session", "text"]))
 
@@ -74,11 +78,17 @@ def _catch_up(vectors: Any, *, quiet: bool) -> None:
                 pass
 
 
+def _span(p: Period) -> str:
+    first, last = times.iso(p.start)[:10], times.iso(p.end - 1)[:10]
+    return first if first == last else f"{first} to {last}"
+
+
 def _report(result: RecallResult) -> dict[str, Any]:
     return {
         "query": result.query,
         "mode": result.mode,
         "note": result.note,
+        "periods": [{"text": p.text, "start": times.iso(p.start), "end": times.iso(p.end)} for p in result.periods],
         "hits": [
             {
                 "rank": h.rank,

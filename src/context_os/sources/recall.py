@@ -49,6 +49,7 @@ from ..tokens import estimate_tokens
 from .base import SourceItem
 from .embed import Embedder, default_embedder
 from .vectors import VectorHit, VectorIndex, VectorIndexer, text_key
+from .when import Period, named_periods
 
 __all__ = [
     "STOPWORDS",
@@ -112,6 +113,15 @@ class RecallConfig:
     recency_half_life_ms: int = 7 * 24 * 3600 * 1000
     mmr_lambda: float | None = None
     """None: no MMR; else relevance weight (1.0 is pure relevance) against similarity to hits already chosen."""
+    session_weight: float = 0.3
+    """Weight of the session prior: a part gains ``session_weight`` × the best fused score ×
+    (its session's evidence / the best session's), a session's evidence being the sum of its
+    ``session_top`` best fused scores. A hit among other hits of its session is likelier the one
+    wanted than a lone hit in a session about something else."""
+    session_top: int = 3
+    time_weight: float = 0.7
+    """A part said within a period the query names ("on 9 October, 2022", "last week":
+    ``when.named_periods``) gains ``time_weight`` × the best fused score."""
     min_score: float = 0.0
     """Hits whose final score is below this are dropped."""
     drop_stopwords: bool = True
@@ -126,12 +136,14 @@ class RecallConfig:
             "spread_after_question",
             "spread_prev",
             "recency_weight",
+            "session_weight",
+            "time_weight",
             "min_score",
         ):
             if getattr(self, name) < 0:
                 raise InputError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if self.rrf_k < 1 or self.depth < 1 or self.recency_half_life_ms < 1:
-            raise InputError("rrf_k, depth and recency_half_life_ms must be >= 1")
+        if self.rrf_k < 1 or self.depth < 1 or self.recency_half_life_ms < 1 or self.session_top < 1:
+            raise InputError("rrf_k, depth, recency_half_life_ms and session_top must be >= 1")
         if self.mmr_lambda is not None and not 0 <= self.mmr_lambda <= 1:
             raise InputError(f"mmr_lambda must be within [0, 1], got {self.mmr_lambda!r}")
 
@@ -165,6 +177,8 @@ class RecallResult:
     """Why recall is not hybrid (no embedder), or that vectors lag the store."""
     timings_ms: dict[str, float] = field(default_factory=dict)
     """``bm25``, ``embed`` (the query), ``vector``, ``fuse``."""
+    periods: list[Period] = field(default_factory=list)
+    """The periods the query names (``when.named_periods``): what was said in them ranks higher."""
 
 
 @dataclass
@@ -271,12 +285,14 @@ class Recall:
             )
             timings["vector"] = (time.perf_counter() - t2) * 1000
         t3 = time.perf_counter()
-        hits = self._fuse(bm, vec, k, wanted, session, valid_time, tx_id)
+        periods = named_periods(query, valid_time if valid_time is not None else now_ms()) if cfg.time_weight else []
+        hits = self._fuse(periods, bm, vec, k, wanted, session, valid_time, tx_id)
         timings["fuse"] = (time.perf_counter() - t3) * 1000
-        return RecallResult(query, hits, "bm25" if self.vectors is None else "hybrid", note, timings)
+        return RecallResult(query, hits, "bm25" if self.vectors is None else "hybrid", note, timings, periods)
 
     def _fuse(
         self,
+        periods: list[Period],
         bm: list[TextHit],
         vec: list[VectorHit],
         k: int,
@@ -311,8 +327,17 @@ class Recall:
                     c.base += weight * ((h.score - low) / (top - low) if top > low else 1.0)
         for c in cands.values():
             c.score = c.base
+        pages = _Pages(self.store, valid_time, tx_id)
         if (cfg.spread_next or cfg.spread_prev) and "chat" in wanted:
-            self._spread(cands, session, valid_time, tx_id)
+            self._spread(cands, session, pages)
+        top = max((c.base for c in cands.values()), default=0.0)
+        if cfg.session_weight and top > 0:
+            self._session_prior(cands, top)
+        if periods and top > 0:
+            for c in cands.values():
+                said = pages.said(c.hit)
+                if any(p.holds(said) for p in periods):
+                    c.score += cfg.time_weight * top
         if cfg.recency_weight:
             now = valid_time if valid_time is not None else now_ms()
             for c in cands.values():
@@ -335,17 +360,25 @@ class Recall:
             for rank, c in enumerate(ranked[:k], 1)
         ]
 
-    def _spread(
-        self,
-        cands: dict[tuple[str, str], _Cand],
-        session: str | None,
-        valid_time: int | None,
-        tx_id: int | None,
-    ) -> None:
+    def _session_prior(self, cands: dict[tuple[str, str], _Cand], top: float) -> None:
+        """Each part gains a share of its session's evidence (``RecallConfig.session_weight``)."""
+        cfg = self.config
+        per: dict[str, list[float]] = {}
+        for c in cands.values():
+            if c.hit.session is not None:
+                per.setdefault(c.hit.session, []).append(c.base)
+        evidence = {s: sum(sorted(bases, reverse=True)[: cfg.session_top]) for s, bases in per.items()}
+        best = max(evidence.values(), default=0.0)
+        if best <= 0:
+            return
+        for c in cands.values():
+            if c.hit.session is not None:
+                c.score += cfg.session_weight * top * evidence[c.hit.session] / best
+
+    def _spread(self, cands: dict[tuple[str, str], _Cand], session: str | None, pages: _Pages) -> None:
         """Chat entries pass shares of their score to their neighbours in the conversation."""
         cfg = self.config
         by_entry: dict[tuple[str, int], _Cand] = {}
-        docs: dict[str, tuple[Version, dict[str, str]] | None] = {}
         for c in cands.values():
             h = c.hit
             m = _ENTRY.fullmatch(h.part) if h.kind == "chat" and h.session is not None else None
@@ -358,37 +391,26 @@ class Recall:
                     continue
                 near = by_entry.get((sess, entry + offset))
                 if near is None:
-                    near = self._neighbour(sess, entry + offset, c, docs, valid_time, tx_id)
+                    near = self._neighbour(sess, entry + offset, c, pages)
                     if near is None or (session is not None and near.hit.session != session):
                         continue
                     cands[(near.hit.id, near.hit.part)] = near
                     by_entry[(sess, entry + offset)] = near
                 near.score += share * c.base
 
-    def _neighbour(
-        self,
-        session: str,
-        entry: int,
-        beside: _Cand,
-        docs: dict[str, tuple[Version, dict[str, str]] | None],
-        valid_time: int | None,
-        tx_id: int | None,
-    ) -> _Cand | None:
+    def _neighbour(self, session: str, entry: int, beside: _Cand, pages: _Pages) -> _Cand | None:
         """Entry ``entry`` of ``session`` as of the search: in the chat page of the entry
         ``beside`` it when that page holds it, else where the vector index saw it last."""
         page = beside.hit.id
-        if page not in docs:
-            got = self.store.get(page, valid_time, tx_id)
-            docs[page] = None if got is None or got.doc is None else (got, dict(index_parts(got.doc)))
-        held = docs[page]
+        held = pages.get(page)
         part = f"e{entry}"
-        if held is not None and (text := held[1].get(part)) is not None:
-            v = held[0]
+        if held is not None and (text := held.texts.get(part)) is not None:
+            v = held.version
             return _Cand(TextHit(page, "chat", part, v.valid_time, v.tx_id, v.object_hash or "", session, text, 0.0))
         if self.vectors is None:
             return None
         for id, p in self.vectors.entry_parts(session, entry):
-            found = self.vectors.resolve(id, p, valid_time=valid_time, tx_id=tx_id)
+            found = self.vectors.resolve(id, p, valid_time=pages.valid_time, tx_id=pages.tx_id)
             if found is not None:
                 w, text, sess = found
                 return _Cand(TextHit(id, "chat", p, w.valid_time, w.tx_id, w.object_hash or "", sess, text, 0.0))
@@ -441,6 +463,46 @@ class Recall:
             left -= cost
             items.append(hit_item(h, query, result.mode))
         return items
+
+
+@dataclass
+class _Page:
+    version: Version
+    texts: dict[str, str]
+    """Part → text."""
+    said: dict[str, int]
+    """Part → when it was said, for the entries whose harness recorded it (``ts``)."""
+
+
+class _Pages:
+    """The chat pages one search reads, each once, on the search's bitemporal basis."""
+
+    def __init__(self, store: Store, valid_time: int | None, tx_id: int | None) -> None:
+        self.store, self.valid_time, self.tx_id = store, valid_time, tx_id
+        self._pages: dict[str, _Page | None] = {}
+
+    def get(self, page: str) -> _Page | None:
+        if page not in self._pages:
+            got = self.store.get(page, self.valid_time, self.tx_id)
+            held = None
+            if got is not None and got.doc is not None:
+                said = {
+                    f"e{e['i']}": e["ts"]
+                    for e in got.doc.get("content") or ()
+                    if isinstance(e, dict) and isinstance(e.get("ts"), int) and isinstance(e.get("i"), int)
+                }
+                held = _Page(got, dict(index_parts(got.doc)), said)
+            self._pages[page] = held
+        return self._pages[page]
+
+    def said(self, hit: TextHit) -> int:
+        """When ``hit`` was said: a chat entry's ``ts`` when its harness gave one, else the valid
+        time of the version it is in (for a live session, when context_os took it in)."""
+        if hit.kind == "chat":
+            held = self.get(hit.id)
+            if held is not None and hit.part in held.said:
+                return held.said[hit.part]
+        return hit.valid_time
 
 
 def hit_item(h: RecallHit, query: str, mode: str) -> SourceItem:
