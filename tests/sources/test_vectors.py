@@ -18,7 +18,7 @@ from context_os.errors import InputError
 from context_os.harness.openai import OpenAIHook
 from context_os.objects import SourceDoc
 from context_os.sources.embed import OpenAIEmbedder, Vectors, WordLlamaEmbedder
-from context_os.sources.vectors import VectorIndex, VectorIndexer
+from context_os.sources.vectors import VectorIndex, VectorIndexer, _best_first
 from context_os.store import Store
 from context_os.store.base import Evict, Put
 
@@ -270,3 +270,15 @@ def test_after_the_keyword_index_is_rebuilt_new_parts_are_still_embedded(
         assert "the deploy needs a tag" in counting.texts
         assert counting.texts.count("fact number 0 about the build") == 1  # not embedded twice
         assert [h.id for h in index.search("deploy tag", k=1)] == ["memory:new"]
+
+
+@pytest.mark.parametrize("first", [1, 5, 64, 10_000])
+def test_best_first_is_a_stable_sort_of_what_is_finite(first: int) -> None:
+    rng = np.random.default_rng(first)
+    sims = rng.integers(0, 40, 3_000).astype(np.float32) / 40  # many ties
+    sims[rng.integers(0, 3_000, 200)] = -np.inf  # filtered out
+    sims[rng.integers(0, 3_000, 5)] = np.nan
+    expected = [int(i) for i in np.argsort(-np.where(np.isfinite(sims), sims, -np.inf), kind="stable")]
+    expected = [i for i in expected if np.isfinite(sims[i])]
+    assert list(_best_first(sims, first)) == expected
+    assert list(_best_first(np.full(4, -np.inf, dtype=np.float32), first)) == []
