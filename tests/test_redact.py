@@ -208,3 +208,47 @@ def test_a_hostile_megabyte_costs_linear_time(run: str, reliability: Counts) -> 
     reliability.timed("attack: hostile megabyte (redactor)", started)
     reliability.add("attack: hostile megabyte (redactor)", attempts=1, characters=len(text))
     assert len(out) > 0
+
+
+# one sample of every detector whose pattern has a gate (redact._GATES), built from parts
+GATED = [
+    "AKIA" + "IOSFODNN7EXAMPLE",
+    'aws_key = "' + "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYEXAMPLEKEY" + '"',
+    "AWS.Token='" + "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYEXAMPLEKEY" + "'",
+    SLACK,
+    "https://hooks.slack.com/services/" + "T0000/B0000/XXXXXXXXXXXXXXXX",
+    "HTTPS://HOOKS.SLACK.COM/services/" + "T0000/B0000/XXXXXXXXXXXXXXXX",
+    STRIPE_LIVE,
+    "rk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    "AC" + "a" * 32,
+    "SK" + "0123456789abcdef0123456789abcdef",
+    "0123456789abcdef0123456789abcdef" + "-us12",
+    GITHUB,
+    "glpat-" + "x" * 20,
+    "M" + "a" * 23 + "." + "b" * 6 + "." + "c" * 27,
+    "123456789:" + "A" * 35,
+    'password = "' + "q8Zr2LmX9vT4pK7wN3bY6hJ1" + '"',
+    'Contraseña = "' + "q8Zr2LmX9vT4pK7wN3bY6hJ1" + '"',
+]
+
+
+def test_gates_change_nothing_that_is_found() -> None:
+    """A gate (redact._GATES) only skips a pattern that cannot match: with and without them, the
+    same spans, on every gated shape alone, in text, and cut or joined at random."""
+    gated = Redactor()
+    plain = Redactor()
+    for rule in plain._rules:
+        rule.gates = [None] * len(rule.gates)
+    assert sum(g is not None for r in gated._rules for g in r.gates) == 7  # every gate found its pattern
+    rng = random.Random(5)
+    words = ["the", "key", "İstanbul", ".", ":", "AC", "SK", "-us", "gh", "gl", "xox", "aws", "\n", "\\n", '"']
+    texts = [*GATED, *(f"see {s} here" for s in GATED), *(s.lower() for s in GATED), *(s.upper() for s in GATED)]
+    for _ in range(2_000):
+        parts = rng.choices(GATED, k=rng.randint(0, 3)) + rng.choices(words, k=rng.randint(0, 12))
+        rng.shuffle(parts)
+        text = rng.choice(["", " ", "\n"]).join(parts)
+        cut = rng.randint(0, len(text))
+        texts += [text, text[:cut], text[cut:]]
+    for text in texts:
+        assert gated.find(text) == plain.find(text), text
+    assert all(gated.find(s) for s in GATED)
