@@ -1,25 +1,21 @@
 """Hybrid recall (sources/recall.py) on real SQLite stores, the real keyword index and the real
-WordLlama embedder: fusion, context spread, recency, MMR, the threshold, the fall-back to BM25,
+WordLlama embedder: fusion, context spread, the session prior, recency, MMR, the threshold, the fall-back to BM25,
 the object source, and bad input."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from context_os import Session
 from context_os.errors import InputError
-from context_os.harness.pi import PiHook
 from context_os.sources import ObjectSource
 from context_os.sources.embed import WordLlamaEmbedder
 from context_os.sources.recall import Recall, RecallConfig, keyword_query
 from context_os.sources.vectors import VectorIndex
 from context_os.store import Store
-from context_os.times import now_ms
 
 from .test_vectors import TALK, chat, memory
 
@@ -159,47 +155,6 @@ def test_a_hit_among_hits_of_its_session_outranks_a_lone_one(db: Store) -> None:
     assert sessions(RecallConfig(spread_next=0, spread_prev=0)) == ["garden", "garden", "errands", "garden", "trip"]
     with pytest.raises(InputError, match="session_top"):
         RecallConfig(session_top=0)
-
-
-def test_what_was_said_in_a_period_the_query_names_comes_first(db: Store) -> None:
-    def at(date: str) -> int:
-        return int(datetime.fromisoformat(date).replace(tzinfo=UTC).timestamp() * 1000)
-
-    def said(session: str, when: int, texts: list[str]) -> None:
-        messages = [
-            {
-                "role": "user" if k % 2 == 0 else "assistant",
-                "content": [{"type": "text", "text": t}],
-                "timestamp": when + 60_000 * k,
-            }
-            for k, t in enumerate(texts)
-        ]
-        with Session.open(db, session, harness="pi", redact=False) as s:
-            PiHook(s).transform_context(messages)
-
-    same = "We played Catan at the convention."
-    said("a", at("2022-10-09"), [same, "Who won?"])
-    said("b", at("2023-08-14"), [same, "Who won this time?"])
-    said("c", at("2023-08-20"), ["A long day: the train, the hotel, the talks, and a Catan box at the shop."])
-    recall = Recall(db, config=RecallConfig(session_weight=0))
-    plain = recall.search("played Catan", k=2).hits
-    assert [h.session for h in plain] == ["a", "b"] and plain[0].score == plain[1].score  # a tie, broken by id
-    for when, session in (("on 9 October, 2022", "a"), ("in August 2023", "b"), ("on 2023-08-14", "b")):
-        hits = recall.search(f"Where was Catan played {when}?", k=2).hits
-        assert hits[0].session == session and hits[0].part == "e0", when
-        assert hits[0].score == pytest.approx(0.6 + recall.config.time_weight * 0.6)  # BM25's best, + the period's
-    off = Recall(db, config=RecallConfig(session_weight=0, time_weight=0))
-    assert [h.session for h in off.search("Where was Catan played in August 2023?", k=2).hits] == ["a", "b"]
-    # a part without a harness time is placed by its version's valid time
-    notes = "Catan rematch minutes from the club meeting."
-    db.put(memory("memory:minutes", notes), valid_from=at("2021-05-03"))
-    assert recall.search("Catan", k=4).hits[0].id != "memory:minutes"
-    assert recall.search("Catan in May 2021", k=4).hits[0].id == "memory:minutes"
-    # a relative period counts from as_of
-    ref = now_ms() + 1_000
-    said("d", ref - 86_400_000, ["Catan is on the table again."])
-    assert recall.search("Catan", k=1, as_of=ref).hits[0].session != "d"
-    assert recall.search("Catan yesterday", k=1, as_of=ref).hits[0].session == "d"
 
 
 def test_mmr_makes_room_for_a_different_hit(db: Store) -> None:
