@@ -1,6 +1,6 @@
 """Hybrid recall (sources/recall.py) on real SQLite stores, the real keyword index and the real
-WordLlama embedder: fusion, context spread, the session prior, recency, MMR, the threshold, the fall-back to BM25,
-the object source, and bad input."""
+WordLlama embedder: fusion, context spread, the session prior, recency, MMR, the threshold, the
+fall-back to BM25, the object source, and bad input (periods a query names: test_recall_stores)."""
 
 from __future__ import annotations
 
