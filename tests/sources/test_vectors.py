@@ -4,6 +4,7 @@ crash, a change of model, the bitemporal filter, the worker."""
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 import textwrap
@@ -14,13 +15,16 @@ import numpy as np
 import pytest
 
 from context_os import Session
+from context_os.context.evict import evict
 from context_os.errors import InputError
 from context_os.harness.openai import OpenAIHook
 from context_os.objects import SourceDoc
+from context_os.sources import vectors as vectors_module
 from context_os.sources.embed import OpenAIEmbedder, Vectors, WordLlamaEmbedder
 from context_os.sources.vectors import VectorIndex, VectorIndexer, _best_first
 from context_os.store import Store
 from context_os.store.base import Evict, Put
+from tests.helpers import wait_for
 
 from ._embeddings_server import embeddings_server
 
@@ -231,7 +235,6 @@ def test_vectors_are_normalised_float32_in_the_sidecar(db: Store, tmp_path: Path
 def test_evicting_an_object_drops_its_vectors_from_the_sidecar(
     db: Store, tmp_path: Path, model: WordLlamaEmbedder
 ) -> None:
-    from context_os.context.evict import evict
     from context_os.sources.vectors import text_key
 
     secret = "the staging password is hunter2-orange-lamp"
@@ -282,3 +285,67 @@ def test_best_first_is_a_stable_sort_of_what_is_finite(first: int) -> None:
     expected = [i for i in expected if np.isfinite(sims[i])]
     assert list(_best_first(sims, first)) == expected
     assert list(_best_first(np.full(4, -np.inf, dtype=np.float32), first)) == []
+
+
+def corpus(n: int, seed: int = 3) -> list[str]:
+    rng = random.Random(seed)
+    words = " ".join(TALK).replace(".", "").replace(",", "").replace("?", "").split()
+    return [" ".join(rng.choices(words, k=rng.randint(5, 14))) + f" ({i})" for i in range(n)]
+
+
+def test_past_graph_from_search_asks_an_hnsw_graph_and_finds_what_exact_search_finds(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    texts = corpus(240)
+    chat(db, "many", texts, every=40)
+    graphed = VectorIndex(db, model, tmp_path / "g.vectors", graph_from=200)
+    exact = VectorIndex(db, model, tmp_path / "e.vectors", graph_from=None)
+    graphed.catch_up(), exact.catch_up()
+    assert graphed.graph_rows == 0  # grown by the worker only, never on the search path
+    queries = ["golden retriever puppy", "cello Bach suite", "billing migration downtime", "coffee on Tuesday"]
+    before = [[(h.id, h.part) for h in graphed.search(q, k=5)] for q in queries]
+    while graphed.grow_graph(rows=64):
+        pass
+    assert graphed.graph_rows == 240 and exact.grow_graph() == 0
+    for q, was in zip(queries, before, strict=True):
+        hits = graphed.search(q, k=5)
+        assert [(h.id, h.part) for h in hits] == was == [(h.id, h.part) for h in exact.search(q, k=5)]
+        assert [h.score for h in hits] == [h.score for h in exact.search(q, k=5)]  # exact scores of the candidates
+    # rows embedded after the graph last grew are searched exactly until it grows again
+    chat(db, "late", ["A golden retriever puppy chewed the lighthouse keeper's boots."])
+    graphed.catch_up()
+    assert graphed.graph_rows == 240
+    assert graphed.search("golden retriever puppy chewed boots", k=1)[0].session == "late"
+    # a filter the graph's nearest do not pass: every vector, exactly (k=1 asks the graph for 68)
+    assert [h.session for h in graphed.search("golden retriever puppy", k=1, session="late")] == ["late"]
+    graphed.close(), exact.close()
+
+
+def test_the_graph_is_built_by_the_worker_and_again_after_an_eviction(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    chat(db, "many", corpus(120), every=40)
+    db.put(memory("memory:vault", "The vault combination is 31-07-99, keep it between us."))
+    index = VectorIndex(db, model, tmp_path / "v.vectors", graph_from=100)
+    worker = VectorIndexer(index, interval_s=0)
+    assert worker.drain(10)
+    wait_for(lambda: index.graph_rows == 121, "the worker to grow the graph")
+    assert index.search("vault combination", k=1)[0].id == "memory:vault"
+    evict(db, "memory:vault")
+    worker.notify()
+    wait_for(lambda: (index.counts()["vectors"], index.graph_rows) == (120, 120), "a new graph without it")
+    assert all(h.id != "memory:vault" for h in index.search("vault combination", k=5))
+    worker.close()
+    index.close()
+
+
+def test_without_usearch_search_stays_exact(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chat(db, "s1", TALK)
+    index = VectorIndex(db, model, tmp_path / "v.vectors", graph_from=1)
+    index.catch_up()
+    monkeypatch.setattr(vectors_module, "_usearch", lambda: None)
+    assert index.grow_graph() == 0 and index.graph_rows == 0
+    assert index.search("golden retriever puppy", k=1)[0].text == TALK[0]
+    index.close()
