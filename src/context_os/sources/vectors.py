@@ -135,14 +135,17 @@ def _usearch() -> Any:
 
 class _Graph:
     """An HNSW graph over the vectors of one ``_Matrix`` (its rows are the graph's keys), grown
-    in the order the rows were added, one thread at a time."""
+    in the order the rows were added, one thread at a time. It holds them quantized to 8 bits:
+    it only picks candidates, whose scores search computes from the matrix (on 100k WordLlama
+    vectors, i8 against f32: built in 11 s instead of 24, searched in 0.8 ms instead of 1.2, 81 MB
+    instead of 145, and the same 99% of the exact nearest found)."""
 
     def __init__(self, matrix: _Matrix) -> None:
         self.matrix = matrix
         self.rows = 0
         self.lock = threading.Lock()
         self.index = _usearch().Index(
-            ndim=matrix.dim, metric="cos", dtype="f32", connectivity=16, expansion_add=128, expansion_search=64
+            ndim=matrix.dim, metric="cos", dtype="i8", connectivity=16, expansion_add=128, expansion_search=64
         )
 
 
@@ -167,7 +170,7 @@ class VectorIndex:
 
     GRAPH_FROM = 50_000
     """Vectors from which search asks an HNSW graph for candidates instead of scoring every
-    vector (docs/recall.md: at 100k, 1.2 ms against 3.4 ms, recall@100 0.99)."""
+    vector (docs/recall.md: at 100k, 0.8 ms against 3.4 ms, 99% of the exact nearest found)."""
 
     def __init__(
         self, store: Store, embedder: Embedder, path: str | Path, *, graph_from: int | None = GRAPH_FROM
