@@ -37,6 +37,8 @@ def spans(query: str, ref: int = REF) -> list[tuple[str, str]]:
         ("what did we ship in 2022?", [("2022-01-01", "2022-12-31")]),
         ("the meeting on October 9", [("2023-10-09", "2023-10-09")]),  # the latest 9 October before REF
         ("the meeting on 2 March", [("2024-03-02", "2024-03-02")]),
+        ("what did we do on May 2", [("2023-05-02", "2023-05-02")]),
+        ("the 2 may 2023 release", [("2023-05-02", "2023-05-02")]),
         ("what broke today", [("2024-03-13", "2024-03-13")]),
         ("what did I ask yesterday", [("2024-03-12", "2024-03-12")]),
         ("decisions made this week", [("2024-03-11", "2024-03-17")]),
@@ -64,6 +66,7 @@ def test_forms(query: str, expected: list[tuple[str, str]]) -> None:
         "port 2022-99 is closed",  # no month 99
         "what did we decide",
         "at 10:30 on Monday",
+        "there are 2 may be 3 of them",  # without a year, only a capitalised May is the month
     ],
 )
 def test_no_period(query: str) -> None:

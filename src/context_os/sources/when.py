@@ -5,7 +5,7 @@ A query names a period in one of these forms (English, case-insensitive):
 
 * a day: ``9 October 2022``, ``9th Oct, 2022``, ``October 9, 2022``, ``Oct. 9th 2022``,
   ``2022-10-09``; a day without a year (``on October 9``) is the latest such day on or before
-  the reference time;
+  the reference time (then May must be capitalised: "2 may be" names no day);
 * a month: ``October 2022``, ``Oct 2022``, ``2022-10``;
 * a year, after ``in``, ``during``, ``of`` or ``since`` (a bare number is too often something
   else): ``in 2022``;
@@ -113,6 +113,8 @@ def _period(form: str, m: re.Match[str], ref: date) -> Period | None:
         return _days(d := date(int(g[2]), _MONTHS[g[0].lower()], int(g[1])), d, text)
     if form == "month-year":
         return _month(int(g[1]), _MONTHS[g[0].lower()], text)
+    if form in ("day-month", "month-day") and "may" in (g[0], g[1]):
+        return None  # "2 may be" is no date: without a year, the month May must be written May
     if form == "day-month":
         return _days(d := _latest(_MONTHS[g[1].lower()], int(g[0]), ref), d, text)
     if form == "month-day":
