@@ -13,6 +13,11 @@ offers the best of them to a session.
   conversation the answer often shares no word with the question: the turn before it does. An
   entry that asks a question (holds a ``?``) passes ``spread_after_question`` times more to
   the entry after it, its likely answer;
+* a session prior: a part gains a share of the best score in proportion to how much its
+  session matched (``session_weight``, ``session_top``);
+* periods the query names ("on 9 October, 2022", "last week": ``when.named_periods``): what was
+  said within one (a chat entry's harness time, else its version's valid time) gains
+  ``time_weight`` × the best score;
 * recency (``recency_weight``, ``recency_half_life_ms``; off by default), a score threshold
   (``min_score``), and MMR for diversity (``mmr_lambda``; off by default).
 
