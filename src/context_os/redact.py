@@ -379,14 +379,19 @@ class _Text:
         return len(self.low) == len(self.text)
 
 
-def _opens(gate: Gate, t: _Text, rx: re.Pattern[str]) -> bool:
-    """Whether ``t`` holds what every match of ``rx`` holds (``_GATES``)."""
+def _gate(pattern: re.Pattern[str]) -> Callable[[_Text], bool] | None:
+    """The check that a text holds what every match of ``pattern`` holds (``_GATES``), or None
+    when the pattern has no gate. Whether its substrings are looked for in the lowercased text
+    follows the library's pattern, whichever form of it a rule runs."""
+    gate = _GATES.get(pattern.pattern)
+    if gate is None:
+        return None
     if isinstance(gate, re.Pattern):
-        return gate.search(t.text) is not None
-    if rx.flags & re.IGNORECASE:
+        return lambda t: gate.search(t.text) is not None
+    if pattern.flags & re.IGNORECASE:
         # "İ" lowercases to two characters, but a gate's ASCII letters are found all the same
-        return any(w in t.low for w in gate)
-    return any(w in t.text for w in gate)
+        return lambda t: any(w in t.low for w in gate)
+    return lambda t: any(w in t.text for w in gate)
 
 
 class _Rule:
@@ -413,11 +418,11 @@ class _Rule:
         else:
             self.spans = self._values
         self.lowered: list[re.Pattern[str]] = []
-        self.gates: list[Gate | None] = []
+        self.gates: list[Callable[[_Text], bool] | None] = []
         if isinstance(plugin, RegexBasedDetector):
             # line semantics over a whole text: ^ and $ at every line
             self.regexes = [re.compile(p.pattern, p.flags | re.MULTILINE) for p in plugin.denylist]
-            self.gates = [None if getattr(plugin, "exact", False) else _GATES.get(p.pattern) for p in plugin.denylist]
+            self.gates = [None if getattr(plugin, "exact", False) else _gate(p) for p in plugin.denylist]
             if self.triggers:  # written in lowercase (see above): the same without the flag
                 self.lowered = [
                     re.compile(p.pattern, (p.flags & ~re.IGNORECASE) | re.MULTILINE) for p in plugin.denylist
@@ -432,7 +437,7 @@ class _Rule:
             if t.aligned:
                 text, regexes = t.low, self.lowered
         for rx, gate in zip(regexes, self.gates, strict=True):
-            if gate is not None and not _opens(gate, t, rx):
+            if gate is not None and not gate(t):
                 continue
             pos = 0
             # search on from the end of the last (widened) secret: a match inside a token already

@@ -15,7 +15,6 @@ import click
 
 from .. import times
 from ..sources.recall import RecallResult, open_recall
-from ..sources.when import Period
 from ._common import embedder_option, emit_json, fails_cleanly, iso, json_option, progress, store_from, table
 
 PREVIEW = 70
@@ -60,7 +59,7 @@ def recall_cmd(
         return
     click.echo(f"{result.mode}: {len(result.hits)} hits" + (f" ({result.note})" if result.note else ""))
     for p in result.periods:
-        click.echo(f"the query names {p.text!r}: {_span(p)} (what was said then ranks higher)")
+        click.echo(f"the query names {p.text!r}: {p.days} (what was said then ranks higher)")
     if result.hits:
         click.echo(table(_rows(result), ["#", "kind", "id", "part", "score", "bm25", "vector", "session", "text"]))
 
@@ -76,11 +75,6 @@ def _catch_up(vectors: Any, *, quiet: bool) -> None:
         with progress(batches(), length=pending, label="embedding", enabled=not quiet) as bar:
             for _ in bar:
                 pass
-
-
-def _span(p: Period) -> str:
-    first, last = times.iso(p.start)[:10], times.iso(p.end - 1)[:10]
-    return first if first == last else f"{first} to {last}"
 
 
 def _report(result: RecallResult) -> dict[str, Any]:

@@ -123,9 +123,7 @@ class SourceTools:
         if result.note:
             out["note"] = result.note
         if result.periods:
-            out["periods"] = [
-                f"{p.text} ({iso(p.start)[:10]} to {iso(p.end - 1)[:10]}, ranked higher)" for p in result.periods
-            ]
+            out["periods"] = [f"{p.text} ({p.days}, ranked higher)" for p in result.periods]
         if as_of is not None and valid_time is not None:
             out["as_of"] = iso(valid_time)
         out["next"] = "activate(id) loads a hit's full text" if hits else "no hit: try other words"

@@ -31,6 +31,7 @@ indexed before the call has its vector. This module never imports from ``context
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import queue
@@ -124,8 +125,10 @@ class _Matrix:
         self.n_parts += 1
 
 
+@functools.cache
 def _usearch() -> Any:
-    """The ``usearch.index`` module, or None when it is not installed (search stays exact)."""
+    """The ``usearch.index`` module, or None when it is not installed (search stays exact);
+    looked for once (a failed import is tried again at every call otherwise)."""
     try:
         from usearch import index
     except ImportError:
@@ -467,7 +470,7 @@ class VectorIndex:
             raise InputError(f"vector search: k must be a positive int, got {k!r}")
         check_basis(valid_time, tx_id)
         query = np.asarray(vector, dtype=np.float32)
-        near = self._graph_rows(query, 4 * k + 64)
+        near = self._graph_rows(query, _candidates(k))
         hits = self._search(query, near, k, wanted, session, valid_time, tx_id)
         if near is not None and not near.complete and len(hits) < k:
             # the graph's nearest were not enough once filtered and checked: every vector, exactly
@@ -508,7 +511,7 @@ class VectorIndex:
         hits: list[VectorHit] = []
         seen: set[tuple[str, str]] = set()
         versions: dict[str, tuple[Version, dict[str, str], str | None] | None] = {}
-        for i in _best_first(sims, 4 * k + 64):
+        for i in _best_first(sims, _candidates(k)):
             if len(hits) == k:
                 break
             id, kind, part, key = parts[i]
@@ -588,14 +591,21 @@ class VectorIndex:
         return None if text is None else (v, text, session_of(v.doc))
 
 
+def _candidates(k: int) -> int:
+    """How many of the nearest a search for ``k`` hits looks at first: some are filtered out,
+    or no longer in force."""
+    return 4 * k + 64
+
+
 def _best_first(sims: Vectors, first: int) -> Iterator[int]:
     """The indices of the finite ``sims``, highest first, ties in index order (as a stable sort
     of the whole array gives them), sorting only as many as are asked for: the best ``first``
     (and whatever ties with the last of them), then twice as many, and so on. At 100k parts a
     search needs the best few dozen; sorting all of them took most of its time."""
-    sims = np.where(np.isfinite(sims), sims, -np.inf)  # a NaN would sort above everything
+    finite_at = np.isfinite(sims)
+    sims = np.where(finite_at, sims, -np.inf)  # a NaN would sort above everything
     done = 0
-    finite = int(np.isfinite(sims).sum())
+    finite = int(finite_at.sum())
     while done < finite:
         take = min(finite, max(first, 2 * done))
         # every index scoring at least the take-th best, so no tie is cut at the boundary

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from ..times import MAX_MS, MIN_MS
+from ..times import MAX_MS, MIN_MS, iso
 
 __all__ = ["Period", "named_periods"]
 
@@ -73,6 +73,12 @@ class Period:
 
     def holds(self, ms: int) -> bool:
         return self.start <= ms < self.end
+
+    @property
+    def days(self) -> str:
+        """The UTC days it covers: ``2022-10-09``, or ``2023-08-01 to 2023-08-31``."""
+        first, last = iso(self.start)[:10], iso(self.end - 1)[:10]
+        return first if first == last else f"{first} to {last}"
 
 
 def _ms(d: date) -> int:
