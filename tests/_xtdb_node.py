@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["IMAGE", "NodeUnavailable", "all_corrections", "node"]
+__all__ = ["IMAGE", "NodeUnavailable", "all_corrections", "node", "run_clojure"]
 
 ROOT = Path(__file__).resolve().parent.parent
 START = ROOT / "xtdb" / "start"
@@ -239,3 +240,31 @@ def all_corrections(url: str, id: str) -> list[tuple[int, int, str | None]]:
         vt, tx = e[Keyword("xtdb.api/valid-time")], e[Keyword("xtdb.api/tx-id")]
         out.append((_ms(vt), int(tx), None if doc is None else _doc_from_edn(doc).get("object_hash")))
     return out
+
+
+def run_clojure(script: Path, *args: str, classpath: str = ".classpath") -> list[str]:
+    """Run a Clojure check script on a node's classpath (``xtdb/.classpath``, or
+    ``.classpath-cluster``: resolved by ``xtdb/start``, so start a node first) with our sources
+    ahead of it; the last lines it printed. Raises ``NodeUnavailable`` without Java or classpath,
+    AssertionError when the script fails."""
+    cp_file = ROOT / "xtdb" / classpath
+    java = shutil.which("java")
+    if java is None or not cp_file.is_file():
+        raise NodeUnavailable(f"the XTDB node's classpath: java={java}, {cp_file} missing (xtdb/start resolves it)")
+    run = subprocess.run(
+        [
+            java,
+            f"-Dlogback.configurationFile={ROOT / 'xtdb' / 'logback.xml'}",
+            "-cp",
+            f"{ROOT / 'xtdb' / 'src'}:{cp_file.read_text().strip()}",
+            "clojure.main",
+            str(script),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    last = run.stdout.strip().splitlines()[-3:]
+    assert run.returncode == 0 and last and last[-1].startswith("ok "), (run.stdout[-3000:], run.stderr[-3000:])
+    return last

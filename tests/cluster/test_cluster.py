@@ -19,6 +19,7 @@ from context_os.replay.transcripts import demo_messages
 from context_os.store import open_store
 from context_os.store.base import Put
 from context_os.store.xtdb import XtdbStore
+from tests._xtdb_node import run_clojure
 from tests.cluster._cluster import Cluster
 from tests.ui.recorded import record_demo
 
@@ -104,6 +105,17 @@ def test_a_restarted_and_a_fresh_node_catch_up_from_the_log(cluster: Cluster, ui
     finally:
         for s in stores:
             s.close()
+
+
+def test_the_log_subscription_outlives_every_way_postgres_fails_under_it(cluster: Cluster) -> None:
+    """A node's indexer is fed by our transaction log's subscription (xtdb/src/context_os/
+    xtdb_tx_log.clj). PostgreSQL going away can fail its read when the log is opened, part way
+    through the rows, or when the cursor is closed (xtdb-jdbc rolls the connection back then): a
+    real restart hits the last one about once in ten, and the node then never indexed again. The
+    check makes each happen in turn on the node's own classpath."""
+    assert cluster.ports  # a node started: the cluster classpath is resolved
+    last = run_clojure(Path(__file__).with_name("xtdb_tx_log_check.clj"), classpath=".classpath-cluster")
+    assert last[-1] == "ok 500", last
 
 
 def test_postgres_restarted_under_a_session_the_outbox_replays_exactly_once(

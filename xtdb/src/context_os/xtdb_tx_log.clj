@@ -32,41 +32,48 @@
 (def ^:private max-backoff-ms 2000)
 
 (defn- feed
-  "Hands the transactions after `after-tx-id` to `f` in batches: the last tx id handed
-  (`after-tx-id` when there was nothing new), or ::failed when the log could not be read."
+  "Hands the transactions after `after-tx-id` to `f` in batches. Returns the last tx id handed
+  (`after-tx-id` when there was nothing new), with `:failed` true when reading the log failed
+  part way: opening it, reading a row, or closing it (xtdb-jdbc's cursor rolls back its connection
+  on close, which throws when PostgreSQL went away under it). A failure of `f` itself (the node's
+  indexer) is not a read failure: it ends the subscription, as in xtdb's own loop."
   [tx-log after-tx-id f ^CompletableFuture fut]
-  (if-let [^ICursor cursor (try
-                             (db/open-tx-log tx-log after-tx-id {})
-                             (catch InterruptedException e (throw e))
-                             (catch Exception e
-                               (log/debug e "reading the transaction log failed")
-                               nil))]
+  (let [!handed (volatile! after-tx-id)
+        !refused (volatile! nil)]
     (try
-      (reduce (fn [last-id txs]
-                (if (or (.isDone fut) (Thread/interrupted))
-                  (reduced last-id)
-                  (do (f fut txs)
-                      (::xt/tx-id (last txs)))))
-              after-tx-id
-              (partition-all batch-size (iterator-seq cursor)))
-      (finally (.close cursor)))
-    ::failed))
+      (with-open [^ICursor cursor (db/open-tx-log tx-log after-tx-id {})]
+        (loop [batches (partition-all batch-size (iterator-seq cursor))]
+          (when-let [[txs] (and (not (.isDone fut)) (not (Thread/interrupted)) (seq batches))]
+            (try
+              (f fut txs)
+              (catch Throwable t
+                (vreset! !refused t)
+                (throw t)))
+            (vreset! !handed (::xt/tx-id (last txs)))
+            (recur (rest batches)))))
+      {:after @!handed, :failed false}
+      (catch InterruptedException e (throw e))
+      (catch Exception e
+        ;; the subscriber's failure wins over the cursor's close failing after it
+        (when-let [refused @!refused] (throw refused))
+        (log/debug e "reading the transaction log failed")
+        {:after @!handed, :failed true}))))
 
 (defn- subscribe-waking [tx-log ^Semaphore wake poll-ms after-tx-id f]
   (tx-sub/completable-thread
    (fn [^CompletableFuture fut]
      (loop [after after-tx-id, backoff 0]
-       (let [got (feed tx-log after f fut)]
+       (let [{got :after, failed :failed} (feed tx-log after f fut)]
          (when-not (.isDone fut)
            (cond
-             ;; the database is out of reach: read again later, later each time (up to 2 s),
-             ;; said once per outage
-             (= got ::failed)
+             ;; the database went out of reach: read again from what was handed, later each
+             ;; time (up to 2 s), said once per outage
+             failed
              (let [wait (min max-backoff-ms (max (* 2 backoff) poll-ms))]
                (when (zero? backoff)
                  (log/warn "reading the transaction log failed; reading it again, at most every" max-backoff-ms "ms"))
                (Thread/sleep (long wait))
-               (recur after wait))
+               (recur got wait))
 
              ;; nothing new: wait for a submit through this node, or the next poll
              (= got after)
