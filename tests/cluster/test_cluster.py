@@ -112,7 +112,8 @@ def test_the_log_subscription_outlives_every_way_postgres_fails_under_it(cluster
     xtdb_tx_log.clj). PostgreSQL going away can fail its read when the log is opened, part way
     through the rows, or when the cursor is closed (xtdb-jdbc rolls the connection back then): a
     real restart hits the last one about once in ten, and the node then never indexed again. The
-    check makes each happen in turn on the node's own classpath."""
+    check makes each happen in turn on the node's own classpath, and checks that the node's
+    document fetches back off to 2 s, not xtdb's 60."""
     assert cluster.ports  # a node started: the cluster classpath is resolved
     last = run_clojure(Path(__file__).with_name("xtdb_tx_log_check.clj"), classpath=".classpath-cluster")
     assert last[-1] == "ok 500", last

@@ -9,7 +9,9 @@
 ;; Prints "ok N" (N transactions handed) or throws.
 (require '[context-os.xtdb-tx-log]
          '[xtdb.api :as xt]
-         '[xtdb.db :as db])
+         '[xtdb.db :as db]
+         '[xtdb.document-store :as document-store]
+         '[xtdb.io :as xio])
 (import '[java.util.concurrent CompletableFuture Semaphore TimeUnit]
         '[xtdb.api ICursor])
 
@@ -67,6 +69,22 @@
       cause (try @fut nil (catch java.util.concurrent.ExecutionException e (.getCause e)))]
   (when-not (identical? cause boom)
     (throw (ex-info "the subscription did not end with the indexer's failure" {:cause cause}))))
+
+;; 3. a transaction's documents fetched while the store fails: tried again every 2 s at most, not
+;;    up to xtdb's 60 s, so the node indexes again soon after the database is back
+(context-os.xtdb-tx-log/cap-document-fetch-backoff!)
+(let [!fails (atom 12)
+      !waits (atom [])
+      store (reify db/DocumentStore
+              (fetch-docs [_ ids]
+                (if (pos? (swap! !fails dec))
+                  (fail "fetch")
+                  (zipmap ids (repeat {:xt/id :x})))))]
+  (with-redefs [xio/sleep (fn [ms] (swap! !waits conj ms))]
+    (binding [document-store/*in-tx* true]
+      (document-store/fetch-docs-with-retry-if-in-tx store [:a])))
+  (when-not (and (= 11 (count @!waits)) (= 2000 (apply max @!waits)))
+    (throw (ex-info "the document fetch did not back off up to 2 s" {:waits @!waits}))))
 
 (println "ok" log-size)
 (shutdown-agents)

@@ -10,6 +10,10 @@
   node releases the sleeper at once; a transaction submitted through another node is seen within
   `:poll-sleep-ms` (default 10).
 
+  A read of the log that fails (PostgreSQL out of reach) is tried again, later each time up to
+  2 s; the node's fetches of a transaction's documents back off to 2 s too (xtdb's default grows
+  to 60 s), so a node is indexing again within about 2 s of the database coming back.
+
   What it must never do: change what is logged or in which order. Submits, the log's cursor and
   the latest submitted transaction are xtdb-jdbc's own; only the subscription's wait is ours.
 
@@ -19,6 +23,7 @@
   (:require [clojure.tools.logging :as log]
             [xtdb.api :as xt]
             [xtdb.db :as db]
+            [xtdb.document-store :as document-store]
             [xtdb.io :as xio]
             [xtdb.jdbc :as jdbc]
             [xtdb.system :as sys]
@@ -98,10 +103,19 @@
   Closeable
   (close [_] (xio/try-close inner)))
 
+(defn cap-document-fetch-backoff!
+  "The indexer fetches a transaction's documents with `xio/exp-backoff` while the store fails:
+  50 ms doubling up to xtdb's default of 60 s, so a node that was fetching when PostgreSQL went
+  away for a minute could wait another minute after it came back, every awaited submit through
+  it timing out meanwhile. Caps that wait at the log's own 2 s."
+  []
+  (alter-var-root #'document-store/*exp-backoff-opts* #(merge {:max-wait-ms max-backoff-ms} %)))
+
 (defn ->tx-log {::sys/args {:fetch-size {:default 1024, :spec ::sys/pos-int}
                             :poll-sleep-ms {:doc "How long the subscription waits for a submit through this node before it reads the log again"
                                             :default 10
                                             :spec ::sys/pos-int}}
                 ::sys/deps {:connection-pool `jdbc/->connection-pool}}
   [{:keys [poll-sleep-ms] :as opts}]
+  (cap-document-fetch-backoff!)
   (->WakingTxLog (jdbc/->tx-log opts) (Semaphore. 0) poll-sleep-ms))
