@@ -408,6 +408,8 @@ def test_match_failure_aborts_whole_transaction(store: Store, uid: str) -> None:
     assert [v.tx_id for v in store.history(id)] == [t1.id]
     latest = store.latest_tx()
     assert latest is not None and latest.id >= tx.id
+    if latest.id == tx.id:  # nobody wrote since (the usual case): the latest says it aborted
+        assert latest.committed is False
     # the store goes on normally after an aborted transaction
     t3 = store.submit([Put(doc(other, 3), T0)])
     assert t3.committed and t3.id > tx.id

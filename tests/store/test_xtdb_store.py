@@ -587,6 +587,9 @@ def test_without_our_endpoints_the_official_calls_give_the_same_answers(
             assert o.get(i, vt, tx) == xs.get(i, vt, tx), (vt, tx)
     assert o.history(i) == xs.history(i)
     assert seen.count("GET /_xtdb/context-os/entity-version") == 0 and seen.count("GET /_xtdb/entity-tx") > 40
+    latest = o.latest_tx()
+    assert latest is not None and latest.id >= txs[-1].id and latest.committed is not None
+    assert seen.count("GET /_xtdb/latest-completed-tx") == 1 and seen.count("GET /_xtdb/context-os/latest-tx") == 0
     # and our own endpoints were what xs used: one call per get, one per submit
     assert o._official == {o.base} and not xs._official
 

@@ -845,6 +845,20 @@ class XtdbStore(Store):
         return list(pool.map(fn, items))
 
     def latest_tx(self) -> Tx | None:
+        if self.base not in self._official:
+            # one round trip: the latest indexed transaction and whether it committed
+            r = self._request("GET", "context-os/latest-tx")
+            if r.status_code != 404:
+                if r.status_code != 200:
+                    self._fail(r, "latest-tx")
+                tx = self._edn(r)
+                if tx is None:
+                    return None
+                committed = tx.get(_K_COMMITTED)
+                if not isinstance(committed, bool):
+                    raise StoreError(f"XTDB node at {self.base}: unexpected latest-tx answer {tx!r}")
+                return Tx(int(tx[_K_TX_ID]), _ms(tx[_K_TX_TIME]), committed)
+            self._no_own_endpoints(r)
         tx = self._get("latest-completed-tx", {}, "latest-completed-tx", missing_ok=True)
         if tx is None:
             return None

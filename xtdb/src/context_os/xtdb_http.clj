@@ -13,9 +13,10 @@
   What it must never do: add semantics of its own. Every endpoint is a thin call into
   `xtdb.api`, with the parameter names, status codes and EDN response shapes of the official
   server, so that a client written against it works unchanged against the official one
-  (e.g. the Docker image in docker-compose.yml). Two endpoints are ours, under
-  /_xtdb/context-os/: `entity-version` (entity-tx and entity in one call) and `submit-tx`
-  (submit-tx, await-tx and tx-committed in one call); they save round trips and compute
+  (e.g. the Docker image in docker-compose.yml). Three endpoints are ours, under
+  /_xtdb/context-os/: `entity-version` (entity-tx and entity in one call), `submit-tx`
+  (submit-tx, await-tx and tx-committed in one call) and `latest-tx` (latest-completed-tx and
+  tx-committed in one call); they save round trips and compute
   nothing the official calls do not, and a client falls back to those on a node without them.
 
   Formats, as the official server negotiates them (muuntaja): the response is JSON when the
@@ -486,6 +487,13 @@
       (catch TimeoutException _
         [202 (assoc tx :context-os/indexed? false)]))))
 
+(defn- latest-tx
+  "`latest-completed-tx`, then `tx-committed?` of it: the latest indexed tx with
+  :tx-committed?, or nil when the node has indexed none (a 200: this endpoint's 404 means a node
+  without it)."
+  [node _ex _params]
+  [200 (some-> (xt/latest-completed-tx node) (as-> tx (assoc tx :tx-committed? (xt/tx-committed? node tx))))])
+
 (defn- await-tx [node _ex params]
   (let [tx-id (or (param params :tx-id parse-long*) (throw (bad-request "tx-id is required" {})))]
     [200 (xt/await-tx node {::xt/tx-id tx-id} (timeout-param params))]))
@@ -572,7 +580,8 @@
    "/_xtdb/recent-queries" [recent-queries query-states-json]
    "/_xtdb/slowest-queries" [slowest-queries query-states-json]
    "/_xtdb/context-os/entity-version" [entity-version camel-case-keys]
-   "/_xtdb/context-os/submit-tx" [submit-and-await camel-case-keys]})
+   "/_xtdb/context-os/submit-tx" [submit-and-await camel-case-keys]
+   "/_xtdb/context-os/latest-tx" [latest-tx camel-case-keys]})
 
 ;; ---------------------------------------------------------------------------------------------
 ;; Responses
