@@ -149,6 +149,12 @@ def test_plan_break_takes_the_earliest_break_that_fits_the_allowance_and_pays() 
     assert plan_break([(5, 300)], 8, after, allowance=3_000, payback_calls=20) == 5
     # a change that re-sends nothing is taken even with the allowance spent
     assert plan_break([(10, 1)], 10, after, allowance=-500, payback_calls=20) == 10
+    # what a break takes out is not re-sent: 4,000 stand from 5 on, 3,000 of them collapse
+    assert plan_break([(5, 3_000)], 10, after, allowance=1_000, payback_calls=20) == 5
+    assert plan_break([(5, 2_999)], 10, after, allowance=1_000, payback_calls=20) == 10
+    # whatever the allowance: one that frees ten times what it re-sends
+    assert plan_break([(5, 3_640)], 10, after, allowance=-500, payback_calls=20) == 5  # re-sends 360
+    assert plan_break([(5, 3_630)], 10, after, allowance=-500, payback_calls=20) == 10  # re-sends 370
 
 
 def test_a_due_collapse_waits_while_the_cache_is_worth_more_then_goes(db) -> None:
@@ -156,7 +162,7 @@ def test_a_due_collapse_waits_while_the_cache_is_worth_more_then_goes(db) -> Non
     msgs = [user("go"), call("c0", command="cat big"), result("c0", "first\n" + "x" * 8000)]
     hook.transform_context(msgs)
     for n in range(1, 5):
-        msgs += [call(f"c{n}", command="ls"), result(f"c{n}", f"out {n}")]
+        msgs += [call(f"c{n}", command="ls"), result(f"c{n}", f"out {n}\n" + "y" * 1200)]
         out = hook.transform_context(msgs)
     big = hook.session.view.objects["toolcall:e1:c0"]
     assert not big.collapsed  # due by age, but collapsing it would send all that follows anew
@@ -173,6 +179,24 @@ def test_a_due_collapse_waits_while_the_cache_is_worth_more_then_goes(db) -> Non
     assert collapsed_at is not None and collapsed_at > 5
     reason = hook.session.state_changes("toolcall:e1:c0")[-1].doc["meta"]["reason"]
     assert reason.endswith("turns old")
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, hook.session.id))
+
+
+def test_a_huge_result_collapses_when_due_even_with_the_allowance_spent(db) -> None:
+    # a 30,000-token output is new content, sent uncached: the allowance is spent for a long time,
+    # but collapsing it re-sends only the few small messages after it
+    hook = hook_for(db, keep_recent_results=10)
+    msgs = [user("go"), call("c0", command="cat huge.log"), result("c0", "x" * 120_000)]
+    hook.transform_context(msgs)
+    view = hook.session.view
+    for n in range(1, 4):
+        assert not view.objects["toolcall:e1:c0"].collapsed
+        msgs += [call(f"c{n}", command="ls"), result(f"c{n}", f"out {n}")]
+        out = hook.transform_context(msgs)
+    assert view.policy.cache_break_percent * view.sent_total // 100 < view.uncached_total  # spent
+    assert view.objects["toolcall:e1:c0"].collapsed  # 3 turns old: collapsed at once
+    assert stub_ref(next(m["content"] for m in out if m.get("tool_call_id") == "c0")) is not None
+    assert sum(len(t) for t in texts(out)) < 5_000
     assert all(verify_frame(db, f).ok for f in frame_docs(db, hook.session.id))
 
 

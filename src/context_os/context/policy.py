@@ -28,7 +28,16 @@ from typing import Any, Literal, Protocol
 
 from ..errors import ConfigError
 
-__all__ = ["Actor", "RetentionPolicy", "Shown", "StateChange", "fit_budget", "plan_break", "retention_due"]
+__all__ = [
+    "SURE_BREAK",
+    "Actor",
+    "RetentionPolicy",
+    "Shown",
+    "StateChange",
+    "fit_budget",
+    "plan_break",
+    "retention_due",
+]
 
 Actor = Literal["agent", "policy", "system", "user"]
 """Who changed an object's state: the agent (its tools), the retention policy, context_os itself
@@ -61,8 +70,10 @@ class RetentionPolicy:
     """Changes that send the context anew from their place (collapsing a result, dropping or
     renewing a block) are taken while the tokens sent uncached stay within this share of all the
     tokens sent: the rest of the time the context only grows at its end (a prompt cache keeps
-    hitting). Over it, only what must change does (a block whose patches outgrow it). None: no
-    prompt cache to keep (a local model, say): every change is taken when it is due."""
+    hitting). Over it, only what must change does (a block whose patches outgrow it), and a change
+    that frees per call ten times what it re-sends (a huge result collapsing, with little after
+    it: ``SURE_BREAK``). None: no prompt cache to keep (a local model, say): every change is
+    taken when it is due."""
     break_payback_calls: int = 20
     """A change that sends the context anew is worth it when the tokens it frees per call add up,
     within this many calls, to the tokens it re-sends."""
@@ -219,6 +230,11 @@ def fit_budget(
     return changes
 
 
+SURE_BREAK = 10
+"""A break that frees, per call, this many times the tokens it re-sends is taken whatever the
+cache-break allowance (``plan_break``)."""
+
+
 def plan_break(
     candidates: list[tuple[int, int]],
     forced_at: int,
@@ -231,16 +247,20 @@ def plan_break(
 
     ``candidates``: (position, tokens per call it frees) of every change that would send the
     context anew from its position. A break at ``q`` makes every candidate at or after ``q`` free
-    to take. It is taken when what it re-sends beyond ``forced_at`` fits the ``allowance`` (the
-    cache-break tokens still allowed, see ``cache_break_percent``; one that re-sends nothing is
-    always allowed) and what it frees per call pays that back within ``payback_calls`` calls; of
-    those, the earliest (it frees the most).
+    to take. What it re-sends beyond ``forced_at`` is what stands from ``q`` on, less what the
+    changes it takes out free (a collapsed result is not re-sent, its stub is). It is taken when
+    that fits the ``allowance`` (the cache-break tokens still allowed, see
+    ``cache_break_percent``; one that re-sends nothing is always allowed) and what it frees per
+    call pays it back within ``payback_calls`` calls, or, whatever the allowance, when it frees
+    per call at least ``SURE_BREAK`` times what it re-sends: at a prefix cache's prices (reads
+    0.1×, writes 1.25×) that pays back within two calls. Of those, the earliest (it frees the
+    most).
     """
     base = tokens_after(forced_at)
     best = forced_at
     for q in sorted({q for q, _ in candidates if q < forced_at}, reverse=True):
-        extra = tokens_after(q) - base
+        extra = tokens_after(q) - base - sum(g for p, g in candidates if q <= p < forced_at)
         freed = sum(g for p, g in candidates if p >= q)
-        if extra <= max(allowance, 0) and freed * payback_calls >= extra:
+        if (extra <= max(allowance, 0) and freed * payback_calls >= extra) or freed >= SURE_BREAK * extra:
             best = q
     return best
