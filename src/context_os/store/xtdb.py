@@ -254,6 +254,8 @@ _K_CONTENT_HASH = _kw("xtdb.api/content-hash")
 _K_DOC = _kw("xtdb.api/doc")
 _K_TX = _kw("xtdb.api/tx")
 _K_COMMITTED = _kw("tx-committed?")
+_NO_OWN = object()
+"""What ``XtdbStore._own_get`` answers for a node without our endpoints."""
 _K_INDEXED = _kw("context-os/indexed?")
 
 
@@ -609,28 +611,49 @@ class XtdbStore(Store):
     def submit(self, ops: Sequence[Op]) -> Tx:
         tx_ops = " ".join(_tx_op(op) for op in ops)  # every input error is raised before sending
         body = "{:tx-ops [" + tx_ops + "]}"
-        if self.base not in self._official:
-            # one round trip: submit, await and (with a match) the committed check, on our front end
-            r = self._request(
-                "POST",
-                "context-os/submit-tx",
-                params={"timeout": str(int(self.timeout * 1000))},
-                body=body,
-                idempotent=False,
-                timeout=self.timeout + 10,
-            )
-            if r.status_code != 404:
-                return self._submitted(r, ops, awaited=True)
-            self._no_own_endpoints(r)  # nothing was written: a route the node does not have
+        # one round trip: submit, await and (with a match) the committed check, on our front end
+        r = self._own(
+            "POST",
+            "submit-tx",
+            params={"timeout": str(int(self.timeout * 1000))},
+            body=body,
+            idempotent=False,
+            timeout=self.timeout + 10,
+        )
+        if r is not None:
+            return self._submitted(r, ops, awaited=True)
         r = self._request("POST", "submit-tx", body=body, idempotent=False)
         return self._submitted(r, ops, awaited=False)
 
-    def _no_own_endpoints(self, r: httpx.Response) -> None:
-        """The node that answered ``r`` 404 has no /_xtdb/context-os/ endpoints (an official
-        server): it gets the official API's calls from now on."""
+    def _own(self, method: str, endpoint: str, **kwargs: Any) -> httpx.Response | None:
+        """``endpoint`` of our front end's /_xtdb/context-os/, or None when the node has none of
+        them (an official server answers 404, having written nothing): it gets the official API's
+        calls from then on."""
+        if self.base in self._official:
+            return None
+        r = self._request(method, f"context-os/{endpoint}", **kwargs)
+        if r.status_code != 404:
+            return r
         base = str(r.request.url).partition("/_xtdb/")[0]
         self._official.add(base)
         log.info("XTDB node at %s has no /_xtdb/context-os/ endpoints: using the official API", base)
+        return None
+
+    def _own_get(self, endpoint: str, params: Mapping[str, str], what: str) -> Any:
+        """The EDN answer of one of our GET endpoints (``_own``), or ``_NO_OWN``."""
+        r = self._own("GET", endpoint, params=params)
+        if r is None:
+            return _NO_OWN
+        if r.status_code != 200:
+            self._fail(r, what)
+        return self._edn(r)
+
+    def _flag(self, answer: Any, key: Any, what: str) -> bool:
+        """A boolean an answer of the node must hold."""
+        value = answer.get(key)
+        if not isinstance(value, bool):
+            raise StoreError(f"XTDB node at {self.base}: unexpected {what} answer {answer!r}")
+        return value
 
     def _submitted(self, r: httpx.Response, ops: Sequence[Op], *, awaited: bool) -> Tx:
         """The Tx of a submit's answer (``awaited``: our front end's, which also awaited it and
@@ -653,9 +676,7 @@ class XtdbStore(Store):
                     f"XTDB node at {self.base}: transaction {tx_id} was submitted but not indexed within"
                     f" {self.timeout:g} s; it may still commit"
                 )
-            committed = submitted.get(_K_COMMITTED)
-            if not isinstance(committed, bool):
-                raise StoreError(f"XTDB node at {self.base}: unexpected submit-tx answer {submitted!r}")
+            committed = self._flag(submitted, _K_COMMITTED, "submit-tx")
             self._seen_tx = max(self._seen_tx, tx_id)
         else:
             try:
@@ -713,18 +734,13 @@ class XtdbStore(Store):
     def get(self, id: str, valid_time: int | None = None, tx_id: int | None = None) -> Version | None:
         eid = _to_edn(_check_id(id))
         params = {"eid-edn": eid, **self._basis(valid_time, tx_id)}
-        if self.base not in self._official:
-            # one round trip: the version's coordinates and its document from one index snapshot
-            r = self._request("GET", "context-os/entity-version", params=params)
-            if r.status_code != 404:
-                if r.status_code != 200:
-                    self._fail(r, f"entity-version {id!r}")
-                v = self._edn(r)
-                if v is None or str(v.get(_K_CONTENT_HASH)) == _NIL_HASH or v.get(_K_DOC) is None:
-                    return None  # no version, a deletion, or an evicted document
-                vt, tx, tx_time = _ms(v[_K_VALID_TIME]), int(v[_K_TX_ID]), _ms(v[_K_TX_TIME])
-                return Version(id, vt, tx, tx_time, _doc_from_edn(v[_K_DOC]))
-            self._no_own_endpoints(r)
+        # one round trip: the version's coordinates and its document from one index snapshot
+        v = self._own_get("entity-version", params, f"entity-version {id!r}")
+        if v is not _NO_OWN:
+            if v is None or str(v.get(_K_CONTENT_HASH)) == _NIL_HASH or v.get(_K_DOC) is None:
+                return None  # no version, a deletion, or an evicted document
+            vt, tx, tx_time = _ms(v[_K_VALID_TIME]), int(v[_K_TX_ID]), _ms(v[_K_TX_TIME])
+            return Version(id, vt, tx, tx_time, _doc_from_edn(v[_K_DOC]))
         etx = self._get("entity-tx", params, f"entity-tx {id!r}", missing_ok=True)
         if etx is None or str(etx.get(_K_CONTENT_HASH)) == _NIL_HASH:
             return None
@@ -845,20 +861,14 @@ class XtdbStore(Store):
         return list(pool.map(fn, items))
 
     def latest_tx(self) -> Tx | None:
-        if self.base not in self._official:
-            # one round trip: the latest indexed transaction and whether it committed
-            r = self._request("GET", "context-os/latest-tx")
-            if r.status_code != 404:
-                if r.status_code != 200:
-                    self._fail(r, "latest-tx")
-                tx = self._edn(r)
-                if tx is None:
-                    return None
-                committed = tx.get(_K_COMMITTED)
-                if not isinstance(committed, bool):
-                    raise StoreError(f"XTDB node at {self.base}: unexpected latest-tx answer {tx!r}")
-                return Tx(int(tx[_K_TX_ID]), _ms(tx[_K_TX_TIME]), committed)
-            self._no_own_endpoints(r)
+        # one round trip: the latest indexed transaction and whether it committed
+        tx = self._own_get("latest-tx", {}, "latest-tx")
+        if tx is not _NO_OWN:
+            return (
+                None
+                if tx is None
+                else Tx(int(tx[_K_TX_ID]), _ms(tx[_K_TX_TIME]), self._flag(tx, _K_COMMITTED, "latest-tx"))
+            )
         tx = self._get("latest-completed-tx", {}, "latest-completed-tx", missing_ok=True)
         if tx is None:
             return None
