@@ -54,6 +54,7 @@ const MESH_TOOL_NAMES: readonly string[] = [
 const CONTEXT_TOOLS: readonly string[] = [
 	"activate",
 	"deactivate",
+	"history",
 	...(RECALL ? ["recall"] : []),
 	...(MEMORY ? ["remember"] : []),
 	...(MESH ? MESH_TOOL_NAMES : []),
@@ -299,6 +300,7 @@ export default function contextOs(pi: ExtensionAPI): void {
 	pi.registerTool(readTool(link));
 	pi.registerTool(contextTool(link, "activate", ACTIVATE));
 	pi.registerTool(contextTool(link, "deactivate", DEACTIVATE));
+	pi.registerTool(contextTool(link, "history", HISTORY_TEXTS, HISTORY_PARAMETERS));
 	if (RECALL) pi.registerTool(contextTool(link, "recall", RECALL_TEXTS, RECALL_PARAMETERS));
 	if (MEMORY) pi.registerTool(contextTool(link, "remember", REMEMBER_TEXTS, REMEMBER_PARAMETERS));
 	if (MESH) for (const name of MESH_TOOL_NAMES) pi.registerTool(contextTool(link, name, MESH_TOOLS[name], MESH_TOOLS[name].parameters));
@@ -327,6 +329,13 @@ const DEACTIVATE: Texts = {
 	snippet: "Collapse an object you no longer need to its one-line metadata",
 };
 
+const HISTORY_TEXTS: Texts = {
+	label: "history",
+	description:
+		"Show earlier messages of this conversation that are no longer in your context (behind its " +
+		"history horizon), by chat entry number: tool results as one-line stubs, activate(ref) loads one.",
+	snippet: "Show earlier messages of this conversation that left your context",
+};
 const RECALL_TEXTS: Texts = {
 	label: "recall",
 	description:
@@ -350,6 +359,16 @@ const ID_PARAMETERS: Schema = {
 	type: "object",
 	properties: { id: { type: "string", description: "Object id (file:…, toolcall:…) or a file path" } },
 	required: ["id"],
+	additionalProperties: false,
+};
+
+const HISTORY_PARAMETERS: Schema = {
+	type: "object",
+	properties: {
+		start: { type: "integer", description: "First chat entry to show (default: the 40 before the horizon)" },
+		end: { type: "integer", description: "Show the entries before this one (default: the horizon)" },
+	},
+	required: [],
 	additionalProperties: false,
 };
 

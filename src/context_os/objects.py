@@ -159,6 +159,8 @@ class FrameContent(TypedDict):
     """How it was rendered (view.LAYOUT); absent: 1."""
     managed: NotRequired[bool]
     """False: the session still passed through unchanged (policy ``manage_from_tokens``)."""
+    horizon: NotRequired[int]
+    """The first chat entry the history showed (the history horizon; absent: 0, none)."""
     tail_at: NotRequired[list[int | None]]
     pools: NotRequired[dict[str, int]]
     """Tokens by pool (``chat``, ``metadata``, ``active``, ``recall``; view.POOLS); absent in

@@ -305,7 +305,7 @@ def test_async_transform(db):
 
 def test_tool_definitions_are_anthropic_tools(db):
     hook = hook_for(db)
-    assert {t["name"] for t in hook.tools} == {"activate", "deactivate", "pin", "unpin"}
+    assert {t["name"] for t in hook.tools} == {"activate", "deactivate", "pin", "unpin", "history"}
     for t in hook.tools:
         TOOL.validate_python(t)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from context_os import Session
+from context_os import RetentionPolicy, Session
 from context_os.harness import OpenAIHook
 from context_os.replay import demo_transcript
 from context_os.replay.run import replay_transcript
@@ -25,8 +25,9 @@ def record_demo(store: Store, session_id: str, messages: int | None = None) -> s
 
 def record_long(store: Store, session_id: str, messages: int = 50_000, per_turn: int = 250) -> str:
     """A session of ``messages`` messages: a user message and ``per_turn`` tool calls and results
-    per turn (each turn collapses the last one's results)."""
-    with Session.open(store, session_id) as session:
+    per turn (each turn collapses the last one's results). No history horizon: the last frame
+    shows every message."""
+    with Session.open(store, session_id, policy=RetentionPolicy(history_max_tokens=None)) as session:
         hook = OpenAIHook(session)
         msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a test agent."}]
         k = 0

@@ -96,6 +96,7 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
                     "tokens_assembled": frame["content"]["tokens"],
                     "tokens_full": frame["content"]["tokens_full"],
                     "basis_tx_id": check.basis,
+                    "horizon": frame["content"].get("horizon", 0),
                     "refs": check.refs,
                     "messages": msgs if messages else None,
                 }
@@ -112,6 +113,8 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
                         out.append(text)
                     out += [f"  → {c['name']}({c['arguments']})" for c in m.get("tool_calls") or ()]
                 out.append("")
+            if horizon := frame["content"].get("horizon", 0):
+                out.append(f"history horizon: chat entry {horizon} (the entries before it show as one note)")
             out += _check_lines(_verdict(turn, check))
             echo_long("\n".join(out))
         if not check.ok:

@@ -64,6 +64,8 @@ class FrameRow:
     """Tokens the previous turn sent too, as this one's prefix (a prompt cache's share)."""
     changes: int | None = None
     """Objects whose state changed since the previous turn."""
+    horizon: int = 0
+    """The first chat entry the history showed (the history horizon; 0: all of it)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,6 +125,7 @@ def frame_row(v: Version) -> FrameRow:
         pools=c.get("pools") or None,
         prefix_tokens=c.get("prefix_tokens"),
         changes=c.get("changes_total"),
+        horizon=c.get("horizon", 0),
     )
 
 
@@ -176,6 +179,7 @@ def _rerender(
     view = load_view(store, frame["meta"]["session"], valid_time=c["valid_time"], tx_id=basis, hash_memo=hash_memo)
     view.layout = c.get("layout", 1)
     view.managed = c.get("managed", True)
+    view.horizon = c.get("horizon", 0)
     blocks: list[tuple[int | None, str]] = []
     for at, block_id, _ in c.get("blocks", []):
         doc = store.doc(block_id)

@@ -46,6 +46,7 @@ def load_view(
         hash_memo=hash_memo,
         managed=meta.get("managed_from", 0) is not None,  # sessions from before it are managed
     )
+    view.horizon = int(meta.get("horizon", 0))
     view.session_version = (sv.valid_time, sv.tx_id, sv.doc["object_hash"])
     pages = sorted(
         (v for v in store.find("chat", {"session": session_id}, valid_time=valid_time, tx_id=tx_id) if v.doc),

@@ -139,6 +139,7 @@ class SessionWriter:
                 "turn": view.turn,
                 "retired": head["retired"],
                 "managed_from": head["managed_from"],
+                "horizon": view.horizon,
                 "policy": self._policy_dict(),
             },
         ).to_doc()

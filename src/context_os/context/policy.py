@@ -16,6 +16,10 @@ is sent anew this turn (only what stands after that point changes now; the rest 
 break pays: ``cache_break_percent``, ``break_payback_calls``). A session below
 ``manage_from_tokens`` is not managed at all (it passes through as the harness sent it).
 
+The conversation itself (messages, call arguments, stubs) only grows: past
+``history_max_tokens`` its oldest part goes behind a *history horizon* (``horizon_due``), one
+note in its place, the newest ``history_keep_percent`` of that limit kept.
+
 This module holds configuration and the decisions only, as typed ``StateChange`` values the
 session applies. No store, no rendering: token counts come from functions it is given.
 """
@@ -35,6 +39,7 @@ __all__ = [
     "Shown",
     "StateChange",
     "fit_budget",
+    "horizon_due",
     "plan_break",
     "retention_due",
 ]
@@ -87,6 +92,15 @@ class RetentionPolicy:
     tokens; above it the least recently used unpinned ones are deactivated first."""
     token_budget: int | None = None
     """If set, collapse least-recently-used unpinned active objects until the context fits."""
+    history_max_tokens: int | None = 24_000
+    """The history horizon: once the conversation shown (messages, call arguments, collapsed
+    results' stubs; not the results still expanded, not the active pool) passes this many tokens,
+    its oldest part leaves the context for one note that says what it held, repeats what the
+    user said in it and how to see it again (the ``history`` tool), keeping the newest
+    ``history_keep_percent`` of this. None: the whole conversation stays."""
+    history_keep_percent: int = 50
+    """How much of ``history_max_tokens`` the horizon keeps when it moves (1-100): it moves
+    seldom, by the rest at once, since each move sends the context anew from its start."""
     max_message_chars: int = 2_000_000
     """A single message field larger than this is refused (``ContentTooLarge``)."""
 
@@ -95,6 +109,8 @@ class RetentionPolicy:
             value = getattr(self, f.name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise ConfigError(f"retention policy: {f.name} must be a non-negative integer, got {value!r}")
+        if not 1 <= self.history_keep_percent <= 100:
+            raise ConfigError(f"retention policy: history_keep_percent must be 1-100, got {self.history_keep_percent}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -228,6 +244,17 @@ def fit_budget(
         changes.append(change)
         total = tokens()
     return changes
+
+
+def horizon_due(conversation_tokens: int, policy: RetentionPolicy) -> int | None:
+    """Whether the history horizon moves now: the tokens of conversation it keeps after it if so
+    (``history_keep_percent`` of ``history_max_tokens``), None if the conversation shown
+    (``conversation_tokens``: the history without the results still expanded) is within the
+    limit, or there is none."""
+    limit = policy.history_max_tokens
+    if limit is None or conversation_tokens <= limit:
+        return None
+    return limit * policy.history_keep_percent // 100
 
 
 SURE_BREAK = 10

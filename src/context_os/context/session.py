@@ -32,7 +32,7 @@ from .ingest import Ingest, RedactFunction, SyncReport
 from .lease import DEFAULT_LEASE_MS, Lease
 from .load import load_view
 from .persist import PAGE_SIZE, SessionWriter, state_id
-from .policy import Actor, RetentionPolicy, StateChange, fit_budget, plan_break, retention_due
+from .policy import Actor, RetentionPolicy, StateChange, fit_budget, horizon_due, plan_break, retention_due
 from .sources import SourceFeed, consult
 from .view import ObjInfo, Rendered, SessionView
 
@@ -240,6 +240,7 @@ class Session:
         self._seen_from = len(view.entries)
         self._consult_sources(new)
         self._note_mentions(new)
+        changes += self._move_horizon()
         break_at = self._retain(changes)
         self.writer.queue_session_doc()
         # one transaction per turn: the state changes, the chat pages, the session document, the
@@ -263,6 +264,7 @@ class Session:
                 "blocks": view.block_refs or [],
                 "layout": view.layout,
                 "managed": view.managed,
+                "horizon": view.horizon,
                 "pools": rendered.pools or {},
                 "prefix_tokens": rendered.prefix_tokens or 0,
                 "changes": changed,
@@ -387,6 +389,28 @@ class Session:
                 break_at = 0  # what it changed may stand anywhere
         return break_at
 
+    def _move_horizon(self) -> list[StateChange]:
+        """Move the history horizon once the conversation shown outgrows ``history_max_tokens``
+        (policy.py): its oldest part leaves the context for one note (``view.horizon_text``),
+        so that ``history_keep_percent`` of that stays. The context is sent anew from its start
+        then, so it moves by half the limit at a time, not a message at a time. Tool results
+        behind it collapse (a pinned one shows in the active pool instead)."""
+        view = self.view
+        if not view.managed or view.policy.history_max_tokens is None:
+            return []
+        keep = horizon_due(view.conversation_tokens(), view.policy)
+        to = view.horizon_for(keep) if keep is not None else None
+        if to is None:
+            return []
+        changes = [
+            self._set(o, "active" if o.pinned else "inactive", "policy", "behind the history horizon", collapsed=True)
+            for o in view.live()
+            if o.in_history and o.entry is not None and o.entry < to
+        ]
+        view.horizon = to
+        view.reset_render()
+        return changes
+
     def _apply(self, change: StateChange) -> None:
         self._set(self.view.objects[change.id], change.to, change.actor, change.reason, collapsed=change.collapsed)
 
@@ -474,6 +498,8 @@ class Session:
                 self.view.entries[i] = e
                 self.writer.forget_entry(i)
                 self.view.refresh_entry(i)
+        if any(e["i"] < self.view.horizon for e in entries):
+            self.view.reset_render()  # the note behind the horizon repeats what the user said
         if isinstance(tombstone.get("page"), int):
             self.writer.dirty_pages.add(tombstone["page"])
         self.writer.submit([Evict(page)])
@@ -649,6 +675,11 @@ class Session:
 
     def unpin(self, obj_id: str, *, actor: Actor = "agent") -> dict[str, Any]:
         return self.pin(obj_id, actor=actor, pinned=False)
+
+    def history(self, start: int | None = None, end: int | None = None) -> str:
+        """Chat entries ``[start, end)`` as text (the ``history`` tool; ``SessionView.history_text``):
+        by default the ones just before the history horizon."""
+        return self.view.history_text(start, end)
 
     def state_changes(self, obj_id: str) -> list[Version]:
         """Every recorded state change of an object in this session, oldest first."""

@@ -8,7 +8,8 @@ comes back the same way, as ``{"error": …, "type": …}`` (never raised), so a
 it to the model as a tool result. Adapters wrap ``schemas`` in their harness's tool format.
 
 ``context_tools(session)`` makes the registry of the context tools every session has
-(``activate``, ``deactivate``, ``pin``, ``unpin``); the file tools (files/file_tools.py) register
+(``activate``, ``deactivate``, ``pin``, ``unpin``, and ``history``, which shows the conversation
+behind the history horizon); the file tools (files/file_tools.py) register
 theirs into it and replace those four with versions that also take a file path.
 
 This module knows nothing of harnesses or files.
@@ -151,17 +152,32 @@ CONTEXT_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "pin": ("Keep an object's content in context: pinned objects are never collapsed automatically.", _ID),
     "unpin": ("Undo pin: the object follows the retention policy again.", _ID),
+    "history": (
+        "Show earlier messages of this conversation that are no longer in your context (behind its "
+        "history horizon), by chat entry number: tool results as one-line stubs, activate(ref) loads one.",
+        object_schema(
+            {
+                "start": {
+                    "type": "integer",
+                    "description": "First chat entry to show (default: the 40 before the horizon)",
+                },
+                "end": {"type": "integer", "description": "Show the entries before this one (default: the horizon)"},
+            },
+            [],
+        ),
+    ),
 }
 """The context tools every session has: name → (description, argument schema)."""
 
 
 def context_tools(session: Session) -> ToolRegistry:
     """A registry of the context tools, run against ``session``."""
-    runs: dict[str, Callable[[str], ToolResult]] = {
+    runs: dict[str, Callable[..., ToolResult]] = {
         "activate": lambda id: session.activate(id),
         "deactivate": lambda id: session.deactivate(id),
         "pin": lambda id: session.pin(id),
         "unpin": lambda id: session.unpin(id),
+        "history": lambda start=None, end=None: session.history(start, end),
     }
     return ToolRegistry(
         {name: Tool(name, description, schema, runs[name]) for name, (description, schema) in CONTEXT_TOOLS.items()}

@@ -13,8 +13,10 @@ This module never writes to the store.
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from itertools import zip_longest
@@ -22,6 +24,7 @@ from typing import Any
 
 import blake3
 
+from ..errors import InputError
 from ..hashing import HASH_PREFIX, canonical_json, hash_value
 from ..times import iso
 from ..tokens import estimate_tokens
@@ -36,6 +39,7 @@ __all__ = [
     "Unit",
     "active_text",
     "focus_window",
+    "horizon_text",
     "short_ref",
     "stub_text",
 ]
@@ -411,6 +415,10 @@ class SessionView:
     hash_memo: dict[bytes, tuple[str, int]] | None = field(default=None, repr=False)
     """Unit hashes and tokens by a digest of their messages, shared by views that re-render many
     frames of one session."""
+    horizon: int = 0
+    """The history horizon: the first chat entry the history shows. The visible entries before it
+    (system messages excepted) show as one note, ``horizon_text`` (0: none; ``Session`` moves it,
+    a frame re-renders with the one it recorded)."""
 
     # memo of the rendering; derived, rebuilt on demand
     _units: list[Unit] = field(default_factory=list, repr=False)
@@ -561,6 +569,8 @@ class SessionView:
 
     def _build(self) -> None:
         """Extend the memo with entries made visible since the last render."""
+        if self._built_upto == 0 and self.horizon:
+            self._build_horizon()
         for pos in range(self._built_upto, len(self.visible)):
             e = self.entries[self.visible[pos]]
             if e["role"] == "tool":
@@ -581,6 +591,80 @@ class SessionView:
                 calls = e["tool_calls"]
                 self._open = (e["i"], calls, {c["id"] for c in calls})
         self._built_upto = len(self.visible)
+
+    def _build_horizon(self) -> None:
+        """The memo starts with the entries behind the horizon: their system messages as they
+        are, then one note in place of the rest (``horizon_text``)."""
+        cut = bisect.bisect_left(self.visible, self.horizon)
+        if cut == 0:
+            return
+        hidden = [self.entries[i] for i in self.visible[:cut]]
+        for e in hidden:
+            if e["role"] == "system":
+                self._append_unit(_unit(e["i"], self._entry_msgs(e), self.hash_memo))
+        self._append_unit(_unit(None, [_user(horizon_text(hidden, self.horizon))], self.hash_memo))
+        self._built_upto = cut
+
+    def conversation_tokens(self) -> int:
+        """Tokens of the conversation as it renders now: the history (the horizon's note
+        included) without the tool results still expanded in it, which come and go."""
+        self._build()
+        return self._hist_tokens - sum(self._units[pos].tokens for pos in self._expanded_units())
+
+    def _expanded_units(self) -> list[int]:
+        """History positions of the tool results shown expanded."""
+        units = (self._unit_of.get(o.entry) for o in self.live() if o.in_history and o.entry is not None)
+        return [p for p in units if p is not None]
+
+    def horizon_for(self, keep_tokens: int) -> int | None:
+        """Where the horizon would move so that at most ``keep_tokens`` of conversation (as
+        ``conversation_tokens`` counts it) stand after it: the first chat entry it would show, or
+        None if it would not move. It stands before a user or assistant message (never between a
+        call and its results, never at a system message)."""
+        self._build()
+        skip = set(self._expanded_units())
+        kept, pos = 0, len(self._units)
+        while pos > 0:
+            tokens = 0 if pos - 1 in skip else self._units[pos - 1].tokens
+            if kept + tokens > keep_tokens:
+                break
+            kept += tokens
+            pos -= 1
+        for unit in self._units[pos:]:
+            e = self.entries[unit.entry] if unit.entry is not None else None
+            if e is not None and e["role"] in ("user", "assistant") and e["i"] > self.horizon:
+                return e["i"]
+        return None
+
+    def history_text(self, start: int | None = None, end: int | None = None) -> str:
+        """Visible chat entries from ``start`` to ``end`` (exclusive) as text, what the ``history``
+        tool shows: each message with its entry number, a call's long arguments elided, a tool
+        result as its stub (``activate`` loads it). By default the entries just before the horizon
+        (or the newest); at most ``HISTORY_ENTRIES`` entries and ``HISTORY_CHARS`` characters, the
+        last line saying where to go on."""
+        if end is None:
+            end = self.horizon or len(self.entries)
+        if start is None:
+            start = max(0, end - HISTORY_ENTRIES)
+        if start < 0 or end < start:
+            raise InputError(f"history: no entries from {start} to {end} (this session has {len(self.entries)})")
+        first = bisect.bisect_left(self.visible, start)
+        upto = bisect.bisect_left(self.visible, end, lo=first)
+        out: list[str] = []
+        size, pos = 0, first
+        while pos < upto and len(out) < HISTORY_ENTRIES:
+            text = _entry_line(self.entries[self.visible[pos]], self.objects, self.policy.elide_arguments_over_chars)
+            if out and size + len(text) > HISTORY_CHARS:
+                break
+            out.append(text)
+            size += len(text) + 1
+            pos += 1
+        if not out:
+            return f"No chat entries from {start} to {end} (this session has {len(self.entries)})."
+        if pos < upto:
+            resume = self.visible[pos]
+            out.append(f"(entries {resume} to {end - 1} not shown here: history(start={resume}) goes on)")
+        return "\n".join(out)
 
     def refresh_entry(self, entry_index: int) -> None:
         """Re-render one entry (a tool result, or the call that made it) after a state change."""
@@ -1029,6 +1113,92 @@ def _message_attrs(m: Mapping[str, Any]) -> str:
     if m.get("error"):
         attrs += ' error="true"'
     return attrs
+
+
+HISTORY_ENTRIES = 40
+"""The ``history`` tool shows at most this many entries at a time."""
+HISTORY_CHARS = 16_000
+"""... and at most this many characters."""
+
+
+def _entry_line(e: Entry, objects: Mapping[str, ObjInfo], elide_over: int) -> str:
+    """One chat entry as the ``history`` tool shows it."""
+    head = f"[{e['i']}] {e['role']}"
+    if e["role"] == "tool":
+        obj = objects.get(e.get("object", ""))
+        shown = stub_text(obj) if obj is not None else "[this tool output was erased from the store]"
+        return f"{head}: {shown}"
+    parts = [f"{head}: {_clip(str(e['text']), HISTORY_CHARS)}" if e.get("text") else head]
+    for c in e.get("tool_calls") or ():
+        obj = objects.get(c.get("object", ""))
+        handle = (short_ref(obj) if obj is not None else None) or c.get("object", "")
+        parts.append(f"  call {c['name']} {_args_text(elide_arguments(c['arguments'], handle, elide_over))}")
+    return "\n".join(parts)
+
+
+HORIZON_USER_CHARS = 1_500
+"""A user message behind the horizon shows at most this many characters in its note."""
+HORIZON_USER_MESSAGES = 8
+"""The note shows the first user message behind the horizon and the newest ones, this many in all."""
+HORIZON_PATHS = 30
+"""The note names at most this many files (the newest its tool calls named)."""
+_PATH_KEYS = ("path", "file_path", "filePath", "filename", "notebook_path")
+
+
+def _call_path(arguments: Any) -> str | None:
+    """The file a tool call names, by the argument names file tools use (a harness-neutral guess)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    for key in _PATH_KEYS:
+        value = arguments.get(key)
+        if isinstance(value, str) and 0 < len(value) <= 300:
+            return value
+    return None
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]} … ({len(text) - limit:,} more characters)"
+
+
+def horizon_text(hidden: list[Entry], horizon: int) -> str:
+    """The note that stands for the history behind the horizon (``hidden``: its entries, in order):
+    how to see it again, what it held (messages, tool calls by name, the files they named) and
+    what the user said in it (the first message and the newest, each clipped)."""
+    roles = Counter(e["role"] for e in hidden)
+    tools = Counter(c["name"] for e in hidden for c in e.get("tool_calls") or ())
+    paths: dict[str, None] = {}
+    for e in reversed(hidden):
+        for c in reversed(e.get("tool_calls") or ()):
+            path = _call_path(c["arguments"])
+            if path is not None:
+                paths.setdefault(path)
+    lines = [
+        TAIL_OPEN,
+        f"The conversation before chat entry {horizon} is not shown here: history(start, end) shows any part "
+        'of it (a tool result as a one-line stub: activate("r<entry>") loads one).',
+        f"It holds {roles['user']} user messages, {roles['assistant']} assistant messages and "
+        f"{roles['tool']} tool results"
+        + (f"; tool calls: {', '.join(f'{name} {n}' for name, n in tools.most_common())}." if tools else "."),
+    ]
+    if paths:
+        named = list(paths)
+        more = f" and {len(named) - HORIZON_PATHS} more" if len(named) > HORIZON_PATHS else ""
+        lines.append(f"Files its tool calls named, newest first: {', '.join(named[:HORIZON_PATHS])}{more}.")
+    said = [e for e in hidden if e["role"] == "user" and (e.get("text") or "").strip()]
+    if said:
+        shown = said if len(said) <= HORIZON_USER_MESSAGES else [said[0], *said[1 - HORIZON_USER_MESSAGES :]]
+        lines.append("What the user said in it:")
+        for k, e in enumerate(shown):
+            if k == 1 and len(shown) < len(said):
+                lines.append(f"({len(said) - len(shown)} user messages between these: history shows them)")
+            lines.append(f"[{e['i']}] {_clip(str(e['text']), HORIZON_USER_CHARS)}")
+    lines.append(TAIL_CLOSE)
+    return "\n".join(lines)
 
 
 def _index_line(o: ObjInfo) -> str:
