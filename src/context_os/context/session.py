@@ -499,7 +499,7 @@ class Session:
                 self.writer.forget_entry(i)
                 self.view.refresh_entry(i)
         if any(e["i"] < self.view.horizon for e in entries):
-            self.view.reset_render()  # the note behind the horizon repeats what the user said
+            self.view.reset_render(entries_changed=True)  # the horizon's note repeats what the user said
         if isinstance(tombstone.get("page"), int):
             self.writer.dirty_pages.add(tombstone["page"])
         self.writer.submit([Evict(page)])

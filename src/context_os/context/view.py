@@ -17,7 +17,7 @@ import bisect
 import difflib
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 from typing import Any
@@ -448,6 +448,8 @@ class SessionView:
     # indexes over ``objects`` so a turn never scans every tool result ever seen
     _live: set[str] = field(default_factory=set, repr=False)
     _indexed: dict[str, ObjInfo] = field(default_factory=dict, repr=False)
+    _behind: _Behind | None = field(default=None, repr=False)
+    """What the horizon's note says of the entries behind it, as of its last move."""
 
     # --- objects -----------------------------------------------------------------------------
 
@@ -495,8 +497,11 @@ class SessionView:
 
     # --- history units -------------------------------------------------------------------
 
-    def reset_render(self) -> None:
-        """Forget the memo (after a history rewrite); the next render rebuilds it."""
+    def reset_render(self, *, entries_changed: bool = False) -> None:
+        """Forget the memo (after a history rewrite); the next render rebuilds it.
+        ``entries_changed``: entries were changed in place (scrubbed after an eviction)."""
+        if entries_changed:
+            self._behind = None
         self._units, self._unit_of, self._open, self._built_upto = [], {}, None, 0
         self._hist_tokens = self._hist_msgs = 0
         self._sums = _TokenSums()
@@ -598,11 +603,15 @@ class SessionView:
         cut = bisect.bisect_left(self.visible, self.horizon)
         if cut == 0:
             return
-        hidden = [self.entries[i] for i in self.visible[:cut]]
-        for e in hidden:
-            if e["role"] == "system":
-                self._append_unit(_unit(e["i"], self._entry_msgs(e), self.hash_memo))
-        self._append_unit(_unit(None, [_user(horizon_text(hidden, self.horizon))], self.hash_memo))
+        behind = self._behind
+        if behind is None or behind.cut > cut or (behind.cut and self.visible[behind.cut - 1] != behind.last):
+            behind = _Behind()  # first built, or the history was rewritten under it
+        behind.extend(self.entries[i] for i in self.visible[behind.cut : cut])
+        behind.cut, behind.last = cut, self.visible[cut - 1]
+        self._behind = behind
+        for e in behind.system:
+            self._append_unit(_unit(e["i"], self._entry_msgs(e), self.hash_memo))
+        self._append_unit(_unit(None, [_user(behind.text(self.horizon))], self.hash_memo))
         self._built_upto = cut
 
     def conversation_tokens(self) -> int:
@@ -1165,40 +1174,69 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else f"{text[:limit]} … ({len(text) - limit:,} more characters)"
 
 
+@dataclass
+class _Behind:
+    """What the horizon's note says of the entries behind it, kept as the horizon moves: a move
+    reads only the entries it passes (counting them all again at every move costs a long
+    session a pass over its whole history each time)."""
+
+    cut: int = 0
+    """Visible positions taken in."""
+    last: int = -1
+    """The entry at position ``cut - 1`` (a history rewritten by the harness no longer has it there)."""
+    roles: Counter[str] = field(default_factory=Counter)
+    tools: Counter[str] = field(default_factory=Counter)
+    paths: dict[str, None] = field(default_factory=dict)
+    """Files the tool calls named, by their latest mention, oldest first."""
+    said: list[Entry] = field(default_factory=list)
+    system: list[Entry] = field(default_factory=list)
+
+    def extend(self, entries: Iterable[Entry]) -> _Behind:
+        for e in entries:
+            self.roles[e["role"]] += 1
+            if e["role"] == "system":
+                self.system.append(e)
+            elif e["role"] == "user" and (e.get("text") or "").strip():
+                self.said.append(e)
+            for c in e.get("tool_calls") or ():
+                self.tools[c["name"]] += 1
+                path = _call_path(c["arguments"])
+                if path is not None:
+                    self.paths.pop(path, None)
+                    self.paths[path] = None
+        return self
+
+    def text(self, horizon: int) -> str:
+        """The note (``horizon_text``)."""
+        roles, tools, said = self.roles, self.tools, self.said
+        lines = [
+            TAIL_OPEN,
+            f"The conversation before chat entry {horizon} is not shown here: history(start, end) shows any part "
+            'of it (a tool result as a one-line stub: activate("r<entry>") loads one).',
+            f"It holds {roles['user']} user messages, {roles['assistant']} assistant messages and "
+            f"{roles['tool']} tool results"
+            + (f"; tool calls: {', '.join(f'{name} {n}' for name, n in tools.most_common())}." if tools else "."),
+        ]
+        if self.paths:
+            named = list(reversed(self.paths))
+            more = f" and {len(named) - HORIZON_PATHS} more" if len(named) > HORIZON_PATHS else ""
+            lines.append(f"Files its tool calls named, newest first: {', '.join(named[:HORIZON_PATHS])}{more}.")
+        if said:
+            shown = said if len(said) <= HORIZON_USER_MESSAGES else [said[0], *said[1 - HORIZON_USER_MESSAGES :]]
+            lines.append("What the user said in it:")
+            for k, e in enumerate(shown):
+                if k == 1 and len(shown) < len(said):
+                    lines.append(f"({len(said) - len(shown)} user messages between these: history shows them)")
+                lines.append(f"[{e['i']}] {_clip(str(e['text']), HORIZON_USER_CHARS)}")
+        lines.append(TAIL_CLOSE)
+        return "\n".join(lines)
+
+
 def horizon_text(hidden: list[Entry], horizon: int) -> str:
     """The note that stands for the history behind the horizon (``hidden``: its entries, in order):
-    how to see it again, what it held (messages, tool calls by name, the files they named) and
-    what the user said in it (the first message and the newest, each clipped)."""
-    roles = Counter(e["role"] for e in hidden)
-    tools = Counter(c["name"] for e in hidden for c in e.get("tool_calls") or ())
-    paths: dict[str, None] = {}
-    for e in reversed(hidden):
-        for c in reversed(e.get("tool_calls") or ()):
-            path = _call_path(c["arguments"])
-            if path is not None:
-                paths.setdefault(path)
-    lines = [
-        TAIL_OPEN,
-        f"The conversation before chat entry {horizon} is not shown here: history(start, end) shows any part "
-        'of it (a tool result as a one-line stub: activate("r<entry>") loads one).',
-        f"It holds {roles['user']} user messages, {roles['assistant']} assistant messages and "
-        f"{roles['tool']} tool results"
-        + (f"; tool calls: {', '.join(f'{name} {n}' for name, n in tools.most_common())}." if tools else "."),
-    ]
-    if paths:
-        named = list(paths)
-        more = f" and {len(named) - HORIZON_PATHS} more" if len(named) > HORIZON_PATHS else ""
-        lines.append(f"Files its tool calls named, newest first: {', '.join(named[:HORIZON_PATHS])}{more}.")
-    said = [e for e in hidden if e["role"] == "user" and (e.get("text") or "").strip()]
-    if said:
-        shown = said if len(said) <= HORIZON_USER_MESSAGES else [said[0], *said[1 - HORIZON_USER_MESSAGES :]]
-        lines.append("What the user said in it:")
-        for k, e in enumerate(shown):
-            if k == 1 and len(shown) < len(said):
-                lines.append(f"({len(said) - len(shown)} user messages between these: history shows them)")
-            lines.append(f"[{e['i']}] {_clip(str(e['text']), HORIZON_USER_CHARS)}")
-    lines.append(TAIL_CLOSE)
-    return "\n".join(lines)
+    how to see it again, what it held (messages, tool calls by name, the files they named, newest
+    first) and what the user said in it (the first message and the newest, each clipped)."""
+    return _Behind().extend(hidden).text(horizon)
 
 
 def _index_line(o: ObjInfo) -> str:
