@@ -231,15 +231,7 @@ def test_ctxos_frames_show_names_the_horizon_and_verifies_the_frame(tmp_path: Pa
         drive(hook, 40)
         horizon, turn = hook.session.view.horizon, hook.session.view.turn
         hook.session.close()
-    ctxos = [
-        str(Path(sys.executable).parent / "ctxos"),
-        "--store",
-        f"sqlite:///{db}",
-        "frames",
-        "show",
-        "h1",
-        str(turn),
-    ]
+    ctxos = [str(Path(sys.executable).parent / "ctxos"), f"--store=sqlite:///{db}", "frames", "show", "h1", str(turn)]
     shown = json.loads(subprocess.run([*ctxos, "--json"], capture_output=True, text=True, check=True).stdout)
     assert shown["ok"] and shown["horizon"] == horizon > 0
     assert shown["messages"][1]["text"].startswith("<context_os>\nThe conversation before chat entry")
