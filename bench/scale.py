@@ -5,7 +5,9 @@
   real ``OpenAIHook`` one model call per turn. Per size and store: assembly p50/p95 of the last
   ``TAIL`` calls (same policy, so the same active set), ingest rate over the whole session,
   store size on disk, peak RSS. Target: p50(50k) / p50(1k) ≤ 2× on each store: assembly follows
-  the active set, not the history.
+  the active set, not the history. The default policy's history horizon bounds the conversation
+  each call returns; one more SQLite job at the largest size runs without it (the whole
+  conversation in every call), the worst case.
 * files: ``FILES`` real files in a temp dir, indexed and tracked by ``FileTracker``: time to
   track them, time to start the tracker over them, RSS.
 
@@ -34,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from context_os import Session
+from context_os import RetentionPolicy, Session
 from context_os.files import FileIndex, FileTracker, Workspace
 from context_os.harness.openai import OpenAIHook
 from context_os.store import Store, open_store
@@ -193,7 +195,8 @@ def session_job(spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
             hook = OpenAIHook(Session.open(warm_store, "warm", harness="openai"))
             _drive(hook, warm, session_turns(WARM_TURNS * 3, seed=1)[:WARM_TURNS], 1)
         keys0 = _xtdb_status(spec["url"])["xtdb.kv/estimate-num-keys"] if store_name == "xtdb" else 0
-        hook = OpenAIHook(Session.open(store, f"scale-{size}", harness="openai"))
+        whole = None if spec.get("horizon", True) else RetentionPolicy(history_max_tokens=None)
+        hook = OpenAIHook(Session.open(store, f"scale-{size}", harness="openai", policy=whole))
         msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
         t0 = time.perf_counter()
         step = max(1, math.ceil(len(build) / 4))
@@ -224,6 +227,8 @@ def session_job(spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
             lib_p50=pct([t - s for t, s in zip(times, in_store, strict=True)], 50),
             chars=sum(len(m["content"] or "") + len(json.dumps(m.get("tool_calls", ""))) for m in msgs[1:]),
             active=sorted(set(active)),
+            returned=len(hook.transform_context(msgs)),
+            horizon=hook.session.view.horizon,
         )
         if store_name == "sqlite":
             st = store.stats()
@@ -386,8 +391,9 @@ def _plot(sessions: dict[str, list[dict[str, Any]]]) -> None:
     plt.close(fig)
 
 
-def _aims(rows: list[dict[str, Any]]) -> str:
-    """The embedded store against the aims of making it fast, in this run's numbers."""
+def _aims(rows: list[dict[str, Any]], whole: dict[str, Any]) -> str:
+    """The embedded store against the aims of making it fast, in this run's numbers (``whole``:
+    the largest session without the history horizon)."""
     small, big = rows[0], rows[-1]
     flat = big["p50"] / small["p50"]
     own = big["peak_rss_mb"] - big["start_rss_mb"] - big["msgs_rss_mb"]
@@ -399,7 +405,9 @@ def _aims(rows: list[dict[str, Any]]) -> str:
     return f"""Aims for the embedded store at {big["messages"]:,} messages:
 
 - assembly p50 ≤ 1 ms: {_ms(big["p50"])}, {verdict(big["p50"] <= 0.001)}; flat ({big["messages"]:,} over
-  {small["messages"]:,} messages ≤ 1.2×): {flat:.2f}×, {verdict(flat <= 1.2)};
+  {small["messages"]:,} messages ≤ 1.2×): {flat:.2f}×, {verdict(flat <= 1.2)}. Without the horizon
+  (every call returns all {whole["returned"]:,} messages): {_ms(whole["p50"])}, {verdict(whole["p50"] <= 0.001)},
+  {whole["p50"] / small["p50"]:.2f}× the {small["messages"]:,}-message p50;
 - RSS ≤ 150 MB: the job's peak is {_mb(big["peak_rss_mb"])}, of which {_mb(big["start_rss_mb"])} is the
   interpreter with its imports before the session starts and {_mb(big["msgs_rss_mb"])} the harness's own
   message list (the test harness's, which the session reads and does not copy): context_os's own
@@ -437,6 +445,8 @@ def main() -> int:
         for size in SIZES:
             _say(f"sqlite: session of {size:,} messages")
             sessions["sqlite"].append(_run_child({"job": "session", "store": "sqlite", "size": size}, tmp))
+        _say(f"sqlite: session of {SIZES[-1]:,} messages without the history horizon")
+        whole = _run_child({"job": "session", "store": "sqlite", "size": SIZES[-1], "horizon": False}, tmp)
         _say(f"sqlite: {FILES:,} tracked files")
         files["sqlite"] = _run_child({"job": "files", "store": "sqlite"}, tmp)
         for size in SIZES:
@@ -471,6 +481,15 @@ def main() -> int:
                 f"({r['rate'] / bare[r['size']]:.2f}x bare {bare[r['size']]:,.0f}), {disk}, "
                 f"peak RSS {_mb(r['peak_rss_mb'])}{node}"
             )
+    rows.append(
+        f"| sqlite, no horizon | {whole['messages']:,} | 1 | {_ms(whole['p50'])} | {_ms(whole['p95'])} "
+        f"| {_ms(whole['mean'])} | {_ms(whole['store_p50'])} / {_ms(whole['lib_p50'])} "
+        f"| {min(whole['active'])}–{max(whole['active'])} | {whole['rate']:,.0f} "
+        f"| {whole['rate'] / whole['bare_rate']:.2f}× | {_disk(whole)} | {_mb(whole['peak_rss_mb'])} |"
+    )
+    _say(
+        f"sqlite {whole['messages']:,} msgs, no horizon: assembly p50 {_ms(whole['p50'])}, returns {whole['returned']:,}"
+    )
     for name, ratio in ratios.items():
         _say(f"{name}: p50 {SIZES[-1]:,} / {SIZES[0]:,} messages = {ratio:.2f}x (target <= {FLAT_TARGET:g}x)")
     frows = []
@@ -521,6 +540,11 @@ the rest (library). Ingest is all messages over the whole session's time, agains
 loop inserting the same messages as JSON rows, one transaction per turn. Store size: the SQLite
 file plus its WAL; the node's RocksDB directory (transaction log, documents, indexes) with its KV
 key count (`:xtdb.kv/estimate-num-keys`, after the warm-up), and the node's peak RSS.
+With the default policy's history horizon ([concepts.md](concepts.md)) a call returns the
+conversation from the horizon on: at {big["messages"]:,} messages, {big["returned"]:,} messages (the
+horizon at chat entry {big["horizon"]:,}). The row *sqlite, no horizon* is the same session with
+`history_max_tokens=None`: every call returns the whole conversation ({whole["returned"]:,}
+messages), the worst case, as every row measured before the horizon (2026-11-27 18:00).
 
 | store | messages | turns per call | assembly p50 | p95 | mean | p50 store / library | active objects | ingest msg/s | vs bare | store size | peak RSS |
 |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|
@@ -532,7 +556,7 @@ Flatness, assembly p50 at {SIZES[-1]:,} messages over p50 at {SIZES[0]:,}: {verd
 {FLAT_TARGET:g}×): **{"met" if ok else "MISSED"}**. Per call, p50 from {SIZES[0]:,} to
 {SIZES[-1]:,} messages: {growth}.
 
-{_aims(sessions["sqlite"])}
+{_aims(sessions["sqlite"], whole)}
 
 ### {FILES:,} tracked files
 

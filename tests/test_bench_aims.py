@@ -86,9 +86,11 @@ def test_the_scale_aims_name_what_is_missed_and_the_floors() -> None:
     assert floors["redact_rate"] > 0 and floors["hash_rate"] > 0
     row = {"messages": 50_000, "p50": 0.0009, "rate": 2_000.0, "bare_rate": 50_000.0, **floors}
     row |= {"peak_rss_mb": 300.0, "start_rss_mb": 50.0, "msgs_rss_mb": 110.0}
-    text = _aims([{**row, "messages": 1_000, "p50": 0.0008}, row])
+    whole = {**row, "p50": 0.0016, "returned": 50_000}
+    text = _aims([{**row, "messages": 1_000, "p50": 0.0008}, row], whole)
     assert "0.90 ms, met" in text and "1.12×, met" in text
+    assert "all 50,000 messages): 1.60 ms, **MISSED**,\n  2.00× the 1,000-message p50" in text
     assert "share is 140 MB, met" in text and "(the whole process: **MISSED**)" in text
     assert "0.04×, **MISSED**" in text
-    slow = _aims([{**row, "p50": 0.0005}, {**row, "p50": 0.0011, "peak_rss_mb": 400.0}])
+    slow = _aims([{**row, "p50": 0.0005}, {**row, "p50": 0.0011, "peak_rss_mb": 400.0}], whole)
     assert "1.10 ms, **MISSED**" in slow and "2.20×, **MISSED**" in slow and "share is 240 MB, **MISSED**" in slow
