@@ -237,3 +237,23 @@ def test_ctxos_frames_show_names_the_horizon_and_verifies_the_frame(tmp_path: Pa
     assert shown["messages"][1]["text"].startswith("<context_os>\nThe conversation before chat entry")
     text = subprocess.run([*ctxos, "--no-messages"], capture_output=True, text=True, check=True).stdout
     assert f"history horizon: chat entry {horizon}" in text and "verified" in text
+
+
+def test_a_history_the_harness_rewrites_under_the_horizon_renders_from_what_it_kept(store: Store, uid: str) -> None:
+    hook = hook_for(store, uid)
+    msgs = drive(hook, 40)
+    horizon = hook.session.view.horizon
+    # the harness compacts: its first messages stay, a summary replaces the rest
+    kept = msgs[:5]
+    rewritten = [*kept, user("Summary of the work so far: mod0 to mod39 read."), say("Carrying on.")]
+    out = hook.transform_context(rewritten)
+    assert not pairing_problems(OPENAI_PAIRING, out)
+    view = hook.session.view
+    assert view.horizon == horizon  # an entry number: the entries it counts are the ones still visible
+    note = out[1]["content"]
+    assert "It holds 1 user message, 2 assistant messages and 1 tool result; tool calls: read 1." in note
+    assert [m["content"] for m in out[-2:]] == ["Summary of the work so far: mod0 to mod39 read.", "Carrying on."]
+    assert all(verify_frame(store, f).ok for f in frame_docs(store, uid))
+    drive(hook, 40, rewritten)  # and it moves on from there
+    assert hook.session.view.horizon > horizon
+    assert all(verify_frame(store, f).ok for f in frame_docs(store, uid)[-5:])

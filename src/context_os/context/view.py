@@ -1170,6 +1170,10 @@ def _call_path(arguments: Any) -> str | None:
     return None
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}" + ("" if n == 1 else "s")
+
+
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else f"{text[:limit]} … ({len(text) - limit:,} more characters)"
 
@@ -1207,14 +1211,15 @@ class _Behind:
         return self
 
     def text(self, horizon: int) -> str:
-        """The note (``horizon_text``)."""
+        """The note (``horizon_text``). Its wording is part of how frames render: a change to it
+        needs a new ``LAYOUT`` (frames of the old one must still re-render the old way)."""
         roles, tools, said = self.roles, self.tools, self.said
         lines = [
             TAIL_OPEN,
             f"The conversation before chat entry {horizon} is not shown here: history(start, end) shows any part "
             'of it (a tool result as a one-line stub: activate("r<entry>") loads one).',
-            f"It holds {roles['user']} user messages, {roles['assistant']} assistant messages and "
-            f"{roles['tool']} tool results"
+            f"It holds {_count(roles['user'], 'user message')}, {_count(roles['assistant'], 'assistant message')} "
+            f"and {_count(roles['tool'], 'tool result')}"
             + (f"; tool calls: {', '.join(f'{name} {n}' for name, n in tools.most_common())}." if tools else "."),
         ]
         if self.paths:
@@ -1226,7 +1231,9 @@ class _Behind:
             lines.append("What the user said in it:")
             for k, e in enumerate(shown):
                 if k == 1 and len(shown) < len(said):
-                    lines.append(f"({len(said) - len(shown)} user messages between these: history shows them)")
+                    lines.append(
+                        f"({_count(len(said) - len(shown), 'user message')} between these: history shows them)"
+                    )
                 lines.append(f"[{e['i']}] {_clip(str(e['text']), HORIZON_USER_CHARS)}")
         lines.append(TAIL_CLOSE)
         return "\n".join(lines)
