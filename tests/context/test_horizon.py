@@ -168,6 +168,13 @@ def test_a_resumed_session_keeps_its_horizon(store: Store, uid: str) -> None:
     again = OpenAIHook(Session.open(store, uid, harness="openai"))
     assert again.session.view.horizon == horizon
     assert again.transform_context(msgs)[:3] == before[:3]  # the system message, the same note, what follows
+    again.session.close()
+    whole = OpenAIHook(
+        Session.open(store, uid, harness="openai", policy=RetentionPolicy(**EAGER, history_max_tokens=None))
+    )
+    out = whole.transform_context(msgs)
+    assert whole.session.view.horizon == 0 and out[1]["content"] == "Fix the parser bug in src/parser.py, please."
+    assert all(verify_frame(store, f).ok for f in frame_docs(store, uid)[-3:])
 
 
 def test_a_small_session_and_a_policy_without_a_horizon_keep_the_whole_conversation(store: Store, uid: str) -> None:

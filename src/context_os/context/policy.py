@@ -97,7 +97,8 @@ class RetentionPolicy:
     results' stubs; not the results still expanded, not the active pool) passes this many tokens,
     its oldest part leaves the context for one note that says what it held, repeats what the
     user said in it and how to see it again (the ``history`` tool), keeping the newest
-    ``history_keep_percent`` of this. None: the whole conversation stays."""
+    ``history_keep_percent`` of this. None: the whole conversation stays (a session reopened
+    with None shows all of it again)."""
     history_keep_percent: int = 50
     """How much of ``history_max_tokens`` the horizon keeps when it moves (1-100): it moves
     seldom, by the rest at once, since each move sends the context anew from its start."""

@@ -391,11 +391,15 @@ class Session:
 
     def _move_horizon(self) -> list[StateChange]:
         """Move the history horizon once the conversation shown outgrows ``history_max_tokens``
-        (policy.py): its oldest part leaves the context for one note (``view.horizon_text``),
-        so that ``history_keep_percent`` of that stays. The context is sent anew from its start
-        then, so it moves by half the limit at a time, not a message at a time. Tool results
-        behind it collapse (a pinned one shows in the active pool instead)."""
+        (policy.py): its oldest part leaves the context for one note (``horizon_text`` in
+        view.py), so that ``history_keep_percent`` of that stays. The context is sent anew from
+        its start then, so it moves by half the limit at a time, not a message at a time. Tool
+        results behind it collapse (a pinned one shows in the active pool instead). A session
+        reopened with ``history_max_tokens=None`` shows its whole conversation again."""
         view = self.view
+        if view.policy.history_max_tokens is None and view.horizon:
+            view.horizon = 0
+            view.reset_render()
         if not view.managed or view.policy.history_max_tokens is None:
             return []
         keep = horizon_due(view.conversation_tokens(), view.policy)
