@@ -254,9 +254,9 @@ _K_CONTENT_HASH = _kw("xtdb.api/content-hash")
 _K_DOC = _kw("xtdb.api/doc")
 _K_TX = _kw("xtdb.api/tx")
 _K_COMMITTED = _kw("tx-committed?")
+_K_INDEXED = _kw("context-os/indexed?")
 _NO_OWN = object()
 """What ``XtdbStore._own_get`` answers for a node without our endpoints."""
-_K_INDEXED = _kw("context-os/indexed?")
 
 
 def _ms(value: Any) -> int:
@@ -593,6 +593,10 @@ class XtdbStore(Store):
         r = self._request("GET", endpoint, params=params)
         if r.status_code == 404 and missing_ok and r.headers.get("content-type", "").startswith("application/edn"):
             return None  # XTDB's own "not found" (a 404 page from something else is an error)
+        return self._answer(r, what)
+
+    def _answer(self, r: httpx.Response, what: str) -> Any:
+        """The EDN of a 200 answer; any other status fails (``_fail``)."""
         if r.status_code != 200:
             self._fail(r, what)
         return self._edn(r)
@@ -642,11 +646,7 @@ class XtdbStore(Store):
     def _own_get(self, endpoint: str, params: Mapping[str, str], what: str) -> Any:
         """The EDN answer of one of our GET endpoints (``_own``), or ``_NO_OWN``."""
         r = self._own("GET", endpoint, params=params)
-        if r is None:
-            return _NO_OWN
-        if r.status_code != 200:
-            self._fail(r, what)
-        return self._edn(r)
+        return _NO_OWN if r is None else self._answer(r, what)
 
     def _flag(self, answer: Any, key: Any, what: str) -> bool:
         """A boolean an answer of the node must hold."""
@@ -824,10 +824,8 @@ class XtdbStore(Store):
             clauses.append("[e :xt/id _]")
         query = "{:query {:find [(pull e [*])] :where [" + " ".join(clauses) + "]}}"
         r = self._request("POST", "query", params=pinned, body=query)
-        if r.status_code != 200:
-            self._fail(r, "find (Datalog query)")
         docs = []
-        for row in self._edn(r) or ():
+        for row in self._answer(r, "find (Datalog query)") or ():
             doc = _doc_from_edn(row[0])
             # Datalog narrowed the candidates; equality is decided here, as the SQLite store
             # decides it (canonical JSON: 1 == 1.0, 1 != true, a list is not its elements).
