@@ -419,6 +419,26 @@ def _aims(rows: list[dict[str, Any]], whole: dict[str, Any]) -> str:
   with redaction on (the default, a security requirement), no ingest can reach 0.5× the bare loop."""
 
 
+def _session_row(name: str, r: dict[str, Any], bare: float) -> str:
+    """One session job as a row of the Scale table (said on stderr too); ``bare``: the bare
+    SQLite loop's rate over the same messages."""
+    disk = _node_disk(r) if r["store"] == "xtdb" else _disk(r)
+    node = f" + node {_mb(r['node_hwm_mb'])}" if r.get("node_hwm_mb") else ""
+    build = "1" if r["per_call"] == 1 else f"{r['per_call']}, then 1"
+    active = f"{min(r['active'])}–{max(r['active'])}"
+    _say(
+        f"{name} {r['messages']:,} msgs: assembly p50 {_ms(r['p50'])} p95 {_ms(r['p95'])} "
+        f"(store {_ms(r['store_p50'])}, library {_ms(r['lib_p50'])}), ingest {r['rate']:,.0f} msg/s "
+        f"({r['rate'] / bare:.2f}x bare {bare:,.0f}), {disk}, peak RSS {_mb(r['peak_rss_mb'])}{node}, "
+        f"a call returns {r['returned']:,} messages"
+    )
+    return (
+        f"| {name} | {r['messages']:,} | {build} | {_ms(r['p50'])} | {_ms(r['p95'])} | {_ms(r['mean'])} "
+        f"| {_ms(r['store_p50'])} / {_ms(r['lib_p50'])} | {active} | {r['rate']:,.0f} "
+        f"| {r['rate'] / bare:.2f}× | {disk} | {_mb(r['peak_rss_mb'])}{node} |"
+    )
+
+
 def _node_disk(r: dict[str, Any]) -> str:
     size = f"{r['node_mb']:,.1f} MB RocksDB" if r.get("node_mb") is not None else "n/a"
     return f"{size} ({r['kv_keys']:,} KV keys)"
@@ -463,33 +483,8 @@ def main() -> int:
     ratios = {name: rows[-1]["p50"] / rows[0]["p50"] for name, rows in sessions.items()}
     ok = all(r <= FLAT_TARGET for r in ratios.values())
     bare = {r["size"]: r["bare_rate"] for r in sessions["sqlite"]}
-    rows = []
-    for name, results in sessions.items():
-        for r in results:
-            disk = _disk(r) if name == "sqlite" else _node_disk(r)
-            node = f" + node {_mb(r['node_hwm_mb'])}" if r.get("node_hwm_mb") else ""
-            build = "1" if r["per_call"] == 1 else f"{r['per_call']}, then 1"
-            active = f"{min(r['active'])}–{max(r['active'])}"
-            rows.append(
-                f"| {name} | {r['messages']:,} | {build} | {_ms(r['p50'])} | {_ms(r['p95'])} | {_ms(r['mean'])} "
-                f"| {_ms(r['store_p50'])} / {_ms(r['lib_p50'])} | {active} | {r['rate']:,.0f} "
-                f"| {r['rate'] / bare[r['size']]:.2f}× | {disk} | {_mb(r['peak_rss_mb'])}{node} |"
-            )
-            _say(
-                f"{name} {r['messages']:,} msgs: assembly p50 {_ms(r['p50'])} p95 {_ms(r['p95'])} "
-                f"(store {_ms(r['store_p50'])}, library {_ms(r['lib_p50'])}), ingest {r['rate']:,.0f} msg/s "
-                f"({r['rate'] / bare[r['size']]:.2f}x bare {bare[r['size']]:,.0f}), {disk}, "
-                f"peak RSS {_mb(r['peak_rss_mb'])}{node}"
-            )
-    rows.append(
-        f"| sqlite, no horizon | {whole['messages']:,} | 1 | {_ms(whole['p50'])} | {_ms(whole['p95'])} "
-        f"| {_ms(whole['mean'])} | {_ms(whole['store_p50'])} / {_ms(whole['lib_p50'])} "
-        f"| {min(whole['active'])}–{max(whole['active'])} | {whole['rate']:,.0f} "
-        f"| {whole['rate'] / whole['bare_rate']:.2f}× | {_disk(whole)} | {_mb(whole['peak_rss_mb'])} |"
-    )
-    _say(
-        f"sqlite {whole['messages']:,} msgs, no horizon: assembly p50 {_ms(whole['p50'])}, returns {whole['returned']:,}"
-    )
+    rows = [_session_row(name, r, bare[r["size"]]) for name, results in sessions.items() for r in results]
+    rows.append(_session_row("sqlite, no horizon", whole, whole["bare_rate"]))
     for name, ratio in ratios.items():
         _say(f"{name}: p50 {SIZES[-1]:,} / {SIZES[0]:,} messages = {ratio:.2f}x (target <= {FLAT_TARGET:g}x)")
     frows = []
