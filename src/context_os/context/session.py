@@ -397,10 +397,12 @@ class Session:
         results behind it collapse (a pinned one shows in the active pool instead). A session
         reopened with ``history_max_tokens=None`` shows its whole conversation again."""
         view = self.view
-        if view.policy.history_max_tokens is None and view.horizon:
-            view.horizon = 0
-            view.reset_render()
-        if not view.managed or view.policy.history_max_tokens is None:
+        if view.policy.history_max_tokens is None:
+            if view.horizon:
+                view.horizon = 0
+                view.reset_render()
+            return []
+        if not view.managed:
             return []
         keep = horizon_due(view.conversation_tokens(), view.policy)
         to = view.horizon_for(keep) if keep is not None else None
