@@ -122,6 +122,22 @@ def test_a_writer_that_pauses_between_truncating_and_writing_makes_one_version(r
     assert versions(db, oid) == 2 and db.get(oid).doc["content"] == "new\n" and meta["size"] == 4
 
 
+def test_a_file_emptied_then_written_by_a_second_writer_makes_one_version(root, db) -> None:
+    """Two writers: one truncates the file and closes it, another writes it 300 ms later (six
+    times the debounce). The close says nothing is being written, yet an empty file that was not
+    empty is only recorded once it stays so for ``max_delay`` (here far longer than the test):
+    one version with the new text. Before, the empty file was a version of its own."""
+    oid = index(FileTracker(db, Workspace(root)), root, "twice.txt", "old\n")
+    with FileTracker(db, Workspace(root), rescan_interval=None, max_delay=60.0) as tracker:
+        (root / "twice.txt").write_text("")
+        wait_for(lambda: tracker.stats["reconciled"] >= 1, what="the tracker to look at the empty file")
+        time.sleep(0.3)
+        (root / "twice.txt").write_text("new\n")
+        meta = wait_version(db, oid, 2)
+        tracker.settle()
+    assert versions(db, oid) == 2 and db.get(oid).doc["content"] == "new\n" and meta["size"] == 4
+
+
 def test_a_backup_rename_save_is_one_version_and_the_object_stays_on_its_path(root, db, tracker) -> None:
     oid = index(tracker, root, "vim.txt", "one\n")
     os.rename(root / "vim.txt", root / "vim.txt~")  # vim without backupcopy: rename away, write anew

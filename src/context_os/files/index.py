@@ -44,7 +44,9 @@ from .workspace import FileSnapshot, Workspace
 
 __all__ = ["FileIndex", "Indexed", "IndexStatus", "file_meta_summary", "find_file_object", "record_virtual"]
 
-IndexStatus = Literal["new", "already indexed", "new version"]
+IndexStatus = Literal["new", "already indexed", "new version", "unsettled"]
+"""``unsettled``: nothing was written, because the ``settled`` check given to ``refresh`` said the
+file looked mid-write (only the file tracker asks)."""
 
 EVICTED_BYTES = "these bytes were evicted from the store (ctxos objects evict): change the file to index it again"
 """Why a file whose bytes were evicted is indexed metadata-only."""
@@ -215,10 +217,19 @@ class FileIndex:
                     return result
         raise StoreError(f"{path}: the file object kept changing under a concurrent writer")
 
-    def refresh(self, obj_id: str, path: Path | None, *, cause: str, reason: str = "deleted") -> Indexed | None:
+    def refresh(
+        self,
+        obj_id: str,
+        path: Path | None,
+        *,
+        cause: str,
+        reason: str = "deleted",
+        settled: Callable[[FileSnapshot], bool] | None = None,
+    ) -> Indexed | None:
         """Bring ``obj_id`` in line with the file now at ``path`` (its old path, or the one it
         was moved to), or mark it missing when ``path`` is None. None if the object is gone
-        from the store (evicted)."""
+        from the store (evicted). ``settled`` sees what was read before a new version is written:
+        False leaves the object as it is (status ``unsettled``)."""
         with self._lock:
             for _ in range(_ATTEMPTS):
                 prev = self.latest(obj_id)
@@ -227,7 +238,7 @@ class FileIndex:
                 result = (
                     self._missing(prev, cause=cause, reason=reason)
                     if path is None
-                    else self._update(prev, path, read=False, cause=cause)
+                    else self._update(prev, path, read=False, cause=cause, settled=settled)
                 )
                 if result is not None:
                     return result
@@ -248,7 +259,15 @@ class FileIndex:
             return bool(pm.get("sha") != snap.sha)
         return bool((pm.get("size"), pm.get("mtime")) != (snap.size, snap.mtime_ms))
 
-    def _update(self, prev: Version | None, path: Path, *, read: bool, cause: str) -> Indexed | None:
+    def _update(
+        self,
+        prev: Version | None,
+        path: Path,
+        *,
+        read: bool,
+        cause: str,
+        settled: Callable[[FileSnapshot], bool] | None = None,
+    ) -> Indexed | None:
         pm: dict[str, Any] = prev.doc["meta"] if prev is not None and prev.doc else {}
         # everything recorded below is what this one open found (path, inode, size, mtime, bytes):
         # nothing is looked at by name again, so nothing can disagree with it
@@ -262,6 +281,8 @@ class FileIndex:
         moved = prev is not None and pm.get("abs_path") != str(snap.path)
         if prev is not None and not pm.get("missing") and not moved and not self._differs(pm, snap):
             return Indexed(prev.id, "already indexed", prev)
+        if prev is not None and settled is not None and not settled(snap):
+            return Indexed(prev.id, "unsettled", prev)
         changes: list[str] = []
         if prev is None:
             changes.append("created")

@@ -14,7 +14,9 @@ becomes a new version of its object:
 * a file being written is looked at once its writer closes it, where the observer reports closes
   (inotify): a writer that truncates, then writes after a pause (a slow or descheduled process),
   makes one version, not an empty one and then the text (at most ``max_delay`` after its first
-  event, so a file kept open and written to is still recorded).
+  event, so a file kept open and written to is still recorded); and what was read is recorded
+  only when it looks settled (``_settled``: no event during the read, no change newer than the
+  events seen, not emptied a moment ago), so a lagging observer does not make one either.
 
 One recursive watch per root (the workspace root, and each allowed outside directory that holds
 an indexed file) catches moves between any two directories below it, with one observer thread.
@@ -60,7 +62,7 @@ from watchdog.observers.api import BaseObserver, ObservedWatch
 from ..errors import ContextOSError
 from ..store.base import Store, Version
 from .index import FileIndex, Indexed
-from .workspace import Workspace
+from .workspace import FileSnapshot, Workspace
 
 __all__ = ["FileTracker"]
 
@@ -170,6 +172,9 @@ class FileTracker:
         self._recent: OrderedDict[str, float] = OrderedDict()
         self._grace: set[str] = set()
         self._deferred: dict[str, float] = {}
+        # wall-clock time (ns) of the newest event seen for each object: a file whose mtime is
+        # later has changed again, and the events saying so are still on their way
+        self._event_ns: dict[str, int] = {}
         # files modified and not yet closed by their writer, awaited where the observer reports a
         # writer's close (inotify's IN_CLOSE_WRITE; not FSEvents, kqueue or polling)
         self._writing: set[str] = set()
@@ -420,6 +425,7 @@ class FileTracker:
         return None
 
     def _mark(self, oid: str, now: float) -> bool:
+        self._event_ns[oid] = time.time_ns()
         first = self._pending.get(oid, (now, now))[0]
         self._pending[oid] = (first, now)
         return True
@@ -525,12 +531,15 @@ class FileTracker:
                 self._later(oid, self.missing_grace)
                 return None
         self._grace.discard(oid)
-        if target is not None and self._still_being_written(oid, target):
-            self._later(oid, self.debounce)
-            return None
+        with self._cond:
+            seen = self._event_ns.get(oid)
         try:
             result = self.index.refresh(
-                oid, Path(target) if target else None, cause="tracker", reason="deleted or moved away on disk"
+                oid,
+                Path(target) if target else None,
+                cause="tracker",
+                reason="deleted or moved away on disk",
+                settled=lambda snap: self._settled(oid, rec, snap, seen),
             )
         except ContextOSError as e:
             self._error(f"{rec.path}: {e}")
@@ -538,9 +547,14 @@ class FileTracker:
         if result is None:  # evicted from the store: stop tracking it
             with self._cond:
                 self._records.pop(oid, None)
+                self._event_ns.pop(oid, None)
                 if self._by_path.get(rec.path) == oid:
                     del self._by_path[rec.path]
             return None
+        if result.status == "unsettled":
+            self._later(oid, self.debounce)
+            return None
+        self._deferred.pop(oid, None)
         if result.status != "already indexed":
             self.stats["versions"] += 1
             return result
@@ -554,22 +568,30 @@ class FileTracker:
             self._pending[oid] = (max(first, later), max(last, later))
             self._cond.notify_all()
 
-    def _still_being_written(self, oid: str, path: str) -> bool:
-        """Whether the file was modified less than ``debounce`` ago: the events that woke us may
-        be older than a write still in progress (a truncate before its write). Deferred for at
-        most ``max_delay`` in a row, so a file written continuously is still recorded."""
-        if not self.running or self._stopping:
-            return False
-        try:
-            age = time.time() - os.stat(path).st_mtime
-        except OSError:
-            return False
+    def _settled(self, oid: str, rec: _Rec, snap: FileSnapshot, seen: int | None) -> bool:
+        """Whether what was just read of ``oid`` (about to become a new version) can be trusted
+        not to be a write caught halfway. Not when:
+
+        * an event for it came while it was read (a newer look is due anyway);
+        * it changed after the newest event seen for it (the events of that change are still on
+          their way: a writer that truncated, then paused, would be recorded empty);
+        * it changed less than ``debounce`` ago (the events that woke us may be older than a
+          write still in progress);
+        * it is empty now, was not before, and was emptied less than ``max_delay`` ago (a
+          truncate whose write has not come yet).
+
+        Deferred for at most ``max_delay`` in a row, so a file written continuously is still
+        recorded. Stopping, or a rescan outside the tracker thread, takes what is there."""
+        if not self.running or self._stopping or threading.current_thread() is not self._thread:
+            return True
+        with self._cond:
+            newer = self._event_ns.get(oid) != seen
+        age = time.time_ns() - snap.mtime_ns
+        emptied = snap.size == 0 and bool(rec.size) and age < self.max_delay * 1e9
         now = time.monotonic()
         since = self._deferred.setdefault(oid, now)
-        if 0 <= age < self.debounce and now - since < self.max_delay:
-            return True
-        self._deferred.pop(oid, None)
-        return False
+        unsure = newer or (seen is not None and snap.mtime_ns > seen) or 0 <= age < self.debounce * 1e9 or emptied
+        return not unsure or now - since >= self.max_delay
 
     def _error(self, message: str) -> None:
         self.stats["errors"] += 1

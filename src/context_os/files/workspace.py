@@ -716,7 +716,8 @@ class Workspace:
 
     def look(self, opened: OpenedPath, *, read: bool = True) -> tuple[FileSnapshot, bytes | None]:
         """``snapshot`` of a file already opened (``open(kind="file")``), with the bytes it read
-        (None when it read none): the size, inode and mtime are those of the open descriptor."""
+        (None when it read none): the inode and mtime are those of the open descriptor after the
+        read, the size that of the bytes read."""
         st, path = opened.st, opened.path
         if st is None or opened.fd is None or not stat.S_ISREG(st.st_mode):
             raise FileUnreadable(f"{opened.shown!r} is not a regular file opened for reading")
@@ -743,6 +744,10 @@ class Workspace:
             )
             return snap, None
         data = opened.read()
+        # the mtime recorded is the one after the read: a write that landed while (or just before)
+        # the bytes were read then shows as a change newer than them, never as an older one
+        with suppress(OSError):
+            st = os.fstat(opened.fd)
         return self._decode(path, st, data, mime), data
 
     def _decode(self, path: Path, st: os.stat_result, data: bytes, mime: str | None) -> FileSnapshot:
