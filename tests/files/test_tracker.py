@@ -127,8 +127,10 @@ def test_a_file_emptied_then_written_by_a_second_writer_makes_one_version(root, 
     times the debounce). The close says nothing is being written, yet an empty file that was not
     empty is only recorded once it stays so for ``max_delay`` (here far longer than the test):
     one version with the new text. Before, the empty file was a version of its own."""
-    oid = index(FileTracker(db, Workspace(root)), root, "twice.txt", "old\n")
-    with FileTracker(db, Workspace(root), rescan_interval=None, max_delay=60.0) as tracker:
+    (root / "twice.txt").write_text("old\n")
+    ws = Workspace(root)
+    oid = FileIndex(db, ws).index(ws.resolve("twice.txt"), read=True, cause="read").id
+    with FileTracker(db, ws, rescan_interval=None, max_delay=60.0) as tracker:
         (root / "twice.txt").write_text("")
         wait_for(lambda: tracker.stats["reconciled"] >= 1, what="the tracker to look at the empty file")
         time.sleep(0.3)
