@@ -6,11 +6,11 @@ context_os through ``replay_transcript`` with its default policy on a temporary 
 Every session of the tuning set and of the check set (``bench/_sessions.py``) is measured. Aims,
 checked per session:
 
-* every session: 0 calls showing a stale file view, 0 orphaned tool results, prefix stability
-  ≥ 0.90 (or, for a session so short that full history itself stays below that, no lower than
-  full history's);
-* sessions of ≥ 100 model calls: tokens ≤ 25% of full history, ≥ 90% of edits with their target
-  file in context, and the fewest tokens of the strategies that keep ≥ 90% of edit targets;
+* every session: 0 orphaned tool results, prefix stability ≥ 0.90 (or, for a session so short
+  that full history itself stays below that, no lower than full history's);
+* sessions of ≥ 100 model calls: 0 calls showing a stale file view, tokens ≤ 25% of full history,
+  ≥ 90% of edits with their target file in context, and the fewest tokens of the strategies that
+  keep ≥ 90% of edit targets;
 * sessions whose largest input stays under 50k tokens: cache-priced, no dearer than full history.
 
 Exit status 1 if an aim is missed on any session (after every table is written). Writes the
