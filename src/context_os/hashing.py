@@ -44,14 +44,26 @@ _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=
 
 def _plain(value: Any) -> bool:
     """True if ``value`` is made only of str/int/bool/None, lists and str-keyed dicts: then the
-    standard encoder already writes its canonical form and nothing needs normalising."""
+    standard encoder already writes its canonical form and nothing needs normalising. (Leaves
+    are tested in the loop, not by a call each: this runs on every document and message hashed,
+    and most of their values are leaves.)"""
     t = type(value)
     if t is str or t is int or t is bool or value is None:
         return True
     if t is dict:
-        return all(type(k) is str and _plain(v) for k, v in value.items())
+        for k, v in value.items():
+            if type(k) is not str:
+                return False
+            tv = type(v)
+            if not (tv is str or tv is int or tv is bool or v is None or _plain(v)):
+                return False
+        return True
     if t is list:
-        return all(_plain(v) for v in value)
+        for v in value:
+            tv = type(v)
+            if not (tv is str or tv is int or tv is bool or v is None or _plain(v)):
+                return False
+        return True
     return False
 
 
