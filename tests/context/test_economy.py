@@ -16,7 +16,7 @@ from context_os import RetentionPolicy, Session
 from context_os.context.evict import evict
 from context_os.context.frames import frame_docs, get_frame, verify_frame
 from context_os.context.policy import plan_break
-from context_os.context.view import PATCH_MIN_TOKENS, TAIL_CLOSE, TAIL_OPEN, _patch_text
+from context_os.context.view import PATCH_MIN_TOKENS, TAIL_CLOSE, TAIL_OPEN, ObjInfo, _patch_text, active_text
 from context_os.errors import NotFound
 from context_os.files import FileTools, Workspace
 from context_os.harness.openai import OPENAI_PAIRING, OpenAIHook
@@ -385,3 +385,19 @@ def test_block_ids_are_per_session_and_text(db) -> None:
     ids = {v.id for v in db.find("block", {"object": "memory:notes"})}
     assert {i.split(":")[1] for i in ids} == {"a", "b"}
     assert PATCH_MIN_TOKENS > 0
+
+
+def test_a_files_window_follows_its_focus_and_its_text() -> None:
+    """The window of a long file is kept between asks (a turn asks several times), and made
+    anew when the focus changes, even in place, or the text does."""
+    text = "\n".join(f"line {i}" for i in range(1, 2001))
+    o = ObjInfo("file:w", "file", {}, content=text, state="active", focus=[[10, 12]])
+    first = active_text(o, 2000)
+    assert "\nline 10\n" in first and "line 1500" not in first
+    assert active_text(o, 2000) is first
+    o.focus[0][:] = [1500, 1502]
+    moved = active_text(o, 2000)
+    assert "\nline 1500\n" in moved and "\nline 10\n" not in moved
+    o.content = text.replace("line 1501\n", "LINE 1501\n")
+    assert "LINE 1501" in active_text(o, 2000)
+    assert active_text(o, 100_000) == o.content  # it all fits: no window

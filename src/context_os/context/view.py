@@ -81,6 +81,10 @@ class ObjInfo:
     focus: list[list[int]] | None = None
     """Line ranges ``[first, last]`` (1-based, in the shown text) that the agent's tools last read or
     changed, most recent first: a long text shows these and the lines around them."""
+    window: tuple[str, Any, int, str | None] | None = field(default=None, repr=False, compare=False)
+    """The last ``focus_window`` of it: (the text, the focus, the limit, the window). A turn asks
+    for the window of every file of the active pool several times (to size the pool, to plan its
+    blocks, to render them), and it changes only with the text or the focus."""
 
     @property
     def tokens(self) -> int:
@@ -208,7 +212,12 @@ def active_text(obj: ObjInfo, view_chars: int | None = None) -> str:
     if not isinstance(c, str):
         return canonical_json(c).decode()
     if obj.focus and view_chars is not None:
-        window = focus_window(c, obj.focus, view_chars)
+        memo = obj.window
+        if memo is not None and memo[0] is c and memo[1] == obj.focus and memo[2] == view_chars:
+            window = memo[3]
+        else:
+            window = focus_window(c, obj.focus, view_chars)
+            obj.window = (c, [list(r) for r in obj.focus], view_chars, window)
         if window is not None:
             return window
     limit = obj.meta.get("context_chars")
