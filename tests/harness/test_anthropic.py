@@ -133,6 +133,20 @@ def test_tool_results_and_text_in_one_user_message_become_several_neutral_messag
     assert hook.last.sync.new == 2 and not hook.last.sync.rewritten
 
 
+def test_a_tool_result_added_in_place_to_the_last_message_is_taken_in(db):
+    """A harness that adds a result to the user message it already sent: the last message is
+    read again at each call (how many neutral messages it holds changed), so the result is not
+    lost."""
+    hook = hook_for(db)
+    msgs = [user("go"), calls("a", "b"), results(("a", "one"))]
+    hook.transform_request(msgs)
+    msgs[-1]["content"].append({"type": "tool_result", "tool_use_id": "b", "content": "two"})
+    out = hook.transform_request(msgs)["messages"]
+    assert result_texts(out) == {"a": "one", "b": "two"}
+    view = hook.session.view
+    assert [view.entries[i]["role"] for i in view.visible] == ["user", "assistant", "tool", "tool"]
+
+
 def test_the_system_parameter_is_recorded_and_returned(db):
     hook = hook_for(db)
     blocks = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]

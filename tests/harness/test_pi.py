@@ -189,6 +189,58 @@ def test_the_hook_collapses_old_results_keeps_pairs_and_frames_verify(db) -> Non
         assert verify_frame(db, f).ok
 
 
+class CountingPi(PiAdapter):
+    """The real adapter, counting the messages whose ``sent`` it was asked."""
+
+    looked = 0
+
+    def sent(self, message: dict[str, Any]) -> bool:
+        self.looked += 1
+        return super().sent(message)
+
+
+def bash_run(command: str, output: str, *, excluded: bool = False) -> dict[str, Any]:
+    return {
+        "role": "bashExecution",
+        "command": command,
+        "output": output,
+        "exitCode": 0,
+        "cancelled": False,
+        "truncated": False,
+        "excludeFromContext": excluded,
+        "timestamp": 9,
+    }
+
+
+def test_a_call_reads_only_what_came_since_the_last_one(db) -> None:
+    """The harness appends to one list: a call looks at the new messages (and the last one
+    again), not the whole list; a list built anew is read whole, and gives the same context."""
+    adapter = CountingPi()
+    hook = PiHook(Session.open(db, "p3", harness="pi", policy=RetentionPolicy(**EAGER)), adapter)
+    msgs: list[dict[str, Any]] = [user("go")]
+    for n in range(10):
+        msgs += step(f"c{n}", "bash", f"output {n}", command=f"cat f{n}")
+    hook.transform_context(msgs)
+    assert adapter.looked == len(msgs) == 21
+    msgs += step("c10", "bash", "output 10", command="cat f10")
+    out = hook.transform_context(msgs)
+    assert adapter.looked == 21 + 3
+    again = hook.transform_context(copy.deepcopy(msgs))  # new objects, same messages
+    assert adapter.looked == 24 + len(msgs) and again == out and not hook.last.sync.rewritten
+
+
+def test_a_bash_run_left_out_after_it_was_sent_leaves_the_context(db) -> None:
+    """``excludeFromContext`` set in place on the last message: it is read again, so the next
+    call leaves it out, as Pi does."""
+    hook = PiHook(Session.open(db, "p4", harness="pi", policy=RetentionPolicy(**EAGER)))
+    msgs = [user("go"), bash_run("ls", "a.txt b.txt")]
+    out = hook.transform_context(msgs)
+    assert "a.txt b.txt" in str(out)
+    msgs[-1]["excludeFromContext"] = True
+    out = hook.transform_context(msgs)
+    assert "a.txt b.txt" not in str(out) and out[-1] == msgs[0]
+
+
 def test_an_unanswered_call_gets_a_synthetic_result(db) -> None:
     hook = PiHook(Session.open(db, "p2", harness="pi", policy=RetentionPolicy(**EAGER)))
     out = hook.transform_context([user("go"), call("c1", "bash", command="sleep 100")])

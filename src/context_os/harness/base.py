@@ -189,18 +189,22 @@ class _Layout(Generic[M]):
     so rewriting a harness message still changes the hash of everything it holds.
     """
 
-    def __init__(self, adapter: Adapter[M], messages: Sequence[M]):
+    def __init__(self, adapter: Adapter[M], messages: Sequence[M], starts: list[int] | None = None, total: int = 0):
+        """``starts`` and ``total``, when given, are the flat position of each message and the
+        number of neutral messages they hold, already counted (``_Seen``)."""
         self.adapter = adapter
         self.messages = messages
+        self.size = len(messages)
         self.split = type(adapter).count is not Adapter.count
-        self.starts: list[int] = []
-        total = 0
-        if self.split:
-            for m in messages:
-                self.starts.append(total)
-                total += max(1, adapter.count(m))
-        else:
-            total = len(messages)
+        if starts is None:
+            starts, total = [], 0
+            if self.split:
+                for m in messages:
+                    starts.append(total)
+                    total += max(1, adapter.count(m))
+            else:
+                total = len(messages)
+        self.starts = starts
         self.total = total
         self._hashes: dict[int, str] = {}
         self._translated: dict[int, list[Incoming]] = {}
@@ -259,6 +263,54 @@ class _Layout(Generic[M]):
             return e
         i, _ = self.locate(e.index)
         return e if i == e.index else renamed(e, i, e.field)
+
+
+class _Seen(Generic[M]):
+    """What a hook made of the harness's message list at its last call: the messages it sends
+    (``Adapter.sent``) and the flat position of each (``Adapter.count``), so that a call reads
+    only the messages that came since, not the whole list again: a harness appends to one list.
+    A list whose first, middle or last message read before is no longer the same object
+    (rewritten, compacted, or built anew for each call) is read whole again; the last message
+    is always read again (a harness may still be changing it in place)."""
+
+    def __init__(self) -> None:
+        self.raw = 0
+        """Harness messages whose reading is kept: all but the last of the last call's."""
+        self.marks: tuple[tuple[int, Any], ...] = ()
+        self.sent: list[M] = []
+        """The messages sent among them, then (until the next call) those of the rest."""
+        self.kept = 0
+        """How many of ``sent`` come from the kept messages."""
+        self.starts: list[int] = []
+        self.total = 0
+        """Neutral messages the kept ones hold."""
+
+    def layout(self, adapter: Adapter[M], messages: Sequence[M]) -> _Layout[M]:
+        filters = type(adapter).sent is not Adapter.sent
+        split = type(adapter).count is not Adapter.count
+        if not filters and not split:
+            return _Layout(adapter, messages)
+        n = len(messages)
+        if self.raw > n or any(messages[i] is not m for i, m in self.marks):
+            self.raw, self.kept, self.total = 0, 0, 0
+        sent, starts, total, raw = self.sent, self.starts, self.total, self.raw
+        del sent[self.kept :], starts[self.kept :]
+        self.raw, self.kept, self.total, self.marks = 0, 0, 0, ()  # nothing is kept if reading fails
+        kept = (0, 0)
+        for k in range(raw, n):
+            m = messages[k]
+            if k == n - 1:
+                kept = (len(sent), total)
+            if filters and not adapter.sent(m):
+                continue
+            sent.append(m)
+            if split:
+                starts.append(total)
+                total += max(1, adapter.count(m))
+        self.raw = max(0, n - 1)
+        self.kept, self.total = kept
+        self.marks = tuple((i, messages[i]) for i in sorted({0, self.raw // 2, self.raw - 1}) if 0 <= i < self.raw)
+        return _Layout(adapter, sent, starts if split else None, total)
 
 
 _NONE_OPEN: frozenset[str] = frozenset()
@@ -330,15 +382,15 @@ class ContextHook(Generic[M]):
         self.last: Assembly | None = None
         self._lock = threading.Lock()
         self._output: _Output[M] = _Output()
+        self._seen: _Seen[M] = _Seen()
 
     def transform_context(self, messages: Sequence[M]) -> list[M]:
         """Ingest what is new in ``messages``, assemble the context, return it validated."""
         check_message_list(messages)
         adapter = self.adapter
-        if type(adapter).sent is not Adapter.sent:  # messages the harness never sends are left out
-            messages = [m for m in messages if adapter.sent(m)]
         with self._lock:
-            layout = _Layout(adapter, messages)
+            # messages the harness never sends are left out; only what is new is read
+            layout = self._seen.layout(adapter, messages)
             try:
                 report = self.session.sync(layout.total, layout.hash_at, layout.translate)
             except MalformedMessage as e:
@@ -355,7 +407,7 @@ class ContextHook(Generic[M]):
             found, open_calls = check_pairs(adapter.pairing, volatile, self._output.open_calls)
             problems += found + left_open(adapter.pairing, open_calls)
             out = adapter.finalize(self._output.messages + volatile)
-            last_role = layout.pieces(len(messages) - 1)[-1]["role"] if messages else None
+            last_role = layout.pieces(layout.size - 1)[-1]["role"] if layout.size else None
             problems += check_end(adapter.pairing, out, last_input_role=last_role)
             if problems:
                 raise InvalidOutput("assembled context failed validation: " + "; ".join(problems[:5]))
