@@ -14,7 +14,13 @@ from pydantic import TypeAdapter
 from context_os import RetentionPolicy, Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.errors import ContentTooLarge, InvalidOutput, MalformedMessage
-from context_os.harness.anthropic import ANTHROPIC_PAIRING, AnthropicHook, merge_turns, validate_anthropic
+from context_os.harness.anthropic import (
+    ANTHROPIC_PAIRING,
+    AnthropicAdapter,
+    AnthropicHook,
+    merge_turns,
+    validate_anthropic,
+)
 from context_os.harness.pairing import pairing_problems
 from context_os.store import Evict
 from context_os.store.sqlite import SqliteStore
@@ -145,6 +151,28 @@ def test_a_tool_result_added_in_place_to_the_last_message_is_taken_in(db):
     assert result_texts(out) == {"a": "one", "b": "two"}
     view = hook.session.view
     assert [view.entries[i]["role"] for i in view.visible] == ["user", "assistant", "tool", "tool"]
+
+
+def test_a_call_with_the_same_system_prompt_reads_only_the_new_messages(db):
+    """The system prompt is put in front of the list as the same object while it is the same:
+    the hook sees a list appended to, and counts only what is new (and the last message)."""
+    looked: list[int] = []
+
+    class Counting(AnthropicAdapter):
+        def count(self, message: dict[str, Any]) -> int:
+            looked.append(1)
+            return super().count(message)
+
+    hook = AnthropicHook(Session.open(db, "a9", harness="anthropic", policy=RetentionPolicy(**EAGER)), Counting())
+    msgs = conversation(5)
+    hook.transform_request(msgs, system="be brief")
+    first = len(looked)
+    assert first == len(msgs) + 1
+    msgs += [calls("z"), results(("z", "out"))]
+    out = hook.transform_request(msgs, system="be brief")
+    assert len(looked) == first + 3 and out["system"] == "be brief"
+    hook.transform_request(msgs, system="be thorough")  # a new prompt: the list is read whole
+    assert len(looked) == first + 3 + len(msgs) + 1 and hook.last.sync.rewritten
 
 
 def test_the_system_parameter_is_recorded_and_returned(db):

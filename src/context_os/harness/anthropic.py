@@ -394,6 +394,9 @@ class AnthropicHook(ContextHook[dict[str, Any]]):
     """
 
     adapter_class = AnthropicAdapter
+    _system: dict[str, Any] | None = None
+    """The system message of the last call: the same object again while the prompt is the same,
+    so that the hook sees the list as appended to, not rewritten (``_Seen``)."""
 
     def transform_request(
         self, messages: Sequence[dict[str, Any]], system: str | Sequence[Mapping[str, Any]] | None = None
@@ -408,7 +411,10 @@ class AnthropicHook(ContextHook[dict[str, Any]]):
                 content = [dict(b) for b in system if isinstance(b, Mapping)] if isinstance(system, Sequence) else None
                 if content is None or len(content) != len(system):
                     raise MalformedMessage("must be a string or a list of text blocks", field="system")
-            harness.insert(0, {"role": "system", "content": content, SYSTEM_PARAM: True})
+            prompt = {"role": "system", "content": content, SYSTEM_PARAM: True}
+            if prompt != self._system:
+                self._system = prompt
+            harness.insert(0, self._system)
         try:
             out = self.transform_context(harness)
         except MalformedMessage as e:
