@@ -229,6 +229,19 @@ def test_a_call_reads_only_what_came_since_the_last_one(db) -> None:
     assert adapter.looked == 24 + len(msgs) and again == out and not hook.last.sync.rewritten
 
 
+def test_a_list_whose_last_message_was_taken_back_is_read_right(db) -> None:
+    """The harness drops its last message (a retried turn), calls, then goes on: every message
+    still in the list is in the context."""
+    hook = PiHook(Session.open(db, "p5", harness="pi", policy=RetentionPolicy(**EAGER)))
+    msgs = [user("go"), say("first answer"), user("more please")]
+    hook.transform_context(msgs)
+    msgs.pop()
+    hook.transform_context(msgs)
+    msgs.append(user("again"))
+    out = hook.transform_context(msgs)
+    assert out == msgs
+
+
 def test_a_bash_run_left_out_after_it_was_sent_leaves_the_context(db) -> None:
     """``excludeFromContext`` set in place on the last message: it is read again, so the next
     call leaves it out, as Pi does."""

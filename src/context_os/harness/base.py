@@ -291,7 +291,9 @@ class _Seen(Generic[M]):
         if not filters and not split:
             return _Layout(adapter, messages)
         n = len(messages)
-        if self.raw > n or any(messages[i] is not m for i, m in self.marks):
+        # the kept reading must end before the last message (it is read again): a list no longer
+        # than what was kept lost its last messages, and is read whole
+        if self.raw >= n or any(messages[i] is not m for i, m in self.marks):
             self.raw, self.kept, self.total = 0, 0, 0
         sent, starts, total, raw = self.sent, self.starts, self.total, self.raw
         del sent[self.kept :], starts[self.kept :]
