@@ -30,10 +30,9 @@ from context_os.harness.pi import PiAdapter, PiHook
 from context_os.harness.pydantic_ai import PydanticAIAdapter, PydanticAIHook
 
 from ._report import pct, write_section
-from .scale import session_turns
+from .scale import TAIL, _drive, session_turns
 
 SIZES = (1_000, 20_000)
-TAIL = 200
 FLAT_TARGET = 1.2
 HOOKS: dict[str, tuple[type[base.ContextHook[Any]], Callable[[], base.Adapter[Any]]]] = {
     "openai": (OpenAIHook, OpenAIAdapter),
@@ -66,13 +65,13 @@ def run(harness: str, turns: list[list[Any]]) -> float:
     with tempfile.TemporaryDirectory() as d, open_store(f"sqlite:///{d}/h.db") as store:
         hook = hook_class(Session.open(store, harness, harness=harness))
         messages: list[Any] = []
+        _drive(hook, messages, turns[:-TAIL], 1)
         times = []
-        for k, turn in enumerate(turns):
+        for turn in turns[-TAIL:]:
             messages.extend(turn)
             t0 = time.perf_counter()
             hook.transform_context(messages)
-            if k >= len(turns) - TAIL:
-                times.append(time.perf_counter() - t0)
+            times.append(time.perf_counter() - t0)
     return pct(times, 50)
 
 
@@ -81,10 +80,9 @@ def main() -> int:
     counts: dict[int, int] = {}
     for size in SIZES:
         turns = session_turns(size)
+        counts[size] = sum(len(t) for t in turns)
         for harness, (_, adapter) in HOOKS.items():
-            formatted = in_format(turns, adapter())
-            counts[size] = sum(len(t) for t in turns)
-            p50 = run(harness, formatted)
+            p50 = run(harness, in_format(turns, adapter()))
             rows.setdefault(harness, []).append(p50)
             print(f"harnesses: {harness} at {counts[size]:,} messages: p50 {p50 * 1e3:.2f} ms", flush=True)
     small, large = SIZES

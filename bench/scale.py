@@ -38,6 +38,7 @@ import httpx
 
 from context_os import RetentionPolicy, Session
 from context_os.files import FileIndex, FileTracker, Workspace
+from context_os.harness.base import ContextHook
 from context_os.harness.openai import OpenAIHook
 from context_os.store import Store, open_store
 from context_os.store.sqlite import SqliteStore
@@ -168,7 +169,7 @@ class _StoreClock:
         return timed
 
 
-def _drive(hook: OpenAIHook, msgs: list[dict[str, Any]], turns: list[list[dict[str, Any]]], per_call: int) -> int:
+def _drive(hook: ContextHook[Any], msgs: list[Any], turns: list[list[Any]], per_call: int) -> int:
     """Feed ``turns`` through the hook, ``per_call`` turns per call; the number of calls."""
     calls = 0
     for lo in range(0, len(turns), per_call):

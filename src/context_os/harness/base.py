@@ -194,7 +194,6 @@ class _Layout(Generic[M]):
         number of neutral messages they hold, already counted (``_Seen``)."""
         self.adapter = adapter
         self.messages = messages
-        self.size = len(messages)
         self.split = type(adapter).count is not Adapter.count
         if starts is None:
             starts, total = [], 0
@@ -409,7 +408,7 @@ class ContextHook(Generic[M]):
             found, open_calls = check_pairs(adapter.pairing, volatile, self._output.open_calls)
             problems += found + left_open(adapter.pairing, open_calls)
             out = adapter.finalize(self._output.messages + volatile)
-            last_role = layout.pieces(layout.size - 1)[-1]["role"] if layout.size else None
+            last_role = layout.pieces(len(layout.messages) - 1)[-1]["role"] if layout.messages else None
             problems += check_end(adapter.pairing, out, last_input_role=last_role)
             if problems:
                 raise InvalidOutput("assembled context failed validation: " + "; ".join(problems[:5]))
