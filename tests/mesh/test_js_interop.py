@@ -147,6 +147,9 @@ def test_direct_messages_and_broadcasts_both_ways(js: Any, tmp_path: Path) -> No
             # py -> js: the seed's framing and fields, answered and stored
             out = agent.send(peer.peer_id, "hello js")
             assert out["response"] == "[js] Received: hello js" and out["agentName"] == "js"
+            # the peer prints what it received before it answers, but its stdout is read by a
+            # thread of ours that may not have got there when the answer arrives over the network
+            wait_for(lambda: peer.requests, "js to report the request", timeout=30)
             assert peer.requests[0]["fromPeerId"] == agent.peer_id and peer.requests[0]["fromAgent"] == "py"
             # js -> py: a request the agent's loop answers
             got = peer.do({"send": {"peer": agent.peer_id, "message": "hello py"}})
