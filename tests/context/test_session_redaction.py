@@ -140,6 +140,26 @@ def test_a_redact_function_replaces_the_default(tmp_path: Path) -> None:
         assert doc["content"] == f"[REDACTED:quiet] {GITHUB}" and doc["meta"]["redacted"] == 1
 
 
+def test_a_short_string_found_clean_is_not_scanned_again_and_secrets_still_are(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def counting(text: str) -> tuple[str, int]:
+        seen.append(text)
+        return text.replace("hunter2", "[REDACTED:pw]"), text.count("hunter2")
+
+    with SqliteStore(tmp_path / "s.db") as store:
+        hook = OpenAIHook(Session.open(store, "memo", redact=counting))
+        msgs = [user("go")]
+        for n in range(3):  # the same command three times, the same short secret-bearing output
+            msgs += [call(f"c{n}", "bash", command="ls"), result(f"c{n}", "pw hunter2")]
+            hook.transform_context(msgs)
+        assert seen.count('{"command": "ls"}') == 1  # clean: scanned once
+        assert seen.count("pw hunter2") == 3  # a string with a secret in it is scanned each time
+        for n in range(3):
+            doc = store.doc(f"toolcall:memo:c{n}")
+            assert doc["content"] == "pw [REDACTED:pw]" and doc["meta"]["redacted"] == 1
+
+
 def pi_session_file(path: Path) -> Path:
     """A small Pi session (format v3) whose messages carry a GitHub token and a JWT bearer header."""
     entries: list[dict[str, Any]] = [

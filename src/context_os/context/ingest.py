@@ -31,6 +31,8 @@ RedactFunction = Callable[[str], tuple[str, int]]
 """Removes secrets from a text: returns the cleaned text and how many were removed."""
 
 _ENCODED = re.compile(r"data:.*|[A-Za-z0-9+/]{256,}={0,2}", re.DOTALL)
+_CLEAN_MEMO_CHARS = 200
+_CLEAN_MEMO_SIZE = 4096
 """Strings that are encoded bytes, never redacted: a data URI, or a long run of plain base64
 (image data, a thinking block's signature that the provider checks byte for byte). No secret
 detector reads them, and scanning a megabyte image would cost more than the whole message."""
@@ -92,6 +94,9 @@ class Ingest:
         self.view = view
         self.writer = writer
         self.redact = redact
+        self._clean: set[str] = set()
+        """Short strings the redactor found nothing in (a harness repeats its part kinds, tool
+        names and timestamps in every message): not scanned again."""
         self.retired = retired
         """Runs ``[first, end)`` of entries retired by history rewrites (the session doc keeps them)."""
         # size of the unmanaged transcript (what the harness would have sent), kept incrementally
@@ -174,15 +179,21 @@ class Ingest:
         if redact is None:
             return m, 0
         total = 0
+        known = self._clean
 
         def clean(value: Any) -> Any:
             nonlocal total
             if isinstance(value, str):
-                if _ENCODED.fullmatch(value):
+                if value in known or _ENCODED.fullmatch(value):
                     return value
-                value, n = redact(value)
-                total += n
-                return value
+                text, n = redact(value)
+                if n:
+                    total += n
+                elif len(value) <= _CLEAN_MEMO_CHARS and text == value:
+                    if len(known) >= _CLEAN_MEMO_SIZE:
+                        known.clear()
+                    known.add(value)
+                return text
             if isinstance(value, dict):
                 return {k: clean(v) for k, v in value.items()}
             if isinstance(value, list):
