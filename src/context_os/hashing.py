@@ -89,9 +89,12 @@ def canonical_json(value: Any) -> bytes:
     document survives a round trip through stores that do not keep the distinction.
     """
     try:
-        if not _plain(value):  # floats, tuples, mappings of other types, bad keys: the slow path
-            _check(value, "")
-            value = _normalise(value)
+        if not _plain(value):  # floats, tuples, mappings of other types, bad keys: normalise
+            try:
+                value = _normalise(value)
+            except HashError:
+                _check(value, "")  # says where (a path is built only when there is an error)
+                raise
         text = _ENCODER.encode(value)
     except RecursionError:
         raise HashError("nested too deeply to have a canonical JSON form") from None
@@ -102,14 +105,28 @@ def canonical_json(value: Any) -> bytes:
 
 
 def _normalise(value: Any) -> Any:
-    if isinstance(value, bool) or value is None or isinstance(value, int | str):
+    """``value`` with integral floats as integers, tuples as lists, mappings as dicts; HashError
+    for what has no canonical form (NaN, Infinity, a key that is not a string, other types)."""
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is float:
+        if not math.isfinite(value):
+            raise HashError(f"{value!r} has no canonical JSON form")
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    if t is dict or isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str and not isinstance(k, str):
+                raise HashError(f"key {k!r} is not a string")
+            out[k] = _normalise(v)
+        return out
+    if t is list or t is tuple or isinstance(value, list | tuple):
+        return [_normalise(v) for v in value]
+    if isinstance(value, bool | int | str):  # subclasses (an IntEnum, a str enum)
         return value
     if isinstance(value, float):
-        return int(value) if value.is_integer() and abs(value) < 2**53 else value
-    if isinstance(value, Mapping):
-        return {k: _normalise(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_normalise(v) for v in value]
+        return _normalise(float(value))
     raise HashError(f"{type(value).__name__} has no canonical JSON form")
 
 
