@@ -344,7 +344,7 @@ def merge_turns(
 ) -> list[dict[str, Any]]:
     """Consecutive user (or assistant) messages merged into one turn, ``tool_result`` blocks first
     in each user turn. Messages that need no merging are returned as they are (not copied)."""
-    out: list[dict[str, Any]] = []
+    start, out = cache.resume(messages) if cache is not None else (0, [])
     run: list[dict[str, Any]] = []
 
     def flush() -> None:
@@ -354,12 +354,17 @@ def merge_turns(
             out.append(cache.get(run, _merged) if cache is not None else _merged(run))
         run.clear()
 
-    for m in messages:
+    for k in range(start, len(messages)):
+        m = messages[k]
         role = m.get("role")
         if run and (role != run[0].get("role") or role == "system"):
             flush()
+        if not run and cache is not None:
+            cache.cut(k, len(out))
         run.append(m)
     flush()
+    if cache is not None:
+        cache.done(messages, out)
     return out
 
 

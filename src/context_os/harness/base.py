@@ -135,19 +135,58 @@ def _sorted_keys(value: Any) -> Any:
 
 
 class MergeCache(Generic[M]):
-    """What ``finalize`` built from a run of rendered messages, by the identity of those messages.
+    """What ``finalize`` built from the last list it merged, and from each run of messages in it.
 
     The hook hands ``finalize`` the same message objects for the unchanged part of the history
-    every turn, so merges are built once, not once per turn. Entries not used in a turn are
-    dropped at the next; each entry holds its inputs, so an id is never reused while cached.
+    every turn. A merge goes on from the last place a run started in the last list before which
+    the new list holds the same objects (``resume``), so a turn merges what came since, not the
+    whole list; runs it merges anew are looked up by the identity of their messages (``get``), so
+    a run is built once. Entries not used in a turn are dropped at the next; each entry holds its
+    inputs, so an id is never reused while cached.
     """
 
     def __init__(self) -> None:
-        self._prev: dict[tuple[int, ...], tuple[list[M], M]] = {}
-        self._next: dict[tuple[int, ...], tuple[list[M], M]] = {}
+        self._prev: dict[tuple[Any, ...], tuple[list[M], M]] = {}
+        self._next: dict[tuple[Any, ...], tuple[list[M], M]] = {}
+        self._input: list[M] = []
+        self._output: list[M] = []
+        self._cuts: list[tuple[int, int, int]] = []
+        """(index in ``_input`` where a run started, messages out before it, ``len(log)`` there)"""
+        self.log: list[Any] = []
+        """What a merge learns as it reads and needs later on (pydantic-ai: the tool name of each
+        call), cut back with the list by ``resume``."""
 
-    def get(self, run: list[M], build: Callable[[list[M]], M]) -> M:
-        key = tuple(map(id, run))
+    def resume(self, messages: Sequence[M]) -> tuple[int, list[M]]:
+        """Where a merge of ``messages`` goes on from, and what it put out before that: the last
+        place a run started in the last list merged such that ``messages`` holds the same objects
+        up to it and at it (0 and nothing when there is none). ``log`` is cut back to there."""
+        same = 0
+        for a, b in zip(messages, self._input, strict=False):
+            if a is not b:
+                break
+            same += 1
+        k = bisect_right(self._cuts, (same,))  # the cuts before index ``same``
+        if k == 0:
+            self._cuts.clear()
+            self.log.clear()
+            return 0, []
+        index, produced, logged = self._cuts[k - 1]
+        del self._cuts[k - 1 :], self.log[logged:]  # the merge marks its first run again
+        return index, self._output[:produced]
+
+    def cut(self, index: int, produced: int) -> None:
+        """A run starts at ``index`` of the list being merged, ``produced`` messages out before it."""
+        self._cuts.append((index, produced, len(self.log)))
+
+    def done(self, messages: Sequence[M], out: list[M]) -> None:
+        """The list merged and what it became (copied: the caller may change its list)."""
+        self._input = list(messages)
+        self._output = list(out)
+
+    def get(self, run: list[M], build: Callable[[list[M]], M], also: tuple[Any, ...] = ()) -> M:
+        """The merge of ``run``, built by ``build`` unless the same objects were merged before;
+        ``also``: what else the merge depends on (pydantic-ai: the names of earlier calls)."""
+        key = (*map(id, run), *also)
         hit = self._next.get(key) or self._prev.get(key)
         merged = hit[1] if hit is not None and all(a is b for a, b in zip(hit[0], run, strict=True)) else build(run)
         self._next[key] = (list(run), merged)

@@ -297,8 +297,9 @@ def merge_requests(
     """Consecutive requests merged into one (the fields of the first that has a timestamp), and
     tool returns rendered without a tool name named after their call. Messages that need
     neither are returned as they are (not copied)."""
-    out: list[ModelMessage] = []
-    names: dict[str, str] = {}
+    start, out = cache.resume(messages) if cache is not None else (0, [])
+    log: list[tuple[str, str]] = cache.log if cache is not None else []
+    names = dict(log)  # call id -> tool name, of the calls before ``start``
     run: list[ModelMessage] = []
 
     def named(part: Any) -> Any:
@@ -315,20 +316,37 @@ def merge_requests(
         return dataclasses.replace(base, parts=parts)
 
     def flush() -> None:
-        if run:
-            out.append(cache.get(run, merged) if cache is not None else merged(run))
+        if run and cache is not None:
+            # a return without a tool name is named after its call: the merge depends on that too
+            also = tuple(
+                names.get(p.tool_call_id, "tool")
+                for r in run
+                for p in r.parts
+                if isinstance(p, ToolReturnPart) and not p.tool_name
+            )
+            out.append(cache.get(run, merged, also))
+        elif run:
+            out.append(merged(run))
         run.clear()
 
-    for m in messages:
+    for k in range(start, len(messages)):
+        m = messages[k]
         if isinstance(m, ModelRequest):
+            if not run and cache is not None:
+                cache.cut(k, len(out))
             run.append(m)
             continue
         flush()
+        if cache is not None:
+            cache.cut(k, len(out))
         for p in m.parts:
             if isinstance(p, ToolCallPart):
                 names[p.tool_call_id] = p.tool_name
+                log.append((p.tool_call_id, p.tool_name))
         out.append(m)
     flush()
+    if cache is not None:
+        cache.done(messages, out)
     return out
 
 
