@@ -55,7 +55,7 @@ def coding(n: int) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    rows = []
+    rows: list[tuple[str, float, float, float, float, float, float]] = []
     with tempfile.TemporaryDirectory() as d, upstream(replies=[]) as up, httpx.Client(timeout=60) as client:
         store = SqliteStore(Path(d) / "proxy.db")
         proxy = Proxy(store, up.url)

@@ -169,11 +169,18 @@ def streams(store: Store, indexes: dict[str, VectorIndex]) -> dict[str, Callable
     plain = Recall(store)
     out["bm25+"] = lambda q: [(h.id, h.part) for h in plain.search(q, k=20).hits]
     for name, index in indexes.items():
-        hybrid, rrf = Recall(store, index), Recall(store, index, NAIVE_RRF)
-        out[f"vector {name}"] = lambda q, ix=index: [(h.id, h.part) for h in ix.search(q, k=20)]
-        out[f"hybrid {name}"] = lambda q, r=hybrid: [(h.id, h.part) for h in r.search(q, k=20).hits]
-        out[f"rrf {name}"] = lambda q, r=rrf: [(h.id, h.part) for h in r.search(q, k=20).hits]
+        out[f"vector {name}"] = _vector_ranker(index)
+        out[f"hybrid {name}"] = _recall_ranker(Recall(store, index))
+        out[f"rrf {name}"] = _recall_ranker(Recall(store, index, NAIVE_RRF))
     return out
+
+
+def _vector_ranker(index: VectorIndex) -> Callable[[str], list[Part]]:
+    return lambda q: [(h.id, h.part) for h in index.search(q, k=20)]
+
+
+def _recall_ranker(recall: Recall) -> Callable[[str], list[Part]]:
+    return lambda q: [(h.id, h.part) for h in recall.search(q, k=20).hits]
 
 
 def run_locomo(

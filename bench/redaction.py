@@ -29,10 +29,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 from detect_secrets.filters import heuristic
+from detect_secrets.plugins.base import BasePlugin
 from detect_secrets.plugins.keyword import DENYLIST_REGEX, KeywordDetector
 
 from context_os import Session, open_store
@@ -205,7 +206,7 @@ def replay_pair(transcript: Transcript) -> tuple[tuple[int, int, float], tuple[i
 
 def main() -> int:
     texts = corpora()
-    every = [cls() for cls in get_mapping_from_secret_type_to_class().values()]
+    every: list[BasePlugin] = [cast(Any, cls)() for cls in get_mapping_from_secret_type_to_class().values()]
     chosen, everything = Redactor(), Redactor(plugins=every)
     from_library = {slug(str(p.secret_type)) for p in every}
 
@@ -266,8 +267,8 @@ def main() -> int:
         for corpus in texts:
             c = table[corpus]["chosen" if name in chosen_names else "every"]
             n = sum(v for (det, _), v in c.items() if det == name)
-            fp = sum(v for (det, verdict), v in c.items() if det == name and verdict == "false positive")
-            cells.append(f"{n} ({fp} FP)" if n else "0")
+            wrong = sum(v for (det, verdict), v in c.items() if det == name and verdict == "false positive")
+            cells.append(f"{n} ({wrong} FP)" if n else "0")
         origin = "detect-secrets" if name in from_library else "context_os"
         status = "default" if name in chosen_names else "**left out**"
         rows.append(f"| `{name}` | {origin} | {status} | " + " | ".join(cells) + " |")

@@ -13,6 +13,7 @@ median of repeated loads. Baselines measured in the same run:
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import tempfile
@@ -95,7 +96,7 @@ def main() -> int:
                 frames: list[tuple[str, float, float, float, int]] = []
                 for sid, turn, msgs in (("demo", 88, "188"), ("long50", 200, "50,000")):
                     frame = get_frame(store, sid, turn)
-                    bare = timed(lambda frame=frame: verify_frame(store, frame), 3)
+                    bare = timed(functools.partial(verify_frame, store, frame), 3)
                     path = f"/frame?session={sid}&turn={turn}"
                     cold = statistics.median(first_load(store, path) for _ in range(3))
                     client.get(path)

@@ -75,7 +75,7 @@ def _anthropic_events(reply: str | ToolCall, n: int) -> Iterator[bytes]:
         return f"event: {kind}\ndata: {json.dumps(data | {'type': kind})}\n\n".encode()
 
     usage = {"input_tokens": 10, "output_tokens": 5}
-    message = {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": "m", "content": [],
+    message: dict[str, Any] = {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": "m", "content": [],
                "stop_reason": None, "stop_sequence": None, "usage": usage}  # fmt: skip
     yield event("message_start", {"message": message})
     if isinstance(reply, ToolCall):
