@@ -67,3 +67,29 @@ def test_merging_on_from_the_last_list_gives_what_merging_it_whole_gives(name: s
         got = merge(list(messages), cache)
         cache.turn()
         assert got == merge(list(messages))
+
+
+def test_a_merge_that_fails_half_way_leaves_the_last_list_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    import context_os.harness.anthropic as anthropic
+
+    def turn(role: str, n: int) -> dict[str, Any]:
+        return {"role": role, "content": [{"type": "text", "text": f"{role} {n}"}]}
+
+    cache: MergeCache[Any] = MergeCache()
+    # pairs of user messages: one turn out of two messages in
+    messages = [turn(role, n) for n in range(20) for role in ("user", "user", "assistant")]
+    merge_turns(messages, cache)
+    cache.turn()
+    # the same start, then one turn per message (runs start everywhere), then runs to merge
+    broken = messages[:3] + [turn(("user", "assistant")[n % 2], 100 + n) for n in range(30)]
+    broken += [turn("user", 200), turn("user", 201), turn("assistant", 202), turn("user", 203), turn("user", 204)]
+
+    def fail(run: list[dict[str, Any]]) -> dict[str, Any]:
+        raise RuntimeError("a merge that fails")
+
+    monkeypatch.setattr(anthropic, "_merged", fail)
+    with pytest.raises(RuntimeError):
+        merge_turns(broken, cache)
+    monkeypatch.undo()
+    later = messages + [turn("user", 300)]
+    assert merge_turns(later, cache) == merge_turns(later)

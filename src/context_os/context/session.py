@@ -149,7 +149,8 @@ class Session:
         Secrets are redacted from every message text, tool output and tool argument before
         anything is stored, by default with ``Redactor()`` (context_os/redact.py). ``redact``: a
         function ``text -> (text, count)`` to use instead (e.g. ``Workspace.redact``), or
-        ``False`` to store text as it comes (None or True: the default).
+        ``False`` to store text as it comes (None or True: the default). It must be pure: a
+        short string it returned unchanged with a count of 0 is not passed to it again.
         """
         scrub = _redactor(redact)
         if not session_id or any(c.isspace() for c in session_id):

@@ -148,18 +148,22 @@ class MergeCache(Generic[M]):
     def __init__(self) -> None:
         self._prev: dict[tuple[Any, ...], tuple[list[M], M]] = {}
         self._next: dict[tuple[Any, ...], tuple[list[M], M]] = {}
+        # the last list merged to its end (``done``): what it became, where its runs started
+        # (index, messages out before it, ``len(log)`` there) and what its merge learned
         self._input: list[M] = []
         self._output: list[M] = []
         self._cuts: list[tuple[int, int, int]] = []
-        """(index in ``_input`` where a run started, messages out before it, ``len(log)`` there)"""
+        self._log: list[Any] = []
+        self._pending: list[tuple[int, int, int]] = []
         self.log: list[Any] = []
-        """What a merge learns as it reads and needs later on (pydantic-ai: the tool name of each
-        call), cut back with the list by ``resume``."""
+        """What the merge under way learns as it reads and needs later on (pydantic-ai: the tool
+        name of each call): the last list's, up to where ``resume`` goes on from."""
 
     def resume(self, messages: Sequence[M]) -> tuple[int, list[M]]:
         """Where a merge of ``messages`` goes on from, and what it put out before that: the last
         place a run started in the last list merged such that ``messages`` holds the same objects
-        up to it and at it (0 and nothing when there is none). ``log`` is cut back to there."""
+        up to it and at it (0 and nothing when there is none), with ``log`` as it was there.
+        Nothing of the last list is changed until ``done``: a merge that fails leaves it whole."""
         same = 0
         for a, b in zip(messages, self._input, strict=False):
             if a is not b:
@@ -167,21 +171,20 @@ class MergeCache(Generic[M]):
             same += 1
         k = bisect_right(self._cuts, (same,))  # the cuts before index ``same``
         if k == 0:
-            self._cuts.clear()
-            self.log.clear()
+            self._pending, self.log = [], []
             return 0, []
         index, produced, logged = self._cuts[k - 1]
-        del self._cuts[k - 1 :], self.log[logged:]  # the merge marks its first run again
+        self._pending, self.log = self._cuts[: k - 1], self._log[:logged]  # the merge marks its first run again
         return index, self._output[:produced]
 
     def cut(self, index: int, produced: int) -> None:
         """A run starts at ``index`` of the list being merged, ``produced`` messages out before it."""
-        self._cuts.append((index, produced, len(self.log)))
+        self._pending.append((index, produced, len(self.log)))
 
     def done(self, messages: Sequence[M], out: list[M]) -> None:
-        """The list merged and what it became (copied: the caller may change its list)."""
-        self._input = list(messages)
-        self._output = list(out)
+        """The list merged to its end and what it became (copied: the caller may change its list)."""
+        self._input, self._output = list(messages), list(out)
+        self._cuts, self._log = self._pending, self.log
 
     def get(self, run: list[M], build: Callable[[list[M]], M], also: tuple[Any, ...] = ()) -> M:
         """The merge of ``run``, built by ``build`` unless the same objects were merged before;
