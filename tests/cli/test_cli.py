@@ -18,7 +18,6 @@ from click.testing import CliRunner
 import context_os.cli as cli_package
 from context_os.cli import cli
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import stub_ref
 
 pytestmark = pytest.mark.e2e
 
@@ -106,15 +105,14 @@ def test_inspect_lists_versions_with_hashes_and_state_changes(demo):
         assert v["content_hash"].startswith("b3:")
     tx_ids = [v["tx_id"] for v in versions]
     assert tx_ids == sorted(tx_ids)
-    collapsed = next(  # the first result frame 10 shows as a stub
-        m
-        for m in json.loads(ctxos("frames", "show", "d1", "10", "--json", store=db).stdout)["messages"]
-        if m["role"] == "tool" and stub_ref(m["text"])
+    tool = next(
+        r
+        for r in json.loads(ctxos("frames", "show", "d1", "10", "--json", store=db).stdout)["refs"]
+        if r["id"].startswith("toolcall:")
     )
-    tool_id = f"toolcall:d1:{collapsed['tool_call_id']}"
-    changes = json.loads(ctxos("objects", "inspect", tool_id, "--states", "--json", store=db).stdout)
+    changes = json.loads(ctxos("objects", "inspect", tool["id"], "--states", "--json", store=db).stdout)
     assert changes[-1]["actor"] == "policy" and changes[-1]["state"] == "inactive"
-    human = ctxos("objects", "inspect", tool_id, store=db).stdout
+    human = ctxos("objects", "inspect", tool["id"], store=db).stdout
     assert "state changes" in human and "policy" in human
 
 

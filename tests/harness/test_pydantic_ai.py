@@ -202,8 +202,7 @@ def test_results_collapse_and_calls_keep_pairing(db):
     hook.transform_context(msgs)
     msgs += [ModelResponse(parts=[TextPart("ok")]), ModelRequest(parts=[UserPromptPart("next")])]
     out = hook.transform_context(msgs)
-    # r2's return is smaller than a stub would be: it stays as it came
-    assert stub_ref(returns(out)["r1"]) and returns(out)["r2"] == {"lines": 2, "text": "b"}
+    assert stub_ref(returns(out)["r1"]) and stub_ref(returns(out)["r2"])
     assert not pairing_problems(PYDANTIC_AI_PAIRING, out)
     assert isinstance(out[-1], ModelRequest) and out[-1].parts[-1].content == "next"
 

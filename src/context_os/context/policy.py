@@ -54,8 +54,7 @@ class RetentionPolicy:
     """How long tool output stays in context, and how big the context may get."""
 
     keep_recent_results: int = 5
-    """At most this many of the newest tool results stay expanded by policy (one no larger than
-    its stub stays as it came: collapsing it would free nothing and cost a cache break)."""
+    """At most this many of the newest tool results stay expanded by policy."""
     collapse_after_turns: int = 3
     """A tool result collapses once it is this many turns old (0: collapse at once)."""
     elide_arguments_over_chars: int = 200
@@ -179,8 +178,7 @@ def retention_due(
     frees; ``shown(o)``: the tokens an object of the active pool takes there; ``tokens()``: the
     size of the context as it would render now.
 
-    Tool results beyond the ``keep_recent_results`` newest collapse (not one whose ``gain`` is
-    none: no larger than its stub); results due by age collapse
+    Tool results beyond the ``keep_recent_results`` newest collapse; results due by age collapse
     (together, once they free ``collapse_batch_tokens`` or the budget is near); objects of the
     active pool idle for more than ``file_idle_turns`` are deactivated, and so are the least
     recently used ones while the pool is over ``active_pool_tokens``. Which of these happen now
@@ -196,8 +194,6 @@ def retention_due(
     by_age: list[tuple[Shown, int]] = []
     for rank, o in enumerate(fresh):
         age = turn - int(o.meta.get("turn", turn))
-        if gain(o) <= 0:
-            continue  # no larger than its stub: collapsing it would free nothing and cost a break
         if rank >= policy.keep_recent_results:
             by_rank.append(o)
         elif not policy.keeps_expanded(age, rank):

@@ -704,9 +704,9 @@ class SessionView:
         return estimate_tokens(len(active_text(o, self.policy.file_view_chars)))
 
     def collapse_gain(self, o: ObjInfo) -> int:
-        """Tokens collapsing the tool result ``o`` frees: its output and the long arguments of its
-        call that collapse with it, less its stub (a result smaller than its stub frees none)."""
-        gain = o.tokens - estimate_tokens(len(stub_text(o, self.layout)))
+        """Tokens collapsing the tool result ``o`` frees: its output, and the long arguments of its
+        call that collapse with it."""
+        gain = o.tokens
         call = self._call_of(o)
         if call is not None:
             before = msg_chars({"role": "assistant", "text": None, "tool_calls": [call]})
