@@ -118,7 +118,7 @@ which a harness may still change in place), and the whole list only when the har
 it (its first, middle or last message read before is no longer the same object).
 
 What the Anthropic and pydantic-ai hooks cost beyond the OpenAI one (measured by hand on
-2026-11-27, 20,001 messages, in the runs of this table before and after): merging the returned
+2026-11-27, 20,001 messages, in two runs of this benchmark, before and after): merging the returned
 list as the harness wants it (`finalize`) went over all of it at every call, 0.40 ms a call for
 pydantic-ai; it now goes on from the last place a run of messages started in the list it
 merged before that the new list still holds (0.07 ms), which took Anthropic from 2.41 to 1.99 ms
