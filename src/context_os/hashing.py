@@ -117,11 +117,11 @@ def _normalise(value: Any) -> Any:
     if t is dict or isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
-            if type(k) is not str and not isinstance(k, str):
+            if not isinstance(k, str):
                 raise HashError(f"key {k!r} is not a string")
             out[k] = _normalise(v)
         return out
-    if t is list or t is tuple or isinstance(value, list | tuple):
+    if isinstance(value, list | tuple):
         return [_normalise(v) for v in value]
     if isinstance(value, bool | int | str):  # subclasses (an IntEnum, a str enum)
         return value

@@ -232,21 +232,14 @@ class _Layout(Generic[M]):
     """
 
     def __init__(self, adapter: Adapter[M], messages: Sequence[M], starts: list[int] | None = None, total: int = 0):
-        """``starts`` and ``total``, when given, are the flat position of each message and the
-        number of neutral messages they hold, already counted (``_Seen``)."""
+        """For an adapter that splits messages (``Adapter.count``), ``starts`` and ``total`` are
+        the flat position of each message and the neutral messages they hold, as ``_Seen``
+        counted them; otherwise each message is one neutral message."""
         self.adapter = adapter
         self.messages = messages
-        self.split = type(adapter).count is not Adapter.count
-        if starts is None:
-            starts, total = [], 0
-            if self.split:
-                for m in messages:
-                    starts.append(total)
-                    total += max(1, adapter.count(m))
-            else:
-                total = len(messages)
-        self.starts = starts
-        self.total = total
+        self.split = starts is not None
+        self.starts = starts or []
+        self.total = total if self.split else len(messages)
         self._hashes: dict[int, str] = {}
         self._translated: dict[int, list[Incoming]] = {}
         self._adapter_error: MalformedMessage | None = None
