@@ -19,27 +19,18 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from typing import Any
 
 from context_os import Session, open_store
 from context_os.harness import base
-from context_os.harness.anthropic import AnthropicAdapter, AnthropicHook
-from context_os.harness.openai import OpenAIAdapter, OpenAIHook
-from context_os.harness.pi import PiAdapter, PiHook
-from context_os.harness.pydantic_ai import PydanticAIAdapter, PydanticAIHook
+from context_os.harness.openai import OpenAIAdapter
+from context_os.harness.registry import NAMES, harness
 
 from ._report import pct, write_section
 from .scale import TAIL, _drive, session_turns
 
 SIZES = (1_000, 20_000)
 FLAT_TARGET = 1.2
-HOOKS: dict[str, tuple[type[base.ContextHook[Any]], Callable[[], base.Adapter[Any]]]] = {
-    "openai": (OpenAIHook, OpenAIAdapter),
-    "anthropic": (AnthropicHook, AnthropicAdapter),
-    "pydantic-ai": (PydanticAIHook, PydanticAIAdapter),
-    "pi": (PiHook, PiAdapter),
-}
 
 
 def in_format(turns: list[list[dict[str, Any]]], adapter: base.Adapter[Any]) -> list[list[Any]]:
@@ -59,11 +50,12 @@ def in_format(turns: list[list[dict[str, Any]]], adapter: base.Adapter[Any]) -> 
     return out
 
 
-def run(harness: str, turns: list[list[Any]]) -> float:
-    """p50 seconds of the last ``TAIL`` calls, one call per turn."""
-    hook_class, _ = HOOKS[harness]
+def run(name: str, openai_turns: list[list[dict[str, Any]]]) -> float:
+    """p50 seconds of the last ``TAIL`` calls of harness ``name``'s hook, one call per turn, the
+    turns (OpenAI messages) given in that harness's format."""
     with tempfile.TemporaryDirectory() as d, open_store(f"sqlite:///{d}/h.db") as store:
-        hook = hook_class(Session.open(store, harness, harness=harness))
+        hook = harness(name).hook(Session.open(store, name, harness=name))
+        turns = in_format(openai_turns, hook.adapter)
         messages: list[Any] = []
         _drive(hook, messages, turns[:-TAIL], 1)
         times = []
@@ -81,19 +73,19 @@ def main() -> int:
     for size in SIZES:
         turns = session_turns(size)
         counts[size] = sum(len(t) for t in turns)
-        for harness, (_, adapter) in HOOKS.items():
-            p50 = run(harness, in_format(turns, adapter()))
-            rows.setdefault(harness, []).append(p50)
-            print(f"harnesses: {harness} at {counts[size]:,} messages: p50 {p50 * 1e3:.2f} ms", flush=True)
+        for name in NAMES:
+            p50 = run(name, turns)
+            rows.setdefault(name, []).append(p50)
+            print(f"harnesses: {name} at {counts[size]:,} messages: p50 {p50 * 1e3:.2f} ms", flush=True)
     small, large = SIZES
     base_large = rows["openai"][1]
     lines = []
     ok = True
-    for harness, (p_small, p_large) in rows.items():
+    for name, (p_small, p_large) in rows.items():
         flat = p_large / p_small
         ok &= flat <= FLAT_TARGET
         lines.append(
-            f"| {harness} | {p_small * 1e3:.2f} ms | {p_large * 1e3:.2f} ms | {flat:.2f}× | {p_large / base_large:.2f}× |"
+            f"| {name} | {p_small * 1e3:.2f} ms | {p_large * 1e3:.2f} ms | {flat:.2f}× | {p_large / base_large:.2f}× |"
         )
     table = "\n".join(lines)
     body = f"""
