@@ -540,8 +540,14 @@ class MeshNode:
         return str(info.peer_id)
 
     def connected(self) -> list[str]:
-        """The peer ids with an open connection now."""
-        return sorted(str(p) for p in self._host.get_connected_peers())
+        """The peer ids with an open connection now, as the registry holds them (it follows the
+        network's connect and disconnect events), so that ``peers()`` and ``discover()`` list
+        every peer this says is connected. (The swarm lists a connection a moment before it
+        tells anyone of it: read from there, a peer could be connected and not yet known.)"""
+        if not self.running:
+            return []
+        with self._lock:
+            return sorted(p.id for p in self._peers.values() if p.status == "connected")
 
     def topic_peers(self) -> list[str]:
         """The peers this node's topic mesh holds now (who a broadcast goes to directly)."""
