@@ -113,6 +113,28 @@ def test_file_results_collapse_at_once_and_the_file_shows_the_current_text(db) -
     assert last["content"]["tokens"] < last["content"]["tokens_full"] + 200
 
 
+def test_reading_more_of_a_file_keeps_a_small_session_passing_through(db) -> None:
+    """A second read that only adds lines makes a new version of the file object, but nothing the
+    harness showed is stale: the session still passes through. A read that disagrees with what was
+    read before (the file changed behind the tools) ends that."""
+    session = Session.open(db, "more", harness="pi")
+    msgs = [user("go")]
+    msgs += step(
+        "r1", "read", "one\ntwo\n\n[2 more lines in file. Use offset=3 to continue.]", path="/repo/d.py", limit=2
+    )
+    msgs += step("r2", "read", "three\nfour", path="/repo/d.py", offset=3)
+    msgs.append(say("read"))
+    r = replay_transcript(pi(msgs), session)
+    d = next(o for o in session.view.objects.values() if o.kind == "file")
+    assert d.meta["version"] == 2 and d.content == "one\ntwo\nthree\nfour"
+    assert session.managed_from is None and r.tokens_assembled == r.tokens_full
+    msgs += step("r3", "read", "one\nTWO\nthree\nfour", path="/repo/d.py")
+    msgs.append(say("changed"))
+    again = Session.open(db, "changed", harness="pi")
+    replay_transcript(pi(msgs), again)
+    assert again.managed_from == 5  # the call that first sees the third read
+
+
 def test_a_reused_call_id_is_judged_by_its_own_result(db) -> None:
     """A harness that reuses a call id (SWE-agent does) gets each result as its own object; the
     read's view is the second object's, collapsed when the file shows it, so the later edit leaves no

@@ -595,11 +595,16 @@ class Session:
         actor: Actor = "agent",
         reason: str = "show",
         focus: list[list[int]] | None = None,
+        changed: bool = True,
     ) -> dict[str, Any]:
         """Put a version of a stored object (default: the latest) in this session, active or
         inactive. What file tools call after indexing, reading or editing a file; showing an
         active object again counts as using it (``file_idle_turns``). ``focus``: the line ranges
-        of its text the tool looked at, most recent first (``[]`` clears them, None keeps them)."""
+        of its text the tool looked at, most recent first (``[]`` clears them, None keeps them).
+        ``changed``: whether a new version changes text the one shown before had (the default);
+        False when it only adds to it (a replay that learns more lines of a file). A session that
+        still passes through unchanged is managed from the next turn on after a change (the
+        harness's history shows a stale copy then), not after an addition."""
         if state not in ("active", "inactive"):
             raise StateError(f"state must be active or inactive, not {state!r}")
         v = version or self._latest(obj_id)
@@ -612,7 +617,7 @@ class Session:
             obj.meta, obj.content = v.doc.get("meta", {}), v.doc.get("content")
             obj.version, obj.newer = (v.valid_time, v.tx_id, v.doc["object_hash"]), None
             status = "updated"
-            self._manage_next = True
+            self._manage_next = self._manage_next or changed
         changed = status == "updated"
         if focus is not None and (focus or None) != obj.focus:
             obj.focus = [[int(a), int(b)] for a, b in focus] or None

@@ -150,7 +150,7 @@ class VirtualFiles:
         if vf is None:
             key = blake3.blake3(f"{self.session.id}\0{op.path}".encode()).hexdigest()[:16]
             vf = self.files[op.path] = VirtualFile("file:" + key, op.path)
-        before = vf.text()
+        before, changes = vf.text(), vf.changes
         turn = self.session.view.turn
         if op.kind == "read":
             assert op.text is not None
@@ -176,7 +176,16 @@ class VirtualFiles:
         assert vf.latest is not None
         focus = self._focus(vf, turn)
         state = "active" if after is not None else "inactive"
-        self.session.show(vf.id, version=vf.latest, state=state, actor="agent", reason=reason, focus=focus)
+        # a read that only adds lines leaves what the history showed of the file true
+        self.session.show(
+            vf.id,
+            version=vf.latest,
+            state=state,
+            actor="agent",
+            reason=reason,
+            focus=focus,
+            changed=vf.changes != changes,
+        )
         if result_id is not None and after is not None:
             obj = self.session.view.objects.get(result_id)
             if obj is not None and obj.in_history and not obj.pinned:
