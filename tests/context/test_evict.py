@@ -15,7 +15,7 @@ from pathlib import Path
 
 from context_os import Session
 from context_os.context.evict import EVICTED_TEXT, evict, tombstone_id
-from context_os.context.frames import get_frame, verify_frame
+from context_os.context.frames import frame_docs, get_frame, verify_frame
 from context_os.context.policy import RetentionPolicy
 from context_os.files import FileTools, Workspace
 from context_os.files.index import EVICTED_BYTES
@@ -94,6 +94,12 @@ def test_an_evicted_page_of_a_closed_session_comes_back_scrubbed(store: Store, u
         text = _text(context)
         assert SECRET not in text and "a.txt" in text  # the tool call still pairs with its result
         assert SECRET not in _everywhere(store)
+    # the first frame showed the page as it was: it re-renders scrubbed and fails, saying why
+    first, second = frame_docs(store, uid)
+    check = verify_frame(store, first)
+    assert not check.ok and check.rendered is not None and SECRET not in str(check.rendered.history)
+    assert any(f"static ref chat:{uid}:00000 " in p for p in check.problems), check.problems
+    assert verify_frame(store, second).ok
 
 
 def test_a_tool_output_evicted_from_a_live_session_is_shown_as_erased(

@@ -1021,7 +1021,9 @@ class SessionView:
         names them by count and a hash over their object hashes instead of one ref each."""
         if self._sealed is None or count < len(self._sealed.hashes):
             self._sealed = _SealedPages()
-        pages_hash = self._sealed.extend([self.pages[p][2] for p in range(len(self._sealed.hashes), count)])
+        pages_hash = self._sealed.extend(
+            [self.pages.get(p, _EVICTED_PAGE)[2] for p in range(len(self._sealed.hashes), count)]
+        )
         return {"id": f"chat:{self.session_id}", "sealed_pages": count, "pages_hash": pages_hash}
 
     def static_refs(self) -> list[dict[str, Any]]:
@@ -1039,7 +1041,7 @@ class SessionView:
         if last > 0:
             refs.append(self._sealed_ref(last))
         if last >= 0:
-            refs.append(_ref(page_id(self.session_id, last), self.pages[last]))
+            refs.append(_ref(page_id(self.session_id, last), self.pages.get(last, _EVICTED_PAGE)))
         shown = {o.id: o for o in self.live()}
         shown.update((o.id, o) for o in self.metadata_pool())
         for o in sorted(shown.values(), key=lambda o: o.id):
@@ -1109,6 +1111,12 @@ class _SealedPages:
 
 def page_id(session_id: str, page: int) -> str:
     return f"chat:{session_id}:{page:05d}"
+
+
+_EVICTED_PAGE: tuple[int, int | None, str] = (0, None, "evicted")
+"""The version a chat page evicted from the store stands as in refs: ``load_view`` brings its
+entries back scrubbed from the tombstone, and no version of it names what a frame showed (so the
+frame fails verification, naming the page, instead of failing to render)."""
 
 
 def _ref(id: str, version: tuple[int, int | None, str]) -> dict[str, Any]:
