@@ -11,6 +11,7 @@ from pydantic import TypeAdapter
 
 from context_os import RetentionPolicy, Session
 from context_os.context.frames import frame_basis, frame_docs, verify_frame
+from context_os.context.view import stub_text
 from context_os.errors import ContentTooLarge, LockedObject, MalformedMessage, NotFound
 from context_os.harness.openai import OPENAI_PAIRING, OpenAIHook
 from context_os.harness.pairing import pairing_problems
@@ -67,11 +68,35 @@ def test_only_the_five_newest_results_stay_expanded(db):
             ],
         }
     )
-    msgs += [result(f"p{n}", f"hit {n}") for n in range(7)]
+    hits = [f"hit {n} " + "z" * 200 for n in range(7)]
+    msgs += [result(f"p{n}", hits[n]) for n in range(7)]
     out = hook.transform_context(msgs)
     texts = tool_texts(out)
-    assert [texts[f"p{n}"] for n in range(2, 7)] == [f"hit {n}" for n in range(2, 7)]
+    assert [texts[f"p{n}"] for n in range(2, 7)] == hits[2:]
     assert stub_ref(texts["p0"]) and stub_ref(texts["p1"])
+
+
+def test_a_collapsed_result_no_longer_than_its_stub_shows_its_own_text(db):
+    """Layout 3: an edit's confirmation collapses like any result (it leaves the live set) but
+    shows its text, no longer than the stub would be; it keeps that text in memory. A frame of an
+    earlier layout re-renders with stubs."""
+    hook = hook_for(db)
+    msgs = [user("go")]
+    for n in range(8):
+        msgs += [call(f"c{n}"), result(f"c{n}", "ok" if n % 2 else f"out {n} " + "y" * 300)]
+        out = hook.transform_context(msgs)
+    texts = tool_texts(out)
+    c1 = hook.session.view.objects["toolcall:s1:c1"]
+    assert c1.collapsed and c1.state == "inactive" and c1.content == "ok"
+    assert texts["c1"] == "ok" and texts["c3"] == "ok"  # collapsed, shown as they came
+    assert stub_ref(texts["c0"]) and stub_ref(texts["c2"])  # longer than a stub: stubs
+    assert c1.id not in {o.id for o in hook.session.view.live()}
+    assert stub_text(c1) == "ok" and stub_ref(stub_text(c1, 2))
+    frames = frame_docs(db, "s1")
+    assert frames[-1]["content"]["layout"] == 3 and all(verify_frame(db, f).ok for f in frames)
+    hook.session.close()
+    resumed = Session.open(db, "s1", harness="openai")
+    assert resumed.view.objects["toolcall:s1:c1"].content == "ok"
 
 
 def test_pinned_results_never_collapse_and_activate_brings_content_back_at_the_end(db):
@@ -519,11 +544,11 @@ def test_a_collapsed_result_leaves_memory_and_comes_back_from_the_store(db):
     msgs = coding_session(1)
     hook.transform_context(msgs)
     for n in range(1, 5):
-        msgs += [call(f"c{n}"), result(f"c{n}", f"out {n}")]
+        msgs += [call(f"c{n}"), result(f"c{n}", f"out {n} " + "y" * 300)]
         hook.transform_context(msgs)
     c0 = hook.session.view.objects["toolcall:s1:c0"]
     assert c0.collapsed and c0.content is None  # the store has it
-    assert hook.session.view.objects["toolcall:s1:c4"].content == "out 4"
+    assert hook.session.view.objects["toolcall:s1:c4"].content.startswith("out 4")
     assert json.loads(hook.call_tool("activate", {"id": "toolcall:s1:c0"}))["status"] == "activated"
     assert c0.content.startswith("line 0")
     out = hook.transform_context(msgs)

@@ -34,7 +34,7 @@ from .load import load_view
 from .persist import PAGE_SIZE, SessionWriter, state_id
 from .policy import Actor, RetentionPolicy, StateChange, fit_budget, horizon_due, plan_break, retention_due
 from .sources import SourceFeed, consult
-from .view import ObjInfo, Rendered, SessionView
+from .view import ObjInfo, Rendered, SessionView, own_text
 
 __all__ = ["LOCKED_PREFIXES", "Assembly", "Session"]
 
@@ -442,6 +442,8 @@ class Session:
         for o in self._released:
             if o.state == "active" or not o.collapsed or o.kind != "toolcall":
                 continue
+            if own_text(o, self.view.layout) is not None:
+                continue  # it shows its own text collapsed: kept (no larger than a stub)
             if o.version is None or o.version[1] is None:
                 waiting.append(o)
             else:

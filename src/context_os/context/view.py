@@ -41,6 +41,7 @@ __all__ = [
     "focus_window",
     "horizon_text",
     "short_ref",
+    "own_text",
     "stub_text",
 ]
 
@@ -123,9 +124,11 @@ def _unit(entry: int | None, msgs: list[Msg], memo: dict[bytes, tuple[str, int]]
     return Unit(entry, msgs, known[0], known[1])
 
 
-LAYOUT = 2
+LAYOUT = 3
 """How the current code renders (recorded in every frame as ``layout``): 1, a collapsed tool result
-names its object id; 2, it names its short ref (``r<entry>``), in fewer tokens."""
+names its object id; 2, it names its short ref (``r<entry>``), in fewer tokens; 3, a collapsed
+result whose text is no longer than its stub shows its text (``own_text``): collapsing it changes
+nothing the model sees."""
 
 
 def short_ref(obj: ObjInfo) -> str | None:
@@ -135,7 +138,23 @@ def short_ref(obj: ObjInfo) -> str | None:
 
 
 def stub_text(obj: ObjInfo, layout: int = LAYOUT) -> str:
-    """The text a collapsed tool result shows: what it was and how to get it back."""
+    """The text a collapsed tool result shows: what it was and how to get it back (from layout 3,
+    its own text where that is no longer)."""
+    own = own_text(obj, layout)
+    return _stub(obj, layout) if own is None else own
+
+
+def own_text(obj: ObjInfo, layout: int = LAYOUT) -> str | None:
+    """From layout 3, the text of a tool result no longer than its stub (an edit's confirmation,
+    a quiet command): collapsed, it shows that text, not a stub; else None. Its text must be in
+    memory: ``Session`` never lets go of such a result's text."""
+    c = obj.content
+    if layout < 3 or obj.kind != "toolcall" or not isinstance(c, str) or "blocks" in obj.meta:
+        return None
+    return c if len(c) <= len(_stub(obj, layout)) else None
+
+
+def _stub(obj: ObjInfo, layout: int) -> str:
     m = obj.meta
     status = " (error)" if m.get("is_error") else ""
     if layout >= 2 and (ref := short_ref(obj)) is not None:
