@@ -6,10 +6,12 @@ The same synthetic coding session as bench/scale.py (4,200 messages) fed through
 fresh 1.24.5 node on RocksDB (`xtdb/start --config rocksdb`, as bench/scale.py starts it),
 reached through `open_store`; the embedded SQLite store takes the same session in the same run.
 
-Besides messages per second, the time spent waiting on the node's answers (HTTP requests:
-submits, which return once the node has indexed them, and reads): messages over that time are
-what the node alone would allow if the Python side cost nothing. Aim (issue: XTDB for real
-scale): session ingest on XTDB ≥ 2,000 messages/s.
+Each run ends once every message is readable by any client of the node (``store.sync()``: the
+node has indexed the last transaction). Besides messages per second, the time spent waiting on
+the node's answers (HTTP requests: submits, which return once the node's log has them, reads,
+and that last wait): messages over that time are what the node's answers alone would allow if
+the Python side cost nothing (the node indexes one turn while the next is built, so this is not
+a bound). Aim (issue: XTDB for real scale): session ingest on XTDB ≥ 2,000 messages/s.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def feed(store: Store, sid: str, turns: list[list[dict[str, Any]]], per_call: in
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
     t = time.perf_counter()
     calls = _drive(hook, msgs, turns, per_call)
+    store.sync()  # until every reader of the store can read it all (XTDB: indexed by the node)
     return time.perf_counter() - t, calls
 
 
@@ -65,7 +68,6 @@ def main() -> int:
                 seconds, _ = feed(sqlite, f"s{k}", turns, row["per_call"] or len(turns))
                 row["sqlite"] = n / seconds
     best = max(r["xtdb"] for r in rows)
-    ceiling = max(r["node"] for r in rows)
     table = "\n".join(
         f"| {'the whole session' if r['per_call'] is None else r['per_call']} | {r['calls']:,} | {r['xtdb']:,.0f} |"
         f" {r['node']:,.0f} | {r['sqlite']:,.0f} |"
@@ -74,15 +76,19 @@ def main() -> int:
     body = (
         f"The synthetic coding session of [Scale](#scale) ({n:,} messages, {len(turns):,} turns) fed through "
         "`OpenAIHook` at several turns per call, on a fresh XTDB 1.24.5 node on RocksDB and, in the same run, "
-        "the embedded SQLite store. *Node-bound*: messages over the seconds spent waiting on the node's "
-        "answers (submits return once indexed): the rate if the Python side cost nothing.\n\n"
-        "| turns per call | calls | XTDB msg/s | XTDB node-bound msg/s | SQLite msg/s |\n"
+        "the embedded SQLite store; each run ends once the node has indexed the last transaction "
+        "(`store.sync()`). *Node answers*: messages over the seconds spent waiting on the node's answers "
+        "(a submit of puts returns once the node's log has it, the first read after it waits until the node "
+        "indexed it, and so does the final sync): the node indexes one call's transaction while the next is "
+        "built, so this is not a bound.\n\n"
+        "| turns per call | calls | XTDB msg/s | XTDB node answers msg/s | SQLite msg/s |\n"
         "|---|---:|---:|---:|---:|\n"
         f"{table}\n\n"
         f"Aim: XTDB session ingest ≥ {AIM:,} msg/s: **{'met' if best >= AIM else 'MISSED'}** (best {best:,.0f}). "
-        f"The node alone allows at most {ceiling:,.0f} msg/s here: every message is about one document "
-        "the node indexes (the tool call's object, its state, the chat page), and one turn per call is one "
-        "awaited transaction, a round trip that no batching inside a turn removes.\n"
+        "Every message is about one document the node indexes (the tool call's object, its state, the chat "
+        "page). Until 2026-11-28 every submit waited until the node had indexed it (1 turn per call 300 msg/s, "
+        "10: 971, 100: 1,382, the whole session 1,399, measured that day before the change): a turn now goes "
+        "on while the node indexes the one before; the whole session in one call has nothing to overlap.\n"
     )
     write_section("Session ingest on XTDB", body)
     print(body)

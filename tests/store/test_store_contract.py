@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from context_os.store import Delete, Evict, Match, Put, Store, Version, now_ms
+from context_os.store import Delete, Evict, Match, Put, Store, Version, now_ms, open_store
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 
@@ -258,6 +258,19 @@ def test_tx_ids_increase_and_tx_time_does_not_go_back(store: Store, uid: str) ->
     assert all(t.committed for t in txs)
     latest = store.latest_tx()
     assert latest is not None and latest.id >= txs[-1].id and latest.time >= txs[-1].time
+
+
+def test_after_sync_another_client_of_the_backend_reads_the_write(store: Store, uid: str) -> None:
+    tx = store.submit([Put(doc(uid, 1))])
+    assert store.latest_tx_id() is not None and store.latest_tx_id() >= tx.id  # type: ignore[operator]
+    store.sync()
+    other = open_store(store.url)
+    try:
+        assert n_at(other, uid, tx.time) == 1
+        latest = other.latest_tx()
+        assert latest is not None and latest.id >= tx.id
+    finally:
+        other.close()
 
 
 def test_default_valid_time_is_tx_time(store: Store, uid: str) -> None:

@@ -18,6 +18,7 @@ how frames are re-rendered and verified. Harness formats never reach this module
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from .sources import SourceFeed, consult
 from .view import ObjInfo, Rendered, SessionView, own_text
 
 __all__ = ["LOCKED_PREFIXES", "Assembly", "Session"]
+
+log = logging.getLogger(__name__)
 
 LOCKED_PREFIXES = ("chat:", "session:", "frame:", "block:", "state:", "lease:", "tombstone:")
 
@@ -196,6 +199,10 @@ class Session:
         """Stop writing this session and give its lease back (another process may then open it)."""
         if self.lease is not None:
             self.lease.release()
+        try:  # its writes readable by every reader of the store, not only through this one
+            self.store.sync()
+        except StoreUnavailable as e:  # taken all the same (an XTDB node's log, an outbox)
+            log.warning("session %s closed before its store could confirm its last writes: %s", self.id, e)
 
     def __enter__(self) -> Session:
         return self
@@ -465,10 +472,10 @@ class Session:
         if self.writer.last_tx is None:
             return True
         try:
-            latest = self.store.latest_tx()
+            latest = self.store.latest_tx_id()
         except StoreUnavailable:
             return True  # the checks below know what to do then
-        return latest is None or latest.id != self.writer.last_tx
+        return latest != self.writer.last_tx
 
     def _apply_tombstones(self) -> list[StateChange]:
         """Take in evictions made since the last turn (context/evict.py): the text of an evicted

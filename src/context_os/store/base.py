@@ -210,7 +210,9 @@ class Store(ABC):
 
     @abstractmethod
     def submit(self, ops: Sequence[Op]) -> Tx:
-        """Run ``ops`` as one atomic transaction and return it once it is readable.
+        """Run ``ops`` as one atomic transaction and return it once it is written and readable
+        through this store (through others as well on the embedded store; on XTDB, once the node
+        has indexed it: ``sync``).
 
         A failed ``Match`` leaves the store unchanged and returns a ``Tx`` with
         ``committed=False`` (XTDB records such transactions too).
@@ -272,6 +274,19 @@ class Store(ABC):
     @abstractmethod
     def latest_tx(self) -> Tx | None:
         """The newest committed-or-not transaction, or None for an empty store."""
+
+    def latest_tx_id(self) -> int | None:
+        """The id of the newest transaction the backend took, readable yet or not (None: none):
+        what a session compares with its own last write to learn whether anyone else wrote,
+        without waiting for its own writes to become readable. Default: ``latest_tx``'s."""
+        tx = self.latest_tx()
+        return None if tx is None else tx.id
+
+    def sync(self) -> None:
+        """Return once every write this store acknowledged is readable by every reader of the
+        backend, not only through this store (XTDB: indexed by the node; ``close`` does it too).
+        The embedded store has nothing to wait for."""
+        return None
 
     def stats(self) -> dict[str, Any]:
         """Backend-specific sizes and counts for ``ctxos status``."""

@@ -382,6 +382,14 @@ class OutboxStore(Store):
         self._ready()
         return self.inner.latest_tx()
 
+    def latest_tx_id(self) -> int | None:
+        self._ready()
+        return self.inner.latest_tx_id()
+
+    def sync(self) -> None:
+        self._ready()
+        self.inner.sync()
+
     def stats(self) -> dict[str, Any]:
         """The backend's stats and the outbox's; when the backend is out of reach, what is known here."""
         try:

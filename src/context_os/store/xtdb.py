@@ -440,6 +440,10 @@ class XtdbStore(Store):
         self._seen_tx = -1
         """The newest transaction this store wrote or waited for: a node failed over to is first
         brought up to it, so reads still see every write acknowledged before."""
+        self._unsettled = -1
+        """The newest transaction this store submitted without waiting for the node to index it
+        (``submit``; -1: none): every read through this store waits for it first (``_settle``)."""
+        self._settle_lock = threading.Lock()
         self._node_lock = threading.Lock()
         self._behind: set[str] = set()
         """Nodes failed over to that have not yet been brought up to ``_seen_tx``."""
@@ -484,6 +488,8 @@ class XtdbStore(Store):
                 f"{method} /_xtdb/{endpoint}: an id, key or value is not valid Unicode text ({e.reason});"
                 f" nothing was sent to {self.base}"
             ) from None
+        if self._unsettled >= 0 and endpoint not in _BEFORE_SETTLED:
+            self._settle()
         attempt = 0
         tried: set[str] = set()
         while True:
@@ -615,6 +621,13 @@ class XtdbStore(Store):
     def submit(self, ops: Sequence[Op]) -> Tx:
         tx_ops = " ".join(_tx_op(op) for op in ops)  # every input error is raised before sending
         body = "{:tx-ops [" + tx_ops + "]}"
+        if ops and not any(isinstance(op, Match | Evict) for op in ops):
+            # Puts and deletes always commit (XTDB 1.x; we send no transaction functions): once
+            # the node took the transaction into its log it is written, and only reads need it
+            # indexed, so this store's next read waits for that (``_settle``), not the submit.
+            # A session's turn goes on while the node indexes the one before.
+            taken = self._request("POST", "submit-tx", body=body, idempotent=False)
+            return self._submitted(taken, ops, awaited=False, settle=False)
         # one round trip: submit, await and (with a match) the committed check, on our front end
         r = self._own(
             "POST",
@@ -655,9 +668,10 @@ class XtdbStore(Store):
             raise StoreError(f"XTDB node at {self.base}: unexpected {what} answer {answer!r}")
         return value
 
-    def _submitted(self, r: httpx.Response, ops: Sequence[Op], *, awaited: bool) -> Tx:
+    def _submitted(self, r: httpx.Response, ops: Sequence[Op], *, awaited: bool, settle: bool = True) -> Tx:
         """The Tx of a submit's answer (``awaited``: our front end's, which also awaited it and
-        says whether it committed; else the official ``submit-tx``'s, awaited here)."""
+        says whether it committed; else the official ``submit-tx``'s, awaited here unless not
+        ``settle``: a transaction of puts and deletes, which commits, left for reads to wait on)."""
         if r.status_code == 503 and (why := _not_submitted(r)) is not None:
             # the node could not reach its transaction log and says nothing was written (our
             # front end, xtdb/src): as safe to send again as a connection never opened
@@ -678,6 +692,12 @@ class XtdbStore(Store):
                 )
             committed = self._flag(submitted, _K_COMMITTED, "submit-tx")
             self._seen_tx = max(self._seen_tx, tx_id)
+            self._settled(tx_id)  # indexed after every transaction before it
+        elif not settle:
+            committed = True
+            self._seen_tx = max(self._seen_tx, tx_id)
+            with self._settle_lock:
+                self._unsettled = max(self._unsettled, tx_id)
         else:
             try:
                 self._await(tx_id)
@@ -706,6 +726,36 @@ class XtdbStore(Store):
                 ) from e
             # The write landed; the index only lags, and the next search catches up with it.
 
+    def _settle(self) -> None:
+        """Wait until the node has indexed every transaction this store submitted without waiting
+        (a read sees this store's writes, as the store contract has it)."""
+        pending = self._unsettled
+        if pending >= 0:
+            self._await(pending)
+
+    def _settled(self, tx_id: int) -> None:
+        with self._settle_lock:
+            if self._unsettled <= tx_id:
+                self._unsettled = -1
+
+    def sync(self) -> None:
+        self._settle()
+
+    def latest_tx_id(self) -> int | None:
+        r = self._request("GET", "latest-submitted-tx")
+        if r.status_code >= 500:
+            # the node could not ask its log (a cluster's database is down): the newest
+            # transaction it indexed is what it knows, and what every read answers from
+            latest = self.latest_tx()
+            return None if latest is None else latest.id
+        if r.status_code == 404 and r.headers.get("content-type", "").startswith("application/edn"):
+            return None  # nothing submitted yet
+        tx = self._answer(r, "latest-submitted-tx")
+        try:
+            return int(tx[_K_TX_ID])
+        except (KeyError, TypeError, ValueError) as e:
+            raise StoreError(f"XTDB node at {self.base}: unexpected latest-submitted-tx answer {tx!r}") from e
+
     def _await(self, tx_id: int) -> None:
         r = self._request(
             "GET",
@@ -721,6 +771,7 @@ class XtdbStore(Store):
                 )
             self._fail(r, f"await-tx {tx_id}")
         self._seen_tx = max(self._seen_tx, tx_id)
+        self._settled(tx_id)
 
     def _committed(self, tx_id: int) -> bool:
         answer = self._get("tx-committed", {"tx-id": str(tx_id)}, f"tx-committed {tx_id}")
@@ -934,12 +985,21 @@ class XtdbStore(Store):
         return self
 
     def close(self) -> None:
+        try:  # what this store wrote is readable by everyone once it is closed
+            self._settle()
+        except StoreError as e:  # taken by the node's log all the same: nothing is lost
+            log.warning("XTDB node at %s: closing before it indexed transaction %s: %s", self.base, self._unsettled, e)
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
         self._text.close()
         self._client.close()
+
+
+_BEFORE_SETTLED = frozenset({"submit-tx", "context-os/submit-tx", "await-tx", "latest-submitted-tx"})
+"""Requests that need not wait for this store's unindexed transactions: submits (the log keeps
+their order), the wait itself, and the log's own newest id."""
 
 
 def _check_int(name: str, value: Any) -> int:
