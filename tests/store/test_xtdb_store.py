@@ -585,9 +585,11 @@ def test_without_our_endpoints_the_official_calls_give_the_same_answers(
     assert [t.committed for t in txs] == [True, True, True, False]
     # the official calls, once the node is known to lack ours (one 404, then none of them again);
     # puts and deletes alone go to the official submit-tx anyway, and are not awaited: the first
-    # match's submit is, and that covers them (the log is indexed in order)
+    # match's submit is, and that covers them (the log is indexed in order); the first read waits
+    # for the log's newest transaction (one more await-tx)
     assert seen.count("POST /_xtdb/context-os/submit-tx") == 1 and seen.count("POST /_xtdb/submit-tx") == 4
-    assert seen.count("GET /_xtdb/await-tx") == 2 and seen.count("GET /_xtdb/tx-committed") == 2
+    assert seen.count("GET /_xtdb/tx-committed") == 2 and seen.count("GET /_xtdb/latest-submitted-tx") == 1
+    assert seen.count("GET /_xtdb/await-tx") == 3
     for vt in (500, 1_000, 1_999, 2_000, 2_500, 3_000, 4_999, 5_000, 9_000, None):
         for tx in (*(t.id for t in txs), None):
             assert o.get(i, vt, tx) == xs.get(i, vt, tx), (vt, tx)
@@ -620,6 +622,12 @@ def test_puts_return_once_the_log_has_them_and_reads_wait_for_them(xs: XtdbStore
     gone = writer.submit([Put({"id": f"pipe2:{uid}", "kind": "k"})])
     writer.close()
     assert xs.get(f"pipe2:{uid}", tx_id=gone.id) is not None
+    # a client opened after a write was acknowledged reads it, unsynced, through any node
+    third = XtdbStore(xs.base.replace("http", "xtdb+http", 1))
+    late = third.submit([Put({"id": f"pipe3:{uid}", "kind": "k"})])
+    with XtdbStore(xs.base.replace("http", "xtdb+http", 1)) as reader:
+        assert reader.get(f"pipe3:{uid}") is not None and reader._seen_tx >= late.id
+    third.close()
 
 
 def test_a_submit_not_indexed_in_time_is_taken_and_not_confirmed(xs: XtdbStore, uid: str) -> None:

@@ -444,6 +444,9 @@ class XtdbStore(Store):
         """The newest transaction this store submitted without waiting for the node to index it
         (``submit``; -1: none): every read through this store waits for it first (``_settle``)."""
         self._settle_lock = threading.Lock()
+        self._caught_up = False
+        """Whether this store's first read has waited for what the log held then (``_catch_up_to_log``):
+        a client opened after a write was acknowledged, through whichever node, reads it."""
         self._node_lock = threading.Lock()
         self._behind: set[str] = set()
         """Nodes failed over to that have not yet been brought up to ``_seen_tx``."""
@@ -488,8 +491,11 @@ class XtdbStore(Store):
                 f"{method} /_xtdb/{endpoint}: an id, key or value is not valid Unicode text ({e.reason});"
                 f" nothing was sent to {self.base}"
             ) from None
-        if self._unsettled >= 0 and endpoint not in _BEFORE_SETTLED:
-            self._settle()
+        if endpoint not in _BEFORE_SETTLED:
+            if not self._caught_up:
+                self._catch_up_to_log()
+            if self._unsettled >= 0:
+                self._settle()
         attempt = 0
         tried: set[str] = set()
         while True:
@@ -732,6 +738,20 @@ class XtdbStore(Store):
         pending = self._unsettled
         if pending >= 0:
             self._await(pending)
+
+    def _catch_up_to_log(self) -> None:
+        """Before this store's first read: the newest transaction of the log is one to wait for
+        (``_settle``), as if this store had written it. Whatever went wrong is the read's to say."""
+        r = self._request("GET", "latest-submitted-tx")  # (a node out of reach: as the read would)
+        self._caught_up = True
+        if r.status_code != 200:
+            return  # nothing submitted yet (404), or a cluster whose database is down cannot say
+        try:
+            tx_id = int(self._edn(r)[_K_TX_ID])
+        except (StoreError, KeyError, TypeError, ValueError):
+            return  # not an answer to wait on: the read says what is wrong with the node, if anything
+        with self._settle_lock:
+            self._unsettled = max(self._unsettled, tx_id)
 
     def _settled(self, tx_id: int) -> None:
         with self._settle_lock:
