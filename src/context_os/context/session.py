@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import LockedObject, NotFound, StateError, StoreUnavailable
+from ..errors import LockedObject, NotFound, StateError, StoreError, StoreUnavailable
 from ..objects import FrameContent
 from ..sources.base import ObjectSource
 from ..store.base import Evict, Store, Tx, Version, now_ms
@@ -201,7 +201,7 @@ class Session:
             self.lease.release()
         try:  # its writes readable by every reader of the store, not only through this one
             self.store.sync()
-        except StoreUnavailable as e:  # taken all the same (an XTDB node's log, an outbox)
+        except StoreError as e:  # taken all the same (an XTDB node's log, an outbox): only slower to read
             log.warning("session %s closed before its store could confirm its last writes: %s", self.id, e)
 
     def __enter__(self) -> Session:
