@@ -476,6 +476,7 @@ def test_xtdb_sidecar_catches_up_with_another_writer(xtdb_url: str, tmp_path: Pa
         b.text_search("warm up")  # b's index is current, then a writes behind its back
         a.put(obj(f"file:{uid}", "file", f"first{uid}"), T0)
         a.put(obj(f"file:{uid}", "file", f"second{uid}"), T0 + 10)
+        a.sync()  # readable by other clients once the node indexed them (puts return before)
         assert b.index_status()["lags"] is True
         assert found(b.text_search(f"second{uid}")) == [(f"file:{uid}", "")]
         [old] = b.text_search(f"first{uid}", valid_time=T0 + 1)
