@@ -616,16 +616,17 @@ def test_puts_return_once_the_log_has_them_and_reads_wait_for_them(xs: XtdbStore
     assert matched.committed and matched.id > first.id and xs._unsettled == -1
     last = xs.submit([Delete(f"pipe:{uid}")])
     xs.sync()
-    with XtdbStore(xs.base.replace("http", "xtdb+http", 1)) as other:
+    url = xs.base.replace("http", "xtdb+http", 1)
+    with XtdbStore(url) as other:
         assert other.get(f"pipe:{uid}") is None and other.get(f"pipe:{uid}", tx_id=last.id - 1) is not None
-    writer = XtdbStore(xs.base.replace("http", "xtdb+http", 1))
+    writer = XtdbStore(url)
     gone = writer.submit([Put({"id": f"pipe2:{uid}", "kind": "k"})])
     writer.close()
     assert xs.get(f"pipe2:{uid}", tx_id=gone.id) is not None
     # a client opened after a write was acknowledged reads it, unsynced, through any node
-    third = XtdbStore(xs.base.replace("http", "xtdb+http", 1))
+    third = XtdbStore(url)
     late = third.submit([Put({"id": f"pipe3:{uid}", "kind": "k"})])
-    with XtdbStore(xs.base.replace("http", "xtdb+http", 1)) as reader:
+    with XtdbStore(url) as reader:
         assert reader.get(f"pipe3:{uid}") is not None and reader._seen_tx >= late.id
     third.close()
 

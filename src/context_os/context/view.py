@@ -140,18 +140,24 @@ def short_ref(obj: ObjInfo) -> str | None:
 def stub_text(obj: ObjInfo, layout: int = LAYOUT) -> str:
     """The text a collapsed tool result shows: what it was and how to get it back (from layout 3,
     its own text where that is no longer)."""
-    own = own_text(obj, layout)
-    return _stub(obj, layout) if own is None else own
+    stub = _stub(obj, layout)
+    own = _own_text(obj, layout, stub)
+    return stub if own is None else own
 
 
 def own_text(obj: ObjInfo, layout: int = LAYOUT) -> str | None:
     """From layout 3, the text of a tool result no longer than its stub (an edit's confirmation,
     a quiet command): collapsed, it shows that text, not a stub; else None. Its text must be in
     memory: ``Session`` never lets go of such a result's text."""
+    return _own_text(obj, layout, None)
+
+
+def _own_text(obj: ObjInfo, layout: int, stub: str | None) -> str | None:
+    """``own_text``, given the stub when the caller has it built already."""
     c = obj.content
     if layout < 3 or obj.kind != "toolcall" or not isinstance(c, str) or "blocks" in obj.meta:
         return None
-    return c if len(c) <= len(_stub(obj, layout)) else None
+    return c if len(c) <= len(stub if stub is not None else _stub(obj, layout)) else None
 
 
 def _stub(obj: ObjInfo, layout: int) -> str:

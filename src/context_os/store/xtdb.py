@@ -741,17 +741,18 @@ class XtdbStore(Store):
 
     def _catch_up_to_log(self) -> None:
         """Before this store's first read: the newest transaction of the log is one to wait for
-        (``_settle``), as if this store had written it. Whatever went wrong is the read's to say."""
-        r = self._request("GET", "latest-submitted-tx")  # (a node out of reach: as the read would)
-        self._caught_up = True
-        if r.status_code != 200:
-            return  # nothing submitted yet (404), or a cluster whose database is down cannot say
+        (``_settle``), as if this store had written it. A node out of reach raises, as the read
+        would; any other trouble is the read's to say."""
         try:
-            tx_id = int(self._edn(r)[_K_TX_ID])
-        except (StoreError, KeyError, TypeError, ValueError):
-            return  # not an answer to wait on: the read says what is wrong with the node, if anything
-        with self._settle_lock:
-            self._unsettled = max(self._unsettled, tx_id)
+            _, tx_id = self._newest_in_log()
+        except StoreUnavailable:
+            raise
+        except StoreError:
+            tx_id = None
+        self._caught_up = True
+        if tx_id is not None:
+            with self._settle_lock:
+                self._unsettled = max(self._unsettled, tx_id)
 
     def _settled(self, tx_id: int) -> None:
         with self._settle_lock:
@@ -762,17 +763,25 @@ class XtdbStore(Store):
         self._settle()
 
     def latest_tx_id(self) -> int | None:
+        known, tx_id = self._newest_in_log()
+        if known:
+            return tx_id
+        # the node could not ask its log (a cluster's database is down): the newest transaction
+        # it indexed is what it knows, and what every read answers from
+        latest = self.latest_tx()
+        return None if latest is None else latest.id
+
+    def _newest_in_log(self) -> tuple[bool, int | None]:
+        """Whether the node could ask its log (not when a cluster's database is down), and the id
+        of the newest transaction there, indexed or not (None: nothing submitted yet)."""
         r = self._request("GET", "latest-submitted-tx")
         if r.status_code >= 500:
-            # the node could not ask its log (a cluster's database is down): the newest
-            # transaction it indexed is what it knows, and what every read answers from
-            latest = self.latest_tx()
-            return None if latest is None else latest.id
+            return False, None
         if r.status_code == 404 and r.headers.get("content-type", "").startswith("application/edn"):
-            return None  # nothing submitted yet
+            return True, None
         tx = self._answer(r, "latest-submitted-tx")
         try:
-            return int(tx[_K_TX_ID])
+            return True, int(tx[_K_TX_ID])
         except (KeyError, TypeError, ValueError) as e:
             raise StoreError(f"XTDB node at {self.base}: unexpected latest-submitted-tx answer {tx!r}") from e
 
