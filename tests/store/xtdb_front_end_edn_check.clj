@@ -1,8 +1,11 @@
 ;; Run by tests/store/test_xtdb_front_end_edn.py: the front end's EDN printer
 ;; (context-os.xtdb-http/->edn) against Clojure's own (pr-str, under the same bindings) on
 ;; random values of every type the printer meets or falls back on, and on the real answers of an
-;; in-memory node. Prints "ok <count>", or the first value printed differently, and exits 1.
+;; in-memory node; and its EDN reader (context-os.edn-reader) against clojure.edn with XTDB's
+;; readers on each of those texts and on texts written by hand. Prints "ok <count>", or the
+;; first value printed or read differently, and exits 1.
 (require '[context-os.xtdb-http]
+         '[context-os.edn-reader :as edn-in]
          '[xtdb.api :as xt]
          '[xtdb.codec :as c])
 
@@ -72,9 +75,41 @@
 
 (def failures (atom 0))
 (def checked (atom 0))
+(def read-fast @#'context-os.edn-reader/read-fast)
+(def gave-up @#'context-os.edn-reader/give-up)
+(def read-fast-count (atom 0))
+
+(defn shape
+  "A value as its classes and text, in iteration order: two reads are the same only if their
+  shapes are equal (= alone takes 1 for 1.0M, a vector for a list, and ##NaN for nothing)."
+  [x]
+  (cond
+    (map? x) [(class x) (mapv (fn [[k v]] [(shape k) (shape v)]) x)]
+    (coll? x) [(class x) (mapv shape x)]
+    :else [(class x) (pr-str x)]))
+
+(defn read-both [text]
+  (let [theirs (try (shape (c/read-edn-string-with-readers text))
+                    (catch Throwable e [:threw (class e) (.getMessage e)]))
+        fast (read-fast text)
+        mine (try (shape (edn-in/read-string* c/read-edn-string-with-readers text))
+                  (catch Throwable e [:threw (class e) (.getMessage e)]))]
+    (when-not (identical? fast gave-up) (swap! read-fast-count inc))
+    [mine theirs]))
+
+(defn check-read! [where text]
+  (swap! checked inc)
+  (let [[mine theirs] (read-both text)]
+    (when (not= mine theirs)
+      (when (zero? @failures)
+        (println "MISMATCH reading" where (pr-str text))
+        (println " edn-reader:" (pr-str mine))
+        (println " clojure.edn:" (pr-str theirs)))
+      (swap! failures inc))))
 
 (defn check! [where x]
   (swap! checked inc)
+  (check-read! where (pr-edn x))
   (let [mine (try (->edn x) (catch Throwable e (str "THREW " e)))
         theirs (try (pr-edn x) (catch Throwable e (str "THREW " e)))]
     (when (not= mine theirs)
@@ -117,6 +152,29 @@
       (check! "entity" (xt/entity db eid))
       (check! "entity-tx" (xt/entity-tx db eid))
       (check! "history" (seq (xt/entity-history db eid :desc {:with-docs? true :with-corrections? true}))))))
+
+;; texts written by hand: what the Python client sends, and the edges of what the reader takes
+(doseq [text ["{:tx-ops [[:xtdb.api/put {:xt/id \"a\" :content {\"k\" 1,\"l\" [1,2.5,true,nil]}} #inst \"2024-01-02T03:04:05.678Z\"]]}"
+              "  [1 -2 +3 0 -0 +0 123456789012345678 1234567890123456789 9223372036854775807 99999999999999999999]"
+              "[0123 0x1F 2r101 1N 1.5M 1/3 01.5 1. 1e5 -1.5E-3 .5 +.5 1e 1a ##Inf ##NaN]"
+              "[\"\\t\\r\\n\\\\\\\"\\b\\f\" \"\\u00e9\\uD83D\\uDE00\" \"\\u00e\" \"\\101\" \"\\q\" \"raw\nnew\u0001line\"]"
+              "[\"unterminated]" "\"a\\" "[\"a\" \"b\\\"c\" \"d\"]"
+              "[:a :a/b :a.b/c :-1 :+ :a/1b :: :a:b ::a :a#b :é :a/ :/ :a/b/c]"
+              "[a a/b -a + - . .5 a.b ?e _ nil/x true false nil a#b a'b / é]"
+              "[\\a \\newline] ; comment" "[1 #_ 2 3]" "#{1 2 3}" "#{1 1}" "{:a 1 :a 2}" "{:a}" "{}" "[]" "()" "#{}"
+              "#inst \"2024-01-02\"" "#inst \"2024-02-30T00:00:00.000Z\"" "#inst \"2023-02-29T00:00:00.000Z\""
+              "#inst \"2024-02-29T23:59:59.999Z\"" "#inst \"1969-12-31T23:59:59.999Z\"" "#inst \"0001-01-01T00:00:00.000Z\"" "#inst \"1582-10-04T00:00:00.000Z\""
+              "#inst \"1600-02-29T12:00:00.000Z\"" "#inst \"9999-12-31T23:59:59.999Z\""
+              "#inst \"2016-12-31T23:59:60.000Z\"" "#inst \"2024-01-02T03:04:05.678-00:00\"" "#inst \"2024-01-02T03:04:05.6789Z\"" "#inst \"not a date\"" "#inst 5" "#uuid \"0f0e0d0c-0b0a-0908-0706-050403020100\""
+              "#xtdb/id \"abc\"" "#foo/bar 1" "# inst \"2024-01-02\"" "#_ 1 2"
+              "{:a 1} trailing [" "[1 2}" "[1 2" "" "   " "," "nil" "\u000b[1]" "[1\u000b2]" "[1\f2]"
+              "{\"a\" 1,\"b\" {\"c\" [\"d\",{}]},\"e\" \"f\"}" "[1\"a\"]" "(1 (2 (3)))" "[:a\"b\"]"
+              "^{:a 1} [1]" "'a" "`a" "~a" "@a" "[1,2,,3]" "{:a 1, :b 2}" "[\"\" \"\\\"\"]"]]
+  (check-read! "a text written by hand" text))
+
+(when (< @read-fast-count 1500)
+  (println "the fast reader read only" @read-fast-count "texts itself")
+  (swap! failures inc))
 
 (if (zero? @failures)
   (println "ok" @checked)

@@ -39,6 +39,7 @@
             [clojure.instant :as instant]
             [clojure.string :as str]
             [clojure.tools.logging :as log]
+            [context-os.edn-reader :as edn-in]
             [xtdb.api :as xt]
             [xtdb.codec :as c]
             [xtdb.system :as sys]
@@ -101,7 +102,10 @@
     "false" false
     (throw (IllegalArgumentException. "expected true or false"))))
 
-(defn- read-edn [s] (c/read-edn-string-with-readers s))
+(defn- read-edn [s]
+  ;; clojure.edn with XTDB's readers, through a reader that is faster on what clients send
+  ;; (context-os.edn-reader: the same value, or clojure.edn reads it)
+  (edn-in/read-string* c/read-edn-string-with-readers s))
 
 ;; ---------------------------------------------------------------------------------------------
 ;; JSON, read and written as the official server's Jackson object mapper (jsonista, with
