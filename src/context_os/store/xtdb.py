@@ -334,6 +334,49 @@ def _attr(k: Any) -> tuple[int, str]:
 _PLAIN = (str, int, float, bool, type(None))
 
 
+def _sorted_json(value: Any) -> Any:
+    """A JSON value with every map's keys in order, as ``_from_edn`` gives an EDN one."""
+    if type(value) is dict:
+        return dict(sorted((k, _sorted_json(v)) for k, v in value.items()))
+    if type(value) is list:
+        return [_sorted_json(v) for v in value]
+    return value
+
+
+_JSON_ATTRS: dict[str, tuple[int, str]] = {}
+"""Attribute names already read from JSON (``meta/turn``) → where they go (see ``_ATTRS``)."""
+
+
+def _doc_from_json(m: Any) -> dict[str, Any]:
+    """A document as our front end's JSON history writes it (attribute names as keys) → our
+    document, exactly what ``_doc_from_edn`` makes of its EDN."""
+    if not isinstance(m, dict):
+        raise StoreError(f"expected a document map from XTDB, got {m!r}")
+    top: dict[str, Any] = {}
+    meta: dict[str, Any] = {}
+    meta_keys: Any = None
+    attrs = _JSON_ATTRS
+    for k, v in m.items():
+        place = attrs.get(k)
+        if place is None:
+            place = _attr(edn.Keyword(k))
+            if len(attrs) < 100_000:
+                attrs[k] = place
+        where, key = place
+        if where == _KEYS:
+            meta_keys = v
+            continue
+        if type(v) is dict or type(v) is list:
+            v = _sorted_json(v)
+        if where == _META:
+            meta[key] = v
+        else:
+            top[key] = v
+    if meta_keys is not None or meta:
+        top["meta"] = dict(sorted(meta.items()))
+    return dict(sorted(top.items()))
+
+
 def _doc_from_edn(m: Any) -> dict[str, Any]:
     """The EDN map XTDB stores → our document (exactly what ``_doc_to_edn`` was given)."""
     if not isinstance(m, Mapping):
@@ -451,6 +494,7 @@ class XtdbStore(Store):
         self._behind: set[str] = set()
         """Nodes failed over to that have not yet been brought up to ``_seen_tx``."""
         self._official: set[str] = set()
+        self._no_json_history: set[str] = set()  # nodes whose front end has no JSON history
         """Nodes without our front end's own endpoints (/_xtdb/context-os/...: the official
         server answers 404): they get the official API's calls instead."""
         self.timeout = timeout
@@ -855,6 +899,19 @@ class XtdbStore(Store):
         for name, tx in (("start-tx-id", start_tx_id), ("end-tx-id", end_tx_id)):
             if tx is not None:
                 params[name] = str(_check_int(name, tx))
+        rows = self._json_history(params) if self.base not in self._no_json_history else None
+        if rows is not None:
+            return [
+                Version(
+                    id,
+                    vt,
+                    tx,
+                    tx_time,
+                    _doc_from_json(doc) if with_docs and doc is not None else None,
+                    deleted=content_hash == _NIL_HASH,
+                )
+                for tx_time, tx, vt, content_hash, doc in rows
+            ]
         entries = self._get("entity", params, f"history of {id!r}")
         out: list[Version] = []
         for e in entries or ():
@@ -871,6 +928,26 @@ class XtdbStore(Store):
                 )
             )
         return out
+
+    def _json_history(self, params: Mapping[str, str]) -> list[Any] | None:
+        """An entity's history from our front end's JSON endpoint (its rows), or None when the
+        node has no such endpoint (404: the official server, an older front end) or a document
+        holds a value JSON would not keep (409): then ``entity`` answers in EDN."""
+        r = self._request("GET", "context-os/entity-history", params=params)
+        if r.status_code == 404:
+            self._no_json_history.add(str(r.request.url).partition("/_xtdb/")[0])
+            return None
+        if r.status_code == 409:
+            return None
+        if r.status_code != 200:
+            self._fail(r, f"history of {params['eid-edn']}")
+        try:
+            rows = json.loads(r.content)
+            if not isinstance(rows, list) or not all(isinstance(e, list) and len(e) == 5 for e in rows):
+                raise ValueError(f"expected a list of 5-element rows, got {r.text[:200]!r}")
+        except ValueError as e:
+            raise StoreError(f"XTDB node at {self.base} sent a history the JSON endpoint does not write: {e}") from e
+        return rows
 
     def find(
         self,

@@ -13,10 +13,11 @@
   What it must never do: add semantics of its own. Every endpoint is a thin call into
   `xtdb.api`, with the parameter names, status codes and EDN response shapes of the official
   server, so that a client written against it works unchanged against the official one
-  (e.g. the Docker image in docker-compose.yml). Three endpoints are ours, under
+  (e.g. the Docker image in docker-compose.yml). Four endpoints are ours, under
   /_xtdb/context-os/: `entity-version` (entity-tx and entity in one call), `submit-tx`
-  (submit-tx, await-tx and tx-committed in one call) and `latest-tx` (latest-completed-tx and
-  tx-committed in one call); they save round trips and compute
+  (submit-tx, await-tx and tx-committed in one call), `latest-tx` (latest-completed-tx and
+  tx-committed in one call) and `entity-history` (entity's history as JSON a client parses
+  faster, where JSON keeps every value); they save round trips or decoding and compute
   nothing the official calls do not, and a client falls back to those on a node without them.
 
   Formats, as the official server negotiates them (muuntaja): the response is JSON when the
@@ -491,6 +492,108 @@
       (catch TimeoutException _
         [202 (assoc tx :context-os/indexed? false)]))))
 
+;; An entity's history as JSON that a client's C parser reads several times faster than EDN
+;; (Python: a history of 1,000 versions, 1.6 MB, 24 ms as EDN). Only where JSON says the same:
+;; documents whose keys are keywords and whose values are strings, longs, finite doubles,
+;; booleans, nil, and vectors, lists and string-keyed maps of those (the set under
+;; :ctxos/meta-keys as an array); anything else answers 409 and the client asks `entity` instead.
+
+(def ^:private not-plain (Exception. "a value JSON would not keep"))
+
+(defn- plain-json-string! [^StringBuilder sb ^String s]
+  ;; runs without escapes appended whole; JSON escapes " \ and every character below 0x20
+  (.append sb \")
+  (let [n (.length s)]
+    (loop [start 0 i 0]
+      (if (< i n)
+        (let [c (int (.charAt s i))]
+          (if (and (> c 34) (not (== c 92)))
+            (recur start (inc i))
+            (if (or (< c 0x20) (== c 34) (== c 92))
+              (do (.append sb s start i)
+                  (case c
+                    34 (.append sb "\\\"")
+                    92 (.append sb "\\\\")
+                    10 (.append sb "\\n")
+                    13 (.append sb "\\r")
+                    9 (.append sb "\\t")
+                    (.append sb (format "\\u%04x" c)))
+                  (recur (inc i) (inc i)))
+              (recur start (inc i)))))
+        (.append sb s start n))))
+  (.append sb \"))
+
+(defn- plain-json! [^StringBuilder sb x]
+  (cond
+    (string? x) (plain-json-string! sb x)
+    (nil? x) (.append sb "null")
+    (instance? Boolean x) (.append sb (if x "true" "false"))
+    (or (instance? Long x) (instance? BigInt x)) (.append sb (str x))
+    (instance? Double x) (if (Double/isFinite x) (.append sb (str x)) (throw not-plain))
+    (map? x) (do (.append sb \{)
+                 (reduce-kv (fn [first? k v]
+                              (when-not (string? k) (throw not-plain))
+                              (when-not first? (.append sb \,))
+                              (plain-json-string! sb k)
+                              (.append sb \:)
+                              (plain-json! sb v)
+                              false)
+                            true x)
+                 (.append sb \}))
+    (or (vector? x) (seq? x)) (do (.append sb \[)
+                                  (reduce (fn [first? v]
+                                            (when-not first? (.append sb \,))
+                                            (plain-json! sb v)
+                                            false)
+                                          true x)
+                                  (.append sb \]))
+    :else (throw not-plain)))
+
+(defn- doc-json! [^StringBuilder sb doc]
+  (.append sb \{)
+  (reduce-kv (fn [first? k v]
+               (when-not (keyword? k) (throw not-plain))
+               (when-not first? (.append sb \,))
+               (plain-json-string! sb (subs (str k) 1))
+               (.append sb \:)
+               (if (and (= k :ctxos/meta-keys) (set? v) (every? string? v))
+                 (plain-json! sb (vec v))
+                 (plain-json! sb v))
+               false)
+             true doc)
+  (.append sb \}))
+
+(defrecord ^:private Encoded [fmt ^bytes bytes])
+
+(defn- entity-history-json
+  "`entity` with history=true (the same parameters), as JSON: an array of
+  [tx-time ms, tx-id, valid-time ms, content hash (hex), document or null]; 409 when a document
+  holds a value JSON would not keep."
+  [node ex params]
+  (let [[status history] (entity node ex (assoc params :history "true"))
+        sb (StringBuilder.)]
+    (try
+      (.append sb \[)
+      (reduce (fn [first? e]
+                (when-not first? (.append sb \,))
+                (-> sb
+                    (.append \[) (.append (.getTime ^Date (::xt/tx-time e)))
+                    (.append \,) (.append (long (::xt/tx-id e)))
+                    (.append \,) (.append (.getTime ^Date (::xt/valid-time e)))
+                    (.append ",\"") (.append (str (::xt/content-hash e))) (.append "\","))
+                (if-let [doc (::xt/doc e)]
+                  (doc-json! sb doc)
+                  (.append sb "null"))
+                (.append sb \])
+                false)
+              true history)
+      (.append sb \])
+      [status (->Encoded :json (.getBytes (str sb) StandardCharsets/UTF_8))]
+      (catch Exception e
+        (if (identical? e not-plain)
+          [409 {:error "a document holds a value JSON would not keep: ask entity"}]
+          (throw e))))))
+
 (defn- latest-tx
   "`latest-completed-tx`, then `tx-committed?` of it: the latest indexed tx with
   :tx-committed?, or nil when the node has indexed none (a 200: this endpoint's 404 means a node
@@ -585,7 +688,8 @@
    "/_xtdb/slowest-queries" [slowest-queries query-states-json]
    "/_xtdb/context-os/entity-version" [entity-version camel-case-keys]
    "/_xtdb/context-os/submit-tx" [submit-and-await camel-case-keys]
-   "/_xtdb/context-os/latest-tx" [latest-tx camel-case-keys]})
+   "/_xtdb/context-os/latest-tx" [latest-tx camel-case-keys]
+   "/_xtdb/context-os/entity-history" [entity-history-json camel-case-keys]})
 
 ;; ---------------------------------------------------------------------------------------------
 ;; Responses
@@ -749,11 +853,13 @@
                                 [404 {:error (str "no such endpoint: " path)}])
                               (catch Throwable e
                                 (failed e)))
-              [status bytes] (try
-                               [status (encode fmt json-shape body)]
-                               (catch Throwable e
-                                 (let [[status body] (failed e)]
-                                   [status (encode fmt camel-case-keys body)])))]
+              [fmt status bytes] (if (instance? Encoded body)
+                                   [(:fmt body) status (:bytes body)]
+                                   (try
+                                     [fmt status (encode fmt json-shape body)]
+                                     (catch Throwable e
+                                       (let [[status body] (failed e)]
+                                         [fmt status (encode fmt camel-case-keys body)]))))]
           (respond ex fmt status bytes))
         (catch Throwable e
           (log/error e "could not send the response"))
