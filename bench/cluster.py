@@ -10,6 +10,7 @@ own node. Aim: two nodes ingest ≥ 1.5× one.
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
@@ -31,6 +32,23 @@ SMALL = 200
 AIM = 1.5
 
 
+def _cpu() -> tuple[int, int] | None:
+    """The machine's busy and total CPU time so far (jiffies of /proc/stat), or None off Linux."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+def _busy(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the machine's CPU time that was busy between two ``_cpu()`` readings."""
+    if before is None or after is None or after[1] == before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def ingest(store: XtdbStore, prefix: str, lo: int, hi: int) -> None:
     for start in range(lo, hi, BATCH):
         store.submit([Put(_doc(i, prefix=prefix), T0 + i) for i in range(start, min(start + BATCH, hi))])
@@ -46,20 +64,25 @@ def main() -> int:
             ingest(one, "warm", 0, 3_000)  # JIT and pools warm on both nodes
             ingest(two, "warm2", 0, 3_000)
             single, double = [], []
+            busy: dict[str, list[float]] = {"one": [], "two": []}
             for k in range(ROUNDS):
-                t = time.perf_counter()
+                cpu, t = _cpu(), time.perf_counter()
                 ingest(one, f"one{k}", 0, DOCS)
                 single.append(DOCS / (time.perf_counter() - t))
+                if (share := _busy(cpu, _cpu())) is not None:
+                    busy["one"].append(share)
                 writers = [
                     threading.Thread(target=ingest, args=(s, f"two{k}", lo, lo + DOCS // 2))
                     for s, lo in ((one, 0), (two, DOCS // 2))
                 ]
-                t = time.perf_counter()
+                cpu, t = _cpu(), time.perf_counter()
                 for w in writers:
                     w.start()
                 for w in writers:
                     w.join()
                 double.append(DOCS / (time.perf_counter() - t))
+                if (share := _busy(cpu, _cpu())) is not None:
+                    busy["two"].append(share)
             # a small transaction until it is readable: its latency through one node, and through
             # the other for what the first wrote (seen by polling the shared log)
             small: list[float] = []
@@ -84,6 +107,14 @@ def main() -> int:
             cluster.stop()
     a, b = statistics.median(single), statistics.median(double)
     ok = b / a >= AIM
+    cores = os.cpu_count() or 0
+    load = (
+        f" The machine's {cores} cores were busy {statistics.median(busy['one']):.0%} of the time with one writer "
+        f"and {statistics.median(busy['two']):.0%} with two (`/proc/stat`, over each round): the second node's "
+        "indexing has no idle core to run on."
+        if busy["one"] and busy["two"]
+        else ""
+    )
     body = (
         f"{DOCS:,} documents of about 1 kB in transactions of {BATCH}, a writer done once its node indexed its "
         f"last one (`store.sync()`; a submit of puts returns once the log has it); median of {ROUNDS} "
@@ -95,7 +126,7 @@ def main() -> int:
         "transaction of the shared log, so a second node adds request handling, not indexing: on one machine "
         "of 2 cores, the nodes, PostgreSQL and the writers share the same cores. Until 2026-11-28 every submit "
         "was awaited (2026-11-27: one writer 1,213 docs/s, two 1,320, 1.09×); now a writer's next transaction "
-        "is built and logged while its node indexes the one before, and one node alone is that much faster.\n\n"
+        f"is built and logged while its node indexes the one before, and one node alone is that much faster.{load}\n\n"
         f"{SMALL} transactions of 5 documents through one "
         f"node, each until it is readable (submit, then `sync`): p50 {pct(small, 50) * 1000:.1f} ms, p95 {pct(small, 95) * 1000:.1f} ms. "
         f"A transaction written through one node, awaited on the other (which sees it by polling the shared "
