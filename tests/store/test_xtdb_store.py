@@ -641,6 +641,20 @@ def test_history_read_as_json_is_the_history_read_as_edn(xs: XtdbStore, xtdb_url
         (v,) = xs.history(f"kw:{uid}")
         assert v.doc == edn_store.history(f"kw:{uid}")[0].doc
         assert v.doc is not None and v.doc["content"] == ":a-keyword" and v.doc["tags"] == [1, 2]
+        # integers of every size a JSON submit-tx body makes (Integer, Long, BigInteger) are kept
+        r = _raw(
+            xs,
+            "POST",
+            "submit-tx",
+            json={"tx-ops": [["put", {"xt/id": f"js:{uid}", "kind": "k", "n": [5, 2**40, 2**70, 1.5]}]]},
+        )
+        assert r.status_code == 202
+        xs._await(int(_read_edn(r.text)[Keyword("xtdb.api/tx-id")]))
+        params["eid-edn"] = f'"js:{uid}"'
+        assert _raw(xs, "GET", "context-os/entity-history", params=params).status_code == 200
+        (v,) = xs.history(f"js:{uid}")
+        assert v.doc == edn_store.history(f"js:{uid}")[0].doc and v.doc is not None
+        assert v.doc["n"] == [5, 2**40, 2**70, 1.5]
         assert not xs._no_json_history
     finally:
         edn_store.close()
