@@ -347,27 +347,35 @@ _JSON_ATTRS: dict[str, tuple[int, str]] = {}
 """Attribute names already read from JSON (``meta/turn``) → where they go (see ``_ATTRS``)."""
 
 
-def _doc_from_json(m: Any) -> dict[str, Any]:
-    """A document as our front end's JSON history writes it (attribute names as keys) → our
-    document, exactly what ``_doc_from_edn`` makes of its EDN."""
-    if not isinstance(m, dict):
+def _json_attr(name: str) -> tuple[int, str]:
+    where = _attr(edn.Keyword(name))
+    if len(_JSON_ATTRS) < 100_000:
+        _JSON_ATTRS[name] = where
+    return where
+
+
+def _doc_from(m: Any, from_json: bool) -> dict[str, Any]:
+    """A document as XTDB stores it → our document (exactly what ``_doc_to_edn`` was given): read
+    as EDN (attributes as keywords), or as our front end's JSON history writes it (attributes'
+    names as keys)."""
+    if not isinstance(m, Mapping):
         raise StoreError(f"expected a document map from XTDB, got {m!r}")
     top: dict[str, Any] = {}
     meta: dict[str, Any] = {}
     meta_keys: Any = None
-    attrs = _JSON_ATTRS
     for k, v in m.items():
-        place = attrs.get(k)
-        if place is None:
-            place = _attr(edn.Keyword(k))
-            if len(attrs) < 100_000:
-                attrs[k] = place
-        where, key = place
+        if from_json:
+            where, key = _JSON_ATTRS.get(k) or _json_attr(k)
+        else:
+            where, key = _ATTRS.get(k) or _attr(k)
         if where == _KEYS:
             meta_keys = v
             continue
-        if type(v) is dict or type(v) is list:
-            v = _sorted_json(v)
+        if from_json:
+            if type(v) is dict or type(v) is list:
+                v = _sorted_json(v)  # maps with their keys in order, as _from_edn gives them
+        elif type(v) not in _PLAIN:  # exactly: an _XtdbId or an _Instant is converted
+            v = _from_edn(v)
         if where == _META:
             meta[key] = v
         else:
@@ -378,27 +386,14 @@ def _doc_from_json(m: Any) -> dict[str, Any]:
 
 
 def _doc_from_edn(m: Any) -> dict[str, Any]:
-    """The EDN map XTDB stores → our document (exactly what ``_doc_to_edn`` was given)."""
-    if not isinstance(m, Mapping):
-        raise StoreError(f"expected a document map from XTDB, got {m!r}")
-    top: dict[str, Any] = {}
-    meta: dict[str, Any] = {}
-    meta_keys: Any = None
-    attrs = _ATTRS
-    for k, v in m.items():
-        where, key = attrs.get(k) or _attr(k)
-        if where == _KEYS:
-            meta_keys = v
-            continue
-        if type(v) not in _PLAIN:  # exactly: an _XtdbId or an _Instant is converted
-            v = _from_edn(v)
-        if where == _META:
-            meta[key] = v
-        else:
-            top[key] = v
-    if meta_keys is not None or meta:
-        top["meta"] = dict(sorted(meta.items()))
-    return dict(sorted(top.items()))
+    """The EDN map XTDB stores → our document."""
+    return _doc_from(m, from_json=False)
+
+
+def _doc_from_json(m: Any) -> dict[str, Any]:
+    """A document of our front end's JSON history → our document, what ``_doc_from_edn`` makes
+    of its EDN."""
+    return _doc_from(m, from_json=True)
 
 
 # -- the store ----------------------------------------------------------------------------------
