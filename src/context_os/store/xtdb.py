@@ -489,9 +489,11 @@ class XtdbStore(Store):
         self._behind: set[str] = set()
         """Nodes failed over to that have not yet been brought up to ``_seen_tx``."""
         self._official: set[str] = set()
-        self._no_json_history: set[str] = set()  # nodes whose front end has no JSON history
         """Nodes without our front end's own endpoints (/_xtdb/context-os/...: the official
         server answers 404): they get the official API's calls instead."""
+        self._no_json_history: set[str] = set()
+        """Nodes without our front end's JSON history (an older front end, the official server):
+        ``history`` reads ``entity`` in EDN there."""
         self.timeout = timeout
         self._client = self._init_client()
         self._pool: ThreadPoolExecutor | None = None
