@@ -146,20 +146,29 @@
                 (.setTimeZone (SimpleTimeZone. 0 "UTC")))))))
 
 (defn- json-string! [^StringBuilder sb ^String s]
+  ;; runs without escapes appended whole: every character that needs one is below 0x20, a
+  ;; double quote (34) or a backslash (92), so most are passed after two int comparisons
   (.append sb \")
-  (dotimes [i (.length s)]
-    (let [ch (.charAt s i)]
-      (case ch
-        \" (.append sb "\\\"")
-        \\ (.append sb "\\\\")
-        \newline (.append sb "\\n")
-        \return (.append sb "\\r")
-        \tab (.append sb "\\t")
-        \backspace (.append sb "\\b")
-        \formfeed (.append sb "\\f")
-        (if (< (int ch) 0x20)
-          (.append sb (format "\\u%04X" (int ch)))
-          (.append sb ch)))))
+  (let [n (.length s)]
+    (loop [start 0 i 0]
+      (if (< i n)
+        (let [c (int (.charAt s i))]
+          (if (and (> c 34) (not (== c 92)))
+            (recur start (inc i))
+            (if (or (< c 0x20) (== c 34) (== c 92))
+              (do (.append sb s start i)
+                  (case c
+                    34 (.append sb "\\\"")
+                    92 (.append sb "\\\\")
+                    10 (.append sb "\\n")
+                    13 (.append sb "\\r")
+                    9 (.append sb "\\t")
+                    8 (.append sb "\\b")
+                    12 (.append sb "\\f")
+                    (.append sb (format "\\u%04X" c)))
+                  (recur (inc i) (inc i)))
+              (recur start (inc i)))))
+        (.append sb s start n))))
   (.append sb \"))
 
 (defn- json-key ^String [k]
@@ -500,32 +509,9 @@
 
 (def ^:private not-plain (Exception. "a value JSON would not keep"))
 
-(defn- plain-json-string! [^StringBuilder sb ^String s]
-  ;; runs without escapes appended whole; JSON escapes " \ and every character below 0x20
-  (.append sb \")
-  (let [n (.length s)]
-    (loop [start 0 i 0]
-      (if (< i n)
-        (let [c (int (.charAt s i))]
-          (if (and (> c 34) (not (== c 92)))
-            (recur start (inc i))
-            (if (or (< c 0x20) (== c 34) (== c 92))
-              (do (.append sb s start i)
-                  (case c
-                    34 (.append sb "\\\"")
-                    92 (.append sb "\\\\")
-                    10 (.append sb "\\n")
-                    13 (.append sb "\\r")
-                    9 (.append sb "\\t")
-                    (.append sb (format "\\u%04x" c)))
-                  (recur (inc i) (inc i)))
-              (recur start (inc i)))))
-        (.append sb s start n))))
-  (.append sb \"))
-
 (defn- plain-json! [^StringBuilder sb x]
   (cond
-    (string? x) (plain-json-string! sb x)
+    (string? x) (json-string! sb x)
     (nil? x) (.append sb "null")
     (instance? Boolean x) (.append sb (if x "true" "false"))
     (or (instance? Long x) (instance? Integer x) (instance? Short x) (instance? Byte x) (instance? BigInt x)
@@ -535,7 +521,7 @@
                  (reduce-kv (fn [first? k v]
                               (when-not (string? k) (throw not-plain))
                               (when-not first? (.append sb \,))
-                              (plain-json-string! sb k)
+                              (json-string! sb k)
                               (.append sb \:)
                               (plain-json! sb v)
                               false)
@@ -555,7 +541,7 @@
   (reduce-kv (fn [first? k v]
                (when-not (keyword? k) (throw not-plain))
                (when-not first? (.append sb \,))
-               (plain-json-string! sb (subs (str k) 1))
+               (json-string! sb (subs (str k) 1))
                (.append sb \:)
                (if (and (= k :ctxos/meta-keys) (set? v) (every? string? v))
                  (plain-json! sb (vec v))
