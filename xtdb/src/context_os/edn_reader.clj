@@ -7,9 +7,10 @@
   29 ms to read, of the 52 ms the whole submit took; a string of that size alone, 22 ms. This
   reader scans the String itself and takes runs without escapes whole (`substring`).
 
-  What it reads: maps, vectors, lists, sets, strings (escapes \\t \\r \\n \\\\ \\\" \\b \\f \\uXXXX),
-  keywords and symbols of the common characters, integers that fit in a long (decimal, no
-  leading zero), decimal floats, nil, true, false, and the tags #inst and #uuid. Each value is
+  What it reads: maps, vectors, lists, sets, strings (with the escapes t, r, n, b, f, backslash,
+  double quote, and u with four hex digits), keywords and symbols of the common characters,
+  integers that fit in a long (decimal, no leading zero), decimal floats, nil, true, false, and
+  the tags #inst and #uuid. Each value is
   built by the call clojure.edn makes (`RT/map`, `LazilyPersistentVector/create`,
   `PersistentList/create`, `PersistentHashSet/createWithCheck`, `Keyword/intern`,
   `Long/parseLong`, `Double/parseDouble`, the default data readers), so a document read here is
