@@ -390,12 +390,6 @@ def _doc_from_edn(m: Any) -> dict[str, Any]:
     return _doc_from(m, from_json=False)
 
 
-def _doc_from_json(m: Any) -> dict[str, Any]:
-    """A document of our front end's JSON history → our document, what ``_doc_from_edn`` makes
-    of its EDN."""
-    return _doc_from(m, from_json=True)
-
-
 # -- the store ----------------------------------------------------------------------------------
 
 
@@ -809,8 +803,7 @@ class XtdbStore(Store):
             return tx_id
         # the node could not ask its log (a cluster's database is down): the newest transaction
         # it indexed is what it knows, and what every read answers from
-        latest = self.latest_tx()
-        return None if latest is None else latest.id
+        return super().latest_tx_id()
 
     def _newest_in_log(self) -> tuple[bool, int | None]:
         """Whether the node could ask its log (not when a cluster's database is down), and the id
@@ -897,34 +890,30 @@ class XtdbStore(Store):
             if tx is not None:
                 params[name] = str(_check_int(name, tx))
         rows = self._json_history(params) if self.base not in self._no_json_history else None
-        if rows is not None:
-            return [
-                Version(
-                    id,
-                    vt,
-                    tx,
-                    tx_time,
-                    _doc_from_json(doc) if with_docs and doc is not None else None,
-                    deleted=content_hash == _NIL_HASH,
-                )
-                for tx_time, tx, vt, content_hash, doc in rows
-            ]
-        entries = self._get("entity", params, f"history of {id!r}")
-        out: list[Version] = []
-        for e in entries or ():
-            deleted = str(e.get(_K_CONTENT_HASH)) == _NIL_HASH
-            doc = e.get(_K_DOC)
-            out.append(
-                Version(
-                    id,
-                    _ms(e[_K_VALID_TIME]),
-                    int(e[_K_TX_ID]),
+        from_json = rows is not None
+        if rows is None:  # the official answer, in EDN: the same rows
+            entries = self._get("entity", params, f"history of {id!r}") or ()
+            rows = [
+                [
                     _ms(e[_K_TX_TIME]),
-                    _doc_from_edn(doc) if with_docs and doc is not None else None,
-                    deleted=deleted,
-                )
+                    int(e[_K_TX_ID]),
+                    _ms(e[_K_VALID_TIME]),
+                    str(e.get(_K_CONTENT_HASH)),
+                    e.get(_K_DOC),
+                ]
+                for e in entries
+            ]
+        return [
+            Version(
+                id,
+                vt,
+                tx,
+                tx_time,
+                _doc_from(doc, from_json) if with_docs and doc is not None else None,
+                deleted=content_hash == _NIL_HASH,
             )
-        return out
+            for tx_time, tx, vt, content_hash, doc in rows
+        ]
 
     def _json_history(self, params: Mapping[str, str]) -> list[Any] | None:
         """An entity's history from our front end's JSON endpoint (its rows), or None when the
