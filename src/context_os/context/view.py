@@ -141,19 +141,15 @@ def stub_text(obj: ObjInfo, layout: int = LAYOUT) -> str:
     """The text a collapsed tool result shows: what it was and how to get it back (from layout 3,
     its own text where that is no longer)."""
     stub = _stub(obj, layout)
-    own = _own_text(obj, layout, stub)
+    own = own_text(obj, layout, stub)
     return stub if own is None else own
 
 
-def own_text(obj: ObjInfo, layout: int = LAYOUT) -> str | None:
+def own_text(obj: ObjInfo, layout: int = LAYOUT, stub: str | None = None) -> str | None:
     """From layout 3, the text of a tool result no longer than its stub (an edit's confirmation,
     a quiet command): collapsed, it shows that text, not a stub; else None. Its text must be in
-    memory: ``Session`` never lets go of such a result's text."""
-    return _own_text(obj, layout, None)
-
-
-def _own_text(obj: ObjInfo, layout: int, stub: str | None) -> str | None:
-    """``own_text``, given the stub when the caller has it built already."""
+    memory: ``Session`` never lets go of such a result's text. ``stub``: the stub, when the
+    caller has built it already."""
     c = obj.content
     if layout < 3 or obj.kind != "toolcall" or not isinstance(c, str) or "blocks" in obj.meta:
         return None
