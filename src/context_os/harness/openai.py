@@ -86,7 +86,7 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
             extra["role"] = role
         if parts is not None and role != "tool":
             extra["content"] = parts
-        m: Incoming = {"role": _ROLE_MAP[role], "text": text, "h": self.hash_message(message)}  # type: ignore[typeddict-item]
+        m: Incoming = {"role": _ROLE_MAP[role], "text": text, "h": ""}  # type: ignore[typeddict-item]
         if role == "assistant" and message.get("tool_calls"):
             m["tool_calls"] = self._calls(message["tool_calls"], index)
         if role == "tool":
