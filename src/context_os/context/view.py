@@ -714,7 +714,8 @@ class SessionView:
         e = self.entries[entry_index]
         msgs = self._tool_msgs(e, paired=old.msgs[0]["role"] == "tool") if e["role"] == "tool" else self._entry_msgs(e)
         new = _unit(entry_index, msgs, self.hash_memo)
-        self._dirty_from = min(self._dirty_from, pos)
+        if new.hash != old.hash:  # the same bytes again (a state change that shows the same): unchanged
+            self._dirty_from = min(self._dirty_from, pos)
         self._units[pos] = new
         self._hist_tokens += new.tokens - old.tokens
         self._sums.add(pos, new.tokens - old.tokens)
