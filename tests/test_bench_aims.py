@@ -94,3 +94,37 @@ def test_the_scale_aims_name_what_is_missed_and_the_floors() -> None:
     assert "0.04×, **MISSED**" in text
     slow = _aims([{**row, "p50": 0.0005}, {**row, "p50": 0.0011, "peak_rss_mb": 400.0}], whole)
     assert "1.10 ms, **MISSED**" in slow and "2.20×, **MISSED**" in slow and "share is 240 MB, **MISSED**" in slow
+
+
+def test_the_cluster_bench_sorts_a_nodes_threads_and_bounds_what_a_second_node_adds() -> None:
+    import os
+    import threading
+
+    from bench.cluster import _split, _split_text, _thread_kind, _threads_cpu
+
+    names = ["context-os-xtdb", "xtdb-tx-process", "rocksdb:low", "C2 CompilerThre", "G1 Conc#0", "GC Thread#0"]
+    assert [_thread_kind(n) for n in names] == ["requests", "indexing", "indexing", "JIT", "GC", "GC"]
+    assert _thread_kind("qtp12345-17") == "other"
+    # this process's own threads, read from /proc as a node's are: a busy one shows its CPU time
+    # (read while it still runs: a thread that ended has left /proc)
+    burnt, release = threading.Event(), threading.Event()
+
+    def work() -> None:
+        sum(i * i for i in range(3_000_000))
+        burnt.set()
+        release.wait(30)
+
+    before = _threads_cpu(os.getpid())
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        assert burnt.wait(30)
+        split = _split(before, _threads_cpu(os.getpid()))
+    finally:
+        release.set()
+        worker.join()
+    assert before is not None and split.get("other", 0.0) >= 0.05
+    # requests 500 ms, indexing 1,000 ms per 1,000 documents: two nodes at most 1.5/1.25 = 1.20x
+    text = _split_text({"requests": 0.5, "indexing": 1.0}, 1_000)
+    assert "**1.20×**" in text and "| requests | 500 |" in text and "| JIT | 0 |" in text
+    assert _split_text({}, 1_000) == ""
