@@ -28,7 +28,7 @@ from context_os.store import Store, open_store
 from context_os.store.outbox import OutboxStore
 
 from ._report import write_section
-from .scale import _drive, _StoreClock, _xtdb_node, session_turns
+from .scale import _Clock, _drive, _xtdb_node, session_turns
 
 MESSAGES = 4_200
 PER_CALL = (1, 10, 100, None)
@@ -54,7 +54,7 @@ def main() -> int:
         with _xtdb_node(Path(d)) as (url, _pid, _data), open_store(url) as xtdb:
             feed(xtdb, "warm", session_turns(1_000, seed=1), 10)  # the JVM and the pools warm
             # the HTTP requests of the node's store (behind the outbox): the time waiting on the node
-            clock = _StoreClock(xtdb.inner if isinstance(xtdb, OutboxStore) else xtdb, ("_request",))
+            clock = _Clock(xtdb.inner if isinstance(xtdb, OutboxStore) else xtdb, ("_request",))
             for k, per_call in enumerate(PER_CALL):
                 waited = clock.seconds
                 seconds, calls = feed(xtdb, f"x{k}", turns, per_call or len(turns))

@@ -85,10 +85,12 @@ def test_the_scale_aims_name_what_is_missed_and_the_floors() -> None:
     floors = floor_rates(turns)
     assert floors["redact_rate"] > 0 and floors["hash_rate"] > 0
     row = {"messages": 50_000, "p50": 0.0009, "rate": 2_000.0, "bare_rate": 50_000.0, **floors}
+    row |= {"store_p50": 0.0004, "sync_p50": 0.0002, "rest_p50": 0.0003}
     row |= {"peak_rss_mb": 300.0, "start_rss_mb": 50.0, "msgs_rss_mb": 110.0}
     whole = {**row, "p50": 0.0016, "returned": 50_000}
     text = _aims([{**row, "messages": 1_000, "p50": 0.0008}, row], whole)
-    assert "0.90 ms, met" in text and "1.12×, met" in text
+    assert "0.90 ms, met (p50 of each part" in text and "1.12×, met" in text
+    assert "transaction, 0.40 ms;" in text and "hashes them, 0.20 ms;" in text and "the frame, 0.30 ms)" in text
     assert "all 50,000 messages): 1.60 ms, **MISSED**,\n  2.00× the 1,000-message p50" in text
     assert "share is 140 MB, met" in text and "(the whole process: **MISSED**)" in text
     assert "0.04×, **MISSED**" in text
