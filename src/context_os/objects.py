@@ -193,6 +193,8 @@ class StateMeta(TypedDict):
     turn: int
     seq: int
     since: int
+    uses: NotRequired[float]
+    """The object's uses as of ``since`` (``policy.use_score``; states written before it: 1)."""
     shown: NotRequired[list[int]]
     """``[valid_time, tx_id]`` of the exact version shown (not for tool results)."""
     newer: NotRequired[dict[str, Any] | None]

@@ -17,7 +17,7 @@ from context_os.context.evict import evict
 from context_os.context.frames import frame_docs, get_frame, verify_frame
 from context_os.context.policy import plan_break
 from context_os.context.view import PATCH_MIN_TOKENS, TAIL_CLOSE, TAIL_OPEN, ObjInfo, _patch_text, active_text
-from context_os.errors import NotFound
+from context_os.errors import ConfigError, NotFound
 from context_os.files import FileTools, Workspace
 from context_os.harness.openai import OPENAI_PAIRING, OpenAIHook
 from context_os.harness.pairing import pairing_problems
@@ -300,6 +300,37 @@ def test_the_pool_keeps_the_most_recently_used_files_within_its_budget(tmp_path:
         next(o.id for o in tools.session.view.objects.values() if o.meta.get("path") == "mod0.py")
     )[-1]
     assert "the active pool is over 2500 tokens" in reason.doc["meta"]["reason"]
+
+
+@pytest.mark.parametrize(("decay", "leaves"), [(80, "mod1.py"), (0, "mod0.py")])
+def test_the_pool_keeps_what_was_used_often_lately_over_what_was_used_once(
+    tmp_path: Path, decay: int, leaves: str
+) -> None:
+    tools = _files(tmp_path, 4)
+    session = tools.session
+    session.view.policy = RetentionPolicy(active_pool_tokens=2_500, pool_use_decay_percent=decay, **EAGER)
+    hook = OpenAIHook(session, files=tools)
+    msgs = [user("read them")]
+    for k in (0, 0, 0, 1, 2, 3):  # mod0 three turns running, then each of the others once
+        tools.call("read", {"path": f"mod{k}.py"})
+        msgs += [say(f"read {k}"), user("next")]
+        hook.transform_context(msgs)
+    states = {o.meta["path"]: o.state for o in session.view.objects.values() if o.kind == "file"}
+    # at the turn mod3 comes in, mod0's three uses (turns 0-2) count 2.44 x 0.8^4 = 1.0; mod1's one
+    # (turn 3) 0.51, mod2's 0.64: mod1 leaves; least recently used first, mod0 would
+    assert [p for p, st in sorted(states.items()) if st == "inactive"] == [leaves]
+    mod0 = next(o for o in session.view.objects.values() if o.meta.get("path") == "mod0.py")
+    if decay:
+        assert mod0.uses == pytest.approx(1 + 0.8 + 0.64) and mod0.since == 2
+        # the count is kept with the object's state: a reopened session ranks the same
+        again = Session.open(session.store, session.id, policy=session.view.policy)
+        assert again.view.objects[mod0.id].uses == mod0.uses
+        again.close()
+
+
+def test_a_pool_use_decay_over_100_percent_is_refused() -> None:
+    with pytest.raises(ConfigError, match="pool_use_decay_percent must be 0-100"):
+        RetentionPolicy(pool_use_decay_percent=101)
 
 
 def test_a_file_named_in_new_output_counts_as_used_but_a_listing_does_not(tmp_path: Path) -> None:

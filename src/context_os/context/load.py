@@ -116,6 +116,7 @@ def _loaded(v: Version, state: dict[str, Any] | None, entry: int | None, call_en
         collapsed=st["collapsed"],
         seq=sm.get("seq", 0),
         since=sm.get("since", 0),
+        uses=float(sm.get("uses", 1.0)),  # a state written before uses were kept: one, at ``since``
         version=(v.valid_time, v.tx_id, doc["object_hash"]),
         entry=entry,
         call_entry=call_entry,

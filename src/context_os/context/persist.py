@@ -105,6 +105,7 @@ class SessionWriter:
             "turn": view.turn,
             "seq": obj.seq,
             "since": obj.since,
+            "uses": obj.uses,
             **extra,  # type: ignore[typeddict-item]
         }
         doc = StateDoc(id=state_id(view.session_id, obj.id), content=dict(content), meta=dict(meta)).to_doc()

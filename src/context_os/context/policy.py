@@ -4,8 +4,9 @@ change that costs the prompt cache is worth it.
 A *turn* is one model call (one ``transform_context`` call, one frame). A tool result stays
 expanded while it is less than ``collapse_after_turns`` turns old and among the
 ``keep_recent_results`` newest; pins override. Files (objects of the active pool) stay active
-while the pool fits ``active_pool_tokens``, the least recently used leaving first (a tool that
-touches a file, or a new message naming its path, uses it); ``file_idle_turns`` optionally
+while the pool fits ``active_pool_tokens``, the least used leaving first: each use (a tool that
+touches a file, or a new message naming its path) counts 1, less by ``pool_use_decay_percent``
+for every turn since, so what was used often and lately stays (``use_score``); ``file_idle_turns`` optionally
 deactivates idle ones too. An optional ``token_budget`` collapses the least recently used
 unpinned active objects, ties broken by id.
 
@@ -42,6 +43,8 @@ __all__ = [
     "horizon_due",
     "plan_break",
     "retention_due",
+    "use_score",
+    "used",
 ]
 
 Actor = Literal["agent", "policy", "system", "user"]
@@ -91,7 +94,11 @@ class RetentionPolicy:
     its whole prompt cache. 0: managed from the first call."""
     active_pool_tokens: int | None = 8_000
     """If set, objects shown in the active pool (files) stay active while the pool fits in this many
-    tokens; above it the least recently used unpinned ones are deactivated first."""
+    tokens; above it the least used unpinned ones are deactivated first (``use_score``)."""
+    pool_use_decay_percent: int = 80
+    """What a use of an object of the active pool still counts after each further turn, in
+    percent: 80, a use three turns ago counts 0.51, and a file edited three times in the last
+    five turns outranks one read once the turn before. 0: the least recently used leaves first."""
     token_budget: int | None = None
     """If set, collapse least-recently-used unpinned active objects until the context fits."""
     history_max_tokens: int | None = 24_000
@@ -112,6 +119,10 @@ class RetentionPolicy:
             value = getattr(self, f.name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise ConfigError(f"retention policy: {f.name} must be a non-negative integer, got {value!r}")
+        if self.pool_use_decay_percent > 100:
+            raise ConfigError(
+                f"retention policy: pool_use_decay_percent must be 0-100, got {self.pool_use_decay_percent}"
+            )
         if not 1 <= self.history_keep_percent <= 100:
             raise ConfigError(f"retention policy: history_keep_percent must be 1-100, got {self.history_keep_percent}")
 
@@ -156,6 +167,7 @@ class Shown(Protocol):
     state: str
     pinned: bool
     since: int
+    uses: float
     entry: int | None
     meta: Mapping[str, Any]
 
@@ -182,8 +194,8 @@ def retention_due(
 
     Tool results beyond the ``keep_recent_results`` newest collapse; results due by age collapse
     (together, once they free ``collapse_batch_tokens`` or the budget is near); objects of the
-    active pool idle for more than ``file_idle_turns`` are deactivated, and so are the least
-    recently used ones while the pool is over ``active_pool_tokens``. Which of these happen now
+    active pool idle for more than ``file_idle_turns`` are deactivated, and so are the least used
+    ones (``use_score``) while the pool is over ``active_pool_tokens``. Which of these happen now
     is ``plan_break``'s to say: each sends the context again from where it stands.
     """
     changes: list[StateChange] = []
@@ -219,12 +231,31 @@ def retention_due(
     if pool is not None:
         in_pool = [o for o in live() if o.in_tail]
         size = sum(shown(o) for o in in_pool)
-        for o in sorted((o for o in in_pool if not o.pinned), key=lambda o: (o.since, o.id)):
+        ranked = sorted((o for o in in_pool if not o.pinned), key=lambda o: (use_score(o, turn, policy), o.since, o.id))
+        for o in ranked:
             if size <= pool:
                 break
             size -= shown(o)
             decide(o, f"the active pool is over {pool} tokens", None)
     return changes
+
+
+def use_score(o: Shown, turn: int, policy: RetentionPolicy) -> float:
+    """How much an object of the active pool is used, as of turn ``turn``: its uses, each counting 1
+    at its turn and ``pool_use_decay_percent`` less for every turn since (``o.uses`` holds them as
+    of ``o.since``, the turn of the latest). With 0 only the latest use counts, and only in its own
+    turn: the pool is then least recently used first (ties by the turn of the latest use, then id:
+    deterministic)."""
+    age = turn - o.since
+    return o.uses if age <= 0 else o.uses * (policy.pool_use_decay_percent / 100) ** age
+
+
+def used(o: Any, turn: int, policy: RetentionPolicy) -> None:
+    """``o`` is used at turn ``turn``: its uses as of then, one more (``use_score``); a second use
+    in one turn counts once."""
+    if o.since != turn or not o.uses:
+        o.uses = round(use_score(o, turn, policy) + 1.0, 4)
+        o.since = turn
 
 
 def fit_budget(

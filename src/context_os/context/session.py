@@ -33,7 +33,7 @@ from .ingest import Ingest, RedactFunction, SyncReport
 from .lease import DEFAULT_LEASE_MS, Lease
 from .load import load_view
 from .persist import PAGE_SIZE, SessionWriter, state_id
-from .policy import Actor, RetentionPolicy, StateChange, fit_budget, horizon_due, plan_break, retention_due
+from .policy import Actor, RetentionPolicy, StateChange, fit_budget, horizon_due, plan_break, retention_due, used
 from .sources import SourceFeed, consult
 from .view import ObjInfo, Rendered, SessionView, own_text
 
@@ -352,7 +352,7 @@ class Session:
                 named.update(hits)
         for o in pool:
             if o.id in named and o.since != view.turn:
-                o.since = view.turn
+                used(o, view.turn, view.policy)
                 self.writer.record_state(o, "system", "named in a new message")
 
     def _retain(self, changes: list[StateChange]) -> int | None:
@@ -432,7 +432,7 @@ class Session:
         before = o.state
         if state == "active" and before != "active":
             self._reload(o)
-            o.since = self.view.turn
+            used(o, self.view.turn, self.view.policy)
         self.view.set_state(o, state=state, collapsed=collapsed)
         self.writer.record_state(o, actor, reason)
         if o.collapsed and o.state != "active":
@@ -636,7 +636,7 @@ class Session:
             status = "activated" if state == "active" else "deactivated"
         else:
             if state == "active" and obj.since != self.view.turn:
-                obj.since = self.view.turn  # used again: the idle clock restarts
+                used(obj, self.view.turn, self.view.policy)  # used again: the idle clock restarts
                 changed = True
             if changed:
                 self.view.refresh_object(obj)

@@ -69,7 +69,10 @@ class ObjInfo:
     seq: int = 0
     """Order in which the session first saw the object (metadata pool order)."""
     since: int = 0
-    """Turn of the latest activation (active pool order, LRU)."""
+    """Turn of the latest use: an activation, a tool touching it, a new message naming it."""
+    uses: float = 0.0
+    """Its uses as of ``since``, each counting 1 at its turn and less every turn after (the active
+    pool's order: ``policy.use_score``)."""
     version: tuple[int, int | None, str] | None = None
     """(valid_time, tx_id, object_hash) of the version shown; tx_id None while the transaction
     that writes it is being built (a frame in it names it so: ``frames.frame_basis``)."""
