@@ -1,4 +1,5 @@
-"""The ``cluster`` fixture: a real two-node XTDB cluster over PostgreSQL, one per test module.
+"""The ``cluster`` fixture: a real two-node XTDB cluster over PostgreSQL, one per test module; and
+``postgres``: its PostgreSQL alone.
 
 Under ``CI=true`` a cluster that cannot start fails the tests that need it; elsewhere they are
 skipped with the reason."""
@@ -6,6 +7,7 @@ skipped with the reason."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -14,12 +16,26 @@ from tests.cluster._cluster import Cluster
 from tests.helpers import unavailable
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def _postgres(root: Path) -> Cluster:
     try:
-        c = Cluster(tmp_path_factory.mktemp("cluster"))
+        return Cluster(root)
     except NodeUnavailable as e:  # pragma: no cover - depends on the machine
         unavailable("PostgreSQL for the XTDB cluster", e)
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """PostgreSQL alone, no node started (a test that runs nodes its own way)."""
+    c = _postgres(tmp_path_factory.mktemp("postgres"))
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = _postgres(tmp_path_factory.mktemp("cluster"))
     try:
         try:
             c.start_node()

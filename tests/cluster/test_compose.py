@@ -16,7 +16,6 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ import yaml
 
 from context_os.store.base import Put
 from context_os.store.xtdb import XtdbStore
-from tests._xtdb_node import STARTUP_TIMEOUT_S, NodeUnavailable, _free_port
+from tests._xtdb_node import STARTUP_TIMEOUT_S, _free_port
 from tests.cluster._cluster import ROOT, Cluster
 from tests.helpers import unavailable
 
@@ -139,19 +138,6 @@ def test_compose_reads_the_file_and_its_services_agree(config: dict[str, Any]) -
         assert Path(mounts["/ctxos/xtdb"]) == ROOT / "xtdb" and node["working_dir"] == "/ctxos"
         assert mounts[str(opts["--data-dir"])] == name.replace("xtdb-", "")  # a volume of its own
         assert node["depends_on"] == {starts_after[name]: {"condition": "service_healthy"}}
-
-
-@pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A local PostgreSQL (no nodes: the test runs the node services' own commands)."""
-    try:
-        c = Cluster(tmp_path_factory.mktemp("compose"))
-    except NodeUnavailable as e:  # pragma: no cover - depends on the machine
-        unavailable("PostgreSQL for the XTDB cluster", e)
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def _run_node(service: dict[str, Any], pg: Cluster, data: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
