@@ -6,8 +6,8 @@ expanded while it is less than ``collapse_after_turns`` turns old and among the
 ``keep_recent_results`` newest; pins override. Files (objects of the active pool) stay active
 while the pool fits ``active_pool_tokens``, the least used leaving first: each use (a tool that
 touches a file, or a new message naming its path) counts 1, less by ``pool_use_decay_percent``
-for every turn since, so what was used often and lately stays (``use_score``); ``file_idle_turns`` optionally
-deactivates idle ones too. An optional ``token_budget`` collapses the least recently used
+for every turn since, so what was used often and lately stays (``use_score``);
+``file_idle_turns`` optionally deactivates idle ones too. An optional ``token_budget`` collapses the least recently used
 unpinned active objects, ties broken by id.
 
 Collapsing a result in the middle of the history, or dropping a block that others follow,
@@ -251,8 +251,9 @@ def use_score(o: Shown, turn: int, policy: RetentionPolicy) -> float:
 
 
 def used(o: Any, turn: int, policy: RetentionPolicy) -> None:
-    """``o`` is used at turn ``turn``: its uses as of then, one more (``use_score``); a second use
-    in one turn counts once."""
+    """``o`` (a ``Shown`` whose ``since`` and ``uses`` can be set: the session's ``ObjInfo``) is
+    used at turn ``turn``: its uses as of then, one more (``use_score``); a second use in one turn
+    counts once."""
     if o.since != turn or not o.uses:
         o.uses = round(use_score(o, turn, policy) + 1.0, 4)
         o.since = turn
