@@ -236,7 +236,7 @@ def retention_due(
             if size <= pool:
                 break
             size -= shown(o)
-            decide(o, f"the active pool is over {pool} tokens", None)
+            decide(o, f"the active pool is over {pool} tokens (least used: {use_score(o, turn, policy):.2f})", None)
     return changes
 
 
