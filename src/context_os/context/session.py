@@ -320,9 +320,9 @@ class Session:
 
     def _note_mentions(self, new: list[Entry]) -> None:
         """Files of the active pool named in ``new`` (what came since the last turn) count as
-        used (the least recently used leave the pool first): a user message naming one, a grep
-        hit or a test failure naming its path. A message naming more than ``MENTION_LIMIT`` of
-        them (a listing) says nothing of any."""
+        used (the least used leave the pool first: ``policy.use_score``): a user message naming
+        one, a grep hit or a test failure naming its path. A message naming more than
+        ``MENTION_LIMIT`` of them (a listing) says nothing of any."""
         view = self.view
         texts: list[str] = []
         asked: list[str] = []
