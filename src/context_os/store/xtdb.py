@@ -309,23 +309,26 @@ _ATTRS: dict[Any, tuple[int, str]] = {}
 _TOP, _META, _ID, _KEYS = range(4)
 
 
+def _place(name: str) -> tuple[int, str]:
+    """Where the attribute named ``name`` (a keyword's ``ns/name``) goes in our document."""
+    ns, _, local = name.rpartition("/")
+    if name == "xt/id":
+        return _ID, "id"
+    if name == _META_KEYS:
+        return _KEYS, ""
+    if ns == _META_NS:
+        return _META, local
+    if ns == _META_HEX_NS:
+        return _META, _unhex(local)
+    if ns == _TOP_HEX_NS:
+        return _TOP, _unhex(local)
+    return _TOP, name
+
+
 def _attr(k: Any) -> tuple[int, str]:
     if not isinstance(k, edn.Keyword):
         return _TOP, _key_name(k)
-    name: str = k.name
-    ns, _, local = name.rpartition("/")
-    if name == "xt/id":
-        where = (_ID, "id")
-    elif name == _META_KEYS:
-        where = (_KEYS, "")
-    elif ns == _META_NS:
-        where = (_META, local)
-    elif ns == _META_HEX_NS:
-        where = (_META, _unhex(local))
-    elif ns == _TOP_HEX_NS:
-        where = (_TOP, _unhex(local))
-    else:
-        where = (_TOP, name)
+    where = _place(k.name)
     if len(_ATTRS) < 100_000:
         _ATTRS[k] = where
     return where
@@ -348,7 +351,7 @@ _JSON_ATTRS: dict[str, tuple[int, str]] = {}
 
 
 def _json_attr(name: str) -> tuple[int, str]:
-    where = _attr(edn.Keyword(name))
+    where = _place(name)
     if len(_JSON_ATTRS) < 100_000:
         _JSON_ATTRS[name] = where
     return where
