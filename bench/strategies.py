@@ -83,6 +83,10 @@ def context_window(t: Transcript) -> int:
     return CONTEXT_WINDOWS.get(str(models[-1]), DEFAULT_CONTEXT_WINDOW) if models else DEFAULT_CONTEXT_WINDOW
 
 
+SESSION_ID = "bench"
+"""The id every session replays under."""
+
+
 def run_context_os(t: Transcript, session_id: str) -> tuple[Measured, int | None]:
     with tempfile.TemporaryDirectory() as d, open_store(f"sqlite:///{d}/strategies.db") as store:
         session = Session.open(store, session_id, harness=t.harness, workspace=t.cwd)
@@ -334,8 +338,11 @@ def plot(runs: list[SessionRun], path: Path) -> None:
 
 def run_set(which: str) -> list[SessionRun]:
     runs: list[SessionRun] = []
-    for k, bs in enumerate(bench_sessions(which)):
-        runs.append(run_session(bs, f"bench-{which}-{k}"))
+    for bs in bench_sessions(which):
+        # one id for every session (each replays in a store of its own): ids are part of what
+        # the context shows, so an id built from a session's place in the list would move its
+        # numbers whenever a session is added before it
+        runs.append(run_session(bs, SESSION_ID))
         run = runs[-1]
         ok, text = verdict(run)
         print(f"strategies: {which}: {run.label}: {run.session.calls} calls", flush=True)

@@ -24,7 +24,7 @@ def ctxos(*args: str, store: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_set_is_all_there() -> None:
-    assert len(FILES) == 31  # 22 session files, 9 sub-agents' files
+    assert len(FILES) == 35  # 24 session files, 11 sub-agents' files
 
 
 @pytest.mark.e2e
