@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from context_os import RetentionPolicy, Session
 from context_os.context.evict import evict
 from context_os.context.frames import frame_docs, get_frame, verify_frame
-from context_os.context.policy import plan_break
+from context_os.context.policy import plan_break, retention_due
 from context_os.context.view import PATCH_MIN_TOKENS, TAIL_CLOSE, TAIL_OPEN, ObjInfo, _patch_text, active_text
 from context_os.errors import ConfigError, NotFound
 from context_os.files import FileTools, Workspace
@@ -327,6 +327,28 @@ def test_the_pool_keeps_what_was_used_often_lately_over_what_was_used_once(
         again = Session.open(session.store, session.id, policy=session.view.policy)
         assert again.view.objects[mod0.id].uses == mod0.uses
         again.close()
+
+
+def test_the_pool_breaks_a_tie_by_the_order_the_files_came_not_by_their_ids() -> None:
+    # two files read in the same turn, once each: the same use score. Live file ids are random
+    # (uuid4), so a tie broken by id would let a different file go from run to run
+    def pool(ids: tuple[str, str]) -> list[str]:
+        files = [
+            ObjInfo(id=oid, kind="file", meta={}, state="active", seq=seq, since=3, uses=1.0)
+            for seq, oid in enumerate(ids)
+        ]
+        due = retention_due(
+            lambda: files,
+            4,
+            RetentionPolicy(active_pool_tokens=1_000),
+            gain=lambda o: 0,
+            shown=lambda o: 600,
+            tokens=lambda: 1_200,
+        )
+        return [c.id for c in due]
+
+    assert pool(("file:ffff", "file:0000")) == ["file:ffff"]  # the first seen goes, whatever its id
+    assert pool(("file:0000", "file:ffff")) == ["file:0000"]
 
 
 def test_a_pool_use_decay_over_100_percent_is_refused() -> None:

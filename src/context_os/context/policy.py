@@ -7,8 +7,9 @@ expanded while it is less than ``collapse_after_turns`` turns old and among the
 while the pool fits ``active_pool_tokens``, the least used leaving first: each use (a tool that
 touches a file, or a new message naming its path) counts 1, less by ``pool_use_decay_percent``
 for every turn since, so what was used often and lately stays (``use_score``);
-``file_idle_turns`` optionally deactivates idle ones too. An optional ``token_budget`` collapses the least recently used
-unpinned active objects, ties broken by id.
+``file_idle_turns`` optionally deactivates idle ones too. An optional ``token_budget`` collapses
+the least recently used unpinned active objects. Ties go to the object the session saw first (its ``seq``), never to
+the id: live file ids are random, and a tie broken by them would decide differently each run.
 
 Collapsing a result in the middle of the history, or dropping a block that others follow,
 changes the rendered input from that point on, which a provider's prompt cache then serves no
@@ -166,6 +167,7 @@ class Shown(Protocol):
     kind: str
     state: str
     pinned: bool
+    seq: int
     since: int
     uses: float
     entry: int | None
@@ -231,7 +233,8 @@ def retention_due(
     if pool is not None:
         in_pool = [o for o in live() if o.in_tail]
         size = sum(shown(o) for o in in_pool)
-        ranked = sorted((o for o in in_pool if not o.pinned), key=lambda o: (use_score(o, turn, policy), o.since, o.id))
+        unpinned = (o for o in in_pool if not o.pinned)
+        ranked = sorted(unpinned, key=lambda o: (use_score(o, turn, policy), o.since, o.seq, o.id))
         for o in ranked:
             if size <= pool:
                 break
@@ -243,9 +246,9 @@ def retention_due(
 def use_score(o: Shown, turn: int, policy: RetentionPolicy) -> float:
     """How much an object of the active pool is used, as of turn ``turn``: its uses, each counting 1
     at its turn and ``pool_use_decay_percent`` less for every turn since (``o.uses`` holds them as
-    of ``o.since``, the turn of the latest). With 0 only the latest use counts, and only in its own
-    turn: the pool is then least recently used first (ties by the turn of the latest use, then id:
-    deterministic)."""
+    of ``o.since``, the turn of the latest). With 0 only the latest use counts, and only in its
+    own turn: the pool is then least recently used first (ties by the turn of the latest use,
+    then the order the session first saw them: deterministic, whatever the ids)."""
     age = turn - o.since
     return o.uses if age <= 0 else o.uses * (policy.pool_use_decay_percent / 100) ** age
 
@@ -266,12 +269,12 @@ def fit_budget(
     tokens: Callable[[], int],
     apply: Callable[[StateChange], None],
 ) -> list[StateChange]:
-    """Collapse or deactivate the least recently used unpinned objects (ties by id:
-    deterministic, so a frame re-renders) until the context fits ``budget`` tokens; each change
-    is applied as soon as it is decided, since the next depends on it."""
+    """Collapse or deactivate the least recently used unpinned objects (ties by the order the
+    session first saw them: deterministic, whatever the ids) until the context fits ``budget``
+    tokens; each change is applied as soon as it is decided, since the next depends on it."""
     changes: list[StateChange] = []
     total = tokens()
-    for o in sorted((o for o in live() if not o.pinned), key=lambda o: (o.since, o.id)):
+    for o in sorted((o for o in live() if not o.pinned), key=lambda o: (o.since, o.seq, o.id)):
         if total <= budget:
             break
         change = StateChange(o.id, o.state, "inactive", "policy", f"token budget {budget}", o.kind == "toolcall")

@@ -339,7 +339,7 @@ class Session:
             files = [
                 o for o in view.metadata_pool() if o.kind == "file" and o.state == "inactive" and o.meta.get("path")
             ]
-            for o in sorted(files, key=lambda o: o.id):
+            for o in sorted(files, key=lambda o: o.seq):
                 if o.content is not None and any(str(o.meta["path"]) in t for t in asked):
                     self._set(o, "active", "system", "named in the user's message")
         pool = [o for o in view.live() if o.in_tail and o.kind == "file" and o.meta.get("path")]
