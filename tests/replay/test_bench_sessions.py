@@ -69,3 +69,18 @@ def test_skipped_lines_are_reported_on_stderr_and_in_json(tmp_path: Path) -> Non
     out = json.loads(done.stdout)
     assert out["skipped_lines"] == 1 and out["sessions"][0]["skipped_line_numbers"] == [440]
     assert len(out["per_turn"]) == out["turns"] == 219 and {r["session"] for r in out["per_turn"]} == {out["session"]}
+
+
+@pytest.mark.e2e
+def test_a_session_replays_to_the_same_contexts_under_any_session_id(tmp_path: Path) -> None:
+    # a replay's file ids are hashed from the session id (a live session's are random): what the
+    # policy decides must not hang on them. Claude Code 258c7280 has ties in its active pool that
+    # an order by id broke differently for these two ids (3 edit targets apart)
+    path = SESSIONS / "check" / "claude-code" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+    runs = []
+    for sid in ("bench", "bench-check-12"):
+        done = ctxos("replay", str(path), "--json", "--verify", "none", "--session", sid, store=tmp_path / f"{sid}.db")
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout)
+        runs.append(([r["tokens_assembled"] for r in out["per_turn"]], out["edits_with_target_active"]))
+    assert runs[0] == runs[1]
