@@ -339,9 +339,9 @@ def plot(runs: list[SessionRun], path: Path) -> None:
 def run_set(which: str) -> list[SessionRun]:
     runs: list[SessionRun] = []
     for bs in bench_sessions(which):
-        # one id for every session (each replays in a store of its own): ids are part of what
-        # the context shows, so an id built from a session's place in the list would move its
-        # numbers whenever a session is added before it
+        # one id for every session (each replays in a store of its own): a replay hashes its
+        # file ids from the session id, so an id built from a session's place in the list gave
+        # its files other ids whenever a session was added before it
         runs.append(run_session(bs, SESSION_ID))
         run = runs[-1]
         ok, text = verdict(run)

@@ -8,8 +8,9 @@ while the pool fits ``active_pool_tokens``, the least used leaving first: each u
 touches a file, or a new message naming its path) counts 1, less by ``pool_use_decay_percent``
 for every turn since, so what was used often and lately stays (``use_score``);
 ``file_idle_turns`` optionally deactivates idle ones too. An optional ``token_budget`` collapses
-the least recently used unpinned active objects. Ties go to the object the session saw first (its ``seq``), never to
-the id: live file ids are random, and a tie broken by them would decide differently each run.
+the least recently used unpinned active objects. Ties go to the object the session saw first
+(its ``seq``), never to the id: live file ids are random, and a tie broken by them would decide
+differently each run.
 
 Collapsing a result in the middle of the history, or dropping a block that others follow,
 changes the rendered input from that point on, which a provider's prompt cache then serves no
