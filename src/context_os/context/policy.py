@@ -234,13 +234,12 @@ def retention_due(
     if pool is not None:
         in_pool = [o for o in live() if o.in_tail]
         size = sum(shown(o) for o in in_pool)
-        unpinned = (o for o in in_pool if not o.pinned)
-        ranked = sorted(unpinned, key=lambda o: (use_score(o, turn, policy), o.since, o.seq, o.id))
-        for o in ranked:
+        scored = [(use_score(o, turn, policy), o) for o in in_pool if not o.pinned]
+        for score, o in sorted(scored, key=lambda so: (so[0], so[1].since, so[1].seq, so[1].id)):
             if size <= pool:
                 break
             size -= shown(o)
-            decide(o, f"the active pool is over {pool} tokens (least used: {use_score(o, turn, policy):.2f})", None)
+            decide(o, f"the active pool is over {pool} tokens (least used: {score:.2f})", None)
     return changes
 
 
