@@ -109,7 +109,7 @@ def coding_conversation(steps: int) -> list[dict[str, Any]]:
 def test_the_provider_gets_the_assembled_context_and_the_reply_comes_back(
     proxy: Running, up: Upstream, tmp_path: Path
 ) -> None:
-    messages = coding_conversation(30)
+    messages = coding_conversation(60)  # ~63k tokens: past manage_from_tokens
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
     got = proxy.openai().chat.completions.create(model="m", messages=messages, tools=tools)  # type: ignore[arg-type]
     assert got.choices[0].message.content == "first answer here"

@@ -84,3 +84,17 @@ def test_a_session_replays_to_the_same_contexts_under_any_session_id(tmp_path: P
         out = json.loads(done.stdout)
         runs.append(([r["tokens_assembled"] for r in out["per_turn"]], out["edits_with_target_active"]))
     assert runs[0] == runs[1]
+
+
+@pytest.mark.e2e
+def test_a_session_that_stays_small_and_changes_no_file_it_showed_passes_through(tmp_path: Path) -> None:
+    # two real sub-agents past 16k tokens, under the small-session line of 50k: managing them
+    # re-sent the whole context once for a saving too late to pay back (the sub-agent ends)
+    path = SESSIONS / "check" / "claude-code" / "fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
+    done = ctxos("replay", str(path), "--json", "--verify", "none", "--session", "cc", store=tmp_path / "s.db")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["per_turn"]
+    for sid in ("cc~aa84377", "cc~a93ccab"):
+        calls = [(r["tokens_full"], r["tokens_assembled"]) for r in rows if r["session"] == sid]
+        assert max(full for full, _ in calls) > 16_000
+        assert all(full == sent for full, sent in calls), sid

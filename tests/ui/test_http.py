@@ -193,7 +193,11 @@ def test_a_frame_that_no_longer_verifies_says_why(tmp_path: Path, serve: Callabl
         sid = record_demo(store, "evicted", 40)
         docs = frame_docs(store, sid)
         turn, file = next(
-            (d["content"]["turn"], i) for d in docs for i in d["content"]["active"] if i.startswith("file:")
+            (d["content"]["turn"], i)
+            for d in docs
+            if d["content"]["managed"]  # a file shows in a block from then on
+            for i in d["content"]["active"]
+            if i.startswith("file:")
         )
         base = serve(store)
         assert "✓ verified" in httpx.get(f"{base}/frame?session={sid}&turn={turn}").text

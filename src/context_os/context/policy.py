@@ -89,7 +89,7 @@ class RetentionPolicy:
     within this many calls, to the tokens it re-sends. At a prefix cache's prices the tokens
     freed were cache reads (0.1x) and the ones re-sent are cache writes (1.25x): in money, a
     break that frees a quarter of what it re-sends pays back in about 46 calls."""
-    manage_from_tokens: int = 16_000
+    manage_from_tokens: int = 50_000
     """A session passes through unchanged (tool results as they came, nothing collapsed, no object
     blocks) until the full transcript reaches this many tokens, or a file it showed changes (the
     harness's history then shows a stale copy), then it is managed for good: a small session keeps
