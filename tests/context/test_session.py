@@ -13,7 +13,7 @@ from context_os import RetentionPolicy, Session
 from context_os.context.frames import frame_basis, frame_docs, verify_frame
 from context_os.context.view import stub_text
 from context_os.errors import ContentTooLarge, LockedObject, MalformedMessage, NotFound
-from context_os.harness.openai import OPENAI_PAIRING, OpenAIHook
+from context_os.harness.openai import OPENAI_PAIRING, OpenAIAdapter, OpenAIHook
 from context_os.harness.pairing import pairing_problems
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import EAGER, blocks_text, call, coding_session, result, say, stub_ref, user
@@ -197,6 +197,27 @@ def test_only_new_messages_are_translated(db):
     msgs += [user("and now?")]
     hook.transform_context(msgs)
     assert hook.last.sync.new == 1 and not hook.last.sync.rewritten
+
+
+def test_session_sync_reads_only_what_is_new_whatever_hash_the_translation_carries(db):
+    # Session.sync driven by hand with an adapter's own translate (which leaves ``h`` empty: the
+    # hook sets it) took every list for a rewritten one and ingested it all again at each sync
+    adapter = OpenAIAdapter()
+    session = Session.open(db, "by-hand", harness="openai")
+    msgs = coding_session(3)
+
+    def sync() -> tuple[int, bool]:
+        report = session.sync(
+            len(msgs), lambda k: adapter.hash_message(msgs[k]), lambda k: adapter.translate(msgs[k], k)
+        )
+        session.flush()
+        return report.new, report.rewritten
+
+    assert sync() == (len(msgs), False)
+    msgs.append(user("and now?"))
+    assert sync() == (1, False)
+    assert sync() == (0, False)
+    assert len(session.view.entries) == len(msgs)
 
 
 def test_rewritten_history_resets_the_cursor_and_loses_nothing(db):

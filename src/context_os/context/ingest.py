@@ -117,9 +117,11 @@ class Ingest:
         """Take in the harness's message list: only what lies past the cursor is read.
 
         ``hash_at(k)`` hashes harness message k; ``translate(k)`` turns it into an ``Incoming``
-        (raising ``MalformedMessage`` that names k). If the list no longer starts with what was
-        already ingested (compaction, restore), the cursor is reset to the common prefix: the
-        entries past it stop being visible but stay in the store.
+        (raising ``MalformedMessage`` that names k); each entry keeps ``hash_at(k)`` as its hash,
+        whatever ``h`` the translation carried (the next sync compares the list with those). If
+        the list no longer starts with what was already ingested (compaction, restore), the cursor
+        is reset to the common prefix: the entries past it stop being visible but stay in the
+        store.
         """
         view = self.view
         cursor = len(view.visible)
@@ -138,6 +140,7 @@ class Ingest:
         incoming = [translate(k) for k in range(start, count)]
         for k, m in zip(range(start, count), incoming, strict=True):
             self._check(k, m)
+            m["h"] = hash_at(k)  # an adapter's own translate leaves it empty: the hook sets it
         if rewritten:
             self._retire(start)
         for m in incoming:
