@@ -5,8 +5,9 @@ baseline) and through the proxy (which assembles the context, records the frame,
 stream chunk by chunk). Two conversation shapes: a short one (a few messages: passed through
 unmanaged) and a coding session that grows by one tool call per request up to 120 calls (managed
 once it passes 50k tokens, its 45th call or so: collapsed results, blocks). Reported: time to
-the first content chunk, p50 and p99, and what the proxy added. Aim: the first byte no later than the provider's plus a few milliseconds, taken here
-as p50 added ≤ 10 ms on the short conversation.
+the first content chunk, p50 and p99, and what the proxy added. Aim: the first byte no later
+than the provider's plus a few milliseconds, taken here as p50 added ≤ 10 ms on the short
+conversation.
 """
 
 from __future__ import annotations
