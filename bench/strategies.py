@@ -84,12 +84,14 @@ def context_window(t: Transcript) -> int:
 
 
 SESSION_ID = "bench"
-"""The id every session replays under."""
+"""The id every session replays under, each in a store of its own: a replay hashes its file ids
+from the session id, so an id built from a session's place in the list gave its files other ids
+whenever a session was added before it."""
 
 
-def run_context_os(t: Transcript, session_id: str) -> tuple[Measured, int | None]:
+def run_context_os(t: Transcript) -> tuple[Measured, int | None]:
     with tempfile.TemporaryDirectory() as d, open_store(f"sqlite:///{d}/strategies.db") as store:
-        session = Session.open(store, session_id, harness=t.harness, workspace=t.cwd)
+        session = Session.open(store, SESSION_ID, harness=t.harness, workspace=t.cwd)
         r = replay_transcript(t, session, verify="none")
     m = Measured(
         CONTEXT_OS,
@@ -104,7 +106,7 @@ def run_context_os(t: Transcript, session_id: str) -> tuple[Measured, int | None
     return m, r.tokens_pi_compacted
 
 
-def run_session(bs: BenchSession, session_id: str) -> SessionRun:
+def run_session(bs: BenchSession) -> SessionRun:
     t = bs.transcript
     label = bs.name
     window = context_window(t)
@@ -124,7 +126,7 @@ def run_session(bs: BenchSession, session_id: str) -> SessionRun:
         if reasons
         else "no compaction"
     )
-    ours, pi_recorded = run_context_os(t, session_id)
+    ours, pi_recorded = run_context_os(t)
     results.append(ours)
     if len(ours.tokens) != len(s.calls):
         raise SystemExit(f"strategies: {label}: context_os replayed {len(ours.tokens)} calls, baselines {len(s.calls)}")
@@ -339,10 +341,7 @@ def plot(runs: list[SessionRun], path: Path) -> None:
 def run_set(which: str) -> list[SessionRun]:
     runs: list[SessionRun] = []
     for bs in bench_sessions(which):
-        # one id for every session (each replays in a store of its own): a replay hashes its
-        # file ids from the session id, so an id built from a session's place in the list gave
-        # its files other ids whenever a session was added before it
-        runs.append(run_session(bs, SESSION_ID))
+        runs.append(run_session(bs))
         run = runs[-1]
         ok, text = verdict(run)
         print(f"strategies: {which}: {run.label}: {run.session.calls} calls", flush=True)

@@ -200,8 +200,8 @@ def test_only_new_messages_are_translated(db):
 
 
 def test_session_sync_reads_only_what_is_new_whatever_hash_the_translation_carries(db):
-    # Session.sync driven by hand with an adapter's own translate (which leaves ``h`` empty: the
-    # hook sets it) took every list for a rewritten one and ingested it all again at each sync
+    # Session.sync driven by hand with an adapter's own translate (which leaves ``h`` empty) took
+    # every list for a rewritten one and ingested it all again at each sync
     adapter = OpenAIAdapter()
     session = Session.open(db, "by-hand", harness="openai")
     msgs = coding_session(3)

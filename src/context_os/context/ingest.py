@@ -140,7 +140,7 @@ class Ingest:
         incoming = [translate(k) for k in range(start, count)]
         for k, m in zip(range(start, count), incoming, strict=True):
             self._check(k, m)
-            m["h"] = hash_at(k)  # an adapter's own translate leaves it empty: the hook sets it
+            m["h"] = hash_at(k)  # adapters leave it empty: the one place that sets it
         if rewritten:
             self._retire(start)
         for m in incoming:

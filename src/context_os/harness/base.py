@@ -57,7 +57,7 @@ class Adapter(ABC, Generic[M]):
     @abstractmethod
     def translate(self, message: M, index: int) -> Incoming | list[Incoming]:
         """Harness message → ``Incoming``, or the ``count(message)`` neutral messages it holds, in
-        order; raise ``MalformedMessage`` naming ``index``. (The hook sets the ``h`` of each.)"""
+        order; raise ``MalformedMessage`` naming ``index``. (``Session.sync`` sets the ``h`` of each.)"""
 
     def count(self, message: M) -> int:
         """How many neutral messages ``translate`` makes of ``message`` (at least one), judged
@@ -287,9 +287,7 @@ class _Layout(Generic[M]):
 
     def translate(self, k: int) -> Incoming:
         i, j = self.locate(k)
-        m = self.pieces(i)[j]
-        m["h"] = self.hash_at(k)
-        return m
+        return self.pieces(i)[j]
 
     def harness_error(self, e: MalformedMessage) -> MalformedMessage:
         """``e`` naming the harness message: the session names flat positions."""
