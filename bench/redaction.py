@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 from detect_secrets.filters import heuristic
@@ -206,7 +206,8 @@ def replay_pair(transcript: Transcript) -> tuple[tuple[int, int, float], tuple[i
 
 def main() -> int:
     texts = corpora()
-    every: list[BasePlugin] = [cast(Any, cls)() for cls in get_mapping_from_secret_type_to_class().values()]
+    classes: list[Any] = list(get_mapping_from_secret_type_to_class().values())
+    every: list[BasePlugin] = [cls() for cls in classes]
     chosen, everything = Redactor(), Redactor(plugins=every)
     from_library = {slug(str(p.secret_type)) for p in every}
 

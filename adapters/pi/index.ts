@@ -54,6 +54,7 @@ const MESH_TOOL_NAMES: readonly string[] = [
 const CONTEXT_TOOLS: readonly string[] = [
 	"activate",
 	"deactivate",
+	"lines",
 	"history",
 	...(RECALL ? ["recall"] : []),
 	...(MEMORY ? ["remember"] : []),
@@ -300,6 +301,7 @@ export default function contextOs(pi: ExtensionAPI): void {
 	pi.registerTool(readTool(link));
 	pi.registerTool(contextTool(link, "activate", ACTIVATE));
 	pi.registerTool(contextTool(link, "deactivate", DEACTIVATE));
+	pi.registerTool(contextTool(link, "lines", LINES_TEXTS, LINES_PARAMETERS));
 	pi.registerTool(contextTool(link, "history", HISTORY_TEXTS, HISTORY_PARAMETERS));
 	if (RECALL) pi.registerTool(contextTool(link, "recall", RECALL_TEXTS, RECALL_PARAMETERS));
 	if (MEMORY) pi.registerTool(contextTool(link, "remember", REMEMBER_TEXTS, REMEMBER_PARAMETERS));
@@ -329,6 +331,13 @@ const DEACTIVATE: Texts = {
 	snippet: "Collapse an object you no longer need to its one-line metadata",
 };
 
+const LINES_TEXTS: Texts = {
+	label: "lines",
+	description:
+		"Show lines of an object's stored text as this tool's output: the part of a long tool result " +
+		"its clipped view leaves out, or any part of a file version. Changes nothing in your context.",
+	snippet: "Show the lines a clipped tool result leaves out",
+};
 const HISTORY_TEXTS: Texts = {
 	label: "history",
 	description:
@@ -369,6 +378,17 @@ const HISTORY_PARAMETERS: Schema = {
 		end: { type: "integer", description: "Show the entries before this one (default: the horizon)" },
 	},
 	required: [],
+	additionalProperties: false,
+};
+
+const LINES_PARAMETERS: Schema = {
+	type: "object",
+	properties: {
+		id: { type: "string", description: 'Object id (toolcall:…, file:…) or a tool result\'s ref ("r12")' },
+		start: { type: "integer", description: "First line to show, from 1 (default 1)" },
+		end: { type: "integer", description: "Last line to show (default: 200 lines from start)" },
+	},
+	required: ["id"],
 	additionalProperties: false,
 };
 

@@ -93,7 +93,7 @@ def test_a_collapsed_result_no_longer_than_its_stub_shows_its_own_text(db):
     assert c1.id not in {o.id for o in hook.session.view.live()}
     assert stub_text(c1) == "ok" and stub_ref(stub_text(c1, 2))
     frames = frame_docs(db, "s1")
-    assert frames[-1]["content"]["layout"] == 3 and all(verify_frame(db, f).ok for f in frames)
+    assert frames[-1]["content"]["layout"] >= 3 and all(verify_frame(db, f).ok for f in frames)
     hook.session.close()
     resumed = Session.open(db, "s1", harness="openai")
     assert resumed.view.objects["toolcall:s1:c1"].content == "ok"

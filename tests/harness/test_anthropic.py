@@ -347,7 +347,7 @@ def test_async_transform(db):
 
 def test_tool_definitions_are_anthropic_tools(db):
     hook = hook_for(db)
-    assert {t["name"] for t in hook.tools} == {"activate", "deactivate", "pin", "unpin", "history"}
+    assert {t["name"] for t in hook.tools} == {"activate", "deactivate", "pin", "unpin", "lines", "history"}
     for t in hook.tools:
         TOOL.validate_python(t)
 

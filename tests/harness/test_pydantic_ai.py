@@ -234,5 +234,5 @@ def test_a_message_that_is_not_a_model_message_is_refused(db):
 
 def test_tool_definitions_are_pydantic_ai_tool_definitions(db):
     hook = hook_for(db)
-    assert [d.name for d in hook.tools] == ["activate", "deactivate", "pin", "unpin", "history"]
+    assert [d.name for d in hook.tools] == ["activate", "deactivate", "pin", "unpin", "lines", "history"]
     assert hook.tools[0].parameters_json_schema["required"] == ["id"]

@@ -117,7 +117,14 @@ def test_the_provider_gets_the_assembled_context_and_the_reply_comes_back(
     assert sent["model"] == "m"  # everything but the messages and the tools as it came
     # the client's tools first, then context_os's own, which the proxy runs itself
     assert sent["tools"][:1] == tools
-    assert {t["function"]["name"] for t in sent["tools"][1:]} == {"activate", "deactivate", "pin", "unpin", "history"}
+    assert {t["function"]["name"] for t in sent["tools"][1:]} == {
+        "activate",
+        "deactivate",
+        "pin",
+        "unpin",
+        "lines",
+        "history",
+    }
     # what went upstream is what context_os assembles for this conversation (rendering is
     # deterministic: the same session on another store gives the same bytes) ...
     with SqliteStore(tmp_path / "check.db") as check:
@@ -442,7 +449,15 @@ def test_with_a_workspace_read_is_offered_unless_the_agent_has_its_own(tmp_path:
             )
             assert got.choices[0].message.content == "fridays"
             offered = {t["function"]["name"] for t in up.requests[0]["tools"]}
-            assert offered == {"read", "activate", "deactivate", "pin", "unpin", "history"}  # never write, edit, grep…
+            assert offered == {
+                "read",
+                "activate",
+                "deactivate",
+                "pin",
+                "unpin",
+                "lines",
+                "history",
+            }  # never write, edit, grep…
             assert "deploys happen on fridays" in json.dumps(up.requests[1]["messages"])  # the file, as an object
             own = [
                 {"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}

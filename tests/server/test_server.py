@@ -107,7 +107,7 @@ def test_a_whole_session_over_stdio(rpc: Rpc):
     texts = {m["tool_call_id"]: m["content"] for m in out["messages"] if m["role"] == "tool"}
     assert stub_ref(texts["c0"]) and texts["c3"] == "out 3"
     tools = rpc.result("tools.list", session="s1")
-    assert {t["function"]["name"] for t in tools} == {"activate", "deactivate", "pin", "unpin", "history"}
+    assert {t["function"]["name"] for t in tools} == {"activate", "deactivate", "pin", "unpin", "lines", "history"}
     called = rpc.result("tools.call", session="s1", name="activate", arguments={"id": "toolcall:s1:c0"})
     assert json.loads(called["output"])["status"] == "activated" and not called["is_error"]
     missing = rpc.result("tools.call", session="s1", name="activate", arguments='{"id": "toolcall:s1:nope"}')

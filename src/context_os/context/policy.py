@@ -76,6 +76,12 @@ class RetentionPolicy:
     file_view_chars: int | None = 12_000
     """An active object with a *focus* (the line ranges its harness's tools read or changed) shows
     at most this many characters of its text: the focused lines, then the lines around them."""
+    result_view_chars: int | None = 64_000
+    """A tool result longer than this (in characters) shows, while expanded in a managed session,
+    its first and last lines within this many characters and one note between them: what is left
+    out and how to see it (the ``lines`` tool). The whole output stays stored; collapsed, it is a
+    stub as any other. Above what harnesses cut their own outputs to (Claude Code 30,000
+    characters, Pi 50 kB): only output no harness cut is clipped. None: shown whole."""
     cache_break_percent: int | None = 8
     """Changes that send the context anew from their place (collapsing a result, dropping or
     renewing a block) are taken while the tokens sent uncached stay within this share of all the
@@ -124,6 +130,10 @@ class RetentionPolicy:
         if self.pool_use_decay_percent > 100:
             raise ConfigError(
                 f"retention policy: pool_use_decay_percent must be 0-100, got {self.pool_use_decay_percent}"
+            )
+        if self.result_view_chars is not None and self.result_view_chars < 1_000:
+            raise ConfigError(
+                f"retention policy: result_view_chars must be at least 1000 (or None), got {self.result_view_chars}"
             )
         if not 1 <= self.history_keep_percent <= 100:
             raise ConfigError(f"retention policy: history_keep_percent must be 1-100, got {self.history_keep_percent}")

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import LockedObject, NotFound, StateError, StoreError, StoreUnavailable
+from ..errors import InputError, LockedObject, NotFound, StateError, StoreError, StoreUnavailable
 from ..objects import FrameContent
 from ..sources.base import ObjectSource
 from ..store.base import Evict, Store, Tx, Version, now_ms
@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 LOCKED_PREFIXES = ("chat:", "session:", "frame:", "block:", "state:", "lease:", "tombstone:")
 
 _SHORT_REF = re.compile(r"r(\d+)")
+LINES_AT_ONCE = 200
+"""The lines the ``lines`` tool shows when it is not given an end."""
 
 FRAME_CHANGES = 200
 """A frame lists at most this many of the state changes since the previous one (it counts them
@@ -701,6 +703,49 @@ class Session:
         """Chat entries ``[start, end)`` as text (the ``history`` tool; ``SessionView.history_text``):
         by default the ones just before the history horizon."""
         return self.view.history_text(start, end)
+
+    def lines(self, obj_id: str, start: int = 1, end: int | None = None) -> str:
+        """Lines ``start`` to ``end`` (1-based, both included; by default ``LINES_AT_ONCE`` lines) of
+        an object's stored text, as the ``lines`` tool shows them: what a clipped tool result
+        leaves out, or any part of a file version. At most the policy's ``result_view_chars`` at a
+        time (the rest is named, to ask for next). Changes no state."""
+        ref = obj_id
+        obj_id = self.resolve(obj_id)
+        if obj_id.startswith(LOCKED_PREFIXES):
+            raise InputError(f"{ref} is context_os's own record, not text: history(start, end) shows earlier messages")
+        obj = self.view.objects.get(obj_id)
+        text: Any = obj.content if obj is not None else None
+        if text is None and obj is not None and obj.version is not None and obj.version[1] is not None:
+            v = self.store.get(obj_id, obj.version[0], obj.version[1])  # a result let go (``_release``)
+            text = v.doc.get("content") if v is not None and v.doc is not None else None
+        if text is None and obj is None:
+            doc = self._latest(obj_id).doc
+            text = doc.get("content") if doc is not None else None
+        if not isinstance(text, str):
+            raise InputError(f"{ref} has no text to show by lines")
+        if start < 1 or (end is not None and end < start):
+            raise InputError(f"lines: start must be at least 1 and end at least start, got {start}-{end}")
+        rows = text.split("\n")
+        last = end if end is not None else start + LINES_AT_ONCE - 1
+        if start > len(rows):
+            raise InputError(f"{ref} has {len(rows):,} lines; start is {start:,}")
+        last = min(last, len(rows))
+        limit = self.view.policy.result_view_chars
+        out: list[str] = []
+        used_chars, shown = 0, start - 1
+        for row in rows[start - 1 : last]:
+            if limit is not None and out and used_chars + len(row) + 1 > limit:
+                break
+            out.append(row if limit is None else row[:limit])
+            used_chars += len(row) + 1
+            shown += 1
+        head = f"[context_os: {ref}, lines {start:,}-{shown:,} of {len(rows):,}]"
+        rest = (
+            [f"[context_os: lines {shown + 1:,}-{last:,} not shown: at most {limit:,} characters at a time]"]
+            if shown < last
+            else []
+        )
+        return "\n".join([head, *out, *rest])
 
     def state_changes(self, obj_id: str) -> list[Version]:
         """Every recorded state change of an object in this session, oldest first."""

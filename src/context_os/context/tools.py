@@ -152,6 +152,18 @@ CONTEXT_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "pin": ("Keep an object's content in context: pinned objects are never collapsed automatically.", _ID),
     "unpin": ("Undo pin: the object follows the retention policy again.", _ID),
+    "lines": (
+        "Show lines of an object's stored text as this tool's output: the part of a long tool result "
+        "its clipped view leaves out, or any part of a file version. Changes nothing in your context.",
+        object_schema(
+            {
+                **_ID["properties"],
+                "start": {"type": "integer", "description": "First line to show, from 1 (default 1)"},
+                "end": {"type": "integer", "description": "Last line to show (default: 200 lines from start)"},
+            },
+            ["id"],
+        ),
+    ),
     "history": (
         "Show earlier messages of this conversation that are no longer in your context (behind its "
         "history horizon), by chat entry number: tool results as one-line stubs, activate(ref) loads one.",
@@ -177,6 +189,7 @@ def context_tools(session: Session) -> ToolRegistry:
         "deactivate": lambda id: session.deactivate(id),
         "pin": lambda id: session.pin(id),
         "unpin": lambda id: session.unpin(id),
+        "lines": lambda id, start=1, end=None: session.lines(id, start, end),
         "history": lambda start=None, end=None: session.history(start, end),
     }
     return ToolRegistry(

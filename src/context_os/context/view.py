@@ -127,11 +127,12 @@ def _unit(entry: int | None, msgs: list[Msg], memo: dict[bytes, tuple[str, int]]
     return Unit(entry, msgs, known[0], known[1])
 
 
-LAYOUT = 3
+LAYOUT = 4
 """How the current code renders (recorded in every frame as ``layout``): 1, a collapsed tool result
 names its object id; 2, it names its short ref (``r<entry>``), in fewer tokens; 3, a collapsed
 result whose text is no longer than its stub shows its text (``own_text``): collapsing it changes
-nothing the model sees."""
+nothing the model sees; 4, a managed session shows a tool result longer than the policy's
+``result_view_chars`` clipped (``clip_result``)."""
 
 
 def short_ref(obj: ObjInfo) -> str | None:
@@ -172,6 +173,39 @@ def _stub(obj: ObjInfo, layout: int) -> str:
         f"[context_os: output collapsed] {m.get('name', 'tool')} result{status}, {obj.tokens} tokens; "
         f'activate(id="{obj.id}") shows it.{first}'
     )
+
+
+CLIP_HEAD_PERCENT = 40
+"""Of a clipped tool result's characters, the share its first lines get; its last lines get the
+rest (a command's end holds its errors and summary, its start what ran)."""
+
+
+def clip_result(text: str, limit: int, handle: str) -> str | None:
+    """A tool result of more than ``limit`` characters as it shows while expanded: its first lines
+    within ``CLIP_HEAD_PERCENT`` of ``limit``, one note, its last lines within the rest (a line
+    longer than its share is cut within itself); None if it fits. The note says what is left out
+    and how to see it (the ``lines`` tool, with ``handle``, the result's ref). Pure: same input,
+    same text."""
+    if len(text) <= limit:
+        return None
+    head_chars = limit * CLIP_HEAD_PERCENT // 100
+    tail_chars = limit - head_chars
+    head_end = text.rfind("\n", 0, head_chars) + 1
+    head_end = head_end if head_end > head_chars // 2 else head_chars  # a very long line: cut in it
+    tail_start = text.find("\n", len(text) - tail_chars) + 1
+    tail_start = tail_start if 0 < tail_start < len(text) - tail_chars // 2 else len(text) - tail_chars
+    total = text.count("\n") + 1
+    head_whole = head_end == 0 or text[head_end - 1] == "\n"  # the head ends at a line break
+    tail_whole = text[tail_start - 1] == "\n"
+    first_hidden = text.count("\n", 0, head_end) + 1
+    tail_line = total - text.count("\n", tail_start)
+    last_hidden = tail_line - 1 if tail_whole else tail_line
+    note = (
+        f"[context_os: {tail_start - head_end:,} of {len(text):,} characters not shown here "
+        f"(lines {first_hidden:,}-{last_hidden:,} of {total:,}); "
+        f'lines(id="{handle}", start={first_hidden}, end={min(last_hidden, first_hidden + 199)}) shows some of them]'
+    )
+    return text[:head_end] + ("" if head_whole else "\n") + note + "\n" + text[tail_start:]
 
 
 def focus_window(text: str, focus: list[list[int]], limit: int) -> str | None:
@@ -562,8 +596,10 @@ class SessionView:
         obj = self.objects.get(e.get("object", ""))
         if obj is None:  # a result whose object was evicted
             text = "[context_os] This tool output was erased from the store."
-        elif obj.in_history or not self.managed:
+        elif not self.managed:
             text = obj.content if isinstance(obj.content, str) else ""
+        elif obj.in_history:
+            text = self.result_text(obj)
         else:
             text = stub_text(obj, self.layout)
         if paired:
@@ -581,6 +617,15 @@ class SessionView:
                 msg["extra"] = extra
             return [msg]
         return [{"role": "user", "text": f"[context_os] Tool result whose call is no longer shown: {text}"}]
+
+    def result_text(self, obj: ObjInfo) -> str:
+        """The text a tool result of a managed session shows expanded: its output, clipped past
+        the policy's ``result_view_chars`` (from layout 4)."""
+        text = obj.content if isinstance(obj.content, str) else ""
+        limit = self.policy.result_view_chars
+        if limit is None or self.layout < 4:
+            return text
+        return clip_result(text, limit, self._handle(obj)) or text
 
     def _call_args(self, c: ToolCall) -> Any:
         """A collapsed call's long argument values collapse with its result."""
@@ -726,12 +771,21 @@ class SessionView:
 
     def shown_tokens(self, o: ObjInfo) -> int:
         """Tokens ``o`` takes in the active pool (its text as shown: a window of a long file)."""
-        return estimate_tokens(len(active_text(o, self.policy.file_view_chars)))
+        return estimate_tokens(len(self.shown_text(o)))
+
+    def shown_text(self, o: ObjInfo) -> str:
+        """What the active pool shows of ``o``: ``active_text``, a tool result clipped as in the
+        history (``result_text``)."""
+        if o.kind == "toolcall" and isinstance(o.content, str):
+            return self.result_text(o)
+        return active_text(o, self.policy.file_view_chars)
 
     def collapse_gain(self, o: ObjInfo) -> int:
-        """Tokens collapsing the tool result ``o`` frees: its output, and the long arguments of its
-        call that collapse with it."""
-        gain = o.tokens
+        """Tokens collapsing the tool result ``o`` frees: its output as shown (clipped, if long), and
+        the long arguments of its call that collapse with it."""
+        limit = self.policy.result_view_chars
+        clipped = limit is not None and self.layout >= 4 and isinstance(o.content, str) and len(o.content) > limit
+        gain = estimate_tokens(len(self.result_text(o))) if clipped else o.tokens
         call = self._call_of(o)
         if call is not None:
             before = msg_chars({"role": "assistant", "text": None, "tool_calls": [call]})
@@ -796,7 +850,7 @@ class SessionView:
         if call is not None:
             lines.append(f"call: {call['name']} {_args_text(call['arguments'])}")
             lines.append("output:")
-        lines.append(active_text(o, self.policy.file_view_chars))
+        lines.append(self.shown_text(o))
         lines.append("</object>")
         return lines
 

@@ -51,7 +51,7 @@ __all__ = ["SESSION_HEADER", "Plan", "Proxy", "derive_session", "make_proxy_serv
 log = logging.getLogger("context_os.proxy")
 
 SESSION_HEADER = "X-Context-OS-Session"
-OFFERED = frozenset({"read", "activate", "deactivate", "pin", "unpin", "history", "recall"})
+OFFERED = frozenset({"read", "activate", "deactivate", "pin", "unpin", "lines", "history", "recall"})
 """Our tools the model may be offered (never write, edit or the like: the agent's own do that)."""
 Api = Literal["openai", "anthropic"]
 ROUTES: dict[str, Api] = {"/v1/chat/completions": "openai", "/chat/completions": "openai", "/v1/messages": "anthropic"}
