@@ -49,6 +49,7 @@ This module must stay free of anything above the store (context, harness, object
 from __future__ import annotations
 
 import json
+import json.encoder
 import logging
 import re
 import sqlite3
@@ -108,7 +109,7 @@ class _Raw(str):
 
 # A JSON string literal is an EDN one: the same escapes (\" \\ \n \t \r \b \f and \u with four hex digits), and
 # the C encoder writes it far faster than a regex with a callback (documents are mostly text).
-_string_literal = json.JSONEncoder(ensure_ascii=False).encode
+_string_literal: Callable[[str], str] = json.encoder.encode_basestring  # what JSONEncoder.encode calls
 
 
 def _iso(ms: int) -> str:
@@ -121,6 +122,41 @@ def _iso(ms: int) -> str:
 
 def _to_edn(value: Any, path: str = "$") -> str:
     """EDN text for a JSON-able value (plus the marker types above). Names the path on error."""
+    try:
+        return _edn(value)
+    except StoreError:
+        return _edn_checked(value, path)  # the same walk, keeping the path to say where
+
+
+def _edn(value: Any) -> str:
+    """``_to_edn`` without the path: a document is mostly strings, dicts and lists of exactly
+    those types, tested first by identity, and the path of each value was a string built for an
+    error that almost never comes (it cost a third of the walk). Anything else (the marker types,
+    floats, tuples, other mappings, a key that is not a string) goes to the walk that checks; if
+    that raises, ``_to_edn`` walks again from the top to name the path."""
+    t = type(value)
+    if t is str:
+        return _string_literal(value)
+    if t is dict:
+        parts = []
+        for k, v in value.items():
+            if type(k) is not str:
+                return _edn_checked(value, "$")
+            parts.append(_string_literal(k) + " " + _edn(v))
+        return "{" + " ".join(parts) + "}"
+    if t is list:
+        return "[" + " ".join([_edn(v) for v in value]) + "]"
+    if value is None:
+        return "nil"
+    if t is bool:
+        return "true" if value else "false"
+    if t is int:
+        return str(value)
+    return _edn_checked(value, "$")
+
+
+def _edn_checked(value: Any, path: str) -> str:
+    """``_to_edn``'s walk with the path of every value, to name it on error."""
     if value is None:
         return "nil"
     if isinstance(value, bool):
@@ -144,10 +180,10 @@ def _to_edn(value: Any, path: str = "$") -> str:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise StoreError(f"{path}: key {k!r} is not a string (not JSON)")
-            parts.append(_to_edn(k, path) + " " + _to_edn(v, f"{path}.{k}"))
+            parts.append(_edn_checked(k, path) + " " + _edn_checked(v, f"{path}.{k}"))
         return "{" + " ".join(parts) + "}"
     if isinstance(value, list | tuple):
-        return "[" + " ".join(_to_edn(v, f"{path}[{i}]") for i, v in enumerate(value)) + "]"
+        return "[" + " ".join(_edn_checked(v, f"{path}[{i}]") for i, v in enumerate(value)) + "]"
     raise StoreError(f"{path}: a {type(value).__name__} cannot be stored (not JSON)")
 
 
