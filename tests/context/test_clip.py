@@ -91,6 +91,11 @@ def test_a_managed_session_clips_a_huge_result_and_lines_shows_the_rest(db: Sqli
     assert tools.call("lines", '{"id": "r2", "start": 5000}') == "\n".join(
         ["[context_os: r2, lines 5,000-5,000 of 5,000]", LOG.split("\n")[-1]]
     )
+    # activated again, it shows clipped in the active pool too
+    assert hook.session.activate("r2")["status"] == "activated"
+    out = hook.transform_context(msgs)
+    block = next(m["content"] for m in out if m["role"] == "user" and 'id="toolcall:s1:c1"' in m["content"])
+    assert 'lines(id="r2"' in block and 20_000 < len(block) < 21_000
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
 
 
@@ -113,8 +118,6 @@ def test_a_result_under_the_limit_or_an_unmanaged_session_shows_whole(db: Sqlite
     hook = OpenAIHook(Session.open(db, "s1", harness="openai"))  # defaults: passes through below 50k tokens
     out = hook.transform_context([user("go"), call("c1", command="cat"), result("c1", LOG[:60_000])])
     assert tool_texts(out)["c1"] == LOG[:60_000]
-    hook = hook_for(db, result_view_chars=None)
-    hook.session.close()
     hook = OpenAIHook(Session.open(db, "s2", harness="openai", policy=RetentionPolicy(**EAGER, result_view_chars=None)))
     out = hook.transform_context([user("go"), call("c1", command="cat"), result("c1", LOG)])
     assert tool_texts(out)["c1"] == LOG
