@@ -18,6 +18,7 @@ import pytest
 
 from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.tools import CONTEXT_TOOLS
 from context_os.harness.openai import OpenAIHook
 from context_os.server.proxy import SESSION_HEADER, Proxy, derive_session, make_proxy_server
 from context_os.store.sqlite import SqliteStore
@@ -117,14 +118,7 @@ def test_the_provider_gets_the_assembled_context_and_the_reply_comes_back(
     assert sent["model"] == "m"  # everything but the messages and the tools as it came
     # the client's tools first, then context_os's own, which the proxy runs itself
     assert sent["tools"][:1] == tools
-    assert {t["function"]["name"] for t in sent["tools"][1:]} == {
-        "activate",
-        "deactivate",
-        "pin",
-        "unpin",
-        "lines",
-        "history",
-    }
+    assert {t["function"]["name"] for t in sent["tools"][1:]} == set(CONTEXT_TOOLS)
     # what went upstream is what context_os assembles for this conversation (rendering is
     # deterministic: the same session on another store gives the same bytes) ...
     with SqliteStore(tmp_path / "check.db") as check:
@@ -449,15 +443,7 @@ def test_with_a_workspace_read_is_offered_unless_the_agent_has_its_own(tmp_path:
             )
             assert got.choices[0].message.content == "fridays"
             offered = {t["function"]["name"] for t in up.requests[0]["tools"]}
-            assert offered == {
-                "read",
-                "activate",
-                "deactivate",
-                "pin",
-                "unpin",
-                "lines",
-                "history",
-            }  # never write, edit, grep…
+            assert offered == {"read", *CONTEXT_TOOLS}  # never write, edit, grep…
             assert "deploys happen on fridays" in json.dumps(up.requests[1]["messages"])  # the file, as an object
             own = [
                 {"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}
