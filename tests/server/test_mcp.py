@@ -62,7 +62,7 @@ def test_the_tools_over_stdio(tmp_path: Path) -> None:
     async def main() -> None:
         async with stdio(db, ws) as s:
             tools = {t.name: t for t in (await s.list_tools()).tools}
-            assert set(tools) == {"read", "activate", "deactivate", "inspect", "frames", "recall", "remember"}
+            assert set(tools) == {"read", "activate", "deactivate", "lines", "inspect", "frames", "recall", "remember"}
             # the schemas are the registry's, not a copy
             with SqliteStore(tmp_path / "other.db") as other:
                 ours = {t["name"]: t for t in ContextOsMcp(other, session="x", workspace=ws).registry.schemas}
@@ -77,6 +77,8 @@ def test_the_tools_over_stdio(tmp_path: Path) -> None:
 
             got, _ = await call(s, "activate", {"id": first["id"]})
             assert got["kind"] == "file" and "a + b" in got["text"]
+            line, err = await call(s, "lines", {"id": first["id"], "start": 2, "end": 2})
+            assert not err and line == f"[context_os: {first['id']}, lines 2-2 of 3]\n    return a + b"
             off, _ = await call(s, "deactivate", {"id": "calc.py"})
             assert off["status"] == "deactivated"
 
@@ -190,4 +192,21 @@ def test_a_registry_with_no_workspace_has_no_read(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "s.db") as store:
         app = ContextOsMcp(store, session="s")
         assert "read" not in app.registry.names and isinstance(app.registry, ToolRegistry)
+        app.close()
+
+
+def test_what_activate_cuts_from_a_long_text_lines_shows(tmp_path: Path) -> None:
+    from context_os.objects import SourceDoc
+
+    text = "\n".join(f"row {i:06d} " + "x" * 40 for i in range(10_000))  # 520,000 characters
+    with SqliteStore(tmp_path / "s.db") as store:
+        store.put(SourceDoc(id="memory:log", kind="memory", content=text, meta={"name": "log.md"}).to_doc())
+        app = ContextOsMcp(store, session="s")
+        got = json.loads(app.call("activate", {"id": "memory:log"})[0])
+        assert len(got["text"]) == 200_000 and "lines(id, start, end)" in got["cut"]
+        last, err = app.call("lines", {"id": "memory:log", "start": 9_999})
+        assert not err and last.split("\n") == [
+            "[context_os: memory:log, lines 9,999-10,000 of 10,000]",
+            *text.split("\n")[-2:],
+        ]
         app.close()

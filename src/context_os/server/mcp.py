@@ -7,6 +7,7 @@ read as versioned objects (a later read says when the file changed), any object'
 time, every recorded frame of every session, recall over everything stored, and memory.
 
 Tools: ``read(path)``, ``activate(id)`` (the object's content, as text), ``deactivate(id)``,
+``lines(id, start?, end?)`` (lines of an object's text: what ``activate`` cut from a long one),
 ``inspect(id, as_of?)``, ``frames(session?, turn?)``, and with recall / memory on, ``recall`` and
 ``remember``. What the agent reads and activates is recorded in one session (``--session``), so
 ``ctxos frames`` and ``ctxos objects inspect`` show it like any other.
@@ -32,7 +33,7 @@ from ..context.load import version_row
 from ..context.session import Session
 from ..context.source_tools import SourceTools
 from ..context.timeline import session_rows, turn_rows
-from ..context.tools import Tool, ToolRegistry, object_schema
+from ..context.tools import Tool, ToolRegistry, context_tools, object_schema
 from ..errors import ContextOSError, InputError, NotFound
 from ..files import FileTools, Workspace
 from ..times import parse_time
@@ -61,7 +62,9 @@ def _text_of(content: Any) -> str:
 def _cut(text: str) -> tuple[str, str | None]:
     if len(text) <= TEXT_LIMIT:
         return text, None
-    return text[:TEXT_LIMIT], f"the first {TEXT_LIMIT:,} of {len(text):,} characters"
+    return text[
+        :TEXT_LIMIT
+    ], f"the first {TEXT_LIMIT:,} of {len(text):,} characters; lines(id, start, end) shows any lines"
 
 
 class ContextOsMcp:
@@ -96,6 +99,7 @@ class ContextOsMcp:
             mine.register(Tool("read", READ_DESCRIPTION, READ_SCHEMA, self.read))
         mine.register(Tool("activate", ACTIVATE_DESCRIPTION, ID_SCHEMA, self.activate))
         mine.register(Tool("deactivate", DEACTIVATE_DESCRIPTION, ID_SCHEMA, self.deactivate))
+        mine.register(context_tools(self.session)["lines"])  # the context tool as it is
         mine.register(Tool("inspect", INSPECT_DESCRIPTION, INSPECT_SCHEMA, self.inspect))
         mine.register(Tool("frames", FRAMES_DESCRIPTION, FRAMES_SCHEMA, self.frames))
         if self.sources is not None:
