@@ -135,3 +135,32 @@ def test_a_frame_of_an_earlier_layout_re_renders_the_result_whole(db: SqliteStor
 def test_the_limit_is_checked() -> None:
     with pytest.raises(ConfigError, match="result_view_chars must be at least 1000"):
         RetentionPolicy(result_view_chars=10)
+
+
+def test_a_result_given_in_blocks_shows_clipped_text_not_its_blocks(db: SqliteStore) -> None:
+    """An Anthropic tool_result whose content is a list of blocks (text and an image) keeps them to
+    show the output as it came; clipped, it shows the clipped text alone (the blocks hold it all)."""
+    from context_os.harness.anthropic import AnthropicHook
+
+    png = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    use = {"type": "tool_use", "id": "t1", "name": "bash", "input": {"command": "mvn test"}}
+
+    def shown(sid: str, text: str) -> dict:
+        policy = RetentionPolicy(**EAGER, result_view_chars=20_000)
+        hook = AnthropicHook(Session.open(db, sid, harness="anthropic", policy=policy))
+        blocks = [{"type": "text", "text": text}, png]
+        out = hook.transform_context(
+            [
+                {"role": "user", "content": "run the tests"},
+                {"role": "assistant", "content": [use]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": blocks}]},
+            ]
+        )
+        return next(
+            b for m in out if isinstance(m["content"], list) for b in m["content"] if b["type"] == "tool_result"
+        )
+
+    clipped = shown("a1", LOG)
+    assert isinstance(clipped["content"], str) and len(clipped["content"]) < 20_400
+    assert 'lines(id="r2"' in clipped["content"] and clipped["content"].endswith(LOG[-200:])
+    assert shown("a2", LOG[:5_000])["content"] == [{"type": "text", "text": LOG[:5_000]}, png]  # as it came

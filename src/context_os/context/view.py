@@ -594,12 +594,15 @@ class SessionView:
 
     def _tool_msgs(self, e: Entry, paired: bool) -> list[Msg]:
         obj = self.objects.get(e.get("object", ""))
+        whole = obj is not None and (obj.in_history or not self.managed)  # shown as it came
         if obj is None:  # a result whose object was evicted
             text = "[context_os] This tool output was erased from the store."
         elif not self.managed:
             text = obj.content if isinstance(obj.content, str) else ""
         elif obj.in_history:
-            text = self.result_text(obj)
+            clipped = self.clipped_result(obj)
+            text = obj.content if clipped is None and isinstance(obj.content, str) else clipped or ""
+            whole = clipped is None  # a clipped result shows its text only, not the blocks it came in
         else:
             text = stub_text(obj, self.layout)
         if paired:
@@ -609,7 +612,7 @@ class SessionView:
                 if obj.meta.get("is_error"):
                     msg["is_error"] = True
             extra = dict(e.get("extra") or {})
-            if obj is None or not (obj.in_history or not self.managed):
+            if obj is None or not whole:
                 extra.pop("full", None)  # the output as given (images, blocks) shows only in full
             elif "blocks" in obj.meta:
                 extra["full"] = obj.meta["blocks"]
@@ -621,11 +624,18 @@ class SessionView:
     def result_text(self, obj: ObjInfo) -> str:
         """The text a tool result of a managed session shows expanded: its output, clipped past
         the policy's ``result_view_chars`` (from layout 4)."""
-        text = obj.content if isinstance(obj.content, str) else ""
+        clipped = self.clipped_result(obj)
+        if clipped is not None:
+            return clipped
+        return obj.content if isinstance(obj.content, str) else ""
+
+    def clipped_result(self, obj: ObjInfo) -> str | None:
+        """``clip_result`` of a tool result's text under this view's policy and layout; None when
+        it shows whole."""
         limit = self.policy.result_view_chars
-        if limit is None or self.layout < 4:
-            return text
-        return clip_result(text, limit, self._handle(obj)) or text
+        if limit is None or self.layout < 4 or not isinstance(obj.content, str):
+            return None
+        return clip_result(obj.content, limit, self._handle(obj))
 
     def _call_args(self, c: ToolCall) -> Any:
         """A collapsed call's long argument values collapse with its result."""
@@ -783,9 +793,8 @@ class SessionView:
     def collapse_gain(self, o: ObjInfo) -> int:
         """Tokens collapsing the tool result ``o`` frees: its output as shown (clipped, if long), and
         the long arguments of its call that collapse with it."""
-        limit = self.policy.result_view_chars
-        clipped = limit is not None and self.layout >= 4 and isinstance(o.content, str) and len(o.content) > limit
-        gain = estimate_tokens(len(self.result_text(o))) if clipped else o.tokens
+        clipped = self.clipped_result(o)
+        gain = o.tokens if clipped is None else estimate_tokens(len(clipped))
         call = self._call_of(o)
         if call is not None:
             before = msg_chars({"role": "assistant", "text": None, "tool_calls": [call]})
