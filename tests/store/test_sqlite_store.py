@@ -228,7 +228,10 @@ def test_files_from_before_the_index_keys_migration_keep_every_key_indexed(tmp_p
         assert s.find("note", {"tag": "t"})
     with sqlite3.connect(path) as conn:  # make it the file an older context_os wrote
         conn.execute("DROP TABLE indexed_keys")
-        conn.execute("DELETE FROM migrations WHERE name IN ('m002_indexed_keys', 'm003_text_index', 'm004_fts_seq')")
+        conn.execute(
+            "DELETE FROM migrations WHERE name IN"
+            " ('m002_indexed_keys', 'm003_text_index', 'm004_fts_seq', 'm005_fts_high_water')"
+        )
         for table in ("text_fts", "text_parts", "text_meta"):
             conn.execute(f"DROP TABLE IF EXISTS {table}")
         conn.execute("INSERT INTO attrs SELECT 'meta:n', value, eid FROM attrs WHERE name = 'meta:tag'")

@@ -17,7 +17,7 @@ import pytest
 from context_os.errors import InputError, StoreError
 from context_os.hashing import doc_hashes
 from context_os.objects import index_parts
-from context_os.store import Evict, Match, Put, Store, TextHit
+from context_os.store import Evict, Match, Put, Store, TextHit, text_index
 from context_os.store.sqlite import SqliteStore
 
 T0 = 1_700_000_000_000
@@ -297,6 +297,30 @@ def test_a_seq_is_never_given_again_after_the_newest_parts_are_evicted(store: St
     new = [p for p in store.text_parts(cursor, 1000) if uid in p.text]
     assert [p.text for p in new] == [f"later {uid}"] and new[0].seq > cursor
     assert all(h.id != f"memory:{uid}:b" for h in store.text_search(f"leaked {uid}"))
+    # the row that keeps the high-water mark is no damage: the index stays in use
+    status = store.index_status()
+    assert (status["state"], status["search"]) == ("ok", "index"), status.get("problem")
+
+
+def test_an_index_an_eviction_left_reporting_damage_heals_when_opened(tmp_path: Path) -> None:
+    """Until 2026-11-28 the high-water row an eviction writes stayed out of the FTS5 table, whose
+    integrity check then took the index for damaged: a store written so is mended on open."""
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as s:
+        s.put(obj("memory:a", "memory", "first word"), T0)
+        s.put(obj("memory:b", "memory", "leaked word"), T0)
+        s.text_search("word")
+        s.submit([Evict("memory:b")])
+    conn = sqlite3.connect(path, isolation_level=None)  # as the code before left it
+    conn.execute("INSERT INTO text_fts (text_fts, rowid, text) VALUES ('delete', 2, '')")
+    conn.execute("DELETE FROM migrations WHERE name = 'm005_fts_high_water'")
+    assert conn.execute("SELECT seq, eid FROM text_parts ORDER BY seq").fetchall() == [(1, 1), (2, 0)]
+    assert text_index.fts_problem(conn) == "database disk image is malformed"
+    conn.close()
+    with SqliteStore(path) as s:
+        status = s.index_status()
+        assert (status["state"], status["search"]) == ("ok", "index"), status.get("problem")
+        assert [h.id for h in s.text_search("word")] == ["memory:a"]
 
 
 def test_index_status_reports_a_current_index(store: Store, uid: str) -> None:

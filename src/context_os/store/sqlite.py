@@ -133,11 +133,18 @@ def _m004_fts_seq(conn: sqlite3.Connection) -> None:
         )
 
 
+def _m005_fts_high_water(conn: sqlite3.Connection) -> None:
+    # An eviction's high-water row goes in the FTS5 table too: put there those written before.
+    if text_index.tables_present(conn):
+        text_index.index_high_water(conn)
+
+
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
     ("m001_initial", _m001_initial),
     ("m002_indexed_keys", _m002_indexed_keys),
     ("m003_text_index", _m003_text_index),
     ("m004_fts_seq", _m004_fts_seq),
+    ("m005_fts_high_water", _m005_fts_high_water),
 )
 
 

@@ -75,6 +75,7 @@ __all__ = [
     "fts_pending",
     "fts_problem",
     "index_counts",
+    "index_high_water",
     "index_parts",
     "parts_after",
     "purge",
@@ -315,9 +316,9 @@ def flush_fts(conn: sqlite3.Connection, *, force: bool = False) -> int:
     done, top = fts_pending(conn)
     if top - done < (1 if force else FTS_BATCH):
         return 0
-    cur = conn.execute(
-        "INSERT INTO text_fts (rowid, text) SELECT seq, text FROM text_parts WHERE seq > ? AND eid != 0", (done,)
-    )
+    # a high-water row (``remove_entity``) goes in too: its empty text indexes no term, but FTS5
+    # counts every row of its content table (its integrity check reports a row it lacks as damage)
+    cur = conn.execute("INSERT INTO text_fts (rowid, text) SELECT seq, text FROM text_parts WHERE seq > ?", (done,))
     set_meta(conn, "fts_seq", top)
     return max(cur.rowcount, 0)
 
@@ -341,6 +342,28 @@ def remove_entity(conn: sqlite3.Connection, eid: int) -> int:
             " VALUES (?, 0, '', x'', '', NULL, '', '')",
             (top,),
         )
+        if top <= done:  # past the flushed seqs it goes in with the next flush
+            conn.execute("INSERT INTO text_fts (rowid, text) VALUES (?, '')", (top,))
+    return len(rows)
+
+
+def index_high_water(conn: sqlite3.Connection) -> int:
+    """Put in ``text_fts`` the high-water rows (``remove_entity``) an eviction left out of it before
+    they went in with the rest (until 2026-11-28): FTS5's integrity check took each for damage, so
+    the index of every store that had evicted its newest part reported itself corrupt and
+    searches scanned. How many. An index damaged otherwise is left as it is (``fts_problem``
+    reports it, ``rebuild_index`` mends it)."""
+    conn.execute("SAVEPOINT high_water")
+    try:
+        rows = conn.execute(
+            "SELECT seq FROM text_parts WHERE eid = 0 AND seq <= ? AND seq NOT IN (SELECT id FROM text_fts_docsize)",
+            (fts_seq(conn),),
+        ).fetchall()
+        conn.executemany("INSERT INTO text_fts (rowid, text) VALUES (?, '')", rows)
+    except sqlite3.DatabaseError:
+        conn.execute("ROLLBACK TO high_water")
+        rows = []
+    conn.execute("RELEASE high_water")
     return len(rows)
 
 
@@ -542,6 +565,8 @@ class SidecarIndex:
                         set_meta(conn, "last_tx", -1)
                     elif meta_value(conn, "fts_seq") is None:  # written before parts were held back
                         set_meta(conn, "fts_seq", fts_seq(conn))
+                    if index_state(conn) == "ok":
+                        index_high_water(conn)
                     conn.execute("COMMIT")
                 except BaseException:
                     conn.execute("ROLLBACK")
