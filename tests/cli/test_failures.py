@@ -329,6 +329,18 @@ def test_verify_on_random_byte_flips_fails_cleanly_and_never_reports_damage_as_c
 # -- status, objects inspect --diff, frames show (item 12) -----------------------------------------
 
 
+def test_status_counts_documents_without_a_kind(tmp_path: Path) -> None:
+    """A store may hold documents context_os did not write (a shared XTDB node): status counted
+    them by ``doc["kind"]`` and crashed with a KeyError."""
+    db = tmp_path / "s.db"
+    with SqliteStore(db) as s:
+        s.put({"id": "theirs", "content": "x"}, 1_000)
+        s.put({"id": "odd", "kind": ["a"]}, 1_000)
+        s.put({"id": "note:1", "kind": "note"}, 1_000)
+    report = json.loads(ctxos("status", "--json", store=db).stdout)
+    assert report["by_kind"] == {"(none)": 2, "note": 1} and report["documents"] == 3
+
+
 def test_status_is_an_aligned_two_column_table(demo: Path) -> None:
     lines = ctxos("status", store=demo).stdout.splitlines()
     assert lines[0].split() == ["field", "value"] and set(lines[1]) == {"-", " "}
