@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import suppress
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import edn_format
@@ -33,8 +34,8 @@ DAY_MS = 86_400_000
 
 
 @pytest.fixture
-def xs(xtdb_url: str) -> Iterator[XtdbStore]:
-    s = XtdbStore(xtdb_url)
+def xs(xtdb_url: str, xtdb_sidecar: Path) -> Iterator[XtdbStore]:
+    s = XtdbStore(xtdb_url, text_index_path=xtdb_sidecar)
     try:
         yield s
     finally:
