@@ -99,11 +99,12 @@ def main() -> int:
         "same kind, whose XTDB runs vary by a third from run to run: 100 turns per call 1,038-1,668 msg/s with "
         "the code before the store's faster EDN writer, 1,303-1,770 with it, in alternation) the node was the "
         "bound: of a 2.9 s run at 100 turns per call, its 18 submits took 0.87 s and the final sync waited "
-        "0.51 s for the node to index what it had been sent, while the store's EDN writer (3,458 documents of a session in 100-190 "
-        "ms since, 230-250 before) takes about a tenth of the Python side. A node alone, fed that session's "
-        "3,458 documents in transactions of 300 while Python waits, indexed 1,991-2,322 documents/s once warm (about 79 "
-        "RocksDB keys a document); writing every list value as one opaque value (XTDB indexes each element of a "
-        "vector) cut the keys by 8% and moved no rate beyond the runs' spread: not taken.\n"
+        "0.51 s for the node to index what it had been sent, while the store's EDN writer (3,458 documents "
+        "of a session in 100-190 ms since, 230-250 before) takes about a tenth of the Python side. A node "
+        "alone, fed that session's 3,458 documents in transactions of 300 while Python waits, indexed "
+        "1,991-2,322 documents/s once warm (about 79 RocksDB keys a document); writing every list value as "
+        "one opaque value (XTDB indexes each element of a vector) cut the keys by 8% and moved no rate beyond "
+        "the runs' spread: not taken.\n"
     )
     write_section("Session ingest on XTDB", body)
     print(body)

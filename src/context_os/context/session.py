@@ -463,10 +463,17 @@ class Session:
         """The text of a tool result ``_release`` let go, read back from its version."""
         if o.kind != "toolcall" or o.content is not None or o.version is None:
             return
+        o.content = self._content(o)
+
+    def _content(self, o: ObjInfo) -> Any:
+        """``o``'s content: in memory, or read back from the version shown (a tool result
+        ``_release`` let go; not kept)."""
+        if o.content is not None or o.version is None:
+            return o.content
         v = self.store.get(o.id, o.version[0], o.version[1])
         if v is None or v.doc is None:
             raise NotFound(f"{o.id} is no longer in the store (evicted?)")
-        o.content = v.doc.get("content")
+        return v.doc.get("content")
 
     def _others_wrote(self) -> bool:
         """Whether anything but this session wrote since its last transaction (an eviction, a
@@ -714,13 +721,7 @@ class Session:
         if obj_id.startswith(LOCKED_PREFIXES):
             raise InputError(f"{ref} is context_os's own record, not text: history(start, end) shows earlier messages")
         obj = self.view.objects.get(obj_id)
-        text: Any = obj.content if obj is not None else None
-        if text is None and obj is not None and obj.version is not None and obj.version[1] is not None:
-            v = self.store.get(obj_id, obj.version[0], obj.version[1])  # a result let go (``_release``)
-            text = v.doc.get("content") if v is not None and v.doc is not None else None
-        if text is None and obj is None:
-            doc = self._latest(obj_id).doc
-            text = doc.get("content") if doc is not None else None
+        text = self._content(obj) if obj is not None else (self._latest(obj_id).doc or {}).get("content")
         if not isinstance(text, str):
             raise InputError(f"{ref} has no text to show by lines")
         if start < 1 or (end is not None and end < start):

@@ -594,17 +594,16 @@ class SessionView:
 
     def _tool_msgs(self, e: Entry, paired: bool) -> list[Msg]:
         obj = self.objects.get(e.get("object", ""))
-        whole = obj is not None and (obj.in_history or not self.managed)  # shown as it came
+        clipped = None
         if obj is None:  # a result whose object was evicted
             text = "[context_os] This tool output was erased from the store."
-        elif not self.managed:
-            text = obj.content if isinstance(obj.content, str) else ""
-        elif obj.in_history:
-            clipped = self.clipped_result(obj)
-            text = obj.content if clipped is None and isinstance(obj.content, str) else clipped or ""
-            whole = clipped is None  # a clipped result shows its text only, not the blocks it came in
+        elif obj.in_history or not self.managed:
+            clipped = self.clipped_result(obj) if self.managed else None
+            text = clipped if clipped is not None else obj.content if isinstance(obj.content, str) else ""
         else:
             text = stub_text(obj, self.layout)
+        # the output as it came (images, blocks) shows only with the whole text: not collapsed, not clipped
+        whole = obj is not None and (obj.in_history or not self.managed) and clipped is None
         if paired:
             msg: Msg = {"role": "tool", "text": text, "tool_call_id": e.get("tool_call_id", "")}
             if obj is not None:  # harnesses that name results (Pi, Gemini) need these back
@@ -613,7 +612,7 @@ class SessionView:
                     msg["is_error"] = True
             extra = dict(e.get("extra") or {})
             if obj is None or not whole:
-                extra.pop("full", None)  # the output as given (images, blocks) shows only in full
+                extra.pop("full", None)
             elif "blocks" in obj.meta:
                 extra["full"] = obj.meta["blocks"]
             if extra:

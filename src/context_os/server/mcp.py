@@ -62,9 +62,8 @@ def _text_of(content: Any) -> str:
 def _cut(text: str) -> tuple[str, str | None]:
     if len(text) <= TEXT_LIMIT:
         return text, None
-    return text[
-        :TEXT_LIMIT
-    ], f"the first {TEXT_LIMIT:,} of {len(text):,} characters; lines(id, start, end) shows any lines"
+    note = f"the first {TEXT_LIMIT:,} of {len(text):,} characters; lines(id, start, end) shows any lines"
+    return text[:TEXT_LIMIT], note
 
 
 class ContextOsMcp:
