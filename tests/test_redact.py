@@ -11,7 +11,7 @@ import time
 import pytest
 from detect_secrets.plugins.high_entropy_strings import HexHighEntropyString
 
-from context_os.redact import Redactor
+from context_os.redact import Redactor, literal_starts
 from tests._reliability import Counts
 
 # built from parts, so that this file is not itself a file of secrets
@@ -252,3 +252,57 @@ def test_gates_change_nothing_that_is_found() -> None:
     for text in texts:
         assert gated.find(text) == plain.find(text), text
     assert all(gated.find(s) for s in GATED)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "starts"),
+    [
+        ("sk-ant-(?<![\\w-]sk-ant-)[A-Za-z0-9_-]{20,}", ("sk-ant-",)),
+        ("(ghp|gho|ghu)_[A-Za-z0-9_]{36}", ("ghp", "gho", "ghu")),
+        ("(?:A3T[A-Z0-9]|ABIA|AKIA)[0-9A-Z]{16}", ("A3T", "ABIA", "AKIA")),
+        ("SG\\.[a-zA-Z0-9_-]{22}", ("SG.",)),
+        ("abc?d", ("ab",)),  # the "c" may be absent, and what follows it is not a start
+        ("ab+c", ("ab",)),  # one "b" at least
+        ("ab{2}", ("a",)),
+        ("foo|bar", ("foo", "bar")),
+        ("foo|[a-z]bar", None),
+        ("[MNO][a-z]{23}", None),
+        ("\\d{8}:", None),
+        ("(?i)key", None),
+        ("(?=x)xy", None),
+        ("(?P<k>key)=", None),
+        ("(ab)?c", None),
+        ("(ab|[cd])e", None),
+        ("a\\|b", ("a|b",)),
+        ("[|]x|y", None),
+        ("(ab", None),
+    ],
+)
+def test_literal_starts_are_what_every_match_starts_with(pattern: str, starts: tuple[str, ...] | None) -> None:
+    assert literal_starts(pattern) == starts
+
+
+def test_the_screen_changes_nothing_that_is_found() -> None:
+    """The screen (one Aho-Corasick pass for the words every rule's matches hold) only skips a
+    rule that cannot match: with and without it, the same spans, on every shape the redactor
+    catches, alone, in text, cased otherwise, and cut or joined at random."""
+    screened = Redactor()
+    plain = Redactor()
+    plain._screen = None
+    # every default rule but the two whose patterns start with a class knows its words
+    assert [r.name for r in screened._rules if r.needs is None] == ["discord-bot-token", "telegram-bot-token"]
+    shapes = [c[0] for c in CATCHES] + GATED + [PEM, JWT, "npm //registry.npmjs.org/:_authToken=" + "npm_" + "x" * 36]
+    rng = random.Random(11)
+    words = ["the", "is", " is ", "key", "KEY", "İstanbul", "ſ", ".", ":", "://", "sk-", "eyJ", "\n", "\\n", '"']
+    words.append("\ud800")  # a lone surrogate: no UTF-8 form for the screen to scan
+    texts = [*shapes, *(f"see {s} here" for s in shapes), *(s.lower() for s in shapes), *(s.upper() for s in shapes)]
+    for _ in range(2_000):
+        parts = rng.choices(shapes, k=rng.randint(0, 3)) + rng.choices(words, k=rng.randint(0, 12))
+        rng.shuffle(parts)
+        text = rng.choice(["", " ", "\n"]).join(parts)
+        cut = rng.randint(0, len(text))
+        texts += [text, text[:cut], text[cut:]]
+    for text in texts:
+        assert screened.find(text) == plain.find(text), text
+    assert all(screened.find(s) for s in shapes)
+    assert screened.find("nothing secret in here at all") == []

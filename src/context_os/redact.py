@@ -35,6 +35,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Final
 
+import ahocorasick_rs
 from detect_secrets.filters import heuristic
 from detect_secrets.plugins import keyword as _keyword
 from detect_secrets.plugins.aws import AWSKeyDetector
@@ -394,6 +395,111 @@ def _gate(pattern: re.Pattern[str]) -> Callable[[_Text], bool] | None:
     return lambda t: any(w in t.text for w in gate)
 
 
+_ESCAPED_LITERALS = frozenset("\\.^$*+?{}[]|()/-:=_'\"@#&%!~<>,;`")
+"""Characters that stand for themselves after a backslash in a pattern (``\\d``, ``\\b`` do not)."""
+
+
+def _leading_literal(alt: str) -> str:
+    """The literal text every match of the alternative ``alt`` starts with ("" if none)."""
+    out: list[str] = []
+    i = 0
+    while i < len(alt):
+        c = alt[i]
+        if c == "\\":
+            if i + 1 >= len(alt) or alt[i + 1] not in _ESCAPED_LITERALS:
+                break
+            c, step = alt[i + 1], 2
+        elif c in ".^$*+?{}[]|()":
+            break
+        else:
+            step = 1
+        if alt[i + step : i + step + 1] in ("?", "*", "{"):
+            break  # this character may be absent (or repeated: it is still there once for "+")
+        out.append(c)
+        i += step
+    return "".join(out)
+
+
+def _top_alternatives(pattern: str) -> list[str] | None:
+    """``pattern`` split at its top-level ``|`` (None if its brackets do not balance)."""
+    parts, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "]":
+                i += 1  # a "]" right after "[" is a member
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth < 0:
+                return None
+        elif c == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    if depth or in_class:
+        return None
+    parts.append(pattern[start:])
+    return parts
+
+
+def literal_starts(pattern: str) -> tuple[str, ...] | None:
+    """Literals one of which every match of ``pattern`` starts with, or None when none can be
+    said: a pattern that starts with a class, an optional part, a lookaround or inline flags.
+    A leading group of alternatives gives one literal each: ``(ghp|gho)_`` → ``ghp``, ``gho``."""
+    alternatives = _top_alternatives(pattern)
+    if alternatives is None:
+        return None
+    found: list[str] = []
+    for alt in alternatives:
+        literal = _leading_literal(alt)
+        if literal:
+            found.append(literal)
+            continue
+        if not alt.startswith("("):
+            return None
+        inner_start = 3 if alt.startswith("(?:") else 1
+        if alt.startswith("(?") and inner_start == 1:
+            return None  # a lookaround, a named group, inline flags
+        end = _group_end(alt)
+        if end is None or alt[end + 1 : end + 2] in ("?", "*", "{"):
+            return None  # the group may be absent
+        inner = literal_starts(alt[inner_start:end])
+        if inner is None:
+            return None
+        found += inner
+    return tuple(dict.fromkeys(found))
+
+
+def _group_end(alt: str) -> int | None:
+    """Index of the ``)`` that closes the group ``alt`` starts with."""
+    depth, i, in_class = 0, 0, False
+    while i < len(alt):
+        c = alt[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
+
+
 class _Rule:
     """One plugin, prepared to report the spans of its secrets in a whole text."""
 
@@ -427,6 +533,36 @@ class _Rule:
                 self.lowered = [
                     re.compile(p.pattern, (p.flags & ~re.IGNORECASE) | re.MULTILINE) for p in plugin.denylist
                 ]
+        self.needs = self._needs()
+
+    def _needs(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """(words, lowercase words): every span this rule reports lies in a text that holds one of
+        the words, or whose lowercased form holds one of the lowercase words; None when no such
+        words are known (the rule runs on every text). What ``_Screen`` looks for in one pass."""
+        plugin = self.plugin
+        if isinstance(plugin, PrivateKeyDetector):
+            return ("PRIVATE KEY", "PuTTY"), ()  # what ``_key_blocks`` requires
+        if isinstance(plugin, KeywordDetector):
+            return (), _KEYWORD_GATE
+        if not isinstance(plugin, RegexBasedDetector) or getattr(plugin, "exact", False):
+            return None  # a user's pattern means what it says, whatever it starts with
+        if self.triggers:
+            return (), self.triggers
+        words: list[str] = []
+        low: list[str] = []
+        for p in plugin.denylist:
+            gate = _GATES.get(p.pattern)
+            if isinstance(gate, re.Pattern):
+                return None
+            ignore_case = bool(p.flags & re.IGNORECASE)
+            starts = gate if gate is not None else None if p.flags & re.VERBOSE else literal_starts(p.pattern)
+            if not starts:
+                return None
+            if ignore_case:
+                low += [w.lower() for w in starts]
+            else:
+                words += starts
+        return tuple(words), tuple(low)
 
     def _tokens(self, t: _Text) -> Iterator[Span]:
         text = t.text
@@ -516,6 +652,48 @@ class _Rule:
             lo += len(line) + 1
 
 
+class _Screen:
+    """Which rules can find anything in a text, from one pass over it and one over its lowercased
+    form for every rule's words (``_Rule.needs``, Aho-Corasick), rather than a search of the text
+    per pattern: most texts hold none of the words, and then only the rules without any run."""
+
+    def __init__(self, rules: Sequence[_Rule]):
+        self.count = len(rules)
+        self.always = [k for k, r in enumerate(rules) if r.needs is None]
+        by_word: dict[str, set[int]] = {}
+        by_low: dict[str, set[int]] = {}
+        for k, rule in enumerate(rules):
+            if rule.needs is not None:
+                for w in rule.needs[0]:
+                    by_word.setdefault(w, set()).add(k)
+                for w in rule.needs[1]:
+                    by_low.setdefault(w, set()).add(k)
+        self.words, self.word_rules = _automaton(by_word)
+        self.low, self.low_rules = _automaton(by_low)
+
+    def rules(self, t: _Text) -> list[int]:
+        """Indices of the rules to run on ``t``, in order."""
+        chosen = set(self.always)
+        for automaton, rules, text in ((self.words, self.word_rules, t.text), (self.low, self.low_rules, t)):
+            if automaton is None:
+                continue
+            if isinstance(text, _Text):
+                text = text.low
+            try:
+                # overlapping: every word present is reported, a word inside another one too
+                matches = automaton.find_matches_as_indexes(text, overlapping=True)
+            except UnicodeEncodeError:  # a lone surrogate: no UTF-8 form to scan; run them all
+                return list(range(self.count))
+            for w in {m[0] for m in matches}:
+                chosen |= rules[w]
+        return sorted(chosen)
+
+
+def _automaton(by_word: Mapping[str, set[int]]) -> tuple[ahocorasick_rs.AhoCorasick | None, list[set[int]]]:
+    words = list(by_word)
+    return (ahocorasick_rs.AhoCorasick(words) if words else None), [by_word[w] for w in words]
+
+
 class Redactor:
     """Replaces secrets in text with ``[REDACTED:<type>]``.
 
@@ -540,6 +718,7 @@ class Redactor:
         chosen = list(default_plugins(generic=generic) if plugins is None else plugins)
         chosen += [pattern_plugin(name, p) for name, p in named.items()]
         self._rules = [_Rule(p) for p in chosen]
+        self._screen: _Screen | None = _Screen(self._rules)
         self.names: tuple[str, ...] = tuple(dict.fromkeys(r.name for r in self._rules))
 
     @classmethod
@@ -562,8 +741,10 @@ class Redactor:
         tie)."""
         found: list[tuple[int, int, int, str]] = []
         t = _Text(text)
-        for k, rule in enumerate(self._rules):
-            for s, e, name in rule.spans(t):
+        rules = self._rules
+        chosen = range(len(rules)) if self._screen is None else self._screen.rules(t)
+        for k in chosen:
+            for s, e, name in rules[k].spans(t):
                 # inside a JSON string, a secret never ends in the middle of an escape
                 while e > s and text[e - 1] == "\\":
                     e -= 1
