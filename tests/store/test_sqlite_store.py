@@ -16,6 +16,7 @@ import pytest
 
 from context_os.errors import ConfigError, NotFound, SchemaError, StoreCorrupt, StoreError, StoreUnavailable
 from context_os.store import Delete, Evict, Put, open_store
+from context_os.store import sqlite as sqlite_store
 from context_os.store.sqlite import MIGRATIONS, SqliteStore
 
 T0 = 1_700_000_000_000
@@ -43,6 +44,33 @@ def test_creates_parent_dirs_wal_file_and_url(tmp_path: Path) -> None:
     assert path.is_file()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def page_size(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        size: int = conn.execute("PRAGMA page_size").fetchone()[0]
+    return size
+
+
+def test_a_new_file_has_2k_pages_and_an_older_file_keeps_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn's one transaction touches a leaf in many B-trees, and a WAL commit writes each whole:
+    new files use 2 kB pages. A file made with SQLite's default 4 kB (before 2026-11-28) keeps
+    them and works."""
+    with SqliteStore(tmp_path / "new.db") as s:
+        s.submit([Put(doc("a"))])
+    assert page_size(tmp_path / "new.db") == 2048
+    old = tmp_path / "old.db"
+    with monkeypatch.context() as m:
+        m.setattr(sqlite_store, "_PAGE_SIZE", 4096)
+        with SqliteStore(old) as s:
+            s.submit([Put(doc("a", 1))])
+    with SqliteStore(old) as s:
+        s.submit([Put(doc("a", 2))])
+        v = s.get("a")
+        assert v is not None and v.doc is not None and v.doc["content"] == "v2"
+    assert page_size(old) == 4096
 
 
 def test_open_store_url_gives_the_same_file(tmp_path: Path) -> None:
