@@ -7,6 +7,8 @@
   tests that use ``store`` must use ids from the ``uid`` fixture (unique per test).
 * Under ``CI=true`` an XTDB node that cannot start fails the tests that need it; elsewhere they
   are skipped with the reason.
+* Every document a session hands the SQLite store with its JSON already encoded (``Put.json``)
+  is checked against the store's own encoding of it (autouse).
 * ``reliability`` (from ``tests/_reliability.py``) counts what a test tried and what came of it,
   for the run's reliability report (docs/reliability.md).
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from context_os.store import Store
+from context_os.store import sqlite as sqlite_store
 
 pytest_plugins = ["tests._reliability"]
 
@@ -31,6 +34,11 @@ def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
     monkeypatch.delenv("CTXOS_STORE", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _check_encoded_documents(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_store, "_CHECK_ENCODED", True)
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from context_os.hashing import (
     canonical_json,
     content_hash,
     doc_hashes,
+    encode_doc,
     hash_value,
     object_hash,
     verify_doc,
@@ -301,3 +302,48 @@ def test_verify_doc_detects_any_content_change(original: Any, replacement: Any) 
     stored["content"] = replacement
     changed = canonical_json(replacement) != canonical_json(original)
     assert verify_doc(stored) == (["content_hash", "object_hash"] if changed else [])
+
+
+@settings(deadline=None)
+@given(json_values, json_values, st.text(), st.text())
+def test_encode_doc_is_to_doc_and_the_json_a_store_writes(
+    content: Any, meta_value: Any, doc_id: str, kind: str
+) -> None:
+    """``encode_doc`` gives the document ``doc_hashes`` describes and, when nothing in it needs
+    normalising, exactly the JSON ``json.dumps`` writes of it (what ``Put.json`` promises a store);
+    with a float anywhere, no JSON (the canonical form writes 1.0 as 1, a store keeps 1.0)."""
+    meta = {"m": meta_value}
+    try:
+        doc, encoded = encode_doc(doc_id, kind, content, meta)
+    except HashError:
+        return  # a lone surrogate: no document at all, as with doc_hashes
+    expected = {"id": doc_id, "kind": kind, "content": content, "meta": meta}
+    expected.update(doc_hashes(expected))
+    assert doc == expected and list(doc) == list(expected)
+    if any(isinstance(v, float) for v in _leaves([content, meta_value])):
+        assert encoded is None
+    else:
+        assert encoded == json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _leaves(v)]
+    if isinstance(value, list | tuple):
+        return [x for v in value for x in _leaves(v)]
+    return [value]
+
+
+@settings(deadline=None)
+@given(st.text(), st.text(), st.text(), st.text())
+def test_object_hash_is_the_hash_of_its_mapping(doc_id: str, kind: str, c: str, m: str) -> None:
+    """``object_hash`` writes the canonical JSON of its four fields out by hand: the same bytes as
+    the encoder's, for any strings (quotes, controls, non-ASCII, lone surrogates refused alike)."""
+    fields = {"content_hash": c, "id": doc_id, "kind": kind, "meta_hash": m}
+    try:
+        expected = hash_value(fields)
+    except HashError:
+        with pytest.raises(HashError):
+            object_hash(doc_id, kind, c, m)
+        return
+    assert object_hash(doc_id, kind, c, m) == expected

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from json.encoder import encode_basestring
 from typing import Any
 
 import blake3
@@ -27,9 +28,11 @@ from .errors import HashError
 
 __all__ = [
     "HASH_PREFIX",
+    "canonical_form",
     "canonical_json",
     "content_hash",
     "doc_hashes",
+    "encode_doc",
     "hash_bytes",
     "hash_value",
     "object_hash",
@@ -88,8 +91,16 @@ def canonical_json(value: Any) -> bytes:
     Floats that hold an integral value are written as integers (``1.0`` → ``1``) so that a
     document survives a round trip through stores that do not keep the distinction.
     """
+    return canonical_form(value)[0]
+
+
+def canonical_form(value: Any) -> tuple[bytes, bool]:
+    """``canonical_json(value)``, and whether ``value`` is plain (``_plain``): then its canonical
+    JSON is also exactly what ``json.dumps(value, sort_keys=True, ensure_ascii=False,
+    separators=(",", ":"))`` writes, nothing normalised."""
     try:
-        if not _plain(value):  # floats, tuples, mappings of other types, bad keys: normalise
+        plain = _plain(value)
+        if not plain:  # floats, tuples, mappings of other types, bad keys: normalise
             try:
                 value = _normalise(value)
             except HashError:
@@ -99,7 +110,7 @@ def canonical_json(value: Any) -> bytes:
     except RecursionError:
         raise HashError("nested too deeply to have a canonical JSON form") from None
     try:
-        return text.encode("utf-8")
+        return text.encode("utf-8"), plain
     except UnicodeEncodeError as e:  # a lone surrogate: not text any encoder agrees on
         raise HashError(f"not valid Unicode text ({e.reason} at position {e.start})") from None
 
@@ -147,7 +158,16 @@ def content_hash(content: Any) -> str:
 
 def object_hash(doc_id: str, kind: str, content_hash_: str, meta_hash: str) -> str:
     """Hash of a whole document, built from its id, kind and the two part hashes."""
-    return hash_value({"content_hash": content_hash_, "id": doc_id, "kind": kind, "meta_hash": meta_hash})
+    parts = (content_hash_, doc_id, kind, meta_hash)
+    if not all(type(p) is str for p in parts):
+        return hash_value({"content_hash": content_hash_, "id": doc_id, "kind": kind, "meta_hash": meta_hash})
+    # the canonical JSON of that mapping, its keys in order, written out (every document hashes one)
+    c, i, k, m = map(encode_basestring, parts)
+    text = f'{{"content_hash":{c},"id":{i},"kind":{k},"meta_hash":{m}}}'
+    try:
+        return hash_bytes(text.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        raise HashError(f"not valid Unicode text ({e.reason} at position {e.start})") from None
 
 
 def doc_hashes(doc: Mapping[str, Any], content_json: bytes | None = None) -> dict[str, str]:
@@ -159,6 +179,47 @@ def doc_hashes(doc: Mapping[str, Any], content_json: bytes | None = None) -> dic
     c = hash_bytes(content_json) if content_json is not None else content_hash(doc.get("content"))
     m = hash_value(doc.get("meta", {}))
     return {"content_hash": c, "meta_hash": m, "object_hash": object_hash(doc["id"], doc["kind"], c, m)}
+
+
+def encode_doc(
+    doc_id: str, kind: str, content: Any, meta: Mapping[str, Any], content_json: tuple[bytes, bool] | None = None
+) -> tuple[dict[str, Any], bytes | None]:
+    """A document (``id``, ``kind``, ``content``, ``meta`` and its three hashes) and, when its
+    content and meta are plain (no floats, no other types to normalise), its whole JSON as a store
+    writes it (``json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":"))``,
+    UTF-8), built from the canonical JSON the hashes were computed over: a session encodes each
+    document once, not once to hash it and again to store it. ``content_json``: the content's
+    canonical JSON and whether the content is plain, when the caller has them (chat pages join
+    their entries')."""
+    c_json, c_plain = canonical_form(content) if content_json is None else content_json
+    m_json, m_plain = canonical_form(meta)
+    c, m = hash_bytes(c_json), hash_bytes(m_json)
+    o = object_hash(doc_id, kind, c, m)
+    doc = {"id": doc_id, "kind": kind, "content": content, "meta": meta}
+    doc.update(content_hash=c, meta_hash=m, object_hash=o)
+    if not (c_plain and m_plain and type(doc_id) is str and type(kind) is str):
+        return doc, None
+    # keys in sorted order; the hashes are "b3:" and hex digits, nothing to escape
+    whole = b"".join(
+        (
+            b'{"content":',
+            c_json,
+            b',"content_hash":"',
+            c.encode(),
+            b'","id":',
+            _ENCODER.encode(doc_id).encode("utf-8"),
+            b',"kind":',
+            _ENCODER.encode(kind).encode("utf-8"),
+            b',"meta":',
+            m_json,
+            b',"meta_hash":"',
+            m.encode(),
+            b'","object_hash":"',
+            o.encode(),
+            b'"}',
+        )
+    )
+    return doc, whole
 
 
 def verify_doc(doc: Mapping[str, Any]) -> list[str]:

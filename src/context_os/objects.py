@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from .hashing import doc_hashes
+from .hashing import doc_hashes, encode_doc
 
 __all__ = [
     "INDEXED_KINDS",
@@ -75,6 +75,12 @@ class DocBase(BaseModel):
     """The default content field: what activating the object loads into context."""
     meta: dict[str, Any] = Field(default_factory=dict)
     """Metadata: what the metadata pool shows while the object is inactive."""
+
+    def encode(self, content_json: tuple[bytes, bool] | None = None) -> tuple[dict[str, Any], bytes | None]:
+        """``to_doc``, and the document's JSON exactly as a store writes it when it has one form
+        (``hashing.encode_doc``: what ``Put.json`` carries). ``content_json``: the content's
+        canonical JSON and whether the content is plain, when the caller has them."""
+        return encode_doc(self.id, self.kind, self.content, self.meta, content_json)
 
     def to_doc(self, content_json: bytes | None = None) -> dict[str, Any]:
         """The plain dict the store keeps, with its three hashes (``content_json``: the content's

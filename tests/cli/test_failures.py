@@ -241,15 +241,28 @@ def integrity(path: Path) -> list[str]:
 
 def test_verify_names_a_document_whose_json_no_longer_parses(demo: Path, tmp_path: Path) -> None:
     damaged = copy_store(demo, tmp_path / "json.db")
-    data = bytearray(damaged.read_bytes())
-    at = data.find(b'"id":"session:d1"')  # the session document's first stored version
-    assert at > 0
-    data[at + 4] = ord("}")  # "id"}"session:d1": the JSON text no longer parses
-    damaged.write_bytes(data)
+    # the session document of a turn from the fifth on that no later write corrected (two turns in
+    # one millisecond share a valid time: plain history then shows only the later, and verify
+    # reads history), which that turn's frame re-renders from: "id"}"session:d1", the same
+    # length, and its JSON text no longer parses. Found by SQL: where a row's bytes lie in the
+    # file, and which stale copies free pages keep, is SQLite's affair.
+    conn = sqlite3.connect(damaged)
+    try:
+        [(ref, text)] = conn.execute(
+            "SELECT d.id, d.json FROM docs d JOIN versions v ON v.doc = d.id JOIN entities e ON e.eid = v.eid"
+            " WHERE e.id = 'session:d1' AND json_extract(d.json, '$.meta.turn') >= 5 AND NOT EXISTS"
+            " (SELECT 1 FROM versions w WHERE w.eid = v.eid AND w.valid_time = v.valid_time AND w.tx_id > v.tx_id)"
+            " ORDER BY json_extract(d.json, '$.meta.turn') LIMIT 1"
+        ).fetchall()
+        damage = text.replace('"id":"session:d1"', '"id"}"session:d1"')
+        conn.execute("UPDATE docs SET json = ? WHERE id = ?", (damage, ref))
+        conn.commit()
+    finally:
+        conn.close()
     proc = ctxos("verify", "--json", store=damaged, check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     report = json.loads(proc.stdout)
-    assert report["ok"] is False
+    assert report["ok"] is False and len(report["damaged"]) == 1, report
     [bad] = report["damaged"]
     assert bad["id"] == "session:d1" and isinstance(bad["tx_id"], int) and "does not parse as JSON" in bad["error"]
     assert any("'session:d1' at tx" in p for p in report["integrity"])

@@ -7,6 +7,7 @@ nothing, bad paths and bad input fail with clear typed errors, eviction leaves n
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import sqlite3
 from pathlib import Path
@@ -71,6 +72,20 @@ def test_a_new_file_has_2k_pages_and_an_older_file_keeps_its_own(
         v = s.get("a")
         assert v is not None and v.doc is not None and v.doc["content"] == "v2"
     assert page_size(old) == 4096
+
+
+def test_a_documents_own_json_is_written_as_given_and_checked_in_tests(tmp_path: Path) -> None:
+    """``Put.json`` (a session's encoding of its document) is what the store writes; the test run
+    compares it with the store's own encoding (conftest), so a wrong one is caught here."""
+    d = doc("a", 1)
+    good = json.dumps(d, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+    with SqliteStore(tmp_path / "s.db") as s:
+        s.submit([Put(d, json=good)])
+        v = s.get("a")
+        assert v is not None and v.doc == d
+        with pytest.raises(StoreError, match="Put.json is not the document's JSON"):
+            s.submit([Put(doc("b"), json=good)])
+        assert s.get("b") is None
 
 
 def test_open_store_url_gives_the_same_file(tmp_path: Path) -> None:

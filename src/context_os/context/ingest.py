@@ -268,9 +268,9 @@ class Ingest:
                 call_entry=self.call_entries.pop(call_id, None),
             )
             view.add_object(obj)
-            doc = ToolcallDoc(id=oid, content=text, meta=obj.meta).to_doc()
+            doc, encoded = ToolcallDoc(id=oid, content=text, meta=obj.meta).encode()
             # arriving, a result is active in its place: only later changes are state versions
-            self.writer.queue(doc, ("obj", obj))
+            self.writer.queue(doc, ("obj", obj), encoded)
         view.entries.append(entry)
         view.visible.append(i)
         self.full += entry["ft"]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import SessionBusy
-from ..hashing import canonical_json
+from ..hashing import canonical_form
 from ..objects import BlockDoc, ChatDoc, FrameContent, FrameDoc, SessionDoc, StateContent, StateDoc, StateMeta
 from ..store.base import Op, Put, Store, Tx, next_valid_time
 from .entries import Entry
@@ -62,7 +62,7 @@ class SessionWriter:
         self._pending: list[tuple[str, tuple[str, Any]]] = []
         self._queued_states: dict[str, int] = {}
         self._state_vts: dict[str, int] = {}
-        self._entry_cache: dict[int, bytes] = {}
+        self._entry_cache: dict[int, tuple[bytes, bool]] = {}
         """Canonical JSON of the entries of pages still filling (a full page's are dropped)."""
         self._policy: tuple[Any, dict[str, Any]] | None = None
         self._vt: int | None = None
@@ -80,11 +80,11 @@ class SessionWriter:
         self.lease.check()
         return self.store.submit(ops)
 
-    def queue(self, doc: dict[str, Any], target: tuple[str, Any]) -> None:
+    def queue(self, doc: dict[str, Any], target: tuple[str, Any], encoded: bytes | None = None) -> None:
         """Queue ``doc``; once written, ``target`` (``("obj", ObjInfo)``, ``("page", n)``,
         ``("session", None)``; ``("state" | "block" | "frame", None)``: nothing) learns the version it
-        got."""
-        self._ops.append(Put(doc))
+        got. ``encoded``: its JSON as a store writes it, if known (``DocBase.encode``)."""
+        self._ops.append(Put(doc, json=encoded))
         self._pending.append((doc["object_hash"], target))
 
     def record_state(self, obj: ObjInfo, actor: Actor, reason: str) -> None:
@@ -108,17 +108,17 @@ class SessionWriter:
             "uses": obj.uses,
             **extra,  # type: ignore[typeddict-item]
         }
-        doc = StateDoc(id=state_id(view.session_id, obj.id), content=dict(content), meta=dict(meta)).to_doc()
+        doc, encoded = StateDoc(id=state_id(view.session_id, obj.id), content=dict(content), meta=dict(meta)).encode()
         self._changed.pop(obj.id, None)  # in the order of their last change
         self._changed[obj.id] = {**content, "actor": actor, "reason": reason}
         # one state version per object per transaction: the last one is what holds
         prior = self._queued_states.get(doc["id"])
         if prior is not None:
-            self._ops[prior] = Put(doc)
+            self._ops[prior] = Put(doc, json=encoded)
             self._pending[prior] = (doc["object_hash"], ("state", None))
             return
         self._queued_states[doc["id"]] = len(self._ops)
-        self.queue(doc, ("state", None))
+        self.queue(doc, ("state", None), encoded)
 
     def take_changes(self, limit: int) -> tuple[list[dict[str, Any]], int]:
         """The objects whose state changed since the last call (at most ``limit``, in the order
@@ -130,7 +130,7 @@ class SessionWriter:
         """Queue the session document: its cursor, turn, retired runs and policy as of now."""
         view = self.view
         head = self.header()
-        doc = SessionDoc(
+        doc, encoded = SessionDoc(
             id=f"session:{view.session_id}",
             content=head["content"],
             meta={
@@ -143,8 +143,8 @@ class SessionWriter:
                 "horizon": view.horizon,
                 "policy": self._policy_dict(),
             },
-        ).to_doc()
-        self.queue(doc, ("session", None))
+        ).encode()
+        self.queue(doc, ("session", None), encoded)
 
     def _policy_dict(self) -> dict[str, Any]:
         policy = self.view.policy  # frozen: its dict is built again only when it is replaced
@@ -177,10 +177,11 @@ class SessionWriter:
         self.last_vt = vt
         return vt
 
-    def _entry_json(self, e: Entry) -> bytes:
+    def _entry_json(self, e: Entry) -> tuple[bytes, bool]:
+        """An entry's canonical JSON, and whether the entry is plain (``hashing.canonical_form``)."""
         cached = self._entry_cache.get(e["i"])
         if cached is None:
-            cached = self._entry_cache[e["i"]] = canonical_json(e)
+            cached = self._entry_cache[e["i"]] = canonical_form(e)
         return cached
 
     def flush(self) -> Tx | None:
@@ -199,17 +200,18 @@ class SessionWriter:
             entries = view.entries[lo : lo + PAGE_SIZE]
             # a page's canonical JSON is its entries' canonical JSON joined: each entry is
             # encoded once, however often its page is rewritten
-            content_json = b"[" + b",".join(self._entry_json(e) for e in entries) + b"]"
+            encoded = [self._entry_json(e) for e in entries]
+            content_json = (b"[" + b",".join(j for j, _ in encoded) + b"]", all(plain for _, plain in encoded))
             if len(entries) == PAGE_SIZE:  # a full page is written for the last time (but evictions)
                 for e in entries:
                     self._entry_cache.pop(e["i"], None)
-            doc = ChatDoc.model_construct(
+            doc, encoded_doc = ChatDoc.model_construct(
                 id=page_id(view.session_id, page),
                 kind="chat",
                 content=list(entries),
                 meta={"session": view.session_id, "page": page},
-            ).to_doc(content_json)
-            self.queue(doc, ("page", page))
+            ).encode(content_json)
+            self.queue(doc, ("page", page), encoded_doc)
         self.dirty_pages.clear()
         if not self._ops:
             return None
@@ -223,7 +225,7 @@ class SessionWriter:
         if not self._ops:
             return None
         vt = self._vt if self._vt is not None else self._next_vt()
-        ops = [Put(op.doc, vt) if isinstance(op, Put) else op for op in self._ops]
+        ops = [Put(op.doc, vt, json=op.json) if isinstance(op, Put) else op for op in self._ops]
         queued, pending = self._ops, self._pending
         self._ops, self._pending, self._queued_states, self._vt = [], [], {}, None
         try:
@@ -261,9 +263,13 @@ class SessionWriter:
         with the state it shows, so its basis is its own transaction (``frames.frame_basis``).
         Its id."""
         view = self.view
-        frame = FrameDoc(id=f"frame:{view.session_id}:{view.turn:06d}", content=dict(content), meta=meta).to_doc()
+        frame, encoded = FrameDoc(
+            id=f"frame:{view.session_id}:{view.turn:06d}", content=dict(content), meta=meta
+        ).encode()
         for block_id, key, text in new_blocks:
-            block = BlockDoc(id=block_id, content=text, meta={"session": view.session_id, "object": key}).to_doc()
-            self.queue(block, ("block", None))
-        self.queue(frame, ("frame", None))
+            block, block_json = BlockDoc(
+                id=block_id, content=text, meta={"session": view.session_id, "object": key}
+            ).encode()
+            self.queue(block, ("block", None), block_json)
+        self.queue(frame, ("frame", None), encoded)
         return str(frame["id"])

@@ -93,6 +93,11 @@ class Put:
     doc: Mapping[str, Any]
     valid_from: int | None = None
     valid_to: int | None = None
+    json: bytes | None = field(default=None, compare=False, repr=False)
+    """``doc`` as ``json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":"))``
+    writes it, UTF-8, when the caller has it already (a session encodes each of its documents to
+    hash it: ``DocBase.encode``). A store that keeps JSON may write it rather than encode ``doc``
+    again; it must never say anything else than ``doc`` (the SQLite store checks it in tests)."""
 
 
 @dataclass(frozen=True)

@@ -215,12 +215,21 @@ class _PreparedDoc:
     doc: Mapping[str, Any]
 
 
-def _prepare_doc(doc: Mapping[str, Any]) -> _PreparedDoc:
+_CHECK_ENCODED = False
+"""Whether ``Put.json`` is compared with the document's own encoding (the test suite sets it)."""
+
+
+def _prepare_doc(doc: Mapping[str, Any], encoded: bytes | None = None) -> _PreparedDoc:
     if not isinstance(doc, Mapping):
         raise StoreError(f"a document must be a mapping, got {type(doc).__name__}")
     doc_id = doc.get("id")
     if not isinstance(doc_id, str):
         raise StoreError(f"a document needs a string 'id', got {doc_id!r}")
+    if encoded is not None:  # the caller's encoding of it (Put.json): not encoded again
+        text = encoded.decode("utf-8")
+        if _CHECK_ENCODED and text != _exact_json(doc):
+            raise StoreError(f"document {doc_id!r}: Put.json is not the document's JSON")
+        return _PreparedDoc(text, blake3.blake3(encoded).digest(), doc)
     try:
         text = _exact_json(doc)
         digest = blake3.blake3(text.encode("utf-8")).digest()
@@ -529,7 +538,7 @@ class SqliteStore(Store):
         expected: dict[int, bytes] = {}  # canonical JSON of each match's expected doc
         for i, op in enumerate(ops):
             if isinstance(op, Put):
-                prepared[i] = _prepare_doc(op.doc)
+                prepared[i] = _prepare_doc(op.doc, op.json)
                 _check_time("valid_from", op.valid_from)
                 _check_time("valid_to", op.valid_to)
             elif isinstance(op, Delete):
