@@ -403,6 +403,15 @@ def _aims(rows: list[dict[str, Any]], whole: dict[str, Any]) -> str:
     flat = big["p50"] / small["p50"]
     own = big["peak_rss_mb"] - big["start_rss_mb"] - big["msgs_rss_mb"]
     vs_bare = big["rate"] / big["bare_rate"]
+    redaction = big["redact_rate"] / big["bare_rate"]
+    bound = (
+        "with redaction on (the default, a security requirement), no ingest can reach 0.5× the bare loop."
+        if redaction < 0.5
+        else "neither is the bound: a turn here is a whole `transform_context` call, its messages taken in and"
+        " a context assembled for the model (the policy, the render, the frame) in one durable transaction"
+        " (the p50 above), where the bare loop inserts rows. [Incremental ingest](#incremental-ingest-embedded-store)"
+        " measures taking messages in alone."
+    )
 
     def verdict(ok: bool) -> str:
         return "met" if ok else "**MISSED**"
@@ -422,9 +431,9 @@ def _aims(rows: list[dict[str, Any]], whole: dict[str, Any]) -> str:
   share is {_mb(own)}, {verdict(own <= 150)} (the whole process: {verdict(big["peak_rss_mb"] <= 150)});
 - ingest ≥ 0.5× the bare loop: {vs_bare:.2f}×, {verdict(vs_bare >= 0.5)}. Two things every ingest
   does cost, alone over the same messages: the default redaction of every text
-  {big["redact_rate"]:,.0f} msg/s (**{big["redact_rate"] / big["bare_rate"]:.2f}×** the bare loop) and the
+  {big["redact_rate"]:,.0f} msg/s (**{redaction:.2f}×** the bare loop) and the
   blake3 hash of each message {big["hash_rate"]:,.0f} msg/s ({big["hash_rate"] / big["bare_rate"]:.2f}×):
-  with redaction on (the default, a security requirement), no ingest can reach 0.5× the bare loop."""
+  {bound}"""
 
 
 def _session_row(name: str, r: dict[str, Any], bare: float) -> str:
