@@ -232,6 +232,20 @@ GATED = [
 ]
 
 
+def mixed_texts(shapes: list[str], words: list[str], *, seed: int) -> list[str]:
+    """``shapes`` alone, in text, cased otherwise, and 2,000 texts of a few of them among ``words``,
+    each whole and cut in two at random."""
+    rng = random.Random(seed)
+    texts = [*shapes, *(f"see {s} here" for s in shapes), *(s.lower() for s in shapes), *(s.upper() for s in shapes)]
+    for _ in range(2_000):
+        parts = rng.choices(shapes, k=rng.randint(0, 3)) + rng.choices(words, k=rng.randint(0, 12))
+        rng.shuffle(parts)
+        text = rng.choice(["", " ", "\n"]).join(parts)
+        cut = rng.randint(0, len(text))
+        texts += [text, text[:cut], text[cut:]]
+    return texts
+
+
 def test_gates_change_nothing_that_is_found() -> None:
     """A gate (redact._GATES) only skips a pattern that cannot match: with and without them, the
     same spans, on every gated shape alone, in text, and cut or joined at random."""
@@ -240,16 +254,8 @@ def test_gates_change_nothing_that_is_found() -> None:
     for rule in plain._rules:
         rule.gates = [None] * len(rule.gates)
     assert sum(g is not None for r in gated._rules for g in r.gates) == 7  # every gate found its pattern
-    rng = random.Random(5)
     words = ["the", "key", "İstanbul", ".", ":", "AC", "SK", "-us", "gh", "gl", "xox", "aws", "\n", "\\n", '"']
-    texts = [*GATED, *(f"see {s} here" for s in GATED), *(s.lower() for s in GATED), *(s.upper() for s in GATED)]
-    for _ in range(2_000):
-        parts = rng.choices(GATED, k=rng.randint(0, 3)) + rng.choices(words, k=rng.randint(0, 12))
-        rng.shuffle(parts)
-        text = rng.choice(["", " ", "\n"]).join(parts)
-        cut = rng.randint(0, len(text))
-        texts += [text, text[:cut], text[cut:]]
-    for text in texts:
+    for text in mixed_texts(GATED, words, seed=5):
         assert gated.find(text) == plain.find(text), text
     assert all(gated.find(s) for s in GATED)
 
@@ -292,17 +298,9 @@ def test_the_screen_changes_nothing_that_is_found() -> None:
     # every default rule but the two whose patterns start with a class knows its words
     assert [r.name for r in screened._rules if r.needs is None] == ["discord-bot-token", "telegram-bot-token"]
     shapes = [c[0] for c in CATCHES] + GATED + [PEM, JWT, "npm //registry.npmjs.org/:_authToken=" + "npm_" + "x" * 36]
-    rng = random.Random(11)
     words = ["the", "is", " is ", "key", "KEY", "İstanbul", "ſ", ".", ":", "://", "sk-", "eyJ", "\n", "\\n", '"']
     words.append("\ud800")  # a lone surrogate: no UTF-8 form for the screen to scan
-    texts = [*shapes, *(f"see {s} here" for s in shapes), *(s.lower() for s in shapes), *(s.upper() for s in shapes)]
-    for _ in range(2_000):
-        parts = rng.choices(shapes, k=rng.randint(0, 3)) + rng.choices(words, k=rng.randint(0, 12))
-        rng.shuffle(parts)
-        text = rng.choice(["", " ", "\n"]).join(parts)
-        cut = rng.randint(0, len(text))
-        texts += [text, text[:cut], text[cut:]]
-    for text in texts:
+    for text in mixed_texts(shapes, words, seed=11):
         assert screened.find(text) == plain.find(text), text
     assert all(screened.find(s) for s in shapes)
     assert screened.find("nothing secret in here at all") == []

@@ -420,9 +420,11 @@ def _leading_literal(alt: str) -> str:
     return "".join(out)
 
 
-def _top_alternatives(pattern: str) -> list[str] | None:
-    """``pattern`` split at its top-level ``|`` (None if its brackets do not balance)."""
-    parts, depth, start, i, in_class = [], 0, 0, 0, False
+def _structure(pattern: str) -> list[tuple[int, str, int]] | None:
+    """Where ``pattern``'s own ``(``, ``)`` and ``|`` are (not escaped, not in a class), each with
+    the group depth before it; None if its brackets do not balance."""
+    marks: list[tuple[int, str, int]] = []
+    depth, i, in_class = 0, 0, False
     while i < len(pattern):
         c = pattern[i]
         if c == "\\":
@@ -434,20 +436,22 @@ def _top_alternatives(pattern: str) -> list[str] | None:
             in_class = True
             if pattern[i + 1 : i + 2] == "]":
                 i += 1  # a "]" right after "[" is a member
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
+        elif c in "()|":
+            marks.append((i, c, depth))
+            depth += {"(": 1, ")": -1, "|": 0}[c]
             if depth < 0:
                 return None
-        elif c == "|" and depth == 0:
-            parts.append(pattern[start:i])
-            start = i + 1
         i += 1
-    if depth or in_class:
+    return None if depth or in_class else marks
+
+
+def _top_alternatives(pattern: str) -> list[str] | None:
+    """``pattern`` split at its top-level ``|`` (None if its brackets do not balance)."""
+    marks = _structure(pattern)
+    if marks is None:
         return None
-    parts.append(pattern[start:])
-    return parts
+    cuts = [i for i, c, depth in marks if c == "|" and depth == 0]
+    return [pattern[a + 1 : b] for a, b in zip([-1, *cuts], [*cuts, len(pattern)], strict=True)]
 
 
 def literal_starts(pattern: str) -> tuple[str, ...] | None:
@@ -480,24 +484,8 @@ def literal_starts(pattern: str) -> tuple[str, ...] | None:
 
 def _group_end(alt: str) -> int | None:
     """Index of the ``)`` that closes the group ``alt`` starts with."""
-    depth, i, in_class = 0, 0, False
-    while i < len(alt):
-        c = alt[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return None
+    marks = _structure(alt)
+    return next((i for i, c, depth in marks or () if c == ")" and depth == 1), None)
 
 
 class _Rule:
