@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import re
 import time
 
 import pytest
@@ -269,23 +270,32 @@ def test_gates_change_nothing_that_is_found() -> None:
         ("SG\\.[a-zA-Z0-9_-]{22}", ("SG.",)),
         ("abc?d", ("ab",)),  # the "c" may be absent, and what follows it is not a start
         ("ab+c", ("ab",)),  # one "b" at least
-        ("ab{2}", ("a",)),
+        ("ab{2}", ("ab",)),
         ("foo|bar", ("foo", "bar")),
         ("foo|[a-z]bar", None),
-        ("[MNO][a-z]{23}", None),
+        ("[MNO][a-z]{23}", ("M", "N", "O")),  # a class of single characters: one word each
+        ("[a-z]{23}x", None),
         ("\\d{8}:", None),
         ("(?i)key", None),
         ("(?=x)xy", None),
-        ("(?P<k>key)=", None),
+        ("(?P<k>key)=", ("key",)),
+        ("(?i:key)x", None),  # a group with flags of its own
         ("(ab)?c", None),
-        ("(ab|[cd])e", None),
+        ("(ab|[cd])e", ("ab", "c", "d")),
+        ("a|", None),
         ("a\\|b", ("a|b",)),
-        ("[|]x|y", None),
+        ("[|]x|y", ("|x", "y")),
         ("(ab", None),
     ],
 )
 def test_literal_starts_are_what_every_match_starts_with(pattern: str, starts: tuple[str, ...] | None) -> None:
     assert literal_starts(pattern) == starts
+
+
+def test_literal_starts_read_the_patterns_flags() -> None:
+    assert literal_starts("(?i)key") is None  # inline: "KEY" matches, and the caller cannot know
+    assert literal_starts("(?i)key", re.IGNORECASE) == ("key",)  # the caller looks in lowercase
+    assert literal_starts("a b", re.VERBOSE) == ("ab",)
 
 
 def test_the_screen_changes_nothing_that_is_found() -> None:

@@ -170,13 +170,10 @@ def object_hash(doc_id: str, kind: str, content_hash_: str, meta_hash: str) -> s
         raise HashError(f"not valid Unicode text ({e.reason} at position {e.start})") from None
 
 
-def doc_hashes(doc: Mapping[str, Any], content_json: bytes | None = None) -> dict[str, str]:
-    """The three hashes a document should carry, computed from its fields.
-
-    ``content_json``, if given, is the canonical JSON of the content, already assembled by the
-    caller (chat pages join the cached canonical form of each entry).
-    """
-    c = hash_bytes(content_json) if content_json is not None else content_hash(doc.get("content"))
+def doc_hashes(doc: Mapping[str, Any]) -> dict[str, str]:
+    """The three hashes a document should carry, computed from its fields (``encode_doc`` makes a
+    document with them and its stored JSON at once)."""
+    c = content_hash(doc.get("content"))
     m = hash_value(doc.get("meta", {}))
     return {"content_hash": c, "meta_hash": m, "object_hash": object_hash(doc["id"], doc["kind"], c, m)}
 

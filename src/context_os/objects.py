@@ -82,11 +82,10 @@ class DocBase(BaseModel):
         canonical JSON and whether the content is plain, when the caller has them."""
         return encode_doc(self.id, self.kind, self.content, self.meta, content_json)
 
-    def to_doc(self, content_json: bytes | None = None) -> dict[str, Any]:
-        """The plain dict the store keeps, with its three hashes (``content_json``: the content's
-        canonical JSON when the caller already has it)."""
+    def to_doc(self) -> dict[str, Any]:
+        """The plain dict the store keeps, with its three hashes."""
         doc: dict[str, Any] = {"id": self.id, "kind": self.kind, "content": self.content, "meta": self.meta}
-        doc.update(doc_hashes(doc, content_json))
+        doc.update(doc_hashes(doc))
         return doc
 
 

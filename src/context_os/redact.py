@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 import ahocorasick_rs
 from detect_secrets.filters import heuristic
@@ -59,6 +59,11 @@ from detect_secrets.plugins.square_oauth import SquareOAuthDetector
 from detect_secrets.plugins.stripe import StripeDetector
 from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
+
+try:
+    from re import _parser as _sre  # type: ignore[attr-defined]
+except ImportError:  # a Python without it: no rule is screened (literal_starts)
+    _sre = None
 
 __all__ = [
     "AnthropicKeyDetector",
@@ -395,97 +400,46 @@ def _gate(pattern: re.Pattern[str]) -> Callable[[_Text], bool] | None:
     return lambda t: any(w in t.text for w in gate)
 
 
-_ESCAPED_LITERALS = frozenset("\\.^$*+?{}[]|()/-:=_'\"@#&%!~<>,;`")
-"""Characters that stand for themselves after a backslash in a pattern (``\\d``, ``\\b`` do not)."""
-
-
-def _leading_literal(alt: str) -> str:
-    """The literal text every match of the alternative ``alt`` starts with ("" if none)."""
-    out: list[str] = []
-    i = 0
-    while i < len(alt):
-        c = alt[i]
-        if c == "\\":
-            if i + 1 >= len(alt) or alt[i + 1] not in _ESCAPED_LITERALS:
-                break
-            c, step = alt[i + 1], 2
-        elif c in ".^$*+?{}[]|()":
-            break
-        else:
-            step = 1
-        if alt[i + step : i + step + 1] in ("?", "*", "{"):
-            break  # this character may be absent (or repeated: it is still there once for "+")
-        out.append(c)
-        i += step
-    return "".join(out)
-
-
-def _structure(pattern: str) -> list[tuple[int, str, int]] | None:
-    """Where ``pattern``'s own ``(``, ``)`` and ``|`` are (not escaped, not in a class), each with
-    the group depth before it; None if its brackets do not balance."""
-    marks: list[tuple[int, str, int]] = []
-    depth, i, in_class = 0, 0, False
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-            if pattern[i + 1 : i + 2] == "]":
-                i += 1  # a "]" right after "[" is a member
-        elif c in "()|":
-            marks.append((i, c, depth))
-            depth += {"(": 1, ")": -1, "|": 0}[c]
-            if depth < 0:
-                return None
-        i += 1
-    return None if depth or in_class else marks
-
-
-def _top_alternatives(pattern: str) -> list[str] | None:
-    """``pattern`` split at its top-level ``|`` (None if its brackets do not balance)."""
-    marks = _structure(pattern)
-    if marks is None:
-        return None
-    cuts = [i for i, c, depth in marks if c == "|" and depth == 0]
-    return [pattern[a + 1 : b] for a, b in zip([-1, *cuts], [*cuts, len(pattern)], strict=True)]
-
-
-def literal_starts(pattern: str) -> tuple[str, ...] | None:
+def literal_starts(pattern: str, flags: int = 0) -> tuple[str, ...] | None:
     """Literals one of which every match of ``pattern`` starts with, or None when none can be
     said: a pattern that starts with a class, an optional part, a lookaround or inline flags.
-    A leading group of alternatives gives one literal each: ``(ghp|gho)_`` → ``ghp``, ``gho``."""
-    alternatives = _top_alternatives(pattern)
-    if alternatives is None:
+    Alternatives give one literal each: ``(ghp|gho)_`` → ``ghp``, ``gho``. Read from Python's own
+    parse of the pattern (``re._parser``, private: where it is gone, every pattern says None and
+    its rule runs on every text, as before the screen)."""
+    if _sre is None:
         return None
-    found: list[str] = []
-    for alt in alternatives:
-        literal = _leading_literal(alt)
-        if literal:
-            found.append(literal)
+    try:
+        parsed = _sre.parse(pattern, flags)
+    except (re.error, RecursionError):
+        return None
+    if parsed.state.flags & ~re.UNICODE != flags & ~re.UNICODE:
+        return None  # inline flags: "(?i)key" matches what "key" does not
+    return _starts(list(parsed))
+
+
+def _starts(items: list[tuple[Any, Any]]) -> tuple[str, ...] | None:
+    """``literal_starts`` of a parsed sequence: its leading literal characters, then what the
+    first element after them starts with (a group, alternatives, a repeat of at least one)."""
+    literal = ""
+    for op, arg in items:
+        if op is _sre.LITERAL:
+            literal += chr(arg)
             continue
-        if not alt.startswith("("):
-            return None
-        inner_start = 3 if alt.startswith("(?:") else 1
-        if alt.startswith("(?") and inner_start == 1:
-            return None  # a lookaround, a named group, inline flags
-        end = _group_end(alt)
-        if end is None or alt[end + 1 : end + 2] in ("?", "*", "{"):
-            return None  # the group may be absent
-        inner = literal_starts(alt[inner_start:end])
-        if inner is None:
-            return None
-        found += inner
-    return tuple(dict.fromkeys(found))
-
-
-def _group_end(alt: str) -> int | None:
-    """Index of the ``)`` that closes the group ``alt`` starts with."""
-    marks = _structure(alt)
-    return next((i for i, c, depth in marks or () if c == ")" and depth == 1), None)
+        if op is _sre.BRANCH:
+            alternatives = [_starts(list(alt)) for alt in arg[1]]
+            then = None if None in alternatives else tuple(w for alt in alternatives if alt for w in alt)
+        elif op is _sre.SUBPATTERN and not arg[1] and not arg[2]:  # a group without inline flags
+            then = _starts(list(arg[3]))
+        elif op is _sre.IN and all(o is _sre.LITERAL for o, _ in arg):  # the parser's "(gho|ghp)"
+            then = tuple(chr(c) for _, c in arg)
+        elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT) and arg[0] >= 1:
+            then = _starts(list(arg[2]))
+        else:
+            then = None
+        if then is None:
+            break
+        return tuple(dict.fromkeys(literal + w for w in then))
+    return (literal,) if literal else None
 
 
 class _Rule:
@@ -542,11 +496,10 @@ class _Rule:
             gate = _GATES.get(p.pattern)
             if isinstance(gate, re.Pattern):
                 return None
-            ignore_case = bool(p.flags & re.IGNORECASE)
-            starts = gate if gate is not None else None if p.flags & re.VERBOSE else literal_starts(p.pattern)
+            starts = gate if gate is not None else literal_starts(p.pattern, p.flags)
             if not starts:
                 return None
-            if ignore_case:
+            if p.flags & re.IGNORECASE:
                 low += [w.lower() for w in starts]
             else:
                 words += starts
@@ -647,39 +600,40 @@ class _Screen:
 
     def __init__(self, rules: Sequence[_Rule]):
         self.count = len(rules)
-        self.always = [k for k, r in enumerate(rules) if r.needs is None]
-        by_word: dict[str, set[int]] = {}
-        by_low: dict[str, set[int]] = {}
-        for k, rule in enumerate(rules):
-            if rule.needs is not None:
-                for w in rule.needs[0]:
-                    by_word.setdefault(w, set()).add(k)
-                for w in rule.needs[1]:
-                    by_low.setdefault(w, set()).add(k)
-        self.words, self.word_rules = _automaton(by_word)
-        self.low, self.low_rules = _automaton(by_low)
+        self.always = {k for k, r in enumerate(rules) if r.needs is None}
+        self.words = _Words({k: r.needs[0] for k, r in enumerate(rules) if r.needs is not None})
+        self.low = _Words({k: r.needs[1] for k, r in enumerate(rules) if r.needs is not None})
 
     def rules(self, t: _Text) -> list[int]:
         """Indices of the rules to run on ``t``, in order."""
-        chosen = set(self.always)
-        for automaton, rules, text in ((self.words, self.word_rules, t.text), (self.low, self.low_rules, t)):
-            if automaton is None:
-                continue
-            if isinstance(text, _Text):
-                text = text.low
-            try:
-                # overlapping: every word present is reported, a word inside another one too
-                matches = automaton.find_matches_as_indexes(text, overlapping=True)
-            except UnicodeEncodeError:  # a lone surrogate: no UTF-8 form to scan; run them all
-                return list(range(self.count))
-            for w in {m[0] for m in matches}:
-                chosen |= rules[w]
+        try:
+            chosen = self.always | self.words.rules_in(t.text) | (self.low.rules_in(t.low) if self.low else set())
+        except UnicodeEncodeError:  # a lone surrogate: no UTF-8 form to scan; run them all
+            return list(range(self.count))
         return sorted(chosen)
 
 
-def _automaton(by_word: Mapping[str, set[int]]) -> tuple[ahocorasick_rs.AhoCorasick | None, list[set[int]]]:
-    words = list(by_word)
-    return (ahocorasick_rs.AhoCorasick(words) if words else None), [by_word[w] for w in words]
+class _Words:
+    """An Aho-Corasick automaton over the words of some rules."""
+
+    def __init__(self, needs: Mapping[int, Sequence[str]]):
+        owners: dict[str, set[int]] = {}
+        for k, words in needs.items():
+            for w in words:
+                owners.setdefault(w, set()).add(k)
+        self.owners = list(owners.values())
+        self.automaton = ahocorasick_rs.AhoCorasick(list(owners)) if owners else None
+
+    def __bool__(self) -> bool:
+        return self.automaton is not None
+
+    def rules_in(self, text: str) -> set[int]:
+        """The rules one of whose words ``text`` holds (UnicodeEncodeError: a lone surrogate)."""
+        if self.automaton is None:
+            return set()
+        # overlapping: every word present is reported, a word inside another one too
+        found = {w for w, _, _ in self.automaton.find_matches_as_indexes(text, overlapping=True)}
+        return set().union(*(self.owners[w] for w in found))
 
 
 class Redactor:

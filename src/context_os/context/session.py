@@ -456,7 +456,7 @@ class Session:
             if o.version is None or o.version[1] is None:
                 waiting.append(o)
             else:
-                o.content, o.gain = None, None  # the gain's memo would keep the text alive
+                o.content = None
         self._released = waiting
 
     def _reload(self, o: ObjInfo) -> None:

@@ -89,10 +89,6 @@ class ObjInfo:
     """The last ``focus_window`` of it: (the text, the focus, the limit, the window). A turn asks
     for the window of every file of the active pool several times (to size the pool, to plan its
     blocks, to render them), and it changes only with the text or the focus."""
-    gain: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
-    """The last ``collapse_gain`` of a tool result: (the policy, the layout, its call's arguments,
-    its tokens, its text, the gain). A result waiting for a break is counted every turn; its gain
-    changes only with those (an eviction scrubbing its call replaces the arguments)."""
 
     @property
     def tokens(self) -> int:
@@ -796,26 +792,14 @@ class SessionView:
     def collapse_gain(self, o: ObjInfo) -> int:
         """Tokens collapsing the tool result ``o`` frees: its output as shown (clipped, if long), and
         the long arguments of its call that collapse with it."""
-        call = self._call_of(o)
-        arguments = call["arguments"] if call is not None else None
-        memo = o.gain
-        if (
-            memo is not None
-            and memo[0] is self.policy
-            and memo[1] == self.layout
-            and memo[2] is arguments
-            and memo[3] == o.tokens
-            and memo[4] is o.content
-        ):
-            return int(memo[5])
         clipped = self.clipped_result(o)
         gain = o.tokens if clipped is None else estimate_tokens(len(clipped))
+        call = self._call_of(o)
         if call is not None:
             before = msg_chars({"role": "assistant", "text": None, "tool_calls": [call]})
-            elided = elide_arguments(arguments, self._handle(o), self.policy.elide_arguments_over_chars)
+            elided = elide_arguments(call["arguments"], self._handle(o), self.policy.elide_arguments_over_chars)
             after = msg_chars({"role": "assistant", "text": None, "tool_calls": [{**call, "arguments": elided}]})
             gain += estimate_tokens(max(0, before - after))
-        o.gain = (self.policy, self.layout, arguments, o.tokens, o.content, gain)
         return gain
 
     # --- the volatile part -------------------------------------------------------------------
