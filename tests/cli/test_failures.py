@@ -20,6 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from context_os.cli import cli
+from context_os.hashing import encode_doc
+from context_os.store import Put
 from context_os.store.sqlite import SqliteStore
 from tests._reliability import Counts
 from tests.cli.test_cli import CTXOS, ctxos
@@ -242,9 +244,8 @@ def integrity(path: Path) -> list[str]:
 def test_verify_names_a_document_whose_json_no_longer_parses(demo: Path, tmp_path: Path) -> None:
     damaged = copy_store(demo, tmp_path / "json.db")
     # the session document of a turn from the fifth on that no later write corrected (two turns in
-    # one millisecond share a valid time: plain history then shows only the later, and verify
-    # reads history), which that turn's frame re-renders from: "id"}"session:d1", the same
-    # length, and its JSON text no longer parses. Found by SQL: where a row's bytes lie in the
+    # one millisecond share a valid time), which that turn's frame re-renders from:
+    # "id"}"session:d1", the same length, and its JSON text no longer parses. Found by SQL: where a row's bytes lie in the
     # file, and which stale copies free pages keep, is SQLite's affair.
     conn = sqlite3.connect(damaged)
     try:
@@ -276,6 +277,32 @@ def test_verify_names_a_document_whose_json_no_longer_parses(demo: Path, tmp_pat
     [failed] = [f for f in report["frames"] if not f["ok"]]
     assert failed["rendered_hash"] is None and "cannot be re-rendered" in failed["problems"][0]
     assert "session:d1" in failed["problems"][0] and report["frames_verified"] == 87
+
+
+def test_verify_rehashes_a_version_a_later_write_of_the_same_valid_time_corrected(tmp_path: Path) -> None:
+    # two writes of one document within a millisecond share a valid time: the later corrects the
+    # earlier, which plain history no longer shows, but a read as of the earlier tx (a frame's
+    # re-render) still does: verify must check it too
+    path = tmp_path / "corrected.db"
+    store = SqliteStore(path)
+    try:
+        t1 = store.submit([Put(encode_doc("note:a", "note", {"n": 1}, {})[0], 1_700_000_000_000)])
+        store.submit([Put(encode_doc("note:a", "note", {"n": 2}, {})[0], 1_700_000_000_000)])
+    finally:
+        store.close()
+    conn = sqlite3.connect(path)
+    try:  # the first version's content changes under its hashes
+        conn.execute("UPDATE docs SET json = replace(json, '\"n\":1', '\"n\":7') WHERE json LIKE '%\"n\":1%'")
+        assert conn.total_changes == 1
+        conn.commit()
+    finally:
+        conn.close()
+    proc = ctxos("verify", "--json", store=path, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["versions_checked"] == 2 and report["damaged"] == [], report
+    assert [(m["id"], m["tx_id"]) for m in report["mismatches"]] == [("note:a", t1.id)]
+    assert "content_hash" in report["mismatches"][0]["fields"]
 
 
 def test_verify_runs_the_databases_integrity_check(demo: Path, tmp_path: Path) -> None:

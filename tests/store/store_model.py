@@ -110,6 +110,7 @@ class StoreModel:
         end_valid_time: int | None = None,
         start_tx_id: int | None = None,
         end_tx_id: int | None = None,
+        with_corrections: bool = False,
     ) -> list[Row]:
         rows = self.entities.get(id, {})
         inf = float("inf")
@@ -125,6 +126,8 @@ class StoreModel:
             hi_tx = inf if start_tx_id is None else start_tx_id
             lo_tx = -inf if end_tx_id is None else end_tx_id
             keep = [(vt, tx) for vt, tx in rows if lo_vt < vt <= hi_vt and lo_tx < tx <= hi_tx]
+        if with_corrections:  # every row, a valid time's in tx order, both in the history's direction
+            return [(vt, tx, rows[(vt, tx)]) for vt, tx in sorted(keep, reverse=order == "desc")]
         best: dict[int, int] = {}
         for vt, tx in keep:
             best[vt] = max(tx, best.get(vt, tx))

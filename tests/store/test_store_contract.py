@@ -251,6 +251,24 @@ def test_correction_at_same_valid_time_old_tx_sees_old_doc(store: Store, uid: st
     assert ns(store.history(id, "desc", start_tx_id=t1.id)) == [1]
 
 
+def test_history_with_corrections_has_every_version_in_tx_order_within_a_valid_time(store: Store, uid: str) -> None:
+    id = f"{uid}-a"
+    t1 = store.submit([Put(doc(id, 1), T0 + 10)])
+    t2 = store.submit([Put(doc(id, 2), T0 + 10)])  # a correction of the same valid time
+    t3 = store.submit([Put(doc(id, 3), T0 + 20)])
+    t4 = store.submit([Put(doc(id, 4), T0 + 10)])  # and another, after a later valid time's
+    rows = [(v.valid_time - T0, v.tx_id, ns([v])[0]) for v in store.history(id, with_corrections=True)]
+    assert rows == [(10, t1.id, 1), (10, t2.id, 2), (10, t4.id, 4), (20, t3.id, 3)]
+    desc = [(v.valid_time - T0, v.tx_id) for v in store.history(id, "desc", with_corrections=True)]
+    assert desc == [(20, t3.id), (10, t4.id), (10, t2.id), (10, t1.id)]
+    # the bounds as without corrections; without them, the latest correction of each valid time
+    assert ns(store.history(id, end_tx_id=t3.id, with_corrections=True)) == [1, 2]
+    assert ns(store.history(id, "desc", start_tx_id=t2.id, with_corrections=True)) == [2, 1]
+    assert ns(store.history(id)) == [4, 3]
+    bare = store.history(id, with_docs=False, with_corrections=True)
+    assert [v.tx_id for v in bare] == [t1.id, t2.id, t4.id, t3.id] and all(v.doc is None for v in bare)
+
+
 def test_tx_ids_increase_and_tx_time_does_not_go_back(store: Store, uid: str) -> None:
     txs = [store.submit([Put(doc(f"{uid}-{i}", i))]) for i in range(5)]
     assert all(b.id > a.id for a, b in zip(txs, txs[1:], strict=False))

@@ -91,10 +91,18 @@ class StoreMachine(RuleBasedStateMachine):
         start_vt=opt_vts,
         end_vt=opt_vts,
         with_docs=st.booleans(),
+        with_corrections=st.booleans(),
         data=st.data(),
     )
     def history(
-        self, id: str, order: Any, start_vt: int | None, end_vt: int | None, with_docs: bool, data: st.DataObject
+        self,
+        id: str,
+        order: Any,
+        start_vt: int | None,
+        end_vt: int | None,
+        with_docs: bool,
+        with_corrections: bool,
+        data: st.DataObject,
     ) -> None:
         start_tx = data.draw(st.none() | st.sampled_from(self.tx_ids), label="start_tx_id")
         end_tx = data.draw(st.none() | st.sampled_from(self.tx_ids), label="end_tx_id")
@@ -106,8 +114,9 @@ class StoreMachine(RuleBasedStateMachine):
             end_valid_time=end_vt,
             start_tx_id=start_tx,
             end_tx_id=end_tx,
+            with_corrections=with_corrections,
         )
-        want = self.model.history(id, order, self.now(), start_vt, end_vt, start_tx, end_tx)
+        want = self.model.history(id, order, self.now(), start_vt, end_vt, start_tx, end_tx, with_corrections)
         if with_docs:
             assert [as_row(v) for v in got] == want
         else:

@@ -25,15 +25,16 @@ def _damage(e: StoreCorrupt, id: str, v: Version | None = None) -> dict[str, Any
 
 
 def _versions(store: Store, id: str, damaged: list[dict[str, Any]]) -> list[Version]:
-    """Every version of ``id`` with its document. One whose document cannot be read goes to
-    ``damaged`` and the others are still returned (read one by one)."""
+    """Every version of ``id`` with its document, those a later write of the same valid time
+    corrected too (a frame as of an earlier transaction re-renders from them). One whose document
+    cannot be read goes to ``damaged`` and the others are still returned (read one by one)."""
     try:
-        return store.history(id, with_docs=True)
+        return store.history(id, with_docs=True, with_corrections=True)
     except StoreCorrupt:
         pass
     out = []
     try:
-        listed = store.history(id, with_docs=False)
+        listed = store.history(id, with_docs=False, with_corrections=True)
     except StoreCorrupt as e:
         damaged.append(_damage(e, id))
         return []

@@ -237,8 +237,13 @@ class Store(ABC):
         end_valid_time: int | None = None,
         start_tx_id: int | None = None,
         end_tx_id: int | None = None,
+        with_corrections: bool = False,
     ) -> list[Version]:
-        """Versions of ``id`` in valid-time order; starts inclusive, ends exclusive."""
+        """Versions of ``id`` in valid-time order; starts inclusive, ends exclusive. A valid time
+        written more than once shows its latest correction only (the version in force now);
+        ``with_corrections=True``: every version, the corrected ones too, those of one valid time
+        in transaction order in the history's direction (``asc``: oldest first), as XTDB's
+        ``with-corrections``: what a check of every stored version reads."""
         if order not in ("asc", "desc"):
             raise StoreError(f"history order must be 'asc' or 'desc', got {order!r}")
         return self._history(
@@ -249,6 +254,7 @@ class Store(ABC):
             end_valid_time=end_valid_time,
             start_tx_id=start_tx_id,
             end_tx_id=end_tx_id,
+            with_corrections=with_corrections,
         )
 
     @abstractmethod
@@ -262,6 +268,7 @@ class Store(ABC):
         end_valid_time: int | None,
         start_tx_id: int | None,
         end_tx_id: int | None,
+        with_corrections: bool,
     ) -> list[Version]:
         """``history`` once its arguments are checked: what each backend implements."""
 

@@ -352,6 +352,7 @@ class OutboxStore(Store):
         end_valid_time: int | None,
         start_tx_id: int | None,
         end_tx_id: int | None,
+        with_corrections: bool,
     ) -> list[Version]:
         self._ready()
         return self.inner.history(
@@ -362,6 +363,7 @@ class OutboxStore(Store):
             end_valid_time=end_valid_time,
             start_tx_id=self._tx(start_tx_id),
             end_tx_id=self._tx(end_tx_id),
+            with_corrections=with_corrections,
         )
 
     def find(

@@ -636,6 +636,7 @@ class SqliteStore(Store):
         end_valid_time: int | None,
         start_tx_id: int | None,
         end_tx_id: int | None,
+        with_corrections: bool,
     ) -> list[Version]:
         # As in XTDB, history is read from a db "now": it never shows valid times after now
         # (asc ends there, desc starts there) nor transactions after the latest.
@@ -654,7 +655,8 @@ class SqliteStore(Store):
             tx_hi = _MAX if end_tx_id is None else end_tx_id
             sql = (
                 base + " WHERE e.id = ? AND v.valid_time >= ? AND v.valid_time < ?"
-                " AND v.tx_id >= ? AND v.tx_id < ? ORDER BY v.valid_time ASC, v.tx_id DESC"
+                " AND v.tx_id >= ? AND v.tx_id < ? ORDER BY v.valid_time ASC, v.tx_id "
+                + ("ASC" if with_corrections else "DESC")  # without: the first of a valid time stays
             )
             params = (id, vt_lo, vt_hi, tx_lo, tx_hi)
         else:
@@ -673,7 +675,7 @@ class SqliteStore(Store):
         out: list[Version] = []
         last_vt: int | None = None
         for vt, tx, tx_time, doc_ref, text in rows:
-            if vt == last_vt:
+            if vt == last_vt and not with_corrections:
                 continue  # an older correction of the same valid time (rows come newest tx first)
             last_vt = vt
             doc = _load(text, id, tx, self.path) if with_docs and doc_ref is not None else None

@@ -915,6 +915,7 @@ class XtdbStore(Store):
         end_valid_time: int | None,
         start_tx_id: int | None,
         end_tx_id: int | None,
+        with_corrections: bool,
     ) -> list[Version]:
         params = {
             "eid-edn": _to_edn(_check_id(id)),
@@ -922,6 +923,8 @@ class XtdbStore(Store):
             "sort-order": order,
             "with-docs": "true" if with_docs else "false",
         }
+        if with_corrections:
+            params["with-corrections"] = "true"
         for name, vt in (("start-valid-time", start_valid_time), ("end-valid-time", end_valid_time)):
             if vt is not None:
                 params[name] = _iso(_check_int(name, vt))
