@@ -245,8 +245,8 @@ def test_verify_names_a_document_whose_json_no_longer_parses(demo: Path, tmp_pat
     damaged = copy_store(demo, tmp_path / "json.db")
     # the session document of a turn from the fifth on that no later write corrected (two turns in
     # one millisecond share a valid time), which that turn's frame re-renders from:
-    # "id"}"session:d1", the same length, and its JSON text no longer parses. Found by SQL: where a row's bytes lie in the
-    # file, and which stale copies free pages keep, is SQLite's affair.
+    # "id"}"session:d1", the same length, and its JSON text no longer parses. Found by SQL: where
+    # a row's bytes lie in the file, and which stale copies free pages keep, is SQLite's affair.
     conn = sqlite3.connect(damaged)
     try:
         [(ref, text)] = conn.execute(
