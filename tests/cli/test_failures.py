@@ -225,6 +225,14 @@ def copy_store(src: Path, dst: Path) -> Path:
     return dst
 
 
+def failed_verify(store: Path) -> dict[str, Any]:
+    """``ctxos verify --json`` on a damaged store: exit 1, no traceback, the report."""
+    proc = ctxos("verify", "--json", store=store, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    report: dict[str, Any] = json.loads(proc.stdout)
+    return report
+
+
 def integrity(path: Path) -> list[str]:
     """SQLite's own verdict on a copy of ``path`` (the copy: checking must not change the file)."""
     probe = path.with_name(path.name + ".probe")
@@ -260,9 +268,7 @@ def test_verify_names_a_document_whose_json_no_longer_parses(demo: Path, tmp_pat
         conn.commit()
     finally:
         conn.close()
-    proc = ctxos("verify", "--json", store=damaged, check=False)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    report = json.loads(proc.stdout)
+    report = failed_verify(damaged)
     assert report["ok"] is False and len(report["damaged"]) == 1, report
     [bad] = report["damaged"]
     assert bad["id"] == "session:d1" and isinstance(bad["tx_id"], int) and "does not parse as JSON" in bad["error"]
@@ -297,9 +303,7 @@ def test_verify_rehashes_a_version_a_later_write_of_the_same_valid_time_correcte
         conn.commit()
     finally:
         conn.close()
-    proc = ctxos("verify", "--json", store=path, check=False)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    report = json.loads(proc.stdout)
+    report = failed_verify(path)
     assert report["versions_checked"] == 2 and report["damaged"] == [], report
     assert [(m["id"], m["tx_id"]) for m in report["mismatches"]] == [("note:a", t1.id)]
     assert "content_hash" in report["mismatches"][0]["fields"]
@@ -320,9 +324,7 @@ def test_verify_runs_the_databases_integrity_check(demo: Path, tmp_path: Path) -
             break
     else:
         pytest.fail("no flip in the attribute index broke it")
-    proc = ctxos("verify", "--json", store=damaged, check=False)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    report = json.loads(proc.stdout)
+    report = failed_verify(damaged)
     assert report["mismatches"] == [] and report["ok"] is False
     assert any("integrity_check" in p and "attrs" in p for p in report["integrity"]), report["integrity"]
     assert "integrity check: 1 problem(s)" in ctxos("verify", store=damaged, check=False).stdout
