@@ -137,6 +137,22 @@ def test_identical_documents_are_stored_once(tmp_path: Path) -> None:
         assert (s.stats()["versions"], s.stats()["docs"]) == (5, 1)
 
 
+def test_a_new_entitys_documents_are_keyed_after_every_older_ones(tmp_path: Path) -> None:
+    # the dedup key leads with the entity (created in order), so a turn's new documents append
+    # to the index instead of landing on random leaves; still one row per identical document
+    with SqliteStore(tmp_path / "store.db") as s:
+        for i in range(40):  # "a" first: the entity created first
+            s.submit([Put(doc("a", i), T0 + i), Put(doc(f"e{i}", 1), T0)])
+        s.put(doc("a", 3), T0 + 100)  # the same document as an earlier version of "a"
+        assert s.stats()["docs"] == 80
+    with sqlite3.connect(tmp_path / "store.db") as conn:
+        rows = conn.execute("SELECT hash, json_extract(json, '$.id') FROM docs ORDER BY hash").fetchall()
+    conn.close()
+    ids = [i for _, i in rows]
+    assert ids == ["a"] * 40 + [f"e{i}" for i in range(40)]
+    assert all(len(key) == 40 for key, _ in rows)
+
+
 def test_docs_no_row_references_are_not_kept(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "store.db") as s:
         # the second put replaces the first one's row (same id, valid time and tx)
