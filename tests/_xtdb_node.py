@@ -216,8 +216,9 @@ def node() -> Iterator[str]:
 
 def all_corrections(url: str, id: str) -> list[tuple[int, int, str | None]]:
     """Every version a node holds for ``id``, corrections included: (valid time, tx id, object
-    hash), in order. Read straight from the node: the store contract's history shows only the
-    latest correction of each valid time, which would hide a version written twice."""
+    hash), in order. Read straight from the node, not through ``Store.history(...,
+    with_corrections=True)``: the tests that call this check what the store code under test
+    wrote (the outbox's replays, concurrent writers), so the check does not go through it."""
     from context_os.store.edn import Keyword
     from context_os.store.xtdb import _doc_from_edn, _ms, _read_edn
 
