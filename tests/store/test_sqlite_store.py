@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from context_os.errors import ConfigError, NotFound, SchemaError, StoreCorrupt, StoreError, StoreUnavailable
-from context_os.store import Delete, Evict, Put, open_store
+from context_os.store import Delete, Evict, Match, Put, open_store
 from context_os.store import sqlite as sqlite_store
 from context_os.store.sqlite import MIGRATIONS, SqliteStore
 
@@ -151,6 +151,41 @@ def test_a_new_entitys_documents_are_keyed_after_every_older_ones(tmp_path: Path
     ids = [i for _, i in rows]
     assert ids == ["a"] * 40 + [f"e{i}" for i in range(40)]
     assert all(len(key) == 40 for key, _ in rows)
+
+
+def entity_rows(path: Path) -> list[tuple[int, str]]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT eid, id FROM entities ORDER BY eid").fetchall()
+    conn.close()
+    return rows
+
+
+def test_an_entity_another_process_evicted_is_not_written_under_its_old_eid(tmp_path: Path) -> None:
+    # A store remembers the eids its own transactions used; another process's evict deletes
+    # an entity, and SQLite hands its eid (the highest) to the next entity created.
+    path = tmp_path / "store.db"
+    with SqliteStore(path) as a, SqliteStore(path) as b:
+        a.put(doc("x", 1), T0)
+        b.submit([Evict("x")])
+        b.put(doc("y", 1), T0)  # takes the eid x had
+        a.put(doc("x", 2), T0 + 1)
+        assert a.doc("x", T0 + 1) == doc("x", 2)
+        assert a.history("x") == b.history("x") and len(b.history("x")) == 1
+        assert b.doc("y", T0) == doc("y", 1) and len(b.history("y")) == 1
+        assert [i for _, i in entity_rows(path)] == ["y", "x"]
+
+
+def test_an_entity_evicted_in_a_transaction_the_match_undid_keeps_its_eid(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    with SqliteStore(path) as s:
+        s.put(doc("x", 1), T0)
+        before = entity_rows(path)
+        tx = s.submit([Evict("x"), Put(doc("z", 1), T0), Match("nothing", {"id": "nothing"})])
+        assert not tx.committed
+        assert entity_rows(path) == before
+        s.submit([Put(doc("x", 2), T0 + 1), Put(doc("z", 2), T0)])
+        assert [len(s.history(i)) for i in ("x", "z")] == [2, 1]
+        assert [i for _, i in entity_rows(path)] == ["x", "z"]
 
 
 def test_docs_no_row_references_are_not_kept(tmp_path: Path) -> None:

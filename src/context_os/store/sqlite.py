@@ -144,6 +144,8 @@ def _m005_fts_high_water(conn: sqlite3.Connection) -> None:
 
 _PAGE_SIZE = 2048
 """The page size of a store file this module creates (SQLite's default is 4096)."""
+_EID_CACHE = 20_000
+"""How many entities' eids a store remembers (a few MB); past it, it starts over."""
 
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
     ("m001_initial", _m001_initial),
@@ -331,6 +333,10 @@ class SqliteStore(Store):
         # indexed; one missing may have been added by another process (re-read under the lock).
         self._indexed: frozenset[str] = frozenset()
         self._text_schema = (-1, False)  # (schema version, whether the keyword index is there)
+        # Entity ids -> eids as this process's own transactions left them, valid while the
+        # newest tx is the one this process wrote last (only a tx, an evict, deletes an entity).
+        self._eids: dict[str, int] = {}
+        self._eids_tx = -1
         self._conn: sqlite3.Connection | None = None
         self._conn = self._init_connection()
 
@@ -584,7 +590,9 @@ class SqliteStore(Store):
                 matches = any(isinstance(op, Match) for op in ops)
                 if matches:
                     conn.execute("SAVEPOINT ops")
-                writer = _TxWriter(conn, tx_id, tx_time, self._indexed, text=text)
+                if last is None or last[0] != self._eids_tx or len(self._eids) > _EID_CACHE:
+                    self._eids = {}  # another process wrote since (it may have evicted)
+                writer = _TxWriter(conn, tx_id, tx_time, self._indexed, text=text, known=self._eids)
                 committed = writer.run(ops, prepared, expected)
                 if not committed:
                     conn.execute("ROLLBACK TO ops")
@@ -597,8 +605,14 @@ class SqliteStore(Store):
                 conn.execute("INSERT INTO txs (id, time, committed) VALUES (?, ?, ?)", (tx_id, tx_time, committed))
                 conn.execute("COMMIT")
             except BaseException:
+                self._eids, self._eids_tx = {}, -1
                 conn.execute("ROLLBACK")
                 raise
+            if committed:  # (a failed match rolled back what the ops did: what is known stands)
+                for doc_id in writer.evicted:
+                    self._eids.pop(doc_id, None)
+                self._eids.update(writer.eids)
+            self._eids_tx = tx_id
             self._last_tx_time = max(self._last_tx_time, tx_time)
             self._known_tx = max(self._known_tx, tx_id)
             if committed and any(isinstance(op, Evict) for op in ops):
@@ -977,9 +991,18 @@ class _TxWriter:
     """
 
     def __init__(
-        self, conn: sqlite3.Connection, tx_id: int, tx_time: int, indexed: frozenset[str], *, text: bool = False
+        self,
+        conn: sqlite3.Connection,
+        tx_id: int,
+        tx_time: int,
+        indexed: frozenset[str],
+        *,
+        text: bool = False,
+        known: Mapping[str, int] | None = None,
     ) -> None:
         self.conn = conn
+        self.known = known or {}  # eids of entities known to exist (the store's cache)
+        self.evicted: set[str] = set()
         self.indexed = indexed
         self.text = text  # whether the keyword index is there to keep up to date
         self.text_removed = False  # an evict took parts out of it (its segments need a merge)
@@ -1037,25 +1060,22 @@ class _TxWriter:
     # -- ids and documents -------------------------------------------------------------------
 
     def _resolve_ids(self, ops: Sequence[Op]) -> None:
-        """Look up (and create) every entity the ops write, in two statements, not one per op."""
-        ids = list({_op_id(op): None for op in ops})
-        if not ids:
-            return
-        select = "SELECT id, eid FROM entities WHERE id IN (SELECT value FROM json_each(?))"
-        self.eids = dict(self.conn.execute(select, (json.dumps(ids),)).fetchall())
-        missing = list(
-            {
-                _op_id(op): None
-                for op in ops
-                if isinstance(op, Put | Delete) and not self._empty_range(op) and _op_id(op) not in self.eids
-            }
-        )
-        if missing:
-            blob = json.dumps(missing)
-            self.conn.execute("INSERT INTO entities (id) SELECT value FROM json_each(?)", (blob,))
-            created = dict(self.conn.execute(select, (blob,)).fetchall())
-            self.eids.update(created)
-            self.fresh.update(created.values())
+        """Look up (and create) every entity the ops write: the store's own last transaction
+        left it most of their eids; a new one is created (its eid is the row's); the others
+        (written by another process, or only matched) are read in one statement."""
+        ids = {_op_id(op): None for op in ops}
+        self.eids = {i: self.known[i] for i in ids if i in self.known}
+        for op in ops:
+            i = _op_id(op)
+            if isinstance(op, Put | Delete) and i not in self.eids and not self._empty_range(op):
+                cur = self.conn.execute("INSERT OR IGNORE INTO entities (id) VALUES (?)", (i,))
+                if cur.rowcount == 1 and cur.lastrowid is not None:
+                    self.eids[i] = cur.lastrowid
+                    self.fresh.add(cur.lastrowid)
+        unknown = [i for i in ids if i not in self.eids]
+        if unknown:
+            select = "SELECT id, eid FROM entities WHERE id IN (SELECT value FROM json_each(?))"
+            self.eids.update(self.conn.execute(select, (json.dumps(unknown),)).fetchall())
 
     def _eid(self, doc_id: str, *, create: bool) -> int | None:
         eid = self.eids.get(doc_id)
@@ -1214,4 +1234,5 @@ class _TxWriter:
             self.text_removed = True
         self.conn.execute("DELETE FROM entities WHERE eid = ?", (eid,))
         del self.eids[doc_id]
+        self.evicted.add(doc_id)
         self.fresh.discard(eid)
