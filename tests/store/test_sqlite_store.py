@@ -188,6 +188,21 @@ def test_an_entity_evicted_in_a_transaction_the_match_undid_keeps_its_eid(tmp_pa
         assert [i for _, i in entity_rows(path)] == ["x", "z"]
 
 
+@pytest.mark.parametrize("writers", ["one", "two"])
+def test_a_put_replaces_the_copies_a_range_put_left_after_it_whoever_wrote_them(tmp_path: Path, writers: str) -> None:
+    # A store skips reading an entity's rows before a put at or after the newest valid time it
+    # knows them to have; a range put writes copies at later boundaries, and another process
+    # may have written them.
+    path = tmp_path / "store.db"
+    with SqliteStore(path) as a, SqliteStore(path) as b:
+        other = a if writers == "one" else b
+        a.put(doc("x", 0), T0)
+        other.put(doc("x", 1), T0 + 200)
+        other.put(doc("x", 2), T0 + 100, T0 + 300)  # rows at 100 and 200 (its copy), 300 resumes 1
+        a.put(doc("x", 3), T0 + 150)  # replaces the copy at 200 too: holds until 300
+        assert [a.doc("x", T0 + t) for t in (50, 120, 250, 350)] == [doc("x", n) for n in (0, 2, 3, 1)]
+
+
 def test_docs_no_row_references_are_not_kept(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "store.db") as s:
         # the second put replaces the first one's row (same id, valid time and tx)

@@ -50,11 +50,15 @@ class StoreMachine(RuleBasedStateMachine):
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="ctxos-model-")
         self.store = SqliteStore(Path(self.dir) / "store.db")
+        # a second writer of the same file, as another process would be: what a store remembers
+        # of its own writes must not outlive another's
+        self.other = SqliteStore(Path(self.dir) / "store.db")
         self.model = StoreModel()
         self.tx_ids: list[int] = []
 
     def teardown(self) -> None:
         self.store.close()
+        self.other.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def now(self) -> int:
@@ -63,9 +67,9 @@ class StoreMachine(RuleBasedStateMachine):
     def query_vts(self) -> st.SearchStrategy[int]:
         return vts | st.sampled_from([t for _, t, _ in self.model.txs] or [0])
 
-    @rule(tx=ops)
-    def submit(self, tx: list[Op]) -> None:
-        got = self.store.submit(tx)
+    @rule(tx=ops, other=st.booleans())
+    def submit(self, tx: list[Op], other: bool) -> None:
+        got = (self.other if other else self.store).submit(tx)
         if self.tx_ids:
             assert got.id > self.tx_ids[-1]
             assert got.time >= self.model.txs[-1][1]

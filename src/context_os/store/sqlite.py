@@ -333,9 +333,11 @@ class SqliteStore(Store):
         # indexed; one missing may have been added by another process (re-read under the lock).
         self._indexed: frozenset[str] = frozenset()
         self._text_schema = (-1, False)  # (schema version, whether the keyword index is there)
-        # Entity ids -> eids as this process's own transactions left them, valid while the
-        # newest tx is the one this process wrote last (only a tx, an evict, deletes an entity).
+        # Entity ids -> eids, and eids -> the newest valid time of their rows, as this process's
+        # own transactions left them: valid while the newest tx is the one this process wrote
+        # last (only a tx deletes an entity or writes rows).
         self._eids: dict[str, int] = {}
+        self._newest_vt: dict[int, int] = {}
         self._eids_tx = -1
         self._conn: sqlite3.Connection | None = None
         self._conn = self._init_connection()
@@ -591,8 +593,10 @@ class SqliteStore(Store):
                 if matches:
                     conn.execute("SAVEPOINT ops")
                 if last is None or last[0] != self._eids_tx or len(self._eids) > _EID_CACHE:
-                    self._eids = {}  # another process wrote since (it may have evicted)
-                writer = _TxWriter(conn, tx_id, tx_time, self._indexed, text=text, known=self._eids)
+                    self._eids, self._newest_vt = {}, {}  # another process wrote since
+                writer = _TxWriter(
+                    conn, tx_id, tx_time, self._indexed, text=text, known=self._eids, newest_vt=self._newest_vt
+                )
                 committed = writer.run(ops, prepared, expected)
                 if not committed:
                     conn.execute("ROLLBACK TO ops")
@@ -605,13 +609,20 @@ class SqliteStore(Store):
                 conn.execute("INSERT INTO txs (id, time, committed) VALUES (?, ?, ?)", (tx_id, tx_time, committed))
                 conn.execute("COMMIT")
             except BaseException:
-                self._eids, self._eids_tx = {}, -1
+                self._eids, self._newest_vt, self._eids_tx = {}, {}, -1
                 conn.execute("ROLLBACK")
                 raise
             if committed:  # (a failed match rolled back what the ops did: what is known stands)
-                for doc_id in writer.evicted:
+                for doc_id, eid in writer.evicted.items():
                     self._eids.pop(doc_id, None)
+                    self._newest_vt.pop(eid, None)
                 self._eids.update(writer.eids)
+                for eid in writer.writes:  # what it wrote is known only where it kept count
+                    vt = writer.newest_vt.get(eid)
+                    if vt is None:
+                        self._newest_vt.pop(eid, None)
+                    else:
+                        self._newest_vt[eid] = vt
             self._eids_tx = tx_id
             self._last_tx_time = max(self._last_tx_time, tx_time)
             self._known_tx = max(self._known_tx, tx_id)
@@ -999,10 +1010,15 @@ class _TxWriter:
         *,
         text: bool = False,
         known: Mapping[str, int] | None = None,
+        newest_vt: Mapping[int, int] | None = None,
     ) -> None:
         self.conn = conn
         self.known = known or {}  # eids of entities known to exist (the store's cache)
-        self.evicted: set[str] = set()
+        self.known_vt = newest_vt or {}  # the newest valid time of their rows, where known
+        # The newest valid time of the rows of each entity this tx wrote (None: it has none),
+        # where it is known: for most writes, at or after it, there is nothing to read first.
+        self.newest_vt: dict[int, int | None] = {}
+        self.evicted: dict[str, int] = {}
         self.indexed = indexed
         self.text = text  # whether the keyword index is there to keep up to date
         self.text_removed = False  # an evict took parts out of it (its segments need a merge)
@@ -1118,6 +1134,19 @@ class _TxWriter:
             self.fresh -= self.pending_eids
             self.pending_eids.clear()
 
+    def _newest(self, eid: int) -> int | None:
+        """The newest valid time of ``eid``'s rows (None: it has none): as the store's own last
+        writes left it, or read once. From here on this tx keeps count of it (``_put``)."""
+        if eid not in self.newest_vt:
+            if eid in self.known_vt and eid not in self.pending_eids:
+                self.newest_vt[eid] = self.known_vt[eid]
+            elif not self._readable(eid):
+                self.newest_vt[eid] = None  # created by this tx, no row yet
+            else:
+                query = "SELECT max(valid_time) FROM versions WHERE eid = ?"
+                self.newest_vt[eid] = self.conn.execute(query, (eid,)).fetchone()[0]
+        return self.newest_vt[eid]
+
     def _readable(self, eid: int) -> bool:
         """Prepare to read ``eid``'s rows; False if it certainly has none."""
         if eid in self.pending_eids:
@@ -1160,6 +1189,7 @@ class _TxWriter:
     def _put(self, eid: int, valid_from: int | None, valid_to: int | None, doc_ref: int | None) -> None:
         """Rows for a put (``doc_ref``) or a delete (None), as ``xtdb.tx/put-delete-coords``."""
         start = self.tx_time if valid_from is None else valid_from
+        newest = self._newest(eid)
         rows: list[_Row] = []
         if valid_to is not None:
             # Everything from valid_to back to (not including) start, newest first.
@@ -1175,7 +1205,8 @@ class _TxWriter:
                 rows.append((valid_to, self.tx_id, None))
         else:
             rows.append((start, self.tx_id, doc_ref))
-            visible = self._as_of(eid, start)
+            # with no row after start there is nothing the new doc continues into
+            visible = None if newest is None or newest <= start else self._as_of(eid, start)
             if visible is not None and visible[2] is not None:
                 # The visible version may continue past start as copies written by the same tx
                 # (a range put writes one row per boundary): the new doc replaces those too,
@@ -1188,6 +1219,10 @@ class _TxWriter:
                     if row_vt != start:
                         rows.append((row_vt, self.tx_id, doc_ref))
         self.pending.extend((eid, v, t, d) for v, t, d in rows)
+        if eid in self.newest_vt:
+            vts = [v for v, _, _ in rows]
+            known = self.newest_vt[eid]
+            self.newest_vt[eid] = max(vts if known is None else [known, *vts])
         self.writes[eid] = self.writes.get(eid, 0) + 1
         self.pending_eids.add(eid)
 
@@ -1234,5 +1269,6 @@ class _TxWriter:
             self.text_removed = True
         self.conn.execute("DELETE FROM entities WHERE eid = ?", (eid,))
         del self.eids[doc_id]
-        self.evicted.add(doc_id)
+        self.evicted[doc_id] = eid
+        self.newest_vt.pop(eid, None)
         self.fresh.discard(eid)
