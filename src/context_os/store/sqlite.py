@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
@@ -146,6 +146,37 @@ _PAGE_SIZE = 2048
 """The page size of a store file this module creates (SQLite's default is 4096)."""
 _EID_CACHE = 20_000
 """How many entities' eids a store remembers (a few MB); past it, it starts over."""
+
+
+@dataclass
+class _OwnWrites:
+    """What a store's own transactions told it of the file: each entity's eid and the newest
+    valid time of its rows, so that the next transaction need not read them. True only while the
+    newest transaction is the one the store wrote last: another process may have written rows
+    since, or evicted an entity (SQLite then hands its eid to the next entity created)."""
+
+    eids: dict[str, int] = field(default_factory=dict)
+    newest_vt: dict[int, int] = field(default_factory=dict)
+    tx: int = -1
+
+    def check(self, newest_tx: int | None) -> None:
+        """Forget it all unless ``newest_tx`` (read under the write lock) is the store's own."""
+        if newest_tx != self.tx or len(self.eids) > _EID_CACHE:
+            self.eids, self.newest_vt = {}, {}
+
+    def learn(self, writer: _TxWriter, tx_id: int, committed: bool) -> None:
+        """Take in what transaction ``tx_id`` did (a failed match undid its ops: nothing)."""
+        if committed:
+            for doc_id, eid in writer.evicted.items():
+                self.eids.pop(doc_id, None)
+                self.newest_vt.pop(eid, None)
+            self.eids.update(writer.eids)
+            self.newest_vt.update(writer.newest_vt)
+        self.tx = tx_id
+
+    def forget(self) -> None:
+        self.eids, self.newest_vt, self.tx = {}, {}, -1
+
 
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
     ("m001_initial", _m001_initial),
@@ -333,12 +364,7 @@ class SqliteStore(Store):
         # indexed; one missing may have been added by another process (re-read under the lock).
         self._indexed: frozenset[str] = frozenset()
         self._text_schema = (-1, False)  # (schema version, whether the keyword index is there)
-        # Entity ids -> eids, and eids -> the newest valid time of their rows, as this process's
-        # own transactions left them: valid while the newest tx is the one this process wrote
-        # last (only a tx deletes an entity or writes rows).
-        self._eids: dict[str, int] = {}
-        self._newest_vt: dict[int, int] = {}
-        self._eids_tx = -1
+        self._own = _OwnWrites()
         self._conn: sqlite3.Connection | None = None
         self._conn = self._init_connection()
 
@@ -592,11 +618,8 @@ class SqliteStore(Store):
                 matches = any(isinstance(op, Match) for op in ops)
                 if matches:
                     conn.execute("SAVEPOINT ops")
-                if last is None or last[0] != self._eids_tx or len(self._eids) > _EID_CACHE:
-                    self._eids, self._newest_vt = {}, {}  # another process wrote since
-                writer = _TxWriter(
-                    conn, tx_id, tx_time, self._indexed, text=text, known=self._eids, newest_vt=self._newest_vt
-                )
+                self._own.check(None if last is None else last[0])
+                writer = _TxWriter(conn, tx_id, tx_time, self._indexed, text=text, own=self._own)
                 committed = writer.run(ops, prepared, expected)
                 if not committed:
                     conn.execute("ROLLBACK TO ops")
@@ -609,21 +632,10 @@ class SqliteStore(Store):
                 conn.execute("INSERT INTO txs (id, time, committed) VALUES (?, ?, ?)", (tx_id, tx_time, committed))
                 conn.execute("COMMIT")
             except BaseException:
-                self._eids, self._newest_vt, self._eids_tx = {}, {}, -1
+                self._own.forget()
                 conn.execute("ROLLBACK")
                 raise
-            if committed:  # (a failed match rolled back what the ops did: what is known stands)
-                for doc_id, eid in writer.evicted.items():
-                    self._eids.pop(doc_id, None)
-                    self._newest_vt.pop(eid, None)
-                self._eids.update(writer.eids)
-                for eid in writer.writes:  # what it wrote is known only where it kept count
-                    vt = writer.newest_vt.get(eid)
-                    if vt is None:
-                        self._newest_vt.pop(eid, None)
-                    else:
-                        self._newest_vt[eid] = vt
-            self._eids_tx = tx_id
+            self._own.learn(writer, tx_id, bool(committed))
             self._last_tx_time = max(self._last_tx_time, tx_time)
             self._known_tx = max(self._known_tx, tx_id)
             if committed and any(isinstance(op, Evict) for op in ops):
@@ -1009,15 +1021,13 @@ class _TxWriter:
         indexed: frozenset[str],
         *,
         text: bool = False,
-        known: Mapping[str, int] | None = None,
-        newest_vt: Mapping[int, int] | None = None,
+        own: _OwnWrites | None = None,
     ) -> None:
         self.conn = conn
-        self.known = known or {}  # eids of entities known to exist (the store's cache)
-        self.known_vt = newest_vt or {}  # the newest valid time of their rows, where known
-        # The newest valid time of the rows of each entity this tx wrote (None: it has none),
-        # where it is known: for most writes, at or after it, there is nothing to read first.
-        self.newest_vt: dict[int, int | None] = {}
+        self.own = own or _OwnWrites()  # what the store's own last transactions told it
+        # The newest valid time of the rows of each entity this tx wrote: a put at or after it
+        # has nothing to read first.
+        self.newest_vt: dict[int, int] = {}
         self.evicted: dict[str, int] = {}
         self.indexed = indexed
         self.text = text  # whether the keyword index is there to keep up to date
@@ -1080,7 +1090,7 @@ class _TxWriter:
         left it most of their eids; a new one is created (its eid is the row's); the others
         (written by another process, or only matched) are read in one statement."""
         ids = {_op_id(op): None for op in ops}
-        self.eids = {i: self.known[i] for i in ids if i in self.known}
+        self.eids = {i: self.own.eids[i] for i in ids if i in self.own.eids}
         for op in ops:
             i = _op_id(op)
             if isinstance(op, Put | Delete) and i not in self.eids and not self._empty_range(op):
@@ -1135,17 +1145,18 @@ class _TxWriter:
             self.pending_eids.clear()
 
     def _newest(self, eid: int) -> int | None:
-        """The newest valid time of ``eid``'s rows (None: it has none): as the store's own last
-        writes left it, or read once. From here on this tx keeps count of it (``_put``)."""
-        if eid not in self.newest_vt:
-            if eid in self.known_vt and eid not in self.pending_eids:
-                self.newest_vt[eid] = self.known_vt[eid]
-            elif not self._readable(eid):
-                self.newest_vt[eid] = None  # created by this tx, no row yet
-            else:
-                query = "SELECT max(valid_time) FROM versions WHERE eid = ?"
-                self.newest_vt[eid] = self.conn.execute(query, (eid,)).fetchone()[0]
-        return self.newest_vt[eid]
+        """The newest valid time of ``eid``'s rows (None: it has none): as this tx left it, as
+        the store's own last transaction did, or read."""
+        if eid in self.newest_vt:
+            return self.newest_vt[eid]
+        if eid in self.fresh:
+            return None  # created by this tx, and no put of this tx wrote it yet
+        if eid in self.own.newest_vt:
+            return self.own.newest_vt[eid]
+        newest: int | None = self.conn.execute("SELECT max(valid_time) FROM versions WHERE eid = ?", (eid,)).fetchone()[
+            0
+        ]
+        return newest
 
     def _readable(self, eid: int) -> bool:
         """Prepare to read ``eid``'s rows; False if it certainly has none."""
@@ -1219,10 +1230,7 @@ class _TxWriter:
                     if row_vt != start:
                         rows.append((row_vt, self.tx_id, doc_ref))
         self.pending.extend((eid, v, t, d) for v, t, d in rows)
-        if eid in self.newest_vt:
-            vts = [v for v, _, _ in rows]
-            known = self.newest_vt[eid]
-            self.newest_vt[eid] = max(vts if known is None else [known, *vts])
+        self.newest_vt[eid] = max([v for v, _, _ in rows] + ([] if newest is None else [newest]))
         self.writes[eid] = self.writes.get(eid, 0) + 1
         self.pending_eids.add(eid)
 
