@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from context_os.store import Delete, Evict, Match, Put, Store, Version, now_ms, open_store
+from context_os.store import Delete, DocMemo, Evict, Match, Put, Store, Version, now_ms, open_store
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 
@@ -556,6 +556,31 @@ def test_find_skips_deleted_documents(store: Store, uid: str) -> None:
     assert sorted(v.id for v in store.find(kind, valid_time=T0 + 5)) == [f"{uid}-a", f"{uid}-b"]
     assert ns(store.find(kind, valid_time=T0 + 15)) == [2]
     assert ns(store.find(kind)) == [2]
+
+
+def test_find_through_a_memo_of_parsed_documents_answers_as_without_it(store: Store, uid: str) -> None:
+    kind = f"k{uid}"
+    parsed: DocMemo = {}
+
+    def both(**kw: Any) -> list[tuple[str, int | None]]:
+        plain = store.find(kind, valid_time=T0 + 100, **kw)
+        memo = store.find(kind, valid_time=T0 + 100, docs=parsed, **kw)
+        assert [(v.id, v.valid_time, v.tx_id, v.doc) for v in memo] == [
+            (v.id, v.valid_time, v.tx_id, v.doc) for v in plain
+        ]
+        return [(v.id.removeprefix(f"{uid}-"), n) for v, n in zip(memo, ns(memo), strict=True)]
+
+    store.submit([Put(doc(f"{uid}-a", 1, kind=kind, s="x"), T0), Put(doc(f"{uid}-b", 2, kind=kind, s="y"), T0)])
+    assert both() == [("a", 1), ("b", 2)]
+    assert both() == [("a", 1), ("b", 2)]  # now from the memo
+    # the newest document is erased, and another entity's new document is stored in its place
+    # (SQLite hands the highest row id out again)
+    store.submit([Evict(f"{uid}-b")])
+    store.submit([Put(doc(f"{uid}-c", 3, kind=kind, s="y"), T0)])
+    assert both() == [("a", 1), ("c", 3)]
+    store.submit([Put(doc(f"{uid}-a", 4, kind=kind, s="x"), T0 + 10)])
+    assert both(where={"s": "x"}) == [("a", 4)]
+    assert both(where={"s": "y"}) == [("c", 3)]
 
 
 def test_find_matches_value_types_exactly(store: Store, uid: str) -> None:

@@ -17,7 +17,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from context_os.store import Delete, Evict, Match, Op, Put, Version, now_ms
+from context_os.store import Delete, DocMemo, Evict, Match, Op, Put, Version, now_ms
 from context_os.store.sqlite import SqliteStore
 from tests.store.store_model import Row, StoreModel
 
@@ -55,6 +55,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.other = SqliteStore(Path(self.dir) / "store.db")
         self.model = StoreModel()
         self.tx_ids: list[int] = []
+        # one memo of parsed documents for every find that draws it, across writes and evicts
+        self.parsed: DocMemo = {}
 
     def teardown(self) -> None:
         self.store.close()
@@ -128,12 +130,17 @@ class StoreMachine(RuleBasedStateMachine):
             assert all(v.doc is None for v in got)
 
     @precondition(lambda self: self.tx_ids)
-    @rule(kind=st.none() | st.sampled_from(KINDS), tag=st.none() | st.sampled_from(["t", "u"]), data=st.data())
-    def find(self, kind: str | None, tag: str | None, data: st.DataObject) -> None:
+    @rule(
+        kind=st.none() | st.sampled_from(KINDS),
+        tag=st.none() | st.sampled_from(["t", "u"]),
+        memo=st.booleans(),
+        data=st.data(),
+    )
+    def find(self, kind: str | None, tag: str | None, memo: bool, data: st.DataObject) -> None:
         vt = data.draw(self.query_vts(), label="valid_time")
         tx = data.draw(st.sampled_from(self.tx_ids), label="tx_id")
         where = None if tag is None else {"tag": tag}
-        got = self.store.find(kind, where, valid_time=vt, tx_id=tx)
+        got = self.store.find(kind, where, valid_time=vt, tx_id=tx, docs=self.parsed if memo else None)
         assert [(v.id, as_row(v)) for v in got] == self.model.find(kind, where, vt, tx)
 
     @invariant()

@@ -14,6 +14,7 @@ import click
 from ..context.frames import FrameCheck, frame_docs, frame_rows, get_frame, verify_frame
 from ..context.load import load_view
 from ..errors import NotFound, StoreCorrupt
+from ..store import DocMemo
 from ._common import (
     DefaultGroup,
     DeprecatedAlias,
@@ -137,12 +138,13 @@ def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, as_json: b
             if not docs:
                 raise NotFound(f"no frames for session {session_id!r} in {store.url}")
         memo: dict[bytes, tuple[str, int]] = {}  # each distinct message is hashed once per session
+        parsed: DocMemo = {}  # and each stored document parsed once
         rows: list[dict[str, Any]] = []
         with progress(docs, length=len(docs), label="verifying", enabled=not as_json) as bar:
             for doc in bar:
                 c = doc["content"]
                 try:
-                    rows.append(_verdict(c["turn"], verify_frame(store, doc, hash_memo=memo)))
+                    rows.append(_verdict(c["turn"], verify_frame(store, doc, hash_memo=memo, docs=parsed)))
                 except StoreCorrupt as e:  # a damaged version is this frame's failure, not the command's
                     failed = FrameCheck(doc["id"], False, c["rendered_hash"], "", [f"cannot be re-rendered: {e}"])
                     rows.append(_verdict(c["turn"], failed) | {"rendered_hash": None})  # nothing was rendered

@@ -11,7 +11,7 @@ import click
 from ..context.frames import verify_frame
 from ..errors import HashError, StoreCorrupt
 from ..hashing import verify_doc
-from ..store import Store, Version
+from ..store import DocMemo, Store, Version
 from ._common import emit_json, fails_cleanly, json_option, progress, store_from
 
 
@@ -83,6 +83,10 @@ def verify_cmd(ctx: click.Context, check_frames: bool, as_json: bool) -> None:
             current = []
             damaged.append(_damage(e, "(documents could not be listed)"))
         checked, frames_ok = 0, 0
+        # what re-rendering shares across the frames of one session (context/frames.py)
+        memo_session: Any = None
+        memo: dict[bytes, tuple[str, int]] = {}
+        docs: DocMemo = {}
         bad: list[dict[str, Any]] = []
         frames_bad: list[dict[str, Any]] = []
         with progress(current, length=len(current), label="verifying", enabled=not as_json) as bar:
@@ -95,8 +99,12 @@ def verify_cmd(ctx: click.Context, check_frames: bool, as_json: bool) -> None:
                     if wrong:
                         bad.append({"id": v.id, "tx_id": v.tx_id, "valid_time": v.valid_time, "fields": wrong})
                 if check_frames and cur.doc and cur.doc.get("kind") == "frame":
+                    meta = cur.doc.get("meta")
+                    session = meta.get("session") if isinstance(meta, dict) else None
+                    if session != memo_session:  # frames come by id, so by session
+                        memo_session, memo, docs = session, {}, {}
                     try:
-                        problems = verify_frame(store, cur.doc).problems
+                        problems = verify_frame(store, cur.doc, hash_memo=memo, docs=docs).problems
                     except StoreCorrupt as e:
                         problems = [f"cannot be re-rendered: {e}"]
                     if problems:

@@ -18,10 +18,10 @@ from typing import Any
 
 from ..errors import NotFound
 from ..hashing import verify_doc
-from ..store.base import Store, Version
+from ..store.base import DocMemo, Store, Version
 from ..times import iso
 from .load import load_view
-from .view import Rendered, SessionView, page_id, sealed_pages_hash
+from .view import Rendered, SessionView, sealed_pages_hash
 
 __all__ = [
     "FrameCheck",
@@ -166,17 +166,29 @@ def get_frame(store: Store, session_id: str, turn: int) -> dict[str, Any]:
     return doc
 
 
-def rerender(store: Store, frame: dict[str, Any], *, hash_memo: dict[bytes, tuple[str, int]] | None = None) -> Rendered:
+def rerender(
+    store: Store,
+    frame: dict[str, Any],
+    *,
+    hash_memo: dict[bytes, tuple[str, int]] | None = None,
+    docs: DocMemo | None = None,
+) -> Rendered:
     """Render the frame's session exactly as it stood at the frame's basis (``hash_memo``: share
-    one dict across the frames of a session to hash each distinct message once)."""
-    return _rerender(store, frame, frame_basis(store, frame), hash_memo)[1]
+    one dict across the frames of a session to hash each distinct message once; ``docs``: one
+    ``DocMemo`` across them to parse each stored document once)."""
+    return _rerender(store, frame, frame_basis(store, frame), hash_memo, docs)[1]
 
 
 def _rerender(
-    store: Store, frame: dict[str, Any], basis: int, hash_memo: dict[bytes, tuple[str, int]] | None
+    store: Store,
+    frame: dict[str, Any],
+    basis: int,
+    hash_memo: dict[bytes, tuple[str, int]] | None,
+    docs: DocMemo | None,
 ) -> tuple[SessionView, Rendered]:
     c = frame["content"]
-    view = load_view(store, frame["meta"]["session"], valid_time=c["valid_time"], tx_id=basis, hash_memo=hash_memo)
+    session = frame["meta"]["session"]
+    view = load_view(store, session, valid_time=c["valid_time"], tx_id=basis, hash_memo=hash_memo, docs=docs)
     view.layout = c.get("layout", 1)
     view.managed = c.get("managed", True)
     view.horizon = c.get("horizon", 0)
@@ -189,18 +201,18 @@ def _rerender(
     return view, view.render(frame=c, blocks=blocks)
 
 
-def _check_sealed(store: Store, frame: dict[str, Any], ref: dict[str, Any], basis: int) -> list[str]:
-    """The full pages a frame names by count and hash must be in the store as of its basis."""
-    c = frame["content"]
-    session = frame["meta"]["session"]
+def _check_sealed(view: SessionView, ref: dict[str, Any], basis: int) -> list[str]:
+    """The full pages a frame names by count and hash must be in the store as of its basis: the
+    pages its re-render read there (``view.pages``: an evicted page, scrubbed from its tombstone,
+    is not among them)."""
     hashes = []
     for page in range(ref["sealed_pages"]):
-        v = store.get(page_id(session, page), c["valid_time"], basis)
-        if v is None or v.doc is None:
-            return [f"chat page {page} of {session} is missing as of tx {basis}"]
-        hashes.append(v.doc["object_hash"])
+        got = view.pages.get(page)
+        if got is None:
+            return [f"chat page {page} of {view.session_id} is missing as of tx {basis}"]
+        hashes.append(got[2])
     if sealed_pages_hash(hashes) != ref["pages_hash"]:
-        return [f"the {ref['sealed_pages']} full chat pages of {session} do not hash to {ref['pages_hash']}"]
+        return [f"the {ref['sealed_pages']} full chat pages of {view.session_id} do not hash to {ref['pages_hash']}"]
     return []
 
 
@@ -219,9 +231,14 @@ def _missing_fields(frame: dict[str, Any]) -> str | None:
 
 
 def verify_frame(
-    store: Store, frame: dict[str, Any], *, hash_memo: dict[bytes, tuple[str, int]] | None = None
+    store: Store,
+    frame: dict[str, Any],
+    *,
+    hash_memo: dict[bytes, tuple[str, int]] | None = None,
+    docs: DocMemo | None = None,
 ) -> FrameCheck:
-    """Re-render ``frame`` and check its hash, its own document hashes and its static refs."""
+    """Re-render ``frame`` and check its hash, its own document hashes and its static refs
+    (``hash_memo``, ``docs``: shared by the frames of a session, as for ``rerender``)."""
     problems = [f"frame document field {f} does not match" for f in verify_doc(frame)]
     missing = _missing_fields(frame)
     if missing:
@@ -230,7 +247,7 @@ def verify_frame(
     c = frame["content"]
     try:
         basis = frame_basis(store, frame)
-        view, rendered = _rerender(store, frame, basis, hash_memo)
+        view, rendered = _rerender(store, frame, basis, hash_memo, docs)
     except NotFound as e:  # a block it showed was evicted (or the frame itself)
         return FrameCheck(frame["id"], False, c["rendered_hash"], "", [*problems, str(e)], refs=c["refs"])
     if rendered.rendered_hash != c["rendered_hash"]:
@@ -238,7 +255,7 @@ def verify_frame(
     refs: list[dict[str, Any]] = []
     for ref in c["refs"]:
         if "sealed_pages" in ref:
-            problems += _check_sealed(store, frame, ref, basis)
+            problems += _check_sealed(view, ref, basis)
             refs.append(ref)
             continue
         tx = ref_tx(ref, basis)

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from ..errors import NotFound, StoreCorrupt
-from ..store.base import Store, Version
+from ..store.base import DocMemo, Store, Version
 from ..times import display, iso
 from .entries import Entry
 from .persist import PAGE_SIZE
@@ -32,9 +32,12 @@ def load_view(
     valid_time: int | None = None,
     tx_id: int | None = None,
     hash_memo: dict[bytes, tuple[str, int]] | None = None,
+    docs: DocMemo | None = None,
 ) -> SessionView:
     """Rebuild a session's view from the store, as of a valid time and a transaction
-    (``hash_memo``: a unit-hash memo shared by many rebuilds, see ``SessionView.hash_memo``)."""
+    (``hash_memo``: a unit-hash memo shared by many rebuilds, see ``SessionView.hash_memo``;
+    ``docs``: parsed documents shared by them, ``DocMemo``: the view then shares them too, and
+    must be read only)."""
     sv = store.get(f"session:{session_id}", valid_time, tx_id)
     if sv is None or sv.doc is None:
         raise NotFound(f"no session {session_id!r} in the store" + (f" as of tx {tx_id}" if tx_id else ""))
@@ -48,8 +51,9 @@ def load_view(
     )
     view.horizon = int(meta.get("horizon", 0))
     view.session_version = (sv.valid_time, sv.tx_id, sv.doc["object_hash"])
+    chats = store.find("chat", {"session": session_id}, valid_time=valid_time, tx_id=tx_id, docs=docs)
     pages = sorted(
-        (v for v in store.find("chat", {"session": session_id}, valid_time=valid_time, tx_id=tx_id) if v.doc),
+        (v for v in chats if v.doc),
         key=lambda v: v.doc["meta"]["page"],  # type: ignore[index]
     )
     by_page: dict[int, list[Entry]] = {}
@@ -77,10 +81,10 @@ def load_view(
     call_entry_of = {c["object"]: e["i"] for e in view.entries for c in e.get("tool_calls") or () if c.get("object")}
     states = {
         st.doc["meta"]["object"]: st.doc
-        for st in store.find("state", {"session": session_id}, valid_time=valid_time, tx_id=tx_id)
+        for st in store.find("state", {"session": session_id}, valid_time=valid_time, tx_id=tx_id, docs=docs)
         if st.doc is not None
     }
-    for v in store.find("toolcall", {"session": session_id}, valid_time=valid_time, tx_id=tx_id):
+    for v in store.find("toolcall", {"session": session_id}, valid_time=valid_time, tx_id=tx_id, docs=docs):
         if v.doc is not None:
             view.add_object(_loaded(v, states.pop(v.id, None), entry_of.get(v.id), call_entry_of.get(v.id)))
     for oid, st in states.items():

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import NotFound
 from ..hashing import canonical_json, hash_value
-from ..store.base import Store, Version
+from ..store.base import DocMemo, Store, Version
 from ..times import iso
 from .entries import Msg
 from .frames import FrameCheck, FrameRow, frame_id, frame_row, get_frame, verify_frame
@@ -270,7 +270,8 @@ def frame_diff(
     fa, fb = get_frame(store, session_id, a), get_frame(store, session_id, b)
     if check is None:
         memo: dict[bytes, tuple[str, int]] = {}
-        ca, cb = verify_frame(store, fa, hash_memo=memo), verify_frame(store, fb, hash_memo=memo)
+        docs: DocMemo = {}
+        ca, cb = (verify_frame(store, f, hash_memo=memo, docs=docs) for f in (fa, fb))
     else:
         ca, cb = check(fa), check(fb)
     ma = ca.rendered.messages if ca.rendered else []

@@ -25,10 +25,11 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import ConfigError
-from .base import Delete, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, now_ms
+from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, now_ms
 
 __all__ = [
     "Delete",
+    "DocMemo",
     "Evict",
     "Match",
     "Op",

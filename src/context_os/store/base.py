@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Delete",
+    "DocMemo",
     "Evict",
     "Match",
     "Op",
@@ -204,6 +205,13 @@ class TextPart:
     text: str
 
 
+DocMemo = dict[Any, dict[str, Any]]
+"""Parsed documents a caller shares across many ``find`` calls on one store (``find(docs=...)``),
+keyed as the store likes: a document read before is returned as the same object, not parsed again.
+For readers that go over the same versions many times (verifying every frame of a session). The
+documents are shared: whoever reads through a memo must not change them."""
+
+
 class Store(ABC):
     """A bitemporal document store. Small on purpose: every backend implements exactly this."""
 
@@ -280,8 +288,11 @@ class Store(ABC):
         *,
         valid_time: int | None = None,
         tx_id: int | None = None,
+        docs: DocMemo | None = None,
     ) -> list[Version]:
-        """Documents in force whose ``kind`` and ``meta`` attributes equal the given values."""
+        """Documents in force whose ``kind`` and ``meta`` attributes equal the given values.
+        ``docs``: a memo of parsed documents to read through (``DocMemo``); a backend may ignore
+        it, and the answer is the same either way."""
 
     @abstractmethod
     def latest_tx(self) -> Tx | None:

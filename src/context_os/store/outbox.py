@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 from ..errors import HashError, SchemaError, StoreError, StoreUnavailable, StoreUnreachable
 from ..hashing import canonical_json, doc_hashes
-from .base import Delete, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, now_ms
+from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, now_ms
 from .text_index import SearchArgs
 
 __all__ = ["MARKER_KIND", "OutboxStore"]
@@ -373,9 +373,10 @@ class OutboxStore(Store):
         *,
         valid_time: int | None = None,
         tx_id: int | None = None,
+        docs: DocMemo | None = None,
     ) -> list[Version]:
         self._ready()
-        found = self.inner.find(kind, where, valid_time=valid_time, tx_id=self._tx(tx_id))
+        found = self.inner.find(kind, where, valid_time=valid_time, tx_id=self._tx(tx_id), docs=docs)
         if kind is None:
             found = [v for v in found if not (v.doc and v.doc.get("kind") == MARKER_KIND)]
         return found

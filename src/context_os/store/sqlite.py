@@ -58,7 +58,7 @@ from ..errors import InputError, NotFound, SchemaError, StoreCorrupt, StoreError
 from ..hashing import canonical_json
 from ..times import iso
 from . import text_index
-from .base import Delete, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, now_ms
+from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, now_ms
 
 __all__ = ["SqliteStore"]
 
@@ -188,6 +188,17 @@ MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
 
 
 # -- documents and attribute values ---------------------------------------------------------------
+
+
+class _Canonical(str):
+    """A value ``find`` looks for that is not a string, as its canonical JSON (``_value_key``)."""
+
+
+def _same_value(value: Any, wanted: str) -> bool:
+    """Whether a meta value equals what ``find`` looks for: a string itself, or a ``_Canonical``."""
+    if isinstance(wanted, _Canonical):
+        return _value_key(value) == wanted
+    return isinstance(value, str) and value == wanted
 
 
 def _value_key(value: Any) -> str:
@@ -738,11 +749,13 @@ class SqliteStore(Store):
         *,
         valid_time: int | None = None,
         tx_id: int | None = None,
+        docs: DocMemo | None = None,
     ) -> list[Version]:
         vt = self._now() if valid_time is None else valid_time
         tx = _MAX if tx_id is None else tx_id
         with self._translate("find"):
-            wanted = {k: _value_key(v) for k, v in (where or {}).items()}
+            # a string equals a value's canonical JSON only if the value is that same string
+            wanted = {k: v if isinstance(v, str) else _Canonical(_value_key(v)) for k, v in (where or {}).items()}
             # Candidates come from the index: entities that ever had every indexable criterion.
             # A meta value usually narrows far more than the kind, so it drives the lookup.
             criteria = [(_META_ATTR + k, iv) for k, v in (where or {}).items() if (iv := _indexed_value(v)) is not None]
@@ -769,7 +782,7 @@ class SqliteStore(Store):
                 params = []
             sql = (
                 f"WITH c(eid) AS ({candidates})"
-                " SELECT e.id, v.valid_time, v.tx_id, t.time, d.json FROM c"
+                " SELECT e.id, v.valid_time, v.tx_id, t.time, d.hash, d.json FROM c"
                 " JOIN versions v ON v.eid = c.eid AND (v.valid_time, v.tx_id) = ("
                 "   SELECT valid_time, tx_id FROM versions WHERE eid = c.eid AND valid_time <= ? AND tx_id <= ?"
                 "   ORDER BY valid_time DESC, tx_id DESC LIMIT 1)"
@@ -778,15 +791,20 @@ class SqliteStore(Store):
             )
             rows = conn.execute(sql, (*params, vt, tx)).fetchall()
         out: list[Version] = []
-        for doc_id, v_time, v_tx, tx_time, text in rows:
-            doc = _load(text, doc_id, v_tx, self.path)
+        for doc_id, v_time, v_tx, tx_time, stored, text in rows:
+            # a document's key in ``docs`` hashes its text (a row id can be used again after an evict)
+            doc = docs.get(stored) if docs is not None else None
+            if doc is None:
+                doc = _load(text, doc_id, v_tx, self.path)
+                if docs is not None:
+                    docs[stored] = doc
             # The index says some version matched; check the version actually in force.
             if kind is not None and doc.get("kind") != kind:
                 continue
             meta = doc.get("meta")
             if wanted and not (
                 isinstance(meta, Mapping)
-                and all(k in meta and _value_key(meta[k]) == want for k, want in wanted.items())
+                and all(k in meta and _same_value(meta[k], want) for k, want in wanted.items())
             ):
                 continue
             out.append(Version(doc_id, v_time, v_tx, tx_time, doc))

@@ -69,7 +69,7 @@ from ..errors import ConfigError, HashError, InputError, StoreError, StoreUnavai
 from ..hashing import canonical_json
 from ..times import iso
 from . import data_dir, default_outbox_path, edn, mask_url, text_index
-from .base import Delete, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version
+from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version
 
 __all__ = ["XtdbStore"]
 
@@ -984,7 +984,9 @@ class XtdbStore(Store):
         *,
         valid_time: int | None = None,
         tx_id: int | None = None,
+        docs: DocMemo | None = None,
     ) -> list[Version]:
+        # ``docs`` is not used: the query's answer carries the documents, parsed once per answer
         if kind is not None and not isinstance(kind, str):
             raise StoreError(f"kind must be a string, got {kind!r}")
         where = dict(where or {})
@@ -1009,7 +1011,7 @@ class XtdbStore(Store):
             clauses.append("[e :xt/id _]")
         query = "{:query {:find [(pull e [*])] :where [" + " ".join(clauses) + "]}}"
         r = self._request("POST", "query", params=pinned, body=query)
-        docs = []
+        matched = []
         for row in self._answer(r, "find (Datalog query)") or ():
             doc = _doc_from_edn(row[0])
             # Datalog narrowed the candidates; equality is decided here, as the SQLite store
@@ -1022,9 +1024,9 @@ class XtdbStore(Store):
             ):
                 continue
             if isinstance(doc.get("id"), str):
-                docs.append(doc)
-        docs.sort(key=lambda d: str(d["id"]))
-        return [v for v in self._pool_map(lambda d: self._version_of(d, pinned), docs) if v is not None]
+                matched.append(doc)
+        matched.sort(key=lambda d: str(d["id"]))
+        return [v for v in self._pool_map(lambda d: self._version_of(d, pinned), matched) if v is not None]
 
     def _version_of(self, doc: dict[str, Any], pinned: Mapping[str, str]) -> Version | None:
         etx = self._get(
