@@ -169,19 +169,19 @@ def test_every_frame_re_renders_byte_identically_from_the_store(db):
         assert check.ok, check.problems
 
 
-def test_frames_verified_through_shared_memos_match_each_verified_alone_and_leave_them_intact(db):
+def test_frames_verified_through_shared_memos_match_each_verified_alone_and_leave_them_intact(store, uid):
     from context_os.hashing import verify_doc
     from context_os.replay import replay_transcript
     from context_os.replay.transcripts import demo_transcript
 
     t = demo_transcript()  # a real session: file objects, stubs, collapsed calls, the horizon
-    with Session.open(db, "demo", harness=t.harness, workspace=t.cwd) as session:
+    with Session.open(store, f"demo-{uid}", harness=t.harness, workspace=t.cwd) as session:
         replay_transcript(t, session, verify="none")
-    frames = frame_docs(db, "demo")
+    frames = frame_docs(store, f"demo-{uid}")
     memo: dict = {}
     parsed: dict = {}
-    shared = [verify_frame(db, f, hash_memo=memo, docs=parsed) for f in frames]
-    alone = [verify_frame(db, f) for f in frames]
+    shared = [verify_frame(store, f, hash_memo=memo, docs=parsed) for f in frames]
+    alone = [verify_frame(store, f) for f in frames]
     assert [(c.ok, c.rendered_hash, c.problems) for c in shared] == [(c.ok, c.rendered_hash, c.problems) for c in alone]
     assert all(c.ok for c in shared) and len(shared) == 88
     # the documents the frames shared were only read: each still matches its own hashes

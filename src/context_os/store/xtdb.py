@@ -981,7 +981,6 @@ class XtdbStore(Store):
         tx_id: int | None = None,
         docs: DocMemo | None = None,
     ) -> list[Version]:
-        # ``docs`` is not used: the query's answer carries the documents, parsed once per answer
         if kind is not None and not isinstance(kind, str):
             raise StoreError(f"kind must be a string, got {kind!r}")
         where = dict(where or {})
@@ -1008,11 +1007,9 @@ class XtdbStore(Store):
         # database (``$``, at the pinned basis) in the same answer, not one request per document
         # (a node whose queries may call only an allow-list of functions must allow it)
         clauses.append("[(xtdb.api/entity-tx $ e) etx]")
-        query = "{:query {:find [(pull e [*]) etx] :where [" + " ".join(clauses) + "]}}"
-        r = self._request("POST", "query", params=pinned, body=query)
+        rows = self._found(" ".join(clauses), pinned, docs)
         matched = []
-        for row in self._answer(r, "find (Datalog query)") or ():
-            doc, etx = _doc_from_edn(row[0]), row[1]
+        for doc, etx in rows:
             # Datalog narrowed the candidates; equality is decided here, as the SQLite store
             # decides it (canonical JSON: 1 == 1.0, 1 != true, a list is not its elements).
             meta = doc.get("meta")
@@ -1028,6 +1025,28 @@ class XtdbStore(Store):
                 )
         matched.sort(key=lambda v: v.id)
         return matched
+
+    def _found(self, where: str, pinned: Mapping[str, str], docs: DocMemo | None) -> list[tuple[dict[str, Any], Any]]:
+        """The documents ``where`` finds at the pinned basis, each with its ``entity-tx``. With a
+        memo, first the ids and their ``entity-tx`` alone, then the documents whose content hash
+        it does not hold (a second query, for those ids only)."""
+        if docs is None:
+            query = "{:query {:find [(pull e [*]) etx] :where [" + where + "]}}"
+            r = self._request("POST", "query", params=pinned, body=query)
+            return [(_doc_from_edn(row[0]), row[1]) for row in self._answer(r, "find (Datalog query)") or ()]
+        query = "{:query {:find [e etx] :where [" + where + "]}}"
+        r = self._request("POST", "query", params=pinned, body=query)
+        heads = [(e, etx) for e, etx in self._answer(r, "find (Datalog query)") or () if isinstance(etx, Mapping)]
+        missing = [e for e, etx in heads if isinstance(e, str) and etx.get(_K_CONTENT_HASH) not in docs]
+        if missing:
+            ids = " ".join(_to_edn(e) for e in missing)
+            query = "{:query {:find [e (pull e [*])] :in [[e ...]]} :in-args [[" + ids + "]]}"
+            r = self._request("POST", "query", params=pinned, body=query)
+            pulled = dict(self._answer(r, "find (Datalog query of documents)") or ())
+            for e, etx in heads:
+                if e in pulled:
+                    docs[etx[_K_CONTENT_HASH]] = _doc_from_edn(pulled[e])
+        return [(docs[etx[_K_CONTENT_HASH]], etx) for e, etx in heads if etx.get(_K_CONTENT_HASH) in docs]
 
     def latest_tx(self) -> Tx | None:
         # one round trip: the latest indexed transaction and whether it committed
