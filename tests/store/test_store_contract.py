@@ -583,6 +583,34 @@ def test_find_through_a_memo_of_parsed_documents_answers_as_without_it(store: St
     assert both(where={"s": "y"}) == [("c", 3)]
 
 
+def test_documents_counted_by_kind_are_the_ones_find_lists(store: Store, uid: str) -> None:
+    def counted(vt: int, tx: int) -> dict[str | None, int]:
+        listed: dict[str | None, int] = {}
+        for v in store.find(valid_time=vt, tx_id=tx):
+            kind = v.doc.get("kind") if v.doc else None
+            listed[kind if isinstance(kind, str) else None] = listed.get(kind if isinstance(kind, str) else None, 0) + 1
+        got = store.count_kinds(valid_time=vt, tx_id=tx)
+        assert got == listed
+        return {k: n for k, n in got.items() if k is not None and k.endswith(uid)}
+
+    a, b = f"a{uid}", f"b{uid}"
+    t1 = store.submit(
+        [
+            Put(doc(f"{uid}-1", 1, kind=a), T0),
+            Put(doc(f"{uid}-2", 2, kind=a), T0),
+            Put(doc(f"{uid}-3", 3, kind=b), T0 + 50),  # in force from T0 + 50 only
+            Put({"id": f"{uid}-4", "kind": 4, "meta": {}}, T0),  # another client's: no string kind
+            Put({"id": f"{uid}-5", "meta": {}}, T0),
+        ]
+    )
+    t2 = store.submit([Delete(f"{uid}-1", T0 + 10), Put(doc(f"{uid}-2", 5, kind=b), T0 + 10)])
+    assert counted(T0 + 5, t1.id) == {a: 2}
+    assert counted(T0 + 60, t1.id) == {a: 2, b: 1}
+    assert counted(T0 + 5, t2.id) == {a: 2}
+    assert counted(T0 + 60, t2.id) == {b: 2}
+    assert store.count_kinds().get(b) == 2
+
+
 def test_find_matches_value_types_exactly(store: Store, uid: str) -> None:
     kind = f"k{uid}"
     store.submit(

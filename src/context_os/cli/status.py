@@ -26,7 +26,7 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
         error = None
         try:
             # a store may hold documents context_os did not write (a shared XTDB node): no kind is a kind
-            kinds = Counter(_kind(v.doc) for v in store.find() if v.doc)
+            kinds = Counter({"(none)" if k is None else k: n for k, n in store.count_kinds().items()})
             latest = store.latest_tx()
         except StoreUnavailable as e:  # still say what is known locally (e.g. writes waiting to be sent)
             kinds, latest, error = Counter(), None, f"{type(e).__name__}: {e}"
@@ -48,11 +48,6 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
             click.echo(table(_rows(report), ["field", "value"]))
         if error is not None:
             sys.exit(1)
-
-
-def _kind(doc: dict[str, Any]) -> str:
-    kind = doc.get("kind")
-    return kind if isinstance(kind, str) else "(none)"
 
 
 def _rows(report: dict[str, Any], prefix: str = "") -> list[list[str]]:

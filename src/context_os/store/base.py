@@ -311,6 +311,17 @@ class Store(ABC):
         The embedded store has nothing to wait for."""
         return None
 
+    def count_kinds(self, *, valid_time: int | None = None, tx_id: int | None = None) -> dict[str | None, int]:
+        """How many documents are in force, by ``kind`` (None: a document whose kind is not a
+        string, another client's), as ``find()`` would list them: for ``ctxos status``. This
+        default lists them all; a backend counts them where they are stored."""
+        counts: dict[str | None, int] = {}
+        for v in self.find(valid_time=valid_time, tx_id=tx_id):
+            kind = v.doc.get("kind") if v.doc else None
+            key = kind if isinstance(kind, str) else None
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
     def stats(self) -> dict[str, Any]:
         """Backend-specific sizes and counts for ``ctxos status``."""
         return {}

@@ -381,6 +381,12 @@ class OutboxStore(Store):
             found = [v for v in found if not (v.doc and v.doc.get("kind") == MARKER_KIND)]
         return found
 
+    def count_kinds(self, *, valid_time: int | None = None, tx_id: int | None = None) -> dict[str | None, int]:
+        self._ready()
+        counts = self.inner.count_kinds(valid_time=valid_time, tx_id=self._tx(tx_id))
+        counts.pop(MARKER_KIND, None)  # as ``find`` leaves them out
+        return counts
+
     def latest_tx(self) -> Tx | None:
         self._ready()
         return self.inner.latest_tx()

@@ -810,6 +810,23 @@ class SqliteStore(Store):
             out.append(Version(doc_id, v_time, v_tx, tx_time, doc))
         return out
 
+    def count_kinds(self, *, valid_time: int | None = None, tx_id: int | None = None) -> dict[str | None, int]:
+        # counted in SQL over each entity's version in force, no document parsed in Python
+        vt = self._now() if valid_time is None else valid_time
+        tx = _MAX if tx_id is None else tx_id
+        with self._connection("count_kinds") as conn:
+            self._check_basis(conn, tx_id)
+            rows = conn.execute(
+                "SELECT CASE json_type(d.json, '$.kind') WHEN 'text' THEN json_extract(d.json, '$.kind') END AS k,"
+                " count(*) FROM entities e"
+                " JOIN versions v ON v.eid = e.eid AND (v.valid_time, v.tx_id) = ("
+                "   SELECT valid_time, tx_id FROM versions WHERE eid = e.eid AND valid_time <= ? AND tx_id <= ?"
+                "   ORDER BY valid_time DESC, tx_id DESC LIMIT 1)"
+                " JOIN docs d ON d.id = v.doc GROUP BY k",
+                (vt, tx),
+            ).fetchall()
+        return dict(rows)
+
     # -- the keyword index ----------------------------------------------------------------------
 
     def _text_search(self, args: text_index.SearchArgs) -> list[TextHit]:

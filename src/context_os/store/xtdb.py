@@ -1026,6 +1026,26 @@ class XtdbStore(Store):
         matched.sort(key=lambda v: v.id)
         return matched
 
+    def count_kinds(self, *, valid_time: int | None = None, tx_id: int | None = None) -> dict[str | None, int]:
+        # two aggregates at one pinned basis: documents by string kind, and all documents (the
+        # rest have another kind or none: another client's; XTDB indexes a vector by its
+        # elements, so another client's document whose kind is a vector of strings counts
+        # under each of them, where ``find`` would count it once, under None)
+        basis = self._get("db", self._basis(valid_time, tx_id), "db basis")
+        tx = basis.get(_K_TX) if isinstance(basis, Mapping) else None
+        if not tx or tx.get(_K_TX_ID) is None:
+            return {}  # nothing was ever indexed
+        pinned = {"valid-time": _iso(_ms(basis[_K_VALID_TIME])), "tx-id": str(int(tx[_K_TX_ID]))}
+        by_kind = "{:query {:find [k (count e)] :where [[e :kind k] [(string? k)]]}}"
+        r = self._request("POST", "query", params=pinned, body=by_kind)
+        counts: dict[str | None, int] = {k: int(n) for k, n in self._answer(r, "count by kind") or ()}
+        every = "{:query {:find [(count e)] :where [[e :xt/id _]]}}"
+        r = self._request("POST", "query", params=pinned, body=every)
+        total = sum(int(row[0]) for row in self._answer(r, "count of documents") or ())
+        if (rest := total - sum(counts.values())) > 0:
+            counts[None] = rest
+        return counts
+
     def _found(self, where: str, pinned: Mapping[str, str], docs: DocMemo | None) -> list[tuple[dict[str, Any], Any]]:
         """The documents ``where`` finds at the pinned basis, each with its ``entity-tx``. With a
         memo, first the ids and their ``entity-tx`` alone, then the documents whose content hash
