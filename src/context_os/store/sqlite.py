@@ -190,6 +190,14 @@ MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
 # -- documents and attribute values ---------------------------------------------------------------
 
 
+_IN_FORCE = (
+    "(v.valid_time, v.tx_id) = (SELECT valid_time, tx_id FROM versions WHERE eid = c.eid"
+    " AND valid_time <= ? AND tx_id <= ? ORDER BY valid_time DESC, tx_id DESC LIMIT 1)"
+)
+"""SQL: the row ``v`` of entity ``c`` is its version in force at a valid time, as of a transaction
+(the two parameters): the latest valid time not after it, and of those the latest correction."""
+
+
 class _Canonical(str):
     """A value ``find`` looks for that is not a string, as its canonical JSON (``_value_key``)."""
 
@@ -783,9 +791,7 @@ class SqliteStore(Store):
             sql = (
                 f"WITH c(eid) AS ({candidates})"
                 " SELECT e.id, v.valid_time, v.tx_id, t.time, d.hash, d.json FROM c"
-                " JOIN versions v ON v.eid = c.eid AND (v.valid_time, v.tx_id) = ("
-                "   SELECT valid_time, tx_id FROM versions WHERE eid = c.eid AND valid_time <= ? AND tx_id <= ?"
-                "   ORDER BY valid_time DESC, tx_id DESC LIMIT 1)"
+                f" JOIN versions v ON v.eid = c.eid AND {_IN_FORCE}"
                 " JOIN entities e ON e.eid = c.eid LEFT JOIN docs d ON d.id = v.doc JOIN txs t ON t.id = v.tx_id"
                 " WHERE v.doc IS NOT NULL ORDER BY e.id"
             )
@@ -818,10 +824,7 @@ class SqliteStore(Store):
             self._check_basis(conn, tx_id)
             rows = conn.execute(
                 "SELECT CASE json_type(d.json, '$.kind') WHEN 'text' THEN json_extract(d.json, '$.kind') END AS k,"
-                " count(*) FROM entities e"
-                " JOIN versions v ON v.eid = e.eid AND (v.valid_time, v.tx_id) = ("
-                "   SELECT valid_time, tx_id FROM versions WHERE eid = e.eid AND valid_time <= ? AND tx_id <= ?"
-                "   ORDER BY valid_time DESC, tx_id DESC LIMIT 1)"
+                f" count(*) FROM entities c JOIN versions v ON v.eid = c.eid AND {_IN_FORCE}"
                 " JOIN docs d ON d.id = v.doc GROUP BY k",
                 (vt, tx),
             ).fetchall()
