@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 import context_os.cli as cli_package
 from context_os.cli import cli
+from context_os.context.load import load_view
 from context_os.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.e2e
@@ -59,6 +60,12 @@ def test_frames_list_and_show(demo):
     rows = json.loads(ctxos("frames", "list", "d1", "--json", store=db).stdout)
     assert [r["turn"] for r in rows] == list(range(1, 89))
     assert [r["tokens_assembled"] for r in rows] == [r["tokens_assembled"] for r in out["per_turn"]]
+    last = ctxos("frames", "list", "d1", store=db).stdout.splitlines()[-1]
+    sent, full = sum(r["tokens_assembled"] for r in rows), sum(r["tokens_full"] for r in rows)
+    assert last.startswith(f"88 turns; {sent:,} of {full:,} tokens sent")
+    with SqliteStore(db) as store:  # what the session knows now: every object not absent
+        known = sum(1 for o in load_view(store, "d1").objects.values() if o.state != "absent")
+    assert known > 0 and last.endswith(f"; {known} objects known now")
     frame = json.loads(ctxos("frames", "show", "d1", "40", "--json", store=db).stdout)
     assert frame["ok"] and frame["rendered_hash"] == rows[39]["rendered_hash"]
     assert frame["messages"][0]["role"] == "system"

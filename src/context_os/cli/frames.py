@@ -42,11 +42,11 @@ def list_cmd(ctx: click.Context, session_id: str, as_json: bool) -> None:
     """One row per turn: tokens full vs assembled, active objects."""
     with store_from(ctx) as store:
         rows = [r.to_dict() for r in frame_rows(store, session_id)]
-        view = load_view(store, session_id)
-        known = sum(1 for o in view.objects.values() if o.state != "absent")
         if as_json:
             emit_json(rows)
             return
+        view = load_view(store, session_id)  # for the line under the table: what it knows now
+        known = sum(1 for o in view.objects.values() if o.state != "absent")
         click.echo(
             table(
                 [
