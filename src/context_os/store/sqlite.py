@@ -667,6 +667,10 @@ class SqliteStore(Store):
 
     # -- reads ---------------------------------------------------------------------------------
 
+    def _read_basis(self, valid_time: int | None, tx_id: int | None) -> tuple[int, int]:
+        """The valid time and transaction a read is as of: now and the newest by default."""
+        return self._now() if valid_time is None else valid_time, _MAX if tx_id is None else tx_id
+
     def _check_basis(self, conn: sqlite3.Connection, tx_id: int | None) -> None:
         """Reading as of a transaction that does not exist yet is an error, as on XTDB."""
         if tx_id is None or tx_id <= self._known_tx:
@@ -678,8 +682,7 @@ class SqliteStore(Store):
             raise StoreError(f"tx {tx_id} is past the newest transaction ({newest}) of {self.url}")
 
     def get(self, id: str, valid_time: int | None = None, tx_id: int | None = None) -> Version | None:
-        vt = self._now() if valid_time is None else valid_time
-        tx = _MAX if tx_id is None else tx_id
+        vt, tx = self._read_basis(valid_time, tx_id)
         with self._connection("get") as conn:
             self._check_basis(conn, tx_id)
             row = conn.execute(
@@ -759,8 +762,7 @@ class SqliteStore(Store):
         tx_id: int | None = None,
         docs: DocMemo | None = None,
     ) -> list[Version]:
-        vt = self._now() if valid_time is None else valid_time
-        tx = _MAX if tx_id is None else tx_id
+        vt, tx = self._read_basis(valid_time, tx_id)
         with self._translate("find"):
             # a string equals a value's canonical JSON only if the value is that same string
             wanted = {k: v if isinstance(v, str) else _Canonical(_value_key(v)) for k, v in (where or {}).items()}
@@ -818,8 +820,7 @@ class SqliteStore(Store):
 
     def count_kinds(self, *, valid_time: int | None = None, tx_id: int | None = None) -> dict[str | None, int]:
         # counted in SQL over each entity's version in force, no document parsed in Python
-        vt = self._now() if valid_time is None else valid_time
-        tx = _MAX if tx_id is None else tx_id
+        vt, tx = self._read_basis(valid_time, tx_id)
         with self._connection("count_kinds") as conn:
             self._check_basis(conn, tx_id)
             rows = conn.execute(
@@ -836,7 +837,7 @@ class SqliteStore(Store):
         """Over the FTS5 index this file keeps with its versions; a scan when the index is
         missing, damaged or being rebuilt (``index_status`` says which)."""
         tx_id = args.tx_id
-        vt = self._now() if args.valid_time is None else args.valid_time
+        vt, tx = self._read_basis(args.valid_time, tx_id)
         with self._connection("text search") as conn:
             self._check_basis(conn, tx_id)
             if args.match is None:
@@ -846,7 +847,7 @@ class SqliteStore(Store):
                     self._flush_fts(conn)
                 with self._read(conn):
                     if self._text_ready(conn) and text_index.index_state(conn) == "ok":
-                        return self._indexed_hits(conn, args, vt, _MAX if tx_id is None else tx_id)
+                        return self._indexed_hits(conn, args, vt, tx)
             except sqlite3.DatabaseError:
                 pass  # a damaged index: answer by scanning, below; rebuild_index repairs it
         return text_index.scan_search(self, args)
@@ -1191,10 +1192,8 @@ class _TxWriter:
             return None  # created by this tx, and no put of this tx wrote it yet
         if eid in self.own.newest_vt:
             return self.own.newest_vt[eid]
-        newest: int | None = self.conn.execute("SELECT max(valid_time) FROM versions WHERE eid = ?", (eid,)).fetchone()[
-            0
-        ]
-        return newest
+        row = self.conn.execute("SELECT max(valid_time) FROM versions WHERE eid = ?", (eid,)).fetchone()
+        return None if row[0] is None else int(row[0])
 
     def _readable(self, eid: int) -> bool:
         """Prepare to read ``eid``'s rows; False if it certainly has none."""

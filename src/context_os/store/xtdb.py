@@ -990,12 +990,9 @@ class XtdbStore(Store):
             wanted = {k: canonical_json(v) for k, v in where.items()}
         except HashError as e:
             raise StoreError(f"find: a where value cannot be compared: {e}") from e
-        # Pin one basis (valid time and tx) so the query and the metadata reads agree.
-        basis = self._get("db", self._basis(valid_time, tx_id), "db basis")
-        tx = basis.get(_K_TX) if isinstance(basis, Mapping) else None
-        if not tx or tx.get(_K_TX_ID) is None:
-            return []  # nothing was ever indexed
-        pinned = {"valid-time": _iso(_ms(basis[_K_VALID_TIME])), "tx-id": str(int(tx[_K_TX_ID]))}
+        pinned = self._pinned(valid_time, tx_id)
+        if pinned is None:
+            return []
 
         clauses = []
         if kind is not None:
@@ -1031,11 +1028,9 @@ class XtdbStore(Store):
         # rest have another kind or none: another client's; XTDB indexes a vector by its
         # elements, so another client's document whose kind is a vector of strings counts
         # under each of them, where ``find`` would count it once, under None)
-        basis = self._get("db", self._basis(valid_time, tx_id), "db basis")
-        tx = basis.get(_K_TX) if isinstance(basis, Mapping) else None
-        if not tx or tx.get(_K_TX_ID) is None:
-            return {}  # nothing was ever indexed
-        pinned = {"valid-time": _iso(_ms(basis[_K_VALID_TIME])), "tx-id": str(int(tx[_K_TX_ID]))}
+        pinned = self._pinned(valid_time, tx_id)
+        if pinned is None:
+            return {}
         by_kind = "{:query {:find [k (count e)] :where [[e :kind k] [(string? k)]]}}"
         r = self._request("POST", "query", params=pinned, body=by_kind)
         counts: dict[str | None, int] = {k: int(n) for k, n in self._answer(r, "count by kind") or ()}
@@ -1045,6 +1040,15 @@ class XtdbStore(Store):
         if (rest := total - sum(counts.values())) > 0:
             counts[None] = rest
         return counts
+
+    def _pinned(self, valid_time: int | None, tx_id: int | None) -> dict[str, str] | None:
+        """One basis (valid time and tx) for the several requests of one read, so that they
+        agree; None when the node has indexed nothing yet."""
+        basis = self._get("db", self._basis(valid_time, tx_id), "db basis")
+        tx = basis.get(_K_TX) if isinstance(basis, Mapping) else None
+        if not tx or tx.get(_K_TX_ID) is None:
+            return None
+        return {"valid-time": _iso(_ms(basis[_K_VALID_TIME])), "tx-id": str(int(tx[_K_TX_ID]))}
 
     def _found(self, where: str, pinned: Mapping[str, str], docs: DocMemo | None) -> list[tuple[dict[str, Any], Any]]:
         """The documents ``where`` finds at the pinned basis, each with its ``entity-tx``. With a
@@ -1056,17 +1060,18 @@ class XtdbStore(Store):
             return [(_doc_from_edn(row[0]), row[1]) for row in self._answer(r, "find (Datalog query)") or ()]
         query = "{:query {:find [e etx] :where [" + where + "]}}"
         r = self._request("POST", "query", params=pinned, body=query)
-        heads = [(e, etx) for e, etx in self._answer(r, "find (Datalog query)") or () if isinstance(etx, Mapping)]
-        missing = [e for e, etx in heads if isinstance(e, str) and etx.get(_K_CONTENT_HASH) not in docs]
+        # (id, entity-tx, the content hash that keys the memo)
+        heads = [(e, etx, etx[_K_CONTENT_HASH]) for e, etx in self._answer(r, "find (Datalog query)") or ()]
+        missing = [e for e, _, h in heads if isinstance(e, str) and h not in docs]
         if missing:
             ids = " ".join(_to_edn(e) for e in missing)
             query = "{:query {:find [e (pull e [*])] :in [[e ...]]} :in-args [[" + ids + "]]}"
             r = self._request("POST", "query", params=pinned, body=query)
             pulled = dict(self._answer(r, "find (Datalog query of documents)") or ())
-            for e, etx in heads:
+            for e, _, h in heads:
                 if e in pulled:
-                    docs[etx[_K_CONTENT_HASH]] = _doc_from_edn(pulled[e])
-        return [(docs[etx[_K_CONTENT_HASH]], etx) for e, etx in heads if etx.get(_K_CONTENT_HASH) in docs]
+                    docs[h] = _doc_from_edn(pulled[e])
+        return [(docs[h], etx) for _, etx, h in heads if h in docs]
 
     def latest_tx(self) -> Tx | None:
         # one round trip: the latest indexed transaction and whether it committed
