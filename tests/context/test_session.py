@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from pydantic import TypeAdapter
 
 from context_os import RetentionPolicy, Session
-from context_os.context.frames import frame_basis, frame_docs, verify_frame
+from context_os.context.frames import FrameMemo, frame_basis, frame_docs, verify_frame
 from context_os.context.view import stub_text
 from context_os.errors import ContentTooLarge, LockedObject, MalformedMessage, NotFound
 from context_os.harness.openai import OPENAI_PAIRING, OpenAIAdapter, OpenAIHook
@@ -178,15 +179,27 @@ def test_frames_verified_through_shared_memos_match_each_verified_alone_and_leav
     with Session.open(store, f"demo-{uid}", harness=t.harness, workspace=t.cwd) as session:
         replay_transcript(t, session, verify="none")
     frames = frame_docs(store, f"demo-{uid}")
-    memo: dict = {}
-    parsed: dict = {}
-    shared = [verify_frame(store, f, hash_memo=memo, docs=parsed) for f in frames]
+    memo = FrameMemo()
+    shared = [verify_frame(store, f, memo=memo) for f in frames]
     alone = [verify_frame(store, f) for f in frames]
     assert [(c.ok, c.rendered_hash, c.problems) for c in shared] == [(c.ok, c.rendered_hash, c.problems) for c in alone]
     assert all(c.ok for c in shared) and len(shared) == 88
     # the documents the frames shared were only read: each still matches its own hashes
-    assert len(parsed) > 100
-    assert [d["id"] for d in parsed.values() if verify_doc(d)] == []
+    assert len(memo.docs) > 100
+    assert [d["id"] for d in memo.docs.values() if verify_doc(d)] == []
+    # what the memo resolved is checked again for each frame: a frame naming another version of
+    # a block or a static ref the memo knows fails
+    assert len(memo.blocks) > 10 and len(memo.refs) > 10
+    last = frames[-1]
+    ref = next(r for r in last["content"]["refs"] if "object_hash" in r)
+    bad_ref = copy.deepcopy(last)
+    next(r for r in bad_ref["content"]["refs"] if r["id"] == ref["id"])["object_hash"] = "blake3:" + "0" * 64
+    assert verify_frame(store, bad_ref, memo=memo).problems[-1].startswith(f"static ref {ref['id']} @ tx")
+    bad_block = copy.deepcopy(last)
+    at, block_id, key = bad_block["content"]["blocks"][0]
+    other = next(b[1] for f in frames for b in f["content"]["blocks"] if b[1] != block_id)
+    bad_block["content"]["blocks"][0] = [at, other, key]
+    assert not verify_frame(store, bad_block, memo=memo).ok
 
 
 def test_tampering_with_a_stored_page_breaks_frame_verification(db, tmp_path):

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 
 from context_os import Session
-from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.frames import FrameMemo, frame_docs, verify_frame
 from context_os.harness.openai import OpenAIAdapter
 from context_os.hashing import verify_doc
 from context_os.store import Delete, Store, open_store
@@ -224,9 +224,9 @@ def _check_resumed(store: Store, sid: str, turns: int, every_frame: bool, counts
     assert [view.entries[i]["h"] for i in view.visible] == [adapter.hash_message(m) for m in msgs]
     frames = frame_docs(session.store, session.id)
     assert frames and frames[-1]["meta"]["turn"] == view.turn
-    memo: dict[bytes, tuple[str, int]] = {}
+    memo = FrameMemo()
     checked = frames if every_frame else frames[-1:]
-    failed = [(f["id"], c.problems) for f in checked if not (c := verify_frame(store, f, hash_memo=memo)).ok]
+    failed = [(f["id"], c.problems) for f in checked if not (c := verify_frame(store, f, memo=memo)).ok]
     assert failed == []
     counts.add(check, turns=turns)
     return len(frames)

@@ -11,10 +11,9 @@ from typing import Any
 
 import click
 
-from ..context.frames import FrameCheck, frame_docs, frame_rows, get_frame, verify_frame
+from ..context.frames import FrameCheck, FrameMemo, frame_docs, frame_rows, get_frame, verify_frame
 from ..context.load import load_view
 from ..errors import NotFound, StoreCorrupt
-from ..store import DocMemo
 from ._common import (
     DefaultGroup,
     DeprecatedAlias,
@@ -137,14 +136,13 @@ def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, as_json: b
             docs = frame_docs(store, session_id)
             if not docs:
                 raise NotFound(f"no frames for session {session_id!r} in {store.url}")
-        memo: dict[bytes, tuple[str, int]] = {}  # each distinct message is hashed once per session
-        parsed: DocMemo = {}  # and each stored document parsed once
+        memo = FrameMemo()  # what the frames share is read and hashed once
         rows: list[dict[str, Any]] = []
         with progress(docs, length=len(docs), label="verifying", enabled=not as_json) as bar:
             for doc in bar:
                 c = doc["content"]
                 try:
-                    rows.append(_verdict(c["turn"], verify_frame(store, doc, hash_memo=memo, docs=parsed)))
+                    rows.append(_verdict(c["turn"], verify_frame(store, doc, memo=memo)))
                 except StoreCorrupt as e:  # a damaged version is this frame's failure, not the command's
                     failed = FrameCheck(doc["id"], False, c["rendered_hash"], "", [f"cannot be re-rendered: {e}"])
                     rows.append(_verdict(c["turn"], failed) | {"rendered_hash": None})  # nothing was rendered

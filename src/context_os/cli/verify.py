@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from ..context.frames import verify_frame
+from ..context.frames import FrameMemo, verify_frame
 from ..errors import HashError, StoreCorrupt
 from ..hashing import verify_doc
-from ..store import DocMemo, Store, Version
+from ..store import Store, Version
 from ._common import emit_json, fails_cleanly, json_option, progress, store_from
 
 
@@ -85,8 +85,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, as_json: bool) -> None:
         checked, frames_ok = 0, 0
         # what re-rendering shares across the frames of one session (context/frames.py)
         memo_session: Any = None
-        memo: dict[bytes, tuple[str, int]] = {}
-        docs: DocMemo = {}
+        memo = FrameMemo()
         bad: list[dict[str, Any]] = []
         frames_bad: list[dict[str, Any]] = []
         with progress(current, length=len(current), label="verifying", enabled=not as_json) as bar:
@@ -102,9 +101,9 @@ def verify_cmd(ctx: click.Context, check_frames: bool, as_json: bool) -> None:
                     meta = cur.doc.get("meta")
                     session = meta.get("session") if isinstance(meta, dict) else None
                     if session != memo_session:  # frames come by id, so by session
-                        memo_session, memo, docs = session, {}, {}
+                        memo_session, memo = session, FrameMemo()
                     try:
-                        problems = verify_frame(store, cur.doc, hash_memo=memo, docs=docs).problems
+                        problems = verify_frame(store, cur.doc, memo=memo).problems
                     except StoreCorrupt as e:
                         problems = [f"cannot be re-rendered: {e}"]
                     if problems:

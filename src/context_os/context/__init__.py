@@ -4,7 +4,7 @@ Nothing in this package knows a harness format, a file on disk or a store backen
 
 from ..tokens import estimate_tokens
 from .entries import Entry, Incoming, Msg, ToolCall
-from .frames import FrameCheck, verify_frame
+from .frames import FrameCheck, FrameMemo, verify_frame
 from .ingest import SyncReport
 from .load import load_view
 from .policy import RetentionPolicy, StateChange
@@ -16,6 +16,7 @@ __all__ = [
     "Assembly",
     "Entry",
     "FrameCheck",
+    "FrameMemo",
     "Incoming",
     "Msg",
     "Rendered",

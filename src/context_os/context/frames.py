@@ -25,6 +25,7 @@ from .view import Rendered, SessionView, sealed_pages_hash
 
 __all__ = [
     "FrameCheck",
+    "FrameMemo",
     "FrameRow",
     "frame_basis",
     "frame_docs",
@@ -166,38 +167,60 @@ def get_frame(store: Store, session_id: str, turn: int) -> dict[str, Any]:
     return doc
 
 
-def rerender(
-    store: Store,
-    frame: dict[str, Any],
-    *,
-    hash_memo: dict[bytes, tuple[str, int]] | None = None,
-    docs: DocMemo | None = None,
-) -> Rendered:
-    """Render the frame's session exactly as it stood at the frame's basis (``hash_memo``: share
-    one dict across the frames of a session to hash each distinct message once; ``docs``: one
-    ``DocMemo`` across them to parse each stored document once)."""
-    return _rerender(store, frame, frame_basis(store, frame), hash_memo, docs)[1]
+@dataclass
+class FrameMemo:
+    """What re-rendering many frames of one session shares, so that each is read and worked out
+    once in a pass (``ctxos frames verify``, ``ctxos verify --frames``, a replay's check, a
+    frame diff). Every part is keyed by what cannot change while the store keeps it: a message
+    by its content (``units``: its canonical hash and tokens), a stored document by its content
+    hash (``docs``, ``Store.find``), a block by its id, which names its text's hash
+    (``blocks``), a static ref by the id, valid time and transaction it names (``refs``: the
+    object hash it resolved to). Use one per pass: an object evicted after it was read still
+    shows here. The documents are shared, so readers must not change them."""
+
+    units: dict[bytes, tuple[str, int]] = field(default_factory=dict)
+    docs: DocMemo = field(default_factory=dict)
+    blocks: dict[str, str] = field(default_factory=dict)
+    refs: dict[tuple[str, int, int | None], str | None] = field(default_factory=dict)
+
+    def block(self, store: Store, block_id: str) -> str | None:
+        """The text of a block document (None: not in the store)."""
+        text = self.blocks.get(block_id)
+        if text is None:
+            doc = store.doc(block_id)
+            if doc is None:
+                return None
+            text = self.blocks[block_id] = str(doc["content"])
+        return text
+
+    def ref_hash(self, store: Store, id: str, valid_time: int, tx: int | None) -> str | None:
+        """The object hash of the version of ``id`` in force at ``valid_time`` as of ``tx``."""
+        key = (id, valid_time, tx)
+        if key not in self.refs:
+            v = store.get(id, valid_time, tx)
+            self.refs[key] = v.doc.get("object_hash") if v is not None and v.doc is not None else None
+        return self.refs[key]
 
 
-def _rerender(
-    store: Store,
-    frame: dict[str, Any],
-    basis: int,
-    hash_memo: dict[bytes, tuple[str, int]] | None,
-    docs: DocMemo | None,
-) -> tuple[SessionView, Rendered]:
+def rerender(store: Store, frame: dict[str, Any], *, memo: FrameMemo | None = None) -> Rendered:
+    """Render the frame's session exactly as it stood at the frame's basis (``memo``: one
+    ``FrameMemo`` across the frames of a session reads and hashes what they share once)."""
+    return _rerender(store, frame, frame_basis(store, frame), memo or FrameMemo())[1]
+
+
+def _rerender(store: Store, frame: dict[str, Any], basis: int, memo: FrameMemo) -> tuple[SessionView, Rendered]:
     c = frame["content"]
     session = frame["meta"]["session"]
-    view = load_view(store, session, valid_time=c["valid_time"], tx_id=basis, hash_memo=hash_memo, docs=docs)
+    view = load_view(store, session, valid_time=c["valid_time"], tx_id=basis, hash_memo=memo.units, docs=memo.docs)
     view.layout = c.get("layout", 1)
     view.managed = c.get("managed", True)
     view.horizon = c.get("horizon", 0)
     blocks: list[tuple[int | None, str]] = []
     for at, block_id, _ in c.get("blocks", []):
-        doc = store.doc(block_id)
-        if doc is None:
+        text = memo.block(store, block_id)
+        if text is None:
             raise NotFound(f"block {block_id} of {frame['id']} is not in the store (evicted?)")
-        blocks.append((at, str(doc["content"])))
+        blocks.append((at, text))
     return view, view.render(frame=c, blocks=blocks)
 
 
@@ -234,20 +257,20 @@ def verify_frame(
     store: Store,
     frame: dict[str, Any],
     *,
-    hash_memo: dict[bytes, tuple[str, int]] | None = None,
-    docs: DocMemo | None = None,
+    memo: FrameMemo | None = None,
 ) -> FrameCheck:
     """Re-render ``frame`` and check its hash, its own document hashes and its static refs
-    (``hash_memo``, ``docs``: shared by the frames of a session, as for ``rerender``)."""
+    (``memo``: shared by the frames of a session, as for ``rerender``)."""
     problems = [f"frame document field {f} does not match" for f in verify_doc(frame)]
     missing = _missing_fields(frame)
     if missing:
         recorded = frame.get("content", {}).get("rendered_hash", "") if isinstance(frame.get("content"), dict) else ""
         return FrameCheck(str(frame.get("id")), False, str(recorded), "", [*problems, f"not a frame: no {missing}"])
     c = frame["content"]
+    memo = memo or FrameMemo()
     try:
         basis = frame_basis(store, frame)
-        view, rendered = _rerender(store, frame, basis, hash_memo, docs)
+        view, rendered = _rerender(store, frame, basis, memo)
     except NotFound as e:  # a block it showed was evicted (or the frame itself)
         return FrameCheck(frame["id"], False, c["rendered_hash"], "", [*problems, str(e)], refs=c["refs"])
     if rendered.rendered_hash != c["rendered_hash"]:
@@ -260,8 +283,7 @@ def verify_frame(
             continue
         tx = ref_tx(ref, basis)
         refs.append({**ref, "tx_id": tx})
-        v = store.get(ref["id"], ref["valid_time"], tx)
-        if v is None or v.doc is None or v.doc.get("object_hash") != ref["object_hash"]:
+        if memo.ref_hash(store, ref["id"], ref["valid_time"], tx) != ref["object_hash"]:
             problems.append(f"static ref {ref['id']} @ tx {tx} does not resolve to {ref['object_hash']}")
     return FrameCheck(
         frame["id"], not problems, c["rendered_hash"], rendered.rendered_hash, problems, rendered, view, basis, refs

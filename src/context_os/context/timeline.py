@@ -18,10 +18,10 @@ from typing import Any
 
 from ..errors import NotFound
 from ..hashing import canonical_json, hash_value
-from ..store.base import DocMemo, Store, Version
+from ..store.base import Store, Version
 from ..times import iso
 from .entries import Msg
-from .frames import FrameCheck, FrameRow, frame_id, frame_row, get_frame, verify_frame
+from .frames import FrameCheck, FrameMemo, FrameRow, frame_id, frame_row, get_frame, verify_frame
 from .persist import PAGE_SIZE
 from .view import INDEX_KEY, page_id
 
@@ -269,9 +269,8 @@ def frame_diff(
     ``check``, e.g. one that keeps what it verified; default ``verify_frame``)."""
     fa, fb = get_frame(store, session_id, a), get_frame(store, session_id, b)
     if check is None:
-        memo: dict[bytes, tuple[str, int]] = {}
-        docs: DocMemo = {}
-        ca, cb = (verify_frame(store, f, hash_memo=memo, docs=docs) for f in (fa, fb))
+        memo = FrameMemo()
+        ca, cb = (verify_frame(store, f, memo=memo) for f in (fa, fb))
     else:
         ca, cb = check(fa), check(fb)
     ma = ca.rendered.messages if ca.rendered else []

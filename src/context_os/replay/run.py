@@ -22,13 +22,12 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..context.entries import ToolCall, msg_chars
-from ..context.frames import frame_docs, verify_frame
+from ..context.frames import FrameMemo, frame_docs, verify_frame
 from ..context.session import Session
 from ..harness.base import Adapter
 from ..harness.pairing import check_pairs
 from ..harness.registry import harness
 from ..hashing import hash_value
-from ..store import DocMemo
 from ..tokens import estimate_tokens
 from .file_ops import edit_target
 from .transcripts import Transcript
@@ -210,9 +209,8 @@ def replay_transcript(
     result.frames = len(frames)
     checked = frames if verify == "all" else frames[-1:] if verify == "last" else []
     result.frames_checked = len(checked)
-    memo: dict[bytes, tuple[str, int]] = {}
-    docs: DocMemo = {}
-    result.frames_verified = sum(verify_frame(session.store, f, hash_memo=memo, docs=docs).ok for f in checked)
+    memo = FrameMemo()
+    result.frames_verified = sum(verify_frame(session.store, f, memo=memo).ok for f in checked)
     result.seconds_verify = round(time.perf_counter() - replayed, 3)
     result.seconds = round(time.perf_counter() - started, 3)
     result.peak_rss_mb = _peak_rss_mb()
