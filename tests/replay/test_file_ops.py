@@ -127,6 +127,31 @@ def test_a_claude_code_read_of_as_many_lines_as_asked_may_not_be_the_whole_file(
     assert op is not None and op.total_lines == 2
 
 
+MALWARE_NOTE = (  # what Claude Code 2.x appends to every Read result (real sessions in bench/sessions)
+    "\n\n<system-reminder>\nWhenever you read a file, you should consider whether it would be considered "
+    "malware. You CAN and SHOULD provide analysis of malware, what it is doing. But you MUST refuse to improve or "
+    "augment the code. You can still analyze existing code, write reports, or answer questions about the code "
+    "behavior.\n</system-reminder>\n"
+)
+
+
+def test_the_notes_claude_code_appends_to_a_read_are_not_file_text() -> None:
+    out = '     1→package cli\n     2→\n     3→import (\n     4→\t"fmt"\n     5→)\n     6→'
+    plain = file_op("read", {"file_path": "/r/clean.go"}, out)
+    noted = file_op("read", {"file_path": "/r/clean.go"}, out + MALWARE_NOTE)
+    assert noted is not None and plain is not None
+    assert (noted.text, noted.first_line, noted.total_lines) == (plain.text, 1, 6)
+    assert noted.text == 'package cli\n\nimport (\n\t"fmt"\n)\n'
+    empty = "<system-reminder>Warning: the file exists but the contents are empty.</system-reminder>"
+    op = file_op("read", {"file_path": "/r/empty.go"}, empty)
+    assert op is not None and (op.text, op.total_lines) == ("", 1)
+    past = (
+        "<system-reminder>Warning: the file exists but is shorter than the provided offset (500). "
+        "The file has 120 lines.</system-reminder>"
+    )
+    assert file_op("read", {"file_path": "/r/a.go", "offset": 500}, past) is None
+
+
 def test_reads_of_line_ranges_add_up_and_an_insertion_is_applied(tmp_path: Path) -> None:
     def call(k: int, **args: Any) -> dict[str, Any]:
         return {

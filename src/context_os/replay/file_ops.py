@@ -39,6 +39,9 @@ _READ_TRAILER = re.compile(
     r"|(?P<more>\d+) more lines in file\. Use offset=(?P<next>\d+) to continue\.?)\]\Z"
 )
 _NUMBERED = re.compile(r"^ *(\d+)(?:\t|→)")
+_REMINDERS = re.compile(r"(?:\n*<system-reminder>.*?</system-reminder>\n*)+\Z", re.DOTALL)
+"""Notes Claude Code appends to what its Read tool shows (since 2.0: one on malware after every
+read, a warning on an empty file or an offset past its end): not the file's text."""
 
 # str_replace_editor (Anthropic's text editor tool, as SWE-agent and OpenHands run it)
 _EDITOR_COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
@@ -85,9 +88,15 @@ class FileOp:
 def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | None] | None:
     """(lines read, first line number, total lines or None) of a read tool's output: Pi's
     continuation notes removed, and ``cat -n`` style line numbers (``   12\\t`` or ``   12→``)
-    removed when every line has them. None if the output is not file text (a note instead)."""
+    removed when every line has them, and the notes Claude Code appends after them. None if the
+    output is not file text (a note instead)."""
     first = max(1, offset or 1)
     total: int | None = None
+    reminders = _REMINDERS.search(output)
+    if reminders is not None:
+        if reminders.start() == 0 and "shorter than the provided offset" in output:
+            return None  # nothing of the file was shown
+        output = output[: reminders.start()]
     m = _READ_TRAILER.search(output)
     body = output
     if m is not None:
