@@ -20,6 +20,7 @@ SESSIONS = ROOT / "bench" / "sessions"
 SHARED_PI = ROOT.parent / "shared" / "data" / "pi-sessions" / "before-compaction.jsonl"
 SETS = ("tuning", "check")
 SUFFIXES = (".jsonl", ".json", ".traj")
+"""A session file's suffixes, each also gzip-compressed (``.jsonl.gz``)."""
 LONG = 100
 """Sessions of at least this many model calls are held to the economy aims."""
 SMALL_TOKENS = 50_000
@@ -45,7 +46,9 @@ class BenchSession:
 def session_files(which: str) -> list[Path]:
     """The session files of one set; sub-agents' files are read with their main session's file."""
     base = SESSIONS / which
-    return sorted(p for p in base.rglob("*") if p.suffix in SUFFIXES and "subagents" not in p.parts)
+    return sorted(
+        p for p in base.rglob("*") if p.name.removesuffix(".gz").endswith(SUFFIXES) and "subagents" not in p.parts
+    )
 
 
 def bench_sessions(which: str) -> list[BenchSession]:

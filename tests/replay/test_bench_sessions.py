@@ -15,7 +15,7 @@ import pytest
 from context_os.replay.transcripts import read_sessions
 
 SESSIONS = Path(__file__).resolve().parents[2] / "bench" / "sessions"
-FILES = sorted(p for p in SESSIONS.rglob("*") if p.suffix in (".jsonl", ".json", ".traj"))
+FILES = sorted(p for p in SESSIONS.rglob("*") if p.name.removesuffix(".gz").endswith((".jsonl", ".json", ".traj")))
 
 
 def ctxos(*args: str, store: Path) -> subprocess.CompletedProcess[str]:
@@ -24,7 +24,7 @@ def ctxos(*args: str, store: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_set_is_all_there() -> None:
-    assert len(FILES) == 35  # 24 session files, 11 sub-agents' files
+    assert len(FILES) == 49  # 38 session files (14 of them gzip-compressed), 11 sub-agents' files
 
 
 @pytest.mark.e2e

@@ -5,6 +5,7 @@ and a JSON file of the wrong shape named for what it is. Real files from ``bench
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,52 @@ def test_a_real_session_with_its_sub_agents_files() -> None:
     # a sub-agent's file given alone is one session
     (alone,) = read_sessions(FA812.with_suffix("") / "subagents" / "agent-aa84377.jsonl")
     assert (alone.label, calls(alone)) == (None, 9)
+
+
+# -- gzip: a compressed session file reads as the text it holds ----------------------------------
+
+
+def test_a_gzip_compressed_session_reads_as_the_file_it_holds(tmp_path: Path) -> None:
+    plain = read_sessions(FA812, sidechains=False)
+    packed = tmp_path / "session.jsonl.gz"
+    packed.write_bytes(gzip.compress(FA812.read_bytes()))
+    assert detect_format(packed) == "claude-code"
+    (got,) = read_sessions(packed, sidechains=False)
+    assert got.messages == plain[0].messages and got.session_id == plain[0].session_id
+    # known by its first bytes, not its name; several members read as one text, as gzip -d does
+    data = FA812.read_bytes()
+    cut = data.index(b"\n", len(data) // 2) + 1
+    renamed = tmp_path / "session.log"
+    renamed.write_bytes(gzip.compress(data[:cut]) + gzip.compress(data[cut:]))
+    assert read_session(renamed).messages == plain[0].messages
+    # the sub-agents' files beside a compressed main file are found as beside a plain one
+    beside = tmp_path / "fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl.gz"
+    beside.write_bytes(gzip.compress(data))
+    (tmp_path / "fa812bfe-b295-4cca-9c2f-fdf01028cb46").symlink_to(FA812.with_suffix(""))
+    assert [t.label for t in read_sessions(beside)] == [t.label for t in read_sessions(FA812)]
+
+
+def test_a_gzip_file_is_held_to_the_limit_as_it_inflates(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.jsonl.gz"
+    bomb.write_bytes(gzip.compress(b"\n" * 5_000_000))  # 5 MB of text in a few kB
+    assert bomb.stat().st_size < 10_000
+    with pytest.raises(InputError, match=r"larger than 1,000,000 bytes, the limit for a session file"):
+        read_sessions(bomb, max_bytes=1_000_000)
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (gzip.compress(b'{"type": "user"}\n' * 1000)[:-20], "a gzip file cut short"),
+        (b"\x1f\x8b\x08\x00" + b"\xff" * 40, "not a readable gzip file"),
+    ],
+    ids=["truncated", "corrupt"],
+)
+def test_a_damaged_gzip_file_gets_an_input_error(tmp_path: Path, data: bytes, match: str) -> None:
+    path = tmp_path / "s.jsonl.gz"
+    path.write_bytes(data)
+    with pytest.raises(InputError, match=match):
+        read_sessions(path)
 
 
 def test_claude_code_links_lost_by_claude_code_are_bridged() -> None:

@@ -284,10 +284,13 @@ def read_claude_code(
 
 
 def _sidechain_files(parsed: Parsed, max_bytes: int) -> list[Transcript]:
-    """The sub-agents' files of a main session file ``<dir>/<session>.jsonl``:
+    """The sub-agents' files of a main session file ``<dir>/<session>.jsonl`` (or ``.jsonl.gz``):
     ``<dir>/<session>/subagents/agent-*.jsonl``, by name."""
-    folder = parsed.path.with_suffix("") / "subagents"
-    if parsed.path.suffix != ".jsonl" or not folder.is_dir():
+    name = parsed.path.name.removesuffix(".gz")
+    if not name.endswith(".jsonl"):
+        return []
+    folder = parsed.path.with_name(name.removesuffix(".jsonl")) / "subagents"
+    if not folder.is_dir():
         return []
     out: list[Transcript] = []
     for path in sorted(folder.glob("agent-*.jsonl")):

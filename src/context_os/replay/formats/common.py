@@ -3,7 +3,8 @@ parsing it once into a JSON document or JSON lines.
 
 A session file is read whole, so only a regular file is read (a FIFO or a device such as
 ``/dev/zero`` is refused before anything is read, and opening never blocks), and only up to
-``MAX_SESSION_BYTES`` (1 GiB; ``max_bytes=`` raises it).
+``MAX_SESSION_BYTES`` (1 GiB; ``max_bytes=`` raises it). A gzip-compressed file (known by its
+first bytes, whatever its name) is read as the text it holds, the limit applying to that text.
 
 A file is a **JSON document** (one value: a SWE-agent trajectory, an OpenHands event list, an
 OpenAI message list) or **JSON lines** (Pi, Claude Code, OpenHands ``output.jsonl``). It is
@@ -21,6 +22,7 @@ import json
 import os
 import re
 import stat
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -166,10 +168,37 @@ def read_text(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> str:
             raise FileUnreadable(f"cannot read {path}: {e.strerror or e}") from None
     if len(data) > max_bytes:
         raise InputError(too_large)
+    if data[:2] == _GZIP_MAGIC:
+        data = _gunzip(path, data, max_bytes, too_large)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gunzip(path: Path, data: bytearray, max_bytes: int, too_large: str) -> bytearray:
+    """The text a gzip file holds (every member, as ``gzip -d`` gives it), at most ``max_bytes``:
+    a small file that inflates past the limit is refused as it inflates, not after."""
+    out = bytearray()
+    rest = bytes(data)
+    try:
+        while rest:
+            inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            chunk = rest
+            while chunk:
+                out += inflate.decompress(chunk, max_bytes + 1 - len(out))
+                if len(out) > max_bytes:
+                    raise InputError(too_large)
+                chunk = inflate.unconsumed_tail
+            if not inflate.eof:
+                raise InputError(f"{path}: a gzip file cut short")
+            rest = inflate.unused_data
+    except zlib.error as e:
+        raise InputError(f"{path}: not a readable gzip file ({e})") from None
+    return out
 
 
 class _Bad:
