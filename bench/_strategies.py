@@ -40,6 +40,7 @@ from context_os.harness.pi import (
 from context_os.harness.toolnames import preset
 from context_os.replay.file_ops import file_op
 from context_os.replay.transcripts import Transcript
+from context_os.replay.virtual_files import VirtualFile
 from context_os.tokens import estimate_tokens
 
 __all__ = [
@@ -307,53 +308,6 @@ class PiCompaction:
 # --- files: what the session knew, and what a context shows ------------------------------------------
 
 
-class _FileLines:
-    """What is known of one file's lines, kept as ``context_os.replay.run.VirtualFile`` keeps it."""
-
-    def __init__(self) -> None:
-        self.lines: list[str | None] | None = None
-        self.changes = 0
-
-    def read(self, text: str, first: int, total_lines: int | None) -> None:
-        got = text.split("\n")
-        total = total_lines or (first + len(got) - 1)
-        if self.lines is not None and len(self.lines) != total:
-            self.lines = None
-            self.changes += 1
-        if self.lines is None:
-            self.lines = [None] * total
-        elif any(self.lines[first - 1 + k] not in (None, line) for k, line in enumerate(got[: total - first + 1])):
-            self.changes += 1
-        for k, line in enumerate(got):
-            if first - 1 + k < total:
-                self.lines[first - 1 + k] = line
-
-    def write(self, text: str) -> None:
-        self.lines = list(text.split("\n"))
-        self.changes += 1
-
-    def edit(self, edits: list[tuple[str, str]]) -> None:
-        self.changes += 1
-        if self.lines is None:
-            return
-        unknown = "\x00"
-        text = "\n".join(unknown if line is None else line for line in self.lines)
-        spans = []
-        for old, new in edits:
-            if not old or text.count(old) != 1:
-                self.lines = None
-                return
-            start = text.index(old)
-            spans.append((start, start + len(old), new))
-        spans.sort()
-        if any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)):
-            self.lines = None
-            return
-        for start, end, new in reversed(spans):
-            text = text[:start] + new + text[end:]
-        self.lines = [None if line == unknown else line for line in text.split("\n")]
-
-
 @dataclass(frozen=True)
 class FileEvent:
     """A read, write or edit of a file, from the session's tool calls and results."""
@@ -386,7 +340,7 @@ class FileTimeline:
     def __init__(self, s: Prepared):
         self.events: list[FileEvent] = []
         calls: dict[str, tuple[str, Any, int]] = {}
-        lines: dict[str, _FileLines] = {}
+        lines: dict[str, VirtualFile] = {}  # what the replay knows of each file, kept as it keeps it
         for i, m in enumerate(s.messages):
             for c in m.get("tool_calls") or ():
                 calls[c["id"]] = (c["name"], c["arguments"], i)
@@ -396,17 +350,16 @@ class FileTimeline:
             op = file_op(s.roles.get(name), args, m.get("text") or "", is_error=bool(m.get("is_error")))
             if op is None:
                 continue
-            f = lines.setdefault(op.path, _FileLines())
+            f = lines.setdefault(op.path, VirtualFile(op.path, op.path))
             if op.kind == "read":
-                assert op.text is not None
-                f.read(op.text, op.first_line, op.total_lines)
+                f.read(op)
                 src = i
             elif op.kind == "write":
                 assert op.text is not None
                 f.write(op.text)
                 src = at_call
             else:
-                f.edit(op.edits)
+                f.edit(op)
                 src = at_call
             self.events.append(FileEvent(op.path, op.kind, i, src, f.changes, f.lines is not None))
         self.now: dict[str, _FileNow] = {}

@@ -258,3 +258,22 @@ def test_an_edit_whose_old_text_was_never_read_leaves_the_content_unknown() -> N
     ]
     m = measure(session(messages), FullHistory())
     assert (m.edits_total, m.edits_with_target) == (2, 1)
+
+
+def test_reads_of_line_ranges_add_up_for_every_strategy_as_for_context_os() -> None:
+    """A read of as many lines as its limit leaves the file's length open: the next range adds to
+    it (the replay's own ``VirtualFile``), so full history knows the file an edit spans."""
+    path = "/repo/app.py"
+    messages = [
+        user("fix app.py"),
+        call("r1", "read", file_path=path, offset=1, limit=2),
+        result("r1", "     1\ta = 1\n     2\tb = 2", name="read"),
+        call("r2", "read", file_path=path, offset=3, limit=2),
+        result("r2", "     3\tc = 3\n     4\td = 4", name="read"),
+        call("e1", "edit", path=path, oldText="b = 2\nc = 3", newText="b = 5"),
+        result("e1", "Successfully replaced text in /repo/app.py.", name="edit"),
+        call("e2", "edit", path=path, oldText="a = 1\nb = 5\nd = 4", newText="a = 2"),
+        result("e2", "Successfully replaced text in /repo/app.py.", name="edit"),
+    ]
+    m = measure(session(messages), FullHistory())
+    assert (m.edits_total, m.edits_with_target) == (2, 2)

@@ -67,6 +67,92 @@ class VirtualFile:
             out.append(f"[context_os: lines after {len(self.lines)} not read yet, if any]")
         return "\n".join(out)
 
+    def write(self, text: str, turn: int = 0) -> None:
+        """The whole text, as a write set it."""
+        self.lines = list(text.split("\n"))
+        self.open_end = False
+        self.changes += 1
+        self.touches = [(turn, 1, len(self.lines))]
+
+    def read(self, op: FileOp, turn: int = 0) -> None:
+        """Learn the lines a read showed (a read that disagrees with what was known is a change)."""
+        assert op.text is not None
+        got = op.text.split("\n")
+        first = op.first_line
+        last = first + len(got) - 1
+        if op.total_lines is not None:
+            total = op.total_lines
+        else:  # the file has at least the lines read
+            total = max(last, len(self.lines)) if self.lines is not None else last
+        if self.lines is not None and self.open_end and total > len(self.lines):
+            self.lines.extend([None] * (total - len(self.lines)))  # the file goes on: more of it is known
+        if self.lines is not None and len(self.lines) != total:
+            self.lines = None  # the file changed length behind our back: what we knew no longer places
+            self.changes += 1
+        if self.lines is None:
+            self.lines = [None] * total
+            self.open_end = op.total_lines is None
+        else:
+            if any(self.lines[first - 1 + k] not in (None, line) for k, line in enumerate(got[: total - first + 1])):
+                self.changes += 1  # changed outside the tools we saw (bash, another editor)
+            if op.total_lines is not None:
+                self.open_end = False
+        for k, line in enumerate(got):
+            if first - 1 + k < total:
+                self.lines[first - 1 + k] = line
+        self.touches.append((turn, first, min(total, first + len(got) - 1)))
+
+    def edit(self, op: FileOp, turn: int = 0) -> None:
+        """Apply an edit to the known text; one it cannot place leaves the content unknown."""
+        self.changes += 1
+        if self.lines is None:
+            return
+        if op.insert is not None:
+            self._insert(op.insert, turn)
+            return
+        edits = op.edits
+        if not edits:  # an edit the call does not say how to apply
+            self.lines, self.touches = None, []
+            return
+        unknown = "\x00"  # never in an edit's text: a line never read cannot match
+        text = "\n".join(unknown if line is None else line for line in self.lines)
+        spans = []
+        for old, new in edits:
+            if not old or text.count(old) != 1:
+                self.lines, self.touches = None, []
+                return
+            start = text.index(old)
+            spans.append((start, start + len(old), new))
+        spans.sort()
+        for (_, end_a, _), (start_b, _, _) in zip(spans, spans[1:], strict=False):
+            if start_b < end_a:
+                self.lines, self.touches = None, []
+                return
+        for start, end, new in reversed(spans):
+            first = text.count("\n", 0, start) + 1
+            removed = text.count("\n", start, end)
+            added = new.count("\n")
+            text = text[:start] + new + text[end:]
+            shift = added - removed
+            self.touches = [
+                (t, a + shift if a > first else a, b + shift if b > first else b) for t, a, b in self.touches
+            ]
+            self.touches.append((turn, first, first + added))
+        self.lines = [None if line == unknown else line for line in text.split("\n")]
+
+    def _insert(self, insert: tuple[int, str], turn: int) -> None:
+        assert self.lines is not None
+        after, text = insert
+        if (after < 0 and self.open_end) or after > len(self.lines):
+            self.lines, self.touches = None, []  # the end, or the line, is not known
+            return
+        at = len(self.lines) if after < 0 else after
+        new = text.split("\n")
+        self.lines[at:at] = new
+        shift = len(new)
+        self.touches = [(t, a + shift if a > at else a, b + shift if b > at else b) for t, a, b in self.touches]
+        self.touches.append((turn, at + 1, at + shift))
+
     def content_line_map(self) -> list[int]:
         """For each file line, its 1-based line in ``text()`` (a line never read: its note's line)."""
         out: list[int] = []
@@ -154,17 +240,14 @@ class VirtualFiles:
         turn = self.session.view.turn
         if op.kind == "read":
             assert op.text is not None
-            self._read(vf, op, turn)
+            vf.read(op, turn)
             cause, reason = "read", "read"
         elif op.kind == "write":
             assert op.text is not None
-            vf.lines = list(op.text.split("\n"))
-            vf.open_end = False
-            vf.changes += 1
-            vf.touches = [(turn, 1, len(vf.lines))]
+            vf.write(op.text, turn)
             cause, reason = "write", "written"
         else:
-            self._edit(vf, op, turn)
+            vf.edit(op, turn)
             cause, reason = "edit", "edited"
         after = vf.text()
         if vf.latest is None or after != before or op.kind != "read":
@@ -193,81 +276,6 @@ class VirtualFiles:
                     result_id, actor="policy", reason=f"its content is shown by {vf.id} version {vf.version}"
                 )
         return vf
-
-    def _read(self, vf: VirtualFile, op: FileOp, turn: int) -> None:
-        assert op.text is not None
-        got = op.text.split("\n")
-        first = op.first_line
-        last = first + len(got) - 1
-        if op.total_lines is not None:
-            total = op.total_lines
-        else:  # the file has at least the lines read
-            total = max(last, len(vf.lines)) if vf.lines is not None else last
-        if vf.lines is not None and vf.open_end and total > len(vf.lines):
-            vf.lines.extend([None] * (total - len(vf.lines)))  # the file goes on: more of it is known
-        if vf.lines is not None and len(vf.lines) != total:
-            vf.lines = None  # the file changed length behind our back: what we knew no longer places
-            vf.changes += 1
-        if vf.lines is None:
-            vf.lines = [None] * total
-            vf.open_end = op.total_lines is None
-        else:
-            if any(vf.lines[first - 1 + k] not in (None, line) for k, line in enumerate(got[: total - first + 1])):
-                vf.changes += 1  # changed outside the tools we saw (bash, another editor)
-            if op.total_lines is not None:
-                vf.open_end = False
-        for k, line in enumerate(got):
-            if first - 1 + k < total:
-                vf.lines[first - 1 + k] = line
-        vf.touches.append((turn, first, min(total, first + len(got) - 1)))
-
-    def _edit(self, vf: VirtualFile, op: FileOp, turn: int) -> None:
-        vf.changes += 1
-        if vf.lines is None:
-            return
-        if op.insert is not None:
-            self._insert(vf, op.insert, turn)
-            return
-        edits = op.edits
-        if not edits:  # an edit the call does not say how to apply
-            vf.lines, vf.touches = None, []
-            return
-        unknown = "\x00"  # never in an edit's text: a line never read cannot match
-        text = "\n".join(unknown if line is None else line for line in vf.lines)
-        spans = []
-        for old, new in edits:
-            if not old or text.count(old) != 1:
-                vf.lines, vf.touches = None, []
-                return
-            start = text.index(old)
-            spans.append((start, start + len(old), new))
-        spans.sort()
-        for (_, end_a, _), (start_b, _, _) in zip(spans, spans[1:], strict=False):
-            if start_b < end_a:
-                vf.lines, vf.touches = None, []
-                return
-        for start, end, new in reversed(spans):
-            first = text.count("\n", 0, start) + 1
-            removed = text.count("\n", start, end)
-            added = new.count("\n")
-            text = text[:start] + new + text[end:]
-            shift = added - removed
-            vf.touches = [(t, a + shift if a > first else a, b + shift if b > first else b) for t, a, b in vf.touches]
-            vf.touches.append((turn, first, first + added))
-        vf.lines = [None if line == unknown else line for line in text.split("\n")]
-
-    def _insert(self, vf: VirtualFile, insert: tuple[int, str], turn: int) -> None:
-        assert vf.lines is not None
-        after, text = insert
-        if (after < 0 and vf.open_end) or after > len(vf.lines):
-            vf.lines, vf.touches = None, []  # the end, or the line, is not known
-            return
-        at = len(vf.lines) if after < 0 else after
-        new = text.split("\n")
-        vf.lines[at:at] = new
-        shift = len(new)
-        vf.touches = [(t, a + shift if a > at else a, b + shift if b > at else b) for t, a, b in vf.touches]
-        vf.touches.append((turn, at + 1, at + shift))
 
     def _focus(self, vf: VirtualFile, turn: int) -> list[list[int]]:
         """The lines touched lately, newest first, as lines of the stored text."""
