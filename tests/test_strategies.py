@@ -245,35 +245,31 @@ def test_edit_target_in_context_follows_the_latest_view_and_the_edits_since() ->
     assert full.stale_views == sum(1 for n in s.calls if n > 4)
 
 
-def test_an_edit_whose_old_text_was_never_read_leaves_the_content_unknown() -> None:
+def edits_kept(reads: list[tuple[dict[str, Any], str]], edits: list[tuple[str, str]]) -> tuple[int, int]:
+    """(edits, edits with their target in context) of full history over a session that reads
+    /repo/app.py (each read's arguments and output), then edits it (old and new text)."""
     path = "/repo/app.py"
-    messages = [
-        user("fix app.py"),
-        call("r1", "read", path=path),
-        result("r1", "a = 1", name="read"),
-        call("e1", "edit", path=path, oldText="zzz", newText="a = 3"),
-        result("e1", "Successfully replaced text in /repo/app.py.", name="edit"),
-        call("e2", "edit", path=path, oldText="a = 1", newText="a = 2"),
-        result("e2", "Successfully replaced text in /repo/app.py.", name="edit"),
-    ]
+    messages = [user("fix app.py")]
+    for k, (args, output) in enumerate(reads):
+        messages += [call(f"r{k}", "read", **args), result(f"r{k}", output, name="read")]
+    for k, (old, new) in enumerate(edits):
+        messages += [
+            call(f"e{k}", "edit", path=path, oldText=old, newText=new),
+            result(f"e{k}", "Successfully replaced text in /repo/app.py.", name="edit"),
+        ]
     m = measure(session(messages), FullHistory())
-    assert (m.edits_total, m.edits_with_target) == (2, 1)
+    return m.edits_total, m.edits_with_target
+
+
+def test_an_edit_whose_old_text_was_never_read_leaves_the_content_unknown() -> None:
+    assert edits_kept([({"path": "/repo/app.py"}, "a = 1")], [("zzz", "a = 3"), ("a = 1", "a = 2")]) == (2, 1)
 
 
 def test_reads_of_line_ranges_add_up_for_every_strategy_as_for_context_os() -> None:
     """A read of as many lines as its limit leaves the file's length open: the next range adds to
     it (the replay's own ``VirtualFile``), so full history knows the file an edit spans."""
-    path = "/repo/app.py"
-    messages = [
-        user("fix app.py"),
-        call("r1", "read", file_path=path, offset=1, limit=2),
-        result("r1", "     1\ta = 1\n     2\tb = 2", name="read"),
-        call("r2", "read", file_path=path, offset=3, limit=2),
-        result("r2", "     3\tc = 3\n     4\td = 4", name="read"),
-        call("e1", "edit", path=path, oldText="b = 2\nc = 3", newText="b = 5"),
-        result("e1", "Successfully replaced text in /repo/app.py.", name="edit"),
-        call("e2", "edit", path=path, oldText="a = 1\nb = 5\nd = 4", newText="a = 2"),
-        result("e2", "Successfully replaced text in /repo/app.py.", name="edit"),
+    ranges = [
+        ({"file_path": "/repo/app.py", "offset": 1, "limit": 2}, "     1\ta = 1\n     2\tb = 2"),
+        ({"file_path": "/repo/app.py", "offset": 3, "limit": 2}, "     3\tc = 3\n     4\td = 4"),
     ]
-    m = measure(session(messages), FullHistory())
-    assert (m.edits_total, m.edits_with_target) == (2, 2)
+    assert edits_kept(ranges, [("b = 2\nc = 3", "b = 5"), ("a = 1\nb = 5\nd = 4", "a = 2")]) == (2, 2)
