@@ -142,6 +142,10 @@ def test_the_notes_claude_code_appends_to_a_read_are_not_file_text() -> None:
     assert noted is not None and plain is not None
     assert (noted.text, noted.first_line, noted.total_lines) == (plain.text, 1, 6)
     assert noted.text == 'package cli\n\nimport (\n\t"fmt"\n)\n'
+    # a file that itself holds such a tag (this project's docs, a transcript) keeps its text
+    quoting = '     1→say("<system-reminder>")\n     2→x = "</system-reminder>"'
+    op = file_op("read", {"file_path": "/r/q.py"}, quoting + MALWARE_NOTE)
+    assert op is not None and op.text == 'say("<system-reminder>")\nx = "</system-reminder>"'
     empty = "<system-reminder>Warning: the file exists but the contents are empty.</system-reminder>"
     op = file_op("read", {"file_path": "/r/empty.go"}, empty)
     assert op is not None and (op.text, op.total_lines) == ("", 1)

@@ -39,7 +39,7 @@ _READ_TRAILER = re.compile(
     r"|(?P<more>\d+) more lines in file\. Use offset=(?P<next>\d+) to continue\.?)\]\Z"
 )
 _NUMBERED = re.compile(r"^ *(\d+)(?:\t|→)")
-_REMINDERS = re.compile(r"(?:\n*<system-reminder>.*?</system-reminder>\n*)+\Z", re.DOTALL)
+_REMINDERS = re.compile(r"(?:(?:\A|\n+)<system-reminder>.*?</system-reminder>\n*)+\Z", re.DOTALL)
 """Notes Claude Code appends to what its Read tool shows (since 2.0: one on malware after every
 read, a warning on an empty file or an offset past its end): not the file's text."""
 
