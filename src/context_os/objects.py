@@ -166,6 +166,8 @@ class FrameContent(TypedDict):
     """False: the session still passed through unchanged (policy ``manage_from_tokens``)."""
     horizon: NotRequired[int]
     """The first chat entry the history showed (the history horizon; absent: 0, none)."""
+    thinking_horizon: NotRequired[int]
+    """Assistant messages before this chat entry showed without their reasoning (absent: 0)."""
     tail_at: NotRequired[list[int | None]]
     pools: NotRequired[dict[str, int]]
     """Tokens by pool (``chat``, ``metadata``, ``active``, ``recall``; view.POOLS); absent in

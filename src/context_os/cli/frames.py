@@ -97,6 +97,7 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
                     "tokens_full": frame["content"]["tokens_full"],
                     "basis_tx_id": check.basis,
                     "horizon": frame["content"].get("horizon", 0),
+                    "thinking_horizon": frame["content"].get("thinking_horizon", 0),
                     "refs": check.refs,
                     "messages": msgs if messages else None,
                 }
@@ -115,6 +116,8 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
                 out.append("")
             if horizon := frame["content"].get("horizon", 0):
                 out.append(f"history horizon: chat entry {horizon} (the entries before it show as one note)")
+            if thinking := frame["content"].get("thinking_horizon", 0):
+                out.append(f"thinking horizon: chat entry {thinking} (assistant messages before it show no reasoning)")
             out += _check_lines(_verdict(turn, check))
             echo_long("\n".join(out))
         if not check.ok:

@@ -79,6 +79,9 @@ class Msg(TypedDict):
     is_error: NotRequired[bool]
     extra: NotRequired[dict[str, Any]]
     extra_chars: NotRequired[int]
+    drop_thinking: NotRequired[bool]
+    """For ``assistant``: render it without the reasoning its ``extra`` holds (past the session's
+    thinking horizon)."""
 
 
 def _args_chars(arguments: Any) -> int:

@@ -215,6 +215,7 @@ def _rerender(store: Store, frame: dict[str, Any], basis: int, memo: FrameMemo) 
     view.layout = c.get("layout", 1)
     view.managed = c.get("managed", True)
     view.horizon = c.get("horizon", 0)
+    view.thinking_horizon = c.get("thinking_horizon", 0)
     blocks: list[tuple[int | None, str]] = []
     for at, block_id, _ in c.get("blocks", []):
         text = memo.block(store, block_id)

@@ -50,6 +50,7 @@ def load_view(
         managed=meta.get("managed_from", 0) is not None,  # sessions from before it are managed
     )
     view.horizon = int(meta.get("horizon", 0))
+    view.thinking_horizon = int(meta.get("thinking_horizon", 0))
     view.session_version = (sv.valid_time, sv.tx_id, sv.doc["object_hash"])
     chats = store.find("chat", {"session": session_id}, valid_time=valid_time, tx_id=tx_id, docs=docs)
     pages = sorted(

@@ -141,6 +141,7 @@ class SessionWriter:
                 "retired": head["retired"],
                 "managed_from": head["managed_from"],
                 "horizon": view.horizon,
+                **({"thinking_horizon": view.thinking_horizon} if view.thinking_horizon else {}),
                 "policy": self._policy_dict(),
             },
         ).encode()

@@ -280,6 +280,8 @@ class Session:
                 "changes": changed,
                 "changes_total": changes_total,
             }
+            if view.thinking_horizon:
+                content["thinking_horizon"] = view.thinking_horizon
             meta = {"session": self.id, "turn": view.turn, "tokens": rendered.tokens, "tokens_full": tokens_full}
             frame_id = self.writer.queue_frame(content, meta, rendered.new_blocks)
             self.writer.commit()
@@ -371,6 +373,8 @@ class Session:
             tokens=lambda: view.render().tokens,
         )
         due = list({c.id: c for c in due}.values())
+        keep = policy.keep_thinking_turns
+        thinking = view.thinking_due(keep) if view.managed and keep is not None else None
         break_at: int | None
         if not view.managed or policy.cache_break_percent is None:
             # not managed yet: nothing is shown collapsed; no prompt cache to keep: take it all
@@ -386,6 +390,8 @@ class Session:
                 gain = view.collapse_gain(o) if o.in_history else view.shown_tokens(o)
                 placed.append((view.position_of(o), change, gain))
             candidates = [(pos, gain) for pos, _, gain in placed if pos is not None] + patched
+            if thinking is not None and thinking[1] is not None:
+                candidates.append((thinking[1], thinking[2]))
             allowance = policy.cache_break_percent * view.sent_total // 100 - view.uncached_total
             break_at = plan_break(candidates, forced, view.tokens_after, allowance, policy.break_payback_calls)
             for pos, change, _ in placed:
@@ -397,6 +403,8 @@ class Session:
             if over:
                 changes += over
                 break_at = 0  # what it changed may stand anywhere
+        if thinking is not None and break_at is not None and (thinking[1] is None or thinking[1] >= break_at):
+            view.move_thinking_horizon(thinking[0])  # re-sent from the break anyway, or worth it
         return break_at
 
     def _move_horizon(self) -> list[StateChange]:

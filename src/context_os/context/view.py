@@ -486,6 +486,11 @@ class SessionView:
     """The history horizon: the first chat entry the history shows. The visible entries before it
     (system messages excepted) show as one note, ``horizon_text`` (0: none; ``Session`` moves it,
     a frame re-renders with the one it recorded)."""
+    thinking_horizon: int = 0
+    """Assistant messages before this chat entry show without the reasoning the harness sends back
+    with them (``extra_chars``: Pi's thinking blocks), which they carry from it on (0: all carry
+    it; ``Session`` moves it, keeping the policy's ``keep_thinking_turns`` newest; a frame
+    re-renders with the one it recorded)."""
 
     # memo of the rendering; derived, rebuilt on demand
     _units: list[Unit] = field(default_factory=list, repr=False)
@@ -517,6 +522,8 @@ class SessionView:
     _indexed: dict[str, ObjInfo] = field(default_factory=dict, repr=False)
     _behind: _Behind | None = field(default=None, repr=False)
     """What the horizon's note says of the entries behind it, as of its last move."""
+    _reasoning: list[int] = field(default_factory=list, repr=False)
+    """Chat entries of the history built so far that are assistant messages with reasoning, in order."""
 
     # --- objects -----------------------------------------------------------------------------
 
@@ -570,6 +577,7 @@ class SessionView:
         if entries_changed:
             self._behind = None
         self._units, self._unit_of, self._open, self._built_upto = [], {}, None, 0
+        self._reasoning = []
         self._hist_tokens = self._hist_msgs = 0
         self._sums = _TokenSums()
         self._dirty_from, self._prev_count, self._checkpoints = 0, 0, []
@@ -656,7 +664,10 @@ class SessionView:
         if e.get("extra"):
             msg["extra"] = e["extra"]
         if e.get("extra_chars"):
-            msg["extra_chars"] = e["extra_chars"]
+            if e["role"] == "assistant" and e["i"] < self.thinking_horizon:
+                msg["drop_thinking"] = True  # the adapter renders it without its reasoning
+            else:
+                msg["extra_chars"] = e["extra_chars"]
         return [msg]
 
     def _build(self) -> None:
@@ -679,6 +690,8 @@ class SessionView:
                 continue
             self._close_open()
             self._append_unit(_unit(e["i"], self._entry_msgs(e), self.hash_memo))
+            if e["role"] == "assistant" and e.get("extra_chars"):
+                self._reasoning.append(e["i"])
             if e["role"] == "assistant" and e.get("tool_calls"):
                 calls = e["tool_calls"]
                 self._open = (e["i"], calls, {c["id"] for c in calls})
@@ -761,6 +774,29 @@ class SessionView:
             resume = self.visible[pos]
             out.append(f"(entries {resume} to {end - 1} not shown here: history(start={resume}) goes on)")
         return "\n".join(out)
+
+    def thinking_due(self, keep: int) -> tuple[int, int | None, int] | None:
+        """Where the thinking horizon would move so that only the ``keep`` newest assistant
+        messages with reasoning keep it: (the new horizon, the history position of the first
+        message it changes, the tokens it frees per call), or None if it would not move."""
+        self._build()
+        r = self._reasoning
+        if len(r) <= keep:
+            return None
+        to = r[-keep] if keep else r[-1] + 1
+        changed = r[bisect.bisect_left(r, self.thinking_horizon) : bisect.bisect_left(r, to)]
+        if not changed:
+            return None
+        freed = sum(estimate_tokens(int(self.entries[i].get("extra_chars") or 0)) for i in changed)
+        return to, self._unit_of.get(changed[0]), freed
+
+    def move_thinking_horizon(self, to: int) -> None:
+        """Move the thinking horizon forward to ``to``: the messages it passes render anew."""
+        r = self._reasoning
+        changed = r[bisect.bisect_left(r, self.thinking_horizon) : bisect.bisect_left(r, to)]
+        self.thinking_horizon = to
+        for i in changed:
+            self.refresh_entry(i)
 
     def refresh_entry(self, entry_index: int) -> None:
         """Re-render one entry (a tool result, or the call that made it) after a state change."""

@@ -15,7 +15,8 @@ expects: the same roles, so an extension can return it from the ``context`` even
   ``bashExecution`` with ``excludeFromContext`` is left out, as Pi leaves it out.
 * Text blocks become the neutral text (several are joined with a newline and split back by
   their lengths); thinking is counted (``extra_chars``, as Pi's own token estimate counts it)
-  but not managed.
+  and left off an assistant message past the session's thinking horizon (``drop_thinking``:
+  the policy's ``keep_thinking_turns``).
 
 A tool result's images (``extra["full"]``) are stored in its tool-call object and come back
 while the result is shown in full; a result's ``details`` is Pi's UI data, never sent to the
@@ -315,6 +316,8 @@ class PiAdapter(Adapter[dict[str, Any]]):
         if role == "assistant":
             calls = {c["id"]: c for c in msg.get("tool_calls") or ()}
             blocks = _fill(list(skeleton or []), text) if skeleton is not None else []
+            if msg.get("drop_thinking"):  # past the session's thinking horizon
+                blocks = [b for b in blocks if b.get("type") != "thinking"]
             if skeleton is None and text:
                 blocks = [{"type": "text", "text": text}]
             content = []
