@@ -119,3 +119,15 @@ def test_ctxos_frames_show_names_the_thinking_horizon(tmp_path: Path) -> None:
     assert shown["ok"] and shown["thinking_horizon"] == horizon > 0  # the default keeps two
     text = subprocess.run([*ctxos, "--no-messages"], capture_output=True, text=True, check=True).stdout
     assert f"thinking horizon: chat entry {horizon}" in text and "verified" in text
+
+
+def test_a_session_reopened_without_the_setting_shows_every_message_s_reasoning_again(store: Store, uid: str) -> None:
+    hook = PiHook(Session.open(store, uid, harness="pi", policy=RetentionPolicy(**EAGER, history_max_tokens=None)))
+    msgs, out = drive(hook, 5)
+    assert thoughts(out) == ["thought 3", "thought 4"]
+    hook.session.close()
+    off = RetentionPolicy(**EAGER, history_max_tokens=None, keep_thinking_turns=None)
+    again = PiHook(Session.open(store, uid, harness="pi", policy=off))
+    assert thoughts(again.transform_context(msgs)) == [f"thought {n}" for n in range(5)]
+    assert again.session.view.thinking_horizon == 0
+    assert all(verify_frame(store, f).ok for f in frame_docs(store, uid))

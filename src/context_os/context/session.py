@@ -374,6 +374,8 @@ class Session:
         )
         due = list({c.id: c for c in due}.values())
         keep = policy.keep_thinking_turns
+        if keep is None and view.thinking_horizon:
+            view.move_thinking_horizon(0)  # reopened without it: every message shows its reasoning
         thinking = view.thinking_due(keep) if view.managed and keep is not None else None
         break_at: int | None
         if not view.managed or policy.cache_break_percent is None:

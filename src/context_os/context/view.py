@@ -791,9 +791,12 @@ class SessionView:
         return to, self._unit_of.get(changed[0]), freed
 
     def move_thinking_horizon(self, to: int) -> None:
-        """Move the thinking horizon forward to ``to``: the messages it passes render anew."""
+        """Move the thinking horizon to ``to`` (back to 0: every message shows its reasoning
+        again): the messages it passes render anew."""
+        self._build()
         r = self._reasoning
-        changed = r[bisect.bisect_left(r, self.thinking_horizon) : bisect.bisect_left(r, to)]
+        low, high = sorted((self.thinking_horizon, to))
+        changed = r[bisect.bisect_left(r, low) : bisect.bisect_left(r, high)]
         self.thinking_horizon = to
         for i in changed:
             self.refresh_entry(i)
