@@ -56,6 +56,19 @@ class Cluster:
             self.ports.append(port)
         return url.splitlines()[-1]
 
+    def log_tails(self, lines: int = 80) -> str:
+        """The last lines of each node's log and of PostgreSQL's (what a failed test leaves for
+        the reader: ``xtdb/stop`` removes a node's log with it)."""
+        logs = [XTDB / "target" / f"xtdb-{port}.log" for port in self.ports] + [self.pg_data / "server.log"]
+        out = []
+        for log in logs:
+            try:
+                tail = log.read_text(errors="replace").splitlines()[-lines:]
+            except OSError as e:
+                tail = [f"(cannot be read: {e})"]
+            out.append(f"--- last {lines} lines of {log}\n" + "\n".join(tail))
+        return "\n".join(out) + "\n"
+
     def url(self, *ports: int) -> str:
         """One store URL naming these nodes (default: all), in that order."""
         return "xtdb+http://" + ",".join(f"127.0.0.1:{p}" for p in ports or self.ports)

@@ -2,12 +2,15 @@
 ``postgres``: its PostgreSQL alone.
 
 Under ``CI=true`` a cluster that cannot start fails the tests that need it; elsewhere they are
-skipped with the reason."""
+skipped with the reason. A test of the cluster that fails leaves the tails of the nodes' and
+PostgreSQL's logs in its report (the nodes' logs go with them when they stop)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,3 +48,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
     finally:
         c.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"report_{report.when}", report)
+
+
+@pytest.fixture(autouse=True)
+def _logs_of_a_failed_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.failed:
+        for name in ("cluster", "postgres"):
+            if name in request.fixturenames:
+                sys.stderr.write(request.getfixturevalue(name).log_tails())
