@@ -43,12 +43,15 @@ class BenchSession:
         return sum(1 for k, m in enumerate(self.transcript.messages) if k and m.get("role") == "assistant")
 
 
+def is_session_file(path: Path) -> bool:
+    """Whether ``path`` is named as a session file (``SUFFIXES``, maybe gzip-compressed)."""
+    return path.name.removesuffix(".gz").endswith(SUFFIXES)
+
+
 def session_files(which: str) -> list[Path]:
     """The session files of one set; sub-agents' files are read with their main session's file."""
     base = SESSIONS / which
-    return sorted(
-        p for p in base.rglob("*") if p.name.removesuffix(".gz").endswith(SUFFIXES) and "subagents" not in p.parts
-    )
+    return sorted(p for p in base.rglob("*") if is_session_file(p) and "subagents" not in p.parts)
 
 
 def bench_sessions(which: str) -> list[BenchSession]:

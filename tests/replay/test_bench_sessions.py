@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench._sessions import SESSIONS, is_session_file
 
 from context_os.replay.transcripts import read_sessions
 
-SESSIONS = Path(__file__).resolve().parents[2] / "bench" / "sessions"
-FILES = sorted(p for p in SESSIONS.rglob("*") if p.name.removesuffix(".gz").endswith((".jsonl", ".json", ".traj")))
+FILES = sorted(p for p in SESSIONS.rglob("*") if is_session_file(p))
 
 
 def ctxos(*args: str, store: Path) -> subprocess.CompletedProcess[str]:

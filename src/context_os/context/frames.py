@@ -181,7 +181,7 @@ class FrameMemo:
     units: dict[bytes, tuple[str, int]] = field(default_factory=dict)
     docs: DocMemo = field(default_factory=dict)
     blocks: dict[str, str] = field(default_factory=dict)
-    refs: dict[tuple[str, int, int | None], str | None] = field(default_factory=dict)
+    refs: dict[tuple[str, int, int], str | None] = field(default_factory=dict)
 
     def block(self, store: Store, block_id: str) -> str | None:
         """The text of a block document (None: not in the store)."""
@@ -193,7 +193,7 @@ class FrameMemo:
             text = self.blocks[block_id] = str(doc["content"])
         return text
 
-    def ref_hash(self, store: Store, id: str, valid_time: int, tx: int | None) -> str | None:
+    def ref_hash(self, store: Store, id: str, valid_time: int, tx: int) -> str | None:
         """The object hash of the version of ``id`` in force at ``valid_time`` as of ``tx``."""
         key = (id, valid_time, tx)
         if key not in self.refs:

@@ -392,7 +392,7 @@ class Session:
                 gain = view.collapse_gain(o) if o.in_history else view.shown_tokens(o)
                 placed.append((view.position_of(o), change, gain))
             candidates = [(pos, gain) for pos, _, gain in placed if pos is not None] + patched
-            if thinking is not None and thinking[1] is not None:
+            if thinking is not None:
                 candidates.append((thinking[1], thinking[2]))
             allowance = policy.cache_break_percent * view.sent_total // 100 - view.uncached_total
             break_at = plan_break(candidates, forced, view.tokens_after, allowance, policy.break_payback_calls)
@@ -405,7 +405,7 @@ class Session:
             if over:
                 changes += over
                 break_at = 0  # what it changed may stand anywhere
-        if thinking is not None and break_at is not None and (thinking[1] is None or thinking[1] >= break_at):
+        if thinking is not None and break_at is not None and thinking[1] >= break_at:
             view.move_thinking_horizon(thinking[0])  # re-sent from the break anyway, or worth it
         return break_at
 

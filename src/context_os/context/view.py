@@ -775,7 +775,7 @@ class SessionView:
             out.append(f"(entries {resume} to {end - 1} not shown here: history(start={resume}) goes on)")
         return "\n".join(out)
 
-    def thinking_due(self, keep: int) -> tuple[int, int | None, int] | None:
+    def thinking_due(self, keep: int) -> tuple[int, int, int] | None:
         """Where the thinking horizon would move so that only the ``keep`` newest assistant
         messages with reasoning keep it: (the new horizon, the history position of the first
         message it changes, the tokens it frees per call), or None if it would not move."""
@@ -784,22 +784,26 @@ class SessionView:
         if len(r) <= keep:
             return None
         to = r[-keep] if keep else r[-1] + 1
-        changed = r[bisect.bisect_left(r, self.thinking_horizon) : bisect.bisect_left(r, to)]
+        changed = self._passed(to)
         if not changed:
             return None
         freed = sum(estimate_tokens(int(self.entries[i].get("extra_chars") or 0)) for i in changed)
-        return to, self._unit_of.get(changed[0]), freed
+        return to, self._unit_of[changed[0]], freed
 
     def move_thinking_horizon(self, to: int) -> None:
         """Move the thinking horizon to ``to`` (back to 0: every message shows its reasoning
         again): the messages it passes render anew."""
         self._build()
-        r = self._reasoning
-        low, high = sorted((self.thinking_horizon, to))
-        changed = r[bisect.bisect_left(r, low) : bisect.bisect_left(r, high)]
+        changed = self._passed(to)
         self.thinking_horizon = to
         for i in changed:
             self.refresh_entry(i)
+
+    def _passed(self, to: int) -> list[int]:
+        """The built messages with reasoning between the thinking horizon and ``to`` (either way)."""
+        low, high = sorted((self.thinking_horizon, to))
+        r = self._reasoning
+        return r[bisect.bisect_left(r, low) : bisect.bisect_left(r, high)]
 
     def refresh_entry(self, entry_index: int) -> None:
         """Re-render one entry (a tool result, or the call that made it) after a state change."""

@@ -18,6 +18,8 @@ This module reads files; it never touches a store or a session.
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
 import re
@@ -168,10 +170,9 @@ def read_text(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> str:
             raise FileUnreadable(f"cannot read {path}: {e.strerror or e}") from None
     if len(data) > max_bytes:
         raise InputError(too_large)
-    if data[:2] == _GZIP_MAGIC:
-        data = _gunzip(path, data, max_bytes, too_large)
+    text = _gunzip(path, data, max_bytes, too_large) if data[:2] == _GZIP_MAGIC else data
     try:
-        return data.decode("utf-8")
+        return text.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
 
@@ -179,25 +180,18 @@ def read_text(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> str:
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _gunzip(path: Path, data: bytearray, max_bytes: int, too_large: str) -> bytearray:
+def _gunzip(path: Path, data: bytearray, max_bytes: int, too_large: str) -> bytes:
     """The text a gzip file holds (every member, as ``gzip -d`` gives it), at most ``max_bytes``:
     a small file that inflates past the limit is refused as it inflates, not after."""
-    out = bytearray()
-    rest = bytes(data)
     try:
-        while rest:
-            inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-            chunk = rest
-            while chunk:
-                out += inflate.decompress(chunk, max_bytes + 1 - len(out))
-                if len(out) > max_bytes:
-                    raise InputError(too_large)
-                chunk = inflate.unconsumed_tail
-            if not inflate.eof:
-                raise InputError(f"{path}: a gzip file cut short")
-            rest = inflate.unused_data
-    except zlib.error as e:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            out = f.read(max_bytes + 1)  # inflates only as far as that
+    except EOFError:
+        raise InputError(f"{path}: a gzip file cut short") from None
+    except (OSError, zlib.error) as e:
         raise InputError(f"{path}: not a readable gzip file ({e})") from None
+    if len(out) > max_bytes:
+        raise InputError(too_large)
     return out
 
 
