@@ -40,13 +40,14 @@ class Cluster:
         self.pg_data = XTDB / "target" / f"pg-{self.pg_port}"
         _run(str(XTDB / "postgres"), "start", "--port", str(self.pg_port), timeout=600)
 
-    def start_node(self, port: int | None = None) -> str:
-        """Start a node (a new one on a free port, or the one that had ``port``); its URL."""
+    def start_node(self, port: int | None = None, config: Path | None = None) -> str:
+        """Start a node (a new one on a free port, or the one that had ``port``; ``config``: a
+        node configuration other than ``xtdb/config/cluster.edn``); its URL."""
         port = port or _free_port()
         url = _run(
             str(XTDB / "start"),
             "--port", str(port),
-            "--config", str(XTDB / "config" / "cluster.edn"),
+            "--config", str(config or XTDB / "config" / "cluster.edn"),
             "--pg-port", str(self.pg_port),
             "--data-dir", str(self.root / f"node-{port}"),
             "--timeout", str(STARTUP_TIMEOUT_S),
@@ -68,6 +69,11 @@ class Cluster:
                 tail = [f"(cannot be read: {e})"]
             out.append(f"--- last {lines} lines of {log}\n" + "\n".join(tail))
         return "\n".join(out) + "\n"
+
+    def stop_node(self, port: int) -> None:
+        """Stop a node for good (it leaves ``ports``)."""
+        subprocess.run([str(XTDB / "stop"), "--port", str(port)], check=False, timeout=90)
+        self.ports.remove(port)
 
     def url(self, *ports: int) -> str:
         """One store URL naming these nodes (default: all), in that order."""

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from context_os import Session
-from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.frames import frame_docs, frame_id, verify_frame
 from context_os.errors import StoreUnavailable
 from context_os.harness import OpenAIHook
 from context_os.replay.transcripts import demo_messages
 from context_os.store import open_store
 from context_os.store.base import Put
 from context_os.store.xtdb import XtdbStore
-from tests._xtdb_node import run_clojure
-from tests.cluster._cluster import Cluster
+from tests._xtdb_node import _free_port, run_clojure
+from tests.cluster._cluster import XTDB, Cluster
 from tests.ui.recorded import record_demo
 
 pytestmark = pytest.mark.cluster
@@ -157,3 +157,51 @@ def test_postgres_restarted_under_a_session_the_outbox_replays_exactly_once(
         assert all(len(check.history(v.id, with_docs=False)) == 1 for v in markers)
     finally:
         check.close()
+
+
+def test_a_node_behind_when_postgres_goes_away_fails_reads_at_once_and_the_session_goes_on(
+    cluster: Cluster, uid: str, tmp_path: Path
+) -> None:
+    """A session writes through one node; that node dies and PostgreSQL goes away before the other
+    node has read the session's last transactions from the log (it polls every ten minutes here,
+    so it surely has not; at the usual 10 ms a busy machine opens the same window now and then).
+    Through the other node no read can see them until the log is back: reads say so
+    (``StoreUnavailable``, after about a second) instead of waiting out the store's timeout and
+    failing the turn, writes wait in the outbox, and the session goes on. Once PostgreSQL is back
+    everything lands once and every frame verifies."""
+    slow_config = tmp_path / "slow-poll.edn"
+    slow_config.write_text(
+        (XTDB / "config" / "cluster.edn").read_text().replace(":poll-sleep-ms 10", ":poll-sleep-ms 600000")
+    )
+    assert ":poll-sleep-ms 600000" in slow_config.read_text()
+    first, slow = _free_port(), _free_port()
+    cluster.start_node(first)
+    cluster.start_node(slow, config=slow_config)
+    messages = demo_messages()
+    calls = [k for k, m in enumerate(messages) if m.get("role") == "assistant" and k > 0][:10]
+    store = open_store(cluster.url(first, slow) + f"?outbox={tmp_path / 'outbox.db'}")
+    sid = f"{uid}-behind"
+    try:
+        with Session.open(store, sid) as session:
+            hook = OpenAIHook(session)
+            for n, k in enumerate(calls):
+                if n == 4:
+                    cluster.stop_postgres()
+                    cluster.kill(first)
+                    with pytest.raises(StoreUnavailable, match="cannot read its transaction log"):
+                        store.get(frame_id(sid, 1))
+                if n == 6:
+                    assert store.stats()["outbox"]["pending"] >= 2  # the turns while it was down
+                    cluster.start_postgres()
+                hook.transform_context(messages[:k])
+        assert store.stats()["outbox"]["pending"] == 0
+        assert store.inner.base.endswith(f":{slow}")  # type: ignore[attr-defined]
+        docs = frame_docs(store, sid)
+        assert [d["content"]["turn"] for d in docs] == list(range(1, len(calls) + 1))
+        for d in docs:
+            assert len(store.history(d["id"], with_docs=False)) == 1, d["id"]
+            assert verify_frame(store, d).ok, d["id"]
+    finally:
+        store.close()
+        cluster.stop_node(first)
+        cluster.stop_node(slow)

@@ -496,6 +496,12 @@ class XtdbStore(Store):
     RETRIES = 3
     """Extra attempts for a read whose connection failed (backoff 0.1 s, 0.2 s, 0.4 s)."""
     BACKOFF_S = 0.1
+    LOG_CHECK_S = 1.0
+    """How long a wait for this store's own transaction goes before asking whether the node can
+    read its log at all (``_await``)."""
+    LOG_RETRY_S = 2.0
+    """After a node said it cannot read its log, how long the store takes that as the answer
+    (waits for its unindexed transactions fail at once) before asking again."""
 
     def __init__(self, url: str, *, timeout: float = 30.0, text_index_path: Path | None = None) -> None:
         """``text_index_path``: the keyword index's sidecar file (default: one per node address
@@ -512,6 +518,9 @@ class XtdbStore(Store):
         """The newest transaction this store submitted without waiting for the node to index it
         (``submit``; -1: none): every read through this store waits for it first (``_settle``)."""
         self._settle_lock = threading.Lock()
+        self._log_down_until = 0.0
+        """Until when (monotonic) the store takes it that the node cannot read its log, as it said
+        (``_newest_in_log``): waits for an unindexed transaction fail at once (``_await``)."""
         self._caught_up = False
         """Whether this store's first read has waited for what the log held then (``_catch_up_to_log``):
         a client opened after a write was acknowledged, through whichever node, reads it."""
@@ -570,9 +579,10 @@ class XtdbStore(Store):
         while True:
             base = self.base
             tried.add(base)
-            if endpoint != "await-tx" and base in self._behind:
-                self._behind.discard(base)
+            if endpoint not in _BEFORE_SETTLED and base in self._behind:
+                # left "behind" until it has caught up: a read after a failed catch-up waits again
                 self._catch_up()
+                self._behind.discard(base)
             last = attempt >= self.RETRIES
             try:
                 r = self._client.request(
@@ -842,8 +852,11 @@ class XtdbStore(Store):
     def _newest_in_log(self) -> tuple[bool, int | None]:
         """Whether the node could ask its log (not when a cluster's database is down), and the id
         of the newest transaction there, indexed or not (None: nothing submitted yet)."""
+        if time.monotonic() < self._log_down_until:
+            return False, None  # it said so moments ago
         r = self._request("GET", "latest-submitted-tx")
         if r.status_code >= 500:
+            self._log_down_until = time.monotonic() + self.LOG_RETRY_S
             return False, None
         if r.status_code == 404 and r.headers.get("content-type", "").startswith("application/edn"):
             return True, None
@@ -854,21 +867,45 @@ class XtdbStore(Store):
             raise StoreError(f"XTDB node at {self.base}: unexpected latest-submitted-tx answer {tx!r}") from e
 
     def _await(self, tx_id: int) -> None:
-        r = self._request(
-            "GET",
-            "await-tx",
-            params={"tx-id": str(tx_id), "timeout": str(int(self.timeout * 1000))},
-            timeout=self.timeout + 10,
-        )
-        if r.status_code != 200:
-            if "TimeoutException" in r.text:
+        """Wait until the node has indexed ``tx_id``. A node that cannot index it because it cannot
+        read its log (a cluster's database is down: the transaction is in the log, nothing is
+        lost) raises ``StoreUnavailable`` after ``LOG_CHECK_S`` rather than at the timeout; in the
+        ``LOG_RETRY_S`` after, a wait only asks whether it is indexed already."""
+        # the node said moments ago it cannot read its log: whether it has indexed it already
+        down = time.monotonic() < self._log_down_until
+        first = 0.0 if down else min(self.timeout, self.LOG_CHECK_S)
+        if not self._await_for(tx_id, first):
+            known, _ = self._newest_in_log()
+            if not known:
+                raise self._log_down(tx_id)
+            if not self._await_for(tx_id, self.timeout - first):
                 raise StoreError(
                     f"XTDB node at {self.base}: transaction {tx_id} was submitted but not indexed within"
                     f" {self.timeout:g} s; it may still commit"
                 )
-            self._fail(r, f"await-tx {tx_id}")
         self._seen_tx = max(self._seen_tx, tx_id)
         self._settled(tx_id)
+
+    def _await_for(self, tx_id: int, seconds: float) -> bool:
+        """One ``await-tx`` of at most ``seconds``: whether the node indexed ``tx_id`` in time."""
+        r = self._request(
+            "GET",
+            "await-tx",
+            params={"tx-id": str(tx_id), "timeout": str(max(1, int(seconds * 1000)))},
+            timeout=seconds + 10,
+        )
+        if r.status_code == 200:
+            return True
+        if "TimeoutException" in r.text:
+            return False
+        self._fail(r, f"await-tx {tx_id}")
+
+    def _log_down(self, tx_id: int) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"XTDB node at {self.base} cannot read its transaction log (its database is out of reach), so"
+            f" it has not indexed transaction {tx_id} of this store: reads wait until it can; the"
+            " transaction is in the log, nothing is lost"
+        )
 
     def _committed(self, tx_id: int) -> bool:
         answer = self._get("tx-committed", {"tx-id": str(tx_id)}, f"tx-committed {tx_id}")
