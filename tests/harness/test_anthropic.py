@@ -89,7 +89,7 @@ def assert_valid(request: dict[str, Any]) -> None:
 
 
 def test_round_trip_collapses_old_results_and_keeps_everything_else_verbatim(db):
-    hook = hook_for(db)
+    hook = hook_for(db, keep_thinking_turns=None)  # every message's reasoning stays (see below)
     msgs = conversation(1)
     for n in range(1, 5):
         request = hook.transform_request(msgs, system=SYSTEM)
@@ -305,9 +305,11 @@ def test_a_collapsed_calls_long_input_collapses_with_it_and_comes_back_on_activa
     for n in range(3):
         msgs += [calls(f"c{n}"), results((f"c{n}", "x"))]
         out = hook.transform_request(msgs)["messages"]
-    tool_input = out[1]["content"][2]["input"]
+    tool_input = out[1]["content"][1]["input"]
     assert tool_input["path"] == "a.py" and tool_input["new_text"].startswith("[900 chars elided: activate(")
-    assert out[1]["content"][0] == msgs[1]["content"][0]  # the thinking block is untouched
+    # its reasoning is past the thinking horizon now; the text is untouched
+    assert [b["type"] for b in out[1]["content"]] == ["text", "tool_use"]
+    assert out[1]["content"][0] == msgs[1]["content"][1]
     hook.call_tool("activate", {"id": "toolcall:a1:e1"})
     out = hook.transform_request(msgs)["messages"]
     assert big in out[-1]["content"][-1]["text"]
@@ -419,3 +421,72 @@ def test_a_results_images_live_in_its_tool_call_object_and_evict_erases_them(db)
     # the session goes on; the evicted result renders as erased
     out = hook_for(db).transform_request([*msgs, user("next")])["messages"]
     assert "erased" in json.dumps(out)
+
+
+THOUGHT = "weighing the options for the parser " * 40
+
+
+def thinking_calls(n: int) -> dict[str, Any]:
+    """An assistant message as the SDK returns it with extended thinking: reasoning (redacted on
+    every third), a word, a call."""
+    reasoning: dict[str, Any] = (
+        {"type": "redacted_thinking", "data": f"enc{n}:" + "Zm9v" * 300}
+        if n % 3 == 1
+        else {"type": "thinking", "thinking": f"thought {n}: {THOUGHT}", "signature": f"sig{n}"}
+    )
+    content = [reasoning, {"type": "text", "text": f"Reading part {n}."}]
+    content.append({"type": "tool_use", "id": f"c{n}", "name": "bash", "input": {"command": f"cat part{n}"}})
+    return {"role": "assistant", "content": Message.model_validate({**_MESSAGE, "content": content}).content}
+
+
+_MESSAGE = {"id": "msg", "type": "message", "role": "assistant", "model": "claude", "stop_reason": "tool_use"}
+_MESSAGE |= {"stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}
+
+
+def reasoning_of(out: list[dict[str, Any]]) -> list[str]:
+    """Which assistant messages of a request still carry their reasoning (by their call: None
+    for one without)."""
+    return [
+        next((b["id"] for b in m["content"] if b["type"] == "tool_use"), None)
+        for m in out
+        if m["role"] == "assistant" and any(b["type"] in ("thinking", "redacted_thinking") for b in m["content"])
+    ]
+
+
+def test_only_the_newest_assistant_messages_keep_their_reasoning(db):
+    """Extended thinking sent back with every assistant message (SDK blocks, signatures, redacted
+    ones): the newest two keep it, as the API needs for the tool-use turn in progress; older ones
+    keep their text and calls. Every request is valid and every frame verifies."""
+    hook = hook_for(db, keep_thinking_turns=2, history_max_tokens=None)
+    msgs: list[dict[str, Any]] = [user("Fix the parser.")]
+    for n in range(8):
+        msgs += [thinking_calls(n), results((f"c{n}", f"part {n}"))]
+        request = hook.transform_request(msgs, system=SYSTEM)
+        assert_valid(request)
+    out = request["messages"]
+    assert reasoning_of(out) == ["c6", "c7"]
+    newest = [m for m in out if m["role"] == "assistant"][-2:]
+    assert newest[0]["content"][0] == msgs[-4]["content"][0].model_dump(mode="json", exclude_none=True)
+    assert newest[1]["content"][0]["type"] == "redacted_thinking"  # as given, data and all
+    older = [m for m in out if m["role"] == "assistant"][:6]
+    assert all([b["type"] for b in m["content"]] == ["text", "tool_use"] for m in older)
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "a1"))
+    # with the setting off every message keeps it, and the context is that much larger
+    whole = hook_for(db, "a2", keep_thinking_turns=None)
+    assert reasoning_of(whole.transform_request(msgs, system=SYSTEM)["messages"]) == [f"c{n}" for n in range(8)]
+    assert hook.last is not None and whole.last is not None
+    assert hook.last.rendered.tokens < whole.last.rendered.tokens - 5 * len(THOUGHT) // 4
+
+
+def test_a_message_of_nothing_but_reasoning_keeps_it(db):
+    """The API refuses an assistant message with empty content: one whose only block is its
+    reasoning is not counted as reasoning to leave off, and is sent as it came."""
+    hook = hook_for(db, keep_thinking_turns=1, history_max_tokens=None)
+    alone = {"role": "assistant", "content": [{"type": "thinking", "thinking": THOUGHT, "signature": "s"}]}
+    msgs: list[dict[str, Any]] = [user("Think first."), alone, user("Now fix it.")]
+    for n in range(4):
+        msgs += [thinking_calls(3 * n), results((f"c{3 * n}", "ok"))]
+        request = hook.transform_request(msgs)
+        assert_valid(request)
+    assert request["messages"][1] == alone
+    assert reasoning_of(request["messages"]) == [None, "c9"]

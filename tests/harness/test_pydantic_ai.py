@@ -236,3 +236,25 @@ def test_tool_definitions_are_pydantic_ai_tool_definitions(db):
     hook = hook_for(db)
     assert [d.name for d in hook.tools] == ["activate", "deactivate", "pin", "unpin", "lines", "history"]
     assert hook.tools[0].parameters_json_schema["required"] == ["id"]
+
+
+def test_only_the_newest_responses_keep_their_thinking_parts(db):
+    """pydantic-ai keeps a model's ThinkingParts in its responses and sends them back: the newest
+    two responses keep them, older ones keep their text and calls; every frame verifies."""
+    hook = hook_for(db, keep_thinking_turns=2, history_max_tokens=None)
+    thought = "weighing the options for the parser " * 40
+    msgs: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("Fix the parser.")])]
+    for n in range(6):
+        parts = [ThinkingPart(f"thought {n}: {thought}", signature=f"sig{n}", provider_name="anthropic")]
+        parts += [TextPart(f"Reading part {n}."), ToolCallPart("bash", {"command": f"cat part{n}"}, f"c{n}")]
+        msgs += [ModelResponse(parts=parts), ModelRequest(parts=[ToolReturnPart("bash", f"part {n}", f"c{n}")])]
+        out = hook.transform_context(msgs)
+    responses = [m for m in out if isinstance(m, ModelResponse)]
+    kinds = [[type(p).__name__ for p in m.parts] for m in responses]
+    assert kinds[:4] == [["TextPart", "ToolCallPart"]] * 4
+    assert kinds[4:] == [["ThinkingPart", "TextPart", "ToolCallPart"]] * 2
+    assert dump(responses[-1]) == dump(msgs[-2])  # signature and all, as given
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "p1"))
+    whole = hook_for(db, "p2", keep_thinking_turns=None)
+    everything = whole.transform_context(msgs)
+    assert all(isinstance(m.parts[0], ThinkingPart) for m in everything if isinstance(m, ModelResponse))

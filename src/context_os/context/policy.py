@@ -120,8 +120,9 @@ class RetentionPolicy:
     """How much of ``history_max_tokens`` the horizon keeps when it moves (1-100): it moves
     seldom, by the rest at once, since each move sends the context anew from its start."""
     keep_thinking_turns: int | None = 2
-    """The reasoning a harness sends back with each assistant message (Pi's and Claude Code's
-    thinking blocks; what the adapter counts in ``extra_chars``) stays on only the newest this many
+    """The reasoning a harness sends back with each assistant message (Pi's, Claude Code's and
+    the Anthropic API's thinking blocks, pydantic-ai's thinking parts; what the adapter counts in
+    ``extra_chars``) stays on only the newest this many
     assistant messages that have any; older ones show without it (the thinking horizon), as
     Anthropic's own ``clear_thinking`` context edit does. It leaves at a break, or on its own when
     what it frees pays for what it re-sends (``plan_break``). None: every message keeps it."""

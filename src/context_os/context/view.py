@@ -488,7 +488,7 @@ class SessionView:
     a frame re-renders with the one it recorded)."""
     thinking_horizon: int = 0
     """Assistant messages before this chat entry show without the reasoning the harness sends back
-    with them (``extra_chars``: Pi's thinking blocks), which they carry from it on (0: all carry
+    with them (``extra_chars``: thinking blocks the adapter counted), which they carry from it on (0: all carry
     it; ``Session`` moves it, keeping the policy's ``keep_thinking_turns`` newest; a frame
     re-renders with the one it recorded)."""
 

@@ -14,7 +14,10 @@ What the API needs verbatim is kept verbatim: assistant blocks (thinking and red
 with their signatures, server tool blocks, citations, cache_control) are stored in ``extra`` and
 rendered back in their order; only a ``tool_use`` block's ``input`` comes from the neutral tool
 call (so a collapsed call's long arguments collapse with its result). User content blocks
-(images, documents, text) are kept as given.
+(images, documents, text) are kept as given. The reasoning blocks are counted (``extra_chars``)
+and left off an assistant message past the session's thinking horizon (``drop_thinking``: the
+policy's ``keep_thinking_turns``), as the API's own ``clear_thinking`` edit does; a message whose
+only blocks are reasoning keeps them (its content must not be empty).
 
 The top-level ``system`` parameter is not part of ``messages``: ``AnthropicHook.transform`` takes
 it, records it as the first message of the session (so frames show it), and returns it as
@@ -70,6 +73,20 @@ class AnthropicRequest(TypedDict):
     messages: list[dict[str, Any]]
     system: NotRequired[str | list[dict[str, Any]]]
     """Present when a ``system`` was given (as given, or as it was last recorded)."""
+
+
+_REASONING = ("thinking", "redacted_thinking")
+"""Assistant blocks of the model's reasoning (extended thinking), as the API sends them back."""
+
+
+def _reasoning_chars(block: Mapping[str, Any]) -> int:
+    """What a reasoning block puts in front of the model: its text (the encrypted ``data`` of a
+    redacted one); the signature is not counted."""
+    if block.get("type") == "thinking":
+        return len(str(block.get("thinking") or ""))
+    if block.get("type") == "redacted_thinking":
+        return len(str(block.get("data") or ""))
+    return 0
 
 
 def _plain(value: Any) -> Any:
@@ -242,6 +259,11 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
         m = _incoming("assistant", _joined_text(blocks, index, "content"), {**extra, "content": kept})
         if calls:
             m["tool_calls"] = calls
+        # the model's reasoning, sent back with the message: counted, and left off past the
+        # session's thinking horizon, unless it is all the message holds (content must not be empty)
+        reasoning = sum(_reasoning_chars(b) for b in kept)
+        if reasoning and any(b["type"] not in _REASONING for b in kept):
+            m["extra_chars"] = reasoning
         return m
 
     def _result(self, block: dict[str, Any], index: int, j: int) -> Incoming:
@@ -285,6 +307,8 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
             return {"role": "user", "content": [block]}
         content: Any = extra.pop("content", None)
         if role == "assistant":
+            if msg.get("drop_thinking") and isinstance(content, list):  # past the thinking horizon
+                content = [b for b in content if b.get("type") not in _REASONING]
             content = _assistant_content(content, text, msg.get("tool_calls") or [])
         elif content is None:
             content = text

@@ -20,7 +20,9 @@ each call's ``args`` from the neutral call (so collapsed calls' long arguments c
 ``ModelRequest`` is split: each ``ToolReturnPart`` (and legacy ``RetryPromptPart`` that answers
 a call) becomes one neutral ``tool`` message, then each run of the other parts becomes a
 ``system`` (system prompts) or ``user`` message that keeps its parts verbatim. Rendering merges
-consecutive requests back into one and names each rendered tool return after its call. Typed
+consecutive requests back into one and names each rendered tool return after its call. A
+response's ``ThinkingPart``s are counted (``extra_chars``) and left off past the session's
+thinking horizon (``drop_thinking``), unless they are all it holds. Typed
 tool parts (``tool_kind`` subclasses such as tool search) and native tool parts are passed
 through verbatim, never managed.
 
@@ -49,6 +51,7 @@ from pydantic_ai.messages import (
     RetryPromptPart,
     SystemPromptPart,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -207,6 +210,11 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
         m: Incoming = {"role": "assistant", "text": "\n".join(texts), "h": "", "extra": {"response": dumped}}
         if calls:
             m["tool_calls"] = calls
+        # the model's reasoning, sent back with the response: counted, and left off past the
+        # session's thinking horizon, unless it is all the response holds
+        reasoning = sum(len(p.content) for p in message.parts if isinstance(p, ThinkingPart))
+        if reasoning and any(not isinstance(p, ThinkingPart) for p in message.parts):
+            m["extra_chars"] = reasoning
         return m
 
     def _result(self, part: Any, raw: dict[str, Any], index: int, j: int) -> Incoming:
@@ -276,6 +284,7 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
             if p.get("part_kind") == "tool-call" and "args" not in p
             else p
             for p in response["parts"]
+            if not (msg.get("drop_thinking") and p.get("part_kind") == "thinking")  # past the horizon
         ]
         return _load(data)
 
