@@ -497,7 +497,7 @@ class XtdbStore(Store):
     """Extra attempts for a read whose connection failed (backoff 0.1 s, 0.2 s, 0.4 s)."""
     BACKOFF_S = 0.1
     LOG_CHECK_S = 1.0
-    """How long a wait for this store's own transaction goes before asking whether the node can
+    """How long a wait for a transaction goes before asking whether the node can
     read its log at all (``_await``)."""
     LOG_RETRY_S = 2.0
     """After a node said it cannot read its log, how long the store takes that as the answer
