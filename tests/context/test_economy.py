@@ -329,6 +329,52 @@ def test_the_pool_keeps_what_was_used_often_lately_over_what_was_used_once(
         again.close()
 
 
+def test_an_edit_brings_back_the_next_file_read_after_the_one_changed(tmp_path: Path) -> None:
+    """Agents read several files, then change them one by one in that order: an edit of mod0
+    brings back mod1 (read next, unchanged), which the pool had let go; not mod2 (one is the
+    default), not a file changed already, and nothing with the setting at 0."""
+    tools = _files(tmp_path, 5)
+    session = tools.session
+    hook = OpenAIHook(session, files=tools)
+
+    def state(k: int) -> str:
+        return next(o.state for o in session.view.objects.values() if o.meta.get("path") == f"mod{k}.py")
+
+    msgs = [user("read them, then fix each")]
+
+    def turn(note: str) -> None:
+        msgs.extend([say(note), user("next")])
+        hook.transform_context(msgs)
+
+    for k in range(5):
+        tools.call("read", {"path": f"mod{k}.py"})
+        turn(f"read {k}")
+    assert [state(k) for k in range(5)] == ["inactive", "inactive", "active", "active", "active"]
+    tools.call("edit", {"path": "mod0.py", "oldText": "value_0_1 = 1 ", "newText": "value_0_1 = 10 "})
+    assert [state(k) for k in range(2)] == ["active", "active"]
+    mod1 = next(o.id for o in session.view.objects.values() if o.meta.get("path") == "mod1.py")
+    assert session.state_changes(mod1)[-1].doc["meta"]["reason"].startswith("next on the reading list after file:")
+    turn("fixed 0")  # five files: the pool lets two go again
+    gone = [k for k in range(5) if state(k) == "inactive"]
+    assert 1 not in gone and len(gone) == 2
+    tools.call("edit", {"path": "mod0.py", "oldText": "value_0_2 = 2 ", "newText": "value_0_2 = 20 "})
+    # mod0 changed again: mod1, still the next unchanged one, is active; nothing else comes back
+    assert [k for k in range(5) if state(k) == "inactive"] == gone
+    turn("fixed 0 again")
+    assert all(verify_frame(session.store, f).ok for f in frame_docs(session.store, session.id))
+
+    (tmp_path / "off").mkdir()
+    off = _files(tmp_path / "off", 5)
+    off.session.view.policy = RetentionPolicy(active_pool_tokens=2_500, next_on_reading_list=0, **EAGER)
+    off_hook = OpenAIHook(off.session, files=off)
+    for k in range(5):
+        off.call("read", {"path": f"mod{k}.py"})
+        off_hook.transform_context([user("read"), say(f"read {k}"), user("next")])
+    off.call("edit", {"path": "mod0.py", "oldText": "value_0_1 = 1 ", "newText": "value_0_1 = 10 "})
+    states = {o.meta["path"]: o.state for o in off.session.view.objects.values() if o.kind == "file"}
+    assert states["mod1.py"] == "inactive"
+
+
 def test_the_pool_breaks_a_tie_by_the_order_the_files_came_not_by_their_ids() -> None:
     # two files read in the same turn, once each: the same use score. Live file ids are random
     # (uuid4), so a tie broken by id would let a different file go from run to run

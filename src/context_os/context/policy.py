@@ -6,8 +6,10 @@ expanded while it is less than ``collapse_after_turns`` turns old and among the
 ``keep_recent_results`` newest; pins override. Files (objects of the active pool) stay active
 while the pool fits ``active_pool_tokens``, the least used leaving first: each use (a tool that
 touches a file, or a new message naming its path) counts 1, less by ``pool_use_decay_percent``
-for every turn since, so what was used often and lately stays (``use_score``);
-``file_idle_turns`` optionally deactivates idle ones too. An optional ``token_budget`` collapses
+for every turn since, so what was used often and lately stays (``use_score``); an edit or a
+write of a file brings back the next ``next_on_reading_list`` files read after it (the session
+keeps the reading list: ``Session._follow_reading_list``); ``file_idle_turns`` optionally
+deactivates idle ones too. An optional ``token_budget`` collapses
 the least recently used unpinned active objects. Ties go to the object the session saw first
 (its ``seq``), never to the id: live file ids are random, and a tie broken by them would decide
 differently each run.
@@ -107,6 +109,11 @@ class RetentionPolicy:
     """What a use of an object of the active pool still counts after each further turn, in
     percent: 80, a use three turns ago counts 0.51, and a file edited three times in the last
     five turns outranks one read once the turn before. 0: the least recently used leaves first."""
+    next_on_reading_list: int = 1
+    """When the agent edits or writes a file it read, the next this many files it read after that
+    one (in the order it first read them) and has not changed since come back to the active pool:
+    agents read several files, then change them one by one, mostly in the order they read them.
+    0: none."""
     token_budget: int | None = None
     """If set, collapse least-recently-used unpinned active objects until the context fits."""
     history_max_tokens: int | None = 24_000

@@ -117,6 +117,12 @@ class Session:
         """Managed from the next turn on, whatever its size: an object the session showed got a
         new version, or its tools show text only in blocks (``manage``)."""
         self._seq = max((o.seq for o in view.objects.values() if o.kind != "toolcall"), default=0)
+        self._reading: dict[str, str | None] = {
+            o.id: None for o in sorted(view.objects.values(), key=lambda o: o.seq) if o.kind == "file"
+        }
+        """The files this session read, in the order it first read them, each with the hash of the
+        latest version of it the agent made since (None: it changed none; ``next_on_reading_list``;
+        a resumed session starts from the files it shows, in the order it first saw them)."""
         self.feeds: list[SourceFeed] = []
         """The object sources consulted at each turn (``add_source``)."""
         self.source_hashes: dict[str, dict[str, str]] = {}
@@ -660,8 +666,28 @@ class Session:
             if changed:
                 self.view.refresh_object(obj)
                 self.writer.record_state(obj, actor, reason)
+        if obj.kind == "file":
+            self._follow_reading_list(obj, read=reason == "read")
         self.writer.flush()
         return {"id": obj_id, "status": status, "version": obj.meta.get("version"), "tokens": obj.tokens}
+
+    def _follow_reading_list(self, obj: ObjInfo, *, read: bool) -> None:
+        """A file read joins the reading list; a version of one the agent made (an edit or a
+        write, as the version says), shown for the first time, brings back the next
+        ``next_on_reading_list`` files read after it that it has not changed, if they left the
+        active pool."""
+        if read and obj.id not in self._reading:
+            self._reading[obj.id] = None
+        made = obj.version[2] if obj.version is not None and obj.meta.get("cause") in ("edit", "write") else None
+        if made is None or obj.id not in self._reading or self._reading[obj.id] == made:
+            return
+        self._reading[obj.id] = made
+        ids = list(self._reading)
+        after = [i for i in ids[ids.index(obj.id) + 1 :] if self._reading[i] is None]
+        for oid in after[: self.view.policy.next_on_reading_list]:
+            o = self.view.objects.get(oid)
+            if o is not None and o.state == "inactive" and o.content is not None:
+                self._set(o, "active", "system", f"next on the reading list after {obj.id}")
 
     def activate(self, obj_id: str, *, actor: Actor = "agent", reason: str = "activate") -> dict[str, Any]:
         """Load an object's content into context (a collapsed tool result comes back at the end;
