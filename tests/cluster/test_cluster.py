@@ -7,7 +7,9 @@ it, add another, and stop and start PostgreSQL under a session."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,26 +121,42 @@ def test_the_log_subscription_outlives_every_way_postgres_fails_under_it(cluster
     assert last[-1] == "ok 500", last
 
 
+def _drive(store: Any, sid: str, turns: int, at: dict[int, Callable[[], None]]) -> None:
+    """A session of ``turns`` calls of the demo through ``store``, ``at[n]`` run before call n."""
+    messages = demo_messages()
+    calls = [k for k, m in enumerate(messages) if m.get("role") == "assistant" and k > 0][:turns]
+    with Session.open(store, sid) as session:
+        hook = OpenAIHook(session)
+        for n, k in enumerate(calls):
+            if n in at:
+                at[n]()
+            hook.transform_context(messages[:k])
+
+
+def _frames_sent_once_and_verified(store: Any, sid: str, turns: int) -> None:
+    docs = frame_docs(store, sid)
+    assert [d["content"]["turn"] for d in docs] == list(range(1, turns + 1))
+    for d in docs:
+        assert len(store.history(d["id"], with_docs=False)) == 1, d["id"]  # sent exactly once
+        assert verify_frame(store, d).ok, d["id"]
+
+
 def test_postgres_restarted_under_a_session_the_outbox_replays_exactly_once(
     cluster: Cluster, uid: str, tmp_path: Path
 ) -> None:
     """While the shared log is down the nodes say "nothing was submitted"; the session goes on,
     its writes wait in the outbox, and are sent once, in order, when PostgreSQL is back."""
-    messages = demo_messages()
-    calls = [k for k, m in enumerate(messages) if m.get("role") == "assistant" and k > 0][:14]
     store = open_store(cluster.url() + f"?outbox={tmp_path / 'outbox.db'}")
     sid = f"{uid}-outage"
     queued = 0
+
+    def back() -> None:
+        nonlocal queued
+        queued = store.stats()["outbox"]["pending"]
+        cluster.start_postgres()
+
     try:
-        with Session.open(store, sid) as session:
-            hook = OpenAIHook(session)
-            for n, k in enumerate(calls):
-                if n == 5:
-                    cluster.stop_postgres()
-                if n == 8:
-                    queued = store.stats()["outbox"]["pending"]
-                    cluster.start_postgres()
-                hook.transform_context(messages[:k])
+        _drive(store, sid, 14, {5: cluster.stop_postgres, 8: back})
         assert queued >= 3  # the turns while it was down: accepted into the outbox
         assert store.stats()["outbox"]["pending"] == 0
     finally:
@@ -147,11 +165,7 @@ def test_postgres_restarted_under_a_session_the_outbox_replays_exactly_once(
     # provisional transactions, which every outbox store resolves through the markers)
     check = open_store(cluster.url(cluster.ports[-1]) + f"?outbox={tmp_path / 'check.db'}")
     try:
-        docs = frame_docs(check, sid)
-        assert [d["content"]["turn"] for d in docs] == list(range(1, len(calls) + 1))
-        for d in docs:
-            assert len(check.history(d["id"], with_docs=False)) == 1, d["id"]  # sent exactly once
-            assert verify_frame(check, d).ok, d["id"]
+        _frames_sent_once_and_verified(check, sid, 14)
         markers = [v for v in check.find("outbox") if v.doc is not None]
         assert len(markers) >= queued
         assert all(len(check.history(v.id, with_docs=False)) == 1 for v in markers)
@@ -177,30 +191,24 @@ def test_a_node_behind_when_postgres_goes_away_fails_reads_at_once_and_the_sessi
     first, slow = _free_port(), _free_port()
     cluster.start_node(first)
     cluster.start_node(slow, config=slow_config)
-    messages = demo_messages()
-    calls = [k for k, m in enumerate(messages) if m.get("role") == "assistant" and k > 0][:10]
     store = open_store(cluster.url(first, slow) + f"?outbox={tmp_path / 'outbox.db'}")
     sid = f"{uid}-behind"
+
+    def away() -> None:
+        cluster.stop_postgres()
+        cluster.kill(first)
+        with pytest.raises(StoreUnavailable, match="cannot read its transaction log"):
+            store.get(frame_id(sid, 1))
+
+    def back() -> None:
+        assert store.stats()["outbox"]["pending"] >= 2  # the turns while it was down
+        cluster.start_postgres()
+
     try:
-        with Session.open(store, sid) as session:
-            hook = OpenAIHook(session)
-            for n, k in enumerate(calls):
-                if n == 4:
-                    cluster.stop_postgres()
-                    cluster.kill(first)
-                    with pytest.raises(StoreUnavailable, match="cannot read its transaction log"):
-                        store.get(frame_id(sid, 1))
-                if n == 6:
-                    assert store.stats()["outbox"]["pending"] >= 2  # the turns while it was down
-                    cluster.start_postgres()
-                hook.transform_context(messages[:k])
+        _drive(store, sid, 10, {4: away, 6: back})
         assert store.stats()["outbox"]["pending"] == 0
         assert store.inner.base.endswith(f":{slow}")  # type: ignore[attr-defined]
-        docs = frame_docs(store, sid)
-        assert [d["content"]["turn"] for d in docs] == list(range(1, len(calls) + 1))
-        for d in docs:
-            assert len(store.history(d["id"], with_docs=False)) == 1, d["id"]
-            assert verify_frame(store, d).ok, d["id"]
+        _frames_sent_once_and_verified(store, sid, 10)
     finally:
         store.close()
         cluster.stop_node(first)
