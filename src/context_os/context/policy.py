@@ -132,7 +132,9 @@ class RetentionPolicy:
     ``extra_chars``) stays on only the newest this many
     assistant messages that have any; older ones show without it (the thinking horizon), as
     Anthropic's own ``clear_thinking`` context edit does. It leaves at a break, or on its own when
-    what it frees pays for what it re-sends (``plan_break``). None: every message keeps it."""
+    what it frees pays for what it re-sends (``plan_break``). None: every message keeps it. 0: none
+    does, which the Anthropic API refuses while a tool-use turn with extended thinking goes on (the
+    newest assistant message must keep its thinking): 1 is the least for it."""
     max_message_chars: int = 2_000_000
     """A single message field larger than this is refused (``ContentTooLarge``)."""
 
