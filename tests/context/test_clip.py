@@ -127,7 +127,7 @@ def test_a_frame_of_an_earlier_layout_re_renders_the_result_whole(db: SqliteStor
     hook = hook_for(db, result_view_chars=20_000)
     hook.transform_context([user("go"), call("c1", command="mvn test"), result("c1", LOG)])
     frame = frame_docs(db, "s1")[-1]
-    assert frame["content"]["layout"] == 4 and verify_frame(db, frame).ok
+    assert frame["content"]["layout"] >= 4 and verify_frame(db, frame).ok
     old = rerender(db, {**frame, "content": {**frame["content"], "layout": 3}})
     assert LOG in [m.get("text") for m in old.messages]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from context_os import RetentionPolicy, Session
-from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.frames import frame_docs, rerender, verify_frame
 from context_os.harness.pi import PiHook
 from context_os.store.base import Store
 from tests.harness.pi_msgs import assistant, result, tool_call, user
@@ -131,3 +131,26 @@ def test_a_session_reopened_without_the_setting_shows_every_message_s_reasoning_
     assert thoughts(again.transform_context(msgs)) == [f"thought {n}" for n in range(5)]
     assert again.session.view.thinking_horizon == 0
     assert all(verify_frame(store, f).ok for f in frame_docs(store, uid))
+
+
+def test_a_message_of_nothing_but_reasoning_keeps_it(store: Store, uid: str) -> None:
+    """Rendered without its reasoning, an assistant message with neither text nor calls would be
+    empty, which the Anthropic API refuses (behind Pi too): it keeps its reasoning past the
+    horizon (layout 5). A frame of layout 4 re-renders it the way it was rendered then, without."""
+    policy = RetentionPolicy(**EAGER, keep_thinking_turns=1, history_max_tokens=None)
+    hook = PiHook(Session.open(store, uid, harness="pi", policy=policy))
+    alone = assistant({"type": "thinking", "thinking": f"alone: {THOUGHT}", "thinkingSignature": "s"})
+    msgs: list[dict[str, Any]] = [user("Think first."), alone, user("Now fix it.")]
+    for n in range(4):
+        msgs += [thinking_call(n), result(f"c{n}", "bash", f"part {n}")]
+        out = hook.transform_context(msgs)
+    assert thoughts(out) == ["alone", "thought 3"]
+    frame = frame_docs(store, uid)[-1]
+    assert frame["content"]["layout"] == 5 and verify_frame(store, frame).ok
+
+    def dropped(layout: int) -> list[bool]:
+        rendered = rerender(store, {**frame, "content": {**frame["content"], "layout": layout}})
+        return [bool(m.get("drop_thinking")) for m in rendered.messages if m["role"] == "assistant"]
+
+    assert dropped(5) == [False, True, True, True, False]
+    assert dropped(4) == [True, True, True, True, False]

@@ -480,7 +480,7 @@ def test_only_the_newest_assistant_messages_keep_their_reasoning(db):
 
 def test_a_message_of_nothing_but_reasoning_keeps_it(db):
     """The API refuses an assistant message with empty content: one whose only block is its
-    reasoning is not counted as reasoning to leave off, and is sent as it came."""
+    reasoning keeps it past the horizon, and is sent as it came."""
     hook = hook_for(db, keep_thinking_turns=1, history_max_tokens=None)
     alone = {"role": "assistant", "content": [{"type": "thinking", "thinking": THOUGHT, "signature": "s"}]}
     msgs: list[dict[str, Any]] = [user("Think first."), alone, user("Now fix it.")]

@@ -127,12 +127,13 @@ def _unit(entry: int | None, msgs: list[Msg], memo: dict[bytes, tuple[str, int]]
     return Unit(entry, msgs, known[0], known[1])
 
 
-LAYOUT = 4
+LAYOUT = 5
 """How the current code renders (recorded in every frame as ``layout``): 1, a collapsed tool result
 names its object id; 2, it names its short ref (``r<entry>``), in fewer tokens; 3, a collapsed
 result whose text is no longer than its stub shows its text (``own_text``): collapsing it changes
 nothing the model sees; 4, a managed session shows a tool result longer than the policy's
-``result_view_chars`` clipped (``clip_result``)."""
+``result_view_chars`` clipped (``clip_result``); 5, an assistant message with nothing but its
+reasoning (no text, no calls) keeps it past the thinking horizon (``sheds_reasoning``)."""
 
 
 def short_ref(obj: ObjInfo) -> str | None:
@@ -523,7 +524,7 @@ class SessionView:
     _behind: _Behind | None = field(default=None, repr=False)
     """What the horizon's note says of the entries behind it, as of its last move."""
     _reasoning: list[int] = field(default_factory=list, repr=False)
-    """Chat entries of the history built so far that are assistant messages with reasoning, in order."""
+    """Chat entries of the history built so far whose reasoning can leave (``sheds_reasoning``), in order."""
 
     # --- objects -----------------------------------------------------------------------------
 
@@ -664,11 +665,21 @@ class SessionView:
         if e.get("extra"):
             msg["extra"] = e["extra"]
         if e.get("extra_chars"):
-            if e["role"] == "assistant" and e["i"] < self.thinking_horizon:
+            if e["i"] < self.thinking_horizon and self.sheds_reasoning(e):
                 msg["drop_thinking"] = True  # the adapter renders it without its reasoning
             else:
                 msg["extra_chars"] = e["extra_chars"]
         return [msg]
+
+    def sheds_reasoning(self, e: Entry) -> bool:
+        """Whether an entry's reasoning (``extra_chars``) leaves it past the thinking horizon: an
+        assistant message's, and from layout 5 only one with text or calls besides (rendered
+        without it, one holding nothing else would be empty, which the Anthropic API refuses)."""
+        return (
+            e["role"] == "assistant"
+            and bool(e.get("extra_chars"))
+            and (self.layout < 5 or bool(e.get("text") or e.get("tool_calls")))
+        )
 
     def _build(self) -> None:
         """Extend the memo with entries made visible since the last render."""
@@ -690,7 +701,7 @@ class SessionView:
                 continue
             self._close_open()
             self._append_unit(_unit(e["i"], self._entry_msgs(e), self.hash_memo))
-            if e["role"] == "assistant" and e.get("extra_chars"):
+            if self.sheds_reasoning(e):
                 self._reasoning.append(e["i"])
             if e["role"] == "assistant" and e.get("tool_calls"):
                 calls = e["tool_calls"]

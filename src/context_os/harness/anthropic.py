@@ -16,8 +16,8 @@ rendered back in their order; only a ``tool_use`` block's ``input`` comes from t
 call (so a collapsed call's long arguments collapse with its result). User content blocks
 (images, documents, text) are kept as given. The reasoning blocks are counted (``extra_chars``)
 and left off an assistant message past the session's thinking horizon (``drop_thinking``: the
-policy's ``keep_thinking_turns``), as the API's own ``clear_thinking`` edit does; a message whose
-only blocks are reasoning keeps them (its content must not be empty).
+policy's ``keep_thinking_turns``), as the API's own ``clear_thinking`` edit does; the engine keeps
+them on a message with neither text nor calls (its content must not be empty).
 
 The top-level ``system`` parameter is not part of ``messages``: ``AnthropicHook.transform`` takes
 it, records it as the first message of the session (so frames show it), and returns it as
@@ -259,10 +259,8 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
         m = _incoming("assistant", _joined_text(blocks, index, "content"), {**extra, "content": kept})
         if calls:
             m["tool_calls"] = calls
-        # the model's reasoning, sent back with the message: counted, and left off past the
-        # session's thinking horizon, unless it is all the message holds (content must not be empty)
-        reasoning = sum(_reasoning_chars(b) for b in kept)
-        if reasoning and any(b["type"] not in _REASONING for b in kept):
+        # the model's reasoning, sent back with the message: counted (left off past the thinking horizon)
+        if reasoning := sum(_reasoning_chars(b) for b in kept):
             m["extra_chars"] = reasoning
         return m
 

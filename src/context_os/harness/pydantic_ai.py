@@ -22,7 +22,7 @@ a call) becomes one neutral ``tool`` message, then each run of the other parts b
 ``system`` (system prompts) or ``user`` message that keeps its parts verbatim. Rendering merges
 consecutive requests back into one and names each rendered tool return after its call. A
 response's ``ThinkingPart``s are counted (``extra_chars``) and left off past the session's
-thinking horizon (``drop_thinking``), unless they are all it holds. Typed
+thinking horizon (``drop_thinking``). Typed
 tool parts (``tool_kind`` subclasses such as tool search) and native tool parts are passed
 through verbatim, never managed.
 
@@ -210,10 +210,8 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
         m: Incoming = {"role": "assistant", "text": "\n".join(texts), "h": "", "extra": {"response": dumped}}
         if calls:
             m["tool_calls"] = calls
-        # the model's reasoning, sent back with the response: counted, and left off past the
-        # session's thinking horizon, unless it is all the response holds
-        reasoning = sum(len(p.content) for p in message.parts if isinstance(p, ThinkingPart))
-        if reasoning and any(not isinstance(p, ThinkingPart) for p in message.parts):
+        # the model's reasoning, sent back with the response: counted (left off past the thinking horizon)
+        if reasoning := sum(len(p.content) for p in message.parts if isinstance(p, ThinkingPart)):
             m["extra_chars"] = reasoning
         return m
 
