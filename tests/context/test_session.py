@@ -366,6 +366,26 @@ def test_a_collapsed_calls_long_arguments_collapse_with_its_result(db):
         assert verify_frame(db, f).ok
 
 
+def test_a_collapsed_calls_long_list_arguments_collapse_too(db):
+    from context_os.context.frames import rerender
+
+    hook = hook_for(db)
+    todos = [{"content": f"step {n}: fix the parser's error path", "status": "pending"} for n in range(8)]
+    msgs = [user("plan it"), call("t1", "TodoWrite", todos=todos, note="short"), result("t1", "ok")]
+    out = hook.transform_context(msgs)
+    assert json.loads(out[1]["tool_calls"][0]["function"]["arguments"])["todos"] == todos
+    for n in range(3):
+        msgs += [call(f"c{n}"), result(f"c{n}", "x")]
+        out = hook.transform_context(msgs)
+    args = json.loads(out[1]["tool_calls"][0]["function"]["arguments"])
+    size = len(json.dumps(todos, separators=(",", ":")))
+    assert args == {"todos": f'[{size:,} chars elided: activate("r2")]', "note": "short"}
+    frame = frame_docs(db, "s1")[-1]
+    assert frame["content"]["layout"] >= 6 and verify_frame(db, frame).ok
+    old = rerender(db, {**frame, "content": {**frame["content"], "layout": 5}})
+    assert json.loads(old.messages[1]["tool_calls"][0]["arguments"]) == {"todos": todos, "note": "short"}
+
+
 def test_a_result_arriving_after_a_resume_keeps_frames_verifiable(db):
     hook = hook_for(db)
     msgs = [user("edit it"), call("e1", "edit", path="a.py", newText="n" * 1000)]

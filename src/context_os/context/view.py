@@ -127,13 +127,15 @@ def _unit(entry: int | None, msgs: list[Msg], memo: dict[bytes, tuple[str, int]]
     return Unit(entry, msgs, known[0], known[1])
 
 
-LAYOUT = 5
+LAYOUT = 6
 """How the current code renders (recorded in every frame as ``layout``): 1, a collapsed tool result
 names its object id; 2, it names its short ref (``r<entry>``), in fewer tokens; 3, a collapsed
 result whose text is no longer than its stub shows its text (``own_text``): collapsing it changes
 nothing the model sees; 4, a managed session shows a tool result longer than the policy's
 ``result_view_chars`` clipped (``clip_result``); 5, an assistant message with nothing but its
-reasoning (no text, no calls) keeps it past the thinking horizon (``sheds_reasoning``)."""
+reasoning (no text, no calls) keeps it past the thinking horizon (``sheds_reasoning``); 6, a
+collapsed call's long list or object arguments are elided as its long strings are (a todo list
+re-sent whole by each ``TodoWrite``: ``elide_arguments``)."""
 
 
 def short_ref(obj: ObjInfo) -> str | None:
@@ -650,7 +652,12 @@ class SessionView:
         obj = self.objects.get(c.get("object", ""))
         if obj is None or obj.in_history or obj.pinned or not self.managed:
             return c["arguments"]
-        return elide_arguments(c["arguments"], self._handle(obj), self.policy.elide_arguments_over_chars)
+        return self._elided(c["arguments"], obj)
+
+    def _elided(self, arguments: Any, obj: ObjInfo) -> Any:
+        """``elide_arguments`` of a collapsed call as this view's layout renders them."""
+        limit = self.policy.elide_arguments_over_chars
+        return elide_arguments(arguments, self._handle(obj), limit, lists=self.layout >= 6)
 
     def _handle(self, obj: ObjInfo) -> str:
         """What a note names to get ``obj`` back: its short ref (layout 2), else its id."""
@@ -851,7 +858,7 @@ class SessionView:
         call = self._call_of(o)
         if call is not None:
             before = msg_chars({"role": "assistant", "text": None, "tool_calls": [call]})
-            elided = elide_arguments(call["arguments"], self._handle(o), self.policy.elide_arguments_over_chars)
+            elided = self._elided(call["arguments"], o)
             after = msg_chars({"role": "assistant", "text": None, "tool_calls": [{**call, "arguments": elided}]})
             gain += estimate_tokens(max(0, before - after))
         return gain
@@ -1196,11 +1203,14 @@ def _args_text(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, sort_keys=True)
 
 
-def elide_arguments(arguments: Any, obj_id: str, limit: int) -> Any:
-    """Replace string values longer than ``limit`` in a call's arguments by a short note.
+def elide_arguments(arguments: Any, obj_id: str, limit: int, *, lists: bool = True) -> Any:
+    """Replace string values longer than ``limit`` in a call's arguments by a short note, and
+    with ``lists`` (layout 6) a list or object value whose compact JSON is longer than that too
+    (a todo list, a batch of edits): no part of it is worth its tokens once the result collapsed.
 
-    JSON-string arguments (OpenAI) stay JSON strings that parse; object arguments stay objects.
-    Arguments that are not a JSON object are left alone unless they are themselves too long.
+    JSON-string arguments (OpenAI) stay JSON strings that parse; object arguments stay objects
+    with the same keys. Arguments that are not a JSON object are left alone unless they are
+    themselves too long.
     """
 
     def note(value: str) -> str:
@@ -1208,9 +1218,13 @@ def elide_arguments(arguments: Any, obj_id: str, limit: int) -> Any:
             return f'[{len(value):,} chars elided: activate("{obj_id}")]'
         return f'[context_os: {len(value):,} chars elided; activate(id="{obj_id}") shows the full call]'
 
-    def walk(v: Any) -> Any:
+    def walk(v: Any, top: bool = False) -> Any:
         if isinstance(v, str):
             return note(v) if len(v) > limit else v
+        if lists and not top and isinstance(v, dict | list):
+            text = json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+            if len(text) > limit:
+                return note(text)
         if isinstance(v, dict):
             return {k: walk(x) for k, x in v.items()}
         if isinstance(v, list):
@@ -1224,8 +1238,8 @@ def elide_arguments(arguments: Any, obj_id: str, limit: int) -> Any:
             parsed = json.loads(arguments)
         except ValueError:
             return json.dumps({"_elided": note(arguments)})
-        return json.dumps(walk(parsed), ensure_ascii=False)
-    return walk(arguments)
+        return json.dumps(walk(parsed, top=True), ensure_ascii=False)
+    return walk(arguments, top=True)
 
 
 def sealed_pages_hash(object_hashes: list[str]) -> str:
