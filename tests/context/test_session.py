@@ -348,16 +348,26 @@ def test_final_answer_then_new_user_turn(db):
     assert out[-1] == {"role": "user", "content": "thanks, now tests"}
 
 
+def first_call_arguments(hook: OpenAIHook, msgs: list, turns: int = 3) -> tuple[dict, dict]:
+    """The arguments of the first call as sent now, and after ``turns`` more calls (``msgs`` grows)."""
+
+    def first() -> dict:
+        return json.loads(out[1]["tool_calls"][0]["function"]["arguments"])
+
+    out = hook.transform_context(msgs)
+    before = first()
+    for n in range(turns):
+        msgs += [call(f"c{n}"), result(f"c{n}", "x")]
+        out = hook.transform_context(msgs)
+    return before, first()
+
+
 def test_a_collapsed_calls_long_arguments_collapse_with_its_result(db):
     hook = hook_for(db)
     big = "new text " * 100
     msgs = [user("edit it"), call("e1", "edit", path="a.py", newText=big), result("e1", "ok")]
-    out = hook.transform_context(msgs)
-    assert json.loads(out[1]["tool_calls"][0]["function"]["arguments"])["newText"] == big
-    for n in range(3):
-        msgs += [call(f"c{n}"), result(f"c{n}", "x")]
-        out = hook.transform_context(msgs)
-    args = json.loads(out[1]["tool_calls"][0]["function"]["arguments"])
+    before, args = first_call_arguments(hook, msgs)
+    assert before["newText"] == big
     assert args["path"] == "a.py" and args["newText"].startswith("[900 chars elided: activate(")
     hook.call_tool("activate", {"id": "toolcall:s1:e1"})
     out = hook.transform_context(msgs)
@@ -372,12 +382,8 @@ def test_a_collapsed_calls_long_list_arguments_collapse_too(db):
     hook = hook_for(db)
     todos = [{"content": f"step {n}: fix the parser's error path", "status": "pending"} for n in range(8)]
     msgs = [user("plan it"), call("t1", "TodoWrite", todos=todos, note="short"), result("t1", "ok")]
-    out = hook.transform_context(msgs)
-    assert json.loads(out[1]["tool_calls"][0]["function"]["arguments"])["todos"] == todos
-    for n in range(3):
-        msgs += [call(f"c{n}"), result(f"c{n}", "x")]
-        out = hook.transform_context(msgs)
-    args = json.loads(out[1]["tool_calls"][0]["function"]["arguments"])
+    before, args = first_call_arguments(hook, msgs)
+    assert before["todos"] == todos
     size = len(json.dumps(todos, separators=(",", ":")))
     assert args == {"todos": f'[{size:,} chars elided: activate("r2")]', "note": "short"}
     frame = frame_docs(db, "s1")[-1]
