@@ -7,10 +7,12 @@ it, add another, and stop and start PostgreSQL under a session."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from context_os import Session
@@ -19,8 +21,9 @@ from context_os.errors import StoreUnavailable
 from context_os.harness import OpenAIHook
 from context_os.replay.transcripts import demo_messages
 from context_os.store import open_store
-from context_os.store.base import Put
-from context_os.store.xtdb import XtdbStore
+from context_os.store.base import Match, Put
+from context_os.store.edn import Keyword
+from context_os.store.xtdb import XtdbStore, _read_edn
 from tests._xtdb_node import _free_port, run_clojure
 from tests.cluster._cluster import XTDB, Cluster
 from tests.ui.recorded import record_demo
@@ -173,6 +176,17 @@ def test_postgres_restarted_under_a_session_the_outbox_replays_exactly_once(
         check.close()
 
 
+def _slow_poll(tmp_path: Path) -> Path:
+    """A node configuration whose indexer polls the log every ten minutes: a node started with it
+    surely has not indexed what was written since it started."""
+    config = tmp_path / "slow-poll.edn"
+    config.write_text(
+        (XTDB / "config" / "cluster.edn").read_text().replace(":poll-sleep-ms 10", ":poll-sleep-ms 600000")
+    )
+    assert ":poll-sleep-ms 600000" in config.read_text()
+    return config
+
+
 def test_a_node_behind_when_postgres_goes_away_fails_reads_at_once_and_the_session_goes_on(
     cluster: Cluster, uid: str, tmp_path: Path
 ) -> None:
@@ -183,14 +197,9 @@ def test_a_node_behind_when_postgres_goes_away_fails_reads_at_once_and_the_sessi
     (``StoreUnavailable``, after about a second) instead of waiting out the store's timeout and
     failing the turn, writes wait in the outbox, and the session goes on. Once PostgreSQL is back
     everything lands once and every frame verifies."""
-    slow_config = tmp_path / "slow-poll.edn"
-    slow_config.write_text(
-        (XTDB / "config" / "cluster.edn").read_text().replace(":poll-sleep-ms 10", ":poll-sleep-ms 600000")
-    )
-    assert ":poll-sleep-ms 600000" in slow_config.read_text()
     first, slow = _free_port(), _free_port()
     cluster.start_node(first)
-    cluster.start_node(slow, config=slow_config)
+    cluster.start_node(slow, config=_slow_poll(tmp_path))
     store = open_store(cluster.url(first, slow) + f"?outbox={tmp_path / 'outbox.db'}")
     sid = f"{uid}-behind"
 
@@ -213,3 +222,41 @@ def test_a_node_behind_when_postgres_goes_away_fails_reads_at_once_and_the_sessi
         store.close()
         cluster.stop_node(first)
         cluster.stop_node(slow)
+
+
+def test_a_match_whose_log_goes_away_before_it_is_indexed_is_not_waited_out(cluster: Cluster, uid: str) -> None:
+    """A transaction with a match waits for the node to index it (the store must say whether it
+    committed). The node waits ``LOG_CHECK_S`` for it, then the store waits on, asking the log
+    first: when PostgreSQL went away before the node indexed it (here: a transaction ahead of it
+    runs a transaction function that sleeps 8 s, and PostgreSQL stops as the node answers), the
+    store says at once that it cannot confirm it (``StoreUnavailable``). A node that waited out
+    the store's whole timeout answered only then (a ``StoreError`` if the log was gone, and here
+    a confirmation 8 s late). The transaction is in the log and commits once PostgreSQL is back."""
+    port = cluster.ports[0]
+    node = f"http://127.0.0.1:{port}/_xtdb"
+    edn = {"Content-Type": "application/edn", "Accept": "application/edn"}
+    sleep = f"{{:xt/id :sleep-{uid} :xt/fn (fn [ctx] (Thread/sleep 8000) [])}}"
+    put = httpx.post(f"{node}/submit-tx", content=f"{{:tx-ops [[:xtdb.api/put {sleep}]]}}", headers=edn)
+    tx = _read_edn(put.raise_for_status().text)[Keyword("xtdb.api/tx-id")]
+    httpx.get(f"{node}/await-tx", params={"tx-id": str(tx), "timeout": "30000"}, timeout=40).raise_for_status()
+
+    class StopsPostgresAsTheNodeAnswers(XtdbStore):
+        def _submitted(self, r: Any, ops: Any, **kwargs: Any) -> Any:
+            cluster.stop_postgres()
+            return super()._submitted(r, ops, **kwargs)
+
+    doc = _doc(0, f"{uid}-match")
+    store = StopsPostgresAsTheNodeAnswers(cluster.url(port), timeout=20)
+    try:
+        slow = f"{{:tx-ops [[:xtdb.api/fn :sleep-{uid}]]}}"
+        httpx.post(f"{node}/submit-tx", content=slow, headers=edn).raise_for_status()
+        with pytest.raises(StoreUnavailable, match="took transaction .* could not confirm it"):
+            store.submit([Match(str(doc["id"]), None), Put(doc)])
+    finally:
+        store.close()
+        cluster.start_postgres()
+    with XtdbStore(cluster.url(port)) as check:
+        deadline = time.monotonic() + 60
+        while check.get(str(doc["id"])) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert check.get(str(doc["id"])) is not None

@@ -710,6 +710,31 @@ def test_a_submit_not_indexed_in_time_is_taken_and_not_confirmed(xs: XtdbStore, 
     assert isinstance(answer[Keyword("xtdb.api/tx-id")], int)
 
 
+def test_a_match_the_node_did_not_index_while_it_waited_is_confirmed_by_the_store(
+    xs: XtdbStore, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # our endpoint waits LOG_CHECK_S at most (1 ms here: 2,000 puts take longer to index), then
+    # the store waits on itself and asks whether the match held
+    monkeypatch.setattr(xs, "LOG_CHECK_S", 0.001)
+    waits: list[float] = []
+    await_ = xs._await
+
+    def spy(tx_id: int, *, waited: float = 0.0) -> None:
+        waits.append(waited)
+        await_(tx_id, waited=waited)
+
+    monkeypatch.setattr(xs, "_await", spy)
+
+    def puts(run: str) -> list[Put]:
+        return [Put({"id": f"slowm:{uid}:{run}:{n}", "kind": "k"}) for n in range(2000)]
+
+    held = xs.submit([Match(f"slowm:{uid}:a:0", None), *puts("a")])
+    assert held.committed and xs.get(f"slowm:{uid}:a:1999", tx_id=held.id) is not None
+    failed = xs.submit([Match(f"slowm:{uid}:a:0", None), *puts("b")])
+    assert not failed.committed and xs.get(f"slowm:{uid}:b:0", tx_id=failed.id) is None
+    assert [w for w in waits if w] == [0.001, 0.001]  # each was left to the store by the node
+
+
 class _NotXtdb(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         body = b"<html>not an XTDB node</html>"

@@ -713,14 +713,17 @@ class XtdbStore(Store):
             # A session's turn goes on while the node indexes the one before.
             taken = self._request("POST", "submit-tx", body=body, idempotent=False)
             return self._submitted(taken, ops, awaited=False, settle=False)
-        # one round trip: submit, await and (with a match) the committed check, on our front end
+        # one round trip: submit, await and (with a match) the committed check, on our front end;
+        # the node waits ``LOG_CHECK_S`` at most, then this store waits on (``_await``: a node
+        # that lost its log says so at once rather than at the timeout)
+        wait = min(self.timeout, self.LOG_CHECK_S)
         r = self._own(
             "POST",
             "submit-tx",
-            params={"timeout": str(int(self.timeout * 1000))},
+            params={"timeout": str(max(1, int(wait * 1000)))},
             body=body,
             idempotent=False,
-            timeout=self.timeout + 10,
+            timeout=wait + 10,
         )
         if r is not None:
             return self._submitted(r, ops, awaited=True)
@@ -769,12 +772,7 @@ class XtdbStore(Store):
             tx_time = _ms(submitted[_K_TX_TIME])
         except (KeyError, TypeError) as e:
             raise StoreError(f"XTDB node at {self.base}: unexpected submit-tx answer {submitted!r}") from e
-        if awaited:
-            if submitted.get(_K_INDEXED) is False:
-                raise StoreError(
-                    f"XTDB node at {self.base}: transaction {tx_id} was submitted but not indexed within"
-                    f" {self.timeout:g} s; it may still commit"
-                )
+        if awaited and submitted.get(_K_INDEXED) is not False:
             committed = self._flag(submitted, _K_COMMITTED, "submit-tx")
             self._seen_tx = max(self._seen_tx, tx_id)
             self._settled(tx_id)  # indexed after every transaction before it
@@ -785,7 +783,8 @@ class XtdbStore(Store):
                 self._unsettled = max(self._unsettled, tx_id)
         else:
             try:
-                self._await(tx_id)
+                # our front end waited ``LOG_CHECK_S`` already (``submit``)
+                self._await(tx_id, waited=min(self.timeout, self.LOG_CHECK_S) if awaited else 0.0)
                 # Only a failed match aborts a transaction of puts, deletes, matches and evictions
                 # (XTDB 1.x; we send no transaction functions): ask the node only when there is one.
                 committed = self._committed(tx_id) if any(isinstance(op, Match) for op in ops) else True
@@ -866,19 +865,20 @@ class XtdbStore(Store):
         except (KeyError, TypeError, ValueError) as e:
             raise StoreError(f"XTDB node at {self.base}: unexpected latest-submitted-tx answer {tx!r}") from e
 
-    def _await(self, tx_id: int) -> None:
-        """Wait until the node has indexed ``tx_id``. A node that cannot index it because it cannot
-        read its log (a cluster's database is down: the transaction is in the log, nothing is
-        lost) raises ``StoreUnavailable`` after ``LOG_CHECK_S`` rather than at the timeout; in the
+    def _await(self, tx_id: int, *, waited: float = 0.0) -> None:
+        """Wait until the node has indexed ``tx_id`` (``waited``: seconds the node waited for it
+        already). A node that cannot index it because it cannot read its log (a cluster's
+        database is down: the transaction is in the log, nothing is lost) raises
+        ``StoreUnavailable`` after ``LOG_CHECK_S`` rather than at the timeout; in the
         ``LOG_RETRY_S`` after, a wait only asks whether it is indexed already."""
         # the node said moments ago it cannot read its log: whether it has indexed it already
         down = time.monotonic() < self._log_down_until
-        first = 0.0 if down else min(self.timeout, self.LOG_CHECK_S)
+        first = 0.0 if down or waited else min(self.timeout, self.LOG_CHECK_S)
         if not self._await_for(tx_id, first):
             known, _ = self._newest_in_log()
             if not known:
                 raise self._log_down(tx_id)
-            if not self._await_for(tx_id, self.timeout - first):
+            if not self._await_for(tx_id, self.timeout - first - waited):
                 raise StoreError(
                     f"XTDB node at {self.base}: transaction {tx_id} was submitted but not indexed within"
                     f" {self.timeout:g} s; it may still commit"
