@@ -421,6 +421,9 @@ class Measured:
     """Per call: tokens of the prefix shared with the previous call."""
     edits_total: int = 0
     edits_with_target: int = 0
+    edits_text_shown: int | None = None
+    """Of the edits with their target in context, those whose replaced text is in what the file
+    shows (context_os's window of a long file; None: not measured for this strategy)."""
     stale_views: int = 0
     """Calls showing some file at an older state than the latest the session knew."""
     orphaned: int = 0

@@ -99,6 +99,7 @@ def run_context_os(t: Transcript) -> tuple[Measured, int | None]:
         prefix=[row.tokens_prefix for row in r.rows],
         edits_total=r.edits_total,
         edits_with_target=r.edits_with_target_active,
+        edits_text_shown=r.edits_with_target_text_shown,
         stale_views=r.stale_file_views_assembled,
         orphaned=r.orphaned_tool_results,
         note="default `RetentionPolicy`",
@@ -255,10 +256,16 @@ def summary(runs: list[SessionRun]) -> str:
             f"| {run.label} | {run.session.kind} | {run.session.calls} | {full.peak:,} "
             f"| {ours.total / full.total:.1%} | {ours.prefix_stability:.3f} ({full.prefix_stability:.3f}) "
             f"| {ours.cache_priced / full.cache_priced:.1%} "
-            f"| {ours.edits_with_target} / {ours.edits_total} | {ours.stale_views} | {ours.orphaned} | {best} "
+            f"| {ours.edits_with_target} / {ours.edits_total}{_text_shown(ours)} | {ours.stale_views} "
+            f"| {ours.orphaned} | {best} "
             f"| {marks} |"
         )
     return "\n".join(rows)
+
+
+def _text_shown(m: Measured) -> str:
+    """The stricter count beside the edits with their target in context, where it was measured."""
+    return "" if m.edits_text_shown is None or not m.edits_total else f" ({m.edits_text_shown} with its text)"
 
 
 def table(run: SessionRun) -> str:
@@ -372,7 +379,9 @@ INTRO = [
     "as a provider's prefix cache bills it, the shared prefix at 0.1× and the rest at 1.25× (Anthropic's "
     "cache-read and cache-write multipliers), against full history priced the same way; "
     "*edits with target in context*: "
-    "for context_os, the file object active at its latest version; for the others, the file's latest read "
+    "for context_os, the file object active at its latest version (in brackets in the summaries: of "
+    "those, the edits whose replaced text is in what the file shows, its window of a long file; an edit "
+    "by line numbers or that replaces no text counts as not shown); for the others, the file's latest read "
     "result or write and every edit since are in the messages sent (tool output not cleared); *stale file "
     "view*: the messages sent show some file as read or written before a later change; *orphaned*: pairing "
     "problems the strategy made (a tool call sent without its result, a result without its call), not "
