@@ -375,6 +375,34 @@ def test_an_edit_brings_back_the_next_file_read_after_the_one_changed(tmp_path: 
     assert states["mod1.py"] == "inactive"
 
 
+def test_a_resumed_reading_list_skips_files_only_listed(tmp_path: Path) -> None:
+    """A resumed session rebuilds its reading list from the files it has text of: a file only
+    listed (``ls``, metadata only) between two reads does not stand in for the next file read."""
+    tools = _files(tmp_path, 5)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "listed.py").write_text("x = 1\n")
+    hook = OpenAIHook(tools.session, files=tools)
+    msgs = [user("read them, then fix each")]
+    for k in range(5):
+        tools.call("read", {"path": f"mod{k}.py"})
+        if k == 0:
+            tools.call("ls", {"path": "sub"})
+        msgs += [say(f"read {k}"), user("next")]
+        hook.transform_context(msgs)
+    tools.session.close()
+    resumed = Session.open(tools.session.store, tools.session.id, policy=tools.session.view.policy)
+    again = FileTools(resumed, Workspace(tmp_path))
+
+    def state(path: str) -> str:
+        return next(o.state for o in resumed.view.objects.values() if o.meta.get("path") == path)
+
+    assert [state(f"mod{k}.py") for k in range(5)] == ["inactive", "inactive", "active", "active", "active"]
+    assert resumed.view.objects[next(iter(resumed._reading))].meta["path"] == "mod0.py"
+    again.call("edit", {"path": "mod0.py", "oldText": "value_0_1 = 1 ", "newText": "value_0_1 = 10 "})
+    assert state("mod1.py") == "active" and state("sub/listed.py") == "inactive"
+    resumed.close()
+
+
 def test_the_pool_breaks_a_tie_by_the_order_the_files_came_not_by_their_ids() -> None:
     # two files read in the same turn, once each: the same use score. Live file ids are random
     # (uuid4), so a tie broken by id would let a different file go from run to run

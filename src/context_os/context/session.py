@@ -118,11 +118,14 @@ class Session:
         new version, or its tools show text only in blocks (``manage``)."""
         self._seq = max((o.seq for o in view.objects.values() if o.kind != "toolcall"), default=0)
         self._reading: dict[str, str | None] = {
-            o.id: None for o in sorted(view.objects.values(), key=lambda o: o.seq) if o.kind == "file"
+            o.id: None
+            for o in sorted(view.objects.values(), key=lambda o: o.seq)
+            if o.kind == "file" and o.content is not None
         }
         """The files this session read, in the order it first read them, each with the hash of the
         latest version of it the agent made since (None: it changed none; ``next_on_reading_list``;
-        a resumed session starts from the files it shows, in the order it first saw them)."""
+        a resumed session starts from the files it shows whose text it has, in the order it first
+        saw them: not a file only discovered, listed by ``ls`` or ``find``)."""
         self.feeds: list[SourceFeed] = []
         """The object sources consulted at each turn (``add_source``)."""
         self.source_hashes: dict[str, dict[str, str]] = {}
