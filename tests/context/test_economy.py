@@ -286,6 +286,11 @@ def _files(tmp_path: Path, n: int) -> FileTools:
     return FileTools(session, Workspace(tmp_path))
 
 
+def _state(session: Session, path: str) -> str:
+    """The state of the file object at ``path``."""
+    return next(o.state for o in session.view.objects.values() if o.meta.get("path") == path)
+
+
 def test_the_pool_keeps_the_most_recently_used_files_within_its_budget(tmp_path: Path) -> None:
     tools = _files(tmp_path, 4)
     hook = OpenAIHook(tools.session, files=tools)
@@ -338,7 +343,7 @@ def test_an_edit_brings_back_the_next_file_read_after_the_one_changed(tmp_path: 
     hook = OpenAIHook(session, files=tools)
 
     def state(k: int) -> str:
-        return next(o.state for o in session.view.objects.values() if o.meta.get("path") == f"mod{k}.py")
+        return _state(session, f"mod{k}.py")
 
     msgs = [user("read them, then fix each")]
 
@@ -393,13 +398,10 @@ def test_a_resumed_reading_list_skips_files_only_listed(tmp_path: Path) -> None:
     resumed = Session.open(tools.session.store, tools.session.id, policy=tools.session.view.policy)
     again = FileTools(resumed, Workspace(tmp_path))
 
-    def state(path: str) -> str:
-        return next(o.state for o in resumed.view.objects.values() if o.meta.get("path") == path)
-
-    assert [state(f"mod{k}.py") for k in range(5)] == ["inactive", "inactive", "active", "active", "active"]
+    assert [_state(resumed, f"mod{k}.py") for k in range(5)] == ["inactive", "inactive", "active", "active", "active"]
     assert resumed.view.objects[next(iter(resumed._reading))].meta["path"] == "mod0.py"
     again.call("edit", {"path": "mod0.py", "oldText": "value_0_1 = 1 ", "newText": "value_0_1 = 10 "})
-    assert state("mod1.py") == "active" and state("sub/listed.py") == "inactive"
+    assert _state(resumed, "mod1.py") == "active" and _state(resumed, "sub/listed.py") == "inactive"
     resumed.close()
 
 

@@ -1222,9 +1222,9 @@ def elide_arguments(arguments: Any, obj_id: str, limit: int, *, lists: bool = Tr
         if isinstance(v, str):
             return note(v) if len(v) > limit else v
         if lists and not top and isinstance(v, dict | list):
+            # whole or elided: nothing in a value within the limit is over it
             text = json.dumps(v, ensure_ascii=False, separators=(",", ":"))
-            if len(text) > limit:
-                return note(text)
+            return note(text) if len(text) > limit else v
         if isinstance(v, dict):
             return {k: walk(x) for k, x in v.items()}
         if isinstance(v, list):

@@ -503,6 +503,12 @@ class XtdbStore(Store):
     """After a node said it cannot read its log, how long the store takes that as the answer
     (waits for its unindexed transactions fail at once) before asking again."""
 
+    @property
+    def _first_wait(self) -> float:
+        """How long a wait for a transaction goes, on the node or here, before the log is asked:
+        ``LOG_CHECK_S``, or the whole timeout when that is shorter."""
+        return min(self.timeout, self.LOG_CHECK_S)
+
     def __init__(self, url: str, *, timeout: float = 30.0, text_index_path: Path | None = None) -> None:
         """``text_index_path``: the keyword index's sidecar file (default: one per node address
         under the user data dir, ``text-index/<host>_<port>.db``)."""
@@ -716,14 +722,13 @@ class XtdbStore(Store):
         # one round trip: submit, await and (with a match) the committed check, on our front end;
         # the node waits ``LOG_CHECK_S`` at most, then this store waits on (``_await``: a node
         # that lost its log says so at once rather than at the timeout)
-        wait = min(self.timeout, self.LOG_CHECK_S)
         r = self._own(
             "POST",
             "submit-tx",
-            params={"timeout": str(max(1, int(wait * 1000)))},
+            params={"timeout": str(max(1, int(self._first_wait * 1000)))},
             body=body,
             idempotent=False,
-            timeout=wait + 10,
+            timeout=self._first_wait + 10,
         )
         if r is not None:
             return self._submitted(r, ops, awaited=True)
@@ -784,7 +789,7 @@ class XtdbStore(Store):
         else:
             try:
                 # our front end waited ``LOG_CHECK_S`` already (``submit``)
-                self._await(tx_id, waited=min(self.timeout, self.LOG_CHECK_S) if awaited else 0.0)
+                self._await(tx_id, waited=self._first_wait if awaited else 0.0)
                 # Only a failed match aborts a transaction of puts, deletes, matches and evictions
                 # (XTDB 1.x; we send no transaction functions): ask the node only when there is one.
                 committed = self._committed(tx_id) if any(isinstance(op, Match) for op in ops) else True
@@ -873,7 +878,7 @@ class XtdbStore(Store):
         ``LOG_RETRY_S`` after, a wait only asks whether it is indexed already."""
         # the node said moments ago it cannot read its log: whether it has indexed it already
         down = time.monotonic() < self._log_down_until
-        first = 0.0 if down or waited else min(self.timeout, self.LOG_CHECK_S)
+        first = 0.0 if down or waited else self._first_wait
         if not self._await_for(tx_id, first):
             known, _ = self._newest_in_log()
             if not known:
