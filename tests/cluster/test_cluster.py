@@ -124,11 +124,14 @@ def test_the_log_subscription_outlives_every_way_postgres_fails_under_it(cluster
     assert last[-1] == "ok 500", last
 
 
-def _drive(store: Any, sid: str, turns: int, at: dict[int, Callable[[], None]]) -> None:
-    """A session of ``turns`` calls of the demo through ``store``, ``at[n]`` run before call n."""
+def _drive(store: Any, sid: str, turns: int, at: dict[int, Callable[[], None]], *, show: str | None = None) -> None:
+    """A session of ``turns`` calls of the demo through ``store``, ``at[n]`` run before call n;
+    ``show``: a stored object the session shows from the start."""
     messages = demo_messages()
     calls = [k for k, m in enumerate(messages) if m.get("role") == "assistant" and k > 0][:turns]
     with Session.open(store, sid) as session:
+        if show is not None:
+            session.show(show)
         hook = OpenAIHook(session)
         for n, k in enumerate(calls):
             if n in at:
@@ -147,20 +150,41 @@ def _frames_sent_once_and_verified(store: Any, sid: str, turns: int) -> None:
 def test_postgres_restarted_under_a_session_the_outbox_replays_exactly_once(
     cluster: Cluster, uid: str, tmp_path: Path
 ) -> None:
-    """While the shared log is down the nodes say "nothing was submitted"; the session goes on,
-    its writes wait in the outbox, and are sent once, in order, when PostgreSQL is back."""
+    """While the shared log is down the nodes say "nothing was submitted" (after their 3 s wait
+    for a connection); the session, which shows a stored object, goes on, its writes wait in the
+    outbox, and are sent once, in order, when PostgreSQL is back. A turn while it is down asks the
+    node to take a transaction once: its first read tries to send what waits, its own write joins
+    them without trying again (it took three tries, 9 s a turn, before)."""
     store = open_store(cluster.url() + f"?outbox={tmp_path / 'outbox.db'}")
     sid = f"{uid}-outage"
+    note = _doc(0, sid)
+    store.put(note)
     queued = 0
+    tries: list[int] = []
+    submit = store.inner.submit
+
+    def counted(ops: Any) -> Any:
+        tries[-1] += 1
+        return submit(ops)
+
+    def away() -> None:
+        cluster.stop_postgres()
+        store.inner.submit = counted
+        tries.append(0)
+
+    def turn() -> None:
+        tries.append(0)
 
     def back() -> None:
         nonlocal queued
+        store.inner.submit = submit
         queued = store.stats()["outbox"]["pending"]
         cluster.start_postgres()
 
     try:
-        _drive(store, sid, 14, {5: cluster.stop_postgres, 8: back})
+        _drive(store, sid, 14, {5: away, 6: turn, 7: turn, 8: back}, show=str(note["id"]))
         assert queued >= 3  # the turns while it was down: accepted into the outbox
+        assert tries == [1, 1, 1]  # the first turn's own write, then each turn's first read
         assert store.stats()["outbox"]["pending"] == 0
     finally:
         store.close()

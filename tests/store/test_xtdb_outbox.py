@@ -24,6 +24,7 @@ from context_os.context.frames import verify_frame
 from context_os.errors import StoreError, StoreUnavailable, StoreUnreachable
 from context_os.harness.openai import OpenAIHook
 from context_os.hashing import doc_hashes
+from context_os.sources.recall import Recall
 from context_os.store import Delete, Evict, Match, Op, Put, Tx, open_store
 from context_os.store.outbox import MARKER_KIND, OutboxStore
 from context_os.store.xtdb import XtdbStore
@@ -276,9 +277,15 @@ def test_a_session_keeps_ingesting_across_a_node_restart(rocksdb_node: tuple[str
         written.append((ops, tx))
         return tx
 
-    store.submit = recording_submit  # type: ignore[method-assign]
     sid = f"restart-{uuid.uuid4().hex[:8]}"
+    # a stored object the session shows (each turn asks the store for a newer version of it) and a
+    # source that searches the store (at each user message): neither may fail a turn offline
+    note = {"id": f"memory:{sid}", "kind": "memory", "content": "notes on every module", "meta": {"name": sid}}
+    store.put(note | doc_hashes(note))
+    store.submit = recording_submit  # type: ignore[method-assign]
     hook = OpenAIHook(Session.open(store, sid, harness="openai"))
+    hook.session.show(note["id"])
+    hook.session.add_source(Recall(store, kinds=["memory"]), active_score=0.0)
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
     frames: list[str] = []
 
@@ -297,6 +304,7 @@ def test_a_session_keeps_ingesting_across_a_node_restart(rocksdb_node: tuple[str
         step(n)
     offline = [tx for _, tx in written if tx.pending]
     assert len(offline) == 8 and store.depth() == 8  # one transaction a turn: its writes and its frame
+    assert hook.session.view.objects[note["id"]].state == "active"
     with pytest.raises(StoreUnavailable, match="8 accepted write"):
         store.get(f"session:{sid}")
 
@@ -308,14 +316,19 @@ def test_a_session_keeps_ingesting_across_a_node_restart(rocksdb_node: tuple[str
 
     # every version is in XTDB exactly once, at its original valid time
     expected: dict[str, Counter[tuple[int, str]]] = {}
-    for ops, _ in written:
+    recalled = 0
+    for ops, tx in written:
         for op in ops:
             if isinstance(op, Match) and op.id.startswith("lease:"):
                 continue  # taking the session's lease at open is compare-and-set, made while the node ran
+            if isinstance(op, Put) and op.doc["kind"] == "recall":
+                assert not tx.pending  # the source searches the store: it found nothing offline
+                recalled += 1
+                continue
             assert isinstance(op, Put) and op.valid_from is not None  # the session fixes its valid times
             expected.setdefault(op.doc["id"], Counter())[(op.valid_from, op.doc["object_hash"])] += 1
     kinds = Counter(id.split(":", 1)[0] for id in expected)
-    assert kinds["chat"] >= 1 and kinds["toolcall"] == 18 and kinds["frame"] == 18
+    assert kinds["chat"] >= 1 and kinds["toolcall"] == 18 and kinds["frame"] == 18 and recalled >= 1
     for id, want in expected.items():
         held = Counter((vt, h) for vt, _, h in all_corrections(url, id))
         assert held == want, id

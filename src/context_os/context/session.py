@@ -252,7 +252,7 @@ class Session:
             view.reset_render()
             self._released = [o for o in view.objects.values() if o.kind == "toolcall" and o.collapsed]
         changes: list[StateChange] = []
-        if self._others_wrote():
+        if self._others_wrote():  # (not while the store is out of reach: nothing new can be read)
             changes += self._apply_tombstones()
             changes += self._check_newer()
         new = view.entries[min(self._seen_from, len(view.entries)) :]
@@ -496,13 +496,15 @@ class Session:
 
     def _others_wrote(self) -> bool:
         """Whether anything but this session wrote since its last transaction (an eviction, a
-        newer version of something it shows): if not, neither can have happened."""
+        newer version of something it shows): if not, neither can have happened. False while the
+        store is out of reach (its writes wait in an outbox): nothing it holds can be read before
+        it answers again, so the turn goes on with what the session knows, without asking again."""
         if self.writer.last_tx is None:
             return True
         try:
             latest = self.store.latest_tx_id()
         except StoreUnavailable:
-            return True  # the checks below know what to do then
+            return False
         return latest != self.writer.last_tx
 
     def _apply_tombstones(self) -> list[StateChange]:
@@ -554,7 +556,10 @@ class Session:
         for o in self.view.live():
             if o.kind == "toolcall" or o.version is None or o.version[1] is None:
                 continue  # (a version still waiting to be written is the newest)
-            v = self.store.get(o.id)
+            try:
+                v = self.store.get(o.id)
+            except StoreUnavailable:
+                break  # it went out of reach meanwhile: the next turn checks again
             if v is None or v.doc is None or v.doc["object_hash"] == o.version[2]:
                 continue
             if (v.valid_time, v.tx_id) <= (o.version[0], o.version[1]):

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError
+from ..errors import InputError, StoreUnavailable
 from ..objects import SourceDoc
 from ..sources.base import ObjectSource, SourceItem
 from ..tokens import estimate_tokens
@@ -74,37 +74,49 @@ def consult(session: Session, feeds: Sequence[SourceFeed], query: str | None) ->
     for feed in feeds:
         if query is None and not feed.every_turn:
             continue
-        items = _eligible(session, feed.source.items(query or "", feed.budget_tokens))[: feed.max_items]
-        used = 0
-        for rank, item in enumerate(items):
-            tokens = estimate_tokens(len(item.text))
-            scores = feed.active_score is not None and item.score >= feed.active_score
-            active = feed.pin or (scores and used + tokens <= feed.budget_tokens)
-            used += tokens if active else 0
-            wrote = False if item.stored else store_item(session, feed, item, rank, query)
-            obj = session.view.objects.get(item.id)
-            if obj is not None and obj.state == "active" and not active:
-                continue  # recalled again, below the bar: what the agent (or an earlier query) chose stays
-            want = "active" if active else "inactive"
-            if feed.every_turn and not wrote and obj is not None and obj.state == want and obj.pinned == feed.pin:
-                shown.append(item.id)
-                continue  # read again, unchanged: nothing to show anew, nothing to record
-            reason = f"{feed.source.name}: score {item.score:.3g}, rank {rank + 1}"
-            session.show(item.id, state=want, actor="system", reason=reason)
-            if feed.pin and not session.view.objects[item.id].pinned:
-                session.pin(item.id, actor="system")
+        try:
+            shown += _consult_feed(session, feed, query)
+        except StoreUnavailable:
+            # a source reading the store while it is out of reach (writes wait in an outbox): the
+            # turn goes on without it (a query source waits for the next user message)
+            continue
+    return shown
+
+
+def _consult_feed(session: Session, feed: SourceFeed, query: str | None) -> list[str]:
+    """One feed's part of ``consult``."""
+    shown: list[str] = []
+    items = _eligible(session, feed.source.items(query or "", feed.budget_tokens))[: feed.max_items]
+    used = 0
+    for rank, item in enumerate(items):
+        tokens = estimate_tokens(len(item.text))
+        scores = feed.active_score is not None and item.score >= feed.active_score
+        active = feed.pin or (scores and used + tokens <= feed.budget_tokens)
+        used += tokens if active else 0
+        wrote = False if item.stored else store_item(session, feed, item, rank, query)
+        obj = session.view.objects.get(item.id)
+        if obj is not None and obj.state == "active" and not active:
+            continue  # recalled again, below the bar: what the agent (or an earlier query) chose stays
+        want = "active" if active else "inactive"
+        if feed.every_turn and not wrote and obj is not None and obj.state == want and obj.pinned == feed.pin:
             shown.append(item.id)
-        if feed.every_turn:
-            offered = {item.id for item in items}
-            for o in list(session.view.objects.values()):
-                if o.meta.get("source") != feed.source.name or o.id in offered:
-                    continue
-                if o.pinned:
-                    session.unpin(o.id, actor="system")
-                if feed.forget:
-                    session.drop(o.id, actor="system", reason=f"{feed.source.name} no longer offers it")
-                elif o.state == "active":
-                    session.deactivate(o.id, actor="system", reason=f"{feed.source.name} no longer offers it")
+            continue  # read again, unchanged: nothing to show anew, nothing to record
+        reason = f"{feed.source.name}: score {item.score:.3g}, rank {rank + 1}"
+        session.show(item.id, state=want, actor="system", reason=reason)
+        if feed.pin and not session.view.objects[item.id].pinned:
+            session.pin(item.id, actor="system")
+        shown.append(item.id)
+    if feed.every_turn:
+        offered = {item.id for item in items}
+        for o in list(session.view.objects.values()):
+            if o.meta.get("source") != feed.source.name or o.id in offered:
+                continue
+            if o.pinned:
+                session.unpin(o.id, actor="system")
+            if feed.forget:
+                session.drop(o.id, actor="system", reason=f"{feed.source.name} no longer offers it")
+            elif o.state == "active":
+                session.deactivate(o.id, actor="system", reason=f"{feed.source.name} no longer offers it")
     return shown
 
 

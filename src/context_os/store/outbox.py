@@ -24,7 +24,7 @@ and exactly once. The semantics, also in docs/xtdb.md:
 * **No stale reads.** Every read first sends what waits; if the backend is still out of reach,
   the read raises ``StoreUnavailable`` naming the outbox and its depth. A write while the
   outbox is not empty joins its end unless the backend answers (probed at most every
-  ``PROBE_INTERVAL_S``), so writes keep their order.
+  ``PROBE_INTERVAL_S``, by a write or a read), so writes keep their order.
 * A submit whose request may have reached the backend before the connection broke is never
   queued (it could land twice): it raises ``StoreUnavailable`` as without an outbox.
 
@@ -137,7 +137,8 @@ class OutboxStore(Store):
     """A store whose writes survive the backend being out of reach (see the module docstring)."""
 
     PROBE_INTERVAL_S = 2.0
-    """While writes wait, how often a new write first tries to send them (reads always try)."""
+    """While writes wait, how often a new write first tries to send them (reads always try; a
+    failed try, a read's too, starts the interval)."""
     BUSY_TIMEOUT_MS = 60_000
     """How long to wait for another process that holds the outbox (it may be replaying)."""
 
@@ -298,9 +299,15 @@ class OutboxStore(Store):
         return f"{n} accepted write(s) wait in the outbox {self.path} and will be sent, in order, when it answers"
 
     def _ready(self) -> None:
-        """Before a read: nothing may wait in the outbox (a read must not miss accepted writes)."""
+        """Before a read: nothing may wait in the outbox (a read must not miss accepted writes).
+        When they cannot be sent, writes for ``PROBE_INTERVAL_S`` join them without trying again
+        (a turn that reads, then writes, asks an out-of-reach store once)."""
         if self.depth():
-            self.replay()
+            try:
+                self.replay()
+            except StoreUnavailable:
+                self._next_probe = time.monotonic() + self.PROBE_INTERVAL_S
+                raise
 
     def _tx(self, tx_id: int | None) -> int | None:
         """A tx id as the backend knows it: provisional ids resolve through their marker."""
