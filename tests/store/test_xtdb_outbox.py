@@ -22,6 +22,7 @@ import pytest
 from context_os import Session
 from context_os.context.frames import verify_frame
 from context_os.errors import StoreError, StoreUnavailable, StoreUnreachable
+from context_os.files import FileTools, Workspace
 from context_os.harness.openai import OpenAIHook
 from context_os.hashing import doc_hashes
 from context_os.sources.recall import Recall
@@ -346,3 +347,38 @@ def test_a_session_keeps_ingesting_across_a_node_restart(rocksdb_node: tuple[str
     resumed = Session.open(store, sid, harness="openai")
     assert len(resumed.view.entries) == len(hook.session.view.entries)
     store.close()
+
+
+def test_an_edit_made_while_the_node_is_down_is_reported_made_and_recorded_when_it_is_back(
+    rocksdb_node: tuple[str, int, Path], tmp_path: Path
+) -> None:
+    """The file tools change the disk, then record the new version. With the node down the
+    record cannot be made: the result says the change was made and not yet recorded, never that
+    the edit failed (an agent told so would make it again, and an insertion would apply twice);
+    the next read once the node is back records it."""
+    url, port, data = rocksdb_node
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.py").write_text("x = 1\n")
+    store = open_store(f"{url}?outbox={tmp_path / 'outbox.db'}")
+    store.inner.BACKOFF_S = 0.01  # type: ignore[attr-defined]
+    try:
+        tools = FileTools(Session.open(store, f"edit-{uuid.uuid4().hex[:8]}", harness="openai"), Workspace(root))
+        first = json.loads(tools.call("read", {"path": "a.py"}))
+        assert first["indexed"] == "new"
+        _stop(port)
+        edited = json.loads(tools.call("edit", {"path": "a.py", "oldText": "x = 1", "newText": "x = 1\ny = 2"}))
+        assert "error" not in edited, edited
+        assert edited["recorded"] is False and edited["replacements"] == 1 and edited["path"] == "a.py"
+        assert "Do not make this change again" in edited["note"]
+        assert (root / "a.py").read_text() == "x = 1\ny = 2\n"
+        # what must read the store says it cannot
+        assert json.loads(tools.call("read", {"path": "a.py"}))["type"] == "StoreUnreachable"
+
+        assert _start(port, data) == url
+        again = json.loads(tools.call("read", {"path": "a.py"}))
+        assert again["indexed"] == "new version" and again["version"] == 2
+        [newest] = [v for v in store.history(first["id"], "desc", with_docs=True) if v.doc][:1]
+        assert newest.doc is not None and newest.doc["content"] == "x = 1\ny = 2\n"
+    finally:
+        store.close()

@@ -17,7 +17,10 @@ JSON schemas (``FILE_TOOLS``):
   ``fn(arguments) -> output text``), else done by the reference implementations here; then the
   objects are updated: a written/edited file gets a new version with its diff and is shown
   active (actor ``agent``); every file ``ls``/``find``/``grep`` discovered is indexed metadata-only
-  and enters the metadata pool inactive.
+  and enters the metadata pool inactive. When the store is out of reach after the change is made
+  on disk, the result says so (``recorded: false``) rather than report the change as failed (a
+  repeated edit could apply twice); the version is recorded when the store answers (the tracker,
+  or the file's next read, edit or write).
 * ``observe(command, output)``: for bash and other tools, best effort: paths named in the
   command or its output that are indexed files are re-checked (a new version if they changed,
   missing if they vanished, the same object if they were moved). Those changes are not shown:
@@ -49,7 +52,7 @@ from typing import Any
 
 from ..context.session import Session
 from ..context.tools import Tool, ToolRegistry, context_tools, object_schema
-from ..errors import ContextOSError, FileUnreadable, InputError
+from ..errors import ContextOSError, FileUnreadable, InputError, StoreUnavailable
 from ..objects import KINDS
 from .index import FileIndex, Indexed, file_meta_summary
 from .tracker import FileTracker
@@ -361,7 +364,19 @@ class FileTools:
     # --- write / edit -------------------------------------------------------------------------
 
     def _after_change(self, real: Path, *, cause: str, reason: str, **extra: Any) -> dict[str, Any]:
-        idx = self.index.index(real, read=True, cause=cause)
+        try:
+            idx = self.index.index(real, read=True, cause=cause)
+        except StoreUnavailable as e:
+            # the change is on disk already: an error would tell the agent it failed, and the same
+            # edit made again could apply twice
+            return {
+                "path": self.workspace.relpath(real),
+                **extra,
+                "recorded": False,
+                "note": f"changed on disk, but its new version is not recorded yet: {e}. It is recorded"
+                " when the store answers (the file tracker, or the file's next read, edit or write);"
+                " your context may show its earlier text until then. Do not make this change again.",
+            }
         active = self._show(idx, reason=reason)
         out = self._result(idx, active=active, **extra)
         if idx.meta.get("diff"):
