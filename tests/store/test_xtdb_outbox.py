@@ -22,7 +22,7 @@ import pytest
 from context_os import Session
 from context_os.context.frames import verify_frame
 from context_os.errors import StoreError, StoreUnavailable, StoreUnreachable
-from context_os.files import FileTools, Workspace
+from context_os.files import FileTools, FileTracker, Workspace
 from context_os.harness.openai import OpenAIHook
 from context_os.hashing import doc_hashes
 from context_os.sources.recall import Recall
@@ -30,7 +30,7 @@ from context_os.store import Delete, Evict, Match, Op, Put, Tx, open_store
 from context_os.store.outbox import MARKER_KIND, OutboxStore
 from context_os.store.xtdb import XtdbStore
 from tests._xtdb_node import START, STARTUP_TIMEOUT_S, STOP, all_corrections
-from tests.helpers import call, result, user
+from tests.helpers import call, result, user, wait_for
 
 pytestmark = pytest.mark.xtdb
 
@@ -349,36 +349,50 @@ def test_a_session_keeps_ingesting_across_a_node_restart(rocksdb_node: tuple[str
     store.close()
 
 
-def test_an_edit_made_while_the_node_is_down_is_reported_made_and_recorded_when_it_is_back(
+def test_changes_made_while_the_node_is_down_are_reported_made_and_recorded_when_it_is_back(
     rocksdb_node: tuple[str, int, Path], tmp_path: Path
 ) -> None:
     """The file tools change the disk, then record the new version. With the node down the
     record cannot be made: the result says the change was made and not yet recorded, never that
-    the edit failed (an agent told so would make it again, and an insertion would apply twice);
-    the next read once the node is back records it."""
+    the edit failed (an agent told so would make it again, and an insertion would apply twice).
+    The tracker tries what it could not record again every ``store_retry`` seconds, so both the
+    edit and a change made outside the tools are recorded moments after the node is back (here
+    with no periodic rescan at all)."""
     url, port, data = rocksdb_node
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.py").write_text("x = 1\n")
+    (root / "b.py").write_text("b = 1\n")
     store = open_store(f"{url}?outbox={tmp_path / 'outbox.db'}")
     store.inner.BACKOFF_S = 0.01  # type: ignore[attr-defined]
+    ws = Workspace(root)
+    tracker = FileTracker(store, ws, rescan_interval=None, store_retry=0.2).start()
     try:
-        tools = FileTools(Session.open(store, f"edit-{uuid.uuid4().hex[:8]}", harness="openai"), Workspace(root))
+        session = Session.open(store, f"edit-{uuid.uuid4().hex[:8]}", harness="openai")
+        tools = FileTools(session, ws, tracker=tracker)
         first = json.loads(tools.call("read", {"path": "a.py"}))
         assert first["indexed"] == "new"
+        [b] = tracker.track([root / "b.py"])
         _stop(port)
         edited = json.loads(tools.call("edit", {"path": "a.py", "oldText": "x = 1", "newText": "x = 1\ny = 2"}))
         assert "error" not in edited, edited
         assert edited["recorded"] is False and edited["replacements"] == 1 and edited["path"] == "a.py"
         assert "Do not make this change again" in edited["note"]
         assert (root / "a.py").read_text() == "x = 1\ny = 2\n"
+        (root / "b.py").write_text("b = 2\n")
         # what must read the store says it cannot
         assert json.loads(tools.call("read", {"path": "a.py"}))["type"] == "StoreUnreachable"
+        wait_for(lambda: sum("b.py: not recorded yet" in e for e in tracker.errors) == 1, "the tracker tried b.py")
 
         assert _start(port, data) == url
+
+        def newest(oid: str) -> Any:
+            return next((v.doc["content"] for v in store.history(oid, "desc", with_docs=True) if v.doc), None)
+
+        wait_for(lambda: newest(first["id"]) == "x = 1\ny = 2\n" and newest(b.id) == "b = 2\n", "both recorded")
         again = json.loads(tools.call("read", {"path": "a.py"}))
-        assert again["indexed"] == "new version" and again["version"] == 2
-        [newest] = [v for v in store.history(first["id"], "desc", with_docs=True) if v.doc][:1]
-        assert newest.doc is not None and newest.doc["content"] == "x = 1\ny = 2\n"
+        assert again["indexed"] == "already indexed" and again["version"] == 2 and again["active"] == "refreshed"
+        assert sum("not recorded yet" in e for e in tracker.errors) == 2  # said once for each file
     finally:
+        tracker.stop()
         store.close()

@@ -24,6 +24,7 @@ Events under ignored directories (``.git``, ``node_modules``, build output, …)
 they concern an indexed file. After an inotify queue overflow, an observer error, or every
 ``rescan_interval`` seconds, every indexed file is ``stat``-ed again and the changed ones
 re-indexed; ``start()`` does the same, so changes made while nothing was watching are recorded.
+A change the store cannot take (out of reach) is tried again every ``store_retry`` seconds.
 
 The tracker writes to the store from its own thread (through ``FileIndex``, whose compare-and-set
 writes make it safe next to the file tools). It never touches a session: a session that shows an
@@ -59,7 +60,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
-from ..errors import ContextOSError
+from ..errors import ContextOSError, StoreUnavailable
 from ..store.base import Store, Version
 from .index import FileIndex, Indexed
 from .workspace import FileSnapshot, Workspace
@@ -151,6 +152,7 @@ class FileTracker:
         rescan_interval: float | None = 30.0,
         health_interval: float = 1.0,
         missing_grace: float = 0.25,
+        store_retry: float = 2.0,
     ):
         self.store = store
         self.workspace = workspace
@@ -160,6 +162,8 @@ class FileTracker:
         self.rescan_interval = rescan_interval
         self.health_interval = health_interval
         self.missing_grace = missing_grace
+        self.store_retry = store_retry
+        """While the store is out of reach, how often a change not yet recorded is tried again."""
         self.stats: dict[str, int] = {"events": 0, "reconciled": 0, "versions": 0, "rescans": 0, "errors": 0}
         self.errors: deque[str] = deque(maxlen=100)
         """The latest problems (unreadable files, watch failures), newest last."""
@@ -171,6 +175,7 @@ class FileTracker:
         self._hinted: dict[str, str] = {}
         self._recent: OrderedDict[str, float] = OrderedDict()
         self._grace: set[str] = set()
+        self._unrecorded: set[str] = set()  # changes the store could not take yet (tracker thread)
         self._deferred: dict[str, float] = {}
         # wall-clock time (ns) of the newest event seen for each object: a file whose mtime is
         # later has changed again, and the events saying so are still on their way
@@ -541,9 +546,19 @@ class FileTracker:
                 reason="deleted or moved away on disk",
                 settled=lambda snap: self._settled(oid, rec, snap, seen),
             )
+        except StoreUnavailable as e:
+            # out of reach (an XTDB node down): look again soon, so that the change is recorded
+            # moments after the store answers, not at the next rescan (or never without one)
+            if oid not in self._unrecorded:
+                self._unrecorded.add(oid)
+                self._error(f"{rec.path}: not recorded yet, retrying every {self.store_retry:g} s: {e}")
+            if not self._stopping:
+                self._later(oid, self.store_retry)
+            return None
         except ContextOSError as e:
             self._error(f"{rec.path}: {e}")
             return None
+        self._unrecorded.discard(oid)
         if result is None:  # evicted from the store: stop tracking it
             with self._cond:
                 self._records.pop(oid, None)
