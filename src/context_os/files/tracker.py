@@ -24,7 +24,8 @@ Events under ignored directories (``.git``, ``node_modules``, build output, …)
 they concern an indexed file. After an inotify queue overflow, an observer error, or every
 ``rescan_interval`` seconds, every indexed file is ``stat``-ed again and the changed ones
 re-indexed; ``start()`` does the same, so changes made while nothing was watching are recorded.
-A change the store cannot take (out of reach) is tried again every ``store_retry`` seconds.
+A change the store cannot take (out of reach) is tried again every ``store_retry`` seconds (one
+try for all such changes, not one each).
 
 The tracker writes to the store from its own thread (through ``FileIndex``, whose compare-and-set
 writes make it safe next to the file tools). It never touches a session: a session that shows an
@@ -176,6 +177,7 @@ class FileTracker:
         self._recent: OrderedDict[str, float] = OrderedDict()
         self._grace: set[str] = set()
         self._unrecorded: set[str] = set()  # changes the store could not take yet (tracker thread)
+        self._store_back_at = 0.0  # (monotonic) until then the store is taken to be out of reach
         self._deferred: dict[str, float] = {}
         # wall-clock time (ns) of the newest event seen for each object: a file whose mtime is
         # later has changed again, and the events saying so are still on their way
@@ -536,6 +538,10 @@ class FileTracker:
                 self._later(oid, self.missing_grace)
                 return None
         self._grace.discard(oid)
+        if time.monotonic() < self._store_back_at:
+            # the store was out of reach moments ago: one try every ``store_retry``, not one a file
+            self._unrecorded_yet(oid, rec, "the store was out of reach moments ago")
+            return None
         with self._cond:
             seen = self._event_ns.get(oid)
         try:
@@ -547,13 +553,8 @@ class FileTracker:
                 settled=lambda snap: self._settled(oid, rec, snap, seen),
             )
         except StoreUnavailable as e:
-            # out of reach (an XTDB node down): look again soon, so that the change is recorded
-            # moments after the store answers, not at the next rescan (or never without one)
-            if oid not in self._unrecorded:
-                self._unrecorded.add(oid)
-                self._error(f"{rec.path}: not recorded yet, retrying every {self.store_retry:g} s: {e}")
-            if not self._stopping:
-                self._later(oid, self.store_retry)
+            self._store_back_at = time.monotonic() + self.store_retry
+            self._unrecorded_yet(oid, rec, str(e))
             return None
         except ContextOSError as e:
             self._error(f"{rec.path}: {e}")
@@ -574,6 +575,16 @@ class FileTracker:
             self.stats["versions"] += 1
             return result
         return None
+
+    def _unrecorded_yet(self, oid: str, rec: _Rec, why: str) -> None:
+        """The store is out of reach (an XTDB node down): look at ``oid`` again when it may answer,
+        so that the change is recorded moments after it does, not at the next rescan (nor never
+        without one); said once per file. While stopping, it is left for the next ``start()``."""
+        if oid not in self._unrecorded:
+            self._unrecorded.add(oid)
+            self._error(f"{rec.path}: not recorded yet, retrying every {self.store_retry:g} s: {why}")
+        if not self._stopping:
+            self._later(oid, max(0.0, self._store_back_at - time.monotonic()))
 
     def _later(self, oid: str, delay: float) -> None:
         """Look at ``oid`` again in ``delay`` seconds (unless new events come first)."""
