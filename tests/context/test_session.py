@@ -432,6 +432,35 @@ def test_shown_objects_go_stale_but_never_reload_by_themselves(db):
     assert reasons == ["show", "a newer version exists", "refresh to the newer version"]
 
 
+def test_a_newer_version_written_before_a_turn_that_could_not_check_is_seen_the_turn_after(db, monkeypatch):
+    """A turn that cannot ask the store whether others wrote (out of reach: ``StoreUnavailable``)
+    skips the checks for evictions and newer versions; the next turn that reaches it checks,
+    though the newest transaction is then this session's own."""
+    from context_os.errors import StoreUnavailable
+    from context_os.objects import SourceDoc
+
+    def note(version: int, text: str):
+        return SourceDoc(id="memory:n", kind="memory", content=text, meta={"name": "n.md", "version": version}).to_doc()
+
+    db.put(note(1, "first draft"))
+    hook = hook_for(db)
+    msgs = [user("hi")]
+    hook.session.show("memory:n")
+    hook.transform_context(msgs)
+    db.put(note(2, "second draft"))  # another writer, before the next turn
+    real = db.latest_tx_id
+
+    def out_of_reach() -> int | None:
+        monkeypatch.setattr(db, "latest_tx_id", real)  # once
+        raise StoreUnavailable("the store is out of reach")
+
+    monkeypatch.setattr(db, "latest_tx_id", out_of_reach)
+    msgs.append(user("go on"))
+    assert "stale" not in blocks_text(hook.transform_context(msgs))  # could not check: goes on
+    msgs.append(user("and on"))
+    assert 'stale="version 2 is newer' in blocks_text(hook.transform_context(msgs))
+
+
 def test_full_chat_pages_are_named_by_one_aggregate_ref(db):
     hook = hook_for(db)
     from context_os.context.persist import PAGE_SIZE

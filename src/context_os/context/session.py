@@ -133,6 +133,9 @@ class Session:
         wrote or read it (context/sources.py: an unchanged item costs no store read)."""
         # the tombstones (id, tx) this session has taken in: evictions it already reflects
         self._tombstones: set[tuple[str, int]] = set()
+        self._unchecked = False
+        """A turn could not check for others' writes (the store was out of reach): the next turn
+        that reaches it checks, whatever the newest transaction is (it may be this session's)."""
         self._released: list[ObjInfo] = [o for o in view.objects.values() if o.kind == "toolcall" and o.collapsed]
         """Collapsed tool results whose text may leave memory (``_release``)."""
 
@@ -253,6 +256,7 @@ class Session:
             self._released = [o for o in view.objects.values() if o.kind == "toolcall" and o.collapsed]
         changes: list[StateChange] = []
         if self._others_wrote():  # (not while the store is out of reach: nothing new can be read)
+            self._unchecked = False
             changes += self._apply_tombstones()
             changes += self._check_newer()
         new = view.entries[min(self._seen_from, len(view.entries)) :]
@@ -498,14 +502,16 @@ class Session:
         """Whether anything but this session wrote since its last transaction (an eviction, a
         newer version of something it shows): if not, neither can have happened. False while the
         store is out of reach (its writes wait in an outbox): nothing it holds can be read before
-        it answers again, so the turn goes on with what the session knows, without asking again."""
+        it answers again, so the turn goes on with what the session knows, without asking again
+        (and the next turn that reaches it checks)."""
         if self.writer.last_tx is None:
             return True
         try:
             latest = self.store.latest_tx_id()
         except StoreUnavailable:
+            self._unchecked = True
             return False
-        return latest != self.writer.last_tx
+        return self._unchecked or latest != self.writer.last_tx
 
     def _apply_tombstones(self) -> list[StateChange]:
         """Take in evictions made since the last turn (context/evict.py): the text of an evicted
@@ -515,7 +521,8 @@ class Session:
             tombstones = self.store.find("tombstone")
         except StoreUnavailable:
             # the store is out of reach (writes wait in an outbox): nothing can be evicted from it
-            # meanwhile, so there is nothing new to take in before it answers again
+            # meanwhile; what was evicted before is taken in when it answers again
+            self._unchecked = True
             return changes
         for v in tombstones:
             if v.doc is None or (v.id, v.tx_id) in self._tombstones:
@@ -559,7 +566,8 @@ class Session:
             try:
                 v = self.store.get(o.id)
             except StoreUnavailable:
-                break  # it went out of reach meanwhile: the next turn checks again
+                self._unchecked = True  # it went out of reach meanwhile: the next turn checks again
+                break
             if v is None or v.doc is None or v.doc["object_hash"] == o.version[2]:
                 continue
             if (v.valid_time, v.tx_id) <= (o.version[0], o.version[1]):
