@@ -405,6 +405,35 @@ def test_a_resumed_reading_list_skips_files_only_listed(tmp_path: Path) -> None:
     resumed.close()
 
 
+def test_a_resumed_reading_list_knows_the_files_the_agent_changed(tmp_path: Path) -> None:
+    """A file the agent edited before the session closed is not "next on the reading list" after
+    it reopens (the version it shows says the agent made it), as it was not before."""
+    tools = _files(tmp_path, 8)
+    hook = OpenAIHook(tools.session, files=tools)
+    msgs = [user("read them, then fix each")]
+
+    def turn(note: str) -> None:
+        msgs.extend([say(note), user("next")])
+        hook.transform_context(msgs)
+
+    for k in range(2):
+        tools.call("read", {"path": f"mod{k}.py"})
+        turn(f"read {k}")
+    tools.call("edit", {"path": "mod1.py", "oldText": "value_1_1 = 1 ", "newText": "value_1_1 = 10 "})
+    turn("edited 1")
+    for k in range(2, 8):
+        tools.call("read", {"path": f"mod{k}.py"})
+        turn(f"read {k}")
+    tools.session.close()
+    resumed = Session.open(tools.session.store, tools.session.id, policy=tools.session.view.policy)
+    again = FileTools(resumed, Workspace(tmp_path))
+
+    assert [_state(resumed, f"mod{k}.py") for k in range(3)] == ["inactive", "inactive", "inactive"]
+    again.call("edit", {"path": "mod0.py", "oldText": "value_0_1 = 1 ", "newText": "value_0_1 = 10 "})
+    assert _state(resumed, "mod2.py") == "active" and _state(resumed, "mod1.py") == "inactive"
+    resumed.close()
+
+
 def test_the_pool_breaks_a_tie_by_the_order_the_files_came_not_by_their_ids() -> None:
     # two files read in the same turn, once each: the same use score. Live file ids are random
     # (uuid4), so a tie broken by id would let a different file go from run to run

@@ -83,6 +83,12 @@ def _redactor(redact: RedactFunction | bool | None) -> RedactFunction | None:
     return redact
 
 
+def _made(o: ObjInfo) -> str | None:
+    """The hash of ``o``'s version shown, if the agent made it (an edit or a write, as the version
+    says), else None."""
+    return o.version[2] if o.version is not None and o.meta.get("cause") in ("edit", "write") else None
+
+
 class Session:
     """The context of one agent session, kept in a store."""
 
@@ -118,14 +124,15 @@ class Session:
         new version, or its tools show text only in blocks (``manage``)."""
         self._seq = max((o.seq for o in view.objects.values() if o.kind != "toolcall"), default=0)
         self._reading: dict[str, str | None] = {
-            o.id: None
+            o.id: _made(o)
             for o in sorted(view.objects.values(), key=lambda o: o.seq)
             if o.kind == "file" and o.content is not None
         }
         """The files this session read, in the order it first read them, each with the hash of the
         latest version of it the agent made since (None: it changed none; ``next_on_reading_list``;
         a resumed session starts from the files it shows whose text it has, in the order it first
-        saw them: not a file only discovered, listed by ``ls`` or ``find``)."""
+        saw them, not a file only discovered, listed by ``ls`` or ``find``; a file whose version
+        shown the agent made counts as changed)."""
         self.feeds: list[SourceFeed] = []
         """The object sources consulted at each turn (``add_source``)."""
         self.source_hashes: dict[str, dict[str, str]] = {}
@@ -694,7 +701,7 @@ class Session:
         active pool."""
         if read and obj.id not in self._reading:
             self._reading[obj.id] = None
-        made = obj.version[2] if obj.version is not None and obj.meta.get("cause") in ("edit", "write") else None
+        made = _made(obj)
         if made is None or obj.id not in self._reading or self._reading[obj.id] == made:
             return
         self._reading[obj.id] = made
