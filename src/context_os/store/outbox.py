@@ -232,7 +232,8 @@ class OutboxStore(Store):
         """Send every waiting transaction, oldest first; returns how many were sent.
 
         Raises ``StoreUnavailable`` (``StoreUnreachable`` if nothing could be sent) while the
-        backend is out of reach, and ``StoreError`` if it refuses a transaction: that one stays
+        backend is out of reach (new writes then join the outbox without trying for
+        ``PROBE_INTERVAL_S``), and ``StoreError`` if it refuses a transaction: that one stays
         first in the outbox, with the reason, and holds back those after it.
         """
         sent = 0
@@ -262,7 +263,9 @@ class OutboxStore(Store):
                     raise StoreError(f"the outbox {self.path} failed: {e}") from e
                 except BaseException as e:
                     conn.execute("ROLLBACK")
-                    if isinstance(e, StoreError) and not isinstance(e, StoreUnavailable) and row is not None:
+                    if isinstance(e, StoreUnavailable):  # a failed try: writes wait a while to try again
+                        self._next_probe = time.monotonic() + self.PROBE_INTERVAL_S
+                    elif isinstance(e, StoreError) and row is not None:
                         conn.execute("UPDATE pending SET error = ? WHERE seq = ?", (str(e), row[0]))
                     raise
                 self._resolved[provisional] = tx_id
@@ -300,14 +303,10 @@ class OutboxStore(Store):
 
     def _ready(self) -> None:
         """Before a read: nothing may wait in the outbox (a read must not miss accepted writes).
-        When they cannot be sent, writes for ``PROBE_INTERVAL_S`` join them without trying again
-        (a turn that reads, then writes, asks an out-of-reach store once)."""
+        When they cannot be sent (``replay`` starts the probe interval), writes join them without
+        trying again: a turn that reads, then writes, asks an out-of-reach store once."""
         if self.depth():
-            try:
-                self.replay()
-            except StoreUnavailable:
-                self._next_probe = time.monotonic() + self.PROBE_INTERVAL_S
-                raise
+            self.replay()
 
     def _tx(self, tx_id: int | None) -> int | None:
         """A tx id as the backend knows it: provisional ids resolve through their marker."""
@@ -337,7 +336,6 @@ class OutboxStore(Store):
                     try:
                         self.replay()
                     except StoreUnavailable as e:  # this write goes after the ones still waiting
-                        self._next_probe = time.monotonic() + self.PROBE_INTERVAL_S
                         return self._accept(ops, e)
         try:
             return self.inner.submit(ops)
