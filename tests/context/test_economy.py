@@ -6,6 +6,7 @@ collapsed results name short refs. Real SQLite stores, the real OpenAI hook and 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -291,6 +292,26 @@ def _state(session: Session, path: str) -> str:
     return next(o.state for o in session.view.objects.values() if o.meta.get("path") == path)
 
 
+def _turns(tools: FileTools) -> Callable[[str], None]:
+    """Turns of ``tools``' session through the OpenAI hook: in each, the agent says ``note`` and
+    the user "next"."""
+    hook = OpenAIHook(tools.session, files=tools)
+    msgs = [user("read them, then fix each")]
+
+    def turn(note: str) -> None:
+        msgs.extend([say(note), user("next")])
+        hook.transform_context(msgs)
+
+    return turn
+
+
+def _reopen(tools: FileTools, root: Path) -> tuple[Session, FileTools]:
+    """``tools``' session closed and opened again from its store, with file tools of its own."""
+    tools.session.close()
+    resumed = Session.open(tools.session.store, tools.session.id, policy=tools.session.view.policy)
+    return resumed, FileTools(resumed, Workspace(root))
+
+
 def test_the_pool_keeps_the_most_recently_used_files_within_its_budget(tmp_path: Path) -> None:
     tools = _files(tmp_path, 4)
     hook = OpenAIHook(tools.session, files=tools)
@@ -340,16 +361,10 @@ def test_an_edit_brings_back_the_next_file_read_after_the_one_changed(tmp_path: 
     default), not a file changed already, and nothing with the setting at 0."""
     tools = _files(tmp_path, 5)
     session = tools.session
-    hook = OpenAIHook(session, files=tools)
+    turn = _turns(tools)
 
     def state(k: int) -> str:
         return _state(session, f"mod{k}.py")
-
-    msgs = [user("read them, then fix each")]
-
-    def turn(note: str) -> None:
-        msgs.extend([say(note), user("next")])
-        hook.transform_context(msgs)
 
     for k in range(5):
         tools.call("read", {"path": f"mod{k}.py"})
@@ -386,17 +401,13 @@ def test_a_resumed_reading_list_skips_files_only_listed(tmp_path: Path) -> None:
     tools = _files(tmp_path, 5)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "listed.py").write_text("x = 1\n")
-    hook = OpenAIHook(tools.session, files=tools)
-    msgs = [user("read them, then fix each")]
+    turn = _turns(tools)
     for k in range(5):
         tools.call("read", {"path": f"mod{k}.py"})
         if k == 0:
             tools.call("ls", {"path": "sub"})
-        msgs += [say(f"read {k}"), user("next")]
-        hook.transform_context(msgs)
-    tools.session.close()
-    resumed = Session.open(tools.session.store, tools.session.id, policy=tools.session.view.policy)
-    again = FileTools(resumed, Workspace(tmp_path))
+        turn(f"read {k}")
+    resumed, again = _reopen(tools, tmp_path)
 
     assert [_state(resumed, f"mod{k}.py") for k in range(5)] == ["inactive", "inactive", "active", "active", "active"]
     assert resumed.view.objects[next(iter(resumed._reading))].meta["path"] == "mod0.py"
@@ -409,13 +420,7 @@ def test_a_resumed_reading_list_knows_the_files_the_agent_changed(tmp_path: Path
     """A file the agent edited before the session closed is not "next on the reading list" after
     it reopens (the version it shows says the agent made it), as it was not before."""
     tools = _files(tmp_path, 8)
-    hook = OpenAIHook(tools.session, files=tools)
-    msgs = [user("read them, then fix each")]
-
-    def turn(note: str) -> None:
-        msgs.extend([say(note), user("next")])
-        hook.transform_context(msgs)
-
+    turn = _turns(tools)
     for k in range(2):
         tools.call("read", {"path": f"mod{k}.py"})
         turn(f"read {k}")
@@ -424,9 +429,7 @@ def test_a_resumed_reading_list_knows_the_files_the_agent_changed(tmp_path: Path
     for k in range(2, 8):
         tools.call("read", {"path": f"mod{k}.py"})
         turn(f"read {k}")
-    tools.session.close()
-    resumed = Session.open(tools.session.store, tools.session.id, policy=tools.session.view.policy)
-    again = FileTools(resumed, Workspace(tmp_path))
+    resumed, again = _reopen(tools, tmp_path)
 
     assert [_state(resumed, f"mod{k}.py") for k in range(3)] == ["inactive", "inactive", "inactive"]
     again.call("edit", {"path": "mod0.py", "oldText": "value_0_1 = 1 ", "newText": "value_0_1 = 10 "})
