@@ -20,7 +20,8 @@ JSON schemas (``FILE_TOOLS``):
   and enters the metadata pool inactive. When the store is out of reach after the change is made
   on disk, the result says so (``recorded: false``) rather than report the change as failed (a
   repeated edit could apply twice); the version is recorded when the store answers (the tracker,
-  or the file's next read, edit or write).
+  or the file's next read, edit or write). A ``read`` then returns the file's text in its result
+  (``recorded: false``), not kept current.
 * ``observe(command, output)``: for bash and other tools, best effort: paths named in the
   command or its output that are indexed files are re-checked (a new version if they changed,
   missing if they vanished, the same object if they were moved). Those changes are not shown:
@@ -322,12 +323,36 @@ class FileTools:
         return out
 
     def read(self, path: str) -> dict[str, Any]:
-        """Index → metadata pool → activate; each step's status."""
+        """Index → metadata pool → activate; each step's status. With the store out of reach,
+        the text comes in the result instead (``_read_unrecorded``)."""
         real = self.workspace.resolve(path)
-        idx = self.index.index(real, read=True, cause="read")
+        try:
+            idx = self.index.index(real, read=True, cause="read")
+        except StoreUnavailable as e:
+            return self._read_unrecorded(real, e)
         pool = "already in pool" if idx.id in self.session.view.objects else "added"
         active = self._show(idx, reason="read")
         return self._result(idx, pool=pool, active=active)
+
+    def _read_unrecorded(self, real: Path, why: StoreUnavailable) -> dict[str, Any]:
+        """A read while the store is out of reach: the file cannot become an object, so its text
+        (as the active pool would show it: redacted, capped) is the result itself, said to be a
+        copy that is not kept current. An error would leave the agent blind until the store is
+        back."""
+        snap = self.workspace.snapshot(real, read=True)
+        out: dict[str, Any] = {"path": self.workspace.relpath(real), "recorded": False}
+        if snap.text is None:
+            out["content_omitted"] = snap.omitted
+        else:
+            limit = self.workspace.max_active_chars
+            out.update(chars=len(snap.text), content=snap.text[:limit])
+            if len(snap.text) > limit:
+                out["context_chars"] = limit
+        out["note"] = (
+            f"not recorded: {why}. The text is in this result, not in your context's files, and is"
+            " not kept current: read the file again once the store answers."
+        )
+        return out
 
     def _is_id(self, value: str) -> bool:
         return value.startswith(_ID_PREFIXES) or _SHORT_REF.fullmatch(value) is not None
