@@ -6,12 +6,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from context_os import RetentionPolicy, Session
+from context_os.cli import cli
+from context_os.cli import replay as replay_cli
 from context_os.context.frames import frame_docs
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript, read_session
@@ -192,6 +196,33 @@ def test_ctxos_replay_reads_every_format(tmp_path: Path, name: str) -> None:
     assert len(out["per_turn"]) == out["turns"]
     if name == "branch-v3.jsonl":
         assert out["tokens_pi_compacted"] is not None
+
+
+def test_replays_in_the_same_second_each_get_a_default_id_of_their_own(tmp_path: Path, monkeypatch) -> None:
+    """The default id names the second; a second replay within it takes the next free one
+    instead of refusing a session the user never named. One the user names is still refused."""
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Frozen:
+            return cls(2026, 11, 29, 14, 27, 21, tzinfo=tz)
+
+    monkeypatch.setattr(replay_cli, "datetime", Frozen)
+    runner, url = CliRunner(), f"sqlite:///{tmp_path / 's.db'}"
+
+    def replay(*args: str) -> Any:
+        return runner.invoke(
+            cli, ["--store", url, "replay", "--json", "--no-per-turn", str(DATA / "claude-code.jsonl"), *args]
+        )
+
+    ids = []
+    for _ in range(3):
+        done = replay()
+        assert done.exit_code == 0, done.output
+        ids.append(json.loads(done.stdout)["session"])
+    assert ids == ["replay-261129142721", "replay-261129142721-2", "replay-261129142721-3"]
+    named = replay("--session", "replay-261129142721")
+    assert named.exit_code == 1 and "already exists" in named.output
 
 
 @pytest.mark.e2e

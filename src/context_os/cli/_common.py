@@ -249,16 +249,23 @@ def run_replay(
     per_turn: bool,
     as_json: bool,
     append: bool = False,
-) -> None:
+    named: bool = True,
+) -> str:
     """Replay each transcript of one file into the store as its own session (the main one as
     ``session_id``, a sidechain or record as ``session_id~<label>``) and report each and their
     total (``ctxos replay`` and ``ctxos demo``); exit 1 if a tool result was orphaned or a
     checked frame did not verify. A session that exists already is refused unless ``append``;
-    one another process writes, always."""
-    ids = session_ids(transcripts, session_id)
+    one another process writes, always. ``named``: the user chose ``session_id``; else it is a
+    default, and where it is taken ``session_id-2``, ``-3``, … is used. Returns the id used."""
     skipped = warn_skipped(transcripts)
     results: list[TranscriptReplay] = []
     with store_from(ctx, create=True) as store:
+        ids = session_ids(transcripts, session_id)
+        n = 1
+        while not named and any(store.get(f"session:{sid}") is not None for sid in ids):
+            n += 1  # a default id taken (another replay in the same second): the next free one
+            ids = session_ids(transcripts, f"{session_id}-{n}")
+        session_id = session_id if n == 1 else f"{session_id}-{n}"
         for sid in ids:
             existing = store.get(f"session:{sid}")
             if existing is not None and existing.doc is not None and not append:
@@ -306,6 +313,7 @@ def run_replay(
             )
     if total.orphaned_tool_results or total.frames_verified != total.frames_checked:
         sys.exit(1)
+    return session_id
 
 
 def _ticker(it: Iterator[int]) -> Callable[[TranscriptRow], None]:

@@ -28,15 +28,15 @@ def demo_cmd(ctx: click.Context, session_id: str | None, no_verify: bool, as_jso
 
     A real multi-turn coding session (reads, edits, greps, long outputs): the naive full
     transcript against what context_os assembles, turn by turn; every frame re-rendered at the end."""
-    session_id = session_id or "demo-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
-    run_replay(
+    session_id = run_replay(
         ctx,
         [demo_transcript()],
         "bundled demo session",
-        session_id,
+        session_id or "demo-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f"),
         verify="none" if no_verify else "all",
         per_turn=True,
         as_json=as_json,
+        named=session_id is not None,
     )
     if not as_json:
         store = ctx.obj.get("store") if ctx.obj else None

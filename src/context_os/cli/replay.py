@@ -26,7 +26,8 @@ from ._common import fails_cleanly, json_option, run_replay
     "--session",
     "session_id",
     metavar="ID",
-    help="Session id to record under (default: replay-<time>); a sidechain or record goes under ID~<its label>.",
+    help="Session id to record under (default: replay-<time>, then -2, -3, … if taken); a sidechain or record goes"
+    " under ID~<its label>.",
 )
 @click.option(
     "--verify",
@@ -78,6 +79,7 @@ def replay_cmd(
         per_turn=per_turn,
         as_json=as_json,
         append=append,
+        named=session_id is not None,
     )
 
 
