@@ -22,8 +22,9 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def recall(db: Path, *args: str) -> tuple[int, str]:
+    """Exit code and output (``--json``: stdout alone; stderr may say what is embedded first)."""
     done = CliRunner().invoke(cli, ["--store", str(db), "recall", *args])
-    return done.exit_code, done.output
+    return done.exit_code, done.stdout if "--json" in args else done.output
 
 
 def test_keyword_recall_lists_hits_with_their_refs(db: Path) -> None:
@@ -61,6 +62,26 @@ def test_hybrid_recall_embeds_what_is_missing_first(db: Path) -> None:
     report = json.loads(out)
     assert report["mode"] == "hybrid" and any(h["vector"]["rank"] is not None for h in report["hits"])
     assert Path(str(db) + ".vectors").exists()
+
+
+@pytest.mark.slow
+def test_recall_embeds_for_at_most_the_time_given_and_says_what_it_left(tmp_path: Path) -> None:
+    """Embedding a large store's backlog can take a long while: ``--embed-for`` bounds it, the
+    note says how many parts were found by keyword only, and a later recall embeds them. Off a
+    terminal, one line on stderr says what is embedded first."""
+    db = tmp_path / "store.db"
+    assert CliRunner().invoke(cli, ["--store", str(db), "demo", "--json"]).exit_code == 0
+    args = ["--store", str(db), "recall", "model picker", "--embedder", "wordllama", "--json"]
+    bounded = CliRunner().invoke(cli, [*args, "--embed-for", "0"])
+    assert bounded.exit_code == 0, bounded.output
+    note = json.loads(bounded.stdout)["note"]
+    status = json.loads(CliRunner().invoke(cli, ["--store", str(db), "index", "status", "--json"]).stdout)
+    left = status["vectors"]["pending"]
+    assert left > 32 and note == f"{left:,} parts not embedded yet: found by keyword only"
+    assert f"embedding {left:,} parts not embedded yet for at most 0 s" in bounded.stderr
+    full = CliRunner().invoke(cli, args)
+    assert full.exit_code == 0 and json.loads(full.stdout)["note"] is None
+    assert f"embedding {left:,} parts not embedded yet before searching" in full.stderr
 
 
 def test_bad_queries_and_kinds_are_named(db: Path) -> None:

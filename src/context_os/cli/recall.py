@@ -2,12 +2,15 @@
 
 Hybrid (BM25 + vectors) when an embedder is installed (``context_os[vectors]``), keyword only
 otherwise, and the output says which. Vectors live beside the store (``<store>.vectors``); parts
-not embedded yet are embedded first, with a progress bar on a terminal (``--embedder none``
-skips that: keyword only). It never writes to the store itself.
+not embedded yet are embedded first, with a progress bar on a terminal (``--embed-for`` bounds
+that, the rest found by keyword only; ``--embedder none`` skips it). It never writes to the store
+itself.
 """
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +21,8 @@ from ..sources.recall import RecallResult, open_recall
 from ._common import embedder_option, emit_json, fails_cleanly, iso, json_option, progress, store_from, table
 
 PREVIEW = 70
+CATCH_UP_BATCH = 32
+"""Parts embedded between two looks at the clock and the progress bar."""
 
 
 def register(cli: click.Group) -> None:
@@ -31,6 +36,14 @@ def register(cli: click.Group) -> None:
 @click.option("--session", "session_id", metavar="ID", help="Only this session's objects.")
 @click.option("--as-of", "as_of", metavar="TIME", help="What was valid and known then (ISO 8601 or epoch ms).")
 @embedder_option
+@click.option(
+    "--embed-for",
+    "embed_for",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="Embed parts not embedded yet for at most this long, then search (those left by keyword only;"
+    " the next recall goes on from there). Default: all of them first.",
+)
 @json_option
 @click.pass_context
 @fails_cleanly
@@ -42,6 +55,7 @@ def recall_cmd(
     session_id: str | None,
     as_of: str | None,
     embedder: str,
+    embed_for: float | None,
     as_json: bool,
 ) -> None:
     """Search past messages, tool outputs, files and memories."""
@@ -49,11 +63,13 @@ def recall_cmd(
     with store_from(ctx) as store:
         recall = open_recall(store, None if embedder == "none" else embedder, background=False)
         try:
-            if recall.vectors is not None:
-                _catch_up(recall.vectors, quiet=as_json)
+            left = 0 if recall.vectors is None else _catch_up(recall.vectors, quiet=as_json, seconds=embed_for)
             result = recall.search(query, k=k, kinds=wanted, session=session_id, as_of=as_of)
         finally:
             recall.close()
+    if left:
+        unembedded = f"{left:,} parts not embedded yet: found by keyword only"
+        result.note = unembedded if result.note is None else f"{result.note}; {unembedded}"
     if as_json:
         emit_json(_report(result))
         return
@@ -64,17 +80,34 @@ def recall_cmd(
         click.echo(table(_rows(result), ["#", "kind", "id", "part", "score", "bm25", "vector", "session", "text"]))
 
 
-def _catch_up(vectors: Any, *, quiet: bool) -> None:
+def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
+    """Embed what the store holds that the vectors do not, for at most ``seconds`` (None: all of
+    it), with a progress bar on a terminal and one line on stderr otherwise; how many parts are
+    left."""
     pending = int(vectors.counts()["pending"] or 0)
+    if not pending:
+        return 0
+    deadline = None if seconds is None else time.monotonic() + seconds
 
     def batches() -> Iterator[int]:
-        while done := vectors.catch_up(max_parts=256):
+        # small batches: a long part takes the default embedder about half a second here
+        while (deadline is None or time.monotonic() < deadline) and (
+            done := vectors.catch_up(max_parts=CATCH_UP_BATCH)
+        ):
             yield done
 
-    if pending:
-        with progress(batches(), length=pending, label="embedding", enabled=not quiet) as bar:
-            for _ in bar:
-                pass
+    if pending > CATCH_UP_BATCH and not sys.stderr.isatty():
+        bound = "" if seconds is None else f" for at most {seconds:g} s"
+        click.echo(
+            f"embedding {pending:,} parts not embedded yet{bound} before searching (a long part takes the"
+            " default embedder about half a second; --embed-for SECONDS bounds it, --embedder none searches"
+            " by keyword only)",
+            err=True,
+        )
+    with progress(batches(), length=pending, label="embedding", enabled=not quiet) as bar:
+        for _ in bar:
+            pass
+    return int(vectors.counts()["pending"] or 0)
 
 
 def _report(result: RecallResult) -> dict[str, Any]:
