@@ -20,9 +20,11 @@ from typing import Any
 import pytest
 
 from context_os import Session
+from context_os.context.evict import evict
 from context_os.context.frames import verify_frame
 from context_os.errors import StoreError, StoreUnavailable, StoreUnreachable
 from context_os.files import FileTools, FileTracker, Workspace
+from context_os.files.index import EVICTED_BYTES
 from context_os.harness.openai import OpenAIHook
 from context_os.hashing import doc_hashes
 from context_os.sources.recall import Recall
@@ -374,6 +376,9 @@ def test_changes_made_while_the_node_is_down_are_reported_made_and_recorded_when
         first = json.loads(tools.call("read", {"path": "a.py"}))
         assert first["indexed"] == "new"
         [b] = tracker.track([root / "b.py"])
+        (root / "c.ini").write_text("token = erase-me\n")
+        evict(store, json.loads(tools.call("read", {"path": "c.ini"}))["id"])
+        session.assemble()  # a turn takes the eviction in
         _stop(port)
         edited = json.loads(tools.call("edit", {"path": "a.py", "oldText": "x = 1", "newText": "x = 1\ny = 2"}))
         assert "error" not in edited, edited
@@ -385,6 +390,9 @@ def test_changes_made_while_the_node_is_down_are_reported_made_and_recorded_when
         offline = json.loads(tools.call("read", {"path": "a.py"}))
         assert offline["recorded"] is False and offline["content"] == "x = 1\ny = 2\n", offline
         assert "not kept current" in offline["note"]
+        # bytes evicted from the store are not shown offline either
+        erased = json.loads(tools.call("read", {"path": "c.ini"}))
+        assert erased["content_omitted"] == EVICTED_BYTES and "content" not in erased, erased
         wait_for(lambda: sum("b.py: not recorded yet" in e for e in tracker.errors) == 1, "the tracker tried b.py")
 
         assert _start(port, data) == url

@@ -89,6 +89,12 @@ def _made(o: ObjInfo) -> str | None:
     return o.version[2] if o.version is not None and o.meta.get("cause") in ("edit", "write") else None
 
 
+def _erased_shas(tombstone: Version) -> list[str]:
+    """The hashes of the file bytes an eviction erased (context/evict.py writes them)."""
+    shas = ((tombstone.doc or {}).get("content") or {}).get("shas") or []
+    return [str(sha) for sha in shas]
+
+
 class Session:
     """The context of one agent session, kept in a store."""
 
@@ -140,6 +146,9 @@ class Session:
         wrote or read it (context/sources.py: an unchanged item costs no store read)."""
         # the tombstones (id, tx) this session has taken in: evictions it already reflects
         self._tombstones: set[tuple[str, int]] = set()
+        self.erased: set[str] = set()
+        """The hashes of the bytes of every evicted file, as of the last turn that read the store's
+        tombstones: what a file read withholds while the store is out of reach (files/)."""
         self._unchecked = False
         """A turn could not check for others' writes (the store was out of reach): the next turn
         that reaches it checks, whatever the newest transaction is (it may be this session's)."""
@@ -186,6 +195,7 @@ class Session:
             policy = policy or RetentionPolicy()
             view = SessionView(session_id, policy, managed=not policy.manage_from_tokens)
             s = cls(store, view, harness=harness, workspace=workspace, created=now_ms(), redact=scrub, lease=lease)
+            s.erased = {sha for t in store.find("tombstone") for sha in _erased_shas(t)}
             s.writer.queue_session_doc()
             s.writer.flush()
             return s
@@ -203,7 +213,9 @@ class Session:
             last_vt=current.valid_time,
         )
         s.managed_from = doc["meta"].get("managed_from", 0)
-        s._tombstones = {(t.id, t.tx_id) for t in store.find("tombstone")}  # load_view reflects them
+        tombstones = store.find("tombstone")
+        s._tombstones = {(t.id, t.tx_id) for t in tombstones}  # load_view reflects them
+        s.erased = {sha for t in tombstones for sha in _erased_shas(t)}
         s.writer.dirty_pages |= {p for p in range(-(-len(view.entries) // PAGE_SIZE)) if p not in view.pages}
         if policy is not None and policy != view.policy:
             view.policy = policy
@@ -535,6 +547,7 @@ class Session:
             if v.doc is None or (v.id, v.tx_id) in self._tombstones:
                 continue
             self._tombstones.add((v.id, v.tx_id))
+            self.erased.update(_erased_shas(v))
             meta, content = v.doc["meta"], v.doc["content"]
             oid = meta.get("object")
             if meta.get("object_kind") == "chat" and meta.get("session") == self.id:

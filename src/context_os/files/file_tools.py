@@ -55,7 +55,7 @@ from ..context.session import Session
 from ..context.tools import Tool, ToolRegistry, context_tools, object_schema
 from ..errors import ContextOSError, FileUnreadable, InputError, StoreUnavailable
 from ..objects import KINDS
-from .index import FileIndex, Indexed, file_meta_summary
+from .index import EVICTED_BYTES, FileIndex, Indexed, file_meta_summary
 from .tracker import FileTracker
 from .workspace import Workspace
 
@@ -341,17 +341,21 @@ class FileTools:
         back."""
         snap = self.workspace.snapshot(real, read=True)
         out: dict[str, Any] = {"path": self.workspace.relpath(real), "recorded": False}
-        if snap.text is None:
+        if snap.sha in self.session.erased:  # evicted bytes stay withheld (as of the last turn)
+            out["content_omitted"] = EVICTED_BYTES
+        elif snap.text is None:
             out["content_omitted"] = snap.omitted
         else:
             limit = self.workspace.max_active_chars
             out.update(chars=len(snap.text), content=snap.text[:limit])
             if len(snap.text) > limit:
                 out["context_chars"] = limit
-        out["note"] = (
-            f"not recorded: {why}. The text is in this result, not in your context's files, and is"
-            " not kept current: read the file again once the store answers."
+        shown = (
+            " The text is in this result, not in your context's files, and is not kept current:"
+            if "content" in out
+            else ""
         )
+        out["note"] = f"not recorded: {why}.{shown} read the file again once the store answers."
         return out
 
     def _is_id(self, value: str) -> bool:
