@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,10 +89,9 @@ def _made(o: ObjInfo) -> str | None:
     return o.version[2] if o.version is not None and o.meta.get("cause") in ("edit", "write") else None
 
 
-def _erased_shas(tombstone: Version) -> list[str]:
-    """The hashes of the file bytes an eviction erased (context/evict.py writes them)."""
-    shas = ((tombstone.doc or {}).get("content") or {}).get("shas") or []
-    return [str(sha) for sha in shas]
+def _erased_shas(tombstones: Iterable[Version]) -> set[str]:
+    """The hashes of the file bytes the evictions erased (context/evict.py writes them)."""
+    return {str(sha) for t in tombstones for sha in ((t.doc or {}).get("content") or {}).get("shas") or ()}
 
 
 class Session:
@@ -195,7 +194,7 @@ class Session:
             policy = policy or RetentionPolicy()
             view = SessionView(session_id, policy, managed=not policy.manage_from_tokens)
             s = cls(store, view, harness=harness, workspace=workspace, created=now_ms(), redact=scrub, lease=lease)
-            s.erased = {sha for t in store.find("tombstone") for sha in _erased_shas(t)}
+            s.erased = _erased_shas(store.find("tombstone"))
             s.writer.queue_session_doc()
             s.writer.flush()
             return s
@@ -215,7 +214,7 @@ class Session:
         s.managed_from = doc["meta"].get("managed_from", 0)
         tombstones = store.find("tombstone")
         s._tombstones = {(t.id, t.tx_id) for t in tombstones}  # load_view reflects them
-        s.erased = {sha for t in tombstones for sha in _erased_shas(t)}
+        s.erased = _erased_shas(tombstones)
         s.writer.dirty_pages |= {p for p in range(-(-len(view.entries) // PAGE_SIZE)) if p not in view.pages}
         if policy is not None and policy != view.policy:
             view.policy = policy
@@ -547,7 +546,7 @@ class Session:
             if v.doc is None or (v.id, v.tx_id) in self._tombstones:
                 continue
             self._tombstones.add((v.id, v.tx_id))
-            self.erased.update(_erased_shas(v))
+            self.erased |= _erased_shas([v])
             meta, content = v.doc["meta"], v.doc["content"]
             oid = meta.get("object")
             if meta.get("object_kind") == "chat" and meta.get("session") == self.id:
