@@ -368,7 +368,7 @@ def test_changes_made_while_the_node_is_down_are_reported_made_and_recorded_when
     (root / "b.py").write_text("b = 1\n")
     store = open_store(f"{url}?outbox={tmp_path / 'outbox.db'}")
     store.inner.BACKOFF_S = 0.01  # type: ignore[attr-defined]
-    ws = Workspace(root)
+    ws = Workspace(root, max_active_chars=64)
     tracker = FileTracker(store, ws, rescan_interval=None, store_retry=0.2).start()
     try:
         session = Session.open(store, f"edit-{uuid.uuid4().hex[:8]}", harness="openai")
@@ -390,6 +390,9 @@ def test_changes_made_while_the_node_is_down_are_reported_made_and_recorded_when
         offline = json.loads(tools.call("read", {"path": "a.py"}))
         assert offline["recorded"] is False and offline["content"] == "x = 1\ny = 2\n", offline
         assert "not kept current" in offline["note"]
+        (root / "long.txt").write_text("z" * 100)  # capped as the active pool would show it
+        long = json.loads(tools.call("read", {"path": "long.txt"}))
+        assert long["content"] == "z" * 64 and long["chars"] == 100 and long["context_chars"] == 64
         # bytes evicted from the store are not shown offline either
         erased = json.loads(tools.call("read", {"path": "c.ini"}))
         assert erased["content_omitted"] == EVICTED_BYTES and "content" not in erased, erased
