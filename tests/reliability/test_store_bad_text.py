@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from context_os.errors import StoreError
+from context_os.errors import InputError, StoreError
 from context_os.store import Delete, Match, Put, Store
 
 BAD = "\ud800"
@@ -37,3 +37,10 @@ def test_text_that_is_not_unicode_gets_a_store_error(store: Store, uid: str, cal
     with pytest.raises(StoreError):
         CALLS[call](store, uid)
     assert store.latest_tx() == before
+
+
+def test_a_search_for_a_session_id_that_is_not_unicode_is_an_input_error(store: Store) -> None:
+    """Every store says so before it looks (the XTDB store's sidecar index once raised the
+    encoder's own error, the SQLite store a StoreError)."""
+    with pytest.raises(InputError, match="session .* is not valid Unicode text"):
+        store.text_search("alpha", session=f"s{BAD}")

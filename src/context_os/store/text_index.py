@@ -129,6 +129,10 @@ def check_search(query: Any, k: Any, kinds: Any, session: Any, valid_time: Any, 
     wanted = check_kinds(kinds)
     if session is not None and not isinstance(session, str):
         raise InputError(f"text_search: session must be a session id (str), got {session!r}")
+    try:
+        (session or "").encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"text_search: session {session!r} is not valid Unicode text ({e.reason})") from None
     check_basis(valid_time, tx_id)
     words = tuple(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))[:MAX_TERMS]
     match = " OR ".join(f'"{w}"' for w in words) if words else None

@@ -1032,10 +1032,6 @@ class XtdbStore(Store):
             wanted = {k: canonical_json(v) for k, v in where.items()}
         except HashError as e:
             raise StoreError(f"find: a where value cannot be compared: {e}") from e
-        pinned = self._pinned(valid_time, tx_id)
-        if pinned is None:
-            return []
-
         clauses = []
         if kind is not None:
             clauses.append(f"[e :kind {_to_edn(kind)}]")
@@ -1046,7 +1042,15 @@ class XtdbStore(Store):
         # database (``$``, at the pinned basis) in the same answer, not one request per document
         # (a node whose queries may call only an allow-list of functions must allow it)
         clauses.append("[(xtdb.api/entity-tx $ e) etx]")
-        rows = self._found(" ".join(clauses), pinned, docs)
+        query = " ".join(clauses)
+        try:  # refused whatever the node holds, as when it is sent (``_request``)
+            query.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise StoreError(f"find: a kind, key or value is not valid Unicode text ({e.reason})") from None
+        pinned = self._pinned(valid_time, tx_id)
+        if pinned is None:
+            return []
+        rows = self._found(query, pinned, docs)
         matched = []
         for doc, etx in rows:
             # Datalog narrowed the candidates; equality is decided here, as the SQLite store
