@@ -145,8 +145,8 @@ def section(r: dict[str, Any]) -> str:
     outage = r.get("xtdb_outage_tests", {})
     lines.append(
         "| xtdb outage (`tests/store/test_xtdb_outbox.py`) | node stopped and restarted mid-session (a shown object"
-        " and a recall source; an edit and a tracked change made while it is down), a replay killed mid-way, refused"
-        f" connections | {outage.get('passed', 0)} passed, {outage.get('failed', 0)} failed | – |"
+        " and a recall source; a read, an edit and a tracked change made while it is down), a replay killed mid-way,"
+        f" refused connections | {outage.get('passed', 0)} passed, {outage.get('failed', 0)} failed | – |"
     )
     lines += ["", "| fuzz target | inputs | accepted | typed errors | s |", "|---|---:|---:|---|---:|"]
     for name in sorted(k for k in checks if k.startswith("fuzz: ") and "(" not in k):
