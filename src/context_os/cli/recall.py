@@ -82,18 +82,23 @@ def recall_cmd(
 
 def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
     """Embed what the store holds that the vectors do not, for at most ``seconds`` (None: all of
-    it), with a progress bar on a terminal and one line on stderr otherwise; how many parts are
-    left."""
+    it), with a progress bar on a terminal and one line on stderr otherwise; how many of the parts
+    pending at the start are left (counted, not asked again: ``counts`` checks the index)."""
     pending = int(vectors.counts()["pending"] or 0)
     if not pending:
         return 0
     deadline = None if seconds is None else time.monotonic() + seconds
+    left = pending
 
     def batches() -> Iterator[int]:
+        nonlocal left
         # small batches: a long part takes the default embedder about half a second here
-        while (deadline is None or time.monotonic() < deadline) and (
-            done := vectors.catch_up(max_parts=CATCH_UP_BATCH)
-        ):
+        while deadline is None or time.monotonic() < deadline:
+            done = vectors.catch_up(max_parts=CATCH_UP_BATCH)
+            if not done:
+                left = 0  # all embedded, with what arrived meanwhile
+                return
+            left = max(0, left - done)
             yield done
 
     if pending > CATCH_UP_BATCH and not sys.stderr.isatty():
@@ -107,7 +112,7 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
     with progress(batches(), length=pending, label="embedding", enabled=not quiet) as bar:
         for _ in bar:
             pass
-    return int(vectors.counts()["pending"] or 0)
+    return left
 
 
 def _report(result: RecallResult) -> dict[str, Any]:

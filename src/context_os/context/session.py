@@ -194,7 +194,7 @@ class Session:
             policy = policy or RetentionPolicy()
             view = SessionView(session_id, policy, managed=not policy.manage_from_tokens)
             s = cls(store, view, harness=harness, workspace=workspace, created=now_ms(), redact=scrub, lease=lease)
-            s.erased = _erased_shas(store.find("tombstone"))
+            s._know_tombstones(store.find("tombstone"))
             s.writer.queue_session_doc()
             s.writer.flush()
             return s
@@ -212,9 +212,7 @@ class Session:
             last_vt=current.valid_time,
         )
         s.managed_from = doc["meta"].get("managed_from", 0)
-        tombstones = store.find("tombstone")
-        s._tombstones = {(t.id, t.tx_id) for t in tombstones}  # load_view reflects them
-        s.erased = _erased_shas(tombstones)
+        s._know_tombstones(store.find("tombstone"))  # load_view reflects them
         s.writer.dirty_pages |= {p for p in range(-(-len(view.entries) // PAGE_SIZE)) if p not in view.pages}
         if policy is not None and policy != view.policy:
             view.policy = policy
@@ -530,6 +528,12 @@ class Session:
             self._unchecked = True
             return False
         return self._unchecked or latest != self.writer.last_tx
+
+    def _know_tombstones(self, tombstones: list[Version]) -> None:
+        """At open: the evictions already made, which the view reflects (a new session shows none
+        of their objects), and the file bytes they erased."""
+        self._tombstones = {(t.id, t.tx_id) for t in tombstones}
+        self.erased = _erased_shas(tombstones)
 
     def _apply_tombstones(self) -> list[StateChange]:
         """Take in evictions made since the last turn (context/evict.py): the text of an evicted

@@ -186,13 +186,19 @@ def _edn_checked(value: Any, path: str) -> str:
     raise StoreError(f"{path}: a {type(value).__name__} cannot be stored (not JSON)")
 
 
+def _utf8(text: str, what: str) -> bytes:
+    """``text`` as UTF-8 (httpx would raise ``UnicodeEncodeError`` from inside a request);
+    ``StoreError`` naming ``what`` if it is not valid Unicode text (a lone surrogate)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise StoreError(f"{what} is not valid Unicode text ({e.reason})") from None
+
+
 def _key_keyword(key: str, plain_ns: str | None, hex_ns: str) -> _Keyword:
     if _PLAIN_KEY.match(key):
         return _Keyword(f"{plain_ns}/{key}" if plain_ns else key)
-    try:
-        return _Keyword(f"{hex_ns}/x{key.encode('utf-8').hex()}")
-    except UnicodeEncodeError as e:
-        raise StoreError(f"key {key!r} is not valid Unicode text ({e.reason})") from None
+    return _Keyword(f"{hex_ns}/x{_utf8(key, f'key {key!r}').hex()}")
 
 
 def _meta_attr(key: str) -> _Keyword:
@@ -566,15 +572,10 @@ class XtdbStore(Store):
         timeout: float | None = None,
     ) -> httpx.Response:
         headers = {"Content-Type": "application/edn"} if body is not None else None
-        try:  # httpx would raise UnicodeEncodeError from inside the request for an id, a value, a key
-            content = body.encode("utf-8") if body is not None else None
-            for value in (params or {}).values():
-                value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise StoreError(
-                f"{method} /_xtdb/{endpoint}: an id, key or value is not valid Unicode text ({e.reason});"
-                f" nothing was sent to {self.base}"
-            ) from None
+        what = f"{method} /_xtdb/{endpoint} (nothing was sent to {self.base}): an id, key or value"
+        content = None if body is None else _utf8(body, what)
+        for value in (params or {}).values():
+            _utf8(value, what)
         if endpoint not in _BEFORE_SETTLED:
             if not self._caught_up:
                 self._catch_up_to_log()
@@ -1043,10 +1044,7 @@ class XtdbStore(Store):
         # (a node whose queries may call only an allow-list of functions must allow it)
         clauses.append("[(xtdb.api/entity-tx $ e) etx]")
         query = " ".join(clauses)
-        try:  # refused whatever the node holds, as when it is sent (``_request``)
-            query.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise StoreError(f"find: a kind, key or value is not valid Unicode text ({e.reason})") from None
+        _utf8(query, "find: a kind, key or value")  # refused whatever the node holds, as when sent
         pinned = self._pinned(valid_time, tx_id)
         if pinned is None:
             return []
