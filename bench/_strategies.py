@@ -37,7 +37,7 @@ from context_os.harness.pi import (
     PiAdapter,
     in_context,
 )
-from context_os.harness.toolnames import preset
+from context_os.harness.toolnames import ToolNames, preset
 from context_os.replay.file_ops import file_op
 from context_os.replay.transcripts import Transcript
 from context_os.replay.virtual_files import VirtualFile
@@ -79,8 +79,9 @@ class Prepared:
     """Per model call: the index of its assistant message; its input is ``messages[:n]``."""
     context_window: int
     """The context window of the session's model (Pi's threshold and the trimming budget use it)."""
-    roles: Mapping[str, str] = field(default_factory=dict)
-    """Tool name → canonical role (read, write, edit, …)."""
+    roles: ToolNames = field(default_factory=ToolNames)
+    """Tool name → canonical role (read, write, edit, …); a tool whose role one of its arguments
+    picks (``str_replace_editor``) is asked with the call's arguments (``roles.role``)."""
     origin: list[int] = field(default_factory=list)
     """Per message: its index in the transcript's messages."""
     prefix: list[int] = field(default_factory=list)
@@ -347,7 +348,7 @@ class FileTimeline:
             if m["role"] != "tool":
                 continue
             name, args, at_call = calls.get(m.get("tool_call_id", ""), ("", {}, -1))
-            op = file_op(s.roles.get(name), args, m.get("text") or "", is_error=bool(m.get("is_error")))
+            op = file_op(s.roles.role(name, args), args, m.get("text") or "", is_error=bool(m.get("is_error")))
             if op is None:
                 continue
             f = lines.setdefault(op.path, VirtualFile(op.path, op.path))
@@ -482,7 +483,7 @@ def _edit_paths(s: Prepared, n: int) -> list[str | None]:
     """For each edit call of the assistant message ``n``: its target path (None if unreadable)."""
     out: list[str | None] = []
     for c in s.messages[n].get("tool_calls") or ():
-        if s.roles.get(c["name"]) == "edit":
+        if s.roles.role(c["name"], c["arguments"]) == "edit":
             op = file_op("edit", c["arguments"], "")
             out.append(op.path if op is not None else None)
     return out

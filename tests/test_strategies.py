@@ -3,6 +3,7 @@ Pi sessions: each must do what the harness or library it stands for does, or the
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -273,3 +274,36 @@ def test_reads_of_line_ranges_add_up_for_every_strategy_as_for_context_os() -> N
         ({"file_path": "/repo/app.py", "offset": 3, "limit": 2}, "     3\tc = 3\n     4\td = 4"),
     ]
     assert edits_kept(ranges, [("b = 2\nc = 3", "b = 5"), ("a = 1\nb = 5\nd = 4", "a = 2")]) == (2, 2)
+
+
+def test_a_tool_whose_argument_picks_its_role_counts_for_every_strategy() -> None:
+    """``str_replace_editor`` (SWE-agent, OpenHands) views, creates and edits by its ``command``:
+    the baselines count its edits and views as the replay does, asking the role with the call's
+    arguments (a lookup by name alone finds no role, and no edit)."""
+
+    def editor(call_id: str, **args: Any) -> dict[str, Any]:
+        function = {"name": "str_replace_editor", "arguments": json.dumps(args)}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+        }
+
+    def output(call_id: str, text: str) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+    path = "/repo/app.py"
+    messages = [
+        {"role": "user", "content": "fix app.py"},
+        editor("v1", command="view", path=path),
+        output("v1", f"Here's the result of running `cat -n` on {path}:\n     1\ta = 1\n     2\tb = 2\n"),
+        editor("e1", command="str_replace", path=path, old_str="a = 1", new_str="a = 3"),
+        output("e1", f"The file {path} has been edited. Here's the result of running `cat -n` on a snippet:"),
+        editor("e2", command="str_replace", path=path, old_str="zzz", new_str="b = 4"),
+        output("e2", f"The file {path} has been edited."),
+        {"role": "assistant", "content": "done"},
+    ]
+    s = prepare(Transcript("swe-agent", "openai", "swe-agent", messages), "test", 200_000)
+    full = measure(s, FullHistory())
+    assert (full.edits_total, full.edits_with_target) == (2, 2)
+    assert full.stale_views == 2  # the view, then an edit of the file: the calls after it
