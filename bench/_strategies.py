@@ -38,7 +38,7 @@ from context_os.harness.pi import (
     in_context,
 )
 from context_os.harness.toolnames import ToolNames, preset
-from context_os.replay.file_ops import file_op
+from context_os.replay.file_ops import edit_target, file_op
 from context_os.replay.transcripts import Transcript
 from context_os.replay.virtual_files import VirtualFile
 from context_os.tokens import estimate_tokens
@@ -484,7 +484,7 @@ def _edit_paths(s: Prepared, n: int) -> list[str | None]:
     out: list[str | None] = []
     for c in s.messages[n].get("tool_calls") or ():
         if s.roles.role(c["name"], c["arguments"]) == "edit":
-            op = file_op("edit", c["arguments"], "")
+            op = edit_target(c["arguments"])
             out.append(op.path if op is not None else None)
     return out
 

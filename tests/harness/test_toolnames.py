@@ -70,7 +70,7 @@ def test_bad_mappings_are_config_errors(bad):
 
 
 def test_presets_by_name():
-    assert set(PRESETS) == {"canonical", "claude-code", "pi", "swe-agent", "openhands"}
+    assert set(PRESETS) == {"canonical", "claude-code", "codex", "pi", "swe-agent", "openhands"}
     assert preset("pi") is PI
     assert tool_role("grep") == "grep"  # canonical by default
     with pytest.raises(ConfigError, match="unknown tool-name preset 'cursor'"):
@@ -117,3 +117,16 @@ def test_by_argument_mappings_are_checked_compared_and_overridden():
     assert a.extend({"ed": "bash"}).role("ed", {"command": "view"}) == "bash"
     assert a.extend({"y": "ls"}).role("ed", {"command": "view"}) == "read"
     assert "by_argument" in repr(a)
+
+
+def test_a_tool_mapped_by_content_plays_the_role_its_call_does():
+    names = ToolNames({"sh": "bash"}, by_content={"sh": "shell", "patch": "patch"})
+    assert names.role("sh", {"command": "cat a.py"}) == "read"
+    assert names.role("sh", {"command": "make"}) == "bash"  # not recognised: the mapped role
+    assert names.role("patch", {"input": "*** Begin Patch\n*** Delete File: a.py\n*** End Patch"}) == "edit"
+    assert names.role("patch", {"input": "no patch"}) is None  # no mapped role either
+    assert names != {"sh": "bash"} and names == ToolNames({"sh": "bash"}, by_content={"sh": "shell", "patch": "patch"})
+    assert "by_content={'sh': 'shell', 'patch': 'patch'}" in repr(names)
+    assert names.extend({"sh": "read"}).role("sh", {"command": "make"}) == "read"  # a name mapped again wins
+    with pytest.raises(ConfigError, match="'x' by content must be one of patch, shell, got 'diff'"):
+        ToolNames(by_content={"x": "diff"})

@@ -1,4 +1,4 @@
-"""``ctxos replay FILE``: replay a recorded agent session (Pi, Claude Code, SWE-agent, OpenHands,
+"""``ctxos replay FILE``: replay a recorded agent session (Pi, Claude Code, Codex CLI, SWE-agent, OpenHands,
 OpenAI messages) through context_os and compare what it assembles with the full transcript, model
 call by model call. A file holding several sessions (Claude Code's sub-agents, OpenHands records)
 replays each as its own session.

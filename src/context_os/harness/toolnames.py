@@ -16,7 +16,15 @@ One tool may play several roles, chosen by one of its arguments: SWE-agent's and
     names = preset("swe-agent")
     names.role("str_replace_editor", {"command": "view", "path": "/repo/a.py"})  # "read"
 
-This module only maps names: of a tool's arguments it knows at most the one that picks its role.
+Codex CLI's tools play their roles by what a call does: ``apply_patch`` writes a new file or edits
+files by its patch, and a shell command that only prints a file (``sed -n '1,80p' app.js``) is a
+read. Such tools are mapped ``by_content`` (harness/codex_tools.py reads the call):
+
+    names = preset("codex")
+    names.role("shell_command", {"command": "sed -n '1,80p' app.js"})  # "read"
+    names.role("shell_command", {"command": "make test"})              # "bash"
+
+This module only maps names; what a call's arguments say is read by harness/codex_tools.py.
 """
 
 from __future__ import annotations
@@ -27,10 +35,12 @@ from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 from ..errors import ConfigError
+from .codex_tools import content_role
 
 __all__ = [
     "CANONICAL",
     "CLAUDE_CODE",
+    "CODEX",
     "OPENHANDS",
     "PI",
     "PRESETS",
@@ -44,6 +54,8 @@ __all__ = [
 
 ToolRole = Literal["read", "write", "edit", "bash", "grep", "find", "ls"]
 ROLES: tuple[ToolRole, ...] = get_args(ToolRole)
+CONTENT_KINDS = ("patch", "shell")
+"""What a tool mapped ``by_content`` is: an ``apply_patch`` tool or a shell tool."""
 
 
 def _checked(mapping: Mapping[str, str], what: str) -> dict[str, ToolRole]:
@@ -62,15 +74,19 @@ class ToolNames(Mapping[str, ToolRole]):
 
     ``by_argument`` maps tools whose role depends on one argument: tool name → (argument name,
     {argument value: role}). They are not part of the mapping's keys (no one role is theirs);
-    ``role(name, arguments)`` answers for them."""
+    ``role(name, arguments)`` answers for them. ``by_content`` maps tools whose role depends on
+    what the call does: tool name → ``patch`` (an ``apply_patch`` tool) or ``shell`` (a shell
+    tool whose plain file reads and patches play read, write or edit); a call it does not
+    recognise plays the tool's role in the mapping, if any."""
 
-    __slots__ = ("_by_argument", "_map")
+    __slots__ = ("_by_argument", "_by_content", "_map")
 
     def __init__(
         self,
         mapping: Mapping[str, str] | None = None,
         *,
         by_argument: Mapping[str, tuple[str, Mapping[str, str]]] | None = None,
+        by_content: Mapping[str, str] | None = None,
     ):
         self._map: Mapping[str, ToolRole] = MappingProxyType(_checked(mapping or {}, "tool name"))
         dispatch: dict[str, tuple[str, Mapping[str, ToolRole]]] = {}
@@ -79,6 +95,11 @@ class ToolNames(Mapping[str, ToolRole]):
                 raise ConfigError(f"tool names: {name!r} needs a tool name and an argument name")
             dispatch[name] = (argument, MappingProxyType(_checked(roles, "argument value")))
         self._by_argument: Mapping[str, tuple[str, Mapping[str, ToolRole]]] = MappingProxyType(dispatch)
+        for name, kind in (by_content or {}).items():
+            if not isinstance(name, str) or not name or kind not in CONTENT_KINDS:
+                kinds = ", ".join(CONTENT_KINDS)
+                raise ConfigError(f"tool names: {name!r} by content must be one of {kinds}, got {kind!r}")
+        self._by_content: Mapping[str, str] = MappingProxyType(dict(by_content or {}))
 
     def __getitem__(self, name: str) -> ToolRole:
         return self._map[name]
@@ -90,17 +111,22 @@ class ToolNames(Mapping[str, ToolRole]):
         return len(self._map)
 
     def __repr__(self) -> str:
-        if self._by_argument:
-            return f"ToolNames({dict(self._map)!r}, by_argument={self._dispatch()!r})"
-        return f"ToolNames({dict(self._map)!r})"
+        extra = f", by_argument={self._dispatch()!r}" if self._by_argument else ""
+        extra += f", by_content={dict(self._by_content)!r}" if self._by_content else ""
+        return f"ToolNames({dict(self._map)!r}{extra})"
 
     def _dispatch(self) -> dict[str, tuple[str, dict[str, ToolRole]]]:
         return {name: (arg, dict(roles)) for name, (arg, roles) in self._by_argument.items()}
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ToolNames):
-            return dict(self._map) == dict(other._map) and self._dispatch() == other._dispatch()
-        return isinstance(other, Mapping) and not self._by_argument and dict(self._map) == dict(other)
+            return (
+                dict(self._map) == dict(other._map)
+                and self._dispatch() == other._dispatch()
+                and dict(self._by_content) == dict(other._by_content)
+            )
+        plain = not self._by_argument and not self._by_content
+        return isinstance(other, Mapping) and plain and dict(self._map) == dict(other)
 
     def __hash__(self) -> int:
         return hash(frozenset(self._map.items()))
@@ -110,9 +136,20 @@ class ToolNames(Mapping[str, ToolRole]):
         """The tools whose role one of their arguments picks: name → (argument, value → role)."""
         return self._by_argument
 
+    @property
+    def by_content(self) -> Mapping[str, str]:
+        """The tools whose role what the call does picks: name → ``patch`` or ``shell``."""
+        return self._by_content
+
     def role(self, tool_name: str, arguments: Any = None) -> ToolRole | None:
         """The role of a harness tool, or None when it has none. A tool mapped ``by_argument``
-        needs the call's ``arguments`` (an object, or its JSON text as OpenAI gives it)."""
+        needs the call's ``arguments`` (an object, or its JSON text as OpenAI gives it), and so
+        does one mapped ``by_content``."""
+        kind = self._by_content.get(tool_name)
+        if kind is not None:
+            by_content = content_role(kind, arguments)
+            if by_content is not None:
+                return by_content  # type: ignore[return-value]
         role = self._map.get(tool_name)
         if role is not None or tool_name not in self._by_argument:
             return role
@@ -133,9 +170,10 @@ class ToolNames(Mapping[str, ToolRole]):
 
     def extend(self, mapping: Mapping[str, str]) -> ToolNames:
         """A new mapping with ``mapping``'s entries added (they win over existing ones, those
-        mapped by argument too)."""
+        mapped by argument or by content too)."""
         by_argument = {n: d for n, d in self._by_argument.items() if n not in mapping}
-        return ToolNames({**self._map, **mapping}, by_argument=by_argument)
+        by_content = {n: k for n, k in self._by_content.items() if n not in mapping}
+        return ToolNames({**self._map, **mapping}, by_argument=by_argument, by_content=by_content)
 
 
 CANONICAL = ToolNames({r: r for r in ROLES})
@@ -198,14 +236,32 @@ OPENHANDS = ToolNames(
 by line range whose result the call does not say). ``think``, ``finish``,
 ``execute_ipython_cell`` and the browser have no role."""
 
+_CODEX_SHELLS = ("shell", "shell_command", "exec_command", "local_shell", "container.exec")
+
+CODEX = ToolNames(
+    {**{name: "bash" for name in _CODEX_SHELLS}, "grep_files": "grep", "list_dir": "ls"},
+    by_content={**{name: "shell" for name in _CODEX_SHELLS}, "apply_patch": "patch"},
+)
+"""Codex CLI's tools: its shell tools (``shell`` and ``local_shell`` take an argv, ``shell_command``
+a script, ``exec_command`` a ``cmd``), ``apply_patch``, and the experimental ``grep_files`` and
+``list_dir``. A shell call that only prints a file is a read, one that applies a patch a write or
+an edit (harness/codex_tools.py). ``update_plan``, ``view_image`` and web search have no role."""
+
 PRESETS: Mapping[str, ToolNames] = MappingProxyType(
-    {"canonical": CANONICAL, "claude-code": CLAUDE_CODE, "pi": PI, "swe-agent": SWE_AGENT, "openhands": OPENHANDS}
+    {
+        "canonical": CANONICAL,
+        "claude-code": CLAUDE_CODE,
+        "codex": CODEX,
+        "pi": PI,
+        "swe-agent": SWE_AGENT,
+        "openhands": OPENHANDS,
+    }
 )
 """Presets by name, e.g. for a ``--tool-names`` option or a JSON-RPC parameter."""
 
 
 def preset(name: str) -> ToolNames:
-    """The preset called ``name`` (``canonical``, ``claude-code``, ``pi``, ``swe-agent``, ``openhands``)."""
+    """The preset called ``name`` (``canonical``, ``claude-code``, ``codex``, ``pi``, ``swe-agent``, ``openhands``)."""
     try:
         return PRESETS[name]
     except KeyError:

@@ -1,6 +1,6 @@
 """Replaying recorded agent sessions through context_os (``ctxos replay``, ``ctxos demo``).
 
-    transcripts.py    session files (Pi, Claude Code, SWE-agent, OpenHands, OpenAI) → ``Transcript``s
+    transcripts.py    session files (Pi, Claude Code, Codex CLI, SWE-agent, OpenHands, OpenAI) → ``Transcript``s
     formats/          one reader per format, and the parse they share
     file_ops.py       what a recorded read/write/edit call says about its file
     virtual_files.py  file objects for the recorded session's files, kept from the transcript

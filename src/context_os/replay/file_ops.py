@@ -14,7 +14,15 @@ tool-name presets of harness/toolnames.py map a harness's names to roles) in thr
   file in a way the call does not say;
 * SWE-agent's windowed tools, which act on the open file and print a window of it
   (``[File: PATH (N lines total)]``, lines ``N:text``, ``(Open file: PATH)`` after it): the
-  file is the one the output names.
+  file is the one the output names;
+* Codex CLI's ``apply_patch`` (its patch adds a file: a write; updates one: an edit by its hunks,
+  context lines included; deletes or moves one: an edit the replay cannot follow; a patch of
+  several files is read for its first) and its shell commands that only print a file
+  (``sed -n 'A,Bp' F``, ``head -n N F``, ``cat F``, ``nl -ba F | sed -n 'A,Bp'``:
+  harness/codex_tools.py), whose output is read past Codex's header (``Exit code: 0``, ``Wall
+  time: …``, ``Output:``, or the older ``{"output": …, "metadata": {"exit_code": 0}}``). A range
+  read prints at most the lines it asks for: lines printed before them (a login shell's
+  warnings, merged into the output) are not the file's.
 
 An edit the call does not say how to apply (a line-range edit, ``undo_edit``, OpenHands'
 ``edit_file``) is an ``edit`` with no replacements: the file's content becomes unknown.
@@ -29,6 +37,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..harness.codex_tools import PatchFile, call_patch, json_arguments, parse_patch, shell_read
 
 __all__ = ["FileOp", "edit_target", "file_op", "strip_read_output"]
 
@@ -75,6 +85,10 @@ class FileOp:
     when the file has at least the lines read, maybe more (a read of a line range)."""
     edits: list[tuple[str, str]] = field(default_factory=list)
     """edit: (old text, new text) pairs, each matched against the file as it was."""
+    anchors: list[str | None] | None = None
+    """edit: set for a Codex patch's hunks: ``edits`` apply in order, each found after the one
+    before it and after its anchor line (its ``@@`` header, if any), lines compared as Codex's
+    ``apply_patch`` compares them (exactly, else ignoring trailing, else surrounding spaces)."""
     insert: tuple[int, str] | None = None
     """edit: text inserted after this line (0: at the top, -1: at the end) instead of ``edits``.
     An edit with neither changed the file in a way the call does not say."""
@@ -133,13 +147,7 @@ def _pairs(args: Mapping[str, Any], old: str, new: str) -> list[tuple[str, str]]
     return None
 
 
-def _arguments(arguments: Any) -> Mapping[str, Any] | None:
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except (ValueError, RecursionError):
-            return None
-    return arguments if isinstance(arguments, Mapping) else None
+_arguments = json_arguments
 
 
 def _terminal(output: str) -> str:
@@ -216,6 +224,10 @@ def edit_target(arguments: Any, output: str = "") -> FileOp | None:
     if args is None:
         return None
     path = args.get("path", args.get("file_path"))
+    patched = _patched(args) if not isinstance(path, str) or not path else None
+    if patched is not None:
+        exact = patched.kind == "update" and not patched.move_to
+        return FileOp("edit", patched.path, edits=list(patched.hunks) if exact else [])
     if not isinstance(path, str) or not path:
         window = _window(output) if output else None
         if window is None:
@@ -247,9 +259,13 @@ def file_op(role: str | None, arguments: Any, output: str, *, is_error: bool = F
     if args is None:
         return None
     editor = args.get("command") in _EDITOR_COMMANDS
+    path = args.get("path", args.get("file_path"))
+    if not editor and (not isinstance(path, str) or not path):
+        codex = _codex_op(role, args, output)
+        if codex is not None:
+            return codex if isinstance(codex, FileOp) else None
     if role == "edit":
         return _edit(args, output, editor=editor)
-    path = args.get("path", args.get("file_path"))
     if role == "write":
         content = next((v for v in (args.get("file_text"), args.get("content")) if isinstance(v, str)), None)
         if content is not None and isinstance(path, str) and path:
@@ -304,3 +320,80 @@ def _edit(args: Mapping[str, Any], output: str, *, editor: bool) -> FileOp | Non
     if op.edits and not _WINDOW_EDITED.search(_terminal(output)):
         return FileOp("edit", op.path)
     return op
+
+
+# --- Codex CLI ---------------------------------------------------------------------------------------
+
+_CODEX_HEADER = re.compile(
+    r"\A(?:(?:Exit code|Wall time|Total output lines|Chunk ID|Original token count|Process exited with code)"
+    r"\b[^\n]*\n)+Output:\n"
+)
+_CODEX_EXIT = re.compile(r"^(?:Exit code:|Process exited with code) (-?\d+)$", re.MULTILINE)
+_CODEX_CUT = re.compile(r"\[\.\.\. omitted \d+ of \d+ lines \.\.\.\]|…\d+ tokens truncated…")
+_CODEX_NUMBERED = re.compile(r"^ *(\d+)\t")
+
+
+def _patched(args: Mapping[str, Any]) -> PatchFile | None:
+    """The (first) file of a call's Codex patch, if the call carries one."""
+    text = call_patch(args)
+    patch = parse_patch(text) if text is not None else None
+    return patch.files[0] if patch is not None else None
+
+
+def codex_output(output: str) -> tuple[str, int | None]:
+    """(what the command printed, its exit code if the output says it) of a Codex tool output."""
+    if output.startswith("{"):
+        try:
+            value = json.loads(output)
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, Mapping) and isinstance(value.get("output"), str):
+            meta = value.get("metadata")
+            code = meta.get("exit_code") if isinstance(meta, Mapping) else None
+            return value["output"], _int(code)
+    header = _CODEX_HEADER.match(output)
+    if header is None:
+        return output, None
+    code = _CODEX_EXIT.search(header.group(0))
+    return output[header.end() :], int(code.group(1)) if code is not None else None
+
+
+def _codex_op(role: str, args: Mapping[str, Any], output: str) -> FileOp | bool | None:
+    """What a Codex call says about a file: an op; False: a Codex call that says nothing (a failed
+    patch, a read whose output is no file text); None: not a Codex call."""
+    patched = _patched(args) if role in ("write", "edit") else None
+    if patched is not None:
+        text, code = codex_output(output)
+        if not (text.lstrip().startswith("Success.") or code == 0):
+            return False  # "apply_patch verification failed: ...": the files are as they were
+        if patched.kind == "add":
+            return FileOp("write", patched.path, text="\n".join(patched.lines))
+        if patched.kind == "update" and not patched.move_to:
+            return FileOp("edit", patched.path, edits=list(patched.hunks), anchors=list(patched.anchors))
+        return FileOp("edit", patched.path)  # deleted or moved: what is there now is not known
+    read = shell_read(args) if role == "read" else None
+    if read is None:
+        return None
+    text, code = codex_output(output)
+    if (code is not None and code != 0) or _CODEX_CUT.search(text):
+        return False
+    lines = text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
+    if not text:
+        return False
+    first = read.first
+    if read.numbered:
+        start = next((k for k, line in enumerate(lines) if _CODEX_NUMBERED.match(line)), None)
+        if start is None or not all(_CODEX_NUMBERED.match(line) for line in lines[start:]):
+            return False
+        lines = lines[start:]
+        numbers = [int(_CODEX_NUMBERED.match(line).group(1)) for line in lines]  # type: ignore[union-attr]
+        if numbers != list(range(numbers[0], numbers[0] + len(numbers))):
+            return False
+        first = numbers[0]
+        lines = [_CODEX_NUMBERED.sub("", line, count=1) for line in lines]
+    asked = read.last - read.first + 1 if read.last is not None else None
+    if asked is not None and len(lines) > asked:
+        lines = lines[len(lines) - asked :]  # printed before the file's lines: not the file
+    ended = asked is None or len(lines) < asked
+    total = first + len(lines) - 1 if ended else None
+    return FileOp("read", read.path, text="\n".join(lines), first_line=first, total_lines=total)

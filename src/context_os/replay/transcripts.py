@@ -1,6 +1,6 @@
 """Session files a replay reads, each read the way its own tool reads it: Pi session JSONL
-(format versions 1, 2 and 3), Claude Code session JSONL (with its sub-agents' sidechains),
-SWE-agent trajectories (1.x function calling and 0.x actions parsed from text), OpenHands event
+(format versions 1, 2 and 3), Claude Code session JSONL (with its sub-agents' sidechains), Codex
+CLI rollout JSONL, SWE-agent trajectories (1.x function calling and 0.x actions parsed from text), OpenHands event
 streams (a saved event list, or an evaluation's ``output.jsonl`` of records), and a JSON list of
 OpenAI chat-completions messages.
 
@@ -15,9 +15,11 @@ that a replay can also tell what Pi itself sent, and the lines of the file skipp
 The file is read once and parsed once (formats/common.py): as a JSON document or as JSON lines.
 The format is detected from the parsed file, cheaply: a document by its shape, JSON lines by the
 first line that tells (Pi's ``session`` header or entry types; Claude Code's ``uuid``,
-``sessionId``, ``file-history-snapshot``...; an OpenHands record's ``history``), so a file that
-starts with lines that tell nothing is still recognised. One per format module:
-formats/pi.py, formats/claude_code.py, formats/swe_agent.py, formats/openhands.py.
+``sessionId``, ``file-history-snapshot``...; Codex's ``session_meta``/``response_item`` lines
+with a ``payload``, or the bare response items of its first files; an OpenHands record's
+``history``), so a file that starts with lines that tell nothing is still recognised. One per
+format module: formats/pi.py, formats/claude_code.py, formats/codex.py, formats/swe_agent.py,
+formats/openhands.py.
 
 Only a regular file is read, up to ``MAX_SESSION_BYTES``; every refusal is a typed error
 (``FileUnreadable``, ``InputError``) that names the file.
@@ -35,6 +37,7 @@ from typing import Any
 
 from ..errors import InputError
 from .formats.claude_code import CLAUDE_CODE_TYPES, read_claude_code
+from .formats.codex import CODEX_ITEM_TYPES, CODEX_LINE_TYPES, read_codex
 from .formats.common import (
     KNOWN_KINDS,
     MAX_SESSION_BYTES,
@@ -62,7 +65,7 @@ __all__ = [
     "read_sessions",
 ]
 
-FORMATS = ("pi", "claude-code", "swe-agent", "openhands", "openai")
+FORMATS = ("pi", "claude-code", "codex", "swe-agent", "openhands", "openai")
 
 
 def _read_openai(parsed: Parsed, **_: Any) -> list[Transcript]:
@@ -76,6 +79,7 @@ def _read_openai(parsed: Parsed, **_: Any) -> list[Transcript]:
 _READERS: Mapping[str, Reader] = {
     "pi": read_pi,
     "claude-code": read_claude_code,
+    "codex": read_codex,
     "swe-agent": read_swe_agent,
     "openhands": read_openhands,
     "openai": _read_openai,
@@ -87,6 +91,10 @@ def _line_format(e: Mapping[str, Any]) -> str | None:
     kind = e.get("type")
     if kind == "session":
         return "pi"
+    if kind in CODEX_LINE_TYPES and isinstance(e.get("payload"), Mapping):
+        return "codex"
+    if kind in CODEX_ITEM_TYPES and "message" not in e and ("role" in e or kind != "message"):
+        return "codex"  # a bare response item (Codex's first rollout files)
     if isinstance(e.get("history"), list):
         return "openhands"
     if kind in CLAUDE_CODE_TYPES or any(k in e for k in ("uuid", "parentUuid", "sessionId", "leafUuid")):
@@ -124,7 +132,7 @@ def _detect(parsed: Parsed) -> str:
 
 
 def detect_format(path: str | Path, *, max_bytes: int = MAX_SESSION_BYTES) -> str:
-    """``pi``, ``claude-code``, ``swe-agent``, ``openhands`` or ``openai``, from the file's content."""
+    """``pi``, ``claude-code``, ``codex``, ``swe-agent``, ``openhands`` or ``openai``, from the file's content."""
     p = Path(path)
     return _detect(parse(p, read_text(p, max_bytes)))
 

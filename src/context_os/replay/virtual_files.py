@@ -114,6 +114,9 @@ class VirtualFile:
         if not edits:  # an edit the call does not say how to apply
             self.lines, self.touches = None, []
             return
+        if op.anchors is not None:
+            self._patch(op, turn)
+            return
         unknown = "\x00"  # never in an edit's text: a line never read cannot match
         text = "\n".join(unknown if line is None else line for line in self.lines)
         spans = []
@@ -139,6 +142,48 @@ class VirtualFile:
             ]
             self.touches.append((turn, first, first + added))
         self.lines = [None if line == unknown else line for line in text.split("\n")]
+
+    def _patch(self, op: FileOp, turn: int) -> None:
+        """Apply a Codex patch's hunks as its ``apply_patch`` does: in order, each looked for from
+        the end of the one before (after its anchor line, if it names one), lines compared
+        exactly, else without trailing spaces, else without surrounding ones; a hunk whose last
+        old line is empty is looked for without it if not found with it. One not found leaves the
+        content unknown."""
+        assert self.lines is not None and op.anchors is not None
+        lines = self.lines
+        spans: list[tuple[int, int, list[str]]] = []
+        at = 0
+        for (old, new), anchor in zip(op.edits, op.anchors, strict=True):
+            if anchor is not None:
+                found = _seek(lines, [anchor], at)
+                if found is None:
+                    self.lines, self.touches = None, []
+                    return
+                at = found + 1
+            old_lines, new_lines = old.split("\n"), new.split("\n")
+            if not old:
+                if self.open_end:
+                    self.lines, self.touches = None, []
+                    return
+                spans.append((len(lines), len(lines), new_lines))  # pure addition: at the end
+                continue
+            found = _seek(lines, old_lines, at)
+            if found is None and len(old_lines) > 1 and old_lines[-1] == "":
+                old_lines = old_lines[:-1]
+                new_lines = new_lines[:-1] if new_lines[-1:] == [""] else new_lines
+                found = _seek(lines, old_lines, at)
+            if found is None:
+                self.lines, self.touches = None, []
+                return
+            spans.append((found, found + len(old_lines), new_lines))
+            at = found + len(old_lines)
+        for start, end, new_lines in reversed(spans):
+            lines[start:end] = new_lines
+            shift = len(new_lines) - (end - start)
+            self.touches = [
+                (t, a + shift if a > start + 1 else a, b + shift if b > start + 1 else b) for t, a, b in self.touches
+            ]
+            self.touches.append((turn, start + 1, start + max(1, len(new_lines))))
 
     def _insert(self, insert: tuple[int, str], turn: int) -> None:
         assert self.lines is not None
@@ -168,6 +213,19 @@ class VirtualFile:
                 previous_known = True
             out.append(k)
         return out
+
+
+def _seek(lines: list[str | None], pattern: list[str], start: int) -> int | None:
+    """Where ``pattern`` first occurs in ``lines`` at or after ``start`` (Codex's
+    ``seek_sequence``: exact lines, else equal without trailing spaces, else without surrounding
+    ones; a line never read matches nothing); None if nowhere."""
+    n = len(pattern)
+    for loose in (str, str.rstrip, str.strip):
+        want = [loose(p) for p in pattern]
+        for i in range(start, len(lines) - n + 1):
+            if all(line is not None and loose(line) == w for line, w in zip(lines[i : i + n], want, strict=True)):
+                return i
+    return None
 
 
 def _gap_note(first: int, last: int) -> str:

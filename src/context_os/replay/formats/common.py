@@ -59,7 +59,7 @@ MAX_SESSION_BYTES = 1 << 30
 SKIPPED_SHOWN = 10
 """How many skipped line numbers a transcript names (it counts them all)."""
 
-KNOWN_KINDS = "Pi, Claude Code, SWE-agent, OpenHands, OpenAI messages"
+KNOWN_KINDS = "Pi, Claude Code, Codex CLI, SWE-agent, OpenHands, OpenAI messages"
 
 # What a path is when it is not a regular file, for the error that refuses it.
 _NOT_REGULAR = (
@@ -90,13 +90,13 @@ class Transcript:
     """One recorded session, ready to replay."""
 
     format: str
-    """``pi-v1``, ``pi-v2``, ``pi-v3``, ``claude-code``, ``swe-agent``, ``swe-agent-text``,
-    ``openhands`` or ``openai``."""
+    """``pi-v1``, ``pi-v2``, ``pi-v3``, ``claude-code``, ``codex``, ``swe-agent``,
+    ``swe-agent-text``, ``openhands`` or ``openai``."""
     harness: str
     """The adapter its messages are for: ``pi`` or ``openai``."""
     tool_names: str
-    """The tool-name preset of its tools (``pi``, ``claude-code``, ``swe-agent``, ``openhands``,
-    ``canonical``)."""
+    """The tool-name preset of its tools (``pi``, ``claude-code``, ``codex``, ``swe-agent``,
+    ``openhands``, ``canonical``)."""
     messages: list[dict[str, Any]]
     session_id: str | None = None
     cwd: str | None = None

@@ -1,0 +1,291 @@
+"""What Codex CLI's tool calls say about files: ``apply_patch`` patches, and shell commands that
+only print a file.
+
+Codex has no read tool: its model reads a file with a shell command (``sed -n '1,200p' app.js``,
+``nl -ba app.js | sed -n '40,80p'``, ``head -n 40 README.md``, ``cat app.js``) and changes one
+with ``apply_patch``, a tool whose input is a patch in Codex's own format:
+
+    *** Begin Patch
+    *** Update File: app.js
+    @@ function render() {
+     context line
+    -removed line
+    +added line
+    *** End Patch
+
+(``*** Add File: PATH`` with ``+`` lines, ``*** Delete File: PATH``, ``*** Move to: PATH`` after
+an update's header). The model calls it as a freeform tool (its input is the patch), as a
+function (``{"input": patch}``), or through the shell (``apply_patch <<'PATCH' ... PATCH``).
+
+``shell_read(arguments)`` says whether a shell call is a plain read of one file, and which lines;
+``call_patch(arguments)`` finds a call's patch and ``parse_patch`` reads it. Anything more than
+one plain command (a pipe into another program, ``&&``, a redirection, a glob) is not a read:
+its output is not simply the file's lines. Only the shapes above are recognised; a command this
+does not understand is a shell command like any other.
+
+This module only parses text; it never touches a session or a store.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Patch",
+    "PatchFile",
+    "ShellRead",
+    "call_patch",
+    "content_role",
+    "json_arguments",
+    "parse_patch",
+    "shell_read",
+    "shell_script",
+]
+
+_SHELLS = ("bash", "sh", "zsh", "/bin/bash", "/bin/sh", "/bin/zsh", "/usr/bin/bash", "/usr/bin/zsh")
+_SED_RANGE = re.compile(r"\A(\d+)(?:,(\d+|\$))?p\Z")
+_HEREDOC = re.compile(r"\Aapply_patch\s+<<-?\s*(['\"]?)(?P<tag>\w+)\1\n(?P<body>.*?)\n(?P=tag)\s*\Z", re.DOTALL)
+_PATCH_HEADER = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+)$")
+
+
+@dataclass(frozen=True)
+class ShellRead:
+    """A shell command that prints lines of one file and nothing else."""
+
+    path: str
+    first: int = 1
+    """The first line printed."""
+    last: int | None = None
+    """The last line asked for (None: to the end of the file)."""
+    numbered: bool = False
+    """The lines are printed with their numbers (``nl -ba``, ``cat -n``)."""
+
+
+def shell_script(arguments: Any) -> tuple[str, str | None] | None:
+    """(script, working directory) of a shell call's arguments: ``command`` as a string
+    (``shell_command``) or an argv list (``shell``, ``local_shell``; ``["bash", "-lc", script]``
+    unwrapped), or ``cmd`` (``exec_command``); None when there is no command."""
+    args = json_arguments(arguments)
+    if args is None:
+        return None
+    command = args.get("command", args.get("cmd"))
+    workdir = args.get("workdir")
+    workdir = workdir if isinstance(workdir, str) and workdir else None
+    if isinstance(command, str):
+        return command, workdir
+    if isinstance(command, list) and command and all(isinstance(a, str) for a in command):
+        if len(command) == 3 and command[0] in _SHELLS and command[1] in ("-c", "-lc", "-l -c"):
+            return command[2], workdir
+        return shlex.join(command), workdir
+    return None
+
+
+def shell_read(arguments: Any) -> ShellRead | None:
+    """The file a shell call only prints, and which lines; None for any other command."""
+    got = shell_script(arguments)
+    if got is None:
+        return None
+    script, workdir = got
+    if "\n" in script.strip():
+        return None
+    stages = script.split("|")
+    if len(stages) > 2:
+        return None
+    try:
+        words = [shlex.split(s, posix=True) for s in stages]
+    except ValueError:
+        return None
+    if any(not w or any(_special(a) for a in w) for w in words):
+        return None
+    read = _single(words[0]) if len(words) == 1 else _numbered_then_sed(words[0], words[1])
+    if read is None:
+        return None
+    return ShellRead(_joined(workdir, read.path), read.first, read.last, read.numbered)
+
+
+def _special(word: str) -> bool:
+    """Whether an argument makes the command more than a plain read (shlex has removed quotes, so
+    a sed script's ``$`` is here too: only the characters of control and globbing count)."""
+    return any(c in word for c in ";&<>`*?") or word.startswith("$")
+
+
+def _single(argv: list[str]) -> ShellRead | None:
+    name, rest = argv[0], argv[1:]
+    if name == "cat":
+        numbered = rest[:1] == ["-n"]
+        files = rest[1:] if numbered else rest
+        return ShellRead(files[0], numbered=numbered) if len(files) == 1 and not files[0].startswith("-") else None
+    if name == "nl" and rest[:1] == ["-ba"] and len(rest) == 2:
+        return ShellRead(rest[1], numbered=True)
+    if name == "sed":
+        return _sed(rest)
+    if name == "head":
+        return _head(rest)
+    return None
+
+
+def _sed(rest: list[str]) -> ShellRead | None:
+    """``sed -n 'A,Bp' FILE`` (also ``Ap`` and ``A,$p``)."""
+    if len(rest) != 3 or rest[0] != "-n" or rest[2].startswith("-"):
+        return None
+    m = _SED_RANGE.match(rest[1])
+    if m is None:
+        return None
+    first = int(m.group(1))
+    last = first if m.group(2) is None else None if m.group(2) == "$" else int(m.group(2))
+    if first < 1 or (last is not None and last < first):
+        return None
+    return ShellRead(rest[2], first, last)
+
+
+def _head(rest: list[str]) -> ShellRead | None:
+    """``head FILE``, ``head -n N FILE``, ``head -N FILE``."""
+    count = 10
+    if len(rest) == 3 and rest[0] == "-n" and rest[1].isdigit():
+        count, rest = int(rest[1]), rest[2:]
+    elif len(rest) == 2 and rest[0].startswith("-") and rest[0][1:].isdigit():
+        count, rest = int(rest[0][1:]), rest[1:]
+    if len(rest) != 1 or rest[0].startswith("-") or count < 1:
+        return None
+    return ShellRead(rest[0], 1, count)
+
+
+def _numbered_then_sed(first: list[str], second: list[str]) -> ShellRead | None:
+    """``nl -ba FILE | sed -n 'A,Bp'`` and ``cat -n FILE | sed -n 'A,Bp'``."""
+    numbered = _single(first)
+    if numbered is None or not numbered.numbered or second[:2] != ["sed", "-n"] or len(second) != 3:
+        return None
+    ranged = _sed(["-n", second[2], numbered.path])
+    return ShellRead(numbered.path, ranged.first, ranged.last, numbered=True) if ranged is not None else None
+
+
+def _joined(workdir: str | None, path: str) -> str:
+    if workdir is None or workdir == "." or posixpath.isabs(path):
+        return posixpath.normpath(path)
+    return posixpath.normpath(posixpath.join(workdir, path))
+
+
+# --- apply_patch ------------------------------------------------------------------------------------
+
+
+@dataclass
+class PatchFile:
+    """One file of a patch."""
+
+    kind: str
+    """``add``, ``update`` or ``delete``."""
+    path: str
+    lines: list[str] = field(default_factory=list)
+    """add: the new file's lines."""
+    hunks: list[tuple[str, str]] = field(default_factory=list)
+    """update: (old text, new text) per hunk, context lines in both."""
+    anchors: list[str | None] = field(default_factory=list)
+    """update: per hunk, the line its ``@@`` header names (the hunk is after it), or None."""
+    move_to: str | None = None
+
+
+@dataclass
+class Patch:
+    files: list[PatchFile]
+
+
+def call_patch(arguments: Any) -> str | None:
+    """The patch of an ``apply_patch`` call (freeform: the input itself; a function call:
+    ``input``; a shell call: ``apply_patch <<'EOF' ... EOF`` or ``["apply_patch", patch]``)."""
+    if isinstance(arguments, str) and arguments.lstrip().startswith("*** Begin Patch"):
+        return arguments
+    args = json_arguments(arguments)
+    if args is None:
+        return None
+    if isinstance(args.get("input"), str):
+        return str(args["input"])
+    command = args.get("command", args.get("cmd"))
+    if isinstance(command, list) and len(command) == 2 and command[0] == "apply_patch" and isinstance(command[1], str):
+        return command[1]
+    got = shell_script(args)
+    if got is None:
+        return None
+    m = _HEREDOC.match(got[0].strip())
+    return m.group("body") if m is not None else None
+
+
+def parse_patch(text: str) -> Patch | None:
+    """The files of a patch and what it does to each; None if it is not a patch."""
+    lines = text.strip("\n").split("\n")
+    if not lines or lines[0].strip() != "*** Begin Patch":
+        return None
+    files: list[PatchFile] = []
+    old: list[str] = []
+    new: list[str] = []
+    anchor: list[str | None] = [None]
+
+    def close_hunk(next_anchor: str | None = None) -> None:
+        if files and files[-1].kind == "update" and (old or new):
+            files[-1].hunks.append(("\n".join(old), "\n".join(new)))
+            files[-1].anchors.append(anchor[0])
+        old.clear()
+        new.clear()
+        anchor[0] = next_anchor
+
+    for line in lines[1:]:
+        header = _PATCH_HEADER.match(line)
+        if header is not None:
+            close_hunk()
+            files.append(PatchFile(header.group(1).lower(), header.group(2).strip()))
+            continue
+        if line.strip() == "*** End Patch":
+            break
+        if not files:
+            return None
+        f = files[-1]
+        if line.startswith("*** Move to: ") and f.kind == "update":
+            f.move_to = line[len("*** Move to: ") :].strip()
+        elif line.startswith("*** End of File"):
+            continue
+        elif f.kind == "add":
+            f.lines.append(line[1:] if line.startswith("+") else line)
+        elif f.kind == "update":
+            if line.startswith("@@"):
+                close_hunk(line[2:].strip() or None)
+            elif line.startswith("-"):
+                old.append(line[1:])
+            elif line.startswith("+"):
+                new.append(line[1:])
+            else:  # a context line (its leading space; an empty line in a patch lost it)
+                old.append(line[1:])
+                new.append(line[1:])
+    close_hunk()
+    return Patch(files) if files else None
+
+
+def content_role(kind: str, arguments: Any) -> str | None:
+    """The role a call plays by what it does (``ToolNames``' ``by_content``): ``kind`` ``patch``
+    (``apply_patch``) or ``shell`` (a shell tool). A patch that adds one file is a ``write``, one
+    that changes or deletes files an ``edit``; a shell call that only prints a file is a
+    ``read``, one that applies a patch as a patch; None: nothing this recognises."""
+    if kind not in ("patch", "shell"):
+        return None
+    text = call_patch(arguments)
+    patch = parse_patch(text) if text is not None else None
+    if patch is not None:
+        return "write" if len(patch.files) == 1 and patch.files[0].kind == "add" else "edit"
+    if kind == "shell" and shell_read(arguments) is not None:
+        return "read"
+    return None
+
+
+def json_arguments(arguments: Any) -> Mapping[str, Any] | None:
+    """A call's arguments as an object: given as one, or as its JSON text (OpenAI's
+    ``function.arguments``); None if they are neither."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return None
+    return arguments if isinstance(arguments, Mapping) else None

@@ -1,0 +1,311 @@
+"""Codex CLI rollout files, read the way Codex builds its model's input, and what its tools say
+about files: ``apply_patch`` patches and shell commands that only print a file. The rollouts are
+written here line by line in the shape Codex writes them (``codex-rs``'s rollout recorder)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os import Session
+from context_os.errors import InputError
+from context_os.harness.codex_tools import ShellRead, parse_patch, shell_read
+from context_os.harness.openai import OPENAI_PAIRING
+from context_os.harness.pairing import check_pairs
+from context_os.harness.toolnames import preset
+from context_os.replay.file_ops import FileOp, edit_target, file_op
+from context_os.replay.formats.codex import ABORTED
+from context_os.replay.run import replay_transcript
+from context_os.replay.transcripts import detect_format, read_session
+from context_os.replay.virtual_files import VirtualFile
+from context_os.store.sqlite import SqliteStore
+
+NOISE = "/opt/homebrew/Library/Homebrew/cmd/shellenv.sh: line 18: /bin/ps: Operation not permitted"
+"""What a login shell printed before every command's output in a real session (merged stderr)."""
+HEAD = "Exit code: 0\nWall time: 0 seconds\nOutput:\n"
+"""Codex's header of a ``shell_command`` output."""
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    s = SqliteStore(tmp_path / "s.db")
+    yield s
+    s.close()
+
+
+def line(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {"timestamp": "2026-11-29T10:00:00.000Z", "type": kind, "payload": payload}
+
+
+def item(payload: dict[str, Any]) -> dict[str, Any]:
+    return line("response_item", payload)
+
+
+def message(role: str, text: str) -> dict[str, Any]:
+    part = "output_text" if role == "assistant" else "input_text"
+    return item({"type": "message", "role": role, "content": [{"type": part, "text": text}]})
+
+
+def shell(call_id: str, command: str) -> dict[str, Any]:
+    arguments = json.dumps({"command": command, "workdir": ".", "timeout_ms": 120000})
+    return item({"type": "function_call", "name": "shell_command", "arguments": arguments, "call_id": call_id})
+
+
+def ran(call_id: str, printed: str, code: int = 0) -> dict[str, Any]:
+    output = f"Exit code: {code}\nWall time: 0 seconds\nOutput:\n{printed}"
+    return item({"type": "function_call_output", "call_id": call_id, "output": output})
+
+
+def patch(call_id: str, text: str) -> dict[str, Any]:
+    return item(
+        {"type": "custom_tool_call", "status": "completed", "call_id": call_id, "name": "apply_patch", "input": text}
+    )
+
+
+def patched(call_id: str, output: str) -> dict[str, Any]:
+    return item({"type": "custom_tool_call_output", "call_id": call_id, "output": output})
+
+
+def success(path: str, letter: str = "M") -> str:
+    out = f"Success. Updated the following files:\n{letter} {path}\n"
+    return json.dumps({"output": out, "metadata": {"exit_code": 0, "duration_seconds": 0.0}})
+
+
+ADD = "*** Begin Patch\n*** Add File: app.py\n+import sys\n+def greet():\n+    return 'hi'\n+\n+print(greet())\n"
+ADD += "*** End Patch"
+UPDATE = (
+    "*** Begin Patch\n*** Update File: app.py\n@@\n def greet():\n-    return 'hi'\n+    return 'hello'\n*** End Patch"
+)
+MISSED = "*** Begin Patch\n*** Update File: app.py\n@@\n-    return 'nope'\n+    return 'x'\n*** End Patch"
+
+
+def rollout(path: Path) -> Path:
+    lines = [
+        line(
+            "session_meta",
+            {
+                "id": "cx-1",
+                "cwd": "/work/app",
+                "originator": "codex_cli_rs",
+                "cli_version": "0.60.1",
+                "base_instructions": {"text": "You are Codex."},
+            },
+        ),
+        message("developer", "<permissions instructions>workspace-write</permissions instructions>"),
+        message("user", "<environment_context>\n  <cwd>/work/app</cwd>\n</environment_context>"),
+        line("event_msg", {"type": "user_message", "message": "add a greeting", "images": []}),
+        line("turn_context", {"cwd": "/work/app", "model": "gpt-5.1-codex-max"}),
+        message("user", "add a greeting"),
+        item({"type": "reasoning", "summary": [], "content": None, "encrypted_content": "gAAAA..."}),
+        patch("p1", ADD),
+        patched("p1", success("app.py", "A")),
+        item({"type": "ghost_snapshot", "ghost_commit": {"id": "4a64dbe", "parent": None}}),
+        shell("s1", "sed -n '1,3p' app.py"),
+        ran("s1", f"{NOISE}\nimport sys\ndef greet():\n    return 'hi'\n"),
+        message("assistant", "Now the greeting."),
+        patch("p2", UPDATE),
+        patched("p2", success("app.py")),
+        patch("p3", MISSED),
+        patched("p3", "apply_patch verification failed: Failed to find expected lines in app.py:\n    return 'nope'"),
+        shell("s2", "nl -ba app.py | sed -n '2,3p'"),
+        shell("s3", "make test"),
+        ran("s2", f"{NOISE}\n     2\tdef greet():\n     3\t    return 'hello'\n"),
+        ran("s3", "make: *** No rule to make target 'test'.  Stop.\n", code=2),
+        item({"type": "function_call", "name": "update_plan", "arguments": '{"plan": []}', "call_id": "u1"}),
+        line("event_msg", {"type": "turn_aborted", "reason": "interrupted"}),
+        message("user", "thanks"),
+        message("assistant", "Done: greet() says hello."),
+    ]
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    return path
+
+
+def test_a_rollout_is_codexs_history_as_openai_messages(tmp_path: Path) -> None:
+    path = rollout(tmp_path / "rollout-2026-11-29T10-00-00-cx-1.jsonl")
+    assert detect_format(path) == "codex"
+    t = read_session(path)
+    assert (t.format, t.harness, t.tool_names, t.session_id, t.cwd) == ("codex", "openai", "codex", "cx-1", "/work/app")
+    roles = [m["role"] for m in t.messages]
+    assert roles == [
+        "system", "developer", "user", "user",
+        "assistant", "tool",  # the added file (the reasoning item is not sent as text)
+        "assistant", "tool",  # the read (the ghost snapshot is no message)
+        "assistant", "tool",  # the assistant's text and its call: one message
+        "assistant", "tool",
+        "assistant", "tool", "tool",  # two calls of one response, then their outputs
+        "assistant", "tool",  # update_plan, never answered: Codex's "aborted"
+        "user", "assistant",
+    ]  # fmt: skip
+    assert t.messages[0]["content"] == "You are Codex."
+    assert t.messages[8]["content"] == "Now the greeting."
+    assert [c["function"]["name"] for c in t.messages[12]["tool_calls"]] == ["shell_command", "shell_command"]
+    assert json.loads(t.messages[4]["tool_calls"][0]["function"]["arguments"]) == {"input": ADD}
+    assert t.messages[16] == {"role": "tool", "tool_call_id": "u1", "content": ABORTED}
+    assert not check_pairs(OPENAI_PAIRING, t.messages)[0]
+
+
+def test_a_replayed_rollout_keeps_the_file_its_patches_and_reads_show(db, tmp_path: Path) -> None:
+    t = read_session(rollout(tmp_path / "r.jsonl"))
+    session = Session.open(db, "codex", harness=t.harness, workspace=t.cwd)
+    r = replay_transcript(t, session, verify="all")
+    assert r.orphaned_tool_results == 0 and r.frames_verified == r.frames == r.turns == 7
+    # two edits (the one that failed counts as an edit the agent made), each with its file in context
+    assert (r.edits_total, r.edits_with_target_active, r.files) == (2, 2, 1)
+    assert r.stale_file_views_assembled == 0
+    (f,) = [o for o in session.view.objects.values() if o.kind == "file"]
+    # the read agreed with the write (the shell's warning line is not the file's), the failed patch changed nothing
+    assert f.content == "import sys\ndef greet():\n    return 'hello'\n\nprint(greet())"
+    assert r.file_versions == 2  # added, updated: the reads and the failed patch add no version
+
+
+def test_the_first_rollout_files_hold_bare_items(db, tmp_path: Path) -> None:
+    args = json.dumps({"command": ["bash", "-lc", "cat notes.txt"], "workdir": "/work/app"})
+    output = json.dumps({"output": "one\ntwo\n", "metadata": {"exit_code": 0, "duration_seconds": 0.1}})
+    rows = [
+        {"id": "old-1", "timestamp": "2025-05-01T10:00:00.000Z", "instructions": None},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "read my notes"}]},
+        {"record_type": "state"},
+        {"type": "function_call", "name": "shell", "arguments": args, "call_id": "c1"},
+        {"type": "function_call_output", "call_id": "c1", "output": output},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "They say one, two."}]},
+    ]
+    path = tmp_path / "rollout-old.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    assert detect_format(path) == "codex"
+    t = read_session(path)
+    assert (t.session_id, [m["role"] for m in t.messages]) == ("old-1", ["user", "assistant", "tool", "assistant"])
+    session = Session.open(db, "old", harness=t.harness, workspace="/work/app")
+    r = replay_transcript(t, session, verify="all")
+    assert (r.files, r.frames_verified) == (1, 2)
+    (f,) = [o for o in session.view.objects.values() if o.kind == "file"]
+    assert (f.meta["path"], f.content) == ("/work/app/notes.txt", "one\ntwo")  # no cwd recorded: as the call named it
+
+
+def test_a_codex_line_without_its_payload_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"timestamp": "t", "type": "response_item", "payload": "x"}) + "\n")
+    with pytest.raises(InputError, match=r"bad\.jsonl:1: a response_item line needs a payload object"):
+        read_session(path, "codex")
+    path.write_text(json.dumps(line("session_meta", {"id": "x"})) + "\n")
+    with pytest.raises(InputError, match="no response items: not a Codex session"):
+        read_session(path)
+
+
+# -- what a call says about a file ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "read"),
+    [
+        ("sed -n '1,200p' app.js", ShellRead("app.js", 1, 200)),
+        ("sed -n 40p src/a.py", ShellRead("src/a.py", 40, 40)),
+        ("sed -n '5,$p' a.py", ShellRead("a.py", 5, None)),
+        ("head -n 20 README.md", ShellRead("README.md", 1, 20)),
+        ("head -5 README.md", ShellRead("README.md", 1, 5)),
+        ("head README.md", ShellRead("README.md", 1, 10)),
+        ("cat app.js", ShellRead("app.js")),
+        ("cat -n app.js", ShellRead("app.js", numbered=True)),
+        ("nl -ba app.js | sed -n '40,80p'", ShellRead("app.js", 40, 80, numbered=True)),
+        ("cat a.js b.js", None),
+        ("cat *.js", None),
+        ("cat $FILE", None),
+        ("sed -n '1,20p' a.js && make", None),
+        ("sed -i 's/a/b/' a.js", None),
+        ("rg -n foo app.js", None),
+        ("head -n 5 a.js | tail -n 2", None),
+        ("cat a.js > b.js", None),
+        ("sed -n '1,2p' 'unterminated", None),
+        ("sed -n '1,20p' a.js\nmake", None),
+    ],
+)
+def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: str, read: ShellRead | None) -> None:
+    assert shell_read({"command": command}) == read
+
+
+def test_shell_reads_take_every_shape_of_codex_shell_call() -> None:
+    assert shell_read({"command": ["bash", "-lc", "cat a.py"], "workdir": "/w"}) == ShellRead("/w/a.py")
+    assert shell_read({"cmd": "head -n 3 a.py", "workdir": "sub"}) == ShellRead("sub/a.py", 1, 3)
+    assert shell_read({"command": ["cat", "a.py"]}) == ShellRead("a.py")
+    assert shell_read('{"command": "cat a.py"}') == ShellRead("a.py")
+    assert shell_read({"command": 3}) is None and shell_read("not json") is None
+
+
+def test_codex_tools_play_their_roles_by_what_the_call_does() -> None:
+    names = preset("codex")
+    assert names.role("shell_command", {"command": "sed -n '1,9p' a.py"}) == "read"
+    assert names.role("shell_command", {"command": "make"}) == "bash"
+    assert names.role("apply_patch", {"input": ADD}) == "write"
+    assert names.role("apply_patch", {"input": UPDATE}) == "edit"
+    assert names.role("apply_patch", {"input": "not a patch"}) is None
+    heredoc = f"apply_patch <<'PATCH'\n{UPDATE}\nPATCH"
+    assert names.role("shell_command", {"command": heredoc}) == "edit"
+    assert names.role("update_plan", {"plan": []}) is None
+
+
+def test_a_patch_is_read_hunk_by_hunk_with_its_context() -> None:
+    text = (
+        "*** Begin Patch\n*** Update File: a.py\n@@ def f():\n a = 1\n-b = 2\n+b = 3\n\n c = 4\n"
+        "@@\n-x\n+y\n*** End of File\n*** Delete File: old.py\n*** End Patch"
+    )
+    p = parse_patch(text)
+    assert p is not None
+    assert [(f.kind, f.path) for f in p.files] == [("update", "a.py"), ("delete", "old.py")]
+    assert p.files[0].hunks == [("a = 1\nb = 2\n\nc = 4", "a = 1\nb = 3\n\nc = 4"), ("x", "y")]
+    assert parse_patch("diff --git a/x b/x") is None
+    assert edit_target({"input": text}) == FileOp("edit", "a.py", edits=p.files[0].hunks)
+
+
+@pytest.mark.parametrize(
+    ("command", "output", "op"),
+    [
+        # a range read prints at most its lines: what came before them is not the file
+        ("sed -n '1,2p' a.py", f"{HEAD}{NOISE}\na\nb\n", ("a\nb", 1, None)),
+        # fewer lines than asked: the file ends there
+        ("sed -n '3,9p' a.py", f"{HEAD}c\nd\n", ("c\nd", 3, 4)),
+        ("nl -ba a.py | sed -n '2,3p'", f"{HEAD}{NOISE}\n     2\tb\n     3\tc\n", ("b\nc", 2, None)),
+        ("cat a.py", json.dumps({"output": "a\nb\n", "metadata": {"exit_code": 0}}), ("a\nb", 1, 2)),
+        ("cat a.py", "Exit code: 1\nWall time: 0 seconds\nOutput:\ncat: a.py: No such file or directory\n", None),
+        ("cat a.py", HEAD, None),
+        ("cat a.py", "Exit code: 0\nTotal output lines: 900\nOutput:\na\n[... omitted 800 of 900 lines ...]\n", None),
+    ],
+)  # fmt: skip
+def test_a_shell_read_is_read_past_codexs_header(
+    command: str, output: str, op: tuple[str, int, int | None] | None
+) -> None:
+    args = {"command": command, "workdir": "."}
+    got = file_op(preset("codex").role("shell_command", args), args, output)
+    assert (None if got is None else (got.text, got.first_line, got.total_lines)) == op
+
+
+def test_a_patch_changes_its_file_only_when_codex_applied_it() -> None:
+    assert file_op("write", {"input": ADD}, success("app.py", "A")) == FileOp(
+        "write", "app.py", text="import sys\ndef greet():\n    return 'hi'\n\nprint(greet())"
+    )
+    assert file_op("edit", {"input": UPDATE}, success("app.py")) == FileOp(
+        "edit", "app.py", edits=[("def greet():\n    return 'hi'", "def greet():\n    return 'hello'")], anchors=[None]
+    )
+    assert file_op("edit", {"input": MISSED}, "apply_patch verification failed: Failed to find expected lines") is None
+    deleted = "*** Begin Patch\n*** Delete File: app.py\n*** End Patch"
+    assert file_op("edit", {"input": deleted}, success("app.py", "D")) == FileOp("edit", "app.py")
+
+
+def test_hunks_apply_in_order_after_their_anchor_as_codex_applies_them() -> None:
+    """A hunk is looked for from the end of the one before and after its ``@@`` line: the same
+    text earlier in the file is not it (matched alone, anywhere, it is ambiguous); lines compare
+    without trailing spaces when they do not compare exactly."""
+    vf = VirtualFile("file:x", "a.py")
+    vf.write("def f():\n    return 1\n\ndef g():\n    return 1\n\ndef h():\n    return 1   ")
+    text = (
+        "*** Begin Patch\n*** Update File: a.py\n@@ def g():\n-    return 1\n+    return 2\n"
+        "@@\n def h():\n-    return 1\n+    return 3\n*** End Patch"
+    )
+    op = file_op("edit", {"input": text}, success("a.py"))
+    assert op is not None and op.anchors == ["def g():", None]
+    vf.edit(op)
+    assert vf.text() == "def f():\n    return 1\n\ndef g():\n    return 2\n\ndef h():\n    return 3"
+    # a hunk not found after the one before it: the content is no longer known
+    vf.edit(FileOp("edit", "a.py", edits=[("    return 3", "x"), ("    return 2", "y")], anchors=[None, None]))
+    assert vf.text() is None
