@@ -22,6 +22,7 @@ from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import detect_format, read_session
 from context_os.replay.virtual_files import VirtualFile
 from context_os.store.sqlite import SqliteStore
+from tests.cli.test_cli import ctxos
 
 NOISE = "/opt/homebrew/Library/Homebrew/cmd/shellenv.sh: line 18: /bin/ps: Operation not permitted"
 """What a login shell printed before every command's output in a real session (merged stderr)."""
@@ -309,3 +310,11 @@ def test_hunks_apply_in_order_after_their_anchor_as_codex_applies_them() -> None
     # a hunk not found after the one before it: the content is no longer known
     vf.edit(FileOp("edit", "a.py", edits=[("    return 3", "x"), ("    return 2", "y")], anchors=[None, None]))
     assert vf.text() is None
+
+
+def test_ctxos_replay_detects_a_rollout_and_measures_it(tmp_path: Path) -> None:
+    """Through the real command: the format is told from the file, and ``--json`` reports it."""
+    path = rollout(tmp_path / "rollout-2026-11-29T10-00-00-cx-1.jsonl")
+    out = json.loads(ctxos("replay", str(path), "--json", store=tmp_path / "s.db").stdout)
+    assert (out["format"], out["turns"], out["frames_verified"], out["orphaned_tool_results"]) == ("codex", 7, 7, 0)
+    assert (out["edits_total"], out["edits_with_target_active"], out["files"]) == (2, 2, 1)
