@@ -1,7 +1,7 @@
 """Bad session files: ``read_sessions`` reads them or raises ``InputError``, never anything else.
 
 Every format ``replay/transcripts.py`` reads is covered: Pi session JSONL (versions 1, 2 and 3),
-Claude Code JSONL (with a sidechain), SWE-agent trajectories (function calling, and actions in
+Claude Code JSONL (with a sidechain), Codex CLI rollouts, SWE-agent trajectories (function calling, and actions in
 text), OpenHands event lists and ``output.jsonl`` records, and OpenAI JSON lists. Inputs are real
 session files (cut to their first messages) with their entries mutated (see ``_adversarial``),
 then often damaged as bytes on disk (cut off mid-write, a line cut short, bytes that are not
@@ -36,6 +36,7 @@ from context_os.replay.transcripts import Transcript, read_session, read_session
 from context_os.store.sqlite import SqliteStore
 from tests.reliability._adversarial import FUZZ, SCALAR, TEXT, as_json, damaged_bytes, examples, jsonl, mutated
 from tests.reliability.conftest import Counts
+from tests.replay.test_codex import rollout_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -96,6 +97,7 @@ BASES: dict[str, Any] = {
     "pi-v2": _v2(_V3),
     "pi-v3": _V3,
     "claude-code": _entries("claude-code.jsonl"),
+    "codex": rollout_lines(),
     "openai": json.loads((DATA / "openai.json").read_text()),
     "swe-agent": _trajectory("pydantic__pydantic.acb0f10f.pr_8316.traj", 10),
     "swe-agent-text": _trajectory("pydicom__pydicom-1458.traj", 9),
@@ -104,7 +106,7 @@ BASES: dict[str, Any] = {
 }
 DOCUMENTS = ("openai", "swe-agent", "swe-agent-text", "openhands")
 """Bases written as one JSON document; the others as JSON lines."""
-_FORCED = [None, None, None, "pi", "claude-code", "swe-agent", "openhands", "openai", "bogus"]
+_FORCED = [None, None, None, "pi", "claude-code", "codex", "swe-agent", "openhands", "openai", "bogus"]
 
 
 @st.composite

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from context_os import Session
 from context_os.errors import InputError
@@ -83,8 +85,9 @@ UPDATE = (
 MISSED = "*** Begin Patch\n*** Update File: app.py\n@@\n-    return 'nope'\n+    return 'x'\n*** End Patch"
 
 
-def rollout(path: Path) -> Path:
-    lines = [
+def rollout_lines() -> list[dict[str, Any]]:
+    """A short session in every shape a rollout takes (also a base of the formats fuzzer)."""
+    return [
         line(
             "session_meta",
             {
@@ -120,7 +123,10 @@ def rollout(path: Path) -> Path:
         message("user", "thanks"),
         message("assistant", "Done: greet() says hello."),
     ]
-    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+
+
+def rollout(path: Path) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in rollout_lines()))
     return path
 
 
@@ -318,3 +324,21 @@ def test_ctxos_replay_detects_a_rollout_and_measures_it(tmp_path: Path) -> None:
     out = json.loads(ctxos("replay", str(path), "--json", store=tmp_path / "s.db").stdout)
     assert (out["format"], out["turns"], out["frames_verified"], out["orphaned_tool_results"]) == ("codex", 7, 7, 0)
     assert (out["edits_total"], out["edits_with_target_active"], out["files"]) == (2, 2, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    command=st.one_of(st.text(max_size=80), st.sampled_from(["sed -n '1,2p' a", "nl -ba a | sed -n '1,2p'", "cat a"])),
+    patch_text=st.one_of(st.text(max_size=200), st.builds(lambda s: "*** Begin Patch\n" + s, st.text(max_size=200))),
+    output=st.text(max_size=200),
+)
+def test_any_command_patch_or_output_is_read_or_refused_never_raises(
+    command: str, patch_text: str, output: str
+) -> None:
+    names = preset("codex")
+    for args in ({"command": command, "workdir": "."}, {"command": ["bash", "-lc", command]}, {"input": patch_text}):
+        for name in ("shell_command", "apply_patch"):
+            got = file_op(names.role(name, args), args, output)
+            assert got is None or got.kind in ("read", "write", "edit")
+            if got is not None and got.kind == "edit":
+                VirtualFile("file:x", got.path, lines=["a", None, "b"]).edit(got)
