@@ -80,7 +80,7 @@ def shell_script(arguments: Any) -> tuple[str, str | None] | None:
     if isinstance(command, str):
         return command, workdir
     if isinstance(command, list) and command and all(isinstance(a, str) for a in command):
-        if len(command) == 3 and command[0] in _SHELLS and command[1] in ("-c", "-lc", "-l -c"):
+        if len(command) == 3 and command[0] in _SHELLS and command[1] in ("-c", "-lc"):
             return command[2], workdir
         return shlex.join(command), workdir
     return None

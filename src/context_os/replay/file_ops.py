@@ -375,11 +375,9 @@ def _codex_op(role: str, args: Mapping[str, Any], output: str) -> FileOp | bool 
     if read is None:
         return None
     text, code = codex_output(output)
-    if (code is not None and code != 0) or _CODEX_CUT.search(text):
+    if not text or (code is not None and code != 0) or _CODEX_CUT.search(text):
         return False
     lines = text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
-    if not text:
-        return False
     first = read.first
     if read.numbered:
         start = next((k for k, line in enumerate(lines) if _CODEX_NUMBERED.match(line)), None)
