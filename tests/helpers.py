@@ -33,6 +33,36 @@ def unavailable(what: str, why: object) -> NoReturn:
     pytest.skip(f"{what} not available: {why}")
 
 
+class Unavailable(Exception):
+    """A real part a test needs could not be provisioned; the message says exactly why."""
+
+
+def run_step(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> str:
+    """Run one provisioning step (an install, a version check) and return its stdout; raise
+    ``Unavailable`` naming the command and its output if it cannot run, times out or fails."""
+    try:
+        proc = subprocess.run(
+            cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except FileNotFoundError as e:
+        raise Unavailable(f"{cmd[0]}: {e}") from None
+    except subprocess.TimeoutExpired:
+        raise Unavailable(f"{' '.join(cmd)} did not finish within {timeout} s") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip()[-2000:]
+        raise Unavailable(f"{' '.join(cmd)} (in {cwd}) exited with {proc.returncode}:\n{tail}")
+    return proc.stdout
+
+
+def node_bin(root: Path) -> Path:
+    """The directory of a Node new enough for the npm-installed CLIs (``scripts/node.sh``)."""
+    out = run_step(["bash", str(root / "scripts" / "node.sh")], cwd=root).strip()
+    found = Path(out.splitlines()[-1]) if out else Path()
+    if not (found / "node").is_file():
+        raise Unavailable(f"scripts/node.sh printed {out!r}, which is not a directory holding node")
+    return found
+
+
 def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.helpers import Unavailable, node_bin, run_step
 
 __all__ = ["ADAPTER", "PiInstall", "PiUnavailable", "provision"]
 
@@ -53,17 +54,9 @@ def _say(msg: str) -> None:
 
 def _run(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
     try:
-        proc = subprocess.run(
-            cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, stdin=subprocess.DEVNULL
-        )
-    except FileNotFoundError as e:
-        raise PiUnavailable(f"{cmd[0]}: {e}") from None
-    except subprocess.TimeoutExpired:
-        raise PiUnavailable(f"{' '.join(cmd)} did not finish within {INSTALL_TIMEOUT_S} s") from None
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip()[-2000:]
-        raise PiUnavailable(f"{' '.join(cmd)} (in {cwd}) exited with {proc.returncode}:\n{tail}")
-    return proc.stdout
+        return run_step(cmd, cwd=cwd, env=env, timeout=INSTALL_TIMEOUT_S)
+    except Unavailable as e:
+        raise PiUnavailable(str(e)) from None
 
 
 def _locked_version() -> str:
@@ -81,11 +74,11 @@ def _installed_version() -> str | None:
 
 def provision() -> PiInstall:
     """Node and Pi, installing what is missing (see the module docstring)."""
-    out = _run(["bash", str(ROOT / "scripts" / "node.sh")], cwd=ROOT).strip()
-    node_bin = Path(out.splitlines()[-1]) if out else Path()
-    if not (node_bin / "node").is_file():
-        raise PiUnavailable(f"scripts/node.sh printed {out!r}, which is not a directory holding node")
-    env = {**os.environ, "PATH": f"{node_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+    try:
+        node = node_bin(ROOT)
+    except Unavailable as e:
+        raise PiUnavailable(str(e)) from None
+    env = {**os.environ, "PATH": f"{node}{os.pathsep}{os.environ.get('PATH', '')}"}
 
     want = _locked_version()
     if _installed_version() != want:
@@ -96,7 +89,7 @@ def provision() -> PiInstall:
 
     manifest = json.loads((ADAPTER / "node_modules" / PI_PACKAGE / "package.json").read_text())
     pi = ADAPTER / "node_modules" / PI_PACKAGE / manifest["bin"]["pi"]
-    install = PiInstall(node_bin=node_bin, pi=pi, version=want, extension=ADAPTER / "index.ts")
+    install = PiInstall(node_bin=node, pi=pi, version=want, extension=ADAPTER / "index.ts")
     reported = _run(install.command("--version"), cwd=ADAPTER, env=env).strip()
     if reported != want:
         raise PiUnavailable(f"{pi} --version says {reported!r}, expected {want}")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,72 +21,10 @@ from context_os.context.tools import CONTEXT_TOOLS
 from context_os.harness.openai import OpenAIHook
 from context_os.server.proxy import SESSION_HEADER, Proxy, derive_session, make_proxy_server
 from context_os.store.sqlite import SqliteStore
+from tests.proxy.running import KEY, Running, anthropic_client, openai_client, proxy_command
 from tests.proxy.upstream import Upstream, call, upstream
 
 pytestmark = pytest.mark.timeout(120)
-
-KEY = "sk-test-0123456789abcdef-secret"
-
-
-_OPEN: list[Any] = []
-"""The SDK clients a test made: closed after it (their pooled sockets would otherwise be closed,
-with a ResourceWarning, whenever the collector finds them: in some later test)."""
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _OPEN:
-        _OPEN.pop().close()
-
-
-def openai_client(base_url: str, **headers: str) -> openai.OpenAI:
-    client = openai.OpenAI(base_url=base_url, api_key=KEY, default_headers=headers or None, max_retries=0)
-    _OPEN.append(client)
-    return client
-
-
-def anthropic_client(base_url: str, **headers: str) -> anthropic.Anthropic:
-    client = anthropic.Anthropic(base_url=base_url, api_key=KEY, default_headers=headers or None, max_retries=0)
-    _OPEN.append(client)
-    return client
-
-
-class Running:
-    def __init__(self, tmp_path: Path, up: Upstream):
-        self.db = tmp_path / "proxy.db"
-        self.store = SqliteStore(self.db)
-        self.proxy = Proxy(self.store, up.url)
-        self.server = make_proxy_server(self.proxy, 0)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def openai(self, **headers: str) -> openai.OpenAI:
-        return openai_client(f"{self.url}/v1", **headers)
-
-    def anthropic(self, **headers: str) -> anthropic.Anthropic:
-        return anthropic_client(self.url, **headers)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
-        self.proxy.close()
-        self.store.close()
-
-
-@pytest.fixture
-def up() -> Iterator[Upstream]:
-    with upstream(replies=["first answer here", "second answer here"]) as u:
-        yield u
-
-
-@pytest.fixture
-def proxy(tmp_path: Path, up: Upstream) -> Iterator[Running]:
-    running = Running(tmp_path, up)
-    yield running
-    running.close()
 
 
 def coding_conversation(steps: int) -> list[dict[str, Any]]:
@@ -405,26 +342,11 @@ def test_recall_is_offered_and_finds_another_conversation(tmp_path: Path) -> Non
 
 
 def test_the_proxy_command(tmp_path: Path, up: Upstream) -> None:
-    import re
-    import subprocess
-    import sys
-
-    ctxos = str(Path(sys.executable).parent / "ctxos")
-    cmd = [ctxos, "--store", str(tmp_path / "c.db"), "proxy", "--upstream", up.url, "--port", "0", "--no-recall"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline().decode()
-        m = re.search(r"OpenAI base URL (http://127\.0\.0\.1:\d+/v1)", line)
-        assert m, line
-        client = openai_client(m.group(1))
-        got = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}])
+    with proxy_command(tmp_path / "c.db", up.url) as base_url:
+        got = openai_client(base_url).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hello"}]
+        )
         assert got.choices[0].message.content == "first answer here"
-    finally:
-        proc.terminate()
-        assert proc.wait(30) == 0  # SIGTERM: a clean stop
-        assert proc.stderr is not None
-        proc.stderr.close()
 
 
 def test_with_a_workspace_read_is_offered_unless_the_agent_has_its_own(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""A scripted provider on 127.0.0.1 for the proxy tests: OpenAI chat completions and Anthropic
-messages, JSON or streamed, recording every request (body and headers) it received. Only the
+"""A scripted provider on 127.0.0.1 for the proxy tests: OpenAI chat completions and responses and
+Anthropic messages, JSON or streamed, recording every request (body and headers) it received. Only the
 model is fake: the proxy, the SDK clients and the HTTP in between are real."""
 
 from __future__ import annotations
@@ -124,6 +124,40 @@ def _anthropic_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
             "usage": {"input_tokens": 10, "output_tokens": 5}}  # fmt: skip
 
 
+def _response_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
+    if isinstance(reply, ToolCall):
+        item: dict[str, Any] = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}", "name": reply.name,
+                                "arguments": json.dumps(reply.args), "status": "completed"}  # fmt: skip
+    else:
+        item = {"type": "message", "id": f"msg_{n}", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": reply, "annotations": []}]}  # fmt: skip
+    usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15, "input_tokens_details": {"cached_tokens": 0},
+             "output_tokens_details": {"reasoning_tokens": 0}}  # fmt: skip
+    return {"id": f"resp_{n}", "object": "response", "created_at": int(time.time()), "status": "completed",
+            "model": "m", "output": [item], "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            "usage": usage}  # fmt: skip
+
+
+def _response_events(reply: str | ToolCall, n: int) -> Iterator[bytes]:
+    def event(kind: str, data: dict[str, Any]) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps(data | {'type': kind})}\n\n".encode()
+
+    done = _response_json(reply, n)
+    yield event("response.created", {"response": done | {"status": "in_progress", "output": []}, "sequence_number": 0})
+    item = done["output"][0]
+    started = item | ({"arguments": ""} if isinstance(reply, ToolCall) else {"content": []}) | {"status": "in_progress"}
+    yield event("response.output_item.added", {"output_index": 0, "item": started, "sequence_number": 1})
+    if isinstance(reply, str):
+        for i, w in enumerate(reply.split(" ")):
+            delta = {"item_id": item["id"], "output_index": 0, "content_index": 0, "delta": w if i == 0 else " " + w}
+            yield event("response.output_text.delta", delta | {"sequence_number": i + 2})
+    else:
+        delta = {"item_id": item["id"], "output_index": 0, "delta": item["arguments"], "sequence_number": 2}
+        yield event("response.function_call_arguments.delta", delta)
+    yield event("response.output_item.done", {"output_index": 0, "item": item, "sequence_number": 98})
+    yield event("response.completed", {"response": done, "sequence_number": 99})
+
+
 def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -143,6 +177,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             text = up.record(body, dict(self.headers.items()))
             anthropic = self.path.startswith("/v1/messages")
+            responses = self.path.startswith("/v1/responses")
             if up.status != 200:
                 err = (
                     {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
@@ -153,7 +188,8 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 return
             n = len(up.requests)
             if not body.get("stream"):
-                self._send(200, json.dumps(_anthropic_json(text, n) if anthropic else _openai_json(text, n)).encode())
+                answer = _anthropic_json if anthropic else _response_json if responses else _openai_json
+                self._send(200, json.dumps(answer(text, n)).encode())
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -161,7 +197,8 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             self.send_header("Connection", "close")
             self.end_headers()
             try:
-                for i, chunk in enumerate(_anthropic_events(text, n) if anthropic else _openai_chunks(text, n)):
+                events = _anthropic_events if anthropic else _response_events if responses else _openai_chunks
+                for i, chunk in enumerate(events(text, n)):
                     self.wfile.write(chunk)
                     self.wfile.flush()
                     if i == 0 and up.hold is not None:

@@ -51,10 +51,10 @@ def proxy_cmd(
 ) -> None:
     """An OpenAI/Anthropic-compatible proxy for any agent.
 
-    Point the agent's base URL at http://127.0.0.1:PORT/v1 (OpenAI) or http://127.0.0.1:PORT
-    (Anthropic); its API key goes upstream untouched. Each conversation is a session
-    (X-Context-OS-Session names one); the context sent upstream is the assembled one. See
-    docs/proxy.md."""
+    Point the agent's base URL at http://127.0.0.1:PORT/v1 (OpenAI chat completions or
+    responses: Codex CLI) or http://127.0.0.1:PORT (Anthropic); its API key goes upstream
+    untouched. Each conversation is a session (X-Context-OS-Session names one); the context sent
+    upstream is the assembled one. See docs/proxy.md."""
     from ..server.proxy import Proxy, make_proxy_server
     from ..sources.recall import open_recall
 

@@ -3,8 +3,11 @@ any agent that lets you set its base URL.
 
 The agent sends its whole conversation, as it would to the provider. The proxy gives the messages
 to the same hook the library uses (harness ``openai`` for ``/v1/chat/completions``, ``anthropic``
-for ``/v1/messages``), sends the *assembled* context upstream in the original request's place,
+for ``/v1/messages``, ``openai`` for ``/v1/responses`` with its input items translated by
+server/responses.py), sends the *assembled* context upstream in the original request's place,
 and relays the reply unchanged: a JSON body as it came, a stream chunk by chunk as it comes.
+A Responses request that continues a conversation the provider keeps (``previous_response_id``)
+goes upstream as it came.
 
 * **Sessions.** The ``X-Context-OS-Session`` header names one; without it the session is derived
   from the conversation's start (its system prompt and first user message, whatever the model),
@@ -40,6 +43,7 @@ from ..files import FileTools, Workspace
 from ..harness.registry import harness
 from ..hashing import HASH_PREFIX, hash_value
 from .proxy_tools import MAX_ROUNDS, Call, Hidden, StreamFilter, dialect, prefix_hash, splice, sse_events
+from .responses import to_chat, to_items
 
 if TYPE_CHECKING:
     from ..harness.base import ContextHook
@@ -53,8 +57,14 @@ log = logging.getLogger("context_os.proxy")
 SESSION_HEADER = "X-Context-OS-Session"
 OFFERED = frozenset({"read", "activate", "deactivate", "pin", "unpin", "lines", "history", "recall"})
 """Our tools the model may be offered (never write, edit or the like: the agent's own do that)."""
-Api = Literal["openai", "anthropic"]
-ROUTES: dict[str, Api] = {"/v1/chat/completions": "openai", "/chat/completions": "openai", "/v1/messages": "anthropic"}
+Api = Literal["openai", "anthropic", "responses"]
+ROUTES: dict[str, Api] = {
+    "/v1/chat/completions": "openai",
+    "/chat/completions": "openai",
+    "/v1/messages": "anthropic",
+    "/v1/responses": "responses",
+    "/responses": "responses",
+}
 MAX_BODY = 64 * 1024 * 1024
 """The largest request body accepted (a long conversation with images stays well under)."""
 # never forwarded: they describe one hop, not the request
@@ -75,14 +85,27 @@ HOP_HEADERS = {
 def derive_session(api: Api, body: Mapping[str, Any]) -> str:
     """A conversation's session id from how it starts: ``proxy-`` and 16 hex digits of the hash
     of its API, system prompt and first user message (the model may change; the start does not)."""
-    found = body.get("messages")
-    messages: list[Any] = found if isinstance(found, list) else []
-    system: Any = body.get("system")
+    found = body.get("input") if api == "responses" else body.get("messages")
+    messages: list[Any] = found if isinstance(found, list) else [{"role": "user", "content": found}]
+    system: Any = body.get("instructions") if api == "responses" else body.get("system")
     if api == "openai":
         system = [m for m in messages if isinstance(m, Mapping) and m.get("role") in ("system", "developer")]
     first = next((m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None)
     digest = hash_value({"api": api, "system": system, "first": first}).removeprefix(HASH_PREFIX)
     return f"proxy-{digest[:16]}"
+
+
+def _key(api: Api) -> str:
+    """Where a request's conversation is: ``input`` (responses) or ``messages``."""
+    return "input" if api == "responses" else "messages"
+
+
+def _client(plan: Plan) -> list[Any]:
+    """The client's conversation (a Responses ``input`` string is one user message)."""
+    found = plan.original.get(_key(plan.api))
+    if isinstance(found, str):
+        return [{"role": "user", "content": found}]
+    return list(found or [])
 
 
 def error_body(api: Api, status: int, message: str) -> bytes:
@@ -140,6 +163,7 @@ class Proxy:
         self.upstreams: dict[Api, str] = {
             "openai": upstream.rstrip("/"),
             "anthropic": (anthropic_upstream or upstream).rstrip("/"),
+            "responses": upstream.rstrip("/"),
         }
         self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
         self._lock = threading.Lock()
@@ -157,12 +181,13 @@ class Proxy:
             self._conversations.clear()
 
     def _conversation(self, api: Api, session_id: str) -> _Conversation:
+        name = "openai" if api == "responses" else api  # its items are translated to chat messages
         with self._lock:
             found = self._conversations.get(session_id)
             if found is None:
                 ws = self.workspace
-                session = Session.open(self.store, session_id, harness=api, workspace=str(ws.root) if ws else None)
-                hook = harness(api).hook(session, files=FileTools(session, ws) if ws else None)
+                session = Session.open(self.store, session_id, harness=name, workspace=str(ws.root) if ws else None)
+                hook = harness(name).hook(session, files=FileTools(session, ws) if ws else None)
                 if self.recall is not None:
                     SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
                 found = self._conversations[session_id] = _Conversation(hook)
@@ -174,6 +199,8 @@ class Proxy:
         on any failure of ours, the request as it came."""
         with self._lock:
             self.counts["requests"] += 1
+        if api == "responses" and body.get("previous_response_id") is not None:
+            return Plan(api, body, body)  # the provider holds the conversation: nothing to manage
         named = next((v for k, v in headers.items() if k.lower() == SESSION_HEADER.lower()), None)
         session_id = named.strip() if named and named.strip() else derive_session(api, body)
         conv: _Conversation | None = None
@@ -202,10 +229,10 @@ class Proxy:
         conv = plan.conversation
         assert conv is not None
         d = dialect(plan.api)
-        client = list(plan.original.get("messages") or [])
+        client = _client(plan)
         with conv.lock:
             messages, conv.hidden = splice(client, conv.hidden)
-            body = self._assemble(plan.api, conv.hook, dict(plan.original, messages=messages))
+            body = self._assemble(plan.api, conv.hook, dict(plan.original, **{_key(plan.api): messages}))
             theirs = d.tool_names(plan.original.get("tools"))
             schemas = (
                 [t for t in conv.hook.registry.schemas if t["name"] in OFFERED and t["name"] not in theirs]
@@ -213,17 +240,19 @@ class Proxy:
                 else []
             )
         if schemas:
-            body["tools"] = [*(plan.original.get("tools") or []), *conv.hook.adapter.tool_definitions(schemas)]
+            ours = d.definitions(schemas) if plan.api == "responses" else conv.hook.adapter.tool_definitions(schemas)
+            body["tools"] = [*(plan.original.get("tools") or []), *ours]
         return Plan(plan.api, body, plan.original, conv, frozenset(t["name"] for t in schemas))
 
-    def run_ours(self, plan: Plan, calls: list[Call], text: str | None) -> None:
-        """Run the model's calls of our tools; keep the exchange for the next upstream call."""
+    def run_ours(self, plan: Plan, calls: list[Call], text: str | None, output: list[Any] | None = None) -> None:
+        """Run the model's calls of our tools; keep the exchange for the next upstream call
+        (``output``: a Responses reply's output items, which the exchange keeps)."""
         conv = plan.conversation
         assert conv is not None
-        client = list(plan.original.get("messages") or [])
+        client = _client(plan)
         with conv.lock:
             results = [conv.hook.call_tool(c.name, c.arguments) for c in calls]
-            exchange = dialect(plan.api).exchange(text, calls, results)
+            exchange = dialect(plan.api).exchange(text, calls, results, output)
             conv.hidden.append(Hidden(len(client), prefix_hash(client), exchange))
         with self._lock:
             self.counts["tool_calls"] += len(calls)
@@ -236,10 +265,12 @@ class Proxy:
             assert plan.conversation is not None
             self._failed(plan.conversation.hook.session.id, plan.conversation, e)
             with plan.conversation.lock:
-                messages, _ = splice(list(plan.original.get("messages") or []), plan.conversation.hidden)
-            return Plan(plan.api, dict(plan.original, messages=messages), plan.original)
+                messages, _ = splice(_client(plan), plan.conversation.hidden)
+            return Plan(plan.api, dict(plan.original, **{_key(plan.api): messages}), plan.original)
 
     def _assemble(self, api: Api, hook: ContextHook[Any], body: dict[str, Any]) -> dict[str, Any]:
+        if api == "responses":
+            return dict(body, input=to_items(hook.transform_context(to_chat(body.get("input")))))
         h = harness(api)
         messages = h.decode(list(body.get("messages") or []))
         out = dict(body)
@@ -397,7 +428,7 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                             self._chunk(raw)
                             self._end()
                             return
-                        proxy.run_ours(plan, ours, _text_of(plan.api, message))
+                        proxy.run_ours(plan, ours, _text_of(plan.api, message), message.get("output"))
                     else:
                         if not started:
                             self._start(resp.status_code, resp.headers)
@@ -413,7 +444,8 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                             return
                         offset += f.sent_blocks
                         # the client has the text already: the exchange keeps only the calls
-                        proxy.run_ours(plan, ours, None)
+                        # (a Responses exchange keeps the response's own items, reasoning included)
+                        proxy.run_ours(plan, ours, None, f.output_items() if plan.api == "responses" else None)
                 plan = proxy.next_round(plan, last=n + 1 == MAX_ROUNDS - 1)
 
         def _forward(self, api: Api, raw: bytes | None) -> None:
@@ -431,6 +463,9 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
 
 def _text_of(api: Api, message: Mapping[str, Any]) -> str | None:
     """The text of an assistant message (what the model said beside its calls)."""
+    if api == "responses":
+        parts = [p for i in message.get("output") or [] if i.get("type") == "message" for p in i.get("content") or []]
+        return "".join(str(p.get("text", "")) for p in parts if p.get("type") == "output_text") or None
     if api == "openai":
         content = message.get("content")
         return content if isinstance(content, str) and content else None

@@ -13,10 +13,13 @@ dropped.
 A response that calls ours and the client's together: ours run, the client's are dropped, and
 the model, seeing our results, calls the client's again.
 
-This module speaks the two wire formats (``Dialect``): which tools a request declares, how a
-response names its calls, how a stream is read (``StreamFilter``: text passes on at once, tool
-calls are held until the response ends and it is known whether any is ours). Our tools are
-declared in each format by the harness adapters (``tool_definitions``).
+This module speaks the three wire formats (``Dialect``: chat completions, messages, responses):
+which tools a request declares, how a response names its calls, how a stream is read
+(``StreamFilter``: text passes on at once, tool calls are held until the response ends and it is
+known whether any is ours). Our tools are declared in each format by the harness adapters
+(``tool_definitions``), or for the Responses API here (``ResponsesDialect.definitions``). In the
+Responses API the exchange the client did not see is the response's own output items (its
+reasoning and text with our calls; the client's calls dropped) and our calls' outputs.
 """
 
 from __future__ import annotations
@@ -110,7 +113,9 @@ class OpenAIDialect:
         return calls, message
 
     @staticmethod
-    def exchange(text: str | None, calls: list[Call], results: list[str]) -> list[dict[str, Any]]:
+    def exchange(
+        text: str | None, calls: list[Call], results: list[str], output: list[Any] | None = None
+    ) -> list[dict[str, Any]]:
         assistant = {
             "role": "assistant",
             "content": text or None,
@@ -147,7 +152,9 @@ class AnthropicDialect:
         return calls, {"role": "assistant", "content": blocks}
 
     @staticmethod
-    def exchange(text: str | None, calls: list[Call], results: list[str]) -> list[dict[str, Any]]:
+    def exchange(
+        text: str | None, calls: list[Call], results: list[str], output: list[Any] | None = None
+    ) -> list[dict[str, Any]]:
         content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
         content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in calls]
         tool_results = [
@@ -156,8 +163,55 @@ class AnthropicDialect:
         return [{"role": "assistant", "content": content}, {"role": "user", "content": tool_results}]
 
 
+class ResponsesDialect:
+    """``/v1/responses``."""
+
+    tool_names = AnthropicDialect.tool_names  # tools are flat here too: a ``name`` each
+
+    @staticmethod
+    def definitions(schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Our tools as Responses function tools (flat: no ``function`` wrapper)."""
+        return [
+            {
+                "type": "function",
+                "name": s["name"],
+                "description": s.get("description", ""),
+                "parameters": s.get("parameters", {"type": "object", "properties": {}}),
+            }
+            for s in schemas
+        ]
+
+    @staticmethod
+    def calls(response: Mapping[str, Any]) -> tuple[list[Call], dict[str, Any]]:
+        output = [i for i in response.get("output") or [] if isinstance(i, Mapping)]
+        calls = [
+            Call(i.get("call_id", ""), i.get("name", ""), _args(i.get("arguments")))
+            for i in output
+            if i.get("type") == "function_call"
+        ]
+        return calls, {"output": output}
+
+    @staticmethod
+    def exchange(
+        text: str | None, calls: list[Call], results: list[str], output: list[Any] | None = None
+    ) -> list[dict[str, Any]]:
+        ours = {c.id for c in calls}
+        if output is not None:  # the response's own items: its reasoning and text stay with our calls
+            items = [dict(i) for i in output if i.get("type") != "function_call" or i.get("call_id") in ours]
+        else:
+            items = [{"type": "message", "role": "assistant", "content": text}] if text else []
+            items += [
+                {"type": "function_call", "call_id": c.id, "name": c.name, "arguments": json.dumps(c.arguments)}
+                for c in calls
+            ]
+        outputs = [
+            {"type": "function_call_output", "call_id": c.id, "output": r} for c, r in zip(calls, results, strict=True)
+        ]
+        return [*items, *outputs]
+
+
 def dialect(api: str) -> Any:
-    return AnthropicDialect if api == "anthropic" else OpenAIDialect
+    return AnthropicDialect if api == "anthropic" else ResponsesDialect if api == "responses" else OpenAIDialect
 
 
 def sse_events(parts: Iterator[bytes]) -> Iterator[bytes]:
@@ -199,12 +253,58 @@ class StreamFilter:
     _tools: dict[int, dict[str, Any]] = field(default_factory=dict)
     _held_blocks: set[int] = field(default_factory=set)
     sent_blocks: int = 0
+    output: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Responses: the output items of the response, by index, as they were done."""
 
     def feed(self, event: bytes) -> bytes:
         data = _data(event)
         if self.api == "anthropic":
             return self._anthropic(event, data)
+        if self.api == "responses":
+            return self._responses(event, data)
         return self._openai(event, data)
+
+    def _responses(self, event: bytes, data: Any) -> bytes:
+        """Responses events: per output item (``output_index``); a function call's events are held,
+        the others pass on at once (renumbered after the items earlier rounds sent)."""
+        if not isinstance(data, dict):
+            return event
+        kind = str(data.get("type", ""))
+        if kind in ("response.created", "response.in_progress"):
+            return event if self.first_round else b""
+        if kind in ("response.completed", "response.incomplete", "response.failed"):
+            self.held.append(event)
+            return b""
+        if "output_index" not in data:
+            return event
+        index = int(data["output_index"])
+        item = data.get("item") if isinstance(data.get("item"), dict) else None
+        if kind == "response.output_item.added" and item is not None and item.get("type") == "function_call":
+            self._tools[index] = {"id": item.get("call_id", ""), "name": item.get("name", ""), "arguments": ""}
+            self._held_blocks.add(index)
+        if kind == "response.output_item.done" and item is not None:
+            self.output[index] = item
+            if index in self._tools:
+                self._tools[index]["arguments"] = item.get("arguments") or self._tools[index]["arguments"]
+        if index in self._held_blocks:
+            if kind == "response.function_call_arguments.delta":
+                self._tools[index]["arguments"] += data.get("delta", "")
+            self.held.append(self._renumbered(event, data, index))
+            return b""
+        if kind == "response.output_text.delta":
+            self.text.append(str(data.get("delta", "")))
+        if kind == "response.output_item.added":
+            self.sent_blocks += 1
+        return self._renumbered(event, data, index)
+
+    def _renumbered(self, event: bytes, data: dict[str, Any], index: int) -> bytes:
+        if not self.block_offset:
+            return event
+        moved = dict(data, output_index=index + self.block_offset)
+        return f"event: {data['type']}\ndata: {json.dumps(moved)}\n\n".encode()
+
+    def output_items(self) -> list[dict[str, Any]]:
+        return [self.output[i] for i in sorted(self.output)]
 
     def _openai(self, event: bytes, data: Any) -> bytes:
         if data == "[DONE]":

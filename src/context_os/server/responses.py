@@ -1,0 +1,238 @@
+"""The OpenAI Responses API's ``input`` items as chat-completions messages and back, so that
+``ctxos proxy`` manages a Responses conversation (Codex CLI's, the Agents SDK's) with the same
+OpenAI hook as a chat one.
+
+``to_chat(input)`` groups the items the way the model produced them: a ``message`` of the user,
+system or developer is a message; the assistant's ``message``, ``function_call`` and
+``custom_tool_call`` items of one response (and the ``reasoning`` items among them, opaque and
+encrypted) make one assistant message, the calls its tool calls (a custom tool's ``input`` as
+``{"input": …}``), with the items no output answers (the provider's own tools' calls: a web
+search) kept whole among them; ``function_call_output`` and ``custom_tool_call_output`` are tool
+messages.
+Each message keeps what it came from in fields of its own (``ctxos_item``, ``ctxos_items``:
+the OpenAI adapter keeps fields it does not interpret), so ``to_items`` gives back the very
+items a message came from when context_os left it as it was, and items rebuilt from what it
+sends when it changed it (a collapsed output, an elided argument, a redacted text). Reasoning
+items stay with the response they belong to, in their place.
+
+An item of another type (a file input, an item reference, a local shell call) cannot be managed
+here: ``to_chat`` raises ``MalformedMessage``, and the proxy forwards the request as it came.
+
+This module only translates; it never touches a session or a store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import MalformedMessage
+
+__all__ = ["ITEM", "ITEMS", "to_chat", "to_items"]
+
+ITEM = "ctxos_item"
+"""On a user, system, developer or tool message: the item it came from (an output's without its
+``output``, which is the message's content)."""
+ITEMS = "ctxos_items"
+"""On an assistant message: its response's items in order; a call's without its arguments
+(``ctxos_call`` names it), the reasoning items whole."""
+_CALL = "ctxos_call"
+_ROLES = ("user", "system", "developer")
+_CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
+_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+_OPAQUE = ("reasoning", "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call")
+"""Items of a response that no output answers (its reasoning, the provider's own tools' calls):
+kept whole, in their place among the response's items."""
+
+
+def _parts_text(content: Any, k: int) -> str:
+    """The text of an assistant message's content (a string, or its text parts joined)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise MalformedMessage("content must be a string or a list of parts", index=k, field="content")
+    texts = []
+    for part in content:
+        if not isinstance(part, Mapping) or part.get("type") not in ("output_text", "input_text", "refusal"):
+            raise MalformedMessage("an assistant message part context_os does not manage", index=k, field="content")
+        texts.append(str(part.get("text", part.get("refusal", ""))))
+    return "".join(texts)
+
+
+def _chat_content(content: Any, k: int) -> Any:
+    """A user, system or developer message's content as chat content: a string as it is, parts
+    as chat parts (``input_text`` → ``text``, ``input_image`` → ``image_url``)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise MalformedMessage("content must be a string or a list of parts", index=k, field="content")
+    out: list[dict[str, Any]] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind in ("input_text", "output_text") and isinstance(part.get("text"), str):
+            out.append({"type": "text", "text": part["text"]})
+        elif kind == "input_image" and isinstance(part.get("image_url"), str):
+            out.append({"type": "image_url", "image_url": {"url": part["image_url"]}})
+        else:
+            raise MalformedMessage(f"a {kind!r} part context_os does not manage", index=k, field="content")
+    return out
+
+
+def _items_content(content: Any, role: str) -> Any:
+    """Chat content back as Responses content (a string stays one)."""
+    if not isinstance(content, list):
+        return "" if content is None else content
+    text_type = "output_text" if role == "assistant" else "input_text"
+    out = []
+    for part in content:
+        if part.get("type") == "image_url":
+            out.append({"type": "input_image", "image_url": part["image_url"]["url"]})
+        else:
+            out.append({"type": text_type, "text": part.get("text", "")})
+    return out
+
+
+def _output_text(output: Any, k: int) -> str:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list) and all(isinstance(p, Mapping) and p.get("type") == "input_text" for p in output):
+        return "".join(str(p.get("text", "")) for p in output)
+    raise MalformedMessage("a tool output context_os does not manage (not text)", index=k, field="output")
+
+
+def to_chat(input: Any) -> list[dict[str, Any]]:
+    """A Responses ``input`` (a string, or a list of items) as chat messages (module docstring)."""
+    if isinstance(input, str):
+        return [{"role": "user", "content": input}]
+    if not isinstance(input, list):
+        raise MalformedMessage("input must be a string or a list of items", field="input")
+    out: list[dict[str, Any]] = []
+    reply: dict[str, Any] | None = None  # the assistant message of the response being read
+
+    def response() -> dict[str, Any]:
+        nonlocal reply
+        if reply is None:
+            reply = {"role": "assistant", "content": None, ITEMS: []}
+            out.append(reply)
+        return reply
+
+    for k, item in enumerate(input):
+        if not isinstance(item, Mapping):
+            raise MalformedMessage("an input item must be an object", index=k)
+        kind = item.get("type", "message")
+        if kind == "message" and item.get("role") == "assistant":
+            r = response()
+            if r["content"] is not None:
+                raise MalformedMessage("two assistant messages in one response", index=k)
+            r["content"] = _parts_text(item.get("content"), k)
+            r[ITEMS].append(dict(item))
+        elif kind == "message":
+            role = item.get("role")
+            if role not in _ROLES:
+                raise MalformedMessage(f"unknown role {role!r}", index=k, field="role")
+            reply = None
+            out.append({"role": role, "content": _chat_content(item.get("content"), k), ITEM: dict(item)})
+        elif kind in _CALLS:
+            payload = _CALLS[kind]
+            value = item.get(payload)
+            if not isinstance(item.get("call_id"), str) or not isinstance(item.get("name"), str):
+                raise MalformedMessage(f"a {kind} needs a call_id and a name", index=k)
+            if not isinstance(value, str):
+                raise MalformedMessage(f"a {kind}'s {payload} must be a string", index=k, field=payload)
+            arguments = value if kind == "function_call" else json.dumps({"input": value})
+            function = {"name": item["name"], "arguments": arguments}
+            call = {"id": item["call_id"], "type": "function", "function": function}
+            r = response()
+            r.setdefault("tool_calls", []).append(call)
+            r[ITEMS].append({**{f: v for f, v in item.items() if f != payload}, _CALL: item["call_id"]})
+        elif kind in _OUTPUTS:
+            if not isinstance(item.get("call_id"), str):
+                raise MalformedMessage(f"a {kind} needs a call_id", index=k)
+            reply = None
+            shell = {f: v for f, v in item.items() if f != "output"}
+            text = _output_text(item.get("output"), k)
+            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": text, ITEM: shell})
+        elif kind in _OPAQUE:
+            response()[ITEMS].append(dict(item))
+        else:
+            raise MalformedMessage(f"an input item of type {kind!r} context_os does not manage", index=k, field="type")
+    return out
+
+
+def to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages (as the OpenAI hook renders them) back as Responses input items."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role = m["role"]
+        if role == "assistant":
+            out.extend(_response_items(m))
+        elif role == "tool":
+            shell = m.get(ITEM) or {"type": "function_call_output", "call_id": m.get("tool_call_id", "")}
+            content = m.get("content")
+            out.append({**shell, "output": content if isinstance(content, str) else json.dumps(content)})
+        else:
+            item = m.get(ITEM)
+            content = m.get("content")
+            if item is not None and _same_content(item, content):
+                out.append(dict(item))
+            else:
+                out.append({"type": "message", "role": role, "content": _items_content(content, role)})
+    return out
+
+
+def _same_content(item: Mapping[str, Any], content: Any) -> bool:
+    try:
+        return bool(_chat_content(item.get("content"), 0) == content)
+    except MalformedMessage:
+        return False
+
+
+def _response_items(m: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One assistant message's items: its response's items in their order, each as it came if
+    context_os left it unchanged, else rebuilt; calls and text it added after them."""
+    calls = {c["id"]: c for c in m.get("tool_calls") or ()}
+    content = m.get("content")
+    text = content if isinstance(content, str) else None
+    out: list[dict[str, Any]] = []
+    placed: set[str] = set()
+    said = False
+    for item in m.get(ITEMS) or ():
+        call_id = item.get(_CALL)
+        if call_id is not None:
+            call = calls.get(call_id)
+            if call is None:
+                continue  # context_os dropped it (it is not in what the model sees)
+            placed.add(call_id)
+            shell = {f: v for f, v in item.items() if f != _CALL}
+            out.append(_call_item(shell, call))
+        elif item.get("type", "message") == "message":
+            if not text:
+                continue
+            said = True
+            try:
+                same = _parts_text(item.get("content"), 0) == text
+            except MalformedMessage:
+                same = False
+            out.append(dict(item) if same else {"type": "message", "role": "assistant", "content": text})
+        else:
+            out.append(dict(item))  # reasoning: opaque, in its place
+    if text and not said:
+        out.append({"type": "message", "role": "assistant", "content": text})
+    out.extend(_call_item({"type": "function_call"}, c) for c in calls.values() if c["id"] not in placed)
+    return out
+
+
+def _call_item(shell: Mapping[str, Any], call: Mapping[str, Any]) -> dict[str, Any]:
+    fn = call["function"]
+    item = {**shell, "call_id": call["id"], "name": fn["name"]}
+    if shell.get("type") == "custom_tool_call":
+        try:
+            value = json.loads(fn["arguments"])
+        except ValueError:
+            value = None  # elided by context_os: its note is the input now
+        exact = isinstance(value, Mapping) and isinstance(value.get("input"), str)
+        item["input"] = value["input"] if exact else fn["arguments"]
+    else:
+        item["arguments"] = fn["arguments"]
+    return item

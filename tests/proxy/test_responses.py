@@ -1,0 +1,189 @@
+"""``ctxos proxy`` in front of the OpenAI Responses API (Codex CLI's only API), with the real
+``openai`` SDK's ``responses`` client and the scripted provider of tests/proxy/upstream.py: the
+provider gets the assembled context as input items, items context_os left alone go as they came
+(reasoning in its place), streams come through, and what it cannot manage goes as it came."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os import Session
+from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.tools import CONTEXT_TOOLS
+from context_os.harness.openai import OpenAIHook
+from context_os.server.proxy import derive_session
+from context_os.server.responses import to_chat, to_items
+from context_os.store.sqlite import SqliteStore
+from tests.proxy.running import Running
+from tests.proxy.upstream import Upstream, call, upstream
+
+pytestmark = pytest.mark.timeout(120)
+
+INSTRUCTIONS = "You are Codex, a coding agent."
+TOOLS = [
+    {"type": "function", "name": "shell_command", "parameters": {"type": "object", "properties": {}}},
+    {"type": "custom", "name": "apply_patch", "description": "Apply a patch."},
+]
+
+
+def user(text: str, role: str = "user") -> dict[str, Any]:
+    return {"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]}
+
+
+def codex_conversation(steps: int, output_chars: int = 4_000) -> list[dict[str, Any]]:
+    """Input items as Codex sends them: its developer and environment messages, a task, then
+    ``steps`` responses of a reasoning item and a shell call, each answered, and a patch."""
+    items = [
+        user("<permissions instructions>workspace-write</permissions instructions>", "developer"),
+        user("<environment_context>\n  <cwd>/work/app</cwd>\n</environment_context>"),
+        user("find why the build fails"),
+    ]
+    for n in range(steps):
+        items.append(
+            {"type": "reasoning", "summary": [], "content": None, "encrypted_content": f"gAAAA{n:04d}" + "Q" * 300}
+        )
+        arguments = json.dumps({"command": f"sed -n '1,200p' m{n}.py", "workdir": "."})
+        items.append({"type": "function_call", "name": "shell_command", "arguments": arguments, "call_id": f"call_{n}"})
+        output = f"Exit code: 0\nWall time: 0 seconds\nOutput:\n# module {n}\n" + "x = 1\n" * (output_chars // 6)
+        items.append({"type": "function_call_output", "call_id": f"call_{n}", "output": output})
+    patch = "*** Begin Patch\n*** Update File: m0.py\n@@\n-x = 1\n+x = 2\n*** End Patch"
+    items.append(
+        {"type": "custom_tool_call", "status": "completed", "call_id": "p1", "name": "apply_patch", "input": patch}
+    )
+    items.append(
+        {
+            "type": "custom_tool_call_output",
+            "call_id": "p1",
+            "output": "Success. Updated the following files:\nM m0.py\n",
+        }
+    )
+    items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Fixed m0.py."}]})
+    items.append(user("now run the tests"))
+    return items
+
+
+def well_formed(items: list[dict[str, Any]]) -> None:
+    """Every output answers a call before it; a reasoning item is followed by the item it came before."""
+    called: set[str] = set()
+    for k, item in enumerate(items):
+        kind = item.get("type", "message")
+        calls = ("function_call", "custom_tool_call")
+        assert kind in {"message", "reasoning", *calls, *(c + "_output" for c in calls)}
+        if kind in calls:
+            called.add(item["call_id"])
+        if kind.endswith("_output"):
+            assert item["call_id"] in called, item
+        if kind == "reasoning":
+            assert items[k + 1].get("type") in ("function_call", "custom_tool_call", "message", "reasoning")
+
+
+def test_the_provider_gets_the_assembled_input_items(proxy: Running, up: Upstream, tmp_path: Path) -> None:
+    items = codex_conversation(60)  # ~65k tokens: past manage_from_tokens
+    got = proxy.openai().responses.create(model="m", instructions=INSTRUCTIONS, input=items, tools=TOOLS)  # type: ignore[arg-type]
+    assert got.output_text == "first answer here"
+    sent = up.requests[0]
+    # everything but the input and the tools as it came: the client's tools, then ours (flat)
+    assert (sent["model"], sent["instructions"], sent["tools"][:2]) == ("m", INSTRUCTIONS, TOOLS)
+    assert {t["name"] for t in sent["tools"][2:]} == set(CONTEXT_TOOLS)
+    assert all(t["type"] == "function" and "parameters" in t for t in sent["tools"][2:])
+    well_formed(sent["input"])
+    # what went upstream is what context_os assembles for this conversation (another store, the same bytes)
+    with SqliteStore(tmp_path / "check.db") as check:
+        sid = derive_session("responses", {"instructions": INSTRUCTIONS, "input": items})
+        expected = to_items(OpenAIHook(Session.open(check, sid, harness="openai")).transform_context(to_chat(items)))
+    assert sent["input"] == json.loads(json.dumps(expected))
+    assert len(json.dumps(sent["input"])) < 0.6 * len(json.dumps(items))
+    # the newest items, which context_os leaves as they are, go as they came, reasoning included
+    assert sent["input"][-8:] == items[-8:]
+    # old outputs were collapsed: rebuilt items, their call ids kept
+    collapsed = [i for i in sent["input"] if i.get("type") == "function_call_output" and len(i["output"]) < 1000]
+    assert collapsed and all(i["call_id"].startswith("call_") for i in collapsed)
+    [frame] = frame_docs(proxy.store, sid)
+    assert verify_frame(proxy.store, frame).ok
+
+
+def test_a_short_conversation_goes_upstream_item_for_item(proxy: Running, up: Upstream) -> None:
+    """Below the size context_os manages from, the input is unchanged: images, reasoning, a
+    custom tool's call and output, the assistant's message, every field as the client sent it."""
+    items = codex_conversation(3, output_chars=300)
+    items.insert(3, {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "this screenshot"},
+        {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"},
+    ]})  # fmt: skip
+    items.insert(4, {"role": "user", "content": "a plain message"})
+    items.insert(
+        8, {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "x"}}
+    )
+    proxy.openai().responses.create(model="m", instructions=INSTRUCTIONS, input=items)  # type: ignore[arg-type]
+    assert up.requests[0]["input"] == items
+
+
+def test_a_stream_comes_through(proxy: Running, up: Upstream) -> None:
+    stream = proxy.openai().responses.create(model="m", input=codex_conversation(60), stream=True)  # type: ignore[arg-type]
+    events = list(stream)
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert (deltas, events[-1].type) == ("first answer here", "response.completed")
+    assert len(json.dumps(up.requests[0]["input"])) < 0.6 * len(json.dumps(codex_conversation(60)))
+
+
+def test_what_cannot_be_managed_goes_as_it_came(proxy: Running, up: Upstream) -> None:
+    client = proxy.openai()
+    # the provider holds the conversation: the input is only what is new
+    client.responses.create(model="m", previous_response_id="resp_0", input="go on")
+    assert up.requests[0]["input"] == "go on" and up.requests[0]["previous_response_id"] == "resp_0"
+    assert proxy.store.find("session") == []
+    # an item context_os does not manage: the request goes as it came (failing open)
+    items = [*codex_conversation(2), {"type": "item_reference", "id": "msg_0"}]
+    client.responses.create(model="m", input=items)  # type: ignore[arg-type]
+    assert up.requests[1]["input"] == items
+    assert proxy.proxy.counts["failed_open"] == 1
+
+
+def test_our_tools_run_inside_the_proxy_json_and_streamed(tmp_path: Path) -> None:
+    """The model calls ``pin``: the proxy runs it, asks again with the call and its output after
+    the response's own items, and the client sees only the answer; the next request gets the
+    exchange spliced back in its place. Streamed, the client's own call comes through."""
+    replies = [call("pin", id="r2"), "pinned it, done", call("pin", id="r2"), call("shell_command", command="ls"), "x"]
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.openai()
+            items: list[dict[str, Any]] = [
+                user("check the log"),
+                {"type": "function_call", "name": "shell_command", "arguments": "{}", "call_id": "t1"},
+                {"type": "function_call_output", "call_id": "t1", "output": "log line\n" * 50},
+            ]
+            got = client.responses.create(model="m", input=items, tools=TOOLS)  # type: ignore[arg-type]
+            assert got.output_text == "pinned it, done" and len(up.requests) == 2
+            again = up.requests[1]["input"]
+            [hidden] = [i for i in again if i.get("type") == "function_call" and i["name"] == "pin"]
+            [result] = [
+                i for i in again if i.get("type") == "function_call_output" and i["call_id"] == hidden["call_id"]
+            ]
+            assert "pinned" in result["output"] and hidden.get("id") == "fc_1"  # the response's own item
+            well_formed(again)
+            # streamed: our pin runs inside, the client's shell_command comes through
+            said = {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "pinned it, done"}],
+            }
+            items += [said, user("and now?")]
+            events = list(client.responses.create(model="m", input=items, tools=TOOLS, stream=True))  # type: ignore[arg-type]
+            done = [e.item for e in events if e.type == "response.output_item.done"]
+            assert [i.name for i in done if i.type == "function_call"] == ["shell_command"]
+            assert len(up.requests) == 4
+            fourth = json.dumps(up.requests[3]["input"])
+            # the first exchange spliced back before the client's later items, the second after them
+            assert fourth.index('"pin"') < fourth.index("pinned it, done") < fourth.index("and now?")
+            assert fourth.rindex('"pin"') > fourth.index("and now?")
+            sid = derive_session("responses", {"input": items})
+            frames = frame_docs(running.store, sid)
+            assert len(frames) == 4 and all(verify_frame(running.store, f).ok for f in frames)
+            assert running.proxy.counts["tool_calls"] == 2
+        finally:
+            running.close()
