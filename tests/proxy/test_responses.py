@@ -187,3 +187,45 @@ def test_our_tools_run_inside_the_proxy_json_and_streamed(tmp_path: Path) -> Non
             assert running.proxy.counts["tool_calls"] == 2
         finally:
             running.close()
+
+
+def test_items_round_trip_and_what_changed_is_rebuilt() -> None:
+    """Unit: a response of a preamble, reasoning, an answer and two calls is one assistant
+    message, and comes back item for item; what context_os changes comes back rebuilt."""
+    preamble = {
+        "type": "message",
+        "role": "assistant",
+        "id": "msg_a",
+        "content": [{"type": "output_text", "text": "Looking."}],
+    }
+    answer = {
+        "type": "message",
+        "role": "assistant",
+        "id": "msg_b",
+        "content": [{"type": "output_text", "text": "Found it."}],
+    }
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA"}
+    calls = [
+        {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "exec_command", "arguments": '{"cmd": "ls"}'},
+        {"type": "custom_tool_call", "id": "ctc_1", "call_id": "c2", "name": "apply_patch", "input": "*** Begin Patch"},
+    ]
+    outputs = [
+        {"type": "function_call_output", "call_id": "c1", "output": "a.py"},
+        {"type": "custom_tool_call_output", "call_id": "c2", "output": "Success."},
+    ]
+    items = [user("go"), preamble, reasoning, answer, *calls, *outputs]
+    chat = to_chat(items)
+    assert [m["role"] for m in chat] == ["user", "assistant", "tool", "tool"]
+    assert chat[1]["content"] == "Looking.\n\nFound it."
+    assert json.loads(chat[1]["tool_calls"][1]["function"]["arguments"]) == {"input": "*** Begin Patch"}
+    assert to_items(json.loads(json.dumps(chat))) == items
+    # changed: the text, an argument elided, an output collapsed
+    chat[1]["content"] = "Looking. Found it."
+    chat[1]["tool_calls"][1]["function"]["arguments"] = "[elided]"
+    chat[2]["content"] = "[collapsed]"
+    back = to_items(chat)
+    kinds = ["message", "message", "reasoning", "function_call", "custom_tool_call"]
+    assert [i.get("type") for i in back] == [*kinds, "function_call_output", "custom_tool_call_output"]
+    assert back[1] == {"type": "message", "role": "assistant", "content": "Looking. Found it."}
+    assert back[4]["input"] == "[elided]" and back[4]["id"] == "ctc_1"
+    assert back[5] == {**outputs[0], "output": "[collapsed]"} and back[6] == outputs[1]

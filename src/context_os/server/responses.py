@@ -38,6 +38,8 @@ ITEMS = "ctxos_items"
 """On an assistant message: its response's items in order; a call's without its arguments
 (``ctxos_call`` names it), the reasoning items whole."""
 _CALL = "ctxos_call"
+_JOIN = "\n\n"
+"""Between the texts of a response's several assistant messages (a preamble, then an answer)."""
 _ROLES = ("user", "system", "developer")
 _CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
@@ -123,9 +125,8 @@ def to_chat(input: Any) -> list[dict[str, Any]]:
         kind = item.get("type", "message")
         if kind == "message" and item.get("role") == "assistant":
             r = response()
-            if r["content"] is not None:
-                raise MalformedMessage("two assistant messages in one response", index=k)
-            r["content"] = _parts_text(item.get("content"), k)
+            text = _parts_text(item.get("content"), k)
+            r["content"] = text if r["content"] is None else r["content"] + _JOIN + text
             r[ITEMS].append(dict(item))
         elif kind == "message":
             role = item.get("role")
@@ -194,10 +195,13 @@ def _response_items(m: Mapping[str, Any]) -> list[dict[str, Any]]:
     calls = {c["id"]: c for c in m.get("tool_calls") or ()}
     content = m.get("content")
     text = content if isinstance(content, str) else None
+    items = list(m.get(ITEMS) or ())
+    said_before = [_said(i) for i in items if _CALL not in i and i.get("type", "message") == "message"]
+    unchanged = bool(said_before) and None not in said_before and _JOIN.join(map(str, said_before)) == text
     out: list[dict[str, Any]] = []
     placed: set[str] = set()
     said = False
-    for item in m.get(ITEMS) or ():
+    for item in items:
         call_id = item.get(_CALL)
         if call_id is not None:
             call = calls.get(call_id)
@@ -207,20 +211,25 @@ def _response_items(m: Mapping[str, Any]) -> list[dict[str, Any]]:
             shell = {f: v for f, v in item.items() if f != _CALL}
             out.append(_call_item(shell, call))
         elif item.get("type", "message") == "message":
-            if not text:
-                continue
-            said = True
-            try:
-                same = _parts_text(item.get("content"), 0) == text
-            except MalformedMessage:
-                same = False
-            out.append(dict(item) if same else {"type": "message", "role": "assistant", "content": text})
+            if unchanged:
+                out.append(dict(item))  # the response's messages as they came
+            elif text and not said:
+                out.append({"type": "message", "role": "assistant", "content": text})  # the text as sent now
+            said = said or bool(text)
         else:
             out.append(dict(item))  # reasoning: opaque, in its place
     if text and not said:
         out.append({"type": "message", "role": "assistant", "content": text})
     out.extend(_call_item({"type": "function_call"}, c) for c in calls.values() if c["id"] not in placed)
     return out
+
+
+def _said(item: Mapping[str, Any]) -> str | None:
+    """What an assistant message item says (None: not text this reads)."""
+    try:
+        return _parts_text(item.get("content"), 0)
+    except MalformedMessage:
+        return None
 
 
 def _call_item(shell: Mapping[str, Any], call: Mapping[str, Any]) -> dict[str, Any]:
