@@ -10,10 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.tools import CONTEXT_TOOLS
+from context_os.errors import MalformedMessage
 from context_os.harness.openai import OpenAIHook
 from context_os.server.proxy import derive_session
 from context_os.server.responses import to_chat, to_items
@@ -229,3 +232,39 @@ def test_items_round_trip_and_what_changed_is_rebuilt() -> None:
     assert back[1] == {"type": "message", "role": "assistant", "content": "Looking. Found it."}
     assert back[4]["input"] == "[elided]" and back[4]["id"] == "ctc_1"
     assert back[5] == {**outputs[0], "output": "[collapsed]"} and back[6] == outputs[1]
+
+
+_TEXT = st.text(max_size=20)
+_ID = st.sampled_from("abc")
+
+
+def _part(kind: str) -> Any:
+    return lambda text: [{"type": kind, "text": text}]
+
+
+_ITEM = st.one_of(
+    st.fixed_dictionaries({"type": st.just("message"), "role": st.sampled_from(["user", "developer", "system"]),
+                           "content": _TEXT.map(_part("input_text"))}),
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": _TEXT}),
+    st.fixed_dictionaries({"type": st.just("message"), "role": st.just("assistant"),
+                           "content": _TEXT.map(_part("output_text"))}),
+    st.fixed_dictionaries({"type": st.just("reasoning"), "summary": st.just([]), "encrypted_content": _TEXT}),
+    st.fixed_dictionaries({"type": st.just("function_call"), "call_id": _ID, "name": st.just("f"), "arguments": _TEXT}),
+    st.fixed_dictionaries({"type": st.just("custom_tool_call"), "call_id": _ID, "name": st.just("p"), "input": _TEXT}),
+    st.fixed_dictionaries({"type": st.sampled_from(["function_call_output", "custom_tool_call_output"]),
+                           "call_id": _ID, "output": _TEXT}),
+    st.dictionaries(st.sampled_from(["type", "role", "content", "call_id", "output"]),
+                    st.one_of(_TEXT, st.none(), st.integers())),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=st.lists(_ITEM, max_size=12))
+def test_any_input_round_trips_or_is_refused_cleanly(items: list[dict[str, Any]]) -> None:
+    """Unit: items ``to_chat`` reads come back from ``to_items`` as they were sent; anything else
+    is a ``MalformedMessage``."""
+    try:
+        chat = to_chat(items)
+    except MalformedMessage:
+        return
+    assert to_items(json.loads(json.dumps(chat))) == items

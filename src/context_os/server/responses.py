@@ -145,6 +145,8 @@ def to_chat(input: Any) -> list[dict[str, Any]]:
             function = {"name": item["name"], "arguments": arguments}
             call = {"id": item["call_id"], "type": "function", "function": function}
             r = response()
+            if any(c["id"] == item["call_id"] for c in r.get("tool_calls") or ()):
+                raise MalformedMessage(f"call_id {item['call_id']!r} twice in one response", index=k)
             r.setdefault("tool_calls", []).append(call)
             r[ITEMS].append({**{f: v for f, v in item.items() if f != payload}, _CALL: item["call_id"]})
         elif kind in _OUTPUTS:
