@@ -268,3 +268,19 @@ def test_any_input_round_trips_or_is_refused_cleanly(items: list[dict[str, Any]]
     except MalformedMessage:
         return
     assert to_items(json.loads(json.dumps(chat))) == items
+
+
+def test_a_responses_conversation_is_the_session_its_cache_key_or_its_start_names(proxy: Running) -> None:
+    """Codex's first user message is its environment, the same for every conversation in a
+    directory: its ``prompt_cache_key`` (the conversation id) names the session; without one,
+    everything before the model's first item does."""
+    start = codex_conversation(0)[:3]
+    client = proxy.openai()
+    for key in ("conv-1", "conv-2", "conv-1"):
+        client.responses.create(model="m", input=start, prompt_cache_key=key)  # type: ignore[arg-type]
+    assert len(proxy.store.find("session")) == 2
+    later = [*codex_conversation(2), user("and now?")]
+    assert derive_session("responses", {"input": later}) == derive_session("responses", {"input": start})
+    assert derive_session("responses", {"input": [user("another task")]}) != derive_session(
+        "responses", {"input": start}
+    )

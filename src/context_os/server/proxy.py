@@ -84,15 +84,35 @@ HOP_HEADERS = {
 
 def derive_session(api: Api, body: Mapping[str, Any]) -> str:
     """A conversation's session id from how it starts: ``proxy-`` and 16 hex digits of the hash
-    of its API, system prompt and first user message (the model may change; the start does not)."""
-    found = body.get("input") if api == "responses" else body.get("messages")
-    messages: list[Any] = found if isinstance(found, list) else [{"role": "user", "content": found}]
-    system: Any = body.get("instructions") if api == "responses" else body.get("system")
+    of its API, system prompt and first user message (the model may change; the start does not).
+    A Responses conversation: of its ``prompt_cache_key`` if it has one (Codex CLI's is its
+    conversation id), else of its instructions and every item before the model's first (Codex's
+    first user message is its environment, the same for every conversation in one directory)."""
+    if api == "responses":
+        key = body.get("prompt_cache_key")
+        if isinstance(key, str) and key:
+            start: Any = {"prompt_cache_key": key}
+        else:
+            found = body.get("input")
+            items = [{"role": "user", "content": found}] if isinstance(found, str) else found
+            items = items if isinstance(items, list) else []
+            cut = next((k for k, i in enumerate(items) if isinstance(i, Mapping) and _produced(i)), len(items))
+            start = {"instructions": body.get("instructions"), "items": items[:cut]}
+        return f"proxy-{hash_value({'api': api, **start}).removeprefix(HASH_PREFIX)[:16]}"
+    found = body.get("messages")
+    messages: list[Any] = found if isinstance(found, list) else []
+    system: Any = body.get("system")
     if api == "openai":
         system = [m for m in messages if isinstance(m, Mapping) and m.get("role") in ("system", "developer")]
     first = next((m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None)
     digest = hash_value({"api": api, "system": system, "first": first}).removeprefix(HASH_PREFIX)
     return f"proxy-{digest[:16]}"
+
+
+def _produced(item: Mapping[str, Any]) -> bool:
+    """Whether a Responses item is the model's (an assistant message, a call, reasoning)."""
+    kind = item.get("type", "message")
+    return item.get("role") == "assistant" if kind == "message" else not str(kind).endswith("_output")
 
 
 def _key(api: Api) -> str:
