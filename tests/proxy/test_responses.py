@@ -22,7 +22,7 @@ from context_os.server.proxy import derive_session
 from context_os.server.responses import to_chat, to_items
 from context_os.store.sqlite import SqliteStore
 from tests.proxy.running import Running
-from tests.proxy.upstream import Upstream, call, upstream
+from tests.proxy.upstream import ToolCall, Upstream, call, upstream
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -284,3 +284,31 @@ def test_a_responses_conversation_is_the_session_its_cache_key_or_its_start_name
     assert derive_session("responses", {"input": [user("another task")]}) != derive_session(
         "responses", {"input": start}
     )
+
+
+def test_a_streamed_preamble_before_our_call_reaches_the_client_once(tmp_path: Path) -> None:
+    """The model says something, then calls ours, in one streamed response: the client gets the
+    text at once (and keeps it in its history); the exchange spliced back holds only our call and
+    its output, so the next request says the text once."""
+    replies = [ToolCall("pin", {"id": "r2"}, say="Pinning the log."), "pinned it", "next answer"]
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.openai()
+            items: list[dict[str, Any]] = [user("check the log")]
+            events = list(client.responses.create(model="m", input=items, tools=TOOLS, stream=True))  # type: ignore[arg-type]
+            done = [e.item for e in events if e.type == "response.output_item.done"]
+            assert [i.type for i in done] == ["message", "message"]  # our call stayed in the proxy
+            assert (
+                "".join(e.delta for e in events if e.type == "response.output_text.delta")
+                == "Pinning the log.pinned it"
+            )
+            indexes = [e.output_index for e in events if e.type == "response.output_item.added"]
+            assert indexes == [0, 1]  # the second round's item numbered after the first's
+            items += [i.model_dump(exclude_none=True) for i in done] + [user("and now?")]
+            client.responses.create(model="m", input=items, tools=TOOLS)  # type: ignore[arg-type]
+            third = json.dumps(up.requests[2]["input"])
+            assert third.count("Pinning the log.") == 1 and third.count('"pin"') == 1
+            well_formed(up.requests[2]["input"])
+        finally:
+            running.close()

@@ -18,6 +18,8 @@ from typing import Any
 class ToolCall:
     name: str
     args: dict[str, Any]
+    say: str = ""
+    """Responses only: a message the response holds before its call (a preamble)."""
 
 
 def call(name: str, **args: Any) -> ToolCall:
@@ -124,18 +126,24 @@ def _anthropic_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
             "usage": {"input_tokens": 10, "output_tokens": 5}}  # fmt: skip
 
 
+def _response_items(reply: str | ToolCall, n: int) -> list[dict[str, Any]]:
+    def message(text: str, item_id: str) -> dict[str, Any]:
+        return {"type": "message", "id": item_id, "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
+
+    if isinstance(reply, str):
+        return [message(reply, f"msg_{n}")]
+    fc = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}", "name": reply.name,
+          "arguments": json.dumps(reply.args), "status": "completed"}  # fmt: skip
+    return [message(reply.say, f"msg_{n}"), fc] if reply.say else [fc]
+
+
 def _response_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
-    if isinstance(reply, ToolCall):
-        item: dict[str, Any] = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}", "name": reply.name,
-                                "arguments": json.dumps(reply.args), "status": "completed"}  # fmt: skip
-    else:
-        item = {"type": "message", "id": f"msg_{n}", "status": "completed", "role": "assistant",
-                "content": [{"type": "output_text", "text": reply, "annotations": []}]}  # fmt: skip
     usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15, "input_tokens_details": {"cached_tokens": 0},
              "output_tokens_details": {"reasoning_tokens": 0}}  # fmt: skip
     return {"id": f"resp_{n}", "object": "response", "created_at": int(time.time()), "status": "completed",
-            "model": "m", "output": [item], "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
-            "usage": usage}  # fmt: skip
+            "model": "m", "output": _response_items(reply, n), "parallel_tool_calls": True, "tool_choice": "auto",
+            "tools": [], "usage": usage}  # fmt: skip
 
 
 def _response_events(reply: str | ToolCall, n: int) -> Iterator[bytes]:
@@ -143,19 +151,26 @@ def _response_events(reply: str | ToolCall, n: int) -> Iterator[bytes]:
         return f"event: {kind}\ndata: {json.dumps(data | {'type': kind})}\n\n".encode()
 
     done = _response_json(reply, n)
+    seq = iter(range(1, 1000))
     yield event("response.created", {"response": done | {"status": "in_progress", "output": []}, "sequence_number": 0})
-    item = done["output"][0]
-    started = item | ({"arguments": ""} if isinstance(reply, ToolCall) else {"content": []}) | {"status": "in_progress"}
-    yield event("response.output_item.added", {"output_index": 0, "item": started, "sequence_number": 1})
-    if isinstance(reply, str):
-        for i, w in enumerate(reply.split(" ")):
-            delta = {"item_id": item["id"], "output_index": 0, "content_index": 0, "delta": w if i == 0 else " " + w}
-            yield event("response.output_text.delta", delta | {"sequence_number": i + 2})
-    else:
-        delta = {"item_id": item["id"], "output_index": 0, "delta": item["arguments"], "sequence_number": 2}
-        yield event("response.function_call_arguments.delta", delta)
-    yield event("response.output_item.done", {"output_index": 0, "item": item, "sequence_number": 98})
-    yield event("response.completed", {"response": done, "sequence_number": 99})
+    for k, item in enumerate(done["output"]):
+        calling = item["type"] == "function_call"
+        started = item | ({"arguments": ""} if calling else {"content": []}) | {"status": "in_progress"}
+        yield event("response.output_item.added", {"output_index": k, "item": started, "sequence_number": next(seq)})
+        if calling:
+            delta = {"item_id": item["id"], "output_index": k, "delta": item["arguments"]}
+            yield event("response.function_call_arguments.delta", delta | {"sequence_number": next(seq)})
+        else:
+            for i, w in enumerate(item["content"][0]["text"].split(" ")):
+                delta = {
+                    "item_id": item["id"],
+                    "output_index": k,
+                    "content_index": 0,
+                    "delta": w if i == 0 else " " + w,
+                }
+                yield event("response.output_text.delta", delta | {"sequence_number": next(seq)})
+        yield event("response.output_item.done", {"output_index": k, "item": item, "sequence_number": next(seq)})
+    yield event("response.completed", {"response": done, "sequence_number": next(seq)})
 
 
 def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:

@@ -463,9 +463,10 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                             self._end()
                             return
                         offset += f.sent_blocks
-                        # the client has the text already: the exchange keeps only the calls
-                        # (a Responses exchange keeps the response's own items, reasoning included)
-                        proxy.run_ours(plan, ours, None, f.output_items() if plan.api == "responses" else None)
+                        # the client has the text already (a Responses client every item but the held
+                        # calls, reasoning included): the exchange keeps only the calls
+                        held = [i for i in f.output_items() if i.get("type") == "function_call"]
+                        proxy.run_ours(plan, ours, None, held if plan.api == "responses" else None)
                 plan = proxy.next_round(plan, last=n + 1 == MAX_ROUNDS - 1)
 
         def _forward(self, api: Api, raw: bytes | None) -> None:

@@ -19,7 +19,8 @@ which tools a request declares, how a response names its calls, how a stream is 
 known whether any is ours). Our tools are declared in each format by the harness adapters
 (``tool_definitions``), or for the Responses API here (``ResponsesDialect.definitions``). In the
 Responses API the exchange the client did not see is the response's own output items (its
-reasoning and text with our calls; the client's calls dropped) and our calls' outputs.
+reasoning and text with our calls; the client's calls dropped; streamed, the client has every
+item but the calls, so only ours) and our calls' outputs.
 """
 
 from __future__ import annotations
