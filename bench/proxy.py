@@ -2,9 +2,10 @@
 
 A scripted provider on loopback streams each reply; the same requests go to it directly (the
 baseline) and through the proxy (which assembles the context, records the frame, and relays the
-stream chunk by chunk). Two conversation shapes: a short one (a few messages: passed through
-unmanaged) and a coding session that grows by one tool call per request up to 120 calls (managed
-once it passes 50k tokens, its 45th call or so: collapsed results, blocks). Reported: time to
+stream chunk by chunk). Three conversation shapes: a short one (a few messages: passed through
+unmanaged), a coding session that grows by one tool call per request up to 120 calls (managed
+once it passes 50k tokens, its 45th call or so: collapsed results, blocks), and the same session
+as Responses API input items (Codex CLI's API: reasoning items, shell calls and their outputs). Reported: time to
 the first content chunk, p50 and p99, and what the proxy added. Aim: the first byte no later
 than the provider's plus a few milliseconds, taken here as p50 added ≤ 10 ms on the short
 conversation.
@@ -32,13 +33,16 @@ ROUNDS = 120
 AIM_MS = 10.0
 
 
-def first_byte_ms(client: httpx.Client, url: str, messages: list[dict[str, Any]], session: str | None) -> float:
+def first_byte_ms(client: httpx.Client, url: str, conversation: list[dict[str, Any]], session: str | None) -> float:
     headers = {"Authorization": "Bearer sk-bench"} | ({"X-Context-OS-Session": session} if session else {})
-    body = {"model": "m", "stream": True, "messages": messages}
+    responses = url.endswith("/responses")
+    body = {"model": "m", "stream": True, "input" if responses else "messages": conversation}
     t = time.perf_counter()
     with client.stream("POST", url, json=body, headers=headers) as r:
         for line in r.iter_lines():
-            if line.startswith("data: {"):
+            if (responses and line.startswith("event: response.output_text.delta")) or (
+                not responses and line.startswith("data: {")
+            ):
                 return (time.perf_counter() - t) * 1000
     raise RuntimeError("no chunk came")
 
@@ -55,6 +59,27 @@ def coding(n: int) -> list[dict[str, Any]]:
     return msgs
 
 
+def coding_items(n: int) -> list[dict[str, Any]]:
+    """The coding session as Responses input items, as Codex sends them."""
+    items: list[dict[str, Any]] = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix the failing test"}]}
+    ]
+    for i in range(n):
+        items.append({"type": "reasoning", "summary": [], "encrypted_content": f"gAAAA{i:04d}" + "Q" * 400})
+        items.append(
+            {
+                "type": "function_call",
+                "name": "exec_command",
+                "arguments": json.dumps({"cmd": f"c {i}"}),
+                "call_id": f"c{i}",
+            }
+        )
+        items.append(
+            {"type": "function_call_output", "call_id": f"c{i}", "output": f"# out {i}\n" + "line of output\n" * 300}
+        )
+    return items
+
+
 def main() -> int:
     rows: list[tuple[str, float, float, float, float, float, float]] = []
     with tempfile.TemporaryDirectory() as d, upstream(replies=[]) as up, httpx.Client(timeout=60) as client:
@@ -62,20 +87,28 @@ def main() -> int:
         proxy = Proxy(store, up.url)
         server = make_proxy_server(proxy, 0)
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        via = f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
-        direct = f"{up.url}/v1/chat/completions"
+        via = f"http://127.0.0.1:{server.server_address[1]}/v1"
         try:
-            for shape, make in (
-                ("short (3 messages, unmanaged)", lambda i: [{"role": "user", "content": f"question {i}"}]),
-                ("coding session, 1 to 120 tool calls (managed past 50k tokens)", lambda i: coding(i + 1)),
+            for shape, path, make in (
+                (
+                    "short (3 messages, unmanaged)",
+                    "/chat/completions",
+                    lambda i: [{"role": "user", "content": f"question {i}"}],
+                ),
+                (
+                    "coding session, 1 to 120 tool calls (managed past 50k tokens)",
+                    "/chat/completions",
+                    lambda i: coding(i + 1),
+                ),
+                ("the same as Responses API items (Codex's API)", "/responses", lambda i: coding_items(i + 1)),
             ):
                 base, through = [], []
                 session = f"bench-{len(rows)}"
                 for i in range(ROUNDS):
                     msgs = make(i)
-                    base.append(first_byte_ms(client, direct, msgs, None))
-                    # the short shape is a new conversation each time; the coding one, one session
-                    through.append(first_byte_ms(client, via, msgs, None if len(rows) == 0 else session))
+                    base.append(first_byte_ms(client, f"{up.url}/v1{path}", msgs, None))
+                    # the short shape is a new conversation each time; the coding ones, one session each
+                    through.append(first_byte_ms(client, via + path, msgs, None if len(rows) == 0 else session))
                 added = [t - b for t, b in zip(through, base, strict=True)]
                 rows.append(
                     (
