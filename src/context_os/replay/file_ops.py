@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..harness.codex_tools import PatchFile, call_patch, json_arguments, parse_patch, shell_read
+from ..harness.codex_tools import PatchFile, ShellRead, call_patch, json_arguments, parse_patch, shell_read
 
 __all__ = ["FileOp", "edit_target", "file_op", "strip_read_output"]
 
@@ -147,9 +147,6 @@ def _pairs(args: Mapping[str, Any], old: str, new: str) -> list[tuple[str, str]]
     return None
 
 
-_arguments = json_arguments
-
-
 def _terminal(output: str) -> str:
     """A tool output as a terminal printed it (SWE-agent): ``\\r\\n`` line ends, an
     ``OBSERVATION:`` line first; as plain text."""
@@ -220,7 +217,7 @@ def edit_target(arguments: Any, output: str = "") -> FileOp | None:
     made: its ``path`` (or, for a windowed tool acting on the open file, the file its output
     names) and its old/new texts or insertion; None when neither the call nor its output names
     a file."""
-    args = _arguments(arguments)
+    args = json_arguments(arguments)
     if args is None:
         return None
     path = args.get("path", args.get("file_path"))
@@ -255,15 +252,18 @@ def file_op(role: str | None, arguments: Any, output: str, *, is_error: bool = F
     that are no file text."""
     if is_error or role not in ("read", "write", "edit"):
         return None
-    args = _arguments(arguments)
+    args = json_arguments(arguments)
     if args is None:
         return None
     editor = args.get("command") in _EDITOR_COMMANDS
     path = args.get("path", args.get("file_path"))
-    if not editor and (not isinstance(path, str) or not path):
-        codex = _codex_op(role, args, output)
-        if codex is not None:
-            return codex if isinstance(codex, FileOp) else None
+    if not editor and (not isinstance(path, str) or not path):  # Codex's patches and shell reads
+        patched = _patched(args) if role in ("write", "edit") else None
+        if patched is not None:
+            return _patch_op(patched, output)
+        read = shell_read(args) if role == "read" else None
+        if read is not None:
+            return _shell_read_op(read, output)
     if role == "edit":
         return _edit(args, output, editor=editor)
     if role == "write":
@@ -358,35 +358,33 @@ def codex_output(output: str) -> tuple[str, int | None]:
     return output[header.end() :], int(code.group(1)) if code is not None else None
 
 
-def _codex_op(role: str, args: Mapping[str, Any], output: str) -> FileOp | bool | None:
-    """What a Codex call says about a file: an op; False: a Codex call that says nothing (a failed
-    patch, a read whose output is no file text); None: not a Codex call."""
-    patched = _patched(args) if role in ("write", "edit") else None
-    if patched is not None:
-        text, code = codex_output(output)
-        if not (text.lstrip().startswith("Success.") or code == 0):
-            return False  # "apply_patch verification failed: ...": the files are as they were
-        if patched.kind == "add":
-            return FileOp("write", patched.path, text="\n".join(patched.lines))
-        if patched.kind == "update" and not patched.move_to:
-            return FileOp("edit", patched.path, edits=list(patched.hunks), anchors=list(patched.anchors))
-        return FileOp("edit", patched.path)  # deleted or moved: what is there now is not known
-    read = shell_read(args) if role == "read" else None
-    if read is None:
-        return None
+def _patch_op(patched: PatchFile, output: str) -> FileOp | None:
+    """What a Codex patch did to its (first) file; None if Codex did not apply it."""
+    text, code = codex_output(output)
+    if not (text.lstrip().startswith("Success.") or code == 0):
+        return None  # "apply_patch verification failed: ...": the files are as they were
+    if patched.kind == "add":
+        return FileOp("write", patched.path, text="\n".join(patched.lines))
+    if patched.kind == "update" and not patched.move_to:
+        return FileOp("edit", patched.path, edits=list(patched.hunks), anchors=list(patched.anchors))
+    return FileOp("edit", patched.path)  # deleted or moved: what is there now is not known
+
+
+def _shell_read_op(read: ShellRead, output: str) -> FileOp | None:
+    """The lines a Codex shell read printed; None if its output is no file text."""
     text, code = codex_output(output)
     if not text or (code is not None and code != 0) or _CODEX_CUT.search(text):
-        return False
+        return None
     lines = text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
     first = read.first
     if read.numbered:
         start = next((k for k, line in enumerate(lines) if _CODEX_NUMBERED.match(line)), None)
         if start is None or not all(_CODEX_NUMBERED.match(line) for line in lines[start:]):
-            return False
+            return None
         lines = lines[start:]
         numbers = [int(_CODEX_NUMBERED.match(line).group(1)) for line in lines]  # type: ignore[union-attr]
         if numbers != list(range(numbers[0], numbers[0] + len(numbers))):
-            return False
+            return None
         first = numbers[0]
         lines = [_CODEX_NUMBERED.sub("", line, count=1) for line in lines]
     asked = read.last - read.first + 1 if read.last is not None else None

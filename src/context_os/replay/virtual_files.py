@@ -110,9 +110,8 @@ class VirtualFile:
         if op.insert is not None:
             self._insert(op.insert, turn)
             return
-        edits = op.edits
-        if not edits:  # an edit the call does not say how to apply
-            self.lines, self.touches = None, []
+        if not op.edits:  # an edit the call does not say how to apply
+            self._forget()
             return
         if op.anchors is not None:
             self._patch(op, turn)
@@ -120,83 +119,57 @@ class VirtualFile:
         unknown = "\x00"  # never in an edit's text: a line never read cannot match
         text = "\n".join(unknown if line is None else line for line in self.lines)
         spans = []
-        for old, new in edits:
+        for old, new in op.edits:
             if not old or text.count(old) != 1:
-                self.lines, self.touches = None, []
+                self._forget()
                 return
             start = text.index(old)
             spans.append((start, start + len(old), new))
         spans.sort()
-        for (_, end_a, _), (start_b, _, _) in zip(spans, spans[1:], strict=False):
-            if start_b < end_a:
-                self.lines, self.touches = None, []
-                return
+        if any(start_b < end_a for (_, end_a, _), (start_b, _, _) in zip(spans, spans[1:], strict=False)):
+            self._forget()
+            return
         for start, end, new in reversed(spans):
             first = text.count("\n", 0, start) + 1
-            removed = text.count("\n", start, end)
             added = new.count("\n")
+            shift = added - text.count("\n", start, end)
             text = text[:start] + new + text[end:]
-            shift = added - removed
-            self.touches = [
-                (t, a + shift if a > first else a, b + shift if b > first else b) for t, a, b in self.touches
-            ]
-            self.touches.append((turn, first, first + added))
+            self._touched(turn, first, first + added, shift)
         self.lines = [None if line == unknown else line for line in text.split("\n")]
 
     def _patch(self, op: FileOp, turn: int) -> None:
-        """Apply a Codex patch's hunks as its ``apply_patch`` does: in order, each looked for from
-        the end of the one before (after its anchor line, if it names one), lines compared
-        exactly, else without trailing spaces, else without surrounding ones; a hunk whose last
-        old line is empty is looked for without it if not found with it. One not found leaves the
-        content unknown."""
+        """Apply a Codex patch's hunks as its ``apply_patch`` does (``_hunk_spans``); one not found
+        leaves the content unknown."""
         assert self.lines is not None and op.anchors is not None
-        lines = self.lines
-        spans: list[tuple[int, int, list[str]]] = []
-        at = 0
-        for (old, new), anchor in zip(op.edits, op.anchors, strict=True):
-            if anchor is not None:
-                found = _seek(lines, [anchor], at)
-                if found is None:
-                    self.lines, self.touches = None, []
-                    return
-                at = found + 1
-            old_lines, new_lines = old.split("\n"), new.split("\n")
-            if not old:
-                if self.open_end:
-                    self.lines, self.touches = None, []
-                    return
-                spans.append((len(lines), len(lines), new_lines))  # pure addition: at the end
-                continue
-            found = _seek(lines, old_lines, at)
-            if found is None and len(old_lines) > 1 and old_lines[-1] == "":
-                old_lines = old_lines[:-1]
-                new_lines = new_lines[:-1] if new_lines[-1:] == [""] else new_lines
-                found = _seek(lines, old_lines, at)
-            if found is None:
-                self.lines, self.touches = None, []
-                return
-            spans.append((found, found + len(old_lines), new_lines))
-            at = found + len(old_lines)
+        spans = _hunk_spans(self.lines, op.edits, op.anchors, open_end=self.open_end)
+        if spans is None:
+            self._forget()
+            return
         for start, end, new_lines in reversed(spans):
-            lines[start:end] = new_lines
-            shift = len(new_lines) - (end - start)
-            self.touches = [
-                (t, a + shift if a > start + 1 else a, b + shift if b > start + 1 else b) for t, a, b in self.touches
-            ]
-            self.touches.append((turn, start + 1, start + max(1, len(new_lines))))
+            self.lines[start:end] = new_lines
+            self._touched(turn, start + 1, start + max(1, len(new_lines)), len(new_lines) - (end - start))
 
     def _insert(self, insert: tuple[int, str], turn: int) -> None:
         assert self.lines is not None
         after, text = insert
         if (after < 0 and self.open_end) or after > len(self.lines):
-            self.lines, self.touches = None, []  # the end, or the line, is not known
+            self._forget()  # the end, or the line, is not known
             return
         at = len(self.lines) if after < 0 else after
         new = text.split("\n")
         self.lines[at:at] = new
-        shift = len(new)
+        self._touched(turn, at + 1, at + len(new), len(new), after=at)
+
+    def _forget(self) -> None:
+        """The content is no longer known (an edit that cannot be placed)."""
+        self.lines, self.touches = None, []
+
+    def _touched(self, turn: int, first: int, last: int, shift: int, *, after: int | None = None) -> None:
+        """Lines ``first``-``last`` were just changed, moving the lines after ``after`` (default:
+        after ``first``) by ``shift``: the earlier touches follow them."""
+        at = first if after is None else after
         self.touches = [(t, a + shift if a > at else a, b + shift if b > at else b) for t, a, b in self.touches]
-        self.touches.append((turn, at + 1, at + shift))
+        self.touches.append((turn, first, last))
 
     def content_line_map(self) -> list[int]:
         """For each file line, its 1-based line in ``text()`` (a line never read: its note's line)."""
@@ -213,6 +186,40 @@ class VirtualFile:
                 previous_known = True
             out.append(k)
         return out
+
+
+def _hunk_spans(
+    lines: list[str | None], hunks: list[tuple[str, str]], anchors: list[str | None], *, open_end: bool
+) -> list[tuple[int, int, list[str]]] | None:
+    """Where a Codex patch's hunks go, as its ``apply_patch`` finds them: in order, each looked for
+    from the end of the one before (after its anchor line, if it names one), lines compared as
+    ``_seek`` does; a hunk whose last old line is empty is looked for without it if not found
+    with it; one with no old text adds at the end. (start, end, new lines) per hunk; None if one
+    is not found."""
+    spans: list[tuple[int, int, list[str]]] = []
+    at = 0
+    for (old, new), anchor in zip(hunks, anchors, strict=True):
+        if anchor is not None:
+            found = _seek(lines, [anchor], at)
+            if found is None:
+                return None
+            at = found + 1
+        old_lines, new_lines = old.split("\n"), new.split("\n")
+        if not old:
+            if open_end:
+                return None  # the end is not known
+            spans.append((len(lines), len(lines), new_lines))
+            continue
+        found = _seek(lines, old_lines, at)
+        if found is None and len(old_lines) > 1 and old_lines[-1] == "":
+            old_lines = old_lines[:-1]
+            new_lines = new_lines[:-1] if new_lines[-1:] == [""] else new_lines
+            found = _seek(lines, old_lines, at)
+        if found is None:
+            return None
+        spans.append((found, found + len(old_lines), new_lines))
+        at = found + len(old_lines)
+    return spans
 
 
 def _seek(lines: list[str | None], pattern: list[str], start: int) -> int | None:
