@@ -24,11 +24,10 @@ __all__ = ["ADAPTER", "PiInstall", "PiUnavailable", "provision"]
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTER = ROOT / "adapters" / "pi"
 PI_PACKAGE = "@earendil-works/pi-coding-agent"
-INSTALL_TIMEOUT_S = 300
 
 
-class PiUnavailable(Exception):
-    """No runnable Pi could be had; the message says exactly why."""
+PiUnavailable = Unavailable
+"""No runnable Pi could be had; the message says exactly why."""
 
 
 @dataclass(frozen=True)
@@ -52,13 +51,6 @@ def _say(msg: str) -> None:
     print(f"[pi] {msg}", file=sys.stderr, flush=True)
 
 
-def _run(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
-    try:
-        return run_step(cmd, cwd=cwd, env=env, timeout=INSTALL_TIMEOUT_S)
-    except Unavailable as e:
-        raise PiUnavailable(str(e)) from None
-
-
 def _locked_version() -> str:
     lock = json.loads((ADAPTER / "package-lock.json").read_text())
     return str(lock["packages"][f"node_modules/{PI_PACKAGE}"]["version"])
@@ -74,23 +66,20 @@ def _installed_version() -> str | None:
 
 def provision() -> PiInstall:
     """Node and Pi, installing what is missing (see the module docstring)."""
-    try:
-        node = node_bin(ROOT)
-    except Unavailable as e:
-        raise PiUnavailable(str(e)) from None
+    node = node_bin(ROOT)
     env = {**os.environ, "PATH": f"{node}{os.pathsep}{os.environ.get('PATH', '')}"}
 
     want = _locked_version()
     if _installed_version() != want:
         _say(f"installing {PI_PACKAGE} {want} into {ADAPTER / 'node_modules'} (npm ci)")
-        _run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=ADAPTER, env=env)
+        run_step(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=ADAPTER, env=env)
         if _installed_version() != want:
             raise PiUnavailable(f"npm ci finished but {PI_PACKAGE} {want} is not in {ADAPTER / 'node_modules'}")
 
     manifest = json.loads((ADAPTER / "node_modules" / PI_PACKAGE / "package.json").read_text())
     pi = ADAPTER / "node_modules" / PI_PACKAGE / manifest["bin"]["pi"]
     install = PiInstall(node_bin=node, pi=pi, version=want, extension=ADAPTER / "index.ts")
-    reported = _run(install.command("--version"), cwd=ADAPTER, env=env).strip()
+    reported = run_step(install.command("--version"), cwd=ADAPTER, env=env).strip()
     if reported != want:
         raise PiUnavailable(f"{pi} --version says {reported!r}, expected {want}")
     return install
