@@ -18,8 +18,8 @@ from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.tools import CONTEXT_TOOLS
 from context_os.errors import MalformedMessage
 from context_os.harness.openai import OpenAIHook
+from context_os.harness.responses import to_chat, to_items
 from context_os.server.proxy import derive_session
-from context_os.server.responses import to_chat, to_items
 from context_os.store.sqlite import SqliteStore
 from tests.proxy.running import Running
 from tests.proxy.upstream import ToolCall, Upstream, call, upstream

@@ -4,7 +4,7 @@ any agent that lets you set its base URL.
 The agent sends its whole conversation, as it would to the provider. The proxy gives the messages
 to the same hook the library uses (harness ``openai`` for ``/v1/chat/completions``, ``anthropic``
 for ``/v1/messages``, ``openai`` for ``/v1/responses`` with its input items translated by
-server/responses.py), sends the *assembled* context upstream in the original request's place,
+harness/responses.py), sends the *assembled* context upstream in the original request's place,
 and relays the reply unchanged: a JSON body as it came, a stream chunk by chunk as it comes.
 A Responses request that continues a conversation the provider keeps (``previous_response_id``)
 goes upstream as it came.
@@ -41,9 +41,9 @@ from ..context.session import Session
 from ..context.source_tools import SourceTools
 from ..files import FileTools, Workspace
 from ..harness.registry import harness
+from ..harness.responses import to_chat, to_items
 from ..hashing import HASH_PREFIX, hash_value
 from .proxy_tools import MAX_ROUNDS, Call, Hidden, StreamFilter, dialect, prefix_hash, splice, sse_events
-from .responses import to_chat, to_items
 
 if TYPE_CHECKING:
     from ..harness.base import ContextHook

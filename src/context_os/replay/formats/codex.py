@@ -14,7 +14,8 @@ context manager).
   here as ``{"input": patch}``) and ``local_shell_call`` are tool calls; the assistant's message
   and the calls of one response make one assistant message. ``function_call_output`` and
   ``custom_tool_call_output`` answer a call by ``call_id``. A call never answered gets the output
-  ``aborted``, as Codex gives it before its next request.
+  ``aborted``, as Codex gives it before its next request. The grouping into messages is the
+  proxy's (harness/responses.py ``to_chat``), on the items with their texts joined.
 * ``reasoning`` items are left out: Codex sends them back encrypted, and their size is not in the
   file; ``ghost_snapshot`` (an undo point), ``web_search_call`` and other items are not messages.
 * A ``compacted`` line (Codex's ``/compact``) is not modelled: the messages are the whole
@@ -33,7 +34,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ...errors import InputError
+from ...errors import InputError, MalformedMessage
+from ...harness.responses import ITEM, ITEMS, to_chat
 from .common import Parsed, Transcript, shape
 
 __all__ = ["CODEX_LINE_TYPES", "CODEX_ITEM_TYPES", "read_codex"]
@@ -53,7 +55,6 @@ CODEX_ITEM_TYPES = (
 )
 """Response item types; lines of the first rollout files are these items themselves."""
 
-_CALLS = ("function_call", "custom_tool_call", "local_shell_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
 ABORTED = "aborted"
 """The output Codex gives a call that was never answered (an interrupted turn)."""
@@ -69,93 +70,64 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _call(item: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """An OpenAI tool call of a call item."""
-    call_id = item.get("call_id", item.get("id"))
-    if not isinstance(call_id, str) or not call_id:
-        raise InputError(f"{where}: a {item.get('type')} needs a call_id")
-    kind = item["type"]
-    name: Any
+def _sent(item: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An item as this reader replays it, in the shape ``to_chat`` reads (texts as strings, a
+    local shell call as the function call it is); None for what is not sent as text."""
+    kind = item.get("type", "message")
+    if kind == "message":
+        if item.get("role") not in ("user", "assistant", "developer", "system"):
+            return None
+        return {"type": "message", "role": item["role"], "content": _text(item.get("content"))}
     if kind == "local_shell_call":
-        name, arguments = "local_shell", json.dumps(item.get("action") or {})
-    elif kind == "custom_tool_call":
-        name, arguments = item.get("name"), json.dumps({"input": _text(item.get("input"))})
-    else:
-        name, raw = item.get("name"), item.get("arguments")
-        arguments = raw if isinstance(raw, str) else json.dumps(raw if raw is not None else {})
-    if not isinstance(name, str) or not name:
-        raise InputError(f"{where}: a {kind} needs a name")
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        call_id = item.get("call_id", item.get("id"))
+        arguments = json.dumps(item.get("action") or {})
+        return {"type": "function_call", "call_id": call_id, "name": "local_shell", "arguments": arguments}
+    if kind == "custom_tool_call":
+        return {**item, "input": _text(item.get("input"))}
+    if kind == "function_call":
+        raw = item.get("arguments")
+        return {**item, "arguments": raw if isinstance(raw, str) else json.dumps(raw if raw is not None else {})}
+    if kind in _OUTPUTS:
+        output = item.get("output")
+        text = (_text(output.get("content")) or json.dumps(output)) if isinstance(output, Mapping) else _text(output)
+        return {**item, "output": text}
+    return None  # reasoning (encrypted), ghost snapshots, web searches
 
 
-class _History:
-    """Response items in, OpenAI messages out (module docstring)."""
+def _answered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each call answered right after its message, as Codex sends them: a call never answered
+    gets ``aborted`` (the last message's calls excepted: nothing came after it), an output for
+    no open call is dropped."""
+    out: list[dict[str, Any]] = []
+    open_calls: list[str] = []
 
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.open: list[str] = []  # calls of the latest assistant message not answered yet
-        self.answered: set[str] = set()
+    def close() -> None:
+        out.extend({"role": "tool", "tool_call_id": c, "content": ABORTED} for c in open_calls)
+        open_calls.clear()
 
-    def _reply(self) -> dict[str, Any]:
-        """The assistant message the next assistant item belongs to (a new one after anything else)."""
-        last = self.messages[-1] if self.messages else None
-        if last is None or last["role"] != "assistant":
-            self._close()
-            last = {"role": "assistant", "content": None}
-            self.messages.append(last)
-        return last
-
-    def _close(self) -> None:
-        """Answer the calls left open with Codex's ``aborted``."""
-        for call_id in self.open:
-            if call_id not in self.answered:
-                self.messages.append({"role": "tool", "tool_call_id": call_id, "content": ABORTED})
-        self.open = []
-
-    def add(self, item: Mapping[str, Any], where: str) -> None:
-        kind = item.get("type")
-        if kind == "message":
-            role = item.get("role")
-            if role not in ("user", "assistant", "developer", "system"):
-                return
-            text = _text(item.get("content"))
-            if role == "assistant":
-                reply = self._reply()
-                reply["content"] = f"{reply['content']}\n\n{text}" if reply["content"] else text
-                return
-            self._close()
-            self.messages.append({"role": role, "content": text})
-        elif kind in _CALLS:
-            call = _call(item, where)
-            self._reply().setdefault("tool_calls", []).append(call)
-            self.open.append(call["id"])
-        elif kind in _OUTPUTS:
-            call_id = item.get("call_id")
-            if call_id not in self.open or call_id in self.answered:
-                return  # an output for no open call: Codex drops it from its input
-            output = item.get("output")
-            self.answered.add(call_id)
-            text = output if isinstance(output, str) else _text(output) if isinstance(output, list) else ""
-            if isinstance(output, Mapping):
-                text = _text(output.get("content")) or json.dumps(output)
-            self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
-
-    def done(self) -> list[dict[str, Any]]:
-        if self.messages and self.messages[-1]["role"] == "assistant":
-            return self.messages  # the last response: its calls had no answer yet
-        self._close()
-        return self.messages
+    for m in messages:
+        if m["role"] == "tool":
+            if m["tool_call_id"] in open_calls:
+                open_calls.remove(m["tool_call_id"])
+                out.append(m)
+            continue
+        close()
+        open_calls.extend(c["id"] for c in m.get("tool_calls") or ())
+        out.append(m)
+    if out and out[-1]["role"] != "assistant":
+        close()
+    return out
 
 
 def read_codex(parsed: Parsed, **_: Any) -> list[Transcript]:
     """The one session of a Codex rollout file."""
     where = str(parsed.path)
     rows = parsed.lines("Codex")
-    history = _History()
+    items: list[tuple[int, dict[str, Any]]] = []  # (line, item as replayed)
     session_id: str | None = None
     cwd: str | None = None
     system: str | None = None
-    items = 0
+    seen = 0
     for n, row in rows:
         kind = row.get("type")
         payload = row.get("payload")
@@ -170,17 +142,25 @@ def read_codex(parsed: Parsed, **_: Any) -> list[Transcript]:
             elif kind == "turn_context" and cwd is None and isinstance(payload.get("cwd"), str):
                 cwd = payload["cwd"]
             elif kind == "response_item":
-                items += 1
-                history.add(payload, f"{where}:{n}")
+                seen += 1
+                items += [(n, sent)] if (sent := _sent(payload)) is not None else []
         elif kind in CODEX_ITEM_TYPES:  # the first rollout files: the items themselves
-            items += 1
-            history.add(row, f"{where}:{n}")
+            seen += 1
+            items += [(n, sent)] if (sent := _sent(row)) is not None else []
         elif kind is None and n == rows[0][0] and isinstance(row.get("id"), str):
             session_id = row["id"]  # their first line: {"id", "timestamp", "instructions"}
             system = row["instructions"] if isinstance(row.get("instructions"), str) else None
-    if not items:
+    if not seen:
         raise InputError(f"{where}: {len(rows)} JSON lines but no response items: not a Codex session")
-    messages = history.done()
+    try:
+        chat = to_chat([item for _, item in items])
+    except MalformedMessage as e:
+        line = items[e.index][0] if e.index is not None else 0
+        raise InputError(f"{where}:{line}: {e}") from None
+    for m in chat:  # what the proxy keeps to give items back: the replay sends messages
+        m.pop(ITEM, None)
+        m.pop(ITEMS, None)
+    messages = _answered(chat)
     if system:
         messages.insert(0, {"role": "system", "content": system})
     return parsed.stamp([Transcript("codex", "openai", "codex", messages, session_id, cwd, [], len(rows))])

@@ -1,6 +1,7 @@
 """The OpenAI Responses API's ``input`` items as chat-completions messages and back, so that
 ``ctxos proxy`` manages a Responses conversation (Codex CLI's, the Agents SDK's) with the same
-OpenAI hook as a chat one.
+OpenAI hook as a chat one, and a Codex rollout replays as the messages its items stand for
+(replay/formats/codex.py).
 
 ``to_chat(input)`` groups the items the way the model produced them: a ``message`` of the user,
 system or developer is a message; the assistant's ``message``, ``function_call`` and
