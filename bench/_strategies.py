@@ -25,7 +25,7 @@ This module never touches a store and never calls a model.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from context_os.context.entries import Incoming, msg_chars
@@ -40,7 +40,7 @@ from context_os.harness.pi import (
 from context_os.harness.toolnames import ToolNames, preset
 from context_os.replay.file_ops import edit_target, file_op
 from context_os.replay.transcripts import Transcript
-from context_os.replay.virtual_files import VirtualFile
+from context_os.replay.virtual_files import VirtualFile, file_key
 from context_os.tokens import estimate_tokens
 
 __all__ = [
@@ -84,6 +84,8 @@ class Prepared:
     picks (``str_replace_editor``) is asked with the call's arguments (``roles.role``)."""
     origin: list[int] = field(default_factory=list)
     """Per message: its index in the transcript's messages."""
+    root: str | None = None
+    """The session's directory: a relative path names the file under it (``file_key``)."""
     prefix: list[int] = field(default_factory=list)
     """``prefix[n]`` = tokens of ``messages[:n]``."""
 
@@ -110,7 +112,8 @@ def prepare(transcript: Transcript, name: str, context_window: int) -> Prepared:
         messages.extend(pieces)
         origin.extend([k] * len(pieces))
     tokens = [estimate_tokens(msg_chars(m)) for m in messages]
-    return Prepared(name, messages, tokens, calls, context_window, preset(transcript.tool_names), origin)
+    roles = preset(transcript.tool_names)
+    return Prepared(name, messages, tokens, calls, context_window, roles, origin, transcript.cwd)
 
 
 # --- what a strategy sends ---------------------------------------------------------------------------
@@ -351,6 +354,7 @@ class FileTimeline:
             op = file_op(s.roles.role(name, args), args, m.get("text") or "", is_error=bool(m.get("is_error")))
             if op is None:
                 continue
+            op = replace(op, path=file_key(op.path, s.root))
             f = lines.setdefault(op.path, VirtualFile(op.path, op.path))
             if op.kind == "read":
                 f.read(op)
@@ -485,7 +489,7 @@ def _edit_paths(s: Prepared, n: int) -> list[str | None]:
     for c in s.messages[n].get("tool_calls") or ():
         if s.roles.role(c["name"], c["arguments"]) == "edit":
             op = edit_target(c["arguments"])
-            out.append(op.path if op is not None else None)
+            out.append(file_key(op.path, s.root) if op is not None else None)
     return out
 
 

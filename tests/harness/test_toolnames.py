@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from context_os.errors import ConfigError
-from context_os.harness.toolnames import CANONICAL, CLAUDE_CODE, PI, PRESETS, ROLES, ToolNames, preset, tool_role
+from context_os.harness.toolnames import (
+    CANONICAL,
+    CLAUDE_CODE,
+    PI,
+    PRESETS,
+    ROLES,
+    ToolNames,
+    for_tools,
+    preset,
+    tool_role,
+)
 
 
 def test_roles_are_the_seven_canonical_ones():
@@ -130,3 +140,33 @@ def test_a_tool_mapped_by_content_plays_the_role_its_call_does():
     assert names.extend({"sh": "read"}).role("sh", {"command": "make"}) == "read"  # a name mapped again wins
     with pytest.raises(ConfigError, match="'x' by content must be one of patch, shell, got 'diff'"):
         ToolNames(by_content={"x": "diff"})
+
+
+@pytest.mark.parametrize(
+    ("offered", "expected"),
+    [
+        ({"Read", "Write", "Edit", "Bash", "Glob", "Grep", "Task", "TodoWrite"}, "claude-code"),
+        ({"shell_command", "apply_patch", "update_plan", "view_image"}, "codex"),
+        ({"exec_command", "write_stdin", "apply_patch"}, "codex"),
+        ({"read", "bash", "edit", "write", "grep", "find", "ls"}, "pi"),
+        ({"str_replace_editor", "bash", "submit"}, "swe-agent"),
+        ({"str_replace_editor", "execute_bash", "think", "finish"}, "openhands"),
+    ],
+)
+def test_the_harness_is_told_from_the_tools_it_offers(offered: set[str], expected: str) -> None:
+    """What the proxy goes by: the preset naming most of the offered tools, restricted to them."""
+    got = for_tools(offered)
+    assert got is not None and got == preset(expected).only(offered)
+    assert got.known() == preset(expected).known() & offered
+
+
+def test_a_tool_of_the_preset_not_offered_plays_no_role() -> None:
+    """The proxy's own ``read`` beside Codex's tools is not a read of the agent's."""
+    got = for_tools({"shell_command", "apply_patch", "read"})
+    assert got is not None and got.role("read") is None
+    assert got.role("shell_command", {"command": "cat a.py"}) == "read"
+    assert got.role("apply_patch", {"input": "*** Begin Patch\n*** Add File: b.py\n+x\n*** End Patch"}) == "write"
+    assert for_tools({"think", "finish"}) is None and for_tools([]) is None
+    editor = preset("openhands").only({"str_replace_editor"})  # a tool mapped by argument alone
+    assert len(editor) == 0 and editor.known() == {"str_replace_editor"}
+    assert editor.role("str_replace_editor", {"command": "view", "path": "a"}) == "read"

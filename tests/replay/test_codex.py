@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from context_os import Session
 from context_os.errors import InputError
-from context_os.harness.codex_tools import ShellRead, parse_patch, shell_read
+from context_os.files.index import record_virtual
+from context_os.harness.codex_tools import ShellRead, environment_cwd, parse_patch, shell_read
 from context_os.harness.openai import OPENAI_PAIRING
 from context_os.harness.pairing import check_pairs
 from context_os.harness.toolnames import preset
@@ -30,6 +31,11 @@ NOISE = "/opt/homebrew/Library/Homebrew/cmd/shellenv.sh: line 18: /bin/ps: Opera
 """What a login shell printed before every command's output in a real session (merged stderr)."""
 HEAD = "Exit code: 0\nWall time: 0 seconds\nOutput:\n"
 """Codex's header of a ``shell_command`` output."""
+UNIFIED = (
+    "Chunk ID: cb9a2f\nWall time: 0.0010 seconds\nProcess exited with code 0\nOriginal token count: 6987\nOutput:\n"
+)
+"""Codex's header of an ``exec_command`` output (0.171, unified exec)."""
+CUT = "Warning: truncated output (original token count: 6987)"
 
 
 @pytest.fixture
@@ -277,6 +283,10 @@ def test_a_patch_is_read_hunk_by_hunk_with_its_context() -> None:
         ("cat a.py", "Exit code: 1\nWall time: 0 seconds\nOutput:\ncat: a.py: No such file or directory\n", None),
         ("cat a.py", HEAD, None),
         ("cat a.py", "Exit code: 0\nTotal output lines: 900\nOutput:\na\n[... omitted 800 of 900 lines ...]\n", None),
+        # Codex 0.171's unified exec: its header, and an output cut in the middle (seen live through the proxy)
+        ("cat a.py", f"{UNIFIED}a\nb\n", ("a\nb", 1, 2)),
+        ("cat a.py", f"{UNIFIED}{CUT}\nTotal output lines: 701\n\na\n", None),
+        ("cat a.py", f"{UNIFIED}a\nline 127: some text of the fil\u202617890 chars truncated\u2026line 575\n", None),
     ],
 )  # fmt: skip
 def test_a_shell_read_is_read_past_codexs_header(
@@ -285,6 +295,14 @@ def test_a_shell_read_is_read_past_codexs_header(
     args = {"command": command, "workdir": "."}
     got = file_op(preset("codex").role("shell_command", args), args, output)
     assert (None if got is None else (got.text, got.first_line, got.total_lines)) == op
+
+
+def test_the_session_directory_is_read_from_codexs_environment_message() -> None:
+    """What relative paths are under when nobody said it (the proxy sees no session_meta)."""
+    assert environment_cwd("<environment_context>\n  <cwd>/work/app/</cwd>\n  <shell>zsh</shell>") == "/work/app"
+    assert environment_cwd("  <environment_context><cwd>/</cwd></environment_context>") == "/"
+    assert environment_cwd("<environment_context>\n  <cwd>relative</cwd>") is None
+    assert environment_cwd("please look at <environment_context><cwd>/x</cwd>") is None  # not the message
 
 
 def test_a_patch_changes_its_file_only_when_codex_applied_it() -> None:
@@ -324,6 +342,46 @@ def test_ctxos_replay_detects_a_rollout_and_measures_it(tmp_path: Path) -> None:
     out = json.loads(ctxos("replay", str(path), "--json", store=tmp_path / "s.db").stdout)
     assert (out["format"], out["turns"], out["frames_verified"], out["orphaned_tool_results"]) == ("codex", 7, 7, 0)
     assert (out["edits_total"], out["edits_with_target_active"], out["files"]) == (2, 2, 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(
+        st.one_of(st.none(), st.sampled_from(["", "x", "[context_os: lines 1-1 not read yet]"])),
+        min_size=1,
+        max_size=12,
+    ),
+    open_end=st.booleans(),
+)
+def test_a_file_reads_back_from_its_stored_text(tmp_path_factory, lines: list[str | None], open_end: bool) -> None:
+    """A session that goes on after its process ended (the proxy restarted) knows its files again
+    from their stored versions: the lines read, the runs never read, whether the end is known;
+    a text that cannot be read back unambiguously leaves the content unknown, never wrong."""
+    db = tmp_path_factory.mktemp("stored") / "s.db"
+    with SqliteStore(db) as store:
+        vf = VirtualFile("file:x", "/w/a.py", lines=list(lines), open_end=open_end, version=3)
+        vf.changes = 2
+        text = vf.text()
+        assert text is not None
+        version = record_virtual(
+            store,
+            vf.id,
+            abs_path=vf.path,
+            root="/w",
+            text=text,
+            version=3,
+            cause="read",
+            extra={"changes": 2, "lines": len(lines)},
+        )
+        back = VirtualFile.stored(version)
+        assert (back.id, back.path, back.version, back.changes, back.latest) == (vf.id, vf.path, 3, 2, version)
+        if not any(line is not None and line.startswith("[context_os:") for line in lines):
+            assert (back.lines, back.open_end) == (vf.lines, vf.open_end)  # no line reads like a note
+        elif back.lines is not None:  # a line that reads like a note may come back as not read: never as other text
+            assert len(back.lines) == len(lines)
+            assert all(
+                b == a or (b is None and a.startswith("[context_os:")) for a, b in zip(lines, back.lines, strict=True)
+            )
 
 
 @settings(max_examples=300, deadline=None)

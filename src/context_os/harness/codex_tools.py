@@ -17,6 +17,8 @@ with ``apply_patch``, a tool whose input is a patch in Codex's own format:
 an update's header). The model calls it as a freeform tool (its input is the patch), as a
 function (``{"input": patch}``), or through the shell (``apply_patch <<'PATCH' ... PATCH``).
 
+``environment_cwd(text)`` reads the session's directory from the environment message Codex sends
+first (``<environment_context><cwd>/path</cwd>…``): a patch's relative paths are under it.
 ``shell_read(arguments)`` says whether a shell call is a plain read of one file, and which lines;
 ``call_patch(arguments)`` finds a call's patch and ``parse_patch`` reads it. Anything more than
 one plain command (a pipe into another program, ``&&``, a redirection, a glob) is not a read:
@@ -42,6 +44,7 @@ __all__ = [
     "ShellRead",
     "call_patch",
     "content_role",
+    "environment_cwd",
     "json_arguments",
     "parse_patch",
     "shell_read",
@@ -52,6 +55,15 @@ _SHELLS = ("bash", "sh", "zsh", "/bin/bash", "/bin/sh", "/bin/zsh", "/usr/bin/ba
 _SED_RANGE = re.compile(r"\A(\d+)(?:,(\d+|\$))?p\Z")
 _HEREDOC = re.compile(r"\Aapply_patch\s+<<-?\s*(['\"]?)(?P<tag>\w+)\1\n(?P<body>.*?)\n(?P=tag)\s*\Z", re.DOTALL)
 _PATCH_HEADER = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+)$")
+_ENVIRONMENT_CWD = re.compile(r"\A\s*<environment_context>\s*<cwd>(?P<cwd>/[^<\n]*)</cwd>")
+
+
+def environment_cwd(text: str) -> str | None:
+    """The directory of a Codex session, from its environment message (None for any other text)."""
+    found = _ENVIRONMENT_CWD.match(text)
+    if found is None:
+        return None
+    return found.group("cwd").rstrip("/") or "/"
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ This module only maps names; what a call's arguments say is read by harness/code
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
@@ -48,6 +48,7 @@ __all__ = [
     "SWE_AGENT",
     "ToolNames",
     "ToolRole",
+    "for_tools",
     "preset",
     "tool_role",
 ]
@@ -175,6 +176,19 @@ class ToolNames(Mapping[str, ToolRole]):
         by_content = {n: k for n, k in self._by_content.items() if n not in mapping}
         return ToolNames({**self._map, **mapping}, by_argument=by_argument, by_content=by_content)
 
+    def known(self) -> frozenset[str]:
+        """Every tool name this mapping gives a role: mapped, by argument or by content."""
+        return frozenset(self._map) | frozenset(self._by_argument) | frozenset(self._by_content)
+
+    def only(self, names: Iterable[str]) -> ToolNames:
+        """A new mapping of ``names``' tools alone (a harness's tools among the ones it offers)."""
+        keep = set(names)
+        return ToolNames(
+            {n: r for n, r in self._map.items() if n in keep},
+            by_argument={n: d for n, d in self._by_argument.items() if n in keep},
+            by_content={n: k for n, k in self._by_content.items() if n in keep},
+        )
+
 
 CANONICAL = ToolNames({r: r for r in ROLES})
 """Tools named after their roles (context_os's own naming, and the OpenAI examples)."""
@@ -266,6 +280,21 @@ def preset(name: str) -> ToolNames:
         return PRESETS[name]
     except KeyError:
         raise ConfigError(f"unknown tool-name preset {name!r} (known: {', '.join(PRESETS)})") from None
+
+
+def for_tools(names: Iterable[str]) -> ToolNames | None:
+    """The tool names of the harness that offers the tools ``names``: the preset that gives the
+    most of them a role (the first such in ``PRESETS``' order on a tie), restricted to them, so
+    that a tool of another with the same name (the proxy's own ``read``) plays none; None when
+    no preset knows any of them. What the proxy goes by, which sees a harness's tools but not
+    its name."""
+    offered = set(names)
+    best, found = 0, None
+    for candidate in PRESETS.values():
+        n = len(candidate.known() & offered)
+        if n > best:
+            best, found = n, candidate
+    return found.only(offered) if found is not None else None
 
 
 def tool_role(tool_name: str, names: Mapping[str, str] | str = CANONICAL, arguments: Any = None) -> ToolRole | None:

@@ -329,7 +329,10 @@ _CODEX_HEADER = re.compile(
     r"\b[^\n]*\n)+Output:\n"
 )
 _CODEX_EXIT = re.compile(r"^(?:Exit code:|Process exited with code) (-?\d+)$", re.MULTILINE)
-_CODEX_CUT = re.compile(r"\[\.\.\. omitted \d+ of \d+ lines \.\.\.\]|…\d+ tokens truncated…")
+_CODEX_CUT = re.compile(
+    r"\[\.\.\. omitted \d+ of \d+ lines \.\.\.\]|…\d+ (?:tokens|chars) truncated…|^Warning: truncated output\b",
+    re.MULTILINE,
+)
 _CODEX_NUMBERED = re.compile(r"^ *(\d+)\t")
 
 
@@ -351,11 +354,14 @@ def codex_output(output: str) -> tuple[str, int | None]:
             meta = value.get("metadata")
             code = meta.get("exit_code") if isinstance(meta, Mapping) else None
             return value["output"], _int(code)
+    exit_code: int | None = None
     header = _CODEX_HEADER.match(output)
-    if header is None:
-        return output, None
-    code = _CODEX_EXIT.search(header.group(0))
-    return output[header.end() :], int(code.group(1)) if code is not None else None
+    while header is not None:  # a patch run through exec_command: the patch's header inside the shell's
+        found = _CODEX_EXIT.search(header.group(0))
+        exit_code = int(found.group(1)) if found is not None else exit_code
+        output = output[header.end() :]
+        header = _CODEX_HEADER.match(output)
+    return output, exit_code
 
 
 def _patch_op(patched: PatchFile, output: str) -> FileOp | None:

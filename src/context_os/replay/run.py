@@ -172,7 +172,7 @@ def replay_transcript(
         problems, still_open = check_pairs(adapter.pairing, out)
         orphans = len(problems) + (1 if still_open else 0)
         for c in adapter_calls(adapter, messages[k], k):
-            if files.names.role(c["name"], c["arguments"]) != "edit":
+            if files.names is None or files.names.role(c["name"], c["arguments"]) != "edit":
                 continue
             result.edits_total += 1
             op = edit_target(c["arguments"], outputs.get(c["id"], ""))

@@ -13,8 +13,10 @@ This module never writes to the store itself.
 
 from __future__ import annotations
 
+import posixpath
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import blake3
@@ -23,11 +25,21 @@ from ..context.ingest import SyncReport
 from ..context.session import Session
 from ..context.view import active_text
 from ..files.index import record_virtual
+from ..harness.codex_tools import environment_cwd
 from ..harness.toolnames import ToolNames, preset
 from ..store.base import Version
 from .file_ops import FileOp, file_op
 
-__all__ = ["VirtualFile", "VirtualFiles"]
+__all__ = ["VirtualFile", "VirtualFiles", "file_key"]
+
+
+def file_key(path: str, root: str | None) -> str:
+    """One name for one file, however a call names it: a relative path is taken under the
+    session's directory ``root`` (when it is known: a shell read joined to an absolute working
+    directory and a patch naming the path from the session's directory are the same file)."""
+    if root and not posixpath.isabs(path):
+        path = posixpath.join(root, path)
+    return posixpath.normpath(path) if path else path
 
 
 @dataclass
@@ -66,6 +78,30 @@ class VirtualFile:
         if self.open_end:
             out.append(f"[context_os: lines after {len(self.lines)} not read yet, if any]")
         return "\n".join(out)
+
+    @classmethod
+    def stored(cls, version: Version) -> VirtualFile:
+        """The file as its stored version ``version`` says (a session that goes on after its
+        process ended): its lines read back from ``text()``'s, whose notes stand for the lines
+        never read; the content unknown if they do not add up to the lines it counted."""
+        assert version.doc is not None
+        meta = version.doc.get("meta") or {}
+        vf = cls(version.id, meta.get("abs_path") or meta.get("path") or "", version=int(meta.get("version") or 0))
+        vf.changes, vf.latest = int(meta.get("changes") or 0), version
+        text = version.doc.get("content")
+        if not isinstance(text, str):
+            return vf
+        rows = text.split("\n")
+        readings = [(rows, False)]
+        end = _OPEN_END.fullmatch(rows[-1])
+        if end is not None:  # the note, or a file's own last line that reads like it
+            readings.insert(0, (rows[:-1], True))
+        for body, open_end in readings:
+            lines = _unnoted(body)
+            if len(lines) == meta.get("lines") and (not open_end or (end and int(end.group(1)) == len(lines))):
+                vf.lines, vf.open_end = lines, open_end
+                break
+        return vf  # unknown if not the text of a virtual file as this module writes it
 
     def write(self, text: str, turn: int = 0) -> None:
         """The whole text, as a write set it."""
@@ -239,6 +275,22 @@ def _gap_note(first: int, last: int) -> str:
     return f"[context_os: lines {first}-{last} not read yet]"
 
 
+def _unnoted(rows: list[str]) -> list[str | None]:
+    """``text()``'s lines back to the file's: a note of lines never read stands for them."""
+    lines: list[str | None] = []
+    for row in rows:
+        gap = _GAP.fullmatch(row)
+        if gap is not None and int(gap.group(1)) == len(lines) + 1 <= int(gap.group(2)):
+            lines.extend([None] * (int(gap.group(2)) - len(lines)))
+        else:
+            lines.append(row)
+    return lines
+
+
+_GAP = re.compile(r"\[context_os: lines (\d+)-(\d+) not read yet\]")
+_OPEN_END = re.compile(r"\[context_os: lines after (\d+) not read yet, if any\]")
+
+
 class VirtualFiles:
     """File objects for the files a recorded session's tools touched, recorded from its transcript.
 
@@ -252,16 +304,18 @@ class VirtualFiles:
     once: its text is in the file object.
     """
 
-    def __init__(self, session: Session, *, root: str | None, tool_names: Mapping[str, str] | str = "pi"):
+    def __init__(self, session: Session, *, root: str | None, tool_names: Mapping[str, str] | str | None = "pi"):
         self.session = session
         self.root = root.rstrip("/") if root else None
-        self.names: ToolNames = (
+        self.names: ToolNames | None = (
             preset(tool_names)
             if isinstance(tool_names, str)
             else tool_names
-            if isinstance(tool_names, ToolNames)
+            if isinstance(tool_names, ToolNames) or tool_names is None
             else ToolNames(tool_names)
         )
+        """Which of the harness's tools read, write and edit (None: none known yet, nothing is
+        observed); the proxy sets it from the tools a request offers."""
         self.files: dict[str, VirtualFile] = {}
         self.views: dict[str, tuple[str, int]] = {}
         """Tool-call object id → (file path, change count) of each read or write that showed file
@@ -270,11 +324,13 @@ class VirtualFiles:
         """Per file, the change count of the oldest view the naive transcript shows."""
         self._calls: dict[str, tuple[str, Any]] = {}
         self._last_vt = 0
-
-    def relpath(self, path: str) -> str:
-        if self.root and path.startswith(self.root + "/"):
-            return path[len(self.root) + 1 :]
-        return path
+        for obj in session.view.objects.values():  # a session that goes on: its files as stored
+            latest = session.store.get(obj.id) if obj.kind == "file" and obj.meta.get("virtual") else None
+            if latest is not None and latest.doc is not None:
+                vf = VirtualFile.stored(latest)
+                self.files[vf.path] = vf
+                self._last_vt = max(self._last_vt, latest.valid_time)
+                self.root = self.root or latest.doc["meta"].get("workspace")  # learned before, stored with them
 
     def observe(self, session: Session, report: SyncReport) -> None:
         view = session.view
@@ -282,13 +338,15 @@ class VirtualFiles:
             e = view.entries[i]
             for c in e.get("tool_calls") or ():
                 self._calls[c["id"]] = (c["name"], c["arguments"])
+            if e["role"] == "user" and self.root is None:
+                self.root = environment_cwd(e.get("text") or "")  # Codex's, when nobody said it
             if e["role"] != "tool":
                 continue
             name, args = self._calls.get(e.get("tool_call_id", ""), ("", {}))
             obj = view.objects.get(e.get("object", ""))
             if obj is None:
                 continue
-            if (e.get("extra") or {}).get("ours"):
+            if (e.get("extra") or {}).get("ours") or self.names is None:
                 continue  # our own tool's report (context_os's read): it holds no file text
             output = obj.content if isinstance(obj.content, str) else ""
             op = file_op(self.names.role(name, args), args, output, is_error=bool(obj.meta.get("is_error")))
@@ -297,6 +355,7 @@ class VirtualFiles:
 
     def apply(self, op: FileOp, ts: int | None, result_id: str | None = None) -> VirtualFile:
         """Record what ``op`` says about its file and show the file; collapse ``result_id``."""
+        op = replace(op, path=file_key(op.path, self.root))
         vf = self.files.get(op.path)
         if vf is None:
             key = blake3.blake3(f"{self.session.id}\0{op.path}".encode()).hexdigest()[:16]
@@ -415,6 +474,7 @@ class VirtualFiles:
         an edit with none, an insertion or a line range, shows none).
         While the session passes through unchanged, the harness's own context shows a file's current
         content when it is known and was read or written (every edit since is in it too)."""
+        path = file_key(path, self.root)
         vf = self.files.get(path)
         view = self.session.view
         if not view.managed:
