@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from context_os.context.frames import frame_docs, verify_frame
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import Unavailable, unavailable
 from tests.proxy.running import proxy_command
-from tests.proxy.upstream import Upstream, call, upstream
+from tests.proxy.upstream import ToolCall, Upstream, call, upstream
 
 from .provision import CodexInstall, provision
 
@@ -102,3 +103,80 @@ def test_codex_through_the_proxy_is_managed_and_never_sees_our_tools(
         [session] = [v.id.removeprefix("session:") for v in s.find("session")]
         frames = frame_docs(s, session)
         assert len(frames) == len(requests) and all(verify_frame(s, f).ok for f in frames)
+
+
+APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
+APP_LINES = APP.count("\n")
+PATCH = "*** Begin Patch\n*** Update File: app.py\n@@ def f7():\n-    return 7\n+    return 'seven'\n*** End Patch\n"
+FILE_SCRIPT: list[str | ToolCall] = [call("exec_command", cmd="cat big.txt")] * 20
+FILE_SCRIPT += [
+    call("exec_command", cmd=f"sed -n '1,{APP_LINES}p' app.py"),
+    call("exec_command", cmd=f"apply_patch <<'PATCH'\n{PATCH}PATCH"),
+]
+FILE_SCRIPT += [call("exec_command", cmd="cat big.txt"), "Done: f7 returns 'seven'."]
+
+
+def patched(text: str, diff: str) -> str:
+    """``text`` with a unified diff's hunks applied (context_os's patch of a block it showed)."""
+    lines = text.split("\n")
+    out: list[str] = []
+    at = 0
+    for hunk in re.split(r"^(?=@@ )", diff, flags=re.MULTILINE):
+        if not hunk.startswith("@@ "):
+            continue
+        header, *body = hunk.removesuffix("\n").split("\n")
+        start = int(re.match(r"@@ -(\d+)", header).group(1)) - 1  # type: ignore[union-attr]
+        out += lines[at:start]
+        at = start
+        for row in body:
+            if row[:1] in (" ", "-"):
+                assert lines[at] == row[1:], (lines[at], row)
+                at += 1
+            if row[:1] in (" ", "+"):
+                out.append(row[1:])
+    return "\n".join(out + lines[at:])
+
+
+@pytest.mark.parametrize("proxied", [FILE_SCRIPT], indirect=True)
+def test_codexs_own_read_and_patch_keep_the_file_as_an_object_equal_to_the_disk(
+    codex: CodexInstall, proxied: Proxied, tmp_path: Path
+) -> None:
+    """Codex reads app.py with sed and patches it with its apply_patch: what the provider is then
+    shown of app.py is one file object, at the text Codex's patch left on disk."""
+    work = tmp_path / "work"
+    home = tmp_path / "codex-home"
+    work.mkdir()
+    home.mkdir()
+    (work / "big.txt").write_text("".join(f"line {i}: some text of the file to read\n" for i in range(700)))
+    (work / "app.py").write_text(APP)
+    provider = f'{{name="ctxos", base_url="{proxied.url}", wire_api="responses", env_key="CTXOS_E2E_KEY"}}'
+    options = ["-c", "model_provider=ctxos", "-c", f"model_providers.ctxos={provider}", "-c", "model=gpt-5.1-codex"]
+    env = {
+        **os.environ,
+        "PATH": codex.path_env(),
+        "CODEX_HOME": str(home),
+        "CTXOS_E2E_KEY": "sk-e2e",
+        "RUST_LOG": "error",
+    }
+    proc = subprocess.run(
+        # no sandbox: Codex's own apply_patch writes the file (the sandbox needs what a container may lack)
+        codex.command("exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", *options, "fix"),
+        cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    on_disk = (work / "app.py").read_text()
+    assert "    return 'seven'\n" in on_disk  # Codex applied the patch itself
+    after_patch = proxied.up.requests[-2]["input"]
+    ours = [i["content"] for i in after_patch if str(i.get("content")).startswith("<context_os>")]
+    # the file as read, its block kept in place (the prompt cache), then a patch of that block
+    [block] = [t for t in ours if t.startswith('<context_os>\nActive content:\n<object id="file:')]
+    [patch] = [t for t in ours if "(now version 2) changed: a patch of its block above" in t]
+    seen = patched(block, patch.split("\n", 2)[2].removesuffix("\n</context_os>"))
+    text = seen.split('version="2">\n', 1)[1].split("\n</object>", 1)[0]
+    # what the model is shown of app.py is the disk's text (a range read leaves the end open)
+    assert text == on_disk.removesuffix("\n") + f"\n[context_os: lines after {APP_LINES} not read yet, if any]"
+    # the read's output collapsed at once: the provider sees the file once
+    assert sum("def f20():" in json.dumps(i) for i in after_patch) == 1
+    with SqliteStore(proxied.store) as s:
+        [session] = [v.id.removeprefix("session:") for v in s.find("session")]
+        assert all(verify_frame(s, f).ok for f in frame_docs(s, session))

@@ -19,6 +19,8 @@ from context_os.context.tools import CONTEXT_TOOLS
 from context_os.errors import MalformedMessage
 from context_os.harness.openai import OpenAIHook
 from context_os.harness.responses import to_chat, to_items
+from context_os.harness.toolnames import preset
+from context_os.replay.virtual_files import VirtualFiles
 from context_os.server.proxy import derive_session
 from context_os.store.sqlite import SqliteStore
 from tests.proxy.running import Running
@@ -97,11 +99,20 @@ def test_the_provider_gets_the_assembled_input_items(proxy: Running, up: Upstrea
     # what went upstream is what context_os assembles for this conversation (another store, the same bytes)
     with SqliteStore(tmp_path / "check.db") as check:
         sid = derive_session("responses", {"instructions": INSTRUCTIONS, "input": items})
-        expected = to_items(OpenAIHook(Session.open(check, sid, harness="openai")).transform_context(to_chat(items)))
+        session = Session.open(check, sid, harness="openai")
+        # Codex's shell reads and patches keep its files as objects, by the codex preset's names of its tools
+        files = VirtualFiles(session, root=None, tool_names=preset("codex").only({"shell_command", "apply_patch"}))
+        expected = to_items(OpenAIHook(session, on_sync=files.observe).transform_context(to_chat(items)))
     assert sent["input"] == json.loads(json.dumps(expected))
     assert len(json.dumps(sent["input"])) < 0.6 * len(json.dumps(items))
-    # the newest items, which context_os leaves as they are, go as they came, reasoning included
-    assert sent["input"][-8:] == items[-8:]
+    # the newest items go as they came, reasoning included (a read's output, whose text its file
+    # object shows, collapsed), then context_os's own messages: the files the reads showed (m0.py
+    # as patched) and the list of objects
+    ours = [i for i in sent["input"] if str(i.get("content")).startswith("<context_os>")]
+    kept = sent["input"][: len(sent["input"]) - len(ours)]
+    assert (kept[-7:-5], kept[-4:]) == (items[-7:-5], items[-4:])
+    assert kept[-5]["output"].startswith("[shell_command output, ") and sent["input"][-len(ours) :] == ours
+    assert any('path="m0.py" version="2">\nx = 2\n' in i["content"] for i in ours)
     # old outputs were collapsed: rebuilt items, their call ids kept
     collapsed = [i for i in sent["input"] if i.get("type") == "function_call_output" and len(i["output"]) < 1000]
     assert collapsed and all(i["call_id"].startswith("call_") for i in collapsed)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..harness.toolnames import PRESETS
 from ._common import embedder_option, fails_cleanly, serve_until_stopped, server_process, store_from
 
 
@@ -34,6 +35,14 @@ from ._common import embedder_option, fails_cleanly, serve_until_stopped, server
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="The agent's directory: offer the model read (files as versioned objects) too.",
 )
+@click.option(
+    "--tool-names",
+    type=click.Choice(["auto", "none", *PRESETS]),
+    default="auto",
+    show_default=True,
+    help="Which of the agent's tools read, write and edit files (their calls keep its files as objects): "
+    "auto tells the harness from the tools a request offers; none keeps them as tool outputs only.",
+)
 @embedder_option
 @click.option("-v", "--verbose", count=True, help="Log more to stderr (-v: each request).")
 @click.pass_context
@@ -46,6 +55,7 @@ def proxy_cmd(
     timeout: float,
     recall: bool,
     workspace: Path | None,
+    tool_names: str,
     embedder: str,
     verbose: int,
 ) -> None:
@@ -62,7 +72,13 @@ def proxy_cmd(
     with store_from(ctx, create=True, announce=False) as store:
         engine = open_recall(store, None if embedder == "none" else embedder) if recall else None
         proxy = Proxy(
-            store, upstream, anthropic_upstream=anthropic_upstream, timeout=timeout, recall=engine, workspace=workspace
+            store,
+            upstream,
+            anthropic_upstream=anthropic_upstream,
+            timeout=timeout,
+            recall=engine,
+            workspace=workspace,
+            tool_names=tool_names,
         )
         server = make_proxy_server(proxy, port)
         bound = server.server_address[1]

@@ -42,7 +42,9 @@ from ..context.source_tools import SourceTools
 from ..files import FileTools, Workspace
 from ..harness.registry import harness
 from ..harness.responses import to_chat, to_items
+from ..harness.toolnames import for_tools, preset
 from ..hashing import HASH_PREFIX, hash_value
+from ..replay.virtual_files import VirtualFiles
 from .proxy_tools import MAX_ROUNDS, Call, Hidden, StreamFilter, dialect, prefix_hash, splice, sse_events
 
 if TYPE_CHECKING:
@@ -139,6 +141,10 @@ def error_body(api: Api, status: int, message: str) -> bytes:
 @dataclass
 class _Conversation:
     hook: ContextHook[Any]
+    files: VirtualFiles
+    """The agent's files, as its own tools' calls show them (replay/virtual_files.py)."""
+    offered: set[str] | None = None
+    """The client's tool names ``files`` last went by."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     warned: bool = False
     hidden: list[Hidden] = field(default_factory=list)
@@ -172,14 +178,20 @@ class Proxy:
         timeout: float = 600.0,
         recall: Recall | None = None,
         workspace: str | Path | None = None,
+        tool_names: str = "auto",
     ):
         """``upstream``: the provider's origin (``https://api.openai.com``), the request's path is
         added to it; ``anthropic_upstream`` for ``/v1/messages`` if it is another one. With
         ``recall``, the model is offered the ``recall`` tool too; with ``workspace`` (the agent's
-        directory), ``read`` (files as versioned objects)."""
+        directory), ``read`` (files as versioned objects). ``tool_names``: which of the agent's
+        tools read, write and edit files, whose calls keep its files as objects: ``auto`` (the
+        preset that names most of the tools a request offers), a preset's name, or ``none``."""
+        if tool_names not in ("auto", "none"):
+            preset(tool_names)  # a ConfigError naming the presets
         self.store = store
         self.recall = recall
         self.workspace = Workspace(workspace) if workspace is not None else None
+        self.tool_names = tool_names
         self.upstreams: dict[Api, str] = {
             "openai": upstream.rstrip("/"),
             "anthropic": (anthropic_upstream or upstream).rstrip("/"),
@@ -207,10 +219,11 @@ class Proxy:
             if found is None:
                 ws = self.workspace
                 session = Session.open(self.store, session_id, harness=name, workspace=str(ws.root) if ws else None)
-                hook = harness(name).hook(session, files=FileTools(session, ws) if ws else None)
+                files = VirtualFiles(session, root=str(ws.root) if ws else None, tool_names=None)
+                hook = harness(name).hook(session, files=FileTools(session, ws) if ws else None, on_sync=files.observe)
                 if self.recall is not None:
                     SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
-                found = self._conversations[session_id] = _Conversation(hook)
+                found = self._conversations[session_id] = _Conversation(hook, files)
             return found
 
     def prepare(self, api: Api, headers: Mapping[str, str], body: dict[str, Any]) -> Plan:
@@ -250,10 +263,11 @@ class Proxy:
         assert conv is not None
         d = dialect(plan.api)
         client = _client(plan)
+        theirs = d.tool_names(plan.original.get("tools"))
         with conv.lock:
+            self._observe(conv, theirs)
             messages, conv.hidden = splice(client, conv.hidden)
             body = self._assemble(plan.api, conv.hook, dict(plan.original, **{_key(plan.api): messages}))
-            theirs = d.tool_names(plan.original.get("tools"))
             schemas = (
                 [t for t in conv.hook.registry.schemas if t["name"] in OFFERED and t["name"] not in theirs]
                 if offer
@@ -263,6 +277,15 @@ class Proxy:
             ours = d.definitions(schemas) if plan.api == "responses" else conv.hook.adapter.tool_definitions(schemas)
             body["tools"] = [*(plan.original.get("tools") or []), *ours]
         return Plan(plan.api, body, plan.original, conv, frozenset(t["name"] for t in schemas))
+
+    def _observe(self, conv: _Conversation, theirs: set[str]) -> None:
+        """Which of the client's tools keep its files as objects, by the tools it offers now (a
+        request offering none, a side request, changes nothing)."""
+        if self.tool_names == "none" or not theirs or theirs == conv.offered:
+            return
+        conv.offered = theirs
+        names = for_tools(theirs) if self.tool_names == "auto" else preset(self.tool_names).only(theirs)
+        conv.files.names = names if names is not None and names.known() else None
 
     def run_ours(self, plan: Plan, calls: list[Call], text: str | None, output: list[Any] | None = None) -> None:
         """Run the model's calls of our tools; keep the exchange for the next upstream call

@@ -1,0 +1,180 @@
+"""The agent's own file tools through ``ctxos proxy``: what its reads, patches and edits show keeps
+its files as versioned objects (as ``ctxos replay`` does from a transcript), so the provider sees
+each file once, at its latest text, never a stale copy; told from the tools a request offers;
+known again after the proxy restarts; off with ``tool_names="none"``. Real SDK clients, a real
+SQLite store, the scripted provider of tests/proxy/upstream.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os import Session
+from context_os.context.frames import frame_docs, verify_frame
+from context_os.errors import ConfigError
+from context_os.harness.openai import OpenAIHook
+from context_os.harness.responses import to_chat, to_items
+from context_os.server.proxy import Proxy, derive_session
+from context_os.store.sqlite import SqliteStore
+from tests.proxy.running import Running
+from tests.proxy.upstream import Upstream, upstream
+
+pytestmark = pytest.mark.timeout(120)
+
+CODEX_TOOLS = [
+    {"type": "function", "name": "shell_command", "parameters": {"type": "object", "properties": {}}},
+    {"type": "custom", "name": "apply_patch", "description": "Apply a patch."},
+    {"type": "function", "name": "update_plan", "parameters": {"type": "object", "properties": {}}},
+]
+CLAUDE_TOOLS = [
+    {"name": name, "description": name, "input_schema": {"type": "object", "properties": {}}}
+    for name in ("Read", "Edit", "Write", "Bash", "Glob", "Grep", "TodoWrite")
+]
+FILES = 40
+LINES = 200
+
+
+def line(n: int, k: int) -> str:
+    return f"line {k} of m{n}: value = {k * n + 7}"
+
+
+def message(text: str, role: str = "user") -> dict[str, Any]:
+    kind = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+
+
+def codex_reads(files: int = FILES) -> list[dict[str, Any]]:
+    """Codex reading ``files`` files of 200 lines with ``sed -n`` (~60k tokens: managed)."""
+    items = [message("<environment_context>\n  <cwd>/w</cwd>\n</environment_context>"), message("fix the values")]
+    for n in range(files):
+        # asking for more lines than the file has: its end is known
+        arguments = json.dumps({"command": f"sed -n '1,{LINES + 60}p' m{n}.py", "workdir": "/w"})
+        items.append({"type": "function_call", "name": "shell_command", "arguments": arguments, "call_id": f"r{n}"})
+        text = "\n".join(line(n, k) for k in range(1, LINES + 1))
+        output = f"Exit code: 0\nWall time: 0 seconds\nOutput:\n{text}\n"
+        items.append({"type": "function_call_output", "call_id": f"r{n}", "output": output})
+    return items
+
+
+def codex_patch(call_id: str, k: int, new: str) -> list[dict[str, Any]]:
+    """Codex patching line ``k`` of m0.py to ``new``."""
+    patch = f"*** Begin Patch\n*** Update File: m0.py\n@@\n-{line(0, k)}\n+{new}\n*** End Patch"
+    return [
+        {"type": "custom_tool_call", "status": "completed", "call_id": call_id, "name": "apply_patch", "input": patch},
+        {
+            "type": "custom_tool_call_output",
+            "call_id": call_id,
+            "output": "Exit code: 0\nWall time: 0 seconds\nOutput:\nSuccess. Updated the following files:\nM m0.py\n",
+        },
+    ]
+
+
+def shown(sent: list[Any], path: str) -> str:
+    """The text of ``path``'s file object in what went upstream (context_os's active content)."""
+    for item in sent:
+        text = item["content"] if isinstance(item.get("content"), str) else json.dumps(item.get("content"))
+        start = text.find(f'path="{path}"')
+        if text.startswith("<context_os>") and start >= 0:
+            return text[text.index(">", start) + 2 : text.index("</object>", start)].removesuffix("\n")
+    raise AssertionError(f"{path} not shown")
+
+
+def outside_calls(sent: list[Any]) -> str:
+    """Everything that went upstream but the agent's own calls (a patch's text names the old line)."""
+    return json.dumps([i for i in sent if i.get("type") not in ("custom_tool_call", "function_call")])
+
+
+def test_codex_reads_and_patches_keep_its_files_as_objects(proxy: Running, up: Upstream) -> None:
+    items = [*codex_reads(), *codex_patch("p1", 5, "line 5 of m0: value = 99"), message("done?", "assistant")]
+    items.append(message("run the tests"))
+    proxy.openai().responses.create(model="m", input=items, tools=CODEX_TOOLS)  # type: ignore[arg-type]
+    sent = up.requests[0]["input"]
+    assert len(json.dumps(sent)) < 0.5 * len(json.dumps(items))
+    # the patched file shows its new text once, whole; its old line is nowhere but in the patch
+    m0 = shown(sent, "m0.py").split("\n")
+    assert m0 == [line(0, k) if k != 5 else "line 5 of m0: value = 99" for k in range(1, LINES + 1)]
+    assert line(0, 5) not in outside_calls(sent)
+    # the reads' outputs collapsed into their files; the newest files shown whole
+    outputs = {i["call_id"]: i["output"] for i in sent if i.get("type") == "function_call_output"}
+    assert all(o.startswith("[shell_command output, ") for o in outputs.values())
+    assert shown(sent, f"m{FILES - 1}.py").split("\n")[-1] == line(FILES - 1, LINES)
+    sid = derive_session("responses", {"input": items})
+    [frame] = frame_docs(proxy.store, sid)
+    assert verify_frame(proxy.store, frame).ok
+    files = [v for v in proxy.store.find("file", {"path": "m0.py"}) if v.doc]
+    assert [(v.doc["meta"]["version"], v.doc["meta"]["virtual"]) for v in files] == [(2, True)]
+
+
+def test_claude_code_reads_and_edits_through_the_anthropic_api(proxy: Running, up: Upstream) -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the values"}]
+    for n in range(FILES):
+        use = {"type": "tool_use", "id": f"toolu_{n}", "name": "Read", "input": {"file_path": f"/w/m{n}.py"}}
+        numbered = "\n".join(f"{k:>6}\u2192{line(n, k)}" for k in range(1, LINES + 1))
+        messages.append({"role": "assistant", "content": [use]})
+        messages.append(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": numbered}]}
+        )
+    edit = {"file_path": "/w/m0.py", "old_string": line(0, 9), "new_string": "line 9 of m0: value = 42"}
+    messages.append(
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_e", "name": "Edit", "input": edit}]}
+    )
+    done = "The file /w/m0.py has been updated."
+    messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_e", "content": done}]})
+    messages.append({"role": "assistant", "content": "Edited."})
+    messages.append({"role": "user", "content": "run the tests"})
+    proxy.anthropic().messages.create(
+        model="m",
+        max_tokens=100,
+        system="You are Claude Code.",
+        messages=messages,
+        tools=CLAUDE_TOOLS,  # type: ignore[arg-type]
+    )
+    sent = up.requests[0]["messages"]
+    assert len(json.dumps(sent)) < 0.5 * len(json.dumps(messages))
+    # what went upstream but the agent's calls: the edited line at its new text, never the old
+    blocks = [b for m in sent if isinstance(m["content"], list) for b in m["content"] if b.get("type") != "tool_use"]
+    text = json.dumps([*blocks, *(m["content"] for m in sent if isinstance(m["content"], str))])
+    assert "line 9 of m0: value = 42" in text and line(0, 9) not in text
+    assert "[Read output, " in text and "/w/m0.py" in text
+
+
+def test_a_restarted_proxy_knows_the_files_again(tmp_path: Path) -> None:
+    """The files' lines are read back from their stored versions: a patch after the restart
+    applies to them (without them the file's content would be unknown and not shown)."""
+    before = [*codex_reads(), message("read them", "assistant"), message("now fix m0")]
+    after = [*before, *codex_patch("p1", 150, "line 150 of m0: fixed")]
+    with upstream(replies=["ok", "ok"]) as up:
+        first = Running(tmp_path, up)
+        try:
+            first.openai().responses.create(model="m", input=before, tools=CODEX_TOOLS)  # type: ignore[arg-type]
+        finally:
+            first.close()
+        second = Running(tmp_path, up)
+        try:
+            second.openai().responses.create(model="m", input=after, tools=CODEX_TOOLS)  # type: ignore[arg-type]
+            m0 = shown(up.requests[1]["input"], "m0.py").split("\n")
+            assert m0 == [line(0, k) if k != 150 else "line 150 of m0: fixed" for k in range(1, LINES + 1)]
+            for frame in frame_docs(second.store, derive_session("responses", {"input": after})):
+                assert verify_frame(second.store, frame).ok
+        finally:
+            second.close()
+
+
+def test_with_tool_names_none_the_agents_tools_are_tool_outputs_only(tmp_path: Path) -> None:
+    items = [*codex_reads(), *codex_patch("p1", 5, "line 5 of m0: value = 99"), message("run the tests")]
+    with upstream(replies=["ok"]) as up:
+        running = Running(tmp_path, up, tool_names="none")
+        try:
+            running.openai().responses.create(model="m", input=items, tools=CODEX_TOOLS)  # type: ignore[arg-type]
+        finally:
+            running.close()
+    with SqliteStore(tmp_path / "check.db") as check:
+        session = Session.open(check, derive_session("responses", {"input": items}), harness="openai")
+        expected = to_items(OpenAIHook(session).transform_context(to_chat(items)))
+    assert up.requests[0]["input"] == json.loads(json.dumps(expected))
+    assert 'kind="file"' not in json.dumps(expected)
+    with SqliteStore(tmp_path / "bad.db") as store, pytest.raises(ConfigError, match="unknown tool-name preset 'vim'"):
+        Proxy(store, up.url, tool_names="vim")
