@@ -351,22 +351,21 @@ class FileTimeline:
             if m["role"] != "tool":
                 continue
             name, args, at_call = calls.get(m.get("tool_call_id", ""), ("", {}, -1))
-            op = file_op(s.roles.role(name, args), args, m.get("text") or "", is_error=bool(m.get("is_error")))
-            if op is None:
-                continue
-            op = replace(op, path=file_key(op.path, s.root))
-            f = lines.setdefault(op.path, VirtualFile(op.path, op.path))
-            if op.kind == "read":
-                f.read(op)
-                src = i
-            elif op.kind == "write":
-                assert op.text is not None
-                f.write(op.text)
-                src = at_call
-            else:
-                f.edit(op)
-                src = at_call
-            self.events.append(FileEvent(op.path, op.kind, i, src, f.changes, f.lines is not None))
+            first = file_op(s.roles.role(name, args), args, m.get("text") or "", is_error=bool(m.get("is_error")))
+            for op in [first, *first.more] if first is not None else ():  # a patch of several files: each
+                op = replace(op, path=file_key(op.path, s.root))
+                f = lines.setdefault(op.path, VirtualFile(op.path, op.path))
+                if op.kind == "read":
+                    f.read(op)
+                    src = i
+                elif op.kind == "write":
+                    assert op.text is not None
+                    f.write(op.text)
+                    src = at_call
+                else:
+                    f.edit(op)
+                    src = at_call
+                self.events.append(FileEvent(op.path, op.kind, i, src, f.changes, f.lines is not None))
         self.now: dict[str, _FileNow] = {}
         self.views: list[FileEvent] = []
         self._next = 0

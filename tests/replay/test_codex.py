@@ -174,6 +174,42 @@ def test_a_replayed_rollout_keeps_the_file_its_patches_and_reads_show(db, tmp_pa
     assert r.file_versions == 2  # added, updated: the reads and the failed patch add no version
 
 
+def test_a_patch_of_several_files_changes_each(db, tmp_path: Path) -> None:
+    """Every file a patch updates, adds or deletes is followed, not only its first: a file read
+    before and patched second must not be shown at its old text."""
+    both = (
+        "*** Begin Patch\n*** Update File: a.py\n@@\n-a = 1\n+a = 2\n"
+        "*** Update File: /work/app/b.py\n@@\n-b = 1\n+b = 2\n"
+        "*** Add File: c.py\n+c = 3\n*** Delete File: d.py\n*** End Patch"
+    )
+    rows = [
+        line("session_meta", {"id": "cx-2", "cwd": "/work/app", "base_instructions": {"text": "You are Codex."}}),
+        message("user", "bump a and b"),
+        shell("s1", "cat a.py"),
+        ran("s1", "a = 1\n"),
+        shell("s2", "cat b.py"),
+        ran("s2", "b = 1\n"),
+        shell("s3", "cat d.py"),
+        ran("s3", "d = 4\n"),
+        patch("p1", both),
+        patched("p1", success("a.py")),
+        message("assistant", "Bumped."),
+    ]
+    op = file_op("edit", {"input": both}, success("a.py"))
+    assert op is not None and [(o.kind, o.path) for o in [op, *op.more]] == [
+        ("edit", "a.py"), ("edit", "/work/app/b.py"), ("write", "c.py"), ("edit", "d.py")
+    ]  # fmt: skip
+    path = tmp_path / "rollout-several.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    t = read_session(path)
+    session = Session.open(db, "several", harness=t.harness, workspace=t.cwd)
+    r = replay_transcript(t, session, verify="all")
+    assert (r.stale_file_views_assembled, r.frames_verified, r.files) == (0, r.frames, 4)
+    files = {o.meta["path"]: o for o in session.view.objects.values() if o.kind == "file"}
+    assert {p: f.content for p, f in files.items()} == {"a.py": "a = 2", "b.py": "b = 2", "c.py": "c = 3", "d.py": None}
+    assert files["d.py"].state == "inactive"  # deleted: what is there is not known
+
+
 def test_the_first_rollout_files_hold_bare_items(db, tmp_path: Path) -> None:
     args = json.dumps({"command": ["bash", "-lc", "cat notes.txt"], "workdir": "/work/app"})
     output = json.dumps({"output": "one\ntwo\n", "metadata": {"exit_code": 0, "duration_seconds": 0.1}})

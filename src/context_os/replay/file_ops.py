@@ -17,8 +17,8 @@ tool-name presets of harness/toolnames.py map a harness's names to roles) in thr
   file is the one the output names;
 * Codex CLI's ``apply_patch`` (its patch adds a file: a write; updates one: an edit by its hunks,
   context lines included; deletes or moves one: an edit the replay cannot follow; a patch of
-  several files is read for its first) and its shell commands that only print a file
-  (``sed -n 'A,Bp' F``, ``head -n N F``, ``cat F``, ``nl -ba F | sed -n 'A,Bp'``:
+  several files is an op for each, the others in the first's ``more``) and its shell commands
+  that only print a file (``sed -n 'A,Bp' F``, ``head -n N F``, ``cat F``, ``nl -ba F | sed -n 'A,Bp'``:
   harness/codex_tools.py), whose output is read past Codex's header (``Exit code: 0``, ``Wall
   time: …``, ``Output:``, or the older ``{"output": …, "metadata": {"exit_code": 0}}``). A range
   read prints at most the lines it asks for: lines printed before them (a login shell's
@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..harness.codex_tools import PatchFile, ShellRead, call_patch, json_arguments, parse_patch, shell_read
+from ..harness.codex_tools import Patch, PatchFile, ShellRead, call_patch, json_arguments, parse_patch, shell_read
 
 __all__ = ["FileOp", "edit_target", "file_op", "strip_read_output"]
 
@@ -92,6 +92,8 @@ class FileOp:
     insert: tuple[int, str] | None = None
     """edit: text inserted after this line (0: at the top, -1: at the end) instead of ``edits``.
     An edit with neither changed the file in a way the call does not say."""
+    more: list[FileOp] = field(default_factory=list)
+    """What the same call did to other files, after this one (a Codex patch of several files)."""
 
     @property
     def known(self) -> bool:
@@ -221,7 +223,8 @@ def edit_target(arguments: Any, output: str = "") -> FileOp | None:
     if args is None:
         return None
     path = args.get("path", args.get("file_path"))
-    patched = _patched(args) if not isinstance(path, str) or not path else None
+    patch = _patch(args) if not isinstance(path, str) or not path else None
+    patched = patch.files[0] if patch is not None else None  # an edit's target: the patch's first file
     if patched is not None:
         exact = patched.kind == "update" and not patched.move_to
         return FileOp("edit", patched.path, edits=list(patched.hunks) if exact else [])
@@ -258,9 +261,12 @@ def file_op(role: str | None, arguments: Any, output: str, *, is_error: bool = F
     editor = args.get("command") in _EDITOR_COMMANDS
     path = args.get("path", args.get("file_path"))
     if not editor and (not isinstance(path, str) or not path):  # Codex's patches and shell reads
-        patched = _patched(args) if role in ("write", "edit") else None
-        if patched is not None:
-            return _patch_op(patched, output)
+        patch = _patch(args) if role in ("write", "edit") else None
+        if patch is not None:
+            head, *others = [_patch_op(f, output) for f in patch.files]
+            if head is not None:
+                head.more = [op for op in others if op is not None]
+            return head
         read = shell_read(args) if role == "read" else None
         if read is not None:
             return _shell_read_op(read, output)
@@ -336,11 +342,10 @@ _CODEX_CUT = re.compile(
 _CODEX_NUMBERED = re.compile(r"^ *(\d+)\t")
 
 
-def _patched(args: Mapping[str, Any]) -> PatchFile | None:
-    """The (first) file of a call's Codex patch, if the call carries one."""
+def _patch(args: Mapping[str, Any]) -> Patch | None:
+    """A call's Codex patch, if the call carries one."""
     text = call_patch(args)
-    patch = parse_patch(text) if text is not None else None
-    return patch.files[0] if patch is not None else None
+    return parse_patch(text) if text is not None else None
 
 
 def codex_output(output: str) -> tuple[str, int | None]:
@@ -365,7 +370,7 @@ def codex_output(output: str) -> tuple[str, int | None]:
 
 
 def _patch_op(patched: PatchFile, output: str) -> FileOp | None:
-    """What a Codex patch did to its (first) file; None if Codex did not apply it."""
+    """What a Codex patch did to one of its files; None if Codex did not apply it."""
     text, code = codex_output(output)
     if not (text.lstrip().startswith("Success.") or code == 0):
         return None  # "apply_patch verification failed: ...": the files are as they were

@@ -352,6 +352,8 @@ class VirtualFiles:
             op = file_op(self.names.role(name, args), args, output, is_error=bool(obj.meta.get("is_error")))
             if op is not None:
                 self.apply(op, e.get("ts"), obj.id)
+                for other in op.more:  # the call's other files (a patch of several)
+                    self.apply(other, e.get("ts"))
 
     def apply(self, op: FileOp, ts: int | None, result_id: str | None = None) -> VirtualFile:
         """Record what ``op`` says about its file and show the file; collapse ``result_id``."""
