@@ -114,15 +114,23 @@ def test_claude_code_reads_and_edits_through_the_anthropic_api(proxy: Running, u
         use = {"type": "tool_use", "id": f"toolu_{n}", "name": "Read", "input": {"file_path": f"/w/m{n}.py"}}
         numbered = "\n".join(f"{k:>6}\u2192{line(n, k)}" for k in range(1, LINES + 1))
         messages.append({"role": "assistant", "content": [use]})
+        # a result's content as a string or as text blocks (Claude Code sends both)
+        content: Any = numbered if n % 2 else [{"type": "text", "text": numbered}]
         messages.append(
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": numbered}]}
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": content}]}
         )
-    edit = {"file_path": "/w/m0.py", "old_string": line(0, 9), "new_string": "line 9 of m0: value = 42"}
-    messages.append(
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_e", "name": "Edit", "input": edit}]}
-    )
-    done = "The file /w/m0.py has been updated."
-    messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_e", "content": done}]})
+    # two edits in one message (parallel calls), their results in one user message
+    edits = [
+        {"file_path": f"/w/m{n}.py", "old_string": line(n, 9), "new_string": f"line 9 of m{n}: value = 4{n}"}
+        for n in (0, 1)
+    ]
+    uses = [{"type": "tool_use", "id": f"toolu_e{n}", "name": "Edit", "input": e} for n, e in enumerate(edits)]
+    messages.append({"role": "assistant", "content": uses})
+    done = [
+        {"type": "tool_result", "tool_use_id": f"toolu_e{n}", "content": f"The file /w/m{n}.py has been updated."}
+        for n in (0, 1)
+    ]
+    messages.append({"role": "user", "content": done})
     messages.append({"role": "assistant", "content": "Edited."})
     messages.append({"role": "user", "content": "run the tests"})
     proxy.anthropic().messages.create(
@@ -137,7 +145,8 @@ def test_claude_code_reads_and_edits_through_the_anthropic_api(proxy: Running, u
     # what went upstream but the agent's calls: the edited line at its new text, never the old
     blocks = [b for m in sent if isinstance(m["content"], list) for b in m["content"] if b.get("type") != "tool_use"]
     text = json.dumps([*blocks, *(m["content"] for m in sent if isinstance(m["content"], str))])
-    assert "line 9 of m0: value = 42" in text and line(0, 9) not in text
+    assert "line 9 of m0: value = 40" in text and line(0, 9) not in text
+    assert "line 9 of m1: value = 41" in text and line(1, 9) not in text
     assert "[Read output, " in text and "/w/m0.py" in text
 
 
