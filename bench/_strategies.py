@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from context_os.context.entries import Incoming, msg_chars
 from context_os.harness.base import Adapter
+from context_os.harness.file_ops import edit_target, file_op
 from context_os.harness.openai import OpenAIAdapter
 from context_os.harness.pi import (
     COMPACTION_SUMMARY_PREFIX,
@@ -38,9 +39,8 @@ from context_os.harness.pi import (
     in_context,
 )
 from context_os.harness.toolnames import ToolNames, preset
-from context_os.replay.file_ops import edit_target, file_op
+from context_os.harness.virtual_files import VirtualFile, file_key
 from context_os.replay.transcripts import Transcript
-from context_os.replay.virtual_files import VirtualFile, file_key
 from context_os.tokens import estimate_tokens
 
 __all__ = [

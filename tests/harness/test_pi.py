@@ -12,6 +12,7 @@ from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.policy import RetentionPolicy
 from context_os.errors import MalformedMessage
+from context_os.harness.file_ops import file_op, strip_read_output
 from context_os.harness.pi import (
     COMPACTION_SUMMARY_PREFIX,
     PiAdapter,
@@ -19,7 +20,6 @@ from context_os.harness.pi import (
     bash_execution_text,
     convert_to_llm,
 )
-from context_os.replay.file_ops import file_op, strip_read_output
 from context_os.store.sqlite import SqliteStore
 from tests.harness.pi_msgs import assistant, call, result, say, step, tool_call, user
 from tests.helpers import EAGER

@@ -20,7 +20,7 @@ from context_os.errors import MalformedMessage
 from context_os.harness.openai import OpenAIHook
 from context_os.harness.responses import to_chat, to_items
 from context_os.harness.toolnames import preset
-from context_os.replay.virtual_files import VirtualFiles
+from context_os.harness.virtual_files import VirtualFiles
 from context_os.server.proxy import derive_session
 from context_os.store.sqlite import SqliteStore
 from tests.proxy.running import Running

@@ -16,14 +16,14 @@ from context_os import Session
 from context_os.errors import InputError
 from context_os.files.index import record_virtual
 from context_os.harness.codex_tools import ShellRead, environment_cwd, parse_patch, shell_read
+from context_os.harness.file_ops import FileOp, edit_target, file_op
 from context_os.harness.openai import OPENAI_PAIRING
 from context_os.harness.pairing import check_pairs
 from context_os.harness.toolnames import preset
-from context_os.replay.file_ops import FileOp, edit_target, file_op
+from context_os.harness.virtual_files import VirtualFile
 from context_os.replay.formats.codex import ABORTED
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import detect_format, read_session
-from context_os.replay.virtual_files import VirtualFile
 from context_os.store.sqlite import SqliteStore
 from tests.cli.test_cli import ctxos
 

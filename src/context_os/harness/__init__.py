@@ -8,7 +8,8 @@ No module here reaches the store but through a ``Session``.
 from .anthropic import AnthropicAdapter, AnthropicHook
 from .base import Adapter, ContextHook
 from .openai import OpenAIAdapter, OpenAIHook
-from .toolnames import ToolNames, tool_role
+from .toolnames import ToolNames, for_tools, tool_role
+from .virtual_files import VirtualFiles
 
 __all__ = [
     "Adapter",
@@ -18,5 +19,7 @@ __all__ = [
     "OpenAIAdapter",
     "OpenAIHook",
     "ToolNames",
+    "VirtualFiles",
+    "for_tools",
     "tool_role",
 ]

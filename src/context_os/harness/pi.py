@@ -22,7 +22,7 @@ A tool result's images (``extra["full"]``) are stored in its tool-call object an
 while the result is shown in full; a result's ``details`` is Pi's UI data, never sent to the
 model, and not kept.
 
-What Pi's ``read``/``write``/``edit`` calls say about a file is read by replay/file_ops.py.
+What Pi's ``read``/``write``/``edit`` calls say about a file is read by harness/file_ops.py.
 """
 
 from __future__ import annotations

@@ -2,12 +2,11 @@
 
     transcripts.py    session files (Pi, Claude Code, Codex CLI, SWE-agent, OpenHands, OpenAI) → ``Transcript``s
     formats/          one reader per format, and the parse they share
-    file_ops.py       what a recorded read/write/edit call says about its file
-    virtual_files.py  file objects for the recorded session's files, kept from the transcript
     run.py            the replay loop and its measures (``replay_transcript``)
 
 Sits above ``harness`` (it drives a session through a harness's hook, like the harness would)
-and ``files`` (virtual files are written by the file index); nothing below imports it.
+and ``files``; the recorded session's files are kept as harness/virtual_files.py keeps a live
+agent's; nothing below imports it.
 
 It never writes to the store itself: the session and the file index do.
 """

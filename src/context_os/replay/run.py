@@ -25,13 +25,13 @@ from ..context.entries import ToolCall, msg_chars
 from ..context.frames import FrameMemo, frame_docs, verify_frame
 from ..context.session import Session
 from ..harness.base import Adapter
+from ..harness.file_ops import edit_target
 from ..harness.pairing import check_pairs
 from ..harness.registry import harness
+from ..harness.virtual_files import VirtualFiles
 from ..hashing import hash_value
 from ..tokens import estimate_tokens
-from .file_ops import edit_target
 from .transcripts import Transcript
-from .virtual_files import VirtualFiles
 
 __all__ = ["TranscriptReplay", "TranscriptRow", "adapter_calls", "replay_transcript", "replay_total"]
 

@@ -43,8 +43,8 @@ from ..files import FileTools, Workspace
 from ..harness.registry import harness
 from ..harness.responses import to_chat, to_items
 from ..harness.toolnames import for_tools, preset
+from ..harness.virtual_files import VirtualFiles
 from ..hashing import HASH_PREFIX, hash_value
-from ..replay.virtual_files import VirtualFiles
 from .proxy_tools import MAX_ROUNDS, Call, Hidden, StreamFilter, dialect, prefix_hash, splice, sse_events
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from context_os import Session
-from context_os.replay.file_ops import edit_target, file_op
+from context_os.harness.file_ops import edit_target, file_op
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript
 from context_os.store.sqlite import SqliteStore

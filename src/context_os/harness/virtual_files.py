@@ -1,8 +1,10 @@
-"""Virtual files: file objects for the files a recorded session's tools touched, kept from its
-transcript alone (the files are not on disk where the replay runs).
+"""Virtual files: file objects for the files an agent's own tools touched, kept from what their
+calls and results show alone, never read from a disk: a recorded session's (``ctxos replay``: the
+files are not where the replay runs) or a live one's (``ctxos proxy``, or any hook's ``on_sync``:
+the agent's files need not be on this machine).
 
 ``VirtualFiles.observe`` is a ``ContextHook`` ``on_sync`` callback: every new result of a read,
-write or edit call (replay/file_ops.py reads it) updates what is known of its file, records a
+write or edit call (harness/file_ops.py reads it) updates what is known of its file, records a
 version through the file index's virtual mode (files/index.py ``record_virtual``: the one writer
 of file documents), shows the file active with the lines touched as its focus, and collapses the
 tool result: its text is in the file object. It also answers the replay's measures: whether a
@@ -25,10 +27,10 @@ from ..context.ingest import SyncReport
 from ..context.session import Session
 from ..context.view import active_text
 from ..files.index import record_virtual
-from ..harness.codex_tools import environment_cwd
-from ..harness.toolnames import ToolNames, preset
 from ..store.base import Version
+from .codex_tools import environment_cwd
 from .file_ops import FileOp, file_op
+from .toolnames import ToolNames, preset
 
 __all__ = ["VirtualFile", "VirtualFiles", "file_key"]
 

@@ -1,5 +1,5 @@
-"""What a recorded file tool call says about its file: the replay keeps file objects from it
-without the files on disk.
+"""What a harness's file tool call says about its file: virtual_files.py keeps file objects from
+it without the files on disk (a replay of a recorded session, the proxy's live ones).
 
 ``file_op(role, arguments, output)`` reads a ``read``/``write``/``edit`` call by its role (the
 tool-name presets of harness/toolnames.py map a harness's names to roles) in three families:
@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..harness.codex_tools import Patch, PatchFile, ShellRead, call_patch, json_arguments, parse_patch, shell_read
+from .codex_tools import Patch, PatchFile, ShellRead, call_patch, json_arguments, parse_patch, shell_read
 
 __all__ = ["FileOp", "edit_target", "file_op", "strip_read_output"]
 

@@ -1,0 +1,58 @@
+"""``VirtualFiles`` on a live hook: an OpenAI loop whose agent reads and edits files with tools of
+its own keeps them as file objects (the example of docs/adapters.md), on a real SQLite store with
+the openai SDK's message types."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from openai.types.chat import ChatCompletionMessageParam
+
+from context_os import Session
+from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.policy import RetentionPolicy
+from context_os.harness import OpenAIHook, VirtualFiles
+from context_os.harness.toolnames import preset
+from context_os.store.sqlite import SqliteStore
+
+
+def call(n: int, name: str, **args: object) -> list[ChatCompletionMessageParam]:
+    fn = {"name": name, "arguments": json.dumps(args)}
+    return [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}", "type": "function", "function": fn}]}]
+
+
+def test_an_agents_own_read_and_edit_keep_the_file_current(tmp_path: Path) -> None:
+    text = "\n".join(f"line {k} of app.py" for k in range(1, 301))
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "change line 7"},
+        *call(1, "read_file", path="app.py"),
+        {"role": "tool", "tool_call_id": "c1", "content": text},
+        *call(2, "edit", path="/repo/app.py", oldText="line 7 of app.py", newText="line seven"),
+        {"role": "tool", "tool_call_id": "c2", "content": "Successfully replaced text in app.py."},
+    ]
+    with SqliteStore(tmp_path / "s.db") as store:
+        session = Session.open(store, "s1", harness="openai", policy=RetentionPolicy(manage_from_tokens=0))
+        files = VirtualFiles(session, root="/repo", tool_names=preset("canonical").extend({"read_file": "read"}))
+        hook = OpenAIHook(session, on_sync=files.observe)
+        out = json.dumps(hook.transform_context(messages))
+        # the file once, at its edited text: the read's output collapsed into it, no stale line 7
+        assert "line seven" in out and "line 7 of app.py" not in out.replace(json.dumps(messages[4])[1:-1], "")
+        assert out.count("line 123 of app.py") == 1
+        [obj] = [o for o in session.view.objects.values() if o.kind == "file"]
+        assert (obj.meta["path"], obj.meta["version"], obj.state) == ("app.py", 2, "active")
+        assert all(verify_frame(store, f).ok for f in frame_docs(store, "s1"))
+        session.close()
+        # the session goes on in another process: its file is known again, the next edit applies
+        again = Session.open(store, "s1", harness="openai", policy=RetentionPolicy(manage_from_tokens=0))
+        files = VirtualFiles(again, root=None, tool_names=preset("canonical").extend({"read_file": "read"}))
+        more = [
+            *call(3, "edit", path="app.py", oldText="line 300 of app.py", newText="the end"),
+            {"role": "tool", "tool_call_id": "c3", "content": "Successfully replaced text in app.py."},
+        ]
+        out = json.dumps(OpenAIHook(again, on_sync=files.observe).transform_context([*messages, *more]))
+        assert files.root == "/repo" and "line seven" in out and "the end" in out
+        [obj] = [o for o in again.view.objects.values() if o.kind == "file"]
+        assert (obj.meta["version"], obj.content.count("\n")) == (3, 299)
+        again.close()
