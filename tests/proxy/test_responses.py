@@ -6,6 +6,7 @@ provider gets the assembled context as input items, items context_os left alone 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +158,27 @@ def test_what_cannot_be_managed_goes_as_it_came(proxy: Running, up: Upstream) ->
     assert proxy.proxy.counts["failed_open"] == 1
 
 
+def test_a_conversation_goes_on_managed_after_a_remote_compaction(proxy: Running, up: Upstream) -> None:
+    """Codex on OpenAI's provider compacts through ``/v1/responses/compact`` (forwarded as it
+    came): its history is then its first messages, one encrypted ``compaction`` item for the
+    turns it compacted, and the turns after it. The item goes upstream whole in its place, the
+    old turns are retired, and the turns after it are managed as before."""
+    client = proxy.openai()
+    before = codex_conversation(60)
+    client.responses.create(model="m", input=before, tools=TOOLS)  # type: ignore[arg-type]
+    compacted = {"type": "compaction", "encrypted_content": "gAAAAB" + "Z" * 2_000}
+    later = json.loads(re.sub(r'"call_(\d)', r'"later_\1', json.dumps(codex_conversation(60)[3:])))
+    after = [*before[:3], compacted, user("go on"), *later]
+    client.responses.create(model="m", input=after, tools=TOOLS)  # type: ignore[arg-type]
+    assert proxy.proxy.counts["failed_open"] == 0
+    sent = up.requests[1]["input"]
+    assert sent[:5] == after[:5]  # the compaction item as it came, in its place
+    assert not any(re.match(r"call_\d", str(i.get("call_id"))) for i in sent)  # the old turns are gone
+    assert len(json.dumps(sent)) < 0.6 * len(json.dumps(after))
+    sid = derive_session("responses", {"input": after})
+    assert all(verify_frame(proxy.store, f).ok for f in frame_docs(proxy.store, sid))
+
+
 def test_our_tools_run_inside_the_proxy_json_and_streamed(tmp_path: Path) -> None:
     """The model calls ``pin``: the proxy runs it, asks again with the call and its output after
     the response's own items, and the client sees only the answer; the next request gets the
@@ -260,6 +282,7 @@ _ITEM = st.one_of(
     st.fixed_dictionaries({"type": st.just("message"), "role": st.just("assistant"),
                            "content": _TEXT.map(_part("output_text"))}),
     st.fixed_dictionaries({"type": st.just("reasoning"), "summary": st.just([]), "encrypted_content": _TEXT}),
+    st.fixed_dictionaries({"type": st.just("compaction"), "encrypted_content": _TEXT}),
     st.fixed_dictionaries({"type": st.just("function_call"), "call_id": _ID, "name": st.just("f"), "arguments": _TEXT}),
     st.fixed_dictionaries({"type": st.just("custom_tool_call"), "call_id": _ID, "name": st.just("p"), "input": _TEXT}),
     st.fixed_dictionaries({"type": st.sampled_from(["function_call_output", "custom_tool_call_output"]),

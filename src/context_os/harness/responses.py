@@ -8,7 +8,8 @@ system or developer is a message; the assistant's ``message``, ``function_call``
 ``custom_tool_call`` items of one response (and the ``reasoning`` items among them, opaque and
 encrypted) make one assistant message, the calls its tool calls (a custom tool's ``input`` as
 ``{"input": …}``), with the items no output answers (the provider's own tools' calls: a web
-search) kept whole among them; ``function_call_output`` and ``custom_tool_call_output`` are tool
+search; the ``compaction`` item, encrypted, that ``/v1/responses/compact`` returns for the
+history it compacted) kept whole among them; ``function_call_output`` and ``custom_tool_call_output`` are tool
 messages.
 Each message keeps what it came from in fields of its own (``ctxos_item``, ``ctxos_items``:
 the OpenAI adapter keeps fields it does not interpret), so ``to_items`` gives back the very
@@ -44,9 +45,17 @@ _JOIN = "\n\n"
 _ROLES = ("user", "system", "developer")
 _CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
-_OPAQUE = ("reasoning", "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call")
-"""Items of a response that no output answers (its reasoning, the provider's own tools' calls):
-kept whole, in their place among the response's items."""
+_OPAQUE = (
+    "reasoning",
+    "compaction",
+    "web_search_call",
+    "file_search_call",
+    "code_interpreter_call",
+    "image_generation_call",
+)
+"""Items of the model's that no output answers (its reasoning, the provider's own tools' calls,
+the encrypted history a remote compaction returns in place of the turns it compacted): kept
+whole, in their place among the items of the response they are in."""
 
 
 def _parts_text(content: Any, k: int) -> str:
