@@ -46,7 +46,7 @@ def file_key(path: str, root: str | None) -> str:
 
 @dataclass
 class VirtualFile:
-    """What a replay knows of one file of the recorded session: its lines (None where unknown)."""
+    """What is known of one file of the session from its tools' calls: its lines (None where unknown)."""
 
     id: str
     path: str
@@ -294,7 +294,7 @@ _OPEN_END = re.compile(r"\[context_os: lines after (\d+) not read yet, if any\]"
 
 
 class VirtualFiles:
-    """File objects for the files a recorded session's tools touched, recorded from its transcript.
+    """File objects for the files a session's tools touched, recorded from their calls and results.
 
     ``observe(session, report)`` is a ``ContextHook`` ``on_sync`` callback: for every new result
     of a read, write or edit call it updates what is known of the file (reads add lines, and a
@@ -344,7 +344,7 @@ class VirtualFiles:
                 self.root = environment_cwd(e.get("text") or "")  # Codex's, when nobody said it
             if e["role"] != "tool":
                 continue
-            name, args = self._calls.get(e.get("tool_call_id", ""), ("", {}))
+            name, args = self._calls.pop(e.get("tool_call_id", ""), ("", {}))  # answered: forgotten
             obj = view.objects.get(e.get("object", ""))
             if obj is None:
                 continue
