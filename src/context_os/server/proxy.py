@@ -142,7 +142,7 @@ def error_body(api: Api, status: int, message: str) -> bytes:
 class _Conversation:
     hook: ContextHook[Any]
     files: VirtualFiles
-    """The agent's files, as its own tools' calls show them (replay/virtual_files.py)."""
+    """The agent's files, as its own tools' calls show them (harness/virtual_files.py)."""
     offered: set[str] | None = None
     """The client's tool names ``files`` last went by."""
     lock: threading.Lock = field(default_factory=threading.Lock)
