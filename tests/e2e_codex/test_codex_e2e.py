@@ -58,17 +58,10 @@ def proxied(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Proxied]
             yield Proxied(url, store, up)
 
 
-SCRIPT = [call("exec_command", cmd="cat big.txt")] * 4 + [call("pin", id="r3")]
-SCRIPT += [call("exec_command", cmd="cat big.txt")] * (READS - 4) + ["Done: big.txt has 700 lines."]
-
-
-@pytest.mark.parametrize("proxied", [SCRIPT], indirect=True)
-def test_codex_through_the_proxy_is_managed_and_never_sees_our_tools(
-    codex: CodexInstall, proxied: Proxied, tmp_path: Path
-) -> None:
-    work = tmp_path / "work"
-    home = tmp_path / "codex-home"
-    work.mkdir()
+def run_codex(codex: CodexInstall, proxied: Proxied, work: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``codex exec ARGS`` in ``work`` (with a 700-line big.txt), its model the proxied one."""
+    home = work.parent / "codex-home"
+    work.mkdir(exist_ok=True)
     home.mkdir()
     (work / "big.txt").write_text("".join(f"line {i}: some text of the file to read\n" for i in range(700)))
     provider = f'{{name="ctxos", base_url="{proxied.url}", wire_api="responses", env_key="CTXOS_E2E_KEY"}}'
@@ -80,10 +73,23 @@ def test_codex_through_the_proxy_is_managed_and_never_sees_our_tools(
         "CTXOS_E2E_KEY": "sk-e2e",
         "RUST_LOG": "error",
     }
-    proc = subprocess.run(
-        codex.command("exec", "--skip-git-repo-check", "--sandbox", "read-only", *options, "how long is big.txt?"),
+    *flags, prompt = args
+    return subprocess.run(
+        codex.command("exec", "--skip-git-repo-check", *flags, *options, prompt),
         cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+SCRIPT = [call("exec_command", cmd="cat big.txt")] * 4 + [call("pin", id="r3")]
+SCRIPT += [call("exec_command", cmd="cat big.txt")] * (READS - 4) + ["Done: big.txt has 700 lines."]
+
+
+@pytest.mark.parametrize("proxied", [SCRIPT], indirect=True)
+def test_codex_through_the_proxy_is_managed_and_never_sees_our_tools(
+    codex: CodexInstall, proxied: Proxied, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    proc = run_codex(codex, proxied, work, "--sandbox", "read-only", "how long is big.txt?")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Done: big.txt has 700 lines." in proc.stdout
     # what went upstream: one request more than Codex made (our pin, run inside the proxy)
@@ -144,25 +150,10 @@ def test_codexs_own_read_and_patch_keep_the_file_as_an_object_equal_to_the_disk(
     """Codex reads app.py with sed and patches it with its apply_patch: what the provider is then
     shown of app.py is one file object, at the text Codex's patch left on disk."""
     work = tmp_path / "work"
-    home = tmp_path / "codex-home"
     work.mkdir()
-    home.mkdir()
-    (work / "big.txt").write_text("".join(f"line {i}: some text of the file to read\n" for i in range(700)))
     (work / "app.py").write_text(APP)
-    provider = f'{{name="ctxos", base_url="{proxied.url}", wire_api="responses", env_key="CTXOS_E2E_KEY"}}'
-    options = ["-c", "model_provider=ctxos", "-c", f"model_providers.ctxos={provider}", "-c", "model=gpt-5.1-codex"]
-    env = {
-        **os.environ,
-        "PATH": codex.path_env(),
-        "CODEX_HOME": str(home),
-        "CTXOS_E2E_KEY": "sk-e2e",
-        "RUST_LOG": "error",
-    }
-    proc = subprocess.run(
-        # no sandbox: Codex's own apply_patch writes the file (the sandbox needs what a container may lack)
-        codex.command("exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", *options, "fix"),
-        cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    # no sandbox: Codex's own apply_patch writes the file (the sandbox needs what a container may lack)
+    proc = run_codex(codex, proxied, work, "--dangerously-bypass-approvals-and-sandbox", "fix f7")
     assert proc.returncode == 0, proc.stderr[-3000:]
     on_disk = (work / "app.py").read_text()
     assert "    return 'seven'\n" in on_disk  # Codex applied the patch itself
