@@ -7,6 +7,7 @@ SQLite store, the scripted provider of tests/proxy/upstream.py."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,10 @@ def outside_calls(sent: list[Any]) -> str:
     return json.dumps([i for i in sent if i.get("type") not in ("custom_tool_call", "function_call")])
 
 
-def test_codex_reads_and_patches_keep_its_files_as_objects(proxy: Running, up: Upstream) -> None:
+def test_codex_reads_and_patches_keep_its_files_as_objects(
+    proxy: Running, up: Upstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="context_os.proxy")
     items = [*codex_reads(), *codex_patch("p1", 5, "line 5 of m0: value = 99"), message("done?", "assistant")]
     items.append(message("run the tests"))
     proxy.openai().responses.create(model="m", input=items, tools=CODEX_TOOLS)  # type: ignore[arg-type]
@@ -102,6 +106,9 @@ def test_codex_reads_and_patches_keep_its_files_as_objects(proxy: Running, up: U
     assert all(o.startswith("[shell_command output, ") for o in outputs.values())
     assert shown(sent, f"m{FILES - 1}.py").split("\n")[-1] == line(FILES - 1, LINES)
     sid = derive_session("responses", {"input": items})
+    # which tools it went by is said once (-v)
+    said = [r.getMessage() for r in caplog.records if "file tools" in r.getMessage()]
+    assert said == [f"proxy: session {sid}: the agent's file tools kept as objects: apply_patch, shell_command"]
     [frame] = frame_docs(proxy.store, sid)
     assert verify_frame(proxy.store, frame).ok
     files = [v for v in proxy.store.find("file", {"path": "m0.py"}) if v.doc]

@@ -286,6 +286,8 @@ class Proxy:
         conv.offered = theirs
         names = for_tools(theirs) if self.tool_names == "auto" else preset(self.tool_names).only(theirs)
         conv.files.names = names if names is not None and names.known() else None
+        known = ", ".join(sorted(conv.files.names.known())) if conv.files.names is not None else "none"
+        log.info("proxy: session %s: the agent's file tools kept as objects: %s", conv.hook.session.id, known)
 
     def run_ours(self, plan: Plan, calls: list[Call], text: str | None, output: list[Any] | None = None) -> None:
         """Run the model's calls of our tools; keep the exchange for the next upstream call
