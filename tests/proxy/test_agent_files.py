@@ -194,3 +194,56 @@ def test_with_tool_names_none_the_agents_tools_are_tool_outputs_only(tmp_path: P
     assert 'kind="file"' not in json.dumps(expected)
     with SqliteStore(tmp_path / "bad.db") as store, pytest.raises(ConfigError, match="unknown tool-name preset 'vim'"):
         Proxy(store, up.url, tool_names="vim")
+
+
+def test_with_a_workspace_the_agents_files_come_from_the_disk(tmp_path: Path) -> None:
+    """``--workspace``: a file under it that the agent's tools touch is the object context_os's
+    own ``read`` shows (one object for one file), at the disk's text, so a change no tool call
+    said (a formatter) shows too; a file outside it is kept as the calls show it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for n in range(FILES):
+        (ws / f"m{n}.py").write_text("\n".join(line(n, k) for k in range(1, LINES + 1)) + "\n")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the values"}]
+
+    def use(n: str, name: str, args: dict[str, Any], result: str) -> None:
+        messages.append({"role": "assistant", "content": [{"type": "tool_use", "id": n, "name": name, "input": args}]})
+        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": n, "content": result}]})
+
+    def numbered(text: str, lines: int = LINES) -> str:
+        return "\n".join(f"{k:>6}\u2192{t}" for k, t in enumerate(text.split("\n")[:lines], 1))
+
+    for n in range(FILES):
+        use(f"toolu_{n}", "Read", {"file_path": f"{ws}/m{n}.py"}, numbered((ws / f"m{n}.py").read_text()))
+    use("toolu_x", "Read", {"file_path": "/elsewhere/notes.txt"}, "     1\u2192a note\n     2\u2192another")
+    with upstream(replies=["ok", "ok"]) as up:
+        running = Running(tmp_path, up, workspace=ws)
+        try:
+            client = running.anthropic()
+            ask = {"model": "m", "max_tokens": 100, "system": "You are Claude Code.", "tools": CLAUDE_TOOLS}
+            client.messages.create(messages=messages, **ask)  # type: ignore[call-overload]
+            # then the agent's Edit changes m0.py on disk, a formatter m1.py (no call says so), and
+            # the agent reads the top of m1.py again
+            edited = (ws / "m0.py").read_text().replace(line(0, 9), "line 9 of m0: value = 40")
+            (ws / "m0.py").write_text(edited)
+            formatted = (ws / "m1.py").read_text().replace(line(1, 3), "line 3 of m1: formatted")
+            (ws / "m1.py").write_text(formatted)
+            edit = {"file_path": f"{ws}/m0.py", "old_string": line(0, 9), "new_string": "line 9 of m0: value = 40"}
+            use("toolu_e", "Edit", edit, f"The file {ws}/m0.py has been updated.")
+            use("toolu_r", "Read", {"file_path": f"{ws}/m1.py", "offset": 1, "limit": 5}, numbered(formatted, 5))
+            client.messages.create(messages=messages, **ask)  # type: ignore[call-overload]
+            sent = json.dumps(up.requests[1]["messages"])
+            assert "read" in {t["name"] for t in up.requests[1]["tools"]}  # ours, beside Claude Code's Read
+            [conv] = running.proxy._conversations.values()
+            # one object for one file: the one context_os's read shows, at the disk's text
+            ours = json.loads(conv.hook.call_tool("read", {"path": "m0.py"}))
+            m0 = [v for v in running.store.find("file", {"abs_path": str(ws / "m0.py")}) if v.doc]
+            assert [v.id for v in m0] == [ours["id"]] and not m0[0].doc["meta"].get("virtual")
+            assert m0[0].doc["content"] == edited and "line 9 of m0: value = 40" in sent
+            assert "line 3 of m1: formatted" in sent and line(1, 3) not in sent
+            notes = [v for v in running.store.find("file", {"abs_path": "/elsewhere/notes.txt"}) if v.doc]
+            assert [v.doc["meta"].get("virtual") for v in notes] == [True]
+            sid = derive_session("anthropic", {"system": "You are Claude Code.", "messages": messages})
+            assert all(verify_frame(running.store, f).ok for f in frame_docs(running.store, sid))
+        finally:
+            running.close()

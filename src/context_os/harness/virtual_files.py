@@ -19,18 +19,22 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import blake3
 
 from ..context.ingest import SyncReport
 from ..context.session import Session
 from ..context.view import active_text
-from ..files.index import record_virtual
+from ..errors import ContextOSError, FileUnreadable
+from ..files.index import Indexed, record_virtual
 from ..store.base import Version
 from .codex_tools import environment_cwd
 from .file_ops import FileOp, file_op
 from .toolnames import ToolNames, preset
+
+if TYPE_CHECKING:
+    from ..files.file_tools import FileTools
 
 __all__ = ["VirtualFile", "VirtualFiles", "file_key"]
 
@@ -306,8 +310,19 @@ class VirtualFiles:
     once: its text is in the file object.
     """
 
-    def __init__(self, session: Session, *, root: str | None, tool_names: Mapping[str, str] | str | None = "pi"):
+    def __init__(
+        self,
+        session: Session,
+        *,
+        root: str | None,
+        tool_names: Mapping[str, str] | str | None = "pi",
+        disk: FileTools | None = None,
+    ):
+        """``disk``: the file tools of the agent's workspace, when its files are on this machine:
+        a file under it is shown as the object ``disk`` keeps of it (read from the disk, the one
+        context_os's ``read`` shows too), not as a virtual one."""
         self.session = session
+        self.disk = disk
         self.root = root.rstrip("/") if root else None
         self.names: ToolNames | None = (
             preset(tool_names)
@@ -378,6 +393,10 @@ class VirtualFiles:
             vf.edit(op, turn)
             cause, reason = "edit", "edited"
         after = vf.text()
+        on_disk = self._on_disk(op.path, cause)
+        if on_disk is not None:
+            self._show_disk(on_disk, vf, turn, reason, result_id)
+            return vf
         if vf.latest is None or after != before or op.kind != "read":
             self._store(vf, ts, cause, op)
         if op.kind in ("read", "write"):
@@ -397,22 +416,48 @@ class VirtualFiles:
             focus=focus,
             changed=vf.changes != changes,
         )
-        if result_id is not None and after is not None:
-            obj = self.session.view.objects.get(result_id)
-            if obj is not None and obj.in_history and not obj.pinned:
-                self.session.deactivate(
-                    result_id, actor="policy", reason=f"its content is shown by {vf.id} version {vf.version}"
-                )
+        self._collapse(result_id, after is not None, f"its content is shown by {vf.id} version {vf.version}")
         return vf
 
-    def _focus(self, vf: VirtualFile, turn: int) -> list[list[int]]:
-        """The lines touched lately, newest first, as lines of the stored text."""
+    def _on_disk(self, path: str, cause: str) -> Indexed | None:
+        """The file at ``path`` as the workspace's index records it now; None without a workspace
+        or for a path outside it, or a file it cannot read there (then it is kept virtual)."""
+        if self.disk is None:
+            return None
+        try:
+            real = self.disk.workspace.resolve(path)
+        except ContextOSError:
+            return None  # outside the workspace, or not a path it allows
+        try:
+            return self.disk.index.index(real, read=True, cause=cause)
+        except FileUnreadable:
+            return None
+
+    def _show_disk(self, idx: Indexed, vf: VirtualFile, turn: int, reason: str, result_id: str | None) -> None:
+        """Show the disk's version of a file a tool touched, its lines touched in focus (a file's
+        own line numbers: the disk's text has no notes); collapse the result that showed it."""
+        focus = self._focus(vf, turn, stored=False)
+        state = "active" if idx.content is not None else "inactive"
+        self.session.show(idx.id, version=idx.version, state=state, actor="agent", reason=reason, focus=focus)
+        self._collapse(result_id, idx.content is not None, f"its content is shown by {idx.id}")
+
+    def _collapse(self, result_id: str | None, shown: bool, reason: str) -> None:
+        """Collapse the tool result whose text a file object now shows."""
+        if result_id is None or not shown:
+            return
+        obj = self.session.view.objects.get(result_id)
+        if obj is not None and obj.in_history and not obj.pinned:
+            self.session.deactivate(result_id, actor="policy", reason=reason)
+
+    def _focus(self, vf: VirtualFile, turn: int, *, stored: bool = True) -> list[list[int]]:
+        """The lines touched lately, newest first, as lines of the stored text (``stored``), or
+        as the file's own (the disk's text)."""
         idle = self.session.view.policy.file_idle_turns
         recent = [t for t in vf.touches if idle is None or turn - t[0] <= idle][-8:]
         vf.touches = recent
         if vf.lines is None:
             return []
-        where = vf.content_line_map()
+        where = vf.content_line_map() if stored else list(range(1, len(vf.lines) + 1))
         n = len(where)
         # a write or a whole-file read says nothing about where the agent works, narrower ones do
         narrow = [t for t in recent if (t[2] - t[1] + 1) * 2 <= n] or recent[-1:]

@@ -219,8 +219,10 @@ class Proxy:
             if found is None:
                 ws = self.workspace
                 session = Session.open(self.store, session_id, harness=name, workspace=str(ws.root) if ws else None)
-                files = VirtualFiles(session, root=str(ws.root) if ws else None, tool_names=None)
-                hook = harness(name).hook(session, files=FileTools(session, ws) if ws else None, on_sync=files.observe)
+                tools = FileTools(session, ws) if ws else None
+                # the agent's files: from the disk under its workspace, else as its tools show them
+                files = VirtualFiles(session, root=str(ws.root) if ws else None, tool_names=None, disk=tools)
+                hook = harness(name).hook(session, files=tools, on_sync=files.observe)
                 if self.recall is not None:
                     SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
                 found = self._conversations[session_id] = _Conversation(hook, files)
