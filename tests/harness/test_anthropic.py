@@ -490,3 +490,67 @@ def test_a_message_of_nothing_but_reasoning_keeps_it(db):
         assert_valid(request)
     assert request["messages"][1] == alone
     assert reasoning_of(request["messages"]) == [None, "c9"]
+
+
+def marked(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` with a cache breakpoint on its last block, as Claude Code marks its newest one."""
+    blocks = list(message["content"])
+    blocks[-1] = {**blocks[-1], "cache_control": {"type": "ephemeral"}}
+    return {**message, "content": blocks}
+
+
+def cache_marks(messages: list[dict[str, Any]]) -> list[tuple[int, int, Any]]:
+    return [
+        (i, j, b["cache_control"])
+        for i, m in enumerate(messages)
+        if isinstance(m["content"], list)
+        for j, b in enumerate(m["content"])
+        if "cache_control" in b
+    ]
+
+
+def test_a_cache_breakpoint_the_client_moves_on_is_no_rewrite_and_is_put_back_once(db):
+    """Claude Code marks its newest message for the prompt cache at every call, so the message
+    marked last time comes back unmarked: that is not a rewritten history (which would retire
+    and read the whole conversation again, forgetting what was collapsed). What goes out holds
+    the client's one breakpoint, on the conversation's own last block, before context_os's."""
+    hook = hook_for(db, "cache")
+    msgs = conversation(6)
+    out = hook.transform_request([*msgs[:-1], marked(msgs[-1])], system=[{"type": "text", "text": SYSTEM}])
+    for n in range(6, 9):
+        ids = [f"t{n}a", f"t{n}b"]
+        msgs += [calls(*ids), results(*[(i, f"{i} output\n" + "x" * 2000) for i in ids])]
+        out = hook.transform_request([*msgs[:-1], marked(msgs[-1])], system=[{"type": "text", "text": SYSTEM}])
+        assert not hook.last.sync.rewritten and hook.last.sync.new == 3  # the call and its two results
+        assert_valid(out)
+    [(i, j, mark)] = cache_marks(out["messages"])
+    assert mark == {"type": "ephemeral"}
+    last_own = [
+        (i, j)
+        for i, m in enumerate(out["messages"])
+        if isinstance(m["content"], list)
+        for j, b in enumerate(m["content"])
+        if not str(b.get("text", "")).startswith("<context_os>")
+    ][-1]
+    assert (i, j) == last_own
+    assert not any("~" in o.id for o in hook.session.view.objects.values())  # nothing read twice
+    # two breakpoints of the client's: the second on the very last block
+    two = [*msgs[:-2], marked(msgs[-2]), marked(msgs[-1])]
+    out = hook.transform_request(two, system=[{"type": "text", "text": SYSTEM}])
+    very_last = (len(out["messages"]) - 1, len(out["messages"][-1]["content"]) - 1)
+    assert [(i, j) for i, j, _ in cache_marks(out["messages"])] == list(dict.fromkeys([last_own, very_last]))
+    # a client that marks nothing gets nothing marked
+    assert cache_marks(hook.transform_request(msgs, system=[{"type": "text", "text": SYSTEM}])["messages"]) == []
+
+
+def test_the_breakpoint_goes_before_context_os_blocks_at_the_end():
+    from context_os.harness.anthropic import _with_cache_marks
+
+    out = [
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+        {"role": "user", "content": [{"type": "text", "text": "go on"}, {"type": "text", "text": "<context_os>\nx"}]},
+    ]
+    mark = {"type": "ephemeral", "ttl": "1h"}
+    assert cache_marks(_with_cache_marks(out, [mark])) == [(1, 0, mark)]
+    assert cache_marks(_with_cache_marks(out, [mark, mark])) == [(1, 0, mark), (1, 1, mark)]
+    assert "cache_control" not in out[1]["content"][0]  # what it was given is not changed

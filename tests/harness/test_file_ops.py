@@ -156,6 +156,18 @@ def test_the_notes_claude_code_appends_to_a_read_are_not_file_text() -> None:
     assert file_op("read", {"file_path": "/r/a.go", "offset": 500}, past) is None
 
 
+def test_claude_code_2_1_numbers_lines_with_a_tab_and_drops_the_last_empty_ones() -> None:
+    """Claude Code 2.1 (seen live through the proxy): ``N<tab>text``, and the empty line after a
+    file's last newline printed as its number alone."""
+    out = "1\tdef f0():\n2\t    return 0\n3\t\n4" + MALWARE_NOTE
+    op = file_op("read", {"file_path": "/r/app.py"}, out)
+    assert op is not None and (op.text, op.first_line, op.total_lines) == ("def f0():\n    return 0\n\n", 1, 4)
+    # numbers alone that do not follow on are the file's own text, not a dropped tab
+    for text in ("1\t7\n2\t8\n9", "7\n8\n9"):
+        op = file_op("read", {"file_path": "/r/n.txt"}, text)
+        assert op is not None and op.text == ("1\t7\n2\t8\n9" if "\t" in text else "7\n8\n9")
+
+
 def test_reads_of_line_ranges_add_up_and_an_insertion_is_applied(tmp_path: Path) -> None:
     def call(k: int, **args: Any) -> dict[str, Any]:
         return {

@@ -104,6 +104,17 @@ def test_anthropic_messages_json_and_streamed(proxy: Running, up: Upstream) -> N
     assert KEY in (sent.get("x-api-key"), sent.get("authorization", "").removeprefix("Bearer ")), sorted(sent)
 
 
+def test_a_cache_breakpoint_is_no_part_of_how_a_conversation_starts() -> None:
+    """Claude Code marks its newest message for the prompt cache: its first call's first message
+    carries the mark, the next calls' do not, and they are one conversation."""
+    first = {"role": "user", "content": [{"type": "text", "text": "fix f7"}]}
+    marked = {"role": "user", "content": [{"type": "text", "text": "fix f7", "cache_control": {"type": "ephemeral"}}]}
+    body = {"system": "You are Claude Code."}
+    assert derive_session("anthropic", {**body, "messages": [marked]}) == derive_session(
+        "anthropic", {**body, "messages": [first, {"role": "assistant", "content": "ok"}]}
+    )
+
+
 def test_each_conversation_is_a_session_and_a_resumed_one_finds_its_own(proxy: Running, up: Upstream) -> None:
     client = proxy.openai()
     a = [{"role": "user", "content": "task A"}]

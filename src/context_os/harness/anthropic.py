@@ -11,13 +11,21 @@ turn, ``tool_result`` blocks first, as the API requires. So the volatile ``<cont
 that follows a user message of tool results joins it as a text block after the results.
 
 What the API needs verbatim is kept verbatim: assistant blocks (thinking and redacted_thinking
-with their signatures, server tool blocks, citations, cache_control) are stored in ``extra`` and
+with their signatures, server tool blocks, citations) are stored in ``extra`` and
 rendered back in their order; only a ``tool_use`` block's ``input`` comes from the neutral tool
 call (so a collapsed call's long arguments collapse with its result). User content blocks
 (images, documents, text) are kept as given. The reasoning blocks are counted (``extra_chars``)
 and left off an assistant message past the session's thinking horizon (``drop_thinking``: the
 policy's ``keep_thinking_turns``), as the API's own ``clear_thinking`` edit does; the engine keeps
 them on a message with neither text nor calls (its content must not be empty).
+
+Cache breakpoints (``cache_control`` on a message's block) say where the client wants its prompt
+cached, not what the conversation is: a client such as Claude Code moves its one breakpoint to the
+newest message at every call. ``AnthropicHook`` takes them off the messages before it reads them
+(so a moved breakpoint is not a rewritten history) and puts as many back on what it sends, at most
+one: on the last block that is the conversation's own (before context_os's blocks at the end,
+which change more often), with the client's last breakpoint's value; a second one, if the client
+set two or more, on the very last block. Breakpoints in ``system`` stay where they are.
 
 The top-level ``system`` parameter is not part of ``messages``: ``AnthropicHook.transform`` takes
 it, records it as the first message of the session (so frames show it), and returns it as
@@ -33,6 +41,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 from pydantic import BaseModel
 
 from ..context.entries import Incoming, Msg, ToolCall
+from ..context.view import TAIL_OPEN
 from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
 from .base import (
@@ -58,6 +67,7 @@ __all__ = [
     "AnthropicRequest",
     "merge_turns",
     "validate_anthropic",
+    "without_cache_marks",
 ]
 
 SYSTEM_PARAM = "context_os_system_param"
@@ -458,8 +468,77 @@ class AnthropicHook(ContextHook[dict[str, Any]]):
             raise InvalidOutput("the system parameter was rendered after the first message (a bug: please report)")
         return request
 
+    def transform_context(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``ContextHook.transform_context``, the client's cache breakpoints taken off the
+        messages it reads and put back on what it sends (module docstring)."""
+        plain, marks = without_cache_marks(messages)
+        return _with_cache_marks(super().transform_context(plain), marks)
+
     async def atransform_request(
         self, messages: Sequence[dict[str, Any]], system: str | Sequence[Mapping[str, Any]] | None = None
     ) -> AnthropicRequest:
         """The same, for async loops: store work runs in a thread, off the event loop."""
         return await asyncio.to_thread(self.transform_request, list(messages), system)
+
+
+def _uncached(block: Any) -> Any:
+    """A content block without its ``cache_control`` (nor those of the blocks a tool result holds)."""
+    if not isinstance(block, Mapping):
+        return block
+    out = {k: v for k, v in block.items() if k != "cache_control"}
+    inner = out.get("content")
+    if out.get("type") == "tool_result" and isinstance(inner, list):
+        out["content"] = [_uncached(b) for b in inner]
+    return out
+
+
+def _marks(block: Any) -> list[Any]:
+    """The ``cache_control`` values of a block and of the blocks a tool result holds, in order."""
+    if not isinstance(block, Mapping):
+        return []
+    inner = block.get("content") if block.get("type") == "tool_result" else None
+    found = [m for b in inner for m in _marks(b)] if isinstance(inner, list) else []
+    return found + ([block["cache_control"]] if "cache_control" in block else [])
+
+
+def without_cache_marks(messages: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """``messages`` with their blocks' cache breakpoints taken off (a message holding none is
+    the same object), and the breakpoints' values in order. System messages keep theirs."""
+    plain: list[Any] = []
+    marks: list[Any] = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, Mapping) and m.get("role") != "system" else None
+        found = [v for b in content for v in _marks(b)] if isinstance(content, list) else []
+        if found:
+            marks += found
+            m = {**m, "content": [_uncached(b) for b in content]}  # type: ignore[union-attr]
+        plain.append(m)
+    return plain, marks
+
+
+def _with_cache_marks(out: list[dict[str, Any]], marks: list[Any]) -> list[dict[str, Any]]:
+    """``out`` with the client's breakpoints put back (module docstring): one on the last block of
+    the conversation's own, a second, if it set two or more, on the very last block."""
+    if not marks:
+        return out
+    blocks = [
+        (i, j)
+        for i, m in enumerate(out)
+        if m.get("role") != "system" and isinstance(m.get("content"), list)
+        for j in range(len(m["content"]))
+    ]
+    if not blocks:
+        return out
+
+    def ours(place: tuple[int, int]) -> bool:
+        text = out[place[0]]["content"][place[1]].get("text")
+        return isinstance(text, str) and text.startswith(TAIL_OPEN)
+
+    own = next((p for p in reversed(blocks) if not ours(p)), blocks[-1])
+    chosen = [own, blocks[-1]] if len(marks) > 1 and blocks[-1] != own else [own]
+    out = list(out)
+    for i, j in chosen:
+        content = list(out[i]["content"])
+        content[j] = {**content[j], "cache_control": marks[-1]}
+        out[i] = {**out[i], "content": content}
+    return out

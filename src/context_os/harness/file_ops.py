@@ -49,6 +49,9 @@ _READ_TRAILER = re.compile(
     r"|(?P<more>\d+) more lines in file\. Use offset=(?P<next>\d+) to continue\.?)\]\Z"
 )
 _NUMBERED = re.compile(r"^ *(\d+)(?:\t|→)")
+_NUMBER_ALONE = re.compile(r"^ *(\d+)$")
+"""The last line of a numbered read of a file that ends with a newline, as Claude Code 2.1 prints
+it (``121``: the tab after the number of the empty line dropped)."""
 _REMINDERS = re.compile(r"(?:(?:\A|\n+)<system-reminder>.*?</system-reminder>\n*)+\Z", re.DOTALL)
 """Notes Claude Code appends to what its Read tool shows (since 2.0: one on malware after every
 read, a warning on an empty file or an offset past its end): not the file's text."""
@@ -122,6 +125,11 @@ def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | 
         return None
     lines = body.split("\n")
     numbered = [_NUMBERED.match(line) for line in lines if line]
+    bare = _NUMBER_ALONE.match(lines[-1]) if len(numbered) > 1 and numbered[-1] is None else None
+    before = numbered[-2] if bare is not None else None
+    if bare and before and all(numbered[:-1]) and int(bare.group(1)) == int(before.group(1)) + 1:
+        numbered[-1] = bare  # the empty last line, its tab dropped
+        lines[-1] += "\t"
     if numbered and all(numbered):
         first = int(numbered[0].group(1)) if numbered[0] else first
         lines = [_NUMBERED.sub("", line, count=1) for line in lines]

@@ -40,6 +40,7 @@ import httpx
 from ..context.session import Session
 from ..context.source_tools import SourceTools
 from ..files import FileTools, Workspace
+from ..harness.anthropic import without_cache_marks
 from ..harness.registry import harness
 from ..harness.responses import to_chat, to_items
 from ..harness.toolnames import for_tools, preset
@@ -86,7 +87,8 @@ HOP_HEADERS = {
 
 def derive_session(api: Api, body: Mapping[str, Any]) -> str:
     """A conversation's session id from how it starts: ``proxy-`` and 16 hex digits of the hash
-    of its API, system prompt and first user message (the model may change; the start does not).
+    of its API, system prompt and first user message (the model may change; the start does not;
+    a cache breakpoint on it, which a client such as Claude Code moves on, is no part of it).
     A Responses conversation: of its ``prompt_cache_key`` if it has one (Codex CLI's is its
     conversation id), else of its instructions and every item before the model's first (Codex's
     first user message is its environment, the same for every conversation in one directory)."""
@@ -107,6 +109,8 @@ def derive_session(api: Api, body: Mapping[str, Any]) -> str:
     if api == "openai":
         system = [m for m in messages if isinstance(m, Mapping) and m.get("role") in ("system", "developer")]
     first = next((m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None)
+    if first is not None:  # a cache breakpoint a client moves on is not part of the conversation
+        first = without_cache_marks([first])[0][0]
     digest = hash_value({"api": api, "system": system, "first": first}).removeprefix(HASH_PREFIX)
     return f"proxy-{digest[:16]}"
 
