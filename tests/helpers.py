@@ -63,6 +63,29 @@ def node_bin(root: Path) -> Path:
     return found
 
 
+def npm_package(root: Path, cli: Path, package: str) -> tuple[Path, Path, str]:
+    """An npm-installed CLI for an end-to-end test: (the directory of its Node, the installed
+    package's directory, its version). ``npm ci`` of ``cli``'s lockfile runs when its
+    ``node_modules`` is missing or holds another version than the lockfile names (the first time
+    needs the npm registry; later runs are offline). Raises ``Unavailable`` naming what failed."""
+    node = node_bin(root)
+    lock = cli / "package-lock.json"
+    try:
+        want = str(json.loads(lock.read_text())["packages"][f"node_modules/{package}"]["version"])
+    except (OSError, ValueError, KeyError):
+        raise Unavailable(f"{lock} names no {package}") from None
+    installed = cli / "node_modules" / package
+    try:
+        have = json.loads((installed / "package.json").read_text()).get("version")
+    except (OSError, ValueError):
+        have = None
+    if have != want:
+        print(f"[e2e] installing {package} {want} into {cli / 'node_modules'} (npm ci)", file=sys.stderr, flush=True)
+        env = {**os.environ, "PATH": f"{node}{os.pathsep}{os.environ.get('PATH', '')}"}
+        run_step(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=cli, env=env)
+    return node, installed, want
+
+
 def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 

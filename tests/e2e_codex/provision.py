@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers import Unavailable, node_bin, run_step
+from tests.helpers import Unavailable, npm_package, run_step
 
 __all__ = ["CLI", "CodexInstall", "provision"]
 
@@ -34,25 +33,10 @@ class CodexInstall:
         return f"{self.node_bin}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-def _version(path: Path, key: str) -> str | None:
-    try:
-        data = json.loads(path.read_text())
-        return str(data["packages"][key]["version"] if key else data["version"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 def provision() -> CodexInstall:
-    node = node_bin(ROOT)
+    node, installed, want = npm_package(ROOT, CLI, PACKAGE)
     env = {**os.environ, "PATH": f"{node}{os.pathsep}{os.environ.get('PATH', '')}"}
-    want = _version(CLI / "package-lock.json", f"node_modules/{PACKAGE}")
-    manifest = CLI / "node_modules" / PACKAGE / "package.json"
-    if want is None:
-        raise Unavailable(f"{CLI / 'package-lock.json'} names no {PACKAGE}")
-    if _version(manifest, "") != want:
-        print(f"[codex] installing {PACKAGE} {want} into {CLI / 'node_modules'} (npm ci)", file=sys.stderr, flush=True)
-        run_step(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=CLI, env=env)
-    codex = CLI / "node_modules" / PACKAGE / json.loads(manifest.read_text())["bin"]["codex"]
+    codex = installed / json.loads((installed / "package.json").read_text())["bin"]["codex"]
     install = CodexInstall(node, codex, want)
     reported = run_step(install.command("--version"), cwd=CLI, env=env).strip()
     if want not in reported:

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,8 +17,8 @@ import pytest
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import Unavailable, unavailable
-from tests.proxy.running import proxy_command
-from tests.proxy.upstream import ToolCall, Upstream, call, upstream
+from tests.proxy.running import Proxied, file_as_shown, scripted_proxy
+from tests.proxy.upstream import ToolCall, call
 
 from .provision import CodexInstall, provision
 
@@ -40,22 +38,11 @@ def codex() -> CodexInstall:
         unavailable("the Codex CLI", e)
 
 
-@dataclass
-class Proxied:
-    url: str
-    """The proxy's OpenAI base URL."""
-    store: Path
-    up: Upstream
-    """The scripted model, with the requests it received."""
-
-
 @pytest.fixture
 def proxied(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Proxied]:
     """``ctxos proxy`` (the command) in front of a scripted model replying ``request.param``."""
-    with upstream(replies=request.param) as up:
-        store = tmp_path / "proxy.db"
-        with proxy_command(store, up.url) as url:
-            yield Proxied(url, store, up)
+    with scripted_proxy(tmp_path, request.param) as p:
+        yield p
 
 
 def run_codex(codex: CodexInstall, proxied: Proxied, work: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -122,27 +109,6 @@ FILE_SCRIPT += [
 FILE_SCRIPT += [call("exec_command", cmd="cat big.txt"), "Done: f7 returns 'seven'."]
 
 
-def patched(text: str, diff: str) -> str:
-    """``text`` with a unified diff's hunks applied (context_os's patch of a block it showed)."""
-    lines = text.split("\n")
-    out: list[str] = []
-    at = 0
-    for hunk in re.split(r"^(?=@@ )", diff, flags=re.MULTILINE):
-        if not hunk.startswith("@@ "):
-            continue
-        header, *body = hunk.removesuffix("\n").split("\n")
-        start = int(re.match(r"@@ -(\d+)", header).group(1)) - 1  # type: ignore[union-attr]
-        out += lines[at:start]
-        at = start
-        for row in body:
-            if row[:1] in (" ", "-"):
-                assert lines[at] == row[1:], (lines[at], row)
-                at += 1
-            if row[:1] in (" ", "+"):
-                out.append(row[1:])
-    return "\n".join(out + lines[at:])
-
-
 @pytest.mark.parametrize("proxied", [FILE_SCRIPT], indirect=True)
 def test_codexs_own_read_and_patch_keep_the_file_as_an_object_equal_to_the_disk(
     codex: CodexInstall, proxied: Proxied, tmp_path: Path
@@ -158,14 +124,12 @@ def test_codexs_own_read_and_patch_keep_the_file_as_an_object_equal_to_the_disk(
     on_disk = (work / "app.py").read_text()
     assert "    return 'seven'\n" in on_disk  # Codex applied the patch itself
     after_patch = proxied.up.requests[-2]["input"]
-    ours = [i["content"] for i in after_patch if str(i.get("content")).startswith("<context_os>")]
-    # the file as read, its block kept in place (the prompt cache), then a patch of that block
-    [block] = [t for t in ours if t.startswith('<context_os>\nActive content:\n<object id="file:')]
-    [patch] = [t for t in ours if "(now version 2) changed: a patch of its block above" in t]
-    seen = patched(block, patch.split("\n", 2)[2].removesuffix("\n</context_os>"))
-    text = seen.split('version="2">\n', 1)[1].split("\n</object>", 1)[0]
     # what the model is shown of app.py is the disk's text (a range read leaves the end open)
-    assert text == on_disk.removesuffix("\n") + f"\n[context_os: lines after {APP_LINES} not read yet, if any]"
+    version, text = file_as_shown(after_patch, "app.py")
+    assert (version, text) == (
+        2,
+        on_disk.removesuffix("\n") + f"\n[context_os: lines after {APP_LINES} not read yet, if any]",
+    )
     # the read's output collapsed at once: the provider sees the file once
     assert sum("def f20():" in json.dumps(i) for i in after_patch) == 1
     with SqliteStore(proxied.store) as s:

@@ -1,5 +1,7 @@
 """The proxy under test: in this process (``Running``: the server on a thread, over a real SQLite
-store) or as the ``ctxos proxy`` command (``proxy_command``), and SDK clients pointed at it."""
+store) or as the ``ctxos proxy`` command (``proxy_command``, ``scripted_proxy``: the command in
+front of a scripted model, for the end-to-end tests of real agents), SDK clients pointed at it,
+and ``file_as_shown``: a file as the provider was shown it."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +20,19 @@ import openai
 
 from context_os.server.proxy import Proxy, make_proxy_server
 from context_os.store.sqlite import SqliteStore
-from tests.proxy.upstream import Upstream
+from tests.proxy.upstream import ToolCall, Upstream, upstream
 
-__all__ = ["KEY", "OPEN", "Running", "anthropic_client", "openai_client", "proxy_command"]
+__all__ = [
+    "KEY",
+    "OPEN",
+    "Proxied",
+    "Running",
+    "anthropic_client",
+    "file_as_shown",
+    "openai_client",
+    "proxy_command",
+    "scripted_proxy",
+]
 
 KEY = "sk-test-0123456789abcdef-secret"
 CTXOS = str(Path(sys.executable).parent / "ctxos")
@@ -83,3 +96,62 @@ def proxy_command(store: Path, upstream_url: str) -> Iterator[str]:
         assert proc.wait(30) == 0
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+@dataclass
+class Proxied:
+    url: str
+    """The proxy's OpenAI base URL (the Anthropic one without ``/v1``)."""
+    store: Path
+    up: Upstream
+    """The scripted model, with the requests it received."""
+
+
+@contextmanager
+def scripted_proxy(tmp_path: Path, replies: list[str | ToolCall]) -> Iterator[Proxied]:
+    """The ``ctxos proxy`` command in front of a scripted model replying ``replies``."""
+    with upstream(replies=replies) as up:
+        store = tmp_path / "proxy.db"
+        with proxy_command(store, up.url) as url:
+            yield Proxied(url, store, up)
+
+
+def file_as_shown(messages: list[Any], path: str) -> tuple[int, str]:
+    """(version, text) of the newest version of ``path``'s file object in what the provider was
+    sent (``messages``: its input items or messages): its block, with the patch context_os sent
+    after it when the file changed (the block stays in place for the prompt cache)."""
+    texts: list[str] = []
+    for m in messages:
+        content = m.get("content")
+        parts = content if isinstance(content, list) else [{"text": content}]
+        texts += [p["text"] for p in parts if isinstance(p, dict) and str(p.get("text")).startswith("<context_os>")]
+    [block] = [t for t in texts if t.startswith("<context_os>\nActive content:\n") and f'path="{path}"' in t]
+    head = re.search(rf'<object id="(file:[^"]+)" kind="file" path="{re.escape(path)}" version="(\d+)">\n', block)
+    assert head is not None, block[:300]
+    patches = [t for t in texts if t.startswith(f"<context_os>\n{head.group(1)} (now version ")]
+    if patches:
+        block = _patched(block, patches[-1].split("\n", 2)[2].removesuffix("\n</context_os>"))
+    found = re.search(r'version="(\d+)">\n(.*?)\n</object>', block[head.start() :], re.DOTALL)
+    assert found is not None
+    return int(found.group(1)), found.group(2)
+
+
+def _patched(text: str, diff: str) -> str:
+    """``text`` with a unified diff's hunks applied (context_os's patch of a block it showed)."""
+    lines = text.split("\n")
+    out: list[str] = []
+    at = 0
+    for hunk in re.split(r"^(?=@@ )", diff, flags=re.MULTILINE):
+        if not hunk.startswith("@@ "):
+            continue
+        header, *body = hunk.removesuffix("\n").split("\n")
+        start = int(re.match(r"@@ -(\d+)", header).group(1)) - 1  # type: ignore[union-attr]
+        out += lines[at:start]
+        at = start
+        for row in body:
+            if row[:1] in (" ", "-"):
+                assert lines[at] == row[1:], (lines[at], row)
+                at += 1
+            if row[:1] in (" ", "+"):
+                out.append(row[1:])
+    return "\n".join(out + lines[at:])

@@ -1,0 +1,98 @@
+"""End to end through the real Claude Code CLI (``claude -p``, from npm) pointed at ``ctxos proxy``
+(the real command) as its Anthropic API. Only the model is scripted (tests/proxy/upstream.py):
+Claude Code, its Read and Edit tools, the proxy and the SQLite store are real, on real files in a
+temp workspace. Claude Code is provisioned by provision.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from context_os.context.frames import frame_docs, verify_frame
+from context_os.store.sqlite import SqliteStore
+from tests.helpers import Unavailable, unavailable
+from tests.proxy.running import file_as_shown, scripted_proxy
+from tests.proxy.upstream import ToolCall, call
+
+from .provision import ClaudeInstall, provision
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+FILES = 12
+"""Reads of 400-line files before the edit: with Claude Code's own system prompt and tools the
+conversation passes the 50,000 tokens context_os manages from."""
+MODEL = "claude-sonnet-4-5"
+APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
+
+
+@pytest.fixture(scope="module")
+def claude() -> ClaudeInstall:
+    try:
+        return provision()
+    except Unavailable as e:  # pragma: no cover - depends on the machine
+        unavailable("the Claude Code CLI", e)
+
+
+def script(work: Path) -> list[str | ToolCall]:
+    reads: list[str | ToolCall] = [call("Read", file_path=str(work / f"m{n}.txt")) for n in range(FILES)]
+    edit = call("Edit", file_path=str(work / "app.py"), old_string="    return 7\n", new_string="    return 'seven'\n")
+    return [*reads, call("Read", file_path=str(work / "app.py")), edit, "Done: f7 returns 'seven'."]
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "app.py").write_text(APP)
+    for n in range(FILES):
+        (work / f"m{n}.txt").write_text(
+            "".join(f"line {k} of m{n}: some text of the file to read\n" for k in range(400))
+        )
+    return work
+
+
+def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_disk(
+    claude: ClaudeInstall, work: Path, tmp_path: Path
+) -> None:
+    """Claude Code reads twelve files and app.py, then edits app.py with its own Edit tool: the
+    provider is then shown app.py once, as a file object at the text the edit left on disk,
+    never the old line; the reads' outputs collapsed into their files; every frame verified."""
+    home = tmp_path / "home"
+    home.mkdir()
+    with scripted_proxy(tmp_path, script(work)) as proxied:
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(home),
+            "ANTHROPIC_BASE_URL": proxied.url.removesuffix("/v1"),
+            "ANTHROPIC_API_KEY": "sk-ant-e2e",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+        }
+        proc = subprocess.run(
+            claude.command("-p", "fix f7 in app.py", "--permission-mode", "acceptEdits", "--model", MODEL),
+            cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Done: f7 returns 'seven'." in proc.stdout
+    on_disk = (work / "app.py").read_text()
+    assert "    return 'seven'\n" in on_disk  # Claude Code's Edit wrote the file itself
+    requests = list(proxied.up.requests)
+    assert len(requests) == FILES + 3  # one per model call: Claude Code made no other
+    last = requests[-1]["messages"]
+    # the file as the model is shown it after the edit: the disk's text, its line numbers read off
+    assert file_as_shown(last, str(work / "app.py")) == (2, on_disk)
+    # never the old line: nowhere but in Claude Code's own Edit call
+    blocks = [b for m in last if isinstance(m["content"], list) for b in m["content"] if b.get("type") != "tool_use"]
+    shown = json.dumps([*blocks, *(m["content"] for m in last if isinstance(m["content"], str))])
+    assert "    return 7\\n" not in shown and "    return 'seven'\\n" in shown
+    # the reads' outputs collapsed at once: their text is in the file objects
+    results = [b for b in blocks if b.get("type") == "tool_result"]
+    assert all(str(r["content"]).startswith("[Read output, ") for r in results[: FILES + 1])
+    with SqliteStore(proxied.store) as s:
+        [session] = [v.id.removeprefix("session:") for v in s.find("session")]
+        frames = frame_docs(s, session)
+        assert len(frames) == len(requests) and all(verify_frame(s, f).ok for f in frames)
