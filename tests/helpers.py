@@ -25,6 +25,9 @@ due: what tests of the retention rules themselves use. The defaults wait for the
 and for cache breaks that pay (tests/context/test_economy.py)."""
 
 
+T = TypeVar("T")
+
+
 def unavailable(what: str, why: object) -> NoReturn:
     """A real part a test needs (a node, a browser, a peer, data) could not be had: under
     ``CI=true`` that fails the test (CI runs everything), elsewhere it skips it, naming what and why."""
@@ -35,6 +38,14 @@ def unavailable(what: str, why: object) -> NoReturn:
 
 class Unavailable(Exception):
     """A real part a test needs could not be provisioned; the message says exactly why."""
+
+
+def provisioned(what: str, provision: Callable[[], T]) -> T:
+    """``provision()``'s real part, or the test ``unavailable`` when it raises ``Unavailable``."""
+    try:
+        return provision()
+    except Unavailable as e:  # pragma: no cover - depends on the machine
+        unavailable(what, e)
 
 
 def run_step(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> str:
@@ -245,9 +256,6 @@ def shown_blocks(texts: list[str]) -> dict[str, str]:
             else:
                 shown[key] = apply_patch(shown[key], lines[2:-1])
     return shown
-
-
-T = TypeVar("T")
 
 
 def wait_for(check: Callable[[], T], what: str = "condition", timeout: float = 10.0) -> T:

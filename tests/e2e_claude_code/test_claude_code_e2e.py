@@ -14,7 +14,7 @@ import pytest
 
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import Unavailable, unavailable
+from tests.helpers import provisioned
 from tests.proxy.running import file_as_shown, scripted_proxy
 from tests.proxy.upstream import ToolCall, call
 
@@ -31,10 +31,7 @@ APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
 
 @pytest.fixture(scope="module")
 def claude() -> ClaudeInstall:
-    try:
-        return provision()
-    except Unavailable as e:  # pragma: no cover - depends on the machine
-        unavailable("the Claude Code CLI", e)
+    return provisioned("the Claude Code CLI", provision)
 
 
 def script(work: Path) -> list[str | ToolCall]:

@@ -16,7 +16,7 @@ import pytest
 
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import Unavailable, unavailable
+from tests.helpers import provisioned
 from tests.proxy.running import Proxied, file_as_shown, scripted_proxy
 from tests.proxy.upstream import ToolCall, call
 
@@ -32,10 +32,7 @@ READS = 24
 
 @pytest.fixture(scope="module")
 def codex() -> CodexInstall:
-    try:
-        return provision()
-    except Unavailable as e:  # pragma: no cover - depends on the machine
-        unavailable("the Codex CLI", e)
+    return provisioned("the Codex CLI", provision)
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import unavailable
+from tests.helpers import provisioned
 
 from .model_server import Reply, ScriptedModel, scripted_model
-from .provision import PiInstall, PiUnavailable, provision
+from .provision import PiInstall, provision
 
 CTXOS = str(Path(sys.executable).parent / "ctxos")
 PI_RUN_TIMEOUT_S = 90
@@ -29,10 +29,7 @@ PI_RUN_TIMEOUT_S = 90
 
 @pytest.fixture(scope="session")
 def pi() -> PiInstall:
-    try:
-        return provision()
-    except PiUnavailable as e:  # pragma: no cover - depends on the machine
-        unavailable("Pi", e)
+    return provisioned("Pi", provision)
 
 
 @dataclass
