@@ -270,6 +270,29 @@ def test_our_tools_run_inside_the_proxy_and_the_client_sees_only_its_answer(tmp_
             running.close()
 
 
+def test_our_tools_exchange_comes_back_though_claude_code_moves_its_cache_breakpoint(tmp_path: Path) -> None:
+    """Claude Code marks its newest message for the prompt cache at every call: the message our
+    exchange followed comes back unmarked, and the exchange is still put back in its place."""
+    mark = {"type": "ephemeral"}
+    with upstream(replies=[call("pin", id="r2"), "pinned it", "second answer"]) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.anthropic()
+            first = [{"role": "user", "content": [{"type": "text", "text": "check the log", "cache_control": mark}]}]
+            client.messages.create(model="m", max_tokens=100, messages=first)  # type: ignore[arg-type]
+            later = [
+                {"role": "user", "content": [{"type": "text", "text": "check the log"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "pinned it"}]},
+                {"role": "user", "content": [{"type": "text", "text": "and now?", "cache_control": mark}]},
+            ]
+            client.messages.create(model="m", max_tokens=100, messages=later)  # type: ignore[arg-type]
+            third = json.dumps(up.requests[2]["messages"])
+            assert third.index('"pin"') < third.index("pinned it") < third.index("and now?")
+            assert third.count("cache_control") == 1
+        finally:
+            running.close()
+
+
 def test_our_tools_in_a_stream_and_the_clients_own_calls_pass(tmp_path: Path) -> None:
     replies = [call("pin", id="r1"), call("bash", cmd="ls"), call("unpin", id="r1"), "all done"]
     with upstream(replies=replies) as up:

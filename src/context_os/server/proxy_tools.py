@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..harness.anthropic import without_cache_marks
 from ..hashing import hash_value
 
 __all__ = ["MAX_ROUNDS", "Call", "Hidden", "StreamFilter", "dialect", "prefix_hash", "splice"]
@@ -56,7 +57,9 @@ class Hidden:
 
 
 def prefix_hash(messages: Sequence[Any]) -> str:
-    return hash_value(list(messages))
+    """The hash of a client's messages up to an exchange it never saw, its cache breakpoints left
+    out: Claude Code moves its one breakpoint to its newest message at every call."""
+    return hash_value(without_cache_marks(messages)[0])
 
 
 def splice(messages: list[Any], hidden: list[Hidden]) -> tuple[list[Any], list[Hidden]]:
