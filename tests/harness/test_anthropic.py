@@ -554,3 +554,8 @@ def test_the_breakpoint_goes_before_context_os_blocks_at_the_end():
     assert cache_marks(_with_cache_marks(out, [mark])) == [(1, 0, mark)]
     assert cache_marks(_with_cache_marks(out, [mark, mark])) == [(1, 0, mark), (1, 1, mark)]
     assert "cache_control" not in out[1]["content"][0]  # what it was given is not changed
+    # never on reasoning or an empty text, which the API refuses to mark
+    prefill = [out[0], {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"}]}]
+    assert cache_marks(_with_cache_marks(prefill, [mark])) == [(0, 0, mark)]
+    empty = [{"role": "user", "content": [{"type": "text", "text": "go"}, {"type": "text", "text": ""}]}]
+    assert cache_marks(_with_cache_marks(empty, [mark])) == [(0, 0, mark)]

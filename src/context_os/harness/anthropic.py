@@ -521,11 +521,12 @@ def _with_cache_marks(out: list[dict[str, Any]], marks: list[Any]) -> list[dict[
     the conversation's own, a second, if it set two or more, on the very last block."""
     if not marks:
         return out
-    blocks = [
+    blocks = [  # the blocks that may hold one: not reasoning, not an empty text (the API refuses those)
         (i, j)
         for i, m in enumerate(out)
         if m.get("role") != "system" and isinstance(m.get("content"), list)
-        for j in range(len(m["content"]))
+        for j, b in enumerate(m["content"])
+        if isinstance(b, Mapping) and b.get("type") not in _REASONING and b.get("text", True)
     ]
     if not blocks:
         return out
