@@ -541,6 +541,12 @@ def test_a_cache_breakpoint_the_client_moves_on_is_no_rewrite_and_is_put_back_on
     assert [(i, j) for i, j, _ in cache_marks(out["messages"])] == list(dict.fromkeys([last_own, very_last]))
     # a client that marks nothing gets nothing marked
     assert cache_marks(hook.transform_request(msgs, system=[{"type": "text", "text": SYSTEM}])["messages"]) == []
+    # what is stored of a message read with breakpoints holds none: a call and a text marked when new
+    msgs += [calls("u1"), results(("u1", "out"), text="and a note")]
+    hook.transform_request([*msgs[:-2], marked(msgs[-2]), marked(msgs[-1])], system=[{"type": "text", "text": SYSTEM}])
+    msgs += [calls("u2"), results(("u2", "out"))]
+    out = hook.transform_request([*msgs[:-1], marked(msgs[-1])], system=[{"type": "text", "text": SYSTEM}])
+    assert len(cache_marks(out["messages"])) == 1
 
 
 def test_the_breakpoint_goes_before_context_os_blocks_at_the_end():
@@ -551,9 +557,9 @@ def test_the_breakpoint_goes_before_context_os_blocks_at_the_end():
         {"role": "user", "content": [{"type": "text", "text": "go on"}, {"type": "text", "text": "<context_os>\nx"}]},
     ]
     mark = {"type": "ephemeral", "ttl": "1h"}
-    assert cache_marks(_with_cache_marks(out, [mark])) == [(1, 0, mark)]
-    assert cache_marks(_with_cache_marks(out, [mark, mark])) == [(1, 0, mark), (1, 1, mark)]
-    assert "cache_control" not in out[1]["content"][0]  # what it was given is not changed
+    assert cache_marks(_with_cache_marks(list(out), [mark])) == [(1, 0, mark)]
+    assert cache_marks(_with_cache_marks(list(out), [mark, mark])) == [(1, 0, mark), (1, 1, mark)]
+    assert cache_marks(out) == []  # the list changes in place; the messages it held do not
     # never on reasoning or an empty text, which the API refuses to mark
     prefill = [out[0], {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"}]}]
     assert cache_marks(_with_cache_marks(prefill, [mark])) == [(0, 0, mark)]

@@ -21,11 +21,13 @@ them on a message with neither text nor calls (its content must not be empty).
 
 Cache breakpoints (``cache_control`` on a message's block) say where the client wants its prompt
 cached, not what the conversation is: a client such as Claude Code moves its one breakpoint to the
-newest message at every call. ``AnthropicHook`` takes them off the messages before it reads them
-(so a moved breakpoint is not a rewritten history) and puts as many back on what it sends, at most
-one: on the last block that is the conversation's own (before context_os's blocks at the end,
-which change more often), with the client's last breakpoint's value; a second one, if the client
-set two or more, on the very last block. Breakpoints in ``system`` stay where they are.
+newest message at every call. The adapter reads messages without them (a message's hash and what
+is stored of it leave them out, so a moved breakpoint is not a rewritten history), and
+``AnthropicHook`` puts the client's back on what it sends, as many as the client's last
+``MARKED_TAIL`` messages hold, at most two: one on the last block that is the conversation's own
+(before context_os's blocks at the end, which change more often), a second on the very last
+block, each with the value of the client's last breakpoint; never on a reasoning block or an
+empty text, which the API refuses to mark. Breakpoints in ``system`` stay where they are.
 
 The top-level ``system`` parameter is not part of ``messages``: ``AnthropicHook.transform`` takes
 it, records it as the first message of the session (so frames show it), and returns it as
@@ -70,6 +72,9 @@ __all__ = [
     "without_cache_marks",
 ]
 
+MARKED_TAIL = 4
+"""How many of the client's last messages its cache breakpoints are looked for in (Anthropic allows
+four in a request; clients put theirs on the newest messages)."""
 SYSTEM_PARAM = "context_os_system_param"
 """Key marking the pseudo-message that carries the top-level ``system`` parameter in the session."""
 
@@ -106,8 +111,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _blocks(content: Any, index: int) -> list[dict[str, Any]] | None:
-    """The content blocks of a message (None for string content), as plain dicts."""
+def _blocks(content: Any, index: int, *, marks: bool = False) -> list[dict[str, Any]] | None:
+    """The content blocks of a message (None for string content), as plain dicts; with
+    ``marks``, their cache breakpoints kept (a system message's), else left out."""
     if isinstance(content, str):
         return None
     if not isinstance(content, list | tuple):
@@ -121,7 +127,7 @@ def _blocks(content: Any, index: int) -> list[dict[str, Any]] | None:
         block = _plain(block)
         if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
             raise MalformedMessage("a content block must be an object with a type", index=index, field=f"content[{j}]")
-        out.append(dict(block))
+        out.append(dict(block) if marks else _uncached(block))
     return out
 
 
@@ -188,7 +194,8 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
             plain = dict(message)
             content = plain.get("content")
             if not isinstance(content, str | None):
-                plain["content"] = [_plain(b) for b in content]
+                keep = plain.get("role") == "system"  # a breakpoint a client moves on is no content
+                plain["content"] = [_plain(b) if keep else _uncached(_plain(b)) for b in content]
             return hash_value(plain)
         except (HashError, TypeError, ValueError, RecursionError):
             return fallback_hash(message)  # unhashable input is rejected by translate
@@ -211,7 +218,7 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
         if "content" not in message:
             raise MalformedMessage("a message needs content", index=index, field="content")
         content = message["content"]
-        blocks = _blocks(content, index)
+        blocks = _blocks(content, index, marks=role == "system")
         extra = {k: v for k, v in message.items() if k not in _MANAGED}
         if SYSTEM_PARAM in extra and (index != 0 or role != "system"):
             raise MalformedMessage(f"{SYSTEM_PARAM!r} is reserved for the system parameter", index=index)
@@ -282,7 +289,7 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
                 "a tool_result needs a tool_use_id string", index=index, field=f"{field}.tool_use_id"
             )
         raw = block.get("content", "")
-        extra = {k: v for k, v in block.items() if k not in ("type", "tool_use_id", "content")}
+        extra = {k: v for k, v in block.items() if k not in ("type", "tool_use_id", "content", "cache_control")}
         if raw is None or isinstance(raw, str):
             text = _check_text(raw or "", index, f"{field}.content")
         else:
@@ -469,10 +476,9 @@ class AnthropicHook(ContextHook[dict[str, Any]]):
         return request
 
     def transform_context(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``ContextHook.transform_context``, the client's cache breakpoints taken off the
-        messages it reads and put back on what it sends (module docstring)."""
-        plain, marks = without_cache_marks(messages)
-        return _with_cache_marks(super().transform_context(plain), marks)
+        """``ContextHook.transform_context``, the client's cache breakpoints put back on what it
+        sends (module docstring)."""
+        return _with_cache_marks(super().transform_context(messages), _recent_marks(messages))
 
     async def atransform_request(
         self, messages: Sequence[dict[str, Any]], system: str | Sequence[Mapping[str, Any]] | None = None
@@ -516,28 +522,41 @@ def without_cache_marks(messages: Sequence[Any]) -> tuple[list[Any], list[Any]]:
     return plain, marks
 
 
+def _recent_marks(messages: Sequence[Any]) -> list[Any]:
+    """The cache breakpoints of the client's last ``MARKED_TAIL`` messages (not system ones), in order."""
+    found: list[Any] = []
+    for m in messages[-MARKED_TAIL:]:
+        content = m.get("content") if isinstance(m, Mapping) and m.get("role") != "system" else None
+        if isinstance(content, list):
+            found += [v for b in content for v in _marks(_plain(b))]
+    return found
+
+
 def _with_cache_marks(out: list[dict[str, Any]], marks: list[Any]) -> list[dict[str, Any]]:
-    """``out`` with the client's breakpoints put back (module docstring): one on the last block of
-    the conversation's own, a second, if it set two or more, on the very last block."""
+    """``out`` (the hook's own new list, changed in place; its messages and blocks are not) with
+    the client's breakpoints put back (module docstring), walking back from its end only as far
+    as the conversation's own last block."""
     if not marks:
         return out
-    blocks = [  # the blocks that may hold one: not reasoning, not an empty text (the API refuses those)
-        (i, j)
-        for i, m in enumerate(out)
-        if m.get("role") != "system" and isinstance(m.get("content"), list)
-        for j, b in enumerate(m["content"])
-        if isinstance(b, Mapping) and b.get("type") not in _REASONING and b.get("text", True)
-    ]
-    if not blocks:
+    last: tuple[int, int] | None = None
+    own: tuple[int, int] | None = None
+    for i in range(len(out) - 1, -1, -1):
+        content = out[i].get("content")
+        if out[i].get("role") == "system" or not isinstance(content, list):
+            continue
+        for j in range(len(content) - 1, -1, -1):
+            b = content[j]
+            if not isinstance(b, Mapping) or b.get("type") in _REASONING or not b.get("text", True):
+                continue  # the API refuses to mark reasoning and empty texts
+            last = last or (i, j)
+            if not str(b.get("text", "")).startswith(TAIL_OPEN):
+                own = (i, j)
+                break
+        if own is not None:
+            break
+    if last is None:
         return out
-
-    def ours(place: tuple[int, int]) -> bool:
-        text = out[place[0]]["content"][place[1]].get("text")
-        return isinstance(text, str) and text.startswith(TAIL_OPEN)
-
-    own = next((p for p in reversed(blocks) if not ours(p)), blocks[-1])
-    chosen = [own, blocks[-1]] if len(marks) > 1 and blocks[-1] != own else [own]
-    out = list(out)
+    chosen = {own or last, last} if len(marks) > 1 else {own or last}
     for i, j in chosen:
         content = list(out[i]["content"])
         content[j] = {**content[j], "cache_control": marks[-1]}
