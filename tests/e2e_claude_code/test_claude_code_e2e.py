@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from context_os.context.frames import frame_docs, verify_frame
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import provisioned
-from tests.proxy.running import file_as_shown, scripted_proxy
+from tests.proxy.running import file_as_shown, only_session, scripted_proxy, verified_frames
 from tests.proxy.upstream import ToolCall, call
 
 from .provision import ClaudeInstall, provision
@@ -90,6 +89,4 @@ def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_
     results = [b for b in blocks if b.get("type") == "tool_result"]
     assert all(str(r["content"]).startswith("[Read output, ") for r in results[: FILES + 1])
     with SqliteStore(proxied.store) as s:
-        [session] = [v.id.removeprefix("session:") for v in s.find("session")]
-        frames = frame_docs(s, session)
-        assert len(frames) == len(requests) and all(verify_frame(s, f).ok for f in frames)
+        assert verified_frames(s, only_session(s)) == len(requests)

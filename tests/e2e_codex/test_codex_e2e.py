@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from context_os.context.frames import frame_docs, verify_frame
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import provisioned
-from tests.proxy.running import Proxied, file_as_shown, scripted_proxy
+from tests.proxy.running import Proxied, file_as_shown, only_session, scripted_proxy, verified_frames
 from tests.proxy.upstream import ToolCall, call
 
 from .provision import CodexInstall, provision
@@ -90,9 +89,7 @@ def test_codex_through_the_proxy_is_managed_and_never_sees_our_tools(
     assert sum("collapsed" in o["output"] for o in outputs[-1]) >= 10
     # one session, a frame per upstream call, each re-rendered to its hash
     with SqliteStore(proxied.store) as s:
-        [session] = [v.id.removeprefix("session:") for v in s.find("session")]
-        frames = frame_docs(s, session)
-        assert len(frames) == len(requests) and all(verify_frame(s, f).ok for f in frames)
+        assert verified_frames(s, only_session(s)) == len(requests)
 
 
 APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
@@ -130,5 +127,4 @@ def test_codexs_own_read_and_patch_keep_the_file_as_an_object_equal_to_the_disk(
     # the read's output collapsed at once: the provider sees the file once
     assert sum("def f20():" in json.dumps(i) for i in after_patch) == 1
     with SqliteStore(proxied.store) as s:
-        [session] = [v.id.removeprefix("session:") for v in s.find("session")]
-        assert all(verify_frame(s, f).ok for f in frame_docs(s, session))
+        assert verified_frames(s, only_session(s)) == len(proxied.up.requests)

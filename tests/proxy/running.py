@@ -1,7 +1,8 @@
 """The proxy under test: in this process (``Running``: the server on a thread, over a real SQLite
 store) or as the ``ctxos proxy`` command (``proxy_command``, ``scripted_proxy``: the command in
 front of a scripted model, for the end-to-end tests of real agents), SDK clients pointed at it,
-and ``file_as_shown``: a file as the provider was shown it."""
+``file_as_shown``: a file as the provider was shown it, and what a session recorded
+(``only_session``, ``verified_frames``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from typing import Any
 import anthropic
 import openai
 
+from context_os.context.frames import frame_docs, verify_frame
 from context_os.server.proxy import Proxy, make_proxy_server
+from context_os.store.base import Store
 from context_os.store.sqlite import SqliteStore
 from tests.proxy.upstream import ToolCall, Upstream, upstream
 
@@ -29,9 +32,11 @@ __all__ = [
     "Running",
     "anthropic_client",
     "file_as_shown",
+    "only_session",
     "openai_client",
     "proxy_command",
     "scripted_proxy",
+    "verified_frames",
 ]
 
 KEY = "sk-test-0123456789abcdef-secret"
@@ -155,3 +160,17 @@ def _patched(text: str, diff: str) -> str:
             if row[:1] in (" ", "+"):
                 out.append(row[1:])
     return "\n".join(out + lines[at:])
+
+
+def only_session(store: Store) -> str:
+    """The id of the one session in ``store`` (asserting there is one)."""
+    [session] = [v.id.removeprefix("session:") for v in store.find("session")]
+    return session
+
+
+def verified_frames(store: Store, session_id: str) -> int:
+    """How many frames ``session_id`` recorded, asserting there are some and each re-renders to
+    its hash."""
+    frames = frame_docs(store, session_id)
+    assert frames and all(verify_frame(store, f).ok for f in frames), session_id
+    return len(frames)

@@ -14,13 +14,12 @@ from typing import Any
 import pytest
 
 from context_os import Session
-from context_os.context.frames import frame_docs, verify_frame
 from context_os.errors import ConfigError
 from context_os.harness.openai import OpenAIHook
 from context_os.harness.responses import to_chat, to_items
 from context_os.server.proxy import Proxy, derive_session
 from context_os.store.sqlite import SqliteStore
-from tests.proxy.running import Running
+from tests.proxy.running import Running, file_as_shown, verified_frames
 from tests.proxy.upstream import Upstream, upstream
 
 pytestmark = pytest.mark.timeout(120)
@@ -73,16 +72,6 @@ def codex_patch(call_id: str, k: int, new: str) -> list[dict[str, Any]]:
     ]
 
 
-def shown(sent: list[Any], path: str) -> str:
-    """The text of ``path``'s file object in what went upstream (context_os's active content)."""
-    for item in sent:
-        text = item["content"] if isinstance(item.get("content"), str) else json.dumps(item.get("content"))
-        start = text.find(f'path="{path}"')
-        if text.startswith("<context_os>") and start >= 0:
-            return text[text.index(">", start) + 2 : text.index("</object>", start)].removesuffix("\n")
-    raise AssertionError(f"{path} not shown")
-
-
 def outside_calls(sent: list[Any]) -> str:
     """Everything that went upstream but the agent's own calls (a patch's text names the old line)."""
     return json.dumps([i for i in sent if i.get("type") not in ("custom_tool_call", "function_call")])
@@ -98,19 +87,18 @@ def test_codex_reads_and_patches_keep_its_files_as_objects(
     sent = up.requests[0]["input"]
     assert len(json.dumps(sent)) < 0.5 * len(json.dumps(items))
     # the patched file shows its new text once, whole; its old line is nowhere but in the patch
-    m0 = shown(sent, "m0.py").split("\n")
+    m0 = file_as_shown(sent, "m0.py")[1].split("\n")
     assert m0 == [line(0, k) if k != 5 else "line 5 of m0: value = 99" for k in range(1, LINES + 1)]
     assert line(0, 5) not in outside_calls(sent)
     # the reads' outputs collapsed into their files; the newest files shown whole
     outputs = {i["call_id"]: i["output"] for i in sent if i.get("type") == "function_call_output"}
     assert all(o.startswith("[shell_command output, ") for o in outputs.values())
-    assert shown(sent, f"m{FILES - 1}.py").split("\n")[-1] == line(FILES - 1, LINES)
+    assert file_as_shown(sent, f"m{FILES - 1}.py")[1].split("\n")[-1] == line(FILES - 1, LINES)
     sid = derive_session("responses", {"input": items})
     # which tools it went by is said once (-v)
     said = [r.getMessage() for r in caplog.records if "file tools" in r.getMessage()]
     assert said == [f"proxy: session {sid}: the agent's file tools kept as objects: apply_patch, shell_command"]
-    [frame] = frame_docs(proxy.store, sid)
-    assert verify_frame(proxy.store, frame).ok
+    assert verified_frames(proxy.store, sid) == 1
     files = [v for v in proxy.store.find("file", {"path": "m0.py"}) if v.doc]
     assert [(v.doc["meta"]["version"], v.doc["meta"]["virtual"]) for v in files] == [(2, True)]
 
@@ -171,10 +159,9 @@ def test_a_restarted_proxy_knows_the_files_again(tmp_path: Path) -> None:
         second = Running(tmp_path, up)
         try:
             second.openai().responses.create(model="m", input=after, tools=CODEX_TOOLS)  # type: ignore[arg-type]
-            m0 = shown(up.requests[1]["input"], "m0.py").split("\n")
+            m0 = file_as_shown(up.requests[1]["input"], "m0.py")[1].split("\n")
             assert m0 == [line(0, k) if k != 150 else "line 150 of m0: fixed" for k in range(1, LINES + 1)]
-            for frame in frame_docs(second.store, derive_session("responses", {"input": after})):
-                assert verify_frame(second.store, frame).ok
+            assert verified_frames(second.store, derive_session("responses", {"input": after})) == 2
         finally:
             second.close()
 
@@ -244,6 +231,6 @@ def test_with_a_workspace_the_agents_files_come_from_the_disk(tmp_path: Path) ->
             notes = [v for v in running.store.find("file", {"abs_path": "/elsewhere/notes.txt"}) if v.doc]
             assert [v.doc["meta"].get("virtual") for v in notes] == [True]
             sid = derive_session("anthropic", {"system": "You are Claude Code.", "messages": messages})
-            assert all(verify_frame(running.store, f).ok for f in frame_docs(running.store, sid))
+            assert verified_frames(running.store, sid) == 2
         finally:
             running.close()

@@ -16,12 +16,12 @@ import openai
 import pytest
 
 from context_os import Session
-from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.frames import frame_docs
 from context_os.context.tools import CONTEXT_TOOLS
 from context_os.harness.openai import OpenAIHook
 from context_os.server.proxy import SESSION_HEADER, Proxy, derive_session, make_proxy_server
 from context_os.store.sqlite import SqliteStore
-from tests.proxy.running import KEY, Running, anthropic_client, openai_client, proxy_command
+from tests.proxy.running import KEY, Running, anthropic_client, openai_client, proxy_command, verified_frames
 from tests.proxy.upstream import Upstream, call, upstream
 
 pytestmark = pytest.mark.timeout(120)
@@ -64,8 +64,7 @@ def test_the_provider_gets_the_assembled_context_and_the_reply_comes_back(
     assert sent["messages"] == json.loads(json.dumps(expected))
     # ... which is smaller than the conversation, and recorded as a verified frame
     assert len(json.dumps(sent["messages"])) < 0.6 * len(json.dumps(messages))
-    [frame] = frame_docs(proxy.store, sid)
-    assert verify_frame(proxy.store, frame).ok
+    assert verified_frames(proxy.store, sid) == 1
 
 
 def test_a_stream_comes_through_chunk_by_chunk(tmp_path: Path) -> None:
@@ -156,8 +155,7 @@ def test_concurrent_conversations_stay_apart(proxy: Running, up: Upstream) -> No
         t.join(60)
     for n in range(6):
         sid = derive_session("openai", {"messages": [{"role": "user", "content": f"conversation {n}"}]})
-        frames = frame_docs(proxy.store, sid)
-        assert len(frames) == 3 and all(verify_frame(proxy.store, f).ok for f in frames)
+        assert verified_frames(proxy.store, sid) == 3
     for body in up.requests:  # no request carries another conversation's words
         text = json.dumps(body["messages"])
         assert sum(f"conversation {n}" in text for n in range(6)) == 1
@@ -263,8 +261,7 @@ def test_our_tools_run_inside_the_proxy_and_the_client_sees_only_its_answer(tmp_
             third = json.dumps(up.requests[2]["messages"])
             assert third.index('"pin"') < third.index("pinned it, done") < third.index("and now?")
             sid = derive_session("openai", {"messages": msgs})
-            frames = frame_docs(running.store, sid)
-            assert len(frames) == 3 and all(verify_frame(running.store, f).ok for f in frames)
+            assert verified_frames(running.store, sid) == 3
             assert running.proxy.counts["tool_calls"] == 1
         finally:
             running.close()

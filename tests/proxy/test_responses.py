@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_os import Session
-from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.tools import CONTEXT_TOOLS
 from context_os.errors import MalformedMessage
 from context_os.harness.openai import OpenAIHook
@@ -24,7 +23,7 @@ from context_os.harness.toolnames import preset
 from context_os.harness.virtual_files import VirtualFiles
 from context_os.server.proxy import derive_session
 from context_os.store.sqlite import SqliteStore
-from tests.proxy.running import Running
+from tests.proxy.running import Running, verified_frames
 from tests.proxy.upstream import ToolCall, Upstream, call, upstream
 
 pytestmark = pytest.mark.timeout(120)
@@ -117,8 +116,7 @@ def test_the_provider_gets_the_assembled_input_items(proxy: Running, up: Upstrea
     # old outputs were collapsed: rebuilt items, their call ids kept
     collapsed = [i for i in sent["input"] if i.get("type") == "function_call_output" and len(i["output"]) < 1000]
     assert collapsed and all(i["call_id"].startswith("call_") for i in collapsed)
-    [frame] = frame_docs(proxy.store, sid)
-    assert verify_frame(proxy.store, frame).ok
+    assert verified_frames(proxy.store, sid) == 1
 
 
 def test_a_short_conversation_goes_upstream_item_for_item(proxy: Running, up: Upstream) -> None:
@@ -176,7 +174,7 @@ def test_a_conversation_goes_on_managed_after_a_remote_compaction(proxy: Running
     assert not any(re.match(r"call_\d", str(i.get("call_id"))) for i in sent)  # the old turns are gone
     assert len(json.dumps(sent)) < 0.6 * len(json.dumps(after))
     sid = derive_session("responses", {"input": after})
-    assert all(verify_frame(proxy.store, f).ok for f in frame_docs(proxy.store, sid))
+    assert verified_frames(proxy.store, sid) == 2
 
 
 def test_our_tools_run_inside_the_proxy_json_and_streamed(tmp_path: Path) -> None:
@@ -218,8 +216,7 @@ def test_our_tools_run_inside_the_proxy_json_and_streamed(tmp_path: Path) -> Non
             assert fourth.index('"pin"') < fourth.index("pinned it, done") < fourth.index("and now?")
             assert fourth.rindex('"pin"') > fourth.index("and now?")
             sid = derive_session("responses", {"input": items})
-            frames = frame_docs(running.store, sid)
-            assert len(frames) == 4 and all(verify_frame(running.store, f).ok for f in frames)
+            assert verified_frames(running.store, sid) == 4
             assert running.proxy.counts["tool_calls"] == 2
         finally:
             running.close()
