@@ -27,14 +27,14 @@ from ..context.ingest import SyncReport
 from ..context.session import Session
 from ..context.view import active_text
 from ..errors import ContextOSError, FileUnreadable
-from ..files.index import Indexed, record_virtual
 from ..store.base import Version
 from .codex_tools import environment_cwd
 from .file_ops import FileOp, file_op
 from .toolnames import ToolNames, preset
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the files package (its watchdog tracker) is imported when a file is first recorded
     from ..files.file_tools import FileTools
+    from ..files.index import Indexed
 
 __all__ = ["VirtualFile", "VirtualFiles", "file_key"]
 
@@ -469,6 +469,8 @@ class VirtualFiles:
         return out
 
     def _store(self, vf: VirtualFile, ts: int | None, cause: str, op: FileOp) -> None:
+        from ..files.index import record_virtual
+
         text = vf.text()
         vf.version += 1
         extra: dict[str, Any] = {"changes": vf.changes}
