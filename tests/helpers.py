@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -86,15 +87,52 @@ def npm_package(root: Path, cli: Path, package: str) -> tuple[Path, Path, str]:
     except (OSError, ValueError, KeyError):
         raise Unavailable(f"{lock} names no {package}") from None
     installed = cli / "node_modules" / package
-    try:
-        have = json.loads((installed / "package.json").read_text()).get("version")
-    except (OSError, ValueError):
-        have = None
-    if have != want:
+
+    def have() -> str | None:
+        try:
+            return str(json.loads((installed / "package.json").read_text())["version"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    if have() != want:
         print(f"[e2e] installing {package} {want} into {cli / 'node_modules'} (npm ci)", file=sys.stderr, flush=True)
         env = {**os.environ, "PATH": f"{node}{os.pathsep}{os.environ.get('PATH', '')}"}
         run_step(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=cli, env=env)
+        if have() != want:
+            raise Unavailable(f"npm ci finished but {package} {want} is not in {cli / 'node_modules'}")
     return node, installed, want
+
+
+def check_version(command: list[str], want: str, *, cwd: Path, env: dict[str, str] | None = None) -> None:
+    """``command`` (a CLI's ``--version``) names ``want`` as one of its words, else ``Unavailable``."""
+    reported = run_step(command, cwd=cwd, env=env).strip()
+    if want not in reported.split():
+        raise Unavailable(f"{' '.join(command)} says {reported!r}, expected {want}")
+
+
+@dataclass(frozen=True)
+class NodeCli:
+    """An npm-installed CLI run with the Node of ``scripts/node.sh``."""
+
+    node_bin: Path
+    entry: Path
+    """The package's bin script."""
+    version: str
+
+    def command(self, *args: str) -> list[str]:
+        return [str(self.node_bin / "node"), str(self.entry), *args]
+
+    def path_env(self) -> str:
+        return f"{self.node_bin}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def node_cli(root: Path, cli: Path, package: str, bin_name: str) -> NodeCli:
+    """``npm_package``'s CLI ``bin_name``, checked to report the lockfile's version."""
+    node, installed, want = npm_package(root, cli, package)
+    entry = installed / json.loads((installed / "package.json").read_text())["bin"][bin_name]
+    found = NodeCli(node, entry, want)
+    check_version(found.command("--version"), want, cwd=cli, env={**os.environ, "PATH": found.path_env()})
+    return found
 
 
 def user(text: str) -> dict[str, Any]:

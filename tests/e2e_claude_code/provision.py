@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers import Unavailable, npm_package, run_step
+from tests.helpers import Unavailable, check_version, npm_package
 
 __all__ = ["CLI", "ClaudeInstall", "provision"]
 
@@ -38,7 +38,5 @@ def provision() -> ClaudeInstall:
     if not claude.is_file():
         raise Unavailable(f"{claude} is missing: npm installed no {native} for this platform")
     install = ClaudeInstall(claude, want)
-    reported = run_step(install.command("--version"), cwd=CLI).strip()
-    if want not in reported:
-        raise Unavailable(f"{claude} --version says {reported!r}, expected {want}")
+    check_version(install.command("--version"), want, cwd=CLI)
     return install

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import provisioned
+from tests.helpers import NodeCli, provisioned
 from tests.proxy.running import Proxied, file_as_shown, only_session, scripted_proxy, verified_frames
 from tests.proxy.upstream import ToolCall, call
 
-from .provision import CodexInstall, provision
+from .provision import provision
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -30,7 +30,7 @@ READS = 24
 
 
 @pytest.fixture(scope="module")
-def codex() -> CodexInstall:
+def codex() -> NodeCli:
     return provisioned("the Codex CLI", provision)
 
 
@@ -41,7 +41,7 @@ def proxied(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Proxied]
         yield p
 
 
-def run_codex(codex: CodexInstall, proxied: Proxied, work: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_codex(codex: NodeCli, proxied: Proxied, work: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``codex exec ARGS`` in ``work`` (with a 700-line big.txt), its model the proxied one."""
     home = work.parent / "codex-home"
     work.mkdir(exist_ok=True)
@@ -69,7 +69,7 @@ SCRIPT += [call("exec_command", cmd="cat big.txt")] * (READS - 4) + ["Done: big.
 
 @pytest.mark.parametrize("proxied", [SCRIPT], indirect=True)
 def test_codex_through_the_proxy_is_managed_and_never_sees_our_tools(
-    codex: CodexInstall, proxied: Proxied, tmp_path: Path
+    codex: NodeCli, proxied: Proxied, tmp_path: Path
 ) -> None:
     work = tmp_path / "work"
     proc = run_codex(codex, proxied, work, "--sandbox", "read-only", "how long is big.txt?")
@@ -105,7 +105,7 @@ FILE_SCRIPT += [call("exec_command", cmd="cat big.txt"), "Done: f7 returns 'seve
 
 @pytest.mark.parametrize("proxied", [FILE_SCRIPT], indirect=True)
 def test_codexs_own_read_and_patch_keep_the_file_as_an_object_equal_to_the_disk(
-    codex: CodexInstall, proxied: Proxied, tmp_path: Path
+    codex: NodeCli, proxied: Proxied, tmp_path: Path
 ) -> None:
     """Codex reads app.py with sed and patches it with its apply_patch: what the provider is then
     shown of app.py is one file object, at the text Codex's patch left on disk."""
