@@ -89,6 +89,11 @@ def _args(raw: Any) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {"_unparsed": raw}
 
 
+def _calls(parts: list[Mapping[str, Any]], kind: str, id_key: str, args_key: str) -> list[Call]:
+    """The calls among a response's blocks or items of type ``kind`` (flat: a ``name`` each)."""
+    return [Call(p.get(id_key, ""), p.get("name", ""), _args(p.get(args_key))) for p in parts if p.get("type") == kind]
+
+
 class OpenAIDialect:
     """``/v1/chat/completions``."""
 
@@ -148,12 +153,7 @@ class AnthropicDialect:
     @staticmethod
     def calls(response: Mapping[str, Any]) -> tuple[list[Call], dict[str, Any]]:
         blocks = [b for b in response.get("content") or [] if isinstance(b, Mapping)]
-        calls = [
-            Call(b.get("id", ""), b.get("name", ""), _args(b.get("input")))
-            for b in blocks
-            if b.get("type") == "tool_use"
-        ]
-        return calls, {"role": "assistant", "content": blocks}
+        return _calls(blocks, "tool_use", "id", "input"), {"role": "assistant", "content": blocks}
 
     @staticmethod
     def exchange(
@@ -188,12 +188,7 @@ class ResponsesDialect:
     @staticmethod
     def calls(response: Mapping[str, Any]) -> tuple[list[Call], dict[str, Any]]:
         output = [i for i in response.get("output") or [] if isinstance(i, Mapping)]
-        calls = [
-            Call(i.get("call_id", ""), i.get("name", ""), _args(i.get("arguments")))
-            for i in output
-            if i.get("type") == "function_call"
-        ]
-        return calls, {"output": output}
+        return _calls(output, "function_call", "call_id", "arguments"), {"output": output}
 
     @staticmethod
     def exchange(
