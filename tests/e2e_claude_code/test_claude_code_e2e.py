@@ -9,12 +9,13 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import provisioned
-from tests.proxy.running import file_as_shown, only_session, scripted_proxy, verified_frames
+from tests.proxy.running import CTXOS, file_as_shown, only_session, scripted_proxy, verified_frames
 from tests.proxy.upstream import ToolCall, call
 
 from .provision import ClaudeInstall, provision
@@ -90,3 +91,26 @@ def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_
     assert all(str(r["content"]).startswith("[Read output, ") for r in results[: FILES + 1])
     with SqliteStore(proxied.store) as s:
         assert verified_frames(s, only_session(s)) == len(requests)
+
+    # the transcript Claude Code wrote of this session replays as Claude Code's own tools read it
+    (transcript,) = (home / ".claude" / "projects").glob("*/*.jsonl")
+    summary = _replay(transcript, tmp_path / "replay.db")
+    assert summary["format"] == "claude-code"
+    assert summary["turns"] == summary["frames_verified"] == len(requests)
+    assert summary["files"] == FILES + 1
+    assert summary["edits_total"] == summary["edits_with_target_text_shown"] == 1
+    assert summary["stale_file_views_full"] > 0 and summary["stale_file_views_assembled"] == 0
+    assert summary["orphaned_tool_results"] == 0
+    with SqliteStore(tmp_path / "replay.db") as s:
+        (app,) = s.find("file", {"path": "app.py"})
+        versions = [v.doc["content"] for v in s.history(app.id, with_docs=True) if v.doc]
+    assert versions == [APP, on_disk]  # as read (its line numbers off), then as edited
+
+
+def _replay(transcript: Path, store: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [str(CTXOS), "--store", f"sqlite:///{store}", "replay", str(transcript), "--json", "--no-per-turn"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout)

@@ -119,12 +119,33 @@ def test_codexs_own_read_and_patch_keep_the_file_as_an_object_equal_to_the_disk(
     assert "    return 'seven'\n" in on_disk  # Codex applied the patch itself
     after_patch = proxied.up.requests[-2]["input"]
     # what the model is shown of app.py is the disk's text (a range read leaves the end open)
-    version, text = file_as_shown(after_patch, "app.py")
-    assert (version, text) == (
-        2,
-        on_disk.removesuffix("\n") + f"\n[context_os: lines after {APP_LINES} not read yet, if any]",
-    )
+    assert file_as_shown(after_patch, "app.py") == (2, _ranged(on_disk))
     # the read's output collapsed at once: the provider sees the file once
     assert sum("def f20():" in json.dumps(i) for i in after_patch) == 1
     with SqliteStore(proxied.store) as s:
         assert verified_frames(s, only_session(s)) == len(proxied.up.requests)
+
+    # the rollout Codex wrote of this session replays as Codex's own tools read it
+    (rollout,) = (tmp_path / "codex-home" / "sessions").glob("*/*/*/rollout-*.jsonl")
+    store = tmp_path / "replay.db"
+    out = subprocess.run(
+        [CTXOS, "--store", f"sqlite:///{store}", "replay", str(rollout), "--json", "--no-per-turn"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["format"] == "codex"
+    assert summary["turns"] == summary["frames_verified"] == len(proxied.up.requests)
+    assert summary["files"] == 1  # app.py: Codex cut every output of `cat big.txt` in its middle
+    assert summary["edits_total"] == summary["edits_with_target_text_shown"] == 1
+    assert summary["stale_file_views_full"] > 0 and summary["stale_file_views_assembled"] == 0
+    assert summary["orphaned_tool_results"] == 0
+    with SqliteStore(store) as s:
+        (app,) = s.find("file", {"path": "app.py"})
+        versions = [v.doc["content"] for v in s.history(app.id, with_docs=True) if v.doc]
+    assert versions == [_ranged(APP), _ranged(on_disk)]  # as sed showed it, then as patched
+
+
+def _ranged(text: str) -> str:
+    """A file's text as known from a range read of its lines: the end left open."""
+    return text.removesuffix("\n") + f"\n[context_os: lines after {APP_LINES} not read yet, if any]"
