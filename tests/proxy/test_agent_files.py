@@ -103,6 +103,53 @@ def test_codex_reads_and_patches_keep_its_files_as_objects(
     assert [(v.doc["meta"]["version"], v.doc["meta"]["virtual"]) for v in files] == [(2, True)]
 
 
+def test_the_responses_apis_built_in_shell_and_apply_patch_keep_files_as_objects(proxy: Running, up: Upstream) -> None:
+    """A client of the Responses API's built-in tools (the Agents SDK's shell and apply_patch, run
+    by the client): their reads and patches keep its files as objects as Codex's own tools do; a
+    patch whose output says ``failed`` changes nothing, a command that exited non-zero reads no file."""
+    items: list[dict[str, Any]] = []
+    for item in codex_reads():  # the same reads, through the built-in shell
+        if item.get("type") == "function_call":
+            command = json.loads(item["arguments"])["command"]
+            action = {"commands": [command], "timeout_ms": 10_000}
+            items.append({"type": "shell_call", "call_id": item["call_id"], "action": action, "status": "completed"})
+        elif item.get("type") == "function_call_output":
+            stdout = item["output"].split("Output:\n", 1)[1]
+            chunk = {"stdout": stdout, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}
+            items.append({"type": "shell_call_output", "call_id": item["call_id"], "output": [chunk]})
+        else:
+            items.append(item)
+    operation = {"type": "update_file", "path": "m0.py", "diff": f"@@\n-{line(0, 5)}\n+line 5 of m0: value = 99\n"}
+    not_applied = {"type": "update_file", "path": "m0.py", "diff": f"@@\n-{line(0, 6)}\n+line 6 of m0: lost\n"}
+    missing = {"commands": ["cat gone.py"]}
+    failed = {
+        "stdout": "",
+        "stderr": "cat: gone.py: No such file or directory\n",
+        "outcome": {"type": "exit", "exit_code": 1},
+    }
+    items += [
+        {"type": "apply_patch_call", "call_id": "p1", "operation": operation, "status": "completed"},
+        {"type": "apply_patch_call_output", "call_id": "p1", "status": "completed", "output": "Updated m0.py"},
+        {"type": "apply_patch_call", "call_id": "p2", "operation": not_applied, "status": "completed"},
+        {"type": "apply_patch_call_output", "call_id": "p2", "status": "failed", "output": "context not found"},
+        {"type": "shell_call", "call_id": "c1", "action": missing, "status": "completed"},
+        {"type": "shell_call_output", "call_id": "c1", "output": [failed]},
+        message("run the tests"),
+    ]
+    tools = [{"type": "shell"}, {"type": "apply_patch"}]
+    proxy.openai().responses.create(model="m", input=items, tools=tools)  # type: ignore[arg-type]
+    assert proxy.proxy.counts["failed_open"] == 0
+    sent = up.requests[0]["input"]
+    m0 = file_as_shown(sent, "m0.py")[1].split("\n")
+    assert m0 == [line(0, k) if k != 5 else "line 5 of m0: value = 99" for k in range(1, LINES + 1)]
+    outside = json.dumps([i for i in sent if i.get("type") not in ("shell_call", "apply_patch_call")])
+    assert line(0, 5) not in outside
+    reads = [i["output"] for i in sent if i.get("type") == "shell_call_output" and i["call_id"].startswith("r")]
+    assert len(reads) == FILES and all(o[0]["stdout"].startswith("[shell output, ") for o in reads)
+    assert proxy.store.find("file", {"path": "gone.py"}) == []
+    assert verified_frames(proxy.store, derive_session("responses", {"input": items})) == 1
+
+
 def test_claude_code_reads_and_edits_through_the_anthropic_api(proxy: Running, up: Upstream) -> None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the values"}]
     for n in range(FILES):

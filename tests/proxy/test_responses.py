@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openai.types.responses import ResponseInputItemParam
+from pydantic import TypeAdapter
 
 from context_os import Session
 from context_os.context.tools import CONTEXT_TOOLS
@@ -264,6 +266,93 @@ def test_items_round_trip_and_what_changed_is_rebuilt() -> None:
     assert back[5] == {**outputs[0], "output": "[collapsed]"} and back[6] == outputs[1]
 
 
+def built_in_conversation(steps: int) -> list[dict[str, Any]]:
+    """Input items of a client running the Responses API's built-in tools itself (the Agents SDK's
+    shell and apply_patch tools, codex-mini's local shell): ``steps`` shell calls with long
+    outputs of two chunks, a local shell call answered both ways, a patch and its output."""
+    items = [user("find why the build fails")]
+    for n in range(steps):
+        action = {"commands": [f"sed -n '1,200p' m{n}.py"], "timeout_ms": 10_000, "max_output_length": 20_000}
+        items.append(
+            {"type": "shell_call", "id": f"sh_{n}", "call_id": f"call_{n}", "action": action, "status": "completed"}
+        )
+        chunks = [
+            {"stdout": f"# module {n}\n" + "x = 1\n" * 600, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+            {"stdout": "", "stderr": "warning: slow disk\n", "outcome": {"type": "exit", "exit_code": 0}},
+        ]
+        items.append({"type": "shell_call_output", "call_id": f"call_{n}", "output": chunks})
+    local = {"type": "exec", "command": ["bash", "-lc", "ls"], "env": {}, "working_directory": "/work"}
+    items += [
+        {"type": "local_shell_call", "id": "ls_1", "call_id": "lc_1", "action": local, "status": "completed"},
+        {"type": "local_shell_call_output", "id": "lc_1", "output": "m0.py\nm1.py\n"},
+        {"type": "local_shell_call", "id": "ls_2", "call_id": "lc_2", "action": local, "status": "completed"},
+        {"type": "function_call_output", "call_id": "lc_2", "output": "m0.py\nm1.py\n"},  # as Codex answers it
+    ]
+    operation = {"type": "update_file", "path": "m0.py", "diff": "@@\n-x = 1\n+x = 2\n"}
+    items += [
+        {"type": "apply_patch_call", "id": "ap_1", "call_id": "p1", "operation": operation, "status": "completed"},
+        {"type": "apply_patch_call_output", "call_id": "p1", "status": "completed", "output": "Updated m0.py"},
+        {"type": "apply_patch_call", "id": "ap_2", "call_id": "p2", "operation": operation, "status": "completed"},
+        {"type": "apply_patch_call_output", "call_id": "p2", "status": "failed"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Fixed m0.py."}]},
+        user("now run the tests"),
+    ]  # fmt: skip
+    return items
+
+
+_INPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseInputItemParam)
+BUILT_IN = {f"{tool}_call{end}" for tool in ("shell", "local_shell", "apply_patch") for end in ("", "_output")}
+
+
+def test_built_in_tool_items_round_trip_and_what_changed_is_rebuilt_as_the_sdk_types_them() -> None:
+    """Unit: the built-in tools' calls are tool calls (their action or operation the arguments),
+    their outputs tool messages (a shell's chunks as one text), and they come back item for
+    item; collapsed or elided, they come back rebuilt in the shapes the openai SDK types."""
+    items = built_in_conversation(2)
+    chat = to_chat(items)
+    assert [m["role"] for m in chat] == ["user", "assistant", "tool", "assistant", "tool", *["assistant", "tool"] * 4,
+                                         "assistant", "user"]  # fmt: skip
+    assert chat[1]["tool_calls"][0]["function"]["name"] == "shell"
+    assert json.loads(chat[1]["tool_calls"][0]["function"]["arguments"])["commands"] == ["sed -n '1,200p' m0.py"]
+    assert chat[2]["content"] == items[2]["output"][0]["stdout"] + "warning: slow disk\n"
+    assert [chat[k]["tool_call_id"] for k in (6, 8, 10, 12)] == ["lc_1", "lc_2", "p1", "p2"]
+    assert chat[12]["content"] == ""  # a patch output without text
+    assert to_items(json.loads(json.dumps(chat))) == items
+    # changed: an output collapsed, a call's commands and a patch's diff elided (as the hook does)
+    chat[2]["content"] = "[shell output, 1,000 tokens, collapsed]"
+    chat[6]["content"] = "[local_shell output, collapsed]"
+    shell = json.loads(chat[1]["tool_calls"][0]["function"]["arguments"])
+    chat[1]["tool_calls"][0]["function"]["arguments"] = json.dumps({**shell, "commands": "[40 chars elided]"})
+    patch = json.loads(chat[9]["tool_calls"][0]["function"]["arguments"])
+    chat[9]["tool_calls"][0]["function"]["arguments"] = json.dumps({**patch, "diff": "[30 chars elided]"})
+    back = to_items(chat)
+    assert back[1] == {**items[1], "action": {**items[1]["action"], "commands": ["[40 chars elided]"]}}
+    assert back[2] == {**items[2], "output": [{**items[2]["output"][-1], "stdout": chat[2]["content"], "stderr": ""}]}
+    assert back[6] == {**items[6], "output": "[local_shell output, collapsed]"}
+    assert back[9]["operation"] == {**items[9]["operation"], "diff": "[30 chars elided]"}
+    assert [b for k, b in enumerate(back) if k not in (1, 2, 6, 9)] == [i for k, i in enumerate(items)
+                                                                         if k not in (1, 2, 6, 9)]  # fmt: skip
+    for item in back:
+        if item["type"] in BUILT_IN:
+            _INPUT_ITEM.validate_python(item)
+
+
+def test_a_conversation_of_built_in_tools_is_managed(proxy: Running, up: Upstream) -> None:
+    """Through the proxy: past the size context_os manages from, old shell outputs go collapsed
+    (rebuilt chunks the SDK types), nothing fails open, and every frame re-renders."""
+    items = built_in_conversation(60)  # ~60k tokens
+    proxy.openai().responses.create(model="m", input=items)  # type: ignore[arg-type]
+    assert proxy.proxy.counts["failed_open"] == 0
+    sent = up.requests[0]["input"]
+    assert len(json.dumps(sent)) < 0.5 * len(json.dumps(items))
+    outputs = [i for i in sent if i.get("type") == "shell_call_output"]
+    assert len(outputs) == 60 and "collapsed" in outputs[0]["output"][0]["stdout"]
+    for item in sent:
+        if item.get("type") in BUILT_IN:
+            _INPUT_ITEM.validate_python(item)
+    assert verified_frames(proxy.store, derive_session("responses", {"input": items})) == 1
+
+
 _TEXT = st.text(max_size=20)
 _ID = st.sampled_from("abc")
 
@@ -272,6 +361,7 @@ def _part(kind: str) -> Any:
     return lambda text: [{"type": kind, "text": text}]
 
 
+_CHUNK = st.fixed_dictionaries({"stdout": _TEXT, "stderr": _TEXT, "outcome": st.just({"type": "timeout"})})
 _ITEM = st.one_of(
     st.fixed_dictionaries({"type": st.just("message"), "role": st.sampled_from(["user", "developer", "system"]),
                            "content": _TEXT.map(_part("input_text"))}),
@@ -284,6 +374,15 @@ _ITEM = st.one_of(
     st.fixed_dictionaries({"type": st.just("custom_tool_call"), "call_id": _ID, "name": st.just("p"), "input": _TEXT}),
     st.fixed_dictionaries({"type": st.sampled_from(["function_call_output", "custom_tool_call_output"]),
                            "call_id": _ID, "output": _TEXT}),
+    st.fixed_dictionaries({"type": st.sampled_from(["shell_call", "local_shell_call"]), "call_id": _ID,
+                           "action": st.fixed_dictionaries({"commands": st.lists(_TEXT, max_size=2)})}),
+    st.fixed_dictionaries({"type": st.just("apply_patch_call"), "call_id": _ID, "status": st.just("completed"),
+                           "operation": st.fixed_dictionaries({"type": st.just("create_file"), "diff": _TEXT})}),
+    st.fixed_dictionaries({"type": st.just("shell_call_output"), "call_id": _ID,
+                           "output": st.lists(_CHUNK, max_size=3)}),
+    st.fixed_dictionaries({"type": st.just("local_shell_call_output"), "id": _ID, "output": _TEXT}),
+    st.fixed_dictionaries({"type": st.just("apply_patch_call_output"), "call_id": _ID, "status": st.just("failed")},
+                          optional={"output": _TEXT.filter(bool)}),
     st.dictionaries(st.sampled_from(["type", "role", "content", "call_id", "output"]),
                     st.one_of(_TEXT, st.none(), st.integers())),
 )  # fmt: skip

@@ -45,6 +45,7 @@ __all__ = [
     "call_patch",
     "content_role",
     "environment_cwd",
+    "is_operation",
     "json_arguments",
     "parse_patch",
     "shell_read",
@@ -55,6 +56,8 @@ _SHELLS = ("bash", "sh", "zsh", "/bin/bash", "/bin/sh", "/bin/zsh", "/usr/bin/ba
 _SED_RANGE = re.compile(r"\A(\d+)(?:,(\d+|\$))?p\Z")
 _HEREDOC = re.compile(r"\Aapply_patch\s+<<-?\s*(['\"]?)(?P<tag>\w+)\1\n(?P<body>.*?)\n(?P=tag)\s*\Z", re.DOTALL)
 _PATCH_HEADER = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+)$")
+_OPERATIONS = {"create_file": "Add", "update_file": "Update", "delete_file": "Delete"}
+"""The built-in ``apply_patch`` tool's operations, by the patch header each stands for."""
 _ENVIRONMENT_CWD = re.compile(r"\A\s*<environment_context>\s*<cwd>(?P<cwd>/[^<\n]*)</cwd>")
 
 
@@ -82,12 +85,16 @@ class ShellRead:
 def shell_script(arguments: Any) -> tuple[str, str | None] | None:
     """(script, working directory) of a shell call's arguments: ``command`` as a string
     (``shell_command``) or an argv list (``shell``, ``local_shell``; ``["bash", "-lc", script]``
-    unwrapped), or ``cmd`` (``exec_command``); None when there is no command."""
+    unwrapped), ``cmd`` (``exec_command``), or ``commands`` (the Responses API's built-in shell:
+    its commands, one script); None when there is no command."""
     args = json_arguments(arguments)
     if args is None:
         return None
     command = args.get("command", args.get("cmd"))
-    workdir = args.get("workdir")
+    commands = args.get("commands")
+    if command is None and isinstance(commands, list) and commands and all(isinstance(c, str) for c in commands):
+        command = "\n".join(commands)
+    workdir = args.get("workdir", args.get("working_directory"))
     workdir = workdir if isinstance(workdir, str) and workdir else None
     if isinstance(command, str):
         return command, workdir
@@ -207,9 +214,17 @@ class Patch:
     files: list[PatchFile]
 
 
+def is_operation(arguments: Mapping[str, Any]) -> bool:
+    """Whether a call's arguments are the Responses API's built-in ``apply_patch`` operation (whose
+    output item says by its ``status`` whether it was applied)."""
+    return arguments.get("type") in _OPERATIONS and isinstance(arguments.get("path"), str)
+
+
 def call_patch(arguments: Any) -> str | None:
     """The patch of an ``apply_patch`` call (freeform: the input itself; a function call:
-    ``input``; a shell call: ``apply_patch <<'EOF' ... EOF`` or ``["apply_patch", patch]``)."""
+    ``input``; a shell call: ``apply_patch <<'EOF' ... EOF`` or ``["apply_patch", patch]``; the
+    Responses API's built-in tool: its ``operation``, one file's V4A diff, as the patch of that
+    one file)."""
     if isinstance(arguments, str) and arguments.lstrip().startswith("*** Begin Patch"):
         return arguments
     args = json_arguments(arguments)
@@ -217,6 +232,12 @@ def call_patch(arguments: Any) -> str | None:
         return None
     if isinstance(args.get("input"), str):
         return str(args["input"])
+    header = _OPERATIONS.get(args.get("type"))  # type: ignore[arg-type]
+    if header is not None and isinstance(args.get("path"), str):
+        diff = args.get("diff") if header != "Delete" else ""
+        if isinstance(diff, str):
+            body = diff.strip("\n")
+            return f"*** Begin Patch\n*** {header} File: {args['path']}\n{body + chr(10) if body else ''}*** End Patch"
     command = args.get("command", args.get("cmd"))
     if isinstance(command, list) and len(command) == 2 and command[0] == "apply_patch" and isinstance(command[1], str):
         return command[1]

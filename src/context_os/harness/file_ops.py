@@ -38,7 +38,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .codex_tools import Patch, PatchFile, ShellRead, call_patch, json_arguments, parse_patch, shell_read
+from .codex_tools import (
+    Patch,
+    PatchFile,
+    ShellRead,
+    call_patch,
+    is_operation,
+    json_arguments,
+    parse_patch,
+    shell_read,
+)
 
 __all__ = ["FileOp", "edit_target", "file_op", "strip_read_output"]
 
@@ -268,10 +277,11 @@ def file_op(role: str | None, arguments: Any, output: str, *, is_error: bool = F
         return None
     editor = args.get("command") in _EDITOR_COMMANDS
     path = args.get("path", args.get("file_path"))
-    if not editor and (not isinstance(path, str) or not path):  # Codex's patches and shell reads
+    operation = is_operation(args)  # the built-in apply_patch's: not failed (is_error), so applied
+    if not editor and (not isinstance(path, str) or not path or operation):  # Codex's patches and shell reads
         patch = _patch(args) if role in ("write", "edit") else None
         if patch is not None:
-            head, *others = [_patch_op(f, output) for f in patch.files]
+            head, *others = [_patch_op(f, output, applied=operation or None) for f in patch.files]
             if head is not None:
                 head.more = [op for op in others if op is not None]
             return head
@@ -377,10 +387,13 @@ def codex_output(output: str) -> tuple[str, int | None]:
     return output, exit_code
 
 
-def _patch_op(patched: PatchFile, output: str) -> FileOp | None:
-    """What a Codex patch did to one of its files; None if Codex did not apply it."""
+def _patch_op(patched: PatchFile, output: str, applied: bool | None = None) -> FileOp | None:
+    """What a Codex patch did to one of its files; None if Codex did not apply it (``applied``:
+    said by the harness, else told from the output)."""
     text, code = codex_output(output)
-    if not (text.lstrip().startswith("Success.") or code == 0):
+    if applied is None:
+        applied = text.lstrip().startswith("Success.") or code == 0
+    if not applied:
         return None  # "apply_patch verification failed: ...": the files are as they were
     if patched.kind == "add":
         return FileOp("write", patched.path, text="\n".join(patched.lines))

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 __all__ = ["OPENAI_PAIRING", "OpenAIAdapter", "OpenAIHook", "validate_openai"]
 
 _ROLE_MAP = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
-_KNOWN = {"role", "content", "tool_calls", "tool_call_id"}
+_KNOWN = {"role", "content", "tool_calls", "tool_call_id", "is_error"}
+"""``is_error`` is no chat-completions field: a tool message that says ``"is_error": true`` (the
+Responses translation's, for a built-in tool call that failed) is a failed result."""
 
 
 def _text_of(content: Any, index: int) -> tuple[str | None, list[Any] | None]:
@@ -94,6 +96,10 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
             if not isinstance(call_id, str) or not call_id:
                 raise MalformedMessage("a tool message needs a tool_call_id string", index=index, field="tool_call_id")
             m["tool_call_id"] = call_id
+            if message.get("is_error") is True:
+                m["is_error"] = True
+        elif "is_error" in message:
+            extra["is_error"] = message["is_error"]
         if extra:
             m["extra"] = extra
         return m
@@ -129,6 +135,8 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
             ]
         if msg["role"] == "tool":
             out["tool_call_id"] = msg.get("tool_call_id", "")
+            if msg.get("is_error"):
+                out["is_error"] = True
         out.update(extra)
         return out
 

@@ -7,17 +7,20 @@ OpenAI hook as a chat one, and a Codex rollout replays as the messages its items
 system or developer is a message; the assistant's ``message``, ``function_call`` and
 ``custom_tool_call`` items of one response (and the ``reasoning`` items among them, opaque and
 encrypted) make one assistant message, the calls its tool calls (a custom tool's ``input`` as
-``{"input": …}``), with the items no output answers (the provider's own tools' calls: a web
+``{"input": …}``; the built-in tools the client runs, ``local_shell_call``, ``shell_call`` and
+``apply_patch_call``, as calls of ``local_shell``, ``shell`` and ``apply_patch`` whose arguments
+are the item's ``action`` or ``operation``), with the items no output answers (the provider's own tools' calls: a web
 search; the ``compaction`` item, encrypted, that ``/v1/responses/compact`` returns for the
-history it compacted) kept whole among them; ``function_call_output`` and ``custom_tool_call_output`` are tool
-messages.
+history it compacted) kept whole among them; the outputs (``function_call_output``,
+``custom_tool_call_output``, and those of the built-in tools: a shell's chunks of stdout and stderr
+as one text) are tool messages.
 Each message keeps what it came from in fields of its own (``ctxos_item``, ``ctxos_items``:
 the OpenAI adapter keeps fields it does not interpret), so ``to_items`` gives back the very
 items a message came from when context_os left it as it was, and items rebuilt from what it
 sends when it changed it (a collapsed output, an elided argument, a redacted text). Reasoning
 items stay with the response they belong to, in their place.
 
-An item of another type (a file input, an item reference, a local shell call) cannot be managed
+An item of another type (a file input, an item reference, a computer-use call) cannot be managed
 here: ``to_chat`` raises ``MalformedMessage``, and the proxy forwards the request as it came.
 
 This module only translates; it never touches a session or a store.
@@ -31,7 +34,7 @@ from typing import Any
 
 from ..errors import MalformedMessage
 
-__all__ = ["ITEM", "ITEMS", "to_chat", "to_items"]
+__all__ = ["BUILT_IN_TOOLS", "ITEM", "ITEMS", "to_chat", "to_items"]
 
 ITEM = "ctxos_item"
 """On a user, system, developer or tool message: the item it came from (an output's without its
@@ -44,7 +47,25 @@ _JOIN = "\n\n"
 """Between the texts of a response's several assistant messages (a preamble, then an answer)."""
 _ROLES = ("user", "system", "developer")
 _CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
-_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+_BUILT_IN = {
+    "local_shell_call": ("local_shell", "action"),
+    "shell_call": ("shell", "action"),
+    "apply_patch_call": ("apply_patch", "operation"),
+}
+"""The built-in tools a client runs itself: item type → (the call's name as a tool call, the
+field holding its arguments, an object)."""
+BUILT_IN_TOOLS = frozenset(name for name, _ in _BUILT_IN.values())
+"""The built-in tools a client runs itself, as a request offers them (``{"type": "shell"}``) and
+as their calls are named here."""
+_LISTS = ("command", "commands")
+"""Fields of a built-in call's arguments that must stay lists of strings (an argv, a shell's
+commands): elided by context_os, the note is the list's one string."""
+_OUTPUTS = ("function_call_output", "custom_tool_call_output", "apply_patch_call_output")
+_OUTPUT_ID = {"local_shell_call_output": "id"}
+"""Output items that name their call by another field than ``call_id``."""
+_STREAMS = ("stdout", "stderr")
+_CHUNKS = "ctxos_chunks"
+"""On a ``shell_call_output``'s tool message: its chunks, each text's length in place of the text."""
 _OPAQUE = (
     "reasoning",
     "compaction",
@@ -113,6 +134,66 @@ def _output_text(output: Any, k: int) -> str:
     raise MalformedMessage("a tool output context_os does not manage (not text)", index=k, field="output")
 
 
+def _call(kind: str, item: Mapping[str, Any], k: int) -> tuple[str, str, str]:
+    """A call item's tool name, the field of its arguments, and its arguments as a tool call's."""
+    if not isinstance(item.get("call_id"), str):
+        raise MalformedMessage(f"a {kind} needs a call_id", index=k)
+    if kind in _BUILT_IN:
+        name, payload = _BUILT_IN[kind]
+        if not isinstance(item.get(payload), Mapping):
+            raise MalformedMessage(f"a {kind}'s {payload} must be an object", index=k, field=payload)
+        return name, payload, json.dumps(item[payload])
+    payload = _CALLS[kind]
+    value = item.get(payload)
+    if not isinstance(item.get("name"), str):
+        raise MalformedMessage(f"a {kind} needs a name", index=k, field="name")
+    if not isinstance(value, str):
+        raise MalformedMessage(f"a {kind}'s {payload} must be a string", index=k, field=payload)
+    return item["name"], payload, value if kind == "function_call" else json.dumps({"input": value})
+
+
+def _output(kind: str, output: Any, k: int) -> tuple[str, dict[str, Any]]:
+    """An output item's ``output`` as the tool message's text, and what its item keeps of it
+    besides (a shell's chunks without their texts: their outcomes and the texts' lengths)."""
+    if kind == "apply_patch_call_output" and output is None:
+        return "", {}
+    if kind != "shell_call_output":
+        return _output_text(output, k), {}
+    if not isinstance(output, list) or not all(isinstance(c, Mapping) for c in output):
+        raise MalformedMessage("a shell_call_output's output must be a list of chunks", index=k, field="output")
+    texts = [c.get(f) or "" for c in output for f in _STREAMS]
+    if not all(isinstance(t, str) for t in texts):
+        raise MalformedMessage("a shell output chunk's stdout and stderr must be text", index=k, field="output")
+    chunks = [{**c, **{f: len(c.get(f) or "") for f in _STREAMS}} for c in output]
+    return "".join(texts), {_CHUNKS: chunks}
+
+
+def _failed(item: Mapping[str, Any]) -> bool:
+    """Whether a built-in tool's output says its call failed: a patch not applied, a shell
+    command that exited non-zero or timed out (what is read of files goes by it)."""
+    if item.get("type") == "apply_patch_call_output":
+        return item.get("status") == "failed"
+    if item.get("type") != "shell_call_output":
+        return False
+    outcomes = [c.get("outcome") for c in item.get("output") or ()]
+    return any(isinstance(o, Mapping) and (o.get("type") == "timeout" or o.get("exit_code")) for o in outcomes)
+
+
+def _shell_output(text: str, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A shell's chunks again: as they came if ``text`` is their texts' length, else one chunk
+    of ``text`` with the last one's outcome (collapsed or redacted by context_os)."""
+    if sum(c[f] for c in chunks for f in _STREAMS) == len(text):
+        out, at = [], 0
+        for c in chunks:
+            chunk = dict(c)
+            for f in _STREAMS:
+                chunk[f], at = text[at : at + c[f]], at + c[f]
+            out.append(chunk)
+        return out
+    last = chunks[-1] if chunks else {"outcome": {"type": "exit", "exit_code": 0}}
+    return [{**last, "stdout": text, "stderr": ""}]
+
+
 def to_chat(input: Any) -> list[dict[str, Any]]:
     """A Responses ``input`` (a string, or a list of items) as chat messages (module docstring)."""
     if isinstance(input, str):
@@ -144,28 +225,25 @@ def to_chat(input: Any) -> list[dict[str, Any]]:
                 raise MalformedMessage(f"unknown role {role!r}", index=k, field="role")
             reply = None
             out.append({"role": role, "content": _chat_content(item.get("content"), k), ITEM: dict(item)})
-        elif kind in _CALLS:
-            payload = _CALLS[kind]
-            value = item.get(payload)
-            if not isinstance(item.get("call_id"), str) or not isinstance(item.get("name"), str):
-                raise MalformedMessage(f"a {kind} needs a call_id and a name", index=k)
-            if not isinstance(value, str):
-                raise MalformedMessage(f"a {kind}'s {payload} must be a string", index=k, field=payload)
-            arguments = value if kind == "function_call" else json.dumps({"input": value})
-            function = {"name": item["name"], "arguments": arguments}
-            call = {"id": item["call_id"], "type": "function", "function": function}
+        elif kind in _CALLS or kind in _BUILT_IN:
+            name, payload, arguments = _call(kind, item, k)
+            call = {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": arguments}}
             r = response()
             if any(c["id"] == item["call_id"] for c in r.get("tool_calls") or ()):
                 raise MalformedMessage(f"call_id {item['call_id']!r} twice in one response", index=k)
             r.setdefault("tool_calls", []).append(call)
             r[ITEMS].append({**{f: v for f, v in item.items() if f != payload}, _CALL: item["call_id"]})
-        elif kind in _OUTPUTS:
-            if not isinstance(item.get("call_id"), str):
-                raise MalformedMessage(f"a {kind} needs a call_id", index=k)
+        elif kind in _OUTPUTS or kind in _OUTPUT_ID or kind == "shell_call_output":
+            id_field = _OUTPUT_ID.get(kind, "call_id")
+            if not isinstance(item.get(id_field), str):
+                raise MalformedMessage(f"a {kind} needs a {id_field}", index=k)
             reply = None
-            shell = {f: v for f, v in item.items() if f != "output"}
-            text = _output_text(item.get("output"), k)
-            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": text, ITEM: shell})
+            text, kept = _output(kind, item.get("output"), k)
+            shell = {**{f: v for f, v in item.items() if f != "output"}, **kept}
+            message = {"role": "tool", "tool_call_id": item[id_field], "content": text, ITEM: shell}
+            if _failed(item):
+                message["is_error"] = True
+            out.append(message)
         elif kind in _OPAQUE:
             response()[ITEMS].append(dict(item))
         else:
@@ -181,9 +259,16 @@ def to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if role == "assistant":
             out.extend(_response_items(m))
         elif role == "tool":
-            shell = m.get(ITEM) or {"type": "function_call_output", "call_id": m.get("tool_call_id", "")}
+            shell = dict(m.get(ITEM) or {"type": "function_call_output", "call_id": m.get("tool_call_id", "")})
             content = m.get("content")
-            out.append({**shell, "output": content if isinstance(content, str) else json.dumps(content)})
+            text = content if isinstance(content, str) else json.dumps(content)
+            chunks = shell.pop(_CHUNKS, None)
+            if shell.get("type") == "shell_call_output":
+                out.append({**shell, "output": _shell_output(text, chunks or [])})
+            elif shell.get("type") == "apply_patch_call_output" and not text:
+                out.append(shell)  # its output is optional
+            else:
+                out.append({**shell, "output": text})
         else:
             item = m.get(ITEM)
             content = m.get("content")
@@ -236,6 +321,18 @@ def _response_items(m: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _built_in_arguments(arguments: str) -> dict[str, Any]:
+    """A built-in call's ``action`` or ``operation`` from its arguments as context_os sends them:
+    an argv or a list of commands that context_os elided becomes the list of its note."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        value = arguments
+    if not isinstance(value, dict):
+        return {"note": str(value)}
+    return {f: [v] if f in _LISTS and isinstance(v, str) else v for f, v in value.items()}
+
+
 def _said(item: Mapping[str, Any]) -> str | None:
     """What an assistant message item says (None: not text this reads)."""
     try:
@@ -246,6 +343,9 @@ def _said(item: Mapping[str, Any]) -> str | None:
 
 def _call_item(shell: Mapping[str, Any], call: Mapping[str, Any]) -> dict[str, Any]:
     fn = call["function"]
+    built_in = _BUILT_IN.get(shell.get("type", ""))
+    if built_in is not None:
+        return {**shell, "call_id": call["id"], built_in[1]: _built_in_arguments(fn["arguments"])}
     item = {**shell, "call_id": call["id"], "name": fn["name"]}
     if shell.get("type") == "custom_tool_call":
         try:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..harness.anthropic import without_cache_marks
+from ..harness.responses import BUILT_IN_TOOLS
 from ..hashing import hash_value
 
 __all__ = ["MAX_ROUNDS", "Call", "Hidden", "StreamFilter", "dialect", "prefix_hash", "splice"]
@@ -170,7 +171,14 @@ class AnthropicDialect:
 class ResponsesDialect:
     """``/v1/responses``."""
 
-    tool_names = AnthropicDialect.tool_names  # tools are flat here too: a ``name`` each
+    @staticmethod
+    def tool_names(tools: Any) -> set[str]:
+        """Flat tools (a ``name`` each), and the built-in ones the client runs (``shell``,
+        ``local_shell``, ``apply_patch``: a ``type`` each), by the names their calls take."""
+        built_in = {
+            t["type"] for t in tools if isinstance(t, Mapping) and t.get("type") in BUILT_IN_TOOLS
+        } if isinstance(tools, list) else set()  # fmt: skip
+        return AnthropicDialect.tool_names(tools) | built_in
 
     @staticmethod
     def definitions(schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
