@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from context_os.harness.openai import OpenAIHook
 from context_os.harness.responses import to_chat, to_items
 from context_os.server.proxy import Proxy, derive_session
 from context_os.store.sqlite import SqliteStore
+from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta
+from tests.helpers import wait_for
 from tests.proxy.running import Running, file_as_shown, verified_frames
 from tests.proxy.upstream import Upstream, upstream
 
@@ -230,10 +233,12 @@ def test_with_tool_names_none_the_agents_tools_are_tool_outputs_only(tmp_path: P
         Proxy(store, up.url, tool_names="vim")
 
 
+@pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
 def test_with_a_workspace_the_agents_files_come_from_the_disk(tmp_path: Path) -> None:
     """``--workspace``: a file under it that the agent's tools touch is the object context_os's
     own ``read`` shows (one object for one file), at the disk's text, so a change no tool call
-    said (a formatter) shows too; a file outside it is kept as the calls show it."""
+    said (a formatter) shows too; a file outside it is kept as the calls show it. The proxy's
+    tracker records a change no call touches (the user's editor): the next call shows it stale."""
     ws = tmp_path / "ws"
     ws.mkdir()
     for n in range(FILES):
@@ -250,7 +255,7 @@ def test_with_a_workspace_the_agents_files_come_from_the_disk(tmp_path: Path) ->
     for n in range(FILES):
         use(f"toolu_{n}", "Read", {"file_path": f"{ws}/m{n}.py"}, numbered((ws / f"m{n}.py").read_text()))
     use("toolu_x", "Read", {"file_path": "/elsewhere/notes.txt"}, "     1\u2192a note\n     2\u2192another")
-    with upstream(replies=["ok", "ok"]) as up:
+    with upstream(replies=["ok", "ok", "ok"]) as up:
         running = Running(tmp_path, up, workspace=ws)
         try:
             client = running.anthropic()
@@ -277,7 +282,21 @@ def test_with_a_workspace_the_agents_files_come_from_the_disk(tmp_path: Path) ->
             assert "line 3 of m1: formatted" in sent and line(1, 3) not in sent
             notes = [v for v in running.store.find("file", {"abs_path": "/elsewhere/notes.txt"}) if v.doc]
             assert [v.doc["meta"].get("virtual") for v in notes] == [True]
+            # the user's editor changes the last file read, and no call says so: the proxy's
+            # tracker records it, and the next call shows the file stale (its Read loads it)
+            last = ws / f"m{FILES - 1}.py"
+            last.write_text(last.read_text().replace(line(FILES - 1, 2), "line 2: from the editor"))
+            [shown] = [v for v in running.store.find("file", {"abs_path": str(last)}) if v.doc]
+            wait_for(lambda: latest_meta(running.store, shown.id)["cause"] == "tracker", what="the tracker's version")
+            messages.append({"role": "assistant", "content": "Done."})
+            messages.append({"role": "user", "content": "anything else?"})
+            client.messages.create(messages=messages, **ask)  # type: ignore[call-overload]
+            version = latest_meta(running.store, shown.id)["version"]
+            third = json.dumps(up.requests[2]["messages"])
+            assert f'stale=\\"version {version} is newer: activate(id) loads it\\"' in third
+            assert re.search(rf"- {shown.id} file m{FILES - 1}\.py \d+ tokens v1 \(v{version} newer\) active", third)
             sid = derive_session("anthropic", {"system": "You are Claude Code.", "messages": messages})
-            assert verified_frames(running.store, sid) == 2
+            assert verified_frames(running.store, sid) == 3
         finally:
             running.close()
+        assert running.proxy.trackers is not None and running.proxy.trackers.running() == []

@@ -22,7 +22,8 @@ from context_os.context.tools import ToolRegistry
 from context_os.harness.openai import OpenAIHook
 from context_os.server.mcp import ContextOsMcp
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import user
+from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta
+from tests.helpers import user, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -65,7 +66,9 @@ def test_the_tools_over_stdio(tmp_path: Path) -> None:
             assert set(tools) == {"read", "activate", "deactivate", "lines", "inspect", "frames", "recall", "remember"}
             # the schemas are the registry's, not a copy
             with SqliteStore(tmp_path / "other.db") as other:
-                ours = {t["name"]: t for t in ContextOsMcp(other, session="x", workspace=ws).registry.schemas}
+                app = ContextOsMcp(other, session="x", workspace=ws)
+                ours = {t["name"]: t for t in app.registry.schemas}
+                app.close()
             assert tools["read"].input_schema == ours["read"]["parameters"]
             assert tools["inspect"].description == ours["inspect"]["description"]
 
@@ -193,6 +196,26 @@ def test_a_registry_with_no_workspace_has_no_read(tmp_path: Path) -> None:
         app = ContextOsMcp(store, session="s")
         assert "read" not in app.registry.names and isinstance(app.registry, ToolRegistry)
         app.close()
+
+
+@pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
+def test_a_file_read_that_changes_on_disk_gets_a_new_version_by_itself(tmp_path: Path) -> None:
+    """With a workspace, a watchdog tracker runs: a file the agent read gets version 2 when it
+    changes on disk, before anything reads it again; ``track=False`` runs none."""
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    (ws / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    with SqliteStore(tmp_path / "s.db") as store:
+        app = ContextOsMcp(store, session="s", workspace=ws)
+        first = app.read("calc.py")
+        (ws / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+        wait_for(lambda: latest_meta(store, first["id"])["version"] == 2, what="the tracker's version 2")
+        assert "a + b" in str(store.doc(first["id"]))
+        app.close()
+        assert app.tracker is not None and not app.tracker.running
+        untracked = ContextOsMcp(store, session="u", workspace=ws, track=False)
+        assert untracked.tracker is None
+        untracked.close()
 
 
 def test_what_activate_cuts_from_a_long_text_lines_shows(tmp_path: Path) -> None:

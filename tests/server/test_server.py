@@ -24,7 +24,8 @@ from context_os.server import (
     Server,
 )
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import call, coding_session, http_server, result, stub_ref, user
+from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta
+from tests.helpers import call, coding_session, http_server, result, stub_ref, user, wait_for
 
 CTXOS = str(Path(sys.executable).parent / "ctxos")
 
@@ -483,6 +484,44 @@ def test_every_harness_gets_the_file_tools_over_json_rpc(tmp_path: Path, harness
         assert {"read", "write", "edit", "ls", "find", "grep", "activate", "deactivate"} <= names
         out = rpc("tools.call", session="s", name="read", arguments={"path": "app.py"})
         assert not out["is_error"] and json.loads(out["output"])["active"] == "activated"
+        server.close()
+
+
+@pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
+def test_a_file_the_agent_read_that_changes_on_disk_gets_a_version_the_session_marks_stale(tmp_path: Path):
+    """``ctxos serve`` runs a watchdog tracker for each workspace its sessions open (one for all
+    the sessions in it): a file the agent read that changes on disk (a formatter, the user's
+    editor) gets version 2, which the session marks stale, and ``activate`` loads it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "app.py").write_text("print('v1')\n")
+    with SqliteStore(tmp_path / "s.db") as store:
+        server = Server(store, workspaces=[ws])
+
+        def rpc(method: str, **params: Any) -> Any:
+            answer = server.handle({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+            assert "result" in answer, answer
+            return answer["result"]
+
+        def tail(messages: list[dict[str, Any]]) -> str:
+            out = rpc("context.transform", session="s", messages=messages)["messages"]
+            return "\n".join(m["content"] for m in out if str(m["content"]).startswith("<context_os>"))
+
+        rpc("session.open", session="s", harness="openai", workspace=str(ws))
+        rpc("session.open", session="t", harness="openai", workspace=str(ws))
+        assert server.trackers is not None and len(server.trackers.running()) == 1  # one per workspace
+        read = json.loads(rpc("tools.call", session="s", name="read", arguments={"path": "app.py"})["output"])
+        messages = [{"role": "user", "content": "fix app.py"}, call("c1", "read", path="app.py"), result("c1", "...")]
+        assert "print('v1')" in tail(messages)
+        (ws / "app.py").write_text("print('v2 from the disk')\n")
+        wait_for(lambda: latest_meta(store, read["id"])["version"] == 2, what="the tracker's version 2")
+        messages += [{"role": "assistant", "content": "Looking."}, user("go on")]
+        shown = tail(messages)
+        assert 'stale="version 2 is newer: activate(id) loads it"' in shown and "v2 from the disk" not in shown
+        rpc("tools.call", session="s", name="activate", arguments={"id": read["id"]})
+        assert "v2 from the disk" in tail(messages)
+        server.close()
+        assert server.trackers.running() == []
 
 
 @pytest.mark.e2e

@@ -57,6 +57,14 @@ def serve_until_stopped(server: socketserver.BaseServer) -> None:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+track_option = click.option(
+    "--track/--no-track",
+    default=True,
+    show_default=True,
+    help="Run a watchdog tracker over each workspace: a file the agent touched gets a new version when it "
+    "changes on disk (the session marks it stale).",
+)
+
 embedder_option = click.option(
     "--embedder",
     default="auto",

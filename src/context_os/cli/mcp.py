@@ -15,7 +15,7 @@ import click
 
 from ..errors import ConfigError
 from ..store import data_dir
-from ._common import embedder_option, fails_cleanly, server_process, store_from
+from ._common import embedder_option, fails_cleanly, server_process, store_from, track_option
 
 TOKEN_ENV = "CTXOS_MCP_TOKEN"
 """A token chosen by whoever starts the HTTP server, instead of a fresh one."""
@@ -40,6 +40,7 @@ def default_session(workspace: Path) -> str:
 @click.option("--recall/--no-recall", default=True, show_default=True, help="Offer recall over everything stored.")
 @click.option("--memory/--no-memory", default=True, show_default=True, help="Offer remember (the memory scopes).")
 @embedder_option
+@track_option
 @click.option(
     "--http",
     "http_port",
@@ -62,6 +63,7 @@ def mcp_cmd(
     recall: bool,
     memory: bool,
     embedder: str,
+    track: bool,
     http_port: int | None,
     token_file: Path | None,
     verbose: int,
@@ -91,6 +93,7 @@ def mcp_cmd(
             workspace=root,
             recall=engine,
             memory=MemoryScopes(root) if memory else None,
+            track=track,
         )
         try:
             if http_port is None:

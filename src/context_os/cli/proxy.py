@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..harness.toolnames import PRESETS
-from ._common import embedder_option, fails_cleanly, serve_until_stopped, server_process, store_from
+from ._common import embedder_option, fails_cleanly, serve_until_stopped, server_process, store_from, track_option
 
 
 @click.command("proxy")
@@ -44,6 +44,7 @@ from ._common import embedder_option, fails_cleanly, serve_until_stopped, server
     "auto tells the harness from the tools a request offers; none keeps them as tool outputs only.",
 )
 @embedder_option
+@track_option
 @click.option("-v", "--verbose", count=True, help="Log more to stderr (-v: each request).")
 @click.pass_context
 @fails_cleanly
@@ -57,6 +58,7 @@ def proxy_cmd(
     workspace: Path | None,
     tool_names: str,
     embedder: str,
+    track: bool,
     verbose: int,
 ) -> None:
     """An OpenAI/Anthropic-compatible proxy for any agent.
@@ -79,6 +81,7 @@ def proxy_cmd(
             recall=engine,
             workspace=workspace,
             tool_names=tool_names,
+            track=track,
         )
         server = make_proxy_server(proxy, port)
         bound = server.server_address[1]

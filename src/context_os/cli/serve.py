@@ -25,7 +25,7 @@ from ..server import (
 )
 from ..sources.recall import open_recall
 from ..store import data_dir
-from ._common import announce_created, embedder_option, fails_cleanly, server_process, store_from
+from ._common import announce_created, embedder_option, fails_cleanly, server_process, store_from, track_option
 
 if TYPE_CHECKING:
     from ..mesh.agent import MeshAgent
@@ -73,6 +73,7 @@ TOKEN_ENV = "CTXOS_SERVE_TOKEN"
     help="Refuse requests larger than this many MiB.",
 )
 @embedder_option
+@track_option
 @click.option(
     "--mesh",
     "mesh_name",
@@ -106,6 +107,7 @@ def serve_cmd(
     stdio: bool,
     http_port: int | None,
     workspaces: tuple[Path, ...],
+    track: bool,
     origins: tuple[str, ...],
     token_file: Path | None,
     max_request_mb: int,
@@ -150,6 +152,7 @@ def serve_cmd(
             embedder=None if embedder == "none" else embedder,
             mesh=mesh,
             recall=recall,
+            track=track,
         )
         httpd = None
         written: Path | None = None

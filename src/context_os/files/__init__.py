@@ -14,7 +14,7 @@ It never writes a session's documents but through ``Session``; file documents on
 
 from .file_tools import FILE_TOOLS, FileTools, HostTool, apply_edits
 from .index import FileIndex, Indexed
-from .tracker import FileTracker
+from .tracker import FileTracker, Trackers
 from .workspace import FileSnapshot, Workspace
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "FileTracker",
     "HostTool",
     "Indexed",
+    "Trackers",
     "Workspace",
     "apply_edits",
 ]

@@ -66,7 +66,7 @@ from ..store.base import Store, Version
 from .index import FileIndex, Indexed
 from .workspace import FileSnapshot, Workspace
 
-__all__ = ["FileTracker"]
+__all__ = ["FileTracker", "Trackers"]
 
 _EVENTS: list[type[FileSystemEvent]] = [
     FileCreatedEvent,
@@ -626,3 +626,37 @@ class FileTracker:
     def track(self, paths: Iterable[str | os.PathLike[str]]) -> list[Indexed]:
         """Index ``paths`` (content mode) so that they are tracked from now on."""
         return [self.index.index(self.workspace.resolve(p), read=True, cause="tracker") for p in paths]
+
+
+class Trackers:
+    """One running ``FileTracker`` per workspace, for a server whose sessions share workspaces
+    (``ctxos serve``, ``ctxos proxy --workspace``, ``ctxos mcp --workspace``): the first session
+    in a workspace starts its tracker, the later ones share it (and its index, so that a file any
+    of their tools index is tracked at once); ``close()`` stops them all. Thread-safe."""
+
+    def __init__(self, store: Store, **options: Any):
+        """``options``: passed to each ``FileTracker`` (``rescan_interval``, ``debounce``, …)."""
+        self.store = store
+        self.options = options
+        self._lock = threading.Lock()
+        self._running: dict[tuple[Path, tuple[Path, ...]], FileTracker] = {}
+
+    def __call__(self, workspace: Workspace) -> FileTracker:
+        """The running tracker of ``workspace`` (its root and allowed outside directories)."""
+        key = (workspace.root, workspace.allowed)
+        with self._lock:
+            found = self._running.get(key)
+            if found is None:
+                found = self._running[key] = FileTracker(self.store, workspace, **self.options).start()
+            return found
+
+    def running(self) -> list[FileTracker]:
+        with self._lock:
+            return list(self._running.values())
+
+    def close(self) -> None:
+        """Stop every tracker (what they saw and did not record yet is recorded first)."""
+        with self._lock:
+            running, self._running = list(self._running.values()), {}
+        for tracker in running:
+            tracker.stop()

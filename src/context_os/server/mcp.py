@@ -35,7 +35,7 @@ from ..context.source_tools import SourceTools
 from ..context.timeline import session_rows, turn_rows
 from ..context.tools import Tool, ToolRegistry, context_tools, object_schema
 from ..errors import ContextOSError, InputError, NotFound
-from ..files import FileTools, Workspace
+from ..files import FileTools, FileTracker, Workspace
 from ..times import parse_time
 
 if TYPE_CHECKING:
@@ -77,11 +77,15 @@ class ContextOsMcp:
         workspace: str | Path | None = None,
         recall: Recall | None = None,
         memory: MemoryScopes | None = None,
+        track: bool = True,
     ):
+        """``track``: with a workspace, a watchdog tracker gives the files the agent touched a
+        new version when they change on disk."""
         self.store = store
         ws = Workspace(workspace) if workspace is not None else None
         self.session = Session.open(store, session, harness="mcp", workspace=str(ws.root) if ws else None)
-        self.files = FileTools(self.session, ws) if ws is not None else None
+        self.tracker = FileTracker(store, ws).start() if ws is not None and track else None
+        self.files = FileTools(self.session, ws, tracker=self.tracker) if ws is not None else None
         self.sources = (
             SourceTools(self.session, recall=recall, memory=memory, auto_recall=False) if recall or memory else None
         )
@@ -90,6 +94,8 @@ class ContextOsMcp:
         """The session has one writer: tool calls run one at a time."""
 
     def close(self) -> None:
+        if self.tracker is not None:
+            self.tracker.stop()
         self.session.close()
 
     def _registry(self) -> ToolRegistry:

@@ -35,7 +35,7 @@ from ..context.policy import RetentionPolicy
 from ..context.session import Session
 from ..context.source_tools import SourceTools
 from ..errors import ContextOSError, NotFound, PathDenied, StateError
-from ..files import FileTools, Workspace
+from ..files import FileTools, Trackers, Workspace
 from ..harness.anthropic import AnthropicHook
 from ..harness.base import ContextHook
 from ..harness.registry import NAMES, Harness, harness
@@ -149,9 +149,13 @@ class Server(RpcServer):
         embedder: str | None = "auto",
         mesh: MeshAgent | None = None,
         recall: Recall | None = None,
+        track: bool = True,
     ):
-        """``embedder``: what recall embeds with (``open_recall``; None: keyword only), for the
-        sessions opened with ``recall``; the recall engine is made for the first of them.
+        """``track``: a watchdog tracker runs for each workspace a session opens (one per
+        workspace, shared): files the agent touched get a new version when they change on disk,
+        which the session marks stale. ``embedder``: what recall embeds with (``open_recall``;
+        None: keyword only), for the sessions opened with ``recall``; the recall engine is made
+        for the first of them.
         ``mesh``: the agent's started mesh peer, for the sessions opened with ``mesh`` (the
         server does not close it: whoever started it does). ``recall``: a recall engine made
         already (the mesh's memory searches with it); the server closes it."""
@@ -163,6 +167,7 @@ class Server(RpcServer):
         """The directories sessions may use as their workspace (or a directory inside one): fixed
         by whoever starts the server, never by a client."""
         self.sessions: dict[str, _Open] = {}
+        self.trackers = Trackers(store) if track else None
         super().__init__(
             {
                 "session.open": (_OpenParams, self._session_open),
@@ -236,7 +241,8 @@ class Server(RpcServer):
             memory = MemoryScopes(ws.root if ws else None) if p.memory else None
             if ws is not None and memory is not None:
                 ws = Workspace(ws.root, allow_outside=[d for d in memory.dirs() if not d.is_relative_to(ws.root)])
-            files = FileTools(session, ws) if ws else None
+            tracker = self.trackers(ws) if ws is not None and self.trackers is not None else None
+            files = FileTools(session, ws, tracker=tracker) if ws else None
             hook = h.hook(session, files=files)
             if p.recall or p.memory:
                 if p.recall and self.recall is None:
@@ -300,8 +306,10 @@ class Server(RpcServer):
         return {"session": p.session, "closed": found is not None}
 
     def close(self) -> None:
-        """Close every open session (their leases go back) and the recall engine; the store
-        stays open."""
+        """Close every open session (their leases go back), the recall engine and the file
+        trackers; the store stays open."""
+        if self.trackers is not None:
+            self.trackers.close()
         if self.recall is not None:
             self.recall.close()
             self.recall = None

@@ -39,7 +39,7 @@ import httpx
 
 from ..context.session import Session
 from ..context.source_tools import SourceTools
-from ..files import FileTools, Workspace
+from ..files import FileTools, Trackers, Workspace
 from ..harness.anthropic import without_cache_marks
 from ..harness.registry import harness
 from ..harness.responses import to_chat, to_items
@@ -183,18 +183,22 @@ class Proxy:
         recall: Recall | None = None,
         workspace: str | Path | None = None,
         tool_names: str = "auto",
+        track: bool = True,
     ):
         """``upstream``: the provider's origin (``https://api.openai.com``), the request's path is
         added to it; ``anthropic_upstream`` for ``/v1/messages`` if it is another one. With
         ``recall``, the model is offered the ``recall`` tool too; with ``workspace`` (the agent's
         directory), ``read`` (files as versioned objects). ``tool_names``: which of the agent's
         tools read, write and edit files, whose calls keep its files as objects: ``auto`` (the
-        preset that names most of the tools a request offers), a preset's name, or ``none``."""
+        preset that names most of the tools a request offers), a preset's name, or ``none``.
+        ``track``: with a workspace, a watchdog tracker gives the files the agent touched a new
+        version when they change on disk (a formatter, ``git checkout``, the user's editor)."""
         if tool_names not in ("auto", "none"):
             preset(tool_names)  # a ConfigError naming the presets
         self.store = store
         self.recall = recall
         self.workspace = Workspace(workspace) if workspace is not None else None
+        self.trackers = Trackers(store) if track and self.workspace is not None else None
         self.tool_names = tool_names
         self.upstreams: dict[Api, str] = {
             "openai": upstream.rstrip("/"),
@@ -208,6 +212,8 @@ class Proxy:
 
     def close(self) -> None:
         self.client.close()
+        if self.trackers is not None:
+            self.trackers.close()
         with self._lock:
             for c in self._conversations.values():
                 try:
@@ -223,7 +229,8 @@ class Proxy:
             if found is None:
                 ws = self.workspace
                 session = Session.open(self.store, session_id, harness=name, workspace=str(ws.root) if ws else None)
-                tools = FileTools(session, ws) if ws else None
+                tracker = self.trackers(ws) if ws is not None and self.trackers is not None else None
+                tools = FileTools(session, ws, tracker=tracker) if ws else None
                 # the agent's files: from the disk under its workspace, else as its tools show them
                 files = VirtualFiles(session, root=str(ws.root) if ws else None, tool_names=None, disk=tools)
                 hook = harness(name).hook(session, files=tools, on_sync=files.observe)
