@@ -22,7 +22,7 @@ from context_os.harness.openai import OpenAIHook
 from context_os.server.proxy import SESSION_HEADER, Proxy, derive_session, make_proxy_server
 from context_os.store.sqlite import SqliteStore
 from tests.proxy.running import KEY, Running, anthropic_client, openai_client, proxy_command, verified_frames
-from tests.proxy.upstream import Upstream, call, upstream
+from tests.proxy.upstream import Upstream, call, thinking_block, upstream
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -331,6 +331,36 @@ def test_anthropic_tool_rounds_json_and_streamed(tmp_path: Path) -> None:
             with client.messages.stream(model="m", max_tokens=50, messages=[{"role": "user", "content": "again"}]) as s:
                 final = s.get_final_message()
             assert [b.type for b in final.content] == ["text"] and final.content[0].text == "stream done"  # type: ignore[union-attr]
+        finally:
+            running.close()
+
+
+def test_with_extended_thinking_our_tool_rounds_keep_the_thinking_block(tmp_path: Path) -> None:
+    """With extended thinking on (Claude Code's default), the assistant turn that calls one of our
+    tools must go back to the API starting with its thinking block, unmodified (the API refuses
+    the request otherwise): JSON and streamed, and in the client's next request, where the
+    exchange is spliced back. The client sees the thinking the model streamed, and never our call."""
+    replies = [call("pin", id="r1"), "json done", call("unpin", id="r1"), "stream done", "later"]
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.anthropic()
+            ask: dict[str, Any] = {"model": "m", "max_tokens": 2048, "thinking": thinking}
+            got = client.messages.create(messages=[{"role": "user", "content": "hi"}], **ask)
+            assert [b.type for b in got.content] == ["thinking", "text"] and got.content[1].text == "json done"  # type: ignore[union-attr]
+            ours = up.requests[1]["messages"][-2]["content"]
+            assert ours[0] == thinking_block(1) and ours[-1]["type"] == "tool_use"
+            streamed = [{"role": "user", "content": "again"}]
+            with client.messages.stream(messages=streamed, **ask) as s:  # type: ignore[arg-type]
+                final = s.get_final_message()
+            assert [b.type for b in final.content] == ["thinking", "thinking", "text"]
+            assert final.content[-1].text == "stream done"  # type: ignore[union-attr]
+            assert up.requests[3]["messages"][-2]["content"][0] == thinking_block(3)
+            # the client's next request: its own history, our exchange spliced back in its place
+            history = [*streamed, {"role": "assistant", "content": [b.model_dump() for b in final.content]}]
+            client.messages.create(messages=[*history, {"role": "user", "content": "and now?"}], **ask)
+            assert len(up.requests) == 5 and up.status == 200
         finally:
             running.close()
 

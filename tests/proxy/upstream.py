@@ -72,7 +72,7 @@ def _openai_chunks(reply: str | ToolCall, n: int) -> Iterator[bytes]:
     yield b"data: [DONE]\n\n"
 
 
-def _anthropic_events(reply: str | ToolCall, n: int) -> Iterator[bytes]:
+def _anthropic_events(reply: str | ToolCall, n: int, thinking: bool = False) -> Iterator[bytes]:
     def event(kind: str, data: dict[str, Any]) -> bytes:
         return f"event: {kind}\ndata: {json.dumps(data | {'type': kind})}\n\n".encode()
 
@@ -80,12 +80,23 @@ def _anthropic_events(reply: str | ToolCall, n: int) -> Iterator[bytes]:
     message: dict[str, Any] = {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": "m", "content": [],
                "stop_reason": None, "stop_sequence": None, "usage": usage}  # fmt: skip
     yield event("message_start", {"message": message})
+    at = 0
+    if thinking:  # as the API streams it: the text in deltas, then the signature
+        block = thinking_block(n)
+        yield event("content_block_start", {"index": 0, "content_block": {"type": "thinking", "thinking": ""}})
+        for piece in (block["thinking"][:8], block["thinking"][8:]):
+            yield event("content_block_delta", {"index": 0, "delta": {"type": "thinking_delta", "thinking": piece}})
+        yield event(
+            "content_block_delta", {"index": 0, "delta": {"type": "signature_delta", "signature": block["signature"]}}
+        )
+        yield event("content_block_stop", {"index": 0})
+        at = 1
     if isinstance(reply, ToolCall):
         block = {"type": "tool_use", "id": f"toolu_{n}", "name": reply.name, "input": {}}
-        yield event("content_block_start", {"index": 0, "content_block": block})
+        yield event("content_block_start", {"index": at, "content_block": block})
         delta = {"type": "input_json_delta", "partial_json": json.dumps(reply.args)}
-        yield event("content_block_delta", {"index": 0, "delta": delta})
-        yield event("content_block_stop", {"index": 0})
+        yield event("content_block_delta", {"index": at, "delta": delta})
+        yield event("content_block_stop", {"index": at})
         yield event(
             "message_delta",
             {"delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": {"output_tokens": 5}},
@@ -93,12 +104,12 @@ def _anthropic_events(reply: str | ToolCall, n: int) -> Iterator[bytes]:
         yield event("message_stop", {})
         return
     text = reply
-    yield event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+    yield event("content_block_start", {"index": at, "content_block": {"type": "text", "text": ""}})
     for i, w in enumerate(text.split(" ")):
         yield event(
-            "content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": w if i == 0 else " " + w}}
+            "content_block_delta", {"index": at, "delta": {"type": "text_delta", "text": w if i == 0 else " " + w}}
         )
-    yield event("content_block_stop", {"index": 0})
+    yield event("content_block_stop", {"index": at})
     yield event(
         "message_delta", {"delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 5}}
     )
@@ -116,11 +127,18 @@ def _openai_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}  # fmt: skip
 
 
-def _anthropic_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
+def thinking_block(n: int) -> dict[str, Any]:
+    """The thinking block the scripted model gives its ``n``-th answer when the request enables
+    extended thinking (its signature is what the provider checks it by)."""
+    return {"type": "thinking", "thinking": f"Thinking about answer {n}.", "signature": f"sig-{n}-" + "A" * 20}
+
+
+def _anthropic_json(reply: str | ToolCall, n: int, thinking: bool = False) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [thinking_block(n)] if thinking else []
     if isinstance(reply, ToolCall):
-        content = [{"type": "tool_use", "id": f"toolu_{n}", "name": reply.name, "input": reply.args}]
+        content.append({"type": "tool_use", "id": f"toolu_{n}", "name": reply.name, "input": reply.args})
     else:
-        content = [{"type": "text", "text": reply}]
+        content.append({"type": "text", "text": reply})
     return {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": "m", "content": content,
             "stop_reason": "tool_use" if isinstance(reply, ToolCall) else "end_turn", "stop_sequence": None,
             "usage": {"input_tokens": 10, "output_tokens": 5}}  # fmt: skip
@@ -173,6 +191,33 @@ def _response_events(reply: str | ToolCall, n: int) -> Iterator[bytes]:
     yield event("response.completed", {"response": done, "sequence_number": next(seq)})
 
 
+def _thinking_refused(messages: list[dict[str, Any]]) -> str | None:
+    """What the Messages API says of a request with extended thinking on whose last assistant
+    message, answered by tool results, does not start with a thinking block, or holds one that is
+    not a block the model gave (the API checks each one's signature); None: accepted."""
+    for m in messages:
+        blocks = m["content"] if m["role"] == "assistant" and isinstance(m["content"], list) else []
+        for b in blocks:
+            if b.get("type") == "thinking" and not b.get("signature", "").startswith("sig-"):
+                return "Invalid `signature` in `thinking` block"
+            if b.get("type") == "thinking" and b != thinking_block(int(b["signature"].split("-")[1])):
+                return "Invalid `signature` in `thinking` block"
+    last = next((k for k in range(len(messages) - 1, -1, -1) if messages[k]["role"] == "assistant"), None)
+    if last is None or last == len(messages) - 1:
+        return None
+    blocks = messages[last]["content"] if isinstance(messages[last]["content"], list) else []
+    if any(b.get("type") == "tool_use" for b in blocks) and (
+        not blocks or blocks[0].get("type") not in ("thinking", "redacted_thinking")
+    ):
+        first = blocks[0].get("type") if blocks else "text"
+        return (
+            f"messages.{last}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{first}`. "
+            "When `thinking` is enabled, a final `assistant` message must start with a thinking block "
+            "(preceeding the lastmost set of `tool_use` and `tool_result` blocks)."
+        )
+    return None
+
+
 def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -202,8 +247,17 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 self._send(up.status, json.dumps(err).encode())
                 return
             n = len(up.requests)
+            thinking = anthropic and (body.get("thinking") or {}).get("type") == "enabled"
+            refused = _thinking_refused(body["messages"]) if thinking else None
+            if refused is not None:
+                err = {"type": "error", "error": {"type": "invalid_request_error", "message": refused}}
+                self._send(400, json.dumps(err).encode())
+                return
             if not body.get("stream"):
-                answer = _anthropic_json if anthropic else _response_json if responses else _openai_json
+                if anthropic:
+                    self._send(200, json.dumps(_anthropic_json(text, n, thinking)).encode())
+                    return
+                answer = _response_json if responses else _openai_json
                 self._send(200, json.dumps(answer(text, n)).encode())
                 return
             self.send_response(200)
@@ -212,8 +266,11 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             self.send_header("Connection", "close")
             self.end_headers()
             try:
-                events = _anthropic_events if anthropic else _response_events if responses else _openai_chunks
-                for i, chunk in enumerate(events(text, n)):
+                if anthropic:
+                    chunks = _anthropic_events(text, n, thinking)
+                else:
+                    chunks = (_response_events if responses else _openai_chunks)(text, n)
+                for i, chunk in enumerate(chunks):
                     self.wfile.write(chunk)
                     self.wfile.flush()
                     if i == 0 and up.hold is not None:

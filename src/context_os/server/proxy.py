@@ -304,7 +304,8 @@ class Proxy:
 
     def run_ours(self, plan: Plan, calls: list[Call], text: str | None, output: list[Any] | None = None) -> None:
         """Run the model's calls of our tools; keep the exchange for the next upstream call
-        (``output``: a Responses reply's output items, which the exchange keeps)."""
+        (``output``: what of the reply the exchange keeps: a Responses reply's output items, an
+        Anthropic reply's thinking blocks)."""
         conv = plan.conversation
         assert conv is not None
         client = _client(plan)
@@ -502,9 +503,9 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                             return
                         offset += f.sent_blocks
                         # the client has the text already (a Responses client every item but the held
-                        # calls, reasoning included): the exchange keeps only the calls
-                        held = [i for i in f.output_items() if i.get("type") == "function_call"]
-                        proxy.run_ours(plan, ours, None, held if plan.api == "responses" else None)
+                        # calls, reasoning included): the exchange keeps the calls, and an Anthropic
+                        # reply's thinking, which its tool-use turn must start with
+                        proxy.run_ours(plan, ours, None, f.kept())
                 plan = proxy.next_round(plan, last=n + 1 == MAX_ROUNDS - 1)
 
         def _forward(self, api: Api, raw: bytes | None) -> None:

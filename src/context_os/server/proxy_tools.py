@@ -140,6 +140,10 @@ class OpenAIDialect:
         ]
 
 
+THINKING = ("thinking", "redacted_thinking")
+"""An Anthropic reply's reasoning blocks (extended thinking)."""
+
+
 class AnthropicDialect:
     """``/v1/messages``."""
 
@@ -154,13 +158,17 @@ class AnthropicDialect:
     @staticmethod
     def calls(response: Mapping[str, Any]) -> tuple[list[Call], dict[str, Any]]:
         blocks = [b for b in response.get("content") or [] if isinstance(b, Mapping)]
-        return _calls(blocks, "tool_use", "id", "input"), {"role": "assistant", "content": blocks}
+        thinking = [dict(b) for b in blocks if b.get("type") in THINKING]
+        return _calls(blocks, "tool_use", "id", "input"), {"role": "assistant", "content": blocks, "output": thinking}
 
     @staticmethod
     def exchange(
         text: str | None, calls: list[Call], results: list[str], output: list[Any] | None = None
     ) -> list[dict[str, Any]]:
-        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        """``output``: the reply's thinking blocks, first and unmodified (with extended thinking
+        on, the API refuses a tool-use turn that does not start with them)."""
+        content: list[dict[str, Any]] = [dict(b) for b in output or ()]
+        content += [{"type": "text", "text": text}] if text else []
         content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in calls]
         tool_results = [
             {"type": "tool_result", "tool_use_id": c.id, "content": r} for c, r in zip(calls, results, strict=True)
@@ -262,6 +270,8 @@ class StreamFilter:
     sent_blocks: int = 0
     output: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Responses: the output items of the response, by index, as they were done."""
+    thinking: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Anthropic: the thinking blocks of the response, by index."""
 
     def feed(self, event: bytes) -> bytes:
         data = _data(event)
@@ -342,6 +352,27 @@ class StreamFilter:
             return b""
         return event
 
+    def _think(self, kind: str, data: dict[str, Any], index: int) -> None:
+        """Anthropic: put a thinking block together from its events (its text, its signature)."""
+        block = data.get("content_block") or {}
+        if kind == "content_block_start" and block.get("type") in THINKING:
+            self.thinking[index] = dict(block)
+        elif kind == "content_block_delta" and index in self.thinking:
+            delta = data.get("delta") or {}
+            if delta.get("type") == "thinking_delta":
+                self.thinking[index]["thinking"] = self.thinking[index].get("thinking", "") + delta.get("thinking", "")
+            elif delta.get("type") == "signature_delta":
+                self.thinking[index]["signature"] = delta.get("signature", "")
+
+    def kept(self) -> list[dict[str, Any]] | None:
+        """What of the reply an exchange keeps besides our calls: a Responses reply's function
+        calls (the client has every other item), an Anthropic reply's thinking blocks."""
+        if self.api == "responses":
+            return [i for i in self.output_items() if i.get("type") == "function_call"]
+        if self.api == "anthropic":
+            return [self.thinking[i] for i in sorted(self.thinking)]
+        return None
+
     def _anthropic(self, event: bytes, data: Any) -> bytes:
         if not isinstance(data, dict):
             return event
@@ -350,6 +381,7 @@ class StreamFilter:
             return event if self.first_round else b""
         if kind in ("content_block_start", "content_block_delta", "content_block_stop"):
             index = int(data.get("index", 0))
+            self._think(kind, data, index)
             if kind == "content_block_start" and (data.get("content_block") or {}).get("type") == "tool_use":
                 block = data["content_block"]
                 self._tools[index] = {"id": block.get("id", ""), "name": block.get("name", ""), "arguments": ""}
