@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 FILES = 12
 """Reads of 400-line files before the edit: with Claude Code's own system prompt and tools the
 conversation passes the 50,000 tokens context_os manages from."""
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-sonnet-4-6"
+"""Not a model Claude Code 2.1.332 retires: it warns of claude-sonnet-4-5's retirement on 2026-11-30."""
 APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
 
 
@@ -37,7 +38,9 @@ def claude() -> ClaudeInstall:
 def script(work: Path) -> list[str | ToolCall]:
     reads: list[str | ToolCall] = [call("Read", file_path=str(work / f"m{n}.txt")) for n in range(FILES)]
     edit = call("Edit", file_path=str(work / "app.py"), old_string="    return 7\n", new_string="    return 'seven'\n")
-    return [*reads, call("Read", file_path=str(work / "app.py")), edit, "Done: f7 returns 'seven'."]
+    # one of context_os's own tools, which the proxy runs (Claude Code never sees the call)
+    pin = call("pin", id="r3")
+    return [*reads, pin, call("Read", file_path=str(work / "app.py")), edit, "Done: f7 returns 'seven'."]
 
 
 @pytest.fixture
@@ -55,8 +58,9 @@ def work(tmp_path: Path) -> Path:
 def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_disk(
     claude: ClaudeInstall, work: Path, tmp_path: Path
 ) -> None:
-    """Claude Code reads twelve files and app.py, then edits app.py with its own Edit tool: the
-    provider is then shown app.py once, as a file object at the text the edit left on disk,
+    """Claude Code (thinking on, as it runs) reads twelve files, the model pins one of
+    them with context_os's own tool (run by the proxy), then Claude Code reads and edits app.py
+    with its own Edit tool: the provider is then shown app.py once, as a file object at the text the edit left on disk,
     never the old line; the reads' outputs collapsed into their files; every frame verified."""
     home = tmp_path / "home"
     home.mkdir()
@@ -78,7 +82,12 @@ def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_
     on_disk = (work / "app.py").read_text()
     assert "    return 'seven'\n" in on_disk  # Claude Code's Edit wrote the file itself
     requests = list(proxied.up.requests)
-    assert len(requests) == FILES + 3  # one per model call: Claude Code made no other
+    assert len(requests) == FILES + 4  # one per model call of Claude Code's, and our pin's round
+    # Claude Code runs with thinking on (adaptive with this model): our pin's round went back
+    # starting with the thinking block the model gave with its call
+    assert all(r["thinking"]["type"] in ("enabled", "adaptive") for r in requests)
+    ours = requests[FILES + 1]["messages"][-2]["content"]
+    assert [b["type"] for b in ours] == ["thinking", "tool_use"] and ours[1]["name"] == "pin"
     last = requests[-1]["messages"]
     # the file as the model is shown it after the edit: the disk's text, its line numbers read off
     assert file_as_shown(last, str(work / "app.py")) == (2, on_disk)
@@ -87,8 +96,9 @@ def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_
     shown = json.dumps([*blocks, *(m["content"] for m in last if isinstance(m["content"], str))])
     assert "    return 7\\n" not in shown and "    return 'seven'\\n" in shown
     # the reads' outputs collapsed at once: their text is in the file objects
-    results = [b for b in blocks if b.get("type") == "tool_result"]
-    assert all(str(r["content"]).startswith("[Read output, ") for r in results[: FILES + 1])
+    reads = {b["id"] for m in last if isinstance(m["content"], list) for b in m["content"] if b.get("name") == "Read"}
+    results = [b for b in blocks if b.get("type") == "tool_result" and b["tool_use_id"] in reads]
+    assert len(results) == FILES + 1 and all(str(r["content"]).startswith("[Read output, ") for r in results)
     with SqliteStore(proxied.store) as s:
         assert verified_frames(s, only_session(s)) == len(requests)
 
@@ -96,7 +106,7 @@ def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_
     (transcript,) = (home / ".claude" / "projects").glob("*/*.jsonl")
     summary = _replay(transcript, tmp_path / "replay.db")
     assert summary["format"] == "claude-code"
-    assert summary["turns"] == summary["frames_verified"] == len(requests)
+    assert summary["turns"] == summary["frames_verified"] == FILES + 3  # Claude Code never saw our round
     assert summary["files"] == FILES + 1
     assert summary["edits_total"] == summary["edits_with_target_text_shown"] == 1
     assert summary["stale_file_views_full"] > 0 and summary["stale_file_views_assembled"] == 0

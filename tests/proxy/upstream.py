@@ -247,7 +247,8 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 self._send(up.status, json.dumps(err).encode())
                 return
             n = len(up.requests)
-            thinking = anthropic and (body.get("thinking") or {}).get("type") == "enabled"
+            # extended thinking, or adaptive (the model thinks when it sees fit; this one always does)
+            thinking = anthropic and (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
             refused = _thinking_refused(body["messages"]) if thinking else None
             if refused is not None:
                 err = {"type": "error", "error": {"type": "invalid_request_error", "message": refused}}
