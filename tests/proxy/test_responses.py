@@ -26,7 +26,7 @@ from context_os.harness.virtual_files import VirtualFiles
 from context_os.server.proxy import derive_session
 from context_os.store.sqlite import SqliteStore
 from tests.proxy.running import Running, verified_frames
-from tests.proxy.upstream import ToolCall, Upstream, call, upstream
+from tests.proxy.upstream import ToolCall, Upstream, call, reasoning_item, upstream
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -220,6 +220,56 @@ def test_our_tools_run_inside_the_proxy_json_and_streamed(tmp_path: Path) -> Non
             sid = derive_session("responses", {"input": items})
             assert verified_frames(running.store, sid) == 4
             assert running.proxy.counts["tool_calls"] == 2
+        finally:
+            running.close()
+
+
+def test_with_a_reasoning_model_our_tool_rounds_keep_its_reasoning_items(tmp_path: Path) -> None:
+    """A reasoning model (Codex asks for reasoning, ``store: false``): the round after our call
+    goes back with the reasoning (and text) the call came with, and so do the client's later
+    requests, where the exchange is spliced back after what the client has of that response,
+    once; a reasoning item followed by our call never reaches the client, whose history would
+    hold it without the item after it. The scripted provider refuses what the API refuses (an
+    item twice, a call or a reasoning item without its companion). JSON and streamed."""
+    said = ToolCall("pin", {"id": "r2"}, say="Pinning it.")  # reasoning, a preamble, our call
+    replies = [call("pin", id="r2"), "pinned, done", said, "said, done", call("pin", id="r2"), "held, done", "later"]
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.openai()
+            ask: dict[str, Any] = {"model": "m", "tools": TOOLS, "reasoning": {"summary": "auto"}, "store": False}
+            items: list[dict[str, Any]] = [user("check the log")]
+            got = client.responses.create(input=items, **ask)
+            assert got.output_text == "pinned, done" and up.requests[1]["input"][-3:-1] == [
+                reasoning_item(1),
+                {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "pin",
+                 "arguments": '{"id": "r2"}', "status": "completed"},
+            ]  # fmt: skip
+            items += [i.model_dump(exclude_none=True) for i in got.output]
+
+            def streamed(text: str) -> list[dict[str, Any]]:
+                """What Codex keeps of a stream: each item done."""
+                items.append(user(text))
+                events = list(client.responses.create(input=items, stream=True, **ask))
+                assert events[-1].type == "response.completed"
+                return [e.item.model_dump(exclude_none=True) for e in events if e.type == "response.output_item.done"]
+
+            # a preamble after the reasoning: both reach the client at once; our call never does
+            kept = streamed("and the other log?")
+            assert [i["id"] for i in kept] == ["rs_3", "msg_3", "rs_4", "msg_4"]
+            items += kept
+            # reasoning right before our call: it stays with the call
+            kept = streamed("and the third?")
+            assert [i["id"] for i in kept] == ["rs_6", "msg_6"]
+            items += kept
+            client.responses.create(input=[*items, user("next")], **ask)
+            assert len(up.requests) == 7  # every request accepted
+            ids = [i.get("id") or i["type"] for i in up.requests[-1]["input"]]
+            # each round once, in order: what the client has of it, then our call and its output
+            at = ids.index("rs_3")
+            assert ids[at : at + 6] == ["rs_3", "msg_3", "fc_3", "function_call_output", "rs_4", "msg_4"]
+            at = ids.index("rs_5")
+            assert ids[at : at + 5] == ["rs_5", "fc_5", "function_call_output", "rs_6", "msg_6"]
         finally:
             running.close()
 

@@ -36,6 +36,8 @@ class Upstream:
     """When set, a stream sends its first chunk, then waits for this event before the rest."""
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    reasoned: set[str] = field(default_factory=set)
+    """Responses: the responses (by number) given with reasoning, whose items need it."""
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -144,35 +146,77 @@ def _anthropic_json(reply: str | ToolCall, n: int, thinking: bool = False) -> di
             "usage": {"input_tokens": 10, "output_tokens": 5}}  # fmt: skip
 
 
-def _response_items(reply: str | ToolCall, n: int) -> list[dict[str, Any]]:
+def reasoning_item(n: int) -> dict[str, Any]:
+    """The reasoning item the scripted model's ``n``-th response starts with when the request asks
+    for reasoning (as a reasoning model's, with ``store: false``: encrypted)."""
+    return {"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": f"gAAAA-enc-{n}"}
+
+
+def _response_items(reply: str | ToolCall, n: int, reasoning: bool = False) -> list[dict[str, Any]]:
     def message(text: str, item_id: str) -> dict[str, Any]:
         return {"type": "message", "id": item_id, "status": "completed", "role": "assistant",
                 "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
 
+    first = [reasoning_item(n)] if reasoning else []
     if isinstance(reply, str):
-        return [message(reply, f"msg_{n}")]
+        return [*first, message(reply, f"msg_{n}")]
     fc = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}", "name": reply.name,
           "arguments": json.dumps(reply.args), "status": "completed"}  # fmt: skip
-    return [message(reply.say, f"msg_{n}"), fc] if reply.say else [fc]
+    return [*first, message(reply.say, f"msg_{n}"), fc] if reply.say else [*first, fc]
 
 
-def _response_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
+def _items_refused(items: Any, reasoned: set[str]) -> str | None:
+    """What the Responses API says of input items a reasoning model's loop got wrong: an id twice,
+    a reasoning item not followed by an item of its response, an item of a response that had
+    reasoning sent without it; None: accepted."""
+    if not isinstance(items, list):
+        return None
+    ids = [i["id"] for i in items if isinstance(i, dict) and isinstance(i.get("id"), str)]
+    twice = next((i for i in ids if ids.count(i) > 1), None)
+    if twice is not None:
+        return f"Duplicate item found with id {twice}. Remove duplicate items from your input and try again."
+    for k, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("type") != "reasoning" or "id" not in item:
+            continue
+        n = str(item.get("id", "")).removeprefix("rs_")
+        after = items[k + 1] if k + 1 < len(items) and isinstance(items[k + 1], dict) else {}
+        if not str(after.get("id", "")).endswith(f"_{n}") or after.get("type") == "reasoning":
+            return f"Item '{item['id']}' of type 'reasoning' was provided without its required following item."
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind, item_id = item.get("type"), str(item.get("id", ""))
+        if kind in ("function_call", "message") and item.get("role", "assistant") == "assistant" and "_" in item_id:
+            n = item_id.split("_", 1)[1]
+            if n in reasoned and f"rs_{n}" not in ids:
+                return (
+                    f"Item '{item_id}' of type '{kind}' was provided without its required 'reasoning' item: 'rs_{n}'."
+                )
+    return None
+
+
+def _response_json(reply: str | ToolCall, n: int, reasoning: bool = False) -> dict[str, Any]:
     usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15, "input_tokens_details": {"cached_tokens": 0},
              "output_tokens_details": {"reasoning_tokens": 0}}  # fmt: skip
     return {"id": f"resp_{n}", "object": "response", "created_at": int(time.time()), "status": "completed",
-            "model": "m", "output": _response_items(reply, n), "parallel_tool_calls": True, "tool_choice": "auto",
-            "tools": [], "usage": usage}  # fmt: skip
+            "model": "m", "output": _response_items(reply, n, reasoning), "parallel_tool_calls": True,
+            "tool_choice": "auto", "tools": [], "usage": usage}  # fmt: skip
 
 
-def _response_events(reply: str | ToolCall, n: int) -> Iterator[bytes]:
+def _response_events(reply: str | ToolCall, n: int, reasoning: bool = False) -> Iterator[bytes]:
     def event(kind: str, data: dict[str, Any]) -> bytes:
         return f"event: {kind}\ndata: {json.dumps(data | {'type': kind})}\n\n".encode()
 
-    done = _response_json(reply, n)
+    done = _response_json(reply, n, reasoning)
     seq = iter(range(1, 1000))
     yield event("response.created", {"response": done | {"status": "in_progress", "output": []}, "sequence_number": 0})
     for k, item in enumerate(done["output"]):
         calling = item["type"] == "function_call"
+        if item["type"] == "reasoning":
+            yield event("response.output_item.added", {"output_index": k, "item": item | {"encrypted_content": None},
+                                                       "sequence_number": next(seq)})  # fmt: skip
+            yield event("response.output_item.done", {"output_index": k, "item": item, "sequence_number": next(seq)})
+            continue
         started = item | ({"arguments": ""} if calling else {"content": []}) | {"status": "in_progress"}
         yield event("response.output_item.added", {"output_index": k, "item": started, "sequence_number": next(seq)})
         if calling:
@@ -249,17 +293,25 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             n = len(up.requests)
             # extended thinking, or adaptive (the model thinks when it sees fit; this one always does)
             thinking = anthropic and (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
-            refused = _thinking_refused(body["messages"]) if thinking else None
+            reasoning = responses and bool(body.get("reasoning"))
+            if reasoning:
+                up.reasoned.add(str(n))
+            refused = (
+                _thinking_refused(body["messages"]) if thinking else _items_refused(body.get("input"), up.reasoned)
+            )
             if refused is not None:
-                err = {"type": "error", "error": {"type": "invalid_request_error", "message": refused}}
-                self._send(400, json.dumps(err).encode())
+                err: dict[str, Any] = {"type": "invalid_request_error", "message": refused}
+                shaped = (
+                    {"type": "error", "error": err} if anthropic else {"error": err | {"param": None, "code": None}}
+                )
+                self._send(400, json.dumps(shaped).encode())
                 return
             if not body.get("stream"):
                 if anthropic:
                     self._send(200, json.dumps(_anthropic_json(text, n, thinking)).encode())
                     return
-                answer = _response_json if responses else _openai_json
-                self._send(200, json.dumps(answer(text, n)).encode())
+                answer = _response_json(text, n, reasoning) if responses else _openai_json(text, n)
+                self._send(200, json.dumps(answer).encode())
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -270,7 +322,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 if anthropic:
                     chunks = _anthropic_events(text, n, thinking)
                 else:
-                    chunks = (_response_events if responses else _openai_chunks)(text, n)
+                    chunks = _response_events(text, n, reasoning) if responses else _openai_chunks(text, n)
                 for i, chunk in enumerate(chunks):
                     self.wfile.write(chunk)
                     self.wfile.flush()

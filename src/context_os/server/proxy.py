@@ -502,9 +502,9 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                             self._end()
                             return
                         offset += f.sent_blocks
-                        # the client has the text already (a Responses client every item but the held
-                        # calls, reasoning included): the exchange keeps the calls, and an Anthropic
-                        # reply's thinking, which its tool-use turn must start with
+                        # the client has the text already: the exchange keeps our calls, with a
+                        # Responses reply's items (spliced after the ones the client has, later) and
+                        # an Anthropic reply's thinking, which its tool-use turn must start with
                         proxy.run_ours(plan, ours, None, f.kept())
                 plan = proxy.next_round(plan, last=n + 1 == MAX_ROUNDS - 1)
 

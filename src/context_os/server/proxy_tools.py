@@ -72,12 +72,31 @@ def splice(messages: list[Any], hidden: list[Hidden]) -> tuple[list[Any], list[H
     for h in sorted(hidden, key=lambda h: h.at):
         if h.at > len(messages) or prefix_hash(messages[: h.at]) != h.prefix:
             continue
-        out.extend(messages[taken : h.at])
-        out.extend(h.messages)
-        taken = h.at
+        # Responses items the client has of the same response (streamed to it: its reasoning, its
+        # text) stand at the exchange's place: the rest of it goes after them, once each
+        mine = set().union(*(_item_keys(i) for i in h.messages))
+        at = h.at
+        while at < len(messages) and _item_keys(messages[at]) & mine:
+            at += 1
+        known = set().union(*(_item_keys(m) for m in messages[h.at : at]))
+        out.extend(messages[taken:at])
+        out.extend(i for i in h.messages if not _item_keys(i) & known)
+        taken = at
         kept.append(h)
     out.extend(messages[taken:])
     return out, kept
+
+
+def _item_keys(item: Any) -> set[str]:
+    """What tells the model's reasoning and text items of a Responses reply apart: their id, and
+    what they hold, id and status aside (a client may drop or rewrite either); none for anything
+    else (calls, outputs, chat and Anthropic messages)."""
+    if not isinstance(item, Mapping) or item.get("type") not in ("reasoning", "message"):
+        return set()
+    if item.get("type") == "message" and item.get("role") != "assistant":
+        return set()
+    keys = {json.dumps({k: v for k, v in item.items() if k not in ("id", "status")}, sort_keys=True)}
+    return keys | ({"id:" + item["id"]} if isinstance(item.get("id"), str) else set())
 
 
 def _args(raw: Any) -> dict[str, Any]:
@@ -272,6 +291,8 @@ class StreamFilter:
     """Responses: the output items of the response, by index, as they were done."""
     thinking: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Anthropic: the thinking blocks of the response, by index."""
+    _reasoning: dict[int, list[bytes]] = field(default_factory=dict)
+    """Responses: the events of the reasoning items held until the item after them is known."""
 
     def feed(self, event: bytes) -> bytes:
         data = _data(event)
@@ -283,7 +304,8 @@ class StreamFilter:
 
     def _responses(self, event: bytes, data: Any) -> bytes:
         """Responses events: per output item (``output_index``); a function call's events are held,
-        the others pass on at once (renumbered after the items earlier rounds sent)."""
+        and a reasoning item's until the item after it shows whether it came with calls; the
+        others pass on at once (renumbered after the items earlier rounds sent)."""
         if not isinstance(data, dict):
             return event
         kind = str(data.get("type", ""))
@@ -291,28 +313,54 @@ class StreamFilter:
             return event if self.first_round else b""
         if kind in ("response.completed", "response.incomplete", "response.failed"):
             self.held.append(event)
-            return b""
+            return self._release_reasoning(calls=False)
         if "output_index" not in data:
             return event
         index = int(data["output_index"])
         item = data.get("item") if isinstance(data.get("item"), dict) else None
-        if kind == "response.output_item.added" and item is not None and item.get("type") == "function_call":
-            self._tools[index] = {"id": item.get("call_id", ""), "name": item.get("name", ""), "arguments": ""}
-            self._held_blocks.add(index)
         if kind == "response.output_item.done" and item is not None:
             self.output[index] = item
-            if index in self._tools:
-                self._tools[index]["arguments"] = item.get("arguments") or self._tools[index]["arguments"]
+        added = item.get("type") if kind == "response.output_item.added" and item is not None else None
+        out = b""
+        if added == "reasoning":
+            self._reasoning[index] = []
+        elif added is not None:
+            out = self._release_reasoning(calls=added == "function_call")
+        if index in self._reasoning:
+            self._reasoning[index].append(event)
+            return out
+        if added == "function_call":
+            self._tools[index] = {"id": item.get("call_id", ""), "name": item.get("name", ""), "arguments": ""}  # type: ignore[union-attr]
+            self._held_blocks.add(index)
+        if kind == "response.output_item.done" and index in self._tools:
+            self._tools[index]["arguments"] = item.get("arguments") or self._tools[index]["arguments"]  # type: ignore[union-attr]
         if index in self._held_blocks:
             if kind == "response.function_call_arguments.delta":
                 self._tools[index]["arguments"] += data.get("delta", "")
             self.held.append(self._renumbered(event, data, index))
-            return b""
+            return out
         if kind == "response.output_text.delta":
             self.text.append(str(data.get("delta", "")))
         if kind == "response.output_item.added":
             self.sent_blocks += 1
-        return self._renumbered(event, data, index)
+        return out + self._renumbered(event, data, index)
+
+    def _release_reasoning(self, *, calls: bool) -> bytes:
+        """The reasoning items held so far: before a function call they stay with it (held: the
+        client gets them only if none of the calls is ours; if one is, they go in the exchange:
+        the API refuses a call sent without the reasoning it came with, and a reasoning item
+        without the item after it); else they go to the client now."""
+        pending, self._reasoning = self._reasoning, {}
+        out: list[bytes] = []
+        for index, events in pending.items():
+            moved = [self._renumbered(e, d, index) for e in events if isinstance(d := _data(e), dict)]
+            if calls:
+                self._held_blocks.add(index)
+                self.held.extend(moved)
+            else:
+                self.sent_blocks += 1
+                out.extend(moved)
+        return b"".join(out)
 
     def _renumbered(self, event: bytes, data: dict[str, Any], index: int) -> bytes:
         if not self.block_offset:
@@ -365,10 +413,11 @@ class StreamFilter:
                 self.thinking[index]["signature"] = delta.get("signature", "")
 
     def kept(self) -> list[dict[str, Any]] | None:
-        """What of the reply an exchange keeps besides our calls: a Responses reply's function
-        calls (the client has every other item), an Anthropic reply's thinking blocks."""
-        if self.api == "responses":
-            return [i for i in self.output_items() if i.get("type") == "function_call"]
+        """What of the reply an exchange keeps besides our calls: a Responses reply's items (the
+        API wants a call with the reasoning and text it came with), an Anthropic reply's thinking
+        blocks."""
+        if self.api == "responses":  # every item (a later request's splice skips what the client has)
+            return self.output_items()
         if self.api == "anthropic":
             return [self.thinking[i] for i in sorted(self.thinking)]
         return None
