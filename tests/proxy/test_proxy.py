@@ -22,7 +22,7 @@ from context_os.harness.openai import OpenAIHook
 from context_os.server.proxy import SESSION_HEADER, Proxy, derive_session, make_proxy_server
 from context_os.store.sqlite import SqliteStore
 from tests.proxy.running import KEY, Running, anthropic_client, openai_client, proxy_command, verified_frames
-from tests.proxy.upstream import Upstream, call, thinking_block, upstream
+from tests.proxy.upstream import Upstream, call, reasoning_item, thinking_block, upstream
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -438,3 +438,32 @@ def test_with_a_workspace_read_is_offered_unless_the_agent_has_its_own(tmp_path:
             server.server_close()
             proxy.close()
             store.close()
+
+
+def _use(n: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "tool_use", "id": n, "name": "Read", "input": {}}]}
+
+
+def _answer(n: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": n, "content": "x"}]}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "says"),
+    [
+        ("/v1/messages", {"messages": [_use("a"), {"role": "user", "content": "hi"}]}, "without `tool_result`"),
+        ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}, _answer("a")]}, "unexpected `tool_use_id`"),
+        ("/v1/messages", {"messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}]}, "non-empty"),
+        ("/v1/messages", {"thinking": {"type": "enabled"}, "messages": [_use("a"), _answer("a")]}, "thinking block"),
+        ("/v1/chat/completions", {"messages": [{"role": "tool", "tool_call_id": "a", "content": "x"}]}, "'tool'"),
+        ("/v1/responses", {"input": [{"type": "function_call_output", "call_id": "a", "output": "x"}]}, "No tool call"),
+        ("/v1/responses", {"input": [reasoning_item(1), reasoning_item(1)]}, "Duplicate item"),
+        ("/v1/responses", {"input": [reasoning_item(1)]}, "without its required following item"),
+    ],
+)
+def test_the_scripted_provider_refuses_what_the_apis_refuse(path: str, body: dict[str, Any], says: str) -> None:
+    """The proxy tests lean on the scripted provider to refuse a request the real APIs refuse
+    (unpaired calls, an empty text, thinking or reasoning dropped or sent twice)."""
+    with upstream() as up:
+        got = httpx.post(up.url + path, json={"model": "m", **body})
+    assert got.status_code == 400 and says in got.text
