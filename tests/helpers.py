@@ -307,3 +307,61 @@ def wait_for(check: Callable[[], T], what: str = "condition", timeout: float = 1
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(0.01)
+
+
+def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
+    """What each API (``openai`` chat completions, ``anthropic`` messages, ``responses``) says of a
+    request whose tool calls and results do not pair, or (Anthropic) that holds an empty text
+    block; None: accepted. The scripted models of the proxy and Pi tests refuse it, as the
+    providers do."""
+    if api == "responses":
+        items = body.get("input") if isinstance(body.get("input"), list) else []
+        called: set[str] = set()
+        for i in items:
+            kind = i.get("type") if isinstance(i, dict) else None
+            if kind in ("function_call", "custom_tool_call", "shell_call", "local_shell_call", "apply_patch_call"):
+                called.add(i.get("call_id"))
+            elif kind in ("function_call_output", "custom_tool_call_output") and i.get("call_id") not in called:
+                return f"No tool call found for function call output with call_id {i.get('call_id')}."
+        return None
+    messages = body.get("messages") or []
+    for k, m in enumerate(messages):
+        content = m.get("content")
+        blocks = content if isinstance(content, list) else []
+        if api == "anthropic":
+            if any(b.get("type") == "text" and not b.get("text") for b in blocks):
+                return f"messages.{k}: text content blocks must be non-empty"
+            if content in ("", []) and k != len(messages) - 1:
+                return f"messages.{k}: all messages must have non-empty content"
+            uses = [b["id"] for b in blocks if m["role"] == "assistant" and b.get("type") == "tool_use"]
+            if uses and k + 1 < len(messages):
+                after = messages[k + 1].get("content")
+                answered = (
+                    {b.get("tool_use_id") for b in after if isinstance(b, dict)} if isinstance(after, list) else set()
+                )
+                if not set(uses) <= answered:
+                    missing = ", ".join(u for u in uses if u not in answered)
+                    said = "`tool_use` ids were found without `tool_result` blocks immediately after"
+                    return f"messages.{k + 1}: {said}: {missing}"
+            results = [b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"]
+            before = messages[k - 1].get("content") if k else None
+            used = {b.get("id") for b in before if isinstance(b, dict)} if isinstance(before, list) else set()
+            if any(r not in used for r in results):
+                return f"messages.{k}.content: unexpected `tool_use_id` found in `tool_result` blocks"
+        elif m.get("role") == "tool":
+            prev = next((p for p in reversed(messages[:k]) if p.get("role") != "tool"), {})
+            if m.get("tool_call_id") not in {c.get("id") for c in prev.get("tool_calls") or ()}:
+                return "messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."
+        elif m.get("role") == "assistant" and m.get("tool_calls"):
+            answered = set()
+            for later in messages[k + 1 :]:
+                if later.get("role") != "tool":
+                    break
+                answered.add(later.get("tool_call_id"))
+            missing = [c.get("id") for c in m["tool_calls"] if c.get("id") not in answered]
+            if missing and k + 1 < len(messages):
+                return (
+                    "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                    f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(missing)}"
+                )
+    return None

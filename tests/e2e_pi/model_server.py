@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.helpers import pairing_refused
+
 __all__ = ["Reply", "ScriptedModel", "text", "tool_call", "scripted_model"]
 
 
@@ -46,6 +48,11 @@ class ScriptedModel:
         self.requests: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
+
+    def refuse(self, why: str) -> None:
+        """A request refused as OpenAI would refuse it: an error the test sees."""
+        with self._lock:
+            self.errors.append(f"refused as OpenAI would: {why}")
 
     def next_reply(self, body: dict[str, Any]) -> tuple[int, Reply]:
         with self._lock:
@@ -120,6 +127,16 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
                 self.send_error(404, f"no route {self.path}")
                 return
             body = json.loads(raw)
+            refused = pairing_refused("openai", body)
+            if refused is not None:  # as OpenAI answers it
+                model.refuse(refused)
+                out = json.dumps({"error": {"message": refused, "type": "invalid_request_error"}}).encode()
+                self.send_response(400)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+                return
             n, reply = model.next_reply(body)
             name = str(body.get("model", "scripted"))
             if not body.get("stream"):

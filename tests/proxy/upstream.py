@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.helpers import pairing_refused
+
 
 @dataclass(frozen=True)
 class ToolCall:
@@ -235,50 +237,6 @@ def _response_events(reply: str | ToolCall, n: int, reasoning: bool = False) -> 
     yield event("response.completed", {"response": done, "sequence_number": next(seq)})
 
 
-def _pairing_refused(api: str, body: dict[str, Any]) -> str | None:
-    """What each API says of a request whose tool calls and results do not pair, or (Anthropic)
-    that holds an empty text block; None: accepted."""
-    if api == "responses":
-        items = body.get("input") if isinstance(body.get("input"), list) else []
-        called: set[str] = set()
-        for i in items:
-            kind = i.get("type") if isinstance(i, dict) else None
-            if kind in ("function_call", "custom_tool_call", "shell_call", "local_shell_call", "apply_patch_call"):
-                called.add(i.get("call_id"))
-            elif kind in ("function_call_output", "custom_tool_call_output") and i.get("call_id") not in called:
-                return f"No tool call found for function call output with call_id {i.get('call_id')}."
-        return None
-    messages = body.get("messages") or []
-    for k, m in enumerate(messages):
-        content = m.get("content")
-        blocks = content if isinstance(content, list) else []
-        if api == "anthropic":
-            if any(b.get("type") == "text" and not b.get("text") for b in blocks):
-                return f"messages.{k}: text content blocks must be non-empty"
-            if content in ("", []) and k != len(messages) - 1:
-                return f"messages.{k}: all messages must have non-empty content"
-            uses = [b["id"] for b in blocks if m["role"] == "assistant" and b.get("type") == "tool_use"]
-            if uses and k + 1 < len(messages):
-                after = messages[k + 1].get("content")
-                answered = (
-                    {b.get("tool_use_id") for b in after if isinstance(b, dict)} if isinstance(after, list) else set()
-                )
-                if not set(uses) <= answered:
-                    missing = ", ".join(u for u in uses if u not in answered)
-                    said = "`tool_use` ids were found without `tool_result` blocks immediately after"
-                    return f"messages.{k + 1}: {said}: {missing}"
-            results = [b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"]
-            before = messages[k - 1].get("content") if k else None
-            used = {b.get("id") for b in before if isinstance(b, dict)} if isinstance(before, list) else set()
-            if any(r not in used for r in results):
-                return f"messages.{k}.content: unexpected `tool_use_id` found in `tool_result` blocks"
-        elif m.get("role") == "tool":
-            prev = next((p for p in reversed(messages[:k]) if p.get("role") != "tool"), {})
-            if m.get("tool_call_id") not in {c.get("id") for c in prev.get("tool_calls") or ()}:
-                return "messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."
-    return None
-
-
 def _thinking_refused(messages: list[dict[str, Any]]) -> str | None:
     """What the Messages API says of a request with extended thinking on whose last assistant
     message, answered by tool results, does not start with a thinking block, or holds one that is
@@ -341,7 +299,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             if reasoning:
                 up.reasoned.add(str(n))
             api = "anthropic" if anthropic else "responses" if responses else "openai"
-            refused = _pairing_refused(api, body) or (
+            refused = pairing_refused(api, body) or (
                 _thinking_refused(body["messages"]) if thinking else _items_refused(body.get("input"), up.reasoned)
             )
             if refused is not None:
