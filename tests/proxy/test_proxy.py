@@ -456,6 +456,11 @@ def _answer(n: str) -> dict[str, Any]:
         ("/v1/messages", {"messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}]}, "non-empty"),
         ("/v1/messages", {"thinking": {"type": "enabled"}, "messages": [_use("a"), _answer("a")]}, "thinking block"),
         ("/v1/chat/completions", {"messages": [{"role": "tool", "tool_call_id": "a", "content": "x"}]}, "'tool'"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "assistant", "tool_calls": [{"id": "a"}]}, {"role": "user", "content": "x"}]},
+            "did not have response messages",
+        ),
         ("/v1/responses", {"input": [{"type": "function_call_output", "call_id": "a", "output": "x"}]}, "No tool call"),
         ("/v1/responses", {"input": [reasoning_item(1), reasoning_item(1)]}, "Duplicate item"),
         ("/v1/responses", {"input": [reasoning_item(1)]}, "without its required following item"),
