@@ -312,8 +312,8 @@ def wait_for(check: Callable[[], T], what: str = "condition", timeout: float = 1
 def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
     """What each API (``openai`` chat completions, ``anthropic`` messages, ``responses``) says of a
     request whose tool calls and results do not pair, or (Anthropic) that holds an empty text
-    block; None: accepted. The scripted models of the proxy and Pi tests refuse it, as the
-    providers do."""
+    block, more than four cache breakpoints or one on a thinking block; None: accepted. The
+    scripted models of the proxy and Pi tests refuse it, as the providers do."""
     if api == "responses":
         items = body.get("input") if isinstance(body.get("input"), list) else []
         called: set[str] = set()
@@ -325,6 +325,16 @@ def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
                 return f"No tool call found for function call output with call_id {i.get('call_id')}."
         return None
     messages = body.get("messages") or []
+    if api == "anthropic":
+        system = body.get("system") if isinstance(body.get("system"), list) else []
+        parts = [*system, *(body.get("tools") or [])]
+        parts += [b for m in messages if isinstance(m.get("content"), list) for b in m["content"]]
+        marks = sum(isinstance(b, dict) and "cache_control" in b for b in parts)
+        if marks > 4:
+            return f"A maximum of 4 blocks with cache_control may be provided. Found {marks}."
+        if any(isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking") and "cache_control" in b
+               for b in parts):  # fmt: skip
+            return "cache_control cannot be set for thinking blocks"
     for k, m in enumerate(messages):
         content = m.get("content")
         blocks = content if isinstance(content, list) else []

@@ -454,6 +454,11 @@ def _answer(n: str) -> dict[str, Any]:
         ("/v1/messages", {"messages": [_use("a"), {"role": "user", "content": "hi"}]}, "without `tool_result`"),
         ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}, _answer("a")]}, "unexpected `tool_use_id`"),
         ("/v1/messages", {"messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}]}, "non-empty"),
+        (
+            "/v1/messages",
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {}}] * 5}]},
+            "maximum of 4 blocks with cache_control",
+        ),
         ("/v1/messages", {"thinking": {"type": "enabled"}, "messages": [_use("a"), _answer("a")]}, "thinking block"),
         ("/v1/chat/completions", {"messages": [{"role": "tool", "tool_call_id": "a", "content": "x"}]}, "'tool'"),
         (
