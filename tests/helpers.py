@@ -315,8 +315,8 @@ def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
     block, more than four cache breakpoints or one on a thinking block; None: accepted. The
     scripted models of the proxy and Pi tests refuse it, as the providers do."""
     if api == "responses":
-        items = body.get("input") if isinstance(body.get("input"), list) else []
-        called: set[str] = set()
+        items: list[Any] = body["input"] if isinstance(body.get("input"), list) else []
+        called: set[Any] = set()
         for i in items:
             kind = i.get("type") if isinstance(i, dict) else None
             if kind in ("function_call", "custom_tool_call", "shell_call", "local_shell_call", "apply_patch_call"):
@@ -324,9 +324,9 @@ def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
             elif kind in ("function_call_output", "custom_tool_call_output") and i.get("call_id") not in called:
                 return f"No tool call found for function call output with call_id {i.get('call_id')}."
         return None
-    messages = body.get("messages") or []
+    messages: list[dict[str, Any]] = body.get("messages") or []
     if api == "anthropic":
-        system = body.get("system") if isinstance(body.get("system"), list) else []
+        system: list[Any] = body["system"] if isinstance(body.get("system"), list) else []
         parts = [*system, *(body.get("tools") or [])]
         parts += [b for m in messages if isinstance(m.get("content"), list) for b in m["content"]]
         marks = sum(isinstance(b, dict) and "cache_control" in b for b in parts)
@@ -359,7 +359,7 @@ def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
             if any(r not in used for r in results):
                 return f"messages.{k}.content: unexpected `tool_use_id` found in `tool_result` blocks"
         elif m.get("role") == "tool":
-            prev = next((p for p in reversed(messages[:k]) if p.get("role") != "tool"), {})
+            prev: dict[str, Any] = next((p for p in reversed(messages[:k]) if p.get("role") != "tool"), {})
             if m.get("tool_call_id") not in {c.get("id") for c in prev.get("tool_calls") or ()}:
                 return "messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."
         elif m.get("role") == "assistant" and m.get("tool_calls"):
@@ -368,10 +368,11 @@ def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
                 if later.get("role") != "tool":
                     break
                 answered.add(later.get("tool_call_id"))
-            missing = [c.get("id") for c in m["tool_calls"] if c.get("id") not in answered]
-            if missing and k + 1 < len(messages):
+            unanswered = [str(c.get("id")) for c in m["tool_calls"] if c.get("id") not in answered]
+            if unanswered and k + 1 < len(messages):
+                said = "An assistant message with 'tool_calls' must be followed by tool messages responding to each"
                 return (
-                    "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
-                    f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(missing)}"
+                    f"{said} 'tool_call_id'. The following tool_call_ids did not have response messages: "
+                    + ", ".join(unanswered)
                 )
     return None

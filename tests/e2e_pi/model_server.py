@@ -113,13 +113,16 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # quiet: pytest shows failures
             pass
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            body = json.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]}).encode()
-            self.send_response(200)
+        def _json(self, status: int, value: Any) -> None:
+            body = json.dumps(value).encode()
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            self._json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
 
         def do_POST(self) -> None:  # noqa: N802
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -130,22 +133,12 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
             refused = pairing_refused("openai", body)
             if refused is not None:  # as OpenAI answers it
                 model.refuse(refused)
-                out = json.dumps({"error": {"message": refused, "type": "invalid_request_error"}}).encode()
-                self.send_response(400)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
+                self._json(400, {"error": {"message": refused, "type": "invalid_request_error"}})
                 return
             n, reply = model.next_reply(body)
             name = str(body.get("model", "scripted"))
             if not body.get("stream"):
-                out = json.dumps(_completion(n, reply, name)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
+                self._json(200, _completion(n, reply, name))
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -463,28 +464,38 @@ def test_fuzz_bad_requests_always_get_a_json_rpc_error_and_never_write(server: S
         assert server.store.latest_tx() == before, answer
 
 
-@pytest.mark.parametrize("harness", ["openai", "anthropic", "pi", "pydantic-ai"])
-def test_every_harness_gets_the_file_tools_over_json_rpc(tmp_path: Path, harness: str):
-    """Each harness's session with a granted workspace offers and runs the file tools (pydantic-ai
-    used to get none: the harness list was kept in several places)."""
+@contextmanager
+def granted(tmp_path: Path, **options: Any) -> Iterator[tuple[Server, Path, Callable[..., Any]]]:
+    """An in-process server over a fresh store, granted the workspace ``tmp_path/ws``, and a call
+    of a method that must succeed (its result); the server closed after."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "app.py").write_text("print('hi')\n")
     with SqliteStore(tmp_path / "s.db") as store:
-        server = Server(store, workspaces=[ws])
+        server = Server(store, workspaces=[ws], **options)
 
         def rpc(method: str, **params: Any) -> Any:
             answer = server.handle({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
             assert "result" in answer, answer
             return answer["result"]
 
+        try:
+            yield server, ws, rpc
+        finally:
+            server.close()
+
+
+@pytest.mark.parametrize("harness", ["openai", "anthropic", "pi", "pydantic-ai"])
+def test_every_harness_gets_the_file_tools_over_json_rpc(tmp_path: Path, harness: str):
+    """Each harness's session with a granted workspace offers and runs the file tools (pydantic-ai
+    used to get none: the harness list was kept in several places)."""
+    with granted(tmp_path) as (_, ws, rpc):
+        (ws / "app.py").write_text("print('hi')\n")
         rpc("session.open", session="s", harness=harness, workspace=str(ws))
         tools = rpc("tools.list", session="s")
         names = {t.get("name") or t.get("function", {}).get("name") for t in tools}
         assert {"read", "write", "edit", "ls", "find", "grep", "activate", "deactivate"} <= names
         out = rpc("tools.call", session="s", name="read", arguments={"path": "app.py"})
         assert not out["is_error"] and json.loads(out["output"])["active"] == "activated"
-        server.close()
 
 
 @pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
@@ -492,16 +503,8 @@ def test_a_file_the_agent_read_that_changes_on_disk_gets_a_version_the_session_m
     """``ctxos serve`` runs a watchdog tracker for each workspace its sessions open (one for all
     the sessions in it): a file the agent read that changes on disk (a formatter, the user's
     editor) gets version 2, which the session marks stale, and ``activate`` loads it."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "app.py").write_text("print('v1')\n")
-    with SqliteStore(tmp_path / "s.db") as store:
-        server = Server(store, workspaces=[ws])
-
-        def rpc(method: str, **params: Any) -> Any:
-            answer = server.handle({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-            assert "result" in answer, answer
-            return answer["result"]
+    with granted(tmp_path) as (server, ws, rpc):
+        (ws / "app.py").write_text("print('v1')\n")
 
         def tail(messages: list[dict[str, Any]]) -> str:
             out = rpc("context.transform", session="s", messages=messages)["messages"]
@@ -514,14 +517,13 @@ def test_a_file_the_agent_read_that_changes_on_disk_gets_a_version_the_session_m
         messages = [{"role": "user", "content": "fix app.py"}, call("c1", "read", path="app.py"), result("c1", "...")]
         assert "print('v1')" in tail(messages)
         (ws / "app.py").write_text("print('v2 from the disk')\n")
-        wait_for(lambda: latest_meta(store, read["id"])["version"] == 2, what="the tracker's version 2")
+        wait_for(lambda: latest_meta(server.store, read["id"])["version"] == 2, what="the tracker's version 2")
         messages += [{"role": "assistant", "content": "Looking."}, user("go on")]
         shown = tail(messages)
         assert 'stale="version 2 is newer: activate(id) loads it"' in shown and "v2 from the disk" not in shown
         rpc("tools.call", session="s", name="activate", arguments={"id": read["id"]})
         assert "v2 from the disk" in tail(messages)
-        server.close()
-        assert server.trackers.running() == []
+    assert server.trackers.running() == []  # stopped with the server
 
 
 @pytest.mark.e2e
@@ -563,16 +565,7 @@ def test_recall_and_remember_over_stdio(tmp_path: Path):
 def test_a_memory_session_reads_its_global_topic_files(tmp_path: Path) -> None:
     """The global memory scope lies outside the workspace: a session opened with memory may read
     the topic files it wrote there, and nothing else outside the workspace."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    with SqliteStore(tmp_path / "s.db") as store:
-        server = Server(store, workspaces=[ws], embedder=None)
-
-        def rpc(method: str, **params: Any) -> Any:
-            answer = server.handle({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-            assert "result" in answer, answer
-            return answer["result"]
-
+    with granted(tmp_path, embedder=None) as (_, ws, rpc):
         rpc("session.open", session="m", workspace=str(ws), memory=True)
         args = {"text": "release with make release", "scope": "global", "topic": "deploy"}
         wrote = json.loads(rpc("tools.call", session="m", name="remember", arguments=args)["output"])
@@ -582,4 +575,3 @@ def test_a_memory_session_reads_its_global_topic_files(tmp_path: Path) -> None:
         assert not read["is_error"], read["output"]
         outside = rpc("tools.call", session="m", name="read", arguments={"path": str(tmp_path / "s.db")})
         assert outside["is_error"] and json.loads(outside["output"])["type"] == "PathDenied"
-        server.close()
