@@ -9,11 +9,11 @@ system or developer is a message; the assistant's ``message``, ``function_call``
 encrypted) make one assistant message, the calls its tool calls (a custom tool's ``input`` as
 ``{"input": …}``; the built-in tools the client runs, ``local_shell_call``, ``shell_call`` and
 ``apply_patch_call``, as calls of ``local_shell``, ``shell`` and ``apply_patch`` whose arguments
-are the item's ``action`` or ``operation``), with the items no output answers (the provider's own tools' calls: a web
-search; the ``compaction`` item, encrypted, that ``/v1/responses/compact`` returns for the
-history it compacted) kept whole among them; the outputs (``function_call_output``,
-``custom_tool_call_output``, and those of the built-in tools: a shell's chunks of stdout and stderr
-as one text) are tool messages.
+are the item's ``action`` or ``operation``), with the items no output answers (the provider's
+own tools' calls: a web search; the ``compaction`` item, encrypted, that
+``/v1/responses/compact`` returns for the history it compacted) kept whole among them; the
+outputs (``function_call_output``, ``custom_tool_call_output``, and those of the built-in tools:
+a shell's chunks of stdout and stderr as one text) are tool messages.
 Each message keeps what it came from in fields of its own (``ctxos_item``, ``ctxos_items``:
 the OpenAI adapter keeps fields it does not interpret), so ``to_items`` gives back the very
 items a message came from when context_os left it as it was, and items rebuilt from what it

@@ -329,11 +329,11 @@ class StreamFilter:
         if index in self._reasoning:
             self._reasoning[index].append(event)
             return out
-        if added == "function_call":
-            self._tools[index] = {"id": item.get("call_id", ""), "name": item.get("name", ""), "arguments": ""}  # type: ignore[union-attr]
+        if added == "function_call" and item is not None:
+            self._tools[index] = {"id": item.get("call_id", ""), "name": item.get("name", ""), "arguments": ""}
             self._held_blocks.add(index)
-        if kind == "response.output_item.done" and index in self._tools:
-            self._tools[index]["arguments"] = item.get("arguments") or self._tools[index]["arguments"]  # type: ignore[union-attr]
+        if kind == "response.output_item.done" and item is not None and index in self._tools:
+            self._tools[index]["arguments"] = item.get("arguments") or self._tools[index]["arguments"]
         if index in self._held_blocks:
             if kind == "response.function_call_arguments.delta":
                 self._tools[index]["arguments"] += data.get("delta", "")
