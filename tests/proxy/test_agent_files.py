@@ -195,6 +195,41 @@ def test_claude_code_reads_and_edits_through_the_anthropic_api(proxy: Running, u
     assert "[Read output, " in text and "/w/m0.py" in text
 
 
+def test_claude_codes_clearing_of_old_results_changes_nothing_sent(proxy: Running, up: Upstream) -> None:
+    """Claude Code clears old tool results in its own history after a while (its microcompact:
+    ``[Old tool result content cleared]``, or a ``<persisted-output>`` pointer): the conversation is
+    not read again, what context_os sent before goes again (its collapsed results, its files),
+    and the originals stay stored for ``activate``."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the values"}]
+    for n in range(FILES):
+        use = {"type": "tool_use", "id": f"toolu_{n}", "name": "Read", "input": {"file_path": f"/w/m{n}.py"}}
+        numbered = "\n".join(f"{k:>6}\u2192{line(n, k)}" for k in range(1, LINES + 1))
+        messages.append({"role": "assistant", "content": [use]})
+        messages.append(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": numbered}]}
+        )
+    messages.append({"role": "user", "content": "and now?"})
+    ask = {"model": "m", "max_tokens": 100, "system": "You are Claude Code.", "tools": CLAUDE_TOOLS}
+    client = proxy.anthropic()
+    client.messages.create(messages=messages, **ask)  # type: ignore[call-overload]
+    cleared = json.loads(json.dumps(messages))
+    for k, m in enumerate(cleared[:-6]):
+        for b in m["content"] if isinstance(m["content"], list) else ():
+            if b.get("type") == "tool_result":
+                b["content"] = (
+                    "[Old tool result content cleared]" if k % 3 else "<persisted-output>\nsaved to /tmp/r.txt"
+                )
+    said = [{"role": "assistant", "content": "Let me look."}, {"role": "user", "content": "go on"}]
+    client.messages.create(messages=[*cleared, *said], **ask)  # type: ignore[call-overload]
+    first, second = up.requests[0]["messages"], up.requests[1]["messages"]
+    sid = derive_session("anthropic", {"system": "You are Claude Code.", "messages": messages})
+    assert proxy.store.doc(f"session:{sid}")["meta"].get("retired", []) == []  # nothing read again
+    ours = [m for m in first if not str(m["content"]).startswith("<context_os>")]
+    assert second[: len(ours) - 1] == ours[:-1]  # the conversation as sent before (its last message aside)
+    assert "[Old tool result content cleared]" not in json.dumps(second)
+    assert verified_frames(proxy.store, sid) == 2
+
+
 def test_a_restarted_proxy_knows_the_files_again(tmp_path: Path) -> None:
     """The files' lines are read back from their stored versions: a patch after the restart
     applies to them (without them the file's content would be unknown and not shown)."""

@@ -153,6 +153,22 @@ def _is_result(block: Any) -> bool:
     return isinstance(block, Mapping) and block.get("type") == "tool_result"
 
 
+CLEARED = "[Old tool result content cleared]"
+"""What Claude Code puts in place of an old tool result it clears from its history; it saves a
+large one to a file and puts a ``<persisted-output>`` pointer in its place."""
+_PERSISTED = "<persisted-output>"
+
+
+def _cleared(block: Any) -> bool:
+    """Whether a tool result block is one the client cleared (``CLEARED``, ``<persisted-output>``)."""
+    if not _is_result(block):
+        return False
+    content = block.get("content")
+    if isinstance(content, list):
+        content = "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+    return isinstance(content, str) and (content.strip() == CLEARED or content.lstrip().startswith(_PERSISTED))
+
+
 def _tool_ids(content: Any, kind: str, key: str) -> list[str]:
     if not isinstance(content, list | tuple):  # a string (or not content at all: validate says so)
         return []
@@ -188,15 +204,31 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
 
     def __init__(self) -> None:
         self._merges: MergeCache[dict[str, Any]] = MergeCache()
+        self._before_clearing: dict[tuple[str, ...], str] = {}
+        """The hash of each message of tool results as first seen, by its results' call ids: the
+        hash it keeps once the client clears some of them (``_cleared``)."""
 
     def hash_message(self, message: dict[str, Any]) -> str:
+        """The message's hash, its cache breakpoints left out (a client moves them on); a message
+        of tool results keeps the hash it had before the client cleared them (Claude Code's
+        microcompact): the stored results stand, and what context_os collapses is its to say."""
         try:
             plain = dict(message)
             content = plain.get("content")
+            results: tuple[str, ...] = ()
             if not isinstance(content, str | None):
                 keep = plain.get("role") == "system"  # a breakpoint a client moves on is no content
-                plain["content"] = [_plain(b) if keep else _uncached(_plain(b)) for b in content]
-            return hash_value(plain)
+                plain["content"] = blocks = [_plain(b) if keep else _uncached(_plain(b)) for b in content]
+                results = tuple(str(b.get("tool_use_id")) for b in blocks if _is_result(b))
+            if results and any(_cleared(b) for b in plain["content"]):
+                known = self._before_clearing.get(results)
+                if known is not None:
+                    return known
+                return hash_value(plain)
+            h = hash_value(plain)
+            if results:
+                self._before_clearing[results] = h
+            return h
         except (HashError, TypeError, ValueError, RecursionError):
             return fallback_hash(message)  # unhashable input is rejected by translate
 
