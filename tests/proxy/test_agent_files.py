@@ -16,6 +16,7 @@ import pytest
 
 from context_os import Session
 from context_os.errors import ConfigError
+from context_os.harness.anthropic import CLEARED
 from context_os.harness.openai import OpenAIHook
 from context_os.harness.responses import to_chat, to_items
 from context_os.server.proxy import Proxy, derive_session
@@ -23,7 +24,7 @@ from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta
 from tests.helpers import wait_for
 from tests.proxy.running import Running, file_as_shown, verified_frames
-from tests.proxy.upstream import Upstream, upstream
+from tests.proxy.upstream import Upstream, call, upstream
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -195,11 +196,11 @@ def test_claude_code_reads_and_edits_through_the_anthropic_api(proxy: Running, u
     assert "[Read output, " in text and "/w/m0.py" in text
 
 
-def test_claude_codes_clearing_of_old_results_changes_nothing_sent(proxy: Running, up: Upstream) -> None:
+def test_claude_codes_clearing_of_old_results_changes_nothing_sent(tmp_path: Path) -> None:
     """Claude Code clears old tool results in its own history after a while (its microcompact:
     ``[Old tool result content cleared]``, or a ``<persisted-output>`` pointer): the conversation is
-    not read again, what context_os sent before goes again (its collapsed results, its files),
-    and the originals stay stored for ``activate``."""
+    not read again, what context_os sent before goes again (its collapsed results, its files, the
+    exchange with our tool the client never saw), and the originals stay stored for ``activate``."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the values"}]
     for n in range(FILES):
         use = {"type": "tool_use", "id": f"toolu_{n}", "name": "Read", "input": {"file_path": f"/w/m{n}.py"}}
@@ -210,24 +211,29 @@ def test_claude_codes_clearing_of_old_results_changes_nothing_sent(proxy: Runnin
         )
     messages.append({"role": "user", "content": "and now?"})
     ask = {"model": "m", "max_tokens": 100, "system": "You are Claude Code.", "tools": CLAUDE_TOOLS}
-    client = proxy.anthropic()
-    client.messages.create(messages=messages, **ask)  # type: ignore[call-overload]
-    cleared = json.loads(json.dumps(messages))
-    for k, m in enumerate(cleared[:-6]):
-        for b in m["content"] if isinstance(m["content"], list) else ():
-            if b.get("type") == "tool_result":
-                b["content"] = (
-                    "[Old tool result content cleared]" if k % 3 else "<persisted-output>\nsaved to /tmp/r.txt"
-                )
-    said = [{"role": "assistant", "content": "Let me look."}, {"role": "user", "content": "go on"}]
-    client.messages.create(messages=[*cleared, *said], **ask)  # type: ignore[call-overload]
-    first, second = up.requests[0]["messages"], up.requests[1]["messages"]
-    sid = derive_session("anthropic", {"system": "You are Claude Code.", "messages": messages})
-    assert proxy.store.doc(f"session:{sid}")["meta"].get("retired", []) == []  # nothing read again
-    ours = [m for m in first if not str(m["content"]).startswith("<context_os>")]
-    assert second[: len(ours) - 1] == ours[:-1]  # the conversation as sent before (its last message aside)
-    assert "[Old tool result content cleared]" not in json.dumps(second)
-    assert verified_frames(proxy.store, sid) == 2
+    with upstream(replies=[call("pin", id="r3"), "pinned", "ok"]) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.anthropic()
+            client.messages.create(messages=messages, **ask)  # type: ignore[call-overload]
+            cleared = json.loads(json.dumps(messages))
+            for k, m in enumerate(cleared[:-6]):
+                for b in m["content"] if isinstance(m["content"], list) else ():
+                    if b.get("type") == "tool_result":
+                        b["content"] = CLEARED if k % 3 else "<persisted-output>\nsaved to /tmp/r.txt"
+            said = [{"role": "assistant", "content": "pinned"}, {"role": "user", "content": "go on"}]
+            client.messages.create(messages=[*cleared, *said], **ask)  # type: ignore[call-overload]
+            before, after = up.requests[1]["messages"], up.requests[2]["messages"]
+            sid = derive_session("anthropic", {"system": "You are Claude Code.", "messages": messages})
+            assert running.store.doc(f"session:{sid}")["meta"].get("retired", []) == []  # nothing read again
+            # the conversation as sent before, our pin's exchange in it, up to what came since
+            ours = [m for m in before if not str(m["content"]).startswith("<context_os>")]
+            assert after[: len(ours) - 1] == ours[:-1]
+            assert any(b.get("name") == "pin" for m in after if isinstance(m["content"], list) for b in m["content"])
+            assert CLEARED not in json.dumps(after)
+            assert verified_frames(running.store, sid) == 3
+        finally:
+            running.close()
 
 
 def test_a_restarted_proxy_knows_the_files_again(tmp_path: Path) -> None:

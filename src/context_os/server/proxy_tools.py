@@ -58,9 +58,30 @@ class Hidden:
 
 
 def prefix_hash(messages: Sequence[Any]) -> str:
-    """The hash of a client's messages up to an exchange it never saw, its cache breakpoints left
-    out: Claude Code moves its one breakpoint to its newest message at every call."""
-    return hash_value(without_cache_marks(messages)[0])
+    """The hash of a client's messages up to an exchange it never saw, their cache breakpoints and
+    what their tool results say left out: Claude Code moves its one breakpoint to its newest
+    message at every call, and clears old tool results after a while; neither moves the place of
+    an exchange."""
+    return hash_value([_without_results(m) for m in without_cache_marks(messages)[0]])
+
+
+_RESULTS = {"tool_result": "content", "function_call_output": "output", "custom_tool_call_output": "output"}
+"""Tool results by type (Anthropic blocks, Responses items), and the field holding what they say."""
+
+
+def _without_results(message: Any) -> Any:
+    """A message (or Responses item) without what its tool results say: their calls' ids stay."""
+    if not isinstance(message, Mapping):
+        return message
+    if message.get("role") == "tool":  # chat completions
+        return {k: v for k, v in message.items() if k != "content"}
+    field = _RESULTS.get(str(message.get("type")))
+    if field is not None:
+        return {k: v for k, v in message.items() if k != field}
+    content = message.get("content")
+    if isinstance(content, list) and any(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content):
+        return {**message, "content": [_without_results(b) for b in content]}
+    return message
 
 
 def splice(messages: list[Any], hidden: list[Hidden]) -> tuple[list[Any], list[Hidden]]:
