@@ -312,7 +312,8 @@ def wait_for(check: Callable[[], T], what: str = "condition", timeout: float = 1
 def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
     """What each API (``openai`` chat completions, ``anthropic`` messages, ``responses``) says of a
     request whose tool calls and results do not pair, or (Anthropic) that holds an empty text
-    block, more than four cache breakpoints or one on a thinking block; None: accepted. The
+    block, a text before a tool result in a user message, more than four cache breakpoints or one
+    on a thinking block; None: accepted. The
     scripted models of the proxy and Pi tests refuse it, as the providers do."""
     if api == "responses":
         items: list[Any] = body["input"] if isinstance(body.get("input"), list) else []
@@ -343,6 +344,10 @@ def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
                 return f"messages.{k}: text content blocks must be non-empty"
             if content in ("", []) and k != len(messages) - 1:
                 return f"messages.{k}: all messages must have non-empty content"
+            kinds = [b.get("type") for b in blocks]
+            last = len(kinds) - 1 - kinds[::-1].index("tool_result") if "tool_result" in kinds else 0
+            if any(kind != "tool_result" for kind in kinds[:last]):
+                return f"messages.{k}: tool_result blocks must come first in a user message, before any text"
             uses = [b["id"] for b in blocks if m["role"] == "assistant" and b.get("type") == "tool_use"]
             if uses and k + 1 < len(messages):
                 after = messages[k + 1].get("content")

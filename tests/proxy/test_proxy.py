@@ -456,6 +456,16 @@ def _answer(n: str) -> dict[str, Any]:
         ("/v1/messages", {"messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}]}, "non-empty"),
         (
             "/v1/messages",
+            {
+                "messages": [
+                    _use("a"),
+                    {"role": "user", "content": [{"type": "text", "text": "x"}, *_answer("a")["content"]]},
+                ]
+            },
+            "must come first",
+        ),
+        (
+            "/v1/messages",
             {"messages": [{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {}}] * 5}]},
             "maximum of 4 blocks with cache_control",
         ),
