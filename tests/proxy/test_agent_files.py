@@ -203,11 +203,11 @@ def test_claude_codes_clearing_of_old_results_changes_nothing_sent(tmp_path: Pat
     exchange with our tool the client never saw), and the originals stay stored for ``activate``."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the values"}]
     for n in range(FILES):
-        use = {"type": "tool_use", "id": f"toolu_{n}", "name": "Read", "input": {"file_path": f"/w/m{n}.py"}}
+        use = {"type": "tool_use", "id": f"toolu_read{n}", "name": "Read", "input": {"file_path": f"/w/m{n}.py"}}
         numbered = "\n".join(f"{k:>6}\u2192{line(n, k)}" for k in range(1, LINES + 1))
         messages.append({"role": "assistant", "content": [use]})
         messages.append(
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": numbered}]}
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_read{n}", "content": numbered}]}
         )
     messages.append({"role": "user", "content": "and now?"})
     ask = {"model": "m", "max_tokens": 100, "system": "You are Claude Code.", "tools": CLAUDE_TOOLS}

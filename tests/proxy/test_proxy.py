@@ -470,6 +470,7 @@ def _answer(n: str) -> dict[str, Any]:
             "maximum of 4 blocks with cache_control",
         ),
         ("/v1/messages", {"thinking": {"type": "enabled"}, "messages": [_use("a"), _answer("a")]}, "thinking block"),
+        ("/v1/messages", {"messages": [_use("a"), _answer("a"), _use("a"), _answer("a")]}, "must be unique"),
         ("/v1/chat/completions", {"messages": [{"role": "tool", "tool_call_id": "a", "content": "x"}]}, "'tool'"),
         (
             "/v1/chat/completions",
