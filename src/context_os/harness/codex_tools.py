@@ -232,12 +232,13 @@ def call_patch(arguments: Any) -> str | None:
         return None
     if isinstance(args.get("input"), str):
         return str(args["input"])
-    header = _OPERATIONS.get(args.get("type"))  # type: ignore[arg-type]
-    if header is not None and isinstance(args.get("path"), str):
+    if is_operation(args):
+        header = _OPERATIONS[args["type"]]
         diff = args.get("diff") if header != "Delete" else ""
         if isinstance(diff, str):
             body = diff.strip("\n")
-            return f"*** Begin Patch\n*** {header} File: {args['path']}\n{body + chr(10) if body else ''}*** End Patch"
+            hunks = [body] if body else []  # inner empty lines stay: context lines of empty lines
+            return "\n".join(["*** Begin Patch", f"*** {header} File: {args['path']}", *hunks, "*** End Patch"])
     command = args.get("command", args.get("cmd"))
     if isinstance(command, list) and len(command) == 2 and command[0] == "apply_patch" and isinstance(command[1], str):
         return command[1]

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..errors import MalformedMessage
 
-__all__ = ["BUILT_IN_TOOLS", "ITEM", "ITEMS", "to_chat", "to_items"]
+__all__ = ["BUILT_IN_TOOLS", "ITEM", "ITEMS", "OUTPUTS", "to_chat", "to_items"]
 
 ITEM = "ctxos_item"
 """On a user, system, developer or tool message: the item it came from (an output's without its
@@ -60,9 +60,14 @@ as their calls are named here."""
 _LISTS = ("command", "commands")
 """Fields of a built-in call's arguments that must stay lists of strings (an argv, a shell's
 commands): elided by context_os, the note is the list's one string."""
-_OUTPUTS = ("function_call_output", "custom_tool_call_output", "apply_patch_call_output")
-_OUTPUT_ID = {"local_shell_call_output": "id"}
-"""Output items that name their call by another field than ``call_id``."""
+OUTPUTS = {
+    "function_call_output": "call_id",
+    "custom_tool_call_output": "call_id",
+    "shell_call_output": "call_id",
+    "apply_patch_call_output": "call_id",
+    "local_shell_call_output": "id",
+}
+"""The output items (a tool's result), by type: the field naming the call they answer."""
 _STREAMS = ("stdout", "stderr")
 _CHUNKS = "ctxos_chunks"
 """On a ``shell_call_output``'s tool message: its chunks, each text's length in place of the text."""
@@ -233,8 +238,8 @@ def to_chat(input: Any) -> list[dict[str, Any]]:
                 raise MalformedMessage(f"call_id {item['call_id']!r} twice in one response", index=k)
             r.setdefault("tool_calls", []).append(call)
             r[ITEMS].append({**{f: v for f, v in item.items() if f != payload}, _CALL: item["call_id"]})
-        elif kind in _OUTPUTS or kind in _OUTPUT_ID or kind == "shell_call_output":
-            id_field = _OUTPUT_ID.get(kind, "call_id")
+        elif kind in OUTPUTS:
+            id_field = OUTPUTS[kind]
             if not isinstance(item.get(id_field), str):
                 raise MalformedMessage(f"a {kind} needs a {id_field}", index=k)
             reply = None

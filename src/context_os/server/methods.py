@@ -241,8 +241,7 @@ class Server(RpcServer):
             memory = MemoryScopes(ws.root if ws else None) if p.memory else None
             if ws is not None and memory is not None:
                 ws = Workspace(ws.root, allow_outside=[d for d in memory.dirs() if not d.is_relative_to(ws.root)])
-            tracker = self.trackers(ws) if ws is not None and self.trackers is not None else None
-            files = FileTools(session, ws, tracker=tracker) if ws else None
+            files = FileTools(session, ws, tracker=self.trackers(ws) if self.trackers else None) if ws else None
             hook = h.hook(session, files=files)
             if p.recall or p.memory:
                 if p.recall and self.recall is None:

@@ -229,8 +229,7 @@ class Proxy:
             if found is None:
                 ws = self.workspace
                 session = Session.open(self.store, session_id, harness=name, workspace=str(ws.root) if ws else None)
-                tracker = self.trackers(ws) if ws is not None and self.trackers is not None else None
-                tools = FileTools(session, ws, tracker=tracker) if ws else None
+                tools = FileTools(session, ws, tracker=self.trackers(ws) if self.trackers else None) if ws else None
                 # the agent's files: from the disk under its workspace, else as its tools show them
                 files = VirtualFiles(session, root=str(ws.root) if ws else None, tool_names=None, disk=tools)
                 hook = harness(name).hook(session, files=tools, on_sync=files.observe)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..harness.anthropic import without_cache_marks
-from ..harness.responses import BUILT_IN_TOOLS
+from ..harness.responses import BUILT_IN_TOOLS, OUTPUTS
 from ..hashing import hash_value
 
 __all__ = ["MAX_ROUNDS", "Call", "Hidden", "StreamFilter", "dialect", "prefix_hash", "splice"]
@@ -65,19 +65,14 @@ def prefix_hash(messages: Sequence[Any]) -> str:
     return hash_value([_without_results(m) for m in without_cache_marks(messages)[0]])
 
 
-_RESULTS = {"tool_result": "content", "function_call_output": "output", "custom_tool_call_output": "output"}
-"""Tool results by type (Anthropic blocks, Responses items), and the field holding what they say."""
-
-
 def _without_results(message: Any) -> Any:
     """A message (or Responses item) without what its tool results say: their calls' ids stay."""
     if not isinstance(message, Mapping):
         return message
-    if message.get("role") == "tool":  # chat completions
+    if message.get("role") == "tool" or message.get("type") == "tool_result":  # chat, Anthropic
         return {k: v for k, v in message.items() if k != "content"}
-    field = _RESULTS.get(str(message.get("type")))
-    if field is not None:
-        return {k: v for k, v in message.items() if k != field}
+    if message.get("type") in OUTPUTS:  # a Responses output item
+        return {k: v for k, v in message.items() if k != "output"}
     content = message.get("content")
     if isinstance(content, list) and any(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content):
         return {**message, "content": [_without_results(b) for b in content]}
