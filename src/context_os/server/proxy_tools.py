@@ -40,6 +40,10 @@ MAX_ROUNDS = 8
 """Upstream calls one client request may take when the model keeps calling our tools."""
 
 
+THINKING = ("thinking", "redacted_thinking")
+"""An Anthropic reply's reasoning blocks (extended thinking)."""
+
+
 @dataclass(frozen=True)
 class Call:
     id: str
@@ -98,9 +102,34 @@ def splice(messages: list[Any], hidden: list[Hidden]) -> tuple[list[Any], list[H
         out.extend(messages[taken:at])
         out.extend(i for i in h.messages if not _item_keys(i) & known)
         taken = at
+        if at < len(messages):  # an Anthropic reply streamed to the client holds our rounds' thinking too
+            out.append(_without_blocks(messages[at], _thinking_of(h.messages)))
+            taken = at + 1
         kept.append(h)
     out.extend(messages[taken:])
     return out, kept
+
+
+def _thinking_of(messages: list[dict[str, Any]]) -> list[Any]:
+    """The thinking blocks of an exchange's assistant messages (Anthropic)."""
+    return [
+        b
+        for m in messages
+        if m.get("role") == "assistant" and isinstance(m.get("content"), list)
+        for b in m["content"]
+        if isinstance(b, Mapping) and b.get("type") in THINKING
+    ]
+
+
+def _without_blocks(message: Any, blocks: list[Any]) -> Any:
+    """An assistant message without the thinking blocks an exchange spliced before it already
+    holds: streamed, the client got every round's blocks as one message, though the model wrote
+    the first ones in the rounds that called our tools (each keeps its own, where the model saw it)."""
+    content = message.get("content") if isinstance(message, Mapping) and message.get("role") == "assistant" else None
+    if not blocks or not isinstance(content, list):
+        return message
+    kept = [b for b in content if not (isinstance(b, Mapping) and b.get("type") in THINKING and b in blocks)]
+    return {**message, "content": kept} if len(kept) < len(content) and kept else message
 
 
 def _item_keys(item: Any) -> set[str]:
@@ -173,10 +202,6 @@ class OpenAIDialect:
             assistant,
             *({"role": "tool", "tool_call_id": c.id, "content": r} for c, r in zip(calls, results, strict=True)),
         ]
-
-
-THINKING = ("thinking", "redacted_thinking")
-"""An Anthropic reply's reasoning blocks (extended thinking)."""
 
 
 class AnthropicDialect:
