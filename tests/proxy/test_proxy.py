@@ -364,7 +364,9 @@ def test_with_extended_thinking_our_tool_rounds_keep_the_thinking_block(tmp_path
             # each thinking block once, in the round the model wrote it (the stream gave the client both)
             sent = up.requests[4]["messages"]
             assert [[b["type"] for b in m["content"]] for m in sent[-4:-1]] == [
-                ["thinking", "tool_use"], ["tool_result"], ["thinking", "text"]
+                ["thinking", "tool_use"],
+                ["tool_result"],
+                ["thinking", "text"],
             ]
             assert sent[-4]["content"][0] == thinking_block(3) and sent[-2]["content"][0] == thinking_block(4)
         finally:
