@@ -336,8 +336,8 @@ def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
         if any(isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking") and "cache_control" in b
                for b in parts):  # fmt: skip
             return "cache_control cannot be set for thinking blocks"
-        used = [b.get("id") for b in parts if isinstance(b, dict) and b.get("type") == "tool_use"]
-        twice = next((u for u in used if used.count(u) > 1), None)
+        ids = [b.get("id") for b in parts if isinstance(b, dict) and b.get("type") == "tool_use"]
+        twice = next((u for u in ids if ids.count(u) > 1), None)
         if twice is not None:
             return f"`tool_use` ids must be unique: {twice}"
     for k, m in enumerate(messages):

@@ -201,28 +201,15 @@ def test_claude_codes_clearing_of_old_results_changes_nothing_sent(tmp_path: Pat
     ``[Old tool result content cleared]``, or a ``<persisted-output>`` pointer): the conversation is
     not read again, what context_os sent before goes again (its collapsed results, its files, the
     exchange with our tool the client never saw), and the originals stay stored for ``activate``."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the values"}]
-    for n in range(FILES):
-        use = {"type": "tool_use", "id": f"toolu_read{n}", "name": "Read", "input": {"file_path": f"/w/m{n}.py"}}
-        numbered = "\n".join(f"{k:>6}\u2192{line(n, k)}" for k in range(1, LINES + 1))
-        messages.append({"role": "assistant", "content": [use]})
-        messages.append(
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_read{n}", "content": numbered}]}
-        )
-    messages.append({"role": "user", "content": "and now?"})
+    messages = _reads()
     ask = {"model": "m", "max_tokens": 100, "system": "You are Claude Code.", "tools": CLAUDE_TOOLS}
     with upstream(replies=[call("pin", id="r3"), "pinned", "ok"]) as up:
         running = Running(tmp_path, up)
         try:
             client = running.anthropic()
             client.messages.create(messages=messages, **ask)  # type: ignore[call-overload]
-            cleared = json.loads(json.dumps(messages))
-            for k, m in enumerate(cleared[:-6]):
-                for b in m["content"] if isinstance(m["content"], list) else ():
-                    if b.get("type") == "tool_result":
-                        b["content"] = CLEARED if k % 3 else "<persisted-output>\nsaved to /tmp/r.txt"
             said = [{"role": "assistant", "content": "pinned"}, {"role": "user", "content": "go on"}]
-            client.messages.create(messages=[*cleared, *said], **ask)  # type: ignore[call-overload]
+            client.messages.create(messages=[*_cleared(messages), *said], **ask)  # type: ignore[call-overload]
             before, after = up.requests[1]["messages"], up.requests[2]["messages"]
             sid = derive_session("anthropic", {"system": "You are Claude Code.", "messages": messages})
             assert running.store.doc(f"session:{sid}")["meta"].get("retired", []) == []  # nothing read again
@@ -234,6 +221,55 @@ def test_claude_codes_clearing_of_old_results_changes_nothing_sent(tmp_path: Pat
             assert verified_frames(running.store, sid) == 3
         finally:
             running.close()
+
+
+def test_results_cleared_while_the_proxy_was_down_are_the_same_history(tmp_path: Path) -> None:
+    """A proxy restarted after Claude Code cleared old results knows them from the store: the
+    conversation is not read again (a resumed session's entries say what each message of results
+    hashed to before clearing), and what goes upstream shows no clearing."""
+    messages = _reads()
+    ask = {"model": "m", "max_tokens": 100, "system": "You are Claude Code.", "tools": CLAUDE_TOOLS}
+    sid = derive_session("anthropic", {"system": "You are Claude Code.", "messages": messages})
+    with upstream(replies=["ok", "ok"]) as up:
+        first = Running(tmp_path, up)
+        try:
+            first.anthropic().messages.create(messages=messages, **ask)  # type: ignore[call-overload]
+        finally:
+            first.close()
+        second = Running(tmp_path, up)
+        try:
+            said = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}]
+            second.anthropic().messages.create(messages=[*_cleared(messages), *said], **ask)  # type: ignore[call-overload]
+            assert second.store.doc(f"session:{sid}")["meta"].get("retired", []) == []  # nothing read again
+            assert CLEARED not in json.dumps(up.requests[1]["messages"])
+            assert verified_frames(second.store, sid) == 2
+        finally:
+            second.close()
+
+
+def _reads() -> list[dict[str, Any]]:
+    """A user's ask, then a Read of each file with its result, then the user again."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the values"}]
+    for n in range(FILES):
+        use = {"type": "tool_use", "id": f"toolu_read{n}", "name": "Read", "input": {"file_path": f"/w/m{n}.py"}}
+        numbered = "\n".join(f"{k:>6}\u2192{line(n, k)}" for k in range(1, LINES + 1))
+        messages.append({"role": "assistant", "content": [use]})
+        messages.append(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_read{n}", "content": numbered}]}
+        )
+    messages.append({"role": "user", "content": "and now?"})
+    return messages
+
+
+def _cleared(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` as Claude Code's microcompact leaves them: old tool results cleared, or saved
+    to a file with a ``<persisted-output>`` pointer in their place; the newest six as they were."""
+    cleared = json.loads(json.dumps(messages))
+    for k, m in enumerate(cleared[:-6]):
+        for b in m["content"] if isinstance(m["content"], list) else ():
+            if b.get("type") == "tool_result":
+                b["content"] = CLEARED if k % 3 else "<persisted-output>\nsaved to /tmp/r.txt"
+    return cleared
 
 
 def test_a_restarted_proxy_knows_the_files_again(tmp_path: Path) -> None:

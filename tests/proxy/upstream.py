@@ -219,7 +219,8 @@ def _response_events(reply: str | ToolCall, n: int, reasoning: bool = False) -> 
                                                        "sequence_number": next(seq)})  # fmt: skip
             yield event("response.output_item.done", {"output_index": k, "item": item, "sequence_number": next(seq)})
             continue
-        started = item | ({"arguments": ""} if calling else {"content": []}) | {"status": "in_progress"}
+        fresh: dict[str, Any] = {"arguments": ""} if calling else {"content": []}
+        started = item | fresh | {"status": "in_progress"}
         yield event("response.output_item.added", {"output_index": k, "item": started, "sequence_number": next(seq)})
         if calling:
             delta = {"item_id": item["id"], "output_index": k, "delta": item["arguments"]}
@@ -285,12 +286,12 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             anthropic = self.path.startswith("/v1/messages")
             responses = self.path.startswith("/v1/responses")
             if up.status != 200:
-                err = (
+                limited = (
                     {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
                     if anthropic
                     else {"error": {"message": "slow down", "type": "rate_limit_exceeded", "code": None}}
                 )
-                self._send(up.status, json.dumps(err).encode())
+                self._send(up.status, json.dumps(limited).encode())
                 return
             n = len(up.requests)
             # extended thinking, or adaptive (the model thinks when it sees fit; this one always does)

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from pydantic import BaseModel
 
-from ..context.entries import Incoming, Msg, ToolCall
+from ..context.entries import Entry, Incoming, Msg, ToolCall
 from ..context.view import TAIL_OPEN
 from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
@@ -207,6 +207,17 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
         self._before_clearing: dict[tuple[str, ...], str] = {}
         """The hash of each message of tool results as first seen, by its results' call ids: the
         hash it keeps once the client clears some of them (``_cleared``)."""
+
+    def resume(self, entries: Sequence[Entry]) -> None:
+        """The hash each message of tool results had before any clearing, from the stored entries
+        of a resumed session: a client that cleared results while this process was not running
+        (a restarted proxy) sends the same history, not a rewritten one."""
+        results: dict[str, list[str]] = {}
+        for e in entries:
+            if e["role"] == "tool" and e.get("tool_call_id"):
+                results.setdefault(e["h"].split("/", 1)[0], []).append(str(e["tool_call_id"]))
+        for h, ids in results.items():
+            self._before_clearing.setdefault(tuple(ids), h)
 
     def hash_message(self, message: dict[str, Any]) -> str:
         """The message's hash, its cache breakpoints left out (a client moves them on); a message

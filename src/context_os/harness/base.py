@@ -24,7 +24,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from ..context.entries import Incoming, Msg
+from ..context.entries import Entry, Incoming, Msg
 from ..context.ingest import SyncReport
 from ..context.session import Assembly, Session
 from ..context.tools import ToolRegistry, context_tools
@@ -53,6 +53,11 @@ class Adapter(ABC, Generic[M]):
             return hash_value(message)
         except (HashError, TypeError, ValueError):
             return fallback_hash(message)
+
+    def resume(self, entries: Sequence[Entry]) -> None:  # noqa: B027 - optional hook, most adapters need none
+        """Learn what a caching adapter knew of the session's history before this process: the
+        visible chat entries of a resumed session (each with the hash ``hash_message`` gave its
+        harness message, ``"<hash>/<piece>"`` for a piece of a split one)."""
 
     @abstractmethod
     def translate(self, message: M, index: int) -> Incoming | list[Incoming]:
@@ -409,6 +414,7 @@ class ContextHook(Generic[M]):
             adapter = self.adapter_class()
         self.session = session
         self.adapter = adapter
+        adapter.resume([session.view.entries[i] for i in session.view.visible])
         self.files = files
         self.registry: ToolRegistry = files.registry if files is not None else context_tools(session)
         """The session's tools: the one dispatcher every tool call of this hook goes through."""
