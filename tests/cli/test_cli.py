@@ -176,11 +176,21 @@ def test_status_and_sessions(demo):
     status = json.loads(ctxos("status", "--json", store=db).stdout)
     assert status["store"] == f"sqlite://{db}" and status["by_kind"]["frame"] == 88
     sessions = json.loads(ctxos("sessions", "list", "--json", store=db).stdout)
-    assert {"session": "d1", "harness": "openai", "turns": 88}.items() <= sessions[0].items()
+    assert {"session": "d1", "harness": "openai", "source": "openai", "turns": 88}.items() <= sessions[0].items()
     # `list` is the default: the bare group lists them, and is no deprecated form
     bare_json, bare = ctxos("sessions", "--json", store=db), ctxos("sessions", store=db)
     assert json.loads(bare_json.stdout) == sessions and bare_json.stderr == bare.stderr == ""
     assert bare.stdout == ctxos("sessions", "list", store=db).stdout and "d1" in bare.stdout
+    assert "openai (replay of openai)" in bare.stdout  # the demo is a replay of a JSON list of messages
+
+
+def test_sessions_say_what_format_a_replay_read(tmp_path):
+    db = tmp_path / "r.db"
+    traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydantic__pydantic.acb0f10f.pr_8316.traj"
+    ctxos("replay", str(traj), "--session", "sw", "--verify", "none", "--json", store=db)
+    (row,) = json.loads(ctxos("sessions", "--json", store=db).stdout)
+    assert (row["session"], row["harness"], row["source"]) == ("sw", "openai", "swe-agent")
+    assert "openai (replay of swe-agent)" in ctxos("sessions", store=db).stdout
 
 
 def test_errors_are_one_line_and_exit_1(tmp_path):

@@ -285,7 +285,7 @@ def run_replay(
         for t, sid in zip(transcripts, ids, strict=True):
             calls = sum(1 for k, m in enumerate(t.messages) if k and m.get("role") == "assistant")
             with (
-                Session.open(store, sid, harness=t.harness, workspace=t.cwd) as session,
+                Session.open(store, sid, harness=t.harness, workspace=t.cwd, source=t.format) as session,
                 progress(range(calls), length=calls, label=f"replaying {sid}", enabled=not as_json) as bar,
             ):
                 tick = _ticker(iter(bar))

@@ -21,7 +21,7 @@ def sessions() -> None:
 @click.pass_context
 @fails_cleanly
 def list_cmd(ctx: click.Context, as_json: bool) -> None:
-    """List sessions: turns, messages, last turn's tokens, last update."""
+    """List sessions: harness, turns, messages, tokens, last update."""
     with store_from(ctx) as store:
         rows = [r.to_dict() for r in session_rows(store)]
         if as_json:
@@ -32,7 +32,7 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
                     [
                         [
                             r["session"],
-                            r["harness"],
+                            r["harness"] if r["source"] is None else f"{r['harness']} (replay of {r['source']})",
                             r["turns"],
                             r["messages"],
                             "" if r["tokens_full"] is None else f"{r['tokens_assembled']:,} / {r['tokens_full']:,}",

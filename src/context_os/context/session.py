@@ -105,6 +105,7 @@ class Session:
         harness: str,
         workspace: str | None,
         created: int,
+        source: str | None = None,
         redact: RedactFunction | None = None,
         lease: Lease | None = None,
         retired: list[list[int]] | None = None,
@@ -115,6 +116,8 @@ class Session:
         self.harness = harness
         self.workspace = workspace
         self.created = created
+        self.source = source
+        """What recorded the messages, if not the harness live (a replay: the transcript's format)."""
         self.lease = lease
         """The session's writer lease (``Session.open`` takes it; None: this object never writes)."""
         self.retired: list[list[int]] = retired if retired is not None else []
@@ -156,6 +159,8 @@ class Session:
 
     def _header(self) -> dict[str, Any]:
         content = {"harness": self.harness, "workspace": self.workspace, "created": self.created}
+        if self.source is not None:
+            content["source"] = self.source
         return {"content": content, "retired": self.retired, "managed_from": self.managed_from}
 
     # --- opening -------------------------------------------------------------------------
@@ -171,6 +176,7 @@ class Session:
         policy: RetentionPolicy | None = None,
         redact: RedactFunction | bool | None = None,
         lease_ms: int = DEFAULT_LEASE_MS,
+        source: str | None = None,
     ) -> Session:
         """Resume ``session_id`` from the store, or start it, as its one writer.
 
@@ -183,6 +189,9 @@ class Session:
         function ``text -> (text, count)`` to use instead (e.g. ``Workspace.redact``), or
         ``False`` to store text as it comes (None or True: the default). It must be pure: a
         short string it returned unchanged with a count of 0 is not passed to it again.
+        ``source``: what recorded the messages, when not the harness live (``ctxos replay``: the
+        transcript's format, e.g. ``claude-code``); kept in the session document, shown by
+        ``ctxos sessions``.
         """
         scrub = _redactor(redact)
         if not session_id or any(c.isspace() for c in session_id):
@@ -193,7 +202,16 @@ class Session:
         if current is None or current.doc is None:
             policy = policy or RetentionPolicy()
             view = SessionView(session_id, policy, managed=not policy.manage_from_tokens)
-            s = cls(store, view, harness=harness, workspace=workspace, created=now_ms(), redact=scrub, lease=lease)
+            s = cls(
+                store,
+                view,
+                harness=harness,
+                workspace=workspace,
+                created=now_ms(),
+                source=source,
+                redact=scrub,
+                lease=lease,
+            )
             s._know_tombstones(store.find("tombstone"))
             s.writer.queue_session_doc()
             s.writer.flush()
@@ -206,6 +224,7 @@ class Session:
             harness=doc["content"].get("harness", harness),
             workspace=doc["content"].get("workspace", workspace),
             created=doc["content"].get("created", 0),
+            source=doc["content"].get("source", source),
             redact=scrub,
             lease=lease,
             retired=[list(r) for r in doc["meta"].get("retired", [])],

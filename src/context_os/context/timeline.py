@@ -45,6 +45,8 @@ class SessionRow:
 
     session: str
     harness: str | None
+    source: str | None
+    """What recorded its messages when not the harness live (a replay: the transcript's format)."""
     turns: int
     messages: int
     """Messages taken in from the harness (the session's cursor)."""
@@ -73,6 +75,7 @@ def session_rows(store: Store) -> list[SessionRow]:
             SessionRow(
                 session=m["session"],
                 harness=c.get("harness"),
+                source=c.get("source"),
                 turns=turns,
                 messages=int(m.get("cursor", 0)),
                 updated=iso(v.valid_time),
