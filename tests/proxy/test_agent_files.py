@@ -110,8 +110,10 @@ def test_codex_reads_and_patches_keep_its_files_as_objects(
 def test_the_responses_apis_built_in_shell_and_apply_patch_keep_files_as_objects(proxy: Running, up: Upstream) -> None:
     """A client of the Responses API's built-in tools (the Agents SDK's shell and apply_patch, run
     by the client): their reads and patches keep its files as objects as Codex's own tools do; a
-    patch whose output says ``failed`` changes nothing, a command that exited non-zero reads no file."""
+    patch whose output says ``failed`` changes nothing, a command that exited non-zero reads no file,
+    and what a read's shell says on stderr (a locale warning) is no line of the file."""
     items: list[dict[str, Any]] = []
+    warning = "bash: warning: setlocale: LC_ALL: cannot change locale (en_US.UTF-8)\n"
     for item in codex_reads():  # the same reads, through the built-in shell
         if item.get("type") == "function_call":
             command = json.loads(item["arguments"])["command"]
@@ -119,7 +121,7 @@ def test_the_responses_apis_built_in_shell_and_apply_patch_keep_files_as_objects
             items.append({"type": "shell_call", "call_id": item["call_id"], "action": action, "status": "completed"})
         elif item.get("type") == "function_call_output":
             stdout = item["output"].split("Output:\n", 1)[1]
-            chunk = {"stdout": stdout, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}
+            chunk = {"stdout": stdout, "stderr": warning, "outcome": {"type": "exit", "exit_code": 0}}
             items.append({"type": "shell_call_output", "call_id": item["call_id"], "output": [chunk]})
         else:
             items.append(item)
@@ -146,6 +148,8 @@ def test_the_responses_apis_built_in_shell_and_apply_patch_keep_files_as_objects
     sent = up.requests[0]["input"]
     m0 = file_as_shown(sent, "m0.py")[1].split("\n")
     assert m0 == [line(0, k) if k != 5 else "line 5 of m0: value = 99" for k in range(1, LINES + 1)]
+    texts = [v.doc["content"] for n in range(FILES) for v in proxy.store.find("file", {"path": f"m{n}.py"}) if v.doc]
+    assert len(texts) == FILES and not any("setlocale" in t for t in texts)
     outside = json.dumps([i for i in sent if i.get("type") not in ("shell_call", "apply_patch_call")])
     assert line(0, 5) not in outside
     reads = [i["output"] for i in sent if i.get("type") == "shell_call_output" and i["call_id"].startswith("r")]

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..errors import MalformedMessage
 
-__all__ = ["BUILT_IN_TOOLS", "ITEM", "ITEMS", "OUTPUTS", "to_chat", "to_items"]
+__all__ = ["BUILT_IN_TOOLS", "ITEM", "ITEMS", "OUTPUTS", "stdout_of", "to_chat", "to_items"]
 
 ITEM = "ctxos_item"
 """On a user, system, developer or tool message: the item it came from (an output's without its
@@ -197,6 +197,25 @@ def _shell_output(text: str, chunks: list[dict[str, Any]]) -> list[dict[str, Any
         return out
     last = chunks[-1] if chunks else {"outcome": {"type": "exit", "exit_code": 0}}
     return [{**last, "stdout": text, "stderr": ""}]
+
+
+def stdout_of(text: str, extra: Mapping[str, Any] | None) -> str:
+    """What a tool message's chunks printed to stdout, if it came from a built-in shell's output
+    (its ``extra`` holds the item, which holds its chunks' lengths), else ``text``: a shell's warnings on stderr are no
+    part of a file it printed. A text whose length is not the chunks' (redacted) stays whole."""
+    item = (extra or {}).get(ITEM)
+    chunks = item.get(_CHUNKS) if isinstance(item, Mapping) else None
+    if not isinstance(chunks, list) or not all(
+        isinstance(c, Mapping) and all(isinstance(c.get(f), int) for f in _STREAMS) for c in chunks
+    ):
+        return text
+    if sum(c[f] for c in chunks for f in _STREAMS) != len(text):
+        return text
+    out, at = [], 0
+    for c in chunks:
+        out.append(text[at : at + c["stdout"]])
+        at += c["stdout"] + c["stderr"]
+    return "".join(out)
 
 
 def to_chat(input: Any) -> list[dict[str, Any]]:

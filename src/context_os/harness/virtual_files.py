@@ -30,6 +30,7 @@ from ..errors import ContextOSError, FileUnreadable
 from ..store.base import Version
 from .codex_tools import environment_cwd
 from .file_ops import FileOp, file_op
+from .responses import stdout_of
 from .toolnames import ToolNames, preset
 
 if TYPE_CHECKING:  # the files package (its watchdog tracker) is imported when a file is first recorded
@@ -365,7 +366,7 @@ class VirtualFiles:
                 continue
             if (e.get("extra") or {}).get("ours") or self.names is None:
                 continue  # our own tool's report (context_os's read): it holds no file text
-            output = obj.content if isinstance(obj.content, str) else ""
+            output = stdout_of(obj.content, e.get("extra")) if isinstance(obj.content, str) else ""
             op = file_op(self.names.role(name, args), args, output, is_error=bool(obj.meta.get("is_error")))
             if op is not None:
                 self.apply(op, e.get("ts"), obj.id)
