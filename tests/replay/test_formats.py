@@ -118,6 +118,19 @@ def test_claude_code_sessions_are_the_main_chain_and_each_sidechain(tmp_path: Pa
     assert [t.label for t in read_sessions(tmp_path / "s.jsonl", sidechains=False)] == [None]
 
 
+def test_claude_code_results_written_before_their_call_stay_with_it(tmp_path: Path) -> None:
+    """Claude Code 2.1 sometimes writes a tool result a line before the entry holding its call
+    (the next part of the same streamed reply); the links say the order. Both are kept, the
+    result after its call, as Claude Code itself sends them."""
+    entries = [json.loads(x) for x in (DATA / "claude-code.jsonl").read_text().splitlines()]
+    result = entries.pop(3)  # t1's result, written before the reply part that calls t1
+    entries.insert(2, result)
+    t = read_session(write(tmp_path / "early.jsonl", entries))
+    assert t.messages == read_session(DATA / "claude-code.jsonl").messages and paired(t)
+    read_call = [b for m in t.messages if m["role"] == "assistant" for b in m["content"] if b["type"] == "toolCall"]
+    assert read_call[0]["id"] == "t1"
+
+
 def test_a_real_session_with_its_sub_agents_files() -> None:
     ts = read_sessions(FA812)
     assert [(t.label, calls(t)) for t in ts] == [(None, 157), ("a93ccab", 11), ("aa84377", 9), ("acompact-70d8e7", 1)]

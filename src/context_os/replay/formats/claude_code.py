@@ -15,7 +15,8 @@ Code's own resume is known to lose put back, since the model saw it when the ses
   results of its parallel tool calls follow it, and entries that branch off the chain only for
   that are kept.
 
-Tool results become Pi ``toolResult`` messages right after their call's message; a call never
+Tool results become Pi ``toolResult`` messages right after their call's message (one written
+before the entry holding its call, as Claude Code 2.1 sometimes does, too); a call never
 answered is dropped from its message, a result with no call is dropped. Assistant entries
 Claude Code made up itself (``isApiErrorMessage``, model ``<synthetic>``) and entries shown in
 the transcript only (``isVisibleInTranscriptOnly``) are not messages.
@@ -144,6 +145,9 @@ class _Builder:
         self.calls: list[str] = []
         self.results: dict[str, dict[str, Any]] = {}
         self.held: list[dict[str, Any]] = []
+        self.early: dict[str, dict[str, Any]] = {}
+        """Results written before the entry of their call (Claude Code 2.1 sometimes writes a
+        result a line before the part of the reply that holds its call; the links say the order)."""
 
     def close(self) -> None:
         if self.reply is not None:
@@ -195,7 +199,11 @@ class _Builder:
                     "timestamp": ts,
                 }
             self.reply["content"].extend(blocks)  # the same reply, streamed as several entries
-            self.calls += [b["id"] for b in blocks if b["type"] == "toolCall"]
+            new = [b["id"] for b in blocks if b["type"] == "toolCall"]
+            self.calls += new
+            for c in new:
+                if c in self.early:
+                    self.results[c] = {**self.early.pop(c), "toolName": self.names[c]}
             return
         rest = []
         for b in _blocks(msg.get("content"), where):
@@ -203,9 +211,13 @@ class _Builder:
                 rest.append(b)
                 continue
             call_id = str(b.get("tool_use_id"))
-            if call_id not in self.calls or call_id in self.results:
+            if (
+                call_id in self.results
+                or call_id in self.early
+                or (call_id not in self.calls and call_id in self.names)
+            ):
                 continue  # no call open for it: Claude Code would not have sent it either
-            self.results[call_id] = {
+            (self.results if call_id in self.calls else self.early)[call_id] = {
                 "role": "toolResult",
                 "toolCallId": call_id,
                 "toolName": self.names.get(call_id, ""),
