@@ -213,6 +213,21 @@ def test_swe_agent_function_calling_trajectory() -> None:
     assert t.messages[3]["content"].startswith("OBSERVATION:\n")  # the text of its content blocks
 
 
+def test_a_swe_agent_step_its_history_lacks_is_a_call_all_the_same(tmp_path: Path) -> None:
+    """Some SWE-agent 1.x runs leave the last step (the ``submit`` call) out of ``history``; the
+    trajectory has it, and the model was called for it, with the whole history as its input."""
+    doc = json.loads((SESSIONS / "check" / "swe-agent" / "pydantic__pydantic.acb0f10f.pr_8316.traj").read_text())
+    while doc["history"][-1]["role"] != "assistant":
+        doc["history"].pop()
+    doc["history"].pop()  # the submit reply, and its answer before it
+    path = tmp_path / "short.traj"
+    path.write_text(json.dumps(doc))
+    t = read_session(path)
+    assert calls(t) == 22 and paired(t)
+    last = t.messages[-2]
+    assert last["role"] == "assistant" and [c["function"]["name"] for c in last["tool_calls"]] == ["submit"]
+
+
 def test_swe_agent_0x_actions_parsed_from_text_become_tool_calls() -> None:
     t = read_session(SESSIONS / "check" / "swe-agent" / "pydicom__pydicom-1458.traj")
     assert (t.format, t.cwd, calls(t)) == ("swe-agent-text", "/pydicom__pydicom", 12) and paired(t)

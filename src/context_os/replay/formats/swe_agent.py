@@ -14,7 +14,9 @@ the task, then one assistant message per model call and the environment's answer
   line is ``bash``), and the answer is its tool result.
 
 Without a ``history``, the ``trajectory`` steps (``thought``/``response``, ``action``,
-``observation``) make the same messages, without the prompts. Content given as a list of blocks
+``observation``) make the same messages, without the prompts; a history with fewer replies than
+the trajectory has steps (some 1.x runs leave the final ``submit`` out of it) gets the steps it
+lacks, since the model was called for them. Content given as a list of blocks
 is their text. The tools map to roles by the ``swe-agent`` preset (harness/toolnames.py).
 
 This module reads files; it never touches a store or a session.
@@ -141,9 +143,10 @@ def _from_history(history: list[Any], where: str) -> tuple[list[dict[str, Any]],
     return out, calling
 
 
-def _from_trajectory(steps: list[Any], where: str) -> list[dict[str, Any]]:
+def _from_trajectory(steps: list[Any], where: str, start: int = 0) -> list[dict[str, Any]]:
+    """The messages of ``steps``, the trajectory's from step ``start`` on."""
     out: list[dict[str, Any]] = []
-    for k, s in enumerate(steps):
+    for k, s in enumerate(steps[start:], start):
         at = f"{where}: trajectory[{k}]"
         if not isinstance(s, Mapping):
             raise InputError(f"{at}: expected a step object, got {type(s).__name__}")
@@ -179,6 +182,11 @@ def read_swe_agent(parsed: Parsed, **_: Any) -> list[Transcript]:
     if isinstance(history, list) and history:
         messages, calling = _from_history(history, where)
         entries = len(history)
+        replies = sum(
+            1 for m in history if isinstance(m, Mapping) and m.get("role") == "assistant" and not m.get("is_demo")
+        )
+        if isinstance(steps, list) and len(steps) > replies:  # a last step history lacks: its call was made
+            messages += _from_trajectory(steps, where, replies)
     elif isinstance(steps, list):
         messages, calling, entries = _from_trajectory(steps, where), False, len(steps)
     else:
