@@ -105,6 +105,20 @@ def test_windowed_edits_act_on_the_open_file() -> None:
     ranged = {"start_line": 1457, "end_line": 1457, "replacement_text": "    a = 3"}
     op = file_op("edit", ranged, WINDOW + "\nFile updated. Please review the changes.")
     assert op is not None and op.path == "/testbed/src/m.py" and not op.known  # a line range: not applied
+    (shown,) = op.more  # ... but the window printed after it shows the new lines
+    assert (shown.kind, shown.path, shown.text, shown.first_line, shown.total_lines) == (
+        "read", "/testbed/src/m.py", "    a = 1\n    b = 2", 1457, 1998
+    )  # fmt: skip
+    # SWE-agent 0.x: a lint error or no open file leaves the file as it was (the window shown
+    # with a lint error is how the edit would have looked)
+    linted = (
+        "Your proposed edit has introduced new syntax error(s). Please understand the fixes and retry your edit "
+        "commmand.\n\nERRORS:\n- E999 IndentationError: unexpected indent\n\nThis is how your edit would have "
+        "looked if applied\n-------------------------------------------------\n" + WINDOW
+    )
+    assert file_op("edit", {"start_line": 1, "end_line": 1}, linted) is None
+    assert file_op("edit", replace_args := {"search": "a = 1", "replace": "a = 3"}, linted) is None
+    assert file_op("edit", replace_args, "No file open. Use the `open` command first.") is None
     replace = {"search": "a = 1", "replace": "a = 3"}
     op = file_op("edit", replace, "Text replaced. Please review the changes.\n" + WINDOW)
     assert op is not None and op.edits == [("a = 1", "a = 3")]

@@ -25,7 +25,9 @@ tool-name presets of harness/toolnames.py map a harness's names to roles) in thr
   warnings, merged into the output) are not the file's.
 
 An edit the call does not say how to apply (a line-range edit, ``undo_edit``, OpenHands'
-``edit_file``) is an ``edit`` with no replacements: the file's content becomes unknown.
+``edit_file``) is an ``edit`` with no replacements: the file's content becomes unknown, but for
+the window of the new lines SWE-agent's windowed ``edit`` prints after it (a read, in the op's
+``more``); one whose output says it was not applied (a lint error, no file open) is none.
 
 This module only parses; it never touches a session or a store.
 """
@@ -79,6 +81,12 @@ _WINDOW_LINE = re.compile(r"(\d+):(.*)\Z", re.DOTALL)
 _WINDOW_NOTE = re.compile(r"\(\d+ more lines (?:above|below)\)\Z")
 _OPEN_FILE = re.compile(r"^\(Open file: (?P<path>[^\n]+)\)$", re.MULTILINE)
 _WINDOW_EDITED = re.compile(r"^(?:File updated|Text replaced)\b", re.MULTILINE)
+_WINDOW_REFUSED = re.compile(
+    r"^(?:Your changes have NOT been applied|No file open\b|Your proposed edit has introduced new syntax error)",
+    re.MULTILINE,
+)
+"""What SWE-agent's windowed ``edit`` prints when it leaves the file as it was (a lint error: the
+window it shows then is how the edit *would* have looked; no file open)."""
 
 
 @dataclass
@@ -105,7 +113,8 @@ class FileOp:
     """edit: text inserted after this line (0: at the top, -1: at the end) instead of ``edits``.
     An edit with neither changed the file in a way the call does not say."""
     more: list[FileOp] = field(default_factory=list)
-    """What the same call did to other files, after this one (a Codex patch of several files)."""
+    """What else the same call did, after this: to other files (a Codex patch of several files),
+    or what it showed of this one after it (the window SWE-agent's windowed ``edit`` prints)."""
 
     @property
     def known(self) -> bool:
@@ -341,9 +350,16 @@ def _edit(args: Mapping[str, Any], output: str, *, editor: bool) -> FileOp | Non
     if "path" in args or "file_path" in args:
         return op  # Pi, Claude Code: a failed call says so (is_error)
     # a windowed tool acting on the open file: a replacement counts if the output says it was made
-    if op.edits and not _WINDOW_EDITED.search(_terminal(output)):
-        return FileOp("edit", op.path)
-    return op
+    text = _terminal(output)
+    if _WINDOW_REFUSED.search(text):
+        return None  # the file was left as it was
+    if op.edits and _WINDOW_EDITED.search(text) or op.insert is not None:
+        return op
+    unknown = FileOp("edit", op.path)  # a line-range edit, or a replacement the output does not confirm
+    window = _window(output)  # the file's new lines around the edit, as the tool printed them
+    if window is not None and window.path == op.path:
+        unknown.more = [FileOp("read", op.path, text=window.text, first_line=window.first, total_lines=window.total)]
+    return unknown
 
 
 # --- Codex CLI ---------------------------------------------------------------------------------------
