@@ -346,6 +346,24 @@ def test_openhands_event_lists_and_the_older_format() -> None:
     assert names == {"execute_bash", "execute_ipython_cell"} and all(paired(t) for t in old)
 
 
+def test_an_openhands_condensation_is_no_model_call(tmp_path: Path) -> None:
+    """The condenser's ``condensation`` action (events forgotten from then on, a summary in their
+    place) is no message: the replay is uncompacted, every call's input all that came before."""
+    path = SESSIONS / "check" / "openhands" / "runtime_trajs.basic_interactions.json"
+    events = json.loads(path.read_text())
+    condensed = {
+        "id": 99,
+        "timestamp": "2025-05-14T03:14:13.869422",
+        "source": "agent",
+        "message": "Summary: the user said hello",
+        "action": "condensation",
+        "args": {"forgotten_events_start_id": 1, "forgotten_events_end_id": 2, "summary": "hello", "summary_offset": 1},
+    }
+    (tmp_path / "condensed.json").write_text(json.dumps([*events[:3], condensed, *events[3:]]))
+    t = read_session(tmp_path / "condensed.json")
+    assert t.messages == read_session(path).messages
+
+
 def test_an_openhands_str_replace_edit_becomes_a_file_version(db, tmp_path: Path) -> None:
     def action(k: int, rid: str, thought: str, **args: Any) -> dict[str, Any]:
         call = {

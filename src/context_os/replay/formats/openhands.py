@@ -18,7 +18,9 @@ its ``instance_id``).
   ``execute_bash``, ``run_ipython`` ``execute_ipython_cell``, other actions keep their name) that
   the next observation answers.
 * Recall observations (whose text OpenHands builds from its prompt templates, not recorded),
-  agent state changes and empty observations are not messages.
+  agent state changes and empty observations are not messages; nor are the condenser's
+  ``condensation`` actions (the events it forgets from then on, a summary in their place): the
+  replay is uncompacted, each call's input every message before it, as for Pi's compactions.
 
 A call never answered is dropped, as OpenHands drops it. The tools map to roles by the
 ``openhands`` preset (harness/toolnames.py).
@@ -38,7 +40,15 @@ from .common import Parsed, Transcript, pair_openai, shape, text_field, uploaded
 
 __all__ = ["read_openhands"]
 
-_NOT_MESSAGES = {"agent_state_changed", "null", "recall", "loop_detection", "change_agent_state"}
+_NOT_MESSAGES = {
+    "agent_state_changed",
+    "null",
+    "recall",
+    "loop_detection",
+    "change_agent_state",
+    "condensation",
+    "condensation_request",
+}
 _LEGACY_NAMES = {"run": "execute_bash", "run_ipython": "execute_ipython_cell"}
 _EVENT_FIELDS = {"id", "timestamp", "source", "message", "action", "observation", "cause", "content", "extras"}
 _IMAGE = re.compile(r"!\[image\]\(data:image/png;base64,")
