@@ -228,6 +228,55 @@ def test_a_swe_agent_step_its_history_lacks_is_a_call_all_the_same(tmp_path: Pat
     assert last["role"] == "assistant" and [c["function"]["name"] for c in last["tool_calls"]] == ["submit"]
 
 
+def test_a_mini_swe_agent_trajectory_is_read_without_its_exit_message() -> None:
+    """mini-swe-agent 2.x: its one tool, ``bash``; the final ``exit`` message (the submission) was
+    never sent, and the fields the API does not take (``extra``) are left out."""
+    path = SESSIONS / "check" / "mini-swe-agent" / "astropy__astropy-12907.traj.json"
+    t = read_session(path)
+    assert (detect_format(path), t.format, t.harness, t.tool_names) == (
+        "mini-swe-agent", "mini-swe-agent", "openai", "swe-agent"
+    )  # fmt: skip
+    raw = json.loads(path.read_text())["messages"]
+    assert raw[-1]["role"] == "exit" and calls(t) == sum(m["role"] == "assistant" for m in raw) == 64 and paired(t)
+    assert {k for m in t.messages for k in m} <= {"role", "content", "tool_calls", "tool_call_id"}
+    assert {c["function"]["name"] for m in t.messages for c in m.get("tool_calls") or ()} == {"bash"}
+
+
+def test_mini_swe_agent_actions_in_text_become_tool_calls(tmp_path: Path) -> None:
+    """Its text mode: one bash block per reply is the call, the next ``<returncode>`` message its
+    result; a reply the agent refused (no block, or two) stays a message, its answer the user's."""
+    messages = json.loads((SESSIONS / "check" / "mini-swe-agent" / "github_issue.traj.json").read_text())
+    two = {"role": "assistant", "content": "Two:\n\n```bash\nls\n```\n\n```bash\npwd\n```"}
+    refused = {"role": "user", "content": "Please always provide EXACTLY ONE action in triple backticks."}
+    doc = {
+        "info": {},
+        "trajectory_format": "mini-swe-agent-1",
+        "messages": [*messages[:2], two, refused, *messages[2:]],
+    }
+    path = tmp_path / "text.traj.json"
+    path.write_text(json.dumps(doc))
+    t = read_session(path)
+    assert (
+        t.format == "mini-swe-agent"
+        and paired(t)
+        and calls(t) == sum(m["role"] == "assistant" for m in doc["messages"])
+    )
+    assert [m["role"] for m in t.messages[:7]] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    first = t.messages[4]
+    assert first["content"].startswith("I'll help you solve this issue.") and "```" not in first["content"]
+    (call,) = first["tool_calls"]
+    assert json.loads(call["function"]["arguments"])["command"].startswith("cat /Users/")
+    assert t.messages[5]["content"].startswith("<returncode>1</returncode>")
+
+
 def test_swe_agent_0x_actions_parsed_from_text_become_tool_calls() -> None:
     t = read_session(SESSIONS / "check" / "swe-agent" / "pydicom__pydicom-1458.traj")
     assert (t.format, t.cwd, calls(t)) == ("swe-agent-text", "/pydicom__pydicom", 12) and paired(t)
@@ -429,7 +478,7 @@ def test_an_openhands_str_replace_edit_becomes_a_file_version(db, tmp_path: Path
             '{\n  "model": "x",\n  "messages": []\n}\n',
             None,
             r"one JSON object with keys \['messages', 'model'\]: not a session this reads "
-            r"\(Pi, Claude Code, Codex CLI, SWE-agent, OpenHands, OpenAI messages\)",
+            r"\(Pi, Claude Code, Codex CLI, SWE-agent, mini-swe-agent, OpenHands, OpenAI messages\)",
         ),
         ('"just text"', None, "one JSON str: not a session this reads"),
         ("[1, 2]", None, r"a JSON list of 2 items \(int\): expected a JSON list of message objects"),

@@ -49,6 +49,7 @@ from .formats.common import (
     read_text,
     shape,
 )
+from .formats.mini_swe_agent import is_mini_swe_agent, read_mini_swe_agent
 from .formats.openhands import read_openhands
 from .formats.pi import PI_ENTRY_TYPES, read_pi
 from .formats.swe_agent import read_swe_agent
@@ -65,7 +66,7 @@ __all__ = [
     "read_sessions",
 ]
 
-FORMATS = ("pi", "claude-code", "codex", "swe-agent", "openhands", "openai")
+FORMATS = ("pi", "claude-code", "codex", "swe-agent", "mini-swe-agent", "openhands", "openai")
 
 
 def _read_openai(parsed: Parsed, **_: Any) -> list[Transcript]:
@@ -81,6 +82,7 @@ _READERS: Mapping[str, Reader] = {
     "claude-code": read_claude_code,
     "codex": read_codex,
     "swe-agent": read_swe_agent,
+    "mini-swe-agent": read_mini_swe_agent,
     "openhands": read_openhands,
     "openai": _read_openai,
 }
@@ -97,6 +99,8 @@ def _line_format(e: Mapping[str, Any]) -> str | None:
         return "codex"  # a bare response item (Codex's first rollout files)
     if isinstance(e.get("history"), list):
         return "openhands"
+    if is_mini_swe_agent(e):  # written on one line
+        return "mini-swe-agent"
     if kind in CLAUDE_CODE_TYPES or any(k in e for k in ("uuid", "parentUuid", "sessionId", "leafUuid")):
         return "claude-code"
     if kind in PI_ENTRY_TYPES:
@@ -121,6 +125,8 @@ def _detect(parsed: Parsed) -> str:
                 return "openhands"
             if isinstance(history, list) or isinstance(doc.get("trajectory"), list):
                 return "swe-agent"
+            if is_mini_swe_agent(doc):
+                return "mini-swe-agent"
         raise InputError(f"{parsed.path}: {shape(doc)}: not a session this reads ({KNOWN_KINDS})")
     for _, e in parsed.rows:
         fmt = _line_format(e)
@@ -132,7 +138,8 @@ def _detect(parsed: Parsed) -> str:
 
 
 def detect_format(path: str | Path, *, max_bytes: int = MAX_SESSION_BYTES) -> str:
-    """``pi``, ``claude-code``, ``codex``, ``swe-agent``, ``openhands`` or ``openai``, from the file's content."""
+    """``pi``, ``claude-code``, ``codex``, ``swe-agent``, ``mini-swe-agent``, ``openhands`` or ``openai``,
+    from the file's content."""
     p = Path(path)
     return _detect(parse(p, read_text(p, max_bytes)))
 
