@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,6 +115,29 @@ def test_openai_json_lists(tmp_path: Path) -> None:
     assert detect_format(path) == "openai"
     t = read_session(path)
     assert (t.format, t.harness, t.tool_names, len(t.messages)) == ("openai", "openai", "canonical", 7)
+
+    # a list whose calls are another harness's tools: its preset, so its files are followed
+    def call(n: int, name: str, **args: Any) -> dict[str, Any]:
+        function = {"name": name, "arguments": json.dumps(args)}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": f"c{n}", "type": "function", "function": function}],
+        }
+
+    openhands = [
+        {"role": "user", "content": "fix it"},
+        call(1, "str_replace_editor", command="view", path="/w/a.py"),
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": "Here's the result of running `cat -n` on /w/a.py:\n     1\tx = 1\n",
+        },
+        call(2, "execute_bash", command="pytest"),
+        {"role": "tool", "tool_call_id": "c2", "content": "1 passed"},
+    ]
+    (tmp_path / "oh.json").write_text(json.dumps(openhands))
+    assert read_session(tmp_path / "oh.json").tool_names == "openhands"
     bad = tmp_path / "obj.json"
     bad.write_text('[{"role": "user"}, 3]')
     with pytest.raises(InputError, match="list of message objects"):

@@ -50,6 +50,7 @@ __all__ = [
     "ToolRole",
     "for_tools",
     "preset",
+    "preset_for",
     "tool_role",
 ]
 
@@ -289,12 +290,20 @@ def for_tools(names: Iterable[str]) -> ToolNames | None:
     no preset knows any of them. What the proxy goes by, which sees a harness's tools but not
     its name."""
     offered = set(names)
+    found = preset_for(offered)
+    return PRESETS[found].only(offered) if found is not None else None
+
+
+def preset_for(names: Iterable[str]) -> str | None:
+    """The name of the preset that gives the most of the tools ``names`` a role (the first such
+    in ``PRESETS``' order on a tie); None when no preset knows any of them."""
+    offered = set(names)
     best, found = 0, None
-    for candidate in PRESETS.values():
+    for name, candidate in PRESETS.items():
         n = len(candidate.known() & offered)
         if n > best:
-            best, found = n, candidate
-    return found.only(offered) if found is not None else None
+            best, found = n, name
+    return found
 
 
 def tool_role(tool_name: str, names: Mapping[str, str] | str = CANONICAL, arguments: Any = None) -> ToolRole | None:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..harness.toolnames import preset_for
 from .formats.claude_code import CLAUDE_CODE_TYPES, read_claude_code
 from .formats.codex import CODEX_ITEM_TYPES, CODEX_LINE_TYPES, read_codex
 from .formats.common import (
@@ -74,7 +75,16 @@ def _read_openai(parsed: Parsed, **_: Any) -> list[Transcript]:
     if not isinstance(data, list) or not all(isinstance(m, dict) for m in data):
         what = shape(data) if parsed.is_document else f"JSON lines ({len(parsed.rows)} objects)"
         raise InputError(f"{parsed.path}: {what}: expected a JSON list of message objects")
-    return parsed.stamp([Transcript("openai", "openai", "canonical", data, entries=len(data))])
+    names = {
+        c["function"]["name"]
+        for m in data
+        for c in m.get("tool_calls") or ()
+        if isinstance(c, Mapping)
+        and isinstance(c.get("function"), Mapping)
+        and isinstance(c["function"].get("name"), str)
+    }  # the harness whose tools these are (str_replace_editor, execute_bash: OpenHands); else context_os's names
+    tools = preset_for(names) or "canonical"
+    return parsed.stamp([Transcript("openai", "openai", tools, data, entries=len(data))])
 
 
 _READERS: Mapping[str, Reader] = {
