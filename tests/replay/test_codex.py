@@ -243,6 +243,32 @@ def test_a_codex_line_without_its_payload_is_named(tmp_path: Path) -> None:
         read_session(path)
 
 
+@pytest.mark.parametrize("turns", [1, 5])
+def test_a_thread_rollback_drops_the_turns_it_undid(tmp_path: Path, turns: int) -> None:
+    """Codex's rollback (the user undid the last turns: ``thread_rolled_back``) drops them from
+    the history, with the context Codex sent before them, which it sends again with the next
+    turn; the calls made in them are an abandoned branch (as in a Pi session), not replayed."""
+    first = rollout_lines()[:9]  # the session's context, "add a greeting", a patch
+    again = [
+        line("event_msg", {"type": "turn_aborted", "reason": "interrupted"}),
+        message("user", "<turn_aborted>\nThe user interrupted the previous turn on purpose.\n</turn_aborted>"),
+        line("event_msg", {"type": "thread_rolled_back", "num_turns": turns}),
+        *first[1:3],  # Codex sends its context again
+        message("user", "add a greeting, in French"),
+        message("assistant", "Bonjour."),
+    ]
+    path = tmp_path / "rollout.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in [*first, *again]))
+    t = read_session(path)
+    assert [(m["role"], m["content"][:25]) for m in t.messages] == [
+        ("system", "You are Codex."),
+        ("developer", "<permissions instructions"),
+        ("user", "<environment_context>\n  <"),
+        ("user", "add a greeting, in French"),
+        ("assistant", "Bonjour."),
+    ]
+
+
 # -- what a call says about a file ----------------------------------------------------------------
 
 

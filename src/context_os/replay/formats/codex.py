@@ -18,6 +18,10 @@ context manager).
   proxy's (harness/responses.py ``to_chat``), on the items with their texts joined.
 * ``reasoning`` items are left out: Codex sends them back encrypted, and their size is not in the
   file; ``ghost_snapshot`` (an undo point), ``web_search_call`` and other items are not messages.
+* A ``thread_rolled_back`` event (the user undid turns) drops the last ``num_turns`` user turns
+  from the history, as Codex does: from the user message that began the first of them, with the
+  context Codex sent just before it (developer messages, its ``<environment_context>``), on. Like
+  a Pi session's abandoned branch, the calls made in them are not replayed.
 * A ``compacted`` line (Codex's ``/compact``) is not modelled: the messages are the whole
   uncompacted history, as for every format, and what Codex itself sent after it is not measured.
 
@@ -94,6 +98,42 @@ def _sent(item: Mapping[str, Any]) -> dict[str, Any] | None:
     return None  # reasoning (encrypted), ghost snapshots, web searches
 
 
+_CONTEXT = (
+    "<environment_context>",
+    "<user_instructions>",
+    "<turn_aborted>",
+    "<user_shell_command>",
+    "<INSTRUCTIONS>",
+    "# AGENTS.md instructions",
+)
+"""How the user messages Codex writes itself begin (its context, an interruption's note): no
+user turns."""
+
+
+def _is_context(item: Mapping[str, Any]) -> bool:
+    """Whether an item is context Codex sent before a turn: a developer message, or a user
+    message it wrote itself (``_CONTEXT``)."""
+    if item.get("type") != "message":
+        return False
+    return item.get("role") == "developer" or (
+        item.get("role") == "user" and str(item.get("content", "")).lstrip().startswith(_CONTEXT)
+    )
+
+
+def _rolled_back(items: list[tuple[int, dict[str, Any]]], turns: int) -> list[tuple[int, dict[str, Any]]]:
+    """``items`` without their last ``turns`` user turns, as Codex's thread rollback drops them
+    (``drop_last_n_user_turns``: from the user message that began the first of them, and the
+    context it sent just before it, on; every turn when there are fewer)."""
+    starts = [k for k, (_, i) in enumerate(items) if i.get("type") == "message" and i.get("role") == "user"]
+    starts = [k for k in starts if not _is_context(items[k][1])]
+    if turns <= 0 or not starts:
+        return items
+    cut = starts[max(len(starts) - turns, 0)]
+    while cut > 0 and _is_context(items[cut - 1][1]):
+        cut -= 1
+    return items[:cut]
+
+
 def _answered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each call answered right after its message, as Codex sends them: a call never answered
     gets ``aborted`` (the last message's calls excepted: nothing came after it), an output for
@@ -144,6 +184,9 @@ def read_codex(parsed: Parsed, **_: Any) -> list[Transcript]:
             elif kind == "response_item":
                 seen += 1
                 items += [(n, sent)] if (sent := _sent(payload)) is not None else []
+            elif kind == "event_msg" and payload.get("type") == "thread_rolled_back":
+                turns = payload.get("num_turns")
+                items = _rolled_back(items, turns if isinstance(turns, int) else 1)
         elif kind in CODEX_ITEM_TYPES:  # the first rollout files: the items themselves
             seen += 1
             items += [(n, sent)] if (sent := _sent(row)) is not None else []
