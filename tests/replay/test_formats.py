@@ -395,6 +395,18 @@ def test_openhands_event_lists_and_the_older_format() -> None:
     assert names == {"execute_bash", "execute_ipython_cell"} and all(paired(t) for t in old)
 
 
+def test_opendevins_records_of_action_observation_pairs(tmp_path: Path) -> None:
+    """OpenDevin (mid 2024) kept a record's history as ``[action, observation]`` pairs, its id in
+    ``id``: the same events, in the same order."""
+    path = SESSIONS / "check" / "openhands" / "runtime_trajs.basic_interactions.json"
+    events = json.loads(path.read_text())
+    null = {"message": "No observation", "observation": "null", "content": "", "extras": {}}
+    pairs = [[e, null] for e in events]
+    (tmp_path / "output.jsonl").write_text(json.dumps({"id": "ProntoQA_1", "history": pairs}) + "\n")
+    (t,) = read_sessions(tmp_path / "output.jsonl")
+    assert t.label == "ProntoQA_1" and t.messages == read_session(path).messages
+
+
 def test_an_openhands_condensation_is_no_model_call(tmp_path: Path) -> None:
     """The condenser's ``condensation`` action (events forgotten from then on, a summary in their
     place) is no message: the replay is uncompacted, every call's input all that came before."""

@@ -121,6 +121,9 @@ def _line_format(e: Mapping[str, Any]) -> str | None:
 
 
 def _is_event(value: Any) -> bool:
+    """An OpenHands event, or (OpenDevin, mid 2024) an [action, observation] pair of them."""
+    if isinstance(value, list):
+        return any(_is_event(e) for e in value if not isinstance(e, list))
     return isinstance(value, Mapping) and ("action" in value or "observation" in value) and "role" not in value
 
 

@@ -3,7 +3,7 @@ turns events into the messages it sends its model.
 
 A session is a list of events: a JSON list (a saved trajectory), or the ``history`` of one
 record of an evaluation's ``output.jsonl`` (one record per line, each its own session, ``label``
-its ``instance_id``).
+its ``instance_id``); OpenDevin's records (mid 2024) hold ``[action, observation]`` pairs.
 
 * An action with ``tool_call_metadata`` is part of one model response (``model_response.id``):
   the response's message (its text and tool calls: ``execute_bash``, ``str_replace_editor``,
@@ -212,6 +212,9 @@ class _Memory:
 
 def _session(events: list[Any], where: str, *, session_id: str | None, label: str | None) -> Transcript:
     memory = _Memory(where)
+    # OpenDevin (mid 2024) kept its history as [action, observation] pairs
+    if any(isinstance(e, list) for e in events):
+        events = [x for e in events for x in (e if isinstance(e, list) else [e])]
     for k, e in enumerate(events):
         memory.add(k, e)
     memory.flush(all_=True)
@@ -230,6 +233,8 @@ def _label(record: Mapping[str, Any], n: int) -> str:
     issue = record.get("issue")
     if isinstance(issue, Mapping) and isinstance(issue.get("number"), int):
         return f"issue-{issue['number']}"
+    if isinstance(record.get("id"), str) and record["id"].strip():  # OpenDevin's records
+        return _LABEL.sub("_", record["id"].strip())
     return f"record-{n}"
 
 
