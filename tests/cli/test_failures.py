@@ -10,6 +10,7 @@ import os
 import pty
 import random
 import shutil
+import socket
 import sqlite3
 import subprocess
 import time
@@ -464,3 +465,20 @@ def test_long_frame_output_goes_through_the_pager_only_on_a_terminal(demo: Path,
         [*CTXOS, "--store", str(demo), "frames", "show", "d1", "40", "--json"], capture_output=True, text=True, env=env
     )
     assert json.loads(as_json.stdout)["ok"] and not paged.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("ui", "--port"), ("proxy", "--upstream", "http://127.0.0.1:9", "--port"), ("serve", "--http")],
+    ids=["ui", "proxy", "serve"],
+)
+def test_a_port_in_use_is_one_line(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """The servers' fixed default ports are often taken (another ``ctxos ui`` still running)."""
+    db = tmp_path / "s.db"
+    SqliteStore(db).close()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = ctxos(*args, str(port), store=db, check=False)
+    fails(proc, "ConfigError", f"port {port} on 127.0.0.1 is in use", "--port 0")

@@ -347,9 +347,9 @@ class Proxy:
 
 def make_proxy_server(proxy: Proxy, port: int = 0, host: str = "127.0.0.1") -> ThreadingHTTPServer:
     """The proxy's HTTP server, bound (not yet serving)."""
-    from .transports import HttpGuard
+    from .transports import HttpGuard, bind
 
-    server = ThreadingHTTPServer((host, port), _handler(proxy))
+    server = bind(ThreadingHTTPServer, host, port, _handler(proxy))
     server.daemon_threads = True
     bound = server.server_address[1]
     # Host, Origin and JSON are checked; no token of its own: the provider's key is the credential

@@ -10,6 +10,7 @@ This module must never write anything but responses to stdout: logs go to stderr
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 import os
@@ -19,14 +20,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TypeVar
 
 from ..errors import ConfigError
 from .protocol import INVALID_REQUEST, RpcError, RpcServer, encode, error_response, log
 
+_S = TypeVar("_S", bound=ThreadingHTTPServer)
+
 __all__ = [
     "TOKEN_HEADER",
     "HttpGuard",
+    "bind",
     "make_http_server",
     "new_token",
     "read_token_file",
@@ -34,6 +38,23 @@ __all__ = [
     "serve_stdio",
     "write_token_file",
 ]
+
+
+def bind(server_class: type[_S], host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> _S:
+    """``server_class`` bound to ``host``:``port``; ``ConfigError`` saying why not (a port in use,
+    one below 1024 without the right, an address this machine does not have)."""
+    try:
+        return server_class((host, port), handler)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            why = (
+                f"port {port} on {host} is in use (another server already listens there): pass --port 0 for a free one"
+            )
+        elif e.errno == errno.EACCES:
+            why = f"no permission to listen on port {port} on {host}: pass a port above 1023, or --port 0"
+        else:
+            why = f"cannot listen on {host}:{port}: {e.strerror or e}"
+        raise ConfigError(why) from None
 
 
 def _read_line(stream: IO[bytes], cap: int) -> tuple[bytes | None, bool]:
@@ -243,7 +264,7 @@ def make_http_server(
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("http %s - " + format, self.client_address[0], *args)
 
-    httpd = _GuardedHTTPServer((host, port), Handler)
+    httpd = bind(_GuardedHTTPServer, host, port, Handler)
     httpd.daemon_threads = True
     bound_host, bound_port = httpd.server_address[:2]
     httpd.guard = HttpGuard.for_address(str(bound_host), bound_port, token, origins)

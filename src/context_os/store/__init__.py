@@ -134,6 +134,7 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
         path, _, query = url.removeprefix("sqlite://").partition("?")
         if not path.startswith("/"):
             raise ConfigError(f"sqlite store URL needs an absolute path (sqlite:///abs/path.db), got {mask_url(url)!r}")
+        path = "/" + path.lstrip("/")  # sqlite:////abs/path.db, as SQLAlchemy writes it, is the same file
         mode = _options(url, query, {"mode": ("ro", "rw", "rwc")}).get("mode", "rwc")
         return SqliteStore(Path(path), create=create and mode == "rwc", read_only=mode == "ro")
     if "://" in url:

@@ -29,7 +29,7 @@ from ...errors import ConfigError, ContextOSError, InputError, NotFound
 from ...store.base import Store, Version
 from ...times import display, iso, now_ms, parse_time
 from ..protocol import log
-from ..transports import HttpGuard, _is_loopback
+from ..transports import HttpGuard, _is_loopback, bind
 
 __all__ = ["PAGE_MESSAGES", "PAGE_SESSIONS", "PAGE_TURNS", "PAGE_VERSIONS", "UiApp", "make_ui_server"]
 
@@ -442,7 +442,7 @@ def make_ui_server(store: Store, port: int = 0, *, host: str = "127.0.0.1") -> T
         def log_message(self, format: str, *args: Any) -> None:
             log.info("ui %s - " + format, self.client_address[0], *args)
 
-    httpd = _UiServer((host, port), Handler)
+    httpd = bind(_UiServer, host, port, Handler)
     httpd.daemon_threads = True
     bound_host, bound_port = httpd.server_address[:2]
     httpd.guard = HttpGuard.for_address(str(bound_host), bound_port, None)
