@@ -184,6 +184,35 @@ def test_status_and_sessions(demo):
     assert "openai (replay of openai)" in bare.stdout  # the demo is a replay of a JSON list of messages
 
 
+def test_store_is_taken_after_the_command_too(demo):
+    db, _ = demo
+    before = ctxos("--store", str(db), "sessions", "--json").stdout
+    assert ctxos("sessions", "--store", str(db), "--json").stdout == before
+    assert ctxos("sessions", "--json", f"--store={db}").stdout == before
+
+
+def test_replay_append_goes_on_where_the_session_stopped(tmp_path):
+    """``--append`` of a longer recording of the same session adds the calls it had not seen;
+    of the same file again, nothing; the hints name the store given."""
+    db = tmp_path / "a.db"
+    traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydantic__pydantic.acb0f10f.pr_8316.traj"
+    doc = json.loads(traj.read_text())
+    replies = [k for k, m in enumerate(doc["history"]) if m["role"] == "assistant"]
+    half = tmp_path / "half.traj"
+    half.write_text(json.dumps({**doc, "history": doc["history"][: replies[9] + 1], "trajectory": []}))
+    first = json.loads(ctxos("replay", str(half), "--session", "s", "--verify", "none", "--json", store=db).stdout)
+    more = ctxos("replay", str(traj), "--session", "s", "--append", "--verify", "all", "--json", store=db).stdout
+    rest = json.loads(more)
+    assert (first["turns"], rest["turns"], rest["frames_verified"]) == (10, 12, 22) and rest[
+        "orphaned_tool_results"
+    ] == 0
+    again = ctxos("replay", str(traj), "--session", "s", "--append", "--no-per-turn", store=db)
+    assert "the session holds every message of the file already: nothing added" in again.stdout
+    assert f"ctxos --store {db} frames list s" in again.stdout
+    (row,) = json.loads(ctxos("sessions", "--json", store=db).stdout)
+    assert row["turns"] == 22
+
+
 def test_sessions_say_what_format_a_replay_read(tmp_path):
     db = tmp_path / "r.db"
     traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydantic__pydantic.acb0f10f.pr_8316.traj"

@@ -29,7 +29,33 @@ from . import (
 )
 
 
+class _Ctxos(click.Group):
+    """``--store URL`` is the group's option, taken anywhere on the command line: ``ctxos
+    sessions --store URL`` as ``ctxos --store URL sessions``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        moved: list[str] = []
+        rest: list[str] = []
+        k = 0
+        while k < len(args):
+            arg = args[k]
+            if arg == "--":
+                rest += args[k:]
+                break
+            if arg == "--store" and k + 1 < len(args) and rest:
+                moved += args[k : k + 2]
+                k += 2
+                continue
+            if arg.startswith("--store=") and rest:
+                moved.append(arg)
+            else:
+                rest.append(arg)
+            k += 1
+        return super().parse_args(ctx, moved + rest)
+
+
 @click.group(
+    cls=_Ctxos,
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog="Deprecated aliases, kept for one release (see docs/cli.md): `ctxos frames SESSION`, "
     "`ctxos frame`, `ctxos inspect`, `ctxos evict`.",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shlex
 import shutil
 import signal
 import socketserver
@@ -333,6 +335,22 @@ def _ticker(it: Iterator[int]) -> Callable[[TranscriptRow], None]:
     return tick
 
 
+def program() -> str:
+    """How the user ran ``ctxos``: a path under the current directory as such (``.venv/bin/ctxos``
+    from ``make demo``), else ``ctxos``."""
+    path = os.path.relpath(sys.argv[0]) if sys.argv and sys.argv[0] else "ctxos"
+    return path if os.path.basename(path) == "ctxos" and not path.startswith("..") and os.sep in path else "ctxos"
+
+
+def command_hint(*args: str) -> str:
+    """A ``ctxos`` command line to print for the user to run next, as they ran this one (the
+    program's path, the ``--store`` they gave)."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    store = obj.get("store") if isinstance(obj, dict) else None
+    return shlex.join([program(), *(["--store", store] if store else []), *args])
+
+
 def _report(result: TranscriptReplay, label: str, store: str, *, per_turn: bool) -> None:
     """The human report of one replayed session: its per-call table and its summary."""
     if per_turn:
@@ -359,8 +377,13 @@ def _report(result: TranscriptReplay, label: str, store: str, *, per_turn: bool)
     pct = 100 * result.tokens_assembled / max(1, result.tokens_full)
     pi = f" (Pi's own compaction sent {result.tokens_pi_compacted:,})" if result.tokens_pi_compacted is not None else ""
     sid = result.session
+    if not result.turns and result.frames:
+        click.echo(f"{label} ({result.format}): the session holds every message of the file already: nothing added")
+        click.echo(f"see it turn by turn: {command_hint('frames', 'list', sid)}")
+        return
+    calls = f"{result.turns} model call{'' if result.turns == 1 else 's'}"
     click.echo(
-        f"{label} ({result.format}): {result.turns} model calls replayed in {result.seconds:.1f}s "
+        f"{label} ({result.format}): {calls} replayed in {result.seconds:.1f}s "
         f"(peak RSS {result.peak_rss_mb:.0f} MB) into {store}\n"
         f"tokens sent: {result.tokens_assembled:,} with context_os vs {result.tokens_full:,} with the full "
         f"transcript ({pct:.1f}%){pi}\n"
@@ -372,5 +395,6 @@ def _report(result: TranscriptReplay, label: str, store: str, *, per_turn: bool)
         f"context_os\n"
         f"orphaned tool results: {result.orphaned_tool_results}; frames verified: "
         f"{result.frames_verified}/{result.frames_checked} checked of {result.frames}\n"
-        f"see it turn by turn: ctxos frames list {sid}; ctxos frames show {sid} {result.turns}"
+        f"see it turn by turn: {command_hint('frames', 'list', sid)}; "
+        f"{command_hint('frames', 'show', sid, str(result.rows[-1].turn if result.rows else result.turns))}"
     )

@@ -5,16 +5,13 @@ the store but through the library (here: a replay)."""
 
 from __future__ import annotations
 
-import os
-import shlex
-import sys
 from datetime import UTC, datetime
 from urllib.parse import quote
 
 import click
 
 from ..replay import demo_transcript
-from ._common import fails_cleanly, json_option, run_replay
+from ._common import command_hint, fails_cleanly, json_option, run_replay
 
 
 @click.command("demo")
@@ -39,19 +36,10 @@ def demo_cmd(ctx: click.Context, session_id: str | None, no_verify: bool, as_jso
         named=session_id is not None,
     )
     if not as_json:
-        store = ctx.obj.get("store") if ctx.obj else None
-        command = [_program(), *(["--store", store] if store else []), "ui", "--session", session_id]
         click.echo(
-            f"\nits timeline in a browser: {shlex.join(command)}\n"
+            f"\nits timeline in a browser: {command_hint('ui', '--session', session_id)}\n"
             f"  then open http://127.0.0.1:8766/session?id={quote(session_id, safe='')} (Ctrl-C stops it)"
         )
-
-
-def _program() -> str:
-    """How the user ran ``ctxos``: a path under the current directory as such (``.venv/bin/ctxos``
-    from ``make demo``), else ``ctxos``."""
-    path = os.path.relpath(sys.argv[0]) if sys.argv and sys.argv[0] else "ctxos"
-    return path if os.path.basename(path) == "ctxos" and not path.startswith("..") and os.sep in path else "ctxos"
 
 
 def register(cli: click.Group) -> None:

@@ -454,6 +454,23 @@ class ContextHook(Generic[M]):
             self.last = assembly
             return out
 
+    def held(self, messages: Sequence[M]) -> int:
+        """How many of ``messages``, from the first, the session holds already as its history
+        (the same messages, by their hashes): a replay of a longer recording goes on after them."""
+        adapter, view = self.adapter, self.session.view
+        flat = 0
+        for i, m in enumerate(messages):
+            if not adapter.sent(m):
+                continue
+            n, h = adapter.count(m), adapter.hash_message(m)
+            for j in range(n):
+                if flat + j >= len(view.visible) or view.entries[view.visible[flat + j]]["h"] != (
+                    h if n == 1 else f"{h}/{j}"
+                ):
+                    return i
+            flat += n
+        return len(messages)
+
     async def atransform_context(self, messages: Sequence[M]) -> list[M]:
         """The same, for async loops: store work runs in a thread, off the event loop."""
         return await asyncio.to_thread(self.transform_context, list(messages))

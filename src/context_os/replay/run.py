@@ -133,7 +133,9 @@ def replay_transcript(
 ) -> TranscriptReplay:
     """Assemble the context at every model call of ``transcript`` (each assistant message; its input
     is every message before it, uncompacted) and measure it. ``verify``: ``all`` re-renders every
-    frame from the store, ``last`` only the last one, ``none`` none."""
+    frame from the store, ``last`` only the last one, ``none`` none. A session that holds the
+    first messages already (``ctxos replay --append``) goes on from the first call whose input
+    it does not hold."""
     started = time.perf_counter()
     files = VirtualFiles(session, root=transcript.cwd, tool_names=transcript.tool_names)
     hook = harness(transcript.harness).hook(session, on_sync=files.observe)
@@ -141,6 +143,9 @@ def replay_transcript(
     messages = transcript.messages
     result = TranscriptReplay(file=file, format=transcript.format, session=session.id, store=session.store.url)
     calls = [k for k, m in enumerate(messages) if isinstance(m, Mapping) and m.get("role") == "assistant" and k > 0]
+    if session.view.visible:  # a session that goes on: the calls whose input it holds are done
+        held = hook.held(messages)
+        calls = [k for k in calls if k > held]
     tokens: list[int] = []
     outputs: dict[str, str] = {}  # tool call id → its output (a windowed edit's file is named there)
     for k, m in enumerate(messages):
