@@ -482,3 +482,17 @@ def test_a_port_in_use_is_one_line(tmp_path: Path, args: tuple[str, ...]) -> Non
         port = taken.getsockname()[1]
         proc = ctxos(*args, str(port), store=db, check=False)
     fails(proc, "ConfigError", f"port {port} on 127.0.0.1 is in use", "--port 0")
+
+
+def test_a_replay_that_cannot_be_read_writes_nothing(tmp_path: Path) -> None:
+    """A file read in the wrong format (no messages), or holding a message the harness's adapter
+    refuses: one error naming the file, and no session (no store) left behind."""
+    db = tmp_path / "s.db"
+    traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydicom__pydicom-1458.traj"
+    proc = ctxos("replay", str(traj), "--format", "pi", store=db, check=False)
+    fails(proc, "InputError", f"{traj}: read as pi, it holds no messages (it reads as swe-agent)")
+    bad = tmp_path / "list.json"
+    bad.write_text('[{"role": "user", "content": "hi"}, {"foo": 1}]')
+    proc = ctxos("replay", str(bad), store=db, check=False)
+    fails(proc, "InputError", f"{bad}: message 1, field 'role': unknown role None")
+    assert not db.exists()

@@ -5,6 +5,7 @@ session the file holds, no orphaned tool result, no stale file view, every check
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +55,7 @@ def test_a_session_with_sidechains_reports_each_and_a_total(tmp_path: Path) -> N
     done = ctxos("replay", str(path), "--session", "cc", "--verify", "none", "--no-per-turn", store=tmp_path / "s.db")
     assert done.returncode == 0, done.stderr
     for sid in ("cc", "cc~a93ccab", "cc~aa84377", "cc~acompact-70d8e7"):
-        assert f"ctxos frames list {sid};" in done.stdout
+        assert f"--store sqlite:///{tmp_path / 's.db'} frames list {shlex.quote(sid)};" in done.stdout  # as printed
     assert "total over 4 sessions: 178 model calls" in done.stdout
     again = ctxos("replay", str(path), "--session", "cc", store=tmp_path / "s.db")
     assert again.returncode == 1 and "session 'cc' already exists" in again.stderr

@@ -27,6 +27,7 @@ from .. import times
 from ..context.session import Session
 from ..errors import ContextOSError, NotFound, StateError
 from ..replay import Transcript, TranscriptReplay, TranscriptRow, replay_total, replay_transcript
+from ..replay.run import check_transcript
 from ..store import Store, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -268,6 +269,8 @@ def run_replay(
     one another process writes, always. ``named``: the user chose ``session_id``; else it is a
     default, and where it is taken ``session_id-2``, ``-3``, … is used. Returns the id used."""
     skipped = warn_skipped(transcripts)
+    for t in transcripts:
+        check_transcript(t)  # a message the adapter refuses: nothing written
     results: list[TranscriptReplay] = []
     with store_from(ctx, create=True) as store:
         ids = session_ids(transcripts, session_id)

@@ -24,9 +24,12 @@ from typing import Any
 from ..context.entries import ToolCall, msg_chars
 from ..context.frames import FrameMemo, frame_docs, verify_frame
 from ..context.session import Session
+from ..errors import InputError, MalformedMessage
 from ..harness.base import Adapter
 from ..harness.file_ops import edit_target
+from ..harness.openai import OpenAIAdapter
 from ..harness.pairing import check_pairs
+from ..harness.pi import PiAdapter
 from ..harness.registry import harness
 from ..harness.virtual_files import VirtualFiles
 from ..hashing import hash_value
@@ -121,6 +124,20 @@ def _peak_rss_mb() -> float:
         return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
     except (ImportError, OSError):  # pragma: no cover - not Linux
         return 0.0
+
+
+def check_transcript(transcript: Transcript) -> None:
+    """``InputError`` naming the file and the message if the harness's adapter refuses one of the
+    transcript's messages: before a session is written (a replay that stopped half-way would
+    leave one)."""
+    adapter: Adapter[Any] = PiAdapter() if transcript.harness == "pi" else OpenAIAdapter()
+    where = transcript.source or "the transcript"
+    for k, m in enumerate(transcript.messages):
+        try:
+            if adapter.sent(m):
+                adapter.translate(m, k)
+        except MalformedMessage as e:
+            raise InputError(f"{where}: {e}") from None
 
 
 def replay_transcript(

@@ -171,7 +171,15 @@ def read_sessions(
     if format is not None and format not in FORMATS:
         raise InputError(f"unknown format {format!r} (known: {', '.join(FORMATS)})")
     parsed = parse(p, read_text(p, max_bytes))
-    return _READERS[format or _detect(parsed)](parsed, sidechains=sidechains, max_bytes=max_bytes)
+    read = _READERS[format or _detect(parsed)](parsed, sidechains=sidechains, max_bytes=max_bytes)
+    if not any(t.messages for t in read):
+        try:
+            detected = _detect(parsed)
+        except InputError:
+            detected = None
+        told = f" (it reads as {detected})" if format is not None and detected not in (None, format) else ""
+        raise InputError(f"{p}: read as {format or detected}, it holds no messages{told}")
+    return read
 
 
 def read_session(path: str | Path, format: str | None = None, *, max_bytes: int = MAX_SESSION_BYTES) -> Transcript:
