@@ -129,7 +129,11 @@ def test_inspect_as_of_and_diff(demo):
     first = json.loads(
         ctxos("objects", "inspect", "session:d1", "--as-of", versions[0]["valid_time"], "--json", store=db).stdout
     )
-    assert first["object_hash"] == versions[0]["object_hash"]
+    assert first["object_hash"] == versions[0]["object_hash"] and first["version"] == 1
+    second = ctxos("objects", "inspect", "session:d1", "--as-of", versions[1]["valid_time"], store=db).stdout
+    assert "version        2\n" in second and '"harness"' not in second  # its content only with --content
+    shown = ctxos("objects", "inspect", "session:d1", "--as-of", versions[1]["valid_time"], "--content", store=db)
+    assert '"harness"' in shown.stdout
     diff = json.loads(ctxos("objects", "inspect", "session:d1", "--diff", "1", "2", "--json", store=db).stdout)
     assert diff["diff"] == ""  # the session's content (harness, workspace) does not change; its meta does
     page = ctxos("objects", "inspect", "chat:d1:00000", "--diff", "1", "2", store=db).stdout

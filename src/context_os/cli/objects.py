@@ -82,7 +82,16 @@ def inspect_cmd(
                 raise NotFound(
                     f"{object_id} did not exist at {as_of or 'now'}" + (f" as of tx {tx_id}" if tx_id else "")
                 )
-            row = version_row(0, v)
+            # its number in the object's history (as the store knows it now), as the table says it
+            n = next(
+                (
+                    k
+                    for k, h in enumerate(store.history(object_id), 1)
+                    if (h.valid_time, h.tx_id) == (v.valid_time, v.tx_id)
+                ),
+                0,
+            )
+            row = version_row(n, v)
             row["doc"] = v.doc
             if as_json:
                 emit_json(row)
@@ -90,7 +99,8 @@ def inspect_cmd(
             for k, val in row.items():
                 if k != "doc":
                     click.echo(f"{k:14} {val}")
-            click.echo("".join(content_lines(v.doc)))
+            if show_content:
+                click.echo("".join(content_lines(v.doc)))
             return
         versions = store.history(object_id, with_docs=True)
         if not versions:
