@@ -161,7 +161,7 @@ def test_concurrent_conversations_stay_apart(proxy: Running, up: Upstream) -> No
         assert sum(f"conversation {n}" in text for n in range(6)) == 1
 
 
-def test_upstream_errors_keep_their_shape(tmp_path: Path) -> None:
+def test_upstream_errors_keep_their_shape(tmp_path: Path, caplog: Any) -> None:
     with upstream(status=429) as up:
         running = Running(tmp_path, up)
         try:
@@ -182,9 +182,12 @@ def test_upstream_errors_keep_their_shape(tmp_path: Path) -> None:
     thread.start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        with pytest.raises(openai.APIStatusError) as e:
+        with pytest.raises(openai.APIStatusError) as e, caplog.at_level("WARNING", logger="context_os.proxy"):
             openai_client(f"{base}/v1").chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        # whoever runs the proxy sees it too
+        assert any(f"the upstream {gone} cannot be reached (502 to the client)" in r.message for r in caplog.records)
         assert e.value.status_code == 502 and "cannot be reached" in str(e.value)
+        assert e.value.body["type"] == "upstream_error"  # type: ignore[index]
         with pytest.raises(anthropic.APIStatusError) as e2:
             anthropic_client(base).messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
         assert e2.value.status_code == 502 and e2.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
@@ -214,11 +217,13 @@ def test_a_foreign_host_a_browser_origin_or_a_body_that_is_not_json_is_refused(p
     # a browser's "simple" POST (no preflight) is not JSON: refused before it is read
     r = httpx.post(f"{proxy.url}/v1/chat/completions", content=json.dumps(body), headers={"Content-Type": "text/plain"})
     assert r.status_code == 415 and "application/json" in r.json()["error"]["message"]
+    assert r.json()["error"]["type"] == "invalid_request_error"  # the proxy refused it: no upstream's error
     for raw in (b"{not json", b"[1, 2]"):
         r = httpx.post(f"{proxy.url}/v1/messages", content=raw, headers={"Content-Type": "application/json"})
         assert (
             r.status_code == 400 and r.json()["type"] == "error" and "not a JSON object" in r.json()["error"]["message"]
         )
+        assert r.json()["error"]["type"] == "invalid_request_error"
     assert up.requests == []
 
 

@@ -135,11 +135,16 @@ def _client(plan: Plan) -> list[Any]:
 
 
 def error_body(api: Api, status: int, message: str) -> bytes:
-    """An error in the client's API's own shape."""
+    """An error in the client's API's own shape: a request the proxy refused (4xx) as the API
+    names a bad request, an upstream out of reach (5xx) as a gateway's."""
     if api == "anthropic":
-        kind = "overloaded_error" if status in (502, 503) else "api_error"
+        if status < 500:
+            kind = "request_too_large" if status == 413 else "invalid_request_error"
+        else:
+            kind = "overloaded_error" if status in (502, 503) else "api_error"
         return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
-    return json.dumps({"error": {"message": message, "type": "upstream_error", "code": status}}).encode()
+    kind = "invalid_request_error" if status < 500 else "upstream_error"
+    return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
 
 
 @dataclass
@@ -429,10 +434,16 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 if self._started:
                     self.close_connection = True
                 elif isinstance(e, httpx.TimeoutException):
+                    log.warning(
+                        "proxy: the upstream %s did not answer in time (504 to the client)", proxy.upstreams[api]
+                    )
                     self._reply(
                         504, error_body(api, 504, f"the upstream {proxy.upstreams[api]} did not answer in time")
                     )
                 else:
+                    log.warning(
+                        "proxy: the upstream %s cannot be reached (502 to the client): %s", proxy.upstreams[api], e
+                    )
                     self._reply(
                         502, error_body(api, 502, f"the upstream {proxy.upstreams[api]} cannot be reached: {e}")
                     )
