@@ -172,4 +172,5 @@ def test_status_of_a_node_out_of_reach_shows_the_outbox(tmp_path: Path) -> None:
     assert proc.returncode == 1
     status = json.loads(proc.stdout)
     assert status["reachable"] is False and "cannot be reached" in status["error"]
+    assert status["documents"] is status["sessions"] is status["by_kind"] is None  # not known, not 0
     assert status["outbox"] == {"path": str(box), "pending": 1, "oldest_accepted": tx.time, "blocked_by": None}

@@ -21,7 +21,8 @@ from ._common import emit_json, fails_cleanly, iso, json_option, store_from, tab
 def status_cmd(ctx: click.Context, as_json: bool) -> None:
     """Store location, size and documents by kind.
 
-    A store out of reach still gets a report (reachable: false) and exit status 1."""
+    A store out of reach still gets a report (reachable: false, what it holds unknown) and exit
+    status 1."""
     with store_from(ctx) as store:
         error = None
         try:
@@ -34,9 +35,10 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
             "store": store.url,
             "backend": type(store).__name__,
             "reachable": error is None,
-            "documents": sum(kinds.values()),
-            "by_kind": dict(sorted(kinds.items())),
-            "sessions": kinds.get("session", 0),
+            # out of reach, what the store holds is not known: null, not 0
+            "documents": sum(kinds.values()) if error is None else None,
+            "by_kind": dict(sorted(kinds.items())) if error is None else None,
+            "sessions": kinds.get("session", 0) if error is None else None,
             "latest_tx": None if latest is None else {"id": latest.id, "time": iso(latest.time)},
             **store.stats(),
         }
