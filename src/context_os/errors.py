@@ -10,7 +10,7 @@ Every error the library raises on purpose is a ``ContextOSError``. Backend excep
     ├── HashError                a stored document no longer matches its hashes
     ├── MeshError                the agent mesh could not do it: a peer unreachable or silent past
     │   │                        the deadline, a refused request, a node not running
-    │   └── MeshUnavailable      the libp2p stack is not installed (pip install 'context_os[mesh]')
+    │   └── MeshUnavailable      the libp2p stack is not installed (the mesh extra)
     ├── StoreError               anything the store could not do
     │   ├── StoreUnavailable     the backend cannot be reached (connection refused, timeout)
     │   │   └── StoreUnreachable not even connected: nothing was sent, nothing changed
@@ -82,7 +82,7 @@ class MeshError(ContextOSError):
 
 
 class MeshUnavailable(MeshError):
-    """The libp2p stack is not installed: ``pip install 'context_os[mesh]'``."""
+    """The libp2p stack is not installed (the ``mesh`` extra: its message names the command)."""
 
 
 class StoreError(ContextOSError):

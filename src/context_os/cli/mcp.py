@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from .._install import install_hint
 from ..errors import ConfigError
 from ..store import data_dir
 from ._common import embedder_option, fails_cleanly, server_process, store_from, track_option
@@ -78,7 +79,7 @@ def mcp_cmd(
     try:
         import mcp  # noqa: F401
     except ImportError:
-        raise ConfigError("ctxos mcp needs the MCP SDK: pip install 'context_os[mcp]'") from None
+        raise ConfigError(f"ctxos mcp needs the MCP SDK: {install_hint('mcp')}") from None
     from ..server.mcp import ContextOsMcp, run_stdio
     from ..sources.memory import MemoryScopes
     from ..sources.recall import open_recall

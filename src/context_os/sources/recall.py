@@ -45,6 +45,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._install import install_hint
 from ..errors import InputError
 from ..objects import index_parts
 from ..store.base import Store, TextHit, Version, now_ms
@@ -229,7 +230,7 @@ class Recall:
     def describe(self) -> str:
         """How it ranks now, in a few words (what the recall tool reports)."""
         if self.vectors is None:
-            return "keyword (BM25) only: no embedder installed (pip install 'context_os[vectors]')"
+            return f"keyword (BM25) only: no embedder installed ({install_hint('vectors')})"
         return f"hybrid: BM25 + vectors ({self.vectors.embedder.name})"
 
     def close(self) -> None:
