@@ -496,3 +496,9 @@ def test_a_replay_that_cannot_be_read_writes_nothing(tmp_path: Path) -> None:
     proc = ctxos("replay", str(bad), store=db, check=False)
     fails(proc, "InputError", f"{bad}: message 1, field 'role': unknown role None")
     assert not db.exists()
+
+
+def test_ui_for_a_session_the_store_does_not_have(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    SqliteStore(db).close()
+    fails(ctxos("ui", "--session", "nope", "--port", "0", store=db, check=False), "NotFound", "no session 'nope'")

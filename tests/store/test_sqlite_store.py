@@ -134,7 +134,7 @@ def test_identical_documents_are_stored_once(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "store.db") as s:
         for vt in range(5):
             s.put(doc("a", 1), T0 + vt)
-        assert (s.stats()["versions"], s.stats()["docs"]) == (5, 1)
+        assert (s.stats()["versions"], s.stats()["distinct_docs"]) == (5, 1)
 
 
 def test_a_new_entitys_documents_are_keyed_after_every_older_ones(tmp_path: Path) -> None:
@@ -144,7 +144,7 @@ def test_a_new_entitys_documents_are_keyed_after_every_older_ones(tmp_path: Path
         for i in range(40):  # "a" first: the entity created first
             s.submit([Put(doc("a", i), T0 + i), Put(doc(f"e{i}", 1), T0)])
         s.put(doc("a", 3), T0 + 100)  # the same document as an earlier version of "a"
-        assert s.stats()["docs"] == 80
+        assert s.stats()["distinct_docs"] == 80
     with sqlite3.connect(tmp_path / "store.db") as conn:
         rows = conn.execute("SELECT hash, json_extract(json, '$.id') FROM docs ORDER BY hash").fetchall()
     conn.close()
@@ -209,7 +209,7 @@ def test_docs_no_row_references_are_not_kept(tmp_path: Path) -> None:
         s.submit([Put(doc("a", 1), T0), Put(doc("a", 2), T0), Delete("b", T0), Put(doc("b", 3), T0)])
         s.submit([Put(doc("a", 4), T0 + 5), Delete("a", T0 + 5)])
         s.submit([Put(doc("c", 5), T0, T0), Delete("d", T0, T0)])  # empty ranges write nothing
-        assert (s.stats()["docs"], s.stats()["entities"]) == (2, 2)
+        assert (s.stats()["distinct_docs"], s.stats()["entities"]) == (2, 2)
         assert s.doc("a", T0) == doc("a", 2)
         assert s.doc("b", T0) == doc("b", 3)
 
@@ -366,7 +366,7 @@ def test_evict_leaves_no_copy_in_the_files(tmp_path: Path) -> None:
         s.submit([Put({"id": "leak", "kind": "note", "content": secret * 2}, T0 + 2), Put(doc("leak"), T0 + 2)])
         s.submit([Put(doc(f"other-{i}", i), T0) for i in range(200)])
         s.submit([Evict("leak")])
-        assert s.stats()["docs"] == 200
+        assert s.stats()["distinct_docs"] == 200
         # while the store is still open, so the WAL file is there too
         files = [p for p in tmp_path.iterdir() if p.name.startswith("store.db")]
         assert secret.encode() not in b"".join(p.read_bytes() for p in files)

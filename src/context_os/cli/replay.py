@@ -67,8 +67,9 @@ def replay_cmd(
 
     At every model call, the context the harness sent (the full transcript, uncompacted) against
     the one context_os assembles, with the same token estimate. Formats: Pi, Claude Code (its
-    sub-agents' sidechains replayed after it, each as its own session), SWE-agent trajectories,
-    OpenHands event streams (each record of an output.jsonl its own session), OpenAI messages."""
+    sub-agents' sidechains replayed after it, each as its own session), Codex CLI rollouts,
+    SWE-agent and mini-swe-agent trajectories, OpenHands event streams (each record of an
+    output.jsonl its own session), OpenAI messages."""
     transcripts = read_sessions(file, fmt, max_bytes=max_file_mb * 2**20)
     run_replay(
         ctx,

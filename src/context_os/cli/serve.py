@@ -125,9 +125,9 @@ def serve_cmd(
 
     Newline-delimited on stdio and/or HTTP on 127.0.0.1; logs go to stderr.
 
-    HTTP requests need the server's token (``Authorization: Bearer …``, written to a 0600 file
-    named on stderr), ``Content-Type: application/json``, a loopback ``Host`` and no foreign
-    ``Origin``. Clients may open sessions only in the ``--workspace`` directories."""
+    HTTP requests need the server's token ("Authorization: Bearer …", written to a 0600 file
+    named on stderr), "Content-Type: application/json", a loopback Host and no foreign Origin.
+    Clients may open sessions only in the --workspace directories."""
     server_process("serve", verbose)
     use_stdio = stdio or http_port is None
     token = os.environ.get(TOKEN_ENV) or new_token()

@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 import click
 
+from ..errors import NotFound
 from ._common import fails_cleanly, serve_until_stopped, server_process, store_from
 
 
@@ -29,6 +30,8 @@ def ui_cmd(ctx: click.Context, port: int, session_id: str | None, open_browser: 
 
     server_process("ui", verbose)
     with store_from(ctx) as store:
+        if session_id and store.get(f"session:{session_id}") is None:
+            raise NotFound(f"no session {session_id!r} in {store.url} (`ctxos sessions` lists them)")
         server = make_ui_server(store, port)
         bound = server.server_address[1]
         url = f"http://127.0.0.1:{bound}/"

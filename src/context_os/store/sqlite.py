@@ -1010,7 +1010,7 @@ class SqliteStore(Store):
             "wal_bytes": wal.stat().st_size if wal.exists() else 0,
             "entities": entities,
             "versions": versions,
-            "docs": docs,
+            "distinct_docs": docs,  # document bodies stored, each once (versions share them)
             "txs": txs,
         }
 
