@@ -25,7 +25,7 @@ import os
 import re
 import stat
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -44,6 +44,7 @@ __all__ = [
     "Reader",
     "Transcript",
     "iso_ms",
+    "openai_calls",
     "pair_openai",
     "parse",
     "read_text",
@@ -324,6 +325,23 @@ def uploaded_dir(text: str) -> str | None:
     """The repository directory a SWE-bench style task names (``<uploaded_files>/testbed</...>``)."""
     m = _UPLOADED.search(text)
     return m.group("dir").rstrip("/") or None if m else None
+
+
+def openai_calls(value: Any, where: str) -> list[dict[str, Any]]:
+    """A recorded message's ``tool_calls`` as chat-completions calls (arguments as a JSON string);
+    ``InputError`` naming ``where`` for a call without an id or a function name."""
+    if not isinstance(value, list):
+        raise InputError(f"{where}: tool_calls must be a list, not {type(value).__name__}")
+    out = []
+    for j, c in enumerate(value):
+        fn = c.get("function") if isinstance(c, Mapping) else None
+        if not isinstance(fn, Mapping) or not isinstance(c.get("id"), str) or not isinstance(fn.get("name"), str):
+            raise InputError(f"{where}: tool_calls[{j}] needs an id and a function name")
+        args = fn.get("arguments")
+        if not isinstance(args, str):
+            args = json.dumps(args if args is not None else {})
+        out.append({"id": c["id"], "type": "function", "function": {"name": fn["name"], "arguments": args}})
+    return out
 
 
 def pair_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

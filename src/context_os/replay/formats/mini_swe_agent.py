@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InputError
-from .common import Parsed, Transcript, pair_openai, shape
+from .common import Parsed, Transcript, openai_calls, pair_openai, shape
 
 __all__ = ["is_mini_swe_agent", "read_mini_swe_agent"]
 
@@ -53,18 +53,6 @@ def _content(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _calls(calls: Any, at: str) -> list[dict[str, Any]]:
-    out = []
-    for c in calls if isinstance(calls, list) else ():
-        fn = c.get("function") if isinstance(c, Mapping) else None
-        if not isinstance(fn, Mapping) or not isinstance(c.get("id"), str) or not isinstance(fn.get("name"), str):
-            raise InputError(f"{at}: a tool call needs an id and a function name")
-        args = fn.get("arguments")
-        args = args if isinstance(args, str) else json.dumps(args if args is not None else {})
-        out.append({"id": c["id"], "type": "function", "function": {"name": fn["name"], "arguments": args}})
-    return out
-
-
 def _messages(raw: list[Any], where: str) -> list[dict[str, Any]]:
     calling = any(isinstance(m, Mapping) and m.get("tool_calls") for m in raw)
     out: list[dict[str, Any]] = []
@@ -83,7 +71,7 @@ def _messages(raw: list[Any], where: str) -> list[dict[str, Any]]:
         elif role == "assistant" and calling:
             msg: dict[str, Any] = {"role": "assistant", "content": text or None}
             if m.get("tool_calls"):
-                msg["tool_calls"] = _calls(m["tool_calls"], at)
+                msg["tool_calls"] = openai_calls(m["tool_calls"], at)
             out.append(msg)
         elif role == "assistant" and len(actions := _ACTION.findall(text)) == 1:
             waiting = f"call_{k}"

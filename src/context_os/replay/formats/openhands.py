@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InputError
-from .common import Parsed, Transcript, pair_openai, shape, text_field, uploaded_dir
+from .common import Parsed, Transcript, openai_calls, pair_openai, shape, text_field, uploaded_dir
 
 __all__ = ["read_openhands"]
 
@@ -107,14 +107,7 @@ def _response(tcm: Mapping[str, Any], where: str) -> tuple[str, dict[str, Any]]:
     message = choice.get("message") if isinstance(choice, Mapping) else None
     if not isinstance(response, Mapping) or not isinstance(message, Mapping):
         raise InputError(f"{where}: tool_call_metadata without a model response message")
-    calls = []
-    for c in message.get("tool_calls") or ():
-        fn = c.get("function") if isinstance(c, Mapping) else None
-        if not isinstance(fn, Mapping) or not isinstance(c.get("id"), str) or not isinstance(fn.get("name"), str):
-            raise InputError(f"{where}: a tool call of the model response needs an id and a function name")
-        args = fn.get("arguments")
-        args = args if isinstance(args, str) else json.dumps(args if args is not None else {})
-        calls.append({"id": c["id"], "type": "function", "function": {"name": fn["name"], "arguments": args}})
+    calls = openai_calls(message.get("tool_calls") or [], f"{where}: the model response")
     text = _content(message.get("content"))
     msg: dict[str, Any] = {"role": "assistant", "content": text if text.strip() else None}
     if calls:

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InputError
-from .common import Parsed, Transcript, pair_openai, shape, uploaded_dir
+from .common import Parsed, Transcript, openai_calls, pair_openai, shape, uploaded_dir
 
 __all__ = ["read_swe_agent", "text_action"]
 
@@ -86,21 +86,6 @@ def _text(content: Any, where: str) -> str:
     raise InputError(f"{where}: content must be a string or a list of blocks, not {type(content).__name__}")
 
 
-def _calls(value: Any, where: str) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        raise InputError(f"{where}: tool_calls must be a list, not {type(value).__name__}")
-    out = []
-    for j, c in enumerate(value):
-        fn = c.get("function") if isinstance(c, Mapping) else None
-        if not isinstance(fn, Mapping) or not isinstance(c.get("id"), str) or not isinstance(fn.get("name"), str):
-            raise InputError(f"{where}: tool_calls[{j}] needs an id and a function name")
-        args = fn.get("arguments")
-        if not isinstance(args, str):
-            args = json.dumps(args if args is not None else {})
-        out.append({"id": c["id"], "type": "function", "function": {"name": fn["name"], "arguments": args}})
-    return out
-
-
 def _text_call(call_id: str, action: str) -> dict[str, Any]:
     name, args = text_action(action)
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
@@ -120,7 +105,7 @@ def _from_history(history: list[Any], where: str) -> tuple[list[dict[str, Any]],
             msg: dict[str, Any] = {"role": "assistant", "content": text}
             action = m.get("action")
             if m.get("tool_calls"):
-                msg["tool_calls"] = _calls(m["tool_calls"], at)
+                msg["tool_calls"] = openai_calls(m["tool_calls"], at)
             elif not calling and isinstance(action, str) and action.strip():
                 thought = m.get("thought")
                 msg["content"] = thought if isinstance(thought, str) else text
