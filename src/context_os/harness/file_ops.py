@@ -353,7 +353,7 @@ def _edit(args: Mapping[str, Any], output: str, *, editor: bool) -> FileOp | Non
     text = _terminal(output)
     if _WINDOW_REFUSED.search(text):
         return None  # the file was left as it was
-    if op.edits and _WINDOW_EDITED.search(text) or op.insert is not None:
+    if (op.edits and _WINDOW_EDITED.search(text)) or op.insert is not None:
         return op
     unknown = FileOp("edit", op.path)  # a line-range edit, or a replacement the output does not confirm
     window = _window(output)  # the file's new lines around the edit, as the tool printed them

@@ -201,8 +201,9 @@ def _shell_output(text: str, chunks: list[dict[str, Any]]) -> list[dict[str, Any
 
 def stdout_of(text: str, extra: Mapping[str, Any] | None) -> str:
     """What a tool message's chunks printed to stdout, if it came from a built-in shell's output
-    (its ``extra`` holds the item, which holds its chunks' lengths), else ``text``: a shell's warnings on stderr are no
-    part of a file it printed. A text whose length is not the chunks' (redacted) stays whole."""
+    (its ``extra`` holds the item, which holds its chunks' lengths), else ``text``: a shell's
+    warnings on stderr are no part of a file it printed. A text whose length is not the chunks'
+    (redacted) stays whole."""
     item = (extra or {}).get(ITEM)
     chunks = item.get(_CHUNKS) if isinstance(item, Mapping) else None
     if not isinstance(chunks, list) or not all(
