@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from context_os import RetentionPolicy, Session
 from context_os.context.evict import evict
 from context_os.context.frames import frame_docs, get_frame, verify_frame
+from context_os.context.load import object_states
 from context_os.context.policy import plan_break, retention_due
 from context_os.context.view import PATCH_MIN_TOKENS, TAIL_CLOSE, TAIL_OPEN, ObjInfo, _patch_text, active_text
 from context_os.errors import ConfigError, NotFound
@@ -243,6 +244,9 @@ def test_a_small_session_passes_through_unchanged_until_it_is_large(db) -> None:
         assert hook.transform_context(msgs) == msgs  # as the harness sent it
     assert hook.session.managed_from is None
     assert frame_docs(db, "small")[-1]["content"]["managed"] is False
+    # the policy's state changes are recorded, and say they show only once the session is managed
+    collapsed = [c for c in object_states(db, "toolcall:small:c0") if c["state"] == "inactive"]
+    assert collapsed and collapsed[0]["reason"].endswith("(shown so once the session is managed)")
     for n in range(4, 14):
         msgs += [call(f"c{n}", command="ls"), result(f"c{n}", f"out {n} " + "y" * 1_000)]
         out = hook.transform_context(msgs)

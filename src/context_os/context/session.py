@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import InputError, LockedObject, NotFound, StateError, StoreError, StoreUnavailable
@@ -428,6 +428,8 @@ class Session:
         break_at: int | None
         if not view.managed or policy.cache_break_percent is None:
             # not managed yet: nothing is shown collapsed; no prompt cache to keep: take it all
+            if not view.managed:  # the state is the object's; the context shows it from management on
+                due = [replace(c, reason=f"{c.reason} (shown so once the session is managed)") for c in due]
             for change in due:
                 self._apply(change)
             changes += due
