@@ -131,6 +131,19 @@ def test_claude_code_results_written_before_their_call_stay_with_it(tmp_path: Pa
     assert read_call[0]["id"] == "t1"
 
 
+def test_replies_after_an_api_error_claude_code_noted_late_are_kept(tmp_path: Path) -> None:
+    """Claude Code retries a request that failed; the note of the failure (``system``,
+    ``api_error``) can be written after the replies that followed the retry, and the next entry
+    link to it: those replies are off the chain, though the model saw them. They are kept."""
+    entries = [json.loads(x) for x in (DATA / "claude-code.jsonl").read_text().splitlines()]
+    base = {"isSidechain": False, "cwd": "/repo", "sessionId": "cc-1"}
+    note = {**base, "type": "system", "subtype": "api_error", "parentUuid": "u4", "uuid": "e1", "level": "error"}
+    again = {**base, "type": "user", "parentUuid": "e1", "uuid": "u8", "message": {"role": "user", "content": "next"}}
+    t = read_session(write(tmp_path / "retried.jsonl", [*entries, note, again]))
+    before = read_session(DATA / "claude-code.jsonl").messages
+    assert t.messages[: len(before)] == before and t.messages[-1]["content"][0]["text"] == "next" and paired(t)
+
+
 def test_a_real_session_with_its_sub_agents_files() -> None:
     ts = read_sessions(FA812)
     assert [(t.label, calls(t)) for t in ts] == [(None, 157), ("a93ccab", 11), ("aa84377", 9), ("acompact-70d8e7", 1)]

@@ -11,6 +11,8 @@ Code's own resume is known to lose put back, since the model saw it when the ses
   it (``isCompactSummary``) is left out;
 * a link to an entry the file lacks (Claude Code sometimes loses one) continues at the entry
   written just before (in a main session; a sidechain's first entry links into the main one);
+* a link to an API error's note (``system``/``api_error``, written late, after the retried
+  request's replies) continues at the message written last before the linking entry;
 * the parts of a reply streamed as several entries (one ``message.id``) are one message, the
   results of its parallel tool calls follow it, and entries that branch off the chain only for
   that are kept.
@@ -95,7 +97,28 @@ def _chain(leaf: dict[str, Any], pool: list[dict[str, Any]], *, main: bool) -> l
         if node is None and main:  # a lost link: the entry written just before
             k = position[id(chain[-1])]
             node = pool[k - 1] if k > 0 else None
+        elif node is not None and main and node.get("type") == "system" and node.get("subtype") == "api_error":
+            node = _after_retry(node, chain[-1], pool, position, by_uuid) or node
     return chain
+
+
+def _after_retry(
+    error: dict[str, Any],
+    child: dict[str, Any],
+    pool: list[dict[str, Any]],
+    position: dict[int, int],
+    by_uuid: dict[str, dict[str, Any]],
+) -> dict[str, Any] | None:
+    """Where the conversation went on when ``child`` links to an API error note: Claude Code
+    retries the request (the retried reply links to the note's parent) but may write the note
+    late, after the replies that followed, and link the next entry to it; those replies then
+    fall off the chain though the model saw them. The message written last before ``child``, if
+    it came after the note's parent (else there was no retry to skip: None)."""
+    before = next((pool[j] for j in range(position[id(child)] - 1, -1, -1) if _is_message(pool[j])), None)
+    parent = by_uuid.get(str(error.get("parentUuid")))
+    if before is None or parent is None or position[id(before)] <= position[id(parent)]:
+        return None
+    return before
 
 
 def _conversation(pool: list[dict[str, Any]], *, main: bool) -> list[dict[str, Any]]:
