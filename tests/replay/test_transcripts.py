@@ -138,6 +138,13 @@ def test_openai_json_lists(tmp_path: Path) -> None:
     ]
     (tmp_path / "oh.json").write_text(json.dumps(openhands))
     assert read_session(tmp_path / "oh.json").tool_names == "openhands"
+    # one logged model call (OpenHands' llm_completions, LiteLLM's logs): its messages, its reply
+    messages = json.loads(path.read_text())
+    response = {"id": "chatcmpl-1", "choices": [{"index": 0, "message": {**messages[-1], "tool_calls": None}}]}
+    log = {"messages": messages[:-1], "response": response, "kwargs": {"tools": []}, "timestamp": 1733339462.4}
+    for name, text in (("log.json", json.dumps(log, indent=1)), ("log1.json", json.dumps(log))):  # any layout
+        (tmp_path / name).write_text(text)
+        assert detect_format(tmp_path / name) == "openai" and read_session(tmp_path / name).messages == messages
     bad = tmp_path / "obj.json"
     bad.write_text('[{"role": "user"}, 3]')
     with pytest.raises(InputError, match="list of message objects"):

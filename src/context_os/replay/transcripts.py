@@ -70,8 +70,30 @@ __all__ = [
 FORMATS = ("pi", "claude-code", "codex", "swe-agent", "mini-swe-agent", "openhands", "openai")
 
 
+def _completion_log(doc: Any) -> bool:
+    """Whether a JSON document is one logged model call: its ``messages`` and the ``response``
+    (OpenHands' ``llm_completions``, LiteLLM's logs)."""
+    response = doc.get("response") if isinstance(doc, Mapping) else None
+    return isinstance(doc, Mapping) and isinstance(doc.get("messages"), list) and isinstance(response, Mapping)
+
+
+def _logged_call(doc: Mapping[str, Any]) -> list[Any]:
+    """A logged model call's messages, its reply last (the session up to that call and its answer)."""
+    choices = doc["response"].get("choices")
+    reply = (
+        choices[0].get("message") if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else None
+    )
+    if not isinstance(reply, Mapping):
+        return list(doc["messages"])
+    kept = {k: v for k, v in reply.items() if k in ("role", "content", "tool_calls") and v is not None}
+    return [*doc["messages"], {"role": "assistant", **kept}]
+
+
 def _read_openai(parsed: Parsed, **_: Any) -> list[Transcript]:
     data = parsed.document if parsed.is_document else None
+    one = parsed.rows[0][1] if not parsed.is_document and len(parsed.rows) == 1 else data
+    if isinstance(one, Mapping) and _completion_log(one):
+        data = _logged_call(one)
     if not isinstance(data, list) or not all(isinstance(m, dict) for m in data):
         what = shape(data) if parsed.is_document else f"JSON lines ({len(parsed.rows)} objects)"
         raise InputError(f"{parsed.path}: {what}: expected a JSON list of message objects")
@@ -111,6 +133,8 @@ def _line_format(e: Mapping[str, Any]) -> str | None:
         return "openhands"
     if is_mini_swe_agent(e):  # written on one line
         return "mini-swe-agent"
+    if _completion_log(e):
+        return "openai"
     if kind in CLAUDE_CODE_TYPES or any(k in e for k in ("uuid", "parentUuid", "sessionId", "leafUuid")):
         return "claude-code"
     if kind in PI_ENTRY_TYPES:
@@ -140,6 +164,8 @@ def _detect(parsed: Parsed) -> str:
                 return "swe-agent"
             if is_mini_swe_agent(doc):
                 return "mini-swe-agent"
+            if _completion_log(doc):
+                return "openai"
         raise InputError(f"{parsed.path}: {shape(doc)}: not a session this reads ({KNOWN_KINDS})")
     for _, e in parsed.rows:
         fmt = _line_format(e)
