@@ -73,7 +73,7 @@ def test_the_two_sets_hold_distinct_real_sessions() -> None:
     assert len({s.name for s in tuning + check}) == len(tuning) + len(check)
     assert sum(s.calls >= LONG for s in check) == 15  # 3 Pi; Claude Code: 4 marot/spotter, 6 entireio, 2 Packmind
     assert sum(s.calls >= LONG for s in tuning if s.kind == "claude-code") == 8  # 2 marot/spotter, 6 entireio
-    assert {s.kind for s in check} == {"pi", "claude-code", "swe-agent", "openhands"}
+    assert {s.kind for s in check} == {"pi", "claude-code", "swe-agent", "mini-swe-agent", "openhands"}
     with pytest.raises(ValueError, match="unknown set"):
         bench_sessions("train")
 

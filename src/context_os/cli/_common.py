@@ -25,7 +25,7 @@ import click
 
 from .. import times
 from ..context.session import Session
-from ..errors import ContextOSError, NotFound, StateError
+from ..errors import ContextOSError, InputError, NotFound, StateError
 from ..replay import Transcript, TranscriptReplay, TranscriptRow, replay_total, replay_transcript
 from ..replay.run import check_transcript
 from ..store import Store, open_store
@@ -269,6 +269,9 @@ def run_replay(
     one another process writes, always. ``named``: the user chose ``session_id``; else it is a
     default, and where it is taken ``session_id-2``, ``-3``, … is used. Returns the id used."""
     skipped = warn_skipped(transcripts)
+    if not any(t.messages for t in transcripts):
+        where = next((t.source for t in transcripts if t.source), label)
+        raise InputError(f"{where}: it holds no messages: nothing to replay")
     for t in transcripts:
         check_transcript(t)  # a message the adapter refuses: nothing written
     results: list[TranscriptReplay] = []

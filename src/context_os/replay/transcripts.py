@@ -100,7 +100,7 @@ def _read_openai(parsed: Parsed, **_: Any) -> list[Transcript]:
     names = {
         c["function"]["name"]
         for m in data
-        for c in m.get("tool_calls") or ()
+        for c in (m.get("tool_calls") if isinstance(m.get("tool_calls"), list) else ())
         if isinstance(c, Mapping)
         and isinstance(c.get("function"), Mapping)
         and isinstance(c["function"].get("name"), str)
@@ -198,13 +198,13 @@ def read_sessions(
         raise InputError(f"unknown format {format!r} (known: {', '.join(FORMATS)})")
     parsed = parse(p, read_text(p, max_bytes))
     read = _READERS[format or _detect(parsed)](parsed, sidechains=sidechains, max_bytes=max_bytes)
-    if not any(t.messages for t in read):
+    if format is not None and not any(t.messages for t in read):  # the format asked for is not the file's
         try:
-            detected = _detect(parsed)
+            detected: str | None = _detect(parsed)
         except InputError:
             detected = None
-        told = f" (it reads as {detected})" if format is not None and detected not in (None, format) else ""
-        raise InputError(f"{p}: read as {format or detected}, it holds no messages{told}")
+        told = f" (it reads as {detected})" if detected not in (None, format) else ""
+        raise InputError(f"{p}: read as {format}, it holds no messages{told}")
     return read
 
 
