@@ -144,6 +144,25 @@ def test_replies_after_an_api_error_claude_code_noted_late_are_kept(tmp_path: Pa
     assert t.messages[: len(before)] == before and t.messages[-1]["content"][0]["text"] == "next" and paired(t)
 
 
+def test_a_resumed_session_s_copied_history_is_not_replayed_twice(tmp_path: Path) -> None:
+    """Resuming a session, Claude Code (2.0) may write its history again: new uuids, a root of its
+    own, the same message ids. The chain runs through the copy; the first copy is no branch of it,
+    and a reply on it is not a second model call."""
+    entries = [json.loads(x) for x in (DATA / "claude-code.jsonl").read_text().splitlines()]
+    main = [e for e in entries if not e.get("isSidechain")]
+    copy = [{**e, "uuid": "c-" + e["uuid"], "parentUuid": e["parentUuid"] and "c-" + e["parentUuid"]} for e in main]
+    base = {"isSidechain": False, "cwd": "/repo", "sessionId": "cc-1"}
+    later = [
+        {**base, "type": "user", "parentUuid": "c-u7", "uuid": "u8", "message": {"role": "user", "content": "and?"}},
+        {**base, "type": "assistant", "parentUuid": "u8", "uuid": "u9",
+         "message": {"id": "msg_9", "role": "assistant", "content": [{"type": "text", "text": "Done."}]}},
+    ]  # fmt: skip
+    resumed = [*entries, {"type": "summary", "summary": "Fixing calc", "leafUuid": "u7"}, *copy, *later]
+    t = read_session(write(tmp_path / "resumed.jsonl", resumed))
+    once = read_session(DATA / "claude-code.jsonl")
+    assert calls(t) == calls(once) + 1 and t.messages[: len(once.messages)] == once.messages and paired(t)
+
+
 def test_a_real_session_with_its_sub_agents_files() -> None:
     ts = read_sessions(FA812)
     assert [(t.label, calls(t)) for t in ts] == [(None, 157), ("a93ccab", 11), ("aa84377", 9), ("acompact-70d8e7", 1)]

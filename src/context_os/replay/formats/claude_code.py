@@ -15,7 +15,8 @@ Code's own resume is known to lose put back, since the model saw it when the ses
   request's replies) continues at the message written last before the linking entry;
 * the parts of a reply streamed as several entries (one ``message.id``) are one message, the
   results of its parallel tool calls follow it, and entries that branch off the chain only for
-  that are kept.
+  that (below it) are kept; a copy of the history written when the session was resumed (new
+  uuids, a root of its own, the same message ids and content) is not.
 
 Tool results become Pi ``toolResult`` messages right after their call's message (one written
 before the entry holding its call, as Claude Code 2.1 sometimes does, too); a call never
@@ -34,6 +35,7 @@ This module reads files; it never touches a store or a session.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -126,11 +128,36 @@ def _conversation(pool: list[dict[str, Any]], *, main: bool) -> list[dict[str, A
     messages = [e for e in pool if _is_message(e)]
     if not messages:
         return []
-    on_chain = {id(e) for e in _chain(messages[-1], pool, main=main)}
+    chain = _chain(messages[-1], pool, main=main)
+    on_chain = {id(e) for e in chain}
     reply_ids = {e["message"].get("id") for e in messages if id(e) in on_chain and e["type"] == "assistant"}
     reply_ids.discard(None)
+    # a part of a reply on the chain that branched off it (its parallel calls) descends from the
+    # chain (through entries of any type); a copy of the reply elsewhere (a resumed session's copied
+    # history: the same message ids, new uuids, a root of its own) does not
+    children: dict[str, list[dict[str, Any]]] = {}
+    for e in pool:
+        if isinstance(e.get("parentUuid"), str):
+            children.setdefault(e["parentUuid"], []).append(e)
+    below: set[int] = set()
+    todo = [e["uuid"] for e in chain if isinstance(e.get("uuid"), str)]
+    while todo:
+        for child in children.pop(todo.pop(), ()):
+            below.add(id(child))
+            if isinstance(child.get("uuid"), str):
+                todo.append(child["uuid"])
+    # ... nor does a copy written when the session was resumed: the same part as one on the chain
+    copies = {_part_key(e) for e in chain if _is_message(e) and e["type"] == "assistant"}
     chosen = [
-        e for e in messages if id(e) in on_chain or (e["type"] == "assistant" and e["message"].get("id") in reply_ids)
+        e
+        for e in messages
+        if id(e) in on_chain
+        or (
+            id(e) in below
+            and e["type"] == "assistant"
+            and e["message"].get("id") in reply_ids
+            and _part_key(e) not in copies
+        )
     ]
     calls = {
         b.get("id")
@@ -153,6 +180,11 @@ def _conversation(pool: list[dict[str, Any]], *, main: bool) -> list[dict[str, A
             )
         )
     ]
+
+
+def _part_key(e: Mapping[str, Any]) -> str:
+    """What tells a part of a reply from another: its reply's id and its content."""
+    return json.dumps([e["message"].get("id"), e["message"].get("content")], sort_keys=True, default=str)
 
 
 class _Builder:
