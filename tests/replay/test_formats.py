@@ -163,6 +163,23 @@ def test_a_resumed_session_s_copied_history_is_not_replayed_twice(tmp_path: Path
     assert calls(t) == calls(once) + 1 and t.messages[: len(once.messages)] == once.messages and paired(t)
 
 
+def test_sub_agents_mirrored_in_progress_entries_are_sessions_of_their_own() -> None:
+    """Claude Code 2.1.37 to 2.1.49 mirrors each message of a sub-agent into the main file as an
+    ``agent_progress`` entry; where no sidechain or sub-agent file holds it, that is its copy."""
+    path = SESSIONS / "tuning" / "claude-code" / "subagent.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    mirrored = [
+        r["data"]["message"] for r in rows if r.get("type") == "progress" and r["data"].get("type") == "agent_progress"
+    ]
+    replies = {m["message"]["id"] for m in mirrored if m["type"] == "assistant"}
+    main, side = read_sessions(path)
+    assert (main.label, side.label) == (None, "afb92ff") and calls(side) == len(replies) > 0 and paired(side)
+    assert (
+        side.messages[0]["role"] == "user"
+        and side.messages[0]["content"][0]["text"] == mirrored[0]["message"]["content"][0]["text"]
+    )
+
+
 def test_a_real_session_with_its_sub_agents_files() -> None:
     ts = read_sessions(FA812)
     assert [(t.label, calls(t)) for t in ts] == [(None, 157), ("a93ccab", 11), ("aa84377", 9), ("acompact-70d8e7", 1)]

@@ -27,8 +27,10 @@ the transcript only (``isVisibleInTranscriptOnly``) are not messages.
 **Sidechains.** Sub-agents (the Task tool, the compaction summariser) run their own
 conversations: ``isSidechain: true`` entries in the main file (older releases), grouped by
 ``agentId`` or by the chain they form, and the files ``<session>/subagents/agent-*.jsonl``
-beside it (newer releases). Each is a transcript of its own, ``label`` its agent id, after the
-main one. A sub-agent file given alone is one session.
+beside it (newer releases), or, where neither holds them (2.1.37 to 2.1.49, as kept by tools
+that copy the main file alone), the ``agent_progress`` entries that mirror each of their messages
+into the main file. Each is a transcript of its own, ``label`` its agent id, after the main one.
+A sub-agent file given alone is one session.
 
 This module reads files; it never touches a store or a session.
 """
@@ -320,6 +322,30 @@ def _sidechain_groups(side: list[dict[str, Any]]) -> list[tuple[str | None, list
     return [(k[len("agent:") :] if k.startswith("agent:") else None, g) for k, g in groups.items()]
 
 
+def _progress_groups(entries: list[dict[str, Any]]) -> list[tuple[str | None, list[dict[str, Any]]]]:
+    """Sub-agents' conversations as Claude Code 2.1.37 to 2.1.49 mirrored them into the main file,
+    one ``progress`` entry (``agent_progress``) per message of theirs, by ``agentId``: the only
+    copy where no sidechain or sub-agent file holds them. Each message follows the one before."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    seen: set[str] = set()
+    for row in entries:
+        data = row.get("data") if row.get("type") == "progress" else None
+        if not isinstance(data, Mapping) or data.get("type") != "agent_progress":
+            continue
+        agent, msg = data.get("agentId"), data.get("message")
+        if not isinstance(agent, str) or not isinstance(msg, Mapping) or not isinstance(msg.get("uuid"), str):
+            continue
+        if msg["uuid"] in seen:
+            continue
+        seen.add(msg["uuid"])
+        group = groups.setdefault(agent, [])
+        parent = group[-1]["uuid"] if group else None
+        base: dict[str, Any] = {k: row[k] for k in ("sessionId", "cwd") if k in row}
+        group.append({**base, **msg, "parentUuid": parent, "isSidechain": True, "agentId": agent})
+    # one whose replies were not mirrored (its prompt alone) has no model call to replay
+    return [(agent, group) for agent, group in groups.items() if any(e.get("type") == "assistant" for e in group)]
+
+
 def read_claude_code(
     parsed: Parsed, *, sidechains: bool = True, max_bytes: int = MAX_SESSION_BYTES, **_: Any
 ) -> list[Transcript]:
@@ -343,6 +369,8 @@ def read_claude_code(
         return out
     files = _sidechain_files(parsed, max_bytes)
     named = {t.label for t in files}
+    known = {agent for agent, _ in groups}
+    groups += [(agent, group) for agent, group in _progress_groups(entries) if agent not in known]
     for n, (agent, group) in enumerate(groups, 1):
         label = agent or f"sidechain-{n}"
         if label not in named:
