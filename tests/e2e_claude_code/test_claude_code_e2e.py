@@ -74,7 +74,10 @@ def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_
             "DISABLE_AUTOUPDATER": "1",
         }
         proc = subprocess.run(
-            claude.command("-p", "fix f7 in app.py", "--permission-mode", "acceptEdits", "--model", MODEL),
+            claude.command(
+                "-p", "fix f7 in app.py", "--permission-mode", "acceptEdits", "--model", MODEL,
+                "--output-format", "stream-json", "--verbose",
+            ),
             cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -111,6 +114,14 @@ def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_
     assert summary["edits_total"] == summary["edits_with_target_text_shown"] == 1
     assert summary["stale_file_views_full"] > 0 and summary["stale_file_views_assembled"] == 0
     assert summary["orphaned_tool_results"] == 0
+    # and so does what it printed of it (stream-json, as `claude -p` and the SDKs give it)
+    streamed = tmp_path / "stream.jsonl"
+    streamed.write_text(proc.stdout)
+    printed = _replay(streamed, tmp_path / "stream.db")
+    # every call but the first, whose input (the prompt) `claude -p` does not print
+    assert printed["format"] == "claude-code" and printed["turns"] == printed["frames_verified"] == FILES + 2
+    assert printed["edits_total"] == printed["edits_with_target_text_shown"] == 1
+    assert printed["orphaned_tool_results"] == 0 and printed["stale_file_views_assembled"] == 0
     with SqliteStore(tmp_path / "replay.db") as s:
         (app,) = s.find("file", {"path": "app.py"})
         versions = [v.doc["content"] for v in s.history(app.id, with_docs=True) if v.doc]

@@ -180,6 +180,48 @@ def test_sub_agents_mirrored_in_progress_entries_are_sessions_of_their_own() -> 
     )
 
 
+def test_claude_codes_stream_json_output_is_its_session(tmp_path: Path) -> None:
+    """``claude -p --output-format stream-json``: the messages in the order they happened, no
+    links; a sub-agent's are those of its Task call; an API error shown as a reply is none."""
+    entries = [json.loads(x) for x in (DATA / "claude-code.jsonl").read_text().splitlines()]
+    init = {"type": "system", "subtype": "init", "cwd": "/repo", "session_id": "cc-1", "tools": ["Read", "Edit"]}
+    stream = [init]
+    for e in entries:
+        parent = "toolu_task" if e.get("isSidechain") else None
+        stream.append(
+            {
+                "type": e["type"],
+                "message": e["message"],
+                "parent_tool_use_id": parent,
+                "session_id": "cc-1",
+                "uuid": e["uuid"],
+            }
+        )
+    failed = {"role": "assistant", "content": [{"type": "text", "text": "API Error: overloaded"}], "id": "msg_x"}
+    stream.insert(
+        3,
+        {
+            "type": "assistant",
+            "message": failed,
+            "parent_tool_use_id": None,
+            "session_id": "cc-1",
+            "error": "overloaded",
+        },
+    )
+    stream.append({"type": "result", "subtype": "success", "is_error": False, "num_turns": 3, "session_id": "cc-1"})
+    path = write(tmp_path / "stream.jsonl", stream)
+    assert detect_format(path) == "claude-code"
+    main, side = read_sessions(path)
+    linked = read_session(DATA / "claude-code.jsonl")
+
+    def untimed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:  # a stream's lines have no time
+        return [{k: v for k, v in m.items() if k != "timestamp"} for m in messages]
+
+    assert untimed(main.messages) == untimed(linked.messages) and paired(main)
+    assert (main.session_id, main.cwd) == ("cc-1", "/repo")
+    assert side.label == "toolu_task" and "a sidechain" in json.dumps(side.messages)
+
+
 def test_a_real_session_with_its_sub_agents_files() -> None:
     ts = read_sessions(FA812)
     assert [(t.label, calls(t)) for t in ts] == [(None, 157), ("a93ccab", 11), ("aa84377", 9), ("acompact-70d8e7", 1)]

@@ -32,6 +32,11 @@ that copy the main file alone), the ``agent_progress`` entries that mirror each 
 into the main file. Each is a transcript of its own, ``label`` its agent id, after the main one.
 A sub-agent file given alone is one session.
 
+**Stream output.** ``claude -p --output-format stream-json`` (and the SDKs) write the session's
+messages in the order they happened, with ``session_id`` and ``parent_tool_use_id`` but no
+``parentUuid``: the main conversation is the messages without a parent tool use, each sub-agent's
+those of its Task call.
+
 This module reads files; it never touches a store or a session.
 """
 
@@ -298,9 +303,35 @@ def _transcript(entries: list[dict[str, Any]], where: str, *, label: str | None,
     for e in entries:
         builder.add(e)
     builder.close()
-    session_id = next((s for e in entries if (s := text_field(e.get("sessionId")))), None)
+    session_id = next((s for e in entries if (s := text_field(e.get("sessionId") or e.get("session_id")))), None)
     cwd = next((c for e in entries if (c := text_field(e.get("cwd")))), None)
     return Transcript("claude-code", "pi", "claude-code", builder.messages, session_id, cwd, [], count, label=label)
+
+
+def _is_stream(entries: list[dict[str, Any]]) -> bool:
+    """Whether the lines are Claude Code's ``--output-format stream-json`` output (``claude -p``,
+    the SDKs): its messages in the order they happened, ``session_id`` and ``parent_tool_use_id``
+    on each, no ``parentUuid`` links."""
+    return any("parent_tool_use_id" in e and "session_id" in e for e in entries) and not any(
+        "parentUuid" in e for e in entries
+    )
+
+
+def _read_stream(entries: list[dict[str, Any]], where: str, count: int, *, sidechains: bool) -> list[Transcript]:
+    """A stream-json output: the main conversation (``parent_tool_use_id`` null), then each
+    sub-agent's (the messages of one Task call, ``label`` its tool use id). The prompt shows only
+    if Claude Code replayed it (``--replay-user-messages``); an API error shown as a reply
+    (``error``) is no message; the cwd is the ``init`` line's."""
+    init = next((e for e in entries if e.get("type") == "system" and e.get("subtype") == "init"), {})
+    threads: dict[str | None, list[dict[str, Any]]] = {}
+    for e in entries:
+        if _is_message(e) and not (e["type"] == "assistant" and e.get("error")):
+            parent = e.get("parent_tool_use_id")
+            threads.setdefault(parent if isinstance(parent, str) else None, []).append({**e, "cwd": init.get("cwd")})
+    out = [_transcript(threads.pop(None, []), where, label=None, count=count)]
+    if sidechains:
+        out += [_transcript(group, where, label=call, count=len(group)) for call, group in threads.items()]
+    return out
 
 
 def _sidechain_groups(side: list[dict[str, Any]]) -> list[tuple[str | None, list[dict[str, Any]]]]:
@@ -353,6 +384,8 @@ def read_claude_code(
     where = str(parsed.path)
     rows = parsed.lines("Claude Code")
     entries = [e for _, e in rows]
+    if _is_stream(entries):
+        return parsed.stamp(_read_stream(entries, where, len(rows), sidechains=sidechains))
     pool = [e for e in entries if not e.get("isSidechain")]
     side = [e for e in entries if e.get("isSidechain")]
     groups = _sidechain_groups(side)
