@@ -157,6 +157,10 @@ def test_openai_json_lists(tmp_path: Path) -> None:
         ("not json at all\n", "not JSON, neither a JSON document nor JSON lines"),
         ('{"hello": 1}\n', r"one JSON object with keys \['hello'\]: not a session this reads \(Pi, Claude Code,"),
         ('{"hello": 1}\n{"bye": 2}\n', r"2 JSON lines, line 1 one JSON object with keys \['hello'\]: not a session"),
+        (  # what `codex exec --json` prints: its rollout holds the session
+            '{"type": "thread.started", "thread_id": "t"}\n{"type": "item.completed", "item": {"type": "x"}}\n',
+            r"the events `codex exec --json` prints, .*replay the rollout Codex wrote",
+        ),
     ],
 )
 def test_unknown_files_are_refused_with_a_reason(tmp_path: Path, text: str, match: str) -> None:

@@ -173,7 +173,16 @@ def _detect(parsed: Parsed) -> str:
             return fmt
     n, first = parsed.rows[0]
     what = shape(first) if len(parsed.rows) == 1 else f"{len(parsed.rows)} JSON lines, line {n} {shape(first)}"
+    if any(e.get("type") in _CODEX_EXEC_EVENTS for _, e in parsed.rows):
+        raise InputError(
+            f"{parsed.path}: {what}: the events `codex exec --json` prints, which leave out what the model "
+            "was sent: replay the rollout Codex wrote of the same run (~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl)"
+        )
     raise InputError(f"{parsed.path}: {what}: not a session this reads ({KNOWN_KINDS})")
+
+
+_CODEX_EXEC_EVENTS = ("thread.started", "turn.started", "turn.completed", "item.started", "item.completed")
+"""The events of ``codex exec --json``'s output."""
 
 
 def detect_format(path: str | Path, *, max_bytes: int = MAX_SESSION_BYTES) -> str:
