@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from context_os import Session
 from context_os.errors import ContextOSError, InputError, InvalidOutput, MalformedMessage
+from context_os.harness.anthropic import AnthropicAdapter
 from context_os.harness.openai import OpenAIAdapter
 from context_os.harness.pi import PiAdapter, in_context
 from context_os.replay.run import replay_transcript
@@ -91,6 +92,32 @@ def _records(keep: int) -> list[dict[str, Any]]:
     return [{"instance_id": r["instance_id"], "history": r["history"][:keep]} for r in map(json.loads, lines)]
 
 
+def _mini(keep: int) -> dict[str, Any]:
+    """A real mini-swe-agent trajectory, cut to its first ``keep`` messages and its exit record."""
+    doc = json.loads((SESSIONS / "check" / "mini-swe-agent" / "astropy__astropy-12907.traj.json").read_text())
+    return {**doc, "info": {}, "messages": [*doc["messages"][:keep], doc["messages"][-1]]}
+
+
+def _anthropic() -> list[dict[str, Any]]:
+    """The Claude Code session of tests/replay/data as Anthropic Messages API messages."""
+    return [
+        e["message"] if e["type"] == "user" else {"role": "assistant", "content": e["message"]["content"]}
+        for e in _entries("claude-code.jsonl")
+        if not e.get("isSidechain")
+    ]
+
+
+def _stream() -> list[dict[str, Any]]:
+    """The same session as ``claude -p --output-format stream-json`` prints it."""
+    init = {"type": "system", "subtype": "init", "cwd": "/repo", "session_id": "s", "tools": ["Read"]}
+    lines = [
+        {"type": e["type"], "message": e["message"], "parent_tool_use_id": "t9" if e.get("isSidechain") else None,
+         "session_id": "s", "uuid": e["uuid"]}
+        for e in _entries("claude-code.jsonl")
+    ]  # fmt: skip
+    return [init, *lines, {"type": "result", "subtype": "success", "session_id": "s"}]
+
+
 _V3 = _entries("branch-v3.jsonl")
 BASES: dict[str, Any] = {
     "pi-v1": _v1(_V3),
@@ -103,10 +130,16 @@ BASES: dict[str, Any] = {
     "swe-agent-text": _trajectory("pydicom__pydicom-1458.traj", 9),
     "openhands": json.loads((SESSIONS / "check" / "openhands" / "runtime_trajs.wrong_initial_state.json").read_text()),
     "openhands-records": _records(14),
+    "mini-swe-agent": _mini(12),
+    "anthropic": _anthropic(),
+    "claude-code-stream": _stream(),
 }
-DOCUMENTS = ("openai", "swe-agent", "swe-agent-text", "openhands")
+DOCUMENTS = ("openai", "swe-agent", "swe-agent-text", "openhands", "mini-swe-agent", "anthropic")
 """Bases written as one JSON document; the others as JSON lines."""
-_FORCED = [None, None, None, "pi", "claude-code", "codex", "swe-agent", "openhands", "openai", "bogus"]
+_FORCED = [
+    None, None, None, "pi", "claude-code", "codex", "swe-agent", "mini-swe-agent", "openhands", "openai", "anthropic",
+    "bogus",
+]  # fmt: skip
 
 
 @st.composite
@@ -151,7 +184,7 @@ def _check_transcript(t: Transcript) -> int:
     for c in t.compactions:
         assert isinstance(c.at, int) and isinstance(c.first_kept, int) and isinstance(c.summary, str)
         assert c.tokens_before is None or isinstance(c.tokens_before, int)
-    adapter = PiAdapter() if t.harness == "pi" else OpenAIAdapter()
+    adapter = {"pi": PiAdapter, "anthropic": AnthropicAdapter}.get(t.harness, OpenAIAdapter)()
     ok = 0
     for k, m in enumerate(t.messages):
         if t.harness == "pi" and not in_context(m):

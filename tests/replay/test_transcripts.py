@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
+from context_os import Session
 from context_os.errors import InputError
 from context_os.harness.pi import PiAdapter
+from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import detect_format, read_session
+from context_os.store.sqlite import SqliteStore
 
 DATA = Path(__file__).parent / "data"
 REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "pi-sessions" / "before-compaction.jsonl"
@@ -149,6 +152,36 @@ def test_openai_json_lists(tmp_path: Path) -> None:
     bad.write_text('[{"role": "user"}, 3]')
     with pytest.raises(InputError, match="list of message objects"):
         read_session(bad)
+
+
+def test_a_json_list_of_anthropic_messages(tmp_path: Path) -> None:
+    """A dump of the Messages API's ``messages`` (Cline and Roo Code keep one per task): its
+    tool_use and tool_result blocks are calls and results through the Anthropic adapter (read as
+    chat completions, they were dropped)."""
+
+    def use(n: str, name: str, **args: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": [{"type": "tool_use", "id": n, "name": name, "input": args}]}
+
+    def answer(n: str, text: str) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": n, "content": text}]}
+
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "fix calc.py"}]},
+        use("t1", "Read", file_path="/r/calc.py"),
+        answer("t1", "     1\tx = 1\n"),
+        use("t2", "Edit", file_path="/r/calc.py", old_string="x = 1", new_string="x = 2"),
+        answer("t2", "The file has been updated."),
+        {"role": "assistant", "content": "Fixed."},
+    ]
+    path = tmp_path / "api_conversation_history.json"
+    path.write_text(json.dumps(messages))
+    assert detect_format(path) == "anthropic"
+    t = read_session(path)
+    assert (t.format, t.harness, t.tool_names) == ("anthropic", "anthropic", "claude-code")
+    with SqliteStore(tmp_path / "s.db") as store:
+        r = replay_transcript(t, Session.open(store, "a", harness=t.harness))
+    assert (r.turns, r.frames_verified, r.orphaned_tool_results) == (3, 3, 0)
+    assert (r.files, r.edits_total, r.edits_with_target_active) == (1, 1, 1)
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from ..context.entries import ToolCall, msg_chars
 from ..context.frames import FrameMemo, frame_docs, verify_frame
 from ..context.session import Session
 from ..errors import InputError, MalformedMessage
+from ..harness.anthropic import AnthropicAdapter
 from ..harness.base import Adapter
 from ..harness.file_ops import edit_target
 from ..harness.openai import OpenAIAdapter
@@ -130,7 +131,8 @@ def check_transcript(transcript: Transcript) -> None:
     """``InputError`` naming the file and the message if the harness's adapter refuses one of the
     transcript's messages: before a session is written (a replay that stopped half-way would
     leave one)."""
-    adapter: Adapter[Any] = PiAdapter() if transcript.harness == "pi" else OpenAIAdapter()
+    adapters: dict[str, type[Adapter[Any]]] = {"pi": PiAdapter, "anthropic": AnthropicAdapter}
+    adapter = adapters.get(transcript.harness, OpenAIAdapter)()
     where = transcript.source or "the transcript"
     for k, m in enumerate(transcript.messages):
         try:

@@ -67,7 +67,38 @@ __all__ = [
     "read_sessions",
 ]
 
-FORMATS = ("pi", "claude-code", "codex", "swe-agent", "mini-swe-agent", "openhands", "openai")
+FORMATS = ("pi", "claude-code", "codex", "swe-agent", "mini-swe-agent", "openhands", "openai", "anthropic")
+
+_ANTHROPIC_BLOCKS = ("tool_use", "tool_result", "thinking", "redacted_thinking")
+"""Content blocks only the Anthropic Messages API has: a list of messages holding one is that API's."""
+
+
+def _is_anthropic(messages: list[Any]) -> bool:
+    """Whether a JSON list of messages is the Anthropic Messages API's (a dump of its ``messages``,
+    as Cline and Roo Code keep their ``api_conversation_history.json``), not chat completions'."""
+    if any(isinstance(m, Mapping) and (m.get("role") == "tool" or "tool_calls" in m) for m in messages):
+        return False
+    return any(
+        isinstance(b, Mapping) and b.get("type") in _ANTHROPIC_BLOCKS
+        for m in messages
+        if isinstance(m, Mapping) and isinstance(m.get("content"), list)
+        for b in m["content"]
+    )
+
+
+def _read_anthropic(parsed: Parsed, **_: Any) -> list[Transcript]:
+    data = parsed.document if parsed.is_document else None
+    if not isinstance(data, list) or not all(isinstance(m, dict) for m in data):
+        what = shape(data) if parsed.is_document else f"JSON lines ({len(parsed.rows)} objects)"
+        raise InputError(f"{parsed.path}: {what}: expected a JSON list of Anthropic Messages API messages")
+    names = {
+        b["name"]
+        for m in data
+        for b in (m.get("content") if isinstance(m.get("content"), list) else ())
+        if isinstance(b, Mapping) and b.get("type") == "tool_use" and isinstance(b.get("name"), str)
+    }
+    tools = preset_for(names) or "canonical"
+    return parsed.stamp([Transcript("anthropic", "anthropic", tools, data, entries=len(data))])
 
 
 def _completion_log(doc: Any) -> bool:
@@ -117,6 +148,7 @@ _READERS: Mapping[str, Reader] = {
     "mini-swe-agent": read_mini_swe_agent,
     "openhands": read_openhands,
     "openai": _read_openai,
+    "anthropic": _read_anthropic,
 }
 
 
@@ -155,7 +187,9 @@ def _detect(parsed: Parsed) -> str:
     doc = parsed.document
     if parsed.is_document:
         if isinstance(doc, list):
-            return "openhands" if doc and any(_is_event(e) for e in doc) else "openai"
+            if doc and any(_is_event(e) for e in doc):
+                return "openhands"
+            return "anthropic" if _is_anthropic(doc) else "openai"
         if isinstance(doc, dict):
             history = doc.get("history")
             if isinstance(history, list) and any(_is_event(e) for e in history):

@@ -60,7 +60,7 @@ MAX_SESSION_BYTES = 1 << 30
 SKIPPED_SHOWN = 10
 """How many skipped line numbers a transcript names (it counts them all)."""
 
-KNOWN_KINDS = "Pi, Claude Code, Codex CLI, SWE-agent, mini-swe-agent, OpenHands, OpenAI messages"
+KNOWN_KINDS = "Pi, Claude Code, Codex CLI, SWE-agent, mini-swe-agent, OpenHands, OpenAI or Anthropic messages"
 
 # What a path is when it is not a regular file, for the error that refuses it.
 _NOT_REGULAR = (
