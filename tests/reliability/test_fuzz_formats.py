@@ -133,8 +133,11 @@ BASES: dict[str, Any] = {
     "mini-swe-agent": _mini(12),
     "anthropic": _anthropic(),
     "claude-code-stream": _stream(),
+    "openhands-v1": [
+        json.loads(f.read_text()) for f in sorted((DATA / "openhands-v1" / "sdk-terminal" / "events").iterdir())
+    ],
 }
-DOCUMENTS = ("openai", "swe-agent", "swe-agent-text", "openhands", "mini-swe-agent", "anthropic")
+DOCUMENTS = ("openai", "swe-agent", "swe-agent-text", "openhands", "mini-swe-agent", "anthropic", "openhands-v1")
 """Bases written as one JSON document; the others as JSON lines."""
 _FORCED = [
     None, None, None, "pi", "claude-code", "codex", "swe-agent", "mini-swe-agent", "openhands", "openai", "anthropic",

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from context_os import Session
-from context_os.errors import InputError
+from context_os.errors import FileUnreadable, InputError
 from context_os.harness.openai import OPENAI_PAIRING
 from context_os.harness.pairing import check_pairs
 from context_os.harness.pi import PI_PAIRING
@@ -496,6 +496,49 @@ def test_opendevins_records_of_action_observation_pairs(tmp_path: Path) -> None:
     (tmp_path / "output.jsonl").write_text(json.dumps({"id": "ProntoQA_1", "history": pairs}) + "\n")
     (t,) = read_sessions(tmp_path / "output.jsonl")
     assert t.label == "ProntoQA_1" and t.messages == read_session(path).messages
+
+
+V1 = DATA / "openhands-v1"
+
+
+def test_an_openhands_v1_conversation_directory_is_its_session(db) -> None:
+    """OpenHands V1 (the software agent SDK) keeps a conversation as a directory of events, one
+    file each: the messages the SDK sends its model (its ``events_to_messages``), replayed."""
+    t = read_session(V1 / "sdk-terminal")
+    assert (t.format, t.tool_names, t.session_id, t.cwd) == (
+        "openhands", "openhands", "cd945624-03b9-487e-bdd4-018e3f531dfd", "/workspace/project/software-agent-sdk"
+    )  # fmt: skip
+    assert [m["role"] for m in t.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "user",
+        "assistant",
+    ]
+    assert paired(t) and calls(t) == 3
+    ran = t.messages[3]["content"]  # a command's output as the SDK sends it: its metadata after it
+    assert ran.endswith("[Command finished with exit code 0]") and "[Current working directory: " in ran
+    # the SDK's first schema (LiteLLM calls, observations' `output`): the same reading
+    first = read_session(V1 / "benchmarks-swebench" / "events")
+    names = {c["function"]["name"] for m in first.messages for c in m.get("tool_calls") or ()}
+    assert names == {"think", "str_replace_editor", "execute_bash"} and paired(first) and calls(first) == 23
+    r = replay_transcript(first, Session.open(db, "v1", harness=first.harness, workspace=first.cwd))
+    assert r.frames_verified == r.turns == 23 and r.orphaned_tool_results == 0 and r.files > 0
+
+
+def test_openhands_v1_events_as_a_list_or_lines(tmp_path: Path) -> None:
+    events = [json.loads(f.read_text()) for f in sorted((V1 / "sdk-terminal" / "events").glob("event-*.json"))]
+    (tmp_path / "events.json").write_text(json.dumps(events))
+    listed = read_session(tmp_path / "events.json")
+    lines = read_session(write(tmp_path / "events.jsonl", events))
+    assert listed.messages == lines.messages == read_session(V1 / "sdk-terminal").messages
+    not_one = tmp_path / "empty"
+    not_one.mkdir()
+    with pytest.raises(FileUnreadable, match="is a directory"):
+        read_session(not_one)
 
 
 def test_an_openhands_condensation_is_no_model_call(tmp_path: Path) -> None:

@@ -244,12 +244,13 @@ a new one, ``edit`` replaces a line range (0.x) or a search string, ``insert`` a
 ``submit`` has no role."""
 
 OPENHANDS = ToolNames(
-    {"execute_bash": "bash", "edit_file": "edit"},
-    by_argument={"str_replace_editor": _EDITOR},
+    {"execute_bash": "bash", "terminal": "bash", "edit_file": "edit"},
+    by_argument={"str_replace_editor": _EDITOR, "file_editor": _EDITOR},
 )
 """OpenHands' CodeAct tools: ``str_replace_editor``, ``execute_bash``, and ``edit_file`` (an edit
-by line range whose result the call does not say). ``think``, ``finish``,
-``execute_ipython_cell`` and the browser have no role."""
+by line range whose result the call does not say); V1's (the software agent SDK) ``file_editor``
+and ``terminal``. ``think``, ``finish``, ``task_tracker``, ``execute_ipython_cell`` and the
+browser have no role."""
 
 _CODEX_SHELLS = ("shell", "shell_command", "exec_command", "local_shell", "container.exec")
 

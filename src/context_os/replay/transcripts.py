@@ -51,7 +51,7 @@ from .formats.common import (
     shape,
 )
 from .formats.mini_swe_agent import is_mini_swe_agent, read_mini_swe_agent
-from .formats.openhands import read_openhands
+from .formats.openhands import is_v1_event, read_openhands
 from .formats.pi import PI_ENTRY_TYPES, read_pi
 from .formats.swe_agent import read_swe_agent
 
@@ -161,7 +161,7 @@ def _line_format(e: Mapping[str, Any]) -> str | None:
         return "codex"
     if kind in CODEX_ITEM_TYPES and "message" not in e and ("role" in e or kind != "message"):
         return "codex"  # a bare response item (Codex's first rollout files)
-    if isinstance(e.get("history"), list):
+    if isinstance(e.get("history"), list) or is_v1_event(e):
         return "openhands"
     if is_mini_swe_agent(e):  # written on one line
         return "mini-swe-agent"
@@ -177,7 +177,9 @@ def _line_format(e: Mapping[str, Any]) -> str | None:
 
 
 def _is_event(value: Any) -> bool:
-    """An OpenHands event, or (OpenDevin, mid 2024) an [action, observation] pair of them."""
+    """An OpenHands event (V1's too), or (OpenDevin, mid 2024) an [action, observation] pair of them."""
+    if is_v1_event(value):
+        return True
     if isinstance(value, list):
         return any(_is_event(e) for e in value if not isinstance(e, list))
     return isinstance(value, Mapping) and ("action" in value or "observation" in value) and "role" not in value
@@ -200,6 +202,8 @@ def _detect(parsed: Parsed) -> str:
                 return "mini-swe-agent"
             if _completion_log(doc):
                 return "openai"
+            if isinstance(doc.get("events"), list) and any(map(is_v1_event, doc["events"])):
+                return "openhands"  # a V1 conversation directory
         raise InputError(f"{parsed.path}: {shape(doc)}: not a session this reads ({KNOWN_KINDS})")
     for _, e in parsed.rows:
         fmt = _line_format(e)
@@ -239,7 +243,8 @@ def read_sessions(
     p = Path(path)
     if format is not None and format not in FORMATS:
         raise InputError(f"unknown format {format!r} (known: {', '.join(FORMATS)})")
-    parsed = parse(p, read_text(p, max_bytes))
+    conversation = _conversation_dir(p, max_bytes)
+    parsed = parse(p, conversation if conversation is not None else read_text(p, max_bytes))
     read = _READERS[format or _detect(parsed)](parsed, sidechains=sidechains, max_bytes=max_bytes)
     if format is not None and not any(t.messages for t in read):  # the format asked for is not the file's
         try:
@@ -249,6 +254,30 @@ def read_sessions(
         told = f" (it reads as {detected})" if detected not in (None, format) else ""
         raise InputError(f"{p}: read as {format}, it holds no messages{told}")
     return read
+
+
+def _conversation_dir(path: Path, max_bytes: int) -> str | None:
+    """An OpenHands V1 conversation directory (``base_state.json``, ``events/event-*.json``, or
+    the ``events`` directory itself) as one JSON document, ``{"state", "events"}``, its files read
+    with the checks of any session file and their bytes held to ``max_bytes`` together; None for
+    anything else (a directory that is not one is refused as a file would be)."""
+    if not path.is_dir() or path.is_symlink():
+        return None
+    events = path / "events" if (path / "events").is_dir() else path
+    files = sorted(events.glob("event-*.json"))
+    if not files:
+        return None
+    budget = max_bytes
+    texts = []
+    for f in files:
+        texts.append(read_text(f, budget))
+        budget -= len(texts[-1].encode("utf-8", "surrogatepass"))
+    state = path / "base_state.json"
+    doc = {
+        "state": json.loads(read_text(state, max(budget, 1))) if state.is_file() else {},
+        "events": [json.loads(t) for t in texts],
+    }
+    return json.dumps(doc, indent=1)  # a document (one line would read as JSON lines)
 
 
 def read_session(path: str | Path, format: str | None = None, *, max_bytes: int = MAX_SESSION_BYTES) -> Transcript:

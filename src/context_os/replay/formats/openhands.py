@@ -25,6 +25,11 @@ its ``instance_id``); OpenDevin's records (mid 2024) hold ``[action, observation
 A call never answered is dropped, as OpenHands drops it. The tools map to roles by the
 ``openhands`` preset (harness/toolnames.py).
 
+**V1** (the OpenHands software agent SDK, and the CLI and app built on it): a conversation
+directory (``base_state.json``, ``events/event-*.json``, one event a file, each with a ``kind``),
+a JSON list or JSON lines of such events. They become the messages the SDK sends
+(``v1_messages``: its ``events_to_messages``).
+
 This module reads files; it never touches a store or a session.
 """
 
@@ -220,6 +225,124 @@ def _session(events: list[Any], where: str, *, session_id: str | None, label: st
     return Transcript("openhands", "openai", "openhands", messages, session_id, cwd, [], len(events), label=label)
 
 
+# --- OpenHands V1 (the software agent SDK) --------------------------------------------------------
+
+V1_KINDS = (
+    "SystemPromptEvent",
+    "MessageEvent",
+    "ActionEvent",
+    "ObservationEvent",
+    "AgentErrorEvent",
+    "UserRejectObservation",
+    "Condensation",
+    "CondensationRequest",
+    "CondensationSummaryEvent",
+    "ConversationStateUpdateEvent",
+    "PauseEvent",
+)
+"""The ``kind`` of an event of the OpenHands software agent SDK (V1)."""
+_V1_ERROR = "[An error occurred during execution.]\n"
+"""What the SDK puts before an observation marked ``is_error`` (``Observation.ERROR_MESSAGE_HEADER``)."""
+
+
+def is_v1_event(value: Any) -> bool:
+    return isinstance(value, Mapping) and value.get("kind") in V1_KINDS
+
+
+def _v1_text(parts: Any) -> str:
+    """The text of an SDK content list (``TextContent`` parts), or of a plain string."""
+    if isinstance(parts, str):
+        return parts
+    return "".join(str(p.get("text", "")) for p in parts or () if isinstance(p, Mapping) and p.get("type") == "text")
+
+
+def _v1_observation(obs: Mapping[str, Any]) -> str:
+    """An observation as the SDK sends it (``to_llm_content``): the error header if it failed, its
+    text (``content``; ``output`` in the SDK's first releases), and a command's metadata after it
+    (``TerminalObservation``: prefix, suffix, working directory, interpreter, exit code)."""
+    text = _v1_text(obs.get("content") if "content" in obs else obs.get("output"))
+    meta = obs.get("metadata")
+    if isinstance(meta, Mapping) and ("exit_code" in obs or "command" in obs and "timeout" in obs):
+        text = f"{meta.get('prefix') or ''}{text}{meta.get('suffix') or ''}"
+        if meta.get("working_dir"):
+            text += f"\n[Current working directory: {meta['working_dir']}]"
+        if meta.get("py_interpreter_path"):
+            text += f"\n[Python interpreter: {meta['py_interpreter_path']}]"
+        if meta.get("exit_code", -1) != -1:
+            text += f"\n[Command finished with exit code {meta.get('exit_code')}]"
+    return (_V1_ERROR if obs.get("is_error") or obs.get("error") is True else "") + text
+
+
+def _v1_call(e: Mapping[str, Any], at: str) -> dict[str, Any]:
+    """An ActionEvent's tool call in chat-completions shape (the SDK's ``{id, name, arguments}``,
+    or its first releases' LiteLLM call)."""
+    call = e.get("tool_call")
+    fn = call.get("function") if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping) else call
+    if not isinstance(call, Mapping) or not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        raise InputError(f"{at}: an ActionEvent needs a tool_call with a name")
+    call_id = call.get("id") if isinstance(call.get("id"), str) else e.get("tool_call_id")
+    if not isinstance(call_id, str):
+        raise InputError(f"{at}: an ActionEvent's tool call needs an id")
+    args = fn.get("arguments")
+    args = args if isinstance(args, str) else json.dumps(args if args is not None else {})
+    return {"id": call_id, "type": "function", "function": {"name": fn["name"], "arguments": args}}
+
+
+def v1_messages(events: list[Any], where: str) -> list[dict[str, Any]]:
+    """The chat messages the SDK sends for ``events`` (``LLMConvertibleEvent.events_to_messages``):
+    the actions of one model response (``llm_response_id``) one assistant message, the first's
+    thought its text; an observation, a rejection or an agent error a tool message; adjacent
+    user messages one. A ``Condensation`` is left out: the replay is of the uncompacted history."""
+    out: list[dict[str, Any]] = []
+    response: str | None = None
+    for k, e in enumerate(events):
+        at = f"{where}: event {k}"
+        if not isinstance(e, Mapping):
+            raise InputError(f"{at}: expected an event object, got {type(e).__name__}")
+        kind = e.get("kind")
+        if kind == "ActionEvent":
+            call = _v1_call(e, at)
+            rid = e.get("llm_response_id")
+            if response is not None and rid == response and out and out[-1]["role"] == "assistant":
+                out[-1].setdefault("tool_calls", []).append(call)
+                continue
+            response = rid if isinstance(rid, str) else None
+            text = _v1_text(e.get("thought"))
+            out.append({"role": "assistant", "content": text or None, "tool_calls": [call]})
+            continue
+        response = None
+        if kind == "SystemPromptEvent":
+            parts = [_v1_text([e.get("system_prompt")]), _v1_text([e.get("dynamic_context")])]
+            out.append({"role": "system", "content": "\n".join(p for p in parts if p)})
+        elif kind == "MessageEvent":
+            msg = e.get("llm_message")
+            if not isinstance(msg, Mapping) or msg.get("role") not in ("user", "assistant", "system"):
+                raise InputError(f"{at}: a MessageEvent needs an llm_message with a role")
+            text = _v1_text(msg.get("content")) + _v1_text(e.get("extended_content"))
+            if msg["role"] == "user" and out and out[-1]["role"] == "user":
+                out[-1]["content"] += text  # the SDK merges adjacent user messages
+            else:
+                out.append({"role": msg["role"], "content": text})
+        elif kind in ("ObservationEvent", "UserRejectObservation", "AgentErrorEvent"):
+            call_id = e.get("tool_call_id")
+            if not isinstance(call_id, str):
+                continue  # an agent error of no tool call: not sent as a result
+            if kind == "ObservationEvent":
+                obs = e.get("observation")
+                text = _v1_observation(obs) if isinstance(obs, Mapping) else ""
+            elif kind == "UserRejectObservation":
+                text = f"Action rejected: {e.get('rejection_reason', '')}"
+            else:
+                text = str(e.get("error", ""))
+            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
+    return out
+
+
+def _v1_session(events: list[Any], where: str, *, session_id: str | None, cwd: str | None) -> Transcript:
+    messages = pair_openai(v1_messages(events, where))
+    return Transcript("openhands", "openai", "openhands", messages, session_id, cwd, [], len(events))
+
+
 def _label(record: Mapping[str, Any], n: int) -> str:
     if isinstance(record.get("instance_id"), str) and record["instance_id"].strip():
         return _LABEL.sub("_", record["instance_id"].strip())
@@ -235,6 +358,15 @@ def read_openhands(parsed: Parsed, **_: Any) -> list[Transcript]:
     """The sessions of an OpenHands file: one for an event list, one per ``output.jsonl`` record."""
     where = str(parsed.path)
     doc = parsed.document if parsed.is_document else None
+    if isinstance(doc, Mapping) and isinstance(doc.get("events"), list) and any(map(is_v1_event, doc["events"])):
+        state: Mapping[str, Any] = doc["state"] if isinstance(doc.get("state"), Mapping) else {}
+        workspace: Mapping[str, Any] = state["workspace"] if isinstance(state.get("workspace"), Mapping) else {}
+        sid, cwd = text_field(state.get("id")), text_field(workspace.get("working_dir"))
+        return parsed.stamp([_v1_session(doc["events"], where, session_id=sid, cwd=cwd)])  # a conversation dir
+    if isinstance(doc, list) and any(map(is_v1_event, doc)):
+        return parsed.stamp([_v1_session(doc, where, session_id=None, cwd=None)])
+    if not parsed.is_document and any(is_v1_event(e) for _, e in parsed.rows):
+        return parsed.stamp([_v1_session([e for _, e in parsed.rows], where, session_id=None, cwd=None)])
     if isinstance(doc, list):
         return parsed.stamp([_session(doc, where, session_id=None, label=None)])
     records = [(1, doc)] if isinstance(doc, dict) else [] if parsed.is_document else parsed.rows
