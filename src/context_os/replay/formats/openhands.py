@@ -79,19 +79,26 @@ def _content(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _command_output(text: str, meta: Mapping[str, Any]) -> str:
+    """A command's output as OpenHands sends it (V0 and V1 alike): its prompt's prefix and suffix
+    around it, then the working directory, the interpreter and the exit code it knows."""
+    text = f"{meta.get('prefix') or ''}{text}{meta.get('suffix') or ''}"
+    if meta.get("working_dir"):
+        text += f"\n[Current working directory: {meta['working_dir']}]"
+    if meta.get("py_interpreter_path"):
+        text += f"\n[Python interpreter: {meta['py_interpreter_path']}]"
+    if meta.get("exit_code", -1) != -1:
+        text += f"\n[Command finished with exit code {meta.get('exit_code')}]"
+    return text
+
+
 def _observation_text(e: Mapping[str, Any]) -> str:
     kind = e.get("observation")
     text = _content(e.get("content"))
     if kind == "run":
         meta = _extras(e).get("metadata")
         if isinstance(meta, Mapping):  # CmdOutputObservation.to_agent_observation
-            text = f"{meta.get('prefix') or ''}{text}{meta.get('suffix') or ''}"
-            if meta.get("working_dir"):
-                text += f"\n[Current working directory: {meta['working_dir']}]"
-            if meta.get("py_interpreter_path"):
-                text += f"\n[Python interpreter: {meta['py_interpreter_path']}]"
-            if meta.get("exit_code", -1) != -1:
-                text += f"\n[Command finished with exit code {meta.get('exit_code')}]"
+            text = _command_output(text, meta)
     elif kind == "run_ipython":
         text = "\n".join(
             "![image](data:image/png;base64, ...) already displayed to user" if _IMAGE.search(line) else line
@@ -262,14 +269,8 @@ def _v1_observation(obs: Mapping[str, Any]) -> str:
     (``TerminalObservation``: prefix, suffix, working directory, interpreter, exit code)."""
     text = _v1_text(obs.get("content") if "content" in obs else obs.get("output"))
     meta = obs.get("metadata")
-    if isinstance(meta, Mapping) and ("exit_code" in obs or "command" in obs and "timeout" in obs):
-        text = f"{meta.get('prefix') or ''}{text}{meta.get('suffix') or ''}"
-        if meta.get("working_dir"):
-            text += f"\n[Current working directory: {meta['working_dir']}]"
-        if meta.get("py_interpreter_path"):
-            text += f"\n[Python interpreter: {meta['py_interpreter_path']}]"
-        if meta.get("exit_code", -1) != -1:
-            text += f"\n[Command finished with exit code {meta.get('exit_code')}]"
+    if isinstance(meta, Mapping) and ("exit_code" in obs or ("command" in obs and "timeout" in obs)):
+        text = _command_output(text, meta)  # TerminalObservation.to_llm_content
     return (_V1_ERROR if obs.get("is_error") or obs.get("error") is True else "") + text
 
 
