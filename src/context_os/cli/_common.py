@@ -292,12 +292,11 @@ def run_replay(
                 )
         for t, sid in zip(transcripts, ids, strict=True):
             calls = sum(1 for k, m in enumerate(t.messages) if k and m.get("role") == "assistant")
-            with (
-                Session.open(store, sid, harness=t.harness, workspace=t.cwd, source=t.format) as session,
-                progress(range(calls), length=calls, label=f"replaying {sid}", enabled=not as_json) as bar,
-            ):
-                tick = _ticker(iter(bar))
-                results.append(replay_transcript(t, session, file=t.source or "", verify=verify, on_turn=tick))
+            with Session.open(store, sid, harness=t.harness, workspace=t.cwd, source=t.format) as session:
+                calls = max(0, calls - session.view.turn)  # --append: the calls replayed before are not again
+                with progress(range(calls), length=calls, label=f"replaying {sid}", enabled=not as_json) as bar:
+                    tick = _ticker(iter(bar))
+                    results.append(replay_transcript(t, session, file=t.source or "", verify=verify, on_turn=tick))
             if not as_json:
                 name = label if t.label is None else f"{label} ~{t.label}"
                 _report(results[-1], name, store.url, per_turn=per_turn)
