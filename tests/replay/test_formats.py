@@ -539,6 +539,14 @@ def test_openhands_v1_events_as_a_list_or_lines(tmp_path: Path) -> None:
     not_one.mkdir()
     with pytest.raises(FileUnreadable, match="is a directory"):
         read_session(not_one)
+    damaged = tmp_path / "conversation" / "events"
+    damaged.mkdir(parents=True)
+    (damaged / "event-00000-a.json").write_text(json.dumps(events[0]))
+    (damaged / "event-00001-b.json").write_text('{"kind": "MessageEvent", ')
+    with pytest.raises(InputError, match=r"event-00001-b\.json: not JSON"):
+        read_session(damaged.parent)
+    with pytest.raises(InputError, match="larger than 100 bytes, the limit"):
+        read_sessions(V1 / "sdk-terminal", max_bytes=100)
 
 
 def test_an_openhands_condensation_is_no_model_call(tmp_path: Path) -> None:

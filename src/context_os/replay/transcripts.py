@@ -224,8 +224,8 @@ _CODEX_EXEC_EVENTS = ("thread.started", "turn.started", "turn.completed", "item.
 
 
 def detect_format(path: str | Path, *, max_bytes: int = MAX_SESSION_BYTES) -> str:
-    """``pi``, ``claude-code``, ``codex``, ``swe-agent``, ``mini-swe-agent``, ``openhands`` or ``openai``,
-    from the file's content."""
+    """One of ``FORMATS`` (``pi``, ``claude-code``, ``codex``, ``swe-agent``, ``mini-swe-agent``,
+    ``openhands``, ``openai``, ``anthropic``), from the file's content."""
     p = Path(path)
     return _detect(parse(p, read_text(p, max_bytes)))
 
@@ -268,15 +268,18 @@ def _conversation_dir(path: Path, max_bytes: int) -> str | None:
     if not files:
         return None
     budget = max_bytes
-    texts = []
-    for f in files:
-        texts.append(read_text(f, budget))
-        budget -= len(texts[-1].encode("utf-8", "surrogatepass"))
     state = path / "base_state.json"
-    doc = {
-        "state": json.loads(read_text(state, max(budget, 1))) if state.is_file() else {},
-        "events": [json.loads(t) for t in texts],
-    }
+    parsed: list[Any] = []
+    for f in [state, *files] if state.is_file() else files:
+        if budget <= 0:
+            raise InputError(f"{path}: its events are larger than {max_bytes:,} bytes, the limit for a session")
+        text = read_text(f, budget)
+        budget -= len(text.encode("utf-8", "surrogatepass"))
+        try:
+            parsed.append(json.loads(text))
+        except (ValueError, RecursionError) as e:
+            raise InputError(f"{f}: not JSON ({e})") from None
+    doc = {"state": parsed.pop(0) if state.is_file() else {}, "events": parsed}
     return json.dumps(doc, indent=1)  # a document (one line would read as JSON lines)
 
 
