@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from context_os import Session
 from context_os.errors import InputError
 from context_os.files.index import record_virtual
-from context_os.harness.codex_tools import ShellRead, environment_cwd, parse_patch, shell_read
+from context_os.harness.codex_tools import ShellRead, environment_cwd, parse_patch, shell_changes, shell_read
 from context_os.harness.file_ops import FileOp, edit_target, file_op
 from context_os.harness.openai import OPENAI_PAIRING
 from context_os.harness.pairing import check_pairs
@@ -174,6 +174,39 @@ def test_a_replayed_rollout_keeps_the_file_its_patches_and_reads_show(db, tmp_pa
     assert r.file_versions == 2  # added, updated: the reads and the failed patch add no version
 
 
+def test_a_shell_command_that_writes_a_file_is_followed(db, tmp_path: Path) -> None:
+    """Codex sometimes changes a file with the shell: a file ``sed -i`` (or a redirection, ``mv``)
+    changed is no longer shown at its old text (its content unknown until read again); one a
+    heredoc wrote is at that text."""
+    rows = [
+        line("session_meta", {"id": "cx-3", "cwd": "/work/app", "base_instructions": {"text": "You are Codex."}}),
+        message("user", "say hello"),
+        shell("s1", "cat app.py"),
+        ran("s1", "def greet():\n    return 'hi'\n"),
+        shell("s2", "sed -i 's/hi/hello/' app.py && echo done"),
+        ran("s2", "done\n"),
+        shell("s3", "cat > notes.md <<'EOF'\n# Notes\ngreet says hello\nEOF"),
+        ran("s3", ""),
+        message("assistant", "Said hello."),
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    t = read_session(path)
+    session = Session.open(db, "codex", harness=t.harness, workspace=t.cwd)
+    r = replay_transcript(t, session, verify="all")
+    assert r.orphaned_tool_results == 0 and r.frames_verified == r.turns == 4
+    files = {o.meta["path"]: o for o in session.view.objects.values() if o.kind == "file"}
+    assert files["notes.md"].content == "# Notes\ngreet says hello\n"
+    assert files["app.py"].content is None  # changed by sed: its old text is not shown as current
+    assert "return 'hi'" not in json.dumps(hook_free_blocks(session))
+
+
+def hook_free_blocks(session: Session) -> list[str]:
+    """The texts of the blocks the session's latest render shows (its active files)."""
+    rendered = session.view.render()
+    return [m.get("text") or "" for _, u in rendered.spliced for m in u.msgs]
+
+
 def test_a_patch_of_several_files_changes_each(db, tmp_path: Path) -> None:
     """Every file a patch updates, adds or deletes is followed, not only its first: a file read
     before and patched second must not be shown at its old text."""
@@ -298,6 +331,29 @@ def test_a_thread_rollback_drops_the_turns_it_undid(tmp_path: Path, turns: int) 
 )
 def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: str, read: ShellRead | None) -> None:
     assert shell_read({"command": command}) == read
+
+
+@pytest.mark.parametrize(
+    ("command", "changed", "written"),
+    [
+        ("sed -i 's/a/b/' app.py", ["/w/app.py"], []),
+        ("sed -i.bak -e s/a/b/ -e s/c/d/ a.py b.py", ["/w/a.py", "/w/b.py"], []),
+        ("perl -pi -e 's/x/y/' x.py", ["/w/x.py"], []),
+        ("echo hi > out.txt && cat out.txt", ["/w/out.txt"], []),
+        ("make 2>/dev/null | tee log.txt", ["/w/log.txt"], []),
+        ("mv a.py b.py", ["/w/a.py", "/w/b.py"], []),
+        ("cp a.py b.py", ["/w/b.py"], []),
+        ("rm -f c.py", ["/w/c.py"], []),
+        ("FOO=1 sed -i s/a/b/ z.py", ["/w/z.py"], []),
+        ("cat > new.py <<'EOF'\nprint(1)\nEOF", [], [("/w/new.py", "print(1)\n")]),
+        ("sed -n '1,5p' f.py", [], []),
+        ("python fix.py", [], []),  # what a script writes is not in its command
+        ("grep x *.py > 'unclosed", [], []),
+    ],
+)
+def test_what_a_shell_command_may_have_written(command: str, changed: list[str], written: list[Any]) -> None:
+    got = shell_changes({"command": command, "workdir": "/w"})
+    assert (got.changed, got.written) == (changed, written)
 
 
 def test_shell_reads_take_every_shape_of_codex_shell_call() -> None:

@@ -41,6 +41,7 @@ from typing import Any
 __all__ = [
     "Patch",
     "PatchFile",
+    "ShellChanges",
     "ShellRead",
     "call_patch",
     "content_role",
@@ -48,6 +49,7 @@ __all__ = [
     "is_operation",
     "json_arguments",
     "parse_patch",
+    "shell_changes",
     "shell_read",
     "shell_script",
 ]
@@ -182,6 +184,96 @@ def _numbered_then_sed(first: list[str], second: list[str]) -> ShellRead | None:
         return None
     ranged = _sed(["-n", second[2], numbered.path])
     return ShellRead(numbered.path, ranged.first, ranged.last, numbered=True) if ranged is not None else None
+
+
+@dataclass(frozen=True)
+class ShellChanges:
+    """What a shell call may have written: files it changed in a way its text does not say
+    (``sed -i``, ``perl -i``, a redirection, ``tee``, ``mv``, ``cp``, ``rm``), and files a heredoc
+    wrote whole (``cat > F <<'EOF'``), with their text."""
+
+    changed: list[str] = field(default_factory=list)
+    written: list[tuple[str, str]] = field(default_factory=list)
+
+
+_CAT_HEREDOC = (
+    re.compile(
+        r"\A\s*cat\s*>\s*(?P<path>[^\s<>;&|]+)\s*<<-?\s*(['\"]?)(?P<tag>\w+)\2\n(?P<body>.*?)\n(?P=tag)\s*\Z", re.S
+    ),
+    re.compile(
+        r"\A\s*cat\s*<<-?\s*(['\"]?)(?P<tag>\w+)\1\s*>\s*(?P<path>[^\s<>;&|]+)\n(?P<body>.*?)\n(?P=tag)\s*\Z", re.S
+    ),
+)
+_SEPARATORS = (";", "&&", "||", "|", "&", "|&")
+
+
+def shell_changes(arguments: Any) -> ShellChanges:
+    """The files a shell call may have changed (``ShellChanges``), as far as its script says:
+    a command this does not understand (a script, ``python fix.py``) changes what it changes
+    unseen, and a script that cannot be read says nothing."""
+    got = shell_script(arguments)
+    if got is None:
+        return ShellChanges()
+    script, workdir = got
+    for pattern in _CAT_HEREDOC:
+        m = pattern.match(script)
+        if m is not None:
+            return ShellChanges(written=[(_joined(workdir, m.group("path")), m.group("body") + "\n")])
+    changed: list[str] = []
+    for line in script.split("\n"):
+        if "<<" in line:
+            break  # a heredoc's body follows: its lines are no commands
+        try:
+            lex = shlex.shlex(line, posix=True, punctuation_chars=";&|<>")
+            lex.whitespace_split = True
+            tokens = list(lex)
+        except ValueError:
+            break
+        command: list[str] = []
+        for token in [*tokens, ";"]:
+            if token in _SEPARATORS:
+                changed += _command_changes(command)
+                command = []
+            else:
+                command.append(token)
+    paths = [_joined(workdir, p) for p in changed if p and p != "/dev/null" and not any(c in p for c in "*?[]{}$`")]
+    return ShellChanges(changed=list(dict.fromkeys(paths)))
+
+
+def _command_changes(words: list[str]) -> list[str]:
+    """The files one simple command may change: redirection targets, and the files of the
+    commands that write in place."""
+    out: list[str] = []
+    argv: list[str] = []
+    k = 0
+    while k < len(words):
+        if words[k].endswith(">") and set(words[k]) <= set("&>") and k + 1 < len(words):
+            out.append(words[k + 1])  # > F, >> F, &> F
+            k += 2
+            continue
+        if words[k] in ("<", "<<", "<<<"):
+            k += 2
+            continue
+        argv.append(words[k])
+        k += 1
+    while argv and "=" in argv[0] and not argv[0].startswith("-"):
+        argv = argv[1:]  # VAR=value before the command
+    if not argv:
+        return out
+    name, rest = posixpath.basename(argv[0]), argv[1:]
+    plain = [w for w in rest if not w.startswith("-")]
+    if name == "sed" and any(w == "-i" or w.startswith(("-i", "--in-place")) for w in rest):
+        scripted = any(w in ("-e", "-f") or w.startswith(("--expression", "--file")) for w in rest)
+        values = {rest[j + 1] for j, w in enumerate(rest[:-1]) if w in ("-e", "-f")}
+        out += [w for w in plain if w not in values] if scripted else plain[1:]
+    elif name == "perl" and any(w.startswith("-") and not w.startswith("--") and "i" in w for w in rest):
+        values = {rest[j + 1] for j, w in enumerate(rest[:-1]) if w.startswith("-") and w.endswith("e")}
+        out += [w for w in plain if w not in values]
+    elif name in ("tee", "rm"):
+        out += plain
+    elif name in ("mv", "cp") and len(plain) >= 2:
+        out += plain if name == "mv" else plain[-1:]
+    return out
 
 
 def _joined(workdir: str | None, path: str) -> str:

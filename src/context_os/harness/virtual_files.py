@@ -28,7 +28,7 @@ from ..context.session import Session
 from ..context.view import active_text
 from ..errors import ContextOSError, FileUnreadable
 from ..store.base import Version
-from .codex_tools import environment_cwd
+from .codex_tools import environment_cwd, shell_changes
 from .file_ops import FileOp, file_op
 from .responses import stdout_of
 from .toolnames import ToolNames, preset
@@ -367,11 +367,26 @@ class VirtualFiles:
             if (e.get("extra") or {}).get("ours") or self.names is None:
                 continue  # our own tool's report (context_os's read): it holds no file text
             output = stdout_of(obj.content, e.get("extra")) if isinstance(obj.content, str) else ""
-            op = file_op(self.names.role(name, args), args, output, is_error=bool(obj.meta.get("is_error")))
+            role = self.names.role(name, args)
+            op = file_op(role, args, output, is_error=bool(obj.meta.get("is_error")))
             if op is not None:
                 self.apply(op, e.get("ts"), obj.id)
                 for other in op.more:  # the call's other files (a patch of several)
                     self.apply(other, e.get("ts"))
+            elif role == "bash" and self.names.by_content.get(name) == "shell":
+                self._shell_wrote(args, e.get("ts"))
+
+    def _shell_wrote(self, args: Any, ts: int | None) -> None:
+        """What a shell command wrote: a file a heredoc wrote whole is at that text; a known file
+        it changed in a way its text does not say (``sed -i``, a redirection, ``mv``...) is at a
+        version whose content is unknown until it is read again (else its last text would show as
+        current)."""
+        changes = shell_changes(args)
+        for path, text in changes.written:
+            self.apply(FileOp("write", path, text=text), ts)
+        for path in changes.changed:
+            if file_key(path, self.root) in self.files:
+                self.apply(FileOp("edit", path), ts)
 
     def apply(self, op: FileOp, ts: int | None, result_id: str | None = None) -> VirtualFile:
         """Record what ``op`` says about its file and show the file; collapse ``result_id``."""
