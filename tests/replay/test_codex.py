@@ -174,13 +174,17 @@ def test_a_replayed_rollout_keeps_the_file_its_patches_and_reads_show(db, tmp_pa
     assert r.file_versions == 2  # added, updated: the reads and the failed patch add no version
 
 
+def session_start(sid: str, ask: str) -> list[dict[str, Any]]:
+    """A rollout's first lines: its session (in /work/app) and the user's ask."""
+    meta = {"id": sid, "cwd": "/work/app", "base_instructions": {"text": "You are Codex."}}
+    return [line("session_meta", meta), message("user", ask)]
+
+
 def test_a_shell_command_that_writes_a_file_is_followed(db, tmp_path: Path) -> None:
     """Codex sometimes changes a file with the shell: a file ``sed -i`` (or a redirection, ``mv``)
     changed is no longer shown at its old text (its content unknown until read again); one a
     heredoc wrote is at that text."""
-    rows = [
-        line("session_meta", {"id": "cx-3", "cwd": "/work/app", "base_instructions": {"text": "You are Codex."}}),
-        message("user", "say hello"),
+    rows = session_start("cx-3", "say hello") + [
         shell("s1", "cat app.py"),
         ran("s1", "def greet():\n    return 'hi'\n"),
         shell("s2", "sed -i 's/hi/hello/' app.py && echo done"),
@@ -215,9 +219,7 @@ def test_a_patch_of_several_files_changes_each(db, tmp_path: Path) -> None:
         "*** Update File: /work/app/b.py\n@@\n-b = 1\n+b = 2\n"
         "*** Add File: c.py\n+c = 3\n*** Delete File: d.py\n*** End Patch"
     )
-    rows = [
-        line("session_meta", {"id": "cx-2", "cwd": "/work/app", "base_instructions": {"text": "You are Codex."}}),
-        message("user", "bump a and b"),
+    rows = session_start("cx-2", "bump a and b") + [
         shell("s1", "cat a.py"),
         ran("s1", "a = 1\n"),
         shell("s2", "cat b.py"),
