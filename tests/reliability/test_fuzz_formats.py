@@ -29,9 +29,8 @@ from hypothesis import strategies as st
 
 from context_os import Session
 from context_os.errors import ContextOSError, InputError, InvalidOutput, MalformedMessage
-from context_os.harness.anthropic import AnthropicAdapter
-from context_os.harness.openai import OpenAIAdapter
-from context_os.harness.pi import PiAdapter, in_context
+from context_os.harness.pi import in_context
+from context_os.harness.registry import harness
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript, read_session, read_sessions
 from context_os.store.sqlite import SqliteStore
@@ -187,7 +186,7 @@ def _check_transcript(t: Transcript) -> int:
     for c in t.compactions:
         assert isinstance(c.at, int) and isinstance(c.first_kept, int) and isinstance(c.summary, str)
         assert c.tokens_before is None or isinstance(c.tokens_before, int)
-    adapter = {"pi": PiAdapter, "anthropic": AnthropicAdapter}.get(t.harness, OpenAIAdapter)()
+    adapter = harness(t.harness).adapter()
     ok = 0
     for k, m in enumerate(t.messages):
         if t.harness == "pi" and not in_context(m):

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from ..context.ingest import SyncReport
 from ..context.session import Session
 from ..errors import ConfigError, MalformedMessage
-from .anthropic import AnthropicHook
-from .base import ContextHook
-from .openai import OpenAIHook
-from .pi import PiHook, host_tool_observer
+from .anthropic import AnthropicAdapter, AnthropicHook
+from .base import Adapter, ContextHook
+from .openai import OpenAIAdapter, OpenAIHook
+from .pi import PiAdapter, PiHook, host_tool_observer
 
 if TYPE_CHECKING:
     from ..files.file_tools import FileTools
@@ -51,6 +51,14 @@ class Harness:
     """The hook's tool definitions → JSON."""
     system_apart: bool = False
     """The system prompt travels beside the messages (Anthropic's ``system``), not among them."""
+    adapter_class: Callable[[], type[Adapter[Any]]] | None = None
+    """Its adapter's class (the hook's ``adapter_class``), for reading its messages without a
+    session (``adapter()``)."""
+
+    def adapter(self) -> Adapter[Any]:
+        """A new adapter of this harness's messages (a replay's check of a transcript)."""
+        assert self.adapter_class is not None, self.name
+        return self.adapter_class()()
 
     def hook(
         self, session: Session, *, files: FileTools | None = None, on_sync: OnSync | None = None
@@ -70,6 +78,12 @@ def _pydantic_ai_hook(session: Session, files: FileTools | None, on_sync: OnSync
     from .pydantic_ai import PydanticAIHook
 
     return PydanticAIHook(session, files=files, on_sync=on_sync)
+
+
+def _pydantic_ai_adapter() -> type[Adapter[Any]]:
+    from .pydantic_ai import PydanticAIAdapter
+
+    return PydanticAIAdapter
 
 
 def _pydantic_ai_decode(messages: list[Any]) -> list[Any]:
@@ -100,15 +114,21 @@ def _pydantic_ai_tools(definitions: list[Any]) -> list[Any]:
 HARNESSES: dict[str, Harness] = {
     h.name: h
     for h in (
-        Harness("openai", lambda s, f, o: OpenAIHook(s, files=f, on_sync=o)),
-        Harness("anthropic", lambda s, f, o: AnthropicHook(s, files=f, on_sync=o), system_apart=True),
-        Harness("pi", _pi_hook),
+        Harness("openai", lambda s, f, o: OpenAIHook(s, files=f, on_sync=o), adapter_class=lambda: OpenAIAdapter),
+        Harness(
+            "anthropic",
+            lambda s, f, o: AnthropicHook(s, files=f, on_sync=o),
+            system_apart=True,
+            adapter_class=lambda: AnthropicAdapter,
+        ),
+        Harness("pi", _pi_hook, adapter_class=lambda: PiAdapter),
         Harness(
             "pydantic-ai",
             _pydantic_ai_hook,
             decode=_pydantic_ai_decode,
             encode=_pydantic_ai_encode,
             tool_json=_pydantic_ai_tools,
+            adapter_class=_pydantic_ai_adapter,
         ),
     )
 }

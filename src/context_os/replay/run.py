@@ -25,12 +25,9 @@ from ..context.entries import ToolCall, msg_chars
 from ..context.frames import FrameMemo, frame_docs, verify_frame
 from ..context.session import Session
 from ..errors import InputError, MalformedMessage
-from ..harness.anthropic import AnthropicAdapter
 from ..harness.base import Adapter
 from ..harness.file_ops import edit_target
-from ..harness.openai import OpenAIAdapter
 from ..harness.pairing import check_pairs
-from ..harness.pi import PiAdapter
 from ..harness.registry import harness
 from ..harness.virtual_files import VirtualFiles
 from ..hashing import hash_value
@@ -131,8 +128,7 @@ def check_transcript(transcript: Transcript) -> None:
     """``InputError`` naming the file and the message if the harness's adapter refuses one of the
     transcript's messages: before a session is written (a replay that stopped half-way would
     leave one)."""
-    adapters: dict[str, type[Adapter[Any]]] = {"pi": PiAdapter, "anthropic": AnthropicAdapter}
-    adapter = adapters.get(transcript.harness, OpenAIAdapter)()
+    adapter = harness(transcript.harness).adapter()
     where = transcript.source or "the transcript"
     for k, m in enumerate(transcript.messages):
         try:
