@@ -53,6 +53,7 @@ from .base import (
     check_message_list,
     check_utf8,
     fallback_hash,
+    message_of,
     renamed,
     sorted_keys,
 )
@@ -215,7 +216,7 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
         results: dict[str, list[str]] = {}
         for e in entries:
             if e["role"] == "tool" and e.get("tool_call_id"):
-                results.setdefault(e["h"].split("/", 1)[0], []).append(str(e["tool_call_id"]))
+                results.setdefault(message_of(e["h"]), []).append(str(e["tool_call_id"]))
         for h, ids in results.items():
             self._before_clearing.setdefault(tuple(ids), h)
 

@@ -99,6 +99,18 @@ class Adapter(ABC, Generic[M]):
         return list(tools)
 
 
+def piece_hash(message_hash: str, pieces: int, piece: int) -> str:
+    """The hash of piece ``piece`` of a harness message that holds ``pieces`` neutral messages:
+    the message's own hash for one, ``"<hash>/<piece>"`` for more (so rewriting the message
+    changes the hash of everything it holds); ``message_of`` reads it back."""
+    return message_hash if pieces == 1 else f"{message_hash}/{piece}"
+
+
+def message_of(entry_hash: str) -> str:
+    """The hash of the harness message a chat entry came from (``piece_hash``'s first part)."""
+    return entry_hash.split("/", 1)[0]
+
+
 def fallback_hash(message: Any) -> str:
     """A hash for a message that has no canonical JSON form (``translate`` rejects it): of its
     repr, or of its type if even that recurses too deep."""
@@ -270,8 +282,7 @@ class _Layout(Generic[M]):
 
     def hash_at(self, k: int) -> str:
         i, j = self.locate(k)
-        h = self._harness_hash(i)
-        return h if self._count_of(i) == 1 else f"{h}/{j}"
+        return piece_hash(self._harness_hash(i), self._count_of(i), j)
 
     def pieces(self, i: int) -> list[Incoming]:
         """The neutral messages of harness message ``i``, translated once per call."""
@@ -464,9 +475,7 @@ class ContextHook(Generic[M]):
                 continue
             n, h = adapter.count(m), adapter.hash_message(m)
             for j in range(n):
-                if flat + j >= len(view.visible) or view.entries[view.visible[flat + j]]["h"] != (
-                    h if n == 1 else f"{h}/{j}"
-                ):
+                if flat + j >= len(view.visible) or view.entries[view.visible[flat + j]]["h"] != piece_hash(h, n, j):
                     return i
             flat += n
         return len(messages)

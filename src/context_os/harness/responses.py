@@ -210,13 +210,7 @@ def stdout_of(text: str, extra: Mapping[str, Any] | None) -> str:
         isinstance(c, Mapping) and all(isinstance(c.get(f), int) for f in _STREAMS) for c in chunks
     ):
         return text
-    if sum(c[f] for c in chunks for f in _STREAMS) != len(text):
-        return text
-    out, at = [], 0
-    for c in chunks:
-        out.append(text[at : at + c["stdout"]])
-        at += c["stdout"] + c["stderr"]
-    return "".join(out)
+    return "".join(c["stdout"] for c in _shell_output(text, chunks))  # whole when the lengths do not add up
 
 
 def to_chat(input: Any) -> list[dict[str, Any]]:
