@@ -36,7 +36,17 @@ from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
 from .pairing import Pairing, check_end, check_pairs, left_open
 
-__all__ = ["Adapter", "ContextHook", "MergeCache", "check_message_list", "fallback_hash", "renamed", "sorted_keys"]
+__all__ = [
+    "Adapter",
+    "ContextHook",
+    "MergeCache",
+    "check_message_list",
+    "fallback_hash",
+    "message_of",
+    "piece_hash",
+    "renamed",
+    "sorted_keys",
+]
 
 M = TypeVar("M")
 

@@ -153,19 +153,13 @@ def _conversation(pool: list[dict[str, Any]], *, main: bool) -> list[dict[str, A
             below.add(id(child))
             if isinstance(child.get("uuid"), str):
                 todo.append(child["uuid"])
-    # ... nor does a copy written when the session was resumed: the same part as one on the chain
-    copies = {_part_key(e) for e in chain if _is_message(e) and e["type"] == "assistant"}
-    chosen = [
-        e
-        for e in messages
-        if id(e) in on_chain
-        or (
-            id(e) in below
-            and e["type"] == "assistant"
-            and e["message"].get("id") in reply_ids
-            and _part_key(e) not in copies
-        )
-    ]
+    parts = {
+        id(e) for e in messages if id(e) in below and e["type"] == "assistant" and e["message"].get("id") in reply_ids
+    }
+    if parts:  # ... nor does a copy written when the session was resumed: the same part as one on the chain
+        copies = {_part_key(e) for e in chain if _is_message(e) and e["type"] == "assistant"}
+        parts = {id(e) for e in messages if id(e) in parts and _part_key(e) not in copies}
+    chosen = [e for e in messages if id(e) in on_chain or id(e) in parts]
     calls = {
         b.get("id")
         for e in chosen
