@@ -189,7 +189,7 @@ def test_frames_verified_through_shared_memos_match_each_verified_alone_and_leav
     assert [d["id"] for d in memo.docs.values() if verify_doc(d)] == []
     # what the memo resolved is checked again for each frame: a frame naming another version of
     # a block or a static ref the memo knows fails
-    assert len(memo.blocks) > 10 and len(memo.refs) > 10
+    assert len(memo.blocks) > 10 and len(memo.versions) > 10
     last = frames[-1]
     ref = next(r for r in last["content"]["refs"] if "object_hash" in r)
     bad_ref = copy.deepcopy(last)

@@ -307,6 +307,22 @@ def test_a_meta_key_is_indexed_when_first_searched_for_every_version_ever_stored
         assert "meta:other" not in indexed_keys(path)
 
 
+def test_find_through_a_memo_reads_only_the_texts_it_lacks_in_batches(tmp_path: Path) -> None:
+    # a reader through a memo (re-rendering every frame of a session) gets the same answer, the
+    # memo's own document objects for what it read before, and the rest parsed, past the 500 a
+    # batch of texts asks for at once
+    with SqliteStore(tmp_path / "store.db") as s:
+        s.submit([Put(doc(f"d{i:04}", i, tag="t"), T0) for i in range(1_203)])
+        memo: dict[Any, dict[str, Any]] = {}
+        first = s.find("note", {"tag": "t"}, docs=memo)
+        assert first == s.find("note", {"tag": "t"}) and len(first) == len(memo) == 1_203
+        s.put(doc("d0007", 70_000, tag="t"), T0 + 10)
+        again = s.find("note", {"tag": "t"}, docs=memo)
+        assert again == s.find("note", {"tag": "t"}) and len(memo) == 1_204
+        assert again[8].doc is first[8].doc and again[7].doc is not first[7].doc
+        assert again[7].doc is not None and again[7].doc["content"] == "v70000"
+
+
 def test_a_key_another_connection_starts_indexing_is_indexed_by_this_one_too(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     with SqliteStore(path) as a, SqliteStore(path) as b:

@@ -20,7 +20,7 @@ from ..errors import NotFound
 from ..hashing import verify_doc
 from ..store.base import DocMemo, Store, Version
 from ..times import iso
-from .load import load_view
+from .load import VersionMemo, load_view, memo_get
 from .view import Rendered, SessionView, sealed_pages_hash
 
 __all__ = [
@@ -174,14 +174,15 @@ class FrameMemo:
     frame diff). Every part is keyed by what cannot change while the store keeps it: a message
     by its content (``units``: its canonical hash and tokens), a stored document by its content
     hash (``docs``, ``Store.find``), a block by its id, which names its text's hash
-    (``blocks``), a static ref by the id, valid time and transaction it names (``refs``: the
-    object hash it resolved to). Use one per pass: an object evicted after it was read still
-    shows here. The documents are shared, so readers must not change them."""
+    (``blocks``), a version by the id, valid time and transaction that name it (``versions``:
+    what a frame's static refs and the objects it showed resolve to). Use one per pass: an
+    object evicted after it was read still shows here. The documents are shared, so readers
+    must not change them."""
 
     units: dict[bytes, tuple[str, int]] = field(default_factory=dict)
     docs: DocMemo = field(default_factory=dict)
     blocks: dict[str, str] = field(default_factory=dict)
-    refs: dict[tuple[str, int, int], str | None] = field(default_factory=dict)
+    versions: VersionMemo = field(default_factory=dict)
 
     def block(self, store: Store, block_id: str) -> str | None:
         """The text of a block document (None: not in the store)."""
@@ -195,11 +196,8 @@ class FrameMemo:
 
     def ref_hash(self, store: Store, id: str, valid_time: int, tx: int) -> str | None:
         """The object hash of the version of ``id`` in force at ``valid_time`` as of ``tx``."""
-        key = (id, valid_time, tx)
-        if key not in self.refs:
-            v = store.get(id, valid_time, tx)
-            self.refs[key] = v.doc.get("object_hash") if v is not None and v.doc is not None else None
-        return self.refs[key]
+        v = memo_get(self.versions, store, id, valid_time, tx)
+        return v.doc.get("object_hash") if v is not None and v.doc is not None else None
 
 
 def rerender(store: Store, frame: dict[str, Any], *, memo: FrameMemo | None = None) -> Rendered:
@@ -211,7 +209,15 @@ def rerender(store: Store, frame: dict[str, Any], *, memo: FrameMemo | None = No
 def _rerender(store: Store, frame: dict[str, Any], basis: int, memo: FrameMemo) -> tuple[SessionView, Rendered]:
     c = frame["content"]
     session = frame["meta"]["session"]
-    view = load_view(store, session, valid_time=c["valid_time"], tx_id=basis, hash_memo=memo.units, docs=memo.docs)
+    view = load_view(
+        store,
+        session,
+        valid_time=c["valid_time"],
+        tx_id=basis,
+        hash_memo=memo.units,
+        docs=memo.docs,
+        versions=memo.versions,
+    )
     view.layout = c.get("layout", 1)
     view.managed = c.get("managed", True)
     view.horizon = c.get("horizon", 0)

@@ -22,7 +22,7 @@ from .persist import PAGE_SIZE
 from .policy import RetentionPolicy
 from .view import ObjInfo, SessionView, page_id
 
-__all__ = ["content_lines", "load_view", "object_states", "unified_diff", "version_row"]
+__all__ = ["VersionMemo", "content_lines", "load_view", "memo_get", "object_states", "unified_diff", "version_row"]
 
 
 def load_view(
@@ -33,11 +33,12 @@ def load_view(
     tx_id: int | None = None,
     hash_memo: dict[bytes, tuple[str, int]] | None = None,
     docs: DocMemo | None = None,
+    versions: VersionMemo | None = None,
 ) -> SessionView:
     """Rebuild a session's view from the store, as of a valid time and a transaction
     (``hash_memo``: a unit-hash memo shared by many rebuilds, see ``SessionView.hash_memo``;
     ``docs``: parsed documents shared by them, ``DocMemo``: the view then shares them too, and
-    must be read only)."""
+    must be read only; ``versions``: the exact versions they read, ``VersionMemo``)."""
     sv = store.get(f"session:{session_id}", valid_time, tx_id)
     if sv is None or sv.doc is None:
         raise NotFound(f"no session {session_id!r} in the store" + (f" as of tx {tx_id}" if tx_id else ""))
@@ -91,10 +92,26 @@ def load_view(
     for oid, st in states.items():
         shown = st["meta"].get("shown")
         # the exact version the session showed, else the one in force at the basis
-        found = store.get(oid, shown[0], shown[1]) if shown else store.get(oid, valid_time, tx_id)
+        if shown and versions is not None:
+            found = memo_get(versions, store, oid, shown[0], shown[1])
+        else:
+            found = store.get(oid, shown[0], shown[1]) if shown else store.get(oid, valid_time, tx_id)
         if found is not None and found.doc is not None:
             view.add_object(_loaded(found, st, None, None))
     return view
+
+
+VersionMemo = dict[tuple[str, int, int], Version | None]
+"""Versions read by the exact valid time and transaction that name them (what a frame shows), shared
+by many rebuilds of one session (re-rendering its frames): as ``DocMemo``, read only."""
+
+
+def memo_get(memo: VersionMemo, store: Store, id: str, valid_time: int, tx_id: int) -> Version | None:
+    """``store.get(id, valid_time, tx_id)`` through ``memo``."""
+    key = (id, valid_time, tx_id)
+    if key not in memo:
+        memo[key] = store.get(id, valid_time, tx_id)
+    return memo[key]
 
 
 def _loaded(v: Version, state: dict[str, Any] | None, entry: int | None, call_entry: int | None) -> ObjInfo:

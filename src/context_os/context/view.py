@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import difflib
 import json
+import marshal
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -120,7 +121,12 @@ def _unit(entry: int | None, msgs: list[Msg], memo: dict[bytes, tuple[str, int]]
         return Unit(entry, msgs, hash_value(msgs), sum(estimate_tokens(msg_chars(m)) for m in msgs))
     # re-rendering many frames of one session meets the same units again: the canonical hash (slow,
     # pure Python) and the token count are computed once per distinct unit, found by a fast digest
-    key = blake3.blake3(json.dumps(msgs, sort_keys=True, ensure_ascii=False).encode()).digest()
+    # of a serialisation that tells values apart (marshal's: equal messages built in another order
+    # or sharing other strings may serialise otherwise, which only misses the memo)
+    try:
+        key = blake3.blake3(marshal.dumps(msgs)).digest()
+    except ValueError:  # not plain data: not memoised
+        return _unit(entry, msgs)
     known = memo.get(key)
     if known is None:
         known = memo[key] = (hash_value(msgs), sum(estimate_tokens(msg_chars(m)) for m in msgs))

@@ -792,12 +792,21 @@ class SqliteStore(Store):
                 params = []
             sql = (
                 f"WITH c(eid) AS ({candidates})"
-                " SELECT e.id, v.valid_time, v.tx_id, t.time, d.hash, d.json FROM c"
+                " SELECT e.id, v.valid_time, v.tx_id, t.time, d.hash, {} FROM c"
                 f" JOIN versions v ON v.eid = c.eid AND {_IN_FORCE}"
                 " JOIN entities e ON e.eid = c.eid LEFT JOIN docs d ON d.id = v.doc JOIN txs t ON t.id = v.tx_id"
                 " WHERE v.doc IS NOT NULL ORDER BY e.id"
             )
-            rows = conn.execute(sql, (*params, vt, tx)).fetchall()
+            if docs is None:
+                rows = conn.execute(sql.format("d.json"), (*params, vt, tx)).fetchall()
+            else:
+                # A reader through a memo has read most of these documents before: their texts
+                # are not copied out again, only the ones it has not parsed yet (one snapshot).
+                with self._read(conn):
+                    rows = conn.execute(sql.format("NULL"), (*params, vt, tx)).fetchall()
+                    unknown = list({stored for *_, stored, _ in rows if stored not in docs})
+                    texts = dict(self._doc_texts(conn, unknown))
+                rows = [(*row[:5], texts.get(row[4])) for row in rows]
         out: list[Version] = []
         for doc_id, v_time, v_tx, tx_time, stored, text in rows:
             # a document's key in ``docs`` hashes its text (a row id can be used again after an evict)
@@ -817,6 +826,14 @@ class SqliteStore(Store):
                 continue
             out.append(Version(doc_id, v_time, v_tx, tx_time, doc))
         return out
+
+    @staticmethod
+    def _doc_texts(conn: sqlite3.Connection, hashes: list[bytes]) -> Iterator[tuple[bytes, str]]:
+        """The stored texts of the documents with these hashes (in batches within SQLite's
+        limit on parameters)."""
+        for i in range(0, len(hashes), 500):
+            batch = hashes[i : i + 500]
+            yield from conn.execute(f"SELECT hash, json FROM docs WHERE hash IN ({','.join('?' * len(batch))})", batch)
 
     def count_kinds(self, *, valid_time: int | None = None, tx_id: int | None = None) -> dict[str | None, int]:
         # counted in SQL over each entity's version in force, no document parsed in Python
