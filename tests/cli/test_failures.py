@@ -469,11 +469,17 @@ def test_long_frame_output_goes_through_the_pager_only_on_a_terminal(demo: Path,
 
 @pytest.mark.parametrize(
     "args",
-    [("ui", "--port"), ("proxy", "--upstream", "http://127.0.0.1:9", "--port"), ("serve", "--http")],
-    ids=["ui", "proxy", "serve"],
+    [
+        ("ui", "--port"),
+        ("proxy", "--upstream", "http://127.0.0.1:9", "--port"),
+        ("serve", "--http"),
+        ("mcp", "--no-recall", "--http"),
+    ],
+    ids=["ui", "proxy", "serve", "mcp"],
 )
 def test_a_port_in_use_is_one_line(tmp_path: Path, args: tuple[str, ...]) -> None:
-    """The servers' fixed default ports are often taken (another ``ctxos ui`` still running)."""
+    """The servers' fixed default ports are often taken (another ``ctxos ui`` still running):
+    one line naming the option that picks a free port, and nothing recorded."""
     db = tmp_path / "s.db"
     SqliteStore(db).close()
     with socket.socket() as taken:
@@ -481,7 +487,9 @@ def test_a_port_in_use_is_one_line(tmp_path: Path, args: tuple[str, ...]) -> Non
         taken.listen()
         port = taken.getsockname()[1]
         proc = ctxos(*args, str(port), store=db, check=False)
-    fails(proc, "ConfigError", f"port {port} on 127.0.0.1 is in use", "--port 0")
+    fails(proc, "ConfigError", f"port {port} on 127.0.0.1 is in use", f"pass {args[-1]} 0 for a free one")
+    with SqliteStore(db) as store:
+        assert store.find("session") == []
 
 
 def test_a_replay_that_cannot_be_read_writes_nothing(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ subprocess) and over streamable HTTP (its token and Host checks)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -32,8 +33,12 @@ CTXOS = str(Path(sys.executable).parent / "ctxos")
 
 @asynccontextmanager
 async def stdio(store: Path, workspace: Path, *args: str) -> Any:
+    # the SDK passes a server only a few safe variables unless told: the test's own user
+    # directories (tests/conftest.py) must reach it, or it writes the real user's memory
     params = StdioServerParameters(
-        command=CTXOS, args=["--store", str(store), "mcp", "--workspace", str(workspace), "--embedder", "none", *args]
+        command=CTXOS,
+        args=["--store", str(store), "mcp", "--workspace", str(workspace), "--embedder", "none", *args],
+        env=dict(os.environ),
     )
     async with stdio_client(params) as streams, ClientSession(streams[0], streams[1]) as session:
         await session.initialize()
@@ -109,6 +114,8 @@ def test_the_tools_over_stdio(tmp_path: Path) -> None:
             assert found["hits"]
             kept, err = await call(s, "remember", {"text": "calc.py adds", "scope": "global"})
             assert not err and kept["appended"] == "- calc.py adds"
+            written = Path(os.environ["XDG_DATA_HOME"]) / "context_os" / "memory" / "MEMORY.md"
+            assert written.read_text().splitlines()[-1] == "- calc.py adds"  # the test's, not the user's
 
             # failures: the model reads them as tool errors; protocol misuse is an MCP error
             for name, args, says in [

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import sys
-from contextlib import suppress
+from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import click
 
 from .._install import install_hint
 from ..errors import ConfigError
+from ..server.transports import listen_socket
 from ..store import data_dir
 from ._common import embedder_option, fails_cleanly, server_process, store_from, track_option
 
@@ -86,7 +88,12 @@ def mcp_cmd(
 
     server_process("mcp", verbose)
     root = (workspace or Path.cwd()).resolve()
-    with store_from(ctx, create=True, announce=True) as store:
+    # listening before the store and the session are opened: a port in use records nothing
+    sock = None if http_port is None else listen_socket("127.0.0.1", http_port, port_option="--http")
+    with ExitStack() as stack:
+        if sock is not None:
+            stack.callback(sock.close)
+        store = stack.enter_context(store_from(ctx, create=True, announce=True))
         engine = open_recall(store, None if embedder == "none" else embedder) if recall else None
         app = ContextOsMcp(
             store,
@@ -97,17 +104,20 @@ def mcp_cmd(
             track=track,
         )
         try:
-            if http_port is None:
-                run_stdio(app)
+            if sock is None:
+                try:
+                    run_stdio(app)
+                except KeyboardInterrupt:
+                    pass  # Ctrl-C (or SIGTERM, made one by server_process): the client is gone
             else:
-                _serve_http(app, http_port, token_file)
+                _serve_http(app, sock, token_file)
         finally:
             app.close()
             if engine is not None:
                 engine.close()
 
 
-def _serve_http(app: Any, port: int, token_file: Path | None) -> None:
+def _serve_http(app: Any, sock: socket.socket, token_file: Path | None) -> None:
     import secrets
 
     import uvicorn
@@ -118,13 +128,9 @@ def _serve_http(app: Any, port: int, token_file: Path | None) -> None:
     token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
     if len(token) < 16:
         raise ConfigError(f"${TOKEN_ENV} is too short to be a secret ({len(token)} characters; at least 16)")
-    config = uvicorn.Config(http_app(app, token), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    sock = config.bind_socket()
-    # listening before the line that says so: a client that reads it may connect at once (uvicorn
-    # itself listens only once its loop runs)
-    sock.listen(config.backlog)
     bound = sock.getsockname()[1]
+    config = uvicorn.Config(http_app(app, token), host="127.0.0.1", port=bound, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
     written = write_token_file(token_file or data_dir() / "mcp" / f"http-{bound}.token", token)
     try:
         print(f"ctxos mcp: listening on http://127.0.0.1:{bound}/mcp (token in {written})", file=sys.stderr, flush=True)

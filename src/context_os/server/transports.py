@@ -15,6 +15,7 @@ import hmac
 import ipaddress
 import os
 import secrets
+import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ __all__ = [
     "TOKEN_HEADER",
     "HttpGuard",
     "bind",
+    "bind_error",
+    "listen_socket",
     "make_http_server",
     "new_token",
     "read_token_file",
@@ -40,21 +43,49 @@ __all__ = [
 ]
 
 
-def bind(server_class: type[_S], host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> _S:
+def bind(
+    server_class: type[_S],
+    host: str,
+    port: int,
+    handler: type[BaseHTTPRequestHandler],
+    *,
+    port_option: str = "--port",
+) -> _S:
     """``server_class`` bound to ``host``:``port``; ``ConfigError`` saying why not (a port in use,
-    one below 1024 without the right, an address this machine does not have)."""
+    one below 1024 without the right, an address this machine does not have), naming the command
+    line's ``port_option`` that picks another."""
     try:
         return server_class((host, port), handler)
     except OSError as e:
-        if e.errno == errno.EADDRINUSE:
-            why = (
-                f"port {port} on {host} is in use (another server already listens there): pass --port 0 for a free one"
-            )
-        elif e.errno == errno.EACCES:
-            why = f"no permission to listen on port {port} on {host}: pass a port above 1023, or --port 0"
-        else:
-            why = f"cannot listen on {host}:{port}: {e.strerror or e}"
-        raise ConfigError(why) from None
+        raise bind_error(e, host, port, port_option) from None
+
+
+def listen_socket(host: str, port: int, *, port_option: str = "--port", backlog: int = 2048) -> socket.socket:
+    """A TCP socket listening on ``host``:``port`` (for servers that take a socket: uvicorn), or
+    ``ConfigError`` saying why not, as ``bind``."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError as e:
+        sock.close()
+        raise bind_error(e, host, port, port_option) from None
+    return sock
+
+
+def bind_error(e: OSError, host: str, port: int, port_option: str = "--port") -> ConfigError:
+    """Why a server could not listen on ``host``:``port``, and what to pass instead."""
+    if e.errno == errno.EADDRINUSE:
+        why = (
+            f"port {port} on {host} is in use (another server already listens there):"
+            f" pass {port_option} 0 for a free one"
+        )
+    elif e.errno == errno.EACCES:
+        why = f"no permission to listen on port {port} on {host}: pass a port above 1023, or {port_option} 0"
+    else:
+        why = f"cannot listen on {host}:{port}: {e.strerror or e}"
+    return ConfigError(why)
 
 
 def _read_line(stream: IO[bytes], cap: int) -> tuple[bytes | None, bool]:
@@ -264,7 +295,7 @@ def make_http_server(
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("http %s - " + format, self.client_address[0], *args)
 
-    httpd = bind(_GuardedHTTPServer, host, port, Handler)
+    httpd = bind(_GuardedHTTPServer, host, port, Handler, port_option="--http")
     httpd.daemon_threads = True
     bound_host, bound_port = httpd.server_address[:2]
     httpd.guard = HttpGuard.for_address(str(bound_host), bound_port, token, origins)
