@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -139,6 +140,34 @@ def test_the_tools_over_stdio(tmp_path: Path) -> None:
                     await s.read_resource(uri)
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_stdio_stops_cleanly_on_a_signal_while_its_client_holds_the_pipes(tmp_path: Path, sig: int) -> None:
+    """A supervisor (or Ctrl-C) stops the server while the client still holds stdin open."""
+    cmd = [CTXOS, "--store", str(tmp_path / "s.db"), "mcp", "--workspace", str(tmp_path), "--embedder", "none"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        proc.stdin.write(json.dumps(init).encode() + b"\n")
+        proc.stdin.flush()
+        assert b'"result"' in proc.stdout.readline()  # serving
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert b"Aborted" not in err and b"Traceback" not in err
 
 
 @contextmanager
