@@ -8,6 +8,7 @@ workspaces whoever started the server granted, on every transport.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import stat
@@ -103,12 +104,81 @@ def test_the_token_file_is_private_and_gone_at_exit(tmp_path: Path):
         read_token_file(token_file)
 
 
+def _raw(port: int, method: str, headers: list[tuple[str, str]], body: bytes = b"") -> tuple[int, Any, bytes]:
+    """One request with exactly these headers (repeated ones included): status, headers, body."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.putrequest(method, "/", skip_host=True, skip_accept_encoding=True)
+        for name, value in [*headers, ("Content-Length", str(len(body)))]:
+            conn.putheader(name, value)
+        conn.endheaders(body)
+        resp = conn.getresponse()
+        return resp.status, resp.headers, resp.read()
+    finally:
+        conn.close()
+
+
 @pytest.mark.e2e
-def test_an_allowed_origin_may_call(tmp_path: Path):
-    with http_server(tmp_path, "--allow-origin", "http://127.0.0.1:5173") as srv:
+def test_an_allowed_origin_may_call_from_a_browser(tmp_path: Path):
+    page = "http://127.0.0.1:5173"
+    with http_server(tmp_path, "--allow-origin", page) as srv:
         ping = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
-        assert srv.post(ping, headers={"Origin": "http://127.0.0.1:5173"})[0] == 200
-        assert srv.post(ping, headers={"Origin": "http://127.0.0.1:5174"})[0] == 403
+        host = ("Host", f"127.0.0.1:{srv.port}")
+        # the preflight a browser sends before a JSON POST with a token: no token, no body
+        preflight = [
+            host,
+            ("Origin", page),
+            ("Access-Control-Request-Method", "POST"),
+            ("Access-Control-Request-Headers", "authorization, content-type"),
+        ]
+        status, headers, _ = _raw(srv.port, "OPTIONS", preflight)
+        assert status == 204 and headers["Access-Control-Allow-Origin"] == page
+        assert headers["Access-Control-Allow-Methods"] == "POST"
+        assert {"authorization", "content-type"} <= {
+            h.strip().lower() for h in headers["Access-Control-Allow-Headers"].split(",")
+        }
+        call = [host, ("Origin", page), ("Content-Type", "application/json"), ("Authorization", f"Bearer {srv.token}")]
+        status, headers, body = _raw(srv.port, "POST", call, ping)
+        assert status == 200 and headers["Access-Control-Allow-Origin"] == page and b"result" in body
+        # another origin: refused, and its page may not read why
+        other = [(k, "http://127.0.0.1:5174" if k == "Origin" else v) for k, v in call]
+        status, headers, _ = _raw(srv.port, "POST", other, ping)
+        assert status == 403 and "Access-Control-Allow-Origin" not in headers
+        status, headers, _ = _raw(srv.port, "OPTIONS", [(k, v) for k, v in preflight if k != "Origin"])
+        assert status == 405 and "Access-Control-Allow-Origin" not in headers
+    with http_server(tmp_path / "none") as srv:
+        preflight[0] = ("Host", f"127.0.0.1:{srv.port}")
+        status, headers, body = _raw(srv.port, "OPTIONS", preflight)
+        assert status == 403 and "--allow-origin" in json.loads(body)["error"]["message"]
+
+
+@pytest.mark.e2e
+def test_other_methods_and_odd_requests_get_a_json_rpc_error(tmp_path: Path, reliability: Counts):
+    hostile = Hostile()
+    with http_server(tmp_path) as srv:
+        for method in ("GET", "PUT", "DELETE", "PATCH"):
+            status, body = srv.request(method, b"")
+            assert hostile("method", status) == 405 and method in json.loads(body)["error"]["message"]
+        auth = [("Content-Type", "application/json"), ("Authorization", f"Bearer {srv.token}")]
+        status, headers, body = _raw(srv.port, "HEAD", [("Host", f"127.0.0.1:{srv.port}"), *auth])
+        assert hostile("method", status) == 405 and body == b"" and headers["Allow"] == "POST, OPTIONS"
+        twice = [("Host", f"127.0.0.1:{srv.port}"), ("Host", "evil.example"), *auth]
+        status, _, body = _raw(srv.port, "POST", twice, OPEN)
+        assert hostile("host", status) == 400 and "more than one Host" in json.loads(body)["error"]["message"]
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+        try:
+            conn.putrequest("POST", "/", skip_accept_encoding=True)
+            for name, value in [*auth, ("Content-Length", "-1")]:
+                conn.putheader(name, value)
+            conn.endheaders()
+            resp = conn.getresponse()
+            status, message = resp.status, json.loads(resp.read())["error"]["message"]
+        finally:
+            conn.close()
+        assert hostile("length", status) == 400 and "-1" in message and "MiB" not in message
+        ran = _sessions(tmp_path / "s.db")
+        hostile.count(reliability, ran_anyway=len(ran))
+        assert ran == []
 
 
 @pytest.mark.e2e

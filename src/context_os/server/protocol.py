@@ -150,12 +150,13 @@ class RpcServer:
 
     # -- wire ------------------------------------------------------------------------------------
 
-    def too_large(self) -> bytes:
-        """The answer to a request over the size cap (its id is unknown: it was never parsed)."""
+    def too_large(self, *, per_line: bool = True) -> bytes:
+        """The answer to a request over the size cap (its id is unknown: it was never parsed);
+        ``per_line``: on stdio, where a request is one line."""
         mib = self.max_request_bytes / (1024 * 1024)
         err = RpcError(
             INVALID_REQUEST,
-            f"request exceeds the {mib:g} MiB limit (one request per line)",
+            f"request exceeds the {mib:g} MiB limit" + (" (one request per line)" if per_line else ""),
             {"max_bytes": self.max_request_bytes},
         )
         return encode({"jsonrpc": "2.0", "error": error_object(err), "id": None})

@@ -185,24 +185,41 @@ class HttpGuard:
     """Acceptable ``Host`` header values (lower case, with port)."""
     origins: frozenset[str] = frozenset()
     """Origins (``scheme://host[:port]``) allowed to send requests; none by default."""
+    origin_hint: str | None = None
+    """How an origin gets allowed, said when one is refused (None: it cannot be)."""
 
     @classmethod
-    def for_address(cls, host: str, port: int, token: str | None, origins: Sequence[str] = ()) -> HttpGuard:
+    def for_address(
+        cls, host: str, port: int, token: str | None, origins: Sequence[str] = (), *, origin_hint: str | None = None
+    ) -> HttpGuard:
         shown = f"[{host}]" if ":" in host else host
         return cls(
             token,
             frozenset({f"{shown}:{port}".lower(), f"localhost:{port}"}),
             frozenset(o.rstrip("/").lower() for o in origins),
+            origin_hint,
         )
 
+    def allows_origin(self, origin: str) -> bool:
+        """Whether a request with this ``Origin`` header may be answered (and read by its page)."""
+        return origin.rstrip("/").lower() in self.origins
+
     def refusal(self, method: str, headers: Headers) -> tuple[int, str] | None:
-        """None if the request may proceed, else (HTTP status, why) to answer with."""
+        """None if the request may proceed, else (HTTP status, why) to answer with. ``OPTIONS``
+        is a browser's CORS preflight: it needs an allowed ``Origin`` and carries no token."""
+        get_all = getattr(headers, "get_all", None)
+        for name in ("Host", "Origin"):
+            if get_all is not None and len(get_all(name) or ()) > 1:
+                return 400, f"more than one {name} header"
         host = (headers.get("Host") or "").strip().lower()
         if host not in self.hosts:
             return 403, f"Host {host or '(none)'!r} refused: this server answers only {' or '.join(sorted(self.hosts))}"
         origin = headers.get("Origin")
-        if origin is not None and origin.rstrip("/").lower() not in self.origins:
-            return 403, f"Origin {origin!r} refused (start the server with --allow-origin to allow one)"
+        if origin is not None and not self.allows_origin(origin):
+            hint = self.origin_hint or "this server answers no cross-origin request"
+            return 403, f"Origin {origin!r} refused ({hint})"
+        if method == "OPTIONS":
+            return None if origin is not None else (405, "OPTIONS is a CORS preflight: it needs an Origin")
         if method == "POST":
             ctype = (headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
             if ctype != "application/json":
@@ -230,23 +247,30 @@ def make_http_server(
     class Handler(BaseHTTPRequestHandler):
         timeout = 60  # a client that stops sending mid-body does not hold a thread forever
 
-        def _send(self, status: int, body: bytes | None) -> None:
+        def _send(self, status: int, body: bytes | None, *, allow: str | None = None) -> None:
             self.send_response(status)
             if status == 401:
                 self.send_header("WWW-Authenticate", 'Bearer realm="context_os"')
+            if allow is not None:
+                self.send_header("Allow", allow)
+            origin = self.headers.get("Origin")
+            if origin is not None and httpd.guard.allows_origin(origin):
+                # a page of an origin the server's owner allowed may read the answer (CORS)
+                self.send_header("Access-Control-Allow-Origin", origin)
+                self.send_header("Vary", "Origin")
             if body is not None:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
             else:
                 self.send_header("Content-Length", "0")
             self.end_headers()
-            if body is not None:
+            if body is not None and self.command != "HEAD":
                 self.wfile.write(body)
 
-        def _refuse(self, status: int, why: str, *, body: bytes | None = None) -> None:
+        def _refuse(self, status: int, why: str, *, body: bytes | None = None, allow: str | None = None) -> None:
             self.close_connection = True
             self._discard_body()
-            self._send(status, body or encode(error_response(None, RpcError(INVALID_REQUEST, why))))
+            self._send(status, body or encode(error_response(None, RpcError(INVALID_REQUEST, why))), allow=allow)
 
         def _discard_body(self) -> None:
             """Read what the client sends of a refused request before answering: a socket closed
@@ -282,15 +306,33 @@ def make_http_server(
             except ValueError:
                 self._refuse(411, "Content-Length needed")
                 return
-            if length < 0 or length > server.max_request_bytes:
-                self._refuse(413, "too large", body=server.too_large())
+            if length < 0:
+                self._refuse(400, f"Content-Length must be a number of bytes, not {length}")
+                return
+            if length > server.max_request_bytes:
+                self._refuse(413, "too large", body=server.too_large(per_line=False))
                 return
             answer = server.handle_line(self.rfile.read(length))
             self._send(200 if answer is not None else 204, answer)
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server naming
-            if self._allowed("GET"):
-                self._refuse(405, "use POST with a JSON-RPC body")
+        def do_OPTIONS(self) -> None:  # noqa: N802 - http.server naming
+            """A browser's CORS preflight, from an origin the server's owner allowed."""
+            if not self._allowed("OPTIONS"):
+                return
+            self.send_response(204)
+            self.send_header("Access-Control-Allow-Origin", self.headers["Origin"])
+            self.send_header("Access-Control-Allow-Methods", "POST")
+            self.send_header("Access-Control-Allow-Headers", "Authorization, Content-Type")
+            self.send_header("Access-Control-Max-Age", "600")
+            self.send_header("Vary", "Origin")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def _not_allowed(self) -> None:
+            if self._allowed("GET"):  # the checks of a request without a body
+                self._refuse(405, f"{self.command} refused: use POST with a JSON-RPC body", allow="POST, OPTIONS")
+
+        do_GET = do_HEAD = do_PUT = do_DELETE = do_PATCH = _not_allowed  # noqa: N815
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("http %s - " + format, self.client_address[0], *args)
@@ -298,7 +340,9 @@ def make_http_server(
     httpd = bind(_GuardedHTTPServer, host, port, Handler, port_option="--http")
     httpd.daemon_threads = True
     bound_host, bound_port = httpd.server_address[:2]
-    httpd.guard = HttpGuard.for_address(str(bound_host), bound_port, token, origins)
+    httpd.guard = HttpGuard.for_address(
+        str(bound_host), bound_port, token, origins, origin_hint="start the server with --allow-origin to allow one"
+    )
     return httpd
 
 
