@@ -208,3 +208,35 @@ def test_a_frame_that_no_longer_verifies_says_why(tmp_path: Path, serve: Callabl
     assert "✗ does not verify" in r.text and 'class="verdict bad"' in r.text
     assert "is not in the store (evicted?)" in r.text
     assert "does NOT verify" in diff.text
+
+
+def test_a_calls_object_arguments_show_as_the_json_the_model_was_sent(
+    tmp_path: Path, serve: Callable[[Store], str]
+) -> None:
+    """Not HTML-safe JSON (``&&`` as ``\\u0026\\u0026``): the page escapes HTML itself."""
+    from context_os import Session
+    from context_os.harness import AnthropicHook
+
+    command = "cd /w && make 2>&1 | tee 'out.log' < /dev/null"
+    with SqliteStore(tmp_path / "store.db") as store:
+        hook = AnthropicHook(Session.open(store, "args", harness="anthropic"))
+        call = {"type": "tool_use", "id": "t1", "name": "bash", "input": {"command": command}}
+        result = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
+        hook.transform_context(
+            [
+                {"role": "user", "content": "build it"},
+                {"role": "assistant", "content": [call]},
+                {"role": "user", "content": [result]},
+            ]
+        )
+        page = httpx.get(f"{serve(store)}/frame?session=args&turn=1").text
+        shown = subprocess.run(
+            [str(Path(sys.executable).parent / "ctxos"), "--store", str(tmp_path / "store.db"), "frames", "show"]
+            + ["args", "1", "--messages"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    escaped = command.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("'", "&#39;")
+    assert f"bash({{&#34;command&#34;: &#34;{escaped}&#34;}})" in page and "\\u00" not in page
+    assert f'→ bash({{"command": "{command}"}})' in shown

@@ -13,6 +13,7 @@ import click
 
 from ..context.frames import FrameCheck, FrameMemo, frame_docs, frame_rows, get_frame, verify_frame
 from ..context.load import load_view
+from ..context.view import arguments_text
 from ..errors import NotFound, StoreCorrupt
 from ._common import (
     DefaultGroup,
@@ -112,7 +113,7 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
                     out.append(click.style(head, bold=True))
                     if text := m.get("text"):
                         out.append(text)
-                    out += [f"  → {c['name']}({c['arguments']})" for c in m.get("tool_calls") or ()]
+                    out += [f"  → {c['name']}({arguments_text(c['arguments'])})" for c in m.get("tool_calls") or ()]
                 out.append("")
             if horizon := frame["content"].get("horizon", 0):
                 out.append(f"history horizon: chat entry {horizon} (the entries before it show as one note)")

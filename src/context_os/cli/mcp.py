@@ -105,10 +105,8 @@ def mcp_cmd(
         )
         try:
             if sock is None:
-                try:
+                with suppress(KeyboardInterrupt):  # Ctrl-C, or SIGTERM (made one by server_process)
                     run_stdio(app)
-                except KeyboardInterrupt:
-                    pass  # Ctrl-C (or SIGTERM, made one by server_process): the client is gone
             else:
                 _serve_http(app, sock, token_file)
         finally:

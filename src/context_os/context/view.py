@@ -34,6 +34,7 @@ from .policy import RetentionPolicy
 
 __all__ = [
     "LAYOUT",
+    "arguments_text",
     "ObjInfo",
     "Rendered",
     "SessionView",
@@ -923,7 +924,7 @@ class SessionView:
         lines = [f"<object {attrs}>"]
         call = self._call_of(o)
         if call is not None:
-            lines.append(f"call: {call['name']} {_args_text(call['arguments'])}")
+            lines.append(f"call: {call['name']} {arguments_text(call['arguments'])}")
             lines.append("output:")
         lines.append(self.shown_text(o))
         lines.append("</object>")
@@ -1204,8 +1205,10 @@ class SessionView:
         return refs
 
 
-def _args_text(arguments: Any) -> str:
-    # sorted: object arguments come back from the store with sorted keys, and a re-render must match
+def arguments_text(arguments: Any) -> str:
+    """A call's arguments as text: a JSON string as it came, an object as JSON (its characters
+    as they are, keys sorted: object arguments come back from the store with sorted keys, and a
+    re-render must match)."""
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, sort_keys=True)
 
 
@@ -1319,7 +1322,7 @@ def _entry_line(e: Entry, objects: Mapping[str, ObjInfo], elide_over: int) -> st
     for c in e.get("tool_calls") or ():
         obj = objects.get(c.get("object", ""))
         handle = (short_ref(obj) if obj is not None else None) or c.get("object", "")
-        parts.append(f"  call {c['name']} {_args_text(elide_arguments(c['arguments'], handle, elide_over))}")
+        parts.append(f"  call {c['name']} {arguments_text(elide_arguments(c['arguments'], handle, elide_over))}")
     return "\n".join(parts)
 
 

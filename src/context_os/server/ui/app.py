@@ -24,7 +24,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from ...context.frames import FrameCheck, get_frame, verify_frame
 from ...context.load import content_lines, object_states, unified_diff, version_row
 from ...context.timeline import frame_diff, frame_messages, session_rows, turn_count, turn_rows, version_at
-from ...context.view import POOLS
+from ...context.view import POOLS, arguments_text
 from ...errors import ConfigError, ContextOSError, InputError, NotFound
 from ...store.base import Store, Version
 from ...times import display, iso, now_ms, parse_time
@@ -119,6 +119,7 @@ class UiApp:
         )
         self.env.globals.update(url=_url, pools=POOLS, store_url=store.url, short=_short)
         self.env.filters["num"] = lambda n: "" if n is None else f"{n:,}"
+        self.env.filters["args"] = arguments_text
         self.env.filters["pct"] = lambda x, y: "" if x is None or not y else f"{100 * x / y:.0f}%"
         self._routes: dict[str, Callable[[dict[str, str]], Page]] = {
             "/": self.sessions_page,
