@@ -101,12 +101,14 @@ def test_a_managed_session_clips_a_huge_result_and_lines_shows_the_rest(db: Sqli
 
 def test_lines_refuses_what_it_cannot_show(db: SqliteStore) -> None:
     hook = hook_for(db)
-    hook.transform_context([user("go"), call("c1", command="ls"), result("c1", "a\nb")])
+    hook.transform_context([user("go"), call("c1", command="ls"), result("c1", "a\nb\n")])
     tools = context_tools(hook.session)
 
     def error(args: dict) -> str:
         return json.loads(tools.call("lines", json.dumps(args)))["error"]
 
+    # a text that ends with a line break has no empty line after it
+    assert tools.call("lines", '{"id": "r2", "end": 9}') == "[context_os: r2, lines 1-2 of 2]\na\nb"
     assert error({"id": "r2", "start": 3}) == "r2 has 2 lines; start is 3"
     assert "start must be at least 1" in error({"id": "r2", "start": 0})
     assert "end at least start" in error({"id": "r2", "start": 2, "end": 1})

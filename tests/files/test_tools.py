@@ -52,6 +52,9 @@ def test_read_reports_index_pool_and_active_status_at_each_step(root: Path, tool
     changed = call(tools, "read", path="./app.py")
     assert (changed["indexed"], changed["pool"], changed["active"]) == ("new version", "already in pool", "refreshed")
     assert changed["id"] == first["id"] and changed["version"] == 2
+    assert (changed["lines_added"], changed["lines_removed"]) == (1, 1)
+    same = call(tools, "read", path="app.py")  # nothing changed since: no counts of a change
+    assert same["indexed"] == "already indexed" and "lines_added" not in same and "lines_removed" not in same
     assert "return 2" in tail(tools.session) and "return 1" not in tail(tools.session)
     meta = latest_meta(db, first["id"])
     assert meta["abs_path"] == str(root.resolve() / "app.py") and meta["workspace"] == str(root.resolve())

@@ -823,6 +823,8 @@ class Session:
         if start < 1 or (end is not None and end < start):
             raise InputError(f"lines: start must be at least 1 and end at least start, got {start}-{end}")
         rows = text.split("\n")
+        if len(rows) > 1 and rows[-1] == "":
+            rows.pop()  # a text that ends with a line break has no line after it
         last = end if end is not None else start + LINES_AT_ONCE - 1
         if start > len(rows):
             raise InputError(f"{ref} has {len(rows):,} lines; start is {start:,}")

@@ -314,6 +314,9 @@ class FileTools:
 
     def _result(self, idx: Indexed, **extra: Any) -> dict[str, Any]:
         out: dict[str, Any] = {"id": idx.id, **file_meta_summary(idx.meta), "indexed": idx.status}
+        if idx.status != "new version":  # a diff's counts say what this call found changed
+            out.pop("lines_added", None)
+            out.pop("lines_removed", None)
         out.update(extra)
         if idx.meta.get("context_chars"):
             out["note"] = (
