@@ -105,6 +105,8 @@ def test_recall_finds_another_sessions_tool_output_and_activate_loads_it(store: 
     assert all(h["session"] == f"{uid}-b" for h in mine["hits"])
     old = json.loads(hook.call_tool("recall", {"query": "lease renewal failed", "as_of": "2001-01-01T00:00:00Z"}))
     assert old["hits"] == [] and old["as_of"] == "2001-01-01T00:00:00.000Z"
+    as_ms = json.loads(hook.call_tool("recall", {"query": "lease renewal failed", "as_of": 978_307_200_000}))
+    assert as_ms["hits"] == [] and as_ms["as_of"] == old["as_of"]  # epoch ms, as the schema says
     named = json.loads(hook.call_tool("recall", {"query": "lease renewal failed in May 2001", "as_of": "2001-06-01"}))
     assert named["periods"] == ["May 2001 (2001-05-01 to 2001-05-31, ranked higher)"] and named["hits"] == []
     assert "periods" not in out
@@ -120,11 +122,15 @@ def test_recall_refuses_bad_arguments(store: Store, uid: str) -> None:
     for args, field in [
         ({"query": "  "}, "empty"),
         ({"query": "x", "k": 0}, "k must be"),
+        ({"query": "x", "k": 21}, "from 1 to 20"),  # the schema's maximum
+        ({"query": "x", "as_of": True}, "as_of"),
         ({"query": "x", "kinds": ["frame"]}, "kinds"),
         ({"query": "x", "as_of": "yesterday"}, "as_of"),
     ]:
         out = json.loads(hook.call_tool("recall", args))
         assert out["type"] == "InputError" and field in out["error"], (args, out)
+    schema = next(t for t in hook.tools if (t.get("function") or t)["name"] == "recall")
+    assert (schema.get("function") or schema)["parameters"]["properties"]["k"]["maximum"] == 20
 
 
 @pytest.mark.slow

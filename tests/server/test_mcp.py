@@ -87,7 +87,7 @@ def test_the_tools_over_stdio(tmp_path: Path) -> None:
             got, _ = await call(s, "activate", {"id": first["id"]})
             assert got["kind"] == "file" and "a + b" in got["text"]
             line, err = await call(s, "lines", {"id": first["id"], "start": 2, "end": 2})
-            assert not err and line == f"[context_os: {first['id']}, lines 2-2 of 3]\n    return a + b"
+            assert not err and line == f"[context_os: {first['id']}, lines 2-2 of 2]\n    return a + b"
             off, _ = await call(s, "deactivate", {"id": "calc.py"})
             assert off["status"] == "deactivated"
 
@@ -95,6 +95,8 @@ def test_the_tools_over_stdio(tmp_path: Path) -> None:
             assert [v["version"] for v in history["versions"]] == [1, 2]
             then, _ = await call(s, "inspect", {"id": first["id"], "as_of": history["versions"][0]["valid_time"]})
             assert "a - b" in then["version"]["doc"]["content"]
+            as_ms, err = await call(s, "inspect", {"id": first["id"], "as_of": history["versions"][0]["valid_time_ms"]})
+            assert not err and as_ms["version"] == then["version"]  # epoch ms, as the schema says
 
             frames, _ = await call(s, "frames", {"session": "agent-1"})
             assert [f["turn"] for f in frames["frames"]] == [1]

@@ -69,7 +69,9 @@ class SourceTools:
     def register(self, registry: ToolRegistry) -> ToolRegistry:
         """Add ``recall`` (with a recall engine) and ``remember`` (with memory) to ``registry``."""
         if self.recall_engine is not None:
-            registry.register(Tool("recall", RECALL_DESCRIPTION, RECALL_SCHEMA, self.recall))
+            schema = {**RECALL_SCHEMA, "properties": {**RECALL_SCHEMA["properties"]}}
+            schema["properties"]["k"] = {**schema["properties"]["k"], "maximum": self.max_k}
+            registry.register(Tool("recall", RECALL_DESCRIPTION, schema, self.recall))
         if self.memory is not None:
             registry.register(Tool("remember", REMEMBER_DESCRIPTION, REMEMBER_SCHEMA, self.remember))
         return registry
@@ -163,7 +165,7 @@ RECALL_SCHEMA = object_schema(
         },
         "session": {"type": "string", "description": "Only this session's objects"},
         "as_of": {
-            "type": "string",
+            "type": ["string", "integer"],
             "description": "A past time, ISO 8601 or epoch ms: search what was valid and known then",
         },
     },

@@ -78,10 +78,17 @@ class Tool:
         if missing:
             raise InputError(f"{self.name}: missing required argument(s) {missing}")
         for k, v in args.items():
-            want = _TYPES.get(props.get(k, {}).get("type", ""))
-            if want is not None and (not isinstance(v, want) or (want is int and isinstance(v, bool))):
-                raise InputError(f"{self.name}: argument {k!r} must be {props[k]['type']}, got {type(v).__name__}")
+            named = props.get(k, {}).get("type", "")
+            names = named if isinstance(named, list) else [named]
+            wanted = [_TYPES[n] for n in names if n in _TYPES]
+            if wanted and not any(_is(v, want) for want in wanted):
+                raise InputError(f"{self.name}: argument {k!r} must be {' or '.join(names)}, got {type(v).__name__}")
         return args
+
+
+def _is(value: Any, want: type | tuple[type, ...]) -> bool:
+    """Whether ``value`` is of a JSON schema type (a bool is no integer or number)."""
+    return isinstance(value, want) and not (isinstance(value, bool) and want is not bool)
 
 
 class ToolRegistry:

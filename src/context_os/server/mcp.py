@@ -150,7 +150,7 @@ class ContextOsMcp:
     def deactivate(self, id: str) -> dict[str, Any]:
         return self.files.deactivate(id) if self.files is not None else self.session.deactivate(id)
 
-    def inspect(self, id: str, as_of: str | None = None) -> dict[str, Any]:
+    def inspect(self, id: str, as_of: str | int | None = None) -> dict[str, Any]:
         if as_of is not None:
             v = self.store.get(id, parse_time(as_of, "as_of"))
             if v is None or v.doc is None:
@@ -232,7 +232,14 @@ class ContextOsMcp:
 
 
 def run_stdio(app: ContextOsMcp) -> None:
-    """Serve MCP on stdin/stdout until the client closes them."""
+    """Serve MCP on stdin/stdout until the client closes them, or a ``KeyboardInterrupt`` (Ctrl-C,
+    or SIGTERM made one) stops the calling thread.
+
+    The server runs in a thread of its own: an interrupt raised inside the SDK's event loop, at
+    whatever point it stands (reading stdin in a worker thread, leaving a cancel scope), ends it
+    with an error of its own; raised here, it only stops the wait, and the caller cleans up."""
+    import threading
+
     import anyio
     from mcp.server.stdio import stdio_server
 
@@ -242,7 +249,21 @@ def run_stdio(app: ContextOsMcp) -> None:
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
-    anyio.run(main)
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def serve() -> None:
+        try:
+            anyio.run(main)
+        except BaseException as e:  # handed to the caller's thread
+            failed.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=serve, name="mcp-stdio", daemon=True).start()
+    done.wait()
+    if failed:
+        raise failed[0]
 
 
 def http_app(app: ContextOsMcp, token: str) -> Any:
@@ -374,7 +395,7 @@ INSPECT_DESCRIPTION = (
 INSPECT_SCHEMA = object_schema(
     {
         "id": {"type": "string", "description": "The object id"},
-        "as_of": {"type": "string", "description": "A past time: the version valid then"},
+        "as_of": {"type": ["string", "integer"], "description": "A past time: the version valid then"},
     },
     ["id"],
 )
