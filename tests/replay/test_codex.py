@@ -268,6 +268,56 @@ def test_the_first_rollout_files_hold_bare_items(db, tmp_path: Path) -> None:
     assert (f.meta["path"], f.content) == ("/work/app/notes.txt", "one\ntwo")  # no cwd recorded: as the call named it
 
 
+def test_lines_of_another_tools_export_are_no_bare_items(tmp_path: Path) -> None:
+    # a sanitised export of a Claude Code session: message lines with a "text", not Codex's items
+    rows = [
+        {"type": "sanitization_notice", "source": "Claude Code session"},
+        {"type": "message", "role": "user", "timestamp": "2026-04-30T07:14:25.414Z", "text": "make a landing page"},
+        {"type": "message", "role": "assistant", "timestamp": "2026-04-30T07:14:30.000Z", "text": "done"},
+    ]
+    path = tmp_path / "export.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    with pytest.raises(InputError):
+        read_session(path)
+
+
+def test_a_tool_search_is_a_call_whose_output_is_the_tools_found(tmp_path: Path) -> None:
+    found = [{"type": "function", "name": "get_issue", "description": "Fetch one issue", "parameters": {}}]
+    rows = [
+        line("session_meta", {"id": "ts", "cwd": "/w"}),
+        message("user", "list the open issues"),
+        item(
+            {
+                "type": "tool_search_call",
+                "call_id": "s1",
+                "status": "completed",
+                "execution": "client",
+                "arguments": {"query": "GitHub issues", "limit": 8},
+            }
+        ),
+        item(
+            {
+                "type": "tool_search_output",
+                "call_id": "s1",
+                "status": "completed",
+                "execution": "client",
+                "tools": found,
+            }
+        ),
+        message("assistant", "There are none."),
+    ]
+    path = tmp_path / "rollout.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    t = read_session(path)
+    assert [m["role"] for m in t.messages] == ["user", "assistant", "tool", "assistant"]
+    (call,) = t.messages[1]["tool_calls"]
+    assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == (
+        "tool_search",
+        {"query": "GitHub issues", "limit": 8},
+    )
+    assert json.loads(t.messages[2]["content"]) == found and t.messages[2]["tool_call_id"] == "s1"
+
+
 def test_a_codex_line_without_its_payload_is_named(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"timestamp": "t", "type": "response_item", "payload": "x"}) + "\n")

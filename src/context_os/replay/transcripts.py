@@ -159,7 +159,7 @@ def _line_format(e: Mapping[str, Any]) -> str | None:
         return "pi"
     if kind in CODEX_LINE_TYPES and isinstance(e.get("payload"), Mapping):
         return "codex"
-    if kind in CODEX_ITEM_TYPES and "message" not in e and ("role" in e or kind != "message"):
+    if kind in CODEX_ITEM_TYPES and "message" not in e and (kind != "message" or _bare_message(e)):
         return "codex"  # a bare response item (Codex's first rollout files)
     if isinstance(e.get("history"), list) or is_v1_event(e):
         return "openhands"
@@ -169,11 +169,18 @@ def _line_format(e: Mapping[str, Any]) -> str | None:
         return "openai"
     if kind in CLAUDE_CODE_TYPES or any(k in e for k in ("uuid", "parentUuid", "sessionId", "leafUuid")):
         return "claude-code"
-    if kind in PI_ENTRY_TYPES:
+    if kind in PI_ENTRY_TYPES and (kind != "message" or isinstance(e.get("message"), Mapping)):
         return "pi"
     if kind in ("user", "assistant") and isinstance(e.get("message"), dict):
         return "claude-code"
     return None
+
+
+def _bare_message(e: Mapping[str, Any]) -> bool:
+    """A Responses API ``message`` item: a role and a list of content parts (other exports write
+    ``{"type": "message", "role", "text"}`` lines of their own)."""
+    content = e.get("content")
+    return "role" in e and isinstance(content, list) and all(isinstance(p, Mapping) and "type" in p for p in content)
 
 
 def _is_event(value: Any) -> bool:

@@ -95,6 +95,13 @@ def _sent(item: Mapping[str, Any]) -> dict[str, Any] | None:
         output = item.get("output")
         text = (_text(output.get("content")) or json.dumps(output)) if isinstance(output, Mapping) else _text(output)
         return {**item, "output": text}
+    if kind == "tool_search_call":  # Codex (0.140+) looks up tools it was not given at the start
+        raw = item.get("arguments")
+        arguments = raw if isinstance(raw, str) else json.dumps(raw if raw is not None else {})
+        return {"type": "function_call", "call_id": item.get("call_id"), "name": "tool_search", "arguments": arguments}
+    if kind == "tool_search_output":  # the tools found, which the model is shown from then on
+        tools = item.get("tools")
+        return {"type": "function_call_output", "call_id": item.get("call_id"), "output": json.dumps(tools)}
     return None  # reasoning (encrypted), ghost snapshots, web searches
 
 
