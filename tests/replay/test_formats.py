@@ -61,6 +61,42 @@ def test_pi_skips_a_line_holding_two_objects_as_pi_does(name: str, line: int, mo
     assert calls(t) == model_calls and t.source == str(SESSIONS / "check" / "pi" / name)
 
 
+def test_a_branch_goes_on_over_an_entry_lost_on_a_line_that_is_not_json(tmp_path: Path) -> None:
+    # a real Pi file: an assistant entry whose text a redaction broke (an invalid escape); the next
+    # entry names it as parent. Pi's loader would stop the branch there; the replay goes on
+    def entry(id: str, parent: str | None, role: str, text: str) -> dict[str, Any]:
+        return {"type": "message", "id": id, "parentId": parent, "message": {"role": role, "content": text}}
+
+    lines = [
+        json.dumps({"type": "session", "version": 3, "id": "s", "cwd": "/r"}),
+        json.dumps(entry("u1", None, "user", "first question")),
+        json.dumps(entry("a1", "u1", "assistant", "first answer")),
+        json.dumps(entry("u2", "a1", "user", "second question")),
+        '{"type": "message", "id": "a2", "parentId": "u2", "message": {"role": "assistant", "content": "x\\*@y"}}'[:-3]
+        + '\\q"}}',
+        json.dumps(entry("u3", "a2", "user", "third question")),
+        json.dumps(entry("a3", "u3", "assistant", "third answer")),
+    ]
+    p = tmp_path / "s.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    t = read_session(p)
+    assert t.skipped_line_numbers == [5]
+    assert [m["content"] for m in t.messages] == [
+        "first question",
+        "first answer",
+        "second question",
+        "third question",
+        "third answer",
+    ]
+    assert t.notes == [
+        "line 5 is not JSON: the entry on line 6 names its lost entry as parent; the branch goes on from the "
+        "entry on line 4, as the session was recorded (Pi's own loader stops the branch there)"
+    ]
+    # without its header line, a file of entries with ids is still a tree: version 2 on
+    p.write_text("\n".join(lines[1:4]) + "\n")
+    assert read_session(p).format == "pi-v2"
+
+
 def test_skipped_lines_are_counted_and_the_first_ones_named(tmp_path: Path) -> None:
     lines = [json.dumps({"type": "session", "version": 3, "id": "s", "cwd": "/r"})]
     parent = None

@@ -247,6 +247,9 @@ def warn_skipped(transcripts: Sequence[Transcript]) -> int:
             err=True,
         )
         total += t.skipped_lines
+    for t in transcripts:
+        for note in t.notes:
+            click.echo(f"warning: {t.source}: {note}", err=True)
     return total
 
 
@@ -310,6 +313,7 @@ def run_replay(
                     "label": t.label,
                     "skipped_lines": t.skipped_lines,
                     "skipped_line_numbers": t.skipped_line_numbers,
+                    "notes": t.notes,
                 }
                 for t, r in zip(transcripts, results, strict=True)
             ]

@@ -114,6 +114,9 @@ class Transcript:
     """Lines of that file skipped because they were not JSON (a crash cut one short)."""
     skipped_line_numbers: list[int] = field(default_factory=list)
     """The first ``SKIPPED_SHOWN`` of them, 1-based."""
+    notes: list[str] = field(default_factory=list)
+    """What the reader did that its harness's own loader would not, to say with the replay (a
+    Pi branch joined over an entry lost on a line that is not JSON)."""
 
     def compacted_tokens(self, tokens: list[int], calls: list[int]) -> int | None:
         """What the harness itself sent over the calls at message indexes ``calls``, given each

@@ -86,7 +86,8 @@ def read_pi(parsed: Parsed, **_: Any) -> list[Transcript]:
     body = rows[1:] if header else rows
     version = _int(header.get("version", 1) or 1, f"{p}:{rows[0][0]}", "the session version")
     if version >= 2 or any("id" in e and "parentId" in e for _, e in body):
-        return parsed.stamp([_read_pi_tree(parsed, header, body, version)])
+        # a tree of entries is version 2 on (a file without its header line says no more)
+        return parsed.stamp([_read_pi_tree(parsed, header, body, max(version, 2))])
     messages: list[dict[str, Any]] = []
     first_message_at: dict[int, int] = {}  # entry index → index of the first message at or after it
     pending: list[tuple[int, int, dict[str, Any]]] = []
@@ -135,8 +136,10 @@ def _read_pi_tree(
     session_id, cwd = text_field(header.get("id")), text_field(header.get("cwd"))
     if not body:
         return Transcript(f"pi-v{version}", "pi", "pi", [], session_id, cwd, [], 1)
+    line_of = {e["id"]: n for n, e in body}
     path: list[dict[str, Any]] = []
     seen: set[str] = set()
+    notes: list[str] = []
     node: dict[str, Any] | None = body[-1][1]  # the leaf: the last entry appended
     while node is not None:
         if node["id"] in seen:
@@ -145,6 +148,8 @@ def _read_pi_tree(
         path.append(node)
         parent = node.get("parentId")
         node = by_id.get(parent) if isinstance(parent, str) else None
+        if node is None and isinstance(parent, str):
+            node = _over_lost_entry(parsed, body, line_of[path[-1]["id"]], seen, notes)
     path.reverse()
     messages: list[dict[str, Any]] = []
     message_of: dict[str, int] = {}
@@ -165,4 +170,30 @@ def _read_pi_tree(
         )
         for at, e in pending
     ]
-    return Transcript(f"pi-v{version}", "pi", "pi", messages, session_id, cwd, compactions, len(body) + 1)
+    out = Transcript(f"pi-v{version}", "pi", "pi", messages, session_id, cwd, compactions, len(body) + 1)
+    out.notes = notes
+    return out
+
+
+def _over_lost_entry(
+    parsed: Parsed, body: list[tuple[int, dict[str, Any]]], line: int, seen: set[str], notes: list[str]
+) -> dict[str, Any] | None:
+    """The entry to go on from when the entry on ``line`` names a parent that is not in the file
+    because its line was skipped (not JSON: a crash, a redaction that broke an escape): the entry
+    appended before that line, the lost one's parent in a session that went on from it (Pi
+    appends each entry to the branch it is on). None when no skipped line comes before.
+
+    Pi's own loader stops the branch there on resume; the replay goes on, so that what the model
+    was sent before the lost entry is replayed too, and says so (``notes``)."""
+    lost = max((k for k in parsed.skipped if k < line), default=None)
+    if lost is None:
+        return None
+    before = [(n, e) for n, e in body if n < lost and e["id"] not in seen]
+    if not before:
+        return None
+    n, entry = before[-1]
+    notes.append(
+        f"line {lost} is not JSON: the entry on line {line} names its lost entry as parent; the branch goes on "
+        f"from the entry on line {n}, as the session was recorded (Pi's own loader stops the branch there)"
+    )
+    return entry
