@@ -113,7 +113,29 @@ def test_recall_finds_another_sessions_tool_output_and_activate_loads_it(store: 
     # with auto recall, the user's message is the query: the hit is in the object index at once
     auto = recall_hook(store, f"{uid}-c", Recall(store), auto=True)
     text = blocks_text(auto.transform_context([user("the lease renewal test failed again")]))
-    assert f"- recall:toolcall:{uid}-a:c1# recall" in text and "lease expired early" not in text
+    line = f'- recall:toolcall:{uid}-a:c1# recall 13 tokens "FAILED test_lease_renewal: the lease expired early"'
+    assert line in text  # its first words (here all of it), what activating it costs
+
+
+def test_recall_leaves_out_what_the_context_shows_and_the_copies_of_earlier_hits(store: Store, uid: str) -> None:
+    earlier = OpenAIHook(Session.open(store, f"{uid}-a", harness="openai"))
+    earlier.transform_context(
+        [user("why does the lease fail"), call("c1", command="pytest"), result("c1", "the lease expired")]
+    )
+    earlier.session.close()
+    hook = recall_hook(store, f"{uid}-b", Recall(store))
+    hook.transform_context([user("the lease expired again, why?")])
+
+    def found(query: str) -> set[str]:  # this test's hits (the XTDB node holds other tests' too)
+        out = json.loads(hook.call_tool("recall", {"query": query, "k": 20}))
+        assert all(h["kind"] != "recall" for h in out["hits"])
+        return {h["object"] for h in out["hits"] if uid in h["object"]}
+
+    for _ in range(2):  # the second time, the first's hits are stored as recall objects too
+        assert found("lease expired") == {f"toolcall:{uid}-a:c1", f"chat:{uid}-a:00000"}
+    # what went behind the history horizon is recalled as any other part
+    hook.session.view.horizon = 1
+    assert f"chat:{uid}-b:00000" in found("lease expired again")
 
 
 def test_recall_refuses_bad_arguments(store: Store, uid: str) -> None:

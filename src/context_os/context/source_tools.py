@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from ..sources.recall import Recall, hit_item
+from ..sources.recall import Recall, RecallHit, hit_item
 from ..times import iso, parse_time
-from .sources import SourceFeed, store_item
+from .sources import SourceFeed, preview, store_item
 from .tools import Tool, ToolRegistry, object_schema
 
 if TYPE_CHECKING:
@@ -33,8 +33,7 @@ PREVIEW_CHARS = 160
 
 
 def _preview(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= PREVIEW_CHARS else line[: PREVIEW_CHARS - 1] + "…"
+    return preview(text, PREVIEW_CHARS)
 
 
 class SourceTools:
@@ -94,10 +93,11 @@ class SourceTools:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.max_k:
             raise InputError(f"recall: k must be an integer from 1 to {self.max_k}, got {k!r}")
         valid_time = parse_time(as_of, "as_of") if as_of is not None else None
-        result = engine.search(query, k=k, kinds=kinds, session=session, as_of=valid_time)
+        result = engine.search(query, k=k + _SHOWN_SLACK, kinds=kinds, session=session, as_of=valid_time)
+        found = [h for h in result.hits if not self._in_view(h)][:k]
         hits = []
         feed = SourceFeed(engine)
-        for rank, item in enumerate(hit_item(h, query, result.mode) for h in result.hits):
+        for rank, item in enumerate(hit_item(h, query, result.mode) for h in found):
             store_item(self.session, feed, item, rank, query)
             added = item.id not in self.session.view.objects
             self.session.show(
@@ -131,6 +131,18 @@ class SourceTools:
         out["next"] = "activate(id) loads a hit's full text" if hits else "no hit: try other words"
         return out
 
+    def _in_view(self, hit: RecallHit) -> bool:
+        """Whether a hit is this session's own chat still in its context (from the history
+        horizon on: the user's message that asked, the replies since): no news to the model.
+        What went behind the horizon is recalled as any other part."""
+        view = self.session.view
+        if hit.session != self.session.id or not hit.id.startswith("chat:") or not hit.part.startswith("e"):
+            return False
+        try:
+            return int(hit.part[1:]) >= view.horizon
+        except ValueError:
+            return False
+
     def remember(self, text: str, scope: str = "project", topic: str | None = None) -> dict[str, Any]:
         """Append one fact to a memory scope; the index in context shows it from the next turn."""
         memory = self.memory
@@ -147,6 +159,10 @@ class SourceTools:
             else f"read({str(done.path)!r}) shows the topic; the index points to it"
         )
         return out
+
+
+_SHOWN_SLACK = 10
+"""Hits asked for beyond ``k``, for those left out as in the context already (``_in_view``)."""
 
 
 RECALL_DESCRIPTION = (

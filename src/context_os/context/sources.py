@@ -131,6 +131,16 @@ def _eligible(session: Session, items: list[SourceItem]) -> list[SourceItem]:
     return out
 
 
+INDEX_PREVIEW_CHARS = 60
+"""How much of a recall hit's text its line in the object index shows."""
+
+
+def preview(text: str, chars: int) -> str:
+    """A text's first words on one line, at most ``chars`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= chars else line[: chars - 1] + "…"
+
+
 def store_item(session: Session, feed: SourceFeed, item: SourceItem, rank: int, query: str | None) -> bool:
     """Write the item as a version of its object, unless the store already holds it (for a feed
     read at every turn: this very document; for a query: this text); True when it wrote one.
@@ -141,6 +151,9 @@ def store_item(session: Session, feed: SourceFeed, item: SourceItem, rank: int, 
         text = session.ingest.redact(text)[0]  # a memory file is the user's text: secrets stay out
     meta: dict[str, Any] = dict(item.meta)
     meta.update(source=feed.source.name, score=round(float(item.score), 6), rank=rank + 1)
+    meta.setdefault("tokens", estimate_tokens(len(text)))  # what activating it costs, in the object index
+    if item.kind == "recall" and "object" in meta:  # a stored part: how it begins shows there, to judge it by
+        meta.setdefault("preview", preview(text, INDEX_PREVIEW_CHARS))
     if query is not None and not feed.every_turn:
         meta["query"] = query[:QUERY_CHARS]
     try:

@@ -1433,6 +1433,8 @@ def _index_line(o: ObjInfo) -> str:
     if name:
         parts.append(str(name))
     parts.append(f"{o.tokens} tokens")
+    if o.kind == "recall" and isinstance(o.meta.get("preview"), str):  # hits stored since it was written
+        parts.append(json.dumps(o.meta["preview"], ensure_ascii=False))
     if o.meta.get("version"):
         parts.append(f"v{o.meta['version']}")
     if o.newer:

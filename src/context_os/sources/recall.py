@@ -47,7 +47,7 @@ import numpy as np
 
 from .._install import install_hint
 from ..errors import InputError
-from ..objects import index_parts
+from ..objects import INDEXED_KINDS, index_parts
 from ..store.base import Store, TextHit, Version, now_ms
 from ..store.text_index import check_basis, check_kinds
 from ..times import parse_time
@@ -221,7 +221,9 @@ class Recall:
         self.store = store
         self.vectors = vectors
         self.config = config or RecallConfig()
-        self.kinds = check_kinds(kinds)
+        # by default not the ``recall`` objects earlier hits were stored as: each is a copy of an
+        # object that is searched itself, and would come back beside it (kinds=["recall"] asks)
+        self.kinds = check_kinds(kinds) if kinds is not None else tuple(k for k in INDEXED_KINDS if k != "recall")
         self.session = session
         self.k = k
         self.indexer = indexer
