@@ -293,6 +293,13 @@ def test_trusted_workspaces_list(tmp_path: Path, ws: Path, data: Path) -> None:
     assert untrust_workspace(ws, data_dir=data) is True
     assert untrust_workspace(ws, data_dir=data) is False
     assert not mem.trusted and mem.items("", 100) == []
+    # a trusted workspace deleted since can still be untrusted: a later clone there is not trusted
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    trust_workspace(gone, data_dir=data)
+    gone.rmdir()
+    assert untrust_workspace(gone, data_dir=data) is True and trusted_workspaces(data) == []
+    assert untrust_workspace(tmp_path / "never-was", data_dir=data) is False
 
 
 def test_option_trusts_without_touching_the_list(ws: Path, data: Path) -> None:

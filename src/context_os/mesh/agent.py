@@ -149,7 +149,7 @@ class MeshAgent:
         # time, then a counter (the order within one millisecond), then randomness (another
         # process of the same agent name writing into the same store)
         oid = f"message:{self.name}:{at:x}{next(self._seq) % 0x10000:04x}{os.urandom(2).hex()}"
-        peer_name = meta.get("peer_name") or str(meta.get("peer", ""))[:16]
+        peer_name = meta.get("peer_name") or (str(meta["peer"])[:16] if meta.get("peer") else "every peer")
         arrow = f"{peer_name} → {self.name}" if meta["direction"] == "in" else f"{self.name} → {peer_name}"
         full = {
             "session": self.scope,

@@ -220,6 +220,14 @@ def _root(workspace: str | os.PathLike[str]) -> Path:
     return Path(real)
 
 
+def _absolute(workspace: str | os.PathLike[str]) -> str:
+    """A path that may no longer exist, absolute and normalised (symlinks of what is left resolved)."""
+    try:
+        return os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(workspace))))
+    except ValueError:  # a NUL byte
+        return ""
+
+
 def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
@@ -248,8 +256,15 @@ def trust_workspace(workspace: str | os.PathLike[str], *, data_dir: str | os.Pat
 
 def untrust_workspace(workspace: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None) -> bool:
     """Remove the workspace's resolved root from the trusted list; whether it was listed. A
-    folder above it that is listed still trusts it."""
-    root = _root(workspace)
+    folder above it that is listed still trusts it. A workspace deleted since is untrusted by
+    its path as given (made absolute), so that a later directory there is not trusted."""
+    try:
+        root = _root(workspace)
+    except InputError:
+        gone = _absolute(workspace)
+        if not gone:
+            raise
+        root = Path(gone)
     path = settings_path(data_dir)
     settings = _load_settings(path)
     roots = list(settings.get("trusted_workspaces", []))
@@ -628,16 +643,16 @@ class MemoryScopes:
         if name is None and len(fact) > MAX_FACT_CHARS:
             raise InputError(
                 f"remember: the fact is {len(fact):,} characters; the index takes at most {MAX_FACT_CHARS:,} "
-                "per fact: put the detail in a topic (topic=…) and keep the index line short"
+                "per fact: put the detail in a topic (the topic argument, --topic) and keep the index line short"
             )
         w = next((w for w in self._where() if w.scope == scope), None)
         if w is None:
-            raise InputError("remember: no workspace was given, so there is no project scope; use scope='global'")
+            raise InputError("remember: no workspace was given, so there is no project scope; use the global scope")
         if not w.used:
             raise InputError(
                 f"remember: the workspace {self.workspace} is not trusted, so its project memory is not used and "
-                f"not written; trust it with `ctxos memory trust --workspace {self.workspace}` (or pass "
-                "trust_project=True), or use scope='global'"
+                f"not written; trust it with `ctxos memory trust --workspace {self.workspace}` (in Python, "
+                "MemoryScopes(..., trust_project=True)), or remember it in the global scope (--scope global)"
             )
         line = f"- {fact}"
         index = w.dir / INDEX
