@@ -108,7 +108,7 @@ def test_a_broadcast_reaches_both_others_and_shows_in_their_context(
         assert entry.value == "[event] release freeze at 17:00"
     [sent] = a.messages()
     assert sent["direction"] == "out" and sent["kind"] == "broadcast"
-    assert sent["name"] == "alice → every peer: broadcast"  # its line in the object index (not "→ None")
+    assert sent["name"] == f"{a.name} → every peer: broadcast"  # its line in the object index (not "→ None")
 
 
 def test_memory_of_a_peer_is_recalled_on_its_next_request(store: Store, agents: AgentFactory, uid: str) -> None:
