@@ -153,6 +153,8 @@ def test_chat_and_session_are_locked(db):
     assert reply["type"] == "LockedObject"
     with pytest.raises(NotFound):
         hook.session.activate("toolcall:s1:nope")
+    with pytest.raises(LockedObject, match="another session's chat.*recall finds what a chat said"):
+        hook.session.activate("chat:other:00000")  # no part of this context: nothing to load
 
 
 def test_every_frame_re_renders_byte_identically_from_the_store(db):

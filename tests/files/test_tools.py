@@ -102,6 +102,10 @@ def test_tool_errors_are_typed_json(root: Path, tools: FileTools) -> None:
     locked = call(tools, "deactivate", id="chat:s1:00000")
     assert locked["type"] == "LockedObject"
     assert call(tools, "deactivate", id="not-indexed.txt")["type"] == "InputError"
+    unknown = call(tools, "deactivate", id="nope:xyz")
+    assert unknown["type"] == "InputError" and "neither an object id (file:…" in unknown["error"]
+    unknown = call(tools, "activate", id="nope:xyz")
+    assert unknown["type"] == "FileUnreadable" and "neither an object id" in unknown["error"]
     assert call(tools, "read", path="/etc/passwd")["type"] == "PathDenied"
     assert call(tools, "read", path="missing.txt")["type"] == "FileUnreadable"
     assert json.loads(tools.call("read", "{not json"))["type"] == "InputError"

@@ -634,6 +634,11 @@ class Session:
 
     def _latest(self, obj_id: str) -> Version:
         if obj_id.startswith(LOCKED_PREFIXES):
+            if not obj_id.startswith((f"chat:{self.id}:", f"session:{self.id}")):
+                raise LockedObject(
+                    f"{obj_id} is context_os's own record (another session's chat, a frame, a state…), not an "
+                    "object to load: recall finds what a chat said (as recall:… objects to activate)"
+                )
             raise LockedObject(f"{obj_id} is locked: it is always part of the context")
         v = self.store.get(obj_id)
         if v is None or v.doc is None:

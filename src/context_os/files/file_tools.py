@@ -133,6 +133,9 @@ _ID_PREFIXES = tuple(f"{k}:" for k in KINDS)
 _TOKEN_SPLIT = re.compile(r"[\s'\"`()\[\]{}<>|;&,=]+")
 _GREP_LINE = re.compile(r"^(.+?)[:-](\d+)[:-]")
 _SHORT_REF = re.compile(r"r\d+")
+_ID_LIKE = re.compile(r"[a-z]+:")
+"""What an object id of a kind this does not know starts with (``nope:xyz``)."""
+_ID_HINT = "file:…, toolcall:…, recall:…, memory:…, message:…, or r12 for a tool result"
 """A tool result's short ref (``r12``), as collapsed results name themselves."""
 
 
@@ -370,13 +373,21 @@ class FileTools:
         real = self.workspace.resolve(id_or_path, must_exist=False)
         v = self.index.lookup(real)
         if v is None:
-            raise InputError(f"{id_or_path!r} is not an indexed file: read(path) indexes it")
+            raise InputError(
+                f"{id_or_path!r} is neither an object id ({_ID_HINT}) nor the path of a file read so far: "
+                "read(path) indexes a file"
+            )
         return v.id
 
     def activate(self, id: str) -> dict[str, Any]:
         """Activate an object; a path is read (indexed if new or changed, then activated)."""
         if not self._is_id(id):
-            return self.read(id)
+            try:
+                return self.read(id)
+            except FileUnreadable as e:
+                if _ID_LIKE.match(id) is None:
+                    raise
+                raise FileUnreadable(f"{id!r} is neither an object id ({_ID_HINT}) nor a file: {e}") from None
         if id.startswith("file:"):
             v = self.index.latest(id)
             if v is not None and v.doc is not None and v.doc.get("content") is None:
