@@ -92,6 +92,9 @@ def test_errors_are_pages_with_reasons(served: tuple[Store, str, str]) -> None:
             f"/frame?session={sid}": (400, "needs turn="),
             "/object?id=file:nothing": (404, "no object"),
             f"/object?id=session:{sid}&vt=yesterday": (400, "vt"),
+            f"/object?id=session:{sid}&tx=-5": (400, "tx must be at least 0, got -5"),
+            f"/object?id=session:{sid}&a=1&b=100000": (400, "b must be at most"),
+            f"/object?id=session:{sid}&a=0": (400, "a must be at least 1"),
         }
         for path, (status, text) in cases.items():
             r = client.get(path)

@@ -70,17 +70,22 @@ class Page:
     cache: bool = False
 
 
-def _int(q: dict[str, str], name: str, default: int | None = None, *, low: int = 0) -> int:
+def _int(
+    q: dict[str, str], name: str, default: int | None = None, *, low: int = 0, high: tuple[int, str] | None = None
+) -> int:
+    """A whole-number query parameter from ``low`` up to ``high`` (the highest, and what it is)."""
     raw = q.get(name, "")
     if raw == "":
         if default is None:
             raise InputError(f"the query needs {name}=<number>")
         return default
-    if not raw.isdigit():
+    if not raw.removeprefix("-").isdigit() or not raw.isascii():
         raise InputError(f"{name} must be a whole number, got {raw!r}")
     value = int(raw)
     if value < low:
         raise InputError(f"{name} must be at least {low}, got {value}")
+    if high is not None and value > high[0]:
+        raise InputError(f"{name} must be at most {high[0]} ({high[1]}), got {value}")
     return value
 
 
@@ -298,8 +303,9 @@ class UiApp:
         as_of = n if vt is None and tx is None else version_at(self.store, obj_id, versions, vt, tx)
         shown = self._with_doc(versions[as_of - 1]) if as_of else None
         text = "".join(content_lines(shown.doc)) if shown else ""
-        b = min(_int(q, "b", n, low=1), n)
-        a = min(_int(q, "a", max(1, b - 1), low=1), n)
+        versions_n = (n, f"{obj_id} has {n} version{'s' if n != 1 else ''}")
+        b = _int(q, "b", n, low=1, high=versions_n)
+        a = _int(q, "a", max(1, b - 1), low=1, high=versions_n)
         old, new = self._with_doc(versions[a - 1]), self._with_doc(versions[b - 1])
         diff = unified_diff(content_lines(old.doc), content_lines(new.doc), f"v{a}", f"v{b}")
         start = min(_int(q, "from", max(0, n - PAGE_VERSIONS)), max(0, n - 1))
