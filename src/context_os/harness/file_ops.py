@@ -4,9 +4,11 @@ it without the files on disk (a replay of a recorded session, the proxy's live o
 ``file_op(role, arguments, output)`` reads a ``read``/``write``/``edit`` call by its role (the
 tool-name presets of harness/toolnames.py map a harness's names to roles) in three families:
 
-* Pi's and Claude Code's tools: ``path`` or ``file_path``; ``content``; ``oldText``/``newText``
-  (or Pi 1.5's ``edits`` list of them) or ``old_string``/``new_string``; a read's output with
-  Pi's continuation notes or ``cat -n`` line numbers;
+* Pi's, Claude Code's and Gemini CLI's tools: ``path`` or ``file_path`` (Gemini CLI's first
+  ``read_file``: ``absolute_path``); ``content``; ``oldText``/``newText`` (or Pi 1.5's ``edits``
+  list of them) or ``old_string``/``new_string``; a read's output with Pi's continuation notes,
+  ``cat -n`` line numbers, or Gemini CLI's note on a part of a file (``Status: Showing lines A-B
+  of T total lines.``);
 * ``str_replace_editor`` (SWE-agent, OpenHands), told apart by its ``command`` argument:
   ``view`` (with ``view_range``) prints ``Here's the result of running `cat -n` on PATH:`` and
   numbered lines, ``create`` writes ``file_text``, ``str_replace`` replaces ``old_str`` by
@@ -67,6 +69,30 @@ _REMINDERS = re.compile(r"(?:(?:\A|\n+)<system-reminder>.*?</system-reminder>\n*
 """Notes Claude Code appends to what its Read tool shows (since 2.0: one on malware after every
 read, a warning on an empty file or an offset past its end): not the file's text."""
 
+# Gemini CLI's read_file
+_GEMINI_PART = re.compile(
+    r"\A\n?IMPORTANT: The file content has been truncated\.\n"
+    r"Status: Showing lines (?P<first>\d+)-(?P<last>\d+) of (?P<total>\d+) total lines\.\n"
+    r"Action: [^\n]*\n\n--- FILE CONTENT \(truncated\) ---\n"
+    r"|\A\[File content truncated: showing lines (?P<first0>\d+)-(?P<last0>\d+) of (?P<total0>\d+) total lines\."
+    r" Use offset/limit parameters to view more\.\]\n"
+)
+"""The note before a part of a file (since August 2025; before it, the bracketed one)."""
+_GEMINI_CONTEXT = re.compile(
+    r"\n\n--- Newly Discovered Project Context ---\n.*\n--- End Project Context ---\Z", re.DOTALL
+)
+"""Project context (a ``GEMINI.md`` found near the file) appended after what was read."""
+_GEMINI_NO_TEXT = (
+    "<tool_output_masked>",
+    "[File content partially truncated",
+    "Binary content",
+    "[SYSTEM: Binary content",
+)
+"""How an output begins that shows no file text: an old output Gemini CLI masked to save room,
+lines cut at their length (the older note), an image or a PDF."""
+_GEMINI_CUT_LINE = "... [truncated]"
+"""How Gemini CLI ends a line it cut at 2,000 characters: what is shown is not the file's line."""
+
 # str_replace_editor (Anthropic's text editor tool, as SWE-agent and OpenHands run it)
 _EDITOR_COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
 _OBSERVATION = re.compile(r"\A(?:OBSERVATION:\n)?")  # SWE-agent's prefix of every tool output
@@ -125,8 +151,17 @@ class FileOp:
 def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | None] | None:
     """(lines read, first line number, total lines or None) of a read tool's output: Pi's
     continuation notes removed, and ``cat -n`` style line numbers (``   12\\t`` or ``   12→``)
-    removed when every line has them, and the notes Claude Code appends after them. None if the
-    output is not file text (a note instead)."""
+    removed when every line has them, and the notes Claude Code appends after them; Gemini CLI's
+    note before a part of a file read for where it is, and its project context after it removed.
+    None if the output is not file text (a note instead)."""
+    context = _GEMINI_CONTEXT.search(output)
+    if context is not None:
+        output = output[: context.start()]
+    if output.startswith(_GEMINI_NO_TEXT):
+        return None
+    part = _GEMINI_PART.match(output)
+    if part is not None:
+        return _gemini_part(output, part)
     first = max(1, offset or 1)
     total: int | None = None
     reminders = _REMINDERS.search(output)
@@ -155,6 +190,16 @@ def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | 
     if total is None:
         total = first + len(lines) - 1  # no note: the read reached the end of the file
     return body, first, total
+
+
+def _gemini_part(output: str, note: re.Match[str]) -> tuple[str, int, int] | None:
+    """(lines, first line, total) of a part of a file Gemini CLI's ``read_file`` showed after its
+    note; None when it cut a line at its length (what is shown is not the file's line)."""
+    body = output[note.end() :]
+    if any(line.endswith(_GEMINI_CUT_LINE) for line in body.split("\n")):
+        return None
+    first = int(note.group("first") or note.group("first0"))
+    return body, first, int(note.group("total") or note.group("total0"))
 
 
 def _int(value: Any) -> int | None:
@@ -240,6 +285,12 @@ def _editor_view(output: str, args: Mapping[str, Any]) -> tuple[str, int, int | 
     return "\n".join(lines), first, total
 
 
+def _path(args: Mapping[str, Any]) -> Any:
+    """The file a call names: ``path``, ``file_path``, or (Gemini CLI's first ``read_file``)
+    ``absolute_path``."""
+    return args.get("path", args.get("file_path", args.get("absolute_path")))
+
+
 def edit_target(arguments: Any, output: str = "") -> FileOp | None:
     """The file an edit call edits and the replacements it asks for, whether or not they were
     made: its ``path`` (or, for a windowed tool acting on the open file, the file its output
@@ -248,7 +299,7 @@ def edit_target(arguments: Any, output: str = "") -> FileOp | None:
     args = json_arguments(arguments)
     if args is None:
         return None
-    path = args.get("path", args.get("file_path"))
+    path = _path(args)
     patch = _patch(args) if not isinstance(path, str) or not path else None
     patched = patch.files[0] if patch is not None else None  # an edit's target: the patch's first file
     if patched is not None:
@@ -285,7 +336,7 @@ def file_op(role: str | None, arguments: Any, output: str, *, is_error: bool = F
     if args is None:
         return None
     editor = args.get("command") in _EDITOR_COMMANDS
-    path = args.get("path", args.get("file_path"))
+    path = _path(args)
     operation = is_operation(args)  # the built-in apply_patch's: not failed (is_error), so applied
     if not editor and (not isinstance(path, str) or not path or operation):  # Codex's patches and shell reads
         patch = _patch(args) if role in ("write", "edit") else None
@@ -326,8 +377,8 @@ def file_op(role: str | None, arguments: Any, output: str, *, is_error: bool = F
     if got is None:
         return None
     body, first, total = got
-    if "file_path" in args and limit is not None and body.count("\n") + 1 >= limit:
-        total = None  # Claude Code read as many lines as asked for: the file may go on
+    if "file_path" in args and limit is not None and body.count("\n") + 1 >= limit and not _GEMINI_PART.match(output):
+        total = None  # Claude Code read as many lines as asked for: the file may go on (Gemini CLI says)
     return FileOp("read", path, text=body, first_line=first, total_lines=total)
 
 
@@ -348,7 +399,7 @@ def _edit(args: Mapping[str, Any], output: str, *, editor: bool) -> FileOp | Non
             return FileOp("edit", op.path)  # a change the call does not say, or an outcome we cannot read
         return op
     if "path" in args or "file_path" in args:
-        return op  # Pi, Claude Code: a failed call says so (is_error)
+        return op  # Pi, Claude Code, Gemini CLI: a failed call says so (is_error)
     # a windowed tool acting on the open file: a replacement counts if the output says it was made
     text = _terminal(output)
     if _WINDOW_REFUSED.search(text):

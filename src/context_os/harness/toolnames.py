@@ -41,6 +41,7 @@ __all__ = [
     "CANONICAL",
     "CLAUDE_CODE",
     "CODEX",
+    "GEMINI_CLI",
     "OPENHANDS",
     "PI",
     "PRESETS",
@@ -263,6 +264,25 @@ a script, ``exec_command`` a ``cmd``), ``apply_patch``, and the experimental ``g
 ``list_dir``. A shell call that only prints a file is a read, one that applies a patch a write or
 an edit (harness/codex_tools.py). ``update_plan``, ``view_image`` and web search have no role."""
 
+GEMINI_CLI = ToolNames(
+    {
+        "read_file": "read",
+        "write_file": "write",
+        "replace": "edit",
+        "run_shell_command": "bash",
+        "search_file_content": "grep",
+        "grep_search": "grep",
+        "glob": "find",
+        "list_directory": "ls",
+    }
+)
+"""Gemini CLI's built-in tools: ``read_file`` (``file_path``, before v0.14 ``absolute_path``; a
+range by ``offset``/``limit``, from v0.31 ``start_line``/``end_line``), ``write_file``
+(``file_path``, ``content``), ``replace`` (``file_path``, ``old_string``, ``new_string``),
+``run_shell_command``, ``search_file_content`` (``grep_search`` in newer releases), ``glob`` and
+``list_directory``. ``read_many_files`` (several files in one output), web search and fetch,
+``save_memory`` and ``write_todos`` have no role."""
+
 PRESETS: Mapping[str, ToolNames] = MappingProxyType(
     {
         "canonical": CANONICAL,
@@ -271,13 +291,15 @@ PRESETS: Mapping[str, ToolNames] = MappingProxyType(
         "pi": PI,
         "swe-agent": SWE_AGENT,
         "openhands": OPENHANDS,
+        "gemini-cli": GEMINI_CLI,
     }
 )
 """Presets by name, e.g. for a ``--tool-names`` option or a JSON-RPC parameter."""
 
 
 def preset(name: str) -> ToolNames:
-    """The preset called ``name`` (``canonical``, ``claude-code``, ``codex``, ``pi``, ``swe-agent``, ``openhands``)."""
+    """The preset called ``name`` (``canonical``, ``claude-code``, ``codex``, ``pi``, ``swe-agent``,
+    ``openhands``, ``gemini-cli``)."""
     try:
         return PRESETS[name]
     except KeyError:
