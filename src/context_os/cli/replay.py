@@ -1,7 +1,7 @@
-"""``ctxos replay FILE``: replay a recorded agent session (Pi, Claude Code, Codex CLI, SWE-agent, OpenHands,
-OpenAI messages) through context_os and compare what it assembles with the full transcript, model
-call by model call. A file holding several sessions (Claude Code's sub-agents, OpenHands records)
-replays each as its own session.
+"""``ctxos replay FILE``: replay a recorded agent session (Pi, Claude Code, Codex CLI, Gemini CLI,
+SWE-agent, OpenHands, OpenAI messages) through context_os and compare what it assembles with the
+full transcript, model call by model call. A file holding several sessions (Claude Code's and
+Gemini CLI's sub-agents, OpenHands records) replays each as its own session.
 
 It never writes to the store but through the session the replay drives."""
 
@@ -67,9 +67,9 @@ def replay_cmd(
 
     At every model call, the context the harness sent (the full transcript, uncompacted) against
     the one context_os assembles, with the same token estimate. Formats: Pi, Claude Code (its
-    sub-agents' sidechains replayed after it, each as its own session), Codex CLI rollouts,
-    SWE-agent and mini-swe-agent trajectories, OpenHands event streams (each record of an
-    output.jsonl its own session), OpenAI or Anthropic messages."""
+    sub-agents' sidechains replayed after it, each as its own session), Codex CLI rollouts, Gemini
+    CLI sessions (its sub-agents too), SWE-agent and mini-swe-agent trajectories, OpenHands event
+    streams (each record of an output.jsonl its own session), OpenAI or Anthropic messages."""
     transcripts = read_sessions(file, fmt, max_bytes=max_file_mb * 2**20)
     run_replay(
         ctx,

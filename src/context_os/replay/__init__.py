@@ -1,6 +1,7 @@
 """Replaying recorded agent sessions through context_os (``ctxos replay``, ``ctxos demo``).
 
-    transcripts.py    session files (Pi, Claude Code, Codex CLI, SWE-agent, OpenHands, OpenAI) → ``Transcript``s
+    transcripts.py    session files (Pi, Claude Code, Codex CLI, Gemini CLI, SWE-agent, OpenHands,
+                      OpenAI) → ``Transcript``s
     formats/          one reader per format, and the parse they share
     run.py            the replay loop and its measures (``replay_transcript``)
 

@@ -1,25 +1,28 @@
 """Session files a replay reads, each read the way its own tool reads it: Pi session JSONL
 (format versions 1, 2 and 3), Claude Code session JSONL (with its sub-agents' sidechains), Codex
-CLI rollout JSONL, SWE-agent trajectories (1.x function calling and 0.x actions parsed from text), OpenHands event
+CLI rollout JSONL, Gemini CLI session files (legacy JSON and JSON lines, with its sub-agents),
+SWE-agent trajectories (1.x function calling and 0.x actions parsed from text), OpenHands event
 streams (a saved event list, or an evaluation's ``output.jsonl`` of records), and a JSON list of
 OpenAI chat-completions messages.
 
 ``read_sessions(path)`` detects the format (``format=`` forces one) and returns every session the
-file holds as a ``Transcript``: the main session first, then Claude Code's sidechains (each with
-its agent id as ``label``), or one per OpenHands record (its instance id as ``label``).
-``read_session(path)`` is the first of them. A transcript holds the messages of the session's
-current branch, uncompacted, in the harness format its adapter reads (Pi ``AgentMessage`` dicts
-for Pi and Claude Code, OpenAI message dicts for the others), plus the compactions Pi recorded, so
-that a replay can also tell what Pi itself sent, and the lines of the file skipped as not JSON.
+file holds as a ``Transcript``: the main session first, then Claude Code's sidechains or Gemini
+CLI's sub-agents (each with its agent id as ``label``), or one per OpenHands record (its instance
+id as ``label``). ``read_session(path)`` is the first of them. A transcript holds the messages of
+the session's current branch, uncompacted, in the harness format its adapter reads (Pi
+``AgentMessage`` dicts for Pi and Claude Code, OpenAI message dicts for the others), plus the
+compactions Pi recorded, so that a replay can also tell what Pi itself sent, and the lines of the
+file skipped as not JSON.
 
 The file is read once and parsed once (formats/common.py): as a JSON document or as JSON lines.
 The format is detected from the parsed file, cheaply: a document by its shape, JSON lines by the
 first line that tells (Pi's ``session`` header or entry types; Claude Code's ``uuid``,
 ``sessionId``, ``file-history-snapshot``...; Codex's ``session_meta``/``response_item`` lines
-with a ``payload``, or the bare response items of its first files; an OpenHands record's
+with a ``payload``, or the bare response items of its first files; Gemini CLI's metadata line
+(``sessionId`` and ``projectHash``), ``$set`` or ``$rewindTo`` records; an OpenHands record's
 ``history``), so a file that starts with lines that tell nothing is still recognised. One per
-format module: formats/pi.py, formats/claude_code.py, formats/codex.py, formats/swe_agent.py,
-formats/openhands.py.
+format module: formats/pi.py, formats/claude_code.py, formats/codex.py, formats/gemini_cli.py,
+formats/swe_agent.py, formats/openhands.py.
 
 Only a regular file is read, up to ``MAX_SESSION_BYTES``; every refusal is a typed error
 (``FileUnreadable``, ``InputError``) that names the file.
@@ -50,6 +53,7 @@ from .formats.common import (
     read_text,
     shape,
 )
+from .formats.gemini_cli import is_gemini_line, is_gemini_record, read_gemini_cli
 from .formats.mini_swe_agent import is_mini_swe_agent, read_mini_swe_agent
 from .formats.openhands import is_v1_event, read_openhands
 from .formats.pi import PI_ENTRY_TYPES, read_pi
@@ -67,7 +71,17 @@ __all__ = [
     "read_sessions",
 ]
 
-FORMATS = ("pi", "claude-code", "codex", "swe-agent", "mini-swe-agent", "openhands", "openai", "anthropic")
+FORMATS = (
+    "pi",
+    "claude-code",
+    "codex",
+    "gemini-cli",
+    "swe-agent",
+    "mini-swe-agent",
+    "openhands",
+    "openai",
+    "anthropic",
+)
 
 _ANTHROPIC_BLOCKS = ("tool_use", "tool_result", "thinking", "redacted_thinking")
 """Content blocks only the Anthropic Messages API has: a list of messages holding one is that API's."""
@@ -144,6 +158,7 @@ _READERS: Mapping[str, Reader] = {
     "pi": read_pi,
     "claude-code": read_claude_code,
     "codex": read_codex,
+    "gemini-cli": read_gemini_cli,
     "swe-agent": read_swe_agent,
     "mini-swe-agent": read_mini_swe_agent,
     "openhands": read_openhands,
@@ -155,6 +170,8 @@ _READERS: Mapping[str, Reader] = {
 def _line_format(e: Mapping[str, Any]) -> str | None:
     """The format one JSON line tells, if it tells one."""
     kind = e.get("type")
+    if is_gemini_line(e):  # before Claude Code: Gemini CLI's metadata line has a sessionId too
+        return "gemini-cli"
     if kind == "session":
         return "pi"
     if kind in CODEX_LINE_TYPES and isinstance(e.get("payload"), Mapping):
@@ -200,6 +217,8 @@ def _detect(parsed: Parsed) -> str:
                 return "openhands"
             return "anthropic" if _is_anthropic(doc) else "openai"
         if isinstance(doc, dict):
+            if is_gemini_record(doc):
+                return "gemini-cli"
             history = doc.get("history")
             if isinstance(history, list) and any(_is_event(e) for e in history):
                 return "openhands"
@@ -231,8 +250,8 @@ _CODEX_EXEC_EVENTS = ("thread.started", "turn.started", "turn.completed", "item.
 
 
 def detect_format(path: str | Path, *, max_bytes: int = MAX_SESSION_BYTES) -> str:
-    """One of ``FORMATS`` (``pi``, ``claude-code``, ``codex``, ``swe-agent``, ``mini-swe-agent``,
-    ``openhands``, ``openai``, ``anthropic``), from the file's content."""
+    """One of ``FORMATS`` (``pi``, ``claude-code``, ``codex``, ``gemini-cli``, ``swe-agent``,
+    ``mini-swe-agent``, ``openhands``, ``openai``, ``anthropic``), from the file's content."""
     p = Path(path)
     return _detect(parse(p, read_text(p, max_bytes)))
 
@@ -242,7 +261,8 @@ def read_sessions(
 ) -> list[Transcript]:
     """Every session a file holds (format detected unless given, one of ``FORMATS``): the main
     session first, then (``sidechains``) Claude Code's sub-agents, including those in
-    ``<session>/subagents/`` beside the file; one per OpenHands ``output.jsonl`` record.
+    ``<session>/subagents/`` beside the file, and Gemini CLI's in ``<sessionId>/`` beside it; one
+    per OpenHands ``output.jsonl`` record.
 
     ``FileUnreadable`` if it is missing or not a regular file, ``InputError`` if it (or a
     sub-agent's file) is larger than ``max_bytes`` or not a session in that format.

@@ -60,7 +60,9 @@ MAX_SESSION_BYTES = 1 << 30
 SKIPPED_SHOWN = 10
 """How many skipped line numbers a transcript names (it counts them all)."""
 
-KNOWN_KINDS = "Pi, Claude Code, Codex CLI, SWE-agent, mini-swe-agent, OpenHands, OpenAI or Anthropic messages"
+KNOWN_KINDS = (
+    "Pi, Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands, OpenAI or Anthropic messages"
+)
 
 # What a path is when it is not a regular file, for the error that refuses it.
 _NOT_REGULAR = (
@@ -91,13 +93,13 @@ class Transcript:
     """One recorded session, ready to replay."""
 
     format: str
-    """``pi-v1``, ``pi-v2``, ``pi-v3``, ``claude-code``, ``codex``, ``swe-agent``,
+    """``pi-v1``, ``pi-v2``, ``pi-v3``, ``claude-code``, ``codex``, ``gemini-cli``, ``swe-agent``,
     ``swe-agent-text``, ``openhands`` or ``openai``."""
     harness: str
     """The adapter its messages are for: ``pi`` or ``openai``."""
     tool_names: str
     """The tool-name preset of its tools (``pi``, ``claude-code``, ``codex``, ``swe-agent``,
-    ``openhands``, ``canonical``)."""
+    ``openhands``, ``gemini-cli``, ``canonical``)."""
     messages: list[dict[str, Any]]
     session_id: str | None = None
     cwd: str | None = None
