@@ -157,6 +157,20 @@ def test_a_hit_among_hits_of_its_session_outranks_a_lone_one(db: Store) -> None:
         RecallConfig(session_top=0)
 
 
+def test_a_part_of_no_session_is_not_buried_by_the_session_prior(db: Store) -> None:
+    # a replayed session's file versions have no session: the prior lifted every chat part of a
+    # session with several weak hits above the file that matched best (BM25 rank 1 fell to 17)
+    talk = [f"We should abort the {w} bash build." for w in ("nightly", "docs", "beta")]
+    chat(db, "talk", [*talk, "bash it is, a long long long long long long long long long long story"])
+    db.put(memory("memory:bash", "bashAbort: abort the running bash command"))
+
+    def first(config: RecallConfig) -> str:
+        return Recall(db, config=config).search("bash abort", k=5).hits[0].id
+
+    assert first(RecallConfig(session_weight=0, spread_next=0, spread_prev=0)) == "memory:bash"  # on its own score
+    assert first(RecallConfig(spread_next=0, spread_prev=0)) == "memory:bash"  # and with the prior
+
+
 def test_mmr_makes_room_for_a_different_hit(db: Store) -> None:
     db.put(memory("memory:1", "billing deploy runbook: drain traffic, then deploy billing"))
     db.put(memory("memory:2", "billing deploy runbook: drain traffic, then deploy billing!"))

@@ -376,12 +376,18 @@ class Recall:
             if c.hit.session is not None:
                 per.setdefault(c.hit.session, []).append(c.base)
         evidence = {s: sum(sorted(bases, reverse=True)[: cfg.session_top]) for s, bases in per.items()}
-        best = max(evidence.values(), default=0.0)
+
+        def own(c: _Cand) -> float:
+            # a part of no session (a file version, a memory) stands alone: its evidence is as a
+            # session's whose best parts all scored as it did, so the prior neither buries it
+            # under chat (files sank from BM25 rank 1 to 17) nor lifts it past its own score
+            return evidence[c.hit.session] if c.hit.session is not None else c.base * cfg.session_top
+
+        best = max((own(c) for c in cands.values()), default=0.0)
         if best <= 0:
             return
         for c in cands.values():
-            if c.hit.session is not None:
-                c.score += cfg.session_weight * top * evidence[c.hit.session] / best
+            c.score += cfg.session_weight * top * own(c) / best
 
     def _spread(self, cands: dict[tuple[str, str], _Cand], session: str | None, pages: _Pages) -> None:
         """Chat entries pass shares of their score to their neighbours in the conversation."""
