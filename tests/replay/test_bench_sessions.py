@@ -25,7 +25,7 @@ def ctxos(*args: str, store: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_set_is_all_there() -> None:
-    assert len(FILES) == 51  # 40 session files (14 of them gzip-compressed), 11 sub-agents' files
+    assert len(FILES) == 53  # 42 session files (16 of them gzip-compressed), 11 sub-agents' files
 
 
 @pytest.mark.e2e
