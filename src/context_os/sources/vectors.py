@@ -22,10 +22,12 @@ of ``tx_id``. The nearest vectors are only candidates; each is checked against `
 version in force must hold that very text in that part) before it becomes a hit with the static
 ref of that version.
 
-``VectorIndexer`` runs ``catch_up`` in a thread: ``notify()`` never blocks (a bounded queue of
-wake-ups; a full queue already means "there is work"), ``drain()`` waits until everything
-indexed before the call has its vector. This module never imports from ``context`` or
-``harness``.
+``catch_up`` embeds in small slices (``SLICE_TEXTS`` texts, ``SLICE_CHARS`` characters), each
+committed with the cursor, and a search's own query goes ahead of the backlog: it waits for the
+slice in progress at most. ``VectorIndexer`` runs ``catch_up`` in a thread: ``notify()`` never
+blocks (a bounded queue of wake-ups; a full queue already means "there is work"), ``drain()``
+waits until everything indexed before the call has its vector, ``close()`` stops it after the
+slice in progress. This module never imports from ``context`` or ``harness``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,7 +171,15 @@ class VectorIndex:
     Safe to share between threads: one writer (``catch_up``) and any number of searches."""
 
     BATCH = 256
-    """Parts taken from ``Store.text_parts`` (and texts embedded) per transaction."""
+    """Parts read from ``Store.text_parts`` at a time."""
+
+    SLICE_TEXTS = 16
+    SLICE_CHARS = 4_000
+    """A slice, the texts embedded in one call and committed in one transaction, holds at most
+    ``SLICE_TEXTS`` new texts and ``SLICE_CHARS`` characters of them (each counted up to the
+    embedder's ``max_chars``; a longer first text is a slice of its own). A query waits for the
+    slice in progress, and a stop waits for it too: the default embedder takes about a second for
+    two parts of 2,000 characters, and some 0.2 s for 16 chat messages."""
 
     GRAPH_FROM = 50_000
     """Vectors from which search asks an HNSW graph for candidates instead of scoring every
@@ -192,6 +202,9 @@ class VectorIndex:
         self._lock = threading.RLock()
         self._write = threading.Lock()
         self._queries: dict[str, Vectors] = {}  # the last query vectors, oldest first
+        # queries embedding now: catch_up starts no slice while one waits (they go first)
+        self._asking = 0
+        self._turn = threading.Condition()
         self._rebuilt_check = -REBUILT_CHECK_S
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -272,9 +285,12 @@ class VectorIndex:
 
     # -- indexing -----------------------------------------------------------------------------
 
-    def catch_up(self, max_parts: int | None = None) -> int:
+    def catch_up(self, max_parts: int | None = None, *, stop: Callable[[], bool] | None = None) -> int:
         """Embed the parts indexed since the cursor (at most ``max_parts``); how many were taken
-        in. Each batch is one transaction with the cursor, so a crash resumes where it stopped."""
+        in. Each slice (``SLICE_TEXTS``, ``SLICE_CHARS``) is one transaction with the cursor, so a
+        crash resumes where it stopped. ``stop`` is asked before every slice: when it says True,
+        catch_up returns (what is left is taken in by the next). A query being embedded is let
+        go first: no slice starts while one waits."""
         taken = 0
         with self._write:
             self.forget_evicted()
@@ -291,9 +307,34 @@ class VectorIndex:
                 batch = self.store.text_parts(after_seq=self.cursor, limit=limit)
                 if not batch:
                     break
-                self._take(batch)
-                taken += len(batch)
+                for piece in self._slices(batch):
+                    if stop is not None and stop():
+                        return taken
+                    with self._turn:
+                        self._turn.wait_for(lambda: self._asking == 0)
+                    self._take(piece)
+                    taken += len(piece)
         return taken
+
+    def _slices(self, batch: Sequence[TextPart]) -> Iterator[Sequence[TextPart]]:
+        """``batch`` cut into runs of parts whose new texts make at most ``SLICE_TEXTS`` texts and
+        ``SLICE_CHARS`` characters (a text already embedded, or earlier in the batch, costs nothing)."""
+        with self._lock:
+            known = set(self._m.row_of)
+        start = texts = chars = 0
+        for i, p in enumerate(batch):
+            key = text_key(p.text)
+            if key in known:
+                continue
+            known.add(key)
+            size = min(len(p.text), self.embedder.max_chars)
+            if texts and (texts == self.SLICE_TEXTS or chars + size > self.SLICE_CHARS):
+                yield batch[start:i]
+                start, texts, chars = i, 0, 0
+            texts += 1
+            chars += size
+        if start < len(batch):
+            yield batch[start:]
 
     def forget_evicted(self) -> int:
         """Drop the vectors of what was evicted since the last look (``ctxos objects evict``
@@ -430,8 +471,16 @@ class VectorIndex:
         with self._lock:
             vec = self._queries.get(query)
         if vec is None:
-            # a model may take a few hundred ms: a session asks the same query more than once
-            vec = embed_texts(self.embedder, [query], query=True).vectors[0]
+            # a model may take a few hundred ms: a session asks the same query more than once.
+            # While it is embedded, catch_up starts no slice: the query waits for one at most
+            with self._turn:
+                self._asking += 1
+            try:
+                vec = embed_texts(self.embedder, [query], query=True).vectors[0]
+            finally:
+                with self._turn:
+                    self._asking -= 1
+                    self._turn.notify_all()
             with self._lock:
                 if len(self._queries) >= 256:
                     self._queries.pop(next(iter(self._queries)))
@@ -642,7 +691,12 @@ def vector_status(path: str | Path, last_seq: int) -> dict[str, Any] | None:
     }
 
 
-_STOP = object()
+class _Drain:
+    """A ``drain()`` waiting in the worker's queue: ``ok`` once everything before it is embedded."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.ok = False
 
 
 class VectorIndexer:
@@ -654,8 +708,9 @@ class VectorIndexer:
     one small transaction per write competing with the writer for the store and the CPU.
     ``poll_s`` also wakes it that often, for writes made by other processes. ``drain()`` returns
     once every part indexed before the call has its vector, at once, whatever the interval (tests
-    and shutdown use it; never a sleep). ``close()`` stops the thread; whatever is left is taken
-    in by the next ``catch_up``, from the persisted cursor."""
+    and shutdown use it; never a sleep). ``close()`` stops the thread once the slice it is
+    embedding is committed (``VectorIndex.SLICE_TEXTS``), however large the backlog; whatever is
+    left is taken in by the next ``catch_up``, from the persisted cursor."""
 
     def __init__(
         self, index: VectorIndex, *, queue_size: int = 16, interval_s: float = 0.5, poll_s: float | None = 5.0
@@ -663,7 +718,8 @@ class VectorIndexer:
         self.index = index
         self.interval_s = interval_s
         self.poll_s = poll_s
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_size)
+        self._queue: queue.Queue[_Drain | None] = queue.Queue(maxsize=queue_size)
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="context_os-vectors", daemon=True)
         self._thread.start()
 
@@ -674,46 +730,67 @@ class VectorIndexer:
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until everything indexed before this call is embedded; False if ``timeout``
-        seconds passed first, or the embedder failed (``index.last_error`` says why)."""
-        done = threading.Event()
+        seconds passed first, the embedder failed (``index.last_error`` says why) or the worker
+        was stopped first."""
+        if self._stop.is_set():
+            return False
+        waiter = _Drain()
         try:
-            self._queue.put(done, timeout=timeout)
+            self._queue.put(waiter, timeout=timeout)
         except queue.Full:
             return False
-        return done.wait(timeout) and self.index.last_error is None
+        return waiter.done.wait(timeout) and waiter.ok
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop the worker (after the wake-ups already queued)."""
-        if self._thread.is_alive():
-            self._queue.put(_STOP)
-            self._thread.join(timeout)
+        """Stop the worker: it finishes the slice it is embedding (committed, so the next
+        ``catch_up`` goes on after it) and starts no other."""
+        self._stop.set()
+        with contextlib.suppress(queue.Full):  # a full queue wakes it as well
+            self._queue.put_nowait(None)
+        self._thread.join(timeout)
 
-    def _next(self, timeout: float | None) -> object:
+    def _next(self, timeout: float | None) -> _Drain | None:
         try:
             return self._queue.get(timeout=timeout)
         except queue.Empty:
             return None
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            while True:  # a drain that was never reached fails at once instead of waiting forever
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item.done.set()
+
+    def _loop(self) -> None:
         last = float("-inf")
-        while True:
+        stopping = self._stop.is_set
+        while not stopping():
             item = self._next(self.poll_s)
             # a plain wake-up waits out the interval, gathering more; a drain or a stop does not
-            while item is None and (wait := last + self.interval_s - time.monotonic()) > 0:
+            while item is None and not stopping() and (wait := last + self.interval_s - time.monotonic()) > 0:
                 item = self._next(wait)
-            if item is _STOP:
+            if stopping():
+                if item is not None:
+                    item.done.set()
                 return
             try:
-                self.index.catch_up()
+                self.index.catch_up(stop=stopping)
                 self.index.last_error = None
             except Exception as e:  # the worker must outlive a failing embedder; drain reports it
                 self.index.last_error = f"{type(e).__name__}: {e}"
                 log.warning("vector index %s: catching up failed: %s", self.index.path, self.index.last_error)
             last = time.monotonic()
-            if isinstance(item, threading.Event):
-                item.set()
+            if item is not None:
+                item.ok = self.index.last_error is None and not stopping()
+                item.done.set()
             # the graph grows a block at a time while nothing else waits (12 s for 100k vectors)
-            while self._queue.empty() and self._grow():
+            while self._queue.empty() and not stopping() and self._grow():
                 pass
 
     def _grow(self) -> int:
