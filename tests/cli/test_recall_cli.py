@@ -95,6 +95,23 @@ def test_bad_queries_and_kinds_are_named(db: Path) -> None:
     assert code == 1 and "embedder must be one of" in out
 
 
+def test_bad_arguments_fail_before_anything_is_embedded(tmp_path: Path) -> None:
+    """With an embedder and parts not embedded yet, a bad argument still fails at once: nothing
+    is embedded first, and no vector sidecar is made."""
+    db = tmp_path / "store.db"
+    assert CliRunner().invoke(cli, ["--store", str(db), "demo", "--json"]).exit_code == 0
+    for args, named in [
+        (["   "], "query is empty"),
+        (["foo", "--kinds", "bogus"], "bogus"),
+        (["foo", "--as-of", "yesterday"], "as_of"),
+        (["foo", "-k", "0"], "k must be"),
+    ]:
+        done = CliRunner().invoke(cli, ["--store", str(db), "recall", *args, "--embedder", "wordllama"])
+        assert done.exit_code == 1 and named in done.output, done.output
+        assert "embedding" not in done.stderr
+    assert not Path(str(db) + ".vectors").exists()
+
+
 @pytest.mark.slow
 def test_index_status_shows_what_the_vectors_hold(tmp_path: Path) -> None:
     db = tmp_path / "store.db"

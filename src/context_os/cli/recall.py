@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from .. import times
-from ..sources.recall import RecallResult, open_recall
+from ..sources.recall import RecallResult, check_search, open_recall
 from ._common import embedder_option, emit_json, fails_cleanly, iso, json_option, progress, store_from, table
 
 PREVIEW = 70
@@ -60,6 +60,7 @@ def recall_cmd(
 ) -> None:
     """Search past messages, tool outputs, files and memories."""
     wanted = [x.strip() for x in kinds.split(",") if x.strip()] if kinds else None
+    check_search(query, k=k, kinds=wanted, as_of=as_of)  # before anything is loaded or embedded
     with store_from(ctx) as store:
         recall = open_recall(store, None if embedder == "none" else embedder, background=False)
         try:

@@ -63,6 +63,7 @@ __all__ = [
     "RecallConfig",
     "RecallHit",
     "RecallResult",
+    "check_search",
     "hit_item",
     "keyword_query",
     "open_recall",
@@ -197,6 +198,26 @@ class _Cand:
     score: float = 0.0
 
 
+def check_search(
+    query: str,
+    *,
+    k: int = 10,
+    kinds: Sequence[str] | None = None,
+    as_of: int | str | None = None,
+    tx_id: int | None = None,
+) -> tuple[tuple[str, ...] | None, int | None]:
+    """The arguments of ``Recall.search`` checked (``InputError`` naming the first that is wrong),
+    before anything is embedded: the kinds asked for (None: not given) and ``as_of`` in epoch ms."""
+    if not isinstance(query, str) or not query.strip():
+        raise InputError("recall: the query is empty: give some text to search for")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise InputError(f"recall: k must be a positive int, got {k!r}")
+    wanted = check_kinds(kinds) if kinds is not None else None
+    valid_time = None if as_of is None else parse_time(as_of, "as_of")
+    check_basis(valid_time, tx_id)
+    return wanted, valid_time
+
+
 class Recall:
     """Hybrid recall over ``store``; keyword only when ``vectors`` is None.
 
@@ -256,13 +277,8 @@ class Recall:
     ) -> RecallResult:
         """The ``k`` best parts for ``query`` among the versions in force at ``as_of`` (valid
         time: epoch ms or ISO 8601; default now) as known at ``tx_id`` (default the latest)."""
-        if not isinstance(query, str) or not query.strip():
-            raise InputError("recall: the query is empty: give some text to search for")
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise InputError(f"recall: k must be a positive int, got {k!r}")
-        wanted = check_kinds(kinds) if kinds is not None else self.kinds
-        valid_time = None if as_of is None else parse_time(as_of, "as_of")
-        check_basis(valid_time, tx_id)
+        asked, valid_time = check_search(query, k=k, kinds=kinds, as_of=as_of, tx_id=tx_id)
+        wanted = self.kinds if asked is None else asked
         cfg = self.config
         if self.indexer is not None:
             self.indexer.notify()
