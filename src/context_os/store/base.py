@@ -220,6 +220,9 @@ class Store(ABC):
     to print or log."""
     created: bool = False
     """True if opening this store created it (a new, empty SQLite file)."""
+    read_only: bool = False
+    """True if every write raises (an SQLite store opened with ``?mode=ro``): what is derived from
+    it (recall's vector sidecar) is not written either."""
 
     @abstractmethod
     def submit(self, ops: Sequence[Op]) -> Tx:
