@@ -53,7 +53,7 @@ from .codex_tools import (
     shell_read,
 )
 
-__all__ = ["FileOp", "edit_target", "file_op", "strip_read_output"]
+__all__ = ["FileOp", "edit_target", "file_op", "search_replace_blocks", "strip_read_output"]
 
 
 _READ_TRAILER = re.compile(
@@ -286,9 +286,12 @@ def _editor_view(output: str, args: Mapping[str, Any]) -> tuple[str, int, int | 
 
 
 def _path(args: Mapping[str, Any]) -> Any:
-    """The file a call names: ``path``, ``file_path``, or (Gemini CLI's first ``read_file``)
-    ``absolute_path``."""
-    return args.get("path", args.get("file_path", args.get("absolute_path")))
+    """The file a call names: ``path``, ``file_path``, (Gemini CLI's first ``read_file``)
+    ``absolute_path``, or (Cline's ``write_to_file`` and ``replace_in_file``) ``absolutePath``."""
+    for key in ("path", "file_path", "absolute_path", "absolutePath"):
+        if key in args:
+            return args[key]
+    return None
 
 
 def edit_target(arguments: Any, output: str = "") -> FileOp | None:
@@ -318,6 +321,11 @@ def edit_target(arguments: Any, output: str = "") -> FileOp | None:
     if "command" not in args and isinstance(args.get("text"), str):  # windowed insert
         line = _int(args.get("line"))
         return FileOp("edit", path, insert=(-1 if line is None else line, args["text"]))
+    if isinstance(args.get("diff"), str):  # Cline's replace_in_file, Roo Code's apply_diff
+        return FileOp("edit", path, edits=search_replace_blocks(args["diff"]) or [])
+    line = _int(args.get("line"))
+    if line is not None and line >= 0 and isinstance(args.get("content"), str):  # Roo Code's insert_content
+        return FileOp("edit", path, insert=(-1 if line == 0 else line - 1, args["content"]))
     pairs = (
         _pairs(args, "oldText", "newText")
         or _pairs(args, "old_string", "new_string")
@@ -333,8 +341,11 @@ def file_op(role: str | None, arguments: Any, output: str, *, is_error: bool = F
     if is_error or role not in ("read", "write", "edit"):
         return None
     args = json_arguments(arguments)
-    if args is None:
+    if args is None or _CLINE_NOT_RUN.match(output):
         return None
+    cline = _CLINE_HEAD.match(output)
+    if cline is not None:
+        return _cline_op(role, args, output[cline.end() :])
     editor = args.get("command") in _EDITOR_COMMANDS
     path = _path(args)
     operation = is_operation(args)  # the built-in apply_patch's: not failed (is_error), so applied
@@ -411,6 +422,138 @@ def _edit(args: Mapping[str, Any], output: str, *, editor: bool) -> FileOp | Non
     if window is not None and window.path == op.path:
         unknown.more = [FileOp("read", op.path, text=window.text, first_line=window.first, total_lines=window.total)]
     return unknown
+
+
+# --- Cline -------------------------------------------------------------------------------------------
+
+_CLINE_HEAD = re.compile(r"\A\[[A-Za-z_][\w-]* for '.*?'\] Result:\n?", re.DOTALL)
+"""How Cline begins a file tool's result: the tool's description, ``[read_file for 'a.ts'] Result:``."""
+_CLINE_NOT_RUN = re.compile(
+    r"\A(?:Skipping tool due to user rejecting a previous tool\."
+    r"|Tool was interrupted and not executed due to user rejecting a previous tool\.) \["
+    r"|\ATool \[[\w-]+\] was not executed because"
+)
+"""What Cline answers a call it did not run with (after the user rejected one, or one call per message)."""
+_CLINE_FAILED = (
+    "The tool execution failed with the following error:",
+    "The user denied this operation.",
+    "(tool did not return anything)",
+    "Error reading file",
+    "Access to ",
+)
+"""How a Cline result begins that shows no file text, or says the file was left as it was (a
+replace_in_file whose SEARCH block did not match: ``The tool execution failed ...`` and the
+file as it was reverted to)."""
+_CLINE_SEEN = re.compile(r"\A\[(?:File already read|DUPLICATE READ)\] [^\n]*\n")
+"""The note before a file read again (ReadFileToolHandler.ts), then its lines."""
+_CLINE_TOTAL = re.compile(
+    r"\n\n\((?:File has (?P<total>\d+) lines total"
+    r"|Showing lines \d+-\d+ of (?P<of>\d+) total\. Use start_line=\d+ to continue reading)\.\)\Z"
+)
+_CLINE_CUT = "\n\n---\n\n[FILE TRUNCATED:"
+"""Where Cline cuts a file too large to show whole."""
+_CLINE_LINE = re.compile(r"(\d+) \| ")
+_CLINE_FINAL = re.compile(r'<final_file_content path="[^"\n]*">\n(?P<text>.*?)\n</final_file_content>', re.DOTALL)
+"""The file as a write or an edit left it (with the user's own changes and the editor's
+formatting), which Cline shows after it."""
+
+_SEARCH = re.compile(r"(?:-{3,}|<{3,}) SEARCH>?")
+_DIVIDER = re.compile(r"={3,}")
+_REPLACE = re.compile(r"(?:\+{3,}|>{3,}) REPLACE>?")
+_START_LINE = re.compile(r":start_line:\s*\d+")
+
+
+def search_replace_blocks(diff: str) -> list[tuple[str, str]] | None:
+    """The (old, new) texts of SEARCH/REPLACE blocks: Cline's ``replace_in_file`` (``------- SEARCH``,
+    ``=======``, ``+++++++ REPLACE``; before it ``<<<<<<< SEARCH`` and ``>>>>>>> REPLACE``), and Roo
+    Code's ``apply_diff`` (its ``:start_line:N`` and ``-------`` lines after SEARCH left out).
+    Each text is its lines without the last line break (a file's text is compared so); one that
+    deletes keeps it. None when the diff holds no whole block."""
+    pairs: list[tuple[str, str]] = []
+    old: list[str] | None = None
+    new: list[str] | None = None
+    roo = False
+    for line in diff.replace("\r\n", "\n").split("\n"):
+        if old is None:
+            if _SEARCH.fullmatch(line):
+                old, new, roo = [], None, False
+            continue
+        if new is None:
+            if _DIVIDER.fullmatch(line):
+                new = []
+            elif not old and _START_LINE.fullmatch(line):
+                roo = True
+            elif roo and not old and line == "-------":
+                roo = False
+            else:
+                old.append(line)
+            continue
+        if _REPLACE.fullmatch(line):
+            pairs.append(_block(old, new))
+            old = new = None
+            continue
+        new.append(line)
+    if old is not None and new is not None:  # the last block's REPLACE line never came: Cline ends it there
+        pairs.append(_block(old, new))
+    return pairs or None
+
+
+def _block(old: list[str], new: list[str]) -> tuple[str, str]:
+    before, after = "\n".join(old), "\n".join(new)
+    return (before + "\n", after) if old and not new else (before, after)
+
+
+def _no_last_break(text: str) -> str:
+    """A file's text as Cline's read shows it: its lines, without the line break after the last."""
+    return text[:-1] if text.endswith("\n") else text
+
+
+def _cline_op(role: str, args: Mapping[str, Any], body: str) -> FileOp | None:
+    """What a Cline file tool's result (past its description) says about its file."""
+    path = _path(args)
+    if not isinstance(path, str) or not path or body.startswith(_CLINE_FAILED):
+        return None
+    if role == "read":
+        return _cline_read(path, body)
+    final = _CLINE_FINAL.search(body)
+    text = _no_last_break(final.group("text")) if final is not None else None
+    if role == "write":
+        content = text if text is not None else args.get("content")
+        return FileOp("write", path, text=_no_last_break(content)) if isinstance(content, str) else None
+    op = edit_target(args) or FileOp("edit", path)
+    if text is not None:  # the whole file after the edit
+        op.more = [FileOp("read", path, text=text, total_lines=text.count("\n") + 1)]
+    return op
+
+
+def _cline_read(path: str, body: str) -> FileOp | None:
+    """The lines Cline's ``read_file`` showed: ``N | `` before each, then ``(File has T lines
+    total.)``, or ``(Showing lines A-B of T total. ...)`` for a part; before those line labels
+    (2025), the file's text alone."""
+    seen = _CLINE_SEEN.match(body)
+    body = body[seen.end() :] if seen is not None else body
+    total: int | None = None
+    cut = body.find(_CLINE_CUT)
+    note = _CLINE_TOTAL.search(body) if cut < 0 else None
+    if cut >= 0:
+        body = body[:cut]
+    elif note is not None:
+        body = body[: note.start()]
+        total = int(note.group("total") or note.group("of"))
+    lines = body.split("\n")
+    numbered = [_CLINE_LINE.match(line) for line in lines]
+    first = 1
+    if all(numbered):
+        first = int(numbered[0].group(1))  # type: ignore[union-attr]
+        if [int(m.group(1)) for m in numbered] != list(range(first, first + len(lines))):  # type: ignore[union-attr]
+            return None
+        lines = [line[m.end() :] for line, m in zip(lines, numbered, strict=True)]  # type: ignore[union-attr]
+    elif note is not None:
+        return None  # a note on lines it did not label: not a read this knows
+    else:
+        lines = _no_last_break(body).split("\n")
+        total = None if cut >= 0 else len(lines)
+    return FileOp("read", path, text="\n".join(lines), first_line=first, total_lines=total)
 
 
 # --- Codex CLI ---------------------------------------------------------------------------------------

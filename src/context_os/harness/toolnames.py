@@ -40,6 +40,7 @@ from .codex_tools import content_role
 __all__ = [
     "CANONICAL",
     "CLAUDE_CODE",
+    "CLINE",
     "CODEX",
     "GEMINI_CLI",
     "OPENHANDS",
@@ -283,6 +284,34 @@ range by ``offset``/``limit``, from v0.31 ``start_line``/``end_line``), ``write_
 ``list_directory``. ``read_many_files`` (several files in one output), web search and fetch,
 ``save_memory`` and ``write_todos`` have no role."""
 
+CLINE = ToolNames(
+    {
+        "read_file": "read",
+        "write_to_file": "write",
+        "new_rule": "write",
+        "replace_in_file": "edit",
+        "execute_command": "bash",
+        "search_files": "grep",
+        "list_files": "ls",
+        "apply_diff": "edit",
+        "edit": "edit",
+        "edit_file": "edit",
+        "search_replace": "edit",
+        "search_and_replace": "edit",
+        "insert_content": "edit",
+    }
+)
+"""Cline's tools: ``read_file`` (``path``; a range by ``start_line``/``end_line``),
+``write_to_file`` (``path`` or ``absolutePath``, ``content``; ``new_rule`` writes a rule file
+the same way), ``replace_in_file`` (``path`` or ``absolutePath``, ``diff``: SEARCH/REPLACE
+blocks), ``execute_command``, ``search_files``, ``list_files``; and Roo Code's, which share
+those names: ``apply_diff`` (``path``, ``diff``: its SEARCH/REPLACE blocks with a
+``:start_line:``), ``edit``, ``edit_file`` and ``search_replace`` (``file_path``,
+``old_string``, ``new_string``), ``search_and_replace`` and ``insert_content`` of its older
+releases. ``ask_followup_question``, ``attempt_completion``, ``plan_mode_respond``,
+``use_subagents``, ``list_code_definition_names``, the browser, MCP and web tools, and Cline's
+``apply_patch`` have no role."""
+
 PRESETS: Mapping[str, ToolNames] = MappingProxyType(
     {
         "canonical": CANONICAL,
@@ -292,6 +321,7 @@ PRESETS: Mapping[str, ToolNames] = MappingProxyType(
         "swe-agent": SWE_AGENT,
         "openhands": OPENHANDS,
         "gemini-cli": GEMINI_CLI,
+        "cline": CLINE,
     }
 )
 """Presets by name, e.g. for a ``--tool-names`` option or a JSON-RPC parameter."""
@@ -299,7 +329,7 @@ PRESETS: Mapping[str, ToolNames] = MappingProxyType(
 
 def preset(name: str) -> ToolNames:
     """The preset called ``name`` (``canonical``, ``claude-code``, ``codex``, ``pi``, ``swe-agent``,
-    ``openhands``, ``gemini-cli``)."""
+    ``openhands``, ``gemini-cli``, ``cline``)."""
     try:
         return PRESETS[name]
     except KeyError:

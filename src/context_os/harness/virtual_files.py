@@ -40,10 +40,23 @@ if TYPE_CHECKING:  # the files package (its watchdog tracker) is imported when a
 __all__ = ["VirtualFile", "VirtualFiles", "file_key"]
 
 
+_DRIVE = re.compile(r"\A[A-Za-z]:[\\/]")
+"""A Windows path (``c:\\Apps\\x.ts``, ``C:/Apps``): named with either separator, its drive in either case."""
+
+
+def _windows(path: str) -> str:
+    path = path.replace("\\", "/")
+    return path[0].lower() + path[1:] if _DRIVE.match(path) else path
+
+
 def file_key(path: str, root: str | None) -> str:
     """One name for one file, however a call names it: a relative path is taken under the
     session's directory ``root`` (when it is known: a shell read joined to an absolute working
-    directory and a patch naming the path from the session's directory are the same file)."""
+    directory and a patch naming the path from the session's directory are the same file). In a
+    session on Windows (its directory, or the path, has a drive) ``\\`` and ``/`` are one separator."""
+    if _DRIVE.match(path) or (root and _DRIVE.match(root)):
+        path, root = _windows(path), _windows(root) if root else root
+        return posixpath.normpath(path if _DRIVE.match(path) or not root else posixpath.join(root, path))
     if root and not posixpath.isabs(path):
         path = posixpath.join(root, path)
     return posixpath.normpath(path) if path else path
