@@ -668,8 +668,8 @@ def test_an_openhands_str_replace_edit_becomes_a_file_version(db, tmp_path: Path
             '{\n  "model": "x",\n  "messages": []\n}\n',
             None,
             r"one JSON object with keys \['messages', 'model'\]: not a session this reads "
-            r"\(Pi, Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands, OpenAI or Anthropic "
-            r"messages\)",
+            r"\(Pi, Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands, Cline, OpenAI or "
+            r"Anthropic messages\)",
         ),
         ('"just text"', None, "one JSON str: not a session this reads"),
         ("[1, 2]", None, r"a JSON list of 2 items \(int\): expected a JSON list of message objects"),

@@ -2,8 +2,9 @@
 (format versions 1, 2 and 3), Claude Code session JSONL (with its sub-agents' sidechains), Codex
 CLI rollout JSONL, Gemini CLI session files (legacy JSON and JSON lines, with its sub-agents),
 SWE-agent trajectories (1.x function calling and 0.x actions parsed from text), OpenHands event
-streams (a saved event list, or an evaluation's ``output.jsonl`` of records), and a JSON list of
-OpenAI chat-completions messages.
+streams (a saved event list, or an evaluation's ``output.jsonl`` of records), Cline's task
+history (Anthropic messages whose tool results Cline wrote as text), and a JSON list of OpenAI
+chat-completions or Anthropic messages.
 
 ``read_sessions(path)`` detects the format (``format=`` forces one) and returns every session the
 file holds as a ``Transcript``: the main session first, then Claude Code's sidechains or Gemini
@@ -22,7 +23,9 @@ with a ``payload``, or the bare response items of its first files; Gemini CLI's 
 (``sessionId`` and ``projectHash``), ``$set`` or ``$rewindTo`` records; an OpenHands record's
 ``history``), so a file that starts with lines that tell nothing is still recognised. One per
 format module: formats/pi.py, formats/claude_code.py, formats/codex.py, formats/gemini_cli.py,
-formats/swe_agent.py, formats/openhands.py.
+formats/swe_agent.py, formats/mini_swe_agent.py, formats/openhands.py, formats/cline.py. A JSON
+list of Anthropic messages is Cline's when a user message answers a ``tool_use`` of the message
+before it in Cline's words (``[read_file for 'a.ts'] Result:``).
 
 Only a regular file is read, up to ``MAX_SESSION_BYTES``; every refusal is a typed error
 (``FileUnreadable``, ``InputError``) that names the file.
@@ -41,6 +44,7 @@ from typing import Any
 from ..errors import InputError
 from ..harness.toolnames import preset_for
 from .formats.claude_code import CLAUDE_CODE_TYPES, read_claude_code
+from .formats.cline import is_cline, read_cline
 from .formats.codex import CODEX_ITEM_TYPES, CODEX_LINE_TYPES, read_codex
 from .formats.common import (
     KNOWN_KINDS,
@@ -81,6 +85,7 @@ FORMATS = (
     "openhands",
     "openai",
     "anthropic",
+    "cline",
 )
 
 _ANTHROPIC_BLOCKS = ("tool_use", "tool_result", "thinking", "redacted_thinking")
@@ -164,6 +169,7 @@ _READERS: Mapping[str, Reader] = {
     "openhands": read_openhands,
     "openai": _read_openai,
     "anthropic": _read_anthropic,
+    "cline": read_cline,
 }
 
 
@@ -215,7 +221,9 @@ def _detect(parsed: Parsed) -> str:
         if isinstance(doc, list):
             if doc and any(_is_event(e) for e in doc):
                 return "openhands"
-            return "anthropic" if _is_anthropic(doc) else "openai"
+            if _is_anthropic(doc):
+                return "cline" if is_cline(doc) else "anthropic"
+            return "openai"
         if isinstance(doc, dict):
             if is_gemini_record(doc):
                 return "gemini-cli"
@@ -251,7 +259,7 @@ _CODEX_EXEC_EVENTS = ("thread.started", "turn.started", "turn.completed", "item.
 
 def detect_format(path: str | Path, *, max_bytes: int = MAX_SESSION_BYTES) -> str:
     """One of ``FORMATS`` (``pi``, ``claude-code``, ``codex``, ``gemini-cli``, ``swe-agent``,
-    ``mini-swe-agent``, ``openhands``, ``openai``, ``anthropic``), from the file's content."""
+    ``mini-swe-agent``, ``openhands``, ``openai``, ``anthropic``, ``cline``), from the file's content."""
     p = Path(path)
     return _detect(parse(p, read_text(p, max_bytes)))
 

@@ -61,7 +61,7 @@ SKIPPED_SHOWN = 10
 """How many skipped line numbers a transcript names (it counts them all)."""
 
 KNOWN_KINDS = (
-    "Pi, Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands, OpenAI or Anthropic messages"
+    "Pi, Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands, Cline, OpenAI or Anthropic messages"
 )
 
 # What a path is when it is not a regular file, for the error that refuses it.
@@ -94,12 +94,12 @@ class Transcript:
 
     format: str
     """``pi-v1``, ``pi-v2``, ``pi-v3``, ``claude-code``, ``codex``, ``gemini-cli``, ``swe-agent``,
-    ``swe-agent-text``, ``openhands`` or ``openai``."""
+    ``swe-agent-text``, ``mini-swe-agent``, ``openhands``, ``cline``, ``openai`` or ``anthropic``."""
     harness: str
-    """The adapter its messages are for: ``pi`` or ``openai``."""
+    """The adapter its messages are for: ``pi``, ``openai`` or ``anthropic``."""
     tool_names: str
     """The tool-name preset of its tools (``pi``, ``claude-code``, ``codex``, ``swe-agent``,
-    ``openhands``, ``gemini-cli``, ``canonical``)."""
+    ``openhands``, ``gemini-cli``, ``cline``, ``canonical``)."""
     messages: list[dict[str, Any]]
     session_id: str | None = None
     cwd: str | None = None
