@@ -337,3 +337,17 @@ def test_a_session_replays_with_the_edited_file_in_context_and_every_frame_verif
     (f,) = [o for o in Session.open(db, "cline").view.objects.values() if o.kind == "file"]
     assert f.content == "def f():\n    return 2"
     assert f.meta["path"] == "/work/app/a.py" or f.meta.get("abs_path") == "/work/app/a.py"
+
+
+def test_roo_code_s_read_is_its_lines_without_their_labels() -> None:
+    op = file_op("read", {"path": "a.py"}, "File: a.py\n 9 | i\n10 | j")
+    assert op is not None and (op.path, op.text, op.first_line, op.total_lines) == ("a.py", "i\nj", 9, 10)
+    part = (
+        "File: a.py\nIMPORTANT: File content truncated.\n\tStatus: Showing lines 1-2 of 5 total lines.\n"
+        "\tTo read more: Use the read_file tool with offset=3 and limit=2.\n\t\n\t1 | a\n2 | b"
+    )
+    op = file_op("read", {"path": "a.py", "limit": 2}, part)
+    assert op is not None and (op.text, op.total_lines) == ("a\nb", 5)
+    for note in ("File: a.py\nError: Error reading file: ENOENT", "File: a.py\nNote: File is empty"):
+        assert file_op("read", {"path": "a.py"}, note) is None
+    assert file_op("read", {"path": "a.py"}, "File: a.py\n1 | " + "x" * 1997 + "...") is None  # a line cut short

@@ -24,7 +24,14 @@ tool-name presets of harness/toolnames.py map a harness's names to roles) in thr
   harness/codex_tools.py), whose output is read past Codex's header (``Exit code: 0``, ``Wall
   time: …``, ``Output:``, or the older ``{"output": …, "metadata": {"exit_code": 0}}``). A range
   read prints at most the lines it asks for: lines printed before them (a login shell's
-  warnings, merged into the output) are not the file's.
+  warnings, merged into the output) are not the file's;
+* Cline's tools, whose results begin with their description (``[read_file for 'a.ts'] Result:``):
+  ``read_file`` labels its lines ``N | `` and notes ``(File has T lines total.)``;
+  ``write_to_file`` (``path`` or ``absolutePath``, ``content``) and ``replace_in_file``
+  (``diff``: SEARCH/REPLACE blocks) show the whole file after them (``<final_file_content>``);
+  one that failed, was denied or skipped says so and changed nothing. Roo Code's ``read_file``
+  (``File: PATH``, lines labelled ``N | ``), ``apply_diff`` (SEARCH/REPLACE blocks) and
+  ``insert_content`` (``line``, ``content``).
 
 An edit the call does not say how to apply (a line-range edit, ``undo_edit``, OpenHands'
 ``edit_file``) is an ``edit`` with no replacements: the file's content becomes unknown, but for
@@ -346,6 +353,8 @@ def file_op(role: str | None, arguments: Any, output: str, *, is_error: bool = F
     cline = _CLINE_HEAD.match(output)
     if cline is not None:
         return _cline_op(role, args, output[cline.end() :])
+    if role == "read" and _is_roo(output):
+        return _roo_read(output)
     editor = args.get("command") in _EDITOR_COMMANDS
     path = _path(args)
     operation = is_operation(args)  # the built-in apply_patch's: not failed (is_error), so applied
@@ -554,6 +563,49 @@ def _cline_read(path: str, body: str) -> FileOp | None:
         lines = _no_last_break(body).split("\n")
         total = None if cut >= 0 else len(lines)
     return FileOp("read", path, text="\n".join(lines), first_line=first, total_lines=total)
+
+
+_ROO_FILE = re.compile(r"File: (?P<path>[^\n]+)\n")
+_ROO_PART = re.compile(
+    r"IMPORTANT: File content truncated\.\n\tStatus: Showing lines (?P<first>\d+)-(?P<last>\d+) of (?P<total>\d+)"
+    r" total lines\.\n\t[^\n]*\n\t\n\t"
+)
+_ROO_LINE = re.compile(r" *(\d+) \| ")
+_ROO_CUT_LINE = 2000
+"""Roo Code's ``read_file`` cuts a longer line to this many characters, ``...`` last."""
+
+
+def _is_roo(output: str) -> bool:
+    """Whether a read's output is Roo Code's: ``File: PATH``, then its lines (or the note on a part
+    of the file), or its note on a file it did not show (an error, a denial, an empty or binary file)."""
+    m = _ROO_FILE.match(output)
+    rest = output[m.end() :] if m is not None else ""
+    notes = ("Error: ", "Note: ", "Status: ", "Binary file", "IMPORTANT: File content truncated.")
+    return m is not None and (rest.startswith(notes) or _ROO_LINE.match(rest) is not None)
+
+
+def _roo_read(output: str) -> FileOp | None:
+    """The lines of one file Roo Code's ``read_file`` showed: ``File: PATH``, a note on a part of
+    a file, then its lines labelled ``N | `` (numbers padded to one width); None when it is not
+    that (several files, a line cut at its length)."""
+    head = _ROO_FILE.match(output)
+    if head is None:
+        return None
+    body = output[head.end() :]
+    part = _ROO_PART.match(body)
+    body = body[part.end() :] if part is not None else body
+    lines = body.split("\n")
+    labels = [_ROO_LINE.match(line) for line in lines]
+    if not all(labels):
+        return None
+    numbers = [int(m.group(1)) for m in labels]  # type: ignore[union-attr]
+    if numbers != list(range(numbers[0], numbers[0] + len(numbers))):
+        return None
+    text = [line[m.end() :] for line, m in zip(lines, labels, strict=True)]  # type: ignore[union-attr]
+    if any(len(line) == _ROO_CUT_LINE and line.endswith("...") for line in text):
+        return None
+    total = int(part.group("total")) if part is not None else numbers[0] + len(text) - 1
+    return FileOp("read", head.group("path"), text="\n".join(text), first_line=numbers[0], total_lines=total)
 
 
 # --- Codex CLI ---------------------------------------------------------------------------------------
