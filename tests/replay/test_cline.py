@@ -267,6 +267,14 @@ def test_a_write_is_the_file_cline_shows_after_it() -> None:
     assert file_op("write", {"path": "a.py", "content": "x\n"}, skipped) is None
 
 
+def test_a_windows_file_s_line_breaks_are_read_as_its_read_shows_them() -> None:
+    saved = SAVED.format(path="a.py", text="x = 1\r\ny = 2\r\n")
+    op = file_op("write", {"path": "a.py", "content": "x = 1\ny = 2\n"}, "[write_to_file for 'a.py'] Result:\n" + saved)
+    assert op is not None and op.text == "x = 1\ny = 2"
+    op = file_op("edit", {"path": "a.py", "diff": DIFF}, "[replace_in_file for 'a.py'] Result:\n" + saved)
+    assert op is not None and op.more[0].text == "x = 1\ny = 2"
+
+
 def test_replace_in_file_blocks_are_old_new_pairs_in_both_marker_styles() -> None:
     assert search_replace_blocks(DIFF) == [("    return 1", "    return 2")]
     legacy = "<<<<<<< SEARCH\na\nb\n=======\nc\n>>>>>>> REPLACE\n<<<<<<< SEARCH\nd\n=======\n>>>>>>> REPLACE"

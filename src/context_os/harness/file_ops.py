@@ -513,8 +513,9 @@ def _block(old: list[str], new: list[str]) -> tuple[str, str]:
 
 
 def _no_last_break(text: str) -> str:
-    """A file's text as Cline's read shows it: its lines, without the line break after the last."""
-    return text[:-1] if text.endswith("\n") else text
+    """A file's text as Cline's read shows it: its lines, without the line break after the last
+    (``\r\n`` or ``\n``: the read splits lines at either)."""
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
 
 
 def _cline_op(role: str, args: Mapping[str, Any], body: str) -> FileOp | None:
@@ -525,7 +526,8 @@ def _cline_op(role: str, args: Mapping[str, Any], body: str) -> FileOp | None:
     if role == "read":
         return _cline_read(path, body)
     final = _CLINE_FINAL.search(body)
-    text = _no_last_break(final.group("text")) if final is not None else None
+    # the file's own line breaks (\r\n on Windows), where its read splits lines at \r?\n
+    text = _no_last_break(final.group("text").replace("\r\n", "\n")) if final is not None else None
     if role == "write":
         content = text if text is not None else args.get("content")
         return FileOp("write", path, text=_no_last_break(content)) if isinstance(content, str) else None
