@@ -253,10 +253,11 @@ def test_extension_typechecks_against_the_installed_pi(pi: PiInstall) -> None:
 
 def test_recall_and_remember_through_pi(pi: PiInstall, tmp_path: Path) -> None:
     """With CTXOS_RECALL and CTXOS_MEMORY, Pi offers recall and remember; what the agent remembers
-    is in its context at the next call, and recall finds what the session said."""
+    is in its context at the next call, and recall finds it in the store (not the session's own
+    messages, which its context shows: "the sum in calc.py is wrong" is left out)."""
     script = [
         tool_call("remember", text="calc.py is checked with python3 calc.py", scope="global"),
-        tool_call("recall", query="wrong sum", k=3),
+        tool_call("recall", query="wrong sum, checked with python3", k=3),
         text("Noted."),
     ]
     env = {"CTXOS_RECALL": "1", "CTXOS_MEMORY": "1", "CTXOS_POLICY": json.dumps({"cache_break_percent": None})}
@@ -266,7 +267,8 @@ def test_recall_and_remember_through_pi(pi: PiInstall, tmp_path: Path) -> None:
     assert {"recall", "remember", "activate"} <= set(_tool_names(run.requests[0]))
     assert "- calc.py is checked with python3 calc.py" in _tail(run.requests[1])
     found = json.loads(_tool_output(run.requests[2], "call_2"))
-    assert found["hits"] and "wrong sum" in found["hits"][0]["preview"]
+    assert found["hits"] and "checked with python3" in found["hits"][0]["preview"]
+    assert all(h["kind"] != "chat" for h in found["hits"]), found["hits"]
     memory = tmp_path / "xdg-data" / "context_os" / "memory" / "MEMORY.md"
     assert memory.read_text() == "- calc.py is checked with python3 calc.py\n"
 
