@@ -132,7 +132,10 @@ def test_a_read_only_store_searches_the_vectors_there_and_writes_none(tmp_path: 
     assert recall.vectors is not None and recall.indexer is None
     result = recall.search("Biscuit the puppy chewed shoes", k=3)
     assert result.mode == "hybrid" and any(h.vector_rank is not None for h in result.hits)
-    assert result.note == f"the store is read-only: {len(TALK) - 12} parts not embedded yet, found by keyword only"
+    assert result.note == (
+        f"the store is read-only: {len(TALK) - 12} parts not embedded yet, found by keyword only;"
+        " vector ranks weighed by the 60% of parts embedded"
+    )
     with pytest.raises(StoreError, match="read-only"):
         recall.vectors.catch_up()
     recall.close()
@@ -214,6 +217,22 @@ def test_a_part_of_no_session_is_not_buried_by_the_session_prior(db: Store) -> N
 
     assert first(RecallConfig(session_weight=0, spread_next=0, spread_prev=0)) == "memory:bash"  # on its own score
     assert first(RecallConfig(spread_next=0, spread_prev=0)) == "memory:bash"  # and with the prior
+
+
+def test_vectors_that_cover_few_parts_weigh_as_little_and_limits_are_said(db: Store, vectors: VectorIndex) -> None:
+    chat(db, "s1", TALK)
+    assert vectors.catch_up(max_parts=2) == 2  # the first two of twenty parts: the puppy
+    plain = RecallConfig(session_weight=0, spread_next=0, spread_prev=0, recency_weight=0)
+    result = Recall(db, vectors, plain).search("the leaking kitchen tap", k=5)
+    assert result.note is not None and "vector ranks weighed by the 10% of parts embedded" in result.note
+    assert result.hits[0].text == TALK[14]  # the keyword hit, not a near miss among the two embedded
+    near = next(h for h in result.hits if h.bm25_rank is None and h.vector_rank == 1)
+    assert near.score == pytest.approx(plain.vector_weight * 0.1)  # the stream weighs what it covers
+    vectors.catch_up()
+    assert "vector ranks" not in (Recall(db, vectors).search("the leaking kitchen tap", k=3).note or "")
+    long = " ".join(f"w{n}" for n in range(100)) + " kitchen"
+    assert "first 64 distinct words of 101" in (Recall(db, vectors).search(long, k=3).note or "")
+    assert "no session 'nope' in the store" in (Recall(db).search("kitchen", session="nope").note or "")
 
 
 def test_mmr_makes_room_for_a_different_hit(db: Store) -> None:

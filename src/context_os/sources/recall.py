@@ -50,7 +50,7 @@ from .._install import install_hint
 from ..errors import ConfigError, InputError, StoreCorrupt
 from ..objects import INDEXED_KINDS, index_parts
 from ..store.base import Store, TextHit, Version, now_ms
-from ..store.text_index import check_basis, check_kinds
+from ..store.text_index import MAX_TERMS, check_basis, check_kinds
 from ..times import parse_time
 from ..tokens import estimate_tokens
 from .base import SourceItem
@@ -298,6 +298,12 @@ class Recall:
         timings["bm25"] = (t1 - t0) * 1000
         vec: list[VectorHit] = []
         note = self.note
+        words = len(dict.fromkeys(w.casefold() for w in _WORD.findall(kw)))
+        if words > MAX_TERMS:
+            note = _also(note, f"the keyword search took the query's first {MAX_TERMS} distinct words of {words:,}")
+        if session is not None and not bm and self.store.get(f"session:{session}") is None:
+            note = _also(note, f"no session {session!r} in the store")
+        vector_weight = cfg.vector_weight
         if self.vectors is None:
             note = _also(note, f"keyword (BM25) recall only: {self.keyword_only}")
         else:
@@ -311,11 +317,25 @@ class Recall:
                 qv, k=cfg.depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
             )
             timings["vector"] = (time.perf_counter() - t2) * 1000
+            covered = self._coverage()
+            if 0.0 < covered < 1.0:
+                # ranks among the few parts embedded so far are no ranks among all of them: the
+                # vector stream weighs as much as it covers (32 of 947 parts: a near miss among
+                # them had come first, ahead of every keyword hit)
+                vector_weight *= covered
+                note = _also(note, f"vector ranks weighed by the {covered:.0%} of parts embedded")
         t3 = time.perf_counter()
         periods = named_periods(query, valid_time if valid_time is not None else now_ms()) if cfg.time_weight else []
-        hits = self._fuse(periods, bm, vec, k, wanted, session, valid_time, tx_id)
+        hits = self._fuse(periods, bm, vec, k, wanted, session, valid_time, tx_id, vector_weight)
         timings["fuse"] = (time.perf_counter() - t3) * 1000
         return RecallResult(query, hits, "bm25" if self.vectors is None else "hybrid", note, timings, periods)
+
+    def _coverage(self) -> float:
+        """The share of the keyword index's parts the vectors hold (1.0 when caught up)."""
+        assert self.vectors is not None
+        counts = self.vectors.counts()
+        held, pending = int(counts.get("parts") or 0), int(counts.get("pending") or 0)
+        return 1.0 if not pending else held / (held + pending)
 
     def _fuse(
         self,
@@ -327,6 +347,7 @@ class Recall:
         session: str | None,
         valid_time: int | None,
         tx_id: int | None,
+        vector_weight: float,
     ) -> list[RecallHit]:
         cfg = self.config
         cands: dict[tuple[str, str], _Cand] = {}
@@ -339,7 +360,7 @@ class Recall:
 
         streams: list[tuple[str, Sequence[TextHit], float]] = [
             ("bm25", bm, cfg.bm25_weight),
-            ("vector", vec, cfg.vector_weight),
+            ("vector", vec, vector_weight),
         ]
         for stream, hits, weight in streams:
             if not hits:
