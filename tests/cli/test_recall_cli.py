@@ -40,7 +40,11 @@ def test_keyword_recall_lists_hits_with_their_refs(db: Path) -> None:
     code, table = recall(db, "slash command autocomplete", "--embedder", "none", "-k", "3")
     assert code == 0 and table.startswith("bm25: 3 hits") and hit["id"] in table
     code, out = recall(db, "slash command", "--embedder", "none", "--json", "--kinds", "file")
-    assert code == 0 and {h["kind"] for h in json.loads(out)["hits"]} == {"file"}
+    files = json.loads(out)["hits"]
+    assert code == 0 and {h["kind"] for h in files} == {"file"}
+    assert all(h["session"] is None and h["path"] for h in files), files  # a file's hit names its path
+    code, table = recall(db, "slash command", "--embedder", "none", "--kinds", "file", "-k", "1")
+    assert files[0]["path"] in table
     code, out = recall(db, "slash command", "--embedder", "none", "--json", "--as-of", "2001-01-01")
     assert code == 0 and json.loads(out)["hits"] == []
 

@@ -88,19 +88,21 @@ def recall_cmd(
             if recall.vectors is not None and not recall.vectors.read_only:
                 left = _catch_up(recall.vectors, quiet=as_json, seconds=embed_for)
             result = recall.search(query, k=k, kinds=wanted, session=session_id, as_of=as_of)
+            paths = _paths(store, result)
         finally:
             recall.close()
     if left:
         unembedded = f"{left:,} parts not embedded yet: found by keyword only"
         result.note = unembedded if result.note is None else f"{result.note}; {unembedded}"
     if as_json:
-        emit_json(_report(result))
+        emit_json(_report(result, paths))
         return
     click.echo(f"{result.mode}: {len(result.hits)} hits" + (f" ({result.note})" if result.note else ""))
     for p in result.periods:
         click.echo(f"the query names {p.text!r}: {p.days} (what was said then ranks higher)")
     if result.hits:
-        click.echo(table(_rows(result), ["#", "kind", "id", "part", "score", "bm25", "vector", "session", "text"]))
+        head = ["#", "kind", "id", "part", "score", "bm25", "vector", "session or path", "text"]
+        click.echo(table(_rows(result, paths), head))
 
 
 def _sidecar_embedder(store: Store) -> str | None:
@@ -161,7 +163,19 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
     return left
 
 
-def _report(result: RecallResult) -> dict[str, Any]:
+def _paths(store: Store, result: RecallResult) -> dict[str, str]:
+    """The path of each hit of a file (or a memory file), as the version it was found in names it."""
+    out: dict[str, str] = {}
+    for h in result.hits:
+        if h.session is None and h.id not in out:
+            v = store.get(h.id, h.ref.get("valid_time"), h.ref.get("tx_id"))
+            path = (v.doc or {}).get("meta", {}).get("path") if v is not None else None
+            if isinstance(path, str):
+                out[h.id] = path
+    return out
+
+
+def _report(result: RecallResult, paths: dict[str, str]) -> dict[str, Any]:
     return {
         "query": result.query,
         "mode": result.mode,
@@ -174,6 +188,7 @@ def _report(result: RecallResult) -> dict[str, Any]:
                 "kind": h.kind,
                 "part": h.part,
                 "session": h.session,
+                "path": paths.get(h.id),
                 "score": h.score,
                 "bm25": {"score": h.bm25_score, "rank": h.bm25_rank},
                 "vector": {"score": h.vector_score, "rank": h.vector_rank},
@@ -190,7 +205,7 @@ def _rank(score: float | None, rank: int | None) -> str:
     return "" if rank is None or score is None else f"{rank} ({score:.2f})"
 
 
-def _rows(result: RecallResult) -> list[list[Any]]:
+def _rows(result: RecallResult, paths: dict[str, str]) -> list[list[Any]]:
     rows = []
     for h in result.hits:
         line = " ".join(h.text.split())
@@ -203,7 +218,7 @@ def _rows(result: RecallResult) -> list[list[Any]]:
                 f"{h.score:.3f}",
                 _rank(h.bm25_score, h.bm25_rank),
                 _rank(h.vector_score, h.vector_rank),
-                h.session or "",
+                h.session or paths.get(h.id, ""),
                 line if len(line) <= PREVIEW else line[: PREVIEW - 1] + "…",
             ]
         )
