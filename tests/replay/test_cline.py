@@ -20,17 +20,9 @@ from context_os.harness.toolnames import preset, preset_for
 from context_os.harness.virtual_files import file_key
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import detect_format, read_session
-from context_os.store.sqlite import SqliteStore
 
 CWD = "/work/app"
 ENV = f"<environment_details>\n# Current Working Directory ({CWD}) Files\na.py\n</environment_details>"
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    s = SqliteStore(tmp_path / "s.db")
-    yield s
-    s.close()
 
 
 def use(id: str, name: str, **input: Any) -> dict[str, Any]:

@@ -38,13 +38,6 @@ UNIFIED = (
 CUT = "Warning: truncated output (original token count: 6987)"
 
 
-@pytest.fixture
-def db(tmp_path: Path):
-    s = SqliteStore(tmp_path / "s.db")
-    yield s
-    s.close()
-
-
 def line(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
     return {"timestamp": "2026-11-29T10:00:00.000Z", "type": kind, "payload": payload}
 

@@ -20,18 +20,10 @@ from context_os.harness.pi import PI_PAIRING
 from context_os.replay.formats.swe_agent import text_action
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript, detect_format, read_session, read_sessions
-from context_os.store.sqlite import SqliteStore
 
 SESSIONS = Path(__file__).resolve().parents[2] / "bench" / "sessions"
 DATA = Path(__file__).parent / "data"
 FA812 = SESSIONS / "check" / "claude-code" / "fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    s = SqliteStore(tmp_path / "s.db")
-    yield s
-    s.close()
 
 
 def calls(t: Transcript) -> int:

@@ -21,21 +21,10 @@ from context_os.harness.pairing import check_pairs
 from context_os.harness.toolnames import preset
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript, detect_format, read_session, read_sessions
-from context_os.store.sqlite import SqliteStore
+from tests.replay.test_formats import calls
 
 REAL = Path(__file__).parent / "data" / "gemini-cli" / "aim-matrix-flash.json.gz"
 META = {"sessionId": "s-1", "projectHash": "ab12", "startTime": "2026-06-07T12:00:00.000Z", "kind": "main"}
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    s = SqliteStore(tmp_path / "s.db")
-    yield s
-    s.close()
-
-
-def calls(t: Transcript) -> int:
-    return sum(1 for k, m in enumerate(t.messages) if k and m["role"] == "assistant")
 
 
 def roles(t: Transcript) -> list[str]:

@@ -19,19 +19,11 @@ from context_os.cli import replay as replay_cli
 from context_os.context.frames import frame_docs
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript, read_session
-from context_os.store.sqlite import SqliteStore
 from tests.harness.pi_msgs import say, step, user
 from tests.helpers import EAGER
 
 DATA = Path(__file__).parent / "data"
 REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "pi-sessions" / "before-compaction.jsonl"
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    s = SqliteStore(tmp_path / "s.db")
-    yield s
-    s.close()
 
 
 def pi(messages: list[dict[str, Any]]) -> Transcript:
