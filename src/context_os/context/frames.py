@@ -20,7 +20,7 @@ from ..errors import NotFound
 from ..hashing import verify_doc
 from ..store.base import DocMemo, Store, Version
 from ..times import iso
-from .load import VersionMemo, load_view, memo_get
+from .load import VersionMemo, load_view
 from .view import Rendered, SessionView, sealed_pages_hash
 
 __all__ = [
@@ -174,8 +174,8 @@ class FrameMemo:
     frame diff). Every part is keyed by what cannot change while the store keeps it: a message
     by its content (``units``: its canonical hash and tokens), a stored document by its content
     hash (``docs``, ``Store.find``), a block by its id, which names its text's hash
-    (``blocks``), a version by the id, valid time and transaction that name it (``versions``:
-    what a frame's static refs and the objects it showed resolve to). Use one per pass: an
+    (``blocks``), a version by the id, valid time and transaction that name it (``versions``: the
+    objects a frame showed; ``refs``: the object hash a static ref resolves to). Use one per pass: an
     object evicted after it was read still shows here. The documents are shared, so readers
     must not change them."""
 
@@ -183,6 +183,7 @@ class FrameMemo:
     docs: DocMemo = field(default_factory=dict)
     blocks: dict[str, str] = field(default_factory=dict)
     versions: VersionMemo = field(default_factory=dict)
+    refs: dict[tuple[str, int, int], str | None] = field(default_factory=dict)
 
     def block(self, store: Store, block_id: str) -> str | None:
         """The text of a block document (None: not in the store)."""
@@ -196,8 +197,11 @@ class FrameMemo:
 
     def ref_hash(self, store: Store, id: str, valid_time: int, tx: int) -> str | None:
         """The object hash of the version of ``id`` in force at ``valid_time`` as of ``tx``."""
-        v = memo_get(self.versions, store, id, valid_time, tx)
-        return v.doc.get("object_hash") if v is not None and v.doc is not None else None
+        key = (id, valid_time, tx)
+        if key not in self.refs:  # the hash alone: a chat page's whole document is not kept for it
+            v = self.versions[key] if key in self.versions else store.get(id, valid_time, tx)
+            self.refs[key] = v.doc.get("object_hash") if v is not None and v.doc is not None else None
+        return self.refs[key]
 
 
 def rerender(store: Store, frame: dict[str, Any], *, memo: FrameMemo | None = None) -> Rendered:
