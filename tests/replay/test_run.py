@@ -212,8 +212,8 @@ def test_replays_in_the_same_second_each_get_a_default_id_of_their_own(tmp_path:
         done = replay()
         assert done.exit_code == 0, done.output
         ids.append(json.loads(done.stdout)["session"])
-    assert ids == ["replay-261129142721", "replay-261129142721-2", "replay-261129142721-3"]
-    named = replay("--session", "replay-261129142721")
+    assert ids == ["replay-20261129T142721", "replay-20261129T142721-2", "replay-20261129T142721-3"]
+    named = replay("--session", "replay-20261129T142721")
     assert named.exit_code == 1 and "already exists" in named.output
 
 
