@@ -108,9 +108,23 @@ def test_a_cache_breakpoint_is_no_part_of_how_a_conversation_starts() -> None:
     carries the mark, the next calls' do not, and they are one conversation."""
     first = {"role": "user", "content": [{"type": "text", "text": "fix f7"}]}
     marked = {"role": "user", "content": [{"type": "text", "text": "fix f7", "cache_control": {"type": "ephemeral"}}]}
-    body = {"system": "You are Claude Code."}
+    body = {"system": "You are Claude Code.", "metadata": {"user_id": "user_ab12_account__session_5f3c"}}
     assert derive_session("anthropic", {**body, "messages": [marked]}) == derive_session(
         "anthropic", {**body, "messages": [first, {"role": "assistant", "content": "ok"}]}
+    )
+    # without a key of the client's, its first reply tells two conversations that start alike apart
+    plain = {"system": "You are Claude Code."}
+    assert derive_session("anthropic", {**plain, "messages": [marked]}) == derive_session(
+        "anthropic", {**plain, "messages": [first]}
+    )
+    reply = {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"}, {"type": "text", "text": "ok"}]}
+    later = {"role": "assistant", "content": [{"type": "text", "text": "ok", "cache_control": {"type": "ephemeral"}}]}
+    assert derive_session("anthropic", {**plain, "messages": [first, reply]}) == derive_session(
+        "anthropic", {**plain, "messages": [first, later, {"role": "user", "content": "go on"}]}
+    )  # its reasoning dropped and a breakpoint added later: the same reply
+    other = {"role": "assistant", "content": [{"type": "text", "text": "no"}]}
+    assert derive_session("anthropic", {**plain, "messages": [first, reply]}) != derive_session(
+        "anthropic", {**plain, "messages": [first, other]}
     )
 
 
@@ -120,12 +134,15 @@ def test_each_conversation_is_a_session_and_a_resumed_one_finds_its_own(proxy: R
     b = [{"role": "user", "content": "task B"}]
     client.chat.completions.create(model="m", messages=a)  # type: ignore[arg-type]
     client.chat.completions.create(model="m", messages=b)  # type: ignore[arg-type]
-    client.chat.completions.create(  # type: ignore[call-overload]
-        model="other-model", messages=[*a, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
-    )
+    resumed = [*a, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+    client.chat.completions.create(model="other-model", messages=resumed)  # type: ignore[arg-type]
+    again = [*resumed, {"role": "assistant", "content": "done"}, {"role": "user", "content": "and?"}]
+    client.chat.completions.create(model="m", messages=again)  # type: ignore[arg-type]
     sa, sb = derive_session("openai", {"messages": a}), derive_session("openai", {"messages": b})
-    assert sa != sb
-    assert len(frame_docs(proxy.store, sa)) == 2 and len(frame_docs(proxy.store, sb)) == 1
+    later = derive_session("openai", {"messages": resumed})
+    assert len({sa, sb, later}) == 3 and later == derive_session("openai", {"messages": again})
+    # the first call of each, then the conversation from its first reply on, whatever the model
+    assert [len(frame_docs(proxy.store, s)) for s in (sa, sb, later)] == [1, 1, 2]
     named = proxy.openai(**{SESSION_HEADER: "my-run-7"})
     named.chat.completions.create(model="m", messages=a)  # type: ignore[arg-type]
     assert len(frame_docs(proxy.store, "my-run-7")) == 1
@@ -154,11 +171,35 @@ def test_concurrent_conversations_stay_apart(proxy: Running, up: Upstream) -> No
     for t in threads:
         t.join(60)
     for n in range(6):
-        sid = derive_session("openai", {"messages": [{"role": "user", "content": f"conversation {n}"}]})
-        assert verified_frames(proxy.store, sid) == 3
+        start = [{"role": "user", "content": f"conversation {n}"}]
+        replied = [*start, {"role": "assistant", "content": "reply 0"}]
+        sid, then = derive_session("openai", {"messages": start}), derive_session("openai", {"messages": replied})
+        assert (verified_frames(proxy.store, sid), verified_frames(proxy.store, then)) == (1, 2)
     for body in up.requests:  # no request carries another conversation's words
         text = json.dumps(body["messages"])
         assert sum(f"conversation {n}" in text for n in range(6)) == 1
+
+
+def test_conversations_that_start_alike_never_see_each_others_files(proxy: Running, up: Upstream) -> None:
+    """Two runs of one task (the same system prompt and first message) read different files:
+    from their first reply on they are two sessions, and neither is sent what the other read."""
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}]
+    start = [{"role": "system", "content": "same system"}, {"role": "user", "content": "help me with the repo"}]
+
+    def run(path: str, text: str) -> None:
+        client = proxy.openai()
+        client.chat.completions.create(model="m", messages=start, tools=tools)  # type: ignore[arg-type]
+        call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": json.dumps({"path": path})}}
+        msgs = [*start, {"role": "assistant", "content": None, "tool_calls": [call]}]
+        msgs.append({"role": "tool", "tool_call_id": "c1", "content": text + "\n" + "x = 1\n" * 40_000})
+        for n in range(3):
+            client.chat.completions.create(model="m", messages=msgs, tools=tools)  # type: ignore[arg-type]
+            msgs += [{"role": "assistant", "content": f"step {n}"}, {"role": "user", "content": "go on"}]
+
+    run("/w/a.txt", "the content of A: SECRET-A-123")
+    seen = len(up.requests)
+    run("/w/b.txt", "the content of B")
+    assert seen == 4 and all("SECRET-A-123" not in json.dumps(body) for body in up.requests[seen:])
 
 
 def test_upstream_errors_keep_their_shape(tmp_path: Path, caplog: Any) -> None:

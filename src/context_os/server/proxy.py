@@ -88,7 +88,12 @@ HOP_HEADERS = {
 def derive_session(api: Api, body: Mapping[str, Any]) -> str:
     """A conversation's session id from how it starts: ``proxy-`` and 16 hex digits of the hash
     of its API, system prompt and first user message (the model may change; the start does not;
-    a cache breakpoint on it, which a client such as Claude Code moves on, is no part of it).
+    a cache breakpoint on it, which a client such as Claude Code moves on, is no part of it),
+    with the key the client gives its conversation (Anthropic's ``metadata.user_id``, which
+    Claude Code makes of its session id; a chat request's ``prompt_cache_key``), else with the
+    model's first reply once there is one: two conversations that start alike are two sessions
+    from their first reply on, so neither is ever sent what the other read (the first call of
+    each, with nothing but that common start, is recorded under the start alone).
     A Responses conversation: of its ``prompt_cache_key`` if it has one (Codex CLI's is its
     conversation id), else of its instructions and every item before the model's first (Codex's
     first user message is its environment, the same for every conversation in one directory)."""
@@ -111,8 +116,44 @@ def derive_session(api: Api, body: Mapping[str, Any]) -> str:
     first = next((m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None)
     if first is not None:  # a cache breakpoint a client moves on is not part of the conversation
         first = without_cache_marks([first])[0][0]
-    digest = hash_value({"api": api, "system": system, "first": first}).removeprefix(HASH_PREFIX)
+    begun: dict[str, Any] = {"api": api, "system": system, "first": first}
+    meta = body.get("metadata")
+    key = meta.get("user_id") if api == "anthropic" and isinstance(meta, Mapping) else body.get("prompt_cache_key")
+    if isinstance(key, str) and key:
+        begun["key"] = key
+    else:
+        reply = next((m for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant"), None)
+        if reply is not None:
+            begun["reply"] = _said(reply)
+    digest = hash_value(begun).removeprefix(HASH_PREFIX)
     return f"proxy-{digest[:16]}"
+
+
+def _started(api: Api, body: Mapping[str, Any], session_id: str) -> str | None:
+    """The session the first call of a conversation was recorded under, when it is not
+    ``session_id`` (one named by its first reply: the first call had none)."""
+    if api == "responses":
+        return None
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    first = [m for m in messages if not (isinstance(m, Mapping) and m.get("role") == "assistant")]
+    start = derive_session(api, {**body, "messages": first})
+    return start if start != session_id else None
+
+
+def _said(reply: Mapping[str, Any]) -> Any:
+    """What tells a model's reply apart, as a client sends it back: its text and its calls (not
+    its reasoning, nor a cache breakpoint: a client may drop or move them later)."""
+    content = reply.get("content")
+    if isinstance(content, list):
+        content = [
+            {k: b.get(k) for k in ("type", "text", "id", "name", "input")}
+            for b in content
+            if isinstance(b, Mapping) and b.get("type") in ("text", "tool_use")
+        ]
+    calls = reply.get("tool_calls")
+    return {"content": content, "calls": calls if isinstance(calls, list) else None}
 
 
 def _produced(item: Mapping[str, Any]) -> bool:
@@ -227,7 +268,10 @@ class Proxy:
                     log.warning("proxy: closing session %s: %s", c.hook.session.id, e)
             self._conversations.clear()
 
-    def _conversation(self, api: Api, session_id: str) -> _Conversation:
+    def _conversation(self, api: Api, session_id: str, started: str | None = None) -> _Conversation:
+        """The conversation of ``session_id``; ``started``: the session its first call was recorded
+        under, when that is another (one named by its start alone, before the model's first reply),
+        whose exchanges with our tools it takes over."""
         name = "openai" if api == "responses" else api  # its items are translated to chat messages
         with self._lock:
             found = self._conversations.get(session_id)
@@ -241,6 +285,9 @@ class Proxy:
                 if self.recall is not None:
                     SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
                 found = self._conversations[session_id] = _Conversation(hook, files)
+                first = self._conversations.get(started) if started is not None else None
+                if first is not None:  # the first call's rounds with our tools: the first to reply takes them
+                    found.hidden, first.hidden = first.hidden, []
             return found
 
     def prepare(self, api: Api, headers: Mapping[str, str], body: dict[str, Any]) -> Plan:
@@ -253,9 +300,10 @@ class Proxy:
             return Plan(api, body, body)  # the provider holds the conversation: nothing to manage
         named = next((v for k, v in headers.items() if k.lower() == SESSION_HEADER.lower()), None)
         session_id = named.strip() if named and named.strip() else derive_session(api, body)
+        started = None if named and named.strip() else _started(api, body, session_id)
         conv: _Conversation | None = None
         try:
-            conv = self._conversation(api, session_id)
+            conv = self._conversation(api, session_id, started)
             plan = self._plan(Plan(api, body, body, conv), offer=True)
         except Exception as e:
             self._failed(session_id, conv, e)
