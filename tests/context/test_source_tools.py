@@ -119,6 +119,25 @@ def test_recall_finds_another_sessions_tool_output_and_activate_loads_it(store: 
     assert line in text  # its first words (here all of it), what activating it costs
 
 
+def test_recall_alone_leaves_a_small_session_unmanaged_until_it_finds_something(store: Store, uid: str) -> None:
+    session = Session.open(store, uid, harness="openai")
+    hook = OpenAIHook(session)
+    SourceTools(session, recall=Recall(store), auto_recall=False).register(hook.registry)
+    msgs = [user("what is in the lease log?")]
+    hook.transform_context(msgs)
+    assert not session.view.managed  # the proxy's: a small conversation passes through unchanged
+    out = json.loads(hook.call_tool("recall", {"query": "no such words zzqx"}))
+    assert out["hits"] == []
+    hook.transform_context([*msgs, say("nothing")])
+    assert not session.view.managed
+    earlier = OpenAIHook(Session.open(store, f"{uid}-a", harness="openai"))
+    earlier.transform_context([user("why does ci fail"), call("c1", command="pytest"), result("c1", "lease expired")])
+    earlier.session.close()
+    assert json.loads(hook.call_tool("recall", {"query": "lease expired"}))["hits"]
+    hook.transform_context([*msgs, say("nothing"), user("and now?")])
+    assert session.view.managed  # its hits are objects: shown from the next turn
+
+
 def test_recall_leaves_out_what_the_context_shows_and_the_copies_of_earlier_hits(store: Store, uid: str) -> None:
     earlier = OpenAIHook(Session.open(store, f"{uid}-a", harness="openai"))
     earlier.transform_context(

@@ -63,7 +63,8 @@ class SourceTools:
             self.feeds.append(session.add_source(memory, pin=True, every_turn=True))
         if recall is not None and auto_recall:
             self.feeds.append(session.add_source(recall, active_score=recall_active_score))
-        session.manage()  # what the tools find shows as objects, which only a managed session renders
+        if self.feeds:  # what they show every turn is objects, which only a managed session renders
+            session.manage()
 
     def register(self, registry: ToolRegistry) -> ToolRegistry:
         """Add ``recall`` (with a recall engine) and ``remember`` (with memory) to ``registry``."""
@@ -95,6 +96,8 @@ class SourceTools:
         valid_time = parse_time(as_of, "as_of") if as_of is not None else None
         result = engine.search(query, k=k + _SHOWN_SLACK, kinds=kinds, session=session, as_of=valid_time)
         found = [h for h in result.hits if not self._in_view(h)][:k]
+        if found:  # its hits are objects, which only a managed session shows: managed from now on
+            self.session.manage()
         hits = []
         feed = SourceFeed(engine)
         for rank, item in enumerate(hit_item(h, query, result.mode) for h in found):
