@@ -202,6 +202,29 @@ def test_conversations_that_start_alike_never_see_each_others_files(proxy: Runni
     assert seen == 4 and all("SECRET-A-123" not in json.dumps(body) for body in up.requests[seen:])
 
 
+def test_an_upstream_error_after_our_tool_round_ends_the_stream_as_an_error(tmp_path: Path) -> None:
+    """The client was sent the first round's start: the error of the round after our tool's
+    reaches it in the stream, in its API's shape, and its SDK raises it (it got an empty answer)."""
+    with upstream(replies=[call("pin", id="r1"), "-", call("pin", id="r1")], errors={2: 429, 4: 429}) as up:
+        running = Running(tmp_path, up)
+        try:
+            chat = running.openai().chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x"}], stream=True
+            )
+            with pytest.raises(openai.APIError, match="slow down"):
+                list(chat)
+            ask = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+            with (
+                pytest.raises(anthropic.APIStatusError, match="slow down"),
+                running.anthropic().messages.stream(
+                    **ask  # type: ignore[arg-type]
+                ) as stream,
+            ):
+                list(stream.text_stream)
+        finally:
+            running.close()
+
+
 def test_upstream_errors_keep_their_shape(tmp_path: Path, caplog: Any) -> None:
     with upstream(status=429) as up:
         running = Running(tmp_path, up)

@@ -213,6 +213,10 @@ def test_our_tools_run_inside_the_proxy_json_and_streamed(tmp_path: Path) -> Non
             done = [e.item for e in events if e.type == "response.output_item.done"]
             assert [i.name for i in done if i.type == "function_call"] == ["shell_command"]
             assert len(up.requests) == 4
+            # one response to the client: its end names the response its start did (the SDK's
+            # stream helper refuses a stream whose response changes)
+            [created] = [e.response.id for e in events if e.type == "response.created"]
+            assert [e.response.id for e in events if e.type == "response.completed"] == [created]
             fourth = json.dumps(up.requests[3]["input"])
             # the first exchange spliced back before the client's later items, the second after them
             assert fourth.index('"pin"') < fourth.index("pinned it, done") < fourth.index("and now?")

@@ -34,6 +34,8 @@ class Upstream:
     """The n-th request is answered with the n-th text or tool call (then "ok")."""
     status: int = 200
     """Answer every request with this status (an error body in the API's shape when not 200)."""
+    errors: dict[int, int] = field(default_factory=dict)
+    """The n-th request (from 1) answered with this status instead, its error body as above."""
     hold: threading.Event | None = None
     """When set, a stream sends its first chunk, then waits for this event before the rest."""
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -285,13 +287,14 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             text = up.record(body, dict(self.headers.items()))
             anthropic = self.path.startswith("/v1/messages")
             responses = self.path.startswith("/v1/responses")
-            if up.status != 200:
+            status = up.errors.get(len(up.requests), up.status)
+            if status != 200:
                 limited = (
                     {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
                     if anthropic
                     else {"error": {"message": "slow down", "type": "rate_limit_exceeded", "code": None}}
                 )
-                self._send(up.status, json.dumps(limited).encode())
+                self._send(status, json.dumps(limited).encode())
                 return
             n = len(up.requests)
             # extended thinking, or adaptive (the model thinks when it sees fit; this one always does)

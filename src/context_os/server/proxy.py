@@ -188,6 +188,24 @@ def error_body(api: Api, status: int, message: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
 
 
+def stream_error(api: Api, status: int, raw: bytes) -> bytes:
+    """An upstream's error answer as the event that ends a stream already begun (the client was
+    sent the first round's events): in the API's own shape, so its SDK raises it."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or not isinstance(body.get("error"), dict):
+        body = json.loads(error_body(api, status, raw.decode("utf-8", "replace")[:500] or f"HTTP {status}"))
+    if api == "anthropic":
+        return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
+    if api == "responses":
+        error = body["error"]
+        event = {"type": "error", "code": error.get("code"), "message": error.get("message"), "param": None}
+        return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
 @dataclass
 class _Conversation:
     hook: ContextHook[Any]
@@ -530,6 +548,7 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             streaming = bool(plan.original.get("stream"))
             started = False
             offset = 0
+            response_id: str | None = None
             for n in range(MAX_ROUNDS):
                 last = n == MAX_ROUNDS - 1
                 with proxy.client.stream("POST", url, headers=self._upstream_headers(), json=plan.body) as resp:
@@ -538,7 +557,8 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                         calls, message = d.calls(json.loads(raw)) if resp.status_code < 400 else ([], {})
                         ours = [c for c in calls if c.name in plan.ours]
                         if not ours or last:
-                            if started:  # an error after our rounds began: the stream just ends
+                            if started:  # an error after our rounds began: the stream says so, then ends
+                                self._chunk(stream_error(plan.api, resp.status_code, raw))
                                 self._end()
                                 return
                             self._start(resp.status_code, resp.headers)
@@ -550,9 +570,10 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                         if not started:
                             self._start(resp.status_code, resp.headers)
                             started = True
-                        f = StreamFilter(plan.api, first_round=n == 0, block_offset=offset)
+                        f = StreamFilter(plan.api, first_round=n == 0, block_offset=offset, response_id=response_id)
                         for event in sse_events(resp.iter_bytes()):
                             self._chunk(f.feed(event))
+                        response_id = f.response_id
                         ours = [c for c in f.calls() if c.name in plan.ours]
                         if not ours or last:
                             for event in f.held:

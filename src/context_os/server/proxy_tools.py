@@ -334,6 +334,9 @@ class StreamFilter:
     """Anthropic: the thinking blocks of the response, by index."""
     _reasoning: dict[int, list[bytes]] = field(default_factory=dict)
     """Responses: the events of the reasoning items held until the item after them is known."""
+    response_id: str | None = None
+    """Responses: the id of the response the client was told of (the first round's ``created``):
+    a later round's end names it too, as one response does (the SDKs check it)."""
 
     def feed(self, event: bytes) -> bytes:
         data = _data(event)
@@ -350,9 +353,15 @@ class StreamFilter:
         if not isinstance(data, dict):
             return event
         kind = str(data.get("type", ""))
+        response = data.get("response") if isinstance(data.get("response"), dict) else None
         if kind in ("response.created", "response.in_progress"):
+            if self.first_round and kind == "response.created" and response is not None:
+                self.response_id = response.get("id")
             return event if self.first_round else b""
         if kind in ("response.completed", "response.incomplete", "response.failed"):
+            if response is not None and self.response_id and response.get("id") != self.response_id:
+                renamed = dict(data, response={**response, "id": self.response_id})
+                event = f"event: {kind}\ndata: {json.dumps(renamed)}\n\n".encode()
             self.held.append(event)
             return self._release_reasoning(calls=False)
         if "output_index" not in data:
