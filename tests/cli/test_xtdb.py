@@ -174,3 +174,23 @@ def test_status_of_a_node_out_of_reach_shows_the_outbox(tmp_path: Path) -> None:
     assert status["reachable"] is False and "cannot be reached" in status["error"]
     assert status["documents"] is status["sessions"] is status["by_kind"] is None  # not known, not 0
     assert status["outbox"] == {"path": str(box), "pending": 1, "oldest_accepted": tx.time, "blocked_by": None}
+
+
+def test_status_of_a_url_where_a_web_server_answers_names_it_in_one_line(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        url = f"xtdb+http://127.0.0.1:{web.server_address[1]}?outbox=off"
+        proc = ctxos("status", "--json", store=url, check=False)
+        text = ctxos("status", store=url, check=False)
+    finally:
+        web.shutdown()
+        web.server_close()
+    assert proc.returncode == text.returncode == 1 and "Traceback" not in proc.stderr + text.stderr
+    status = json.loads(proc.stdout)
+    assert status["reachable"] is True and status["answers_as_a_store"] is False
+    assert "not an XTDB node's answer (text/html" in status["error"] and "<" not in status["error"]
+    assert "answers as a store  no" in text.stdout

@@ -776,3 +776,25 @@ def test_stats_report_the_node(xs: XtdbStore) -> None:
     assert stats["backend"] == "xtdb"
     assert stats["url"] == xs.url
     assert stats["xtdb.version/version"].startswith("1.")
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind", "says"),
+    [
+        # a cluster node whose PostgreSQL is out of reach: an outage, whose writes can wait
+        (500, '{:error "HikariPool-1 - Connection is not available, request timed out"}', StoreUnavailable, "Hikari"),
+        (503, "busy", StoreUnavailable, "busy"),
+        (500, '{:xtdb.error/message "boom"}', StoreError, "boom"),
+        # another server's page: what it is, not its HTML
+        (404, "<!DOCTYPE HTML>\n<html><body>Not Found</body></html>", StoreError, "not an XTDB node's answer"),
+    ],
+)
+def test_a_failed_answer_is_one_line_and_an_outage_when_the_database_is_down(
+    status: int, body: str, kind: type[StoreError], says: str
+) -> None:
+    store = XtdbStore("xtdb+http://127.0.0.1:1")
+    ctype = "application/edn" if body.startswith("{") else "text/html"
+    with pytest.raises(kind, match=says) as e:
+        store._fail(httpx.Response(status, text=body, headers={"content-type": ctype}), "find")
+    assert "\n" not in str(e.value) and "<html" not in str(e.value)
+    assert kind is StoreUnavailable or not isinstance(e.value, StoreUnavailable)

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ..errors import StoreUnavailable
+from ..errors import StoreError, StoreUnavailable
 from ._common import emit_json, fails_cleanly, iso, json_option, store_from, table
 
 
@@ -24,23 +24,26 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
     A store out of reach still gets a report (reachable: false, what it holds unknown) and exit
     status 1."""
     with store_from(ctx) as store:
-        error = None
+        error, reachable = None, True
         try:
             # a store may hold documents context_os did not write (a shared XTDB node): no kind is a kind
             kinds = Counter({"(none)" if k is None else k: n for k, n in store.count_kinds().items()})
             latest = store.latest_tx()
-        except StoreUnavailable as e:  # still say what is known locally (e.g. writes waiting to be sent)
+        except StoreError as e:  # still say what is known locally (e.g. writes waiting to be sent)
             kinds, latest, error = Counter(), None, f"{type(e).__name__}: {e}"
+            # out of reach, or something answers that is not the store asked for (a web server)
+            reachable = not isinstance(e, StoreUnavailable)
         report = {
             "store": store.url,
             "backend": type(store).__name__,
-            "reachable": error is None,
+            "reachable": error is None or reachable,
+            "answers_as_a_store": error is None,
             # out of reach, what the store holds is not known: null, not 0
             "documents": sum(kinds.values()) if error is None else None,
             "by_kind": dict(sorted(kinds.items())) if error is None else None,
             "sessions": kinds.get("session", 0) if error is None else None,
             "latest_tx": None if latest is None else {"id": latest.id, "time": iso(latest.time)},
-            **store.stats(),
+            **_stats(store),
         }
         if error is not None:
             report["error"] = error
@@ -50,6 +53,14 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
             click.echo(table(_rows(report), ["field", "value"]))
         if error is not None:
             sys.exit(1)
+
+
+def _stats(store: Any) -> dict[str, Any]:
+    """What the store says of itself; nothing when it cannot say (it is not one)."""
+    try:
+        return dict(store.stats())
+    except StoreError:
+        return {}
 
 
 def _rows(report: dict[str, Any], prefix: str = "") -> list[list[str]]:

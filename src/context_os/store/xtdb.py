@@ -286,6 +286,11 @@ def _read_edn(text: str) -> Any:
 
 
 _kw = edn.Keyword
+_DATABASE_DOWN = re.compile(
+    r"Connection is not available, request timed out|Connection refused|connection attempt failed"
+)
+"""What a cluster node answers (HTTP 500) when the PostgreSQL holding its log and documents is out
+of reach: a read that needs a document it has not cached fails so, as a write does."""
 
 
 _K_TX_ID = _kw("xtdb.api/tx-id")
@@ -672,6 +677,7 @@ class XtdbStore(Store):
 
     def _fail(self, r: httpx.Response, what: str) -> NoReturn:
         detail = r.text[:500]
+        edn = r.headers.get("content-type", "").startswith("application/edn")
         try:
             data = _read_edn(r.text)
             if isinstance(data, Mapping):
@@ -680,10 +686,13 @@ class XtdbStore(Store):
                         detail = str(msg)
                         break
         except Exception:  # the body is only there to explain; keep it raw
-            pass
+            if not edn:  # another server's page: what it is, not its HTML
+                kind = r.headers.get("content-type", "no content type").split(";")[0]
+                detail = f"not an XTDB node's answer ({kind}, {len(r.content):,} bytes): is {self.base} an XTDB node?"
+        detail = " ".join(detail.split())
         msg = f"XTDB node at {self.base}: {what} failed (HTTP {r.status_code}): {detail}"
-        if r.status_code in (502, 503, 504):
-            raise StoreUnavailable(msg)
+        if r.status_code in (502, 503, 504) or _DATABASE_DOWN.search(r.text[:2000]):
+            raise StoreUnavailable(msg)  # a cluster's PostgreSQL out of reach: its writes can wait
         raise StoreError(msg)
 
     def _get(self, endpoint: str, params: Mapping[str, str], what: str, *, missing_ok: bool = False) -> Any:
