@@ -18,6 +18,7 @@ import pytest
 from context_os import Session
 from context_os.context.frames import frame_docs
 from context_os.context.tools import CONTEXT_TOOLS
+from context_os.errors import ConfigError
 from context_os.harness.openai import OpenAIHook
 from context_os.server.proxy import SESSION_HEADER, Proxy, derive_session, make_proxy_server
 from context_os.store.sqlite import SqliteStore
@@ -565,3 +566,19 @@ def test_the_scripted_provider_refuses_what_the_apis_refuse(path: str, body: dic
     with upstream() as up:
         got = httpx.post(up.url + path, json={"model": "m", **body})
     assert got.status_code == 400 and says in got.text
+
+
+def test_an_upstream_is_an_http_url_and_a_versioned_base_is_not_doubled(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    try:
+        for bad in ("ftp://x", "notaurl", "http://"):
+            with pytest.raises(ConfigError, match="--upstream must be an http"):
+                Proxy(store, bad)
+        proxy = Proxy(store, "https://api.example.com/openai/v1/", anthropic_upstream="https://claude.example.com")
+        assert (
+            proxy.upstream_url("openai", "/v1/chat/completions") == "https://api.example.com/openai/v1/chat/completions"
+        )
+        assert proxy.upstream_url("anthropic", "/v1/messages") == "https://claude.example.com/v1/messages"
+        proxy.close()
+    finally:
+        store.close()

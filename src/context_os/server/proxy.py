@@ -34,11 +34,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
 
 from ..context.session import Session
 from ..context.source_tools import SourceTools
+from ..errors import ConfigError
 from ..files import FileTools, Trackers, Workspace
 from ..harness.anthropic import without_cache_marks
 from ..harness.registry import harness
@@ -265,9 +267,11 @@ class Proxy:
         self.trackers = Trackers(store) if track and self.workspace is not None else None
         self.tool_names = tool_names
         self.upstreams: dict[Api, str] = {
-            "openai": upstream.rstrip("/"),
-            "anthropic": (anthropic_upstream or upstream).rstrip("/"),
-            "responses": upstream.rstrip("/"),
+            "openai": _origin(upstream, "--upstream"),
+            "anthropic": _origin(
+                anthropic_upstream or upstream, "--anthropic-upstream" if anthropic_upstream else "--upstream"
+            ),
+            "responses": _origin(upstream, "--upstream"),
         }
         self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
         self._lock = threading.Lock()
@@ -413,7 +417,19 @@ class Proxy:
         return out
 
     def upstream_url(self, api: Api, path: str) -> str:
-        return self.upstreams[api] + path
+        base = self.upstreams[api]
+        if base.endswith("/v1") and (path == "/v1" or path.startswith("/v1/")):
+            path = path[3:]  # a base URL that names the version (a provider's ".../openai/v1"), and a client's path too
+        return base + path
+
+
+def _origin(url: str, option: str) -> str:
+    """An upstream's base URL, checked: http or https and a host (``ConfigError`` naming the
+    option otherwise), without a trailing slash."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{option} must be an http(s) URL such as https://api.openai.com, got {url!r}")
+    return url.rstrip("/")
 
 
 def make_proxy_server(proxy: Proxy, port: int = 0, host: str = "127.0.0.1") -> ThreadingHTTPServer:
@@ -434,7 +450,7 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
         server_version = "ctxos-proxy"
 
         def log_message(self, format: str, *args: Any) -> None:
-            log.debug("proxy: " + format, *args)
+            log.info("proxy: " + format, *args)
 
         def _reply(self, status: int, body: bytes, content_type: str = "application/json") -> None:
             self.send_response(status)
