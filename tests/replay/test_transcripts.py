@@ -87,7 +87,19 @@ def test_v3_with_a_forced_format_and_a_broken_tree(tmp_path: Path) -> None:
         read_session(bad)
 
 
-def test_claude_code_sessions_become_pi_messages() -> None:
+def test_a_list_of_one_apis_messages_forced_as_the_others_is_refused(tmp_path: Path) -> None:
+    # read as the other API's, a list of messages gives numbers that mean nothing (3 calls, 9 tokens)
+    with pytest.raises(InputError, match="a list of OpenAI messages, not Anthropic's: it reads as openai"):
+        read_session(DATA / "openai.json", "anthropic")
+    anthropic = tmp_path / "a.json"
+    call = {"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "a.py"}}
+    anthropic.write_text(json.dumps([{"role": "user", "content": "go"}, {"role": "assistant", "content": [call]}]))
+    with pytest.raises(InputError, match="not OpenAI's: it reads as anthropic"):
+        read_session(anthropic, "openai")
+    assert read_session(anthropic, "anthropic").format == "anthropic"
+    with pytest.raises(Exception, match="or an OpenHands V1 conversation directory"):
+        read_session(tmp_path)  # a directory that is no conversation
+
     path = DATA / "claude-code.jsonl"
     assert detect_format(path) == "claude-code"
     t = read_session(path)

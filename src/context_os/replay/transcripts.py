@@ -280,6 +280,13 @@ def read_sessions(
         raise InputError(f"unknown format {format!r} (known: {', '.join(FORMATS)})")
     conversation = _conversation_dir(p, max_bytes)
     parsed = parse(p, conversation if conversation is not None else read_text(p, max_bytes))
+    if format in _LISTS:  # a JSON list of messages reads as either API's: which one is it?
+        try:
+            found: str | None = _detect(parsed)
+        except InputError:
+            found = None
+        if found in _LISTS and _LISTS[format] != _LISTS[found]:
+            raise InputError(f"{p}: a list of {_LISTS[found]} messages, not {_LISTS[format]}'s: it reads as {found}")
     read = _READERS[format or _detect(parsed)](parsed, sidechains=sidechains, max_bytes=max_bytes)
     if format is not None and not any(t.messages for t in read):  # the format asked for is not the file's
         try:
@@ -289,6 +296,11 @@ def read_sessions(
         told = f" (it reads as {detected})" if detected not in (None, format) else ""
         raise InputError(f"{p}: read as {format}, it holds no messages{told}")
     return read
+
+
+_LISTS = {"openai": "OpenAI", "anthropic": "Anthropic", "cline": "Anthropic"}
+"""The formats of a JSON list of messages, by whose API's messages they are (Cline's are
+Anthropic's): read as the other API's, such a list reads as nonsense rather than nothing."""
 
 
 def _conversation_dir(path: Path, max_bytes: int) -> str | None:

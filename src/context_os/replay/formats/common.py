@@ -159,7 +159,12 @@ def read_text(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> str:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             what = next((name for test, name in _NOT_REGULAR if test(st.st_mode)), "not a regular file")
-            raise FileUnreadable(f"{path} is {what}: a session file must be a regular file")
+            also = (
+                " (or an OpenHands V1 conversation directory: base_state.json and events/event-*.json)"
+                if stat.S_ISDIR(st.st_mode)
+                else ""
+            )
+            raise FileUnreadable(f"{path} is {what}: a session file must be a regular file{also}")
         if st.st_size > max_bytes:
             raise InputError(too_large)
         f = open(fd, "rb", buffering=0)  # noqa: SIM115 - closed by the with below
