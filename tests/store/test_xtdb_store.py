@@ -368,11 +368,19 @@ def test_a_url_may_name_several_nodes_of_a_cluster() -> None:
             XtdbStore(bad)
 
 
-def test_every_node_down_is_unreachable_naming_them_all() -> None:
+def test_every_node_down_is_unreachable_naming_them_all(caplog: pytest.LogCaptureFixture) -> None:
     ports = [_free_port(), _free_port()]
     s = XtdbStore(f"xtdb+http://127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}", timeout=2)
-    with pytest.raises(StoreUnavailable, match=r"every node"):
-        s.get("x")
+    s.BACKOFF_S = 0.01
+    with caplog.at_level("WARNING", logger="context_os"):
+        for _ in range(3):
+            with pytest.raises(StoreUnavailable, match=r"every node"):
+                s.get("x")
+    # each node's failover said once, not at every retry of every request (twenty lines before)
+    said = [r.getMessage() for r in caplog.records if "going on with" in r.getMessage()]
+    assert len(said) == 2 and {m.split(" cannot")[0] for m in said} == {
+        f"XTDB node at http://127.0.0.1:{p}" for p in ports
+    }
 
 
 @pytest.mark.parametrize(

@@ -543,6 +543,8 @@ class XtdbStore(Store):
         a client opened after a write was acknowledged, through whichever node, reads it."""
         self._node_lock = threading.Lock()
         self._behind: set[str] = set()
+        self._down: set[str] = set()
+        """Nodes that failed since they last answered: a failover away from one is said once."""
         """Nodes failed over to that have not yet been brought up to ``_seen_tx``."""
         self._official: set[str] = set()
         """Nodes without our front end's own endpoints (/_xtdb/context-os/...: the official
@@ -632,6 +634,7 @@ class XtdbStore(Store):
             except httpx.HTTPError as e:
                 raise StoreUnavailable(f"XTDB node at {base}: {method} /_xtdb/{endpoint} failed: {e!r}") from e
             else:
+                self._down.discard(base)
                 if r.status_code in (502, 503, 504) and idempotent and not last:
                     pass  # a proxy in front of a restarting node: try again
                 else:
@@ -651,7 +654,9 @@ class XtdbStore(Store):
                 k = self.bases.index(failed)
                 self.base = next(b for b in self.bases[k + 1 :] + self.bases[: k + 1] if b in untried)
                 self._behind.add(self.base)
-        log.warning("XTDB node at %s cannot be reached: going on with %s", failed, self.base)
+            said, self._down = failed in self._down, self._down | {failed}
+        if not said:  # once a node is down, not at every request (nor between two that are)
+            log.warning("XTDB node at %s cannot be reached: going on with %s", failed, self.base)
         return True
 
     def _catch_up(self) -> None:
