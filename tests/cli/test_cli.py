@@ -210,9 +210,10 @@ def test_replay_append_goes_on_where_the_session_stopped(tmp_path):
     assert (first["turns"], rest["turns"], rest["frames_verified"]) == (10, 12, 22) and rest[
         "orphaned_tool_results"
     ] == 0
-    again = ctxos("replay", str(traj), "--session", "s", "--append", "--no-per-turn", store=db)
+    again = ctxos("replay", str(traj), "--session", "s", "--append", store=db)
     assert "the session holds every message of the file already: nothing added" in again.stdout
-    assert f"ctxos --store {db} frames list s" in again.stdout
+    assert "frames verified: 22/22 checked of 22" in again.stdout  # what its exit status stands on
+    assert f"ctxos --store {db} frames list s" in again.stdout and "turn" not in again.stdout.split("\n")[0]
     (row,) = json.loads(ctxos("sessions", "--json", store=db).stdout)
     assert row["turns"] == 22
 

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict
-from functools import wraps
+from functools import partial, wraps
 from typing import Any, TypeVar
 
 import click
@@ -296,10 +296,18 @@ def run_replay(
         for t, sid in zip(transcripts, ids, strict=True):
             calls = sum(1 for k, m in enumerate(t.messages) if k and m.get("role") == "assistant")
             with Session.open(store, sid, harness=t.harness, workspace=t.cwd, source=t.format) as session:
-                calls = max(0, calls - session.view.turn)  # --append: the calls replayed before are not again
-                with progress(range(calls), length=calls, label=f"replaying {sid}", enabled=not as_json) as bar:
+                before = session.view.turn
+                calls = max(0, calls - before)  # --append: the calls replayed before are not again
+                # then each frame it checks (every one of the session's: replaying is the quick part)
+                checks = {"all": before + calls, "last": 1, "none": 0}[verify]
+                steps = calls + checks
+                with progress(range(steps), length=steps, label=f"replaying {sid}", enabled=not as_json) as bar:
                     tick = _ticker(iter(bar))
-                    results.append(replay_transcript(t, session, file=t.source or "", verify=verify, on_turn=tick))
+                    results.append(
+                        replay_transcript(
+                            t, session, file=t.source or "", verify=verify, on_turn=tick, on_verify=partial(tick, None)
+                        )
+                    )
             if not as_json:
                 name = label if t.label is None else f"{label} ~{t.label}"
                 _report(results[-1], name, store.url, per_turn=per_turn)
@@ -335,10 +343,10 @@ def run_replay(
     return session_id
 
 
-def _ticker(it: Iterator[int]) -> Callable[[TranscriptRow], None]:
-    """Advance the progress bar ``it`` by one per replayed call."""
+def _ticker(it: Iterator[int]) -> Callable[[TranscriptRow | None], None]:
+    """Advance the progress bar ``it`` by one per replayed call (or frame checked)."""
 
-    def tick(_: TranscriptRow) -> None:
+    def tick(_: TranscriptRow | None) -> None:
         next(it, None)
 
     return tick
@@ -362,7 +370,7 @@ def command_hint(*args: str) -> str:
 
 def _report(result: TranscriptReplay, label: str, store: str, *, per_turn: bool) -> None:
     """The human report of one replayed session: its per-call table and its summary."""
-    if per_turn:
+    if per_turn and result.rows:
         click.echo(
             table(
                 [
@@ -388,6 +396,10 @@ def _report(result: TranscriptReplay, label: str, store: str, *, per_turn: bool)
     sid = result.session
     if not result.turns and result.frames:
         click.echo(f"{label} ({result.format}): the session holds every message of the file already: nothing added")
+        click.echo(
+            f"frames verified: {result.frames_verified}/{result.frames_checked} checked of {result.frames}"
+            + ("" if result.frames_verified == result.frames_checked else " (exit status 1: see frames verify)")
+        )
         click.echo(f"see it turn by turn: {command_hint('frames', 'list', sid)}")
         return
     calls = f"{result.turns} model call{'' if result.turns == 1 else 's'}"

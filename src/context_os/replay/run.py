@@ -145,12 +145,13 @@ def replay_transcript(
     file: str = "",
     verify: str = "all",
     on_turn: Callable[[TranscriptRow], None] | None = None,
+    on_verify: Callable[[], None] | None = None,
 ) -> TranscriptReplay:
     """Assemble the context at every model call of ``transcript`` (each assistant message; its input
     is every message before it, uncompacted) and measure it. ``verify``: ``all`` re-renders every
     frame from the store, ``last`` only the last one, ``none`` none. A session that holds the
     first messages already (``ctxos replay --append``) goes on from the first call whose input
-    it does not hold."""
+    it does not hold. ``on_turn`` is called after each call, ``on_verify`` after each frame checked."""
     started = time.perf_counter()
     files = VirtualFiles(session, root=transcript.cwd, tool_names=transcript.tool_names)
     hook = harness(transcript.harness).hook(session, on_sync=files.observe)
@@ -230,7 +231,10 @@ def replay_transcript(
     checked = frames if verify == "all" else frames[-1:] if verify == "last" else []
     result.frames_checked = len(checked)
     memo = FrameMemo()
-    result.frames_verified = sum(verify_frame(session.store, f, memo=memo).ok for f in checked)
+    for f in checked:
+        result.frames_verified += verify_frame(session.store, f, memo=memo).ok
+        if on_verify is not None:
+            on_verify()
     result.seconds_verify = round(time.perf_counter() - replayed, 3)
     result.seconds = round(time.perf_counter() - started, 3)
     result.peak_rss_mb = _peak_rss_mb()
