@@ -138,6 +138,12 @@ def test_inspect_as_of_and_diff(demo):
     assert diff["diff"] == ""  # the session's content (harness, workspace) does not change; its meta does
     page = ctxos("objects", "inspect", "chat:d1:00000", "--diff", "1", "2", store=db).stdout
     assert page.startswith("---") and "+" in page
+    # a transaction the store does not have: the same one line on every store
+    for tx in ("-5", "99999999"):
+        proc = ctxos("objects", "inspect", "session:d1", "--tx", tx, store=db, check=False)
+        assert proc.returncode == 1 and proc.stderr.startswith(f"Error: InputError: --tx {tx} is no transaction")
+    at = versions[0]["tx_id"]
+    assert json.loads(ctxos("objects", "inspect", "session:d1", "--tx", str(at), "--json", store=db).stdout)
 
 
 def test_verify_reports_clean_then_catches_tampering(demo, tmp_path):

@@ -14,7 +14,7 @@ import click
 
 from ..context.evict import evict
 from ..context.load import content_lines, object_states, unified_diff, version_row
-from ..errors import NotFound
+from ..errors import InputError, NotFound
 from ..files.index import find_file_object
 from ..store import Version
 from ..times import parse_time
@@ -77,6 +77,11 @@ def inspect_cmd(
         object_id = find_file_object(store, object_id)
         if as_of is not None or tx_id is not None:
             vt = parse_time(as_of, "--as-of") if as_of is not None else None
+            if tx_id is not None:  # asked the same of every store (an XTDB node says "out of sync")
+                latest = store.latest_tx_id()
+                if tx_id < 0 or latest is None or tx_id > latest:
+                    newest = "none yet" if latest is None else f"the newest is {latest}"
+                    raise InputError(f"--tx {tx_id} is no transaction of {store.url} (from 0; {newest})")
             v = store.get(object_id, vt, tx_id)
             if v is None:
                 raise NotFound(
