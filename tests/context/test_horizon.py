@@ -89,6 +89,20 @@ def test_the_horizon_moves_seldom_and_each_move_sends_the_context_anew_once(stor
         assert frames[k + 1]["content"]["prefix_tokens"] > 0 if k + 1 < len(frames) else True
 
 
+def test_system_messages_larger_than_what_the_horizon_keeps_do_not_make_it_move_at_every_call(
+    store: Store, uid: str
+) -> None:
+    # a Codex session sends its instructions and developer messages as system messages, 12k tokens
+    # of them: counted as conversation, a horizon keeping half of its limit could keep nothing
+    hook = hook_for(store, uid)
+    big = [SYSTEM, {"role": "system", "content": "Project rules. " * 400}, user("Fix the parser bug, please.")]
+    drive(hook, 60, big)
+    horizons = [f["content"].get("horizon", 0) for f in frame_docs(store, uid)]
+    moves = [k for k in range(1, len(horizons)) if horizons[k] != horizons[k - 1]]
+    assert len(moves) >= 2 and all(b - a >= 3 for a, b in zip(moves, moves[1:], strict=False)), moves
+    assert hook.session.view.conversation_tokens() <= 1_000
+
+
 def test_results_behind_the_horizon_collapse_and_a_pinned_one_shows_in_the_active_pool(store: Store, uid: str) -> None:
     # results stay expanded long enough for the horizon to pass them (no age or rank collapses)
     hook = hook_for(store, uid, keep_recent_results=1_000, collapse_after_turns=1_000, history_max_tokens=1_000)

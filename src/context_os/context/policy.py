@@ -118,7 +118,8 @@ class RetentionPolicy:
     """If set, collapse least-recently-used unpinned active objects until the context fits."""
     history_max_tokens: int | None = 24_000
     """The history horizon: once the conversation shown (messages, call arguments, collapsed
-    results' stubs; not the results still expanded, not the active pool) passes this many tokens,
+    results' stubs; not the results still expanded, not the system messages, not the active
+    pool) passes this many tokens,
     its oldest part leaves the context for one note that says what it held, repeats what the
     user said in it and how to see it again (the ``history`` tool), keeping the newest
     ``history_keep_percent`` of this. None: the whole conversation stays (a session reopened

@@ -741,9 +741,13 @@ class SessionView:
 
     def conversation_tokens(self) -> int:
         """Tokens of the conversation as it renders now: the history (the horizon's note
-        included) without the tool results still expanded in it, which come and go."""
+        included) without the tool results still expanded in it, which come and go, nor its
+        system messages, which no horizon hides (a Codex session's instructions and developer
+        messages, 12k tokens: counted, a horizon that kept 12k could keep nothing and moved at
+        every call)."""
         self._build()
-        return self._hist_tokens - sum(self._units[pos].tokens for pos in self._expanded_units())
+        system = sum(u.tokens for u in self._units if u.entry is not None and self.entries[u.entry]["role"] == "system")
+        return self._hist_tokens - system - sum(self._units[pos].tokens for pos in self._expanded_units())
 
     def _expanded_units(self) -> list[int]:
         """History positions of the tool results shown expanded."""
@@ -759,7 +763,9 @@ class SessionView:
         skip = set(self._expanded_units())
         kept, pos = 0, len(self._units)
         while pos > 0:
-            tokens = 0 if pos - 1 in skip else self._units[pos - 1].tokens
+            unit = self._units[pos - 1]
+            system = unit.entry is not None and self.entries[unit.entry]["role"] == "system"
+            tokens = 0 if pos - 1 in skip or system else unit.tokens
             if kept + tokens > keep_tokens:
                 break
             kept += tokens
