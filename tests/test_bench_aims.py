@@ -71,9 +71,10 @@ def test_the_two_sets_hold_distinct_real_sessions() -> None:
     tuning, check = bench_sessions("tuning"), bench_sessions("check")
     assert {s.name for s in tuning}.isdisjoint({s.name for s in check})
     assert len({s.name for s in tuning + check}) == len(tuning) + len(check)
-    assert sum(s.calls >= LONG for s in check) == 15  # 3 Pi; Claude Code: 4 marot/spotter, 6 entireio, 2 Packmind
+    # 3 Pi; Claude Code: 4 marot/spotter, 6 entireio, 2 Packmind; 2 Gemini CLI
+    assert sum(s.calls >= LONG for s in check) == 17
     assert sum(s.calls >= LONG for s in tuning if s.kind == "claude-code") == 8  # 2 marot/spotter, 6 entireio
-    assert {s.kind for s in check} == {"pi", "claude-code", "swe-agent", "mini-swe-agent", "openhands"}
+    assert {s.kind for s in check} == {"pi", "claude-code", "swe-agent", "mini-swe-agent", "openhands", "gemini-cli"}
     with pytest.raises(ValueError, match="unknown set"):
         bench_sessions("train")
 

@@ -113,19 +113,11 @@ def test_a_cache_breakpoint_is_no_part_of_how_a_conversation_starts() -> None:
     assert derive_session("anthropic", {**body, "messages": [marked]}) == derive_session(
         "anthropic", {**body, "messages": [first, {"role": "assistant", "content": "ok"}]}
     )
-    # without a key of the client's, its first reply tells two conversations that start alike apart
-    plain = {"system": "You are Claude Code."}
-    assert derive_session("anthropic", {**plain, "messages": [marked]}) == derive_session(
-        "anthropic", {**plain, "messages": [first]}
-    )
-    reply = {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"}, {"type": "text", "text": "ok"}]}
-    later = {"role": "assistant", "content": [{"type": "text", "text": "ok", "cache_control": {"type": "ephemeral"}}]}
-    assert derive_session("anthropic", {**plain, "messages": [first, reply]}) == derive_session(
-        "anthropic", {**plain, "messages": [first, later, {"role": "user", "content": "go on"}]}
-    )  # its reasoning dropped and a breakpoint added later: the same reply
-    other = {"role": "assistant", "content": [{"type": "text", "text": "no"}]}
-    assert derive_session("anthropic", {**plain, "messages": [first, reply]}) != derive_session(
-        "anthropic", {**plain, "messages": [first, other]}
+    plain = {"system": "You are Claude Code."}  # without the client's key: the start alone
+    assert (
+        derive_session("anthropic", {**plain, "messages": [marked]})
+        == derive_session("anthropic", {**plain, "messages": [first, {"role": "assistant", "content": "ok"}]})
+        != derive_session("anthropic", {**body, "messages": [first]})
     )
 
 
@@ -135,15 +127,12 @@ def test_each_conversation_is_a_session_and_a_resumed_one_finds_its_own(proxy: R
     b = [{"role": "user", "content": "task B"}]
     client.chat.completions.create(model="m", messages=a)  # type: ignore[arg-type]
     client.chat.completions.create(model="m", messages=b)  # type: ignore[arg-type]
-    resumed = [*a, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
-    client.chat.completions.create(model="other-model", messages=resumed)  # type: ignore[arg-type]
-    again = [*resumed, {"role": "assistant", "content": "done"}, {"role": "user", "content": "and?"}]
-    client.chat.completions.create(model="m", messages=again)  # type: ignore[arg-type]
+    client.chat.completions.create(  # type: ignore[call-overload]
+        model="other-model", messages=[*a, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+    )
     sa, sb = derive_session("openai", {"messages": a}), derive_session("openai", {"messages": b})
-    later = derive_session("openai", {"messages": resumed})
-    assert len({sa, sb, later}) == 3 and later == derive_session("openai", {"messages": again})
-    # the first call of each, then the conversation from its first reply on, whatever the model
-    assert [len(frame_docs(proxy.store, s)) for s in (sa, sb, later)] == [1, 1, 2]
+    assert sa != sb
+    assert len(frame_docs(proxy.store, sa)) == 2 and len(frame_docs(proxy.store, sb)) == 1
     named = proxy.openai(**{SESSION_HEADER: "my-run-7"})
     named.chat.completions.create(model="m", messages=a)  # type: ignore[arg-type]
     assert len(frame_docs(proxy.store, "my-run-7")) == 1
@@ -172,10 +161,8 @@ def test_concurrent_conversations_stay_apart(proxy: Running, up: Upstream) -> No
     for t in threads:
         t.join(60)
     for n in range(6):
-        start = [{"role": "user", "content": f"conversation {n}"}]
-        replied = [*start, {"role": "assistant", "content": "reply 0"}]
-        sid, then = derive_session("openai", {"messages": start}), derive_session("openai", {"messages": replied})
-        assert (verified_frames(proxy.store, sid), verified_frames(proxy.store, then)) == (1, 2)
+        sid = derive_session("openai", {"messages": [{"role": "user", "content": f"conversation {n}"}]})
+        assert verified_frames(proxy.store, sid) == 3
     for body in up.requests:  # no request carries another conversation's words
         text = json.dumps(body["messages"])
         assert sum(f"conversation {n}" in text for n in range(6)) == 1
@@ -580,5 +567,28 @@ def test_an_upstream_is_an_http_url_and_a_versioned_base_is_not_doubled(tmp_path
         )
         assert proxy.upstream_url("anthropic", "/v1/messages") == "https://claude.example.com/v1/messages"
         proxy.close()
+    finally:
+        store.close()
+
+
+def test_the_conversation_that_claimed_a_start_keeps_it_after_a_restart(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    start = [{"role": "user", "content": "help me with the repo"}]
+    a = [*start, {"role": "assistant", "content": "reading a.txt"}, {"role": "user", "content": "go on"}]
+    b = [*start, {"role": "assistant", "content": "reading b.txt"}, {"role": "user", "content": "go on"}]
+    begun = derive_session("openai", {"messages": start})
+    try:
+        first = Proxy(store, "http://127.0.0.1:9")
+        assert first._route("openai", {"messages": start}, begun) == (begun, None)  # nothing claimed yet
+        assert first._route("openai", {"messages": a}, begun) == (begun, None)  # a's reply claims it
+        first.close()
+        again = Proxy(store, "http://127.0.0.1:9")  # restarted: the claim is in the store
+        forked, its_first = again._route("openai", {"messages": b}, begun)
+        assert forked not in (begun, its_first) and its_first != begun
+        assert again._route("openai", {"messages": start}, begun) == (its_first, None)  # b's first call, again
+        assert again._route("openai", {"messages": a}, begun) == (begun, None)
+        keyed = {"messages": b, "prompt_cache_key": "conv-7"}  # a client's own key: no claims needed
+        assert again._route("openai", keyed, derive_session("openai", keyed)) == (derive_session("openai", keyed), None)
+        again.close()
     finally:
         store.close()

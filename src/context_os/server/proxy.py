@@ -92,10 +92,9 @@ def derive_session(api: Api, body: Mapping[str, Any]) -> str:
     of its API, system prompt and first user message (the model may change; the start does not;
     a cache breakpoint on it, which a client such as Claude Code moves on, is no part of it),
     with the key the client gives its conversation (Anthropic's ``metadata.user_id``, which
-    Claude Code makes of its session id; a chat request's ``prompt_cache_key``), else with the
-    model's first reply once there is one: two conversations that start alike are two sessions
-    from their first reply on, so neither is ever sent what the other read (the first call of
-    each, with nothing but that common start, is recorded under the start alone).
+    Claude Code makes of its session id; a chat request's ``prompt_cache_key``) if it gives one.
+    Two conversations without a key that start alike are told apart by their first reply
+    (``Proxy._route``): the first to reply keeps this session.
     A Responses conversation: of its ``prompt_cache_key`` if it has one (Codex CLI's is its
     conversation id), else of its instructions and every item before the model's first (Codex's
     first user message is its environment, the same for every conversation in one directory)."""
@@ -119,29 +118,30 @@ def derive_session(api: Api, body: Mapping[str, Any]) -> str:
     if first is not None:  # a cache breakpoint a client moves on is not part of the conversation
         first = without_cache_marks([first])[0][0]
     begun: dict[str, Any] = {"api": api, "system": system, "first": first}
-    meta = body.get("metadata")
-    key = meta.get("user_id") if api == "anthropic" and isinstance(meta, Mapping) else body.get("prompt_cache_key")
-    if isinstance(key, str) and key:
+    key = _client_key(api, body)
+    if key is not None:
         begun["key"] = key
-    else:
-        reply = next((m for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant"), None)
-        if reply is not None:
-            begun["reply"] = _said(reply)
     digest = hash_value(begun).removeprefix(HASH_PREFIX)
     return f"proxy-{digest[:16]}"
 
 
-def _started(api: Api, body: Mapping[str, Any], session_id: str) -> str | None:
-    """The session the first call of a conversation was recorded under, when it is not
-    ``session_id`` (one named by its first reply: the first call had none)."""
-    if api == "responses":
-        return None
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return None
-    first = [m for m in messages if not (isinstance(m, Mapping) and m.get("role") == "assistant")]
-    start = derive_session(api, {**body, "messages": first})
-    return start if start != session_id else None
+def _client_key(api: Api, body: Mapping[str, Any]) -> str | None:
+    """The key a client gives its conversation (Anthropic's ``metadata.user_id``, which Claude Code
+    makes of its session id; a chat request's ``prompt_cache_key``), if any."""
+    meta = body.get("metadata")
+    key = meta.get("user_id") if api == "anthropic" and isinstance(meta, Mapping) else body.get("prompt_cache_key")
+    return key if isinstance(key, str) and key else None
+
+
+def _fork(begun: str, reply: str | None) -> str:
+    """The session of a conversation that starts as ``begun``'s does but is not its: of its first
+    reply (None: the first calls of such conversations, which hold nothing but that start)."""
+    digest = hash_value({"started": begun, "reply": reply or ""}).removeprefix(HASH_PREFIX)
+    return f"proxy-{digest[:16]}"
+
+
+_CLAIM = "proxy-claim:"
+"""The id prefix of the store documents that say which conversation claimed a start's session."""
 
 
 def _said(reply: Mapping[str, Any]) -> Any:
@@ -276,6 +276,9 @@ class Proxy:
         self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
         self._lock = threading.Lock()
         self._conversations: dict[str, _Conversation] = {}
+        self._claims: dict[str, str] = {}
+        """Sessions of a conversation's start, by the hash of the first reply of the conversation
+        that claimed each (kept in the store too: a restarted proxy knows them)."""
         self.counts = {"requests": 0, "assembled": 0, "failed_open": 0, "upstream_errors": 0, "tool_calls": 0}
 
     def close(self) -> None:
@@ -321,10 +324,12 @@ class Proxy:
         if api == "responses" and body.get("previous_response_id") is not None:
             return Plan(api, body, body)  # the provider holds the conversation: nothing to manage
         named = next((v for k, v in headers.items() if k.lower() == SESSION_HEADER.lower()), None)
-        session_id = named.strip() if named and named.strip() else derive_session(api, body)
-        started = None if named and named.strip() else _started(api, body, session_id)
         conv: _Conversation | None = None
+        session_id = named.strip() if named and named.strip() else derive_session(api, body)
         try:
+            started = None
+            if not (named and named.strip()):
+                session_id, started = self._route(api, body, session_id)
             conv = self._conversation(api, session_id, started)
             plan = self._plan(Plan(api, body, body, conv), offer=True)
         except Exception as e:
@@ -333,6 +338,51 @@ class Proxy:
         with self._lock:
             self.counts["assembled"] += 1
         return plan
+
+    def _route(self, api: Api, body: Mapping[str, Any], begun: str) -> tuple[str, str | None]:
+        """The session of a request whose conversation starts as ``begun`` names (its start, or
+        its start and the client's key), and the session its first call went to when that is
+        another. Without a key of the client's, two conversations can start alike (two runs of
+        one task): the first whose model replied claims the session of that start, and a
+        conversation whose first reply is another is a session of its own, its first call under
+        one that holds nothing but the start, so that none is ever sent what another read."""
+        if api == "responses" or _client_key(api, body) is not None:
+            return begun, None
+        messages = body.get("messages")
+        reply = (
+            next(
+                (m for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant"),
+                None,
+            )
+            if isinstance(messages, list)
+            else None
+        )
+        claimed = self._claimed(begun)
+        if reply is None:
+            return (begun, None) if claimed is None else (_fork(begun, None), None)
+        mine = hash_value(_said(reply))
+        if claimed is None:
+            self._claim(begun, mine)
+            return begun, None
+        return (begun, None) if claimed == mine else (_fork(begun, mine), _fork(begun, None))
+
+    def _claimed(self, begun: str) -> str | None:
+        """The first reply (its hash) of the conversation that claimed the session ``begun``."""
+        with self._lock:
+            if begun in self._claims:
+                return self._claims[begun]
+        doc = self.store.doc(f"{_CLAIM}{begun}")
+        claim = doc.get("content") if doc is not None else None
+        if isinstance(claim, str):
+            with self._lock:
+                self._claims[begun] = claim
+            return claim
+        return None
+
+    def _claim(self, begun: str, reply: str) -> None:
+        with self._lock:
+            self._claims[begun] = reply
+        self.store.put({"id": f"{_CLAIM}{begun}", "kind": "proxy_claim", "content": reply, "meta": {"session": begun}})
 
     def _failed(self, session_id: str, conv: _Conversation | None, e: Exception) -> None:
         """Fail open: count it, say it once per session."""
