@@ -134,7 +134,7 @@ def check_search(query: Any, k: Any, kinds: Any, session: Any, valid_time: Any, 
     except UnicodeEncodeError as e:
         raise InputError(f"text_search: session {session!r} is not valid Unicode text ({e.reason})") from None
     check_basis(valid_time, tx_id)
-    words = tuple(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))[:MAX_TERMS]
+    words = query_words(query)[:MAX_TERMS]
     match = " OR ".join(f'"{w}"' for w in words) if words else None
     return SearchArgs(query, match, words, k, wanted, session, valid_time, tx_id)
 
@@ -153,6 +153,12 @@ def check_kinds(kinds: Any) -> tuple[str, ...]:
             f" (searchable: {', '.join(INDEXED_KINDS)})"
         )
     return tuple(dict.fromkeys(kinds))
+
+
+def query_words(query: str) -> tuple[str, ...]:
+    """The distinct words of a query, folded, in order: what a keyword search looks for (the
+    first ``MAX_TERMS`` of them)."""
+    return tuple(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))
 
 
 def check_basis(valid_time: Any, tx_id: Any) -> None:
