@@ -50,7 +50,7 @@ from .._install import install_hint
 from ..errors import ConfigError, InputError, StoreCorrupt
 from ..objects import INDEXED_KINDS, index_parts
 from ..store.base import Store, TextHit, Version, now_ms
-from ..store.text_index import MAX_TERMS, check_basis, check_kinds
+from ..store.text_index import MAX_TERMS, check_basis, check_kinds, query_words
 from ..times import parse_time
 from ..tokens import estimate_tokens
 from .base import SourceItem
@@ -253,6 +253,8 @@ class Recall:
         self.session = session
         self.k = k
         self.indexer = indexer
+        self._covered: tuple[int, float, float] | None = None
+        """The vectors' coverage as last asked: at their cursor, when (``_coverage``)."""
         self.keyword_only = keyword_only or "no embedder"
         self.note = note
 
@@ -298,7 +300,7 @@ class Recall:
         timings["bm25"] = (t1 - t0) * 1000
         vec: list[VectorHit] = []
         note = self.note
-        words = len(dict.fromkeys(w.casefold() for w in _WORD.findall(kw)))
+        words = len(query_words(kw))
         if words > MAX_TERMS:
             note = _also(note, f"the keyword search took the query's first {MAX_TERMS} distinct words of {words:,}")
         if session is not None and not bm and self.store.get(f"session:{session}") is None:
@@ -331,11 +333,17 @@ class Recall:
         return RecallResult(query, hits, "bm25" if self.vectors is None else "hybrid", note, timings, periods)
 
     def _coverage(self) -> float:
-        """The share of the keyword index's parts the vectors hold (1.0 when caught up)."""
+        """The share of the keyword index's parts the vectors hold (1.0 when caught up). Asking
+        the store how many parts it holds runs its index's integrity check: asked again only once
+        the vectors took more in, or ``COVERAGE_S`` later (parts indexed meanwhile may wait)."""
         assert self.vectors is not None
-        counts = self.vectors.counts()
-        held, pending = int(counts.get("parts") or 0), int(counts.get("pending") or 0)
-        return 1.0 if not pending else held / (held + pending)
+        cursor, now = self.vectors.cursor, time.monotonic()
+        known = self._covered
+        if known is None or known[0] != cursor or now - known[1] >= COVERAGE_S:
+            counts = self.vectors.counts()
+            held, pending = int(counts.get("parts") or 0), int(counts.get("pending") or 0)
+            known = self._covered = (cursor, now, 1.0 if not pending else held / (held + pending))
+        return known[2]
 
     def _fuse(
         self,
@@ -557,6 +565,10 @@ class _Pages:
             if held is not None and hit.part in held.said:
                 return held.said[hit.part]
         return hit.valid_time
+
+
+COVERAGE_S = 30.0
+"""How long a search goes by the vectors' coverage it last asked for, while they take in nothing."""
 
 
 def _also(note: str | None, more: str) -> str:
