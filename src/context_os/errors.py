@@ -1,7 +1,7 @@
 """The one exception tree of context_os.
 
 Every error the library raises on purpose is a ``ContextOSError``. Backend exceptions
-(sqlite3, httpx, EDN parsing) are translated at the store boundary and never leak.
+(sqlite3, HTTP, EDN parsing) are translated at the store boundary and never leak.
 
     ContextOSError
     ├── ConfigError              bad store URL, bad policy value, missing setting

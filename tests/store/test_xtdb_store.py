@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from context_os.errors import ConfigError, StoreError, StoreUnavailable
-from context_os.store import Delete, Evict, Match, Put, open_store
+from context_os.store import Delete, Evict, Match, Put, _http, open_store
 from context_os.store.base import now_ms
 from context_os.store.edn import Keyword
 from context_os.store.outbox import OutboxStore
@@ -248,7 +248,7 @@ def test_pitfall_history_stops_at_the_queried_valid_time(xs: XtdbStore, uid: str
 
 def test_pitfall_edn_not_json(xs: XtdbStore, uid: str) -> None:
     # JSON answers cut times to whole seconds; every request asks for EDN.
-    assert xs._client.headers["accept"] == "application/edn"
+    assert xs._client.headers["Accept"] == "application/edn"
     r = _raw(xs, "GET", "latest-completed-tx", headers={"Accept": "application/edn"})
     assert "#inst" in r.text
     xs.put({"id": f"j:{uid}", "kind": "k"}, valid_from=1_234_567)
@@ -803,6 +803,7 @@ def test_a_failed_answer_is_one_line_and_an_outage_when_the_database_is_down(
     store = XtdbStore("xtdb+http://127.0.0.1:1")
     ctype = "application/edn" if body.startswith("{") else "text/html"
     with pytest.raises(kind, match=says) as e:
-        store._fail(httpx.Response(status, text=body, headers={"content-type": ctype}), "find")
+        answer = _http.Response(status, {"content-type": ctype}, body.encode(), "POST", f"{store.base}/_xtdb/query")
+        store._fail(answer, "find")
     assert "\n" not in str(e.value) and "<html" not in str(e.value)
     assert kind is StoreUnavailable or not isinstance(e.value, StoreUnavailable)

@@ -40,7 +40,7 @@ outbox (store/outbox.py) relies on that distinction to queue only what surely di
 
 Reads (GET and the query POST) are retried on connection-level failures (on the next node at
 once, then with a short backoff); a submit is retried only when the connection could not be
-opened (nothing was sent). httpx and
+opened (nothing was sent). Transport (store/_http.py) and
 EDN errors never leave this module untranslated.
 
 This module must stay free of anything above the store (context, harness, objects).
@@ -62,12 +62,10 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 from urllib.parse import unquote, urlsplit
 
-import httpx
-
 from ..errors import ConfigError, HashError, InputError, StoreError, StoreUnavailable, StoreUnreachable
 from ..hashing import canonical_json
 from ..times import iso
-from . import data_dir, default_outbox_path, edn, mask_url, text_index
+from . import _http, data_dir, default_outbox_path, edn, mask_url, text_index
 from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version
 
 __all__ = ["XtdbStore"]
@@ -187,7 +185,7 @@ def _edn_checked(value: Any, path: str) -> str:
 
 
 def _utf8(text: str, what: str) -> bytes:
-    """``text`` as UTF-8 (httpx would raise ``UnicodeEncodeError`` from inside a request);
+    """``text`` as UTF-8 (``http.client`` would raise ``UnicodeEncodeError`` from inside a request);
     ``StoreError`` naming ``what`` if it is not valid Unicode text (a lone surrogate)."""
     try:
         return text.encode("utf-8")
@@ -442,7 +440,7 @@ def _doc_from_edn(m: Any) -> dict[str, Any]:
 # -- the store ----------------------------------------------------------------------------------
 
 
-def _parse_url(url: str) -> tuple[str, str, httpx.BasicAuth | None]:
+def _parse_url(url: str) -> tuple[str, str, tuple[str, str] | None]:
     """``xtdb+http://[user:pass@]host:port[/prefix]`` (or plain ``http://...``) → the base URL
     requests go to (no user info), the URL to show (password masked), and the basic auth.
 
@@ -466,11 +464,11 @@ def _parse_url(url: str) -> tuple[str, str, httpx.BasicAuth | None]:
     base = f"{parts.scheme}://{host}{parts.path}".rstrip("/")
     auth = None
     if parts.username is not None:
-        auth = httpx.BasicAuth(unquote(parts.username), unquote(parts.password or ""))
+        auth = (unquote(parts.username), unquote(parts.password or ""))
     return base, mask_url(f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")), auth
 
 
-def _not_submitted(r: httpx.Response) -> str | None:
+def _not_submitted(r: _http.Response) -> str | None:
     """Why nothing of a refused submit was written, if its answer says so
     (``:context-os/not-submitted``, from our front end); None if nothing is known."""
     try:
@@ -482,7 +480,7 @@ def _not_submitted(r: httpx.Response) -> str | None:
     return str(body.get(_kw("error"), "not submitted"))
 
 
-def _parse_urls(url: str) -> tuple[list[str], str, httpx.BasicAuth | None]:
+def _parse_urls(url: str) -> tuple[list[str], str, tuple[str, str] | None]:
     """``xtdb+http://[user:pass@]host:port[,host:port...][/prefix]``: the base URL of each node (in
     the order given; the same user info and path for all), the URL to show, and the basic auth."""
     raw = url.removeprefix("xtdb+")
@@ -558,11 +556,11 @@ class XtdbStore(Store):
             text_index_path or data_dir() / "text-index" / default_outbox_path(url.split("?", 1)[0]).name, self
         )
 
-    def _init_client(self) -> httpx.Client:
-        return httpx.Client(
-            timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 5.0)),
-            limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
-            headers={"Accept": "application/edn"},
+    def _init_client(self) -> _http.Client:
+        return _http.Client(
+            timeout=self.timeout,
+            connect_timeout=min(self.timeout, 5.0),
+            headers={"Accept": "application/edn", "User-Agent": "context_os"},
             auth=self._auth,
         )
 
@@ -577,7 +575,7 @@ class XtdbStore(Store):
         body: str | None = None,
         idempotent: bool = True,
         timeout: float | None = None,
-    ) -> httpx.Response:
+    ) -> _http.Response:
         headers = {"Content-Type": "application/edn"} if body is not None else None
         what = f"{method} /_xtdb/{endpoint} (nothing was sent to {self.base}): an id, key or value"
         content = None if body is None else _utf8(body, what)
@@ -600,25 +598,20 @@ class XtdbStore(Store):
             last = attempt >= self.RETRIES
             try:
                 r = self._client.request(
-                    method,
-                    f"{base}/_xtdb/{endpoint}",
-                    params=params,
-                    content=content,
-                    headers=headers,
-                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                    method, base, f"/_xtdb/{endpoint}", params=params, content=content, headers=headers, timeout=timeout
                 )
-            except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            except _http.ConnectFailed as e:
                 # Nothing was sent: safe to retry even a submit, at once on another node
                 if self._fail_over(base, tried):
                     continue
                 if last:
                     where = base if len(self.bases) == 1 else f"{', '.join(self.bases)} (every node)"
                     raise StoreUnreachable(f"XTDB node at {where} cannot be reached: {e}") from e
-            except httpx.TimeoutException as e:
+            except _http.TimedOut as e:
                 raise StoreUnavailable(
                     f"XTDB node at {base} did not answer {method} /_xtdb/{endpoint} in time: {e!r}"
                 ) from e
-            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+            except _http.ConnectionLost as e:
                 # The connection broke mid-request: a read can be repeated (on another node if there
                 # is one), a submit cannot (it may have reached the node)
                 if not idempotent:
@@ -631,7 +624,7 @@ class XtdbStore(Store):
                     raise StoreUnavailable(
                         f"XTDB node at {base}: connection lost during {method} /_xtdb/{endpoint}: {e!r}"
                     ) from e
-            except httpx.HTTPError as e:
+            except _http.HttpError as e:
                 raise StoreUnavailable(f"XTDB node at {base}: {method} /_xtdb/{endpoint} failed: {e!r}") from e
             else:
                 self._down.discard(base)
@@ -664,8 +657,8 @@ class XtdbStore(Store):
         if self._seen_tx >= 0:
             self._await(self._seen_tx)
 
-    def _edn(self, r: httpx.Response) -> Any:
-        where = f"{r.request.method} {r.request.url.path}, HTTP {r.status_code}"
+    def _edn(self, r: _http.Response) -> Any:
+        where = f"{r.method} {urlsplit(r.url).path}, HTTP {r.status_code}"
         content_type = r.headers.get("content-type", "")
         if not content_type.startswith("application/edn"):
             # EDN reads almost anything (an HTML page is a list of symbols): trust the header.
@@ -680,7 +673,7 @@ class XtdbStore(Store):
                 f"XTDB node at {self.base} sent a response that is not EDN ({where}): {e}; body: {r.text[:200]!r}"
             ) from e
 
-    def _fail(self, r: httpx.Response, what: str) -> NoReturn:
+    def _fail(self, r: _http.Response, what: str) -> NoReturn:
         detail = r.text[:500]
         edn = r.headers.get("content-type", "").startswith("application/edn")
         try:
@@ -707,7 +700,7 @@ class XtdbStore(Store):
             return None  # XTDB's own "not found" (a 404 page from something else is an error)
         return self._answer(r, what)
 
-    def _answer(self, r: httpx.Response, what: str) -> Any:
+    def _answer(self, r: _http.Response, what: str) -> Any:
         """The EDN of a 200 answer; any other status fails (``_fail``)."""
         if r.status_code != 200:
             self._fail(r, what)
@@ -750,7 +743,7 @@ class XtdbStore(Store):
         r = self._request("POST", "submit-tx", body=body, idempotent=False)
         return self._submitted(r, ops, awaited=False)
 
-    def _own(self, method: str, endpoint: str, **kwargs: Any) -> httpx.Response | None:
+    def _own(self, method: str, endpoint: str, **kwargs: Any) -> _http.Response | None:
         """``endpoint`` of our front end's /_xtdb/context-os/, or None when the node has none of
         them (an official server answers 404, having written nothing): it gets the official API's
         calls from then on."""
@@ -759,7 +752,7 @@ class XtdbStore(Store):
         r = self._request(method, f"context-os/{endpoint}", **kwargs)
         if r.status_code != 404:
             return r
-        base = str(r.request.url).partition("/_xtdb/")[0]
+        base = r.url.partition("/_xtdb/")[0]
         self._official.add(base)
         log.info("XTDB node at %s has no /_xtdb/context-os/ endpoints: using the official API", base)
         return None
@@ -776,7 +769,7 @@ class XtdbStore(Store):
             raise StoreError(f"XTDB node at {self.base}: unexpected {what} answer {answer!r}")
         return value
 
-    def _submitted(self, r: httpx.Response, ops: Sequence[Op], *, awaited: bool, settle: bool = True) -> Tx:
+    def _submitted(self, r: _http.Response, ops: Sequence[Op], *, awaited: bool, settle: bool = True) -> Tx:
         """The Tx of a submit's answer (``awaited``: our front end's, which also awaited it and
         says whether it committed; else the official ``submit-tx``'s, awaited here unless not
         ``settle``: a transaction of puts and deletes, which commits, left for reads to wait on)."""
@@ -1015,7 +1008,7 @@ class XtdbStore(Store):
         holds a value JSON would not keep (409): then ``entity`` answers in EDN."""
         r = self._request("GET", "context-os/entity-history", params=params)
         if r.status_code == 404:
-            self._no_json_history.add(str(r.request.url).partition("/_xtdb/")[0])
+            self._no_json_history.add(r.url.partition("/_xtdb/")[0])
             return None
         if r.status_code == 409:
             return None
