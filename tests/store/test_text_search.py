@@ -526,6 +526,41 @@ def test_xtdb_sidecar_drops_evicted_text_from_its_file(xtdb_url: str, tmp_path: 
     assert secret.encode() not in data
 
 
+@pytest.mark.xtdb
+def test_xtdb_sidecar_holds_back_own_writes_and_a_process_that_dies_loses_none(
+    xtdb_url: str, tmp_path: Path, uid: str
+) -> None:
+    from context_os.store.xtdb import XtdbStore
+
+    path = tmp_path / "idx.db"
+
+    def held(word: str) -> bool:
+        with sqlite3.connect(path) as c:
+            return c.execute("SELECT count(*) FROM text_parts WHERE text LIKE ?", (f"%{word}%",)).fetchone()[0] == 0
+
+    a = XtdbStore(xtdb_url, text_index_path=path)
+    a.text_search("warm up")
+    doc = obj(f"file:{uid}", "file", f"written{uid}")
+    a.put(doc, T0)
+    doc["content"] = f"changed{uid}"  # a caller's later change is not what was written
+    for n in range(3):
+        a.put(obj(f"file:{uid}:{n}", "file", f"held{uid} {n}"), T0)
+    assert held(f"held{uid}")  # not in the file yet
+    a.sync()
+    # the process dies here: what it held back is read from the node by the next one
+    with XtdbStore(xtdb_url, text_index_path=path) as b:
+        assert sorted(h.id for h in b.text_search(f"held{uid}", k=10)) == [f"file:{uid}:{n}" for n in range(3)]
+    assert not held(f"held{uid}")
+    # a process that lives on writes what it held back when it closes: each text once
+    a.close()
+    with XtdbStore(xtdb_url, text_index_path=path) as c:
+        assert found(c.text_search(f"written{uid}")) == [(f"file:{uid}", "")]
+        assert c.text_search(f"changed{uid}") == []
+        with sqlite3.connect(path) as conn:
+            (n,) = conn.execute("SELECT count(*) FROM text_parts WHERE text LIKE ?", (f"%held{uid}%",)).fetchone()
+        assert n == 3
+
+
 def test_texts_wait_for_a_batch_but_a_search_never_misses_them(store: Store, uid: str) -> None:
     for n in range(3):
         store.put(obj(f"file:{uid}:{n}", "file", f"pending{uid} text {n}"), T0)
