@@ -85,9 +85,10 @@ class Running:
 
 
 @contextmanager
-def proxy_command(store: Path, upstream_url: str) -> Iterator[str]:
+def proxy_command(store: Path, upstream_url: str, said: list[str] | None = None) -> Iterator[str]:
     """``ctxos proxy`` (the command) on a free port in front of ``upstream_url``: its OpenAI base
-    URL, read from the line it prints; stopped with SIGTERM after, which must be a clean stop."""
+    URL, read from the line it prints; stopped with SIGTERM after, which must be a clean stop.
+    ``said`` gets the lines it wrote on stderr after the first."""
     cmd = [CTXOS, "--store", str(store), "proxy", "--upstream", upstream_url, "--port", "0", "--no-recall"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
     try:
@@ -100,6 +101,8 @@ def proxy_command(store: Path, upstream_url: str) -> Iterator[str]:
         proc.terminate()
         assert proc.wait(30) == 0
         assert proc.stderr is not None
+        if said is not None:
+            said += proc.stderr.read().decode().splitlines()
         proc.stderr.close()
 
 

@@ -468,11 +468,17 @@ def test_recall_is_offered_and_finds_another_conversation(tmp_path: Path) -> Non
 
 
 def test_the_proxy_command(tmp_path: Path, up: Upstream) -> None:
-    with proxy_command(tmp_path / "c.db", up.url) as base_url:
+    said: list[str] = []
+    with proxy_command(tmp_path / "c.db", up.url, said) as base_url:
         got = openai_client(base_url).chat.completions.create(
             model="m", messages=[{"role": "user", "content": "hello"}]
         )
         assert got.choices[0].message.content == "first answer here"
+    assert said[0] == f"created a new store at sqlite://{tmp_path / 'c.db'}"  # after the listening line
+    said.clear()
+    with proxy_command(tmp_path / "c.db", up.url, said):
+        pass
+    assert not any("created" in line for line in said)
 
 
 def test_with_a_workspace_read_is_offered_unless_the_agent_has_its_own(tmp_path: Path) -> None:

@@ -8,7 +8,15 @@ from pathlib import Path
 import click
 
 from ..harness.toolnames import PRESETS
-from ._common import embedder_option, fails_cleanly, serve_until_stopped, server_process, store_from, track_option
+from ._common import (
+    announce_created,
+    embedder_option,
+    fails_cleanly,
+    serve_until_stopped,
+    server_process,
+    store_from,
+    track_option,
+)
 
 
 @click.command("proxy")
@@ -91,6 +99,7 @@ def proxy_cmd(
             file=sys.stderr,
             flush=True,
         )
+        announce_created(store)  # after the listening line, which stays the first
         try:
             serve_until_stopped(server)
         finally:
