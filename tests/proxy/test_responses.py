@@ -217,6 +217,7 @@ def test_our_tools_run_inside_the_proxy_json_and_streamed(tmp_path: Path) -> Non
             # stream helper refuses a stream whose response changes)
             [created] = [e.response.id for e in events if e.type == "response.created"]
             assert [e.response.id for e in events if e.type == "response.completed"] == [created]
+            # and its events are numbered as one response's, in the order the client got them
             fourth = json.dumps(up.requests[3]["input"])
             # the first exchange spliced back before the client's later items, the second after them
             assert fourth.index('"pin"') < fourth.index("pinned it, done") < fourth.index("and now?")
@@ -489,6 +490,8 @@ def test_a_streamed_preamble_before_our_call_reaches_the_client_once(tmp_path: P
             )
             indexes = [e.output_index for e in events if e.type == "response.output_item.added"]
             assert indexes == [0, 1]  # the second round's item numbered after the first's
+            # and its events as one response's, in the order the client got them
+            assert [e.sequence_number for e in events] == list(range(len(events)))
             items += [i.model_dump(exclude_none=True) for i in done] + [user("and now?")]
             client.responses.create(model="m", input=items, tools=TOOLS)  # type: ignore[arg-type]
             third = json.dumps(up.requests[2]["input"])

@@ -48,7 +48,17 @@ from ..harness.responses import to_chat, to_items
 from ..harness.toolnames import for_tools, preset
 from ..harness.virtual_files import VirtualFiles
 from ..hashing import HASH_PREFIX, hash_value
-from .proxy_tools import MAX_ROUNDS, Call, Hidden, StreamFilter, dialect, prefix_hash, splice, sse_events
+from .proxy_tools import (
+    MAX_ROUNDS,
+    Call,
+    Hidden,
+    SequenceNumbers,
+    StreamFilter,
+    dialect,
+    prefix_hash,
+    splice,
+    sse_events,
+)
 
 if TYPE_CHECKING:
     from ..harness.base import ContextHook
@@ -203,7 +213,13 @@ def stream_error(api: Api, status: int, raw: bytes) -> bytes:
         return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
     if api == "responses":
         error = body["error"]
-        event = {"type": "error", "code": error.get("code"), "message": error.get("message"), "param": None}
+        event = {
+            "type": "error",
+            "code": error.get("code"),
+            "message": error.get("message"),
+            "param": None,
+            "sequence_number": 0,  # the stream's own number (``SequenceNumbers``)
+        }
         return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
@@ -615,6 +631,7 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             started = False
             offset = 0
             response_id: str | None = None
+            numbered = SequenceNumbers() if plan.api == "responses" else None
             for n in range(MAX_ROUNDS):
                 last = n == MAX_ROUNDS - 1
                 with proxy.client.stream("POST", url, headers=self._upstream_headers(), json=plan.body) as resp:
@@ -624,7 +641,8 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                         ours = [c for c in calls if c.name in plan.ours]
                         if not ours or last:
                             if started:  # an error after our rounds began: the stream says so, then ends
-                                self._chunk(stream_error(plan.api, resp.status_code, raw))
+                                error = stream_error(plan.api, resp.status_code, raw)
+                                self._chunk(numbered(error) if numbered else error)
                                 self._end()
                                 return
                             self._start(resp.status_code, resp.headers)
@@ -638,12 +656,13 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                             started = True
                         f = StreamFilter(plan.api, first_round=n == 0, block_offset=offset, response_id=response_id)
                         for event in sse_events(resp.iter_bytes()):
-                            self._chunk(f.feed(event))
+                            sent = f.feed(event)
+                            self._chunk(numbered(sent) if numbered else sent)
                         response_id = f.response_id
                         ours = [c for c in f.calls() if c.name in plan.ours]
                         if not ours or last:
                             for event in f.held:
-                                self._chunk(event)
+                                self._chunk(numbered(event) if numbered else event)
                             self._end()
                             return
                         offset += f.sent_blocks

@@ -301,6 +301,29 @@ def sse_events(parts: Iterator[bytes]) -> Iterator[bytes]:
         yield buf if buf.endswith(b"\n\n") else buf + b"\n\n"
 
 
+@dataclass
+class SequenceNumbers:
+    """Responses: the events of one streamed response numbered 0, 1, 2... in the order the client
+    gets them (``sequence_number``), over all the rounds it took (each round's upstream counts
+    from 0 again, and events held back go out after others)."""
+
+    sent: int = 0
+
+    def __call__(self, chunk: bytes) -> bytes:
+        if not chunk:
+            return chunk
+        out: list[bytes] = []
+        for event in sse_events(iter([chunk])):
+            data = _data(event)
+            if isinstance(data, dict) and "sequence_number" in data:
+                if data["sequence_number"] != self.sent:
+                    data = dict(data, sequence_number=self.sent)
+                    event = f"event: {data.get('type', 'message')}\ndata: {json.dumps(data)}\n\n".encode()
+                self.sent += 1
+            out.append(event)
+        return b"".join(out)
+
+
 def _data(event: bytes) -> Any:
     for line in event.split(b"\n"):
         if line.startswith(b"data:"):
