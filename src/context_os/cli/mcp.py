@@ -18,7 +18,15 @@ from .._install import install_hint
 from ..errors import ConfigError
 from ..server.transports import listen_socket
 from ..store import data_dir
-from ._common import embedder_option, fails_cleanly, server_process, store_from, track_option
+from ._common import (
+    embedder_option,
+    fails_cleanly,
+    rebuild_vectors_option,
+    recall_embedder,
+    server_process,
+    store_from,
+    track_option,
+)
 
 TOKEN_ENV = "CTXOS_MCP_TOKEN"
 """A token chosen by whoever starts the HTTP server, instead of a fresh one."""
@@ -43,6 +51,7 @@ def default_session(workspace: Path) -> str:
 @click.option("--recall/--no-recall", default=True, show_default=True, help="Offer recall over everything stored.")
 @click.option("--memory/--no-memory", default=True, show_default=True, help="Offer remember (the memory scopes).")
 @embedder_option
+@rebuild_vectors_option
 @track_option
 @click.option(
     "--http",
@@ -66,6 +75,7 @@ def mcp_cmd(
     recall: bool,
     memory: bool,
     embedder: str,
+    rebuild_vectors: bool,
     track: bool,
     http_port: int | None,
     token_file: Path | None,
@@ -94,7 +104,7 @@ def mcp_cmd(
         if sock is not None:
             stack.callback(sock.close)
         store = stack.enter_context(store_from(ctx, create=True, announce=True))
-        engine = open_recall(store, None if embedder == "none" else embedder) if recall else None
+        engine = open_recall(store, recall_embedder(store, embedder, rebuild=rebuild_vectors)) if recall else None
         app = ContextOsMcp(
             store,
             session=session_id or default_session(root),

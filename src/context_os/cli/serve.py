@@ -25,7 +25,16 @@ from ..server import (
 )
 from ..sources.recall import open_recall
 from ..store import data_dir
-from ._common import announce_created, embedder_option, fails_cleanly, server_process, store_from, track_option
+from ._common import (
+    announce_created,
+    embedder_option,
+    fails_cleanly,
+    rebuild_vectors_option,
+    recall_embedder,
+    server_process,
+    store_from,
+    track_option,
+)
 
 if TYPE_CHECKING:
     from ..mesh.agent import MeshAgent
@@ -73,6 +82,7 @@ TOKEN_ENV = "CTXOS_SERVE_TOKEN"
     help="Refuse requests larger than this many MiB.",
 )
 @embedder_option
+@rebuild_vectors_option
 @track_option
 @click.option(
     "--mesh",
@@ -112,6 +122,7 @@ def serve_cmd(
     token_file: Path | None,
     max_request_mb: int,
     embedder: str,
+    rebuild_vectors: bool,
     mesh_name: str | None,
     mesh_host: str,
     mesh_port: int,
@@ -134,11 +145,12 @@ def serve_cmd(
     if len(token) < 16:
         raise ConfigError(f"${TOKEN_ENV} is too short to be a secret ({len(token)} characters; at least 16)")
     with store_from(ctx, create=True, announce=False) as store, ExitStack() as stack:
+        chosen = recall_embedder(store, embedder, rebuild=rebuild_vectors)  # refused before anything starts
         mesh = recall = None
         if mesh_name is not None:
             # per-peer memory is searched by meaning too: the recall engine is made now, not at
             # the first session opened with recall
-            recall = open_recall(store, None if embedder == "none" else embedder)
+            recall = open_recall(store, chosen)
             mesh = stack.enter_context(
                 _mesh_agent(
                     store, mesh_name, mesh_host, mesh_port, mesh_swarm_key, mesh_mdns, mesh_connect,
@@ -149,7 +161,7 @@ def serve_cmd(
             store,
             workspaces=workspaces,
             max_request_bytes=max_request_mb * 1024 * 1024,
-            embedder=None if embedder == "none" else embedder,
+            embedder=chosen,
             mesh=mesh,
             recall=recall,
             track=track,

@@ -47,6 +47,7 @@ from .protocol import INVALID_PARAMS, MAX_REQUEST_BYTES, SESSION_NOT_OPEN, NoPar
 
 if TYPE_CHECKING:
     from ..mesh.agent import MeshAgent
+    from ..sources.embed import Embedder
 
 __all__ = ["Server"]
 
@@ -146,7 +147,7 @@ class Server(RpcServer):
         *,
         workspaces: Sequence[str | os.PathLike[str]] = (),
         max_request_bytes: int = MAX_REQUEST_BYTES,
-        embedder: str | None = "auto",
+        embedder: str | Embedder | None = "auto",
         mesh: MeshAgent | None = None,
         recall: Recall | None = None,
         track: bool = True,
