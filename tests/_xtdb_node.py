@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -126,10 +127,28 @@ def _container() -> Iterator[str]:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port nothing listens on now, for a node or a PostgreSQL of the tests' own: any the system
+    gives, or one of ``$CTXOS_TEST_PORTS`` (``LO-HI``, e.g. ``41000-41999``) when set, for a
+    machine whose other work must keep its ports."""
+    span = os.environ.get("CTXOS_TEST_PORTS", "").strip()
+    if not span:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+            return port
+    lo, dash, hi = span.partition("-")
+    if not (dash and lo.strip().isdigit() and hi.strip().isdigit() and 0 < int(lo) <= int(hi) < 65536):
+        raise NodeUnavailable(f"CTXOS_TEST_PORTS={span!r} is not a port range LO-HI")
+    ports = list(range(int(lo), int(hi) + 1))
+    random.shuffle(ports)  # two calls before either port is taken should not get the same one
+    for port in ports:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise NodeUnavailable(f"no free port in CTXOS_TEST_PORTS={span}")
 
 
 @contextmanager

@@ -8,7 +8,6 @@ node that is out of reach (a real refused connection), and the shared node to re
 from __future__ import annotations
 
 import json
-import socket
 import sqlite3
 import subprocess
 import uuid
@@ -31,19 +30,12 @@ from context_os.sources.recall import Recall
 from context_os.store import Delete, Evict, Match, Op, Put, Tx, open_store
 from context_os.store.outbox import MARKER_KIND, OutboxStore
 from context_os.store.xtdb import XtdbStore
-from tests._xtdb_node import START, STARTUP_TIMEOUT_S, STOP, all_corrections
+from tests._xtdb_node import START, STARTUP_TIMEOUT_S, STOP, _free_port, all_corrections
 from tests.helpers import call, result, user, wait_for
 
 pytestmark = pytest.mark.xtdb
 
 T0 = 1_700_000_000_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _nowhere() -> str:
