@@ -119,6 +119,71 @@ def test_the_outbox_url_option(tmp_path: Path) -> None:
         open_store(f"{url}?outbx=1")
 
 
+def test_one_node_one_outbox_whichever_way_its_url_is_spelled() -> None:
+    port = _free_port()
+    same = [
+        f"xtdb+http://127.0.0.1:{port}",
+        f"xtdb+http://localhost:{port}",
+        f"xtdb+http://127.0.0.1:{port}/",
+        f"xtdb+http://LocalHost.:{port}//",
+        f"xtdb+http://user:pw@localhost:{port}?outbox=",
+    ]
+    apart = [
+        f"xtdb+http://127.0.0.2:{port}",  # another loopback address: another node may listen there
+        f"xtdb+http://[::1]:{port}",  # so may one on IPv6 loopback
+        f"xtdb+http://127.0.0.1:{port + 1}",
+        f"xtdb+http://127.0.0.1:{port}/a/b",  # two paths behind one proxy
+        f"xtdb+http://127.0.0.1:{port}/a_b",
+        f"xtdb+http://127.0.0.1:{port}/a%2Fb",
+        f"xtdb+http://node1:{port}",  # a name is not resolved: it may be a machine of its own
+    ]
+    paths = []
+    for url in same + apart:
+        with open_store(url) as s:
+            assert isinstance(s, OutboxStore)
+            paths.append(s.path)
+    assert len(set(paths[: len(same)])) == 1 and paths[0].name == f"127.0.0.1_{port}.db"
+    assert len(set(paths)) == 1 + len(apart)
+    # a cluster's nodes in any order, and their loopback spellings, are one cluster
+    a, b = f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"
+    with (
+        open_store(f"xtdb+http://{a},{b}") as one,
+        open_store(f"xtdb+http://{b},{a.replace('127.0.0.1', 'localhost')}") as two,
+    ):
+        assert isinstance(one, OutboxStore) and isinstance(two, OutboxStore) and one.path == two.path
+
+
+def test_writes_held_under_one_spelling_are_sent_when_another_opens_the_store(tmp_path: Path, xtdb_url: str) -> None:
+    """``localhost`` while the node is down, ``127.0.0.1`` once it is back: the writes are sent,
+    once; so are those an earlier release left in the file it named for ``localhost``.
+    ``xtdb_url`` is requested only so the test is skipped exactly where no node can be had."""
+    port = _free_port()
+    first = {"id": "note:spelled-localhost", "kind": "note", "content": "held", "meta": {}}
+    older = {"id": "note:earlier-release", "kind": "note", "content": "held before", "meta": {}}
+    with open_store(f"xtdb+http://127.0.0.1:{port}") as probe:
+        assert isinstance(probe, OutboxStore)
+        earlier_file = probe.path.with_name(f"localhost_{port}.db")  # the name releases before gave it
+    with _outbox(f"xtdb+http://localhost:{port}", earlier_file) as old:
+        assert old.submit([Put(older | doc_hashes(older))]).pending
+    with open_store(f"xtdb+http://localhost:{port}/") as off:
+        assert isinstance(off, OutboxStore) and isinstance(off.inner, XtdbStore)
+        off.inner.BACKOFF_S = 0.01
+        assert off.submit([Put(first | doc_hashes(first))]).pending
+        assert off.depth() == 2  # the earlier file's write joined, ahead of it (accepted first)
+    url = _start_memory(port)
+    try:
+        with open_store(url) as on:
+            assert url == f"xtdb+http://127.0.0.1:{port}"
+            assert on.get(first["id"]) is not None and on.get(older["id"]) is not None
+            assert isinstance(on, OutboxStore) and on.depth() == 0
+        for doc in (first, older):
+            assert len(all_corrections(url, doc["id"])) == 1
+        with sqlite3.connect(earlier_file) as conn:
+            assert conn.execute("SELECT count(*) FROM pending").fetchone()[0] == 0
+    finally:
+        _stop(port)
+
+
 # -- replay into the shared node ------------------------------------------------------------------
 
 
@@ -231,6 +296,19 @@ def _start(port: int, data_dir: Path) -> str:
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         pytest.fail(f"{START} did not start a node: {e}")
+    if proc.returncode != 0:
+        pytest.fail(f"{START} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def _start_memory(port: int) -> str:
+    """An in-memory node of the test's own on ``port``."""
+    proc = subprocess.run(
+        [str(START), "--port", str(port), "--config", "memory", "--timeout", str(STARTUP_TIMEOUT_S)],
+        capture_output=True,
+        text=True,
+        timeout=STARTUP_TIMEOUT_S + 60,
+    )
     if proc.returncode != 0:
         pytest.fail(f"{START} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     return proc.stdout.strip().splitlines()[-1]

@@ -597,16 +597,17 @@ def hit_item(h: RecallHit, query: str, mode: str) -> SourceItem:
 
 def vector_path(store: Store) -> Path:
     """Where the vectors of ``store`` live: beside an embedded store's file
-    (``<file>.vectors``), else one file per node address under the user data dir
-    (``vectors/<host>_<port>.db``, named as the node's outbox and keyword index are)."""
+        (``<file>.vectors``), else one file per node address under the user data dir
+        (``vectors/<host>_<port>.db``, named as the node's outbox and keyword index are:
+    ``store.node_key``)."""
     url = store.url.split("?", 1)[0]
     if url.startswith("sqlite://"):
         file = url.removeprefix("sqlite://")
         file = "/" + file.lstrip("/") if file.startswith("/") else file  # sqlite:////x: one root
         return Path(file + ".vectors")
-    from ..store import data_dir, default_outbox_path
+    from ..store import node_file
 
-    return data_dir() / "vectors" / default_outbox_path(url).name
+    return node_file("vectors", url)
 
 
 def open_recall(

@@ -6,7 +6,8 @@ Default: ``$CTXOS_STORE``, else an SQLite file in the user data dir (XDG).
 
 An XTDB store comes wrapped in an outbox (store/outbox.py), so writes accepted while the node
 is out of reach are kept and sent later. Its file defaults to
-``<user data dir>/outbox/<host>_<port>.db``; ``?outbox=/path/to/file.db`` moves it and
+``<user data dir>/outbox/<host>_<port>.db``, one per node whichever way the URL spells it
+(``node_key``: ``localhost`` is ``127.0.0.1``); ``?outbox=/path/to/file.db`` moves it and
 ``?outbox=off`` turns it off (``xtdb+http://127.0.0.1:3000?outbox=off``). A user and password
 in an XTDB URL (``xtdb+http://user:pass@host:3000``) are sent as HTTP basic auth.
 
@@ -19,6 +20,7 @@ path is a path, ``?`` and all. Unknown options are a ``ConfigError``, for both b
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -43,6 +45,8 @@ __all__ = [
     "default_outbox_path",
     "default_store_url",
     "mask_url",
+    "node_file",
+    "node_key",
     "now_ms",
     "open_store",
 ]
@@ -63,18 +67,96 @@ def default_store_url() -> str:
     return "sqlite://" + str((data_dir() / "store.db").absolute())
 
 
-def default_outbox_path(url: str) -> Path:
-    """``<user data dir>/outbox/<host>_<port>[_<path>].db`` for an XTDB URL (a URL naming
-    several nodes: every ``<host>_<port>`` in turn)."""
-    raw = url.removeprefix("xtdb+")
+def _nodes(url: str) -> tuple[str, list[tuple[str, int]], str]:
+    """An XTDB URL's scheme, its nodes as (host, port) as written (lower case; the default port
+    filled in), and its path, without options or user info."""
+    raw = url.removeprefix("xtdb+").split("?", 1)[0]
     scheme, _, rest = raw.partition("://")
     netloc, _, path = rest.partition("/")
     nodes = []
     for host in netloc.rpartition("@")[2].split(","):
         parts = urlsplit(f"{scheme}://{host}")
-        nodes.append(f"{parts.hostname or 'localhost'}_{parts.port or (443 if scheme == 'https' else 80)}")
-    name = "_".join(p for p in (*nodes, path.split("?", 1)[0].strip("/")) if p)
-    return data_dir() / "outbox" / (re.sub(r"[^A-Za-z0-9.-]+", "_", name) + ".db")
+        nodes.append((parts.hostname or "localhost", parts.port or (443 if scheme == "https" else 80)))
+    return scheme, nodes, path
+
+
+def _host_key(host: str) -> str:
+    """One spelling per host: ``localhost`` is 127.0.0.1 (where xtdb/start listens, and what it
+    resolves to first), an IP address is written in its short form; any other name stays as
+    written, since two names may well be two machines."""
+    host = host.rstrip(".")
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        return host
+
+
+def _safe(part: str) -> str:
+    """``part`` in a file name: letters, digits, ``.`` and ``-`` as they are, any other byte as
+    ``%XX``, so that two different parts never give one name (``_`` joins them)."""
+    return re.sub(r"[^A-Za-z0-9.-]", lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), part)
+
+
+def node_key(url: str) -> str:
+    """The name of what context_os keeps for the XTDB node (or cluster) of ``url``: its outbox,
+    keyword index and vectors, ``<host>_<port>[_<host>_<port>...][_<path>]``. Every spelling of one
+    node gives the same key: ``localhost`` and ``127.0.0.1``, a trailing slash, an explicit
+    default port, user info, options, upper case in the host, the order of a cluster's nodes.
+    Another host, port or path gives another key."""
+    _, nodes, path = _nodes(url)
+    keys = sorted({(_host_key(host), port) for host, port in nodes})
+    parts = [f"{_safe(host)}_{port}" for host, port in keys]
+    if path.strip("/"):
+        parts.append(_safe(path.strip("/")))
+    return "_".join(parts)
+
+
+def _earlier_keys(url: str) -> list[str]:
+    """The names releases before ``node_key`` gave ``url``'s node, in any of its loopback
+    spellings (they kept ``localhost`` and ``127.0.0.1`` apart). None at all when such a name
+    stood for several nodes (it replaced ``/``, ``:`` and ``_`` alike: ``/a/b`` and ``/a_b``), as
+    its file may hold another node's writes."""
+    _, nodes, path = _nodes(url)
+    if not all(re.fullmatch(r"[A-Za-z0-9.-]*", part) for part in (*(h for h, _ in nodes), path.strip("/"))):
+        return []
+    loopback = {"localhost", "127.0.0.1"}
+    spellings = [nodes]
+    if any(host in loopback for host, _ in nodes):
+        spellings += [[(h if h not in loopback else alias, p) for h, p in nodes] for alias in sorted(loopback)]
+    keys = []
+    for spelling in spellings:
+        name = "_".join(p for p in (*(f"{h}_{port}" for h, port in spelling), path.strip("/")) if p)
+        key = re.sub(r"[^A-Za-z0-9.-]+", "_", name)
+        if key not in keys and key != node_key(url):
+            keys.append(key)
+    return keys
+
+
+def node_file(folder: str, url: str) -> Path:
+    """``<user data dir>/<folder>/<node_key>.db``: a file of what context_os keeps for the node of
+    ``url`` (its keyword index, its vectors), or the one an earlier release named for this
+    spelling of it when only that one exists (a cache must not be made again for a new name)."""
+    path = data_dir() / folder / f"{node_key(url)}.db"
+    if not path.exists():
+        for key in _earlier_keys(url):
+            if (earlier := path.with_name(f"{key}.db")).exists():
+                return earlier
+    return path
+
+
+def default_outbox_path(url: str) -> Path:
+    """``<user data dir>/outbox/<host>_<port>[_<path>].db`` for an XTDB URL (a URL naming
+    several nodes: every ``<host>_<port>`` in turn): one file per node, whichever way the URL
+    spells it (``node_key``)."""
+    return data_dir() / "outbox" / f"{node_key(url)}.db"
+
+
+def _earlier_outbox_paths(url: str) -> list[Path]:
+    """The outbox files releases before ``node_key`` named for ``url``'s node (``localhost`` and
+    ``127.0.0.1`` had a file each): an outbox takes in the writes waiting there."""
+    return [default_outbox_path(url).with_name(f"{key}.db") for key in _earlier_keys(url)]
 
 
 def mask_url(url: str) -> str:
@@ -114,7 +196,9 @@ def _open_xtdb(url: str) -> Store:
     store = XtdbStore(base)
     if outbox.lower() in ("off", "none", "false", "0"):
         return store
-    return OutboxStore(store, Path(outbox).expanduser().resolve() if outbox else default_outbox_path(base))
+    if outbox:
+        return OutboxStore(store, Path(outbox).expanduser().resolve())
+    return OutboxStore(store, default_outbox_path(base), earlier=_earlier_outbox_paths(base))
 
 
 def open_store(url: str | None = None, *, create: bool = True) -> Store:

@@ -36,7 +36,9 @@ This module speaks the Store contract only: no backend details, nothing above th
 
 from __future__ import annotations
 
+import heapq
 import json
+import logging
 import secrets
 import sqlite3
 import threading
@@ -51,6 +53,8 @@ from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPa
 from .text_index import SearchArgs
 
 __all__ = ["MARKER_KIND", "OutboxStore"]
+
+log = logging.getLogger(__name__)
 
 MARKER_KIND = "outbox"
 """Kind (and id prefix) of the marker document each replayed transaction carries."""
@@ -142,10 +146,13 @@ class OutboxStore(Store):
     BUSY_TIMEOUT_MS = 60_000
     """How long to wait for another process that holds the outbox (it may be replaying)."""
 
-    def __init__(self, inner: Store, path: Path) -> None:
+    def __init__(self, inner: Store, path: Path, *, earlier: Sequence[Path] = ()) -> None:
+        """``earlier``: other outbox files of the same backend (an earlier release named one per
+        spelling of a node's URL): the writes waiting there join this outbox when it is first used."""
         self.inner = inner
         self.url = inner.url
         self.path = path
+        self.earlier = [p for p in earlier if p != path]
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._resolved: dict[int, int] = {}
@@ -157,7 +164,8 @@ class OutboxStore(Store):
         """The outbox connection; None if there is no file yet and ``create`` is false."""
         if self._conn is not None:
             return self._conn
-        if not create and not self.path.exists():
+        earlier = [p for p in self.earlier if p.exists()]
+        if not create and not self.path.exists() and not earlier:
             return None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -176,8 +184,48 @@ class OutboxStore(Store):
             conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
         except sqlite3.Error as e:
             raise StoreError(f"cannot open the outbox {self.path}: {e}") from e
+        try:
+            for old in earlier:
+                self._take_in(conn, old)
+        except BaseException:
+            conn.close()
+            raise
         self._conn = conn
         return conn
+
+    def _take_in(self, conn: sqlite3.Connection, old: Path) -> None:
+        """Move the writes waiting in the outbox file ``old`` into this one, merged by accept time
+        (each file's own order kept). Both files are locked meanwhile, so no replay of either runs.
+        A crash between the two commits leaves a write in both: harmless, as its marker makes a
+        second send a no-op (module docstring)."""
+        try:
+            src = sqlite3.connect(old, isolation_level=None, timeout=self.BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open the earlier outbox {old}: {e}") from e
+        try:
+            src.execute("BEGIN IMMEDIATE")
+            has_table = src.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'pending'").fetchone()
+            cols = "provisional, accepted, ops, error"
+            theirs = src.execute(f"SELECT {cols} FROM pending ORDER BY seq").fetchall() if has_table else []
+            if theirs:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    ours = conn.execute(f"SELECT {cols} FROM pending ORDER BY seq").fetchall()
+                    held = {row[0] for row in ours}
+                    merged = heapq.merge(ours, [r for r in theirs if r[0] not in held], key=lambda row: row[1])
+                    conn.execute("DELETE FROM pending")
+                    conn.executemany(f"INSERT INTO pending ({cols}) VALUES (?, ?, ?, ?)", list(merged))
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                src.execute("DELETE FROM pending")
+                log.info("took %d waiting write(s) from the outbox %s into %s", len(theirs), old, self.path)
+            src.execute("COMMIT")
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot take the writes waiting in the earlier outbox {old} into {self.path}: {e}") from e
+        finally:
+            src.close()
 
     def depth(self) -> int:
         """How many accepted transactions wait to be sent."""

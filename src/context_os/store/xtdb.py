@@ -65,7 +65,7 @@ from urllib.parse import unquote, urlsplit
 from ..errors import ConfigError, HashError, InputError, StoreError, StoreUnavailable, StoreUnreachable
 from ..hashing import canonical_json
 from ..times import iso
-from . import _http, data_dir, default_outbox_path, edn, mask_url, text_index
+from . import _http, edn, mask_url, node_file, text_index
 from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version
 
 __all__ = ["XtdbStore"]
@@ -552,9 +552,7 @@ class XtdbStore(Store):
         ``history`` reads ``entity`` in EDN there."""
         self.timeout = timeout
         self._client = self._init_client()
-        self._text = text_index.SidecarIndex(
-            text_index_path or data_dir() / "text-index" / default_outbox_path(url.split("?", 1)[0]).name, self
-        )
+        self._text = text_index.SidecarIndex(text_index_path or node_file("text-index", url), self)
 
     def _init_client(self) -> _http.Client:
         return _http.Client(
