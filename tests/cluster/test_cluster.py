@@ -6,6 +6,9 @@ it, add another, and stop and start PostgreSQL under a session."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +59,34 @@ def test_sessions_writing_through_two_nodes_see_each_other(cluster: Cluster, uid
     finally:
         one.close()
         two.close()
+
+
+def test_status_reports_each_node_of_the_store(cluster: Cluster, uid: str, tmp_path: Path) -> None:
+    """``ctxos status`` on a URL naming the cluster's two nodes and one where nothing listens:
+    each node's state, in the URL's order, as JSON and as text."""
+    first, second = cluster.ports[:2]
+    down = _free_port()
+    with XtdbStore(cluster.url(first)) as one, XtdbStore(cluster.url(second)) as two:
+        tx = one.submit([Put(_doc(0, uid))])
+        two._await(tx.id)  # the second node has indexed it from the shared log
+    nodes = ",".join(f"127.0.0.1:{p}" for p in (first, second, down))
+    store = f"xtdb+http://{nodes}?outbox={tmp_path / 'outbox.db'}"
+    ctxos = [str(Path(sys.executable).parent / "ctxos"), "--store", store, "status"]
+    proc = subprocess.run([*ctxos, "--json"], capture_output=True, text=True, timeout=120, check=True)
+    states = json.loads(proc.stdout)["nodes"]
+    assert [n["url"] for n in states] == [f"http://127.0.0.1:{p}" for p in (first, second, down)]
+    assert [n["current"] for n in states] == [True, False, False]
+    for n in states[:2]:
+        assert n["answers"] is True and n["error"] is None, n
+        assert n["indexed_tx"]["id"] >= tx.id and n["indexed_tx"]["time"].endswith("Z")
+        assert n["log_tx_id"] >= tx.id and n["lag_ms"] == 0
+    assert states[2]["answers"] is False and states[2]["indexed_tx"] is states[2]["lag_ms"] is None
+    assert "cannot be reached" in states[2]["error"]
+    text = subprocess.run(ctxos, capture_output=True, text=True, timeout=120, check=True).stdout
+    rows = {line.split("  ", 1)[0]: line for line in text.splitlines()}
+    assert "answers (requests go here); indexed tx" in rows[f"node http://127.0.0.1:{first}"]
+    assert "lag 0 ms" in rows[f"node http://127.0.0.1:{second}"]
+    assert "down (cannot be reached" in rows[f"node http://127.0.0.1:{down}"]
 
 
 def test_a_killed_node_loses_no_acknowledged_write_and_the_store_fails_over(cluster: Cluster, uid: str) -> None:

@@ -56,11 +56,16 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
 
 
 def _stats(store: Any) -> dict[str, Any]:
-    """What the store says of itself; nothing when it cannot say (it is not one)."""
+    """What the store says of itself; nothing when it cannot say (it is not one). A node's
+    indexed transaction has its time in ISO 8601, as ``latest_tx`` has."""
     try:
-        return dict(store.stats())
+        stats = dict(store.stats())
     except StoreError:
         return {}
+    for node in stats.get("nodes") or ():
+        if isinstance(node.get("indexed_tx"), dict):
+            node["indexed_tx"] = {**node["indexed_tx"], "time": iso(node["indexed_tx"]["time"])}
+    return stats
 
 
 def _rows(report: dict[str, Any], prefix: str = "") -> list[list[str]]:
@@ -69,11 +74,30 @@ def _rows(report: dict[str, Any], prefix: str = "") -> list[list[str]]:
     rows: list[list[str]] = []
     for key, value in report.items():
         name = prefix + key.replace("_", " ")
-        if isinstance(value, dict) and key not in ("by_kind", "latest_tx"):
+        if key == "nodes" and isinstance(value, list):
+            rows += [[f"node {node.get('url')}", _node_line(node)] for node in value if isinstance(node, dict)]
+        elif isinstance(value, dict) and key not in ("by_kind", "latest_tx"):
             rows += _rows(value, name + ".")
         else:
             rows.append([name, _shown(key, value)])
     return rows
+
+
+def _node_line(node: dict[str, Any]) -> str:
+    """One node of a store (``XtdbStore.node_states``) on one line: whether it answers, the newest
+    transaction it indexed, the newest in its log, how far behind it is."""
+    if not node.get("answers"):
+        return f"down ({node.get('error')})"
+    indexed = node.get("indexed_tx")
+    parts = ["answers" + (" (requests go here)" if node.get("current") else "")]
+    parts.append("indexed nothing yet" if indexed is None else f"indexed tx {indexed['id']:,} ({indexed['time']})")
+    if node.get("log_tx_id") is not None:
+        parts.append(f"log tx {node['log_tx_id']:,}")
+    lag = node.get("lag_ms")
+    parts.append("lag unknown" if lag is None else f"lag {lag / 1000:,.1f} s" if lag >= 1000 else f"lag {lag} ms")
+    if node.get("error"):
+        parts.append(str(node["error"]))
+    return "; ".join(parts)
 
 
 def _shown(key: str, value: Any) -> str:

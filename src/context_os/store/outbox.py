@@ -460,6 +460,9 @@ class OutboxStore(Store):
         except StoreUnavailable as e:
             backend = type(self.inner).__name__.removesuffix("Store").lower()
             out = {"backend": backend, "url": self.url, "reachable": False, "error": str(e)}
+            node_states = getattr(self.inner, "node_states", None)  # a backend of several nodes: each one's
+            if node_states is not None:
+                out["nodes"] = node_states()
         out["outbox"] = self.outbox_stats()
         return out
 

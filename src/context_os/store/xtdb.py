@@ -1138,12 +1138,73 @@ class XtdbStore(Store):
         return Tx(tx_id, _ms(tx[_K_TX_TIME]), self._committed(tx_id))
 
     def stats(self) -> dict[str, Any]:
+        """The status of the node requests go to, and each node's state (``node_states``)."""
         status = self._get("status", {}, "status")
         if not isinstance(status, Mapping):
             raise StoreError(f"XTDB node at {self.base}: unexpected status answer {status!r}")
         out: dict[str, Any] = {"backend": "xtdb", "url": self.url}
         out.update((_key_name(k), _from_edn(v)) for k, v in status.items())
+        out["nodes"] = self.node_states()
         return out
+
+    NODE_STATE_TIMEOUT_S = 5.0
+    """How long ``node_states`` waits for each answer of a node."""
+
+    def node_states(self) -> list[dict[str, Any]]:
+        """Each node of the store URL, in its order, as it answers now (for ``ctxos status``):
+        ``url``; ``current`` (requests go to it); ``answers``; ``indexed_tx`` (``{id, time}``, the
+        newest transaction it has indexed; None before any); ``log_tx_id`` (the newest in the
+        transaction log it reads); ``lag_ms`` (how much older what it indexed is than the newest
+        in its log: 0 when it has indexed everything; None when unknown, or when it has indexed
+        nothing of it yet); ``error`` (why a value is missing). Each node is asked directly, never
+        failed over, and this never raises."""
+        return [self._node_state(base) for base in self.bases]
+
+    def _node_state(self, base: str) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "url": base,
+            "current": base == self.base,
+            "answers": False,
+            "indexed_tx": None,
+            "log_tx_id": None,
+            "lag_ms": None,
+            "error": None,
+        }
+
+        def ask(endpoint: str, params: Mapping[str, str] | None = None) -> Any:
+            """The node's EDN answer; None for its own 404 (nothing there yet)."""
+            r = self._client.get(f"{base}/_xtdb/{endpoint}", params=params, timeout=self.NODE_STATE_TIMEOUT_S)
+            edn_answer = r.headers.get("content-type", "").startswith("application/edn")
+            if r.status_code == 404 and edn_answer:
+                return None
+            if r.status_code != 200 or not edn_answer:
+                raise StoreError(f"{endpoint}: HTTP {r.status_code} {' '.join(r.text[:200].split())}")
+            return _read_edn(r.text)
+
+        try:
+            indexed = ask("latest-completed-tx")
+            state["answers"] = True
+            if indexed is not None:
+                state["indexed_tx"] = {"id": int(indexed[_K_TX_ID]), "time": _ms(indexed[_K_TX_TIME])}
+            newest = ask("latest-submitted-tx")
+            if newest is None:
+                state["lag_ms"] = 0  # an empty log: nothing to index
+                return state
+            log_id = state["log_tx_id"] = int(newest[_K_TX_ID])
+            done = state["indexed_tx"]
+            if done is not None and done["id"] >= log_id:
+                state["lag_ms"] = 0
+                return state
+            # the newest transaction's time: the log after the one before it (ids only grow)
+            txs = ask("tx-log", {"after-tx-id": str(log_id - 1)})
+            newest_time = next((_ms(t[_K_TX_TIME]) for t in txs or () if int(t[_K_TX_ID]) == log_id), None)
+            if newest_time is not None and done is not None:
+                state["lag_ms"] = max(0, newest_time - done["time"])
+        except httpx.HTTPError as e:
+            state["error"] = f"cannot be reached: {type(e).__name__}: {e}" if not state["answers"] else repr(e)
+        except Exception as e:  # an answer that is not what an XTDB node says: the state says so
+            state["error"] = f"{type(e).__name__}: {e}"
+        return state
 
     # -- the keyword index (a sidecar FTS5 file: see text_index.SidecarIndex) -----------------
 
