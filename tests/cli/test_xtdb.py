@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -19,6 +20,7 @@ import pytest
 from context_os.store import Put
 from context_os.store.outbox import OutboxStore
 from context_os.store.xtdb import XtdbStore
+from context_os.times import display as tx_iso
 
 pytestmark = pytest.mark.e2e
 
@@ -174,6 +176,33 @@ def test_status_of_a_node_out_of_reach_shows_the_outbox(tmp_path: Path) -> None:
     assert status["reachable"] is False and "cannot be reached" in status["error"]
     assert status["documents"] is status["sessions"] is status["by_kind"] is None  # not known, not 0
     assert status["outbox"] == {"path": str(box), "pending": 1, "oldest_accepted": tx.time, "blocked_by": None}
+    text = ctxos("status", store=f"{url}?outbox={box}", check=False).stdout
+    rows = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in text.splitlines() if "  " in line}
+    assert rows["outbox.waiting since"].startswith(tx_iso(tx.time)) and "outbox.oldest accepted" not in rows
+
+
+@pytest.mark.xtdb
+def test_status_shows_the_size_of_a_nodes_index_in_mib(tmp_path: Path, xtdb_url: str) -> None:
+    """A RocksDB node says the size of its index store (``xtdb.kv/size``) in bytes: shown as the
+    other sizes are. ``xtdb_url`` is requested only so the test is skipped where no node can be had."""
+    from tests._xtdb_node import START, STARTUP_TIMEOUT_S, STOP, _free_port
+
+    port = _free_port()
+    cmd = [str(START), "--port", str(port), "--config", "rocksdb", "--data-dir", str(tmp_path / "data")]
+    started = subprocess.run(
+        [*cmd, "--timeout", str(STARTUP_TIMEOUT_S)], capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S + 60
+    )
+    try:
+        assert started.returncode == 0, started.stderr[-3000:]
+        url = started.stdout.strip().splitlines()[-1] + "?outbox=off"
+        size = json.loads(ctxos("status", "--json", store=url).stdout)["xtdb.kv/size"]
+        assert isinstance(size, int) and size > 0
+        text = ctxos("status", store=url).stdout
+        row = next(line for line in text.splitlines() if line.startswith("xtdb.kv/size"))
+        # the index may have grown between the two calls: the form is what is checked
+        assert re.fullmatch(r"[\d,]+ \(\d+\.\d MiB\)", row.split("  ", 1)[1].strip()), row
+    finally:
+        subprocess.run([str(STOP), "--port", str(port)], check=False, timeout=90, capture_output=True)
 
 
 def test_status_of_a_url_where_a_web_server_answers_names_it_in_one_line(tmp_path: Path) -> None:

@@ -68,12 +68,16 @@ def _stats(store: Any) -> dict[str, Any]:
     return stats
 
 
+_LABELS = {"oldest_accepted": "waiting since"}
+"""Fields whose name, spaced out, reads badly as a label (the JSON keys stay as they are)."""
+
+
 def _rows(report: dict[str, Any], prefix: str = "") -> list[list[str]]:
     """The report as (field, value) rows: nested objects as dotted fields (``outbox.pending``),
     except the short ones (kinds, the latest transaction), which stay on one line."""
     rows: list[list[str]] = []
     for key, value in report.items():
-        name = prefix + key.replace("_", " ")
+        name = prefix + _LABELS.get(key, key.replace("_", " "))
         if key == "nodes" and isinstance(value, list):
             rows += [[f"node {node.get('url')}", _node_line(node)] for node in value if isinstance(node, dict)]
         elif isinstance(value, dict) and key not in ("by_kind", "latest_tx"):
@@ -105,7 +109,7 @@ def _shown(key: str, value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, int) and key.endswith("bytes"):
+    if isinstance(value, int) and key.endswith(("bytes", "kv/size")):  # XTDB's index store size is bytes too
         return f"{value:,} ({value / 2**20:.1f} MiB)"
     if isinstance(value, int) and key.endswith(("time", "accepted")):  # epoch ms
         return iso(value) or "-"
