@@ -7,6 +7,7 @@ it, add another, and stop and start PostgreSQL under a session."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -322,3 +323,24 @@ def test_a_match_whose_log_goes_away_before_it_is_indexed_is_not_waited_out(clus
         while check.get(str(doc["id"])) is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert check.get(str(doc["id"])) is not None
+
+
+def test_postgres_start_says_only_its_own_lines(postgres: Cluster) -> None:
+    """A first start runs initdb, whose report ends telling how to start the server with pg_ctl:
+    xtdb/postgres starts it itself, so none of that is shown. ``postgres`` is requested only so
+    the test is skipped exactly where PostgreSQL cannot be had."""
+    port = _free_port()
+    script = str(XTDB / "postgres")
+    try:
+        run = subprocess.run([script, "start", "--port", str(port)], capture_output=True, text=True, timeout=600)
+        stop = subprocess.run([script, "stop", "--port", str(port)], capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run([script, "stop", "--port", str(port)], capture_output=True, timeout=120, check=False)
+        shutil.rmtree(XTDB / "target" / f"pg-{port}", ignore_errors=True)
+    assert run.returncode == 0 == stop.returncode, run.stderr
+    assert run.stdout == f"jdbc:postgresql://127.0.0.1:{port}/xtdb\n"
+    assert run.stderr.splitlines() == [
+        f"xtdb/postgres: creating a cluster in {XTDB / 'target' / f'pg-{port}'}",
+        f"xtdb/postgres: ready on 127.0.0.1:{port} (data: {XTDB / 'target' / f'pg-{port}'})",
+    ]
+    assert stop.stderr.splitlines() == [f"xtdb/postgres: stopped PostgreSQL on port {port}"]

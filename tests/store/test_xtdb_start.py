@@ -1,0 +1,43 @@
+"""``xtdb/start`` as a script reads it: stdout the store URL, stderr only its own lines, no
+terminal codes when it is not on a terminal (Maven's included), ``--help`` the help alone."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests._xtdb_node import ROOT, STARTUP_TIMEOUT_S, _free_port
+
+pytestmark = pytest.mark.xtdb
+
+
+def test_a_start_that_resolves_the_classpath_prints_no_terminal_codes(tmp_path: Path, xtdb_url: str) -> None:
+    """A copy of xtdb/ without its cached classpath, so Maven runs (from ~/.m2), its output piped.
+    ``xtdb_url`` is requested only so the test is skipped exactly where no node can be had."""
+    xtdb = tmp_path / "xtdb"
+    shutil.copytree(ROOT / "xtdb", xtdb, ignore=shutil.ignore_patterns("target", "data", ".classpath*"))
+    port = _free_port()
+    try:
+        run = subprocess.run(
+            [str(xtdb / "start"), "--port", str(port), "--config", "memory", "--timeout", str(STARTUP_TIMEOUT_S)],
+            capture_output=True,
+            text=True,
+            timeout=STARTUP_TIMEOUT_S + 240,
+        )
+    finally:
+        subprocess.run([str(xtdb / "stop"), "--port", str(port)], capture_output=True, timeout=90, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout == f"xtdb+http://127.0.0.1:{port}\n"
+    assert "resolving XTDB's classpath with Maven" in run.stderr  # Maven did run
+    assert "\x1b" not in run.stderr, run.stderr
+    assert all(line.startswith("xtdb/start: ") for line in run.stderr.splitlines()), run.stderr
+
+
+def test_help_is_the_help_alone() -> None:
+    run = subprocess.run([str(ROOT / "xtdb" / "start"), "--help"], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0
+    assert run.stdout.startswith("Start a local XTDB 1.x node")
+    assert run.stdout.rstrip().endswith("MAVEN (default mvn).") and "set -euo" not in run.stdout
