@@ -1173,7 +1173,9 @@ class XtdbStore(Store):
 
         def ask(endpoint: str, params: Mapping[str, str] | None = None) -> Any:
             """The node's EDN answer; None for its own 404 (nothing there yet)."""
-            r = self._client.get(f"{base}/_xtdb/{endpoint}", params=params, timeout=self.NODE_STATE_TIMEOUT_S)
+            r = self._client.request(
+                "GET", base, f"/_xtdb/{endpoint}", params=params, timeout=self.NODE_STATE_TIMEOUT_S
+            )
             edn_answer = r.headers.get("content-type", "").startswith("application/edn")
             if r.status_code == 404 and edn_answer:
                 return None
@@ -1200,8 +1202,8 @@ class XtdbStore(Store):
             newest_time = next((_ms(t[_K_TX_TIME]) for t in txs or () if int(t[_K_TX_ID]) == log_id), None)
             if newest_time is not None and done is not None:
                 state["lag_ms"] = max(0, newest_time - done["time"])
-        except httpx.HTTPError as e:
-            state["error"] = f"cannot be reached: {type(e).__name__}: {e}" if not state["answers"] else repr(e)
+        except _http.HttpError as e:
+            state["error"] = f"cannot be reached: {e}" if not state["answers"] else repr(e)
         except Exception as e:  # an answer that is not what an XTDB node says: the state says so
             state["error"] = f"{type(e).__name__}: {e}"
         return state
