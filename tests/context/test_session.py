@@ -315,6 +315,42 @@ def test_output_is_valid_openai_even_when_the_input_has_orphans(db):
             OPENAI_MESSAGE.validate_python(m)
 
 
+def test_the_sdk_s_own_reply_messages_are_taken_as_they_came(tmp_path):
+    """A loop written as the OpenAI SDK documents it appends ``completion.choices[0].message``
+    (a ``ChatCompletionMessage``) to its messages, or builds a dict around its ``tool_calls``; a
+    history saved as JSON and loaded in another process is then the same history."""
+    chat = pytest.importorskip("openai.types.chat")
+    path = tmp_path / "s.db"
+
+    def reply(call_id: str) -> object:
+        choice = {"index": 0, "finish_reason": "tool_calls", "message": call(call_id, command="ls")}
+        completion = {"id": "r", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]}
+        return chat.ChatCompletion.model_validate(completion).choices[0].message
+
+    store = SqliteStore(path)
+    hook = hook_for(store)
+    msgs: list = [user("go")]
+    for n in range(6):
+        hook.transform_context(msgs)
+        message = reply(f"c{n}")
+        msgs.append(message if n % 2 else {"role": "assistant", "content": None, "tool_calls": message.tool_calls})
+        msgs.append(result(f"c{n}", f"out {n}\n" + "x" * 4000))
+    out = hook.transform_context(msgs)
+    assert [m["tool_calls"][0]["id"] for m in out if m["role"] == "assistant"] == [f"c{n}" for n in range(6)]
+    assert stub_ref(tool_texts(out)["c0"])  # managed as any other result
+    assert not pairing_problems(OPENAI_PAIRING, out)
+    for m in out:
+        OPENAI_MESSAGE.validate_python(m)
+    hook.session.close()
+    store.close()
+
+    saved = json.loads(json.dumps(msgs, default=lambda sdk: sdk.model_dump(mode="json", exclude_none=True)))
+    with SqliteStore(path) as again:
+        resumed = OpenAIHook(Session.open(again, "s1", harness="openai"))
+        resumed.transform_context([*saved, user("and now?")])
+        assert not resumed.last.sync.rewritten and resumed.last.sync.new == 1
+
+
 def test_token_budget_collapses_least_recently_used_first_deterministically(db):
     hook = hook_for(db, token_budget=3000, keep_recent_results=10, collapse_after_turns=10)
     msgs = [user("go")]

@@ -1,8 +1,10 @@
 """OpenAI chat-completions messages: the first adapter.
 
-Input is the list of message dicts a loop sends to ``chat.completions.create`` (roles system,
-developer, user, assistant, tool). Fields context_os does not interpret are kept and rendered
-back verbatim; text content is what is measured and managed.
+Input is the list of messages a loop sends to ``chat.completions.create`` (roles system,
+developer, user, assistant, tool): dicts, or the SDK's own objects where the SDK takes them (the
+``ChatCompletionMessage`` of a response appended as it came, its ``tool_calls``), which are read
+in their JSON form. Fields context_os does not interpret are kept and rendered back verbatim;
+text content is what is measured and managed.
 
 Like every adapter it translates formats and nothing else: it never reaches the store.
 """
@@ -12,9 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from ..context.entries import Incoming, Msg, ToolCall
-from ..errors import InvalidOutput, MalformedMessage
-from .base import Adapter, ContextHook, check_utf8
+from ..errors import HashError, InvalidOutput, MalformedMessage
+from ..hashing import hash_value
+from .base import Adapter, ContextHook, check_utf8, fallback_hash
 from .pairing import CLOSES, SAYS, Pairing, Reading, check_end, pairing_problems
 
 if TYPE_CHECKING:
@@ -26,6 +31,28 @@ _ROLE_MAP = {"system": "system", "developer": "system", "user": "user", "assista
 _KNOWN = {"role", "content", "tool_calls", "tool_call_id", "is_error"}
 """``is_error`` is no chat-completions field: a tool message that says ``"is_error": true`` (the
 Responses translation's, for a built-in tool call that failed) is a failed result."""
+
+
+def _plain(value: Any) -> Any:
+    """An SDK object (``ChatCompletionMessage``, ``ChatCompletionMessageToolCall``, a content
+    part) in the JSON form the SDK sends of it, its unset fields left out; anything else as is."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_none=True)
+    return value
+
+
+def _json_form(message: Any) -> Any:
+    """A message with the SDK objects in it, itself or its tool calls and content parts (a dict
+    built around ``reply.tool_calls``), in their JSON form; a message without any as it is."""
+    message = _plain(message)
+    if not isinstance(message, Mapping):
+        return message
+    lists = {
+        k: [_plain(v) for v in value]
+        for k in ("tool_calls", "content")
+        if isinstance(value := message.get(k), list) and any(isinstance(v, BaseModel) for v in value)
+    }
+    return {**message, **lists} if lists else message
 
 
 def _text_of(content: Any, index: int) -> tuple[str | None, list[Any] | None]:
@@ -72,7 +99,16 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
     name = "openai"
     pairing = OPENAI_PAIRING
 
+    def hash_message(self, message: dict[str, Any]) -> str:
+        """The hash of the message's JSON form: an SDK object hashes as the dict it dumps to, so
+        a history saved as JSON and loaded again in another process is the same history."""
+        try:
+            return hash_value(_json_form(message))
+        except (HashError, TypeError, ValueError, RecursionError):
+            return fallback_hash(message)  # unhashable input is rejected by translate
+
     def translate(self, message: dict[str, Any], index: int) -> Incoming:
+        message = _json_form(message)
         if not isinstance(message, Mapping):
             raise MalformedMessage(f"a message must be an object, not {type(message).__name__}", index=index)
         role = message.get("role")
