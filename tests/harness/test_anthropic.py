@@ -230,6 +230,35 @@ def test_sdk_response_blocks_are_accepted_as_assistant_content(db):
     assert hook.last.sync.new == 0  # SDK objects hash stably
 
 
+@pytest.mark.parametrize("dump", ["model_dump", "model_dump_json"])
+def test_a_history_of_sdk_blocks_saved_and_loaded_again_is_the_same_history(tmp_path, dump):
+    """A loop that keeps ``response.content`` in its messages and saves them with the SDK's own
+    dump (``"citations": null`` and the other unset fields written out) goes on in another
+    process with the same history: nothing read again, nothing retired."""
+    path = tmp_path / "s.db"
+    msgs: list[dict[str, Any]] = [user("go")]
+    with SqliteStore(path) as store:
+        hook = hook_for(store)
+        for n in range(3):
+            hook.transform_request(msgs, system=SYSTEM)
+            content = [{"type": "text", "text": f"step {n}"}]
+            content.append({"type": "tool_use", "id": f"c{n}", "name": "bash", "input": {"command": "ls"}})
+            reply = Message.model_validate({**_MESSAGE, "content": content})
+            msgs += [{"role": "assistant", "content": reply.content}, results((f"c{n}", f"out {n}\n" * 50))]
+        hook.transform_request(msgs, system=SYSTEM)
+        hook.session.close()
+
+    def saved(block: Any) -> Any:
+        return json.loads(block.model_dump_json()) if dump == "model_dump_json" else block.model_dump(mode="json")
+
+    loaded = json.loads(json.dumps(msgs, default=saved))
+    assert loaded[1]["content"][0]["citations"] is None
+    with SqliteStore(path) as store:
+        resumed = AnthropicHook(Session.open(store, "a1", harness="anthropic"))
+        resumed.transform_request([*loaded, user("and now?")], system=SYSTEM)
+        assert not resumed.last.sync.rewritten and resumed.last.sync.new == 1
+
+
 @pytest.mark.parametrize(
     ("bad", "field"),
     [

@@ -230,7 +230,7 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
             results: tuple[str, ...] = ()
             if not isinstance(content, str | None):
                 keep = plain.get("role") == "system"  # a breakpoint a client moves on is no content
-                plain["content"] = blocks = [_plain(b) if keep else _uncached(_plain(b)) for b in content]
+                plain["content"] = blocks = [_unset(_plain(b) if keep else _uncached(_plain(b))) for b in content]
                 results = tuple(str(b.get("tool_use_id")) for b in blocks if _is_result(b))
             if results and any(_cleared(b) for b in plain["content"]):
                 known = self._before_clearing.get(results)
@@ -539,6 +539,20 @@ def _uncached(block: Any) -> Any:
     inner = out.get("content")
     if out.get("type") == "tool_result" and isinstance(inner, list):
         out["content"] = [_uncached(b) for b in inner]
+    return out
+
+
+def _unset(block: Any) -> Any:
+    """A content block as its hash reads it: without the fields that are null (nor those of the
+    blocks a tool result holds). An SDK block is read without them (``_plain``), and the same
+    block saved with the SDK's ``model_dump()`` or ``model_dump_json()`` and loaded again has them
+    (``"citations": null``): both are one message, not a rewritten history."""
+    if not isinstance(block, Mapping):
+        return block
+    out = {k: v for k, v in block.items() if v is not None}
+    inner = out.get("content")
+    if out.get("type") == "tool_result" and isinstance(inner, list):
+        out["content"] = [_unset(b) for b in inner]
     return out
 
 
