@@ -315,10 +315,12 @@ def test_output_is_valid_openai_even_when_the_input_has_orphans(db):
             OPENAI_MESSAGE.validate_python(m)
 
 
-def test_the_sdk_s_own_reply_messages_are_taken_as_they_came(tmp_path):
+@pytest.mark.parametrize("dump", [{"exclude_none": True}, {}, {"exclude_unset": True}])
+def test_the_sdk_s_own_reply_messages_are_taken_as_they_came(tmp_path, dump):
     """A loop written as the OpenAI SDK documents it appends ``completion.choices[0].message``
     (a ``ChatCompletionMessage``) to its messages, or builds a dict around its ``tool_calls``; a
-    history saved as JSON and loaded in another process is then the same history."""
+    history saved as JSON (null fields written out or not) and loaded in another process is then
+    the same history."""
     chat = pytest.importorskip("openai.types.chat")
     path = tmp_path / "s.db"
 
@@ -344,9 +346,10 @@ def test_the_sdk_s_own_reply_messages_are_taken_as_they_came(tmp_path):
     hook.session.close()
     store.close()
 
-    saved = json.loads(json.dumps(msgs, default=lambda sdk: sdk.model_dump(mode="json", exclude_none=True)))
+    saved = json.loads(json.dumps(msgs, default=lambda sdk: sdk.model_dump(mode="json", **dump)))
     with SqliteStore(path) as again:
         resumed = OpenAIHook(Session.open(again, "s1", harness="openai"))
+        assert resumed.held(saved) == len(saved)  # every message hashes as it did
         resumed.transform_context([*saved, user("and now?")])
         assert not resumed.last.sync.rewritten and resumed.last.sync.new == 1
 

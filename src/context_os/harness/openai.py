@@ -55,6 +55,28 @@ def _json_form(message: Any) -> Any:
     return {**message, **lists} if lists else message
 
 
+def _hash_form(message: Any) -> Any:
+    """A message as its hash reads it: its JSON form without the fields that are null, but for
+    ``content``, which counts as null when left out. The SDK's reply reads without them
+    (``_plain``), and the same reply saved with ``model_dump()`` and loaded again has them
+    (``"refusal": null``, ``"audio": null``, ...): both are one message, not a rewritten history."""
+    message = _json_form(message)
+    if not isinstance(message, Mapping):
+        return message
+    calls = message.get("tool_calls")
+    nulls = "content" not in message or any(v is None for k, v in message.items() if k != "content")
+    if isinstance(calls, list) and any(isinstance(c, Mapping) and None in c.values() for c in calls):
+        calls = [{k: v for k, v in c.items() if v is not None} if isinstance(c, Mapping) else c for c in calls]
+        nulls = True
+    if not nulls:
+        return message
+    out = {k: v for k, v in message.items() if v is not None}
+    out["content"] = message.get("content")
+    if calls is not None:
+        out["tool_calls"] = calls
+    return out
+
+
 def _text_of(content: Any, index: int) -> tuple[str | None, list[Any] | None]:
     """(text, original parts) of an OpenAI ``content`` value."""
     if content is None or isinstance(content, str):
@@ -100,10 +122,11 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
     pairing = OPENAI_PAIRING
 
     def hash_message(self, message: dict[str, Any]) -> str:
-        """The hash of the message's JSON form: an SDK object hashes as the dict it dumps to, so
-        a history saved as JSON and loaded again in another process is the same history."""
+        """The hash of the message's JSON form, its null fields left out (``_hash_form``): an SDK
+        object hashes as the dict it dumps to, so a history saved as JSON and loaded again in
+        another process is the same history."""
         try:
-            return hash_value(_json_form(message))
+            return hash_value(_hash_form(message))
         except (HashError, TypeError, ValueError, RecursionError):
             return fallback_hash(message)  # unhashable input is rejected by translate
 
