@@ -58,6 +58,7 @@ def test_remember_refuses_what_it_cannot_write(store: Store, uid: str, tmp_path:
     hook.transform_context([user("hi")])
     out = json.loads(hook.call_tool("remember", {"text": "a fact"}))
     assert out["type"] == "InputError" and "not trusted" in out["error"]
+    assert 'the scope argument "global"' in out["error"]  # what the model can do instead, in its terms
     assert not (tmp_path / "repo" / ".context_os").exists()
     out = json.loads(hook.call_tool("remember", {"text": "a fact", "scope": "team"}))
     assert "scope must be" in out["error"]

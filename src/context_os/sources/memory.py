@@ -652,7 +652,8 @@ class MemoryScopes:
             raise InputError(
                 f"remember: the workspace {self.workspace} is not trusted, so its project memory is not used and "
                 f"not written; trust it with `ctxos memory trust --workspace {self.workspace}` (in Python, "
-                "MemoryScopes(..., trust_project=True)), or remember it in the global scope (--scope global)"
+                "MemoryScopes(..., trust_project=True)), or remember it in the global scope (the scope argument "
+                '"global", --scope global)'
             )
         line = f"- {fact}"
         index = w.dir / INDEX
