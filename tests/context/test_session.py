@@ -354,6 +354,23 @@ def test_the_sdk_s_own_reply_messages_are_taken_as_they_came(tmp_path, dump):
         assert not resumed.last.sync.rewritten and resumed.last.sync.new == 1
 
 
+def test_feeding_the_assembled_context_back_as_the_history_is_refused(db):
+    """``messages = hook.transform_context(messages)`` keeps the assembled context as the
+    history: once a result collapses, its stub would be taken in as a new tool output (and the
+    ``<context_os>`` blocks as user messages). The hook names the first such message instead,
+    and stores nothing of that call."""
+    hook = hook_for(db)
+    msgs = coding_session(1)
+    with pytest.raises(MalformedMessage, match="one the hook returned") as err:
+        for n in range(1, 8):
+            msgs = hook.transform_context(msgs)
+            before = db.latest_tx()
+            msgs += [call(f"c{n}", command="ls"), result(f"c{n}", f"out {n}\n" + "x" * 4000)]
+    assert err.value.index is not None and err.value.index < len(msgs) - 2
+    assert db.latest_tx() == before
+    assert not any((e.get("text") or "").startswith("[bash output") for e in hook.session.view.entries)
+
+
 def test_token_budget_collapses_least_recently_used_first_deterministically(db):
     hook = hook_for(db, token_budget=3000, keep_recent_results=10, collapse_after_turns=10)
     msgs = [user("go")]

@@ -270,6 +270,11 @@ class _Layout(Generic[M]):
         self._hashes: dict[int, str] = {}
         self._translated: dict[int, list[Incoming]] = {}
         self._adapter_error: MalformedMessage | None = None
+        self.returned: Sequence[M] = ()
+        """What the hook returned at its last call (the caller may have appended to that list
+        since: its first ``returned_count`` are the hook's): a message to translate that is the
+        one it returned at the same place is refused (``pieces``)."""
+        self.returned_count = 0
 
     def locate(self, k: int) -> tuple[int, int]:
         """(harness index, piece) of flat position ``k``."""
@@ -298,6 +303,15 @@ class _Layout(Generic[M]):
         """The neutral messages of harness message ``i``, translated once per call."""
         got = self._translated.get(i)
         if got is None:
+            if i < self.returned_count and self.messages[i] is self.returned[i]:
+                self._adapter_error = MalformedMessage(
+                    "this message is one the hook returned at its last call: the history passed in must be the "
+                    "harness's own (its messages as they came, the replies and tool results appended to "
+                    "it), never the assembled context, whose stubs and <context_os> blocks would be taken "
+                    "in as new messages",
+                    index=i,
+                )
+                raise self._adapter_error
             try:
                 got = _incoming_list(self.adapter.translate(self.messages[i], i))
             except MalformedMessage as e:
@@ -444,6 +458,7 @@ class ContextHook(Generic[M]):
         self._lock = threading.Lock()
         self._output: _Output[M] = _Output()
         self._seen: _Seen[M] = _Seen()
+        self._returned: tuple[list[M], int] = ([], 0)
 
     def transform_context(self, messages: Sequence[M]) -> list[M]:
         """Ingest what is new in ``messages``, assemble the context, return it validated."""
@@ -452,6 +467,7 @@ class ContextHook(Generic[M]):
         with self._lock:
             # messages the harness never sends are left out; only what is new is read
             layout = self._seen.layout(adapter, messages)
+            layout.returned, layout.returned_count = self._returned
             try:
                 report = self.session.sync(layout.total, layout.hash_at, layout.translate)
             except MalformedMessage as e:
@@ -473,6 +489,7 @@ class ContextHook(Generic[M]):
             if problems:
                 raise InvalidOutput("assembled context failed validation: " + "; ".join(problems[:5]))
             self.last = assembly
+            self._returned = (out, len(out))
             return out
 
     def held(self, messages: Sequence[M]) -> int:
