@@ -16,6 +16,7 @@ def test_public_names():
     ]
     for name in context_os.__all__:
         assert getattr(context_os, name) is not None
+    assert sorted(context_os._HOME) == sorted(context_os.__all__)  # every public name has its home
 
 
 def test_every_library_error_is_a_context_os_error():

@@ -13,10 +13,43 @@ assembled from them each turn and recorded as a frame.
 Importing it has no side effects: nothing is opened, read or started at import time.
 """
 
-from .context import Assembly, RetentionPolicy, Session
-from .errors import ContextOSError
-from .harness import ContextHook, OpenAIHook
-from .store import Store, open_store
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .context import Assembly, RetentionPolicy, Session
+    from .errors import ContextOSError
+    from .harness import ContextHook, OpenAIHook
+    from .store import Store, open_store
+
+_HOME = {
+    "Assembly": "context",
+    "ContextHook": "harness",
+    "ContextOSError": "errors",
+    "OpenAIHook": "harness",
+    "RetentionPolicy": "context",
+    "Session": "context",
+    "Store": "store",
+    "open_store": "store",
+}
+"""Where each public name lives: imported when first asked for (``ctxos --help`` and the light
+commands load only what they use)."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'context_os' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOME])
+
 
 __all__ = [
     "Assembly",

@@ -353,6 +353,22 @@ def test_every_command_has_a_one_line_help_and_json_where_a_script_reads_it():
             assert "--json" in {o for p in cmd.params for o in p.opts}, path
 
 
+def test_help_lists_each_command_by_its_own_line_without_importing_any():
+    for name, (module, line) in cli_package.COMMANDS.items():
+        cmd = cli.get_command(click.Context(cli), name)
+        assert cmd is not None and cmd.get_short_help_str(limit=1_000) == line, name
+        assert cmd.callback is not None and cmd.callback.__module__ == f"context_os.cli.{module}", name
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys; from context_os.cli import main; sys.argv = ['ctxos', '--help']\n"
+         "try:\n    main()\nexcept SystemExit:\n    pass\n"
+         "print(sorted(m for m in sys.modules if m.startswith('context_os.') and m != 'context_os.cli'))"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    modules = json.loads(loaded.stdout.splitlines()[-1].replace("'", '"'))
+    assert not [m for m in modules if m.startswith("context_os.cli.")], modules
+    assert not {"context_os.context", "context_os.harness", "context_os.replay", "context_os.sources"} & set(modules)
+
+
 def test_command_modules_never_import_each_other():
     folder = Path(cli_package.__file__).parent
     modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}

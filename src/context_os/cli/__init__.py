@@ -7,31 +7,57 @@ kept for one release."""
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
-from . import (
-    demo,
-    files,
-    frames,
-    index,
-    mcp,
-    memory,
-    mesh,
-    objects,
-    proxy,
-    recall,
-    replay,
-    serve,
-    sessions,
-    status,
-    ui,
-    verify,
-)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("demo", "Replay the bundled coding session and show the savings."),
+    "files": ("files", "Files a session knows: path, state, version shown vs latest."),
+    "frames": ("frames", "What the model was sent, turn by turn: list, show, verify."),
+    "index": ("index", "The keyword index: status and rebuild."),
+    "mcp": ("mcp", "Serve context_os to MCP clients, on stdio or streamable HTTP."),
+    "memory": ("memory", "Markdown memory scopes (alone: show them)."),
+    "mesh": ("mesh", "Agents on the mesh: list them, send one a message, broadcast."),
+    "objects": ("objects", "One object, by id or file path: inspect, evict."),
+    "proxy": ("proxy", "An OpenAI/Anthropic-compatible proxy for any agent."),
+    "recall": ("recall", "Search past messages, tool outputs, files and memories."),
+    "replay": ("replay", "Replay a recorded session file and measure every model call."),
+    "serve": ("serve", "Serve JSON-RPC 2.0 to harnesses that are not Python."),
+    "sessions": ("sessions", "The sessions in the store (alone: list them)."),
+    "status": ("status", "Store location, size and documents by kind."),
+    "ui": ("ui", "A read-only web view of sessions, frames, diffs and objects."),
+    "verify": ("verify", "Check the whole store: integrity, then every version's hashes."),
+}
+"""Each command: the module that defines it, and its line in ``ctxos --help`` (a test checks it
+is the command's own). A module is imported when one of its commands runs: ``ctxos --help`` and
+the light commands load none of the library they do not use."""
+ALIASES = {"frame": "frames", "inspect": "objects", "evict": "objects"}
+"""Deprecated aliases (hidden from ``--help``), by the module that registers them."""
 
 
 class _Ctxos(click.Group):
     """``--store URL`` is the group's option, taken anywhere on the command line: ``ctxos
     sessions --store URL`` as ``ctxos --store URL sessions``."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*COMMANDS, *ALIASES])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        home = COMMANDS[cmd_name][0] if cmd_name in COMMANDS else ALIASES.get(cmd_name)
+        if home is not None and cmd_name not in self.commands:
+            importlib.import_module(f".{home}", __name__).register(self)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands' lines from ``COMMANDS``, without importing them."""
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        # click's own cut of a help text to the width, on a stand-in for the command
+        rows = [
+            (name, click.Command(name, help=text).get_short_help_str(limit)) for name, (_, text) in COMMANDS.items()
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         moved: list[str] = []
@@ -72,27 +98,6 @@ def cli(ctx: click.Context, store: str | None) -> None:
     """context_os: what your agent sees, as versioned objects in a bitemporal store."""
     ctx.ensure_object(dict)
     ctx.obj["store"] = store
-
-
-for module in (
-    sessions,
-    frames,
-    objects,
-    files,
-    memory,
-    index,
-    recall,
-    mesh,
-    replay,
-    demo,
-    verify,
-    status,
-    serve,
-    mcp,
-    proxy,
-    ui,
-):
-    module.register(cli)
 
 
 def main() -> None:

@@ -19,16 +19,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from functools import partial, wraps
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from .. import times
-from ..context.session import Session
 from ..errors import ConfigError, ContextOSError, InputError, NotFound, StateError
-from ..replay import Transcript, TranscriptReplay, TranscriptRow, replay_total, replay_transcript
-from ..replay.run import check_transcript
 from ..store import Store, open_store
+
+if TYPE_CHECKING:  # the library's heavier parts are imported by the commands that use them
+    from ..replay import Transcript, TranscriptReplay, TranscriptRow
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -330,6 +330,10 @@ def run_replay(
     checked frame did not verify. A session that exists already is refused unless ``append``;
     one another process writes, always. ``named``: the user chose ``session_id``; else it is a
     default, and where it is taken ``session_id-2``, ``-3``, … is used. Returns the id used."""
+    from ..context.session import Session
+    from ..replay import replay_total, replay_transcript
+    from ..replay.run import check_transcript
+
     skipped = warn_skipped(transcripts)
     if not any(t.messages for t in transcripts):
         where = next((t.source for t in transcripts if t.source), label)
