@@ -215,6 +215,27 @@ def test_a_file_replaced_by_a_fifo_does_not_hang_the_tracker(root, db, tracker) 
     assert wait_version(db, oid, 3)["missing"] is False
 
 
+def test_a_file_replaced_by_a_symlink_is_missing(tmp_path, root, db, tracker) -> None:
+    """``ln -sf``, or a checkout where the path is a symlink: the regular file is gone, and no tool
+    opens a file through a symlink. Before, the object kept its last text as current (the reads
+    were refused) and every rescan added the same error."""
+    (tmp_path / "elsewhere.txt").write_text("outside\n")
+    out = index(tracker, root, "out.txt", "o\n")
+    inside = index(tracker, root, "in.txt", "i\n")
+    other = index(tracker, root, "other.txt", "other\n")
+    (root / "out.txt").unlink()
+    (root / "out.txt").symlink_to(tmp_path / "elsewhere.txt")
+    (root / "in.txt").unlink()
+    (root / "in.txt").symlink_to("other.txt")
+    for oid in (out, inside):
+        assert wait_version(db, oid, 2)["missing"] is True
+    assert tracker.rescan() == 0 and not tracker.errors
+    assert latest_meta(db, other)["version"] == 1
+    (root / "in.txt").unlink()
+    (root / "in.txt").write_text("i again\n")
+    assert wait_version(db, inside, 3)["missing"] is False
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode; see the FIFO test")
 def test_a_file_that_became_unreadable_is_reported_not_fatal(root, db, tracker) -> None:
     oid = index(tracker, root, "locked.txt", "a\n")

@@ -109,6 +109,15 @@ def _reports_closes(observer: BaseObserver) -> bool:
     return isinstance(observer, InotifyObserver)
 
 
+def _holds_file(path: str) -> bool:
+    """Whether ``path`` (resolved: no symlink in it) still names a regular file, not a symlink put
+    in its place: the tools never open a file through one, so the file that was there is gone."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode) and os.path.realpath(path) == path
+    except OSError:
+        return False
+
+
 def _under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix + os.sep)
 
@@ -507,7 +516,7 @@ class FileTracker:
 
     def _changed_on_disk(self, rec: _Rec) -> bool:
         try:
-            st = os.stat(rec.path)
+            st = os.lstat(rec.path)
         except OSError:
             return not rec.missing
         if not stat.S_ISREG(st.st_mode):
@@ -525,9 +534,9 @@ class FileTracker:
             return None
         self.stats["reconciled"] += 1
         target: str | None = None
-        if holder in (None, oid) and os.path.isfile(rec.path):
+        if holder in (None, oid) and _holds_file(rec.path):
             target = rec.path  # still (or again) there: an in-place or atomic save
-        elif hint is not None and os.path.isfile(hint) and self.workspace.root_of(hint) is not None:
+        elif hint is not None and _holds_file(hint) and self.workspace.root_of(hint) is not None:
             target = hint  # moved
         elif not rec.missing:
             target = self._moved_unseen(rec)
