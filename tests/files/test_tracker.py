@@ -3,6 +3,7 @@ duration: every check polls the store until the expected version shows up (or ti
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -11,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from context_os.files import FileIndex, FileTracker, Workspace
+from context_os.files import FileIndex, FileTools, FileTracker, Workspace
+from context_os.harness.openai import OpenAIHook
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta, metas
-from tests.helpers import wait_for
+from tests.helpers import blocks_text, call, result, user, wait_for
 
 pytestmark = pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
 
@@ -181,18 +183,26 @@ def test_files_indexed_by_the_tools_are_tracked_at_once(root, db, tracker, sessi
     wait_version(db, oid, 2)
 
 
-def test_changes_made_while_nothing_watched_are_recorded_at_start(root, db, ws) -> None:
-    idx = FileIndex(db, ws)
+def test_changes_made_while_nothing_watched_are_recorded_at_start(root, db, ws, session) -> None:
+    """Recorded before ``start()`` returns: a session resumed right after it (the documented order)
+    marks what it showed stale on its first turn. Before, the first context after a restart could
+    show the old text as current, the rescan still running in the tracker's thread."""
+    tools = FileTools(session, ws)
     (root / "offline.txt").write_text("before\n")
     (root / "deleted.txt").write_text("x\n")
-    oid = idx.index(ws.resolve("offline.txt"), read=True, cause="read").id
-    gone = idx.index(ws.resolve("deleted.txt"), read=True, cause="read").id
+    oid = json.loads(tools.call("read", {"path": "offline.txt"}))["id"]
+    gone = json.loads(tools.call("read", {"path": "deleted.txt"}))["id"]
+    hook = OpenAIHook(session, files=tools)
+    msgs = [user("look"), call("r1", "read", path="offline.txt"), result("r1", "read")]
+    hook.transform_context(msgs)
     (root / "offline.txt").write_text("after, longer\n")
     (root / "deleted.txt").unlink()
     with FileTracker(db, ws, rescan_interval=None) as t:
-        wait_version(db, oid, 2)
-        assert wait_version(db, gone, 2)["missing"] is True
+        assert latest_meta(db, oid)["version"] == 2
+        assert latest_meta(db, gone)["missing"] is True
         assert t.stats["rescans"] >= 1
+        shown = blocks_text(hook.transform_context([*msgs, user("and now?")]))
+    assert 'stale="version 2 is newer' in shown
 
 
 def test_an_overflow_triggers_a_rescan(root, db, tracker) -> None:

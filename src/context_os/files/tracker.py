@@ -23,7 +23,8 @@ an indexed file) catches moves between any two directories below it, with one ob
 Events under ignored directories (``.git``, ``node_modules``, build output, …) are dropped unless
 they concern an indexed file. After an inotify queue overflow, an observer error, or every
 ``rescan_interval`` seconds, every indexed file is ``stat``-ed again and the changed ones
-re-indexed; ``start()`` does the same, so changes made while nothing was watching are recorded.
+re-indexed; ``start()`` does the same before it returns, so changes made while nothing was
+watching are recorded before a session shows the files again.
 A change the store cannot take (out of reach) is tried again every ``store_retry`` seconds (one
 try for all such changes, not one each).
 
@@ -212,7 +213,8 @@ class FileTracker:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> FileTracker:
-        """Load the indexed set, start watching, and reconcile what changed while nobody watched."""
+        """Load the indexed set, start watching, and record what changed while nobody watched
+        (before returning)."""
         if self._thread is not None:
             return self
         self._stopping = False
@@ -224,7 +226,14 @@ class FileTracker:
             self._ensure_watch(root)
         for name in _WATCHDOG_LOGGERS:
             logging.getLogger(name).addHandler(self._overflow)
-        self._rescan_reason = "start"
+        # in this thread, before returning: a context assembled right after start() must not show
+        # as current a version the disk moved past while nothing watched (the watches exist now,
+        # so what changes meanwhile is an event the tracker thread takes)
+        try:
+            self.rescan()
+        except Exception as e:  # the store went away between indexed() and here: the thread retries
+            self._error(f"tracker: {type(e).__name__}: {e}")
+            self._rescan_reason = "start"
         self._thread = threading.Thread(target=self._run, name=f"ctxos-file-tracker:{self.workspace.root}", daemon=True)
         self._thread.start()
         return self
