@@ -37,6 +37,28 @@ def reasons(session: Session, oid: str) -> list[tuple[str, str, str]]:
     ]
 
 
+def test_activate_by_id_loads_the_latest_version_and_what_is_on_disk(root: Path, tools: FileTools, db) -> None:
+    """An id is a dynamic ref. A file whose newer version was recorded while it was inactive (by
+    the tracker): ``activate(id)`` shows that one; changed on disk with no tracker to record it
+    (or before the tracker's debounce ran out): it looks at the disk as ``read`` does. Before, it
+    showed the version the session had shown last, as current (stale only from the next turn)."""
+    (root / "a.md").write_text("# one\n")
+    oid = call(tools, "read", path="a.md")["id"]
+    call(tools, "deactivate", id=oid)
+    (root / "a.md").write_text("# two\n")
+    tools.index.index(root.resolve() / "a.md", read=True, cause="tracker")
+    assert call(tools, "activate", id=oid) == {"id": oid, "status": "activated", "version": 2, "tokens": 2}
+    assert "# two" in tail(tools.session) and "# one" not in tail(tools.session)
+    call(tools, "deactivate", id=oid)
+    (root / "a.md").write_text("# three\n")
+    assert call(tools, "activate", id=oid)["status"] == "activated"
+    assert latest_meta(db, oid)["version"] == 3
+    assert "# three" in tail(tools.session) and "# two" not in tail(tools.session)
+    (root / "a.md").unlink()  # gone: the store's version as before (the tracker marks it missing)
+    call(tools, "deactivate", id=oid)
+    assert call(tools, "activate", id=oid)["status"] == "activated"
+
+
 def test_read_reports_index_pool_and_active_status_at_each_step(root: Path, tools: FileTools, db) -> None:
     (root / "app.py").write_text("def main():\n    return 1\n")
     first = call(tools, "read", path="app.py")

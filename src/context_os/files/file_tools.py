@@ -55,6 +55,7 @@ from ..context.session import Session
 from ..context.tools import Tool, ToolRegistry, context_tools, object_schema
 from ..errors import ContextOSError, FileUnreadable, InputError, StoreUnavailable
 from ..objects import KINDS
+from ..store.base import Version
 from .index import EVICTED_BYTES, FileIndex, Indexed, file_meta_summary
 from .tracker import FileTracker
 from .workspace import Workspace
@@ -389,11 +390,34 @@ class FileTools:
                     raise
                 raise FileUnreadable(f"{id!r} is neither an object id ({_ID_HINT}) nor a file: {e}") from None
         if id.startswith("file:"):
-            v = self.index.latest(id)
+            v = self._on_disk(self.index.latest(id))
             if v is not None and v.doc is not None and v.doc.get("content") is None:
                 self.session.show(id, version=v, state="inactive", actor="agent", reason="activate")
                 return {"id": id, "status": f"metadata only: {v.doc['meta'].get('content_omitted', 'no content')}"}
+            # an id is a dynamic ref: its latest version, not the one the session showed last
+            obj = self.session.view.objects.get(id)
+            shown_hash = None if obj is None or obj.version is None else obj.version[2]
+            if v is not None and v.doc is not None and obj is not None and shown_hash != v.doc["object_hash"]:
+                was_active = obj.state == "active"
+                shown = self.session.show(id, version=v, actor="agent", reason="activate")
+                return shown | {"status": "refreshed" if was_active else "activated"}
         return self.session.activate(id)
+
+    def _on_disk(self, v: Version | None) -> Version | None:
+        """The version of file object ``v`` that matches the disk, recorded if the file changed
+        since ``v`` (as ``read`` does): the store knows a change only once a tracker saw it, and
+        never without one. A file of another workspace, gone, or unreadable: ``v`` as it is."""
+        if v is None or v.doc is None:
+            return v
+        meta = v.doc["meta"]
+        path = meta.get("abs_path")
+        if meta.get("missing") or meta.get("virtual") or not path or self.workspace.root_of(path) is None:
+            return v
+        try:
+            idx = self.index.refresh(v.id, Path(path), cause="read")
+        except ContextOSError:  # gone or unreadable now: the tracker records that
+            return v
+        return v if idx is None else idx.version
 
     def deactivate(self, id: str) -> dict[str, Any]:
         return self.session.deactivate(self._file_id(id))
