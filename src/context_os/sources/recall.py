@@ -597,8 +597,8 @@ def hit_item(h: RecallHit, query: str, mode: str) -> SourceItem:
 
 def vector_path(store: Store) -> Path:
     """Where the vectors of ``store`` live: beside an embedded store's file
-        (``<file>.vectors``), else one file per node address under the user data dir
-        (``vectors/<host>_<port>.db``, named as the node's outbox and keyword index are:
+    (``<file>.vectors``), else one file per node address under the user data dir
+    (``vectors/<host>_<port>.db``, named as the node's outbox and keyword index are:
     ``store.node_key``)."""
     url = store.url.split("?", 1)[0]
     if url.startswith("sqlite://"):
