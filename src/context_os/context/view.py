@@ -508,6 +508,8 @@ class SessionView:
     _open: tuple[int, list[ToolCall], set[str]] | None = field(default=None, repr=False)
     _built_upto: int = field(default=0, repr=False)
     _hist_tokens: int = field(default=0, repr=False)
+    _hist_system: int = field(default=0, repr=False)
+    """Of ``_hist_tokens``, those of system messages (``conversation_tokens`` leaves them out)."""
     _sums: _TokenSums = field(default_factory=_TokenSums, repr=False)
     sent_total: int = field(default=0, repr=False)
     """Tokens of every committed render since the view was built (for the cache-break allowance)."""
@@ -588,7 +590,7 @@ class SessionView:
             self._behind = None
         self._units, self._unit_of, self._open, self._built_upto = [], {}, None, 0
         self._reasoning = []
-        self._hist_tokens = self._hist_msgs = 0
+        self._hist_tokens = self._hist_msgs = self._hist_system = 0
         self._sums = _TokenSums()
         self._dirty_from, self._prev_count, self._checkpoints = 0, 0, []
         self._prev_spliced, self._chains = [], {}
@@ -598,6 +600,8 @@ class SessionView:
             self._unit_of[unit.entry] = len(self._units)
         self._units.append(unit)
         self._hist_tokens += unit.tokens
+        if unit.entry is not None and self.entries[unit.entry]["role"] == "system":
+            self._hist_system += unit.tokens
         self._sums.append(unit.tokens)
         self._hist_msgs += len(unit.msgs)
 
@@ -746,8 +750,7 @@ class SessionView:
         messages, 12k tokens: counted, a horizon that kept 12k could keep nothing and moved at
         every call)."""
         self._build()
-        system = sum(u.tokens for u in self._units if u.entry is not None and self.entries[u.entry]["role"] == "system")
-        return self._hist_tokens - system - sum(self._units[pos].tokens for pos in self._expanded_units())
+        return self._hist_tokens - self._hist_system - sum(self._units[pos].tokens for pos in self._expanded_units())
 
     def _expanded_units(self) -> list[int]:
         """History positions of the tool results shown expanded."""
@@ -849,6 +852,8 @@ class SessionView:
             self._dirty_from = min(self._dirty_from, pos)
         self._units[pos] = new
         self._hist_tokens += new.tokens - old.tokens
+        if e["role"] == "system":
+            self._hist_system += new.tokens - old.tokens
         self._sums.add(pos, new.tokens - old.tokens)
         self._hist_msgs += len(new.msgs) - len(old.msgs)
 
