@@ -16,13 +16,17 @@ from typing import Any
 
 import anyio
 import pytest
+from click.testing import CliRunner
 from mcp import ClientSession, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from context_os import Session
+from context_os.cli import cli
 from context_os.context.tools import ToolRegistry
 from context_os.harness.openai import OpenAIHook
 from context_os.server.mcp import ContextOsMcp
+from context_os.sources.memory import MemoryScopes
+from context_os.sources.recall import Recall
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta
 from tests.helpers import user, wait_for
@@ -227,6 +231,16 @@ def test_streamable_http_needs_the_token_and_a_loopback_host(tmp_path: Path) -> 
                 assert (await http.post(url, content=b"{not json", headers=garbage)).status_code == 400
 
         anyio.run(main)
+
+
+def test_the_help_names_every_tool_the_server_offers(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "s.db") as store:
+        app = ContextOsMcp(store, session="s", workspace=tmp_path, recall=Recall(store), memory=MemoryScopes(tmp_path))
+        offered = app.registry.names
+        app.close()
+    shown = CliRunner().invoke(cli, ["mcp", "--help"]).stdout
+    listed = re.search(r"Tools: ([^.]*)\.", " ".join(shown.split()))
+    assert listed is not None and set(listed.group(1).split(", ")) == offered
 
 
 def test_a_registry_with_no_workspace_has_no_read(tmp_path: Path) -> None:

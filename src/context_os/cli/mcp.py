@@ -83,7 +83,7 @@ def mcp_cmd(
 ) -> None:
     """Serve context_os to MCP clients, on stdio or streamable HTTP.
 
-    Tools: read, activate, deactivate, inspect, frames, recall, remember.
+    Tools: read, activate, deactivate, lines, inspect, frames, recall, remember.
 
     Tools and resources (context-os://frame/SESSION/TURN, context-os://object/ID@VERSION) are
     described in docs/mcp.md. Stdio by default; with --http, streamable HTTP on 127.0.0.1 behind
