@@ -137,8 +137,9 @@ def _refuse_other_model(store: Store, name: str, asked: str) -> None:
 
 def store_from(ctx: click.Context, *, create: bool = False, announce: bool = True) -> Store:
     """The store ``--store`` names. It must exist (``NotFound``), unless ``create`` (the commands
-    that record sessions: demo, replay, serve); one it creates is announced on stderr
-    (``announce=False``: the caller calls ``announce_created`` when its own first line is out)."""
+    that record something: demo, replay, serve, mcp, proxy, mesh send|broadcast); one it creates
+    is announced on stderr (``announce=False``: the caller calls ``announce_created`` when its own
+    first line is out)."""
     try:
         store = open_store(ctx.obj.get("store") if ctx.obj else None, create=create)
     except NotFound as e:
