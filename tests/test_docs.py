@@ -200,9 +200,10 @@ def parse(args: list[str]) -> None:
     try:
         ctx = command.make_context("ctxos", list(args))
         while isinstance(command, click.Group):
-            # what the group left for its subcommand: click (8.2 on) keeps the subcommand's name in
-            # _protected_args, as its own Group.invoke and shell completion read it
-            rest = [*ctx._protected_args, *ctx.args]
+            # what the group left for its subcommand: click keeps the subcommand's name in
+            # _protected_args from 8.2 on (as its own Group.invoke reads it), protected_args before
+            protected = getattr(ctx, "_protected_args", None)
+            rest = [*(ctx.protected_args if protected is None else protected), *ctx.args]
             if not rest:
                 return
             name, sub, rest = command.resolve_command(ctx, rest)
