@@ -185,6 +185,10 @@ def test_multi_edit_applies_every_pair_to_the_original(root: Path, tools: FileTo
         ({"oldText": "x = 1\ny", "newText": "x = 1\ny"}, "changes nothing"),
         ({"oldText": "", "newText": "x"}, "oldText is empty"),
         ({"edits": [{"oldText": "x = 1\ny", "newText": "a"}, {"oldText": "y = 2", "newText": "b"}]}, "overlap"),
+        (
+            {"edits": [{"oldText": "y = 2", "newText": "b"}, {"oldText": "x = 1\ny", "newText": "a"}]},
+            "edits 1 and 2 overlap",
+        ),
         ({"edits": [{"oldText": "y = 2", "newText": "b"}, {"oldText": "zzz", "newText": "c"}]}, "edit 2 of 2"),
         ({"oldText": "y", "newText": "z", "edits": []}, "not both"),
         ({"oldText": "y"}, "both required"),

@@ -174,7 +174,7 @@ def apply_edits(text: str, edits: list[tuple[str, str]], shown_path: str) -> tup
     spans.sort()
     for (_, end_a, _, a), (start_b, _, _, b) in zip(spans, spans[1:], strict=False):
         if start_b < end_a:
-            raise InputError(f"edit {shown_path}: edits {a} and {b} overlap; merge them into one")
+            raise InputError(f"edit {shown_path}: edits {min(a, b)} and {max(a, b)} overlap; merge them into one")
     out = text
     for start, end, new, _ in reversed(spans):
         out = out[:start] + new + out[end:]
