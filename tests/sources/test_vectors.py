@@ -338,6 +338,29 @@ def test_a_failing_embedder_is_reported_by_drain_and_nothing_is_lost(db: Store, 
         emb.close()
 
 
+def test_a_lasting_failure_is_logged_once_not_at_every_poll(
+    db: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    chat(db, "s1", TALK[:4])
+    with embeddings_server(dim=6) as server:
+        emb = OpenAIEmbedder(server.url, "tiny", api_key_env=None, dim=6)
+        index = VectorIndex(db, emb, tmp_path / "v.vectors")
+        server.fail_with = 500
+        with caplog.at_level("INFO", logger="context_os"):
+            worker = VectorIndexer(index, interval_s=0, poll_s=0.02)
+            try:
+                wait_for(lambda: len(server.requests) >= 5, "the worker to try five times")
+                failed = [r for r in caplog.records if "catching up failed" in r.getMessage()]
+                assert len(failed) == 1 and failed[0].levelname == "WARNING"
+                server.fail_with = None
+                wait_for(lambda: index.counts()["pending"] == 0, "the worker to catch up once it can")
+                assert any("catching up again" in r.getMessage() for r in caplog.records)
+            finally:
+                worker.close()
+        index.close()
+        emb.close()
+
+
 def test_vectors_are_normalised_float32_in_the_sidecar(db: Store, tmp_path: Path, model: WordLlamaEmbedder) -> None:
     chat(db, "s1", TALK[:2])
     index = VectorIndex(db, model, tmp_path / "v.vectors")

@@ -802,10 +802,13 @@ class VectorIndexer:
                 return
             try:
                 self.index.catch_up(stop=stopping)
+                if self.index.last_error is not None:
+                    log.info("vector index %s: catching up again", self.index.path)
                 self.index.last_error = None
             except Exception as e:  # the worker must outlive a failing embedder; drain reports it
-                self.index.last_error = f"{type(e).__name__}: {e}"
-                log.warning("vector index %s: catching up failed: %s", self.index.path, self.index.last_error)
+                error, self.index.last_error = self.index.last_error, f"{type(e).__name__}: {e}"
+                if self.index.last_error != error:  # once, not at every poll while it lasts (a closed store)
+                    log.warning("vector index %s: catching up failed: %s", self.index.path, self.index.last_error)
             last = time.monotonic()
             if item is not None:
                 item.ok = self.index.last_error is None and not stopping()
