@@ -4,10 +4,12 @@ connection the server closed while idle, and how far a failed request went."""
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -108,4 +110,55 @@ def test_no_answer_in_time_and_a_broken_connection_are_told_apart(server: Thread
         c.request("POST", _base(server), "/drop", content=b"x")
     assert not isinstance(e.value, _http.ConnectFailed)
     assert c.request("GET", _base(server), "/a").status_code == 200  # a new connection after both
+    c.close()
+
+
+def _certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_file, key_file
+
+
+def test_https_checks_the_certificate_against_the_system_s_or_ssl_cert_file(
+    server: ThreadingHTTPServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = _certificate(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    base = f"https://127.0.0.1:{server.server_address[1]}"
+    with pytest.raises(_http.ConnectFailed, match="CERTIFICATE_VERIFY_FAILED"):
+        _client().request("GET", base, "/a")  # a certificate nobody vouches for: nothing sent
+    assert _Handler.seen == []
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    c = _client(auth=("ann", "pw"))
+    assert c.request("GET", base, "/a").status_code == 200
+    assert _Handler.seen[-1][:3] == ("GET", "/a", "Basic YW5uOnB3")
     c.close()
