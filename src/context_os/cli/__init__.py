@@ -54,7 +54,8 @@ class _Ctxos(click.Group):
         limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
         # click's own cut of a help text to the width, on a stand-in for the command
         rows = [
-            (name, click.Command(name, help=text).get_short_help_str(limit)) for name, (_, text) in COMMANDS.items()
+            (name, click.Command(name, help=text).get_short_help_str(limit))
+            for name, (_, text) in sorted(COMMANDS.items())
         ]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
