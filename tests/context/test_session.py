@@ -225,6 +225,22 @@ def test_a_resumed_session_renders_exactly_what_the_live_one_did(db):
     assert [m["role"] for m in again] == [m["role"] for m in live]
 
 
+def test_a_session_opened_without_its_harness_named_takes_it_when_named(db):
+    def recorded(sid: str) -> str:
+        doc = db.doc(f"session:{sid}")
+        assert doc is not None
+        return str(doc["content"]["harness"])
+
+    Session.open(db, "q").close()  # the README's quickstart, before it named the harness
+    assert recorded("q") == "generic"
+    Session.open(db, "q", harness="openai").close()
+    assert recorded("q") == "openai"
+    reopened = Session.open(db, "q", harness="anthropic")  # a harness once named stays
+    assert reopened.harness == "openai"
+    reopened.close()
+    assert recorded("q") == "openai"
+
+
 def test_only_new_messages_are_translated(db):
     hook = hook_for(db)
     msgs = coding_session(3)

@@ -178,7 +178,8 @@ class Session:
         lease_ms: int = DEFAULT_LEASE_MS,
         source: str | None = None,
     ) -> Session:
-        """Resume ``session_id`` from the store, or start it, as its one writer.
+        """Resume ``session_id`` from the store, or start it, as its one writer. A resumed session
+        keeps the ``harness`` it was recorded with, unless that was ``generic`` (not named).
 
         Takes the session's lease first (context/lease.py): ``SessionBusy`` if another process
         writes it; a ``Session`` of it opened earlier in this process stops writing. ``close()``
@@ -218,10 +219,12 @@ class Session:
             return s
         view = load_view(store, session_id)
         doc = current.doc
+        was = doc["content"].get("harness")
         s = cls(
             store,
             view,
-            harness=doc["content"].get("harness", harness),
+            # a session recorded as generic (opened without its harness named) takes the one named now
+            harness=harness if was in (None, "generic") else was,
             workspace=doc["content"].get("workspace", workspace),
             created=doc["content"].get("created", 0),
             source=doc["content"].get("source", source),
@@ -235,6 +238,8 @@ class Session:
         s.writer.dirty_pages |= {p for p in range(-(-len(view.entries) // PAGE_SIZE)) if p not in view.pages}
         if policy is not None and policy != view.policy:
             view.policy = policy
+            s.writer.queue_session_doc()
+        if s.harness != was:
             s.writer.queue_session_doc()
         s.writer.flush()  # a changed policy, a page rebuilt from its tombstone; usually nothing
         s._release()
