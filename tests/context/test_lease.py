@@ -75,6 +75,20 @@ def test_a_crashed_writer_leaves_nothing_in_the_way(store: Store, uid: str) -> N
         assert s.view.turn == 1
 
 
+def test_a_crashed_writer_its_parent_has_not_reaped_leaves_nothing_in_the_way(store: Store, uid: str) -> None:
+    # A supervisor that has not called wait() yet keeps its killed child as a zombie: signal 0
+    # still finds the pid, and the lease was refused for its 10 minutes as if it still wrote.
+    proc = _holder(store.url, uid)
+    try:
+        proc.send_signal(signal.SIGKILL)
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # dead, and left unreaped
+        with Session.open(store, uid) as s:
+            OpenAIHook(s).transform_context([user("hi")])
+            assert s.view.turn == 1
+    finally:
+        _end(proc, signal.SIGKILL)
+
+
 def test_a_closed_session_may_be_opened_by_another_process_at_once(store: Store, uid: str) -> None:
     proc = _holder(store.url, uid, "close")
     try:

@@ -57,16 +57,21 @@ def lease_id(session_id: str) -> str:
     return f"lease:{session_id}"
 
 
-def _process_start(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks since boot, Linux), or None if unknown."""
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` from the state on (Linux), or None if unknown."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read().decode("ascii", "replace")
     except OSError:
         return None
     # the command name (field 2) is in parentheses and may contain spaces: count after it
-    fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else None
+    return stat.rsplit(")", 1)[-1].split()
+
+
+def _process_start(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, Linux), or None if unknown."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
 
 
 def _running(pid: int, started: str | None) -> bool:
@@ -79,7 +84,12 @@ def _running(pid: int, started: str | None) -> bool:
         pass  # it exists, under another user
     except OSError:
         return True
-    now_started = _process_start(pid)
+    fields = _proc_stat(pid)
+    if fields and fields[0] in ("Z", "X"):
+        # dead, only not yet reaped by its parent (a supervisor that has not called wait):
+        # it writes nothing any more, though signal 0 still finds its pid
+        return False
+    now_started = fields[19] if fields is not None and len(fields) > 19 else None
     return started is None or now_started is None or now_started == started
 
 
