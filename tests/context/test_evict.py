@@ -177,3 +177,56 @@ def test_ctxos_evict_from_another_process_while_a_session_runs(tmp_path: Path, r
     s.close()
     store.close()
     assert SECRET.encode() not in path.read_bytes()
+
+
+READER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN")
+conn.execute("SELECT count(*) FROM versions").fetchall()  # holds this snapshot until told
+print("reading", flush=True)
+sys.stdin.readline()
+conn.execute("COMMIT")
+"""
+
+
+def test_an_eviction_a_reader_keeps_from_the_file_says_so(tmp_path: Path) -> None:
+    # Another process reading an older snapshot of the file (a backup, a long report) keeps the
+    # checkpoint after the eviction from folding the log back: the evicted bytes stay in the
+    # file. The eviction used to wait the writers' whole busy timeout holding the write lock (a
+    # running session's next turn failed with "database is locked") and then say nothing.
+    path = tmp_path / "s.db"
+    store = SqliteStore(path)
+    store.SCRUB_WAIT_S = 0.2
+    s = Session.open(store, "live", redact=False)
+    hook = OpenAIHook(s)
+    msgs = [user("hi"), call("c1", "bash", command="cat .env"), result("c1", f"SECRET={SECRET}")]
+    hook.transform_context(msgs)
+    oid = next(v.id for v in store.find("toolcall", {"session": "live"}))
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "reading"
+        done = evict(store, oid)
+        assert done["evicted"] and done["left_in_files"]
+        assert SECRET.encode() in _on_disk(store)  # what it reports
+        assert SECRET not in _everywhere(store)
+    finally:
+        reader.communicate("done\n", timeout=60)
+    assert reader.returncode == 0
+    msgs += [say("ok"), user("next")]
+    assert SECRET not in _text(hook.transform_context(msgs))  # the session writes on meanwhile
+    s.close()
+    store.close()  # the last process closing the store folds the log back
+    assert SECRET.encode() not in _on_disk(store)
+    again = SqliteStore(path)
+    try:  # and with no reader in the way, an eviction leaves nothing behind
+        hook = OpenAIHook(s := Session.open(again, "live", redact=False))
+        hook.transform_context([*msgs, say("ok"), call("c2", "bash", command="env"), result("c2", f"K={SECRET}")])
+        oid = next(v.id for v in again.find("toolcall", {"session": "live"}) if "c2" in v.id)
+        assert not evict(again, oid)["left_in_files"]
+        assert SECRET.encode() not in _on_disk(again)
+        s.close()
+    finally:
+        again.close()

@@ -208,6 +208,14 @@ def evict_cmd(ctx: click.Context, object_id: str, yes: bool, as_json: bool) -> N
                 f"{oid}: {len(versions)} version(s) erased (tx {result['tx_id']}); running sessions drop it at "
                 "their next turn. Frames that showed it no longer verify."
             )
+        if result["left_in_files"]:
+            click.echo(
+                f"Warning: the erased bytes are still in the files of {store.url}: another process kept reading "
+                "an older snapshot of it. They go once it is done and the store's log is folded back (the next "
+                "eviction, or the last process closing the store).",
+                err=True,
+            )
+            ctx.exit(1)
 
 
 def register(cli: click.Group) -> None:

@@ -107,4 +107,5 @@ def evict(store: Store, obj_id: str, *, reason: str = "evicted") -> dict[str, An
         "evicted": tx.committed,
         "tx_id": tx.id,
         "tombstone": tomb["id"],
+        "left_in_files": tx.left_in_files,
     }

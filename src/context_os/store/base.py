@@ -140,6 +140,11 @@ class Tx:
     """Accepted but not yet in the store (an outbox holds it while the backend is out of reach):
     ``id`` is then a provisional negative id, which this store's reads accept as ``tx_id`` once
     the write has landed, and ``time`` is the accept time."""
+    left_in_files: bool = False
+    """An ``Evict`` committed, but the store could not yet erase the evicted bytes from its own
+    files (SQLite: another process kept reading an older snapshot of the file). Reads no longer
+    return them; the file is rid of them once that reader is done and the write-ahead log is
+    folded back (the next eviction, or the last process closing the store)."""
 
 
 @dataclass(frozen=True)

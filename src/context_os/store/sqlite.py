@@ -365,6 +365,10 @@ class SqliteStore(Store):
 
     BUSY_TIMEOUT_S = 30.0
     """How long a writer waits for another process's write lock before giving up."""
+    SCRUB_WAIT_S = 10.0
+    """How long an eviction waits for readers of older snapshots before it leaves the evicted
+    bytes in the file (``Tx.left_in_files``). It holds the write lock meanwhile, so it stays well
+    below ``BUSY_TIMEOUT_S``: a writer queued behind it waits, and never gives up because of it."""
 
     def __init__(self, path: Path, *, create: bool = True, read_only: bool = False) -> None:
         """Open the store in the file at ``path``. ``create=False``: the file must already hold a
@@ -657,13 +661,26 @@ class SqliteStore(Store):
             self._own.learn(writer, tx_id, bool(committed))
             self._last_tx_time = max(self._last_tx_time, tx_time)
             self._known_tx = max(self._known_tx, tx_id)
+            left_in_files = False
             if committed and any(isinstance(op, Evict) for op in ops):
                 # Evict exists for leaked secrets. Free pages and old page images in the WAL may
                 # still hold copies of what was erased: rebuild the file without them, then fold
                 # the WAL back and truncate it. Evictions are rare; writes do not pay for this.
                 conn.execute("VACUUM")
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        return Tx(tx_id, tx_time, bool(committed))
+                left_in_files = not self._fold_back_wal(conn)
+        return Tx(tx_id, tx_time, bool(committed), left_in_files=left_in_files)
+
+    def _fold_back_wal(self, conn: sqlite3.Connection) -> bool:
+        """Copy the whole WAL into the file and truncate it; False if a reader of an older
+        snapshot kept it from finishing within ``SCRUB_WAIT_S`` (the old pages are still there).
+        The checkpoint waits for readers holding the write lock, so it must give up before a
+        writer queued behind it does (which would fail that writer's turn)."""
+        conn.execute(f"PRAGMA busy_timeout={int(self.SCRUB_WAIT_S * 1000)}")
+        try:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            conn.execute(f"PRAGMA busy_timeout={int(self.BUSY_TIMEOUT_S * 1000)}")
+        return not busy
 
     # -- reads ---------------------------------------------------------------------------------
 
