@@ -156,11 +156,17 @@ class Lease:
                 return None  # this process: the older holder is revoked
             if not _running(pid, c.get("started")):
                 return None  # crashed without releasing
+        if host == self.holder.host:  # alive here: it leaves the session the moment it ends
+            return (
+                f"session {self.session_id!r} is being written by another process (pid {pid} on {host}, this"
+                " host); only one writer at a time: stop it or wait for it to finish (the session is free"
+                " the moment it ends)"
+            )
         left = (int(c["expires"]) - now + 999) // 1000
         return (
             f"session {self.session_id!r} is being written by another process (pid {pid} on {host}); "
             f"only one writer at a time: wait for it to finish, or for its lease to expire ({left} s "
-            "without a write)"
+            "without a write; whether it still runs cannot be seen from this host)"
         )
 
     def acquire(self) -> None:
