@@ -187,6 +187,25 @@ def iso(ms: int | None) -> str | None:
     return None if ms is None else times.display(ms)
 
 
+def cell(key: str, value: Any) -> str:
+    """A report's value as a table shows it (the key says what an int is: bytes, epoch ms)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int) and key.endswith(("bytes", "kv/size")):  # XTDB's index store size is bytes too
+        return f"{value:,} ({value / 2**20:.1f} MiB)"
+    if isinstance(value, int) and key.endswith(("time", "accepted")):  # epoch ms
+        return iso(value) or "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {cell(k, v)}" for k, v in value.items()) or "(empty)"
+    if isinstance(value, list | tuple):
+        return ", ".join(cell(key, v) for v in value) or "(none)"
+    return str(value)
+
+
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], align: str | None = None) -> str:
     """A plain text table; ``align`` is one char per column, ``l`` or ``r``."""
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]

@@ -13,7 +13,7 @@ import click
 
 from ..sources.recall import vector_path
 from ..sources.vectors import vector_status
-from ._common import emit_json, fails_cleanly, json_option, store_from, table
+from ._common import cell, emit_json, fails_cleanly, json_option, store_from, table
 
 
 def register(cli: click.Group) -> None:
@@ -95,6 +95,5 @@ def _rows(report: dict[str, Any], prefix: str = "") -> list[list[str]]:
         if isinstance(value, dict):
             rows += _rows(value, prefix + key + ".")
         else:
-            shown = "" if value is None else ("yes" if value else "no") if isinstance(value, bool) else str(value)
-            rows.append([prefix + key.replace("_", " "), shown])  # yes/no as ctxos status says them
+            rows.append([prefix + key.replace("_", " "), cell(key, value)])
     return rows

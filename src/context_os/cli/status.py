@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..errors import StoreError, StoreUnavailable
-from ._common import emit_json, fails_cleanly, iso, json_option, store_from, table
+from ._common import cell, emit_json, fails_cleanly, iso, json_option, store_from, table
 
 
 @click.command("status")
@@ -83,7 +83,7 @@ def _rows(report: dict[str, Any], prefix: str = "") -> list[list[str]]:
         elif isinstance(value, dict) and key not in ("by_kind", "latest_tx"):
             rows += _rows(value, name + ".")
         else:
-            rows.append([name, _shown(key, value)])
+            rows.append([name, cell(key, value)])
     return rows
 
 
@@ -102,24 +102,6 @@ def _node_line(node: dict[str, Any]) -> str:
     if node.get("error"):
         parts.append(str(node["error"]))
     return "; ".join(parts)
-
-
-def _shown(key: str, value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int) and key.endswith(("bytes", "kv/size")):  # XTDB's index store size is bytes too
-        return f"{value:,} ({value / 2**20:.1f} MiB)"
-    if isinstance(value, int) and key.endswith(("time", "accepted")):  # epoch ms
-        return iso(value) or "-"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, dict):
-        return ", ".join(f"{k} {_shown(k, v)}" for k, v in value.items()) or "(empty)"
-    if isinstance(value, list | tuple):
-        return ", ".join(_shown(key, v) for v in value) or "(none)"
-    return str(value)
 
 
 def register(cli: click.Group) -> None:
