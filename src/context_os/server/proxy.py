@@ -632,6 +632,10 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             offset = 0
             response_id: str | None = None
             numbered = SequenceNumbers() if plan.api == "responses" else None
+
+            def send(chunk: bytes) -> None:  # a Responses stream's events numbered as one response's
+                self._chunk(numbered(chunk) if numbered is not None else chunk)
+
             for n in range(MAX_ROUNDS):
                 last = n == MAX_ROUNDS - 1
                 with proxy.client.stream("POST", url, headers=self._upstream_headers(), json=plan.body) as resp:
@@ -641,8 +645,7 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                         ours = [c for c in calls if c.name in plan.ours]
                         if not ours or last:
                             if started:  # an error after our rounds began: the stream says so, then ends
-                                error = stream_error(plan.api, resp.status_code, raw)
-                                self._chunk(numbered(error) if numbered else error)
+                                send(stream_error(plan.api, resp.status_code, raw))
                                 self._end()
                                 return
                             self._start(resp.status_code, resp.headers)
@@ -656,13 +659,12 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                             started = True
                         f = StreamFilter(plan.api, first_round=n == 0, block_offset=offset, response_id=response_id)
                         for event in sse_events(resp.iter_bytes()):
-                            sent = f.feed(event)
-                            self._chunk(numbered(sent) if numbered else sent)
+                            send(f.feed(event))
                         response_id = f.response_id
                         ours = [c for c in f.calls() if c.name in plan.ours]
                         if not ours or last:
                             for event in f.held:
-                                self._chunk(numbered(event) if numbered else event)
+                                send(event)
                             self._end()
                             return
                         offset += f.sent_blocks

@@ -26,6 +26,7 @@ item but the calls, so only ours) and our calls' outputs.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -305,7 +306,9 @@ def sse_events(parts: Iterator[bytes]) -> Iterator[bytes]:
 class SequenceNumbers:
     """Responses: the events of one streamed response numbered 0, 1, 2... in the order the client
     gets them (``sequence_number``), over all the rounds it took (each round's upstream counts
-    from 0 again, and events held back go out after others)."""
+    from 0 again, and events held back go out after others). The number is found in the event's
+    bytes, not by parsing it again (``StreamFilter`` did): a Responses event has one key of that
+    name, at its top level, and a string value holding the name has its quotes escaped."""
 
     sent: int = 0
 
@@ -314,14 +317,16 @@ class SequenceNumbers:
             return chunk
         out: list[bytes] = []
         for event in sse_events(iter([chunk])):
-            data = _data(event)
-            if isinstance(data, dict) and "sequence_number" in data:
-                if data["sequence_number"] != self.sent:
-                    data = dict(data, sequence_number=self.sent)
-                    event = f"event: {data.get('type', 'message')}\ndata: {json.dumps(data)}\n\n".encode()
+            found = _SEQUENCE_NUMBER.search(event)
+            if found is not None:
+                if int(found[1]) != self.sent:
+                    event = event[: found.start(1)] + str(self.sent).encode() + event[found.end(1) :]
                 self.sent += 1
             out.append(event)
         return b"".join(out)
+
+
+_SEQUENCE_NUMBER = re.compile(rb'"sequence_number":\s*(\d+)')
 
 
 def _data(event: bytes) -> Any:
