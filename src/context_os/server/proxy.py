@@ -365,14 +365,8 @@ class Proxy:
         if api == "responses" or _client_key(api, body) is not None:
             return begun, None
         messages = body.get("messages")
-        reply = (
-            next(
-                (m for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant"),
-                None,
-            )
-            if isinstance(messages, list)
-            else None
-        )
+        said = messages if isinstance(messages, list) else []
+        reply = next((m for m in said if isinstance(m, Mapping) and m.get("role") == "assistant"), None)
         claimed = self._claimed(begun)
         if reply is None:
             return (begun, None) if claimed is None else (_fork(begun, None), None)
