@@ -98,6 +98,30 @@ def test_replay_reads_at_most_the_size_limit(tmp_path: Path) -> None:
     assert out["format"] == "openai"
 
 
+def test_replay_refuses_a_message_over_the_size_cap_before_writing_anything(tmp_path: Path) -> None:
+    """A message no session can hold (over ``RetentionPolicy.max_message_chars``) is named before
+    the store is touched: the calls before it are not left behind as a half-made session."""
+    over = tmp_path / "over.json"
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "x" * 2_000_001},
+        {"role": "assistant", "content": "done"},
+    ]
+    over.write_text(json.dumps(messages))
+    db = tmp_path / "s.db"
+    fails(
+        ctxos("replay", str(over), "--session", "big", store=db, check=False),
+        "InputError",
+        str(over),
+        "message 2",
+        "2,000,001 characters",
+        "max_message_chars",
+        "nothing was written",
+    )
+    assert not db.exists()
+
+
 # -- times and store URLs (item 8) -----------------------------------------------------------------
 
 

@@ -25,7 +25,7 @@ from .entries import ROLES, Entry, Incoming, ToolCall, msg_chars
 from .persist import PAGE_SIZE, SessionWriter
 from .view import ObjInfo, SessionView
 
-__all__ = ["Ingest", "RedactFunction", "SyncReport", "check_storable"]
+__all__ = ["Ingest", "RedactFunction", "SyncReport", "check_incoming", "check_storable"]
 
 RedactFunction = Callable[[str], tuple[str, int]]
 """Removes secrets from a text: returns the cleaned text and how many were removed."""
@@ -80,6 +80,32 @@ def _preview(text: str) -> str:
         if line:
             return line[:120]
     return ""
+
+
+def check_incoming(m: Incoming, index: int, cap: int) -> None:
+    """Refuse a translated message that ``sync`` would refuse, before anything changes: what the
+    store cannot hold, an unknown role, a field over ``cap`` characters (``ContentTooLarge``), a
+    tool result without its call's id, tool calls without ids or sharing one. Names ``index``
+    and the field."""
+    check_storable(m, index)
+    if m.get("role") not in ROLES:
+        raise MalformedMessage(f"unknown role {m.get('role')!r}", index=index, field="role")
+    text = m.get("text")
+    if text is not None and not isinstance(text, str):
+        raise MalformedMessage("text content must be a string", index=index, field="content")
+    if text is not None and len(text) > cap:
+        raise ContentTooLarge(f"{len(text):,} characters exceeds the cap of {cap:,}", index=index, field="content")
+    if m["role"] == "tool" and not m.get("tool_call_id"):
+        raise MalformedMessage("a tool result needs the id of its call", index=index, field="tool_call_id")
+    seen: list[Any] = []
+    for c in m.get("tool_calls") or ():
+        if not c.get("id") or not c.get("name"):
+            raise MalformedMessage("a tool call needs an id and a name", index=index, field="tool_calls")
+        if c["id"] in seen:  # its results could not be told apart
+            raise MalformedMessage(f"two tool calls share the id {c['id']!r}", index=index, field="tool_calls")
+        seen.append(c["id"])
+        if msg_chars({"role": "assistant", "text": None, "tool_calls": [c]}) > cap:
+            raise ContentTooLarge("tool call arguments exceed the size cap", index=index, field="tool_calls")
 
 
 class Ingest:
@@ -148,26 +174,7 @@ class Ingest:
         return SyncReport(new=len(incoming), rewritten=rewritten, retired=retired)
 
     def _check(self, index: int, m: Incoming) -> None:
-        check_storable(m, index)
-        if m.get("role") not in ROLES:
-            raise MalformedMessage(f"unknown role {m.get('role')!r}", index=index, field="role")
-        cap = self.view.policy.max_message_chars
-        text = m.get("text")
-        if text is not None and not isinstance(text, str):
-            raise MalformedMessage("text content must be a string", index=index, field="content")
-        if text is not None and len(text) > cap:
-            raise ContentTooLarge(f"{len(text):,} characters exceeds the cap of {cap:,}", index=index, field="content")
-        if m["role"] == "tool" and not m.get("tool_call_id"):
-            raise MalformedMessage("a tool result needs the id of its call", index=index, field="tool_call_id")
-        seen: list[Any] = []
-        for c in m.get("tool_calls") or ():
-            if not c.get("id") or not c.get("name"):
-                raise MalformedMessage("a tool call needs an id and a name", index=index, field="tool_calls")
-            if c["id"] in seen:  # its results could not be told apart
-                raise MalformedMessage(f"two tool calls share the id {c['id']!r}", index=index, field="tool_calls")
-            seen.append(c["id"])
-            if msg_chars({"role": "assistant", "text": None, "tool_calls": [c]}) > cap:
-                raise ContentTooLarge("tool call arguments exceed the size cap", index=index, field="tool_calls")
+        check_incoming(m, index, self.view.policy.max_message_chars)
 
     def _toolcall_id(self, call_id: str, entry_index: int) -> str:
         oid = f"toolcall:{self.view.session_id}:{call_id}"

@@ -23,8 +23,10 @@ from typing import Any
 
 from ..context.entries import ToolCall, msg_chars
 from ..context.frames import FrameMemo, frame_docs, verify_frame
+from ..context.ingest import check_incoming
+from ..context.policy import RetentionPolicy
 from ..context.session import Session
-from ..errors import InputError, MalformedMessage
+from ..errors import ContentTooLarge, InputError, MalformedMessage
 from ..harness.base import Adapter
 from ..harness.file_ops import edit_target
 from ..harness.pairing import check_pairs
@@ -124,16 +126,24 @@ def _peak_rss_mb() -> float:
         return 0.0
 
 
-def check_transcript(transcript: Transcript) -> None:
+def check_transcript(transcript: Transcript, policy: RetentionPolicy | None = None) -> None:
     """``InputError`` naming the file and the message if the harness's adapter refuses one of the
-    transcript's messages: before a session is written (a replay that stopped half-way would
+    transcript's messages, or the session would (``check_incoming``: a field over ``policy``'s
+    ``max_message_chars``...): before a session is written (a replay that stopped half-way would
     leave one)."""
     adapter = harness(transcript.harness).adapter()
+    cap = (policy or RetentionPolicy()).max_message_chars
     where = transcript.source or "the transcript"
     for k, m in enumerate(transcript.messages):
         try:
             if adapter.sent(m):
-                adapter.translate(m, k)
+                translated = adapter.translate(m, k)
+                for piece in translated if isinstance(translated, list) else [translated]:
+                    check_incoming(piece, k, cap)
+        except ContentTooLarge as e:
+            raise InputError(
+                f"{where}: {e} (RetentionPolicy.max_message_chars): no session can hold it; nothing was written"
+            ) from None
         except MalformedMessage as e:
             raise InputError(f"{where}: {e}") from None
 
