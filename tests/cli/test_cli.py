@@ -224,6 +224,41 @@ def test_replay_append_goes_on_where_the_session_stopped(tmp_path):
     assert row["turns"] == 22
 
 
+def test_ctrl_c_stops_a_replay_between_calls_and_append_goes_on_with_every_call(tmp_path, monkeypatch):
+    """Ctrl-C arriving in the middle of a model call (here: while its tool results are read into
+    file objects) ends the replay once that call is whole (exit status 130, the ``--append`` run
+    named); that run then replays every call the first did not, none lost."""
+    import signal
+
+    from context_os.harness.virtual_files import VirtualFiles
+
+    db = tmp_path / "i.db"
+    traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydantic__pydantic.acb0f10f.pr_8316.traj"
+    observe, seen = VirtualFiles.observe, []
+
+    def ctrl_c_at_call_4(self, session, report):
+        seen.append(1)
+        if len(seen) == 4:
+            signal.raise_signal(signal.SIGINT)  # as the terminal sends it: the handler runs now
+        observe(self, session, report)
+
+    monkeypatch.setattr(VirtualFiles, "observe", ctrl_c_at_call_4)
+    args = ["--store", str(db), "replay", str(traj), "--session", "s", "--verify", "none"]
+    cut = CliRunner().invoke(cli, args)
+    assert cut.exit_code == 130, cut.output
+    assert "interrupted: session 's' holds 4 whole model call(s)" in cut.output
+    assert f"replay {traj} --session s --append` goes on from there" in cut.output
+    monkeypatch.setattr(VirtualFiles, "observe", observe)
+    rest = json.loads(ctxos("replay", str(traj), "--session", "s", "--append", "--json", store=db).stdout)
+    whole = json.loads(ctxos("replay", str(traj), "--session", "w", "--verify", "none", "--json", store=db).stdout)
+    assert rest["turns"] == whole["turns"] - 4 and rest["frames"] == rest["frames_verified"] == whole["turns"]
+    rows = {
+        sid: [r["tokens_full"] for r in json.loads(ctxos("frames", "list", sid, "--json", store=db).stdout)]
+        for sid in ("s", "w")
+    }
+    assert rows["s"] == rows["w"]  # call for call, the same inputs
+
+
 def test_sessions_say_what_format_a_replay_read(tmp_path):
     db = tmp_path / "r.db"
     traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydantic__pydantic.acb0f10f.pr_8316.traj"

@@ -343,13 +343,16 @@ def run_replay(
     as_json: bool,
     append: bool = False,
     named: bool = True,
+    file: str | None = None,
 ) -> str:
     """Replay each transcript of one file into the store as its own session (the main one as
     ``session_id``, a sidechain or record as ``session_id~<label>``) and report each and their
     total (``ctxos replay`` and ``ctxos demo``); exit 1 if a tool result was orphaned or a
     checked frame did not verify. A session that exists already is refused unless ``append``;
     one another process writes, always. ``named``: the user chose ``session_id``; else it is a
-    default, and where it is taken ``session_id-2``, ``-3``, … is used. Returns the id used."""
+    default, and where it is taken ``session_id-2``, ``-3``, … is used. Ctrl-C ends the replay
+    between two calls, never inside one, exit status 130; ``file`` (the path replayed) names the
+    ``--append`` run that goes on from there. Returns the id used."""
     from ..context.session import Session
     from ..replay import replay_total, replay_transcript
     from ..replay.run import check_transcript
@@ -376,21 +379,35 @@ def run_replay(
                     f"session {sid!r} already exists in {store.url} ({turns} turns): pass --append to add to it, "
                     "or --session NEW_ID"
                 )
+        stop = _Deferred()
         for t, sid in zip(transcripts, ids, strict=True):
             calls = sum(1 for k, m in enumerate(t.messages) if k and m.get("role") == "assistant")
-            with Session.open(store, sid, harness=t.harness, workspace=t.cwd, source=t.format) as session:
+            with stop, Session.open(store, sid, harness=t.harness, workspace=t.cwd, source=t.format) as session:
                 before = session.view.turn
                 calls = max(0, calls - before)  # --append: the calls replayed before are not again
                 # then each frame it checks (every one of the session's: replaying is the quick part)
                 checks = {"all": before + calls, "last": 1, "none": 0}[verify]
                 steps = calls + checks
                 with progress(range(steps), length=steps, label=f"replaying {sid}", enabled=not as_json) as bar:
-                    tick = _ticker(iter(bar))
-                    results.append(
-                        replay_transcript(
-                            t, session, file=t.source or "", verify=verify, on_turn=tick, on_verify=partial(tick, None)
+                    tick = _ticker(iter(bar), stop)
+                    try:
+                        results.append(
+                            replay_transcript(
+                                t,
+                                session,
+                                file=t.source or "",
+                                verify=verify,
+                                on_turn=tick,
+                                on_verify=partial(tick, None),
+                            )
                         )
-                    )
+                    except KeyboardInterrupt:
+                        said = f"\ninterrupted: session {sid!r} holds {session.view.turn} whole model call(s)"
+                        if file is not None:
+                            again = command_hint("replay", file, "--session", session_id, "--append")
+                            said += f"; `{again}` goes on from there"
+                        click.echo(said, err=True)
+                        sys.exit(130)
             if not as_json:
                 name = label if t.label is None else f"{label} ~{t.label}"
                 _report(results[-1], name, store.url, per_turn=per_turn)
@@ -426,13 +443,48 @@ def run_replay(
     return session_id
 
 
-def _ticker(it: Iterator[int]) -> Callable[[TranscriptRow | None], None]:
-    """Advance the progress bar ``it`` by one per replayed call (or frame checked)."""
+def _ticker(it: Iterator[int], stop: _Deferred | None = None) -> Callable[[TranscriptRow | None], None]:
+    """Advance the progress bar ``it`` by one per replayed call (or frame checked); then, if
+    ``stop`` holds a Ctrl-C, end the replay there, between two calls."""
 
     def tick(_: TranscriptRow | None) -> None:
         next(it, None)
+        if stop is not None:
+            stop.check()
 
     return tick
+
+
+class _Deferred(AbstractContextManager["_Deferred"]):
+    """Ctrl-C (SIGINT) and SIGTERM held until the model call being replayed is whole (``check``
+    then raises ``KeyboardInterrupt``): a call cut in the middle has its messages in the session
+    but no frame, and ``--append`` would then go on after it, one call short. A second Ctrl-C
+    stops at once. Only in the main thread (signal handlers cannot be set elsewhere)."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Deferred:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._hold)
+        return self
+
+    def _hold(self, signum: int, frame: object) -> None:
+        if self.pending:  # asked twice: now
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def check(self) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
 
 
 def program() -> str:

@@ -82,6 +82,7 @@ def replay_cmd(
         as_json=as_json,
         append=append,
         named=session_id is not None,
+        file=str(file),
     )
 
 
