@@ -224,6 +224,21 @@ def test_replay_append_goes_on_where_the_session_stopped(tmp_path):
     assert row["turns"] == 22
 
 
+def test_replay_append_refuses_a_file_of_another_session(tmp_path):
+    """``--append`` of a file that is not a recording of the session (a wrong ``--session``) is
+    refused before anything is written, rather than mixing two conversations into one."""
+    db = tmp_path / "a.db"
+    data = Path(__file__).parents[2] / "bench/sessions/check/swe-agent"
+    one, other = data / "pydicom__pydicom-1458.traj", data / "pydantic__pydantic.acb0f10f.pr_8316.traj"
+    ctxos("replay", str(one), "--session", "s", "--verify", "none", "--json", store=db)
+    (before,) = json.loads(ctxos("sessions", "--json", store=db).stdout)
+    proc = ctxos("replay", str(other), "--session", "s", "--append", "--json", store=db, check=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith(f"Error: StateError: {other}: not a recording of session 's'"), proc.stderr
+    assert "replay it under another --session" in proc.stderr
+    assert json.loads(ctxos("sessions", "--json", store=db).stdout) == [before]
+
+
 def test_ctrl_c_stops_a_replay_between_calls_and_append_goes_on_with_every_call(tmp_path, monkeypatch):
     """Ctrl-C arriving in the middle of a model call (here: while its tool results are read into
     file objects) ends the replay once that call is whole (exit status 130, the ``--append`` run

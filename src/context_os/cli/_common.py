@@ -354,6 +354,7 @@ def run_replay(
     between two calls, never inside one, exit status 130; ``file`` (the path replayed) names the
     ``--append`` run that goes on from there. Returns the id used."""
     from ..context.session import Session
+    from ..harness.registry import harness
     from ..replay import replay_total, replay_transcript
     from ..replay.run import check_transcript
 
@@ -371,13 +372,23 @@ def run_replay(
             n += 1  # a default id taken (another replay in the same second): the next free one
             ids = session_ids(transcripts, f"{session_id}-{n}")
         session_id = session_id if n == 1 else f"{session_id}-{n}"
-        for sid in ids:
+        for t, sid in zip(transcripts, ids, strict=True):
             existing = store.get(f"session:{sid}")
-            if existing is not None and existing.doc is not None and not append:
-                turns = existing.doc["meta"].get("turn", 0)
+            if existing is None or existing.doc is None:
+                continue
+            turns = existing.doc["meta"].get("turn", 0)
+            if not append:
                 raise StateError(
                     f"session {sid!r} already exists in {store.url} ({turns} turns): pass --append to add to it, "
                     "or --session NEW_ID"
+                )
+            with Session.open(store, sid, harness=t.harness, workspace=t.cwd, source=t.format) as session:
+                at = harness(t.harness).hook(session).departs(t.messages)
+            if at is not None:  # another session's file (a wrong --session): it would be mixed into this one
+                raise StateError(
+                    f"{t.source or label}: not a recording of session {sid!r} ({turns} turns): its message {at} "
+                    "differs from the history the session holds, and --append only adds what a longer recording "
+                    "of the same session holds past it; replay it under another --session"
                 )
         stop = _Deferred()
         for t, sid in zip(transcripts, ids, strict=True):

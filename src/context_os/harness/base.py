@@ -495,6 +495,16 @@ class ContextHook(Generic[M]):
     def held(self, messages: Sequence[M]) -> int:
         """How many of ``messages``, from the first, the session holds already as its history
         (the same messages, by their hashes): a replay of a longer recording goes on after them."""
+        return self._match(messages)[0]
+
+    def departs(self, messages: Sequence[M]) -> int | None:
+        """The index of the first of ``messages`` that differs from the history the session holds
+        while the session holds more (``messages`` are not a recording of this session, or of
+        another branch of it), else None: they begin with all of it, or it with all of them."""
+        held, within = self._match(messages)
+        return held if within else None
+
+    def _match(self, messages: Sequence[M]) -> tuple[int, bool]:
         adapter, view = self.adapter, self.session.view
         flat = 0
         for i, m in enumerate(messages):
@@ -502,10 +512,12 @@ class ContextHook(Generic[M]):
                 continue
             n, h = adapter.count(m), adapter.hash_message(m)
             for j in range(n):
-                if flat + j >= len(view.visible) or view.entries[view.visible[flat + j]]["h"] != piece_hash(h, n, j):
-                    return i
+                if flat + j >= len(view.visible):
+                    return i, False
+                if view.entries[view.visible[flat + j]]["h"] != piece_hash(h, n, j):
+                    return i, True
             flat += n
-        return len(messages)
+        return len(messages), False
 
     async def atransform_context(self, messages: Sequence[M]) -> list[M]:
         """The same, for async loops: store work runs in a thread, off the event loop."""
