@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InputError
-from .common import MAX_SESSION_BYTES, Parsed, Transcript, iso_ms, parse, read_text, text_field
+from .common import MAX_SESSION_BYTES, Parsed, Transcript, iso_ms, json_type, parse, read_text, text_field
 
 __all__ = ["CLAUDE_CODE_TYPES", "read_claude_code"]
 
@@ -70,7 +70,7 @@ def _blocks(content: Any, where: str) -> list[Any]:
     if content is None:
         return []
     if not isinstance(content, list):
-        raise InputError(f"{where}: content must be a string or a list of blocks, not {type(content).__name__}")
+        raise InputError(f"{where}: content must be a string or a list of blocks, not {json_type(content)}")
     return content
 
 

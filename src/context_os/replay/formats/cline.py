@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InputError
-from .common import Parsed, Transcript, shape
+from .common import Parsed, Transcript, json_type, shape
 
 __all__ = ["is_cline", "read_cline", "result_name"]
 
@@ -172,7 +172,7 @@ def _messages(raw: list[Any], where: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for k, m in enumerate(raw):
         if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant"):
-            what = repr(m.get("role")) if isinstance(m, Mapping) else type(m).__name__
+            what = repr(m.get("role")) if isinstance(m, Mapping) else json_type(m)
             raise InputError(f"{where}: message {k}: expected a user or assistant message, got {what}")
         sent = _sent(m)
         if sent["role"] == "user" and out and out[-1]["role"] == "assistant" and _calls(out[-1]):

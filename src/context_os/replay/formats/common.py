@@ -292,12 +292,28 @@ def parse(path: Path, text: str) -> Parsed:
             parsed.skipped.append(n)
             continue
         if not isinstance(value, dict):
-            raise InputError(f"{path}:{n}: expected a JSON object per line, got {type(value).__name__}")
+            raise InputError(f"{path}:{n}: expected a JSON object per line, got {json_type(value)}")
         parsed.rows.append((n, value))
     if not parsed.rows:
         why = first.reason if isinstance(first, _Bad) else ""
         raise InputError(f"{path}: not JSON, neither a JSON document nor JSON lines (line {n0}: {why})")
     return parsed
+
+
+def json_type(value: Any) -> str:
+    """A JSON value's type as JSON names it, for an error: ``object``, ``list``, ``string``,
+    ``number``, ``boolean``, ``null`` (not Python's ``dict``, ``str``, ``NoneType``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "list"
+    return "object" if isinstance(value, Mapping) else type(value).__name__
 
 
 def shape(value: Any) -> str:
@@ -308,9 +324,9 @@ def shape(value: Any) -> str:
         listed = ", ".join(repr(k) for k in keys[:12]) + (", ..." if len(keys) > 12 else "")
         return f"one JSON object with keys [{listed}]"
     if isinstance(value, list):
-        kinds = sorted({type(v).__name__ for v in value})
+        kinds = sorted({json_type(v) for v in value})
         return f"a JSON list of {len(value)} items ({', '.join(kinds) or 'empty'})"
-    return f"one JSON {type(value).__name__}"
+    return f"one JSON {json_type(value)}"
 
 
 def text_field(value: Any) -> str | None:
@@ -341,7 +357,7 @@ def openai_calls(value: Any, where: str) -> list[dict[str, Any]]:
     """A recorded message's ``tool_calls`` as chat-completions calls (arguments as a JSON string);
     ``InputError`` naming ``where`` for a call without an id or a function name."""
     if not isinstance(value, list):
-        raise InputError(f"{where}: tool_calls must be a list, not {type(value).__name__}")
+        raise InputError(f"{where}: tool_calls must be a list, not {json_type(value)}")
     out = []
     for j, c in enumerate(value):
         fn = c.get("function") if isinstance(c, Mapping) else None

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InputError
-from .common import Parsed, Transcript, openai_calls, pair_openai, shape
+from .common import Parsed, Transcript, json_type, openai_calls, pair_openai, shape
 
 __all__ = ["is_mini_swe_agent", "read_mini_swe_agent"]
 
@@ -60,7 +60,7 @@ def _messages(raw: list[Any], where: str) -> list[dict[str, Any]]:
     for k, m in enumerate(raw):
         at = f"{where}: messages[{k}]"
         if not isinstance(m, Mapping):
-            raise InputError(f"{at}: expected a message object, got {type(m).__name__}")
+            raise InputError(f"{at}: expected a message object, got {json_type(m)}")
         role, text = m.get("role"), _content(m.get("content"))
         if role == "exit":
             continue  # the submission, as mini-swe-agent records it: never sent

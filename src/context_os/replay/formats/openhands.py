@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InputError
-from .common import Parsed, Transcript, openai_calls, pair_openai, shape, text_field, uploaded_dir
+from .common import Parsed, Transcript, json_type, openai_calls, pair_openai, shape, text_field, uploaded_dir
 
 __all__ = ["read_openhands"]
 
@@ -152,7 +152,7 @@ class _Memory:
     def add(self, k: int, e: Any) -> None:
         at = f"{self.where}: event {k}"
         if not isinstance(e, Mapping):
-            raise InputError(f"{at}: expected an event object, got {type(e).__name__}")
+            raise InputError(f"{at}: expected an event object, got {json_type(e)}")
         tcm = e.get("tool_call_metadata") if isinstance(e.get("tool_call_metadata"), Mapping) else None
         if isinstance(e.get("action"), str):
             self._action(e, e["action"], tcm, at, k)
@@ -299,7 +299,7 @@ def v1_messages(events: list[Any], where: str) -> list[dict[str, Any]]:
     for k, e in enumerate(events):
         at = f"{where}: event {k}"
         if not isinstance(e, Mapping):
-            raise InputError(f"{at}: expected an event object, got {type(e).__name__}")
+            raise InputError(f"{at}: expected an event object, got {json_type(e)}")
         kind = e.get("kind")
         if kind == "ActionEvent":
             call = _v1_call(e, at)

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InputError
-from .common import Parsed, Transcript, openai_calls, pair_openai, shape, uploaded_dir
+from .common import Parsed, Transcript, json_type, openai_calls, pair_openai, shape, uploaded_dir
 
 __all__ = ["read_swe_agent", "text_action"]
 
@@ -83,7 +83,7 @@ def _text(content: Any, where: str) -> str:
         return content
     if isinstance(content, list):
         return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, Mapping) and b.get("type") == "text")
-    raise InputError(f"{where}: content must be a string or a list of blocks, not {type(content).__name__}")
+    raise InputError(f"{where}: content must be a string or a list of blocks, not {json_type(content)}")
 
 
 def _text_call(call_id: str, action: str) -> dict[str, Any]:
@@ -99,7 +99,7 @@ def _from_history(history: list[Any], where: str) -> tuple[list[dict[str, Any]],
     for k, m in enumerate(history):
         at = f"{where}: history[{k}]"
         if not isinstance(m, Mapping):
-            raise InputError(f"{at}: expected a message object, got {type(m).__name__}")
+            raise InputError(f"{at}: expected a message object, got {json_type(m)}")
         role, text = m.get("role"), _text(m.get("content"), at)
         if role == "assistant":
             msg: dict[str, Any] = {"role": "assistant", "content": text}
@@ -134,7 +134,7 @@ def _from_trajectory(steps: list[Any], where: str, start: int = 0) -> list[dict[
     for k, s in enumerate(steps[start:], start):
         at = f"{where}: trajectory[{k}]"
         if not isinstance(s, Mapping):
-            raise InputError(f"{at}: expected a step object, got {type(s).__name__}")
+            raise InputError(f"{at}: expected a step object, got {json_type(s)}")
         thought = s.get("thought") if isinstance(s.get("thought"), str) else _text(s.get("response"), at)
         action, observation = s.get("action"), _text(s.get("observation"), at)
         if isinstance(action, str) and action.strip():
