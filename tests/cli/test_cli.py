@@ -224,6 +224,30 @@ def test_replay_append_goes_on_where_the_session_stopped(tmp_path):
     assert row["turns"] == 22
 
 
+def test_a_default_session_id_is_not_one_a_file_of_records_took(tmp_path, monkeypatch):
+    """An OpenHands ``output.jsonl`` is recorded as ``ID~<instance>`` sessions only; a replay in
+    the same second does not take the bare ``ID`` as if they were its sidechains."""
+    from datetime import UTC, datetime
+
+    import context_os.cli.replay as replay_module
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+    monkeypatch.setattr(replay_module, "datetime", Frozen)
+    db = tmp_path / "r.db"
+    bench = Path(__file__).parents[2] / "bench/sessions"
+    records = bench / "tuning/openhands/resolver.mock_output.output.jsonl"
+    traj = bench / "check/swe-agent/pydicom__pydicom-1458.traj"
+    for f in (records, traj):
+        run = CliRunner().invoke(cli, ["--store", str(db), "replay", str(f), "--verify", "none", "--json"])
+        assert run.exit_code == 0, run.output
+    ids = sorted(r["session"] for r in json.loads(ctxos("sessions", "--json", store=db).stdout))
+    assert ids == ["replay-20260102T030405-2", "replay-20260102T030405~issue-1", "replay-20260102T030405~issue-5"]
+
+
 def test_replay_append_refuses_a_file_of_another_session(tmp_path):
     """``--append`` of a file that is not a recording of the session (a wrong ``--session``) is
     refused before anything is written, rather than mixing two conversations into one."""

@@ -368,9 +368,12 @@ def run_replay(
     with store_from(ctx, create=True) as store:
         ids = session_ids(transcripts, session_id)
         n = 1
-        while not named and any(store.get(f"session:{sid}") is not None for sid in ids):
-            n += 1  # a default id taken (another replay in the same second): the next free one
-            ids = session_ids(transcripts, f"{session_id}-{n}")
+        if not named:  # a default id taken (another replay in the same second): the next free one
+            # taken by any session of that replay, a record's (ID~label) too where its file had no main one
+            taken = {v.id.removeprefix("session:").split("~")[0] for v in store.find("session")}
+            while any(sid.split("~")[0] in taken for sid in ids):
+                n += 1
+                ids = session_ids(transcripts, f"{session_id}-{n}")
         session_id = session_id if n == 1 else f"{session_id}-{n}"
         for t, sid in zip(transcripts, ids, strict=True):
             existing = store.get(f"session:{sid}")
