@@ -122,6 +122,17 @@ def test_replay_refuses_a_message_over_the_size_cap_before_writing_anything(tmp_
     assert not db.exists()
 
 
+@pytest.mark.parametrize("session", ["", "a b", "a\tb"])
+def test_replay_refuses_a_session_id_that_is_none_before_creating_a_store(tmp_path: Path, session: str) -> None:
+    """An empty ``--session`` is not the default id, and one with spaces is refused as the input
+    it is, before a store is created for it."""
+    traj = Path(__file__).parents[2] / "bench/sessions/check/mini-swe-agent/github_issue.traj.json"
+    db = tmp_path / "s.db"
+    proc = ctxos("replay", str(traj), "--session", session, store=db, check=False)
+    fails(proc, "InputError", f"--session {session!r}", "non-empty string without spaces")
+    assert not db.exists()
+
+
 # -- times and store URLs (item 8) -----------------------------------------------------------------
 
 

@@ -358,6 +358,8 @@ def run_replay(
     from ..replay import replay_total, replay_transcript
     from ..replay.run import check_transcript
 
+    if named and (not session_id or any(c.isspace() for c in session_id)):
+        raise InputError(f"--session {session_id!r}: a session id is a non-empty string without spaces")
     skipped = warn_skipped(transcripts)
     if not any(t.messages for t in transcripts):
         where = next((t.source for t in transcripts if t.source), label)

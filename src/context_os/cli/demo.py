@@ -29,7 +29,7 @@ def demo_cmd(ctx: click.Context, session_id: str | None, no_verify: bool, as_jso
         ctx,
         [demo_transcript()],
         "bundled demo session",
-        session_id or "demo-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f"),
+        session_id if session_id is not None else "demo-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f"),
         verify="none" if no_verify else "all",
         per_turn=True,
         as_json=as_json,

@@ -76,7 +76,7 @@ def replay_cmd(
         ctx,
         transcripts,
         file.name,
-        session_id or "replay-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S"),
+        session_id if session_id is not None else "replay-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S"),
         verify=verify,
         per_turn=per_turn,
         as_json=as_json,
