@@ -49,6 +49,20 @@ def test_demo_meets_its_targets(demo):
     assert sum(r["tokens_assembled"] for r in out["per_turn"]) == out["tokens_assembled"]
 
 
+def test_python_m_context_os_is_the_ctxos_command(demo):
+    db, _ = demo
+    proc = subprocess.run(
+        [sys.executable, "-m", "context_os", "--store", str(db), "sessions", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "d1" in {s["session"] for s in json.loads(proc.stdout)}
+    usage = subprocess.run([sys.executable, "-m", "context_os", "--help"], capture_output=True, text=True, timeout=60)
+    assert usage.stdout.startswith("Usage: ctxos ")
+
+
 def test_demo_uses_the_user_data_dir_by_default(tmp_path):
     env_home = Path(os.environ["XDG_DATA_HOME"])
     ctxos("demo", "--json", "--no-verify")
