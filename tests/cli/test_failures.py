@@ -454,10 +454,9 @@ def test_inspect_diff_keeps_the_no_newline_at_end_of_file_marker(tmp_path: Path)
 def test_a_frame_out_of_range_names_the_range(demo: Path) -> None:
     for command in ("show", "verify"):
         fails(ctxos("frames", command, "d1", "999", store=demo, check=False), "NotFound", "session 'd1' has turns 1–88")
-        fails(
-            ctxos("frames", command, "nope", "1", store=demo, check=False), "NotFound", "session 'nope' has no frames"
-        )
-    fails(ctxos("frames", "verify", "nope", store=demo, check=False), "NotFound", "no frames for session 'nope'")
+        fails(ctxos("frames", command, "nope", "1", store=demo, check=False), "NotFound", "no session 'nope' in ")
+    fails(ctxos("frames", "verify", "nope", store=demo, check=False), "NotFound", "no session 'nope' in ")
+    fails(ctxos("frames", "list", "nope", store=demo, check=False), "NotFound", "`ctxos sessions` lists the sessions")
 
 
 def run_on_a_terminal(args: list[str], env: dict[str, Any]) -> tuple[int, str]:

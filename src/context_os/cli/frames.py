@@ -11,10 +11,10 @@ from typing import Any
 
 import click
 
-from ..context.frames import FrameCheck, FrameMemo, frame_docs, frame_rows, get_frame, verify_frame
+from ..context.frames import FrameCheck, FrameMemo, frame_docs, frame_rows, get_frame, no_frames, verify_frame
 from ..context.load import load_view
 from ..context.view import arguments_text
-from ..errors import NotFound, StoreCorrupt
+from ..errors import StoreCorrupt
 from ._common import (
     DefaultGroup,
     DeprecatedAlias,
@@ -139,7 +139,7 @@ def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, as_json: b
         else:
             docs = frame_docs(store, session_id)
             if not docs:
-                raise NotFound(f"no frames for session {session_id!r} in {store.url}")
+                raise no_frames(store, session_id, f"no frames for session {session_id!r} in {store.url}")
         memo = FrameMemo()  # what the frames share is read and hashed once
         rows: list[dict[str, Any]] = []
         with progress(docs, length=len(docs), label="verifying", enabled=not as_json) as bar:

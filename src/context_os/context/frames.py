@@ -33,6 +33,7 @@ __all__ = [
     "frame_row",
     "frame_rows",
     "get_frame",
+    "no_frames",
     "ref_tx",
     "rerender",
     "verify_frame",
@@ -134,8 +135,15 @@ def frame_rows(store: Store, session_id: str) -> list[FrameRow]:
     """One row per turn of ``session_id``; ``NotFound`` if it has no frames."""
     versions = _frame_versions(store, session_id)
     if not versions:
-        raise NotFound(f"no frames for session {session_id!r} in {store.url}")
+        raise no_frames(store, session_id, f"no frames for session {session_id!r} in {store.url}")
     return [frame_row(v) for v in versions]
+
+
+def no_frames(store: Store, session_id: str, said: str) -> NotFound:
+    """``said`` of a session without frames, or, when the store has no such session, that."""
+    if store.doc(f"session:{session_id}") is None:
+        return NotFound(f"no session {session_id!r} in {store.url}: `ctxos sessions` lists the sessions it has")
+    return NotFound(said)
 
 
 @dataclass
@@ -162,7 +170,7 @@ def get_frame(store: Store, session_id: str, turn: int) -> dict[str, Any]:
     if doc is None:
         turns = sorted(v.doc["meta"]["turn"] for v in store.find("frame", {"session": session_id}) if v.doc)
         if not turns:
-            raise NotFound(f"no frame for turn {turn}: session {session_id!r} has no frames")
+            raise no_frames(store, session_id, f"no frame for turn {turn}: session {session_id!r} has no frames")
         raise NotFound(f"no frame for turn {turn}: session {session_id!r} has turns {turns[0]}–{turns[-1]}")
     return doc
 
