@@ -26,6 +26,7 @@ from context_os.server import (
 )
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta
+from tests.harness import pi_msgs
 from tests.helpers import call, coding_session, http_server, result, stub_ref, user, wait_for
 
 CTXOS = str(Path(sys.executable).parent / "ctxos")
@@ -575,3 +576,29 @@ def test_a_memory_session_reads_its_global_topic_files(tmp_path: Path) -> None:
         assert not read["is_error"], read["output"]
         outside = rpc("tools.call", session="m", name="read", arguments={"path": str(tmp_path / "s.db")})
         assert outside["is_error"] and json.loads(outside["output"])["type"] == "PathDenied"
+
+
+def test_a_forked_pi_session_shows_the_files_its_inherited_reads_name(tmp_path: Path):
+    """A Pi session forked or cloned from another carries that session's read results, which are
+    context_os's reports (the file's text showed only in the other session's blocks): the new
+    session shows the files they name, or the model would see 'activated' and no text. The
+    session that made the read keeps its own choices (a file it deactivated stays so)."""
+
+    def tail(session: str, messages: list[dict[str, Any]]) -> str:
+        out = rpc("context.transform", session=session, messages=messages)["messages"]
+        texts = [b["text"] for m in out if isinstance(m["content"], list) for b in m["content"] if "text" in b]
+        return "\n".join(t for t in texts if t.startswith("<context_os>"))
+
+    with granted(tmp_path) as (_, ws, rpc):
+        (ws / "app.py").write_text("print('the text of app.py')\n")
+        rpc("session.open", session="a", harness="pi", workspace=str(ws))
+        report = rpc("tools.call", session="a", name="read", arguments={"path": "app.py"})["output"]
+        read = {**pi_msgs.result("c1", "read", report), "details": {"contextOs": True}}
+        messages = [pi_msgs.user("look at app.py"), pi_msgs.call("c1", "read", path="app.py"), read]
+        assert "the text of app.py" in tail("a", messages)
+        rpc("tools.call", session="a", name="deactivate", arguments={"id": "app.py"})
+        messages += [pi_msgs.say("Seen it."), pi_msgs.user("go on")]
+        assert "the text of app.py" not in tail("a", messages)
+
+        rpc("session.open", session="fork", harness="pi", workspace=str(ws))
+        assert "the text of app.py" in tail("fork", [*messages, pi_msgs.user("in the fork")])

@@ -27,13 +27,15 @@ What Pi's ``read``/``write``/``edit`` calls say about a file is read by harness/
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from ..context.entries import Incoming, Msg, ToolCall
 from ..context.ingest import SyncReport
 from ..context.session import Session
-from ..errors import MalformedMessage
+from ..errors import ContextOSError, MalformedMessage
 from .base import Adapter, ContextHook, sorted_keys
 from .pairing import CLOSES, SAYS, Pairing, Reading
 from .toolnames import PI, tool_role
@@ -377,8 +379,31 @@ def host_tool_observer(
             name, args = calls.pop(e.get("tool_call_id", ""), ("", {}))
             role = tool_role(name, names, args)
             obj = view.objects.get(e.get("object", ""))
-            if role in (None, "read") or obj is None or obj.meta.get("is_error") or (e.get("extra") or {}).get("ours"):
-                continue  # reads go through our read tool; failed calls changed nothing
+            if obj is None or obj.meta.get("is_error"):
+                continue  # failed calls changed nothing
+            if (e.get("extra") or {}).get("ours"):
+                if role == "read":
+                    _inherited_read(session, files, obj.content)
+                continue
+            if role in (None, "read"):
+                continue  # reads go through our read tool
             files.after_tool(role, args, obj.content if isinstance(obj.content, str) else "")
 
     return observe
+
+
+def _inherited_read(session: Session, files: FileTools, report: Any) -> None:
+    """Our read's report, in a history this session did not make (a Pi session forked or cloned
+    from another, whose reads another context_os session answered): the report names the file
+    but holds none of its text, which only that session showed. The file it names joins this
+    session active, at its version on the disk, as the read would have made it; a file this
+    session knows already (its own read, or one it deactivated since) is left as it is."""
+    try:
+        found = json.loads(report) if isinstance(report, str) else None
+    except json.JSONDecodeError:
+        return
+    file_id = found.get("id") if isinstance(found, dict) else None
+    if not isinstance(file_id, str) or not file_id.startswith("file:") or file_id in session.view.objects:
+        return
+    with suppress(ContextOSError):  # gone from the store (evicted), unreadable: the report is all there is
+        files.activate(file_id)
