@@ -570,8 +570,11 @@ function readTool(link: ContextOs): ToolDefinition<Schema, unknown> {
 						name: "read",
 						arguments: { path: p.path },
 					});
-					// what context_os cannot read (binary, outside the workspace, …), Pi reads itself
-					if (!r.is_error) return { content: [{ type: "text", text: r.output }], details: contextOsDetails() };
+					// what context_os cannot read (outside the workspace, …), Pi reads itself; and an
+					// image, which context_os keeps as metadata only, Pi's read gives the model as an image
+					if (!r.is_error && !piShowsImage(r.output)) {
+						return { content: [{ type: "text", text: r.output }], details: contextOsDetails() };
+					}
 				} catch (e) {
 					link.off(ctx, `read failed: ${describe(e)}`);
 				}
@@ -579,6 +582,20 @@ function readTool(link: ContextOs): ToolDefinition<Schema, unknown> {
 			return createReadToolDefinition(ctx.cwd).execute(toolCallId, p, signal, onUpdate, ctx);
 		},
 	};
+}
+
+/** The image types Pi's own read gives the model as an image block (its SUPPORTED_IMAGE_MIME_TYPES). */
+const PI_IMAGE_TYPES: readonly string[] = ["image/png", "image/jpeg", "image/webp", "image/gif"];
+
+/** Whether a report of context_os's read is of an image Pi's read shows: context_os keeps binary
+ * files as metadata only, so its report would leave the model without the picture. */
+function piShowsImage(report: string): boolean {
+	try {
+		const r = JSON.parse(report) as { binary?: unknown; mime?: unknown } | null;
+		return r?.binary === true && typeof r.mime === "string" && PI_IMAGE_TYPES.includes(r.mime);
+	} catch {
+		return false;
+	}
 }
 
 function contextTool(

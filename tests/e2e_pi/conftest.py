@@ -58,10 +58,17 @@ class PiRun:
 
 
 def _setup(
-    pi: PiInstall, root: Path, base_url: str, files: dict[str, str], ctxos: str, env: dict[str, str] | None
+    pi: PiInstall,
+    root: Path,
+    base_url: str,
+    files: dict[str, str | bytes],
+    ctxos: str,
+    env: dict[str, str] | None,
+    model_input: list[str] | None = None,
 ) -> tuple[Path, Path, Path, dict[str, str], list[str]]:
     """A fresh workspace under ``root`` holding ``files``, Pi's agent dir pointing at the scripted
-    model at ``base_url``: (workspace, agent dir, store, environment, Pi's options)."""
+    model at ``base_url`` (``model_input``: what it takes, Pi's default ``["text"]`` if None):
+    (workspace, agent dir, store, environment, Pi's options)."""
     workspace = root / "workspace"
     agent_dir = root / "pi-agent"
     store = root / "store.db"
@@ -69,13 +76,14 @@ def _setup(
     agent_dir.mkdir()
     for name, text in files.items():
         (workspace / name).parent.mkdir(parents=True, exist_ok=True)
-        (workspace / name).write_text(text)
-    provider = {
-        "baseUrl": base_url,
-        "api": "openai-completions",
-        "apiKey": "scripted",
-        "models": [{"id": "scripted-1", "contextWindow": 64000, "maxTokens": 2000}],
-    }
+        if isinstance(text, bytes):
+            (workspace / name).write_bytes(text)
+        else:
+            (workspace / name).write_text(text)
+    model: dict[str, object] = {"id": "scripted-1", "contextWindow": 64000, "maxTokens": 2000}
+    if model_input is not None:
+        model["input"] = model_input
+    provider = {"baseUrl": base_url, "api": "openai-completions", "apiKey": "scripted", "models": [model]}
     (agent_dir / "models.json").write_text(json.dumps({"providers": {"scripted": provider}}))
     run_env = {
         **os.environ,
@@ -103,20 +111,22 @@ def run_pi(
     prompt: str,
     script: list[Reply],
     *,
-    files: dict[str, str],
+    files: dict[str, str | bytes],
     ctxos: str = CTXOS,
     env: dict[str, str] | None = None,
     on_request: Callable[[int], None] | None = None,
     provider: Callable[[str], str] | None = None,
+    model_input: list[str] | None = None,
 ) -> PiRun:
     """Runs the real Pi CLI in print mode in a fresh workspace under ``root`` holding ``files``,
     with our extension loaded, against a scripted model serving ``script`` (``on_request``: see
     ``ScriptedModel``). ``ctxos`` is the CTXOS_CMD (default: this venv's ctxos); the store is
     ``root/store.db``. ``provider``: Pi talks to the base URL it returns for the scripted
-    model's (``ctxos proxy`` in between), without our extension."""
+    model's (``ctxos proxy`` in between), without our extension. ``model_input``: what the
+    scripted model takes (e.g. ``["text", "image"]``; default Pi's, text only)."""
     with scripted_model(script, on_request) as (model, base_url):
         via = provider(base_url) if provider is not None else base_url
-        workspace, agent_dir, store, run_env, options = _setup(pi, root, via, files, ctxos, env)
+        workspace, agent_dir, store, run_env, options = _setup(pi, root, via, files, ctxos, env, model_input)
         if provider is not None:
             options = options[: options.index("-e")]
         proc = subprocess.run(

@@ -387,3 +387,32 @@ def test_pi_through_the_proxy(pi: PiInstall, tmp_path: Path) -> None:
     frames = frame_docs(store, sessions.pop())
     assert len(frames) == len(SCRIPT) and all(verify_frame(store, f).ok for f in frames)
     store.close()
+
+
+def _png() -> bytes:
+    """A 1×1 PNG."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00"))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_an_image_read_reaches_a_model_that_takes_images(pi: PiInstall, tmp_path: Path) -> None:
+    """context_os keeps an image as metadata only; its read report would leave the model without
+    the picture, so the extension lets Pi's own read answer, which gives it as an image."""
+    script = [tool_call("read", path="dot.png"), text("A green dot.")]
+    run = run_pi(pi, tmp_path, "What is in dot.png?", script, files={"dot.png": _png()}, model_input=["text", "image"])
+    assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
+    assert run.model.errors == [] and len(run.requests) == 2
+    sent = json.dumps(run.requests[1]["messages"])
+    assert "data:image/png;base64," in sent, sent[-1500:]
+    assert "content_omitted" not in sent
