@@ -9,8 +9,9 @@
  *
  * It fails open. If ctxos cannot start, exits, answers with an error, answers something Pi cannot
  * use, or does not answer within CTXOS_TIMEOUT_MS, context_os is off for the rest of the session:
- * Pi sends its own context, `read` is Pi's read again, `activate`/`deactivate` are withdrawn, and
- * the extension says so once (a notification in the TUI, a line on stderr in print/JSON mode).
+ * Pi sends its own context (with our read reports in it made Pi's reads again), `read` is Pi's
+ * read again, `activate`/`deactivate` are withdrawn, and the extension says so once (a
+ * notification in the TUI, a line on stderr in print/JSON mode).
  *
  * Configuration (environment): CTXOS_CMD, the command that runs ctxos (default `ctxos`; quoted
  * words allowed, e.g. `"/opt/my venv/bin/ctxos"` or `uv run ctxos`); CTXOS_STORE, the
@@ -25,7 +26,13 @@
  * This module must never make Pi fail: every error ends in `off()`, never in a throw to Pi.
  */
 
-import type { ExtensionAPI, ExtensionContext, ToolDefinition } from "@earendil-works/pi-coding-agent";
+import type {
+	ContextEvent,
+	ExtensionAPI,
+	ExtensionContext,
+	ExtensionToolContext,
+	ToolDefinition,
+} from "@earendil-works/pi-coding-agent";
 // The legacy package name on purpose: Pi 1.5.x maps it to itself, and Pi 0.7x knows no other.
 import { createReadToolDefinition } from "@mariozechner/pi-coding-agent";
 import { RpcChild, RpcError, splitCommand } from "./rpc.ts";
@@ -81,6 +88,8 @@ class ContextOs {
 	private session = "";
 	/** The tools ctxos offers this session (`tools.list`): `read` only when it manages files. */
 	private offered = new Set<string>();
+	/** With context_os off: what Pi's read gave in place of each of our read reports, by call id. */
+	readonly readsAgain = new Map<string, unknown>();
 
 	constructor(private readonly pi: ExtensionAPI) {}
 
@@ -276,7 +285,7 @@ export default function contextOs(pi: ExtensionAPI): void {
 
 	pi.on("context", async (event, ctx) => {
 		const rpc = await link.connection(ctx);
-		if (!rpc) return undefined;
+		if (!rpc) return ownReads(event.messages, ctx, link.readsAgain);
 		let result: TransformResult;
 		try {
 			result = await rpc.call<TransformResult>("context.transform", {
@@ -285,12 +294,12 @@ export default function contextOs(pi: ExtensionAPI): void {
 			});
 		} catch (e) {
 			link.off(ctx, `context.transform failed: ${describe(e)}`);
-			return undefined;
+			return ownReads(event.messages, ctx, link.readsAgain);
 		}
 		const problem = unusable(result?.messages);
 		if (problem) {
 			link.off(ctx, `context.transform returned messages Pi cannot use (${problem})`);
-			return undefined;
+			return ownReads(event.messages, ctx, link.readsAgain);
 		}
 		if (ctx.hasUI && result.tokens_assembled !== undefined && result.tokens_full !== undefined) {
 			ctx.ui.setStatus(STATUS_KEY, `context_os: turn ${result.turn} · ${result.tokens_assembled}/${result.tokens_full} tokens`);
@@ -634,6 +643,63 @@ function errorResult(text: string) {
 }
 
 // --- helpers -------------------------------------------------------------------------------------
+
+type Messages = ContextEvent["messages"];
+
+/** A result of our `read` in Pi's messages: context_os's report, not the file's text. */
+function isReadReport(m: unknown): m is { role: "toolResult"; toolCallId: string } {
+	const r = m as { role?: unknown; toolName?: unknown; toolCallId?: unknown; details?: { contextOs?: unknown } };
+	return (
+		r?.role === "toolResult" &&
+		r.toolName === "read" &&
+		typeof r.toolCallId === "string" &&
+		r.details?.contextOs === true
+	);
+}
+
+/**
+ * Pi's own context, with context_os off: a report of our `read` holds none of the file's text
+ * (that showed only in context_os's blocks), so each becomes what Pi's read gives for the same
+ * path, read once (`cache`, by call id) and kept for the session. Without it the model would lose
+ * every file it read before context_os went off, or in a session resumed with context_os off.
+ * Undefined (Pi's messages as they are) when there is no report.
+ */
+async function ownReads(
+	messages: Messages,
+	ctx: ExtensionContext,
+	cache: Map<string, unknown>,
+): Promise<{ messages: Messages } | undefined> {
+	if (!messages.some(isReadReport)) return undefined;
+	const paths = new Map<string, unknown>();
+	for (const m of messages) {
+		const { role, content } = m as { role?: unknown; content?: unknown };
+		if (role !== "assistant" || !Array.isArray(content)) continue;
+		for (const c of content) if (c?.type === "toolCall" && typeof c.id === "string") paths.set(c.id, c.arguments?.path);
+	}
+	const read = createReadToolDefinition(ctx.cwd);
+	const out: Messages = [];
+	for (const m of messages) {
+		if (!isReadReport(m)) {
+			out.push(m);
+			continue;
+		}
+		let content = cache.get(m.toolCallId);
+		if (content === undefined) {
+			const path = paths.get(m.toolCallId);
+			try {
+				if (typeof path !== "string") throw new Error("its call is not in the conversation");
+				// Pi's read looks at ctx.cwd and ctx.model only, which every extension context has
+				const r = await read.execute(m.toolCallId, { path }, ctx.signal, undefined, ctx as ExtensionToolContext);
+				content = r.content;
+			} catch (e) {
+				content = [{ type: "text", text: `[context_os is off, and ${String(path)} cannot be read again: ${message(e)}]` }];
+			}
+			cache.set(m.toolCallId, content);
+		}
+		out.push({ ...m, content } as Messages[number]);
+	}
+	return { messages: out };
+}
 
 /** Why `messages` cannot go to Pi, or undefined when it can. */
 function unusable(messages: unknown): string | undefined {

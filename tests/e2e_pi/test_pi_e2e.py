@@ -238,6 +238,10 @@ def test_pi_works_on_when_ctxos_dies_mid_session(pi: PiInstall, tmp_path: Path) 
     assert not any(TAIL_OPEN in _joined(r) for r in run.requests[3:])
     assert "activate" in _tool_names(run.requests[2])
     assert "activate" not in _tool_names(run.requests[-1])
+    # the file read while context_os was on is not lost with it: its read result, context_os's
+    # report, goes to the model as what Pi's read gives now (the edited file)
+    assert "return a + b" not in _tool_output(run.requests[2], "call_1")
+    assert _tool_output(run.requests[-1], "call_1").startswith(FIXED.rstrip("\n"))
 
 
 def test_extension_typechecks_against_the_installed_pi(pi: PiInstall) -> None:
