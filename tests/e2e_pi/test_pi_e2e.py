@@ -21,8 +21,8 @@ import pytest
 from context_os.context.view import TAIL_OPEN
 from context_os.store.sqlite import SqliteStore
 
-from .conftest import CTXOS, PiRun, run_pi
-from .model_server import text, tool_call
+from .conftest import CTXOS, PI_RUN_TIMEOUT_S, PiRun, _setup, run_pi
+from .model_server import scripted_model, text, tool_call
 from .provision import ADAPTER, PiInstall
 
 pytestmark = pytest.mark.e2e
@@ -420,3 +420,32 @@ def test_an_image_read_reaches_a_model_that_takes_images(pi: PiInstall, tmp_path
     sent = json.dumps(run.requests[1]["messages"])
     assert "data:image/png;base64," in sent, sent[-1500:]
     assert "content_omitted" not in sent
+
+
+def test_a_forked_session_shows_the_file_its_parent_read(pi: PiInstall, tmp_path: Path) -> None:
+    """``pi --fork`` starts a new session with its parent's messages, whose read result is
+    context_os's report (the text showed in the parent's blocks only): the fork's context_os
+    session shows that file, or the model would see "activated" and no text."""
+    script = [tool_call("read", path="calc.py"), text("Read it."), text("add subtracts.")]
+    with scripted_model(script) as (model, base_url):
+        workspace, agent_dir, _, env, options = _setup(pi, tmp_path, base_url, {"calc.py": BUGGY}, CTXOS, None)
+
+        def pi_print(*args: str) -> None:
+            proc = subprocess.run(
+                pi.command("-p", *args),
+                cwd=workspace,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=PI_RUN_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+            )
+            assert proc.returncode == 0 and "context_os is off" not in proc.stderr, proc.stdout + proc.stderr
+
+        pi_print(*options, "read calc.py")
+        [parent] = sorted((agent_dir / "sessions").rglob("*.jsonl"))
+        pi_print("--fork", str(parent), *options, "what does add do?")
+    assert model.errors == [] and len(model.requests) == 3
+    assert len(list((agent_dir / "sessions").rglob("*.jsonl"))) == 2
+    assert _tool_output(model.requests[2], "call_1").startswith('{"active"')  # the parent's report
+    assert "return a - b" in _tail(model.requests[2])
