@@ -275,3 +275,24 @@ def test_read_outputs_lose_pis_notes_and_cat_n_numbers() -> None:
     assert file_op("edit", {"file_path": "a", "old_string": "1", "new_string": "2"}, "ok").edits == [("1", "2")]  # type: ignore[union-attr]
     assert file_op("read", {"path": "a"}, "text", is_error=True) is None
     assert file_op("bash", {"command": "cat a"}, "text") is None
+
+
+@pytest.mark.parametrize("stop", ["aborted", "error"])
+def test_an_aborted_or_failed_answer_is_not_what_the_model_sees(db, stop: str) -> None:
+    """Pi keeps an answer the user aborted (or that failed) in its messages, but pi-ai never sends
+    an assistant message that ended so: the context, and the frame that records it, leave it out
+    too, so the frame is what the model was sent."""
+    hook = PiHook(Session.open(db, "p6", harness="pi", policy=RetentionPolicy(**EAGER)))
+    cut = {**assistant(stop=stop), "errorMessage": "Request was aborted"}
+    msgs = [*step("c1", "bash", "Command aborted", command="sleep 5"), cut, user("go on")]
+    msgs.insert(0, user("sleep"))
+    out = hook.transform_context(msgs)
+    assert out == [m for m in msgs if m is not cut]
+    [frame] = frame_docs(db, "p6")
+    assert frame["content"]["messages"] == 4 and verify_frame(db, frame).ok
+    assert [hook.session.view.entries[i]["role"] for i in hook.session.view.visible] == [
+        "user",
+        "assistant",
+        "tool",
+        "user",
+    ]

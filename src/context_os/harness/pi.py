@@ -349,8 +349,13 @@ class PiAdapter(Adapter[dict[str, Any]]):
 
 
 def in_context(message: Mapping[str, Any]) -> bool:
-    """Whether Pi sends ``message`` to the model at all (``!!`` bash runs it does not)."""
-    return not (message.get("role") == "bashExecution" and message.get("excludeFromContext"))
+    """Whether Pi sends ``message`` to the model at all: not a ``!!`` bash run
+    (``excludeFromContext``), nor an assistant message that ended in an error or was aborted
+    (pi-ai's ``transformMessages`` skips those, whatever the context holds)."""
+    role = message.get("role")
+    if role == "bashExecution":
+        return not message.get("excludeFromContext")
+    return not (role == "assistant" and message.get("stopReason") in ("error", "aborted"))
 
 
 class PiHook(ContextHook[dict[str, Any]]):
