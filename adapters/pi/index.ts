@@ -646,15 +646,34 @@ function errorResult(text: string) {
 
 type Messages = ContextEvent["messages"];
 
-/** A result of our `read` in Pi's messages: context_os's report, not the file's text. */
+/** A result of our `read` in Pi's messages: context_os's report, standing for the file's text
+ * (not one of a file context_os withheld, a secret or a binary: that stays as it is). */
 function isReadReport(m: unknown): m is { role: "toolResult"; toolCallId: string } {
-	const r = m as { role?: unknown; toolName?: unknown; toolCallId?: unknown; details?: { contextOs?: unknown } };
+	const r = m as {
+		role?: unknown;
+		toolName?: unknown;
+		toolCallId?: unknown;
+		content?: unknown;
+		details?: { contextOs?: unknown };
+	};
 	return (
 		r?.role === "toolResult" &&
 		r.toolName === "read" &&
 		typeof r.toolCallId === "string" &&
-		r.details?.contextOs === true
+		r.details?.contextOs === true &&
+		!withheld(r.content)
 	);
+}
+
+/** Whether a report of our read says context_os kept the file's content out (`content_omitted`). */
+function withheld(content: unknown): boolean {
+	const first = Array.isArray(content) ? (content[0] as { text?: unknown } | undefined) : undefined;
+	try {
+		const report = JSON.parse(typeof first?.text === "string" ? first.text : "null") as Record<string, unknown> | null;
+		return report?.content_omitted !== undefined;
+	} catch {
+		return false;
+	}
 }
 
 /**

@@ -449,3 +449,40 @@ def test_a_forked_session_shows_the_file_its_parent_read(pi: PiInstall, tmp_path
     assert len(list((agent_dir / "sessions").rglob("*.jsonl"))) == 2
     assert _tool_output(model.requests[2], "call_1").startswith('{"active"')  # the parent's report
     assert "return a - b" in _tail(model.requests[2])
+
+
+def test_a_session_resumed_with_context_os_off_keeps_the_files_it_read(pi: PiInstall, tmp_path: Path) -> None:
+    """Resumed with the store out of reach, Pi sends its own context: the reports of context_os's
+    read in it become Pi's reads of those files, so the model still has them; a file context_os
+    withheld (a secret) stays withheld."""
+    from tests._xtdb_node import _free_port
+
+    secret = "sk-proj-" + "a1B2c3D4e5" * 5
+    script = [tool_call("read", path="calc.py"), tool_call("read", path=".env"), text("Read."), text("Still here.")]
+    with scripted_model(script) as (model, base_url):
+        files = {"calc.py": BUGGY, ".env": f"OPENAI_API_KEY={secret}\n"}
+        workspace, _, _, env, options = _setup(pi, tmp_path, base_url, files, CTXOS, None)
+
+        def pi_print(*args: str, store: str | None = None) -> str:
+            run_env = env if store is None else {**env, "CTXOS_STORE": store}
+            proc = subprocess.run(
+                pi.command("-p", *args),
+                cwd=workspace,
+                env=run_env,
+                capture_output=True,
+                text=True,
+                timeout=PI_RUN_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+            )
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            return proc.stderr
+
+        assert "context_os is off" not in pi_print(*options, "read calc.py and .env")
+        port = _free_port()  # nothing listens there: the store cannot be reached
+        said = pi_print("-c", *options, "what does add do?", store=f"xtdb+http://127.0.0.1:{port}")
+    assert "context_os is off" in said and "cannot be reached" in said
+    assert model.errors == [] and len(model.requests) == 4
+    last = model.requests[3]
+    assert TAIL_OPEN not in _joined(last)
+    assert _tool_output(last, "call_1").startswith(BUGGY.rstrip("\n"))
+    assert '"content_omitted"' in _tool_output(last, "call_2") and secret not in _joined(last)
