@@ -468,6 +468,33 @@ def test_a_pool_use_decay_over_100_percent_is_refused() -> None:
         RetentionPolicy(pool_use_decay_percent=101)
 
 
+def test_a_file_too_large_for_the_pool_shows_a_window_of_its_top_and_stays(tmp_path: Path) -> None:
+    """A file whose whole text alone is over ``active_pool_tokens`` (a 48 KB module against the
+    default 8,000) used to leave the pool on the turn after it was read: the agent had a report
+    saying "activated" and never saw the file, and activating it again did the same. It shows the
+    window of ``file_view_chars`` from its top instead, stays, and ``lines`` shows the rest."""
+    body = "".join(f"def func_{i}(x):\n    return x * {i}  # a comment to make the line longer\n" for i in range(600))
+    (tmp_path / "big.py").write_text(body)
+    session = Session.open(SqliteStore(tmp_path / "big.db"), "b", harness="openai", policy=RetentionPolicy(**EAGER))
+    tools = FileTools(session, Workspace(tmp_path))
+    report = json.loads(tools.call("read", {"path": "big.py"}))
+    assert report["active"] == "activated" and f'lines(id="{report["id"]}"' in report["note"]
+    turn = _turns(tools)
+    turn("read it")
+    turn("looked at it")
+    assert _state(session, "big.py") == "active"
+    shown = session.view.shown_text(session.view.objects[report["id"]])
+    assert shown.startswith("[context_os: showing ") and "def func_0(x)" in shown and "func_599" not in shown
+    assert session.view.shown_tokens(session.view.objects[report["id"]]) <= session.view.policy.active_pool_tokens
+    assert "func_599" in tools.call("lines", {"id": report["id"], "start": 1199, "end": 1200})
+    # a file that fits shows whole, as before
+    (tmp_path / "small.py").write_text("X = 1\n")
+    tools.call("read", {"path": "small.py"})
+    turn("read the small one")
+    small = next(o for o in session.view.objects.values() if o.meta.get("path") == "small.py")
+    assert session.view.shown_text(small) == "X = 1\n"
+
+
 def test_a_file_named_in_new_output_counts_as_used_but_a_listing_does_not(tmp_path: Path) -> None:
     tools = _files(tmp_path, 4)
     session = tools.session

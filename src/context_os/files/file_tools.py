@@ -56,6 +56,7 @@ from ..context.tools import Tool, ToolRegistry, context_tools, object_schema
 from ..errors import ContextOSError, FileUnreadable, InputError, StoreUnavailable
 from ..objects import KINDS
 from ..store.base import Version
+from ..tokens import estimate_tokens
 from .index import EVICTED_BYTES, FileIndex, Indexed, file_meta_summary
 from .tracker import FileTracker
 from .workspace import Workspace
@@ -302,8 +303,9 @@ class FileTools:
 
     # --- reading and context state -------------------------------------------------------------
 
-    def _show(self, idx: Indexed, *, reason: str) -> str:
-        """Show the indexed version in the session (active if it has content); the active status."""
+    def _show(self, idx: Indexed, *, reason: str, focus: list[list[int]] | None = None) -> str:
+        """Show the indexed version in the session (active if it has content); the active status.
+        ``focus``: as ``Session.show`` takes it (None keeps the one it has)."""
         obj = self.session.view.objects.get(idx.id)
         assert idx.version.doc is not None
         if idx.content is None:
@@ -311,7 +313,7 @@ class FileTools:
             return f"metadata only: {idx.meta.get('content_omitted', 'no content')}"
         same = obj is not None and obj.version is not None and obj.version[2] == idx.version.doc["object_hash"]
         was_active = obj is not None and obj.state == "active"
-        self.session.show(idx.id, version=idx.version, state="active", actor="agent", reason=reason)
+        self.session.show(idx.id, version=idx.version, state="active", actor="agent", reason=reason, focus=focus)
         if was_active:
             return "already active" if same else "refreshed"
         return "activated"
@@ -322,7 +324,7 @@ class FileTools:
             out.pop("lines_added", None)
             out.pop("lines_removed", None)
         out.update(extra)
-        if idx.meta.get("context_chars"):
+        if idx.meta.get("context_chars") and "note" not in out:
             out["note"] = (
                 f"the active pool shows the first {idx.meta['context_chars']:,} of "
                 f"{idx.meta.get('chars', 0):,} characters; use grep to find the rest"
@@ -338,8 +340,34 @@ class FileTools:
         except StoreUnavailable as e:
             return self._read_unrecorded(real, e)
         pool = "already in pool" if idx.id in self.session.view.objects else "added"
-        active = self._show(idx, reason="read")
-        return self._result(idx, pool=pool, active=active)
+        top = self._top_window(idx)
+        active = self._show(idx, reason="read", focus=top)
+        extra: dict[str, Any] = {"pool": pool, "active": active}
+        if top is not None:
+            extra["note"] = (
+                f"too large to show whole in the active pool (at most {self.session.view.policy.active_pool_tokens:,} "
+                f"tokens): it shows the first {self.session.view.policy.file_view_chars:,} characters; "
+                f'lines(id="{idx.id}", start, end) shows any other part'
+            )
+        return self._result(idx, **extra)
+
+    def _top_window(self, idx: Indexed) -> list[list[int]] | None:
+        """The focus for a file read whole: None (it shows whole), unless its whole text would not
+        fit the active pool on its own, which would take it out on the next turn and leave the
+        agent a report of a file it never sees: then line 1, so that the pool shows the window of
+        ``file_view_chars`` from its top. A file that has a focus (an edit's lines) keeps it."""
+        policy = self.session.view.policy
+        obj = self.session.view.objects.get(idx.id)
+        content = idx.content
+        if policy.active_pool_tokens is None or policy.file_view_chars is None or not isinstance(content, str):
+            return None
+        if obj is not None and obj.focus:
+            return None
+        limit = idx.meta.get("context_chars")
+        chars = min(len(content), limit) if isinstance(limit, int) and not isinstance(limit, bool) else len(content)
+        if chars <= policy.file_view_chars or estimate_tokens(chars) <= policy.active_pool_tokens:
+            return None
+        return [[1, 1]]
 
     def _read_unrecorded(self, real: Path, why: StoreUnavailable) -> dict[str, Any]:
         """A read while the store is out of reach: the file cannot become an object, so its text
