@@ -493,6 +493,16 @@ def test_a_file_too_large_for_the_pool_shows_a_window_of_its_top_and_stays(tmp_p
     turn("read the small one")
     small = next(o for o in session.view.objects.values() if o.meta.get("path") == "small.py")
     assert session.view.shown_text(small) == "X = 1\n"
+    # activated by its id in a session that never read it (a forked Pi session): the same window
+    other = FileTools(
+        Session.open(session.store, "b2", harness="openai", policy=RetentionPolicy(**EAGER)), tools.workspace
+    )
+    assert other.activate(report["id"])["status"] == "activated"
+    again = _turns(other)
+    again("activated it")
+    again("looked at it")
+    assert _state(other.session, "big.py") == "active"
+    assert other.session.view.shown_text(other.session.view.objects[report["id"]]).startswith("[context_os: showing ")
 
 
 def test_a_file_named_in_new_output_counts_as_used_but_a_listing_does_not(tmp_path: Path) -> None:

@@ -340,7 +340,7 @@ class FileTools:
         except StoreUnavailable as e:
             return self._read_unrecorded(real, e)
         pool = "already in pool" if idx.id in self.session.view.objects else "added"
-        top = self._top_window(idx)
+        top = self._top_window(idx.id, idx.version.doc or {})
         active = self._show(idx, reason="read", focus=top)
         extra: dict[str, Any] = {"pool": pool, "active": active}
         if top is not None:
@@ -351,19 +351,20 @@ class FileTools:
             )
         return self._result(idx, **extra)
 
-    def _top_window(self, idx: Indexed) -> list[list[int]] | None:
+    def _top_window(self, obj_id: str, doc: Mapping[str, Any]) -> list[list[int]] | None:
         """The focus for a file read whole: None (it shows whole), unless its whole text would not
         fit the active pool on its own, which would take it out on the next turn and leave the
         agent a report of a file it never sees: then line 1, so that the pool shows the window of
-        ``file_view_chars`` from its top. A file that has a focus (an edit's lines) keeps it."""
+        ``file_view_chars`` from its top. A file that has a focus (an edit's lines) keeps it.
+        ``doc``: the document of the version to show."""
         policy = self.session.view.policy
-        obj = self.session.view.objects.get(idx.id)
-        content = idx.content
+        obj = self.session.view.objects.get(obj_id)
+        content = doc.get("content")
         if policy.active_pool_tokens is None or policy.file_view_chars is None or not isinstance(content, str):
             return None
         if obj is not None and obj.focus:
             return None
-        limit = idx.meta.get("context_chars")
+        limit = doc["meta"].get("context_chars")
         chars = min(len(content), limit) if isinstance(limit, int) and not isinstance(limit, bool) else len(content)
         if chars <= policy.file_view_chars or estimate_tokens(chars) <= policy.active_pool_tokens:
             return None
@@ -425,10 +426,15 @@ class FileTools:
             # an id is a dynamic ref: its latest version, not the one the session showed last
             obj = self.session.view.objects.get(id)
             shown_hash = None if obj is None or obj.version is None else obj.version[2]
+            top = self._top_window(id, v.doc) if v is not None and v.doc is not None else None  # as read
             if v is not None and v.doc is not None and obj is not None and shown_hash != v.doc["object_hash"]:
                 was_active = obj.state == "active"
-                shown = self.session.show(id, version=v, actor="agent", reason="activate")
+                shown = self.session.show(id, version=v, actor="agent", reason="activate", focus=top)
                 return shown | {"status": "refreshed" if was_active else "activated"}
+            if v is not None and top is not None:
+                was_active = obj is not None and obj.state == "active"
+                shown = self.session.show(id, version=v, actor="agent", reason="activate", focus=top)
+                return shown | {"status": "already active" if was_active else "activated"}
         return self.session.activate(id)
 
     def _on_disk(self, v: Version | None) -> Version | None:
