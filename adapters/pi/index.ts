@@ -669,7 +669,8 @@ function isReadReport(m: unknown): m is { role: "toolResult"; toolCallId: string
 function withheld(content: unknown): boolean {
 	const first = Array.isArray(content) ? (content[0] as { text?: unknown } | undefined) : undefined;
 	try {
-		const report = JSON.parse(typeof first?.text === "string" ? first.text : "null") as Record<string, unknown> | null;
+		const text = typeof first?.text === "string" ? first.text : "null";
+		const report = JSON.parse(text) as Record<string, unknown> | null;
 		return report?.content_omitted !== undefined;
 	} catch {
 		return false;
@@ -681,9 +682,21 @@ function withheld(content: unknown): boolean {
  * (that showed only in context_os's blocks), so each becomes what Pi's read gives for the same
  * path, read once (`cache`, by call id) and kept for the session. Without it the model would lose
  * every file it read before context_os went off, or in a session resumed with context_os off.
- * Undefined (Pi's messages as they are) when there is no report.
+ * Undefined (Pi's messages as they are) when there is no report, or when anything goes wrong.
  */
 async function ownReads(
+	messages: Messages,
+	ctx: ExtensionContext,
+	cache: Map<string, unknown>,
+): Promise<{ messages: Messages } | undefined> {
+	try {
+		return await readsInPlace(messages, ctx, cache);
+	} catch {
+		return undefined; // never a throw to Pi: its messages as they are
+	}
+}
+
+async function readsInPlace(
 	messages: Messages,
 	ctx: ExtensionContext,
 	cache: Map<string, unknown>,
@@ -693,7 +706,9 @@ async function ownReads(
 	for (const m of messages) {
 		const { role, content } = m as { role?: unknown; content?: unknown };
 		if (role !== "assistant" || !Array.isArray(content)) continue;
-		for (const c of content) if (c?.type === "toolCall" && typeof c.id === "string") paths.set(c.id, c.arguments?.path);
+		for (const c of content) {
+			if (c?.type === "toolCall" && typeof c.id === "string") paths.set(c.id, c.arguments?.path);
+		}
 	}
 	const read = createReadToolDefinition(ctx.cwd);
 	const out: Messages = [];
@@ -711,7 +726,8 @@ async function ownReads(
 				const r = await read.execute(m.toolCallId, { path }, ctx.signal, undefined, ctx as ExtensionToolContext);
 				content = r.content;
 			} catch (e) {
-				content = [{ type: "text", text: `[context_os is off, and ${String(path)} cannot be read again: ${message(e)}]` }];
+				const text = `[context_os is off, and ${String(path)} cannot be read again: ${message(e)}]`;
+				content = [{ type: "text", text }];
 			}
 			cache.set(m.toolCallId, content);
 		}
