@@ -250,6 +250,28 @@ def test_upstream_errors_keep_their_shape(tmp_path: Path, caplog: Any) -> None:
         store.close()
 
 
+def test_an_upstream_answering_a_page_is_answered_as_it_came(tmp_path: Path) -> None:
+    """An upstream address that answers no API (a web server, a captive portal) with a 200 page:
+    the client gets that page as it came, status and body, and the proxy goes on serving (it
+    used to fail on reading the page as a reply and drop the connection: a bare "Connection
+    error" in the SDK)."""
+    page = b"<html><body>Sign in to the network</body></html>"
+    with upstream(pages={1: page, 2: page}) as up:
+        running = Running(tmp_path, up)
+        try:
+            for path, ask in [
+                ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}]}),
+                ("/v1/messages", {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "y"}]}),
+            ]:
+                got = httpx.post(running.url + path, json=ask, headers={"Authorization": f"Bearer {KEY}"})
+                assert (got.status_code, got.headers["content-type"], got.content) == (200, "text/html", page)
+            assert len(up.requests) == 2 and all(r["tools"] for r in up.requests)  # our tools were offered
+            answer = running.openai().chat.completions.create(model="m", messages=[{"role": "user", "content": "z"}])
+            assert answer.choices[0].message.content == "ok"
+        finally:
+            running.close()
+
+
 def test_context_os_failing_forwards_the_original_messages(proxy: Running, up: Upstream, caplog: Any) -> None:
     odd = [{"role": "user", "content": "hi"}, {"role": "robot", "content": "beep"}]  # a role we cannot read
     with caplog.at_level("WARNING", logger="context_os.proxy"):

@@ -38,6 +38,9 @@ class Upstream:
     """The n-th request (from 1) answered with this status instead, its error body as above."""
     hold: threading.Event | None = None
     """When set, a stream sends its first chunk, then waits for this event before the rest."""
+    pages: dict[int, bytes] = field(default_factory=dict)
+    """The n-th request (from 1) answered 200 with this body as ``text/html`` (a web server at
+    the upstream's address, a captive portal: no API's answer)."""
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     reasoned: set[str] = field(default_factory=set)
@@ -287,6 +290,14 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             text = up.record(body, dict(self.headers.items()))
             anthropic = self.path.startswith("/v1/messages")
             responses = self.path.startswith("/v1/responses")
+            page = up.pages.get(len(up.requests))
+            if page is not None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+                return
             status = up.errors.get(len(up.requests), up.status)
             if status != 200:
                 limited = (

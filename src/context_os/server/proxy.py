@@ -635,7 +635,9 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 with proxy.client.stream("POST", url, headers=self._upstream_headers(), json=plan.body) as resp:
                     if resp.status_code >= 400 or not streaming:
                         raw = resp.read()
-                        calls, message = d.calls(json.loads(raw)) if resp.status_code < 400 else ([], {})
+                        reply = _json_object(raw) if resp.status_code < 400 else None
+                        # no API's answer (a web page at the upstream's address): it goes back as it came
+                        calls, message = d.calls(reply) if reply is not None else ([], {})
                         ours = [c for c in calls if c.name in plan.ours]
                         if not ours or last:
                             if started:  # an error after our rounds began: the stream says so, then ends
@@ -679,6 +681,15 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 self._end()
 
     return Handler
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    """An upstream's answer read as a JSON object; None if it is not one."""
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def _text_of(api: Api, message: Mapping[str, Any]) -> str | None:
