@@ -272,6 +272,37 @@ def test_an_upstream_answering_a_page_is_answered_as_it_came(tmp_path: Path) -> 
             running.close()
 
 
+def test_an_upstream_breaking_off_mid_stream_ends_the_stream_as_an_error(tmp_path: Path, caplog: Any) -> None:
+    """The upstream's connection breaks after the first event of a stream: the client's stream
+    ends with its API's error event naming the upstream (its SDK raises it, rather than a bare
+    connection error), the proxy says so on stderr, and it goes on serving."""
+    with upstream(cut={1, 2, 3}) as up, caplog.at_level("WARNING", logger="context_os.proxy"):
+        running = Running(tmp_path, up)
+        try:
+            chat = running.openai().chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x"}], stream=True
+            )
+            with pytest.raises(openai.APIError, match=f"the upstream {up.url} broke off its answer"):
+                list(chat)
+            ask = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "y"}]}
+            with (
+                pytest.raises(anthropic.APIStatusError, match="broke off its answer"),
+                running.anthropic().messages.stream(**ask) as stream,  # type: ignore[arg-type]
+            ):
+                list(stream.text_stream)
+            # forwarded as it came (a conversation the provider keeps): the same end
+            events = list(
+                running.openai().responses.create(model="m", input="z", previous_response_id="resp_0", stream=True)
+            )
+            assert events[-1].type == "error" and "broke off its answer" in events[-1].message  # type: ignore[union-attr]
+            assert [e.sequence_number for e in events] == list(range(len(events)))
+            assert sum("broke off its answer" in r.message for r in caplog.records) == 3
+            answer = running.openai().chat.completions.create(model="m", messages=[{"role": "user", "content": "w"}])
+            assert answer.choices[0].message.content == "ok"
+        finally:
+            running.close()
+
+
 def test_context_os_failing_forwards_the_original_messages(proxy: Running, up: Upstream, caplog: Any) -> None:
     odd = [{"role": "user", "content": "hi"}, {"role": "robot", "content": "beep"}]  # a role we cannot read
     with caplog.at_level("WARNING", logger="context_os.proxy"):

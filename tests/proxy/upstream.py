@@ -5,6 +5,8 @@ model is fake: the proxy, the SDK clients and the HTTP in between are real."""
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -38,6 +40,8 @@ class Upstream:
     """The n-th request (from 1) answered with this status instead, its error body as above."""
     hold: threading.Event | None = None
     """When set, a stream sends its first chunk, then waits for this event before the rest."""
+    cut: set[int] = field(default_factory=set)
+    """The n-th request's stream (from 1) is reset after its first chunk: the connection breaks."""
     pages: dict[int, bytes] = field(default_factory=dict)
     """The n-th request (from 1) answered 200 with this body as ``text/html`` (a web server at
     the upstream's address, a captive portal: no API's answer)."""
@@ -346,6 +350,10 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                     self.wfile.flush()
                     if i == 0 and up.hold is not None:
                         up.hold.wait(30)
+                    if i == 0 and n in up.cut:  # reset (RST), not closed: the body is not whole
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        self.connection.close()
+                        return
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client stopped reading (a benchmark takes the first chunk only)
             self.close_connection = True

@@ -568,13 +568,15 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
 
         def _upstream(self, api: Api, send: Callable[[], None]) -> None:
             """Run ``send``; an upstream that cannot be reached or is too slow is answered in the
-            client's API's shape (before anything was sent; after, the stream just ends)."""
+            client's API's shape (before anything was sent; after, a stream ends with its API's
+            error event, and any other answer with the connection)."""
             self._started = False
+            self._events: Callable[[bytes], None] | None = None  # a stream begun, at an event's end
             try:
                 send()
             except httpx.HTTPError as e:
                 if self._started:
-                    self.close_connection = True
+                    self._broke_off(api, e)
                 elif isinstance(e, httpx.TimeoutException):
                     log.warning(
                         "proxy: the upstream %s did not answer in time (504 to the client)", proxy.upstreams[api]
@@ -591,6 +593,29 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                     )
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True  # the client went away mid-stream
+
+        def _broke_off(self, api: Api, e: httpx.HTTPError) -> None:
+            """The upstream broke off (or stalled in) an answer the client was being sent: a stream
+            ends with its API's error event (which the SDKs raise), anything else with the
+            connection; said on stderr either way."""
+            late = isinstance(e, httpx.TimeoutException)
+            status = 504 if late else 502
+            why = (
+                f"stopped answering for {proxy.client.timeout.read:g} s"
+                if late
+                else f"broke off its answer: {str(e) or type(e).__name__}"
+            )
+            log.warning("proxy: the upstream %s %s (the client's answer ends there)", proxy.upstreams[api], why)
+            self.close_connection = True
+            if self._events is None:
+                return
+            try:
+                self._events(
+                    stream_error(api, status, error_body(api, status, f"the upstream {proxy.upstreams[api]} {why}"))
+                )
+                self._end()
+            except OSError:
+                pass  # the client went away too
 
         def _upstream_headers(self) -> dict[str, str]:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
@@ -652,6 +677,7 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                     else:
                         if not started:
                             self._start(resp.status_code, resp.headers)
+                            self._events = send  # whole events only: an error event may follow any
                             started = True
                         f = StreamFilter(plan.api, first_round=n == 0, block_offset=offset, response_id=response_id)
                         for event in sse_events(resp.iter_bytes()):
@@ -676,8 +702,15 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             url = proxy.upstream_url(api, self.path)
             with proxy.client.stream(method, url, headers=self._upstream_headers(), content=raw) as resp:
                 self._start(resp.status_code, resp.headers)
+                streamed = resp.headers.get("content-type", "").startswith("text/event-stream")
+                numbered = SequenceNumbers() if api == "responses" else None
                 for part in resp.iter_bytes():
                     self._chunk(part)
+                    if numbered is not None:  # a Responses error event is numbered after the last event
+                        numbered.follow(part)
+                    # an error event may follow only a whole event
+                    whole = streamed and part.replace(b"\r\n", b"\n").endswith(b"\n\n")
+                    self._events = (lambda e, n=numbered: self._chunk(n(e) if n else e)) if whole else None
                 self._end()
 
     return Handler

@@ -325,6 +325,11 @@ class SequenceNumbers:
             out.append(event)
         return b"".join(out)
 
+    def follow(self, chunk: bytes) -> None:
+        """Take the numbers of events passed on as they came: the next event is numbered after them."""
+        for n in _SEQUENCE_NUMBER.findall(chunk):
+            self.sent = max(self.sent, int(n) + 1)
+
 
 _SEQUENCE_NUMBER = re.compile(rb'"sequence_number":\s*(\d+)')
 
