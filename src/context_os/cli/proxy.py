@@ -97,16 +97,19 @@ def proxy_cmd(
         )
         server = make_proxy_server(proxy, port)
         bound = server.server_address[1]
-        print(
-            f"ctxos proxy: listening on http://127.0.0.1:{bound} (OpenAI base URL http://127.0.0.1:{bound}/v1, "
-            f"Anthropic base URL http://127.0.0.1:{bound}) -> {upstream}",
-            file=sys.stderr,
-            flush=True,
-        )
-        announce_created(store)  # after the listening line, which stays the first
-        try:
+        try:  # from here on, a stop (SIGTERM, Ctrl-C) at any point is a clean one
+            print(
+                f"ctxos proxy: listening on http://127.0.0.1:{bound} (OpenAI base URL http://127.0.0.1:{bound}/v1, "
+                f"Anthropic base URL http://127.0.0.1:{bound}) -> {upstream}",
+                file=sys.stderr,
+                flush=True,
+            )
+            announce_created(store)  # after the listening line, which stays the first
             serve_until_stopped(server)
+        except KeyboardInterrupt:
+            pass  # stopped before it began serving (a supervisor that read the line)
         finally:
+            server.server_close()
             proxy.close()
             if engine is not None:
                 engine.close()
