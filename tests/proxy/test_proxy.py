@@ -6,6 +6,7 @@ keep their API's shape, and context_os failing never breaks the agent."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -301,6 +302,35 @@ def test_an_upstream_breaking_off_mid_stream_ends_the_stream_as_an_error(tmp_pat
             assert answer.choices[0].message.content == "ok"
         finally:
             running.close()
+
+
+def test_a_chunked_request_body_is_read(proxy: Running, up: Upstream) -> None:
+    """A client that sends its body chunked (its length not known in advance) is answered as one
+    that gives a Content-Length, and its connection goes on serving: the proxy read no body then,
+    answered 400 "not a JSON object", and left the chunks to be read as the next request."""
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hello " * 2000}]}
+    raw = json.dumps(ask).encode()
+    with httpx.Client(base_url=proxy.url, headers={"Authorization": f"Bearer {KEY}"}) as client:
+        for _ in range(2):  # the same connection, kept alive
+            got = client.post(
+                "/v1/chat/completions",
+                content=iter([raw[:1000], raw[1000:5000], raw[5000:]]),  # httpx sends it chunked
+                headers={"Content-Type": "application/json"},
+            )
+            assert got.status_code == 200, got.text
+            assert got.json()["choices"][0]["message"]["content"]
+    # chunks that are not well formed: a 400 in the API's shape, and the connection closes
+    port = int(proxy.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n" % port
+        )
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"not well formed" in answer
+    assert [r["messages"] for r in up.requests] == [ask["messages"]] * 2
 
 
 def test_context_os_failing_forwards_the_original_messages(proxy: Running, up: Upstream, caplog: Any) -> None:

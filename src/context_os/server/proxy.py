@@ -30,6 +30,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -522,11 +523,34 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
         def _refuse(self, api: Api, status: int, why: str) -> None:
             """Answer a refused request in its API's shape, having read (and dropped) its body: a
             socket closed with unread data is reset, and the client loses the answer."""
-            length = int(self.headers.get("Content-Length") or 0)
-            if 0 < length <= MAX_BODY:
-                self.rfile.read(length)
+            with suppress(ValueError):  # not well formed: the connection closes, no more is read
+                self._read_body()
             self.close_connection = True
             self._reply(status, error_body(api, status, why))
+
+        def _read_body(self) -> bytes | None:
+            """The request's body, by its ``Content-Length`` or chunked (as a client sends a body
+            whose length it does not know in advance); None: over ``MAX_BODY`` (left unread).
+            ``ValueError``: a length or a chunk that is not well formed."""
+            if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
+                length = int(self.headers.get("Content-Length") or 0)
+                if length < 0:
+                    raise ValueError(length)
+                return self.rfile.read(length) if length <= MAX_BODY else None
+            parts: list[bytes] = []
+            size = 0
+            while True:
+                n = int(self.rfile.readline(1024).split(b";")[0].strip(), 16)  # a chunk's size, in hex
+                if n == 0:
+                    break
+                size += n
+                if size > MAX_BODY:
+                    return None
+                parts.append(self.rfile.read(n))
+                self.rfile.readline(1024)  # the chunk's line end
+            while self.rfile.readline(65536).strip():  # trailer fields, up to the blank line
+                pass
+            return b"".join(parts)
 
         def _admitted(self, api: Api) -> bool:
             """The guard's checks: a loopback Host (no DNS rebinding), no browser Origin, JSON."""
@@ -544,12 +568,17 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             api = ROUTES.get(self.path.split("?")[0].rstrip("/"))
             if not self._admitted(api or "openai"):
                 return
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
+            try:
+                raw = self._read_body()
+            except ValueError:
+                self.close_connection = True
+                why = "the request's Content-Length or chunked body is not well formed"
+                self._reply(400, error_body(api or "openai", 400, why))
+                return
+            if raw is None:
                 self.close_connection = True
                 self._reply(413, error_body(api or "openai", 413, f"request body over {MAX_BODY:,} bytes"))
                 return
-            raw = self.rfile.read(length)
             if api is None:
                 self._upstream("openai", lambda: self._forward("openai", raw))  # another endpoint: untouched
                 return
