@@ -24,7 +24,7 @@ from context_os.harness.openai import OpenAIHook
 from context_os.server.proxy import SESSION_HEADER, Proxy, derive_session, make_proxy_server
 from context_os.store.sqlite import SqliteStore
 from tests.proxy.running import KEY, Running, anthropic_client, openai_client, proxy_command, verified_frames
-from tests.proxy.upstream import Upstream, call, reasoning_item, thinking_block, upstream
+from tests.proxy.upstream import ToolCall, Upstream, call, reasoning_item, thinking_block, upstream
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -405,6 +405,69 @@ def test_our_tools_run_inside_the_proxy_and_the_client_sees_only_its_answer(tmp_
             assert running.proxy.counts["tool_calls"] == 1
         finally:
             running.close()
+
+
+def test_our_tools_exchange_comes_back_after_a_restart(tmp_path: Path) -> None:
+    """The exchange with our tools the client never saw is kept in the store: a proxy restarted
+    between two requests of a conversation puts it back in its place, as the first would have
+    (it was lost with the process: the model's history lost its own call, and the prompt cache
+    its prefix from there)."""
+    replies = [call("pin", id="r2"), "pinned it, done", "second turn answer"]
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "check the log"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "log line\n" * 50},
+    ]  # fmt: skip
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            got = running.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+            assert got.choices[0].message.content == "pinned it, done"
+        finally:
+            running.close()
+        msgs += [{"role": "assistant", "content": "pinned it, done"}, {"role": "user", "content": "and now?"}]
+        running = Running(tmp_path, up)  # the same store, a new process's proxy
+        try:
+            got = running.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+            assert got.choices[0].message.content == "second turn answer"
+        finally:
+            running.close()
+    # what the restarted proxy sent is what the first would have: the exchange in its place
+    assert up.requests[2]["messages"][:-2] == up.requests[1]["messages"]
+    third = json.dumps(up.requests[2]["messages"])
+    assert third.index('"pin"') < third.index("pinned it, done") < third.index("and now?")
+    with SqliteStore(tmp_path / "proxy.db") as store:
+        assert verified_frames(store, derive_session("openai", {"messages": msgs})) == 3
+
+
+def test_an_exchange_holding_a_secret_is_never_stored(tmp_path: Path) -> None:
+    """An exchange with our tools that holds a secret (what the model said beside its call) is not
+    kept in the store, whose every text is redacted: the conversation goes on with it in memory
+    (the context sent redacts it, as any text), and a restarted proxy goes on without it."""
+    secret = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+    replies = [ToolCall("pin", {"id": "r1"}, say=f"the token is {secret}"), "pinned", "next", "after"]
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.openai()
+            client.responses.create(model="m", input="check the token")
+            items: list[Any] = [
+                {"role": "user", "content": "check the token"},
+                {"role": "assistant", "content": "pinned"},
+                {"role": "user", "content": "and now?"},
+            ]
+            client.responses.create(model="m", input=items)
+            assert [i.get("name") for i in up.requests[2]["input"]].count("pin") == 1  # spliced back from memory
+        finally:
+            running.close()
+        running = Running(tmp_path, up)
+        try:
+            running.openai().responses.create(model="m", input=[*items, {"role": "user", "content": "go on"}])
+            assert [i.get("name") for i in up.requests[3]["input"]].count("pin") == 0
+        finally:
+            running.close()
+    assert secret.encode() not in b"".join(p.read_bytes() for p in tmp_path.glob("proxy.db*"))
 
 
 def test_our_tools_exchange_comes_back_though_claude_code_moves_its_cache_breakpoint(tmp_path: Path) -> None:

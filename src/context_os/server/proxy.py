@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -155,6 +155,11 @@ _CLAIM = "proxy-claim:"
 """The id prefix of the store documents that say which conversation claimed a start's session."""
 
 
+_HIDDEN = "proxy-hidden:"
+"""The id prefix of the store documents that keep a session's exchanges with our tools the client
+never saw: a restarted proxy puts them back in their places as the one before did."""
+
+
 def _said(reply: Mapping[str, Any]) -> Any:
     """What tells a model's reply apart, as a client sends it back: its text and its calls (not
     its reasoning, nor a cache breakpoint: a client may drop or move them later)."""
@@ -236,6 +241,8 @@ class _Conversation:
     warned: bool = False
     hidden: list[Hidden] = field(default_factory=list)
     """The exchanges with our tools the client never saw (proxy_tools.py)."""
+    kept: str | None = None
+    """The hash of the exchanges last kept in the store (``Proxy._keep_hidden``)."""
 
 
 @dataclass
@@ -327,9 +334,13 @@ class Proxy:
                 if self.recall is not None:
                     SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
                 found = self._conversations[session_id] = _Conversation(hook, files)
+                found.hidden = _stored_hidden(self.store, session_id)  # a restarted proxy's
+                found.kept = hash_value(_rows(found.hidden))
                 first = self._conversations.get(started) if started is not None else None
                 if first is not None:  # the first call's rounds with our tools: the first to reply takes them
                     found.hidden, first.hidden = first.hidden, []
+                    self._keep_hidden(first)
+                    self._keep_hidden(found)
             return found
 
     def prepare(self, api: Api, headers: Mapping[str, str], body: dict[str, Any]) -> Plan:
@@ -395,6 +406,24 @@ class Proxy:
             self._claims[begun] = reply
         self.store.put({"id": f"{_CLAIM}{begun}", "kind": "proxy_claim", "content": reply, "meta": {"session": begun}})
 
+    def _keep_hidden(self, conv: _Conversation) -> None:
+        """Keep ``conv``'s exchanges with our tools in the store when they changed (under its lock).
+        One holding what the session's redactor would take out (a secret the model repeated in
+        its reasoning, which must go back as it came) is kept in memory only, as a failing store
+        leaves them all: a restart then loses it, and the conversation goes on without it."""
+        redact = conv.hook.session.ingest.redact
+        rows = _rows([h for h in conv.hidden if redact is None or not any(redact(t)[1] for t in _strings(h.messages))])
+        digest = hash_value(rows)
+        if digest == conv.kept:
+            return
+        sid = conv.hook.session.id
+        try:
+            self.store.put({"id": f"{_HIDDEN}{sid}", "kind": "proxy_hidden", "content": rows, "meta": {"session": sid}})
+        except Exception as e:  # noqa: BLE001 - the store may be down: the exchanges stay in memory
+            log.warning("proxy: session %s: the exchanges with our tools are not kept in the store: %s", sid, e)
+            return
+        conv.kept = digest
+
     def _failed(self, session_id: str, conv: _Conversation | None, e: Exception) -> None:
         """Fail open: count it, say it once per session."""
         with self._lock:
@@ -415,6 +444,7 @@ class Proxy:
         with conv.lock:
             self._observe(conv, theirs)
             messages, conv.hidden = splice(client, conv.hidden)
+            self._keep_hidden(conv)  # one the client rewrote is dropped
             body = self._assemble(plan.api, conv.hook, dict(plan.original, **{_key(plan.api): messages}))
             schemas = (
                 [t for t in conv.hook.registry.schemas if t["name"] in OFFERED and t["name"] not in theirs]
@@ -448,6 +478,7 @@ class Proxy:
             results = [conv.hook.call_tool(c.name, c.arguments) for c in calls]
             exchange = dialect(plan.api).exchange(text, calls, results, output)
             conv.hidden.append(Hidden(len(client), prefix_hash(client), exchange))
+            self._keep_hidden(conv)
         with self._lock:
             self.counts["tool_calls"] += len(calls)
 
@@ -743,6 +774,34 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 self._end()
 
     return Handler
+
+
+def _stored_hidden(store: Store, session_id: str) -> list[Hidden]:
+    """The exchanges with our tools a proxy kept for ``session_id`` (``Proxy._keep_hidden``)."""
+    doc = store.doc(f"{_HIDDEN}{session_id}")
+    rows = doc.get("content") if doc is not None else None
+    return [
+        Hidden(r["at"], r["prefix"], list(r["messages"]))
+        for r in rows or []
+        if isinstance(r, Mapping) and isinstance(r.get("at"), int) and isinstance(r.get("messages"), list)
+    ]
+
+
+def _rows(hidden: list[Hidden]) -> list[dict[str, Any]]:
+    """Exchanges with our tools as the store keeps them."""
+    return [{"at": h.at, "prefix": h.prefix, "messages": h.messages} for h in hidden]
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
