@@ -521,6 +521,30 @@ def test_our_tools_in_a_stream_and_the_clients_own_calls_pass(tmp_path: Path) ->
             running.close()
 
 
+def test_a_chat_stream_of_several_rounds_is_one_completion_to_the_sdk(tmp_path: Path) -> None:
+    """A streamed chat completion that took a round of our tools reaches the client as one
+    completion: every chunk has the first round's id and the role is said once, so the SDK's own
+    stream helper, which adds up the deltas' strings, gives the role "assistant" (it gave
+    "assistantassistant", which the client then sent back in its history)."""
+    said = ToolCall("pin", {"id": "r1"}, say="Pinning it. ")  # its text and role reach the client at once
+    with upstream(replies=[said, "done here"]) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.openai()
+            msgs: list[dict[str, Any]] = [{"role": "user", "content": "check the log"}]
+            chunks = list(client.chat.completions.create(model="m", messages=msgs, stream=True))  # type: ignore[arg-type]
+            assert len(up.requests) == 2
+            assert {c.id for c in chunks} == {chunks[0].id}
+            assert [c.choices[0].delta.role for c in chunks if c.choices and c.choices[0].delta.role] == ["assistant"]
+            up.replies += [said, "done again"]
+            with client.chat.completions.stream(model="m", messages=msgs) as stream:  # type: ignore[arg-type]
+                final = stream.get_final_completion()
+            assert final.choices[0].message.role == "assistant"
+            assert final.choices[0].message.content == "Pinning it. done again"
+        finally:
+            running.close()
+
+
 def test_anthropic_tool_rounds_json_and_streamed(tmp_path: Path) -> None:
     replies = [call("pin", id="r1"), "json done", call("unpin", id="r1"), "stream done"]
     with upstream(replies=replies) as up:

@@ -23,7 +23,8 @@ class ToolCall:
     name: str
     args: dict[str, Any]
     say: str = ""
-    """Responses only: a message the response holds before its call (a preamble)."""
+    """What the model says before its call (a preamble): a Responses message item, a chat
+    completion's content."""
 
 
 def call(name: str, **args: Any) -> ToolCall:
@@ -64,10 +65,12 @@ def _openai_chunks(reply: str | ToolCall, n: int) -> Iterator[bytes]:
     base = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": int(time.time()), "model": "m"}
     if isinstance(reply, ToolCall):
         fn = {"name": reply.name, "arguments": json.dumps(reply.args)}
-        delta = {
-            "role": "assistant",
-            "tool_calls": [{"index": 0, "id": f"call_{n}", "type": "function", "function": fn}],
-        }
+        delta: dict[str, Any] = {"tool_calls": [{"index": 0, "id": f"call_{n}", "type": "function", "function": fn}]}
+        if reply.say:  # the text first, with the role (as a model that says what it is about to do)
+            said = {"index": 0, "delta": {"role": "assistant", "content": reply.say}, "finish_reason": None}
+            yield f"data: {json.dumps(base | {'choices': [said]})}\n\n".encode()
+        else:
+            delta = {"role": "assistant", **delta}
         first = {"index": 0, "delta": delta, "finish_reason": None}
         yield f"data: {json.dumps(base | {'choices': [first]})}\n\n".encode()
         done = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
@@ -130,7 +133,7 @@ def _anthropic_events(reply: str | ToolCall, n: int, thinking: bool = False) -> 
 
 
 def _openai_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": reply if isinstance(reply, str) else None}
+    message: dict[str, Any] = {"role": "assistant", "content": reply if isinstance(reply, str) else reply.say or None}
     if isinstance(reply, ToolCall):
         fn = {"name": reply.name, "arguments": json.dumps(reply.args)}
         message["tool_calls"] = [{"id": f"call_{n}", "type": "function", "function": fn}]

@@ -53,6 +53,7 @@ from .proxy_tools import (
     MAX_ROUNDS,
     Call,
     Hidden,
+    OneCompletion,
     SequenceNumbers,
     StreamFilter,
     dialect,
@@ -710,10 +711,16 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             started = False
             offset = 0
             response_id: str | None = None
-            numbered = SequenceNumbers() if plan.api == "responses" else None
+            # a stream of several rounds is one response to the client: a Responses stream's events
+            # numbered as one response's, a chat stream's chunks one completion's
+            one: Callable[[bytes], bytes] | None = None
+            if plan.api == "responses":
+                one = SequenceNumbers()
+            elif plan.api == "openai":
+                one = OneCompletion()
 
-            def send(chunk: bytes) -> None:  # a Responses stream's events numbered as one response's
-                self._chunk(numbered(chunk) if numbered is not None else chunk)
+            def send(chunk: bytes) -> None:
+                self._chunk(one(chunk) if one is not None else chunk)
 
             for n in range(MAX_ROUNDS):
                 last = n == MAX_ROUNDS - 1

@@ -35,7 +35,7 @@ from ..harness.anthropic import without_cache_marks
 from ..harness.responses import BUILT_IN_TOOLS, OUTPUTS
 from ..hashing import hash_value
 
-__all__ = ["MAX_ROUNDS", "Call", "Hidden", "StreamFilter", "dialect", "prefix_hash", "splice"]
+__all__ = ["MAX_ROUNDS", "Call", "Hidden", "OneCompletion", "StreamFilter", "dialect", "prefix_hash", "splice"]
 
 MAX_ROUNDS = 8
 """Upstream calls one client request may take when the model keeps calling our tools."""
@@ -329,6 +329,36 @@ class SequenceNumbers:
         """Take the numbers of events passed on as they came: the next event is numbered after them."""
         for n in _SEQUENCE_NUMBER.findall(chunk):
             self.sent = max(self.sent, int(n) + 1)
+
+
+@dataclass
+class OneCompletion:
+    """Chat completions: the chunks of one streamed reply that took several rounds, as one
+    completion's, in the order the client gets them: each with the id of the first chunk it got,
+    and the role said once (the SDKs add up every string of the deltas: a role said in two
+    rounds is ``"assistantassistant"``)."""
+
+    id: str | None = None
+    said_role: bool = False
+
+    def __call__(self, chunk: bytes) -> bytes:
+        out: list[bytes] = []
+        for event in sse_events(iter([chunk])) if chunk else ():
+            data = _data(event)
+            if isinstance(data, dict):
+                self.id = self.id or data.get("id")
+                choices = data.get("choices") or []
+                delta = choices[0].get("delta") if choices and isinstance(choices[0], dict) else None
+                again = isinstance(delta, dict) and "role" in delta and self.said_role
+                self.said_role = self.said_role or (isinstance(delta, dict) and "role" in delta)
+                if again or data.get("id") != self.id:
+                    if again:
+                        assert isinstance(delta, dict)
+                        unsaid = {k: v for k, v in delta.items() if k != "role"}
+                        choices = [dict(choices[0], delta=unsaid), *choices[1:]]
+                    event = f"data: {json.dumps(dict(data, id=self.id, choices=choices))}\n\n".encode()
+            out.append(event)
+        return b"".join(out)
 
 
 _SEQUENCE_NUMBER = re.compile(rb'"sequence_number":\s*(\d+)')
