@@ -743,6 +743,26 @@ def test_the_scripted_provider_refuses_what_the_apis_refuse(path: str, body: dic
     assert got.status_code == 400 and says in got.text
 
 
+def test_with_two_upstreams_each_providers_other_endpoints_go_to_it(tmp_path: Path) -> None:
+    """One proxy for both providers (``--anthropic-upstream``): the requests it does not manage go
+    to the provider whose API they are, Anthropic's by their path (``count_tokens``, which Claude
+    Code calls) or the ``anthropic-version`` header its SDKs send (they all went to the OpenAI
+    upstream), and a DELETE is forwarded as a GET is (it got a 501 page)."""
+    with upstream() as oai, upstream() as ant:
+        running = Running(tmp_path, oai, anthropic_upstream=ant.url)
+        try:
+            claude = running.anthropic()
+            counted = claude.messages.count_tokens(model="m", messages=[{"role": "user", "content": "hi"}])
+            assert counted.input_tokens == 7
+            assert [m.id for m in claude.models.list()] == ["m"]
+            assert [m.id for m in running.openai().models.list()] == ["m"]
+            running.openai().responses.delete("resp_1")
+        finally:
+            running.close()
+    assert [r.split("?")[0] for r in ant.other] == ["POST /v1/messages/count_tokens", "GET /v1/models"]
+    assert oai.other == ["GET /v1/models", "DELETE /v1/responses/resp_1"]
+
+
 def test_an_upstream_is_an_http_url_and_a_versioned_base_is_not_doubled(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     try:

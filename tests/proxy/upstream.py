@@ -47,6 +47,8 @@ class Upstream:
     """The n-th request (from 1) answered 200 with this body as ``text/html`` (a web server at
     the upstream's address, a captive portal: no API's answer)."""
     requests: list[dict[str, Any]] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)
+    """The requests of other endpoints it got (``GET /v1/models``, ``POST /v1/messages/count_tokens``)."""
     headers: list[dict[str, str]] = field(default_factory=list)
     reasoned: set[str] = field(default_factory=set)
     """Responses: the responses (by number) given with reasoning, whose items need it."""
@@ -292,7 +294,24 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _other(self, answer: dict[str, Any]) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            with up.lock:
+                up.other.append(f"{self.command} {self.path}")
+            self._send(200, json.dumps(answer).encode())
+
+        def do_GET(self) -> None:  # noqa: N802 - a model list, as either API gives it
+            model = {"id": "m", "object": "model", "created": 0, "owned_by": "x", "type": "model",
+                     "display_name": "M", "created_at": "2026-01-01T00:00:00Z"}  # fmt: skip
+            self._other({"object": "list", "data": [model], "has_more": False, "first_id": "m", "last_id": "m"})
+
+        def do_DELETE(self) -> None:  # noqa: N802
+            self._other({"id": self.path.rsplit("/", 1)[-1], "object": "response", "deleted": True})
+
         def do_POST(self) -> None:  # noqa: N802
+            if self.path.startswith("/v1/messages/count_tokens"):
+                self._other({"input_tokens": 7})
+                return
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             text = up.record(body, dict(self.headers.items()))
             anthropic = self.path.startswith("/v1/messages")

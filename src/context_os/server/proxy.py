@@ -516,6 +516,17 @@ class Proxy:
         return base + path
 
 
+def _provider(path: str, headers: Any) -> Api:
+    """Whose API a request the proxy does not manage is for: Anthropic's for a path under
+    ``/v1/messages`` (``count_tokens``, batches) or one carrying the ``anthropic-version`` header
+    its SDKs and Claude Code always send, else OpenAI's (``--anthropic-upstream`` gets the first).
+    ``headers``: the request's (``http.server``'s, whose names match in any case)."""
+    route = path.split("?")[0]
+    if route.startswith(("/v1/messages/", "/messages/")) or headers.get("anthropic-version") is not None:
+        return "anthropic"
+    return "openai"
+
+
 def _origin(url: str, option: str) -> str:
     """An upstream's base URL, checked: http or https and a host (``ConfigError`` naming the
     option otherwise), without a trailing slash."""
@@ -593,26 +604,33 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             # a model list and the like go upstream untouched
-            if self._admitted("openai"):
-                self._upstream("openai", lambda: self._forward("openai", None))
+            api = _provider(self.path, self.headers)
+            if self._admitted(api):
+                self._upstream(api, lambda: self._forward(api, None))
+
+        def do_DELETE(self) -> None:  # noqa: N802 - a stored response, a file: untouched
+            api = _provider(self.path, self.headers)
+            if self._admitted(api):
+                self._upstream(api, lambda: self._forward(api, None, "DELETE"))
 
         def do_POST(self) -> None:  # noqa: N802
             api = ROUTES.get(self.path.split("?")[0].rstrip("/"))
-            if not self._admitted(api or "openai"):
+            other = _provider(self.path, self.headers)  # the provider of a request we do not manage
+            if not self._admitted(api or other):
                 return
             try:
                 raw = self._read_body()
             except ValueError:
                 self.close_connection = True
                 why = "the request's Content-Length or chunked body is not well formed"
-                self._reply(400, error_body(api or "openai", 400, why))
+                self._reply(400, error_body(api or other, 400, why))
                 return
             if raw is None:
                 self.close_connection = True
-                self._reply(413, error_body(api or "openai", 413, f"request body over {MAX_BODY:,} bytes"))
+                self._reply(413, error_body(api or other, 413, f"request body over {MAX_BODY:,} bytes"))
                 return
             if api is None:
-                self._upstream("openai", lambda: self._forward("openai", raw))  # another endpoint: untouched
+                self._upstream(other, lambda: self._forward(other, raw))  # another endpoint: untouched
                 return
             try:
                 body = json.loads(raw)
@@ -763,9 +781,9 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                         proxy.run_ours(plan, ours, None, f.kept())
                 plan = proxy.next_round(plan, last=n + 1 == MAX_ROUNDS - 1)
 
-        def _forward(self, api: Api, raw: bytes | None) -> None:
+        def _forward(self, api: Api, raw: bytes | None, method: str | None = None) -> None:
             """The request upstream as it is, the answer back as it comes."""
-            method = "POST" if raw is not None else "GET"
+            method = method or ("POST" if raw is not None else "GET")
             url = proxy.upstream_url(api, self.path)
             with proxy.client.stream(method, url, headers=self._upstream_headers(), content=raw) as resp:
                 self._start(resp.status_code, resp.headers)
