@@ -333,6 +333,36 @@ def test_a_chunked_request_body_is_read(proxy: Running, up: Upstream) -> None:
     assert [r["messages"] for r in up.requests] == [ask["messages"]] * 2
 
 
+def test_a_retried_request_is_sent_again_as_it_was(tmp_path: Path) -> None:
+    """A client retrying a request the upstream refused (a 429, as the SDKs and agents do by
+    themselves) sends the same request again: it goes upstream as it went, one frame for all its
+    tries. Each try was a turn of its own, and after a few the tool result the model had not seen
+    yet was old enough to collapse: the model got a stub of it."""
+    with upstream(replies=["looked", "-", "-", "-", "-", "found it"], errors={k: 429 for k in (2, 3, 4, 5)}) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.openai()
+            msgs = coding_conversation(60)  # managed
+            client.chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+            fresh = "# the newest module\n" + "y = 2\n" * 700
+            call = {"id": "c60", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+            msgs += [
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c60", "content": fresh},
+            ]
+            tried = openai_client(f"{running.url}/v1").with_options(max_retries=4)
+            with pytest.MonkeyPatch.context() as mp:  # the SDK's pause between tries, made short
+                mp.setattr(openai._base_client.BaseClient, "_calculate_retry_timeout", lambda *a, **k: 0.01)
+                got = tried.chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+            assert got.choices[0].message.content == "found it"
+            assert len(up.requests) == 6
+            assert all(json.dumps(r) == json.dumps(up.requests[1]) for r in up.requests[2:])
+            assert up.requests[-1]["messages"][-1]["content"] == fresh  # in full
+            assert verified_frames(running.store, derive_session("openai", {"messages": msgs})) == 2
+        finally:
+            running.close()
+
+
 def test_context_os_failing_forwards_the_original_messages(proxy: Running, up: Upstream, caplog: Any) -> None:
     odd = [{"role": "user", "content": "hi"}, {"role": "robot", "content": "beep"}]  # a role we cannot read
     with caplog.at_level("WARNING", logger="context_os.proxy"):

@@ -244,6 +244,8 @@ class _Conversation:
     """The exchanges with our tools the client never saw (proxy_tools.py)."""
     kept: str | None = None
     """The hash of the exchanges last kept in the store (``Proxy._keep_hidden``)."""
+    last: tuple[dict[str, Any], list[tuple[int, str]], Plan] | None = None
+    """The last request as the client sent it, where its exchanges stood, and its plan."""
 
 
 @dataclass
@@ -360,13 +362,26 @@ class Proxy:
             if not (named and named.strip()):
                 session_id, started = self._route(api, body, session_id)
             conv = self._conversation(api, session_id, started)
-            plan = self._plan(Plan(api, body, body, conv), offer=True)
+            plan = self._again(conv, body) or self._plan(Plan(api, body, body, conv), offer=True)
+            with conv.lock:
+                conv.last = (body, _places(conv.hidden), plan)
         except Exception as e:
             self._failed(session_id, conv, e)
             return Plan(api, body, body)
         with self._lock:
             self.counts["assembled"] += 1
         return plan
+
+    def _again(self, conv: _Conversation, body: Mapping[str, Any]) -> Plan | None:
+        """The plan of the conversation's last request if this one is the same again, with no
+        exchange of ours since (a client retrying after an upstream's 429 or 5xx, or a dropped
+        connection): it is sent as it was, not assembled as a new turn, which would age the
+        conversation's tool results (a result the model never saw collapsed after a few retries)."""
+        with conv.lock:
+            last = conv.last
+            if last is not None and last[1] == _places(conv.hidden) and last[0] == body:
+                return last[2]
+        return None
 
     def _route(self, api: Api, body: Mapping[str, Any], begun: str) -> tuple[str, str | None]:
         """The session of a request whose conversation starts as ``begun`` names (its start, or
@@ -810,6 +825,11 @@ def _stored_hidden(store: Store, session_id: str) -> list[Hidden]:
         for r in rows or []
         if isinstance(r, Mapping) and isinstance(r.get("at"), int) and isinstance(r.get("messages"), list)
     ]
+
+
+def _places(hidden: list[Hidden]) -> list[tuple[int, str]]:
+    """Where a conversation's exchanges with our tools stand (a new one is a new place)."""
+    return [(h.at, h.prefix) for h in hidden]
 
 
 def _rows(hidden: list[Hidden]) -> list[dict[str, Any]]:
