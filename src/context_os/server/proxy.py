@@ -242,8 +242,8 @@ class _Conversation:
     warned: bool = False
     hidden: list[Hidden] = field(default_factory=list)
     """The exchanges with our tools the client never saw (proxy_tools.py)."""
-    kept: str | None = None
-    """The hash of the exchanges last kept in the store (``Proxy._keep_hidden``)."""
+    kept: list[tuple[int, str]] | None = None
+    """Where the exchanges last kept in the store stood (``Proxy._keep_hidden``)."""
     last: tuple[dict[str, Any], list[tuple[int, str]], Plan] | None = None
     """The last request as the client sent it, where its exchanges stood, and its plan."""
 
@@ -338,7 +338,7 @@ class Proxy:
                     SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
                 found = self._conversations[session_id] = _Conversation(hook, files)
                 found.hidden = _stored_hidden(self.store, session_id)  # a restarted proxy's
-                found.kept = hash_value(_rows(found.hidden))
+                found.kept = _places(found.hidden)
                 first = self._conversations.get(started) if started is not None else None
                 if first is not None:  # the first call's rounds with our tools: the first to reply takes them
                     found.hidden, first.hidden = first.hidden, []
@@ -427,18 +427,18 @@ class Proxy:
         One holding what the session's redactor would take out (a secret the model repeated in
         its reasoning, which must go back as it came) is kept in memory only, as a failing store
         leaves them all: a restart then loses it, and the conversation goes on without it."""
+        places = _places(conv.hidden)  # an exchange never changes: a new one is a new place
+        if places == conv.kept:
+            return
         redact = conv.hook.session.ingest.redact
         rows = _rows([h for h in conv.hidden if redact is None or not any(redact(t)[1] for t in _strings(h.messages))])
-        digest = hash_value(rows)
-        if digest == conv.kept:
-            return
         sid = conv.hook.session.id
         try:
             self.store.put({"id": f"{_HIDDEN}{sid}", "kind": "proxy_hidden", "content": rows, "meta": {"session": sid}})
         except Exception as e:  # noqa: BLE001 - the store may be down: the exchanges stay in memory
             log.warning("proxy: session %s: the exchanges with our tools are not kept in the store: %s", sid, e)
             return
-        conv.kept = digest
+        conv.kept = places
 
     def _failed(self, session_id: str, conv: _Conversation | None, e: Exception) -> None:
         """Fail open: count it, say it once per session."""
