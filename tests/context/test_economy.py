@@ -604,3 +604,27 @@ def test_a_files_window_follows_its_focus_and_its_text() -> None:
     o.content = text.replace("line 1501\n", "LINE 1501\n")
     assert "LINE 1501" in active_text(o, 2000)
     assert active_text(o, 100_000) == o.content  # it all fits: no window
+
+
+def test_an_object_the_agent_activates_is_shown_to_the_model_even_when_larger_than_the_pool(db) -> None:
+    """The pool takes out the least used of its objects while over budget; one the agent made
+    active since the last call has not been seen yet: it stays for that call (it said "activated")."""
+    big = "\n".join(f"row {k:05d}: a line of a long build log that the agent asks to see again" for k in range(700))
+    policy = RetentionPolicy(**EAGER, active_pool_tokens=2_000, keep_recent_results=1, collapse_after_turns=0)
+    hook = OpenAIHook(Session.open(db, "big", harness="openai", policy=policy))
+    msgs = [user("build it"), call("c1", cmd="make"), result("c1", big), say("it failed"), user("and now?")]
+    msgs += [call("c2", cmd="ls"), result("c2", "src tests")]
+    out = hook.transform_context(msgs)
+    ref = next(r for r in map(stub_ref, texts(out)) if r)  # the build log collapsed to a stub
+    status = hook.session.activate(ref)
+    assert status["status"] == "activated" and status["tokens"] > 2_000
+    assert status["note"].startswith("larger than the active pool (2,000 tokens): shown in the next call")
+    msgs += [say("let me see the log again"), user("go on")]
+    out = hook.transform_context(msgs)
+    assert "row 00699" in "\n".join(texts(out))  # the model sees what it asked for
+    obj = hook.session.view.objects[hook.session.resolve(ref)]
+    assert obj.state == "active"
+    msgs += [say("seen"), user("next")]
+    hook.transform_context(msgs)  # seen once: the pool's budget applies to it again
+    assert obj.state == "inactive"
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "big"))

@@ -31,7 +31,7 @@ session applies. No store, no rendering: token counts come from functions it is 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, Protocol
 
@@ -216,11 +216,14 @@ def retention_due(
     gain: Callable[[Any], int],
     shown: Callable[[Any], int],
     tokens: Callable[[], int],
+    asked: Collection[str] = (),
 ) -> list[StateChange]:
     """What the policy wants changed at the start of turn ``turn`` (none of it applied):
     ``live()``: the active objects (``Shown``); ``gain(o)``: the tokens collapsing a tool result
     frees; ``shown(o)``: the tokens an object of the active pool takes there; ``tokens()``: the
-    size of the context as it would render now.
+    size of the context as it would render now; ``asked``: the ids of objects the agent or the
+    user made active since the policy last ran, which the active pool keeps for this turn (the
+    model sees what it asked for at least once, even an object larger than the pool alone).
 
     Tool results beyond the ``keep_recent_results`` newest collapse; results due by age collapse
     (together, once they free ``collapse_batch_tokens`` or the budget is near); objects of the
@@ -261,7 +264,7 @@ def retention_due(
     if pool is not None:
         in_pool = [o for o in live() if o.in_tail]
         size = sum(shown(o) for o in in_pool)
-        scored = [(use_score(o, turn, policy), o) for o in in_pool if not o.pinned]
+        scored = [(use_score(o, turn, policy), o) for o in in_pool if not o.pinned and o.id not in asked]
         for score, o in sorted(scored, key=lambda so: (so[0], so[1].since, so[1].seq, so[1].id)):
             if size <= pool:
                 break

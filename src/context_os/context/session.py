@@ -156,6 +156,9 @@ class Session:
         that reaches it checks, whatever the newest transaction is (it may be this session's)."""
         self._released: list[ObjInfo] = [o for o in view.objects.values() if o.kind == "toolcall" and o.collapsed]
         """Collapsed tool results whose text may leave memory (``_release``)."""
+        self._asked: set[str] = set()
+        """Objects the agent or the user made active since the retention policy last ran: the
+        active pool does not take them out before the model has seen them (``_retain``)."""
 
     def _header(self) -> dict[str, Any]:
         content = {"harness": self.harness, "workspace": self.workspace, "created": self.created}
@@ -424,7 +427,9 @@ class Session:
             gain=view.collapse_gain,
             shown=view.shown_tokens,
             tokens=lambda: view.render().tokens,
+            asked=self._asked,
         )
+        self._asked = set()
         due = list({c.id: c for c in due}.values())
         keep = policy.keep_thinking_turns
         if keep is None and view.thinking_horizon:
@@ -500,6 +505,8 @@ class Session:
         if state == "active" and before != "active":
             self._reload(o)
             used(o, self.view.turn, self.view.policy)
+            if actor in ("agent", "user"):
+                self._asked.add(o.id)
         self.view.set_state(o, state=state, collapsed=collapsed)
         self.writer.record_state(o, actor, reason)
         if o.collapsed and o.state != "active":
@@ -771,7 +778,14 @@ class Session:
             return {"id": obj_id, "status": "already active"}
         self._set(obj, "active", actor, reason)
         self.writer.flush()
-        return {"id": obj_id, "status": "activated", "tokens": obj.tokens}
+        out: dict[str, Any] = {"id": obj_id, "status": "activated", "tokens": obj.tokens}
+        pool = self.view.policy.active_pool_tokens
+        if pool is not None and obj.in_tail and not obj.pinned and obj.tokens > pool:
+            out["note"] = (
+                f"larger than the active pool ({pool:,} tokens): shown in the next call, then collapsed again unless"
+                f' pinned; lines(id="{obj_id}", start, end) shows any part'
+            )
+        return out
 
     def deactivate(self, obj_id: str, *, actor: Actor = "agent", reason: str = "deactivate") -> dict[str, Any]:
         """Collapse an object to its metadata. Locked objects refuse."""
