@@ -60,6 +60,7 @@ def test_json_has_one_row_per_scope(ws: Path) -> None:
         "injected_bytes": 2400,
         "injected_lines": 200,
         "capped": True,
+        "binary": False,
         "topics": 0,
         "archived": 0,
         "error": None,
@@ -73,6 +74,14 @@ def test_json_has_one_row_per_scope(ws: Path) -> None:
         0,
     )
     assert (p["topics"], p["archived"]) == (1, 1)
+
+
+def test_a_binary_index_is_called_binary_not_over_the_cap(ws: Path) -> None:
+    (data_dir() / "memory" / "MEMORY.md").write_bytes(b"- a\n\x00\x01\x02")
+    g = json.loads(run("-w", str(ws), "--json").stdout)["scopes"][0]
+    assert (g["bytes"], g["injected_bytes"], g["capped"], g["binary"]) == (7, 0, False, True)
+    human = run("-w", str(ws)).stdout
+    assert "global: MEMORY.md is not a text file" in human and "over the cap" not in human
 
 
 def test_trust_then_show_then_untrust(ws: Path) -> None:

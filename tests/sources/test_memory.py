@@ -207,6 +207,10 @@ def test_binary_index_is_not_shown(data: Path) -> None:
     write_index(data / "memory", b"- a\n\x00\x01\x02")
     s = only(MemoryScopes(data_dir=data), "global")
     assert s.text is not None and "not a text file" in s.text and "\x00" not in s.text
+    assert (s.binary, s.capped, s.injected_bytes) == (True, False, 0)
+    assert s.meta["binary"] is True
+    write_index(data / "memory", "- a\n")
+    assert "binary" not in only(MemoryScopes(data_dir=data), "global").meta  # a text index's meta (and hash) as before
 
 
 # -- byte stability and change detection -------------------------------------------------------

@@ -43,6 +43,7 @@ def _row(s: MemoryScope) -> dict[str, Any]:
         "injected_bytes": s.injected_bytes,
         "injected_lines": s.injected_lines,
         "capped": s.capped,
+        "binary": s.binary,
         "topics": s.topics,
         "archived": s.archived,
         "error": s.error,
@@ -82,7 +83,7 @@ def show_cmd(workspace: Path, include_pi: bool | None, as_json: bool) -> None:
                     "yes" if r["exists"] else "no",
                     f"{r['bytes']:,}",
                     "-" if r["lines"] is None else f"{r['lines']:,}",
-                    f"{r['injected_bytes']:,}" + (" capped" if r["capped"] else ""),
+                    f"{r['injected_bytes']:,}" + (" capped" if r["capped"] else " binary" if r["binary"] else ""),
                     r["topics"],
                     r["archived"],
                     r["path"],
@@ -96,6 +97,11 @@ def show_cmd(workspace: Path, include_pi: bool | None, as_json: bool) -> None:
     for r in rows:
         if r["error"]:
             click.echo(f"\n{r['scope']}: not read: {r['error']}")
+        elif r["binary"]:
+            click.echo(
+                f"\n{r['scope']}: MEMORY.md is not a text file (it holds NUL bytes): nothing of it enters the "
+                "context, only a note saying so"
+            )
         elif r["capped"]:
             click.echo(
                 f"\n{r['scope']}: MEMORY.md is over the cap ({mem.max_lines} lines / {mem.max_bytes:,} bytes): only "

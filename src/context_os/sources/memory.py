@@ -116,6 +116,8 @@ class MemoryScope:
     injected_lines: int = 0
     capped: bool = False
     """The index is longer than the cap: the item shows the head and a note."""
+    binary: bool = False
+    """The index holds NUL bytes: not a text file, the item is a one-line note instead."""
     text: str | None = None
     """The item's text: the capped index (with the note), when read."""
     topics: int = 0
@@ -139,7 +141,7 @@ class MemoryScope:
             "lines": self.lines,
             "injected_lines": self.injected_lines,
             "sha": self.sha,
-        }
+        } | ({"binary": True} if self.binary else {})
 
 
 @dataclass(frozen=True)
@@ -552,6 +554,7 @@ class MemoryScopes:
             injected_bytes=len(injected),
             injected_lines=injected.count(b"\n") + (1 if injected and not injected.endswith(b"\n") else 0),
             capped=capped,
+            binary=r.binary,
             text=text,
             topics=topics,
             archived=archived,
@@ -567,7 +570,7 @@ class MemoryScopes:
         """(item text, injected bytes of the file, capped)."""
         shown = self._shown(w, index)
         if r.binary:
-            return f"[memory: {shown} is not a text file ({r.size:,} bytes); nothing of it is shown]\n", b"", True
+            return f"[memory: {shown} is not a text file ({r.size:,} bytes); nothing of it is shown]\n", b"", False
         head = _cut(r, self.max_lines, self.max_bytes)
         if head is None:
             return r.head.decode("utf-8", errors="replace"), r.head, False
