@@ -52,6 +52,41 @@ def test_a_remembered_fact_is_in_context_from_the_next_turn_and_in_the_next_sess
     assert "- deploy with make release" in blocks_text(later.transform_context([user("hello")]))
 
 
+def test_a_deleted_memory_index_leaves_the_session_and_recall(store: Store, uid: str, tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    session = Session.open(store, uid, harness="openai", workspace=str(tmp_path / "repo"))
+    memory = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    hook = OpenAIHook(session)
+    SourceTools(session, recall=Recall(store), memory=memory, auto_recall=False).register(hook.registry)
+    memory.remember(f"the staging host is {uid}zebra")
+    msgs = [user("hello")]
+    assert f"{uid}zebra" in blocks_text(hook.transform_context(msgs))
+    (id,) = [i for i in session.view.objects if i.startswith("memory:project:")]
+    said = store.latest_tx_id()
+
+    def found() -> list[str]:
+        out = json.loads(hook.call_tool("recall", {"query": f"staging host {uid}zebra", "k": 20}))
+        return [h["object"] for h in out["hits"] if h["kind"] == "memory"]
+
+    assert found() == [id]
+    (tmp_path / "repo" / ".context_os" / "memory" / "MEMORY.md").unlink()
+    msgs += [say("ok"), user("and now?")]
+    assert f"{uid}zebra" not in blocks_text(hook.transform_context(msgs))
+    assert id not in session.view.objects  # not even a line to activate the deleted text by
+    assert found() == [] and store.get(id) is None
+    assert store.get(id, tx_id=said) is not None  # what it said then stays in the history
+    assert all(verify_frame(store, f).ok for f in frame_docs(store, uid))
+    # written again: shown again, and deleted again, ended again
+    memory.remember("a new fact")
+    msgs += [say("ok"), user("again")]
+    assert "a new fact" in blocks_text(hook.transform_context(msgs)) and store.get(id) is not None
+    (tmp_path / "repo" / ".context_os" / "memory" / "MEMORY.md").unlink()
+    msgs += [say("ok"), user("gone?")]
+    hook.transform_context(msgs)
+    assert store.get(id) is None and id not in session.view.objects
+    session.close()
+
+
 def test_remember_refuses_what_it_cannot_write(store: Store, uid: str, tmp_path: Path) -> None:
     (tmp_path / "repo").mkdir()
     hook = memory_hook(store, uid, tmp_path, trusted=False)

@@ -146,6 +146,9 @@ class Session:
         self.source_hashes: dict[str, dict[str, str]] = {}
         """Per source item: the object and content hashes of its version as this session last
         wrote or read it (context/sources.py: an unchanged item costs no store read)."""
+        self.source_ended: set[str] = set()
+        """Items whose source says their origin is gone (``ended()``) and whose object this
+        session saw ended in the store: no store read for them at every turn."""
         # the tombstones (id, tx) this session has taken in: evictions it already reflects
         self._tombstones: set[tuple[str, int]] = set()
         self.erased: set[str] = set()

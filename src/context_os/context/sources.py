@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InputError, StoreUnavailable
 from ..objects import SourceDoc
 from ..sources.base import ObjectSource, SourceItem
+from ..store.base import Delete
 from ..tokens import estimate_tokens
 
 if TYPE_CHECKING:
@@ -108,16 +109,41 @@ def _consult_feed(session: Session, feed: SourceFeed, query: str | None) -> list
         shown.append(item.id)
     if feed.every_turn:
         offered = {item.id for item in items}
+        ended = _end(session, feed, offered)
         for o in list(session.view.objects.values()):
             if o.meta.get("source") != feed.source.name or o.id in offered:
                 continue
             if o.pinned:
                 session.unpin(o.id, actor="system")
-            if feed.forget:
+            if o.id in ended:
+                session.drop(o.id, actor="system", reason=f"{feed.source.name}: its origin is gone (a deleted file)")
+            elif feed.forget:
                 session.drop(o.id, actor="system", reason=f"{feed.source.name} no longer offers it")
             elif o.state == "active":
                 session.deactivate(o.id, actor="system", reason=f"{feed.source.name} no longer offers it")
     return shown
+
+
+def _end(session: Session, feed: SourceFeed, offered: set[str]) -> set[str]:
+    """The items ``feed``'s source says are gone (``ended()``: a deleted ``MEMORY.md``): their
+    objects, and the ``recall`` copy a recall of them stored, end in the store from now on, so
+    recall no longer finds what was deleted (a search ``as_of`` before still does), and this
+    session's recall copies of them leave it. A source without ``ended`` ends nothing."""
+    ended = getattr(feed.source, "ended", None)
+    gone = set(ended()) - offered if ended is not None else set()
+    session.source_ended -= offered  # created again: the next deletion is ended again
+    for id in sorted(gone - session.source_ended):
+        v = session.store.get(id)
+        if v is not None and v.doc is not None and v.doc.get("meta", {}).get("source") == feed.source.name:
+            copy = f"recall:{id}#"  # what a recall of it stored (a memory has one part, "")
+            c = session.store.get(copy)
+            session.writer.submit([Delete(id)] + ([Delete(copy)] if c is not None and c.doc is not None else []))
+        session.source_hashes.pop(id, None)
+        session.source_ended.add(id)
+    for o in list(session.view.objects.values()):  # this session's recall copies of them go too
+        if o.kind == "recall" and o.meta.get("object") in gone:
+            session.drop(o.id, actor="system", reason=f"{feed.source.name}: its origin is gone (a deleted file)")
+    return gone
 
 
 def _eligible(session: Session, items: list[SourceItem]) -> list[SourceItem]:

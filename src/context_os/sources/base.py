@@ -48,6 +48,10 @@ class ObjectSource(Protocol):
         """The items for ``query``, best first, together within about ``budget_tokens``."""
         ...
 
+    # Optional: ``ended() -> list[str]``, the ids of items it offered whose origin is gone for good
+    # (a deleted ``MEMORY.md``); a session consulting it at every turn ends their objects in the
+    # store (context/sources.py). A source without it ends nothing.
+
 
 class TextSource:
     """The simplest source: a fixed set of texts, scored by the share of the query's words each

@@ -471,6 +471,7 @@ class MemoryScopes:
         self.max_lines = max_lines
         self.max_bytes = max_bytes
         self._seen: tuple[tuple[str, str | None], ...] | None = None
+        self._ended: list[str] = []
 
     # -- trust and configuration
 
@@ -589,11 +590,19 @@ class MemoryScopes:
         the prompt cache every turn."""
         looked = self.scopes()
         self._seen = self._fingerprint(looked)
+        self._ended = [s.id for s in looked if s.used and not s.exists and s.error is None]
         return [
             SourceItem(id=s.id, kind="memory", text=s.text, score=1.0, meta=s.meta)
             for s in looked
             if s.used and s.text is not None
         ]
+
+    def ended(self) -> list[str]:
+        """The ids of used scopes whose ``MEMORY.md`` did not exist at the last ``items()`` (it
+        was deleted, or never written): a session ends their objects in the store, so recall
+        stops finding a deleted memory. A scope that could not be read (an error) is not ended,
+        nor one no longer used (an untrusted project's memory is not shown, not deleted)."""
+        return list(self._ended)
 
     @staticmethod
     def _fingerprint(looked: list[MemoryScope]) -> tuple[tuple[str, str | None], ...]:
