@@ -413,6 +413,24 @@ def test_after_the_keyword_index_is_rebuilt_new_parts_are_still_embedded(
         assert [h.id for h in index.search("deploy tag", k=1)] == ["memory:new"]
 
 
+def test_a_rebuild_that_renumbers_parts_past_the_cursor_leaves_none_unembedded(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    facts = [f"fact {w} about the build" for w in words]
+    for n, text in enumerate(facts):
+        db.put(memory(f"memory:{n}", text))
+    with VectorIndex(db, model, tmp_path / "v.db") as index:
+        assert index.catch_up(max_parts=6) == 6  # half embedded (a worker behind, --embed-for)
+        db.submit([Evict("memory:0"), Evict("memory:1")])
+        db.rebuild_index()  # every part numbered again, from 1: seven, eight are below the cursor now
+        assert int(db.index_status()["last_seq"]) > index.cursor  # not fewer parts than the cursor
+        index._rebuilt_check = -1e9  # the check runs at most once a minute: now
+        index.catch_up()
+        assert index.counts()["pending"] == 0
+        assert {h.id for h in index.search("fact six seven eight nine", k=8)} == {f"memory:{n}" for n in range(2, 10)}
+
+
 @pytest.mark.parametrize("first", [1, 5, 64, 10_000])
 def test_best_first_is_a_stable_sort_of_what_is_finite(first: int) -> None:
     rng = np.random.default_rng(first)

@@ -320,9 +320,17 @@ class VectorIndex:
                 # again; texts already embedded are found by their key, not embedded twice.
                 # index_status runs the index's integrity check: not at every catch-up
                 self._rebuilt_check = time.monotonic()
-                if int(self.store.index_status().get("last_seq") or 0) < self.cursor:
-                    with self._lock:
+                status = self.store.index_status()
+                built = None if status.get("built_time") is None else str(status["built_time"])
+                seen = self._meta("built")
+                # rebuilt since the cursor was taken: its seqs say nothing now, even when there are
+                # as many parts as before (without ``built_time``, an index from before it: fewer parts)
+                again = seen != built if seen is not None else int(status.get("last_seq") or 0) < self.cursor
+                with self._lock:
+                    if again:
                         self._db.execute("UPDATE meta SET value = '0' WHERE key = 'cursor'")
+                    if built is not None and built != seen:
+                        self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('built', ?)", (built,))
             while max_parts is None or taken < max_parts:
                 limit = self.BATCH if max_parts is None else min(self.BATCH, max_parts - taken)
                 batch = self.store.text_parts(after_seq=self.cursor, limit=limit)

@@ -208,7 +208,11 @@ def create_tables(conn: sqlite3.Connection, *, state: str = "ok") -> None:
         f" tokenize='{TOKENIZER}')"
     )
     conn.execute("CREATE TABLE text_meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID")
-    conn.execute("INSERT INTO text_meta (key, value) VALUES ('state', ?), ('fts_seq', 0)", (state,))
+    # ``built``: when these tables were made (epoch ms; ``built_time`` in the status): a rebuild
+    # numbers every part again from 1, and an embedder's cursor learns so from it (sources/vectors.py)
+    conn.execute(
+        "INSERT INTO text_meta (key, value) VALUES ('state', ?), ('fts_seq', 0), ('built', ?)", (state, now_ms())
+    )
 
 
 def drop_tables(conn: sqlite3.Connection) -> None:
@@ -490,7 +494,8 @@ def index_counts(conn: sqlite3.Connection) -> dict[str, Any]:
         " coalesce(max(seq), 0), count(*) FILTER (WHERE eid != 0 AND seq > ?) FROM text_parts",
         (done,),
     ).fetchone()
-    return {"parts": parts, "documents": documents, "last_seq": last_seq, "pending": pending}
+    built = meta_value(conn, "built")  # None: tables made before it was recorded (2026-11-30)
+    return {"parts": parts, "documents": documents, "last_seq": last_seq, "pending": pending, "built_time": built}
 
 
 # -- without an index: a scan ---------------------------------------------------------------------
