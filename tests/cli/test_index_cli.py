@@ -100,6 +100,28 @@ def test_rebuild_of_a_sound_index(ctxos: click.Group, db: Path) -> None:
     assert r.stdout.strip() == "rebuilt the index: 2 parts indexed"
 
 
+def test_an_interrupted_rebuild_says_what_it_left_and_the_next_one_finishes(
+    ctxos: click.Group, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = SqliteStore.rebuild_index
+
+    def interrupted(self: SqliteStore, progress: Any = None) -> int:
+        def ctrl_c(done: int, total: int) -> None:  # Ctrl-C once the first batch is in
+            raise KeyboardInterrupt
+
+        return real(self, ctrl_c)
+
+    monkeypatch.setattr(SqliteStore, "REBUILD_BATCH", 1)
+    monkeypatch.setattr(SqliteStore, "rebuild_index", interrupted)
+    r = run(ctxos, db, "rebuild")
+    assert r.exit_code == 130, r.output
+    assert "interrupted: the index is half built" in r.stderr and "goes on from where it stopped" in r.stderr
+    assert json.loads(run(ctxos, db, "status", "--json").stdout)["state"] == "building"
+    monkeypatch.setattr(SqliteStore, "rebuild_index", real)
+    r = run(ctxos, db, "rebuild")
+    assert r.exit_code == 0 and r.stdout.strip() == "the index was half built: repaired, 2 parts indexed"
+
+
 def test_a_store_that_does_not_exist_fails_cleanly(ctxos: click.Group, tmp_path: Path) -> None:
     r = run(ctxos, tmp_path / "nope.db", "status")
     assert r.exit_code == 1

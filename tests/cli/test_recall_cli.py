@@ -7,12 +7,13 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from context_os.cli import cli
-from context_os.sources.vectors import vector_status
+from context_os.sources.vectors import VectorIndex, vector_status
 
 pytestmark = pytest.mark.e2e
 
@@ -90,6 +91,29 @@ def test_recall_embeds_for_at_most_the_time_given_and_says_what_it_left(tmp_path
     full = CliRunner().invoke(cli, args)
     assert full.exit_code == 0 and json.loads(full.stdout)["note"] is None
     assert f"embedding {left:,} parts not embedded yet before searching" in full.stderr
+
+
+def test_an_interrupted_embedding_keeps_what_it_embedded_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "store.db"
+    assert CliRunner().invoke(cli, ["--store", str(db), "demo", "--json"]).exit_code == 0
+    real, calls = VectorIndex.catch_up, []
+
+    def ctrl_c_on_the_second(self: VectorIndex, *args: Any, **kwargs: Any) -> int:
+        calls.append(1)
+        if len(calls) == 2:  # Ctrl-C once a batch is in
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(VectorIndex, "catch_up", ctrl_c_on_the_second)
+    args = ["--store", str(db), "recall", "model picker", "--embedder", "wordllama"]
+    cut = CliRunner().invoke(cli, args)
+    assert cut.exit_code == 130, cut.output
+    left = json.loads(CliRunner().invoke(cli, ["--store", str(db), "index", "status", "--json"]).stdout)["vectors"]
+    assert left["vectors"] > 0 and left["pending"] > 0
+    done = left["cursor"]
+    assert f"interrupted: {done:,} of {done + left['pending']:,} parts embedded, kept beside the store" in cut.stderr
 
 
 def test_bad_queries_and_kinds_are_named(db: Path) -> None:

@@ -64,10 +64,22 @@ def rebuild_cmd(ctx: click.Context, as_json: bool) -> None:
             bar.update(done - bar.pos)
 
         try:
-            parts = store.rebuild_index(progress)
-        finally:
-            if bar is not None:
-                bar.__exit__(None, None, None)
+            try:
+                parts = store.rebuild_index(progress)
+            finally:
+                if bar is not None:
+                    bar.__exit__(None, None, None)
+        except KeyboardInterrupt:
+            # each batch is its own transaction: the next rebuild goes on from the last one
+            if store.index_status().get("state") == "building":
+                said = (
+                    "the index is half built, and searches scan the store until it is done;"
+                    " `ctxos index rebuild` goes on from where it stopped"
+                )
+            else:
+                said = "nothing was changed"
+            click.echo(f"\ninterrupted: {said}", err=True)
+            raise SystemExit(130) from None
         after = store.index_status()
     was = before.get("state")
     repaired = was in ("missing", "corrupt", "building")
@@ -84,9 +96,9 @@ def rebuild_cmd(ctx: click.Context, as_json: bool) -> None:
         return
     if repaired:
         what = {"missing": "was missing", "corrupt": "was damaged", "building": "was half built"}[str(was)]
-        click.echo(f"the index {what}: repaired, {parts} parts indexed")
+        click.echo(f"the index {what}: repaired, {parts:,} parts indexed")
     else:
-        click.echo(f"rebuilt the index: {parts} parts indexed")
+        click.echo(f"rebuilt the index: {parts:,} parts indexed")
 
 
 def _rows(report: dict[str, Any], prefix: str = "") -> list[list[str]]:

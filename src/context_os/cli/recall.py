@@ -128,9 +128,18 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
             f" {vectors.embedder.name} (--embed-for SECONDS bounds it, --embedder none searches by keyword only)",
             err=True,
         )
-    with progress(batches(), length=pending, label="embedding", enabled=not quiet) as bar:
-        for _ in bar:
-            pass
+    try:
+        with progress(batches(), length=pending, label="embedding", enabled=not quiet) as bar:
+            for _ in bar:
+                pass
+    except KeyboardInterrupt:
+        # each slice commits with the cursor: what was embedded stays, the next recall goes on
+        click.echo(
+            f"\ninterrupted: {pending - left:,} of {pending:,} parts embedded, kept beside the store; the next"
+            " `ctxos recall` goes on from there (--embed-for SECONDS bounds it, --embedder none searches now)",
+            err=True,
+        )
+        raise SystemExit(130) from None
     return left
 
 
