@@ -64,9 +64,8 @@ def test_a_deleted_memory_index_leaves_the_session_and_recall(store: Store, uid:
     (id,) = [i for i in session.view.objects if i.startswith("memory:project:")]
     said = store.latest_tx_id()
 
-    def found() -> list[str]:
-        out = json.loads(hook.call_tool("recall", {"query": f"staging host {uid}zebra", "k": 20}))
-        return [h["object"] for h in out["hits"] if h["kind"] == "memory"]
+    def found() -> list[str]:  # store-wide (this session's recall leaves out the index it shows)
+        return [h.id for h in Recall(store).search(f"staging host {uid}zebra", k=20).hits if h.kind == "memory"]
 
     assert found() == [id]
     (tmp_path / "repo" / ".context_os" / "memory" / "MEMORY.md").unlink()
@@ -85,6 +84,30 @@ def test_a_deleted_memory_index_leaves_the_session_and_recall(store: Store, uid:
     hook.transform_context(msgs)
     assert store.get(id) is None and id not in session.view.objects
     session.close()
+
+
+def test_recall_does_not_offer_again_the_memory_index_the_context_shows(store: Store, uid: str, tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    session = Session.open(store, uid, harness="openai", workspace=str(tmp_path / "repo"))
+    memory = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    hook = OpenAIHook(session)
+    SourceTools(session, recall=Recall(store), memory=memory).register(hook.registry)
+    memory.remember(f"the staging host is {uid}zebra")
+    msgs = [user("hello")]
+    hook.transform_context(msgs)
+    msgs += [say("ok"), user(f"which is the staging host {uid}zebra?")]  # auto recall: this query
+    text = blocks_text(hook.transform_context(msgs))
+    assert text.count(f"{uid}zebra") == 1  # the pinned index; no recall line offering it again
+    out = json.loads(hook.call_tool("recall", {"query": f"staging host {uid}zebra"}))
+    assert [h for h in out["hits"] if h["kind"] == "memory"] == []
+    assert not [i for i in session.view.objects if i.startswith("recall:memory:")]
+    session.close()
+    # a session that does not show it finds it
+    other = recall_hook(store, f"{uid}-b", Recall(store))
+    other.transform_context([user("hi")])
+    out = json.loads(other.call_tool("recall", {"query": f"staging host {uid}zebra"}))
+    assert [h["kind"] for h in out["hits"]][:1] == ["memory"]
+    other.session.close()
 
 
 def test_remember_refuses_what_it_cannot_write(store: Store, uid: str, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InputError
 from ..sources.recall import Recall, RecallHit, hit_item
 from ..times import iso, parse_time
-from .sources import SourceFeed, preview, store_item
+from .sources import SourceFeed, preview, shown_whole, store_item
 from .tools import Tool, ToolRegistry, object_schema
 
 if TYPE_CHECKING:
@@ -136,9 +136,12 @@ class SourceTools:
 
     def _in_view(self, hit: RecallHit) -> bool:
         """Whether a hit is this session's own chat still in its context (from the history
-        horizon on: the user's message that asked, the replies since): no news to the model.
-        What went behind the horizon is recalled as any other part."""
+        horizon on: the user's message that asked, the replies since), or a memory index its
+        active pool shows whole: no news to the model. What went behind the horizon is recalled
+        as any other part."""
         view = self.session.view
+        if shown_whole(self.session, hit.id, hit.kind, hit.object_hash):
+            return True  # the memory index in context, this very version
         if hit.session != self.session.id or not hit.id.startswith("chat:") or not hit.part.startswith("e"):
             return False
         try:

@@ -31,7 +31,7 @@ from ..tokens import estimate_tokens
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["QUERY_CHARS", "SourceFeed", "consult", "store_item"]
+__all__ = ["QUERY_CHARS", "SourceFeed", "consult", "shown_whole", "store_item"]
 
 QUERY_CHARS = 500
 """The query kept in an item's provenance is cut to this many characters."""
@@ -147,14 +147,28 @@ def _end(session: Session, feed: SourceFeed, offered: set[str]) -> set[str]:
 
 
 def _eligible(session: Session, items: list[SourceItem]) -> list[SourceItem]:
-    """Items worth showing: not this session's own chat (it is in the history already)."""
+    """Items worth showing: not this session's own chat (it is in the history already), nor a
+    memory index its context shows whole (``shown_whole``)."""
     out = []
     for item in items:
         obj = str(item.meta.get("object", ""))
         if item.meta.get("session") == session.id and obj.startswith("chat:"):
             continue
+        ref, kind = item.meta.get("ref"), str(item.meta.get("object_kind"))
+        if isinstance(ref, dict) and shown_whole(session, obj, kind, ref.get("object_hash")):
+            continue
         out.append(item)
     return out
+
+
+def shown_whole(session: Session, obj_id: str, kind: str, object_hash: Any) -> bool:
+    """Whether the session's active pool shows this very version of a ``memory`` object whole (a
+    memory index, pinned): a recall hit of it would offer again, as a second copy, text the
+    model has in front of it. A file may show a window of itself only: it is recalled."""
+    if kind != "memory":
+        return False
+    o = session.view.objects.get(obj_id)
+    return o is not None and o.state == "active" and o.version is not None and o.version[2] == object_hash
 
 
 INDEX_PREVIEW_CHARS = 60
