@@ -462,6 +462,14 @@ def test_bad_topic_names_are_refused(ws: Path, data: Path, topic: str) -> None:
     assert not (ws / "x.md").exists()
 
 
+def test_a_topic_in_another_script_is_refused_saying_which_letters_are_meant(ws: Path, data: Path) -> None:
+    mem = MemoryScopes(ws, trust_project=True, data_dir=data)
+    with pytest.raises(InputError, match="use ASCII letters and digits") as e:
+        mem.remember("ビルドは make build", topic="ビルド")  # Unicode letters, but not a portable file name
+    assert "the fact itself may be in any language" in str(e.value)
+    assert mem.remember("ビルドは make build", topic="build").line == "- ビルドは make build"
+
+
 def test_remember_refuses_unknown_scopes(ws: Path, data: Path) -> None:
     mem = MemoryScopes(ws, trust_project=True, data_dir=data)
     with pytest.raises(InputError, match="scope"):

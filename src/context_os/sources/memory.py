@@ -702,8 +702,9 @@ def _topic_file(topic: str) -> str:
     name = topic[:-3] if topic.endswith(".md") else topic
     if not _TOPIC.fullmatch(name) or ".." in name or name.upper() == "MEMORY" or name.lower() == ARCHIVE:
         raise InputError(
-            f"remember: topic {topic!r} is not a plain name: use letters, digits, '.', '_' and '-' (at most 64, "
-            "starting with a letter or digit; no path separators or '..'; not MEMORY or archive)"
+            f"remember: topic {topic!r} is not a plain name: use ASCII letters and digits, '.', '_' and '-' (at "
+            "most 64, starting with a letter or digit; no path separators or '..'; not MEMORY or archive); the "
+            "fact itself may be in any language"
         )
     return name + ".md"
 
