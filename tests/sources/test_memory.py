@@ -203,6 +203,15 @@ def test_a_file_without_a_final_newline_is_shown_as_it_is(data: Path) -> None:
     assert (s.text, s.lines, s.capped) == ("- one\n- two", 2, False)
 
 
+@pytest.mark.parametrize("text", ["", "\n", "  \n\n\t\n"])
+def test_an_index_emptied_of_every_fact_gives_no_item_and_is_ended(data: Path, text: str) -> None:
+    write_index(data / "memory", text)
+    mem = MemoryScopes(data_dir=data)
+    assert mem.items("", 100) == [] and mem.ended() == ["memory:global:MEMORY.md"]
+    write_index(data / "memory", "- a fact\n")
+    assert [i.text for i in mem.items("", 100)] == ["- a fact\n"] and mem.ended() == []
+
+
 def test_binary_index_is_not_shown(data: Path) -> None:
     write_index(data / "memory", b"- a\n\x00\x01\x02")
     s = only(MemoryScopes(data_dir=data), "global")

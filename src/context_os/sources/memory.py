@@ -584,24 +584,28 @@ class MemoryScopes:
         return head.decode("utf-8", errors="replace") + note, head, True
 
     def items(self, query: str, budget_tokens: int) -> list[SourceItem]:
-        """One ``memory`` item per used scope whose ``MEMORY.md`` exists, general scopes first;
+        """One ``memory`` item per used scope whose ``MEMORY.md`` exists and holds more than
+        whitespace, general scopes first;
         score 1.0 whatever the query. The caps bound them (about 2k tokens per scope), so
         ``budget_tokens`` drops nothing: items that came and went with the budget would break
         the prompt cache every turn."""
         looked = self.scopes()
         self._seen = self._fingerprint(looked)
-        self._ended = [s.id for s in looked if s.used and not s.exists and s.error is None]
+        # an index emptied of every fact says nothing: no item (an empty block), ended as deleted
+        blank = {s.id for s in looked if s.text is not None and not s.text.strip()}
+        self._ended = [s.id for s in looked if s.used and (not s.exists or s.id in blank) and s.error is None]
         return [
             SourceItem(id=s.id, kind="memory", text=s.text, score=1.0, meta=s.meta)
             for s in looked
-            if s.used and s.text is not None
+            if s.used and s.text is not None and s.id not in blank
         ]
 
     def ended(self) -> list[str]:
-        """The ids of used scopes whose ``MEMORY.md`` did not exist at the last ``items()`` (it
-        was deleted, or never written): a session ends their objects in the store, so recall
-        stops finding a deleted memory. A scope that could not be read (an error) is not ended,
-        nor one no longer used (an untrusted project's memory is not shown, not deleted)."""
+        """The ids of used scopes whose ``MEMORY.md`` did not exist, or held only whitespace, at
+        the last ``items()`` (it was deleted or emptied, or never written): a session ends their
+        objects in the store, so recall stops finding a deleted memory. A scope that could not be
+        read (an error) is not ended, nor one no longer used (an untrusted project's memory is not
+        shown, not deleted)."""
         return list(self._ended)
 
     @staticmethod
