@@ -218,6 +218,30 @@ def test_recall_leaves_out_what_the_context_shows_and_the_copies_of_earlier_hits
     assert f"chat:{uid}-b:00000" in found("lease expired again")
 
 
+def test_the_outputs_of_earlier_recall_calls_are_not_recalled(store: Store, uid: str) -> None:
+    first = OpenAIHook(Session.open(store, f"{uid}-a", harness="openai"))
+    first.transform_context([user("why"), call("c1", command="pytest"), result("c1", f"{uid} the lease expired")])
+    first.session.close()
+    asking = recall_hook(store, f"{uid}-b", Recall(store))
+    msgs = [user("lease?")]
+    asking.transform_context(msgs)
+    out = asking.call_tool("recall", {"query": f"{uid} lease expired"})
+    assert f"toolcall:{uid}-a:c1" in out
+    # the harness sends the call and its output back: stored as a toolcall like any other
+    msgs += [call("r1", "recall", query=f"{uid} lease expired"), result("r1", out), say("found it")]
+    asking.transform_context(msgs)
+    asking.session.close()
+    assert store.get(f"toolcall:{uid}-b:r1") is not None
+    hits = Recall(store).search(f"{uid} lease expired", k=20).hits
+    mine = [h.id for h in hits if h.kind == "toolcall" and uid in h.id]  # the XTDB node holds other tests' too
+    assert mine == [f"toolcall:{uid}-a:c1"]  # not the list of hits
+    # any other tool's output is recalled as before
+    other = OpenAIHook(Session.open(store, f"{uid}-c", harness="openai"))
+    other.transform_context([user("x"), call("g1", "grep", pattern="lease"), result("g1", f"{uid} lease expired: 3")])
+    other.session.close()
+    assert f"toolcall:{uid}-c:g1" in {h.id for h in Recall(store).search(f"{uid} lease expired", k=20).hits}
+
+
 def test_recall_refuses_bad_arguments(store: Store, uid: str) -> None:
     hook = recall_hook(store, uid, Recall(store))
     hook.transform_context([user("hi")])

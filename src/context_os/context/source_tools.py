@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from ..sources.recall import Recall, RecallHit, hit_item
+from ..sources.recall import RECALL_TOOL, Recall, RecallHit, hit_item
 from ..times import iso, parse_time
 from .sources import SourceFeed, preview, shown_whole, store_item
 from .tools import Tool, ToolRegistry, object_schema
@@ -71,7 +71,7 @@ class SourceTools:
         if self.recall_engine is not None:
             schema = {**RECALL_SCHEMA, "properties": {**RECALL_SCHEMA["properties"]}}
             schema["properties"]["k"] = {**schema["properties"]["k"], "maximum": self.max_k}
-            registry.register(Tool("recall", RECALL_DESCRIPTION, schema, self.recall))
+            registry.register(Tool(RECALL_TOOL, RECALL_DESCRIPTION, schema, self.recall))
         if self.memory is not None:
             registry.register(Tool("remember", REMEMBER_DESCRIPTION, REMEMBER_SCHEMA, self.remember))
         return registry

@@ -156,6 +156,11 @@ class RecallConfig:
             raise InputError(f"mmr_lambda must be within [0, 1], got {self.mmr_lambda!r}")
 
 
+RECALL_TOOL = "recall"
+"""The name of the agent's recall tool (context/source_tools.py, the proxy's): its outputs are
+not recalled (``Recall._not_own``)."""
+
+
 @dataclass(frozen=True)
 class RecallHit(TextHit):
     """One recalled part, with where it came from in each stream; ``score`` is the fused score
@@ -401,7 +406,8 @@ class Recall:
                 fresh = math.pow(0.5, age / cfg.recency_half_life_ms)
                 c.score *= (1 - cfg.recency_weight) + cfg.recency_weight * fresh
         ranked = sorted(cands.values(), key=lambda c: (-c.score, c.hit.id, c.hit.part))
-        ranked = [c for c in ranked if c.score >= cfg.min_score]
+        want = k if cfg.mmr_lambda is None else 4 * k
+        ranked = self._not_own([c for c in ranked if c.score >= cfg.min_score], want, valid_time, tx_id)
         if cfg.mmr_lambda is not None:
             ranked = self._mmr(ranked, k, cfg.mmr_lambda)
         return [
@@ -477,6 +483,22 @@ class Recall:
                 w, text, sess = found
                 return _Cand(TextHit(id, "chat", p, w.valid_time, w.tx_id, w.object_hash or "", sess, text, 0.0))
         return None
+
+    def _not_own(self, ranked: list[_Cand], want: int, valid_time: int | None, tx_id: int | None) -> list[_Cand]:
+        """The first ``want`` of ``ranked`` but the outputs of the agent's own ``recall`` tool: a
+        list of earlier hits, each a copy of a part that is searched itself (as the ``recall``
+        objects are), which came first for the words of what it had found. Only toolcall hits
+        are looked at, and only as far down as ``want`` needs: a store read each."""
+        out: list[_Cand] = []
+        for c in ranked:
+            if len(out) == want:
+                break
+            if c.hit.kind == "toolcall":
+                v = self.store.get(c.hit.id, valid_time, tx_id)
+                if v is not None and v.doc is not None and v.doc.get("meta", {}).get("name") == RECALL_TOOL:
+                    continue
+            out.append(c)
+        return out
 
     def _mmr(self, ranked: list[_Cand], k: int, lam: float) -> list[_Cand]:
         """Maximal marginal relevance over the best ``4 k``: each pick trades relevance for
