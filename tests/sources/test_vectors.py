@@ -431,6 +431,39 @@ def test_a_rebuild_that_renumbers_parts_past_the_cursor_leaves_none_unembedded(
         assert {h.id for h in index.search("fact six seven eight nine", k=8)} == {f"memory:{n}" for n in range(2, 10)}
 
 
+def test_what_another_process_embedded_into_the_sidecar_is_searched_here_too(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    db.put(memory("memory:a", "the build uses make"))
+    counting = Counting(model)
+    with VectorIndex(db, counting, tmp_path / "v.db") as serving:  # a server running all along
+        serving.catch_up()
+        db.put(memory("memory:b", "a golden retriever puppy named Biscuit"))
+        # `ctxos recall` in another process: its own connection to the same sidecar, the same cursor
+        child = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                textwrap.dedent(f"""
+                from context_os.store import open_store
+                from context_os.sources.embed import WordLlamaEmbedder
+                from context_os.sources.vectors import VectorIndex
+                store = open_store({db.url!r})
+                with VectorIndex(store, WordLlamaEmbedder(), {str(tmp_path / "v.db")!r}) as index:
+                    assert index.catch_up() == 1
+                store.close()
+            """),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert child.returncode == 0, child.stderr
+        assert [h.id for h in serving.search("dog puppy", k=1)] == ["memory:b"]
+        db.put(memory("memory:c", "the cello lesson is on Tuesday"))
+        assert serving.catch_up() == 1 and [h.id for h in serving.search("cello music", k=1)] == ["memory:c"]
+        assert counting.texts == ["the build uses make", "the cello lesson is on Tuesday"]  # b: embedded once, there
+
+
 @pytest.mark.parametrize("first", [1, 5, 64, 10_000])
 def test_best_first_is_a_stable_sort_of_what_is_finite(first: int) -> None:
     rng = np.random.default_rng(first)

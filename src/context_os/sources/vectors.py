@@ -262,6 +262,7 @@ class VectorIndex:
         self._db.execute("COMMIT")
 
     def _load(self) -> _Matrix:
+        self._synced = self.cursor
         m = _Matrix(self.embedder.dim)
         for key, vec, truncated in self._db.execute("SELECT key, vec, truncated FROM vectors"):
             m.add_vector(key, np.frombuffer(vec, dtype=np.float32), bool(truncated))
@@ -304,6 +305,29 @@ class VectorIndex:
 
     # -- indexing -----------------------------------------------------------------------------
 
+    def _absorb(self) -> None:
+        """Take into memory the parts and vectors another process (``ctxos recall``, a second
+        server) committed to this sidecar since this one last did: the cursor is shared, so
+        without this a long-running process went on from it and never searched what the other
+        embedded, until it was restarted. Each slice commits its rows with the cursor, so the
+        rows up to the cursor are all there."""
+        with self._lock:
+            now = self.cursor
+            if now <= self._synced:
+                self._synced = min(self._synced, now)  # moved back (a rebuild): walked again from there
+                return
+            rows = self._db.execute(
+                "SELECT p.id, p.kind, p.part, p.session, p.key, v.vec, v.truncated FROM parts p"
+                " JOIN vectors v ON v.key = p.key WHERE p.seq > ? AND p.seq <= ? ORDER BY p.seq",
+                (self._synced, now),
+            ).fetchall()
+            for id, kind, part, session, key, vec, truncated in rows:
+                key = bytes(key)
+                if key not in self._m.row_of:
+                    self._m.add_vector(key, np.frombuffer(vec, dtype=np.float32), bool(truncated))
+                self._m.add_part(id, kind, part, session, key)
+            self._synced = now
+
     def catch_up(self, max_parts: int | None = None, *, stop: Callable[[], bool] | None = None) -> int:
         """Embed the parts indexed since the cursor (at most ``max_parts``); how many were taken
         in. Each slice (``SLICE_TEXTS``, ``SLICE_CHARS``) is one transaction with the cursor, so a
@@ -332,8 +356,9 @@ class VectorIndex:
                     if built is not None and built != seen:
                         self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('built', ?)", (built,))
             while max_parts is None or taken < max_parts:
+                self._absorb()  # from what this process holds: rows another committed since are in memory
                 limit = self.BATCH if max_parts is None else min(self.BATCH, max_parts - taken)
-                batch = self.store.text_parts(after_seq=self.cursor, limit=limit)
+                batch = self.store.text_parts(after_seq=self._synced, limit=limit)
                 if not batch:
                     break
                 for piece in self._slices(batch):
@@ -433,6 +458,7 @@ class VectorIndex:
                 self._db.executemany("INSERT OR REPLACE INTO parts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
                 self._db.execute("UPDATE meta SET value = ? WHERE key = 'cursor'", (str(batch[-1].seq),))
                 self._db.execute("COMMIT")
+                self._synced = batch[-1].seq
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -548,6 +574,7 @@ class VectorIndex:
             raise InputError(f"vector search: k must be a positive int, got {k!r}")
         check_basis(valid_time, tx_id)
         query = np.asarray(vector, dtype=np.float32)
+        self._absorb()  # what another process embedded since: searched too
         near = self._graph_rows(query, _candidates(k))
         hits = self._search(query, near, k, wanted, session, valid_time, tx_id)
         if near is not None and not near.complete and len(hits) < k:
