@@ -60,3 +60,23 @@ def test_a_served_agent_answers_a_peer_and_uses_the_mesh_tools(tmp_path: Path) -
         assert "--mesh NAME" in refused["error"]["message"]
         assert "--mesh NAME" in srv.rpc("mesh.status")["error"]["message"]
     assert registry.local_peers(registry.default_dir()) == []  # withdrawn when the server stopped
+
+
+def test_a_served_send_that_was_answered_is_no_error_for_the_harness(tmp_path: Path) -> None:
+    """``mesh_send``'s result carries the seed's ``"error": false``: ``tools.call`` reports it as
+    a success (Pi shows ``is_error`` to the model), and a peer's refusal or a failure as an error."""
+    with http_server(tmp_path, "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none") as srv:
+        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
+        srv.rpc("session.open", session="s1", mesh=True)
+        with MeshAgent(SqliteStore(tmp_path / "alice.db"), MeshConfig("alice"), auto_reply=True) as alice:
+            alice.node.connect(bob.addrs[0])
+            sent = srv.rpc(
+                "tools.call", session="s1", name="mesh_send", arguments={"peerId": alice.peer_id, "message": "hi"}
+            )["result"]
+            out = json.loads(sent["output"])
+            assert out["error"] is False and out["response"].startswith("[auto-response]")
+            assert sent["is_error"] is False
+        gone = srv.rpc(
+            "tools.call", session="s1", name="mesh_send", arguments={"peerId": alice.peer_id, "message": "still there?"}
+        )["result"]
+        assert gone["is_error"] is True and json.loads(gone["output"])["type"] == "MeshError"

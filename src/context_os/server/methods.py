@@ -366,7 +366,9 @@ class Server(RpcServer):
             parsed = json.loads(output)
         except ValueError:
             parsed = None
-        return {"output": output, "is_error": isinstance(parsed, dict) and "error" in parsed}
+        # a failure is ``{"error": "…", "type": …}``; a mesh answer carries the seed's
+        # ``"error": false`` when the peer answered and ``true`` when it refused
+        return {"output": output, "is_error": isinstance(parsed, dict) and bool(parsed.get("error"))}
 
     def _inspect(self, p: _InspectParams) -> dict[str, Any]:
         if p.as_of is not None or p.tx is not None:
