@@ -309,6 +309,25 @@ def test_a_seed_file_gives_the_same_peer_id_across_restarts(tmp_path: Path, uid:
     assert MeshNode(MeshConfig(f"b-{uid}")).peer_id != ids[0]
 
 
+def test_a_peer_that_restarts_on_a_new_port_is_reached_there(
+    store: Store, agents: AgentFactory, tmp_path: Path
+) -> None:
+    """The sender still holds the old, dead address of a peer that came back elsewhere (killed
+    and restarted with the same seed): dialling the new address, or a request after it, reaches
+    the peer, never the dead address alone."""
+    seed = load_seed(tmp_path / "bob.seed")
+    alice, bob = agents("alice"), agents("bob", seed=seed)
+    old = bob.node.addrs[0]
+    alice.node.connect(old)
+    assert alice.send(bob.peer_id, "hi", auto_reply=True)["error"] is False
+    bob.close()
+    wait_for(lambda: bob.peer_id not in alice.node.connected(), "alice to see bob gone")
+    again = agents("bob", seed=seed)
+    assert again.peer_id == bob.peer_id and again.node.addrs[0] != old
+    alice.node.connect(again.node.addrs[0])
+    assert alice.send(again.peer_id, "back?", auto_reply=True)["response"] == "[auto-response] Received: back?"
+
+
 def test_mdns_discovers_the_other_peers(tmp_path: Path, uid: str) -> None:
     store = SqliteStore(tmp_path / "s.db")
     made = [MeshAgent(store, MeshConfig(f"{n}-{uid}", mdns=True)) for n in ("alice", "bob", "carol")]

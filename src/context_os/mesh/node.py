@@ -436,10 +436,19 @@ class MeshNode:
 
         try:
             self._network.unblock_peer(info.peer_id)
+            self._forget_addrs(info.peer_id)
             with trio.fail_after(self.config.call_timeout):
                 await self._host.connect(info)
         except Exception as e:  # noqa: BLE001 - a discovered peer that cannot be dialled stays "discovered"
             log.info("mesh: discovered peer %s not reachable: %s", info.peer_id, _describe(e))
+
+    def _forget_addrs(self, pid: Any) -> None:
+        """Drop the addresses the peer store holds for ``pid`` before dialling it at new ones.
+
+        py-libp2p dials one address per transport, the first it was given: a peer that came back
+        on another port (killed and restarted with the same seed) would be dialled at its old,
+        dead address for as long as the peer store keeps it, and never reached."""
+        self._host.get_peerstore().clear_addrs(pid)
 
     # --- the registry ----------------------------------------------------------------------------
 
@@ -534,6 +543,7 @@ class MeshNode:
 
         async def dial() -> None:
             self._network.unblock_peer(info.peer_id)
+            self._forget_addrs(info.peer_id)
             await self._host.connect(info)
 
         self._note(str(info.peer_id), addrs=[str(a) for a in info.addrs])
