@@ -80,3 +80,27 @@ def test_a_served_send_that_was_answered_is_no_error_for_the_harness(tmp_path: P
             "tools.call", session="s1", name="mesh_send", arguments={"peerId": alice.peer_id, "message": "still there?"}
         )["result"]
         assert gone["is_error"] is True and json.loads(gone["output"])["type"] == "MeshError"
+
+
+def test_served_agents_without_mdns_reach_each_other_through_the_local_registry(tmp_path: Path) -> None:
+    """Two ``ctxos serve --mesh`` agents on one machine, mDNS off and never dialled: ``mesh_send``
+    finds the other in the local registry, by name or by peer id."""
+    flags = ("--no-mesh-mdns", "--embedder", "none")
+    with (
+        http_server(tmp_path / "a", "--mesh", "alice", *flags) as alice,
+        http_server(tmp_path / "b", "--mesh", "bob", *flags) as bob,
+    ):
+        entry = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
+        alice.rpc("session.open", session="s1", mesh=True)
+        for who in ("bob", entry.peer_id):
+            args = {"peerId": who, "message": "hi", "autoReply": True}
+            sent = alice.rpc("tools.call", session="s1", name="mesh_send", arguments=args)["result"]
+            out = json.loads(sent["output"])
+            assert out.get("response") == "[auto-response] Received: hi", out
+            assert out["peerId"] == entry.peer_id and out["agentName"] == "bob"
+        assert bob.rpc("mesh.status")["result"]["traffic"]["requests_in"] == 2
+        # a name nobody has announced is still an error the model reads
+        gone = alice.rpc("tools.call", session="s1", name="mesh_send", arguments={"peerId": "carol", "message": "hi"})[
+            "result"
+        ]
+        assert gone["is_error"] is True

@@ -237,7 +237,9 @@ def _mesh_agent(
         mdns=mdns,
         bootstrap=connect,
     )
-    agent = MeshAgent(store, config, recall=recall, limits=MemoryLimits.preset(preset)).start()
+    agent = MeshAgent(
+        store, config, recall=recall, limits=MemoryLimits.preset(preset), local_registry=registry.default_dir()
+    ).start()
     try:
         entry = registry.announce(
             registry.default_dir(), peer_id=agent.peer_id, agent_name=name, addrs=agent.node.addrs

@@ -143,7 +143,10 @@ SEND_DESCRIPTION = (
 )
 SEND_SCHEMA = object_schema(
     {
-        "peerId": {"type": "string", "description": "The peer's id (12D3KooW…)"},
+        "peerId": {
+            "type": "string",
+            "description": "The peer's id (12D3KooW…), or the name of an agent running on this machine",
+        },
         "message": {"type": "string", "description": "What to say"},
         "autoReply": {"type": "boolean", "description": "Ask for an automatic acknowledgement"},
     },

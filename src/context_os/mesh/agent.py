@@ -37,7 +37,7 @@ from ..sources.base import SourceItem
 from ..store.base import Put
 from ..times import now_ms
 from ..tokens import estimate_tokens
-from . import wire
+from . import registry, wire
 from .memory import MemoryLimits, PeerMemory
 from .node import MeshConfig, MeshNode
 from .queue import MAX_QUEUE, REQUEST_TIMEOUT, PendingRequest, RequestQueue
@@ -84,10 +84,14 @@ class MeshAgent:
         auto_reply: bool = False,
         history_cap: int = HISTORY_CAP,
         max_queue: int = MAX_QUEUE,
+        local_registry: str | os.PathLike[str] | None = None,
     ):
         """``session``: the session the messages belong to (their scope for recall; None: the
         agent's own scope ``mesh:<agent>``). ``auto_reply``: acknowledge every request at once
-        instead of queueing it for the agent (a node nobody answers from, like the CLI's)."""
+        instead of queueing it for the agent (a node nobody answers from, like the CLI's).
+        ``local_registry``: the directory of the local registry (``registry.default_dir()``):
+        ``send`` dials an agent announced there that it is not connected to, and takes its name
+        for its peer id."""
         if history_cap < 1:
             raise InputError("history_cap must be at least 1")
         self.store = store
@@ -97,6 +101,7 @@ class MeshAgent:
         self.scope = session or f"mesh:{self.name}"
         self.auto_reply = auto_reply
         self.history_cap = history_cap
+        self.local_registry = local_registry
         self.memory = PeerMemory(store, self.name, recall=recall, limits=limits)
         self.queue = RequestQueue(max_queue)
         self._lock = threading.Lock()
@@ -193,6 +198,23 @@ class MeshAgent:
 
     # --- outgoing --------------------------------------------------------------------------------
 
+    def _dial_announced(self, peer: str, timeout: float) -> str:
+        """``peer``'s id, dialled at the addresses the local registry gives it when the node has
+        no connection to it (without mDNS, or after it came back on another port); ``peer`` as
+        it is when the registry does not list it (the request then says what went wrong)."""
+        if self.local_registry is None or peer in self.node.connected():
+            return peer
+        entry = registry.find(self.local_registry, peer)
+        if entry is None or entry.peer_id == self.peer_id:
+            return peer
+        for addr in entry.addrs:
+            try:
+                self.node.connect(addr, timeout=timeout)
+                break
+            except MeshError as e:  # the next address, or the request's own error
+                log.info("mesh: %s (%s) announced at %s, not reachable: %s", entry.agent_name, peer, addr, e)
+        return entry.peer_id
+
     def send(
         self, peer: str, message: str, *, auto_reply: bool = False, timeout: float | None = None
     ) -> dict[str, Any]:
@@ -203,6 +225,7 @@ class MeshAgent:
         if not isinstance(message, str) or not message.strip():
             raise InputError("mesh_send: message is empty")
         wait = REQUEST_TIMEOUT if timeout is None else timeout
+        peer = self._dial_announced(peer, min(wait, self.node.config.call_timeout))
         known = self.node.peer(peer)
         peer_name = known.agent_name if known else None
         sent_at = now_ms()
