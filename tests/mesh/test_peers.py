@@ -328,6 +328,33 @@ def test_a_peer_that_restarts_on_a_new_port_is_reached_there(
     assert alice.send(again.peer_id, "back?", auto_reply=True)["response"] == "[auto-response] Received: back?"
 
 
+def test_a_message_no_peer_would_accept_is_refused_before_it_is_sent_or_stored(
+    store: Store, agents: AgentFactory
+) -> None:
+    alice, bob = agents("alice"), agents("bob")
+    link(alice, bob)
+    huge = "x" * (wire.MAX_TEXT_CHARS + 1)
+    for name, args in (("mesh_send", {"peerId": bob.peer_id, "message": huge}), ("mesh_broadcast", {"message": huge})):
+        hook = hook_for(store, alice, f"s-{name}")
+        out = json.loads(hook.call_tool(name, args))
+        assert out["type"] == "InputError" and "peers accept at most 1,000,000" in out["error"]
+    assert messages_of(store, alice) == [] and messages_of(store, bob) == []
+    assert bob.node.counts["rejected"] == 0 and alice.node.counts["requests_out"] == 0
+    # at the limit it goes through, and the acknowledgement that echoes it is cut to fit
+    at_limit = alice.send(bob.peer_id, "y" * wire.MAX_TEXT_CHARS, auto_reply=True)
+    assert at_limit["error"] is False and len(at_limit["response"]) == wire.MAX_TEXT_CHARS
+    assert at_limit["response"].endswith("peers accept 1,000,000]")
+    # an agent's answer past the limit is cut too: the peer gets it, and what is stored is what it got
+    answerer = Answerer(bob, lambda r: "z" * (wire.MAX_TEXT_CHARS + 5))
+    try:
+        long = alice.send(bob.peer_id, "tell me everything")
+    finally:
+        answerer.stop()
+    assert long["error"] is False and len(long["response"]) == wire.MAX_TEXT_CHARS
+    [stored] = [d for d in messages_of(store, bob) if d["meta"]["kind"] == "reply" and d["content"][0] == "z"]
+    assert stored["content"] == long["response"]
+
+
 def test_mdns_discovers_the_other_peers(tmp_path: Path, uid: str) -> None:
     store = SqliteStore(tmp_path / "s.db")
     made = [MeshAgent(store, MeshConfig(f"{n}-{uid}", mdns=True)) for n in ("alice", "bob", "carol")]

@@ -222,8 +222,7 @@ class MeshAgent:
         a peer that cannot be reached is tried once more after half a second. The request and
         the answer are stored together; a failure is stored with the request and raised as
         ``MeshError``."""
-        if not isinstance(message, str) or not message.strip():
-            raise InputError("mesh_send: message is empty")
+        _check_outgoing(message, "mesh_send")
         wait = REQUEST_TIMEOUT if timeout is None else timeout
         peer = self._dial_announced(peer, min(wait, self.node.config.call_timeout))
         known = self.node.peer(peer)
@@ -292,8 +291,7 @@ class MeshAgent:
 
     def broadcast(self, message: str, type: str = "announce") -> dict[str, Any]:
         """Publish ``message`` on the topic; stored as a sent broadcast."""
-        if not isinstance(message, str) or not message.strip():
-            raise InputError("mesh_broadcast: message is empty")
+        _check_outgoing(message, "mesh_broadcast")
         result = self.node.broadcast(message, type)
         doc = self._message_doc(
             message,
@@ -317,7 +315,7 @@ class MeshAgent:
 
     def _on_request(self, peer: str, req: wire.AgentRequest) -> str | concurrent.futures.Future[tuple[str, bool]]:
         if self.auto_reply or req.auto_reply:
-            text = f"[auto-response] Received: {req.message}"
+            text = wire.fit(f"[auto-response] Received: {req.message}")
             got = self._request_doc(peer, req, "answered automatically")
             self._record(got, self._reply_doc(got, peer, req.from_agent, req.request_id, text, False))
             return text
@@ -469,6 +467,16 @@ class MeshAgent:
             "requests": self.queue.stats(),
             "shown": len(self._shown),
         }
+
+
+def _check_outgoing(message: object, what: str) -> None:
+    """Refuse, before it is sent or stored, a message no peer would accept."""
+    if not isinstance(message, str) or not message.strip():
+        raise InputError(f"{what}: message is empty")
+    if len(message) > wire.MAX_TEXT_CHARS:
+        raise InputError(
+            f"{what}: the message is {len(message):,} characters; peers accept at most {wire.MAX_TEXT_CHARS:,}"
+        )
 
 
 class MeshSource:

@@ -684,7 +684,7 @@ class MeshNode:
         self._note(peer, agent_name=req.from_agent)
         callback = self.on_request
         if callback is None:
-            return self._response(req.request_id, f"[auto-response] Received: {req.message}", False)
+            return self._response(req.request_id, wire.fit(f"[auto-response] Received: {req.message}"), False)
         wait = min(req.timeout_ms or REQUEST_TIMEOUT_MAX_MS, REQUEST_TIMEOUT_MAX_MS) / 1000
         wait = min(wait, self.config.answer_timeout)
         try:
@@ -695,7 +695,7 @@ class MeshNode:
             log.warning("mesh: handling a request from %s failed: %s", peer, _describe(e))
             return self._response(req.request_id, f"handling failed: {_describe(e)}", True)
         text, error = result if isinstance(result, tuple) else (result, False)
-        return self._response(req.request_id, str(text), bool(error))
+        return self._response(req.request_id, wire.fit(str(text)), bool(error))
 
     async def _wait_future(self, fut: concurrent.futures.Future[Reply], timeout: float) -> Reply:
         import trio

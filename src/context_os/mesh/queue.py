@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StateError
+from . import wire
 
 __all__ = ["MAX_QUEUE", "REQUEST_TIMEOUT", "PendingRequest", "RequestQueue"]
 
@@ -74,6 +75,7 @@ class PendingRequest:
         (or timed out)."""
         if not isinstance(text, str):
             raise StateError("a request's answer must be text")
+        text = wire.fit(text)  # what the peer accepts, stored as sent
         if self.future.done():
             raise StateError(f"request {self.request_id} was already answered ({self.future.result()[0][:60]!r})")
         if self.on_answer is not None:

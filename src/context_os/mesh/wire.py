@@ -32,6 +32,7 @@ __all__ = [
     "decode_request",
     "decode_response",
     "encode",
+    "fit",
     "new_request_id",
 ]
 
@@ -40,6 +41,16 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """The largest CBOR body a peer may send (a length prefix above it is refused unread)."""
 MAX_TEXT_CHARS = 1_000_000
 """The longest ``message`` text accepted."""
+
+
+def fit(text: str) -> str:
+    """``text`` cut to ``MAX_TEXT_CHARS``, saying how much was cut: an answer the peer accepts."""
+    if len(text) <= MAX_TEXT_CHARS:
+        return text
+    note = f"\n… [cut: {len(text):,} characters, peers accept {MAX_TEXT_CHARS:,}]"
+    return text[: MAX_TEXT_CHARS - len(note)] + note
+
+
 BROADCAST_TYPES = ("announce", "query", "response", "event")
 
 BroadcastType = Literal["announce", "query", "response", "event"]
