@@ -93,6 +93,7 @@ def test_errors_are_pages_with_reasons(served: tuple[Store, str, str]) -> None:
             "/object?id=file:nothing": (404, "no object"),
             f"/object?id=session:{sid}&vt=yesterday": (400, "vt"),
             f"/object?id=session:{sid}&tx=-5": (400, "tx must be at least 0, got -5"),
+            f"/object?id=session:{sid}&tx=999999999": (400, "tx must be at most"),
             f"/object?id=session:{sid}&a=1&b=100000": (400, "b must be at most"),
             f"/object?id=session:{sid}&a=0": (400, "a must be at least 1"),
         }

@@ -293,13 +293,14 @@ class UiApp:
     def object_page(self, q: dict[str, str]) -> Page:
         obj_id = _required(q, "id")
         vt = parse_time(q["vt"], "vt") if q.get("vt") else None
-        tx = _int(q, "tx") if q.get("tx") else None
         # the history without documents: only the versions the page shows are read whole
         versions = self.store.history(obj_id, with_docs=False)
         if not versions:
             raise NotFound(f"no object {obj_id!r} in {self.store.url}")
         n = len(versions)
         latest_tx = self.store.latest_tx()
+        newest = latest_tx.id if latest_tx else versions[-1].tx_id
+        tx = _int(q, "tx", high=(newest, "the store's newest transaction")) if q.get("tx") else None
         as_of = n if vt is None and tx is None else version_at(self.store, obj_id, versions, vt, tx)
         shown = self._with_doc(versions[as_of - 1]) if as_of else None
         text = "".join(content_lines(shown.doc)) if shown else ""
@@ -335,7 +336,7 @@ class UiApp:
             vt_min=versions[0].valid_time,
             vt_max=max(now_ms(), versions[-1].valid_time),
             tx_min=versions[0].tx_id,
-            tx_max=latest_tx.id if latest_tx else versions[-1].tx_id,
+            tx_max=newest,
             marks_vt=_marks(sorted({v.valid_time for v in versions})),
             marks_tx=_marks(sorted({v.tx_id for v in versions})),
             a=a,
