@@ -214,6 +214,29 @@ def test_a_frame_that_no_longer_verifies_says_why(tmp_path: Path, serve: Callabl
     assert "does NOT verify" in diff.text
 
 
+def test_an_object_links_its_session_only_when_that_has_a_timeline(
+    store: Store, uid: str, serve: Callable[[Store], str]
+) -> None:
+    """A mesh message's ``meta.session`` is the agent's scope (``mesh:bob``), not a session: the
+    object page names it without a link to a timeline that would be a 404."""
+    from context_os.objects import SourceDoc
+    from context_os.store.base import Put
+
+    sid = record_demo(store, f"{uid}-linked", 5)
+    scoped = SourceDoc(id=f"message:{uid}:1", kind="message", content="hi", meta={"session": f"mesh:{uid}"})
+    store.submit([Put(scoped.to_doc())])
+    base = serve(store)
+    with httpx.Client(base_url=base) as client:
+        page = client.get(f"/object?id=message:{uid}:1")
+        assert page.status_code == 200 and f"mesh:{uid}" in page.text
+        links = re.findall(r'href="(/session\?[^"]*)"', page.text)
+        assert links == [] and client.get(f"/session?id=mesh:{uid}").status_code == 404
+        chat = re.search(r'href="/object\?id=(chat%3A[^"&]*)', client.get(f"/frame?session={sid}&turn=1").text)
+        assert chat is not None
+        linked = client.get(f"/object?id={chat.group(1)}").text
+        assert f'href="/session?id={sid}"' in linked.replace("&amp;", "&"), linked[:2000]
+
+
 def test_a_calls_object_arguments_show_as_the_json_the_model_was_sent(
     tmp_path: Path, serve: Callable[[Store], str]
 ) -> None:

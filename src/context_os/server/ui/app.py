@@ -290,6 +290,16 @@ class UiApp:
         got = self.store.get(v.id, v.valid_time, v.tx_id)
         return got if got is not None and (got.valid_time, got.tx_id) == (v.valid_time, v.tx_id) else v
 
+    def _has_timeline(self, session: object) -> bool:
+        """Whether ``session`` (an object's ``meta.session``) is a session with turns: a mesh
+        message's or a memory entry's is a scope (``mesh:alice``), with no timeline to link to."""
+        if not isinstance(session, str) or not session:
+            return False
+        try:
+            return turn_count(self.store, session) > 0
+        except NotFound:
+            return False
+
     def object_page(self, q: dict[str, str]) -> Page:
         obj_id = _required(q, "id")
         vt = parse_time(q["vt"], "vt") if q.get("vt") else None
@@ -315,12 +325,14 @@ class UiApp:
             v = self._with_doc(v)
             rows.append(version_row(k, v) | {"path": (v.doc or {}).get("meta", {}).get("path")})
         latest = self._with_doc(versions[-1]).doc or {}
+        meta = latest.get("meta", {})
         return self._html(
             "object.html",
             title=obj_id,
             obj_id=obj_id,
             kind=latest.get("kind", obj_id.split(":", 1)[0]),
-            meta=latest.get("meta", {}),
+            meta=meta,
+            timeline=self._has_timeline(meta.get("session")),
             versions=rows,
             total=n,
             start=start,
