@@ -92,6 +92,12 @@ def test_served_agents_without_mdns_reach_each_other_through_the_local_registry(
     ):
         entry = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
         alice.rpc("session.open", session="s1", mesh=True)
+
+        def listed() -> list[tuple[str, str | None, str]]:
+            out = alice.rpc("tools.call", session="s1", name="mesh_list_peers", arguments={})["result"]
+            return [(p["peerId"], p["agentName"], p["status"]) for p in json.loads(out["output"])["peers"]]
+
+        assert listed() == [(entry.peer_id, "bob", "announced")]  # never dialled, found in the registry
         for who in ("bob", entry.peer_id):
             args = {"peerId": who, "message": "hi", "autoReply": True}
             sent = alice.rpc("tools.call", session="s1", name="mesh_send", arguments=args)["result"]
@@ -99,6 +105,7 @@ def test_served_agents_without_mdns_reach_each_other_through_the_local_registry(
             assert out.get("response") == "[auto-response] Received: hi", out
             assert out["peerId"] == entry.peer_id and out["agentName"] == "bob"
         assert bob.rpc("mesh.status")["result"]["traffic"]["requests_in"] == 2
+        assert listed() == [(entry.peer_id, "bob", "connected")]
         # a name nobody has announced is still an error the model reads
         gone = alice.rpc("tools.call", session="s1", name="mesh_send", arguments={"peerId": "carol", "message": "hi"})[
             "result"

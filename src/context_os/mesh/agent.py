@@ -442,9 +442,31 @@ class MeshAgent:
         return self.queue.next(timeout)
 
     def peers(self) -> list[dict[str, Any]]:
-        """Every peer known (stale ones pruned first, as the seed does every 30 s)."""
+        """Every peer known (stale ones pruned first, as the seed does every 30 s), then, with a
+        local registry, the agents announced there that the node does not know yet (status
+        ``announced``); a known peer's name the registry has is filled in."""
         self.node.prune_stale()
-        return [p.public() for p in self.node.peers()]
+        out = [p.public() for p in self.node.peers()]
+        if self.local_registry is None:
+            return out
+        announced = {e.peer_id: e for e in registry.local_peers(self.local_registry) if e.peer_id != self.peer_id}
+        for p in out:
+            entry = announced.pop(p["peerId"], None)
+            if entry is not None and p["agentName"] is None:
+                p["agentName"] = entry.agent_name
+        out += [
+            {
+                "peerId": e.peer_id,
+                "agentName": e.agent_name,
+                "status": "announced",
+                "addresses": list(e.addrs),
+                "discoveredAt": e.started,
+                "connectedAt": None,
+                "disconnectedAt": None,
+            }
+            for e in announced.values()
+        ]
+        return out
 
     def discover(self, window_ms: int = DISCOVER_WINDOW_MS) -> dict[str, Any]:
         """The peers found in the last minute (mDNS, bootstrap, or that reached us)."""
