@@ -355,6 +355,15 @@ def test_a_message_no_peer_would_accept_is_refused_before_it_is_sent_or_stored(
     assert stored["content"] == long["response"]
 
 
+def test_a_send_to_what_is_not_a_peer_id_is_refused_stored_nor_retried(store: Store, agents: AgentFactory) -> None:
+    alice = agents("alice")
+    hook = hook_for(store, alice, "s-bad-peer")
+    for peer in ("", "   ", "not base58 !!", alice.peer_id):
+        out = json.loads(hook.call_tool("mesh_send", {"peerId": peer, "message": "hi"}))
+        assert out["type"] == "InputError", (peer, out)
+    assert messages_of(store, alice) == [] and alice.node.counts["requests_out"] == 0
+
+
 def test_mdns_discovers_the_other_peers(tmp_path: Path, uid: str) -> None:
     store = SqliteStore(tmp_path / "s.db")
     made = [MeshAgent(store, MeshConfig(f"{n}-{uid}", mdns=True)) for n in ("alice", "bob", "carol")]

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .._install import install_hint
-from ..errors import ConfigError, MeshError, MeshUnavailable
+from ..errors import ConfigError, InputError, MeshError, MeshUnavailable
 from ..times import now_ms
 from . import wire
 
@@ -568,15 +568,19 @@ class MeshNode:
         self, peer_id: str, message: str, *, auto_reply: bool = False, timeout: float = 60.0
     ) -> wire.AgentResponse:
         """Send ``message`` to a peer and wait up to ``timeout`` seconds for its response (which
-        may be an error response: ``.error``). ``MeshError`` when there is none."""
+        may be an error response: ``.error``). ``MeshError`` when there is none; ``InputError`` when
+        ``peer_id`` is not a peer id, or is this node's."""
         from libp2p.peer.id import ID
 
+        # a mistake in the input, not a failure of the mesh: the agent neither stores nor retries it
         try:
-            pid = ID.from_base58(peer_id)
+            pid = ID.from_base58(peer_id) if peer_id.strip() else None
         except Exception:  # noqa: BLE001 - base58 and multihash errors alike
-            raise MeshError(f"mesh: {peer_id!r} is not a peer id") from None
+            pid = None
+        if pid is None:
+            raise InputError(f"mesh: {peer_id!r} is not a peer id (12D3KooW…): mesh_list_peers lists them")
         if peer_id == self.peer_id:
-            raise MeshError("mesh: a node cannot send a request to itself")
+            raise InputError("mesh: a node cannot send a request to itself")
         req = wire.AgentRequest(
             request_id=wire.new_request_id(),
             from_agent=self.config.agent_name,
