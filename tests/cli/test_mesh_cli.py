@@ -280,6 +280,22 @@ def test_broadcast_text_output(ctxos: click.Group, db: Path) -> None:
     assert r.stdout.startswith("broadcast on pi-broadcast: 1 peer(s) reached (message ")
 
 
+@pytest.mark.usefixtures("announced")
+def test_send_and_broadcast_read_a_message_of_dash_from_stdin(ctxos: click.Group, db: Path, bob: MeshAgent) -> None:
+    """Longer than a command line may be (an argument is at most 128 KiB on Linux). (With the
+    broadcast tests: a node that joins bob's topic soon after may still be given a broadcast.)"""
+    text = "line one\n" + "x" * 300_000
+    r = CliRunner().invoke(ctxos, ["--store", str(db), "mesh", "send", "bob", "-", "--json"], input=text)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["response"] == f"bob heard: {text}"
+    r = CliRunner().invoke(ctxos, ["--store", str(db), "mesh", "broadcast", "-", "--json"], input="from stdin")
+    assert r.exit_code == 0, r.output
+    sent = [d["content"] for d in cli_messages(db) if d["meta"]["direction"] == "out"]
+    assert sent == [text, "from stdin"]
+    r = CliRunner().invoke(ctxos, ["--store", str(db), "mesh", "send", "bob", "-"], input="  \n")
+    assert r.exit_code == 1 and "the message is empty" in r.output
+
+
 def test_broadcast_with_nobody_to_reach_fails(ctxos: click.Group, db: Path) -> None:
     r = run(ctxos, db, "broadcast", "hello?", "--wait", "1")
     assert r.exit_code == 1

@@ -10,6 +10,7 @@ once (``auto_reply``), as nobody is there to answer. Nothing here announces itse
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -154,9 +155,10 @@ def send_cmd(
     swarm_key: Path | None,
     as_json: bool,
 ) -> None:
-    """Send one agent a message and print its answer."""
-    if not message.strip():
-        raise InputError("mesh send: the message is empty")
+    """Send one agent a message and print its answer.
+
+    MESSAGE `-` reads it from stdin (a file, or more than a command line holds)."""
+    message = _message(message, "send")
     addrs = _addresses(peer)
     config = _config(agent_name, swarm_key)
     with store_from(ctx, create=True) as store, _transient(store, config) as agent:
@@ -170,6 +172,15 @@ def send_cmd(
         if not as_json:
             click.echo(f"{result['agentName']} ({peer_id}) answered with an error", err=True)
         ctx.exit(1)
+
+
+def _message(message: str, command: str) -> str:
+    """The text to send: ``message``, or stdin's for ``-``; ``InputError`` when it is empty."""
+    if message == "-":
+        message = sys.stdin.read()
+    if not message.strip():
+        raise InputError(f"mesh {command}: the message is empty")
+    return message
 
 
 def _addresses(peer: str) -> list[str]:
@@ -236,9 +247,10 @@ def _dial(agent: MeshAgent, addrs: list[str], timeout: float) -> str:
 def broadcast_cmd(
     ctx: click.Context, message: str, kind: str, wait: float, agent_name: str, swarm_key: Path | None, as_json: bool
 ) -> None:
-    """Publish a message to the agents in the local registry."""
-    if not message.strip():
-        raise InputError("mesh broadcast: the message is empty")
+    """Publish a message to the agents in the local registry.
+
+    MESSAGE `-` reads it from stdin."""
+    message = _message(message, "broadcast")
     directory = registry.default_dir()
     announced = registry.local_peers(directory)
     config = _config(agent_name, swarm_key)
