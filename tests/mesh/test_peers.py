@@ -140,6 +140,35 @@ def test_memory_of_a_peer_is_recalled_on_its_next_request(store: Store, agents: 
     assert found["count"] >= 1 and "pnpm" in found["results"][0]["value"]
 
 
+def test_long_messages_are_remembered_cut_and_a_long_request_still_recalls_memory(
+    store: Store, agents: AgentFactory, uid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Memory keeps 100,000 characters an entry and searches 10,000: a longer exchange or
+    broadcast is remembered cut (both sides of an exchange), and a longer request is recalled
+    for by its beginning, all without a warning."""
+    a, b = agents("alice"), agents("bob")
+    link(a, b)
+    long_request = f"deploy {uid} " + "r" * 300_000
+    ans = Answerer(b, lambda r: "done " + "s" * 200_000)
+    try:
+        with caplog.at_level(logging.WARNING, logger="context_os.mesh"):
+            a.send(b.peer_id, long_request)
+            a.send(b.peer_id, long_request)
+            a.broadcast("b" * 150_000, "event")
+            wait_for(lambda: b.memory.get(a.peer_id, "broadcast"), "bob to remember the broadcast")
+    finally:
+        ans.stop()
+    assert [r.getMessage() for r in caplog.records if "mesh" in r.getMessage()] == []
+    for mem, peer in ((a.memory, b.peer_id), (b.memory, a.peer_id)):
+        [last, _] = mem.get(peer, "exchange", full_text=True)
+        assert last.value.startswith(f"[Request] deploy {uid} rrr") and "\n[Response] done sss" in last.value
+        assert len(last.value) <= 100_000 and "[cut: 300," in last.value and "[cut: 200,005 characters]" in last.value
+    [broadcast] = b.memory.get(a.peer_id, "broadcast", full_text=True)
+    assert len(broadcast.value) <= 100_000 and broadcast.value.endswith("[cut: 150,008 characters]")
+    first, second = ans.seen
+    assert "[Request] deploy" in second.context  # the first exchange, recalled for the second request
+
+
 def test_a_peer_killed_mid_request_fails_the_sender_and_leaves_nothing_half_written(
     store: Store, agents: AgentFactory, tmp_path: Path
 ) -> None:

@@ -38,7 +38,7 @@ from ..store.base import Put
 from ..times import now_ms
 from ..tokens import estimate_tokens
 from . import registry, wire
-from .memory import MemoryLimits, PeerMemory
+from .memory import MAX_VALUE_CHARS, MemoryLimits, PeerMemory
 from .node import MeshConfig, MeshNode
 from .queue import MAX_QUEUE, REQUEST_TIMEOUT, PendingRequest, RequestQueue
 
@@ -186,6 +186,7 @@ class MeshAgent:
         return SourceDoc(id=doc["id"], kind="message", content=doc["content"], meta=meta).to_doc()
 
     def _remember(self, peer: str, key: str, value: str, kind: str, peer_name: str | None) -> None:
+        value = _cut(value, MAX_VALUE_CHARS)  # what is read back is cut far shorter anyway
         try:
             self.memory.store_entry(peer, key, value, type=kind, peer_name=peer_name)  # type: ignore[arg-type]
         except Exception as e:  # noqa: BLE001 - memory is a help: the message itself is stored
@@ -277,9 +278,7 @@ class MeshAgent:
         )
         self._record(request, reply)
         if not resp.error:
-            self._remember(
-                peer, "exchange", f"[Request] {message}\n[Response] {resp.message}", "conversation_turn", peer_name
-            )
+            self._remember(peer, "exchange", _exchange(message, resp.message), "conversation_turn", peer_name)
         return {
             "peerId": peer,
             "agentName": peer_name,
@@ -391,7 +390,7 @@ class MeshAgent:
             self._remember(
                 pending.peer,
                 "exchange",
-                f"[Request] {pending.message}\n[Response] {text}",
+                _exchange(pending.message, text),
                 "conversation_turn",
                 pending.peer_name,
             )
@@ -489,6 +488,20 @@ class MeshAgent:
             "requests": self.queue.stats(),
             "shown": len(self._shown),
         }
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` up to ``limit`` characters, saying how long it was when it is cut."""
+    if len(text) <= limit:
+        return text
+    note = f"\n… [cut: {len(text):,} characters]"
+    return text[: limit - len(note)] + note
+
+
+def _exchange(request: str, response: str) -> str:
+    """An exchange as memory keeps it, each side cut so that both fit in one entry."""
+    half = MAX_VALUE_CHARS // 2 - 20
+    return f"[Request] {_cut(request, half)}\n[Response] {_cut(response, half)}"
 
 
 def _check_outgoing(message: object, what: str) -> None:

@@ -34,6 +34,8 @@ __all__ = ["MEMORY_PRESETS", "MemoryEntry", "MemoryLimits", "PeerMemory", "peer_
 MAX_KEY_CHARS = 128
 MAX_VALUE_CHARS = 100_000
 """The longest value stored (what is read back is cut to ``MemoryLimits.truncate``)."""
+MAX_QUERY_CHARS = 10_000
+"""The longest search query (a longer request is searched for by its beginning)."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +233,7 @@ class PeerMemory:
     ) -> list[MemoryEntry]:
         """The entries that best match ``query`` (keyword and, with an embedder, meaning), of one
         peer or of all, best first."""
-        _check_text(query, "memory_search: query", 10_000)
+        _check_text(query, "memory_search: query", MAX_QUERY_CHARS)
         want = n if n is not None else self.limits.search_results
         if isinstance(want, bool) or not isinstance(want, int) or want < 1:
             raise InputError(f"memory_search: nResults must be a positive integer, got {n!r}")
@@ -265,7 +267,8 @@ class PeerMemory:
         taken: list[MemoryEntry] = []
         used = 0
         last = self.get(peer, "exchange", limit=1)
-        picked = [*self.search(message, peer=peer, n=lim.auto_results)] if message.strip() else []
+        query = message[:MAX_QUERY_CHARS]
+        picked = [*self.search(query, peer=peer, n=lim.auto_results)] if query.strip() else []
         for entry in [*last, *picked]:
             if entry.id in ids:
                 continue
