@@ -22,7 +22,7 @@ from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.mesh_tools import MESH_TOOL_NAMES, MeshTools
 from context_os.errors import MeshError
 from context_os.harness.openai import OpenAIHook
-from context_os.mesh import wire
+from context_os.mesh import registry, wire
 from context_os.mesh.agent import MeshAgent
 from context_os.mesh.node import MeshConfig, MeshNode, load_seed
 from context_os.mesh.pnet import new_swarm_key, read_swarm_key
@@ -391,6 +391,20 @@ def test_a_send_to_what_is_not_a_peer_id_is_refused_stored_nor_retried(store: St
         out = json.loads(hook.call_tool("mesh_send", {"peerId": peer, "message": "hi"}))
         assert out["type"] == "InputError", (peer, out)
     assert messages_of(store, alice) == [] and alice.node.counts["requests_out"] == 0
+
+
+def test_an_agent_with_the_local_registry_dials_the_agents_announced_there(
+    store: Store, agents: AgentFactory, tmp_path: Path
+) -> None:
+    """By name or peer id, never dialled before, and at the addresses as announced (an entry may
+    leave out the ``/p2p/<id>`` part: the registry's reader adds it)."""
+    bob = agents("bob", auto_reply=True)
+    bare = [a.split("/p2p/")[0] for a in bob.node.addrs]
+    registry.announce(tmp_path, peer_id=bob.peer_id, agent_name="bob", addrs=bare)
+    alice = agents("alice", local_registry=tmp_path)
+    assert [(p["agentName"], p["status"]) for p in alice.peers()] == [("bob", "announced")]
+    assert alice.send("bob", "hi")["peerId"] == bob.peer_id
+    assert alice.send(bob.peer_id, "again")["response"] == "[auto-response] Received: again"
 
 
 def test_mdns_discovers_the_other_peers(tmp_path: Path, uid: str) -> None:

@@ -196,12 +196,7 @@ def _addresses(peer: str) -> list[str]:
             f"mesh: no running agent named {peer!r} (nor with that peer id) in the local registry {directory}; "
             "`ctxos mesh peers` lists them, or give the peer's multiaddr (/ip4/…/tcp/…/p2p/<id>)"
         )
-    return _dialable(found)
-
-
-def _dialable(peer: registry.LocalPeer) -> list[str]:
-    """The addresses of an announced agent, each ending in its ``/p2p/<id>`` (as a dial needs)."""
-    return [a if "/p2p/" in a else f"{a}/p2p/{peer.peer_id}" for a in peer.addrs]
+    return found.dial_addrs
 
 
 def _dial(agent: MeshAgent, addrs: list[str], timeout: float) -> str:
@@ -261,7 +256,7 @@ def broadcast_cmd(
             if p.peer_id == agent.peer_id:
                 continue  # another command of ours, with the same identity
             try:
-                reached.append(_dial(agent, _dialable(p), min(wait, DIAL_TIMEOUT)))
+                reached.append(_dial(agent, p.dial_addrs, min(wait, DIAL_TIMEOUT)))
             except MeshError as e:
                 failed.append({"peerId": p.peer_id, "agentName": p.agent_name, "error": str(e)})
         if reached:

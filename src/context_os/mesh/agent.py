@@ -208,7 +208,7 @@ class MeshAgent:
         entry = registry.find(self.local_registry, peer)
         if entry is None or entry.peer_id == self.peer_id:
             return peer
-        for addr in entry.addrs:
+        for addr in entry.dial_addrs:
             try:
                 self.node.connect(addr, timeout=timeout)
                 break

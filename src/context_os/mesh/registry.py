@@ -50,6 +50,11 @@ class LocalPeer:
     started: int
     """When it announced itself, epoch ms."""
 
+    @property
+    def dial_addrs(self) -> list[str]:
+        """``addrs``, each ending in the agent's ``/p2p/<id>`` (as a dial needs)."""
+        return [a if "/p2p/" in a else f"{a}/p2p/{self.peer_id}" for a in self.addrs]
+
     def public(self) -> dict[str, Any]:
         return {
             "peerId": self.peer_id,
