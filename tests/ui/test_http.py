@@ -120,7 +120,7 @@ def test_the_guard_refuses_other_hosts_origins_and_writes(served: tuple[Store, s
         assert client.get("/", headers={"Host": f"evil.example:{port}"}).status_code == 403
         assert client.get("/", headers={"Host": f"localhost:{port}"}).status_code == 200
         assert client.get("/", headers={"Origin": "http://evil.example"}).status_code == 403
-        for method in ("POST", "PUT", "DELETE", "PATCH"):
+        for method in ("POST", "PUT", "DELETE", "PATCH", "TRACE", "PROPFIND"):
             r = client.request(method, "/", content=b"{}")
             assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD", method
 

@@ -459,6 +459,13 @@ def make_ui_server(store: Store, port: int = 0, *, host: str = "127.0.0.1") -> T
 
         do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _read_only  # noqa: N815
 
+        def __getattr__(self, name: str) -> Any:
+            # any other method (TRACE, CONNECT, made-up ones) is refused the same way, not with
+            # http.server's bare 501 page without the headers above
+            if name.startswith("do_"):
+                return self._read_only
+            raise AttributeError(name)
+
         def log_message(self, format: str, *args: Any) -> None:
             log.info("ui %s - " + format, self.client_address[0], *args)
 
