@@ -396,6 +396,20 @@ def test_withdraw_removes_and_tolerates_missing(tmp_path: Path) -> None:
     assert registry.local_peers(tmp_path) == []
 
 
+def test_withdraw_leaves_an_entry_another_process_announced_since(tmp_path: Path) -> None:
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        mine = registry.announce(tmp_path, peer_id="12D3KooWA", agent_name="a", addrs=[])
+        registry.announce(tmp_path, peer_id="12D3KooWA", agent_name="a", addrs=[], pid=other.pid)
+        registry.withdraw(mine)  # this process stopping: the entry is the other one's now
+        assert [p.pid for p in registry.local_peers(tmp_path)] == [other.pid]
+        registry.withdraw(mine, pid=other.pid)
+        assert registry.local_peers(tmp_path) == []
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_local_peers_of_a_missing_directory(tmp_path: Path) -> None:
     assert registry.local_peers(tmp_path / "nothing") == []
 

@@ -4,6 +4,8 @@ requests through JSON-RPC, with a real peer on the other side."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -111,3 +113,21 @@ def test_served_agents_without_mdns_reach_each_other_through_the_local_registry(
             "result"
         ]
         assert gone["is_error"] is True
+
+
+def test_a_second_agent_of_the_same_name_is_refused_and_the_first_stays_announced(tmp_path: Path) -> None:
+    """One name is one identity (its seed): a second ``ctxos serve --mesh bob`` would put two
+    nodes of one peer id on the mesh, and, stopping, withdraw the first's registry entry."""
+    with http_server(tmp_path / "a", "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none"):
+        first = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
+        ctxos = [str(Path(sys.executable).parent / "ctxos"), "--store", str(tmp_path / "b.db")]
+        second = subprocess.run(
+            [*ctxos, "serve", "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none"],
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1
+        assert f"an agent named 'bob' already runs here with this identity (pid {first.pid}" in second.stderr
+        assert registry.find(registry.default_dir(), "bob") == first

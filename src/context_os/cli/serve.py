@@ -239,7 +239,15 @@ def _mesh_agent(
     )
     agent = MeshAgent(
         store, config, recall=recall, limits=MemoryLimits.preset(preset), local_registry=registry.default_dir()
-    ).start()
+    )
+    other = registry.running(registry.default_dir(), agent.peer_id)
+    if other is not None:  # two nodes of one identity: peers would reach either of them
+        agent.close()
+        raise ConfigError(
+            f"mesh: an agent named {name!r} already runs here with this identity (pid {other.pid}, "
+            f"{', '.join(other.addrs)}): give this one another --mesh name"
+        )
+    agent.start()
     try:
         entry = registry.announce(
             registry.default_dir(), peer_id=agent.peer_id, agent_name=name, addrs=agent.node.addrs

@@ -31,7 +31,7 @@ from ..errors import InputError, MeshError
 from ..store import data_dir
 from ..times import now_ms
 
-__all__ = ["LocalPeer", "announce", "default_dir", "find", "local_peers", "withdraw"]
+__all__ = ["LocalPeer", "announce", "default_dir", "find", "local_peers", "running", "withdraw"]
 
 _PEER_ID = re.compile(r"[A-Za-z0-9]{1,128}")
 """What a peer id looks like (base58 or base32 text): also what makes it a safe file name."""
@@ -114,9 +114,20 @@ def announce(
     return path
 
 
-def withdraw(path: str | Path) -> None:
-    """Remove an entry ``announce`` wrote (gone already: nothing to do)."""
-    Path(path).unlink(missing_ok=True)
+def withdraw(path: str | Path, pid: int | None = None) -> None:
+    """Remove an entry ``announce`` wrote for process ``pid`` (default: this one). Gone already,
+    or announced since by another process (the same identity started again): left alone."""
+    p = Path(path)
+    entry = _read(p)
+    if entry is not None and entry.pid != (os.getpid() if pid is None else pid):
+        return
+    p.unlink(missing_ok=True)
+
+
+def running(directory: str | Path, peer_id: str) -> LocalPeer | None:
+    """The live agent of another process announced with ``peer_id``, if there is one."""
+    found = next((p for p in local_peers(directory) if p.peer_id == peer_id), None)
+    return found if found is not None and found.pid != os.getpid() else None
 
 
 def local_peers(directory: str | Path) -> list[LocalPeer]:
@@ -131,7 +142,7 @@ def local_peers(directory: str | Path) -> list[LocalPeer]:
         if peer is None:
             continue
         if not _alive(peer.pid):
-            withdraw(path)
+            withdraw(path, peer.pid)
             continue
         out.append(peer)
     return sorted(out, key=lambda p: (p.started, p.peer_id))
