@@ -445,7 +445,10 @@ const MESH_TOOLS: Record<string, Texts & { parameters: Schema }> = {
 		parameters: {
 			type: "object",
 			properties: {
-				peerId: { type: "string", description: "The peer's id (12D3KooW…)" },
+				peerId: {
+					type: "string",
+					description: "The peer's id (12D3KooW…), or the name of an agent running on this machine",
+				},
 				message: { type: "string", description: "What to say" },
 				autoReply: { type: "boolean", description: "Ask for an automatic acknowledgement" },
 			},
