@@ -432,7 +432,9 @@ const PEER_ID = { type: "string", description: "The peer" };
 const MESH_TOOLS: Record<string, Texts & { parameters: Schema }> = {
 	mesh_list_peers: {
 		label: "mesh_list_peers",
-		description: "List every known mesh peer: peer id, agent name, status (connected or disconnected), addresses.",
+		description:
+			"List every known mesh peer: peer id, agent name, status (connected, disconnected, discovered, or announced: " +
+			"running on this machine, not dialled yet), addresses.",
 		snippet: "List the agents on the mesh",
 		parameters: NO_PARAMETERS,
 	},

@@ -136,7 +136,10 @@ MESH_TOOL_NAMES = (
     "memory_keys",
 )
 
-LIST_DESCRIPTION = "List every known mesh peer: peer id, agent name, status (connected or disconnected), addresses."
+LIST_DESCRIPTION = (
+    "List every known mesh peer: peer id, agent name, status (connected, disconnected, discovered, or announced: "
+    "running on this machine, not dialled yet), addresses."
+)
 SEND_DESCRIPTION = (
     "Send a direct message to a peer agent and wait for its answer (up to 60 s). Use mesh_list_peers first for "
     "the peer id. autoReply asks the peer to acknowledge at once without its agent."
