@@ -20,7 +20,7 @@ import pytest
 from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.mesh_tools import MESH_TOOL_NAMES, MeshTools
-from context_os.errors import MeshError
+from context_os.errors import ConfigError, MeshError
 from context_os.harness.openai import OpenAIHook
 from context_os.mesh import registry, wire
 from context_os.mesh.agent import MeshAgent
@@ -405,6 +405,17 @@ def test_an_agent_with_the_local_registry_dials_the_agents_announced_there(
     assert [(p["agentName"], p["status"]) for p in alice.peers()] == [("bob", "announced")]
     assert alice.send("bob", "hi")["peerId"] == bob.peer_id
     assert alice.send(bob.peer_id, "again")["response"] == "[auto-response] Received: again"
+
+
+def test_a_node_on_a_port_another_listens_on_is_refused(store: Store, agents: AgentFactory) -> None:
+    """py-libp2p listens with SO_REUSEPORT: without the check a second node would share the
+    first one's port, and the connections meant for it."""
+    first = agents("first")
+    port = int(first.node.addrs[0].split("/tcp/")[1].split("/")[0])
+    second = MeshNode(MeshConfig("second", port=port))
+    with pytest.raises(ConfigError, match=f"port {port} on 127.0.0.1 is in use"):
+        second.start()
+    assert not second.running and first.node.running
 
 
 def test_mdns_discovers_the_other_peers(tmp_path: Path, uid: str) -> None:

@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import errno
 import hashlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -298,6 +300,8 @@ class MeshNode:
         """Listen, subscribe to the topic, dial the bootstrap peers; ``MeshError`` if it cannot."""
         if self._thread is not None:
             raise MeshError("mesh: this node was already started (a node starts once)")
+        if self.config.port:
+            _check_port_free(self.config.host, self.config.port)
         self._thread = threading.Thread(target=self._run, name=f"mesh-{self.config.agent_name}", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):
@@ -796,6 +800,23 @@ class _Notifee:
 
     async def listen_close(self, network: Any, multiaddr: Any) -> None:
         pass
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """``ConfigError`` when another socket listens on ``host:port``. py-libp2p listens with
+    SO_REUSEPORT (for hole punching), so a second node on a taken port would start, and the
+    kernel would share the connections meant for the first between the two."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise ConfigError(
+                    f"mesh: port {port} on {host} is in use (another process listens there): pass another "
+                    "port, or 0 for a free one"
+                ) from None
+            raise ConfigError(f"mesh: cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
 def _has_addrs(network: Any, peer: Any) -> bool:
