@@ -332,8 +332,12 @@ def test_a_seed_file_gives_the_same_peer_id_across_restarts(tmp_path: Path, uid:
     assert load_seed(tmp_path / "id.seed") == seed
     ids = []
     for _ in range(2):
-        with MeshNode(MeshConfig(f"a-{uid}", seed=seed)) as node:
+        node = MeshNode(MeshConfig(f"a-{uid}", seed=seed))
+        assert node.addrs == []  # not listening yet
+        with node:
             ids.append(node.peer_id)
+            assert node.addrs[0].endswith(f"/p2p/{node.peer_id}")
+        assert node.addrs == []  # its listeners closed
     assert ids[0] == ids[1]
     assert MeshNode(MeshConfig(f"b-{uid}")).peer_id != ids[0]
 

@@ -480,7 +480,7 @@ class MeshAgent:
         return {
             "agentName": self.name,
             "peerId": self.peer_id,
-            "addresses": self.node.addrs if self.node.running else [],
+            "addresses": self.node.addrs,
             "topic": self.config.topic,
             "peers": len(self.node.peers()),
             "connected": len(self.node.connected()) if self.node.running else 0,

@@ -532,7 +532,10 @@ class MeshNode:
 
     @property
     def addrs(self) -> list[str]:
-        """The addresses peers dial, each ending in ``/p2p/<peer id>``."""
+        """The addresses peers dial, each ending in ``/p2p/<peer id>``; none before the node
+        starts or once it stopped (its listeners are closed)."""
+        if not self.running:
+            return []
         return [str(a) for a in self._host.get_addrs()]
 
     def connect(self, addr: str, timeout: float | None = None) -> str:
