@@ -359,6 +359,9 @@ def test_a_peer_that_restarts_on_a_new_port_is_reached_there(
     assert again.peer_id == bob.peer_id and again.node.addrs[0] != old
     alice.node.connect(again.node.addrs[0])
     assert alice.send(again.peer_id, "back?", auto_reply=True)["response"] == "[auto-response] Received: back?"
+    # and mesh_list_peers shows where it is now, not where it was
+    [listed] = [p for p in alice.peers() if p["peerId"] == bob.peer_id]
+    assert listed["addresses"] == [again.node.addrs[0].split("/p2p/")[0]]
 
 
 def test_a_message_no_peer_would_accept_is_refused_before_it_is_sent_or_stored(

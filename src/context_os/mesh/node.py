@@ -424,7 +424,7 @@ class MeshNode:
         def discovered(info: Any) -> None:  # on zeroconf's thread
             if info.peer_id == me:
                 return
-            self._note(str(info.peer_id), addrs=[str(a) for a in info.addrs])
+            self._note(str(info.peer_id), fresh_addrs=[str(a) for a in info.addrs])
             with contextlib.suppress(Exception):  # the node is stopping
                 self._token.run_sync_soon(self._spawn, self._dial_info, info)
 
@@ -465,6 +465,8 @@ class MeshNode:
             for key, value in changes.items():
                 if key == "addrs":
                     p.addrs = list(dict.fromkeys([*value, *p.addrs]))
+                elif key == "fresh_addrs":  # where the peer is now (explicit dial, discovery)
+                    p.addrs = list(dict.fromkeys(value))
                 elif value is not None:
                     setattr(p, key, value)
             return replace(p, addrs=list(p.addrs))
@@ -553,7 +555,7 @@ class MeshNode:
             self._forget_addrs(info.peer_id)
             await self._host.connect(info)
 
-        self._note(str(info.peer_id), addrs=[str(a) for a in info.addrs])
+        self._note(str(info.peer_id), fresh_addrs=[str(a) for a in info.addrs])
         self._call(dial, timeout=timeout or self.config.call_timeout, what=f"connect to {addr}")
         return str(info.peer_id)
 
