@@ -37,7 +37,7 @@ from ._common import (
     type=click.FloatRange(1, 3600),
     default=600,
     show_default=True,
-    help="Seconds one upstream call may take.",
+    help="Seconds the upstream may send nothing: before its answer starts, or between two parts of a stream.",
 )
 @click.option("--recall/--no-recall", default=True, show_default=True, help="Offer the model the recall tool.")
 @click.option(

@@ -16,7 +16,9 @@ from ._common import fails_cleanly, serve_until_stopped, server_process, store_f
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=8766, show_default=True, help="The port on 127.0.0.1 (0: any)."
 )
-@click.option("--session", "session_id", metavar="ID", help="Print (and open) this session's timeline.")
+@click.option(
+    "--session", "session_id", metavar="ID", help="Print this session's timeline address (with --open, open it)."
+)
 @click.option("--open", "open_browser", is_flag=True, help="Open the page in the default browser.")
 @click.option("-v", "--verbose", count=True, help="Log more to stderr (-v: each request).")
 @click.pass_context

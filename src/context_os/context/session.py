@@ -848,7 +848,8 @@ class Session:
         if not isinstance(text, str):
             raise InputError(f"{ref} has no text to show by lines")
         if start < 1 or (end is not None and end < start):
-            raise InputError(f"lines: start must be at least 1 and end at least start, got {start}-{end}")
+            got = f"start {start}" + ("" if end is None else f", end {end}")
+            raise InputError(f"lines: start must be at least 1 and end at least start, got {got}")
         rows = text.split("\n")
         if len(rows) > 1 and rows[-1] == "":
             rows.pop()  # a text that ends with a line break has no line after it
