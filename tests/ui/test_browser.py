@@ -153,3 +153,32 @@ def test_the_as_of_view_shows_a_files_older_text(site: tuple[str, Store], browse
     shown = browser.find_element(By.ID, "content").get_attribute("textContent")
     assert shown == first[: len(shown)] and shown.splitlines()[:20] == first.splitlines()[:20]
     assert shown != last[: len(shown)]
+
+
+def test_a_browser_opens_the_address_with_the_token_and_browses_on_with_its_cookie(demo_db: Path, browser: Any) -> None:
+    import threading
+
+    from context_os.server.ui import make_ui_server
+
+    with SqliteStore(demo_db) as store:
+        httpd = make_ui_server(store, 0, token="browser-token-0123456789")
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        base = f"http://127.0.0.1:{httpd.server_address[1]}"
+        try:
+            console_errors(browser)  # what earlier tests left
+            _open(browser, base + "/session?id=demo")
+            assert "needs its token" in browser.find_element(By.TAG_NAME, "body").text
+            console_errors(browser)  # the 401 is a console error of its own
+            _open(browser, base + "/session?id=demo&token=browser-token-0123456789")
+            assert browser.current_url == base + "/session?id=demo"  # the token left the address
+            assert len(browser.find_elements(By.CSS_SELECTOR, "table.timeline tbody tr")) == 88
+            header = browser.find_element(By.TAG_NAME, "header")
+            assert header.value_of_css_property("display") == "flex"  # the stylesheet came with the cookie
+            browser.find_element(By.CSS_SELECTOR, "tr#turn-40 td a").click()
+            _wait_url(browser, "turn=40")
+            assert "verified" in browser.find_element(By.ID, "verdict").text
+            assert console_errors(browser) == []
+        finally:
+            browser.delete_all_cookies()
+            httpd.shutdown()
+            httpd.server_close()

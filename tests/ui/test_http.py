@@ -7,12 +7,14 @@ import http.client
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
+from context_os.server.ui import make_ui_server
 from context_os.store import Store
 from context_os.store.sqlite import SqliteStore
 from tests.ui.recorded import record_demo
@@ -167,10 +169,15 @@ def test_ctxos_ui_serves_until_stopped(demo_db: Path) -> None:
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()
-        url = re.search(r"(http://127\.0\.0\.1:\d+/session\?id=demo)", line)
+        url = re.search(r"(http://127\.0\.0\.1:\d+)(/session\?id=demo)&token=([\w-]+) ", line)
         assert url, line
-        r = httpx.get(url.group(1))
-        assert r.status_code == 200 and _rows(r.text) == 88
+        base, page, token = url.groups()
+        assert httpx.get(base + page).status_code == 401  # the address without its token
+        with httpx.Client(follow_redirects=True) as browser:
+            r = browser.get(url.group(0).strip())
+            assert r.status_code == 200 and _rows(r.text) == 88
+            assert str(r.url) == base + page  # the token went from the address to a cookie
+            assert browser.get(base + "/").status_code == 200
     finally:
         proc.terminate()
         assert proc.wait(30) == 0  # SIGTERM: a clean stop
@@ -267,3 +274,28 @@ def test_a_calls_object_arguments_show_as_the_json_the_model_was_sent(
     escaped = command.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("'", "&#39;")
     assert f"bash({{&#34;command&#34;: &#34;{escaped}&#34;}})" in page and "\\u00" not in page
     assert f'→ bash({{"command": "{command}"}})' in shown
+
+
+def test_with_a_token_every_page_needs_it_and_the_address_that_carries_it_leaves_a_cookie(demo_db: Path) -> None:
+    with SqliteStore(demo_db) as store:
+        httpd = make_ui_server(store, 0, token="t0ken-of-the-test-1234")
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        base = f"http://127.0.0.1:{httpd.server_address[1]}"
+        try:
+            for path in ("/", "/session?id=demo", "/static/ui.css", "/nope"):
+                refused = httpx.get(base + path)
+                assert refused.status_code == 401 and "needs its token" in refused.text
+            assert "is wrong" in httpx.get(base + "/?token=guess").text
+            first = httpx.get(base + "/session?id=demo&token=t0ken-of-the-test-1234")
+            assert first.status_code == 303 and first.headers["location"] == "/session?id=demo"
+            cookie = first.headers["set-cookie"]
+            assert cookie.startswith(f"ctxos_ui_{httpd.server_address[1]}=t0ken-of-the-test-1234;")
+            assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+            name = cookie.split("=", 1)[0]
+            assert httpx.get(base + "/session?id=demo", cookies={name: "t0ken-of-the-test-1234"}).status_code == 200
+            assert httpx.get(base + "/", cookies={name: "wrong"}).status_code == 401
+            # another web view's cookie (another port) is not this one's
+            assert httpx.get(base + "/", cookies={"ctxos_ui_1": "t0ken-of-the-test-1234"}).status_code == 401
+        finally:
+            httpd.shutdown()
+            httpd.server_close()

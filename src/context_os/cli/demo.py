@@ -6,7 +6,6 @@ the store but through the library (here: a replay)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from urllib.parse import quote
 
 import click
 
@@ -38,7 +37,7 @@ def demo_cmd(ctx: click.Context, session_id: str | None, no_verify: bool, as_jso
     if not as_json:
         click.echo(
             f"\nits timeline in a browser: {command_hint('ui', '--session', session_id)}\n"
-            f"  then open http://127.0.0.1:8766/session?id={quote(session_id, safe='')} (Ctrl-C stops it)"
+            "  then open the address it prints (it carries the web view's token; Ctrl-C stops it)"
         )
 
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import webbrowser
 from urllib.parse import quote
 
 import click
 
-from ..errors import NotFound
+from ..errors import ConfigError, NotFound
 from ._common import fails_cleanly, serve_until_stopped, server_process, store_from
+
+TOKEN_ENV = "CTXOS_UI_TOKEN"
+"""A token chosen by whoever starts the web view, instead of a fresh one."""
 
 
 @click.command("ui")
@@ -26,19 +30,26 @@ from ._common import fails_cleanly, serve_until_stopped, server_process, store_f
 def ui_cmd(ctx: click.Context, port: int, session_id: str | None, open_browser: bool, verbose: int) -> None:
     """A read-only web view of sessions, frames, diffs and objects.
 
-    Read-only, on http://127.0.0.1:PORT (other Host headers are refused); Ctrl-C stops it.
-    See docs/ui.md."""
+    Read-only, on http://127.0.0.1:PORT (other Host headers are refused), for whoever has the
+    address it prints: it carries a token (other local users and processes are refused; a fresh
+    one each start, or $CTXOS_UI_TOKEN). Ctrl-C stops it. See docs/ui.md."""
+    from ..server.transports import new_token
     from ..server.ui import make_ui_server
 
+    token = os.environ.get(TOKEN_ENV) or new_token()
+    if len(token) < 16 or not (token.isascii() and token.replace("-", "").replace("_", "").isalnum()):
+        raise ConfigError(f"${TOKEN_ENV} must be at least 16 letters, digits, '-' or '_' (a secret in an address)")
     server_process("ui", verbose)
     with store_from(ctx) as store:
         if session_id and store.get(f"session:{session_id}") is None:
             raise NotFound(f"no session {session_id!r} in {store.url} (`ctxos sessions` lists them)")
-        server = make_ui_server(store, port)
+        server = make_ui_server(store, port, token=token)
         bound = server.server_address[1]
         url = f"http://127.0.0.1:{bound}/"
         if session_id:
-            url += f"session?id={quote(session_id, safe='')}"
+            url += f"session?id={quote(session_id, safe='')}&token={token}"
+        else:
+            url += f"?token={token}"
         print(f"ctxos ui: {store.url} on {url} (Ctrl-C stops it)", file=sys.stderr, flush=True)
         if open_browser:
             webbrowser.open(url)

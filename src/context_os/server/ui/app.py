@@ -9,15 +9,17 @@ pages like a short one.
 from __future__ import annotations
 
 import functools
+import hmac
 import mimetypes
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
@@ -409,8 +411,15 @@ def _bar(pools: dict[str, int] | None, assembled: int, full: int, scale: int) ->
     return {"width": BAR_WIDTH, "full": round(full * px, 1), "segments": segments}
 
 
-def make_ui_server(store: Store, port: int = 0, *, host: str = "127.0.0.1") -> ThreadingHTTPServer:
-    """An HTTP server for the web view of ``store``, bound to loopback (``port`` 0: any free)."""
+def make_ui_server(
+    store: Store, port: int = 0, *, host: str = "127.0.0.1", token: str | None = None
+) -> ThreadingHTTPServer:
+    """An HTTP server for the web view of ``store``, bound to loopback (``port`` 0: any free).
+
+    ``token``: every page needs it (None: none does). A browser brings it once, in the address
+    (``?token=…``, what ``ctxos ui`` prints): the answer is a redirect to the same page without it
+    that sets it as a cookie (HttpOnly, SameSite=Strict, named after the port, so that two web
+    views on one host keep theirs apart), which every later request carries."""
     if not _is_loopback(host):
         raise ConfigError(f"the web view binds to a loopback address only, not {host!r}")
     app = UiApp(store)
@@ -440,12 +449,44 @@ def make_ui_server(store: Store, port: int = 0, *, host: str = "127.0.0.1") -> T
                 self.close_connection = True
                 self._answer(app._error(refusal[0], "Refused", refusal[1]), head=head)
                 return
+            if token is not None and not self._admitted(head):
+                return
             try:
                 page = app.respond(self.path)
             except Exception as e:  # a bug: the browser gets a page saying so, the log the traceback
                 log.exception("ui: GET %s failed", self.path)
                 page = app._error(500, "Internal error", f"{type(e).__name__}: {e} (the server's log has the details)")
             self._answer(page, head=head)
+
+        def _admitted(self, head: bool) -> bool:
+            """Whether the request carries the token (its cookie); a token in the address is
+            answered with a redirect that sets the cookie; no token, or a wrong one, with 401."""
+            assert token is not None
+            cookie_name = f"ctxos_ui_{httpd.server_address[1]}"
+            parts = urlsplit(self.path)
+            query = parse_qs(parts.query, keep_blank_values=True)
+            given = query.pop("token", None)
+            if given is not None and _same(given[-1], token):
+                self.send_response(303)
+                self.send_header("Location", urlunsplit(("", "", parts.path, urlencode(query, doseq=True), "")))
+                self.send_header("Set-Cookie", f"{cookie_name}={token}; HttpOnly; SameSite=Strict; Path=/")
+                self.send_header("Referrer-Policy", "no-referrer")
+                self.send_header("Cache-Control", "no-store")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return False
+            try:
+                jar = SimpleCookie(self.headers.get("Cookie") or "")
+            except CookieError:
+                jar = SimpleCookie()
+            held = jar.get(cookie_name)
+            if given is None and held is not None and _same(held.value, token):
+                return True
+            why = "the token in the address is wrong" if given is not None else "this web view needs its token"
+            self.close_connection = True
+            page = app._error(401, "Token needed", f"{why}: open the address `ctxos ui` printed, which carries it")
+            self._answer(page, head=head)
+            return False
 
         def do_GET(self) -> None:  # noqa: N802 - http.server naming
             self._get(False)
@@ -474,6 +515,10 @@ def make_ui_server(store: Store, port: int = 0, *, host: str = "127.0.0.1") -> T
     bound_host, bound_port = httpd.server_address[:2]
     httpd.guard = HttpGuard.for_address(str(bound_host), bound_port, None)
     return httpd
+
+
+def _same(given: str, token: str) -> bool:
+    return hmac.compare_digest(given.encode(), token.encode())
 
 
 class _UiServer(ThreadingHTTPServer):
