@@ -112,9 +112,41 @@ def test_every_text_is_embedded_once_and_found(db: Store, tmp_path: Path, model:
     index.close()
 
 
+def _open_files(path: Path) -> int:
+    """How many of this process's file descriptors are open on ``path``."""
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if (target := _target(fd)) is not None and target == str(path))
+
+
+def _target(fd: Path) -> str | None:
+    try:
+        return str(fd.readlink())
+    except OSError:
+        return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open files through /proc")
+def test_a_read_only_index_of_another_model_is_refused_and_leaves_its_file_closed(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    from context_os.errors import ConfigError
+
+    chat(db, "s1", TALK[:6])
+    with VectorIndex(db, model, tmp_path / "v.vectors") as index:
+        index.catch_up()
+    with embeddings_server(dim=12) as server:
+        other = OpenAIEmbedder(server.url, "tiny", api_key_env=None)
+        for _ in range(3):
+            with pytest.raises(ConfigError, match="read-only: they cannot be made again"):
+                VectorIndex(db, other, tmp_path / "v.vectors", read_only=True)
+        assert _open_files(tmp_path / "v.vectors") == 0
+        other.close()
+
+
 def test_a_new_model_or_dimension_re_indexes_everything(db: Store, tmp_path: Path, model: WordLlamaEmbedder) -> None:
     chat(db, "s1", TALK[:6])
-    VectorIndex(db, model, tmp_path / "v.vectors").catch_up()
+    with VectorIndex(db, model, tmp_path / "v.vectors") as first:
+        first.catch_up()
     with embeddings_server(dim=12) as server:
         other = OpenAIEmbedder(server.url, "tiny", api_key_env=None)
         index = VectorIndex(db, other, tmp_path / "v.vectors")

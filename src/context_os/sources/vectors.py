@@ -222,13 +222,20 @@ class VectorIndex:
                 )
             else:
                 self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        except sqlite3.DatabaseError as e:
+            raise StoreCorrupt(f"vector index {self.path}: {e}") from e
+        try:
+            if not read_only:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.executescript(_SCHEMA)
             self._check_model()
             self._m = self._load()
-        except sqlite3.DatabaseError as e:
-            raise StoreCorrupt(f"vector index {self.path}: {e}") from e
+        except BaseException as e:
+            self._db.close()  # refused (another model's file, a damaged one): nothing holds it open
+            if isinstance(e, sqlite3.DatabaseError):
+                raise StoreCorrupt(f"vector index {self.path}: {e}") from e
+            raise
 
     # -- the file -----------------------------------------------------------------------------
 
