@@ -174,10 +174,14 @@ def test_python_block(block: Block, reader: Path) -> None:
 
 def _close(namespace: dict[str, Any]) -> None:
     """Close what the snippets opened and still name (stores, sessions, recall), the latest first,
-    as the end of a reader's script would. What a snippet never names or names again (an inline
+    then the stores they reach (``Session.open(open_store(), ...)``: ``session.store``), as the
+    end of a reader's script would. What a snippet never names or names again (an inline
     ``open_recall(...)``) is left to its daemon thread."""
-    for value in reversed(list(namespace.values())):
-        if type(value).__module__.startswith("context_os.") and callable(getattr(value, "close", None)):
+    named = [v for v in reversed(list(namespace.values())) if type(v).__module__.startswith("context_os.")]
+    sessions = [getattr(v, "session", None) for v in named]
+    stores = [getattr(v, "store", None) for v in [*named, *sessions]]
+    for value in [*named, *stores]:
+        if value is not None and callable(getattr(value, "close", None)):
             value.close()
 
 

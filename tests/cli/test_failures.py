@@ -14,6 +14,7 @@ import socket
 import sqlite3
 import subprocess
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -244,7 +245,7 @@ def test_a_read_only_command_says_there_is_no_store_and_creates_nothing(
 
 def test_a_read_only_command_refuses_a_file_that_is_no_store_and_leaves_it_alone(tmp_path: Path) -> None:
     other = tmp_path / "other.db"
-    with sqlite3.connect(other) as conn:
+    with closing(sqlite3.connect(other)) as conn, conn:
         conn.execute("CREATE TABLE t (x)")
     conn.close()
     before = other.read_bytes()
@@ -346,7 +347,7 @@ def test_verify_rehashes_a_version_a_later_write_of_the_same_valid_time_correcte
 
 
 def test_verify_runs_the_databases_integrity_check(demo: Path, tmp_path: Path) -> None:
-    with sqlite3.connect(demo) as conn:
+    with closing(sqlite3.connect(demo)) as conn, conn:
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
         pages = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 'attrs' AND pagetype = 'leaf'")]
     conn.close()

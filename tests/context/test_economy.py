@@ -6,7 +6,7 @@ collapsed results name short refs. Real SQLite stores, the real OpenAI hook and 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -282,12 +282,24 @@ def test_context_os_file_tools_manage_the_session_from_the_first_call(db, tmp_pa
 # --- the active pool ------------------------------------------------------------------------------
 
 
+_POOL_STORES: list[SqliteStore] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_pool_stores() -> Iterator[None]:
+    """The stores ``_files`` opened for a test, closed after it."""
+    yield
+    while _POOL_STORES:
+        _POOL_STORES.pop().close()
+
+
 def _files(tmp_path: Path, n: int) -> FileTools:
     for k in range(n):
         body = "\n".join(f"value_{k}_{i} = {i}  # one line of module {k}, long enough" for i in range(60))
         (tmp_path / f"mod{k}.py").write_text(body + "\n")
     policy = RetentionPolicy(active_pool_tokens=2_500, **EAGER)  # a file shows in 790 tokens: three fit
-    session = Session.open(SqliteStore(tmp_path / "pool.db"), "p", harness="openai", policy=policy)
+    _POOL_STORES.append(SqliteStore(tmp_path / "pool.db"))
+    session = Session.open(_POOL_STORES[-1], "p", harness="openai", policy=policy)
     return FileTools(session, Workspace(tmp_path))
 
 

@@ -4,6 +4,7 @@ answer bad input the same way, whichever harness calls them."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,11 @@ from tests.helpers import call, result, user
 
 
 @pytest.fixture
-def session(tmp_path: Path) -> Session:
-    s = Session.open(SqliteStore(tmp_path / "s.db"), "s1")
-    OpenAIHook(s).transform_context([user("go"), call("c1"), result("c1", "out")])
-    return s
+def session(tmp_path: Path) -> Iterator[Session]:
+    with SqliteStore(tmp_path / "s.db") as store:
+        s = Session.open(store, "s1")
+        OpenAIHook(s).transform_context([user("go"), call("c1"), result("c1", "out")])
+        yield s
 
 
 def test_context_tools_and_file_tools_share_one_error_shape(session: Session, tmp_path: Path) -> None:

@@ -439,6 +439,7 @@ def test_mdns_discovers_the_other_peers(tmp_path: Path, uid: str) -> None:
     finally:
         for a in made:
             a.close()
+        store.close()
 
 
 def test_a_burst_of_broadcasts_arrives_whole(store: Store, agents: AgentFactory) -> None:

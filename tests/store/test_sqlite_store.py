@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ def doc(id: str, n: int = 0, **meta: Any) -> dict[str, Any]:
 
 
 def applied(path: Path) -> list[str]:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         return [r[0] for r in conn.execute("SELECT name FROM migrations ORDER BY rowid")]
 
 
@@ -43,12 +44,12 @@ def test_creates_parent_dirs_wal_file_and_url(tmp_path: Path) -> None:
         assert s.url.startswith("sqlite:///") and s.path.is_absolute()
         s.put(doc("a"))
     assert path.is_file()
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def page_size(path: Path) -> int:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         size: int = conn.execute("PRAGMA page_size").fetchone()[0]
     return size
 
@@ -113,7 +114,7 @@ def test_migrations_recorded_and_idempotent_on_reopen(tmp_path: Path) -> None:
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     SqliteStore(path).close()
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("INSERT INTO migrations (name, applied_at) VALUES ('m999_from_the_future', 0)")
     with pytest.raises(SchemaError, match="m999_from_the_future") as e:
         SqliteStore(path)
@@ -145,7 +146,7 @@ def test_a_new_entitys_documents_are_keyed_after_every_older_ones(tmp_path: Path
             s.submit([Put(doc("a", i), T0 + i), Put(doc(f"e{i}", 1), T0)])
         s.put(doc("a", 3), T0 + 100)  # the same document as an earlier version of "a"
         assert s.stats()["distinct_docs"] == 80
-    with sqlite3.connect(tmp_path / "store.db") as conn:
+    with closing(sqlite3.connect(tmp_path / "store.db")) as conn, conn:
         rows = conn.execute("SELECT hash, json_extract(json, '$.id') FROM docs ORDER BY hash").fetchall()
     conn.close()
     ids = [i for _, i in rows]
@@ -154,7 +155,7 @@ def test_a_new_entitys_documents_are_keyed_after_every_older_ones(tmp_path: Path
 
 
 def entity_rows(path: Path) -> list[tuple[int, str]]:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         rows = conn.execute("SELECT eid, id FROM entities ORDER BY eid").fetchall()
     conn.close()
     return rows
@@ -272,12 +273,12 @@ def test_bad_valid_time_is_refused(tmp_path: Path) -> None:
 
 
 def indexed_keys(path: Path) -> set[str]:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         return {r[0] for r in conn.execute("SELECT name FROM indexed_keys")}
 
 
 def attr_rows(path: Path, name: str) -> int:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         return int(conn.execute("SELECT COUNT(*) FROM attrs WHERE name = ?", (name,)).fetchone()[0])
 
 
@@ -351,7 +352,7 @@ def test_files_from_before_the_index_keys_migration_keep_every_key_indexed(tmp_p
     with SqliteStore(path) as s:
         s.put({"id": "one", "kind": "note", "meta": {"tag": "t", "n": 1}}, T0)
         assert s.find("note", {"tag": "t"})
-    with sqlite3.connect(path) as conn:  # make it the file an older context_os wrote
+    with closing(sqlite3.connect(path)) as conn, conn:  # make it the file an older context_os wrote
         conn.execute("DROP TABLE indexed_keys")
         conn.execute(
             "DELETE FROM migrations WHERE name IN"
@@ -435,7 +436,7 @@ def test_a_store_that_must_exist_is_never_created(tmp_path: Path) -> None:
             open_store(f"sqlite://{missing}?mode={mode}")
     assert not (tmp_path / "no").exists()
     other = tmp_path / "other.db"
-    with sqlite3.connect(other) as conn:
+    with closing(sqlite3.connect(other)) as conn, conn:
         conn.execute("CREATE TABLE t (x)")
     conn.close()
     before = other.read_bytes()
@@ -501,7 +502,7 @@ def test_a_document_that_no_longer_parses_is_store_corrupt_naming_its_version(tm
         s.put(doc("a", 2), T0 + 1)
         s.put(doc("b", 1), T0)
         assert s.check() == []
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute('UPDATE docs SET json = substr(json, 2) WHERE json LIKE \'%"v1"%"id":"a"%\'')
     conn.close()
     with SqliteStore(path) as s:
@@ -523,7 +524,7 @@ def test_a_version_whose_document_row_is_gone_is_store_corrupt(tmp_path: Path) -
     path = tmp_path / "store.db"
     with SqliteStore(path) as s:
         s.put(doc("a", 1), T0)
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("DELETE FROM docs")
     conn.close()
     with SqliteStore(path) as s:
@@ -539,7 +540,7 @@ def test_check_runs_sqlites_integrity_check(tmp_path: Path) -> None:
     with SqliteStore(path) as s:
         s.submit([Put(doc(f"d{n}", n, tag=f"t{n}"), T0) for n in range(300)])
         s.find("note", {"tag": "t1"})  # index the key: attrs gets a page of its own
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
         pages = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 'attrs' AND pagetype = 'leaf'")]
     conn.close()

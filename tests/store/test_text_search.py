@@ -9,6 +9,7 @@ explicit and in the past (``T0 + n``).
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -535,7 +536,7 @@ def test_xtdb_sidecar_holds_back_own_writes_and_a_process_that_dies_loses_none(
     path = tmp_path / "idx.db"
 
     def held(word: str) -> bool:
-        with sqlite3.connect(path) as c:
+        with closing(sqlite3.connect(path)) as c, c:
             return c.execute("SELECT count(*) FROM text_parts WHERE text LIKE ?", (f"%{word}%",)).fetchone()[0] == 0
 
     a = XtdbStore(xtdb_url, text_index_path=path)
@@ -556,7 +557,7 @@ def test_xtdb_sidecar_holds_back_own_writes_and_a_process_that_dies_loses_none(
     with XtdbStore(xtdb_url, text_index_path=path) as c:
         assert found(c.text_search(f"written{uid}")) == [(f"file:{uid}", "")]
         assert c.text_search(f"changed{uid}") == []
-        with sqlite3.connect(path) as conn:
+        with closing(sqlite3.connect(path)) as conn, conn:
             (n,) = conn.execute("SELECT count(*) FROM text_parts WHERE text LIKE ?", (f"%held{uid}%",)).fetchone()
         assert n == 3
 

@@ -13,6 +13,7 @@ import subprocess
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +179,7 @@ def test_writes_held_under_one_spelling_are_sent_when_another_opens_the_store(tm
             assert isinstance(on, OutboxStore) and on.depth() == 0
         for doc in (first, older):
             assert len(all_corrections(url, doc["id"])) == 1
-        with sqlite3.connect(earlier_file) as conn:
+        with closing(sqlite3.connect(earlier_file)) as conn, conn:
             assert conn.execute("SELECT count(*) FROM pending").fetchone()[0] == 0
     finally:
         _stop(port)
