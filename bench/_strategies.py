@@ -103,10 +103,10 @@ def prepare(transcript: Transcript, name: str, context_window: int) -> Prepared:
     origin: list[int] = []
     calls: list[int] = []
     for k, m in enumerate(transcript.messages):
+        if k > 0 and m.get("role") == "assistant":
+            calls.append(len(messages))  # a call, even one whose answer was aborted (Pi sends it no more)
         if transcript.harness == "pi" and not in_context(m):
             continue
-        if k > 0 and m.get("role") == "assistant":
-            calls.append(len(messages))
         translated = adapter.translate(m, k)
         pieces = translated if isinstance(translated, list) else [translated]
         messages.extend(pieces)

@@ -19,7 +19,7 @@ from context_os.cli import replay as replay_cli
 from context_os.context.frames import frame_docs
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript, read_session
-from tests.harness.pi_msgs import say, step, user
+from tests.harness.pi_msgs import call, say, step, user
 from tests.helpers import EAGER
 
 DATA = Path(__file__).parent / "data"
@@ -81,6 +81,20 @@ def test_edits_with_target_active_on_a_session_with_a_known_answer(db) -> None:
     assert versions[0].doc["content"] == "one\ntwo\n[context_os: lines 3-4 not read yet]"
     # valid time is the message's timestamp
     assert versions[0].valid_time < 1_800_000_000_000
+
+
+def test_an_aborted_answers_edit_never_ran_and_is_not_counted(db) -> None:
+    """Pi sends an aborted (or failed) answer no more, and its calls never ran: the replay still
+    counts its model call, not its edit."""
+    msgs = [user("go"), *step("r1", "read", "alpha = 1\n", path="/repo/a.py")]
+    msgs.append({**call("e0", "edit", path="/repo/a.py", oldText="alpha", newText="omega"), "stopReason": "aborted"})
+    msgs += [user("no, keep alpha; rename it in b.py instead")]
+    msgs += step("e1", "edit", "Successfully replaced text in /repo/b.py.", path="/repo/b.py", oldText="x", newText="y")
+    msgs.append(say("done"))
+    r = replay_transcript(pi(msgs), Session.open(db, "aborted", harness="pi"))
+    assert r.turns == 4  # the aborted answer's call happened
+    assert r.edits_total == 1 and r.edits_with_target_active == 0  # b.py's edit only (never read)
+    assert r.frames_verified == r.frames_checked == r.frames == r.turns
 
 
 def test_file_results_collapse_at_once_and_the_file_shows_the_current_text(db) -> None:
