@@ -250,6 +250,28 @@ def test_only_new_messages_are_translated(db):
     assert hook.last.sync.new == 1 and not hook.last.sync.rewritten
 
 
+def test_a_retried_call_gets_the_same_context_without_a_new_turn_unless_something_changed(db):
+    """A harness retrying a model call (a provider's 429) sends the same messages again: a new turn
+    per try aged every result, and collapsed the newest one before the model ever saw it."""
+    hook = hook_for(db, collapse_after_turns=1)
+    build = "the build output\n" + "compiling a module\n" * 100
+    msgs = [*coding_session(1), call("c1", command="make"), result("c1", build)]
+    first = hook.transform_context(msgs)
+    for _ in range(3):
+        assert hook.transform_context(msgs) == first and hook.last.turn == 1
+    assert tool_texts(first)["c1"] == build and len(frame_docs(db, "s1")) == 1
+    # something changed between the tries: the agent deactivated a result, another process wrote
+    hook.session.deactivate("toolcall:s1:c1")
+    again = hook.transform_context(msgs)
+    assert hook.last.turn == 2 and tool_texts(again)["c1"] != build
+    assert hook.transform_context(msgs) == again and hook.last.turn == 2
+    with SqliteStore(db.path) as other:
+        other.put({"id": "note:1", "kind": "note", "meta": {}, "content": "from another process"})
+    hook.transform_context(msgs)
+    assert hook.last.turn == 3
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
+
+
 def test_session_sync_reads_only_what_is_new_whatever_hash_the_translation_carries(db):
     # Session.sync driven by hand with an adapter's own translate (which leaves ``h`` empty) took
     # every list for a rewritten one and ingested it all again at each sync

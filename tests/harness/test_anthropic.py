@@ -226,8 +226,8 @@ def test_sdk_response_blocks_are_accepted_as_assistant_content(db):
     assert_valid({"messages": out})
     assert out[1]["content"][0] == {"type": "thinking", "thinking": "look first", "signature": "sig"}
     assert out[1]["content"][2]["input"] == {"command": "ls"}
-    hook.transform_request(msgs)
-    assert hook.last.sync.new == 0  # SDK objects hash stably
+    again = hook.transform_request(msgs)["messages"]
+    assert again == out and hook.last.turn == 1  # SDK objects hash stably: nothing new, no new turn
 
 
 @pytest.mark.parametrize("dump", ["model_dump", "model_dump_json"])

@@ -190,6 +190,11 @@ class SessionWriter:
         self.stage()
         return self.commit()
 
+    @property
+    def queued(self) -> bool:
+        """Whether anything waits to be written (a page, a state, the session document)."""
+        return bool(self._ops or self.dirty_pages)
+
     def stage(self) -> int | None:
         """Queue the dirty chat pages and fix the valid time of the next write: every queued
         document's target learns its version, its transaction still unknown (None) until

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -162,6 +163,9 @@ class Session:
         self._asked: set[str] = set()
         """Objects the agent or the user made active since the retention policy last ran: the
         active pool does not take them out before the model has seen them (``_retain``)."""
+        self._answered = 0
+        self._assembled: tuple[Assembly, int | None] | None = None
+        """The last assembly of this process and the transaction the session had written after it."""
 
     def _header(self) -> dict[str, Any]:
         content = {"harness": self.harness, "workspace": self.workspace, "created": self.created}
@@ -350,7 +354,24 @@ class Session:
             # turn renders (and writes its blocks) anew rather than build on a frame never written
             view.reset_render()
             raise
-        return Assembly(view.turn, rendered, frame_id, tokens_full, sync or SyncReport(0, False), changes)
+        assembly = Assembly(view.turn, rendered, frame_id, tokens_full, sync or SyncReport(0, False), changes)
+        self._assembled = (assembly, self.writer.last_tx)
+        return assembly
+
+    def again(self, sync: SyncReport) -> Assembly | None:
+        """The last assembly, when a call brings nothing new since it: no message (``sync``),
+        nothing written by this session or by anyone else (a state change, an eviction, a newer
+        version), nothing asked for. A harness that retries a model call (after a provider's 429
+        or 5xx) sends the same messages again: a new turn for each try would age every result,
+        and after a few tries collapse the newest before the model ever saw it. None: assemble."""
+        if self._assembled is None or sync.new or sync.rewritten or sync.retired:
+            return None
+        last, tx = self._assembled
+        if self.writer.queued or self._asked or self._manage_next or self.writer.last_tx != tx:
+            return None
+        if self._unchecked or self._others_wrote():
+            return None
+        return last
 
     def add_source(
         self,
@@ -508,13 +529,24 @@ class Session:
         if state == "active" and before != "active":
             self._reload(o)
             used(o, self.view.turn, self.view.policy)
-            if actor in ("agent", "user"):
+            if actor in ("agent", "user") and not self._answered:
                 self._asked.add(o.id)
         self.view.set_state(o, state=state, collapsed=collapsed)
         self.writer.record_state(o, actor, reason)
         if o.collapsed and o.state != "active":
             self._released.append(o)
         return StateChange(o.id, before, state, actor, reason, collapsed)
+
+    @contextmanager
+    def answered(self) -> Iterator[None]:
+        """Shows made inside are of what the model saw already: a harness's history taken in at
+        once (a proxy's first request, a resumed recording) holds reads the model answered since.
+        The active pool keeps for the next call only what the agent asked for and has not seen."""
+        self._answered += 1
+        try:
+            yield
+        finally:
+            self._answered -= 1
 
     def _release(self) -> None:
         """Collapsed tool results leave memory: the store has their text (``_reload`` brings one

@@ -459,6 +459,9 @@ class ContextHook(Generic[M]):
         self._output: _Output[M] = _Output()
         self._seen: _Seen[M] = _Seen()
         self._returned: tuple[list[M], int] = ([], 0)
+        self._sent: tuple[M, ...] = ()
+        """What the last call returned, as this class made it (a subclass may mark the list it
+        returns in place): a retry returns it again."""
 
     def transform_context(self, messages: Sequence[M]) -> list[M]:
         """Ingest what is new in ``messages``, assemble the context, return it validated."""
@@ -477,6 +480,11 @@ class ContextHook(Generic[M]):
                 raise again from None
             if self.on_sync is not None:
                 self.on_sync(self.session, report)
+            if self._sent and self.session.again(report) is not None:
+                # the same call again (a retry): the same context, no new turn
+                again = list(self._sent)
+                self._returned = (again, len(again))
+                return again
             assembly = self.session.assemble(report)
             rendered = assembly.rendered
             problems = self._output.update(adapter, rendered)
@@ -490,6 +498,7 @@ class ContextHook(Generic[M]):
                 raise InvalidOutput("assembled context failed validation: " + "; ".join(problems[:5]))
             self.last = assembly
             self._returned = (out, len(out))
+            self._sent = tuple(out)
             return out
 
     def held(self, messages: Sequence[M]) -> int:

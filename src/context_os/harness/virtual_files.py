@@ -18,6 +18,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -365,29 +366,39 @@ class VirtualFiles:
 
     def observe(self, session: Session, report: SyncReport) -> None:
         view = session.view
-        for i in view.visible[len(view.visible) - report.new :]:
-            e = view.entries[i]
-            for c in e.get("tool_calls") or ():
-                self._calls[c["id"]] = (c["name"], c["arguments"])
-            if e["role"] == "user" and self.root is None:
-                self.root = environment_cwd(e.get("text") or "")  # Codex's, when nobody said it
-            if e["role"] != "tool":
-                continue
-            name, args = self._calls.pop(e.get("tool_call_id", ""), ("", {}))  # answered: forgotten
-            obj = view.objects.get(e.get("object", ""))
-            if obj is None:
-                continue
-            if (e.get("extra") or {}).get("ours") or self.names is None:
-                continue  # our own tool's report (context_os's read): it holds no file text
-            output = stdout_of(obj.content, e.get("extra")) if isinstance(obj.content, str) else ""
-            role = self.names.role(name, args)
-            op = file_op(role, args, output, is_error=bool(obj.meta.get("is_error")))
-            if op is not None:
-                self.apply(op, e.get("ts"), obj.id)
-                for other in op.more:  # the call's other files (a patch of several)
-                    self.apply(other, e.get("ts"))
-            elif role == "bash" and self.names.by_content.get(name) == "shell":
-                self._shell_wrote(args, e.get("ts"))
+        start = len(view.visible) - report.new
+        # what came before the model's last answer among them it has seen (a history taken in at once)
+        answer = max(
+            (p for p in range(start, len(view.visible)) if view.entries[view.visible[p]]["role"] == "assistant"),
+            default=start,
+        )
+        for p in range(start, len(view.visible)):
+            with session.answered() if p < answer else nullcontext():
+                self._observe(view.entries[view.visible[p]], view.objects)
+
+    def _observe(self, e: Mapping[str, Any], objects: Mapping[str, Any]) -> None:
+        """Take in one chat entry: a call's name and arguments, a result's file operation."""
+        for c in e.get("tool_calls") or ():
+            self._calls[c["id"]] = (c["name"], c["arguments"])
+        if e["role"] == "user" and self.root is None:
+            self.root = environment_cwd(e.get("text") or "")  # Codex's, when nobody said it
+        if e["role"] != "tool":
+            return
+        name, args = self._calls.pop(e.get("tool_call_id", ""), ("", {}))  # answered: forgotten
+        obj = objects.get(e.get("object", ""))
+        if obj is None:
+            return
+        if (e.get("extra") or {}).get("ours") or self.names is None:
+            return  # our own tool's report (context_os's read): it holds no file text
+        output = stdout_of(obj.content, e.get("extra")) if isinstance(obj.content, str) else ""
+        role = self.names.role(name, args)
+        op = file_op(role, args, output, is_error=bool(obj.meta.get("is_error")))
+        if op is not None:
+            self.apply(op, e.get("ts"), obj.id)
+            for other in op.more:  # the call's other files (a patch of several)
+                self.apply(other, e.get("ts"))
+        elif role == "bash" and self.names.by_content.get(name) == "shell":
+            self._shell_wrote(args, e.get("ts"))
 
     def _shell_wrote(self, args: Any, ts: int | None) -> None:
         """What a shell command wrote: a file a heredoc wrote whole is at that text; a known file
