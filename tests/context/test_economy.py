@@ -487,7 +487,8 @@ def test_a_file_too_large_for_the_pool_shows_a_window_of_its_top_and_stays(tmp_p
     window of ``file_view_chars`` from its top instead, stays, and ``lines`` shows the rest."""
     body = "".join(f"def func_{i}(x):\n    return x * {i}  # a comment to make the line longer\n" for i in range(600))
     (tmp_path / "big.py").write_text(body)
-    session = Session.open(SqliteStore(tmp_path / "big.db"), "b", harness="openai", policy=RetentionPolicy(**EAGER))
+    _POOL_STORES.append(SqliteStore(tmp_path / "big.db"))
+    session = Session.open(_POOL_STORES[-1], "b", harness="openai", policy=RetentionPolicy(**EAGER))
     tools = FileTools(session, Workspace(tmp_path))
     report = json.loads(tools.call("read", {"path": "big.py"}))
     assert report["active"] == "activated" and f'lines(id="{report["id"]}"' in report["note"]
