@@ -115,6 +115,11 @@ def test_activate_deactivate_pin_accept_ids_and_paths(root: Path, tools: FileToo
     assert call(tools, "activate", id="a.md")["active"] == "activated"  # a path reads
     assert call(tools, "pin", id="a.md")["status"] == "pinned"
     assert call(tools, "unpin", id=oid)["status"] == "unpinned"
+    assert (
+        tools.call("lines", {"id": "a.md"})
+        == tools.call("lines", {"id": oid})
+        == f"[context_os: {oid}, lines 1-1 of 1]\n# A"
+    )
     # state changes within one millisecond are corrections of each other: the last one holds
     assert reasons(tools.session, oid)[-1] == ("active", "agent", "unpin")
     assert tools.session.view.objects[oid].state == "active"
@@ -252,8 +257,12 @@ def test_large_files_are_stored_whole_and_shown_truncated(root: Path, db: Sqlite
     text = "".join(f"line {n:04d} " + "x" * 40 + "\n" for n in range(200))
     (root / "big.txt").write_text(text)
     r = call(tools, "read", path="big.txt")
-    assert r["context_chars"] == 1000 and "grep" in r["note"] and r["tokens"] == 250
+    assert r["context_chars"] == 1000 and r["tokens"] == 250
+    assert r["note"].endswith(f'lines("{r["id"]}", start, end) shows any other part')  # a tool it has
     assert db.get(r["id"]).doc["content"] == text
+    # the rest, by the file's id or its path
+    assert tools.call("lines", {"id": "big.txt", "start": 199, "end": 200}).endswith(text.splitlines()[-1])
+    assert tools.call("lines", {"id": r["id"], "start": 200}).endswith("line 0199 " + "x" * 40)
     shown = tail(session)
     assert "line 0000" in shown and "line 0199" not in shown
     assert f"truncated for context: showing 969 of {len(text):,} characters" in shown

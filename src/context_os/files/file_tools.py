@@ -271,7 +271,7 @@ class FileTools:
         """The session's context tools, taking paths too, and the file tools; outputs redacted."""
         registry = context_tools(self.session)
         registry.post = lambda text: self.workspace.redact(text)[0]
-        for name in ("activate", "deactivate", "pin", "unpin"):
+        for name in ("activate", "deactivate", "pin", "unpin", "lines"):
             tool = registry[name]
             registry.register(tool.with_run(getattr(self, name), description=tool.description + _PATHS_TOO))
         for schema in FILE_TOOLS:
@@ -327,7 +327,7 @@ class FileTools:
         if idx.meta.get("context_chars") and "note" not in out:
             out["note"] = (
                 f"the active pool shows the first {idx.meta['context_chars']:,} of "
-                f"{idx.meta.get('chars', 0):,} characters; use grep to find the rest"
+                f"{idx.meta.get('chars', 0):,} characters; lines(\"{idx.id}\", start, end) shows any other part"
             )
         return out
 
@@ -461,6 +461,10 @@ class FileTools:
 
     def unpin(self, id: str) -> dict[str, Any]:
         return self.session.unpin(self._file_id(id))
+
+    def lines(self, id: str, start: int = 1, end: int | None = None) -> str:
+        """``Session.lines`` of an object, or of a file by its path (the version the index holds)."""
+        return self.session.lines(self._file_id(id), start, end)
 
     # --- write / edit -------------------------------------------------------------------------
 
