@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InputError, StoreUnavailable
 from ..objects import SourceDoc
 from ..sources.base import ObjectSource, SourceItem
-from ..store.base import Delete
+from ..store.base import Delete, Op
 from ..tokens import estimate_tokens
 
 if TYPE_CHECKING:
@@ -137,7 +137,10 @@ def _end(session: Session, feed: SourceFeed, offered: set[str]) -> set[str]:
         if v is not None and v.doc is not None and v.doc.get("meta", {}).get("source") == feed.source.name:
             copy = f"recall:{id}#"  # what a recall of it stored (a memory has one part, "")
             c = session.store.get(copy)
-            session.writer.submit([Delete(id)] + ([Delete(copy)] if c is not None and c.doc is not None else []))
+            ops: list[Op] = [Delete(id)]
+            if c is not None and c.doc is not None:
+                ops.append(Delete(copy))
+            session.writer.submit(ops)
         session.source_hashes.pop(id, None)
         session.source_ended.add(id)
     for o in list(session.view.objects.values()):  # this session's recall copies of them go too

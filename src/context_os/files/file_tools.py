@@ -327,7 +327,7 @@ class FileTools:
         if idx.meta.get("context_chars") and "note" not in out:
             out["note"] = (
                 f"the active pool shows the first {idx.meta['context_chars']:,} of "
-                f"{idx.meta.get('chars', 0):,} characters; lines(\"{idx.id}\", start, end) shows any other part"
+                f'{idx.meta.get("chars", 0):,} characters; lines("{idx.id}", start, end) shows any other part'
             )
         return out
 

@@ -482,9 +482,9 @@ class ContextHook(Generic[M]):
                 self.on_sync(self.session, report)
             if self._sent and self.session.again(report) is not None:
                 # the same call again (a retry): the same context, no new turn
-                again = list(self._sent)
-                self._returned = (again, len(again))
-                return again
+                same = list(self._sent)
+                self._returned = (same, len(same))
+                return same
             assembly = self.session.assemble(report)
             rendered = assembly.rendered
             problems = self._output.update(adapter, rendered)

@@ -130,7 +130,7 @@ def running(directory: str | Path, peer_id: str) -> LocalPeer | None:
     return found if found is not None and found.pid != os.getpid() else None
 
 
-def local_peers(directory: str | Path) -> list[LocalPeer]:
+def local_peers(directory: str | os.PathLike[str]) -> list[LocalPeer]:
     """The agents announced in ``directory`` whose process is alive, oldest first. Entries of
     dead processes are removed; files that are not entries are skipped."""
     d = Path(directory)
@@ -148,7 +148,7 @@ def local_peers(directory: str | Path) -> list[LocalPeer]:
     return sorted(out, key=lambda p: (p.started, p.peer_id))
 
 
-def find(directory: str | Path, who: str) -> LocalPeer | None:
+def find(directory: str | os.PathLike[str], who: str) -> LocalPeer | None:
     """The live agent whose peer id, or else whose agent name, is ``who``; None if none is.
     ``MeshError`` when several agents have that name (it names them)."""
     peers = local_peers(directory)
