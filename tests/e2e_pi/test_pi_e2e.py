@@ -422,6 +422,21 @@ def test_an_image_read_reaches_a_model_that_takes_images(pi: PiInstall, tmp_path
     assert "content_omitted" not in sent
 
 
+def _pi_print(pi: PiInstall, workspace: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``pi -p ARGS`` in ``workspace``, run to its end; it must exit 0."""
+    proc = subprocess.run(
+        pi.command("-p", *args),
+        cwd=workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PI_RUN_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
 def test_a_forked_session_shows_the_file_its_parent_read(pi: PiInstall, tmp_path: Path) -> None:
     """``pi --fork`` starts a new session with its parent's messages, whose read result is
     context_os's report (the text showed in the parent's blocks only): the fork's context_os
@@ -431,16 +446,8 @@ def test_a_forked_session_shows_the_file_its_parent_read(pi: PiInstall, tmp_path
         workspace, agent_dir, _, env, options = _setup(pi, tmp_path, base_url, {"calc.py": BUGGY}, CTXOS, None)
 
         def pi_print(*args: str) -> None:
-            proc = subprocess.run(
-                pi.command("-p", *args),
-                cwd=workspace,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=PI_RUN_TIMEOUT_S,
-                stdin=subprocess.DEVNULL,
-            )
-            assert proc.returncode == 0 and "context_os is off" not in proc.stderr, proc.stdout + proc.stderr
+            proc = _pi_print(pi, workspace, env, *args)
+            assert "context_os is off" not in proc.stderr, proc.stdout + proc.stderr
 
         pi_print(*options, "read calc.py")
         [parent] = sorted((agent_dir / "sessions").rglob("*.jsonl"))
@@ -464,18 +471,7 @@ def test_a_session_resumed_with_context_os_off_keeps_the_files_it_read(pi: PiIns
         workspace, _, _, env, options = _setup(pi, tmp_path, base_url, files, CTXOS, None)
 
         def pi_print(*args: str, store: str | None = None) -> str:
-            run_env = env if store is None else {**env, "CTXOS_STORE": store}
-            proc = subprocess.run(
-                pi.command("-p", *args),
-                cwd=workspace,
-                env=run_env,
-                capture_output=True,
-                text=True,
-                timeout=PI_RUN_TIMEOUT_S,
-                stdin=subprocess.DEVNULL,
-            )
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-            return proc.stderr
+            return _pi_print(pi, workspace, env if store is None else {**env, "CTXOS_STORE": store}, *args).stderr
 
         assert "context_os is off" not in pi_print(*options, "read calc.py and .env")
         port = _free_port()  # nothing listens there: the store cannot be reached

@@ -403,18 +403,23 @@ def _free_port() -> int:
 BASH = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
 
 
+def log_check() -> list[dict[str, Any]]:
+    """A conversation whose last message is a long bash output (``r2`` once collapsed)."""
+    return [
+        {"role": "user", "content": "check the log"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "log line\n" * 50},
+    ]  # fmt: skip
+
+
 def test_our_tools_run_inside_the_proxy_and_the_client_sees_only_its_answer(tmp_path: Path) -> None:
     replies = [call("pin", id="r2"), "pinned it, done", "second turn answer"]
     with upstream(replies=replies) as up:
         running = Running(tmp_path, up)
         try:
             client = running.openai()
-            msgs: list[dict[str, Any]] = [
-                {"role": "user", "content": "check the log"},
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "t1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": "t1", "content": "log line\n" * 50},
-            ]  # fmt: skip
+            msgs = log_check()
             got = client.chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
             assert got.choices[0].message.content == "pinned it, done" and not got.choices[0].message.tool_calls
             assert len(up.requests) == 2  # the proxy called upstream again with our tool's result
@@ -443,12 +448,7 @@ def test_our_tools_exchange_comes_back_after_a_restart(tmp_path: Path) -> None:
     (it was lost with the process: the model's history lost its own call, and the prompt cache
     its prefix from there)."""
     replies = [call("pin", id="r2"), "pinned it, done", "second turn answer"]
-    msgs: list[dict[str, Any]] = [
-        {"role": "user", "content": "check the log"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "t1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "t1", "content": "log line\n" * 50},
-    ]  # fmt: skip
+    msgs = log_check()
     with upstream(replies=replies) as up:
         running = Running(tmp_path, up)
         try:
