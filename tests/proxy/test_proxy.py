@@ -319,17 +319,25 @@ def test_a_chunked_request_body_is_read(proxy: Running, up: Upstream) -> None:
             )
             assert got.status_code == 200, got.text
             assert got.json()["choices"][0]["message"]["content"]
-    # chunks that are not well formed: a 400 in the API's shape, and the connection closes
+    # chunks that are not well formed: a 400 in the API's shape, and the connection closes; a
+    # negative size (int(x, 16) takes "-1") read the rest of the connection past MAX_BODY
     port = int(proxy.url.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n" % port
-        )
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
-    assert answer.startswith(b"HTTP/1.1 400 ") and b"not well formed" in answer
+    for body in (
+        b"zz\r\n{}\r\n0\r\n\r\n",
+        b"-1\r\n" + b"x" * 100_000,
+        b"+2\r\n{}\r\n0\r\n\r\n",
+        b"5\r\n{}\r\n0\r\n\r\n",
+    ):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n%s" % (port, body)
+            )
+            sock.settimeout(30)  # answered before the client says it is done: no wait for more
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"not well formed" in answer, body[:10]
     assert [r["messages"] for r in up.requests] == [ask["messages"]] * 2
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
@@ -155,6 +156,10 @@ def _fork(begun: str, reply: str | None) -> str:
 _CLAIM = "proxy-claim:"
 """The id prefix of the store documents that say which conversation claimed a start's session."""
 
+
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,8}")
+"""A chunk's size as chunked transfer coding writes it: hex digits only (``int(x, 16)`` takes a
+sign too, and a negative size read the rest of the connection whatever ``MAX_BODY`` said)."""
 
 _HIDDEN = "proxy-hidden:"
 """The id prefix of the store documents that keep a session's exchanges with our tools the client
@@ -598,14 +603,19 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             parts: list[bytes] = []
             size = 0
             while True:
-                n = int(self.rfile.readline(1024).split(b";")[0].strip(), 16)  # a chunk's size, in hex
+                head = self.rfile.readline(1024).split(b";")[0].strip()  # a chunk's size, in hex
+                if _CHUNK_SIZE.fullmatch(head) is None:
+                    raise ValueError(head)
+                n = int(head, 16)
                 if n == 0:
                     break
                 size += n
                 if size > MAX_BODY:
                     return None
-                parts.append(self.rfile.read(n))
-                self.rfile.readline(1024)  # the chunk's line end
+                chunk = self.rfile.read(n + 2)
+                if len(chunk) != n + 2 or chunk[n:] != b"\r\n":
+                    raise ValueError("a chunk shorter than its size, or not ended by CRLF")
+                parts.append(chunk[:n])
             while self.rfile.readline(65536).strip():  # trailer fields, up to the blank line
                 pass
             return b"".join(parts)
