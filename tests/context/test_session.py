@@ -272,6 +272,29 @@ def test_a_retried_call_gets_the_same_context_without_a_new_turn_unless_somethin
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
 
 
+def test_a_retry_of_a_call_that_failed_after_its_turn_was_assembled_assembles_again(db, monkeypatch):
+    """A call whose turn was assembled but whose output then failed returned nothing: its retry
+    is no repeat of the call before (whose context lacks the newest messages)."""
+    hook = hook_for(db)
+    msgs = [user("first question")]
+    hook.transform_context(msgs)
+    msgs += [say("an answer"), user("SECOND question")]
+    finalize = hook.adapter.finalize
+    failures = iter([RuntimeError("the output could not be written")])
+
+    def failing_once(out):
+        for e in failures:
+            raise e
+        return finalize(out)
+
+    monkeypatch.setattr(hook.adapter, "finalize", failing_once)
+    with pytest.raises(RuntimeError):
+        hook.transform_context(msgs)
+    out = hook.transform_context(msgs)
+    assert out[-1]["content"] == "SECOND question" and hook.last.turn == 3
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
+
+
 def test_session_sync_reads_only_what_is_new_whatever_hash_the_translation_carries(db):
     # Session.sync driven by hand with an adapter's own translate (which leaves ``h`` empty) took
     # every list for a rewritten one and ingested it all again at each sync
