@@ -496,6 +496,28 @@ def test_what_another_process_embedded_into_the_sidecar_is_searched_here_too(
         assert counting.texts == ["the build uses make", "the cello lesson is on Tuesday"]  # b: embedded once, there
 
 
+def test_after_a_rebuild_another_process_walked_again_this_one_searches_the_new_parts(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    """The keyword index rebuilt (its parts numbered anew) and walked again by another process:
+    one that held the old numbers took in only those above them, and never searched the rest."""
+    facts = [f"fact {k}: the {word} is kept in drawer {k}" for k, word in enumerate(TALK)]
+    for k, text in enumerate(facts):
+        db.put(memory(f"memory:m{k}", text))
+    with VectorIndex(db, model, tmp_path / "v.db") as serving:
+        serving.catch_up(max_parts=len(facts) // 2)
+        evict(db, "memory:m1")
+        db.rebuild_index()
+        with VectorIndex(db, model, tmp_path / "v.db") as other:  # `ctxos recall`, say
+            other.catch_up()
+        serving._rebuilt_check = -1e9  # its next catch-up looks at the index again
+        serving.catch_up()
+        held = {p[0] for p in serving._m.parts}
+        assert held >= {f"memory:m{k}" for k in range(len(facts)) if k != 1}
+        last = len(facts) - 1
+        assert serving.search(facts[last], k=1)[0].id == f"memory:m{last}"
+
+
 @pytest.mark.parametrize("first", [1, 5, 64, 10_000])
 def test_best_first_is_a_stable_sort_of_what_is_finite(first: int) -> None:
     rng = np.random.default_rng(first)

@@ -270,6 +270,7 @@ class VectorIndex:
 
     def _load(self) -> _Matrix:
         self._synced = self.cursor
+        self._built = self._meta("built")
         m = _Matrix(self.embedder.dim)
         for key, vec, truncated in self._db.execute("SELECT key, vec, truncated FROM vectors"):
             m.add_vector(key, np.frombuffer(vec, dtype=np.float32), bool(truncated))
@@ -319,6 +320,11 @@ class VectorIndex:
         embedded, until it was restarted. Each slice commits its rows with the cursor, so the
         rows up to the cursor are all there."""
         with self._lock:
+            if self._meta("built") != self._built:
+                # the keyword index was rebuilt and another process walked it again (its parts
+                # are numbered anew): what this one holds says nothing of the new numbers
+                self._m = self._load()
+                return
             now = self.cursor
             if now <= self._synced:
                 self._synced = min(self._synced, now)  # moved back (a rebuild): walked again from there
