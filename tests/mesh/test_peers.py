@@ -425,6 +425,33 @@ def test_a_node_on_a_port_another_listens_on_is_refused(store: Store, agents: Ag
     assert not second.running and first.node.running
 
 
+def test_a_port_whose_last_connection_waits_out_time_wait_is_free() -> None:
+    """An agent restarted on its port at once: its old connections linger in TIME_WAIT, which
+    holds no listener (the check refused the port for a minute)."""
+    import socket
+    import time
+
+    from context_os.mesh.node import _check_port_free
+
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the side that closes first keeps the TIME_WAIT: the listener's port
+        time.sleep(0.1)
+        client.close()
+    _check_port_free("127.0.0.1", port)  # no ConfigError
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (the TIME_WAIT is still there)
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        with pytest.raises(ConfigError, match="is in use"):
+            _check_port_free("127.0.0.1", port)
+
+
 def test_mdns_discovers_the_other_peers(tmp_path: Path, uid: str) -> None:
     store = SqliteStore(tmp_path / "s.db")
     made = [MeshAgent(store, MeshConfig(f"{n}-{uid}", mdns=True)) for n in ("alice", "bob", "carol")]

@@ -813,6 +813,9 @@ def _check_port_free(host: str, port: int) -> None:
     kernel would share the connections meant for the first between the two."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # a connection of an agent that just stopped, in TIME_WAIT, holds no listener: without
+        # SO_REUSEADDR it made the port look taken for a minute after a restart
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as e:
