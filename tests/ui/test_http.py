@@ -294,6 +294,9 @@ def test_with_a_token_every_page_needs_it_and_the_address_that_carries_it_leaves
             name = cookie.split("=", 1)[0]
             assert httpx.get(base + "/session?id=demo", cookies={name: "t0ken-of-the-test-1234"}).status_code == 200
             assert httpx.get(base + "/", cookies={name: "wrong"}).status_code == 401
+            # other local apps' cookies come along (a browser sends them to every port): ours is read
+            odd = f'x={{"k":"v"}}; a[b]=1; foo=bar baz; name=va"lue; k=v;; {name}=t0ken-of-the-test-1234'
+            assert httpx.get(base + "/", headers={"Cookie": odd}).status_code == 200
             # another web view's cookie (another port) is not this one's
             assert httpx.get(base + "/", cookies={"ctxos_ui_1": "t0ken-of-the-test-1234"}).status_code == 401
         finally:

@@ -15,7 +15,6 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -475,12 +474,7 @@ def make_ui_server(
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return False
-            try:
-                jar = SimpleCookie(self.headers.get("Cookie") or "")
-            except CookieError:
-                jar = SimpleCookie()
-            held = jar.get(cookie_name)
-            if given is None and held is not None and _same(held.value, token):
+            if given is None and any(_same(value, token) for value in _cookies(self.headers, cookie_name)):
                 return True
             why = "the token in the address is wrong" if given is not None else "this web view needs its token"
             self.close_connection = True
@@ -515,6 +509,19 @@ def make_ui_server(
     bound_host, bound_port = httpd.server_address[:2]
     httpd.guard = HttpGuard.for_address(str(bound_host), bound_port, None)
     return httpd
+
+
+def _cookies(headers: Any, name: str) -> list[str]:
+    """The values of the cookies named ``name`` in a request's ``Cookie`` headers, read by hand:
+    a browser sends every cookie of 127.0.0.1 to every port, and ``http.cookies`` stops reading
+    at the first it dislikes (another local app's JSON value, a space), losing ours."""
+    out = []
+    for header in headers.get_all("Cookie") or ():
+        for pair in header.split(";"):
+            key, eq, value = pair.strip().partition("=")
+            if eq and key == name:
+                out.append(value.strip().strip('"'))
+    return out
 
 
 def _same(given: str, token: str) -> bool:
