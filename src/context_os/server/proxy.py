@@ -249,8 +249,6 @@ class _Conversation:
     """The exchanges with our tools the client never saw (proxy_tools.py)."""
     kept: list[tuple[int, str]] | None = None
     """Where the exchanges last kept in the store stood (``Proxy._keep_hidden``)."""
-    last: tuple[dict[str, Any], list[tuple[int, str]], Plan] | None = None
-    """The last request as the client sent it, where its exchanges stood, and its plan."""
 
 
 @dataclass
@@ -367,26 +365,13 @@ class Proxy:
             if not (named and named.strip()):
                 session_id, started = self._route(api, body, session_id)
             conv = self._conversation(api, session_id, started)
-            plan = self._again(conv, body) or self._plan(Plan(api, body, body, conv), offer=True)
-            with conv.lock:
-                conv.last = (body, _places(conv.hidden), plan)
+            plan = self._plan(Plan(api, body, body, conv), offer=True)
         except Exception as e:
             self._failed(session_id, conv, e)
             return Plan(api, body, body)
         with self._lock:
             self.counts["assembled"] += 1
         return plan
-
-    def _again(self, conv: _Conversation, body: Mapping[str, Any]) -> Plan | None:
-        """The plan of the conversation's last request if this one is the same again, with no
-        exchange of ours since (a client retrying after an upstream's 429 or 5xx, or a dropped
-        connection): it is sent as it was, not assembled as a new turn, which would age the
-        conversation's tool results (a result the model never saw collapsed after a few retries)."""
-        with conv.lock:
-            last = conv.last
-            if last is not None and last[1] == _places(conv.hidden) and last[0] == body:
-                return last[2]
-        return None
 
     def _route(self, api: Api, body: Mapping[str, Any], begun: str) -> tuple[str, str | None]:
         """The session of a request whose conversation starts as ``begun`` names (its start, or
