@@ -479,6 +479,51 @@ def test_our_tools_exchange_comes_back_after_a_restart(tmp_path: Path) -> None:
         assert verified_frames(store, derive_session("openai", {"messages": msgs})) == 3
 
 
+def test_an_eviction_erases_the_exchanges_with_our_tools_kept_in_the_store(tmp_path: Path) -> None:
+    """The kept exchanges hold our tools' outputs (a ``lines`` or ``recall`` output is stored text):
+    after an eviction a restarted proxy does not put them back, and no version of them is left."""
+    from context_os.context.evict import evict
+
+    replies = [call("pin", id="r2"), "pinned it, done", "second turn answer"]
+    msgs = log_check()
+    sid = derive_session("openai", {"messages": msgs})
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            running.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+        finally:
+            running.close()
+        with SqliteStore(tmp_path / "proxy.db") as store:
+            assert store.history(f"proxy-hidden:{sid}")  # kept
+            evict(store, f"toolcall:{sid}:t1")  # the log it pinned held a secret, say
+        msgs += [{"role": "assistant", "content": "pinned it, done"}, {"role": "user", "content": "and now?"}]
+        running = Running(tmp_path, up)
+        try:
+            running.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+        finally:
+            running.close()
+    assert '"pin"' not in json.dumps(up.requests[2]["messages"])  # not put back
+    with SqliteStore(tmp_path / "proxy.db") as store:
+        assert store.history(f"proxy-hidden:{sid}") == []  # every version erased
+    # while the proxy runs: the next request after the eviction goes without them already
+    replies = [call("pin", id="r2"), "pinned it, done", "second turn answer"]
+    msgs = log_check()
+    with upstream(replies=replies) as up:
+        (tmp_path / "live").mkdir()
+        running = Running(tmp_path / "live", up)
+        try:
+            running.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+            with SqliteStore(tmp_path / "live" / "proxy.db") as store:
+                evict(store, f"toolcall:{sid}:t1")
+            msgs += [{"role": "assistant", "content": "pinned it, done"}, {"role": "user", "content": "and now?"}]
+            running.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+        finally:
+            running.close()
+        assert '"pin"' not in json.dumps(up.requests[2]["messages"])
+        with SqliteStore(tmp_path / "live" / "proxy.db") as store:
+            assert store.history(f"proxy-hidden:{sid}") == []
+
+
 def test_an_exchange_holding_a_secret_is_never_stored(tmp_path: Path) -> None:
     """An exchange with our tools that holds a secret (what the model said beside its call) is not
     kept in the store, whose every text is redacted: the conversation goes on with it in memory

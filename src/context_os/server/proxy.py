@@ -50,6 +50,7 @@ from ..harness.responses import to_chat, to_items
 from ..harness.toolnames import for_tools, preset
 from ..harness.virtual_files import VirtualFiles
 from ..hashing import HASH_PREFIX, hash_value
+from ..store.base import Evict
 from .proxy_tools import (
     MAX_ROUNDS,
     Call,
@@ -249,6 +250,8 @@ class _Conversation:
     """The exchanges with our tools the client never saw (proxy_tools.py)."""
     kept: list[tuple[int, str]] | None = None
     """Where the exchanges last kept in the store stood (``Proxy._keep_hidden``)."""
+    evictions_seen: int = -1
+    """The transaction of the newest eviction when the exchanges were last checked against them."""
 
 
 @dataclass
@@ -341,6 +344,7 @@ class Proxy:
                     SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
                 found = self._conversations[session_id] = _Conversation(hook, files)
                 found.hidden = _stored_hidden(self.store, session_id)  # a restarted proxy's
+                found.evictions_seen = _newest_eviction(self.store)
                 found.kept = _places(found.hidden)
                 first = self._conversations.get(started) if started is not None else None
                 if first is not None:  # the first call's rounds with our tools: the first to reply takes them
@@ -430,6 +434,18 @@ class Proxy:
             return
         conv.kept = places
 
+    def _forget_hidden(self, conv: _Conversation) -> None:
+        """An eviction reached the session: its exchanges with our tools (a ``lines`` or ``recall``
+        output is stored text) leave memory and the store, every version of the document."""
+        sid = conv.hook.session.id
+        conv.hidden, conv.kept = [], []
+        conv.evictions_seen = _newest_eviction(self.store)
+        try:
+            self.store.submit([Evict(f"{_HIDDEN}{sid}")])
+        except Exception as e:  # noqa: BLE001 - the store may be down: a restart checks again
+            log.warning("proxy: session %s: the exchanges with our tools kept in the store stay there: %s", sid, e)
+        log.info("proxy: session %s: an eviction dropped its exchanges with our tools", sid)
+
     def _failed(self, session_id: str, conv: _Conversation | None, e: Exception) -> None:
         """Fail open: count it, say it once per session."""
         with self._lock:
@@ -449,6 +465,8 @@ class Proxy:
         theirs = d.tool_names(plan.original.get("tools"))
         with conv.lock:
             self._observe(conv, theirs)
+            if conv.hidden and _newest_eviction(self.store) > conv.evictions_seen:
+                self._forget_hidden(conv)  # they may hold copies of what was erased
             messages, conv.hidden = splice(client, conv.hidden)
             self._keep_hidden(conv)  # one the client rewrote is dropped
             body = self._assemble(plan.api, conv.hook, dict(plan.original, **{_key(plan.api): messages}))
@@ -812,14 +830,26 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
 
 
 def _stored_hidden(store: Store, session_id: str) -> list[Hidden]:
-    """The exchanges with our tools a proxy kept for ``session_id`` (``Proxy._keep_hidden``)."""
-    doc = store.doc(f"{_HIDDEN}{session_id}")
-    rows = doc.get("content") if doc is not None else None
+    """The exchanges with our tools a proxy kept for ``session_id`` (``Proxy._keep_hidden``);
+    none, and the document erased, when an eviction came after it was written (they may hold
+    copies of what was erased: a ``lines`` or ``recall`` output is stored text)."""
+    kept = store.get(f"{_HIDDEN}{session_id}")
+    if kept is None or kept.doc is None:
+        return []
+    if _newest_eviction(store) > kept.tx_id:
+        store.submit([Evict(kept.id)])
+        return []
+    rows = kept.doc.get("content")
     return [
         Hidden(r["at"], r["prefix"], list(r["messages"]))
         for r in rows or []
         if isinstance(r, Mapping) and isinstance(r.get("at"), int) and isinstance(r.get("messages"), list)
     ]
+
+
+def _newest_eviction(store: Store) -> int:
+    """The transaction of the store's newest eviction (its tombstone), -1 for none."""
+    return max((t.tx_id for t in store.find("tombstone")), default=-1)
 
 
 def _places(hidden: list[Hidden]) -> list[tuple[int, str]]:
