@@ -417,6 +417,7 @@ def run_replay(
                                 on_verify=partial(tick, None),
                             )
                         )
+                        stop.check()  # a signal after its last call: held, not lost
                     except KeyboardInterrupt:
                         said = f"\ninterrupted: session {sid!r} holds {session.view.turn} whole model call(s)"
                         if file is not None:
@@ -454,6 +455,9 @@ def run_replay(
                 f"{total.orphaned_tool_results}; frames verified: {total.frames_verified}/{total.frames_checked} "
                 f"checked of {total.frames}"
             )
+    if stop.pending:  # a signal while the last session closed, after its last call: held, not lost
+        click.echo("\ninterrupted after the last call: the replay is whole", err=True)
+        sys.exit(130)
     if total.orphaned_tool_results or total.frames_verified != total.frames_checked:
         sys.exit(1)
     return session_id

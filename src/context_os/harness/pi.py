@@ -410,5 +410,7 @@ def _inherited_read(session: Session, files: FileTools, report: Any) -> None:
     file_id = found.get("id") if isinstance(found, dict) else None
     if not isinstance(file_id, str) or not file_id.startswith("file:") or file_id in session.view.objects:
         return
-    with suppress(ContextOSError):  # gone from the store (evicted), unreadable: the report is all there is
+    # gone from the store (evicted), unreadable: the report is all there is; seen by the model in
+    # the session it came from: not an ask the active pool must keep for the next call
+    with suppress(ContextOSError), session.answered():
         files.activate(file_id)
