@@ -54,7 +54,7 @@ def test_the_file_tools_replace_the_context_tools_not_declare_them_twice(session
     assert set(CONTEXT_TOOLS) <= set(names) and {"read", "write", "edit", "ls", "find", "grep"} <= set(names)
     for name in CONTEXT_TOOLS:  # the same arguments, one declaration; the description says paths work
         assert registry[name].parameters == CONTEXT_TOOLS[name][1]
-        assert ("file path" in registry[name].description) == (name not in ("history", "lines"))
+        assert ("file path" in registry[name].description) == (name != "history")
 
 
 def test_a_hook_runs_every_tool_through_its_registry(session: Session) -> None:
