@@ -140,7 +140,7 @@ def js(node_bin: Path) -> Iterator[Any]:
 
 def test_direct_messages_and_broadcasts_both_ways(js: Any, tmp_path: Path) -> None:
     peer = js()
-    with MeshAgent(SqliteStore(tmp_path / "py.db"), MeshConfig("py")) as agent:
+    with SqliteStore(tmp_path / "py.db") as store, MeshAgent(store, MeshConfig("py")) as agent:
         answers = Answerer(agent, lambda r: f"py read: {r.message}")
         try:
             assert agent.node.connect(peer.addr) == peer.peer_id

@@ -30,7 +30,7 @@ def test_a_served_agent_answers_a_peer_and_uses_the_mesh_tools(tmp_path: Path) -
         assert opened["sources"] == ["mesh:bob"]
         tools = {t["function"]["name"] for t in srv.rpc("tools.list", session="s1")["result"]}
         assert set(MESH_TOOL_NAMES) <= tools
-        with MeshAgent(SqliteStore(tmp_path / "alice.db"), MeshConfig("alice")) as alice:
+        with SqliteStore(tmp_path / "alice.db") as store, MeshAgent(store, MeshConfig("alice")) as alice:
             alice.node.connect(bob.addrs[0])
             answer: dict[str, Any] = {}
             t = threading.Thread(target=lambda: answer.update(alice.send(bob.peer_id, "ready to merge?")))
@@ -70,7 +70,10 @@ def test_a_served_send_that_was_answered_is_no_error_for_the_harness(tmp_path: P
     with http_server(tmp_path, "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none") as srv:
         bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
         srv.rpc("session.open", session="s1", mesh=True)
-        with MeshAgent(SqliteStore(tmp_path / "alice.db"), MeshConfig("alice"), auto_reply=True) as alice:
+        with (
+            SqliteStore(tmp_path / "alice.db") as store,
+            MeshAgent(store, MeshConfig("alice"), auto_reply=True) as alice,
+        ):
             alice.node.connect(bob.addrs[0])
             sent = srv.rpc(
                 "tools.call", session="s1", name="mesh_send", arguments={"peerId": alice.peer_id, "message": "hi"}
