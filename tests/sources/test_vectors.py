@@ -386,7 +386,9 @@ def test_a_lasting_failure_is_logged_once_not_at_every_poll(
                 assert len(failed) == 1 and failed[0].levelname == "WARNING"
                 server.fail_with = None
                 wait_for(lambda: index.counts()["pending"] == 0, "the worker to catch up once it can")
-                assert any("catching up again" in r.getMessage() for r in caplog.records)
+                # said once its slice is committed (what ``pending`` reads): after it, not with it
+                wait_for(lambda: any("catching up again" in r.getMessage() for r in caplog.records), "it to say so")
+                assert len([r for r in caplog.records if "catching up failed" in r.getMessage()]) == 1
             finally:
                 worker.close()
         index.close()

@@ -356,6 +356,9 @@ def test_a_session_keeps_ingesting_across_a_node_restart(rocksdb_node: tuple[str
     # source that searches the store (at each user message): neither may fail a turn offline
     note = {"id": f"memory:{sid}", "kind": "memory", "content": "notes on every module", "meta": {"name": sid}}
     store.put(note | doc_hashes(note))
+    # what the source finds (recall leaves out the note the session shows whole)
+    found = {"id": f"memory:{sid}-2", "kind": "memory", "content": "the module map", "meta": {"name": f"{sid}-2"}}
+    store.put(found | doc_hashes(found))
     store.submit = recording_submit  # type: ignore[method-assign]
     hook = OpenAIHook(Session.open(store, sid, harness="openai"))
     hook.session.show(note["id"])
