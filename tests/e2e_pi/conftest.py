@@ -129,16 +129,21 @@ def run_pi(
         workspace, agent_dir, store, run_env, options = _setup(pi, root, via, files, ctxos, env, model_input)
         if provider is not None:
             options = options[: options.index("-e")]
-        proc = subprocess.run(
-            pi.command("-p", *options, prompt),
-            cwd=workspace,
-            env=run_env,
-            capture_output=True,
-            text=True,
-            timeout=PI_RUN_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-        )
+        proc = pi_print(pi, workspace, run_env, *options, prompt)
     return PiRun(proc=proc, model=model, workspace=workspace, agent_dir=agent_dir, store=store)
+
+
+def pi_print(pi: PiInstall, workspace: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``pi -p ARGS`` in ``workspace``, run to its end (its exit status is the caller's to check)."""
+    return subprocess.run(
+        pi.command("-p", *args),
+        cwd=workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PI_RUN_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @contextmanager

@@ -21,7 +21,7 @@ import pytest
 from context_os.context.view import TAIL_OPEN
 from context_os.store.sqlite import SqliteStore
 
-from .conftest import CTXOS, PI_RUN_TIMEOUT_S, PiRun, _setup, run_pi
+from .conftest import CTXOS, PiRun, _setup, pi_print, run_pi
 from .model_server import scripted_model, text, tool_call
 from .provision import ADAPTER, PiInstall
 
@@ -424,15 +424,7 @@ def test_an_image_read_reaches_a_model_that_takes_images(pi: PiInstall, tmp_path
 
 def _pi_print(pi: PiInstall, workspace: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """``pi -p ARGS`` in ``workspace``, run to its end; it must exit 0."""
-    proc = subprocess.run(
-        pi.command("-p", *args),
-        cwd=workspace,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=PI_RUN_TIMEOUT_S,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = pi_print(pi, workspace, env, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 
