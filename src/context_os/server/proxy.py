@@ -343,8 +343,8 @@ class Proxy:
                 if self.recall is not None:
                     SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
                 found = self._conversations[session_id] = _Conversation(hook, files)
-                found.hidden = _stored_hidden(self.store, session_id)  # a restarted proxy's
                 found.evictions_seen = _newest_eviction(self.store)
+                found.hidden = _stored_hidden(self.store, session_id, found.evictions_seen)  # a restarted proxy's
                 found.kept = _places(found.hidden)
                 first = self._conversations.get(started) if started is not None else None
                 if first is not None:  # the first call's rounds with our tools: the first to reply takes them
@@ -434,12 +434,11 @@ class Proxy:
             return
         conv.kept = places
 
-    def _forget_hidden(self, conv: _Conversation) -> None:
+    def _forget_hidden(self, conv: _Conversation, newest: int) -> None:
         """An eviction reached the session: its exchanges with our tools (a ``lines`` or ``recall``
         output is stored text) leave memory and the store, every version of the document."""
         sid = conv.hook.session.id
-        conv.hidden, conv.kept = [], []
-        conv.evictions_seen = _newest_eviction(self.store)
+        conv.hidden, conv.kept, conv.evictions_seen = [], [], newest
         try:
             self.store.submit([Evict(f"{_HIDDEN}{sid}")])
         except Exception as e:  # noqa: BLE001 - the store may be down: a restart checks again
@@ -465,8 +464,8 @@ class Proxy:
         theirs = d.tool_names(plan.original.get("tools"))
         with conv.lock:
             self._observe(conv, theirs)
-            if conv.hidden and _newest_eviction(self.store) > conv.evictions_seen:
-                self._forget_hidden(conv)  # they may hold copies of what was erased
+            if conv.hidden and (newest := _newest_eviction(self.store)) > conv.evictions_seen:
+                self._forget_hidden(conv, newest)  # they may hold copies of what was erased
             messages, conv.hidden = splice(client, conv.hidden)
             self._keep_hidden(conv)  # one the client rewrote is dropped
             body = self._assemble(plan.api, conv.hook, dict(plan.original, **{_key(plan.api): messages}))
@@ -829,14 +828,15 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _stored_hidden(store: Store, session_id: str) -> list[Hidden]:
+def _stored_hidden(store: Store, session_id: str, newest_eviction: int) -> list[Hidden]:
     """The exchanges with our tools a proxy kept for ``session_id`` (``Proxy._keep_hidden``);
-    none, and the document erased, when an eviction came after it was written (they may hold
-    copies of what was erased: a ``lines`` or ``recall`` output is stored text)."""
+    none, and the document erased, when an eviction (the newest's transaction:
+    ``newest_eviction``) came after it was written (they may hold copies of what was erased: a
+    ``lines`` or ``recall`` output is stored text)."""
     kept = store.get(f"{_HIDDEN}{session_id}")
     if kept is None or kept.doc is None:
         return []
-    if _newest_eviction(store) > kept.tx_id:
+    if newest_eviction > kept.tx_id:
         store.submit([Evict(kept.id)])
         return []
     rows = kept.doc.get("content")
