@@ -369,9 +369,7 @@ class Session:
         last, tx = self._assembled
         if self.writer.queued or self._asked or self._manage_next or self.writer.last_tx != tx:
             return None
-        if self._unchecked or self._others_wrote():
-            return None
-        return last
+        return None if self._others_wrote() else last
 
     def add_source(
         self,

@@ -426,15 +426,14 @@ class FileTools:
             # an id is a dynamic ref: its latest version, not the one the session showed last
             obj = self.session.view.objects.get(id)
             shown_hash = None if obj is None or obj.version is None else obj.version[2]
-            top = self._top_window(id, v.doc) if v is not None and v.doc is not None else None  # as read
-            if v is not None and v.doc is not None and obj is not None and shown_hash != v.doc["object_hash"]:
-                was_active = obj.state == "active"
-                shown = self.session.show(id, version=v, actor="agent", reason="activate", focus=top)
-                return shown | {"status": "refreshed" if was_active else "activated"}
-            if v is not None and top is not None:
-                was_active = obj is not None and obj.state == "active"
-                shown = self.session.show(id, version=v, actor="agent", reason="activate", focus=top)
-                return shown | {"status": "already active" if was_active else "activated"}
+            if v is not None and v.doc is not None:
+                newer = obj is not None and shown_hash != v.doc["object_hash"]
+                top = self._top_window(id, v.doc)  # as read
+                if newer or top is not None:
+                    was_active = obj is not None and obj.state == "active"
+                    shown = self.session.show(id, version=v, actor="agent", reason="activate", focus=top)
+                    status = ("refreshed" if newer else "already active") if was_active else "activated"
+                    return shown | {"status": status}
         return self.session.activate(id)
 
     def _on_disk(self, v: Version | None) -> Version | None:

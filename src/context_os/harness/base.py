@@ -480,7 +480,7 @@ class ContextHook(Generic[M]):
                 raise again from None
             if self.on_sync is not None:
                 self.on_sync(self.session, report)
-            if self._sent and self.last is not None and self.session.again(report) is self.last:
+            if self.last is not None and self.session.again(report) is self.last:
                 # the same call again (a retry): the same context, no new turn (not after a call
                 # that failed once its turn was assembled: that one returned nothing)
                 same = list(self._sent)
