@@ -312,6 +312,42 @@ def test_ctrl_c_stops_a_replay_between_calls_and_append_goes_on_with_every_call(
     assert rows["s"] == rows["w"]  # call for call, the same inputs
 
 
+KILLED_AT_CALL_4 = """
+import os, signal, sys
+from context_os.cli import cli
+from context_os.harness.virtual_files import VirtualFiles
+observe, seen = VirtualFiles.observe, []
+def killed_at_call_4(self, session, report):
+    observe(self, session, report)
+    seen.append(1)
+    if len(seen) == 4:  # the call's messages and file versions are written, its frame is not
+        session.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+VirtualFiles.observe = killed_at_call_4
+cli(sys.argv[1:])
+"""
+
+
+def test_a_replay_killed_mid_call_loses_no_call_on_append(tmp_path):
+    """A replay killed (SIGKILL: no handler runs) once a call's messages were written and before
+    its frame was: ``--append`` makes that call again, so the session has every call's frame."""
+    db = tmp_path / "k.db"
+    traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydantic__pydantic.acb0f10f.pr_8316.traj"
+    args = ["--store", str(db), "replay", str(traj), "--session", "s", "--verify", "none"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    killed = subprocess.run([sys.executable, "-c", KILLED_AT_CALL_4, *args], env=env, capture_output=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    assert len(json.loads(ctxos("frames", "list", "s", "--json", store=db).stdout)) == 3
+    rest = json.loads(ctxos("replay", str(traj), "--session", "s", "--append", "--json", store=db).stdout)
+    whole = json.loads(ctxos("replay", str(traj), "--session", "w", "--verify", "none", "--json", store=db).stdout)
+    assert rest["turns"] == whole["turns"] - 3 and rest["frames"] == rest["frames_verified"] == whole["turns"]
+    rows = {
+        sid: [r["tokens_full"] for r in json.loads(ctxos("frames", "list", sid, "--json", store=db).stdout)]
+        for sid in ("s", "w")
+    }
+    assert rows["s"] == rows["w"]  # call for call, the same inputs
+
+
 def test_sessions_say_what_format_a_replay_read(tmp_path):
     db = tmp_path / "r.db"
     traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydantic__pydantic.acb0f10f.pr_8316.traj"

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..context.entries import ToolCall, msg_chars
-from ..context.frames import FrameMemo, frame_docs, verify_frame
+from ..context.frames import FrameMemo, frame_basis, frame_docs, frame_id, verify_frame
 from ..context.ingest import check_incoming
 from ..context.policy import RetentionPolicy
 from ..context.session import Session
@@ -171,7 +171,8 @@ def replay_transcript(
     calls = [k for k, m in enumerate(messages) if isinstance(m, Mapping) and m.get("role") == "assistant" and k > 0]
     if session.view.visible:  # a session that goes on: the calls whose input it holds are done
         held = hook.held(messages)
-        calls = [k for k in calls if k > held]
+        # but the call of a replay killed after its messages were written, before its frame was
+        calls = [k for k in calls if k > held or (k == held and _unframed(session))]
     tokens: list[int] = []
     outputs: dict[str, str] = {}  # tool call id → its output (a windowed edit's file is named there)
     for k, m in enumerate(messages):
@@ -250,6 +251,17 @@ def replay_transcript(
     result.seconds = round(time.perf_counter() - started, 3)
     result.peak_rss_mb = _peak_rss_mb()
     return result
+
+
+def _unframed(session: Session) -> bool:
+    """Whether the session holds messages its last frame did not see (a replay killed within a
+    call: its messages and file versions are written as they are read, its frame at its end)."""
+    store, sid = session.store, session.id
+    frame = store.doc(frame_id(sid, session.view.turn)) if session.view.turn else None
+    if frame is None:
+        return bool(session.view.visible)
+    seen = store.get(f"session:{sid}", tx_id=frame_basis(store, frame))
+    return seen is None or seen.doc is None or seen.doc["meta"].get("cursor", 0) < len(session.view.visible)
 
 
 def adapter_calls(adapter: Adapter[Any], message: Any, index: int) -> list[ToolCall]:
