@@ -846,6 +846,26 @@ def test_with_two_upstreams_each_providers_other_endpoints_go_to_it(tmp_path: Pa
     assert oai.other == ["GET /v1/models", "DELETE /v1/responses/resp_1"]
 
 
+def test_a_method_the_proxy_does_not_take_gets_405_in_the_apis_shape(tmp_path: Path) -> None:
+    """HEAD, OPTIONS, PUT and made-up methods: 405 naming the methods it takes, the body in the
+    client's API's error shape (http.server's HTML 501 page before); HEAD without a body."""
+    with upstream() as up:
+        running = Running(tmp_path, up)
+        try:
+            for method in ("OPTIONS", "PUT", "PATCH", "BREW"):
+                got = httpx.request(method, running.url + "/v1/models", content=b"{}")
+                assert (got.status_code, got.headers["allow"]) == (405, "GET, POST, DELETE")
+                assert got.json()["error"]["message"].startswith(f"{method} is not a method the proxy takes")
+            claude = httpx.request("PUT", running.url + "/v1/messages", headers={"anthropic-version": "2023-06-01"})
+            assert claude.json()["type"] == "error" and claude.json()["error"]["type"] == "invalid_request_error"
+            head = httpx.head(running.url + "/v1/models")
+            assert head.status_code == 405 and head.content == b"" and int(head.headers["content-length"]) > 0
+            assert [m.id for m in running.openai().models.list()] == ["m"]  # the proxy serves on
+        finally:
+            running.close()
+    assert up.other == ["GET /v1/models"]  # none of them went upstream
+
+
 def test_an_upstream_is_an_http_url_and_a_versioned_base_is_not_doubled(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     try:

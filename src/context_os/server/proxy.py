@@ -640,6 +640,30 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             if self._admitted(api):
                 self._upstream(api, lambda: self._forward(api, None, "DELETE"))
 
+        def _not_allowed(self) -> None:
+            """Any method but GET, POST and DELETE (HEAD, OPTIONS, PUT, made-up ones): 405 in the
+            API's shape, the methods it takes in ``Allow``; a HEAD gets the headers alone."""
+            api = _provider(self.path, self.headers)
+            with suppress(ValueError):  # read (and drop) a body sent with it, as _refuse does
+                self._read_body()
+            self.close_connection = True
+            body = error_body(api, 405, f"{self.command} is not a method the proxy takes (GET, POST, DELETE)")
+            self.send_response(405)
+            self.send_header("Allow", "GET, POST, DELETE")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_HEAD = do_OPTIONS = do_PUT = do_PATCH = _not_allowed  # noqa: N815
+
+        def __getattr__(self, name: str) -> Any:
+            # any other method (TRACE, made-up ones) the same way, not with http.server's 501 page
+            if name.startswith("do_"):
+                return self._not_allowed
+            raise AttributeError(name)
+
         def do_POST(self) -> None:  # noqa: N802
             api = ROUTES.get(self.path.split("?")[0].rstrip("/"))
             other = _provider(self.path, self.headers)  # the provider of a request we do not manage
