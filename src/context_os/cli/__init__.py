@@ -1,15 +1,19 @@
 """``ctxos``: inspect, verify and demo context_os stores.
 
 One module per command group (``frames``, ``objects``, ``sessions``) or command; they share
-helpers only through ``_common`` and never import each other. The old flat verbs (``frames
+helpers only through ``_common`` and never import each other. ``_errors`` (click only) is how a
+failed command is reported, here and in ``_common``. The old flat verbs (``frames
 SESSION``, ``frame``, ``inspect``, ``evict``) are deprecated aliases, hidden from ``--help``,
 kept for one release."""
 
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
+
+from ._errors import asks_json, emit_error_json
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "Replay the bundled coding session and show the savings."),
@@ -32,13 +36,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
 """Each command: the module that defines it, and its line in ``ctxos --help`` (a test checks it
 is the command's own). A module is imported when one of its commands runs: ``ctxos --help`` and
 the light commands load none of the library they do not use."""
+_JSON = "context_os.json"
+"""``ctx.meta`` key: the command line asks for JSON."""
 ALIASES = {"frame": "frames", "inspect": "objects", "evict": "objects"}
 """Deprecated aliases (hidden from ``--help``), by the module that registers them."""
 
 
 class _Ctxos(click.Group):
     """``--store URL`` is the group's option, taken anywhere on the command line: ``ctxos
-    sessions --store URL`` as ``ctxos --store URL sessions``."""
+    sessions --store URL`` as ``ctxos --store URL sessions``. With ``--json`` anywhere on it, a
+    failed command (a usage error too) also prints its error as JSON on stdout (``_errors``)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*COMMANDS, *ALIASES])
@@ -60,7 +67,24 @@ class _Ctxos(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as e:  # a subcommand's usage error, or a command's failure
+            if ctx.meta.get(_JSON):
+                emit_error_json(e)
+            raise
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_JSON] = asks_json(args)
+        try:
+            return self._parse_args(ctx, args)
+        except click.ClickException as e:  # a usage error of ``ctxos`` itself
+            if ctx.meta[_JSON]:
+                emit_error_json(e)
+            raise
+
+    def _parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         moved: list[str] = []
         rest: list[str] = []
         k = 0

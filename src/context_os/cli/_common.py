@@ -26,6 +26,7 @@ import click
 from .. import times
 from ..errors import ConfigError, ContextOSError, InputError, NotFound, StateError
 from ..store import Store, open_store
+from ._errors import LibraryError
 
 if TYPE_CHECKING:  # the library's heavier parts are imported by the commands that use them
     from ..replay import Transcript, TranscriptReplay, TranscriptRow
@@ -156,14 +157,15 @@ def announce_created(store: Store) -> None:
 
 
 def fails_cleanly(fn: F) -> F:
-    """Turn library errors into a one-line message and exit code 1 (no traceback)."""
+    """Turn library errors into a one-line message and exit code 1 (no traceback); with
+    ``--json``, the root group also prints them as JSON on stdout."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except ContextOSError as e:
-            raise click.ClickException(f"{type(e).__name__}: {e}") from None
+            raise LibraryError(e) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -1,0 +1,50 @@
+"""How ``ctxos`` reports a failed command: the one line on stderr (``Error: <Type>: <message>``),
+and with ``--json`` also one JSON document on stdout, so a script that reads stdout always gets
+JSON. Light (click only): the root group uses it before any command module is imported."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+
+class LibraryError(click.ClickException):
+    """A library error (``ContextOSError``) as the command line reports it: exit status 1."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.kind = type(error).__name__
+        self.detail = str(error)
+
+
+def asks_json(args: Sequence[str]) -> bool:
+    """Whether the command line asks for JSON: ``--json`` before any ``--`` (after it, an argument)."""
+    for arg in args:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
+def error_document(e: click.ClickException) -> dict[str, Any]:
+    """What ``--json`` prints on stdout for a failed command: ``{"error": {type, message,
+    exit_status}}``, and for a usage error (a bad option, a missing argument) the command's
+    ``usage`` line."""
+    if isinstance(e, LibraryError):
+        kind, message = e.kind, e.detail
+    elif isinstance(e, click.UsageError):
+        kind, message = "UsageError", e.format_message()
+    else:
+        kind, message = type(e).__name__, e.format_message()
+    error: dict[str, Any] = {"type": kind, "message": message, "exit_status": e.exit_code}
+    if isinstance(e, click.UsageError) and e.ctx is not None:
+        error["usage"] = e.ctx.get_usage()
+    return {"error": error}
+
+
+def emit_error_json(e: click.ClickException) -> None:
+    click.echo(json.dumps(error_document(e), indent=2, ensure_ascii=False))
