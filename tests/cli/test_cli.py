@@ -99,6 +99,49 @@ def test_frames_verify_checks_every_frame_of_a_session_or_one(demo):
     assert text.strip() == "session d1: 88 of 88 frame(s) verified"
 
 
+def _apply(hunks: list[dict], before: list[dict]) -> list[dict]:
+    """``before`` with a frame diff's hunks applied, last first (their indices are ``before``'s)."""
+    out = list(before)
+    for h in reversed(hunks):
+        assert out[h["a"][0] : h["a"][1]] == h["removed"]
+        out[h["a"][0] : h["a"][1]] = h["added"]
+    return out
+
+
+@pytest.mark.parametrize("a, b", [(39, 40), (10, 80), (80, 10)])
+def test_frames_diff_turns_one_turn_into_the_other(demo, a, b):
+    db, out = demo
+    diff = json.loads(ctxos("frames", "diff", "d1", str(a), str(b), "--json", store=db).stdout)
+    assert (diff["session"], diff["a"], diff["b"], diff["verified"]) == ("d1", a, b, [True, True])
+    assert diff["hunks_cut"] is False
+    shown = {
+        t: json.loads(ctxos("frames", "show", "d1", str(t), "--json", store=db).stdout)["messages"] for t in (a, b)
+    }
+    assert _apply(diff["hunks"], shown[a]) == shown[b]  # the hunks are every difference, no more
+    assert diff["messages"] == [len(shown[a]), len(shown[b])]
+    rows = {r["turn"]: r for r in out["per_turn"]}
+    assert diff["tokens"] == [rows[a]["tokens_assembled"], rows[b]["tokens_assembled"]]
+    show_b = json.loads(ctxos("frames", "show", "d1", str(b), "--json", "--no-messages", store=db).stdout)
+    shown_ids = {r["id"] for r in show_b["refs"]}
+    assert {r["id"] for r in diff["entered"]} <= shown_ids and not {r["id"] for r in diff["left"]} & shown_ids
+
+
+def test_frames_diff_of_one_turn_is_with_the_turn_before_and_reads_as_text(demo):
+    db, _ = demo
+    one = json.loads(ctxos("frames", "diff", "d1", "40", "--json", store=db).stdout)
+    assert one == json.loads(ctxos("frames", "diff", "d1", "39", "40", "--json", store=db).stdout)
+    text = ctxos("frames", "diff", "d1", "40", store=db).stdout
+    assert "frame:d1:000039: verified" in text and "frame:d1:000040: verified" in text
+    assert f"turn 39 → turn 40: tokens {one['tokens'][0]:,} → {one['tokens'][1]:,}" in text
+    assert f"messages that differ: {len(one['hunks'])} run(s)" in text
+    cut = json.loads(ctxos("frames", "diff", "d1", "10", "80", "--max-hunks", "0", "--json", store=db).stdout)
+    assert cut["hunks"] == [] and cut["hunks_cut"] is True
+    first = ctxos("frames", "diff", "d1", "1", "--json", store=db, check=False)
+    assert first.returncode == 2 and "turn 1 has no turn before it" in json.loads(first.stdout)["error"]["message"]
+    gone = ctxos("frames", "diff", "d1", "40", "999", store=db, check=False)
+    assert gone.returncode == 1 and "no frame for turn 999: session 'd1' has turns 1–88" in gone.stderr
+
+
 def test_frames_verify_exits_1_on_a_mismatch_and_names_the_frames(demo, tmp_path):
     db, _ = demo
     copy = tmp_path / "tampered.db"
@@ -457,6 +500,7 @@ def test_the_command_tree_is_noun_groups_with_the_old_verbs_hidden():
         "frames",
         "frames list",
         "frames show",
+        "frames diff",
         "frames verify",
         "index",
         "index rebuild",

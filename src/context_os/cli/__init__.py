@@ -18,7 +18,7 @@ from ._errors import asks_json, emit_error_json
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "Replay the bundled coding session and show the savings."),
     "files": ("files", "Files a session knows: path, state, version shown vs latest."),
-    "frames": ("frames", "What the model was sent, turn by turn: list, show, verify."),
+    "frames": ("frames", "What the model was sent, turn by turn: list, show, verify, diff."),
     "index": ("index", "The keyword index: status and rebuild."),
     "mcp": ("mcp", "Serve context_os to MCP clients, on stdio or streamable HTTP."),
     "memory": ("memory", "Markdown memory scopes (alone: show them)."),

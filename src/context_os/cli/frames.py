@@ -1,6 +1,7 @@
-"""``ctxos frames list|show|verify``: what the model saw, turn by turn, and whether the store
-still reproduces it. The old verbs ``ctxos frames SESSION`` and ``ctxos frame SESSION TURN``
-stay for one release as deprecated aliases of ``frames list`` and ``frames show``.
+"""``ctxos frames list|show|verify|diff``: what the model saw, turn by turn, whether the store
+still reproduces it, and what changed from one turn to another. The old verbs ``ctxos frames
+SESSION`` and ``ctxos frame SESSION TURN`` stay for one release as deprecated aliases of
+``frames list`` and ``frames show``.
 
 It never writes: frames come from the one read model (context/frames.py)."""
 
@@ -13,6 +14,7 @@ import click
 
 from ..context.frames import FrameCheck, FrameMemo, frame_docs, frame_rows, get_frame, no_frames, verify_frame
 from ..context.load import load_view
+from ..context.timeline import FrameDiff, frame_diff
 from ..context.view import arguments_text
 from ..errors import StoreCorrupt
 from ._common import (
@@ -30,7 +32,7 @@ from ._common import (
 
 @click.group("frames", cls=DefaultGroup, default="list", legacy="SESSION")
 def frames() -> None:
-    """What the model was sent, turn by turn: list, show, verify."""
+    """What the model was sent, turn by turn: list, show, verify, diff."""
 
 
 @frames.command("list")
@@ -107,13 +109,7 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
             out: list[str] = []
             if messages:
                 for k, m in enumerate(msgs):
-                    head = f"[{k}] {m['role']}"
-                    if m.get("tool_call_id"):
-                        head += f" ({m['tool_call_id']})"
-                    out.append(click.style(head, bold=True))
-                    if text := m.get("text"):
-                        out.append(text)
-                    out += [f"  → {c['name']}({arguments_text(c['arguments'])})" for c in m.get("tool_calls") or ()]
+                    out += _message_lines(k, m)
                 out.append("")
             if horizon := frame["content"].get("horizon", 0):
                 out.append(f"history horizon: chat entry {horizon} (the entries before it show as one note)")
@@ -170,6 +166,95 @@ def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, as_json: b
             click.echo(f"session {session_id}: {verified} of {len(rows)} frame(s) verified")
         if not ok:
             sys.exit(1)
+
+
+@frames.command("diff")
+@click.argument("session_id")
+@click.argument("a", type=click.IntRange(min=1), metavar="A")
+@click.argument("b", type=click.IntRange(min=1), metavar="[B]", required=False)
+@click.option(
+    "--max-hunks",
+    type=click.IntRange(min=0),
+    default=50,
+    show_default=True,
+    help="Show at most this many runs of differing messages.",
+)
+@json_option
+@click.pass_context
+@fails_cleanly
+def diff_cmd(ctx: click.Context, session_id: str, a: int, b: int | None, max_hunks: int, as_json: bool) -> None:
+    """What changed from turn A to B (alone: from the turn before A)."""
+    if b is None:
+        if a == 1:
+            raise click.UsageError("turn 1 has no turn before it: name two turns, `frames diff SESSION A B`")
+        a, b = a - 1, a
+    with store_from(ctx) as store:
+        diff = frame_diff(store, session_id, a, b, max_hunks=max_hunks + 1)  # one more: were any left out?
+        cut = len(diff.hunks) > max_hunks
+        del diff.hunks[max_hunks:]
+        ok = diff.checks is not None and all(c.ok for c in diff.checks)
+        if as_json:
+            emit_json({**diff.to_dict(), "hunks_cut": cut})
+        else:
+            echo_long("\n".join(_diff_lines(diff, cut)))
+        if not ok:
+            sys.exit(1)
+
+
+def _diff_lines(diff: FrameDiff, cut: bool) -> list[str]:
+    """``frames diff`` for people: the web view's diff page as text."""
+    a, b = diff.a, diff.b
+    out = []
+    for turn, check in zip((a, b), diff.checks or (), strict=True):
+        out += _check_lines(_verdict(turn, check))
+    (ta, tb), (ma, mb), (size_a, size_b) = diff.tokens, diff.messages, diff.prompt_bytes
+    out.append(f"turn {a} → turn {b}: tokens {ta:,} → {tb:,}; messages {ma:,} → {mb:,}")
+    if diff.first_byte is None:
+        out.append(f"prompt: the two prompts are byte for byte the same ({size_a:,} bytes)")
+    elif diff.b_extends_a:
+        out.append(
+            f"prompt: turn {b} repeats all {size_a:,} bytes of turn {a} and adds {size_b - size_a:,}: "
+            "a prompt cache keeps all of it"
+        )
+    else:
+        share = 100 * diff.first_byte / max(1, size_b)
+        out.append(
+            f"prompt: the prompts part at byte {diff.first_byte:,} of {size_a:,} (in message [{diff.first_message}]): "
+            f"{share:.1f}% of turn {b}'s prompt is turn {a}'s prefix"
+        )
+    out.append("  (bytes of each prompt as canonical JSON, one message per line)")
+    groups = [
+        ("entered", [r["id"] for r in diff.entered]),
+        ("left", [r["id"] for r in diff.left]),
+        ("new version", [f"{y['id']} (tx {x['tx_id']} → {y['tx_id']})" for x, y in diff.changed]),
+        ("activated", diff.activated),
+        ("deactivated", diff.deactivated),
+    ]
+    for name, ids in groups:
+        out.append(f"{name} ({len(ids)}):" + "".join(f"\n  {i}" for i in ids))
+    more = "; more left out (--max-hunks N shows more)" if cut else ""
+    out.append(f"\nmessages that differ: {len(diff.hunks)} run(s) of them{more}")
+    for h in diff.hunks:
+        (a1, a2), (b1, b2) = h["a"], h["b"]
+        out.append(click.style(f"@@ {h['op']}: turn {a} [{a1}–{a2}) → turn {b} [{b1}–{b2})", fg="cyan"))
+        for k, m in enumerate(h["removed"], a1):
+            out += _message_lines(k, m, "-")
+        for k, m in enumerate(h["added"], b1):
+            out += _message_lines(k, m, "+")
+    return out
+
+
+def _message_lines(k: int, m: dict[str, Any], mark: str = "") -> list[str]:
+    """One rendered message as ``frames show`` prints it; ``mark`` (``-``, ``+``) before its head."""
+    head = f"{mark}[{k}] {m['role']}"
+    if m.get("tool_call_id"):
+        head += f" ({m['tool_call_id']})"
+    color = {"-": "red", "+": "green"}.get(mark)
+    out = [click.style(head, bold=True, fg=color)]
+    if text := m.get("text"):
+        out.append(text)
+    out += [f"  → {c['name']}({arguments_text(c['arguments'])})" for c in m.get("tool_calls") or ()]
+    return out
 
 
 def _verdict(turn: int, check: FrameCheck) -> dict[str, Any]:
