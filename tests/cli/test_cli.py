@@ -142,6 +142,31 @@ def test_frames_diff_of_one_turn_is_with_the_turn_before_and_reads_as_text(demo)
     assert gone.returncode == 1 and "no frame for turn 999: session 'd1' has turns 1–88" in gone.stderr
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ctrl_c_in_frames_verify_exits_130_not_the_1_of_a_mismatch(demo, monkeypatch, as_json):
+    import signal
+
+    import context_os.cli.frames as frames_module
+
+    db, _ = demo
+    verify, seen = frames_module.verify_frame, []
+
+    def ctrl_c_at_frame_3(*args, **kwargs):
+        seen.append(1)
+        if len(seen) == 3:
+            signal.raise_signal(signal.SIGINT)  # as the terminal sends it
+        return verify(*args, **kwargs)
+
+    monkeypatch.setattr(frames_module, "verify_frame", ctrl_c_at_frame_3)
+    cut = CliRunner().invoke(cli, ["--store", str(db), "frames", "verify", "d1", *(["--json"] if as_json else [])])
+    assert cut.exit_code == 130 and len(seen) == 3
+    assert cut.stderr.strip() == "interrupted" and "Aborted" not in cut.output
+    if as_json:
+        assert json.loads(cut.stdout)["error"] == {"type": "Interrupted", "message": "interrupted", "exit_status": 130}
+    else:
+        assert cut.stdout == ""
+
+
 def test_frames_verify_exits_1_on_a_mismatch_and_names_the_frames(demo, tmp_path):
     db, _ = demo
     copy = tmp_path / "tampered.db"

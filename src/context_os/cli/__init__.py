@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ._errors import asks_json, emit_error_json
+from ._errors import Interrupted, asks_json, emit_error_json
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "Replay the bundled coding session and show the savings."),
@@ -74,6 +74,11 @@ class _Ctxos(click.Group):
             if ctx.meta.get(_JSON):
                 emit_error_json(e)
             raise
+        except KeyboardInterrupt:  # Ctrl-C in a command that does not stop on its own terms
+            if ctx.meta.get(_JSON):
+                emit_error_json(Interrupted())
+            click.echo("\ninterrupted", err=True)
+            raise SystemExit(Interrupted.exit_code) from None
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[_JSON] = asks_json(args)

@@ -20,6 +20,16 @@ class LibraryError(click.ClickException):
         self.detail = str(error)
 
 
+class Interrupted(click.ClickException):
+    """Ctrl-C in a command that does not handle it itself: exit status 130, as a shell reports
+    a process SIGINT ended (never 1, which ``verify`` and ``frames verify`` give for damage)."""
+
+    exit_code = 130
+
+    def __init__(self) -> None:
+        super().__init__("interrupted")
+
+
 def asks_json(args: Sequence[str]) -> bool:
     """Whether the command line asks for JSON: ``--json`` before any ``--`` (after it, an argument)."""
     for arg in args:
@@ -36,6 +46,8 @@ def error_document(e: click.ClickException) -> dict[str, Any]:
     ``usage`` line."""
     if isinstance(e, LibraryError):
         kind, message = e.kind, e.detail
+    elif isinstance(e, Interrupted):
+        kind, message = "Interrupted", e.format_message()
     elif isinstance(e, click.UsageError):
         kind, message = "UsageError", e.format_message()
     else:
