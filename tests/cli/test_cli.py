@@ -226,6 +226,11 @@ def test_inspect_as_of_and_diff(demo):
         assert proc.returncode == 1 and proc.stderr.startswith(f"Error: InputError: --tx {tx} is no transaction")
     at = versions[0]["tx_id"]
     assert json.loads(ctxos("objects", "inspect", "session:d1", "--tx", str(at), "--json", store=db).stdout)
+    beyond = ctxos("objects", "inspect", "session:d1", "--diff", "1", "999", store=db, check=False)
+    assert beyond.returncode == 2
+    assert f"Invalid value for '--diff': version 999 of session:d1 does not exist (it has 1..{len(versions)})" in (
+        beyond.stderr
+    )
 
 
 def test_verify_reports_clean_then_catches_tampering(demo, tmp_path):

@@ -114,7 +114,9 @@ def inspect_cmd(
             a, b = diff
             for n in (a, b):
                 if not 1 <= n <= len(versions):
-                    raise click.BadParameter(f"version {n} does not exist (1..{len(versions)})")
+                    raise click.BadParameter(
+                        f"version {n} of {object_id} does not exist (it has 1..{len(versions)})", param_hint="'--diff'"
+                    )
             out = unified_diff(
                 content_lines(versions[a - 1].doc),
                 content_lines(versions[b - 1].doc),
