@@ -226,6 +226,13 @@ def test_inspect_as_of_and_diff(demo):
         assert proc.returncode == 1 and proc.stderr.startswith(f"Error: InputError: --tx {tx} is no transaction")
     at = versions[0]["tx_id"]
     assert json.loads(ctxos("objects", "inspect", "session:d1", "--tx", str(at), "--json", store=db).stdout)
+    # a frame's refs name the chat pages it seals as chat:<session>, which is no object: the pages are
+    sealed = json.loads(ctxos("frames", "show", "d1", "88", "--json", "--no-messages", store=db).stdout)["refs"]
+    assert sealed[1]["id"] == "chat:d1" and "sealed_pages" in sealed[1]
+    for verb in ("inspect", "evict"):
+        proc = ctxos("objects", verb, "chat:d1", store=db, check=False)
+        assert proc.returncode == 1 and "the chat of session 'd1' is stored as" in proc.stderr
+        assert "page(s), chat:d1:00000 to chat:d1:000" in proc.stderr
     beyond = ctxos("objects", "inspect", "session:d1", "--diff", "1", "999", store=db, check=False)
     assert beyond.returncode == 2
     assert f"Invalid value for '--diff': version 999 of session:d1 does not exist (it has 1..{len(versions)})" in (

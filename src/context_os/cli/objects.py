@@ -16,7 +16,7 @@ from ..context.evict import evict
 from ..context.load import content_lines, object_states, unified_diff, version_row
 from ..errors import InputError, NotFound
 from ..files.index import find_file_object
-from ..store import Version
+from ..store import Store, Version
 from ..times import parse_time
 from ._common import DeprecatedAlias, emit_json, fails_cleanly, json_option, store_from, table
 
@@ -24,6 +24,20 @@ from ._common import DeprecatedAlias, emit_json, fails_cleanly, json_option, sto
 @click.group("objects")
 def objects() -> None:
     """One object, by id or file path: inspect, evict."""
+
+
+def no_object(store: Store, object_id: str) -> NotFound:
+    """``object_id`` is in no version of the store. ``chat:<session>``, which a frame's refs name
+    for the chat pages it seals, is no object of its own: the error names the pages that are."""
+    kind, _, session = object_id.partition(":")
+    pages = sorted(v.id for v in store.find("chat", {"session": session})) if kind == "chat" and session else []
+    if pages and object_id not in pages:
+        return NotFound(
+            f"no object {object_id!r} in {store.url}: the chat of session {session!r} is stored as {len(pages)} "
+            f"page(s), {pages[0]} to {pages[-1]} (a frame's ref {{id: {object_id}, sealed_pages: N}} names the "
+            "first N of them)"
+        )
+    return NotFound(f"no object {object_id!r} in {store.url}")
 
 
 def file_fields(v: Version) -> dict[str, Any]:
@@ -109,7 +123,7 @@ def inspect_cmd(
             return
         versions = store.history(object_id, with_docs=True)
         if not versions:
-            raise NotFound(f"no object {object_id!r} in {store.url}")
+            raise no_object(store, object_id)
         if diff:
             a, b = diff
             for n in (a, b):
@@ -191,7 +205,7 @@ def evict_cmd(ctx: click.Context, object_id: str, yes: bool, as_json: bool) -> N
         oid = find_file_object(store, object_id)
         versions = store.history(oid, with_docs=False)
         if not versions:
-            raise NotFound(f"no object {object_id!r} in {store.url}")
+            raise no_object(store, oid)
         result = {"id": oid, "versions": len(versions), "evicted": False}
         if not yes:
             if as_json:
