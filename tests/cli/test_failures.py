@@ -249,8 +249,13 @@ def test_a_read_only_command_refuses_a_file_that_is_no_store_and_leaves_it_alone
         conn.execute("CREATE TABLE t (x)")
     conn.close()
     before = other.read_bytes()
-    fails(ctxos("sessions", store=other, check=False), "NotFound", "not a context_os store")
+    said = fails(ctxos("sessions", store=other, check=False), "NotFound", "not a context_os store")
+    assert "creates one" not in said  # no command makes a store of another application's database
     assert other.read_bytes() == before
+    traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydicom__pydicom-1458.traj"
+    for create in (["demo", "--no-verify"], ["replay", str(traj)]):
+        fails(ctxos(*create, store=other, check=False), "StoreError", "not a context_os store (it has the tables t)")
+        assert other.read_bytes() == before
 
 
 # -- verify: the store's own integrity check, damage per document (item 7) ------------------------

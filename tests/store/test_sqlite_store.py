@@ -443,6 +443,13 @@ def test_a_store_that_must_exist_is_never_created(tmp_path: Path) -> None:
     with pytest.raises(NotFound, match="not a context_os store"):
         open_store(str(other), create=False)
     assert other.read_bytes() == before  # not even switched to WAL mode
+    with pytest.raises(StoreError, match=r"is an SQLite database but not a context_os store \(it has the tables t\)"):
+        open_store(str(other))  # nor made a store of by a command that creates one
+    assert other.read_bytes() == before and not Path(f"{other}-wal").exists()
+    empty = tmp_path / "empty.db"
+    empty.touch()  # an empty file holds nothing to keep: it becomes a store
+    with open_store(str(empty)) as s:
+        assert s.latest_tx_id() is None
 
 
 def test_created_says_whether_opening_made_the_store(tmp_path: Path) -> None:

@@ -144,6 +144,8 @@ def store_from(ctx: click.Context, *, create: bool = False, announce: bool = Tru
     try:
         store = open_store(ctx.obj.get("store") if ctx.obj else None, create=create)
     except NotFound as e:
+        if "not a context_os store" in str(e):  # a file of something else: no command makes a store of it
+            raise
         raise NotFound(f"{e}; `ctxos demo` or `ctxos replay FILE` creates one") from None
     if announce:
         announce_created(store)

@@ -436,11 +436,19 @@ class SqliteStore(Store):
             raise StoreUnavailable(f"cannot open the SQLite store {self.path}: {e}") from e
         try:
             with self._translate("open"):
-                if not self._create and not self._applied_migrations(conn):
+                if not self._applied_migrations(conn):
                     # before anything writes (even the journal mode): the file is not ours
-                    raise NotFound(
-                        f"no store at {self.url}: {self.path} is not a context_os store (it has none of its tables)"
-                    )
+                    if not self._create:
+                        raise NotFound(
+                            f"no store at {self.url}: {self.path} is not a context_os store (it has none of its tables)"
+                        )
+                    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+                    if tables:  # another application's database: never add a store's tables to it
+                        shown = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
+                        raise StoreError(
+                            f"{self.path} is an SQLite database but not a context_os store (it has the tables "
+                            f"{shown}): a store is only created in a new or empty file"
+                        )
                 if self._create and not conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
                     # A new file. A turn's transaction writes a few rows into many B-trees (each
                     # document's hash, entity, attributes, versions and text parts land on their
