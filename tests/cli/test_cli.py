@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -140,6 +141,19 @@ def test_frames_diff_of_one_turn_is_with_the_turn_before_and_reads_as_text(demo)
     assert first.returncode == 2 and "turn 1 has no turn before it" in json.loads(first.stdout)["error"]["message"]
     gone = ctxos("frames", "diff", "d1", "40", "999", store=db, check=False)
     assert gone.returncode == 1 and "no frame for turn 999: session 'd1' has turns 1–88" in gone.stderr
+
+
+def test_frames_diff_of_frames_that_no_longer_verify_compares_no_prompts(demo, tmp_path):
+    db = tmp_path / "evicted.db"
+    shutil.copyfile(demo[0], db)
+    files = json.loads(ctxos("files", "d1", "--json", store=db).stdout)
+    # the file the session edits from turn 38 on, active in both frames' volatile part
+    ctxos("objects", "evict", next(f["id"] for f in files if f["path"].endswith("agent-session.ts")), "--yes", store=db)
+    proc = ctxos("frames", "diff", "d1", "40", store=db, check=False)
+    assert proc.returncode == 1 and "MISMATCH" in proc.stdout and "messages - → -" in proc.stdout
+    assert "not compared: turn 39 and turn 40 could not be re-rendered" in proc.stdout
+    diff = json.loads(ctxos("frames", "diff", "d1", "40", "--json", store=db, check=False).stdout)
+    assert diff["rendered"] == [False, False] and not diff["b_extends_a"] and diff["hunks"] == []
 
 
 @pytest.mark.parametrize("as_json", [False, True])

@@ -140,6 +140,28 @@ def test_frame_diff(recorded: tuple[Store, str]) -> None:
     assert diff.to_dict()["verified"] == [True, True]
 
 
+def test_a_frame_diff_does_not_compare_a_frame_that_cannot_be_re_rendered(store: Store, uid: str) -> None:
+    """Frames that showed an evicted object cannot be re-rendered: their diff says so, instead of
+    two empty prompts that are "byte for byte the same"."""
+    from context_os.context.evict import evict
+
+    sid = record_demo(store, f"{uid}-evicted", MESSAGES)
+    docs = frame_docs(store, sid)
+    turn, file = next(
+        (d["content"]["turn"], i)
+        for d in docs
+        if d["content"]["managed"] and d["content"]["turn"] > 1  # a file shows in a block from then on
+        for i in d["content"]["active"]
+        if i.startswith("file:")
+    )
+    before = frame_diff(store, sid, turn - 1, turn)
+    assert before.rendered == (True, True) == before.to_dict()["rendered"]
+    evict(store, file, reason="test")
+    diff = frame_diff(store, sid, turn, turn)
+    assert diff.rendered == (False, False) and diff.to_dict()["verified"] == [False, False]
+    assert diff.first_byte is None and not diff.b_extends_a and diff.hunks == []
+
+
 def test_version_at_numbers_the_version_in_force(recorded: tuple[Store, str]) -> None:
     store, sid = recorded
     file_ids = [v.id for v in store.find("file")]

@@ -219,6 +219,7 @@ def test_a_frame_that_no_longer_verifies_says_why(tmp_path: Path, serve: Callabl
     assert "✗ does not verify" in r.text and 'class="verdict bad"' in r.text
     assert "is not in the store (evicted?)" in r.text
     assert "does NOT verify" in diff.text
+    assert "not compared: turn" in diff.text and "byte for byte the same" not in diff.text
 
 
 def test_an_object_links_its_session_only_when_that_has_a_timeline(

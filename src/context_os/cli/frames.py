@@ -208,7 +208,12 @@ def _diff_lines(diff: FrameDiff, cut: bool) -> list[str]:
     for turn, check in zip((a, b), diff.checks or (), strict=True):
         out += _check_lines(_verdict(turn, check))
     (ta, tb), (ma, mb), (size_a, size_b) = diff.tokens, diff.messages, diff.prompt_bytes
-    out.append(f"turn {a} → turn {b}: tokens {ta:,} → {tb:,}; messages {ma:,} → {mb:,}")
+    shown = [f"{n:,}" if ok else "-" for n, ok in zip((ma, mb), diff.rendered, strict=True)]
+    out.append(f"turn {a} → turn {b}: tokens {ta:,} → {tb:,}; messages {shown[0]} → {shown[1]}")
+    if not all(diff.rendered):
+        lost = " and ".join(f"turn {t}" for t, ok in zip((a, b), diff.rendered, strict=True) if not ok)
+        out.append(f"prompt: not compared: {lost} could not be re-rendered from the store (above)")
+        return out + [f"{name} ({len(ids)}):" + "".join(f"\n  {i}" for i in ids) for name, ids in _groups(diff)]
     if diff.first_byte is None:
         out.append(f"prompt: the two prompts are byte for byte the same ({size_a:,} bytes)")
     elif diff.b_extends_a:
@@ -223,14 +228,7 @@ def _diff_lines(diff: FrameDiff, cut: bool) -> list[str]:
             f"{share:.1f}% of turn {b}'s prompt is turn {a}'s prefix"
         )
     out.append("  (bytes of each prompt as canonical JSON, one message per line)")
-    groups = [
-        ("entered", [r["id"] for r in diff.entered]),
-        ("left", [r["id"] for r in diff.left]),
-        ("new version", [f"{y['id']} (tx {x['tx_id']} → {y['tx_id']})" for x, y in diff.changed]),
-        ("activated", diff.activated),
-        ("deactivated", diff.deactivated),
-    ]
-    for name, ids in groups:
+    for name, ids in _groups(diff):
         out.append(f"{name} ({len(ids)}):" + "".join(f"\n  {i}" for i in ids))
     more = "; more left out (--max-hunks N shows more)" if cut else ""
     out.append(f"\nmessages that differ: {len(diff.hunks)} run(s) of them{more}")
@@ -242,6 +240,17 @@ def _diff_lines(diff: FrameDiff, cut: bool) -> list[str]:
         for k, m in enumerate(h["added"], b1):
             out += _message_lines(k, m, "+")
     return out
+
+
+def _groups(diff: FrameDiff) -> list[tuple[str, list[str]]]:
+    """The objects that changed between the two turns, by how."""
+    return [
+        ("entered", [r["id"] for r in diff.entered]),
+        ("left", [r["id"] for r in diff.left]),
+        ("new version", [f"{y['id']} (tx {x['tx_id']} → {y['tx_id']})" for x, y in diff.changed]),
+        ("activated", diff.activated),
+        ("deactivated", diff.deactivated),
+    ]
 
 
 def _message_lines(k: int, m: dict[str, Any], mark: str = "") -> list[str]:

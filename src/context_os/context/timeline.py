@@ -230,12 +230,16 @@ class FrameDiff:
     prompt_bytes: tuple[int, int]
     """Each prompt's size as canonical JSON, one message per line (what ``first_byte`` counts in)."""
     first_byte: int | None
-    """The first byte where the two prompts differ (None: they are the same): where ``b`` stops
-    repeating ``a`` (``a``'s size when ``b`` extends it)."""
+    """The first byte where the two prompts differ (None: they are the same, or ``rendered`` says
+    one could not be re-rendered): where ``b`` stops repeating ``a`` (``a``'s size when ``b``
+    extends it)."""
     first_message: int | None
     """The message that byte falls in (of ``b``)."""
     b_extends_a: bool
     """``a``'s prompt is a prefix of ``b``'s: a prompt cache keeps all of it."""
+    rendered: tuple[bool, bool] = (True, True)
+    """Whether each frame could be re-rendered (not: a version it showed was evicted, or is
+    damaged). Unless both were, the prompts are not compared: no first byte, no hunks."""
     entered: list[dict[str, Any]] = field(default_factory=list)
     """Objects ``b`` shows that ``a`` did not (static refs)."""
     left: list[dict[str, Any]] = field(default_factory=list)
@@ -278,11 +282,13 @@ def frame_diff(
         ca, cb = check(fa), check(fb)
     ma = ca.rendered.messages if ca.rendered else []
     mb = cb.rendered.messages if cb.rendered else []
+    rendered = (ca.rendered is not None, cb.rendered is not None)
+    comparable = all(rendered)  # a frame not re-rendered has no prompt to compare
     la, lb = _prompt_lines(ma), _prompt_lines(mb)
     first_byte: int | None = None
     first_message: int | None = None
     offset = 0
-    for k in range(max(len(la), len(lb))):
+    for k in range(max(len(la), len(lb)) if comparable else 0):
         x, y = (la[k] if k < len(la) else b""), (lb[k] if k < len(lb) else b"")
         if x != y:
             n = 0
@@ -292,7 +298,7 @@ def frame_diff(
             break
         offset += len(x)
     size_a, size_b = sum(map(len, la)), sum(map(len, lb))
-    extends = first_byte is None or first_byte == size_a
+    extends = comparable and (first_byte is None or first_byte == size_a)
     refs_a = {r["id"]: r for r in ca.refs if "sealed_pages" not in r}
     refs_b = {r["id"]: r for r in cb.refs if "sealed_pages" not in r}
     act_a, act_b = fa["content"]["active"], fb["content"]["active"]
@@ -306,6 +312,7 @@ def frame_diff(
         first_byte,
         first_message,
         extends,
+        rendered,
         entered=[refs_b[i] for i in sorted(refs_b.keys() - refs_a.keys())],
         left=[refs_a[i] for i in sorted(refs_a.keys() - refs_b.keys())],
         changed=[
@@ -323,7 +330,7 @@ def frame_diff(
     while tail < min(len(la), len(lb)) - head and la[-1 - tail] == lb[-1 - tail]:
         tail += 1
     matcher = difflib.SequenceMatcher(None, la[head : len(la) - tail], lb[head : len(lb) - tail], autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+    for op, i1, i2, j1, j2 in matcher.get_opcodes() if comparable else ():
         if op == "equal":
             continue
         if len(diff.hunks) == max_hunks:
