@@ -160,6 +160,9 @@ def test_a_frame_diff_does_not_compare_a_frame_that_cannot_be_re_rendered(store:
     diff = frame_diff(store, sid, turn, turn)
     assert diff.rendered == (False, False) and diff.to_dict()["verified"] == [False, False]
     assert diff.first_byte is None and not diff.b_extends_a and diff.hunks == []
+    # what it showed is still named exactly, each version by its transaction
+    refs = [r for c in diff.checks or () for r in c.refs if "sealed_pages" not in r]
+    assert refs and all(isinstance(r["tx_id"], int) for r in refs)
 
 
 def test_version_at_numbers_the_version_in_force(recorded: tuple[Store, str]) -> None:

@@ -110,6 +110,11 @@ def ref_tx(ref: dict[str, Any], basis: int) -> int:
     return basis if tx is None else int(tx)
 
 
+def _ref_with_tx(ref: dict[str, Any], basis: int) -> dict[str, Any]:
+    """A frame's ref with its transaction named (``ref_tx``); the chat pages' aggregate as it is."""
+    return ref if "sealed_pages" in ref else {**ref, "tx_id": ref_tx(ref, basis)}
+
+
 def frame_row(v: Version) -> FrameRow:
     """The row of one stored frame version."""
     c = (v.doc or {})["content"]
@@ -287,11 +292,14 @@ def verify_frame(
         return FrameCheck(str(frame.get("id")), False, str(recorded), "", [*problems, f"not a frame: no {missing}"])
     c = frame["content"]
     memo = memo or FrameMemo()
+    basis: int | None = None
     try:
         basis = frame_basis(store, frame)
         view, rendered = _rerender(store, frame, basis, memo)
     except NotFound as e:  # a block it showed was evicted (or the frame itself)
-        return FrameCheck(frame["id"], False, c["rendered_hash"], "", [*problems, str(e)], refs=c["refs"])
+        # its refs still name their transactions, as those of a frame that re-rendered do
+        named = c["refs"] if basis is None else [_ref_with_tx(r, basis) for r in c["refs"]]
+        return FrameCheck(frame["id"], False, c["rendered_hash"], "", [*problems, str(e)], refs=named)
     if rendered.rendered_hash != c["rendered_hash"]:
         problems.append(f"re-rendered hash {rendered.rendered_hash} != recorded {c['rendered_hash']}")
     refs: list[dict[str, Any]] = []
@@ -301,7 +309,7 @@ def verify_frame(
             refs.append(ref)
             continue
         tx = ref_tx(ref, basis)
-        refs.append({**ref, "tx_id": tx})
+        refs.append(_ref_with_tx(ref, basis))
         if memo.ref_hash(store, ref["id"], ref["valid_time"], tx) != ref["object_hash"]:
             problems.append(f"static ref {ref['id']} @ tx {tx} does not resolve to {ref['object_hash']}")
     return FrameCheck(
