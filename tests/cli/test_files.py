@@ -64,7 +64,8 @@ def test_files_lists_state_and_staleness(setup) -> None:
     assert (b["path"], b["path_shown"], b["state"], b["stale"]) == ("renamed.txt", "b.txt", "inactive", True)
     text = ctxos("files", "s1", store=store).stdout
     assert "src/a.py" in text and "stale" in text
-    assert "NotFound" in ctxos("files", "nope", store=store, check=False).stderr
+    gone = ctxos("files", "nope", store=store, check=False)
+    assert gone.returncode == 1 and gone.stderr.startswith(f"Error: NotFound: no session 'nope' in sqlite://{store}")
 
 
 def test_inspect_resolves_a_path_and_shows_versions_across_renames(setup, root: Path) -> None:

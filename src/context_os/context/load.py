@@ -41,7 +41,7 @@ def load_view(
     must be read only; ``versions``: the exact versions they read, ``VersionMemo``)."""
     sv = store.get(f"session:{session_id}", valid_time, tx_id)
     if sv is None or sv.doc is None:
-        raise NotFound(f"no session {session_id!r} in the store" + (f" as of tx {tx_id}" if tx_id else ""))
+        raise NotFound(f"no session {session_id!r} in {store.url}" + (f" as of tx {tx_id}" if tx_id else ""))
     meta = sv.doc["meta"]
     view = SessionView(
         session_id,
