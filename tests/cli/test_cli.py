@@ -247,6 +247,8 @@ def test_inspect_as_of_and_diff(demo):
         proc = ctxos("objects", verb, "chat:d1", store=db, check=False)
         assert proc.returncode == 1 and "the chat of session 'd1' is stored as" in proc.stderr
         assert "page(s), chat:d1:00000 to chat:d1:000" in proc.stderr
+    both = ctxos("objects", "inspect", "session:d1", "--as-of", "2099-01-01", "--diff", "1", "2", store=db, check=False)
+    assert both.returncode == 2 and "--diff compares two versions by their numbers" in both.stderr
     beyond = ctxos("objects", "inspect", "session:d1", "--diff", "1", "999", store=db, check=False)
     assert beyond.returncode == 2
     assert f"Invalid value for '--diff': version 999 of session:d1 does not exist (it has 1..{len(versions)})" in (

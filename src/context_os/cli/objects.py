@@ -87,6 +87,8 @@ def inspect_cmd(
     as_json: bool,
 ) -> None:
     """An object's versions, hashes and state changes, at any time."""
+    if diff and (as_of is not None or tx_id is not None):  # it would be one or the other, silently
+        raise click.UsageError("--diff compares two versions by their numbers: it takes no --as-of or --tx")
     with store_from(ctx) as store:
         object_id = find_file_object(store, object_id)
         if as_of is not None or tx_id is not None:
