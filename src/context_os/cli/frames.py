@@ -8,6 +8,7 @@ It never writes: frames come from the one read model (context/frames.py)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -253,7 +254,7 @@ def _groups(diff: FrameDiff) -> list[tuple[str, list[str]]]:
     ]
 
 
-def _message_lines(k: int, m: dict[str, Any], mark: str = "") -> list[str]:
+def _message_lines(k: int, m: Mapping[str, Any], mark: str = "") -> list[str]:
     """One rendered message as ``frames show`` prints it; ``mark`` (``-``, ``+``) before its head."""
     head = f"{mark}[{k}] {m['role']}"
     if m.get("tool_call_id"):
