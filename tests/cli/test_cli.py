@@ -462,6 +462,15 @@ def test_errors_are_one_line_and_exit_1(tmp_path):
     assert proc.returncode == 1 and "unknown store URL" in proc.stderr
 
 
+def test_an_empty_store_url_is_an_error_not_the_default_store(tmp_path, monkeypatch):
+    """``--store ''`` (an unset shell variable, say) is refused; it opened $CTXOS_STORE's store."""
+    ctxos("demo", "--session", "d", "--json", store=tmp_path / "env.db")
+    monkeypatch.setenv("CTXOS_STORE", str(tmp_path / "env.db"))
+    proc = ctxos("--store", "", "sessions", "--json", check=False)
+    assert proc.returncode == 1 and "ConfigError: the store URL is empty" in proc.stderr
+    assert json.loads(proc.stdout)["error"]["type"] == "ConfigError"
+
+
 @pytest.mark.parametrize(
     "args, kind, status, says",
     [

@@ -208,6 +208,8 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     never created, nor its directory; an XTDB node is always there to be asked). Whether opening
     created the store says ``Store.created``.
     """
+    if url is not None and not url.strip():  # `--store ''`: a mistake, not a wish for the default
+        raise ConfigError("the store URL is empty: give sqlite:///path.db, a path, or xtdb+http://host:port")
     url = url or default_store_url()
     if url.startswith("xtdb+http://") or url.startswith("xtdb+https://"):
         return _open_xtdb(url)
