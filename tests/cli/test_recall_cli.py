@@ -52,6 +52,11 @@ def test_keyword_recall_lists_hits_with_their_refs(db: Path) -> None:
     assert code == 0 and json.loads(out)["hits"] == []
 
 
+def test_k_below_one_is_a_usage_error_naming_the_option(db: Path) -> None:
+    done = CliRunner().invoke(cli, ["--store", str(db), "recall", "slash", "--embedder", "none", "-k", "0"])
+    assert done.exit_code == 2 and "Invalid value for '-k' / '--k': 0 is not in the range x>=1" in done.output
+
+
 def test_the_periods_a_query_names_are_shown(db: Path) -> None:
     code, out = recall(db, "slash command in March 2025", "--embedder", "none", "--json", "-k", "1")
     assert code == 0, out

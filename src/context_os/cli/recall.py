@@ -44,7 +44,7 @@ def register(cli: click.Group) -> None:
 
 @click.command("recall")
 @click.argument("query")
-@click.option("-k", "--k", "k", default=10, show_default=True, help="How many hits.")
+@click.option("-k", "--k", "k", type=click.IntRange(min=1), default=10, show_default=True, help="How many hits.")
 @click.option("--kinds", help="Only these kinds, comma-separated (chat, toolcall, file, memory, message, recall).")
 @click.option("--session", "session_id", metavar="ID", help="Only this session's objects.")
 @click.option("--as-of", "as_of", metavar="TIME", help="What was valid and known then (ISO 8601 or epoch ms).")
