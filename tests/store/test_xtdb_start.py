@@ -4,6 +4,7 @@ terminal codes when it is not on a terminal (Maven's included), ``--help`` the h
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -41,3 +42,36 @@ def test_help_is_the_help_alone() -> None:
     assert run.returncode == 0
     assert run.stdout.startswith("Start a local XTDB 1.x node")
     assert run.stdout.rstrip().endswith("MAVEN (default mvn).") and "set -euo" not in run.stdout
+
+
+def test_a_cluster_whose_node_port_is_taken_starts_nothing(tmp_path: Path) -> None:
+    """The second node's port held by another program: refused before PostgreSQL or the first
+    node is started, so nothing is left running that the refusal would leave to stop."""
+    port, pg_port = _free_port(), _free_port()
+    script = ROOT / "xtdb"
+    with socket.socket() as held:
+        try:
+            held.bind(("127.0.0.1", port + 1))
+        except OSError:
+            pytest.skip(f"port {port + 1} is taken")
+        held.listen()
+        try:
+            run = subprocess.run(
+                [str(script / "start"), "--cluster", "2", "--port", str(port), "--pg-port", str(pg_port)]
+                + ["--data-dir", str(tmp_path)],
+                capture_output=True,
+                text=True,
+                timeout=STARTUP_TIMEOUT_S + 240,
+            )
+            made_postgres = (script / "target" / f"pg-{pg_port}").exists()
+        finally:  # what an unchecked start left running
+            subprocess.run([str(script / "stop"), "--port", str(port)], capture_output=True, timeout=90, check=False)
+            subprocess.run(
+                [str(script / "postgres"), "stop", "--port", str(pg_port)], capture_output=True, timeout=90, check=False
+            )
+            shutil.rmtree(script / "target" / f"pg-{pg_port}", ignore_errors=True)
+    assert run.returncode == 1 and run.stdout == ""
+    assert (
+        run.stderr == f"xtdb/start: port {port + 1} on 127.0.0.1 is in use by another program; choose another --port\n"
+    )
+    assert not made_postgres
