@@ -44,6 +44,19 @@ def test_help_is_the_help_alone() -> None:
     assert run.stdout.rstrip().endswith("MAVEN (default mvn).") and "set -euo" not in run.stdout
 
 
+def test_a_data_directory_that_cannot_be_made_is_refused_in_a_line_of_its_own(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    port = _free_port()
+    run = subprocess.run(
+        [str(ROOT / "xtdb" / "start"), "--port", str(port), "--data-dir", str(tmp_path / "a-file" / "data")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr == f"xtdb/start: cannot create the data directory {tmp_path}/a-file/data: Not a directory\n"
+
+
 def test_a_cluster_whose_node_port_is_taken_starts_nothing(tmp_path: Path) -> None:
     """The second node's port held by another program: refused before PostgreSQL or the first
     node is started, so nothing is left running that the refusal would leave to stop."""
