@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["IMAGE", "NodeUnavailable", "all_corrections", "node", "run_clojure"]
+__all__ = ["IMAGE", "CuttableProxy", "NodeUnavailable", "all_corrections", "node", "run_clojure"]
 
 ROOT = Path(__file__).resolve().parent.parent
 START = ROOT / "xtdb" / "start"
@@ -288,3 +288,52 @@ def run_clojure(script: Path, *args: str, classpath: str = ".classpath") -> list
     last = run.stdout.strip().splitlines()[-3:]
     assert run.returncode == 0 and last and last[-1].startswith("ok "), (run.stdout[-3000:], run.stderr[-3000:])
     return last
+
+
+class CuttableProxy:
+    """A TCP proxy to the node of ``store_url`` (on a port of ``_free_port``) that ``cut`` ends at
+    once: its port then refuses connections and every connection through it is closed, as when
+    the node dies. A real network fault, not a fake node."""
+
+    def __init__(self, store_url: str) -> None:
+        base = store_url.removeprefix("xtdb+").split("?", 1)[0]
+        host, _, port = base.removeprefix("http://").partition(":")
+        self.target = (host, int(port.split("/", 1)[0]))
+        self.port = _free_port()
+        self.sock = socket.create_server(("127.0.0.1", self.port))
+        self.url = f"xtdb+http://127.0.0.1:{self.port}"
+        self._conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self._conns += [conn, upstream]
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        """Copy ``src`` to ``dst`` until either end goes; then both go and ``src`` is closed."""
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+            src.close()
+
+    def cut(self) -> None:
+        with suppress(OSError):  # wakes the accept under way, which a close alone would not end
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        for s in self._conns:
+            with suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)

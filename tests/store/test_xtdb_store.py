@@ -807,3 +807,20 @@ def test_a_failed_answer_is_one_line_and_an_outage_when_the_database_is_down(
         store._fail(answer, "find")
     assert "\n" not in str(e.value) and "<html" not in str(e.value)
     assert kind is StoreUnavailable or not isinstance(e.value, StoreUnavailable)
+
+
+def test_a_session_whose_node_goes_away_raises_what_ended_its_block(xtdb_url: str, uid: str) -> None:
+    """A session's block that ends with an error while the node is gone: closing it cannot give
+    its lease back either, and that error (logged) does not replace the one that ended the block."""
+    from context_os import Session
+    from tests._xtdb_node import CuttableProxy
+
+    proxy = CuttableProxy(xtdb_url)
+    try:
+        with XtdbStore(proxy.url) as store:
+            store.BACKOFF_S = 0.01
+            with pytest.raises(ValueError, match="the harness failed"), Session.open(store, f"gone-{uid}"):
+                proxy.cut()
+                raise ValueError("the harness failed")
+    finally:
+        proxy.cut()

@@ -271,8 +271,19 @@ class Session:
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:  # the error that ended the block is the one to raise, not one of closing after it
+            self.close()
+        except StoreError as e:  # e.g. the store that went out of reach, still out of reach
+            log.warning(
+                "session %s could not give its lease back (a writer of this host takes it once this process"
+                " ends; of another host, once it expires): %s",
+                self.id,
+                e,
+            )
 
     # --- ingest and assembly -------------------------------------------------------------------
 
