@@ -223,3 +223,44 @@ def test_status_of_a_url_where_a_web_server_answers_names_it_in_one_line(tmp_pat
     assert status["reachable"] is True and status["answers_as_a_store"] is False
     assert "not an XTDB node's answer (text/html" in status["error"] and "<" not in status["error"]
     assert "answers as a store  no" in text.stdout
+
+
+@pytest.mark.xtdb
+def test_a_replay_whose_node_goes_away_names_the_append_that_goes_on(xtdb_url: str, monkeypatch) -> None:
+    """The node lost after the 4th model call: the replay fails with the store's error, saying
+    where it stopped and the ``--append`` run that goes on once the node answers; that run, on
+    the node, replays the rest."""
+    from click.testing import CliRunner
+
+    from context_os.cli import cli
+    from context_os.harness.virtual_files import VirtualFiles
+    from tests._xtdb_node import CuttableProxy
+
+    traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydantic__pydantic.acb0f10f.pr_8316.traj"
+    sid = f"gone-{uuid.uuid4().hex[:10]}"
+    proxy = CuttableProxy(xtdb_url)
+    observe, seen = VirtualFiles.observe, []
+
+    def node_lost_at_call_4(self: VirtualFiles, session: Any, report: Any) -> None:
+        seen.append(1)
+        if len(seen) == 4:
+            proxy.cut()
+        observe(self, session, report)
+
+    monkeypatch.setattr(VirtualFiles, "observe", node_lost_at_call_4)
+    via = f"xtdb+http://127.0.0.1:{proxy.port}?outbox=off"
+    try:
+        cut = CliRunner().invoke(cli, ["--store", via, "replay", str(traj), "--session", sid, "--verify", "none"])
+    finally:
+        proxy.cut()
+    assert cut.exit_code == 1, cut.output
+    (error,) = [line for line in cut.output.splitlines() if line.startswith("Error: ")]
+    assert re.match(r"Error: Store(Unavailable|Unreachable): XTDB node at http://127\.0\.0\.1:", error), error
+    assert f"; the replay of session '{sid}' stopped after 3 model call(s): once the store answers, `" in error
+    assert error.endswith(f" --store '{via}' replay {traj} --session {sid} --append` goes on from what it holds")
+    monkeypatch.setattr(VirtualFiles, "observe", observe)
+    # in this process, as the lease the cut replay could not give back is this process's
+    again = CliRunner().invoke(cli, ["--store", xtdb_url, "replay", str(traj), "--session", sid, "--append", "--json"])
+    assert again.exit_code == 0, again.output
+    rest = json.loads(again.stdout)
+    assert rest["frames"] == rest["frames_verified"] > rest["turns"] > 0

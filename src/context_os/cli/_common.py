@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from .. import times
-from ..errors import ConfigError, ContextOSError, InputError, NotFound, StateError
+from ..errors import ConfigError, ContextOSError, InputError, NotFound, StateError, StoreUnavailable
 from ..store import Store, open_store
 from ._errors import LibraryError
 
@@ -356,7 +356,8 @@ def run_replay(
     one another process writes, always. ``named``: the user chose ``session_id``; else it is a
     default, and where it is taken ``session_id-2``, ``-3``, … is used. Ctrl-C ends the replay
     between two calls, never inside one, exit status 130; ``file`` (the path replayed) names the
-    ``--append`` run that goes on from there. Returns the id used."""
+    ``--append`` run that goes on from there, which a store gone out of reach (``StoreUnavailable``)
+    names too. Returns the id used."""
     from ..context.session import Session
     from ..harness.registry import harness
     from ..replay import replay_total, replay_transcript
@@ -429,6 +430,12 @@ def run_replay(
                             said += f"; `{again}` goes on from there"
                         click.echo(said, err=True)
                         sys.exit(130)
+                    except StoreUnavailable as e:  # the store went out of reach: say how to go on once it is back
+                        said = f"{e}; the replay of session {sid!r} stopped after {session.view.turn} model call(s)"
+                        if file is not None:
+                            again = command_hint("replay", file, "--session", session_id, "--append")
+                            said += f": once the store answers, `{again}` goes on from what it holds"
+                        raise type(e)(said) from e
             if not as_json:
                 name = label if t.label is None else f"{label} ~{t.label}"
                 _report(results[-1], name, store.url, per_turn=per_turn)
