@@ -264,3 +264,24 @@ def test_a_replay_whose_node_goes_away_names_the_append_that_goes_on(xtdb_url: s
     assert again.exit_code == 0, again.output
     rest = json.loads(again.stdout)
     assert rest["frames"] == rest["frames_verified"] > rest["turns"] > 0
+
+
+def test_status_of_a_url_that_is_no_store_still_names_the_backend_and_the_outbox(tmp_path: Path) -> None:
+    """A web server where the node should be, through the default outbox: the report says what
+    the URL is meant to be (an XTDB node) and what waits for it, as for a node out of reach."""
+    import http.server
+    import threading
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        url = f"xtdb+http://127.0.0.1:{web.server_address[1]}"
+        proc = ctxos("status", "--json", store=url, env={"XDG_DATA_HOME": str(tmp_path)}, check=False)
+    finally:
+        web.shutdown()
+        web.server_close()
+    assert proc.returncode == 1
+    status = json.loads(proc.stdout)
+    assert status["backend"] == "xtdb" and status["reachable"] is True and status["answers_as_a_store"] is False
+    assert status["error"].startswith("StoreError: ") and "not an XTDB node's answer" in status["error"]
+    assert status["outbox"]["pending"] == 0 and status["outbox"]["path"].startswith(str(tmp_path))

@@ -453,13 +453,16 @@ class OutboxStore(Store):
         self.inner.sync()
 
     def stats(self) -> dict[str, Any]:
-        """The backend's stats and the outbox's; when the backend is out of reach, what is known here."""
+        """The backend's stats and the outbox's; when the backend is out of reach or is not a
+        store, what is known here."""
         try:
             self._ready()
             out = dict(self.inner.stats())
-        except StoreUnavailable as e:
+        except StoreError as e:  # out of reach, or what answers is not the store (a web server, a wrong path)
             backend = type(self.inner).__name__.removesuffix("Store").lower()
             out = {"backend": backend, "url": self.url, "reachable": False, "error": str(e)}
+            if not isinstance(e, StoreUnavailable):
+                del out["reachable"]  # it answers, as something else
             node_states = getattr(self.inner, "node_states", None)  # a backend of several nodes: each one's
             if node_states is not None:
                 out["nodes"] = node_states()
