@@ -3,7 +3,9 @@ terminal codes when it is not on a terminal (Maven's included), ``--help`` the h
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -88,3 +90,37 @@ def test_a_cluster_whose_node_port_is_taken_starts_nothing(tmp_path: Path) -> No
         run.stderr == f"xtdb/start: port {port + 1} on 127.0.0.1 is in use by another program; choose another --port\n"
     )
     assert not made_postgres
+
+
+def test_two_starts_on_one_port_at_once_start_one_node(xtdb_url: str) -> None:
+    """Both print the URL; the second waits for the first and finds its node running, so
+    ``xtdb/stop`` stops the one node there is and no JVM is left. ``xtdb_url`` is requested only so
+    the test is skipped exactly where no node can be had."""
+    if not Path("/proc/self/cmdline").exists():
+        pytest.skip("the processes left are found in /proc")
+    port = _free_port()
+    cmd = [str(ROOT / "xtdb" / "start"), "--port", str(port), "--config", "memory"]
+    cmd += ["--timeout", str(STARTUP_TIMEOUT_S)]
+    try:
+        starts = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=STARTUP_TIMEOUT_S + 240) for p in starts]
+    finally:
+        stop = subprocess.run(
+            [str(ROOT / "xtdb" / "stop"), "--port", str(port)], capture_output=True, text=True, timeout=90
+        )
+    assert [p.returncode for p in starts] == [0, 0], outs
+    assert [out for out, _ in outs] == [f"xtdb+http://127.0.0.1:{port}\n"] * 2
+    assert sum("already running" in err for _, err in outs) == 1, outs
+    assert "stopped the node" in stop.stderr, stop.stderr
+    tmp_dir = f"-Djava.io.tmpdir={ROOT / 'xtdb' / 'target' / f'tmp-{port}'}"
+    left = [int(p.name) for p in Path("/proc").glob("[0-9]*") if tmp_dir in _cmdline(p)]
+    for pid in left:  # not to leave it running after a failure
+        os.kill(pid, signal.SIGTERM)
+    assert left == [], "a node of the port is still running"
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
