@@ -124,3 +124,11 @@ def _cmdline(proc: Path) -> str:
         return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize("args", [["--cluster", "x"], ["--port", "abc"], ["--cluster", "2", "--pg-port", "5433x"]])
+def test_stop_refuses_a_value_that_is_no_number(args: list[str]) -> None:
+    """Not a default in its place (``--cluster x`` stopped the node on port 3000)."""
+    run = subprocess.run([str(ROOT / "xtdb" / "stop"), *args], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 1
+    assert run.stderr == f"xtdb/stop: {args[-2]} must be a number, got {args[-1]}\n"
