@@ -344,3 +344,11 @@ def test_postgres_start_says_only_its_own_lines(postgres: Cluster) -> None:
         f"xtdb/postgres: ready on 127.0.0.1:{port} (data: {XTDB / 'target' / f'pg-{port}'})",
     ]
     assert stop.stderr.splitlines() == [f"xtdb/postgres: stopped PostgreSQL on port {port}"]
+
+
+def test_postgres_help_is_the_help_alone() -> None:
+    """On stdout, exit status 0, before any PostgreSQL is looked for (or installed)."""
+    run = subprocess.run([str(XTDB / "postgres"), "--help"], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0 and run.stderr == ""
+    assert run.stdout.startswith("A local PostgreSQL for an XTDB cluster")
+    assert run.stdout.rstrip().endswith("Everything but the printed line goes to stderr.")
