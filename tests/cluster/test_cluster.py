@@ -325,6 +325,22 @@ def test_a_match_whose_log_goes_away_before_it_is_indexed_is_not_waited_out(clus
         assert check.get(str(doc["id"])) is not None
 
 
+def test_status_of_a_node_whose_log_is_out_of_reach_says_so_in_the_nodes_words(cluster: Cluster) -> None:
+    """PostgreSQL stopped: the node answers what it indexed, and its state says that its log
+    cannot be read, with the node's own message rather than its EDN error map."""
+    port = cluster.ports[0]
+    cluster.stop_postgres()
+    try:
+        with XtdbStore(cluster.url(port)) as store:
+            (state,) = store.node_states()
+    finally:
+        cluster.start_postgres()
+    assert state["answers"] is True and state["lag_ms"] is None
+    error = state["error"]
+    assert error.startswith("its transaction log cannot be read: latest-submitted-tx: HTTP 500: HikariPool-"), error
+    assert "Connection is not available" in error and "{" not in error
+
+
 def test_postgres_start_says_only_its_own_lines(postgres: Cluster) -> None:
     """A first start runs initdb, whose report ends telling how to start the server with pg_ctl:
     xtdb/postgres starts it itself, so none of that is shown. ``postgres`` is requested only so

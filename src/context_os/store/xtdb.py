@@ -56,6 +56,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -1180,7 +1181,13 @@ class XtdbStore(Store):
             if r.status_code == 404 and edn_answer:
                 return None
             if r.status_code != 200 or not edn_answer:
-                raise StoreError(f"{endpoint}: HTTP {r.status_code} {' '.join(r.text[:200].split())}")
+                said = " ".join(r.text[:200].split())
+                if edn_answer:  # the node's own message, not its EDN map
+                    with suppress(Exception):
+                        body = _read_edn(r.text)
+                        if isinstance(body, Mapping) and isinstance(body.get(_kw("error")), str):
+                            said = " ".join(body[_kw("error")].split())
+                raise StoreError(f"{endpoint}: HTTP {r.status_code}: {said}")
             return _read_edn(r.text)
 
         try:
@@ -1204,6 +1211,9 @@ class XtdbStore(Store):
                 state["lag_ms"] = max(0, newest_time - done["time"])
         except _http.HttpError as e:
             state["error"] = f"cannot be reached: {e}" if not state["answers"] else repr(e)
+        except StoreError as e:  # the node's refusal: what it could not do, in its own words
+            # answering, it asks its transaction log for the rest (a cluster's: in PostgreSQL)
+            state["error"] = f"its transaction log cannot be read: {e}" if state["answers"] else str(e)
         except Exception as e:  # an answer that is not what an XTDB node says: the state says so
             state["error"] = f"{type(e).__name__}: {e}"
         return state
