@@ -59,6 +59,31 @@ def test_activate_by_id_loads_the_latest_version_and_what_is_on_disk(root: Path,
     assert call(tools, "activate", id=oid)["status"] == "activated"
 
 
+def test_lines_shows_the_latest_version_and_what_is_on_disk(root: Path, tools: FileTools, db) -> None:
+    """``lines`` takes a dynamic ref too: a file the user changed after the session showed it
+    (recorded by a tracker, or only on disk) shows its new lines, and the header says they are of
+    a newer version than the block. Before, it showed the version the session last showed, with
+    nothing to say the file had changed: a model that asked for lines to edit got the old ones."""
+    (root / "m.py").write_text("def f():\n    return 1\n")
+    oid = call(tools, "read", path="m.py")["id"]
+    assert tools.call("lines", {"id": "m.py"}) == f"[context_os: {oid}, lines 1-2 of 2]\ndef f():\n    return 1"
+    (root / "m.py").write_text("def f():\n    return 2\n")
+    tools.index.index(root.resolve() / "m.py", read=True, cause="tracker")
+    assert tools.call("lines", {"id": oid, "start": 2}) == (
+        f"[context_os: {oid}, version 2, lines 2-2 of 2 (the context shows an older version: "
+        "activate(id) loads this one)]\n    return 2"
+    )
+    (root / "m.py").write_text("def f():\n    return 3\n")  # no tracker saw this one
+    assert tools.call("lines", {"id": "m.py", "start": 2}).endswith(
+        "version 3, lines 2-2 of 2 (the context shows an older version: activate(id) loads this one)]\n    return 3"
+    )
+    assert latest_meta(db, oid)["version"] == 3
+    assert "return 1" in tail(tools.session)  # lines changes no state: the block stays as shown
+    (root / "m.py").unlink()
+    tools.index.refresh(oid, None, cause="tracker")
+    assert "version 4 has none (the file is missing" in call(tools, "lines", id=oid)["error"]
+
+
 def test_read_reports_index_pool_and_active_status_at_each_step(root: Path, tools: FileTools, db) -> None:
     (root / "app.py").write_text("def main():\n    return 1\n")
     first = call(tools, "read", path="app.py")

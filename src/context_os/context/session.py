@@ -879,13 +879,30 @@ class Session:
         """Lines ``start`` to ``end`` (1-based, both included; by default ``LINES_AT_ONCE`` lines) of
         an object's stored text, as the ``lines`` tool shows them: what a clipped tool result
         leaves out, or any part of a file version. At most the policy's ``result_view_chars`` at a
-        time (the rest is named, to ask for next). Changes no state."""
+        time (the rest is named, to ask for next). Changes no state.
+
+        An id is a dynamic ref: a file's lines are those of its latest version, also when the
+        session still shows an older one (the header then names the version, so the model knows
+        the lines are newer than its block)."""
         ref = obj_id
         obj_id = self.resolve(obj_id)
         if obj_id.startswith(LOCKED_PREFIXES):
             raise InputError(f"{ref} is context_os's own record, not text: history(start, end) shows earlier messages")
         obj = self.view.objects.get(obj_id)
-        text = self._content(obj) if obj is not None else (self._latest(obj_id).doc or {}).get("content")
+        newer, note = "", ""
+        if obj is None or obj_id.startswith("file:"):
+            latest = self._latest(obj_id)
+            doc = latest.doc or {}
+            text = doc.get("content")
+            if obj is not None and obj.version is not None and obj.version[2] != doc.get("object_hash"):
+                version = (doc.get("meta") or {}).get("version", "?")
+                newer = f", version {version}"
+                note = " (the context shows an older version: activate(id) loads this one)"
+                if text is None:
+                    why = (doc.get("meta") or {}).get("content_omitted", "no content")
+                    raise InputError(f"{ref} has no text to show by lines: version {version} has none ({why})")
+        else:
+            text = self._content(obj)
         if not isinstance(text, str):
             raise InputError(f"{ref} has no text to show by lines")
         if start < 1 or (end is not None and end < start):
@@ -907,7 +924,7 @@ class Session:
             out.append(row if limit is None else row[:limit])
             used_chars += len(row) + 1
             shown += 1
-        head = f"[context_os: {ref}, lines {start:,}-{shown:,} of {len(rows):,}]"
+        head = f"[context_os: {ref}{newer}, lines {start:,}-{shown:,} of {len(rows):,}{note}]"
         rest = (
             [f"[context_os: lines {shown + 1:,}-{last:,} not shown: at most {limit:,} characters at a time]"]
             if shown < last

@@ -462,8 +462,12 @@ class FileTools:
         return self.session.unpin(self._file_id(id))
 
     def lines(self, id: str, start: int = 1, end: int | None = None) -> str:
-        """``Session.lines`` of an object, or of a file by its path (the version the index holds)."""
-        return self.session.lines(self._file_id(id), start, end)
+        """``Session.lines`` of an object, or of a file by its path: its latest version, recorded
+        first if the file changed on disk since (as ``activate`` does)."""
+        obj_id = self._file_id(id)
+        if obj_id.startswith("file:"):
+            self._on_disk(self.index.latest(obj_id))
+        return self.session.lines(obj_id, start, end)
 
     # --- write / edit -------------------------------------------------------------------------
 
