@@ -95,3 +95,30 @@ def test_read_stale_refresh_edit_through_the_openai_hook(root: Path, db: SqliteS
         turn2 = verify_frame(db, frames[1]).rendered
         assert turn2 is not None and "return 'v1'" in "\n".join(m["text"] or "" for m in turn2.messages)
     assert latest_meta(db, oid)["version"] == 3
+
+
+def test_a_file_deleted_on_disk_is_shown_as_missing_not_as_one_to_load(root: Path, db: SqliteStore) -> None:
+    """The tracker records a deleted file as a version without content. The session still shows
+    what it showed, but its mark says the file is gone: before, it said `activate(id) loads it`,
+    and the model that did so got `metadata only: the file is missing` for its trouble."""
+    (root / "app.py").write_text("def main():\n    return 1\n")
+    ws = Workspace(root)
+    with FileTracker(db, ws, rescan_interval=None) as tracker:
+        hook = OpenAIHook(
+            Session.open(db, "gone", harness="openai", workspace=str(ws.root), policy=RetentionPolicy(**EAGER))
+        )
+        tools = FileTools(hook.session, ws, tracker=tracker)
+        msgs: list[dict] = [user("fix app.py"), call("c1", "read", path="app.py")]
+        oid = json.loads(tools.call("read", {"path": "app.py"}))["id"]
+        msgs.append(result("c1", "read"))
+        hook.transform_context(msgs)
+        (root / "app.py").unlink()
+        wait_for(lambda: latest_meta(db, oid).get("missing") is True, what="the tracker's missing version")
+        msgs.append(user("go on"))
+        out = hook.transform_context(msgs)
+        text = tail_text(out)
+        assert 'stale="version 2 is newer: the file is missing (deleted or moved away)"' in text
+        assert "activate(id) loads it" not in text and "(v2 newer: missing)" in text
+        frames = frame_docs(hook.session.store, hook.session.id)
+        assert all(verify_frame(db, f).ok for f in frames)
+        hook.session.close()

@@ -678,6 +678,8 @@ class Session:
                 "object_hash": v.doc["object_hash"],
                 "version": v.doc.get("meta", {}).get("version"),
             }
+            if v.doc.get("meta", {}).get("missing"):
+                newer["missing"] = True  # nothing to load: the model is told the file is gone
             if newer != o.newer:
                 o.newer = newer
                 self._manage_next = True

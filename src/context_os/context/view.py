@@ -83,7 +83,8 @@ class ObjInfo:
     call_entry: int | None = None
     """Tool results only: the assistant entry that made the call."""
     newer: dict[str, Any] | None = None
-    """A newer version than the one shown exists: ``{valid_time, tx_id, object_hash, version}``."""
+    """A newer version than the one shown exists: ``{valid_time, tx_id, object_hash, version}``, and
+    ``missing: True`` when that version records the file gone."""
     focus: list[list[int]] | None = None
     """Line ranges ``[first, last]`` (1-based, in the shown text) that the agent's tools last read or
     changed, most recent first: a long text shows these and the lines around them."""
@@ -928,7 +929,11 @@ class SessionView:
             attrs += f' path="{o.meta["path"]}"'
         if o.meta.get("version"):
             attrs += f' version="{o.meta["version"]}"'
-        if o.newer:
+        if o.newer and o.newer.get("missing"):
+            attrs += (
+                f' stale="version {o.newer.get("version", "?")} is newer: the file is missing (deleted or moved away)"'
+            )
+        elif o.newer:
             attrs += f' stale="version {o.newer.get("version", "?")} is newer: activate(id) loads it"'
         if o.kind == "message":
             attrs += _message_attrs(o.meta)
@@ -1449,7 +1454,8 @@ def _index_line(o: ObjInfo) -> str:
     if o.meta.get("version"):
         parts.append(f"v{o.meta['version']}")
     if o.newer:
-        parts.append(f"(v{o.newer.get('version', '?')} newer)")
+        gone = ": missing" if o.newer.get("missing") else ""
+        parts.append(f"(v{o.newer.get('version', '?')} newer{gone})")
     if o.meta.get("missing"):
         parts.append("missing")
     parts.append("pinned" if o.pinned else o.state)
