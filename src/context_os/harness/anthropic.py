@@ -84,10 +84,12 @@ _MANAGED = {"role", "content"}
 
 
 class AnthropicRequest(TypedDict):
-    """What ``AnthropicHook.transform`` returns: keyword arguments for ``messages.create``."""
+    """What ``AnthropicHook.transform_request`` returns: keyword arguments for ``messages.create``
+    (its items typed ``Any``, so that a type checker lets them through as the SDK's own
+    ``MessageParam`` and ``TextBlockParam``)."""
 
-    messages: list[dict[str, Any]]
-    system: NotRequired[str | list[dict[str, Any]]]
+    messages: list[Any]
+    system: NotRequired[str | list[Any]]
     """Present when a ``system`` was given (as given, or as it was last recorded)."""
 
 
@@ -474,7 +476,7 @@ def validate_anthropic(messages: Sequence[Mapping[str, Any]], *, last_input_role
         raise InvalidOutput("; ".join(problems[:5]))
 
 
-class AnthropicHook(ContextHook[dict[str, Any]]):
+class AnthropicHook(ContextHook[Any]):
     """``transform_context`` for loops that speak the Anthropic Messages API.
 
     Prefer ``transform(messages, system=...)``: it returns ``{"messages": ..., "system": ...}``,
@@ -487,7 +489,7 @@ class AnthropicHook(ContextHook[dict[str, Any]]):
     so that the hook sees the list as appended to, not rewritten (``_Seen``)."""
 
     def transform_request(
-        self, messages: Sequence[dict[str, Any]], system: str | Sequence[Mapping[str, Any]] | None = None
+        self, messages: Sequence[Any], system: str | Sequence[Mapping[str, Any]] | None = None
     ) -> AnthropicRequest:
         """Assemble the context for ``messages`` and the top-level ``system`` parameter."""
         check_message_list(messages)
@@ -519,13 +521,13 @@ class AnthropicHook(ContextHook[dict[str, Any]]):
             raise InvalidOutput("the system parameter was rendered after the first message (a bug: please report)")
         return request
 
-    def transform_context(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def transform_context(self, messages: Sequence[Any]) -> list[Any]:
         """``ContextHook.transform_context``, the client's cache breakpoints put back on what it
         sends (module docstring)."""
         return _with_cache_marks(super().transform_context(messages), _recent_marks(messages))
 
     async def atransform_request(
-        self, messages: Sequence[dict[str, Any]], system: str | Sequence[Mapping[str, Any]] | None = None
+        self, messages: Sequence[Any], system: str | Sequence[Mapping[str, Any]] | None = None
     ) -> AnthropicRequest:
         """The same, for async loops: store work runs in a thread, off the event loop."""
         return await asyncio.to_thread(self.transform_request, list(messages), system)

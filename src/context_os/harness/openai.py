@@ -215,7 +215,11 @@ def validate_openai(messages: Sequence[Mapping[str, Any]], *, last_input_role: s
         raise InvalidOutput("; ".join(problems[:5]))
 
 
-class OpenAIHook(ContextHook[dict[str, Any]]):
-    """``transform_context`` for loops that speak OpenAI chat-completions."""
+class OpenAIHook(ContextHook[Any]):
+    """``transform_context`` for loops that speak OpenAI chat-completions.
+
+    Messages are typed ``Any``: dicts, the SDK's ``ChatCompletionMessageParam`` dicts or its
+    ``ChatCompletionMessage`` objects go in, and what comes out (dicts) type-checks as the
+    ``messages`` of ``chat.completions.create``."""
 
     adapter_class = OpenAIAdapter
