@@ -79,6 +79,25 @@ def test_rename_keeps_the_id_also_across_directories(root, db, tracker) -> None:
     assert wait_version(db, oid, 4)["path"] == "lib/deep/helpers.py"
 
 
+def test_a_moved_file_read_at_its_new_name_before_the_tracker_saw_the_move_stays_one_object(root, db, tracker) -> None:
+    """``mv a.py b.py`` then ``read b.py`` at once, before the tracker's debounce ran out: the
+    read finds the object by inode, size and mtime and records the move. Before, ``b.py`` became
+    a second object, and the tracker, seeing the move a moment later, marked the object just read
+    missing (replaced by the first), while the session showed both."""
+    oid = index(tracker, root, "a.py", "x = 1\n")
+    os.rename(root / "a.py", root / "b.py")
+    assert index(tracker, root, "b.py") == oid
+    meta = latest_meta(db, oid)
+    assert (meta["path"], meta["renamed_from"], meta["missing"]) == ("b.py", "a.py", False)
+    flushed(tracker, db, root)
+    assert tracker.index.lookup(root.resolve() / "b.py").id == oid
+    assert not latest_meta(db, oid)["missing"] and [v.id for v in tracker.index.indexed()].count(oid) == 1
+    assert len([v for v in tracker.index.indexed() if v.doc["meta"]["path"] in ("a.py", "b.py")]) == 1
+    # a hard link is another name of a file still at its own: a file of its own there
+    os.link(root / "b.py", root / "c.py")
+    assert index(tracker, root, "c.py") != oid
+
+
 def test_moving_a_directory_moves_the_files_in_it(root, db, tracker) -> None:
     a = index(tracker, root, "pkg/a.py", "a\n")
     b = index(tracker, root, "pkg/sub/b.py", "b\n")

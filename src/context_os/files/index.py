@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import stat
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -212,10 +213,46 @@ class FileIndex:
         already in content mode). Raises ``FileUnreadable`` if the file cannot be read."""
         with self._lock:
             for _ in range(_ATTEMPTS):
-                result = self._update(self.lookup(path), path, read=read, cause=cause)
+                prev = self.lookup(path)
+                result = self._update(
+                    prev if prev is not None else self._moved_here(path), path, read=read, cause=cause
+                )
                 if result is not None:
                     return result
         raise StoreError(f"{path}: the file object kept changing under a concurrent writer")
+
+    def _moved_here(self, path: Path) -> Version | None:
+        """The object of an indexed file that was moved to the unindexed ``path`` before a
+        tracker recorded the move (a read of the new name right after ``mv``): same inode, size
+        and mtime as recorded, and its own path no longer holds that inode. Else None: a new
+        file. Without this the file became a second object, and the move, once the tracker saw
+        it, marked the object just read missing (\"replaced by\" the first)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        inode = f"{st.st_dev}:{st.st_ino}"
+        for v in self.store.find("file", {"inode": inode}):
+            meta = v.doc["meta"] if v.doc else {}
+            if (
+                meta.get("missing")
+                or meta.get("workspace") is None
+                or (meta.get("size"), meta.get("mtime"))
+                != (
+                    st.st_size,
+                    st.st_mtime_ns // 1_000_000,
+                )
+            ):
+                continue
+            try:
+                old = os.stat(str(meta["abs_path"]))
+            except OSError:
+                return v  # its own path is empty now: it moved here
+            if f"{old.st_dev}:{old.st_ino}" != inode:
+                return v  # its own path holds another file now (replaced after the move)
+        return None
 
     def refresh(
         self,
