@@ -293,6 +293,24 @@ def test_large_files_are_stored_whole_and_shown_truncated(root: Path, db: Sqlite
     assert f"truncated for context: showing 969 of {len(text):,} characters" in shown
 
 
+def test_a_file_too_large_to_store_stays_so_through_activate_and_lines(root: Path, db, session: Session) -> None:
+    """A file over ``max_file_bytes`` is metadata-only. ``activate(id)`` and ``lines`` look at the
+    disk without reading, which recorded a second version saying `not read yet: read(path) loads
+    it` (and told the model so, though no read would), and every read after a third."""
+    tools = FileTools(session, Workspace(root, max_file_bytes=100))
+    (root / "big.log").write_text("x" * 500)
+    oid = call(tools, "read", path="big.log")["id"]
+    too_large = "too large to store (500 bytes; the cap is 100)"
+    assert call(tools, "activate", id=oid) == {"id": oid, "status": f"metadata only: {too_large}"}
+    assert call(tools, "lines", id="big.log")["error"].endswith("has no text to show by lines")
+    assert call(tools, "read", path="big.log")["indexed"] == "already indexed"
+    assert [m["content_omitted"] for m in metas(db, oid)] == [too_large]
+    # found by ls before it was ever read: too large all the same
+    (root / "huge.log").write_text("y" * 500)
+    tools.call("ls", {})
+    assert tools.index.lookup(root.resolve() / "huge.log").doc["meta"]["content_omitted"] == too_large
+
+
 def test_ls_find_grep_index_what_they_discover_metadata_only(root: Path, tools: FileTools, db) -> None:
     (root / "src" / "pkg").mkdir(parents=True)
     (root / "src" / "pkg" / "core.py").write_text("def core():\n    return 'needle'\n")

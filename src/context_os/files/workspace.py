@@ -726,10 +726,12 @@ class Workspace:
         omitted = None
         if secret:
             omitted = "looks like a secret file (.env, keys, certificates): metadata only"
+        elif st.st_size > self.max_file_bytes:
+            # before "not read yet": no read would load it, and a look that does not read (the
+            # tracker's, activate's) must not record that one would, as a new version
+            omitted = f"too large to store ({st.st_size:,} bytes; the cap is {self.max_file_bytes:,})"
         elif not read:
             omitted = "not read yet: read(path) loads it"
-        elif st.st_size > self.max_file_bytes:
-            omitted = f"too large to store ({st.st_size:,} bytes; the cap is {self.max_file_bytes:,})"
         if omitted is not None:
             snap = FileSnapshot(
                 path,
