@@ -46,6 +46,25 @@ def test_context_tools_and_file_tools_share_one_error_shape(session: Session, tm
         )
 
 
+def test_empty_and_non_object_arguments_are_answered_in_json_terms(session: Session, tmp_path: Path) -> None:
+    """Some providers send `""` as the arguments of a call without any: that is no argument, not
+    invalid JSON. Arguments that are no object (`null`, an array, as text or as a value) are named
+    as JSON names them; before, a value that was no object answered with Python's own words
+    (`'NoneType' object is not iterable`, `dictionary update sequence element #0`)."""
+    (tmp_path / "ws").mkdir()
+    for registry in (context_tools(session), FileTools(session, Workspace(tmp_path / "ws")).registry):
+        assert registry.call("history", "") == registry.call("history", {}) == registry.call("history", " \n")
+        assert json.loads(registry.call("activate", "")) == {
+            "error": "activate: missing required argument(s) ['id']",
+            "type": "InputError",
+        }
+        for args, named in (("null", "null"), (None, "null"), ("[1]", "an array"), ([1], "an array"), (5, "a number")):
+            assert json.loads(registry.call("history", args)) == {  # type: ignore[arg-type]
+                "error": f"history takes a JSON object of arguments, got {named}",
+                "type": "InputError",
+            }
+
+
 def test_the_file_tools_replace_the_context_tools_not_declare_them_twice(session: Session, tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
     registry = FileTools(session, Workspace(tmp_path / "ws")).registry

@@ -69,7 +69,7 @@ class Tool:
         """``args`` if they match ``parameters`` (the subset of JSON schema tools use: an object
         of typed properties, some required, no others); else a clear ``InputError``."""
         if not isinstance(args, dict):
-            raise InputError(f"{self.name} takes a JSON object of arguments, got {type(args).__name__}")
+            raise InputError(f"{self.name} takes a JSON object of arguments, got {_json_type(args)}")
         props: dict[str, Any] = self.parameters.get("properties", {})
         unknown = sorted(set(args) - set(props))
         if unknown and self.parameters.get("additionalProperties") is False:
@@ -84,6 +84,21 @@ class Tool:
             if wanted and not any(_is(v, want) for want in wanted):
                 raise InputError(f"{self.name}: argument {k!r} must be {' or '.join(names)}, got {type(v).__name__}")
         return args
+
+
+def _json_type(value: Any) -> str:
+    """What ``value`` is in JSON's words (the model wrote JSON, not Python)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return type(value).__name__
 
 
 def _is(value: Any, want: type | tuple[type, ...]) -> bool:
@@ -133,12 +148,14 @@ class ToolRegistry:
             tool = self._tools.get(name)
             if tool is None:
                 raise InputError(f"unknown tool {name!r}; known: {sorted(self._tools)}")
-            try:
-                args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{name}: arguments are not valid JSON: {e}") from None
-            except (TypeError, ValueError) as e:
-                raise InputError(f"{name}: arguments must be a JSON object: {e}") from None
+            if isinstance(arguments, str):
+                try:
+                    # some providers send "" for a call without arguments: that is no argument
+                    args = json.loads(arguments) if arguments.strip() else {}
+                except json.JSONDecodeError as e:
+                    raise InputError(f"{name}: arguments are not valid JSON: {e}") from None
+            else:
+                args = dict(arguments) if isinstance(arguments, Mapping) else arguments
             result = tool.run(**tool.check(args))
         except ContextOSError as e:
             result = {"error": str(e), "type": type(e).__name__}
