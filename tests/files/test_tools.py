@@ -293,6 +293,22 @@ def test_large_files_are_stored_whole_and_shown_truncated(root: Path, db: Sqlite
     assert f"truncated for context: showing 969 of {len(text):,} characters" in shown
 
 
+def test_a_file_of_one_long_line_shows_its_start(root: Path, tools: FileTools) -> None:
+    """A minified file, or JSON on one line, is one line longer than the window a large file shows.
+    ``read`` said the pool shows its first 12,000 characters, and it showed none: the window of the
+    lines around the focused one held only the empty line after it. ``lines`` says when it cuts a
+    line too."""
+    (root / "bundle.min.js").write_text("var a=1;" * 50_000 + "\n")
+    r = call(tools, "read", path="bundle.min.js")
+    assert "it shows the first 12,000 characters" in r["note"]
+    shown = tail(tools.session)
+    assert "var a=1;" * 1_500 in shown and "var a=1;" * 1_501 not in shown
+    assert "[context_os: line 1 goes on: 12,000 of its 400,000 characters shown]" in shown
+    out = tools.call("lines", {"id": "bundle.min.js"})
+    assert out.endswith("\n[context_os: line 1 is cut: 64,000 of its 400,000 characters shown]")
+    assert len(out) < 64_200
+
+
 def test_a_file_too_large_to_store_stays_so_through_activate_and_lines(root: Path, db, session: Session) -> None:
     """A file over ``max_file_bytes`` is metadata-only. ``activate(id)`` and ``lines`` look at the
     disk without reading, which recorded a second version saying `not read yet: read(path) loads

@@ -924,6 +924,8 @@ class Session:
             if limit is not None and out and used_chars + len(row) + 1 > limit:
                 break
             out.append(row if limit is None else row[:limit])
+            if limit is not None and len(row) > limit:  # one line longer than a whole answer
+                out.append(f"[context_os: line {shown + 1:,} is cut: {limit:,} of its {len(row):,} characters shown]")
             used_chars += len(row) + 1
             shown += 1
         head = f"[context_os: {ref}{newer}, lines {start:,}-{shown:,} of {len(rows):,}{note}]"

@@ -238,6 +238,13 @@ def focus_window(text: str, focus: list[list[int]], limit: int) -> str | None:
             if not shown[j] and used + len(lines[j]) + 1 <= limit:
                 shown[j] = True
                 used += len(lines[j]) + 1
+    cut: int | None = None
+    if not used:
+        # the focused line alone is longer than the window (a minified file, JSON on one line):
+        # its start, rather than a window of the lines around it and none of it
+        cut = ranges[0][0]
+        shown[cut] = True
+        used = limit
     # each range has two sides that grow outwards; a side stops at the first line that does not fit
     sides = [[a, -1] for a, _ in ranges] + [[b, 1] for _, b in ranges]
     while sides:
@@ -262,7 +269,11 @@ def focus_window(text: str, focus: list[list[int]], limit: int) -> str | None:
             if gap:
                 out.append(f"[context_os: {gap:,} lines not shown]")
                 gap = 0
-            out.append(lines[j])
+            if j == cut:
+                out.append(lines[j][:limit])
+                out.append(f"[context_os: line {j + 1:,} goes on: {limit:,} of its {len(lines[j]):,} characters shown]")
+            else:
+                out.append(lines[j])
         else:
             gap += 1
     if gap:
