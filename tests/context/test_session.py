@@ -432,6 +432,44 @@ def test_feeding_the_assembled_context_back_as_the_history_is_refused(db):
     assert not any((e.get("text") or "").startswith("[bash output") for e in hook.session.view.entries)
 
 
+def test_a_copy_of_the_assembled_context_fed_back_is_refused_too(db, tmp_path):
+    """The same mistake through a copy: a harness that keeps the context and saves it as JSON (or
+    deep-copies it) gives back equal messages, not the ones returned, so identity cannot tell.
+    Before, its ``<context_os>`` blocks were taken in as user messages, and the next context
+    showed every block twice. A user message holding a block of the last call is refused; the
+    Anthropic hook's merged blocks as well."""
+    from context_os.files import FileTools, Workspace
+    from context_os.harness import AnthropicHook
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.py").write_text("x = 1\n")
+    ws = Workspace(tmp_path / "ws")
+    session = Session.open(db, "copy", harness="openai", workspace=str(ws.root))
+    hook = OpenAIHook(session, files=FileTools(session, ws))
+    msgs = [user("go"), call("c1", "read", path="a.py"), result("c1", hook.call_tool("read", {"path": "a.py"}))]
+    msgs = json.loads(json.dumps(hook.transform_context(msgs)))
+    assert blocks_text(msgs)  # what the harness should never keep: blocks
+    before = db.latest_tx()
+    with pytest.raises(MalformedMessage, match="one the hook returned") as err:
+        hook.transform_context([*msgs, say("done"), user("and now?")])
+    assert err.value.index == 3 and msgs[3]["content"].startswith("<context_os>")
+    assert db.latest_tx() == before
+
+    a = Session.open(db, "copy-a", harness="anthropic", workspace=str(ws.root))
+    ahook = AnthropicHook(a, files=FileTools(a, ws))
+    out = ahook.call_tool("read", {"path": "a.py"})
+    amsgs = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "a.py"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": out}]},
+    ]
+    sent = json.loads(json.dumps(ahook.transform_request(amsgs, system="S")["messages"]))
+    assert any(b.get("type") == "text" and b["text"].startswith("<context_os>") for b in sent[2]["content"])
+    with pytest.raises(MalformedMessage, match="one the hook returned") as err:
+        ahook.transform_request([*sent, {"role": "assistant", "content": "ok"}, user("more")], system="S")
+    assert err.value.index == 2
+
+
 def test_token_budget_collapses_least_recently_used_first_deterministically(db):
     hook = hook_for(db, token_budget=3000, keep_recent_results=10, collapse_after_turns=10)
     msgs = [user("go")]

@@ -28,7 +28,7 @@ from ..context.entries import Entry, Incoming, Msg
 from ..context.ingest import SyncReport
 from ..context.session import Assembly, Session
 from ..context.tools import ToolRegistry, context_tools
-from ..context.view import Rendered
+from ..context.view import TAIL_OPEN, Rendered
 
 if TYPE_CHECKING:
     from ..files.file_tools import FileTools
@@ -243,6 +243,17 @@ def check_utf8(value: str, index: int, field: str) -> str:
     return value
 
 
+def _block_texts(rendered: Rendered) -> frozenset[str]:
+    """The texts of the ``<context_os>`` blocks of one rendering (standing in the history or at
+    its end): no harness message holds one, unless it is the context fed back."""
+    msgs = [*(m for _, unit in rendered.spliced for m in unit.msgs), *rendered.volatile]
+    return frozenset(
+        text
+        for m in msgs
+        if m["role"] == "user" and isinstance(text := m.get("text"), str) and text.startswith(TAIL_OPEN)
+    )
+
+
 def check_message_list(messages: Any) -> None:
     """Refuse a ``messages`` argument that is not a list of messages (a harness bug, reported as
     bad input rather than a crash deep inside)."""
@@ -275,6 +286,10 @@ class _Layout(Generic[M]):
         since: its first ``returned_count`` are the hook's): a message to translate that is the
         one it returned at the same place is refused (``pieces``)."""
         self.returned_count = 0
+        self.blocks: frozenset[str] = frozenset()
+        """The texts of the ``<context_os>`` blocks the hook returned at its last call: a user
+        message to translate that holds one holds that block fed back (a copy of the returned list,
+        made by saving it as JSON, say, which ``returned`` cannot tell by identity)."""
 
     def locate(self, k: int) -> tuple[int, int]:
         """(harness index, piece) of flat position ``k``."""
@@ -304,19 +319,14 @@ class _Layout(Generic[M]):
         got = self._translated.get(i)
         if got is None:
             if i < self.returned_count and self.messages[i] is self.returned[i]:
-                self._adapter_error = MalformedMessage(
-                    "this message is one the hook returned at its last call: the history passed in must be the "
-                    "harness's own (its messages as they came, the replies and tool results appended to "
-                    "it), never the assembled context, whose stubs and <context_os> blocks would be taken "
-                    "in as new messages",
-                    index=i,
-                )
-                raise self._adapter_error
+                raise self._fed_back(i)
             try:
                 got = _incoming_list(self.adapter.translate(self.messages[i], i))
             except MalformedMessage as e:
                 self._adapter_error = e  # names the harness message already
                 raise
+            if self.blocks and any(p["role"] == "user" and self._holds_block(p.get("text")) for p in got):
+                raise self._fed_back(i)
             if len(got) != self._count_of(i):
                 raise InvalidOutput(
                     f"adapter {self.adapter.name!r} translated message {i} into {len(got)} messages "
@@ -324,6 +334,21 @@ class _Layout(Generic[M]):
                 )
             self._translated[i] = got
         return got
+
+    def _holds_block(self, text: str | None) -> bool:
+        """Whether a user message's ``text`` holds a block of the last call (whole, or joined with
+        others: Anthropic merges them into the user message of tool results before them)."""
+        return text is not None and TAIL_OPEN in text and any(b in text for b in self.blocks)
+
+    def _fed_back(self, i: int) -> MalformedMessage:
+        self._adapter_error = MalformedMessage(
+            "this message is one the hook returned at its last call: the history passed in must be the "
+            "harness's own (its messages as they came, the replies and tool results appended to "
+            "it), never the assembled context, whose stubs and <context_os> blocks would be taken "
+            "in as new messages",
+            index=i,
+        )
+        return self._adapter_error
 
     def translate(self, k: int) -> Incoming:
         i, j = self.locate(k)
@@ -459,6 +484,8 @@ class ContextHook(Generic[M]):
         self._output: _Output[M] = _Output()
         self._seen: _Seen[M] = _Seen()
         self._returned: tuple[list[M], int] = ([], 0)
+        self._blocks: frozenset[str] = frozenset()
+        """The texts of the ``<context_os>`` blocks of the last call's context (``_Layout.blocks``)."""
         self._sent: tuple[M, ...] = ()
         """What the last call returned, as this class made it (a subclass may mark the list it
         returns in place): a retry returns it again."""
@@ -471,6 +498,7 @@ class ContextHook(Generic[M]):
             # messages the harness never sends are left out; only what is new is read
             layout = self._seen.layout(adapter, messages)
             layout.returned, layout.returned_count = self._returned
+            layout.blocks = self._blocks
             try:
                 report = self.session.sync(layout.total, layout.hash_at, layout.translate)
             except MalformedMessage as e:
@@ -499,6 +527,7 @@ class ContextHook(Generic[M]):
                 raise InvalidOutput("assembled context failed validation: " + "; ".join(problems[:5]))
             self.last = assembly
             self._returned = (out, len(out))
+            self._blocks = _block_texts(rendered)
             self._sent = tuple(out)
             return out
 
