@@ -432,6 +432,25 @@ def test_feeding_the_assembled_context_back_as_the_history_is_refused(db):
     assert not any((e.get("text") or "").startswith("[bash output") for e in hook.session.view.entries)
 
 
+def test_a_hook_of_another_harness_than_the_session_was_recorded_with_is_refused(db):
+    """``Session.open`` of a recorded session keeps the harness it was recorded with. A hook of
+    another harness on it read its history in another format: every message a rewrite, the
+    session still named after the first harness. It is refused, as ``ctxos serve`` refuses it;
+    a session recorded as generic takes any hook."""
+    from context_os.errors import StateError
+    from context_os.harness import AnthropicHook
+
+    with Session.open(db, "oa", harness="openai") as s:
+        OpenAIHook(s).transform_context([user("hi")])
+    with Session.open(db, "oa", harness="anthropic") as s:
+        assert s.harness == "openai"
+        with pytest.raises(StateError, match="'oa' was recorded with harness 'openai', not 'anthropic'"):
+            AnthropicHook(s)
+        assert OpenAIHook(s).transform_context([user("hi"), say("hello"), user("go on")])[-1] == user("go on")
+    with Session.open(db, "any") as s:
+        assert AnthropicHook(s).transform_request([user("hi")])["messages"] == [user("hi")]
+
+
 def test_a_copy_of_the_assembled_context_fed_back_is_refused_too(db, tmp_path):
     """The same mistake through a copy: a harness that keeps the context and saves it as JSON (or
     deep-copies it) gives back equal messages, not the ones returned, so identity cannot tell.

@@ -189,7 +189,8 @@ class Session:
         source: str | None = None,
     ) -> Session:
         """Resume ``session_id`` from the store, or start it, as its one writer. A resumed session
-        keeps the ``harness`` it was recorded with, unless that was ``generic`` (not named).
+        keeps the ``harness`` it was recorded with, unless that was ``generic`` (not named); a hook
+        of another harness refuses it (``ContextHook``).
 
         Takes the session's lease first (context/lease.py): ``SessionBusy`` if another process
         writes it; a ``Session`` of it opened earlier in this process stops writing. ``close()``

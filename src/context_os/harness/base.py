@@ -32,7 +32,7 @@ from ..context.view import TAIL_OPEN, Rendered
 
 if TYPE_CHECKING:
     from ..files.file_tools import FileTools
-from ..errors import HashError, InvalidOutput, MalformedMessage
+from ..errors import HashError, InvalidOutput, MalformedMessage, StateError
 from ..hashing import hash_value
 from .pairing import Pairing, check_end, check_pairs, left_open
 
@@ -472,6 +472,12 @@ class ContextHook(Generic[M]):
             if self.adapter_class is None:
                 raise TypeError(f"{type(self).__name__} needs an adapter")
             adapter = self.adapter_class()
+        if "generic" not in (session.harness, adapter.name) and session.harness != adapter.name:
+            # its history is in another format: every message would read as a rewrite of it
+            raise StateError(
+                f"session {session.id!r} was recorded with harness {session.harness!r}, not {adapter.name!r}: "
+                "use its own hook, or another session id"
+            )
         self.session = session
         self.adapter = adapter
         adapter.resume([session.view.entries[i] for i in session.view.visible])
