@@ -619,6 +619,18 @@ def test_a_files_window_follows_its_focus_and_its_text() -> None:
     assert active_text(o, 100_000) == o.content  # it all fits: no window
 
 
+def test_a_frame_of_layout_6_shows_a_long_line_as_it_did() -> None:
+    """A focused line alone longer than the window shows its start, cut, from layout 7; a frame of
+    layout 6 re-renders the window it recorded then (the lines around it, none of that line), and
+    the window memo tells the two apart."""
+    o = ObjInfo("file:m", "file", {}, content="var a=1;" * 5_000 + "\nend", state="active", focus=[[1, 1]])
+    old = active_text(o, 2000, 6)
+    assert "var a=1;" not in old and old.endswith("\nend")
+    new = active_text(o, 2000)
+    assert "var a=1;" * 250 in new and "line 1 goes on: 2,000 of its 40,000 characters shown" in new
+    assert active_text(o, 2000, 6) == old
+
+
 def test_an_object_the_agent_activates_is_shown_to_the_model_even_when_larger_than_the_pool(db) -> None:
     """The pool takes out the least used of its objects while over budget; one the agent made
     active since the last call has not been seen yet: it stays for that call (it said "activated")."""

@@ -88,7 +88,7 @@ class ObjInfo:
     focus: list[list[int]] | None = None
     """Line ranges ``[first, last]`` (1-based, in the shown text) that the agent's tools last read or
     changed, most recent first: a long text shows these and the lines around them."""
-    window: tuple[str, Any, int, str | None] | None = field(default=None, repr=False, compare=False)
+    window: tuple[str, Any, tuple[int, int], str | None] | None = field(default=None, repr=False, compare=False)
     """The last ``focus_window`` of it: (the text, the focus, the limit, the window). A turn asks
     for the window of every file of the active pool several times (to size the pool, to plan its
     blocks, to render them), and it changes only with the text or the focus."""
@@ -135,7 +135,7 @@ def _unit(entry: int | None, msgs: list[Msg], memo: dict[bytes, tuple[str, int]]
     return Unit(entry, msgs, known[0], known[1])
 
 
-LAYOUT = 6
+LAYOUT = 7
 """How the current code renders (recorded in every frame as ``layout``): 1, a collapsed tool result
 names its object id; 2, it names its short ref (``r<entry>``), in fewer tokens; 3, a collapsed
 result whose text is no longer than its stub shows its text (``own_text``): collapsing it changes
@@ -143,7 +143,9 @@ nothing the model sees; 4, a managed session shows a tool result longer than the
 ``result_view_chars`` clipped (``clip_result``); 5, an assistant message with nothing but its
 reasoning (no text, no calls) keeps it past the thinking horizon (``sheds_reasoning``); 6, a
 collapsed call's long list or object arguments are elided as its long strings are (a todo list
-re-sent whole by each ``TodoWrite``: ``elide_arguments``)."""
+re-sent whole by each ``TodoWrite``: ``elide_arguments``); 7, a file whose focused line alone is
+longer than its window (minified code, JSON on one line) shows that line's start, cut, with a note
+(``focus_window``: before, the window held none of it)."""
 
 
 def short_ref(obj: ObjInfo) -> str | None:
@@ -219,9 +221,10 @@ def clip_result(text: str, limit: int, handle: str) -> str | None:
     return text[:head_end] + ("" if head_whole else "\n") + note + "\n" + text[tail_start:]
 
 
-def focus_window(text: str, focus: list[list[int]], limit: int) -> str | None:
+def focus_window(text: str, focus: list[list[int]], limit: int, layout: int = LAYOUT) -> str | None:
     """The lines of ``text`` around ``focus`` (line ranges, most recent first) that fit in
     ``limit`` characters, with a note for each run of lines left out; None if it all fits.
+    From layout 7, a focused line alone longer than ``limit`` shows its start, cut.
 
     The focused lines come first (most recent range first), then each range grows one line at a
     time on both sides until the next line no longer fits. Pure: same input, same window.
@@ -239,7 +242,7 @@ def focus_window(text: str, focus: list[list[int]], limit: int) -> str | None:
                 shown[j] = True
                 used += len(lines[j]) + 1
     cut: int | None = None
-    if not used:
+    if not used and layout >= 7:
         # the focused line alone is longer than the window (a minified file, JSON on one line):
         # its start, rather than a window of the lines around it and none of it
         cut = ranges[0][0]
@@ -281,7 +284,7 @@ def focus_window(text: str, focus: list[list[int]], limit: int) -> str | None:
     return "\n".join(out)
 
 
-def active_text(obj: ObjInfo, view_chars: int | None = None) -> str:
+def active_text(obj: ObjInfo, view_chars: int | None = None, layout: int = LAYOUT) -> str:
     """What the active pool shows of an object: its content, cut to ``meta.context_chars``
     characters when that is set (large files: the full text stays stored), or to a window of
     ``view_chars`` around its ``focus`` when it has one; or, when an object has no content and
@@ -293,11 +296,11 @@ def active_text(obj: ObjInfo, view_chars: int | None = None) -> str:
         return canonical_json(c).decode()
     if obj.focus and view_chars is not None:
         memo = obj.window
-        if memo is not None and memo[0] is c and memo[1] == obj.focus and memo[2] == view_chars:
+        if memo is not None and memo[0] is c and memo[1] == obj.focus and memo[2] == (view_chars, layout):
             window = memo[3]
         else:
-            window = focus_window(c, obj.focus, view_chars)
-            obj.window = (c, [list(r) for r in obj.focus], view_chars, window)
+            window = focus_window(c, obj.focus, view_chars, layout)
+            obj.window = (c, [list(r) for r in obj.focus], (view_chars, layout), window)
         if window is not None:
             return window
     limit = obj.meta.get("context_chars")
@@ -878,7 +881,7 @@ class SessionView:
         history (``result_text``)."""
         if o.kind == "toolcall" and isinstance(o.content, str):
             return self.result_text(o)
-        return active_text(o, self.policy.file_view_chars)
+        return active_text(o, self.policy.file_view_chars, self.layout)
 
     def collapse_gain(self, o: ObjInfo) -> int:
         """Tokens collapsing the tool result ``o`` frees: its output as shown (clipped, if long), and

@@ -577,5 +577,5 @@ class VirtualFiles:
         assert vf.latest.doc is not None
         if obj.version[2] != vf.latest.doc["object_hash"] or obj.content is None:
             return False, False
-        shown = active_text(obj, view.policy.file_view_chars)
+        shown = active_text(obj, view.policy.file_view_chars, view.layout)
         return True, bool(edits) and all(old in shown for old, _ in edits)
