@@ -445,3 +445,11 @@ def test_tool_output_is_redacted(root: Path, tools: FileTools) -> None:
     out = tools.call("grep", {"pattern": "aws"})
     assert KEYS["aws-access-key"] not in out and "[REDACTED:aws-access-key]" in out
     assert tools.workspace.redact(f"key={KEYS['openai-key']}")[1] == 1
+
+
+def test_a_path_in_place_of_a_workspace_is_refused_at_once(root: Path, session: Session) -> None:
+    """``FileTools(session, "/path")`` type-checks nowhere, and failed only at the first tool call
+    with an AttributeError; it is refused when made, naming the fix."""
+    for given in (str(root), root):
+        with pytest.raises(TypeError, match=r"FileTools takes a Workspace, got .*: FileTools\(session, Workspace\("):
+            FileTools(session, given)  # type: ignore[arg-type]

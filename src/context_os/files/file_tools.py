@@ -254,6 +254,11 @@ class FileTools:
         max_discovered: int = 100,
         max_output_chars: int = 50_000,
     ):
+        if not isinstance(workspace, Workspace):  # a path: it failed at the first tool call
+            raise TypeError(
+                f"FileTools takes a Workspace, got {type(workspace).__name__} {workspace!r}:"
+                f" FileTools(session, Workspace({str(workspace)!r}))"
+            )
         self.session = session
         self.workspace = workspace
         self.tracker = tracker
