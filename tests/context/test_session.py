@@ -845,3 +845,19 @@ def test_a_collapsed_result_leaves_memory_and_comes_back_from_the_store(db):
     resumed = Session.open(db, "s1", harness="openai")
     assert resumed.view.objects["toolcall:s1:c1"].content is None
     assert resumed.view.objects["toolcall:s1:c0"].content.startswith("line 0")  # active again
+
+
+def test_a_session_is_not_opened_on_a_read_only_store(tmp_path: Path) -> None:
+    """``Session.open`` writes (the lease, every turn): on a store opened ``?mode=ro`` it is
+    refused saying so and what reads such a store (it said only "submit failed")."""
+    from context_os.context.load import load_view
+    from context_os.errors import StoreError
+    from context_os.store import open_store
+
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as db:
+        OpenAIHook(Session.open(db, "a", harness="openai")).transform_context([{"role": "user", "content": "hi"}])
+    with open_store(f"sqlite://{path}?mode=ro") as ro:
+        with pytest.raises(StoreError, match=r"opened read-only: Session.open writes .* load_view"):
+            Session.open(ro, "a", harness="openai")
+        assert load_view(ro, "a").turn == 1

@@ -208,6 +208,11 @@ class Session:
         scrub = _redactor(redact)
         if not session_id or any(c.isspace() for c in session_id):
             raise StateError(f"session id must be a non-empty string without spaces, got {session_id!r}")
+        if store.read_only:  # it said "submit failed", naming no reason a session writes
+            raise StoreError(
+                f"{store.url} is opened read-only: Session.open writes (it takes the session's lease and"
+                " records every turn); read a session there with load_view or the ctxos read commands"
+            )
         lease = Lease(store, session_id, ttl_ms=lease_ms)
         lease.acquire()  # before reading: nobody else writes it from here on
         current = store.get(f"session:{session_id}")
