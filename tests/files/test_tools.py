@@ -81,7 +81,12 @@ def test_lines_shows_the_latest_version_and_what_is_on_disk(root: Path, tools: F
     assert "return 1" in tail(tools.session)  # lines changes no state: the block stays as shown
     (root / "m.py").unlink()
     tools.index.refresh(oid, None, cause="tracker")
-    assert "version 4 has none (the file is missing" in call(tools, "lines", id=oid)["error"]
+    # the latest version has no text: the lines of the one the context shows, which are all the
+    # agent has left of the file (it may want them back); they were refused
+    assert tools.call("lines", {"id": oid, "start": 2}) == (
+        f"[context_os: {oid}, version 1, lines 2-2 of 2 (the version the context shows; version 4, the latest,"
+        " has no text: the file is missing (deleted); its earlier versions are kept)]\n    return 1"
+    )
 
 
 def test_read_reports_index_pool_and_active_status_at_each_step(root: Path, tools: FileTools, db) -> None:

@@ -908,7 +908,13 @@ class Session:
                 note = " (the context shows an older version: activate(id) loads this one)"
                 if text is None:
                     why = (doc.get("meta") or {}).get("content_omitted", "no content")
-                    raise InputError(f"{ref} has no text to show by lines: version {version} has none ({why})")
+                    text = self._content(obj)
+                    if not isinstance(text, str):
+                        raise InputError(f"{ref} has no text to show by lines: version {version} has none ({why})")
+                    # nothing newer to show (the file is missing, or too large now): the lines of
+                    # the version the context shows, which no other tool reaches any more
+                    newer = f", version {obj.meta.get('version', '?')}"
+                    note = f" (the version the context shows; version {version}, the latest, has no text: {why})"
         else:
             text = self._content(obj)
         if not isinstance(text, str):
