@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +135,31 @@ def test_a_second_agent_of_the_same_name_is_refused_and_the_first_stays_announce
         assert second.returncode == 1
         assert f"an agent named 'bob' already runs here with this identity (pid {first.pid}" in second.stderr
         assert registry.find(registry.default_dir(), "bob") == first
+
+
+def test_a_long_poll_for_a_peers_request_holds_up_no_other_call(tmp_path: Path) -> None:
+    """``mesh.next_request`` may wait up to 30 s for a request: meanwhile the server answers its
+    other clients (a harness assembling its context, another session), as it did not before:
+    the wait held the server's one lock, and every call queued behind it."""
+    with http_server(tmp_path, "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none") as srv:
+        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
+        srv.rpc("session.open", session="s1")
+        polled: dict[str, Any] = {}
+        poll = threading.Thread(target=lambda: polled.update(srv.rpc("mesh.next_request", timeout=30)))
+        poll.start()
+        time.sleep(0.5)  # the poll is waiting now (it waits 30 s, or for the request sent below)
+        for n in range(1, 4):
+            sent = srv.rpc("context.transform", session="s1", messages=[{"role": "user", "content": f"go {n}"}])
+            assert sent["result"]["turn"] == n
+        assert poll.is_alive() and not polled  # answered while the poll still waits
+        with SqliteStore(tmp_path / "alice.db") as store, MeshAgent(store, MeshConfig("alice")) as alice:
+            alice.node.connect(bob.addrs[0])
+            answer: dict[str, Any] = {}
+            asked = threading.Thread(target=lambda: answer.update(alice.send(bob.peer_id, "ready?")))
+            asked.start()
+            poll.join(30)
+            req = polled["result"]["request"]
+            assert req is not None and req["message"] == "ready?"  # the waiting poll got it
+            srv.rpc("mesh.answer", requestId=req["requestId"], text="yes")
+            asked.join(30)
+            assert answer["response"] == "yes"

@@ -185,6 +185,8 @@ class Server(RpcServer):
                 "mesh.answer": (_AnswerParams, self._mesh_answer),
             },
             max_request_bytes=max_request_bytes,
+            # its wait (up to 30 s) is on the mesh's own queue: other clients' calls go on meanwhile
+            unlocked=frozenset({"mesh.next_request"}),
         )
 
     # -- methods ---------------------------------------------------------------------------------

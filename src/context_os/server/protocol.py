@@ -11,6 +11,7 @@ This module knows no method and no transport; it never writes anything itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -137,11 +138,19 @@ Method = tuple[type[Params], Callable[[Any], Any]]
 
 class RpcServer:
     """Answers JSON-RPC requests with the methods of ``method_table``. Thread-safe: requests run
-    one at a time."""
+    one at a time, except those of ``unlocked``: methods that only wait on something thread-safe
+    of their own (a long poll), which would otherwise hold up every other client meanwhile."""
 
-    def __init__(self, method_table: dict[str, Method], *, max_request_bytes: int = MAX_REQUEST_BYTES):
+    def __init__(
+        self,
+        method_table: dict[str, Method],
+        *,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+        unlocked: frozenset[str] = frozenset(),
+    ):
         self.max_request_bytes = max_request_bytes
         self._methods = method_table
+        self._unlocked = unlocked
         self._lock = threading.Lock()
 
     @property
@@ -221,7 +230,7 @@ class RpcServer:
             parsed = model.model_validate(params)
         except ValidationError as e:
             raise _params_error(e) from None
-        with self._lock:
+        with contextlib.nullcontext() if method in self._unlocked else self._lock:
             try:
                 return fn(parsed)
             except RecursionError:
