@@ -254,3 +254,32 @@ def test_a_supervisor_may_choose_the_token(tmp_path: Path, monkeypatch: pytest.M
         [ctxos, "--store", str(tmp_path / "s.db"), "serve", "--http", "0"], env=env, capture_output=True, timeout=60
     )
     assert proc.returncode == 1 and b"too short" in proc.stderr and b"Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ("*", "name each origin"),
+        ("null", "file:// pages"),
+        ("127.0.0.1:5173", "scheme://host[:port]"),
+        ("http://127.0.0.1:5173/app", "no path"),
+        ("", "scheme://host[:port]"),
+    ],
+)
+def test_an_origin_no_browser_sends_is_refused_at_start(tmp_path: Path, given: str, why: str):
+    """``--allow-origin`` takes an origin as a browser sends it: a value that can never match
+    (a wildcard, no scheme, a path) was taken silently, and the page it was meant for was then
+    refused with a hint to pass the very option already given."""
+    from click.testing import CliRunner
+
+    from context_os.cli import cli
+
+    db = tmp_path / "s.db"
+    r = CliRunner().invoke(cli, ["--store", str(db), "serve", "--allow-origin", given], input="")
+    assert r.exit_code == 2 and why in r.output and "--allow-origin" in r.output, r.output
+    assert not db.exists()  # refused before anything started
+    with pytest.raises(ConfigError, match="origin"):
+        HttpGuard.for_address("127.0.0.1", 8123, "t" * 40, [given])
+    # what a browser sends is taken, in any case, with or without a trailing slash
+    guard = HttpGuard.for_address("127.0.0.1", 8123, "t" * 40, ["HTTP://127.0.0.1:5173/"])
+    assert guard.allows_origin("http://127.0.0.1:5173") and not guard.allows_origin("http://127.0.0.1:5174")

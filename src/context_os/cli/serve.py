@@ -23,6 +23,7 @@ from ..server import (
     serve_stdio,
     write_token_file,
 )
+from ..server.transports import check_origin
 from ..sources.recall import open_recall
 from ..store import data_dir
 from ._common import (
@@ -43,6 +44,14 @@ if TYPE_CHECKING:
 
 TOKEN_ENV = "CTXOS_SERVE_TOKEN"
 """A token chosen by whoever starts the server (e.g. a supervisor), instead of a fresh one."""
+
+
+def _origins(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """Each ``--allow-origin`` as a browser sends it, refused before anything starts if none would."""
+    try:
+        return tuple(check_origin(v) for v in values)
+    except ConfigError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 @click.command("serve")
@@ -67,6 +76,7 @@ TOKEN_ENV = "CTXOS_SERVE_TOKEN"
     "origins",
     multiple=True,
     metavar="ORIGIN",
+    callback=_origins,
     help="An HTTP Origin (e.g. http://127.0.0.1:5173) allowed to call the server; repeatable. Default: none.",
 )
 @click.option(

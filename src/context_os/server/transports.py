@@ -14,6 +14,7 @@ import errno
 import hmac
 import ipaddress
 import os
+import re
 import secrets
 import socket
 import sys
@@ -33,6 +34,7 @@ __all__ = [
     "HttpGuard",
     "bind",
     "bind_error",
+    "check_origin",
     "listen_socket",
     "make_http_server",
     "new_token",
@@ -159,6 +161,28 @@ def read_token_file(path: str | Path) -> str:
     return text
 
 
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#@\s]+")
+
+
+def check_origin(origin: str) -> str:
+    """``origin`` as a browser sends it in ``Origin`` (``scheme://host[:port]``, lower case, no
+    trailing ``/``), or ``ConfigError`` saying why no browser ever sends it: a value that cannot
+    match would leave the page it was meant for refused, with no word why."""
+    value = origin.strip().rstrip("/").lower()
+    if value == "*":
+        raise ConfigError("origin '*' refused: name each origin allowed (e.g. http://127.0.0.1:5173)")
+    if value == "null":
+        raise ConfigError(
+            "origin 'null' refused: browsers send it for file:// pages and sandboxed frames, which any page can open"
+        )
+    if not _ORIGIN.fullmatch(value):
+        raise ConfigError(
+            f"origin {origin!r} is not one a browser sends: give scheme://host[:port] with no path "
+            "(e.g. http://127.0.0.1:5173)"
+        )
+    return value
+
+
 class Headers(Protocol):
     """Request headers looked up by case-insensitive name (``http.server``'s, or any mapping's)."""
 
@@ -196,7 +220,7 @@ class HttpGuard:
         return cls(
             token,
             frozenset({f"{shown}:{port}".lower(), f"localhost:{port}"}),
-            frozenset(o.rstrip("/").lower() for o in origins),
+            frozenset(check_origin(o) for o in origins),
             origin_hint,
         )
 
