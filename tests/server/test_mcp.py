@@ -102,6 +102,11 @@ def test_the_tools_over_stdio(tmp_path: Path) -> None:
             as_ms, err = await call(s, "inspect", {"id": first["id"], "as_of": history["versions"][0]["valid_time_ms"]})
             assert not err and as_ms["version"] == then["version"]  # epoch ms, as the schema says
 
+            # this session records reads, no model calls: without a session, frames names the
+            # sessions that have frames (it was a NotFound for this one, the only default)
+            own, err = await call(s, "frames", {})
+            assert not err and own["frames"] == [] and "frames(session)" in own["next"]
+            assert [(x["session"], x["turns"]) for x in own["sessions"]] == [("agent-1", 1)]
             frames, _ = await call(s, "frames", {"session": "agent-1"})
             assert [f["turn"] for f in frames["frames"]] == [1]
             one, _ = await call(s, "frames", {"session": "agent-1", "turn": 1})

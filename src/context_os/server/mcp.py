@@ -49,6 +49,9 @@ FRAME_URI = "context-os://frame/{session}/{turn}"
 OBJECT_URI = "context-os://object/{id}@{version}"
 LISTED_FRAMES = 50
 """How many frames ``resources/list`` names (the newest; any other is read by its URI)."""
+LISTED_SESSIONS = 50
+"""How many sessions ``frames`` without a session names (the most recently updated)."""
+FRAMES_NEXT = "this session records what you read, no model calls: frames(session) lists a session's turns"
 TEXT_LIMIT = 200_000
 """The most characters of one object ``read`` or ``activate`` returns (the rest: ``inspect``)."""
 
@@ -168,6 +171,10 @@ class ContextOsMcp:
     def frames(self, session: str | None = None, turn: int | None = None) -> dict[str, Any]:
         sid = session or self.session.id
         if turn is None:
+            if session is None and self.session.view.turn == 0:
+                # this session records what the client reads, not model calls: name the ones
+                # that have frames, or the default would only ever be an error
+                return {"session": sid, "frames": [], "sessions": self._sessions_with_frames(), "next": FRAMES_NEXT}
             rows = [r.to_dict() for r in frame_rows(self.store, sid)]
             return {"session": sid, "frames": rows}
         frame = get_frame(self.store, sid, turn)
@@ -179,6 +186,14 @@ class ContextOsMcp:
             "problems": check.problems,
             "resource": FRAME_URI.format(session=quote(sid, safe=""), turn=turn),
         }
+
+    def _sessions_with_frames(self) -> list[dict[str, Any]]:
+        """The sessions of the store that recorded model calls, most recently updated first."""
+        rows = sorted(
+            (r for r in session_rows(self.store) if r.turns), key=lambda r: (r.updated_ms, r.session), reverse=True
+        )
+        keys = ("session", "harness", "turns", "updated", "tokens_full", "tokens_assembled")
+        return [{k: r.to_dict()[k] for k in keys} for r in rows[:LISTED_SESSIONS]]
 
     # --- resources --------------------------------------------------------------------------------
 
@@ -405,7 +420,10 @@ FRAMES_DESCRIPTION = (
 )
 FRAMES_SCHEMA = object_schema(
     {
-        "session": {"type": "string", "description": "A session id (default: this MCP session)"},
+        "session": {
+            "type": "string",
+            "description": "A session id (default: this MCP session; while it has no frames, the sessions that have)",
+        },
         "turn": {"type": "integer", "minimum": 1, "description": "One turn"},
     },
     [],
