@@ -97,6 +97,11 @@ def test_the_tools_over_stdio(tmp_path: Path) -> None:
 
             history, _ = await call(s, "inspect", {"id": first["id"]})
             assert [v["version"] for v in history["versions"]] == [1, 2]
+            # a file read so far by its path too, as activate and deactivate take it
+            by_path, err = await call(s, "inspect", {"id": "calc.py"})
+            assert not err and by_path["versions"] == history["versions"]
+            shown, err = await call(s, "lines", {"id": "calc.py", "start": 2})
+            assert not err and shown.splitlines()[1:] == ["    return a + b"], shown
             then, _ = await call(s, "inspect", {"id": first["id"], "as_of": history["versions"][0]["valid_time"]})
             assert "a - b" in then["version"]["doc"]["content"]
             as_ms, err = await call(s, "inspect", {"id": first["id"], "as_of": history["versions"][0]["valid_time_ms"]})

@@ -402,7 +402,9 @@ class FileTools:
     def _is_id(self, value: str) -> bool:
         return value.startswith(_ID_PREFIXES) or _SHORT_REF.fullmatch(value) is not None
 
-    def _file_id(self, id_or_path: str) -> str:
+    def object_id(self, id_or_path: str) -> str:
+        """``id_or_path`` if it is an object id, else the id of the file at that path (read so
+        far); ``InputError`` if it is neither."""
         if self._is_id(id_or_path):
             return id_or_path
         real = self.workspace.resolve(id_or_path, must_exist=False)
@@ -458,18 +460,18 @@ class FileTools:
         return v if idx is None else idx.version
 
     def deactivate(self, id: str) -> dict[str, Any]:
-        return self.session.deactivate(self._file_id(id))
+        return self.session.deactivate(self.object_id(id))
 
     def pin(self, id: str) -> dict[str, Any]:
-        return self.session.pin(self._file_id(id))
+        return self.session.pin(self.object_id(id))
 
     def unpin(self, id: str) -> dict[str, Any]:
-        return self.session.unpin(self._file_id(id))
+        return self.session.unpin(self.object_id(id))
 
     def lines(self, id: str, start: int = 1, end: int | None = None) -> str:
         """``Session.lines`` of an object, or of a file by its path: its latest version, recorded
         first if the file changed on disk since (as ``activate`` does)."""
-        obj_id = self._file_id(id)
+        obj_id = self.object_id(id)
         if obj_id.startswith("file:"):
             self._on_disk(self.index.latest(obj_id))
         return self.session.lines(obj_id, start, end)

@@ -23,6 +23,7 @@ results with ``isError`` (the model reads them); an unknown tool or resource is 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,8 @@ FRAME_URI = "context-os://frame/{session}/{turn}"
 OBJECT_URI = "context-os://object/{id}@{version}"
 LISTED_FRAMES = 50
 """How many frames ``resources/list`` names (the newest; any other is read by its URI)."""
+_ID_LIKE = re.compile(r"[a-z]+:")
+"""What a document id starts with (``file:``, ``frame:``, ``session:``, …), where a path does not."""
 LISTED_SESSIONS = 50
 """How many sessions ``frames`` without a session names (the most recently updated)."""
 FRAMES_NEXT = "this session records what you read, no model calls: frames(session) lists a session's turns"
@@ -107,7 +110,8 @@ class ContextOsMcp:
             mine.register(Tool("read", READ_DESCRIPTION, READ_SCHEMA, self.read))
         mine.register(Tool("activate", ACTIVATE_DESCRIPTION, ID_SCHEMA, self.activate))
         mine.register(Tool("deactivate", DEACTIVATE_DESCRIPTION, ID_SCHEMA, self.deactivate))
-        mine.register(context_tools(self.session)["lines"])  # the context tool as it is
+        # the context tool as it is; with a workspace, as the file tools have it: a path too
+        mine.register((self.files.registry if self.files is not None else context_tools(self.session))["lines"])
         mine.register(Tool("inspect", INSPECT_DESCRIPTION, INSPECT_SCHEMA, self.inspect))
         mine.register(Tool("frames", FRAMES_DESCRIPTION, FRAMES_SCHEMA, self.frames))
         if self.sources is not None:
@@ -154,6 +158,7 @@ class ContextOsMcp:
         return self.files.deactivate(id) if self.files is not None else self.session.deactivate(id)
 
     def inspect(self, id: str, as_of: str | int | None = None) -> dict[str, Any]:
+        id = self._object_id(id)
         if as_of is not None:
             v = self.store.get(id, parse_time(as_of, "as_of"))
             if v is None or v.doc is None:
@@ -167,6 +172,13 @@ class ContextOsMcp:
             "versions": [version_row(n, v) for n, v in enumerate(versions, 1)],
             "resource": OBJECT_URI.format(id=quote(id, safe=":"), version="latest"),
         }
+
+    def _object_id(self, id: str) -> str:
+        """``id`` as given if it names a stored document (any kind: a frame, a session, …); with a
+        workspace, a path read so far gives its file's id."""
+        if self.files is None or _ID_LIKE.match(id) or self.store.history(id):
+            return id
+        return self.files.object_id(id)
 
     def frames(self, session: str | None = None, turn: int | None = None) -> dict[str, Any]:
         sid = session or self.session.id
@@ -409,7 +421,7 @@ INSPECT_DESCRIPTION = (
 )
 INSPECT_SCHEMA = object_schema(
     {
-        "id": {"type": "string", "description": "The object id"},
+        "id": {"type": "string", "description": "The object id, or the path of a file read so far"},
         "as_of": {"type": ["string", "integer"], "description": "A past time: the version valid then"},
     },
     ["id"],
