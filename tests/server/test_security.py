@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
 import stat
 from collections import Counter
 from pathlib import Path
@@ -283,3 +284,32 @@ def test_an_origin_no_browser_sends_is_refused_at_start(tmp_path: Path, given: s
     # what a browser sends is taken, in any case, with or without a trailing slash
     guard = HttpGuard.for_address("127.0.0.1", 8123, "t" * 40, ["HTTP://127.0.0.1:5173/"])
     assert guard.allows_origin("http://127.0.0.1:5173") and not guard.allows_origin("http://127.0.0.1:5174")
+
+
+@pytest.mark.e2e
+def test_a_body_cut_short_of_its_content_length_runs_nothing(tmp_path: Path):
+    """A client gone mid-send (or one that announced more than it sent): what came may even be a
+    whole request, but it is not the one sent. It was run (a session opened, 200) before; now it
+    is refused, and a client that hangs up before its answer leaves no traceback in the log."""
+    with http_server(tmp_path) as srv:
+        head = (
+            f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {srv.token}\r\nContent-Length: {len(OPEN) + 100}\r\n\r\n"
+        ).encode()
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as sock:
+            sock.sendall(head + OPEN)
+            sock.shutdown(socket.SHUT_WR)  # the rest never comes
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        status, _, body = answer.partition(b"\r\n\r\n")
+        assert status.split()[1] == b"400", answer
+        assert f"ended after {len(OPEN)} of the {len(OPEN) + 100} bytes" in json.loads(body)["error"]["message"]
+        for _ in range(3):  # gone before the answer
+            with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as sock:
+                sock.sendall(head + b"{")
+        assert srv.post(b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}')[0] == 200
+        srv.proc.terminate()
+        _, err = srv.proc.communicate(timeout=30)
+    assert _sessions(tmp_path / "s.db") == []
+    assert b"Traceback" not in err and err.count(b"the body ended after") == 4, err.decode()

@@ -272,6 +272,13 @@ def make_http_server(
         timeout = 60  # a client that stops sending mid-body does not hold a thread forever
 
         def _send(self, status: int, body: bytes | None, *, allow: str | None = None) -> None:
+            try:
+                self._write(status, body, allow=allow)
+            except (BrokenPipeError, ConnectionResetError):  # the client hung up: no server error
+                self.close_connection = True
+                log.info("http client %s left before its answer (%d)", self.client_address[0], status)
+
+        def _write(self, status: int, body: bytes | None, *, allow: str | None = None) -> None:
             self.send_response(status)
             if status == 401:
                 self.send_header("WWW-Authenticate", 'Bearer realm="context_os"')
@@ -336,7 +343,19 @@ def make_http_server(
             if length > server.max_request_bytes:
                 self._refuse(413, "too large", body=server.too_large(per_line=False))
                 return
-            answer = server.handle_line(self.rfile.read(length))
+            try:
+                body = self.rfile.read(length)
+            except TimeoutError:
+                body = b""  # it stopped sending (``timeout``): as if the body had ended there
+            if len(body) < length:
+                # a client gone (or stalled) mid-send: what came may even parse, but it is not the
+                # request that was sent, and nothing of it is run
+                self.close_connection = True
+                log.warning("http POST refused: the body ended after %d of %d bytes", len(body), length)
+                why = f"the body ended after {len(body)} of the {length} bytes of its Content-Length: nothing was run"
+                self._send(400, encode(error_response(None, RpcError(INVALID_REQUEST, why))))
+                return
+            answer = server.handle_line(body)
             self._send(200 if answer is not None else 204, answer)
 
         def do_OPTIONS(self) -> None:  # noqa: N802 - http.server naming
