@@ -295,3 +295,28 @@ def test_what_activate_cuts_from_a_long_text_lines_shows(tmp_path: Path) -> None
             *text.split("\n")[-2:],
         ]
         app.close()
+
+
+def test_a_second_server_on_one_workspace_records_in_a_session_of_its_own(tmp_path: Path) -> None:
+    """Two MCP clients open on one repository (two editors, two windows) each start a ``ctxos
+    mcp`` there. One writer per session: the second took the workspace's default session too, was
+    refused (SessionBusy) and never started; now it records in ``<default>-2``, and says so."""
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    (ws / "a.py").write_text("x = 1\n")
+    db = tmp_path / "s.db"
+
+    async def main() -> None:
+        async with stdio(db, ws) as first, stdio(db, ws) as second:
+            one, err1 = await call(first, "frames", {})
+            two, err2 = await call(second, "frames", {})
+            assert not err1 and not err2
+            assert two["session"] == one["session"] + "-2"
+            for s in (first, second):
+                got, err = await call(s, "read", {"path": "a.py"})
+                assert not err and got["text"] == "x = 1\n"
+        async with stdio(db, ws) as again:  # both gone: the default is free again
+            back, _ = await call(again, "frames", {})
+            assert back["session"] == one["session"]
+
+    anyio.run(main)

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from .._install import install_hint
-from ..errors import ConfigError
+from ..errors import ConfigError, SessionBusy
 from ..server.transports import listen_socket
 from ..store import data_dir
 from ._common import (
@@ -92,7 +92,7 @@ def mcp_cmd(
         import mcp  # noqa: F401
     except ImportError:
         raise ConfigError(f"ctxos mcp needs the MCP SDK: {install_hint('mcp')}") from None
-    from ..server.mcp import ContextOsMcp, run_stdio
+    from ..server.mcp import run_stdio
     from ..sources.memory import MemoryScopes
     from ..sources.recall import open_recall
 
@@ -105,10 +105,10 @@ def mcp_cmd(
             stack.callback(sock.close)
         store = stack.enter_context(store_from(ctx, create=True, announce=True))
         engine = open_recall(store, recall_embedder(store, embedder, rebuild=rebuild_vectors)) if recall else None
-        app = ContextOsMcp(
+        app = _open_app(
             store,
-            session=session_id or default_session(root),
-            workspace=root,
+            session_id,
+            root,
             recall=engine,
             memory=MemoryScopes(root) if memory else None,
             track=track,
@@ -123,6 +123,33 @@ def mcp_cmd(
             app.close()
             if engine is not None:
                 engine.close()
+
+
+SESSION_TRIES = 20
+"""How many sessions of one workspace ``ctxos mcp`` tries (its default, then ``-2``, ``-3``, …)."""
+
+
+def _open_app(store: Any, session_id: str | None, root: Path, **kwargs: Any) -> Any:
+    """The MCP app recording in ``session_id``; without one, in the workspace's default session,
+    or, while other ``ctxos mcp`` servers (other clients open on the same workspace) write that,
+    in the first of ``<default>-2``, ``-3``, … no other writes (one writer per session)."""
+    from ..server.mcp import ContextOsMcp
+
+    if session_id is not None:
+        return ContextOsMcp(store, session=session_id, workspace=root, **kwargs)
+    base = default_session(root)
+    busy: SessionBusy | None = None
+    for name in [base, *(f"{base}-{n}" for n in range(2, SESSION_TRIES + 1))]:
+        try:
+            app = ContextOsMcp(store, session=name, workspace=root, **kwargs)
+        except SessionBusy as e:
+            busy = e
+            continue
+        if name != base:
+            print(f"ctxos mcp: {base} is in use by another server; recording in {name}", file=sys.stderr, flush=True)
+        return app
+    assert busy is not None
+    raise busy
 
 
 def _serve_http(app: Any, sock: socket.socket, token_file: Path | None) -> None:
