@@ -230,6 +230,12 @@ def test_streamable_http_needs_the_token_and_a_loopback_host(tmp_path: Path) -> 
                 assert (await http.post(url, json=init, headers=accept)).status_code == 401
                 wrong = accept | {"Authorization": "Bearer nope"}
                 assert (await http.post(url, json=init, headers=wrong)).status_code == 401
+                for scheme in ("Basic", "Bearer" + token[:4]):  # only the token, after "Bearer "
+                    other = accept | {"Authorization": f"{scheme} {token}"}
+                    assert (await http.post(url, json=init, headers=other)).status_code == 401
+                # the scheme in any case, as HTTP has it (a client sending "bearer" was refused)
+                lower = accept | {"Authorization": f"bearer {token}", "Content-Type": "application/json"}
+                assert (await http.post(url, json=init, headers=lower)).status_code != 401
                 rebinding = accept | {"Authorization": f"Bearer {token}", "Host": "evil.example:80"}
                 assert (await http.post(url, json=init, headers=rebinding)).status_code in (400, 403, 421)
                 page = accept | {"Authorization": f"Bearer {token}", "Origin": "https://evil.example"}

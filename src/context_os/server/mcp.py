@@ -307,12 +307,14 @@ def http_app(app: ContextOsMcp, token: str) -> Any:
             allowed_origins=[],
         )
     )
-    expected = f"Bearer {token}".encode()
+    expected = token.encode()
 
     async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             headers = dict(scope.get("headers") or [])
-            if not hmac.compare_digest(headers.get(b"authorization", b""), expected):
+            # the scheme's name is case-insensitive (RFC 9110), as ctxos serve's guard takes it
+            scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), expected):
                 body = b'{"error": "missing or wrong bearer token (see the token file ctxos mcp named)"}'
                 await send(
                     {
