@@ -198,6 +198,10 @@ def test_bad_input_gets_errors_and_the_server_goes_on(rpc: Rpc):
     assert rpc("tools.call", session="s1", name="rm", arguments={})["error"]["code"] == INVALID_PARAMS
     assert rpc("inspect", id="toolcall:none")["error"]["code"] == -32002
     assert rpc("inspect", id="x", as_of="yesterday")["error"]["data"]["type"] == "InputError"
+    # a transaction id is 0 or more; one before the object says so (it said "at now")
+    assert rpc("inspect", id="session:s1", tx=-1)["error"]["code"] == INVALID_PARAMS
+    before = rpc("inspect", id="session:s1", tx=0)["error"]
+    assert before["code"] == -32002 and before["message"] == "session:s1 did not exist as of tx 0"
     assert rpc("frame.verify", session="s1", turn=99)["error"]["code"] == -32002
     assert rpc("frame.verify", session="s1", turn=True)["error"]["code"] == INVALID_PARAMS
     # notifications are never answered, not even their errors; a batch answers in one line

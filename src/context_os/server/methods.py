@@ -91,6 +91,13 @@ class _InspectParams(Params):
     tx: int | None = None
     with_docs: bool = False
 
+    @field_validator("tx")
+    @classmethod
+    def _a_transaction(cls, value: int | None) -> int | None:
+        if value is not None and value < 0:
+            raise ValueError("tx must be a transaction id (0 or more)")
+        return value
+
 
 class _NextRequestParams(Params):
     timeout: float = 0.0
@@ -378,7 +385,9 @@ class Server(RpcServer):
             vt = parse_time(p.as_of, "as_of") if p.as_of is not None else None
             v = self.store.get(p.id, vt, p.tx)
             if v is None:
-                raise NotFound(f"{p.id} did not exist at {p.as_of or 'now'}" + (f" as of tx {p.tx}" if p.tx else ""))
+                when = [f"at {p.as_of}"] if p.as_of is not None else []
+                known = [f"as of tx {p.tx}"] if p.tx is not None else []
+                raise NotFound(" ".join([p.id, "did not exist", *when, *known]))
             return {"id": p.id, "version": _version_row(v, True)}
         versions = self.store.history(p.id, with_docs=True)
         if not versions:
