@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import context_os.cli as cli_package
+from context_os import Session
 from context_os.cli import cli
 from context_os.context.load import load_view
 from context_os.store.sqlite import SqliteStore
@@ -443,6 +444,16 @@ def test_a_replay_killed_mid_call_loses_no_call_on_append(tmp_path):
         for sid in ("s", "w")
     }
     assert rows["s"] == rows["w"]  # call for call, the same inputs
+
+
+def test_frames_list_of_a_session_without_model_calls_is_empty_not_an_error(tmp_path):
+    db = tmp_path / "q.db"
+    with SqliteStore(db) as store:
+        Session.open(store, "quiet", harness="openai").close()
+    assert json.loads(ctxos("frames", "list", "quiet", "--json", store=db).stdout) == []
+    assert ctxos("frames", "list", "quiet", store=db).stdout == "session 'quiet' has no frames yet: it made no model call\n"
+    gone = ctxos("frames", "list", "nope", "--json", store=db, check=False)
+    assert gone.returncode == 1 and "no session 'nope'" in gone.stderr
 
 
 def test_sessions_say_what_format_a_replay_read(tmp_path):

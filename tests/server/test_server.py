@@ -117,6 +117,8 @@ def test_a_whole_session_over_stdio(rpc: Rpc):
     assert missing["is_error"] and json.loads(missing["output"])["type"] == "NotFound"
     frames = rpc.result("frames.list", session="s1")
     assert [f["turn"] for f in frames] == [1, 2, 3, 4]
+    rpc.result("session.open", session="quiet", harness="openai")  # no model call yet: no rows, no error
+    assert rpc.result("frames.list", session="quiet") == []
     assert all(rpc.result("frame.verify", session="s1", turn=f["turn"])["ok"] for f in frames)
     versions = rpc.result("inspect", id="toolcall:s1:c0")["versions"]
     assert len(versions) == 1 and versions[0]["object_hash"].startswith("b3:")

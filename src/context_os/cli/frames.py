@@ -48,6 +48,9 @@ def list_cmd(ctx: click.Context, session_id: str, as_json: bool) -> None:
         if as_json:
             emit_json(rows)
             return
+        if not rows:
+            click.echo(f"session {session_id!r} has no frames yet: it made no model call")
+            return
         view = load_view(store, session_id)  # for the line under the table: what it knows now
         known = sum(1 for o in view.objects.values() if o.state != "absent")
         click.echo(

@@ -137,10 +137,11 @@ def frame_row(v: Version) -> FrameRow:
 
 
 def frame_rows(store: Store, session_id: str) -> list[FrameRow]:
-    """One row per turn of ``session_id``; ``NotFound`` if it has no frames."""
+    """One row per turn of ``session_id`` (none for a session that made no model call yet);
+    ``NotFound`` if the store has no such session."""
     versions = _frame_versions(store, session_id)
-    if not versions:
-        raise no_frames(store, session_id, f"no frames for session {session_id!r} in {store.url}")
+    if not versions and store.doc(f"session:{session_id}") is None:
+        raise no_frames(store, session_id, "")
     return [frame_row(v) for v in versions]
 
 
