@@ -451,7 +451,8 @@ def test_frames_list_of_a_session_without_model_calls_is_empty_not_an_error(tmp_
     with SqliteStore(db) as store:
         Session.open(store, "quiet", harness="openai").close()
     assert json.loads(ctxos("frames", "list", "quiet", "--json", store=db).stdout) == []
-    assert ctxos("frames", "list", "quiet", store=db).stdout == "session 'quiet' has no frames yet: it made no model call\n"
+    said = ctxos("frames", "list", "quiet", store=db).stdout
+    assert said == "session 'quiet' has no frames yet: it made no model call\n"
     gone = ctxos("frames", "list", "nope", "--json", store=db, check=False)
     assert gone.returncode == 1 and "no session 'nope'" in gone.stderr
 
