@@ -167,6 +167,22 @@ class Aim:
     """The numbers, said so that a missed aim explains itself."""
 
 
+def against(
+    value: float, bar: float, *, under: bool = False, digits: int = 3, percent: bool = False
+) -> tuple[str, str]:
+    """``value`` and ``bar`` written to ``digits`` decimals (of a percentage, with ``percent``), or
+    to as many more as it takes for a value on the wrong side of the bar not to read as equal to it
+    (0.8998 against 0.9000, not 0.900 against 0.900). The aim is met at or over the bar, or at or
+    under it with ``under``."""
+    scale = 100 if percent else 1
+    missed = value > bar + 1e-9 if under else value < bar - 1e-9
+    for d in range(digits, digits + 4):
+        shown, limit = f"{value * scale:.{d}f}", f"{bar * scale:.{d}f}"
+        if not missed or shown != limit:
+            break
+    return (f"{shown}%", f"{limit}%") if percent else (shown, limit)
+
+
 def prefix_bar(run: SessionRun) -> float:
     """0.90, or full history's own stability when that is lower (a session of a few calls)."""
     return min(PREFIX_BAR, run.full.prefix_stability)
@@ -188,12 +204,13 @@ def aims(run: SessionRun) -> list[Aim]:
     """The aims that apply to this session, each with whether context_os met it."""
     ours, full = run.ours, run.full
     share = ours.total / full.total if full.total else 1.0
+    stability, bar = against(ours.prefix_stability, prefix_bar(run))
     out = [
         Aim("orphans", ours.orphaned == 0, f"{ours.orphaned} orphaned tool results"),
         Aim(
             "prefix",
             ours.prefix_stability >= prefix_bar(run) - 1e-9,
-            f"prefix stability {ours.prefix_stability:.3f} (bar {prefix_bar(run):.2f})",
+            f"prefix stability {stability} (bar {bar})",
         ),
     ]
     if run.session.calls >= LONG:
@@ -202,8 +219,18 @@ def aims(run: SessionRun) -> list[Aim]:
         ceiling = f", full history's ceiling {full.edit_share:.1%}" if full.edit_share < EDIT_BAR else ""
         out += [
             Aim("stale", ours.stale_views == 0, f"{ours.stale_views} calls with a stale file view"),
-            Aim("tokens", share <= TOKEN_BAR, f"{share:.1%} of full history's tokens (bar {TOKEN_BAR:.0%})"),
-            Aim("edits", keeps, f"{ours.edit_share:.1%} of edit targets in context (bar {EDIT_BAR:.0%}{ceiling})"),
+            Aim(
+                "tokens",
+                share <= TOKEN_BAR,
+                f"{against(share, TOKEN_BAR, under=True, digits=1, percent=True)[0]} of full history's tokens "
+                f"(bar {TOKEN_BAR:.0%})",
+            ),
+            Aim(
+                "edits",
+                keeps,
+                f"{against(ours.edit_share, edit_bar(run), digits=1, percent=True)[0]} of edit targets in context "
+                f"(bar {EDIT_BAR:.0%}{ceiling})",
+            ),
             Aim(
                 "fewest",
                 keeps and not beaten,
@@ -254,7 +281,8 @@ def summary(runs: list[SessionRun]) -> str:
         marks = ", ".join(a.name if a.met else f"**{a.name} missed**" for a in found)
         rows.append(
             f"| {run.label} | {run.session.kind} | {run.session.calls} | {full.peak:,} "
-            f"| {ours.total / full.total:.1%} | {ours.prefix_stability:.3f} ({full.prefix_stability:.3f}) "
+            f"| {ours.total / full.total:.1%} | {against(ours.prefix_stability, prefix_bar(run))[0]} "
+            f"({full.prefix_stability:.3f}) "
             f"| {ours.cache_priced / full.cache_priced:.1%} "
             f"| {ours.edits_with_target} / {ours.edits_total}{_text_shown(ours)} | {ours.stale_views} "
             f"| {ours.orphaned} | {best} "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from bench._sessions import LONG, BenchSession, bench_sessions
 from bench._strategies import Measured
-from bench.strategies import SessionRun, aims, verdict
+from bench.strategies import SessionRun, aims, summary, verdict
 
 from context_os.replay.transcripts import Transcript
 
@@ -132,3 +132,25 @@ def test_the_cluster_bench_sorts_a_nodes_threads_and_bounds_what_a_second_node_a
     text = _split_text({"requests": 0.5, "indexing": 1.0}, 1_000)
     assert "**1.20×**" in text and "| requests | 500 |" in text and "| JIT | 0 |" in text
     assert _split_text({}, 1_000) == ""
+
+
+def test_a_missed_aim_never_reads_as_equal_to_its_bar() -> None:
+    # full history at exactly 0.90, context_os just under it: 0.89982 rounds to 0.900
+    full = measured("full history", [10_000] * 10, [0] + [10_000] * 9)
+    ours = measured("context_os", [10_000] * 10, [0] + [9_998] * 9)
+    run = fake_run(10, full, ours)
+    assert not by_name(run)["prefix"]
+    ok, text = verdict(run)
+    assert not ok and "prefix stability 0.8998 (bar 0.9000)" in text
+    assert "| 0.8998 (0.900) |" in summary([run])
+    # a miss that shows at three decimals, against full history's own bar below 0.90, and a met aim
+    low = measured("full history", [10_000] * 10, [0] + [9_800] * 9)
+    under = measured("context_os", [10_000] * 10, [0] + [9_500] * 9)
+    assert "prefix stability 0.855 (bar 0.882)" in verdict(fake_run(10, low, under))[1]
+    assert "prefix stability 0.900 (bar 0.900)" in verdict(fake_run(10, full, full))[1]
+    # the same for the share of tokens and of edit targets of a long session
+    n, size = LONG, 60_000
+    full = measured("full history", [size] * n, [0] + [size] * (n - 1), (10_000, 10_000))
+    ok, text = verdict(fake_run(n, full, steady("context_os", size * 2504 // 10_000, n, (8_996, 10_000))))
+    assert not ok and "25.04% of full history's tokens (bar 25%)" in text
+    assert "89.96% of edit targets in context (bar 90%)" in text
