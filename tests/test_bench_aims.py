@@ -3,6 +3,8 @@ that cannot fail, or a session in both sets, would make the report say nothing."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from bench._sessions import LONG, BenchSession, bench_sessions
 from bench._strategies import Measured
@@ -154,3 +156,40 @@ def test_a_missed_aim_never_reads_as_equal_to_its_bar() -> None:
     ok, text = verdict(fake_run(n, full, steady("context_os", size * 2504 // 10_000, n, (8_996, 10_000))))
     assert not ok and "25.04% of full history's tokens (bar 25%)" in text
     assert "89.96% of edit targets in context (bar 90%)" in text
+
+
+@pytest.mark.slow
+def test_the_sessions_readme_counts_the_calls_ctxos_replay_counts() -> None:
+    """Each row of bench/sessions/README.md's table gives the model calls of every session its files
+    hold as ``ctxos replay`` reads them: a main session and its sub-agents (in brackets), an
+    ``output.jsonl``'s records."""
+    import re
+
+    from bench._sessions import SESSIONS, SHARED_PI
+
+    calls: dict[Path, list[int]] = {}
+    for which in ("tuning", "check"):
+        for s in bench_sessions(which):
+            if s.path is not None:
+                calls.setdefault(s.path, []).append(s.calls)
+    rows = [
+        line for line in (SESSIONS / "README.md").read_text().splitlines() if re.match(r"\| (tuning|check) \|", line)
+    ]
+    assert len(rows) >= 30
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        named = re.findall(r"`([^`]+)`", re.sub(r"\([^)]*\)", "", cells[2]))
+        first = Path(named[0])
+        files = []
+        for k, name in enumerate(named):
+            pattern = name if k == 0 else str(first.parent / name)
+            if pattern.startswith("shared/"):
+                files.append(SHARED_PI)
+                continue
+            found = sorted(SESSIONS.glob(pattern.replace("…", "*")))
+            assert len(found) == 1, (row, pattern, found)
+            files.append(found[0])
+        if SHARED_PI in files and not SHARED_PI.exists():
+            continue
+        said = [int(n) for n in re.findall(r"\d+", cells[3])]
+        assert sorted(said) == sorted(n for f in files for n in calls[f]), row
