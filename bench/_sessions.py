@@ -25,13 +25,29 @@ LONG = 100
 """Sessions of at least this many model calls are held to the economy aims."""
 SMALL_TOKENS = 50_000
 """Sessions whose largest input stays under this many tokens must cost no more than full history."""
+AGENTS = {
+    "pi": "Pi",
+    "claude-code": "Claude Code",
+    "gemini-cli": "Gemini CLI",
+    "swe-agent": "SWE-agent",
+    "mini-swe-agent": "mini-swe-agent",
+    "openhands": "OpenHands",
+}
+"""The agents' names, by the folder their sessions are in."""
+
+
+def agents(sessions: list[BenchSession]) -> str:
+    """The agents that recorded ``sessions`` (the demo session aside), named in ``AGENTS``' order."""
+    kinds = {s.kind for s in sessions} - {"demo"}
+    names = [name for kind, name in AGENTS.items() if kind in kinds] + sorted(kinds - AGENTS.keys())
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 @dataclass(frozen=True)
 class BenchSession:
     set: str
     kind: str
-    """The agent that recorded it: pi, claude-code, swe-agent, openhands, or demo."""
+    """The agent that recorded it: its folder under bench/sessions/<set>/ (``AGENTS``), or demo."""
     name: str
     """Its file under bench/sessions/<set>/ (or shared/data, or ``ctxos demo``), with ``#label``
     for a sub-agent or an OpenHands record."""

@@ -29,7 +29,7 @@ from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript
 
 from ._report import write_section
-from ._sessions import LONG, SETS, SMALL_TOKENS, BenchSession, bench_sessions
+from ._sessions import LONG, SETS, SMALL_TOKENS, BenchSession, agents, bench_sessions
 from ._strategies import (
     ClearToolResults,
     FullHistory,
@@ -391,43 +391,45 @@ def run_set(which: str) -> list[SessionRun]:
     return runs
 
 
-INTRO = [
-    "context_os against the strategies users would otherwise pick, replayed in one process on the same "
-    "recorded sessions (every assistant message is one model call; its input is every message before it). "
-    "Tokens are chars/4 per message, as everywhere in these benchmarks. What each strategy does, its "
-    "parameters and where they come from: [strategies.md](strategies.md). context_os runs through "
-    "`replay_transcript` (as `ctxos replay`) with its default policy on a temporary SQLite store.",
-    "The sessions are real recorded runs of Pi, Claude Code, SWE-agent and OpenHands, split into a **tuning "
-    "set** (the default policy was chosen on it) and a **check set** (measured only after a change is fixed, "
-    "never used to choose one); where each comes from: `bench/sessions/README.md`. A Claude Code file brings "
-    "its sub-agents (`#label`), an OpenHands `output.jsonl` one session per record (`#instance`).",
-    "Columns: *prefix stability* is Σ (tokens of the leading messages identical to the previous call's) / "
-    "Σ tokens sent, the definition of [replay.md](replay.md#measures---json); *not a prefix*: Σ of the "
-    "tokens of each call that are not (what a prefix cache cannot serve); *cache-priced*: the input priced "
-    "as a provider's prefix cache bills it, the shared prefix at 0.1× and the rest at 1.25× (Anthropic's "
-    "cache-read and cache-write multipliers), against full history priced the same way; "
-    "*edits with target in context*: "
-    "for context_os, the file object active at its latest version (in brackets in the summaries: of "
-    "those, the edits whose replaced text is in what the file shows, its window of a long file; an edit "
-    "by line numbers or that replaces no text counts as not shown); for the others, the file's latest read "
-    "result or write and every edit since are in the messages sent (tool output not cleared); *stale file "
-    "view*: the messages sent show some file as read or written before a later change; *orphaned*: pairing "
-    "problems the strategy made (a tool call sent without its result, a result without its call), not "
-    "those the recording itself has.",
-    f"Aims, per session: every session 0 orphans and prefix stability ≥ {PREFIX_BAR:.2f} (or full history's "
-    "own, when a session is too short for that: *prefix*); sessions of "
-    f"≥ {LONG} calls: 0 calls with a stale file view (*stale*), tokens ≤ {TOKEN_BAR:.0%} of full history "
-    f"(*tokens*), ≥ {EDIT_BAR:.0%} of edit targets in context (*edits*; where full history itself keeps fewer, "
-    "because the agent edits files the session never read or wrote, its share is the ceiling, said in the "
-    f"row), and the fewest tokens of the strategies that keep that share (*fewest*); "
-    f"sessions whose largest input stays under {SMALL_TOKENS // 1000}k tokens: cache-priced no dearer than "
-    "full history (*small*).",
-]
+def intro(sessions: list[BenchSession]) -> list[str]:
+    """The section's first paragraphs: what is measured, on which agents' sessions, and the aims."""
+    return [
+        "context_os against the strategies users would otherwise pick, replayed in one process on the same "
+        "recorded sessions (every assistant message is one model call; its input is every message before it). "
+        "Tokens are chars/4 per message, as everywhere in these benchmarks. What each strategy does, its "
+        "parameters and where they come from: [strategies.md](strategies.md). context_os runs through "
+        "`replay_transcript` (as `ctxos replay`) with its default policy on a temporary SQLite store.",
+        f"The sessions are real recorded runs of {agents(sessions)}, split into a **tuning "
+        "set** (the default policy was chosen on it) and a **check set** (measured only after a change is fixed, "
+        "never used to choose one); where each comes from: `bench/sessions/README.md`. A Claude Code file brings "
+        "its sub-agents (`#label`), an OpenHands `output.jsonl` one session per record (`#instance`).",
+        "Columns: *prefix stability* is Σ (tokens of the leading messages identical to the previous call's) / "
+        "Σ tokens sent, the definition of [replay.md](replay.md#measures---json); *not a prefix*: Σ of the "
+        "tokens of each call that are not (what a prefix cache cannot serve); *cache-priced*: the input priced "
+        "as a provider's prefix cache bills it, the shared prefix at 0.1× and the rest at 1.25× (Anthropic's "
+        "cache-read and cache-write multipliers), against full history priced the same way; "
+        "*edits with target in context*: "
+        "for context_os, the file object active at its latest version (in brackets in the summaries: of "
+        "those, the edits whose replaced text is in what the file shows, its window of a long file; an edit "
+        "by line numbers or that replaces no text counts as not shown); for the others, the file's latest read "
+        "result or write and every edit since are in the messages sent (tool output not cleared); *stale file "
+        "view*: the messages sent show some file as read or written before a later change; *orphaned*: pairing "
+        "problems the strategy made (a tool call sent without its result, a result without its call), not "
+        "those the recording itself has.",
+        f"Aims, per session: every session 0 orphans and prefix stability ≥ {PREFIX_BAR:.2f} (or full history's "
+        "own, when a session is too short for that: *prefix*); sessions of "
+        f"≥ {LONG} calls: 0 calls with a stale file view (*stale*), tokens ≤ {TOKEN_BAR:.0%} of full history "
+        f"(*tokens*), ≥ {EDIT_BAR:.0%} of edit targets in context (*edits*; where full history itself keeps fewer, "
+        "because the agent edits files the session never read or wrote, its share is the ceiling, said in the "
+        f"row), and the fewest tokens of the strategies that keep that share (*fewest*); "
+        f"sessions whose largest input stays under {SMALL_TOKENS // 1000}k tokens: cache-priced no dearer than "
+        "full history (*small*).",
+    ]
 
 
 def main() -> int:
     by_set = {which: run_set(which) for which in SETS}
-    parts = list(INTRO)
+    parts = intro([run.session for runs in by_set.values() for run in runs])
     met_all = True
     for which, runs in by_set.items():
         verdicts = [verdict(run) for run in runs]

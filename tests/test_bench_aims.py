@@ -79,6 +79,20 @@ def test_the_two_sets_hold_distinct_real_sessions() -> None:
     assert {s.kind for s in check} == {"pi", "claude-code", "swe-agent", "mini-swe-agent", "openhands", "gemini-cli"}
     with pytest.raises(ValueError, match="unknown set"):
         bench_sessions("train")
+    from bench._sessions import AGENTS
+
+    assert {s.kind for s in tuning + check} - {"demo"} <= AGENTS.keys()  # each agent named in the section
+
+
+def test_the_strategies_section_names_the_agents_of_the_sessions_it_measured() -> None:
+    from bench._sessions import agents
+    from bench.strategies import intro
+
+    t = Transcript("openai", "openai", "openai", [{"role": "user", "content": "go"}])
+    sessions = [BenchSession("check", kind, kind, None, t) for kind in ("mini-swe-agent", "demo", "gemini-cli", "pi")]
+    assert agents(sessions) == "Pi, Gemini CLI and mini-swe-agent"
+    assert "real recorded runs of Pi, Gemini CLI and mini-swe-agent, split" in " ".join(intro(sessions))
+    assert agents(sessions[:1]) == "mini-swe-agent"
 
 
 def test_the_scale_aims_name_what_is_missed_and_the_floors() -> None:
