@@ -207,3 +207,24 @@ def test_the_sessions_readme_counts_the_calls_ctxos_replay_counts() -> None:
             continue
         said = [int(n) for n in re.findall(r"\d+", cells[3])]
         assert sorted(said) == sorted(n for f in files for n in calls[f]), row
+
+
+def test_the_session_ingest_section_says_where_this_runs_aim_is_met() -> None:
+    from bench.session_ingest import section
+
+    def rows(*xtdb: float) -> list[dict[str, float | int | None]]:
+        per_call = (1, 10, 100, None)
+        return [
+            {"per_call": k, "calls": 1, "xtdb": x, "node": 2 * x, "sqlite": 2_000.0}
+            for k, x in zip(per_call, xtdb, strict=True)
+        ]
+
+    text = section(rows(700, 1_900, 2_100, 2_050), 4_201, 1_692)  # type: ignore[arg-type]
+    assert "**met** (best 2,100). The aim is met at 100 turns per call and with the whole session in one call" in text
+    assert "; not at one turn per call (a live agent). XTDB over SQLite at 1 turn per call: 0.35." in text
+    assert "| 10 | 1 | 1,900 | 3,800 | 2,000 |" in text and "(4,201 messages, 1,692 turns)" in text
+    text = section(rows(700, 2_400, 2_300, 1_900), 4_201, 1_692)  # type: ignore[arg-type]
+    assert "The aim is met at 10 and 100 turns per call (an import" in text
+    assert "**MISSED** (best 1,500). The aim is met at no number" in section(rows(500, 1_500, 1_400, 1_000), 1, 1)  # type: ignore[arg-type]
+    assert "one turn per call (a live agent) included" in section(rows(2_001, 2_400, 2_300, 2_100), 1, 1)  # type: ignore[arg-type]
+
