@@ -228,3 +228,20 @@ def test_the_session_ingest_section_says_where_this_runs_aim_is_met() -> None:
     assert "**MISSED** (best 1,500). The aim is met at no number" in section(rows(500, 1_500, 1_400, 1_000), 1, 1)  # type: ignore[arg-type]
     assert "one turn per call (a live agent) included" in section(rows(2_001, 2_400, 2_300, 2_100), 1, 1)  # type: ignore[arg-type]
 
+
+def test_the_core_section_gives_every_target_and_aim_its_verdict() -> None:
+    from bench.core import section
+
+    demo = {"turns": 88, "tokens_full": 1000, "tokens_assembled": 300, "ratio": 0.3}
+    demo |= {"orphaned_tool_results": 0, "frames_verified": 88, "frames": 88}
+    rounds = [(5_000.0, 60_000.0, 4_200), (6_000.0, 61_000.0, 4_200), (6_500.0, 62_000.0, 4_200)]
+    text, ok = section(demo, [0.001] * 100, [0.0012] * 1000, rounds)
+    assert ok
+    assert (
+        "every frame verified): met." in text
+        and "**1.20×** (target ≤ 2×: met; aim p50 < 5 ms\nat 1,000 turns: met)" in text
+    )
+    assert "| context_os (median of 3 rounds; range 5,000–6,500) | 6,000 |" in text and "messages/s: met." in text
+    text, ok = section(demo | {"ratio": 0.41}, [0.004] * 100, [0.006] * 1000, [(1_900.0, 60_000.0, 4_200)])
+    assert not ok and "every frame verified): **MISSED**." in text and "messages/s: **MISSED**." in text
+    assert "(target ≤ 2×: met; aim p50 < 5 ms\nat 1,000 turns: **MISSED**)" in text
