@@ -30,6 +30,22 @@ def pct(values: list[float], p: float) -> float:
     return s[k]
 
 
+def against(
+    value: float, bar: float, *, under: bool = False, digits: int = 3, percent: bool = False
+) -> tuple[str, str]:
+    """``value`` and ``bar`` written to ``digits`` decimals (of a percentage, with ``percent``), or
+    to as many more as it takes for a value on the wrong side of the bar not to read as equal to it
+    (0.8998 against 0.9000, not 0.900 against 0.900). The aim is met at or over the bar, or at or
+    under it with ``under``."""
+    scale = 100 if percent else 1
+    missed = value > bar + 1e-9 if under else value < bar - 1e-9
+    for d in range(digits, digits + 4):
+        shown, limit = f"{value * scale:.{d}f}", f"{bar * scale:.{d}f}"
+        if not missed or shown != limit:
+            break
+    return (f"{shown}%", f"{limit}%") if percent else (shown, limit)
+
+
 def rss_mb() -> float:
     """Resident set size of this process in MB, from /proc (Linux)."""
     for line in Path("/proc/self/status").read_text().splitlines():

@@ -26,7 +26,7 @@ from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import demo_transcript, read_sessions
 from context_os.sources.recall import Recall
 
-from ._report import write_section
+from ._report import against, write_section
 from ._sessions import LONG, SESSIONS, SETS, SHARED_PI, session_files
 
 
@@ -61,6 +61,11 @@ def pi_section(r: dict[str, Any]) -> tuple[bool, str]:
     def met(key: str) -> str:
         return "met" if checks[key] else "**MISSED**"
 
+    # as many decimals as it takes for a value on the wrong side of its bar not to read as on it
+    shown_ratio = against(ratio, 0.25, under=True, digits=1, percent=True)[0]
+    shown_prefix = against(r["prefix_stability"], 0.90)[0]
+    shown_edits = against(edits, 0.9, digits=1, percent=True)[0]
+
     print(
         f"replay: {r['tokens_assembled']:,} / {r['tokens_full']:,} tokens = {ratio:.1%}, prefix stability "
         f"{r['prefix_stability']:.3f}, edits {r['edits_with_target_active']}/{r['edits_total']}, "
@@ -80,12 +85,12 @@ sides. Definitions: [replay.md](replay.md).
 | model calls | {r["turns"]} | |
 | `tokens_full` (naive transcript) | {r["tokens_full"]:,} | |
 | what Pi's own compaction sent | {r["tokens_pi_compacted"]:,} ({r["tokens_pi_compacted"] / r["tokens_full"]:.1%}) | (reference) |
-| `tokens_assembled` | {r["tokens_assembled"]:,} ({ratio:.1%}) | ≤ 25%: {met("tokens")} |
-| `prefix_stability` | {r["prefix_stability"]:.3f} | ≥ 0.90: {met("prefix")} |
+| `tokens_assembled` | {r["tokens_assembled"]:,} ({shown_ratio}) | ≤ 25%: {met("tokens")} |
+| `prefix_stability` | {shown_prefix} | ≥ 0.90: {met("prefix")} |
 | `orphaned_tool_results` | {r["orphaned_tool_results"]} | 0: {met("orphans")} |
 | calls showing a stale file view: full / context_os | {r["stale_file_views_full"]} / {r["stale_file_views_assembled"]} | 0: {met("stale")} |
 | frames verified / checked / written | {r["frames_verified"]} / {r["frames_checked"]} / {r["frames"]} | all: {met("frames")} |
-| `edits_with_target_active` / `edits_total` | {r["edits_with_target_active"]} / {r["edits_total"]} ({edits:.1%}) | ≥ 90%: {met("edits")} |
+| `edits_with_target_active` / `edits_total` | {r["edits_with_target_active"]} / {r["edits_total"]} ({shown_edits}) | ≥ 90%: {met("edits")} |
 | edits whose replaced text was in view | {r["edits_with_target_text_shown"]} | |
 | file objects / versions | {r["files"]} / {r["file_versions"]} | |
 | time (replay + verifying every frame) | {r["seconds"]:.1f} s ({r["seconds_verify"]:.1f} s verifying) | < 60 s: {met("time")} |

@@ -28,7 +28,7 @@ from context_os import Session, open_store
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript
 
-from ._report import write_section
+from ._report import against, write_section
 from ._sessions import LONG, SETS, SMALL_TOKENS, BenchSession, agents, bench_sessions
 from ._strategies import (
     ClearToolResults,
@@ -165,22 +165,6 @@ class Aim:
     met: bool
     why: str
     """The numbers, said so that a missed aim explains itself."""
-
-
-def against(
-    value: float, bar: float, *, under: bool = False, digits: int = 3, percent: bool = False
-) -> tuple[str, str]:
-    """``value`` and ``bar`` written to ``digits`` decimals (of a percentage, with ``percent``), or
-    to as many more as it takes for a value on the wrong side of the bar not to read as equal to it
-    (0.8998 against 0.9000, not 0.900 against 0.900). The aim is met at or over the bar, or at or
-    under it with ``under``."""
-    scale = 100 if percent else 1
-    missed = value > bar + 1e-9 if under else value < bar - 1e-9
-    for d in range(digits, digits + 4):
-        shown, limit = f"{value * scale:.{d}f}", f"{bar * scale:.{d}f}"
-        if not missed or shown != limit:
-            break
-    return (f"{shown}%", f"{limit}%") if percent else (shown, limit)
 
 
 def prefix_bar(run: SessionRun) -> float:

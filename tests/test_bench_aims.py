@@ -245,3 +245,22 @@ def test_the_core_section_gives_every_target_and_aim_its_verdict() -> None:
     text, ok = section(demo | {"ratio": 0.41}, [0.004] * 100, [0.006] * 1000, [(1_900.0, 60_000.0, 4_200)])
     assert not ok and "every frame verified): **MISSED**." in text and "messages/s: **MISSED**." in text
     assert "(target ≤ 2×: met; aim p50 < 5 ms\nat 1,000 turns: **MISSED**)" in text
+
+
+def test_the_pi_session_table_never_shows_a_missed_figure_as_on_its_bar() -> None:
+    from bench.replay import pi_section
+
+    r = {"turns": 484, "tokens_full": 100_000, "tokens_assembled": 25_004, "tokens_pi_compacted": 43_000}
+    r |= {"prefix_stability": 0.89996, "orphaned_tool_results": 0, "stale_file_views_full": 470}
+    r |= {"stale_file_views_assembled": 0, "frames_verified": 484, "frames_checked": 484, "frames": 484}
+    r |= {"edits_with_target_active": 8_999, "edits_total": 10_000, "edits_with_target_text_shown": 100}
+    r |= {"files": 1, "file_versions": 1, "seconds": 5.0, "seconds_verify": 4.0, "peak_rss_mb": 99.0}
+    ok, text = pi_section(r)
+    assert not ok
+    assert "| 25,004 (25.004%) | ≤ 25%: **MISSED** |" in text
+    assert "| `prefix_stability` | 0.89996 | ≥ 0.90: **MISSED** |" in text
+    assert "| 8999 / 10000 (89.99%) | ≥ 90%: **MISSED** |" in text
+    ok, text = pi_section(
+        r | {"tokens_assembled": 12_700, "prefix_stability": 0.927, "edits_with_target_active": 9_700}
+    )
+    assert ok and "(12.7%) | ≤ 25%: met |" in text and "| 0.927 | ≥ 0.90: met |" in text and "(97.0%)" in text
