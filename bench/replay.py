@@ -23,7 +23,7 @@ from typing import Any
 
 from context_os import Session, open_store
 from context_os.replay.run import replay_transcript
-from context_os.replay.transcripts import demo_transcript, read_sessions
+from context_os.replay.transcripts import Transcript, demo_transcript, read_sessions
 from context_os.sources.recall import Recall
 
 from ._report import against, write_section
@@ -99,15 +99,26 @@ sides. Definitions: [replay.md](replay.md).
     return all(checks.values()), body
 
 
+def neighbours() -> tuple[list[Transcript], str]:
+    """The sessions the store holds before the recall replay, and what they are, said for the
+    section: the demo and the sessions of the tuning set's first Claude Code files (those of
+    ``tuning/claude-code/`` itself, with their sub-agents; not the ones of ``entire/``)."""
+    files = [f for f in session_files("tuning") if f.parent == SESSIONS / "tuning" / "claude-code"]
+    others = [demo_transcript()] + [t for f in files for t in read_sessions(f)]
+    said = (
+        f"the demo and the {len(others) - 1} sessions of the {len(files)} Claude Code files of "
+        "`bench/sessions/tuning/claude-code/`, sub-agents included"
+    )
+    return others, said
+
+
 def with_recall(path: Path, plain: dict[str, Any]) -> tuple[bool, str]:
     """The session replayed again with recall on, in a store that already holds other sessions
-    (the demo and the tuning set's Claude Code sessions): auto recall at each user message, its
-    hits in the object index (keyword recall: what a store without an embedder does). Its
-    figures must hold: prefix stability ≥ 0.90, tokens and edits as without recall."""
+    (``neighbours``): auto recall at each user message, its hits in the object index (keyword
+    recall: what a store without an embedder does). Its figures must hold: prefix stability ≥
+    0.90, tokens ≤ 25% of full history, ≥ 90% of edit targets, every frame verified, no orphan."""
     with tempfile.TemporaryDirectory() as d, open_store(f"sqlite:///{d}/recall.db") as store:
-        others = [demo_transcript()] + [
-            t for f in session_files("tuning") if f.parent.name == "claude-code" for t in read_sessions(f)
-        ]
+        others, said = neighbours()
         for k, t in enumerate(others):
             with Session.open(store, f"other-{k}", harness=t.harness, workspace=t.cwd) as s:
                 replay_transcript(t, s, verify="none")
@@ -132,8 +143,8 @@ def with_recall(path: Path, plain: dict[str, Any]) -> tuple[bool, str]:
     )
     body = f"""### The real Pi session with recall on
 
-The same replay in a store that already holds {len(others)} other sessions (the demo and the tuning
-set's Claude Code sessions), with a keyword `Recall` source consulted at each user message (its
+The same replay in a store that already holds {len(others)} other sessions ({said}),
+with a keyword `Recall` source consulted at each user message (its
 hits enter the object index, one line each; the agent activates what it wants). Aim: the figures
 hold.
 

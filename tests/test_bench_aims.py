@@ -264,3 +264,16 @@ def test_the_pi_session_table_never_shows_a_missed_figure_as_on_its_bar() -> Non
         r | {"tokens_assembled": 12_700, "prefix_stability": 0.927, "edits_with_target_active": 9_700}
     )
     assert ok and "(12.7%) | ≤ 25%: met |" in text and "| 0.927 | ≥ 0.90: met |" in text and "(97.0%)" in text
+
+
+@pytest.mark.slow
+def test_the_recall_replay_says_which_sessions_its_store_holds() -> None:
+    from bench._sessions import SESSIONS
+    from bench.replay import neighbours
+
+    others, said = neighbours()
+    files = sorted((SESSIONS / "tuning" / "claude-code").glob("*.jsonl"))
+    assert len(files) == 4 and len(others) == 1 + 9  # the demo; 3 + 3 + 2 + 1 sessions
+    assert said == f"the demo and the 9 sessions of the {len(files)} Claude Code files of " + (
+        "`bench/sessions/tuning/claude-code/`, sub-agents included"
+    )
