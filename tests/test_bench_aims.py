@@ -279,3 +279,20 @@ def test_the_recall_replay_says_which_sessions_its_store_holds() -> None:
     assert said == f"the demo and the 9 sessions of the {len(files)} Claude Code files of " + (
         "`bench/sessions/tuning/claude-code/`, sub-agents included"
     )
+
+
+def test_the_file_tracker_section_takes_the_trackers_own_debounce() -> None:
+    import inspect
+
+    from bench.file_tracker import DEBOUNCE, section
+
+    from context_os.files import FileTracker
+
+    assert inspect.signature(FileTracker).parameters["debounce"].default == DEBOUNCE
+    tracked, raw = [0.0523] * 10, [0.0002] * 10
+    text, ok = section(tracked, raw, (50.0, 51.0, 77.0), 2.5, 0.08)
+    assert ok and "The tracker waits 80 ms of quiet" in text
+    assert "| tracker minus its 80 ms debounce | -27.7 ms | -27.7 ms |" in text
+    text, ok = section([0.3] * 10, raw, (50.0, 51.0, 200.0), 2.5, DEBOUNCE)
+    assert not ok and f"minus its {DEBOUNCE * 1e3:.0f} ms debounce | 250.0 ms" in text
+    assert "Target p95 ≤ 250 ms: **MISSED**" in text and "Target ≤ 100 MB extra: **MISSED**" in text
