@@ -1,6 +1,7 @@
 """Every recorded session in ``bench/sessions`` (Pi, Claude Code and its sub-agents' files,
-SWE-agent, OpenHands) replays end to end through ``ctxos replay --json --verify last``: every
-session the file holds, no orphaned tool result, no stale file view, every checked frame verified."""
+Gemini CLI, SWE-agent, mini-swe-agent, OpenHands) replays end to end through ``ctxos replay
+--json --verify last``: every session the file holds, no orphaned tool result, no stale file
+view, every checked frame verified."""
 
 from __future__ import annotations
 
