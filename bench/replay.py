@@ -26,7 +26,7 @@ from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript, demo_transcript, read_sessions
 from context_os.sources.recall import Recall
 
-from ._report import against, write_section
+from ._report import against, left_out, write_section
 from ._sessions import LONG, SESSIONS, SETS, SHARED_PI, session_files
 
 
@@ -220,7 +220,7 @@ def main() -> int:
         ok = ok and recall_ok
         parts.append(body)
     else:
-        print(f"replay: {SHARED_PI} not found: the detailed table is left out", file=sys.stderr)
+        left_out(f"{SHARED_PI} not found: the detailed table is left out")
     files_ok, body = files_section(rows)
     ok = ok and files_ok
     parts.append(body)

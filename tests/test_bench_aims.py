@@ -296,3 +296,22 @@ def test_the_file_tracker_section_takes_the_trackers_own_debounce() -> None:
     text, ok = section([0.3] * 10, raw, (50.0, 51.0, 200.0), 2.5, DEBOUNCE)
     assert not ok and f"minus its {DEBOUNCE * 1e3:.0f} ms debounce | 250.0 ms" in text
     assert "Target p95 ≤ 250 ms: **MISSED**" in text and "Target ≤ 100 MB extra: **MISSED**" in text
+
+
+def test_a_run_that_left_data_out_rewrites_no_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Without the real data beside the repository (or at $CTXOS_BENCH_DATA), a bench's sections
+    would lose what the docs quote from them (the real Pi session's table): it says what it left
+    out and leaves docs/benchmarks.md as it is."""
+    import bench._report as report
+
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## Replay\n\nthe table as measured\n")
+    monkeypatch.setattr(report, "DOC", doc)
+    monkeypatch.setattr(report, "LEFT_OUT", [])
+    report.write_section("Replay", "a new table")
+    assert "a new table" in doc.read_text()
+    report.left_out("/nowhere/before-compaction.jsonl not found: the real Pi session is left out")
+    report.write_section("Replay", "a table without it")
+    assert "a table without it" not in doc.read_text() and "a new table" in doc.read_text()
+    said = capsys.readouterr().err
+    assert "set CTXOS_BENCH_DATA" in said and "docs/benchmarks.md not rewritten, its '## Replay' kept" in said
