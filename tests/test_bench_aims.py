@@ -243,6 +243,10 @@ def test_the_core_section_gives_every_target_and_aim_its_verdict() -> None:
         and "**1.20×** (target ≤ 2×: met; aim p50 < 5 ms\nat 1,000 turns: met)" in text
     )
     assert "| context_os (median of 3 rounds; range 5,000–6,500) | 6,000 |" in text and "messages/s: met." in text
+    assert "Where a turn's time went" not in text  # no split measured, none said
+    text, _ = section(demo, [0.001] * 100, [0.0012] * 1000, rounds, (120e-6, 220e-6, 33e-6))
+    assert "340 µs, of which taking its messages in" in text and "`Session.sync`) 120 µs" in text
+    assert "(`flush`) 220 µs; the bare loop's turn 33 µs." in text
     text, ok = section(demo | {"ratio": 0.41}, [0.004] * 100, [0.006] * 1000, [(1_900.0, 60_000.0, 4_200)])
     assert not ok and "every frame verified): **MISSED**." in text and "messages/s: **MISSED**." in text
     assert "(target ≤ 2×: met; aim p50 < 5 ms\nat 1,000 turns: **MISSED**)" in text
