@@ -17,9 +17,11 @@ from context_os import Session
 from context_os.context.evict import EVICTED_TEXT, evict, tombstone_id
 from context_os.context.frames import frame_docs, get_frame, verify_frame
 from context_os.context.policy import RetentionPolicy
+from context_os.context.source_tools import SourceTools
 from context_os.files import FileTools, Workspace
 from context_os.files.index import EVICTED_BYTES
 from context_os.harness import OpenAIHook
+from context_os.sources.recall import open_recall
 from context_os.store import Store
 from context_os.store.sqlite import SqliteStore
 from tests._reliability import Counts
@@ -153,6 +155,34 @@ def test_an_evicted_file_leaves_the_session_and_its_bytes_are_not_indexed_again(
     fixed = json.loads(tools.call("read", {"path": "conf.ini"}))
     assert fixed["id"] == again["id"] and "content_omitted" not in fixed
     assert "from-the-vault" in _text(hook.transform_context([*msgs, say("ok"), user("fixed")]))
+    s.close()
+
+
+def test_a_recall_hit_that_quoted_an_evicted_object_goes_with_it(store: Store, uid: str, reliability: Counts) -> None:
+    # Recall copies what it finds into the session: a recall object (``recall:<id>#<part>``)
+    # holding the hit's text, and its preview in the object index. Evicting the object it quoted
+    # left both in the store (and in every index block that listed the hit), and the running
+    # session kept showing the hit.
+    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
+    hook = OpenAIHook(s)
+    SourceTools(s, recall=open_recall(store, None)).register(hook.registry)
+    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", f"DEPLOY_TOKEN={SECRET}")]
+    hook.transform_context(msgs)
+    msgs += [say("done"), user("what was the DEPLOY_TOKEN again?")]  # recalled at this message
+    hook.transform_context(msgs)
+    oid = f"toolcall:{uid}:c1"
+    hits = [v.id for v in store.find("recall", {"object": oid})]
+    assert hits, "the user message recalled the tool output"
+    done = evict(store, oid)
+    assert done["derived"] == hits
+    assert SECRET not in _everywhere(store) and SECRET.encode() not in _on_disk(store)
+    assert all(store.get(tombstone_id(h)) is not None for h in hits)
+    msgs += [say("it is erased"), user("fine")]
+    context = hook.transform_context(msgs)
+    _count(reliability, store, context)
+    assert SECRET not in _text(context) and not any(h in s.view.objects for h in hits)
+    assert SECRET not in _everywhere(store)
+    assert verify_frame(store, get_frame(store, uid, s.view.turn)).ok
     s.close()
 
 

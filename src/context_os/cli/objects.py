@@ -222,9 +222,11 @@ def evict_cmd(ctx: click.Context, object_id: str, yes: bool, as_json: bool) -> N
         if as_json:
             emit_json(result)
         else:
+            quoted = result["derived"]
+            also = f", with the {len(quoted)} recall hit(s) that quoted it ({', '.join(quoted)})" if quoted else ""
             click.echo(
-                f"{oid}: {len(versions)} version(s) erased (tx {result['tx_id']}); running sessions drop it at "
-                "their next turn. Frames that showed it no longer verify."
+                f"{oid}: {len(versions)} version(s) erased (tx {result['tx_id']}){also}; running sessions drop "
+                "it at their next turn. Frames that showed it no longer verify."
             )
         if result["left_in_files"]:
             click.echo(

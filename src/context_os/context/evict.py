@@ -18,8 +18,9 @@ The tombstone is what every writer checks before it writes something that may ho
   it metadata-only until the file changes).
 
 The blocks that showed the object in rendered contexts (its text as the active pool showed it,
-and patches of it) are evicted with it. Frames that showed an evicted object no longer verify
-(nor re-render): that is the point.
+and patches of it) are evicted with it, as are the recall objects that quoted it (each with its
+own tombstone) and the object-index blocks that listed either (a path, a recall hit's preview).
+Frames that showed an evicted object no longer verify (nor re-render): that is the point.
 
 This module writes tombstones and evictions only; it never reads or changes a session's view.
 """
@@ -32,6 +33,7 @@ from ..errors import NotFound
 from ..objects import TombstoneDoc
 from ..store.base import Evict, Put, Store, next_valid_time, now_ms
 from .entries import Entry, ToolCall
+from .view import INDEX_KEY
 
 __all__ = ["EVICTED_TEXT", "evict", "scrub_entries", "tombstone_id"]
 
@@ -74,17 +76,15 @@ def scrub_entries(entries: list[Entry]) -> list[Entry]:
     return out
 
 
-def evict(store: Store, obj_id: str, *, reason: str = "evicted") -> dict[str, Any]:
-    """Erase every version of ``obj_id`` and leave its tombstone; returns what was done."""
-    latest = store.history(obj_id, "desc", with_docs=True)
+def _tombstone(obj_id: str, latest: list[Any], reason: str, blocks: int) -> dict[str, Any]:
+    """The tombstone of ``obj_id``, whose versions (newest first) are ``latest``, evicted with
+    ``blocks`` blocks."""
     docs = [v.doc for v in latest if v.doc is not None]
-    if not latest:
-        raise NotFound(f"no object {obj_id!r} in {store.url}")
     doc: dict[str, Any] = docs[0] if docs else {"kind": obj_id.split(":", 1)[0], "meta": {}}
     meta: dict[str, Any] = doc.get("meta") or {}
     kind = str(doc.get("kind"))
     tomb_meta: dict[str, Any] = {"object": obj_id, "object_kind": kind}
-    content: dict[str, Any] = {"evicted_at": now_ms(), "reason": reason, "versions": len(latest)}
+    content: dict[str, Any] = {"evicted_at": now_ms(), "reason": reason, "versions": len(latest), "blocks": blocks}
     if isinstance(meta.get("session"), str):
         tomb_meta["session"] = meta["session"]
     if kind == "chat":
@@ -95,17 +95,58 @@ def evict(store: Store, obj_id: str, *, reason: str = "evicted") -> dict[str, An
         content["shas"] = sorted({str(d["meta"]["sha"]) for d in docs if (d.get("meta") or {}).get("sha")})
         if meta.get("abs_path"):
             tomb_meta["abs_path"] = meta["abs_path"]
-    # the blocks that showed it (its text, or patches of it) in rendered contexts go with it
-    blocks = sorted(v.id for v in store.find("block", {"object": obj_id}))
-    content["blocks"] = len(blocks)
-    tomb = TombstoneDoc(id=tombstone_id(obj_id), content=content, meta=tomb_meta).to_doc()
-    tx = store.submit([Evict(obj_id), *(Evict(b) for b in blocks), Put(tomb, next_valid_time())])
+    return TombstoneDoc(id=tombstone_id(obj_id), content=content, meta=tomb_meta).to_doc()
+
+
+def _index_blocks(store: Store, ids: list[str]) -> list[str]:
+    """The object-index blocks (``block:…`` of object ``index``) with a line for one of ``ids``:
+    a line holds the object's path, or a recall hit's preview."""
+    lines = tuple(f"\n- {i} " for i in ids)
+    return [
+        v.id
+        for v in store.find("block", {"object": INDEX_KEY})
+        if v.doc is not None and isinstance(v.doc.get("content"), str) and any(x in v.doc["content"] for x in lines)
+    ]
+
+
+def evict(store: Store, obj_id: str, *, reason: str = "evicted") -> dict[str, Any]:
+    """Erase every version of ``obj_id`` and leave its tombstone; returns what was done.
+
+    What was made of its text goes with it, in the same transaction: the recall objects that
+    quoted it (``recall:<id>#<part>``, each with its own tombstone, so running sessions drop them
+    too), the blocks that showed it or them (their text, patches of it), and the object-index
+    blocks that listed any of them (a path, a recall hit's preview)."""
+    latest = store.history(obj_id, "desc", with_docs=True)
+    if not latest:
+        raise NotFound(f"no object {obj_id!r} in {store.url}")
+    gone = {obj_id: latest}
+    for v in store.find("recall", {"object": obj_id}):
+        if v.id not in gone and (versions := store.history(v.id, "desc", with_docs=True)):
+            gone[v.id] = versions
+    # the blocks that showed them (their text, or patches of it) in rendered contexts go with them
+    shown = {g: sorted(v.id for v in store.find("block", {"object": g})) for g in gone}
+    blocks = sorted({b for bs in shown.values() for b in bs})
+    index_blocks = sorted(set(_index_blocks(store, list(gone))) - set(blocks))
+    derived = sorted(g for g in gone if g != obj_id)
+    tombs = [
+        _tombstone(obj_id, latest, reason, len(blocks) + len(index_blocks)),
+        *(_tombstone(d, gone[d], f"{reason}: it quoted {obj_id}", len(shown[d])) for d in derived),
+    ]
+    valid = next_valid_time()
+    tx = store.submit(
+        [
+            *(Evict(g) for g in gone),
+            *(Evict(b) for b in [*blocks, *index_blocks]),
+            *(Put(t, valid) for t in tombs),
+        ]
+    )
     return {
         "id": obj_id,
         "versions": len(latest),
-        "blocks": len(blocks),
+        "blocks": len(blocks) + len(index_blocks),
+        "derived": derived,
         "evicted": tx.committed,
         "tx_id": tx.id,
-        "tombstone": tomb["id"],
+        "tombstone": tombs[0]["id"],
         "left_in_files": tx.left_in_files,
     }
