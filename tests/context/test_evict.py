@@ -209,6 +209,45 @@ def test_ctxos_evict_from_another_process_while_a_session_runs(tmp_path: Path, r
     assert SECRET.encode() not in path.read_bytes()
 
 
+def test_ctxos_evict_containing_erases_every_copy_of_a_text(tmp_path: Path, reliability: Counts) -> None:
+    # A secret is rarely in one object: the agent read it with ``lines``, printed it again with
+    # bash, quoted it in its answer. Evicting the object it first came in left every copy, and a
+    # user had no way to find them all short of reading the store.
+    path = tmp_path / "s.db"
+    store = SqliteStore(path)
+    s = Session.open(store, "live", redact=False)
+    hook = OpenAIHook(s)
+    msgs = [user("hi"), call("c1", "bash", command="cat .env"), result("c1", f"SECRET={SECRET}\nMODE=prod")]
+    hook.transform_context(msgs)
+    quoted = hook.call_tool("lines", {"id": "toolcall:live:c1", "start": 1, "end": 1})
+    msgs += [call("c2", "lines", id="toolcall:live:c1", start=1, end=1), result("c2", quoted)]
+    msgs += [call("c3", "bash", command="env | grep SECRET"), result("c3", f"SECRET={SECRET}")]
+    msgs += [say(f"The secret is {SECRET}."), user("thanks")]
+    hook.transform_context(msgs)
+    holders = {"toolcall:live:c1", "toolcall:live:c2", "toolcall:live:c3", "chat:live:00000"}
+    ctxos = [str(Path(sys.executable).parent / "ctxos"), "--store", str(path), "objects", "evict"]
+    listed = subprocess.run([*ctxos, "--containing", "-", "--json"], input=SECRET, capture_output=True, text=True)
+    assert listed.returncode == 1, listed.stderr
+    found = json.loads(listed.stdout)
+    assert holders <= {o["id"] for o in found["objects"]} and found["evicted"] is False
+    assert SECRET not in listed.stdout + listed.stderr  # never echoed back
+    done = subprocess.run(
+        [*ctxos, "--containing", "-", "--yes", "--json"], input=SECRET, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert holders <= set(json.loads(done.stdout)["evicted_ids"])
+    assert SECRET not in _everywhere(store) and SECRET.encode() not in _on_disk(store)
+    msgs += [say("ok"), user("next")]
+    context = hook.transform_context(msgs)
+    _count(reliability, store, context)
+    assert SECRET not in _text(context) and "next" in _text(context)
+    s.close()
+    store.close()
+    assert SECRET.encode() not in path.read_bytes()
+    again = subprocess.run([*ctxos, "--containing", "-", "--json"], input=SECRET, capture_output=True, text=True)
+    assert again.returncode == 0 and json.loads(again.stdout)["objects"] == []  # nothing left
+
+
 READER = """
 import sqlite3, sys
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)

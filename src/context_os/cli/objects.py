@@ -8,11 +8,12 @@ It never writes, but through ``context.evict`` (``evict --yes``)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
 
-from ..context.evict import evict
+from ..context.evict import KEPT_KINDS, evict, holding
 from ..context.load import content_lines, object_states, unified_diff, version_row
 from ..errors import InputError, NotFound
 from ..files.index import find_file_object
@@ -196,19 +197,31 @@ def inspect_cmd(
 
 
 @objects.command("evict")
-@click.argument("object_id")
+@click.argument("object_id", required=False)
+@click.option(
+    "--containing",
+    metavar="TEXT",
+    help="Instead of one object: every object any version of which holds TEXT (a leaked key and"
+    " every copy of it); '-' reads TEXT from stdin, which keeps it out of the shell's history.",
+)
 @click.option("--yes", is_flag=True, help="Really erase it; without it nothing is changed.")
 @json_option
 @click.pass_context
 @fails_cleanly
-def evict_cmd(ctx: click.Context, object_id: str, yes: bool, as_json: bool) -> None:
-    """Erase every version of an object (a leaked secret); needs --yes."""
+def evict_cmd(ctx: click.Context, object_id: str | None, containing: str | None, yes: bool, as_json: bool) -> None:
+    """Erase an object, or all objects holding a text; needs --yes."""
+    if (object_id is None) == (containing is None):
+        raise click.UsageError("give an object id or path, or --containing TEXT (not both)")
     with store_from(ctx) as store:
+        if containing is not None:
+            _evict_containing(ctx, store, containing, yes, as_json)
+            return
+        assert object_id is not None
         oid = find_file_object(store, object_id)
         versions = store.history(oid, with_docs=False)
         if not versions:
             raise no_object(store, oid)
-        result = {"id": oid, "versions": len(versions), "evicted": False}
+        result: dict[str, Any] = {"id": oid, "versions": len(versions), "evicted": False}
         if not yes:
             if as_json:
                 emit_json(result)
@@ -229,13 +242,71 @@ def evict_cmd(ctx: click.Context, object_id: str, yes: bool, as_json: bool) -> N
                 "it at their next turn. Frames that showed it no longer verify."
             )
         if result["left_in_files"]:
-            click.echo(
-                f"Warning: the erased bytes are still in the files of {store.url}: another process kept reading "
-                "an older snapshot of it. They go once it is done and the store's log is folded back (the next "
-                "eviction, or the last process closing the store).",
-                err=True,
-            )
+            _left_in_files(store)
             ctx.exit(1)
+
+
+def _left_in_files(store: Store) -> None:
+    click.echo(
+        f"Warning: the erased bytes are still in the files of {store.url}: another process kept reading "
+        "an older snapshot of it. They go once it is done and the store's log is folded back (the next "
+        "eviction, or the last process closing the store).",
+        err=True,
+    )
+
+
+def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as_json: bool) -> None:
+    """``evict --containing TEXT``: every object holding ``text``, listed, then erased with --yes.
+    The text itself is never printed."""
+    if text == "-":
+        text = sys.stdin.read().removesuffix("\n").removesuffix("\r")
+    if not text.strip():
+        raise InputError("--containing: the text to look for is empty")
+    found = holding(store, text)
+    kept = [o for o in found if o["kind"] in KEPT_KINDS]
+    if not yes:
+        if as_json:
+            emit_json({"objects": found, "kept": kept, "evicted": False})
+        else:
+            click.echo(f"{len(found)} object(s) hold the text" + (":" if found else "."))
+            for o in found:
+                left = " (kept: a session's own record)" if o in kept else ""
+                click.echo(f"  {o['id']}: {o['versions']} version(s){left}")
+            if found:
+                click.echo("Pass --yes to erase them, in every time. Frames that showed them will no longer verify.")
+        ctx.exit(1 if found else 0)
+    evicted: list[str] = []
+    left_in_files = False
+    # objects before blocks: an object takes the blocks that showed it with it
+    for o in sorted((o for o in found if o not in kept), key=lambda o: (o["kind"] == "block", o["id"])):
+        if o["id"] in evicted or not store.history(o["id"], with_docs=False):
+            continue  # gone with an object evicted before it
+        done = evict(store, o["id"], reason="ctxos evict --containing")
+        evicted += [o["id"], *done["derived"]]
+        left_in_files = left_in_files or bool(done["left_in_files"])
+    remaining = holding(store, text)
+    if as_json:
+        emit_json(
+            {
+                "objects": found,
+                "kept": kept,
+                "evicted": True,
+                "evicted_ids": evicted,
+                "remaining": remaining,
+                "left_in_files": left_in_files,
+            }
+        )
+    else:
+        click.echo(
+            f"{len(evicted)} object(s) erased, with the blocks that showed them; running sessions drop them at"
+            " their next turn. Frames that showed them no longer verify."
+        )
+        for o in remaining:
+            click.echo(f"  still held by {o['id']} ({o['versions']} version(s)): a session's own record, kept")
+    if left_in_files:
+        _left_in_files(store)
+    if remaining or left_in_files:
+        ctx.exit(1)
 
 
 def register(cli: click.Group) -> None:

@@ -29,16 +29,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import NotFound
+from ..errors import InputError, NotFound
 from ..objects import TombstoneDoc
 from ..store.base import Evict, Put, Store, next_valid_time, now_ms
 from .entries import Entry, ToolCall
 from .view import INDEX_KEY
 
-__all__ = ["EVICTED_TEXT", "evict", "scrub_entries", "tombstone_id"]
+__all__ = ["EVICTED_TEXT", "KEPT_KINDS", "evict", "holding", "scrub_entries", "tombstone_id"]
 
 EVICTED_TEXT = "[context_os: erased from the store]"
 """What an evicted chat message's text becomes."""
+
+
+KEPT_KINDS = frozenset({"session", "lease", "state", "frame", "tombstone"})
+"""Kinds ``holding`` names but an eviction by text leaves: what a session needs to open (its
+document, lease, states), its frames (hashes only) and the tombstones that keep evictions in force."""
 
 
 def tombstone_id(obj_id: str) -> str:
@@ -150,3 +155,37 @@ def evict(store: Store, obj_id: str, *, reason: str = "evicted") -> dict[str, An
         "tombstone": tombs[0]["id"],
         "left_in_files": tx.left_in_files,
     }
+
+
+def _holds(value: Any, text: str) -> bool:
+    """Whether a string anywhere in the JSON value ``value`` contains ``text``."""
+    if isinstance(value, str):
+        return text in value
+    if isinstance(value, dict):
+        return any(_holds(k, text) or _holds(v, text) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds(v, text) for v in value)
+    return False
+
+
+def holding(store: Store, text: str) -> list[dict[str, Any]]:
+    """Every object a version of which holds ``text`` in a string (its content, its meta, a tool
+    call's arguments), in any valid and transaction time, corrected versions included:
+    ``[{id, kind, versions}]`` (``versions``: how many hold it), sorted by id. The documents in
+    force are read with their whole history, and so are the objects deleted since whose text the
+    keyword index holds. Reads every version of the store: for a leaked secret, not for a loop."""
+    if not text:
+        raise InputError("the text to look for is empty")
+    ids = {v.id for v in store.find()}
+    after = 0
+    while parts := store.text_parts(after_seq=after, limit=1000):
+        ids.update(p.id for p in parts if text in p.text)
+        after = parts[-1].seq
+    found: list[dict[str, Any]] = []
+    for oid in sorted(ids):
+        versions = store.history(oid, with_docs=True, with_corrections=True)
+        held = [v for v in versions if v.doc is not None and _holds(v.doc, text)]
+        if held:
+            kind = held[-1].doc.get("kind") if held[-1].doc else None
+            found.append({"id": oid, "kind": kind if isinstance(kind, str) else None, "versions": len(held)})
+    return found
