@@ -125,6 +125,27 @@ def test_a_tool_output_evicted_from_a_live_session_is_shown_as_erased(
     s.close()
 
 
+def test_a_frame_that_showed_an_evicted_object_says_it_was_evicted(store: Store, uid: str) -> None:
+    # It said only that a ref no longer resolved to its hash, or that a block was missing
+    # ("evicted?"): the same words as for a damaged store.
+    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
+    hook = OpenAIHook(s)
+    msgs = [user(f"key {SECRET}"), call("c1", "bash", command="env"), result("c1", f"TOKEN={SECRET}")]
+    hook.transform_context(msgs)
+    hook.transform_context([*msgs, say("ok"), user("next")])
+    s.close()
+    for oid in (f"toolcall:{uid}:c1", f"chat:{uid}:00000"):
+        evict(store, oid, reason="leaked")
+    for f in frame_docs(store, uid):
+        check = verify_frame(store, f)
+        assert not check.ok
+        for oid in (f"toolcall:{uid}:c1", f"chat:{uid}:00000"):
+            assert any(p.startswith(f"{oid} was evicted at ") and "(leaked)" in p for p in check.problems), (
+                f["id"],
+                check.problems,
+            )
+
+
 def test_an_evicted_file_leaves_the_session_and_its_bytes_are_not_indexed_again(
     store: Store, uid: str, tmp_path: Path, reliability: Counts
 ) -> None:

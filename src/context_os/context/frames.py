@@ -21,7 +21,7 @@ from ..hashing import verify_doc
 from ..store.base import DocMemo, Store, Version
 from ..times import iso
 from .load import VersionMemo, load_view
-from .view import Rendered, SessionView, sealed_pages_hash
+from .view import Rendered, SessionView, page_id, sealed_pages_hash
 
 __all__ = [
     "FrameCheck",
@@ -249,7 +249,7 @@ def _rerender(store: Store, frame: dict[str, Any], basis: int, memo: FrameMemo) 
     return view, view.render(frame=c, blocks=blocks)
 
 
-def _check_sealed(view: SessionView, ref: dict[str, Any], basis: int) -> list[str]:
+def _check_sealed(store: Store, view: SessionView, ref: dict[str, Any], basis: int) -> list[str]:
     """The full pages a frame names by count and hash must be in the store as of its basis: the
     pages its re-render read there (``view.pages``: an evicted page, scrubbed from its tombstone,
     is not among them)."""
@@ -260,8 +260,31 @@ def _check_sealed(view: SessionView, ref: dict[str, Any], basis: int) -> list[st
             return [f"chat page {page} of {view.session_id} is missing as of tx {basis}"]
         hashes.append(got[2])
     if sealed_pages_hash(hashes) != ref["pages_hash"]:
-        return [f"the {ref['sealed_pages']} full chat pages of {view.session_id} do not hash to {ref['pages_hash']}"]
+        pages = [page_id(view.session_id, page) for page in range(ref["sealed_pages"])]
+        return [
+            f"the {ref['sealed_pages']} full chat pages of {view.session_id} do not hash to {ref['pages_hash']}",
+            *_evicted(store, pages),
+        ]
     return []
+
+
+def _evicted(store: Store, ids: list[str]) -> list[str]:
+    """Why a frame that showed one of ``ids`` no longer verifies, for each that was evicted (its
+    tombstone: context/evict.py): what it showed was erased, on purpose."""
+    out = []
+    for oid in ids:
+        tomb = store.get(f"tombstone:{oid}")
+        if tomb is None or tomb.doc is None:
+            continue
+        content = tomb.doc.get("content") or {}
+        when = content.get("evicted_at")
+        at = f" at {iso(when)}" if isinstance(when, int) else ""
+        why = f" ({content['reason']})" if isinstance(content.get("reason"), str) else ""
+        out.append(
+            f"{oid} was evicted{at}{why}, in tx {tomb.tx_id}: this frame showed what was erased, so it can no"
+            " longer be re-rendered as it was"
+        )
+    return out
 
 
 _FRAME_FIELDS = ("turn", "valid_time", "rendered_hash", "refs")
@@ -300,19 +323,21 @@ def verify_frame(
     except NotFound as e:  # a block it showed was evicted (or the frame itself)
         # its refs still name their transactions, as those of a frame that re-rendered do
         named = c["refs"] if basis is None else [_ref_with_tx(r, basis) for r in c["refs"]]
-        return FrameCheck(frame["id"], False, c["rendered_hash"], "", [*problems, str(e)], refs=named)
+        why = _evicted(store, [r["id"] for r in c["refs"] if "sealed_pages" not in r])
+        return FrameCheck(frame["id"], False, c["rendered_hash"], "", [*problems, str(e), *why], refs=named)
     if rendered.rendered_hash != c["rendered_hash"]:
         problems.append(f"re-rendered hash {rendered.rendered_hash} != recorded {c['rendered_hash']}")
     refs: list[dict[str, Any]] = []
     for ref in c["refs"]:
         if "sealed_pages" in ref:
-            problems += _check_sealed(view, ref, basis)
+            problems += _check_sealed(store, view, ref, basis)
             refs.append(ref)
             continue
         tx = ref_tx(ref, basis)
         refs.append(_ref_with_tx(ref, basis))
         if memo.ref_hash(store, ref["id"], ref["valid_time"], tx) != ref["object_hash"]:
             problems.append(f"static ref {ref['id']} @ tx {tx} does not resolve to {ref['object_hash']}")
+            problems += _evicted(store, [ref["id"]])
     return FrameCheck(
         frame["id"], not problems, c["rendered_hash"], rendered.rendered_hash, problems, rendered, view, basis, refs
     )
