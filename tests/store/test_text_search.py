@@ -528,6 +528,28 @@ def test_xtdb_sidecar_drops_evicted_text_from_its_file(xtdb_url: str, tmp_path: 
 
 
 @pytest.mark.xtdb
+def test_xtdb_sidecar_drops_the_text_another_writer_evicted(xtdb_url: str, tmp_path: Path, uid: str) -> None:
+    # ``ctxos objects evict`` on another machine (or with another sidecar) erased the object on
+    # the node; this machine's sidecar kept its text in its file for good (searches only hid it).
+    from context_os.context.evict import evict
+    from context_os.store.xtdb import XtdbStore
+
+    secret = f"sk{uid}elsewhere"
+    with (
+        XtdbStore(xtdb_url, text_index_path=tmp_path / "here.db") as here,
+        XtdbStore(xtdb_url, text_index_path=tmp_path / "there.db") as there,
+    ):
+        here.put(obj(f"toolcall:{uid}:c1", "toolcall", f"TOKEN={secret}"), T0)
+        here.sync()
+        assert len(here.text_search(secret)) == 1
+        evict(there, f"toolcall:{uid}:c1")
+        there.sync()
+        assert here.text_search(secret) == []  # catches up, and drops what the tombstone names
+        data = b"".join(p.read_bytes() for p in tmp_path.glob("here.db*"))
+        assert secret.encode() not in data
+
+
+@pytest.mark.xtdb
 def test_xtdb_sidecar_holds_back_own_writes_and_a_process_that_dies_loses_none(
     xtdb_url: str, tmp_path: Path, uid: str
 ) -> None:

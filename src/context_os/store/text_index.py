@@ -718,6 +718,7 @@ class SidecarIndex:
                     create_tables(conn)
                     set_meta(conn, "last_tx", -1)
                 last = -1
+            self._forget_evicted(last, latest.id)
             todo = [v.id for kind in INDEXED_KINDS for v in self.store.find(kind, tx_id=latest.id) if v.tx_id > last]
             added = 0
             for n, doc_id in enumerate(todo):
@@ -732,6 +733,26 @@ class SidecarIndex:
             with self._write() as conn:
                 conn.execute("UPDATE text_meta SET value = ? WHERE key = 'last_tx' AND value = ?", (latest.id, last))
             return added, latest
+
+    def _forget_evicted(self, last: int, latest: int) -> None:
+        """Drop the text of what another writer evicted after tx ``last``: an eviction made
+        through ``ctxos objects evict`` (context/evict.py) leaves a tombstone naming each object
+        it erased, in its own transaction. Without this the text stayed in this file for good
+        (searches never showed it: no version holds it)."""
+        gone = [
+            str(t.doc["meta"]["object"])
+            for t in self.store.find("tombstone", tx_id=latest)
+            if t.tx_id > last and t.doc is not None and isinstance((t.doc.get("meta") or {}).get("object"), str)
+        ]
+        if not gone:
+            return
+        with self._write() as conn:
+            purged = any([self._forget(conn, oid) for oid in gone])
+            if purged:
+                purge(conn)
+        if purged:
+            conn.execute("VACUUM")  # free pages and the WAL's old page images still hold the text
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Drop the index and read everything again; how many parts it holds then."""
