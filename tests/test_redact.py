@@ -69,7 +69,14 @@ CATCHES = [
     (f"stripe {STRIPE_TEST}", STRIPE_TEST, "stripe-test-key"),
     (f"maps?key={GOOGLE}&q=1", GOOGLE, "google-api-key"),
     ("postgres://admin:s3cretPass@db.example.com:5432/app", "s3cretPass", "basic-auth-credentials"),
-]
+    # a quoted value assigned to a token name: an OAuth token response, AWS STS credentials, a
+    # JSON string inside JSON (detect-secrets' keyword list has no "token")
+    ('{"access_token": "ya29.a0AfH6SMBx7Qk2LmN3pQ"}', "ya29.a0AfH6SMBx7Qk2LmN3pQ", "secret-assignment"),
+    ('"SessionToken": "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ"',
+     "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ", "secret-assignment"),
+    ('{"r": "{\\"refresh_token\\": \\"1//0gAbCdEfGhIjKl9\\"}"}', "1//0gAbCdEfGhIjKl9", "secret-assignment"),
+    ("auth_token = 'tk_4f9a8b7c6d5e'", "tk_4f9a8b7c6d5e", "secret-assignment"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("text", "secret", "name"), CATCHES, ids=[c[2] + "-" + str(i) for i, c in enumerate(CATCHES)])
@@ -130,6 +137,8 @@ LOOK_ALIKES = [
     "the secret is patience, and the password is long",
     'if line.startswith("-----BEGIN RSA PRIVATE KEY-----"):',  # a parser mentioning the marker
     "Use offset=3 to continue. apiKey?: string",
+    'token = "placeholder"',  # no digit
+    '{"token_type": "Bearer", "expires_in": 3599}',
 ]
 
 
@@ -193,6 +202,7 @@ HOSTILE_RUNS = [
     "sk-", "eyJ", "ghp_", "github_pat_", "AKIA", "xoxb-", "AIza", "sk_test_", "glpat-", "npm_", "pypi-",
     "-----BEGIN RSA PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----\n", "password is a1", "api_key=",
     "key=a1", "Authorization: Bearer ", "https://u:p@", "//r/:_authToken=", "'password': '", 'secret = "',
+    '"token": "a1',
 ]  # fmt: skip
 
 
