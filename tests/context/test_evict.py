@@ -146,6 +146,24 @@ def test_a_frame_that_showed_an_evicted_object_says_it_was_evicted(store: Store,
             )
 
 
+def test_an_eviction_followed_by_a_write_of_the_session_is_still_taken_in(store: Store, uid: str) -> None:
+    # A turn takes in evictions only when someone else wrote since the session's last write. A
+    # write of its own in between (a pin, an activate, a file read between two model calls) made
+    # it look as if nobody had: the next turn showed the evicted output again.
+    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
+    hook = OpenAIHook(s)
+    msgs = [user("env"), call("c1", "bash", command="env"), result("c1", f"TOKEN={SECRET}")]
+    msgs += [call("c2", "bash", command="ls"), result("c2", "a.txt")]
+    assert SECRET in _text(hook.transform_context(msgs))
+    evict(store, f"toolcall:{uid}:c1")  # as another process would
+    hook.call_tool("pin", {"id": f"toolcall:{uid}:c2"})  # the session writes after it
+    msgs += [say("ok"), user("next")]
+    context = hook.transform_context(msgs)
+    assert SECRET not in _text(context) and "erased from the store" in _text(context)
+    assert SECRET not in _everywhere(store)
+    s.close()
+
+
 def test_an_evicted_file_leaves_the_session_and_its_bytes_are_not_indexed_again(
     store: Store, uid: str, tmp_path: Path, reliability: Counts
 ) -> None:

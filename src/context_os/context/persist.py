@@ -56,6 +56,10 @@ class SessionWriter:
         self.last_vt = last_vt
         self.last_tx: int | None = None
         """The id of the transaction this writer wrote last (None: none yet)."""
+        self.skipped = False
+        """Whether a transaction of this writer came after one it did not write (another writer's,
+        an eviction say) since the session last looked (``Session._others_wrote``): its own
+        ``last_tx`` alone would hide that one."""
         self.dirty_pages: set[int] = set()
         """Chat pages whose entries changed since the last flush."""
         self._ops: list[Op] = []
@@ -249,6 +253,9 @@ class SessionWriter:
                 self._pending.append((object_hash, target))
             raise
         self._settle(vt, tx.id, pending)
+        if self.last_tx is not None and min(tx.id, self.last_tx) >= 0 and tx.id != self.last_tx + 1:
+            # (a gap no writer made costs one look; a provisional id, an outbox's, says nothing)
+            self.skipped = True
         self.last_tx = tx.id
         return tx
 

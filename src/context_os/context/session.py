@@ -323,7 +323,7 @@ class Session:
             self._released = [o for o in view.objects.values() if o.kind == "toolcall" and o.collapsed]
         changes: list[StateChange] = []
         if self._others_wrote():  # (not while the store is out of reach: nothing new can be read)
-            self._unchecked = False
+            self._unchecked = self.writer.skipped = False
             changes += self._apply_tombstones()
             changes += self._check_newer()
         new = view.entries[min(self._seen_from, len(view.entries)) :]
@@ -603,7 +603,7 @@ class Session:
         store is out of reach (its writes wait in an outbox): nothing it holds can be read before
         it answers again, so the turn goes on with what the session knows, without asking again
         (and the next turn that reaches it checks)."""
-        if self.writer.last_tx is None:
+        if self.writer.last_tx is None or self.writer.skipped:
             return True
         try:
             latest = self.store.latest_tx_id()
