@@ -18,6 +18,7 @@ from context_os.context.evict import EVICTED_TEXT, evict, tombstone_id
 from context_os.context.frames import frame_docs, get_frame, verify_frame
 from context_os.context.policy import RetentionPolicy
 from context_os.context.source_tools import SourceTools
+from context_os.errors import NotFound
 from context_os.files import FileTools, Workspace
 from context_os.files.index import EVICTED_BYTES
 from context_os.harness import OpenAIHook
@@ -160,6 +161,28 @@ def test_an_eviction_followed_by_a_write_of_the_session_is_still_taken_in(store:
     msgs += [say("ok"), user("next")]
     context = hook.transform_context(msgs)
     assert SECRET not in _text(context) and "erased from the store" in _text(context)
+    assert SECRET not in _everywhere(store)
+    s.close()
+
+
+def test_lines_and_history_between_turns_do_not_serve_what_was_evicted(store: Store, uid: str) -> None:
+    # A running session took in an eviction at its next turn only; until then ``lines`` and
+    # ``history`` served the evicted text from memory, and the model got it back as a tool
+    # output, which the next turn stored again.
+    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
+    hook = OpenAIHook(s)
+    msgs = [user(f"the key is {SECRET}"), call("c1", "bash", command="env"), result("c1", f"TOKEN={SECRET}")]
+    hook.transform_context(msgs)
+    evict(store, f"toolcall:{uid}:c1")  # as another process would
+    evict(store, f"chat:{uid}:00000")
+    try:
+        shown = hook.call_tool("lines", {"id": f"toolcall:{uid}:c1"})
+    except NotFound as e:
+        shown = str(e)
+    assert SECRET not in shown
+    assert SECRET not in hook.call_tool("history", {"start": 0, "end": 3})
+    msgs += [call("c2", "lines", id=f"toolcall:{uid}:c1"), result("c2", shown), say("ok"), user("next")]
+    assert SECRET not in _text(hook.transform_context(msgs))
     assert SECRET not in _everywhere(store)
     s.close()
 

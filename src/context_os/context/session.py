@@ -155,6 +155,8 @@ class Session:
         self.erased: set[str] = set()
         """The hashes of the bytes of every evicted file, as of the last turn that read the store's
         tombstones: what a file read withholds while the store is out of reach (files/)."""
+        self._between: list[StateChange] = []
+        """Evictions taken in between two turns (``_take_in_evictions``), for the next turn's changes."""
         self._unchecked = False
         """A turn could not check for others' writes (the store was out of reach): the next turn
         that reaches it checks, whatever the newest transaction is (it may be this session's)."""
@@ -321,7 +323,7 @@ class Session:
             view.managed, self.managed_from = True, view.turn
             view.reset_render()
             self._released = [o for o in view.objects.values() if o.kind == "toolcall" and o.collapsed]
-        changes: list[StateChange] = []
+        changes, self._between = self._between, []
         if self._others_wrote():  # (not while the store is out of reach: nothing new can be read)
             self._unchecked = self.writer.skipped = False
             changes += self._apply_tombstones()
@@ -618,6 +620,14 @@ class Session:
         self._tombstones = {(t.id, t.tx_id) for t in tombstones}
         self.erased = _erased_shas(tombstones)
 
+    def _take_in_evictions(self) -> None:
+        """Before a tool shows stored text between two turns (``lines``, ``history``): an eviction
+        made since the last turn leaves the view now, not at the next turn, or the tool would hand
+        the evicted text back to the model (and its output would store it again). The turn's own
+        look at others' writes still happens (this one takes in tombstones only)."""
+        if self._others_wrote():
+            self._between += self._apply_tombstones()
+
     def _apply_tombstones(self) -> list[StateChange]:
         """Take in evictions made since the last turn (context/evict.py): the text of an evicted
         object leaves this session's view, so it is never shown or written again."""
@@ -881,6 +891,7 @@ class Session:
     def history(self, start: int | None = None, end: int | None = None) -> str:
         """Chat entries ``[start, end)`` as text (the ``history`` tool; ``SessionView.history_text``):
         by default the ones just before the history horizon."""
+        self._take_in_evictions()
         return self.view.history_text(start, end)
 
     def lines(self, obj_id: str, start: int = 1, end: int | None = None) -> str:
@@ -893,6 +904,7 @@ class Session:
         session still shows an older one (the header then names the version, so the model knows
         the lines are newer than its block)."""
         ref = obj_id
+        self._take_in_evictions()
         obj_id = self.resolve(obj_id)
         if obj_id.startswith(LOCKED_PREFIXES):
             raise InputError(f"{ref} is context_os's own record, not text: history(start, end) shows earlier messages")
