@@ -133,18 +133,23 @@ def test_a_frame_that_showed_an_evicted_object_says_it_was_evicted(store: Store,
     hook = OpenAIHook(s)
     msgs = [user(f"key {SECRET}"), call("c1", "bash", command="env"), result("c1", f"TOKEN={SECRET}")]
     hook.transform_context(msgs)
-    hook.transform_context([*msgs, say("ok"), user("next")])
+    msgs += [say("ok"), user("next")]
+    hook.transform_context(msgs)
+    for n in range(2, 12):  # past the first page: the later frames name it among the sealed ones
+        msgs += [call(f"c{n}", "bash", command="ls"), result(f"c{n}", f"file{n}.txt")]
+    hook.transform_context([*msgs, say("done"), user("bye")])
     s.close()
     for oid in (f"toolcall:{uid}:c1", f"chat:{uid}:00000"):
         evict(store, oid, reason="leaked")
+    named = []
     for f in frame_docs(store, uid):
         check = verify_frame(store, f)
         assert not check.ok
-        for oid in (f"toolcall:{uid}:c1", f"chat:{uid}:00000"):
-            assert any(p.startswith(f"{oid} was evicted at ") and "(leaked)" in p for p in check.problems), (
-                f["id"],
-                check.problems,
-            )
+        named.append({p.split(" was evicted at ")[0] for p in check.problems if " was evicted at " in p})
+        assert all("(leaked)" in p for p in check.problems if " was evicted at " in p)
+    page, output = f"chat:{uid}:00000", f"toolcall:{uid}:c1"
+    assert named[0] == named[1] == {page, output}  # the page as the last page, then as a sealed one
+    assert page in named[2], named
 
 
 def test_an_eviction_followed_by_a_write_of_the_session_is_still_taken_in(store: Store, uid: str) -> None:

@@ -257,7 +257,8 @@ def _check_sealed(store: Store, view: SessionView, ref: dict[str, Any], basis: i
     for page in range(ref["sealed_pages"]):
         got = view.pages.get(page)
         if got is None:
-            return [f"chat page {page} of {view.session_id} is missing as of tx {basis}"]
+            missing = f"chat page {page} of {view.session_id} is missing as of tx {basis}"
+            return [missing, *_evicted(store, [page_id(view.session_id, page)])]
         hashes.append(got[2])
     if sealed_pages_hash(hashes) != ref["pages_hash"]:
         pages = [page_id(view.session_id, page) for page in range(ref["sealed_pages"])]
