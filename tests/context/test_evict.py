@@ -84,6 +84,28 @@ def test_a_chat_message_evicted_from_a_live_session_stays_gone(store: Store, uid
         assert verify_frame(store, get_frame(store, uid, again.view.turn)).ok
 
 
+def test_frames_after_a_full_page_was_evicted_from_a_live_session_verify(store: Store, uid: str) -> None:
+    # A frame names the full chat pages by one hash over theirs. After an evicted full page was
+    # written back scrubbed, the session went on hashing the page it had before: no later frame
+    # of the session ever verified again.
+    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
+    hook = OpenAIHook(s)
+    msgs = [user(f"the deploy password is {SECRET}")]
+    for n in range(12):
+        msgs += [call(f"c{n}", "bash", command="ls"), result(f"c{n}", f"file{n}.txt")]
+    hook.transform_context(msgs)
+    evict(store, f"chat:{uid}:00000")
+    msgs += [say("noted"), user("go on")]
+    context = hook.transform_context(msgs)
+    assert SECRET not in _text(context) and SECRET not in _everywhere(store)
+    check = verify_frame(store, get_frame(store, uid, s.view.turn))
+    assert check.ok, check.problems
+    msgs += [say("ok"), user("more")]
+    hook.transform_context(msgs)
+    assert verify_frame(store, get_frame(store, uid, s.view.turn)).ok
+    s.close()
+
+
 def test_an_evicted_page_of_a_closed_session_comes_back_scrubbed(store: Store, uid: str, reliability: Counts) -> None:
     with Session.open(store, uid, redact=False) as s:
         hook = OpenAIHook(s)

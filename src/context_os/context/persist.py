@@ -266,7 +266,7 @@ class SessionWriter:
             if what == "obj":
                 target.version = version
             elif what == "page":
-                view.pages[target] = version
+                view.set_page(target, version)
             elif what == "session":
                 view.session_version = version
 

@@ -1201,6 +1201,14 @@ class SessionView:
             hasher.update(b"\n")
         return hasher
 
+    def set_page(self, page: int, version: tuple[int, int | None, str]) -> None:
+        """Record the version of chat page ``page`` now stored. A full page is written again only
+        when it was evicted (and comes back scrubbed): the full pages' hash is then computed anew,
+        or every later frame would name the page as it was before."""
+        if self._sealed is not None and page < len(self._sealed.hashes) and self._sealed.hashes[page] != version[2]:
+            self._sealed = None
+        self.pages[page] = version
+
     def _sealed_ref(self, count: int) -> dict[str, Any]:
         """One ref for the full pages before the last: they never change once full, so a frame
         names them by count and a hash over their object hashes instead of one ref each."""
