@@ -227,6 +227,32 @@ def test_replay_keeps_order_valid_times_and_resolves_provisional_ids(xtdb_url: s
             other.get(id, None, -12345)
 
 
+def test_an_eviction_leaves_no_copy_of_what_waited_in_the_outbox(xtdb_url: str, tmp_path: Path, uid: str) -> None:
+    # A write accepted while the node was down waits in the outbox file; once sent, its row was
+    # deleted, but its bytes stayed in the file's free pages and its log: evicting the secret it
+    # carried left a copy on this machine for good.
+    box = tmp_path / "outbox.db"
+    secret = f"sk{uid}offline"
+    doc = {"id": f"note:{uid}", "kind": "note", "content": f"key {secret}", "meta": {}}
+    with _outbox(_nowhere(), box) as off:
+        assert off.submit([Put(doc | doc_hashes(doc))]).pending
+    with _outbox(xtdb_url, box) as on:
+        assert on.get(doc["id"]) is not None and on.depth() == 0  # sent
+        assert on.submit([Evict(doc["id"])]).committed
+        assert on.get(doc["id"]) is None
+        data = b"".join(p.read_bytes() for p in tmp_path.glob("outbox.db*"))
+        assert secret.encode() not in data
+    data = b"".join(p.read_bytes() for p in tmp_path.glob("outbox.db*"))
+    assert secret.encode() not in data
+    # the eviction waited in the outbox too: sent after the write, then the file is scrubbed
+    doc = {"id": f"note:{uid}-2", "kind": "note", "content": f"key {secret}2", "meta": {}}
+    with _outbox(_nowhere(), box) as off:
+        assert off.submit([Put(doc | doc_hashes(doc))]).pending and off.submit([Evict(doc["id"])]).pending
+    with _outbox(xtdb_url, box) as on:
+        assert on.get(doc["id"]) is None and on.depth() == 0
+        assert secret.encode() not in b"".join(p.read_bytes() for p in tmp_path.glob("outbox.db*"))
+
+
 class _Crash(Exception):
     """The process dies here."""
 

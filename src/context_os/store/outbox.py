@@ -284,7 +284,7 @@ class OutboxStore(Store):
         ``PROBE_INTERVAL_S``), and ``StoreError`` if it refuses a transaction: that one stays
         first in the outbox, with the reason, and holds back those after it.
         """
-        sent = 0
+        sent, evicted = 0, False
         with self._lock:
             conn = self._db(create=False)
             if conn is None:
@@ -301,9 +301,13 @@ class OutboxStore(Store):
                     ).fetchone()
                     if row is None:
                         conn.execute("COMMIT")
+                        if evicted:
+                            self._scrub()
                         return sent
                     seq, provisional, accepted, ops = row
-                    tx_id = self._send(provisional, accepted, _decode(ops))
+                    decoded = _decode(ops)
+                    tx_id = self._send(provisional, accepted, decoded)
+                    evicted = evicted or any(isinstance(op, Evict) for op in decoded)
                     self._forget(conn, seq)
                     conn.execute("COMMIT")
                 except sqlite3.Error as e:
@@ -344,6 +348,31 @@ class OutboxStore(Store):
 
     def _forget(self, conn: sqlite3.Connection, seq: int) -> None:
         conn.execute("DELETE FROM pending WHERE seq = ?", (seq,))
+
+    def _scrub(self) -> None:
+        """After an eviction reached the node: the writes this file held before they were sent
+        are deleted rows, whose bytes stay in its free pages and its log until they are written
+        over. The evicted text may be among them, so the file is rebuilt and its log folded back
+        and emptied (as an embedded store does for every eviction). A process that keeps the file
+        busy meanwhile leaves them to the next eviction (a warning says so)."""
+        with self._lock:
+            conn = self._db(create=False)
+            if conn is None:
+                return
+            try:
+                conn.execute("VACUUM")
+                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except sqlite3.Error as e:
+                busy, why = 1, str(e)
+            else:
+                why = "another process was reading it"
+            if busy:
+                log.warning(
+                    "the outbox %s may still hold copies of writes sent before an eviction (%s): they go at the"
+                    " next eviction",
+                    self.path,
+                    why,
+                )
 
     def _waiting(self) -> str:
         n = self.depth()
@@ -386,10 +415,13 @@ class OutboxStore(Store):
                     except StoreUnavailable as e:  # this write goes after the ones still waiting
                         return self._accept(ops, e)
         try:
-            return self.inner.submit(ops)
+            tx = self.inner.submit(ops)
         except StoreUnreachable as e:
             self._next_probe = time.monotonic() + self.PROBE_INTERVAL_S
             return self._accept(ops, e)
+        if tx.committed and any(isinstance(op, Evict) for op in ops):
+            self._scrub()
+        return tx
 
     def get(self, id: str, valid_time: int | None = None, tx_id: int | None = None) -> Version | None:
         self._ready()
