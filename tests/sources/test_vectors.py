@@ -419,10 +419,13 @@ def test_evicting_an_object_drops_its_vectors_from_the_sidecar(
         keys = {text_key(secret), text_key(f"you told me {secret}")}
         held = {bytes(k) for (k,) in index._db.execute("SELECT key FROM vectors")}
         assert keys <= held
+        (vec,) = index._db.execute("SELECT vec FROM vectors WHERE key = ?", (text_key(secret),)).fetchone()
         evict(db, "memory:leak")
         index.catch_up()
         held = {bytes(k) for (k,) in index._db.execute("SELECT key FROM vectors")}
         assert text_key(secret) not in held and text_key("the build runs with make test") in held
+        # nor in the file's free pages or its log (the old page images), while it is open
+        assert bytes(vec) not in b"".join(p.read_bytes() for p in tmp_path.glob("v.db*"))
         assert all(h.id != "memory:leak" for h in index.search("staging password", k=10))
         assert index.forget_evicted() == 0  # each tombstone is looked at once
 

@@ -440,7 +440,9 @@ class VectorIndex:
                 self._db.execute("ROLLBACK")
                 raise
             if drop:
-                self._db.execute("VACUUM")  # no copy of a dropped vector stays in the file
+                # no copy of a dropped vector stays in the file, nor in its log's old page images
+                self._db.execute("VACUUM")
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             self._m = self._load()
         return len(drop)
 
