@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from .hashing import doc_hashes, encode_doc
+from .hashing import doc_hashes, encode_doc, hash_value
 
 __all__ = [
     "INDEXED_KINDS",
@@ -274,11 +274,19 @@ class LeaseDoc(DocBase):
     content: dict[str, Any]
 
 
+def path_key(abs_path: str) -> str:
+    """What a tombstone of a file keeps of its absolute path (``meta.path_key``): its hash, so
+    the file index finds the tombstones of a path without the path itself, which may hold the
+    secret that was evicted (a file named after a key)."""
+    return hash_value("path:" + abs_path)
+
+
 class TombstoneDoc(DocBase):
     """What is left of an evicted object (``tombstone:<id>``): ``meta`` = ``{"object",
-    "object_kind", "session"?, "abs_path"?}``; ``content`` = when and why, and what writers need to
-    carry on without it (a chat page's scrubbed entries, an evicted file's hashes). Never the
-    evicted content. See context/evict.py."""
+    "object_kind", "session"?, "path_key"?}`` (tombstones written before 2026-11-30 have
+    ``abs_path`` instead); ``content`` = when and why, and what writers need to carry on without
+    it (a chat page's scrubbed entries, an evicted file's hashes). Never the evicted content, nor
+    the path. See context/evict.py."""
 
     kind: Literal["tombstone"] = "tombstone"
     content: dict[str, Any]

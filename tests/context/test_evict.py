@@ -275,6 +275,29 @@ def test_a_recall_hit_that_quoted_an_evicted_object_goes_with_it(store: Store, u
     s.close()
 
 
+def test_an_evicted_file_whose_name_held_a_secret_leaves_no_trace_of_it(store: Store, uid: str, tmp_path: Path) -> None:
+    # The tombstone kept the evicted file's absolute path (to withhold its bytes if read again):
+    # a secret in the file's name stayed in the store for good, even after the file was renamed.
+    root = tmp_path / "ws"
+    root.mkdir()
+    leaked = root / f"{SECRET}.txt"
+    leaked.write_text("notes\n")
+    ws = Workspace(root, redact_patterns={}, redact_generic=False)
+    s = Session.open(store, uid, workspace=str(root), redact=False, policy=RetentionPolicy(**EAGER))
+    tools = FileTools(s, ws)
+    hook = OpenAIHook(s, files=tools)
+    fid = json.loads(tools.call("read", {"path": leaked.name}))["id"]
+    hook.transform_context([user("read it")])
+    evict(store, fid)
+    again = json.loads(tools.call("read", {"path": leaked.name}))  # the same bytes, the same path: withheld
+    assert again["content_omitted"] == EVICTED_BYTES
+    evict(store, again["id"])
+    leaked.rename(root / "notes.txt")
+    hook.transform_context([user("read it"), say("ok"), user("renamed")])
+    assert SECRET not in _everywhere(store) and SECRET.encode() not in _on_disk(store)
+    s.close()
+
+
 def test_ctxos_evict_from_another_process_while_a_session_runs(tmp_path: Path, reliability: Counts) -> None:
     path = tmp_path / "s.db"
     store = SqliteStore(path)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InputError, NotFound
-from ..objects import TombstoneDoc
+from ..objects import TombstoneDoc, path_key
 from ..store.base import Evict, Put, Store, next_valid_time, now_ms
 from .entries import Entry, ToolCall
 from .view import INDEX_KEY
@@ -98,8 +98,8 @@ def _tombstone(obj_id: str, latest: list[Any], reason: str, blocks: int) -> dict
     if kind == "file":
         # the bytes of every evicted version: the index will not take them in again
         content["shas"] = sorted({str(d["meta"]["sha"]) for d in docs if (d.get("meta") or {}).get("sha")})
-        if meta.get("abs_path"):
-            tomb_meta["abs_path"] = meta["abs_path"]
+        if isinstance(meta.get("abs_path"), str):
+            tomb_meta["path_key"] = path_key(meta["abs_path"])  # not the path: it may hold the secret
     return TombstoneDoc(id=tombstone_id(obj_id), content=content, meta=tomb_meta).to_doc()
 
 

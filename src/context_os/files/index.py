@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import InputError, NotFound, StoreError
-from ..objects import KINDS, FileDoc
+from ..objects import KINDS, FileDoc, path_key
 from ..store.base import Match, Op, Put, Store, Version, next_valid_time, now_ms
 from ..tokens import estimate_tokens
 from .workspace import FileSnapshot, Workspace
@@ -283,11 +283,11 @@ class FileIndex:
 
     def _evicted_shas(self, path: Path) -> set[str]:
         """The hashes of the bytes of file objects at ``path`` that were evicted (context/evict.py)."""
-        return {
-            sha
-            for t in self.store.find("tombstone", {"abs_path": str(path)})
-            for sha in (t.doc or {}).get("content", {}).get("shas", ())
-        }
+        tombstones = [
+            *self.store.find("tombstone", {"path_key": path_key(str(path))}),
+            *self.store.find("tombstone", {"abs_path": str(path)}),  # written before 2026-11-30
+        ]
+        return {sha for t in tombstones for sha in (t.doc or {}).get("content", {}).get("shas", ())}
 
     def _differs(self, pm: dict[str, Any], snap: FileSnapshot) -> bool:
         if pm.get("indexed") != snap.mode or pm.get("content_omitted") != snap.omitted:
