@@ -548,6 +548,10 @@ def test_evict_through_its_alias_still_erases(tmp_path):
     assert json.loads(done.stdout)["evicted"] is True and "`ctxos objects evict`" in done.stderr
     assert "NotFound" in ctxos("objects", "inspect", "file:leak", store=db, check=False).stderr
     assert b"SECRET=1" not in db.read_bytes()
+    # a second run says it is done already, rather than that there never was such an object
+    again = ctxos("objects", "evict", "file:leak", "--yes", store=db, check=False)
+    assert again.returncode == 1 and "no object 'file:leak'" in again.stderr
+    assert "it was evicted at " in again.stderr and "(ctxos evict)" in again.stderr
 
 
 # -- the command tree: nouns, one-line help, --json, no module importing another ------------------

@@ -13,12 +13,12 @@ from typing import Any
 
 import click
 
-from ..context.evict import KEPT_KINDS, evict, holding
+from ..context.evict import KEPT_KINDS, evict, holding, tombstone_id
 from ..context.load import content_lines, object_states, unified_diff, version_row
 from ..errors import InputError, NotFound
 from ..files.index import find_file_object
 from ..store import Store, Version
-from ..times import parse_time
+from ..times import iso, parse_time
 from ._common import DeprecatedAlias, emit_json, fails_cleanly, json_option, store_from, table
 
 
@@ -37,6 +37,13 @@ def no_object(store: Store, object_id: str) -> NotFound:
             f"no object {object_id!r} in {store.url}: the chat of session {session!r} is stored as {len(pages)} "
             f"page(s), {pages[0]} to {pages[-1]} (a frame's ref {{id: {object_id}, sealed_pages: N}} names the "
             "first N of them)"
+        )
+    tomb = store.get(tombstone_id(object_id))
+    content = (tomb.doc or {}).get("content") if tomb is not None else None
+    if tomb is not None and isinstance(content, dict) and isinstance(content.get("evicted_at"), int):
+        return NotFound(
+            f"no object {object_id!r} in {store.url}: it was evicted at {iso(content['evicted_at'])}"
+            f" ({content.get('reason', 'evicted')}), in tx {tomb.tx_id}; nothing of it is left to erase"
         )
     return NotFound(f"no object {object_id!r} in {store.url}")
 
