@@ -326,3 +326,26 @@ def test_a_second_server_on_one_workspace_records_in_a_session_of_its_own(tmp_pa
             assert back["session"] == one["session"]
 
     anyio.run(main)
+
+
+def test_an_object_evicted_by_another_process_is_not_served_by_activate(tmp_path: Path) -> None:
+    """An MCP server's session has no model calls, so no turns: what another process evicted
+    (``ctxos objects evict``) stayed in its memory, and ``activate`` handed the text back."""
+    from context_os.objects import SourceDoc
+
+    secret = "Zq8-leaked-value-" + "x7" * 8
+    with SqliteStore(tmp_path / "s.db") as store:
+        store.put(SourceDoc(id="memory:leak", kind="memory", content=f"key {secret}", meta={"name": "m.md"}).to_doc())
+        app = ContextOsMcp(store, session="s")
+        assert secret in json.loads(app.call("activate", {"id": "memory:leak"})[0])["text"]
+        app.call("deactivate", {"id": "memory:leak"})
+        done = subprocess.run(
+            [sys.executable, "-m", "context_os", "--store", str(tmp_path / "s.db"), "objects", "evict", "memory:leak",
+             "--yes"], capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        out, err = app.call("activate", {"id": "memory:leak"})
+        assert err and secret not in out and "no object" in out
+        lines, err = app.call("lines", {"id": "memory:leak"})
+        assert err and secret not in lines
+        app.close()

@@ -621,10 +621,11 @@ class Session:
         self.erased = _erased_shas(tombstones)
 
     def _take_in_evictions(self) -> None:
-        """Before a tool shows stored text between two turns (``lines``, ``history``): an eviction
-        made since the last turn leaves the view now, not at the next turn, or the tool would hand
-        the evicted text back to the model (and its output would store it again). The turn's own
-        look at others' writes still happens (this one takes in tombstones only)."""
+        """Before a tool shows stored text between two turns (``lines``, ``history``, ``activate``,
+        whose text an MCP client gets in its result): an eviction made since the last turn leaves
+        the view now, not at the next turn (a server without model calls has none), or the tool
+        would hand the evicted text back to the model (and its output would store it again). The
+        turn's own look at others' writes still happens (this one takes in tombstones only)."""
         if self._others_wrote():
             self._between += self._apply_tombstones()
 
@@ -831,6 +832,7 @@ class Session:
     def activate(self, obj_id: str, *, actor: Actor = "agent", reason: str = "activate") -> dict[str, Any]:
         """Load an object's content into context (a collapsed tool result comes back at the end;
         an active object with a newer version is refreshed to it)."""
+        self._take_in_evictions()  # a server without turns (MCP) shows what it activates
         obj_id = self.resolve(obj_id)
         obj = self._known(obj_id)
         if obj.state == "active" and obj.newer is not None:
