@@ -358,6 +358,8 @@ def test_ctxos_evict_containing_erases_every_copy_of_a_text(tmp_path: Path, reli
     assert SECRET.encode() not in path.read_bytes()
     again = subprocess.run([*ctxos, "--containing", "-", "--json"], input=SECRET, capture_output=True, text=True)
     assert again.returncode == 0 and json.loads(again.stdout)["objects"] == []  # nothing left
+    rerun = subprocess.run([*ctxos, "--containing", "-", "--yes"], input=SECRET, capture_output=True, text=True)
+    assert rerun.returncode == 0 and rerun.stdout == "No object holds the text: nothing to erase.\n"
 
 
 READER = """

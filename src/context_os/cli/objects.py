@@ -303,6 +303,8 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
                 "left_in_files": left_in_files,
             }
         )
+    elif not found:
+        click.echo("No object holds the text: nothing to erase.")
     else:
         click.echo(
             f"{len(evicted)} object(s) erased, with the blocks that showed them; running sessions drop them at"
