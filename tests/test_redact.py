@@ -40,6 +40,9 @@ PEM = (
     "-----END RSA PRIVATE KEY-----"
 )
 
+AWS_SESSION_TOKEN = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ" + "Dk9xQ2Lm7+Pz/Rt4Vw8=" * 45
+"""What ``aws sts assume-role`` prints, about 900 characters."""
+
 CATCHES = [
     # (text, the secret, the name it is redacted as)
     (f"token {GITHUB} here", GITHUB, "github-token"),
@@ -76,6 +79,7 @@ CATCHES = [
      "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ", "secret-assignment"),
     ('{"r": "{\\"refresh_token\\": \\"1//0gAbCdEfGhIjKl9\\"}"}', "1//0gAbCdEfGhIjKl9", "secret-assignment"),
     ("auth_token = 'tk_4f9a8b7c6d5e'", "tk_4f9a8b7c6d5e", "secret-assignment"),
+    (f'"SessionToken": "{AWS_SESSION_TOKEN}",', AWS_SESSION_TOKEN, "secret-assignment"),  # 900+ characters
 ]  # fmt: skip
 
 
@@ -202,7 +206,7 @@ HOSTILE_RUNS = [
     "sk-", "eyJ", "ghp_", "github_pat_", "AKIA", "xoxb-", "AIza", "sk_test_", "glpat-", "npm_", "pypi-",
     "-----BEGIN RSA PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----\n", "password is a1", "api_key=",
     "key=a1", "Authorization: Bearer ", "https://u:p@", "//r/:_authToken=", "'password': '", 'secret = "',
-    '"token": "a1',
+    '"token": "a1', "token='a1",
 ]  # fmt: skip
 
 

@@ -215,11 +215,13 @@ class SecretAssignmentDetector(RegexBasedDetector):
         ),
         # a quoted value assigned to a token name (``"access_token": "…"``, ``SessionToken``,
         # ``auth_token = '…'``, quotes escaped in a JSON string too): detect-secrets' keyword
-        # detector, which takes quoted values, knows no "token". On 38M characters of public text
-        # (the Pi session, the demo, this repository, LoCoMo) it matched one published API token
+        # detector, which takes quoted values, knows no "token". Up to 4,096 characters (an AWS
+        # session token is about 900): the value ends at a quote, so each try scans its own part
+        # of the text, however hostile. On 38M characters of public text (the Pi session, the
+        # demo, this repository, LoCoMo) it matched one published API token
         re.compile(
             r"token\\?[\"']?[ \t]*[=:][ \t]*\\?[\"']"
-            r"((?=[^\s\"'`\\]{0,511}\d)(?=[^\s\"'`\\]{0,511}[a-z])[^\s\"'`\\]{8,512}+)(?=\\?[\"'])",
+            r"((?=[^\s\"'`\\]{0,4095}\d)(?=[^\s\"'`\\]{0,4095}[a-z])[^\s\"'`\\]{8,4096}+)(?=\\?[\"'])",
             re.IGNORECASE,
         ),
     )
