@@ -40,6 +40,7 @@ PEM = (
     "-----END RSA PRIVATE KEY-----"
 )
 
+HUGGING_FACE = "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
 AWS_SESSION_TOKEN = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ" + "Dk9xQ2Lm7+Pz/Rt4Vw8=" * 45
 """What ``aws sts assume-role`` prints, about 900 characters."""
 
@@ -71,6 +72,7 @@ CATCHES = [
     (f"stripe {STRIPE_LIVE}", STRIPE_LIVE, "stripe-access-key"),
     (f"stripe {STRIPE_TEST}", STRIPE_TEST, "stripe-test-key"),
     (f"maps?key={GOOGLE}&q=1", GOOGLE, "google-api-key"),
+    (f"login with {HUGGING_FACE} now", HUGGING_FACE, "hugging-face-token"),
     ("postgres://admin:s3cretPass@db.example.com:5432/app", "s3cretPass", "basic-auth-credentials"),
     # a quoted value assigned to a token name: an OAuth token response, AWS STS credentials, a
     # JSON string inside JSON (detect-secrets' keyword list has no "token")
@@ -141,6 +143,7 @@ LOOK_ALIKES = [
     "the secret is patience, and the password is long",
     'if line.startswith("-----BEGIN RSA PRIVATE KEY-----"):',  # a parser mentioning the marker
     "Use offset=3 to continue. apiKey?: string",
+    "from utils import hf_hub_download_with_retries_and_cache",  # an identifier, not a token
     'token = "placeholder"',  # no digit
     '{"token_type": "Bearer", "expires_in": 3599}',
 ]
@@ -203,7 +206,7 @@ def test_redaction_can_be_off_or_without_the_contextual_detectors() -> None:
 
 
 HOSTILE_RUNS = [
-    "sk-", "eyJ", "ghp_", "github_pat_", "AKIA", "xoxb-", "AIza", "sk_test_", "glpat-", "npm_", "pypi-",
+    "sk-", "eyJ", "ghp_", "github_pat_", "AKIA", "xoxb-", "AIza", "hf_", "sk_test_", "glpat-", "npm_", "pypi-",
     "-----BEGIN RSA PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----\n", "password is a1", "api_key=",
     "key=a1", "Authorization: Bearer ", "https://u:p@", "//r/:_authToken=", "'password': '", 'secret = "',
     '"token": "a1', "token='a1",

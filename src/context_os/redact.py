@@ -70,6 +70,7 @@ __all__ = [
     "AuthorizationHeaderDetector",
     "GitHubFineGrainedTokenDetector",
     "GoogleApiKeyDetector",
+    "HuggingFaceTokenDetector",
     "LinearJwtDetector",
     "LinearNpmDetector",
     "LinearOpenAIDetector",
@@ -121,6 +122,16 @@ class GoogleApiKeyDetector(RegexBasedDetector):
 
     secret_type = "Google API Key"
     denylist = (re.compile(r"AIza(?<!\wAIza)[0-9A-Za-z_-]{35}"),)
+
+
+class HuggingFaceTokenDetector(RegexBasedDetector):
+    """Hugging Face access tokens (``hf_`` and 34 letters and digits of both cases), which an agent
+    that downloads models meets in ``HF_TOKEN`` and in the ``huggingface-cli`` output."""
+
+    secret_type = "Hugging Face Token"
+    denylist = (
+        re.compile(r"hf_(?<!\whf_)(?=[a-z0-9]{0,33}[A-Z])(?=[A-Z0-9]{0,33}[a-z])[A-Za-z0-9]{34}(?![A-Za-z0-9_])"),
+    )
 
 
 class StripeTestKeyDetector(RegexBasedDetector):
@@ -249,6 +260,7 @@ def default_plugins(*, generic: bool = True) -> list[BasePlugin]:
         AWSKeyDetector(),
         AzureStorageKeyDetector(),
         GoogleApiKeyDetector(),
+        HuggingFaceTokenDetector(),
         SlackDetector(),
         StripeDetector(),
         StripeTestKeyDetector(),
