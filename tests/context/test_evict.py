@@ -174,6 +174,44 @@ def test_a_frame_that_showed_an_evicted_object_says_it_was_evicted(store: Store,
     assert page in named[2], named
 
 
+def test_frames_that_showed_an_evicted_object_are_told_apart_from_damaged_ones(
+    store: Store, uid: str, tmp_path: Path
+) -> None:
+    """A frame that showed what was evicted since cannot be re-rendered as it was: that is the
+    eviction, not damage. ``check.evicted`` names what explains it (``evicted_only``), and
+    ``frames verify`` / ``verify --frames`` count it apart and exit 0 (a health check stayed
+    red for good after any eviction); anything else wrong in such a frame is still a failure."""
+    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
+    hook = OpenAIHook(s)
+    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", f"TOKEN={SECRET}")]
+    hook.transform_context(msgs)
+    msgs += [say("ok"), user("next")]
+    hook.transform_context(msgs)
+    s.close()
+    before = [verify_frame(store, f) for f in frame_docs(store, uid)]
+    assert all(c.ok and not c.evicted for c in before)
+    oid = f"toolcall:{uid}:c1"
+    evict(store, oid, reason="leaked")
+    after = [verify_frame(store, f) for f in frame_docs(store, uid)]
+    assert [c.evicted for c in after] == [[oid], [oid]] and all(c.evicted_only for c in after), after
+    # the frame document itself changed: damage, whatever it showed
+    frame = dict(frame_docs(store, uid)[0])
+    frame["content"] = {**frame["content"], "tokens": frame["content"]["tokens"] + 1}
+    damaged = verify_frame(store, frame)
+    assert not damaged.ok and damaged.evicted == [] and not damaged.evicted_only
+    if isinstance(store, SqliteStore):
+        cmd = [sys.executable, "-m", "context_os", "--store", str(store.path)]
+        done = subprocess.run([*cmd, "frames", "verify", uid, "--json"], capture_output=True, text=True, timeout=120)
+        report = json.loads(done.stdout)
+        assert done.returncode == 0 and report["ok"] and (report["frames_verified"], report["frames_evicted"]) == (0, 2)
+        assert report["frames"][0]["evicted"] == [oid] and not report["frames"][0]["ok"]
+        text = subprocess.run([*cmd, "frames", "verify", uid], capture_output=True, text=True, timeout=120).stdout
+        assert "EVICTED (it showed what was erased since" in text and "2 showed what was evicted since" in text
+        whole = subprocess.run([*cmd, "verify", "--frames", "--json"], capture_output=True, text=True, timeout=120)
+        report = json.loads(whole.stdout)
+        assert whole.returncode == 0 and report["frames_failed"] == [] and len(report["frames_evicted"]) == 2
+
+
 def test_an_eviction_followed_by_a_write_of_the_session_is_still_taken_in(store: Store, uid: str) -> None:
     # A turn takes in evictions only when someone else wrote since the session's last write. A
     # write of its own in between (a pin, an activate, a file read between two model calls) made

@@ -151,7 +151,8 @@ def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, as_json: b
                     failed = FrameCheck(doc["id"], False, c["rendered_hash"], "", [f"cannot be re-rendered: {e}"])
                     rows.append(_verdict(c["turn"], failed) | {"rendered_hash": None})  # nothing was rendered
         verified = sum(1 for r in rows if r["ok"])
-        ok = verified == len(rows)
+        evicted = sum(1 for r in rows if not r["ok"] and r["evicted"])
+        ok = verified + evicted == len(rows)  # a frame that showed what was evicted since is no damage
         if as_json:
             emit_json(
                 {
@@ -160,6 +161,7 @@ def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, as_json: b
                     "ok": ok,
                     "frames_checked": len(rows),
                     "frames_verified": verified,
+                    "frames_evicted": evicted,
                     "frames": rows,
                 }
             )
@@ -167,7 +169,8 @@ def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, as_json: b
             for r in rows:
                 if not r["ok"] or turn is not None:
                     click.echo("\n".join(_check_lines(r)))
-            click.echo(f"session {session_id}: {verified} of {len(rows)} frame(s) verified")
+            since = f", {evicted} showed what was evicted since (not checkable)" if evicted else ""
+            click.echo(f"session {session_id}: {verified} of {len(rows)} frame(s) verified{since}")
         if not ok:
             sys.exit(1)
 
@@ -279,12 +282,18 @@ def _verdict(turn: int, check: FrameCheck) -> dict[str, Any]:
         "recorded_hash": check.recorded_hash,
         "rendered_hash": check.rendered_hash,
         "problems": check.problems,
+        "evicted": check.evicted,
     }
 
 
 def _check_lines(verdict: dict[str, Any]) -> list[str]:
     """A frame's verdict and recorded hash, then one line per problem."""
-    status = click.style("verified", fg="green") if verdict["ok"] else click.style("MISMATCH", fg="red")
+    if verdict["ok"]:
+        status = click.style("verified", fg="green")
+    elif verdict.get("evicted"):
+        status = click.style("EVICTED", fg="yellow") + " (it showed what was erased since; nothing else is wrong)"
+    else:
+        status = click.style("MISMATCH", fg="red")
     return [f"{verdict['frame_id']}: {status}  {verdict['recorded_hash']}", *(f"  - {p}" for p in verdict["problems"])]
 
 

@@ -88,6 +88,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, as_json: bool) -> None:
         memo = FrameMemo()
         bad: list[dict[str, Any]] = []
         frames_bad: list[dict[str, Any]] = []
+        frames_evicted: list[dict[str, Any]] = []
         with progress(current, length=len(current), label="verifying", enabled=not as_json) as bar:
             for cur in bar:
                 for v in _versions(store, cur.id, damaged):
@@ -103,13 +104,16 @@ def verify_cmd(ctx: click.Context, check_frames: bool, as_json: bool) -> None:
                     if session != memo_session:  # frames come by id, so by session
                         memo_session, memo = session, FrameMemo()
                     try:
-                        problems = verify_frame(store, cur.doc, memo=memo).problems
+                        check = verify_frame(store, cur.doc, memo=memo)
+                        problems, evicted = check.problems, check.evicted
                     except StoreCorrupt as e:
-                        problems = [f"cannot be re-rendered: {e}"]
-                    if problems:
-                        frames_bad.append({"id": cur.id, "problems": problems})
-                    else:
+                        problems, evicted = [f"cannot be re-rendered: {e}"], []
+                    if not problems:
                         frames_ok += 1
+                    elif evicted:  # it showed what was erased on purpose since: no damage
+                        frames_evicted.append({"id": cur.id, "evicted": evicted})
+                    else:
+                        frames_bad.append({"id": cur.id, "problems": problems})
         ok = not (bad or damaged or integrity or frames_bad)
         report: dict[str, Any] = {
             "store": store.url,
@@ -121,7 +125,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, as_json: bool) -> None:
             "ok": ok,
         }
         if check_frames:
-            report |= {"frames_verified": frames_ok, "frames_failed": frames_bad}
+            report |= {"frames_verified": frames_ok, "frames_failed": frames_bad, "frames_evicted": frames_evicted}
         if as_json:
             emit_json(report)
         else:
@@ -140,7 +144,8 @@ def verify_cmd(ctx: click.Context, check_frames: bool, as_json: bool) -> None:
                 for p in integrity:
                     click.echo(f"  - {p}")
             if check_frames:
-                click.echo(f"frames: {frames_ok} verified, {len(frames_bad)} failed")
+                since = f", {len(frames_evicted)} showed what was evicted since" if frames_evicted else ""
+                click.echo(f"frames: {frames_ok} verified, {len(frames_bad)} failed{since}")
                 for f in frames_bad:
                     click.echo(f"  - {f['id']}: {'; '.join(f['problems'])}")
         if not ok:

@@ -168,6 +168,15 @@ class FrameCheck:
     """The transaction it was rendered from (``frame_basis``)."""
     refs: list[dict[str, Any]] = field(default_factory=list)
     """Its static refs, each naming its transaction (``ref_tx``)."""
+    evicted: list[str] = field(default_factory=list)
+    """What it showed and was evicted since (their tombstones say when and why), when that alone
+    explains every problem: its hash cannot be checked, as what it showed was erased on purpose,
+    and everything else in it checks (``evicted_only``)."""
+
+    @property
+    def evicted_only(self) -> bool:
+        """Not verified only because it showed what was evicted since: no sign of damage."""
+        return not self.ok and bool(self.evicted)
 
 
 def get_frame(store: Store, session_id: str, turn: int) -> dict[str, Any]:
@@ -249,24 +258,27 @@ def _rerender(store: Store, frame: dict[str, Any], basis: int, memo: FrameMemo) 
     return view, view.render(frame=c, blocks=blocks)
 
 
-def _check_sealed(store: Store, view: SessionView, ref: dict[str, Any], basis: int) -> list[str]:
+def _check_sealed(view: SessionView, ref: dict[str, Any], basis: int) -> tuple[list[str], list[str]]:
     """The full pages a frame names by count and hash must be in the store as of its basis: the
     pages its re-render read there (``view.pages``: an evicted page, scrubbed from its tombstone,
-    is not among them)."""
+    is not among them). What is wrong, and the pages it concerns."""
     hashes = []
     for page in range(ref["sealed_pages"]):
         got = view.pages.get(page)
         if got is None:
             missing = f"chat page {page} of {view.session_id} is missing as of tx {basis}"
-            return [missing, *_evicted(store, [page_id(view.session_id, page)])]
+            return [missing], [page_id(view.session_id, page)]
         hashes.append(got[2])
     if sealed_pages_hash(hashes) != ref["pages_hash"]:
         pages = [page_id(view.session_id, page) for page in range(ref["sealed_pages"])]
-        return [
-            f"the {ref['sealed_pages']} full chat pages of {view.session_id} do not hash to {ref['pages_hash']}",
-            *_evicted(store, pages),
-        ]
-    return []
+        wrong = f"the {ref['sealed_pages']} full chat pages of {view.session_id} do not hash to {ref['pages_hash']}"
+        return [wrong], pages
+    return [], []
+
+
+def _evicted_ids(store: Store, ids: list[str]) -> list[str]:
+    """Those of ``ids`` that were evicted (a tombstone says so)."""
+    return [oid for oid in ids if (tomb := store.get(f"tombstone:{oid}")) is not None and tomb.doc is not None]
 
 
 def _evicted(store: Store, ids: list[str]) -> list[str]:
@@ -324,21 +336,49 @@ def verify_frame(
     except NotFound as e:  # a block it showed was evicted (or the frame itself)
         # its refs still name their transactions, as those of a frame that re-rendered do
         named = c["refs"] if basis is None else [_ref_with_tx(r, basis) for r in c["refs"]]
-        why = _evicted(store, [r["id"] for r in c["refs"] if "sealed_pages" not in r])
-        return FrameCheck(frame["id"], False, c["rendered_hash"], "", [*problems, str(e), *why], refs=named)
-    if rendered.rendered_hash != c["rendered_hash"]:
+        shown_gone = _evicted_ids(store, [r["id"] for r in c["refs"] if "sealed_pages" not in r])
+        why = _evicted(store, shown_gone)
+        # the hash and the rest cannot be checked without the re-render: only an eviction explains it
+        explained = shown_gone if not problems else []
+        return FrameCheck(
+            frame["id"], False, c["rendered_hash"], "", [*problems, str(e), *why], refs=named, evicted=explained
+        )
+    unexplained = bool(problems)  # the frame document's own hashes: nothing evicted explains them
+    wrong_hash = rendered.rendered_hash != c["rendered_hash"]
+    if wrong_hash:
         problems.append(f"re-rendered hash {rendered.rendered_hash} != recorded {c['rendered_hash']}")
     refs: list[dict[str, Any]] = []
+    gone: list[str] = []
     for ref in c["refs"]:
         if "sealed_pages" in ref:
-            problems += _check_sealed(store, view, ref, basis)
+            sealed, pages = _check_sealed(view, ref, basis)
+            if sealed:
+                evicted = _evicted_ids(store, pages)
+                problems += [*sealed, *_evicted(store, evicted)]
+                unexplained = unexplained or not evicted
+                gone += evicted
             refs.append(ref)
             continue
         tx = ref_tx(ref, basis)
         refs.append(_ref_with_tx(ref, basis))
         if memo.ref_hash(store, ref["id"], ref["valid_time"], tx) != ref["object_hash"]:
+            evicted = _evicted_ids(store, [ref["id"]])
             problems.append(f"static ref {ref['id']} @ tx {tx} does not resolve to {ref['object_hash']}")
-            problems += _evicted(store, [ref["id"]])
+            problems += _evicted(store, evicted)
+            unexplained = unexplained or not evicted
+            gone += evicted
+    if wrong_hash and not gone:  # a re-render differs where nothing it showed was evicted: damage
+        gone = _evicted_ids(store, [r["id"] for r in c["refs"] if "sealed_pages" not in r])
+        unexplained = unexplained or not gone
     return FrameCheck(
-        frame["id"], not problems, c["rendered_hash"], rendered.rendered_hash, problems, rendered, view, basis, refs
+        frame["id"],
+        not problems,
+        c["rendered_hash"],
+        rendered.rendered_hash,
+        problems,
+        rendered,
+        view,
+        basis,
+        refs,
+        evicted=[] if unexplained else gone,
     )
