@@ -336,6 +336,38 @@ def test_an_evicted_file_whose_name_held_a_secret_leaves_no_trace_of_it(store: S
     s.close()
 
 
+def _index_patched_over_a_secret_name(store: Store, uid: str, tmp_path: Path) -> tuple[Session, OpenAIHook, str, list]:
+    """A session that read a file named after a secret among others, then unloaded it: the
+    object index, already shown, gets a patch block whose diff lines name the file."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    names = [f"{SECRET}.txt", *(f"f{n}.txt" for n in range(12))]
+    for name in names:
+        (root / name).write_text(f"notes of {name}\n")
+    ws = Workspace(root, redact_patterns={}, redact_generic=False)
+    s = Session.open(store, uid, workspace=str(root), redact=False, policy=RetentionPolicy(manage_from_tokens=0))
+    tools = FileTools(s, ws)
+    hook = OpenAIHook(s, files=tools)
+    fid = [json.loads(tools.call("read", {"path": name}))["id"] for name in names][0]
+    msgs = [user("read them")]
+    hook.transform_context(msgs := [*msgs, say("ok"), user("go on")])
+    hook.call_tool("deactivate", {"id": fid})
+    hook.transform_context(msgs := [*msgs, say("ok"), user("unloaded")])
+    patches = [v.doc for v in store.find("block", {"object": "index"}) if "a patch of its block" in str(v.doc)]
+    assert patches and SECRET in json.dumps(patches), "the index was patched, naming the file"
+    return s, hook, fid, msgs
+
+
+def test_evicting_an_object_takes_the_index_patches_that_named_it(store: Store, uid: str, tmp_path: Path) -> None:
+    # Eviction took the object-index blocks whose lines read "- <id> ...", but a patch of the
+    # index names an object in diff lines ("-- <id>", "+- <id>", " - <id>"): the patch block
+    # that named an evicted file by its path (a secret in its name) stayed in the store.
+    s, _, fid, _ = _index_patched_over_a_secret_name(store, uid, tmp_path)
+    s.close()
+    evict(store, fid)
+    assert SECRET not in _everywhere(store) and SECRET.encode() not in _on_disk(store)
+
+
 def test_ctxos_evict_from_another_process_while_a_session_runs(tmp_path: Path, reliability: Counts) -> None:
     path = tmp_path / "s.db"
     store = SqliteStore(path)

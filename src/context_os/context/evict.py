@@ -105,8 +105,9 @@ def _tombstone(obj_id: str, latest: list[Any], reason: str, blocks: int) -> dict
 
 def _index_blocks(store: Store, ids: list[str]) -> list[str]:
     """The object-index blocks (``block:…`` of object ``index``) with a line for one of ``ids``:
-    a line holds the object's path, or a recall hit's preview."""
-    lines = tuple(f"\n- {i} " for i in ids)
+    a line holds the object's path, or a recall hit's preview. A patch of the index (``_patch_text``
+    in view.py) has them as diff lines: removed, added or kept (``-``, ``+``, `` `` before them)."""
+    lines = tuple(f"\n{mark}- {i} " for i in ids for mark in ("", "-", "+", " "))
     return [
         v.id
         for v in store.find("block", {"object": INDEX_KEY})
