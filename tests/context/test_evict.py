@@ -368,6 +368,21 @@ def test_evicting_an_object_takes_the_index_patches_that_named_it(store: Store, 
     assert SECRET not in _everywhere(store) and SECRET.encode() not in _on_disk(store)
 
 
+def test_a_live_session_shows_its_index_anew_after_an_eviction(store: Store, uid: str, tmp_path: Path) -> None:
+    # The eviction takes the index blocks that named the object, but the running session kept
+    # them in memory as its index's chain: its next turn showed them to the model again, wrote a
+    # patch against them (naming the evicted file once more) and no later frame verified.
+    s, hook, fid, msgs = _index_patched_over_a_secret_name(store, uid, tmp_path)
+    evict(store, fid)  # as another process would
+    for n in range(2):
+        context = hook.transform_context(msgs := [*msgs, say("ok"), user(f"after {n}")])
+        assert SECRET not in _text(context)
+        check = verify_frame(store, get_frame(store, uid, s.view.turn))
+        assert check.ok, check.problems
+    assert SECRET not in _everywhere(store) and SECRET.encode() not in _on_disk(store)
+    s.close()
+
+
 def test_ctxos_evict_from_another_process_while_a_session_runs(tmp_path: Path, reliability: Counts) -> None:
     path = tmp_path / "s.db"
     store = SqliteStore(path)

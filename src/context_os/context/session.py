@@ -656,6 +656,8 @@ class Session:
                 self.view.set_state(obj, state="absent")
                 self.writer.record_state(obj, "user", "evicted from the store")
                 self.view.remove_object(oid)
+                if obj.kind != "toolcall":  # the index listed it: its blocks went with it (evict.py)
+                    self.view.show_index_anew()
         return changes
 
     def _scrub_page(self, page: str, tombstone: dict[str, Any]) -> None:

@@ -586,6 +586,12 @@ class SessionView:
             self.refresh_object(o)
         return o
 
+    def show_index_anew(self) -> None:
+        """The next render shows the object index as one new block (not as a patch of its blocks
+        so far): after an eviction, those blocks are gone from the store and their text, which
+        named the evicted object, must not be shown or patched against again."""
+        self._chains.pop(INDEX_KEY, None)
+
     def refresh_object(self, o: ObjInfo) -> None:
         """Re-render what shows ``o`` after its content or metadata changed."""
         for i in (o.entry, o.call_entry):
