@@ -383,6 +383,40 @@ def test_a_live_session_shows_its_index_anew_after_an_eviction(store: Store, uid
     s.close()
 
 
+def test_evict_containing_takes_a_secret_name_out_of_a_tombstone_written_before(tmp_path: Path) -> None:
+    # Tombstones of files written before 2026-11-30 keep the file's absolute path; --containing
+    # left them as "a session's own record": a secret in a file's name stayed in the store for good.
+    from click.testing import CliRunner
+
+    from context_os.cli import cli
+    from context_os.objects import TombstoneDoc
+    from context_os.store.base import Evict, Put, next_valid_time
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    leaked = root / f"{SECRET}.txt"
+    leaked.write_text("notes\n")
+    store = SqliteStore(tmp_path / "s.db")
+    ws = Workspace(root, redact_patterns={}, redact_generic=False)
+    with Session.open(store, "old", workspace=str(root), redact=False) as s:
+        tools = FileTools(s, ws)
+        fid = json.loads(tools.call("read", {"path": leaked.name}))["id"]
+        OpenAIHook(s, files=tools).transform_context([user("read it")])
+    evict(store, fid)
+    tomb = store.get(tombstone_id(fid))
+    assert tomb is not None and tomb.doc is not None
+    meta = {k: v for k, v in tomb.doc["meta"].items() if k != "path_key"} | {"abs_path": str(leaked.resolve())}
+    store.submit([Evict(tomb.id)])  # as the code before 2026-11-30 wrote it
+    store.submit([Put(TombstoneDoc(id=tomb.id, content=tomb.doc["content"], meta=meta).to_doc(), next_valid_time())])
+    assert SECRET in _everywhere(store)
+    r = CliRunner().invoke(cli, ["--store", str(store.path), "objects", "evict", "--containing", "-", "--yes"], SECRET)
+    assert r.exit_code == 0, r.output
+    assert SECRET not in _everywhere(store) and SECRET.encode() not in _on_disk(store)
+    with Session.open(store, "new", workspace=str(root), redact=False) as s:  # its bytes are still withheld
+        assert json.loads(FileTools(s, ws).call("read", {"path": leaked.name}))["content_omitted"] == EVICTED_BYTES
+    store.close()
+
+
 def test_ctxos_evict_from_another_process_while_a_session_runs(tmp_path: Path, reliability: Counts) -> None:
     path = tmp_path / "s.db"
     store = SqliteStore(path)

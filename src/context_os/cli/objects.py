@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ..context.evict import KEPT_KINDS, evict, holding, tombstone_id
+from ..context.evict import KEPT_KINDS, evict, forget_paths, holding, tombstone_id
 from ..context.load import content_lines, object_states, unified_diff, version_row
 from ..errors import InputError, NotFound
 from ..files.index import find_file_object
@@ -291,6 +291,8 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
         done = evict(store, o["id"], reason="ctxos evict --containing")
         evicted += [o["id"], *done["derived"]]
         left_in_files = left_in_files or bool(done["left_in_files"])
+    # a file's tombstone written before 2026-11-30 keeps its path: the path's hash takes its place
+    rewritten = forget_paths(store, text)
     remaining = holding(store, text)
     if as_json:
         emit_json(
@@ -299,6 +301,7 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
                 "kept": kept,
                 "evicted": True,
                 "evicted_ids": evicted,
+                "tombstones_rewritten": rewritten,
                 "remaining": remaining,
                 "left_in_files": left_in_files,
             }
@@ -310,6 +313,8 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
             f"{len(evicted)} object(s) erased, with the blocks that showed them; running sessions drop them at"
             " their next turn. Frames that showed them no longer verify."
         )
+        for t in rewritten:
+            click.echo(f"  {t}: written anew with a hash of the file's path in place of the path")
         for o in remaining:
             click.echo(f"  still held by {o['id']} ({o['versions']} version(s)): a session's own record, kept")
     if left_in_files:

@@ -35,7 +35,7 @@ from ..store.base import Evict, Put, Store, next_valid_time, now_ms
 from .entries import Entry, ToolCall
 from .view import INDEX_KEY
 
-__all__ = ["EVICTED_TEXT", "KEPT_KINDS", "evict", "holding", "scrub_entries", "tombstone_id"]
+__all__ = ["EVICTED_TEXT", "KEPT_KINDS", "evict", "forget_paths", "holding", "scrub_entries", "tombstone_id"]
 
 EVICTED_TEXT = "[context_os: erased from the store]"
 """What an evicted chat message's text becomes."""
@@ -190,3 +190,25 @@ def holding(store: Store, text: str) -> list[dict[str, Any]]:
             kind = held[-1].doc.get("kind") if held[-1].doc else None
             found.append({"id": oid, "kind": kind if isinstance(kind, str) else None, "versions": len(held)})
     return found
+
+
+def forget_paths(store: Store, text: str) -> list[str]:
+    """Tombstones of files written before 2026-11-30 keep the file's absolute path
+    (``meta.abs_path``), which may hold a secret (a file named after a key): each whose path holds
+    ``text`` is written anew with the path's hash (``path_key``) in its place, as tombstones are
+    now, the old one evicted; returns their ids. The new one is put right after the eviction, in
+    a transaction of its own (an eviction erases whatever the same transaction put)."""
+    out: list[str] = []
+    for v in store.find("tombstone"):
+        doc = v.doc or {}
+        meta: dict[str, Any] = dict(doc.get("meta") or {})
+        path = meta.get("abs_path")
+        if not isinstance(path, str) or text not in path:
+            continue
+        meta.pop("abs_path")
+        meta["path_key"] = path_key(path)
+        tomb = TombstoneDoc(id=v.id, content=doc.get("content") or {}, meta=meta).to_doc()
+        store.submit([Evict(v.id)])
+        store.submit([Put(tomb, next_valid_time())])
+        out.append(v.id)
+    return out
