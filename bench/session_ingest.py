@@ -65,9 +65,9 @@ def section(rows: list[dict[str, Any]], n: int, turns: int) -> str:
     else:
         nums = [f"{r['per_call']:,}" for r in met if r["per_call"] is not None]
         said = [f"{', '.join(nums[:-1])} and {nums[-1]}" if len(nums) > 1 else nums[0]] if nums else []
-        said = [f"{said[0]} turns per call"] if said else []
+        said = [f"at {said[0]} turns per call"] if said else []
         said += ["with the whole session in one call"] if any(r["per_call"] is None for r in met) else []
-        where = f"The aim is met at {' and '.join(said)} (an import, or a harness that hands over a stretch at once)"
+        where = f"The aim is met {' and '.join(said)} (an import, or a harness that hands over a stretch at once)"
         where += "; not at one turn per call (a live agent)." if one is not None and one not in met else "."
     ratio = f" XTDB over SQLite at 1 turn per call: {one['xtdb'] / one['sqlite']:.2f}." if one is not None else ""
     return (

@@ -227,6 +227,10 @@ def test_the_session_ingest_section_says_where_this_runs_aim_is_met() -> None:
     text = section(rows(700, 2_400, 2_300, 1_900), 4_201, 1_692)
     assert "The aim is met at 10 and 100 turns per call (an import" in text
     assert "**MISSED** (best 1,500). The aim is met at no number" in section(rows(500, 1_500, 1_400, 1_000), 1, 1)
+    # met with the whole session in one call only
+    assert "The aim is met with the whole session in one call (an import" in section(
+        rows(500, 1_500, 1_900, 2_100), 1, 1
+    )
     assert "one turn per call (a live agent) included" in section(rows(2_001, 2_400, 2_300, 2_100), 1, 1)
 
 
