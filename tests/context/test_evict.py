@@ -409,6 +409,8 @@ def test_evict_containing_takes_a_secret_name_out_of_a_tombstone_written_before(
     store.submit([Evict(tomb.id)])  # as the code before 2026-11-30 wrote it
     store.submit([Put(TombstoneDoc(id=tomb.id, content=tomb.doc["content"], meta=meta).to_doc(), next_valid_time())])
     assert SECRET in _everywhere(store)
+    listed = CliRunner().invoke(cli, ["--store", str(store.path), "objects", "evict", "--containing", "-"], SECRET)
+    assert f"{tomb.id}: 1 version(s) (its file path: --yes writes it anew with the path's hash" in listed.output
     r = CliRunner().invoke(cli, ["--store", str(store.path), "objects", "evict", "--containing", "-", "--yes"], SECRET)
     assert r.exit_code == 0, r.output
     assert SECRET not in _everywhere(store) and SECRET.encode() not in _on_disk(store)

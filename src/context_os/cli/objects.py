@@ -277,7 +277,12 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
         else:
             click.echo(f"{len(found)} object(s) hold the text" + (":" if found else "."))
             for o in found:
-                left = " (kept: a session's own record)" if o in kept else ""
+                meta = (store.doc(o["id"]) or {}).get("meta") or {} if o["kind"] == "tombstone" else {}
+                if text in str(meta.get("abs_path", "")):
+                    # an old file tombstone holding it in its path (``forget_paths``)
+                    left = " (its file path: --yes writes it anew with the path's hash in its place)"
+                else:
+                    left = " (kept: a session's own record)" if o in kept else ""
                 click.echo(f"  {o['id']}: {o['versions']} version(s){left}")
             if found:
                 click.echo("Pass --yes to erase them, in every time. Frames that showed them will no longer verify.")
