@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["IMAGE", "CuttableProxy", "NodeUnavailable", "all_corrections", "node", "run_clojure"]
+__all__ = ["IMAGE", "CuttableProxy", "NodeUnavailable", "all_corrections", "node", "run_clojure", "tcp_pipe"]
 
 ROOT = Path(__file__).resolve().parent.parent
 START = ROOT / "xtdb" / "start"
@@ -290,6 +290,22 @@ def run_clojure(script: Path, *args: str, classpath: str = ".classpath") -> list
     return last
 
 
+def tcp_pipe(src: socket.socket, dst: socket.socket) -> None:
+    """Copy ``src`` to ``dst`` until either end goes; then both go, and ``src`` is closed (each
+    socket is the source of one pipe, so both are closed once both pipes end: a socket left to
+    the garbage collector warns, and under ``-W error`` fails whatever test runs then)."""
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            with suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        src.close()
+
+
 class CuttableProxy:
     """A TCP proxy to the node of ``store_url`` (on a port of ``_free_port``) that ``cut`` ends at
     once: its port then refuses connections and every connection through it is closed, as when
@@ -314,21 +330,7 @@ class CuttableProxy:
             upstream = socket.create_connection(self.target)
             self._conns += [conn, upstream]
             for a, b in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        """Copy ``src`` to ``dst`` until either end goes; then both go and ``src`` is closed."""
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-            src.close()
+                threading.Thread(target=tcp_pipe, args=(a, b), daemon=True).start()
 
     def cut(self) -> None:
         with suppress(OSError):  # wakes the accept under way, which a close alone would not end

@@ -400,14 +400,20 @@ def test_ctrl_c_stops_a_replay_between_calls_and_append_goes_on_with_every_call(
     assert "interrupted: session 's' holds 4 whole model call(s)" in cut.output
     assert f"replay {traj} --session s --append` goes on from there" in cut.output
     monkeypatch.setattr(VirtualFiles, "observe", observe)
+    _append_gives_every_call(db, traj, held=4)
+
+
+def _append_gives_every_call(db: Path, traj: Path, *, held: int) -> None:
+    """``--append`` of session ``s``, which holds ``held`` whole calls of ``traj``, replays the rest:
+    then it has every call's frame, verified, with the inputs of a whole replay, call for call."""
     rest = json.loads(ctxos("replay", str(traj), "--session", "s", "--append", "--json", store=db).stdout)
     whole = json.loads(ctxos("replay", str(traj), "--session", "w", "--verify", "none", "--json", store=db).stdout)
-    assert rest["turns"] == whole["turns"] - 4 and rest["frames"] == rest["frames_verified"] == whole["turns"]
+    assert rest["turns"] == whole["turns"] - held and rest["frames"] == rest["frames_verified"] == whole["turns"]
     rows = {
         sid: [r["tokens_full"] for r in json.loads(ctxos("frames", "list", sid, "--json", store=db).stdout)]
         for sid in ("s", "w")
     }
-    assert rows["s"] == rows["w"]  # call for call, the same inputs
+    assert rows["s"] == rows["w"]
 
 
 KILLED_AT_CALL_4 = """
@@ -436,14 +442,7 @@ def test_a_replay_killed_mid_call_loses_no_call_on_append(tmp_path):
     killed = subprocess.run([sys.executable, "-c", KILLED_AT_CALL_4, *args], env=env, capture_output=True, timeout=300)
     assert killed.returncode == -9, killed.stderr
     assert len(json.loads(ctxos("frames", "list", "s", "--json", store=db).stdout)) == 3
-    rest = json.loads(ctxos("replay", str(traj), "--session", "s", "--append", "--json", store=db).stdout)
-    whole = json.loads(ctxos("replay", str(traj), "--session", "w", "--verify", "none", "--json", store=db).stdout)
-    assert rest["turns"] == whole["turns"] - 3 and rest["frames"] == rest["frames_verified"] == whole["turns"]
-    rows = {
-        sid: [r["tokens_full"] for r in json.loads(ctxos("frames", "list", sid, "--json", store=db).stdout)]
-        for sid in ("s", "w")
-    }
-    assert rows["s"] == rows["w"]  # call for call, the same inputs
+    _append_gives_every_call(db, traj, held=3)
 
 
 def test_frames_list_of_a_session_without_model_calls_is_empty_not_an_error(tmp_path):

@@ -11,7 +11,6 @@ import math
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import suppress
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -27,6 +26,7 @@ from context_os.store.base import now_ms
 from context_os.store.edn import Keyword
 from context_os.store.outbox import OutboxStore
 from context_os.store.xtdb import XtdbStore, _iso, _ms, _read_edn
+from tests._xtdb_node import tcp_pipe
 
 pytestmark = pytest.mark.xtdb
 
@@ -467,23 +467,7 @@ class _FlakyProxy:
                 continue
             upstream = socket.create_connection(self.target)
             for a, b in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        """Copy ``src`` to ``dst`` until either end goes; then both go, and ``src`` is closed (each
-        socket is the source of one pipe, so both are closed once both pipes end: a socket left
-        to the garbage collector warns, and under ``-W error`` fails whatever test runs then)."""
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-            src.close()
+                threading.Thread(target=tcp_pipe, args=(a, b), daemon=True).start()
 
     def close(self) -> None:
         self.sock.close()
