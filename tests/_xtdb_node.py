@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["IMAGE", "CuttableProxy", "NodeUnavailable", "all_corrections", "node", "run_clojure", "tcp_pipe"]
+__all__ = ["IMAGE", "CuttableProxy", "NodeUnavailable", "all_corrections", "node", "run_clojure"]
 
 ROOT = Path(__file__).resolve().parent.parent
 START = ROOT / "xtdb" / "start"
@@ -309,9 +309,11 @@ def tcp_pipe(src: socket.socket, dst: socket.socket) -> None:
 class CuttableProxy:
     """A TCP proxy to the node of ``store_url`` (on a port of ``_free_port``) that ``cut`` ends at
     once: its port then refuses connections and every connection through it is closed, as when
-    the node dies. A real network fault, not a fake node."""
+    the node dies; ``drop``: the first connections are closed after reading their request, as a
+    restarting node or a dying keep-alive connection does (``accepted`` counts them all). A real
+    network fault, not a fake node."""
 
-    def __init__(self, store_url: str) -> None:
+    def __init__(self, store_url: str, *, drop: int = 0) -> None:
         base = store_url.removeprefix("xtdb+").split("?", 1)[0]
         host, _, port = base.removeprefix("http://").partition(":")
         self.target = (host, int(port.split("/", 1)[0]))
@@ -319,6 +321,7 @@ class CuttableProxy:
         self.sock = socket.create_server(("127.0.0.1", self.port))
         self.url = f"xtdb+http://127.0.0.1:{self.port}"
         self._conns: list[socket.socket] = []
+        self.drop, self.accepted = drop, 0
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -327,6 +330,11 @@ class CuttableProxy:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            self.accepted += 1
+            if self.accepted <= self.drop:
+                conn.recv(65536)
+                conn.close()
+                continue
             upstream = socket.create_connection(self.target)
             self._conns += [conn, upstream]
             for a, b in ((conn, upstream), (upstream, conn)):

@@ -26,7 +26,7 @@ from context_os.store.base import now_ms
 from context_os.store.edn import Keyword
 from context_os.store.outbox import OutboxStore
 from context_os.store.xtdb import XtdbStore, _iso, _ms, _read_edn
-from tests._xtdb_node import tcp_pipe
+from tests._xtdb_node import CuttableProxy
 
 pytestmark = pytest.mark.xtdb
 
@@ -439,44 +439,8 @@ def test_credentials_go_as_basic_auth_and_are_never_shown() -> None:
         server.server_close()
 
 
-class _FlakyProxy:
-    """A TCP proxy to the node that drops the first ``drop`` connections after reading the request.
-
-    A real network fault, not a fake node: from the client's side the server disconnects
-    without answering, as a restarting node or a dying keep-alive connection does.
-    """
-
-    def __init__(self, target: tuple[str, int], drop: int) -> None:
-        self.target = target
-        self.drop = drop
-        self.accepted = 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            if self.accepted <= self.drop:
-                conn.recv(65536)
-                conn.close()
-                continue
-            upstream = socket.create_connection(self.target)
-            for a, b in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=tcp_pipe, args=(a, b), daemon=True).start()
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _proxy_to(xs: XtdbStore, drop: int) -> _FlakyProxy:
-    host, port = httpx.URL(xs.base).host, httpx.URL(xs.base).port
-    assert port is not None
-    return _FlakyProxy((host, port), drop)
+def _proxy_to(xs: XtdbStore, drop: int) -> CuttableProxy:
+    return CuttableProxy(xs.base, drop=drop)
 
 
 def test_reads_are_retried_after_a_dropped_connection(xs: XtdbStore, uid: str) -> None:
@@ -488,7 +452,7 @@ def test_reads_are_retried_after_a_dropped_connection(xs: XtdbStore, uid: str) -
             assert flaky.doc(f"r:{uid}") == {"id": f"r:{uid}", "kind": "k"}
         assert proxy.accepted >= 3
     finally:
-        proxy.close()
+        proxy.cut()
 
 
 def test_reads_give_up_after_the_retries(xs: XtdbStore) -> None:
@@ -500,7 +464,7 @@ def test_reads_give_up_after_the_retries(xs: XtdbStore) -> None:
                 flaky.get("anything")
         assert proxy.accepted == XtdbStore.RETRIES + 1
     finally:
-        proxy.close()
+        proxy.cut()
 
 
 def test_a_submit_is_not_retried_once_sent(xs: XtdbStore, uid: str) -> None:
@@ -512,7 +476,7 @@ def test_a_submit_is_not_retried_once_sent(xs: XtdbStore, uid: str) -> None:
                 flaky.put({"id": f"once:{uid}", "kind": "k"})
         assert proxy.accepted == 1
     finally:
-        proxy.close()
+        proxy.cut()
     assert xs.get(f"once:{uid}") is None  # the proxy never forwarded it
 
 
@@ -797,7 +761,6 @@ def test_a_session_whose_node_goes_away_raises_what_ended_its_block(xtdb_url: st
     """A session's block that ends with an error while the node is gone: closing it cannot give
     its lease back either, and that error (logged) does not replace the one that ended the block."""
     from context_os import Session
-    from tests._xtdb_node import CuttableProxy
 
     proxy = CuttableProxy(xtdb_url)
     try:
