@@ -13,12 +13,12 @@ from typing import Any
 
 import click
 
-from ..context.evict import KEPT_KINDS, evict, forget_paths, holding, tombstone_id
+from ..context.evict import KEPT_KINDS, evict, evictions, forget_paths, holding, path_holds
 from ..context.load import content_lines, object_states, unified_diff, version_row
 from ..errors import InputError, NotFound
 from ..files.index import find_file_object
 from ..store import Store, Version
-from ..times import iso, parse_time
+from ..times import parse_time
 from ._common import DeprecatedAlias, emit_json, fails_cleanly, json_option, store_from, table
 
 
@@ -38,13 +38,9 @@ def no_object(store: Store, object_id: str) -> NotFound:
             f"page(s), {pages[0]} to {pages[-1]} (a frame's ref {{id: {object_id}, sealed_pages: N}} names the "
             "first N of them)"
         )
-    tomb = store.get(tombstone_id(object_id))
-    content = (tomb.doc or {}).get("content") if tomb is not None else None
-    if tomb is not None and isinstance(content, dict) and isinstance(content.get("evicted_at"), int):
-        return NotFound(
-            f"no object {object_id!r} in {store.url}: it was evicted at {iso(content['evicted_at'])}"
-            f" ({content.get('reason', 'evicted')}), in tx {tomb.tx_id}; nothing of it is left to erase"
-        )
+    how = evictions(store, [object_id]).get(object_id)
+    if how is not None:
+        return NotFound(f"no object {object_id!r} in {store.url}: it was {how}; nothing of it is left to erase")
     return NotFound(f"no object {object_id!r} in {store.url}")
 
 
@@ -277,9 +273,7 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
         else:
             click.echo(f"{len(found)} object(s) hold the text" + (":" if found else "."))
             for o in found:
-                meta = (store.doc(o["id"]) or {}).get("meta") or {} if o["kind"] == "tombstone" else {}
-                if text in str(meta.get("abs_path", "")):
-                    # an old file tombstone holding it in its path (``forget_paths``)
+                if o["kind"] == "tombstone" and path_holds(store.doc(o["id"]), text):
                     left = " (its file path: --yes writes it anew with the path's hash in its place)"
                 else:
                     left = " (kept: a session's own record)" if o in kept else ""

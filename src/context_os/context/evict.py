@@ -32,10 +32,21 @@ from typing import Any
 from ..errors import InputError, NotFound
 from ..objects import TombstoneDoc, path_key
 from ..store.base import Evict, Put, Store, next_valid_time, now_ms
+from ..times import iso
 from .entries import Entry, ToolCall
 from .view import INDEX_KEY
 
-__all__ = ["EVICTED_TEXT", "KEPT_KINDS", "evict", "forget_paths", "holding", "scrub_entries", "tombstone_id"]
+__all__ = [
+    "EVICTED_TEXT",
+    "KEPT_KINDS",
+    "evict",
+    "evictions",
+    "forget_paths",
+    "holding",
+    "path_holds",
+    "scrub_entries",
+    "tombstone_id",
+]
 
 EVICTED_TEXT = "[context_os: erased from the store]"
 """What an evicted chat message's text becomes."""
@@ -78,6 +89,22 @@ def scrub_entries(entries: list[Entry]) -> list[Entry]:
                 scrubbed.append(call)
             kept["tool_calls"] = scrubbed
         out.append(kept)
+    return out
+
+
+def evictions(store: Store, ids: list[str]) -> dict[str, str]:
+    """Those of ``ids`` that were evicted, each with how its tombstone says it was: ``evicted at
+    <time> (<reason>), in tx <n>``."""
+    out: dict[str, str] = {}
+    for oid in ids:
+        tomb = store.get(tombstone_id(oid))
+        if tomb is None or tomb.doc is None:
+            continue
+        content = tomb.doc.get("content") or {}
+        when = content.get("evicted_at")
+        at = f" at {iso(when)}" if isinstance(when, int) else ""
+        why = f" ({content['reason']})" if isinstance(content.get("reason"), str) else ""
+        out[oid] = f"evicted{at}{why}, in tx {tomb.tx_id}"
     return out
 
 
@@ -192,6 +219,13 @@ def holding(store: Store, text: str) -> list[dict[str, Any]]:
     return found
 
 
+def path_holds(doc: dict[str, Any] | None, text: str) -> bool:
+    """Whether ``doc`` is a file's tombstone written before 2026-11-30, which keeps the file's
+    absolute path (``meta.abs_path``), and that path holds ``text`` (``forget_paths`` rewrites it)."""
+    path = ((doc or {}).get("meta") or {}).get("abs_path")
+    return isinstance(path, str) and text in path
+
+
 def forget_paths(store: Store, text: str) -> list[str]:
     """Tombstones of files written before 2026-11-30 keep the file's absolute path
     (``meta.abs_path``), which may hold a secret (a file named after a key): each whose path holds
@@ -201,12 +235,10 @@ def forget_paths(store: Store, text: str) -> list[str]:
     out: list[str] = []
     for v in store.find("tombstone"):
         doc = v.doc or {}
-        meta: dict[str, Any] = dict(doc.get("meta") or {})
-        path = meta.get("abs_path")
-        if not isinstance(path, str) or text not in path:
+        if not path_holds(doc, text):
             continue
-        meta.pop("abs_path")
-        meta["path_key"] = path_key(path)
+        meta: dict[str, Any] = dict(doc["meta"])
+        meta["path_key"] = path_key(meta.pop("abs_path"))
         tomb = TombstoneDoc(id=v.id, content=doc.get("content") or {}, meta=meta).to_doc()
         store.submit([Evict(v.id)])
         store.submit([Put(tomb, next_valid_time())])

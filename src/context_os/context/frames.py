@@ -20,6 +20,7 @@ from ..errors import NotFound
 from ..hashing import verify_doc
 from ..store.base import DocMemo, Store, Version
 from ..times import iso
+from .evict import evictions
 from .load import VersionMemo, load_view
 from .view import Rendered, SessionView, page_id, sealed_pages_hash
 
@@ -276,28 +277,15 @@ def _check_sealed(view: SessionView, ref: dict[str, Any], basis: int) -> tuple[l
     return [], []
 
 
-def _evicted_ids(store: Store, ids: list[str]) -> list[str]:
-    """Those of ``ids`` that were evicted (a tombstone says so)."""
-    return [oid for oid in ids if (tomb := store.get(f"tombstone:{oid}")) is not None and tomb.doc is not None]
-
-
-def _evicted(store: Store, ids: list[str]) -> list[str]:
-    """Why a frame that showed one of ``ids`` no longer verifies, for each that was evicted (its
-    tombstone: context/evict.py): what it showed was erased, on purpose."""
-    out = []
-    for oid in ids:
-        tomb = store.get(f"tombstone:{oid}")
-        if tomb is None or tomb.doc is None:
-            continue
-        content = tomb.doc.get("content") or {}
-        when = content.get("evicted_at")
-        at = f" at {iso(when)}" if isinstance(when, int) else ""
-        why = f" ({content['reason']})" if isinstance(content.get("reason"), str) else ""
-        out.append(
-            f"{oid} was evicted{at}{why}, in tx {tomb.tx_id}: this frame showed what was erased, so it can no"
-            " longer be re-rendered as it was"
-        )
-    return out
+def _evicted(store: Store, ids: list[str]) -> tuple[list[str], list[str]]:
+    """Those of ``ids`` that were evicted (their tombstones: context/evict.py), and why a frame
+    that showed them no longer verifies: what it showed was erased, on purpose."""
+    found = evictions(store, ids)
+    why = [
+        f"{oid} was {how}: this frame showed what was erased, so it can no longer be re-rendered as it was"
+        for oid, how in found.items()
+    ]
+    return list(found), why
 
 
 _FRAME_FIELDS = ("turn", "valid_time", "rendered_hash", "refs")
@@ -336,8 +324,7 @@ def verify_frame(
     except NotFound as e:  # a block it showed was evicted (or the frame itself)
         # its refs still name their transactions, as those of a frame that re-rendered do
         named = c["refs"] if basis is None else [_ref_with_tx(r, basis) for r in c["refs"]]
-        shown_gone = _evicted_ids(store, [r["id"] for r in c["refs"] if "sealed_pages" not in r])
-        why = _evicted(store, shown_gone)
+        shown_gone, why = _evicted(store, [r["id"] for r in c["refs"] if "sealed_pages" not in r])
         # the hash and the rest cannot be checked without the re-render: only an eviction explains it
         explained = shown_gone if not problems else []
         return FrameCheck(
@@ -353,8 +340,8 @@ def verify_frame(
         if "sealed_pages" in ref:
             sealed, pages = _check_sealed(view, ref, basis)
             if sealed:
-                evicted = _evicted_ids(store, pages)
-                problems += [*sealed, *_evicted(store, evicted)]
+                evicted, why = _evicted(store, pages)
+                problems += [*sealed, *why]
                 unexplained = unexplained or not evicted
                 gone += evicted
             refs.append(ref)
@@ -362,13 +349,12 @@ def verify_frame(
         tx = ref_tx(ref, basis)
         refs.append(_ref_with_tx(ref, basis))
         if memo.ref_hash(store, ref["id"], ref["valid_time"], tx) != ref["object_hash"]:
-            evicted = _evicted_ids(store, [ref["id"]])
-            problems.append(f"static ref {ref['id']} @ tx {tx} does not resolve to {ref['object_hash']}")
-            problems += _evicted(store, evicted)
+            evicted, why = _evicted(store, [ref["id"]])
+            problems += [f"static ref {ref['id']} @ tx {tx} does not resolve to {ref['object_hash']}", *why]
             unexplained = unexplained or not evicted
             gone += evicted
-    if wrong_hash and not gone:  # a re-render differs where nothing it showed was evicted: damage
-        gone = _evicted_ids(store, [r["id"] for r in c["refs"] if "sealed_pages" not in r])
+    if wrong_hash and not gone:  # every ref resolves: the re-render differs by a block evicted, or damage
+        gone, _ = _evicted(store, [r["id"] for r in c["refs"] if "sealed_pages" not in r])
         unexplained = unexplained or not gone
     return FrameCheck(
         frame["id"],
