@@ -338,6 +338,20 @@ def test_a_chunked_request_body_is_read(proxy: Running, up: Upstream) -> None:
             while chunk := sock.recv(65536):
                 answer += chunk
         assert answer.startswith(b"HTTP/1.1 400 ") and b"not well formed" in answer, body[:10]
+    # a body that ends before its Content-Length (the client gone mid-send): what came may parse,
+    # but it is not the request sent, and nothing goes upstream
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        whole = json.dumps({"model": "m", "messages": [{"role": "user", "content": "cut"}]}).encode()
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (port, len(whole) + 40, whole)
+        )
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(30)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"not well formed" in answer
     assert [r["messages"] for r in up.requests] == [ask["messages"]] * 2
 
 

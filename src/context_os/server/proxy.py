@@ -601,7 +601,12 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 length = int(self.headers.get("Content-Length") or 0)
                 if length < 0:
                     raise ValueError(length)
-                return self.rfile.read(length) if length <= MAX_BODY else None
+                if length > MAX_BODY:
+                    return None
+                body = self.rfile.read(length)
+                if len(body) < length:  # a client gone mid-send: what came is not what it sent
+                    raise ValueError(f"the body ended after {len(body)} of {length} bytes")
+                return body
             parts: list[bytes] = []
             size = 0
             while True:
