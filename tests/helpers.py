@@ -186,16 +186,17 @@ class HttpServer:
         *,
         headers: dict[str, str] | None = None,
         token: str | None = "",
+        path: str = "/",
     ) -> tuple[int, bytes]:
-        """One request; by default with the right token, Host and Content-Type (``headers``
-        replaces or adds headers; ``token=None`` sends none)."""
+        """One request to ``path``; by default with the right token, Host and Content-Type
+        (``headers`` replaces or adds headers; ``token=None`` sends none)."""
         sent = {"Host": f"127.0.0.1:{self.port}", "Content-Type": "application/json"}
         if token is not None:
             sent["Authorization"] = f"Bearer {token or self.token}"
         sent.update(headers or {})
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
-            conn.request(method, "/", body=body, headers={k: v for k, v in sent.items() if v is not None})
+            conn.request(method, path, body=body, headers={k: v for k, v in sent.items() if v is not None})
             resp = conn.getresponse()
             return resp.status, resp.read()
         finally:

@@ -228,6 +228,13 @@ def test_http_on_loopback(tmp_path: Path):
         assert status == 413 and json.loads(body)["error"]["code"] == INVALID_REQUEST
         status, _ = srv.request("GET", b"")
         assert status == 405
+        # the endpoint is the path: a query string (a client's own marker) does not move it
+        ping = b'{"jsonrpc": "2.0", "method": "ping", "id": 2}'
+        for path in ("/rpc", "/rpc?client=x", "/?a=1"):
+            status, body = srv.post(ping, path=path)
+            assert status == 200 and json.loads(body)["result"]["pong"], (path, body)
+        status, body = srv.post(ping, path="/other?rpc")
+        assert status == 404 and "POST to / or /rpc" in json.loads(body)["error"]["message"]
 
 
 # --- the handler, in process ------------------------------------------------------------------

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
+from urllib.parse import urlsplit
 
 from ..errors import ConfigError
 from .protocol import INVALID_REQUEST, RpcError, RpcServer, encode, error_response, log
@@ -329,7 +330,7 @@ def make_http_server(
         def do_POST(self) -> None:  # noqa: N802 - http.server naming
             if not self._allowed("POST"):
                 return
-            if self.path not in ("/", "/rpc"):
+            if urlsplit(self.path).path not in ("/", "/rpc"):  # a query string names no other endpoint
                 self._refuse(404, "POST to / or /rpc")
                 return
             try:
