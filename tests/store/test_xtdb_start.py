@@ -126,6 +126,31 @@ def _cmdline(proc: Path) -> str:
         return ""
 
 
+def test_pg_host_with_cluster_is_refused(tmp_path: Path) -> None:
+    """``--cluster`` starts its own PostgreSQL on this machine: a ``--pg-host`` beside it was
+    silently ignored (the nodes used the local one)."""
+    port, pg_port = _free_port(), _free_port()
+    script = ROOT / "xtdb"
+    try:
+        run = subprocess.run(
+            [str(script / "start"), "--cluster", "2", "--port", str(port), "--pg-port", str(pg_port)]
+            + ["--pg-host", "db.example", "--data-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=STARTUP_TIMEOUT_S + 240,
+        )
+    finally:  # what a start that took no notice of it left running
+        subprocess.run(
+            [str(script / "stop"), "--cluster", "2", "--port", str(port), "--pg-port", str(pg_port)],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        shutil.rmtree(script / "target" / f"pg-{pg_port}", ignore_errors=True)
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr.startswith("xtdb/start: --pg-host names the PostgreSQL of one cluster node"), run.stderr
+
+
 @pytest.mark.parametrize("args", [["--cluster", "x"], ["--port", "abc"], ["--cluster", "2", "--pg-port", "5433x"]])
 def test_stop_refuses_a_value_that_is_no_number(args: list[str]) -> None:
     """Not a default in its place (``--cluster x`` stopped the node on port 3000)."""
