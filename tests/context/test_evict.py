@@ -212,6 +212,28 @@ def test_frames_that_showed_an_evicted_object_are_told_apart_from_damaged_ones(
         assert whole.returncode == 0 and report["frames_failed"] == [] and len(report["frames_evicted"]) == 2
 
 
+def test_frames_that_showed_an_evicted_result_collapsed_are_told_apart_from_damaged_ones(
+    store: Store, uid: str
+) -> None:
+    """A result collapsed to its stub is no ref of the frames that show the stub (the stub names
+    its tokens and its first words): once it is evicted those frames re-render otherwise too, and
+    they were counted as damaged, every later frame of the session."""
+    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER, keep_recent_results=1))
+    hook = OpenAIHook(s)
+    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", f"TOKEN={SECRET}\n" + "x\n" * 400)]
+    hook.transform_context(msgs)
+    for n in range(2, 5):
+        msgs += [call(f"c{n}", "bash", command=f"ls d{n}"), result(f"c{n}", f"d{n}/a\n" * 300)]
+        hook.transform_context(msgs)
+    s.close()
+    oid = f"toolcall:{uid}:c1"
+    frames = frame_docs(store, uid)
+    assert not any(oid in {r["id"] for r in f["content"]["refs"]} for f in frames[1:])  # collapsed by then
+    evict(store, oid, reason="leaked")
+    after = [verify_frame(store, f) for f in frames]
+    assert all(c.evicted_only and c.evicted == [oid] for c in after), [(c.frame_id, c.problems) for c in after]
+
+
 def test_an_eviction_followed_by_a_write_of_the_session_is_still_taken_in(store: Store, uid: str) -> None:
     # A turn takes in evictions only when someone else wrote since the session's last write. A
     # write of its own in between (a pin, an activate, a file read between two model calls) made

@@ -288,6 +288,17 @@ def _evicted(store: Store, ids: list[str]) -> tuple[list[str], list[str]]:
     return list(found), why
 
 
+def _objects_gone(view: SessionView) -> list[str]:
+    """The objects the visible chat entries name (tool results, tool calls) that the view does not
+    hold: evicted, or missing."""
+    named = []
+    for i in view.visible:
+        e = view.entries[i]
+        named += [e["object"]] if e.get("object") else []
+        named += [c["object"] for c in e.get("tool_calls") or () if c.get("object")]
+    return [oid for oid in dict.fromkeys(named) if oid not in view.objects]
+
+
 _FRAME_FIELDS = ("turn", "valid_time", "rendered_hash", "refs")
 
 
@@ -353,8 +364,11 @@ def verify_frame(
             problems += [f"static ref {ref['id']} @ tx {tx} does not resolve to {ref['object_hash']}", *why]
             unexplained = unexplained or not evicted
             gone += evicted
-    if wrong_hash and not gone:  # every ref resolves: the re-render differs by a block evicted, or damage
-        gone, _ = _evicted(store, [r["id"] for r in c["refs"] if "sealed_pages" not in r])
+    if wrong_hash and not gone:
+        # every ref resolves: the re-render differs by what was evicted (a block it showed, or a
+        # result it showed collapsed, which is no ref), or by damage
+        shown = [r["id"] for r in c["refs"] if "sealed_pages" not in r] + _objects_gone(view)
+        gone, _ = _evicted(store, shown)
         unexplained = unexplained or not gone
     return FrameCheck(
         frame["id"],
