@@ -162,7 +162,7 @@ def test_frames_diff_of_frames_that_no_longer_verify_compares_no_prompts(demo, t
 def test_ctrl_c_in_frames_verify_exits_130_not_the_1_of_a_mismatch(demo, monkeypatch, as_json):
     import signal
 
-    import context_os.cli.frames as frames_module
+    import context_os.context.frames as frames_module
 
     db, _ = demo
     verify, seen = frames_module.verify_frame, []
@@ -187,6 +187,37 @@ def test_ctrl_c_in_frames_verify_exits_130_not_the_1_of_a_mismatch(demo, monkeyp
         assert json.loads(cut.stdout)["error"] == {"type": "Interrupted", "message": "interrupted", "exit_status": 130}
     else:
         assert cut.stdout == ""
+
+
+def test_ctrl_c_in_frames_verify_by_worker_processes_stops_them(demo, monkeypatch, capfd):
+    """Frames checked in worker processes (``verify_frames``): Ctrl-C ends the command with 130
+    as in one process, the workers are gone after it, and none prints a traceback."""
+    import multiprocessing
+    import signal
+
+    import context_os.cli.frames as cli_frames
+    import context_os.context.frames as frames_module
+
+    db, _ = demo
+    monkeypatch.setattr(frames_module, "PARALLEL_FROM", 1)
+    verdict, seen = cli_frames._verdict, []
+
+    def ctrl_c_at_frame_20(*args, **kwargs):
+        seen.append(1)
+        if len(seen) == 20:
+            signal.raise_signal(signal.SIGINT)
+        return verdict(*args, **kwargs)
+
+    monkeypatch.setattr(cli_frames, "_verdict", ctrl_c_at_frame_20)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        cut = CliRunner().invoke(cli, ["--store", str(db), "frames", "verify", "d1", "--jobs", "2"])
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert cut.exit_code == 130 and len(seen) == 20, cut.output
+    assert cut.stderr.strip() == "interrupted"
+    assert multiprocessing.active_children() == []
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_frames_verify_exits_1_on_a_mismatch_and_names_the_frames(demo, tmp_path):

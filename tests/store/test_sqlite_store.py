@@ -559,3 +559,14 @@ def test_check_runs_sqlites_integrity_check(tmp_path: Path) -> None:
         problems = s.check()
     assert problems and all(p.startswith("integrity_check: ") for p in problems)
     assert any("attrs" in p for p in problems), problems
+
+
+def test_a_reader_never_writes(tmp_path: Path) -> None:
+    """What ``SqliteStore.reader`` opens is the same file, read-only."""
+    with SqliteStore(tmp_path / "s.db") as store:
+        store.put({"id": "a", "kind": "note", "content": "x", "meta": {}})
+        reader = store.reader()
+    with reader() as other:
+        assert other.read_only and other.doc("a") is not None
+        with pytest.raises(StoreError, match="read-only"):
+            other.put({"id": "b", "kind": "note", "content": "y", "meta": {}})

@@ -622,3 +622,29 @@ def test_find_matches_value_types_exactly(store: Store, uid: str) -> None:
     assert ns(store.find(kind, {"flag": 1}, valid_time=T0)) == [1]
     assert ns(store.find(kind, {"flag": True}, valid_time=T0)) == [2]
     assert ns(store.find(kind, {"flag": "1"}, valid_time=T0)) == [3]
+
+
+# -- another process ---------------------------------------------------------------------------
+
+
+def _read_elsewhere(reader: Any, id: str, valid_time: int, tx_id: int) -> dict[str, Any] | None:
+    """In a child process: the document ``reader()``'s store has."""
+    with reader() as other:
+        v = other.get(id, valid_time, tx_id)
+        return None if v is None else v.doc
+
+
+def test_a_reader_opens_the_store_in_another_process(store: Store, uid: str) -> None:
+    """``Store.reader``: what frame checks in worker processes open; it reads what was committed,
+    as of any transaction, in a new interpreter (not a fork of this one)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    t1 = store.submit([Put(doc(f"{uid}-r", 1), T0)])
+    store.submit([Put(doc(f"{uid}-r", 2), T0)])
+    reader = store.reader()
+    assert reader is not None
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        first = pool.submit(_read_elsewhere, reader, f"{uid}-r", T0, t1.id).result(timeout=120)
+        latest = pool.submit(_read_elsewhere, reader, f"{uid}-r", T0, store.latest_tx_id()).result(timeout=120)
+    assert first == doc(f"{uid}-r", 1) and latest == doc(f"{uid}-r", 2)

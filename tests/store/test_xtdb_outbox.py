@@ -510,3 +510,34 @@ def test_changes_made_while_the_node_is_down_are_reported_made_and_recorded_when
     finally:
         tracker.stop()
         store.close()
+
+
+def _get_elsewhere(reader: Any, id: str, valid_time: int, tx_id: int) -> dict[str, Any] | None:
+    with reader() as other:
+        v = other.get(id, valid_time, tx_id)
+        return None if v is None else v.doc
+
+
+def test_a_reader_in_another_process_resolves_provisional_ids_and_none_is_given_while_writes_wait(
+    xtdb_url: str, tmp_path: Path, uid: str
+) -> None:
+    """``OutboxStore.reader``: while writes wait in the outbox, only this process can read them
+    (None); once sent, a frame check in a worker process resolves a write's provisional id
+    (through the markers) as this process does."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    box, id = tmp_path / "outbox.db", f"note:{uid}"
+    with _outbox(_nowhere(), box) as off:
+        t1 = off.submit([Put(_doc(id, 1))])
+        assert t1.id < 0 and off.reader() is None
+    with _outbox(xtdb_url, box) as on:
+        assert on.reader() is None  # (still waiting: nothing has been read or written yet)
+        on.sync()
+        assert on.depth() == 0
+        reader = on.reader()
+        assert reader is not None
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            got = pool.submit(_get_elsewhere, reader, id, t1.time, t1.id).result(timeout=120)
+        assert got == _doc(id, 1)
+        assert on.depth() == 0 and box.exists()

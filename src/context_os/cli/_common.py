@@ -61,6 +61,13 @@ def serve_until_stopped(server: socketserver.BaseServer) -> None:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+jobs_option = click.option(
+    "--jobs",
+    type=click.IntRange(1),
+    default=None,
+    metavar="N",
+    help="Processes that re-render frames to check them (default: one per CPU, at most 8; from 128 frames).",
+)
 track_option = click.option(
     "--track/--no-track",
     default=True,
@@ -348,6 +355,7 @@ def run_replay(
     append: bool = False,
     named: bool = True,
     file: str | None = None,
+    jobs: int | None = None,
 ) -> str:
     """Replay each transcript of one file into the store as its own session (the main one as
     ``session_id``, a sidechain or record as ``session_id~<label>``) and report each and their
@@ -357,7 +365,8 @@ def run_replay(
     default, and where it is taken ``session_id-2``, ``-3``, … is used. Ctrl-C ends the replay
     between two calls, never inside one, exit status 130; ``file`` (the path replayed) names the
     ``--append`` run that goes on from there, which a store gone out of reach (``StoreUnavailable``)
-    names too. Returns the id used."""
+    names too. ``jobs``: the processes that check the frames (``verify_frames``). Returns the id
+    used."""
     from ..context.session import Session
     from ..harness.registry import harness
     from ..replay import replay_total, replay_transcript
@@ -418,6 +427,7 @@ def run_replay(
                                 session,
                                 file=t.source or "",
                                 verify=verify,
+                                jobs=jobs,
                                 on_turn=tick,
                                 on_verify=partial(tick, None),
                             )

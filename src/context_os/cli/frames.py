@@ -9,21 +9,22 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from contextlib import closing
 from typing import Any
 
 import click
 
-from ..context.frames import FrameCheck, FrameMemo, frame_docs, frame_rows, get_frame, no_frames, verify_frame
+from ..context.frames import FrameCheck, frame_docs, frame_rows, get_frame, no_frames, verify_frame, verify_frames
 from ..context.load import load_view
 from ..context.timeline import FrameDiff, frame_diff
 from ..context.view import arguments_text
-from ..errors import StoreCorrupt
 from ._common import (
     DefaultGroup,
     DeprecatedAlias,
     echo_long,
     emit_json,
     fails_cleanly,
+    jobs_option,
     json_option,
     progress,
     store_from,
@@ -128,10 +129,11 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
 @frames.command("verify")
 @click.argument("session_id")
 @click.argument("turn", type=int, required=False)
+@jobs_option
 @json_option
 @click.pass_context
 @fails_cleanly
-def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, as_json: bool) -> None:
+def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, jobs: int | None, as_json: bool) -> None:
     """Re-render every frame of a session (or one) and check it."""
     with store_from(ctx) as store:
         if turn is not None:
@@ -140,16 +142,11 @@ def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, as_json: b
             docs = frame_docs(store, session_id)
             if not docs:
                 raise no_frames(store, session_id, f"no frames for session {session_id!r} in {store.url}")
-        memo = FrameMemo()  # what the frames share is read and hashed once
-        rows: list[dict[str, Any]] = []
-        with progress(docs, length=len(docs), label="verifying", enabled=not as_json) as bar:
-            for doc in bar:
-                c = doc["content"]
-                try:
-                    rows.append(_verdict(c["turn"], verify_frame(store, doc, memo=memo)))
-                except StoreCorrupt as e:  # a damaged version is this frame's failure, not the command's
-                    failed = FrameCheck(doc["id"], False, c["rendered_hash"], "", [f"cannot be re-rendered: {e}"])
-                    rows.append(_verdict(c["turn"], failed) | {"rendered_hash": None})  # nothing was rendered
+        # closed on the way out, Ctrl-C included: its worker processes stop with it
+        with closing(verify_frames(store, docs, jobs=jobs)) as checks:
+            pairs = zip(docs, checks, strict=True)
+            with progress(pairs, length=len(docs), label="verifying", enabled=not as_json) as bar:
+                rows = [_verdict(doc["content"]["turn"], check) for doc, check in bar]
         verified = sum(1 for r in rows if r["ok"])
         evicted = sum(1 for r in rows if not r["ok"] and r["evicted"])
         ok = verified + evicted == len(rows)  # a frame that showed what was evicted since is no damage
@@ -280,7 +277,7 @@ def _verdict(turn: int, check: FrameCheck) -> dict[str, Any]:
         "frame_id": check.frame_id,
         "ok": check.ok,
         "recorded_hash": check.recorded_hash,
-        "rendered_hash": check.rendered_hash,
+        "rendered_hash": check.rendered_hash or None,  # none: it could not be re-rendered
         "problems": check.problems,
         "evicted": check.evicted,
     }

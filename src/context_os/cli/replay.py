@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from ..replay import FORMATS, MAX_SESSION_BYTES, read_sessions
-from ._common import fails_cleanly, json_option, run_replay
+from ._common import fails_cleanly, jobs_option, json_option, run_replay
 
 
 @click.command("replay")
@@ -36,6 +36,7 @@ from ._common import fails_cleanly, json_option, run_replay
     show_default=True,
     help="Frames to re-render from the store at the end and check against their hash.",
 )
+@jobs_option
 @click.option("--per-turn/--no-per-turn", default=True, help="Print (or, with --json, include) the per-call table.")
 @click.option(
     "--append",
@@ -58,6 +59,7 @@ def replay_cmd(
     fmt: str | None,
     session_id: str | None,
     verify: str,
+    jobs: int | None,
     per_turn: bool,
     append: bool,
     max_file_mb: int,
@@ -78,6 +80,7 @@ def replay_cmd(
         file.name,
         session_id if session_id is not None else "replay-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S"),
         verify=verify,
+        jobs=jobs,
         per_turn=per_turn,
         as_json=as_json,
         append=append,

@@ -4,15 +4,16 @@
 from __future__ import annotations
 
 import sys
+from contextlib import closing
 from typing import Any
 
 import click
 
-from ..context.frames import FrameMemo, verify_frame
+from ..context.frames import verify_frames
 from ..errors import HashError, StoreCorrupt
 from ..hashing import verify_doc
 from ..store import Store, Version
-from ._common import emit_json, fails_cleanly, json_option, progress, store_from
+from ._common import emit_json, fails_cleanly, jobs_option, json_option, progress, store_from
 
 
 def _damage(e: StoreCorrupt, id: str, v: Version | None = None) -> dict[str, Any]:
@@ -64,10 +65,11 @@ def _hash_problems(doc: dict[str, Any]) -> list[str]:
 
 @click.command("verify")
 @click.option("--frames", "check_frames", is_flag=True, help="Also re-render every frame and check its hash.")
+@jobs_option
 @json_option
 @click.pass_context
 @fails_cleanly
-def verify_cmd(ctx: click.Context, check_frames: bool, as_json: bool) -> None:
+def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json: bool) -> None:
     """Check the whole store: integrity, then every version's hashes.
 
     Damage is reported per document (exit 1), never as a traceback."""
@@ -83,9 +85,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, as_json: bool) -> None:
             current = []
             damaged.append(_damage(e, "(documents could not be listed)"))
         checked, frames_ok = 0, 0
-        # what re-rendering shares across the frames of one session (context/frames.py)
-        memo_session: Any = None
-        memo = FrameMemo()
+        frames: list[dict[str, Any]] = []  # by id, so those of a session together
         bad: list[dict[str, Any]] = []
         frames_bad: list[dict[str, Any]] = []
         frames_evicted: list[dict[str, Any]] = []
@@ -99,21 +99,18 @@ def verify_cmd(ctx: click.Context, check_frames: bool, as_json: bool) -> None:
                     if wrong:
                         bad.append({"id": v.id, "tx_id": v.tx_id, "valid_time": v.valid_time, "fields": wrong})
                 if check_frames and cur.doc and cur.doc.get("kind") == "frame":
-                    meta = cur.doc.get("meta")
-                    session = meta.get("session") if isinstance(meta, dict) else None
-                    if session != memo_session:  # frames come by id, so by session
-                        memo_session, memo = session, FrameMemo()
-                    try:
-                        check = verify_frame(store, cur.doc, memo=memo)
-                        problems, evicted = check.problems, check.evicted
-                    except StoreCorrupt as e:
-                        problems, evicted = [f"cannot be re-rendered: {e}"], []
-                    if not problems:
-                        frames_ok += 1
-                    elif evicted:  # it showed what was erased on purpose since: no damage
-                        frames_evicted.append({"id": cur.id, "evicted": evicted})
-                    else:
-                        frames_bad.append({"id": cur.id, "problems": problems})
+                    frames.append(cur.doc)
+        with (
+            closing(verify_frames(store, frames, jobs=jobs)) as checks,  # (its workers stop with it)
+            progress(checks, length=len(frames), label="checking frames", enabled=not as_json) as bar,
+        ):
+            for check in bar:
+                if check.ok:
+                    frames_ok += 1
+                elif check.evicted:  # it showed what was erased on purpose since: no damage
+                    frames_evicted.append({"id": check.frame_id, "evicted": check.evicted})
+                else:
+                    frames_bad.append({"id": check.frame_id, "problems": check.problems})
         ok = not (bad or damaged or integrity or frames_bad)
         report: dict[str, Any] = {
             "store": store.url,

@@ -6,17 +6,23 @@ A frame names its valid time; its basis transaction is the one that wrote it, wi
 shows (frames written before that name it, ``basis_tx_id``: ``frame_basis``). Rebuilding the
 session view as of that point and rendering it must reproduce the recorded hash, and every static
 ref must resolve to exactly the version it names (``verify_frame``; a ref written in the frame's
-own transaction names none: ``ref_tx``).
+own transaction names none: ``ref_tx``). ``verify_frames`` checks many, in worker processes
+when there are enough of them and the store can be opened by another process (``Store.reader``).
 
 This module only reads the store.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..errors import NotFound
+from ..errors import NotFound, StoreCorrupt
 from ..hashing import verify_doc
 from ..store.base import DocMemo, Store, Version
 from ..times import iso
@@ -38,6 +44,7 @@ __all__ = [
     "ref_tx",
     "rerender",
     "verify_frame",
+    "verify_frames",
 ]
 
 
@@ -382,3 +389,96 @@ def verify_frame(
         refs,
         evicted=[] if unexplained else gone,
     )
+
+
+PARALLEL_FROM = 128
+"""``verify_frames`` of fewer frames runs in this process: starting a worker (a new interpreter
+importing context_os) costs about what re-rendering 50-100 frames of a long session does."""
+CHUNK = 16
+"""Frames a worker takes at a time: its ``FrameMemo`` serves the frames of one chunk, and of the
+next it takes of the same session."""
+
+
+def default_jobs() -> int:
+    """The worker processes ``verify_frames`` uses by default: one per CPU this process may run
+    on, at most 8."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 8))
+
+
+def verify_frames(
+    store: Store, frames: Sequence[dict[str, Any]], *, jobs: int | None = None
+) -> Generator[FrameCheck, None, None]:
+    """``verify_frame`` of each of ``frames`` (in order, those of one session together), one
+    ``FrameMemo`` per session; a frame whose versions are damaged (``StoreCorrupt``) fails as
+    "cannot be re-rendered". With ``jobs`` > 1 (default: ``default_jobs()``) and at least
+    ``PARALLEL_FROM`` frames, ``jobs`` worker processes re-render them, each opening the store
+    through ``store.reader()`` (a store only this process can open is checked here); their checks
+    carry no ``rendered`` nor ``view``. Frames checked by workers read what the store has committed:
+    the same as this process reads once it has written (``Store.submit``). A caller that may stop
+    early closes the generator (``contextlib.closing``): the workers stop with it."""
+    jobs = default_jobs() if jobs is None else jobs
+    reader = store.reader() if jobs > 1 and len(frames) >= PARALLEL_FROM else None
+    if reader is None:
+        yield from _check_all(store, frames)
+        return
+    chunks = [frames[i : i + CHUNK] for i in range(0, len(frames), CHUNK)]
+    # a new interpreter, not a fork: this process may run threads (a lease's, a file tracker's)
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(min(jobs, len(chunks)), mp_context=ctx, initializer=_start_worker, initargs=(reader,))
+    try:
+        # the workers start (at the submits) with Ctrl-C blocked, until they ignore it: one that
+        # came while a new interpreter started would print its traceback (a signal meanwhile
+        # reaches this process once unblocked)
+        blocked = hasattr(signal, "pthread_sigmask")
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if blocked else set()
+        try:
+            results = pool.map(_worker_checks, chunks)
+        finally:
+            if blocked:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for checks in results:
+            yield from checks
+    finally:  # on an error or Ctrl-C, what is queued is dropped; workers finish their chunk and exit
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _check_all(store: Store, frames: Iterable[dict[str, Any]]) -> Iterator[FrameCheck]:
+    memo: list[Any] = [None, FrameMemo()]
+    for frame in frames:
+        yield _check_one(store, frame, memo)
+
+
+def _check_one(store: Store, frame: dict[str, Any], memo: list[Any]) -> FrameCheck:
+    """``verify_frame`` with ``memo`` (``[session, FrameMemo]``: started anew for another
+    session); a damaged version is this frame's failure, not the pass's."""
+    meta = frame.get("meta")
+    session = meta.get("session") if isinstance(meta, dict) else None
+    if session != memo[0]:
+        memo[:] = [session, FrameMemo()]
+    try:
+        return verify_frame(store, frame, memo=memo[1])
+    except StoreCorrupt as e:
+        content = frame.get("content")
+        recorded = content.get("rendered_hash", "") if isinstance(content, dict) else ""
+        return FrameCheck(str(frame.get("id")), False, str(recorded), "", [f"cannot be re-rendered: {e}"])
+
+
+_worker: tuple[Store, list[Any]] | None = None
+"""In a worker process of ``verify_frames``: its store, and its memo's session and memo."""
+
+
+def _start_worker(reader: Callable[[], Store]) -> None:
+    global _worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _worker = (reader(), [None, FrameMemo()])
+
+
+def _worker_checks(frames: Sequence[dict[str, Any]]) -> list[FrameCheck]:
+    assert _worker is not None
+    store, memo = _worker
+    # what a check carries besides its verdict stays here: a view is the whole session
+    return [replace(_check_one(store, frame, memo), rendered=None, view=None) for frame in frames]

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from contextlib import closing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..context.entries import ToolCall, msg_chars
-from ..context.frames import FrameMemo, frame_basis, frame_docs, frame_id, verify_frame
+from ..context.frames import frame_basis, frame_docs, frame_id, verify_frames
 from ..context.ingest import check_incoming
 from ..context.policy import RetentionPolicy
 from ..context.session import Session
@@ -154,12 +155,14 @@ def replay_transcript(
     *,
     file: str = "",
     verify: str = "all",
+    jobs: int | None = None,
     on_turn: Callable[[TranscriptRow], None] | None = None,
     on_verify: Callable[[], None] | None = None,
 ) -> TranscriptReplay:
     """Assemble the context at every model call of ``transcript`` (each assistant message; its input
     is every message before it, uncompacted) and measure it. ``verify``: ``all`` re-renders every
-    frame from the store, ``last`` only the last one, ``none`` none. A session that holds the
+    frame from the store, ``last`` only the last one, ``none`` none (``jobs``: worker processes that
+    re-render them, ``verify_frames``; default one per CPU). A session that holds the
     first messages already (``ctxos replay --append``) goes on from the first call whose input
     it does not hold. ``on_turn`` is called after each call, ``on_verify`` after each frame checked."""
     started = time.perf_counter()
@@ -242,11 +245,11 @@ def replay_transcript(
     result.frames = len(frames)
     checked = frames if verify == "all" else frames[-1:] if verify == "last" else []
     result.frames_checked = len(checked)
-    memo = FrameMemo()
-    for f in checked:
-        result.frames_verified += verify_frame(session.store, f, memo=memo).ok
-        if on_verify is not None:
-            on_verify()
+    with closing(verify_frames(session.store, checked, jobs=jobs)) as checks:  # (its workers stop with it)
+        for check in checks:
+            result.frames_verified += check.ok
+            if on_verify is not None:
+                on_verify()
     result.seconds_verify = round(time.perf_counter() - replayed, 3)
     result.seconds = round(time.perf_counter() - started, 3)
     result.peak_rss_mb = _peak_rss_mb()

@@ -408,6 +408,14 @@ class Store(ABC):
         holds. ``progress(done, total)`` is called as it goes. Safe to run again after a crash."""
         return 0
 
+    def reader(self) -> Callable[[], Store] | None:
+        """How another process opens this store to read it: a picklable callable that opens it
+        there (only to read: nothing it opens writes unless asked to), or None where no other
+        process can read what this store holds (it lives in this process alone, or holds writes
+        it has not passed on). Frame checks run in worker processes through it
+        (``context.frames.verify_frames``)."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook, most backends need it
         """Release connections and files."""
 

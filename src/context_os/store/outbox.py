@@ -36,6 +36,7 @@ This module speaks the Store contract only: no backend details, nothing above th
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import logging
@@ -524,6 +525,14 @@ class OutboxStore(Store):
     def rebuild_index(self, progress: Callable[[int, int], None] | None = None) -> int:
         return self.inner.rebuild_index(progress)
 
+    def reader(self) -> Callable[[], Store] | None:
+        inner = self.inner.reader()
+        if inner is None or self.depth():
+            return None  # what waits in the outbox is there for this process alone
+        # through the same outbox file: the ids of writes it accepted while the backend was out of
+        # reach resolve as here (its markers); a reader sends and accepts nothing
+        return functools.partial(_outbox_reader, inner, self.path)
+
     def __enter__(self) -> OutboxStore:
         return self
 
@@ -533,3 +542,8 @@ class OutboxStore(Store):
         if conn is not None:
             conn.close()
         self.inner.close()
+
+
+def _outbox_reader(inner: Callable[[], Store], path: Path) -> OutboxStore:
+    """``OutboxStore.reader``'s store: ``inner()`` behind the outbox file at ``path``."""
+    return OutboxStore(inner(), path)

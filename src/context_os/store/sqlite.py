@@ -40,6 +40,7 @@ leave it untranslated.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sqlite3
@@ -1077,6 +1078,10 @@ class SqliteStore(Store):
                 f"{doc_id} at tx {tx_id} (valid time {_shown_time(valid_time)}): its stored document {what}"
             )
         return problems
+
+    def reader(self) -> Callable[[], Store]:
+        # the file, read-only: every transaction committed is there for another process to read
+        return functools.partial(SqliteStore, self.path, create=False, read_only=True)
 
     def close(self) -> None:
         with self._lock:

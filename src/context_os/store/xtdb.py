@@ -48,6 +48,7 @@ This module must stay free of anything above the store (context, harness, object
 
 from __future__ import annotations
 
+import functools
 import json
 import json.encoder
 import logging
@@ -524,6 +525,8 @@ class XtdbStore(Store):
         under the user data dir, ``text-index/<host>_<port>.db``)."""
         # the base (what messages name) carries no credentials; they go in each request's auth
         self.bases, shown, self._auth = _parse_urls(url)
+        self._opened = url
+        """The URL as given, credentials and all (``reader``)."""
         self.base = self.bases[0]
         """The node requests go to now; the next in ``bases`` when it cannot be reached."""
         self.url = "xtdb+" + shown
@@ -1269,6 +1272,10 @@ class XtdbStore(Store):
 
     def __enter__(self) -> XtdbStore:
         return self
+
+    def reader(self) -> Callable[[], Store]:
+        # the same nodes: once submitted, a write is in their log for every client
+        return functools.partial(XtdbStore, self._opened, timeout=self.timeout, text_index_path=self._text.path)
 
     def close(self) -> None:
         try:  # what this store wrote is readable by everyone once it is closed

@@ -1,0 +1,80 @@
+"""``verify_frames``: many frames checked in worker processes give the verdicts one process gives.
+
+The workers open the store through ``Store.reader`` (a new interpreter each, never a fork) and
+re-render their share of the frames; a verified frame, one that showed what was evicted since,
+and one whose store was damaged must each come back as they do when this process checks them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from context_os import Session
+from context_os.context import frames as frames_module
+from context_os.context.evict import evict
+from context_os.context.frames import FrameCheck, frame_docs, verify_frames
+from context_os.context.policy import RetentionPolicy
+from context_os.harness import OpenAIHook
+from context_os.store.sqlite import SqliteStore
+from tests.helpers import EAGER, call, result, user
+
+
+def _verdicts(checks: list[FrameCheck]) -> list[tuple[object, ...]]:
+    return [(c.frame_id, c.ok, c.recorded_hash, c.rendered_hash, c.problems, c.evicted) for c in checks]
+
+
+def _record(db: Path) -> None:
+    """A session of 24 model calls; one tool output evicted after it was shown."""
+    with SqliteStore(db) as store:
+        hook = OpenAIHook(Session.open(store, "v", harness="openai", policy=RetentionPolicy(**EAGER)))
+        msgs = [{"role": "system", "content": "You are a coding agent."}, user("fix the bug")]
+        for n in range(24):
+            msgs += [call(f"c{n}", command=f"cat f{n}.py"), result(f"c{n}", f"# f{n}\n" + f"line {n}\n" * 300)]
+            hook.transform_context(msgs)
+        hook.session.close()
+        evict(store, "toolcall:v:c3", reason="a leaked key")
+
+
+def test_workers_give_the_verdicts_of_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _record(db)
+    # a damaged copy: the stored text of outputs changed behind the store's back (c1's among them,
+    # shown by frames that show nothing evicted since, so their failure is damage)
+    damaged = tmp_path / "damaged.db"
+    damaged.write_bytes(db.read_bytes())
+    wal = db.with_name(db.name + "-wal")
+    if wal.exists():
+        damaged.with_name(damaged.name + "-wal").write_bytes(wal.read_bytes())
+    with sqlite3.connect(damaged) as conn:
+        changed = conn.execute("UPDATE docs SET json = replace(json, '# f1', '# F1')").rowcount
+    assert changed
+    monkeypatch.setattr(frames_module, "PARALLEL_FROM", 1)  # 24 frames are enough to go to workers
+    for path in (db, damaged):
+        with SqliteStore(path) as store:
+            docs = frame_docs(store, "v")
+            here = list(verify_frames(store, docs, jobs=1))
+            there = list(verify_frames(store, docs, jobs=2))
+        assert len(here) == len(docs) == 24
+        assert _verdicts(there) == _verdicts(here)
+        assert all(c.rendered is not None for c in here)
+        assert all(c.rendered is None and c.view is None for c in there)  # they came from the workers
+        assert any(c.ok for c in here) and any(c.evicted for c in here)
+        if path == damaged:
+            assert any(not c.ok and not c.evicted for c in here)
+        else:
+            assert all(c.ok or c.evicted for c in here)
+
+
+def test_a_store_no_other_process_can_open_is_checked_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store whose ``reader`` is None (one that lives in this process alone) is not given to
+    workers: its frames are checked in this process, whatever ``jobs`` says."""
+    db = tmp_path / "s.db"
+    _record(db)
+    monkeypatch.setattr(frames_module, "PARALLEL_FROM", 1)
+    monkeypatch.setattr(SqliteStore, "reader", lambda self: None)
+    with SqliteStore(db) as store:
+        checks = list(verify_frames(store, frame_docs(store, "v"), jobs=4))
+    assert len(checks) == 24 and all(c.rendered is not None for c in checks if c.ok)
