@@ -418,10 +418,36 @@ def test_swe_agent_0x_actions_parsed_from_text_become_tool_calls() -> None:
         ("python reproduce.py", ("bash", {"command": "python reproduce.py"})),
         ("open 'unbalanced", ("open", {"path": "'unbalanced"})),
         ("submit", ("submit", {})),
+        ("set_cursors 3 4", ("set_cursors", {"start_line": 3, "end_line": 4})),
+        ("edit\n    a = 1\nend_of_edit\n", ("edit", {"replacement_text": "    a = 1"})),
+        ("edit", ("bash", {"command": "edit"})),
     ],
 )
 def test_text_actions(action: str, call: tuple[str, dict[str, Any]]) -> None:
     assert text_action(action) == call
+
+
+def test_a_swe_agent_0x_cursors_trajectory_reads_its_windows_and_edits_the_selection(db) -> None:
+    # a real 0.x run of a cursors configuration (tests/replay/data/swe-agent-cursors): its windows
+    # mark the selection with lines of their own, set_cursors shows a window, and an edit without
+    # a range replaces the selection (refused once for a syntax error, then made)
+    t = read_session(DATA / "swe-agent-cursors" / "marshmallow-code__marshmallow-1867.traj")
+    names = [c["function"]["name"] for m in t.messages for c in m.get("tool_calls") or ()]
+    assert names == ["create", "edit", "open", "set_cursors", "edit", "edit"] and paired(t)
+    args = [json.loads(c["function"]["arguments"]) for m in t.messages for c in m.get("tool_calls") or ()]
+    assert args[3] == {"start_line": 1475, "end_line": 1475} and set(args[5]) == {"replacement_text"}
+    session = Session.open(db, "cursors", harness=t.harness, workspace=t.cwd)
+    r = replay_transcript(t, session, verify="all")
+    assert r.orphaned_tool_results == 0 and r.frames_verified == r.frames == r.turns == 6
+    assert (r.files, r.edits_total, r.edits_with_target_active) == (2, 3, 3)
+    files = {o.meta["path"]: o for o in session.view.objects.values() if o.kind == "file"}
+    fields = files["src/marshmallow/fields.py"].content or ""
+    assert "<<<<<" not in fields and "\n1475:" not in fields
+    assert "repro" not in fields and files["reproduce.py"].content == (
+        "from marshmallow.fields import TimeDelta\nfrom datetime import timedelta\n\n"
+        'td_field = TimeDelta(precision="milliseconds")\n\nobj = dict()\n'
+        'obj["td_field"] = timedelta(milliseconds=345)\n\nprint(td_field.serialize("td_field", obj))'
+    )
 
 
 def swe_trajectory(path: Path) -> Path:

@@ -15,8 +15,9 @@ tool-name presets of harness/toolnames.py map a harness's names to roles) in thr
   ``new_str``, ``insert`` adds ``new_str`` after line ``insert_line``, ``undo_edit`` changes the
   file in a way the call does not say;
 * SWE-agent's windowed tools, which act on the open file and print a window of it
-  (``[File: PATH (N lines total)]``, lines ``N:text``, ``(Open file: PATH)`` after it): the
-  file is the one the output names;
+  (``[File: PATH (N lines total)]``, lines ``N:text``, ``(Open file: PATH)`` after it; the
+  cursors configurations' ``<<<<< START CURSOR >>>>>`` lines among them): the file is the one
+  the output names;
 * Codex CLI's ``apply_patch`` (its patch adds a file: a write; updates one: an edit by its hunks,
   context lines included; deletes or moves one: an edit the replay cannot follow; a patch of
   several files is an op for each, the others in the first's ``more``) and its shell commands
@@ -112,6 +113,8 @@ _EDITOR_FAILED = ("ERROR", "No replacement was performed", "Invalid", "File alre
 _WINDOW = re.compile(r"^\[File: (?P<path>.+) \((?P<total>\d+) lines total\)\]$", re.MULTILINE)
 _WINDOW_LINE = re.compile(r"(\d+):(.*)\Z", re.DOTALL)
 _WINDOW_NOTE = re.compile(r"\(\d+ more lines (?:above|below)\)\Z")
+_WINDOW_CURSORS = ("<<<<< START CURSOR >>>>>", "<<<<< END CURSOR >>>>>")
+"""The lines SWE-agent 0.x's cursors configurations print around the selection in a window."""
 _OPEN_FILE = re.compile(r"^\(Open file: (?P<path>[^\n]+)\)$", re.MULTILINE)
 _WINDOW_EDITED = re.compile(r"^(?:File updated|Text replaced)\b", re.MULTILINE)
 _WINDOW_REFUSED = re.compile(
@@ -252,6 +255,8 @@ def _window(output: str) -> _Window | None:
     lines: list[str] = []
     first = 0
     for line in text[m.end() + 1 :].split("\n"):
+        if line in _WINDOW_CURSORS:
+            continue  # a mark between the file's lines, not one of them
         numbered = _WINDOW_LINE.match(line)
         if numbered is None:
             if _WINDOW_NOTE.match(line) and not lines:

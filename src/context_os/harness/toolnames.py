@@ -231,6 +231,7 @@ SWE_AGENT = ToolNames(
         "goto": "read",
         "scroll_up": "read",
         "scroll_down": "read",
+        "set_cursors": "read",
         "create": "write",
         "edit": "edit",
         "insert": "edit",
@@ -241,8 +242,10 @@ SWE_AGENT = ToolNames(
     by_argument={"str_replace_editor": _EDITOR},
 )
 """SWE-agent's tools: ``str_replace_editor`` and ``bash`` (1.x), and the windowed tools that act
-on the open file (``open``/``goto``/``scroll_*`` show a window of it, ``create`` makes and shows
-a new one, ``edit`` replaces a line range (0.x) or a search string, ``insert`` adds text).
+on the open file (``open``/``goto``/``scroll_*`` show a window of it, as ``set_cursors`` does in
+0.x's cursors configurations, ``create`` makes and shows a new one, ``edit`` replaces a line
+range (0.x; the cursors' selection in those configurations) or a search string, ``insert`` adds
+text).
 ``submit`` has no role."""
 
 OPENHANDS = ToolNames(

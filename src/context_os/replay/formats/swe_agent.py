@@ -10,8 +10,9 @@ the task, then one assistant message per model call and the environment's answer
   holds it) and the next ``user`` message is the environment's answer. The action becomes a tool
   call (format ``swe-agent-text``): the reply's text is its ``thought``, the call is the command
   (``open``, ``goto``, ``scroll_up``, ``scroll_down``, ``create``, ``edit A:B`` with its text up to
-  ``end_of_edit``, ``search_file``, ``search_dir``, ``find_file``, ``submit``; any other command
-  line is ``bash``), and the answer is its tool result.
+  ``end_of_edit``, ``search_file``, ``search_dir``, ``find_file``, ``submit``; in the cursors
+  configurations ``set_cursors A B`` and ``edit`` without a range, which replaces the selection;
+  any other command line is ``bash``), and the answer is its tool result.
 
 Without a ``history``, the ``trajectory`` steps (``thought``/``response``, ``action``,
 ``observation``) make the same messages, without the prompts; a history with fewer replies than
@@ -46,8 +47,10 @@ _COMMANDS: dict[str, tuple[str, ...]] = {
     "search_file": ("search_term", "file"),
     "find_file": ("file_name", "dir"),
     "submit": (),
+    "set_cursors": ("start_line", "end_line"),  # the cursors configurations
 }
-_EDIT = re.compile(r"edit (\d+):(\d+)\Z")
+_LINE_ARGS = ("line_number", "start_line", "end_line")
+_EDIT = re.compile(r"edit(?: (\d+):(\d+))?\Z")  # without a range: the cursors' selection
 _CURRENT_DIR = re.compile(r"^\(Current directory: (?P<dir>/[^\n]*)\)$", re.MULTILINE)
 
 
@@ -56,22 +59,19 @@ def text_action(action: str) -> tuple[str, dict[str, Any]]:
     action = action.strip()
     first, _, rest = action.partition("\n")
     edit = _EDIT.match(first.strip())
-    if edit is not None:
+    if edit is not None and (edit.group(1) is not None or rest.strip()):
         lines = rest.split("\n")
         if lines and lines[-1].strip() == "end_of_edit":
             lines.pop()
-        return "edit", {
-            "start_line": int(edit.group(1)),
-            "end_line": int(edit.group(2)),
-            "replacement_text": "\n".join(lines),
-        }
+        span = {"start_line": int(edit.group(1)), "end_line": int(edit.group(2))} if edit.group(1) else {}
+        return "edit", {**span, "replacement_text": "\n".join(lines)}
     try:
         words = shlex.split(first)
     except ValueError:
         words = first.split()
     if words and words[0] in _COMMANDS and not rest.strip():
         names = _COMMANDS[words[0]]
-        args = {n: int(v) if n == "line_number" and v.isdigit() else v for n, v in zip(names, words[1:], strict=False)}
+        args = {n: int(v) if n in _LINE_ARGS and v.isdigit() else v for n, v in zip(names, words[1:], strict=False)}
         return words[0], args
     return "bash", {"command": action}
 
