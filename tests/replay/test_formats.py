@@ -159,6 +159,51 @@ def test_claude_code_results_written_before_their_call_stay_with_it(tmp_path: Pa
     assert read_call[0]["id"] == "t1"
 
 
+def test_a_claude_code_read_of_an_image_or_a_pdf_is_no_file_text(tmp_path: Path, db) -> None:
+    """Claude Code's Read of an image answers with the image alone (no text block), and of a PDF
+    with a document block: neither shows the file's text, so neither is a version of the file
+    (it was recorded as an empty file, shown active as such)."""
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+    def entry(uuid: str, parent: str | None, role: str, content: Any, **more: Any) -> dict[str, Any]:
+        return {
+            "type": role,
+            "uuid": uuid,
+            "parentUuid": parent,
+            "sessionId": "s",
+            "cwd": "/w",
+            "timestamp": f"2026-08-06T01:31:0{uuid[-1]}.000Z",
+            "message": {"role": role, "content": content},
+            **more,
+        }
+
+    def read(uuid: str, parent: str, call: str, path: str) -> dict[str, Any]:
+        block = {"type": "tool_use", "id": call, "name": "Read", "input": {"file_path": path}}
+        return entry(uuid, parent, "assistant", [block])
+
+    def result(uuid: str, parent: str, call: str, content: list[Any], tool_result: Any) -> dict[str, Any]:
+        block = {"type": "tool_result", "tool_use_id": call, "content": content}
+        return entry(uuid, parent, "user", [block], toolUseResult=tool_result)
+
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+    document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}
+    entries = [
+        entry("u1", None, "user", "what do these show?"),
+        read("u2", "u1", "r1", "/w/shot.png"),
+        result("u3", "u2", "r1", [image], {"type": "image", "file": {"base64": png, "type": "image/png"}}),
+        read("u4", "u3", "r2", "/w/spec.pdf"),
+        result("u5", "u4", "r2", [document], {"type": "pdf", "file": {"filePath": "/w/spec.pdf"}}),
+        entry("u6", "u5", "assistant", [{"type": "text", "text": "A red dot, and a spec."}]),
+    ]
+    t = read_session(write(tmp_path / "media.jsonl", entries))
+    assert calls(t) == 3 and paired(t)
+    session = Session.open(db, "media", harness=t.harness, workspace=t.cwd)
+    r = replay_transcript(t, session, verify="all")
+    assert r.orphaned_tool_results == 0 and r.frames_verified == r.frames == 3
+    assert (r.files, r.file_versions) == (0, 0)
+    assert not [o for o in session.view.objects.values() if o.kind == "file"]
+
+
 def test_replies_after_an_api_error_claude_code_noted_late_are_kept(tmp_path: Path) -> None:
     """Claude Code retries a request that failed; the note of the failure (``system``,
     ``api_error``) can be written after the replies that followed the retry, and the next entry

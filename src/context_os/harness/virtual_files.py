@@ -45,6 +45,16 @@ _DRIVE = re.compile(r"\A[A-Za-z]:[\\/]")
 """A Windows path (``c:\\Apps\\x.ts``, ``C:/Apps``): named with either separator, its drive in either case."""
 
 
+def _media(blocks: Any) -> bool:
+    """Whether a tool output given as blocks (a tool-call object's ``blocks``) shows something other
+    than text (an image, a document), or no block at all (a block the reader left out: Claude
+    Code's PDF): then its text, if any, is not the text of a file it read."""
+    content = blocks.get("content") if isinstance(blocks, Mapping) else None
+    if not isinstance(content, list):
+        return False
+    return not content or any(not isinstance(b, Mapping) or b.get("type") != "text" for b in content)
+
+
 def _windows(path: str) -> str:
     path = path.replace("\\", "/")
     return path[0].lower() + path[1:] if _DRIVE.match(path) else path
@@ -392,6 +402,8 @@ class VirtualFiles:
             return  # our own tool's report (context_os's read): it holds no file text
         output = stdout_of(obj.content, e.get("extra")) if isinstance(obj.content, str) else ""
         role = self.names.role(name, args)
+        if role == "read" and _media(obj.meta.get("blocks")):
+            return  # a read of an image or a PDF (Claude Code's Read): its text is none of the file's
         op = file_op(role, args, output, is_error=bool(obj.meta.get("is_error")))
         if op is not None:
             self.apply(op, e.get("ts"), obj.id)
