@@ -737,6 +737,18 @@ def test_an_openhands_str_replace_edit_becomes_a_file_version(db, tmp_path: Path
         ('"just text"', None, "one JSON string: not a session this reads"),
         ("null", None, "one JSON null: not a session this reads"),
         ("[1, 2]", None, r"a JSON list of 2 items \(number\): expected a JSON list of message objects"),
+        (
+            '[{"ts": 1, "type": "say", "say": "task", "text": "hi"}, {"ts": 2, "type": "ask", "ask": "tool"}]',
+            None,
+            r"a JSON list of 2 items \(object\): Cline's ui_messages.json \(what its window shows, not what the model "
+            r"was sent\), not the session: replay api_conversation_history.json beside it",
+        ),
+        (
+            '{\n  "files_in_context": [],\n  "model_usage": [],\n  "environment_history": []\n}\n',
+            None,
+            r"model_usage'\]: Cline's task_metadata.json, not the session: replay api_conversation_history.json beside",
+        ),
+        ('[{"kind": "request", "parts": []}]', None, r"a JSON list of 1 items \(object\): not a session this reads"),
         ('{"history": [{"role": "user", "content": 5}]}', None, r"history\[0\]: content must be a string or a list"),
         ('{"history": [{"role": "wizard"}]}', None, "unknown role 'wizard'"),
         ('[{"action": "run", "args": {}}, 7]', None, "event 1: expected an event object, got number"),

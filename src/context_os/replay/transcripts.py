@@ -223,6 +223,8 @@ def _detect(parsed: Parsed) -> str:
                 return "openhands"
             if _is_anthropic(doc):
                 return "cline" if is_cline(doc) else "anthropic"
+            if doc and all(isinstance(e, Mapping) for e in doc) and not any("role" in e for e in doc):
+                raise InputError(f"{parsed.path}: {shape(doc)}: {_not_a_session(doc)}")
             return "openai"
         if isinstance(doc, dict):
             if is_gemini_record(doc):
@@ -238,7 +240,7 @@ def _detect(parsed: Parsed) -> str:
                 return "openai"
             if isinstance(doc.get("events"), list) and any(map(is_v1_event, doc["events"])):
                 return "openhands"  # a V1 conversation directory
-        raise InputError(f"{parsed.path}: {shape(doc)}: not a session this reads ({KNOWN_KINDS})")
+        raise InputError(f"{parsed.path}: {shape(doc)}: {_not_a_session(doc)}")
     for _, e in parsed.rows:
         fmt = _line_format(e)
         if fmt is not None:
@@ -250,7 +252,21 @@ def _detect(parsed: Parsed) -> str:
             f"{parsed.path}: {what}: the events `codex exec --json` prints, which leave out what the model "
             "was sent: replay the rollout Codex wrote of the same run (~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl)"
         )
-    raise InputError(f"{parsed.path}: {what}: not a session this reads ({KNOWN_KINDS})")
+    raise InputError(f"{parsed.path}: {what}: {_not_a_session(first if len(parsed.rows) == 1 else None)}")
+
+
+def _not_a_session(doc: Any) -> str:
+    """Why a JSON value is no session, for an error: where the session is, for a file its harness
+    keeps beside it (Cline's ``ui_messages.json``, what its window shows: ``say``/``ask``
+    messages, and ``task_metadata.json`` are in the task's directory with the history it sends,
+    ``api_conversation_history.json``); else the kinds of files this reads."""
+    if isinstance(doc, list) and doc and all(isinstance(e, Mapping) and e.get("type") in ("say", "ask") for e in doc):
+        what = "Cline's ui_messages.json (what its window shows, not what the model was sent)"
+    elif isinstance(doc, Mapping) and {"files_in_context", "model_usage"} <= doc.keys():
+        what = "Cline's task_metadata.json"
+    else:
+        return f"not a session this reads ({KNOWN_KINDS})"
+    return f"{what}, not the session: replay api_conversation_history.json beside it"
 
 
 _CODEX_EXEC_EVENTS = ("thread.started", "turn.started", "turn.completed", "item.started", "item.completed")
