@@ -861,3 +861,14 @@ def test_a_session_is_not_opened_on_a_read_only_store(tmp_path: Path) -> None:
         with pytest.raises(StoreError, match=r"opened read-only: Session.open writes .* load_view"):
             Session.open(ro, "a", harness="openai")
         assert load_view(ro, "a").turn == 1
+
+
+@pytest.mark.parametrize("bad", ["", "a b", "a\tb"])
+def test_a_session_id_that_is_no_id_is_bad_input(db: SqliteStore, bad: str) -> None:
+    """As the CLI (``--session``) and ``ctxos serve`` say it: InputError (it was StateError,
+    which names a session in the wrong state, and nothing was in any state yet)."""
+    from context_os.errors import InputError
+
+    with pytest.raises(InputError, match="session id must be a non-empty string without spaces"):
+        Session.open(db, bad)
+    assert db.latest_tx() is None

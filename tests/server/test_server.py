@@ -187,7 +187,7 @@ def test_bad_input_gets_errors_and_the_server_goes_on(rpc: Rpc):
     assert rpc("session.open", session=42)["error"]["code"] == INVALID_PARAMS
     assert rpc("session.open", session="s1", harness="emacs")["error"]["code"] == INVALID_PARAMS
     assert rpc("session.open", session="s1", unknown=1)["error"]["code"] == INVALID_PARAMS
-    assert rpc("session.open", session="has space")["error"]["data"]["type"] == "StateError"
+    assert rpc("session.open", session="has space")["error"]["data"]["type"] == "InputError"
     assert rpc("session.open", session="s1", policy={"keep_recent_results": -1})["error"]["code"] == -32008
     assert rpc("context.transform", session="never", messages=[])["error"]["code"] == SESSION_NOT_OPEN
     rpc.result("session.open", session="s1")

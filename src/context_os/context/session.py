@@ -209,7 +209,7 @@ class Session:
         """
         scrub = _redactor(redact)
         if not session_id or any(c.isspace() for c in session_id):
-            raise StateError(f"session id must be a non-empty string without spaces, got {session_id!r}")
+            raise InputError(f"session id must be a non-empty string without spaces, got {session_id!r}")
         if store.read_only:  # it said "submit failed", naming no reason a session writes
             raise StoreError(
                 f"{store.url} is opened read-only: Session.open writes (it takes the session's lease and"
