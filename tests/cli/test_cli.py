@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -63,6 +64,24 @@ def test_python_m_context_os_is_the_ctxos_command(demo):
     assert "d1" in {s["session"] for s in json.loads(proc.stdout)}
     usage = subprocess.run([sys.executable, "-m", "context_os", "--help"], capture_output=True, text=True, timeout=60)
     assert usage.stdout.startswith("Usage: ctxos ")
+
+
+def test_hints_of_python_m_context_os_run_as_printed(tmp_path):
+    """Run as ``python -m context_os`` (no ``ctxos`` on PATH), the closing hints name that
+    command, so that they run as printed."""
+    db = tmp_path / "m.db"
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    (tmp_path / "m.json").write_text(json.dumps(messages))
+    env = {**os.environ, "PATH": "/nonexistent"}
+    run = [sys.executable, "-m", "context_os", "--store", str(db)]
+    out = subprocess.run([*run, "replay", "m.json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    (hint,) = [line for line in out.stdout.splitlines() if line.startswith("see it turn by turn: ")]
+    first = hint.removeprefix("see it turn by turn: ").split("; ")[0]
+    assert shlex.split(first)[:3] == [sys.executable, "-m", "context_os"]
+    again = subprocess.run(shlex.split(first), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-1].startswith("1 turns")
 
 
 def test_demo_uses_the_user_data_dir_by_default(tmp_path):

@@ -528,11 +528,25 @@ class _Deferred(AbstractContextManager["_Deferred"]):
             signal.signal(sig, old)
 
 
-def program() -> str:
+def program() -> list[str]:
     """How the user ran ``ctxos``: a path under the current directory as such (``.venv/bin/ctxos``
-    from ``make demo``), else ``ctxos``."""
-    path = os.path.relpath(sys.argv[0]) if sys.argv and sys.argv[0] else "ctxos"
-    return path if os.path.basename(path) == "ctxos" and not path.startswith("..") and os.sep in path else "ctxos"
+    from ``make demo``); ``python -m context_os`` as the interpreter that ran it, where the
+    scripts are not on PATH; else ``ctxos``."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0 and os.path.isfile(argv0) and os.path.samefile(argv0, _MAIN):
+        return [_under_cwd(sys.executable) or sys.executable, "-m", "context_os"]
+    path = _under_cwd(argv0) if argv0 else None
+    return [path] if path is not None and os.path.basename(path) == "ctxos" else ["ctxos"]
+
+
+_MAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__main__.py")
+"""``context_os/__main__.py``: ``sys.argv[0]`` under ``python -m context_os``."""
+
+
+def _under_cwd(path: str) -> str | None:
+    """``path`` relative to the current directory, if it lies under it (a path, not a bare name)."""
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") and os.sep in rel else None
 
 
 def command_hint(*args: str) -> str:
@@ -541,7 +555,7 @@ def command_hint(*args: str) -> str:
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_root().obj if ctx is not None else None
     store = obj.get("store") if isinstance(obj, dict) else None
-    return shlex.join([program(), *(["--store", store] if store else []), *args])
+    return shlex.join([*program(), *(["--store", store] if store else []), *args])
 
 
 def _report(result: TranscriptReplay, label: str, store: str, *, per_turn: bool) -> None:
