@@ -125,7 +125,7 @@ def test_the_tools_over_stdio(tmp_path: Path) -> None:
             latest = await s.read_resource(history["resource"])
             assert "a + b" in json.loads(latest.contents[0].text)["doc"]["content"]  # type: ignore[union-attr]
             listed = [str(r.uri) for r in (await s.list_resources()).resources]
-            assert listed == [one["resource"]]  # the newest frames of every session
+            assert listed == [one["resource"]]  # the store's newest frames
 
             found, _ = await call(s, "recall", {"query": "sum calc wrong"})
             assert found["hits"]
@@ -349,3 +349,23 @@ def test_an_object_evicted_by_another_process_is_not_served_by_activate(tmp_path
         lines, err = app.call("lines", {"id": "memory:leak"})
         assert err and secret not in lines
         app.close()
+
+
+def test_resources_name_the_newest_frames_of_the_store(tmp_path: Path) -> None:
+    """``resources/list`` names the store's 50 newest frames, whichever sessions they are of:
+    not 50 of each session."""
+    with SqliteStore(tmp_path / "s.db") as store:
+        for sid in ("a", "b"):
+            with Session.open(store, sid, harness="openai") as session:
+                hook, messages = OpenAIHook(session), []
+                for k in range(30):
+                    messages += [{"role": "user", "content": f"{sid} {k}"}]
+                    hook.transform_context(messages)
+                    messages += [{"role": "assistant", "content": "ok"}]
+        app = ContextOsMcp(store, session="m")
+        listed = [r["uri"] for r in app.resources()]
+        app.close()
+    newest = [f"context-os://frame/b/{t}" for t in range(30, 0, -1)] + [
+        f"context-os://frame/a/{t}" for t in range(30, 10, -1)
+    ]
+    assert listed == newest
