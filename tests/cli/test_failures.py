@@ -532,6 +532,36 @@ def test_a_port_in_use_is_one_line(tmp_path: Path, args: tuple[str, ...]) -> Non
         assert store.find("session") == []
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("proxy", "--upstream", "http://127.0.0.1:9", "--port"),
+        ("serve", "--http"),
+        ("mcp", "--no-recall", "--http"),
+    ],
+    ids=["proxy", "serve", "mcp"],
+)
+def test_a_server_refused_at_start_creates_no_store(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """A port in use, or an upstream that is no http(s) URL, refuses the start before the store
+    is opened: a missing store is not left behind, created without a word."""
+    db = tmp_path / "new.db"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = ctxos(*args, str(port), store=db, check=False)
+    fails(proc, "ConfigError", f"port {port} on 127.0.0.1 is in use")
+    assert not db.exists()
+    if args[0] == "proxy":
+        proc = ctxos("proxy", "--upstream", "ftp://x", "--port", "0", store=db, check=False)
+        fails(proc, "ConfigError", "--upstream must be an http(s) URL")
+        proc = ctxos(
+            "proxy", "--upstream", "http://x", "--anthropic-upstream", "x", "--port", "0", store=db, check=False
+        )
+        fails(proc, "ConfigError", "--anthropic-upstream must be an http(s) URL")
+        assert not db.exists()
+
+
 def test_a_replay_that_cannot_be_read_writes_nothing(tmp_path: Path) -> None:
     """A file read in the wrong format (no messages), or holding a message the harness's adapter
     refuses: one error naming the file, and no session (no store) left behind."""

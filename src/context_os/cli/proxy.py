@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import click
@@ -79,11 +80,19 @@ def proxy_cmd(
     responses: Codex CLI) or http://127.0.0.1:PORT (Anthropic); its API key goes upstream
     untouched. Each conversation is a session (X-Context-OS-Session names one); the context sent
     upstream is the assembled one. See docs/proxy.md."""
-    from ..server.proxy import Proxy, make_proxy_server
+    from ..server.proxy import Proxy, make_proxy_server, upstream_origin
+    from ..server.transports import listen_socket
     from ..sources.recall import open_recall
 
     server_process("proxy", verbose)
-    with store_from(ctx, create=True, announce=False) as store:
+    # what can refuse the start is checked before the store is opened: a refused start creates none
+    upstream_origin(upstream, "--upstream")
+    if anthropic_upstream is not None:
+        upstream_origin(anthropic_upstream, "--anthropic-upstream")
+    sock = listen_socket("127.0.0.1", port)
+    with ExitStack() as stack:
+        stack.callback(sock.close)
+        store = stack.enter_context(store_from(ctx, create=True, announce=False))
         engine = open_recall(store, recall_embedder(store, embedder, rebuild=rebuild_vectors)) if recall else None
         proxy = Proxy(
             store,
@@ -95,7 +104,7 @@ def proxy_cmd(
             tool_names=tool_names,
             track=track,
         )
-        server = make_proxy_server(proxy, port)
+        server = make_proxy_server(proxy, port, sock=sock)
         bound = server.server_address[1]
         try:  # from here on, a stop (SIGTERM, Ctrl-C) at any point is a clean one
             print(

@@ -23,7 +23,7 @@ from ..server import (
     serve_stdio,
     write_token_file,
 )
-from ..server.transports import check_origin
+from ..server.transports import check_origin, listen_socket
 from ..sources.recall import open_recall
 from ..store import data_dir
 from ._common import (
@@ -154,7 +154,12 @@ def serve_cmd(
     token = os.environ.get(TOKEN_ENV) or new_token()
     if len(token) < 16:
         raise ConfigError(f"${TOKEN_ENV} is too short to be a secret ({len(token)} characters; at least 16)")
-    with store_from(ctx, create=True, announce=False) as store, ExitStack() as stack:
+    # the port is taken before the store is opened: a port in use creates no store
+    sock = None if http_port is None else listen_socket("127.0.0.1", http_port, port_option="--http")
+    with ExitStack() as stack:
+        if sock is not None:
+            stack.callback(sock.close)
+        store = stack.enter_context(store_from(ctx, create=True, announce=False))
         chosen = recall_embedder(store, embedder, rebuild=rebuild_vectors)  # refused before anything starts
         mesh = recall = None
         if mesh_name is not None:
@@ -180,7 +185,7 @@ def serve_cmd(
         written: Path | None = None
         if http_port is not None:
             host = "127.0.0.1"
-            httpd = make_http_server(server, http_port, token=token, origins=origins, host=host)
+            httpd = make_http_server(server, http_port, token=token, origins=origins, host=host, sock=sock)
             port = httpd.server_address[1]
             try:
                 written = write_token_file(token_file or data_dir() / "serve" / f"http-{port}.token", token)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
     from ..sources.recall import Recall
     from ..store.base import Store
 
-__all__ = ["SESSION_HEADER", "Plan", "Proxy", "derive_session", "make_proxy_server"]
+__all__ = ["SESSION_HEADER", "Plan", "Proxy", "derive_session", "make_proxy_server", "upstream_origin"]
 
 log = logging.getLogger("context_os.proxy")
 
@@ -300,11 +301,11 @@ class Proxy:
         self.trackers = Trackers(store) if track and self.workspace is not None else None
         self.tool_names = tool_names
         self.upstreams: dict[Api, str] = {
-            "openai": _origin(upstream, "--upstream"),
-            "anthropic": _origin(
+            "openai": upstream_origin(upstream, "--upstream"),
+            "anthropic": upstream_origin(
                 anthropic_upstream or upstream, "--anthropic-upstream" if anthropic_upstream else "--upstream"
             ),
-            "responses": _origin(upstream, "--upstream"),
+            "responses": upstream_origin(upstream, "--upstream"),
         }
         self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
         self._lock = threading.Lock()
@@ -549,7 +550,7 @@ def _provider(path: str, headers: Any) -> Api:
     return "openai"
 
 
-def _origin(url: str, option: str) -> str:
+def upstream_origin(url: str, option: str) -> str:
     """An upstream's base URL, checked: http or https and a host (``ConfigError`` naming the
     option otherwise), without a trailing slash."""
     parts = urlsplit(url)
@@ -558,11 +559,13 @@ def _origin(url: str, option: str) -> str:
     return url.rstrip("/")
 
 
-def make_proxy_server(proxy: Proxy, port: int = 0, host: str = "127.0.0.1") -> ThreadingHTTPServer:
-    """The proxy's HTTP server, bound (not yet serving)."""
+def make_proxy_server(
+    proxy: Proxy, port: int = 0, host: str = "127.0.0.1", *, sock: socket.socket | None = None
+) -> ThreadingHTTPServer:
+    """The proxy's HTTP server, bound (not yet serving); on ``sock``, bound there already."""
     from .transports import HttpGuard, bind
 
-    server = bind(ThreadingHTTPServer, host, port, _handler(proxy))
+    server = bind(ThreadingHTTPServer, host, port, _handler(proxy), sock=sock)
     server.daemon_threads = True
     bound = server.server_address[1]
     # Host, Origin and JSON are checked; no token of its own: the provider's key is the credential

@@ -53,10 +53,19 @@ def bind(
     handler: type[BaseHTTPRequestHandler],
     *,
     port_option: str = "--port",
+    sock: socket.socket | None = None,
 ) -> _S:
     """``server_class`` bound to ``host``:``port``; ``ConfigError`` saying why not (a port in use,
     one below 1024 without the right, an address this machine does not have), naming the command
-    line's ``port_option`` that picks another."""
+    line's ``port_option`` that picks another. ``sock``: a socket ``listen_socket`` already bound
+    there (a command takes its port before it opens or creates a store), served as it is."""
+    if sock is not None:
+        server = server_class(sock.getsockname()[:2], handler, bind_and_activate=False)
+        server.socket.close()
+        server.socket = sock
+        server.server_address = sock.getsockname()
+        server.server_name, server.server_port = str(server.server_address[0]), int(server.server_address[1])
+        return server
     try:
         return server_class((host, port), handler)
     except OSError as e:
@@ -262,10 +271,17 @@ DISCARD_LIMIT = 64 * 1024 * 1024
 
 
 def make_http_server(
-    server: RpcServer, port: int, *, token: str, origins: Sequence[str] = (), host: str = "127.0.0.1"
+    server: RpcServer,
+    port: int,
+    *,
+    token: str,
+    origins: Sequence[str] = (),
+    host: str = "127.0.0.1",
+    sock: socket.socket | None = None,
 ) -> ThreadingHTTPServer:
-    """An HTTP server answering ``POST /`` with JSON-RPC, bound to loopback, behind an
-    ``HttpGuard`` for the address it bound (``token``, ``origins``: see ``HttpGuard``)."""
+    """An HTTP server answering ``POST /`` with JSON-RPC, bound to loopback (or on ``sock``, bound
+    there already: ``bind``), behind an ``HttpGuard`` for the address it bound (``token``,
+    ``origins``: see ``HttpGuard``)."""
     if not _is_loopback(host):
         raise ConfigError(f"the JSON-RPC server binds to a loopback address only, not {host!r}")
 
@@ -381,7 +397,7 @@ def make_http_server(
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("http %s - " + format, self.client_address[0], *args)
 
-    httpd = bind(_GuardedHTTPServer, host, port, Handler, port_option="--http")
+    httpd = bind(_GuardedHTTPServer, host, port, Handler, port_option="--http", sock=sock)
     httpd.daemon_threads = True
     bound_host, bound_port = httpd.server_address[:2]
     httpd.guard = HttpGuard.for_address(
