@@ -12,6 +12,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from context_os import Session
 from context_os.context.evict import EVICTED_TEXT, evict, tombstone_id
@@ -212,26 +215,28 @@ def test_frames_that_showed_an_evicted_object_are_told_apart_from_damaged_ones(
         assert whole.returncode == 0 and report["frames_failed"] == [] and len(report["frames_evicted"]) == 2
 
 
-def test_frames_that_showed_an_evicted_result_collapsed_are_told_apart_from_damaged_ones(
-    store: Store, uid: str
+@pytest.mark.parametrize(
+    "policy", [EAGER, {}], ids=["collapsed to a stub", "shown whole before the session is managed"]
+)
+def test_frames_that_showed_an_evicted_result_no_ref_names_are_evicted_not_damaged(
+    store: Store, uid: str, policy: dict[str, Any]
 ) -> None:
-    """A result collapsed to its stub is no ref of the frames that show the stub (the stub names
-    its tokens and its first words): once it is evicted those frames re-render otherwise too, and
-    they were counted as damaged, every later frame of the session."""
-    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER, keep_recent_results=1))
+    """A frame names no inactive tool result among its refs, yet its chat shows it: as a stub once
+    collapsed, whole while the session passes through unmanaged. Evicting it changes what such a
+    frame re-renders to; that is the eviction too (it was counted as damage)."""
+    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**policy))
     hook = OpenAIHook(s)
-    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", f"TOKEN={SECRET}\n" + "x\n" * 400)]
-    hook.transform_context(msgs)
-    for n in range(2, 5):
-        msgs += [call(f"c{n}", "bash", command=f"ls d{n}"), result(f"c{n}", f"d{n}/a\n" * 300)]
+    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", f"TOKEN={SECRET}")]
+    for n in range(2, 8):  # the first result collapses (EAGER), or stays whole (passing through)
         hook.transform_context(msgs)
+        msgs += [call(f"c{n}", "bash", command="ls"), result(f"c{n}", f"file{n}.txt")]
+    hook.transform_context(msgs)
     s.close()
     oid = f"toolcall:{uid}:c1"
-    frames = frame_docs(store, uid)
-    assert not any(oid in {r["id"] for r in f["content"]["refs"]} for f in frames[1:])  # collapsed by then
+    assert all(oid not in {r["id"] for r in f["content"]["refs"]} for f in frame_docs(store, uid)[3:])
     evict(store, oid, reason="leaked")
-    after = [verify_frame(store, f) for f in frames]
-    assert all(c.evicted_only and c.evicted == [oid] for c in after), [(c.frame_id, c.problems) for c in after]
+    after = [verify_frame(store, f) for f in frame_docs(store, uid)]
+    assert all(c.evicted == [oid] and c.evicted_only for c in after), [(c.frame_id, c.problems) for c in after]
 
 
 def test_an_eviction_followed_by_a_write_of_the_session_is_still_taken_in(store: Store, uid: str) -> None:
