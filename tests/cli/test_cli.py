@@ -84,6 +84,16 @@ def test_hints_of_python_m_context_os_run_as_printed(tmp_path):
     assert again.stdout.splitlines()[-1].startswith("1 turns")
 
 
+def test_demo_into_a_session_that_exists_names_what_it_takes(demo):
+    """``ctxos demo`` has no ``--append``: refusing a session that exists, it does not offer one."""
+    db, _ = demo
+    again = ctxos("demo", "--session", "d1", "--no-verify", store=db, check=False)
+    assert again.returncode == 1 and "--append" not in again.stderr, again.stderr
+    assert (
+        again.stderr.startswith("Error: StateError: session 'd1' already exists") and "--session NEW_ID" in again.stderr
+    )
+
+
 def test_demo_uses_the_user_data_dir_by_default(tmp_path):
     env_home = Path(os.environ["XDG_DATA_HOME"])
     ctxos("demo", "--json", "--no-verify")

@@ -397,10 +397,9 @@ def run_replay(
                 continue
             turns = existing.doc["meta"].get("turn", 0)
             if not append:
-                raise StateError(
-                    f"session {sid!r} already exists in {store.url} ({turns} turns): pass --append to add to it, "
-                    "or --session NEW_ID"
-                )
+                # only a replay of a file can add to a session (``ctxos demo`` has no --append)
+                how = "pass --append to add to it, or --session NEW_ID" if file is not None else "pass --session NEW_ID"
+                raise StateError(f"session {sid!r} already exists in {store.url} ({turns} turns): {how}")
             with Session.open(store, sid, harness=t.harness, workspace=t.cwd, source=t.format) as session:
                 at = harness(t.harness).hook(session).departs(t.messages)
             if at is not None:  # another session's file (a wrong --session): it would be mixed into this one
