@@ -87,6 +87,14 @@ def test_v3_with_a_forced_format_and_a_broken_tree(tmp_path: Path) -> None:
         read_session(bad)
 
 
+@pytest.mark.parametrize("format", ["pi", "claude-code", "codex", "gemini-cli", "swe-agent", "mini-swe-agent"])
+def test_a_file_forced_into_a_format_whose_shape_it_lacks_names_its_own(format: str) -> None:
+    """Read in a ``--format`` whose shape it lacks (a JSON list of messages as JSON lines of a
+    session), a file is refused naming the format it reads as, as one that finds no message is."""
+    with pytest.raises(InputError, match=r"\(it reads as openai\)$"):
+        read_session(DATA / "openai.json", format)
+
+
 def test_a_list_of_one_apis_messages_forced_as_the_others_is_refused(tmp_path: Path) -> None:
     # read as the other API's, a list of messages gives numbers that mean nothing (3 calls, 9 tokens)
     with pytest.raises(InputError, match="a list of OpenAI messages, not Anthropic's: it reads as openai"):

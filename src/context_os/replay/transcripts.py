@@ -303,15 +303,25 @@ def read_sessions(
             found = None
         if found in _LISTS and _LISTS[format] != _LISTS[found]:
             raise InputError(f"{p}: a list of {_LISTS[found]} messages, not {_LISTS[format]}'s: it reads as {found}")
-    read = _READERS[format or _detect(parsed)](parsed, sidechains=sidechains, max_bytes=max_bytes)
-    if format is not None and not any(t.messages for t in read):  # the format asked for is not the file's
-        try:
-            detected: str | None = _detect(parsed)
-        except InputError:
-            detected = None
-        told = f" (it reads as {detected})" if detected not in (None, format) else ""
-        raise InputError(f"{p}: read as {format}, it holds no messages{told}")
+    if format is None:
+        return _READERS[_detect(parsed)](parsed, sidechains=sidechains, max_bytes=max_bytes)
+    # the format asked for may not be the file's: a refusal, or no message, says which it reads as
+    try:
+        read = _READERS[format](parsed, sidechains=sidechains, max_bytes=max_bytes)
+    except InputError as e:
+        raise InputError(f"{e}{_reads_as(parsed, format)}") from None
+    if not any(t.messages for t in read):
+        raise InputError(f"{p}: read as {format}, it holds no messages{_reads_as(parsed, format)}")
     return read
+
+
+def _reads_as(parsed: Any, format: str) -> str:
+    """`` (it reads as X)`` when the file's own format, detected, is another than ``format``."""
+    try:
+        detected: str | None = _detect(parsed)
+    except InputError:
+        detected = None
+    return f" (it reads as {detected})" if detected not in (None, format) else ""
 
 
 _LISTS = {"openai": "OpenAI", "anthropic": "Anthropic", "cline": "Anthropic"}
