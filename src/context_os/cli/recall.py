@@ -75,14 +75,15 @@ def recall_cmd(
 ) -> None:
     """Search past messages, tool outputs, files and memories."""
     wanted = [x.strip() for x in kinds.split(",") if x.strip()] if kinds else None
-    check_search(query, k=k, kinds=wanted, as_of=as_of)  # before anything is loaded or embedded
+    valid_time = times.parse_time(as_of, "--as-of") if as_of is not None else None  # named as given
+    check_search(query, k=k, kinds=wanted, as_of=valid_time)  # before anything is loaded or embedded
     with store_from(ctx) as store:
         recall = open_recall(store, recall_embedder(store, embedder, rebuild=rebuild_vectors), background=False)
         try:
             left = 0
             if recall.vectors is not None and not recall.vectors.read_only:
                 left = _catch_up(recall.vectors, quiet=as_json, seconds=embed_for)
-            result = recall.search(query, k=k, kinds=wanted, session=session_id, as_of=as_of)
+            result = recall.search(query, k=k, kinds=wanted, session=session_id, as_of=valid_time)
             paths = _paths(store, result)
         finally:
             recall.close()
