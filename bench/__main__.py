@@ -1,4 +1,6 @@
-"""Run every benchmark module in turn (``python -m bench``)."""
+"""Run every benchmark module in turn (``python -m bench``): each measures its part and rewrites
+its own section of docs/benchmarks.md. ``python -m bench.NAME --help`` says what one measures.
+Exit status 1 if any module missed a target."""
 
 from __future__ import annotations
 
@@ -7,14 +9,21 @@ import pkgutil
 import sys
 from pathlib import Path
 
-failed = []
-for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda i: i.name):
-    if info.name.startswith("_"):
-        continue
-    print(f"== bench.{info.name}", flush=True)
-    module = importlib.import_module(f"bench.{info.name}")
-    if module.main() != 0:
-        failed.append(info.name)
-if failed:
-    print(f"targets missed in: {', '.join(failed)}", file=sys.stderr)
-sys.exit(1 if failed else 0)
+from ._report import command_line
+
+
+def main() -> int:
+    failed = []
+    for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        print(f"== bench.{info.name}", flush=True)
+        module = importlib.import_module(f"bench.{info.name}")
+        if module.main() != 0:
+            failed.append(info.name)
+    if failed:
+        print(f"targets missed in: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+command_line(__doc__, main)

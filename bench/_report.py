@@ -9,9 +9,10 @@ import re
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 DATA = Path(os.environ.get("CTXOS_BENCH_DATA") or Path(__file__).resolve().parent.parent.parent / "shared" / "data")
@@ -22,11 +23,26 @@ LEFT_OUT: list[str] = []
 HEADER = (
     "# Benchmarks\n\n"
     "Every number here is written by a script in `bench/` (run `make bench`, or one module with\n"
-    "`.venv/bin/python -m bench.<name>`). Each compares against a baseline measured in the same run,\n"
+    "`.venv/bin/python -m bench.<name>`; `--help` says what one measures). Each compares against a baseline measured in the same run,\n"
     "on the same machine; tests never assert times. The real Pi session and LoCoMo are read from\n"
     "`../shared/data` beside the repository (or `$CTXOS_BENCH_DATA`); a run that cannot read them\n"
     "prints what it measured and leaves this file as it is.\n"
 )
+
+
+def command_line(doc: str | None, main: Callable[[], int], argv: list[str] | None = None) -> NoReturn:
+    """A benchmark module's command line (``python -m bench.NAME``): ``-h``/``--help`` prints its
+    docstring (what it measures and which section of docs/benchmarks.md it rewrites) and runs
+    nothing; any other argument is refused (exit 2: a run takes none); else it runs, exit
+    ``main()``'s status."""
+    args = sys.argv[1:] if argv is None else argv
+    if args in (["-h"], ["--help"]):
+        print((doc or "").strip())
+        sys.exit(0)
+    if args:
+        print(f"bench: takes no arguments, got {' '.join(args)} (--help says what it measures)", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main())
 
 
 def pct(values: list[float], p: float) -> float:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -29,7 +28,7 @@ from tests.cluster._cluster import XTDB, Cluster
 from context_os.store import Put
 from context_os.store.xtdb import XtdbStore
 
-from ._report import pct, write_section
+from ._report import command_line, pct, write_section
 from .stores import BATCH, T0, _doc
 
 DOCS = 6_000
@@ -226,4 +225,4 @@ def _bound(requests: float, indexing: float) -> float:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command_line(__doc__, main)

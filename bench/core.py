@@ -24,7 +24,7 @@ from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import demo_transcript
 from context_os.store.sqlite import SqliteStore
 
-from ._report import bare_sqlite_rate, pct, write_section
+from ._report import bare_sqlite_rate, command_line, pct, write_section
 
 
 def synthetic_turn(n: int, output_chars: int = 1500) -> list[dict[str, Any]]:
@@ -211,4 +211,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    command_line(__doc__, main)

@@ -26,7 +26,7 @@ from context_os.files import FileIndex, FileTracker, Workspace
 from context_os.store.base import Version
 from context_os.store.sqlite import SqliteStore
 
-from ._report import pct, rss_mb, write_section
+from ._report import command_line, pct, rss_mb, write_section
 
 EDITS = 500
 FILES = 10
@@ -204,4 +204,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command_line(__doc__, main)

@@ -16,7 +16,6 @@ message) must cost no more per call as the list grows.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import time
 from typing import Any
@@ -26,7 +25,7 @@ from context_os.harness import base
 from context_os.harness.openai import OpenAIAdapter
 from context_os.harness.registry import NAMES, harness
 
-from ._report import pct, write_section
+from ._report import command_line, pct, write_section
 from .scale import TAIL, _drive, session_turns
 
 SIZES = (1_000, 20_000)
@@ -125,4 +124,4 @@ message a turn renders is built by its validator, and dumped to be hashed.
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command_line(__doc__, main)

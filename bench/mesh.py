@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 import tempfile
 import threading
 import time
@@ -28,7 +27,7 @@ from context_os.mesh.node import MeshConfig, MeshNode
 from context_os.store.sqlite import SqliteStore
 from context_os.times import now_ms
 
-from ._report import pct, write_section
+from ._report import command_line, pct, write_section
 
 ROUND_TRIPS = 300
 ABSORB_DIRECT = 640
@@ -256,4 +255,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command_line(__doc__, main)

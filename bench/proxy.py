@@ -14,7 +14,6 @@ conversation.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import threading
 import time
@@ -27,7 +26,7 @@ from tests.proxy.upstream import upstream
 from context_os.server.proxy import Proxy, make_proxy_server
 from context_os.store.sqlite import SqliteStore
 
-from ._report import pct, write_section
+from ._report import command_line, pct, write_section
 
 ROUNDS = 120
 AIM_MS = 10.0
@@ -145,4 +144,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command_line(__doc__, main)

@@ -53,7 +53,7 @@ from context_os.sources.recall import Recall, RecallConfig
 from context_os.sources.vectors import VectorIndex, VectorIndexer
 from context_os.store import Store, open_store, text_index
 
-from ._report import DATA, left_out, pct, rss_mb, write_section
+from ._report import DATA, command_line, left_out, pct, rss_mb, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCOMO = DATA / "locomo" / "locomo10.json"
@@ -473,4 +473,4 @@ Whole benchmark section: {t[0]:.0f} s.
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command_line(__doc__, main)

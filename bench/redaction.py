@@ -42,7 +42,7 @@ from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript, demo_messages, demo_transcript, read_session
 
 from ._old_redactor import Redactor as OldRedactor
-from ._report import DATA, left_out, write_section
+from ._report import DATA, command_line, left_out, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 PI_SESSION = DATA / "pi-sessions" / "before-compaction.jsonl"
@@ -322,4 +322,4 @@ verification; tokens must not move by more than {TOKEN_TOLERANCE:.1%} ({"met" if
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    command_line(__doc__, main)

@@ -26,7 +26,7 @@ from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript, demo_transcript, read_sessions
 from context_os.sources.recall import Recall
 
-from ._report import against, left_out, write_section
+from ._report import against, command_line, left_out, write_section
 from ._sessions import LONG, SESSIONS, SETS, SHARED_PI, session_files
 
 
@@ -230,4 +230,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    command_line(__doc__, main)

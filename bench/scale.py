@@ -43,7 +43,7 @@ from context_os.harness.openai import OpenAIHook
 from context_os.store import Store, open_store
 from context_os.store.sqlite import SqliteStore
 
-from ._report import bare_sqlite_rate, floor_rates, pct, rss_mb, write_section
+from ._report import bare_sqlite_rate, command_line, floor_rates, pct, rss_mb, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 PLOT = ROOT / "docs" / "scale.png"
@@ -590,4 +590,6 @@ Whole run: {runtime / 60:.1f} min.
 
 
 if __name__ == "__main__":
-    raise SystemExit(child(sys.argv[2]) if sys.argv[1:2] == ["--child"] else main())
+    if sys.argv[1:2] == ["--child"]:  # (one job, in its own process: how main runs each)
+        raise SystemExit(child(sys.argv[2]))
+    command_line(__doc__, main)

@@ -16,7 +16,6 @@ a bound). Aim (issue: XTDB for real scale): session ingest on XTDB ≥ 2,000 mes
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from context_os.harness import OpenAIHook
 from context_os.store import Store, open_store
 from context_os.store.outbox import OutboxStore
 
-from ._report import write_section
+from ._report import command_line, write_section
 from .scale import _Clock, _drive, _xtdb_node, session_turns
 
 MESSAGES = 4_200
@@ -143,4 +142,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command_line(__doc__, main)

@@ -32,7 +32,7 @@ from context_os.hashing import doc_hashes
 from context_os.store import Match, Put, Store, open_store
 from context_os.store.xtdb import XtdbStore, _read_edn
 
-from ._report import pct, write_section
+from ._report import command_line, pct, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS, BATCH = 5_000, 100
@@ -335,4 +335,4 @@ by bytes: with much larger documents than these it is the knob to turn.
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    command_line(__doc__, main)

@@ -28,7 +28,7 @@ from context_os import Session, open_store
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript
 
-from ._report import against, write_section
+from ._report import against, command_line, write_section
 from ._sessions import LONG, SETS, SMALL_TOKENS, BenchSession, agents, bench_sessions
 from ._strategies import (
     ClearToolResults,
@@ -445,4 +445,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    command_line(__doc__, main)

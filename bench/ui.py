@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -30,7 +29,7 @@ from context_os.context.timeline import turn_rows
 from context_os.server.ui import make_ui_server
 from context_os.store.sqlite import SqliteStore
 
-from ._report import write_section
+from ._report import command_line, write_section
 
 REPEAT = 15
 FLAT_AIM, FRAME_AIM, PAGE_AIM = 1.2, 1.3, 0.1
@@ -141,4 +140,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command_line(__doc__, main)

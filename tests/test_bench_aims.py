@@ -323,3 +323,33 @@ def test_a_run_that_left_data_out_rewrites_no_section(tmp_path: Path, monkeypatc
     assert "a table without it" not in doc.read_text() and "a new table" in doc.read_text()
     said = capsys.readouterr().err
     assert "set CTXOS_BENCH_DATA" in said and "docs/benchmarks.md not rewritten, its '## Replay' kept" in said
+
+
+def test_a_benchmark_given_help_or_any_argument_runs_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m bench.strategies --help`` ran the whole benchmark, rewriting docs/benchmarks.md
+    and docs/strategies.png: every module's command line goes through ``command_line``, which
+    prints the module's docstring for ``--help`` and refuses other arguments, running nothing."""
+    import importlib
+    import pkgutil
+
+    from bench._report import command_line
+
+    ran: list[int] = []
+    with pytest.raises(SystemExit) as done:
+        command_line("What it measures.", lambda: ran.append(1) or 0, ["--help"])
+    assert done.value.code == 0 and capsys.readouterr().out == "What it measures.\n"
+    with pytest.raises(SystemExit) as done:
+        command_line("What it measures.", lambda: ran.append(1) or 0, ["--session", "x"])
+    assert done.value.code == 2 and "takes no arguments, got --session x" in capsys.readouterr().err
+    assert ran == []
+    with pytest.raises(SystemExit) as done:
+        command_line("What it measures.", lambda: ran.append(1) or 3, [])
+    assert done.value.code == 3 and ran == [1]
+    root = Path(__file__).resolve().parent.parent / "bench"
+    for info in pkgutil.iter_modules([str(root)]):
+        if info.name.startswith("_"):
+            continue
+        source = (root / f"{info.name}.py").read_text()
+        assert 'if __name__ == "__main__":' in source and "command_line(__doc__, main)" in source, info.name
+        assert importlib.import_module(f"bench.{info.name}").__doc__, info.name  # what --help prints
+    assert "command_line(__doc__, main)" in (root / "__main__.py").read_text()
