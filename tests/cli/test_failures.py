@@ -562,6 +562,16 @@ def test_a_server_refused_at_start_creates_no_store(tmp_path: Path, args: tuple[
         assert not db.exists()
 
 
+def test_serve_with_a_token_file_it_cannot_write_creates_no_store(tmp_path: Path) -> None:
+    """The token file is written once the port is taken, before the store is opened: a path it
+    cannot be written at refuses the start with no store left behind."""
+    db, blocker = tmp_path / "new.db", tmp_path / "a-file"
+    blocker.write_text("")
+    proc = ctxos("serve", "--http", "0", "--token-file", str(blocker / "token"), store=db, check=False)
+    fails(proc, "ConfigError", "cannot write the token file")
+    assert not db.exists()
+
+
 def test_a_replay_that_cannot_be_read_writes_nothing(tmp_path: Path) -> None:
     """A file read in the wrong format (no messages), or holding a message the harness's adapter
     refuses: one error naming the file, and no session (no store) left behind."""

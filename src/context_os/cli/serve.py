@@ -157,8 +157,16 @@ def serve_cmd(
     # the port is taken before the store is opened: a port in use creates no store
     sock = None if http_port is None else listen_socket("127.0.0.1", http_port, port_option="--http")
     with ExitStack() as stack:
+        written: Path | None = None
         if sock is not None:
             stack.callback(sock.close)
+            # the token file too: one that cannot be written creates no store; it goes at exit
+            port = sock.getsockname()[1]
+            try:
+                written = write_token_file(token_file or data_dir() / "serve" / f"http-{port}.token", token)
+            except OSError as e:
+                raise ConfigError(f"cannot write the token file: {e.strerror or e}") from None
+            stack.callback(_remove, written)
         store = stack.enter_context(store_from(ctx, create=True, announce=False))
         chosen = recall_embedder(store, embedder, rebuild=rebuild_vectors)  # refused before anything starts
         mesh = recall = None
@@ -182,17 +190,10 @@ def serve_cmd(
             track=track,
         )
         httpd = None
-        written: Path | None = None
         if http_port is not None:
             host = "127.0.0.1"
             httpd = make_http_server(server, http_port, token=token, origins=origins, host=host, sock=sock)
-            port = httpd.server_address[1]
-            try:
-                written = write_token_file(token_file or data_dir() / "serve" / f"http-{port}.token", token)
-            except OSError as e:
-                httpd.server_close()
-                raise ConfigError(f"cannot write the token file: {e.strerror or e}") from None
-        try:  # from here on, a stop (SIGTERM, Ctrl-C) at any point removes the token file
+        try:
             if httpd is not None:
                 # the one line a supervisor may wait for (always printed, whatever the log level)
                 print(
@@ -219,9 +220,12 @@ def serve_cmd(
             server.close()
             if httpd is not None:
                 httpd.server_close()
-            if written is not None:
-                with suppress(OSError):
-                    written.unlink()
+
+
+def _remove(path: Path) -> None:
+    """The token file, at exit (a stop at any point, SIGTERM and Ctrl-C included)."""
+    with suppress(OSError):
+        path.unlink()
 
 
 @contextmanager
