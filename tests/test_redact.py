@@ -82,6 +82,18 @@ CATCHES = [
     ('{"r": "{\\"refresh_token\\": \\"1//0gAbCdEfGhIjKl9\\"}"}', "1//0gAbCdEfGhIjKl9", "secret-assignment"),
     ("auth_token = 'tk_4f9a8b7c6d5e'", "tk_4f9a8b7c6d5e", "secret-assignment"),
     (f'"SessionToken": "{AWS_SESSION_TOKEN}",', AWS_SESSION_TOKEN, "secret-assignment"),  # 900+ characters
+    # a password given to a command on its command line
+    ("mysql -h db -u root -pS3cretPass1 app", "S3cretPass1", "command-line-password"),
+    ("mysqldump -uroot -phunter2 app > dump.sql", "hunter2", "command-line-password"),
+    ("docker exec db mysql -u app -p'my pass 1' -e 'select 1'", "my pass 1", "command-line-password"),
+    ("mysql --password=hunter2 -u root", "hunter2", "command-line-password"),
+    ('docker login --password "s3cret!" ghcr.io', "s3cret!", "command-line-password"),
+    ("curl -u admin:hunter2 https://api.example.com/v1", "hunter2", "command-line-password"),
+    ("curl -s --user 'deploy:S3cret Pass' https://ci.example.com/job", "S3cret Pass", "command-line-password"),
+    ("curl -uadmin:hunter2 https://x.example.com", "hunter2", "command-line-password"),
+    ('{"command": "curl -u \\"admin:hunter2\\" https://x.example.com"}', "hunter2", "command-line-password"),
+    ("sshpass -p 'S3cretPass1' ssh root@10.0.0.5", "S3cretPass1", "command-line-password"),
+    ("sshpass -phunter2 scp a.txt host:", "hunter2", "command-line-password"),
 ]  # fmt: skip
 
 
@@ -146,6 +158,18 @@ LOOK_ALIKES = [
     "from utils import hf_hub_download_with_retries_and_cache",  # an identifier, not a token
     'token = "placeholder"',  # no digit
     '{"token_type": "Bearer", "expires_in": 3599}',
+    "mysql -u root -p app",  # asks for the password
+    "mysql -u root -P3306 -h db app",  # the port
+    'mysql -u root -p"$MYSQL_PASSWORD" app',
+    "  --password TEXT      the password to use",  # a command's --help
+    "  --password string    Password",
+    "  --password <password>",
+    "--password=PASSWORD_FILE",
+    "docker login --password-stdin ghcr.io",
+    'curl -u "$USER:$TOKEN" https://x',
+    "curl -u admin: https://x",  # asks for the password
+    "curl --user-agent 'Mozilla/5.0 x:y' https://x",
+    "sshpass -p $SSHPASS ssh host",
 ]
 
 

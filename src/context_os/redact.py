@@ -12,8 +12,9 @@ the set that runs by default, chosen by measurement on real sessions (bench/reda
 in docs/files.md). A few shapes detect-secrets 1.5 does not know are added as plugins of its own
 kind (``RegexBasedDetector`` subclasses, the extension mechanism it documents for custom
 plugins): fine-grained GitHub tokens, OpenAI project and Anthropic keys, Google API keys, Stripe
-test keys, ``Authorization`` headers with an opaque token, unquoted assignments as in ``.env``
-files, and natural-language statements ("the password is …").
+test keys, ``Authorization`` headers with an opaque token, passwords on a command line
+(``mysql -p…``, ``curl -u user:…``, ``sshpass -p …``, ``--password …``), unquoted assignments as
+in ``.env`` files, and natural-language statements ("the password is …").
 
 detect-secrets reports secret *values* found on a line; a redactor also needs to know where each
 one is and how fast it can be found. This module adds that, and only that: each detector's
@@ -68,6 +69,7 @@ except ImportError:  # a Python without it: no rule is screened (literal_starts)
 __all__ = [
     "AnthropicKeyDetector",
     "AuthorizationHeaderDetector",
+    "CommandLinePasswordDetector",
     "GitHubFineGrainedTokenDetector",
     "GoogleApiKeyDetector",
     "HuggingFaceTokenDetector",
@@ -185,6 +187,39 @@ class AuthorizationHeaderDetector(RegexBasedDetector):
     )
 
 
+# a command's arguments before the one that holds the password: at most 30 words, on its line
+_ARGS = r"(?:[ \t]+[^\s|;&<>]+){0,30}?[ \t]+"
+# the password itself: quoted (spaces and all) or a word; never a variable, a placeholder or a
+# template (``$PASS``, ``<password>``, ``{{pass}}``, ``%PASS%``), which name a secret without holding it;
+# a word never holds a backtick (command substitution, or Markdown around the command)
+_QUOTED_OR_WORD = r"""(?:\\*'(?![$<{%])([^'\n]+?)\\*'|\\*"(?![$<{%])([^"\n]+?)\\*"|(?![$<{%])([^\s'"`\\]+))"""
+
+
+class CommandLinePasswordDetector(RegexBasedDetector):
+    """A password given to a command on its command line, where a shell history, a tool call's
+    arguments or a CI log shows it: MySQL's and MariaDB's ``-pPASS`` (attached: ``-p`` alone asks
+    for it, ``-P`` is the port), ``--password=…`` or ``--password …`` of any command (a value with
+    a lowercase letter and a digit or symbol, so ``--help``'s ``--password TEXT``, ``string`` and
+    ``PASSWORD_FILE`` stay), curl's ``-u user:pass`` and ``--user user:pass``, ``sshpass -p``.
+    Only the password goes (not the user name)."""
+
+    secret_type = "Command-Line Password"
+    denylist = (
+        re.compile(r"(?:mysql|mariadb)(?<![\w.-]mysql)(?<![\w.-]mariadb)[\w-]*" + _ARGS + "-p" + _QUOTED_OR_WORD),
+        re.compile(
+            r"--password(?<![\w-]--password)(?:=|[ \t]+)"
+            r"(?=(?:\\*'[^'\n]*|\\*\"[^\"\n]*|[^\s'\"]*)[a-z])"
+            r"(?=(?:\\*'[^'\n]*|\\*\"[^\"\n]*|[^\s'\"]*)[\d!@#$%^&*+=?~_.-])" + _QUOTED_OR_WORD
+        ),
+        re.compile(
+            r"curl(?<![\w.-]curl)" + _ARGS + r"(?:-u[ \t]*|--user(?:=|[ \t]+))"
+            r"""(?:\\*'[^':\n]*:(?![$<{%])([^'\n]+?)\\*'|\\*"[^":\n]*:(?![$<{%])([^"\n]+?)\\*"|"""
+            r"""[^\s'":]*:(?![$<{%])([^\s'"`\\]+))"""
+        ),
+        re.compile(r"sshpass(?<![\w.-]sshpass)" + _ARGS + r"-p[ \t]*" + _QUOTED_OR_WORD),
+    )
+
+
 class PasswordStatementDetector(RegexBasedDetector):
     """A secret given in a sentence: "the password is hunter2-Secret", "my API key was
     3f9a…". detect-secrets' keyword detector needs an assignment (``=``, ``:``); people and
@@ -274,6 +309,7 @@ def default_plugins(*, generic: bool = True) -> list[BasePlugin]:
         TelegramBotTokenDetector(),
         LinearJwtDetector(),
         AuthorizationHeaderDetector(),
+        CommandLinePasswordDetector(),
         BasicAuthDetector(),
     ]
     if generic:
