@@ -94,6 +94,14 @@ CATCHES = [
     ('{"command": "curl -u \\"admin:hunter2\\" https://x.example.com"}', "hunter2", "command-line-password"),
     ("sshpass -p 'S3cretPass1' ssh root@10.0.0.5", "S3cretPass1", "command-line-password"),
     ("sshpass -phunter2 scp a.txt host:", "hunter2", "command-line-password"),
+    # credentials files: ~/.netrc, a Docker config.json (base64 of user:password), an .npmrc
+    ("machine api.github.com login octocat password S3cretPass1", "S3cretPass1", "netrc-password"),
+    ("machine example.com\n  login alice\n  password hunter2\n", "hunter2", "netrc-password"),
+    ('{"content": "machine example.com\\n  login alice\\n  password hunter2\\n"}', "hunter2", "netrc-password"),
+    ('{"auths": {"https://index.docker.io/v1/": {"auth": "YWxpY2U6aHVudGVyMg=="}}}', "YWxpY2U6aHVudGVyMg==",
+     "registry-auth"),
+    ('\t\t\\"auth\\": \\"YWxpY2U6aHVudGVyMg==\\"', "YWxpY2U6aHVudGVyMg==", "registry-auth"),
+    ("_auth = YWxpY2U6aHVudGVyMg==", "YWxpY2U6aHVudGVyMg==", "registry-auth"),
 ]  # fmt: skip
 
 
@@ -170,6 +178,12 @@ LOOK_ALIKES = [
     "curl -u admin: https://x",  # asks for the password
     "curl --user-agent 'Mozilla/5.0 x:y' https://x",
     "sshpass -p $SSHPASS ssh host",
+    "the machine asks for a login and password on boot",
+    "machine example.com login USERNAME password PASSWORD",  # a tutorial's placeholders
+    "mysql -u root -p… app",
+    '{"auth": "oauth2", "scopes": ["repo"]}',
+    '{"auth": "bearer"}',
+    '"auth": "dGhpcyBpcyBub3QgYSBwYWly"',  # base64 of text without a ':'
 ]
 
 
@@ -233,7 +247,8 @@ HOSTILE_RUNS = [
     "sk-", "eyJ", "ghp_", "github_pat_", "AKIA", "xoxb-", "AIza", "hf_", "sk_test_", "glpat-", "npm_", "pypi-",
     "-----BEGIN RSA PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----\n", "password is a1", "api_key=",
     "key=a1", "Authorization: Bearer ", "https://u:p@", "//r/:_authToken=", "'password': '", 'secret = "',
-    '"token": "a1', "token='a1",
+    '"token": "a1', "token='a1", "--password=a1", "--password '", "mysql -p", "curl -u a:", "machine a password ",
+    '"auth": "', "_auth=YWxp",
 ]  # fmt: skip
 
 

@@ -13,8 +13,9 @@ in docs/files.md). A few shapes detect-secrets 1.5 does not know are added as pl
 kind (``RegexBasedDetector`` subclasses, the extension mechanism it documents for custom
 plugins): fine-grained GitHub tokens, OpenAI project and Anthropic keys, Google API keys, Stripe
 test keys, ``Authorization`` headers with an opaque token, passwords on a command line
-(``mysql -p…``, ``curl -u user:…``, ``sshpass -p …``, ``--password …``), unquoted assignments as
-in ``.env`` files, and natural-language statements ("the password is …").
+(``mysql -p…``, ``curl -u user:…``, ``sshpass -p …``, ``--password …``), the passwords of
+credentials files (``.netrc``, a Docker ``config.json``'s ``auth``), unquoted assignments as in
+``.env`` files, and natural-language statements ("the password is …").
 
 detect-secrets reports secret *values* found on a line; a redactor also needs to know where each
 one is and how fast it can be found. This module adds that, and only that: each detector's
@@ -32,6 +33,8 @@ import from ``store``, ``context``, ``files`` or ``harness``, and never logs the
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
@@ -70,6 +73,7 @@ __all__ = [
     "AnthropicKeyDetector",
     "AuthorizationHeaderDetector",
     "CommandLinePasswordDetector",
+    "NetrcPasswordDetector",
     "GitHubFineGrainedTokenDetector",
     "GoogleApiKeyDetector",
     "HuggingFaceTokenDetector",
@@ -79,6 +83,7 @@ __all__ = [
     "OpenAIProjectKeyDetector",
     "PasswordStatementDetector",
     "Redactor",
+    "RegistryAuthDetector",
     "SecretAssignmentDetector",
     "StripeTestKeyDetector",
     "default_plugins",
@@ -190,9 +195,11 @@ class AuthorizationHeaderDetector(RegexBasedDetector):
 # a command's arguments before the one that holds the password: at most 30 words, on its line
 _ARGS = r"(?:[ \t]+[^\s|;&<>]+){0,30}?[ \t]+"
 # the password itself: quoted (spaces and all) or a word; never a variable, a placeholder or a
-# template (``$PASS``, ``<password>``, ``{{pass}}``, ``%PASS%``), which name a secret without holding it;
-# a word never holds a backtick (command substitution, or Markdown around the command)
-_QUOTED_OR_WORD = r"""(?:\\*'(?![$<{%])([^'\n]+?)\\*'|\\*"(?![$<{%])([^"\n]+?)\\*"|(?![$<{%])([^\s'"`\\]+))"""
+# template (``$PASS``, ``<password>``, ``{{pass}}``, ``%PASS%``, ``…``, ``PASSWORD``), which name a
+# secret without holding it; a word never holds a backtick (command substitution, or Markdown
+# around the command)
+_NOT_PLACEHOLDER = r"(?![$<{%…]|\.\.\.|[A-Z_]+(?![\w-]))"
+_QUOTED_OR_WORD = rf"""(?:\\*'{_NOT_PLACEHOLDER}([^'\n]+?)\\*'|\\*"{_NOT_PLACEHOLDER}([^"\n]+?)\\*"|{_NOT_PLACEHOLDER}([^\s'"`\\]+))"""
 
 
 class CommandLinePasswordDetector(RegexBasedDetector):
@@ -208,16 +215,61 @@ class CommandLinePasswordDetector(RegexBasedDetector):
         re.compile(r"(?:mysql|mariadb)(?<![\w.-]mysql)(?<![\w.-]mariadb)[\w-]*" + _ARGS + "-p" + _QUOTED_OR_WORD),
         re.compile(
             r"--password(?<![\w-]--password)(?:=|[ \t]+)"
-            r"(?=(?:\\*'[^'\n]*|\\*\"[^\"\n]*|[^\s'\"]*)[a-z])"
-            r"(?=(?:\\*'[^'\n]*|\\*\"[^\"\n]*|[^\s'\"]*)[\d!@#$%^&*+=?~_.-])" + _QUOTED_OR_WORD
+            # a lowercase letter and a digit or symbol in its first 256 characters (a bounded look:
+            # a megabyte of "--password=" costs linear time)
+            r"(?=(?:\\*'[^'\n]{0,256}|\\*\"[^\"\n]{0,256}|[^\s'\"]{0,256})[a-z])"
+            r"(?=(?:\\*'[^'\n]{0,256}|\\*\"[^\"\n]{0,256}|[^\s'\"]{0,256})[\d!@#$%^&*+=?~_.-])" + _QUOTED_OR_WORD
         ),
         re.compile(
             r"curl(?<![\w.-]curl)" + _ARGS + r"(?:-u[ \t]*|--user(?:=|[ \t]+))"
-            r"""(?:\\*'[^':\n]*:(?![$<{%])([^'\n]+?)\\*'|\\*"[^":\n]*:(?![$<{%])([^"\n]+?)\\*"|"""
-            r"""[^\s'":]*:(?![$<{%])([^\s'"`\\]+))"""
+            rf"""(?:\\*'[^':\n]*:{_NOT_PLACEHOLDER}([^'\n]+?)\\*'|\\*"[^":\n]*:{_NOT_PLACEHOLDER}([^"\n]+?)\\*"|"""
+            rf"""[^\s'":]*:{_NOT_PLACEHOLDER}([^\s'"`\\]+))"""
         ),
         re.compile(r"sshpass(?<![\w.-]sshpass)" + _ARGS + r"-p[ \t]*" + _QUOTED_OR_WORD),
     )
+
+
+class NetrcPasswordDetector(RegexBasedDetector):
+    """The password of a ``.netrc`` entry (``machine HOST login USER password PASS``, on one line
+    or several), which curl, git, ftp and pip read. Only where a ``machine`` (or ``default``)
+    entry leads to it, through nothing but netrc's own words: prose that says "machine" and
+    "password" stays."""
+
+    secret_type = "Netrc Password"
+    denylist = (
+        re.compile(
+            r"(?:machine[ \t]+\S+|default)(?<![\w-]default)(?:\s+(?:login|account|port)\s+\S+){0,4}\s+password\s+"
+            + _QUOTED_OR_WORD
+        ),
+    )
+
+
+class RegistryAuthDetector(RegexBasedDetector):
+    """``user:password`` in base64, as a Docker ``config.json`` keeps it (``"auth": "…"``, in
+    ``auths``) and an ``.npmrc`` (``_auth = …``). The value must decode to a user and a password
+    (``"auth": "oauth2"`` stays)."""
+
+    secret_type = "Registry Auth"
+    denylist = (
+        re.compile(r'"auth\\*"[ \t]*:[ \t]*\\*"([A-Za-z0-9+/]{8,}={0,2})(?![\w+/=-])'),
+        re.compile(r'_auth(?<!\w_auth)[ \t]*=[ \t]*"?([A-Za-z0-9+/]{8,}={0,2})(?![\w+/=-])'),
+    )
+
+    def analyze_string(self, string: str) -> Iterator[str]:
+        for rx in self.denylist:
+            for m in rx.finditer(string):
+                if _user_and_password(m.group(1)):
+                    yield m.group(1)
+
+
+def _user_and_password(value: str) -> bool:
+    """Whether ``value`` is base64 of ``user:password``."""
+    try:
+        raw = base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    user, colon, password = raw.partition(":")
+    return bool(user and colon and password) and raw.isprintable()
 
 
 class PasswordStatementDetector(RegexBasedDetector):
@@ -310,6 +362,8 @@ def default_plugins(*, generic: bool = True) -> list[BasePlugin]:
         LinearJwtDetector(),
         AuthorizationHeaderDetector(),
         CommandLinePasswordDetector(),
+        NetrcPasswordDetector(),
+        RegistryAuthDetector(),
         BasicAuthDetector(),
     ]
     if generic:
