@@ -142,6 +142,36 @@ def test_a_private_key_cut_off_before_its_end_line_is_removed_to_where_it_stops(
     assert n == 1 and out == "$ cat id_rsa | head -3\n[REDACTED:private-key]"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"Your access key is {AWS_KEY_ID} and the secret is {AWS_SECRET}.",
+        f"Access key ID,Secret access key\n{AWS_KEY_ID},{AWS_SECRET}\n",  # the console's CSV
+        f'{{"output": "AccessKeyId: {AWS_KEY_ID}\\nSecretAccessKey: {AWS_SECRET}\\n"}}',
+        f"aws_access_key_id {AWS_KEY_ID}\naws_secret_access_key {AWS_SECRET}",
+    ],
+)
+def test_a_bare_aws_secret_key_goes_with_the_key_id_before_it(text: str, reliability: Counts) -> None:
+    out, n = Redactor().redact(text)
+    reliability.add("attack: secret shape (redactor)", attempts=1, missed=int(AWS_SECRET in out))
+    assert n == 2 and out == text.replace(AWS_KEY_ID, "[REDACTED:aws-access-key]").replace(
+        AWS_SECRET, "[REDACTED:aws-secret-access-key]"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"{AWS_KEY_ID} at commit 2e5810b9f2c4d1e0a3b5c7d9e1f3a5b7c9d1e3f5",  # a git hash: no capitals
+        f"{AWS_KEY_ID}, see https://example.com/"
+        + "aB3dE6fG9hJ2kL5mN8pQ1rS4tU7vW0xY3zA6bC9d"
+        + "Ef/x",  # 40 of a longer run
+    ],
+)
+def test_near_an_aws_key_id_only_a_secret_key_shaped_word_goes(text: str) -> None:
+    assert Redactor().redact(text) == (text.replace(AWS_KEY_ID, "[REDACTED:aws-access-key]"), 1)
+
+
 LOOK_ALIKES = [
     "b3:af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262",  # a content hash
     'hash = "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"',
@@ -248,7 +278,7 @@ HOSTILE_RUNS = [
     "-----BEGIN RSA PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----\n", "password is a1", "api_key=",
     "key=a1", "Authorization: Bearer ", "https://u:p@", "//r/:_authToken=", "'password': '", 'secret = "',
     '"token": "a1', "token='a1", "--password=a1", "--password '", "mysql -p", "curl -u a:", "machine a password ",
-    '"auth": "', "_auth=YWxp",
+    '"auth": "', "_auth=YWxp", AWS_KEY_ID + " ",
 ]  # fmt: skip
 
 

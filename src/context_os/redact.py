@@ -70,6 +70,7 @@ except ImportError:  # a Python without it: no rule is screened (literal_starts)
     _sre = None
 
 __all__ = [
+    "AWSSecretKeyNearIdDetector",
     "AnthropicKeyDetector",
     "AuthorizationHeaderDetector",
     "CommandLinePasswordDetector",
@@ -122,6 +123,26 @@ class AnthropicKeyDetector(RegexBasedDetector):
 
     secret_type = "Anthropic Key"
     denylist = (re.compile(r"sk-ant-(?<![\w-]sk-ant-)[A-Za-z0-9_-]{20,}"),)
+
+
+class AWSSecretKeyNearIdDetector(RegexBasedDetector):
+    """A bare AWS secret access key (40 base64 characters) within 200 characters after an access
+    key id (``AKIA…``, ``ASIA…``): the console's CSV, ``aws configure``'s files, what someone
+    pastes in a message. detect-secrets finds the id anywhere, but the secret only quoted and
+    assigned to an ``aws…key`` name. The 40 characters must be a word of their own with a
+    capital, a small letter and a digit: a git hash (no capitals) or a piece of a longer run
+    stays."""
+
+    secret_type = "AWS Secret Access Key"
+    denylist = (
+        re.compile(
+            r"(?:AKIA|ASIA)(?<![A-Za-z0-9]AKIA)(?<![A-Za-z0-9]ASIA)[0-9A-Z]{16}(?![0-9A-Za-z])[\s\S]{0,200}?"
+            # a word of its own: after a character that is not base64, or an escape (\n, \t)
+            r"(?:(?<![A-Za-z0-9/+])|(?<=\\[nt]))"
+            r"((?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}\d)[A-Za-z0-9/+]{40})"
+            r"(?![\w/+=-])"
+        ),
+    )
 
 
 class GoogleApiKeyDetector(RegexBasedDetector):
@@ -199,7 +220,11 @@ _ARGS = r"(?:[ \t]+[^\s|;&<>]+){0,30}?[ \t]+"
 # secret without holding it; a word never holds a backtick (command substitution, or Markdown
 # around the command)
 _NOT_PLACEHOLDER = r"(?![$<{%…]|\.\.\.|[A-Z_]+(?![\w-]))"
-_QUOTED_OR_WORD = rf"""(?:\\*'{_NOT_PLACEHOLDER}([^'\n]+?)\\*'|\\*"{_NOT_PLACEHOLDER}([^"\n]+?)\\*"|{_NOT_PLACEHOLDER}([^\s'"`\\]+))"""
+_QUOTED_OR_WORD = (
+    rf"(?:\\*'{_NOT_PLACEHOLDER}([^'\n]+?)\\*'"  # 'quoted', also \'escaped\' in a JSON string
+    rf'|\\*"{_NOT_PLACEHOLDER}([^"\n]+?)\\*"'
+    rf"|{_NOT_PLACEHOLDER}([^\s'\"`\\]+))"
+)
 
 
 class CommandLinePasswordDetector(RegexBasedDetector):
@@ -345,6 +370,7 @@ def default_plugins(*, generic: bool = True) -> list[BasePlugin]:
         GitHubFineGrainedTokenDetector(),
         GitLabTokenDetector(),
         AWSKeyDetector(),
+        AWSSecretKeyNearIdDetector(),
         AzureStorageKeyDetector(),
         GoogleApiKeyDetector(),
         HuggingFaceTokenDetector(),
