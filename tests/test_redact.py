@@ -196,6 +196,8 @@ LOOK_ALIKES = [
     "from utils import hf_hub_download_with_retries_and_cache",  # an identifier, not a token
     'token = "placeholder"',  # no digit
     '{"token_type": "Bearer", "expires_in": 3599}',
+    '{"apiKey": "OLLAMA_API_KEY", "api": "openai"}',  # the name of a variable, not its value
+    'api_key = "YOUR_API_KEY"',  # a placeholder
     "mysql -u root -p app",  # asks for the password
     "mysql -u root -P3306 -h db app",  # the port
     'mysql -u root -p"$MYSQL_PASSWORD" app',

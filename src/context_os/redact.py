@@ -479,10 +479,17 @@ def _key_block_end(text: str, end: int) -> int | None:
     return pos if seen else None
 
 
+_VARIABLE_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+"""A value that is the name of an environment variable or a placeholder (``OLLAMA_API_KEY``,
+``YOUR_API_KEY``): a config that names where its key is, not the key."""
+
+
 def _filtered(value: str, line: str, plugin: BasePlugin) -> bool:
-    """detect-secrets' heuristic filters for matches that are judged by context or entropy."""
+    """detect-secrets' heuristic filters for matches that are judged by context or entropy, and a
+    variable's name as the value."""
     return (
         _REDACTED in value
+        or _VARIABLE_NAME.fullmatch(value) is not None
         or heuristic.is_sequential_string(value)
         or heuristic.is_potential_uuid(value)
         or heuristic.is_templated_secret(value)
