@@ -244,6 +244,32 @@ def test_redacted_json_stays_json_with_its_keys() -> None:
     assert parsed["content"].endswith("client = make(API_KEY)\n")
 
 
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize(
+    ("inner", "name"),
+    [
+        ({"password": "Tr0ub4dor3x", "user": "app"}, "secret-keyword"),
+        ({"api_key": "q8Zr2LmX9vT4pK7wN3bY6hJ1"}, "secret-keyword"),
+        ({"refresh_token": "1//0gAbCdEfGhIjKl9"}, "secret-assignment"),
+    ],
+)
+def test_a_secret_in_json_inside_json_strings_goes_at_any_depth(
+    inner: dict[str, str], name: str, depth: int, reliability: Counts
+) -> None:
+    """A tool call's arguments are a JSON string; a command in them may echo JSON, whose quotes are
+    then escaped once per level of string around it."""
+    secret = next(iter(inner.values()))
+    text = json.dumps(inner)
+    for _ in range(depth):
+        text = json.dumps({"arguments": text})
+    out, n = Redactor().redact(text)
+    reliability.add("attack: secret shape (redactor)", attempts=1, missed=int(secret in out))
+    assert n == 1 and out == text.replace(secret, f"[REDACTED:{name}]")
+    for _ in range(depth):
+        out = json.loads(out)["arguments"]
+    assert json.loads(out) == {**inner, next(iter(inner)): f"[REDACTED:{name}]"}
+
+
 def test_redacting_twice_changes_nothing_more() -> None:
     text = "\n".join(c[0] for c in CATCHES) + f"\n{PEM}\n"
     once, n = Redactor().redact(text)

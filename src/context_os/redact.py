@@ -337,14 +337,14 @@ class SecretAssignmentDetector(RegexBasedDetector):
             re.IGNORECASE,
         ),
         # a quoted value assigned to a token name (``"access_token": "…"``, ``SessionToken``,
-        # ``auth_token = '…'``, quotes escaped in a JSON string too): detect-secrets' keyword
-        # detector, which takes quoted values, knows no "token". Up to 4,096 characters (an AWS
+        # ``auth_token = '…'``, quotes escaped in JSON strings too, at any depth): detect-secrets'
+        # keyword detector, which takes quoted values, knows no "token". Up to 4,096 characters (an AWS
         # session token is about 900): the value ends at a quote, so each try scans its own part
         # of the text, however hostile. On 38M characters of public text (the Pi session, the
         # demo, this repository, LoCoMo) it matched one published API token
         re.compile(
-            r"token\\?[\"']?[ \t]*[=:][ \t]*\\?[\"']"
-            r"((?=[^\s\"'`\\]{0,4095}\d)(?=[^\s\"'`\\]{0,4095}[a-z])[^\s\"'`\\]{8,4096}+)(?=\\?[\"'])",
+            r"token(?:\\*[\"'])?[ \t]*[=:][ \t]*\\*[\"']"
+            r"((?=[^\s\"'`\\]{0,4095}\d)(?=[^\s\"'`\\]{0,4095}[a-z])[^\s\"'`\\]{8,4096}+)(?=\\*[\"'])",
             re.IGNORECASE,
         ),
     )
@@ -498,6 +498,30 @@ def _filtered(value: str, line: str, plugin: BasePlugin) -> bool:
         or heuristic.is_likely_id_string(value, line, plugin)
         or heuristic.is_indirect_reference(line)
     )
+
+
+_ESCAPES_BEFORE_QUOTE = re.compile(r"\\+(?=[\"'])")
+
+
+def _unescaped_quotes(line: str) -> tuple[str, list[int] | None]:
+    """``line`` without the backslashes before its quotes, and where each character of that is in
+    ``line`` (None: nothing was taken out). JSON inside a JSON string has its quotes escaped once
+    (``{\\"password\\": \\"…\\"}``), and once more for every string it is inside of (a tool call's
+    arguments holding a command that echoes JSON); detect-secrets' keyword rules want quotes."""
+    if "\\" not in line:
+        return line, None
+    parts: list[str] = []
+    where: list[int] = []
+    pos = 0
+    for m in _ESCAPES_BEFORE_QUOTE.finditer(line):
+        parts.append(line[pos : m.start()])
+        where += range(pos, m.start())
+        pos = m.end()
+    if not pos:
+        return line, None
+    parts.append(line[pos:])
+    where += range(pos, len(line))
+    return "".join(parts), where
 
 
 def _line_at(text: str, pos: int) -> tuple[int, int]:
@@ -708,15 +732,18 @@ class _Rule:
             if hit.start() < line_end:
                 continue
             lo, line_end = _line_at(text, hit.start())
-            # quotes escaped inside a JSON string count as quotes (same length: spans still fit)
-            line = text[lo:line_end].replace('\\"', ' "').replace("\\'", " '")
+            # quotes escaped inside a JSON string, at any depth, count as quotes
+            line, where = _unescaped_quotes(text[lo:line_end])
             if plugin.keyword_exclude is not None and plugin.keyword_exclude.search(line):
                 continue
             for rx, group in _KEYWORD_RULES.items():
                 for m in rx.finditer(line):
                     value = m.group(group)
                     if value and not _filtered(value, line, plugin):
-                        yield lo + m.start(group), lo + m.end(group), self.name
+                        start, end = m.span(group)
+                        if where is not None:
+                            start, end = where[start], where[end - 1] + 1
+                        yield lo + start, lo + end, self.name
 
     def _entropy(self, t: _Text) -> Iterator[Span]:
         plugin = self.plugin
