@@ -270,6 +270,28 @@ def test_a_secret_in_json_inside_json_strings_goes_at_any_depth(
     assert json.loads(out) == {**inner, next(iter(inner)): f"[REDACTED:{name}]"}
 
 
+LONG_VALUE = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7/" * 120
+"""6,000 characters of base64 (a private key's DER, as a kubeconfig or a CI variable holds it)."""
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        (f"SSH_KEY_TOKEN={LONG_VALUE[:600]}\nnext=1", LONG_VALUE[:600]),  # unquoted: over the 512 looked at
+        (f"export DEPLOY_KEY={LONG_VALUE}", LONG_VALUE),
+        (f'{{"id_token": "{LONG_VALUE[:5000]}", "x": 1}}', LONG_VALUE[:5000]),  # quoted: over the 4,096
+        (f'{{"access_token": "{LONG_VALUE}"}}', LONG_VALUE),
+    ],
+    ids=["unquoted-600", "unquoted-6000", "quoted-5000", "quoted-6000"],
+)
+def test_a_value_longer_than_the_rules_window_goes_whole(text: str, value: str, reliability: Counts) -> None:
+    """The rules look at 512 characters of an unquoted value and 4,096 of a quoted one (so that a
+    megabyte of ``key=key=…`` costs linear time); a longer value is still a secret, taken whole."""
+    out, n = Redactor().redact(text)
+    reliability.add("attack: secret shape (redactor)", attempts=1, missed=int(value[:300] in out))
+    assert n == 1 and out == text.replace(value, "[REDACTED:secret-assignment]")
+
+
 def test_redacting_twice_changes_nothing_more() -> None:
     text = "\n".join(c[0] for c in CATCHES) + f"\n{PEM}\n"
     once, n = Redactor().redact(text)

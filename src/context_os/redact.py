@@ -315,6 +315,11 @@ class PasswordStatementDetector(RegexBasedDetector):
     )
 
 
+_UNQUOTED = r"(?:[^\s\"'`;,()\[\]{}<>\\&]|&(?![\w.-]+=))"
+"""A character of an unquoted value: not a space, quote, separator, bracket or escape, nor an
+``&`` that starts the next parameter of a query string (a password may hold an ``&``)."""
+
+
 class SecretAssignmentDetector(RegexBasedDetector):
     """An unquoted value assigned to a name that ends in a secret word (or a quoted one assigned
     to a token name, which detect-secrets' keyword detector lacks), as in ``.env`` files,
@@ -322,32 +327,38 @@ class SecretAssignmentDetector(RegexBasedDetector):
     ``?access_token=…``). detect-secrets' keyword detector requires quotes for text of unknown
     type (its unquoted rules flag ``const apiKey = await getKey(model)``: measured, 94 false
     positives on two real sessions). The value must be 8+ characters with a letter and a digit
-    and end the expression, so ``TOKEN: string`` and ``key = make_key2(x)`` stay."""
+    and end the expression, so ``TOKEN: string`` and ``key = make_key2(x)`` stay; it may be of
+    any length."""
 
     secret_type = "Secret Assignment"
     triggers = ("key", "secret", "token", "pass", "pwd", "credential")
     denylist = (
         re.compile(
             r"(?:key|secret|token|passw(?:or)?d|pwd|pass|passphrase|credentials?)[\"']?[ \t]*[=:][ \t]*"
-            # the value: up to a space, quote, separator or escape, or an ``&`` that starts the
-            # next parameter of a query string (a password may hold an ``&``); at most 512
-            # characters, taken whole (possessive): a run of ``token=token=…`` costs linear time
-            r"((?=[^\s\"'`;,\\]{0,511}\d)(?=[^\s\"'`;,\\]{0,511}[a-z])"
-            r"(?:[^\s\"'`;,()\[\]{}<>\\&]|&(?![\w.-]+=)){8,512}+)(?=[\s\"'`;,\\&]|$)",
+            # the value (``_UNQUOTED``): the rule looks at 512 characters of it, taken whole
+            # (possessive): a run of ``token=token=…`` costs linear time. A longer value is taken
+            # whole all the same (``tail``): a secret is not less secret for being long (a base64
+            # private key in a CI variable, a signed token)
+            rf"((?=[^\s\"'`;,\\]{{0,511}}\d)(?=[^\s\"'`;,\\]{{0,511}}[a-z])"
+            rf"(?:{_UNQUOTED}{{8,511}}+(?=[\s\"'`;,\\&]|$)|{_UNQUOTED}{{512}}))",
             re.IGNORECASE,
         ),
         # a quoted value assigned to a token name (``"access_token": "…"``, ``SessionToken``,
         # ``auth_token = '…'``, quotes escaped in JSON strings too, at any depth): detect-secrets'
-        # keyword detector, which takes quoted values, knows no "token". Up to 4,096 characters (an AWS
-        # session token is about 900): the value ends at a quote, so each try scans its own part
-        # of the text, however hostile. On 38M characters of public text (the Pi session, the
-        # demo, this repository, LoCoMo) it matched one published API token
+        # keyword detector, which takes quoted values, knows no "token". The rule looks at 4,096
+        # characters of it (an AWS session token is about 900), and takes a longer one whole
+        # (``tail``): the value ends at a quote, so each try scans its own part of the text,
+        # however hostile. On 38M characters of public text (the Pi session, the demo, this
+        # repository, LoCoMo) it matched one published API token
         re.compile(
             r"token(?:\\*[\"'])?[ \t]*[=:][ \t]*\\*[\"']"
-            r"((?=[^\s\"'`\\]{0,4095}\d)(?=[^\s\"'`\\]{0,4095}[a-z])[^\s\"'`\\]{8,4096}+)(?=\\*[\"'])",
+            r"((?=[^\s\"'`\\]{0,4095}\d)(?=[^\s\"'`\\]{0,4095}[a-z])"
+            r"(?:[^\s\"'`\\]{8,4095}+(?=\\*[\"'])|[^\s\"'`\\]{4096}))",
             re.IGNORECASE,
         ),
     )
+    tail = re.compile(_UNQUOTED + "*+")
+    """What a value that fills the window is widened over to its end (``_Rule``)."""
 
 
 def default_plugins(*, generic: bool = True) -> list[BasePlugin]:
@@ -622,6 +633,7 @@ class _Rule:
         self.regexes: list[re.Pattern[str]] = []
         self.confirm = False
         self.widen = not getattr(plugin, "exact", False)  # a user's pattern means what it says
+        self.tail: re.Pattern[str] = getattr(plugin, "tail", _TOKEN_TAIL)
         self.triggers: tuple[str, ...] = tuple(getattr(plugin, "triggers", ()))
         self.spans: Callable[[_Text], Iterator[Span]]
         if isinstance(plugin, PrivateKeyDetector):
@@ -701,7 +713,7 @@ class _Rule:
                     g = 0
                 start, end = m.span(g)
                 if end == m.end() and self.widen:  # the secret ends the match: widen it to its token's end
-                    tail = _TOKEN_TAIL.match(text, end)
+                    tail = self.tail.match(text, end)
                     end = tail.end() if tail else end
                     pos = max(pos, end)
                 if _REDACTED not in t.text[start:end]:
