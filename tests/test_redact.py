@@ -82,6 +82,11 @@ CATCHES = [
     ('{"r": "{\\"refresh_token\\": \\"1//0gAbCdEfGhIjKl9\\"}"}', "1//0gAbCdEfGhIjKl9", "secret-assignment"),
     ("auth_token = 'tk_4f9a8b7c6d5e'", "tk_4f9a8b7c6d5e", "secret-assignment"),
     (f'"SessionToken": "{AWS_SESSION_TOKEN}",', AWS_SESSION_TOKEN, "secret-assignment"),  # 900+ characters
+    # a URL keeps its host when the user name ends in a secret word
+    (f"git clone https://x-access-token:{GITHUB}@github.com/o/r.git", GITHUB, "github-token"),
+    ("git remote add origin https://deploy-token:Ab12Cd34Ef56@gitlab.example.com/g/p.git", "Ab12Cd34Ef56",
+     "basic-auth-credentials"),
+    ("DB_PASSWORD=p@ssw0rd-Long1", "p@ssw0rd-Long1", "secret-assignment"),
     # a password given to a command on its command line
     ("mysql -h db -u root -pS3cretPass1 app", "S3cretPass1", "command-line-password"),
     ("mysqldump -uroot -phunter2 app > dump.sql", "hunter2", "command-line-password"),

@@ -315,9 +315,10 @@ class PasswordStatementDetector(RegexBasedDetector):
     )
 
 
-_UNQUOTED = r"(?:[^\s\"'`;,()\[\]{}<>\\&]|&(?![\w.-]+=))"
+_UNQUOTED = r"(?:[^\s\"'`;,()\[\]{}<>\\&@]|&(?![\w.-]+=)|@(?!(?:[\w-]+\.)+[a-z]{2,}(?::\d+)?(?:/|[\s\"'`]|$)))"
 """A character of an unquoted value: not a space, quote, separator, bracket or escape, nor an
-``&`` that starts the next parameter of a query string (a password may hold an ``&``)."""
+``&`` that starts the next parameter of a query string (a password may hold an ``&``), nor an
+``@`` before a host name (``https://x-access-token:…@github.com/…``: the URL keeps its host)."""
 
 
 class SecretAssignmentDetector(RegexBasedDetector):
