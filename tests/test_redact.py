@@ -99,6 +99,12 @@ CATCHES = [
     ('{"command": "curl -u \\"admin:hunter2\\" https://x.example.com"}', "hunter2", "command-line-password"),
     ("sshpass -p 'S3cretPass1' ssh root@10.0.0.5", "S3cretPass1", "command-line-password"),
     ("sshpass -phunter2 scp a.txt host:", "hunter2", "command-line-password"),
+    ("docker login -u bob -p S3cretPass1 registry.example.com", "S3cretPass1", "command-line-password"),
+    ("az login -u bob@example.com -p 'S3cret Pass1'", "S3cret Pass1", "command-line-password"),
+    ("redis-cli -h cache -a S3cretPass1 ping", "S3cretPass1", "command-line-password"),
+    ("sqlcmd -S db -U sa -P 'S3cretPass1' -Q 'select 1'", "S3cretPass1", "command-line-password"),
+    ("kubectl --token abc123def456ghi789 get pods", "abc123def456ghi789", "command-line-password"),
+    ("mycli deploy --api-key 9f8e7d6c5b4a3f2e1d0c", "9f8e7d6c5b4a3f2e1d0c", "command-line-password"),
     # credentials files: ~/.netrc, a Docker config.json (base64 of user:password), an .npmrc
     ("machine api.github.com login octocat password S3cretPass1", "S3cretPass1", "netrc-password"),
     ("machine example.com\n  login alice\n  password hunter2\n", "hunter2", "netrc-password"),
@@ -215,6 +221,12 @@ LOOK_ALIKES = [
     "curl -u admin: https://x",  # asks for the password
     "curl --user-agent 'Mozilla/5.0 x:y' https://x",
     "sshpass -p $SSHPASS ssh host",
+    "login to the box with ssh -p 2222 root@host",  # a port
+    "docker login -u bob --password-stdin ghcr.io",
+    "  --token string     Bearer token for authentication to the API server",  # kubectl --help
+    "  --api-key <key>                API key (defaults to env vars)",
+    "llm --max-tokens 4096 -m gpt",
+    "redis-cli -a $REDIS_PASSWORD ping",
     "the machine asks for a login and password on boot",
     "machine example.com login USERNAME password PASSWORD",  # a tutorial's placeholders
     "mysql -u root -p… app",
@@ -333,7 +345,7 @@ HOSTILE_RUNS = [
     "-----BEGIN RSA PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----\n", "password is a1", "api_key=",
     "key=a1", "Authorization: Bearer ", "https://u:p@", "//r/:_authToken=", "'password': '", 'secret = "',
     '"token": "a1', "token='a1", "--password=a1", "--password '", "mysql -p", "curl -u a:", "machine a password ",
-    '"auth": "', "_auth=YWxp", AWS_KEY_ID + " ",
+    '"auth": "', "_auth=YWxp", AWS_KEY_ID + " ", "login ", "--token ", "redis-cli -a",
 ]  # fmt: skip
 
 

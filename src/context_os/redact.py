@@ -230,16 +230,18 @@ _QUOTED_OR_WORD = (
 class CommandLinePasswordDetector(RegexBasedDetector):
     """A password given to a command on its command line, where a shell history, a tool call's
     arguments or a CI log shows it: MySQL's and MariaDB's ``-pPASS`` (attached: ``-p`` alone asks
-    for it, ``-P`` is the port), ``--password=…`` or ``--password …`` of any command (a value with
-    a lowercase letter and a digit or symbol, so ``--help``'s ``--password TEXT``, ``string`` and
-    ``PASSWORD_FILE`` stay), curl's ``-u user:pass`` and ``--user user:pass``, ``sshpass -p``.
-    Only the password goes (not the user name)."""
+    for it, ``-P`` is the port), ``--password``, ``--token``, ``--api-key``, ``--access-token``
+    or ``--auth-token`` of any command, with ``=`` or a space (a value with a lowercase letter and
+    a digit or symbol, so ``--help``'s ``--password TEXT``, ``--token string`` and
+    ``PASSWORD_FILE`` stay), a ``login`` command's ``-p`` (``docker login``, ``az login``; not a
+    port), curl's ``-u user:pass`` and ``--user user:pass``, ``sshpass -p``, ``redis-cli -a``,
+    ``sqlcmd -P``. Only the password goes (not the user name)."""
 
     secret_type = "Command-Line Password"
     denylist = (
         re.compile(r"(?:mysql|mariadb)(?<![\w.-]mysql)(?<![\w.-]mariadb)[\w-]*" + _ARGS + "-p" + _QUOTED_OR_WORD),
         re.compile(
-            r"--password(?<![\w-]--password)(?:=|[ \t]+)"
+            r"--(?<![\w-]--)(?:password|token|api-key|access-token|auth-token)(?:=|[ \t]+)"
             # a lowercase letter and a digit or symbol in its first 256 characters (a bounded look:
             # a megabyte of "--password=" costs linear time)
             r"(?=(?:\\*'[^'\n]{0,256}|\\*\"[^\"\n]{0,256}|[^\s'\"]{0,256})[a-z])"
@@ -251,6 +253,10 @@ class CommandLinePasswordDetector(RegexBasedDetector):
             rf"""[^\s'":]*:{_NOT_PLACEHOLDER}([^\s'"`\\]+))"""
         ),
         re.compile(r"sshpass(?<![\w.-]sshpass)" + _ARGS + r"-p[ \t]*" + _QUOTED_OR_WORD),
+        # not a port (``ssh -p 2222`` after a "login" in the same line), nor another option
+        re.compile(r"login(?<![\w-]login)" + _ARGS + r"-p[ \t]*(?![\d]+(?![^\s'\"`\\])|-)" + _QUOTED_OR_WORD),
+        re.compile(r"redis-cli(?<![\w.-]redis-cli)" + _ARGS + r"(?:-a[ \t]*|--pass[ \t]+)" + _QUOTED_OR_WORD),
+        re.compile(r"sqlcmd(?<![\w.-]sqlcmd)" + _ARGS + r"-P[ \t]*" + _QUOTED_OR_WORD),
     )
 
 
