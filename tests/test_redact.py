@@ -110,9 +110,10 @@ CATCHES = [
     ("machine example.com\n  login alice\n  password hunter2\n", "hunter2", "netrc-password"),
     ('{"content": "machine example.com\\n  login alice\\n  password hunter2\\n"}', "hunter2", "netrc-password"),
     ('{"auths": {"https://index.docker.io/v1/": {"auth": "YWxpY2U6aHVudGVyMg=="}}}', "YWxpY2U6aHVudGVyMg==",
-     "registry-auth"),
-    ('\t\t\\"auth\\": \\"YWxpY2U6aHVudGVyMg==\\"', "YWxpY2U6aHVudGVyMg==", "registry-auth"),
-    ("_auth = YWxpY2U6aHVudGVyMg==", "YWxpY2U6aHVudGVyMg==", "registry-auth"),
+     "base64-credentials"),
+    ('\t\t\\"auth\\": \\"YWxpY2U6aHVudGVyMg==\\"', "YWxpY2U6aHVudGVyMg==", "base64-credentials"),
+    ("_auth = YWxpY2U6aHVudGVyMg==", "YWxpY2U6aHVudGVyMg==", "base64-credentials"),
+    ("Authorization: Basic dXNlcjpwYXNz", "dXNlcjpwYXNz", "base64-credentials"),  # user:pass: no digit
 ]  # fmt: skip
 
 

@@ -14,7 +14,8 @@ kind (``RegexBasedDetector`` subclasses, the extension mechanism it documents fo
 plugins): fine-grained GitHub tokens, OpenAI project and Anthropic keys, Google API keys, Stripe
 test keys, ``Authorization`` headers with an opaque token, passwords on a command line
 (``mysql -p…``, ``curl -u user:…``, ``sshpass -p …``, ``--password …``), the passwords of
-credentials files (``.netrc``, a Docker ``config.json``'s ``auth``), unquoted assignments as in
+credentials files (``.netrc``), base64 ``user:password`` (a Docker ``config.json``'s ``auth``,
+``Authorization: Basic …``), a bare AWS secret key after its key id, unquoted assignments as in
 ``.env`` files, and natural-language statements ("the password is …").
 
 detect-secrets reports secret *values* found on a line; a redactor also needs to know where each
@@ -73,6 +74,7 @@ __all__ = [
     "AWSSecretKeyNearIdDetector",
     "AnthropicKeyDetector",
     "AuthorizationHeaderDetector",
+    "Base64CredentialsDetector",
     "CommandLinePasswordDetector",
     "NetrcPasswordDetector",
     "GitHubFineGrainedTokenDetector",
@@ -84,7 +86,6 @@ __all__ = [
     "OpenAIProjectKeyDetector",
     "PasswordStatementDetector",
     "Redactor",
-    "RegistryAuthDetector",
     "SecretAssignmentDetector",
     "StripeTestKeyDetector",
     "default_plugins",
@@ -275,15 +276,17 @@ class NetrcPasswordDetector(RegexBasedDetector):
     )
 
 
-class RegistryAuthDetector(RegexBasedDetector):
+class Base64CredentialsDetector(RegexBasedDetector):
     """``user:password`` in base64, as a Docker ``config.json`` keeps it (``"auth": "…"``, in
-    ``auths``) and an ``.npmrc`` (``_auth = …``). The value must decode to a user and a password
-    (``"auth": "oauth2"`` stays)."""
+    ``auths``), an ``.npmrc`` (``_auth = …``) and an HTTP ``Authorization: Basic …`` header
+    (``authorization-header`` takes one with a digit; ``user:pass`` encodes without one). The
+    value must decode to a user and a password (``"auth": "oauth2"`` stays)."""
 
-    secret_type = "Registry Auth"
+    secret_type = "Base64 Credentials"
     denylist = (
         re.compile(r'"auth\\*"[ \t]*:[ \t]*\\*"([A-Za-z0-9+/]{8,}={0,2})(?![\w+/=-])'),
         re.compile(r'_auth(?<!\w_auth)[ \t]*=[ \t]*"?([A-Za-z0-9+/]{8,}={0,2})(?![\w+/=-])'),
+        re.compile(r"[Bb]asic(?<!\w[Bb]asic)[ \t]+([A-Za-z0-9+/]{4,}={0,2})(?![\w+/=-])"),
     )
 
     def analyze_string(self, string: str) -> Iterator[str]:
@@ -407,7 +410,7 @@ def default_plugins(*, generic: bool = True) -> list[BasePlugin]:
         AuthorizationHeaderDetector(),
         CommandLinePasswordDetector(),
         NetrcPasswordDetector(),
-        RegistryAuthDetector(),
+        Base64CredentialsDetector(),
         BasicAuthDetector(),
     ]
     if generic:
