@@ -12,7 +12,7 @@ import time
 import pytest
 from detect_secrets.plugins.high_entropy_strings import HexHighEntropyString
 
-from context_os.redact import Redactor, literal_starts
+from context_os.redact import Redactor, _Text, literal_starts
 from tests._reliability import Counts
 
 # built from parts, so that this file is not itself a file of secrets
@@ -468,3 +468,12 @@ def test_the_screen_changes_nothing_that_is_found() -> None:
         assert screened.find(text) == plain.find(text), text
     assert all(screened.find(s) for s in shapes)
     assert screened.find("nothing secret in here at all") == []
+
+
+def test_the_screen_looks_for_words_not_letters() -> None:
+    """A rule whose pattern starts with a class (``[Bb]asic``) or a bare ``--`` would be screened by
+    a letter or two and run on nearly every text: ordinary prose runs only the rules the screen
+    cannot judge."""
+    redactor = Redactor()
+    chosen = redactor._screen.rules(_Text("A bold plan -- nothing hidden here, by Bob (see B) --verbose"))
+    assert [redactor._rules[k].name for k in chosen] == ["discord-bot-token", "telegram-bot-token"]

@@ -242,7 +242,11 @@ class CommandLinePasswordDetector(RegexBasedDetector):
     denylist = (
         re.compile(r"(?:mysql|mariadb)(?<![\w.-]mysql)(?<![\w.-]mariadb)[\w-]*" + _ARGS + "-p" + _QUOTED_OR_WORD),
         re.compile(
-            r"--(?<![\w-]--)(?:password|token|api-key|access-token|auth-token)(?:=|[ \t]+)"
+            # each option whole before the look behind it: the screen then looks for the options,
+            # not for every "--"
+            "(?:"
+            + "|".join(rf"--{o}(?<![\w-]--{o})" for o in ("password", "token", "api-key", "access-token", "auth-token"))
+            + r")(?:=|[ \t]+)"
             # a lowercase letter and a digit or symbol in its first 256 characters (a bounded look:
             # a megabyte of "--password=" costs linear time)
             r"(?=(?:\\*'[^'\n]{0,256}|\\*\"[^\"\n]{0,256}|[^\s'\"]{0,256})[a-z])"
@@ -284,9 +288,12 @@ class Base64CredentialsDetector(RegexBasedDetector):
 
     secret_type = "Base64 Credentials"
     denylist = (
-        re.compile(r'"auth\\*"[ \t]*:[ \t]*\\*"([A-Za-z0-9+/]{8,}={0,2})(?![\w+/=-])'),
+        re.compile(r'"auth(?:"|\\+")[ \t]*:[ \t]*\\*"([A-Za-z0-9+/]{8,}={0,2})(?![\w+/=-])'),
         re.compile(r'_auth(?<!\w_auth)[ \t]*=[ \t]*"?([A-Za-z0-9+/]{8,}={0,2})(?![\w+/=-])'),
-        re.compile(r"[Bb]asic(?<!\w[Bb]asic)[ \t]+([A-Za-z0-9+/]{4,}={0,2})(?![\w+/=-])"),
+        # "Basic" whole, so that the screen looks for the word, not for every "b"
+        re.compile(
+            r"(?:Basic|basic|BASIC)(?<!\wBasic)(?<!\wbasic)(?<!\wBASIC)[ \t]+([A-Za-z0-9+/]{4,}={0,2})(?![\w+/=-])"
+        ),
     )
 
     def analyze_string(self, string: str) -> Iterator[str]:
@@ -327,7 +334,7 @@ class PasswordStatementDetector(RegexBasedDetector):
 _UNQUOTED = r"(?:[^\s\"'`;,()\[\]{}<>\\&@]|&(?![\w.-]+=)|@(?!(?:[\w-]+\.)+[a-z]{2,}(?::\d+)?(?:/|[\s\"'`]|$)))"
 """A character of an unquoted value: not a space, quote, separator, bracket or escape, nor an
 ``&`` that starts the next parameter of a query string (a password may hold an ``&``), nor an
-``@`` before a host name (``https://x-access-token:…@github.com/…``: the URL keeps its host)."""
+``@`` before a host name (a clone URL whose user is ``x-access-token`` keeps its host)."""
 
 
 class SecretAssignmentDetector(RegexBasedDetector):
