@@ -41,6 +41,9 @@ PEM = (
 )
 
 HUGGING_FACE = "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
+NPM = "npm_" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3d"
+VAULT = "hvs." + "CAESIJ3f9a8b7c6d5e4f3a2b1cAbCdEfGhIjKlMn"
+DIGITALOCEAN = "dop_v1_" + "3f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a"
 AWS_SESSION_TOKEN = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ" + "Dk9xQ2Lm7+Pz/Rt4Vw8=" * 45
 """What ``aws sts assume-role`` prints, about 900 characters."""
 
@@ -73,6 +76,9 @@ CATCHES = [
     (f"stripe {STRIPE_TEST}", STRIPE_TEST, "stripe-test-key"),
     (f"maps?key={GOOGLE}&q=1", GOOGLE, "google-api-key"),
     (f"login with {HUGGING_FACE} now", HUGGING_FACE, "hugging-face-token"),
+    (f"NPM_TOKEN {NPM} set", NPM, "npm-access-token"),
+    (f"vault token lookup {VAULT}", VAULT, "vault-token"),
+    (f"doctl auth init -t {DIGITALOCEAN}", DIGITALOCEAN, "digitalocean-token"),
     ("postgres://admin:s3cretPass@db.example.com:5432/app", "s3cretPass", "basic-auth-credentials"),
     # a quoted value assigned to a token name: an OAuth token response, AWS STS credentials, a
     # JSON string inside JSON (detect-secrets' keyword list has no "token")
@@ -206,6 +212,8 @@ LOOK_ALIKES = [
     'if line.startswith("-----BEGIN RSA PRIVATE KEY-----"):',  # a parser mentioning the marker
     "Use offset=3 to continue. apiKey?: string",
     "from utils import hf_hub_download_with_retries_and_cache",  # an identifier, not a token
+    "echo $npm_config_registry_url_for_the_scoped_packages_here",  # npm's own variables
+    "see hvs.example in the docs",
     'token = "placeholder"',  # no digit
     '{"token_type": "Bearer", "expires_in": 3599}',
     '{"apiKey": "OLLAMA_API_KEY", "api": "openai"}',  # the name of a variable, not its value

@@ -12,11 +12,12 @@ the set that runs by default, chosen by measurement on real sessions (bench/reda
 in docs/files.md). A few shapes detect-secrets 1.5 does not know are added as plugins of its own
 kind (``RegexBasedDetector`` subclasses, the extension mechanism it documents for custom
 plugins): fine-grained GitHub tokens, OpenAI project and Anthropic keys, Google API keys, Stripe
-test keys, ``Authorization`` headers with an opaque token, passwords on a command line
-(``mysql -p…``, ``curl -u user:…``, ``sshpass -p …``, ``--password …``), the passwords of
-credentials files (``.netrc``), base64 ``user:password`` (a Docker ``config.json``'s ``auth``,
-``Authorization: Basic …``), a bare AWS secret key after its key id, unquoted assignments as in
-``.env`` files, and natural-language statements ("the password is …").
+test keys, npm, Vault and DigitalOcean tokens, ``Authorization`` headers with an opaque token,
+passwords on a command line (``mysql -p…``, ``curl -u user:…``, ``sshpass -p …``,
+``--password …``), the passwords of credentials files (``.netrc``), base64 ``user:password`` (a
+Docker ``config.json``'s ``auth``, ``Authorization: Basic …``), a bare AWS secret key after its
+key id, unquoted assignments as in ``.env`` files, and natural-language statements ("the
+password is …").
 
 detect-secrets reports secret *values* found on a line; a redactor also needs to know where each
 one is and how fast it can be found. This module adds that, and only that: each detector's
@@ -71,6 +72,9 @@ except ImportError:  # a Python without it: no rule is screened (literal_starts)
     _sre = None
 
 __all__ = [
+    "DigitalOceanTokenDetector",
+    "NpmAccessTokenDetector",
+    "VaultTokenDetector",
     "AWSSecretKeyNearIdDetector",
     "AnthropicKeyDetector",
     "AuthorizationHeaderDetector",
@@ -161,6 +165,37 @@ class HuggingFaceTokenDetector(RegexBasedDetector):
     denylist = (
         re.compile(r"hf_(?<!\whf_)(?=[a-z0-9]{0,33}[A-Z])(?=[A-Z0-9]{0,33}[a-z])[A-Za-z0-9]{34}(?![A-Za-z0-9_])"),
     )
+
+
+class NpmAccessTokenDetector(RegexBasedDetector):
+    """npm access tokens (``npm_`` and 36 letters and digits of both cases) wherever they are:
+    detect-secrets finds one only on an ``.npmrc`` ``_authToken`` line (``npm_config_…``
+    variables stay: they hold underscores)."""
+
+    secret_type = "npm Access Token"
+    denylist = (
+        re.compile(r"npm_(?<!\wnpm_)(?=[a-z0-9]{0,35}[A-Z])(?=[A-Z0-9]{0,35}[a-z])[A-Za-z0-9]{36}(?![A-Za-z0-9_])"),
+    )
+
+
+class VaultTokenDetector(RegexBasedDetector):
+    """HashiCorp Vault service, batch and recovery tokens (``hvs.…``, ``hvb.…``, ``hvr.…``: 24 or
+    more letters and digits of both cases)."""
+
+    secret_type = "Vault Token"
+    denylist = (
+        re.compile(
+            r"(?:hvs\.|hvb\.|hvr\.)(?<!\whv.\.)(?=[\w-]{0,200}\d)(?=[a-z0-9_-]{0,200}[A-Z])(?=[A-Z0-9_-]{0,200}[a-z])[\w-]{24,}"
+        ),
+    )
+
+
+class DigitalOceanTokenDetector(RegexBasedDetector):
+    """DigitalOcean personal access, OAuth and refresh tokens (``dop_v1_``, ``doo_v1_``,
+    ``dor_v1_`` and 64 hex digits)."""
+
+    secret_type = "DigitalOcean Token"
+    denylist = (re.compile(r"(?:dop_v1_|doo_v1_|dor_v1_)(?<!\wdo._v1_)[a-f0-9]{64}(?![\w-])"),)
 
 
 class StripeTestKeyDetector(RegexBasedDetector):
@@ -402,6 +437,9 @@ def default_plugins(*, generic: bool = True) -> list[BasePlugin]:
         AzureStorageKeyDetector(),
         GoogleApiKeyDetector(),
         HuggingFaceTokenDetector(),
+        NpmAccessTokenDetector(),
+        VaultTokenDetector(),
+        DigitalOceanTokenDetector(),
         SlackDetector(),
         StripeDetector(),
         StripeTestKeyDetector(),
