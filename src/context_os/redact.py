@@ -38,7 +38,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import ahocorasick_rs
@@ -331,7 +331,8 @@ class Base64CredentialsDetector(RegexBasedDetector):
         ),
     )
 
-    def analyze_string(self, string: str) -> Iterator[str]:
+    def analyze_string(self, string: str) -> Generator[str, None, None]:
+        """The values in ``string`` that decode to a user and a password (a match's check)."""
         for rx in self.denylist:
             for m in rx.finditer(string):
                 if _user_and_password(m.group(1)):
