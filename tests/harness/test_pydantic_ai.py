@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent
+from pydantic_ai.capabilities import ProcessHistory
+from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import (
     BinaryContent,
     ModelMessage,
@@ -23,6 +25,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from context_os import RetentionPolicy, Session
@@ -258,3 +261,52 @@ def test_only_the_newest_responses_keep_their_thinking_parts(db):
     whole = hook_for(db, "p2", keep_thinking_turns=None)
     everything = whole.transform_context(msgs)
     assert all(isinstance(m.parts[0], ThinkingPart) for m in everything if isinstance(m, ModelResponse))
+
+
+def test_a_history_processor_listed_after_the_capability_leaves_the_run_history_real(db):
+    # pydantic-ai's own history processors (the ProcessHistory capability) write what they
+    # return back into the run's history; the assembly must never be what they get, wherever
+    # the user lists them, or the stubs would come back as the harness's history
+    seen: list[int] = []
+
+    def keep_all(messages: list[ModelMessage]) -> list[ModelMessage]:
+        seen.append(len(messages))
+        return list(messages)
+
+    hook = hook_for(db)
+    model = ScriptedModel(steps=5)
+    agent = Agent(FunctionModel(model), capabilities=[hook.capability(), ProcessHistory(keep_all)])
+
+    @agent.tool_plain
+    def bash(command: str) -> str:
+        """Run a shell command."""
+        return f"$ {command}\n" + "x" * 2000
+
+    result = run(agent, "fix the bug")
+    assert result.output == "done" and len(seen) == 6
+    assert returns(model.received[-1])["c1"].startswith(STUB)
+    assert returns(result.all_messages())["c1"].startswith("$ cat file1.py")
+    assert STUB not in json.dumps(ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json"))
+    assert not hook.last.sync.rewritten
+
+
+def test_a_fallback_to_another_model_gets_the_same_context_without_a_new_turn(db):
+    # each attempt at a request (a fallback model, a retried request) is assembled for the model
+    # that serves it: the same history again is the same context, and no new frame
+    def failing(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise ModelHTTPError(529, "first", body="overloaded")
+
+    hook = hook_for(db)
+    model = ScriptedModel(steps=5)
+    agent = Agent(FallbackModel(FunctionModel(failing), FunctionModel(model)), capabilities=[hook.capability()])
+
+    @agent.tool_plain
+    def bash(command: str) -> str:
+        """Run a shell command."""
+        return f"$ {command}\n" + "x" * 2000
+
+    assert run(agent, "fix the bug").output == "done"
+    assert returns(model.received[-1])["c1"].startswith(STUB)
+    frames = frame_docs(hook.session.store, hook.session.id)
+    assert len(frames) == len(model.received) == 6
+    assert all(verify_frame(db, f).ok for f in frames)

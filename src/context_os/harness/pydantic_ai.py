@@ -4,8 +4,9 @@ pydantic-ai 2 removed ``Agent(history_processors=...)``; its replacement, the ``
 capability, writes what the processor returns back into the run's history. That suits trimming,
 not context_os: the harness's history is our event source and must stay as the harness made it
 (stubs and the volatile ``<context_os>`` part fed back in would read as a rewritten history every
-turn). So ``ContextOS`` hooks ``before_model_request`` and replaces only the messages of the
-request being made; the run's history keeps the real tool outputs. It also registers our tools
+turn). So ``ContextOS`` hooks ``prepare_model_request`` (after every ``before_model_request``
+hook, history processors included) and replaces only the messages of the request being made; the
+run's history keeps the real tool outputs. It also registers our tools
 (activate, deactivate, pin, unpin) as a toolset::
 
     hook = PydanticAIHook(Session.open(store, "my-session", harness="pydantic-ai"))
@@ -379,18 +380,41 @@ class PydanticAIHook(ContextHook[ModelMessage]):
         return FunctionToolset([tool(d) for d in self.tools])
 
 
+_PER_ATTEMPT = hasattr(AbstractCapability, "prepare_model_request")
+"""Whether this pydantic-ai has the ``prepare_model_request`` hook (the request of one attempt,
+after every ``before_model_request`` hook); older 2.x releases only have ``before_model_request``."""
+
+
 @dataclass
 class ContextOS(AbstractCapability[Any]):
     """Replaces the messages of every model request with the context_os assembly (the run's own
-    history is left as it is) and registers our tools."""
+    history is left as it is) and registers our tools.
+
+    The assembly is made in ``prepare_model_request``: after every ``before_model_request`` hook
+    (a ``ProcessHistory`` listed after this capability writes what it returns back into the run's
+    history, which must never be the assembly), and only for the request going out. A further
+    attempt (a fallback model, a retried request) assembles the same history again: the same
+    context, no new turn."""
 
     hook: PydanticAIHook
 
-    async def before_model_request(
-        self, ctx: RunContext[Any], request_context: ModelRequestContext
-    ) -> ModelRequestContext:
+    async def _assemble(self, request_context: ModelRequestContext) -> ModelRequestContext:
         request_context.messages = await self.hook.atransform_context(request_context.messages)
         return request_context
+
+    if _PER_ATTEMPT:
+
+        async def prepare_model_request(
+            self, ctx: RunContext[Any], request_context: ModelRequestContext
+        ) -> ModelRequestContext:
+            return await self._assemble(request_context)
+
+    else:  # pragma: no cover - a pydantic-ai before the per-attempt hook
+
+        async def before_model_request(
+            self, ctx: RunContext[Any], request_context: ModelRequestContext
+        ) -> ModelRequestContext:
+            return await self._assemble(request_context)
 
     def get_toolset(self) -> FunctionToolset[Any]:
         return self.hook.toolset()
