@@ -231,3 +231,27 @@ def test_ctxos_replay_stores_neither_a_github_token_nor_a_jwt(tmp_path: Path, re
         assert "[REDACTED:github-token]" in stored and "[REDACTED:json-web-token]" in stored
     count_stored(reliability, stored)
     assert_no_secret(stored)
+
+
+def test_url_safe_base64_is_encoded_bytes_too(tmp_path: Path) -> None:
+    # pydantic-ai dumps bytes (an image a tool returned) as URL-safe base64: "-" and "_" for
+    # "+" and "/"; read as text, a run of it may look like a key id, and redacting it would break
+    # the image (the model would get the JSON of a broken one as text)
+    from pydantic_ai.messages import BinaryContent, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+
+    data = random.Random(3).randbytes(3000) + base64.urlsafe_b64decode("AKIAQ2W3E4R5T6Y7U8I9AAAA")
+    image = BinaryContent(data=data, media_type="image/png")
+    msgs = [
+        ModelRequest.user_text_prompt(f"deploy with {GITHUB}"),
+        ModelResponse(parts=[ToolCallPart("screenshot", {}, tool_call_id="c1")]),
+        ModelRequest(parts=[ToolReturnPart("screenshot", image, tool_call_id="c1")]),
+    ]
+    from context_os.harness.pydantic_ai import PydanticAIHook
+
+    with SqliteStore(tmp_path / "s.db") as store:
+        hook = PydanticAIHook(Session.open(store, "p1", harness="pydantic-ai"))
+        out = hook.transform_context(msgs)
+        assert GITHUB not in repr(out)
+        shown = out[-1].parts[0]
+        assert isinstance(shown.content, BinaryContent) and shown.content.data == data
+        assert "redacted" not in store.doc("toolcall:p1:c1")["meta"]

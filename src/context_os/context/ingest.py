@@ -30,10 +30,11 @@ __all__ = ["Ingest", "RedactFunction", "SyncReport", "check_incoming", "check_st
 RedactFunction = Callable[[str], tuple[str, int]]
 """Removes secrets from a text: returns the cleaned text and how many were removed."""
 
-_ENCODED = re.compile(r"data:.*|[A-Za-z0-9+/]{256,}={0,2}", re.DOTALL)
-"""Strings that are encoded bytes, never redacted: a data URI, or a long run of plain base64
-(image data, a thinking block's signature that the provider checks byte for byte). No secret
-detector reads them, and scanning a megabyte image would cost more than the whole message."""
+_ENCODED = re.compile(r"data:.*|[A-Za-z0-9+/]{256,}={0,2}|[A-Za-z0-9_-]{256,}={0,2}", re.DOTALL)
+"""Strings that are encoded bytes, never redacted: a data URI, or a long run of base64, plain or
+URL-safe (image data, a thinking block's signature that the provider checks byte for byte; the
+bytes of a pydantic-ai message in JSON form). No secret detector reads them, and scanning a
+megabyte image would cost more than the whole message."""
 _CLEAN_MEMO_CHARS = 200
 """A string this short that the redactor found nothing in is not passed to it again."""
 _CLEAN_MEMO_SIZE = 4096
