@@ -386,3 +386,14 @@ def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
                     + ", ".join(unanswered)
                 )
     return None
+
+
+def png(width: int, height: int) -> bytes:
+    """The first bytes of a PNG image of that size (its signature and header chunk): what an image
+    token estimate reads of it."""
+    import struct
+    import zlib
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + header
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(header)) + chunk + struct.pack(">I", zlib.crc32(chunk))

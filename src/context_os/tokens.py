@@ -2,16 +2,91 @@
 files, benchmarks against other strategies) uses it on both sides of a comparison.
 
 Characters / 4, rounded up: no tokenizer, so no model download and the same number everywhere.
+An image costs what the Anthropic API charges for it, width × height / 750 tokens, at most
+``IMAGE_TOKENS`` (what it costs once scaled to the API's largest size); one whose size cannot be
+read from its first bytes (a URL, an unknown format) costs ``IMAGE_TOKENS``. Adapters count it as
+``image_tokens(...) * CHARS_PER_TOKEN`` characters of the message (``extra_chars``).
 This module must never import from the rest of the package.
 """
 
 from __future__ import annotations
 
-__all__ = ["CHARS_PER_TOKEN", "estimate_tokens"]
+import base64
+import binascii
+import struct
+
+__all__ = ["CHARS_PER_TOKEN", "IMAGE_TOKENS", "estimate_tokens", "image_tokens"]
 
 CHARS_PER_TOKEN = 4
+
+IMAGE_TOKENS = 1600
+"""The most one image costs (Anthropic: about 1.15 megapixels), and the cost of one of unknown size."""
+
+_HEAD = 65536
+"""Bytes of an image read for its size (a JPEG's frame header may follow its metadata)."""
 
 
 def estimate_tokens(chars: int) -> int:
     """Estimated tokens of a text of ``chars`` characters: ``ceil(chars / 4)``."""
     return (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+def image_tokens(data: bytes | str | None) -> int:
+    """Estimated tokens of one image: ``data`` its bytes, or their base64 text (a ``data:`` URL
+    too); None or anything unreadable (a URL) costs ``IMAGE_TOKENS``."""
+    head = _image_head(data)
+    size = _image_size(head) if head else None
+    if size is None:
+        return IMAGE_TOKENS
+    width, height = size
+    return max(1, min(IMAGE_TOKENS, -(-width * height // 750)))
+
+
+def _image_head(data: bytes | str | None) -> bytes:
+    if isinstance(data, bytes | bytearray):
+        return bytes(data[:_HEAD])
+    if not isinstance(data, str):
+        return b""
+    if data.startswith("data:"):
+        meta, _, data = data.partition(",")
+        if not meta.endswith(";base64"):
+            return b""
+    text = data[: _HEAD // 3 * 4]
+    try:
+        return base64.b64decode(text[: len(text) // 4 * 4], validate=False)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _image_size(b: bytes) -> tuple[int, int] | None:
+    """(width, height) from the header of a PNG, GIF, JPEG or WebP image, else None."""
+    if b[:8] == b"\x89PNG\r\n\x1a\n" and len(b) >= 24:
+        return struct.unpack(">II", b[16:24])
+    if b[:6] in (b"GIF87a", b"GIF89a") and len(b) >= 10:
+        return struct.unpack("<HH", b[6:10])
+    if b[:4] == b"RIFF" and b[8:12] == b"WEBP" and len(b) >= 30:
+        kind = b[12:16]
+        if kind == b"VP8 ":
+            w, h = struct.unpack("<HH", b[26:30])
+            return w & 0x3FFF, h & 0x3FFF
+        if kind == b"VP8L":
+            bits = int.from_bytes(b[21:25], "little")
+            return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+        if kind == b"VP8X":
+            return int.from_bytes(b[24:27], "little") + 1, int.from_bytes(b[27:30], "little") + 1
+        return None
+    if b[:2] == b"\xff\xd8":
+        i = 2
+        while i + 9 <= len(b):
+            if b[i] != 0xFF:
+                return None
+            marker = b[i + 1]
+            if marker == 0xFF:  # fill byte
+                i += 1
+                continue
+            length = int.from_bytes(b[i + 2 : i + 4], "big")
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # a start-of-frame
+                h, w = struct.unpack(">HH", b[i + 5 : i + 9])
+                return w, h
+            i += 2 + length
+    return None

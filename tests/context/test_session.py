@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import json
 from pathlib import Path
@@ -17,7 +18,7 @@ from context_os.errors import ContentTooLarge, LockedObject, MalformedMessage, N
 from context_os.harness.openai import OPENAI_PAIRING, OpenAIAdapter, OpenAIHook
 from context_os.harness.pairing import pairing_problems
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import EAGER, blocks_text, call, coding_session, result, say, stub_ref, user
+from tests.helpers import EAGER, blocks_text, call, coding_session, png, result, say, stub_ref, user
 
 try:
     from openai.types.chat import ChatCompletionMessageParam
@@ -872,3 +873,21 @@ def test_a_session_id_that_is_no_id_is_bad_input(db: SqliteStore, bad: str) -> N
     with pytest.raises(InputError, match="session id must be a non-empty string without spaces"):
         Session.open(db, bad)
     assert db.latest_tx() is None
+
+
+def test_an_image_a_user_sends_counts_in_what_the_context_costs(db):
+    hook = hook_for(db)
+    url = "data:image/png;base64," + base64.b64encode(png(300, 250)).decode()
+    parts = [{"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": url}}]
+    out = hook.transform_context([{"role": "user", "content": parts}])
+    assert out[0]["content"] == parts
+    assert hook.last.tokens_full == hook.last.tokens == 3 + 100  # the text, the image
+    # an image by its address: its size is unknown, it costs the most an image costs (1600)
+    hook.transform_context(
+        [
+            {"role": "user", "content": parts},
+            {"role": "assistant", "content": "a red square"},
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]},
+        ]
+    )
+    assert hook.last.tokens_full == 103 + 3 + 1600

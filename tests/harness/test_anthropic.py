@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from context_os.harness.anthropic import (
 from context_os.harness.pairing import pairing_problems
 from context_os.store import Evict
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import EAGER, stub_ref
+from tests.helpers import EAGER, png, stub_ref
 
 MESSAGE = TypeAdapter(MessageParam)
 TOOL = TypeAdapter(ToolParam)
@@ -594,3 +595,27 @@ def test_the_breakpoint_goes_before_context_os_blocks_at_the_end():
     assert cache_marks(_with_cache_marks(prefill, [mark])) == [(0, 0, mark)]
     empty = [{"role": "user", "content": [{"type": "text", "text": "go"}, {"type": "text", "text": ""}]}]
     assert cache_marks(_with_cache_marks(empty, [mark])) == [(0, 0, mark)]
+
+
+def test_a_results_images_count_while_it_shows_them(db):
+    # a screenshot costs the model about width x height / 750 tokens: the full transcript counts
+    # it, the collapsed result's stub says so, and the context that leaves it out costs less
+    shot = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png(1000, 600)).decode()}
+    hook = hook_for(db)
+    msgs: list[dict[str, Any]] = [user("go")]
+    for k in range(4):
+        msgs += [calls(f"s{k}", think=False), results((f"s{k}", ""))]
+        msgs[-1]["content"][0]["content"] = [{"type": "text", "text": "screen"}, {"type": "image", "source": shot}]
+        out = hook.transform_request(msgs)["messages"]
+    assert hook.session.view.objects["toolcall:a1:s0"].tokens == 2 + 800  # "screen", the image
+    stub = out[2]["content"][0]["content"]
+    assert stub.startswith("[bash output, 802 tokens, collapsed")
+    assert hook.last.tokens_full > 4 * 800 > hook.last.tokens > 800
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "a1"))
+
+
+def test_images_in_a_user_message_count_in_what_it_costs(db):
+    image = {"type": "image", "source": {**PNG, "data": base64.b64encode(png(300, 250)).decode()}}
+    hook = hook_for(db)
+    hook.transform_request([{"role": "user", "content": [{"type": "text", "text": "what is this"}, image]}])
+    assert hook.last.tokens_full == hook.last.tokens == 3 + 100  # the text, the image

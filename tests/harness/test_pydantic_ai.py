@@ -34,7 +34,7 @@ from context_os.errors import MalformedMessage
 from context_os.harness.pairing import pairing_problems
 from context_os.harness.pydantic_ai import PYDANTIC_AI_PAIRING, PydanticAIHook
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import EAGER, stub_ref
+from tests.helpers import EAGER, png, stub_ref
 
 STUB = "[bash output, "
 
@@ -310,3 +310,17 @@ def test_a_fallback_to_another_model_gets_the_same_context_without_a_new_turn(db
     frames = frame_docs(hook.session.store, hook.session.id)
     assert len(frames) == len(model.received) == 6
     assert all(verify_frame(db, f).ok for f in frames)
+
+
+def test_an_image_a_tool_returns_counts_while_it_shows(db):
+    hook = hook_for(db)
+    shot = BinaryContent(data=png(1000, 600) + b"\0" * 5000, media_type="image/png")
+    msgs: list[ModelMessage] = [ModelRequest.user_text_prompt("go")]
+    for k in range(4):
+        msgs.append(ModelResponse(parts=[ToolCallPart("screenshot", {}, tool_call_id=f"s{k}")]))
+        msgs.append(ModelRequest(parts=[ToolReturnPart("screenshot", shot, tool_call_id=f"s{k}")]))
+        out = hook.transform_context(msgs)
+    assert hook.session.view.objects["toolcall:p1:s0"].tokens == 800
+    assert returns(out)["s0"].startswith("[screenshot output, 800 tokens, collapsed")
+    assert returns(out)["s3"].data == shot.data
+    assert hook.last.tokens_full > 4 * 800 > hook.last.tokens > 800

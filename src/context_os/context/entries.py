@@ -44,8 +44,9 @@ class Incoming(TypedDict):
     extra: NotRequired[dict[str, Any]]
     """Harness fields context_os does not interpret, kept verbatim for rendering back."""
     extra_chars: NotRequired[int]
-    """Characters of ``extra`` the model receives too (e.g. reasoning a harness sends back):
-    counted in token estimates, never managed."""
+    """Characters of ``extra`` the model receives too (e.g. reasoning a harness sends back, images:
+    ``tokens.image_tokens``): counted in token estimates, never managed. A tool result's counts
+    its output's blocks, with its object's tokens, and only while it shows them (in full)."""
     h: str
     """Hash of the raw harness message (cursor / rewrite detection)."""
 

@@ -262,7 +262,7 @@ class Ingest:
                     "name": m.get("tool_name") or self.call_names.get(call_id, "tool"),
                     "call_id": call_id,
                     "turn": view.turn + 1,
-                    "tokens": estimate_tokens(len(text)),
+                    "tokens": estimate_tokens(len(text) + int(m.get("extra_chars") or 0)),  # images too
                     "preview": _preview(text),
                     "is_error": bool(m.get("is_error", False)),
                     **({"redacted": redacted} if redacted else {}),

@@ -658,6 +658,8 @@ class SessionView:
                 extra.pop("full", None)
             elif "blocks" in obj.meta:
                 extra["full"] = obj.meta["blocks"]
+                if e.get("extra_chars"):  # what its blocks (images) cost
+                    msg["extra_chars"] = e["extra_chars"]
             if extra:
                 msg["extra"] = extra
             return [msg]

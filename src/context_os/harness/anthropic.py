@@ -46,6 +46,7 @@ from ..context.entries import Entry, Incoming, Msg, ToolCall
 from ..context.view import TAIL_OPEN
 from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
+from ..tokens import CHARS_PER_TOKEN, image_tokens
 from .base import (
     Adapter,
     ContextHook,
@@ -105,6 +106,18 @@ def _reasoning_chars(block: Mapping[str, Any]) -> int:
     if block.get("type") == "redacted_thinking":
         return len(str(block.get("data") or ""))
     return 0
+
+
+def _media_chars(blocks: Sequence[Mapping[str, Any]]) -> int:
+    """What the image blocks among ``blocks`` put in front of the model, in characters
+    (``tokens.image_tokens``): a base64 image by its size, any other source at the most."""
+    n = 0
+    for b in blocks:
+        if b.get("type") == "image":
+            source = b.get("source")
+            data = source.get("data") if isinstance(source, Mapping) and source.get("type") == "base64" else None
+            n += image_tokens(data if isinstance(data, str) else None) * CHARS_PER_TOKEN
+    return n
 
 
 def _plain(value: Any) -> Any:
@@ -286,7 +299,10 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
         rest = [b for b in blocks if b["type"] != "tool_result"]
         if rest or not out:
             rest_text = _joined_text(rest, index, "content")
-            out.append(_incoming("user", rest_text, {**extra, "content": rest}))
+            user = _incoming("user", rest_text, {**extra, "content": rest})
+            if media := _media_chars(rest):
+                user["extra_chars"] = media
+            out.append(user)
         return out
 
     def _assistant(
@@ -336,6 +352,7 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
             )
         raw = block.get("content", "")
         extra = {k: v for k, v in block.items() if k not in ("type", "tool_use_id", "content", "cache_control")}
+        media = 0
         if raw is None or isinstance(raw, str):
             text = _check_text(raw or "", index, f"{field}.content")
         else:
@@ -344,10 +361,13 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
             text = _joined_text(parts, index, f"{field}.content")
             # the output as given (images, several blocks): shown only while the result is shown in full
             extra["full"] = {"content": parts}
+            media = _media_chars(parts)
         is_error = block.get("is_error", False)
         if not isinstance(is_error, bool):
             raise MalformedMessage("is_error must be a boolean", index=index, field=f"{field}.is_error")
         m: Incoming = {"role": "tool", "text": text, "tool_call_id": call_id, "h": ""}
+        if media:
+            m["extra_chars"] = media  # its images: counted while the result shows in full
         if is_error:
             m["is_error"] = True
         if extra:

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from ..context.entries import Incoming, Msg, ToolCall
 from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
+from ..tokens import CHARS_PER_TOKEN, image_tokens
 from .base import Adapter, ContextHook, check_utf8, fallback_hash
 from .pairing import CLOSES, SAYS, Pairing, Reading, check_end, pairing_problems
 
@@ -96,6 +97,18 @@ def _text_of(content: Any, index: int) -> tuple[str | None, list[Any] | None]:
     )
 
 
+def _media_chars(parts: list[Any]) -> int:
+    """What the ``image_url`` parts among a message's content parts put in front of the model, in
+    characters (``tokens.image_tokens``): a ``data:`` URL by its image's size, any other at the most."""
+    n = 0
+    for part in parts:
+        if part.get("type") == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else None
+            n += image_tokens(url if isinstance(url, str) and url.startswith("data:") else None) * CHARS_PER_TOKEN
+    return n
+
+
 def _pairing(m: Mapping[str, Any]) -> Reading:
     """A ``tool`` message answers one call; any other message closes the calls still open (each
     call is answered by the tool messages right after its assistant message)."""
@@ -148,6 +161,8 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
         if parts is not None and role != "tool":
             extra["content"] = parts
         m: Incoming = {"role": _ROLE_MAP[role], "text": text, "h": ""}  # type: ignore[typeddict-item]
+        if parts is not None and role == "user" and (media := _media_chars(parts)):
+            m["extra_chars"] = media
         if role == "assistant" and message.get("tool_calls"):
             m["tool_calls"] = self._calls(message["tool_calls"], index)
         if role == "tool":

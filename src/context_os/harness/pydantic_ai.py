@@ -43,6 +43,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ERROR_OUTCOMES,
+    BinaryContent,
+    ImageUrl,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -64,6 +66,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from ..context.entries import Incoming, Msg, ToolCall
 from ..errors import HashError, MalformedMessage
 from ..hashing import hash_value
+from ..tokens import CHARS_PER_TOKEN, image_tokens
 from .base import Adapter, ContextHook, MergeCache, check_utf8, fallback_hash, sorted_keys
 from .pairing import Pairing, Reading
 
@@ -142,6 +145,18 @@ def _part_text(part: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
+def _media_chars(content: Any) -> int:
+    """What the images in a part's content (a ``BinaryContent`` image, an ``ImageUrl``, or a list
+    holding them) put in front of the model, in characters (``tokens.image_tokens``)."""
+    n = 0
+    for item in content if isinstance(content, list | tuple) else (content,):
+        if isinstance(item, BinaryContent) and item.is_image:
+            n += image_tokens(item.data) * CHARS_PER_TOKEN
+        elif isinstance(item, ImageUrl):
+            n += image_tokens(item.url if item.url.startswith("data:") else None) * CHARS_PER_TOKEN
+    return n
+
+
 def _ms(ts: Any) -> int | None:
     return int(ts.timestamp() * 1000) if isinstance(ts, datetime) else None
 
@@ -186,7 +201,10 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
             role = _kind(parts[run[0]])
             text = "\n".join(_part_text(parts[j]) for j in run)
             extra = {"request": fields, "parts": [raw[j] for j in run]}
-            out.append({"role": role, "text": check_utf8(text, index, "parts"), "h": "", "extra": extra})  # type: ignore[typeddict-item]
+            piece: Incoming = {"role": role, "text": check_utf8(text, index, "parts"), "h": "", "extra": extra}  # type: ignore[typeddict-item]
+            if media := sum(_media_chars(getattr(parts[j], "content", None)) for j in run):
+                piece["extra_chars"] = media
+            out.append(piece)
         if not out:  # a request without parts still leaves a trace
             out.append({"role": "user", "text": None, "h": "", "extra": {"request": fields, "parts": []}})
         return out
@@ -234,6 +252,8 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
             # while the result is shown in full; the text already says what the model must see
             extra["full"] = {"part": raw}
         m["extra"] = extra
+        if media := _media_chars(part.content):
+            m["extra_chars"] = media  # its images: counted while the result shows in full
         if is_error:
             m["is_error"] = True
         ts = _ms(part.timestamp)
