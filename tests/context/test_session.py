@@ -891,3 +891,35 @@ def test_an_image_a_user_sends_counts_in_what_the_context_costs(db):
         ]
     )
     assert hook.last.tokens_full == 103 + 3 + 1600
+
+
+def test_calls_of_custom_tools_are_taken_and_rendered_as_custom_calls(db):
+    """Chat completions' custom tools (free-form ``input``, no JSON arguments, e.g. a patch tool)
+    are called with ``{"type": "custom", "custom": {"name", "input"}}``; a collapsed call's long
+    input is elided and the call stays a custom one."""
+    chat = pytest.importorskip("openai.types.chat")
+    patch = "*** Begin Patch\n*** Update File: a.py\n" + "+x = 1\n" * 400 + "*** End Patch"
+
+    def reply(call_id: str) -> object:
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call_id, "type": "custom", "custom": {"name": "apply_patch", "input": patch}}],
+        }
+        choice = {"index": 0, "finish_reason": "tool_calls", "message": message}
+        completion = {"id": "r", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]}
+        return chat.ChatCompletion.model_validate(completion).choices[0].message
+
+    hook = hook_for(db)
+    msgs: list = [user("patch it")]
+    for n in range(5):
+        msgs += [reply(f"p{n}"), result(f"p{n}", f"Done {n}\n" + "ok\n" * 500)]
+        out = hook.transform_context(msgs)
+        for m in out:
+            OPENAI_MESSAGE.validate_python(m, strict=True)
+    calls = [c for m in out if m["role"] == "assistant" for c in m["tool_calls"]]
+    assert [c["type"] for c in calls] == ["custom"] * 5
+    assert calls[-1]["custom"] == {"name": "apply_patch", "input": patch}
+    assert stub_ref(tool_texts(out)["p0"]) and "chars elided" in calls[0]["custom"]["input"]
+    assert not pairing_problems(OPENAI_PAIRING, out)
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))

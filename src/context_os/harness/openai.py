@@ -11,6 +11,7 @@ Like every adapter it translates formats and nothing else: it never reaches the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -183,6 +184,9 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
             raise MalformedMessage("tool_calls must be a list", index=index, field="tool_calls")
         out: list[ToolCall] = []
         for j, c in enumerate(calls):
+            if isinstance(c, Mapping) and c.get("type") == "custom":
+                out.append(self._custom_call(c, index, j))
+                continue
             fn = c.get("function") if isinstance(c, Mapping) else None
             if not isinstance(fn, Mapping) or not isinstance(c.get("id"), str) or not isinstance(fn.get("name"), str):
                 raise MalformedMessage(
@@ -197,16 +201,30 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
             out.append({"id": c["id"], "name": fn["name"], "arguments": args})
         return out
 
+    def _custom_call(self, c: Mapping[str, Any], index: int, j: int) -> ToolCall:
+        """A custom tool's call (free-form ``input``, no JSON arguments): its arguments are
+        ``{"input": input}``, an object where a function call's are a JSON string, which is how
+        ``render_msg`` tells the two apart."""
+        custom = c.get("custom")
+        if (
+            not isinstance(custom, Mapping)
+            or not isinstance(c.get("id"), str)
+            or not isinstance(custom.get("name"), str)
+            or not isinstance(custom.get("input"), str)
+        ):
+            raise MalformedMessage(
+                "a custom tool call needs an id, custom.name and custom.input", index=index, field=f"tool_calls[{j}]"
+            )
+        check_utf8(custom["input"], index, f"tool_calls[{j}].custom.input")
+        return {"id": c["id"], "name": custom["name"], "arguments": {"input": custom["input"]}}
+
     def render_msg(self, msg: Msg) -> dict[str, Any]:
         extra = dict(msg.get("extra") or {})
         role = extra.pop("role", msg["role"])
         content: Any = extra.pop("content", msg["text"])
         out: dict[str, Any] = {"role": role, "content": content}
         if msg.get("tool_calls"):
-            out["tool_calls"] = [
-                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                for c in msg["tool_calls"]
-            ]
+            out["tool_calls"] = [_render_call(c) for c in msg["tool_calls"]]
         if msg["role"] == "tool":
             out["tool_call_id"] = msg.get("tool_call_id", "")
             if msg.get("is_error"):
@@ -216,6 +234,17 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
 
     def tool_definitions(self, tools: list[dict[str, Any]]) -> list[Any]:
         return [{"type": "function", "function": dict(t)} for t in tools]
+
+
+def _render_call(c: ToolCall) -> dict[str, Any]:
+    """A neutral call as chat-completions has it: a custom tool's (arguments ``{"input": text}``,
+    ``OpenAIAdapter._custom_call``), else a function's (other object arguments as JSON text)."""
+    args = c["arguments"]
+    if isinstance(args, Mapping) and list(args) == ["input"] and isinstance(args["input"], str):
+        return {"id": c["id"], "type": "custom", "custom": {"name": c["name"], "input": args["input"]}}
+    if not isinstance(args, str):
+        args = json.dumps(args, ensure_ascii=False)
+    return {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": args}}
 
 
 def validate_openai(messages: Sequence[Mapping[str, Any]], *, last_input_role: str | None = None) -> None:
