@@ -324,3 +324,25 @@ def test_an_image_a_tool_returns_counts_while_it_shows(db):
     assert returns(out)["s0"].startswith("[screenshot output, 800 tokens, collapsed")
     assert returns(out)["s3"].data == shot.data
     assert hook.last.tokens_full > 4 * 800 > hook.last.tokens > 800
+
+
+def test_one_agent_serves_several_sessions_with_the_capability_given_per_run(db):
+    # a hook is one session: an agent that serves several conversations takes the capability of
+    # each conversation's hook with each of its runs
+    hooks = {sid: hook_for(db, sid) for sid in ("alice", "bob")}
+    model = ScriptedModel(steps=0)
+    agent = Agent(FunctionModel(model))
+
+    async def both(prompt: str, before: dict[str, Any]) -> dict[str, Any]:
+        runs = [
+            agent.run(f"{prompt} {sid}", message_history=before.get(sid), capabilities=[hook.capability()])
+            for sid, hook in hooks.items()
+        ]
+        return dict(zip(hooks, [r.all_messages() for r in await asyncio.gather(*runs)], strict=True))
+
+    first = asyncio.run(both("hello", {}))
+    asyncio.run(both("again", first))
+    for sid, hook in hooks.items():
+        assert not hook.last.sync.rewritten and hook.last.sync.new == 2
+        said = [e["text"] for e in hook.session.view.entries if e["role"] == "user"]
+        assert said == [f"hello {sid}", f"again {sid}"]
