@@ -619,3 +619,17 @@ def test_images_in_a_user_message_count_in_what_it_costs(db):
     hook = hook_for(db)
     hook.transform_request([{"role": "user", "content": [{"type": "text", "text": "what is this"}, image]}])
     assert hook.last.tokens_full == hook.last.tokens == 3 + 100  # the text, the image
+
+
+def test_activating_a_screenshot_says_its_image_is_not_shown_in_the_active_pool(db):
+    shot = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png(800, 600)).decode()}
+    hook = hook_for(db)
+    msgs: list[dict[str, Any]] = [user("go")]
+    for k in range(4):
+        msgs += [calls(f"s{k}", think=False), results((f"s{k}", "")), user("next")]
+        msgs[-2]["content"][0]["content"] = [{"type": "image", "source": shot}]
+        msgs += [calls(f"t{k}", think=False), results((f"t{k}", "plain text output\n" * 50))]
+        hook.transform_request(msgs)
+    shown = json.loads(hook.call_tool("activate", {"id": "toolcall:a1:s0"}))
+    assert shown["status"] == "activated" and "not its images" in shown["note"]
+    assert "note" not in json.loads(hook.call_tool("activate", {"id": "toolcall:a1:t0"}))

@@ -851,7 +851,15 @@ class Session:
                 f"larger than the active pool ({pool:,} tokens): shown in the next call, then collapsed again unless"
                 f' pinned; lines(id="{obj_id}", start, end) shows any part'
             )
+        elif obj.in_tail and self._has_images(obj):
+            # the active pool is text: an output's images (counted in extra_chars) stay out of it
+            out["note"] = "only its text is shown in the active pool, not its images: call the tool again to see them"
         return out
+
+    def _has_images(self, obj: ObjInfo) -> bool:
+        """Whether a tool result came with images (its adapter counted them: ``extra_chars``)."""
+        entries = self.view.entries
+        return obj.entry is not None and obj.entry < len(entries) and bool(entries[obj.entry].get("extra_chars"))
 
     def deactivate(self, obj_id: str, *, actor: Actor = "agent", reason: str = "deactivate") -> dict[str, Any]:
         """Collapse an object to its metadata. Locked objects refuse."""
