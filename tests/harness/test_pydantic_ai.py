@@ -346,3 +346,29 @@ def test_one_agent_serves_several_sessions_with_the_capability_given_per_run(db)
         assert not hook.last.sync.rewritten and hook.last.sync.new == 2
         said = [e["text"] for e in hook.session.view.entries if e["role"] == "user"]
         assert said == [f"hello {sid}", f"again {sid}"]
+
+
+def test_a_structured_tool_output_reads_the_same_live_and_resumed(tmp_path):
+    # a dict a tool returns reaches the model as JSON text: a session resumed in another process
+    # (rebuilt from the store) must send the same text, or the prompt cache misses from there on
+    msgs: list[ModelMessage] = [
+        ModelRequest.user_text_prompt("status?"),
+        ModelResponse(parts=[ToolCallPart("status", {}, tool_call_id="s1"), ToolCallPart("check", {}, "k1")]),
+        ModelRequest(
+            parts=[
+                ToolReturnPart("status", {"zeta": 1, "alpha": {"y": 2, "b": [3]}}, tool_call_id="s1"),
+                ToolReturnPart(
+                    "check", [{"type": "missing", "loc": ["n"], "msg": "Field required"}], "k1", outcome="retried"
+                ),
+            ]
+        ),
+    ]
+
+    def sent(store: SqliteStore) -> list[str]:
+        out = PydanticAIHook(Session.open(store, "p1", harness="pydantic-ai")).transform_context(msgs)
+        return [p.model_response_str() for p in out[-1].parts if isinstance(p, ToolReturnPart)]
+
+    with SqliteStore(tmp_path / "s.db") as store:
+        live = sent(store)
+    with SqliteStore(tmp_path / "s.db") as store:
+        assert sent(store) == live

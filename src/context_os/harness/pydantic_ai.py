@@ -235,6 +235,12 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
         return m
 
     def _result(self, part: Any, raw: dict[str, Any], index: int, j: int) -> Incoming:
+        if not isinstance(part.content, str):
+            # a structured output (a dict, a list of errors) reaches the model as JSON text: taken
+            # with its keys in the order the store gives them back, so that a live session and one
+            # resumed in another process send the same text (``sorted_keys``)
+            raw = {**raw, "content": sorted_keys(raw.get("content"), index=index, field=f"parts[{j}].content")}
+            part = _load({"kind": "request", "parts": [raw]}).parts[0]
         if isinstance(part, RetryPromptPart):
             text, is_error = part.model_response(), True
         else:
