@@ -5,6 +5,7 @@ crash, a change of model, the bitemporal filter, the worker."""
 from __future__ import annotations
 
 import random
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ from context_os import Session
 from context_os.context.evict import evict
 from context_os.errors import InputError
 from context_os.harness.openai import OpenAIHook
-from context_os.objects import SourceDoc
+from context_os.objects import FileDoc, SourceDoc
 from context_os.sources import vectors as vectors_module
 from context_os.sources.embed import OpenAIEmbedder, Vectors, WordLlamaEmbedder
 from context_os.sources.vectors import VectorHit, VectorIndex, VectorIndexer, _best_first
@@ -110,6 +111,47 @@ def test_every_text_is_embedded_once_and_found(db: Store, tmp_path: Path, model:
     assert {h.session for h in index.search("puppy", k=5)} == {"s1", "s2"}
     assert {h.session for h in index.search("puppy", k=5, session="s2")} == {"s2"}
     index.close()
+
+
+def test_a_long_text_edited_past_what_the_embedder_reads_is_not_embedded_again(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    # a long file's versions differ past the embedder's max_chars: what it reads of each is the
+    # same, so its vector is made once (on a replayed coding session, 109 of 870 texts, a third
+    # of the characters embedded, were such repeats)
+    cut = model.max_chars
+    head = " ".join(f"line {i}: the retry loop backs off exponentially." for i in range(cut // 40))[:cut]
+    versions = [head + f"\n# tail version {n}\n" + "x = 1\n" * n for n in range(1, 4)]
+    db.put(FileDoc(id="file:big", content=versions[0], meta={"path": "big.py"}).to_doc(), valid_from=1_000_000)
+    db.put(FileDoc(id="file:big", content=versions[1], meta={"path": "big.py"}).to_doc(), valid_from=2_000_000)
+    counting = Counting(model)
+    index = VectorIndex(db, counting, tmp_path / "v.vectors")
+    assert index.catch_up() == 2
+    assert counting.texts == [head]  # one input embedded once, for both versions
+    assert index.counts()["vectors"] == 2  # each text has its vector (the same one)
+    now = index.search("retry loop backs off", k=1)[0]
+    then = index.search("retry loop backs off", k=1, valid_time=1_500_000)[0]
+    assert (now.text, then.text) == (versions[1], versions[0]) and now.truncated and then.truncated
+    assert now.score == pytest.approx(then.score)
+    index.close()
+    # reopened: the head is known from the file, so a third version embeds nothing either
+    db.put(FileDoc(id="file:big", content=versions[2], meta={"path": "big.py"}).to_doc(), valid_from=3_000_000)
+    again = Counting(model)
+    index = VectorIndex(db, again, tmp_path / "v.vectors")
+    assert index.catch_up() == 1 and again.texts == []
+    assert index.search("retry loop backs off", k=1)[0].text == versions[2]
+    # a short text is still embedded whole, and one whose head matches no other is embedded
+    db.put(memory("memory:other", "The cache is warmed at startup."))
+    db.put(FileDoc(id="file:other", content="y" * (cut + 5), meta={"path": "other.py"}).to_doc())
+    assert index.catch_up() == 2 and again.texts == ["The cache is warmed at startup.", "y" * cut]
+    index.close()
+    # a file from before heads were kept is still searched read-only (it cannot gain the table)
+    with sqlite3.connect(tmp_path / "v.vectors") as old:
+        old.execute("DROP TABLE heads")
+    old.close()
+    readonly = VectorIndex(db, model, tmp_path / "v.vectors", read_only=True)
+    assert readonly.search("retry loop backs off", k=1)[0].text == versions[2]
+    readonly.close()
 
 
 def _open_files(path: Path) -> int:

@@ -7,6 +7,10 @@ distinct text of each part, once, in index order) and keeps, in its own SQLite f
 * ``vectors``: one vector per distinct text, keyed by the text's blake3: a text is embedded once,
   whichever object, part or version holds it (a chat page is rewritten on every append; its
   unchanged entries are never embedded again);
+* ``heads``: for a text longer than the embedder reads (``max_chars``), the blake3 of what was
+  embedded (its head) and the text it was embedded for: another text with the same head (a long
+  file's next version, edited past its head) takes that vector instead of embedding the same
+  input again;
 * ``parts``: which (object id, part) had which text, first seen in which version (object hash);
 * ``meta``: the embedder's name and dimension, and the cursor (the last ``seq`` taken in),
   written in the same transaction as the vectors, so a crash loses nothing and repeats nothing.
@@ -71,6 +75,7 @@ CREATE TABLE IF NOT EXISTS parts (
     object_hash TEXT NOT NULL, session TEXT, entry INTEGER, key BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS parts_entry ON parts (session, entry) WHERE entry IS NOT NULL;
+CREATE TABLE IF NOT EXISTS heads (head BLOB PRIMARY KEY, key BLOB NOT NULL);
 """
 
 
@@ -96,6 +101,8 @@ class _Matrix:
         self.vecs = np.zeros((1024, dim), dtype=np.float32)
         self.n_vecs = 0
         self.row_of: dict[bytes, int] = {}
+        self.head_of: dict[bytes, bytes] = {}
+        """The ``text_key`` of a cut text's head → the key of the text whose vector it made."""
         self.truncated: list[bool] = []
         self.part_row = np.zeros(1024, dtype=np.int64)
         self.part_kind = np.zeros(1024, dtype=np.int16)
@@ -112,6 +119,14 @@ class _Matrix:
         self.row_of[key] = self.n_vecs
         self.truncated.append(truncated)
         self.n_vecs += 1
+
+    def made_from(self, head: bytes) -> int | None:
+        """The row of the vector embedded from the input whose ``text_key`` is ``head`` (a whole
+        text, or a cut text's head), if there is one."""
+        row = self.row_of.get(head)
+        if row is None and (key := self.head_of.get(head)) is not None:
+            row = self.row_of.get(key)
+        return row
 
     def add_part(self, id: str, kind: str, part: str, session: str | None, key: bytes) -> None:
         if self.n_parts == len(self.part_row):
@@ -262,6 +277,7 @@ class VectorIndex:
             log.warning(self.reindexed)
         self._db.execute("DELETE FROM vectors")
         self._db.execute("DELETE FROM parts")
+        self._db.execute("DELETE FROM heads")
         self._db.executemany(
             "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
             [("embedder", want_name), ("dim", want_dim), ("cursor", "0")],
@@ -278,7 +294,20 @@ class VectorIndex:
             "SELECT id, kind, part, session, key FROM parts ORDER BY seq"
         ):
             m.add_part(id, kind, part, session, key)
+        if self._has_heads():
+            for head, key in self._db.execute("SELECT head, key FROM heads"):
+                if bytes(key) in m.row_of:
+                    m.head_of[bytes(head)] = bytes(key)
         return m
+
+    def _has_heads(self) -> bool:
+        """Whether the file keeps heads: one written before them, opened read-only, does not."""
+        return bool(self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'heads'").fetchone())
+
+    def _head(self, text: str) -> bytes:
+        """The ``text_key`` of what the embedder reads of ``text``: its first ``max_chars``."""
+        cut = self.embedder.max_chars
+        return text_key(text[:cut] if len(text) > cut else text)
 
     @property
     def cursor(self) -> int:
@@ -339,6 +368,16 @@ class VectorIndex:
                 if key not in self._m.row_of:
                     self._m.add_vector(key, np.frombuffer(vec, dtype=np.float32), bool(truncated))
                 self._m.add_part(id, kind, part, session, key)
+            heads = (
+                self._db.execute(
+                    "SELECT h.head, h.key FROM heads h JOIN parts p ON p.key = h.key WHERE p.seq > ? AND p.seq <= ?",
+                    (self._synced, now),
+                ).fetchall()
+                if self._has_heads()
+                else []
+            )
+            for head, key in heads:
+                self._m.head_of.setdefault(bytes(head), bytes(key))
             self._synced = now
 
     def catch_up(self, max_parts: int | None = None, *, stop: Callable[[], bool] | None = None) -> int:
@@ -385,15 +424,21 @@ class VectorIndex:
 
     def _slices(self, batch: Sequence[TextPart]) -> Iterator[Sequence[TextPart]]:
         """``batch`` cut into runs of parts whose new texts make at most ``SLICE_TEXTS`` texts and
-        ``SLICE_CHARS`` characters (a text already embedded, or earlier in the batch, costs nothing)."""
+        ``SLICE_CHARS`` characters (a text already embedded, or earlier in the batch, costs nothing;
+        so does a long one whose head was)."""
         with self._lock:
-            known = set(self._m.row_of)
+            known = set(self._m.row_of) | set(self._m.head_of)
         start = texts = chars = 0
         for i, p in enumerate(batch):
             key = text_key(p.text)
             if key in known:
                 continue
             known.add(key)
+            head = self._head(p.text)
+            if head != key:
+                if head in known:
+                    continue
+                known.add(head)
             size = min(len(p.text), self.embedder.max_chars)
             if texts and (texts == self.SLICE_TEXTS or chars + size > self.SLICE_CHARS):
                 yield batch[start:i]
@@ -431,6 +476,7 @@ class VectorIndex:
             try:
                 self._db.executemany("DELETE FROM parts WHERE seq = ?", [(seq,) for seq in drop])
                 self._db.execute("DELETE FROM vectors WHERE key NOT IN (SELECT key FROM parts)")
+                self._db.execute("DELETE FROM heads WHERE key NOT IN (SELECT key FROM vectors)")
                 self._db.execute(
                     "INSERT OR REPLACE INTO meta (key, value) VALUES ('tombstones', ?)",
                     (json.dumps(sorted(seen | {d["id"] for d in new})),),
@@ -450,11 +496,34 @@ class VectorIndex:
         keys = [text_key(p.text) for p in batch]
         with self._lock:
             known = set(self._m.row_of)
-        todo: dict[bytes, str] = {}
+            made: dict[
+                bytes, tuple[Vectors, bool]
+            ] = {}  # a new text's key → the vector already made from its input (a cut text's head)
+            for key, p in zip(keys, batch, strict=True):
+                if key not in known and key not in made:
+                    row = self._m.made_from(self._head(p.text))
+                    if row is not None:
+                        made[key] = (self._m.vecs[row].copy(), len(p.text) > self.embedder.max_chars)
+        todo: dict[bytes, str] = {}  # the texts to embed, one per distinct input
+        inputs: dict[bytes, bytes] = {}  # what is embedded (its head's key) → the text it is embedded for
+        same: dict[bytes, tuple[bytes, bool]] = {}  # a new text's key → the text embedded for the same input, cut?
+        cuts: list[tuple[bytes, bytes]] = []  # (head, key) of each cut text embedded here
         for key, p in zip(keys, batch, strict=True):
-            if key not in known:
-                todo.setdefault(key, p.text)
+            if key in known or key in made or key in todo or key in same:
+                continue
+            head = self._head(p.text)
+            if head in inputs:
+                same[key] = (inputs[head], len(p.text) > self.embedder.max_chars)
+                continue
+            inputs[head] = key
+            todo[key] = p.text
+            if head != key:
+                cuts.append((head, key))
         embedded = embed_texts(self.embedder, list(todo.values()))
+        new = list(zip(todo, embedded.vectors, embedded.truncated, strict=True))
+        vec_of = {key: vec for key, vec, _ in new}
+        new += [(key, vec, cut) for key, (vec, cut) in made.items()]
+        new += [(key, vec_of[first], cut) for key, (first, cut) in same.items()]
         rows = []
         for p, key in zip(batch, keys, strict=True):
             m = _ENTRY.fullmatch(p.part) if p.kind == "chat" else None
@@ -465,11 +534,9 @@ class VectorIndex:
             try:
                 self._db.executemany(
                     "INSERT OR IGNORE INTO vectors (key, vec, truncated) VALUES (?, ?, ?)",
-                    [
-                        (key, vec.tobytes(), int(cut))
-                        for key, vec, cut in zip(todo, embedded.vectors, embedded.truncated, strict=True)
-                    ],
+                    [(key, vec.tobytes(), int(cut)) for key, vec, cut in new],
                 )
+                self._db.executemany("INSERT OR IGNORE INTO heads (head, key) VALUES (?, ?)", cuts)
                 self._db.executemany("INSERT OR REPLACE INTO parts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
                 self._db.execute("UPDATE meta SET value = ? WHERE key = 'cursor'", (str(batch[-1].seq),))
                 self._db.execute("COMMIT")
@@ -477,8 +544,10 @@ class VectorIndex:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-            for key, vec, cut in zip(todo, embedded.vectors, embedded.truncated, strict=True):
+            for key, vec, cut in new:
                 self._m.add_vector(key, vec, cut)
+            for head, key in cuts:
+                self._m.head_of.setdefault(head, key)
             for r in rows:
                 self._m.add_part(r[1], r[2], r[3], r[5], r[7])
 
