@@ -121,6 +121,28 @@ def test_an_interrupted_embedding_keeps_what_it_embedded_and_says_so(
     assert f"interrupted: {done:,} of {done + left['pending']:,} parts embedded, kept beside the store" in cut.stderr
 
 
+def test_ctrl_c_within_a_batch_counts_the_slices_it_committed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C lands while a batch is being embedded, after some of its slices were committed:
+    the message counts them (it said 0 of them, though the vectors were kept)."""
+    db = tmp_path / "store.db"
+    assert CliRunner().invoke(cli, ["--store", str(db), "demo", "--json"]).exit_code == 0
+    real, calls = VectorIndex._take, []
+
+    def ctrl_c_in_the_second_slice(self: VectorIndex, *args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(VectorIndex, "_take", ctrl_c_in_the_second_slice)
+    cut = CliRunner().invoke(cli, ["--store", str(db), "recall", "model picker", "--embedder", "wordllama"])
+    assert cut.exit_code == 130, cut.output
+    left = json.loads(CliRunner().invoke(cli, ["--store", str(db), "index", "status", "--json"]).stdout)["vectors"]
+    done = left["cursor"]
+    assert done > 0 and left["pending"] > 0
+    assert f"interrupted: {done:,} of {done + left['pending']:,} parts embedded, kept beside the store" in cut.stderr
+
+
 def test_bad_queries_and_kinds_are_named(db: Path) -> None:
     code, out = recall(db, "   ", "--embedder", "none")
     assert code == 1 and "query is empty" in out

@@ -110,6 +110,7 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
         return 0
     deadline = None if seconds is None else time.monotonic() + seconds
     left = pending
+    start = vectors.cursor
 
     def batches() -> Iterator[int]:
         nonlocal left
@@ -134,9 +135,11 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
             for _ in bar:
                 pass
     except KeyboardInterrupt:
-        # each slice commits with the cursor: what was embedded stays, the next recall goes on
+        # each slice commits with the cursor: what was embedded stays, the next recall goes on.
+        # Counted by the cursor: a batch cut short returned no count, its slices were committed
+        done = min(pending, max(0, vectors.cursor - start))
         click.echo(
-            f"\ninterrupted: {pending - left:,} of {pending:,} parts embedded, kept beside the store; the next"
+            f"\ninterrupted: {done:,} of {pending:,} parts embedded, kept beside the store; the next"
             " `ctxos recall` goes on from there (--embed-for SECONDS bounds it, --embedder none searches now)",
             err=True,
         )
