@@ -4,6 +4,7 @@ stability and change detection, trust, archive and topic files, ``remember``, Pi
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -313,6 +314,50 @@ def test_trusted_workspaces_list(tmp_path: Path, ws: Path, data: Path) -> None:
     gone.rmdir()
     assert untrust_workspace(gone, data_dir=data) is True and trusted_workspaces(data) == []
     assert untrust_workspace(tmp_path / "never-was", data_dir=data) is False
+
+
+def test_a_workspace_inside_a_repository_uses_the_repository_s_project_memory(ws: Path, data: Path) -> None:
+    """An agent started in a folder of a repository (``cd repo/packages/app``) shows the
+    repository's project memory and remembers into it: before, it looked in
+    ``packages/app/.context_os/memory/`` and ``remember`` created a second project scope there."""
+    (ws / ".git").mkdir()
+    write_index(project_dir(ws), "- tests run with make test\n")
+    sub = ws / "packages" / "app"
+    sub.mkdir(parents=True)
+    trust_workspace(ws, data_dir=data)
+    at_root, inside = MemoryScopes(ws, data_dir=data), MemoryScopes(sub, data_dir=data)
+    assert [i.text for i in inside.items("", 100)] == ["- tests run with make test\n"]
+    assert only(inside, "project").id == only(at_root, "project").id  # one scope, one object
+    done = inside.remember("the app builds with vite")
+    assert done.index == project_dir(ws) / "MEMORY.md" and not (sub / ".context_os").exists()
+    assert inside.paths()[-1] == project_dir(ws) / "MEMORY.md" and inside.dirs()[-1] == project_dir(ws)
+    # a folder with a project scope of its own keeps it (the nearest wins)
+    write_index(project_dir(sub), "- the app's own fact\n")
+    assert [i.text for i in inside.items("", 100)][-1] == "- the app's own fact\n"
+    # the read hint names the index by its absolute path when it lies above the workspace
+    shutil.rmtree(sub / ".context_os")
+    capped = MemoryScopes(sub, data_dir=data, max_lines=1)
+    write_index(project_dir(ws), "- one\n- two\n")
+    assert f"read({str(project_dir(ws) / 'MEMORY.md')!r})" in capped.items("", 100)[-1].text
+
+
+def test_the_repository_s_memory_is_read_only_where_the_user_trusts_it(tmp_path: Path, ws: Path, data: Path) -> None:
+    (ws / ".git").mkdir()
+    write_index(project_dir(ws), "- the root's fact\n")
+    sub = ws / "pkg"
+    sub.mkdir()
+    trust_workspace(sub, data_dir=data)  # only the folder is trusted, not the repository above it
+    inside = MemoryScopes(sub, data_dir=data)
+    assert inside.trusted and inside.items("", 100) == []
+    assert only(inside, "project").dir == project_dir(sub)  # remember would write in the trusted folder
+    assert [i.text for i in MemoryScopes(sub, trust_project=True, data_dir=data).items("", 100)] == [
+        "- the root's fact\n"
+    ]
+    # no repository around it: the workspace itself, never a folder above
+    loose = tmp_path / "loose"
+    (loose / "inner").mkdir(parents=True)
+    write_index(project_dir(loose), "- loose fact\n")
+    assert MemoryScopes(loose / "inner", trust_project=True, data_dir=data).items("", 100) == []
 
 
 def test_option_trusts_without_touching_the_list(ws: Path, data: Path) -> None:

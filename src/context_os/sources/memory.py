@@ -507,14 +507,34 @@ class MemoryScopes:
         if pi:
             out.append(_Where("pi-global", f"memory:pi-global:{INDEX}", self.pi_agent_dir / "memory", (), True, False))
         if self.workspace is not None:
-            ws, trusted = self.workspace, self.trusted
-            tag = blake3.blake3(str(ws).encode("utf-8")).hexdigest()[:16]
-            out.append(_Where("project", f"memory:project:{tag}:{INDEX}", ws, _PROJECT_PARTS, trusted, True))
-            if pi:
-                out.append(
-                    _Where("pi-project", f"memory:pi-project:{tag}:{INDEX}", ws, _PI_PROJECT_PARTS, trusted, True)
-                )
+            trusted = self.trusted
+            projects: list[tuple[ScopeName, tuple[str, ...]]] = [
+                ("project", _PROJECT_PARTS),
+                ("pi-project", _PI_PROJECT_PARTS),
+            ]
+            for scope, parts in projects:
+                if scope == "pi-project" and not pi:
+                    continue
+                base = self._project_base(parts, trusted)
+                tag = blake3.blake3(str(base).encode("utf-8")).hexdigest()[:16]
+                out.append(_Where(scope, f"memory:{scope}:{tag}:{INDEX}", base, parts, trusted, True))
         return out
+
+    def _project_base(self, parts: tuple[str, ...], trusted: bool) -> Path:
+        """Where a project scope lives for a workspace that may be a folder of a repository: the
+        nearest folder from the workspace up to the repository's root (the nearest holding
+        ``.git``) that has the scope's folder, else the highest of them trusted (the repository's
+        root when it is), else the workspace. Folders above the workspace count only when they
+        are trusted themselves (listed, or the caller's ``trust_project=True``); an untrusted
+        workspace's scope is only looked at, never read."""
+        ws = self.workspace
+        assert ws is not None
+        repo = next((d for d in (ws, *ws.parents) if os.path.lexists(d / ".git")), None)
+        chain = [ws] if repo is None else [d for d in (ws, *ws.parents) if _within(d, repo)]
+        if trusted and self.trust_project is not True:
+            roots = trusted_workspaces(self.data_dir)
+            chain = [d for d in chain if any(_within(d, r) for r in roots)] or [ws]
+        return next((d for d in chain if os.path.lexists(d.joinpath(*parts))), chain[-1])
 
     # -- reading
 
@@ -563,7 +583,7 @@ class MemoryScopes:
 
     def _shown(self, w: _Where, index: Path) -> str:
         """How the note names the index for the read tool: relative to the workspace if inside."""
-        if w.project and self.workspace is not None:
+        if w.project and self.workspace is not None and _within(index, self.workspace):
             return index.relative_to(self.workspace).as_posix()
         return str(index)
 
