@@ -143,6 +143,28 @@ def test_ctrl_c_within_a_batch_counts_the_slices_it_committed(tmp_path: Path, mo
     assert f"interrupted: {done:,} of {done + left['pending']:,} parts embedded, kept beside the store" in cut.stderr
 
 
+def test_recall_drops_the_vectors_of_what_was_evicted_though_nothing_is_left_to_embed(tmp_path: Path) -> None:
+    """An evicted secret's vector leaves the sidecar at the next ``ctxos recall`` (recall.md), also
+    when every part is embedded already and no catch-up runs: it stayed there."""
+    db, sent = tmp_path / "store.db", tmp_path / "talk.json"
+    talk = [
+        {"role": "user", "content": "the zebracorn vault opens with 4242"},
+        {"role": "assistant", "content": "Noted."},
+    ]
+    sent.write_text(json.dumps(talk))
+    assert CliRunner().invoke(cli, ["--store", str(db), "replay", str(sent), "--session", "t1"]).exit_code == 0
+    args = ["--store", str(db), "recall", "zebracorn vault", "--embedder", "wordllama", "--json"]
+    assert json.loads(CliRunner().invoke(cli, args).stdout)["hits"]
+    status = vector_status(str(db) + ".vectors", 1)
+    assert status is not None and status["vectors"] == 1
+    erased = CliRunner().invoke(cli, ["--store", str(db), "objects", "evict", "--containing", "zebracorn", "--yes"])
+    assert erased.exit_code == 0, erased.output
+    after = CliRunner().invoke(cli, args)
+    assert after.exit_code == 0 and json.loads(after.stdout)["hits"] == []
+    status = vector_status(str(db) + ".vectors", 1)
+    assert status is not None and status["vectors"] == 0
+
+
 def test_bad_queries_and_kinds_are_named(db: Path) -> None:
     code, out = recall(db, "   ", "--embedder", "none")
     assert code == 1 and "query is empty" in out

@@ -105,6 +105,9 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
     """Embed what the store holds that the vectors do not, for at most ``seconds`` (None: all of
     it), with a progress bar on a terminal and one line on stderr otherwise; how many of the parts
     pending at the start are left (counted, not asked again: ``counts`` checks the index)."""
+    # what was evicted since leaves the sidecar now, even when nothing is left to embed (a
+    # catch-up does it first, but none runs then): its vectors are derived from the erased text
+    vectors.forget_evicted()
     pending = int(vectors.counts()["pending"] or 0)
     if not pending:
         return 0
