@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from context_os.cli import cli
+from context_os.cli import recall as recall_cli
 from context_os.sources.vectors import VectorIndex, vector_status
 
 pytestmark = pytest.mark.e2e
@@ -96,6 +97,29 @@ def test_recall_embeds_for_at_most_the_time_given_and_says_what_it_left(tmp_path
     full = CliRunner().invoke(cli, args)
     assert full.exit_code == 0 and json.loads(full.stdout)["note"] is None
     assert f"embedding {left:,} parts not embedded yet before searching" in full.stderr
+
+
+def test_embed_for_stops_at_the_slice_that_passes_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--embed-for`` is looked at before every slice, not only between batches of 32 parts:
+    on a clock where each slice takes a second, 2.5 s embed three slices (a whole batch before)."""
+    db = tmp_path / "store.db"
+    assert CliRunner().invoke(cli, ["--store", str(db), "demo", "--json"]).exit_code == 0
+    real, slices = VectorIndex._take, []
+
+    def one_second_each(self: VectorIndex, batch: Any) -> None:
+        slices.append(len(batch))
+        real(self, batch)
+
+    monkeypatch.setattr(VectorIndex, "_take", one_second_each)
+    monkeypatch.setattr(recall_cli.time, "monotonic", lambda: 1_000.0 + len(slices))
+    args = ["--store", str(db), "recall", "model picker", "--embedder", "wordllama", "--json", "--embed-for", "2.5"]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    assert len(slices) == 3 and sum(slices) < 32
+    left = json.loads(CliRunner().invoke(cli, ["--store", str(db), "index", "status", "--json"]).stdout)["vectors"]
+    assert json.loads(done.stdout)["note"].endswith(
+        f"{left['pending']:,} parts not embedded yet: found by keyword only"
+    )
 
 
 def test_an_interrupted_embedding_keeps_what_it_embedded_and_says_so(

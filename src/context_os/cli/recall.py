@@ -115,11 +115,16 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
     left = pending
     start = vectors.cursor
 
+    def late() -> bool:
+        return deadline is not None and time.monotonic() >= deadline
+
     def batches() -> Iterator[int]:
         nonlocal left
         # small batches: the clock and the progress bar are looked at between them
         while deadline is None or time.monotonic() < deadline:
-            done = vectors.catch_up(max_parts=CATCH_UP_BATCH)
+            # the deadline is looked at before every slice too: a batch of long parts takes
+            # a minute on a busy machine, far past what --embed-for allowed
+            done = vectors.catch_up(max_parts=CATCH_UP_BATCH, stop=late)
             if not done:
                 left = 0  # all embedded, with what arrived meanwhile
                 return
