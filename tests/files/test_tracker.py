@@ -66,6 +66,25 @@ def test_saving_identical_bytes_makes_no_version(root, db, tracker) -> None:
     assert versions(db, oid) == 1
 
 
+def test_a_file_rewritten_with_the_same_bytes_is_not_read_again_by_every_rescan(root, db, tracker) -> None:
+    """``touch``, ``sed -i`` that matched nothing, ``rm -rf`` then ``git checkout``: same bytes,
+    new mtime or inode. No version, and the tracker takes the new stat as the file's, so the
+    periodic rescan does not re-read and re-hash such files for as long as it runs."""
+    touched = index(tracker, root, "touched.py", "t = 1\n")
+    rewritten = index(tracker, root, "rewritten.py", "r = 1\n")
+    seen = tracker.stats["reconciled"]
+    os.utime(root / "touched.py", ns=(0, os.stat(root / "touched.py").st_mtime_ns + 5_000_000_000))
+    (root / "rewritten.py.tmp").write_text("r = 1\n")
+    os.replace(root / "rewritten.py.tmp", root / "rewritten.py")  # what sed -i does: a new inode
+    wait_for(lambda: tracker.stats["reconciled"] > seen, what="the tracker to look at the rewritten file")
+    flushed(tracker, db, root)
+    assert tracker.rescan() == 0  # the touched file: no event (a change of times only), a rescan sees it
+    before = tracker.stats["reconciled"]
+    assert tracker.rescan() == 0
+    assert tracker.stats["reconciled"] == before, "a rescan read unchanged files again"
+    assert versions(db, touched) == 1 and versions(db, rewritten) == 1
+
+
 def test_rename_keeps_the_id_also_across_directories(root, db, tracker) -> None:
     oid = index(tracker, root, "src/util.py", "def f(): pass\n")
     os.rename(root / "src" / "util.py", root / "src" / "helpers.py")

@@ -73,6 +73,9 @@ class Indexed:
     changes: tuple[str, ...] = ()
     """What the new version changed: ``created``, ``content``, ``read``, ``path``, ``missing``,
     ``recreated``, ``stat``. Empty when nothing changed."""
+    seen: tuple[int, int, str] | None = None
+    """``already indexed`` after a look at the disk: the (size, mtime in ms, inode) it found, which
+    can differ from the version's (a file touched, or rewritten with the same bytes)."""
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -317,7 +320,7 @@ class FileIndex:
             snap = replace(snap, mode="metadata", text=None, sha=None, binary=None, omitted=EVICTED_BYTES)
         moved = prev is not None and pm.get("abs_path") != str(snap.path)
         if prev is not None and not pm.get("missing") and not moved and not self._differs(pm, snap):
-            return Indexed(prev.id, "already indexed", prev)
+            return Indexed(prev.id, "already indexed", prev, seen=(snap.size, snap.mtime_ms, f"{snap.dev}:{snap.ino}"))
         if prev is not None and settled is not None and not settled(snap):
             return Indexed(prev.id, "unsettled", prev)
         changes: list[str] = []

@@ -592,6 +592,15 @@ class FileTracker:
         if result.status != "already indexed":
             self.stats["versions"] += 1
             return result
+        if result.seen is not None:
+            # same bytes under a new mtime or inode (touch, sed -i matching nothing, a checkout
+            # rewriting the file): no version, but the stat the next rescan compares with is this
+            # one, else every rescan would read and hash the file again
+            size, mtime, inode = result.seen
+            with self._cond:
+                now = self._records.get(oid)
+                if now is not None and now.path == str(result.meta["abs_path"]) and not now.missing:
+                    now.size, now.mtime, now.inode = size, mtime, inode
         return None
 
     def _unrecorded_yet(self, oid: str, rec: _Rec, why: str) -> None:
