@@ -129,6 +129,11 @@ class FileMeta(TypedDict):
     lines_removed: NotRequired[int]
     renamed_from: NotRequired[str]
     missing_reason: NotRequired[str]
+    last_inode: NotRequired[str]
+    """On a missing version: the inode the file had when last seen (with ``last_size`` and
+    ``last_mtime``), to know it again if it turns up at another path."""
+    last_size: NotRequired[int | None]
+    last_mtime: NotRequired[int | None]
     evicted_bytes: NotRequired[bool]
     """The file on disk still holds bytes that were evicted: indexed metadata-only until it changes."""
     virtual: NotRequired[bool]

@@ -117,6 +117,35 @@ def test_a_moved_file_read_at_its_new_name_before_the_tracker_saw_the_move_stays
     assert index(tracker, root, "c.py") != oid
 
 
+def test_a_file_moved_while_no_tracker_ran_is_one_object_at_its_new_name(root, db, ws, session) -> None:
+    """``mv a.py b.py`` while the session's process was not running: the next ``start()`` finds
+    ``a.py`` gone and records it missing (it cannot know where the file went: nothing walks the
+    repository). Reading ``b.py`` then finds the object by the inode, size and mtime it last had,
+    and records the move. Before, ``b.py`` became a second object and the first stayed missing,
+    the session showing a deleted file and a new one."""
+    tools = FileTools(session, ws)
+    (root / "src").mkdir()
+    (root / "src" / "a.py").write_text("A = 1\n")
+    oid = json.loads(tools.call("read", {"path": "src/a.py"}))["id"]
+    os.rename(root / "src" / "a.py", root / "b.py")
+    with FileTracker(db, ws, rescan_interval=None) as tracker:
+        assert latest_meta(db, oid)["missing"] is True
+        tools = FileTools(session, ws, tracker=tracker)
+        out = json.loads(tools.call("read", {"path": "b.py"}))
+        assert out["id"] == oid
+        meta = latest_meta(db, oid)
+        assert (meta["path"], meta["renamed_from"], meta["missing"], meta["version"]) == ("b.py", "src/a.py", False, 3)
+        assert tracker.tracked()[oid] == str(root.resolve() / "b.py")
+        (root / "b.py").write_text("A = 2\n")
+        assert wait_version(db, oid, 4)["path"] == "b.py"
+    # a new file that only reuses the name, or a file deleted for good, is not that object
+    (root / "b.py").unlink()
+    (root / "c.py").write_text("A = 2\n")
+    with FileTracker(db, ws, rescan_interval=None) as tracker:
+        assert latest_meta(db, oid)["missing"] is True
+        assert tracker.index.index(ws.resolve("c.py"), read=True, cause="read").id != oid
+
+
 def test_moving_a_directory_moves_the_files_in_it(root, db, tracker) -> None:
     a = index(tracker, root, "pkg/a.py", "a\n")
     b = index(tracker, root, "pkg/sub/b.py", "b\n")

@@ -229,7 +229,9 @@ class FileIndex:
         tracker recorded the move (a read of the new name right after ``mv``): same inode, size
         and mtime as recorded, and its own path no longer holds that inode. Else None: a new
         file. Without this the file became a second object, and the move, once the tracker saw
-        it, marked the object just read missing (\"replaced by\" the first)."""
+        it, marked the object just read missing (\"replaced by\" the first). An object recorded
+        missing since is found by the inode, size and mtime it last had (``meta.last_inode``…):
+        a file moved while no tracker ran, whose old path the next ``start()`` found empty."""
         try:
             st = os.stat(path)
         except OSError:
@@ -237,17 +239,22 @@ class FileIndex:
         if not stat.S_ISREG(st.st_mode):
             return None
         inode = f"{st.st_dev}:{st.st_ino}"
-        for v in self.store.find("file", {"inode": inode}):
+        seen = (st.st_size, st.st_mtime_ns // 1_000_000)
+        # a present object, or one recorded missing since (a tracker's start found its path empty:
+        # the move was made while none ran), by what it was when last seen
+        present = [
+            (v, (v.doc["meta"].get("size"), v.doc["meta"].get("mtime")))
+            for v in self.store.find("file", {"inode": inode})
+            if v.doc and not v.doc["meta"].get("missing")
+        ]
+        gone = [
+            (v, (v.doc["meta"].get("last_size"), v.doc["meta"].get("last_mtime")))
+            for v in self.store.find("file", {"last_inode": inode})
+            if v.doc and v.doc["meta"].get("missing")
+        ]
+        for v, was in [*present, *gone]:
             meta = v.doc["meta"] if v.doc else {}
-            if (
-                meta.get("missing")
-                or meta.get("workspace") is None
-                or (meta.get("size"), meta.get("mtime"))
-                != (
-                    st.st_size,
-                    st.st_mtime_ns // 1_000_000,
-                )
-            ):
+            if meta.get("workspace") is None or was != seen:
                 continue
             try:
                 old = os.stat(str(meta["abs_path"]))
@@ -415,6 +422,11 @@ class FileIndex:
         pm = prev.doc["meta"]
         keep = ("path", "abs_path", "workspace", "name", "mime", "indexed", "secret")
         meta = {k: pm[k] for k in keep if k in pm}
+        if pm.get("inode") is not None:
+            # what the file was when last seen, to know it again if it turns up at another path
+            meta.update(last_inode=pm["inode"], last_size=pm.get("size"), last_mtime=pm.get("mtime"))
+        elif pm.get("last_inode") is not None:
+            meta.update({k: pm.get(k) for k in ("last_inode", "last_size", "last_mtime")})
         meta.update(
             version=int(pm.get("version", 0)) + 1,
             missing=True,
