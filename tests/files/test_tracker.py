@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -366,6 +367,39 @@ def test_start_stop_and_context_manager(root, db, ws) -> None:
         assert t.running and t.settle(5)
     assert not t.running
     t.stop()  # idempotent
+
+
+def test_a_start_interrupted_midway_leaves_nothing_running(root, db, ws) -> None:
+    """Ctrl-C while ``start()`` stats the indexed files (a large workspace changed while nothing
+    watched): the start raises, and nothing of it is left behind: no observer thread with its
+    inotify watches (a process has few inotify instances), no log handler, no index listener
+    (a later start would have registered a second one). Before, ``stop()`` could not undo a
+    start that never returned, and the observer kept queueing events nobody took."""
+
+    class CtrlC(FileTracker):
+        interrupt = True
+
+        def rescan(self) -> int:
+            if self.interrupt:
+                self.interrupt = False
+                raise KeyboardInterrupt
+            return super().rescan()
+
+    (root / "a.txt").write_text("a\n")
+    FileIndex(db, ws).index(ws.resolve("a.txt"), read=True, cause="read")
+    t = CtrlC(db, ws, rescan_interval=None)
+    watchers = lambda: [th for th in threading.enumerate() if th.name == f"ctxos-watchdog:{ws.root}"]  # noqa: E731
+    with pytest.raises(KeyboardInterrupt):
+        t.start()
+    assert not t.running and watchers() == []
+    assert all(not isinstance(h, type(t._overflow)) for h in logging.getLogger("watchdog.observers.inotify_c").handlers)
+    assert t.index._listeners == []
+    with t:  # a second start works, once
+        assert t.running and len(watchers()) == 1 and len(t.index._listeners) == 1
+        (root / "a.txt").write_text("b\n")
+        oid = next(iter(t.tracked()))
+        wait_version(db, oid, 2)
+    assert watchers() == [] and t.index._listeners == []
 
 
 def test_a_tracker_with_allowed_outside_directories(tmp_path, root, db) -> None:

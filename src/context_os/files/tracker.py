@@ -218,24 +218,31 @@ class FileTracker:
         if self._thread is not None:
             return self
         self._stopping = False
-        self.index.subscribe(self._note)
-        for v in self.index.indexed():
-            self._note(v, watch=False)
-        self._observer = self._new_observer()
-        for root in self._roots():
-            self._ensure_watch(root)
-        for name in _WATCHDOG_LOGGERS:
-            logging.getLogger(name).addHandler(self._overflow)
-        # in this thread, before returning: a context assembled right after start() must not show
-        # as current a version the disk moved past while nothing watched (the watches exist now,
-        # so what changes meanwhile is an event the tracker thread takes)
         try:
-            self.rescan()
-        except Exception as e:  # the store went away between indexed() and here: the thread retries
-            self._error(f"tracker: {type(e).__name__}: {e}")
-            self._rescan_reason = "start"
-        self._thread = threading.Thread(target=self._run, name=f"ctxos-file-tracker:{self.workspace.root}", daemon=True)
-        self._thread.start()
+            self.index.subscribe(self._note)
+            for v in self.index.indexed():
+                self._note(v, watch=False)
+            self._observer = self._new_observer()
+            for root in self._roots():
+                self._ensure_watch(root)
+            for name in _WATCHDOG_LOGGERS:
+                logging.getLogger(name).addHandler(self._overflow)
+            # in this thread, before returning: a context assembled right after start() must not
+            # show as current a version the disk moved past while nothing watched (the watches
+            # exist now, so what changes meanwhile is an event the tracker thread takes)
+            try:
+                self.rescan()
+            except Exception as e:  # the store went away between indexed() and here: the thread retries
+                self._error(f"tracker: {type(e).__name__}: {e}")
+                self._rescan_reason = "start"
+            thread = threading.Thread(target=self._run, name=f"ctxos-file-tracker:{self.workspace.root}", daemon=True)
+            thread.start()
+        except BaseException:
+            # Ctrl-C (or a failure) half-way: stop() could not undo a start that never returned,
+            # and the observer would keep its watches and queue events nobody takes
+            self._release()
+            raise
+        self._thread = thread
         return self
 
     def stop(self) -> None:
@@ -248,6 +255,10 @@ class FileTracker:
             self._cond.notify_all()
         thread.join()
         self._thread = None
+        self._release()
+
+    def _release(self) -> None:
+        """Undo what ``start()`` set up: log handler, index listener, observer and watches."""
         for name in _WATCHDOG_LOGGERS:
             logging.getLogger(name).removeHandler(self._overflow)
         self.index.unsubscribe(self._note)
