@@ -273,6 +273,32 @@ def test_changes_made_while_nothing_watched_are_recorded_at_start(root, db, ws, 
     assert 'stale="version 2 is newer' in shown
 
 
+def test_a_session_showing_a_file_that_only_moved_is_told_where_it_went(root, db, tracker, session) -> None:
+    """A rename (``git mv``, a refactoring tool's rename storm) keeps the text: the session still
+    shows it stale, but says where the file is now and that its text is the same, so the agent
+    neither edits the old path nor reloads the whole text to learn the new one. A move with a
+    change says to activate, as any change does."""
+    tools = FileTools(session, tracker.workspace, tracker=tracker)
+    hook = OpenAIHook(session, files=tools)
+    (root / "old.py").write_text("A = 1\n")
+    (root / "edited.py").write_text("B = 1\n")
+    moved = tools.read("old.py")["id"]
+    edited = tools.read("edited.py")["id"]
+    msgs = [user("look"), call("r1", "read", path="old.py"), result("r1", "read")]
+    hook.transform_context(msgs)
+    (root / "pkg").mkdir()
+    os.rename(root / "old.py", root / "pkg" / "new.py")
+    os.rename(root / "edited.py", root / "pkg" / "edited.py")
+    (root / "pkg" / "edited.py").write_text("B = 2\n")
+    wait_for(lambda: latest_meta(db, moved)["path"] == "pkg/new.py", what="the move")
+    wait_for(lambda: latest_meta(db, edited)["sha"] != metas(db, edited)[0]["sha"], what="the edit")
+    shown = blocks_text(hook.transform_context([*msgs, user("and now?")]))
+    assert 'path="old.py" version="1" stale="version 2 is newer: moved to pkg/new.py, same text"' in shown
+    assert 'path="edited.py" version="1" stale="version 2 is newer: activate(id) loads it"' in shown
+    assert f"{moved} file old.py 2 tokens v1 (v2 newer: moved to pkg/new.py) active" in shown
+    assert f"{edited} file edited.py 2 tokens v1 (v2 newer) active" in shown
+
+
 def test_an_overflow_triggers_a_rescan(root, db, tracker) -> None:
     index(tracker, root, "o.txt", "o\n")
     before = tracker.stats["rescans"]

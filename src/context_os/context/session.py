@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -697,8 +697,11 @@ class Session:
                 "object_hash": v.doc["object_hash"],
                 "version": v.doc.get("meta", {}).get("version"),
             }
-            if v.doc.get("meta", {}).get("missing"):
+            vm = v.doc.get("meta", {})
+            if vm.get("missing"):
                 newer["missing"] = True  # nothing to load: the model is told the file is gone
+            elif o.kind == "file" and vm.get("path") != o.meta.get("path") and _same_bytes(o.meta, vm):
+                newer["moved_to"] = vm.get("path")  # only moved: the agent needs the path, not the text
             if newer != o.newer:
                 o.newer = newer
                 self._manage_next = True
@@ -975,3 +978,14 @@ class Session:
     def state_changes(self, obj_id: str) -> list[Version]:
         """Every recorded state change of an object in this session, oldest first."""
         return self.store.history(state_id(self.id, obj_id), with_docs=True)
+
+
+def _same_bytes(shown: Mapping[str, Any], latest: Mapping[str, Any]) -> bool:
+    """Whether two versions of a file hold the same bytes: the same hash, or (metadata-only, not
+    hashed) the same size and mtime."""
+    if shown.get("sha") or latest.get("sha"):
+        return bool(shown.get("sha") == latest.get("sha"))
+    return shown.get("indexed") == latest.get("indexed") == "metadata" and (shown.get("size"), shown.get("mtime")) == (
+        latest.get("size"),
+        latest.get("mtime"),
+    )

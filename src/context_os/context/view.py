@@ -955,6 +955,10 @@ class SessionView:
             attrs += (
                 f' stale="version {o.newer.get("version", "?")} is newer: the file is missing (deleted or moved away)"'
             )
+        elif o.newer and o.newer.get("moved_to"):
+            attrs += (
+                f' stale="version {o.newer.get("version", "?")} is newer: moved to {o.newer["moved_to"]}, same text"'
+            )
         elif o.newer:
             attrs += f' stale="version {o.newer.get("version", "?")} is newer: activate(id) loads it"'
         if o.kind == "message":
@@ -1484,7 +1488,13 @@ def _index_line(o: ObjInfo) -> str:
     if o.meta.get("version"):
         parts.append(f"v{o.meta['version']}")
     if o.newer:
-        gone = ": missing" if o.newer.get("missing") else ""
+        gone = (
+            ": missing"
+            if o.newer.get("missing")
+            else f": moved to {o.newer['moved_to']}"
+            if o.newer.get("moved_to")
+            else ""
+        )
         parts.append(f"(v{o.newer.get('version', '?')} newer{gone})")
     if o.meta.get("missing"):
         parts.append("missing")
