@@ -119,6 +119,16 @@ def _holds_file(path: str) -> bool:
         return False
 
 
+def _parents(path: str) -> list[str]:
+    """Every directory above the absolute ``path``, up to ``/``."""
+    out = []
+    parent = os.path.dirname(path)
+    while parent != path:
+        out.append(parent)
+        path, parent = parent, os.path.dirname(parent)
+    return out
+
+
 def _under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix + os.sep)
 
@@ -181,6 +191,9 @@ class FileTracker:
         self._cond = threading.Condition(threading.Lock())
         self._records: dict[str, _Rec] = {}
         self._by_path: dict[str, str] = {}
+        # every directory above a path of _by_path → how many such paths: a directory event
+        # (rm -rf node_modules: one per directory) looks at the tracked files only below one of these
+        self._dirs: dict[str, int] = {}
         self._pending: dict[str, tuple[float, float]] = {}
         self._hints: dict[str, str] = {}
         self._hinted: dict[str, str] = {}
@@ -319,11 +332,11 @@ class FileTracker:
         with self._cond:
             old = self._records.get(v.id)
             if old is not None and old.path != rec.path and self._by_path.get(old.path) == v.id:
-                del self._by_path[old.path]
+                self._unbind(old.path)
             self._records[v.id] = rec
             holder = self._by_path.get(rec.path)
             if holder is None or holder == v.id or not rec.missing:
-                self._by_path[rec.path] = v.id
+                self._bind(rec.path, v.id)
         if watch and self._observer is not None:
             root = self.workspace.root_of(rec.path)
             if root is not None:
@@ -401,7 +414,8 @@ class FileTracker:
             if kind == "moved":
                 dest = os.fsdecode(event.dest_path)
                 if event.is_directory:
-                    for path, oid in list(self._by_path.items()) + list(self._hinted.items()):
+                    below = src in self._dirs or dest in self._dirs
+                    for path, oid in [*(self._by_path.items() if below else ()), *self._hinted.items()]:
                         if _under(path, src):
                             marked |= self._hint(oid, dest + path[len(src) :], now)
                         elif _under(path, dest):
@@ -416,7 +430,7 @@ class FileTracker:
                     elif mover is None:
                         self._remember(dest, now)
             elif event.is_directory:  # a deleted directory: everything below it
-                for path, oid in list(self._by_path.items()):
+                for path, oid in list(self._by_path.items()) if src in self._dirs else ():
                     if _under(path, src):
                         marked |= self._mark(oid, now)
             else:
@@ -431,6 +445,22 @@ class FileTracker:
                     self._remember(src, now)
             if marked:
                 self._cond.notify_all()
+
+    def _bind(self, path: str, oid: str) -> None:
+        """``path`` holds ``oid`` (caller holds ``_cond``)."""
+        if path not in self._by_path:
+            for d in _parents(path):
+                self._dirs[d] = self._dirs.get(d, 0) + 1
+        self._by_path[path] = oid
+
+    def _unbind(self, path: str) -> None:
+        """``path`` holds no tracked file any more (caller holds ``_cond``)."""
+        if self._by_path.pop(path, None) is not None:
+            for d in _parents(path):
+                if self._dirs[d] > 1:
+                    self._dirs[d] -= 1
+                else:
+                    del self._dirs[d]
 
     def _remember(self, path: str, now: float) -> None:
         """A file appeared at an unindexed path: maybe an indexed file moved there unseen (into a
@@ -594,7 +624,7 @@ class FileTracker:
                 self._records.pop(oid, None)
                 self._event_ns.pop(oid, None)
                 if self._by_path.get(rec.path) == oid:
-                    del self._by_path[rec.path]
+                    self._unbind(rec.path)
             return None
         if result.status == "unsettled":
             self._later(oid, self.debounce)
