@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from context_os.context.frames import frame_docs, verify_frame
 from context_os.files import FileIndex, FileTools, FileTracker, Workspace
 from context_os.harness.openai import OpenAIHook
 from context_os.store.sqlite import SqliteStore
@@ -287,16 +288,47 @@ def test_a_session_showing_a_file_that_only_moved_is_told_where_it_went(root, db
     msgs = [user("look"), call("r1", "read", path="old.py"), result("r1", "read")]
     hook.transform_context(msgs)
     (root / "pkg").mkdir()
+    flushed(tracker, db, root)  # (pkg is watched)
     os.rename(root / "old.py", root / "pkg" / "new.py")
     os.rename(root / "edited.py", root / "pkg" / "edited.py")
     (root / "pkg" / "edited.py").write_text("B = 2\n")
     wait_for(lambda: latest_meta(db, moved)["path"] == "pkg/new.py", what="the move")
-    wait_for(lambda: latest_meta(db, edited)["sha"] != metas(db, edited)[0]["sha"], what="the edit")
+    first = metas(db, edited)[0]["sha"]
+    m = wait_for(lambda: (m := latest_meta(db, edited))["sha"] not in (first, None) and m, what="the edit")
     shown = blocks_text(hook.transform_context([*msgs, user("and now?")]))
     assert 'path="old.py" version="1" stale="version 2 is newer: moved to pkg/new.py, same text"' in shown
-    assert 'path="edited.py" version="1" stale="version 2 is newer: activate(id) loads it"' in shown
+    assert f'path="edited.py" version="1" stale="version {m["version"]} is newer: activate(id) loads it"' in shown
     assert f"{moved} file old.py 2 tokens v1 (v2 newer: moved to pkg/new.py) active" in shown
-    assert f"{edited} file edited.py 2 tokens v1 (v2 newer) active" in shown
+    assert f"{edited} file edited.py 2 tokens v1 (v{m['version']} newer) active" in shown
+
+
+def test_a_file_changed_and_changed_back_is_not_stale(root, db, tracker, session) -> None:
+    """``git stash`` then ``git stash pop``, an edit undone, a branch switched and switched back:
+    the file holds again the bytes the session shows, at the same path. It is not stale (the agent
+    would reload the same text), also when it was marked stale in between."""
+    tools = FileTools(session, tracker.workspace, tracker=tracker)
+    hook = OpenAIHook(session, files=tools)
+    (root / "a.py").write_text("A = 1\n")
+    oid = tools.read("a.py")["id"]
+    msgs = [user("look"), call("r1", "read", path="a.py"), result("r1", "read")]
+    hook.transform_context(msgs)
+    (root / "a.py").write_text("A = 2\n")
+    wait_version(db, oid, 2)
+    msgs.append(user("now?"))
+    assert 'stale="version 2 is newer: activate(id) loads it"' in blocks_text(hook.transform_context(msgs))
+    (root / "a.py").write_text("A = 1\n")
+    wait_version(db, oid, 3)
+    msgs.append(user("and now?"))
+    shown = blocks_text(hook.transform_context(msgs))
+    assert f'<object id="{oid}" kind="file" path="a.py" version="1">' in shown and "stale=" not in shown
+    assert "(v3 newer" not in shown
+    for n, text in ((4, "A = 3\n"), (5, "A = 1\n")):  # changed and back between two turns
+        (root / "a.py").write_text(text)
+        wait_version(db, oid, n)
+    msgs.append(user("still?"))
+    assert "stale=" not in blocks_text(hook.transform_context(msgs))
+    frames = frame_docs(db, session.id)
+    assert len(frames) == 4 and all(verify_frame(db, f).ok for f in frames)
 
 
 def test_an_overflow_triggers_a_rescan(root, db, tracker) -> None:

@@ -698,10 +698,23 @@ class Session:
                 "version": v.doc.get("meta", {}).get("version"),
             }
             vm = v.doc.get("meta", {})
+            same = o.kind == "file" and not vm.get("missing") and _same_bytes(o.meta, vm)
             if vm.get("missing"):
                 newer["missing"] = True  # nothing to load: the model is told the file is gone
-            elif o.kind == "file" and vm.get("path") != o.meta.get("path") and _same_bytes(o.meta, vm):
+            elif same and vm.get("path") != o.meta.get("path"):
                 newer["moved_to"] = vm.get("path")  # only moved: the agent needs the path, not the text
+            elif same:
+                # changed and changed back (git stash and pop, an edit undone): what it shows is
+                # the file as it is, nothing to load
+                if o.newer is not None:
+                    o.newer = None
+                    self._manage_next = True
+                    self.view.refresh_object(o)
+                    self.writer.record_state(o, "system", "the file holds again the version shown")
+                    changes.append(
+                        StateChange(o.id, o.state, o.state, "system", "the file holds again the version shown")
+                    )
+                continue
             if newer != o.newer:
                 o.newer = newer
                 self._manage_next = True
