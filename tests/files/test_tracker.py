@@ -438,6 +438,32 @@ def test_deleting_a_large_untracked_tree_does_not_walk_the_tracked_files_per_dir
     wait_for(lambda: all(latest_meta(db, k)["path"].startswith("lib/") for k in kept), what="the moved directory")
 
 
+def test_tracked_files_gone_while_files_appear_stat_each_new_file_once(root, db, tracker, monkeypatch) -> None:
+    """A checkout of a branch that renamed a directory deletes every tracked file under it and
+    creates as many new ones (new inodes: not moves). Each vanished file is checked against the
+    files that appeared (was it moved there?); each such check used to stat every one of them
+    again, twice per vanished file (1,000 tracked files: 2 million stats, 4.7 s of CPU)."""
+    n = 40
+    ids = [index(tracker, root, f"src/f{i}.py", f"x = {i}\n") for i in range(n)]
+    (root / "lib").mkdir()
+    flushed(tracker, db, root)
+    real, calls = os.stat, []
+
+    def counting(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if "/lib/" in os.fsdecode(path):
+            calls.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counting)
+    for i in range(n):
+        (root / "lib" / f"f{i}.py").write_text(f"x = {i}\n")
+    shutil.rmtree(root / "src")
+    for oid in ids:
+        wait_for(lambda oid=oid: latest_meta(db, oid)["missing"], what="every file missing")
+    monkeypatch.setattr(os, "stat", real)
+    assert len(calls) <= 3 * n, f"{len(calls)} stats of {n} new files"
+
+
 def test_evicted_objects_stop_being_tracked(root, db, tracker) -> None:
     from context_os.store import Evict
 

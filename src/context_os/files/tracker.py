@@ -129,6 +129,17 @@ def _parents(path: str) -> list[str]:
     return out
 
 
+def _file_key(path: str) -> tuple[str, int, int] | None:
+    """(inode, size, mtime in ms) of the regular file at ``path``; None if there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return f"{st.st_dev}:{st.st_ino}", st.st_size, st.st_mtime_ns // 1_000_000
+
+
 def _under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix + os.sep)
 
@@ -198,6 +209,10 @@ class FileTracker:
         self._hints: dict[str, str] = {}
         self._hinted: dict[str, str] = {}
         self._recent: OrderedDict[str, float] = OrderedDict()
+        # (tracker thread) path of _recent → (monotonic time of the stat, (inode, size, mtime) of
+        # the regular file it held, or None): each new file is stat-ed once, not once per file
+        # that vanished meanwhile (a checkout that renamed a directory: thousands of each)
+        self._recent_stat: dict[str, tuple[float, tuple[str, int, int] | None]] = {}
         self._grace: set[str] = set()
         self._unrecorded: set[str] = set()  # changes the store could not take yet (tracker thread)
         self._store_back_at = 0.0  # (monotonic) until then the store is taken to be out of reach
@@ -476,17 +491,17 @@ class FileTracker:
         if rec.inode is None:
             return None
         with self._cond:
-            paths = list(self._recent)
-        for path in reversed(paths):
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) and (f"{st.st_dev}:{st.st_ino}", st.st_size, st.st_mtime_ns // 1_000_000) == (
-                rec.inode,
-                rec.size,
-                rec.mtime,
-            ):
+            paths = list(self._recent.items())
+        if len(self._recent_stat) > 2 * _RECENT_MAX:
+            keep = dict(paths)
+            self._recent_stat = {p: c for p, c in self._recent_stat.items() if p in keep}
+        wanted = (rec.inode, rec.size, rec.mtime)
+        for path, appeared in reversed(paths):
+            cached = self._recent_stat.get(path)
+            if cached is None or cached[0] < appeared:  # not stat-ed since it (last) appeared
+                cached = self._recent_stat[path] = (time.monotonic(), _file_key(path))
+            # a match is looked at again: the file may have gone or changed since the cached stat
+            if cached[1] == wanted and _file_key(path) == wanted:
                 return path
         return None
 
