@@ -167,6 +167,9 @@ def test_frames_diff_of_one_turn_is_with_the_turn_before_and_reads_as_text(demo)
     assert f"messages that differ: {len(one['hunks'])} run(s)" in text
     cut = json.loads(ctxos("frames", "diff", "d1", "10", "80", "--max-hunks", "0", "--json", store=db).stdout)
     assert cut["hunks"] == [] and cut["hunks_cut"] is True
+    # as text, it does not read as if nothing differed ("0 run(s) of them; more left out")
+    none_shown = ctxos("frames", "diff", "d1", "10", "80", "--max-hunks", "0", store=db).stdout
+    assert "messages that differ: none shown here, some do (--max-hunks N shows the first N)" in none_shown
     first = ctxos("frames", "diff", "d1", "1", "--json", store=db, check=False)
     assert first.returncode == 2 and "turn 1 has no turn before it" in json.loads(first.stdout)["error"]["message"]
     gone = ctxos("frames", "diff", "d1", "40", "999", store=db, check=False)

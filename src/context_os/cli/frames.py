@@ -234,8 +234,15 @@ def _diff_lines(diff: FrameDiff, cut: bool) -> list[str]:
     out.append("  (bytes of each prompt as canonical JSON, one message per line)")
     for name, ids in _groups(diff):
         out.append(f"{name} ({len(ids)}):" + "".join(f"\n  {i}" for i in ids))
-    more = "; more left out (--max-hunks N shows more)" if cut else ""
-    out.append(f"\nmessages that differ: {len(diff.hunks)} run(s) of them{more}")
+    if not cut:
+        out.append(f"\nmessages that differ: {len(diff.hunks)} run(s) of them")
+    elif diff.hunks:
+        out.append(
+            f"\nmessages that differ: the first {len(diff.hunks)} run(s) of them, more left out"
+            " (--max-hunks N shows more)"
+        )
+    else:
+        out.append("\nmessages that differ: none shown here, some do (--max-hunks N shows the first N)")
     for h in diff.hunks:
         (a1, a2), (b1, b2) = h["a"], h["b"]
         out.append(click.style(f"@@ {h['op']}: turn {a} [{a1}–{a2}) → turn {b} [{b1}–{b2})", fg="cyan"))
