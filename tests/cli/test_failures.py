@@ -590,3 +590,19 @@ def test_ui_for_a_session_the_store_does_not_have(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     SqliteStore(db).close()
     fails(ctxos("ui", "--session", "nope", "--port", "0", store=db, check=False), "NotFound", "no session 'nope'")
+
+
+def test_counts_of_one_read_as_one(tmp_path: Path) -> None:
+    """'1 turns;' in frames list, 'bm25: 1 hits' in recall."""
+    from context_os import Session
+    from context_os.cli._common import counted
+    from context_os.harness.openai import OpenAIHook
+
+    assert [counted(n, "hit") for n in (0, 1, 2, 1200)] == ["0 hits", "1 hit", "2 hits", "1,200 hits"]
+    db = tmp_path / "s.db"
+    with SqliteStore(db) as store:
+        hook = OpenAIHook(Session.open(store, "one", harness="openai"))
+        hook.transform_context([{"role": "user", "content": "say a word about zebras"}])
+        hook.session.close()
+    assert "\n1 turn; " in ctxos("frames", "list", "one", store=db).stdout
+    assert ctxos("recall", "zebras", "--embedder", "none", store=db).stdout.startswith("bm25: 1 hit ")

@@ -217,6 +217,11 @@ def cell(key: str, value: Any) -> str:
     return str(value)
 
 
+def counted(n: int, word: str) -> str:
+    """``n`` with ``word``, plural but for 1 (``counted(1, "hit")``: "1 hit")."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], align: str | None = None) -> str:
     """A plain text table; ``align`` is one char per column, ``l`` or ``r``."""
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]

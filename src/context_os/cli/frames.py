@@ -21,6 +21,7 @@ from ..context.view import arguments_text
 from ._common import (
     DefaultGroup,
     DeprecatedAlias,
+    counted,
     echo_long,
     emit_json,
     fails_cleanly,
@@ -75,7 +76,7 @@ def list_cmd(ctx: click.Context, session_id: str, as_json: bool) -> None:
         full = sum(r["tokens_full"] for r in rows)
         sent = sum(r["tokens_assembled"] for r in rows)
         click.echo(
-            f"\n{len(rows)} turns; {sent:,} of {full:,} tokens sent ({100 * sent / max(1, full):.1f}%); "
+            f"\n{counted(len(rows), 'turn')}; {sent:,} of {full:,} tokens sent ({100 * sent / max(1, full):.1f}%); "
             f"{known} objects known now"
         )
 

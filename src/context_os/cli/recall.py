@@ -21,6 +21,7 @@ from .. import times
 from ..sources.recall import RecallResult, check_search, open_recall
 from ..store import Store
 from ._common import (
+    counted,
     embedder_option,
     emit_json,
     fails_cleanly,
@@ -93,7 +94,7 @@ def recall_cmd(
     if as_json:
         emit_json(_report(result, paths))
         return
-    click.echo(f"{result.mode}: {len(result.hits)} hits" + (f" ({result.note})" if result.note else ""))
+    click.echo(f"{result.mode}: {counted(len(result.hits), 'hit')}" + (f" ({result.note})" if result.note else ""))
     for p in result.periods:
         click.echo(f"the query names {p.text!r}: {p.days} (what was said then ranks higher)")
     if result.hits:
