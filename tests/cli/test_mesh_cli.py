@@ -299,7 +299,8 @@ def test_send_and_broadcast_read_a_message_of_dash_from_stdin(ctxos: click.Group
 def test_broadcast_with_nobody_to_reach_fails(ctxos: click.Group, db: Path) -> None:
     r = run(ctxos, db, "broadcast", "hello?", "--wait", "1")
     assert r.exit_code == 1
-    assert "no peer on the topic 'pi-broadcast'" in r.stderr
+    assert "no peer on the topic 'pi-broadcast'" in r.stderr and "no agent is announced in" in r.stderr
+    assert not db.exists()  # refused before the store is opened: it was created and announced first
 
 
 # -- peers ------------------------------------------------------------------------------------------

@@ -249,6 +249,11 @@ def broadcast_cmd(
     directory = registry.default_dir()
     announced = registry.local_peers(directory)
     config = _config(agent_name, swarm_key)
+    if not announced:  # nobody to dial: refused before a store is opened (or created)
+        raise MeshError(
+            f"mesh: no peer on the topic {config.topic!r}: no agent is announced in {directory}"
+            " (`ctxos serve --mesh NAME` runs one)"
+        )
     with store_from(ctx, create=True) as store, _transient(store, config) as agent:
         reached: list[str] = []
         failed: list[dict[str, Any]] = []
