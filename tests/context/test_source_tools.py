@@ -157,6 +157,7 @@ def test_recall_finds_another_sessions_tool_output_and_activate_loads_it(store: 
     hit = next(h for h in out["hits"] if h["object"] == f"toolcall:{uid}-a:c1")
     assert hit["id"] == f"recall:toolcall:{uid}-a:c1#" and hit["pool"] == "added" and "lease expired" in hit["preview"]
     assert hit["session"] == f"{uid}-a" and hook.session.view.objects[hit["id"]].state == "inactive"
+    assert hit["query_words"] == "3 of 3"  # lease, renewal, failed: found whatever the other hits score
     assert json.loads(hook.call_tool("activate", {"id": hit["id"]}))["status"] == "activated"
     msgs = [user("the lease test again"), say("looking")]
     assert "the lease expired early" in blocks_text(hook.transform_context(msgs))
@@ -273,6 +274,12 @@ def test_hybrid_recall_embeds_in_the_background_and_finds_a_paraphrase(store: St
         assert out["ranking"].startswith("hybrid") and out["hits"]
         top = out["hits"][0]
         assert top["object"].startswith(f"chat:{uid}-a:") and top["vector_rank"] is not None
+        assert top["query_words"] == "2 of 3" and "no hit holds a word" not in out.get("note", "")
+        # nothing about it: the nearest by meaning still come, scored against each other, and
+        # the answer says that none holds a word of the query
+        far = json.loads(hook.call_tool("recall", {"query": "kubernetes helm rollback", "session": f"{uid}-a"}))
+        assert far["hits"] and all(h["query_words"] == "0 of 3" for h in far["hits"])
+        assert "no hit holds a word of the query" in far["note"]
     finally:
         recall.close()
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from ..sources.recall import RECALL_TOOL, Recall, RecallHit, hit_item
+from ..sources.recall import RECALL_TOOL, Recall, RecallHit, hit_item, query_words_found
 from ..times import iso, parse_time
 from .sources import SourceFeed, preview, shown_whole, store_item
 from .tools import Tool, ToolRegistry, object_schema
@@ -100,6 +100,7 @@ class SourceTools:
             self.session.manage()
         hits = []
         feed = SourceFeed(engine)
+        worded = False  # whether any hit holds a word of the query
         for rank, item in enumerate(hit_item(h, query, result.mode) for h in found):
             store_item(self.session, feed, item, rank, query)
             added = item.id not in self.session.view.objects
@@ -123,10 +124,18 @@ class SourceTools:
                     hit[key] = meta[key]
             if isinstance(meta.get("valid_time"), int):
                 hit["valid_time"] = iso(meta["valid_time"])
+            found_words, words = query_words_found(query, item.text)
+            if words:
+                hit["query_words"] = f"{found_words} of {words}"
+                worded = worded or found_words > 0
             hits.append(hit)
         out: dict[str, Any] = {"query": query, "ranking": engine.describe(), "hits": hits}
-        if result.note:
-            out["note"] = result.note
+        notes = [result.note] if result.note else []
+        if hits and not worded and any("query_words" in h for h in hits):
+            # scores rank the hits against each other: the best of unrelated ones still scores high
+            notes.append("no hit holds a word of the query: they are only near it in meaning, maybe not about it")
+        if notes:
+            out["note"] = "; ".join(notes)
         if result.periods:
             out["periods"] = [f"{p.text} ({p.days}, ranked higher)" for p in result.periods]
         if as_of is not None and valid_time is not None:

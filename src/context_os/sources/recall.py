@@ -60,6 +60,7 @@ from .when import Period, named_periods
 
 __all__ = [
     "STOPWORDS",
+    "query_words_found",
     "Recall",
     "RecallConfig",
     "RecallHit",
@@ -90,6 +91,17 @@ _ENTRY = re.compile(r"e(\d+)")
 def _asks(text: str) -> bool:
     """Whether ``text`` asks a question (a question mark, ASCII or full-width)."""
     return "?" in text or "\uff1f" in text
+
+
+def query_words_found(query: str, text: str) -> tuple[int, int]:
+    """How many of the query's words (``keyword_query``'s, case folded, each counted once) stand in
+    ``text`` as words, and how many there are: a measure that does not depend on the other hits
+    (a hit's fused score is relative to them: the best of unrelated hits still scores high)."""
+    wanted = {w.casefold() for w in _WORD.findall(keyword_query(query))}
+    if not wanted:
+        return 0, 0
+    have = {w.casefold() for w in _WORD.findall(text)}
+    return len(wanted & have), len(wanted)
 
 
 def keyword_query(query: str) -> str:
