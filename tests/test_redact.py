@@ -114,6 +114,10 @@ CATCHES = [
     # credentials files: ~/.netrc, a Docker config.json (base64 of user:password), an .npmrc
     ("machine api.github.com login octocat password S3cretPass1", "S3cretPass1", "netrc-password"),
     ("machine example.com\n  login alice\n  password hunter2\n", "hunter2", "netrc-password"),
+    ("machine api.example.com password S3cretPass1", "S3cretPass1", "netrc-password"),
+    ('{"content": "machine api.example.com\\npassword S3cretPass1\\n"}', "S3cretPass1", "netrc-password"),
+    ("machine example.com login alice port 21 password hunter2", "hunter2", "netrc-password"),
+    ("default login anonymous password guest1", "guest1", "netrc-password"),
     ('{"content": "machine example.com\\n  login alice\\n  password hunter2\\n"}', "hunter2", "netrc-password"),
     ('{"auths": {"https://index.docker.io/v1/": {"auth": "YWxpY2U6aHVudGVyMg=="}}}', "YWxpY2U6aHVudGVyMg==",
      "base64-credentials"),
@@ -237,6 +241,9 @@ LOOK_ALIKES = [
     "llm --max-tokens 4096 -m gpt",
     "redis-cli -a $REDIS_PASSWORD ping",
     "the machine asks for a login and password on boot",
+    "The default password is admin, change it.",  # prose: no netrc entry
+    "Change the default password of the router",
+    "a machine learning password manager",
     "machine example.com login USERNAME password PASSWORD",  # a tutorial's placeholders
     "mysql -u root -p… app",
     '{"auth": "oauth2", "scopes": ["repo"]}',

@@ -303,15 +303,21 @@ class CommandLinePasswordDetector(RegexBasedDetector):
 class NetrcPasswordDetector(RegexBasedDetector):
     """The password of a ``.netrc`` entry (``machine HOST login USER password PASS``, on one line
     or several), which curl, git, ftp and pip read. Only where a ``machine`` (or ``default``)
-    entry leads to it, through nothing but netrc's own words: prose that says "machine" and
-    "password" stays."""
+    entry leads to it, through nothing but netrc's own words, with a ``login`` or ``account``
+    among them (or, right after ``machine``, a host name with a dot): prose that says "machine"
+    and "password" stays, and so does "the default password is admin" or "machine learning
+    password manager"."""
 
     secret_type = "Netrc Password"
     denylist = (
         re.compile(
-            r"(?:machine[ \t]+\S+|default)(?<![\w-]default)(?:\s+(?:login|account|port)\s+\S+){0,4}\s+password\s+"
-            + _QUOTED_OR_WORD
+            r"(?:machine[ \t]+\S+|default)(?<![\w-]default)"
+            # a login or account among the entry's words (a bounded look: four words at most)
+            r"(?=(?:\s+(?:login|account|port)\s+\S+){0,3}\s+(?:login|account)\s)"
+            r"(?:\s+(?:login|account|port)\s+\S+){1,4}\s+password\s+" + _QUOTED_OR_WORD
         ),
+        # (its lines may be escaped newlines of a JSON string)
+        re.compile(r"machine[ \t]+[\w-]+(?:\.[\w-]+)+(?:\s|\\[nrt])+password\s+" + _QUOTED_OR_WORD),
     )
 
 
