@@ -106,6 +106,8 @@ CATCHES = [
     ("sshpass -p 'S3cretPass1' ssh root@10.0.0.5", "S3cretPass1", "command-line-password"),
     ("sshpass -phunter2 scp a.txt host:", "hunter2", "command-line-password"),
     ("docker login -u bob -p S3cretPass1 registry.example.com", "S3cretPass1", "command-line-password"),
+    ("podman login -u bob -pS3cretPass1 quay.io", "S3cretPass1", "command-line-password"),
+    ("mysqladmin -u root -pS3cretPass1 status", "S3cretPass1", "command-line-password"),
     ("az login -u bob@example.com -p 'S3cret Pass1'", "S3cret Pass1", "command-line-password"),
     ("redis-cli -h cache -a S3cretPass1 ping", "S3cretPass1", "command-line-password"),
     ("sqlcmd -S db -U sa -P 'S3cretPass1' -Q 'select 1'", "S3cretPass1", "command-line-password"),
@@ -235,6 +237,11 @@ LOOK_ALIKES = [
     "curl --user-agent 'Mozilla/5.0 x:y' https://x",
     "sshpass -p $SSHPASS ssh host",
     "login to the box with ssh -p 2222 root@host",  # a port
+    "gcc -o app app.c $(mysql_config --cflags --libs) -pthread",  # compiler flags, no client
+    "apt install mysql-server libmysqlclient-dev -y -proot",  # not a client
+    "pytest tests -k login -p no:cacheprovider",  # a line that says "login", not a login command
+    "open the login page, then mkdir -p src/app/pages",
+    "gh auth login -p ssh -h github.com",  # gh's -p is the git protocol
     "docker login -u bob --password-stdin ghcr.io",
     "  --token string     Bearer token for authentication to the API server",  # kubectl --help
     "  --api-key <key>                API key (defaults to env vars)",

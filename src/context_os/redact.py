@@ -269,13 +269,18 @@ class CommandLinePasswordDetector(RegexBasedDetector):
     for it, ``-P`` is the port), ``--password``, ``--token``, ``--api-key``, ``--access-token``
     or ``--auth-token`` of any command, with ``=`` or a space (a value with a lowercase letter and
     a digit or symbol, so ``--help``'s ``--password TEXT``, ``--token string`` and
-    ``PASSWORD_FILE`` stay), a ``login`` command's ``-p`` (``docker login``, ``az login``; not a
-    port), curl's ``-u user:pass`` and ``--user user:pass``, ``sshpass -p``, ``redis-cli -a``,
+    ``PASSWORD_FILE`` stay), the ``-p`` of a registry or cloud ``login`` command (``docker login``,
+    ``az login``; not a port), curl's ``-u user:pass`` and ``--user user:pass``, ``sshpass -p``, ``redis-cli -a``,
     ``sqlcmd -P``. Only the password goes (not the user name)."""
 
     secret_type = "Command-Line Password"
     denylist = (
-        re.compile(r"(?:mysql|mariadb)(?<![\w.-]mysql)(?<![\w.-]mariadb)[\w-]*" + _ARGS + "-p" + _QUOTED_OR_WORD),
+        # the clients only: mysql_config, mysqlclient (pkg-config) and mysql-server are followed
+        # by compiler flags or docker options, where -pthread or -pipe is no password
+        re.compile(
+            r"(?:mysql|mariadb)(?<![\w.-]mysql)(?<![\w.-]mariadb)"
+            r"(?:-?(?:dump|admin|import|show|check|binlog|slap|pump))?" + _ARGS + "-p" + _QUOTED_OR_WORD
+        ),
         re.compile(
             # each option whole before the look behind it: the screen then looks for the options,
             # not for every "--"
@@ -293,8 +298,20 @@ class CommandLinePasswordDetector(RegexBasedDetector):
             rf"""[^\s'":]*:{_NOT_PLACEHOLDER}([^\s'"`\\]+))"""
         ),
         re.compile(r"sshpass(?<![\w.-]sshpass)" + _ARGS + r"-p[ \t]*" + _QUOTED_OR_WORD),
-        # not a port (``ssh -p 2222`` after a "login" in the same line), nor another option
-        re.compile(r"login(?<![\w-]login)" + _ARGS + r"-p[ \t]*(?![\d]+(?![^\s'\"`\\])|-)" + _QUOTED_OR_WORD),
+        # the login command of a tool whose -p is the password (not ``gh auth login -p ssh``, nor
+        # any later -p on a line that says "login": ``pytest -k login -p no:cov``, ``mkdir -p``);
+        # not a port (``ssh -p 2222`` after it in the same line), nor another option
+        re.compile(
+            r"login(?<![\w-]login)(?:"
+            + "|".join(
+                rf"(?<![\w.-]{c}[ \t]login)(?<={c}[ \t]login)"
+                for c in ("docker", "podman", "buildah", "nerdctl", "skopeo", "oras", "oc", "az", "cf", "registry")
+            )
+            + ")"
+            + _ARGS
+            + r"-p[ \t]*(?![\d]+(?![^\s'\"`\\])|-)"
+            + _QUOTED_OR_WORD
+        ),
         re.compile(r"redis-cli(?<![\w.-]redis-cli)" + _ARGS + r"(?:-a[ \t]*|--pass[ \t]+)" + _QUOTED_OR_WORD),
         re.compile(r"sqlcmd(?<![\w.-]sqlcmd)" + _ARGS + r"-P[ \t]*" + _QUOTED_OR_WORD),
     )
