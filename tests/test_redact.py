@@ -93,6 +93,8 @@ CATCHES = [
     ("git remote add origin https://deploy-token:Ab12Cd34Ef56@gitlab.example.com/g/p.git", "Ab12Cd34Ef56",
      "basic-auth-credentials"),
     ("DB_PASSWORD=p@ssw0rd-Long1", "p@ssw0rd-Long1", "secret-assignment"),
+    # an @ before a host ends the value: what comes before it is still the secret
+    ("REDIS_PASSWORD=hunter2abc@cache.example.com:6379", "hunter2abc", "secret-assignment"),
     # a password given to a command on its command line
     ("mysql -h db -u root -pS3cretPass1 app", "S3cretPass1", "command-line-password"),
     ("mysqldump -uroot -phunter2 app > dump.sql", "hunter2", "command-line-password"),

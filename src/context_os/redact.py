@@ -416,7 +416,7 @@ class SecretAssignmentDetector(RegexBasedDetector):
             # whole all the same (``tail``): a secret is not less secret for being long (a base64
             # private key in a CI variable, a signed token)
             rf"((?=[^\s\"'`;,\\]{{0,511}}\d)(?=[^\s\"'`;,\\]{{0,511}}[a-z])"
-            rf"(?:{_UNQUOTED}{{8,511}}+(?=[\s\"'`;,\\&]|$)|{_UNQUOTED}{{512}}))",
+            rf"(?:{_UNQUOTED}{{8,511}}+(?=[\s\"'`;,\\&@]|$)|{_UNQUOTED}{{512}}))",
             re.IGNORECASE,
         ),
         # a quoted value assigned to a token name (``"access_token": "…"``, ``SessionToken``,
