@@ -248,6 +248,8 @@ LOOK_ALIKES = [
     "  --token string     Bearer token for authentication to the API server",  # kubectl --help
     "  --api-key <key>                API key (defaults to env vars)",
     "llm --max-tokens 4096 -m gpt",
+    "gh api --token --paginate repos/o/r",  # the next option, not a value
+    "mytool --api-key --log-level=debug",
     "redis-cli -a $REDIS_PASSWORD ping",
     "the machine asks for a login and password on boot",
     "The default password is admin, change it.",  # prose: no netrc entry

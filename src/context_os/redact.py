@@ -286,7 +286,8 @@ class CommandLinePasswordDetector(RegexBasedDetector):
             # not for every "--"
             "(?:"
             + "|".join(rf"--{o}(?<![\w-]--{o})" for o in ("password", "token", "api-key", "access-token", "auth-token"))
-            + r")(?:=|[ \t]+)"
+            # after a space, a word that starts with "-" is the next option (``--token --json``)
+            + r")(?:=|[ \t]+(?!-))"
             # a lowercase letter and a digit or symbol in its first 256 characters (a bounded look:
             # a megabyte of "--password=" costs linear time)
             r"(?=(?:\\*'[^'\n]{0,256}|\\*\"[^\"\n]{0,256}|[^\s'\"]{0,256})[a-z])"
