@@ -360,6 +360,38 @@ def test_the_repository_s_memory_is_read_only_where_the_user_trusts_it(tmp_path:
     assert MemoryScopes(loose / "inner", trust_project=True, data_dir=data).items("", 100) == []
 
 
+def test_the_trust_hint_of_a_folder_names_the_repository_root_that_holds_the_memory(ws: Path, data: Path) -> None:
+    """Untrusted, a folder of a repository sees the root's project memory (exists, not used);
+    the hint said to trust the folder, which then used a new, empty scope of its own there."""
+    (ws / ".git").mkdir()
+    write_index(project_dir(ws), "- the root's fact\n")
+    sub = ws / "pkg"
+    sub.mkdir()
+    untrusted = MemoryScopes(sub, data_dir=data)
+    scope = only(untrusted, "project")
+    assert scope.exists and not scope.used and scope.folder == ws
+    with pytest.raises(InputError, match=f"ctxos memory trust --workspace {ws}`"):
+        untrusted.remember("a fact")
+    trust_workspace(scope.folder, data_dir=data)  # what the hint says
+    assert [i.text for i in MemoryScopes(sub, data_dir=data).items("", 100)] == ["- the root's fact\n"]
+
+
+def test_a_home_directory_under_git_is_no_project(tmp_path: Path, data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A home directory kept in git (dotfiles) is no repository of the projects below it: every
+    one of them took ~ as its project scope, one memory shared by all."""
+    home = tmp_path / "home"
+    (home / ".git").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    proj = home / "code" / "proj"
+    proj.mkdir(parents=True)
+    scopes = MemoryScopes(proj, trust_project=True, data_dir=data)
+    assert only(scopes, "project").dir == project_dir(proj)
+    assert scopes.remember("a fact").index == project_dir(proj) / "MEMORY.md"
+    assert not (home / ".context_os").exists()
+    # home itself as the workspace is still its own project
+    assert only(MemoryScopes(home, trust_project=True, data_dir=data), "project").dir == project_dir(home)
+
+
 def test_option_trusts_without_touching_the_list(ws: Path, data: Path) -> None:
     mem = MemoryScopes(ws, trust_project=True, data_dir=data)
     assert mem.trusted_by() == "option"

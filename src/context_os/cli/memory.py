@@ -107,8 +107,9 @@ def show_cmd(workspace: Path, include_pi: bool | None, as_json: bool) -> None:
                 f"\n{r['scope']}: MEMORY.md is over the cap ({mem.max_lines} lines / {mem.max_bytes:,} bytes): only "
                 "its head enters the context; move detail to topic files or archive/"
             )
-    if by is None and any(r["scope"].endswith("project") and r["exists"] for r in rows):
-        click.echo(f"\nproject memory exists but is not used: `ctxos memory trust -w {mem.workspace}` uses it")
+    unused = [s for s in mem.scopes() if s.scope.endswith("project") and s.exists and not s.used]
+    if by is None and unused:  # (the folder it lives in: a repository's root, for one of its folders)
+        click.echo(f"\nproject memory exists but is not used: `ctxos memory trust -w {unused[0].folder}` uses it")
 
 
 @memory.command("trust")

@@ -129,6 +129,13 @@ class MemoryScope:
     scope offers nothing."""
 
     @property
+    def folder(self) -> Path:
+        """The folder the scope lives in (``.context_os/memory`` below it): for a project scope,
+        the one ``ctxos memory trust --workspace`` must name to use it (the repository's root,
+        for a workspace in one of its folders)."""
+        return self.dir.parent.parent
+
+    @property
     def meta(self) -> dict[str, Any]:
         """What the metadata pool shows of the item."""
         return {
@@ -228,6 +235,14 @@ def _absolute(workspace: str | os.PathLike[str]) -> str:
         return os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(workspace))))
     except ValueError:  # a NUL byte
         return ""
+
+
+def _home() -> Path | None:
+    """The user's home directory, resolved; None when there is none to be found."""
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, OSError):
+        return None
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -529,7 +544,12 @@ class MemoryScopes:
         workspace's scope is only looked at, never read."""
         ws = self.workspace
         assert ws is not None
-        repo = next((d for d in (ws, *ws.parents) if os.path.lexists(d / ".git")), None)
+        # a home directory kept in git (dotfiles) is no repository of the projects below it
+        home = _home()
+        above_home = set() if home is None else {home, *home.parents}
+        repo = next(
+            (d for d in (ws, *ws.parents) if (d == ws or d not in above_home) and os.path.lexists(d / ".git")), None
+        )
         chain = [ws] if repo is None else [d for d in (ws, *ws.parents) if _within(d, repo)]
         if trusted and self.trust_project is not True:
             roots = trusted_workspaces(self.data_dir)
@@ -687,7 +707,7 @@ class MemoryScopes:
         if not w.used:
             raise InputError(
                 f"remember: the workspace {self.workspace} is not trusted, so its project memory is not used and "
-                f"not written; trust it with `ctxos memory trust --workspace {self.workspace}` (in Python, "
+                f"not written; trust it with `ctxos memory trust --workspace {w.base}` (in Python, "
                 "MemoryScopes(..., trust_project=True)), or remember it in the global scope (the scope argument "
                 '"global", --scope global)'
             )
