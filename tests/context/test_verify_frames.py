@@ -7,7 +7,12 @@ and one whose store was damaged must each come back as they do when this process
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,3 +83,48 @@ def test_a_store_no_other_process_can_open_is_checked_here(tmp_path: Path, monke
     with SqliteStore(db) as store:
         checks = list(verify_frames(store, frame_docs(store, "v"), jobs=4))
     assert len(checks) == 24 and all(c.rendered is not None for c in checks if c.ok)
+
+
+_KILLED_PARENT = """
+import multiprocessing, os, signal, sys
+from pathlib import Path
+from context_os.context import frames
+from context_os.store.sqlite import SqliteStore
+frames.PARALLEL_FROM = 1
+store = SqliteStore(Path(sys.argv[1]))
+checks = frames.verify_frames(store, frames.frame_docs(store, "v"), jobs=2)
+next(checks)
+print(" ".join(str(p.pid) for p in multiprocessing.active_children()), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"  # a zombie has exited
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_the_workers_exit_when_the_process_that_started_them_dies(tmp_path: Path) -> None:
+    """A parent killed (SIGKILL, or SIGTERM where nothing catches it) runs no clean-up: its
+    workers must not stay behind, holding the store open and the terminal's output."""
+    db = tmp_path / "s.db"
+    _record(db)
+    src = str(Path(frames_module.__file__).parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    # (its output is read up to the line it prints, not to its end: workers left would hold it open)
+    with subprocess.Popen([sys.executable, "-c", _KILLED_PARENT, str(db)], env=env, stdout=subprocess.PIPE) as child:
+        assert child.stdout is not None
+        workers = [int(p) for p in child.stdout.readline().split()]
+        assert child.wait(timeout=120) == -signal.SIGKILL
+    assert len(workers) == 2
+    deadline = time.monotonic() + 15
+    while any(map(_running, workers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in workers if _running(pid)]
+    for pid in left:  # (not to leave them running when it fails)
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "the workers outlived the process that started them"

@@ -15,8 +15,10 @@ This module only reads the store.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
+import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -474,7 +476,16 @@ _worker: tuple[Store, list[Any]] | None = None
 def _start_worker(reader: Callable[[], Store]) -> None:
     global _worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    parent = multiprocessing.parent_process()
+    if parent is not None:  # a parent that dies without shutting the pool (SIGKILL, SIGTERM) leaves none behind
+        threading.Thread(target=_exit_with, args=(parent.sentinel,), name="ctxos-parent-watch", daemon=True).start()
     _worker = (reader(), [None, FrameMemo()])
+
+
+def _exit_with(sentinel: int) -> None:
+    """In a worker: exit once the process that started it is gone (its sentinel is ready then)."""
+    multiprocessing.connection.wait([sentinel])
+    os._exit(1)
 
 
 def _worker_checks(frames: Sequence[dict[str, Any]]) -> list[FrameCheck]:
