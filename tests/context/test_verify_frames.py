@@ -22,6 +22,7 @@ from context_os.context import frames as frames_module
 from context_os.context.evict import evict
 from context_os.context.frames import FrameCheck, frame_docs, verify_frames
 from context_os.context.policy import RetentionPolicy
+from context_os.errors import StoreUnavailable
 from context_os.harness import OpenAIHook
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import EAGER, call, result, user
@@ -71,6 +72,23 @@ def test_workers_give_the_verdicts_of_one_process(tmp_path: Path, monkeypatch: p
             assert any(not c.ok and not c.evicted for c in here)
         else:
             assert all(c.ok or c.evicted for c in here)
+
+
+def _out_of_reach() -> SqliteStore:
+    raise StoreUnavailable("the store went out of reach")
+
+
+def test_a_store_a_worker_cannot_open_fails_the_check_as_it_failed_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that cannot open the store (a node gone out of reach) raises what it raised,
+    which the commands say in one line; not a broken pool (a traceback)."""
+    db = tmp_path / "s.db"
+    _record(db)
+    monkeypatch.setattr(frames_module, "PARALLEL_FROM", 1)
+    monkeypatch.setattr(SqliteStore, "reader", lambda self: _out_of_reach)
+    with SqliteStore(db) as store, pytest.raises(StoreUnavailable, match="out of reach"):
+        list(verify_frames(store, frame_docs(store, "v"), jobs=2))
 
 
 def test_a_store_no_other_process_can_open_is_checked_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -471,15 +471,19 @@ def _check_one(store: Store, frame: dict[str, Any], memo: list[Any]) -> FrameChe
 
 _worker: tuple[Store, list[Any]] | None = None
 """In a worker process of ``verify_frames``: its store, and its memo's session and memo."""
+_reader: Callable[[], Store] | None = None
+"""In a worker process: how it opens the store, at its first chunk (``_worker_checks``)."""
 
 
 def _start_worker(reader: Callable[[], Store]) -> None:
-    global _worker
+    global _reader
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     parent = multiprocessing.parent_process()
     if parent is not None:  # a parent that dies without shutting the pool (SIGKILL, SIGTERM) leaves none behind
         threading.Thread(target=_exit_with, args=(parent.sentinel,), name="ctxos-parent-watch", daemon=True).start()
-    _worker = (reader(), [None, FrameMemo()])
+    # the store is opened with the first chunk, not here: an error opening it (a node out of
+    # reach) comes back as that chunk's, as it is; one raised here would break the pool
+    _reader = reader
 
 
 def _exit_with(sentinel: int) -> None:
@@ -489,7 +493,10 @@ def _exit_with(sentinel: int) -> None:
 
 
 def _worker_checks(frames: Sequence[dict[str, Any]]) -> list[FrameCheck]:
-    assert _worker is not None
+    global _worker
+    if _worker is None:
+        assert _reader is not None
+        _worker = (_reader(), [None, FrameMemo()])
     store, memo = _worker
     # what a check carries besides its verdict stays here: a view is the whole session
     return [replace(_check_one(store, frame, memo), rendered=None, view=None) for frame in frames]
