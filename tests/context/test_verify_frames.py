@@ -19,8 +19,9 @@ import pytest
 
 from context_os import Session
 from context_os.context import frames as frames_module
+from context_os.context import view as view_module
 from context_os.context.evict import evict
-from context_os.context.frames import FrameCheck, frame_docs, verify_frames
+from context_os.context.frames import FrameCheck, frame_docs, verify_frame, verify_frames
 from context_os.context.policy import RetentionPolicy
 from context_os.errors import StoreUnavailable
 from context_os.harness import OpenAIHook
@@ -146,3 +147,28 @@ def test_the_workers_exit_when_the_process_that_started_them_dies(tmp_path: Path
     for pid in left:  # (not to leave them running when it fails)
         os.kill(pid, signal.SIGKILL)
     assert not left, "the workers outlived the process that started them"
+
+
+def test_a_result_evicted_behind_the_horizon_explains_no_frame_that_did_not_show_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frame whose history horizon had passed a tool result showed one note for it, made of the
+    chat entries alone: that result evicted since changes nothing it renders, so a frame of those
+    that re-renders otherwise (here every stub rendered another way, as a render change would) is
+    damaged, not "evicted"."""
+    with SqliteStore(tmp_path / "s.db") as store:
+        policy = RetentionPolicy(**EAGER, history_max_tokens=400)
+        hook = OpenAIHook(Session.open(store, "h", redact=False, policy=policy))
+        msgs = [user("show env"), call("c1", command="env"), result("c1", "TOKEN=abc\n" * 50)]
+        for n in range(2, 20):
+            hook.transform_context(msgs)
+            msgs += [user(f"next {n} " + "w " * 40), call(f"c{n}", command=f"ls {n}"), result(f"c{n}", "f.txt\n" * 30)]
+        hook.session.close()
+        evict(store, "toolcall:h:c1", reason="a leaked key")
+        behind = [f for f in frame_docs(store, "h") if f["content"].get("horizon", 0) > 2]  # c1's result: entry 2
+        assert behind
+        assert all(verify_frame(store, f).ok for f in behind)  # it showed nothing of c1: untouched
+        stub = view_module.stub_text
+        monkeypatch.setattr(view_module, "stub_text", lambda obj, layout: stub(obj, layout) + " (rendered otherwise)")
+        checks = [verify_frame(store, f) for f in behind]
+    assert all(not c.ok and c.evicted == [] for c in checks), [(c.frame_id, c.evicted) for c in checks]

@@ -298,10 +298,13 @@ def _evicted(store: Store, ids: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _objects_gone(view: SessionView) -> list[str]:
-    """The objects the visible chat entries name (tool results, tool calls) that the view does not
-    hold: evicted, or missing."""
+    """The objects the chat entries it shows name (tool results, tool calls) that the view does not
+    hold: evicted, or missing. Those behind the history horizon are not shown (one note stands
+    for them, made of the entries alone): what was evicted of them changes nothing it renders."""
     named = []
     for i in view.visible:
+        if i < view.horizon:
+            continue
         e = view.entries[i]
         named += [e["object"]] if e.get("object") else []
         named += [c["object"] for c in e.get("tool_calls") or () if c.get("object")]
