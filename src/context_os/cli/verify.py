@@ -102,7 +102,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                     frames.append(cur.doc)
         with (
             closing(verify_frames(store, frames, jobs=jobs)) as checks,  # (its workers stop with it)
-            progress(checks, length=len(frames), label="checking frames", enabled=not as_json) as bar,
+            progress(checks, length=len(frames), label="checking frames", enabled=check_frames and not as_json) as bar,
         ):
             for check in bar:
                 if check.ok:
