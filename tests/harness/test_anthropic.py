@@ -621,9 +621,13 @@ def test_images_in_a_user_message_count_in_what_it_costs(db):
     assert hook.last.tokens_full == hook.last.tokens == 3 + 100  # the text, the image
 
 
-def test_activating_a_screenshot_says_its_image_is_not_shown_in_the_active_pool(db):
-    shot = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png(800, 600)).decode()}
-    hook = hook_for(db)
+@pytest.mark.parametrize("pool", [None, 1_000])
+def test_activating_a_screenshot_says_its_image_is_not_shown_in_the_active_pool(db, pool):
+    """With a pool smaller than the image (1600x1200: 1,600 tokens, what the result's count holds):
+    the pool holds only its text, so it is no larger than the pool (it said "larger than the active
+    pool", and nothing of the images)."""
+    shot = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png(1600, 1200)).decode()}
+    hook = hook_for(db, **({} if pool is None else {"active_pool_tokens": pool}))
     msgs: list[dict[str, Any]] = [user("go")]
     for k in range(4):
         msgs += [calls(f"s{k}", think=False), results((f"s{k}", "")), user("next")]

@@ -862,7 +862,9 @@ class Session:
         self.writer.flush()
         out: dict[str, Any] = {"id": obj_id, "status": "activated", "tokens": obj.tokens}
         pool = self.view.policy.active_pool_tokens
-        if pool is not None and obj.in_tail and not obj.pinned and obj.tokens > pool:
+        # what it takes in the pool: its text as shown (a window of a long file; an output's text,
+        # not its images, which its token count holds)
+        if pool is not None and obj.in_tail and not obj.pinned and self.view.shown_tokens(obj) > pool:
             out["note"] = (
                 f"larger than the active pool ({pool:,} tokens): shown in the next call, then collapsed again unless"
                 f' pinned; lines(id="{obj_id}", start, end) shows any part'
