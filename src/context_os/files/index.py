@@ -43,7 +43,7 @@ from ..store.base import Match, Op, Put, Store, Version, next_valid_time, now_ms
 from ..tokens import estimate_tokens
 from .workspace import FileSnapshot, Workspace
 
-__all__ = ["FileIndex", "Indexed", "IndexStatus", "file_meta_summary", "find_file_object", "record_virtual"]
+__all__ = ["FileIndex", "Indexed", "IndexStatus", "file_key", "file_meta_summary", "find_file_object", "record_virtual"]
 
 IndexStatus = Literal["new", "already indexed", "new version", "unsettled"]
 """``unsettled``: nothing was written, because the ``settled`` check given to ``refresh`` said the
@@ -169,6 +169,18 @@ def record_virtual(
     return Version(obj_id, vt, tx.id, tx.time, doc)
 
 
+def file_key(path: str) -> tuple[str, int, int] | None:
+    """(inode as ``dev:ino``, size, mtime in ms) of the regular file at ``path``: what a file
+    moved elsewhere is known again by (``meta.inode``, ``size``, ``mtime``); None if there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return f"{st.st_dev}:{st.st_ino}", st.st_size, st.st_mtime_ns // 1_000_000
+
+
 class FileIndex:
     """Creates and updates file objects in ``store`` for files of ``workspace``. Thread-safe."""
 
@@ -232,14 +244,10 @@ class FileIndex:
         it, marked the object just read missing (\"replaced by\" the first). An object recorded
         missing since is found by the inode, size and mtime it last had (``meta.last_inode``…):
         a file moved while no tracker ran, whose old path the next ``start()`` found empty."""
-        try:
-            st = os.stat(path)
-        except OSError:
+        key = file_key(str(path))
+        if key is None:
             return None
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        inode = f"{st.st_dev}:{st.st_ino}"
-        seen = (st.st_size, st.st_mtime_ns // 1_000_000)
+        inode, seen = key[0], key[1:]
         # a present object, or one recorded missing since (a tracker's start found its path empty:
         # the move was made while none ran), by what it was when last seen
         present = [

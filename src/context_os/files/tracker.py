@@ -64,7 +64,7 @@ from watchdog.observers.api import BaseObserver, ObservedWatch
 
 from ..errors import ContextOSError, StoreUnavailable
 from ..store.base import Store, Version
-from .index import FileIndex, Indexed
+from .index import FileIndex, Indexed, file_key
 from .workspace import FileSnapshot, Workspace
 
 __all__ = ["FileTracker", "Trackers"]
@@ -127,17 +127,6 @@ def _parents(path: str) -> list[str]:
         out.append(parent)
         path, parent = parent, os.path.dirname(parent)
     return out
-
-
-def _file_key(path: str) -> tuple[str, int, int] | None:
-    """(inode, size, mtime in ms) of the regular file at ``path``; None if there is none."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    return f"{st.st_dev}:{st.st_ino}", st.st_size, st.st_mtime_ns // 1_000_000
 
 
 def _under(path: str, prefix: str) -> bool:
@@ -499,9 +488,9 @@ class FileTracker:
         for path, appeared in reversed(paths):
             cached = self._recent_stat.get(path)
             if cached is None or cached[0] < appeared:  # not stat-ed since it (last) appeared
-                cached = self._recent_stat[path] = (time.monotonic(), _file_key(path))
+                cached = self._recent_stat[path] = (time.monotonic(), file_key(path))
             # a match is looked at again: the file may have gone or changed since the cached stat
-            if cached[1] == wanted and _file_key(path) == wanted:
+            if cached[1] == wanted and file_key(path) == wanted:
                 return path
         return None
 
