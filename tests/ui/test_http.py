@@ -303,3 +303,19 @@ def test_with_a_token_every_page_needs_it_and_the_address_that_carries_it_leaves
         finally:
             httpd.shutdown()
             httpd.server_close()
+
+
+def test_the_sessions_page_says_what_a_replay_was_recorded_from(tmp_path: Path, serve: Callable[[Store], str]) -> None:
+    """A replayed SWE-agent session goes through the OpenAI adapter: its row says `openai (replay
+    of swe-agent)`, as `ctxos sessions` does, not a bare `openai` like a live session's."""
+    from context_os import Session
+    from context_os.harness import OpenAIHook
+
+    with SqliteStore(tmp_path / "store.db") as store:
+        with Session.open(store, "swe", harness="openai", source="swe-agent") as session:
+            OpenAIHook(session).transform_context([{"role": "user", "content": "hi"}])
+        with Session.open(store, "live", harness="openai") as session:
+            OpenAIHook(session).transform_context([{"role": "user", "content": "hi"}])
+        page = _text(httpx.get(serve(store) + "/").text)
+    assert re.search(r"swe\s*openai \(replay of swe-agent\)", page), page
+    assert re.search(r"live\s*openai\s*1", page) and page.count("replay of") == 1
