@@ -212,14 +212,24 @@ def test_a_frame_that_no_longer_verifies_says_why(tmp_path: Path, serve: Callabl
         )
         base = serve(store)
         assert "✓ verified" in httpx.get(f"{base}/frame?session={sid}&turn={turn}").text
+        sent = frame_docs(store, sid)[turn - 1]["content"]["messages"]
         evict(store, file, reason="test")
         r = httpx.get(f"{base}/frame?session={sid}&turn={turn}")
-        diff = httpx.get(f"{base}/diff?session={sid}&a={turn}&b={turn}")
+        diff = httpx.get(f"{base}/diff?session={sid}&a={turn - 1}&b={turn}")
+        gone = httpx.get(f"{base}/object?id={file}")  # the frame's link to what it showed
     assert r.status_code == 200
     assert "✗ does not verify" in r.text and 'class="verdict bad"' in r.text
     assert "is not in the store (evicted?)" in r.text
+    # as `ctxos frames show` says: the eviction alone explains it; and what the frame sent is not
+    # "0 messages" but its recorded count, with none shown
+    page = _text(r.text)
+    assert "it showed what was evicted since (nothing else is wrong)" in page
+    assert f"{sent:,} sent, none shown" in page and "None" not in page
     assert "does NOT verify" in diff.text
     assert "not compared: turn" in diff.text and "byte for byte the same" not in diff.text
+    assert re.search(r"messages\s*\d[\d,]* → —", _text(diff.text)), _text(diff.text)
+    assert gone.status_code == 404
+    assert f"no object &#39;{file}&#39;" in gone.text and "it was evicted at" in gone.text and "(test)" in gone.text
 
 
 def test_an_object_links_its_session_only_when_that_has_a_timeline(

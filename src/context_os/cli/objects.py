@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ..context.evict import KEPT_KINDS, evict, evictions, forget_paths, holding, path_holds
+from ..context.evict import KEPT_KINDS, evict, forget_paths, holding, no_object, path_holds
 from ..context.load import content_lines, object_states, unified_diff, version_row
 from ..errors import InputError, NotFound
 from ..files.index import find_file_object
@@ -25,23 +25,6 @@ from ._common import DeprecatedAlias, emit_json, fails_cleanly, json_option, sto
 @click.group("objects")
 def objects() -> None:
     """One object, by id or file path: inspect, evict."""
-
-
-def no_object(store: Store, object_id: str) -> NotFound:
-    """``object_id`` is in no version of the store. ``chat:<session>``, which a frame's refs name
-    for the chat pages it seals, is no object of its own: the error names the pages that are."""
-    kind, _, session = object_id.partition(":")
-    pages = sorted(v.id for v in store.find("chat", {"session": session})) if kind == "chat" and session else []
-    if pages and object_id not in pages:
-        return NotFound(
-            f"no object {object_id!r} in {store.url}: the chat of session {session!r} is stored as {len(pages)} "
-            f"page(s), {pages[0]} to {pages[-1]} (a frame's ref {{id: {object_id}, sealed_pages: N}} names the "
-            "first N of them)"
-        )
-    how = evictions(store, [object_id]).get(object_id)
-    if how is not None:
-        return NotFound(f"no object {object_id!r} in {store.url}: it was {how}; nothing of it is left to erase")
-    return NotFound(f"no object {object_id!r} in {store.url}")
 
 
 def file_fields(v: Version) -> dict[str, Any]:

@@ -43,6 +43,7 @@ __all__ = [
     "evictions",
     "forget_paths",
     "holding",
+    "no_object",
     "path_holds",
     "scrub_entries",
     "tombstone_id",
@@ -106,6 +107,23 @@ def evictions(store: Store, ids: list[str]) -> dict[str, str]:
         why = f" ({content['reason']})" if isinstance(content.get("reason"), str) else ""
         out[oid] = f"evicted{at}{why}, in tx {tomb.tx_id}"
     return out
+
+
+def no_object(store: Store, object_id: str) -> NotFound:
+    """``object_id`` is in no version of the store. ``chat:<session>``, which a frame's refs name
+    for the chat pages it seals, is no object of its own: the error names the pages that are."""
+    kind, _, session = object_id.partition(":")
+    pages = sorted(v.id for v in store.find("chat", {"session": session})) if kind == "chat" and session else []
+    if pages and object_id not in pages:
+        return NotFound(
+            f"no object {object_id!r} in {store.url}: the chat of session {session!r} is stored as {len(pages)} "
+            f"page(s), {pages[0]} to {pages[-1]} (a frame's ref {{id: {object_id}, sealed_pages: N}} names the "
+            "first N of them)"
+        )
+    how = evictions(store, [object_id]).get(object_id)
+    if how is not None:
+        return NotFound(f"no object {object_id!r} in {store.url}: it was {how}; nothing of it is left to erase")
+    return NotFound(f"no object {object_id!r} in {store.url}")
 
 
 def _tombstone(obj_id: str, latest: list[Any], reason: str, blocks: int) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from ...context.evict import no_object
 from ...context.frames import FrameCheck, get_frame, verify_frame
 from ...context.load import content_lines, object_states, unified_diff, version_row
 from ...context.timeline import frame_diff, frame_messages, session_rows, turn_count, turn_rows, version_at
@@ -307,7 +308,7 @@ class UiApp:
         # the history without documents: only the versions the page shows are read whole
         versions = self.store.history(obj_id, with_docs=False)
         if not versions:
-            raise NotFound(f"no object {obj_id!r} in {self.store.url}")
+            raise no_object(self.store, obj_id)
         n = len(versions)
         latest_tx = self.store.latest_tx()
         newest = latest_tx.id if latest_tx else versions[-1].tx_id
