@@ -329,3 +329,37 @@ def test_the_sessions_page_says_what_a_replay_was_recorded_from(tmp_path: Path, 
         page = _text(httpx.get(serve(store) + "/").text)
     assert re.search(r"swe\s*openai \(replay of swe-agent\)", page), page
     assert re.search(r"live\s*openai\s*1", page) and page.count("replay of") == 1
+
+
+def _links(html: str) -> list[str]:
+    """The pages a page links to (not its forms, anchors or static files)."""
+    return [
+        link.replace("&amp;", "&")
+        for link in re.findall(r'<a [^>]*href="([^"]*)"', html)
+        if not link.startswith(("#", "/static/"))
+    ]
+
+
+def test_a_reversed_diff_and_a_page_past_the_end_link_only_to_pages_that_answer(
+    served: tuple[Store, str, str],
+) -> None:
+    """A diff of a later turn with an earlier one, and a `from` past the end (a link kept from a
+    longer list, or typed): the page shows the end, and each link on it answers."""
+    _, sid, base = served
+    with httpx.Client(base_url=base) as client:
+        turns = int(re.search(r"(\d+) turns", client.get(f"/session?id={sid}").text).group(1))  # type: ignore[union-attr]
+        assert turns >= 4
+        pages = {
+            f"/diff?session={sid}&a={turns}&b=1": None,
+            f"/diff?session={sid}&a={turns - 1}&b=2": None,
+            f"/frame?session={sid}&turn={turns}&from=99999": 'id="m',
+            f"/session?id={sid}&from=99999": f'id="turn-{turns}"',
+            "/?from=99999": f"/session?id={sid}",
+        }
+        for page, shows in pages.items():
+            r = client.get(page)
+            assert r.status_code == 200, page
+            if shows is not None:
+                assert shows in r.text, page  # the last page, not an empty one
+            for link in _links(r.text):
+                assert client.get(link).status_code == 200, (page, link)

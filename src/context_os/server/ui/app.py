@@ -180,7 +180,7 @@ class UiApp:
 
     def sessions_page(self, q: dict[str, str]) -> Page:
         rows = sorted(session_rows(self.store), key=lambda r: r.updated_ms, reverse=True)
-        start = _int(q, "from", 0)
+        start = _past_end(_int(q, "from", 0), len(rows), PAGE_SESSIONS)
         return self._html(
             "sessions.html",
             title="Sessions",
@@ -199,7 +199,7 @@ class UiApp:
         if focus > turns:
             raise NotFound(f"session {session!r} has turns 1–{turns}, not {focus}")
         default_first = ((focus - 1) // PAGE_TURNS) * PAGE_TURNS + 1 if focus else 1
-        first = min(_int(q, "from", default_first, low=1), turns)
+        first = _past_end(_int(q, "from", default_first, low=1) - 1, turns, PAGE_TURNS) + 1
         rows = turn_rows(self.store, session, first, PAGE_TURNS)
         scale = max((r.row.tokens_full for r in rows), default=1) or 1
         shown = []
@@ -248,7 +248,8 @@ class UiApp:
         turn = _int(q, "turn", low=1)
         frame = get_frame(self.store, session, turn)
         check = self._verified(frame)
-        start = _int(q, "from", 0)
+        count = check.rendered.message_count if check.rendered is not None else 0
+        start = _past_end(_int(q, "from", 0), count, PAGE_MESSAGES)
         total, messages = frame_messages(self.store, frame, check, start, start + PAGE_MESSAGES)
         c = frame["content"]
         return self._html(
@@ -357,6 +358,12 @@ class UiApp:
             b=b,
             diff=diff[:CONTENT_CHARS],
         )
+
+
+def _past_end(start: int, total: int, page: int) -> int:
+    """``start``, or the first row of the last page if it is past the ``total`` rows: a link kept
+    from a longer list (or typed) shows the end, not an empty page."""
+    return start if start < total else max(0, (total - 1) // page * page)
 
 
 def _marks(points: list[int], most: int = 200) -> list[int]:
