@@ -310,6 +310,18 @@ def test_with_a_token_every_page_needs_it_and_the_address_that_carries_it_leaves
             assert httpx.get(base + "/", headers={"Cookie": odd}).status_code == 200
             # another web view's cookie (another port) is not this one's
             assert httpx.get(base + "/", cookies={"ctxos_ui_1": "t0ken-of-the-test-1234"}).status_code == 401
+            # the redirect stays on this server: a browser reads `/\\host` in a Location as `//host`
+            conn = http.client.HTTPConnection(base.removeprefix("http://"))
+            try:
+                for path in ("/\\evil.example/", "/\\/evil.example", "//evil.example/", "/%5Cevil.example"):
+                    conn.request("GET", path + "?token=t0ken-of-the-test-1234")
+                    answer = conn.getresponse()
+                    answer.read()
+                    location = answer.getheader("Location") or ""
+                    assert answer.status == 303 and location.startswith("/"), (path, location)
+                    assert location[1:2] not in ("/", "\\") and "\\" not in location, (path, location)
+            finally:
+                conn.close()
         finally:
             httpd.shutdown()
             httpd.server_close()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
@@ -475,7 +475,8 @@ def make_ui_server(
             given = query.pop("token", None)
             if given is not None and _same(given[-1], token):
                 self.send_response(303)
-                self.send_header("Location", urlunsplit(("", "", parts.path, urlencode(query, doseq=True), "")))
+                back = urlunsplit(("", "", _local_path(parts.path), urlencode(query, doseq=True), ""))
+                self.send_header("Location", back)
                 self.send_header("Set-Cookie", f"{cookie_name}={token}; HttpOnly; SameSite=Strict; Path=/")
                 self.send_header("Referrer-Policy", "no-referrer")
                 self.send_header("Cache-Control", "no-store")
@@ -517,6 +518,13 @@ def make_ui_server(
     bound_host, bound_port = httpd.server_address[:2]
     httpd.guard = HttpGuard.for_address(str(bound_host), bound_port, None)
     return httpd
+
+
+def _local_path(path: str) -> str:
+    """``path`` as a path on this server for a ``Location``: one leading slash, and a backslash or
+    anything else a browser would read as part of an address escaped (``/\\evil.example/``, which a
+    browser takes for ``//evil.example/``, another site, stays a path here)."""
+    return "/" + quote(path, safe="/%:@!$&'()*+,;=~").lstrip("/")
 
 
 def _cookies(headers: Any, name: str) -> list[str]:
