@@ -375,3 +375,31 @@ def test_a_reversed_diff_and_a_page_past_the_end_link_only_to_pages_that_answer(
                 assert shows in r.text, page  # the last page, not an empty one
             for link in _links(r.text):
                 assert client.get(link).status_code == 200, (page, link)
+
+
+def test_a_browser_that_leaves_before_its_page_is_no_server_error(
+    demo_db: Path, serve: Callable[[Store], str], capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Clicking on before a page has loaded (→ held down on a frame) closes the connection the
+    server is writing to: that is logged as a client that left, not a traceback on stderr."""
+    import logging
+    import socket
+    import struct
+
+    caplog.set_level(logging.INFO, logger="context_os")
+    with SqliteStore(demo_db) as store:
+        base = serve(store)
+        host, port = base.removeprefix("http://").split(":")
+        for turn in range(80, 89):
+            s = socket.create_connection((host, int(port)))
+            s.sendall(f"GET /frame?session=demo&turn={turn} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, not a clean close
+            s.close()
+        assert httpx.get(base + "/session?id=demo").status_code == 200  # it serves on
+        for _ in range(50):  # the server threads answer on their own time
+            if sum("left before its answer" in r.getMessage() for r in caplog.records) >= 1:
+                break
+            threading.Event().wait(0.1)
+    assert any("left before its answer" in r.getMessage() for r in caplog.records)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception occurred" not in err, err

@@ -436,6 +436,13 @@ def make_ui_server(
         server_version = "context_os-ui"
 
         def _answer(self, page: Page, *, head: bool = False) -> None:
+            try:
+                self._write(page, head=head)
+            except (BrokenPipeError, ConnectionResetError):  # the browser left (another link clicked)
+                self.close_connection = True
+                log.info("ui: client %s left before its answer (%d)", self.client_address[0], page.status)
+
+        def _write(self, page: Page, *, head: bool) -> None:
             self.send_response(page.status)
             self.send_header("Content-Type", page.content_type)
             self.send_header("Content-Length", str(len(page.body)))
