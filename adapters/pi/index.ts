@@ -17,7 +17,7 @@
  * words allowed, e.g. `"/opt/my venv/bin/ctxos"` or `uv run ctxos`); CTXOS_STORE, the
  * store URL, which ctxos itself reads; CTXOS_POLICY, a JSON object of retention settings for the
  * session (e.g. {"collapse_after_turns": 2}); CTXOS_TIMEOUT_MS, how long one call may take (default 30000);
- * CTXOS_RECALL=1, the `recall` tool (and recall at each user message); CTXOS_MEMORY=1, the
+ * CTXOS_RECALL=1 (or true/yes/on), the `recall` tool (and recall at each user message); CTXOS_MEMORY=1, the
  * `remember` tool and the memory index pinned in context (docs/recall.md); CTXOS_MESH=NAME, the
  * agent on the mesh as NAME (`ctxos serve --mesh NAME`, more serve flags in CTXOS_MESH_ARGS, e.g.
  * `--mesh-connect /ip4/…/p2p/… --no-mesh-mdns`) with the nine mesh tools (docs/mesh.md).
@@ -40,9 +40,16 @@ import { RpcChild, RpcError, splitCommand } from "./rpc.ts";
 const HARNESS = "pi";
 const DEFAULT_TIMEOUT_MS = 30_000;
 const STATUS_KEY = "context_os";
+/** Settings the extension could not read, each with what it does instead: said at session start. */
+const CONFIG_PROBLEMS: string[] = [];
+/** The words an on/off setting takes (any case). */
+const ON = ["1", "true", "yes", "on"];
+const OFF = ["", "0", "false", "no", "off"];
 /** Recall and memory, when configured: read once, when Pi loads the extension. */
-const RECALL = process.env.CTXOS_RECALL === "1";
-const MEMORY = process.env.CTXOS_MEMORY === "1";
+const RECALL = flag("CTXOS_RECALL", "recall");
+const MEMORY = flag("CTXOS_MEMORY", "remember");
+/** How long one call to ctxos may take. */
+const TIMEOUT_MS = timeoutSetting();
 /** The agent's name on the mesh, when it joins one. */
 const MESH = process.env.CTXOS_MESH?.trim() || undefined;
 /** The seed's nine (their definitions: MESH_TOOLS, below). */
@@ -155,8 +162,7 @@ class ContextOs {
 			this.off(ctx, `CTXOS_POLICY: ${message(e)}`);
 			return undefined;
 		}
-		const timeoutMs = positiveInt(process.env.CTXOS_TIMEOUT_MS) ?? DEFAULT_TIMEOUT_MS;
-		const rpc = new RpcChild(argv, timeoutMs, { cwd: ctx.cwd, env: process.env });
+		const rpc = new RpcChild(argv, TIMEOUT_MS, { cwd: ctx.cwd, env: process.env });
 		this.rpc = rpc;
 		try {
 			const sources = { recall: RECALL, memory: MEMORY, mesh: MESH !== undefined };
@@ -264,6 +270,7 @@ export default function contextOs(pi: ExtensionAPI): void {
 	const mesh = MESH ? new MeshTurns(pi, link) : undefined;
 
 	pi.on("session_start", (_event, ctx) => {
+		for (const problem of CONFIG_PROBLEMS) warn(ctx, `context_os: ${problem}`);
 		link.start(ctx);
 		mesh?.start(ctx);
 	});
@@ -777,9 +784,28 @@ function jsonObject(value: string | undefined): object | undefined {
 	return parsed;
 }
 
-function positiveInt(value: string | undefined): number | undefined {
+/** CTXOS_TIMEOUT_MS, a whole number of milliseconds; the default (and a problem said) for anything else. */
+function timeoutSetting(): number {
+	const value = process.env.CTXOS_TIMEOUT_MS?.trim();
+	if (!value) return DEFAULT_TIMEOUT_MS;
 	const n = Number(value);
-	return value && Number.isInteger(n) && n > 0 ? n : undefined;
+	if (/^\d+$/.test(value) && Number.isSafeInteger(n) && n > 0) return n;
+	CONFIG_PROBLEMS.push(`CTXOS_TIMEOUT_MS=${quoted(value)} is not a whole number of milliseconds: using ${DEFAULT_TIMEOUT_MS}`);
+	return DEFAULT_TIMEOUT_MS;
+}
+
+/** An on/off setting (1/true/yes/on, 0/false/no/off, any case); anything else is off, and said. */
+function flag(name: string, tool: string): boolean {
+	const value = (process.env[name] ?? "").trim();
+	if (ON.includes(value.toLowerCase())) return true;
+	if (!OFF.includes(value.toLowerCase())) {
+		CONFIG_PROBLEMS.push(`${name}=${quoted(value)} is neither 1 (on) nor 0 (off): ${tool} stays off`);
+	}
+	return false;
+}
+
+function quoted(value: string): string {
+	return `'${value}'`;
 }
 
 /** A warning notification in the TUI (and over RPC); a stderr line where there is no UI (print, JSON). */

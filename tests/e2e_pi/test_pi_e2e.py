@@ -205,6 +205,25 @@ def test_pi_works_on_when_ctxos_fails(
     assert not run.store.exists()
 
 
+def test_a_setting_the_extension_cannot_read_is_named_not_ignored(pi: PiInstall, tmp_path: Path) -> None:
+    """A timeout that is not a number of milliseconds, or an on/off setting that is neither, is
+    named on stderr with what the extension does instead; the usual words for on and off work,
+    and context_os stays on."""
+    env = {"CTXOS_TIMEOUT_MS": "5s", "CTXOS_RECALL": "true", "CTXOS_MEMORY": "maybe"}
+    script = [tool_call("read", path="calc.py"), text("Read.")]
+    run = run_pi(pi, tmp_path, PROMPT, script, files={"calc.py": BUGGY}, env=env)
+    assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
+    assert run.model.errors == [] and len(run.requests) == 2
+    said = run.proc.stderr
+    assert "context_os is off" not in said, said
+    assert "CTXOS_TIMEOUT_MS='5s' is not a whole number of milliseconds: using 30000" in said, said
+    assert "CTXOS_MEMORY='maybe' is neither 1 (on) nor 0 (off): remember stays off" in said, said
+    assert "CTXOS_RECALL" not in said, said
+    names = _tool_names(run.requests[0])
+    assert "recall" in names and "remember" not in names and "activate" in names
+    assert "return a - b" in _tail(run.requests[1])
+
+
 def _kill_ctxos_serving(store: Path) -> int:
     """SIGKILL the ``ctxos serve`` this test's Pi started (found by its unique store URL); how many."""
     marker = f"CTXOS_STORE=sqlite:///{store}".encode()
