@@ -169,6 +169,8 @@ class ContextOs {
 			await rpc.call("session.open", { session: this.session, harness: HARNESS, workspace: ctx.cwd, policy, ...sources });
 			const tools = await rpc.call<unknown>("tools.list", { session: this.session });
 			this.offered = new Set(toolNames(tools));
+			// a peer ctxos could not dial leaves the agent alone on the mesh: its stderr never shows
+			if (MESH) for (const problem of bootstrapFailures(await rpc.call<unknown>("mesh.status", {}))) warn(ctx, problem);
 		} catch (e) {
 			this.off(ctx, `could not open session ${this.session}: ${describe(e)}`);
 			return undefined;
@@ -756,6 +758,15 @@ function unusable(messages: unknown): string | undefined {
 		(m) => typeof m !== "object" || m === null || typeof (m as { role?: unknown }).role !== "string",
 	);
 	return bad >= 0 ? `message ${bad} has no role` : undefined;
+}
+
+/** What `mesh.status` says of the peers the mesh node could not dial at start, one line each. */
+function bootstrapFailures(status: unknown): string[] {
+	const failed = (status as { bootstrapFailed?: unknown } | null)?.bootstrapFailed;
+	if (!Array.isArray(failed)) return [];
+	return failed.map((f: { address?: unknown; error?: unknown } | null) => {
+		return `context_os: mesh: could not connect to ${String(f?.address)} at start (${String(f?.error)}); CTXOS_MESH_ARGS names it`;
+	});
 }
 
 function toolNames(tools: unknown): string[] {

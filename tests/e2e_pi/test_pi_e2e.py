@@ -342,6 +342,25 @@ def test_mesh_tools_through_pi(pi: PiInstall, tmp_path: Path) -> None:
         assert kinds == ["reply", "request"]
 
 
+def test_a_mesh_peer_pi_could_not_dial_at_start_is_said(pi: PiInstall, tmp_path: Path) -> None:
+    """A CTXOS_MESH_ARGS peer that is no address, or that nothing answers at, leaves the agent
+    alone on the mesh: the extension says so at session start (ctxos serve's stderr never reaches
+    the user), and context_os stays on with its mesh tools."""
+    from tests._xtdb_node import _free_port
+
+    nobody = f"/ip4/127.0.0.1/tcp/{_free_port()}/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
+    env = {"CTXOS_MESH": "alice", "CTXOS_MESH_ARGS": f"--no-mesh-mdns --mesh-connect nonsense --mesh-connect {nobody}"}
+    run = run_pi(pi, tmp_path, PROMPT, [text("Alone.")], files={"calc.py": BUGGY}, env=env)
+    assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
+    said = run.proc.stderr
+    assert "context_os is off" not in said, said
+    lines = [line for line in said.splitlines() if line.startswith("context_os: mesh: could not connect to")]
+    assert len(lines) == 2, said
+    assert "'nonsense' is not a peer address" in lines[0]
+    assert nobody in lines[1]
+    assert "mesh_send" in _tool_names(run.requests[0])
+
+
 def test_a_peers_request_is_a_turn_of_the_pi_agent(pi: PiInstall, tmp_path: Path) -> None:
     """A Pi agent on the mesh (RPC mode: long-lived, idle) takes a peer's request as a user
     message, and what its run ends with goes back to the peer as the answer."""

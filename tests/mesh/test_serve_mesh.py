@@ -57,6 +57,7 @@ def test_a_served_agent_answers_a_peer_and_uses_the_mesh_tools(tmp_path: Path) -
             assert entries[0]["value"] == "[Request] ready to merge?\n[Response] yes, CI is green"
         status = srv.rpc("mesh.status")["result"]
         assert status["agentName"] == "bob" and status["requests"]["answered"] == 1
+        assert status["bootstrapFailed"] == []  # it was told of no peer to dial
     # a server without --mesh refuses mesh sessions and methods, saying how to get them
     with http_server(tmp_path / "plain") as srv:
         refused = srv.rpc("session.open", session="s2", mesh=True)

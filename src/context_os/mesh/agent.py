@@ -487,6 +487,7 @@ class MeshAgent:
             "traffic": dict(self.node.counts),
             "requests": self.queue.stats(),
             "shown": len(self._shown),
+            "bootstrapFailed": list(self.node.bootstrap_failed),
         }
 
 

@@ -224,6 +224,8 @@ class MeshNode:
             "dropped": 0,
         }
         """What passed through the node (``rejected``: malformed or spoofed input)."""
+        self.bootstrap_failed: list[dict[str, str]] = []
+        """The bootstrap peers ``start`` could not dial: ``{"address", "error"}`` each."""
         self._token: Any = None
         self._stop: Any = None
         self._nursery: Any = None
@@ -314,6 +316,7 @@ class MeshNode:
                 self.connect(addr)
             except MeshError as e:
                 log.warning("mesh: bootstrap peer %s: %s", addr, e)
+                self.bootstrap_failed.append({"address": addr, "error": str(e).removeprefix("mesh: ")})
         return self
 
     def close(self, timeout: float = 10.0) -> None:
