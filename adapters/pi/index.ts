@@ -293,6 +293,9 @@ export default function contextOs(pi: ExtensionAPI): void {
 	});
 
 	pi.on("context", async (event, ctx) => {
+		// a run aborted while a tool ran (Esc, `abort` over RPC) still fires `context` for the next
+		// call, which Pi then does not make: no frame for it (its messages reach ctxos at the next call)
+		if (ctx.signal?.aborted) return undefined;
 		const rpc = await link.connection(ctx);
 		if (!rpc) return ownReads(event.messages, ctx, link.readsAgain);
 		let result: TransformResult;

@@ -148,10 +148,17 @@ def pi_print(pi: PiInstall, workspace: Path, env: dict[str, str], *args: str) ->
 
 @contextmanager
 def pi_rpc(
-    pi: PiInstall, root: Path, script: list[Reply], *, files: dict[str, str], env: dict[str, str] | None = None
+    pi: PiInstall,
+    root: Path,
+    script: list[Reply],
+    *,
+    files: dict[str, str],
+    env: dict[str, str] | None = None,
+    events: list[dict] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[str], ScriptedModel, Path]]:
     """The real Pi CLI in RPC mode (a long-lived agent waiting on stdin) with our extension, against
-    a scripted model; yields (process, model, store). Closing stdin ends it."""
+    a scripted model; yields (process, model, store). Closing stdin ends it. ``events``: a list
+    that receives each event and response Pi writes, as Pi writes it."""
     with scripted_model(script) as (model, base_url):
         workspace, _, store, run_env, options = _setup(pi, root, base_url, files, CTXOS, env)
         proc = subprocess.Popen(
@@ -163,8 +170,16 @@ def pi_rpc(
             stderr=subprocess.PIPE,
             text=True,
         )
+
         # read what Pi writes as it writes it: a full pipe would stall it
-        drains = [threading.Thread(target=stream.read, daemon=True) for stream in (proc.stdout, proc.stderr) if stream]
+        def collect() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if events is not None and line.startswith("{"):
+                    events.append(json.loads(line))
+
+        assert proc.stderr is not None
+        drains = [threading.Thread(target=collect, daemon=True), threading.Thread(target=proc.stderr.read, daemon=True)]
         for t in drains:
             t.start()
         try:

@@ -397,6 +397,45 @@ def test_a_peers_request_is_a_turn_of_the_pi_agent(pi: PiInstall, tmp_path: Path
         assert got[("out", "reply")]["meta"]["in_reply_to"] == got[("in", "request")]["id"]
 
 
+def test_a_run_aborted_while_a_tool_runs_records_no_frame_for_a_call_never_made(pi: PiInstall, tmp_path: Path) -> None:
+    """``abort`` (Esc in the TUI) while bash runs: Pi fires ``context`` for the next call before
+    it stops, with the run's signal aborted, and makes no call; the extension records no frame for
+    it, so the session's frames are the calls the model received, each verified."""
+    from .conftest import pi_rpc
+
+    script = [tool_call("read", path="calc.py"), tool_call("bash", command="touch started; sleep 30"), text("On it.")]
+    events: list[dict[str, Any]] = []
+    with pi_rpc(pi, tmp_path, script, files={"calc.py": BUGGY}, events=events) as (proc, model, store):
+        assert proc.stdin is not None
+
+        def send(**command: Any) -> None:
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(command) + "\n")
+            proc.stdin.flush()
+
+        def wait_for(what: str, ready: Any) -> None:
+            deadline = time.monotonic() + 60
+            while not ready():
+                assert proc.poll() is None and time.monotonic() < deadline, what
+                time.sleep(0.05)
+
+        send(type="prompt", message="read calc.py, then run the slow check")
+        wait_for("bash started", lambda: (tmp_path / "workspace" / "started").exists())
+        send(type="abort")
+        wait_for("the aborted run's end", lambda: any(e.get("type") == "agent_end" for e in events))
+        send(type="prompt", message="carry on")
+        wait_for("the call after the abort", lambda: len(model.requests) == 3)
+    assert model.errors == []
+    assert "Command aborted" in _joined(model.requests[2])
+    with SqliteStore(store) as s:
+        sessions = {d["meta"]["session"] for d in (v.doc for v in s.find("frame")) if d}
+    [session] = sessions
+    frames = json.loads(_ctxos("frames", "list", session, "--json", store=store).stdout)
+    assert [f["turn"] for f in frames] == [1, 2, 3], frames
+    verify = _ctxos("frames", "verify", session, "--json", store=store)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
 def test_pi_through_the_proxy(pi: PiInstall, tmp_path: Path) -> None:
     """Pi, with no extension, configured with ``ctxos proxy`` as its OpenAI-compatible provider:
     it does the task, and every model call went through context_os as a verified frame."""
