@@ -97,6 +97,24 @@ def test_an_aborted_answers_edit_never_ran_and_is_not_counted(db) -> None:
     assert r.frames_verified == r.frames_checked == r.frames == r.turns
 
 
+def test_an_answer_pi_never_asked_for_is_no_model_call(db) -> None:
+    """A run aborted while a tool ran: Pi stops before the next call and writes an empty aborted
+    answer in its place (no content, no usage, no time: as Pi 1.5.2 writes it). No model received
+    that call, so the replay counts none for it (as the extension records no frame for it); an
+    answer aborted while it streamed had its call."""
+    msgs = [user("go"), *step("r1", "read", "alpha = 1\n", path="/repo/a.py")]
+    msgs += step("b1", "bash", "Command aborted", command="sleep 30")
+    usage = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 0}
+    never = {"role": "assistant", "content": [], "usage": usage, "stopReason": "aborted", "durationMs": 0}
+    msgs.append({**never, "errorMessage": "This operation was aborted"})
+    msgs += [user("carry on")]
+    msgs.append({**never, "content": [{"type": "text", "text": "I was"}], "durationMs": 41})  # aborted mid-stream
+    msgs += [user("go on"), say("done")]
+    r = replay_transcript(pi(msgs), Session.open(db, "never-asked", harness="pi"))
+    assert r.turns == 4  # the read, the bash, the answer aborted mid-stream, the last answer
+    assert r.frames_verified == r.frames_checked == r.frames == r.turns
+
+
 def test_file_results_collapse_at_once_and_the_file_shows_the_current_text(db) -> None:
     session = Session.open(db, "cur", harness="pi")
     msgs = [user("go")]

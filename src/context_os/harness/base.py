@@ -80,6 +80,11 @@ class Adapter(ABC, Generic[M]):
         Adapters that override it are *splitting* adapters."""
         return 1
 
+    def requested(self, message: M) -> bool:
+        """Whether an assistant ``message`` came from a model call (a harness may write an answer
+        in place of a call it never made: Pi, for a run aborted between calls). Default: yes."""
+        return True
+
     def sent(self, message: M) -> bool:
         """Whether the harness sends ``message`` to the model at all (a message it keeps only for
         its own UI is left out of the context and of the full-transcript count). Default: yes."""

@@ -178,6 +178,9 @@ class PiAdapter(Adapter[dict[str, Any]]):
     def sent(self, message: dict[str, Any]) -> bool:
         return not isinstance(message, Mapping) or in_context(message)
 
+    def requested(self, message: dict[str, Any]) -> bool:
+        return not isinstance(message, Mapping) or not never_requested(message)
+
     def translate(self, message: dict[str, Any], index: int) -> Incoming:
         if not isinstance(message, Mapping):
             raise MalformedMessage(f"a message must be an object, not {type(message).__name__}", index=index)
@@ -356,6 +359,22 @@ def in_context(message: Mapping[str, Any]) -> bool:
     if role == "bashExecution":
         return not message.get("excludeFromContext")
     return not (role == "assistant" and message.get("stopReason") in ("error", "aborted"))
+
+
+def never_requested(message: Mapping[str, Any]) -> bool:
+    """Whether ``message`` is the empty answer Pi writes when a run was aborted before its next
+    model call went out (Esc while a tool ran): aborted, nothing in it, no tokens used and no time
+    taken. No model received that call. (An answer aborted while it streamed took time.)"""
+    if message.get("role") != "assistant" or message.get("stopReason") != "aborted":
+        return False
+    if message.get("durationMs") != 0:
+        return False
+    usage = message.get("usage")
+    if isinstance(usage, Mapping) and usage.get("totalTokens"):
+        return False
+    content = message.get("content")
+    blocks = content if isinstance(content, list) else [content] if content else []
+    return all(isinstance(b, Mapping) and b.get("type") == "text" and not b.get("text") for b in blocks)
 
 
 class PiHook(ContextHook[dict[str, Any]]):

@@ -171,7 +171,11 @@ def replay_transcript(
     adapter = hook.adapter
     messages = transcript.messages
     result = TranscriptReplay(file=file, format=transcript.format, session=session.id, store=session.store.url)
-    calls = [k for k, m in enumerate(messages) if isinstance(m, Mapping) and m.get("role") == "assistant" and k > 0]
+    calls = [
+        k
+        for k, m in enumerate(messages)
+        if isinstance(m, Mapping) and m.get("role") == "assistant" and k > 0 and adapter.requested(m)
+    ]
     if session.view.visible:  # a session that goes on: the calls whose input it holds are done
         held = hook.held(messages)
         # but the call of a replay killed after its messages were written, before its frame was
