@@ -527,6 +527,24 @@ def test_a_forked_session_shows_the_file_its_parent_read(pi: PiInstall, tmp_path
     assert "return a - b" in _tail(model.requests[2])
 
 
+def test_a_session_resumed_into_another_store_shows_the_file_it_read(pi: PiInstall, tmp_path: Path) -> None:
+    """``pi -c`` with CTXOS_STORE pointing at a store that never held the session (a new store, one
+    on another machine, a wiped one): its read result is context_os's report, whose file id that
+    store does not know; the new context_os session reads the file the report names, or the model
+    would see "activated" and no text."""
+    script = [tool_call("read", path="calc.py"), text("Read it."), text("add subtracts.")]
+    with scripted_model(script) as (model, base_url):
+        workspace, agent_dir, _, env, options = _setup(pi, tmp_path, base_url, {"calc.py": BUGGY}, CTXOS, None)
+        for args, store in (([], "store.db"), (["-c"], "other.db")):
+            run_env = {**env, "CTXOS_STORE": f"sqlite:///{tmp_path / store}"}
+            proc = _pi_print(pi, workspace, run_env, *args, *options, "go")
+            assert "context_os is off" not in proc.stderr, proc.stdout + proc.stderr
+    assert model.errors == [] and len(model.requests) == 3
+    assert len(list((agent_dir / "sessions").rglob("*.jsonl"))) == 1
+    assert _tool_output(model.requests[2], "call_1").startswith('{"active"')  # the first store's report
+    assert "return a - b" in _tail(model.requests[2])
+
+
 def test_a_session_resumed_with_context_os_off_keeps_the_files_it_read(pi: PiInstall, tmp_path: Path) -> None:
     """Resumed with the store out of reach, Pi sends its own context: the reports of context_os's
     read in it become Pi's reads of those files, so the model still has them; a file context_os

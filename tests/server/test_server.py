@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from context_os.context.evict import evict
 from context_os.server import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -615,3 +616,35 @@ def test_a_forked_pi_session_shows_the_files_its_inherited_reads_name(tmp_path: 
 
         rpc("session.open", session="fork", harness="pi", workspace=str(ws))
         assert "the text of app.py" in tail("fork", [*messages, pi_msgs.user("in the fork")])
+
+
+def test_a_pi_session_resumed_into_another_store_reads_the_files_its_reports_name(tmp_path: Path):
+    """A Pi session resumed with a store that never held it carries read reports whose file ids
+    that store does not know: the files they name are read again by path (or the model would see
+    'activated' and no text); a file id the store evicted (a leaked secret) is not read again."""
+
+    def tail(rpc: Callable[..., Any], session: str, messages: list[dict[str, Any]]) -> str:
+        out = rpc("context.transform", session=session, messages=messages)["messages"]
+        texts = [b["text"] for m in out if isinstance(m["content"], list) for b in m["content"] if "text" in b]
+        return "\n".join(t for t in texts if t.startswith("<context_os>"))
+
+    def resumed(report: str) -> list[dict[str, Any]]:
+        read = {**pi_msgs.result("c1", "read", report), "details": {"contextOs": True}}
+        return [pi_msgs.user("look at app.py"), pi_msgs.call("c1", "read", path="app.py"), read, pi_msgs.user("go on")]
+
+    (tmp_path / "a").mkdir()
+    with granted(tmp_path / "a") as (_, ws, rpc):
+        (ws / "app.py").write_text("print('the text of app.py')\n")
+        rpc("session.open", session="s", harness="pi", workspace=str(ws))
+        elsewhere = rpc("tools.call", session="s", name="read", arguments={"path": "app.py"})["output"]
+    (tmp_path / "b").mkdir()
+    with granted(tmp_path / "b") as (server, ws, rpc):
+        (ws / "app.py").write_text("print('the text of app.py')\n")
+        rpc("session.open", session="s", harness="pi", workspace=str(ws))
+        assert "the text of app.py" in tail(rpc, "s", resumed(elsewhere))
+
+        rpc("session.open", session="t", harness="pi", workspace=str(ws))
+        here = rpc("tools.call", session="t", name="read", arguments={"path": "app.py"})["output"]
+        evict(server.store, json.loads(here)["id"])
+        rpc("session.open", session="u", harness="pi", workspace=str(ws))
+        assert "the text of app.py" not in tail(rpc, "u", resumed(here))

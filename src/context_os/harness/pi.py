@@ -418,18 +418,37 @@ def host_tool_observer(
 
 def _inherited_read(session: Session, files: FileTools, report: Any) -> None:
     """Our read's report, in a history this session did not make (a Pi session forked or cloned
-    from another, whose reads another context_os session answered): the report names the file
-    but holds none of its text, which only that session showed. The file it names joins this
-    session active, at its version on the disk, as the read would have made it; a file this
-    session knows already (its own read, or one it deactivated since) is left as it is."""
+    from another, whose reads another context_os session answered, or one resumed with a store
+    that never held it): the report names the file but holds none of its text, which only that
+    session showed. The file it names joins this session active, at its version on the disk, as
+    the read would have made it; a file this session knows already (its own read, or one it
+    deactivated since) is left as it is. A file id the store never knew (another store's) is read
+    again by the report's path; one it evicted is not."""
     try:
         found = json.loads(report) if isinstance(report, str) else None
     except json.JSONDecodeError:
         return
-    file_id = found.get("id") if isinstance(found, dict) else None
+    if not isinstance(found, dict):
+        return
+    file_id = found.get("id")
     if not isinstance(file_id, str) or not file_id.startswith("file:") or file_id in session.view.objects:
         return
     # gone from the store (evicted), unreadable: the report is all there is; seen by the model in
     # the session it came from: not an ask the active pool must keep for the next call
     with suppress(ContextOSError), session.answered():
+        if _unknown_here(session, file_id):
+            path = found.get("path")
+            if isinstance(path, str):
+                known = files.index.lookup(files.workspace.resolve(path, must_exist=False))
+                if known is None or known.id not in session.view.objects:
+                    files.read(path)
+            return
         files.activate(file_id)
+
+
+def _unknown_here(session: Session, file_id: str) -> bool:
+    """Whether the store holds nothing of ``file_id``: no version, and no tombstone (an eviction)."""
+    from ..context.evict import tombstone_id
+
+    store = session.store
+    return store.get(file_id) is None and store.get(tombstone_id(file_id)) is None
