@@ -525,6 +525,12 @@ def test_a_forked_session_shows_the_file_its_parent_read(pi: PiInstall, tmp_path
     assert len(list((agent_dir / "sessions").rglob("*.jsonl"))) == 2
     assert _tool_output(model.requests[2], "call_1").startswith('{"active"')  # the parent's report
     assert "return a - b" in _tail(model.requests[2])
+    # the fork's file holds a copy of its parent's entries: its replay counts its own call only
+    [fork] = [f for f in (agent_dir / "sessions").rglob("*.jsonl") if f != parent]
+    out = _ctxos("replay", str(fork), "--json", "--no-per-turn", store=tmp_path / "replay.db")
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["turns"] == summary["frames_verified"] == 1, summary
 
 
 def test_a_session_resumed_into_another_store_shows_the_file_it_read(pi: PiInstall, tmp_path: Path) -> None:

@@ -276,3 +276,39 @@ def blocks(session: Session) -> str:
     """The context_os blocks the session would show now, joined."""
     texts = (m["text"] or "" for m in session.view.render().messages)
     return "\n".join(t for t in texts if t.startswith("<context_os>"))
+
+
+def test_a_forked_pi_session_replays_its_own_calls_only(db, tmp_path: Path) -> None:
+    """A Pi session forked or cloned from another (``parentSession`` in its header) starts with a
+    copy of that session's entries, written before the fork: their model calls were the parent's
+    (and its replay's). The fork's replay counts its own calls, each given the whole branch."""
+    lines: list[dict[str, Any]] = [
+        {"type": "session", "version": 3, "id": "fork", "timestamp": "2026-11-30T10:00:05.000Z", "cwd": "/repo"},
+    ]
+    parent_id = None
+
+    def entry(at: str, message: dict[str, Any]) -> None:
+        nonlocal parent_id
+        n = f"e{len(lines)}"
+        lines.append({"type": "message", "id": n, "parentId": parent_id, "timestamp": at, "message": message})
+        parent_id = n
+
+    lines[0]["parentSession"] = "/sessions/parent.jsonl"
+    pi_call = {"type": "toolCall", "id": "c1", "name": "bash", "arguments": {"command": "ls"}}
+    entry("2026-11-30T10:00:00.000Z", {"role": "user", "content": [{"type": "text", "text": "go"}]})
+    entry("2026-11-30T10:00:01.000Z", {"role": "assistant", "content": [pi_call], "stopReason": "toolUse"})
+    entry(
+        "2026-11-30T10:00:02.000Z",
+        {"role": "toolResult", "toolCallId": "c1", "toolName": "bash", "content": [{"type": "text", "text": "a.py"}]},
+    )
+    entry("2026-11-30T10:00:03.000Z", {"role": "assistant", "content": [{"type": "text", "text": "one file"}]})
+    entry("2026-11-30T10:00:06.000Z", {"role": "user", "content": [{"type": "text", "text": "in the fork"}]})
+    entry("2026-11-30T10:00:07.000Z", {"role": "assistant", "content": [{"type": "text", "text": "forked"}]})
+    path = tmp_path / "fork.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    transcript = read_session(path)
+    r = replay_transcript(transcript, Session.open(db, "fork", harness="pi"))
+    assert r.turns == 1  # the fork's one call; the parent's two were the parent's
+    assert r.rows[0].messages == 5  # the whole branch before it
+    assert r.frames_verified == r.frames == 1
+    assert any("forked" in note for note in transcript.notes), transcript.notes

@@ -174,7 +174,11 @@ def replay_transcript(
     calls = [
         k
         for k, m in enumerate(messages)
-        if isinstance(m, Mapping) and m.get("role") == "assistant" and k > 0 and adapter.requested(m)
+        if isinstance(m, Mapping)
+        and m.get("role") == "assistant"
+        and k > 0
+        and adapter.requested(m)
+        and k >= transcript.inherited  # a fork's copy of its parent: the parent's calls
     ]
     if session.view.visible:  # a session that goes on: the calls whose input it holds are done
         held = hook.held(messages)

@@ -119,6 +119,9 @@ class Transcript:
     notes: list[str] = field(default_factory=list)
     """What the reader did that its harness's own loader would not, to say with the replay (a
     Pi branch joined over an entry lost on a line that is not JSON)."""
+    inherited: int = 0
+    """Leading messages copied from the session this one was forked or cloned from (a Pi
+    ``parentSession``): the input of its calls, but their own model calls were that session's."""
 
     def compacted_tokens(self, tokens: list[int], calls: list[int]) -> int | None:
         """What the harness itself sent over the calls at message indexes ``calls``, given each

@@ -171,8 +171,29 @@ def _read_pi_tree(
         for at, e in pending
     ]
     out = Transcript(f"pi-v{version}", "pi", "pi", messages, session_id, cwd, compactions, len(body) + 1)
+    out.inherited = _inherited(header, path)
+    if out.inherited:
+        notes.append(
+            f"forked from {header['parentSession']}: its first {out.inherited} messages are that session's, "
+            "whose model calls are replayed with it, not here"
+        )
     out.notes = notes
     return out
+
+
+def _inherited(header: Mapping[str, Any], path: list[dict[str, Any]]) -> int:
+    """How many of the branch's first messages a fork or clone copied from its parent session
+    (``parentSession`` in its header): Pi copies the parent's entries, as they were written
+    before the fork's header, into the new file."""
+    if not isinstance(header.get("parentSession"), str):
+        return 0
+    forked_at = iso_ms(header.get("timestamp"))
+    copied = 0
+    for e in path:
+        if not 0 < iso_ms(e.get("timestamp")) < forked_at:
+            break
+        copied += 1
+    return sum(1 for e in path[:copied] if _pi_message(e) is not None)
 
 
 def _over_lost_entry(
