@@ -92,7 +92,7 @@ export class RpcChild {
 			return;
 		}
 		const child = this.child;
-		child.on("error", (e) => this.fail(`could not run ${JSON.stringify(argv.join(" "))}: ${e.message}`));
+		child.on("error", (e) => this.fail(`could not run ${JSON.stringify(argv.join(" "))}: ${spawnError(argv[0], e)}`));
 		// the reason names the exit and the child's last stderr line: "close" comes once stderr is
 		// read to its end; "exit" (plus a moment for stderr) covers a grandchild holding the pipes
 		const exited = (code: number | null, signal: NodeJS.Signals | null) => {
@@ -224,4 +224,11 @@ function setRef(stream: object | undefined, on: boolean): void {
 
 function message(e: unknown): string {
 	return e instanceof Error ? e.message : String(e);
+}
+
+/** Why a command did not run; for one that is not there, what to do about it. */
+function spawnError(command: string, e: NodeJS.ErrnoException): string {
+	if (e.code !== "ENOENT") return e.message;
+	const where = command.includes("/") ? "does not exist" : "is not on PATH";
+	return `${command} ${where}: set CTXOS_CMD to the ctxos to run (e.g. /path/to/context_os/.venv/bin/ctxos)`;
 }

@@ -176,6 +176,12 @@ def test_replay_takes_no_context_os_report_for_file_text(replay: tuple[dict[str,
     [
         pytest.param("false", None, "ctxos exited with code 1", id="exits-at-once"),
         pytest.param(
+            "ctxos-not-installed-here",
+            None,
+            "ctxos-not-installed-here is not on PATH: set CTXOS_CMD to the ctxos to run",
+            id="not-on-path",
+        ),
+        pytest.param(
             f"'{sys.executable}' -c 'import time; time.sleep(60)'",
             "1500",
             "ctxos did not answer session.open within 1500 ms",
