@@ -917,3 +917,33 @@ def test_the_conversation_that_claimed_a_start_keeps_it_after_a_restart(tmp_path
         again.close()
     finally:
         store.close()
+
+
+def test_a_client_that_resets_its_connection_is_no_error(proxy: Running, capsys: Any) -> None:
+    """A client that drops a kept-alive connection with a reset (an SDK closed mid-read, a killed
+    agent) leaves no traceback on the proxy's stderr: it printed socketserver's "Exception
+    occurred during processing of request" and a ConnectionResetError traceback."""
+    import struct
+
+    port = proxy.server.server_address[1]
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (port, len(body), body)
+    )
+    before = set(threading.enumerate())
+    sock = socket.create_connection(("127.0.0.1", port))
+    client = sock.getsockname()
+    sock.sendall(request)
+    got = b""
+    while not got.endswith(b"0\r\n\r\n"):  # the whole answer: the proxy waits for the next request
+        got += sock.recv(65536)
+    assert b"[DONE]" in got
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # a reset, not a close
+    started = [t for t in threading.enumerate() if t not in before]  # the proxy's and the upstream's handlers
+    for t in started:
+        t.join(10)  # the upstream closes its streamed answer's connection; the proxy's reads the reset
+    assert not any(t.is_alive() for t in started)
+    err = capsys.readouterr().err
+    assert f"request from {client!r}" not in err and "ConnectionResetError" not in err

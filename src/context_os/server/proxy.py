@@ -30,6 +30,7 @@ import json
 import logging
 import re
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
@@ -559,13 +560,23 @@ def upstream_origin(url: str, option: str) -> str:
     return url.rstrip("/")
 
 
+class _ProxyServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (a kept-alive connection reset, an agent killed) is no error
+        of the proxy's: one line at debug, not socketserver's traceback on stderr."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            log.debug("proxy: the client %s went away: %s", client_address, sys.exc_info()[1])
+            return
+        super().handle_error(request, client_address)
+
+
 def make_proxy_server(
     proxy: Proxy, port: int = 0, host: str = "127.0.0.1", *, sock: socket.socket | None = None
 ) -> ThreadingHTTPServer:
     """The proxy's HTTP server, bound (not yet serving); on ``sock``, bound there already."""
     from .transports import HttpGuard, bind
 
-    server = bind(ThreadingHTTPServer, host, port, _handler(proxy), sock=sock)
+    server = bind(_ProxyServer, host, port, _handler(proxy), sock=sock)
     server.daemon_threads = True
     bound = server.server_address[1]
     # Host, Origin and JSON are checked; no token of its own: the provider's key is the credential
