@@ -947,3 +947,16 @@ def test_a_client_that_resets_its_connection_is_no_error(proxy: Running, capsys:
     assert not any(t.is_alive() for t in started)
     err = capsys.readouterr().err
     assert f"request from {client!r}" not in err and "ConnectionResetError" not in err
+
+
+def test_an_answer_relayed_has_one_date_and_one_server_header(proxy: Running, up: Upstream) -> None:
+    """The upstream's answer comes back with its own ``Date`` and ``Server``, once each: the proxy
+    added its own beside them, and every answer had two of each (``Date`` is a single value)."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    for stream in (False, True):
+        got = httpx.post(f"{proxy.url}/v1/chat/completions", json=dict(body, stream=stream), timeout=30)
+        assert got.status_code == 200
+        assert len(got.headers.get_list("date")) == 1 and len(got.headers.get_list("server")) == 1
+        assert got.headers["server"].startswith("BaseHTTP")  # the upstream's
+    got = httpx.get(f"{proxy.url}/v1/models", timeout=30)
+    assert len(got.headers.get_list("date")) == 1 and len(got.headers.get_list("server")) == 1

@@ -775,10 +775,16 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             if status >= 400:
                 with proxy._lock:
                     proxy.counts["upstream_errors"] += 1
-            self.send_response(status)
+            # the upstream's Date and Server, once each (send_response would add the proxy's too)
+            self.log_request(status)
+            self.send_response_only(status)
             for k, v in headers.multi_items():
                 if k.lower() not in HOP_HEADERS and k.lower() != "content-encoding":
                     self.send_header(k, v)
+            if "date" not in headers:
+                self.send_header("Date", self.date_time_string())
+            if "server" not in headers:
+                self.send_header("Server", self.version_string())
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
 
