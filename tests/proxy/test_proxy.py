@@ -960,3 +960,12 @@ def test_an_answer_relayed_has_one_date_and_one_server_header(proxy: Running, up
         assert got.headers["server"].startswith("BaseHTTP")  # the upstream's
     got = httpx.get(f"{proxy.url}/v1/models", timeout=30)
     assert len(got.headers.get_list("date")) == 1 and len(got.headers.get_list("server")) == 1
+
+
+def test_chat_messages_that_are_not_a_list_go_upstream_as_they_came(proxy: Running, up: Upstream) -> None:
+    """A chat request whose ``messages`` is a string (no request the API takes: only a Responses
+    ``input`` may be one) goes upstream as it came, for the provider to refuse: the proxy made it
+    a user message, and the provider answered a request the client never sent."""
+    got = httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": "m", "messages": "hello"}, timeout=30)
+    assert got.status_code == 400 and "valid list" in got.json()["error"]["message"]  # the provider's refusal
+    assert up.requests[-1]["messages"] == "hello" and "tools" not in up.requests[-1]

@@ -340,8 +340,11 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             if reasoning:
                 up.reasoned.add(str(n))
             api = "anthropic" if anthropic else "responses" if responses else "openai"
-            refused = pairing_refused(api, body) or (
-                _thinking_refused(body["messages"]) if thinking else _items_refused(body.get("input"), up.reasoned)
+            listed = responses or isinstance(body.get("messages"), list)
+            refused = (
+                ("messages: Input should be a valid list" if not listed else None)
+                or pairing_refused(api, body)
+                or (_thinking_refused(body["messages"]) if thinking else _items_refused(body.get("input"), up.reasoned))
             )
             if refused is not None:
                 err: dict[str, Any] = {"type": "invalid_request_error", "message": refused}

@@ -195,10 +195,14 @@ def _key(api: Api) -> str:
 
 
 def _client(plan: Plan) -> list[Any]:
-    """The client's conversation (a Responses ``input`` string is one user message)."""
+    """The client's conversation (a Responses ``input`` string is one user message); ``ValueError``
+    for one that is not a list (the request then goes upstream as it came, for the provider to
+    refuse)."""
     found = plan.original.get(_key(plan.api))
-    if isinstance(found, str):
+    if isinstance(found, str) and plan.api == "responses":
         return [{"role": "user", "content": found}]
+    if found is not None and not isinstance(found, list):
+        raise ValueError(f"the request's {_key(plan.api)} is not a list")
     return list(found or [])
 
 
