@@ -273,6 +273,19 @@ def test_a_retried_call_gets_the_same_context_without_a_new_turn_unless_somethin
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
 
 
+def test_a_retry_is_the_same_turn_in_a_session_managed_on_request(db):
+    """A session asked to be managed from the next turn on (its file tools, a file it showed
+    changed) kept asking after it was: every retry of a call was a new turn."""
+    hook = OpenAIHook(Session.open(db, "s1", harness="openai"))  # the default policy: a small one passes
+    hook.session.manage()
+    msgs = [user("first question")]
+    first = hook.transform_context(msgs)
+    assert hook.session.view.managed
+    for _ in range(2):
+        assert hook.transform_context(msgs) == first and hook.last.turn == 1
+    assert len(frame_docs(db, "s1")) == 1
+
+
 def test_a_retry_of_a_call_that_failed_after_its_turn_was_assembled_assembles_again(db, monkeypatch):
     """A call whose turn was assembled but whose output then failed returned nothing: its retry
     is no repeat of the call before (whose context lacks the newest messages)."""

@@ -323,6 +323,7 @@ class Session:
             view.managed, self.managed_from = True, view.turn
             view.reset_render()
             self._released = [o for o in view.objects.values() if o.kind == "toolcall" and o.collapsed]
+        self._manage_next = False  # asked for this turn, done: kept, a retry of it was never ``again``
         changes, self._between = self._between, []
         if self._others_wrote():  # (not while the store is out of reach: nothing new can be read)
             self._unchecked = self.writer.skipped = False
