@@ -286,6 +286,27 @@ def test_a_retry_is_the_same_turn_in_a_session_managed_on_request(db):
     assert len(frame_docs(db, "s1")) == 1
 
 
+def test_a_retry_is_the_same_turn_after_a_write_the_session_saw_before_its_own(db):
+    """Another writer's transaction the session looked at before writing its turn (a proxy's
+    note of which conversation claimed a start, written as the request came) is no write it has
+    not seen: the turn's retry is the same turn. It was a new one, the gap in the transaction ids
+    taken for a write unseen."""
+    hook = hook_for(db)
+    msgs = [user("first question")]
+    hook.transform_context(msgs)
+    msgs += [say("an answer"), user("SECOND question")]
+    with SqliteStore(db.path) as other:
+        other.put({"id": "note:1", "kind": "note", "meta": {}, "content": "from another process"})
+    second = hook.transform_context(msgs)
+    assert hook.last.turn == 2
+    assert hook.transform_context(msgs) == second and hook.last.turn == 2
+    with SqliteStore(db.path) as other:  # one written after the turn is still seen
+        other.put({"id": "note:2", "kind": "note", "meta": {}, "content": "from another process"})
+    hook.transform_context(msgs)
+    assert hook.last.turn == 3
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
+
+
 def test_a_retry_of_a_call_that_failed_after_its_turn_was_assembled_assembles_again(db, monkeypatch):
     """A call whose turn was assembled but whose output then failed returned nothing: its retry
     is no repeat of the call before (whose context lacks the newest messages)."""

@@ -969,3 +969,28 @@ def test_chat_messages_that_are_not_a_list_go_upstream_as_they_came(proxy: Runni
     got = httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": "m", "messages": "hello"}, timeout=30)
     assert got.status_code == 400 and "valid list" in got.json()["error"]["message"]  # the provider's refusal
     assert up.requests[-1]["messages"] == "hello" and "tools" not in up.requests[-1]
+
+
+def test_a_retried_request_is_one_frame_with_a_workspace(tmp_path: Path) -> None:
+    """With ``--workspace`` (context_os's ``read`` offered: the session is managed from its first
+    call) a retried request is one frame for all its tries too: each try was a turn of its own,
+    as the session kept asking to be managed from the next turn on after it was."""
+    work = tmp_path / "work"
+    work.mkdir()
+    with upstream(replies=["looked", "-", "-", "found it"], errors={2: 429, 3: 500}) as up:
+        running = Running(tmp_path, up, workspace=work)
+        try:
+            msgs: list[dict[str, Any]] = [{"role": "user", "content": "look around"}]
+            client = running.openai()
+            client.chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+            msgs += [{"role": "assistant", "content": "looked"}, {"role": "user", "content": "and now?"}]
+            for status in (429, 500):
+                with pytest.raises(openai.APIStatusError) as e:
+                    client.chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+                assert e.value.status_code == status
+            got = client.chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+            assert got.choices[0].message.content == "found it"
+            assert all(json.dumps(r) == json.dumps(up.requests[1]) for r in up.requests[2:])
+            assert verified_frames(running.store, derive_session("openai", {"messages": msgs})) == 2
+        finally:
+            running.close()

@@ -60,6 +60,9 @@ class SessionWriter:
         """Whether a transaction of this writer came after one it did not write (another writer's,
         an eviction say) since the session last looked (``Session._others_wrote``): its own
         ``last_tx`` alone would hide that one."""
+        self.looked: int | None = None
+        """The store's newest transaction when the session last looked at what others wrote: one
+        written before it is no transaction the session has not seen."""
         self.dirty_pages: set[int] = set()
         """Chat pages whose entries changed since the last flush."""
         self._ops: list[Op] = []
@@ -253,7 +256,8 @@ class SessionWriter:
                 self._pending.append((object_hash, target))
             raise
         self._settle(vt, tx.id, pending)
-        if self.last_tx is not None and min(tx.id, self.last_tx) >= 0 and tx.id != self.last_tx + 1:
+        seen = max(self.last_tx, self.looked) if self.last_tx is not None and self.looked is not None else self.last_tx
+        if seen is not None and min(tx.id, seen) >= 0 and tx.id != seen + 1:
             # (a gap no writer made costs one look; a provisional id, an outbox's, says nothing)
             self.skipped = True
         self.last_tx = tx.id

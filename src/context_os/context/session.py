@@ -131,6 +131,8 @@ class Session:
         self._manage_next = False
         """Managed from the next turn on, whatever its size: an object the session showed got a
         new version, or its tools show text only in blocks (``manage``)."""
+        self._looked: int | None = None
+        """The store's newest transaction when ``_others_wrote`` last read it (None: it did not)."""
         self._seq = max((o.seq for o in view.objects.values() if o.kind != "toolcall"), default=0)
         self._reading: dict[str, str | None] = {
             o.id: _made(o)
@@ -327,6 +329,7 @@ class Session:
         changes, self._between = self._between, []
         if self._others_wrote():  # (not while the store is out of reach: nothing new can be read)
             self._unchecked = self.writer.skipped = False
+            self.writer.looked = self._looked
             changes += self._apply_tombstones()
             changes += self._check_newer()
         new = view.entries[min(self._seen_from, len(view.entries)) :]
@@ -606,6 +609,7 @@ class Session:
         store is out of reach (its writes wait in an outbox): nothing it holds can be read before
         it answers again, so the turn goes on with what the session knows, without asking again
         (and the next turn that reaches it checks)."""
+        self._looked = None
         if self.writer.last_tx is None or self.writer.skipped:
             return True
         try:
@@ -613,6 +617,7 @@ class Session:
         except StoreUnavailable:
             self._unchecked = True
             return False
+        self._looked = latest
         return self._unchecked or latest != self.writer.last_tx
 
     def _know_tombstones(self, tombstones: list[Version]) -> None:
