@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -26,6 +29,7 @@ from context_os.context.policy import RetentionPolicy
 from context_os.errors import StoreUnavailable
 from context_os.harness import OpenAIHook
 from context_os.store.sqlite import SqliteStore
+from context_os.store.xtdb import XtdbStore
 from tests.helpers import EAGER, call, result, user
 
 
@@ -172,3 +176,95 @@ def test_a_result_evicted_behind_the_horizon_explains_no_frame_that_did_not_show
         monkeypatch.setattr(view_module, "stub_text", lambda obj, layout: stub(obj, layout) + " (rendered otherwise)")
         checks = [verify_frame(store, f) for f in behind]
     assert all(not c.ok and c.evicted == [] for c in checks), [(c.frame_id, c.evicted) for c in checks]
+
+
+class _StallingRelay:
+    """A TCP relay in front of a real XTDB node that can stop passing bytes, as a node that hangs
+    (stopped, swapping, behind a dead link) does: connections stay open and nothing answers."""
+
+    def __init__(self, upstream: str) -> None:
+        self.target = (urlsplit(upstream).hostname or "127.0.0.1", urlsplit(upstream).port or 3000)
+        self.open = threading.Event()
+        self.open.set()
+        self.stalled = threading.Event()  # a request arrived while it passed nothing
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"xtdb+http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            node = socket.create_connection(self.target)
+            self.sockets += [client, node]
+            threading.Thread(target=self._pump, args=(client, node), daemon=True).start()
+            threading.Thread(target=self._pump, args=(node, client), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                if not self.open.is_set():
+                    self.stalled.set()
+                    self.open.wait()
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.open.set()
+        self.server.close()
+        for s in self.sockets:
+            s.close()
+
+
+_INTERRUPTED = """
+import sys
+from context_os.context import frames
+from context_os.store.xtdb import XtdbStore
+frames.PARALLEL_FROM, frames.CHUNK = 1, 1
+store = XtdbStore(sys.argv[1], timeout=3600, text_index_path=sys.argv[2])
+docs = frames.frame_docs(store, sys.argv[3])
+print(len(docs), flush=True)
+sys.stdin.readline()  # the node hangs from here on
+try:
+    list(frames.verify_frames(store, docs, jobs=2))
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+@pytest.mark.xtdb
+def test_ctrl_c_stops_a_check_whose_workers_wait_on_a_node_that_hangs(tmp_path: Path, xtdb_url: str, uid: str) -> None:
+    """Ctrl-C while the workers wait on a node that does not answer ends the check then (as it
+    does a check in one process), not once each worker's request has timed out and its chunk is
+    done (a minute and more at the store's timeout)."""
+    sid = f"hang-{uid}"
+    with XtdbStore(xtdb_url, text_index_path=tmp_path / "index.db") as store:
+        hook = OpenAIHook(Session.open(store, sid, harness="openai", policy=RetentionPolicy(**EAGER)))
+        msgs = [{"role": "system", "content": "You are a coding agent."}, user("fix the bug")]
+        for n in range(6):
+            msgs += [call(f"c{n}", command=f"cat f{n}.py"), result(f"c{n}", f"line {n}\n" * 50)]
+            hook.transform_context(msgs)
+        hook.session.close()
+    relay = _StallingRelay(xtdb_url)
+    src = str(Path(frames_module.__file__).parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    args = [sys.executable, "-c", _INTERRUPTED, relay.url, str(tmp_path / "index.db"), sid]
+    with subprocess.Popen(args, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            assert child.stdout.readline().strip() == "6"
+            relay.open.clear()
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert relay.stalled.wait(120), "no worker asked the node anything"
+            child.send_signal(signal.SIGINT)
+            # the node still hangs: the check must end without it
+            assert child.wait(timeout=60) == 0, "Ctrl-C waited for the workers' requests to the hung node"
+            assert child.stdout.read().strip() == "interrupted"
+        finally:
+            child.kill()
+            relay.close()

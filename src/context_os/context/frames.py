@@ -434,6 +434,7 @@ def verify_frames(
     # a new interpreter, not a fork: this process may run threads (a lease's, a file tracker's)
     ctx = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(min(jobs, len(chunks)), mp_context=ctx, initializer=_start_worker, initargs=(reader,))
+    done = False
     try:
         # the workers start (at the submits) with Ctrl-C blocked, until they ignore it: one that
         # came while a new interpreter started would print its traceback (a signal meanwhile
@@ -447,8 +448,23 @@ def verify_frames(
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for checks in results:
             yield from checks
-    finally:  # on an error or Ctrl-C, what is queued is dropped; workers finish their chunk and exit
+        done = True
+    finally:
+        if not done:  # an error, Ctrl-C or a caller that stopped: the workers' checks are not wanted
+            _stop_workers(pool)
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """End the workers of ``pool`` now, in the middle of their chunks: one may be waiting on a
+    store that does not answer (a node that hangs: up to the store's timeout per request), and
+    they only read (a reader's outbox sends a write at most once, however it is cut short)."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((pool._processes or {}).values()):
+        process.terminate()
 
 
 def _check_all(store: Store, frames: Iterable[dict[str, Any]]) -> Iterator[FrameCheck]:
