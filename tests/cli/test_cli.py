@@ -757,3 +757,32 @@ def test_the_base_install_runs_without_any_extra(tmp_path: Path) -> None:
     assert sent.returncode == 1 and f"-m pip install -e '{checkout}[mesh]'" in sent.stderr
     mcp = run("mcp")
     assert mcp.returncode == 1 and f"-m pip install -e '{checkout}[mcp]'" in mcp.stderr
+
+
+def test_ctrl_c_while_a_replay_checks_its_frames_stops_the_check_at_once(tmp_path, monkeypatch):
+    """Every call is replayed when the frames are checked, and the check writes nothing: Ctrl-C
+    there stops it at once (a check may wait on a store that does not answer), not after the
+    frame under way, and names what checks the frames, not an ``--append`` with nothing to add."""
+    import signal
+
+    from context_os.context import frames as frames_module
+
+    db = tmp_path / "i.db"
+    traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydantic__pydantic.acb0f10f.pr_8316.traj"
+    verify_frame, returned = frames_module.verify_frame, []
+
+    def ctrl_c_in_the_first_check(*args, **kwargs):
+        if not returned:
+            signal.raise_signal(signal.SIGINT)  # as the terminal sends it: the handler runs now
+        check = verify_frame(*args, **kwargs)
+        returned.append(check)
+        return check
+
+    monkeypatch.setattr(frames_module, "verify_frame", ctrl_c_in_the_first_check)
+    args = ["--store", str(db), "replay", str(traj), "--session", "s", "--jobs", "1"]
+    cut = CliRunner().invoke(cli, args)
+    assert cut.exit_code == 130, cut.output
+    assert not returned, "the check under way went on after Ctrl-C"
+    assert "interrupted while checking the frames of session 's'" in cut.output
+    assert "frames verify s` checks them" in cut.output
+    assert "--append" not in cut.output

@@ -423,7 +423,7 @@ def run_replay(
                 checks = {"all": before + calls, "last": 1, "none": 0}[verify]
                 steps = calls + checks
                 with progress(range(steps), length=steps, label=f"replaying {sid}", enabled=not as_json) as bar:
-                    tick = _ticker(iter(bar), stop)
+                    tick = _ticker(iter(bar), stop, calls)
                     try:
                         results.append(
                             replay_transcript(
@@ -439,7 +439,13 @@ def run_replay(
                         stop.check()  # a signal after its last call: held, not lost
                     except KeyboardInterrupt:
                         said = f"\ninterrupted: session {sid!r} holds {session.view.turn} whole model call(s)"
-                        if file is not None:
+                        if stop.released and checks:  # every call was in: its frames were being checked
+                            said = (
+                                f"\ninterrupted while checking the frames of session {sid!r}: it holds all"
+                                f" {session.view.turn} model call(s); `{command_hint('frames', 'verify', sid)}`"
+                                " checks them"
+                            )
+                        elif file is not None:
                             again = command_hint("replay", file, "--session", session_id, "--append")
                             said += f"; `{again}` goes on from there"
                         click.echo(said, err=True)
@@ -488,13 +494,22 @@ def run_replay(
     return session_id
 
 
-def _ticker(it: Iterator[int], stop: _Deferred | None = None) -> Callable[[TranscriptRow | None], None]:
+def _ticker(it: Iterator[int], stop: _Deferred | None = None, calls: int = 0) -> Callable[[TranscriptRow | None], None]:
     """Advance the progress bar ``it`` by one per replayed call (or frame checked); then, if
-    ``stop`` holds a Ctrl-C, end the replay there, between two calls."""
+    ``stop`` holds a Ctrl-C, end the replay there, between two calls. Once the ``calls`` calls
+    to replay are in, ``stop`` is released: the check of the frames that follows writes nothing,
+    and Ctrl-C stops it at once."""
+    replayed = 0
+    if stop is not None and not calls:
+        stop.release()
 
-    def tick(_: TranscriptRow | None) -> None:
+    def tick(row: TranscriptRow | None) -> None:
+        nonlocal replayed
         next(it, None)
         if stop is not None:
+            replayed += row is not None
+            if replayed >= calls:
+                stop.release()
             stop.check()
 
     return tick
@@ -508,18 +523,27 @@ class _Deferred(AbstractContextManager["_Deferred"]):
 
     def __init__(self) -> None:
         self.pending = False
+        self.released = False
+        """Whether Ctrl-C stops at once again (``release``)."""
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> _Deferred:
         import threading
 
+        self.released = False
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._old[sig] = signal.signal(sig, self._hold)
         return self
 
+    def release(self) -> None:
+        """No call is left to cut in the middle: from here on Ctrl-C and SIGTERM stop at once (one
+        held meanwhile too)."""
+        self.released = True
+        self.check()
+
     def _hold(self, signum: int, frame: object) -> None:
-        if self.pending:  # asked twice: now
+        if self.pending or self.released:  # asked twice, or nothing left to hold it for: now
             raise KeyboardInterrupt
         self.pending = True
 
