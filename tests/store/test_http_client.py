@@ -162,3 +162,18 @@ def test_https_checks_the_certificate_against_the_system_s_or_ssl_cert_file(
     assert c.request("GET", base, "/a").status_code == 200
     assert _Handler.seen[-1][:3] == ("GET", "/a", "Basic YW5uOnB3")
     c.close()
+
+
+def test_the_reader_of_a_store_with_a_password_shows_it_masked(tmp_path: Path) -> None:
+    """What worker processes open the store with carries the credentials, never in its repr."""
+    import pickle
+
+    from context_os.store.xtdb import XtdbStore
+
+    store = XtdbStore("xtdb+http://alice:s3cret-pw@127.0.0.1:9", text_index_path=tmp_path / "t.db")
+    reader = store.reader()
+    again = pickle.loads(pickle.dumps(reader))  # (as a worker process gets it)
+    assert "s3cret-pw" not in repr(reader) and "s3cret-pw" not in repr(again)
+    assert "alice:***@127.0.0.1:9" in repr(again)
+    opened = again()
+    assert opened.url == store.url and opened._auth == store._auth  # the credentials themselves go along

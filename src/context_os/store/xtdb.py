@@ -48,7 +48,6 @@ This module must stay free of anything above the store (context, harness, object
 
 from __future__ import annotations
 
-import functools
 import json
 import json.encoder
 import logging
@@ -1275,7 +1274,7 @@ class XtdbStore(Store):
 
     def reader(self) -> Callable[[], Store]:
         # the same nodes: once submitted, a write is in their log for every client
-        return functools.partial(XtdbStore, self._opened, timeout=self.timeout, text_index_path=self._text.path)
+        return _Reader(self._opened, self.url, self.timeout, self._text.path)
 
     def close(self) -> None:
         try:  # what this store wrote is readable by everyone once it is closed
@@ -1284,6 +1283,20 @@ class XtdbStore(Store):
             log.warning("XTDB node at %s: closing before it indexed transaction %s: %s", self.base, self._unsettled, e)
         self._text.close()
         self._client.close()
+
+
+class _Reader:
+    """``XtdbStore.reader``'s callable: the store as given (credentials and all) opened again; its
+    ``repr`` shows the URL with the password masked, as ``Store.url`` does."""
+
+    def __init__(self, url: str, shown: str, timeout: float, text_index_path: Path) -> None:
+        self.url, self.shown, self.timeout, self.text_index_path = url, shown, timeout, text_index_path
+
+    def __call__(self) -> XtdbStore:
+        return XtdbStore(self.url, timeout=self.timeout, text_index_path=self.text_index_path)
+
+    def __repr__(self) -> str:
+        return f"XtdbStore.reader({self.shown!r})"
 
 
 _BEFORE_SETTLED = frozenset({"submit-tx", "context-os/submit-tx", "await-tx", "latest-submitted-tx"})
