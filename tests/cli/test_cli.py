@@ -81,7 +81,7 @@ def test_hints_of_python_m_context_os_run_as_printed(tmp_path):
     assert shlex.split(first)[:3] == [sys.executable, "-m", "context_os"]
     again = subprocess.run(shlex.split(first), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
-    assert again.stdout.splitlines()[-1].startswith("1 turns")
+    assert again.stdout.splitlines()[-1].startswith("1 turn;")
 
 
 def test_demo_into_a_session_that_exists_names_what_it_takes(demo):
