@@ -290,12 +290,16 @@ def run_clojure(script: Path, *args: str, classpath: str = ".classpath") -> list
     return last
 
 
-def tcp_pipe(src: socket.socket, dst: socket.socket) -> None:
+def tcp_pipe(src: socket.socket, dst: socket.socket, gate: CuttableProxy | None = None) -> None:
     """Copy ``src`` to ``dst`` until either end goes; then both go, and ``src`` is closed (each
     socket is the source of one pipe, so both are closed once both pipes end: a socket left to
-    the garbage collector warns, and under ``-W error`` fails whatever test runs then)."""
+    the garbage collector warns, and under ``-W error`` fails whatever test runs then). ``gate``:
+    the proxy whose ``stall`` holds what arrives (``CuttableProxy``)."""
     try:
         while data := src.recv(65536):
+            if gate is not None and not gate.passing.is_set():
+                gate.stalled.set()
+                gate.passing.wait()
             dst.sendall(data)
     except OSError:
         pass
@@ -310,8 +314,10 @@ class CuttableProxy:
     """A TCP proxy to the node of ``store_url`` (on a port of ``_free_port``) that ``cut`` ends at
     once: its port then refuses connections and every connection through it is closed, as when
     the node dies; ``drop``: the first connections are closed after reading their request, as a
-    restarting node or a dying keep-alive connection does (``accepted`` counts them all). A real
-    network fault, not a fake node."""
+    restarting node or a dying keep-alive connection does (``accepted`` counts them all);
+    ``stall`` holds every byte that arrives until ``resume``, as a node that hangs (stopped,
+    swapping, behind a dead link): connections stay open and nothing answers (``stalled`` is set
+    once something was held). A real network fault, not a fake node."""
 
     def __init__(self, store_url: str, *, drop: int = 0) -> None:
         base = store_url.removeprefix("xtdb+").split("?", 1)[0]
@@ -322,6 +328,8 @@ class CuttableProxy:
         self.url = f"xtdb+http://127.0.0.1:{self.port}"
         self._conns: list[socket.socket] = []
         self.drop, self.accepted = drop, 0
+        self.passing, self.stalled = threading.Event(), threading.Event()
+        self.passing.set()
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -338,9 +346,16 @@ class CuttableProxy:
             upstream = socket.create_connection(self.target)
             self._conns += [conn, upstream]
             for a, b in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=tcp_pipe, args=(a, b), daemon=True).start()
+                threading.Thread(target=tcp_pipe, args=(a, b, self), daemon=True).start()
+
+    def stall(self) -> None:
+        self.passing.clear()
+
+    def resume(self) -> None:
+        self.passing.set()
 
     def cut(self) -> None:
+        self.passing.set()  # (a stalled pipe then ends as the sockets close)
         with suppress(OSError):  # wakes the accept under way, which a close alone would not end
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -30,6 +27,7 @@ from context_os.errors import StoreUnavailable
 from context_os.harness import OpenAIHook
 from context_os.store.sqlite import SqliteStore
 from context_os.store.xtdb import XtdbStore
+from tests._xtdb_node import CuttableProxy
 from tests.helpers import EAGER, call, result, user
 
 
@@ -178,48 +176,6 @@ def test_a_result_evicted_behind_the_horizon_explains_no_frame_that_did_not_show
     assert all(not c.ok and c.evicted == [] for c in checks), [(c.frame_id, c.evicted) for c in checks]
 
 
-class _StallingRelay:
-    """A TCP relay in front of a real XTDB node that can stop passing bytes, as a node that hangs
-    (stopped, swapping, behind a dead link) does: connections stay open and nothing answers."""
-
-    def __init__(self, upstream: str) -> None:
-        self.target = (urlsplit(upstream).hostname or "127.0.0.1", urlsplit(upstream).port or 3000)
-        self.open = threading.Event()
-        self.open.set()
-        self.stalled = threading.Event()  # a request arrived while it passed nothing
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.url = f"xtdb+http://127.0.0.1:{self.server.getsockname()[1]}"
-        self.sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            node = socket.create_connection(self.target)
-            self.sockets += [client, node]
-            threading.Thread(target=self._pump, args=(client, node), daemon=True).start()
-            threading.Thread(target=self._pump, args=(node, client), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                if not self.open.is_set():
-                    self.stalled.set()
-                    self.open.wait()
-                dst.sendall(data)
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        self.open.set()
-        self.server.close()
-        for s in self.sockets:
-            s.close()
-
-
 _INTERRUPTED = """
 import sys
 from context_os.context import frames
@@ -249,7 +205,7 @@ def test_ctrl_c_stops_a_check_whose_workers_wait_on_a_node_that_hangs(tmp_path: 
             msgs += [call(f"c{n}", command=f"cat f{n}.py"), result(f"c{n}", f"line {n}\n" * 50)]
             hook.transform_context(msgs)
         hook.session.close()
-    relay = _StallingRelay(xtdb_url)
+    relay = CuttableProxy(xtdb_url)
     src = str(Path(frames_module.__file__).parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     args = [sys.executable, "-c", _INTERRUPTED, relay.url, str(tmp_path / "index.db"), sid]
@@ -257,7 +213,7 @@ def test_ctrl_c_stops_a_check_whose_workers_wait_on_a_node_that_hangs(tmp_path: 
         assert child.stdin is not None and child.stdout is not None
         try:
             assert child.stdout.readline().strip() == "6"
-            relay.open.clear()
+            relay.stall()
             child.stdin.write("go\n")
             child.stdin.flush()
             assert relay.stalled.wait(120), "no worker asked the node anything"
@@ -267,4 +223,4 @@ def test_ctrl_c_stops_a_check_whose_workers_wait_on_a_node_that_hangs(tmp_path: 
             assert child.stdout.read().strip() == "interrupted"
         finally:
             child.kill()
-            relay.close()
+            relay.cut()
