@@ -786,3 +786,63 @@ def test_ctrl_c_while_a_replay_checks_its_frames_stops_the_check_at_once(tmp_pat
     assert "interrupted while checking the frames of session 's'" in cut.output
     assert "frames verify s` checks them" in cut.output
     assert "--append" not in cut.output
+
+
+def test_ctrl_c_while_the_frames_of_a_pi_session_with_an_answer_never_asked_for_are_checked(tmp_path, monkeypatch):
+    """The calls a replay makes are the ones it counts to know when they are all in: a Pi
+    session's empty answer to a run aborted between calls is no call, so once the others are
+    replayed, Ctrl-C stops the check of the frames at once (it was held for a call that never
+    came, the check under way went on, and an ``--append`` with nothing to add was named)."""
+    import signal
+
+    from context_os.context import frames as frames_module
+
+    lines: list[dict] = [{"type": "session", "version": 3, "id": "ab", "timestamp": "2026-11-30T10:00:00.000Z"}]
+
+    def entry(message: dict) -> None:
+        n = f"e{len(lines)}"
+        at = f"2026-11-30T10:00:{len(lines):02d}.000Z"
+        lines.append(
+            {
+                "type": "message",
+                "id": n,
+                "parentId": lines[-1].get("id") if len(lines) > 1 else None,
+                "timestamp": at,
+                "message": message,
+            }
+        )
+
+    usage = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 0}
+    bash = {"type": "toolCall", "id": "c1", "name": "bash", "arguments": {"command": "sleep 30"}}
+    entry({"role": "user", "content": [{"type": "text", "text": "go"}]})
+    entry({"role": "assistant", "content": [bash], "stopReason": "toolUse", "durationMs": 40})
+    entry(
+        {
+            "role": "toolResult",
+            "toolCallId": "c1",
+            "toolName": "bash",
+            "content": [{"type": "text", "text": "Command aborted"}],
+        }
+    )
+    entry({"role": "assistant", "content": [], "usage": usage, "stopReason": "aborted", "durationMs": 0})
+    entry({"role": "user", "content": [{"type": "text", "text": "carry on"}]})
+    entry({"role": "assistant", "content": [{"type": "text", "text": "done"}], "durationMs": 40})
+    path = tmp_path / "aborted.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    verify_frame, returned = frames_module.verify_frame, []
+
+    def ctrl_c_in_the_first_check(*args, **kwargs):
+        if not returned:
+            signal.raise_signal(signal.SIGINT)
+        check = verify_frame(*args, **kwargs)
+        returned.append(check)
+        return check
+
+    monkeypatch.setattr(frames_module, "verify_frame", ctrl_c_in_the_first_check)
+    args = ["--store", str(tmp_path / "i.db"), "replay", str(path), "--session", "s", "--jobs", "1"]
+    cut = CliRunner().invoke(cli, args)
+    assert cut.exit_code == 130, cut.output
+    assert not returned, "the check under way went on after Ctrl-C"
+    assert "interrupted while checking the frames of session 's': it holds all 2 model call(s)" in cut.output
+    assert "--append" not in cut.output

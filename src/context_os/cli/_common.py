@@ -375,7 +375,7 @@ def run_replay(
     from ..context.session import Session
     from ..harness.registry import harness
     from ..replay import replay_total, replay_transcript
-    from ..replay.run import check_transcript
+    from ..replay.run import check_transcript, model_calls
 
     if named and (not session_id or any(c.isspace() for c in session_id)):
         raise InputError(f"--session {session_id!r}: a session id is a non-empty string without spaces")
@@ -415,10 +415,11 @@ def run_replay(
                 )
         stop = _Deferred()
         for t, sid in zip(transcripts, ids, strict=True):
-            calls = sum(1 for k, m in enumerate(t.messages) if k and m.get("role") == "assistant")
             with stop, Session.open(store, sid, harness=t.harness, workspace=t.cwd, source=t.format) as session:
                 before = session.view.turn
-                calls = max(0, calls - before)  # --append: the calls replayed before are not again
+                # the calls it makes (not a Pi answer never asked for, a fork's copy of its parent's,
+                # nor with --append those replayed before): once they are in, Ctrl-C stops at once
+                calls = len(model_calls(t, harness(t.harness).hook(session)))
                 # then each frame it checks (every one of the session's: replaying is the quick part)
                 checks = {"all": before + calls, "last": 1, "none": 0}[verify]
                 steps = calls + checks

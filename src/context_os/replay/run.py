@@ -28,7 +28,7 @@ from ..context.ingest import check_incoming
 from ..context.policy import RetentionPolicy
 from ..context.session import Session
 from ..errors import ContentTooLarge, InputError, MalformedMessage
-from ..harness.base import Adapter
+from ..harness.base import Adapter, ContextHook
 from ..harness.file_ops import edit_target
 from ..harness.pairing import check_pairs
 from ..harness.registry import harness
@@ -171,19 +171,7 @@ def replay_transcript(
     adapter = hook.adapter
     messages = transcript.messages
     result = TranscriptReplay(file=file, format=transcript.format, session=session.id, store=session.store.url)
-    calls = [
-        k
-        for k, m in enumerate(messages)
-        if isinstance(m, Mapping)
-        and m.get("role") == "assistant"
-        and k > 0
-        and adapter.requested(m)
-        and k >= transcript.inherited  # a fork's copy of its parent: the parent's calls
-    ]
-    if session.view.visible:  # a session that goes on: the calls whose input it holds are done
-        held = hook.held(messages)
-        # but the call of a replay killed after its messages were written, before its frame was
-        calls = [k for k in calls if k > held or (k == held and _unframed(session))]
+    calls = model_calls(transcript, hook)
     tokens: list[int] = []
     outputs: dict[str, str] = {}  # tool call id → its output (a windowed edit's file is named there)
     for k, m in enumerate(messages):
@@ -262,6 +250,27 @@ def replay_transcript(
     result.seconds = round(time.perf_counter() - started, 3)
     result.peak_rss_mb = _peak_rss_mb()
     return result
+
+
+def model_calls(transcript: Transcript, hook: ContextHook[Any]) -> list[int]:
+    """The messages of ``transcript`` whose model call a replay into ``hook``'s session makes:
+    each assistant message a model was asked for, but those of a fork's copy of its parent and
+    those whose input the session holds already (``--append``)."""
+    adapter, session, messages = hook.adapter, hook.session, transcript.messages
+    calls = [
+        k
+        for k, m in enumerate(messages)
+        if isinstance(m, Mapping)
+        and m.get("role") == "assistant"
+        and k > 0
+        and adapter.requested(m)
+        and k >= transcript.inherited  # a fork's copy of its parent: the parent's calls
+    ]
+    if session.view.visible:  # a session that goes on: the calls whose input it holds are done
+        held = hook.held(messages)
+        # but the call of a replay killed after its messages were written, before its frame was
+        calls = [k for k in calls if k > held or (k == held and _unframed(session))]
+    return calls
 
 
 def _unframed(session: Session) -> bool:
