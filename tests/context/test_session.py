@@ -957,3 +957,29 @@ def test_calls_of_custom_tools_are_taken_and_rendered_as_custom_calls(db):
     assert stub_ref(tool_texts(out)["p0"]) and "chars elided" in calls[0]["custom"]["input"]
     assert not pairing_problems(OPENAI_PAIRING, out)
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
+
+
+def test_a_retry_is_the_same_turn_after_a_turn_that_found_a_newer_version(db):
+    """A turn of a managed session that finds a newer version of an object it shows says so in
+    that turn; a retry of its call is that turn again, not a new one (the newer version asked for
+    the session to be managed from the next turn on, which it was already)."""
+    from context_os.objects import SourceDoc
+
+    def note(version: int, text: str):
+        return SourceDoc(
+            id="memory:notes", kind="memory", content=text, meta={"name": "notes.md", "version": version, "tokens": 5}
+        ).to_doc()
+
+    db.put(note(1, "first draft"))
+    hook = hook_for(db)
+    msgs = [user("hi")]
+    hook.session.show("memory:notes")
+    hook.transform_context(msgs)
+    assert hook.session.view.managed
+    db.put(note(2, "second draft"))
+    msgs += [say("hello"), user("and now?")]
+    out = hook.transform_context(msgs)
+    assert hook.last.turn == 2 and 'stale="version 2 is newer' in blocks_text(out)
+    for _ in range(2):
+        assert hook.transform_context(msgs) == out and hook.last.turn == 2
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))

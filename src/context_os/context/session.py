@@ -714,7 +714,7 @@ class Session:
                 # the file as it is, nothing to load
                 if o.newer is not None:
                     o.newer = None
-                    self._manage_next = True
+                    self.manage()  # (a managed session is already: a retry of this turn is this turn)
                     self.view.refresh_object(o)
                     self.writer.record_state(o, "system", "the file holds again the version shown")
                     changes.append(
@@ -723,7 +723,7 @@ class Session:
                 continue
             if newer != o.newer:
                 o.newer = newer
-                self._manage_next = True
+                self.manage()
                 self.view.refresh_object(o)
                 self.writer.record_state(o, "system", "a newer version exists")
                 changes.append(StateChange(o.id, o.state, o.state, "system", "a newer version exists"))
