@@ -983,3 +983,30 @@ def test_a_retry_is_the_same_turn_after_a_turn_that_found_a_newer_version(db):
     for _ in range(2):
         assert hook.transform_context(msgs) == out and hook.last.turn == 2
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
+
+
+def test_an_eviction_the_store_could_not_read_yet_when_the_session_looked_is_taken_in_after(db, monkeypatch):
+    """A store names its newest transaction before every reader can read it (an XTDB node that
+    has not indexed another client's yet): an eviction the session saw named, but could not read,
+    at its turn is taken in at the next one (the turn's own write, just after, hid it for good)."""
+    from context_os.context.evict import evict
+
+    secret = "the words of the output evicted"
+    hook = hook_for(db)
+    msgs = [user("env"), call("c1", "bash", command="env"), result("c1", secret)]
+    assert secret in json.dumps(hook.transform_context(msgs))
+    readable = db.latest_tx()
+    with SqliteStore(db.path) as other:
+        evict(other, "toolcall:s1:c1")  # as another process would
+    find, latest_tx = db.find, db.latest_tx
+    # read as a node that has not indexed it yet: named by latest_tx_id, not readable
+    monkeypatch.setattr(db, "find", lambda kind, *a, **k: [] if kind == "tombstone" else find(kind, *a, **k))
+    monkeypatch.setattr(db, "latest_tx", lambda: readable)
+    monkeypatch.setattr(db, "latest_tx_id", lambda: latest_tx().id)
+    msgs += [say("ok"), user("next")]
+    hook.transform_context(msgs)
+    monkeypatch.setattr(db, "find", find)
+    monkeypatch.setattr(db, "latest_tx", latest_tx)
+    monkeypatch.delattr(db, "latest_tx_id")
+    msgs += [say("ok"), user("and now?")]
+    assert secret not in json.dumps(hook.transform_context(msgs))

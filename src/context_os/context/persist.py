@@ -61,8 +61,9 @@ class SessionWriter:
         an eviction say) since the session last looked (``Session._others_wrote``): its own
         ``last_tx`` alone would hide that one."""
         self.looked: int | None = None
-        """The store's newest transaction when the session last looked at what others wrote: one
-        written before it is no transaction the session has not seen."""
+        """The store's newest transaction the session could read when it last looked at what
+        others wrote (``Session._readable``): one written before it is no transaction the session
+        has not seen."""
         self.dirty_pages: set[int] = set()
         """Chat pages whose entries changed since the last flush."""
         self._ops: list[Op] = []

@@ -329,7 +329,7 @@ class Session:
         changes, self._between = self._between, []
         if self._others_wrote():  # (not while the store is out of reach: nothing new can be read)
             self._unchecked = self.writer.skipped = False
-            self.writer.looked = self._looked
+            self.writer.looked = self._readable()
             changes += self._apply_tombstones()
             changes += self._check_newer()
         new = view.entries[min(self._seen_from, len(view.entries)) :]
@@ -619,6 +619,19 @@ class Session:
             return False
         self._looked = latest
         return self._unchecked or latest != self.writer.last_tx
+
+    def _readable(self) -> int | None:
+        """The newest transaction the turn's reads of what others wrote can read, of those the
+        store named when the session looked (None: not known). The newest it names may not be
+        readable yet (an XTDB node that has not indexed another client's): one the turn could not
+        read is one it has not seen, and the next turn looks again."""
+        if self._looked is None:
+            return None
+        try:
+            readable = self.store.latest_tx()
+        except StoreUnavailable:
+            return None
+        return None if readable is None else min(readable.id, self._looked)
 
     def _know_tombstones(self, tombstones: list[Version]) -> None:
         """At open: the evictions already made, which the view reflects (a new session shows none
