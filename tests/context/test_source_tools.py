@@ -356,3 +356,23 @@ def test_recall_answers_and_close_returns_while_the_default_embedder_has_a_backl
     assert again.vectors.counts()["pending"] == 0
     again.close()
     store.close()
+
+
+def test_query_words_count_the_words_keyword_search_matched(store: Store, uid: str) -> None:
+    """A word of the query is found in a hit as keyword search finds it (stemmed, accents left
+    out): a hit found for 'leases expiring' holds both words in 'the lease expired early'; it was
+    '0 of 2', and the note said no hit held a word of the query, of the very hits BM25 matched."""
+    earlier = OpenAIHook(Session.open(store, f"{uid}-a", harness="openai"))
+    earlier.transform_context(
+        [user("why does ci fail"), call("c1", command="pytest -x"), result("c1", "the lease expired early at the café")]
+    )
+    earlier.session.close()
+    hook = recall_hook(store, f"{uid}-b", Recall(store))
+    hook.transform_context([user("the lease test again")])
+    out = json.loads(hook.call_tool("recall", {"query": "leases expiring", "k": 3}))
+    hit = next(h for h in out["hits"] if h["object"] == f"toolcall:{uid}-a:c1")
+    assert hit["query_words"] == "2 of 2", out
+    assert "no hit holds a word" not in out.get("note", ""), out
+    out = json.loads(hook.call_tool("recall", {"query": "cafe lease", "k": 3}))
+    hit = next(h for h in out["hits"] if h["object"] == f"toolcall:{uid}-a:c1")
+    assert hit["query_words"] == "2 of 2", out

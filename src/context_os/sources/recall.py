@@ -50,7 +50,7 @@ from .._install import install_hint
 from ..errors import ConfigError, InputError, StoreCorrupt
 from ..objects import INDEXED_KINDS, index_parts
 from ..store.base import Store, TextHit, Version, now_ms
-from ..store.text_index import MAX_TERMS, check_basis, check_kinds, query_words
+from ..store.text_index import MAX_TERMS, check_basis, check_kinds, query_words, terms
 from ..times import parse_time
 from ..tokens import estimate_tokens
 from .base import SourceItem
@@ -95,13 +95,16 @@ def _asks(text: str) -> bool:
 
 def query_words_found(query: str, text: str) -> tuple[int, int]:
     """How many of the query's words (``keyword_query``'s, case folded, each counted once) stand in
-    ``text`` as words, and how many there are: a measure that does not depend on the other hits
-    (a hit's fused score is relative to them: the best of unrelated hits still scores high)."""
-    wanted = {w.casefold() for w in _WORD.findall(keyword_query(query))}
+    ``text`` as keyword search finds them (stemmed, accents left out: ``leases`` in "the lease"),
+    and how many there are: a measure that does not depend on the other hits (a hit's fused score
+    is relative to them: the best of unrelated hits still scores high)."""
+    wanted = sorted({w.casefold() for w in _WORD.findall(keyword_query(query))})
     if not wanted:
         return 0, 0
-    have = {w.casefold() for w in _WORD.findall(text)}
-    return len(wanted & have), len(wanted)
+    *each, have = terms([*wanted, text])
+    words = {w.casefold() for w in _WORD.findall(text)}
+    found = sum(1 for w, t in zip(wanted, each, strict=True) if (t <= have if t else w in words))
+    return found, len(wanted)
 
 
 def keyword_query(query: str) -> str:

@@ -87,6 +87,7 @@ __all__ = [
     "scan_search",
     "session_of",
     "tables_present",
+    "terms",
 ]
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -162,6 +163,22 @@ def query_words(query: str) -> tuple[str, ...]:
     """The distinct words of a query, folded, in order: what a keyword search looks for (the
     first ``MAX_TERMS`` of them)."""
     return tuple(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))
+
+
+def terms(texts: Sequence[str]) -> list[set[str]]:
+    """The terms ``TOKENIZER`` makes of each of ``texts`` (stemmed, case and diacritics folded):
+    what a keyword search matches of them."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute(f"CREATE VIRTUAL TABLE t USING fts5(x, tokenize='{TOKENIZER}')")
+        conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+        conn.executemany("INSERT INTO t(rowid, x) VALUES (?, ?)", [(k + 1, text) for k, text in enumerate(texts)])
+        out: list[set[str]] = [set() for _ in texts]
+        for doc, term in conn.execute("SELECT doc, term FROM v"):
+            out[doc - 1].add(term)
+        return out
+    finally:
+        conn.close()
 
 
 def check_basis(valid_time: Any, tx_id: Any) -> None:
