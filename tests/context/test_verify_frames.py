@@ -177,7 +177,8 @@ def test_a_result_evicted_behind_the_horizon_explains_no_frame_that_did_not_show
 
 
 _INTERRUPTED = """
-import sys
+import faulthandler, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it waits, should it not end
 from context_os.context import frames
 from context_os.store.xtdb import XtdbStore
 frames.PARALLEL_FROM, frames.CHUNK = 1, 1
@@ -209,7 +210,8 @@ def test_ctrl_c_stops_a_check_whose_workers_wait_on_a_node_that_hangs(tmp_path: 
     src = str(Path(frames_module.__file__).parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     args = [sys.executable, "-c", _INTERRUPTED, relay.url, str(tmp_path / "index.db"), sid]
-    with subprocess.Popen(args, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as child:
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    with subprocess.Popen(args, env=env, text=True, **pipes) as child:
         assert child.stdin is not None and child.stdout is not None
         try:
             assert child.stdout.readline().strip() == "6"
@@ -219,7 +221,14 @@ def test_ctrl_c_stops_a_check_whose_workers_wait_on_a_node_that_hangs(tmp_path: 
             assert relay.stalled.wait(120), "no worker asked the node anything"
             child.send_signal(signal.SIGINT)
             # the node still hangs: the check must end without it
-            assert child.wait(timeout=60) == 0, "Ctrl-C waited for the workers' requests to the hung node"
+            try:
+                child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                child.send_signal(signal.SIGUSR1)  # every thread's stack, to stderr
+                child.kill()
+                _, err = child.communicate(timeout=30)
+                raise AssertionError(f"Ctrl-C did not end the check; where it waited:\n{err[-6000:]}") from None
+            assert child.returncode == 0, child.stderr.read() if child.stderr else ""
             assert child.stdout.read().strip() == "interrupted"
         finally:
             child.kill()
