@@ -369,10 +369,11 @@ def test_query_words_count_the_words_keyword_search_matched(store: Store, uid: s
     earlier.session.close()
     hook = recall_hook(store, f"{uid}-b", Recall(store))
     hook.transform_context([user("the lease test again")])
-    out = json.loads(hook.call_tool("recall", {"query": "leases expiring", "k": 3}))
+    # (its session's hits: the shared XTDB node holds other tests' lease outputs)
+    out = json.loads(hook.call_tool("recall", {"query": "leases expiring", "k": 3, "session": f"{uid}-a"}))
     hit = next(h for h in out["hits"] if h["object"] == f"toolcall:{uid}-a:c1")
     assert hit["query_words"] == "2 of 2", out
     assert "no hit holds a word" not in out.get("note", ""), out
-    out = json.loads(hook.call_tool("recall", {"query": "cafe lease", "k": 3}))
+    out = json.loads(hook.call_tool("recall", {"query": "cafe lease", "k": 3, "session": f"{uid}-a"}))
     hit = next(h for h in out["hits"] if h["object"] == f"toolcall:{uid}-a:c1")
     assert hit["query_words"] == "2 of 2", out
