@@ -225,7 +225,10 @@ def test_ctrl_c_stops_a_check_whose_workers_wait_on_a_node_that_hangs(tmp_path: 
                 child.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 child.send_signal(signal.SIGUSR1)  # every thread's stack, to stderr
-                child.kill()
+                try:
+                    child.communicate(timeout=10)  # (it will not end: this collects the dump)
+                except subprocess.TimeoutExpired:
+                    child.kill()
                 _, err = child.communicate(timeout=30)
                 raise AssertionError(f"Ctrl-C did not end the check; where it waited:\n{err[-6000:]}") from None
             assert child.returncode == 0, child.stderr.read() if child.stderr else ""
