@@ -179,6 +179,10 @@ def test_a_result_evicted_behind_the_horizon_explains_no_frame_that_did_not_show
 _INTERRUPTED = """
 import faulthandler, signal, sys
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it waits, should it not end
+# Ctrl-C as a terminal's foreground process has it: started from a background run (nohup, a CI
+# job), this process inherits SIGINT ignored, Python then installs no handler, and the SIGINT
+# the test sends was lost (the check waited on the hung node for good)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from context_os.context import frames
 from context_os.store.xtdb import XtdbStore
 frames.PARALLEL_FROM, frames.CHUNK = 1, 1
