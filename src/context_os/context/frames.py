@@ -467,29 +467,41 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
         process.terminate()
 
 
+class _Memos:
+    """The ``FrameMemo`` of the session whose frames are being checked: started anew when the
+    frames (ordered by session) move on to another."""
+
+    def __init__(self) -> None:
+        self.session: object = None
+        self.memo = FrameMemo()
+
+    def of(self, frame: dict[str, Any]) -> FrameMemo:
+        meta = frame.get("meta")
+        session = meta.get("session") if isinstance(meta, dict) else None
+        if session != self.session:
+            self.session, self.memo = session, FrameMemo()
+        return self.memo
+
+
 def _check_all(store: Store, frames: Iterable[dict[str, Any]]) -> Iterator[FrameCheck]:
-    memo: list[Any] = [None, FrameMemo()]
+    memos = _Memos()
     for frame in frames:
-        yield _check_one(store, frame, memo)
+        yield _check_one(store, frame, memos)
 
 
-def _check_one(store: Store, frame: dict[str, Any], memo: list[Any]) -> FrameCheck:
-    """``verify_frame`` with ``memo`` (``[session, FrameMemo]``: started anew for another
-    session); a damaged version is this frame's failure, not the pass's."""
-    meta = frame.get("meta")
-    session = meta.get("session") if isinstance(meta, dict) else None
-    if session != memo[0]:
-        memo[:] = [session, FrameMemo()]
+def _check_one(store: Store, frame: dict[str, Any], memos: _Memos) -> FrameCheck:
+    """``verify_frame`` with its session's memo; a damaged version is this frame's failure, not
+    the pass's."""
     try:
-        return verify_frame(store, frame, memo=memo[1])
+        return verify_frame(store, frame, memo=memos.of(frame))
     except StoreCorrupt as e:
         content = frame.get("content")
         recorded = content.get("rendered_hash", "") if isinstance(content, dict) else ""
         return FrameCheck(str(frame.get("id")), False, str(recorded), "", [f"cannot be re-rendered: {e}"])
 
 
-_worker: tuple[Store, list[Any]] | None = None
-"""In a worker process of ``verify_frames``: its store, and its memo's session and memo."""
+_worker: tuple[Store, _Memos] | None = None
+"""In a worker process of ``verify_frames``: its store, opened at its first chunk, and its memos."""
 _reader: Callable[[], Store] | None = None
 """In a worker process: how it opens the store, at its first chunk (``_worker_checks``)."""
 
@@ -515,7 +527,7 @@ def _worker_checks(frames: Sequence[dict[str, Any]]) -> list[FrameCheck]:
     global _worker
     if _worker is None:
         assert _reader is not None
-        _worker = (_reader(), [None, FrameMemo()])
-    store, memo = _worker
+        _worker = (_reader(), _Memos())
+    store, memos = _worker
     # what a check carries besides its verdict stays here: a view is the whole session
-    return [replace(_check_one(store, frame, memo), rendered=None, view=None) for frame in frames]
+    return [replace(_check_one(store, frame, memos), rendered=None, view=None) for frame in frames]
