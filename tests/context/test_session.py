@@ -616,14 +616,16 @@ def test_a_result_arriving_after_a_resume_keeps_frames_verifiable(db):
         assert verify_frame(db, f).ok, f["id"]
 
 
-def test_shown_objects_go_stale_but_never_reload_by_themselves(db):
+def note(version: int, text: str) -> dict:
+    """Version ``version`` of a stored object the session shows (a memory file's): ``text``."""
     from context_os.objects import SourceDoc
 
-    def note(version: int, text: str):
-        return SourceDoc(
-            id="memory:notes", kind="memory", content=text, meta={"name": "notes.md", "version": version, "tokens": 5}
-        ).to_doc()
+    return SourceDoc(
+        id="memory:notes", kind="memory", content=text, meta={"name": "notes.md", "version": version, "tokens": 5}
+    ).to_doc()
 
+
+def test_shown_objects_go_stale_but_never_reload_by_themselves(db):
     db.put(note(1, "first draft"))
     hook = hook_for(db)
     msgs = [user("hi")]
@@ -963,13 +965,6 @@ def test_a_retry_is_the_same_turn_after_a_turn_that_found_a_newer_version(db):
     """A turn of a managed session that finds a newer version of an object it shows says so in
     that turn; a retry of its call is that turn again, not a new one (the newer version asked for
     the session to be managed from the next turn on, which it was already)."""
-    from context_os.objects import SourceDoc
-
-    def note(version: int, text: str):
-        return SourceDoc(
-            id="memory:notes", kind="memory", content=text, meta={"name": "notes.md", "version": version, "tokens": 5}
-        ).to_doc()
-
     db.put(note(1, "first draft"))
     hook = hook_for(db)
     msgs = [user("hi")]
