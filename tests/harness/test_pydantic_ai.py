@@ -372,3 +372,21 @@ def test_a_structured_tool_output_reads_the_same_live_and_resumed(tmp_path):
         live = sent(store)
     with SqliteStore(tmp_path / "s.db") as store:
         assert sent(store) == live
+
+
+def test_an_older_pydantic_ai_is_refused_naming_what_to_install():
+    # 2.60-2.63 import and then hand a ProcessHistory listed after the capability the assembly
+    # (test_a_history_processor_listed_after_the_capability_leaves_the_run_history_real fails
+    # there); before 2.60 the adapter's imports fail naming a pydantic-ai internal
+    import pydantic_ai
+
+    from context_os.harness import _pydantic_ai_version as version
+
+    for old in ("2.63.0", "2.0.0", "1.107.10", "2.63.0rc1", "unknown"):
+        with pytest.raises(
+            ImportError,
+            match=r"needs pydantic-ai 2\.64 or later \(installed: .*pip install 'pydantic-ai-slim>=2\.64,<3'",
+        ):
+            version.check(old)
+    for new in ("2.64.0", "2.64.1", "2.100.0", "3.0.0", pydantic_ai.__version__):
+        version.check(new)

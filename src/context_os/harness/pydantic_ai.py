@@ -40,6 +40,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from . import _pydantic_ai_version  # noqa: F401  first: an older pydantic-ai is refused, saying what to install
+
+# isort: split
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ERROR_OUTCOMES,

@@ -144,7 +144,8 @@ def harness(name: str) -> Harness:
         raise ConfigError(f"unknown harness {name!r}; known: {', '.join(NAMES)}")
     if name == "pydantic-ai":
         try:
-            import pydantic_ai  # noqa: F401
-        except ImportError as e:  # pragma: no cover - pydantic-ai is an optional dependency
-            raise ConfigError(f"the pydantic-ai harness needs pydantic-ai installed ({e})") from None
+            from . import pydantic_ai  # noqa: F401
+        except ImportError as e:
+            hint = "" if "pip install" in str(e) else " (pip install 'pydantic-ai-slim>=2.64,<3')"
+            raise ConfigError(f"the pydantic-ai harness cannot be used: {e}{hint}") from None
     return found
