@@ -296,3 +296,30 @@ def test_an_aborted_or_failed_answer_is_not_what_the_model_sees(db, stop: str) -
         "tool",
         "user",
     ]
+
+
+def test_images_count_in_what_the_context_costs_as_the_other_adapters_count_them(db) -> None:
+    # a screenshot costs the model about width x height / 750 tokens (at most 1,600): a user's
+    # image counts whole, a read result's while the result shows in full (its stub says so)
+    import base64
+
+    from tests.helpers import png
+
+    def image(width: int, height: int) -> dict[str, Any]:
+        return {"type": "image", "data": base64.b64encode(png(width, height)).decode(), "mimeType": "image/png"}
+
+    hook = PiHook(Session.open(db, "p1", harness="pi", policy=RetentionPolicy(**EAGER)))
+    msgs: list[dict[str, Any]] = [
+        {**user("what is this"), "content": [{"type": "text", "text": "what is this"}, image(300, 250)]}
+    ]
+    hook.transform_context(msgs)
+    assert hook.last.tokens_full == hook.last.tokens == 3 + 100  # the text, the image
+    for n in range(4):
+        msgs += step(f"s{n}", "read", "Read image file [image/png]", path=f"shot{n}.png")
+        msgs[-1]["content"] = [{"type": "text", "text": "Read image file [image/png]"}, image(1000, 600)]
+        out = hook.transform_context(msgs)
+    assert hook.session.view.objects["toolcall:p1:s0"].tokens == 7 + 800  # the note, the image
+    stub = next(m for m in out if m["role"] == "toolResult" and m["toolCallId"] == "s0")["content"][0]["text"]
+    assert stub.startswith("[read output, 807 tokens, collapsed")
+    assert hook.last.tokens_full > 4 * 800 > hook.last.tokens
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "p1"))

@@ -36,6 +36,7 @@ from ..context.entries import Incoming, Msg, ToolCall
 from ..context.ingest import SyncReport
 from ..context.session import Session
 from ..errors import ContextOSError, MalformedMessage
+from ..tokens import CHARS_PER_TOKEN, image_tokens
 from .base import Adapter, ContextHook, sorted_keys
 from .pairing import CLOSES, SAYS, Pairing, Reading
 from .toolnames import PI, tool_role
@@ -130,6 +131,17 @@ def _text_blocks(content: Any, index: int, *, allowed: tuple[str, ...]) -> tuple
     return "\n".join(texts), skeleton
 
 
+def _media_chars(blocks: list[dict[str, Any]]) -> int:
+    """What the image blocks among ``blocks`` put in front of the model, in characters
+    (``tokens.image_tokens``): an image by the size its base64 ``data`` gives, else at the most."""
+    n = 0
+    for b in blocks:
+        if b.get("type") == "image":
+            data = b.get("data")
+            n += image_tokens(data if isinstance(data, str) else None) * CHARS_PER_TOKEN
+    return n
+
+
 def _fill(skeleton: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
     """The blocks of ``skeleton`` with their texts cut back out of ``text`` (all of it in the first
     text block if the lengths no longer add up, e.g. after redaction)."""
@@ -215,6 +227,8 @@ class PiAdapter(Adapter[dict[str, Any]]):
             text, skeleton = _text_blocks(content, index, allowed=allowed)
             extra["content"] = skeleton
         m: Incoming = {"role": _LLM_ROLES[role], "text": text, "h": ""}  # type: ignore[typeddict-item]
+        if media := _media_chars(extra.get("content") or []):
+            m["extra_chars"] = media
         if role == "system":
             sections = message.get("sections")
             if isinstance(sections, Mapping):
@@ -290,6 +304,8 @@ class PiAdapter(Adapter[dict[str, Any]]):
             extra["pi"] = {"timestamp": message["timestamp"]}
         if skeleton is not None and [b.get("type") for b in skeleton] != ["text"]:
             extra["full"] = {"content": skeleton}
+            if media := _media_chars(skeleton):
+                m["extra_chars"] = media  # its images: counted while the result shows in full
         details = message.get("details")
         if isinstance(details, Mapping) and details.get("contextOs") is True:
             extra["ours"] = True  # our own tool's report (the Pi extension's read): no file text
