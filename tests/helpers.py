@@ -397,3 +397,23 @@ def png(width: int, height: int) -> bytes:
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     chunk = b"IHDR" + header
     return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(header)) + chunk + struct.pack(">I", zlib.crc32(chunk))
+
+
+def pdf(pages: int) -> bytes:
+    """A real PDF of that many pages, each with a line of text (matplotlib's PDF writer)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    out = io.BytesIO()
+    with PdfPages(out) as document:
+        for n in range(pages):
+            figure = plt.figure()
+            figure.text(0.1, 0.5, f"page {n + 1}")
+            document.savefig(figure)
+            plt.close(figure)
+    return out.getvalue()

@@ -5,7 +5,8 @@ Characters / 4, rounded up: no tokenizer, so no model download and the same numb
 An image costs what the Anthropic API charges for it, width × height / 750 tokens, at most
 ``IMAGE_TOKENS`` (what it costs once scaled to the API's largest size); one whose size cannot be
 read from its first bytes (a URL, an unknown format) costs ``IMAGE_TOKENS``. Adapters count it as
-``image_tokens(...) * CHARS_PER_TOKEN`` characters of the message (``extra_chars``).
+``image_tokens(...) * CHARS_PER_TOKEN`` characters of the message (``extra_chars``). A
+document costs ``PAGE_TOKENS`` a PDF page (``document_tokens``), a text document its characters.
 This module must never import from the rest of the package.
 """
 
@@ -13,14 +14,27 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import struct
+import zlib
 
-__all__ = ["CHARS_PER_TOKEN", "IMAGE_TOKENS", "estimate_tokens", "image_tokens"]
+__all__ = ["CHARS_PER_TOKEN", "IMAGE_TOKENS", "PAGE_TOKENS", "document_tokens", "estimate_tokens", "image_tokens"]
 
 CHARS_PER_TOKEN = 4
 
 IMAGE_TOKENS = 1600
 """The most one image costs (Anthropic: about 1.15 megapixels), and the cost of one of unknown size."""
+
+PAGE_TOKENS = 2300
+"""What one PDF page costs (Anthropic sends the model each page's text and an image of it: about
+2,100-2,500 tokens a page of text, 1,600 a scanned one), and a document of unknown size."""
+
+_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+_PAGE_COUNT = re.compile(rb"/Type\s*/Pages\b[^>]*?/Count\s+(\d+)|/Count\s+(\d+)[^>]*?/Type\s*/Pages\b")
+
+_OBJECT_STREAM = re.compile(rb"/Type\s*/ObjStm\b[^>]*>>\s*stream\r?\n(.*?)endstream", re.DOTALL)
+_OBJECT_STREAM_MAX = 1 << 24
+"""The most bytes of one object stream decompressed to count the pages in it."""
 
 _HEAD = 65536
 """Bytes of an image read for its size (a JPEG's frame header may follow its metadata)."""
@@ -40,6 +54,47 @@ def image_tokens(data: bytes | str | None) -> int:
         return IMAGE_TOKENS
     width, height = size
     return max(1, min(IMAGE_TOKENS, -(-width * height // 750)))
+
+
+def document_tokens(data: bytes | str | None, media_type: str | None = None) -> int:
+    """Estimated tokens of one document: ``data`` its bytes, or their base64 text (a ``data:`` URL
+    too, which may name ``media_type``). A PDF costs ``PAGE_TOKENS`` a page (its pages counted in
+    its page objects, or its page tree's count when they are compressed); a ``text/*`` document
+    its text's tokens; None or anything else (a URL, a file id, another format) ``PAGE_TOKENS``.
+    (A document given as plain text, an Anthropic text source, is counted by its text.)"""
+    raw: bytes | bytearray | None = data if isinstance(data, bytes | bytearray) else None
+    if isinstance(data, str):
+        if data.startswith("data:"):
+            meta, _, data = data.partition(",")
+            media_type = meta[5:].split(";")[0] or media_type
+            if not meta.endswith(";base64"):
+                return estimate_tokens(len(data)) if (media_type or "").startswith("text/") else PAGE_TOKENS
+        try:
+            raw = base64.b64decode(data[: len(data) // 4 * 4], validate=False)
+        except (binascii.Error, ValueError):
+            return PAGE_TOKENS
+    if raw is None:
+        return PAGE_TOKENS
+    if (media_type or "").startswith("text/"):
+        return estimate_tokens(len(bytes(raw).decode("utf-8", "replace")))
+    if not raw.startswith(b"%PDF"):
+        return PAGE_TOKENS
+    return max(1, _pdf_pages(bytes(raw))) * PAGE_TOKENS
+
+
+def _pdf_pages(pdf: bytes) -> int:
+    """A PDF's pages: its page objects, and those inside its compressed object streams (PDF 1.5
+    on keeps most objects there), else its page tree's count; 0 when none of those is readable."""
+    pages = len(_PAGE.findall(pdf))
+    counts = [int(a or b) for a, b in _PAGE_COUNT.findall(pdf)]
+    for found in _OBJECT_STREAM.finditer(pdf):
+        try:
+            objects = zlib.decompressobj().decompress(found[1], _OBJECT_STREAM_MAX)
+        except zlib.error:
+            continue
+        pages += len(_PAGE.findall(objects))
+        counts += [int(a or b) for a, b in _PAGE_COUNT.findall(objects)]
+    return pages or max(counts, default=0)
 
 
 def _image_head(data: bytes | str | None) -> bytes:

@@ -18,7 +18,7 @@ from context_os.errors import ContentTooLarge, LockedObject, MalformedMessage, N
 from context_os.harness.openai import OPENAI_PAIRING, OpenAIAdapter, OpenAIHook
 from context_os.harness.pairing import pairing_problems
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import EAGER, blocks_text, call, coding_session, png, result, say, stub_ref, user
+from tests.helpers import EAGER, blocks_text, call, coding_session, pdf, png, result, say, stub_ref, user
 
 try:
     from openai.types.chat import ChatCompletionMessageParam
@@ -927,6 +927,19 @@ def test_an_image_a_user_sends_counts_in_what_the_context_costs(db):
         ]
     )
     assert hook.last.tokens_full == 103 + 3 + 1600
+
+
+def test_a_file_a_user_sends_counts_by_its_pages(db):
+    hook = hook_for(db)
+    data = "data:application/pdf;base64," + base64.b64encode(pdf(2)).decode()
+    parts = [
+        {"type": "text", "text": "summarise"},
+        {"type": "file", "file": {"file_data": data, "filename": "a.pdf"}},
+        {"type": "file", "file": {"file_id": "file-abc"}},  # uploaded: its size unknown, one page
+    ]
+    out = hook.transform_context([{"role": "user", "content": parts}])
+    assert out[0]["content"] == parts
+    assert hook.last.tokens_full == hook.last.tokens == 3 + 2 * 2300 + 2300
 
 
 def test_calls_of_custom_tools_are_taken_and_rendered_as_custom_calls(db):

@@ -25,7 +25,7 @@ from context_os.harness.anthropic import (
 from context_os.harness.pairing import pairing_problems
 from context_os.store import Evict
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import EAGER, png, stub_ref
+from tests.helpers import EAGER, pdf, png, stub_ref
 
 MESSAGE = TypeAdapter(MessageParam)
 TOOL = TypeAdapter(ToolParam)
@@ -619,6 +619,20 @@ def test_images_in_a_user_message_count_in_what_it_costs(db):
     hook = hook_for(db)
     hook.transform_request([{"role": "user", "content": [{"type": "text", "text": "what is this"}, image]}])
     assert hook.last.tokens_full == hook.last.tokens == 3 + 100  # the text, the image
+
+
+def test_documents_count_in_what_they_cost(db):
+    # a PDF by its pages (2,300 tokens a page), a text source by its text, a URL as one page
+    b64 = base64.b64encode(pdf(3)).decode()
+    docs = [
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": b64}},
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "y" * 400}},
+        {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}},
+    ]
+    hook = hook_for(db)
+    out = hook.transform_request([{"role": "user", "content": [{"type": "text", "text": "read these"}, *docs]}])
+    assert out["messages"][0]["content"][1:] == docs
+    assert hook.last.tokens_full == hook.last.tokens == 3 + 3 * 2300 + 100 + 2300
 
 
 @pytest.mark.parametrize("pool", [None, 1_000])

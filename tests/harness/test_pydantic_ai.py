@@ -34,7 +34,7 @@ from context_os.errors import MalformedMessage
 from context_os.harness.pairing import pairing_problems
 from context_os.harness.pydantic_ai import PYDANTIC_AI_PAIRING, PydanticAIHook
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import EAGER, png, stub_ref
+from tests.helpers import EAGER, pdf, png, stub_ref
 
 STUB = "[bash output, "
 
@@ -324,6 +324,13 @@ def test_an_image_a_tool_returns_counts_while_it_shows(db):
     assert returns(out)["s0"].startswith("[screenshot output, 800 tokens, collapsed")
     assert returns(out)["s3"].data == shot.data
     assert hook.last.tokens_full > 4 * 800 > hook.last.tokens > 800
+
+
+def test_a_document_a_user_sends_counts_by_its_pages(db):
+    hook = hook_for(db)
+    document = BinaryContent(data=pdf(2), media_type="application/pdf")
+    hook.transform_context([ModelRequest(parts=[UserPromptPart(["summarise", document])])])
+    assert hook.last.tokens_full == hook.last.tokens == 3 + 2 * 2300
 
 
 def test_one_agent_serves_several_sessions_with_the_capability_given_per_run(db):

@@ -46,7 +46,7 @@ from ..context.entries import Entry, Incoming, Msg, ToolCall
 from ..context.view import TAIL_OPEN
 from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
-from ..tokens import CHARS_PER_TOKEN, image_tokens
+from ..tokens import CHARS_PER_TOKEN, document_tokens, image_tokens
 from .base import (
     Adapter,
     ContextHook,
@@ -109,15 +109,36 @@ def _reasoning_chars(block: Mapping[str, Any]) -> int:
 
 
 def _media_chars(blocks: Sequence[Mapping[str, Any]]) -> int:
-    """What the image blocks among ``blocks`` put in front of the model, in characters
-    (``tokens.image_tokens``): a base64 image by its size, any other source at the most."""
+    """What the image and document blocks among ``blocks`` put in front of the model, in
+    characters: a base64 image by its size, any other source at the most (``tokens.image_tokens``);
+    a document by its pages, or its text (``tokens.document_tokens``)."""
     n = 0
     for b in blocks:
+        source = b.get("source")
+        source = source if isinstance(source, Mapping) else {}
+        data = source.get("data") if source.get("type") in ("base64", "text") else None
         if b.get("type") == "image":
-            source = b.get("source")
-            data = source.get("data") if isinstance(source, Mapping) and source.get("type") == "base64" else None
             n += image_tokens(data if isinstance(data, str) else None) * CHARS_PER_TOKEN
+        elif b.get("type") == "document":
+            n += _document_chars(source)
     return n
+
+
+def _document_chars(source: Mapping[str, Any]) -> int:
+    """A document block's source in characters: a text source its text, a content source its
+    blocks' texts and images, a base64 one its pages (``tokens.document_tokens``)."""
+    kind, data = source.get("type"), source.get("data")
+    if kind == "text" and isinstance(data, str):
+        return len(data)
+    if kind == "content":
+        content = source.get("content")
+        if isinstance(content, str):
+            return len(content)
+        parts = [b for b in content if isinstance(b, Mapping)] if isinstance(content, list) else []
+        return sum(len(str(b.get("text") or "")) for b in parts if b.get("type") == "text") + _media_chars(parts)
+    media = source.get("media_type")
+    data = data if kind == "base64" and isinstance(data, str) else None
+    return document_tokens(data, media if isinstance(media, str) else None) * CHARS_PER_TOKEN
 
 
 def _plain(value: Any) -> Any:

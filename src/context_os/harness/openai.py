@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from ..context.entries import Incoming, Msg, ToolCall
 from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
-from ..tokens import CHARS_PER_TOKEN, image_tokens
+from ..tokens import CHARS_PER_TOKEN, document_tokens, image_tokens
 from .base import Adapter, ContextHook, check_utf8, fallback_hash
 from .pairing import CLOSES, SAYS, Pairing, Reading, check_end, pairing_problems
 
@@ -99,14 +99,20 @@ def _text_of(content: Any, index: int) -> tuple[str | None, list[Any] | None]:
 
 
 def _media_chars(parts: list[Any]) -> int:
-    """What the ``image_url`` parts among a message's content parts put in front of the model, in
-    characters (``tokens.image_tokens``): a ``data:`` URL by its image's size, any other at the most."""
+    """What the ``image_url`` and ``file`` parts among a message's content parts put in front of
+    the model, in characters: an image's ``data:`` URL by its size, any other at the most
+    (``tokens.image_tokens``); a file's ``file_data`` by its pages, a file id as one page
+    (``tokens.document_tokens``)."""
     n = 0
     for part in parts:
         if part.get("type") == "image_url":
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, Mapping) else None
             n += image_tokens(url if isinstance(url, str) and url.startswith("data:") else None) * CHARS_PER_TOKEN
+        elif part.get("type") == "file":
+            file = part.get("file")
+            data = file.get("file_data") if isinstance(file, Mapping) else None
+            n += document_tokens(data if isinstance(data, str) else None) * CHARS_PER_TOKEN
     return n
 
 

@@ -47,6 +47,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ERROR_OUTCOMES,
     BinaryContent,
+    DocumentUrl,
     ImageUrl,
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -69,7 +70,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from ..context.entries import Incoming, Msg, ToolCall
 from ..errors import HashError, MalformedMessage
 from ..hashing import hash_value
-from ..tokens import CHARS_PER_TOKEN, image_tokens
+from ..tokens import CHARS_PER_TOKEN, document_tokens, image_tokens
 from .base import Adapter, ContextHook, MergeCache, check_utf8, fallback_hash, sorted_keys
 from .pairing import Pairing, Reading
 
@@ -149,14 +150,19 @@ def _part_text(part: Any) -> str:
 
 
 def _media_chars(content: Any) -> int:
-    """What the images in a part's content (a ``BinaryContent`` image, an ``ImageUrl``, or a list
-    holding them) put in front of the model, in characters (``tokens.image_tokens``)."""
+    """What the images and documents in a part's content (a ``BinaryContent``, an ``ImageUrl``, a
+    ``DocumentUrl``, or a list holding them) put in front of the model, in characters
+    (``tokens.image_tokens``, ``tokens.document_tokens``)."""
     n = 0
     for item in content if isinstance(content, list | tuple) else (content,):
         if isinstance(item, BinaryContent) and item.is_image:
             n += image_tokens(item.data) * CHARS_PER_TOKEN
+        elif isinstance(item, BinaryContent) and item.is_document:
+            n += document_tokens(item.data, item.media_type) * CHARS_PER_TOKEN
         elif isinstance(item, ImageUrl):
             n += image_tokens(item.url if item.url.startswith("data:") else None) * CHARS_PER_TOKEN
+        elif isinstance(item, DocumentUrl):
+            n += document_tokens(item.url if item.url.startswith("data:") else None) * CHARS_PER_TOKEN
     return n
 
 
