@@ -137,6 +137,28 @@ def test_a_short_conversation_goes_upstream_item_for_item(proxy: Running, up: Up
     assert up.requests[0]["input"] == items
 
 
+def test_files_and_images_by_id_are_managed_and_keep_every_field(proxy: Running, up: Upstream) -> None:
+    """A PDF or an image the client uploaded (``file_id``), a file by URL, an image's ``detail``:
+    the conversation is managed, and a message context_os rewrote (a secret redacted in its text)
+    goes upstream with all of them as the client sent them."""
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    attached = [
+        {"type": "input_image", "file_id": "file-img", "detail": "high"},
+        {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"},
+        {"type": "input_file", "file_id": "file-pdf", "filename": "spec.pdf"},
+        {"type": "input_file", "file_url": "https://example.com/spec.pdf"},
+    ]
+    items = codex_conversation(60)
+    items.insert(
+        2, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"token {token}"}, *attached]}
+    )
+    proxy.openai().responses.create(model="m", instructions=INSTRUCTIONS, input=items)  # type: ignore[arg-type]
+    assert proxy.proxy.counts["failed_open"] == 0
+    sent = [i for i in up.requests[0]["input"] if i.get("role") == "user" and len(i.get("content") or ()) == 5]
+    assert len(sent) == 1 and sent[0]["content"][1:] == attached
+    assert token not in json.dumps(up.requests[0]["input"])
+
+
 def test_a_stream_comes_through(proxy: Running, up: Upstream) -> None:
     stream = proxy.openai().responses.create(model="m", input=codex_conversation(60), stream=True)  # type: ignore[arg-type]
     events = list(stream)

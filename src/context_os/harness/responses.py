@@ -100,7 +100,8 @@ def _parts_text(content: Any, k: int) -> str:
 
 def _chat_content(content: Any, k: int) -> Any:
     """A user, system or developer message's content as chat content: a string as it is, parts
-    as chat parts (``input_text`` → ``text``, ``input_image`` → ``image_url``)."""
+    as chat parts (``input_text`` → ``text``, ``input_image`` → ``image_url``, ``input_file`` →
+    ``file``), every field kept."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -110,8 +111,13 @@ def _chat_content(content: Any, k: int) -> Any:
         kind = part.get("type") if isinstance(part, Mapping) else None
         if kind in ("input_text", "output_text") and isinstance(part.get("text"), str):
             out.append({"type": "text", "text": part["text"]})
-        elif kind == "input_image" and isinstance(part.get("image_url"), str):
-            out.append({"type": "image_url", "image_url": {"url": part["image_url"]}})
+        elif kind == "input_image" and isinstance(part.get("image_url") or part.get("file_id"), str):
+            # by its URL or an uploaded file's id (no chat form: kept beside an empty URL)
+            image = {"url": part.get("image_url") or ""}
+            image |= {k: part[k] for k in ("detail", "file_id") if k in part}
+            out.append({"type": "image_url", "image_url": image})
+        elif kind == "input_file":
+            out.append({"type": "file", "file": {k: v for k, v in part.items() if k != "type"}})
         else:
             raise MalformedMessage(f"a {kind!r} part context_os does not manage", index=k, field="content")
     return out
@@ -125,7 +131,11 @@ def _items_content(content: Any, role: str) -> Any:
     out = []
     for part in content:
         if part.get("type") == "image_url":
-            out.append({"type": "input_image", "image_url": part["image_url"]["url"]})
+            image = part["image_url"]
+            back = {"type": "input_image"} | ({"image_url": image["url"]} if image.get("url") else {})
+            out.append(back | {k: image[k] for k in ("detail", "file_id") if k in image})
+        elif part.get("type") == "file":
+            out.append({"type": "input_file", **part["file"]})
         else:
             out.append({"type": text_type, "text": part.get("text", "")})
     return out
