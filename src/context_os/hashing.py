@@ -141,6 +141,16 @@ def _normalise(value: Any) -> Any:
     raise HashError(f"{type(value).__name__} has no canonical JSON form")
 
 
+def sorted_keys(value: Any) -> Any:
+    """``value`` with every object's keys in sorted order, as canonical JSON orders them and the
+    store gives documents back; TypeError for keys that do not sort."""
+    if isinstance(value, dict):
+        return {k: sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [sorted_keys(v) for v in value]
+    return value
+
+
 def hash_bytes(data: bytes) -> str:
     """``b3:`` + blake3 hex digest of ``data`` (already canonical JSON)."""
     return HASH_PREFIX + blake3.blake3(data).hexdigest()

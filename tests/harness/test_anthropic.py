@@ -651,3 +651,34 @@ def test_activating_a_screenshot_says_its_image_is_not_shown_in_the_active_pool(
     shown = json.loads(hook.call_tool("activate", {"id": "toolcall:a1:s0"}))
     assert shown["status"] == "activated" and "not its images" in shown["note"]
     assert "note" not in json.loads(hook.call_tool("activate", {"id": "toolcall:a1:t0"}))
+
+
+@pytest.mark.parametrize("redact", [True, False])
+def test_a_resumed_session_sends_the_blocks_it_keeps_verbatim_as_the_live_one_did(tmp_path, redact):
+    # the store gives documents back with their keys sorted: a server tool's input (the model
+    # reads it as JSON text) must not come back in another order after a resume, or the
+    # provider's prompt cache is lost from that message on
+    search = {"query": "x", "allowed_domains": ["a.com"], "b": {"z": 1, "a": 2}}
+    found = {"url": "https://a.com", "type": "web_search_result", "title": "t", "encrypted_content": "E"}
+    msgs: list[dict[str, Any]] = [
+        user("search"),
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": search},
+                {"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": [found]},
+                {"type": "text", "text": "found"},
+            ],
+        },
+        user("more"),
+    ]
+    db = SqliteStore(tmp_path / "s.db")
+    live = AnthropicHook(Session.open(db, "a1", harness="anthropic", redact=redact))
+    before = json.dumps(live.transform_request(msgs)["messages"][1])
+    live.session.close()
+    db.close()
+    db = SqliteStore(tmp_path / "s.db")
+    resumed = AnthropicHook(Session.open(db, "a1", harness="anthropic", redact=redact))
+    after = resumed.transform_request([*msgs, {"role": "assistant", "content": "ok"}, user("again")])["messages"]
+    assert json.dumps(after[1]) == before
+    db.close()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ContentTooLarge, HashError, MalformedMessage
-from ..hashing import canonical_json
+from ..hashing import canonical_json, sorted_keys
 from ..objects import ToolcallDoc
 from ..tokens import estimate_tokens
 from .entries import ROLES, Entry, Incoming, ToolCall, msg_chars
@@ -187,9 +187,14 @@ class Ingest:
         """The message with secrets redacted from every string it carries: its text, its tool
         calls' arguments (a JSON string or an object) and what the adapter keeps verbatim in
         ``extra`` (content parts, thinking, a tool output's blocks); encoded bytes (``_ENCODED``)
-        are left alone."""
+        are left alone. ``extra``'s objects come back with their keys in sorted order, as the
+        store gives them back: a session resumed from the store then renders the blocks it keeps
+        verbatim (a server tool's input, a provider's fields) as the live one did, and a provider's
+        prompt cache is not lost at a resume."""
         redact = self.redact
         if redact is None:
+            if m.get("extra"):
+                m = {**m, "extra": sorted_keys(m["extra"])}
             return m, 0
         total = 0
         known = self._clean
@@ -208,7 +213,7 @@ class Ingest:
                     known.add(value)
                 return text
             if isinstance(value, dict):
-                return {k: clean(v) for k, v in value.items()}
+                return {k: clean(value[k]) for k in sorted(value)}
             if isinstance(value, list):
                 return [clean(v) for v in value]
             return value

@@ -32,6 +32,7 @@ from ..context.view import TAIL_OPEN, Rendered
 
 if TYPE_CHECKING:
     from ..files.file_tools import FileTools
+from .. import hashing
 from ..errors import HashError, InvalidOutput, MalformedMessage, StateError
 from ..hashing import hash_value
 from .pairing import Pairing, check_end, check_pairs, left_open
@@ -151,19 +152,11 @@ def sorted_keys(value: Any, *, index: int | None = None, field: str | None = Non
     arguments that are objects are taken in this form, so that a live session and one rebuilt from
     the store show the same call text. ``index`` and ``field`` name the value in errors."""
     try:
-        return _sorted_keys(value)
+        return hashing.sorted_keys(value)
     except RecursionError:
         raise MalformedMessage("nested too deeply", index=index, field=field) from None
     except TypeError:  # keys that do not sort (not all strings): the store refuses them anyway
         raise MalformedMessage("object keys must be strings", index=index, field=field) from None
-
-
-def _sorted_keys(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _sorted_keys(value[k]) for k in sorted(value)}
-    if isinstance(value, list):
-        return [_sorted_keys(v) for v in value]
-    return value
 
 
 class MergeCache(Generic[M]):
