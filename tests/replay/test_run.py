@@ -311,4 +311,8 @@ def test_a_forked_pi_session_replays_its_own_calls_only(db, tmp_path: Path) -> N
     assert r.turns == 1  # the fork's one call; the parent's two were the parent's
     assert r.rows[0].messages == 5  # the whole branch before it
     assert r.frames_verified == r.frames == 1
-    assert any("forked" in note for note in transcript.notes), transcript.notes
+    assert any("forked" in note for note in transcript.info) and not transcript.notes
+    # said as a note, not a warning: nothing is wrong with the file
+    run = CliRunner().invoke(cli, ["--store", str(tmp_path / "cli.db"), "replay", str(path), "--verify", "none"])
+    assert run.exit_code == 0, run.output
+    assert f"note: {path}: forked from /sessions/parent.jsonl" in run.stderr and "warning" not in run.stderr

@@ -331,7 +331,8 @@ def session_ids(transcripts: Sequence[Transcript], session_id: str) -> list[str]
 
 
 def warn_skipped(transcripts: Sequence[Transcript]) -> int:
-    """Say on stderr which lines of the files read were skipped as not JSON; their count."""
+    """Say on stderr which lines of the files read were skipped as not JSON (and the readers'
+    notes, warnings and not); their count."""
     total = 0
     for t in {t.source: t for t in transcripts if t.skipped_lines}.values():
         shown = ", ".join(str(n) for n in t.skipped_line_numbers)
@@ -345,6 +346,8 @@ def warn_skipped(transcripts: Sequence[Transcript]) -> int:
     for t in transcripts:
         for note in t.notes:
             click.echo(f"warning: {t.source}: {note}", err=True)
+        for note in t.info:
+            click.echo(f"note: {t.source}: {note}", err=True)
     return total
 
 
@@ -471,6 +474,7 @@ def run_replay(
                     "skipped_lines": t.skipped_lines,
                     "skipped_line_numbers": t.skipped_line_numbers,
                     "notes": t.notes,
+                    "info": t.info,
                 }
                 for t, r in zip(transcripts, results, strict=True)
             ]

@@ -117,8 +117,11 @@ class Transcript:
     skipped_line_numbers: list[int] = field(default_factory=list)
     """The first ``SKIPPED_SHOWN`` of them, 1-based."""
     notes: list[str] = field(default_factory=list)
-    """What the reader did that its harness's own loader would not, to say with the replay (a
-    Pi branch joined over an entry lost on a line that is not JSON)."""
+    """What the reader did that its harness's own loader would not, to say with the replay as a
+    warning (a Pi branch joined over an entry lost on a line that is not JSON)."""
+    info: list[str] = field(default_factory=list)
+    """What a user should know of how the file was read, no problem: said as a note (a Pi
+    session forked from another, whose first messages are that session's)."""
     inherited: int = 0
     """Leading messages copied from the session this one was forked or cloned from (a Pi
     ``parentSession``): the input of its calls, but their own model calls were that session's."""

@@ -173,7 +173,7 @@ def _read_pi_tree(
     out = Transcript(f"pi-v{version}", "pi", "pi", messages, session_id, cwd, compactions, len(body) + 1)
     out.inherited = _inherited(header, path)
     if out.inherited:
-        notes.append(
+        out.info.append(
             f"forked from {header['parentSession']}: its first {out.inherited} messages are that session's, "
             "whose model calls are replayed with it, not here"
         )
