@@ -994,3 +994,25 @@ def test_a_retried_request_is_one_frame_with_a_workspace(tmp_path: Path) -> None
             assert verified_frames(running.store, derive_session("openai", {"messages": msgs})) == 2
         finally:
             running.close()
+
+
+def test_a_message_without_content_goes_upstream_without_one(tmp_path: Path) -> None:
+    """An assistant message of calls only, as the SDK dumps its reply (``exclude_none``: no
+    ``content`` field), goes upstream as the client sent it: the proxy added ``"content": null``,
+    a change context_os never made, which a strict OpenAI-compatible provider may refuse."""
+    with upstream(replies=[call("bash", cmd="ls"), "done"]) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.openai()
+            msgs: list[Any] = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "look"}]
+            got = client.chat.completions.create(model="m", messages=msgs, tools=BASH)
+            reply = got.choices[0].message.model_dump(exclude_none=True)
+            assert "content" not in reply and reply["tool_calls"]
+            msgs += [reply, {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"], "content": "a.py"}]
+            assert client.chat.completions.create(model="m", messages=msgs, tools=BASH).choices[0].message.content
+            assert up.requests[1]["messages"] == msgs
+            assert "content" not in up.requests[1]["messages"][2]
+            assert verified_frames(running.store, derive_session("openai", {"messages": msgs})) == 2
+        finally:
+            running.close()
+

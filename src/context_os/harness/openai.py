@@ -33,6 +33,9 @@ _ROLE_MAP = {"system": "system", "developer": "system", "user": "user", "assista
 _KNOWN = {"role", "content", "tool_calls", "tool_call_id", "is_error"}
 """``is_error`` is no chat-completions field: a tool message that says ``"is_error": true`` (the
 Responses translation's, for a built-in tool call that failed) is a failed result."""
+_NO_CONTENT = "ctxos_no_content"
+"""Kept in a message's ``extra`` when it came without a ``content`` field (an assistant message of
+calls only, as the SDK dumps its reply): it is rendered without one, not with ``"content": null``."""
 
 
 def _plain(value: Any) -> Any:
@@ -167,6 +170,8 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
             extra["role"] = role
         if parts is not None and role != "tool":
             extra["content"] = parts
+        if "content" not in message:
+            extra[_NO_CONTENT] = True
         m: Incoming = {"role": _ROLE_MAP[role], "text": text, "h": ""}  # type: ignore[typeddict-item]
         if parts is not None and role == "user" and (media := _media_chars(parts)):
             m["extra_chars"] = media
@@ -229,6 +234,8 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
         role = extra.pop("role", msg["role"])
         content: Any = extra.pop("content", msg["text"])
         out: dict[str, Any] = {"role": role, "content": content}
+        if extra.pop(_NO_CONTENT, False) and content is None:  # it came without one: it goes without one
+            del out["content"]
         if msg.get("tool_calls"):
             out["tool_calls"] = [_render_call(c) for c in msg["tool_calls"]]
         if msg["role"] == "tool":
