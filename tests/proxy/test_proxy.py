@@ -6,7 +6,10 @@ keep their API's shape, and context_os failing never breaks the agent."""
 from __future__ import annotations
 
 import json
+import re
+import signal
 import socket
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,7 @@ from context_os.errors import ConfigError
 from context_os.harness.openai import OpenAIHook
 from context_os.server.proxy import SESSION_HEADER, Proxy, derive_session, make_proxy_server
 from context_os.store.sqlite import SqliteStore
-from tests.proxy.running import KEY, Running, anthropic_client, openai_client, proxy_command, verified_frames
+from tests.proxy.running import CTXOS, KEY, Running, anthropic_client, openai_client, proxy_command, verified_frames
 from tests.proxy.upstream import ToolCall, Upstream, call, reasoning_item, thinking_block, upstream
 
 pytestmark = pytest.mark.timeout(120)
@@ -1016,3 +1019,44 @@ def test_a_message_without_content_goes_upstream_without_one(tmp_path: Path) -> 
         finally:
             running.close()
 
+
+def test_a_stop_mid_stream_ends_each_stream_with_its_apis_error(tmp_path: Path) -> None:
+    """SIGTERM (as Ctrl-C) while answers stream: each stream ends with its API's error event,
+    which the SDKs raise, and the proxy says so and stops cleanly. The streams were cut off,
+    their end read as whole (an upstream's answer that ends with its connection, which the stop
+    shut down, seemed whole to the proxy, and a client was sent the end of its stream)."""
+    hold = threading.Event()
+    with upstream(replies=["one two three", "four five six"], hold=hold) as up:
+        store = tmp_path / "proxy.db"
+        cmd = [CTXOS, "--store", str(store), "proxy", "--upstream", up.url, "--port", "0", "--no-recall"]
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+        try:
+            assert proc.stderr is not None
+            m = re.search(r"OpenAI base URL (http://127\.0\.0\.1:\d+/v1)", proc.stderr.readline().decode())
+            assert m
+            chat = iter(
+                openai_client(m.group(1)).chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "count"}], stream=True
+                )
+            )
+            assert next(chat).choices[0].delta.content == "one"  # the first chunk: the rest is held
+            ask = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "count on"}]}
+            with anthropic_client(m.group(1).removesuffix("/v1")).messages.stream(**ask) as messages:  # type: ignore[arg-type]
+                events = iter(messages)
+                assert next(events).type == "message_start"
+                proc.send_signal(signal.SIGTERM)
+                with pytest.raises(anthropic.APIStatusError, match="the proxy stopped"):
+                    list(events)
+            with pytest.raises(openai.APIError, match="the proxy stopped"):
+                list(chat)
+            assert proc.wait(30) == 0
+            said = proc.stderr.read().decode()
+            assert said.count("the proxy stopped (SIGTERM or Ctrl-C) before the answer ended") == 2, said
+            assert "Traceback" not in said
+        finally:
+            hold.set()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            assert proc.stderr is not None
+            proc.stderr.close()

@@ -119,6 +119,8 @@ def proxy_cmd(
             pass  # stopped before it began serving (a supervisor that read the line)
         finally:
             server.server_close()
+            # answers being relayed are cut, their clients told so in their API's shape
+            proxy.stop()
             proxy.close()
             if engine is not None:
                 engine.close()

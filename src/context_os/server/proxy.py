@@ -33,7 +33,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -154,6 +154,10 @@ def _fork(begun: str, reply: str | None) -> str:
     reply (None: the first calls of such conversations, which hold nothing but that start)."""
     digest = hash_value({"started": begun, "reply": reply or ""}).removeprefix(HASH_PREFIX)
     return f"proxy-{digest[:16]}"
+
+
+class ProxyStopping(Exception):
+    """The proxy stops (SIGTERM, Ctrl-C): a request is not sent upstream, an answer is cut."""
 
 
 _CLAIM = "proxy-claim:"
@@ -319,6 +323,64 @@ class Proxy:
         """Sessions of a conversation's start, by the hash of the first reply of the conversation
         that claimed each (kept in the store too: a restarted proxy knows them)."""
         self.counts = {"requests": 0, "assembled": 0, "failed_open": 0, "upstream_errors": 0, "tool_calls": 0}
+        self.stopping = threading.Event()
+        """Set by ``stop``: no request goes upstream any more, an answer being relayed is cut."""
+        self._answers: set[httpx.Response] = set()
+        """The upstream answers being relayed now (``stop`` closes them)."""
+        self._cut: set[int] = set()
+        """The answers ``stop`` cut (by ``id``): one that ends at its connection's end may seem whole."""
+        self._busy = threading.Condition(self._lock)
+        self._relaying = 0
+        """Requests between their first upstream call and their client's last byte."""
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop relaying (SIGTERM, Ctrl-C): each answer still being relayed is cut, and its client
+        told so in its API's shape (a stream ends with its API's error event, which the SDKs
+        raise; an answer not yet begun is a 503), as a request that comes after gets too. Waits up
+        to ``timeout`` seconds for those clients to be told; False if some were not."""
+        self.stopping.set()
+        with self._lock:
+            answers = list(self._answers)
+            self._cut.update(id(r) for r in answers)
+        for resp in answers:
+            _cut_off(resp)
+        with self._busy:
+            return self._busy.wait_for(lambda: self._relaying == 0, timeout)
+
+    @contextmanager
+    def relay(self, resp: httpx.Response) -> Iterator[httpx.Response]:
+        """``resp`` (an upstream answer) while it is relayed: ``stop`` cuts it. ``ProxyStopping``
+        once the proxy stops."""
+        with self._lock:
+            if self.stopping.is_set():
+                raise ProxyStopping
+            self._answers.add(resp)
+        try:
+            yield resp
+        finally:
+            with self._lock:
+                self._answers.discard(resp)
+                self._cut.discard(id(resp))
+
+    def whole(self, resp: httpx.Response) -> None:
+        """``ProxyStopping`` if ``stop`` cut ``resp``: what was read of it is not all of it, though
+        an answer that ends with its connection reads as whole."""
+        with self._lock:
+            if id(resp) in self._cut:
+                raise ProxyStopping
+
+    @contextmanager
+    def busy(self) -> Iterator[None]:
+        """A request from its first upstream call to its client's last byte (``stop`` waits for
+        them)."""
+        with self._busy:
+            self._relaying += 1
+        try:
+            yield
+        finally:
+            with self._busy:
+                self._relaying -= 1
+                self._busy.notify_all()
 
     def close(self) -> None:
         self.client.close()
@@ -725,9 +787,26 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             error event, and any other answer with the connection)."""
             self._started = False
             self._events: Callable[[bytes], None] | None = None  # a stream begun, at an event's end
+            with proxy.busy():
+                try:
+                    if proxy.stopping.is_set():
+                        raise ProxyStopping
+                    self._send_upstream(api, send)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client went away mid-stream
+                except Exception as e:
+                    if not proxy.stopping.is_set():
+                        raise
+                    # the proxy stops: its upstream answer was closed under it (what that raises
+                    # depends on where the read was), or it was not to be sent at all
+                    self._stopped(api, e)
+
+        def _send_upstream(self, api: Api, send: Callable[[], None]) -> None:
             try:
                 send()
             except httpx.HTTPError as e:
+                if proxy.stopping.is_set():
+                    raise  # an answer the stop cut, not the upstream
                 if self._started:
                     self._broke_off(api, e)
                 elif isinstance(e, httpx.TimeoutException):
@@ -744,8 +823,6 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                     self._reply(
                         502, error_body(api, 502, f"the upstream {proxy.upstreams[api]} cannot be reached: {e}")
                     )
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True  # the client went away mid-stream
 
         def _broke_off(self, api: Api, e: httpx.HTTPError) -> None:
             """The upstream broke off (or stalled in) an answer the client was being sent: a stream
@@ -759,13 +836,30 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 else f"broke off its answer: {str(e) or type(e).__name__}"
             )
             log.warning("proxy: the upstream %s %s (the client's answer ends there)", proxy.upstreams[api], why)
+            self._end_with(api, status, f"the upstream {proxy.upstreams[api]} {why}")
+
+        def _stopped(self, api: Api, e: Exception) -> None:
+            """The proxy stops (``Proxy.stop``) with this request's answer not relayed whole, or
+            not yet sent upstream: a 503 in the API's shape if nothing was sent, else a stream ends
+            with its API's error event (a client reading events would take a stream cut short
+            for a whole one); said on stderr."""
+            why = "the proxy stopped (SIGTERM or Ctrl-C) before the answer ended"
+            log.warning("proxy: %s: %s (%s)", self.path, why, str(e) or type(e).__name__)
+            if not self._started:
+                self.close_connection = True
+                with suppress(OSError):
+                    self._reply(503, error_body(api, 503, why))
+                return
+            self._end_with(api, 503, why)
+
+        def _end_with(self, api: Api, status: int, why: str) -> None:
+            """End an answer begun: a stream at an event's end with its API's error event saying
+            ``why``, anything else with the connection."""
             self.close_connection = True
             if self._events is None:
                 return
             try:
-                self._events(
-                    stream_error(api, status, error_body(api, status, f"the upstream {proxy.upstreams[api]} {why}"))
-                )
+                self._events(stream_error(api, status, error_body(api, status, why)))
                 self._end()
             except OSError:
                 pass  # the client went away too
@@ -822,9 +916,13 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
 
             for n in range(MAX_ROUNDS):
                 last = n == MAX_ROUNDS - 1
-                with proxy.client.stream("POST", url, headers=self._upstream_headers(), json=plan.body) as resp:
+                with (
+                    proxy.client.stream("POST", url, headers=self._upstream_headers(), json=plan.body) as resp,
+                    proxy.relay(resp),
+                ):
                     if resp.status_code >= 400 or not streaming:
                         raw = resp.read()
+                        proxy.whole(resp)
                         reply = _json_object(raw) if resp.status_code < 400 else None
                         # no API's answer (a web page at the upstream's address): it goes back as it came
                         calls, message = d.calls(reply) if reply is not None else ([], {})
@@ -847,6 +945,7 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                         f = StreamFilter(plan.api, first_round=n == 0, block_offset=offset, response_id=response_id)
                         for event in sse_events(resp.iter_bytes()):
                             send(f.feed(event))
+                        proxy.whole(resp)
                         response_id = f.response_id
                         ours = [c for c in f.calls() if c.name in plan.ours]
                         if not ours or last:
@@ -865,7 +964,10 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             """The request upstream as it is, the answer back as it comes."""
             method = method or ("POST" if raw is not None else "GET")
             url = proxy.upstream_url(api, self.path)
-            with proxy.client.stream(method, url, headers=self._upstream_headers(), content=raw) as resp:
+            with (
+                proxy.client.stream(method, url, headers=self._upstream_headers(), content=raw) as resp,
+                proxy.relay(resp),
+            ):
                 self._start(resp.status_code, resp.headers)
                 streamed = resp.headers.get("content-type", "").startswith("text/event-stream")
                 numbered = SequenceNumbers() if api == "responses" else None
@@ -876,9 +978,20 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                     # an error event may follow only a whole event
                     whole = streamed and part.replace(b"\r\n", b"\n").endswith(b"\n\n")
                     self._events = (lambda e, n=numbered: self._chunk(n(e) if n else e)) if whole else None
+                proxy.whole(resp)
                 self._end()
 
     return Handler
+
+
+def _cut_off(resp: httpx.Response) -> None:
+    """Wake the thread reading ``resp`` with an error (closing the response from another thread
+    does not: its read goes on waiting): its socket shut down, the read ends."""
+    stream = resp.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _stored_hidden(store: Store, session_id: str, newest_eviction: int) -> list[Hidden]:
