@@ -1060,3 +1060,32 @@ def test_a_stop_mid_stream_ends_each_stream_with_its_apis_error(tmp_path: Path) 
                 proc.wait()
             assert proc.stderr is not None
             proc.stderr.close()
+
+
+def test_a_request_retried_across_a_restart_is_one_frame(tmp_path: Path) -> None:
+    """The proxy restarted between a try the upstream refused and the client's retry: the retry
+    goes upstream as the try went, one frame for both (the frame the store holds is the turn's,
+    and the session stands as it did then). It was a turn of its own: the newest tool result aged."""
+    with upstream(replies=["looked", "-", "found it"], errors={2: 503}) as up:
+        msgs = coding_conversation(60)  # managed
+        running = Running(tmp_path, up)
+        try:
+            running.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+            msgs += [{"role": "assistant", "content": "looked"}, {"role": "user", "content": "and the newest?"}]
+            with pytest.raises(openai.APIStatusError):
+                running.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+        finally:
+            running.close()
+        again = Running(tmp_path, up)
+        try:
+            got = again.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+            assert got.choices[0].message.content == "found it"
+            assert json.dumps(up.requests[2]) == json.dumps(up.requests[1])
+            assert verified_frames(again.store, derive_session("openai", {"messages": msgs})) == 2
+            # the conversation goes on from there: a new turn
+            msgs += [{"role": "assistant", "content": "found it"}, {"role": "user", "content": "thanks"}]
+            again.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+            assert verified_frames(again.store, derive_session("openai", {"messages": msgs})) == 3
+        finally:
+            again.close()
+

@@ -170,6 +170,8 @@ class Session:
         self._answered = 0
         self._assembled: tuple[Assembly, int | None] | None = None
         """The last assembly of this process and the transaction the session had written after it."""
+        self._resumed = view.turn > 0
+        """A resumed session whose first call may be its last frame's again (``_again_resumed``)."""
 
     def _header(self) -> dict[str, Any]:
         content = {"harness": self.harness, "workspace": self.workspace, "created": self.created}
@@ -387,12 +389,53 @@ class Session:
         version), nothing asked for. A harness that retries a model call (after a provider's 429
         or 5xx) sends the same messages again: a new turn for each try would age every result,
         and after a few tries collapse the newest before the model ever saw it. None: assemble."""
-        if self._assembled is None or sync.new or sync.rewritten or sync.retired:
+        resumed, self._resumed = self._resumed, False
+        if sync.new or sync.rewritten or sync.retired:
             return None
+        if self._assembled is None:
+            return self._again_resumed(sync) if resumed else None
         last, tx = self._assembled
         if self.writer.queued or self._asked or self._manage_next or self.writer.last_tx != tx:
             return None
         return None if self._others_wrote() else last
+
+    def _again_resumed(self, sync: SyncReport) -> Assembly | None:
+        """The first call of a resumed session (a process restarted between a client's try and
+        its retry), bringing nothing new: its last frame's assembly, when the session stands as
+        it did then, nothing taken in since (an eviction, a newer version of what it shows) and
+        the same context rendered from it, at the frame's places (the hash it recorded)."""
+        view = self.view
+        if self.writer.queued or self._asked or self._manage_next or self.feeds:
+            return None
+        found = self.store.get(f"frame:{self.id}:{view.turn:06d}")
+        frame = found.doc if found is not None else None
+        if frame is None:
+            return None
+        c = frame["content"]
+        if (c.get("layout", 1), c.get("managed", True), c.get("horizon", 0)) != (
+            view.layout,
+            view.managed,
+            view.horizon,
+        ) or c.get("thinking_horizon", 0) != view.thinking_horizon:
+            return None
+        if self._others_wrote():  # what a turn would take in first: taken in, for the next turn
+            self._unchecked = self.writer.skipped = False
+            self.writer.looked = self._readable()
+            self._between += self._apply_tombstones() + self._check_newer()
+        if self._between or self._manage_next or self.writer.queued:
+            return None
+        blocks: list[tuple[int | None, str]] = []
+        for at, block_id, _ in c.get("blocks", []):
+            doc = self.store.doc(block_id)
+            if doc is None:
+                return None
+            blocks.append((at, str(doc["content"])))
+        rendered = view.render(frame=c, blocks=blocks)
+        if rendered.rendered_hash != c.get("rendered_hash"):
+            return None
+        assembly = Assembly(view.turn, rendered, str(frame["id"]), int(c.get("tokens_full", 0)), sync)
+        self._assembled = (assembly, self.writer.last_tx)
+        return assembly
 
     def add_source(
         self,

@@ -512,13 +512,16 @@ class ContextHook(Generic[M]):
                 raise again from None
             if self.on_sync is not None:
                 self.on_sync(self.session, report)
-            if self.last is not None and self.session.again(report) is self.last:
+            repeat = self.session.again(report)
+            if repeat is not None and repeat is self.last:
                 # the same call again (a retry): the same context, no new turn (not after a call
                 # that failed once its turn was assembled: that one returned nothing)
                 same = list(self._sent)
                 self._returned = (same, len(same))
                 return same
-            assembly = self.session.assemble(report)
+            # the same call again after a restart (this hook has returned nothing yet) is its last
+            # frame's assembly, rendered anew; after a call that failed once assembled, a new turn
+            assembly = repeat if repeat is not None and self.last is None else self.session.assemble(report)
             rendered = assembly.rendered
             problems = self._output.update(adapter, rendered)
             volatile = [adapter.render_msg(m) for m in rendered.volatile]
