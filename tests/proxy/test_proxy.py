@@ -1089,3 +1089,30 @@ def test_a_request_retried_across_a_restart_is_one_frame(tmp_path: Path) -> None
         finally:
             again.close()
 
+
+def test_a_message_over_the_cap_is_managed_cut_to_it(tmp_path: Path, caplog: Any) -> None:
+    """A tool output of 2.1 million characters (over ``max_message_chars``): the conversation is
+    managed, the output cut to the cap with a note (said once on stderr), and collapsed as any
+    other. Every request failed open for good: the whole output went upstream at every call."""
+    with upstream(replies=["seen"] * 6) as up, caplog.at_level("WARNING", logger="context_os.proxy"):
+        running = Running(tmp_path, up)
+        try:
+            call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+            msgs: list[Any] = [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "print the log"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "log line\n" * 233_334},
+            ]
+            for n in range(6):
+                running.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+                msgs += [{"role": "assistant", "content": "seen"}, {"role": "user", "content": f"and {n}?"}]
+            assert running.proxy.counts["failed_open"] == 0
+            sent = [json.dumps(r["messages"][3]) for r in up.requests]
+            assert all(len(s) < 1_000_000 for s in sent)  # the managed view of it, then its stub
+            assert "collapsed" in sent[-1]
+            said = [r.message for r in caplog.records if "over the 2,000,000 one message keeps" in r.message]
+            assert len(said) == 1 and "2,100,006 characters" in said[0]
+            assert verified_frames(running.store, derive_session("openai", {"messages": msgs})) == 6
+        finally:
+            running.close()

@@ -83,6 +83,12 @@ def _preview(text: str) -> str:
     return ""
 
 
+def cut_text(text: str, cap: int) -> str:
+    """``text`` cut to ``cap`` characters, ending with a note that says how long it was."""
+    note = f"\n… [cut by context_os: {len(text):,} characters, a message keeps at most {cap:,}]"
+    return text[: max(0, cap - len(note))] + note
+
+
 def check_incoming(m: Incoming, index: int, cap: int) -> None:
     """Refuse a translated message that ``sync`` would refuse, before anything changes: what the
     store cannot hold, an unknown role, a field over ``cap`` characters (``ContentTooLarge``), a
@@ -128,6 +134,13 @@ class Ingest:
         names and timestamps in every message): not scanned again."""
         self.retired = retired
         """Runs ``[first, end)`` of entries retired by history rewrites (the session doc keeps them)."""
+        self.cut_over_cap = False
+        """A message text over the policy's ``max_message_chars`` is cut to it, with a note saying
+        so, rather than refused (``ContentTooLarge``): what the proxy sets, which cannot ask its
+        client to send less (the message is the session's as cut; its hash is the one it came
+        with, so the next call finds it held)."""
+        self.cuts: list[tuple[int, int]] = []
+        """The messages cut so (their index and length), for the caller to say so."""
         # size of the unmanaged transcript (what the harness would have sent), kept incrementally
         self.full = sum(view.entries[i].get("ft", 0) for i in view.visible)
         self.call_names: dict[str, str] = {}
@@ -175,7 +188,12 @@ class Ingest:
         return SyncReport(new=len(incoming), rewritten=rewritten, retired=retired)
 
     def _check(self, index: int, m: Incoming) -> None:
-        check_incoming(m, index, self.view.policy.max_message_chars)
+        cap = self.view.policy.max_message_chars
+        text = m.get("text")
+        if self.cut_over_cap and isinstance(text, str) and len(text) > cap:
+            m["text"] = cut_text(text, cap)
+            self.cuts.append((index, len(text)))
+        check_incoming(m, index, cap)
 
     def _toolcall_id(self, call_id: str, entry_index: int) -> str:
         oid = f"toolcall:{self.view.session_id}:{call_id}"

@@ -404,6 +404,7 @@ class Proxy:
             if found is None:
                 ws = self.workspace
                 session = Session.open(self.store, session_id, harness=name, workspace=str(ws.root) if ws else None)
+                session.ingest.cut_over_cap = True  # the client cannot be asked to send less: managed, cut
                 tools = FileTools(session, ws, tracker=self.trackers(ws) if self.trackers else None) if ws else None
                 # the agent's files: from the disk under its workspace, else as its tools show them
                 files = VirtualFiles(session, root=str(ws.root) if ws else None, tool_names=None, disk=tools)
@@ -536,7 +537,20 @@ class Proxy:
                 self._forget_hidden(conv, newest)  # they may hold copies of what was erased
             messages, conv.hidden = splice(client, conv.hidden)
             self._keep_hidden(conv)  # one the client rewrote is dropped
-            body = self._assemble(plan.api, conv.hook, dict(plan.original, **{_key(plan.api): messages}))
+            ingest = conv.hook.session.ingest
+            try:
+                body = self._assemble(plan.api, conv.hook, dict(plan.original, **{_key(plan.api): messages}))
+            finally:
+                cuts, ingest.cuts = ingest.cuts, []
+            for at, size in cuts:
+                log.warning(
+                    "proxy: session %s: message %d is %s characters, over the %s one message keeps: the "
+                    "provider is sent it cut to them, with a note",
+                    conv.hook.session.id,
+                    at,
+                    f"{size:,}",
+                    f"{ingest.view.policy.max_message_chars:,}",
+                )
             schemas = (
                 [t for t in conv.hook.registry.schemas if t["name"] in OFFERED and t["name"] not in theirs]
                 if offer
