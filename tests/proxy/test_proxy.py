@@ -1116,3 +1116,29 @@ def test_a_message_over_the_cap_is_managed_cut_to_it(tmp_path: Path, caplog: Any
             assert verified_frames(running.store, derive_session("openai", {"messages": msgs})) == 6
         finally:
             running.close()
+
+
+def test_tool_outputs_go_upstream_in_the_shape_they_came(proxy: Running, up: Upstream) -> None:
+    """A chat tool message whose content is text parts goes as those parts (it went as one string
+    of their texts), an Anthropic ``tool_result`` without ``content`` without one (it went with
+    ``"content": ""``): context_os changed neither."""
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    chat: list[Any] = [
+        {"role": "user", "content": "look"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": [{"type": "text", "text": "a.py"}, {"type": "text", "text": "b.py"}],
+        },
+    ]
+    proxy.openai().chat.completions.create(model="m", messages=chat, tools=BASH)  # type: ignore[arg-type]
+    assert up.requests[0]["messages"] == chat
+    use = {"type": "tool_use", "id": "t1", "name": "touch", "input": {}}
+    messages: list[Any] = [
+        {"role": "user", "content": "touch it"},
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
+    ]
+    proxy.anthropic().messages.create(model="m", max_tokens=5, messages=messages)  # type: ignore[arg-type]
+    assert up.requests[1]["messages"] == messages

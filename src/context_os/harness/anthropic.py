@@ -95,6 +95,9 @@ class AnthropicRequest(TypedDict):
 
 
 _REASONING = ("thinking", "redacted_thinking")
+_NO_CONTENT = "ctxos_no_content"
+"""Kept in a tool result's ``extra`` when its block came without ``content`` (optional in the API):
+rendered without one while its text is still empty, not with ``"content": ""``."""
 """Assistant blocks of the model's reasoning (extended thinking), as the API sends them back."""
 
 
@@ -386,6 +389,8 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
         is_error = block.get("is_error", False)
         if not isinstance(is_error, bool):
             raise MalformedMessage("is_error must be a boolean", index=index, field=f"{field}.is_error")
+        if "content" not in block:  # rendered without one, as it came
+            extra[_NO_CONTENT] = True
         m: Incoming = {"role": "tool", "text": text, "tool_call_id": call_id, "h": ""}
         if media:
             m["extra_chars"] = media  # its images: counted while the result shows in full
@@ -403,6 +408,8 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
             full = extra.pop("full", None)
             block: dict[str, Any] = {"type": "tool_result", "tool_use_id": msg.get("tool_call_id", "")}
             block["content"] = full["content"] if isinstance(full, Mapping) and "content" in full else text
+            if extra.pop(_NO_CONTENT, False) and block["content"] == "":
+                del block["content"]
             if msg.get("is_error"):
                 block["is_error"] = True
             block.update(extra)

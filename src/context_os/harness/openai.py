@@ -170,6 +170,8 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
             extra["role"] = role
         if parts is not None and role != "tool":
             extra["content"] = parts
+        elif parts is not None:  # a tool output of text parts: shown as such while shown whole
+            extra["full"] = {"content": parts}
         if "content" not in message:
             extra[_NO_CONTENT] = True
         m: Incoming = {"role": _ROLE_MAP[role], "text": text, "h": ""}  # type: ignore[typeddict-item]
@@ -233,6 +235,9 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
         extra = dict(msg.get("extra") or {})
         role = extra.pop("role", msg["role"])
         content: Any = extra.pop("content", msg["text"])
+        full = extra.pop("full", None)  # a tool output's parts, as it came (the view keeps them while it is whole)
+        if msg["role"] == "tool" and isinstance(full, Mapping) and "content" in full:
+            content = full["content"]
         out: dict[str, Any] = {"role": role, "content": content}
         if extra.pop(_NO_CONTENT, False) and content is None:  # it came without one: it goes without one
             del out["content"]
