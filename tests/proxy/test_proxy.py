@@ -21,6 +21,7 @@ import pytest
 
 from context_os import Session
 from context_os.context.frames import frame_docs
+from context_os.context.load import load_view
 from context_os.context.tools import CONTEXT_TOOLS
 from context_os.errors import ConfigError
 from context_os.harness.openai import OpenAIHook
@@ -1142,3 +1143,66 @@ def test_tool_outputs_go_upstream_in_the_shape_they_came(proxy: Running, up: Ups
     ]
     proxy.anthropic().messages.create(model="m", max_tokens=5, messages=messages)  # type: ignore[arg-type]
     assert up.requests[1]["messages"] == messages
+
+
+def test_conversations_alike_to_their_first_reply_are_apart_once_they_diverge(proxy: Running, up: Upstream) -> None:
+    """Two runs of one task whose first reply is the same (the same first command, the same
+    output) and that read different files after: once they differ they are two sessions, and
+    neither is sent what the other read. They were one session (told apart by the first reply
+    alone), each request read as a rewrite of the other's history, and B was shown A's file."""
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}]
+    ls = {"id": "c0", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": "ls"})}}
+    start = [
+        {"role": "system", "content": "same system"},
+        {"role": "user", "content": "help me with the repo"},
+        {"role": "assistant", "content": None, "tool_calls": [ls]},
+        {"role": "tool", "tool_call_id": "c0", "content": "a.txt b.txt"},
+    ]
+
+    def run(path: str, text: str) -> list[dict[str, Any]]:
+        client = proxy.openai()
+        client.chat.completions.create(model="m", messages=start[:2], tools=tools)  # type: ignore[arg-type]
+        client.chat.completions.create(model="m", messages=start, tools=tools)  # type: ignore[arg-type]
+        call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": json.dumps({"path": path})}}
+        msgs = [*start, {"role": "assistant", "content": None, "tool_calls": [call]}]
+        msgs.append({"role": "tool", "tool_call_id": "c1", "content": text + "\n" + "x = 1\n" * 40_000})
+        for n in range(3):
+            client.chat.completions.create(model="m", messages=msgs, tools=tools)  # type: ignore[arg-type]
+            msgs += [{"role": "assistant", "content": f"step {n}"}, {"role": "user", "content": "go on"}]
+        return msgs
+
+    a = run("/w/a.txt", "the content of A: SECRET-A-123")
+    seen = len(up.requests)
+    b = run("/w/b.txt", "the content of B")
+    assert seen == 5 and all("SECRET-A-123" not in json.dumps(body) for body in up.requests[seen:])
+    # each went on in a session of its own: A's history was never rewritten by B's requests
+    begun = derive_session("openai", {"messages": start})
+    assert verified_frames(proxy.store, begun) == 5  # A's calls, none of B's
+    held = proxy.store.doc(f"session:{begun}")
+    assert held is not None and not held["meta"].get("retired")
+    history = json.dumps(load_view(proxy.store, begun).entries)
+    assert "/w/a.txt" in history and "/w/b.txt" not in history
+    a_next = [*a, {"role": "assistant", "content": "done"}, {"role": "user", "content": "one more"}]
+    proxy.openai().chat.completions.create(model="m", messages=a_next, tools=tools)  # type: ignore[arg-type]
+    assert "SECRET-A-123" in json.dumps(up.requests[-1]) and "the content of B" not in json.dumps(up.requests[-1])
+    assert verified_frames(proxy.store, begun) == 6 and len(b) == len(a)
+
+
+def test_a_keyless_client_rewriting_its_own_history_stays_in_its_session(proxy: Running, up: Upstream) -> None:
+    """A client without a key that elides an old tool output in place (SWE-agent's last-n
+    observations) and drops its replies' reasoning is the same conversation: one session, read
+    from the rewritten message on, not another conversation's session."""
+    msgs: list[Any] = [{"role": "system", "content": "agent"}, {"role": "user", "content": "fix it"}]
+    for n in range(3):
+        call = {"id": f"c{n}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"n": n})}}
+        msgs += [
+            {"role": "assistant", "content": None, "tool_calls": [call], "reasoning_content": f"think {n}"},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": f"output {n}"},
+        ]
+        proxy.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+    msgs[3] = {"role": "tool", "tool_call_id": "c0", "content": "Old environment output: (1 line omitted)"}
+    msgs[2] = {k: v for k, v in msgs[2].items() if k != "reasoning_content"}
+    msgs += [{"role": "user", "content": "go on"}]
+    proxy.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+    assert verified_frames(proxy.store, derive_session("openai", {"messages": msgs})) == 4
+    assert len(list(proxy.store.find("session"))) == 1

@@ -140,6 +140,10 @@ class Ingest:
         client to send less (the message is the session's as cut; its hash is the one it came
         with, so the next call finds it held)."""
         self.cuts: list[tuple[int, int]] = []
+        self.on_rewrite: Callable[[int, int, Callable[[int], str], Callable[[int], Incoming]], None] | None = None
+        """Called as ``on_rewrite(start, count, hash_at, translate)`` when a list no longer starts with what
+        was ingested, before anything changes (``start``: its first message that differs): it may
+        raise to refuse the list (the proxy: another conversation that starts alike)."""
         """The messages cut so (their index and length), for the caller to say so."""
         # size of the unmanaged transcript (what the harness would have sent), kept incrementally
         self.full = sum(view.entries[i].get("ft", 0) for i in view.visible)
@@ -176,6 +180,8 @@ class Ingest:
             while start < limit and hash_at(start) == view.entries[view.visible[start]]["h"]:
                 start += 1
             retired = cursor - start
+            if self.on_rewrite is not None:
+                self.on_rewrite(start, count, hash_at, translate)
         # translate and validate everything before changing anything: a bad message stores nothing
         incoming = [translate(k) for k in range(start, count)]
         for k, m in zip(range(start, count), incoming, strict=True):

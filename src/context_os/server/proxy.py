@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..context.entries import Incoming
 from ..context.session import Session
 from ..context.source_tools import SourceTools
 from ..errors import ConfigError
@@ -154,6 +155,15 @@ def _fork(begun: str, reply: str | None) -> str:
     reply (None: the first calls of such conversations, which hold nothing but that start)."""
     digest = hash_value({"started": begun, "reply": reply or ""}).removeprefix(HASH_PREFIX)
     return f"proxy-{digest[:16]}"
+
+
+class AnotherConversation(Exception):
+    """A request whose conversation starts as a session's but is not its (``Proxy._departing``):
+    it goes to ``session``."""
+
+    def __init__(self, session: str):
+        super().__init__(session)
+        self.session = session
 
 
 class ProxyStopping(Exception):
@@ -394,10 +404,14 @@ class Proxy:
                     log.warning("proxy: closing session %s: %s", c.hook.session.id, e)
             self._conversations.clear()
 
-    def _conversation(self, api: Api, session_id: str, started: str | None = None) -> _Conversation:
+    def _conversation(
+        self, api: Api, session_id: str, started: str | None = None, *, keyless: bool = False
+    ) -> _Conversation:
         """The conversation of ``session_id``; ``started``: the session its first call was recorded
         under, when that is another (one named by its start alone, before the model's first reply),
-        whose exchanges with our tools it takes over."""
+        whose exchanges with our tools it takes over. ``keyless``: a session named by how its
+        conversation starts alone, which another conversation starting alike may reach
+        (``_departing``)."""
         name = "openai" if api == "responses" else api  # its items are translated to chat messages
         with self._lock:
             found = self._conversations.get(session_id)
@@ -405,6 +419,8 @@ class Proxy:
                 ws = self.workspace
                 session = Session.open(self.store, session_id, harness=name, workspace=str(ws.root) if ws else None)
                 session.ingest.cut_over_cap = True  # the client cannot be asked to send less: managed, cut
+                if keyless:
+                    session.ingest.on_rewrite = _departing(session)
                 tools = FileTools(session, ws, tracker=self.trackers(ws) if self.trackers else None) if ws else None
                 # the agent's files: from the disk under its workspace, else as its tools show them
                 files = VirtualFiles(session, root=str(ws.root) if ws else None, tool_names=None, disk=tools)
@@ -435,10 +451,21 @@ class Proxy:
         session_id = named.strip() if named and named.strip() else derive_session(api, body)
         try:
             started = None
+            # a conversation told from another that starts alike by its replies (``_route``): not a
+            # Responses one, which has no claims (Codex sends its key; a remote compaction replaces
+            # the replies with one item: it is the same conversation)
+            keyless = not (named and named.strip()) and api != "responses" and _client_key(api, body) is None
             if not (named and named.strip()):
                 session_id, started = self._route(api, body, session_id)
-            conv = self._conversation(api, session_id, started)
-            plan = self._plan(Plan(api, body, body, conv), offer=True)
+            for _ in range(MAX_FORKS):
+                conv = self._conversation(api, session_id, started, keyless=keyless)
+                try:
+                    plan = self._plan(Plan(api, body, body, conv), offer=True)
+                    break
+                except AnotherConversation as other:  # it starts as this one does, and then differs
+                    session_id, started, conv = other.session, None, None
+            else:
+                raise RuntimeError(f"over {MAX_FORKS} conversations start as this one does")
         except Exception as e:
             self._failed(session_id, conv, e)
             return Plan(api, body, body)
@@ -535,13 +562,16 @@ class Proxy:
             self._observe(conv, theirs)
             if conv.hidden and (newest := _newest_eviction(self.store)) > conv.evictions_seen:
                 self._forget_hidden(conv, newest)  # they may hold copies of what was erased
-            messages, conv.hidden = splice(client, conv.hidden)
-            self._keep_hidden(conv)  # one the client rewrote is dropped
+            messages, hidden = splice(client, conv.hidden)
             ingest = conv.hook.session.ingest
             try:
                 body = self._assemble(plan.api, conv.hook, dict(plan.original, **{_key(plan.api): messages}))
+            except AnotherConversation:
+                raise  # not this session's: its exchanges stay as they are
             finally:
                 cuts, ingest.cuts = ingest.cuts, []
+            conv.hidden = hidden
+            self._keep_hidden(conv)  # one the client rewrote is dropped
             for at, size in cuts:
                 log.warning(
                     "proxy: session %s: message %d is %s characters, over the %s one message keeps: the "
@@ -1006,6 +1036,46 @@ def _cut_off(resp: httpx.Response) -> None:
     if isinstance(sock, socket.socket):
         with suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
+
+
+MAX_FORKS = 16
+"""How many conversations that start alike (and differ after) a request is tried against."""
+
+
+def _departing(session: Session) -> Callable[[int, int, Callable[[int], str], Callable[[int], Incoming]], None]:
+    """What a keyless session's ingest calls when a request's messages no longer start with its
+    history (``Ingest.on_rewrite``). A client rewriting its own conversation changes what it
+    gave (an old tool output elided or cleared in place), not what the model said (its text
+    and calls: a reasoning block dropped is no change), and keeps the newest message the session
+    holds; anything else is another conversation that started alike (two runs of one task whose
+    first replies were the same, then one read another file): another session
+    (``AnotherConversation``), named by where and how it first differs, the same at each of its
+    requests; one holding only the start of the history (another run, behind), by its length."""
+
+    def check(start: int, count: int, hash_at: Callable[[int], str], translate: Callable[[int], Incoming]) -> None:
+        view = session.view
+        if not view.visible:
+            return
+        if start >= count:  # all of it held, and less than the session holds
+            raise AnotherConversation(_fork(session.id, f"{count}:"))
+        held = view.entries[view.visible[start]] if start < len(view.visible) else None
+        if held is None or held["role"] != "assistant" or _same_reply(held, translate(start)):
+            newest = view.entries[view.visible[-1]]["h"]
+            if any(hash_at(k) == newest for k in range(count - 1, start - 1, -1)):
+                return  # its own history, rewritten
+        raise AnotherConversation(_fork(session.id, f"{start}:{hash_at(start)}"))
+
+    return check
+
+
+def _same_reply(held: Mapping[str, Any], given: Mapping[str, Any]) -> bool:
+    """Whether a message given is the model's reply the session holds: its role, text and calls."""
+
+    def said(m: Mapping[str, Any]) -> Any:
+        calls = [(c.get("id"), c.get("name"), c.get("arguments")) for c in m.get("tool_calls") or ()]
+        return m.get("role"), m.get("text"), calls
+
+    return bool(said(held) == said(given))
 
 
 def _stored_hidden(store: Store, session_id: str, newest_eviction: int) -> list[Hidden]:
