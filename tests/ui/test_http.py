@@ -404,3 +404,42 @@ def test_a_browser_that_leaves_before_its_page_is_no_server_error(
     assert any("left before its answer" in r.getMessage() for r in caplog.records)
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Exception occurred" not in err, err
+
+
+def _raw(base: str, request: bytes) -> tuple[str, dict[str, str], str]:
+    """Send ``request`` as it is over a socket: the status line, headers and body of the answer."""
+    import socket
+
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(request)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head, _, body = answer.decode(errors="replace").partition("\r\n\r\n")
+    status, *lines = head.split("\r\n")
+    return status, {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}, body
+
+
+def test_a_request_http_server_cannot_read_gets_the_pages_headers(demo_db: Path, serve: Callable[[Store], str]) -> None:
+    """A request line or header http.server cannot read itself is answered with the web view's
+    error page and headers (the CSP, nosniff...), not http.server's bare page (which, for a
+    request line it could not parse, came without even a status line)."""
+    with SqliteStore(demo_db) as store:
+        base = serve(store)
+        host = base.removeprefix("http://").encode()
+        requests = {
+            b"GARBAGE\r\n\r\n": "400",
+            b"GET / HTTP/9.9\r\n\r\n": "505",
+            b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n": "414",
+            b"GET / HTTP/1.1\r\nHost: " + host + b"\r\nX: " + b"y" * 70_000 + b"\r\n\r\n": "431",
+            b"GET / HTTP/1.1\r\nHost: " + host + b"\r\n" + b"X: 1\r\n" * 120 + b"\r\n": "431",
+        }
+        for request, code in requests.items():
+            status, headers, body = _raw(base, request)
+            assert status.startswith(f"HTTP/1.0 {code} "), (request[:40], status)
+            assert headers.get("content-security-policy", "").startswith("default-src 'none'"), request[:40]
+            assert headers.get("x-content-type-options") == "nosniff"
+            assert headers.get("referrer-policy") == "no-referrer"
+            assert f"{code} ·" in body and "Error code explanation" not in body
+        assert httpx.get(base + "/").status_code == 200  # it serves on

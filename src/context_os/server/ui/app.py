@@ -510,6 +510,17 @@ def make_ui_server(
 
         do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _read_only  # noqa: N815
 
+        def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+            # what http.server answers itself (a request line or header it cannot read, a path
+            # too long): the web view's error page with its headers, not http.server's bare one
+            # (which, for a request line it could not read, came without even a status line)
+            self.close_connection = True
+            if self.request_version == "HTTP/0.9":
+                self.request_version = "HTTP/1.0"
+            phrase = self.responses.get(code, ("Error", ""))[0]
+            page = app._error(code, phrase, message or phrase)
+            self._answer(page, head=self.command == "HEAD")
+
         def __getattr__(self, name: str) -> Any:
             # any other method (TRACE, CONNECT, made-up ones) is refused the same way, not with
             # http.server's bare 501 page without the headers above
