@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from context_os.server.ui import make_ui_server
-from context_os.store import Store
+from context_os.store import Store, Version
 from context_os.store.sqlite import SqliteStore
 from tests.ui.recorded import record_demo
 
@@ -443,3 +443,40 @@ def test_a_request_http_server_cannot_read_gets_the_pages_headers(demo_db: Path,
             assert headers.get("referrer-policy") == "no-referrer"
             assert f"{code} ·" in body and "Error code explanation" not in body
         assert httpx.get(base + "/").status_code == 200  # it serves on
+
+
+class _CountingStore(SqliteStore):
+    """An SQLite store that counts the frames read by id (what a sessions page costs per row)."""
+
+    frames_read = 0
+
+    def get(self, id: str, valid_time: int | None = None, tx_id: int | None = None) -> Version | None:
+        if id.startswith("frame:"):
+            self.frames_read += 1
+        return super().get(id, valid_time, tx_id)
+
+
+def test_the_sessions_page_reads_only_the_sessions_it_shows(tmp_path: Path) -> None:
+    """With more sessions than a page shows, a page reads the latest frame of its own rows only
+    (it read every session's to sort them), newest first, and the next page has the rest."""
+    from context_os import Session
+    from context_os.harness import OpenAIHook
+    from context_os.server.ui.app import PAGE_SESSIONS, UiApp
+
+    n = PAGE_SESSIONS + 20
+    with _CountingStore(tmp_path / "store.db") as store:
+        for k in range(n):
+            with Session.open(store, f"s{k:03d}", harness="openai") as session:
+                OpenAIHook(session).transform_context([{"role": "user", "content": f"hi {k}"}])
+        app = UiApp(store)
+        pages = []
+        for query in ("/", f"/?from={PAGE_SESSIONS}", "/"):
+            store.frames_read = 0
+            page = app.respond(query)
+            assert page.status == 200
+            pages.append(re.findall(r"/session\?id=(s\d+)", page.body.decode()))
+            assert store.frames_read == len(set(pages[-1])), (query, store.frames_read)
+    first, second, again = (list(dict.fromkeys(p)) for p in pages)
+    assert first == [f"s{k:03d}" for k in range(n - 1, n - 1 - PAGE_SESSIONS, -1)]
+    assert second == [f"s{k:03d}" for k in range(19, -1, -1)]
+    assert again == first

@@ -12,13 +12,13 @@ This module only reads the store.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..errors import NotFound
 from ..hashing import canonical_json, hash_value
-from ..store.base import Store, Version
+from ..store.base import DocMemo, Store, Version
 from ..times import iso
 from .entries import Msg
 from .frames import FrameCheck, FrameMemo, FrameRow, frame_id, frame_row, get_frame, verify_frame
@@ -32,7 +32,9 @@ __all__ = [
     "TurnRow",
     "frame_diff",
     "frame_messages",
+    "session_page",
     "session_rows",
+    "sessions_newest_first",
     "turn_count",
     "turn_rows",
     "version_at",
@@ -64,27 +66,70 @@ class SessionRow:
 
 def session_rows(store: Store) -> list[SessionRow]:
     """Every session in the store, least recently updated first."""
-    rows = []
-    for v in sorted(store.find("session"), key=lambda v: (v.valid_time, v.id)):
-        if v.doc is None:
-            continue
-        c, m = v.doc["content"], v.doc["meta"]
-        turns = int(m.get("turn", 0))
-        last = store.doc(frame_id(m["session"], turns)) if turns else None
-        rows.append(
-            SessionRow(
-                session=m["session"],
-                harness=c.get("harness"),
-                source=c.get("source"),
-                turns=turns,
-                messages=int(m.get("cursor", 0)),
-                updated=iso(v.valid_time),
-                updated_ms=v.valid_time,
-                tokens_full=last["content"]["tokens_full"] if last else None,
-                tokens_assembled=last["content"]["tokens"] if last else None,
-            )
-        )
-    return rows
+    return [_session_row(store, v) for v in _sessions(store)]
+
+
+def session_page(
+    store: Store,
+    start: int = 0,
+    count: int | None = None,
+    *,
+    with_turns: bool = False,
+    docs: DocMemo | None = None,
+) -> tuple[int, list[SessionRow]]:
+    """The sessions of the store most recently updated first (``with_turns``: only those with a
+    turn): how many there are, and rows ``start`` to ``start + count - 1`` of them (``count``
+    None: to the end). The session documents are listed in one query; only the rows returned
+    read their latest frame. ``docs``: a memo of session documents kept from call to call (a
+    caller that lists the sessions again and again: a session document that has not changed is
+    not parsed again); left holding only the ones in force, not for concurrent use."""
+    listed = _sessions(store, docs)
+    if with_turns:
+        listed = [v for v in listed if _turns(v) > 0]
+    listed.reverse()
+    end = None if count is None else start + count
+    return len(listed), [_session_row(store, v) for v in listed[start:end]]
+
+
+def sessions_newest_first(store: Store) -> Iterator[SessionRow]:
+    """The sessions of the store most recently updated first, each row read (its latest frame)
+    only when it is reached: a caller that stops early reads no more."""
+    for v in reversed(_sessions(store)):
+        yield _session_row(store, v)
+
+
+def _sessions(store: Store, docs: DocMemo | None = None) -> list[Version]:
+    """The session documents in force, least recently updated first (``docs``: see
+    ``session_page``)."""
+    found = [v for v in store.find("session", docs=docs) if v.doc is not None]
+    if docs is not None:  # the versions no longer in force leave the memo
+        live = {id(v.doc) for v in found}
+        for key in [key for key, doc in docs.items() if id(doc) not in live]:
+            del docs[key]
+    return sorted(found, key=lambda v: (v.valid_time, v.id))
+
+
+def _turns(v: Version) -> int:
+    return int((v.doc or {})["meta"].get("turn", 0))
+
+
+def _session_row(store: Store, v: Version) -> SessionRow:
+    """The row of the session document ``v``: it reads the session's latest frame."""
+    assert v.doc is not None
+    c, m = v.doc["content"], v.doc["meta"]
+    turns = _turns(v)
+    last = store.doc(frame_id(m["session"], turns)) if turns else None
+    return SessionRow(
+        session=m["session"],
+        harness=c.get("harness"),
+        source=c.get("source"),
+        turns=turns,
+        messages=int(m.get("cursor", 0)),
+        updated=iso(v.valid_time),
+        updated_ms=v.valid_time,
+        tokens_full=last["content"]["tokens_full"] if last else None,
+        tokens_assembled=last["content"]["tokens"] if last else None,
+    )
 
 
 def turn_count(store: Store, session_id: str) -> int:

@@ -33,7 +33,7 @@ from ..context.frames import FrameRow, frame_rows, get_frame, verify_frame
 from ..context.load import version_row
 from ..context.session import Session
 from ..context.source_tools import SourceTools
-from ..context.timeline import session_rows, turn_rows
+from ..context.timeline import session_page, sessions_newest_first, turn_rows
 from ..context.tools import Tool, ToolRegistry, context_tools, object_schema
 from ..errors import ContextOSError, InputError, NotFound
 from ..files import FileTools, FileTracker, Workspace
@@ -201,11 +201,9 @@ class ContextOsMcp:
 
     def _sessions_with_frames(self) -> list[dict[str, Any]]:
         """The sessions of the store that recorded model calls, most recently updated first."""
-        rows = sorted(
-            (r for r in session_rows(self.store) if r.turns), key=lambda r: (r.updated_ms, r.session), reverse=True
-        )
+        _, rows = session_page(self.store, 0, LISTED_SESSIONS, with_turns=True)
         keys = ("session", "harness", "turns", "updated", "tokens_full", "tokens_assembled")
-        return [{k: r.to_dict()[k] for k in keys} for r in rows[:LISTED_SESSIONS]]
+        return [{k: r.to_dict()[k] for k in keys} for r in rows]
 
     # --- resources --------------------------------------------------------------------------------
 
@@ -214,7 +212,7 @@ class ContextOsMcp:
         object: through the templates). Only those frames are read: the latest turns of the
         sessions updated last."""
         rows: list[tuple[FrameRow, str]] = []  # (row, its session)
-        for session in sorted(session_rows(self.store), key=lambda r: r.updated_ms, reverse=True):
+        for session in sessions_newest_first(self.store):
             if len(rows) >= LISTED_FRAMES and session.updated_ms < rows[LISTED_FRAMES - 1][0].valid_time:
                 break  # every frame of this session and the ones before it is older
             first = max(1, session.turns - LISTED_FRAMES + 1)

@@ -25,10 +25,10 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from ...context.evict import no_object
 from ...context.frames import FrameCheck, get_frame, verify_frame
 from ...context.load import content_lines, object_states, unified_diff, version_row
-from ...context.timeline import frame_diff, frame_messages, session_rows, turn_count, turn_rows, version_at
+from ...context.timeline import frame_diff, frame_messages, session_page, turn_count, turn_rows, version_at
 from ...context.view import POOLS, arguments_text
 from ...errors import ConfigError, ContextOSError, InputError, NotFound
-from ...store.base import Store, Version
+from ...store.base import DocMemo, Store, Version
 from ...times import display, iso, now_ms, parse_time
 from ..protocol import log
 from ..transports import HttpGuard, _is_loopback, bind
@@ -137,6 +137,9 @@ class UiApp:
         }
         self._checks: OrderedDict[str, FrameCheck] = OrderedDict()
         self._lock = threading.Lock()
+        # the session documents the sessions page parsed, kept for its next load
+        self._session_docs: DocMemo = {}
+        self._sessions_lock = threading.Lock()
 
     # --- dispatch --------------------------------------------------------------------------------
 
@@ -179,13 +182,17 @@ class UiApp:
     # --- pages -----------------------------------------------------------------------------------
 
     def sessions_page(self, q: dict[str, str]) -> Page:
-        rows = sorted(session_rows(self.store), key=lambda r: r.updated_ms, reverse=True)
-        start = _past_end(_int(q, "from", 0), len(rows), PAGE_SESSIONS)
+        start = _int(q, "from", 0)
+        with self._sessions_lock:
+            total, rows = session_page(self.store, start, PAGE_SESSIONS, docs=self._session_docs)
+            if not rows and total:  # past the end: the last page
+                start = _past_end(start, total, PAGE_SESSIONS)
+                total, rows = session_page(self.store, start, PAGE_SESSIONS, docs=self._session_docs)
         return self._html(
             "sessions.html",
             title="Sessions",
-            rows=rows[start : start + PAGE_SESSIONS],
-            total=len(rows),
+            rows=rows,
+            total=total,
             start=start,
             page=PAGE_SESSIONS,
         )
