@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from context_os.context.load import object_states
 from context_os.server.ui import make_ui_server
 from context_os.store import Store, Version
 from context_os.store.sqlite import SqliteStore
@@ -480,3 +481,44 @@ def test_the_sessions_page_reads_only_the_sessions_it_shows(tmp_path: Path) -> N
     assert first == [f"s{k:03d}" for k in range(n - 1, n - 1 - PAGE_SESSIONS, -1)]
     assert second == [f"s{k:03d}" for k in range(19, -1, -1)]
     assert again == first
+
+
+def test_an_objects_state_changes_page(tmp_path: Path, serve: Callable[[Store], str]) -> None:
+    """An object with more state changes than a page shows: its page lists the newest page of
+    them, says how many there are, and links to the others, each a page of its own."""
+    from context_os import Session
+    from context_os.harness import OpenAIHook
+
+    page = 100  # changes a page shows (docs/ui.md)
+    with SqliteStore(tmp_path / "store.db") as store:
+        with Session.open(store, "st", harness="openai") as session:
+            call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+            msgs = [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "out"},
+            ]
+            OpenAIHook(session).transform_context(msgs)
+            (oid,) = [v.id for v in store.find("toolcall")]
+            for k in range(page + 29):
+                if k % 2:
+                    session.activate(oid, reason=f"change {k}")
+                else:
+                    session.deactivate(oid, reason=f"change {k}")
+        total = len(object_states(store, oid))
+        assert total >= page + 29
+        with httpx.Client(base_url=serve(store)) as client:
+            newest = client.get(f"/object?id={oid}")
+            oldest = client.get(f"/object?id={oid}&changes_from=0")
+            past = client.get(f"/object?id={oid}&changes_from=99999")
+
+    def changes(page: str) -> list[str]:
+        return re.findall(r"<td>(change \d+|[a-z ]+)</td></tr>", page.split('id="states"')[1])
+
+    assert f"State changes ({total})" in newest.text
+    assert len(changes(newest.text)) == total - page and changes(newest.text)[-1] == f"change {page + 28}"
+    assert len(changes(oldest.text)) == page and "change 0" not in changes(newest.text)
+    assert changes(past.text) == changes(newest.text)
+    assert f"changes 1–{page} of {total}" in _text(oldest.text)
+    assert "changes_from=0#states" in newest.text.replace("&amp;", "&")
+    assert f"changes_from={page}#states" in oldest.text.replace("&amp;", "&")

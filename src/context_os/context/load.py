@@ -22,7 +22,16 @@ from .persist import PAGE_SIZE
 from .policy import RetentionPolicy
 from .view import ObjInfo, SessionView, page_id
 
-__all__ = ["VersionMemo", "content_lines", "load_view", "memo_get", "object_states", "unified_diff", "version_row"]
+__all__ = [
+    "VersionMemo",
+    "content_lines",
+    "load_view",
+    "memo_get",
+    "object_state_page",
+    "object_states",
+    "unified_diff",
+    "version_row",
+]
 
 
 def load_view(
@@ -169,26 +178,51 @@ def version_row(n: int, v: Version, *, with_doc: bool = False) -> dict[str, Any]
 
 def object_states(store: Store, obj_id: str) -> list[dict[str, Any]]:
     """Every recorded state change of ``obj_id``, in every session, oldest first."""
+    return _state_rows(store, _state_heads(store, obj_id))
+
+
+def object_state_page(store: Store, obj_id: str, start: int | None, page: int) -> tuple[int, int, list[dict[str, Any]]]:
+    """One page of the recorded state changes of ``obj_id`` in every session, oldest first: how
+    many there are, where the page starts and its changes. ``start`` None (or past the end): the
+    last page; pages start at multiples of ``page``. The changes are listed without their
+    documents; only the page's are read whole."""
+    heads = _state_heads(store, obj_id)
+    last = max(0, len(heads) - 1) // page * page
+    first = last if start is None or start > last else start
+    return len(heads), first, _state_rows(store, heads[first : first + page])
+
+
+def _state_heads(store: Store, obj_id: str) -> list[tuple[int, int, str]]:
+    """(valid time, tx, state document id) of every state change of ``obj_id``, oldest first."""
+    return sorted(
+        (v.valid_time, v.tx_id, current.id)
+        for current in store.find("state", {"object": obj_id})
+        for v in store.history(current.id, with_docs=False)
+        if not v.deleted
+    )
+
+
+def _state_rows(store: Store, heads: list[tuple[int, int, str]]) -> list[dict[str, Any]]:
     rows = []
-    for current in store.find("state", {"object": obj_id}):
-        for v in store.history(current.id, with_docs=True):
-            if v.doc is None:
-                continue
-            c, m = v.doc["content"], v.doc["meta"]
-            rows.append(
-                {
-                    "time": iso(v.valid_time),
-                    "time_ms": v.valid_time,
-                    "tx_id": v.tx_id,
-                    "session": m["session"],
-                    "turn": m.get("turn"),
-                    "state": c["state"],
-                    "pinned": c["pinned"],
-                    "actor": m.get("actor"),
-                    "reason": m.get("reason"),
-                }
-            )
-    return sorted(rows, key=lambda r: (r["time_ms"], r["tx_id"]))
+    for valid_time, tx_id, state_id in heads:
+        v = store.get(state_id, valid_time, tx_id)
+        if v is None or v.doc is None:
+            continue
+        c, m = v.doc["content"], v.doc["meta"]
+        rows.append(
+            {
+                "time": iso(v.valid_time),
+                "time_ms": v.valid_time,
+                "tx_id": v.tx_id,
+                "session": m["session"],
+                "turn": m.get("turn"),
+                "state": c["state"],
+                "pinned": c["pinned"],
+                "actor": m.get("actor"),
+                "reason": m.get("reason"),
+            }
+        )
+    return rows
 
 
 def content_lines(doc: dict[str, Any] | None) -> list[str]:

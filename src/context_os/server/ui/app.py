@@ -2,8 +2,8 @@
 
 ``UiApp.respond(path)`` answers one GET; ``make_ui_server`` puts it behind an HTTP server on
 loopback. A page shows at most one page of rows (``PAGE_TURNS`` turns, ``PAGE_MESSAGES``
-messages, ``PAGE_VERSIONS`` versions, ``PAGE_SESSIONS`` sessions): a session of 50,000 messages
-pages like a short one.
+messages, ``PAGE_VERSIONS`` versions, ``PAGE_STATES`` state changes, ``PAGE_SESSIONS``
+sessions): a session of 50,000 messages pages like a short one.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ...context.evict import no_object
 from ...context.frames import FrameCheck, get_frame, verify_frame
-from ...context.load import content_lines, object_states, unified_diff, version_row
+from ...context.load import content_lines, object_state_page, unified_diff, version_row
 from ...context.timeline import frame_diff, frame_messages, session_page, turn_count, turn_rows, version_at
 from ...context.view import POOLS, arguments_text
 from ...errors import ConfigError, ContextOSError, InputError, NotFound
@@ -33,12 +33,13 @@ from ...times import display, iso, now_ms, parse_time
 from ..protocol import log
 from ..transports import HttpGuard, _is_loopback, bind
 
-__all__ = ["PAGE_MESSAGES", "PAGE_SESSIONS", "PAGE_TURNS", "PAGE_VERSIONS", "UiApp", "make_ui_server"]
+__all__ = ["PAGE_MESSAGES", "PAGE_SESSIONS", "PAGE_STATES", "PAGE_TURNS", "PAGE_VERSIONS", "UiApp", "make_ui_server"]
 
 PAGE_SESSIONS = 100
 PAGE_TURNS = 100
 PAGE_MESSAGES = 200
 PAGE_VERSIONS = 100
+PAGE_STATES = 100
 ROW_LIST = 6
 """A timeline row lists this many of its state changes (its frame has all)."""
 ACTIVE_TITLE = 20
@@ -334,6 +335,8 @@ class UiApp:
         for k, v in enumerate(versions[start : start + PAGE_VERSIONS], start + 1):
             v = self._with_doc(v)
             rows.append(version_row(k, v) | {"path": (v.doc or {}).get("meta", {}).get("path")})
+        changes_from = _int(q, "changes_from") if q.get("changes_from") else None  # None: the newest
+        states_total, states_start, states = object_state_page(self.store, obj_id, changes_from, PAGE_STATES)
         latest = self._with_doc(versions[-1]).doc or {}
         meta = latest.get("meta", {})
         return self._html(
@@ -347,7 +350,10 @@ class UiApp:
             total=n,
             start=start,
             page=PAGE_VERSIONS,
-            states=object_states(self.store, obj_id),
+            states=states,
+            states_total=states_total,
+            states_start=states_start,
+            states_page=PAGE_STATES,
             as_of=as_of,
             shown=version_row(as_of, shown) if shown else None,
             text=text[:CONTENT_CHARS],
