@@ -166,3 +166,17 @@ def test_a_result_given_in_blocks_shows_clipped_text_not_its_blocks(db: SqliteSt
     assert isinstance(clipped["content"], str) and len(clipped["content"]) < 20_400
     assert 'lines(id="r2"' in clipped["content"] and clipped["content"].endswith(LOG[-200:])
     assert shown("a2", LOG[:5_000])["content"] == [{"type": "text", "text": LOG[:5_000]}, png]  # as it came
+
+
+def test_a_result_that_ends_with_a_line_break_has_as_many_lines_as_lines_says(db: SqliteStore) -> None:
+    """A command's output ends with a line break: the note counts its lines as the ``lines`` tool
+    does (5,000, not 5,001: from layout 8), and a frame of layout 7 re-renders its count as it was."""
+    hook = hook_for(db, result_view_chars=20_000)
+    out = hook.transform_context([user("run the tests"), call("c1", command="mvn test"), result("c1", LOG + "\n")])
+    assert "(lines " in tool_texts(out)["c1"] and " of 5,000); " in tool_texts(out)["c1"]
+    head = context_tools(hook.session).call("lines", json.dumps({"id": "r2", "start": 5000}))
+    assert head.startswith("[context_os: r2, lines 5,000-5,000 of 5,000]")
+    old = clip_result(LOG + "\n", 20_000, "r2", 7)
+    assert old is not None and " of 5,001); " in old  # what a frame of layout 7 showed
+    (frame,) = frame_docs(db, "s1")
+    assert frame["content"]["layout"] >= 8 and verify_frame(db, frame).ok

@@ -6,6 +6,7 @@ collapsed results name short refs. Real SQLite stores, the real OpenAI hook and 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -631,6 +632,21 @@ def test_a_frame_of_layout_6_shows_a_long_line_as_it_did() -> None:
     new = active_text(o, 2000)
     assert "var a=1;" * 250 in new and "line 1 goes on: 2,000 of its 40,000 characters shown" in new
     assert active_text(o, 2000, 6) == old
+
+
+def test_a_files_window_counts_its_lines_as_the_lines_tool_does() -> None:
+    """A file that ends with a line break has no line after it: its window says "of 100 lines"
+    and counts the lines left out after the window without an empty last one (from layout 8; a
+    frame of layout 7 re-renders the count it showed)."""
+    text = "".join(f"line {i} " + "x" * 50 + "\n" for i in range(1, 101))
+    o = ObjInfo("file:n", "file", {}, content=text, state="active", focus=[[50, 50]])
+    window = active_text(o, 1000).split("\n")
+    assert window[0].startswith("[context_os: showing 16 of 100 lines")
+    hidden = sum(int(m[1]) for m in re.finditer(r"\[context_os: (\d+) lines not shown\]", "\n".join(window)))
+    assert sum(line.startswith("line ") for line in window) == 16 and hidden == 100 - 16
+    assert window[-1] == "[context_os: 43 lines not shown]"
+    old = active_text(o, 1000, 7).split("\n")
+    assert old[0].startswith("[context_os: showing 16 of 101 lines") and old[-1] == "[context_os: 44 lines not shown]"
 
 
 def test_an_object_the_agent_activates_is_shown_to_the_model_even_when_larger_than_the_pool(db) -> None:

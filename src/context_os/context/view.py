@@ -135,7 +135,7 @@ def _unit(entry: int | None, msgs: list[Msg], memo: dict[bytes, tuple[str, int]]
     return Unit(entry, msgs, known[0], known[1])
 
 
-LAYOUT = 7
+LAYOUT = 8
 """How the current code renders (recorded in every frame as ``layout``): 1, a collapsed tool result
 names its object id; 2, it names its short ref (``r<entry>``), in fewer tokens; 3, a collapsed
 result whose text is no longer than its stub shows its text (``own_text``): collapsing it changes
@@ -145,7 +145,9 @@ reasoning (no text, no calls) keeps it past the thinking horizon (``sheds_reason
 collapsed call's long list or object arguments are elided as its long strings are (a todo list
 re-sent whole by each ``TodoWrite``: ``elide_arguments``); 7, a file whose focused line alone is
 longer than its window (minified code, JSON on one line) shows that line's start, cut, with a note
-(``focus_window``: before, the window held none of it)."""
+(``focus_window``: before, the window held none of it); 8, a text that ends with a line break
+has no line after it: a clipped result's note and a file's window count its lines as ``lines``
+does (before, one more, and a window counted that empty line among those not shown)."""
 
 
 def short_ref(obj: ObjInfo) -> str | None:
@@ -193,12 +195,12 @@ CLIP_HEAD_PERCENT = 40
 rest (a command's end holds its errors and summary, its start what ran)."""
 
 
-def clip_result(text: str, limit: int, handle: str) -> str | None:
+def clip_result(text: str, limit: int, handle: str, layout: int = LAYOUT) -> str | None:
     """A tool result of more than ``limit`` characters as it shows while expanded: its first lines
     within ``CLIP_HEAD_PERCENT`` of ``limit``, one note, its last lines within the rest (a line
     longer than its share is cut within itself); None if it fits. The note says what is left out
     and how to see it (the ``lines`` tool, with ``handle``, the result's ref). Pure: same input,
-    same text."""
+    same text. From layout 8, a last line break ends the last line (no empty line after it)."""
     if len(text) <= limit:
         return None
     head_chars = limit * CLIP_HEAD_PERCENT // 100
@@ -213,6 +215,8 @@ def clip_result(text: str, limit: int, handle: str) -> str | None:
     first_hidden = text.count("\n", 0, head_end) + 1
     tail_line = total - text.count("\n", tail_start)
     last_hidden = tail_line - 1 if tail_whole else tail_line
+    if layout >= 8 and text.endswith("\n"):
+        total -= 1  # the lines as the lines tool counts them (the tail's numbers stand: it ends later)
     note = (
         f"[context_os: {tail_start - head_end:,} of {len(text):,} characters not shown here "
         f"(lines {first_hidden:,}-{last_hidden:,} of {total:,}); "
@@ -224,7 +228,8 @@ def clip_result(text: str, limit: int, handle: str) -> str | None:
 def focus_window(text: str, focus: list[list[int]], limit: int, layout: int = LAYOUT) -> str | None:
     """The lines of ``text`` around ``focus`` (line ranges, most recent first) that fit in
     ``limit`` characters, with a note for each run of lines left out; None if it all fits.
-    From layout 7, a focused line alone longer than ``limit`` shows its start, cut.
+    From layout 7, a focused line alone longer than ``limit`` shows its start, cut. From layout 8,
+    a last line break ends the last line: no empty line after it is counted (or shown).
 
     The focused lines come first (most recent range first), then each range grows one line at a
     time on both sides until the next line no longer fits. Pure: same input, same window.
@@ -232,6 +237,8 @@ def focus_window(text: str, focus: list[list[int]], limit: int, layout: int = LA
     if len(text) <= limit:
         return None
     lines = text.split("\n")
+    if layout >= 8 and len(lines) > 1 and lines[-1] == "":
+        lines.pop()  # a text that ends with a line break has no line after it
     n = len(lines)
     shown = [False] * n
     used = 0
@@ -679,7 +686,7 @@ class SessionView:
         limit = self.policy.result_view_chars
         if limit is None or self.layout < 4 or not isinstance(obj.content, str):
             return None
-        return clip_result(obj.content, limit, self._handle(obj))
+        return clip_result(obj.content, limit, self._handle(obj), self.layout)
 
     def _call_args(self, c: ToolCall) -> Any:
         """A collapsed call's long argument values collapse with its result."""
