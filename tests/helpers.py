@@ -286,7 +286,7 @@ def shown_blocks(texts: list[str]) -> dict[str, str]:
         elif head.startswith("Objects in this session"):
             shown["index"] = text
         else:
-            m = re.match(r"(The object index|\S+)(?: \(now version \S+\))? changed: (.*)$", head)
+            m = re.match(r"(The object index|\S+)(?: \((?:now|still) version [^)]*\))? changed: (.*)$", head)
             assert m is not None, head
             key = "index" if m.group(1) == "The object index" else m.group(1)
             if m.group(2).startswith("this replaces"):

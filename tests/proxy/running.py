@@ -136,7 +136,8 @@ def file_as_shown(messages: list[Any], path: str) -> tuple[int, str]:
     [block] = [t for t in texts if t.startswith("<context_os>\nActive content:\n") and f'path="{path}"' in t]
     head = re.search(rf'<object id="(file:[^"]+)" kind="file" path="{re.escape(path)}" version="(\d+)">\n', block)
     assert head is not None, block[:300]
-    patches = [t for t in texts if t.startswith(f"<context_os>\n{head.group(1)} (now version ")]
+    heads = tuple(f"<context_os>\n{head.group(1)} ({w} version " for w in ("now", "still"))
+    patches = [t for t in texts if t.startswith(heads)]
     if patches:
         block = _patched(block, patches[-1].split("\n", 2)[2].removesuffix("\n</context_os>"))
     found = re.search(r'version="(\d+)">\n(.*?)\n</object>', block[head.start() :], re.DOTALL)

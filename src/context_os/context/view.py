@@ -17,6 +17,7 @@ import bisect
 import difflib
 import json
 import marshal
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -135,7 +136,7 @@ def _unit(entry: int | None, msgs: list[Msg], memo: dict[bytes, tuple[str, int]]
     return Unit(entry, msgs, known[0], known[1])
 
 
-LAYOUT = 8
+LAYOUT = 9
 """How the current code renders (recorded in every frame as ``layout``): 1, a collapsed tool result
 names its object id; 2, it names its short ref (``r<entry>``), in fewer tokens; 3, a collapsed
 result whose text is no longer than its stub shows its text (``own_text``): collapsing it changes
@@ -147,7 +148,10 @@ re-sent whole by each ``TodoWrite``: ``elide_arguments``); 7, a file whose focus
 longer than its window (minified code, JSON on one line) shows that line's start, cut, with a note
 (``focus_window``: before, the window held none of it); 8, a text that ends with a line break
 has no line after it: a clipped result's note and a file's window count its lines as ``lines``
-does (before, one more, and a window counted that empty line among those not shown)."""
+does (before, one more, and a window counted that empty line among those not shown); 9, a patch of
+a block that shows the same version as before (it only gained or lost its ``stale`` mark, or its
+window moved) says so, ``(still version 1; version 2 is newer)``, not ``(now version 1)``
+(``_patch_text``)."""
 
 
 def short_ref(obj: ObjInfo) -> str | None:
@@ -377,10 +381,12 @@ class _Chain:
         return replace(self, blocks=tuple(b if b.at is not None else _Block(n, b.unit) for b in self.blocks))
 
 
-def _patch_text(key: str, old: str, new: str, obj: ObjInfo | None) -> str:
+def _patch_text(key: str, old: str, new: str, obj: ObjInfo | None, layout: int = LAYOUT) -> str:
     """A patch block: the lines that changed between what an object's blocks show (``old``) and
     what it is now (``new``), as a unified diff; or, when that is no shorter, its whole new text
-    (both are blocks ``TAIL_OPEN``, a heading line, the body, ``TAIL_CLOSE``)."""
+    (both are blocks ``TAIL_OPEN``, a heading line, the body, ``TAIL_CLOSE``). The heading names
+    the version the block shows now; from layout 9, one the blocks showed already as such
+    (``still version``: what changed is its ``stale`` mark, or its window)."""
     diff = difflib.unified_diff(old.split("\n"), new.split("\n"), lineterm="", n=1)
     lines = [ln for ln in diff if not ln.startswith(("---", "+++"))]
     if key == INDEX_KEY:
@@ -388,10 +394,23 @@ def _patch_text(key: str, old: str, new: str, obj: ObjInfo | None) -> str:
     else:
         version = obj.meta.get("version") if obj is not None else None
         what = f"{key}" + (f" (now version {version})" if version else "")
+        if version and layout >= 9 and _shown_version(old) == str(version):
+            newer = obj.newer if obj is not None else None
+            is_newer = f"; version {newer.get('version', '?')} is newer" if newer else ""
+            what = f"{key} (still version {version}{is_newer})"
     patch = "\n".join([TAIL_OPEN, f"{what} changed: a patch of its block above, the rest of it stands:", *lines])
     body = new.split("\n")[2:-1]  # the block's own text without its opening, heading and closing
     whole = "\n".join([TAIL_OPEN, f"{what} changed: this replaces its block above:", *body])
     return (whole if len(whole) <= len(patch) else patch) + "\n" + TAIL_CLOSE
+
+
+_OBJECT_VERSION = re.compile(r'^<object id="[^"]*" kind="[^"]*"(?: path="[^"\n]*")? version="([^"]*)"', re.M)
+
+
+def _shown_version(block: str) -> str | None:
+    """The version an object's block text shows (its ``<object … version="N"``), None if none."""
+    m = _OBJECT_VERSION.search(block)
+    return m.group(1) if m else None
 
 
 def _synthetic_result(call: ToolCall) -> Msg:
@@ -1025,7 +1044,7 @@ class SessionView:
                 planned[key] = chain.placed(n, pending)
                 continue
             if chain is not None and not free:
-                patch = _patch_text(key, chain.shown, text, self.objects.get(key))
+                patch = _patch_text(key, chain.shown, text, self.objects.get(key), self.layout)
                 patch_tokens = estimate_tokens(len(patch))
                 if chain.patch_tokens + patch_tokens <= PATCH_MIN_TOKENS + PATCH_LIMIT * chain.base_tokens:
                     planned[key] = chain.with_patch(patch, text, patch_tokens, self.hash_memo).placed(n, pending)
