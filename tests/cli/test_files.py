@@ -116,3 +116,17 @@ def test_a_path_two_file_objects_had_needs_an_id(tmp_path: Path) -> None:
     proc = ctxos("objects", "inspect", "notes.txt", store=db_path, check=False)
     assert proc.returncode == 1
     assert proc.stderr.startswith("Error: InputError: 'notes.txt' names several file objects: file:1, file:2")
+    # each candidate with how to name it: its absolute path, which names it alone
+    assert "name one by its id or its absolute path:\n  file:1  /w1/notes.txt\n  file:2  /w2/notes.txt" in proc.stderr
+    with SqliteStore(db_path) as db:
+        assert find_file_object(db, "/w2/notes.txt") == "file:2"
+        # a third, with the path of the first (a second replay of one project): its id only
+        meta = {"path": "notes.txt", "abs_path": "/w1/notes.txt", "version": 1}
+        db.put({"id": "file:3", "kind": "file", "content": "notes 3", "meta": meta})
+        with pytest.raises(InputError) as e:
+            find_file_object(db, "notes.txt")
+    assert str(e.value).endswith(
+        "  file:1  /w1/notes.txt (another of them has it too: name it by its id)\n"
+        "  file:2  /w2/notes.txt\n"
+        "  file:3  /w1/notes.txt (another of them has it too: name it by its id)"
+    )
