@@ -408,6 +408,10 @@ const LINES_PARAMETERS: Schema = {
 		id: { type: "string", description: 'Object id (toolcall:…, file:…) or a tool result\'s ref ("r12")' },
 		start: { type: "integer", description: "First line to show, from 1 (default 1)" },
 		end: { type: "integer", description: "Last line to show (default: 200 lines from start)" },
+		column: {
+			type: "integer",
+			description: "Character of line start to begin at, from 1 (default 1): the rest of a line too long to show at once",
+		},
 	},
 	required: ["id"],
 	additionalProperties: false,

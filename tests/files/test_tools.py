@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -310,8 +311,35 @@ def test_a_file_of_one_long_line_shows_its_start(root: Path, tools: FileTools) -
     assert "var a=1;" * 1_500 in shown and "var a=1;" * 1_501 not in shown
     assert "[context_os: line 1 goes on: 12,000 of its 400,000 characters shown]" in shown
     out = tools.call("lines", {"id": "bundle.min.js"})
-    assert out.endswith("\n[context_os: line 1 is cut: 64,000 of its 400,000 characters shown]")
-    assert len(out) < 64_200
+    assert out.endswith(
+        f'\n[context_os: line 1 is cut: characters 1-64,000 of its 400,000 shown; lines(id="{r["id"]}", start=1,'
+        " end=1, column=64001) shows what follows]"
+    )
+    assert len(out) < 64_300
+
+
+def test_lines_pages_through_a_line_longer_than_it_shows_at_once(root: Path, tools: FileTools) -> None:
+    """A line longer than ``result_view_chars`` (a minified file): each answer names the column
+    its next part starts at, and the parts, asked for in turn, add up to the whole line."""
+    line = "".join(f"/*{i:06d}*/" for i in range(20_000))  # 200,000 characters
+    (root / "bundle.min.js").write_text(line + "\nend\n")
+    r = call(tools, "read", path="bundle.min.js")
+    parts, args = [], {"id": "bundle.min.js", "start": 1, "end": 1}
+    while True:
+        out = tools.call("lines", args).split("\n")
+        parts.append(out[1])
+        m = re.search(r"column=(\d+)\) shows what follows\]$", out[-1])
+        if m is None:
+            break
+        args = {"id": r["id"], "start": 1, "end": 1, "column": int(m[1])}
+    assert "".join(parts) == line and len(parts) == 4
+    assert out[0] == f"[context_os: {r['id']}, lines 1-1 of 2 (line 1 from character 192,001)]"
+    # the line's rest, then the lines after it
+    assert tools.call("lines", {"id": r["id"], "column": 199_991}).split("\n")[1:] == ["/*019999*/", "end"]
+    assert "has 200,000 characters; column is 200,001" in tools.call("lines", {"id": r["id"], "column": 200_001})
+    assert "column (the character of line start to begin at) must be 1 or more, got 0" in tools.call(
+        "lines", {"id": r["id"], "column": 0}
+    )
 
 
 def test_a_file_too_large_to_store_stays_so_through_activate_and_lines(root: Path, db, session: Session) -> None:

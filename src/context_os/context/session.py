@@ -986,11 +986,13 @@ class Session:
         self._take_in_evictions()
         return self.view.history_text(start, end)
 
-    def lines(self, obj_id: str, start: int = 1, end: int | None = None) -> str:
+    def lines(self, obj_id: str, start: int = 1, end: int | None = None, column: int = 1) -> str:
         """Lines ``start`` to ``end`` (1-based, both included; by default ``LINES_AT_ONCE`` lines) of
         an object's stored text, as the ``lines`` tool shows them: what a clipped tool result
         leaves out, or any part of a file version. At most the policy's ``result_view_chars`` at a
-        time (the rest is named, to ask for next). Changes no state.
+        time (the rest is named, to ask for next). ``column``: the character of line ``start`` to
+        begin at (1-based), to page through a line longer than that (minified code, JSON on one
+        line). Changes no state.
 
         An id is a dynamic ref: a file's lines are those of its latest version, also when the
         session still shows an older one (the header then names the version, so the model knows
@@ -1026,25 +1028,36 @@ class Session:
         if start < 1 or (end is not None and end < start):
             got = f"start {start}" + ("" if end is None else f", end {end}")
             raise InputError(f"lines: start must be at least 1 and end at least start, got {got}")
+        if column < 1:
+            raise InputError(f"lines: column (the character of line start to begin at) must be 1 or more, got {column}")
         rows = text.split("\n")
         if len(rows) > 1 and rows[-1] == "":
             rows.pop()  # a text that ends with a line break has no line after it
         last = end if end is not None else start + LINES_AT_ONCE - 1
         if start > len(rows):
             raise InputError(f"{ref} has {len(rows):,} lines; start is {start:,}")
+        if column > 1 and column > len(rows[start - 1]):
+            raise InputError(f"line {start:,} of {ref} has {len(rows[start - 1]):,} characters; column is {column:,}")
         last = min(last, len(rows))
         limit = self.view.policy.result_view_chars
         out: list[str] = []
         used_chars, shown = 0, start - 1
         for row in rows[start - 1 : last]:
-            if limit is not None and out and used_chars + len(row) + 1 > limit:
+            skip = column - 1 if shown == start - 1 else 0  # (the first line from ``column``)
+            part = row[skip:]
+            if limit is not None and out and used_chars + len(part) + 1 > limit:
                 break
-            out.append(row if limit is None else row[:limit])
-            if limit is not None and len(row) > limit:  # one line longer than a whole answer
-                out.append(f"[context_os: line {shown + 1:,} is cut: {limit:,} of its {len(row):,} characters shown]")
-            used_chars += len(row) + 1
+            out.append(part if limit is None else part[:limit])
+            if limit is not None and len(part) > limit:  # more of the line than a whole answer holds
+                out.append(
+                    f"[context_os: line {shown + 1:,} is cut: characters {skip + 1:,}-{skip + limit:,} of its"
+                    f' {len(row):,} shown; lines(id="{ref}", start={shown + 1}, end={shown + 1},'
+                    f" column={skip + limit + 1}) shows what follows]"
+                )
+            used_chars += len(part) + 1
             shown += 1
-        head = f"[context_os: {ref}{newer}, lines {start:,}-{shown:,} of {len(rows):,}{note}]"
+        where = "" if column == 1 else f" (line {start:,} from character {column:,})"
+        head = f"[context_os: {ref}{newer}, lines {start:,}-{shown:,} of {len(rows):,}{where}{note}]"
         rest = (
             [f"[context_os: lines {shown + 1:,}-{last:,} not shown: at most {limit:,} characters at a time]"]
             if shown < last

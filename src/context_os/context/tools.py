@@ -184,6 +184,11 @@ CONTEXT_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
                 **_ID["properties"],
                 "start": {"type": "integer", "description": "First line to show, from 1 (default 1)"},
                 "end": {"type": "integer", "description": "Last line to show (default: 200 lines from start)"},
+                "column": {
+                    "type": "integer",
+                    "description": "Character of line start to begin at, from 1 (default 1): the rest of a line"
+                    " too long to show at once",
+                },
             },
             ["id"],
         ),
@@ -213,7 +218,7 @@ def context_tools(session: Session) -> ToolRegistry:
         "deactivate": lambda id: session.deactivate(id),
         "pin": lambda id: session.pin(id),
         "unpin": lambda id: session.unpin(id),
-        "lines": lambda id, start=1, end=None: session.lines(id, start, end),
+        "lines": lambda id, start=1, end=None, column=1: session.lines(id, start, end, column),
         "history": lambda start=None, end=None: session.history(start, end),
     }
     return ToolRegistry(

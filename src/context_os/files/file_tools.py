@@ -468,13 +468,13 @@ class FileTools:
     def unpin(self, id: str) -> dict[str, Any]:
         return self.session.unpin(self.object_id(id))
 
-    def lines(self, id: str, start: int = 1, end: int | None = None) -> str:
+    def lines(self, id: str, start: int = 1, end: int | None = None, column: int = 1) -> str:
         """``Session.lines`` of an object, or of a file by its path: its latest version, recorded
         first if the file changed on disk since (as ``activate`` does)."""
         obj_id = self.object_id(id)
         if obj_id.startswith("file:"):
             self._on_disk(self.index.latest(obj_id))
-        return self.session.lines(obj_id, start, end)
+        return self.session.lines(obj_id, start, end, column)
 
     # --- write / edit -------------------------------------------------------------------------
 
