@@ -5,6 +5,7 @@ its older text."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -170,7 +171,8 @@ def test_a_browser_opens_the_address_with_the_token_and_browses_on_with_its_cook
             assert "needs its token" in browser.find_element(By.TAG_NAME, "body").text
             console_errors(browser)  # the 401 is a console error of its own
             _open(browser, base + "/session?id=demo&token=browser-token-0123456789")
-            assert browser.current_url == base + "/session?id=demo"  # the token left the address
+            # the token left the address; the page is under the web view's own path (the cookie's)
+            assert re.fullmatch(re.escape(base) + r"/[0-9a-f]{24}/session\?id=demo", browser.current_url)
             assert len(browser.find_elements(By.CSS_SELECTOR, "table.timeline tbody tr")) == 88
             header = browser.find_element(By.TAG_NAME, "header")
             assert header.value_of_css_property("display") == "flex"  # the stylesheet came with the cookie
@@ -178,7 +180,43 @@ def test_a_browser_opens_the_address_with_the_token_and_browses_on_with_its_cook
             _wait_url(browser, "turn=40")
             assert "verified" in browser.find_element(By.ID, "verdict").text
             assert console_errors(browser) == []
+            # another server on 127.0.0.1 the browser opens (another port) is not sent the token
+            other, cookies = _recording_server()
+            try:
+                _open(browser, f"http://127.0.0.1:{other.server_address[1]}/")
+                assert browser.find_element(By.TAG_NAME, "body").text == "another app"
+            finally:
+                other.shutdown()
+                other.server_close()
+            assert cookies == [None]
         finally:
             browser.delete_all_cookies()
             httpd.shutdown()
             httpd.server_close()
+
+
+def _recording_server() -> tuple[Any, list[str | None]]:
+    """Another local app's HTTP server on a free port, which keeps the Cookie header of each
+    request to its page."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    cookies: list[str | None] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server naming
+            if self.path == "/":
+                cookies.append(self.headers.get("Cookie"))
+            body = b"<html><body>another app</body></html>"
+            self.send_response(200 if self.path == "/" else 404)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, cookies

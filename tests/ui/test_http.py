@@ -16,6 +16,7 @@ import pytest
 
 from context_os.context.load import object_states
 from context_os.server.ui import make_ui_server
+from context_os.server.ui.app import _root
 from context_os.store import Store, Version
 from context_os.store.sqlite import SqliteStore
 from tests.ui.recorded import record_demo
@@ -177,8 +178,10 @@ def test_ctxos_ui_serves_until_stopped(demo_db: Path) -> None:
         with httpx.Client(follow_redirects=True) as browser:
             r = browser.get(url.group(0).strip())
             assert r.status_code == 200 and _rows(r.text) == 88
-            assert str(r.url) == base + page  # the token went from the address to a cookie
-            assert browser.get(base + "/").status_code == 200
+            # the token went from the address to a cookie, the page to the web view's own path
+            root = str(r.url).removeprefix(base).removesuffix(page)
+            assert str(r.url) == base + root + page and re.fullmatch(r"/[0-9a-f]{24}", root) and token not in root
+            assert browser.get(base + root + "/").status_code == 200
     finally:
         proc.terminate()
         assert proc.wait(30) == 0  # SIGTERM: a clean stop
@@ -299,18 +302,32 @@ def test_with_a_token_every_page_needs_it_and_the_address_that_carries_it_leaves
                 assert refused.status_code == 401 and "needs its token" in refused.text
             assert "is wrong" in httpx.get(base + "/?token=guess").text
             first = httpx.get(base + "/session?id=demo&token=t0ken-of-the-test-1234")
-            assert first.status_code == 303 and first.headers["location"] == "/session?id=demo"
+            root = first.headers["location"].removesuffix("/session?id=demo")
+            assert first.status_code == 303 and re.fullmatch(r"/[0-9a-f]{24}", root), first.headers["location"]
             cookie = first.headers["set-cookie"]
             assert cookie.startswith(f"ctxos_ui_{httpd.server_address[1]}=t0ken-of-the-test-1234;")
-            assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+            # sent by a browser to that path only, on any port: no other local server is asked for it
+            assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and f"Path={root};" in cookie + ";"
             name = cookie.split("=", 1)[0]
-            assert httpx.get(base + "/session?id=demo", cookies={name: "t0ken-of-the-test-1234"}).status_code == 200
-            assert httpx.get(base + "/", cookies={name: "wrong"}).status_code == 401
+            jar = {name: "t0ken-of-the-test-1234"}
+            assert httpx.get(base + root + "/session?id=demo", cookies=jar).status_code == 200
+            assert httpx.get(base + root, cookies=jar).status_code == 200
+            assert httpx.get(base + root + "/static/ui.css", cookies=jar).status_code == 200
+            # its links stay under that path
+            page = httpx.get(base + root + "/", cookies=jar).text
+            assert f'href="{root}/static/ui.css"' in page and f'href="{root}/session?id=demo"' in page
+            assert 'href="/session' not in page and 'action="/' not in page
+            # a page outside it is not one, cookie or not (the cookie would not come with it)
+            assert httpx.get(base + "/session?id=demo", cookies=jar).status_code == 401
+            assert httpx.get(base + root + "x/", cookies=jar).status_code == 401
+            assert httpx.get(base + root + "/", cookies={name: "wrong"}).status_code == 401
+            # the same token, another start: the same path (an address kept from before answers)
+            assert _root("t0ken-of-the-test-1234") == root and _root("t0ken-of-the-test-12345") != root
             # other local apps' cookies come along (a browser sends them to every port): ours is read
             odd = f'x={{"k":"v"}}; a[b]=1; foo=bar baz; name=va"lue; k=v;; {name}=t0ken-of-the-test-1234'
-            assert httpx.get(base + "/", headers={"Cookie": odd}).status_code == 200
+            assert httpx.get(base + root + "/", headers={"Cookie": odd}).status_code == 200
             # another web view's cookie (another port) is not this one's
-            assert httpx.get(base + "/", cookies={"ctxos_ui_1": "t0ken-of-the-test-1234"}).status_code == 401
+            assert httpx.get(base + root + "/", cookies={"ctxos_ui_1": "t0ken-of-the-test-1234"}).status_code == 401
             # the redirect stays on this server: a browser reads `/\\host` in a Location as `//host`
             conn = http.client.HTTPConnection(base.removeprefix("http://"))
             try:

@@ -9,6 +9,7 @@ sessions): a session of 50,000 messages pages like a short one.
 from __future__ import annotations
 
 import functools
+import hashlib
 import hmac
 import mimetypes
 import threading
@@ -117,15 +118,23 @@ def _labelled(changes: list[dict[str, Any]]) -> list[tuple[str, int]]:
 class UiApp:
     """The pages of the web view over one store."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, root: str = ""):
         self.store = store
+        self.root = root
+        """The path every page's address starts with ("": none; see ``make_ui_server``)."""
         self.env = Environment(
             loader=FileSystemLoader(_HERE / "templates"),
             autoescape=select_autoescape(default=True),
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.globals.update(url=_url, pools=POOLS, store_url=store.url, short=_short)
+        self.env.globals.update(
+            url=lambda path, **params: _url(root + path, **params),
+            root=root,
+            pools=POOLS,
+            store_url=store.url,
+            short=_short,
+        )
         self.env.filters["num"] = lambda n: "" if n is None else f"{n:,}"
         self.env.filters["args"] = arguments_text
         self.env.filters["pct"] = lambda x, y: "" if x is None or not y else f"{100 * x / y:.0f}%"
@@ -439,10 +448,14 @@ def make_ui_server(
     ``token``: every page needs it (None: none does). A browser brings it once, in the address
     (``?token=…``, what ``ctxos ui`` prints): the answer is a redirect to the same page without it
     that sets it as a cookie (HttpOnly, SameSite=Strict, named after the port, so that two web
-    views on one host keep theirs apart), which every later request carries."""
+    views on one host keep theirs apart), which every later request carries. With a token the
+    pages live under a path derived from it (``_root``), the cookie's ``Path``: a browser sends
+    cookies of 127.0.0.1 to every port, and this one only to addresses under that path, which no
+    other server on the machine is asked for without knowing it."""
     if not _is_loopback(host):
         raise ConfigError(f"the web view binds to a loopback address only, not {host!r}")
-    app = UiApp(store)
+    root = _root(token) if token is not None else ""
+    app = UiApp(store, root)
 
     class Handler(BaseHTTPRequestHandler):
         timeout = 60
@@ -476,40 +489,49 @@ def make_ui_server(
                 self.close_connection = True
                 self._answer(app._error(refusal[0], "Refused", refusal[1]), head=head)
                 return
-            if token is not None and not self._admitted(head):
+            target = self.path if token is None else self._admitted(head)
+            if target is None:
                 return
             try:
-                page = app.respond(self.path)
+                page = app.respond(target)
             except Exception as e:  # a bug: the browser gets a page saying so, the log the traceback
                 log.exception("ui: GET %s failed", self.path)
                 page = app._error(500, "Internal error", f"{type(e).__name__}: {e} (the server's log has the details)")
             self._answer(page, head=head)
 
-        def _admitted(self, head: bool) -> bool:
-            """Whether the request carries the token (its cookie); a token in the address is
-            answered with a redirect that sets the cookie; no token, or a wrong one, with 401."""
+        def _admitted(self, head: bool) -> str | None:
+            """The page to answer (its path within the web view, with its query) if the request
+            carries the token (its cookie) and names a page under the web view's root; else None,
+            answered: a token in the address with a redirect to the page under the root that
+            sets the cookie, no token, or a wrong one, with 401."""
             assert token is not None
             cookie_name = f"ctxos_ui_{httpd.server_address[1]}"
             parts = urlsplit(self.path)
             query = parse_qs(parts.query, keep_blank_values=True)
             given = query.pop("token", None)
+            inner = _within(parts.path, root)
             if given is not None and _same(given[-1], token):
                 self.send_response(303)
-                back = urlunsplit(("", "", _local_path(parts.path), urlencode(query, doseq=True), ""))
+                page = _local_path(inner if inner is not None else parts.path)
+                back = urlunsplit(("", "", root + page, urlencode(query, doseq=True), ""))
                 self.send_header("Location", back)
-                self.send_header("Set-Cookie", f"{cookie_name}={token}; HttpOnly; SameSite=Strict; Path=/")
+                self.send_header("Set-Cookie", f"{cookie_name}={token}; HttpOnly; SameSite=Strict; Path={root}")
                 self.send_header("Referrer-Policy", "no-referrer")
                 self.send_header("Cache-Control", "no-store")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
-                return False
-            if given is None and any(_same(value, token) for value in _cookies(self.headers, cookie_name)):
-                return True
+                return None
+            if (
+                given is None
+                and inner is not None
+                and any(_same(value, token) for value in _cookies(self.headers, cookie_name))
+            ):
+                return urlunsplit(("", "", inner, parts.query, ""))
             why = "the token in the address is wrong" if given is not None else "this web view needs its token"
             self.close_connection = True
-            page = app._error(401, "Token needed", f"{why}: open the address `ctxos ui` printed, which carries it")
-            self._answer(page, head=head)
-            return False
+            error = app._error(401, "Token needed", f"{why}: open the address `ctxos ui` printed, which carries it")
+            self._answer(error, head=head)
+            return None
 
         def do_GET(self) -> None:  # noqa: N802 - http.server naming
             self._get(False)
@@ -549,6 +571,20 @@ def make_ui_server(
     bound_host, bound_port = httpd.server_address[:2]
     httpd.guard = HttpGuard.for_address(str(bound_host), bound_port, None)
     return httpd
+
+
+def _root(token: str) -> str:
+    """The path the pages of a web view with ``token`` live under (and its cookie's ``Path``):
+    derived from the token, so an address kept from an earlier start with the same token still
+    answers, and not the token (it shows in the address bar)."""
+    return "/" + hashlib.sha256(b"context_os web view\0" + token.encode()).hexdigest()[:24]
+
+
+def _within(path: str, root: str) -> str | None:
+    """``path`` as a page of a web view under ``root`` (``/`` and on); None if it is not under it."""
+    if path == root:
+        return "/"
+    return path[len(root) :] if path.startswith(root + "/") else None
 
 
 def _local_path(path: str) -> str:

@@ -34,7 +34,7 @@ function setupRows() {
     else if (e.key === "d" && rows[at].dataset.turn > 1) {
       const url = new URL(rows[at].dataset.href, window.location.href);
       const turn = Number(rows[at].dataset.turn);
-      go(`/diff?session=${encodeURIComponent(url.searchParams.get("session"))}&a=${turn - 1}&b=${turn}`);
+      go(`diff?session=${encodeURIComponent(url.searchParams.get("session"))}&a=${turn - 1}&b=${turn}`);
     }
   });
 }
