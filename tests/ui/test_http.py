@@ -375,7 +375,7 @@ def test_a_reversed_diff_and_a_page_past_the_end_link_only_to_pages_that_answer(
 ) -> None:
     """A diff of a later turn with an earlier one, and a `from` past the end (a link kept from a
     longer list, or typed): the page shows the end, and each link on it answers."""
-    _, sid, base = served
+    store, sid, base = served
     with httpx.Client(base_url=base) as client:
         turns = int(re.search(r"(\d+) turns", client.get(f"/session?id={sid}").text).group(1))  # type: ignore[union-attr]
         assert turns >= 4
@@ -394,6 +394,12 @@ def test_a_reversed_diff_and_a_page_past_the_end_link_only_to_pages_that_answer(
                 assert shows in r.text, page  # the last page, not an empty one
             for link in _links(r.text):
                 assert client.get(link).status_code == 200, (page, link)
+        # an object's versions past the end: their last page, not the last version alone
+        n = len(store.history(f"session:{sid}", with_docs=False))
+        past = client.get(f"/object?id=session:{sid}&from=99999").text
+        rows = re.findall(r'<tr(?: class="focus")?>\s*<td class="n"><a href="/object[^"]*">(\d+)</a>', past)
+        last = (n - 1) // 100 * 100
+        assert n > 1 and [int(v) for v in rows] == list(range(last + 1, n + 1))
 
 
 def test_a_browser_that_leaves_before_its_page_is_no_server_error(

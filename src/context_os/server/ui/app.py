@@ -339,7 +339,7 @@ class UiApp:
         a = _int(q, "a", max(1, b - 1), low=1, high=versions_n)
         old, new = self._with_doc(versions[a - 1]), self._with_doc(versions[b - 1])
         diff = unified_diff(content_lines(old.doc), content_lines(new.doc), f"v{a}", f"v{b}")
-        start = min(_int(q, "from", max(0, n - PAGE_VERSIONS)), max(0, n - 1))
+        start = _past_end(_int(q, "from", max(0, n - PAGE_VERSIONS)), n, PAGE_VERSIONS)
         rows = []
         for k, v in enumerate(versions[start : start + PAGE_VERSIONS], start + 1):
             v = self._with_doc(v)
