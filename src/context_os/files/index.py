@@ -281,11 +281,14 @@ class FileIndex:
         cause: str,
         reason: str = "deleted",
         settled: Callable[[FileSnapshot], bool] | None = None,
+        record_stat: bool = False,
     ) -> Indexed | None:
         """Bring ``obj_id`` in line with the file now at ``path`` (its old path, or the one it
         was moved to), or mark it missing when ``path`` is None. None if the object is gone
         from the store (evicted). ``settled`` sees what was read before a new version is written:
-        False leaves the object as it is (status ``unsettled``)."""
+        False leaves the object as it is (status ``unsettled``). ``record_stat``: the same bytes
+        found under another size, mtime or inode (``touch``, a same-bytes rewrite) correct the
+        stat of the version in force (``_restat``), after the same ``settled`` check."""
         with self._lock:
             for _ in range(_ATTEMPTS):
                 prev = self.latest(obj_id)
@@ -294,7 +297,7 @@ class FileIndex:
                 result = (
                     self._missing(prev, cause=cause, reason=reason)
                     if path is None
-                    else self._update(prev, path, read=False, cause=cause, settled=settled)
+                    else self._update(prev, path, read=False, cause=cause, settled=settled, record_stat=record_stat)
                 )
                 if result is not None:
                     return result
@@ -323,6 +326,7 @@ class FileIndex:
         read: bool,
         cause: str,
         settled: Callable[[FileSnapshot], bool] | None = None,
+        record_stat: bool = False,
     ) -> Indexed | None:
         pm: dict[str, Any] = prev.doc["meta"] if prev is not None and prev.doc else {}
         # everything recorded below is what this one open found (path, inode, size, mtime, bytes):
@@ -336,7 +340,12 @@ class FileIndex:
             snap = replace(snap, mode="metadata", text=None, sha=None, binary=None, omitted=EVICTED_BYTES)
         moved = prev is not None and pm.get("abs_path") != str(snap.path)
         if prev is not None and not pm.get("missing") and not moved and not self._differs(pm, snap):
-            return Indexed(prev.id, "already indexed", prev, seen=(snap.size, snap.mtime_ms, f"{snap.dev}:{snap.ino}"))
+            seen = (snap.size, snap.mtime_ms, f"{snap.dev}:{snap.ino}")
+            if not record_stat or seen == (pm.get("size"), pm.get("mtime"), pm.get("inode")):
+                return Indexed(prev.id, "already indexed", prev, seen=seen)
+            if settled is not None and not settled(snap):
+                return Indexed(prev.id, "unsettled", prev)
+            return self._restat(prev, seen)
         if prev is not None and settled is not None and not settled(snap):
             return Indexed(prev.id, "unsettled", prev)
         changes: list[str] = []
@@ -387,6 +396,24 @@ class FileIndex:
                     ]
         ops.append(Put(doc, vt))
         return self._commit(ops, obj_id, doc, vt, "new" if prev is None else "new version", tuple(changes))
+
+    def _restat(self, prev: Version, seen: tuple[int, int, str]) -> Indexed | None:
+        """The version in force holds the bytes on disk, under another size, mtime or inode (a
+        ``touch``, a same-bytes rewrite): correct its stat in place, a write at its own valid time
+        (no new version: same version number, same text; reads as of an earlier transaction, as
+        frames make, still see the stat it had). What the store says of the file is then what a
+        tracker's next ``start()`` compares the disk with (it does not read the file again) and
+        what a move made while no tracker ran is known by (``_moved_here``)."""
+        assert prev.doc is not None
+        size, mtime, inode = seen
+        meta = {**prev.doc["meta"], "size": size, "mtime": mtime, "inode": inode}
+        doc = FileDoc(id=prev.id, content=prev.doc.get("content"), meta=meta).to_doc()
+        ops: list[Op] = [
+            Match(prev.id, prev.doc, valid_time=now_ms() + MATCH_HORIZON_MS),
+            Put(doc, prev.valid_time),
+        ]
+        done = self._commit(ops, prev.id, doc, prev.valid_time, "already indexed", ())
+        return None if done is None else replace(done, seen=seen)
 
     def _meta(self, snap: FileSnapshot, *, version: int, cause: str) -> dict[str, Any]:
         ws = self.workspace

@@ -614,6 +614,7 @@ class FileTracker:
                 cause="tracker",
                 reason="deleted or moved away on disk",
                 settled=lambda snap: self._settled(oid, rec, snap, seen),
+                record_stat=True,
             )
         except StoreUnavailable as e:
             self._store_back_at = time.monotonic() + self.store_retry
@@ -637,15 +638,10 @@ class FileTracker:
         if result.status != "already indexed":
             self.stats["versions"] += 1
             return result
-        if result.seen is not None:
-            # same bytes under a new mtime or inode (touch, sed -i matching nothing, a checkout
-            # rewriting the file): no version, but the stat the next rescan compares with is this
-            # one, else every rescan would read and hash the file again
-            size, mtime, inode = result.seen
-            with self._cond:
-                now = self._records.get(oid)
-                if now is not None and now.path == str(result.meta["abs_path"]) and not now.missing:
-                    now.size, now.mtime, now.inode = size, mtime, inode
+        # same bytes under a new mtime or inode (touch, sed -i matching nothing, a checkout
+        # rewriting the file): no version, but the index corrected the stat of the version in
+        # force (once settled, as a new version would be), and told ``_note``: what the next
+        # rescan, and the next start(), compare with, so neither reads and hashes the file again
         return None
 
     def _unrecorded_yet(self, oid: str, rec: _Rec, why: str) -> None:
