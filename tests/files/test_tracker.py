@@ -396,6 +396,39 @@ def test_a_file_changed_and_changed_back_is_not_stale(root, db, tracker, session
     assert len(frames) == 4 and all(verify_frame(db, f).ok for f in frames)
 
 
+def test_a_deleted_workspace_root_is_said_once_and_awaited_without_rescanning(root, db, ws) -> None:
+    """``rm -rf`` of the checkout while tracking: its files are recorded missing, the tracker says
+    so once and waits for the root to come back with a stat per health check. Before, every
+    health check (each second) found the root unwatched and rescanned every tracked file, for as
+    long as the root stayed gone; when it comes back, its files are found again and watched."""
+    t = FileTracker(db, ws, rescan_interval=None, health_interval=0.01)
+    checks: list[int] = []
+    real = t._check_health
+
+    def counted() -> None:
+        real()
+        checks.append(1)
+
+    t._check_health = counted  # type: ignore[method-assign]
+    with t:
+        oid = index(t, root, "a.py", "A = 1\n")
+        shutil.rmtree(root)
+        wait_for(lambda: latest_meta(db, oid)["missing"], what="the file recorded missing")
+        wait_for(lambda: any("is gone" in e for e in t.errors), what="the tracker to say the root is gone")
+        n = len(checks)
+        wait_for(lambda: len(checks) >= n + 2, what="the rescan the loss asked for")
+        rescans = t.stats["rescans"]
+        wait_for(lambda: len(checks) >= n + 30, what="more health checks")
+        assert t.stats["rescans"] == rescans, "the tracker rescans while the root is gone"
+        assert sum("is gone" in e for e in t.errors) == 1 and not any("cannot watch" in e for e in t.errors)
+        root.mkdir()
+        (root / "a.py").write_text("A = 2\n")
+        wait_for(lambda: (m := latest_meta(db, oid))["version"] == 3 and not m["missing"], what="the file found again")
+        (root / "a.py").write_text("A = 3\n")  # watched again: an event, not a rescan
+        assert wait_version(db, oid, 4)["path"] == "a.py"
+        assert db.get(oid).doc["content"] == "A = 3\n"
+
+
 def test_an_overflow_triggers_a_rescan(root, db, tracker) -> None:
     index(tracker, root, "o.txt", "o\n")
     before = tracker.stats["rescans"]

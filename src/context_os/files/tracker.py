@@ -220,6 +220,7 @@ class FileTracker:
         self._observer: BaseObserver | None = None
         self._watch_lock = threading.Lock()
         self._watches: dict[str, ObservedWatch] = {}
+        self._gone_roots: set[str] = set()  # (tracker thread) roots found deleted, said once each
         self._handler = _Handler(self)
         self._overflow = _OverflowSignal(self)
 
@@ -366,6 +367,8 @@ class FileTracker:
             observer = self._observer
             if observer is None or key in self._watches:
                 return
+            if key in self._gone_roots and not root.is_dir():
+                return  # said once already; the health check watches it when it is back
             try:
                 self._watches[key] = observer.schedule(self._handler, key, recursive=True, event_filter=_EVENTS)
             except OSError as e:
@@ -399,11 +402,25 @@ class FileTracker:
                         with contextlib.suppress(KeyError, RuntimeError):
                             observer.unschedule(watch)
                         lost = True
-        missing_roots = {r for r in self._roots() if str(r) not in self._watches}
-        for root in missing_roots:
+        rescan = lost
+        for root in {r for r in self._roots() if str(r) not in self._watches}:
+            key = str(root)
             if root.is_dir():
                 self._ensure_watch(root)
-        if lost or missing_roots:
+                if key in self._watches:
+                    self._gone_roots.discard(key)
+                    rescan = True  # what changed while it was not watched
+            elif key not in self._gone_roots:
+                # deleted or moved away (rm -rf of the checkout): one rescan records its files
+                # missing, then one stat per health check waits for it to come back, where a
+                # rescan of every tracked file each second would burn a core until it does
+                self._gone_roots.add(key)
+                self._error(
+                    f"{key} is gone (deleted or moved away): its files are recorded missing;"
+                    " watching again when it is back"
+                )
+                rescan = True
+        if rescan:
             self.request_rescan("watch lost")
 
     # --- events (observer thread: keep it cheap) ----------------------------------------------
