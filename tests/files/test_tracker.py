@@ -80,7 +80,7 @@ def test_a_file_rewritten_with_the_same_bytes_is_not_read_again_by_every_rescan(
     os.replace(root / "rewritten.py.tmp", root / "rewritten.py")  # what sed -i does: a new inode
     wait_for(lambda: tracker.stats["reconciled"] > seen, what="the tracker to look at the rewritten file")
     flushed(tracker, db, root)
-    assert tracker.rescan() == 0  # the touched file: no event (a change of times only), a rescan sees it
+    assert tracker.rescan() == 0
     before = tracker.stats["reconciled"]
     assert tracker.rescan() == 0
     assert tracker.stats["reconciled"] == before, "a rescan read unchanged files again"
@@ -150,6 +150,41 @@ def test_a_same_bytes_stat_is_taken_only_once_the_file_looks_settled(root, db, w
     finally:
         t.stop()  # stopping takes what is there
     assert latest_meta(db, oid)["mtime"] == os.stat(root / "a.py").st_mtime_ns // 10**6
+
+
+def test_a_touch_is_seen_at_once_and_a_chmod_reads_nothing(root, db, ws) -> None:
+    """A change of times only (``touch``, ``cp -p``) is an event: a discovered (metadata-only)
+    file gets its new version at once, a read one keeps its new stat (and is known by it when
+    moved while no tracker runs). Before, the observer dropped these events: the version came
+    with the next rescan (30 s), or never without one. A ``chmod`` changes no stat the store
+    keeps: the file is not read again."""
+    (root / "found.txt").write_text("found\n")
+    (root / "a.py").write_text("A = 1\n")
+    with FileTracker(db, ws, rescan_interval=None) as t:
+        found = t.index.index(ws.resolve("found.txt"), read=False, cause="discovered").id
+        oid = index(t, root, "a.py")
+        flushed(t, db, root)
+        for name in ("found.txt", "a.py"):
+            st = os.stat(root / name)
+            os.utime(root / name, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+        mtime = os.stat(root / "a.py").st_mtime_ns // 10**6
+        assert wait_version(db, found, 2)["mtime"] == os.stat(root / "found.txt").st_mtime_ns // 10**6
+        wait_for(lambda: latest_meta(db, oid)["mtime"] == mtime, what="the touched file's new stat")
+        assert versions(db, oid) == 1
+        reads: list[str] = []
+        snapshot = ws.snapshot
+
+        def counted(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+            reads.append(str(path))
+            return snapshot(path, *args, **kwargs)
+
+        ws.snapshot = counted  # type: ignore[method-assign]
+        os.chmod(root / "a.py", 0o600)
+        flushed(t, db, root)
+        assert not [p for p in reads if p.endswith("a.py")], "a chmod read the file again"
+    os.rename(root / "a.py", root / "b.py")
+    with FileTracker(db, ws, rescan_interval=None) as t:
+        assert index(t, root, "b.py") == oid
 
 
 def test_rename_keeps_the_id_also_across_directories(root, db, tracker) -> None:

@@ -51,6 +51,7 @@ from typing import Any
 from watchdog.events import (
     DirDeletedEvent,
     DirMovedEvent,
+    FileAttribEvent,
     FileClosedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
@@ -72,13 +73,16 @@ __all__ = ["FileTracker", "Trackers"]
 _EVENTS: list[type[FileSystemEvent]] = [
     FileCreatedEvent,
     FileModifiedEvent,
+    FileAttribEvent,
     FileClosedEvent,
     FileDeletedEvent,
     FileMovedEvent,
     DirDeletedEvent,
     DirMovedEvent,
 ]
-"""What the observer asks the kernel for: no open/access events (our own reads make those)."""
+"""What the observer asks the kernel for: no open/access events (our own reads make those).
+``FileAttribEvent``: a change of times or mode only (``touch``, ``chmod``, ``cp -p``), which
+changes a metadata-only file's version and a content file's stat."""
 
 _WATCHDOG_LOGGERS = ("watchdog.observers.inotify_c", "watchdog.observers.inotify")
 _RECENT_MAX = 2000
@@ -212,6 +216,9 @@ class FileTracker:
         # files modified and not yet closed by their writer, awaited where the observer reports a
         # writer's close (inotify's IN_CLOSE_WRITE; not FSEvents, kqueue or polling)
         self._writing: set[str] = set()
+        # objects whose pending events are only attribute changes (touch, chmod): looked at only
+        # if their size, mtime or inode changed (chmod -R must not read every tracked file)
+        self._attrib_only: set[str] = set()
         self._sees_closes = False
         self._rescan_reason: str | None = None
         self._busy = False
@@ -461,7 +468,7 @@ class FileTracker:
                         self._writing.add(hit)
                     elif kind == "closed":
                         self._writing.discard(hit)
-                    marked |= self._mark(hit, now)
+                    marked |= self._mark(hit, now, attrib=kind == "attrib")
                 elif kind == "created":
                     self._remember(src, now)
             if marked:
@@ -511,7 +518,11 @@ class FileTracker:
                 return path
         return None
 
-    def _mark(self, oid: str, now: float) -> bool:
+    def _mark(self, oid: str, now: float, *, attrib: bool = False) -> bool:
+        if not attrib:
+            self._attrib_only.discard(oid)
+        elif oid not in self._pending:
+            self._attrib_only.add(oid)
         self._event_ns[oid] = time.time_ns()
         first = self._pending.get(oid, (now, now))[0]
         self._pending[oid] = (first, now)
@@ -556,6 +567,8 @@ class FileTracker:
                     deadlines = [t for t in (wake, next_health, next_rescan) if t is not None]
                     self._cond.wait(max(0.001, min(deadlines) - now))
                 batch = [(oid, self._hints.pop(oid, None)) for oid in due]
+                attrib_only = self._attrib_only.intersection(due)
+                self._attrib_only.difference_update(due)
                 self._writing.difference_update(due)
                 for oid, hint in batch:
                     del self._pending[oid]
@@ -569,7 +582,7 @@ class FileTracker:
                 # moves first: a file moved over another indexed file takes its path before
                 # the other one is looked at
                 for oid, hint in sorted(batch, key=lambda b: b[1] is None):
-                    self._reconcile(oid, hint)
+                    self._reconcile(oid, hint, attrib_only=oid in attrib_only)
                 if rescan and not stopping:
                     self.rescan()
                     next_rescan = None if self.rescan_interval is None else time.monotonic() + self.rescan_interval
@@ -596,12 +609,13 @@ class FileTracker:
             return True
         return (st.st_size, st.st_mtime_ns // 1_000_000, f"{st.st_dev}:{st.st_ino}") != (rec.size, rec.mtime, rec.inode)
 
-    def _reconcile(self, oid: str, hint: str | None) -> Indexed | None:
-        """Look at the disk once and record what it shows for object ``oid``."""
+    def _reconcile(self, oid: str, hint: str | None, *, attrib_only: bool = False) -> Indexed | None:
+        """Look at the disk once and record what it shows for object ``oid``. ``attrib_only``:
+        its events were only attribute changes, which matter only if they changed its stat."""
         with self._cond:
             rec = self._records.get(oid)
             holder = None if rec is None else self._by_path.get(rec.path)
-        if rec is None:
+        if rec is None or (attrib_only and holder in (None, oid) and not self._changed_on_disk(rec)):
             return None
         self.stats["reconciled"] += 1
         target: str | None = None
