@@ -248,6 +248,39 @@ def test_a_file_moved_while_no_tracker_ran_is_one_object_at_its_new_name(root, d
         assert tracker.index.index(ws.resolve("c.py"), read=True, cause="read").id != oid
 
 
+def test_a_write_through_one_hard_link_is_a_version_of_every_tracked_name(root, db, tracker) -> None:
+    """Two names of one file (``ln``) are two objects (each path its own); a write through one
+    changes both, but the kernel reports only the name written. Before, the other name kept the
+    old text (a session showing it was not told it changed) until the next rescan."""
+    (root / "sub").mkdir()
+    first = index(tracker, root, "a.py", "A = 1\n")
+    os.link(root / "a.py", root / "sub" / "link.py")
+    other = index(tracker, root, "sub/link.py")
+    assert other != first
+    flushed(tracker, db, root)  # (the link's own creation event is taken)
+    with open(root / "a.py", "r+") as f:  # in place: the same inode under both names
+        f.write("A = 2\n")
+    assert wait_version(db, first, 2)["path"] == "a.py"
+    assert wait_version(db, other, 2)["path"] == "sub/link.py"
+    assert db.get(other).doc["content"] == db.get(first).doc["content"] == "A = 2\n"
+
+
+def test_two_files_swapped_leave_each_path_with_its_own_text(root, db, tracker) -> None:
+    """``mv a tmp; mv b a; mv tmp b``: each path holds the other's bytes. As with an atomic save,
+    the path that still holds a file keeps its object: each object has a new version with the
+    text now at its path (never the text of the other path), and nothing is missing."""
+    a = index(tracker, root, "a.py", "A\n")
+    b = index(tracker, root, "b.py", "B\n")
+    os.rename(root / "a.py", root / "tmp")
+    os.rename(root / "b.py", root / "a.py")
+    os.rename(root / "tmp", root / "b.py")
+    for oid, path, text in ((a, "a.py", "B\n"), (b, "b.py", "A\n")):
+        meta = wait_version(db, oid, 2)
+        assert (meta["path"], meta["missing"], db.get(oid).doc["content"]) == (path, False, text)
+    flushed(tracker, db, root)
+    assert versions(db, a) == versions(db, b) == 2
+
+
 def test_moving_a_directory_moves_the_files_in_it(root, db, tracker) -> None:
     a = index(tracker, root, "pkg/a.py", "a\n")
     b = index(tracker, root, "pkg/sub/b.py", "b\n")

@@ -194,6 +194,9 @@ class FileTracker:
         """The latest problems (unreadable files, watch failures), newest last."""
         self._cond = threading.Condition(threading.Lock())
         self._records: dict[str, _Rec] = {}
+        # inode → the objects last seen with it: more than one are hard links to one file, which a
+        # write through one name changes under every name (the kernel reports the name written)
+        self._by_inode: dict[str, set[str]] = {}
         self._by_path: dict[str, str] = {}
         # every directory above a path of _by_path → how many such paths: a directory event
         # (rm -rf node_modules: one per directory) looks at the tracked files only below one of these
@@ -345,7 +348,7 @@ class FileTracker:
             old = self._records.get(v.id)
             if old is not None and old.path != rec.path and self._by_path.get(old.path) == v.id:
                 self._unbind(old.path)
-            self._records[v.id] = rec
+            self._set_rec(v.id, rec)
             holder = self._by_path.get(rec.path)
             if holder is None or holder == v.id or not rec.missing:
                 self._bind(rec.path, v.id)
@@ -353,6 +356,19 @@ class FileTracker:
             root = self.workspace.root_of(rec.path)
             if root is not None:
                 self._ensure_watch(root)
+
+    def _set_rec(self, oid: str, rec: _Rec | None) -> None:
+        """Remember (None: forget) what ``oid`` is (caller holds ``_cond``)."""
+        old = self._records.pop(oid, None)
+        if old is not None and old.inode is not None and (same := self._by_inode.get(old.inode)) is not None:
+            same.discard(oid)
+            if not same:
+                del self._by_inode[old.inode]
+        if rec is None:
+            return
+        self._records[oid] = rec
+        if rec.inode is not None and not rec.missing:
+            self._by_inode.setdefault(rec.inode, set()).add(oid)
 
     def _roots(self) -> set[Path]:
         with self._cond:
@@ -469,6 +485,12 @@ class FileTracker:
                     elif kind == "closed":
                         self._writing.discard(hit)
                     marked |= self._mark(hit, now, attrib=kind == "attrib")
+                    if kind in ("modified", "closed", "attrib"):
+                        rec = self._records.get(hit)
+                        # the same file under its other tracked names (hard links)
+                        for other in self._by_inode.get(rec.inode, ()) if rec and rec.inode else ():
+                            if other != hit:
+                                marked |= self._mark(other, now, attrib=kind == "attrib")
                 elif kind == "created":
                     self._remember(src, now)
             if marked:
@@ -657,7 +679,7 @@ class FileTracker:
         self._unrecorded.discard(oid)
         if result is None:  # evicted from the store: stop tracking it
             with self._cond:
-                self._records.pop(oid, None)
+                self._set_rec(oid, None)
                 self._event_ns.pop(oid, None)
                 if self._by_path.get(rec.path) == oid:
                     self._unbind(rec.path)
