@@ -11,7 +11,7 @@ import pytest
 
 from context_os import Session
 from context_os.errors import InputError, NotFound
-from context_os.files import FileTools, Workspace
+from context_os.files import FileTools, FileTracker, Workspace
 from context_os.files.index import find_file_object
 from context_os.store.sqlite import SqliteStore
 from tests.cli.test_cli import ctxos
@@ -66,6 +66,31 @@ def test_files_lists_state_and_staleness(setup) -> None:
     assert "src/a.py" in text and "stale" in text
     gone = ctxos("files", "nope", store=store, check=False)
     assert gone.returncode == 1 and gone.stderr.startswith(f"Error: NotFound: no session 'nope' in sqlite://{store}")
+
+
+def test_files_does_not_call_stale_a_file_that_holds_the_bytes_shown(root: Path, db: SqliteStore) -> None:
+    """As the session judges it: a file changed and changed back (``git stash`` and ``pop``), or
+    rewritten with the same bytes (its stat corrected by the tracker), is not stale; the session
+    does not mark it. Before, ``ctxos files`` said stale for any other version in the store."""
+    ws = Workspace(root)
+    (root / "back.py").write_text("B = 1\n")
+    (root / "touched.py").write_text("T = 1\n")
+    session = Session.open(db, "s1", harness="openai")
+    tools = FileTools(session, ws)
+    back = tools.read("back.py")["id"]
+    touched = tools.read("touched.py")["id"]
+    for text in ("B = 2\n", "B = 1\n"):
+        (root / "back.py").write_text(text)
+        tools.observe("git stash; git stash pop", "back.py")
+    (root / "touched.py.tmp").write_text("T = 1\n")
+    os.replace(root / "touched.py.tmp", root / "touched.py")
+    with FileTracker(db, ws, rescan_interval=None):  # its start() finds the new inode
+        pass
+    assert db.get(touched).doc["meta"]["inode"] != session.view.objects[touched].meta["inode"]
+    db.close()
+    rows = {r["id"]: r for r in json.loads(ctxos("files", "s1", "--json", store=db.path).stdout)}
+    assert (rows[back]["version_shown"], rows[back]["version_latest"], rows[back]["stale"]) == (1, 3, False)
+    assert (rows[touched]["version_shown"], rows[touched]["version_latest"], rows[touched]["stale"]) == (1, 1, False)
 
 
 def test_inspect_resolves_a_path_and_shows_versions_across_renames(setup, root: Path) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..context.load import load_view
+from ..context.session import shows_latest_file
 from ..store import Store
 from ._common import emit_json, fails_cleanly, json_option, store_from, table
 
@@ -33,7 +34,8 @@ def session_files(store: Store, session_id: str) -> list[dict[str, Any]]:
                 "pinned": o.pinned,
                 "version_shown": o.meta.get("version"),
                 "version_latest": lm.get("version"),
-                "stale": doc is not None and doc.get("object_hash") != shown,
+                # as the session judges it: the same bytes at the same path are not stale
+                "stale": doc is not None and doc.get("object_hash") != shown and not shows_latest_file(o.meta, lm),
                 "missing": bool(lm.get("missing")),
                 "indexed": lm.get("indexed"),
                 "tokens": o.tokens,

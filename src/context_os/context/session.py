@@ -38,7 +38,7 @@ from .policy import Actor, RetentionPolicy, StateChange, fit_budget, horizon_due
 from .sources import SourceFeed, consult
 from .view import ObjInfo, Rendered, SessionView, own_text
 
-__all__ = ["LOCKED_PREFIXES", "Assembly", "Session"]
+__all__ = ["LOCKED_PREFIXES", "Assembly", "Session", "shows_latest_file"]
 
 log = logging.getLogger(__name__)
 
@@ -1068,6 +1068,13 @@ class Session:
     def state_changes(self, obj_id: str) -> list[Version]:
         """Every recorded state change of an object in this session, oldest first."""
         return self.store.history(state_id(self.id, obj_id), with_docs=True)
+
+
+def shows_latest_file(shown: Mapping[str, Any], latest: Mapping[str, Any]) -> bool:
+    """Whether a session showing the file version with meta ``shown`` shows the file as it is,
+    the store's latest version (meta ``latest``) being another: the same bytes at the same path
+    (changed and changed back, or only its stat corrected: a ``touch``). Such a view is not stale."""
+    return not latest.get("missing") and latest.get("path") == shown.get("path") and _same_bytes(shown, latest)
 
 
 def _same_bytes(shown: Mapping[str, Any], latest: Mapping[str, Any]) -> bool:
