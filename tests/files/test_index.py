@@ -142,3 +142,53 @@ def test_next_valid_time_waits_the_clock_out_but_not_for_ever(monkeypatch: pytes
     far = clock.ns // 1_000_000 + MAX_CLOCK_WAIT_MS + 50
     before = clock.ns
     assert next_valid_time(far) == far + 1 and clock.ns == before  # a clock far ahead: no wait
+
+
+def test_a_same_bytes_stat_corrects_the_version_in_force(store: Store, root: Path) -> None:
+    """``refresh(record_stat=True)`` (the tracker's) of a file rewritten with the same bytes: no
+    new version; the version in force gets the new size, mtime and inode, as a correction at its
+    own valid time, so a read as of the earlier transaction (a frame's) still sees the old one.
+    ``restats_batched`` writes many such corrections together; one that a writer changed
+    meanwhile is left out (its new version is what holds), the others are written."""
+    ws = Workspace(root)
+    idx = FileIndex(store, ws)
+    for name in ("a.py", "b.py", "c.py"):
+        (root / name).write_text(f"{name}\n")
+    a, b, c = (idx.index(ws.resolve(n), read=True, cause="read") for n in ("a.py", "b.py", "c.py"))
+
+    def rewrite(name: str) -> str:
+        (root / f"{name}.tmp").write_bytes((root / name).read_bytes())
+        os.replace(root / f"{name}.tmp", root / name)  # a new inode
+        st = os.stat(root / name)
+        return f"{st.st_dev}:{st.st_ino}"
+
+    inode = rewrite("a.py")
+    assert idx.refresh(a.id, ws.resolve("a.py"), cause="tracker").version == a.version  # by default: nothing
+    done = idx.refresh(a.id, ws.resolve("a.py"), cause="tracker", record_stat=True)
+    assert done is not None and done.status == "already indexed"
+    now = store.get(a.id)
+    assert now is not None and now.doc is not None and now.valid_time == a.version.valid_time
+    assert (now.doc["meta"]["inode"], now.doc["meta"]["version"], now.doc["content"]) == (inode, 1, "a.py\n")
+    assert len(store.history(a.id)) == 1
+    old = store.get(a.id, a.version.valid_time, a.version.tx_id)
+    assert old is not None and old.doc == a.version.doc
+    assert idx.refresh(a.id, ws.resolve("a.py"), cause="tracker", record_stat=True).version == now  # as seen
+
+    inodes = {n: rewrite(n) for n in ("b.py", "c.py")}
+    before = store.latest_tx_id()
+    with idx.restats_batched():
+        for obj in (b, c):
+            idx.refresh(obj.id, ws.resolve(obj.meta["path"]), cause="tracker", record_stat=True)
+        assert store.latest_tx_id() == before  # (queued)
+    got = [store.get(o.id) for o in (b, c)]
+    assert [v.doc["meta"]["inode"] for v in got] == [inodes["b.py"], inodes["c.py"]]
+    assert got[0].tx_id == got[1].tx_id  # one transaction
+
+    inodes = {n: rewrite(n) for n in ("b.py", "c.py")}
+    with idx.restats_batched():
+        for obj in (b, c):
+            idx.refresh(obj.id, ws.resolve(obj.meta["path"]), cause="tracker", record_stat=True)
+        (root / "b.py").write_text("b changed\n")  # another writer records b meanwhile
+        assert idx.index(ws.resolve("b.py"), read=True, cause="read").status == "new version"
+    assert store.get(b.id).doc["content"] == "b changed\n" and store.get(b.id).doc["meta"]["version"] == 2
+    assert store.get(c.id).doc["meta"]["inode"] == inodes["c.py"]

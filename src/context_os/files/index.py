@@ -27,20 +27,21 @@ This module never touches a session: showing a version to the agent is the tools
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import stat
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import InputError, NotFound, StoreError
 from ..objects import KINDS, FileDoc, path_key
-from ..store.base import Match, Op, Put, Store, Version, next_valid_time, now_ms
+from ..store.base import Match, Op, Put, Store, Tx, Version, next_valid_time, now_ms
 from ..tokens import estimate_tokens
 from .workspace import FileSnapshot, Workspace
 
@@ -61,6 +62,9 @@ DIFF_MAX_INPUT_CHARS = 2_000_000
 """Above this many characters (old + new) no diff is computed (difflib is quadratic at worst)."""
 
 _ATTEMPTS = 5
+
+RESTATS_PER_TX = 200
+"""Stat corrections written together by ``restats_batched`` go in transactions of this many."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,7 @@ class FileIndex:
         self.max_diff_chars = max_diff_chars
         self._lock = threading.RLock()
         self._listeners: list[Callable[[Version], None]] = []
+        self._local = threading.local()  # .restats: the stat corrections queued by this thread
 
     # --- listeners -------------------------------------------------------------------------
 
@@ -345,6 +350,10 @@ class FileIndex:
                 return Indexed(prev.id, "already indexed", prev, seen=seen)
             if settled is not None and not settled(snap):
                 return Indexed(prev.id, "unsettled", prev)
+            queued: list[tuple[Version, tuple[int, int, str]]] | None = getattr(self._local, "restats", None)
+            if queued is not None:
+                queued.append((prev, seen))
+                return Indexed(prev.id, "already indexed", prev, seen=seen)
             return self._restat(prev, seen)
         if prev is not None and settled is not None and not settled(snap):
             return Indexed(prev.id, "unsettled", prev)
@@ -397,6 +406,44 @@ class FileIndex:
         ops.append(Put(doc, vt))
         return self._commit(ops, obj_id, doc, vt, "new" if prev is None else "new version", tuple(changes))
 
+    @contextlib.contextmanager
+    def restats_batched(self) -> Iterator[None]:
+        """The stat corrections this thread makes meanwhile (``refresh(record_stat=True)``) are
+        written at the end, ``RESTATS_PER_TX`` to a transaction: a rescan that finds a checkout's
+        worth of files rewritten with the same bytes writes a few transactions, not one a file.
+        Nothing is written if the block raises (the next rescan finds the same)."""
+        queued: list[tuple[Version, tuple[int, int, str]]] = []
+        outer = getattr(self._local, "restats", None)
+        self._local.restats = queued if outer is None else outer
+        try:
+            yield
+        finally:
+            self._local.restats = outer
+        if outer is None:
+            for i in range(0, len(queued), RESTATS_PER_TX):
+                self._commit_restats(queued[i : i + RESTATS_PER_TX])
+
+    def _commit_restats(self, queued: list[tuple[Version, tuple[int, int, str]]]) -> None:
+        with self._lock:
+            ops: list[Op] = []
+            for prev, seen in queued:
+                ops += self._restat_ops(prev, seen)[0]
+            tx = self.store.submit(ops)
+            if tx.committed:
+                self._notify(ops, tx)
+                return
+            for prev, seen in queued:  # one changed meanwhile: each on its own, if still as read
+                now = self.latest(prev.id)
+                if now is not None and now.doc == prev.doc:
+                    self._restat(now, seen)
+
+    def _restat_ops(self, prev: Version, seen: tuple[int, int, str]) -> tuple[list[Op], dict[str, Any]]:
+        assert prev.doc is not None
+        size, mtime, inode = seen
+        meta = {**prev.doc["meta"], "size": size, "mtime": mtime, "inode": inode}
+        doc = FileDoc(id=prev.id, content=prev.doc.get("content"), meta=meta).to_doc()
+        return [Match(prev.id, prev.doc, valid_time=now_ms() + MATCH_HORIZON_MS), Put(doc, prev.valid_time)], doc
+
     def _restat(self, prev: Version, seen: tuple[int, int, str]) -> Indexed | None:
         """The version in force holds the bytes on disk, under another size, mtime or inode (a
         ``touch``, a same-bytes rewrite): correct its stat in place, a write at its own valid time
@@ -404,14 +451,7 @@ class FileIndex:
         frames make, still see the stat it had). What the store says of the file is then what a
         tracker's next ``start()`` compares the disk with (it does not read the file again) and
         what a move made while no tracker ran is known by (``_moved_here``)."""
-        assert prev.doc is not None
-        size, mtime, inode = seen
-        meta = {**prev.doc["meta"], "size": size, "mtime": mtime, "inode": inode}
-        doc = FileDoc(id=prev.id, content=prev.doc.get("content"), meta=meta).to_doc()
-        ops: list[Op] = [
-            Match(prev.id, prev.doc, valid_time=now_ms() + MATCH_HORIZON_MS),
-            Put(doc, prev.valid_time),
-        ]
+        ops, doc = self._restat_ops(prev, seen)
         done = self._commit(ops, prev.id, doc, prev.valid_time, "already indexed", ())
         return None if done is None else replace(done, seen=seen)
 
@@ -489,6 +529,11 @@ class FileIndex:
         tx = self.store.submit(ops)
         if not tx.committed:
             return None  # someone else wrote first: the caller re-reads and tries again
+        self._notify(ops, tx)
+        return Indexed(obj_id, status, Version(obj_id, vt, tx.id, tx.time, doc), changes)
+
+    def _notify(self, ops: list[Op], tx: Tx) -> None:
+        """Tell the listeners of every version ``ops`` wrote in ``tx``."""
         written = [
             Version(op.doc["id"], op.valid_from or tx.time, tx.id, tx.time, dict(op.doc))
             for op in ops
@@ -497,7 +542,6 @@ class FileIndex:
         for v in written:
             for listener in list(self._listeners):
                 listener(v)
-        return Indexed(obj_id, status, Version(obj_id, vt, tx.id, tx.time, doc), changes)
 
 
 def find_file_object(store: Store, path_or_id: str) -> str:

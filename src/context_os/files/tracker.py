@@ -332,7 +332,8 @@ class FileTracker:
             items = list(self._records.items())
         dirty = [oid for oid, rec in items if self._changed_on_disk(rec)]
         self.stats["rescans"] += 1
-        return sum(1 for oid in dirty if self._reconcile(oid, None))
+        with self.index.restats_batched():  # same bytes under a new stat: a few transactions in all
+            return sum(1 for oid in dirty if self._reconcile(oid, None))
 
     # --- the index tells us what is indexed -------------------------------------------------
 
