@@ -10,7 +10,8 @@ Two modes, recorded as ``meta.indexed``:
 
 * ``content``: the file was read (``read``, ``write``, ``edit``): ``content`` is its text
   (``None`` for binary files), ``meta.sha`` the blake3 of its bytes; a new version only when that
-  hash changes, so saving unchanged bytes is a no-op.
+  hash changes, so saving unchanged bytes is a no-op (the tracker corrects the stat of the
+  version in force then: ``refresh(record_stat=True)``).
 * ``metadata``: the file was only discovered (``ls``/``find``/``grep``), or it is a secret or too
   large: no content, no hash; a new version when its size or mtime changes. Reading it later
   switches it to ``content`` mode for good.

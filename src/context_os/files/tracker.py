@@ -3,7 +3,10 @@
 Once a file is indexed (read, written, edited or discovered by the agent), a change on disk
 becomes a new version of its object:
 
-* content change → new version (valid time = mtime; unchanged bytes are a no-op, by hash);
+* content change → new version (valid time = mtime; unchanged bytes are a no-op, by hash: their
+  new size, mtime and inode correct the stat of the version in force, so no later start reads
+  them again); a change of times or mode only (``touch``, ``chmod``) is seen as it happens;
+* a write through one hard link → a version of each tracked name of that file;
 * move/rename, also across directories → the same object with a new path;
 * delete → a new version marked ``missing`` (no content); the history is kept; re-creation at
   the same path → a new version again;
