@@ -199,7 +199,7 @@ class FileTracker:
         self._records: dict[str, _Rec] = {}
         # inode → the objects last seen with it: more than one are hard links to one file, which a
         # write through one name changes under every name (the kernel reports the name written)
-        self._by_inode: dict[str, set[str]] = {}
+        self._by_inode: dict[str, tuple[str, ...]] = {}  # (tuples: thousands of them, nearly all of one)
         self._by_path: dict[str, str] = {}
         # every directory above a path of _by_path → how many such paths: a directory event
         # (rm -rf node_modules: one per directory) looks at the tracked files only below one of these
@@ -364,15 +364,19 @@ class FileTracker:
     def _set_rec(self, oid: str, rec: _Rec | None) -> None:
         """Remember (None: forget) what ``oid`` is (caller holds ``_cond``)."""
         old = self._records.pop(oid, None)
-        if old is not None and old.inode is not None and (same := self._by_inode.get(old.inode)) is not None:
-            same.discard(oid)
-            if not same:
+        if old is not None and old.inode is not None and oid in (same := self._by_inode.get(old.inode, ())):
+            rest = tuple(o for o in same if o != oid)
+            if rest:
+                self._by_inode[old.inode] = rest
+            else:
                 del self._by_inode[old.inode]
         if rec is None:
             return
         self._records[oid] = rec
         if rec.inode is not None and not rec.missing:
-            self._by_inode.setdefault(rec.inode, set()).add(oid)
+            same = self._by_inode.get(rec.inode, ())
+            if oid not in same:
+                self._by_inode[rec.inode] = (*same, oid)
 
     def _roots(self) -> set[Path]:
         with self._cond:
