@@ -518,6 +518,29 @@ def test_a_deleted_workspace_root_is_said_once_and_awaited_without_rescanning(ro
         assert db.get(oid).doc["content"] == "A = 3\n"
 
 
+def test_a_workspace_root_moved_away_is_gone_and_the_one_put_in_its_place_is_watched(root, db, ws) -> None:
+    """``mv repo repo.bak`` then a fresh clone at ``repo``, while tracking. The watch follows the
+    directory it was made on: before, the files were never recorded missing, nothing watched the
+    new root (its edits waited for a rescan, or for ever without one), and edits in the moved
+    directory came as events for the paths of the new one. Now the moved root is gone, and the
+    directory at its path is watched once it is there."""
+    with FileTracker(db, ws, rescan_interval=None, health_interval=0.01) as t:
+        oid = index(t, root, "a.py", "A = 1\n")
+        aside = root.with_name("ws.bak")
+        os.rename(root, aside)
+        wait_for(lambda: latest_meta(db, oid)["missing"], what="the file recorded missing")
+        assert sum("is gone" in e for e in t.errors) == 1
+        root.mkdir()
+        (root / "a.py").write_text("A = 2\n")
+        wait_for(lambda: (m := latest_meta(db, oid))["version"] == 3 and not m["missing"], what="the file found again")
+        (aside / "a.py").write_text("old\n")  # no longer watched
+        (root / "a.py").write_text("A = 3\n")  # an event: rescan_interval is None
+        assert wait_version(db, oid, 4)["path"] == "a.py"
+        flushed(t, db, root)
+        assert [m.get("missing") for m in metas(db, oid)] == [False, True, False, False]
+        assert db.get(oid).doc["content"] == "A = 3\n"
+
+
 def test_an_overflow_triggers_a_rescan(root, db, tracker) -> None:
     index(tracker, root, "o.txt", "o\n")
     before = tracker.stats["rescans"]

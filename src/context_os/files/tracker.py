@@ -126,6 +126,15 @@ def _holds_file(path: str) -> bool:
         return False
 
 
+def _dir_id(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the directory at ``path``; None if there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
 def _parents(path: str) -> list[str]:
     """Every directory above the absolute ``path``, up to ``/``."""
     out = []
@@ -233,6 +242,9 @@ class FileTracker:
         self._observer: BaseObserver | None = None
         self._watch_lock = threading.Lock()
         self._watches: dict[str, ObservedWatch] = {}
+        # root → (device, inode) of the directory its watch was made on: a watch follows its
+        # directory when it is moved away (mv repo repo.bak), and the path then holds another
+        self._watched_dirs: dict[str, tuple[int, int] | None] = {}
         self._gone_roots: set[str] = set()  # (tracker thread) roots found deleted, said once each
         self._handler = _Handler(self)
         self._overflow = _OverflowSignal(self)
@@ -401,6 +413,7 @@ class FileTracker:
             if key in self._gone_roots and not root.is_dir():
                 return  # said once already; the health check watches it when it is back
             try:
+                self._watched_dirs[key] = _dir_id(key)  # (before: a directory swapped in meanwhile differs)
                 self._watches[key] = observer.schedule(self._handler, key, recursive=True, event_filter=_EVENTS)
             except OSError as e:
                 # e.g. the root is gone, or the inotify watch limit is reached: the periodic
@@ -408,7 +421,8 @@ class FileTracker:
                 self._error(f"cannot watch {key}: {e.strerror or e}")
 
     def _check_health(self) -> None:
-        """Restart a dead observer and re-create watches whose emitter stopped (root deleted)."""
+        """Restart a dead observer and re-create watches whose emitter stopped (root deleted) or
+        whose root directory was moved away; a root that is gone is awaited (one stat each time)."""
         observer = self._observer
         if observer is None:
             return
@@ -428,7 +442,10 @@ class FileTracker:
             dead = {e.watch for e in list(observer.emitters) if not e.is_alive()}
             with self._watch_lock:
                 for key, watch in list(self._watches.items()):
-                    if watch in dead or watch not in {e.watch for e in observer.emitters}:
+                    # also a watch whose directory was moved away: its events name paths of
+                    # another directory, and the one now at the root is watched by nobody
+                    moved = _dir_id(key) != self._watched_dirs.get(key)
+                    if moved or watch in dead or watch not in {e.watch for e in observer.emitters}:
                         del self._watches[key]
                         with contextlib.suppress(KeyError, RuntimeError):
                             observer.unschedule(watch)
