@@ -13,7 +13,7 @@ import pytest
 
 from context_os import Session
 from context_os.errors import InputError
-from context_os.files import FileTools, Workspace, apply_edits
+from context_os.files import FileTools, FileTracker, Workspace, apply_edits
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import latest_meta, metas
 from tests.files.test_workspace import KEYS, PNG
@@ -122,6 +122,21 @@ def test_saving_the_same_bytes_is_not_a_new_version(root: Path, tools: FileTools
     os.utime(f, (1, 1))  # even a different mtime: the content hash decides
     assert call(tools, "read", path="same.txt")["indexed"] == "already indexed"
     assert len(metas(db, oid)) == 1
+
+
+def test_a_file_whose_stat_a_tracker_corrected_reads_as_already_active(root: Path, tools: FileTools, db) -> None:
+    """A touch (or a same-bytes rewrite) the tracker kept as the stat of the version shown: a
+    read answers ``already active``, as for the file untouched. Before, ``refreshed``: the agent
+    was told of a change there was not."""
+    f = root / "a.py"
+    f.write_text("A = 1\n")
+    oid = call(tools, "read", path="a.py")["id"]
+    os.utime(f, ns=(0, os.stat(f).st_mtime_ns + 5_000_000_000))
+    with FileTracker(db, tools.workspace, rescan_interval=None):  # its start() keeps the new stat
+        pass
+    assert latest_meta(db, oid)["mtime"] == os.stat(f).st_mtime_ns // 10**6
+    out = call(tools, "read", path="a.py")
+    assert (out["indexed"], out["version"], out["active"]) == ("already indexed", 1, "already active")
 
 
 def test_valid_time_is_the_mtime_and_history_stays_ordered(root: Path, tools: FileTools, db) -> None:

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..context.session import Session
+from ..context.session import Session, shows_latest_file
 from ..context.tools import Tool, ToolRegistry, context_tools, object_schema
 from ..errors import ContextOSError, FileUnreadable, InputError, StoreUnavailable
 from ..objects import KINDS
@@ -317,6 +317,10 @@ class FileTools:
             self.session.show(idx.id, version=idx.version, state="inactive", actor="agent", reason=reason)
             return f"metadata only: {idx.meta.get('content_omitted', 'no content')}"
         same = obj is not None and obj.version is not None and obj.version[2] == idx.version.doc["object_hash"]
+        if obj is not None and not same:
+            # the version shown, its stat corrected since (a touch, a same-bytes rewrite): the same
+            # version of the same bytes at the same path, nothing refreshed
+            same = obj.meta.get("version") == idx.meta.get("version") and shows_latest_file(obj.meta, idx.meta)
         was_active = obj is not None and obj.state == "active"
         self.session.show(idx.id, version=idx.version, state="active", actor="agent", reason=reason, focus=focus)
         if was_active:
