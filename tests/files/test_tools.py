@@ -135,6 +135,7 @@ def test_a_file_whose_stat_a_tracker_corrected_reads_as_already_active(root: Pat
     with FileTracker(db, tools.workspace, rescan_interval=None):  # its start() keeps the new stat
         pass
     assert latest_meta(db, oid)["mtime"] == os.stat(f).st_mtime_ns // 10**6
+    assert tools.call("lines", {"id": oid, "start": 1, "end": 1}).startswith(f"[context_os: {oid}, lines 1-1 of 1]")
     out = call(tools, "read", path="a.py")
     assert (out["indexed"], out["version"], out["active"]) == ("already indexed", 1, "already active")
 

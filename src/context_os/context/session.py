@@ -1008,7 +1008,14 @@ class Session:
             latest = self._latest(obj_id)
             doc = latest.doc or {}
             text = doc.get("content")
-            if obj is not None and obj.version is not None and obj.version[2] != doc.get("object_hash"):
+            # (a file holding the bytes shown at the path shown, its stat corrected since or changed
+            # and changed back, is what the context shows: as the stale check judges it)
+            if (
+                obj is not None
+                and obj.version is not None
+                and obj.version[2] != doc.get("object_hash")
+                and not (obj.kind == "file" and shows_latest_file(obj.meta, doc.get("meta") or {}))
+            ):
                 version = (doc.get("meta") or {}).get("version", "?")
                 newer = f", version {version}"
                 note = " (the context shows an older version: activate(id) loads this one)"
