@@ -749,8 +749,9 @@ class FileTracker:
           their way: a writer that truncated, then paused, would be recorded empty);
         * it changed less than ``debounce`` ago (the events that woke us may be older than a
           write still in progress);
-        * it is empty now, was not before, and was emptied less than ``max_delay`` ago (a
-          truncate whose write has not come yet).
+        * it is empty now, was not before (or was missing), and was emptied less than
+          ``max_delay`` ago (a truncate whose write has not come yet; a file re-created, its text
+          not written yet).
 
         Deferred for at most ``max_delay`` in a row, so a file written continuously is still
         recorded. Stopping, or a rescan outside the tracker thread, takes what is there."""
@@ -759,7 +760,8 @@ class FileTracker:
         with self._cond:
             newer = self._event_ns.get(oid) != seen
         age = time.time_ns() - snap.mtime_ns
-        emptied = snap.size == 0 and bool(rec.size) and age < self.max_delay * 1e9
+        # (a file recorded missing that reappears empty: created, its text not written yet)
+        emptied = snap.size == 0 and (bool(rec.size) or rec.missing) and age < self.max_delay * 1e9
         now = time.monotonic()
         since = self._deferred.setdefault(oid, now)
         unsure = newer or (seen is not None and snap.mtime_ns > seen) or 0 <= age < self.debounce * 1e9 or emptied
