@@ -320,6 +320,46 @@ def test_an_answer_echoing_text_that_is_not_unicode_is_still_one_line_of_json(se
     assert json.loads(out) == {"jsonrpc": "2.0", "result": {"pong": True, "version": "0.1.0"}, "id": "\udc80"}
 
 
+def _chat(harness: str, texts: list[str]) -> list[dict[str, Any]]:
+    """Alternating user and assistant text messages in ``harness``'s wire format."""
+    if harness == "pydantic-ai":  # as pydantic-ai dumps them: with their times
+        at = "2026-11-30T12:00:00Z"
+        return [
+            {"kind": "request", "parts": [{"part_kind": "user-prompt", "content": t, "timestamp": at}]}
+            if n % 2 == 0
+            else {"kind": "response", "parts": [{"part_kind": "text", "content": t}], "timestamp": at}
+            for n, t in enumerate(texts)
+        ]
+    return [{"role": "user" if n % 2 == 0 else "assistant", "content": t} for n, t in enumerate(texts)]
+
+
+@pytest.mark.parametrize(("sid", "harness"), [("s1", "openai"), ("a1", "anthropic"), ("p1", "pydantic-ai")])
+def test_a_message_changed_anywhere_in_the_history_is_a_rewrite(server: Server, sid: str, harness: str):
+    texts = [f"message {n}" for n in range(13)]
+
+    def transform(texts: list[str]) -> Any:
+        params = {"session": f"{sid}-rw", "messages": _chat(harness, texts)}
+        answer = server.handle({"jsonrpc": "2.0", "id": 1, "method": "context.transform", "params": params})
+        assert "result" in answer, answer
+        return answer["result"]
+
+    server.handle(
+        {"jsonrpc": "2.0", "id": 0, "method": "session.open", "params": {"session": f"{sid}-rw", "harness": harness}}
+    )
+    assert transform(texts)["new"] == 13
+    # neither the first, the middle nor the last message: one the client edited in its own copy
+    texts[3] = "message 3, as the client now holds it"
+    got = transform([*texts, "message 13"])
+    assert got["rewritten"] is True and got["new"] == 11
+    assert "message 3, as the client now holds it" in json.dumps(got["messages"])
+    again = transform([*texts, "message 13", "message 14"])
+    assert again["rewritten"] is False and again["new"] == 1
+    check = server.handle(
+        {"jsonrpc": "2.0", "id": 2, "method": "frame.verify", "params": {"session": f"{sid}-rw", "turn": again["turn"]}}
+    )
+    assert check["result"]["ok"] is True
+
+
 _SESSIONS = st.sampled_from(["s1", "a1", "p1"]) | st.sampled_from(["s1", "a1", "nope", ""]) | st.text(max_size=8)
 _SCALARS = (
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)

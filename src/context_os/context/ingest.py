@@ -1,7 +1,7 @@
 """Taking in a harness's messages: only what lies past the cursor, validated before anything changes.
 
 ``Ingest.sync`` is what a hook calls with the harness's whole message list every turn: the
-cursor is checked by message hashes (start, middle, end); if the harness rewrote its history
+cursor is checked by message hashes (every message before it); if the harness rewrote its history
 (compaction, restore), the entries past the common prefix are retired (no longer visible, kept in
 the store). New messages are translated, checked (roles, sizes, pairing ids, what the store can
 hold), scrubbed of secrets, and appended: a tool result becomes a ``toolcall`` object, active in
@@ -157,31 +157,39 @@ class Ingest:
                     self.call_objects[c["id"]] = c["object"]
                     self.call_entries[c["id"]] = e["i"]
 
-    def sync(self, count: int, hash_at: Callable[[int], str], translate: Callable[[int], Incoming]) -> SyncReport:
+    def sync(
+        self, count: int, hash_at: Callable[[int], str], translate: Callable[[int], Incoming], same: int = 0
+    ) -> SyncReport:
         """Take in the harness's message list: only what lies past the cursor is read.
 
         ``hash_at(k)`` hashes harness message k; ``translate(k)`` turns it into an ``Incoming``
         (raising ``MalformedMessage`` that names k); each entry keeps ``hash_at(k)`` as its hash,
         whatever ``h`` the translation carried (the next sync compares the list with those). If
-        the list no longer starts with what was already ingested (compaction, restore), the cursor
-        is reset to the common prefix: the entries past it stop being visible but stay in the
-        store.
+        the list no longer starts with what was already ingested (compaction, restore, one message
+        changed anywhere), the cursor is reset to the common prefix: the entries past it stop
+        being visible but stay in the store.
+
+        Every message before the cursor is compared with the hash its entry keeps, but for the
+        first ``same``: the caller vouches that they are the messages it passed at the last sync,
+        unchanged (the same objects: what the hook knows), which were compared then. The first
+        and middle of those are compared all the same (a harness may change a message in place).
         """
         view = self.view
         cursor = len(view.visible)
-        rewritten = count < cursor or any(
-            hash_at(k) != view.entries[view.visible[k]]["h"] for k in {0, cursor // 2, cursor - 1} if 0 <= k < cursor
-        )
-        retired = 0
-        start = cursor
-        if rewritten:
+        limit = min(count, cursor)
+
+        def kept(k: int) -> bool:
+            return hash_at(k) == view.entries[view.visible[k]]["h"]
+
+        start = min(same, limit)
+        if not all(kept(k) for k in {0, start // 2} if k < start):
             start = 0
-            limit = min(count, cursor)
-            while start < limit and hash_at(start) == view.entries[view.visible[start]]["h"]:
-                start += 1
-            retired = cursor - start
-            if self.on_rewrite is not None:
-                self.on_rewrite(start, count, hash_at, translate)
+        while start < limit and kept(start):
+            start += 1
+        rewritten = start < cursor
+        retired = cursor - start
+        if rewritten and self.on_rewrite is not None:
+            self.on_rewrite(start, count, hash_at, translate)
         # translate and validate everything before changing anything: a bad message stores nothing
         incoming = [translate(k) for k in range(start, count)]
         for k, m in zip(range(start, count), incoming, strict=True):

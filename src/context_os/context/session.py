@@ -299,10 +299,12 @@ class Session:
 
     # --- ingest and assembly -------------------------------------------------------------------
 
-    def sync(self, count: int, hash_at: Callable[[int], str], translate: Callable[[int], Incoming]) -> SyncReport:
-        """Take in the harness's message list: only what lies past the cursor is read
-        (``Ingest.sync``)."""
-        return self.ingest.sync(count, hash_at, translate)
+    def sync(
+        self, count: int, hash_at: Callable[[int], str], translate: Callable[[int], Incoming], same: int = 0
+    ) -> SyncReport:
+        """Take in the harness's message list: only what lies past the cursor is read; ``same``:
+        how many of its first messages are, unchanged, those of the last sync (``Ingest.sync``)."""
+        return self.ingest.sync(count, hash_at, translate, same)
 
     def flush(self) -> Tx | None:
         """Write everything queued as one transaction."""

@@ -18,6 +18,7 @@ No module here may reach into the store directly: everything goes through ``Sess
 from __future__ import annotations
 
 import asyncio
+import operator
 import threading
 from abc import ABC, abstractmethod
 from bisect import bisect_right
@@ -308,6 +309,12 @@ class _Layout(Generic[M]):
             h = self._hashes[i] = self.adapter.hash_message(self.messages[i])
         return h
 
+    def flat(self, i: int) -> int:
+        """The flat position of harness message ``i`` (``len(messages)``: the end)."""
+        if not self.split:
+            return i
+        return self.starts[i] if i < len(self.starts) else self.total
+
     def hash_at(self, k: int) -> str:
         i, j = self.locate(k)
         return piece_hash(self._harness_hash(i), self._count_of(i), j)
@@ -360,18 +367,26 @@ class _Layout(Generic[M]):
         return e if i == e.index else renamed(e, i, e.field)
 
 
+def _same_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many of the first messages of ``a`` and ``b`` are the same objects."""
+    if all(map(operator.is_, a, b)):
+        return min(len(a), len(b))
+    return next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x is not y)
+
+
 class _Seen(Generic[M]):
     """What a hook made of the harness's message list at its last call: the messages it sends
     (``Adapter.sent``) and the flat position of each (``Adapter.count``), so that a call reads
     only the messages that came since, not the whole list again: a harness appends to one list.
-    A list whose first, middle or last message read before is no longer the same object
-    (rewritten, compacted, or built anew for each call) is read whole again; the last message
-    is always read again (a harness may still be changing it in place)."""
+    A list where a message read before is no longer the same object (rewritten, compacted, or
+    built anew for each call) is read whole again; the last message is always read again (a
+    harness may still be changing it in place)."""
 
     def __init__(self) -> None:
         self.raw = 0
         """Harness messages whose reading is kept: all but the last of the last call's."""
-        self.marks: tuple[tuple[int, Any], ...] = ()
+        self.marks: tuple[M, ...] = ()
+        """The kept messages themselves: a list where any of them is another object is read whole."""
         self.sent: list[M] = []
         """The messages sent among them, then (until the next call) those of the rest."""
         self.kept = 0
@@ -388,7 +403,7 @@ class _Seen(Generic[M]):
         n = len(messages)
         # the kept reading must end before the last message (it is read again): a list no longer
         # than what was kept lost its last messages, and is read whole
-        if self.raw >= n or any(messages[i] is not m for i, m in self.marks):
+        if self.raw >= n or not all(map(operator.is_, messages, self.marks)):
             self.raw, self.kept, self.total = 0, 0, 0
         sent, starts, total, raw = self.sent, self.starts, self.total, self.raw
         del sent[self.kept :], starts[self.kept :]
@@ -406,7 +421,7 @@ class _Seen(Generic[M]):
                 total += max(1, adapter.count(m))
         self.raw = max(0, n - 1)
         self.kept, self.total = kept
-        self.marks = tuple((i, messages[i]) for i in sorted({0, self.raw // 2, self.raw - 1}) if 0 <= i < self.raw)
+        self.marks = tuple(messages[: self.raw])
         return _Layout(adapter, sent, starts if split else None, total)
 
 
@@ -490,6 +505,8 @@ class ContextHook(Generic[M]):
         self._returned: tuple[list[M], int] = ([], 0)
         self._blocks: frozenset[str] = frozenset()
         """The texts of the ``<context_os>`` blocks of the last call's context (``_Layout.blocks``)."""
+        self._synced: tuple[M, ...] = ()
+        """The messages the last sync took in (``_Layout.messages``): the session's history now."""
         self._sent: tuple[M, ...] = ()
         """What the last call returned, as this class made it (a subclass may mark the list it
         returns in place): a retry returns it again."""
@@ -503,13 +520,18 @@ class ContextHook(Generic[M]):
             layout = self._seen.layout(adapter, messages)
             layout.returned, layout.returned_count = self._returned
             layout.blocks = self._blocks
+            # the messages that are the objects the last sync took in (but its last one, which a
+            # harness may still be changing in place) need no hashing: they were compared then
+            prior, self._synced = self._synced, ()
+            vouched = layout.flat(min(_same_prefix(layout.messages, prior), max(0, len(prior) - 1)))
             try:
-                report = self.session.sync(layout.total, layout.hash_at, layout.translate)
+                report = self.session.sync(layout.total, layout.hash_at, layout.translate, vouched)
             except MalformedMessage as e:
                 again = layout.harness_error(e)
                 if again is e:
                     raise
                 raise again from None
+            self._synced = tuple(layout.messages)
             if self.on_sync is not None:
                 self.on_sync(self.session, report)
             repeat = self.session.again(report)

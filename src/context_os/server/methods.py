@@ -19,10 +19,11 @@ workspaces the server was started with.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +35,10 @@ from ..context.mesh_tools import MeshTools
 from ..context.policy import RetentionPolicy
 from ..context.session import Session
 from ..context.source_tools import SourceTools
-from ..errors import ContextOSError, NotFound, PathDenied, StateError
+from ..errors import ContextOSError, MalformedMessage, NotFound, PathDenied, StateError
 from ..files import FileTools, Trackers, Workspace
 from ..harness.anthropic import AnthropicHook
-from ..harness.base import ContextHook
+from ..harness.base import ContextHook, renamed
 from ..harness.registry import NAMES, Harness, harness
 from ..sources.memory import MemoryScopes
 from ..sources.recall import Recall, open_recall
@@ -143,6 +144,31 @@ class _Open:
 
     harness: Harness
     hook: ContextHook[Any]
+    wire: list[Any] = field(default_factory=list)
+    """The messages of the last ``context.transform``, as JSON, and what they decoded to: a
+    message that comes again equal (the client's history, sent whole every time) is passed to
+    the hook as the same object, which the hook knows it took in already (``decode``)."""
+    decoded: list[Any] = field(default_factory=list)
+
+    def decode(self, messages: list[Any]) -> list[Any]:
+        """The harness's messages for ``messages``: the unchanged first ones are the objects of
+        the last call, only the others are decoded (and hashed, and compared by the hook)."""
+        same = _equal_prefix(messages, self.wire)
+        try:
+            decoded = self.decoded[:same] + self.harness.decode(messages[same:])
+        except MalformedMessage as e:
+            raise renamed(e, None if e.index is None else e.index + same, e.field) from None
+        self.wire, self.decoded = messages, decoded
+        return decoded
+
+
+def _equal_prefix(a: list[Any], b: list[Any]) -> int:
+    """How many of the first messages of ``a`` and ``b`` are equal JSON values (compared in C, as
+    Python compares: ``1``, ``1.0`` and ``true`` are one value there, so a message changed only
+    from one of them to another is not taken in again)."""
+    if all(map(operator.eq, a, b)):
+        return min(len(a), len(b))
+    return next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
 
 
 class Server(RpcServer):
@@ -332,7 +358,7 @@ class Server(RpcServer):
 
     def _transform(self, p: _TransformParams) -> dict[str, Any]:
         o = self._open(p.session)
-        messages = o.harness.decode(p.messages)
+        messages = o.decode(p.messages)
         result: dict[str, Any] = {}
         if o.harness.system_apart:
             assert isinstance(o.hook, AnthropicHook)
