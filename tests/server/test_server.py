@@ -320,6 +320,46 @@ def test_an_answer_echoing_text_that_is_not_unicode_is_still_one_line_of_json(se
     assert json.loads(out) == {"jsonrpc": "2.0", "result": {"pong": True, "version": "0.1.0"}, "id": "\udc80"}
 
 
+def test_a_restarted_server_says_how_to_resume_a_session_the_store_holds(tmp_path: Path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    store = SqliteStore(tmp_path / "s.db")
+    first = Server(store, workspaces=[ws], track=False)
+    opened = first.handle(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "session.open",
+            "params": {"session": "r1", "harness": "anthropic", "workspace": str(ws)},
+        }
+    )
+    assert "result" in opened, opened
+    params = {"session": "r1", "messages": _chat("anthropic", ["fix it", "on it", "go on"])}
+    assert "result" in first.handle({"jsonrpc": "2.0", "id": 2, "method": "context.transform", "params": params})
+    first.close()  # the server stops; its client goes on with the history it holds
+
+    again = Server(store, workspaces=[ws], track=False)
+    err = again.handle({"jsonrpc": "2.0", "id": 3, "method": "context.transform", "params": params})["error"]
+    assert err["code"] == SESSION_NOT_OPEN
+    assert err["data"] == {
+        "session": "r1",
+        "stored": True,
+        "open": {"session": "r1", "harness": "anthropic", "workspace": str(ws.resolve())},
+    }
+    assert "in the store but not open on this server" in err["message"] and "session.open" in err["message"]
+    # what the error gives is what resumes it, and the history goes on where it was
+    assert "result" in again.handle(
+        {"jsonrpc": "2.0", "id": 4, "method": "session.open", "params": err["data"]["open"]}
+    )
+    out = again.handle({"jsonrpc": "2.0", "id": 5, "method": "context.transform", "params": params})["result"]
+    assert out["new"] == 0 and out["rewritten"] is False
+    never = again.handle({"jsonrpc": "2.0", "id": 6, "method": "tools.list", "params": {"session": "nope"}})["error"]
+    assert never["data"] == {"session": "nope", "stored": False}
+    assert "call session.open first" in never["message"]
+    again.close()
+    store.close()
+
+
 def _chat(harness: str, texts: list[str]) -> list[dict[str, Any]]:
     """Alternating user and assistant text messages in ``harness``'s wire format."""
     if harness == "pydantic-ai":  # as pydantic-ai dumps them: with their times

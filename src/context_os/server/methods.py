@@ -227,12 +227,37 @@ class Server(RpcServer):
     def _open(self, session_id: str) -> _Open:
         found = self.sessions.get(session_id)
         if found is None:
-            raise RpcError(
-                SESSION_NOT_OPEN,
-                f"session {session_id!r} is not open: call session.open first",
-                {"session": session_id},
-            )
+            raise self._not_open(session_id)
         return found
+
+    def _not_open(self, session_id: str) -> RpcError:
+        """Why a session method cannot run: the session is not open on this server. One the store
+        holds was opened before (this server restarted, or closed it): the error says so, and
+        gives what ``session.open`` takes to resume it (``data.open``), since only the client
+        knows the sources (recall, memory, mesh) it opened it with."""
+        try:
+            stored = self.store.doc(f"session:{session_id}")
+        except ContextOSError:
+            stored = None
+        if stored is None:
+            return RpcError(
+                SESSION_NOT_OPEN,
+                f"session {session_id!r} is not open on this server: call session.open first",
+                {"session": session_id, "stored": False},
+            )
+        content = stored.get("content") or {}
+        params: dict[str, Any] = {"session": session_id}
+        if content.get("harness") in NAMES:
+            params["harness"] = content["harness"]
+        if content.get("workspace"):
+            params["workspace"] = content["workspace"]
+        return RpcError(
+            SESSION_NOT_OPEN,
+            f"session {session_id!r} is in the store but not open on this server (it was restarted, or the "
+            f"session was closed): call session.open {json.dumps(params)} again, with the recall, memory and "
+            "mesh options you opened it with, then repeat this call",
+            {"session": session_id, "stored": True, "open": params},
+        )
 
     def _granted(self, workspace: str) -> Workspace:
         """The workspace a client asked for, if it is one the server was started with (or lies
