@@ -4,6 +4,7 @@ handler under a hypothesis fuzz (bad input always gets a JSON-RPC error and writ
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,7 +16,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from context_os import Session
 from context_os.context.evict import evict
+from context_os.context.frames import frame_rows
 from context_os.server import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -128,6 +131,36 @@ def test_a_whole_session_over_stdio(rpc: Rpc):
     assert rpc.result("session.close", session="s1") == {"session": "s1", "closed": True}
     code, err = rpc.close()
     assert code == 0, err
+
+
+@pytest.mark.e2e
+def test_sigterm_on_stdio_answers_the_request_that_runs_then_exits(tmp_path: Path):
+    rpc = Rpc(tmp_path / "s.db", "--stdio", "-vv")
+    assert rpc.proc.stderr is not None
+    try:
+        rpc.result("session.open", session="s1")
+        # a long history: its transform runs for a while after the server logged its start
+        history = [
+            {"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n} " * 500} for n in range(3001)
+        ]
+        request = {"jsonrpc": "2.0", "id": 7, "method": "context.transform"}
+        rpc.send_raw(json.dumps({**request, "params": {"session": "s1", "messages": history}}).encode() + b"\n")
+        while b"request 'context.transform'" not in (line := rpc.proc.stderr.readline()):
+            assert line, "the server ended before it took the request"
+        rpc.proc.send_signal(signal.SIGTERM)
+        answer = rpc.read()
+        assert answer["id"] == 7 and answer["result"]["new"] == 3001
+        assert rpc.proc.wait(timeout=60) == 0
+    finally:
+        if rpc.proc.poll() is None:
+            rpc.proc.kill()
+            rpc.proc.wait()
+        for stream in (rpc.proc.stdin, rpc.proc.stdout, rpc.proc.stderr):
+            if stream is not None:
+                stream.close()
+    with SqliteStore(tmp_path / "s.db") as store:  # the turn was recorded, and the lease given back
+        assert [f.turn for f in frame_rows(store, "s1")] == [1]
+        assert Session.open(store, "s1").view.turn == 1
 
 
 @pytest.mark.e2e

@@ -23,7 +23,7 @@ from ..server import (
     serve_stdio,
     write_token_file,
 )
-from ..server.transports import check_origin, listen_socket
+from ..server.transports import StdioStop, check_origin, listen_socket
 from ..sources.recall import open_recall
 from ..store import data_dir
 from ._common import (
@@ -211,7 +211,10 @@ def serve_cmd(
                 return
             if httpd is not None:
                 threading.Thread(target=httpd.serve_forever, name="ctxos-http", daemon=True).start()
-            serve_stdio(server)
+            # SIGTERM (a supervisor, the harness closing) lets the request that runs finish and
+            # be answered, then the server stops as at the end of stdin
+            with StdioStop(_stdin_fd()).on_signal() as stop:
+                serve_stdio(server, stop=stop)
             if httpd is not None:
                 httpd.shutdown()
         except KeyboardInterrupt:
@@ -220,6 +223,13 @@ def serve_cmd(
             server.close()
             if httpd is not None:
                 httpd.server_close()
+
+
+def _stdin_fd() -> int | None:
+    try:
+        return sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _remove(path: Path) -> None:

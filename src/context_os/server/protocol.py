@@ -211,6 +211,7 @@ class RpcServer:
             params = req.get("params", {})
             if not isinstance(params, dict):
                 raise RpcError(INVALID_PARAMS, "invalid params: params must be an object (by-name parameters)")
+            log.debug("request %r (id %r)", method, rid)
             result = self.call(method, params)
         except Exception as e:
             if not isinstance(e, RpcError | ContextOSError):

@@ -16,9 +16,12 @@ import ipaddress
 import os
 import re
 import secrets
+import signal
 import socket
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,6 +36,7 @@ _S = TypeVar("_S", bound=ThreadingHTTPServer)
 __all__ = [
     "TOKEN_HEADER",
     "HttpGuard",
+    "StdioStop",
     "bind",
     "bind_error",
     "check_origin",
@@ -114,11 +118,53 @@ def _read_line(stream: IO[bytes], cap: int) -> tuple[bytes | None, bool]:
     return line.rstrip(b"\r\n"), False
 
 
-def serve_stdio(server: RpcServer, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None) -> None:
-    """Answer newline-delimited requests from ``stdin`` until it closes."""
+class StdioStop:
+    """A stop asked of ``serve_stdio`` from a signal handler (SIGTERM): the request that runs is
+    finished and answered, and no other is read. ``ask`` is safe to call at any point of the
+    serving thread: it only sets a flag and puts an empty stream in place of stdin, so that a
+    read waiting for the next line ends as at the end of input."""
+
+    def __init__(self, stdin_fd: int | None = None):
+        self.asked = False
+        self._fd = stdin_fd
+
+    def ask(self) -> None:
+        self.asked = True
+        if self._fd is not None:
+            empty = os.open(os.devnull, os.O_RDONLY)
+            try:
+                os.dup2(empty, self._fd)
+            except OSError:
+                pass
+            finally:
+                os.close(empty)
+
+    @contextmanager
+    def on_signal(self, signum: int = signal.SIGTERM) -> Iterator[StdioStop]:
+        """While inside: ``signum`` asks this stop (in the main thread only; elsewhere nothing
+        changes)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = signal.signal(signum, lambda s, f: self.ask())
+        try:
+            yield self
+        finally:
+            signal.signal(signum, previous)
+
+
+def serve_stdio(
+    server: RpcServer,
+    stdin: IO[bytes] | None = None,
+    stdout: IO[bytes] | None = None,
+    *,
+    stop: StdioStop | None = None,
+) -> None:
+    """Answer newline-delimited requests from ``stdin`` until it closes, or ``stop`` is asked
+    (then the request that runs is answered first)."""
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
-    while True:
+    while stop is None or not stop.asked:
         line, too_long = _read_line(stdin, server.max_request_bytes)
         if line is None:
             return
