@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from context_os import Session
 from context_os.context.evict import evict
 from context_os.context.frames import frame_rows
+from context_os.context.policy import RetentionPolicy
 from context_os.server import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -391,6 +392,33 @@ def test_a_restarted_server_says_how_to_resume_a_session_the_store_holds(tmp_pat
     assert "call session.open first" in never["message"]
     again.close()
     store.close()
+
+
+@pytest.mark.parametrize(
+    ("policy", "says"),
+    [
+        ({"token_budget": 10**30}, "token_budget must be at most 1,000,000,000 (or None)"),
+        ({"max_message_chars": 2**63}, "max_message_chars must be at most 1,000,000,000, got"),
+        ({"cache_break_percent": 1000}, "cache_break_percent must be 0-100, got 1000"),
+        ({"keep_recent_results": -1}, "keep_recent_results must be a non-negative integer"),
+        ({"collapse_after_turns": 2.5}, "collapse_after_turns must be a non-negative integer"),
+    ],
+)
+def test_policy_values_out_of_bounds_are_refused_with_nothing_written(server: Server, policy: Any, says: str):
+    before = server.store.latest_tx()
+    for sid in ("fresh", "s1"):  # a new session, and a new policy for one open already
+        params = {"session": sid, "policy": policy}
+        err = server.handle({"jsonrpc": "2.0", "id": 1, "method": "session.open", "params": params})["error"]
+        assert err["code"] == -32008 and err["data"]["type"] == "ConfigError", err
+        assert says in err["message"]
+    assert server.store.latest_tx() == before
+    assert server.store.doc("session:fresh") is None
+    # a policy a session recorded before the bounds were checked still loads as it was recorded
+    assert RetentionPolicy.from_stored({"token_budget": 10**30}).token_budget == 10**30
+    edge = {"token_budget": 1_000_000_000, "cache_break_percent": 100}
+    assert "result" in server.handle(
+        {"jsonrpc": "2.0", "id": 2, "method": "session.open", "params": {"session": "edge", "policy": edge}}
+    )
 
 
 def _chat(harness: str, texts: list[str]) -> list[dict[str, Any]]:

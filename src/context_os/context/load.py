@@ -54,7 +54,7 @@ def load_view(
     meta = sv.doc["meta"]
     view = SessionView(
         session_id,
-        RetentionPolicy.from_dict(meta.get("policy", {})),
+        RetentionPolicy.from_stored(meta.get("policy", {})),
         turn=meta.get("turn", 0),
         hash_memo=hash_memo,
         managed=meta.get("managed_from", 0) is not None,  # sessions from before it are managed

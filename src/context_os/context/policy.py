@@ -56,6 +56,11 @@ Actor = Literal["agent", "policy", "system", "user"]
 (a newer version, a history rewrite), or a user (an eviction)."""
 
 
+MAX_SETTING = 1_000_000_000
+"""The largest value of any retention setting (tokens, characters, turns, counts): a setting
+above it is no setting a model's context could reach, and a number a store may not hold."""
+
+
 @dataclass(frozen=True)
 class RetentionPolicy:
     """How long tool output stays in context, and how big the context may get."""
@@ -144,10 +149,15 @@ class RetentionPolicy:
             value = getattr(self, f.name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise ConfigError(f"retention policy: {f.name} must be a non-negative integer, got {value!r}")
-        if self.pool_use_decay_percent > 100:
-            raise ConfigError(
-                f"retention policy: pool_use_decay_percent must be 0-100, got {self.pool_use_decay_percent}"
-            )
+            if value is not None and value > MAX_SETTING:
+                raise ConfigError(
+                    f"retention policy: {f.name} must be at most {MAX_SETTING:,}"
+                    f"{' (or None)' if 'None' in str(f.type) else ''}, got {value:,}"
+                )
+        for name in ("pool_use_decay_percent", "cache_break_percent"):
+            value = getattr(self, name)
+            if value is not None and value > 100:
+                raise ConfigError(f"retention policy: {name} must be 0-100, got {value}")
         if self.result_view_chars is not None and self.result_view_chars < 1_000:
             raise ConfigError(
                 f"retention policy: result_view_chars must be at least 1000 (or None), got {self.result_view_chars}"
@@ -160,11 +170,27 @@ class RetentionPolicy:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RetentionPolicy:
+        """The policy of these settings (any left out: its default); ``ConfigError`` naming the
+        first that is unknown, not an integer, or out of its bounds."""
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
             raise ConfigError(f"retention policy: unknown setting(s) {sorted(unknown)}")
         return cls(**data)
+
+    @classmethod
+    def from_stored(cls, data: dict[str, Any]) -> RetentionPolicy:
+        """The policy a session document recorded, as it was recorded: one stored before a bound
+        was checked still loads (its frames re-render with it)."""
+        try:
+            return cls.from_dict(data)
+        except ConfigError:
+            if set(data) - {f.name for f in fields(cls)}:
+                raise
+            policy = cls()
+            for name, value in data.items():
+                object.__setattr__(policy, name, value)
+            return policy
 
     def keeps_expanded(self, age_turns: int, rank_from_newest: int) -> bool:
         """Whether policy keeps a (not pinned, not agent-activated) tool result expanded."""
