@@ -328,6 +328,39 @@ def test_a_second_server_on_one_workspace_records_in_a_session_of_its_own(tmp_pa
     anyio.run(main)
 
 
+def test_mcp_refuses_to_record_in_a_session_an_agent_harness_writes(tmp_path: Path) -> None:
+    """``--session`` naming an agent's session (written by its harness through a hook or ``ctxos
+    serve``) would mix what the MCP client reads into that agent's history: refused at start,
+    saying why and what to give instead, with nothing written."""
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    db = tmp_path / "s.db"
+    with SqliteStore(db) as store:
+        hook = OpenAIHook(Session.open(store, "agent-1", harness="openai"))
+        hook.transform_context([user("fix the bug")])
+        hook.session.close()
+        before = store.latest_tx()
+    done = subprocess.run(
+        [CTXOS, "--store", str(db), "mcp", "--workspace", str(ws), "--session", "agent-1", "--embedder", "none"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and done.stdout == ""
+    assert "session 'agent-1' is recorded by the openai harness (1 model call), not by ctxos mcp" in done.stderr
+    assert "Give --session another id" in done.stderr
+    with SqliteStore(db) as store:
+        assert store.latest_tx() == before  # no lease taken, no state version written
+
+    async def main() -> None:  # a session of its own (named, or the default) is served as before
+        async with stdio(db, ws, "--session", "mine") as s:
+            got, err = await call(s, "frames", {"session": "agent-1"})
+            assert not err and [f["turn"] for f in got["frames"]] == [1]
+
+    anyio.run(main)
+
+
 def test_an_object_evicted_by_another_process_is_not_served_by_activate(tmp_path: Path) -> None:
     """An MCP server's session has no model calls, so no turns: what another process evicted
     (``ctxos objects evict``) stayed in its memory, and ``activate`` handed the text back."""

@@ -35,7 +35,7 @@ from ..context.session import Session
 from ..context.source_tools import SourceTools
 from ..context.timeline import session_page, sessions_newest_first, turn_rows
 from ..context.tools import Tool, ToolRegistry, context_tools, object_schema
-from ..errors import ContextOSError, InputError, NotFound
+from ..errors import ContextOSError, InputError, NotFound, StateError
 from ..files import FileTools, FileTracker, Workspace
 from ..times import parse_time
 
@@ -89,6 +89,7 @@ class ContextOsMcp:
         new version when they change on disk."""
         self.store = store
         ws = Workspace(workspace) if workspace is not None else None
+        _refuse_another_harness(store, session)
         self.session = Session.open(store, session, harness="mcp", workspace=str(ws.root) if ws else None)
         self.tracker = FileTracker(store, ws).start() if ws is not None and track else None
         self.files = FileTools(self.session, ws, tracker=self.tracker) if ws is not None else None
@@ -254,6 +255,26 @@ class ContextOsMcp:
             row = version_row(n, versions[n - 1], with_doc=True)
             return "application/json", json.dumps(row, ensure_ascii=False)
         raise NotFound(f"{uri!r} is not a context_os resource (context-os://frame/… or context-os://object/…)")
+
+
+def _refuse_another_harness(store: Store, session: str) -> None:
+    """``StateError`` if ``session`` is recorded by something else than an MCP server (an agent's
+    harness, a Python caller): what the MCP client reads would be written into that agent's
+    history, by a second writer, before anything is written."""
+    stored = store.doc(f"session:{session}")
+    if stored is None:
+        return
+    content, meta = stored.get("content") or {}, stored.get("meta") or {}
+    was = content.get("harness")
+    if was == "mcp":
+        return
+    turns = meta.get("turn", 0)
+    raise StateError(
+        f"session {session!r} is recorded by the {was or 'generic'} harness ({turns} model call"
+        f"{'' if turns == 1 else 's'}), not by ctxos mcp: an MCP server records what its client reads in a "
+        "session of its own, and would mix it into that agent's history. Give --session another id, or none "
+        f"(one session per workspace); the frames tool shows that session (frames(session={session!r}))"
+    )
 
 
 def run_stdio(app: ContextOsMcp) -> None:
