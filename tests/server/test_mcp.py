@@ -22,6 +22,7 @@ from mcp.client.stdio import stdio_client
 
 from context_os import Session
 from context_os.cli import cli
+from context_os.context.evict import evict
 from context_os.context.tools import ToolRegistry
 from context_os.harness.openai import OpenAIHook
 from context_os.server.mcp import ContextOsMcp
@@ -381,6 +382,40 @@ def test_an_object_evicted_by_another_process_is_not_served_by_activate(tmp_path
         assert err and secret not in out and "no object" in out
         lines, err = app.call("lines", {"id": "memory:leak"})
         assert err and secret not in lines
+        app.close()
+
+
+def test_after_an_eviction_tool_calls_read_the_tombstones_only_when_the_store_moved_on(tmp_path: Path) -> None:
+    """A server without turns takes evictions in before each tool that shows stored text. After
+    one eviction by another process it read every tombstone of the store at every call (it had
+    written nothing since, so "someone else wrote" stayed true); now only once per transaction."""
+    from context_os.objects import SourceDoc
+
+    db = tmp_path / "s.db"
+    with SqliteStore(db) as store:
+        for name in ("a", "b"):
+            store.put(SourceDoc(id=f"memory:{name}", kind="memory", content=f"{name} secret", meta={}).to_doc())
+        app = ContextOsMcp(store, session="s", track=False)
+        assert not app.call("activate", {"id": "memory:b"})[1]
+        reads: list[str | None] = []
+        find = store.find
+
+        def counting_find(kind: str | None = None, *args: Any, **kwargs: Any) -> Any:
+            reads.append(kind)
+            return find(kind, *args, **kwargs)
+
+        store.find = counting_find  # type: ignore[method-assign]
+        with SqliteStore(db) as other:  # another process evicts something this session never showed
+            evict(other, "memory:a")
+        for _ in range(5):
+            out, err = app.call("lines", {"id": "memory:b"})
+            assert not err and "b secret" in out
+        assert reads.count("tombstone") == 1
+        with SqliteStore(db) as other:  # the next eviction is still taken in at the next call
+            evict(other, "memory:b")
+        out, err = app.call("lines", {"id": "memory:b"})
+        assert err and "b secret" not in out
+        assert reads.count("tombstone") == 2
         app.close()
 
 

@@ -132,6 +132,8 @@ class Session:
         """Managed from the next turn on, whatever its size: an object the session showed got a
         new version, or its tools show text only in blocks (``manage``)."""
         self._looked: int | None = None
+        self._evictions_at: int | None = None
+        """The newest readable transaction when ``_take_in_evictions`` last read the tombstones."""
         """The store's newest transaction when ``_others_wrote`` last read it (None: it did not)."""
         self._seq = max((o.seq for o in view.objects.values() if o.kind != "toolcall"), default=0)
         self._reading: dict[str, str | None] = {
@@ -689,13 +691,27 @@ class Session:
         whose text an MCP client gets in its result): an eviction made since the last turn leaves
         the view now, not at the next turn (a server without model calls has none), or the tool
         would hand the evicted text back to the model (and its output would store it again). The
-        turn's own look at others' writes still happens (this one takes in tombstones only)."""
-        if self._others_wrote():
-            self._between += self._apply_tombstones()
+        turn's own look at others' writes still happens (this one takes in tombstones only).
 
-    def _apply_tombstones(self) -> list[StateChange]:
+        The tombstones are read again only when the store took a transaction since they were
+        last read here: after one eviction, a server without turns (MCP) would otherwise read
+        every tombstone of the store at each tool call, for as long as it does not write."""
+        if not self._others_wrote():
+            return
+        try:
+            readable = self.store.latest_tx()
+        except StoreUnavailable:
+            return  # nothing can be read, nor evicted, while it is out of reach
+        at = None if readable is None else readable.id if self._looked is None else min(readable.id, self._looked)
+        if at is not None and at == self._evictions_at:
+            return
+        self._evictions_at = None  # until the tombstones were read as of ``at``
+        self._between += self._apply_tombstones(read=lambda: setattr(self, "_evictions_at", at))
+
+    def _apply_tombstones(self, read: Callable[[], None] | None = None) -> list[StateChange]:
         """Take in evictions made since the last turn (context/evict.py): the text of an evicted
-        object leaves this session's view, so it is never shown or written again."""
+        object leaves this session's view, so it is never shown or written again. ``read``: called
+        once the tombstones were read."""
         changes: list[StateChange] = []
         try:
             tombstones = self.store.find("tombstone")
@@ -704,6 +720,8 @@ class Session:
             # meanwhile; what was evicted before is taken in when it answers again
             self._unchecked = True
             return changes
+        if read is not None:
+            read()
         for v in tombstones:
             if v.doc is None or (v.id, v.tx_id) in self._tombstones:
                 continue
