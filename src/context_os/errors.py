@@ -34,6 +34,8 @@ This module must never import anything from the rest of the package.
 
 from __future__ import annotations
 
+from typing import Self
+
 __all__ = [
     "ConfigError",
     "ContentTooLarge",
@@ -61,6 +63,16 @@ __all__ = [
 
 class ContextOSError(Exception):
     """Base of every error context_os raises on purpose."""
+
+    for_model: str | None = None
+    """What a model reads of this error when a tool it called raised it (None: the message), for
+    a message whose hint is for a program or a user (a Python call, a command line): the same
+    error with what the model can do instead, in terms of its tools."""
+
+    def to_model(self, text: str) -> Self:
+        """This error, read by a model as ``text`` (``for_model``)."""
+        self.for_model = text
+        return self
 
 
 class ConfigError(ContextOSError):

@@ -24,6 +24,8 @@ from context_os import Session
 from context_os.cli import cli
 from context_os.context.evict import evict
 from context_os.context.tools import ToolRegistry
+from context_os.errors import PathDenied
+from context_os.files import Workspace
 from context_os.harness.openai import OpenAIHook
 from context_os.server.mcp import ContextOsMcp
 from context_os.sources.memory import MemoryScopes
@@ -327,6 +329,45 @@ def test_a_second_server_on_one_workspace_records_in_a_session_of_its_own(tmp_pa
             assert back["session"] == one["session"]
 
     anyio.run(main)
+
+
+def test_tool_errors_tell_the_model_what_its_tools_can_do_not_python_calls(tmp_path: Path) -> None:
+    """An error's hint for a Python caller or a harness's model (``Workspace(allow_outside=...)``,
+    ``MemoryScopes(..., trust_project=True)``, ``history(start, end)``, ``ctxos sessions``) named
+    nothing an MCP client's model can do: it reads the same error in terms of its own tools."""
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    (tmp_path / "outside.txt").write_text("no\n")
+    db = tmp_path / "s.db"
+
+    async def main() -> None:
+        async with stdio(db, ws, "--session", "m") as s:
+            tools = {t.name for t in (await s.list_tools()).tools}
+            said: dict[str, str] = {}
+            for name, args in [
+                ("read", {"path": "../outside.txt"}),
+                ("remember", {"text": "the build needs make", "scope": "project"}),
+                ("lines", {"id": "chat:m"}),
+                ("frames", {"session": "nobody"}),
+                ("activate", {"id": "toolcall:m:nope"}),
+            ]:
+                out, err = await call(s, name, args)
+                assert err, (name, out)
+                said[name] = out["error"]
+            for text in said.values():
+                assert not re.search(r"\b[A-Z]\w*\(|in Python|history\(|ctxos sessions|object list|stub", text), text
+                named = set(re.findall(r"\b([a-z]+)\(", text))
+                assert named <= tools, (text, named - tools)
+            assert "the file tools reach only the files inside it" in said["read"]
+            assert 'remember it in the global scope (the scope argument "global")' in said["remember"]
+            assert "frames(session)" in said["lines"] and "recall(query)" in said["lines"]
+            assert "frames() lists the sessions that have frames" in said["frames"]
+            assert "ids come from read, recall and inspect" in said["activate"]
+
+    anyio.run(main)
+    # a Python caller still reads what it can do in Python
+    with pytest.raises(PathDenied, match=r"Workspace\(allow_outside=\.\.\.\)"):
+        Workspace(ws).resolve("../outside.txt")
 
 
 def test_mcp_refuses_to_record_in_a_session_an_agent_harness_writes(tmp_path: Path) -> None:

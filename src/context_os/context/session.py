@@ -42,6 +42,10 @@ __all__ = ["LOCKED_PREFIXES", "Assembly", "Session", "shows_latest_file"]
 
 log = logging.getLogger(__name__)
 
+OBJECT_IDS_HINT = "use an id from the object list or a tool result stub"
+"""Where a harness's model finds object ids (an entry point with other tools says its own)."""
+HISTORY_HINT = "history(start, end) shows earlier messages"
+"""How a harness's model sees earlier messages (an entry point without ``history`` says its own)."""
 LOCKED_PREFIXES = ("chat:", "session:", "frame:", "block:", "state:", "lease:", "tombstone:")
 
 _SHORT_REF = re.compile(r"r(\d+)")
@@ -817,7 +821,7 @@ class Session:
             raise LockedObject(f"{obj_id} is locked: it is always part of the context")
         v = self.store.get(obj_id)
         if v is None or v.doc is None:
-            raise NotFound(f"no object {obj_id!r}: use an id from the object list or a tool result stub")
+            raise NotFound(f"no object {obj_id!r}: {OBJECT_IDS_HINT}")
         return v
 
     def resolve(self, ref: str) -> str:
@@ -1021,7 +1025,7 @@ class Session:
         self._take_in_evictions()
         obj_id = self.resolve(obj_id)
         if obj_id.startswith(LOCKED_PREFIXES):
-            raise InputError(f"{ref} is context_os's own record, not text: history(start, end) shows earlier messages")
+            raise InputError(f"{ref} is context_os's own record, not text: {HISTORY_HINT}")
         obj = self.view.objects.get(obj_id)
         newer, note = "", ""
         if obj is None or obj_id.startswith("file:"):

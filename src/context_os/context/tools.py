@@ -158,7 +158,7 @@ class ToolRegistry:
                 args = dict(arguments) if isinstance(arguments, Mapping) else arguments
             result = tool.run(**tool.check(args))
         except ContextOSError as e:
-            result = {"error": str(e), "type": type(e).__name__}
+            result = {"error": e.for_model or str(e), "type": type(e).__name__}
         text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, sort_keys=True)
         return self.post(text) if self.post is not None else text
 

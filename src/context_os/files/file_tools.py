@@ -137,8 +137,9 @@ _GREP_LINE = re.compile(r"^(.+?)[:-](\d+)[:-]")
 _SHORT_REF = re.compile(r"r\d+")
 _ID_LIKE = re.compile(r"[a-z]+:")
 """What an object id of a kind this does not know starts with (``nope:xyz``)."""
-_ID_HINT = "file:…, toolcall:…, recall:…, memory:…, message:…, or r12 for a tool result"
-"""A tool result's short ref (``r12``), as collapsed results name themselves."""
+ID_HINT = "file:…, toolcall:…, recall:…, memory:…, message:…, or r12 for a tool result"
+"""The ids an agent's tools take, a tool result's short ref (``r12``) among them, as collapsed
+results name themselves."""
 
 
 def apply_edits(text: str, edits: list[tuple[str, str]], shown_path: str) -> tuple[str, int]:
@@ -415,7 +416,7 @@ class FileTools:
         v = self.index.lookup(real)
         if v is None:
             raise InputError(
-                f"{id_or_path!r} is neither an object id ({_ID_HINT}) nor the path of a file read so far: "
+                f"{id_or_path!r} is neither an object id ({ID_HINT}) nor the path of a file read so far: "
                 "read(path) indexes a file"
             )
         return v.id
@@ -428,7 +429,7 @@ class FileTools:
             except FileUnreadable as e:
                 if _ID_LIKE.match(id) is None:
                     raise
-                raise FileUnreadable(f"{id!r} is neither an object id ({_ID_HINT}) nor a file: {e}") from None
+                raise FileUnreadable(f"{id!r} is neither an object id ({ID_HINT}) nor a file: {e}") from None
         if id.startswith("file:"):
             v = self._on_disk(self.index.latest(id))
             if v is not None and v.doc is not None and v.doc.get("content") is None:
@@ -850,6 +851,6 @@ class FileTools:
                 note = self._discover(self._found_in_output(name, base, output))
                 return {"tool": name, "discovered": note.strip()}
         except ContextOSError as e:
-            return {"error": str(e), "type": type(e).__name__}
+            return {"error": e.for_model or str(e), "type": type(e).__name__}
         command = args.get("command") if isinstance(args.get("command"), str) else json.dumps(args)
         return {"tool": name, "observed": self.observe(command, output)}

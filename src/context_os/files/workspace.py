@@ -471,9 +471,9 @@ class Workspace:
         if self.root_of(lexical) is None:
             real = _realpath(lexical)
             if self.root_of(real) is None:
-                raise PathDenied(
-                    f"{os.fspath(path)!r} is outside the workspace {self.root}{self._allowed_note()}"
-                    " (add its directory to Workspace(allow_outside=...) to allow it)"
+                outside = f"{os.fspath(path)!r} is outside the workspace {self.root}{self._allowed_note()}"
+                raise PathDenied(f"{outside} (add its directory to Workspace(allow_outside=...) to allow it)").to_model(
+                    f"{outside}: the file tools reach only the files inside it"
                 )
             lexical = real
         return lexical

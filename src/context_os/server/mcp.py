@@ -25,18 +25,20 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 from ..context.frames import FrameRow, frame_rows, get_frame, verify_frame
 from ..context.load import version_row
-from ..context.session import Session
+from ..context.session import HISTORY_HINT, OBJECT_IDS_HINT, Session
 from ..context.source_tools import SourceTools
 from ..context.timeline import session_page, sessions_newest_first, turn_rows
 from ..context.tools import Tool, ToolRegistry, context_tools, object_schema
 from ..errors import ContextOSError, InputError, NotFound, StateError
 from ..files import FileTools, FileTracker, Workspace
+from ..files.file_tools import ID_HINT
 from ..times import parse_time
 
 if TYPE_CHECKING:
@@ -106,6 +108,20 @@ class ContextOsMcp:
         self.session.close()
 
     def _registry(self) -> ToolRegistry:
+        """The tools, each of whose errors the model reads in terms of these tools (``_hints``)."""
+        tools = ToolRegistry()
+        recall = self.sources is not None and self.sources.recall_engine is not None
+        hints = {
+            HISTORY_HINT: "frames(session) shows what a session's model was shown"
+            + (", recall(query) finds what was said" if recall else ""),
+            OBJECT_IDS_HINT: "ids come from read, recall and inspect",
+            ID_HINT: "file:…, recall:…, memory:…, message:…, toolcall:…",
+        }
+        for tool in self._tools():
+            tools.register(tool.with_run(_in_terms_of(tool.run, hints)))
+        return tools
+
+    def _tools(self) -> ToolRegistry:
         mine = ToolRegistry()
         if self.files is not None:
             mine.register(Tool("read", READ_DESCRIPTION, READ_SCHEMA, self.read))
@@ -182,6 +198,14 @@ class ContextOsMcp:
         return self.files.object_id(id)
 
     def frames(self, session: str | None = None, turn: int | None = None) -> dict[str, Any]:
+        try:
+            return self._frames(session, turn)
+        except NotFound as e:
+            if session is not None and self.store.doc(f"session:{session}") is None:
+                e.to_model(f"no session {session!r} in this store: frames() lists the sessions that have frames")
+            raise
+
+    def _frames(self, session: str | None, turn: int | None) -> dict[str, Any]:
         sid = session or self.session.id
         if turn is None:
             if session is None and self.session.view.turn == 0:
@@ -255,6 +279,24 @@ class ContextOsMcp:
             row = version_row(n, versions[n - 1], with_doc=True)
             return "application/json", json.dumps(row, ensure_ascii=False)
         raise NotFound(f"{uri!r} is not a context_os resource (context-os://frame/… or context-os://object/…)")
+
+
+def _in_terms_of(run: Callable[..., Any], hints: dict[str, str]) -> Callable[..., Any]:
+    """``run``, its errors read by the model with each hint of an agent's harness (a tool an MCP
+    client does not have) replaced by what it can do (``ContextOSError.for_model``)."""
+
+    def told(**args: Any) -> Any:
+        try:
+            return run(**args)
+        except ContextOSError as e:
+            text = said = e.for_model or str(e)
+            for harness_hint, ours in hints.items():
+                text = text.replace(harness_hint, ours)
+            if text != said:
+                e.to_model(text)
+            raise
+
+    return told
 
 
 def _refuse_another_harness(store: Store, session: str) -> None:

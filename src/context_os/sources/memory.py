@@ -705,11 +705,17 @@ class MemoryScopes:
         if w is None:
             raise InputError("remember: no workspace was given, so there is no project scope; use the global scope")
         if not w.used:
-            raise InputError(
+            untrusted = (
                 f"remember: the workspace {self.workspace} is not trusted, so its project memory is not used and "
-                f"not written; trust it with `ctxos memory trust --workspace {w.base}` (in Python, "
+                "not written"
+            )
+            raise InputError(
+                f"{untrusted}; trust it with `ctxos memory trust --workspace {w.base}` (in Python, "
                 "MemoryScopes(..., trust_project=True)), or remember it in the global scope (the scope argument "
                 '"global", --scope global)'
+            ).to_model(
+                f'{untrusted}: remember it in the global scope (the scope argument "global"); only the user can '
+                f"trust the workspace (ctxos memory trust --workspace {w.base})"
             )
         line = f"- {fact}"
         index = w.dir / INDEX
