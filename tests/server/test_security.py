@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import stat
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from typing import Any, TypeVar
 import pytest
 
 from context_os.errors import ConfigError
-from context_os.server import HttpGuard, Server, read_token_file
+from context_os.server import HttpGuard, Server, make_http_server, read_token_file
 from context_os.store.sqlite import SqliteStore
 from tests._reliability import Counts
 from tests.helpers import http_server
@@ -313,3 +314,43 @@ def test_a_body_cut_short_of_its_content_length_runs_nothing(tmp_path: Path):
         _, err = srv.proc.communicate(timeout=30)
     assert _sessions(tmp_path / "s.db") == []
     assert b"Traceback" not in err and err.count(b"the body ended after") == 4, err.decode()
+
+
+def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_path: Path):
+    """Slowloris: each connection holds a thread while it sends its headers; they were unbounded
+    in number, and each read could wait 60 s (a byte a minute held one for ever). Now at most
+    ``max_connections`` are served at once (one more is answered 503 at once), and a request whose
+    headers are not all in within ``header_seconds`` has its connection closed."""
+    store = SqliteStore(tmp_path / "s.db")
+    server = Server(store, track=False)
+    token = "t" * 32
+    httpd = make_http_server(server, 0, token=token, max_connections=4, header_seconds=1.0)
+    serving = threading.Thread(target=httpd.serve_forever, daemon=True)
+    serving.start()
+    port = httpd.server_address[1]
+    try:
+        slow = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(4)]
+        for sock in slow:
+            sock.sendall(f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())  # and no more
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as one_more:
+            answer = b""
+            while chunk := one_more.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split()[1] == b"503", answer
+        assert "too many connections" in json.loads(body)["error"]["message"]
+        for sock in slow:  # each is closed once its headers are overdue, with nothing run
+            with sock:
+                assert sock.recv(65536) == b""
+        status, _, got = _raw(
+            port,
+            "POST",
+            [("Host", f"127.0.0.1:{port}"), ("Content-Type", "application/json"), ("Authorization", f"Bearer {token}")],
+            b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}',
+        )
+        assert status == 200 and json.loads(got)["result"]["pong"] is True
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        server.close()
+        store.close()

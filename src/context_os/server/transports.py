@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import hmac
+import io
 import ipaddress
 import os
 import re
@@ -20,8 +21,9 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -314,6 +316,35 @@ class HttpGuard:
 
 DISCARD_LIMIT = 64 * 1024 * 1024
 """The body of a refused request is read (and dropped) up to this size before the answer."""
+MAX_CONNECTIONS = 64
+"""HTTP connections served at once (each holds a thread); one more is answered 503 and closed."""
+HEADER_SECONDS = 10.0
+"""A request's line and headers must all arrive within this many seconds of its first byte
+being awaited, however slowly they trickle in (a client that never finishes them, many times
+over, would hold every thread); else the connection is closed."""
+BODY_SECONDS = 60.0
+"""A request's body must all arrive within this many seconds of its headers."""
+
+
+class _DeadlineSocket(io.RawIOBase):
+    """A connection's reading side, each read bounded by one deadline for the whole of what is
+    being read (``deadline``, monotonic seconds; None: the socket's own timeout per read)."""
+
+    def __init__(self, sock: socket.socket, per_read: float | None):
+        self.sock = sock
+        self.per_read = per_read
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request took too long to arrive")
+            self.sock.settimeout(left if self.per_read is None else min(left, self.per_read))
+        return self.sock.recv_into(buffer)
 
 
 def make_http_server(
@@ -324,15 +355,41 @@ def make_http_server(
     origins: Sequence[str] = (),
     host: str = "127.0.0.1",
     sock: socket.socket | None = None,
+    max_connections: int = MAX_CONNECTIONS,
+    header_seconds: float = HEADER_SECONDS,
+    body_seconds: float = BODY_SECONDS,
 ) -> ThreadingHTTPServer:
     """An HTTP server answering ``POST /`` with JSON-RPC, bound to loopback (or on ``sock``, bound
     there already: ``bind``), behind an ``HttpGuard`` for the address it bound (``token``,
-    ``origins``: see ``HttpGuard``)."""
+    ``origins``: see ``HttpGuard``). It serves ``max_connections`` at once, and closes one whose
+    request line and headers took over ``header_seconds`` to arrive, or its body ``body_seconds``."""
     if not _is_loopback(host):
         raise ConfigError(f"the JSON-RPC server binds to a loopback address only, not {host!r}")
 
     class Handler(BaseHTTPRequestHandler):
         timeout = 60  # a client that stops sending mid-body does not hold a thread forever
+
+        def setup(self) -> None:
+            super().setup()
+            # the request's headers, then its body, must arrive by a deadline, not merely one
+            # byte a minute
+            self._reading = _DeadlineSocket(self.connection, self.timeout)
+            self.rfile = io.BufferedReader(self._reading)
+
+        def handle_one_request(self) -> None:
+            self._reading.deadline = time.monotonic() + httpd.header_seconds
+            super().handle_one_request()
+
+        def parse_request(self) -> bool:
+            parsed = super().parse_request()
+            self._reading.deadline = time.monotonic() + httpd.body_seconds  # the headers are in
+            return parsed
+
+        def send_response(self, code: int, message: str | None = None) -> None:
+            # the answer is written with the socket's own timeout, not what the reading left of it
+            self._reading.deadline = None
+            self.connection.settimeout(self.timeout)
+            super().send_response(code, message)
 
         def _send(self, status: int, body: bytes | None, *, allow: str | None = None) -> None:
             try:
@@ -445,6 +502,8 @@ def make_http_server(
 
     httpd = bind(_GuardedHTTPServer, host, port, Handler, port_option="--http", sock=sock)
     httpd.daemon_threads = True
+    httpd.slots, httpd.max_connections = threading.BoundedSemaphore(max_connections), max_connections
+    httpd.header_seconds, httpd.body_seconds = header_seconds, body_seconds
     bound_host, bound_port = httpd.server_address[:2]
     httpd.guard = HttpGuard.for_address(
         str(bound_host), bound_port, token, origins, origin_hint="start the server with --allow-origin to allow one"
@@ -454,6 +513,41 @@ def make_http_server(
 
 class _GuardedHTTPServer(ThreadingHTTPServer):
     guard: HttpGuard
+    slots: threading.BoundedSemaphore
+    """One per connection being served (``max_connections`` of ``make_http_server``)."""
+    max_connections: int
+    header_seconds: float
+    body_seconds: float
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            log.warning("http connection from %s refused: %d served already", client_address[0], self.max_connections)
+            why = "too many connections at once: retry when one of them is done"
+            body = encode(error_response(None, RpcError(INVALID_REQUEST, why)))
+            head = (
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
+            )
+            with suppress(OSError):
+                request.sendall(head.encode("ascii") + body)
+                request.setblocking(False)
+                while request.recv(65536):  # what came already: closed unread, the answer is reset
+                    pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except RuntimeError:  # no thread could start: its slot is free again
+            self.slots.release()
+            raise
+        # (an interrupt raised while the thread starts leaves the slot to the thread: released
+        # twice, the semaphore's error would replace the interrupt, which socketserver swallows)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 def _is_loopback(host: str) -> bool:
