@@ -272,6 +272,41 @@ def test_http_on_loopback(tmp_path: Path):
         assert status == 404 and "POST to / or /rpc" in json.loads(body)["error"]["message"]
 
 
+@pytest.mark.e2e
+def test_two_http_clients_on_one_session_the_second_is_refused_not_thrashing(tmp_path: Path):
+    """Two clients of one HTTP server sending their own histories to one session: each call read
+    as a rewrite of the other's, and the session's record was neither. A client that names itself
+    (``client``) owns the session it opened: the other is refused, naming the session and its
+    client, with nothing written."""
+    mine = [user("client A: fix the bug")]
+    theirs = [user("client B: write the docs")]
+    with http_server(tmp_path) as srv:
+        opened = srv.rpc("session.open", session="shared", client="A")["result"]
+        assert opened["client"] == "A"
+        assert srv.rpc("context.transform", session="shared", client="A", messages=mine)["result"]["new"] == 1
+        refused = [
+            srv.rpc("session.open", session="shared", client="B"),
+            srv.rpc("context.transform", session="shared", client="B", messages=theirs),
+            srv.rpc("context.transform", session="shared", messages=theirs),  # a client that names none
+            srv.rpc("tools.call", session="shared", client="B", name="history", arguments={}),
+        ]
+        for answer in refused:
+            err = answer["error"]
+            assert err["code"] == -32007 and err["data"]["type"] == "SessionBusy", err
+            assert "session 'shared' is open on this server for client 'A'" in err["message"]
+        # client A goes on as if B had never called: no rewrite, one turn per call of its own
+        assert srv.rpc("session.open", session="shared", client="A")["result"]["turn"] == 1
+        mine += [{"role": "assistant", "content": "on it"}, user("go on")]
+        out = srv.rpc("context.transform", session="shared", client="A", messages=mine)["result"]
+        assert out["rewritten"] is False and out["new"] == 2 and out["turn"] == 2
+        assert "client B" not in json.dumps(out["messages"])
+        # once A closed it, B may take it (and its history reads as the rewrite it is)
+        srv.rpc("session.close", session="shared")
+        assert srv.rpc("session.open", session="shared", client="B")["result"]["client"] == "B"
+        again = srv.rpc("context.transform", session="shared", client="B", messages=theirs)["result"]
+        assert again["rewritten"] is True
+
+
 # --- the handler, in process ------------------------------------------------------------------
 
 

@@ -1,10 +1,10 @@
 """The JSON-RPC methods: sessions, context assembly, tools, inspection, frames.
 
-    session.open     {session, harness?, workspace?, policy?}   → session state
+    session.open     {session, client?, harness?, workspace?, policy?}   → session state
     session.close    {session}                                  → forget it here, release its lease
-    context.transform {session, messages, system?}              → {messages, turn, tokens_assembled, ...}
+    context.transform {session, client?, messages, system?}     → {messages, turn, tokens_assembled, ...}
     tools.list       {session}                                  → our tools, harness format
-    tools.call       {session, name, arguments}                 → {output, is_error}
+    tools.call       {session, client?, name, arguments}        → {output, is_error}
     inspect          {id, as_of?, tx?, with_docs?}              → versions
     frames.list      {session}                                  → one row per turn
     frame.verify     {session, turn}                            → the re-render check
@@ -13,7 +13,8 @@
 Harnesses come from the one registry (harness/registry.py), frames from the one read model
 (context/frames.py), tools from each session's one registry. A call that fails never leaves a
 partial write behind: every method validates before it writes. Sessions may use only the
-workspaces the server was started with.
+workspaces the server was started with. A session opened by a client that names itself
+(``client``) is written by that client only: another is refused (``SessionBusy``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ..context.mesh_tools import MeshTools
 from ..context.policy import RetentionPolicy
 from ..context.session import Session
 from ..context.source_tools import SourceTools
-from ..errors import ContextOSError, MalformedMessage, NotFound, PathDenied, StateError
+from ..errors import ContextOSError, MalformedMessage, NotFound, PathDenied, SessionBusy, StateError
 from ..files import FileTools, Trackers, Workspace
 from ..harness.anthropic import AnthropicHook
 from ..harness.base import ContextHook, renamed
@@ -57,14 +58,23 @@ class _SessionParams(Params):
     session: str
 
 
+def _a_client(value: str | None) -> str | None:
+    if value is not None and not 0 < len(value) <= 200:
+        raise ValueError("client must be a name of 1 to 200 characters (one per client: a random id, say)")
+    return value
+
+
 class _OpenParams(Params):
     session: str
+    client: str | None = None
     harness: str = "openai"
     workspace: str | None = None
     policy: dict[str, Any] | None = None
     recall: bool = False
     memory: bool = False
     mesh: bool = False
+
+    _client = field_validator("client")(_a_client)
 
     @field_validator("harness")
     @classmethod
@@ -76,14 +86,18 @@ class _OpenParams(Params):
 
 class _TransformParams(Params):
     session: str
+    client: str | None = None
     messages: list[Any]
     system: str | list[dict[str, Any]] | None = None
+    _client = field_validator("client")(_a_client)
 
 
 class _CallParams(Params):
     session: str
+    client: str | None = None
     name: str
     arguments: dict[str, Any] | str = {}
+    _client = field_validator("client")(_a_client)
 
 
 class _InspectParams(Params):
@@ -144,6 +158,8 @@ class _Open:
 
     harness: Harness
     hook: ContextHook[Any]
+    client: str | None = None
+    """The client that opened it (``session.open {client}``): the one that may write it."""
     wire: list[Any] = field(default_factory=list)
     """The messages of the last ``context.transform``, as JSON, and what they decoded to: a
     message that comes again equal (the client's history, sent whole every time) is passed to
@@ -169,6 +185,19 @@ def _equal_prefix(a: list[Any], b: list[Any]) -> int:
     if all(map(operator.eq, a, b)):
         return min(len(a), len(b))
     return next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+
+
+def _busy(session_id: str, holder: str | None, client: str | None) -> SessionBusy:
+    """Another client of this server writes ``session_id``: each of two clients sending its own
+    history would read as a rewrite of the other's, at every call."""
+    held = f"client {holder!r}" if holder is not None else "a client that gave no client name"
+    you = f"client {client!r}" if client is not None else "a client that gives no client name"
+    return SessionBusy(
+        f"session {session_id!r} is open on this server for {held}, not for {you}: a session has one writer. "
+        "Open a session of your own (another session id), or, if that client is gone, session.close "
+        f'{{"session": {json.dumps(session_id)}}} first; each client names itself with the client parameter of '
+        "session.open, context.transform and tools.call"
+    )
 
 
 class Server(RpcServer):
@@ -230,6 +259,14 @@ class Server(RpcServer):
             raise self._not_open(session_id)
         return found
 
+    def _writer(self, session_id: str, client: str | None) -> _Open:
+        """The open session, to write, if ``client`` is the one that opened it (None: a client
+        that gave no name)."""
+        found = self._open(session_id)
+        if client != found.client:
+            raise _busy(session_id, found.client, client)
+        return found
+
     def _not_open(self, session_id: str) -> RpcError:
         """Why a session method cannot run: the session is not open on this server. One the store
         holds was opened before (this server restarted, or closed it): the error says so, and
@@ -283,6 +320,8 @@ class Server(RpcServer):
         if p.mesh and self.mesh is None:
             raise StateError("this server runs no mesh agent: start it with ctxos serve --mesh NAME")
         current = self.sessions.get(p.session)
+        if current is not None and current.client != p.client:
+            raise _busy(p.session, current.client, p.client)
         if current is not None and current.harness.name != p.harness:
             raise StateError(f"session {p.session!r} is open with harness {current.harness.name!r}")
         if current is None or policy is not None:
@@ -310,10 +349,11 @@ class Server(RpcServer):
                 SourceTools(session, recall=self.recall if p.recall else None, memory=memory).register(hook.registry)
             if p.mesh and self.mesh is not None:
                 MeshTools(session, self.mesh).register(hook.registry)
-            current = self.sessions[p.session] = _Open(h, hook)
+            current = self.sessions[p.session] = _Open(h, hook, p.client)
         s = current.hook.session
         return {
             "session": s.id,
+            "client": current.client,
             "harness": current.harness.name,
             "workspace": s.workspace,
             "turn": s.view.turn,
@@ -382,7 +422,7 @@ class Server(RpcServer):
                     log.warning("closing session %s: %s", found.hook.session.id, e)
 
     def _transform(self, p: _TransformParams) -> dict[str, Any]:
-        o = self._open(p.session)
+        o = self._writer(p.session, p.client)
         messages = o.decode(p.messages)
         result: dict[str, Any] = {}
         if o.harness.system_apart:
@@ -416,7 +456,7 @@ class Server(RpcServer):
         return o.harness.tool_json(o.hook.tools)
 
     def _tools_call(self, p: _CallParams) -> dict[str, Any]:
-        o = self._open(p.session)
+        o = self._writer(p.session, p.client)
         if not o.hook.handles(p.name):
             raise RpcError(
                 INVALID_PARAMS, f"invalid params: name: {p.name!r} is not a context_os tool (see tools.list)"
