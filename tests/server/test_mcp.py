@@ -252,6 +252,42 @@ def test_streamable_http_needs_the_token_and_a_loopback_host(tmp_path: Path) -> 
         anyio.run(main)
 
 
+def test_streamable_http_closes_a_connection_whose_headers_never_finish(tmp_path: Path) -> None:
+    """uvicorn waits for ever for a request's headers: a client that opens connections and never
+    finishes them held a socket each, as many as it liked. They are due within a deadline now."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    from context_os.server.mcp import http_app, http_protocol
+    from context_os.server.transports import listen_socket
+
+    with SqliteStore(tmp_path / "s.db") as store:
+        app = ContextOsMcp(store, session="m", track=False)
+        sock = listen_socket("127.0.0.1", 0)  # listening already: a connection waits for uvicorn
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(http_app(app, "t" * 32), log_level="warning", lifespan="on", http=http_protocol(1.0))
+        server = uvicorn.Server(config)
+        serving = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        serving.start()
+        try:
+            head = f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as slow:
+                slow.sendall(head.encode())  # and never the rest
+                assert slow.recv(65536) == b""  # closed, with nothing answered
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as whole:
+                whole.sendall(f"{head}Content-Length: 2\r\nConnection: close\r\n\r\n{{}}".encode())
+                answer = b""
+                while chunk := whole.recv(65536):
+                    answer += chunk
+            assert answer.split()[1] == b"401"  # a whole request is answered (here: no token)
+        finally:
+            server.should_exit = True
+            serving.join(timeout=30)
+            app.close()
+
+
 def test_the_help_names_every_tool_the_server_offers(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "s.db") as store:
         app = ContextOsMcp(store, session="s", workspace=tmp_path, recall=Recall(store), memory=MemoryScopes(tmp_path))

@@ -158,13 +158,21 @@ def _serve_http(app: Any, sock: socket.socket, token_file: Path | None) -> None:
     import uvicorn
 
     from ..server import write_token_file
-    from ..server.mcp import http_app
+    from ..server.mcp import MAX_CONNECTIONS, http_app, http_protocol
 
     token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
     if len(token) < 16:
         raise ConfigError(f"${TOKEN_ENV} is too short to be a secret ({len(token)} characters; at least 16)")
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(http_app(app, token), host="127.0.0.1", port=bound, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        http_app(app, token),
+        host="127.0.0.1",
+        port=bound,
+        log_level="warning",
+        lifespan="on",
+        http=http_protocol(),  # a request's headers are due within HEADER_SECONDS
+        limit_concurrency=MAX_CONNECTIONS,  # more connections at once are answered 503
+    )
     server = uvicorn.Server(config)
     written = write_token_file(token_file or data_dir() / "mcp" / f"http-{bound}.token", token)
     try:

@@ -22,6 +22,7 @@ results with ``isError`` (the model reads them); an unknown tool or resource is 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -40,13 +41,14 @@ from ..errors import ContextOSError, InputError, NotFound, StateError
 from ..files import FileTools, FileTracker, Workspace
 from ..files.file_tools import ID_HINT
 from ..times import parse_time
+from .transports import HEADER_SECONDS, MAX_CONNECTIONS
 
 if TYPE_CHECKING:
     from ..sources.memory import MemoryScopes
     from ..sources.recall import Recall
     from ..store.base import Store
 
-__all__ = ["FRAME_URI", "OBJECT_URI", "ContextOsMcp"]
+__all__ = ["FRAME_URI", "MAX_CONNECTIONS", "OBJECT_URI", "ContextOsMcp", "http_protocol"]
 
 FRAME_URI = "context-os://frame/{session}/{turn}"
 OBJECT_URI = "context-os://object/{id}@{version}"
@@ -389,6 +391,47 @@ def http_app(app: ContextOsMcp, token: str) -> Any:
         await inner(scope, receive, send)
 
     return guarded
+
+
+def http_protocol(header_seconds: float = HEADER_SECONDS) -> type:
+    """uvicorn's HTTP/1.1 protocol, closing a connection whose request line and headers are not
+    all in within ``header_seconds`` of their first byte (uvicorn waits for ever: a client that
+    never finishes its headers, many times over, would hold a socket each). For
+    ``uvicorn.Config(http=...)``."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderDeadline(H11Protocol):
+        _headers_due: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._await_headers()
+
+        def data_received(self, data: bytes) -> None:
+            if self.conn.their_state is h11.IDLE:  # a request (the next one, on a kept connection) starts
+                self._await_headers()
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE and self._headers_due is not None:
+                self._headers_due.cancel()
+                self._headers_due = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._headers_due is not None:
+                self._headers_due.cancel()
+                self._headers_due = None
+            super().connection_lost(exc)
+
+        def _await_headers(self) -> None:
+            if self._headers_due is None:
+                self._headers_due = self.loop.call_later(header_seconds, self._headers_overdue)
+
+        def _headers_overdue(self) -> None:
+            self._headers_due = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderDeadline
 
 
 def build_server(app: ContextOsMcp) -> Any:
