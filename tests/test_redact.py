@@ -11,8 +11,9 @@ import time
 
 import pytest
 from detect_secrets.plugins.high_entropy_strings import HexHighEntropyString
+from detect_secrets.plugins.keyword import KeywordDetector
 
-from context_os.redact import Redactor, _Text, literal_starts
+from context_os.redact import Redactor, SecretAssignmentDetector, _Text, literal_starts
 from tests._reliability import Counts
 
 # built from parts, so that this file is not itself a file of secrets
@@ -389,6 +390,32 @@ def test_a_hostile_megabyte_costs_linear_time(run: str, reliability: Counts) -> 
     reliability.timed("attack: hostile megabyte (redactor)", started)
     reliability.add("attack: hostile megabyte (redactor)", attempts=1, characters=len(text))
     assert len(out) > 0
+
+
+@pytest.mark.parametrize("run", ["key=", "api_key=", "DB_PASSWORD=", "secret:"])
+def test_an_assigned_value_is_read_once_whatever_it_holds(run: str) -> None:
+    """``secret-assignment`` takes a name's whole unquoted value in one match and judges it
+    after, so the search goes on after the value: a megabyte of ``key=key=…`` is one match. Its
+    pattern used to fail on such a value (no digit) and the engine tried again at the next name
+    inside it, re-reading up to 511 characters at each (1 MB: 3-4 s)."""
+    text = run * (1_000_000 // len(run))
+    unquoted = SecretAssignmentDetector.denylist[0]
+    assert len(list(unquoted.finditer(text))) == 1
+    assert Redactor().redact(text) == (text, 0)
+
+
+def test_the_keyword_rules_find_the_same_in_any_case() -> None:
+    """detect-secrets' keyword rules run without their case-insensitive flag on the lowercased
+    line (10x faster): the same spans, and values judged in their own case (an upper-case
+    variable name stays)."""
+    redactor = Redactor(plugins=[KeywordDetector()])
+    for text, secret in [
+        ('PASSWORD = "q8Zr2LmX9vT4pK7wN3bY6hJ1"', "q8Zr2LmX9vT4pK7wN3bY6hJ1"),
+        ('{"ApiKey": "q8Zr2LmX9vT4pK7wN3bY6hJ1"}', "q8Zr2LmX9vT4pK7wN3bY6hJ1"),
+        ("İ secret = 'q8Zr2LmX9vT4pK7wN3bY6hJ1'", "q8Zr2LmX9vT4pK7wN3bY6hJ1"),  # "İ" lowercases to two
+    ]:
+        assert redactor.redact(text) == (text.replace(secret, "[REDACTED:secret-keyword]"), 1)
+    assert redactor.redact('API_KEY = "OLLAMA_API_KEY"')[1] == 0
 
 
 # one sample of every detector whose pattern has a gate (redact._GATES), built from parts

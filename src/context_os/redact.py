@@ -412,12 +412,10 @@ class SecretAssignmentDetector(RegexBasedDetector):
     denylist = (
         re.compile(
             r"(?:key|secret|token|passw(?:or)?d|pwd|pass|passphrase|credentials?)[\"']?[ \t]*[=:][ \t]*"
-            # the value (``_UNQUOTED``): the rule looks at 512 characters of it, taken whole
-            # (possessive): a run of ``token=token=…`` costs linear time. A longer value is taken
-            # whole all the same (``tail``): a secret is not less secret for being long (a base64
-            # private key in a CI variable, a signed token)
-            rf"((?=[^\s\"'`;,\\]{{0,511}}\d)(?=[^\s\"'`;,\\]{{0,511}}[a-z])"
-            rf"(?:{_UNQUOTED}{{8,511}}+(?=[\s\"'`;,\\&@]|$)|{_UNQUOTED}{{512}}))",
+            # the value (``_UNQUOTED``), taken whole (possessive) and judged by ``accept``: the
+            # pattern never fails after the name, so the search goes on after the value, and a
+            # run of ``key=key=…`` costs one pass, not one pass of the value per name in it
+            rf"({_UNQUOTED}*+)",
             re.IGNORECASE,
         ),
         # a quoted value assigned to a token name (``"access_token": "…"``, ``SessionToken``,
@@ -436,6 +434,32 @@ class SecretAssignmentDetector(RegexBasedDetector):
     )
     tail = re.compile(_UNQUOTED + "*+")
     """What a value that fills the window is widened over to its end (``_Rule``)."""
+
+    def accept(self, m: re.Match[str]) -> bool:
+        """Whether a match of the unquoted rule is a secret: 8+ characters with a letter and a
+        digit in its first 511, that end the expression (``key = make_key2(x)`` stays) unless
+        there are 512 or more of them (a secret is not less secret for being long: a base64
+        private key in a CI variable, a signed token). Any match of the quoted rule is."""
+        if m.re.pattern != self.denylist[0].pattern:
+            return True
+        value = m.group(1)
+        if len(value) < 8 or (len(value) < 512 and m.string[m.end(1) : m.end(1) + 1] in _OPENS):
+            return False
+        head = value[:511]
+        return _DIGIT.search(head) is not None and _LETTER.search(head) is not None
+
+    def analyze_string(self, string: str) -> Generator[str, None, None]:
+        """The secret values in ``string`` (detect-secrets' interface: ``accept`` for each match)."""
+        for rx in self.denylist:
+            for m in rx.finditer(string):
+                if m.group(1) and self.accept(m):
+                    yield m.group(1)
+
+
+_OPENS = frozenset("()[]{}<>")
+"""What an unquoted value may stop at without ending the expression (a call, an index)."""
+_DIGIT = re.compile(r"\d")
+_LETTER = re.compile(r"[A-Za-z]")
 
 
 def default_plugins(*, generic: bool = True) -> list[BasePlugin]:
@@ -514,6 +538,12 @@ _KEYWORD_RULES: Final[Mapping[re.Pattern[str], int]] = {
     # detect-secrets picks its rules by file type; text in a session has none, and the rules that
     # require quotes are its choice for unknown files (measured: the unquoted ones flag prose)
     **_keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP,
+}
+_KEYWORD_RULES_LOWERED: Final[Mapping[re.Pattern[str], int]] = {
+    # the same without the flag, for a lowercased line: a case-insensitive pattern that starts
+    # with a list of words is tried at every position, 10x slower (1 MB of ``key=``: 1.5 s)
+    re.compile(rx.pattern, rx.flags & ~re.IGNORECASE): group
+    for rx, group in _KEYWORD_RULES.items()
 }
 _REDACTED = "[REDACTED:"
 
@@ -712,6 +742,7 @@ class _Rule:
         self.name = slug(str(plugin.secret_type))
         self.regexes: list[re.Pattern[str]] = []
         self.confirm = False
+        self.accept: Callable[[re.Match[str]], bool] | None = None
         self.widen = not getattr(plugin, "exact", False)  # a user's pattern means what it says
         self.tail: re.Pattern[str] = getattr(plugin, "tail", _TOKEN_TAIL)
         self.triggers: tuple[str, ...] = tuple(getattr(plugin, "triggers", ()))
@@ -724,8 +755,10 @@ class _Rule:
             self.spans = self._entropy
         elif isinstance(plugin, RegexBasedDetector):
             self.spans = self._tokens
-            # a plugin with its own analyze_string (JWT: the token must decode) confirms each match
-            self.confirm = type(plugin).analyze_string is not RegexBasedDetector.analyze_string
+            # a plugin's ``accept`` judges each match where it is in the text; else a plugin with
+            # its own analyze_string (JWT: the token must decode) confirms each match
+            self.accept = getattr(plugin, "accept", None)
+            self.confirm = self.accept is None and type(plugin).analyze_string is not RegexBasedDetector.analyze_string
         else:
             self.spans = self._values
         self.lowered: list[re.Pattern[str]] = []
@@ -784,6 +817,8 @@ class _Rule:
             # taken would be widened over the same tail again (``ghp_ghp_…``: quadratic)
             while (m := rx.search(text, pos)) is not None:
                 pos = max(m.end(), m.start() + 1)
+                if self.accept is not None and not self.accept(m):
+                    continue
                 if self.confirm and not any(True for _ in self.plugin.analyze_string(m.group(0))):
                     continue
                 # the first captured group is the secret, unless it is the prefix that names the
@@ -828,9 +863,12 @@ class _Rule:
             line, where = _unescaped_quotes(text[lo:line_end])
             if plugin.keyword_exclude is not None and plugin.keyword_exclude.search(line):
                 continue
-            for rx, group in _KEYWORD_RULES.items():
-                for m in rx.finditer(line):
-                    value = m.group(group)
+            low = line.lower()
+            # found in the lowercased line where that keeps every position; judged in the line
+            rules, searched = (_KEYWORD_RULES_LOWERED, low) if len(low) == len(line) else (_KEYWORD_RULES, line)
+            for rx, group in rules.items():
+                for m in rx.finditer(searched):
+                    value = line[m.start(group) : m.end(group)]
                     if value and not _filtered(value, line, plugin):
                         start, end = m.span(group)
                         if where is not None:
