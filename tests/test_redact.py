@@ -373,7 +373,8 @@ HOSTILE_RUNS = [
     "-----BEGIN RSA PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----\n", "password is a1", "api_key=",
     "key=a1", "Authorization: Bearer ", "https://u:p@", "//r/:_authToken=", "'password': '", 'secret = "',
     '"token": "a1', "token='a1", "--password=a1", "--password '", "mysql -p", "curl -u a:", "machine a password ",
-    '"auth": "', "_auth=YWxp", AWS_KEY_ID + " ", "login ", "--token ", "redis-cli -a",
+    '"auth": "', "_auth=YWxp", AWS_KEY_ID + " ", "login ", "--token ", "redis-cli -a", "\npwd",
+    "\npassword=",
 ]  # fmt: skip
 
 
@@ -382,7 +383,8 @@ HOSTILE_RUNS = [
 def test_a_hostile_megabyte_costs_linear_time(run: str, reliability: Counts) -> None:
     """A tool output can be anything a web page or a file holds: one megabyte of a detector's
     prefix, repeated, must not stall a session. The library's own OpenAI, JWT and npm patterns and
-    the widening of token matches were quadratic (300 kB of ``sk-`` took 149 s); a linear pass
+    the widening of token matches were quadratic (300 kB of ``sk-`` took 149 s), and so was finding
+    the line of each keyword in a megabyte of short lines (``\\npwd``: minutes); a linear pass
     over 1 MB takes a few seconds at most, so the timeout only catches a relapse, it measures nothing."""
     text = run * (1_000_000 // len(run))
     started = time.monotonic()

@@ -648,10 +648,15 @@ def _unescaped_quotes(line: str) -> tuple[str, list[int] | None]:
 def _line_at(text: str, pos: int) -> tuple[int, int]:
     """The line around ``pos``, where an escaped ``\\n`` (text inside a JSON string, such as a
     tool call's arguments) also ends a line."""
-    escaped = text.rfind("\\n", 0, pos)
-    start = max(text.rfind("\n", 0, pos) + 1, escaped + 2 if escaped >= 0 else 0)
-    ends = [e for e in (text.find("\n", pos), text.find("\\n", pos)) if e >= 0]
-    return start, min(ends, default=len(text))
+    # each look for an escaped newline stops at the real one: a text of many short lines and no
+    # escaped newline would be read to its ends at every line (quadratic)
+    start = text.rfind("\n", 0, pos) + 1
+    escaped = text.rfind("\\n", start, pos)
+    start = escaped + 2 if escaped >= 0 else start
+    end = text.find("\n", pos)
+    end = len(text) if end < 0 else end
+    escaped = text.find("\\n", pos, end)
+    return start, end if escaped < 0 else escaped
 
 
 Span = tuple[int, int, str]
