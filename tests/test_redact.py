@@ -129,6 +129,17 @@ CATCHES = [
     ('\t\t\\"auth\\": \\"YWxpY2U6aHVudGVyMg==\\"', "YWxpY2U6aHVudGVyMg==", "base64-credentials"),
     ("_auth = YWxpY2U6aHVudGVyMg==", "YWxpY2U6aHVudGVyMg==", "base64-credentials"),
     ("Authorization: Basic dXNlcjpwYXNz", "dXNlcjpwYXNz", "base64-credentials"),  # user:pass: no digit
+    # a weak password assigned on a line of its own: config, .env, ~/.my.cnf, YAML, env output
+    ("password: hunter2\n", "hunter2", "password-assignment"),
+    ("PASSWORD=correcthorse", "correcthorse", "password-assignment"),
+    ("DB_PASSWORD=secret", "secret", "password-assignment"),
+    ("  db_password = letmein  # dev only\n", "letmein", "password-assignment"),
+    ("export PGPASSWORD=hunter2", "hunter2", "password-assignment"),
+    ("MYSQL_PWD=root", "root", "password-assignment"),
+    ("[client]\nuser=root\npassword=letmein\n", "letmein", "password-assignment"),
+    ("services:\n  db:\n    environment:\n      - POSTGRES_PASSWORD=hunter\n", "hunter", "password-assignment"),
+    ('"Env": ["POSTGRES_PASSWORD=secret", "PATH=/usr/bin"]', "secret", "password-assignment"),
+    ('{"content": "[client]\\nuser=root\\npassword=letmein\\n"}', "letmein", "password-assignment"),
 ]  # fmt: skip
 
 
@@ -261,6 +272,29 @@ LOOK_ALIKES = [
     '{"auth": "oauth2", "scopes": ["repo"]}',
     '{"auth": "bearer"}',
     '"auth": "dGhpcyBpcyBub3QgYSBwYWly"',  # base64 of text without a ':'
+    # what code, a schema or a template assigns to a password, and prose
+    "the default password is admin",
+    "password = password",
+    "    password=password,",
+    "password: ${DB_PASSWORD}",
+    'password = os.environ["PASSWORD"]',
+    "password: str",
+    "password: String!",
+    "password: SecretStr",
+    "password = None",
+    "password = self.password",
+    "password = db_password",
+    "password: *default_password",  # a YAML alias
+    "password: ****",
+    "password: xxxxxx",
+    "DB_PASSWORD=changeme",
+    "DB_PASSWORD=your_password",
+    "password=$DB_PASSWORD",
+    "password: hunter2 is what the docs use",  # not the whole line
+    "PWD=/home/alice/project",  # the working directory
+    "OLDPWD=/tmp",
+    "bypass: true",
+    '"passwd:gecos",',
 ]
 
 

@@ -16,8 +16,8 @@ test keys, npm, Vault and DigitalOcean tokens, ``Authorization`` headers with an
 passwords on a command line (``mysql -p…``, ``curl -u user:…``, ``sshpass -p …``,
 ``--password …``), the passwords of credentials files (``.netrc``), base64 ``user:password`` (a
 Docker ``config.json``'s ``auth``, ``Authorization: Basic …``), a bare AWS secret key after its
-key id, unquoted assignments as in ``.env`` files, and natural-language statements ("the
-password is …").
+key id, unquoted assignments as in ``.env`` files, a weak password assigned on a line of its own,
+and natural-language statements ("the password is …").
 
 detect-secrets reports secret *values* found on a line; a redactor also needs to know where each
 one is and how fast it can be found. This module adds that, and only that: each detector's
@@ -88,6 +88,7 @@ __all__ = [
     "LinearNpmDetector",
     "LinearOpenAIDetector",
     "OpenAIProjectKeyDetector",
+    "PasswordAssignmentDetector",
     "PasswordStatementDetector",
     "Redactor",
     "SecretAssignmentDetector",
@@ -462,11 +463,77 @@ _DIGIT = re.compile(r"\d")
 _LETTER = re.compile(r"[A-Za-z]")
 
 
+class PasswordAssignmentDetector(RegexBasedDetector):
+    """A password assigned on a line of its own, whatever its length or letters, as config files,
+    ``.env`` files, ``~/.my.cnf``, YAML and ``env`` output hold it (``password: hunter2``,
+    ``DB_PASSWORD=secret``, ``export PGPASSWORD=letmein``, ``- POSTGRES_PASSWORD=…`` in a
+    compose file, ``"MYSQL_PWD=…"`` in ``docker inspect``'s ``Env``): ``secret-assignment`` needs
+    8 characters and a digit, which a weak password, the one most often written down, lacks.
+    The line (or a string, or an escaped line in a JSON string) must be the assignment alone, so
+    a call's ``password=password,`` or ``f(password=x)`` stays, and the value must not be what
+    code assigns: a type (``password: str``, ``String!``), a variable, an attribute or another
+    name of the password (``password = db_password``, ``args.password``), a path, a template,
+    a placeholder (``changeme``, ``your-password``, ``xxxx``, ``****``) or a YAML alias."""
+
+    secret_type = "Password Assignment"
+    triggers = ("pass", "_pwd", "-pwd", ".pwd")
+    denylist = (
+        re.compile(
+            # where a line, a string or an escaped line in a JSON string starts
+            r"(?:^|(?<=\\n)|(?<=[\"']))[ \t]*(?:(?:export|set|setenv|env)[ \t]+|-[ \t]+)?"
+            # a name that ends in "password", "passphrase", "passcode", "passwd"; "pass" or "pwd"
+            # after a separator or alone ("pass", not "bypass"; "MYSQL_PWD", not "OLDPWD")
+            r"(?:[\w.-]*?(?:passw(?:or)?d|passphrase|passcode)|(?:[\w.-]*?[_.-])?pass|[\w.-]*?[_.-]pwd)"
+            r"[\"']?[ \t]*(?:=|:(?=[ \t]))[ \t]*"  # YAML's colon has a space after it (not "passwd:gecos")
+            r"([^\s\"'`;,()\[\]{}<>\\]{4,256})"
+            # the rest of the line: nothing but a comment
+            r"(?:[ \t]+#[^\n\\]*)?[ \t]*(?=$|\\[nr]|[\"'])",
+            re.IGNORECASE,
+        ),
+    )
+
+    def accept(self, m: re.Match[str]) -> bool:
+        """Whether the value is a password, not what code or a template assigns."""
+        return not _not_a_password(m.group(1))
+
+    def analyze_string(self, string: str) -> Generator[str, None, None]:
+        """The passwords in ``string`` (detect-secrets' interface: ``accept`` for each match)."""
+        for rx in self.denylist:
+            for m in rx.finditer(string):
+                if self.accept(m):
+                    yield m.group(1)
+
+
+_NOT_A_PASSWORD = re.compile(
+    # a type, a flag, an empty or hidden value: what a schema, a type hint or a form says
+    r"(?:str|string|text|bytes|char|varchar|int|integer|number|bool|boolean|any|object|none|null|nil|true|false"
+    r"|yes|no|on|off|required|optional|undefined|empty|hidden|masked|redacted|sensitive|secretstr|secretbytes"
+    r"|prompt|stdin|file|env)[!?]?"
+    # a variable, an attribute, a path, a template, a YAML alias or anchor
+    r"|[a-z]+(?:_[a-z]+)+|[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+|[/~.*&$%!].*|.*\{\{.*"
+    # another name of the password, or a placeholder
+    r"|.*(?:pass|pwd|your|example|placeholder|changeme|change_me|xxx|\.\.\.|…).*",
+    re.IGNORECASE,
+)
+
+
+def _not_a_password(value: str) -> bool:
+    """Whether an assigned value is what code, a schema or a template holds, not a password."""
+    return (
+        _NOT_A_PASSWORD.fullmatch(value) is not None
+        or len(set(value.lower())) == 1  # ****, xxxx
+        or heuristic.is_sequential_string(value)
+        or heuristic.is_potential_uuid(value)
+        or heuristic.is_templated_secret(value)
+        or heuristic.is_not_alphanumeric_string(value)
+    )
+
+
 def default_plugins(*, generic: bool = True) -> list[BasePlugin]:
     """The detectors a ``Redactor`` runs by default, most specific first (where two overlap, the
-    first names the secret). ``generic=False`` leaves out the three that judge a value by the
-    words around it rather than by its shape (keyword assignments, unquoted secret assignments,
-    statements).
+    first names the secret). ``generic=False`` leaves out the four that judge a value by the
+    words around it rather than by its shape (keyword assignments, unquoted secret and password
+    assignments, statements).
 
     Left out on purpose, by measurement (bench/redaction.py, docs/files.md): detect-secrets'
     high-entropy string detectors (they flag package-lock integrity hashes, content hashes and
@@ -508,7 +575,12 @@ def default_plugins(*, generic: bool = True) -> list[BasePlugin]:
         BasicAuthDetector(),
     ]
     if generic:
-        plugins += [KeywordDetector(), SecretAssignmentDetector(), PasswordStatementDetector()]
+        plugins += [
+            KeywordDetector(),
+            SecretAssignmentDetector(),
+            PasswordAssignmentDetector(),
+            PasswordStatementDetector(),
+        ]
     return plugins
 
 
