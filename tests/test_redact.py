@@ -116,6 +116,15 @@ CATCHES = [
     ("sqlcmd -S db -U sa -P 'S3cretPass1' -Q 'select 1'", "S3cretPass1", "command-line-password"),
     ("kubectl --token abc123def456ghi789 get pods", "abc123def456ghi789", "command-line-password"),
     ("mycli deploy --api-key 9f8e7d6c5b4a3f2e1d0c", "9f8e7d6c5b4a3f2e1d0c", "command-line-password"),
+    # a password as a positional argument, or any word after --password
+    ("htpasswd -b .htpasswd admin hunter2", "hunter2", "command-line-password"),
+    ("htpasswd -bc /etc/nginx/.htpasswd admin S3cret", "S3cret", "command-line-password"),
+    ("htpasswd -B -C 12 -b users.db bob 'my pass'", "my pass", "command-line-password"),
+    ("htpasswd -nb admin hunter", "hunter", "command-line-password"),
+    ("mysqladmin -u root password newpass", "newpass", "command-line-password"),
+    ("mysqladmin -u root -p password 'new pass'", "new pass", "command-line-password"),
+    ("mytool --password hunter", "hunter", "command-line-password"),
+    ("mysql -uroot -p'secret' app", "secret", "command-line-password"),
     # credentials files: ~/.netrc, a Docker config.json (base64 of user:password), an .npmrc
     ("machine api.github.com login octocat password S3cretPass1", "S3cretPass1", "netrc-password"),
     ("machine example.com\n  login alice\n  password hunter2\n", "hunter2", "netrc-password"),
@@ -272,6 +281,13 @@ LOOK_ALIKES = [
     '{"auth": "oauth2", "scopes": ["repo"]}',
     '{"auth": "bearer"}',
     '"auth": "dGhpcyBpcyBub3QgYSBwYWly"',  # base64 of text without a ':'
+    "htpasswd -c .htpasswd admin",  # asks for the password
+    "htpasswd -n admin",
+    "mysqladmin -u root -p password $NEW_PASSWORD",
+    "use the --password flag to give it",
+    "qpdf --password=mypassword --decrypt in.pdf out.pdf",  # an example
+    "--password is required when --user is given",
+    "  --password string   Password for the registry",
     # what code, a schema or a template assigns to a password, and prose
     "the default password is admin",
     "password = password",

@@ -264,13 +264,24 @@ _QUOTED_OR_WORD = (
 )
 
 
+_EXAMPLE_WORDS = r"your|placeholder|change[-_]?me|xxxx|(?<![a-z0-9])example(?![a-z0-9])"
+"""What a value that says it is an example holds (``your-api-key``, ``changeme1``, ``xxxxxxxx``,
+``example-token``; not the ``…EXAMPLEKEY`` of a whole word)."""
+_HTPASSWD_OPTIONS = r"(?:[ \t]+-[A-Za-z]+(?:[ \t]+\d+)?)"
+"""An option of htpasswd's, with the number of ``-C`` or ``-r``."""
+_WORD = r"[ \t]+[^\s|;&<>-][^\s|;&<>]*"
+"""A command's argument that is not an option."""
+
+
 class CommandLinePasswordDetector(RegexBasedDetector):
     """A password given to a command on its command line, where a shell history, a tool call's
     arguments or a CI log shows it: MySQL's and MariaDB's ``-pPASS`` (attached: ``-p`` alone asks
-    for it, ``-P`` is the port), ``--password``, ``--token``, ``--api-key``, ``--access-token``
-    or ``--auth-token`` of any command, with ``=`` or a space (a value with a lowercase letter and
-    a digit or symbol, so ``--help``'s ``--password TEXT``, ``--token string`` and
-    ``PASSWORD_FILE`` stay), the ``-p`` of a registry or cloud ``login`` command (``docker login``,
+    for it, ``-P`` is the port), ``--token``, ``--api-key``, ``--access-token`` or
+    ``--auth-token`` of any command, with ``=`` or a space (a value with a lowercase letter and a
+    digit or symbol, so ``--help``'s ``--token string`` and ``PASSWORD_FILE`` stay),
+    ``--password`` with any value (``hunter`` too) but a type, a word of a sentence or a word that
+    names a password (not ``--password TEXT``, ``the --password flag``, ``mypassword``), htpasswd's ``-b`` password (``htpasswd -b FILE
+    USER PASS``), ``mysqladmin … password NEW``, the ``-p`` of a registry or cloud ``login`` command (``docker login``,
     ``az login``; not a port), curl's ``-u user:pass`` and ``--user user:pass``, ``sshpass -p``, ``redis-cli -a``,
     ``sqlcmd -P``. Only the password goes (not the user name)."""
 
@@ -286,13 +297,49 @@ class CommandLinePasswordDetector(RegexBasedDetector):
             # each option whole before the look behind it: the screen then looks for the options,
             # not for every "--"
             "(?:"
-            + "|".join(rf"--{o}(?<![\w-]--{o})" for o in ("password", "token", "api-key", "access-token", "auth-token"))
+            + "|".join(rf"--{o}(?<![\w-]--{o})" for o in ("token", "api-key", "access-token", "auth-token"))
             # after a space, a word that starts with "-" is the next option (``--token --json``)
             + r")(?:=|[ \t]+(?!-))"
             # a lowercase letter and a digit or symbol in its first 256 characters (a bounded look:
-            # a megabyte of "--password=" costs linear time)
-            r"(?=(?:\\*'[^'\n]{0,256}|\\*\"[^\"\n]{0,256}|[^\s'\"]{0,256})[a-z])"
+            # a megabyte of "--token=" costs linear time)
+            + r"(?=(?:\\*'[^'\n]{0,256}|\\*\"[^\"\n]{0,256}|[^\s'\"]{0,256})[a-z])"
             r"(?=(?:\\*'[^'\n]{0,256}|\\*\"[^\"\n]{0,256}|[^\s'\"]{0,256})[\d!@#$%^&*+=?~_.-])" + _QUOTED_OR_WORD
+        ),
+        # a password may be any word (``hunter``, no digit needed), but not a --help's type, a word
+        # of a sentence about the option (``--password string``, ``the --password flag``) or a
+        # value that names a password (``mypassword``: an example)
+        re.compile(
+            r"--password(?<![\w-]--password)(?:=|[ \t]+(?!-))"
+            + r"(?!(?i:string|text|value|str|password|pass|secret|flag|option|argument|arg|parameter|param|switch"
+            r"|and|or|the|to|for|of|is|as|with|in|on|if|when|that|this|must|can|will|should|none|null|true|false"
+            r"|prompt|stdin|file|env)(?![^\s'\"`\\]))"
+            r"(?!\\*['\"]?[^\s'\"]{0,64}?(?i:password))" + _QUOTED_OR_WORD
+        ),
+        # htpasswd's -b takes the password after the file (-n: no file) and the user name
+        re.compile(
+            r"htpasswd(?<![\w.-]htpasswd)(?=" + _HTPASSWD_OPTIONS + r"*?[ \t]+-[A-Za-z]*b)"
+            r"(?:(?="
+            + _HTPASSWD_OPTIONS
+            + r"*?[ \t]+-[A-Za-z]*n)"
+            + _HTPASSWD_OPTIONS
+            + r"+"
+            + _WORD
+            + r"|(?!"
+            + _HTPASSWD_OPTIONS
+            + r"*?[ \t]+-[A-Za-z]*n)"
+            + _HTPASSWD_OPTIONS
+            + r"+"
+            + _WORD
+            + _WORD
+            + r")[ \t]+"
+            + _QUOTED_OR_WORD
+        ),
+        # mysqladmin's "password NEW" sets a new password
+        re.compile(
+            r"(?:mysqladmin|mariadb-admin)(?<![\w.-]mysqladmin)(?<![\w.-]mariadb-admin)"
+            + _ARGS
+            + r"password[ \t]+"
+            + _QUOTED_OR_WORD
         ),
         re.compile(
             r"curl(?<![\w.-]curl)" + _ARGS + r"(?:-u[ \t]*|--user(?:=|[ \t]+))"
@@ -459,6 +506,7 @@ class SecretAssignmentDetector(RegexBasedDetector):
 
 _OPENS = frozenset("()[]{}<>")
 """What an unquoted value may stop at without ending the expression (a call, an index)."""
+_EXAMPLE = re.compile(_EXAMPLE_WORDS, re.IGNORECASE)
 _DIGIT = re.compile(r"\d")
 _LETTER = re.compile(r"[A-Za-z]")
 
@@ -512,7 +560,7 @@ _NOT_A_PASSWORD = re.compile(
     # a variable, an attribute, a path, a template, a YAML alias or anchor
     r"|[a-z]+(?:_[a-z]+)+|[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+|[/~.*&$%!].*|.*\{\{.*"
     # another name of the password, or a placeholder
-    r"|.*(?:pass|pwd|your|example|placeholder|changeme|change_me|xxx|\.\.\.|…).*",
+    r"|.*(?:pass|pwd|\.\.\.|…).*",
     re.IGNORECASE,
 )
 
@@ -521,6 +569,7 @@ def _not_a_password(value: str) -> bool:
     """Whether an assigned value is what code, a schema or a template holds, not a password."""
     return (
         _NOT_A_PASSWORD.fullmatch(value) is not None
+        or _EXAMPLE.search(value) is not None
         or len(set(value.lower())) == 1  # ****, xxxx
         or heuristic.is_sequential_string(value)
         or heuristic.is_potential_uuid(value)
