@@ -288,6 +288,14 @@ LOOK_ALIKES = [
     "qpdf --password=mypassword --decrypt in.pdf out.pdf",  # an example
     "--password is required when --user is given",
     "  --password string   Password for the registry",
+    # values that say they are examples
+    "mycli deploy --api-key=your-api-key",
+    "--token=your-token-here1",
+    "--password=xxxxxxxx",
+    "mytool --token example-token-1",
+    "API_KEY=your-api-key-1",
+    "DB_PASSWORD=changeme123",
+    "SECRET_KEY=change_me_1234",
     # what code, a schema or a template assigns to a password, and prose
     "the default password is admin",
     "password = password",

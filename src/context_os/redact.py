@@ -267,6 +267,8 @@ _QUOTED_OR_WORD = (
 _EXAMPLE_WORDS = r"your|placeholder|change[-_]?me|xxxx|(?<![a-z0-9])example(?![a-z0-9])"
 """What a value that says it is an example holds (``your-api-key``, ``changeme1``, ``xxxxxxxx``,
 ``example-token``; not the ``…EXAMPLEKEY`` of a whole word)."""
+_NOT_EXAMPLE = rf"(?!\\*['\"]?[^\s'\"]{{0,64}}?(?i:{_EXAMPLE_WORDS}))"
+"""Not a value that says it is an example (``--api-key=your-api-key``, ``--token=xxxx``)."""
 _HTPASSWD_OPTIONS = r"(?:[ \t]+-[A-Za-z]+(?:[ \t]+\d+)?)"
 """An option of htpasswd's, with the number of ``-C`` or ``-r``."""
 _WORD = r"[ \t]+[^\s|;&<>-][^\s|;&<>]*"
@@ -300,6 +302,7 @@ class CommandLinePasswordDetector(RegexBasedDetector):
             + "|".join(rf"--{o}(?<![\w-]--{o})" for o in ("token", "api-key", "access-token", "auth-token"))
             # after a space, a word that starts with "-" is the next option (``--token --json``)
             + r")(?:=|[ \t]+(?!-))"
+            + _NOT_EXAMPLE
             # a lowercase letter and a digit or symbol in its first 256 characters (a bounded look:
             # a megabyte of "--token=" costs linear time)
             + r"(?=(?:\\*'[^'\n]{0,256}|\\*\"[^\"\n]{0,256}|[^\s'\"]{0,256})[a-z])"
@@ -310,6 +313,7 @@ class CommandLinePasswordDetector(RegexBasedDetector):
         # value that names a password (``mypassword``: an example)
         re.compile(
             r"--password(?<![\w-]--password)(?:=|[ \t]+(?!-))"
+            + _NOT_EXAMPLE
             + r"(?!(?i:string|text|value|str|password|pass|secret|flag|option|argument|arg|parameter|param|switch"
             r"|and|or|the|to|for|of|is|as|with|in|on|if|when|that|this|must|can|will|should|none|null|true|false"
             r"|prompt|stdin|file|env)(?![^\s'\"`\\]))"
@@ -494,7 +498,7 @@ class SecretAssignmentDetector(RegexBasedDetector):
         if len(value) < 8 or (len(value) < 512 and m.string[m.end(1) : m.end(1) + 1] in _OPENS):
             return False
         head = value[:511]
-        return _DIGIT.search(head) is not None and _LETTER.search(head) is not None
+        return _DIGIT.search(head) is not None and _LETTER.search(head) is not None and not _EXAMPLE.search(head)
 
     def analyze_string(self, string: str) -> Generator[str, None, None]:
         """The secret values in ``string`` (detect-secrets' interface: ``accept`` for each match)."""
