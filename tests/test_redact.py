@@ -125,6 +125,12 @@ CATCHES = [
     ("mysqladmin -u root -p password 'new pass'", "new pass", "command-line-password"),
     ("mytool --password hunter", "hunter", "command-line-password"),
     ("mysql -uroot -p'secret' app", "secret", "command-line-password"),
+    # ~/.pgpass: hostname:port:database:username:password
+    ("db.example.com:5432:app:alice:hunter2", "hunter2", "pgpass-password"),
+    ("localhost:*:*:postgres:S3cret!\n", "S3cret!", "pgpass-password"),
+    ("*:*:*:*:pa\\:ss", "pa\\:ss", "pgpass-password"),
+    ('echo "localhost:5432:mydb:bob:s3cret" > ~/.pgpass', "s3cret", "pgpass-password"),
+    ('{"content": "# dev\\nlocalhost:5432:db:u:letmein\\n"}', "letmein", "pgpass-password"),
     # credentials files: ~/.netrc, a Docker config.json (base64 of user:password), an .npmrc
     ("machine api.github.com login octocat password S3cretPass1", "S3cretPass1", "netrc-password"),
     ("machine example.com\n  login alice\n  password hunter2\n", "hunter2", "netrc-password"),
@@ -288,6 +294,12 @@ LOOK_ALIKES = [
     "qpdf --password=mypassword --decrypt in.pdf out.pdf",  # an example
     "--password is required when --user is given",
     "  --password string   Password for the registry",
+    "10:12:30:45:00",  # a time, not a .pgpass line
+    "src/app.py:10:4:import",  # rg --vimgrep
+    "root:x:0:0:root:/root:/bin/bash",
+    "see host:5432:db:user:pw in the docs",
+    "hostname:port:database:username:password",
+    "localhost:5432:db:user:PASSWORD",
     # values that say they are examples
     "mycli deploy --api-key=your-api-key",
     "--token=your-token-here1",
@@ -480,6 +492,7 @@ def test_the_keyword_rules_find_the_same_in_any_case() -> None:
 
 # one sample of every detector whose pattern has a gate (redact._GATES), built from parts
 GATED = [
+    "db.example.com:5432:app:alice:" + "hunter2",
     "AKIA" + "IOSFODNN7EXAMPLE",
     'aws_key = "' + "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYEXAMPLEKEY" + '"',
     "AWS.Token='" + "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYEXAMPLEKEY" + "'",
@@ -521,7 +534,7 @@ def test_gates_change_nothing_that_is_found() -> None:
     plain = Redactor()
     for rule in plain._rules:
         rule.gates = [None] * len(rule.gates)
-    assert sum(g is not None for r in gated._rules for g in r.gates) == 7  # every gate found its pattern
+    assert sum(g is not None for r in gated._rules for g in r.gates) == 8  # every gate found its pattern
     words = ["the", "key", "İstanbul", ".", ":", "AC", "SK", "-us", "gh", "gl", "xox", "aws", "\n", "\\n", '"']
     for text in mixed_texts(GATED, words, seed=5):
         assert gated.find(text) == plain.find(text), text
@@ -572,8 +585,13 @@ def test_the_screen_changes_nothing_that_is_found() -> None:
     screened = Redactor()
     plain = Redactor()
     plain._screen = None
-    # every default rule but the two whose patterns start with a class knows its words
-    assert [r.name for r in screened._rules if r.needs is None] == ["discord-bot-token", "telegram-bot-token"]
+    # every default rule but the three whose patterns start with a class or a line's start knows
+    # its words
+    assert [r.name for r in screened._rules if r.needs is None] == [
+        "discord-bot-token",
+        "telegram-bot-token",
+        "pgpass-password",
+    ]
     shapes = [c[0] for c in CATCHES] + GATED + [PEM, JWT, "npm //registry.npmjs.org/:_authToken=" + "npm_" + "x" * 36]
     words = ["the", "is", " is ", "key", "KEY", "İstanbul", "ſ", ".", ":", "://", "sk-", "eyJ", "\n", "\\n", '"']
     words.append("\ud800")  # a lone surrogate: no UTF-8 form for the screen to scan
@@ -589,4 +607,4 @@ def test_the_screen_looks_for_words_not_letters() -> None:
     cannot judge."""
     redactor = Redactor()
     chosen = redactor._screen.rules(_Text("A bold plan -- nothing hidden here, by Bob (see B) --verbose"))
-    assert [redactor._rules[k].name for k in chosen] == ["discord-bot-token", "telegram-bot-token"]
+    assert [redactor._rules[k].name for k in chosen] == ["discord-bot-token", "telegram-bot-token", "pgpass-password"]

@@ -14,7 +14,7 @@ kind (``RegexBasedDetector`` subclasses, the extension mechanism it documents fo
 plugins): fine-grained GitHub tokens, OpenAI project and Anthropic keys, Google API keys, Stripe
 test keys, npm, Vault and DigitalOcean tokens, ``Authorization`` headers with an opaque token,
 passwords on a command line (``mysql -p…``, ``curl -u user:…``, ``sshpass -p …``,
-``--password …``), the passwords of credentials files (``.netrc``), base64 ``user:password`` (a
+``--password …``), the passwords of credentials files (``.netrc``, ``.pgpass``), base64 ``user:password`` (a
 Docker ``config.json``'s ``auth``, ``Authorization: Basic …``), a bare AWS secret key after its
 key id, unquoted assignments as in ``.env`` files, a weak password assigned on a line of its own,
 and natural-language statements ("the password is …").
@@ -89,6 +89,7 @@ __all__ = [
     "LinearOpenAIDetector",
     "OpenAIProjectKeyDetector",
     "PasswordAssignmentDetector",
+    "PgpassPasswordDetector",
     "PasswordStatementDetector",
     "Redactor",
     "SecretAssignmentDetector",
@@ -282,9 +283,10 @@ class CommandLinePasswordDetector(RegexBasedDetector):
     ``--auth-token`` of any command, with ``=`` or a space (a value with a lowercase letter and a
     digit or symbol, so ``--help``'s ``--token string`` and ``PASSWORD_FILE`` stay),
     ``--password`` with any value (``hunter`` too) but a type, a word of a sentence or a word that
-    names a password (not ``--password TEXT``, ``the --password flag``, ``mypassword``), htpasswd's ``-b`` password (``htpasswd -b FILE
-    USER PASS``), ``mysqladmin … password NEW``, the ``-p`` of a registry or cloud ``login`` command (``docker login``,
-    ``az login``; not a port), curl's ``-u user:pass`` and ``--user user:pass``, ``sshpass -p``, ``redis-cli -a``,
+    names a password (not ``--password TEXT``, ``the --password flag``, ``mypassword``),
+    htpasswd's ``-b`` password (``htpasswd -b FILE USER PASS``), ``mysqladmin … password NEW``,
+    the ``-p`` of a registry or cloud ``login`` command (``docker login``, ``az login``; not a
+    port), curl's ``-u user:pass`` and ``--user user:pass``, ``sshpass -p``, ``redis-cli -a``,
     ``sqlcmd -P``. Only the password goes (not the user name)."""
 
     secret_type = "Command-Line Password"
@@ -389,6 +391,45 @@ class NetrcPasswordDetector(RegexBasedDetector):
         # (its lines may be escaped newlines of a JSON string)
         re.compile(r"machine[ \t]+[\w-]+(?:\.[\w-]+)+(?:\s|\\[nrt])+password\s+" + _QUOTED_OR_WORD),
     )
+
+
+_PGPASS_FIELD = r"(?:[^\s:\\\"']|\\[:\\])+"
+"""A field of a ``.pgpass`` line: any characters but a colon, which is escaped (``\\:``)."""
+
+
+class PgpassPasswordDetector(RegexBasedDetector):
+    """The password of a ``.pgpass`` line (``hostname:port:database:username:password``, which
+    psql, pg_dump and libpq read; ``*`` matches any host, port, database or user): a line, a
+    string (``echo "…" > ~/.pgpass``) or an escaped line in a JSON string of exactly those five
+    fields, whose port is a number or ``*``, whose host is not a number and whose database is not
+    one (``10:12:30:45:00`` and ``rg --vimgrep``'s ``a.py:10:4:text`` stay)."""
+
+    secret_type = "Pgpass Password"
+    denylist = (
+        re.compile(
+            r"(?:^|(?<=\\n)|(?<=[\"']))[ \t]*"
+            rf"(?=[^\s:]*[^\d\s:]){_PGPASS_FIELD}:(?:\d{{1,5}}|\*):(?!\d+:){_PGPASS_FIELD}:{_PGPASS_FIELD}:({_PGPASS_FIELD})"
+            r"[ \t]*(?=$|\\[nr]|[\"'])"
+        ),
+    )
+
+    def accept(self, m: re.Match[str]) -> bool:
+        """Whether the password is one, not a placeholder (``PASSWORD``, ``your_password``)."""
+        value = m.group(1)
+        return not (
+            _VARIABLE_NAME.fullmatch(value)
+            or value.isupper()
+            or _EXAMPLE.search(value)
+            or heuristic.is_templated_secret(value)
+            or heuristic.is_prefixed_with_dollar_sign(value)
+        )
+
+    def analyze_string(self, string: str) -> Generator[str, None, None]:
+        """The passwords in ``string`` (detect-secrets' interface: ``accept`` for each match)."""
+        for rx in self.denylist:
+            for m in rx.finditer(string):
+                if self.accept(m):
+                    yield m.group(1)
 
 
 class Base64CredentialsDetector(RegexBasedDetector):
@@ -624,6 +665,7 @@ def default_plugins(*, generic: bool = True) -> list[BasePlugin]:
         AuthorizationHeaderDetector(),
         CommandLinePasswordDetector(),
         NetrcPasswordDetector(),
+        PgpassPasswordDetector(),
         Base64CredentialsDetector(),
         BasicAuthDetector(),
     ]
@@ -689,6 +731,8 @@ _GATES: Final[Mapping[str, Gate]] = {
     r"[0-9a-z]{32}-us[0-9]{1,2}": ("-us",),
     r"[MNO][a-zA-Z\d_-]{23,25}\.[a-zA-Z\d_-]{6}\.[a-zA-Z\d_-]{27}": re.compile(r"\.[a-zA-Z\d_-]{6}\.[a-zA-Z\d_-]{27}"),
     r"\d{8,10}:[0-9A-Za-z_-]{35}": re.compile(r":[0-9A-Za-z_-]{35}"),
+    # context_os's own .pgpass rule starts where a line starts: its port between two colons
+    PgpassPasswordDetector.denylist[0].pattern: re.compile(r":(?:\d{1,5}|\*):"),
 }
 _KEYWORD_GATE = ("key", "pass", "pwd", "secret", "contras")
 """What every match of ``_KEYWORD_TRIGGER`` holds (lowercase)."""
