@@ -202,9 +202,13 @@ def test_a_private_key_cut_off_before_its_end_line_is_removed_to_where_it_stops(
         f"Access key ID,Secret access key\n{AWS_KEY_ID},{AWS_SECRET}\n",  # the console's CSV
         f'{{"output": "AccessKeyId: {AWS_KEY_ID}\\nSecretAccessKey: {AWS_SECRET}\\n"}}',
         f"aws_access_key_id {AWS_KEY_ID}\naws_secret_access_key {AWS_SECRET}",
+        # before the id, or far after it
+        f"Secret access key,Access key ID\n{AWS_SECRET},{AWS_KEY_ID}\n",
+        f"the secret is {AWS_SECRET} and its id {AWS_KEY_ID}",
+        f"AccessKeyId: {AWS_KEY_ID}\nNote: " + "lorem ipsum " * 30 + f"\nSecretAccessKey: {AWS_SECRET}\n",
     ],
 )
-def test_a_bare_aws_secret_key_goes_with_the_key_id_before_it(text: str, reliability: Counts) -> None:
+def test_a_bare_aws_secret_key_goes_with_a_key_id_near_it(text: str, reliability: Counts) -> None:
     out, n = Redactor().redact(text)
     reliability.add("attack: secret shape (redactor)", attempts=1, missed=int(AWS_SECRET in out))
     assert n == 2 and out == text.replace(AWS_KEY_ID, "[REDACTED:aws-access-key]").replace(
@@ -219,6 +223,7 @@ def test_a_bare_aws_secret_key_goes_with_the_key_id_before_it(text: str, reliabi
         f"{AWS_KEY_ID}, see https://example.com/"
         + "aB3dE6fG9hJ2kL5mN8pQ1rS4tU7vW0xY3zA6bC9d"
         + "Ef/x",  # 40 of a longer run
+        f"{AWS_SECRET}\n" + "lorem ipsum " * 90 + AWS_KEY_ID,  # 1,000 characters away
     ],
 )
 def test_near_an_aws_key_id_only_a_secret_key_shaped_word_goes(text: str) -> None:
@@ -444,7 +449,7 @@ HOSTILE_RUNS = [
     "key=a1", "Authorization: Bearer ", "https://u:p@", "//r/:_authToken=", "'password': '", 'secret = "',
     '"token": "a1', "token='a1", "--password=a1", "--password '", "mysql -p", "curl -u a:", "machine a password ",
     '"auth": "', "_auth=YWxp", AWS_KEY_ID + " ", "login ", "--token ", "redis-cli -a", "\npwd",
-    "\npassword=",
+    "\npassword=", AWS_SECRET + " " + AWS_KEY_ID + " ",
 ]  # fmt: skip
 
 

@@ -15,7 +15,7 @@ plugins): fine-grained GitHub tokens, OpenAI project and Anthropic keys, Google 
 test keys, npm, Vault and DigitalOcean tokens, ``Authorization`` headers with an opaque token,
 passwords on a command line (``mysql -p…``, ``curl -u user:…``, ``sshpass -p …``,
 ``--password …``), the passwords of credentials files (``.netrc``, ``.pgpass``), base64 ``user:password`` (a
-Docker ``config.json``'s ``auth``, ``Authorization: Basic …``), a bare AWS secret key after its
+Docker ``config.json``'s ``auth``, ``Authorization: Basic …``), a bare AWS secret key near its
 key id, unquoted assignments as in ``.env`` files, a weak password assigned on a line of its own,
 and natural-language statements ("the password is …").
 
@@ -133,23 +133,42 @@ class AnthropicKeyDetector(RegexBasedDetector):
 
 
 class AWSSecretKeyNearIdDetector(RegexBasedDetector):
-    """A bare AWS secret access key (40 base64 characters) within 200 characters after an access
-    key id (``AKIA…``, ``ASIA…``): the console's CSV, ``aws configure``'s files, what someone
-    pastes in a message. detect-secrets finds the id anywhere, but the secret only quoted and
+    """A bare AWS secret access key (40 base64 characters) within 1,000 characters before or after
+    an access key id (``AKIA…``, ``ASIA…``): the console's CSV, ``aws configure``'s files, what
+    someone pastes in a message, in whichever order, with whatever between (a session token of
+    900 characters). detect-secrets finds the id anywhere, but the secret only quoted and
     assigned to an ``aws…key`` name. The 40 characters must be a word of their own with a
     capital, a small letter and a digit: a git hash (no capitals) or a piece of a longer run
-    stays."""
+    stays. ``denylist`` finds the ids (what the screen looks for); ``spans_in`` the secrets
+    around them."""
 
     secret_type = "AWS Secret Access Key"
-    denylist = (
-        re.compile(
-            r"(?:AKIA|ASIA)(?<![A-Za-z0-9]AKIA)(?<![A-Za-z0-9]ASIA)[0-9A-Z]{16}(?![0-9A-Za-z])[\s\S]{0,200}?"
-            # a word of its own: after a character that is not base64, or an escape (\n, \t)
-            r"(?:(?<![A-Za-z0-9/+])|(?<=\\[nt]))"
-            r"((?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}\d)[A-Za-z0-9/+]{40})"
-            r"(?![\w/+=-])"
-        ),
+    denylist = (re.compile(r"(?:AKIA|ASIA)(?<![A-Za-z0-9]AKIA)(?<![A-Za-z0-9]ASIA)[0-9A-Z]{16}(?![0-9A-Za-z])"),)
+    near = 1_000
+    secret = re.compile(
+        # a word of its own: after a character that is not base64, or an escape (\n, \t)
+        r"(?:(?<![A-Za-z0-9/+])|(?<=\\[nt]))"
+        r"(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}\d)[A-Za-z0-9/+]{40}"
+        r"(?![\w/+=-])"
     )
+
+    def spans_in(self, text: str) -> Iterator[tuple[int, int]]:
+        """Where the secret keys near the ids in ``text`` are, in order. Each part of the text is
+        searched once, however many ids are near it (a megabyte of ids costs linear time)."""
+        searched = 0
+        for key_id in self.denylist[0].finditer(text):
+            lo, hi = max(searched, key_id.start() - self.near), key_id.end() + self.near
+            # a word that starts before ``hi`` is read whole, and what follows it too
+            for m in self.secret.finditer(text, lo, min(len(text), hi + 41)):
+                if m.start() >= hi:
+                    break
+                yield m.span()
+            searched = max(searched, hi)
+
+    def analyze_string(self, string: str) -> Generator[str, None, None]:
+        """The secret keys in ``string`` (detect-secrets' interface)."""
+        for start, end in self.spans_in(string):
+            yield string[start:end]
 
 
 class GoogleApiKeyDetector(RegexBasedDetector):
@@ -921,7 +940,9 @@ class _Rule:
         self.tail: re.Pattern[str] = getattr(plugin, "tail", _TOKEN_TAIL)
         self.triggers: tuple[str, ...] = tuple(getattr(plugin, "triggers", ()))
         self.spans: Callable[[_Text], Iterator[Span]]
-        if isinstance(plugin, PrivateKeyDetector):
+        if hasattr(plugin, "spans_in"):  # a plugin that finds its own spans
+            self.spans = self._own_spans
+        elif isinstance(plugin, PrivateKeyDetector):
             self.spans = self._key_blocks
         elif isinstance(plugin, KeywordDetector):
             self.spans = self._keywords
@@ -1007,6 +1028,11 @@ class _Rule:
                     pos = max(pos, end)
                 if _REDACTED not in t.text[start:end]:
                     yield start, end, self.name
+
+    def _own_spans(self, t: _Text) -> Iterator[Span]:
+        for start, end in self.plugin.spans_in(t.text):  # type: ignore[attr-defined]
+            if _REDACTED not in t.text[start:end]:
+                yield start, end, self.name
 
     def _key_blocks(self, t: _Text) -> Iterator[Span]:
         text = t.text
