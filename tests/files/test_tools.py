@@ -299,6 +299,43 @@ def test_secrets_inside_ordinary_files_are_redacted_before_they_are_stored(root:
     assert key not in tools.call("grep", {"pattern": "GITHUB"})
 
 
+def test_a_file_whose_path_holds_a_secret_is_never_indexed(root: Path, tools: FileTools, db) -> None:
+    """A key in a file's name (``keys/sk-proj-….txt``) would be stored, and shown, as the file
+    object's ``meta.path``: ``ls`` shows the name redacted and indexes nothing, and ``read``,
+    ``write`` and ``edit`` refuse it with the path redacted, before anything is read or written."""
+    key = KEYS["openai-key"]
+    (root / "keys").mkdir()
+    (root / "keys" / f"{key}.txt").write_text("hello\n")
+    (root / "keys" / "plain.txt").write_text("plain\n")
+    listed = tools.call("ls", {"path": "keys"})
+    assert key not in listed and "[REDACTED:openai-key].txt" in listed and "1 new file object" in listed
+    for name, args in [
+        ("read", {"path": f"keys/{key}.txt"}),
+        ("write", {"path": f"keys/{key}.md", "content": "x"}),
+        ("edit", {"path": f"keys/{key}.txt", "oldText": "hello", "newText": "bye"}),
+    ]:
+        out = call(tools, name, **args)
+        assert out["type"] == "PathDenied" and "keys/[REDACTED:openai-key]" in out["error"] and key not in out["error"]
+    assert not (root / "keys" / f"{key}.md").exists() and (root / "keys" / f"{key}.txt").read_text() == "hello\n"
+    assert [v.doc["meta"]["path"] for v in db.find("file", {}) if v.doc] == ["keys/plain.txt"]
+    db.close()
+    assert not any(key.encode() in f.read_bytes() for f in Path(db.path).parent.glob("store.db*"))
+
+
+def test_a_file_moved_to_a_path_that_holds_a_secret_is_recorded_missing(root: Path, tools: FileTools, db) -> None:
+    """What a tracker records of a move (``FileIndex.refresh`` with the new path): the new path
+    holds a key, so the object is recorded missing, and the path is never stored."""
+    key = KEYS["github-token"]
+    (root / "notes.txt").write_text("hello\n")
+    oid = call(tools, "read", path="notes.txt")["id"]
+    (root / "notes.txt").rename(root / f"{key}.txt")
+    tools.index.refresh(oid, root.resolve() / f"{key}.txt", cause="tracker", reason="deleted or moved away on disk")
+    meta = latest_meta(db, oid)
+    assert meta["missing"] is True and meta["missing_reason"] == "moved to a path that holds a secret"
+    db.close()
+    assert not any(key.encode() in f.read_bytes() for f in Path(db.path).parent.glob("store.db*"))
+
+
 def test_large_files_are_stored_whole_and_shown_truncated(root: Path, db: SqliteStore, session: Session) -> None:
     tools = FileTools(session, Workspace(root, max_active_chars=1000))
     text = "".join(f"line {n:04d} " + "x" * 40 + "\n" for n in range(200))

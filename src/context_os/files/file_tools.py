@@ -506,6 +506,7 @@ class FileTools:
     def write(self, path: str, content: str) -> dict[str, Any]:
         """Create or overwrite a text file, then record and show its new version."""
         real = self.workspace.resolve(path, must_exist=False)
+        self.workspace.deny_secret_path(real)  # before anything is written: it could not be recorded
         data = _utf8(content, f"write {path}")
         host_out = None
         if "write" in self.host:
@@ -536,6 +537,7 @@ class FileTools:
     ) -> dict[str, Any]:
         """Exact replacement(s) in a text file, then record and show its new version with the diff."""
         real = self.workspace.resolve(path)
+        self.workspace.deny_secret_path(real)
         if edits is not None and (oldText is not None or newText is not None):
             raise InputError(f"edit {path}: pass either oldText/newText or edits=[…], not both")
         if edits is None:

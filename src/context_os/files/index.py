@@ -300,6 +300,9 @@ class FileIndex:
                 prev = self.latest(obj_id)
                 if prev is None:
                     return None
+                if path is not None and self.workspace.secret_in_path(path) is not None:
+                    # moved to a name that holds a secret: that name is never recorded
+                    path, reason = None, "moved to a path that holds a secret"
                 result = (
                     self._missing(prev, cause=cause, reason=reason)
                     if path is None
@@ -334,6 +337,7 @@ class FileIndex:
         settled: Callable[[FileSnapshot], bool] | None = None,
         record_stat: bool = False,
     ) -> Indexed | None:
+        self.workspace.deny_secret_path(path)
         pm: dict[str, Any] = prev.doc["meta"] if prev is not None and prev.doc else {}
         # everything recorded below is what this one open found (path, inode, size, mtime, bytes):
         # nothing is looked at by name again, so nothing can disagree with it

@@ -15,6 +15,8 @@ outside ``root``, or one that escapes it through a symlink, is refused with ``Pa
 * files above ``max_file_bytes`` are metadata-only; files above ``max_active_chars`` characters
   are stored whole but shown truncated in the active pool (``meta.context_chars``);
 * text is passed through the redactor (secrets removed: ``context_os.redact``) before it is stored.
+* a file whose path holds a secret (``keys/sk-proj-….txt``) is never indexed (``deny_secret_path``):
+  the path would be stored and shown.
 
 **How paths are opened.** A check on a path name and a later open of that name can see two
 different files (a symlink swapped in between). So nothing here opens a path by name: ``open``
@@ -616,6 +618,23 @@ class Workspace:
         if name.endswith(_NOT_SECRET_SUFFIXES):
             return False
         return any(fnmatch.fnmatchcase(name, p) for p in self.secret_patterns)
+
+    def secret_in_path(self, path: str | os.PathLike[str]) -> str | None:
+        """``path`` (relative to its root) with its secrets redacted, if the redactor finds one in
+        it (``keys/sk-proj-….txt``); else None. Such a file is never indexed: its path would be
+        stored, and shown, as the object's ``meta.path``."""
+        shown, n = self.redact(self.relpath(path))
+        return shown if n else None
+
+    def deny_secret_path(self, path: str | os.PathLike[str]) -> None:
+        """``PathDenied`` if the redactor finds a secret in ``path`` (``secret_in_path``); the
+        message shows the path redacted."""
+        shown = self.secret_in_path(path)
+        if shown is not None:
+            raise PathDenied(
+                f"{shown!r}: the file's path holds a secret; it is not indexed (its path would be stored"
+                " and shown) and no file tool reads or writes it: rename it"
+            )
 
     def is_ignored(self, path: str | os.PathLike[str]) -> bool:
         """Whether ``path`` lies inside an ignored directory (``.git``, ``node_modules``, …) of its root."""
