@@ -155,6 +155,11 @@ CATCHES = [
     ("services:\n  db:\n    environment:\n      - POSTGRES_PASSWORD=hunter\n", "hunter", "password-assignment"),
     ('"Env": ["POSTGRES_PASSWORD=secret", "PATH=/usr/bin"]', "secret", "password-assignment"),
     ('{"content": "[client]\\nuser=root\\npassword=letmein\\n"}', "letmein", "password-assignment"),
+    # or for one command
+    ("PGPASSWORD=hunter psql -U app -h db", "hunter", "password-assignment"),
+    ("PGHOST=db PGPASSWORD=letmein pg_dump app > app.sql", "letmein", "password-assignment"),
+    ("cd app && env MYSQL_PWD=root mysql -u app", "root", "password-assignment"),
+    ('{"command": "PGPASSWORD=hunter psql -U app"}', "hunter", "password-assignment"),
 ]  # fmt: skip
 
 
@@ -332,6 +337,8 @@ LOOK_ALIKES = [
     "DB_PASSWORD=your_password",
     "password=$DB_PASSWORD",
     "password: hunter2 is what the docs use",  # not the whole line
+    "PGPASSWORD=$PGPASS psql -U app",
+    "call(password=secret arg)",
     "PWD=/home/alice/project",  # the working directory
     "OLDPWD=/tmp",
     "bypass: true",
@@ -449,7 +456,7 @@ HOSTILE_RUNS = [
     "key=a1", "Authorization: Bearer ", "https://u:p@", "//r/:_authToken=", "'password': '", 'secret = "',
     '"token": "a1', "token='a1", "--password=a1", "--password '", "mysql -p", "curl -u a:", "machine a password ",
     '"auth": "', "_auth=YWxp", AWS_KEY_ID + " ", "login ", "--token ", "redis-cli -a", "\npwd",
-    "\npassword=", AWS_SECRET + " " + AWS_KEY_ID + " ",
+    "\npassword=", AWS_SECRET + " " + AWS_KEY_ID + " ", "a=b ", "PGPASSWORD=ab ",
 ]  # fmt: skip
 
 

@@ -579,7 +579,8 @@ class PasswordAssignmentDetector(RegexBasedDetector):
     """A password assigned on a line of its own, whatever its length or letters, as config files,
     ``.env`` files, ``~/.my.cnf``, YAML and ``env`` output hold it (``password: hunter2``,
     ``DB_PASSWORD=secret``, ``export PGPASSWORD=letmein``, ``- POSTGRES_PASSWORD=…`` in a
-    compose file, ``"MYSQL_PWD=…"`` in ``docker inspect``'s ``Env``): ``secret-assignment`` needs
+    compose file, ``"MYSQL_PWD=…"`` in ``docker inspect``'s ``Env``), or for one command
+    (``PGPASSWORD=hunter psql -U app``): ``secret-assignment`` needs
     8 characters and a digit, which a weak password, the one most often written down, lacks.
     The line (or a string, or an escaped line in a JSON string) must be the assignment alone, so
     a call's ``password=password,`` or ``f(password=x)`` stays, and the value must not be what
@@ -600,6 +601,16 @@ class PasswordAssignmentDetector(RegexBasedDetector):
             r"([^\s\"'`;,()\[\]{}<>\\]{4,256})"
             # the rest of the line: nothing but a comment
             r"(?:[ \t]+#[^\n\\]*)?[ \t]*(?=$|\\[nr]|[\"'])",
+            re.IGNORECASE,
+        ),
+        # a shell's assignment for one command (``PGPASSWORD=hunter psql -U app``, ``env
+        # MYSQL_PWD=root mysql``, after other assignments): no space around "=", a command after
+        re.compile(
+            # where a line, a string or a command after ``&&``, ``;``, ``|`` or ``(`` starts
+            r"(?:^|(?<=\\n)|(?<=[\"'])|(?<=[;&|(][ \t]))[ \t]*(?:(?:env|sudo|sudo[ \t]+env)[ \t]+)?"
+            r"(?:[\w.-]+=[^\s\"'`;&|]*[ \t]+){0,8}?"
+            r"(?:[\w.-]*?(?:passw(?:or)?d|passphrase|passcode)|(?:[\w.-]*?[_.-])?pass|[\w.-]*?[_.-]pwd)"
+            r"=([^\s\"'`;,()\[\]{}<>\\]{4,256})[ \t]+(?=[\w./~-])",
             re.IGNORECASE,
         ),
     )
