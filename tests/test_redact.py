@@ -597,8 +597,7 @@ def test_the_screen_changes_nothing_that_is_found() -> None:
     screened = Redactor()
     plain = Redactor()
     plain._screen = None
-    # every default rule but the three whose patterns start with a class or a line's start knows
-    # its words
+    # every default rule but the three whose gates are patterns knows its words
     assert [r.name for r in screened._rules if r.needs is None] == [
         "discord-bot-token",
         "telegram-bot-token",

@@ -412,6 +412,8 @@ class NetrcPasswordDetector(RegexBasedDetector):
     )
 
 
+_PGPASS_HEAD = re.compile(r"""(?:^|\\[nr]|["'])[ \t]*\Z""", re.MULTILINE)
+"""Where a ``.pgpass`` line starts: a line, a string, an escaped line in a JSON string."""
 _PGPASS_FIELD = r"(?:[^\s:\\\"']|\\[:\\])+"
 """A field of a ``.pgpass`` line: any characters but a colon, which is escaped (``\\:``)."""
 
@@ -424,16 +426,25 @@ class PgpassPasswordDetector(RegexBasedDetector):
     one (``10:12:30:45:00`` and ``rg --vimgrep``'s ``a.py:10:4:text`` stay)."""
 
     secret_type = "Pgpass Password"
+    # from the colon before the port (the engine jumps from one colon to the next; a pattern that
+    # starts where a line starts is tried at every position); ``accept`` reads the host before it
     denylist = (
         re.compile(
-            r"(?:^|(?<=\\n)|(?<=[\"']))[ \t]*"
-            rf"(?=[^\s:]*[^\d\s:]){_PGPASS_FIELD}:(?:\d{{1,5}}|\*):(?!\d+:){_PGPASS_FIELD}:{_PGPASS_FIELD}:({_PGPASS_FIELD})"
-            r"[ \t]*(?=$|\\[nr]|[\"'])"
+            rf":(?:\d{{1,5}}|\*):(?!\d+:){_PGPASS_FIELD}:{_PGPASS_FIELD}:({_PGPASS_FIELD})"
+            r"[ \t]*(?=$|\\[nr]|[\"'])",
+            re.MULTILINE,
         ),
     )
 
     def accept(self, m: re.Match[str]) -> bool:
-        """Whether the password is one, not a placeholder (``PASSWORD``, ``your_password``)."""
+        """Whether the line is the five fields alone, with a host that is not a number, and the
+        password is one, not a placeholder (``PASSWORD``, ``your_password``)."""
+        text, start = m.string, m.start()
+        while start > 0 and text[start - 1] not in " \t\n\"':" and text[start - 2 : start] not in ("\\n", "\\r"):
+            start -= 1
+        host = text[start : m.start()]
+        if not host or host.isdigit() or _PGPASS_HEAD.search(text, max(0, start - 256), start) is None:
+            return False
         value = m.group(1)
         return not (
             _VARIABLE_NAME.fullmatch(value)
@@ -575,6 +586,11 @@ _DIGIT = re.compile(r"\d")
 _LETTER = re.compile(r"[A-Za-z]")
 
 
+_PASSWORD_END = r"(?:(?P<line>(?:[ \t]+#[^\n\\]*)?[ \t]*(?=$|\\[nr]|[\"']))|(?P<command>[ \t]+)(?=[\w./~-]))?"
+"""What follows a password assigned on a line of its own (nothing but a comment) or for one
+command (the command); neither: not such a password (``PasswordAssignmentDetector.accept``)."""
+
+
 class PasswordAssignmentDetector(RegexBasedDetector):
     """A password assigned on a line of its own, whatever its length or letters, as config files,
     ``.env`` files, ``~/.my.cnf``, YAML and ``env`` output hold it (``password: hunter2``,
@@ -589,35 +605,51 @@ class PasswordAssignmentDetector(RegexBasedDetector):
     a placeholder (``changeme``, ``your-password``, ``xxxx``, ``****``) or a YAML alias."""
 
     secret_type = "Password Assignment"
-    triggers = ("pass", "_pwd", "-pwd", ".pwd")
+    triggers = ("pass", "pwd")
+    # each pattern starts with its word (the engine jumps from one to the next; a pattern that
+    # starts where a line starts is tried at every position); ``accept`` reads the name's start
+    # and what is before it on the line
     denylist = (
         re.compile(
-            # where a line, a string or an escaped line in a JSON string starts
-            r"(?:^|(?<=\\n)|(?<=[\"']))[ \t]*(?:(?:export|set|setenv|env)[ \t]+|-[ \t]+)?"
-            # a name that ends in "password", "passphrase", "passcode", "passwd"; "pass" or "pwd"
-            # after a separator or alone ("pass", not "bypass"; "MYSQL_PWD", not "OLDPWD")
-            r"(?:[\w.-]*?(?:passw(?:or)?d|passphrase|passcode)|(?:[\w.-]*?[_.-])?pass|[\w.-]*?[_.-]pwd)"
+            r"pass(?:w(?:or)?d|phrase|code)?"
             r"[\"']?[ \t]*(?:=|:(?=[ \t]))[ \t]*"  # YAML's colon has a space after it (not "passwd:gecos")
-            r"([^\s\"'`;,()\[\]{}<>\\]{4,256})"
-            # the rest of the line: nothing but a comment
-            r"(?:[ \t]+#[^\n\\]*)?[ \t]*(?=$|\\[nr]|[\"'])",
+            # the value, taken whole (possessive) and judged by ``accept``, as is what follows it:
+            # the pattern never fails after the name, so the search goes on after the value
+            r"([^\s\"'`;,()\[\]{}<>\\]*+)" + _PASSWORD_END,
             re.IGNORECASE,
         ),
-        # a shell's assignment for one command (``PGPASSWORD=hunter psql -U app``, ``env
-        # MYSQL_PWD=root mysql``, after other assignments): no space around "=", a command after
         re.compile(
-            # where a line, a string or a command after ``&&``, ``;``, ``|`` or ``(`` starts
-            r"(?:^|(?<=\\n)|(?<=[\"'])|(?<=[;&|(][ \t]))[ \t]*(?:(?:env|sudo|sudo[ \t]+env)[ \t]+)?"
-            r"(?:[\w.-]+=[^\s\"'`;&|]*[ \t]+){0,8}?"
-            r"(?:[\w.-]*?(?:passw(?:or)?d|passphrase|passcode)|(?:[\w.-]*?[_.-])?pass|[\w.-]*?[_.-]pwd)"
-            r"=([^\s\"'`;,()\[\]{}<>\\]{4,256})[ \t]+(?=[\w./~-])",
+            r"pwd[\"']?[ \t]*(?:=|:(?=[ \t]))[ \t]*([^\s\"'`;,()\[\]{}<>\\]*+)" + _PASSWORD_END,
             re.IGNORECASE,
         ),
     )
 
     def accept(self, m: re.Match[str]) -> bool:
-        """Whether the value is a password, not what code or a template assigns."""
-        return not _not_a_password(m.group(1))
+        """Whether the match is a password assigned on a line of its own, or for one command, and
+        its value is a password, not what code or a template assigns."""
+        text, word = m.string, m.start()
+        start = word
+        while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
+            if text[start - 1] in "nrt" and text[start - 2 : start - 1] == "\\":
+                break  # an escaped newline in a JSON string ends the line before the name
+            start -= 1
+        after_separator = start < word and text[word - 1] in "_.-"
+        kind = text[word : word + 5].lower()
+        if kind.startswith("pwd"):
+            if not after_separator:  # "MYSQL_PWD", not the shell's "PWD" or "OLDPWD"
+                return False
+        elif kind not in ("passw", "passp", "passc") and start < word and not after_separator:
+            return False  # "pass" alone or after a separator ("DB_PASS"), not "bypass"
+        if not 4 <= len(m.group(1)) <= 256 or (m.group("line") is None and m.group("command") is None):
+            return False
+        if m.group("command") is not None:
+            # for one command: no space around "=", and a command's start before the name
+            if not text[word : m.start(1) - 1].isalpha() or text[m.start(1) - 1] != "=":
+                return False
+            head = _COMMAND_HEAD
+        else:
+            head = _LINE_HEAD
+        return head.search(text, max(0, start - 256), start) is not None and not _not_a_password(m.group(1))
 
     def analyze_string(self, string: str) -> Generator[str, None, None]:
         """The passwords in ``string`` (detect-secrets' interface: ``accept`` for each match)."""
@@ -625,6 +657,17 @@ class PasswordAssignmentDetector(RegexBasedDetector):
             for m in rx.finditer(string):
                 if self.accept(m):
                     yield m.group(1)
+
+
+_LINE_HEAD = re.compile(r"""(?:^|\\n|["'])[ \t]*(?:(?:export|set|setenv|env)[ \t]+|-[ \t]+)?\Z""", re.MULTILINE)
+"""What is before the name of a password assigned on a line of its own: the line's start (or a
+string's, or an escaped line's in a JSON string), ``export``, ``set``, a YAML list's ``-``."""
+_COMMAND_HEAD = re.compile(
+    r"""(?:^|\\n|["']|[;&|(][ \t])[ \t]*(?:(?:env|sudo|sudo[ \t]+env)[ \t]+)?(?:[\w.-]+=[^\s"'`;&|]*[ \t]+){0,8}\Z""",
+    re.MULTILINE | re.IGNORECASE,
+)
+"""What is before the name of a password assigned for one command: a command's start (a line's,
+a string's, after ``&&``, ``;``, ``|`` or ``(``), ``env`` or ``sudo``, other assignments."""
 
 
 _NOT_A_PASSWORD = re.compile(
@@ -761,7 +804,8 @@ _GATES: Final[Mapping[str, Gate]] = {
     r"[0-9a-z]{32}-us[0-9]{1,2}": ("-us",),
     r"[MNO][a-zA-Z\d_-]{23,25}\.[a-zA-Z\d_-]{6}\.[a-zA-Z\d_-]{27}": re.compile(r"\.[a-zA-Z\d_-]{6}\.[a-zA-Z\d_-]{27}"),
     r"\d{8,10}:[0-9A-Za-z_-]{35}": re.compile(r":[0-9A-Za-z_-]{35}"),
-    # context_os's own .pgpass rule starts where a line starts: its port between two colons
+    # context_os's own .pgpass rule, whose every match starts with a colon: a word the screen would
+    # find in nearly every text, and report at every colon
     PgpassPasswordDetector.denylist[0].pattern: re.compile(r":(?:\d{1,5}|\*):"),
 }
 _KEYWORD_GATE = ("key", "pass", "pwd", "secret", "contras")
