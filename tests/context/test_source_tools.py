@@ -377,3 +377,31 @@ def test_query_words_count_the_words_keyword_search_matched(store: Store, uid: s
     out = json.loads(hook.call_tool("recall", {"query": "cafe lease", "k": 3, "session": f"{uid}-a"}))
     hit = next(h for h in out["hits"] if h["object"] == f"toolcall:{uid}-a:c1")
     assert hit["query_words"] == "2 of 2", out
+
+
+def test_the_recall_tool_says_how_many_parts_are_not_embedded_yet(tmp_path: Path) -> None:
+    """While the vectors lag the store, "hybrid" alone would tell the model every part was
+    searched by meaning: the tool's ranking says how many were found by keyword only."""
+    with SqliteStore(tmp_path / "s.db") as store:
+        store.submit(
+            [
+                Put(SourceDoc(id=f"memory:m{i}", kind="memory", content=f"lease renewal note {i}").to_doc())
+                for i in range(6)
+            ]
+        )
+        session = Session.open(store, "lag", harness="openai", workspace=str(tmp_path))
+        hook = OpenAIHook(session)
+        recall = open_recall(store, "wordllama", background=False)
+        try:
+            SourceTools(session, recall=recall, auto_recall=False).register(hook.registry)
+            hook.transform_context([user("hello")])
+            out = json.loads(hook.call_tool("recall", {"query": "lease renewal"}))
+            hybrid = "hybrid: BM25 + vectors (wordllama:l2_supercat-256)"
+            # six notes and the user's message
+            assert out["ranking"] == f"{hybrid}; 7 parts not embedded yet, found by keyword only"
+            assert recall.vectors is not None and recall.vectors.catch_up() >= 7  # and the recall objects it stored
+            out = json.loads(hook.call_tool("recall", {"query": "lease renewal"}))
+            assert out["ranking"] == hybrid and "embedded" not in out.get("note", "")
+        finally:
+            recall.close()
+            session.close()

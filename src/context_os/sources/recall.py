@@ -273,8 +273,9 @@ class Recall:
         self.session = session
         self.k = k
         self.indexer = indexer
-        self._covered: tuple[int, float, float] | None = None
-        """The vectors' coverage as last asked: at their cursor, when (``_coverage``)."""
+        self._covered: tuple[int, float, float, int] | None = None
+        """The vectors' coverage as last asked: at their cursor, when, the share of parts embedded
+        and how many are not (``_coverage``)."""
         self.keyword_only = keyword_only or "no embedder"
         self.note = note
 
@@ -282,7 +283,13 @@ class Recall:
         """How it ranks now, in a few words (what the recall tool reports)."""
         if self.vectors is None:
             return f"keyword (BM25) only: {self.keyword_only}"
-        return f"hybrid: BM25 + vectors ({self.vectors.embedder.name})"
+        ranking = f"hybrid: BM25 + vectors ({self.vectors.embedder.name})"
+        self._coverage()
+        assert self._covered is not None
+        pending = self._covered[3]
+        if pending:  # what is not embedded yet is found by its words alone: the model should know
+            ranking += f"; {pending:,} parts not embedded yet, found by keyword only"
+        return ranking
 
     def close(self) -> None:
         """Stop the indexer and close the vector index (what is left is embedded next time)."""
@@ -362,7 +369,7 @@ class Recall:
         if known is None or known[0] != cursor or now - known[1] >= COVERAGE_S:
             counts = self.vectors.counts()
             held, pending = int(counts.get("parts") or 0), int(counts.get("pending") or 0)
-            known = self._covered = (cursor, now, 1.0 if not pending else held / (held + pending))
+            known = self._covered = (cursor, now, 1.0 if not pending else held / (held + pending), pending)
         return known[2]
 
     def _fuse(
