@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from context_os import Session
 from context_os.errors import InputError, StoreError
+from context_os.harness.openai import OpenAIHook
 from context_os.sources import ObjectSource
 from context_os.sources import recall as recall_module
 from context_os.sources.embed import WordLlamaEmbedder
 from context_os.sources.recall import Recall, RecallConfig, keyword_query, open_recall, vector_path
 from context_os.sources.vectors import VectorIndex, vector_status
 from context_os.store import Store, open_store
+from tests.helpers import call, result, user
 
 from .test_vectors import TALK, chat, memory
 
@@ -176,11 +179,11 @@ def test_recency_prefers_the_newer_of_equal_hits(db: Store, vectors: VectorIndex
     db.put(memory("memory:b-new", "standup: the release is blocked on review"), valid_from=1_000_000_000)
     vectors.catch_up()
     plain = Recall(db, vectors).search("release blocked", k=2).hits
-    assert [h.id for h in plain] == ["memory:a-old", "memory:b-new"]  # a tie, broken by id
+    # a tie, broken by id; the same text is one hit, the other counted
+    assert [(h.id, h.same_text) for h in plain] == [("memory:a-old", 1)]
     fresh = Recall(db, vectors, RecallConfig(recency_weight=0.5, recency_half_life_ms=86_400_000))
-    assert [h.id for h in fresh.search("release blocked", k=2, as_of=1_000_000_000).hits] == [
-        "memory:b-new",
-        "memory:a-old",
+    assert [(h.id, h.same_text) for h in fresh.search("release blocked", k=2, as_of=1_000_000_000).hits] == [
+        ("memory:b-new", 1)
     ]
 
 
@@ -297,3 +300,22 @@ def test_bad_input_names_the_field(db: Store, vectors: VectorIndex) -> None:
         RecallConfig(fusion="max")  # type: ignore[arg-type]
     with pytest.raises(InputError, match="mmr_lambda"):
         RecallConfig(mmr_lambda=2.0)
+
+
+def test_the_same_tool_output_seen_many_times_is_one_hit(db: Store, vectors: VectorIndex) -> None:
+    """An agent that ran the same failing test five times stored five identical outputs: they
+    took five of the places, and the other output that mentions the lease came after them."""
+    failed = "FAILED tests/test_lease.py::test_renewal - AssertionError: the lease expired early\n"
+    msgs = [user("the lease renewal test fails, fix it")]
+    for n in range(5):
+        msgs += [call(f"c{n}", "bash", command="pytest tests/test_lease.py"), result(f"c{n}", failed)]
+    msgs += [call("c5", "bash", command="grep -n lease src/lease.py"), result("c5", "12: def renew(lease):")]
+    with Session.open(db, "agent", harness="openai", redact=False) as s:
+        OpenAIHook(s).transform_context(msgs)
+    vectors.catch_up()
+    for r in (Recall(db, vectors), Recall(db)):  # hybrid and keyword only
+        hits = r.search("lease expired renewal", k=3, kinds=["toolcall"]).hits
+        texts = [h.text for h in hits]
+        assert texts.count(failed) == 1 and "12: def renew(lease):" in texts, texts
+        assert hits[0].text == failed and hits[0].same_text == 4
+        assert all(h.same_text == 0 for h in hits[1:])

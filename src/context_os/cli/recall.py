@@ -185,6 +185,7 @@ def _report(result: RecallResult, paths: dict[str, str]) -> dict[str, Any]:
                 "score": h.score,
                 "bm25": {"score": h.bm25_score, "rank": h.bm25_rank},
                 "vector": {"score": h.vector_score, "rank": h.vector_rank},
+                "same_text": h.same_text,
                 "ref": {**h.ref, "valid_time_iso": iso(h.valid_time)},
                 "text": h.text,
             }
@@ -202,6 +203,8 @@ def _rows(result: RecallResult, paths: dict[str, str]) -> list[list[Any]]:
     rows = []
     for h in result.hits:
         line = " ".join(h.text.split())
+        if h.same_text:  # the other parts with this very text, left out
+            line = f"(+{h.same_text} same) {line}"
         rows.append(
             [
                 h.rank,

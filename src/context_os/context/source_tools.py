@@ -119,7 +119,7 @@ class SourceTools:
                 "preview": _preview(item.text),
                 "pool": "added" if added else "already in pool",
             }
-            for key in ("part", "session", "bm25_rank", "vector_rank"):
+            for key in ("part", "session", "bm25_rank", "vector_rank", "same_text"):
                 if meta.get(key) not in (None, ""):
                     hit[key] = meta[key]
             if isinstance(meta.get("valid_time"), int):

@@ -187,6 +187,9 @@ class RecallHit(TextHit):
     bm25_rank: int | None = None
     vector_score: float | None = None
     vector_rank: int | None = None
+    same_text: int = 0
+    """How many other parts with this very text (whitespace aside) ranked below it and were left
+    out: the same tool output seen many times is one hit, not many."""
 
     @property
     def item_id(self) -> str:
@@ -429,7 +432,8 @@ class Recall:
                 c.score *= (1 - cfg.recency_weight) + cfg.recency_weight * fresh
         ranked = sorted(cands.values(), key=lambda c: (-c.score, c.hit.id, c.hit.part))
         want = k if cfg.mmr_lambda is None else 4 * k
-        ranked = self._not_own([c for c in ranked if c.score >= cfg.min_score], want, valid_time, tx_id)
+        ranked, same = _distinct([c for c in ranked if c.score >= cfg.min_score])
+        ranked = self._not_own(ranked, want, valid_time, tx_id)
         if cfg.mmr_lambda is not None:
             ranked = self._mmr(ranked, k, cfg.mmr_lambda)
         return [
@@ -440,6 +444,7 @@ class Recall:
                 bm25_rank=c.bm25[1] if c.bm25 else None,
                 vector_score=c.vector[0] if c.vector else None,
                 vector_rank=c.vector[1] if c.vector else None,
+                same_text=same.get(id(c), 0),
             )
             for rank, c in enumerate(ranked[:k], 1)
         ]
@@ -611,6 +616,28 @@ class _Pages:
         return hit.valid_time
 
 
+def _distinct(ranked: list[_Cand]) -> tuple[list[_Cand], dict[int, int]]:
+    """``ranked`` with each text once (whitespace aside): the best-ranked part that has it, and
+    for it (by ``id`` of the candidate) how many others with the same text were left out. The same
+    tool output seen many times (a ``git status``, a failing test) filled every place before.
+    Chat entries are not merged: each is a turn at its place in a conversation (the same words
+    said on two days are two events, and what was said after each differs)."""
+    kept: list[_Cand] = []
+    first: dict[str, _Cand] = {}
+    same: dict[int, int] = {}
+    for c in ranked:
+        if c.hit.kind == "chat":
+            kept.append(c)
+            continue
+        key = " ".join(c.hit.text.split())
+        if key in first:
+            same[id(first[key])] = same.get(id(first[key]), 0) + 1
+            continue
+        first[key] = c
+        kept.append(c)
+    return kept, same
+
+
 COVERAGE_S = 30.0
 """How long a search goes by the vectors' coverage it last asked for, while they take in nothing."""
 
@@ -636,6 +663,8 @@ def hit_item(h: RecallHit, query: str, mode: str) -> SourceItem:
         "vector_rank": h.vector_rank,
         "mode": mode,
     }
+    if h.same_text:
+        meta["same_text"] = h.same_text
     return SourceItem(h.item_id, "recall", h.text, h.score, meta)
 
 
