@@ -313,3 +313,52 @@ def test_the_servers_keep_the_vectors_beside_the_store_as_recall_does(tmp_path: 
             proc.terminate()
             assert proc.wait(60) == 0
     assert vector_status(str(db) + ".vectors", 0) == before
+
+
+def test_memory_edited_while_no_session_runs_is_found_as_it_is_now(tmp_path: Path) -> None:
+    """``ctxos recall`` found memory only as a session had stored the head of its index: an edit
+    made since (no session running) was not seen, a fact past the cap or in a topic file never.
+    It reads the files now, and writes nothing for it (a read-only store works the same)."""
+    from context_os import Session
+    from context_os.context.source_tools import SourceTools
+    from context_os.harness.openai import OpenAIHook
+    from context_os.sources.memory import MemoryScopes, trust_workspace
+    from context_os.store.sqlite import SqliteStore
+
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    trust_workspace(ws)
+    memory = MemoryScopes(ws)
+    memory.remember("the staging database is called heron")
+    db = tmp_path / "store.db"
+    with SqliteStore(db) as store, Session.open(store, "s1", harness="openai", workspace=str(ws)) as session:
+        SourceTools(session, memory=memory)
+        OpenAIHook(session).transform_context([{"role": "user", "content": "hello"}])  # stores the index
+    index = ws / ".context_os" / "memory" / "MEMORY.md"
+    index.write_text("- the staging database is called osprey\n")  # edited, no session running
+    memory.remember("backups run at 03:00 from the kestrel host", topic="ops")
+    written = b""
+    for url in (str(db), f"sqlite:///{db}?mode=ro"):
+        if url.endswith("?mode=ro"):
+            written = db.read_bytes()
+        base = ["--store", url, "recall", "--embedder", "none", "--json", "-w", str(ws)]
+
+        def hits(query: str, base: list[str] = base) -> list[dict[str, Any]]:
+            done = CliRunner().invoke(cli, [*base, query])
+            assert done.exit_code == 0, done.output
+            found: list[dict[str, Any]] = json.loads(done.stdout)["hits"]
+            return found
+
+        assert hits("heron") == []  # the store's copy is stale: the file no longer says it
+        [now] = hits("osprey")
+        # the index's two lines: the fact and the topic's pointer
+        assert (now["path"], now["lines"], now["part"], now["kind"]) == (str(index), [1, 2], "L1-2", "memory")
+        assert now["ref"]["sha"].startswith("b3:") and "mtime_iso" in now["ref"]
+        [ops] = hits("kestrel")
+        assert ops["path"] == str(index.with_name("ops.md")) and ops["lines"] == [1, 1]
+        code, table = recall(db, "kestrel", "--embedder", "none", "-w", str(ws))
+        assert code == 0 and "L1-1" in table and str(index.with_name("ops.md")) in table
+    assert db.read_bytes() == written  # the read-only store: nothing written
+    # without the workspace, its project memory is not searched (the global scope still is)
+    code, out = recall(db, "kestrel", "--embedder", "none", "--json", "-w", str(tmp_path))
+    assert code == 0 and json.loads(out)["hits"] == []

@@ -405,3 +405,34 @@ def test_the_recall_tool_says_how_many_parts_are_not_embedded_yet(tmp_path: Path
         finally:
             recall.close()
             session.close()
+
+
+def test_recall_finds_every_memory_file_as_it_is_now_with_its_lines(store: Store, uid: str, tmp_path: Path) -> None:
+    """The agent's recall searched memory only as the head of MEMORY.md a session had stored: a
+    fact past the cap or in a topic file was never found, and an edited one was found as it was."""
+    (tmp_path / "repo").mkdir()
+    session = Session.open(store, uid, harness="openai", workspace=str(tmp_path / "repo"))
+    memory = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    for n in range(250):
+        memory.remember(f"fact {n} about widget{n}")
+    memory.remember("the deploy key rotates every zanzibar tuesday", topic="deploy")
+    hook = OpenAIHook(session)
+    SourceTools(session, recall=Recall(store), memory=memory, auto_recall=False).register(hook.registry)
+    hook.transform_context([user("hello")])
+
+    def hits(query: str) -> list[dict[str, object]]:
+        found: list[dict[str, object]] = json.loads(hook.call_tool("recall", {"query": query}))["hits"]
+        return found
+
+    index = str(tmp_path / "repo" / ".context_os" / "memory" / "MEMORY.md")
+    past_cap = hits("widget240")  # line 241: past the 200 lines the context shows
+    assert [(h["path"], h["lines"], h["part"]) for h in past_cap] == [(index, [241, 246], "L241-246")]
+    assert "fact 240 about widget240" in str(past_cap[0]["preview"])
+    topic = hits("zanzibar")
+    assert [(h["path"], h["lines"]) for h in topic] == [(str(Path(index).with_name("deploy.md")), [1, 1])]
+    assert hits("widget3") == []  # in the index the context shows: no news to the model
+    # edited while the session shows the old head: the file as it is now is searched
+    text = Path(index).read_text()
+    Path(index).write_text(text.replace("about widget240\n", "about gizmo240\n"))
+    assert hits("widget240") == [] and [h["lines"] for h in hits("gizmo240")] == [[241, 246]]
+    session.close()

@@ -598,3 +598,31 @@ def test_pi_scopes_from_the_settings_and_the_environment(
     assert mem.pi_agent_dir == pi
     assert [i.text for i in mem.items("", 100)] == ["- pi global\n"]
     assert MemoryScopes(ws, include_pi=False, data_dir=data).items("", 100) == []
+
+
+def test_passages_cover_every_memory_file_whole_with_their_lines(ws: Path, data: Path, tmp_path: Path) -> None:
+    """What recall searches of memory: the index past its cap and each topic file, as they are on
+    disk now, in passages of a few lines that name their file; never archive/ or a symlink."""
+    d = project_dir(ws)
+    write_index(d, "".join(f"- fact {n}\n" for n in range(300)) + "- [deploy](deploy.md)\n")
+    (d / "deploy.md").write_text("# Deploy\n\n- keys rotate on tuesdays\n- staging first\n", encoding="utf-8")
+    (d / "archive").mkdir()
+    (d / "archive" / "old.md").write_text("- archived fact\n", encoding="utf-8")
+    (tmp_path / "secret.md").write_text("- not memory\n", encoding="utf-8")
+    (d / "linked.md").symlink_to(tmp_path / "secret.md")
+    (d / "blob.md").write_bytes(b"- a\x00b\n")
+    mem = MemoryScopes(ws, trust_project=True, data_dir=data)
+    passages = mem.passages()
+    files = {p.path.name for p in passages}
+    assert files == {"MEMORY.md", "deploy.md"}  # no archive, no symlink, no binary file
+    index = [p for p in passages if p.path.name == "MEMORY.md"]
+    assert index[0].id == next(s.id for s in mem.scopes() if s.scope == "project")  # the index item's id
+    last = next(p for p in index if "- fact 299" in p.text)  # line 300, past the 200-line cap
+    assert (last.start, last.end, last.part) == (295, 300, "L295-300") and last.text.startswith("- fact 294\n")
+    assert index[-1].part == "L301-301" and index[-1].text == "- [deploy](deploy.md)"
+    assert all(p.end - p.start < 6 for p in index) and sum(p.end - p.start + 1 for p in index) == 301
+    deploy = [(p.part, p.text) for p in passages if p.path.name == "deploy.md"]
+    assert deploy == [("L1-1", "# Deploy"), ("L3-4", "- keys rotate on tuesdays\n- staging first")]
+    assert all(p.id.startswith(tuple(mem.id_prefixes())) for p in passages)
+    # an untrusted workspace's files are not read
+    assert [p.scope for p in MemoryScopes(ws, data_dir=data).passages()] == []

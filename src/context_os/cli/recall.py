@@ -6,6 +6,8 @@ not embedded yet are embedded first, with a progress bar on a terminal (``--embe
 that, the rest found by keyword only; ``--embedder none`` skips it). Vectors made by another
 embedder are dropped only with ``--rebuild-vectors``; on a read-only store (``?mode=ro``) nothing
 is embedded, the vectors there are searched as they are. It never writes to the store itself.
+Memory files (those of the global scope and of ``--workspace``'s trusted project scope) are read
+as they are now, whole, and a hit names the file and its lines.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
 
 from .. import times
+from ..errors import ConfigError
+from ..sources.memory import MemoryScopes
 from ..sources.recall import RecallResult, check_search, open_recall
 from ..store import Store
 from ._common import (
@@ -49,6 +54,15 @@ def register(cli: click.Group) -> None:
 @click.option("--kinds", help="Only these kinds, comma-separated (chat, toolcall, file, memory, message, recall).")
 @click.option("--session", "session_id", metavar="ID", help="Only this session's objects.")
 @click.option("--as-of", "as_of", metavar="TIME", help="What was valid and known then (ISO 8601 or epoch ms).")
+@click.option(
+    "--workspace",
+    "-w",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=".",
+    show_default=True,
+    help="Whose memory files to search as they are now: the global scope's and, once trusted, this"
+    " workspace's project scope's.",
+)
 @embedder_option
 @click.option(
     "--embed-for",
@@ -69,6 +83,7 @@ def recall_cmd(
     kinds: str | None,
     session_id: str | None,
     as_of: str | None,
+    workspace: Path,
     embedder: str,
     embed_for: float | None,
     rebuild_vectors: bool,
@@ -78,16 +93,24 @@ def recall_cmd(
     wanted = [x.strip() for x in kinds.split(",") if x.strip()] if kinds else None
     valid_time = times.parse_time(as_of, "--as-of") if as_of is not None else None  # named as given
     check_search(query, k=k, kinds=wanted, as_of=valid_time)  # before anything is loaded or embedded
+    memory, unread = None, None
+    try:
+        memory = MemoryScopes(workspace)
+        memory.id_prefixes()  # reads memory.json: a broken one is said, not fatal
+    except ConfigError as e:
+        memory, unread = None, f"memory files not searched: {e}"
     with store_from(ctx) as store:
         recall = open_recall(store, recall_embedder(store, embedder, rebuild=rebuild_vectors), background=False)
         try:
             left = 0
             if recall.vectors is not None and not recall.vectors.read_only:
                 left = _catch_up(recall.vectors, quiet=as_json, seconds=embed_for)
-            result = recall.search(query, k=k, kinds=wanted, session=session_id, as_of=valid_time)
+            result = recall.search(query, k=k, kinds=wanted, session=session_id, as_of=valid_time, memory=memory)
             paths = _paths(store, result)
         finally:
             recall.close()
+    if unread:
+        result.note = unread if result.note is None else f"{result.note}; {unread}"
     if left:
         unembedded = f"{left:,} parts not embedded yet: found by keyword only"
         result.note = unembedded if result.note is None else f"{result.note}; {unembedded}"
@@ -160,7 +183,9 @@ def _paths(store: Store, result: RecallResult) -> dict[str, str]:
     """The path of each hit of a file (or a memory file), as the version it was found in names it."""
     out: dict[str, str] = {}
     for h in result.hits:
-        if h.session is None and h.id not in out:
+        if h.path is not None:  # lines of a memory file as it is now
+            out[h.id] = h.path
+        elif h.session is None and h.id not in out:
             v = store.get(h.id, h.ref.get("valid_time"), h.ref.get("tx_id"))
             path = (v.doc or {}).get("meta", {}).get("path") if v is not None else None
             if isinstance(path, str):
@@ -186,7 +211,8 @@ def _report(result: RecallResult, paths: dict[str, str]) -> dict[str, Any]:
                 "bm25": {"score": h.bm25_score, "rank": h.bm25_rank},
                 "vector": {"score": h.vector_score, "rank": h.vector_rank},
                 "same_text": h.same_text,
-                "ref": {**h.ref, "valid_time_iso": iso(h.valid_time)},
+                "lines": list(h.lines) if h.lines else None,
+                "ref": {**h.ref, "valid_time_iso" if h.path is None else "mtime_iso": iso(h.valid_time)},
                 "text": h.text,
             }
             for h in result.hits

@@ -94,7 +94,9 @@ class SourceTools:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.max_k:
             raise InputError(f"recall: k must be an integer from 1 to {self.max_k}, got {k!r}")
         valid_time = parse_time(as_of, "as_of") if as_of is not None else None
-        result = engine.search(query, k=k + _SHOWN_SLACK, kinds=kinds, session=session, as_of=valid_time)
+        result = engine.search(
+            query, k=k + _SHOWN_SLACK, kinds=kinds, session=session, as_of=valid_time, memory=self.memory
+        )
         found = [h for h in result.hits if not self._in_view(h)][:k]
         if found:  # its hits are objects, which only a managed session shows: managed from now on
             self.session.manage()
@@ -119,7 +121,7 @@ class SourceTools:
                 "preview": _preview(item.text),
                 "pool": "added" if added else "already in pool",
             }
-            for key in ("part", "session", "bm25_rank", "vector_rank", "same_text"):
+            for key in ("part", "session", "bm25_rank", "vector_rank", "same_text", "path", "lines"):
                 if meta.get(key) not in (None, ""):
                     hit[key] = meta[key]
             if isinstance(meta.get("valid_time"), int):
@@ -149,6 +151,8 @@ class SourceTools:
         active pool shows whole: no news to the model. What went behind the horizon is recalled
         as any other part."""
         view = self.session.view
+        if hit.path is not None:
+            return self._in_pinned_index(hit)
         if shown_whole(self.session, hit.id, hit.kind, hit.object_hash):
             return True  # the memory index in context, this very version
         if hit.session != self.session.id or not hit.id.startswith("chat:") or not hit.part.startswith("e"):
@@ -157,6 +161,18 @@ class SourceTools:
             return int(hit.part[1:]) >= view.horizon
         except ValueError:
             return False
+
+    def _in_pinned_index(self, hit: RecallHit) -> bool:
+        """Whether lines of a memory file the recall read from disk are in the memory index the
+        active pool shows: the same file, unchanged since (its hash), within the head shown."""
+        o = self.session.view.objects.get(hit.id)
+        lines = hit.lines
+        if o is None or o.state != "active" or o.version is None or lines is None:
+            return False
+        v = self.session.store.get(hit.id)
+        meta = (v.doc or {}).get("meta", {}) if v is not None and v.object_hash == o.version[2] else {}
+        shown = meta.get("injected_lines")
+        return meta.get("sha") == hit.object_hash and isinstance(shown, int) and lines[1] <= shown
 
     def remember(self, text: str, scope: str = "project", topic: str | None = None) -> dict[str, Any]:
         """Append one fact to a memory scope; the index in context shows it from the next turn."""

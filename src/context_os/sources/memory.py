@@ -53,6 +53,7 @@ __all__ = [
     "MAX_INDEX_BYTES",
     "MAX_INDEX_LINES",
     "MAX_FACT_CHARS",
+    "MemoryPassage",
     "MemoryScope",
     "MemoryScopes",
     "Remembered",
@@ -432,6 +433,76 @@ def _count(dir_fd: int) -> tuple[int, int]:
     return topics, archived
 
 
+# -- passages: every memory file, for recall ------------------------------------------------------
+
+PASSAGE_LINES = 6
+"""A passage of a memory file holds at most this many lines (a paragraph or a run of facts)."""
+PASSAGE_CHARS = 1200
+"""… and at most this many characters (a longer line is a passage of its own)."""
+MAX_FILE_BYTES = 1 << 20
+"""Of a memory file, recall reads at most its first MiB."""
+_HEADING = re.compile(r"\s{0,3}#{1,6}\s")
+
+
+@dataclass(frozen=True)
+class MemoryPassage:
+    """A few lines of one memory file (``MEMORY.md`` or a topic file), as recall searches them."""
+
+    id: str
+    """``memory:<scope>:<file>`` (``memory:project:<tag>:<file>`` for project scopes): for
+    ``MEMORY.md`` the id of the item the index becomes."""
+    scope: ScopeName
+    path: Path
+    start: int
+    """First line, 1-based."""
+    end: int
+    """Last line, inclusive."""
+    text: str
+    sha: str
+    """``b3:`` blake3 of the whole file's bytes."""
+    mtime_ms: int
+
+    @property
+    def part(self) -> str:
+        """``L<start>-<end>``."""
+        return f"L{self.start}-{self.end}"
+
+
+def _passages(text: str) -> Iterator[tuple[int, int, str]]:
+    """(first line, last line, text) of each passage: paragraphs (blank lines and headings start a
+    new one) of at most ``PASSAGE_LINES`` lines and ``PASSAGE_CHARS`` characters."""
+    lines: list[str] = []
+    start = 0
+
+    def flush() -> Iterator[tuple[int, int, str]]:
+        if lines:
+            yield start, start + len(lines) - 1, "\n".join(lines)
+            lines.clear()
+
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            yield from flush()
+            continue
+        size = sum(len(x) + 1 for x in lines)
+        if _HEADING.match(line) or len(lines) >= PASSAGE_LINES or size + len(line) > PASSAGE_CHARS:
+            yield from flush()
+        if not lines:
+            start = n
+        lines.append(line)
+    yield from flush()
+
+
+def _files(dir_fd: int) -> list[str]:
+    """The memory files of an opened scope directory: ``MEMORY.md`` first, then the topic files
+    by name (regular files only, never through a symlink; ``archive/`` is not looked in)."""
+    names = []
+    with os.scandir(dir_fd) as entries:
+        for e in entries:
+            if e.name.endswith(".md") and e.is_file(follow_symlinks=False):
+                names.append(e.name)
+    return sorted(names, key=lambda n: (n != INDEX, n))
+
+
 # -- the scopes --------------------------------------------------------------------------------
 
 
@@ -664,6 +735,48 @@ class MemoryScopes:
         now = self.fingerprint()
         changed, self._seen = now != self._seen, now
         return changed
+
+    def id_prefixes(self) -> list[str]:
+        """``memory:<scope>:`` (``memory:project:<tag>:``) of every used scope: the ids its
+        ``passages`` and the stored copies of its index (``items``) begin with."""
+        return [w.id[: -len(INDEX)] for w in self._where() if w.used]
+
+    def passages(self) -> list[MemoryPassage]:
+        """Every memory file of every used scope (``MEMORY.md`` whole, past the cap, and each
+        topic file; never ``archive/``) as it is on disk now, in passages of a few lines: what
+        recall searches of memory. Read as ``items`` reads, never through a symlink; a file with
+        NUL bytes is skipped, of a larger one the first ``MAX_FILE_BYTES``; a scope that cannot
+        be read gives nothing. Nothing is written."""
+        out: list[MemoryPassage] = []
+        for w in self._where():
+            if not w.used:
+                continue
+            prefix = w.id[: -len(INDEX)]
+            try:
+                with _scope_dir(w.base, w.parts) as dir_fd:
+                    if dir_fd is None:
+                        continue
+                    for name in _files(dir_fd):
+                        path = w.dir / name
+                        try:
+                            fd = _open_file(dir_fd, name, path)
+                        except InputError:
+                            continue  # a symlink, or no regular file: not read
+                        if fd is None:
+                            continue
+                        try:
+                            r = _read(fd, MAX_FILE_BYTES)
+                            mtime = os.fstat(fd).st_mtime_ns // 1_000_000
+                        finally:
+                            os.close(fd)
+                        if r.binary:
+                            continue
+                        text = r.head.decode("utf-8", errors="replace")
+                        for start, end, chunk in _passages(text):
+                            out.append(MemoryPassage(prefix + name, w.scope, path, start, end, chunk, r.sha, mtime))
+            except (InputError, OSError):
+                continue
+        return out
 
     def paths(self) -> list[Path]:
         """The ``MEMORY.md`` of every used scope, whether it exists yet or not: what a file

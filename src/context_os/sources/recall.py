@@ -38,11 +38,12 @@ from __future__ import annotations
 import logging
 import math
 import re
+import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -50,13 +51,16 @@ from .._install import install_hint
 from ..errors import ConfigError, InputError, StoreCorrupt
 from ..objects import INDEXED_KINDS, index_parts
 from ..store.base import Store, TextHit, Version, now_ms
-from ..store.text_index import MAX_TERMS, check_basis, check_kinds, query_words, terms
+from ..store.text_index import MAX_TERMS, TOKENIZER, check_basis, check_kinds, query_words, terms
 from ..times import parse_time
 from ..tokens import estimate_tokens
 from .base import SourceItem
 from .embed import Embedder, default_embedder
 from .vectors import VectorHit, VectorIndex, VectorIndexer, text_key
 from .when import Period, named_periods
+
+if TYPE_CHECKING:
+    from .memory import MemoryPassage, MemoryScopes
 
 __all__ = [
     "STOPWORDS",
@@ -86,6 +90,7 @@ STOPWORDS = frozenset(_STOPWORDS.split())
 
 _WORD = re.compile(r"[^\W_]+")
 _ENTRY = re.compile(r"e(\d+)")
+_LINES = re.compile(r"L(\d+)-(\d+)")
 
 
 def _asks(text: str) -> bool:
@@ -190,6 +195,24 @@ class RecallHit(TextHit):
     same_text: int = 0
     """How many other parts with this very text (whitespace aside) ranked below it and were left
     out: the same tool output seen many times is one hit, not many."""
+    path: str | None = None
+    """For lines of a memory file read from disk (``Recall.search(memory=...)``): the file.
+    Such a hit is no stored version: its ``part`` is ``L<first>-<last>``, ``valid_time`` the
+    file's modification time, ``tx_id`` 0 and ``object_hash`` the ``b3:`` hash of the file."""
+
+    @property
+    def lines(self) -> tuple[int, int] | None:
+        """The first and last line of a memory file's hit (None for a stored part)."""
+        m = _LINES.fullmatch(self.part) if self.path is not None else None
+        return None if m is None else (int(m[1]), int(m[2]))
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        """The static ref of the version the text comes from; for a memory file's lines, the
+        file, its lines, its hash and modification time."""
+        if self.path is None:
+            return super().ref
+        return {"path": self.path, "lines": list(self.lines or ()), "sha": self.object_hash, "mtime": self.valid_time}
 
     @property
     def item_id(self) -> str:
@@ -262,6 +285,7 @@ class Recall:
         indexer: VectorIndexer | None = None,
         keyword_only: str | None = None,
         note: str | None = None,
+        memory: MemoryScopes | None = None,
     ) -> None:
         """``indexer``: the worker keeping ``vectors`` caught up; each search wakes it (what was
         written since is embedded in the background; the search never waits for it).
@@ -281,6 +305,8 @@ class Recall:
         and how many are not (``_coverage``)."""
         self.keyword_only = keyword_only or "no embedder"
         self.note = note
+        self.memory = memory
+        """Memory scopes whose files every search reads as they are now (``search(memory=...)``)."""
 
     def describe(self) -> str:
         """How it ranks now, in a few words (what the recall tool reports)."""
@@ -312,9 +338,16 @@ class Recall:
         session: str | None = None,
         as_of: int | str | None = None,
         tx_id: int | None = None,
+        memory: MemoryScopes | None = None,
     ) -> RecallResult:
         """The ``k`` best parts for ``query`` among the versions in force at ``as_of`` (valid
-        time: epoch ms or ISO 8601; default now) as known at ``tx_id`` (default the latest)."""
+        time: epoch ms or ISO 8601; default now) as known at ``tx_id`` (default the latest).
+
+        ``memory`` (default: the one recall was made with): memory scopes whose files are read
+        now, every one whole (``MEMORY.md`` past the cap, the topic files), in passages of a few
+        lines ranked by keyword among the store's parts, in place of the copies of their index
+        the store holds (the head a session showed, maybe stale). Only for a search of now
+        (no ``as_of``, no ``tx_id``: the store keeps the past) with no ``session``."""
         asked, valid_time = check_search(query, k=k, kinds=kinds, as_of=as_of, tx_id=tx_id)
         wanted = self.kinds if asked is None else asked
         cfg = self.config
@@ -326,6 +359,11 @@ class Recall:
         bm = self.store.text_search(
             kw, k=cfg.depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
         )
+        scopes = memory if memory is not None else self.memory
+        live: list[str] = []
+        if scopes is not None and "memory" in wanted and session is None and as_of is None and tx_id is None:
+            live = scopes.id_prefixes()
+            bm = _with_files(bm, [h for h in _file_hits(kw, scopes.passages()) if h.score > 0], live, cfg.depth)
         t1 = time.perf_counter()
         timings["bm25"] = (t1 - t0) * 1000
         vec: list[VectorHit] = []
@@ -348,6 +386,8 @@ class Recall:
             vec = self.vectors.search_vector(
                 qv, k=cfg.depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
             )
+            # the store's copies of the memory files read now: stale, or in the files' hits already
+            vec = [h for h in vec if not (h.kind == "memory" and h.id.startswith(tuple(live)))] if live else vec
             timings["vector"] = (time.perf_counter() - t2) * 1000
             covered = self._coverage()
             if 0.0 < covered < 1.0:
@@ -445,6 +485,7 @@ class Recall:
                 vector_score=c.vector[0] if c.vector else None,
                 vector_rank=c.vector[1] if c.vector else None,
                 same_text=same.get(id(c), 0),
+                path=c.hit.path if isinstance(c.hit, _FileHit) else None,
             )
             for rank, c in enumerate(ranked[:k], 1)
         ]
@@ -616,6 +657,43 @@ class _Pages:
         return hit.valid_time
 
 
+@dataclass(frozen=True)
+class _FileHit(TextHit):
+    """A passage of a memory file as read now (no stored version: see ``RecallHit.path``)."""
+
+    path: str = ""
+
+
+def _file_hits(query: str, passages: list[MemoryPassage]) -> list[_FileHit]:
+    """The passages that match ``query``, scored by BM25 as the keyword index scores (the same
+    tokenizer and query), over the passages alone, best first."""
+    words = query_words(query)[:MAX_TERMS]
+    if not passages or not words:
+        return []
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute(f"CREATE VIRTUAL TABLE m USING fts5(text, tokenize='{TOKENIZER}')")
+        conn.executemany("INSERT INTO m (rowid, text) VALUES (?, ?)", [(n, p.text) for n, p in enumerate(passages)])
+        match = " OR ".join(f'"{w}"' for w in words)
+        rows = conn.execute("SELECT rowid, rank FROM m WHERE m MATCH ? ORDER BY rank", (match,)).fetchall()
+    finally:
+        conn.close()
+    out = []
+    for row, rank in rows:
+        p = passages[row]
+        out.append(_FileHit(p.id, "memory", p.part, p.mtime_ms, 0, p.sha, None, p.text, -float(rank), str(p.path)))
+    return out
+
+
+def _with_files(bm: list[TextHit], files: list[_FileHit], live: list[str], depth: int) -> list[TextHit]:
+    """The keyword hits with the memory files' passages merged in by score (scored over the
+    passages alone, as a read-only store scores what its index holds back), without the store's
+    copies of those files' indexes: they are a session's last look at the head of ``MEMORY.md``."""
+    prefixes = tuple(live)
+    kept = [h for h in bm if not (h.kind == "memory" and h.id.startswith(prefixes))]
+    return sorted([*kept, *files], key=lambda h: -h.score)[:depth]
+
+
 def _distinct(ranked: list[_Cand]) -> tuple[list[_Cand], dict[int, int]]:
     """``ranked`` with each text once (whitespace aside): the best-ranked part that has it, and
     for it (by ``id`` of the candidate) how many others with the same text were left out. The same
@@ -665,6 +743,9 @@ def hit_item(h: RecallHit, query: str, mode: str) -> SourceItem:
     }
     if h.same_text:
         meta["same_text"] = h.same_text
+    if h.path is not None:  # lines of a memory file as it is now: no stored version
+        meta["path"] = h.path
+        meta["lines"] = list(h.lines or ())
     return SourceItem(h.item_id, "recall", h.text, h.score, meta)
 
 
