@@ -436,3 +436,29 @@ def test_recall_finds_every_memory_file_as_it_is_now_with_its_lines(store: Store
     Path(index).write_text(text.replace("about widget240\n", "about gizmo240\n"))
     assert hits("widget240") == [] and [h["lines"] for h in hits("gizmo240")] == [[241, 246]]
     session.close()
+
+
+def test_each_user_message_recalls_memory_past_the_cap_not_what_the_index_shows(
+    store: Store, uid: str, tmp_path: Path
+) -> None:
+    """Auto recall (each user message a query) searches the memory files as the tool does: a fact
+    past the cap enters the object index; one in the head the context shows is not offered again."""
+    (tmp_path / "repo").mkdir()
+    session = Session.open(store, uid, harness="openai", workspace=str(tmp_path / "repo"))
+    memory = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    for n in range(250):
+        memory.remember(f"fact {n} about gadget{n}")
+    hook = OpenAIHook(session)
+    SourceTools(session, recall=Recall(store), memory=memory).register(hook.registry)
+    msgs = [user("what do we know about gadget240?")]
+    hook.transform_context(msgs)
+    project = next(p for p in memory.id_prefixes() if p.startswith("memory:project:"))
+    recalled = [o for o in session.view.objects.values() if o.id.startswith(f"recall:{project}")]
+    assert [o.id for o in recalled] == [f"recall:{project}MEMORY.md#L241-246"]
+    assert recalled[0].meta.get("lines") == [241, 246] and recalled[0].state == "inactive"
+    msgs += [say("let me look"), user("and gadget3?")]
+    hook.transform_context(msgs)
+    # (another test's workspace on a shared node may have its own index stored: not this one's)
+    assert [o.id for o in session.view.objects.values() if o.id.startswith(f"recall:{project}")] == [recalled[0].id]
+    assert all(verify_frame(store, f).ok for f in frame_docs(store, uid))
+    session.close()

@@ -18,9 +18,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
+from ..sources.base import SourceItem
 from ..sources.recall import RECALL_TOOL, Recall, RecallHit, hit_item, query_words_found
 from ..times import iso, parse_time
-from .sources import SourceFeed, preview, shown_whole, store_item
+from .sources import SourceFeed, lines_shown, preview, shown_whole, store_item
 from .tools import Tool, ToolRegistry, object_schema
 
 if TYPE_CHECKING:
@@ -62,7 +63,9 @@ class SourceTools:
         if memory is not None:
             self.feeds.append(session.add_source(memory, pin=True, every_turn=True))
         if recall is not None and auto_recall:
-            self.feeds.append(session.add_source(recall, active_score=recall_active_score))
+            # each user message searches the memory files too, as the recall tool does
+            source = recall if memory is None else _RecallWithMemory(recall, memory)
+            self.feeds.append(session.add_source(source, active_score=recall_active_score))
         if self.feeds:  # what they show every turn is objects, which only a managed session renders
             session.manage()
 
@@ -164,15 +167,8 @@ class SourceTools:
 
     def _in_pinned_index(self, hit: RecallHit) -> bool:
         """Whether lines of a memory file the recall read from disk are in the memory index the
-        active pool shows: the same file, unchanged since (its hash), within the head shown."""
-        o = self.session.view.objects.get(hit.id)
-        lines = hit.lines
-        if o is None or o.state != "active" or o.version is None or lines is None:
-            return False
-        v = self.session.store.get(hit.id)
-        meta = (v.doc or {}).get("meta", {}) if v is not None and v.object_hash == o.version[2] else {}
-        shown = meta.get("injected_lines")
-        return meta.get("sha") == hit.object_hash and isinstance(shown, int) and lines[1] <= shown
+        active pool shows (``lines_shown``)."""
+        return hit.lines is not None and lines_shown(self.session, hit.id, hit.lines, hit.object_hash)
 
     def remember(self, text: str, scope: str = "project", topic: str | None = None) -> dict[str, Any]:
         """Append one fact to a memory scope; the index in context shows it from the next turn."""
@@ -190,6 +186,19 @@ class SourceTools:
             else f"read({str(done.path)!r}) shows the topic; the index points to it"
         )
         return out
+
+
+class _RecallWithMemory:
+    """``recall`` as the object source of one session, reading that session's memory files
+    (``Recall.items(memory=...)``): a recall engine may serve many sessions."""
+
+    name = Recall.name
+
+    def __init__(self, recall: Recall, memory: MemoryScopes) -> None:
+        self.recall, self.memory = recall, memory
+
+    def items(self, query: str, budget_tokens: int) -> list[SourceItem]:
+        return self.recall.items(query, budget_tokens, memory=self.memory)
 
 
 _SHOWN_SLACK = 10

@@ -31,7 +31,7 @@ from ..tokens import estimate_tokens
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["QUERY_CHARS", "SourceFeed", "consult", "shown_whole", "store_item"]
+__all__ = ["QUERY_CHARS", "SourceFeed", "consult", "lines_shown", "shown_whole", "store_item"]
 
 QUERY_CHARS = 500
 """The query kept in an item's provenance is cut to this many characters."""
@@ -160,8 +160,23 @@ def _eligible(session: Session, items: list[SourceItem]) -> list[SourceItem]:
         ref, kind = item.meta.get("ref"), str(item.meta.get("object_kind"))
         if isinstance(ref, dict) and shown_whole(session, obj, kind, ref.get("object_hash")):
             continue
+        lines = item.meta.get("lines")
+        if isinstance(ref, dict) and isinstance(lines, list) and lines_shown(session, obj, lines, ref.get("sha")):
+            continue
         out.append(item)
     return out
+
+
+def lines_shown(session: Session, obj_id: str, lines: Sequence[int], sha: Any) -> bool:
+    """Whether lines of a memory file recall read from disk (``RecallHit.path``) are in the memory
+    index the active pool shows: the same file, unchanged since (its hash), within the head shown."""
+    o = session.view.objects.get(obj_id)
+    if o is None or o.state != "active" or o.version is None or len(lines) != 2:
+        return False
+    v = session.store.get(obj_id)
+    meta = (v.doc or {}).get("meta", {}) if v is not None and v.object_hash == o.version[2] else {}
+    shown = meta.get("injected_lines")
+    return sha is not None and meta.get("sha") == sha and isinstance(shown, int) and lines[1] <= shown
 
 
 def shown_whole(session: Session, obj_id: str, kind: str, object_hash: Any) -> bool:

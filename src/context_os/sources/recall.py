@@ -600,12 +600,13 @@ class Recall:
 
     # -- as an object source ------------------------------------------------------------------
 
-    def items(self, query: str, budget_tokens: int) -> list[SourceItem]:
+    def items(self, query: str, budget_tokens: int, *, memory: MemoryScopes | None = None) -> list[SourceItem]:
         """The best hits for ``query`` as ``recall`` items, best first, within ``budget_tokens``
-        (a hit too large for what is left is passed over for a smaller one after it)."""
+        (a hit too large for what is left is passed over for a smaller one after it); ``memory``:
+        as for ``search``."""
         if not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool) or budget_tokens < 1:
             raise InputError(f"recall: budget_tokens must be a positive int, got {budget_tokens!r}")
-        result = self.search(query, k=self.k, session=self.session)
+        result = self.search(query, k=self.k, session=self.session, memory=memory)
         items: list[SourceItem] = []
         left = budget_tokens
         for h in result.hits:
