@@ -462,3 +462,24 @@ def test_each_user_message_recalls_memory_past_the_cap_not_what_the_index_shows(
     assert [o.id for o in session.view.objects.values() if o.id.startswith(f"recall:{project}")] == [recalled[0].id]
     assert all(verify_frame(store, f).ok for f in frame_docs(store, uid))
     session.close()
+
+
+def test_a_deleted_memory_index_ends_the_lines_recall_stored_of_it(store: Store, uid: str, tmp_path: Path) -> None:
+    """Lines of an index recall read from disk are stored as ``recall`` objects too: deleting the
+    index ends them with it, as the copy of the index itself (before, they stayed)."""
+    (tmp_path / "repo").mkdir()
+    session = Session.open(store, uid, harness="openai", workspace=str(tmp_path / "repo"))
+    memory = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data", max_lines=2)
+    hook = OpenAIHook(session)
+    SourceTools(session, recall=Recall(store), memory=memory, auto_recall=False).register(hook.registry)
+    for fact in ("one", "two", "three", f"the staging host is {uid}yak"):
+        memory.remember(fact)
+    msgs = [user("hello")]
+    hook.transform_context(msgs)
+    [hit] = json.loads(hook.call_tool("recall", {"query": f"{uid}yak"}))["hits"]  # line 4: past the 2 shown
+    assert hit["lines"] == [1, 4] and store.get(hit["id"]) is not None
+    (tmp_path / "repo" / ".context_os" / "memory" / "MEMORY.md").unlink()
+    msgs += [say("ok"), user("and now?")]
+    hook.transform_context(msgs)
+    assert store.get(hit["id"]) is None and hit["id"] not in session.view.objects
+    session.close()

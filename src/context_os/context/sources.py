@@ -135,11 +135,10 @@ def _end(session: Session, feed: SourceFeed, offered: set[str]) -> set[str]:
     for id in sorted(gone - session.source_ended):
         v = session.store.get(id)
         if v is not None and v.doc is not None and v.doc.get("meta", {}).get("source") == feed.source.name:
-            copy = f"recall:{id}#"  # what a recall of it stored (a memory has one part, "")
-            c = session.store.get(copy)
-            ops: list[Op] = [Delete(id)]
-            if c is not None and c.doc is not None:
-                ops.append(Delete(copy))
+            # what recalls of it stored: the stored index (part ""), and lines of the file as recall
+            # read it from disk (parts "L<first>-<last>")
+            copies = sorted(c.id for c in session.store.find("recall", {"object": id}) if c.doc is not None)
+            ops: list[Op] = [Delete(id), *(Delete(c) for c in copies)]
             session.writer.submit(ops)
         session.source_hashes.pop(id, None)
         session.source_ended.add(id)
