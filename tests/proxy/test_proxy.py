@@ -173,25 +173,33 @@ def test_concurrent_conversations_stay_apart(proxy: Running, up: Upstream) -> No
         assert sum(f"conversation {n}" in text for n in range(6)) == 1
 
 
+READ_TOOL = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}]
+
+
+def read_a_big_file(
+    proxy: Running, before: list[list[dict[str, Any]]], start: list[dict[str, Any]], path: str, text: str
+) -> list[dict[str, Any]]:
+    """A keyless chat conversation: a request of each of ``before``, then ``start`` with a read of
+    ``path`` answered by ``text`` and 240 kB more, and three steps after it; its messages."""
+    client = proxy.openai()
+    for messages in before:
+        client.chat.completions.create(model="m", messages=messages, tools=READ_TOOL)  # type: ignore[arg-type]
+    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": json.dumps({"path": path})}}
+    msgs = [*start, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    msgs.append({"role": "tool", "tool_call_id": "c1", "content": text + "\n" + "x = 1\n" * 40_000})
+    for n in range(3):
+        client.chat.completions.create(model="m", messages=msgs, tools=READ_TOOL)  # type: ignore[arg-type]
+        msgs += [{"role": "assistant", "content": f"step {n}"}, {"role": "user", "content": "go on"}]
+    return msgs
+
+
 def test_conversations_that_start_alike_never_see_each_others_files(proxy: Running, up: Upstream) -> None:
     """Two runs of one task (the same system prompt and first message) read different files:
     from their first reply on they are two sessions, and neither is sent what the other read."""
-    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}]
     start = [{"role": "system", "content": "same system"}, {"role": "user", "content": "help me with the repo"}]
-
-    def run(path: str, text: str) -> None:
-        client = proxy.openai()
-        client.chat.completions.create(model="m", messages=start, tools=tools)  # type: ignore[arg-type]
-        call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": json.dumps({"path": path})}}
-        msgs = [*start, {"role": "assistant", "content": None, "tool_calls": [call]}]
-        msgs.append({"role": "tool", "tool_call_id": "c1", "content": text + "\n" + "x = 1\n" * 40_000})
-        for n in range(3):
-            client.chat.completions.create(model="m", messages=msgs, tools=tools)  # type: ignore[arg-type]
-            msgs += [{"role": "assistant", "content": f"step {n}"}, {"role": "user", "content": "go on"}]
-
-    run("/w/a.txt", "the content of A: SECRET-A-123")
+    read_a_big_file(proxy, [start], start, "/w/a.txt", "the content of A: SECRET-A-123")
     seen = len(up.requests)
-    run("/w/b.txt", "the content of B")
+    read_a_big_file(proxy, [start], start, "/w/b.txt", "the content of B")
     assert seen == 4 and all("SECRET-A-123" not in json.dumps(body) for body in up.requests[seen:])
 
 
@@ -1150,7 +1158,6 @@ def test_conversations_alike_to_their_first_reply_are_apart_once_they_diverge(pr
     output) and that read different files after: once they differ they are two sessions, and
     neither is sent what the other read. They were one session (told apart by the first reply
     alone), each request read as a rewrite of the other's history, and B was shown A's file."""
-    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}]
     ls = {"id": "c0", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": "ls"})}}
     start = [
         {"role": "system", "content": "same system"},
@@ -1159,21 +1166,9 @@ def test_conversations_alike_to_their_first_reply_are_apart_once_they_diverge(pr
         {"role": "tool", "tool_call_id": "c0", "content": "a.txt b.txt"},
     ]
 
-    def run(path: str, text: str) -> list[dict[str, Any]]:
-        client = proxy.openai()
-        client.chat.completions.create(model="m", messages=start[:2], tools=tools)  # type: ignore[arg-type]
-        client.chat.completions.create(model="m", messages=start, tools=tools)  # type: ignore[arg-type]
-        call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": json.dumps({"path": path})}}
-        msgs = [*start, {"role": "assistant", "content": None, "tool_calls": [call]}]
-        msgs.append({"role": "tool", "tool_call_id": "c1", "content": text + "\n" + "x = 1\n" * 40_000})
-        for n in range(3):
-            client.chat.completions.create(model="m", messages=msgs, tools=tools)  # type: ignore[arg-type]
-            msgs += [{"role": "assistant", "content": f"step {n}"}, {"role": "user", "content": "go on"}]
-        return msgs
-
-    a = run("/w/a.txt", "the content of A: SECRET-A-123")
+    a = read_a_big_file(proxy, [start[:2], start], start, "/w/a.txt", "the content of A: SECRET-A-123")
     seen = len(up.requests)
-    b = run("/w/b.txt", "the content of B")
+    b = read_a_big_file(proxy, [start[:2], start], start, "/w/b.txt", "the content of B")
     assert seen == 5 and all("SECRET-A-123" not in json.dumps(body) for body in up.requests[seen:])
     # each went on in a session of its own: A's history was never rewritten by B's requests
     begun = derive_session("openai", {"messages": start})
@@ -1183,7 +1178,7 @@ def test_conversations_alike_to_their_first_reply_are_apart_once_they_diverge(pr
     history = json.dumps(load_view(proxy.store, begun).entries)
     assert "/w/a.txt" in history and "/w/b.txt" not in history
     a_next = [*a, {"role": "assistant", "content": "done"}, {"role": "user", "content": "one more"}]
-    proxy.openai().chat.completions.create(model="m", messages=a_next, tools=tools)  # type: ignore[arg-type]
+    proxy.openai().chat.completions.create(model="m", messages=a_next, tools=READ_TOOL)  # type: ignore[arg-type]
     assert "SECRET-A-123" in json.dumps(up.requests[-1]) and "the content of B" not in json.dumps(up.requests[-1])
     assert verified_frames(proxy.store, begun) == 6 and len(b) == len(a)
 
