@@ -176,18 +176,21 @@ def test_frames_diff_of_one_turn_is_with_the_turn_before_and_reads_as_text(demo)
     assert gone.returncode == 1 and "no frame for turn 999: session 'd1' has turns 1–88" in gone.stderr
 
 
-def test_frames_diff_of_frames_that_no_longer_verify_compares_no_prompts(demo, tmp_path):
+def test_frames_diff_of_frames_that_showed_an_evicted_file_compares_what_they_still_show(demo, tmp_path):
+    # they could not be re-rendered at all, and their diff compared nothing
     db = tmp_path / "evicted.db"
     shutil.copyfile(demo[0], db)
     files = json.loads(ctxos("files", "d1", "--json", store=db).stdout)
     # the file the session edits from turn 38 on, active in both frames' volatile part
     ctxos("objects", "evict", next(f["id"] for f in files if f["path"].endswith("agent-session.ts")), "--yes", store=db)
     proc = ctxos("frames", "diff", "d1", "40", store=db, check=False)
-    assert proc.returncode == 1 and "messages - → -" in proc.stdout
+    assert proc.returncode == 1 and "not compared" not in proc.stdout
     assert "frame:d1:000039: EVICTED (it showed what was erased since; nothing else is wrong)" in proc.stdout
-    assert "not compared: turn 39 and turn 40 could not be re-rendered" in proc.stdout
+    assert "checked part by part instead" in proc.stdout
     diff = json.loads(ctxos("frames", "diff", "d1", "40", "--json", store=db, check=False).stdout)
-    assert diff["rendered"] == [False, False] and not diff["b_extends_a"] and diff["hunks"] == []
+    assert diff["rendered"] == [True, True] and diff["verified"] == [False, False]
+    shown = ctxos("frames", "show", "d1", "40", store=db, check=False)
+    assert shown.returncode == 1 and "[context_os: a block this frame showed here was erased" in shown.stdout
 
 
 @pytest.mark.parametrize("as_json", [False, True])

@@ -18,15 +18,17 @@ import pytest
 
 from context_os import Session
 from context_os.context.evict import EVICTED_TEXT, evict, tombstone_id
-from context_os.context.frames import frame_docs, get_frame, verify_frame
+from context_os.context.frames import EVICTED_BLOCK, frame_docs, get_frame, rerender, verify_frame
 from context_os.context.policy import RetentionPolicy
 from context_os.context.source_tools import SourceTools
 from context_os.errors import NotFound
 from context_os.files import FileTools, Workspace
 from context_os.files.index import EVICTED_BYTES
 from context_os.harness import OpenAIHook
+from context_os.hashing import doc_hashes
 from context_os.sources.recall import open_recall
 from context_os.store import Store
+from context_os.store.base import Evict
 from context_os.store.sqlite import SqliteStore
 from tests._reliability import Counts
 from tests.helpers import EAGER, call, result, say, user
@@ -561,3 +563,74 @@ def test_an_eviction_a_reader_keeps_from_the_file_says_so(tmp_path: Path) -> Non
         s.close()
     finally:
         again.close()
+
+
+def _activated_then_evicted(store: Store, uid: str) -> str:
+    """A session whose last two frames show two tool outputs in blocks of the active pool (the
+    agent activated them), the first evicted since; its id."""
+    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
+    hook = OpenAIHook(s)
+    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", f"TOKEN={SECRET}")]
+    for n in range(2, 7):  # the first outputs collapse
+        hook.transform_context(msgs)
+        msgs += [call(f"c{n}", "bash", command="ls"), result(f"c{n}", f"file{n}.txt")]
+    hook.call_tool("activate", {"id": f"toolcall:{uid}:c1"})
+    hook.call_tool("activate", {"id": f"toolcall:{uid}:c2"})
+    hook.transform_context(msgs)
+    hook.transform_context([*msgs, say("ok"), user("next")])
+    s.close()
+    oid = f"toolcall:{uid}:c1"
+    assert SECRET in json.dumps(verify_frame(store, frame_docs(store, uid)[-1]).rendered.messages)
+    evict(store, oid, reason="leaked")
+    return oid
+
+
+def test_a_frame_whose_block_was_evicted_re_renders_all_the_rest(store: Store, uid: str) -> None:
+    """A frame that showed an evicted object in a block of its active pool re-rendered nothing:
+    the missing block stopped the re-render, so ``frames show`` and the web view listed no
+    messages, and nothing else of it was checked. Now everything else re-renders, the block shows
+    as erased, and what could still be checked part by part is, and said."""
+    oid = _activated_then_evicted(store, uid)
+    frame = frame_docs(store, uid)[-1]
+    check = verify_frame(store, frame)
+    assert not check.ok and check.evicted_only and check.evicted == [oid], check.problems
+    assert check.rendered is not None and check.basis is not None
+    texts = [str(m.get("text")) for m in check.rendered.messages]
+    assert texts[0] == "show env" and texts[-1] == "next" and len(texts) == frame["content"]["messages"]
+    assert EVICTED_BLOCK in texts and SECRET not in json.dumps(check.rendered.messages)
+    assert check.checked is not None and "cannot be checked" in check.checked
+    refs = sum(1 for r in frame["content"]["refs"] if "sealed_pages" not in r)
+    assert f"{refs - 1} of {refs} static refs" in check.checked
+    with pytest.raises(NotFound, match="evicted"):  # exactly as it was: not any more
+        rerender(store, frame)
+
+
+@pytest.mark.parametrize("damage", ["an object it names", "a block it kept", "a block's text"])
+def test_damage_beside_an_eviction_is_still_reported(store: Store, uid: str, damage: str) -> None:
+    """A frame that showed what was evicted since was counted as evicted (no damage) whatever else
+    of it changed: once a block it showed was missing nothing else was checked, and once a ref was
+    evicted its blocks were not. They are now, and damage there fails it."""
+    _activated_then_evicted(store, uid)
+    frame = frame_docs(store, uid)[-1]
+    assert verify_frame(store, frame).evicted_only
+    kept = next(b for b in frame["content"]["blocks"] if store.doc(b[1]) is not None)
+    if damage == "an object it names":  # erased behind the store's back: no tombstone says why
+        store.submit([Evict(f"toolcall:{uid}:c6")])
+        wrong = f"static ref toolcall:{uid}:c6 @ tx"
+    elif damage == "a block it kept":
+        store.submit([Evict(kept[1])])
+        wrong = f"block {kept[1]} of {frame['id']} is not in the store"
+    else:
+        if not isinstance(store, SqliteStore):
+            pytest.skip("changes a stored document in place: the SQLite file's row")
+        doc = store.doc(kept[1])
+        doc["content"] = doc["content"].replace("\n", "\n(changed)\n", 1)
+        doc |= doc_hashes(doc)  # a consistent document: only the frame knows what it showed
+        store._conn.execute(  # noqa: SLF001
+            "UPDATE docs SET json = ? WHERE json LIKE ?", (json.dumps(doc), f'%"id":"{kept[1]}"%')
+        )
+        store._conn.commit()  # noqa: SLF001
+        wrong = f"block {kept[1]} of {frame['id']} does not hash to {kept[2]}"
+    check = verify_frame(store, frame)
+    assert not check.ok and not check.evicted_only and check.evicted == [], check.problems
+    assert any(p.startswith(wrong) for p in check.problems), check.problems

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from context_os.context.frames import frame_basis, frame_docs, get_frame, verify_frame
+from context_os.context.frames import EVICTED_BLOCK, frame_basis, frame_docs, get_frame, verify_frame
 from context_os.context.timeline import (
     frame_diff,
     frame_messages,
@@ -140,9 +140,10 @@ def test_frame_diff(recorded: tuple[Store, str]) -> None:
     assert diff.to_dict()["verified"] == [True, True]
 
 
-def test_a_frame_diff_does_not_compare_a_frame_that_cannot_be_re_rendered(store: Store, uid: str) -> None:
-    """Frames that showed an evicted object cannot be re-rendered: their diff says so, instead of
-    two empty prompts that are "byte for byte the same"."""
+def test_a_frame_diff_compares_frames_that_showed_an_evicted_object(store: Store, uid: str) -> None:
+    """Frames that showed an evicted object are re-rendered with the erased blocks marked (they
+    were not re-rendered at all, and their diff compared nothing): their diff does not verify, and
+    compares what they still show."""
     from context_os.context.evict import evict
 
     sid = record_demo(store, f"{uid}-evicted", MESSAGES)
@@ -157,11 +158,16 @@ def test_a_frame_diff_does_not_compare_a_frame_that_cannot_be_re_rendered(store:
     before = frame_diff(store, sid, turn - 1, turn)
     assert before.rendered == (True, True) == before.to_dict()["rendered"]
     evict(store, file, reason="test")
-    diff = frame_diff(store, sid, turn, turn)
-    assert diff.rendered == (False, False) and diff.to_dict()["verified"] == [False, False]
-    assert diff.first_byte is None and not diff.b_extends_a and diff.hunks == []
+    same = frame_diff(store, sid, turn, turn)
+    assert same.rendered == (True, True) and same.to_dict()["verified"] == [False, False]
+    assert same.first_byte is None and same.hunks == []  # the same frame: the same bytes
+    assert all(c.evicted_only for c in same.checks or ())
+    diff = frame_diff(store, sid, turn - 1, turn)
+    assert diff.rendered == (True, True) and diff.to_dict()["verified"][1] is False
+    shown = [m.get("text") for h in diff.hunks for m in h["added"]]
+    assert EVICTED_BLOCK in shown, shown
     # what it showed is still named exactly, each version by its transaction
-    refs = [r for c in diff.checks or () for r in c.refs if "sealed_pages" not in r]
+    refs = [r for c in same.checks or () for r in c.refs if "sealed_pages" not in r]
     assert refs and all(isinstance(r["tx_id"], int) for r in refs)
 
 

@@ -102,6 +102,7 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
                     "recorded_hash": check.recorded_hash,
                     "rendered_hash": check.rendered_hash,
                     "problems": check.problems,
+                    "checked": check.checked,
                     "tokens_assembled": frame["content"]["tokens"],
                     "tokens_full": frame["content"]["tokens_full"],
                     "basis_tx_id": check.basis,
@@ -288,6 +289,7 @@ def _verdict(turn: int, check: FrameCheck) -> dict[str, Any]:
         "rendered_hash": check.rendered_hash or None,  # none: it could not be re-rendered
         "problems": check.problems,
         "evicted": check.evicted,
+        "checked": check.checked,
     }
 
 
@@ -299,7 +301,9 @@ def _check_lines(verdict: dict[str, Any]) -> list[str]:
         status = click.style("EVICTED", fg="yellow") + " (it showed what was erased since; nothing else is wrong)"
     else:
         status = click.style("MISMATCH", fg="red")
-    return [f"{verdict['frame_id']}: {status}  {verdict['recorded_hash']}", *(f"  - {p}" for p in verdict["problems"])]
+    checked = [f"  {verdict['checked']}"] if verdict.get("checked") else []
+    head = f"{verdict['frame_id']}: {status}  {verdict['recorded_hash']}"
+    return [head, *(f"  - {p}" for p in verdict["problems"]), *checked]
 
 
 def register(cli: click.Group) -> None:

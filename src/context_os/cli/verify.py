@@ -108,7 +108,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                 if check.ok:
                     frames_ok += 1
                 elif check.evicted:  # it showed what was erased on purpose since: no damage
-                    frames_evicted.append({"id": check.frame_id, "evicted": check.evicted})
+                    frames_evicted.append({"id": check.frame_id, "evicted": check.evicted, "checked": check.checked})
                 else:
                     frames_bad.append({"id": check.frame_id, "problems": check.problems})
         ok = not (bad or damaged or integrity or frames_bad)

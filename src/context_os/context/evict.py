@@ -20,7 +20,8 @@ The tombstone is what every writer checks before it writes something that may ho
 The blocks that showed the object in rendered contexts (its text as the active pool showed it,
 and patches of it) are evicted with it, as are the recall objects that quoted it (each with its
 own tombstone) and the object-index blocks that listed either (a path, a recall hit's preview).
-Frames that showed an evicted object no longer verify (nor re-render): that is the point.
+Frames that showed an evicted object no longer verify (nor re-render as they were): that is the
+point; their check names the tombstone that explains each block they lost (``block_ids``).
 
 This module writes tombstones and evictions only; it never reads or changes a session's view.
 """
@@ -126,15 +127,17 @@ def no_object(store: Store, object_id: str) -> NotFound:
     return NotFound(f"no object {object_id!r} in {store.url}")
 
 
-def _tombstone(obj_id: str, latest: list[Any], reason: str, blocks: int) -> dict[str, Any]:
+def _tombstone(obj_id: str, latest: list[Any], reason: str, blocks: list[str]) -> dict[str, Any]:
     """The tombstone of ``obj_id``, whose versions (newest first) are ``latest``, evicted with
-    ``blocks`` blocks."""
+    ``blocks`` (block ids: a frame that showed one of them re-renders without it, and its check
+    finds here why; an id is a hash of the block's text, which frames name anyway)."""
     docs = [v.doc for v in latest if v.doc is not None]
     doc: dict[str, Any] = docs[0] if docs else {"kind": obj_id.split(":", 1)[0], "meta": {}}
     meta: dict[str, Any] = doc.get("meta") or {}
     kind = str(doc.get("kind"))
     tomb_meta: dict[str, Any] = {"object": obj_id, "object_kind": kind}
-    content: dict[str, Any] = {"evicted_at": now_ms(), "reason": reason, "versions": len(latest), "blocks": blocks}
+    content: dict[str, Any] = {"evicted_at": now_ms(), "reason": reason, "versions": len(latest), "blocks": len(blocks)}
+    content["block_ids"] = blocks
     if isinstance(meta.get("session"), str):
         tomb_meta["session"] = meta["session"]
     if kind == "chat":
@@ -180,8 +183,8 @@ def evict(store: Store, obj_id: str, *, reason: str = "evicted") -> dict[str, An
     index_blocks = sorted(set(_index_blocks(store, list(gone))) - set(blocks))
     derived = sorted(g for g in gone if g != obj_id)
     tombs = [
-        _tombstone(obj_id, latest, reason, len(blocks) + len(index_blocks)),
-        *(_tombstone(d, gone[d], f"{reason}: it quoted {obj_id}", len(shown[d])) for d in derived),
+        _tombstone(obj_id, latest, reason, sorted({*blocks, *index_blocks})),
+        *(_tombstone(d, gone[d], f"{reason}: it quoted {obj_id}", shown[d]) for d in derived),
     ]
     valid = next_valid_time()
     tx = store.submit(

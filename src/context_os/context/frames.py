@@ -33,6 +33,7 @@ from .load import VersionMemo, load_view
 from .view import Rendered, SessionView, page_id, sealed_pages_hash
 
 __all__ = [
+    "EVICTED_BLOCK",
     "FrameCheck",
     "FrameMemo",
     "FrameRow",
@@ -182,6 +183,9 @@ class FrameCheck:
     """What it showed and was evicted since (their tombstones say when and why), when that alone
     explains every problem: its hash cannot be checked, as what it showed was erased on purpose,
     and everything else in it checks (``evicted_only``)."""
+    checked: str | None = None
+    """When what it showed was evicted: its hash cannot be checked whole, and this says what was
+    checked in its place (its static refs, chat pages and blocks, each against its own hash)."""
 
     @property
     def evicted_only(self) -> bool:
@@ -239,11 +243,24 @@ class FrameMemo:
 
 def rerender(store: Store, frame: dict[str, Any], *, memo: FrameMemo | None = None) -> Rendered:
     """Render the frame's session exactly as it stood at the frame's basis (``memo``: one
-    ``FrameMemo`` across the frames of a session reads and hashes what they share once)."""
-    return _rerender(store, frame, frame_basis(store, frame), memo or FrameMemo())[1]
+    ``FrameMemo`` across the frames of a session reads and hashes what they share once);
+    ``NotFound`` if a block it showed is not in the store (evicted), as it cannot be."""
+    view, rendered, lost = _rerender(store, frame, frame_basis(store, frame), memo or FrameMemo())
+    if lost:
+        raise NotFound(f"block {lost[0]} of {frame['id']} is not in the store (evicted?)")
+    return rendered
 
 
-def _rerender(store: Store, frame: dict[str, Any], basis: int, memo: FrameMemo) -> tuple[SessionView, Rendered]:
+EVICTED_BLOCK = "[context_os: a block this frame showed here was erased from the store since]"
+"""What a re-render shows in place of a block of the frame that is no longer in the store (an
+eviction erases the blocks that showed what it erases)."""
+
+
+def _rerender(
+    store: Store, frame: dict[str, Any], basis: int, memo: FrameMemo
+) -> tuple[SessionView, Rendered, list[str]]:
+    """The frame re-rendered, with ``EVICTED_BLOCK`` in place of each block the store no longer
+    has, and the ids of those blocks."""
     c = frame["content"]
     session = frame["meta"]["session"]
     view = load_view(
@@ -260,12 +277,14 @@ def _rerender(store: Store, frame: dict[str, Any], basis: int, memo: FrameMemo) 
     view.horizon = c.get("horizon", 0)
     view.thinking_horizon = c.get("thinking_horizon", 0)
     blocks: list[tuple[int | None, str]] = []
+    lost: list[str] = []
     for at, block_id, _ in c.get("blocks", []):
         text = memo.block(store, block_id)
         if text is None:
-            raise NotFound(f"block {block_id} of {frame['id']} is not in the store (evicted?)")
+            lost.append(block_id)
+            text = EVICTED_BLOCK
         blocks.append((at, text))
-    return view, view.render(frame=c, blocks=blocks)
+    return view, view.render(frame=c, blocks=blocks), lost
 
 
 def _check_sealed(view: SessionView, ref: dict[str, Any], basis: int) -> tuple[list[str], list[str]]:
@@ -340,25 +359,22 @@ def verify_frame(
         return FrameCheck(str(frame.get("id")), False, str(recorded), "", [*problems, f"not a frame: no {missing}"])
     c = frame["content"]
     memo = memo or FrameMemo()
-    basis: int | None = None
     try:
         basis = frame_basis(store, frame)
-        view, rendered = _rerender(store, frame, basis, memo)
-    except NotFound as e:  # a block it showed was evicted (or the frame itself)
-        # its refs still name their transactions, as those of a frame that re-rendered do
-        named = c["refs"] if basis is None else [_ref_with_tx(r, basis) for r in c["refs"]]
+    except NotFound as e:  # the frame itself is no longer in the store: nothing to re-render it as of
         shown_gone, why = _evicted(store, [r["id"] for r in c["refs"] if "sealed_pages" not in r])
-        # the hash and the rest cannot be checked without the re-render: only an eviction explains it
         explained = shown_gone if not problems else []
         return FrameCheck(
-            frame["id"], False, c["rendered_hash"], "", [*problems, str(e), *why], refs=named, evicted=explained
+            frame["id"], False, c["rendered_hash"], "", [*problems, str(e), *why], refs=c["refs"], evicted=explained
         )
+    view, rendered, lost = _rerender(store, frame, basis, memo)
     unexplained = bool(problems)  # the frame document's own hashes: nothing evicted explains them
     wrong_hash = rendered.rendered_hash != c["rendered_hash"]
     if wrong_hash:
         problems.append(f"re-rendered hash {rendered.rendered_hash} != recorded {c['rendered_hash']}")
     refs: list[dict[str, Any]] = []
     gone: list[str] = []
+    refs_ok = pages_ok = 0
     for ref in c["refs"]:
         if "sealed_pages" in ref:
             sealed, pages = _check_sealed(view, ref, basis)
@@ -367,6 +383,8 @@ def verify_frame(
                 problems += [*sealed, *why]
                 unexplained = unexplained or not evicted
                 gone += evicted
+            else:
+                pages_ok += ref["sealed_pages"]
             refs.append(ref)
             continue
         tx = ref_tx(ref, basis)
@@ -376,12 +394,44 @@ def verify_frame(
             problems += [f"static ref {ref['id']} @ tx {tx} does not resolve to {ref['object_hash']}", *why]
             unexplained = unexplained or not evicted
             gone += evicted
+        else:
+            refs_ok += 1
+    if lost:
+        problems += [f"block {block_id} of {frame['id']} is not in the store" for block_id in lost]
+        # a block goes only with what it showed (an object, or the object index listing one)
+        went, unnamed = _blocks_evicted(store, lost, basis, frame)
+        unexplained = unexplained or bool(unnamed)
+        new = [oid for oid in dict.fromkeys(went.values()) if oid not in gone]
+        problems += _evicted(store, new)[1]
+        gone += new
     if wrong_hash and not gone:
         # every ref resolves: the re-render differs by what was evicted (a block it showed, or a
         # result it showed collapsed, which is no ref), or by damage
         shown = [r["id"] for r in c["refs"] if "sealed_pages" not in r] + _objects_gone(view)
         gone, _ = _evicted(store, shown)
         unexplained = unexplained or not gone
+    checked = None
+    if wrong_hash and gone:
+        # the hash covers what was erased: each part that has its own hash is checked instead
+        blocks_ok = 0
+        for _, block_id, recorded in c.get("blocks", []):
+            text = memo.block(store, block_id)
+            if text is None:
+                continue  # lost: said above
+            if view.block_hash(text) == recorded:
+                blocks_ok += 1
+            else:
+                problems.append(f"block {block_id} of {frame['id']} does not hash to {recorded}")
+                unexplained = True
+        named = sum(1 for r in c["refs"] if "sealed_pages" not in r)
+        sealed_total = sum(r["sealed_pages"] for r in c["refs"] if "sealed_pages" in r)
+        checked = (
+            "its rendered hash covers what was erased and cannot be checked; checked part by part instead: "
+            f"the frame document's hashes, {refs_ok} of {named} static refs, "
+            f"{pages_ok} of {sealed_total} full chat pages, {blocks_ok} of {len(c.get('blocks', []))} blocks "
+            "(each against the hash it recorded); what it showed of objects no ref names (collapsed tool "
+            "results) has no hash of its own and is not checked"
+        )
     return FrameCheck(
         frame["id"],
         not problems,
@@ -392,8 +442,36 @@ def verify_frame(
         view,
         basis,
         refs,
-        evicted=[] if unexplained else gone,
+        evicted=[] if unexplained else list(dict.fromkeys(gone)),
+        checked=checked,
     )
+
+
+def _blocks_evicted(
+    store: Store, lost: list[str], basis: int, frame: dict[str, Any]
+) -> tuple[dict[str, str], list[str]]:
+    """Of the blocks of ``frame`` the store no longer has: those an eviction since erased (block
+    id: the object its tombstone names), and the others. A tombstone written before tombstones
+    named their blocks (``block_ids``) explains those of the frame's session, or of an object the
+    frame names, if it erased any."""
+    went: dict[str, str] = {}
+    older: list[str] = []
+    named = {r["id"] for r in frame["content"]["refs"]}
+    for v in store.find("tombstone"):
+        doc = v.doc or {}
+        content, meta = doc.get("content") or {}, doc.get("meta") or {}
+        oid = meta.get("object")
+        if v.tx_id <= basis or not isinstance(oid, str):
+            continue
+        if isinstance(content.get("block_ids"), list):
+            went |= {b: oid for b in content["block_ids"] if b in lost}
+        elif content.get("blocks") and (meta.get("session") == frame["meta"]["session"] or oid in named):
+            older.append(oid)
+    unnamed = [b for b in lost if b not in went]
+    if older:
+        went |= {b: older[0] for b in unnamed}
+        unnamed = []
+    return went, unnamed
 
 
 PARALLEL_FROM = 128

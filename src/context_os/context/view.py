@@ -936,6 +936,10 @@ class SessionView:
         """The id of the document that holds a block's text (one per distinct text)."""
         return f"block:{self.session_id}:{unit.hash.removeprefix(HASH_PREFIX)[:32]}"
 
+    def block_hash(self, text: str) -> str:
+        """The hash of a block showing ``text``, as a frame records it with the block's id."""
+        return _unit(None, [_user(text)], self.hash_memo).hash
+
     def metadata_pool(self) -> list[ObjInfo]:
         return sorted((o for o in self._indexed.values() if o.state != "absent"), key=lambda o: o.seq)
 
