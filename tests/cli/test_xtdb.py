@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import uuid
@@ -285,3 +286,75 @@ def test_status_of_a_url_that_is_no_store_still_names_the_backend_and_the_outbox
     assert status["backend"] == "xtdb" and status["reachable"] is True and status["answers_as_a_store"] is False
     assert status["error"].startswith("StoreError: ") and "not an XTDB node's answer" in status["error"]
     assert status["outbox"]["pending"] == 0 and status["outbox"]["path"].startswith(str(tmp_path))
+
+
+@pytest.mark.xtdb
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
+@pytest.mark.parametrize("command", ["frames verify", "verify --frames"])
+def test_a_check_the_node_left_reports_what_it_checked_and_exits_3(
+    demo: tuple[str, str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, command: str, as_json: bool
+) -> None:
+    """The node lost in the middle of a frame check: the check reported none of the frames it
+    had checked (only the store's error), and exited 1, as it does for damage. Now it reports
+    them, and how many it did not check, and exits 3; its JSON is the report with the error a
+    failed command's JSON has."""
+    from click.testing import CliRunner
+
+    import context_os.context.frames as frames_module
+    from context_os.cli import cli
+    from tests._xtdb_node import CuttableProxy
+
+    url, sid, _ = demo
+    proxy = CuttableProxy(url)
+    verify, seen = frames_module.verify_frame, []
+
+    def node_lost_at_frame_4(*args: Any, **kwargs: Any) -> Any:
+        seen.append(1)
+        if len(seen) == 4:
+            proxy.cut()
+        return verify(*args, **kwargs)
+
+    monkeypatch.setattr(frames_module, "verify_frame", node_lost_at_frame_4)
+    args = command.split() + ([sid] if command == "frames verify" else [])
+    try:
+        run = CliRunner().invoke(
+            cli, ["--store", f"{proxy.url}?outbox=off", *args, "--jobs", "1", *(["--json"] if as_json else [])]
+        )
+    finally:
+        proxy.cut()
+    assert run.exit_code == 3, run.output
+    assert re.match(r"Error: Store(Unavailable|Unreachable): ", run.stderr), run.stderr
+    if not as_json:
+        if command == "frames verify":
+            assert f"session {sid}: 3 of 3 frame(s) verified" in run.stdout
+            assert "85 of 88 frame(s) not checked: the store is out of reach" in run.stdout
+        else:
+            # (the node is shared: other tests' frames, some that showed what they evicted, are checked too)
+            counts = re.search(r"frames: (\d+) verified, (\d+) failed(?:, (\d+) showed)?", run.stdout)
+            assert counts and sum(int(n or 0) for n in counts.groups()) == 3, run.stdout
+            assert re.search(r"cut short: the store is out of reach; none of the documents and \d+ of", run.stdout)
+        return
+    report = json.loads(run.stdout)
+    assert report["ok"] is False and report["error"]["exit_status"] == 3
+    assert report["error"]["type"] in ("StoreUnavailable", "StoreUnreachable")
+    if command == "frames verify":
+        assert (report["frames_checked"], report["frames_verified"], report["frames_unchecked"]) == (3, 3, 85)
+        assert [f["turn"] for f in report["frames"]] == [1, 2, 3]
+    else:
+        checked = report["frames_verified"] + len(report["frames_failed"]) + len(report["frames_evicted"])
+        assert checked == 3 and report["frames_unchecked"] >= 85
+        assert report["documents_unchecked"] == 0
+
+
+def test_a_check_of_a_store_out_of_reach_exits_3_not_the_1_of_damage() -> None:
+    """A check that could not start (the node down) exited 1, as one that found damage does."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"xtdb+http://127.0.0.1:{s.getsockname()[1]}?outbox=off"
+    for args in (["frames", "verify", "s1"], ["verify", "--frames"], ["frames", "show", "s1", "1"]):
+        proc = ctxos(*args, "--json", store=url, check=False)
+        assert proc.returncode == 3, (args, proc.returncode, proc.stderr)
+        error = json.loads(proc.stdout)["error"]
+        assert error["type"] == "StoreUnreachable" and error["exit_status"] == 3, error
+    # other commands keep the exit status 1 of any error
+    assert ctxos("frames", "list", "s1", store=url, check=False).returncode == 1

@@ -71,7 +71,7 @@ class _Ctxos(click.Group):
         try:
             return super().invoke(ctx)
         except click.ClickException as e:  # a subcommand's usage error, or a command's failure
-            if ctx.meta.get(_JSON):
+            if ctx.meta.get(_JSON) and not getattr(e, "reported", False):
                 emit_error_json(e)
             raise
         except KeyboardInterrupt:  # Ctrl-C in a command that does not stop on its own terms

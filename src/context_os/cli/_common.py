@@ -26,7 +26,7 @@ import click
 from .. import times
 from ..errors import ConfigError, ContextOSError, InputError, NotFound, StateError, StoreUnavailable
 from ..store import Store, open_store
-from ._errors import LibraryError
+from ._errors import CheckOutage, LibraryError, error_document
 
 if TYPE_CHECKING:  # the library's heavier parts are imported by the commands that use them
     from ..replay import Transcript, TranscriptReplay, TranscriptRow
@@ -177,6 +177,32 @@ def fails_cleanly(fn: F) -> F:
             raise LibraryError(e) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def checks_cleanly(fn: F) -> F:
+    """``fails_cleanly`` for a check, whose exit status 1 says it found damage: the store out of
+    reach (``StoreUnavailable``) exits with ``OUTAGE_EXIT`` instead (``CheckOutage``)."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except StoreUnavailable as e:
+            raise CheckOutage(e) from None
+        except ContextOSError as e:
+            raise LibraryError(e) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def cut_short(error: StoreUnavailable, report: dict[str, Any] | None) -> CheckOutage:
+    """What a check the store's outage cut short raises once it has printed what it checked
+    (``report``: its JSON report, which gets the error a failed command's JSON has, or None when
+    the report was text)."""
+    failure = CheckOutage(error, reported=report is not None)
+    if report is not None:
+        emit_json({**report, **error_document(failure)})
+    return failure
 
 
 def emit_json(value: Any) -> None:

@@ -10,19 +10,33 @@ from typing import Any
 
 import click
 
+OUTAGE_EXIT = 3
+"""The exit status of a check (``verify``, ``frames verify|show|diff``) the store's outage cut
+short or kept from starting: not the 1 of damage found, as nothing says the store is damaged."""
+
 
 class LibraryError(click.ClickException):
-    """A library error (``ContextOSError``) as the command line reports it: exit status 1."""
+    """A library error (``ContextOSError``) as the command line reports it: exit status 1.
+    ``reported``: the command printed its own JSON report, which names the error (no second JSON
+    document follows it)."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: Exception, *, reported: bool = False) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
         self.kind = type(error).__name__
         self.detail = str(error)
+        self.reported = reported
+
+
+class CheckOutage(LibraryError):
+    """The store out of reach (``StoreUnavailable``) in a check: exit status ``OUTAGE_EXIT``."""
+
+    exit_code = OUTAGE_EXIT
 
 
 class Interrupted(click.ClickException):
     """Ctrl-C in a command that does not handle it itself: exit status 130, as a shell reports
-    a process SIGINT ended (never 1, which ``verify`` and ``frames verify`` give for damage)."""
+    a process SIGINT ended (never 1, which ``verify`` and ``frames verify`` give for damage, nor
+    their ``OUTAGE_EXIT``)."""
 
     exit_code = 130
 

@@ -18,10 +18,13 @@ from ..context.frames import FrameCheck, frame_docs, frame_rows, get_frame, no_f
 from ..context.load import load_view
 from ..context.timeline import FrameDiff, frame_diff
 from ..context.view import arguments_text
+from ..errors import StoreUnavailable
 from ._common import (
     DefaultGroup,
     DeprecatedAlias,
+    checks_cleanly,
     counted,
+    cut_short,
     echo_long,
     emit_json,
     fails_cleanly,
@@ -87,7 +90,7 @@ def list_cmd(ctx: click.Context, session_id: str, as_json: bool) -> None:
 @click.option("--messages/--no-messages", default=True, help="Print the re-rendered messages.")
 @json_option
 @click.pass_context
-@fails_cleanly
+@checks_cleanly
 def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_json: bool) -> None:
     """Re-render one turn's frame, print it and verify its hash."""
     with store_from(ctx) as store:
@@ -134,7 +137,7 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
 @jobs_option
 @json_option
 @click.pass_context
-@fails_cleanly
+@checks_cleanly
 def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, jobs: int | None, as_json: bool) -> None:
     """Re-render every frame of a session (or one) and check it."""
     with store_from(ctx) as store:
@@ -144,32 +147,43 @@ def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, jobs: int 
             docs = frame_docs(store, session_id)
             if not docs:
                 raise no_frames(store, session_id, f"no frames for session {session_id!r} in {store.url}")
+        rows: list[dict[str, Any]] = []
+        outage: StoreUnavailable | None = None
         # closed on the way out, Ctrl-C included: its worker processes stop with it
         with closing(verify_frames(store, docs, jobs=jobs)) as checks:
             pairs = zip(docs, checks, strict=True)
             with progress(pairs, length=len(docs), label="verifying", enabled=not as_json) as bar:
-                rows = [_verdict(doc["content"]["turn"], check) for doc, check in bar]
+                try:
+                    for doc, check in bar:
+                        rows.append(_verdict(doc["content"]["turn"], check))
+                except StoreUnavailable as e:  # what was checked before it is still reported
+                    outage = e
         verified = sum(1 for r in rows if r["ok"])
         evicted = sum(1 for r in rows if not r["ok"] and r["evicted"])
-        ok = verified + evicted == len(rows)  # a frame that showed what was evicted since is no damage
-        if as_json:
-            emit_json(
-                {
-                    "session": session_id,
-                    "store": store.url,
-                    "ok": ok,
-                    "frames_checked": len(rows),
-                    "frames_verified": verified,
-                    "frames_evicted": evicted,
-                    "frames": rows,
-                }
-            )
-        else:
+        # a frame that showed what was evicted since is no damage
+        ok = verified + evicted == len(rows) and outage is None
+        report = {
+            "session": session_id,
+            "store": store.url,
+            "ok": ok,
+            "frames_checked": len(rows),
+            "frames_verified": verified,
+            "frames_evicted": evicted,
+            "frames_unchecked": len(docs) - len(rows),
+            "frames": rows,
+        }
+        if not as_json:
             for r in rows:
                 if not r["ok"] or turn is not None:
                     click.echo("\n".join(_check_lines(r)))
             since = f", {evicted} showed what was evicted since (not checkable)" if evicted else ""
             click.echo(f"session {session_id}: {verified} of {len(rows)} frame(s) verified{since}")
+            if outage is not None:
+                click.echo(f"{len(docs) - len(rows)} of {len(docs)} frame(s) not checked: the store is out of reach")
+        if outage is not None:
+            raise cut_short(outage, report if as_json else None)
+        if as_json:
+            emit_json(report)
         if not ok:
             sys.exit(1)
 
@@ -187,7 +201,7 @@ def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, jobs: int 
 )
 @json_option
 @click.pass_context
-@fails_cleanly
+@checks_cleanly
 def diff_cmd(ctx: click.Context, session_id: str, a: int, b: int | None, max_hunks: int, as_json: bool) -> None:
     """What changed from turn A to B (alone: from the turn before A)."""
     if b is None:

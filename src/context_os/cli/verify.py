@@ -10,10 +10,10 @@ from typing import Any
 import click
 
 from ..context.frames import verify_frames
-from ..errors import HashError, StoreCorrupt
+from ..errors import HashError, StoreCorrupt, StoreUnavailable
 from ..hashing import verify_doc
 from ..store import Store, Version
-from ._common import emit_json, fails_cleanly, jobs_option, json_option, progress, store_from
+from ._common import checks_cleanly, cut_short, emit_json, jobs_option, json_option, progress, store_from
 
 
 def _damage(e: StoreCorrupt, id: str, v: Version | None = None) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def _hash_problems(doc: dict[str, Any]) -> list[str]:
 @jobs_option
 @json_option
 @click.pass_context
-@fails_cleanly
+@checks_cleanly
 def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json: bool) -> None:
     """Check the whole store: integrity, then every version's hashes.
 
@@ -89,32 +89,49 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
         bad: list[dict[str, Any]] = []
         frames_bad: list[dict[str, Any]] = []
         frames_evicted: list[dict[str, Any]] = []
-        with progress(current, length=len(current), label="verifying", enabled=not as_json) as bar:
-            for cur in bar:
-                for v in _versions(store, cur.id, damaged):
-                    if v.doc is None:
-                        continue
-                    checked += 1
-                    wrong = _hash_problems(v.doc)
-                    if wrong:
-                        bad.append({"id": v.id, "tx_id": v.tx_id, "valid_time": v.valid_time, "fields": wrong})
-                if check_frames and cur.doc and cur.doc.get("kind") == "frame":
-                    frames.append(cur.doc)
-        with (
-            closing(verify_frames(store, frames, jobs=jobs)) as checks,  # (its workers stop with it)
-            progress(checks, length=len(frames), label="checking frames", enabled=check_frames and not as_json) as bar,
-        ):
-            for check in bar:
-                if check.ok:
-                    frames_ok += 1
-                elif check.evicted:  # it showed what was erased on purpose since: no damage
-                    frames_evicted.append({"id": check.frame_id, "evicted": check.evicted, "checked": check.checked})
-                else:
-                    frames_bad.append({"id": check.frame_id, "problems": check.problems})
-        ok = not (bad or damaged or integrity or frames_bad)
+        outage: StoreUnavailable | None = None  # what was checked before it is still reported
+        documents_checked = 0
+        try:
+            with progress(current, length=len(current), label="verifying", enabled=not as_json) as bar:
+                for cur in bar:
+                    for v in _versions(store, cur.id, damaged):
+                        if v.doc is None:
+                            continue
+                        checked += 1
+                        wrong = _hash_problems(v.doc)
+                        if wrong:
+                            bad.append({"id": v.id, "tx_id": v.tx_id, "valid_time": v.valid_time, "fields": wrong})
+                    documents_checked += 1
+                    if check_frames and cur.doc and cur.doc.get("kind") == "frame":
+                        frames.append(cur.doc)
+        except StoreUnavailable as e:
+            outage = e
+        frames_checked = 0
+        if outage is None:
+            with (
+                closing(verify_frames(store, frames, jobs=jobs)) as checks,  # (its workers stop with it)
+                progress(
+                    checks, length=len(frames), label="checking frames", enabled=check_frames and not as_json
+                ) as bar,
+            ):
+                try:
+                    for check in bar:
+                        frames_checked += 1
+                        if check.ok:
+                            frames_ok += 1
+                        elif check.evicted:  # it showed what was erased on purpose since: no damage
+                            frames_evicted.append(
+                                {"id": check.frame_id, "evicted": check.evicted, "checked": check.checked}
+                            )
+                        else:
+                            frames_bad.append({"id": check.frame_id, "problems": check.problems})
+                except StoreUnavailable as e:
+                    outage = e
+        ok = not (bad or damaged or integrity or frames_bad or outage)
         report: dict[str, Any] = {
             "store": store.url,
             "documents": len(current),
+            "documents_unchecked": len(current) - documents_checked,
             "versions_checked": checked,
             "mismatches": bad,
             "damaged": damaged,
@@ -122,8 +139,17 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
             "ok": ok,
         }
         if check_frames:
-            report |= {"frames_verified": frames_ok, "frames_failed": frames_bad, "frames_evicted": frames_evicted}
+            # frames are listed as their documents are checked: those not reached are not counted
+            unchecked = len(frames) - frames_checked if documents_checked == len(current) else None
+            report |= {
+                "frames_verified": frames_ok,
+                "frames_failed": frames_bad,
+                "frames_evicted": frames_evicted,
+                "frames_unchecked": unchecked,
+            }
         if as_json:
+            if outage is not None:
+                raise cut_short(outage, report)
             emit_json(report)
         else:
             click.echo(
@@ -145,6 +171,18 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                 click.echo(f"frames: {frames_ok} verified, {len(frames_bad)} failed{since}")
                 for f in frames_bad:
                     click.echo(f"  - {f['id']}: {'; '.join(f['problems'])}")
+            if outage is not None:
+                left = report["documents_unchecked"]
+                rest = f"{left:,} of {len(current):,} documents" if left else "none of the documents"
+                if check_frames:
+                    frames_left = report["frames_unchecked"]
+                    rest += (
+                        f" and {frames_left:,} of {len(frames):,} frames"
+                        if frames_left is not None
+                        else ", nor any frame of those"
+                    )
+                click.echo(f"cut short: the store is out of reach; {rest} not checked")
+                raise cut_short(outage, None)
         if not ok:
             sys.exit(1)
 
