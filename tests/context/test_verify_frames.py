@@ -240,3 +240,57 @@ def test_ctrl_c_stops_a_check_whose_workers_wait_on_a_node_that_hangs(tmp_path: 
         finally:
             child.kill()
             relay.cut()
+
+
+_FAILED_OVER = """
+import sys
+from pathlib import Path
+from context_os.context import frames
+from context_os.store.xtdb import XtdbStore
+frames.PARALLEL_FROM = 1
+with XtdbStore(sys.argv[1], text_index_path=Path(sys.argv[2])) as store:
+    docs = frames.frame_docs(store, sys.argv[3])
+    print("listed", flush=True)
+    sys.stdin.readline()
+    checks = list(frames.verify_frames(store, docs, jobs=2))
+print(sum(c.ok for c in checks), len(checks), flush=True)
+"""
+
+
+@pytest.mark.xtdb
+@pytest.mark.parametrize("when", ["before the check", "once the workers run"])
+def test_a_node_down_is_said_once_not_once_per_worker(tmp_path: Path, xtdb_url: str, uid: str, when: str) -> None:
+    """A store URL naming several nodes, the first down: the check said that it went on with the
+    next one once here and once more in every worker (each found out again), or, when it went
+    down once the workers ran, once in every worker. Once now."""
+    sid = f"down-{uid}"
+    with XtdbStore(xtdb_url, text_index_path=tmp_path / "index.db") as store:
+        hook = OpenAIHook(Session.open(store, sid, harness="openai", policy=RetentionPolicy(**EAGER)))
+        msgs = [{"role": "system", "content": "You are a coding agent."}, user("fix the bug")]
+        for n in range(frames_module.CHUNK + 2):  # a chunk for each of 2 workers
+            msgs += [call(f"c{n}", command=f"cat f{n}.py"), result(f"c{n}", f"line {n}\n" * 20)]
+            hook.transform_context(msgs)
+        hook.session.close()
+    relay = CuttableProxy(xtdb_url)  # the first node, which goes down
+    if when == "before the check":
+        relay.cut()
+    down = relay.url.removeprefix("xtdb+")
+    url = f"{relay.url},{xtdb_url.removeprefix('xtdb+http://')}"
+    src = str(Path(frames_module.__file__).parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    args = [sys.executable, "-c", _FAILED_OVER, url, str(tmp_path / "index.db"), sid]
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    with subprocess.Popen(args, env=env, text=True, **pipes) as child:
+        try:
+            assert child.stdout is not None and child.stdin is not None
+            assert child.stdout.readline().strip() == "listed"
+            relay.cut()  # (already, before the check)
+            out, err = child.communicate("go\n", timeout=300)
+        finally:
+            child.kill()
+            relay.cut()
+    assert child.returncode == 0, err
+    n = frames_module.CHUNK + 2
+    assert out.split() == [str(n), str(n)], (out, err)
+    said = [line for line in err.splitlines() if "cannot be reached" in line]
+    assert said == [f"XTDB node at {down} cannot be reached: going on with {xtdb_url.removeprefix('xtdb+')}"]

@@ -14,6 +14,7 @@ This module only reads the store.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -524,7 +525,12 @@ def verify_frames(
         finally:
             if blocked:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        for checks in results:
+        said: set[tuple[str, int, str]] = set()
+        for checks, logged in results:
+            for line in logged:  # what the workers logged, each said once however many said it
+                if line not in said:
+                    said.add(line)
+                    logging.getLogger(line[0]).log(line[1], "%s", line[2])
             yield from checks
         done = True
     finally:
@@ -584,9 +590,25 @@ _reader: Callable[[], Store] | None = None
 """In a worker process: how it opens the store, at its first chunk (``_worker_checks``)."""
 
 
+class _Kept(logging.Handler):
+    """In a worker: what context_os logs, kept for the parent to say (``_worker_checks``): each
+    worker meets the same node down, and it is said once, not once per worker."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[tuple[str, int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((record.name, record.levelno, record.getMessage()))
+
+
+_kept = _Kept()
+
+
 def _start_worker(reader: Callable[[], Store]) -> None:
     global _reader
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    logging.getLogger("context_os").addHandler(_kept)
     parent = multiprocessing.parent_process()
     if parent is not None:  # a parent that dies without shutting the pool (SIGKILL, SIGTERM) leaves none behind
         threading.Thread(target=_exit_with, args=(parent.sentinel,), name="ctxos-parent-watch", daemon=True).start()
@@ -601,11 +623,15 @@ def _exit_with(sentinel: int) -> None:
     os._exit(1)
 
 
-def _worker_checks(frames: Sequence[dict[str, Any]]) -> list[FrameCheck]:
+def _worker_checks(frames: Sequence[dict[str, Any]]) -> tuple[list[FrameCheck], list[tuple[str, int, str]]]:
+    """The checks of a chunk, and what was logged meanwhile (logger, level, message)."""
     global _worker
-    if _worker is None:
-        assert _reader is not None
-        _worker = (_reader(), _Memos())
-    store, memos = _worker
-    # what a check carries besides its verdict stays here: a view is the whole session
-    return [replace(_check_one(store, frame, memos), rendered=None, view=None) for frame in frames]
+    try:
+        if _worker is None:
+            assert _reader is not None
+            _worker = (_reader(), _Memos())
+        store, memos = _worker
+        # what a check carries besides its verdict stays here: a view is the whole session
+        return [replace(_check_one(store, frame, memos), rendered=None, view=None) for frame in frames], _kept.lines
+    finally:
+        _kept.lines = []

@@ -1274,7 +1274,8 @@ class XtdbStore(Store):
 
     def reader(self) -> Callable[[], Store]:
         # the same nodes: once submitted, a write is in their log for every client
-        return _Reader(self._opened, self.url, self.timeout, self._text.path)
+        with self._node_lock:  # the node it reads from now: one this store failed over from is not tried again
+            return _Reader(self._opened, self.url, self.timeout, self._text.path, self.base, frozenset(self._down))
 
     def close(self) -> None:
         try:  # what this store wrote is readable by everyone once it is closed
@@ -1289,11 +1290,26 @@ class _Reader:
     """``XtdbStore.reader``'s callable: the store as given (credentials and all) opened again; its
     ``repr`` shows the URL with the password masked, as ``Store.url`` does."""
 
-    def __init__(self, url: str, shown: str, timeout: float, text_index_path: Path) -> None:
+    def __init__(
+        self,
+        url: str,
+        shown: str,
+        timeout: float,
+        text_index_path: Path,
+        base: str | None = None,
+        down: frozenset[str] = frozenset(),
+    ) -> None:
         self.url, self.shown, self.timeout, self.text_index_path = url, shown, timeout, text_index_path
+        self.base, self.down = base, down
 
     def __call__(self) -> XtdbStore:
-        return XtdbStore(self.url, timeout=self.timeout, text_index_path=self.text_index_path)
+        store = XtdbStore(self.url, timeout=self.timeout, text_index_path=self.text_index_path)
+        # where the store it reads for stands: on the node it failed over to, knowing (and having
+        # said) which were down, so each reader does not find out (and say) it again
+        if self.base in store.bases:
+            store.base = self.base
+            store._down = set(self.down)
+        return store
 
     def __repr__(self) -> str:
         return f"XtdbStore.reader({self.shown!r})"
