@@ -196,3 +196,40 @@ def test_two_replays_of_one_session_at_once(tmp_path: Path, reliability: Counts)
     assert again.returncode == 1 and "already exists" in again.stderr and "--append" in again.stderr
     appended = subprocess.run([*cmd, "--append"], capture_output=True, text=True, timeout=300, env=env)
     assert appended.returncode == 0, appended.stderr
+
+
+@pytest.mark.xtdb
+def test_a_session_ended_by_ctrl_c_on_a_hung_node_does_not_wait_the_store_out(
+    tmp_path: Path, xtdb_url: str, uid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ctrl-C while the node hangs: the session's ``with`` block gave its lease back before the
+    KeyboardInterrupt went on, waiting on the node up to the store's timeout (30 s by default;
+    here an hour, which the test would not outlast). It waits ``GIVE_BACK_S`` and says so."""
+    import threading
+
+    from context_os.context import session as session_module
+    from context_os.store.xtdb import XtdbStore
+    from tests._xtdb_node import CuttableProxy
+
+    relay = CuttableProxy(xtdb_url)
+    store = XtdbStore(relay.url, timeout=3600, text_index_path=tmp_path / "index.db")
+    ended = threading.Event()
+
+    def interrupted_session() -> None:
+        try:
+            with Session.open(store, uid) as session:
+                OpenAIHook(session).transform_context(coding_session(1))
+                relay.stall()
+                raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            ended.set()
+
+    try:
+        threading.Thread(target=interrupted_session, daemon=True).start()
+        assert ended.wait(10 * session_module.GIVE_BACK_S + 60), "the lease's give-back waited on the hung node"
+        assert relay.stalled.is_set()  # it did ask the node
+        said = [r.getMessage() for r in caplog.records if "could not give its lease back" in r.getMessage()]
+        assert said and f"the store did not answer within {session_module.GIVE_BACK_S:g} s" in said[0]
+    finally:
+        relay.cut()
+        store.close()

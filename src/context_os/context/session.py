@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -46,6 +47,10 @@ OBJECT_IDS_HINT = "use an id from the object list or a tool result stub"
 """Where a harness's model finds object ids (an entry point with other tools says its own)."""
 HISTORY_HINT = "history(start, end) shows earlier messages"
 """How a harness's model sees earlier messages (an entry point without ``history`` says its own)."""
+GIVE_BACK_S = 5.0
+"""How long a session ended by an error (Ctrl-C, the store out of reach) waits for its store to
+take its lease back before it goes on without (``Session.__exit__``)."""
+
 LOCKED_PREFIXES = ("chat:", "session:", "frame:", "block:", "state:", "lease:", "tombstone:")
 
 _SHORT_REF = re.compile(r"r(\d+)")
@@ -293,15 +298,33 @@ class Session:
         if exc is None:
             self.close()
             return
-        try:  # the error that ended the block is the one to raise, not one of closing after it
-            self.close()
-        except StoreError as e:  # e.g. the store that went out of reach, still out of reach
-            log.warning(
-                "session %s could not give its lease back (a writer of this host takes it once this process"
-                " ends; of another host, once it expires): %s",
-                self.id,
-                e,
-            )
+        # the error that ended the block is the one to raise, not one of closing after it; and
+        # closing waits at most GIVE_BACK_S: after Ctrl-C or an outage the store may hang (a node
+        # that does not answer holds each request up to the store's timeout)
+        failed: list[StoreError] = []
+        closed = threading.Event()
+
+        def close() -> None:
+            try:
+                self.close()
+            except StoreError as e:  # e.g. the store that went out of reach, still out of reach
+                failed.append(e)
+            finally:
+                closed.set()
+
+        threading.Thread(target=close, name=f"ctxos-close-{self.id}", daemon=True).start()
+        if not closed.wait(GIVE_BACK_S):
+            why = f"the store did not answer within {GIVE_BACK_S:g} s"
+        elif failed:
+            why = str(failed[0])
+        else:
+            return
+        log.warning(
+            "session %s could not give its lease back (a writer of this host takes it once this process"
+            " ends; of another host, once it expires): %s",
+            self.id,
+            why,
+        )
 
     # --- ingest and assembly -------------------------------------------------------------------
 
