@@ -90,6 +90,25 @@ def test_a_cluster_whose_node_port_is_taken_starts_nothing(tmp_path: Path) -> No
         run.stderr == f"xtdb/start: port {port + 1} on 127.0.0.1 is in use by another program; choose another --port\n"
     )
     assert not made_postgres
+    assert list(tmp_path.iterdir()) == []  # nor the nodes' data directories (it made them)
+
+
+def test_a_refused_start_makes_no_data_directory_and_leaves_no_lock(tmp_path: Path) -> None:
+    """A start refused (its port held by another program) made its data directory all the same,
+    and left its lock in xtdb/target/."""
+    port = _free_port()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        run = subprocess.run(
+            [str(ROOT / "xtdb" / "start"), "--port", str(port), "--data-dir", str(tmp_path / "data")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert run.returncode == 1 and "is in use by another program" in run.stderr, run.stderr
+    assert not (tmp_path / "data").exists()
+    assert not (ROOT / "xtdb" / "target" / f"xtdb-{port}.lock").exists()
 
 
 def test_two_starts_on_one_port_at_once_start_one_node(xtdb_url: str) -> None:
@@ -112,6 +131,7 @@ def test_two_starts_on_one_port_at_once_start_one_node(xtdb_url: str) -> None:
     assert [out for out, _ in outs] == [f"xtdb+http://127.0.0.1:{port}\n"] * 2
     assert sum("already running" in err for _, err in outs) == 1, outs
     assert "stopped the node" in stop.stderr, stop.stderr
+    assert not (ROOT / "xtdb" / "target" / f"xtdb-{port}.lock").exists()  # it stayed, one per port ever used
     tmp_dir = f"-Djava.io.tmpdir={ROOT / 'xtdb' / 'target' / f'tmp-{port}'}"
     left = [int(p.name) for p in Path("/proc").glob("[0-9]*") if tmp_dir in _cmdline(p)]
     for pid in left:  # not to leave it running after a failure
