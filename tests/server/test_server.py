@@ -824,3 +824,13 @@ def test_a_pi_session_resumed_into_another_store_reads_the_files_its_reports_nam
         evict(server.store, json.loads(here)["id"])
         rpc("session.open", session="u", harness="pi", workspace=str(ws))
         assert "the text of app.py" not in tail(rpc, "u", resumed(here))
+
+
+def test_frame_verify_tells_a_frame_that_showed_an_evicted_object_from_a_damaged_one(server: Server):
+    """It said ``ok: false`` and the problems alone: a harness could not tell an eviction (no
+    damage) from damage, as ``ctxos frames verify`` does."""
+    evict(server.store, "toolcall:s1:c0", reason="leaked")
+    params = {"session": "s1", "turn": 1}
+    answer = server.handle({"jsonrpc": "2.0", "id": 1, "method": "frame.verify", "params": params})["result"]
+    assert not answer["ok"] and answer["evicted"] == ["toolcall:s1:c0"], answer
+    assert "cannot be checked" in answer["checked"]

@@ -496,6 +496,8 @@ class Server(RpcServer):
             "recorded_hash": check.recorded_hash,
             "rendered_hash": check.rendered_hash,
             "problems": check.problems,
+            "evicted": check.evicted,
+            "checked": check.checked,
         }
 
     def _ping(self, p: NoParams) -> dict[str, Any]:
