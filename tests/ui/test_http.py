@@ -549,3 +549,22 @@ def test_an_objects_state_changes_page(tmp_path: Path, serve: Callable[[Store], 
     assert f"changes 1–{page} of {total}" in _text(oldest.text)
     assert "changes_from=0#states" in newest.text.replace("&amp;", "&")
     assert f"changes_from={page}#states" in oldest.text.replace("&amp;", "&")
+
+
+def test_a_session_with_no_turn_yet_is_a_page_that_says_so(
+    store: Store, uid: str, serve: Callable[[Store], str]
+) -> None:
+    """A session opened and never called (a harness started, a test's session) is listed on the
+    sessions page: its link answers with a page saying it has no turns, not a 404."""
+    from context_os import Session
+
+    Session.open(store, f"{uid}-idle", harness="openai").close()
+    base = serve(store)
+    with httpx.Client(base_url=base) as client:
+        page = client.get(f"/session?id={uid}-idle")
+        assert page.status_code == 200 and "No turns yet" in page.text, page.text[:2000]
+        assert client.get(f"/session?id={uid}-idle&turn=1").status_code == 404
+        assert "has no turns yet, not 1" in client.get(f"/session?id={uid}-idle&turn=1").text
+        listed = client.get("/?from=99999").text + client.get("/").text
+        for link in re.findall(r'href="(/session\?id=[^"]*)"', listed):
+            assert client.get(html.unescape(link)).status_code == 200, link

@@ -209,12 +209,13 @@ class UiApp:
 
     def timeline_page(self, q: dict[str, str]) -> Page:
         session = _required(q, "id")
-        turns = turn_count(self.store, session)
-        if turns == 0:
-            raise NotFound(f"session {session!r} has no turns yet")
+        turns = turn_count(self.store, session)  # NotFound: no such session
         focus = _int(q, "turn", 0)
+        if turns == 0 and not focus:  # a session the sessions page lists, before its first model call
+            return self._html("timeline.html", title=f"Session {session}", session=session, rows=[], turns=0)
         if focus > turns:
-            raise NotFound(f"session {session!r} has turns 1–{turns}, not {focus}")
+            has = f"turns 1–{turns}" if turns else "no turns yet"
+            raise NotFound(f"session {session!r} has {has}, not {focus}")
         default_first = ((focus - 1) // PAGE_TURNS) * PAGE_TURNS + 1 if focus else 1
         first = _past_end(_int(q, "from", default_first, low=1) - 1, turns, PAGE_TURNS) + 1
         rows = turn_rows(self.store, session, first, PAGE_TURNS)
