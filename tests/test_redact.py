@@ -124,6 +124,9 @@ CATCHES = [
     ("mysqladmin -u root password newpass", "newpass", "command-line-password"),
     ("mysqladmin -u root -p password 'new pass'", "new pass", "command-line-password"),
     ("mytool --password hunter", "hunter", "command-line-password"),
+    # a password that holds the word, with a digit or symbol, is a password all the same
+    ("mysql -u root --password Password1! app", "Password1!", "command-line-password"),
+    ("mytool --password 'MyPassword2024'", "MyPassword2024", "command-line-password"),
     ("mysql -uroot -p'secret' app", "secret", "command-line-password"),
     # ~/.pgpass: hostname:port:database:username:password
     ("db.example.com:5432:app:alice:hunter2", "hunter2", "pgpass-password"),

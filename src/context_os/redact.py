@@ -298,11 +298,11 @@ _WORD = r"[ \t]+[^\s|;&<>-][^\s|;&<>]*"
 class CommandLinePasswordDetector(RegexBasedDetector):
     """A password given to a command on its command line, where a shell history, a tool call's
     arguments or a CI log shows it: MySQL's and MariaDB's ``-pPASS`` (attached: ``-p`` alone asks
-    for it, ``-P`` is the port), ``--token``, ``--api-key``, ``--access-token`` or
-    ``--auth-token`` of any command, with ``=`` or a space (a value with a lowercase letter and a
-    digit or symbol, so ``--help``'s ``--token string`` and ``PASSWORD_FILE`` stay),
-    ``--password`` with any value (``hunter`` too) but a type, a word of a sentence or a word that
-    names a password (not ``--password TEXT``, ``the --password flag``, ``mypassword``),
+    for it, ``-P`` is the port), ``--password``, ``--token``, ``--api-key``, ``--access-token``
+    or ``--auth-token`` of any command, with ``=`` or a space (a value with a lowercase letter and
+    a digit or symbol, so ``--help``'s ``--token string`` and ``PASSWORD_FILE`` stay),
+    ``--password`` with any other value too (``hunter``) but a type, a word of a sentence or a
+    word that names a password (not ``--password TEXT``, ``the --password flag``, ``mypassword``),
     htpasswd's ``-b`` password (``htpasswd -b FILE USER PASS``), ``mysqladmin … password NEW``,
     the ``-p`` of a registry or cloud ``login`` command (``docker login``, ``az login``; not a
     port), curl's ``-u user:pass`` and ``--user user:pass``, ``sshpass -p``, ``redis-cli -a``,
@@ -320,7 +320,7 @@ class CommandLinePasswordDetector(RegexBasedDetector):
             # each option whole before the look behind it: the screen then looks for the options,
             # not for every "--"
             "(?:"
-            + "|".join(rf"--{o}(?<![\w-]--{o})" for o in ("token", "api-key", "access-token", "auth-token"))
+            + "|".join(rf"--{o}(?<![\w-]--{o})" for o in ("password", "token", "api-key", "access-token", "auth-token"))
             # after a space, a word that starts with "-" is the next option (``--token --json``)
             + r")(?:=|[ \t]+(?!-))"
             + _NOT_EXAMPLE
