@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from context_os import Session
+from context_os.context.source_tools import SourceTools
 from context_os.errors import InputError, StoreError
 from context_os.harness.openai import OpenAIHook
 from context_os.sources import ObjectSource
 from context_os.sources import recall as recall_module
 from context_os.sources.embed import WordLlamaEmbedder
+from context_os.sources.memory import MemoryScopes
 from context_os.sources.recall import Recall, RecallConfig, keyword_query, open_recall, vector_path
 from context_os.sources.vectors import VectorIndex, vector_status
 from context_os.store import Store, open_store
@@ -319,3 +321,30 @@ def test_the_same_tool_output_seen_many_times_is_one_hit(db: Store, vectors: Vec
         assert texts.count(failed) == 1 and "12: def renew(lease):" in texts, texts
         assert hits[0].text == failed and hits[0].same_text == 4
         assert all(h.same_text == 0 for h in hits[1:])
+
+
+def test_a_memory_fact_is_found_by_meaning_while_its_file_still_holds_it(
+    db: Store, vectors: VectorIndex, tmp_path: Path
+) -> None:
+    """Recall reads the memory files as they are now, by keyword; the store's copy of an index
+    was dropped from the vector hits too, so a query sharing no word with a fact (``ctxos
+    recall``, another session) no longer found it. The copy stays while the file holds its lines,
+    and goes once a fact in it is edited."""
+    (tmp_path / "repo").mkdir()
+    scopes = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    scopes.remember("the staging cluster runs postgres sixteen with pgbouncer in front")
+    chat(db, "s1", ["lunch is at noon on fridays", "the cat sat on the mat", "we bought new chairs", "ok"])
+    with Session.open(db, "s2", harness="openai", workspace=str(tmp_path / "repo")) as s:
+        hook = OpenAIHook(s)
+        SourceTools(s, memory=scopes, auto_recall=False).register(hook.registry)
+        hook.transform_context([user("hi")])  # the session stores its copy of the index
+    vectors.catch_up()
+    query = "which relational database engine"
+    [copy] = [p for p in scopes.id_prefixes() if p.startswith("memory:project:")]
+    assert not [h for h in db.text_search(query, k=50) if h.kind == "memory"]  # no word in common
+    hits = Recall(db, vectors).search(query, k=3, memory=scopes).hits
+    assert hits[0].id == copy + "MEMORY.md" and hits[0].vector_rank == 1, hits
+    index = tmp_path / "repo" / ".context_os" / "memory" / "MEMORY.md"
+    index.write_text(index.read_text().replace("sixteen", "seventeen"))  # the copy is stale now
+    hits = Recall(db, vectors).search(query, k=3, memory=scopes).hits
+    assert all(not h.id.startswith(copy) or h.path is not None for h in hits), hits

@@ -361,9 +361,11 @@ class Recall:
         )
         scopes = memory if memory is not None else self.memory
         live: list[str] = []
+        passages: list[MemoryPassage] = []
         if scopes is not None and "memory" in wanted and session is None and as_of is None and tx_id is None:
             live = scopes.id_prefixes()
-            bm = _with_files(bm, [h for h in _file_hits(kw, scopes.passages()) if h.score > 0], live, cfg.depth)
+            passages = scopes.passages()
+            bm = _with_files(bm, [h for h in _file_hits(kw, passages) if h.score > 0], live, cfg.depth)
         t1 = time.perf_counter()
         timings["bm25"] = (t1 - t0) * 1000
         vec: list[VectorHit] = []
@@ -386,8 +388,10 @@ class Recall:
             vec = self.vectors.search_vector(
                 qv, k=cfg.depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
             )
-            # the store's copies of the memory files read now: stale, or in the files' hits already
-            vec = [h for h in vec if not (h.kind == "memory" and h.id.startswith(tuple(live)))] if live else vec
+            # the store's copies of the memory files read now: a stale one goes; one whose every
+            # line the file still holds stays, found by meaning (the files' passages have no
+            # vectors: a query that shares no word with a fact found it through the copy only)
+            vec = _current_copies(vec, live, passages) if live else vec
             timings["vector"] = (time.perf_counter() - t2) * 1000
             covered = self._coverage()
             if 0.0 < covered < 1.0:
@@ -693,6 +697,25 @@ def _with_files(bm: list[TextHit], files: list[_FileHit], live: list[str], depth
     prefixes = tuple(live)
     kept = [h for h in bm if not (h.kind == "memory" and h.id.startswith(prefixes))]
     return sorted([*kept, *files], key=lambda h: -h.score)[:depth]
+
+
+def _current_copies(vec: list[VectorHit], live: list[str], passages: list[MemoryPassage]) -> list[VectorHit]:
+    """The vector hits without the store's copies of the memory files read now whose lines are no
+    longer all in their file (stale: an edited or deleted fact); a copy's note of the cap
+    (``[memory: …]``) is no line of the file."""
+    prefixes = tuple(live)
+    lines: dict[str, set[str]] = {}
+    for p in passages:
+        lines.setdefault(p.id, set()).update(line.strip() for line in p.text.splitlines())
+    kept = []
+    for h in vec:
+        if h.kind == "memory" and h.id.startswith(prefixes):
+            now = lines.get(h.id)
+            copy = [x.strip() for x in h.text.splitlines() if x.strip() and not x.startswith("[memory: ")]
+            if now is None or not copy or any(x not in now for x in copy):
+                continue
+        kept.append(h)
+    return kept
 
 
 def _distinct(ranked: list[_Cand]) -> tuple[list[_Cand], dict[int, int]]:
