@@ -348,3 +348,22 @@ def test_a_memory_fact_is_found_by_meaning_while_its_file_still_holds_it(
     index.write_text(index.read_text().replace("sixteen", "seventeen"))  # the copy is stale now
     hits = Recall(db, vectors).search(query, k=3, memory=scopes).hits
     assert all(not h.id.startswith(copy) or h.path is not None for h in hits), hits
+
+
+def test_a_memory_fact_ranks_with_the_store_s_hits_by_the_query_words_it_holds(db: Store, tmp_path: Path) -> None:
+    """The memory files' passages were scored by BM25 over themselves alone, where a word of a
+    one-passage MEMORY.md weighs about 1e-6: a fact holding the query's word ranked below every
+    stored hit (it came first before recall read the files live)."""
+    (tmp_path / "repo").mkdir()
+    scopes = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    scopes.remember("the staging postgres listens on port 6543")
+    talk = [f"note {n}: the build of module {n} passed" for n in range(60)]
+    talk += [f"postgres came up in run {n}, and the tests waited for it" for n in range(8)]
+    chat(db, "s1", talk, every=17)
+    hits = Recall(db).search("postgres", k=5, memory=scopes).hits
+    assert hits[0].path is not None and "6543" in hits[0].text, [(h.id, h.score) for h in hits]
+    # a passage holding part of the query ranks by that share, below a stored hit holding it all
+    hits = Recall(db).search("postgres tests waited", k=20, memory=scopes).hits
+    ours = [n for n, h in enumerate(hits) if h.path is not None]
+    assert ours and hits[0].path is None, [(h.id, h.score) for h in hits]
+    assert sum("waited" in h.text for h in hits[: ours[0]]) == 8  # every stored hit holding them all

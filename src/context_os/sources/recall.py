@@ -35,6 +35,7 @@ This module never imports from ``context`` or ``harness``: it reads the store an
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -365,7 +366,7 @@ class Recall:
         if scopes is not None and "memory" in wanted and session is None and as_of is None and tx_id is None:
             live = scopes.id_prefixes()
             passages = scopes.passages()
-            bm = _with_files(bm, [h for h in _file_hits(kw, passages) if h.score > 0], live, cfg.depth)
+            bm = _with_files(kw, bm, [h for h in _file_hits(kw, passages) if h.score > 0], live, cfg.depth)
         t1 = time.perf_counter()
         timings["bm25"] = (t1 - t0) * 1000
         vec: list[VectorHit] = []
@@ -690,13 +691,23 @@ def _file_hits(query: str, passages: list[MemoryPassage]) -> list[_FileHit]:
     return out
 
 
-def _with_files(bm: list[TextHit], files: list[_FileHit], live: list[str], depth: int) -> list[TextHit]:
-    """The keyword hits with the memory files' passages merged in by score (scored over the
-    passages alone, as a read-only store scores what its index holds back), without the store's
-    copies of those files' indexes: they are a session's last look at the head of ``MEMORY.md``."""
+def _with_files(query: str, bm: list[TextHit], files: list[_FileHit], live: list[str], depth: int) -> list[TextHit]:
+    """The keyword hits with the memory files' passages merged in, without the store's copies of
+    those files' indexes (a session's last look at the head of ``MEMORY.md``).
+
+    A passage's BM25 score over the passages alone is on no common scale with the store's: a word
+    in half of a few passages weighs next to nothing there (a one-passage ``MEMORY.md`` scores
+    about 1e-6 for any word it holds). So a passage scores the store's best keyword score times
+    the share of the query's words it holds (all of them: as the best stored hit), its own BM25
+    only ordering passages that hold as many."""
     prefixes = tuple(live)
     kept = [h for h in bm if not (h.kind == "memory" and h.id.startswith(prefixes))]
-    return sorted([*kept, *files], key=lambda h: -h.score)[:depth]
+    scale = max((h.score for h in kept), default=0.0) or 1.0
+    scaled = []
+    for h in files:
+        found, total = query_words_found(query, h.text)
+        scaled.append(dataclasses.replace(h, score=scale * found / max(total, 1) + h.score * 1e-9))
+    return sorted([*kept, *scaled], key=lambda h: -h.score)[:depth]
 
 
 def _current_copies(vec: list[VectorHit], live: list[str], passages: list[MemoryPassage]) -> list[VectorHit]:
