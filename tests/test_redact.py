@@ -128,6 +128,9 @@ CATCHES = [
     ("mysql -u root --password Password1! app", "Password1!", "command-line-password"),
     ("mytool --password 'MyPassword2024'", "MyPassword2024", "command-line-password"),
     ("mysql -uroot -p'secret' app", "secret", "command-line-password"),
+    # a 'your' in a password is no placeholder: only a value that starts with it (your-api-key)
+    ("psql --password=Secr3t_your -h db", "Secr3t_your", "command-line-password"),
+    ("DB_PASSWORD=Secr3t_your", "Secr3t_your", "secret-assignment"),
     # ~/.pgpass: hostname:port:database:username:password
     ("db.example.com:5432:app:alice:hunter2", "hunter2", "pgpass-password"),
     ("localhost:*:*:postgres:S3cret!\n", "S3cret!", "pgpass-password"),

@@ -284,10 +284,13 @@ _QUOTED_OR_WORD = (
 )
 
 
-_EXAMPLE_WORDS = r"your|placeholder|change[-_]?me|xxxx|(?<![a-z0-9])example(?![a-z0-9])"
-"""What a value that says it is an example holds (``your-api-key``, ``changeme1``, ``xxxxxxxx``,
-``example-token``; not the ``…EXAMPLEKEY`` of a whole word)."""
-_NOT_EXAMPLE = rf"(?!\\*['\"]?[^\s'\"]{{0,64}}?(?i:{_EXAMPLE_WORDS}))"
+_ANYWHERE_EXAMPLE = r"placeholder|change[-_]?me|xxxx|(?<![a-z0-9])example(?![a-z0-9])"
+_YOUR = r"[<{\[$]?your"
+_EXAMPLE_WORDS = rf"^['\"]?{_YOUR}|{_ANYWHERE_EXAMPLE}"
+"""What a value that says it is an example holds (``changeme1``, ``xxxxxxxx``, ``example-token``;
+not the ``…EXAMPLEKEY`` of a whole word), or starts with (``your-api-key``, ``<your token>``: a
+``your`` further in, as in ``Secr3t_your``, is a password's own)."""
+_NOT_EXAMPLE = rf"(?!\\*['\"]?(?i:{_YOUR}|[^\s'\"]{{0,64}}?(?:{_ANYWHERE_EXAMPLE})))"
 """Not a value that says it is an example (``--api-key=your-api-key``, ``--token=xxxx``)."""
 _HTPASSWD_OPTIONS = r"(?:[ \t]+-[A-Za-z]+(?:[ \t]+\d+)?)"
 """An option of htpasswd's, with the number of ``-C`` or ``-r``."""
