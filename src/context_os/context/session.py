@@ -440,7 +440,12 @@ class Session:
             return None
         found = self.store.get(f"frame:{self.id}:{view.turn:06d}")
         frame = found.doc if found is not None else None
-        if frame is None:
+        if found is None or frame is None:
+            return None
+        # the policy in force when the frame was made, as the session recorded it then: reopened
+        # with another one, it decides anew (a horizon, the reasoning kept)
+        then = self.store.get(f"session:{self.id}", found.valid_time, found.tx_id)
+        if then is None or then.doc is None or then.doc["meta"].get("policy") != self.writer._policy_dict():
             return None
         c = frame["content"]
         if (c.get("layout", 1), c.get("managed", True), c.get("horizon", 0)) != (
