@@ -349,6 +349,43 @@ def test_with_a_token_every_page_needs_it_and_the_address_that_carries_it_leaves
             httpd.server_close()
 
 
+def test_a_request_without_the_token_is_not_told_the_path_the_pages_live_under(demo_db: Path) -> None:
+    """The path derived from the token keeps its cookie from other local servers only while it is
+    not known: no answer to a request that was not admitted (no token, a foreign Host, a write, a
+    request line that cannot be read) names it."""
+    import socket
+
+    token = "t0ken-of-the-test-1234"
+    root = _root(token)
+    with SqliteStore(demo_db) as store:
+        httpd = make_ui_server(store, 0, token=token)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        port = httpd.server_address[1]
+        base = f"http://127.0.0.1:{port}"
+        try:
+            answers = [
+                httpx.get(base + "/"),
+                httpx.get(base + "/session?id=demo&token=guess"),
+                httpx.get(base + root + "/", headers={"Host": "evil.example"}),
+                httpx.post(base + root + "/", content=b"x"),
+            ]
+            assert [a.status_code for a in answers] == [401, 401, 403, 405]
+            for answer in answers:
+                assert root not in answer.text, answer.request.url
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(b"NOT A REQUEST LINE\r\n\r\n")
+                raw = b""
+                while chunk := sock.recv(65536):
+                    raw += chunk
+            assert raw.startswith(b"HTTP/1.0 400") and root.encode() not in raw
+            # once admitted, its pages link under it
+            jar = {f"ctxos_ui_{port}": token}
+            assert f'href="{root}/"' in httpx.get(base + root + "/nope", cookies=jar).text
+        finally:
+            httpd.shutdown()
+            httpd.server_close()
+
+
 def test_the_sessions_page_says_what_a_replay_was_recorded_from(tmp_path: Path, serve: Callable[[Store], str]) -> None:
     """A replayed SWE-agent session goes through the OpenAI adapter: its row says `openai (replay
     of swe-agent)`, as `ctxos sessions` does, not a bare `openai` like a live session's."""

@@ -176,8 +176,12 @@ class UiApp:
         body = self.env.get_template(template).render(**values)
         return Page(200, "text/html; charset=utf-8", body.encode())
 
-    def _error(self, status: int, title: str, message: str) -> Page:
-        page = self._html("error.html", title=title, message=message, status=status)
+    def _error(self, status: int, title: str, message: str, *, outside: bool = False) -> Page:
+        """An error page; ``outside``: for a request not admitted (no token, a refused Host or
+        Origin, a method or request refused before the token is checked), which is not told the
+        path the pages live under (it keeps the token's cookie from any other local server)."""
+        values: dict[str, Any] = {"root": ""} if outside else {}
+        page = self._html("error.html", title=title, message=message, status=status, **values)
         return Page(status, page.content_type, page.body)
 
     def static(self, name: str) -> Page:
@@ -488,7 +492,7 @@ def make_ui_server(
             if refusal is not None:
                 log.warning("ui: GET refused: %s", refusal[1])
                 self.close_connection = True
-                self._answer(app._error(refusal[0], "Refused", refusal[1]), head=head)
+                self._answer(app._error(refusal[0], "Refused", refusal[1], outside=True), head=head)
                 return
             target = self.path if token is None else self._admitted(head)
             if target is None:
@@ -530,7 +534,9 @@ def make_ui_server(
                 return urlunsplit(("", "", inner, parts.query, ""))
             why = "the token in the address is wrong" if given is not None else "this web view needs its token"
             self.close_connection = True
-            error = app._error(401, "Token needed", f"{why}: open the address `ctxos ui` printed, which carries it")
+            error = app._error(
+                401, "Token needed", f"{why}: open the address `ctxos ui` printed, which carries it", outside=True
+            )
             self._answer(error, head=head)
             return None
 
@@ -542,7 +548,9 @@ def make_ui_server(
 
         def _read_only(self) -> None:
             self.close_connection = True
-            self._answer(app._error(405, "Read-only", f"{self.command} refused: this web view only reads"))
+            self._answer(
+                app._error(405, "Read-only", f"{self.command} refused: this web view only reads", outside=True)
+            )
 
         do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _read_only  # noqa: N815
 
@@ -554,7 +562,7 @@ def make_ui_server(
             if self.request_version == "HTTP/0.9":
                 self.request_version = "HTTP/1.0"
             phrase = self.responses.get(code, ("Error", ""))[0]
-            page = app._error(code, phrase, message or phrase)
+            page = app._error(code, phrase, message or phrase, outside=True)
             self._answer(page, head=self.command == "HEAD")
 
         def __getattr__(self, name: str) -> Any:
