@@ -1201,3 +1201,27 @@ def test_a_keyless_client_rewriting_its_own_history_stays_in_its_session(proxy: 
     proxy.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
     assert verified_frames(proxy.store, derive_session("openai", {"messages": msgs})) == 4
     assert len(list(proxy.store.find("session"))) == 1
+
+
+def test_a_keyless_client_dropping_the_reasoning_of_a_reply_that_held_a_secret_stays_in_its_session(
+    proxy: Running, up: Upstream
+) -> None:
+    """The session holds a model's reply with its secrets redacted: a client sending that reply
+    again, rewritten (its reasoning dropped), is compared with it redacted the same way. It was
+    compared as it came, the secret read as another text, and the conversation went on in a new
+    session (its history, and the provider's prompt cache, lost)."""
+    secret = "sk-ant-api03-" + "A" * 90
+    msgs: list[Any] = [{"role": "system", "content": "agent"}, {"role": "user", "content": "which key is set?"}]
+    for n in range(2):
+        call = {"id": f"c{n}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"n": n})}}
+        said = f"the key is {secret}" if n == 0 else None
+        msgs += [
+            {"role": "assistant", "content": said, "tool_calls": [call], "reasoning_content": f"think {n}"},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": f"output {n}"},
+        ]
+        proxy.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+    msgs[2] = {k: v for k, v in msgs[2].items() if k != "reasoning_content"}
+    msgs += [{"role": "user", "content": "go on"}]
+    proxy.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+    assert verified_frames(proxy.store, derive_session("openai", {"messages": msgs})) == 3
+    assert len(list(proxy.store.find("session"))) == 1

@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..context.entries import Incoming
+from ..context.ingest import cut_text
 from ..context.session import Session
 from ..context.source_tools import SourceTools
 from ..errors import ConfigError
@@ -1059,13 +1060,25 @@ def _departing(session: Session) -> Callable[[int, int, Callable[[int], str], Ca
         if start >= count:  # all of it held, and less than the session holds
             raise AnotherConversation(_fork(session.id, f"{count}:"))
         held = view.entries[view.visible[start]] if start < len(view.visible) else None
-        if held is None or held["role"] != "assistant" or _same_reply(held, translate(start)):
+        if held is None or held["role"] != "assistant" or _same_reply(held, _as_held(session, translate(start))):
             newest = view.entries[view.visible[-1]]["h"]
             if any(hash_at(k) == newest for k in range(count - 1, start - 1, -1)):
                 return  # its own history, rewritten
         raise AnotherConversation(_fork(session.id, f"{start}:{hash_at(start)}"))
 
     return check
+
+
+def _as_held(session: Session, m: Incoming) -> Incoming:
+    """A message given as the session would hold it: cut to the cap as ``Ingest`` cuts it, with the
+    secrets its redactor takes out taken out (a reply that repeated a key is held without it)."""
+    ingest = session.ingest
+    m = dict(m)  # type: ignore[assignment]
+    cap = ingest.view.policy.max_message_chars
+    text = m.get("text")
+    if ingest.cut_over_cap and isinstance(text, str) and len(text) > cap:
+        m["text"] = cut_text(text, cap)
+    return ingest._scrub(m)[0]
 
 
 def _same_reply(held: Mapping[str, Any], given: Mapping[str, Any]) -> bool:
