@@ -1225,3 +1225,55 @@ def test_a_keyless_client_dropping_the_reasoning_of_a_reply_that_held_a_secret_s
     proxy.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
     assert verified_frames(proxy.store, derive_session("openai", {"messages": msgs})) == 3
     assert len(list(proxy.store.find("session"))) == 1
+
+
+def test_a_stop_while_an_answer_has_not_begun_is_a_503_at_once(tmp_path: Path) -> None:
+    """A request whose upstream has not begun its answer (one not streamed waits for the whole of
+    it) when the proxy stops: its client is told at once, a 503 in its API's shape, and the stop
+    does not wait for it. Its connection was not cut (no answer named it yet): the stop waited its
+    time out and the process ended with the client's request unanswered."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    release = threading.Event()
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            release.wait(30)  # the model thinks: no headers yet
+            self.send_response(500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    up = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    up.daemon_threads = True
+    threading.Thread(target=up.serve_forever, daemon=True).start()
+    store = SqliteStore(tmp_path / "p.db")
+    proxy = Proxy(store, f"http://127.0.0.1:{up.server_address[1]}")
+    server = make_proxy_server(proxy, 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    got: list[httpx.Response] = []
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    asking = threading.Thread(target=lambda: got.append(httpx.post(url, json=ask, timeout=30)))
+    try:
+        asking.start()
+        for _ in range(200):  # the request is upstream
+            if proxy.counts["assembled"]:
+                break
+            threading.Event().wait(0.02)
+        threading.Event().wait(0.3)
+        assert proxy.stop(timeout=5)
+        asking.join(5)
+        assert got and got[0].status_code == 503 and "the proxy stopped" in got[0].text
+    finally:
+        release.set()
+        asking.join(30)
+        server.shutdown()
+        server.server_close()
+        proxy.close()
+        store.close()
+        up.shutdown()
+        up.server_close()

@@ -355,6 +355,10 @@ class Proxy:
             self._cut.update(id(r) for r in answers)
         for resp in answers:
             _cut_off(resp)
+        # and the requests still waiting for their answer to begin (a request not streamed waits
+        # for the whole answer): their connections, which no answer names yet, are shut down too
+        for stream in _pool_streams(self.client):
+            _shut(stream)
         with self._busy:
             return self._busy.wait_for(lambda: self._relaying == 0, timeout)
 
@@ -1032,11 +1036,30 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
 def _cut_off(resp: httpx.Response) -> None:
     """Wake the thread reading ``resp`` with an error (closing the response from another thread
     does not: its read goes on waiting): its socket shut down, the read ends."""
-    stream = resp.extensions.get("network_stream")
+    _shut(resp.extensions.get("network_stream"))
+
+
+def _shut(stream: Any) -> None:
+    """Shut down the socket of an httpcore network stream (None, or one without a socket: nothing)."""
     sock = stream.get_extra_info("socket") if stream is not None else None
     if isinstance(sock, socket.socket):
         with suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
+
+
+def _pool_streams(client: httpx.Client) -> list[Any]:
+    """The network streams of the connections ``client`` holds, in use or idle (a request waiting
+    for its answer's headers holds one that no response names yet)."""
+    transports = [getattr(client, "_transport", None), *(getattr(client, "_mounts", None) or {}).values()]
+    found = []
+    for transport in transports:  # its own, and one per proxy (HTTPS_PROXY)
+        pool = getattr(transport, "_pool", None)
+        for conn in list(getattr(pool, "connections", None) or ()):
+            inner = getattr(conn, "_connection", None)
+            stream = getattr(inner, "_network_stream", None)
+            if stream is not None:
+                found.append(stream)
+    return found
 
 
 MAX_FORKS = 16
