@@ -1277,3 +1277,40 @@ def test_a_stop_while_an_answer_has_not_begun_is_a_503_at_once(tmp_path: Path) -
         store.close()
         up.shutdown()
         up.server_close()
+
+
+def test_a_keyless_run_that_differs_first_in_a_tool_output_then_in_a_reply_is_not_merged_back(
+    proxy: Running, up: Upstream
+) -> None:
+    """Two runs of one task, alike to their first reply: B's first command printed more (its tool
+    output differs first), then B's model read another file. B goes on in a session of its own
+    at every request, and A's history is never rewritten. Only the first message that differed
+    was compared as a reply: once B's newest message was one A's session held too (a "go on"),
+    B's request was read as A's client rewriting A's history, and went to A's session."""
+
+    def bash(n: int, cmd: str) -> dict[str, Any]:
+        return {"id": f"c{n}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": cmd})}}
+
+    def run(listing: str, file: str) -> None:
+        msgs: list[Any] = [{"role": "system", "content": "agent"}, {"role": "user", "content": "fix it"}]
+        steps = [
+            [{"role": "assistant", "content": None, "tool_calls": [bash(0, "ls")]}],
+            [{"role": "tool", "tool_call_id": "c0", "content": listing}],
+            [{"role": "assistant", "content": None, "tool_calls": [bash(1, f"cat {file}")]}],
+            [{"role": "tool", "tool_call_id": "c1", "content": f"the content of {file}"}],
+            [{"role": "assistant", "content": "done"}, {"role": "user", "content": "go on"}],
+        ]
+        proxy.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+        for k in (0, 2, 4):
+            msgs += steps[k] + (steps[k + 1] if k < 4 else [])
+            proxy.openai().chat.completions.create(model="m", messages=msgs, tools=BASH)  # type: ignore[arg-type]
+
+    run("a.txt", "a.txt")
+    begun = derive_session(
+        "openai", {"messages": [{"role": "system", "content": "agent"}, {"role": "user", "content": "fix it"}]}
+    )
+    run("a.txt b.txt", "b.txt")
+    held = proxy.store.doc(f"session:{begun}")
+    assert held is not None and not held["meta"].get("retired"), held["meta"]
+    assert verified_frames(proxy.store, begun) == 4  # A's calls, none of B's
+    assert "b.txt" not in json.dumps(load_view(proxy.store, begun).entries)

@@ -1082,11 +1082,17 @@ def _departing(session: Session) -> Callable[[int, int, Callable[[int], str], Ca
             return
         if start >= count:  # all of it held, and less than the session holds
             raise AnotherConversation(_fork(session.id, f"{count}:"))
-        held = view.entries[view.visible[start]] if start < len(view.visible) else None
-        if held is None or held["role"] != "assistant" or _same_reply(held, _as_held(session, translate(start))):
-            newest = view.entries[view.visible[-1]]["h"]
-            if any(hash_at(k) == newest for k in range(count - 1, start - 1, -1)):
-                return  # its own history, rewritten
+        # what the model said, in the places the session holds it, is what the client sends there:
+        # every reply, not the first that differs only (another run may differ first in what its
+        # tools gave, then in what its model said about it)
+        for k in range(start, min(count, len(view.visible))):
+            held = view.entries[view.visible[k]]
+            said = held["role"] != "assistant" or hash_at(k) == held["h"]
+            if not said and not _same_reply(held, _as_held(session, translate(k))):
+                raise AnotherConversation(_fork(session.id, f"{start}:{hash_at(start)}"))
+        newest = view.entries[view.visible[-1]]["h"]
+        if any(hash_at(k) == newest for k in range(count - 1, start - 1, -1)):
+            return  # its own history, rewritten
         raise AnotherConversation(_fork(session.id, f"{start}:{hash_at(start)}"))
 
     return check
