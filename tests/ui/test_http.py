@@ -386,6 +386,28 @@ def test_a_request_without_the_token_is_not_told_the_path_the_pages_live_under(d
             httpd.server_close()
 
 
+def test_the_log_of_requests_does_not_hold_the_token(demo_db: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """`ctxos ui -v` logs each request line: the one that brings the token in its address is
+    logged without it (a log kept in a file, a supervisor's journal, held the token)."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="context_os")
+    token = "t0ken-of-the-test-1234"
+    with SqliteStore(demo_db) as store:
+        httpd = make_ui_server(store, 0, token=token)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        base = f"http://127.0.0.1:{httpd.server_address[1]}"
+        try:
+            assert httpx.get(f"{base}/session?id=demo&token={token}").status_code == 303
+            assert httpx.get(f"{base}/?token={token}x").status_code == 401
+        finally:
+            httpd.shutdown()
+            httpd.server_close()
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("/session?id=demo&token=***" in line for line in logged), logged
+    assert not any(token in line for line in logged), logged
+
+
 def test_the_sessions_page_says_what_a_replay_was_recorded_from(tmp_path: Path, serve: Callable[[Store], str]) -> None:
     """A replayed SWE-agent session goes through the OpenAI adapter: its row says `openai (replay
     of swe-agent)`, as `ctxos sessions` does, not a bare `openai` like a live session's."""

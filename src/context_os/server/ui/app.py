@@ -573,7 +573,11 @@ def make_ui_server(
             raise AttributeError(name)
 
         def log_message(self, format: str, *args: Any) -> None:
-            log.info("ui %s - " + format, self.client_address[0], *args)
+            # a request line carries the token the first time (``?token=``): the log does not
+            said = format % args
+            if token is not None:
+                said = said.replace(token, "***")
+            log.info("ui %s - %s", self.client_address[0], said)
 
     httpd = bind(_UiServer, host, port, Handler)
     httpd.daemon_threads = True
