@@ -426,6 +426,21 @@ def test_a_restarted_server_says_how_to_resume_a_session_the_store_holds(tmp_pat
     assert never["data"] == {"session": "nope", "stored": False}
     assert "call session.open first" in never["message"]
     again.close()
+    # a client that names itself is told to open it as itself: opened as the hint says, it writes it
+    third = Server(store, workspaces=[ws], track=False)
+    named = {**params, "client": "c-1"}
+    err = third.handle({"jsonrpc": "2.0", "id": 7, "method": "context.transform", "params": named})["error"]
+    assert err["data"]["open"] == {
+        "session": "r1",
+        "client": "c-1",
+        "harness": "anthropic",
+        "workspace": str(ws.resolve()),
+    }
+    assert "result" in third.handle(
+        {"jsonrpc": "2.0", "id": 8, "method": "session.open", "params": err["data"]["open"]}
+    )
+    assert "result" in third.handle({"jsonrpc": "2.0", "id": 9, "method": "context.transform", "params": named})
+    third.close()
     store.close()
 
 

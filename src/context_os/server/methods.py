@@ -262,16 +262,19 @@ class Server(RpcServer):
     def _writer(self, session_id: str, client: str | None) -> _Open:
         """The open session, to write, if ``client`` is the one that opened it (None: a client
         that gave no name)."""
-        found = self._open(session_id)
+        found = self.sessions.get(session_id)
+        if found is None:
+            raise self._not_open(session_id, client)
         if client != found.client:
             raise _busy(session_id, found.client, client)
         return found
 
-    def _not_open(self, session_id: str) -> RpcError:
+    def _not_open(self, session_id: str, client: str | None = None) -> RpcError:
         """Why a session method cannot run: the session is not open on this server. One the store
         holds was opened before (this server restarted, or closed it): the error says so, and
-        gives what ``session.open`` takes to resume it (``data.open``), since only the client
-        knows the sources (recall, memory, mesh) it opened it with."""
+        gives what ``session.open`` takes to resume it (``data.open``; with the ``client`` the
+        call named, which the session must be opened for to be written by it), since only the
+        client knows the sources (recall, memory, mesh) it opened it with."""
         try:
             stored = self.store.doc(f"session:{session_id}")
         except ContextOSError:
@@ -284,6 +287,8 @@ class Server(RpcServer):
             )
         content = stored.get("content") or {}
         params: dict[str, Any] = {"session": session_id}
+        if client is not None:
+            params["client"] = client
         if content.get("harness") in NAMES:
             params["harness"] = content["harness"]
         if content.get("workspace"):
