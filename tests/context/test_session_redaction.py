@@ -255,3 +255,33 @@ def test_url_safe_base64_is_encoded_bytes_too(tmp_path: Path) -> None:
         shown = out[-1].parts[0]
         assert isinstance(shown.content, BinaryContent) and shown.content.data == data
         assert "redacted" not in store.doc("toolcall:p1:c1")["meta"]
+
+
+@pytest.mark.parametrize("where", ["across the cut", "its id past the cut"])
+def test_a_message_cut_to_the_cap_is_redacted_whole_before(tmp_path: Path, where: str) -> None:
+    """A message over ``max_message_chars`` that a session cuts to it (the proxy's) is redacted as
+    it came, then cut: cut first, a token the cut went through left its first characters in the
+    store (no detector knows the shape any more), and a bare AWS secret key whose key id came
+    after the cut was stored whole."""
+    from context_os.context.ingest import cut_text
+    from context_os.context.policy import RetentionPolicy
+    from tests.test_redact import AWS_SECRET
+
+    cap = 1_000
+    if where == "across the cut":  # the cut falls 20 characters into the token
+        at = len(cut_text("x" * 2 * cap, cap).split("\n")[0]) - 20
+        secret, text = GITHUB[:20], "x" * (at - 1) + f" {GITHUB} " + "y" * 400
+    else:
+        secret, text = AWS_SECRET, "x" * (cap - 300) + f" {AWS_SECRET} " + "y" * 400 + f" id {AWS_KEY_ID}"
+    db = tmp_path / "s.db"
+    with SqliteStore(db) as store:
+        s = Session.open(store, "s1", harness="openai", policy=RetentionPolicy(max_message_chars=cap))
+        s.ingest.cut_over_cap = True
+        hook = OpenAIHook(s)
+        out = hook.transform_context([user("print it"), call("c1", "bash", command="cat log"), result("c1", text)])
+        assert s.ingest.cuts == [(2, len(text))]
+        stored = store.doc("toolcall:s1:c1")
+        assert len(stored["content"]) <= cap and "cut by context_os" in stored["content"]
+        assert secret not in json.dumps(out)
+        assert secret not in stored_text(store, db)
+        s.close()

@@ -192,22 +192,26 @@ class Ingest:
             self.on_rewrite(start, count, hash_at, translate)
         # translate and validate everything before changing anything: a bad message stores nothing
         incoming = [translate(k) for k in range(start, count)]
+        cut = [self._check(k, m) for k, m in zip(range(start, count), incoming, strict=True)]
         for k, m in zip(range(start, count), incoming, strict=True):
-            self._check(k, m)
             m["h"] = hash_at(k)  # adapters leave it empty: the one place that sets it
         if rewritten:
             self._retire(start)
-        for m in incoming:
-            self._append(m)
+        for m, over in zip(incoming, cut, strict=True):
+            self._append(m, cut=over)
         return SyncReport(new=len(incoming), rewritten=rewritten, retired=retired)
 
-    def _check(self, index: int, m: Incoming) -> None:
+    def _check(self, index: int, m: Incoming) -> bool:
+        """Refuse ``m`` as ``check_incoming`` does; True when its text is to be cut to the cap
+        (``cut_over_cap``): checked as it will be held, cut once redacted whole (``_append``)."""
         cap = self.view.policy.max_message_chars
         text = m.get("text")
         if self.cut_over_cap and isinstance(text, str) and len(text) > cap:
-            m["text"] = cut_text(text, cap)
+            check_incoming({**m, "text": cut_text(text, cap)}, index, cap)
             self.cuts.append((index, len(text)))
+            return True
         check_incoming(m, index, cap)
+        return False
 
     def _toolcall_id(self, call_id: str, entry_index: int) -> str:
         oid = f"toolcall:{self.view.session_id}:{call_id}"
@@ -259,8 +263,13 @@ class Ingest:
             m["extra"] = clean(m["extra"])
         return m, total
 
-    def _append(self, m: Incoming) -> None:
+    def _append(self, m: Incoming, *, cut: bool = False) -> None:
+        # redacted whole, then cut: cut first, a secret the cut went through, or one a detector
+        # knows by what follows it (an AWS secret key by its key id), would be stored
         m, redacted = self._scrub(m)
+        cap = self.view.policy.max_message_chars
+        if cut and isinstance(m.get("text"), str) and len(m["text"] or "") > cap:
+            m = {**m, "text": cut_text(m["text"] or "", cap)}
         view = self.view
         i = len(view.entries)
         entry: Entry = {"i": i, "role": m["role"], "text": m.get("text"), "h": m["h"]}
