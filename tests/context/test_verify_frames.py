@@ -7,6 +7,7 @@ and one whose store was damaged must each come back as they do when this process
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -294,3 +295,27 @@ def test_a_node_down_is_said_once_not_once_per_worker(tmp_path: Path, xtdb_url: 
     assert out.split() == [str(n), str(n)], (out, err)
     said = [line for line in err.splitlines() if "cannot be reached" in line]
     assert said == [f"XTDB node at {down} cannot be reached: going on with {xtdb_url.removeprefix('xtdb+')}"]
+
+
+@pytest.mark.parametrize("field", ["session", "basis"])
+def test_a_frame_naming_a_session_not_there_at_its_basis_is_a_failed_check(tmp_path: Path, field: str) -> None:
+    """A frame document changed behind the store's back so that its session is not found as of
+    its basis (another session named, an earlier basis): a check that failed, beside the others'
+    verdicts. Once a missing block no longer stopped the re-render, the session's ``NotFound``
+    escaped ``verify_frame`` and ended the whole pass (``ctxos frames verify``, ``ctxos verify
+    --frames``) with no verdict for any frame."""
+    db = tmp_path / "s.db"
+    with SqliteStore(db) as store:
+        hook = OpenAIHook(Session.open(store, "v", harness="openai"))
+        hook.transform_context([user("fix the bug")])
+        hook.transform_context([user("fix the bug"), {"role": "assistant", "content": "ok"}, user("go")])
+        hook.session.close()
+        docs = [json.loads(json.dumps(d)) for d in frame_docs(store, "v")]
+        if field == "session":
+            docs[0]["meta"]["session"] = "not-there"
+        else:
+            docs[0]["content"]["basis_tx_id"] = 0
+        checks = list(verify_frames(store, docs, jobs=1))
+    assert [c.ok for c in checks] == [False, True]
+    assert not checks[0].evicted and any("no session" in p for p in checks[0].problems), checks[0].problems
+    assert any("does not match" in p for p in checks[0].problems)  # its own hashes say it was changed

@@ -368,7 +368,11 @@ def verify_frame(
         return FrameCheck(
             frame["id"], False, c["rendered_hash"], "", [*problems, str(e), *why], refs=c["refs"], evicted=explained
         )
-    view, rendered, lost = _rerender(store, frame, basis, memo)
+    try:
+        view, rendered, lost = _rerender(store, frame, basis, memo)
+    except NotFound as e:  # its session is not there as of its basis: nothing evicted explains that
+        as_of = [_ref_with_tx(r, basis) for r in c["refs"]]
+        return FrameCheck(frame["id"], False, c["rendered_hash"], "", [*problems, str(e)], refs=as_of)
     unexplained = bool(problems)  # the frame document's own hashes: nothing evicted explains them
     wrong_hash = rendered.rendered_hash != c["rendered_hash"]
     if wrong_hash:
