@@ -273,6 +273,33 @@ def test_a_retried_call_gets_the_same_context_without_a_new_turn_unless_somethin
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
 
 
+@pytest.mark.parametrize("between", ["nothing", "an activate"])
+def test_a_retry_after_a_restart_is_the_last_frame_unless_the_session_changed_since(db, between):
+    """A process restarted between a try and its retry: the retry is the last frame's context, no
+    new turn, when nothing changed since. An object the agent activated after that frame (written
+    to the store before the restart) is not in the frame's blocks, and the frame's blocks rendered
+    to its hash all the same: the retry was given the frame's context, without what it activated."""
+    output = "\n".join(f"the long output, line {n}" for n in range(300))
+    msgs = [user("show env"), call("c1", command="env"), result("c1", output)]
+    hook = hook_for(db)
+    for n in range(2, 9):  # c1 collapses
+        hook.transform_context(msgs)
+        msgs += [call(f"c{n}", command="ls"), result(f"c{n}", f"file{n}.txt")]
+    first = hook.transform_context(msgs)
+    assert tool_texts(first)["c1"] != output and len(frame_docs(db, "s1")) == 8
+    if between == "an activate":
+        hook.call_tool("activate", {"id": "toolcall:s1:c1"})
+    hook.session.close()
+    again = hook_for(db)
+    context = again.transform_context(msgs)
+    if between == "nothing":
+        assert context == first and len(frame_docs(db, "s1")) == 8
+    else:
+        assert json.dumps(output)[1:-1] in json.dumps(context) and len(frame_docs(db, "s1")) == 9
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
+    again.session.close()
+
+
 def test_a_retry_is_the_same_turn_in_a_session_managed_on_request(db):
     """A session asked to be managed from the next turn on (its file tools, a file it showed
     changed) kept asking after it was: every retry of a call was a new turn."""

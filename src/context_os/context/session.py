@@ -439,14 +439,14 @@ class Session:
         if self.writer.queued or self._asked or self._manage_next or self.feeds:
             return None
         found = self.store.get(f"frame:{self.id}:{view.turn:06d}")
-        frame = found.doc if found is not None else None
-        if found is None or frame is None:
+        if found is None or found.doc is None:
             return None
         # the policy in force when the frame was made, as the session recorded it then: reopened
         # with another one, it decides anew (a horizon, the reasoning kept)
         then = self.store.get(f"session:{self.id}", found.valid_time, found.tx_id)
         if then is None or then.doc is None or then.doc["meta"].get("policy") != self.writer._policy_dict():
             return None
+        frame = found.doc
         c = frame["content"]
         if (c.get("layout", 1), c.get("managed", True), c.get("horizon", 0)) != (
             view.layout,
@@ -459,6 +459,12 @@ class Session:
             self.writer.looked = self._readable()
             self._between += self._apply_tombstones() + self._check_newer()
         if self._between or self._manage_next or self.writer.queued:
+            return None
+        # a state the session recorded after the frame (an activate, a pin, a file read between
+        # the try and the restart) is not in the frame's blocks, which the render below takes as
+        # they were: the same hash, and the change not shown. Only a new turn shows it.
+        basis = int(c.get("basis_tx_id") or found.tx_id)  # (a frame is written once)
+        if any(v.tx_id > basis for v in self.store.find("state", {"session": self.id})):
             return None
         blocks: list[tuple[int | None, str]] = []
         for at, block_id, _ in c.get("blocks", []):
