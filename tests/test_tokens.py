@@ -4,6 +4,7 @@ through the adapters that count them)."""
 from __future__ import annotations
 
 import base64
+import time
 import zlib
 
 import pytest
@@ -43,3 +44,26 @@ def test_text_documents_cost_their_text_and_what_cannot_be_read_one_page() -> No
     assert document_tokens("data:text/plain," + text) == 100
     for unknown in (None, "https://example.com/a.pdf", b"PK\x03\x04 a zip", "not base64 at all!"):
         assert document_tokens(unknown) == PAGE_TOKENS
+
+
+def test_a_page_tree_s_count_stands_for_pages_not_found() -> None:
+    # its count before or after its type, in its dictionary; not one of another dictionary
+    for tree in (b"<< /Type /Pages /Kids [3 0 R] /Count 7 >>", b"<< /Count 7 /Kids [3 0 R] /Type /Pages >>"):
+        assert document_tokens(b"%PDF-1.4\n2 0 obj\n" + tree + b"\nendobj\n") == 7 * PAGE_TOKENS
+    apart = b"%PDF-1.4\n<< /Type /Pages /Kids [] >> << /Count 9 >>\n"
+    assert document_tokens(apart) == PAGE_TOKENS
+
+
+@pytest.mark.parametrize(
+    "repeated",
+    [b"/Count 1 ", b"/Type /Pages ", b"/Type /ObjStm ", b"/Type /ObjStm >> stream\n", b"<< /Type /ObjStm >>"],
+    ids=["counts", "trees", "streams", "stream-starts", "stream-dicts"],
+)
+def test_a_crafted_megabyte_is_counted_in_linear_time(repeated: bytes) -> None:
+    """A document of one phrase over and over (no ``>`` to end a dictionary, no ``endstream``):
+    each look for a page tree's count or an object stream read on to the end from every match,
+    and 360 KB of ``/Count 1`` took 85 s."""
+    document = b"%PDF-1.7\n" + repeated * (1_000_000 // len(repeated))
+    started = time.monotonic()
+    assert document_tokens(document) >= PAGE_TOKENS
+    assert time.monotonic() - started < 2

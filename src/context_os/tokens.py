@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import re
 import struct
 import zlib
+from collections.abc import Iterator
 
 __all__ = ["CHARS_PER_TOKEN", "IMAGE_TOKENS", "PAGE_TOKENS", "document_tokens", "estimate_tokens", "image_tokens"]
 
@@ -30,11 +32,15 @@ PAGE_TOKENS = 2300
 2,100-2,500 tokens a page of text, 1,600 a scanned one), and a document of unknown size."""
 
 _PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
-_PAGE_COUNT = re.compile(rb"/Type\s*/Pages\b[^>]*?/Count\s+(\d+)|/Count\s+(\d+)[^>]*?/Type\s*/Pages\b")
+_PAGES = re.compile(rb"/Type\s*/Pages\b")
+_COUNT = re.compile(rb"/Count\s+(\d+)")
 
-_OBJECT_STREAM = re.compile(rb"/Type\s*/ObjStm\b[^>]*>>\s*stream\r?\n(.*?)endstream", re.DOTALL)
+_OBJECT_STREAM = re.compile(rb"/Type\s*/ObjStm\b")
+_STREAM_START = re.compile(rb"\s*stream\r?\n")
 _OBJECT_STREAM_MAX = 1 << 24
 """The most bytes of one object stream decompressed to count the pages in it."""
+_OBJECT_STREAMS_MAX = 1 << 26
+"""The most bytes of all of a document's object streams decompressed to count its pages."""
 
 _HEAD = 65536
 """Bytes of an image read for its size (a JPEG's frame header may follow its metadata)."""
@@ -84,17 +90,72 @@ def document_tokens(data: bytes | str | None, media_type: str | None = None) -> 
 
 def _pdf_pages(pdf: bytes) -> int:
     """A PDF's pages: its page objects, and those inside its compressed object streams (PDF 1.5
-    on keeps most objects there), else its page tree's count; 0 when none of those is readable."""
+    on keeps most objects there), else its page tree's count; 0 when none of those is readable.
+    Each look is linear in the bytes: a crafted document costs no more than a real one."""
     pages = len(_PAGE.findall(pdf))
-    counts = [int(a or b) for a, b in _PAGE_COUNT.findall(pdf)]
-    for found in _OBJECT_STREAM.finditer(pdf):
+    counts = _tree_counts(pdf)
+    budget = _OBJECT_STREAMS_MAX
+    for packed in _object_streams(pdf):
+        if budget <= 0:
+            break
         try:
-            objects = zlib.decompressobj().decompress(found[1], _OBJECT_STREAM_MAX)
+            objects = zlib.decompressobj().decompress(packed, min(budget, _OBJECT_STREAM_MAX))
         except zlib.error:
             continue
+        budget -= len(objects)
         pages += len(_PAGE.findall(objects))
-        counts += [int(a or b) for a, b in _PAGE_COUNT.findall(objects)]
+        counts += _tree_counts(objects)
     return pages or max(counts, default=0)
+
+
+def _tree_counts(data: bytes) -> list[int]:
+    """The ``/Count`` of each page tree node (``/Type /Pages``) in ``data``: the count next to it,
+    before or after, with no ``>`` between them (in its dictionary)."""
+    kinds = [(m.start(), m.end()) for m in _PAGES.finditer(data)]
+    if not kinds:
+        return []
+    counts = [(m.start(), m.end(), int(m[1])) for m in _COUNT.finditer(data)]
+    closes = [m.start() for m in re.finditer(rb">", data)]
+    starts = [c[0] for c in counts]
+    ends = [c[1] for c in counts]
+
+    def open_between(a: int, b: int) -> bool:  # no ``>`` in data[a:b]
+        k = bisect.bisect_left(closes, a)
+        return k == len(closes) or closes[k] >= b
+
+    found = []
+    for start, end in kinds:
+        after = bisect.bisect_left(starts, end)
+        if after < len(counts) and open_between(end, counts[after][0]):
+            found.append(counts[after][2])
+        before = bisect.bisect_right(ends, start) - 1
+        if before >= 0 and open_between(counts[before][1], start):
+            found.append(counts[before][2])
+    return found
+
+
+def _object_streams(pdf: bytes) -> Iterator[bytes]:
+    """The packed bytes of each object stream of ``pdf`` (``/Type /ObjStm``, its dictionary
+    closed by ``>>``, then ``stream``), the first of several in one dictionary once."""
+    after = 0  # where the last stream found ends: what follows it only
+    seen = -1  # the ``>`` of the dictionary of the last one tried
+    for m in _OBJECT_STREAM.finditer(pdf):
+        if m.start() < after or m.end() <= seen:
+            continue
+        close = pdf.find(b">", m.end())
+        if close < 0:
+            return
+        seen = close
+        if pdf[close : close + 2] != b">>":
+            continue
+        head = _STREAM_START.match(pdf, close + 2)
+        if head is None:
+            continue
+        end = pdf.find(b"endstream", head.end())
+        if end < 0:
+            return
+        after = end
+        yield pdf[head.end() : end]
 
 
 def _image_head(data: bytes | str | None) -> bytes:
