@@ -1045,3 +1045,36 @@ def test_an_eviction_the_store_could_not_read_yet_when_the_session_looked_is_tak
     monkeypatch.delattr(db, "latest_tx_id")
     msgs += [say("ok"), user("and now?")]
     assert secret not in json.dumps(hook.transform_context(msgs))
+
+
+@pytest.mark.parametrize("harness", ["openai", "anthropic"])
+def test_a_message_of_text_parts_cut_to_the_cap_is_held_and_sent_cut(db, harness):
+    """A tool output given as text parts (a chat tool message's, an Anthropic tool_result's
+    blocks), over ``max_message_chars`` in a session that cuts such a message (the proxy's): its
+    text was cut, but its parts, which are what is rendered and stored with its object, kept the
+    whole of it: the upstream was sent all of it at every call, and the store held it."""
+    from context_os.harness.anthropic import AnthropicHook
+
+    policy = RetentionPolicy(**{**EAGER, "max_message_chars": 1_000})
+    s = Session.open(db, "s1", harness=harness, policy=policy)
+    s.ingest.cut_over_cap = True
+    parts = [{"type": "text", "text": "A" * 3_000}, {"type": "text", "text": "B" * 3_000}]
+    if harness == "openai":
+        hook: OpenAIHook | AnthropicHook = OpenAIHook(s)
+        msgs = [user("run it"), call("c1", command="make"), {"role": "tool", "tool_call_id": "c1", "content": parts}]
+    else:
+        hook = AnthropicHook(s)
+        use = {"type": "tool_use", "id": "c1", "name": "bash", "input": {"command": "make"}}
+        result_block = {"type": "tool_result", "tool_use_id": "c1", "content": parts}
+        msgs = [
+            {"role": "user", "content": "run it"},
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [result_block]},
+        ]
+    out = json.dumps(hook.transform_context(msgs))
+    assert s.ingest.cuts and "cut by context_os" in out
+    assert "A" * 1_000 not in out and "B" * 100 not in out
+    stored = json.dumps([v.doc for v in db.find()])
+    assert "A" * 1_000 not in stored and "B" * 100 not in stored
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
+    s.close()

@@ -89,6 +89,30 @@ def cut_text(text: str, cap: int) -> str:
     return text[: max(0, cap - len(note))] + note
 
 
+def _cut_parts(extra: dict[str, Any], text: str) -> dict[str, Any]:
+    """``extra`` of a message whose text was cut to ``text``: the text parts that its content parts
+    and a tool output's blocks keep (``extra["content"]``, ``extra["full"]["content"]``: what is
+    rendered in place of the text) hold ``text`` in the first of them, the others dropped, and
+    the rest of the parts (images) as they were."""
+
+    def cut(parts: Any) -> Any:
+        if not isinstance(parts, list):
+            return parts
+        texts = [p for p in parts if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)]
+        if not texts:
+            return parts
+        first, dropped = texts[0], {id(p) for p in texts[1:]}
+        return [{**p, "text": text} if p is first else p for p in parts if id(p) not in dropped]
+
+    out = dict(extra)
+    if "content" in out:
+        out["content"] = cut(out["content"])
+    full = out.get("full")
+    if isinstance(full, dict) and "content" in full:
+        out["full"] = {**full, "content": cut(full["content"])}
+    return out
+
+
 def check_incoming(m: Incoming, index: int, cap: int) -> None:
     """Refuse a translated message that ``sync`` would refuse, before anything changes: what the
     store cannot hold, an unknown role, a field over ``cap`` characters (``ContentTooLarge``), a
@@ -270,6 +294,8 @@ class Ingest:
         cap = self.view.policy.max_message_chars
         if cut and isinstance(m.get("text"), str) and len(m["text"] or "") > cap:
             m = {**m, "text": cut_text(m["text"] or "", cap)}
+            if m.get("extra"):  # its parts hold the text as it came: they hold it as cut
+                m["extra"] = _cut_parts(m["extra"], m["text"] or "")
         view = self.view
         i = len(view.entries)
         entry: Entry = {"i": i, "role": m["role"], "text": m.get("text"), "h": m["h"]}
