@@ -332,7 +332,7 @@ def test_a_check_the_node_left_reports_what_it_checked_and_exits_3(
             # (the node is shared: other tests' frames, some that showed what they evicted, are checked too)
             counts = re.search(r"frames: (\d+) verified, (\d+) failed(?:, (\d+) showed)?", run.stdout)
             assert counts and sum(int(n or 0) for n in counts.groups()) == 3, run.stdout
-            assert re.search(r"cut short: the store is out of reach; none of the documents and \d+ of", run.stdout)
+            assert re.search(r"cut short: the store is out of reach; none of the documents and [\d,]+ of", run.stdout)
         return
     report = json.loads(run.stdout)
     assert report["ok"] is False and report["error"]["exit_status"] == 3
