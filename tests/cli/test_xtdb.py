@@ -288,6 +288,19 @@ def test_status_of_a_url_that_is_no_store_still_names_the_backend_and_the_outbox
     assert status["outbox"]["pending"] == 0 and status["outbox"]["path"].startswith(str(tmp_path))
 
 
+def _found_damage(stdout: str, as_json: bool) -> bool:
+    """Whether a ``verify`` report says it found damage (mismatches, unreadable versions, the
+    integrity check's problems, frames that failed)."""
+    if as_json:
+        r = json.loads(stdout)
+        return bool(r["mismatches"] or r["damaged"] or r["integrity"] or r.get("frames_failed"))
+    counts = re.search(r"([\d,]+) mismatch\(es\), ([\d,]+) unreadable", stdout)
+    failed = re.search(r"frames: [\d,]+ verified, ([\d,]+) failed", stdout)
+    problems = re.search(r"integrity check: ([\d,]+) problem", stdout)
+    numbers = [*(counts.groups() if counts else ()), *(failed.groups() if failed else ())]
+    return any(n != "0" for n in numbers) or problems is not None
+
+
 @pytest.mark.xtdb
 @pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
 @pytest.mark.parametrize("command", ["frames verify", "verify --frames"])
@@ -322,7 +335,10 @@ def test_a_check_the_node_left_reports_what_it_checked_and_exits_3(
         )
     finally:
         proxy.cut()
-    assert run.exit_code == 3, run.output
+    # (verify --frames checks the whole shared node, where other tests leave damage on purpose:
+    # damage found before the outage keeps the exit status 1 of damage)
+    damage_first = command != "frames verify" and _found_damage(run.stdout, as_json)
+    assert run.exit_code == (1 if damage_first else 3), run.output
     assert re.match(r"Error: Store(Unavailable|Unreachable): ", run.stderr), run.stderr
     if not as_json:
         if command == "frames verify":
@@ -335,7 +351,7 @@ def test_a_check_the_node_left_reports_what_it_checked_and_exits_3(
             assert re.search(r"cut short: the store is out of reach; none of the documents and [\d,]+ of", run.stdout)
         return
     report = json.loads(run.stdout)
-    assert report["ok"] is False and report["error"]["exit_status"] == 3
+    assert report["ok"] is False and report["error"]["exit_status"] == run.exit_code
     assert report["error"]["type"] in ("StoreUnavailable", "StoreUnreachable")
     if command == "frames verify":
         assert (report["frames_checked"], report["frames_verified"], report["frames_unchecked"]) == (3, 3, 85)
@@ -358,3 +374,71 @@ def test_a_check_of_a_store_out_of_reach_exits_3_not_the_1_of_damage() -> None:
         assert error["type"] == "StoreUnreachable" and error["exit_status"] == 3, error
     # other commands keep the exit status 1 of any error
     assert ctxos("frames", "list", "s1", store=url, check=False).returncode == 1
+
+
+@pytest.mark.xtdb
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
+def test_damage_found_before_the_node_left_keeps_the_exit_status_of_damage(
+    xtdb_url: str, monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    """A frame check that found damaged frames, then lost the node, exited 3, the status of an
+    outage that says nothing is damaged: a script reading the status missed the damage."""
+    from click.testing import CliRunner
+
+    import context_os.context.frames as frames_module
+    from context_os import Session
+    from context_os.cli import cli
+    from context_os.harness.openai import OpenAIHook
+    from context_os.store import Evict, open_store
+    from tests._xtdb_node import CuttableProxy
+
+    sid = f"dmg-{uuid.uuid4().hex[:10]}"
+    store = open_store(xtdb_url)
+    try:
+        with Session.open(store, sid, harness="openai") as session:
+            hook, msgs = OpenAIHook(session), []
+            for n in range(6):
+                msgs += [{"role": "user", "content": f"question {n}"}]
+                hook.transform_context(msgs)
+                msgs += [{"role": "assistant", "content": f"answer {n}"}]
+        store.submit([Evict(f"chat:{sid}:00000")])  # erased behind the store's back: no tombstone
+        store.sync()
+    finally:
+        store.close()
+    proxy = CuttableProxy(xtdb_url)
+    verify, seen = frames_module.verify_frame, []
+
+    def node_lost_at_frame_4(*args: Any, **kwargs: Any) -> Any:
+        seen.append(1)
+        if len(seen) == 4:
+            proxy.cut()
+        return verify(*args, **kwargs)
+
+    monkeypatch.setattr(frames_module, "verify_frame", node_lost_at_frame_4)
+    try:
+        run = CliRunner().invoke(
+            cli,
+            [
+                "--store",
+                f"{proxy.url}?outbox=off",
+                "frames",
+                "verify",
+                sid,
+                "--jobs",
+                "1",
+                *(["--json"] if as_json else []),
+            ],
+        )
+    finally:
+        proxy.cut()
+    assert run.exit_code == 1, run.output
+    if as_json:
+        report = json.loads(run.stdout)
+        assert (report["frames_checked"], report["frames_verified"], report["frames_unchecked"]) == (3, 0, 3)
+        assert report["error"]["exit_status"] == 1 and report["error"]["type"] in (
+            "StoreUnavailable",
+            "StoreUnreachable",
+        )
+    else:
+        assert f"session {sid}: 0 of 3 frame(s) verified" in run.stdout
+        assert "3 of 6 frame(s) not checked: the store is out of reach" in run.stdout

@@ -26,7 +26,7 @@ import click
 from .. import times
 from ..errors import ConfigError, ContextOSError, InputError, NotFound, StateError, StoreUnavailable
 from ..store import Store, open_store
-from ._errors import CheckOutage, LibraryError, error_document
+from ._errors import CheckOutage, DamageThenOutage, LibraryError, error_document
 
 if TYPE_CHECKING:  # the library's heavier parts are imported by the commands that use them
     from ..replay import Transcript, TranscriptReplay, TranscriptRow
@@ -195,11 +195,12 @@ def checks_cleanly(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def cut_short(error: StoreUnavailable, report: dict[str, Any] | None) -> CheckOutage:
+def cut_short(error: StoreUnavailable, report: dict[str, Any] | None, *, damaged: bool = False) -> CheckOutage:
     """What a check the store's outage cut short raises once it has printed what it checked
     (``report``: its JSON report, which gets the error a failed command's JSON has, or None when
-    the report was text)."""
-    failure = CheckOutage(error, reported=report is not None)
+    the report was text). ``damaged``: it found damage before the outage, whose exit status 1 it
+    keeps (the damage is what a script must not miss; the report says the rest was not checked)."""
+    failure = (DamageThenOutage if damaged else CheckOutage)(error, reported=report is not None)
     if report is not None:
         emit_json({**report, **error_document(failure)})
     return failure

@@ -33,6 +33,12 @@ class CheckOutage(LibraryError):
     exit_code = OUTAGE_EXIT
 
 
+class DamageThenOutage(CheckOutage):
+    """A check that found damage before the store went out of reach: exit status 1, the damage's."""
+
+    exit_code = 1
+
+
 class Interrupted(click.ClickException):
     """Ctrl-C in a command that does not handle it itself: exit status 130, as a shell reports
     a process SIGINT ended (never 1, which ``verify`` and ``frames verify`` give for damage, nor

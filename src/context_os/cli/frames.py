@@ -181,7 +181,7 @@ def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, jobs: int 
             if outage is not None:
                 click.echo(f"{len(docs) - len(rows)} of {len(docs)} frame(s) not checked: the store is out of reach")
         if outage is not None:
-            raise cut_short(outage, report if as_json else None)
+            raise cut_short(outage, report if as_json else None, damaged=verified + evicted < len(rows))
         if as_json:
             emit_json(report)
         if not ok:

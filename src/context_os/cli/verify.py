@@ -127,7 +127,8 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                             frames_bad.append({"id": check.frame_id, "problems": check.problems})
                 except StoreUnavailable as e:
                     outage = e
-        ok = not (bad or damaged or integrity or frames_bad or outage)
+        found_damage = bool(bad or damaged or integrity or frames_bad)  # before an outage: exit 1, not 3
+        ok = not (found_damage or outage)
         report: dict[str, Any] = {
             "store": store.url,
             "documents": len(current),
@@ -149,7 +150,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
             }
         if as_json:
             if outage is not None:
-                raise cut_short(outage, report)
+                raise cut_short(outage, report, damaged=found_damage)
             emit_json(report)
         else:
             click.echo(
@@ -182,7 +183,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                         else ", nor any frame of those"
                     )
                 click.echo(f"cut short: the store is out of reach; {rest} not checked")
-                raise cut_short(outage, None)
+                raise cut_short(outage, None, damaged=found_damage)
         if not ok:
             sys.exit(1)
 
