@@ -182,7 +182,7 @@ class Ingest:
                     self.call_entries[c["id"]] = e["i"]
 
     def sync(
-        self, count: int, hash_at: Callable[[int], str], translate: Callable[[int], Incoming], same: int = 0
+        self, count: int, hash_at: Callable[[int], str], translate: Callable[[int], Incoming], same: int | None = None
     ) -> SyncReport:
         """Take in the harness's message list: only what lies past the cursor is read.
 
@@ -193,10 +193,14 @@ class Ingest:
         changed anywhere), the cursor is reset to the common prefix: the entries past it stop
         being visible but stay in the store.
 
-        Every message before the cursor is compared with the hash its entry keeps, but for the
-        first ``same``: the caller vouches that they are the messages it passed at the last sync,
-        unchanged (the same objects: what the hook knows), which were compared then. The first
-        and middle of those are compared all the same (a harness may change a message in place).
+        With ``same`` (a number), every message before the cursor is compared with the hash its
+        entry keeps, but for the first ``same``: the caller vouches that they are the messages it
+        passed at the last sync, unchanged (the same objects: what the hook knows), which were
+        compared then. The first and middle of those are compared all the same (a harness may
+        change a message in place). Without it (None), the first, middle and last messages
+        before the cursor are compared, a flat cost: a change elsewhere goes unnoticed (proving
+        every message unchanged costs a pass over the whole history at every call: 0.6 ms of
+        identity checks at 50,000 messages, or hashing them all).
         """
         view = self.view
         cursor = len(view.visible)
@@ -205,11 +209,18 @@ class Ingest:
         def kept(k: int) -> bool:
             return hash_at(k) == view.entries[view.visible[k]]["h"]
 
-        start = min(same, limit)
-        if not all(kept(k) for k in {0, start // 2} if k < start):
-            start = 0
-        while start < limit and kept(start):
-            start += 1
+        if same is None:
+            start = cursor
+            if count < cursor or not all(kept(k) for k in {0, cursor // 2, cursor - 1} if 0 <= k < cursor):
+                start = 0
+                while start < limit and kept(start):
+                    start += 1
+        else:
+            start = min(same, limit)
+            if not all(kept(k) for k in {0, start // 2} if k < start):
+                start = 0
+            while start < limit and kept(start):
+                start += 1
         rewritten = start < cursor
         retired = cursor - start
         if rewritten and self.on_rewrite is not None:

@@ -329,10 +329,12 @@ class Session:
     # --- ingest and assembly -------------------------------------------------------------------
 
     def sync(
-        self, count: int, hash_at: Callable[[int], str], translate: Callable[[int], Incoming], same: int = 0
+        self, count: int, hash_at: Callable[[int], str], translate: Callable[[int], Incoming], same: int | None = None
     ) -> SyncReport:
         """Take in the harness's message list: only what lies past the cursor is read; ``same``:
-        how many of its first messages are, unchanged, those of the last sync (``Ingest.sync``)."""
+        how many of its first messages are, unchanged, those of the last sync, to have every
+        other message before the cursor compared; None: the first, middle and last only
+        (``Ingest.sync``)."""
         return self.ingest.sync(count, hash_at, translate, same)
 
     def flush(self) -> Tx | None:

@@ -348,6 +348,7 @@ class Server(RpcServer):
                 ws = Workspace(ws.root, allow_outside=[d for d in memory.dirs() if not d.is_relative_to(ws.root)])
             files = FileTools(session, ws, tracker=self.trackers(ws) if self.trackers else None) if ws else None
             hook = h.hook(session, files=files)
+            hook.every_message = True  # a client sends its whole history at every call: a change anywhere is seen
             if p.recall or p.memory:
                 if p.recall and self.recall is None:
                     self.recall = open_recall(self.store, self.embedder)
