@@ -288,6 +288,25 @@ def test_status_of_a_url_that_is_no_store_still_names_the_backend_and_the_outbox
     assert status["outbox"]["pending"] == 0 and status["outbox"]["path"].startswith(str(tmp_path))
 
 
+def _node_lost_at_frame(n: int, url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A ``CuttableProxy`` to the node at ``url`` that is cut while the ``n``-th frame is checked
+    (in this process: checks run with ``--jobs 1``)."""
+    import context_os.context.frames as frames_module
+    from tests._xtdb_node import CuttableProxy
+
+    proxy = CuttableProxy(url)
+    verify, seen = frames_module.verify_frame, []
+
+    def node_lost(*args: Any, **kwargs: Any) -> Any:
+        seen.append(1)
+        if len(seen) == n:
+            proxy.cut()
+        return verify(*args, **kwargs)
+
+    monkeypatch.setattr(frames_module, "verify_frame", node_lost)
+    return proxy
+
+
 def _found_damage(stdout: str, as_json: bool) -> bool:
     """Whether a ``verify`` report says it found damage (mismatches, unreadable versions, the
     integrity check's problems, frames that failed)."""
@@ -313,21 +332,10 @@ def test_a_check_the_node_left_reports_what_it_checked_and_exits_3(
     failed command's JSON has."""
     from click.testing import CliRunner
 
-    import context_os.context.frames as frames_module
     from context_os.cli import cli
-    from tests._xtdb_node import CuttableProxy
 
     url, sid, _ = demo
-    proxy = CuttableProxy(url)
-    verify, seen = frames_module.verify_frame, []
-
-    def node_lost_at_frame_4(*args: Any, **kwargs: Any) -> Any:
-        seen.append(1)
-        if len(seen) == 4:
-            proxy.cut()
-        return verify(*args, **kwargs)
-
-    monkeypatch.setattr(frames_module, "verify_frame", node_lost_at_frame_4)
+    proxy = _node_lost_at_frame(4, url, monkeypatch)
     args = command.split() + ([sid] if command == "frames verify" else [])
     try:
         run = CliRunner().invoke(
@@ -385,12 +393,10 @@ def test_damage_found_before_the_node_left_keeps_the_exit_status_of_damage(
     outage that says nothing is damaged: a script reading the status missed the damage."""
     from click.testing import CliRunner
 
-    import context_os.context.frames as frames_module
     from context_os import Session
     from context_os.cli import cli
     from context_os.harness.openai import OpenAIHook
     from context_os.store import Evict, open_store
-    from tests._xtdb_node import CuttableProxy
 
     sid = f"dmg-{uuid.uuid4().hex[:10]}"
     store = open_store(xtdb_url)
@@ -405,16 +411,7 @@ def test_damage_found_before_the_node_left_keeps_the_exit_status_of_damage(
         store.sync()
     finally:
         store.close()
-    proxy = CuttableProxy(xtdb_url)
-    verify, seen = frames_module.verify_frame, []
-
-    def node_lost_at_frame_4(*args: Any, **kwargs: Any) -> Any:
-        seen.append(1)
-        if len(seen) == 4:
-            proxy.cut()
-        return verify(*args, **kwargs)
-
-    monkeypatch.setattr(frames_module, "verify_frame", node_lost_at_frame_4)
+    proxy = _node_lost_at_frame(4, xtdb_url, monkeypatch)
     try:
         run = CliRunner().invoke(
             cli,
