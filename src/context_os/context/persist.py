@@ -150,12 +150,13 @@ class SessionWriter:
                 "managed_from": head["managed_from"],
                 "horizon": view.horizon,
                 **({"thinking_horizon": view.thinking_horizon} if view.thinking_horizon else {}),
-                "policy": self._policy_dict(),
+                "policy": self.policy_dict(),
             },
         ).encode()
         self.queue(doc, ("session", None), encoded)
 
-    def _policy_dict(self) -> dict[str, Any]:
+    def policy_dict(self) -> dict[str, Any]:
+        """The session's policy as its document records it (built again only when replaced)."""
         policy = self.view.policy  # frozen: its dict is built again only when it is replaced
         if self._policy is None or self._policy[0] is not policy:
             self._policy = (policy, policy.to_dict())

@@ -446,7 +446,7 @@ class Session:
         # the policy in force when the frame was made, as the session recorded it then: reopened
         # with another one, it decides anew (a horizon, the reasoning kept)
         then = self.store.get(f"session:{self.id}", found.valid_time, found.tx_id)
-        if then is None or then.doc is None or then.doc["meta"].get("policy") != self.writer._policy_dict():
+        if then is None or then.doc is None or then.doc["meta"].get("policy") != self.writer.policy_dict():
             return None
         frame = found.doc
         c = frame["content"]
