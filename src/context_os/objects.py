@@ -134,6 +134,10 @@ class FileMeta(TypedDict):
     ``last_mtime``), to know it again if it turns up at another path."""
     last_size: NotRequired[int | None]
     last_mtime: NotRequired[int | None]
+    last_sha: NotRequired[str | None]
+    """On a missing version: the hash of the bytes the file last had (a content-mode file): a
+    file touched or rewritten with the same bytes, then moved, while nothing recorded its new
+    stat, is known again by its inode and these bytes."""
     evicted_bytes: NotRequired[bool]
     """The file on disk still holds bytes that were evicted: indexed metadata-only until it changes."""
     virtual: NotRequired[bool]

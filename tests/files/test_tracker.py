@@ -153,6 +153,47 @@ def test_a_file_rewritten_with_the_same_bytes_then_moved_while_no_tracker_ran_st
         assert (meta["path"], meta["renamed_from"], meta["missing"]) == ("b.py", "a.py", False)
 
 
+def test_a_file_rewritten_with_the_same_bytes_or_touched_then_moved_while_no_tracker_ran_stays_one_object(
+    root, db, ws
+) -> None:
+    """A same-bytes rewrite in place (or a ``touch``) and then a move, both while no tracker ran:
+    nothing recorded the new mtime, so the inode, size and mtime last recorded no longer match.
+    The same inode holding the same bytes is that file. Before, it became a new object, the old
+    one staying missing; also in library use without any tracker (a read of the new name)."""
+    idx = FileIndex(db, ws)
+    ids = {}
+    for name in ("a.py", "t.py", "lib.py", "linked.py", "edited.py"):
+        (root / name).write_text(f"# {name}\n")
+        ids[name] = idx.index(ws.resolve(name), read=True, cause="read").id
+    later = os.stat(root / "a.py").st_mtime_ns + 5_000_000_000
+    (root / "a.py").write_text("# a.py\n")  # the same bytes, in place: the same inode
+    os.utime(root / "a.py", ns=(later, later))
+    os.utime(root / "t.py", ns=(later, later))  # touch
+    os.utime(root / "lib.py", ns=(later, later))
+    os.utime(root / "linked.py", ns=(later, later))
+    (root / "edited.py").write_text("# other bytes\n")  # the same inode, other bytes
+    os.utime(root / "edited.py", ns=(later, later))
+    for name in ("a.py", "t.py", "edited.py"):
+        os.rename(root / name, root / f"moved-{name}")
+    # library use: no tracker, the new name read while the object is still at its old path
+    os.rename(root / "lib.py", root / "moved-lib.py")
+    assert idx.index(ws.resolve("moved-lib.py"), read=True, cause="read").id == ids["lib.py"]
+    assert latest_meta(db, ids["lib.py"])["renamed_from"] == "lib.py"
+    # a hard link is another name of a file still at its own path: a file of its own there
+    os.link(root / "linked.py", root / "link2.py")
+    assert idx.index(ws.resolve("link2.py"), read=True, cause="read").id != ids["linked.py"]
+    with FileTracker(db, ws, rescan_interval=None) as t:
+        for name in ("a.py", "t.py", "edited.py"):
+            assert latest_meta(db, ids[name])["missing"] is True
+            assert latest_meta(db, ids[name])["last_sha"] is not None
+        for name in ("a.py", "t.py"):
+            assert index(t, root, f"moved-{name}") == ids[name]
+            meta = latest_meta(db, ids[name])
+            assert (meta["path"], meta["renamed_from"], meta["missing"]) == (f"moved-{name}", name, False)
+        # other bytes in that inode: not known to be that file
+        assert index(t, root, "moved-edited.py") != ids["edited.py"]
+
+
 def test_a_same_bytes_stat_is_taken_only_once_the_file_looks_settled(root, db, ws) -> None:
     """As a new version is: a file changed a moment ago may be mid-write, and its stat, once
     kept, is what every later start compares the disk with."""
@@ -261,9 +302,11 @@ def test_a_file_moved_while_no_tracker_ran_is_one_object_at_its_new_name(root, d
         assert tracker.tracked()[oid] == str(root.resolve() / "b.py")
         (root / "b.py").write_text("A = 2\n")
         assert wait_version(db, oid, 4)["path"] == "b.py"
-    # a new file that only reuses the name, or a file deleted for good, is not that object
+    # a new file that only reuses the name, or a file deleted for good, is not that object, even
+    # where the file system gives the new file the freed inode (its bytes differ; the same bytes
+    # in the same inode cannot be told from the file moved there, and are taken for it)
     (root / "b.py").unlink()
-    (root / "c.py").write_text("A = 2\n")
+    (root / "c.py").write_text("A = 3\n")
     with FileTracker(db, ws, rescan_interval=None) as tracker:
         assert latest_meta(db, oid)["missing"] is True
         assert tracker.index.index(ws.resolve("c.py"), read=True, cause="read").id != oid

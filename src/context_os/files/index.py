@@ -245,12 +245,14 @@ class FileIndex:
 
     def _moved_here(self, path: Path) -> Version | None:
         """The object of an indexed file that was moved to the unindexed ``path`` before a
-        tracker recorded the move (a read of the new name right after ``mv``): same inode, size
-        and mtime as recorded, and its own path no longer holds that inode. Else None: a new
-        file. Without this the file became a second object, and the move, once the tracker saw
-        it, marked the object just read missing (\"replaced by\" the first). An object recorded
-        missing since is found by the inode, size and mtime it last had (``meta.last_inode``…):
-        a file moved while no tracker ran, whose old path the next ``start()`` found empty."""
+        tracker recorded the move (a read of the new name right after ``mv``): same inode as
+        recorded, the same size and mtime or, where they differ (a ``touch`` or a same-bytes
+        rewrite in place that no tracker saw), the same bytes, and its own path no longer holding
+        that inode. Else None: a new file. Without this the file became a second object, and the
+        move, once the tracker saw it, marked the object just read missing (\"replaced by\" the
+        first). An object recorded missing since is found by the inode, size, mtime and bytes it
+        last had (``meta.last_inode``…): a file moved while no tracker ran, whose old path the
+        next ``start()`` found empty."""
         key = file_key(str(path))
         if key is None:
             return None
@@ -258,25 +260,52 @@ class FileIndex:
         # a present object, or one recorded missing since (a tracker's start found its path empty:
         # the move was made while none ran), by what it was when last seen
         present = [
-            (v, (v.doc["meta"].get("size"), v.doc["meta"].get("mtime")))
+            (v, (v.doc["meta"].get("size"), v.doc["meta"].get("mtime")), v.doc["meta"].get("sha"))
             for v in self.store.find("file", {"inode": inode})
             if v.doc and not v.doc["meta"].get("missing")
         ]
         gone = [
-            (v, (v.doc["meta"].get("last_size"), v.doc["meta"].get("last_mtime")))
+            (v, (v.doc["meta"].get("last_size"), v.doc["meta"].get("last_mtime")), self._last_sha(v))
             for v in self.store.find("file", {"last_inode": inode})
             if v.doc and v.doc["meta"].get("missing")
         ]
-        for v, was in [*present, *gone]:
+        sha: str | None = None  # of the bytes at ``path``, read only if a stat differs
+        for v, was, had in [*present, *gone]:
             meta = v.doc["meta"] if v.doc else {}
-            if meta.get("workspace") is None or was != seen:
+            if meta.get("workspace") is None:
                 continue
             try:
                 old = os.stat(str(meta["abs_path"]))
             except OSError:
-                return v  # its own path is empty now: it moved here
-            if f"{old.st_dev}:{old.st_ino}" != inode:
-                return v  # its own path holds another file now (replaced after the move)
+                old = None
+            if old is not None and f"{old.st_dev}:{old.st_ino}" == inode:
+                continue  # its own path still holds this file: ``path`` is another name of it (a hard link)
+            if was != seen:
+                # touched, or rewritten in place with the same bytes, where nothing recorded the
+                # new stat (no tracker ran): the same inode holding the same bytes is that file
+                if had is None:
+                    continue
+                if sha is None:
+                    try:
+                        sha = self.workspace.snapshot(path, read=True).sha or ""
+                    except InputError:  # unreadable, or denied: the caller's own look says why
+                        return None
+                if sha != had:
+                    continue
+            return v  # its own path is empty, or holds another file now (replaced after the move)
+        return None
+
+    def _last_sha(self, missing: Version) -> str | None:
+        """The hash of the bytes a missing object last had: ``meta.last_sha``, or (a missing
+        version written before it was kept) that of its latest version that had one."""
+        meta = missing.doc["meta"] if missing.doc else {}
+        if meta.get("last_sha") is not None:
+            return str(meta["last_sha"])
+        for v in reversed(self.store.history(missing.id, with_docs=True)):
+            vm = (v.doc or {}).get("meta") or {}
+            if not vm.get("missing"):
+                sha = vm.get("sha")
+                return None if sha is None else str(sha)
         return None
 
     def refresh(
@@ -505,9 +534,11 @@ class FileIndex:
         meta = {k: pm[k] for k in keep if k in pm}
         if pm.get("inode") is not None:
             # what the file was when last seen, to know it again if it turns up at another path
-            meta.update(last_inode=pm["inode"], last_size=pm.get("size"), last_mtime=pm.get("mtime"))
+            meta.update(
+                last_inode=pm["inode"], last_size=pm.get("size"), last_mtime=pm.get("mtime"), last_sha=pm.get("sha")
+            )
         elif pm.get("last_inode") is not None:
-            meta.update({k: pm.get(k) for k in ("last_inode", "last_size", "last_mtime")})
+            meta.update({k: pm.get(k) for k in ("last_inode", "last_size", "last_mtime", "last_sha")})
         meta.update(
             version=int(pm.get("version", 0)) + 1,
             missing=True,
