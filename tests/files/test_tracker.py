@@ -329,6 +329,19 @@ def test_a_write_through_one_hard_link_is_a_version_of_every_tracked_name(root, 
     assert db.get(other).doc["content"] == db.get(first).doc["content"] == "A = 2\n"
 
 
+def test_a_write_through_an_untracked_hard_link_is_a_version_of_the_tracked_names(root, db, tracker) -> None:
+    """``ln a.py b.py`` after ``a.py`` was read, ``b.py`` never indexed: a write in place through
+    ``b.py`` is reported under ``b.py`` only, a path no tracked file has. Before, ``a.py`` kept its
+    old text until the next rescan (30 s by default; never in this tracker, which has none)."""
+    oid = index(tracker, root, "a.py", "A = 1\n")
+    os.link(root / "a.py", root / "b.py")
+    with open(root / "b.py", "r+") as f:  # in place: the same inode under both names
+        f.write("A = 2\n")
+    meta = wait_version(db, oid, 2)
+    assert (meta["path"], db.get(oid).doc["content"]) == ("a.py", "A = 2\n")
+    assert tracker.index.lookup(root.resolve() / "b.py") is None  # still not an object of its own
+
+
 def test_two_files_swapped_leave_each_path_with_its_own_text(root, db, tracker) -> None:
     """``mv a tmp; mv b a; mv tmp b``: each path holds the other's bytes. As with an atomic save,
     the path that still holds a file keeps its object: each object has a new version with the

@@ -6,7 +6,8 @@ becomes a new version of its object:
 * content change → new version (valid time = mtime; unchanged bytes are a no-op, by hash: their
   new size, mtime and inode correct the stat of the version in force, so no later start reads
   them again); a change of times or mode only (``touch``, ``chmod``) is seen as it happens;
-* a write through one hard link → a version of each tracked name of that file;
+* a write through one hard link → a version of each tracked name of that file (also through a
+  name nobody tracks);
 * move/rename, also across directories → the same object with a new path;
 * delete → a new version marked ``missing`` (no content); the history is kept; re-creation at
   the same path → a new version again;
@@ -477,6 +478,7 @@ class FileTracker:
         kind = event.event_type
         src = os.fsdecode(event.src_path)
         now = time.monotonic()
+        untracked_write = False
         with self._cond:
             self.stats["events"] += 1
             marked = False
@@ -518,6 +520,29 @@ class FileTracker:
                                 marked |= self._mark(other, now, attrib=kind == "attrib")
                 elif kind == "created":
                     self._remember(src, now)
+                elif kind == "closed" or (kind == "modified" and not self._sees_closes):
+                    # maybe another name of a tracked file (a hard link nobody tracks): the
+                    # kernel reports a write under the name written only
+                    untracked_write = True
+            if marked:
+                self._cond.notify_all()
+        if untracked_write:
+            self._on_untracked_write(src, now)
+
+    def _on_untracked_write(self, path: str, now: float) -> None:
+        """A writer closed ``path``, which no tracked file has (a modification, where closes are
+        not reported): if it is another name of tracked files (``ln a.py b.py``, b.py written in
+        place), each of them has changed. One ``stat``, outside the lock."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+            return
+        with self._cond:
+            marked = False
+            for oid in self._by_inode.get(f"{st.st_dev}:{st.st_ino}", ()):
+                marked |= self._mark(oid, now)
             if marked:
                 self._cond.notify_all()
 
