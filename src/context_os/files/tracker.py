@@ -280,17 +280,28 @@ class FileTracker:
                 self._error(f"tracker: {type(e).__name__}: {e}")
                 self._rescan_reason = "start"
             thread = threading.Thread(target=self._run, name=f"ctxos-file-tracker:{self.workspace.root}", daemon=True)
+            # before it runs: the thread tells by it that it is the tracker thread, running (a
+            # file found gone gets its grace period, a read its check that the file looks settled)
+            self._thread = thread
             thread.start()
         except BaseException:
             # Ctrl-C (or a failure) half-way: stop() could not undo a start that never returned,
             # and the observer would keep its watches and queue events nobody takes
+            started, self._thread = self._thread, None
+            if started is not None and started.is_alive():
+                with self._cond:
+                    self._stopping = True
+                    self._cond.notify_all()
+                started.join()
             self._release()
             raise
-        self._thread = thread
         return self
 
     def stop(self) -> None:
-        """Stop watching; events not yet recorded are reconciled first."""
+        """Stop watching; what changed on disk before the call is recorded first: the events
+        taken are reconciled, then, the observer stopped, every tracked file is ``stat``-ed once
+        (a change whose events were still on their way is recorded too, not left to the next
+        ``start()``)."""
         thread = self._thread
         if thread is None:
             return
@@ -298,8 +309,20 @@ class FileTracker:
             self._stopping = True
             self._cond.notify_all()
         thread.join()
-        self._thread = None
         self._release()
+        try:
+            self.rescan()
+        except Exception as e:  # the store went away: the next start() records it
+            self._error(f"tracker: {type(e).__name__}: {e}")
+        with self._cond:  # what the last events left: nothing of it is due at the next start()
+            self._pending.clear()
+            self._hints.clear()
+            self._hinted.clear()
+            self._writing.clear()
+            self._attrib_only.clear()
+            self._grace.clear()
+            self._deferred.clear()
+        self._thread = None
 
     def _release(self) -> None:
         """Undo what ``start()`` set up: log handler, index listener, observer and watches."""
