@@ -624,6 +624,41 @@ def test_find_matches_value_types_exactly(store: Store, uid: str) -> None:
     assert ns(store.find(kind, {"flag": "1"}, valid_time=T0)) == [3]
 
 
+def test_find_meta_gives_the_fields_of_what_find_finds(store: Store, uid: str) -> None:
+    """``find_meta``: the ids ``find`` gives, in its order, each with only the meta fields asked
+    for that it has (the XTDB store pulls those alone, not the documents)."""
+    kind, other = f"k{uid}", f"j{uid}"
+    t1 = store.submit(
+        [
+            Put(doc(f"{uid}-a", 1, kind=kind, ws="w", size=10, missing=False, path="a.py"), T0),
+            Put(doc(f"{uid}-b", 2, kind=kind, ws="w", missing=True, path="b.py"), T0),  # no size
+            Put(doc(f"{uid}-c", 3, kind=kind, ws="v", size=30, path="c.py"), T0),
+            Put(doc(f"{uid}-d", 4, kind=other, ws="w", size=40, path="d.py"), T0),
+            Put(doc(f"{uid}-e", 5, kind=kind, ws=1, size=50, path="e.py"), T0),
+            Put(doc(f"{uid}-f", 6, kind=kind, ws=True, size=60, path="f.py"), T0),
+        ]
+    )
+    store.submit([Put(doc(f"{uid}-a", 7, kind=kind, ws="v", size=11, path="a.py"), T0 + 10)])
+    keys = ("path", "size", "missing", "absent")
+
+    def projected(kind: str | None, where: dict[str, Any], vt: int, tx: int | None = None) -> list[Any]:
+        return [
+            (v.id, {k: v.doc["meta"][k] for k in keys if k in v.doc["meta"]})
+            for v in store.find(kind, where, valid_time=vt, tx_id=tx)
+            if v.doc
+        ]
+
+    for k, where in [(kind, {"ws": "w"}), (kind, {"ws": "v"}), (None, {"ws": "w"}), (kind, {"ws": 1}), (kind, {})]:
+        for vt, tx in [(T0 + 5, None), (T0 + 15, None), (T0 + 15, t1.id)]:
+            got = store.find_meta(k, where, keys, valid_time=vt, tx_id=tx)
+            assert got == projected(k, where, vt, tx), (k, where, vt, tx)
+    assert store.find_meta(kind, {"ws": "w"}, ("size", "missing"), valid_time=T0 + 5) == [
+        (f"{uid}-a", {"size": 10, "missing": False}),
+        (f"{uid}-b", {"missing": True}),
+    ]
+    assert store.find_meta(kind, {"ws": True}, (), valid_time=T0 + 5) == [(f"{uid}-f", {})]
+
+
 # -- another process ---------------------------------------------------------------------------
 
 

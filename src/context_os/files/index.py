@@ -64,6 +64,9 @@ DIFF_MAX_INPUT_CHARS = 2_000_000
 
 _ATTEMPTS = 5
 
+TRACKED_META = ("abs_path", "missing", "size", "mtime", "inode")
+"""The meta fields the file tracker keeps of each file (``FileIndex.indexed_meta``)."""
+
 RESTATS_PER_TX = 200
 """Stat corrections written together by ``restats_batched`` go in transactions of this many."""
 
@@ -226,6 +229,11 @@ class FileIndex:
         """Every file object of this workspace, missing ones included."""
         where = {"workspace": str(self.workspace.root)}
         return [v for v in self.store.find("file", where) if v.doc]
+
+    def indexed_meta(self, keys: tuple[str, ...] = TRACKED_META) -> list[tuple[str, dict[str, Any]]]:
+        """(id, those ``keys`` of its meta) of every file object of this workspace, missing ones
+        included: ``indexed`` without reading each document whole (their text, their diff)."""
+        return self.store.find_meta("file", {"workspace": str(self.workspace.root)}, keys)
 
     # --- writes ----------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ older version marks it stale on its next turn and does not reload it by itself.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import stat
@@ -136,14 +137,18 @@ def _dir_id(path: str) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
-def _parents(path: str) -> list[str]:
+def _parents(path: str) -> tuple[str, ...]:
     """Every directory above the absolute ``path``, up to ``/``."""
-    out = []
     parent = os.path.dirname(path)
-    while parent != path:
-        out.append(parent)
-        path, parent = parent, os.path.dirname(parent)
-    return out
+    return () if parent == path else _dir_and_above(parent)
+
+
+@functools.lru_cache(maxsize=4096)
+def _dir_and_above(directory: str) -> tuple[str, ...]:
+    """``directory`` and every directory above it (once per directory, not once per file in it:
+    a start binds thousands of files of a few hundred directories)."""
+    parent = os.path.dirname(directory)
+    return (directory,) if parent == directory else (directory, *_dir_and_above(parent))
 
 
 def _under(path: str, prefix: str) -> bool:
@@ -264,8 +269,9 @@ class FileTracker:
         self._stopping = False
         try:
             self.index.subscribe(self._note)
-            for v in self.index.indexed():
-                self._note(v, watch=False)
+            for oid, meta in self.index.indexed_meta():  # (not the documents: their text, their diffs)
+                if "abs_path" in meta:
+                    self._note_meta(oid, meta, watch=False)
             self._observer = self._new_observer()
             for root in self._roots():
                 self._ensure_watch(root)
@@ -376,22 +382,28 @@ class FileTracker:
 
     # --- the index tells us what is indexed -------------------------------------------------
 
-    def _note(self, v: Version, *, watch: bool = True) -> None:
+    def _note(self, v: Version) -> None:
+        """The index wrote version ``v``."""
         doc = v.doc
         if doc is None or doc.get("kind") != "file":
             return
         meta = doc["meta"]
         if meta.get("workspace") != str(self.workspace.root) or "abs_path" not in meta:
             return
+        self._note_meta(v.id, meta)
+
+    def _note_meta(self, oid: str, meta: dict[str, Any], *, watch: bool = True) -> None:
+        """File object ``oid`` of this workspace is as ``meta`` says (its ``abs_path``, ``missing``,
+        ``size``, ``mtime``, ``inode``)."""
         rec = _rec_of(meta)
         with self._cond:
-            old = self._records.get(v.id)
-            if old is not None and old.path != rec.path and self._by_path.get(old.path) == v.id:
+            old = self._records.get(oid)
+            if old is not None and old.path != rec.path and self._by_path.get(old.path) == oid:
                 self._unbind(old.path)
-            self._set_rec(v.id, rec)
+            self._set_rec(oid, rec)
             holder = self._by_path.get(rec.path)
-            if holder is None or holder == v.id or not rec.missing:
-                self._bind(rec.path, v.id)
+            if holder is None or holder == oid or not rec.missing:
+                self._bind(rec.path, oid)
         if watch and self._observer is not None:
             root = self.workspace.root_of(rec.path)
             if root is not None:

@@ -302,6 +302,25 @@ class Store(ABC):
         ``docs``: a memo of parsed documents to read through (``DocMemo``); a backend may ignore
         it, and the answer is the same either way."""
 
+    def find_meta(
+        self,
+        kind: str | None = None,
+        where: Mapping[str, Any] | None = None,
+        keys: Sequence[str] = (),
+        *,
+        valid_time: int | None = None,
+        tx_id: int | None = None,
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """``(id, {key: meta[key]})`` of each document ``find(kind, where)`` gives, in its order,
+        with only those of ``keys`` that its meta has: for a caller that needs a few meta fields of
+        many documents, not the documents (a backend may read less than whole documents for it:
+        the XTDB store pulls those attributes alone, not the contents)."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        for v in self.find(kind, where, valid_time=valid_time, tx_id=tx_id):
+            meta = v.doc.get("meta") if v.doc is not None else None
+            out.append((v.id, {k: meta[k] for k in keys if k in meta} if isinstance(meta, Mapping) else {}))
+        return out
+
     @abstractmethod
     def latest_tx(self) -> Tx | None:
         """The newest committed-or-not transaction, or None for an empty store."""

@@ -467,6 +467,20 @@ class OutboxStore(Store):
             found = [v for v in found if not (v.doc and v.doc.get("kind") == MARKER_KIND)]
         return found
 
+    def find_meta(
+        self,
+        kind: str | None = None,
+        where: Mapping[str, Any] | None = None,
+        keys: Sequence[str] = (),
+        *,
+        valid_time: int | None = None,
+        tx_id: int | None = None,
+    ) -> list[tuple[str, dict[str, Any]]]:
+        if kind is None:  # the markers are left out, as ``find`` leaves them out
+            return super().find_meta(kind, where, keys, valid_time=valid_time, tx_id=tx_id)
+        self._ready()
+        return self.inner.find_meta(kind, where, keys, valid_time=valid_time, tx_id=self._tx(tx_id))
+
     def count_kinds(self, *, valid_time: int | None = None, tx_id: int | None = None) -> dict[str | None, int]:
         self._ready()
         counts = self.inner.count_kinds(valid_time=valid_time, tx_id=self._tx(tx_id))
