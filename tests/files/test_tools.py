@@ -489,6 +489,27 @@ def test_observe_rechecks_files_named_by_other_tools(root: Path, tools: FileTool
     assert tools.session.view.objects[a].meta["version"] == 1
 
 
+def test_observe_follows_a_file_touched_then_moved_in_one_command(root: Path, tools: FileTools, db) -> None:
+    """``touch a.py && mv a.py b.py`` (or a formatter that rewrote it with the same bytes, then a
+    move): the new name holds the file under another mtime than recorded. Its inode and bytes are
+    the object's: a move, not a deletion (before, the object was recorded missing)."""
+    (root / "a.py").write_text("A = 1\n")
+    oid = call(tools, "read", path="a.py")["id"]
+    later = os.stat(root / "a.py").st_mtime_ns + 5_000_000_000
+    os.utime(root / "a.py", ns=(later, later))
+    os.rename(root / "a.py", root / "b.py")
+    moved = tools.observe("touch a.py && mv a.py b.py", "")
+    assert [(c["id"], c["path"], c["changes"]) for c in moved] == [(oid, "b.py", ["path"])]
+    assert latest_meta(db, oid)["missing"] is False
+    # other bytes in that inode: not known to be that file
+    (root / "c.py").write_text("C = 1\n")
+    other = call(tools, "read", path="c.py")["id"]
+    (root / "c.py").write_text("C = 2, changed\n")
+    os.rename(root / "c.py", root / "d.py")
+    assert [c["id"] for c in tools.observe("mv c.py d.py", "")] == [other]
+    assert latest_meta(db, other)["missing"] is True
+
+
 def test_host_tools_do_the_file_work_and_objects_follow(root: Path, session: Session, ws: Workspace, db) -> None:
     calls: list[tuple[str, dict]] = []
 

@@ -799,6 +799,7 @@ class FileTools:
         known_paths = set(known.values()) if known is not None else None
         objects: dict[str, tuple[dict[str, Any], Path]] = {}
         fresh: dict[tuple[Any, ...], Path] = {}  # (inode, size, mtime) → an unindexed file named
+        fresh_inodes: dict[str, Path] = {}  # inode → an unindexed file named
         for tok in tokens:
             try:
                 real = self.workspace.resolve(tok, must_exist=False)
@@ -814,10 +815,13 @@ class FileTools:
                 continue
             if stat.S_ISREG(st.st_mode):
                 fresh[(f"{st.st_dev}:{st.st_ino}", st.st_size, st.st_mtime_ns // 1_000_000)] = real
+                fresh_inodes[f"{st.st_dev}:{st.st_ino}"] = real
         changed = []
         for oid, (meta, real) in objects.items():
             # a vanished file that another named path now holds, unchanged: it was moved there
             moved = fresh.get((meta.get("inode"), meta.get("size"), meta.get("mtime")))
+            if moved is None and not os.path.isfile(real) and meta.get("sha"):
+                moved = self._same_bytes(fresh_inodes.get(str(meta.get("inode"))), meta["sha"])
             target: Path | None = real if os.path.isfile(real) else moved
             try:
                 idx = self.index.refresh(oid, target, cause="observed", reason="gone after a command")
@@ -834,6 +838,17 @@ class FileTools:
                     }
                 )
         return changed
+
+    def _same_bytes(self, path: Path | None, sha: str) -> Path | None:
+        """``path`` if the file there holds the bytes of hash ``sha`` (a vanished file's inode at a
+        new name under another mtime: touched, or rewritten in place with the same bytes, then
+        moved)."""
+        if path is None:
+            return None
+        try:
+            return path if self.workspace.snapshot(path, read=True).sha == sha else None
+        except ContextOSError:
+            return None
 
     def after_tool(self, name: str, arguments: Mapping[str, Any] | str, output: str) -> dict[str, Any]:
         """Update objects after the host ran a tool itself (wrapped tools) or any other tool
