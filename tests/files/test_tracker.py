@@ -340,6 +340,15 @@ def test_a_write_through_an_untracked_hard_link_is_a_version_of_the_tracked_name
     meta = wait_version(db, oid, 2)
     assert (meta["path"], db.get(oid).doc["content"]) == ("a.py", "A = 2\n")
     assert tracker.index.lookup(root.resolve() / "b.py") is None  # still not an object of its own
+    # a touch through the untracked name: a new mtime, a new version of a discovered file
+    (root / "m.txt").write_text("m\n")
+    found = tracker.index.index(tracker.workspace.resolve("m.txt"), read=False, cause="discovered").id
+    os.link(root / "m.txt", root / "n.txt")
+    flushed(tracker, db, root)  # (the events of its writing are taken)
+    assert latest_meta(db, found)["version"] == 1
+    later = os.stat(root / "m.txt").st_mtime_ns + 5_000_000_000
+    os.utime(root / "n.txt", ns=(later, later))
+    assert wait_version(db, found, 2)["mtime"] == later // 1_000_000
 
 
 def test_two_files_swapped_leave_each_path_with_its_own_text(root, db, tracker) -> None:

@@ -555,19 +555,20 @@ class FileTracker:
                                 marked |= self._mark(other, now, attrib=kind == "attrib")
                 elif kind == "created":
                     self._remember(src, now)
-                elif kind == "closed" or (kind == "modified" and not self._sees_closes):
+                elif kind in ("closed", "attrib") or (kind == "modified" and not self._sees_closes):
                     # maybe another name of a tracked file (a hard link nobody tracks): the
-                    # kernel reports a write under the name written only
+                    # kernel reports a write, or a touch, under the name written only
                     untracked_write = True
             if marked:
                 self._cond.notify_all()
         if untracked_write:
-            self._on_untracked_write(src, now)
+            self._on_untracked_write(src, now, attrib=kind == "attrib")
 
-    def _on_untracked_write(self, path: str, now: float) -> None:
+    def _on_untracked_write(self, path: str, now: float, *, attrib: bool = False) -> None:
         """A writer closed ``path``, which no tracked file has (a modification, where closes are
-        not reported): if it is another name of tracked files (``ln a.py b.py``, b.py written in
-        place), each of them has changed. One ``stat``, outside the lock."""
+        not reported; ``attrib``: its times or mode changed): if it is another name of tracked
+        files (``ln a.py b.py``, b.py written in place or touched), each of them has changed.
+        One ``stat``, outside the lock."""
         try:
             st = os.lstat(path)
         except OSError:
@@ -577,7 +578,7 @@ class FileTracker:
         with self._cond:
             marked = False
             for oid in self._by_inode.get(f"{st.st_dev}:{st.st_ino}", ()):
-                marked |= self._mark(oid, now)
+                marked |= self._mark(oid, now, attrib=attrib)
             if marked:
                 self._cond.notify_all()
 
