@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import http.client
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -627,3 +628,33 @@ def test_a_session_with_no_turn_yet_is_a_page_that_says_so(
         listed = client.get("/?from=99999").text + client.get("/").text
         for link in re.findall(r'href="(/session\?id=[^"]*)"', listed):
             assert client.get(html.unescape(link)).status_code == 200, link
+
+
+def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_path: Path) -> None:
+    """Slowloris on the web view: each connection held a thread for as long as its client
+    trickled its headers in, and there was no bound on their number. Now, as ``ctxos serve
+    --http``: at most ``max_connections`` are served at once (one more is answered 503 at once,
+    with the web view's error page), and one whose headers are not all in within
+    ``header_seconds`` is closed."""
+    with SqliteStore(tmp_path / "s.db") as store:
+        httpd = make_ui_server(store, 0, max_connections=4, header_seconds=1.0)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        port = httpd.server_address[1]
+        try:
+            slow = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(4)]
+            for sock in slow:
+                sock.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())  # and no more
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as one_more:
+                answer = b""
+                while chunk := one_more.recv(65536):
+                    answer += chunk
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.split()[1] == b"503", answer
+            assert b"text/html" in head and b"too many connections" in body
+            for sock in slow:  # each is closed once its headers are overdue
+                with sock:
+                    assert sock.recv(65536) == b""
+            assert httpx.get(f"http://127.0.0.1:{port}/").status_code == 200  # the slots are free again
+        finally:
+            httpd.shutdown()
+            httpd.server_close()

@@ -37,6 +37,8 @@ _S = TypeVar("_S", bound=ThreadingHTTPServer)
 
 __all__ = [
     "TOKEN_HEADER",
+    "BoundedHTTPServer",
+    "DeadlineHandler",
     "HttpGuard",
     "StdioStop",
     "bind",
@@ -366,31 +368,7 @@ def make_http_server(
     if not _is_loopback(host):
         raise ConfigError(f"the JSON-RPC server binds to a loopback address only, not {host!r}")
 
-    class Handler(BaseHTTPRequestHandler):
-        timeout = 60  # a client that stops sending mid-body does not hold a thread forever
-
-        def setup(self) -> None:
-            super().setup()
-            # the request's headers, then its body, must arrive by a deadline, not merely one
-            # byte a minute
-            self._reading = _DeadlineSocket(self.connection, self.timeout)
-            self.rfile = io.BufferedReader(self._reading)
-
-        def handle_one_request(self) -> None:
-            self._reading.deadline = time.monotonic() + httpd.header_seconds
-            super().handle_one_request()
-
-        def parse_request(self) -> bool:
-            parsed = super().parse_request()
-            self._reading.deadline = time.monotonic() + httpd.body_seconds  # the headers are in
-            return parsed
-
-        def send_response(self, code: int, message: str | None = None) -> None:
-            # the answer is written with the socket's own timeout, not what the reading left of it
-            self._reading.deadline = None
-            self.connection.settimeout(self.timeout)
-            super().send_response(code, message)
-
+    class Handler(DeadlineHandler):
         def _send(self, status: int, body: bytes | None, *, allow: str | None = None) -> None:
             try:
                 self._write(status, body, allow=allow)
@@ -501,9 +479,7 @@ def make_http_server(
             log.debug("http %s - " + format, self.client_address[0], *args)
 
     httpd = bind(_GuardedHTTPServer, host, port, Handler, port_option="--http", sock=sock)
-    httpd.daemon_threads = True
-    httpd.slots, httpd.max_connections = threading.BoundedSemaphore(max_connections), max_connections
-    httpd.header_seconds, httpd.body_seconds = header_seconds, body_seconds
+    httpd.bound(max_connections, header_seconds, body_seconds)
     bound_host, bound_port = httpd.server_address[:2]
     httpd.guard = HttpGuard.for_address(
         str(bound_host), bound_port, token, origins, origin_hint="start the server with --allow-origin to allow one"
@@ -511,21 +487,39 @@ def make_http_server(
     return httpd
 
 
-class _GuardedHTTPServer(ThreadingHTTPServer):
-    guard: HttpGuard
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server that serves at most ``max_connections`` at once (one more is
+    answered 503 and closed at once) with ``DeadlineHandler``'s deadlines: every context_os HTTP
+    server built on ``http.server`` (JSON-RPC, the web view) is one. Call ``bound`` before serving."""
+
+    daemon_threads = True
     slots: threading.BoundedSemaphore
-    """One per connection being served (``max_connections`` of ``make_http_server``)."""
-    max_connections: int
-    header_seconds: float
-    body_seconds: float
+    """One per connection being served."""
+    max_connections: int = MAX_CONNECTIONS
+    header_seconds: float = HEADER_SECONDS
+    body_seconds: float = BODY_SECONDS
+
+    def bound(
+        self,
+        max_connections: int = MAX_CONNECTIONS,
+        header_seconds: float = HEADER_SECONDS,
+        body_seconds: float = BODY_SECONDS,
+    ) -> None:
+        """Set the limits (see ``MAX_CONNECTIONS``, ``HEADER_SECONDS``, ``BODY_SECONDS``)."""
+        self.slots, self.max_connections = threading.BoundedSemaphore(max_connections), max_connections
+        self.header_seconds, self.body_seconds = header_seconds, body_seconds
+
+    def busy(self) -> tuple[str, bytes]:
+        """(content type, body) of the 503 answer to a connection over ``max_connections``."""
+        why = "too many connections at once: retry when one of them is done"
+        return "application/json", encode(error_response(None, RpcError(INVALID_REQUEST, why)))
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.slots.acquire(blocking=False):
             log.warning("http connection from %s refused: %d served already", client_address[0], self.max_connections)
-            why = "too many connections at once: retry when one of them is done"
-            body = encode(error_response(None, RpcError(INVALID_REQUEST, why)))
+            ctype, body = self.busy()
             head = (
-                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: {ctype}\r\nRetry-After: 1\r\n"
                 f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
             )
             with suppress(OSError):
@@ -548,6 +542,39 @@ class _GuardedHTTPServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self.slots.release()
+
+
+class DeadlineHandler(BaseHTTPRequestHandler):
+    """A request handler of a ``BoundedHTTPServer``: a request's line and headers must all arrive
+    within the server's ``header_seconds``, its body within ``body_seconds`` of them (not merely
+    one byte a minute), else the connection is closed."""
+
+    timeout = 60  # the longest one read may wait, and the one write of an answer
+    server: BoundedHTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        self._reading = _DeadlineSocket(self.connection, self.timeout)
+        self.rfile = io.BufferedReader(self._reading)
+
+    def handle_one_request(self) -> None:
+        self._reading.deadline = time.monotonic() + self.server.header_seconds
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        self._reading.deadline = time.monotonic() + self.server.body_seconds  # the headers are in
+        return parsed
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        # the answer is written with the socket's own timeout, not what the reading left of it
+        self._reading.deadline = None
+        self.connection.settimeout(self.timeout)
+        super().send_response(code, message)
+
+
+class _GuardedHTTPServer(BoundedHTTPServer):
+    guard: HttpGuard
 
 
 def _is_loopback(host: str) -> bool:

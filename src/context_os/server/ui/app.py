@@ -16,7 +16,6 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
@@ -32,7 +31,16 @@ from ...errors import ConfigError, ContextOSError, InputError, NotFound
 from ...store.base import DocMemo, Store, Version
 from ...times import display, iso, now_ms, parse_time
 from ..protocol import log
-from ..transports import HttpGuard, _is_loopback, bind
+from ..transports import (
+    BODY_SECONDS,
+    HEADER_SECONDS,
+    MAX_CONNECTIONS,
+    BoundedHTTPServer,
+    DeadlineHandler,
+    HttpGuard,
+    _is_loopback,
+    bind,
+)
 
 __all__ = ["PAGE_MESSAGES", "PAGE_SESSIONS", "PAGE_STATES", "PAGE_TURNS", "PAGE_VERSIONS", "UiApp", "make_ui_server"]
 
@@ -446,9 +454,18 @@ def _bar(pools: dict[str, int] | None, assembled: int, full: int, scale: int) ->
 
 
 def make_ui_server(
-    store: Store, port: int = 0, *, host: str = "127.0.0.1", token: str | None = None
-) -> ThreadingHTTPServer:
+    store: Store,
+    port: int = 0,
+    *,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    max_connections: int = MAX_CONNECTIONS,
+    header_seconds: float = HEADER_SECONDS,
+    body_seconds: float = BODY_SECONDS,
+) -> BoundedHTTPServer:
     """An HTTP server for the web view of ``store``, bound to loopback (``port`` 0: any free).
+    It serves ``max_connections`` at once, and closes one whose request line and headers took
+    over ``header_seconds`` to arrive (or a body ``body_seconds``), as ``ctxos serve --http`` does.
 
     ``token``: every page needs it (None: none does). A browser brings it once, in the address
     (``?token=…``, what ``ctxos ui`` prints): the answer is a redirect to the same page without it
@@ -462,8 +479,7 @@ def make_ui_server(
     root = _root(token) if token is not None else ""
     app = UiApp(store, root)
 
-    class Handler(BaseHTTPRequestHandler):
-        timeout = 60
+    class Handler(DeadlineHandler):
         server_version = "context_os-ui"
 
         def _answer(self, page: Page, *, head: bool = False) -> None:
@@ -580,7 +596,8 @@ def make_ui_server(
             log.info("ui %s - %s", self.client_address[0], said)
 
     httpd = bind(_UiServer, host, port, Handler)
-    httpd.daemon_threads = True
+    httpd.bound(max_connections, header_seconds, body_seconds)
+    httpd.app = app
     bound_host, bound_port = httpd.server_address[:2]
     httpd.guard = HttpGuard.for_address(str(bound_host), bound_port, None)
     return httpd
@@ -624,5 +641,11 @@ def _same(given: str, token: str) -> bool:
     return hmac.compare_digest(given.encode(), token.encode())
 
 
-class _UiServer(ThreadingHTTPServer):
+class _UiServer(BoundedHTTPServer):
     guard: HttpGuard
+    app: UiApp
+
+    def busy(self) -> tuple[str, bytes]:
+        why = "too many connections at once: reload when a page has loaded"
+        page = self.app._error(503, "Busy", why, outside=True)
+        return page.content_type, page.body
