@@ -4,6 +4,7 @@ requests through JSON-RPC, with a real peer on the other side."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -164,3 +165,33 @@ def test_a_long_poll_for_a_peers_request_holds_up_no_other_call(tmp_path: Path) 
             srv.rpc("mesh.answer", requestId=req["requestId"], text="yes")
             asked.join(30)
             assert answer["response"] == "yes"
+
+
+def test_sigterm_on_stdio_answers_a_waiting_next_request_at_once(tmp_path: Path) -> None:
+    """SIGTERM while ``mesh.next_request`` waits on stdio (up to 30 s for a peer's request): the
+    wait is answered at once (``{"request": null, "stopping": true}``) and the server exits. It
+    waited out the whole timeout before, and a supervisor's stop took 30 s."""
+    ctxos = [str(Path(sys.executable).parent / "ctxos"), "--store", str(tmp_path / "s.db")]
+    proc = subprocess.Popen(
+        [*ctxos, "serve", "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none", "-vv"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        poll = {"jsonrpc": "2.0", "id": 1, "method": "mesh.next_request", "params": {"timeout": 30}}
+        proc.stdin.write(json.dumps(poll).encode() + b"\n")
+        proc.stdin.flush()
+        while b"request 'mesh.next_request'" not in (line := proc.stderr.readline()):
+            assert line, "the server ended before it took the request"
+        proc.send_signal(signal.SIGTERM)
+        # (the poll's own 30 s are not waited for: an answer that came only then fails here)
+        out, _ = proc.communicate(timeout=20)
+        assert json.loads(out) == {"jsonrpc": "2.0", "result": {"request": None, "stopping": True}, "id": 1}
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert registry.local_peers(registry.default_dir()) == []  # withdrawn as it stopped

@@ -212,8 +212,9 @@ def serve_cmd(
             if httpd is not None:
                 threading.Thread(target=httpd.serve_forever, name="ctxos-http", daemon=True).start()
             # SIGTERM (a supervisor, the harness closing) lets the request that runs finish and
-            # be answered, then the server stops as at the end of stdin
-            with StdioStop(_stdin_fd()).on_signal() as stop:
+            # be answered (a mesh.next_request that waits: at once), then the server stops as at
+            # the end of stdin
+            with StdioStop(_stdin_fd(), wake=server.stop).on_signal() as stop:
                 serve_stdio(server, stop=stop)
             if httpd is not None:
                 httpd.shutdown()

@@ -436,9 +436,11 @@ class MeshAgent:
 
     # --- for the agent's loop and tools ----------------------------------------------------------
 
-    def next_request(self, timeout: float | None = 0.0) -> PendingRequest | None:
+    def next_request(
+        self, timeout: float | None = 0.0, *, cancel: threading.Event | None = None
+    ) -> PendingRequest | None:
         """The oldest request waiting for the agent (see ``RequestQueue.next``)."""
-        return self.queue.next(timeout)
+        return self.queue.next(timeout, cancel=cancel)
 
     def peers(self) -> list[dict[str, Any]]:
         """Every peer known (stale ones pruned first, as the seed does every 30 s), then, with a

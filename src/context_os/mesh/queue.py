@@ -113,13 +113,15 @@ class RequestQueue:
                 self.counts["refused"] += 1
                 req.future.set_result((f"[queue-full] {self.max_size} requests are waiting; try again later", True))
                 return False
-            req.future.add_done_callback(lambda _: self._wake())
+            req.future.add_done_callback(lambda _: self.wake())
             self._items.append(req)
             self.counts["queued"] += 1
             self._cond.notify_all()
             return True
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Wake every ``next`` that waits (to look at its ``cancel`` again). Safe in a signal
+        handler of the waiting thread: the lock is reentrant."""
         with self._cond:
             self._cond.notify_all()
 
@@ -160,12 +162,15 @@ class RequestQueue:
             self._drop_expired()
             return self._active
 
-    def next(self, timeout: float | None = 0.0) -> PendingRequest | None:
+    def next(self, timeout: float | None = 0.0, *, cancel: threading.Event | None = None) -> PendingRequest | None:
         """The oldest waiting request, now the agent's; None if none comes within ``timeout``
-        seconds (None: wait for one) or while the agent still holds an unanswered one."""
+        seconds (None: wait for one) or while the agent still holds an unanswered one, or once
+        ``cancel`` is set (set it, then ``wake()``: the wait ends at once)."""
         end = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
+                if cancel is not None and cancel.is_set():
+                    return None
                 self._drop_expired()
                 if self._active is None and self._items:
                     self._active = self._items.popleft()

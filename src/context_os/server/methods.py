@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -231,6 +232,8 @@ class Server(RpcServer):
         by whoever starts the server, never by a client."""
         self.sessions: dict[str, _Open] = {}
         self.trackers = Trackers(store) if track else None
+        self.stopping = threading.Event()
+        """Set by ``stop``: a ``mesh.next_request`` that waits answers at once."""
         super().__init__(
             {
                 "session.open": (_OpenParams, self._session_open),
@@ -378,10 +381,11 @@ class Server(RpcServer):
         return self._the_mesh().status()
 
     def _mesh_next_request(self, p: _NextRequestParams) -> dict[str, Any]:
-        """The oldest request from a peer, now the agent's to answer (null: none waits)."""
-        req = self._the_mesh().next_request(timeout=p.timeout)
+        """The oldest request from a peer, now the agent's to answer (null: none waits; with
+        ``stopping``: the server stops, ask no more)."""
+        req = self._the_mesh().next_request(timeout=p.timeout, cancel=self.stopping)
         if req is None:
-            return {"request": None}
+            return {"request": None, "stopping": True} if self.stopping.is_set() else {"request": None}
         return {
             "request": {
                 "requestId": req.request_id,
@@ -411,9 +415,17 @@ class Server(RpcServer):
             found.hook.session.close()  # another process may open it now
         return {"session": p.session, "closed": found is not None}
 
+    def stop(self) -> None:
+        """The server stops (SIGTERM): the waits that run (``mesh.next_request``, up to 30 s) are
+        answered at once, and no other begins. Safe in a signal handler of the serving thread."""
+        self.stopping.set()
+        if self.mesh is not None:
+            self.mesh.queue.wake()
+
     def close(self) -> None:
         """Close every open session (their leases go back), the recall engine and the file
         trackers; the store stays open."""
+        self.stop()
         if self.trackers is not None:
             self.trackers.close()
         if self.recall is not None:

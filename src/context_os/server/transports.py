@@ -22,7 +22,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -125,15 +125,19 @@ def _read_line(stream: IO[bytes], cap: int) -> tuple[bytes | None, bool]:
 class StdioStop:
     """A stop asked of ``serve_stdio`` from a signal handler (SIGTERM): the request that runs is
     finished and answered, and no other is read. ``ask`` is safe to call at any point of the
-    serving thread: it only sets a flag and puts an empty stream in place of stdin, so that a
-    read waiting for the next line ends as at the end of input."""
+    serving thread: it sets a flag, calls ``wake`` (the server's ``stop``: a request that only
+    waits, ``mesh.next_request``, is answered at once) and puts an empty stream in place of
+    stdin, so that a read waiting for the next line ends as at the end of input."""
 
-    def __init__(self, stdin_fd: int | None = None):
+    def __init__(self, stdin_fd: int | None = None, *, wake: Callable[[], None] | None = None):
         self.asked = False
         self._fd = stdin_fd
+        self._wake = wake
 
     def ask(self) -> None:
         self.asked = True
+        if self._wake is not None:
+            self._wake()
         if self._fd is not None:
             empty = os.open(os.devnull, os.O_RDONLY)
             try:
