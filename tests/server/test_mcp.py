@@ -9,7 +9,8 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from context_os.harness.openai import OpenAIHook
 from context_os.server.mcp import ContextOsMcp
 from context_os.sources.memory import MemoryScopes
 from context_os.sources.recall import Recall
+from context_os.store.base import Op, Tx
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta
 from tests.helpers import user, wait_for
@@ -514,3 +516,57 @@ def test_resources_name_the_newest_frames_of_the_store(tmp_path: Path) -> None:
         f"context-os://frame/a/{t}" for t in range(30, 10, -1)
     ]
     assert listed == newest
+
+
+class _HeldStore(SqliteStore):
+    """An SQLite store whose first write of a file object waits until the test lets it go (a tool
+    call caught half-way); it records each write's first document id, in order."""
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self.writing = threading.Event()
+        self.go_on = threading.Event()
+        self.written: list[str] = []
+
+    def submit(self, ops: Sequence[Op]) -> Tx:
+        ids = [op.doc["id"] for op in ops if getattr(op, "doc", None)]
+        if any(i.startswith("file:") for i in ids) and not self.writing.is_set():
+            self.writing.set()
+            self.go_on.wait(60)
+        tx = super().submit(ops)
+        self.written.append(ids[0] if ids else "")
+        return tx
+
+
+def test_close_waits_for_the_tool_call_that_runs_and_refuses_later_ones(tmp_path: Path) -> None:
+    """``close()`` (Ctrl-C, SIGTERM) while a tool call runs: the session was closed (its lease
+    given back) under the call, which then wrote into it; a call asked after close ran too. Now
+    close waits for the running call to finish, and a later call is an error that writes nothing."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.txt").write_text("hello\n")
+    (tmp_path / "ws" / "b.txt").write_text("later\n")
+    store = _HeldStore(tmp_path / "s.db")
+    try:
+        app = ContextOsMcp(store, session="m", workspace=tmp_path / "ws", track=False)
+        got: list[tuple[str, bool]] = []
+        running = threading.Thread(target=lambda: got.append(app.call("read", {"path": "a.txt"})))
+        running.start()
+        assert store.writing.wait(60)  # the call is half-way through its writes
+        closing = threading.Thread(target=app.close)
+        closing.start()
+        assert app.closing.wait(60)  # close has begun, and waits for the call
+        store.go_on.set()
+        running.join(60)
+        closing.join(60)
+        out, error = got[0]
+        assert error is False and json.loads(out)["text"] == "hello\n"
+        file_writes = [n for n, i in enumerate(store.written) if i.startswith("file:")]
+        lease_writes = [n for n, i in enumerate(store.written) if i.startswith("lease:")]
+        assert max(file_writes) < max(lease_writes), store.written  # the lease went back after the call's writes
+        before = len(store.written)
+        out, error = app.call("read", {"path": "b.txt"})
+        assert error is True and "stopping" in json.loads(out)["error"]
+        assert len(store.written) == before  # nothing written
+    finally:
+        store.go_on.set()
+        store.close()

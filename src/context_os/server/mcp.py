@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import threading
 from collections.abc import Callable
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FRAME_URI", "MAX_CONNECTIONS", "OBJECT_URI", "ContextOsMcp", "http_protocol"]
 
+log = logging.getLogger("context_os.server.mcp")
+
 FRAME_URI = "context-os://frame/{session}/{turn}"
 OBJECT_URI = "context-os://object/{id}@{version}"
 LISTED_FRAMES = 50
@@ -61,6 +64,9 @@ LISTED_SESSIONS = 50
 FRAMES_NEXT = "this session records what you read, no model calls: frames(session) lists a session's turns"
 TEXT_LIMIT = 200_000
 """The most characters of one object ``read`` or ``activate`` returns (the rest: ``inspect``)."""
+CLOSE_WAIT = 30.0
+"""How long ``ContextOsMcp.close`` waits for the tool call that runs to finish."""
+STOPPING = "the MCP server is stopping: this call was not run"
 
 
 def _text_of(content: Any) -> str:
@@ -103,11 +109,24 @@ class ContextOsMcp:
         self.registry = self._registry()
         self._lock = threading.Lock()
         """The session has one writer: tool calls run one at a time."""
+        self.closing = threading.Event()
+        """Set when ``close`` begins: a tool call asked from then on is not run."""
 
-    def close(self) -> None:
-        if self.tracker is not None:
-            self.tracker.stop()
-        self.session.close()
+    def close(self, wait: float = CLOSE_WAIT) -> None:
+        """Stop the tracker and close the session (its lease goes back), once the tool call that
+        runs has finished (waiting at most ``wait`` seconds); a call asked meanwhile or later is
+        not run, and answers an error saying so."""
+        self.closing.set()
+        finished = self._lock.acquire(timeout=wait)
+        if not finished:
+            log.warning("closing while a tool call still runs after %g s: it may fail", wait)
+        try:
+            if self.tracker is not None:
+                self.tracker.stop()
+            self.session.close()
+        finally:
+            if finished:
+                self._lock.release()
 
     def _registry(self) -> ToolRegistry:
         """The tools, each of whose errors the model reads in terms of these tools (``_hints``)."""
@@ -142,6 +161,8 @@ class ContextOsMcp:
     def call(self, name: str, arguments: dict[str, Any] | None) -> tuple[str, bool]:
         """Run one tool: (output text, whether it is an error)."""
         with self._lock:
+            if self.closing.is_set():  # the session is closed, or about to be: nothing is written
+                return json.dumps({"error": STOPPING, "type": "StateError"}), True
             out = self.registry.call(name, arguments or {})
         try:
             parsed = json.loads(out)
