@@ -849,3 +849,69 @@ def test_frame_verify_tells_a_frame_that_showed_an_evicted_object_from_a_damaged
     answer = server.handle({"jsonrpc": "2.0", "id": 1, "method": "frame.verify", "params": params})["result"]
     assert not answer["ok"] and answer["evicted"] == ["toolcall:s1:c0"], answer
     assert "cannot be checked" in answer["checked"]
+
+
+@pytest.mark.parametrize(("was", "now"), [(True, 1), (False, 0), (1, True), (True, 1.0)])
+def test_a_value_changed_only_in_its_json_type_is_a_rewrite(server: Server, was: Any, now: Any):
+    """A client that changed a tool call's argument from ``true`` to ``1`` in its history:
+    Python's ``==`` takes them for one value, and the change was not taken in; the frame kept
+    showing the old argument, which the store hashes apart from the new one. (``1`` and ``1.0``
+    the store hashes alike: no rewrite, ``test_an_integral_float_for_an_integer_is_no_rewrite``.)"""
+
+    def history(flag: Any, more: int) -> list[dict[str, Any]]:
+        call = {"type": "tool_use", "id": "t1", "name": "bash", "input": {"cmd": "ls", "all": flag}}
+        result = {"type": "tool_result", "tool_use_id": "t1", "content": "a.py"}
+        return [
+            {"role": "user", "content": "list the files"},
+            {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [result]},
+            *({"role": "assistant" if n % 2 == 0 else "user", "content": f"more {n}"} for n in range(more)),
+        ]
+
+    def transform(messages: list[dict[str, Any]]) -> Any:
+        # over the wire, as a client sends it: the values' JSON types are what the text says
+        line = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "context.transform",
+                "params": {"session": "a1", "messages": messages},
+            }
+        )
+        answer = json.loads(server.handle_line(line.encode()) or b"null")
+        assert "result" in answer, answer
+        return answer["result"]
+
+    assert transform(history(was, 1))["rewritten"] is False
+    got = transform(history(now, 2))
+    assert got["rewritten"] is True and got["new"] == 4  # the call, and all after it
+    sent = [
+        b for m in got["messages"] if isinstance(m["content"], list) for b in m["content"] if b["type"] == "tool_use"
+    ]
+    assert json.dumps(sent[0]["input"], sort_keys=True) == json.dumps({"cmd": "ls", "all": now}, sort_keys=True)
+    assert transform(history(now, 3))["rewritten"] is False  # and then as before: what is new only
+
+
+def test_an_integral_float_for_an_integer_is_no_rewrite(server: Server):
+    """``1`` and ``1.0`` are one value to the store's hashing (integral floats are written as
+    integers): a client that now sends ``1.0`` rewrote nothing, as before."""
+    base = [{"role": "user", "content": "go"}]
+
+    def transform(n: Any, more: int) -> Any:
+        call = {"type": "tool_use", "id": "t1", "name": "bash", "input": {"n": n}}
+        messages = [*base, {"role": "assistant", "content": [call]}]
+        messages += [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]
+        messages += [{"role": "assistant" if k % 2 == 0 else "user", "content": f"more {k}"} for k in range(more)]
+        line = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "context.transform",
+                "params": {"session": "a1", "messages": messages},
+            }
+        )
+        return json.loads(server.handle_line(line.encode()) or b"null")["result"]
+
+    assert transform(1, 1)["new"] == 4
+    got = transform(1.0, 2)
+    assert got["rewritten"] is False and got["new"] == 1

@@ -20,6 +20,7 @@ workspaces the server was started with. A session opened by a client that names 
 from __future__ import annotations
 
 import json
+import marshal
 import operator
 import os
 import threading
@@ -153,6 +154,14 @@ def _version_row(v: Version, with_doc: bool) -> dict[str, Any]:
     return row
 
 
+_PACKING = 2
+"""``marshal``'s format 2: a list's bytes are its length, then its items' bytes one after the
+other, each the same wherever it stands (no back-references, which later formats make), and each
+value's type is in them: ``true``, ``1`` and ``1.0`` (one value to Python's ``==``) pack apart."""
+_LIST_HEAD = 5
+"""The bytes of a packed list before its first item's (a type byte, the length)."""
+
+
 @dataclass
 class _Open:
     """One open session: its harness and hook."""
@@ -165,27 +174,45 @@ class _Open:
     """The messages of the last ``context.transform``, as JSON, and what they decoded to: a
     message that comes again equal (the client's history, sent whole every time) is passed to
     the hook as the same object, which the hook knows it took in already (``decode``)."""
+    packed: bytes = marshal.dumps([], _PACKING)
+    """``wire`` packed (``_PACKING``)."""
     decoded: list[Any] = field(default_factory=list)
 
     def decode(self, messages: list[Any]) -> list[Any]:
         """The harness's messages for ``messages``: the unchanged first ones are the objects of
         the last call, only the others are decoded (and hashed, and compared by the hook)."""
-        same = _equal_prefix(messages, self.wire)
+        packed = marshal.dumps(messages, _PACKING)
+        same = _equal_prefix(messages, packed, self.wire, self.packed)
         try:
             decoded = self.decoded[:same] + self.harness.decode(messages[same:])
         except MalformedMessage as e:
             raise renamed(e, None if e.index is None else e.index + same, e.field) from None
-        self.wire, self.decoded = messages, decoded
+        self.wire, self.packed, self.decoded = messages, packed, decoded
         return decoded
 
 
-def _equal_prefix(a: list[Any], b: list[Any]) -> int:
-    """How many of the first messages of ``a`` and ``b`` are equal JSON values (compared in C, as
-    Python compares: ``1``, ``1.0`` and ``true`` are one value there, so a message changed only
-    from one of them to another is not taken in again)."""
+def _equal_prefix(a: list[Any], packed_a: bytes, b: list[Any], packed_b: bytes) -> int:
+    """How many of the first messages of ``a`` and ``b`` (packed: ``_PACKING``) are the same JSON
+    values, type for type: a message changed only from ``true`` to ``1`` is a change (one from
+    ``1`` to ``1.0`` is decoded again too, and the hook finds its hash unchanged: the store hashes
+    integral floats as integers).
+    A history that goes on from the last call's whole, the usual case, is one comparison of their
+    bytes (the items' bytes follow one another: the one's begin with the other's exactly when its
+    first items are the other's); else Python's ``==`` finds the first that differs, and the
+    equal ones before are checked type for type."""
+    if packed_a.startswith(memoryview(packed_b)[_LIST_HEAD:], _LIST_HEAD):
+        return len(b)
     if all(map(operator.eq, a, b)):
-        return min(len(a), len(b))
-    return next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+        same = min(len(a), len(b))
+    else:
+        same = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+    if marshal.dumps(a[:same], _PACKING) == marshal.dumps(b[:same], _PACKING):
+        return same
+    return next(
+        i
+        for i, (x, y) in enumerate(zip(a, b, strict=False))
+        if marshal.dumps(x, _PACKING) != marshal.dumps(y, _PACKING)
+    )
 
 
 def _busy(session_id: str, holder: str | None, client: str | None) -> SessionBusy:
