@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -570,3 +571,26 @@ def test_close_waits_for_the_tool_call_that_runs_and_refuses_later_ones(tmp_path
     finally:
         store.go_on.set()
         store.close()
+
+
+@pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
+def test_a_file_trackers_errors_are_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The workspace of ``ctxos mcp`` deleted under it: its tracker said so only in a list no MCP
+    user could read. Now it is a warning in the server's log (``ctxos mcp`` writes it to stderr,
+    which MCP clients keep in their server logs)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.py").write_text("print('a')\n")
+    with SqliteStore(tmp_path / "s.db") as store:
+        app = ContextOsMcp(store, session="m", workspace=ws)
+        try:
+            assert app.call("read", {"path": "a.py"})[1] is False
+            with caplog.at_level("WARNING", logger="context_os"):
+                shutil.rmtree(ws)
+                said = wait_for(
+                    lambda: [r.getMessage() for r in caplog.records if "is gone" in r.getMessage()],
+                    "the tracker's warning",
+                )
+            assert said[0].startswith(f"file tracker of {ws}: {ws} is gone (deleted or moved away)")
+        finally:
+            app.close()

@@ -4,6 +4,7 @@ handler under a hypothesis fuzz (bad input always gets a JSON-RPC error and writ
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -915,3 +916,37 @@ def test_an_integral_float_for_an_integer_is_no_rewrite(server: Server):
     assert transform(1, 1)["new"] == 4
     got = transform(1.0, 2)
     assert got["rewritten"] is False and got["new"] == 1
+
+
+@pytest.mark.e2e
+@pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
+def test_a_file_trackers_errors_reach_the_servers_log_and_its_status(tmp_path: Path):
+    """A workspace deleted under the server (its tracker records its files missing and waits for
+    it to come back): the tracker said so in a list no user of ``ctxos serve`` could read. Now it
+    is a warning on the server's stderr, and the ``status`` method lists each tracker with its
+    latest errors, beside the sessions open."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.py").write_text("print('a')\n")
+    with http_server(tmp_path, "--workspace", str(ws)) as srv:
+        assert srv.proc.stderr is not None
+        srv.rpc("session.open", session="s1", workspace=str(ws), client="c1")
+        read = srv.rpc("tools.call", session="s1", client="c1", name="read", arguments={"path": "a.py"})
+        assert read["result"]["is_error"] is False
+        status = srv.rpc("status")["result"]
+        assert status["sessions"] == [
+            {"session": "s1", "client": "c1", "harness": "openai", "workspace": str(ws), "turn": 0}
+        ]
+        [tracker] = status["trackers"]
+        assert tracker["workspace"] == str(ws) and tracker["running"] is True and tracker["errors"] == []
+        shutil.rmtree(ws)
+        gone = wait_for(
+            lambda: [e for t in srv.rpc("status")["result"]["trackers"] for e in t["errors"] if "is gone" in e],
+            "the tracker's error in the status",
+        )
+        assert gone == [
+            f"{ws} is gone (deleted or moved away): its files are recorded missing; watching again when it is back"
+        ]
+        while b"is gone" not in (line := srv.proc.stderr.readline()):
+            assert line, "the server's log never said the workspace is gone"
+        assert line.decode().startswith(f"ctxos serve: WARNING file tracker of {ws}: {ws} is gone")

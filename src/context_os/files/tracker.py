@@ -75,6 +75,8 @@ from .workspace import FileSnapshot, Workspace
 
 __all__ = ["FileTracker", "Trackers"]
 
+log = logging.getLogger("context_os.files")
+
 _EVENTS: list[type[FileSystemEvent]] = [
     FileCreatedEvent,
     FileModifiedEvent,
@@ -209,7 +211,9 @@ class FileTracker:
         """While the store is out of reach, how often a change not yet recorded is tried again."""
         self.stats: dict[str, int] = {"events": 0, "reconciled": 0, "versions": 0, "rescans": 0, "errors": 0}
         self.errors: deque[str] = deque(maxlen=100)
-        """The latest problems (unreadable files, watch failures), newest last."""
+        """The latest problems (unreadable files, watch failures), newest last; each is logged
+        too (``context_os.files``, a warning)."""
+        self._said: str | None = None
         self._cond = threading.Condition(threading.Lock())
         self._records: dict[str, _Rec] = {}
         # inode → the objects last seen with it: more than one are hard links to one file, which a
@@ -829,8 +833,26 @@ class FileTracker:
         return not unsure or now - since >= self.max_delay
 
     def _error(self, message: str) -> None:
+        """Keep ``message`` in ``errors`` and log it (a warning: what a server shows on stderr),
+        unless it is the one logged last (a watch failing again at each health check)."""
         self.stats["errors"] += 1
         self.errors.append(message)
+        if message != self._said:
+            self._said = message
+            log.warning("file tracker of %s: %s", self.workspace.root, message)
+
+    def status(self, errors: int = 10) -> dict[str, Any]:
+        """What a server reports of this tracker: its workspace, whether it runs, how many files
+        it tracks, its counts, and its latest ``errors`` problems (newest last)."""
+        with self._cond:
+            tracked = len(self._records)
+        return {
+            "workspace": str(self.workspace.root),
+            "running": self.running,
+            "tracked": tracked,
+            "stats": dict(self.stats),
+            "errors": list(self.errors)[-errors:] if errors > 0 else [],
+        }
 
     def track(self, paths: Iterable[str | os.PathLike[str]]) -> list[Indexed]:
         """Index ``paths`` (content mode) so that they are tracked from now on."""
@@ -862,6 +884,10 @@ class Trackers:
     def running(self) -> list[FileTracker]:
         with self._lock:
             return list(self._running.values())
+
+    def status(self) -> list[dict[str, Any]]:
+        """``FileTracker.status`` of each running tracker."""
+        return [t.status() for t in self.running()]
 
     def close(self) -> None:
         """Stop every tracker (what they saw and did not record yet is recorded first)."""

@@ -9,6 +9,7 @@
     frames.list      {session}                                  → one row per turn
     frame.verify     {session, turn}                            → the re-render check
     ping             {}                                         → {pong, version}
+    status           {}                                         → open sessions, file trackers
 
 Harnesses come from the one registry (harness/registry.py), frames from the one read model
 (context/frames.py), tools from each session's one registry. A call that fails never leaves a
@@ -272,13 +273,14 @@ class Server(RpcServer):
                 "frames.list": (_SessionParams, self._frames_list),
                 "frame.verify": (_VerifyParams, self._frame_verify),
                 "ping": (NoParams, self._ping),
+                "status": (NoParams, self._status),
                 "mesh.status": (NoParams, self._mesh_status),
                 "mesh.next_request": (_NextRequestParams, self._mesh_next_request),
                 "mesh.answer": (_AnswerParams, self._mesh_answer),
             },
             max_request_bytes=max_request_bytes,
             # its wait (up to 30 s) is on the mesh's own queue: other clients' calls go on meanwhile
-            unlocked=frozenset({"mesh.next_request"}),
+            unlocked=frozenset({"mesh.next_request", "status"}),
         )
 
     # -- methods ---------------------------------------------------------------------------------
@@ -547,3 +549,25 @@ class Server(RpcServer):
 
     def _ping(self, p: NoParams) -> dict[str, Any]:
         return {"pong": True, "version": __version__}
+
+    def _status(self, p: NoParams) -> dict[str, Any]:
+        """The sessions open on this server and the file trackers of their workspaces (with their
+        latest errors: a watch that failed, a workspace gone)."""
+        sessions = [
+            {
+                "session": sid,
+                "client": o.client,
+                "harness": o.harness.name,
+                "workspace": o.hook.session.workspace,
+                "turn": o.hook.session.view.turn,
+            }
+            for sid, o in list(self.sessions.items())
+        ]
+        return {
+            "version": __version__,
+            "store": self.store.url,
+            "sessions": sessions,
+            "trackers": self.trackers.status() if self.trackers is not None else [],
+            "mesh": self.mesh.name if self.mesh is not None else None,
+            "stopping": self.stopping.is_set(),
+        }
