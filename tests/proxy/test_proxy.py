@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,9 +25,12 @@ from context_os.context.frames import frame_docs
 from context_os.context.load import load_view
 from context_os.context.tools import CONTEXT_TOOLS
 from context_os.errors import ConfigError
+from context_os.files import Workspace
 from context_os.harness.openai import OpenAIHook
-from context_os.server.proxy import SESSION_HEADER, Proxy, derive_session, make_proxy_server
+from context_os.server.proxy import SESSION_HEADER, STATUS_PATH, Proxy, derive_session, make_proxy_server
 from context_os.store.sqlite import SqliteStore
+from tests.files.conftest import WATCHDOG_RACE_WARNING
+from tests.helpers import wait_for
 from tests.proxy.running import CTXOS, KEY, Running, anthropic_client, openai_client, proxy_command, verified_frames
 from tests.proxy.upstream import ToolCall, Upstream, call, reasoning_item, thinking_block, upstream
 
@@ -1314,3 +1318,46 @@ def test_a_keyless_run_that_differs_first_in_a_tool_output_then_in_a_reply_is_no
     assert held is not None and not held["meta"].get("retired"), held["meta"]
     assert verified_frames(proxy.store, begun) == 4  # A's calls, none of B's
     assert "b.txt" not in json.dumps(load_view(proxy.store, begun).entries)
+
+
+@pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
+def test_the_status_endpoint_names_the_sessions_the_counts_and_the_trackers_errors(
+    tmp_path: Path, up: Upstream
+) -> None:
+    """``GET /_context_os/status``: the proxy's own state (nothing goes upstream), behind the same
+    guard as the rest of the proxy; a user could not ask it which sessions it manages, nor learn
+    that the tracker of its workspace had lost it (a list only a Python caller could read)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.py").write_text("print('a')\n")
+    proxy = Running(tmp_path, up, workspace=ws)
+    try:
+        proxy.openai(**{SESSION_HEADER: "run-1"}).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
+        sent = len(up.requests)
+        got = httpx.get(f"{proxy.url}{STATUS_PATH}")
+        assert got.status_code == 200, got.text
+        status = got.json()
+        assert status["sessions"] == [{"session": "run-1", "harness": "openai", "turn": 1}]
+        assert status["counts"]["requests"] == 1 and status["counts"]["assembled"] == 1
+        assert status["upstreams"]["openai"] == up.url and status["workspace"] == str(ws)
+        assert len(up.requests) == sent  # answered by the proxy itself
+        for headers in ({"Host": "evil.example"}, {"Origin": "https://evil.example"}):
+            assert httpx.get(f"{proxy.url}{STATUS_PATH}", headers=headers).status_code == 403
+        # the tracker of its workspace, once the workspace is gone
+        assert proxy.proxy.trackers is not None
+        proxy.proxy.trackers(Workspace(ws)).track(["a.py"])
+        shutil.rmtree(ws)
+        gone = wait_for(
+            lambda: [
+                e
+                for t in httpx.get(f"{proxy.url}{STATUS_PATH}").json()["trackers"]
+                for e in t["errors"]
+                if "is gone" in e
+            ],
+            "the tracker's error in the status",
+        )
+        assert gone[0].startswith(f"{ws} is gone")
+    finally:
+        proxy.close()

@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from .. import __version__
 from ..context.entries import Incoming
 from ..context.ingest import cut_text
 from ..context.session import Session
@@ -73,7 +74,7 @@ if TYPE_CHECKING:
     from ..sources.recall import Recall
     from ..store.base import Store
 
-__all__ = ["SESSION_HEADER", "Plan", "Proxy", "derive_session", "make_proxy_server", "upstream_origin"]
+__all__ = ["SESSION_HEADER", "STATUS_PATH", "Plan", "Proxy", "derive_session", "make_proxy_server", "upstream_origin"]
 
 log = logging.getLogger("context_os.proxy")
 
@@ -88,6 +89,9 @@ ROUTES: dict[str, Api] = {
     "/v1/responses": "responses",
     "/responses": "responses",
 }
+STATUS_PATH = "/_context_os/status"
+"""``GET`` here answers the proxy's own status (``Proxy.status``), not the upstream's: no
+provider's API has a path that starts with ``/_context_os``."""
 MAX_BODY = 64 * 1024 * 1024
 """The largest request body accepted (a long conversation with images stays well under)."""
 # never forwarded: they describe one hop, not the request
@@ -396,6 +400,28 @@ class Proxy:
             with self._busy:
                 self._relaying -= 1
                 self._busy.notify_all()
+
+    def status(self) -> dict[str, Any]:
+        """What ``GET /_context_os/status`` answers: the upstreams, the request counts, the
+        sessions this proxy manages (the conversations it has seen since it started) and the file
+        trackers of its workspace, with their latest errors."""
+        with self._lock:
+            conversations = list(self._conversations.items())
+            counts = dict(self.counts)
+        sessions = [
+            {"session": sid, "harness": c.hook.session.harness, "turn": c.hook.session.view.turn}
+            for sid, c in conversations
+        ]
+        return {
+            "version": __version__,
+            "store": self.store.url,
+            "upstreams": dict(self.upstreams),
+            "workspace": str(self.workspace.root) if self.workspace is not None else None,
+            "counts": counts,
+            "sessions": sessions,
+            "trackers": self.trackers.status() if self.trackers is not None else [],
+            "stopping": self.stopping.is_set(),
+        }
 
     def close(self) -> None:
         self.client.close()
@@ -766,8 +792,12 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             # a model list and the like go upstream untouched
             api = _provider(self.path, self.headers)
-            if self._admitted(api):
-                self._upstream(api, lambda: self._forward(api, None))
+            if not self._admitted(api):
+                return
+            if urlsplit(self.path).path.rstrip("/") == STATUS_PATH:  # the proxy's own
+                self._reply(200, json.dumps(proxy.status(), indent=1).encode())
+                return
+            self._upstream(api, lambda: self._forward(api, None))
 
         def do_DELETE(self) -> None:  # noqa: N802 - a stored response, a file: untouched
             api = _provider(self.path, self.headers)
