@@ -1361,3 +1361,37 @@ def test_the_status_endpoint_names_the_sessions_the_counts_and_the_trackers_erro
         assert gone[0].startswith(f"{ws} is gone")
     finally:
         proxy.close()
+
+
+def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_path: Path, up: Upstream) -> None:
+    """A local client that connects and never finishes its request line or headers held one of
+    the proxy's threads for ever (its reads had no timeout at all), with no bound on how many.
+    Now, as ``ctxos serve --http``: at most ``max_connections`` are served at once (one more is
+    answered 503 in OpenAI's shape, which the SDKs retry), and one whose headers are not all in
+    within ``header_seconds`` is closed."""
+    with SqliteStore(tmp_path / "p.db") as store:
+        proxy = Proxy(store, up.url)
+        server = make_proxy_server(proxy, 0, max_connections=4, header_seconds=1.0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+        try:
+            slow = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(4)]
+            for sock in slow:
+                sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as one_more:
+                answer = b""
+                while chunk := one_more.recv(65536):
+                    answer += chunk
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.split()[1] == b"503", answer
+            assert "too many connections" in json.loads(body)["error"]["message"]
+            for sock in slow:  # each is closed once its headers are overdue
+                with sock:
+                    assert sock.recv(65536) == b""
+            client = openai_client(f"http://127.0.0.1:{port}/v1")
+            reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            assert reply.choices[0].message.content == "first answer here"  # served again
+        finally:
+            server.shutdown()
+            server.server_close()
+            proxy.close()

@@ -35,7 +35,6 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
@@ -67,6 +66,15 @@ from .proxy_tools import (
     prefix_hash,
     splice,
     sse_events,
+)
+from .transports import (
+    BODY_SECONDS,
+    HEADER_SECONDS,
+    MAX_CONNECTIONS,
+    BoundedHTTPServer,
+    DeadlineHandler,
+    HttpGuard,
+    bind,
 )
 
 if TYPE_CHECKING:
@@ -701,7 +709,13 @@ def upstream_origin(url: str, option: str) -> str:
     return url.rstrip("/")
 
 
-class _ProxyServer(ThreadingHTTPServer):
+class _ProxyServer(BoundedHTTPServer):
+    guard: HttpGuard
+
+    def busy(self) -> tuple[str, bytes]:
+        # in OpenAI's shape (the API is not known before the request is read); both SDKs retry a 503
+        return "application/json", error_body("openai", 503, "too many connections at once: retry when one is done")
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away (a kept-alive connection reset, an agent killed) is no error
         of the proxy's: one line at debug, not socketserver's traceback on stderr."""
@@ -712,21 +726,28 @@ class _ProxyServer(ThreadingHTTPServer):
 
 
 def make_proxy_server(
-    proxy: Proxy, port: int = 0, host: str = "127.0.0.1", *, sock: socket.socket | None = None
-) -> ThreadingHTTPServer:
-    """The proxy's HTTP server, bound (not yet serving); on ``sock``, bound there already."""
-    from .transports import HttpGuard, bind
-
+    proxy: Proxy,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    *,
+    sock: socket.socket | None = None,
+    max_connections: int = MAX_CONNECTIONS,
+    header_seconds: float = HEADER_SECONDS,
+    body_seconds: float = BODY_SECONDS,
+) -> BoundedHTTPServer:
+    """The proxy's HTTP server, bound (not yet serving); on ``sock``, bound there already. It
+    serves ``max_connections`` at once, and closes one whose request line and headers took over
+    ``header_seconds`` to arrive, or its body ``body_seconds`` (as ``ctxos serve --http``)."""
     server = bind(_ProxyServer, host, port, _handler(proxy), sock=sock)
-    server.daemon_threads = True
+    server.bound(max_connections, header_seconds, body_seconds)
     bound = server.server_address[1]
     # Host, Origin and JSON are checked; no token of its own: the provider's key is the credential
-    server.guard = HttpGuard.for_address(host, int(bound), token=None)  # type: ignore[attr-defined]
+    server.guard = HttpGuard.for_address(host, int(bound), token=None)
     return server
 
 
-def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler(proxy: Proxy) -> type[DeadlineHandler]:
+    class Handler(DeadlineHandler):
         protocol_version = "HTTP/1.1"
         server_version = "ctxos-proxy"
 
