@@ -494,14 +494,19 @@ def make_http_server(
 class BoundedHTTPServer(ThreadingHTTPServer):
     """A threading HTTP server that serves at most ``max_connections`` at once (one more is
     answered 503 and closed at once) with ``DeadlineHandler``'s deadlines: every context_os HTTP
-    server built on ``http.server`` (JSON-RPC, the web view) is one. Call ``bound`` before serving."""
+    server built on ``http.server`` (JSON-RPC, the web view, the proxy) is one. The limits are
+    ``MAX_CONNECTIONS``, ``HEADER_SECONDS`` and ``BODY_SECONDS`` unless ``bound`` sets others."""
 
     daemon_threads = True
     slots: threading.BoundedSemaphore
     """One per connection being served."""
-    max_connections: int = MAX_CONNECTIONS
-    header_seconds: float = HEADER_SECONDS
-    body_seconds: float = BODY_SECONDS
+    max_connections: int
+    header_seconds: float
+    body_seconds: float
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.bound()
 
     def bound(
         self,
