@@ -3,10 +3,13 @@ search scoped to one peer through the stores' keyword index, the seed's limits."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from context_os.errors import ConfigError, InputError
 from context_os.mesh.memory import MemoryLimits, PeerMemory
+from context_os.sources.recall import open_recall
 from context_os.store.base import Store
 
 
@@ -71,3 +74,23 @@ def test_bad_arguments_are_refused(store: Store, uid: str) -> None:
     with pytest.raises(ConfigError, match="preset must be one of"):
         MemoryLimits.preset("huge")
     assert MemoryLimits.preset("medium", budget=9).budget == 9
+
+
+@pytest.mark.parametrize("embedder", [None, "wordllama"])
+def test_the_same_fact_from_two_peers_is_found_once_for_each(
+    store: Store, uid: str, tmp_path: Path, embedder: str | None
+) -> None:
+    """Search through recall merged parts of the same text into one hit: two peers who told the
+    agent the same thing came back as one entry, of one of them (who said it was lost)."""
+    recall = open_recall(store, embedder, path=tmp_path / "v.vectors", background=False)
+    try:
+        mem = PeerMemory(store, f"alice-{uid}", recall=recall)
+        mem.store_entry("peerB", "decision", f"we deploy {uid} on fridays")
+        mem.store_entry("peerC", "decision", f"we deploy {uid} on fridays")
+        mem.store_entry("peerC", "prefs", "short answers please")
+        if recall.vectors is not None:
+            recall.vectors.catch_up()
+        found = mem.search(f"deploy {uid} fridays")
+        assert sorted(e.peer for e in found if uid in e.value) == ["peerB", "peerC"], found
+    finally:
+        recall.close()

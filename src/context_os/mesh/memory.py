@@ -241,7 +241,8 @@ class PeerMemory:
         prefix = f"memory:mesh:{self.agent}:"
         scope = peer_scope(self.agent, peer) if peer else None
         if self.recall is not None:
-            result = self.recall.search(query, k=want * 4, kinds=["memory"], session=scope)
+            # entries with the same text are kept apart: who said it is what an entry is about
+            result = self.recall.search(query, k=want * 4, kinds=["memory"], session=scope, distinct=False)
             hits = [(h.id, h.score) for h in result.hits]
         else:
             hits = [(h.id, h.score) for h in self.store.text_search(query, k=want * 4, kinds=["memory"], session=scope)]

@@ -340,6 +340,7 @@ class Recall:
         as_of: int | str | None = None,
         tx_id: int | None = None,
         memory: MemoryScopes | None = None,
+        distinct: bool = True,
     ) -> RecallResult:
         """The ``k`` best parts for ``query`` among the versions in force at ``as_of`` (valid
         time: epoch ms or ISO 8601; default now) as known at ``tx_id`` (default the latest).
@@ -348,7 +349,11 @@ class Recall:
         now, every one whole (``MEMORY.md`` past the cap, the topic files), in passages of a few
         lines ranked by keyword among the store's parts, in place of the copies of their index
         the store holds (the head a session showed, maybe stale). Only for a search of now
-        (no ``as_of``, no ``tx_id``: the store keeps the past) with no ``session``."""
+        (no ``as_of``, no ``tx_id``: the store keeps the past) with no ``session``.
+
+        ``distinct``: parts with the same text (whitespace aside) are one hit, the best ranked,
+        with ``same_text`` counting the others; False keeps each (where the text is the same
+        but who it came from is what matters: a fact two mesh peers both told)."""
         asked, valid_time = check_search(query, k=k, kinds=kinds, as_of=as_of, tx_id=tx_id)
         wanted = self.kinds if asked is None else asked
         cfg = self.config
@@ -403,7 +408,7 @@ class Recall:
                 note = _also(note, f"vector ranks weighed by the {covered:.0%} of parts embedded")
         t3 = time.perf_counter()
         periods = named_periods(query, valid_time if valid_time is not None else now_ms()) if cfg.time_weight else []
-        hits = self._fuse(periods, bm, vec, k, wanted, session, valid_time, tx_id, vector_weight)
+        hits = self._fuse(periods, bm, vec, k, wanted, session, valid_time, tx_id, vector_weight, distinct)
         timings["fuse"] = (time.perf_counter() - t3) * 1000
         return RecallResult(query, hits, "bm25" if self.vectors is None else "hybrid", note, timings, periods)
 
@@ -431,6 +436,7 @@ class Recall:
         valid_time: int | None,
         tx_id: int | None,
         vector_weight: float,
+        distinct: bool = True,
     ) -> list[RecallHit]:
         cfg = self.config
         cands: dict[tuple[str, str], _Cand] = {}
@@ -477,7 +483,10 @@ class Recall:
                 c.score *= (1 - cfg.recency_weight) + cfg.recency_weight * fresh
         ranked = sorted(cands.values(), key=lambda c: (-c.score, c.hit.id, c.hit.part))
         want = k if cfg.mmr_lambda is None else 4 * k
-        ranked, same = _distinct([c for c in ranked if c.score >= cfg.min_score])
+        ranked = [c for c in ranked if c.score >= cfg.min_score]
+        same: dict[int, int] = {}
+        if distinct:
+            ranked, same = _distinct(ranked)
         ranked = self._not_own(ranked, want, valid_time, tx_id)
         if cfg.mmr_lambda is not None:
             ranked = self._mmr(ranked, k, cfg.mmr_lambda)
