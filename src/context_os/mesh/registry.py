@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -116,12 +117,34 @@ def announce(
 
 def withdraw(path: str | Path, pid: int | None = None) -> None:
     """Remove an entry ``announce`` wrote for process ``pid`` (default: this one). Gone already,
-    or announced since by another process (the same identity started again): left alone."""
+    or announced since by another process (the same identity started again): left alone, even
+    when that announce comes between this look at the entry and its removal."""
     p = Path(path)
+    mine = os.getpid() if pid is None else pid
     entry = _read(p)
-    if entry is not None and entry.pid != (os.getpid() if pid is None else pid):
+    if entry is not None and entry.pid != mine:
         return
-    p.unlink(missing_ok=True)
+    # Reading, then unlinking, removed an entry announced in between (a crashed agent's entry
+    # withdrawn by a reader while the agent, started again, announced itself): the live agent was
+    # no longer found. The file is moved aside in one step, then what was moved is looked at; an
+    # entry of another process goes back, unless a newer one took its place meanwhile.
+    aside = p.with_name(f".{p.stem}.{secrets.token_hex(6)}.withdrawn")
+    try:
+        os.rename(p, aside)
+    except FileNotFoundError:
+        return
+    try:
+        taken = _read(aside, p.name)
+        if taken is not None and taken.pid != mine:
+            try:
+                os.link(aside, p)
+            except FileExistsError:
+                pass  # announced again since: the newer entry stays
+            except OSError:  # no hard links here: a rename, which replaces a newer entry
+                os.replace(aside, p)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(aside)
 
 
 def running(directory: str | Path, peer_id: str) -> LocalPeer | None:
@@ -162,9 +185,10 @@ def find(directory: str | os.PathLike[str], who: str) -> LocalPeer | None:
     return named[0] if named else None
 
 
-def _read(path: Path) -> LocalPeer | None:
+def _read(path: Path, file_name: str | None = None) -> LocalPeer | None:
     """The entry in ``path``, or None when it is not one (unreadable, not JSON, a field missing
-    or of the wrong type, or a peer id that is not its file's name)."""
+    or of the wrong type, or a peer id that is not its file's name: ``file_name``, default the
+    name of ``path``)."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
@@ -172,7 +196,7 @@ def _read(path: Path) -> LocalPeer | None:
     if not isinstance(raw, dict):
         return None
     peer_id, name, addrs, pid, started = (raw.get(k) for k in ("peerId", "agentName", "addresses", "pid", "started"))
-    if not isinstance(peer_id, str) or path.name != f"{peer_id}.json" or not _PEER_ID.fullmatch(peer_id):
+    if not isinstance(peer_id, str) or (file_name or path.name) != f"{peer_id}.json" or not _PEER_ID.fullmatch(peer_id):
         return None
     if not isinstance(name, str) or not isinstance(addrs, list) or not all(isinstance(a, str) for a in addrs):
         return None

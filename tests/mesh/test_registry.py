@@ -1,0 +1,70 @@
+"""The local registry (mesh/registry.py) on a real directory with real processes: a withdraw
+never removes an entry another process announced in the meantime."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from context_os.mesh import registry
+
+PEER = "12D3KooWTwin"
+ANNOUNCER = """
+import sys
+from context_os.mesh import registry
+registry.announce(sys.argv[1], peer_id=sys.argv[2], agent_name="twin", addrs=["/ip4/127.0.0.1/tcp/1"])
+print("announced", flush=True)
+sys.stdin.read()  # stays alive (its entry is live) until the test closes its stdin
+"""
+
+
+@pytest.fixture
+def restarted(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes started by the test, each an agent of identity ``PEER`` announcing itself."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for p in procs:
+        p.communicate(timeout=30)  # closes its stdin: it exits
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", ""])
+    proc.wait(30)
+    return proc.pid
+
+
+def test_a_withdraw_racing_an_announce_leaves_the_new_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restarted: list[subprocess.Popen[str]]
+) -> None:
+    """An agent crashed and left its entry; ``ctxos mesh peers`` read it, saw its process dead and
+    withdrew it, while the agent, started again, announced itself under the same peer id. The
+    withdraw read the old entry, then unlinked the file: the new one, so the live agent was no
+    longer found by ``ctxos mesh send``."""
+    dead = _dead_pid()
+    stale = registry.announce(tmp_path, peer_id=PEER, agent_name="twin", addrs=[], pid=dead)
+    real_read = registry._read
+
+    def read_then_restart(path: Path, file_name: str | None = None) -> registry.LocalPeer | None:
+        entry = real_read(path, file_name)
+        if not restarted:  # right after the withdraw's first look: the agent comes back
+            proc = subprocess.Popen(
+                [sys.executable, "-c", ANNOUNCER, str(tmp_path), PEER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env={"PYTHONPATH": ":".join(sys.path)},
+            )
+            restarted.append(proc)
+            assert proc.stdout is not None and proc.stdout.readline() == "announced\n"
+        return entry
+
+    monkeypatch.setattr(registry, "_read", read_then_restart)
+    registry.withdraw(stale, dead)
+    monkeypatch.undo()
+    [live] = registry.local_peers(tmp_path)
+    assert live.pid == restarted[0].pid and live.peer_id == PEER
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{PEER}.json"]  # nothing left aside
