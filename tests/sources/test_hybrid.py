@@ -5,6 +5,7 @@ fall-back to BM25, the object source, and bad input (periods a query names: test
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -367,3 +368,21 @@ def test_a_memory_fact_ranks_with_the_store_s_hits_by_the_query_words_it_holds(d
     ours = [n for n, h in enumerate(hits) if h.path is not None]
     assert ours and hits[0].path is None, [(h.id, h.score) for h in hits]
     assert sum("waited" in h.text for h in hits[: ours[0]]) == 8  # every stored hit holding them all
+
+
+def test_a_memory_file_edited_between_searches_is_found_as_it_is_now(db: Store, tmp_path: Path) -> None:
+    """The keyword index over the memory files' passages is kept from one search to the next: an
+    edit that keeps the file's size, or a new topic file, is searched at once all the same."""
+    (tmp_path / "repo").mkdir()
+    scopes = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    scopes.remember("the lease is renewed hourly", topic="lease")
+    recall = Recall(db, memory=scopes)
+    topic = tmp_path / "repo" / ".context_os" / "memory" / "lease.md"
+    assert [h.path for h in recall.search("renewed hourly", k=3).hits] == [str(topic)]
+    st = topic.stat()
+    topic.write_text(topic.read_text().replace("hourly", "weekly"))
+    os.utime(topic, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert [h.text for h in recall.search("weekly", k=3).hits] == ["- the lease is renewed weekly"]
+    assert recall.search("hourly", k=3).hits == []
+    scopes.remember("backups run nightly", topic="backups")
+    assert [h.text for h in recall.search("run nightly", k=3).hits] == ["- backups run nightly"]

@@ -626,3 +626,29 @@ def test_passages_cover_every_memory_file_whole_with_their_lines(ws: Path, data:
     assert all(p.id.startswith(tuple(mem.id_prefixes())) for p in passages)
     # an untrusted workspace's files are not read
     assert [p.scope for p in MemoryScopes(ws, data_dir=data).passages()] == []
+
+
+def test_passages_of_an_unchanged_file_are_not_read_again(ws: Path, data: Path, tmp_path: Path) -> None:
+    """Recall reads the memory files at every search: every file was read and cut again each
+    time (a folder of 500 topic files, 3,000 passages, cost every search its reading). A file is
+    read again only when its inode, size or times changed: the same passages come back, and an
+    edit (even one keeping the size), a file replaced by a symlink or one deleted is seen."""
+    d = project_dir(ws)
+    write_index(d, "- [a](a.md)\n- [b](b.md)\n")
+    (d / "a.md").write_text("- the lease is renewed hourly\n", encoding="utf-8")
+    (d / "b.md").write_text("- backups run at night\n", encoding="utf-8")
+    mem = MemoryScopes(ws, trust_project=True, data_dir=data)
+    first = {p.path.name: p for p in mem.passages()}
+    again = {p.path.name: p for p in mem.passages()}
+    assert all(again[name] is first[name] for name in first)  # kept, not read and cut again
+    st = os.stat(d / "a.md")
+    (d / "a.md").write_text("- the lease is renewed weekly\n", encoding="utf-8")  # the same size
+    os.utime(d / "a.md", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    (d / "b.md").unlink()
+    (tmp_path / "elsewhere.md").write_text("- not memory\n", encoding="utf-8")
+    (d / "b.md").symlink_to(tmp_path / "elsewhere.md")
+    now = {p.path.name: p for p in mem.passages()}
+    assert set(now) == {"MEMORY.md", "a.md"} and now["MEMORY.md"] is first["MEMORY.md"]
+    assert now["a.md"].text == "- the lease is renewed weekly"
+    (d / "a.md").unlink()
+    assert [p.path.name for p in mem.passages()] == ["MEMORY.md"]

@@ -558,6 +558,8 @@ class MemoryScopes:
         self.max_bytes = max_bytes
         self._seen: tuple[tuple[str, str | None], ...] | None = None
         self._ended: list[str] = []
+        self._read_files: dict[tuple[str, str], tuple[tuple[int, int, int, int], list[MemoryPassage]]] = {}
+        """(scope prefix, file name) → (inode, size, mtime, ctime) as last read, its passages."""
 
     # -- trust and configuration
 
@@ -746,8 +748,10 @@ class MemoryScopes:
         topic file; never ``archive/``) as it is on disk now, in passages of a few lines: what
         recall searches of memory. Read as ``items`` reads, never through a symlink; a file with
         NUL bytes is skipped, of a larger one the first ``MAX_FILE_BYTES``; a scope that cannot
-        be read gives nothing. Nothing is written."""
+        be read gives nothing. Nothing is written. A file whose inode, size and modification and
+        change times are those of the last call is not read again: its passages are kept."""
         out: list[MemoryPassage] = []
+        seen: set[tuple[str, str]] = set()
         for w in self._where():
             if not w.used:
                 continue
@@ -757,26 +761,54 @@ class MemoryScopes:
                     if dir_fd is None:
                         continue
                     for name in _files(dir_fd):
-                        path = w.dir / name
-                        try:
-                            fd = _open_file(dir_fd, name, path)
-                        except InputError:
-                            continue  # a symlink, or no regular file: not read
-                        if fd is None:
-                            continue
-                        try:
-                            r = _read(fd, MAX_FILE_BYTES)
-                            mtime = os.fstat(fd).st_mtime_ns // 1_000_000
-                        finally:
-                            os.close(fd)
-                        if r.binary:
-                            continue
-                        text = r.head.decode("utf-8", errors="replace")
-                        for start, end, chunk in _passages(text):
-                            out.append(MemoryPassage(prefix + name, w.scope, path, start, end, chunk, r.sha, mtime))
+                        out.extend(self._file_passages(dir_fd, w, prefix, name, seen))
             except (InputError, OSError):
                 continue
+        # what was not seen now (a file deleted, a scope no longer used) leaves the cache
+        for key in set(self._read_files) - seen:
+            del self._read_files[key]
         return out
+
+    def _file_passages(
+        self, dir_fd: int, w: _Where, prefix: str, name: str, seen: set[tuple[str, str]]
+    ) -> list[MemoryPassage]:
+        """The passages of one memory file: read and cut again only when its size, inode or
+        times changed since the last look (``passages`` runs at every search: a folder of 500
+        topic files was read whole each time)."""
+        path = w.dir / name
+        key = (prefix, name)
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            return []
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        cached = self._read_files.get(key)
+        if cached is not None and cached[0] == stamp and stat.S_ISREG(st.st_mode):
+            seen.add(key)
+            return cached[1]
+        try:
+            fd = _open_file(dir_fd, name, path)
+        except InputError:
+            return []  # a symlink, or no regular file: not read
+        if fd is None:
+            return []
+        try:
+            fst = os.fstat(fd)
+            r = _read(fd, MAX_FILE_BYTES)
+        finally:
+            os.close(fd)
+        found: list[MemoryPassage] = []
+        if not r.binary:
+            text = r.head.decode("utf-8", errors="replace")
+            mtime = fst.st_mtime_ns // 1_000_000
+            found = [
+                MemoryPassage(prefix + name, w.scope, path, start, end, chunk, r.sha, mtime)
+                for start, end, chunk in _passages(text)
+            ]
+        seen.add(key)
+        # stamped as it was opened: a write while it was read changes the stamp, and is read next time
+        self._read_files[key] = ((fst.st_ino, fst.st_size, fst.st_mtime_ns, fst.st_ctime_ns), found)
+        return found
 
     def paths(self) -> list[Path]:
         """The ``MEMORY.md`` of every used scope, whether it exists yet or not: what a file

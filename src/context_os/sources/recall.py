@@ -40,6 +40,7 @@ import logging
 import math
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -108,9 +109,17 @@ def query_words_found(query: str, text: str) -> tuple[int, int]:
     if not wanted:
         return 0, 0
     *each, have = terms([*wanted, text])
-    words = {w.casefold() for w in _WORD.findall(text)}
-    found = sum(1 for w, t in zip(wanted, each, strict=True) if (t <= have if t else w in words))
-    return found, len(wanted)
+    return _found(list(zip(wanted, each, strict=True)), have, _words(text)), len(wanted)
+
+
+def _words(text: str) -> set[str]:
+    return {w.casefold() for w in _WORD.findall(text)}
+
+
+def _found(wanted: list[tuple[str, set[str]]], have: set[str], words: set[str]) -> int:
+    """How many of the query's words (each with its terms) a text of terms ``have`` and words
+    ``words`` holds (``query_words_found``)."""
+    return sum(1 for w, t in wanted if (t <= have if t else w in words))
 
 
 def keyword_query(query: str) -> str:
@@ -308,6 +317,7 @@ class Recall:
         self.note = note
         self.memory = memory
         """Memory scopes whose files every search reads as they are now (``search(memory=...)``)."""
+        self._passages = _PassageIndex()
 
     def describe(self) -> str:
         """How it ranks now, in a few words (what the recall tool reports)."""
@@ -371,7 +381,8 @@ class Recall:
         if scopes is not None and "memory" in wanted and session is None and as_of is None and tx_id is None:
             live = scopes.id_prefixes()
             passages = scopes.passages()
-            bm = _with_files(kw, bm, [h for h in _file_hits(kw, passages) if h.score > 0], live, cfg.depth)
+            files = [h for h in self._passages.hits(kw, passages) if h.score > 0]
+            bm = _with_files(bm, files, self._passages.found(kw, files), live, cfg.depth)
         t1 = time.perf_counter()
         timings["bm25"] = (t1 - t0) * 1000
         vec: list[VectorHit] = []
@@ -679,30 +690,69 @@ class _FileHit(TextHit):
     path: str = ""
 
 
-def _file_hits(query: str, passages: list[MemoryPassage]) -> list[_FileHit]:
-    """The passages that match ``query``, scored by BM25 as the keyword index scores (the same
-    tokenizer and query), over the passages alone, best first."""
-    words = query_words(query)[:MAX_TERMS]
-    if not passages or not words:
-        return []
-    conn = sqlite3.connect(":memory:")
-    try:
-        conn.execute(f"CREATE VIRTUAL TABLE m USING fts5(text, tokenize='{TOKENIZER}')")
-        conn.executemany("INSERT INTO m (rowid, text) VALUES (?, ?)", [(n, p.text) for n, p in enumerate(passages)])
+class _PassageIndex:
+    """The memory files' passages as searches rank them by keyword, kept from one search to the
+    next while the passages stay the same: an FTS5 table over them (BM25 among themselves) and
+    each passage's terms (the share of the query's words it holds). Both were made again at every
+    search: 2-4 s for the 3,000 passages of 500 topic files."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple[tuple[str, str, str], ...] | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._terms: dict[bytes, tuple[set[str], set[str]]] = {}
+
+    def _index(self, passages: list[MemoryPassage]) -> sqlite3.Connection:
+        key = tuple((p.id, p.part, p.sha) for p in passages)
+        if self._conn is None or key != self._key:
+            if self._conn is not None:
+                self._conn.close()
+            conn = sqlite3.connect(":memory:", check_same_thread=False)
+            conn.execute(f"CREATE VIRTUAL TABLE m USING fts5(text, tokenize='{TOKENIZER}')")
+            conn.executemany("INSERT INTO m (rowid, text) VALUES (?, ?)", [(n, p.text) for n, p in enumerate(passages)])
+            self._conn, self._key = conn, key
+            live = {text_key(p.text) for p in passages}
+            self._terms = {k: v for k, v in self._terms.items() if k in live}
+        return self._conn
+
+    def hits(self, query: str, passages: list[MemoryPassage]) -> list[_FileHit]:
+        """The passages that match ``query``, scored by BM25 as the keyword index scores (the same
+        tokenizer and query), over the passages alone, best first."""
+        words = query_words(query)[:MAX_TERMS]
+        if not passages or not words:
+            return []
         match = " OR ".join(f'"{w}"' for w in words)
-        rows = conn.execute("SELECT rowid, rank FROM m WHERE m MATCH ? ORDER BY rank", (match,)).fetchall()
-    finally:
-        conn.close()
-    out = []
-    for row, rank in rows:
-        p = passages[row]
-        out.append(_FileHit(p.id, "memory", p.part, p.mtime_ms, 0, p.sha, None, p.text, -float(rank), str(p.path)))
-    return out
+        with self._lock:
+            rows = self._index(passages).execute("SELECT rowid, rank FROM m WHERE m MATCH ? ORDER BY rank", (match,))
+            found = rows.fetchall()
+        return [_file_hit(passages[row], -float(rank)) for row, rank in found]
+
+    def found(self, query: str, hits: Sequence[TextHit]) -> list[tuple[int, int]]:
+        """``query_words_found`` of each hit's text, the texts' terms made once for all of them
+        and kept."""
+        wanted = sorted({w.casefold() for w in _WORD.findall(keyword_query(query))})
+        if not wanted or not hits:
+            return [(0, len(wanted)) for _ in hits]
+        keys = [text_key(h.text) for h in hits]
+        with self._lock:
+            new = {k: h.text for k, h in zip(keys, hits, strict=True) if k not in self._terms}
+            made = terms([*wanted, *new.values()])
+            each = list(zip(wanted, made[: len(wanted)], strict=True))
+            for (k, text), have in zip(new.items(), made[len(wanted) :], strict=True):
+                self._terms[k] = (have, _words(text))
+            return [(_found(each, *self._terms[k]), len(wanted)) for k in keys]
 
 
-def _with_files(query: str, bm: list[TextHit], files: list[_FileHit], live: list[str], depth: int) -> list[TextHit]:
-    """The keyword hits with the memory files' passages merged in, without the store's copies of
-    those files' indexes (a session's last look at the head of ``MEMORY.md``).
+def _file_hit(p: MemoryPassage, score: float) -> _FileHit:
+    return _FileHit(p.id, "memory", p.part, p.mtime_ms, 0, p.sha, None, p.text, score, str(p.path))
+
+
+def _with_files(
+    bm: list[TextHit], files: list[_FileHit], found: list[tuple[int, int]], live: list[str], depth: int
+) -> list[TextHit]:
+    """The keyword hits with the memory files' passages merged in (``found``: the query's words
+    each holds, of how many), without the store's copies of those files' indexes (a session's
+    last look at the head of ``MEMORY.md``).
 
     A passage's BM25 score over the passages alone is on no common scale with the store's: a word
     in half of a few passages weighs next to nothing there (a one-passage ``MEMORY.md`` scores
@@ -712,10 +762,10 @@ def _with_files(query: str, bm: list[TextHit], files: list[_FileHit], live: list
     prefixes = tuple(live)
     kept = [h for h in bm if not (h.kind == "memory" and h.id.startswith(prefixes))]
     scale = max((h.score for h in kept), default=0.0) or 1.0
-    scaled = []
-    for h in files:
-        found, total = query_words_found(query, h.text)
-        scaled.append(dataclasses.replace(h, score=scale * found / max(total, 1) + h.score * 1e-9))
+    scaled = [
+        dataclasses.replace(h, score=scale * have / max(total, 1) + h.score * 1e-9)
+        for h, (have, total) in zip(files, found, strict=True)
+    ]
     return sorted([*kept, *scaled], key=lambda h: -h.score)[:depth]
 
 
