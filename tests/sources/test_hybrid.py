@@ -24,7 +24,7 @@ from context_os.sources.vectors import VectorIndex, vector_status
 from context_os.store import Store, open_store
 from tests.helpers import call, result, user
 
-from .test_vectors import TALK, chat, memory
+from .test_vectors import TALK, Counting, chat, memory
 
 QA = [
     "What instrument did you pick up this winter?",
@@ -327,10 +327,10 @@ def test_the_same_tool_output_seen_many_times_is_one_hit(db: Store, vectors: Vec
 def test_a_memory_fact_is_found_by_meaning_while_its_file_still_holds_it(
     db: Store, vectors: VectorIndex, tmp_path: Path
 ) -> None:
-    """Recall reads the memory files as they are now, by keyword; the store's copy of an index
-    was dropped from the vector hits too, so a query sharing no word with a fact (``ctxos
-    recall``, another session) no longer found it. The copy stays while the file holds its lines,
-    and goes once a fact in it is edited."""
+    """Recall reads the memory files as they are now; the store's copy of an index was dropped
+    from the vector hits too, so a query sharing no word with a fact (``ctxos recall``, another
+    session) no longer found it. The file's own passage is found by meaning now (the copy is
+    left out), and once a fact in it is edited, the copy is not shown as current."""
     (tmp_path / "repo").mkdir()
     scopes = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
     scopes.remember("the staging cluster runs postgres sixteen with pgbouncer in front")
@@ -345,6 +345,7 @@ def test_a_memory_fact_is_found_by_meaning_while_its_file_still_holds_it(
     assert not [h for h in db.text_search(query, k=50) if h.kind == "memory"]  # no word in common
     hits = Recall(db, vectors).search(query, k=3, memory=scopes).hits
     assert hits[0].id == copy + "MEMORY.md" and hits[0].vector_rank == 1, hits
+    assert hits[0].path is not None and [h.id for h in hits].count(copy + "MEMORY.md") == 1
     index = tmp_path / "repo" / ".context_os" / "memory" / "MEMORY.md"
     index.write_text(index.read_text().replace("sixteen", "seventeen"))  # the copy is stale now
     hits = Recall(db, vectors).search(query, k=3, memory=scopes).hits
@@ -370,6 +371,51 @@ def test_a_memory_fact_ranks_with_the_store_s_hits_by_the_query_words_it_holds(d
     assert sum("waited" in h.text for h in hits[: ours[0]]) == 8  # every stored hit holding them all
 
 
+def test_a_memory_file_s_facts_are_found_by_meaning_once_each_embedded_once(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    """The memory files' passages had no vectors: a fact in a topic file was found by its words
+    only, and one in ``MEMORY.md`` by meaning only through a session's stored copy of the index,
+    which then came back beside the passage (the same fact twice). Passages are embedded now,
+    each once (kept in the vectors' file by text: a later search, or a later process, embeds
+    nothing for files that did not change), and the store's copies of the index are left out."""
+    (tmp_path / "repo").mkdir()
+    scopes = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    scopes.remember("the staging cluster runs postgres sixteen with pgbouncer in front", topic="db")
+    index = tmp_path / "repo" / ".context_os" / "memory" / "MEMORY.md"
+    with index.open("a") as f:
+        f.write("\n# chores\n- the office plants are watered on mondays\n- lunch is ordered at noon\n")
+    chat(db, "s1", ["the cat sat on the mat", "we bought new chairs", "the printer jammed again", "ok"])
+    with Session.open(db, "s2", harness="openai", workspace=str(tmp_path / "repo")) as s:
+        hook = OpenAIHook(s)
+        SourceTools(s, memory=scopes, auto_recall=False).register(hook.registry)
+        hook.transform_context([user("hi")])  # the session stores its copy of the index
+    counting = Counting(model)
+    vectors = VectorIndex(db, counting, tmp_path / "v.vectors")
+    try:
+        vectors.catch_up()
+        stored = len(counting.texts)
+        recall = Recall(db, vectors, memory=scopes)
+        query = "which relational database engine"  # no word in common with the fact
+        [fact] = [h for h in recall.search(query, k=3).hits if h.path == str(index.with_name("db.md"))]
+        assert fact.vector_rank is not None and fact.bm25_rank is None
+        assert len(counting.texts) - stored == len(scopes.passages())  # every passage, once
+        # a fact of the index: one hit (its passage), not also the store's copy of the index
+        hits = recall.search("when are the plants watered", k=10).hits
+        plants = [h for h in hits if "plants are watered" in h.text]
+        assert [(h.path, h.part) for h in plants] == [(str(index), "L3-5")], hits
+        assert plants[0].vector_rank is not None
+        made = len(counting.texts)
+        recall.search("postgres pooling", k=3)
+        assert len(counting.texts) == made  # nothing embedded again for unchanged files
+    finally:
+        vectors.close()
+    again = Counting(model)  # the next process (``ctxos recall``): the file keeps them
+    with VectorIndex(db, again, tmp_path / "v.vectors") as reopened:
+        hits = Recall(db, reopened, memory=scopes).search(query, k=3).hits
+        assert str(index.with_name("db.md")) in [h.path for h in hits] and again.texts == []
+
+
 def test_a_memory_file_edited_between_searches_is_found_as_it_is_now(db: Store, tmp_path: Path) -> None:
     """The keyword index over the memory files' passages is kept from one search to the next: an
     edit that keeps the file's size, or a new topic file, is searched at once all the same."""
@@ -386,3 +432,21 @@ def test_a_memory_file_edited_between_searches_is_found_as_it_is_now(db: Store, 
     assert recall.search("hourly", k=3).hits == []
     scopes.remember("backups run nightly", topic="backups")
     assert [h.text for h in recall.search("run nightly", k=3).hits] == ["- backups run nightly"]
+
+
+def test_a_search_embeds_a_bounded_number_of_memory_passages_and_says_how_many_wait(
+    db: Store, vectors: VectorIndex, tmp_path: Path
+) -> None:
+    """A large memory folder is embedded over several searches, not all in the first one: the
+    passages left are found by keyword meanwhile, and the note says how many."""
+    (tmp_path / "repo").mkdir()
+    scopes = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    for n in range(3):
+        scopes.remember(f"fact number {n} about the build", topic=f"t{n}")
+    assert len(scopes.passages()) == 4  # the index's three pointers, and one fact per topic file
+    recall = Recall(db, vectors, memory=scopes)
+    recall.memory_embed = 2
+    first = recall.search("build", k=3)
+    assert "2 memory passages not embedded yet, found by keyword only" in (first.note or "")
+    assert len([h for h in first.hits if h.path is not None]) == 3  # every fact, by keyword
+    assert "not embedded" not in (recall.search("build", k=3).note or "")  # the next two

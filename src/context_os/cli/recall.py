@@ -105,6 +105,8 @@ def recall_cmd(
             left = 0
             if recall.vectors is not None and not recall.vectors.read_only:
                 left = _catch_up(recall.vectors, quiet=as_json, seconds=embed_for)
+            if embed_for is None:
+                recall.memory_embed = None  # every memory passage not embedded yet, as every part
             result = recall.search(query, k=k, kinds=wanted, session=session_id, as_of=valid_time, memory=memory)
             paths = _paths(store, result)
         finally:

@@ -45,7 +45,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
@@ -57,8 +57,8 @@ from ..store.text_index import MAX_TERMS, TOKENIZER, check_basis, check_kinds, q
 from ..times import parse_time
 from ..tokens import estimate_tokens
 from .base import SourceItem
-from .embed import Embedder, default_embedder
-from .vectors import VectorHit, VectorIndex, VectorIndexer, text_key
+from .embed import Embedder, Vectors, default_embedder
+from .vectors import VectorIndex, VectorIndexer, text_key
 from .when import Period, named_periods
 
 if TYPE_CHECKING:
@@ -79,6 +79,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_H = TypeVar("_H", bound=TextHit)
 
 _STOPWORDS = """a about above after again against all am an and any are as at be because been before being below
     between both but by can cannot could did do does doing down during each few for from further had has have
@@ -317,6 +319,9 @@ class Recall:
         self.note = note
         self.memory = memory
         """Memory scopes whose files every search reads as they are now (``search(memory=...)``)."""
+        self.memory_embed: int | None = MEMORY_EMBED
+        """Passages of memory files a search embeds at most (None: all); the rest are found by
+        keyword until a later search embeds them (each is embedded once: ``VectorIndex.loose_vectors``)."""
         self._passages = _PassageIndex()
 
     def describe(self) -> str:
@@ -378,14 +383,16 @@ class Recall:
         scopes = memory if memory is not None else self.memory
         live: list[str] = []
         passages: list[MemoryPassage] = []
-        if scopes is not None and "memory" in wanted and session is None and as_of is None and tx_id is None:
+        now = session is None and as_of is None and tx_id is None
+        if scopes is not None and now and "memory" in wanted:
             live = scopes.id_prefixes()
             passages = scopes.passages()
+            bm = _current(bm, live)
             files = [h for h in self._passages.hits(kw, passages) if h.score > 0]
-            bm = _with_files(bm, files, self._passages.found(kw, files), live, cfg.depth)
+            bm = _with_files(bm, files, self._passages.found(kw, files), cfg.depth)
         t1 = time.perf_counter()
         timings["bm25"] = (t1 - t0) * 1000
-        vec: list[VectorHit] = []
+        vec: list[TextHit] = []
         note = self.note
         words = len(query_words(kw))
         if words > MAX_TERMS:
@@ -402,13 +409,19 @@ class Recall:
                 note = _also(note, f"the query ({len(query):,} characters) was cut to its first {cut:,} for embedding")
             t2 = time.perf_counter()
             timings["embed"] = (t2 - t1) * 1000
-            vec = self.vectors.search_vector(
-                qv, k=cfg.depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
+            vec = list(
+                self.vectors.search_vector(
+                    qv, k=cfg.depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
+                )
             )
-            # the store's copies of the memory files read now: a stale one goes; one whose every
-            # line the file still holds stays, found by meaning (the files' passages have no
-            # vectors: a query that shares no word with a fact found it through the copy only)
-            vec = _current_copies(vec, live, passages) if live else vec
+            if live:
+                # the memory files read now, by meaning too, in place of the store's copies of them
+                vec = _current(vec, live)
+                if passages:
+                    found = self.vectors.loose_vectors([p.text for p in passages], embed=self.memory_embed)
+                    vec = _with_file_vectors(vec, qv, passages, found, cfg.depth)
+                    if waiting := sum(v is None for v in found):
+                        note = _also(note, f"{waiting:,} memory passages not embedded yet, found by keyword only")
             timings["vector"] = (time.perf_counter() - t2) * 1000
             covered = self._coverage()
             if 0.0 < covered < 1.0:
@@ -440,7 +453,7 @@ class Recall:
         self,
         periods: list[Period],
         bm: list[TextHit],
-        vec: list[VectorHit],
+        vec: Sequence[TextHit],
         k: int,
         wanted: tuple[str, ...],
         session: str | None,
@@ -690,6 +703,12 @@ class _FileHit(TextHit):
     path: str = ""
 
 
+MEMORY_EMBED = 64
+"""Passages of memory files one search embeds at most (``Recall.memory_embed``): the default
+embedder takes about 20 ms each, and a folder of 500 topic files holds thousands; what is left
+is embedded by the searches after it (``ctxos recall`` embeds them all first)."""
+
+
 class _PassageIndex:
     """The memory files' passages as searches rank them by keyword, kept from one search to the
     next while the passages stay the same: an FTS5 table over them (BM25 among themselves) and
@@ -747,45 +766,42 @@ def _file_hit(p: MemoryPassage, score: float) -> _FileHit:
     return _FileHit(p.id, "memory", p.part, p.mtime_ms, 0, p.sha, None, p.text, score, str(p.path))
 
 
-def _with_files(
-    bm: list[TextHit], files: list[_FileHit], found: list[tuple[int, int]], live: list[str], depth: int
-) -> list[TextHit]:
+def _with_files(bm: list[TextHit], files: list[_FileHit], found: list[tuple[int, int]], depth: int) -> list[TextHit]:
     """The keyword hits with the memory files' passages merged in (``found``: the query's words
-    each holds, of how many), without the store's copies of those files' indexes (a session's
-    last look at the head of ``MEMORY.md``).
+    each holds, of how many).
 
     A passage's BM25 score over the passages alone is on no common scale with the store's: a word
     in half of a few passages weighs next to nothing there (a one-passage ``MEMORY.md`` scores
     about 1e-6 for any word it holds). So a passage scores the store's best keyword score times
     the share of the query's words it holds (all of them: as the best stored hit), its own BM25
     only ordering passages that hold as many."""
-    prefixes = tuple(live)
-    kept = [h for h in bm if not (h.kind == "memory" and h.id.startswith(prefixes))]
-    scale = max((h.score for h in kept), default=0.0) or 1.0
+    scale = max((h.score for h in bm), default=0.0) or 1.0
     scaled = [
         dataclasses.replace(h, score=scale * have / max(total, 1) + h.score * 1e-9)
         for h, (have, total) in zip(files, found, strict=True)
     ]
-    return sorted([*kept, *scaled], key=lambda h: -h.score)[:depth]
+    return sorted([*bm, *scaled], key=lambda h: -h.score)[:depth]
 
 
-def _current_copies(vec: list[VectorHit], live: list[str], passages: list[MemoryPassage]) -> list[VectorHit]:
-    """The vector hits without the store's copies of the memory files read now whose lines are no
-    longer all in their file (stale: an edited or deleted fact); a copy's note of the cap
-    (``[memory: …]``) is no line of the file."""
+def _with_file_vectors(
+    vec: list[TextHit], query: Vectors, passages: list[MemoryPassage], found: list[Vectors | None], depth: int
+) -> list[TextHit]:
+    """The vector hits with the memory files' passages that have a vector merged in, by cosine
+    similarity to the query as the store's parts are (each passage once)."""
+    have = [(p, v) for p, v in zip(passages, found, strict=True) if v is not None]
+    if not have:
+        return vec
+    sims = np.stack([v for _, v in have]) @ np.asarray(query, dtype=np.float32)
+    best = np.argsort(-sims, kind="stable")[:depth]
+    files = [_file_hit(have[i][0], float(sims[i])) for i in best]
+    return sorted([*vec, *files], key=lambda h: -h.score)[:depth]
+
+
+def _current(hits: list[_H], live: list[str]) -> list[_H]:
+    """``hits`` without the store's copies of the memory files of the scopes read now (a
+    session's copy of an index, as it was then): the files are searched themselves."""
     prefixes = tuple(live)
-    lines: dict[str, set[str]] = {}
-    for p in passages:
-        lines.setdefault(p.id, set()).update(line.strip() for line in p.text.splitlines())
-    kept = []
-    for h in vec:
-        if h.kind == "memory" and h.id.startswith(prefixes):
-            now = lines.get(h.id)
-            copy = [x.strip() for x in h.text.splitlines() if x.strip() and not x.startswith("[memory: ")]
-            if now is None or not copy or any(x not in now for x in copy):
-                continue
-        kept.append(h)
-    return kept
+    return [h for h in hits if not (h.kind == "memory" and h.id.startswith(prefixes))]
 
 
 def _distinct(ranked: list[_Cand]) -> tuple[list[_Cand], dict[int, int]]:

@@ -76,6 +76,7 @@ CREATE TABLE IF NOT EXISTS parts (
 );
 CREATE INDEX IF NOT EXISTS parts_entry ON parts (session, entry) WHERE entry IS NOT NULL;
 CREATE TABLE IF NOT EXISTS heads (head BLOB PRIMARY KEY, key BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS loose (key BLOB PRIMARY KEY, vec BLOB NOT NULL);
 """
 
 
@@ -226,6 +227,7 @@ class VectorIndex:
         self._lock = threading.RLock()
         self._write = threading.Lock()
         self._queries: dict[str, Vectors] = {}  # the last query vectors, oldest first
+        self._loose: dict[bytes, Vectors] = {}  # vectors of texts no stored part holds (loose_vectors)
         # queries embedding now: catch_up starts no slice while one waits (they go first)
         self._asking = 0
         self._turn = threading.Condition()
@@ -278,6 +280,7 @@ class VectorIndex:
         self._db.execute("DELETE FROM vectors")
         self._db.execute("DELETE FROM parts")
         self._db.execute("DELETE FROM heads")
+        self._db.execute("DELETE FROM loose")
         self._db.executemany(
             "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
             [("embedder", want_name), ("dim", want_dim), ("cursor", "0")],
@@ -625,6 +628,69 @@ class VectorIndex:
                     self._queries.pop(next(iter(self._queries)))
                 self._queries[query] = vec
         return vec
+
+    def loose_vectors(self, texts: Sequence[str], *, embed: int | None = None) -> list[Vectors | None]:
+        """The vectors of ``texts`` that are no stored part (the passages of memory files, read
+        from disk at each search), each keyed by its ``text_key``: a stored part's vector when one
+        has this very text, else one kept in the file's ``loose`` table (in memory only when the
+        file is read-only); of those missing, the first ``embed`` (None: all) are embedded now,
+        the rest are None. So a text is embedded once, and a search over unchanged files embeds
+        nothing. Embedding goes ahead of the backlog, as a query does."""
+        keys = [text_key(t) for t in texts]
+        out: list[Vectors | None] = [None] * len(texts)
+        wanted: dict[bytes, list[int]] = {}
+        with self._lock:
+            for i, key in enumerate(keys):
+                row = self._m.row_of.get(key)
+                vec = self._m.vecs[row] if row is not None else self._loose.get(key)
+                if vec is not None:
+                    out[i] = vec
+                else:
+                    wanted.setdefault(key, []).append(i)
+            if wanted and self._has_table("loose"):  # another process may have made them
+                missing = list(wanted)
+                for n in range(0, len(missing), 500):
+                    chunk = missing[n : n + 500]
+                    marks = ",".join("?" * len(chunk))
+                    for key, blob in self._db.execute(f"SELECT key, vec FROM loose WHERE key IN ({marks})", chunk):
+                        vec = np.frombuffer(blob, dtype=np.float32)
+                        self._loose[bytes(key)] = vec
+                        for i in wanted.pop(bytes(key)):
+                            out[i] = vec
+        todo = list(wanted)[: len(wanted) if embed is None else max(0, embed)]
+        if not todo:
+            return out
+        with self._turn:
+            self._asking += 1
+        try:
+            made = embed_texts(self.embedder, [texts[wanted[key][0]] for key in todo]).vectors
+        finally:
+            with self._turn:
+                self._asking -= 1
+                self._turn.notify_all()
+        with self._lock:
+            if not self.read_only:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._db.executemany(
+                        "INSERT OR IGNORE INTO loose (key, vec) VALUES (?, ?)",
+                        [(key, vec.tobytes()) for key, vec in zip(todo, made, strict=True)],
+                    )
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            for key, vec in zip(todo, made, strict=True):
+                self._loose[key] = vec
+                for i in wanted[key]:
+                    out[i] = vec
+        return out
+
+    def _has_table(self, name: str) -> bool:
+        """Whether the file has table ``name`` (one written by an older release, opened read-only,
+        may not)."""
+        row = self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
+        return row is not None
 
     def search(
         self,
