@@ -362,3 +362,42 @@ def test_memory_edited_while_no_session_runs_is_found_as_it_is_now(tmp_path: Pat
     # without the workspace, its project memory is not searched (the global scope still is)
     code, out = recall(db, "kestrel", "--embedder", "none", "--json", "-w", str(tmp_path))
     assert code == 0 and json.loads(out)["hits"] == []
+
+
+def test_a_recall_copy_of_a_deleted_topic_file_no_longer_comes_back_as_current(tmp_path: Path) -> None:
+    """A session's recall stored a line of a topic file as a ``recall`` object; the file was
+    deleted, and ``ctxos recall --kinds recall`` still showed the line, as memory that exists.
+    A copy its file still holds is shown; the past (``--as-of``) still finds the deleted one."""
+    from context_os import Session
+    from context_os.context.source_tools import SourceTools
+    from context_os.harness.openai import OpenAIHook
+    from context_os.sources.memory import MemoryScopes, trust_workspace
+    from context_os.sources.recall import open_recall
+    from context_os.store.sqlite import SqliteStore
+
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    trust_workspace(ws)
+    memory = MemoryScopes(ws)
+    memory.remember("backups run at 03:00 from the kestrel host", topic="ops")
+    memory.remember("the kestrel host also serves the wiki", topic="wiki")
+    db = tmp_path / "store.db"
+    with SqliteStore(db) as store, Session.open(store, "s1", harness="openai", workspace=str(ws)) as session:
+        SourceTools(session, recall=open_recall(store, None), memory=memory)
+        OpenAIHook(session).transform_context([{"role": "user", "content": "where do the kestrel backups run?"}])
+    base = ["--store", str(db), "recall", "--embedder", "none", "--json", "-w", str(ws), "--kinds", "recall"]
+
+    def copies(*more: str) -> set[str]:
+        done = CliRunner().invoke(cli, [*base, *more, "kestrel"])
+        assert done.exit_code == 0, done.output
+        return {h["id"] for h in json.loads(done.stdout)["hits"]}
+
+    stored = copies()
+    assert any(i.endswith(":ops.md#L1-1") for i in stored) and any(i.endswith(":wiki.md#L1-1") for i in stored)
+    with SqliteStore(db) as store:
+        stamp = str(max(v.valid_time for v in store.find("recall")) + 1)
+    (ws / ".context_os" / "memory" / "ops.md").unlink()
+    now = copies()
+    assert not any(i.endswith(":ops.md#L1-1") for i in now), now  # the file is gone
+    assert any(i.endswith(":wiki.md#L1-1") for i in now)  # still what its file says
+    assert copies("--as-of", stamp) == stored  # history is still asked for

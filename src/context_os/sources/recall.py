@@ -384,12 +384,15 @@ class Recall:
         live: list[str] = []
         passages: list[MemoryPassage] = []
         now = session is None and as_of is None and tx_id is None
-        if scopes is not None and now and "memory" in wanted:
+        if scopes is not None and now and ("memory" in wanted or "recall" in wanted):
             live = scopes.id_prefixes()
             passages = scopes.passages()
-            bm = _current(bm, live)
-            files = [h for h in self._passages.hits(kw, passages) if h.score > 0]
-            bm = _with_files(bm, files, self._passages.found(kw, files), cfg.depth)
+            bm = _current(bm, live, passages)
+            if "memory" in wanted:
+                files = [h for h in self._passages.hits(kw, passages) if h.score > 0]
+                bm = _with_files(bm, files, self._passages.found(kw, files), cfg.depth)
+            else:
+                passages = []  # read for the recall copies alone: not searched
         t1 = time.perf_counter()
         timings["bm25"] = (t1 - t0) * 1000
         vec: list[TextHit] = []
@@ -416,7 +419,7 @@ class Recall:
             )
             if live:
                 # the memory files read now, by meaning too, in place of the store's copies of them
-                vec = _current(vec, live)
+                vec = _current(vec, live, passages)
                 if passages:
                     found = self.vectors.loose_vectors([p.text for p in passages], embed=self.memory_embed)
                     vec = _with_file_vectors(vec, qv, passages, found, cfg.depth)
@@ -797,11 +800,30 @@ def _with_file_vectors(
     return sorted([*vec, *files], key=lambda h: -h.score)[:depth]
 
 
-def _current(hits: list[_H], live: list[str]) -> list[_H]:
-    """``hits`` without the store's copies of the memory files of the scopes read now (a
-    session's copy of an index, as it was then): the files are searched themselves."""
+def _current(hits: list[_H], live: list[str], passages: list[MemoryPassage]) -> list[_H]:
+    """``hits`` without the store's copies of the memory files of the scopes read now: their
+    ``memory`` objects (a session's copy of an index, as it was then: the files are searched
+    themselves), and the ``recall`` objects earlier hits of them were stored as whose lines their
+    file no longer holds (a fact edited or deleted, a topic file removed: shown as current, they
+    were memory that no longer exists). A recall copy its file still holds stays, as a copy of
+    any other part does (asked for by ``kinds``); a copy's note of the cap (``[memory: …]``) is
+    no line of the file. The past (``as_of``) still finds every copy."""
     prefixes = tuple(live)
-    return [h for h in hits if not (h.kind == "memory" and h.id.startswith(prefixes))]
+    copies = tuple(f"recall:{p}" for p in live)
+    lines: dict[str, set[str]] = {}
+    for p in passages:
+        lines.setdefault(p.id, set()).update(line.strip() for line in p.text.splitlines())
+    kept = []
+    for h in hits:
+        if h.kind == "memory" and h.id.startswith(prefixes):
+            continue
+        if h.kind == "recall" and h.id.startswith(copies):
+            now = lines.get(h.id[len("recall:") :].split("#", 1)[0])
+            copy = [x.strip() for x in h.text.splitlines() if x.strip() and not x.startswith("[memory: ")]
+            if now is None or not copy or any(x not in now for x in copy):
+                continue
+        kept.append(h)
+    return kept
 
 
 def _distinct(ranked: list[_Cand]) -> tuple[list[_Cand], dict[int, int]]:
