@@ -81,12 +81,14 @@ def test_the_same_fact_from_two_peers_is_found_once_for_each(
     store: Store, uid: str, tmp_path: Path, embedder: str | None
 ) -> None:
     """Search through recall merged parts of the same text into one hit: two peers who told the
-    agent the same thing came back as one entry, of one of them (who said it was lost)."""
+    agent the same thing came back as one entry, of one of them (who said it was lost). The same
+    text told twice by one peer is still one entry (keyword search alone kept both)."""
     recall = open_recall(store, embedder, path=tmp_path / "v.vectors", background=False)
     try:
         mem = PeerMemory(store, f"alice-{uid}", recall=recall)
         mem.store_entry("peerB", "decision", f"we deploy {uid} on fridays")
         mem.store_entry("peerC", "decision", f"we deploy {uid} on fridays")
+        mem.store_entry("peerC", "decision", f"we deploy {uid}  on fridays")  # said again: adds nothing
         mem.store_entry("peerC", "prefs", "short answers please")
         if recall.vectors is not None:
             recall.vectors.catch_up()

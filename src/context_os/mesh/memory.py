@@ -248,13 +248,22 @@ class PeerMemory:
             hits = [(h.id, h.score) for h in self.store.text_search(query, k=want * 4, kinds=["memory"], session=scope)]
         out: list[MemoryEntry] = []
         seen: set[str] = set()
+        said: set[tuple[str, str]] = set()
         for oid, score in hits:
             if not oid.startswith(prefix) or oid in seen:
                 continue  # another agent's memories, or another part of one already taken
             seen.add(oid)
             doc = self.store.doc(oid)
-            if doc is not None:
-                out.append(replace(self._entry(doc, full_text), score=float(score)))
+            if doc is None:
+                continue
+            entry = self._entry(doc, full_text)
+            # the same text again from the same peer (a broadcast repeated) adds nothing; from
+            # another peer it does: who said it
+            same = (entry.peer, " ".join(str(doc.get("content") or "").split()))
+            if same in said:
+                continue
+            said.add(same)
+            out.append(replace(entry, score=float(score)))
             if len(out) >= want:
                 break
         return out
