@@ -68,3 +68,32 @@ def test_a_withdraw_racing_an_announce_leaves_the_new_entry(
     [live] = registry.local_peers(tmp_path)
     assert live.pid == restarted[0].pid and live.peer_id == PEER
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{PEER}.json"]  # nothing left aside
+
+
+def test_an_exclusive_announce_refuses_an_identity_a_live_process_announced(
+    tmp_path: Path, restarted: list[subprocess.Popen[str]]
+) -> None:
+    """Two ``ctxos serve --mesh bob`` started at once both looked for a running bob, found none,
+    and both announced (the second replacing the first): two nodes of one identity. The announce
+    itself now decides, in one step: the second is refused, naming the first."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ANNOUNCER, str(tmp_path), PEER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": ":".join(sys.path)},
+    )
+    restarted.append(proc)
+    assert proc.stdout is not None and proc.stdout.readline() == "announced\n"
+    with pytest.raises(registry.AlreadyRunning, match=f"pid {proc.pid}") as refused:
+        registry.announce(tmp_path, peer_id=PEER, agent_name="twin", addrs=[], exclusive=True)
+    assert refused.value.peer.pid == proc.pid
+    [live] = registry.local_peers(tmp_path)
+    assert live.pid == proc.pid  # the first one's entry, untouched
+    # an entry of a process that is gone, or of this one, is replaced
+    other = "12D3KooWOther"
+    registry.announce(tmp_path, peer_id=other, agent_name="other", addrs=[], pid=_dead_pid())
+    mine = registry.announce(tmp_path, peer_id=other, agent_name="other", addrs=["/ip4/1.2.3.4/tcp/5"], exclusive=True)
+    again = registry.announce(tmp_path, peer_id=other, agent_name="other", addrs=[], exclusive=True)
+    assert mine == again and registry.find(tmp_path, "other") is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"{PEER}.json", f"{other}.json"])

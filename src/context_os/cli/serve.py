@@ -39,6 +39,7 @@ from ._common import (
 
 if TYPE_CHECKING:
     from ..mesh.agent import MeshAgent
+    from ..mesh.registry import LocalPeer
     from ..sources.recall import Recall
     from ..store.base import Store
 
@@ -273,21 +274,29 @@ def _mesh_agent(
     other = registry.running(registry.default_dir(), agent.peer_id)
     if other is not None:  # two nodes of one identity: peers would reach either of them
         agent.close()
-        raise ConfigError(
-            f"mesh: an agent named {name!r} already runs here with this identity (pid {other.pid}, "
-            f"{', '.join(other.addrs)}): give this one another --mesh name"
-        )
+        raise _twice(name, other)
     agent.start()
     try:
-        entry = registry.announce(
-            registry.default_dir(), peer_id=agent.peer_id, agent_name=name, addrs=agent.node.addrs
-        )
+        try:
+            # in one step with the look for another: two started at once both passed the check above
+            entry = registry.announce(
+                registry.default_dir(), peer_id=agent.peer_id, agent_name=name, addrs=agent.node.addrs, exclusive=True
+            )
+        except registry.AlreadyRunning as e:
+            raise _twice(name, e.peer) from None
         try:
             yield agent
         finally:
             registry.withdraw(entry)
     finally:
         agent.close()
+
+
+def _twice(name: str, other: LocalPeer) -> ConfigError:
+    return ConfigError(
+        f"mesh: an agent named {name!r} already runs here with this identity (pid {other.pid}, "
+        f"{', '.join(other.addrs)}): give this one another --mesh name"
+    )
 
 
 def register(cli: click.Group) -> None:

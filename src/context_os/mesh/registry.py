@@ -32,7 +32,7 @@ from ..errors import InputError, MeshError
 from ..store import data_dir
 from ..times import now_ms
 
-__all__ = ["LocalPeer", "announce", "default_dir", "find", "local_peers", "running", "withdraw"]
+__all__ = ["AlreadyRunning", "LocalPeer", "announce", "default_dir", "find", "local_peers", "running", "withdraw"]
 
 _PEER_ID = re.compile(r"[A-Za-z0-9]{1,128}")
 """What a peer id looks like (base58 or base32 text): also what makes it a safe file name."""
@@ -81,20 +81,39 @@ def default_dir() -> Path:
     return data_dir() / "mesh" / "peers"
 
 
+class AlreadyRunning(MeshError):
+    """``announce(..., exclusive=True)``: a live process other than the caller announced this peer
+    id (``peer``: its entry)."""
+
+    def __init__(self, peer: LocalPeer) -> None:
+        super().__init__(f"mesh registry: {peer.agent_name!r} ({peer.peer_id}) is announced already, by pid {peer.pid}")
+        self.peer = peer
+
+
 def announce(
-    directory: str | Path, *, peer_id: str, agent_name: str, addrs: Iterable[str], pid: int | None = None
+    directory: str | Path,
+    *,
+    peer_id: str,
+    agent_name: str,
+    addrs: Iterable[str],
+    pid: int | None = None,
+    exclusive: bool = False,
 ) -> Path:
     """Write the entry of a running agent (``pid``: its process, default this one); its path,
-    for ``withdraw``. An entry for the same peer id is replaced."""
+    for ``withdraw``. An entry for the same peer id is replaced; with ``exclusive``, only one of
+    ``pid`` or of a process that is gone: one a live process wrote is left alone and
+    ``AlreadyRunning`` raised, decided in one step (two agents of one identity starting at once
+    both saw no entry, and both ran)."""
     if not isinstance(peer_id, str) or not _PEER_ID.fullmatch(peer_id):
         raise InputError(f"mesh registry: {peer_id!r} is not a peer id")
     if not isinstance(agent_name, str) or not agent_name.strip():
         raise InputError("mesh registry: the agent name is empty")
+    owner = os.getpid() if pid is None else pid
     entry = {
         "peerId": peer_id,
         "agentName": agent_name,
         "addresses": [str(a) for a in addrs],
-        "pid": os.getpid() if pid is None else pid,
+        "pid": owner,
         "started": now_ms(),
     }
     d = Path(directory)
@@ -107,12 +126,36 @@ def announce(
             f.write(json.dumps(entry, sort_keys=True))
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        if exclusive:
+            _claim(tmp, path, owner)
+        else:
+            os.replace(tmp, path)
+    finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        raise
     return path
+
+
+def _claim(tmp: str, path: Path, pid: int) -> None:
+    """Put ``tmp`` at ``path`` unless a live process other than ``pid`` holds it: ``os.link``
+    creates ``path`` only if it is missing; an entry there of ``pid``, or of a process that is
+    gone, is replaced."""
+    while True:
+        try:
+            os.link(tmp, path)
+            return
+        except FileExistsError:
+            pass
+        except OSError:  # no hard links on this file system: a plain replace
+            os.replace(tmp, path)
+            return
+        held = _read(path)
+        if held is not None and held.pid != pid and _alive(held.pid):
+            raise AlreadyRunning(held)
+        if held is not None and held.pid == pid:
+            os.replace(tmp, path)
+            return
+        withdraw(path, held.pid if held is not None else pid)  # gone, or no entry: then try again
 
 
 def withdraw(path: str | Path, pid: int | None = None) -> None:
