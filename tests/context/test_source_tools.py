@@ -86,6 +86,35 @@ def test_a_deleted_memory_index_leaves_the_session_and_recall(store: Store, uid:
     session.close()
 
 
+def test_recall_copies_of_a_deleted_topic_file_end_in_the_store_and_leave_the_session(
+    store: Store, uid: str, tmp_path: Path
+) -> None:
+    """A recall at a user message stored a topic file's line as a ``recall`` object; the file was
+    deleted, and the copy stayed in force in the store (found by any recall of ``recall`` objects,
+    as current) and in the session's object index. It ends as a deleted index's copies do."""
+    (tmp_path / "repo").mkdir()
+    session = Session.open(store, uid, harness="openai", workspace=str(tmp_path / "repo"))
+    memory = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    hook = OpenAIHook(session)
+    SourceTools(session, recall=Recall(store), memory=memory).register(hook.registry)
+    memory.remember(f"backups run from the {uid}kestrel host", topic="ops")
+    memory.remember(f"the wiki also runs on {uid}kestrel", topic="wiki")
+    msgs = [user(f"where do the {uid}kestrel backups run?")]
+    hook.transform_context(msgs)
+    copies = {o.meta.get("object"): i for i, o in session.view.objects.items() if o.kind == "recall"}
+    ops = next(c for o, c in copies.items() if str(o).endswith(":ops.md"))
+    wiki = next(c for o, c in copies.items() if str(o).endswith(":wiki.md"))
+    said = store.latest_tx_id()
+    (tmp_path / "repo" / ".context_os" / "memory" / "ops.md").unlink()
+    msgs += [say("ok"), user("thanks")]
+    hook.transform_context(msgs)
+    assert store.get(ops) is None and ops not in session.view.objects
+    assert store.get(ops, tx_id=said) is not None  # what it said then stays in the history
+    assert store.get(wiki) is not None and wiki in session.view.objects  # its file is still there
+    assert all(verify_frame(store, f).ok for f in frame_docs(store, uid))
+    session.close()
+
+
 def test_recall_does_not_offer_again_the_memory_index_the_context_shows(store: Store, uid: str, tmp_path: Path) -> None:
     (tmp_path / "repo").mkdir()
     session = Session.open(store, uid, harness="openai", workspace=str(tmp_path / "repo"))

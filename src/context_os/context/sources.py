@@ -131,14 +131,16 @@ def _end(session: Session, feed: SourceFeed, offered: set[str]) -> set[str]:
     session's recall copies of them leave it. A source without ``ended`` ends nothing."""
     ended = getattr(feed.source, "ended", None)
     gone = set(ended()) - offered if ended is not None else set()
-    session.source_ended -= offered  # created again: the next deletion is ended again
+    session.source_ended &= gone  # created again: the next deletion is ended again
     for id in sorted(gone - session.source_ended):
         v = session.store.get(id)
-        if v is not None and v.doc is not None and v.doc.get("meta", {}).get("source") == feed.source.name:
-            # what recalls of it stored: the stored index (part ""), and lines of the file as recall
-            # read it from disk (parts "L<first>-<last>")
-            copies = sorted(c.id for c in session.store.find("recall", {"object": id}) if c.doc is not None)
-            ops: list[Op] = [Delete(id), *(Delete(c) for c in copies)]
+        own = v is not None and v.doc is not None and v.doc.get("meta", {}).get("source") == feed.source.name
+        # what recalls of it stored: the stored index (part ""), and lines of the file as recall
+        # read it from disk (parts "L<first>-<last>"); a topic file is never stored itself, but
+        # the recall copies of its lines are
+        copies = sorted(c.id for c in session.store.find("recall", {"object": id}) if c.doc is not None)
+        ops: list[Op] = [*([Delete(id)] if own else []), *(Delete(c) for c in copies)]
+        if ops:
             session.writer.submit(ops)
         session.source_hashes.pop(id, None)
         session.source_ended.add(id)

@@ -559,6 +559,9 @@ class MemoryScopes:
         self._seen: tuple[tuple[str, str | None], ...] | None = None
         self._ended: list[str] = []
         self._read_files: dict[tuple[str, str], tuple[tuple[int, int, int, int], list[MemoryPassage]]] = {}
+        self._topics: set[str] = set()
+        """Ids of the topic files seen (``memory:<scope>:<file>``), to say which are gone."""
+        self._topics_ended: set[str] = set()
         """(scope prefix, file name) → (inode, size, mtime, ctime) as last read, its passages."""
 
     # -- trust and configuration
@@ -707,6 +710,7 @@ class MemoryScopes:
         # an index emptied of every fact says nothing: no item (an empty block), ended as deleted
         blank = {s.id for s in looked if s.text is not None and not s.text.strip()}
         self._ended = [s.id for s in looked if s.used and (not s.exists or s.id in blank) and s.error is None]
+        self._ended += self._topics_gone(looked)
         return [
             SourceItem(id=s.id, kind="memory", text=s.text, score=1.0, meta=s.meta)
             for s in looked
@@ -715,11 +719,33 @@ class MemoryScopes:
 
     def ended(self) -> list[str]:
         """The ids of used scopes whose ``MEMORY.md`` did not exist, or held only whitespace, at
-        the last ``items()`` (it was deleted or emptied, or never written): a session ends their
-        objects in the store, so recall stops finding a deleted memory. A scope that could not be
-        read (an error) is not ended, nor one no longer used (an untrusted project's memory is not
-        shown, not deleted)."""
+        the last ``items()`` (it was deleted or emptied, or never written), and of topic files
+        (``memory:<scope>:<file>``, as recall names their lines) seen before that were gone then: a
+        session ends their objects and the recall copies of them in the store, so recall stops
+        finding a deleted memory. A scope that could not be read (an error) is not ended, nor one
+        no longer used (an untrusted project's memory is not shown, not deleted)."""
         return list(self._ended)
+
+    def _topics_gone(self, looked: list[MemoryScope]) -> list[str]:
+        """The topic files of the scopes read now (used, no error) that an earlier look saw and
+        this one does not: deleted, or moved to ``archive/``."""
+        now: set[str] = set()
+        read: set[str] = set()
+        for w, s in zip(self._where(), looked, strict=True):
+            if not w.used or s.error is not None:
+                continue
+            prefix = w.id[: -len(INDEX)]
+            try:
+                with _scope_dir(w.base, w.parts) as dir_fd:
+                    names = _files(dir_fd) if dir_fd is not None else []
+            except (InputError, OSError):
+                continue
+            read.add(prefix)
+            now.update(prefix + n for n in names if n != INDEX)
+        gone = {t for t in self._topics if t.startswith(tuple(read)) and t not in now}
+        self._topics = (self._topics - gone) | now
+        self._topics_ended = (self._topics_ended - now) | gone
+        return sorted(self._topics_ended)
 
     @staticmethod
     def _fingerprint(looked: list[MemoryScope]) -> tuple[tuple[str, str | None], ...]:
