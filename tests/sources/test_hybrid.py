@@ -450,3 +450,35 @@ def test_a_search_embeds_a_bounded_number_of_memory_passages_and_says_how_many_w
     assert "2 memory passages not embedded yet, found by keyword only" in (first.note or "")
     assert len([h for h in first.hits if h.path is not None]) == 3  # every fact, by keyword
     assert "not embedded" not in (recall.search("build", k=3).note or "")  # the next two
+
+
+def test_an_eviction_leaves_no_vector_of_a_memory_passage_in_the_sidecar(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    """Memory passages' vectors are kept by text in the vectors' file; an eviction (a secret
+    that reached a memory file and a session's copy of it) dropped the stored parts' vectors but
+    kept the passage's, derived from the secret."""
+    from context_os.context.evict import evict
+    from context_os.sources.vectors import text_key
+
+    (tmp_path / "repo").mkdir()
+    scopes = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    secret = "the staging password is hunter2-orange-lamp"
+    scopes.remember(secret)
+    with Session.open(db, "s1", harness="openai", workspace=str(tmp_path / "repo"), redact=False) as s:
+        hook = OpenAIHook(s)
+        SourceTools(s, memory=scopes, auto_recall=False).register(hook.registry)
+        hook.transform_context([user("hi")])  # the session stores its copy of the index
+    path = tmp_path / "v.db"
+    with VectorIndex(db, model, path) as index:
+        index.catch_up()
+        Recall(db, index, memory=scopes).search("staging password", k=3)
+        (vec,) = index._db.execute("SELECT vec FROM loose WHERE key = ?", (text_key(f"- {secret}"),)).fetchone()
+        index_file = tmp_path / "repo" / ".context_os" / "memory" / "MEMORY.md"
+        index_file.write_text("- the staging password is in the vault\n")  # the user fixes the file
+        [copy] = [v.id for v in db.find("memory") if v.id.startswith("memory:project:")]
+        evict(db, copy)
+        index.catch_up()
+        assert bytes(vec) not in b"".join(p.read_bytes() for p in tmp_path.glob("v.db*"))
+        hits = Recall(db, index, memory=scopes).search("staging password", k=3).hits
+        assert [h.text for h in hits if h.kind == "memory"] == ["- the staging password is in the vault"]

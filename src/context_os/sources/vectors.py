@@ -454,7 +454,8 @@ class VectorIndex:
     def forget_evicted(self) -> int:
         """Drop the vectors of what was evicted since the last look (``ctxos objects evict``
         leaves a tombstone): the evicted object's parts, the chat entries its eviction scrubbed,
-        and every vector no part uses any more. A vector is not the text, but it is derived from
+        every vector no part uses any more, and the vectors of memory files' passages (embedded
+        again when searched: the file may have held the text too). A vector is not the text, but it is derived from
         it: a leaked secret leaves no trace here either. How many parts were dropped."""
         tombstones = [t.doc for t in self.store.find("tombstone") if t.doc is not None]
         with self._lock:
@@ -475,8 +476,13 @@ class VectorIndex:
                         pages[id] = {text_key(t) for _, t in index_parts(doc)} if doc is not None else set()
                     if key not in pages[id]:
                         drop.append(seq)  # an entry the eviction scrubbed from the page
+            # the vectors of memory files' passages are kept by text alone (no part names them):
+            # which held the evicted text is not known, so all go; searches embed them again
+            loose = self._has_table("loose") and self._db.execute("SELECT 1 FROM loose LIMIT 1").fetchone() is not None
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                if loose:
+                    self._db.execute("DELETE FROM loose")
                 self._db.executemany("DELETE FROM parts WHERE seq = ?", [(seq,) for seq in drop])
                 self._db.execute("DELETE FROM vectors WHERE key NOT IN (SELECT key FROM parts)")
                 self._db.execute("DELETE FROM heads WHERE key NOT IN (SELECT key FROM vectors)")
@@ -488,7 +494,8 @@ class VectorIndex:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-            if drop:
+            self._loose.clear()
+            if drop or loose:
                 # no copy of a dropped vector stays in the file, nor in its log's old page images
                 self._db.execute("VACUUM")
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
