@@ -96,3 +96,24 @@ def test_the_same_fact_from_two_peers_is_found_once_for_each(
         assert sorted(e.peer for e in found if uid in e.value) == ["peerB", "peerC"], found
     finally:
         recall.close()
+
+
+@pytest.mark.parametrize("embedder", [None, "wordllama"])
+def test_one_peer_s_repeated_entry_does_not_crowd_out_the_others(
+    store: Store, uid: str, tmp_path: Path, embedder: str | None
+) -> None:
+    """Search looked at the best ``4 n`` parts only: a broadcast heard 25 times filled them, one
+    entry once its repeats were left out, and the other peers' entries were not found."""
+    recall = open_recall(store, embedder, path=tmp_path / "v.vectors", background=False)
+    try:
+        mem = PeerMemory(store, f"alice-{uid}", recall=recall)
+        for _ in range(25):
+            mem.store_entry("peerB", "broadcast", f"[event] deploy freeze {uid} starts tonight at ten")
+        mem.store_entry("peerC", "notes", f"the deploy freeze {uid} was moved")
+        mem.store_entry("peerD", "notes", f"ask before any deploy {uid}")
+        if recall.vectors is not None:
+            recall.vectors.catch_up()
+        found = mem.search(f"deploy freeze {uid} tonight ten", n=3)
+        assert sorted(e.peer for e in found) == ["peerB", "peerC", "peerD"], found
+    finally:
+        recall.close()

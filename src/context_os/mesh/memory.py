@@ -36,6 +36,8 @@ MAX_VALUE_CHARS = 100_000
 """The longest value stored (what is read back is cut to ``MemoryLimits.truncate``)."""
 MAX_QUERY_CHARS = 10_000
 """The longest search query (a longer request is searched for by its beginning)."""
+MAX_SEARCH_HITS = 400
+"""A search looks at most this far down the ranking for entries that are not repeats."""
 
 
 @dataclass(frozen=True)
@@ -240,33 +242,42 @@ class PeerMemory:
         want = min(want, self.limits.max_entries)
         prefix = f"memory:mesh:{self.agent}:"
         scope = peer_scope(self.agent, peer) if peer else None
-        if self.recall is not None:
-            # entries with the same text are kept apart: who said it is what an entry is about
-            result = self.recall.search(query, k=want * 4, kinds=["memory"], session=scope, distinct=False)
-            hits = [(h.id, h.score) for h in result.hits]
-        else:
-            hits = [(h.id, h.score) for h in self.store.text_search(query, k=want * 4, kinds=["memory"], session=scope)]
         out: list[MemoryEntry] = []
         seen: set[str] = set()
         said: set[tuple[str, str]] = set()
-        for oid, score in hits:
-            if not oid.startswith(prefix) or oid in seen:
-                continue  # another agent's memories, or another part of one already taken
-            seen.add(oid)
-            doc = self.store.doc(oid)
-            if doc is None:
-                continue
-            entry = self._entry(doc, full_text)
-            # the same text again from the same peer (a broadcast repeated) adds nothing; from
-            # another peer it does: who said it
-            same = (entry.peer, " ".join(str(doc.get("content") or "").split()))
-            if same in said:
-                continue
-            said.add(same)
-            out.append(replace(entry, score=float(score)))
-            if len(out) >= want:
-                break
-        return out
+        k = want * 4
+        while True:
+            hits = self._hits(query, scope, k)
+            for oid, score in hits:
+                if not oid.startswith(prefix) or oid in seen:
+                    continue  # another agent's memories, or another part of one already taken
+                seen.add(oid)
+                doc = self.store.doc(oid)
+                if doc is None:
+                    continue
+                entry = self._entry(doc, full_text)
+                # the same text again from the same peer (a broadcast repeated) adds nothing; from
+                # another peer it does: who said it
+                same = (entry.peer, " ".join(str(doc.get("content") or "").split()))
+                if same in said:
+                    continue
+                said.add(same)
+                out.append(replace(entry, score=float(score)))
+                if len(out) >= want:
+                    return out
+            # repeats of one entry filled the window: look further, as far as search goes
+            if len(hits) < k or k >= MAX_SEARCH_HITS:
+                return out
+            k = min(k * 4, MAX_SEARCH_HITS)
+
+    def _hits(self, query: str, scope: str | None, k: int) -> list[tuple[str, float]]:
+        """(object id, score) of the ``k`` best parts, best first; the search runs again from the
+        start for a larger ``k`` (a fused ranking has no cursor)."""
+        if self.recall is not None:
+            # entries with the same text are kept apart: who said it is what an entry is about
+            result = self.recall.search(query, k=k, kinds=["memory"], session=scope, distinct=False)
+            return [(h.id, h.score) for h in result.hits]
+        return [(h.id, h.score) for h in self.store.text_search(query, k=k, kinds=["memory"], session=scope)]
 
     def recall_for(self, peer: str, message: str) -> tuple[str, list[MemoryEntry]]:
         """What to put before a peer's request: the ``auto_results`` entries that best match it
