@@ -362,7 +362,7 @@ class Recall:
 
         ``memory`` (default: the one recall was made with): memory scopes whose files are read
         now, every one whole (``MEMORY.md`` past the cap, the topic files), in passages of a few
-        lines ranked by keyword among the store's parts, in place of the copies of their index
+        lines ranked by keyword and meaning among the store's parts, in place of the copies of their index
         the store holds (the head a session showed, maybe stale). Only for a search of now
         (no ``as_of``, no ``tx_id``: the store keeps the past) with no ``session``.
 

@@ -12,6 +12,8 @@ distinct text of each part, once, in index order) and keeps, in its own SQLite f
   file's next version, edited past its head) takes that vector instead of embedding the same
   input again;
 * ``parts``: which (object id, part) had which text, first seen in which version (object hash);
+* ``loose``: vectors of texts no stored part holds (the passages of memory files, read from disk
+  at each search: ``loose_vectors``), by the text's blake3; emptied by an eviction;
 * ``meta``: the embedder's name and dimension, and the cursor (the last ``seq`` taken in),
   written in the same transaction as the vectors, so a crash loses nothing and repeats nothing.
 
