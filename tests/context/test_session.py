@@ -1109,3 +1109,27 @@ def test_a_call_hashes_what_is_new_not_the_whole_history(db):
     assert hook.every_message is False
     hook.session.close()
     session.close()
+
+
+def test_two_hooks_of_one_session_see_a_rewrite_made_between_their_calls(db):
+    """Hooks that compare every message (the JSON-RPC server's) skip the messages that are the
+    objects they took in at their last call. With two hooks on one session, called in turn, the
+    other hook's call may have rewritten the history meanwhile: the messages this hook vouched
+    for are then no longer what the session holds, and a change the first, middle and last
+    comparison does not reach went unseen (the session kept the other history)."""
+    session = Session.open(db, "s1", harness="openai")
+    first, second = OpenAIHook(session), OpenAIHook(session)
+    first.every_message = second.every_message = True
+    msgs = [user("m0"), say("m1"), user("m2"), say("m3"), user("m4"), say("m5"), user("m6"), say("m7")]
+    first.transform_context(msgs)
+    other = list(msgs)
+    other[6] = user("m6, as the other client has it")  # neither the first, middle nor last
+    second.transform_context(other)
+    assert session.view.entries[session.view.visible[6]]["text"] == "m6, as the other client has it"
+    report_of: list[object] = []
+    first.on_sync = lambda s, report: report_of.append(report)
+    first.transform_context([*msgs, say("m8"), user("m9")])
+    assert report_of[0].rewritten and report_of[0].retired == 2
+    assert session.view.entries[session.view.visible[6]]["text"] == "m6"
+    assert len(session.view.visible) == 10
+    session.close()

@@ -164,6 +164,10 @@ class Ingest:
         client to send less (the message is the session's as cut; its hash is the one it came
         with, so the next call finds it held)."""
         self.cuts: list[tuple[int, int]] = []
+        self.syncs = 0
+        """How many syncs were taken in (or tried): a caller that vouches for the messages of its
+        last sync (``same``) may do so only while no other sync came since (another hook of the
+        session, which may have rewritten the history meanwhile)."""
         self.on_rewrite: Callable[[int, int, Callable[[int], str], Callable[[int], Incoming]], None] | None = None
         """Called as ``on_rewrite(start, count, hash_at, translate)`` when a list no longer starts with what
         was ingested, before anything changes (``start``: its first message that differs): it may
@@ -195,13 +199,15 @@ class Ingest:
 
         With ``same`` (a number), every message before the cursor is compared with the hash its
         entry keeps, but for the first ``same``: the caller vouches that they are the messages it
-        passed at the last sync, unchanged (the same objects: what the hook knows), which were
-        compared then. The first and middle of those are compared all the same (a harness may
+        passed at the last sync of this session, unchanged (the same objects: what the hook knows),
+        which were compared then (a caller that did not make the last sync, ``syncs``, vouches
+        for none). The first and middle of those are compared all the same (a harness may
         change a message in place). Without it (None), the first, middle and last messages
         before the cursor are compared, a flat cost: a change elsewhere goes unnoticed (proving
         every message unchanged costs a pass over the whole history at every call: 0.6 ms of
         identity checks at 50,000 messages, or hashing them all).
         """
+        self.syncs += 1
         view = self.view
         cursor = len(view.visible)
         limit = min(count, cursor)

@@ -513,6 +513,10 @@ class ContextHook(Generic[M]):
         50,000 messages), so by default the first, middle and last messages are compared."""
         self._synced: tuple[M, ...] = ()
         """The messages the last sync took in (``_Layout.messages``), when ``every_message``."""
+        self._synced_at = -1
+        """The session's sync count (``Ingest.syncs``) after that sync: another hook's sync since
+        (two hooks of one session, called in turn) may have rewritten the history, and the
+        messages this one took in vouch for nothing then."""
         self._sent: tuple[M, ...] = ()
         """What the last call returned, as this class made it (a subclass may mark the list it
         returns in place): a retry returns it again."""
@@ -531,6 +535,8 @@ class ContextHook(Generic[M]):
             vouched: int | None = None
             if self.every_message:
                 prior, self._synced = self._synced, ()
+                if self._synced_at != self.session.ingest.syncs:
+                    prior = ()  # another hook synced since: it may have rewritten what this one took in
                 vouched = layout.flat(min(_same_prefix(layout.messages, prior), max(0, len(prior) - 1)))
             try:
                 report = self.session.sync(layout.total, layout.hash_at, layout.translate, vouched)
@@ -540,7 +546,7 @@ class ContextHook(Generic[M]):
                     raise
                 raise again from None
             if self.every_message:
-                self._synced = tuple(layout.messages)
+                self._synced, self._synced_at = tuple(layout.messages), self.session.ingest.syncs
             if self.on_sync is not None:
                 self.on_sync(self.session, report)
             repeat = self.session.again(report)
