@@ -233,3 +233,31 @@ def test_a_session_ended_by_ctrl_c_on_a_hung_node_does_not_wait_the_store_out(
     finally:
         relay.cut()
         store.close()
+
+
+def test_a_session_left_by_an_error_after_its_lease_was_taken_ends_without_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leaving the ``with`` block by an error gives the lease back in a thread of its own (it
+    must not wait the store out): a lease that expired and was taken by another writer meanwhile
+    made that thread raise ``SessionBusy``, a ``StateError``, not the ``StoreError`` it caught,
+    and Python printed its traceback after the error the user saw. One warning line now."""
+    import threading
+
+    from context_os.store.sqlite import SqliteStore
+
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    store = SqliteStore(tmp_path / "s.db")
+    with pytest.raises(KeyboardInterrupt), Session.open(store, "s1", lease_ms=1000) as session:
+        OpenAIHook(session).transform_context(coding_session(1))
+        time.sleep(1.1)  # the lease expires (its length, not a wait on the code)
+        _foreign_lease(store, "s1", now_ms() + 60_000)  # and another writer takes it
+        raise KeyboardInterrupt
+    for thread in threading.enumerate():
+        if thread.name == "ctxos-close-s1":
+            thread.join()
+    assert raised == []
+    said = [r.getMessage() for r in caplog.records if "could not give its lease back" in r.getMessage()]
+    assert len(said) == 1 and "idle past its lease" in said[0]
+    store.close()

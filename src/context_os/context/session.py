@@ -301,19 +301,24 @@ class Session:
         # the error that ended the block is the one to raise, not one of closing after it; and
         # closing waits at most GIVE_BACK_S: after Ctrl-C or an outage the store may hang (a node
         # that does not answer holds each request up to the store's timeout)
-        failed: list[StoreError] = []
-        closed = threading.Event()
+        failed: list[Exception] = []
+        closed, gave_up = threading.Event(), threading.Event()
 
         def close() -> None:
+            # whatever ends it, it ends here: an error raised in this thread would print its
+            # traceback after the error that ended the block
             try:
                 self.close()
-            except StoreError as e:  # e.g. the store that went out of reach, still out of reach
+            except Exception as e:  # the store still out of reach, or closed meanwhile; the lease taken
                 failed.append(e)
+                if gave_up.is_set():  # (the warning below said it could not; this says how it ended)
+                    log.info("session %s: giving its lease back ended after the wait: %s", self.id, e)
             finally:
                 closed.set()
 
         threading.Thread(target=close, name=f"ctxos-close-{self.id}", daemon=True).start()
         if not closed.wait(GIVE_BACK_S):
+            gave_up.set()
             why = f"the store did not answer within {GIVE_BACK_S:g} s"
         elif failed:
             why = str(failed[0])
