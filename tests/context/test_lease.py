@@ -261,3 +261,26 @@ def test_a_session_left_by_an_error_after_its_lease_was_taken_ends_without_a_tra
     said = [r.getMessage() for r in caplog.records if "could not give its lease back" in r.getMessage()]
     assert len(said) == 1 and "idle past its lease" in said[0]
     store.close()
+
+
+def test_a_hook_that_refuses_a_session_of_another_harness_gives_its_lease_back(store: Store, uid: str) -> None:
+    """A hook refuses a session recorded with another harness (its history is in another
+    format); the session kept the lease until the process ended, and every other process was
+    refused the session meanwhile. The lease is given back; the session's own hook takes it again
+    at its first write, unless another writer held the session since (its view may be stale)."""
+    from context_os.errors import StateError
+    from context_os.harness.pi import PiHook
+    from tests.harness.pi_msgs import user as pi_user
+
+    Session.open(store, uid, harness="pi").close()
+    session = Session.open(store, uid, harness="openai")
+    with pytest.raises(StateError, match="recorded with harness 'pi'"):
+        OpenAIHook(session)
+    _end(_holder(store.url, uid, "close"))  # another process opens it at once
+    with pytest.raises(SessionBusy, match="another writer held the session after this one gave it back"):
+        PiHook(session).transform_context([pi_user("hi")])
+    with Session.open(store, uid) as s:
+        with pytest.raises(StateError):
+            OpenAIHook(s)
+        PiHook(s).transform_context([pi_user("hi")])  # nobody held it meanwhile: taken back
+        assert s.view.turn == 1

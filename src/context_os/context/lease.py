@@ -121,6 +121,9 @@ class Lease:
         self._doc: dict[str, Any] | None = None
         """The lease document as this holder last wrote it (None: not held)."""
         self._revoked: str | None = None
+        self._lent: dict[str, Any] | None = None
+        """The lease document this holder gave back with ``release(lend=True)``: the next write
+        takes the lease again if it is still that one (nobody held the session meanwhile)."""
 
     @property
     def id(self) -> str:
@@ -195,7 +198,10 @@ class Lease:
         if self._revoked is not None:
             raise SessionBusy(f"this Session of {self.session_id!r} no longer writes: {self._revoked}")
         if self._doc is None:
-            raise SessionBusy(f"this Session of {self.session_id!r} is closed")
+            if self._lent is None:
+                raise SessionBusy(f"this Session of {self.session_id!r} is closed")
+            self._take_back()
+            return
         now = now_ms()
         left = self.expires - now
         if left > self.ttl_ms // 2:
@@ -215,15 +221,33 @@ class Lease:
                 raise SessionBusy(f"this Session of {self.session_id!r} no longer writes: {self._revoked}")
         self._doc = doc
 
-    def release(self) -> None:
-        """Give the lease back (others may take it at once). Harmless when not held."""
+    def release(self, *, lend: bool = False) -> None:
+        """Give the lease back (others may take it at once). Harmless when not held. ``lend``:
+        the next write takes it again, if nobody held it meanwhile (else ``SessionBusy``: this
+        holder's view of the session may be out of date)."""
+        lent = None
         try:
             if self._doc is not None and self._revoked is None:
                 c = self._doc["content"]
                 self._write(
                     LeaseDoc(id=self.id, content={**c, "expires": 0}, meta=self._doc["meta"]).to_doc(), now_ms()
                 )
+                lent = self._doc if lend else None
         finally:
-            self._doc = None
+            self._doc, self._lent = None, lent
             if _LIVE.get((self.store.url, self.session_id)) is self:
                 del _LIVE[(self.store.url, self.session_id)]
+
+    def _take_back(self) -> None:
+        """Take the lease lent with ``release(lend=True)`` again: with ``Match`` on the document
+        it was given back as, which fails if any writer held it since."""
+        assert self._lent is not None
+        now = now_ms()
+        doc = self._new_doc(now)
+        match = Match(self.id, self._lent, now + MATCH_HORIZON_MS)
+        self._lent = None
+        if not self.store.submit([match, Put(doc, next_valid_time())]).committed:
+            self._revoked = "another writer held the session after this one gave it back: open it again"
+            raise SessionBusy(f"this Session of {self.session_id!r} no longer writes: {self._revoked}")
+        self._doc = doc
+        _LIVE[(self.store.url, self.session_id)] = self

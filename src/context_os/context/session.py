@@ -207,7 +207,7 @@ class Session:
     ) -> Session:
         """Resume ``session_id`` from the store, or start it, as its one writer. A resumed session
         keeps the ``harness`` it was recorded with, unless that was ``generic`` (not named); a hook
-        of another harness refuses it (``ContextHook``).
+        of another harness refuses it and lends its lease out (``ContextHook``, ``lend``).
 
         Takes the session's lease first (context/lease.py): ``SessionBusy`` if another process
         writes it; a ``Session`` of it opened earlier in this process stops writing. ``close()``
@@ -290,6 +290,13 @@ class Session:
             self.store.sync()
         except StoreError as e:  # taken all the same (an XTDB node's log, an outbox): only slower to read
             log.warning("session %s closed before its store could confirm its last writes: %s", self.id, e)
+
+    def lend(self) -> None:
+        """Give the lease back while this Session does not write (another process may open the
+        session meanwhile); its next write takes it again, or raises ``SessionBusy`` if another
+        writer held the session since (what this Session holds in memory may be out of date)."""
+        if self.lease is not None:
+            self.lease.release(lend=True)
 
     def __enter__(self) -> Session:
         return self

@@ -34,7 +34,7 @@ from ..context.view import TAIL_OPEN, Rendered
 if TYPE_CHECKING:
     from ..files.file_tools import FileTools
 from .. import hashing
-from ..errors import HashError, InvalidOutput, MalformedMessage, StateError
+from ..errors import HashError, InvalidOutput, MalformedMessage, StateError, StoreError
 from ..hashing import hash_value
 from .pairing import Pairing, check_end, check_pairs, left_open
 
@@ -480,17 +480,25 @@ class ContextHook(Generic[M]):
         """``adapter``: the harness's adapter (default: a new ``adapter_class``). ``files``: the
         file tools, registered with the context tools. ``on_sync(session, report)``, if given,
         runs after the new messages are ingested and before the context is assembled: e.g. to
-        show the files that new tool results touched."""
+        show the files that new tool results touched. A session recorded with another harness is
+        refused (``StateError``), its lease given back until its next write (``Session.lend``)."""
         if adapter is None:
             if self.adapter_class is None:
                 raise TypeError(f"{type(self).__name__} needs an adapter")
             adapter = self.adapter_class()
         if "generic" not in (session.harness, adapter.name) and session.harness != adapter.name:
             # its history is in another format: every message would read as a rewrite of it
-            raise StateError(
+            refusal = StateError(
                 f"session {session.id!r} was recorded with harness {session.harness!r}, not {adapter.name!r}: "
                 "use its own hook, or another session id"
             )
+            # and the session's lease is given back: kept, it would keep every other process out
+            # of the session until this one ends (its own hook takes it again at its first write)
+            try:
+                session.lend()
+            except (StoreError, StateError) as e:
+                raise refusal from e
+            raise refusal
         self.session = session
         self.adapter = adapter
         adapter.resume([session.view.entries[i] for i in session.view.visible])
