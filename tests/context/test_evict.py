@@ -634,3 +634,31 @@ def test_damage_beside_an_eviction_is_still_reported(store: Store, uid: str, dam
     check = verify_frame(store, frame)
     assert not check.ok and not check.evicted_only and check.evicted == [], check.problems
     assert any(p.startswith(wrong) for p in check.problems), check.problems
+
+
+def test_a_check_of_many_frames_that_lost_blocks_reads_the_tombstones_once(
+    store: Store, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each frame that lost a block read every tombstone of the store again to find which one
+    erased it: on an XTDB node after many evictions a check crawled. A pass reads them once, and
+    again only after the store took a transaction (an eviction meanwhile)."""
+    from context_os.context.frames import verify_frames
+
+    oid = _activated_then_evicted(store, uid)
+    frames = frame_docs(store, uid)
+    find, reads = store.find, []
+
+    def counted(kind: str | None = None, where: Any = None, **kw: Any) -> Any:
+        if kind == "tombstone" and not where:
+            reads.append(kind)
+        return find(kind, where, **kw)
+
+    monkeypatch.setattr(store, "find", counted)
+    checks = list(verify_frames(store, frames, jobs=1))
+    losing = [c for c in checks if any(p.startswith("block ") for p in c.problems)]
+    assert len(losing) >= 2 and all(c.evicted == [oid] for c in losing), [c.problems for c in checks]
+    assert len(reads) == 1
+    for check in verify_frames(store, frames, jobs=1):
+        if check.frame_id == losing[0].frame_id:  # an eviction in the middle of a pass: read again
+            evict(store, f"toolcall:{uid}:c2", reason="leaked too")
+    assert len(reads) == 3

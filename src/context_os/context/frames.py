@@ -222,6 +222,9 @@ class FrameMemo:
     blocks: dict[str, str] = field(default_factory=dict)
     versions: VersionMemo = field(default_factory=dict)
     refs: dict[tuple[str, int, int], str | None] = field(default_factory=dict)
+    tombstones: TombstoneMemo = field(default_factory=lambda: TombstoneMemo())
+    """Shared by the memos of one pass (``_Memos``): the tombstones, read again only once the
+    store took a transaction since."""
 
     def block(self, store: Store, block_id: str) -> str | None:
         """The text of a block document (None: not in the store)."""
@@ -240,6 +243,23 @@ class FrameMemo:
             v = self.versions[key] if key in self.versions else store.get(id, valid_time, tx)
             self.refs[key] = v.doc.get("object_hash") if v is not None and v.doc is not None else None
         return self.refs[key]
+
+
+class TombstoneMemo:
+    """The tombstones of a store as of its newest transaction, for the frames of one pass
+    (``_blocks_evicted`` needs them for every frame that lost a block: on a node after many
+    evictions, reading them all once per frame made the check crawl)."""
+
+    def __init__(self) -> None:
+        self.tx: int | None = None
+        self.versions: list[Version] | None = None
+
+    def read(self, store: Store) -> list[Version]:
+        latest = store.latest_tx()  # the newest readable: what ``find`` reads
+        tx = None if latest is None else latest.id
+        if self.versions is None or tx != self.tx:
+            self.tx, self.versions = tx, store.find("tombstone")
+        return self.versions
 
 
 def rerender(store: Store, frame: dict[str, Any], *, memo: FrameMemo | None = None) -> Rendered:
@@ -404,7 +424,7 @@ def verify_frame(
     if lost:
         problems += [f"block {block_id} of {frame['id']} is not in the store" for block_id in lost]
         # a block goes only with what it showed (an object, or the object index listing one)
-        went, unnamed = _blocks_evicted(store, lost, basis, frame)
+        went, unnamed = _blocks_evicted(store, lost, basis, frame, memo.tombstones)
         unexplained = unexplained or bool(unnamed)
         new = [oid for oid in dict.fromkeys(went.values()) if oid not in gone]
         problems += _evicted(store, new)[1]
@@ -453,7 +473,7 @@ def verify_frame(
 
 
 def _blocks_evicted(
-    store: Store, lost: list[str], basis: int, frame: dict[str, Any]
+    store: Store, lost: list[str], basis: int, frame: dict[str, Any], tombstones: TombstoneMemo
 ) -> tuple[dict[str, str], list[str]]:
     """Of the blocks of ``frame`` the store no longer has: those an eviction since erased (block
     id: the object its tombstone names), and the others. A tombstone written before tombstones
@@ -462,7 +482,7 @@ def _blocks_evicted(
     went: dict[str, str] = {}
     older: list[str] = []
     named = {r["id"] for r in frame["content"]["refs"]}
-    for v in store.find("tombstone"):
+    for v in tombstones.read(store):
         doc = v.doc or {}
         content, meta = doc.get("content") or {}, doc.get("meta") or {}
         oid = meta.get("object")
@@ -567,7 +587,7 @@ class _Memos:
         meta = frame.get("meta")
         session = meta.get("session") if isinstance(meta, dict) else None
         if session != self.session:
-            self.session, self.memo = session, FrameMemo()
+            self.session, self.memo = session, FrameMemo(tombstones=self.memo.tombstones)
         return self.memo
 
 
