@@ -636,6 +636,47 @@ def test_damage_beside_an_eviction_is_still_reported(store: Store, uid: str, dam
     assert any(p.startswith(wrong) for p in check.problems), check.problems
 
 
+def _as_written_before_block_lists(store: Store, oid: str) -> int:
+    """The tombstone of ``oid`` as context_os wrote it before tombstones listed the blocks they
+    erased (a count only); that count."""
+    from context_os.store.base import Put, next_valid_time
+
+    tomb = store.doc(tombstone_id(oid))
+    assert tomb is not None
+    content = {k: v for k, v in tomb["content"].items() if k != "block_ids"}
+    old = {**tomb, "content": content}
+    store.submit([Put(old | doc_hashes(old), next_valid_time())])
+    return int(content["blocks"])
+
+
+@pytest.mark.parametrize("damage", ["deleted", "erased"])
+def test_a_tombstone_without_its_block_list_excuses_no_more_than_it_erased(store: Store, uid: str, damage: str) -> None:
+    """A tombstone written before tombstones listed the blocks they erased excused every missing
+    block of every frame of its session, damage included. It now excuses only blocks the store
+    erased (a deleted block's history is still there: not an eviction), no more of them than it
+    says it erased, and the check says that it took them to be those."""
+    from context_os.context.frames import verify_frames
+    from context_os.store.base import Delete
+
+    oid = _activated_then_evicted(store, uid)
+    count = _as_written_before_block_lists(store, oid)
+    frames = frame_docs(store, uid)
+    checks = list(verify_frames(store, frames, jobs=1))
+    lost = [c for c in checks if not c.ok]
+    assert lost and all(c.evicted_only and c.evicted == [oid] for c in lost), [c.problems for c in lost]
+    assert any("does not list the blocks it erased" in p for p in lost[-1].problems), lost[-1].problems
+    kept = next(b for b in frames[-1]["content"]["blocks"] if store.doc(b[1]) is not None)
+    # blocks the tombstone did not erase go missing behind the store's back: one deleted (its
+    # history stays), or more of them erased than the tombstone says it erased
+    more = [kept[1]]
+    if damage == "erased":
+        shown = {b[1] for f in frames for b in f["content"].get("blocks", [])}
+        more = sorted(b for b in shown if store.doc(b) is not None)[: count + 1]
+    store.submit([Delete(b) if damage == "deleted" else Evict(b) for b in more])
+    checks = list(verify_frames(store, frames, jobs=1))
+    assert any(not c.ok and not c.evicted_only for c in checks), [(c.frame_id, c.problems) for c in checks]
+
+
 def test_a_check_of_many_frames_that_lost_blocks_reads_the_tombstones_once(
     store: Store, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -248,11 +248,14 @@ class FrameMemo:
 class TombstoneMemo:
     """The tombstones of a store as of its newest transaction, for the frames of one pass
     (``_blocks_evicted`` needs them for every frame that lost a block: on a node after many
-    evictions, reading them all once per frame made the check crawl)."""
+    evictions, reading them all once per frame made the check crawl), and what each tombstone
+    that does not list the blocks it erased is taken to have erased so far in the pass (no more
+    than the count it keeps)."""
 
     def __init__(self) -> None:
         self.tx: int | None = None
         self.versions: list[Version] | None = None
+        self.taken: dict[str, set[str]] = {}
 
     def read(self, store: Store) -> list[Version]:
         latest = store.latest_tx()  # the newest readable: what ``find`` reads
@@ -424,10 +427,17 @@ def verify_frame(
     if lost:
         problems += [f"block {block_id} of {frame['id']} is not in the store" for block_id in lost]
         # a block goes only with what it showed (an object, or the object index listing one)
-        went, unnamed = _blocks_evicted(store, lost, basis, frame, memo.tombstones)
+        went, unnamed, guessed = _blocks_evicted(store, lost, basis, frame, memo.tombstones)
         unexplained = unexplained or bool(unnamed)
         new = [oid for oid in dict.fromkeys(went.values()) if oid not in gone]
         problems += _evicted(store, new)[1]
+        problems += [
+            f"{len(blocks)} of the blocks of {frame['id']} that are not in the store are taken as erased by "
+            f"{oid}'s eviction: its tombstone does not list the blocks it erased (written before tombstones "
+            f"did), only that it erased {count}; no tombstone lists them and the store keeps no history of "
+            "them, as after an eviction"
+            for oid, (count, blocks) in guessed.items()
+        ]
         gone += new
     if wrong_hash and not gone:
         # every ref resolves: the re-render differs by what was evicted (a block it showed, or a
@@ -474,13 +484,17 @@ def verify_frame(
 
 def _blocks_evicted(
     store: Store, lost: list[str], basis: int, frame: dict[str, Any], tombstones: TombstoneMemo
-) -> tuple[dict[str, str], list[str]]:
+) -> tuple[dict[str, str], list[str], dict[str, tuple[int, list[str]]]]:
     """Of the blocks of ``frame`` the store no longer has: those an eviction since erased (block
-    id: the object its tombstone names), and the others. A tombstone written before tombstones
-    named their blocks (``block_ids``) explains those of the frame's session, or of an object the
-    frame names, if it erased any."""
+    id: the object its tombstone names), the others, and the blocks taken as erased by a
+    tombstone that does not list them (object: the count it keeps, those blocks).
+
+    A tombstone lists the blocks it erased (``block_ids``). One written before tombstones did
+    keeps only their count: it may explain a block of the frame's session, or of an object the
+    frame names, that the store erased (no history of it left: a deleted or damaged block keeps
+    its history), and no more of them in the pass than that count (``TombstoneMemo.taken``)."""
     went: dict[str, str] = {}
-    older: list[str] = []
+    older: list[tuple[str, int]] = []
     named = {r["id"] for r in frame["content"]["refs"]}
     for v in tombstones.read(store):
         doc = v.doc or {}
@@ -491,12 +505,22 @@ def _blocks_evicted(
         if isinstance(content.get("block_ids"), list):
             went |= {b: oid for b in content["block_ids"] if b in lost}
         elif content.get("blocks") and (meta.get("session") == frame["meta"]["session"] or oid in named):
-            older.append(oid)
+            older.append((oid, int(content["blocks"])))
     unnamed = [b for b in lost if b not in went]
+    guessed: dict[str, tuple[int, list[str]]] = {}
     if older:
-        went |= {b: older[0] for b in unnamed}
-        unnamed = []
-    return went, unnamed
+        for b in unnamed:
+            if store.history(b, with_docs=False):
+                continue  # still has a history: deleted or damaged, not evicted
+            for oid, count in older:
+                taken = tombstones.taken.setdefault(oid, set())
+                if b in taken or len(taken) < count:
+                    taken.add(b)
+                    went[b] = oid
+                    guessed.setdefault(oid, (count, []))[1].append(b)
+                    break
+        unnamed = [b for b in unnamed if b not in went]
+    return went, unnamed, guessed
 
 
 PARALLEL_FROM = 128
