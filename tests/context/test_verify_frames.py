@@ -297,6 +297,63 @@ def test_a_node_down_is_said_once_not_once_per_worker(tmp_path: Path, xtdb_url: 
     assert said == [f"XTDB node at {down} cannot be reached: going on with {xtdb_url.removeprefix('xtdb+')}"]
 
 
+_CUT_SHORT = """
+import sys
+from pathlib import Path
+from context_os.context import frames
+from context_os.errors import StoreUnavailable
+from context_os.store.xtdb import XtdbStore
+frames.PARALLEL_FROM = 1
+with XtdbStore(sys.argv[1], text_index_path=Path(sys.argv[2])) as store:
+    docs = frames.frame_docs(store, sys.argv[3])
+    print("listed", flush=True)
+    sys.stdin.readline()
+    try:
+        list(frames.verify_frames(store, docs, jobs=2))
+    except StoreUnavailable:
+        print("out of reach", flush=True)
+"""
+
+
+@pytest.mark.xtdb
+def test_what_a_worker_said_before_an_outage_ended_its_chunk_is_said(tmp_path: Path, xtdb_url: str, uid: str) -> None:
+    """A worker logs as it goes (a node down, the check going on with the next); its lines came
+    back with its chunk's checks, so when the chunk failed (the next node went out of reach too)
+    they were lost with it, and the check said only the last error. They are said now."""
+    sid = f"cut-{uid}"
+    with XtdbStore(xtdb_url, text_index_path=tmp_path / "index.db") as store:
+        hook = OpenAIHook(Session.open(store, sid, harness="openai", policy=RetentionPolicy(**EAGER)))
+        msgs = [{"role": "system", "content": "You are a coding agent."}, user("fix the bug")]
+        for n in range(4):
+            msgs += [call(f"c{n}", command=f"cat f{n}.py"), result(f"c{n}", f"line {n}\n" * 20)]
+            hook.transform_context(msgs)
+        hook.session.close()
+    first, second = CuttableProxy(xtdb_url), CuttableProxy(xtdb_url)
+    url = f"{first.url},{second.url.removeprefix('xtdb+http://')}"
+    src = str(Path(frames_module.__file__).parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    args = [sys.executable, "-c", _CUT_SHORT, url, str(tmp_path / "index.db"), sid]
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    with subprocess.Popen(args, env=env, text=True, **pipes) as child:
+        try:
+            assert child.stdout is not None and child.stdin is not None
+            assert child.stdout.readline().strip() == "listed"
+            first.cut()  # the worker finds the first node down and goes on with the second,
+            second.stall()  # which hangs, then goes down too
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert second.stalled.wait(120), "no worker went on with the second node"
+            second.cut()
+            out, err = child.communicate(timeout=300)
+        finally:
+            child.kill()
+            first.cut()
+            second.cut()
+    assert child.returncode == 0 and out.strip() == "out of reach", (out, err)
+    down = first.url.removeprefix("xtdb+")
+    assert f"XTDB node at {down} cannot be reached: going on with" in err, err
+
+
 @pytest.mark.parametrize("field", ["session", "basis"])
 def test_a_frame_naming_a_session_not_there_at_its_basis_is_a_failed_check(tmp_path: Path, field: str) -> None:
     """A frame document changed behind the store's back so that its session is not found as of

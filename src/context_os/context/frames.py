@@ -574,12 +574,20 @@ def verify_frames(
             if blocked:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         said: set[tuple[str, int, str]] = set()
-        for checks, logged in results:
+
+        def say(logged: Iterable[tuple[str, int, str]]) -> None:
             for line in logged:  # what the workers logged, each said once however many said it
                 if line not in said:
                     said.add(line)
                     logging.getLogger(line[0]).log(line[1], "%s", line[2])
-            yield from checks
+
+        try:
+            for checks, logged in results:
+                say(logged)
+                yield from checks
+        except Exception as e:  # a chunk that failed (the store out of reach): what it logged first too
+            say(getattr(e, "logged", ()))
+            raise
         done = True
     finally:
         if not done:  # an error, Ctrl-C or a caller that stopped: the workers' checks are not wanted
@@ -681,5 +689,8 @@ def _worker_checks(frames: Sequence[dict[str, Any]]) -> tuple[list[FrameCheck], 
         store, memos = _worker
         # what a check carries besides its verdict stays here: a view is the whole session
         return [replace(_check_one(store, frame, memos), rendered=None, view=None) for frame in frames], _kept.lines
+    except Exception as e:  # (the store out of reach): what was logged before goes with it to the parent
+        e.logged = _kept.lines  # type: ignore[attr-defined]
+        raise
     finally:
         _kept.lines = []
