@@ -267,6 +267,62 @@ def test_a_replay_whose_node_goes_away_names_the_append_that_goes_on(xtdb_url: s
     assert rest["frames"] == rest["frames_verified"] > rest["turns"] > 0
 
 
+_HUNG_AT_CALL_4 = """
+import sys
+from context_os.cli import cli
+from context_os.harness.virtual_files import VirtualFiles
+from context_os.store.xtdb import XtdbStore
+XtdbStore.__init__.__kwdefaults__["timeout"] = 3600.0  # a node that hangs holds each request this long
+observe, seen = VirtualFiles.observe, []
+def hung_at_call_4(self, session, report):
+    seen.append(1)
+    if len(seen) == 4:
+        print("call 4", flush=True)
+        sys.stdin.readline()  # the node hangs from here on
+    observe(self, session, report)
+VirtualFiles.observe = hung_at_call_4
+cli(sys.argv[1:])
+"""
+
+
+@pytest.mark.xtdb
+def test_ctrl_c_ends_a_replay_on_a_node_that_hangs_without_waiting_it_out(xtdb_url: str, tmp_path: Path) -> None:
+    """Ctrl-C while a replayed model call waits on a node that hangs: the replay held the signal
+    until the call was whole (the store's timeout, 30 s by default; here an hour), then waited 5 s
+    for the lease's give-back and 10 s for the node to index what it wrote as it closed. It cuts
+    the call after a short grace now, and waits on the node no more: exit 130 and the
+    ``--append`` run named, which then makes every call not acknowledged, none lost."""
+    import signal
+
+    from tests._xtdb_node import CuttableProxy
+
+    traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydantic__pydantic.acb0f10f.pr_8316.traj"
+    sid = f"hung-{uuid.uuid4().hex[:10]}"
+    proxy = CuttableProxy(xtdb_url)
+    args = [sys.executable, "-c", _HUNG_AT_CALL_4, "--store", proxy.url, "replay", str(traj), "--session", sid]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    with subprocess.Popen([*args, "--verify", "none"], env=env, text=True, **pipes) as child:
+        try:
+            assert child.stdout is not None and child.stdin is not None
+            assert child.stdout.readline().strip() == "call 4"
+            proxy.stall()
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert proxy.stalled.wait(120), "the replay asked the node nothing more"
+            child.send_signal(signal.SIGINT)
+            _, err = child.communicate(timeout=120)  # (a guard: before, it waited the hour out)
+        finally:
+            child.kill()
+            proxy.cut()
+    assert child.returncode == 130, err
+    assert "the store did not answer within 2 s, so the model call under way was cut" in err, err
+    assert f"--session {sid} --append` goes on from there" in err and "Traceback" not in err, err
+    rest = json.loads(ctxos("replay", str(traj), "--session", sid, "--append", "--json", store=xtdb_url).stdout)
+    whole = json.loads(ctxos("replay", str(traj), "--verify", "none", "--json", store=str(tmp_path / "w.db")).stdout)
+    assert rest["frames"] == rest["frames_verified"] == whole["turns"] > rest["turns"] >= whole["turns"] - 4
+
+
 def test_status_of_a_url_that_is_no_store_still_names_the_backend_and_the_outbox(tmp_path: Path) -> None:
     """A web server where the node should be, through the default outbox: the report says what
     the URL is meant to be (an XTDB node) and what waits for it, as for a node out of reach."""

@@ -15,6 +15,7 @@ import shutil
 import signal
 import socketserver
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict
@@ -470,6 +471,13 @@ def run_replay(
                         stop.check()  # a signal after its last call: held, not lost
                     except KeyboardInterrupt:
                         said = f"\ninterrupted: session {sid!r} holds {session.view.turn} whole model call(s)"
+                        if stop.cut:  # the store stopped answering: nor would it take the lease back
+                            session.give_back_s = min(session.give_back_s, CUT_GIVE_BACK_S)
+                            said = (
+                                f"\ninterrupted: the store did not answer within {CALL_GRACE_S:g} s, so the model"
+                                f" call under way was cut (a transaction it sent and the store did not acknowledge"
+                                f" lands whole or not at all); session {sid!r} holds every call before it"
+                            )
                         if stop.released and checks:  # every call was in: its frames were being checked
                             said = (
                                 f"\ninterrupted while checking the frames of session {sid!r}: it holds all"
@@ -547,21 +555,32 @@ def _ticker(it: Iterator[int], stop: _Deferred | None = None, calls: int = 0) ->
     return tick
 
 
+CALL_GRACE_S = 2.0
+"""How long Ctrl-C waits for the model call being replayed to be whole (``_Deferred``)."""
+CUT_GIVE_BACK_S = 1.0
+"""How long a replay whose call was cut (the store stopped answering) waits for the store to take
+the session's lease back (``Session.give_back_s``)."""
+
+
 class _Deferred(AbstractContextManager["_Deferred"]):
     """Ctrl-C (SIGINT) and SIGTERM held until the model call being replayed is whole (``check``
-    then raises ``KeyboardInterrupt``): a call cut in the middle has its messages in the session
-    but no frame, and ``--append`` would then go on after it, one call short. A second Ctrl-C
-    stops at once. Only in the main thread (signal handlers cannot be set elsewhere)."""
+    then raises ``KeyboardInterrupt``): a call cut in the middle may have its messages in the
+    session but no frame (``--append`` then makes the call again). A second Ctrl-C stops at once,
+    and so does a call not whole within ``CALL_GRACE_S`` (``cut``: a store that stopped answering
+    would hold it up to its timeout). Only in the main thread (signal handlers cannot be set
+    elsewhere)."""
 
     def __init__(self) -> None:
         self.pending = False
         self.released = False
         """Whether Ctrl-C stops at once again (``release``)."""
+        self.cut = False
+        """Whether the call under way was cut, not whole ``CALL_GRACE_S`` after Ctrl-C."""
         self._old: dict[int, Any] = {}
+        self._timer: threading.Timer | None = None
+        self._raised = False
 
     def __enter__(self) -> _Deferred:
-        import threading
-
         self.released = False
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -575,17 +594,34 @@ class _Deferred(AbstractContextManager["_Deferred"]):
         self.check()
 
     def _hold(self, signum: int, frame: object) -> None:
+        if self._raised:  # stopping already (the timer's signal came late)
+            return
         if self.pending or self.released:  # asked twice, or nothing left to hold it for: now
+            self._raised = True
             raise KeyboardInterrupt
         self.pending = True
+        self._timer = threading.Timer(CALL_GRACE_S, self._cut, (threading.main_thread().ident,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _cut(self, main: int) -> None:
+        """The call is not whole yet: Ctrl-C again, in the main thread, whose wait on the store
+        it breaks (a signal sent to the process may reach another thread)."""
+        if self._old and not self._raised:
+            self.cut = True
+            signal.pthread_kill(main, signal.SIGINT)
 
     def check(self) -> None:
         if self.pending:
+            self._raised = True
             raise KeyboardInterrupt
 
     def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         for sig, old in self._old.items():
             signal.signal(sig, old)
+        self._old = {}
 
 
 def program() -> list[str]:

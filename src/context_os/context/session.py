@@ -130,6 +130,9 @@ class Session:
         """What recorded the messages, if not the harness live (a replay: the transcript's format)."""
         self.lease = lease
         """The session's writer lease (``Session.open`` takes it; None: this object never writes)."""
+        self.give_back_s = GIVE_BACK_S
+        """How long leaving a ``with`` block by an error waits for the store to take the lease
+        back (``ctxos replay`` cut short on a store that stopped answering waits less)."""
         self.retired: list[list[int]] = retired if retired is not None else []
         self.writer = SessionWriter(store, view, lease, header=self._header, last_vt=last_vt)
         self.ingest = Ingest(view, self.writer, redact=redact, retired=self.retired)
@@ -306,7 +309,7 @@ class Session:
             self.close()
             return
         # the error that ended the block is the one to raise, not one of closing after it; and
-        # closing waits at most GIVE_BACK_S: after Ctrl-C or an outage the store may hang (a node
+        # closing waits at most ``give_back_s``: after Ctrl-C or an outage the store may hang (a node
         # that does not answer holds each request up to the store's timeout)
         failed: list[Exception] = []
         closed, gave_up = threading.Event(), threading.Event()
@@ -324,9 +327,9 @@ class Session:
                 closed.set()
 
         threading.Thread(target=close, name=f"ctxos-close-{self.id}", daemon=True).start()
-        if not closed.wait(GIVE_BACK_S):
+        if not closed.wait(self.give_back_s):
             gave_up.set()
-            why = f"the store did not answer within {GIVE_BACK_S:g} s"
+            why = f"the store did not answer within {self.give_back_s:g} s"
         elif failed:
             why = str(failed[0])
         else:

@@ -553,6 +553,10 @@ class XtdbStore(Store):
         self._no_json_history: set[str] = set()
         """Nodes without our front end's JSON history (an older front end, the official server):
         ``history`` reads ``entity`` in EDN there."""
+        self._unanswered = False
+        """Whether the last request that ended, ended without an answer from the node (it timed
+        out, or Ctrl-C cut it): ``close`` does not then wait for the node to index what this
+        store wrote, which a node that hangs would make it wait out."""
         self.timeout = timeout
         self._client = self._init_client()
         self._text = text_index.SidecarIndex(text_index_path or node_file("text-index", url), self)
@@ -601,6 +605,9 @@ class XtdbStore(Store):
                 r = self._client.request(
                     method, base, f"/_xtdb/{endpoint}", params=params, content=content, headers=headers, timeout=timeout
                 )
+            except KeyboardInterrupt:  # (Ctrl-C while the node has not answered)
+                self._unanswered = True
+                raise
             except _http.ConnectFailed as e:
                 # Nothing was sent: safe to retry even a submit, at once on another node
                 if self._fail_over(base, tried):
@@ -609,6 +616,7 @@ class XtdbStore(Store):
                     where = base if len(self.bases) == 1 else f"{', '.join(self.bases)} (every node)"
                     raise StoreUnreachable(f"XTDB node at {where} cannot be reached: {e}") from e
             except _http.TimedOut as e:
+                self._unanswered = True
                 raise StoreUnavailable(
                     f"XTDB node at {base} did not answer {method} /_xtdb/{endpoint} in time: {e!r}"
                 ) from e
@@ -629,6 +637,7 @@ class XtdbStore(Store):
                 raise StoreUnavailable(f"XTDB node at {base}: {method} /_xtdb/{endpoint} failed: {e!r}") from e
             else:
                 self._down.discard(base)
+                self._unanswered = False
                 if r.status_code in (502, 503, 504) and idempotent and not last:
                     pass  # a proxy in front of a restarting node: try again
                 else:
@@ -1321,6 +1330,9 @@ class XtdbStore(Store):
 
     def close(self) -> None:
         try:  # what this store wrote is readable by everyone once it is closed
+            if self._unanswered and self._unsettled >= 0:
+                # a node that did not answer the last request would hold this wait up to its timeout
+                raise StoreUnavailable(f"XTDB node at {self.base} did not answer the last request; not waiting")
             self._settle()
         except StoreError as e:  # taken by the node's log all the same: nothing is lost
             log.warning("XTDB node at %s: closing before it indexed transaction %s: %s", self.base, self._unsettled, e)
