@@ -703,3 +703,25 @@ def test_a_check_of_many_frames_that_lost_blocks_reads_the_tombstones_once(
         if check.frame_id == losing[0].frame_id:  # an eviction in the middle of a pass: read again
             evict(store, f"toolcall:{uid}:c2", reason="leaked too")
     assert len(reads) == 3
+
+
+def test_damage_to_a_page_written_back_after_its_eviction_is_not_excused_by_it(store: Store, uid: str) -> None:
+    """A chat page evicted from a live session is written back scrubbed, and later frames show
+    that page. Its tombstone, written before those frames were, excused any later damage to the
+    page: a frame that cannot have shown what the eviction erased was counted as evicted, not
+    damaged. Only an eviction after a frame's basis explains what the frame lost."""
+    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
+    hook = OpenAIHook(s)
+    msgs = [user(f"the deploy password is {SECRET}")]
+    for n in range(12):
+        msgs += [call(f"c{n}", "bash", command="ls"), result(f"c{n}", f"file{n}.txt")]
+    hook.transform_context(msgs)
+    evict(store, f"chat:{uid}:00000")
+    msgs += [say("noted"), user("go on")]
+    hook.transform_context(msgs)
+    s.close()
+    frame = get_frame(store, uid, s.view.turn)
+    assert verify_frame(store, frame).ok
+    store.submit([Evict(f"chat:{uid}:00000")])  # the page written back, erased behind the store's back
+    check = verify_frame(store, frame)
+    assert not check.ok and not check.evicted_only and check.evicted == [], check.problems

@@ -94,9 +94,9 @@ def scrub_entries(entries: list[Entry]) -> list[Entry]:
     return out
 
 
-def evictions(store: Store, ids: list[str]) -> dict[str, str]:
-    """Those of ``ids`` that were evicted, each with how its tombstone says it was: ``evicted at
-    <time> (<reason>), in tx <n>``."""
+def evictions(store: Store, ids: list[str], *, since: int | None = None) -> dict[str, str]:
+    """Those of ``ids`` that were evicted (``since``: last evicted at or after that time, in ms),
+    each with how its tombstone says it was: ``evicted at <time> (<reason>), in tx <n>``."""
     out: dict[str, str] = {}
     for oid in ids:
         tomb = store.get(tombstone_id(oid))
@@ -104,6 +104,8 @@ def evictions(store: Store, ids: list[str]) -> dict[str, str]:
             continue
         content = tomb.doc.get("content") or {}
         when = content.get("evicted_at")
+        if since is not None and isinstance(when, int) and when < since:
+            continue  # written again after that eviction (a chat page scrubbed): not what it erased
         at = f" at {iso(when)}" if isinstance(when, int) else ""
         why = f" ({content['reason']})" if isinstance(content.get("reason"), str) else ""
         out[oid] = f"evicted{at}{why}, in tx {tomb.tx_id}"
