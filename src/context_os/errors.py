@@ -101,6 +101,11 @@ class StoreError(ContextOSError):
     """The store could not carry out an operation."""
 
 
+class StoreClosed(StoreError):
+    """The store was closed by its owner: nothing more can be read or written through it (a
+    background worker reading it stops)."""
+
+
 class StoreUnavailable(StoreError):
     """The store backend cannot be reached."""
 

@@ -437,6 +437,26 @@ def test_a_lasting_failure_is_logged_once_not_at_every_poll(
         emb.close()
 
 
+def test_the_worker_stops_quietly_once_its_store_is_closed(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a store closed before the recall that reads it (``with open_store() as store:`` around a
+    # session whose recall runs on) ends the worker: no warning at exit, and a drain answers
+    chat(db, "s1", TALK[:4])
+    index = VectorIndex(db, model, tmp_path / "v.vectors")
+    worker = VectorIndexer(index, interval_s=0, poll_s=None)
+    db.close()
+    with caplog.at_level("INFO", logger="context_os"):
+        assert not worker.drain(timeout=60)
+        worker._thread.join(60)
+        assert not worker._thread.is_alive()
+        assert not worker.drain(timeout=60)  # a drain after it ended does not wait for nobody
+    assert not [r for r in caplog.records if r.levelno >= 20], [r.getMessage() for r in caplog.records]
+    assert index.last_error is not None and "closed" in index.last_error
+    worker.close()
+    index.close()
+
+
 def test_vectors_are_normalised_float32_in_the_sidecar(db: Store, tmp_path: Path, model: WordLlamaEmbedder) -> None:
     chat(db, "s1", TALK[:2])
     index = VectorIndex(db, model, tmp_path / "v.vectors")

@@ -56,7 +56,7 @@ import blake3
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ConfigError, InputError, StoreCorrupt, StoreError
+from ..errors import ConfigError, InputError, StoreClosed, StoreCorrupt, StoreError
 from ..objects import index_parts
 from ..store.base import Store, TextHit, TextPart, Version
 from ..store.text_index import check_basis, check_kinds, session_of
@@ -954,7 +954,12 @@ class VectorIndexer:
             self._queue.put(waiter, timeout=timeout)
         except queue.Full:
             return False
-        return waiter.done.wait(timeout) and waiter.ok
+        # a worker that ended meanwhile (stopped, its store closed) answers no waiter left behind
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not waiter.done.wait(0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))):
+            if not self._thread.is_alive() or (deadline is not None and time.monotonic() >= deadline):
+                return False
+        return waiter.ok
 
     def close(self, timeout: float | None = None) -> None:
         """Stop the worker: it finishes the slice it is embedding (committed, so the next
@@ -999,6 +1004,13 @@ class VectorIndexer:
                 if self.index.last_error is not None:
                     log.info("vector index %s: catching up again", self.index.path)
                 self.index.last_error = None
+            except StoreClosed as e:  # its owner closed the store: nothing more will come to embed
+                log.debug("vector index %s: the store was closed; the worker stops", self.index.path)
+                self.index.last_error = f"{type(e).__name__}: {e}"
+                self._stop.set()
+                if item is not None:
+                    item.done.set()  # not ok: nothing more was embedded
+                return
             except Exception as e:  # the worker must outlive a failing embedder; drain reports it
                 error, self.index.last_error = self.index.last_error, f"{type(e).__name__}: {e}"
                 if self.index.last_error != error:  # once, not at every poll while it lasts (a closed store)

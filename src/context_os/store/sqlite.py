@@ -55,7 +55,7 @@ from urllib.parse import quote
 
 import blake3
 
-from ..errors import InputError, NotFound, SchemaError, StoreCorrupt, StoreError, StoreUnavailable
+from ..errors import InputError, NotFound, SchemaError, StoreClosed, StoreCorrupt, StoreError, StoreUnavailable
 from ..hashing import canonical_json
 from ..times import iso
 from . import text_index
@@ -593,7 +593,7 @@ class SqliteStore(Store):
     def _connection(self, action: str) -> Iterator[sqlite3.Connection]:
         with self._lock, self._translate(action):
             if self._conn is None:
-                raise StoreError(f"SQLite store {self.path} is closed")
+                raise StoreClosed(f"SQLite store {self.path} is closed")
             yield self._conn
 
     @contextmanager
