@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import re
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
@@ -788,6 +789,26 @@ _KEYWORD_RULES_LOWERED: Final[Mapping[re.Pattern[str], int]] = {
     re.compile(rx.pattern, rx.flags & ~re.IGNORECASE): group
     for rx, group in _KEYWORD_RULES.items()
 }
+_KEYWORD_WORDS = "(" + "|".join(_keyword.DENYLIST) + r")\w*"
+"""How the rules that start with a keyword start: the keyword and the rest of its word."""
+
+
+def _at_keywords(rules: Mapping[re.Pattern[str], int]) -> dict[re.Pattern[str], tuple[int, bool]]:
+    """``rules``, each with its group and whether it starts with a keyword: such a rule is tried
+    only where ``_KEYWORD_TRIGGER`` found one (``match``), with the rest of the word taken whole
+    (``\\w*+``: what follows the word is never a word character, so nothing is lost). Searched
+    along a line, detect-secrets' ``\\w*`` went back over the word from every position in it: a
+    line of 40 kB of ``api_keyapi_key…`` took minutes, and 1 MB of ``DB_PASSWORD=`` a second."""
+    out: dict[re.Pattern[str], tuple[int, bool]] = {}
+    for rx, group in rules.items():
+        lead = rx.pattern.startswith(_KEYWORD_WORDS)
+        pattern = _KEYWORD_WORDS + "+" + rx.pattern[len(_KEYWORD_WORDS) :] if lead else rx.pattern
+        out[re.compile(pattern, rx.flags)] = (group, lead)
+    return out
+
+
+_KEYWORD_AT = _at_keywords(_KEYWORD_RULES)
+_KEYWORD_AT_LOWERED = _at_keywords(_KEYWORD_RULES_LOWERED)
 _REDACTED = "[REDACTED:"
 
 Gate = tuple[str, ...] | re.Pattern[str]
@@ -1111,21 +1132,31 @@ class _Rule:
         # than a case-insensitive search
         if not any(w in t.low for w in _KEYWORD_GATE):
             return
-        hits = _KEYWORD_TRIGGER.finditer(t.low) if t.aligned else _KEYWORD_TRIGGER_ANY_CASE.finditer(text)
-        line_end = -1
-        for hit in hits:
-            if hit.start() < line_end:
+        found = _KEYWORD_TRIGGER.finditer(t.low) if t.aligned else _KEYWORD_TRIGGER_ANY_CASE.finditer(text)
+        hits = [hit.start() for hit in found]
+        k = 0
+        while k < len(hits):
+            lo, line_end = _line_at(text, hits[k])
+            first = k
+            while k < len(hits) and hits[k] < line_end:
+                k += 1
+            # every rule takes a quoted value: a line without a quote holds none
+            if not any(q in text[lo:line_end] for q in "'\"`"):
                 continue
-            lo, line_end = _line_at(text, hit.start())
             # quotes escaped inside a JSON string, at any depth, count as quotes
             line, where = _unescaped_quotes(text[lo:line_end])
             if plugin.keyword_exclude is not None and plugin.keyword_exclude.search(line):
                 continue
+            # where the line's keywords are in ``line`` (a keyword is never a backslash taken out)
+            starts = [h - lo if where is None else bisect.bisect_left(where, h - lo) for h in hits[first:k]]
             low = line.lower()
             # found in the lowercased line where that keeps every position; judged in the line
-            rules, searched = (_KEYWORD_RULES_LOWERED, low) if len(low) == len(line) else (_KEYWORD_RULES, line)
-            for rx, group in rules.items():
-                for m in rx.finditer(searched):
+            rules, searched = (_KEYWORD_AT_LOWERED, low) if len(low) == len(line) else (_KEYWORD_AT, line)
+            for rx, (group, lead) in rules.items():
+                matches = (rx.match(searched, s) for s in starts) if lead else rx.finditer(searched)
+                for m in matches:
+                    if m is None:
+                        continue
                     value = line[m.start(group) : m.end(group)]
                     if value and not _filtered(value, line, plugin):
                         start, end = m.span(group)
