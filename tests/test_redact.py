@@ -166,6 +166,10 @@ CATCHES = [
     ("PGHOST=db PGPASSWORD=letmein pg_dump app > app.sql", "letmein", "password-assignment"),
     ("cd app && env MYSQL_PWD=root mysql -u app", "root", "password-assignment"),
     ('{"command": "PGPASSWORD=hunter psql -U app"}', "hunter", "password-assignment"),
+    # a password passed to a call whose result is assigned: the call is not the password
+    ('conn = connect(password="hunter2")', "hunter2", "secret-keyword"),
+    ("conn = psycopg2.connect(host='db', user='app', password='letmein')", "letmein", "secret-keyword"),
+    ("cnx = mysql.connector.connect(user='root', password='s3cret', host='db')", "s3cret", "secret-keyword"),
 ]  # fmt: skip
 
 
@@ -251,6 +255,8 @@ LOOK_ALIKES = [
     '{"id": "toolu_012yuiPP1VAfh196GXaAmT8D", "type": "function"}',  # a tool-call id
     "const apiKey = await getApiKeyForModel(this.model);",
     "password = input('password: ')",
+    'password = getpass("Password: ")',
+    'secret = get_secret("db", "main")',
     "api_key = os.environ['OPENAI_API_KEY']",
     "password: string; token?: Token",
     "token_count = 123456789012345678",

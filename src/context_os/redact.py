@@ -872,9 +872,11 @@ _VARIABLE_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 ``YOUR_API_KEY``): a config that names where its key is, not the key."""
 
 
-def _filtered(value: str, line: str, plugin: BasePlugin) -> bool:
+def _filtered(value: str, line: str, plugin: BasePlugin, assignment: str | None = None) -> bool:
     """detect-secrets' heuristic filters for matches that are judged by context or entropy, and a
-    variable's name as the value."""
+    variable's name as the value. ``assignment``: the part of the line from the match on, where
+    one is known; whether the value is a call's result is judged there, not on the whole line (a
+    ``conn = connect(password="hunter2")`` assigns a call's result, but not to the password)."""
     return (
         _REDACTED in value
         or _VARIABLE_NAME.fullmatch(value) is not None
@@ -884,7 +886,7 @@ def _filtered(value: str, line: str, plugin: BasePlugin) -> bool:
         or heuristic.is_prefixed_with_dollar_sign(value)
         or heuristic.is_not_alphanumeric_string(value)
         or heuristic.is_likely_id_string(value, line, plugin)
-        or heuristic.is_indirect_reference(line)
+        or heuristic.is_indirect_reference(line if assignment is None else assignment)
     )
 
 
@@ -1158,7 +1160,7 @@ class _Rule:
                     if m is None:
                         continue
                     value = line[m.start(group) : m.end(group)]
-                    if value and not _filtered(value, line, plugin):
+                    if value and not _filtered(value, line, plugin, line[m.start() :]):
                         start, end = m.span(group)
                         if where is not None:
                             start, end = where[start], where[end - 1] + 1
