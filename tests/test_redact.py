@@ -166,6 +166,12 @@ CATCHES = [
     ("PGHOST=db PGPASSWORD=letmein pg_dump app > app.sql", "letmein", "password-assignment"),
     ("cd app && env MYSQL_PWD=root mysql -u app", "root", "password-assignment"),
     ('{"command": "PGPASSWORD=hunter psql -U app"}', "hunter", "password-assignment"),
+    # in a query string or a form body: the value ends where the next parameter starts
+    ("password=hunter2&user=bob", "hunter2", "password-assignment"),
+    ("curl -d 'user=bob&password=hunter&next=/' https://x/login", "hunter", "password-assignment"),
+    ("GET https://x/login?user=bob&password=hunter2&next=/ HTTP/1.1", "hunter2", "password-assignment"),
+    ("see https://x/login?password=letmein", "letmein", "password-assignment"),
+    ("password=a&b2c&user=bob", "a&b2c", "password-assignment"),  # an & that starts no parameter
     # a password passed to a call whose result is assigned: the call is not the password
     ('conn = connect(password="hunter2")', "hunter2", "secret-keyword"),
     ("conn = psycopg2.connect(host='db', user='app', password='letmein')", "letmein", "secret-keyword"),
@@ -354,6 +360,14 @@ LOOK_ALIKES = [
     "PWD=/home/alice/project",  # the working directory
     "OLDPWD=/tmp",
     "bypass: true",
+    # a word after "pass" (test output, a form), nsswitch.conf's sources for its passwd database
+    "pass: skip",
+    "Pass: Alice",
+    "PASS: Alice",
+    "passwd: compat",
+    "passwd:         files systemd",
+    "passwd:         files",
+    "https://x/login?password=changeme&user=bob",
     '"passwd:gecos",',
 ]
 

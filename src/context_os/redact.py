@@ -590,9 +590,16 @@ _DIGIT = re.compile(r"\d")
 _LETTER = re.compile(r"[A-Za-z]")
 
 
-_PASSWORD_END = r"(?:(?P<line>(?:[ \t]+#[^\n\\]*)?[ \t]*(?=$|\\[nr]|[\"']))|(?P<command>[ \t]+)(?=[\w./~-]))?"
-"""What follows a password assigned on a line of its own (nothing but a comment) or for one
-command (the command); neither: not such a password (``PasswordAssignmentDetector.accept``)."""
+_PASSWORD_END = (
+    r"(?:(?P<line>(?:[ \t]+#[^\n\\]*)?[ \t]*(?=$|\\[nr]|[\"']))|(?P<command>[ \t]+)(?=[\w./~-])"
+    r"|(?P<query>(?=&[\w.-]+=)))?"
+)
+"""What follows a password assigned on a line of its own (nothing but a comment), for one
+command (the command) or in a query string (the next parameter); none of these: not such a
+password (``PasswordAssignmentDetector.accept``)."""
+_PASSWORD_VALUE = r"((?:[^\s\"'`;,()\[\]{}<>\\&]|&(?![\w.-]+=))*+)"
+"""A password's value: up to a space, quote or separator, or an ``&`` that starts the next
+parameter of a query string (``password=hunter2&user=bob``; a password may hold an ``&``)."""
 
 
 class PasswordAssignmentDetector(RegexBasedDetector):
@@ -619,18 +626,19 @@ class PasswordAssignmentDetector(RegexBasedDetector):
             r"[\"']?[ \t]*(?:=|:(?=[ \t]))[ \t]*"  # YAML's colon has a space after it (not "passwd:gecos")
             # the value, taken whole (possessive) and judged by ``accept``, as is what follows it:
             # the pattern never fails after the name, so the search goes on after the value
-            r"([^\s\"'`;,()\[\]{}<>\\]*+)" + _PASSWORD_END,
+            + _PASSWORD_VALUE
+            + _PASSWORD_END,
             re.IGNORECASE,
         ),
         re.compile(
-            r"pwd[\"']?[ \t]*(?:=|:(?=[ \t]))[ \t]*([^\s\"'`;,()\[\]{}<>\\]*+)" + _PASSWORD_END,
+            r"pwd[\"']?[ \t]*(?:=|:(?=[ \t]))[ \t]*" + _PASSWORD_VALUE + _PASSWORD_END,
             re.IGNORECASE,
         ),
     )
 
     def accept(self, m: re.Match[str]) -> bool:
-        """Whether the match is a password assigned on a line of its own, or for one command, and
-        its value is a password, not what code or a template assigns."""
+        """Whether the match is a password assigned on a line of its own, for one command or in a
+        query string, and its value is a password, not what code or a template assigns."""
         text, word = m.string, m.start()
         start = word
         while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
@@ -644,7 +652,17 @@ class PasswordAssignmentDetector(RegexBasedDetector):
                 return False
         elif kind not in ("passw", "passp", "passc") and start < word and not after_separator:
             return False  # "pass" alone or after a separator ("DB_PASS"), not "bypass"
-        if not 4 <= len(m.group(1)) <= 256 or (m.group("line") is None and m.group("command") is None):
+        value = m.group(1)
+        if not 4 <= len(value) <= 256:
+            return False
+        if kind[:4] == "pass" and kind not in ("passw", "passp", "passc") and start == word and value.isalpha():
+            return False  # "pass: skip", "Pass: Alice": a test's or a form's word, not a password
+        nss = kind == "passw" and start == word and text[word : m.start(1)].lower().startswith("passwd:")
+        if nss and value.lower() in _NSS_SOURCES:
+            return False  # nsswitch.conf's "passwd: compat"
+        if start > 0 and text[start - 1] in "?&" and text[m.start(1) - 1] == "=":
+            return not _not_a_password(value)  # a query string's parameter: ?password=…&user=…
+        if m.group("line") is None and m.group("command") is None and m.group("query") is None:
             return False
         if m.group("command") is not None:
             # for one command: no space around "=", and a command's start before the name
@@ -653,7 +671,7 @@ class PasswordAssignmentDetector(RegexBasedDetector):
             head = _COMMAND_HEAD
         else:
             head = _LINE_HEAD
-        return head.search(text, max(0, start - 256), start) is not None and not _not_a_password(m.group(1))
+        return head.search(text, max(0, start - 256), start) is not None and not _not_a_password(value)
 
     def analyze_string(self, string: str) -> Generator[str, None, None]:
         """The passwords in ``string`` (detect-secrets' interface: ``accept`` for each match)."""
@@ -661,6 +679,13 @@ class PasswordAssignmentDetector(RegexBasedDetector):
             for m in rx.finditer(string):
                 if self.accept(m):
                     yield m.group(1)
+
+
+_NSS_SOURCES = frozenset(
+    ("files", "compat", "db", "nis", "nisplus", "ldap", "sss", "systemd", "winbind", "hesiod")
+    + ("extrausers", "altfiles", "cache", "mymachines", "resolve", "myhostname", "dns", "mdns")
+)
+"""The sources nsswitch.conf names for its ``passwd`` database."""
 
 
 _LINE_HEAD = re.compile(r"""(?:^|\\n|["'])[ \t]*(?:(?:export|set|setenv|env)[ \t]+|-[ \t]+)?\Z""", re.MULTILINE)
