@@ -166,6 +166,11 @@ CATCHES = [
     ("PGHOST=db PGPASSWORD=letmein pg_dump app > app.sql", "letmein", "password-assignment"),
     ("cd app && env MYSQL_PWD=root mysql -u app", "root", "password-assignment"),
     ('{"command": "PGPASSWORD=hunter psql -U app"}', "hunter", "password-assignment"),
+    # a token of letters only after its option, a password in capitals
+    ("mytool --token abcdef", "abcdef", "command-line-password"),
+    ("mytool --api-key=abcdef deploy", "abcdef", "command-line-password"),
+    ("mysqladmin -u root password NEWPASS", "NEWPASS", "command-line-password"),
+    ("sshpass -p HUNTER ssh host", "HUNTER", "command-line-password"),
     # in a query string or a form body: the value ends where the next parameter starts
     ("password=hunter2&user=bob", "hunter2", "password-assignment"),
     ("curl -d 'user=bob&password=hunter&next=/' https://x/login", "hunter", "password-assignment"),
@@ -360,6 +365,13 @@ LOOK_ALIKES = [
     "PWD=/home/alice/project",  # the working directory
     "OLDPWD=/tmp",
     "bypass: true",
+    # an option named in prose or a --help, and placeholders in capitals
+    "use --token to set it",
+    "  --api-key KEY     the key",
+    "--access-token ACCESS_TOKEN",
+    "mysqladmin -u root password NEWPASSWORD",
+    "sshpass -p PASSWORD ssh host",
+    "mytool --token mytoken",
     # a word after "pass" (test output, a form), nsswitch.conf's sources for its passwd database
     "pass: skip",
     "Pass: Alice",

@@ -274,10 +274,14 @@ class AuthorizationHeaderDetector(RegexBasedDetector):
 # a command's arguments before the one that holds the password: at most 30 words, on its line
 _ARGS = r"(?:[ \t]+[^\s|;&<>]+){0,30}?[ \t]+"
 # the password itself: quoted (spaces and all) or a word; never a variable, a placeholder or a
-# template (``$PASS``, ``<password>``, ``{{pass}}``, ``%PASS%``, ``…``, ``PASSWORD``), which name a
-# secret without holding it; a word never holds a backtick (command substitution, or Markdown
-# around the command)
-_NOT_PLACEHOLDER = r"(?![$<{%…]|\.\.\.|[A-Z_]+(?![\w-]))"
+# template (``$PASS``, ``<password>``, ``{{pass}}``, ``%PASS%``, ``…``, ``PASSWORD``,
+# ``NEW_PASSWORD``, ``YOUR_TOKEN``), which name a secret without holding it; any other word in
+# capitals is a password (``mysqladmin password NEWPASS``); a word never holds a backtick (command
+# substitution, or Markdown around the command)
+_NOT_PLACEHOLDER = (
+    r"(?![$<{%…]|\.\.\.|(?:[A-Z]*_[A-Z_]*|(?:NEW|OLD|YOUR|MY)?(?:PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|KEY)S?"
+    r"|PASS|PWD|PASSPHRASE|NEW|USER|VALUE|STRING|TEXT|STR|FILE)(?![\w-]))"
+)
 _QUOTED_OR_WORD = (
     rf"(?:\\*'{_NOT_PLACEHOLDER}([^'\n]+?)\\*'"  # 'quoted', also \'escaped\' in a JSON string
     rf'|\\*"{_NOT_PLACEHOLDER}([^"\n]+?)\\*"'
@@ -303,10 +307,9 @@ class CommandLinePasswordDetector(RegexBasedDetector):
     """A password given to a command on its command line, where a shell history, a tool call's
     arguments or a CI log shows it: MySQL's and MariaDB's ``-pPASS`` (attached: ``-p`` alone asks
     for it, ``-P`` is the port), ``--password``, ``--token``, ``--api-key``, ``--access-token``
-    or ``--auth-token`` of any command, with ``=`` or a space (a value with a lowercase letter and
-    a digit or symbol, so ``--help``'s ``--token string`` and ``PASSWORD_FILE`` stay),
-    ``--password`` with any other value too (``hunter``) but a type, a word of a sentence or a
-    word that names a password (not ``--password TEXT``, ``the --password flag``, ``mypassword``),
+    or ``--auth-token`` of any command, with ``=`` or a space, any word (``hunter``, ``abcdef``)
+    but a type, a word of a sentence, a placeholder or a word that names a password or key (not
+    ``--token string``, ``the --password flag``, ``PASSWORD_FILE``, ``mypassword``),
     htpasswd's ``-b`` password (``htpasswd -b FILE USER PASS``), ``mysqladmin … password NEW``,
     the ``-p`` of a registry or cloud ``login`` command (``docker login``, ``az login``; not a
     port), curl's ``-u user:pass`` and ``--user user:pass``, ``sshpass -p``, ``redis-cli -a``,
@@ -333,16 +336,18 @@ class CommandLinePasswordDetector(RegexBasedDetector):
             + r"(?=(?:\\*'[^'\n]{0,256}|\\*\"[^\"\n]{0,256}|[^\s'\"]{0,256})[a-z])"
             r"(?=(?:\\*'[^'\n]{0,256}|\\*\"[^\"\n]{0,256}|[^\s'\"]{0,256})[\d!@#$%^&*+=?~_.-])" + _QUOTED_OR_WORD
         ),
-        # a password may be any word (``hunter``, no digit needed), but not a --help's type, a word
-        # of a sentence about the option (``--password string``, ``the --password flag``) or a
-        # value that names a password (``mypassword``: an example)
+        # a password or token may be any word (``hunter``, ``abcdef``: no digit needed), but not a
+        # --help's type, a word of a sentence about the option (``--password string``, ``the
+        # --token flag``) or a value that names a password or key (``mypassword``: an example)
         re.compile(
-            r"--password(?<![\w-]--password)(?:=|[ \t]+(?!-))"
+            "(?:"
+            + "|".join(rf"--{o}(?<![\w-]--{o})" for o in ("password", "token", "api-key", "access-token", "auth-token"))
+            + r")(?:=|[ \t]+(?!-))"
             + _NOT_EXAMPLE
             + r"(?!(?i:string|text|value|str|password|pass|secret|flag|option|argument|arg|parameter|param|switch"
             r"|and|or|the|to|for|of|is|as|with|in|on|if|when|that|this|must|can|will|should|none|null|true|false"
             r"|prompt|stdin|file|env)(?![^\s'\"`\\]))"
-            r"(?!\\*['\"]?[^\s'\"]{0,64}?(?i:password))" + _QUOTED_OR_WORD
+            r"(?!\\*['\"]?[^\s'\"]{0,64}?(?i:password|token|key))" + _QUOTED_OR_WORD
         ),
         # htpasswd's -b takes the password after the file (-n: no file) and the user name
         re.compile(
