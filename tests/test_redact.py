@@ -166,6 +166,10 @@ CATCHES = [
     ("PGHOST=db PGPASSWORD=letmein pg_dump app > app.sql", "letmein", "password-assignment"),
     ("cd app && env MYSQL_PWD=root mysql -u app", "root", "password-assignment"),
     ('{"command": "PGPASSWORD=hunter psql -U app"}', "hunter", "password-assignment"),
+    # a passphrase of several words, unquoted, to the end of its line (YAML, INI)
+    ("password: correct horse battery staple\n", "correct horse battery staple", "password-assignment"),
+    ("db:\n  password: correct horse battery staple  # prod\n", "correct horse battery staple", "password-assignment"),
+    ("[db]\npassword = correct horse battery staple\n", "correct horse battery staple", "password-assignment"),
     # a token of letters only after its option, a password in capitals
     ("mytool --token abcdef", "abcdef", "command-line-password"),
     ("mytool --api-key=abcdef deploy", "abcdef", "command-line-password"),
@@ -374,6 +378,9 @@ LOOK_ALIKES = [
     "mytool --token mytoken",
     # a word after "pass" (test output, a form), nsswitch.conf's sources for its passwd database
     "pass: skip",
+    "Pass: Alice Bob",
+    "Password: enter it below",
+    "password: str | None",
     "Pass: Alice",
     "PASS: Alice",
     "passwd: compat",
@@ -496,7 +503,7 @@ HOSTILE_RUNS = [
     '"auth": "', "_auth=YWxp", AWS_KEY_ID + " ", "login ", "--token ", "redis-cli -a", "\npwd",
     "\npassword=", AWS_SECRET + " " + AWS_KEY_ID + " ", "a=b ", "PGPASSWORD=ab ",
     # one word of keywords: detect-secrets' keyword rules went back over it from every position
-    "api_key", "password", "DB_PASSWORD=",
+    "api_key", "password", "DB_PASSWORD=", "password: ab cd ",
 ]  # fmt: skip
 
 

@@ -639,6 +639,16 @@ class PasswordAssignmentDetector(RegexBasedDetector):
             r"pwd[\"']?[ \t]*(?:=|:(?=[ \t]))[ \t]*" + _PASSWORD_VALUE + _PASSWORD_END,
             re.IGNORECASE,
         ),
+        # a passphrase of several words, unquoted, to the end of its line (but a comment): YAML's
+        # "password: correct horse battery staple", INI's "password = …" (spaces around "=": a
+        # shell's NAME=word is one word, and what follows it a command); ``accept`` tells it
+        # from a sentence
+        re.compile(
+            r"pass(?:w(?:or)?d|phrase|code)?[\"']?(?::|[ \t]+=|=(?=[ \t]))[ \t]+"
+            r"([^\s\"'`#\\][^\s\\]{0,63}(?:[ \t]+[^\s#\\][^\s\\]{0,63}){1,7}+)"
+            r"(?:[ \t]+#[^\n\\]*)?[ \t]*(?=$|\\[nr])",
+            re.IGNORECASE | re.MULTILINE,
+        ),
     )
 
     def accept(self, m: re.Match[str]) -> bool:
@@ -660,11 +670,23 @@ class PasswordAssignmentDetector(RegexBasedDetector):
         value = m.group(1)
         if not 4 <= len(value) <= 256:
             return False
-        if kind[:4] == "pass" and kind not in ("passw", "passp", "passc") and start == word and value.isalpha():
+        words = value.split()
+        if (
+            kind[:4] == "pass"
+            and kind not in ("passw", "passp", "passc")
+            and start == word
+            and "".join(words).isalpha()
+        ):
             return False  # "pass: skip", "Pass: Alice": a test's or a form's word, not a password
         nss = kind == "passw" and start == word and text[word : m.start(1)].lower().startswith("passwd:")
-        if nss and value.lower() in _NSS_SOURCES:
-            return False  # nsswitch.conf's "passwd: compat"
+        if nss and words[0].lower() in _NSS_SOURCES:
+            return False  # nsswitch.conf's "passwd: compat", "passwd: files systemd"
+        if m.re.pattern == self.denylist[2].pattern:  # a passphrase of several words
+            return (
+                _LINE_HEAD.search(text, max(0, start - 256), start) is not None
+                and not _not_a_password(words[0])
+                and not any(_PROSE_WORD.fullmatch(w) for w in words)
+            )
         if start > 0 and text[start - 1] in "?&" and text[m.start(1) - 1] == "=":
             return not _not_a_password(value)  # a query string's parameter: ?password=…&user=…
         if m.group("line") is None and m.group("command") is None and m.group("query") is None:
@@ -686,6 +708,13 @@ class PasswordAssignmentDetector(RegexBasedDetector):
                     yield m.group(1)
 
 
+_PROSE_WORD = re.compile(
+    r"(?i:a|an|the|is|are|was|were|be|been|it|its|this|that|these|those|to|of|for|in|on|at|by|from|with"
+    r"|and|or|not|no|if|as|you|your|we|our|i|my|me|use|used|see|set|will|can|must|should|may|what|when"
+    r"|which|who|how|here|there|required|optional|default|none|null|true|false|etc)"
+    r"|.*[.,;:!?)]|\(.*"
+)
+"""A word of a sentence (or one that ends one), which a passphrase of several words never holds."""
 _NSS_SOURCES = frozenset(
     ("files", "compat", "db", "nis", "nisplus", "ldap", "sss", "systemd", "winbind", "hesiod")
     + ("extrausers", "altfiles", "cache", "mymachines", "resolve", "myhostname", "dns", "mdns")
