@@ -219,6 +219,31 @@ def test_private_key_blocks_are_removed_whole(text: str, reliability: Counts) ->
     assert n == 1 and out == "key:\n[REDACTED:private-key]\nafter"
 
 
+WRAPPED_KEY = "sk-proj-" + "Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0Uv1Wx2Yz3Ab4Cd5Ef6Gh7Ij8Kl9Mn0Op1Qr2St3Uv4Wx5Yz6Ab7Cd8Ef9" * 2
+
+
+@pytest.mark.parametrize(
+    ("before", "newline", "after"),
+    [("", "\n", "\n$ next"), ("export OPENAI_API_KEY=", "\n", ""), ('{"out": "', "\\n", '\\ndone"}')],
+)
+def test_a_key_a_terminal_wrapped_goes_with_all_its_lines(before: str, newline: str, after: str) -> None:
+    """A key wider than the terminal comes out on several lines (in a tool's output, or its JSON
+    with escaped newlines): every line of it goes, and nothing after it."""
+    first = 64 - len(before)
+    pieces = [WRAPPED_KEY[:first]] + [WRAPPED_KEY[i : i + 64] for i in range(first, len(WRAPPED_KEY), 64)]
+    text = before + newline.join(pieces) + after
+    out, n = Redactor().redact(text)
+    assert (out, n) == (before + "[REDACTED:openai-key]" + after, 1)
+
+
+def test_a_line_after_a_key_that_fills_no_terminal_line_stays() -> None:
+    """Only a key that ends a line as wide as a terminal's is read on: a short one, and a word
+    without a digit after a long one, stay apart."""
+    short = "sk-proj-Ab1Cd2Ef3Gh4Ij5Kl6Mn7"
+    assert Redactor().redact(f"{short}\nfoo1234bar") == ("[REDACTED:openai-key]\nfoo1234bar", 1)
+    assert Redactor().redact(f"{WRAPPED_KEY[:64]}\ndone") == ("[REDACTED:openai-key]\ndone", 1)
+
+
 def test_a_private_key_cut_off_before_its_end_line_is_removed_to_where_it_stops() -> None:
     cut = PEM.rsplit("\n", 2)[0]
     out, n = Redactor().redact(f"$ cat id_rsa | head -3\n{cut}")

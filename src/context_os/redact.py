@@ -115,6 +115,7 @@ class GitHubFineGrainedTokenDetector(RegexBasedDetector):
     """GitHub fine-grained personal access tokens (``github_pat_…``)."""
 
     secret_type = "GitHub Fine-Grained Token"
+    wraps = True  # a key of no fixed length: its lines, where a terminal wrapped it, go too
     denylist = (re.compile(r"github_pat_(?<!\wgithub_pat_)[A-Za-z0-9_]{22,}"),)
 
 
@@ -123,6 +124,7 @@ class OpenAIProjectKeyDetector(RegexBasedDetector):
     detect-secrets' own OpenAI detector needs the ``T3BlbkFJ`` marker that older keys carry."""
 
     secret_type = "OpenAI Key"
+    wraps = True  # a key of no fixed length: its lines, where a terminal wrapped it, go too
     denylist = (re.compile(r"sk-(?<![\w-]sk-)(?:proj-|svcacct-|admin-|None-)?(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{20,}"),)
 
 
@@ -130,6 +132,7 @@ class AnthropicKeyDetector(RegexBasedDetector):
     """Anthropic API and admin keys (``sk-ant-api03-…``, ``sk-ant-admin01-…``)."""
 
     secret_type = "Anthropic Key"
+    wraps = True  # a key of no fixed length: its lines, where a terminal wrapped it, go too
     denylist = (re.compile(r"sk-ant-(?<![\w-]sk-ant-)[A-Za-z0-9_-]{20,}"),)
 
 
@@ -904,6 +907,35 @@ _BASE64_LINE = re.compile(r"[A-Za-z0-9+/=]{4,}")
 _HEADER_LINE = re.compile(r"[A-Za-z][A-Za-z0-9-]*: ")
 
 
+_WRAPPED_LINE = re.compile(r"(?:\r?\n|(?:\\r)?\\n)([A-Za-z0-9_-]{4,})(?=$|\r?\n|\\[nr]|[\"'])", re.MULTILINE)
+"""The next piece of a key that a terminal (or a JSON string of its output) wrapped: a line of
+nothing but key characters."""
+_WRAP_WIDTH = 40
+"""A key is taken for wrapped only where its line is at least this long (a terminal's width)."""
+
+
+def _wrapped_end(text: str, start: int, end: int) -> int:
+    """Where a key that starts at ``start`` and ends its line at ``end`` ends, if a terminal
+    wrapped it: over each next line of nothing but key characters with a digit (``done`` after a
+    key stays), no wider than the key's line, as long as the line before it was as wide as the
+    first such line (the last piece may be shorter)."""
+    lo = _line_at(text, start)[0]
+    width = end - lo
+    if width < _WRAP_WIDTH:
+        return end
+    full = None
+    for _ in range(64):  # a key is a few hundred characters at most
+        m = _WRAPPED_LINE.match(text, end)
+        if m is None or len(m.group(1)) > (full or width) or _DIGIT.search(m.group(1)) is None:
+            break
+        end = m.end()
+        if full is None:
+            full = len(m.group(1))
+        elif len(m.group(1)) < full:
+            break
+    return end
+
+
 def _key_block_end(text: str, end: int) -> int | None:
     """Where the private-key block whose marker ends at ``end`` ends: at its END line, or, if the
     text was cut before it, after the last base64 line that follows. None if no key material
@@ -1078,6 +1110,7 @@ class _Rule:
         self.accept: Callable[[re.Match[str]], bool] | None = None
         self.widen = not getattr(plugin, "exact", False)  # a user's pattern means what it says
         self.tail: re.Pattern[str] = getattr(plugin, "tail", _TOKEN_TAIL)
+        self.wraps: bool = getattr(plugin, "wraps", False)
         self.triggers: tuple[str, ...] = tuple(getattr(plugin, "triggers", ()))
         self.spans: Callable[[_Text], Iterator[Span]]
         if hasattr(plugin, "spans_in"):  # a plugin that finds its own spans
@@ -1165,6 +1198,9 @@ class _Rule:
                 if end == m.end() and self.widen:  # the secret ends the match: widen it to its token's end
                     tail = self.tail.match(text, end)
                     end = tail.end() if tail else end
+                    pos = max(pos, end)
+                if self.wraps:  # a key that ends its line may go on on the next (a terminal wrapped it)
+                    end = _wrapped_end(text, start, end)
                     pos = max(pos, end)
                 if _REDACTED not in t.text[start:end]:
                     yield start, end, self.name
