@@ -250,6 +250,14 @@ def test_a_private_key_cut_off_before_its_end_line_is_removed_to_where_it_stops(
     assert n == 1 and out == "$ cat id_rsa | head -3\n[REDACTED:private-key]"
 
 
+def test_a_private_key_cut_off_inside_a_json_string_is_removed_to_where_it_stops() -> None:
+    """A tool's output as JSON, its newlines escaped, cut before the END line (``head``, a
+    truncated output): the key's lines go, what follows them stays."""
+    cut = PEM.rsplit("\n", 2)[0].replace("\n", "\\n")
+    out, n = Redactor().redact(f'{{"output": "{cut}\\n[output truncated]"}}')
+    assert (out, n) == ('{"output": "[REDACTED:private-key]\\n[output truncated]"}', 1)
+
+
 @pytest.mark.parametrize(
     "text",
     [

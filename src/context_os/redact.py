@@ -902,7 +902,7 @@ _PEM_END = re.compile(r"(?:[A-Za-z0-9+/=\s\\:,.()]|-(?!----))*?-----END [A-Z0-9 
 or escaped inside a JSON string) up to its END line; it stops at any other ``-----`` (a run of
 markers costs each marker's length, not the whole window)."""
 _PEM_MAX = 16_384
-_PEM_LINE = re.compile(r"(?:\r?\n|\\r?\\n)([^\n\\]*)")
+_PEM_LINE = re.compile(r"(?:\r?\n|(?:\\r)?\\n)([^\n\\]*)")
 _BASE64_LINE = re.compile(r"[A-Za-z0-9+/=]{4,}")
 _HEADER_LINE = re.compile(r"[A-Za-z][A-Za-z0-9-]*: ")
 
