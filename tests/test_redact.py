@@ -181,6 +181,10 @@ CATCHES = [
     ("GET https://x/login?user=bob&password=hunter2&next=/ HTTP/1.1", "hunter2", "password-assignment"),
     ("see https://x/login?password=letmein", "letmein", "password-assignment"),
     ("password=a&b2c&user=bob", "a&b2c", "password-assignment"),  # an & that starts no parameter
+    # in a connection string (ADO.NET, ODBC): the value ends at its ";"
+    ("Server=db;Database=app;User Id=sa;Password=hunter2;", "hunter2", "password-assignment"),
+    ('conn = "Server=db;Uid=sa;Pwd=letmein;Encrypt=yes"', "letmein", "password-assignment"),
+    ("Password=hunter;Server=db", "hunter", "password-assignment"),
     # a password passed to a call whose result is assigned: the call is not the password
     ('conn = connect(password="hunter2")', "hunter2", "secret-keyword"),
     ("conn = psycopg2.connect(host='db', user='app', password='letmein')", "letmein", "secret-keyword"),
@@ -411,6 +415,8 @@ LOOK_ALIKES = [
     "mytool --token mytoken",
     # a word after "pass" (test output, a form), nsswitch.conf's sources for its passwd database
     "pass: skip",
+    "x = 1;password=getPassword();",
+    "cd src;PWD=/home/alice/src",
     "Pass: Alice Bob",
     "Password: enter it below",
     "password: str | None",

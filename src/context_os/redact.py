@@ -600,11 +600,11 @@ _LETTER = re.compile(r"[A-Za-z]")
 
 _PASSWORD_END = (
     r"(?:(?P<line>(?:[ \t]+#[^\n\\]*)?[ \t]*(?=$|\\[nr]|[\"']))|(?P<command>[ \t]+)(?=[\w./~-])"
-    r"|(?P<query>(?=&[\w.-]+=)))?"
+    r"|(?P<query>(?=;|&[\w.-]+=)))?"
 )
 """What follows a password assigned on a line of its own (nothing but a comment), for one
-command (the command) or in a query string (the next parameter); none of these: not such a
-password (``PasswordAssignmentDetector.accept``)."""
+command (the command) or in a query or connection string (the next parameter, a ``;``); none of
+these: not such a password (``PasswordAssignmentDetector.accept``)."""
 _PASSWORD_VALUE = r"((?:[^\s\"'`;,()\[\]{}<>\\&]|&(?![\w.-]+=))*+)"
 """A password's value: up to a space, quote or separator, or an ``&`` that starts the next
 parameter of a query string (``password=hunter2&user=bob``; a password may hold an ``&``)."""
@@ -666,7 +666,8 @@ class PasswordAssignmentDetector(RegexBasedDetector):
         after_separator = start < word and text[word - 1] in "_.-"
         kind = text[word : word + 5].lower()
         if kind.startswith("pwd"):
-            if not after_separator:  # "MYSQL_PWD", not the shell's "PWD" or "OLDPWD"
+            # "MYSQL_PWD", a connection string's ";Pwd=", not the shell's "PWD" or "OLDPWD"
+            if not after_separator and not (start == word and text[start - 1 : start] == ";"):
                 return False
         elif kind not in ("passw", "passp", "passc") and start < word and not after_separator:
             return False  # "pass" alone or after a separator ("DB_PASS"), not "bypass"
@@ -690,8 +691,10 @@ class PasswordAssignmentDetector(RegexBasedDetector):
                 and not _not_a_password(words[0])
                 and not any(_PROSE_WORD.fullmatch(w) for w in words)
             )
-        if start > 0 and text[start - 1] in "?&" and text[m.start(1) - 1] == "=":
-            return not _not_a_password(value)  # a query string's parameter: ?password=…&user=…
+        if start > 0 and text[start - 1] in "?&;" and text[m.start(1) - 1] == "=":
+            # a parameter of a query string (?password=…&user=…) or a connection string
+            # (Server=db;User Id=sa;Password=…;)
+            return not _not_a_password(value)
         if m.group("line") is None and m.group("command") is None and m.group("query") is None:
             return False
         if m.group("command") is not None:
