@@ -181,6 +181,8 @@ CATCHES = [
     ("GET https://x/login?user=bob&password=hunter2&next=/ HTTP/1.1", "hunter2", "password-assignment"),
     ("see https://x/login?password=letmein", "letmein", "password-assignment"),
     ("password=a&b2c&user=bob", "a&b2c", "password-assignment"),  # an & that starts no parameter
+    # a URL's password with an empty user, as Redis has it
+    ("REDIS_URL=redis://:hunter2@cache:6379/0", "hunter2", "basic-auth-credentials"),
     # in a connection string (ADO.NET, ODBC): the value ends at its ";"
     ("Server=db;Database=app;User Id=sa;Password=hunter2;", "hunter2", "password-assignment"),
     ('conn = "Server=db;Uid=sa;Pwd=letmein;Encrypt=yes"', "letmein", "password-assignment"),

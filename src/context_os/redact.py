@@ -95,6 +95,7 @@ __all__ = [
     "Redactor",
     "SecretAssignmentDetector",
     "StripeTestKeyDetector",
+    "UrlCredentialsDetector",
     "default_plugins",
     "pattern_plugin",
     "slug",
@@ -255,6 +256,17 @@ class LinearNpmDetector(NpmDetector):
 
     triggers = ("_authtoken",)
     denylist = [re.compile(r"//\S{1,256}?/:_authtoken=\s*(npm_\S+|[a-f0-9-]{36})", re.IGNORECASE)]
+
+
+class UrlCredentialsDetector(BasicAuthDetector):
+    """detect-secrets' basic-auth detector (the password of ``scheme://user:password@host``), also
+    where the user is empty, as Redis URLs have it (``redis://:password@cache:6379/0``)."""
+
+    denylist = [
+        re.compile(
+            r"://[^:/?#\[\]@!$&'()*+,;=\s]*:([^:/?#\[\]@!$&'()*+,;=\s]+)@",
+        ),
+    ]
 
 
 class AuthorizationHeaderDetector(RegexBasedDetector):
@@ -809,7 +821,7 @@ def default_plugins(*, generic: bool = True) -> list[BasePlugin]:
         NetrcPasswordDetector(),
         PgpassPasswordDetector(),
         Base64CredentialsDetector(),
-        BasicAuthDetector(),
+        UrlCredentialsDetector(),
     ]
     if generic:
         plugins += [
