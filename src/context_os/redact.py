@@ -259,8 +259,8 @@ class LinearNpmDetector(NpmDetector):
 
 
 class UrlCredentialsDetector(BasicAuthDetector):
-    """detect-secrets' basic-auth detector (the password of ``scheme://user:password@host``), also
-    where the user is empty, as Redis URLs have it (``redis://:password@cache:6379/0``)."""
+    """detect-secrets' basic-auth detector (the password of a URL's ``user:password@host`` part), also
+    where the user is empty, as Redis URLs have it (``redis://`` then ``:password@cache:6379/0``)."""
 
     denylist = [
         re.compile(
@@ -291,7 +291,7 @@ _ARGS = r"(?:[ \t]+[^\s|;&<>]+){0,30}?[ \t]+"
 # the password itself: quoted (spaces and all) or a word; never a variable, a placeholder or a
 # template (``$PASS``, ``<password>``, ``{{pass}}``, ``%PASS%``, ``…``, ``PASSWORD``,
 # ``NEW_PASSWORD``, ``YOUR_TOKEN``), which name a secret without holding it; any other word in
-# capitals is a password (``mysqladmin password NEWPASS``); a word never holds a backtick (command
+# capitals is a password (NEWPASS after mysqladmin's ``password``); a word never holds a backtick (command
 # substitution, or Markdown around the command)
 _NOT_PLACEHOLDER = (
     r"(?![$<{%…]|\.\.\.|(?:[A-Z]*_[A-Z_]*|(?:NEW|OLD|YOUR|MY)?(?:PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|KEY)S?"
@@ -982,7 +982,7 @@ def _filtered(value: str, line: str, plugin: BasePlugin, assignment: str | None 
     """detect-secrets' heuristic filters for matches that are judged by context or entropy, and a
     variable's name as the value. ``assignment``: the part of the line from the match on, where
     one is known; whether the value is a call's result is judged there, not on the whole line (a
-    ``conn = connect(password="hunter2")`` assigns a call's result, but not to the password)."""
+    ``conn = connect(password="…")`` assigns a call's result, but not to the password)."""
     return (
         _REDACTED in value
         or _VARIABLE_NAME.fullmatch(value) is not None
