@@ -420,6 +420,8 @@ LOOK_ALIKES = [
     "x = 1;password=getPassword();",
     "cd src;PWD=/home/alice/src",
     "Pass: Alice Bob",
+    "PASS: src/app.test.js",
+    "PASS: test-login-flow",
     "Password: enter it below",
     "password: str | None",
     "Pass: Alice",

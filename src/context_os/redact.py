@@ -687,13 +687,10 @@ class PasswordAssignmentDetector(RegexBasedDetector):
         if not 4 <= len(value) <= 256:
             return False
         words = value.split()
-        if (
-            kind[:4] == "pass"
-            and kind not in ("passw", "passp", "passc")
-            and start == word
-            and "".join(words).isalpha()
-        ):
-            return False  # "pass: skip", "Pass: Alice": a test's or a form's word, not a password
+        bare = kind[:4] == "pass" and kind not in ("passw", "passp", "passc") and start == word
+        if bare and _TEST_NAME.fullmatch("".join(words)):
+            # "pass: skip", "Pass: Alice", "PASS: src/app.test.js": a test's result, a form's word
+            return False
         nss = kind == "passw" and start == word and text[word : m.start(1)].lower().startswith("passwd:")
         if nss and words[0].lower() in _NSS_SOURCES:
             return False  # nsswitch.conf's "passwd: compat", "passwd: files systemd"
@@ -726,6 +723,9 @@ class PasswordAssignmentDetector(RegexBasedDetector):
                     yield m.group(1)
 
 
+_TEST_NAME = re.compile(r"[A-Za-z/._-]+")
+"""What a bare ``pass`` holds in a test's output or a form (a name, a test file), not a password:
+letters, without a digit or any other symbol."""
 _PROSE_WORD = re.compile(
     r"(?i:a|an|the|is|are|was|were|be|been|it|its|this|that|these|those|to|of|for|in|on|at|by|from|with"
     r"|and|or|not|no|if|as|you|your|we|our|i|my|me|use|used|see|set|will|can|must|should|may|what|when"
