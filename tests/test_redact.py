@@ -181,6 +181,9 @@ CATCHES = [
     ("GET https://x/login?user=bob&password=hunter2&next=/ HTTP/1.1", "hunter2", "password-assignment"),
     ("see https://x/login?password=letmein", "letmein", "password-assignment"),
     ("password=a&b2c&user=bob", "a&b2c", "password-assignment"),  # an & that starts no parameter
+    # the last of a string's assignments: a libpq connection string
+    ('conn = psycopg2.connect("dbname=app user=app password=hunter2")', "hunter2", "password-assignment"),
+    ('DSN="host=db user=app password=hunter"', "hunter", "password-assignment"),
     # a URL's password with an empty user, as Redis has it
     ("REDIS_URL=redis://:hunter2@cache:6379/0", "hunter2", "basic-auth-credentials"),
     # in a connection string (ADO.NET, ODBC): the value ends at its ";"

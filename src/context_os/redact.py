@@ -711,6 +711,15 @@ class PasswordAssignmentDetector(RegexBasedDetector):
             if not text[word : m.start(1) - 1].isalpha() or text[m.start(1) - 1] != "=":
                 return False
             head = _COMMAND_HEAD
+        elif (
+            m.group("line") is not None
+            and text[m.start(1) - 1] == "="
+            and text[word : m.start(1) - 1].isalpha()
+            and _COMMAND_HEAD.search(text, max(0, start - 256), start) is not None
+        ):
+            # the last of a line's or a string's assignments: libpq's "dbname=app user=app
+            # password=…", a shell's "PGHOST=db PGPASSWORD=…"
+            return not _not_a_password(value)
         else:
             head = _LINE_HEAD
         return head.search(text, max(0, start - 256), start) is not None and not _not_a_password(value)
