@@ -893,6 +893,21 @@ def _at_keywords(rules: Mapping[re.Pattern[str], int]) -> dict[re.Pattern[str], 
     return out
 
 
+_LONG_WORD = 256
+"""A keyword's word longer than this is searched from its first keyword only (``_at``); in a
+shorter one the engine's own search is faster (one call, not one per keyword)."""
+
+
+def _at(rx: re.Pattern[str], text: str, starts: Iterable[int]) -> Iterator[re.Match[str]]:
+    """The matches of ``rx`` at ``starts`` (in order) that begin after the last one found, as
+    ``finditer`` would give them: none overlaps another."""
+    taken = 0
+    for s in starts:
+        if s >= taken and (m := rx.match(text, s)) is not None:
+            taken = max(m.end(), s + 1)
+            yield m
+
+
 _KEYWORD_AT = _at_keywords(_KEYWORD_RULES)
 _KEYWORD_AT_LOWERED = _at_keywords(_KEYWORD_RULES_LOWERED)
 _REDACTED = "[REDACTED:"
@@ -989,9 +1004,10 @@ _VARIABLE_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 
 def _filtered(value: str, line: str, plugin: BasePlugin, assignment: str | None = None) -> bool:
     """detect-secrets' heuristic filters for matches that are judged by context or entropy, and a
-    variable's name as the value. ``assignment``: the part of the line from the match on, where
-    one is known; whether the value is a call's result is judged there, not on the whole line (a
-    ``conn = connect(password="…")`` assigns a call's result, but not to the password)."""
+    variable's name as the value. ``assignment``: the assignment matched, where one is known;
+    whether the value is a call's result is judged there, not on the whole line (a
+    ``conn = connect(password="…")`` assigns a call's result, but not to the password; and a
+    slice to the line's end for each match would cost quadratic time)."""
     return (
         _REDACTED in value
         or _VARIABLE_NAME.fullmatch(value) is not None
@@ -1001,10 +1017,17 @@ def _filtered(value: str, line: str, plugin: BasePlugin, assignment: str | None 
         or heuristic.is_prefixed_with_dollar_sign(value)
         or heuristic.is_not_alphanumeric_string(value)
         or heuristic.is_likely_id_string(value, line, plugin)
-        or heuristic.is_indirect_reference(line if assignment is None else assignment)
+        or (assignment is None and heuristic.is_indirect_reference(line))
+        # (its pattern needs a call's or an index's bracket)
+        or (
+            assignment is not None
+            and _BRACKET.search(assignment) is not None
+            and heuristic.is_indirect_reference(assignment)
+        )
     )
 
 
+_BRACKET = re.compile(r"[\[(]")
 _ESCAPES_BEFORE_QUOTE = re.compile(r"\\+(?=[\"'])")
 
 
@@ -1254,7 +1277,10 @@ class _Rule:
         if not any(w in t.low for w in _KEYWORD_GATE):
             return
         found = _KEYWORD_TRIGGER.finditer(t.low) if t.aligned else _KEYWORD_TRIGGER_ANY_CASE.finditer(text)
-        hits = [hit.start() for hit in found]
+        hits, ends = [], []
+        for hit in found:
+            hits.append(hit.start())
+            ends.append(hit.end())
         k = 0
         while k < len(hits):
             lo, line_end = _line_at(text, hits[k])
@@ -1270,16 +1296,16 @@ class _Rule:
                 continue
             # where the line's keywords are in ``line`` (a keyword is never a backslash taken out)
             starts = [h - lo if where is None else bisect.bisect_left(where, h - lo) for h in hits[first:k]]
+            # a word that holds many keywords (the trigger takes each word whole): tried only at its
+            # first keyword, else from each keyword in it over the rest of the word (quadratic)
+            long_word = any(ends[i] - hits[i] > _LONG_WORD for i in range(first, k))
             low = line.lower()
             # found in the lowercased line where that keeps every position; judged in the line
             rules, searched = (_KEYWORD_AT_LOWERED, low) if len(low) == len(line) else (_KEYWORD_AT, line)
             for rx, (group, lead) in rules.items():
-                matches = (rx.match(searched, s) for s in starts) if lead else rx.finditer(searched)
-                for m in matches:
-                    if m is None:
-                        continue
+                for m in _at(rx, searched, starts) if lead and long_word else rx.finditer(searched):
                     value = line[m.start(group) : m.end(group)]
-                    if value and not _filtered(value, line, plugin, line[m.start() :]):
+                    if value and not _filtered(value, line, plugin, line[m.start() : m.end()]):
                         start, end = m.span(group)
                         if where is not None:
                             start, end = where[start], where[end - 1] + 1
