@@ -6,18 +6,23 @@ BIN := $(VENV)/bin
 # type checks and benchmarks add the dev extras (pytest, the harness SDKs, matplotlib...).
 DEMO_STAMP := $(VENV)/.installed-demo
 DEV_STAMP := $(VENV)/.installed-dev
+# Named in the message when the Python is too old: the command to run again with PY=.
+GOAL := $(or $(firstword $(MAKECMDGOALS)),demo)
 
 .PHONY: demo test lint typecheck bench xtdb-start clean
 
 $(BIN)/python:
+	@scripts/check-python.sh '$(PY)' $(GOAL)
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	@scripts/check-python.sh --venv $(BIN)/python $(GOAL)
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
 $(DEV_STAMP): pyproject.toml | $(BIN)/python
+	@scripts/check-python.sh --venv $(BIN)/python $(GOAL)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
