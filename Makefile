@@ -11,9 +11,10 @@ GOAL := $(or $(firstword $(MAKECMDGOALS)),demo)
 
 .PHONY: demo test lint typecheck bench xtdb-start clean
 
+# A venv whose making failed (a Python without ensurepip) would be kept for its bin/python: none is left.
 $(BIN)/python:
 	@scripts/check-python.sh '$(PY)' $(GOAL)
-	$(PY) -m venv $(VENV)
+	$(PY) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python

@@ -2,7 +2,8 @@
 # Stops make early, with the way out, when the Python it would use is older than pyproject.toml's
 # requires-python (a machine's python3 may be 3.10 or older). Without it, make builds .venv with that
 # Python, pip refuses the package, and the half-made .venv keeps the old Python on every later run,
-# PY= or not.
+# PY= or not. The same for a .venv left without pip (a Python without ensurepip: Debian's and
+# Ubuntu's python3 until python3.X-venv is installed).
 #
 #   scripts/check-python.sh PYTHON GOAL        before `PYTHON -m venv .venv`
 #   scripts/check-python.sh --venv PYTHON GOAL  before installing into .venv (PYTHON is .venv's)
@@ -42,6 +43,12 @@ major=${version%%.*}
 rest=${version#*.}
 minor=${rest%%.*}
 if [ "$major" -gt "$want_major" ] || { [ "$major" -eq "$want_major" ] && [ "$minor" -ge "$want_minor" ]; }; then
+    # a .venv whose making stopped half-way (its Python had no ensurepip) has no pip to install with
+    if [ "$venv" -eq 1 ] && ! "$py" -c 'import pip' >/dev/null 2>&1; then
+        echo "make: .venv has no pip: it was not made whole (Python $version)." >&2
+        echo "Remove it and make it again: make clean && make $goal" >&2
+        exit 1
+    fi
     exit 0
 fi
 if [ "$venv" -eq 1 ]; then

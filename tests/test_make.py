@@ -1,16 +1,20 @@
-"""The task runner on a machine whose Python is too old: ``make`` stops before it builds ``.venv``.
+"""The task runner on a machine whose Python will not do: ``make`` stops before it builds ``.venv``
+(or leaves none half-made) and says what to run instead.
 
 Each case runs the real Makefile with the real ``make`` and this test's own interpreter, in a copy of
-the files the Makefile reads, whose ``pyproject.toml`` asks for one minor version more than this
-interpreter is: what a user whose ``python3`` is 3.10 meets against ``requires-python >= 3.11``.
+the files the Makefile reads. Where the Python must be too old, that copy's ``pyproject.toml`` asks for
+one minor version more than this interpreter is: what a user whose ``python3`` is 3.10 meets against
+``requires-python >= 3.11``.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -24,7 +28,7 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU 
 
 def _project(tmp_path: Path, floor: str) -> Path:
     """A copy of the Makefile and what it reads, ``requires-python`` set to ``>=floor``."""
-    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts").mkdir(parents=True)
     shutil.copy2(ROOT / "Makefile", tmp_path / "Makefile")
     shutil.copy2(ROOT / "scripts" / "check-python.sh", tmp_path / "scripts" / "check-python.sh")
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
@@ -86,3 +90,50 @@ def test_a_python_at_the_floor_passes_the_check(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
+
+
+def _python_without_ensurepip(tmp_path: Path) -> Path:
+    """This interpreter, laid out without its ``ensurepip`` module: Debian's and Ubuntu's
+    ``python3`` until ``python3.X-venv`` is installed. Its binary is copied (a symlink would be
+    followed back to the full stdlib); the rest of the stdlib is linked."""
+    base = Path(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    prefix = tmp_path / "python-without-ensurepip"
+    (prefix / "bin").mkdir(parents=True)
+    lib = prefix / "lib" / stdlib.name
+    lib.mkdir(parents=True)
+    for entry in stdlib.iterdir():
+        if entry.name != "ensurepip":
+            (lib / entry.name).symlink_to(entry)
+    python = prefix / "bin" / base.name
+    shutil.copy2(base, python)
+    probe = subprocess.run(
+        [str(python), "-c", "import sys, importlib.util; print(sys.prefix, importlib.util.find_spec('ensurepip'))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if probe.returncode != 0 or probe.stdout.split() != [str(prefix), "None"]:
+        pytest.skip(f"this interpreter does not run from a copied prefix: {probe.stdout}{probe.stderr}")
+    return python
+
+
+def test_a_python_without_ensurepip_leaves_no_half_made_venv(tmp_path: Path) -> None:
+    python = _python_without_ensurepip(tmp_path)
+    project = _project(tmp_path / "project", "{}.{}".format(*sys.version_info[:2]))
+    done = _make(project, "demo", f"PY={python}")
+    assert done.returncode != 0
+    assert "ensurepip" in done.stdout + done.stderr  # venv's own account of what is missing
+    # once the user installs what was missing, the next make starts from a new venv
+    assert not (project / ".venv").exists()
+
+
+def test_a_venv_without_pip_says_to_remake_it(tmp_path: Path) -> None:
+    # what a Python without ensurepip left before: a .venv with a bin/python and no pip
+    project = _project(tmp_path, "{}.{}".format(*sys.version_info[:2]))
+    venv.create(project / ".venv", with_pip=False, symlinks=True)
+    done = _make(project, "demo")
+    assert done.returncode != 0
+    assert ".venv has no pip: it was not made whole" in done.stderr
+    assert "make clean && make demo" in done.stderr
+    assert "No module named pip" not in done.stderr
