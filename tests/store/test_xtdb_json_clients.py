@@ -39,7 +39,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENTS_DIR = ROOT / ".cache" / "json-clients"
 VENV = CLIENTS_DIR / "venv"
 CLIENTS = ("py-xtdb==0.5.1", "xtdb==0.6.2")
-BUILD_TOOLS = ("Cython<3", "wheel")  # to compile cytoolz 0.11.2 (its shipped C predates 3.11)
+# to compile cytoolz 0.11.2 (its shipped C predates 3.11); setuptools is its build backend, which a
+# venv made by Python 3.12 or later no longer holds (and --no-build-isolation brings none)
+BUILD_TOOLS = ("Cython<3", "wheel", "setuptools")
 PIP_TIMEOUT_S = 480
 SCRIPT_TIMEOUT_S = 120
 
