@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ def test_workers_give_the_verdicts_of_one_process(tmp_path: Path, monkeypatch: p
     wal = db.with_name(db.name + "-wal")
     if wal.exists():
         damaged.with_name(damaged.name + "-wal").write_bytes(wal.read_bytes())
-    with sqlite3.connect(damaged) as conn:
+    with closing(sqlite3.connect(damaged)) as conn, conn:  # `with conn` alone commits, never closes
         changed = conn.execute("UPDATE docs SET json = replace(json, '# f1', '# F1')").rowcount
     assert changed
     monkeypatch.setattr(frames_module, "PARALLEL_FROM", 1)  # 24 frames are enough to go to workers
