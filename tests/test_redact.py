@@ -173,6 +173,9 @@ CATCHES = [
     # a token of letters only after its option, a password in capitals
     ("mytool --token abcdef", "abcdef", "command-line-password"),
     ("mytool --api-key=abcdef deploy", "abcdef", "command-line-password"),
+    # a password that holds "key" or "token" is still one (only a token's may not name a key)
+    ("mysql --password monkey app", "monkey", "command-line-password"),
+    ("app --password=keyboardcat", "keyboardcat", "command-line-password"),
     ("mysqladmin -u root password NEWPASS", "NEWPASS", "command-line-password"),
     ("sshpass -p HUNTER ssh host", "HUNTER", "command-line-password"),
     # in a query string or a form body: the value ends where the next parameter starts

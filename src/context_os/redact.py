@@ -353,16 +353,24 @@ class CommandLinePasswordDetector(RegexBasedDetector):
         ),
         # a password or token may be any word (``hunter``, ``abcdef``: no digit needed), but not a
         # --help's type, a word of a sentence about the option (``--password string``, ``the
-        # --token flag``) or a value that names a password or key (``mypassword``: an example)
-        re.compile(
-            "(?:"
-            + "|".join(rf"--{o}(?<![\w-]--{o})" for o in ("password", "token", "api-key", "access-token", "auth-token"))
-            + r")(?:=|[ \t]+(?!-))"
-            + _NOT_EXAMPLE
-            + r"(?!(?i:string|text|value|str|password|pass|secret|flag|option|argument|arg|parameter|param|switch"
-            r"|and|or|the|to|for|of|is|as|with|in|on|if|when|that|this|must|can|will|should|none|null|true|false"
-            r"|prompt|stdin|file|env)(?![^\s'\"`\\]))"
-            r"(?!\\*['\"]?[^\s'\"]{0,64}?(?i:password|token|key))" + _QUOTED_OR_WORD
+        # --token flag``) or a value that names a password (``mypassword``: an example), or, for a
+        # token or key, one that names a token or key (``mytoken``); a password may hold "key"
+        # or "token" (``monkey``, ``keyboardcat``)
+        *(
+            re.compile(
+                "(?:"
+                + "|".join(rf"--{o}(?<![\w-]--{o})" for o in options)
+                + r")(?:=|[ \t]+(?!-))"
+                + _NOT_EXAMPLE
+                + r"(?!(?i:string|text|value|str|password|pass|secret|flag|option|argument|arg|parameter|param"
+                r"|switch|and|or|the|to|for|of|is|as|with|in|on|if|when|that|this|must|can|will|should|none"
+                r"|null|true|false|prompt|stdin|file|env)(?![^\s'\"`\\]))"
+                rf"(?!\\*['\"]?[^\s'\"]{{0,64}}?(?i:{names}))" + _QUOTED_OR_WORD
+            )
+            for options, names in (
+                (("password",), "password"),
+                (("token", "api-key", "access-token", "auth-token"), "password|token|key"),
+            )
         ),
         # htpasswd's -b takes the password after the file (-n: no file) and the user name
         re.compile(
