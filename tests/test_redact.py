@@ -175,6 +175,10 @@ CATCHES = [
     ("mytool --api-key=abcdef deploy", "abcdef", "command-line-password"),
     # a password that holds "key" or "token" is still one (only a token's may not name a key)
     ("mysql --password monkey app", "monkey", "command-line-password"),
+    # a bare PASS assigned with "=" holds a password even of letters only (not a test's "PASS:")
+    ("PASS=letmein ./deploy.sh", "letmein", "password-assignment"),
+    ("export PASS=letmein", "letmein", "password-assignment"),
+    ("pass=hunter&user=bob", "hunter", "password-assignment"),
     ("app --password=keyboardcat", "keyboardcat", "command-line-password"),
     ("mysqladmin -u root password NEWPASS", "NEWPASS", "command-line-password"),
     ("sshpass -p HUNTER ssh host", "HUNTER", "command-line-password"),

@@ -696,8 +696,9 @@ class PasswordAssignmentDetector(RegexBasedDetector):
             return False
         words = value.split()
         bare = kind[:4] == "pass" and kind not in ("passw", "passp", "passc") and start == word
-        if bare and _TEST_NAME.fullmatch("".join(words)):
+        if bare and "=" not in text[word : m.start(1)] and _TEST_NAME.fullmatch("".join(words)):
             # "pass: skip", "Pass: Alice", "PASS: src/app.test.js": a test's result, a form's word
+            # (with a colon: "PASS=letmein" assigns a password, letters only or not)
             return False
         nss = kind == "passw" and start == word and text[word : m.start(1)].lower().startswith("passwd:")
         if nss and words[0].lower() in _NSS_SOURCES:
