@@ -510,6 +510,23 @@ def test_observe_follows_a_file_touched_then_moved_in_one_command(root: Path, to
     assert latest_meta(db, other)["missing"] is True
 
 
+def test_observe_does_not_take_a_new_empty_file_for_a_deleted_one(root: Path, tools: FileTools, db) -> None:
+    """``rm a.py && touch b.py`` with ``a.py`` empty: the new empty file may get the freed inode;
+    empty bytes identify no file, so ``a.py`` is deleted, not moved to ``b.py``."""
+    (root / "a.py").write_bytes(b"")
+    oid = call(tools, "read", path="a.py")["id"]
+    st = os.stat(root / "a.py")
+    (root / "a.py").unlink()
+    (root / "b.py").write_bytes(b"")
+    if os.stat(root / "b.py").st_ino != st.st_ino:
+        pytest.skip("this file system gave the new file another inode")
+    later = st.st_mtime_ns + 5_000_000_000
+    os.utime(root / "b.py", ns=(later, later))
+    assert [c["id"] for c in tools.observe("rm a.py && touch b.py", "")] == [oid]
+    meta = latest_meta(db, oid)
+    assert (meta["missing"], meta["path"]) == (True, "a.py")
+
+
 def test_host_tools_do_the_file_work_and_objects_follow(root: Path, session: Session, ws: Workspace, db) -> None:
     calls: list[tuple[str, dict]] = []
 

@@ -194,6 +194,40 @@ def test_a_file_rewritten_with_the_same_bytes_or_touched_then_moved_while_no_tra
         assert index(t, root, "moved-edited.py") != ids["edited.py"]
 
 
+def test_an_empty_file_deleted_is_not_the_new_empty_file_that_gets_its_inode(root, db, ws) -> None:
+    """Empty bytes tell no file from another: ``rm pkg/__init__.py; touch app/__init__.py`` (the
+    file system gives the new file the freed inode, as ext4 does) makes a new object, whether the
+    old one was recorded missing or not, and the deleted one stays deleted. Only an unchanged
+    stat (a move) keeps an empty file's object."""
+    idx = FileIndex(db, ws)
+    (root / "pkg").mkdir()
+    (root / "app").mkdir()
+    olds, news = [], []
+    for n in range(2):
+        (root / "pkg" / f"e{n}.py").write_bytes(b"")
+        olds.append(idx.index(ws.resolve(f"pkg/e{n}.py"), read=True, cause="read").id)
+    st = os.stat(root / "pkg" / "e0.py")
+    (root / "pkg" / "e0.py").unlink()  # still recorded present: no tracker ran
+    (root / "app" / "e0.py").write_bytes(b"")
+    if os.stat(root / "app" / "e0.py").st_ino != st.st_ino:
+        pytest.skip("this file system gave the new file another inode")
+    later = st.st_mtime_ns + 5_000_000_000
+    os.utime(root / "app" / "e0.py", ns=(later, later))
+    news.append(idx.index(ws.resolve("app/e0.py"), read=True, cause="read").id)
+    st = os.stat(root / "pkg" / "e1.py")
+    (root / "pkg" / "e1.py").unlink()
+    (root / "app" / "e1.py").write_bytes(b"")
+    os.utime(root / "app" / "e1.py", ns=(later, later))
+    if os.stat(root / "app" / "e1.py").st_ino != st.st_ino:
+        pytest.skip("this file system gave the new file another inode")
+    with FileTracker(db, ws, rescan_interval=None):  # records it missing (last_inode, last_sha)
+        assert latest_meta(db, olds[1])["missing"] is True
+    news.append(idx.index(ws.resolve("app/e1.py"), read=True, cause="read").id)
+    for old, new in zip(olds, news, strict=True):
+        assert new != old
+        assert latest_meta(db, old)["path"].startswith("pkg/")
+
+
 def test_a_same_bytes_stat_is_taken_only_once_the_file_looks_settled(root, db, ws) -> None:
     """As a new version is: a file changed a moment ago may be mid-write, and its stat, once
     kept, is what every later start compares the disk with."""

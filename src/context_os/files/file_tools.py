@@ -842,11 +842,13 @@ class FileTools:
     def _same_bytes(self, path: Path | None, sha: str) -> Path | None:
         """``path`` if the file there holds the bytes of hash ``sha`` (a vanished file's inode at a
         new name under another mtime: touched, or rewritten in place with the same bytes, then
-        moved)."""
+        moved). Not an empty file: no bytes identify nothing (an empty file deleted, another
+        made, which the file system gives the freed inode)."""
         if path is None:
             return None
         try:
-            return path if self.workspace.snapshot(path, read=True).sha == sha else None
+            snap = self.workspace.snapshot(path, read=True)
+            return path if snap.size and snap.sha == sha else None
         except ContextOSError:
             return None
 

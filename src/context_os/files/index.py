@@ -290,8 +290,10 @@ class FileIndex:
                 continue  # its own path still holds this file: ``path`` is another name of it (a hard link)
             if was != seen:
                 # touched, or rewritten in place with the same bytes, where nothing recorded the
-                # new stat (no tracker ran): the same inode holding the same bytes is that file
-                if had is None:
+                # new stat (no tracker ran): the same inode holding the same bytes is that file;
+                # but no bytes identify nothing (``rm a/__init__.py; touch b/__init__.py``: the
+                # file system gives the new empty file the freed inode)
+                if had is None or not seen[0]:
                     continue
                 if sha is None:
                     try:
