@@ -428,6 +428,8 @@ LOOK_ALIKES = [
     # a word after "pass" (test output, a form), nsswitch.conf's sources for its passwd database
     "pass: skip",
     "x = 1;password=getPassword();",
+    "if (ok) {n=1;passwd=getpw(user);}",  # a call after a ";" in code, not a connection string
+    "a=1;password=hashed(pw, salt);",
     "cd src;PWD=/home/alice/src",
     "Pass: Alice Bob",
     "PASS: src/app.test.js",

@@ -711,8 +711,8 @@ class PasswordAssignmentDetector(RegexBasedDetector):
             )
         if start > 0 and text[start - 1] in "?&;" and text[m.start(1) - 1] == "=":
             # a parameter of a query string (?password=…&user=…) or a connection string
-            # (Server=db;User Id=sa;Password=…;)
-            return not _not_a_password(value)
+            # (Server=db;User Id=sa;Password=…;); not a call's name in code (``b=1;pwd=getpw(u);``)
+            return text[m.end(1) : m.end(1) + 1] != "(" and not _not_a_password(value)
         if m.group("line") is None and m.group("command") is None and m.group("query") is None:
             return False
         if m.group("command") is not None:
