@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -652,3 +653,49 @@ def test_passages_of_an_unchanged_file_are_not_read_again(ws: Path, data: Path, 
     assert now["a.md"].text == "- the lease is renewed weekly"
     (d / "a.md").unlink()
     assert [p.path.name for p in mem.passages()] == ["MEMORY.md"]
+
+
+def test_an_edit_in_the_same_clock_tick_as_a_read_is_not_missed(
+    ws: Path, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file system whose times are coarse (whole seconds on HFS+, FAT or some network shares; a
+    kernel tick on others): a file read, then edited in the same tick keeping its size, has the
+    stamp it was read with. Its passages are not kept from a read that close to its last change:
+    the edit is seen at the next search (before: never, until it changed again)."""
+    import context_os.sources.memory as memory
+
+    def coarse(st: os.stat_result) -> os.stat_result:
+        out = os.stat_result(
+            (*list(st)[:7], st.st_atime, float(st.st_mtime // 1), float(st.st_ctime // 1)),
+            {"st_atime_ns": st.st_atime_ns, "st_mtime_ns": st.st_mtime_ns // 10**9 * 10**9,
+             "st_ctime_ns": st.st_ctime_ns // 10**9 * 10**9},
+        )  # fmt: skip
+        return out
+
+    class CoarseOs:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(os, name)
+
+        @staticmethod
+        def stat(*a: Any, **kw: Any) -> os.stat_result:
+            return coarse(os.stat(*a, **kw))
+
+        @staticmethod
+        def fstat(fd: int) -> os.stat_result:
+            return coarse(os.fstat(fd))
+
+    monkeypatch.setattr(memory, "os", CoarseOs())
+    d = project_dir(ws)
+    write_index(d, "- [a](a.md)\n")
+    mem = MemoryScopes(ws, trust_project=True, data_dir=data)
+    for _ in range(5):  # (retried where the second turned between the two writes)
+        (d / "a.md").write_text("- the lease is renewed hourly\n", encoding="utf-8")
+        before = coarse(os.stat(d / "a.md"))
+        assert any(p.text == "- the lease is renewed hourly" for p in mem.passages())
+        (d / "a.md").write_text("- the lease is renewed weekly\n", encoding="utf-8")  # the same size
+        after = coarse(os.stat(d / "a.md"))
+        if (before.st_mtime_ns, before.st_ctime_ns) == (after.st_mtime_ns, after.st_ctime_ns):
+            break
+    else:
+        pytest.skip("the clock's second turned between the writes every time")
+    assert [p.text for p in mem.passages() if p.path.name == "a.md"] == ["- the lease is renewed weekly"]

@@ -38,6 +38,7 @@ import os
 import re
 import secrets
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
@@ -520,6 +521,11 @@ class _Where:
         return self.base.joinpath(*self.parts)
 
 
+_SETTLED_NS = 3_000_000_000
+"""A memory file whose last change is older than this when it is read is kept until its stamp
+changes (a file system's times are at worst 2 s apart: FAT's)."""
+
+
 class MemoryScopes:
     """The memory scopes of one workspace, as an ``ObjectSource`` named ``memory``.
 
@@ -558,7 +564,7 @@ class MemoryScopes:
         self.max_bytes = max_bytes
         self._seen: tuple[tuple[str, str | None], ...] | None = None
         self._ended: list[str] = []
-        self._read_files: dict[tuple[str, str], tuple[tuple[int, int, int, int], list[MemoryPassage]]] = {}
+        self._read_files: dict[tuple[str, str], tuple[tuple[int, int, int, int], list[MemoryPassage], bool]] = {}
         self._topics: set[str] = set()
         """Ids of the topic files seen (``memory:<scope>:<file>``), to say which are gone."""
         self._topics_ended: set[str] = set()
@@ -775,7 +781,9 @@ class MemoryScopes:
         recall searches of memory. Read as ``items`` reads, never through a symlink; a file with
         NUL bytes is skipped, of a larger one the first ``MAX_FILE_BYTES``; a scope that cannot
         be read gives nothing. Nothing is written. A file whose inode, size and modification and
-        change times are those of the last call is not read again: its passages are kept."""
+        change times are those of the last call is not read again: its passages are kept (unless
+        it had changed less than ``_SETTLED_NS`` before that call read it: an edit in the same tick of
+        the file system's clock would keep its stamp)."""
         out: list[MemoryPassage] = []
         seen: set[tuple[str, str]] = set()
         for w in self._where():
@@ -809,7 +817,7 @@ class MemoryScopes:
             return []
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         cached = self._read_files.get(key)
-        if cached is not None and cached[0] == stamp and stat.S_ISREG(st.st_mode):
+        if cached is not None and cached[0] == stamp and cached[2] and stat.S_ISREG(st.st_mode):
             seen.add(key)
             return cached[1]
         try:
@@ -832,8 +840,14 @@ class MemoryScopes:
                 for start, end, chunk in _passages(text)
             ]
         seen.add(key)
-        # stamped as it was opened: a write while it was read changes the stamp, and is read next time
-        self._read_files[key] = ((fst.st_ino, fst.st_size, fst.st_mtime_ns, fst.st_ctime_ns), found)
+        if cached is not None and cached[1] == found:
+            found = cached[1]  # the same bytes read again: the same passages
+        # stamped as it was opened: a write while it was read changes the stamp, and is read next
+        # time; but a write in the same tick of the file system's clock as the last change before
+        # the read (whole seconds on HFS+ or FAT, a kernel tick elsewhere) keeps the stamp: a file
+        # changed that recently is read again at the next call, until its stamp is older
+        settled = time.time_ns() - max(fst.st_mtime_ns, fst.st_ctime_ns) >= _SETTLED_NS
+        self._read_files[key] = ((fst.st_ino, fst.st_size, fst.st_mtime_ns, fst.st_ctime_ns), found, settled)
         return found
 
     def paths(self) -> list[Path]:
