@@ -425,6 +425,12 @@ LOOK_ALIKES = [
     "mysqladmin -u root password NEWPASSWORD",
     "sshpass -p PASSWORD ssh host",
     "mytool --token mytoken",
+    # a --help's columns and an error about the option: no token of letters only
+    "  --token    GitHub token",
+    "  --api-key  API key for the service",
+    "Error: --token required",
+    "error: --api-key missing",
+    "hint: --token expired, run login again",
     # a word after "pass" (test output, a form), nsswitch.conf's sources for its passwd database
     "pass: skip",
     "x = 1;password=getPassword();",

@@ -353,23 +353,26 @@ class CommandLinePasswordDetector(RegexBasedDetector):
         ),
         # a password or token may be any word (``hunter``, ``abcdef``: no digit needed), but not a
         # --help's type, a word of a sentence about the option (``--password string``, ``the
-        # --token flag``) or a value that names a password (``mypassword``: an example), or, for a
-        # token or key, one that names a token or key (``mytoken``); a password may hold "key"
-        # or "token" (``monkey``, ``keyboardcat``)
+        # --token flag``, ``error: --token required``, ``--token expired,``) or a value that names
+        # a password (``mypassword``: an example), or, for a token or key, one that names a token
+        # or key (``mytoken``); a password may hold "key" or "token" (``monkey``, ``keyboardcat``).
+        # A token of letters only follows its option by one space (or "="): a --help's columns
+        # put more before the option's description (``--token    GitHub token``)
         *(
             re.compile(
                 "(?:"
                 + "|".join(rf"--{o}(?<![\w-]--{o})" for o in options)
-                + r")(?:=|[ \t]+(?!-))"
+                + rf")(?:=|{space})"
                 + _NOT_EXAMPLE
                 + r"(?!(?i:string|text|value|str|password|pass|secret|flag|option|argument|arg|parameter|param"
                 r"|switch|and|or|the|to|for|of|is|as|with|in|on|if|when|that|this|must|can|will|should|none"
-                r"|null|true|false|prompt|stdin|file|env)(?![^\s'\"`\\]))"
+                r"|null|true|false|prompt|stdin|file|env|required|missing|invalid|expired|optional|deprecated"
+                r"|needed|empty|unset|ignored|not)[,.;:!?]*(?![^\s'\"`\\]))"
                 rf"(?!\\*['\"]?[^\s'\"]{{0,64}}?(?i:{names}))" + _QUOTED_OR_WORD
             )
-            for options, names in (
-                (("password",), "password"),
-                (("token", "api-key", "access-token", "auth-token"), "password|token|key"),
+            for options, names, space in (
+                (("password",), "password", r"[ \t]+(?!-)"),
+                (("token", "api-key", "access-token", "auth-token"), "password|token|key", r"[ \t](?![ \t-])"),
             )
         ),
         # htpasswd's -b takes the password after the file (-n: no file) and the user name
