@@ -401,3 +401,32 @@ def test_a_recall_copy_of_a_deleted_topic_file_no_longer_comes_back_as_current(t
     assert not any(i.endswith(":ops.md#L1-1") for i in now), now  # the file is gone
     assert any(i.endswith(":wiki.md#L1-1") for i in now)  # still what its file says
     assert copies("--as-of", stamp) == stored  # history is still asked for
+
+
+def test_a_recall_copy_of_a_topic_file_with_a_hash_in_its_name_is_current(tmp_path: Path) -> None:
+    """A recall copy is named ``recall:<memory file id>#<lines>``: a topic file whose name holds a
+    ``#`` (``c#.md``) is that file, not one named up to its ``#``; its line, still in the file,
+    is shown (before, it was taken for a line of a deleted file and left out)."""
+    from context_os import Session
+    from context_os.context.source_tools import SourceTools
+    from context_os.harness.openai import OpenAIHook
+    from context_os.sources.memory import MemoryScopes, trust_workspace
+    from context_os.sources.recall import open_recall
+    from context_os.store.sqlite import SqliteStore
+
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    trust_workspace(ws)
+    memory = MemoryScopes(ws)
+    memory.remember("the kestrel host runs the backups", topic="ops")
+    (ws / ".context_os" / "memory" / "c#.md").write_text("- the kestrel host builds the c# services\n")
+    db = tmp_path / "store.db"
+    with SqliteStore(db) as store, Session.open(store, "s1", harness="openai", workspace=str(ws)) as session:
+        SourceTools(session, recall=open_recall(store, None), memory=memory)
+        OpenAIHook(session).transform_context([{"role": "user", "content": "what does the kestrel host build?"}])
+    base = ["--store", str(db), "recall", "--embedder", "none", "--json", "-w", str(ws), "--kinds", "recall"]
+    done = CliRunner().invoke(cli, [*base, "kestrel"])
+    assert done.exit_code == 0, done.output
+    ids = {h["id"] for h in json.loads(done.stdout)["hits"]}
+    assert any(i.endswith(":ops.md#L1-1") for i in ids), ids
+    assert any(i.endswith(":c#.md#L1-1") for i in ids), ids

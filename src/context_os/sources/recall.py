@@ -818,7 +818,7 @@ def _current(hits: list[_H], live: list[str], passages: list[MemoryPassage]) -> 
         if h.kind == "memory" and h.id.startswith(prefixes):
             continue
         if h.kind == "recall" and h.id.startswith(copies):
-            now = lines.get(h.id[len("recall:") :].split("#", 1)[0])
+            now = lines.get(h.id[len("recall:") :].rsplit("#", 1)[0])  # (a file name may hold a "#")
             copy = [x.strip() for x in h.text.splitlines() if x.strip() and not x.startswith("[memory: ")]
             if now is None or not copy or any(x not in now for x in copy):
                 continue
