@@ -725,3 +725,29 @@ def test_damage_to_a_page_written_back_after_its_eviction_is_not_excused_by_it(s
     store.submit([Evict(f"chat:{uid}:00000")])  # the page written back, erased behind the store's back
     check = verify_frame(store, frame)
     assert not check.ok and not check.evicted_only and check.evicted == [], check.problems
+
+
+def test_an_eviction_after_a_frame_by_a_host_whose_clock_runs_behind_still_explains_it(
+    store: Store, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An eviction in a transaction after a frame's explains what the frame lost, whatever the
+    clock of the host that evicted said (hosts sharing a store agree to within a tenth of a
+    lease, a minute): one 30 s behind wrote a tombstone whose time was before the frame's valid
+    time, and the frame that showed the evicted output was counted as damaged."""
+    import context_os.context.evict as evict_module
+
+    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
+    hook = OpenAIHook(s)
+    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", f"TOKEN={SECRET}")]
+    hook.transform_context(msgs)
+    msgs += [say("ok"), user("next")]
+    hook.transform_context(msgs)
+    s.close()
+    real = evict_module.now_ms
+    monkeypatch.setattr(evict_module, "now_ms", lambda: real() - 30_000)
+    oid = f"toolcall:{uid}:c1"
+    evict(store, oid, reason="leaked")
+    after = [verify_frame(store, f) for f in frame_docs(store, uid)]
+    assert [c.evicted for c in after] == [[oid], [oid]] and all(c.evicted_only for c in after), [
+        c.problems for c in after
+    ]

@@ -94,8 +94,9 @@ def scrub_entries(entries: list[Entry]) -> list[Entry]:
     return out
 
 
-def evictions(store: Store, ids: list[str], *, since: int | None = None) -> dict[str, str]:
-    """Those of ``ids`` that were evicted (``since``: last evicted at or after that time, in ms),
+def evictions(store: Store, ids: list[str], *, since: int | None = None, after_tx: int | None = None) -> dict[str, str]:
+    """Those of ``ids`` that were evicted (``since``: last evicted at or after that time, in ms,
+    or in a transaction after ``after_tx``: the clock of the host that evicted may run behind),
     each with how its tombstone says it was: ``evicted at <time> (<reason>), in tx <n>``."""
     out: dict[str, str] = {}
     for oid in ids:
@@ -104,7 +105,8 @@ def evictions(store: Store, ids: list[str], *, since: int | None = None) -> dict
             continue
         content = tomb.doc.get("content") or {}
         when = content.get("evicted_at")
-        if since is not None and isinstance(when, int) and when < since:
+        before = since is not None and isinstance(when, int) and when < since
+        if before and (after_tx is None or tomb.tx_id <= after_tx):
             continue  # written again after that eviction (a chat page scrubbed): not what it erased
         at = f" at {iso(when)}" if isinstance(when, int) else ""
         why = f" ({content['reason']})" if isinstance(content.get("reason"), str) else ""

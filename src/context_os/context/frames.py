@@ -329,12 +329,15 @@ def _check_sealed(view: SessionView, ref: dict[str, Any], basis: int) -> tuple[l
     return [], []
 
 
-def _evicted(store: Store, ids: list[str], since: int | None = None) -> tuple[list[str], list[str]]:
+def _evicted(
+    store: Store, ids: list[str], since: int | None = None, basis: int | None = None
+) -> tuple[list[str], list[str]]:
     """Those of ``ids`` that were evicted (their tombstones: context/evict.py; ``since``: at or
-    after that time, a frame's: an object evicted before it and written again since, as a chat
-    page is, was not erased from what it showed), and why a frame that showed them no longer
-    verifies: what it showed was erased, on purpose."""
-    found = evictions(store, ids, since=since)
+    after that time, a frame's, or in a transaction after its ``basis``, whatever the evicting
+    host's clock said: an object evicted before it and written again since, as a chat page is,
+    was not erased from what it showed), and why a frame that showed them no longer verifies:
+    what it showed was erased, on purpose."""
+    found = evictions(store, ids, since=since, after_tx=basis)
     why = [
         f"{oid} was {how}: this frame showed what was erased, so it can no longer be re-rendered as it was"
         for oid, how in found.items()
@@ -410,7 +413,7 @@ def verify_frame(
         if "sealed_pages" in ref:
             sealed, pages = _check_sealed(view, ref, basis)
             if sealed:
-                evicted, why = _evicted(store, pages, made)
+                evicted, why = _evicted(store, pages, made, basis)
                 problems += [*sealed, *why]
                 unexplained = unexplained or not evicted
                 gone += evicted
@@ -421,7 +424,7 @@ def verify_frame(
         tx = ref_tx(ref, basis)
         refs.append(_ref_with_tx(ref, basis))
         if memo.ref_hash(store, ref["id"], ref["valid_time"], tx) != ref["object_hash"]:
-            evicted, why = _evicted(store, [ref["id"]], made)
+            evicted, why = _evicted(store, [ref["id"]], made, basis)
             problems += [f"static ref {ref['id']} @ tx {tx} does not resolve to {ref['object_hash']}", *why]
             unexplained = unexplained or not evicted
             gone += evicted
@@ -446,7 +449,7 @@ def verify_frame(
         # every ref resolves: the re-render differs by what was evicted (a block it showed, or a
         # result it showed collapsed, which is no ref), or by damage
         shown = [r["id"] for r in c["refs"] if "sealed_pages" not in r] + _objects_gone(view)
-        gone, _ = _evicted(store, shown, made)
+        gone, _ = _evicted(store, shown, made, basis)
         unexplained = unexplained or not gone
     checked = None
     if wrong_hash and gone:
