@@ -284,3 +284,20 @@ def test_a_hook_that_refuses_a_session_of_another_harness_gives_its_lease_back(s
             OpenAIHook(s)
         PiHook(s).transform_context([pi_user("hi")])  # nobody held it meanwhile: taken back
         assert s.view.turn == 1
+
+
+def test_a_session_refused_by_two_hooks_in_turn_is_still_taken_back(store: Store, uid: str) -> None:
+    """A program that tries the hooks of several harnesses on one Session lends its lease at each
+    refusal: the second lend, with the lease already given back, forgot the lent lease, and the
+    session's own hook then found it closed (SessionBusy) though nobody else had held it."""
+    from context_os.errors import StateError
+    from context_os.harness.pi import PiHook
+    from tests.harness.pi_msgs import user as pi_user
+
+    Session.open(store, uid, harness="pi").close()
+    with Session.open(store, uid) as s:
+        for _ in range(2):
+            with pytest.raises(StateError):
+                OpenAIHook(s)
+        PiHook(s).transform_context([pi_user("hi")])  # nobody held it meanwhile: taken back
+        assert s.view.turn == 1

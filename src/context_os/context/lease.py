@@ -224,8 +224,8 @@ class Lease:
     def release(self, *, lend: bool = False) -> None:
         """Give the lease back (others may take it at once). Harmless when not held. ``lend``:
         the next write takes it again, if nobody held it meanwhile (else ``SessionBusy``: this
-        holder's view of the session may be out of date)."""
-        lent = None
+        holder's view of the session may be out of date); lent again, it stays lent."""
+        lent = self._lent if lend else None
         try:
             if self._doc is not None and self._revoked is None:
                 c = self._doc["content"]
