@@ -301,3 +301,30 @@ def test_a_session_refused_by_two_hooks_in_turn_is_still_taken_back(store: Store
                 OpenAIHook(s)
         PiHook(s).transform_context([pi_user("hi")])  # nobody held it meanwhile: taken back
         assert s.view.turn == 1
+
+
+def test_a_lent_lease_is_taken_back_at_the_write_after_one_the_store_did_not_take(
+    store: Store, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first write after a lend takes the lease back; when the store could not be reached
+    for it (nothing sent), the Session forgot the lent lease and every later write found the
+    Session closed, though nobody else held the session: the next write takes it back."""
+    from context_os.errors import StateError, StoreUnreachable
+    from context_os.harness.pi import PiHook
+    from tests.harness.pi_msgs import user as pi_user
+
+    Session.open(store, uid, harness="pi").close()
+    with Session.open(store, uid) as s:
+        with pytest.raises(StateError):
+            OpenAIHook(s)
+        submit = store.submit
+
+        def unreachable(ops: object) -> object:
+            monkeypatch.setattr(store, "submit", submit)
+            raise StoreUnreachable("the node cannot be reached (a test)")
+
+        monkeypatch.setattr(store, "submit", unreachable)
+        with pytest.raises(StoreUnreachable):
+            s.lease.check()  # (what every write of the session does first)
+        PiHook(s).transform_context([pi_user("hi")])  # the store answers again: taken back
+        assert s.view.turn == 1

@@ -32,7 +32,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SessionBusy, StoreError
+from ..errors import SessionBusy, StoreError, StoreUnreachable
 from ..objects import LeaseDoc
 from ..store.base import Match, Put, Store, next_valid_time, now_ms
 
@@ -245,8 +245,15 @@ class Lease:
         now = now_ms()
         doc = self._new_doc(now)
         match = Match(self.id, self._lent, now + MATCH_HORIZON_MS)
+        try:
+            tx = self.store.submit([match, Put(doc, next_valid_time())])
+        except StoreUnreachable:
+            raise  # nothing was sent: still lent, the next write takes it back
+        except BaseException:
+            self._lent = None  # it may have landed, or not: this Session writes no more
+            raise
         self._lent = None
-        if not self.store.submit([match, Put(doc, next_valid_time())]).committed:
+        if not tx.committed:
             self._revoked = "another writer held the session after this one gave it back: open it again"
             raise SessionBusy(f"this Session of {self.session_id!r} no longer writes: {self._revoked}")
         self._doc = doc
