@@ -751,3 +751,29 @@ def test_an_eviction_after_a_frame_by_a_host_whose_clock_runs_behind_still_expla
     assert [c.evicted for c in after] == [[oid], [oid]] and all(c.evicted_only for c in after), [
         c.problems for c in after
     ]
+
+
+def test_a_block_taken_as_erased_by_an_old_tombstone_is_looked_up_once_a_pass(
+    store: Store, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing block that a tombstone written before block lists is taken to have erased had
+    its history read again for every frame that lost it (one request per frame and block on an
+    XTDB node, where reading the tombstones once per pass was meant to keep a check of many such
+    frames quick): a block taken in the pass is taken again without it."""
+    from context_os.context.frames import verify_frames
+
+    oid = _activated_then_evicted(store, uid)
+    _as_written_before_block_lists(store, oid)
+    frames = frame_docs(store, uid)
+    history, asked = store.history, []
+
+    def counted(id: str, *args: Any, **kw: Any) -> Any:
+        if id.startswith("block:"):
+            asked.append(id)
+        return history(id, *args, **kw)
+
+    monkeypatch.setattr(store, "history", counted)
+    checks = list(verify_frames(store, frames, jobs=1))
+    lost = [c for c in checks if not c.ok]
+    assert len(lost) >= 2 and all(c.evicted_only and c.evicted == [oid] for c in lost), [c.problems for c in lost]
+    assert asked and len(asked) == len(set(asked)), asked

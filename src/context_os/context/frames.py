@@ -516,7 +516,10 @@ def _blocks_evicted(
     guessed: dict[str, tuple[int, list[str]]] = {}
     if older:
         for b in unnamed:
-            if store.history(b, with_docs=False):
+            # a block taken earlier in the pass was looked up then (one request per frame and
+            # block on a node, for every frame that lost it, otherwise)
+            before = any(b in tombstones.taken.get(oid, ()) for oid, _ in older)
+            if not before and store.history(b, with_docs=False):
                 continue  # still has a history: deleted or damaged, not evicted
             for oid, count in older:
                 taken = tombstones.taken.setdefault(oid, set())
