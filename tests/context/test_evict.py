@@ -777,3 +777,26 @@ def test_a_block_taken_as_erased_by_an_old_tombstone_is_looked_up_once_a_pass(
     lost = [c for c in checks if not c.ok]
     assert len(lost) >= 2 and all(c.evicted_only and c.evicted == [oid] for c in lost), [c.problems for c in lost]
     assert asked and len(asked) == len(set(asked)), asked
+
+
+def test_frames_checked_beside_a_tombstone_without_its_block_list_are_checked_in_one_process(
+    store: Store, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tombstone written before tombstones listed their blocks is taken to have erased no more
+    blocks in a check than its count; the worker processes of a large check each kept a count of
+    their own, so that with eight of them it excused up to eight times as many missing blocks.
+    Such a store's frames are checked in one process."""
+    import context_os.context.frames as frames_module
+
+    oid = _activated_then_evicted(store, uid)
+    frames = frame_docs(store, uid)
+    monkeypatch.setattr(frames_module, "PARALLEL_FROM", 1)
+    _as_written_before_block_lists(store, oid)
+
+    def no_pool(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("worker processes would each take the tombstone's count of blocks")
+
+    monkeypatch.setattr(frames_module, "ProcessPoolExecutor", no_pool)
+    checks = list(frames_module.verify_frames(store, frames, jobs=2))
+    lost = [c for c in checks if not c.ok]
+    assert lost and all(c.evicted_only and c.evicted == [oid] for c in lost), [c.problems for c in lost]

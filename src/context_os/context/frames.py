@@ -562,7 +562,8 @@ def verify_frames(
     the same as this process reads once it has written (``Store.submit``). A caller that may stop
     early closes the generator (``contextlib.closing``): the workers stop with it."""
     jobs = default_jobs() if jobs is None else jobs
-    reader = store.reader() if jobs > 1 and len(frames) >= PARALLEL_FROM else None
+    parallel = jobs > 1 and len(frames) >= PARALLEL_FROM and not _counted_tombstones(store)
+    reader = store.reader() if parallel else None
     if reader is None:
         yield from _check_all(store, frames)
         return
@@ -614,6 +615,18 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
         return
     for process in list((pool._processes or {}).values()):
         process.terminate()
+
+
+def _counted_tombstones(store: Store) -> bool:
+    """Whether a tombstone of ``store`` keeps only the count of the blocks it erased (written
+    before tombstones listed them): the frames are then checked in this process, whose one
+    ``TombstoneMemo`` takes no more blocks as erased by it than that count (workers of their own
+    would each take as many)."""
+    for v in store.find("tombstone"):
+        content = (v.doc or {}).get("content")
+        if isinstance(content, dict) and not isinstance(content.get("block_ids"), list) and content.get("blocks"):
+            return True
+    return False
 
 
 class _Memos:
