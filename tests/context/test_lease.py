@@ -303,6 +303,34 @@ def test_a_session_refused_by_two_hooks_in_turn_is_still_taken_back(store: Store
         assert s.view.turn == 1
 
 
+def test_a_refused_hook_leaves_the_lease_of_a_session_its_own_hook_uses(store: Store, uid: str) -> None:
+    """A hook of another harness built on a Session its own hook already took is refused with no
+    side effect: lending the lease then let another process open the session from under the
+    working hook, which died with SessionBusy at its next write."""
+    from context_os.errors import StateError
+    from context_os.harness.pi import PiHook
+    from tests.harness.pi_msgs import user as pi_user
+
+    Session.open(store, uid, harness="pi").close()
+    with Session.open(store, uid) as s:
+        hook = PiHook(s)
+        history = [pi_user("hi")]
+        hook.transform_context(history)
+        with pytest.raises(StateError):
+            OpenAIHook(s)
+        # the lease is still held: another process is refused
+        other = subprocess.run(
+            [sys.executable, "-c", HOLD.replace("time.sleep(600)", ""), store.url, uid, "close"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert other.returncode != 0 and "SessionBusy" in other.stderr, other.stdout + other.stderr
+        history.append(pi_user("and again"))
+        hook.transform_context(history)
+        assert s.view.turn == 2
+
+
 def test_a_lent_lease_is_taken_back_at_the_write_after_one_the_store_did_not_take(
     store: Store, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -133,6 +133,8 @@ class Session:
         self.give_back_s = GIVE_BACK_S
         """How long leaving a ``with`` block by an error waits for the store to take the lease
         back (``ctxos replay`` cut short on a store that stopped answering waits less)."""
+        self.hooked = False
+        """Whether a harness hook took this Session (a refused one then leaves its lease alone)."""
         self.retired: list[list[int]] = retired if retired is not None else []
         self.writer = SessionWriter(store, view, lease, header=self._header, last_vt=last_vt)
         self.ingest = Ingest(view, self.writer, redact=redact, retired=self.retired)

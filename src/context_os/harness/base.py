@@ -481,7 +481,8 @@ class ContextHook(Generic[M]):
         file tools, registered with the context tools. ``on_sync(session, report)``, if given,
         runs after the new messages are ingested and before the context is assembled: e.g. to
         show the files that new tool results touched. A session recorded with another harness is
-        refused (``StateError``), its lease given back until its next write (``Session.lend``)."""
+        refused (``StateError``), its lease given back until its next write (``Session.lend``) unless
+        a hook of its own took it."""
         if adapter is None:
             if self.adapter_class is None:
                 raise TypeError(f"{type(self).__name__} needs an adapter")
@@ -493,12 +494,16 @@ class ContextHook(Generic[M]):
                 "use its own hook, or another session id"
             )
             # and the session's lease is given back: kept, it would keep every other process out
-            # of the session until this one ends (its own hook takes it again at its first write)
+            # of the session until this one ends (its own hook takes it again at its first write);
+            # not while a hook of its own uses it (another process could take it from under that)
+            if session.hooked:
+                raise refusal
             try:
                 session.lend()
             except (StoreError, StateError) as e:
                 raise refusal from e
             raise refusal
+        session.hooked = True
         self.session = session
         self.adapter = adapter
         adapter.resume([session.view.entries[i] for i in session.view.visible])
