@@ -474,9 +474,10 @@ def run_replay(
                         if stop.cut:  # the store stopped answering: nor would it take the lease back
                             session.give_back_s = min(session.give_back_s, CUT_GIVE_BACK_S)
                             said = (
-                                f"\ninterrupted: the store did not answer within {CALL_GRACE_S:g} s, so the model"
-                                f" call under way was cut (a transaction it sent and the store did not acknowledge"
-                                f" lands whole or not at all); session {sid!r} holds every call before it"
+                                f"\ninterrupted: the model call under way was not whole {CALL_GRACE_S:g} s after"
+                                " the signal (a store that does not answer, or a slow call), so it was cut (a"
+                                " transaction it sent and the store did not acknowledge lands whole or not at all);"
+                                f" session {sid!r} holds every call before it"
                             )
                         if stop.released and checks:  # every call was in: its frames were being checked
                             said = (
