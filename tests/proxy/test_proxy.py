@@ -5,6 +5,7 @@ keep their API's shape, and context_os failing never breaks the agent."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
 import shutil
@@ -12,6 +13,8 @@ import signal
 import socket
 import subprocess
 import threading
+import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -1395,3 +1398,57 @@ def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_
             server.shutdown()
             server.server_close()
             proxy.close()
+
+
+def test_an_answer_relayed_to_a_client_that_pauses_its_reading_is_not_cut_by_the_header_deadline(
+    tmp_path: Path,
+) -> None:
+    """A relayed answer (``_start`` writes its status line itself) was written with the socket
+    timeout the header deadline left on the connection's last read (``header_seconds``, less what
+    the headers took): a client that stopped reading for that long (a stream's reader busy, a large
+    answer read slowly) had its answer cut, though the deadlines bound reading the request only.
+    Its writes get the handler's own timeout, as every answer sent with ``send_response``."""
+    big = b"x" * (8 << 20)  # more than the sockets between hold
+
+    class Big(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(big)))
+            self.end_headers()
+            with suppress(OSError):
+                self.wfile.write(big)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    upstream_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Big)
+    threading.Thread(target=upstream_server.serve_forever, daemon=True).start()
+    with SqliteStore(tmp_path / "p.db") as store:
+        proxy = Proxy(store, f"http://127.0.0.1:{upstream_server.server_address[1]}")
+        server = make_proxy_server(proxy, 0, header_seconds=1.0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+        try:
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.settimeout(30)
+                sock.connect(("127.0.0.1", port))
+                sock.sendall(f"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
+                got = sock.recv(4096)
+                time.sleep(3)  # the reader is busy: the proxy's writes wait meanwhile
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)  # and then reads at speed
+                while chunk := sock.recv(1 << 20):
+                    got += chunk
+            head, _, body = got.partition(b"\r\n\r\n")
+            assert head.split()[1] == b"200", head
+            assert body.endswith(b"0\r\n\r\n"), "the answer was cut"  # the chunked answer's end
+            assert body.count(b"x") == len(big)
+        finally:
+            server.shutdown()
+            server.server_close()
+            proxy.close()
+            upstream_server.shutdown()
+            upstream_server.server_close()

@@ -575,11 +575,12 @@ class DeadlineHandler(BaseHTTPRequestHandler):
         self._reading.deadline = time.monotonic() + self.server.body_seconds  # the headers are in
         return parsed
 
-    def send_response(self, code: int, message: str | None = None) -> None:
+    def send_response_only(self, code: int, message: str | None = None) -> None:
         # the answer is written with the socket's own timeout, not what the reading left of it
+        # (``send_response`` comes here too; a relayed answer, the proxy's, comes here alone)
         self._reading.deadline = None
         self.connection.settimeout(self.timeout)
-        super().send_response(code, message)
+        super().send_response_only(code, message)
 
 
 class _GuardedHTTPServer(BoundedHTTPServer):
