@@ -873,3 +873,36 @@ def test_a_change_made_just_before_stop_is_recorded_by_it(root, db, ws) -> None:
         t.stop()
         assert latest_meta(db, oid)["version"] == n + 1
         assert db.get(oid).doc["content"] == f"A = {n}, changed\n"
+
+
+def test_watch_failures_of_two_roots_are_each_logged_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The workspace and a directory it allows, neither of which can be watched (the inotify
+    watch limit reached): the health check tries each again every second, and the two messages
+    alternate. Only the message logged last was held back, so both were warnings on the server's
+    stderr every second for as long as the tracker ran."""
+    from context_os.files import tracker as tracker_module
+
+    class Refusing(tracker_module.Observer):  # type: ignore[misc,valid-type]
+        def schedule(self, *args: object, **kwargs: object) -> object:
+            raise OSError(28, "inotify watch limit reached")
+
+    monkeypatch.setattr(tracker_module, "Observer", Refusing)
+    ws, other = tmp_path / "ws", tmp_path / "other"
+    ws.mkdir()
+    other.mkdir()
+    (ws / "a.py").write_text("a\n")
+    (other / "b.py").write_text("b\n")
+    with SqliteStore(tmp_path / "s.db") as db:
+        workspace = Workspace(ws, allow_outside=[other])
+        with (
+            caplog.at_level(logging.WARNING, logger="context_os"),
+            FileTracker(db, workspace, rescan_interval=None, health_interval=0.02) as t,
+        ):
+            t.track([ws / "a.py", other / "b.py"])
+            wait_for(lambda: len(t.errors) >= 20, "the watches tried again")
+        said = [r.getMessage() for r in caplog.records if "cannot watch" in r.getMessage()]
+    assert sorted(said) == sorted(
+        f"file tracker of {ws}: cannot watch {d}: inotify watch limit reached" for d in (ws, other)
+    )

@@ -76,6 +76,8 @@ from .workspace import FileSnapshot, Workspace
 __all__ = ["FileTracker", "Trackers"]
 
 log = logging.getLogger("context_os.files")
+SAID = 256
+"""How many distinct tracker messages are remembered as logged (``FileTracker._error``)."""
 
 _EVENTS: list[type[FileSystemEvent]] = [
     FileCreatedEvent,
@@ -213,7 +215,9 @@ class FileTracker:
         self.errors: deque[str] = deque(maxlen=100)
         """The latest problems (unreadable files, watch failures), newest last; each is logged
         too (``context_os.files``, a warning)."""
-        self._said: str | None = None
+        self._said: OrderedDict[str, None] = OrderedDict()
+        """The messages logged lately (at most ``SAID``), each logged once while it recurs."""
+        self._said_lock = threading.Lock()
         self._cond = threading.Condition(threading.Lock())
         self._records: dict[str, _Rec] = {}
         # inode → the objects last seen with it: more than one are hard links to one file, which a
@@ -834,12 +838,18 @@ class FileTracker:
 
     def _error(self, message: str) -> None:
         """Keep ``message`` in ``errors`` and log it (a warning: what a server shows on stderr),
-        unless it is the one logged last (a watch failing again at each health check)."""
+        unless it is one of the last ``SAID`` logged (a watch failing again at each health check,
+        the watches of two roots failing in turn)."""
         self.stats["errors"] += 1
         self.errors.append(message)
-        if message != self._said:
-            self._said = message
-            log.warning("file tracker of %s: %s", self.workspace.root, message)
+        with self._said_lock:  # the tracker's thread, and a caller's (``track``)
+            if message in self._said:
+                self._said.move_to_end(message)
+                return
+            self._said[message] = None
+            if len(self._said) > SAID:
+                self._said.popitem(last=False)
+        log.warning("file tracker of %s: %s", self.workspace.root, message)
 
     def status(self, errors: int = 10) -> dict[str, Any]:
         """What a server reports of this tracker: its workspace, whether it runs, how many files
