@@ -18,7 +18,7 @@ import pytest
 
 from context_os.context.load import object_states
 from context_os.server.ui import make_ui_server
-from context_os.server.ui.app import _root
+from context_os.server.ui.app import CSP, _root
 from context_os.store import Store, Version
 from context_os.store.sqlite import SqliteStore
 from tests.ui.recorded import record_demo
@@ -651,6 +651,10 @@ def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_
             head, _, body = answer.partition(b"\r\n\r\n")
             assert head.split()[1] == b"503", answer
             assert b"text/html" in head and b"too many connections" in body
+            # with the headers of every page of the web view, error pages too (docs/ui.md)
+            fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
+            assert fields[b"Content-Security-Policy"] == CSP.encode(), head
+            assert fields[b"X-Content-Type-Options"] == b"nosniff" and fields[b"Referrer-Policy"] == b"no-referrer"
             for sock in slow:  # each is closed once its headers are overdue
                 with sock:
                     assert sock.recv(65536) == b""

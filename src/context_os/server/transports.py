@@ -518,6 +518,9 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         self.slots, self.max_connections = threading.BoundedSemaphore(max_connections), max_connections
         self.header_seconds, self.body_seconds = header_seconds, body_seconds
 
+    busy_headers: tuple[tuple[str, str], ...] = ()
+    """Further headers of that 503 answer (the web view's, which every answer of it carries)."""
+
     def busy(self) -> tuple[str, bytes]:
         """(content type, body) of the 503 answer to a connection over ``max_connections``."""
         why = "too many connections at once: retry when one of them is done"
@@ -527,8 +530,9 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         if not self.slots.acquire(blocking=False):
             log.warning("http connection from %s refused: %d served already", client_address[0], self.max_connections)
             ctype, body = self.busy()
+            extra = "".join(f"{k}: {v}\r\n" for k, v in self.busy_headers)
             head = (
-                f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: {ctype}\r\nRetry-After: 1\r\n"
+                f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: {ctype}\r\nRetry-After: 1\r\n{extra}"
                 f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
             )
             with suppress(OSError):

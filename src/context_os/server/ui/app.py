@@ -644,6 +644,12 @@ def _same(given: str, token: str) -> bool:
 class _UiServer(BoundedHTTPServer):
     guard: HttpGuard
     app: UiApp
+    busy_headers = (
+        ("Content-Security-Policy", CSP),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Referrer-Policy", "no-referrer"),
+        ("Cache-Control", "no-store"),
+    )
 
     def busy(self) -> tuple[str, bytes]:
         why = "too many connections at once: reload when a page has loaded"
