@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 
 from context_os.context.frames import frame_docs, verify_frame
-from context_os.server.proxy import Proxy, make_proxy_server
+from context_os.server.proxy import STATUS_PATH, Proxy, make_proxy_server
 from context_os.store.base import Store
 from context_os.store.sqlite import SqliteStore
 from tests.proxy.upstream import ToolCall, Upstream, upstream
@@ -65,7 +66,8 @@ class Running:
         self.db = tmp_path / "proxy.db"
         self.store = SqliteStore(self.db)
         self.proxy = Proxy(self.store, up.url, **options)
-        self.server = make_proxy_server(self.proxy, 0)
+        self.status_token = "status-token-of-this-test"
+        self.server = make_proxy_server(self.proxy, 0, status_token=self.status_token)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -91,15 +93,25 @@ def proxy_command(store: Path, upstream_url: str, said: list[str] | None = None)
     ``said`` gets the lines it wrote on stderr after the first."""
     cmd = [CTXOS, "--store", str(store), "proxy", "--upstream", upstream_url, "--port", "0", "--no-recall"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    token_file: Path | None = None
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline().decode()
         m = re.search(r"OpenAI base URL (http://127\.0\.0\.1:\d+/v1)", line)
         assert m, line
+        # the status's token, in a file its user alone reads, gone once the proxy stops
+        named = re.search(r"\(status token in (.+)\)$", line.strip())
+        assert named, line
+        token_file = Path(named.group(1))
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        token = token_file.read_text().strip()
+        status = httpx.get(m.group(1).removesuffix("/v1") + STATUS_PATH, headers={"Authorization": f"Bearer {token}"})
+        assert status.status_code == 200 and "sessions" in status.json(), status.text
         yield m.group(1)
     finally:
         proc.terminate()
         assert proc.wait(30) == 0
+        assert token_file is None or not token_file.exists()
         assert proc.stderr is not None
         if said is not None:
             said += proc.stderr.read().decode().splitlines()

@@ -1339,7 +1339,12 @@ def test_the_status_endpoint_names_the_sessions_the_counts_and_the_trackers_erro
             model="m", messages=[{"role": "user", "content": "hi"}]
         )
         sent = len(up.requests)
-        got = httpx.get(f"{proxy.url}{STATUS_PATH}")
+        auth = {"Authorization": f"Bearer {proxy.status_token}"}
+        # it names sessions: without the proxy's status token (a user's own API key is none), refused
+        for wrong in ({}, {"Authorization": "Bearer sk-some-users-own-key"}):
+            refused = httpx.get(f"{proxy.url}{STATUS_PATH}", headers=wrong)
+            assert refused.status_code == 401 and "run-1" not in refused.text, refused.text
+        got = httpx.get(f"{proxy.url}{STATUS_PATH}", headers=auth)
         assert got.status_code == 200, got.text
         status = got.json()
         assert status["sessions"] == [{"session": "run-1", "harness": "openai", "turn": 1}]
@@ -1347,7 +1352,7 @@ def test_the_status_endpoint_names_the_sessions_the_counts_and_the_trackers_erro
         assert status["upstreams"]["openai"] == up.url and status["workspace"] == str(ws)
         assert len(up.requests) == sent  # answered by the proxy itself
         for headers in ({"Host": "evil.example"}, {"Origin": "https://evil.example"}):
-            assert httpx.get(f"{proxy.url}{STATUS_PATH}", headers=headers).status_code == 403
+            assert httpx.get(f"{proxy.url}{STATUS_PATH}", headers={**auth, **headers}).status_code == 403
         # the tracker of its workspace, once the workspace is gone
         assert proxy.proxy.trackers is not None
         proxy.proxy.trackers(Workspace(ws)).track(["a.py"])
@@ -1355,7 +1360,7 @@ def test_the_status_endpoint_names_the_sessions_the_counts_and_the_trackers_erro
         gone = wait_for(
             lambda: [
                 e
-                for t in httpx.get(f"{proxy.url}{STATUS_PATH}").json()["trackers"]
+                for t in httpx.get(f"{proxy.url}{STATUS_PATH}", headers=auth).json()["trackers"]
                 for e in t["errors"]
                 if "is gone" in e
             ],

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import ConfigError
 from ..harness.toolnames import PRESETS
 from ._common import (
     announce_created,
@@ -81,8 +82,9 @@ def proxy_cmd(
     untouched. Each conversation is a session (X-Context-OS-Session names one); the context sent
     upstream is the assembled one. See docs/proxy.md."""
     from ..server.proxy import Proxy, make_proxy_server, upstream_origin
-    from ..server.transports import listen_socket
+    from ..server.transports import listen_socket, new_token, write_token_file
     from ..sources.recall import open_recall
+    from ..store import data_dir
 
     server_process("proxy", verbose)
     # what can refuse the start is checked before the store is opened: a refused start creates none
@@ -92,6 +94,14 @@ def proxy_cmd(
     sock = listen_socket("127.0.0.1", port)
     with ExitStack() as stack:
         stack.callback(sock.close)
+        # the status's token, readable by this user only: the status names sessions, which another
+        # local user could otherwise read and name in a request of their own; it goes at exit
+        status_token = new_token()
+        try:
+            token_file = write_token_file(data_dir() / "proxy" / f"status-{sock.getsockname()[1]}.token", status_token)
+        except OSError as e:
+            raise ConfigError(f"cannot write the status token file: {e.strerror or e}") from None
+        stack.callback(token_file.unlink, missing_ok=True)
         store = stack.enter_context(store_from(ctx, create=True, announce=False))
         engine = open_recall(store, recall_embedder(store, embedder, rebuild=rebuild_vectors)) if recall else None
         proxy = Proxy(
@@ -104,12 +114,12 @@ def proxy_cmd(
             tool_names=tool_names,
             track=track,
         )
-        server = make_proxy_server(proxy, port, sock=sock)
+        server = make_proxy_server(proxy, port, sock=sock, status_token=status_token)
         bound = server.server_address[1]
         try:  # from here on, a stop (SIGTERM, Ctrl-C) at any point is a clean one
             print(
                 f"ctxos proxy: listening on http://127.0.0.1:{bound} (OpenAI base URL http://127.0.0.1:{bound}/v1, "
-                f"Anthropic base URL http://127.0.0.1:{bound}) -> {upstream}",
+                f"Anthropic base URL http://127.0.0.1:{bound}) -> {upstream} (status token in {token_file})",
                 file=sys.stderr,
                 flush=True,
             )

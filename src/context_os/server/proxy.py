@@ -26,6 +26,7 @@ This module never imports a harness SDK: it speaks the wire formats as JSON.
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import re
@@ -711,6 +712,7 @@ def upstream_origin(url: str, option: str) -> str:
 
 class _ProxyServer(BoundedHTTPServer):
     guard: HttpGuard
+    status_token: str | None = None
 
     def busy(self) -> tuple[str, bytes]:
         # in OpenAI's shape (the API is not known before the request is read); both SDKs retry a 503
@@ -734,15 +736,20 @@ def make_proxy_server(
     max_connections: int = MAX_CONNECTIONS,
     header_seconds: float = HEADER_SECONDS,
     body_seconds: float = BODY_SECONDS,
+    status_token: str | None = None,
 ) -> BoundedHTTPServer:
     """The proxy's HTTP server, bound (not yet serving); on ``sock``, bound there already. It
     serves ``max_connections`` at once, and closes one whose request line and headers took over
-    ``header_seconds`` to arrive, or its body ``body_seconds`` (as ``ctxos serve --http``)."""
+    ``header_seconds`` to arrive, or its body ``body_seconds`` (as ``ctxos serve --http``).
+    ``GET /_context_os/status`` answers only a request carrying ``Authorization: Bearer
+    <status_token>`` (without a token, nobody: 404): it names sessions, which any local process,
+    another user's too, could otherwise read and then name in a request of its own."""
     server = bind(_ProxyServer, host, port, _handler(proxy), sock=sock)
     server.bound(max_connections, header_seconds, body_seconds)
     bound = server.server_address[1]
     # Host, Origin and JSON are checked; no token of its own: the provider's key is the credential
     server.guard = HttpGuard.for_address(host, int(bound), token=None)
+    server.status_token = status_token
     return server
 
 
@@ -815,8 +822,15 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             api = _provider(self.path, self.headers)
             if not self._admitted(api):
                 return
-            if urlsplit(self.path).path.rstrip("/") == STATUS_PATH:  # the proxy's own
-                self._reply(200, json.dumps(proxy.status(), indent=1).encode())
+            if urlsplit(self.path).path.rstrip("/") == STATUS_PATH:  # the proxy's own, never upstream
+                token: str | None = self.server.status_token  # type: ignore[attr-defined]
+                given = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+                if token is None:
+                    self._refuse(api, 404, "this proxy has no status token: its status is not served")
+                elif not hmac.compare_digest(given.encode(), token.encode()):
+                    self._refuse(api, 401, "the status needs Authorization: Bearer <the proxy's status token>")
+                else:
+                    self._reply(200, json.dumps(proxy.status(), indent=1).encode())
                 return
             self._upstream(api, lambda: self._forward(api, None))
 
