@@ -417,3 +417,24 @@ def pdf(pages: int) -> bytes:
             document.savefig(figure)
             plt.close(figure)
     return out.getvalue()
+
+
+def overfill(port: int, request_head: str, slots: int = 4) -> tuple[bytes, bytes]:
+    """Fill a bounded server's ``slots`` with connections that send ``request_head`` (a request
+    line and some headers, never their end), then connect once more: (head, body) of the answer
+    to that one, after which each slow connection must be closed by the server with nothing
+    answered (its headers overdue)."""
+    import socket
+
+    slow = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(slots)]
+    for sock in slow:
+        sock.sendall(request_head.encode())  # and no more
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as one_more:
+        answer = b""
+        while chunk := one_more.recv(65536):
+            answer += chunk
+    for sock in slow:
+        with sock:
+            assert sock.recv(65536) == b""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return head, body

@@ -24,7 +24,7 @@ from context_os.errors import ConfigError
 from context_os.server import HttpGuard, Server, make_http_server, read_token_file
 from context_os.store.sqlite import SqliteStore
 from tests._reliability import Counts
-from tests.helpers import http_server
+from tests.helpers import http_server, overfill
 
 OPEN = b'{"jsonrpc": "2.0", "id": 1, "method": "session.open", "params": {"session": "evil"}}'
 A = TypeVar("A", int, dict[str, Any])
@@ -329,19 +329,10 @@ def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_
     serving.start()
     port = httpd.server_address[1]
     try:
-        slow = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(4)]
-        for sock in slow:
-            sock.sendall(f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())  # and no more
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as one_more:
-            answer = b""
-            while chunk := one_more.recv(65536):
-                answer += chunk
-        head, _, body = answer.partition(b"\r\n\r\n")
-        assert head.split()[1] == b"503", answer
+        # each slow one is closed once its headers are overdue, with nothing run
+        head, body = overfill(port, f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n")
+        assert head.split()[1] == b"503", head
         assert "too many connections" in json.loads(body)["error"]["message"]
-        for sock in slow:  # each is closed once its headers are overdue, with nothing run
-            with sock:
-                assert sock.recv(65536) == b""
         status, _, got = _raw(
             port,
             "POST",

@@ -21,6 +21,7 @@ from context_os.server.ui import make_ui_server
 from context_os.server.ui.app import CSP, _root
 from context_os.store import Store, Version
 from context_os.store.sqlite import SqliteStore
+from tests.helpers import overfill
 from tests.ui.recorded import record_demo
 
 PAGES = [
@@ -354,7 +355,6 @@ def test_a_request_without_the_token_is_not_told_the_path_the_pages_live_under(d
     """The path derived from the token keeps its cookie from other local servers only while it is
     not known: no answer to a request that was not admitted (no token, a foreign Host, a write, a
     request line that cannot be read) names it."""
-    import socket
 
     token = "t0ken-of-the-test-1234"
     root = _root(token)
@@ -472,7 +472,6 @@ def test_a_browser_that_leaves_before_its_page_is_no_server_error(
     """Clicking on before a page has loaded (→ held down on a frame) closes the connection the
     server is writing to: that is logged as a client that left, not a traceback on stderr."""
     import logging
-    import socket
     import struct
 
     caplog.set_level(logging.INFO, logger="context_os")
@@ -496,7 +495,6 @@ def test_a_browser_that_leaves_before_its_page_is_no_server_error(
 
 def _raw(base: str, request: bytes) -> tuple[str, dict[str, str], str]:
     """Send ``request`` as it is over a socket: the status line, headers and body of the answer."""
-    import socket
 
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port))) as s:
@@ -641,23 +639,13 @@ def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         port = httpd.server_address[1]
         try:
-            slow = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(4)]
-            for sock in slow:
-                sock.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())  # and no more
-            with socket.create_connection(("127.0.0.1", port), timeout=30) as one_more:
-                answer = b""
-                while chunk := one_more.recv(65536):
-                    answer += chunk
-            head, _, body = answer.partition(b"\r\n\r\n")
-            assert head.split()[1] == b"503", answer
+            head, body = overfill(port, f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n")
+            assert head.split()[1] == b"503", head
             assert b"text/html" in head and b"too many connections" in body
             # with the headers of every page of the web view, error pages too (docs/ui.md)
             fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
             assert fields[b"Content-Security-Policy"] == CSP.encode(), head
             assert fields[b"X-Content-Type-Options"] == b"nosniff" and fields[b"Referrer-Policy"] == b"no-referrer"
-            for sock in slow:  # each is closed once its headers are overdue
-                with sock:
-                    assert sock.recv(65536) == b""
             assert httpx.get(f"http://127.0.0.1:{port}/").status_code == 200  # the slots are free again
         finally:
             httpd.shutdown()
