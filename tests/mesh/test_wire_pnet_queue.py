@@ -139,3 +139,25 @@ def test_next_waits_for_a_request_from_another_thread_and_close_answers_what_wai
     q.close("shutting down")
     assert r.future.result() == ("[error] shutting down", True)
     assert waiting.future.result() == ("[error] shutting down", True)
+
+
+def test_a_cancel_set_just_before_the_wait_still_ends_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM on stdio: the handler runs in the waiting thread itself, sets ``cancel`` and wakes
+    the queue. Landing after ``next`` looked at ``cancel`` and before it waits, the wake-up found
+    no waiter and was lost: ``next(None, cancel=...)`` waited for ever (a timeout's whole length)."""
+    q = RequestQueue()
+    cancel = threading.Event()
+    drop = q._drop_expired
+
+    def handler_lands_here() -> None:  # what the signal handler does, at the worst moment
+        drop()
+        if not cancel.is_set():
+            cancel.set()
+            q.wake()
+
+    monkeypatch.setattr(q, "_drop_expired", handler_lands_here)
+    got: list[PendingRequest | None] = []
+    waiting = threading.Thread(target=lambda: got.append(q.next(None, cancel=cancel)), daemon=True)
+    waiting.start()
+    waiting.join(60)
+    assert not waiting.is_alive() and got == [None]

@@ -28,6 +28,8 @@ __all__ = ["MAX_QUEUE", "REQUEST_TIMEOUT", "PendingRequest", "RequestQueue"]
 MAX_QUEUE = 50
 REQUEST_TIMEOUT = 60.0
 """Seconds a request waits for its answer when it does not say (seed: 60 s)."""
+CANCEL_POLL_S = 0.25
+"""How often a ``next`` given ``cancel`` looks at it while it waits (a wake-up can be lost)."""
 
 Reply = tuple[str, bool]
 TIMEOUT_MARK = "[timeout]"
@@ -184,6 +186,11 @@ class RequestQueue:
                 if soonest is not None:
                     until = max(0.0, soonest - time.monotonic()) + 0.001
                     left = until if left is None else min(left, until)
+                if cancel is not None:
+                    # a signal handler in this very thread (SIGTERM on stdio) may set ``cancel`` and
+                    # wake the condition between the check above and this wait: no waiter yet, the
+                    # wake-up is lost, so the wait looks at ``cancel`` again every CANCEL_POLL_S
+                    left = CANCEL_POLL_S if left is None else min(left, CANCEL_POLL_S)
                 self._cond.wait(left)
 
     def close(self, why: str = "the agent stopped") -> None:
