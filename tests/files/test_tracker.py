@@ -850,6 +850,33 @@ def test_a_start_interrupted_midway_leaves_nothing_running(root, db, ws) -> None
     assert watchers() == [] and t.index._listeners == []
 
 
+def test_a_stop_interrupted_in_its_last_rescan_lets_a_later_start_start(root, db, ws) -> None:
+    """Ctrl-C while ``stop()`` stats every tracked file once more: the stop raises, and the
+    tracker is stopped all the same. It kept its thread's handle, so a later ``start()`` took it
+    for running and watched nothing."""
+
+    class CtrlCAtStop(FileTracker):
+        interrupt = False
+
+        def rescan(self) -> int:
+            if self.interrupt:
+                self.interrupt = False
+                raise KeyboardInterrupt
+            return super().rescan()
+
+    (root / "a.txt").write_text("a\n")
+    FileIndex(db, ws).index(ws.resolve("a.txt"), read=True, cause="read")
+    t = CtrlCAtStop(db, ws, rescan_interval=None).start()
+    t.interrupt = True
+    with pytest.raises(KeyboardInterrupt):
+        t.stop()
+    assert not t.running
+    with t:  # started again, for real: a change is recorded
+        assert t.running
+        (root / "a.txt").write_text("b\n")
+        wait_version(db, next(iter(t.tracked())), 2)
+
+
 def test_a_tracker_with_allowed_outside_directories(tmp_path, root, db) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -322,21 +322,30 @@ class FileTracker:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        thread.join()
-        self._release()
+        released = False
         try:
-            self.rescan()
-        except Exception as e:  # the store went away: the next start() records it
-            self._error(f"tracker: {type(e).__name__}: {e}")
-        with self._cond:  # what the last events left: nothing of it is due at the next start()
-            self._pending.clear()
-            self._hints.clear()
-            self._hinted.clear()
-            self._writing.clear()
-            self._attrib_only.clear()
-            self._grace.clear()
-            self._deferred.clear()
-        self._thread = None
+            thread.join()
+            self._release()
+            released = True
+            try:
+                self.rescan()
+            except Exception as e:  # the store went away: the next start() records it
+                self._error(f"tracker: {type(e).__name__}: {e}")
+        finally:
+            # cut short (Ctrl-C in the last rescan): stopped all the same, so a later start() starts
+            # again (it did nothing while ``_thread`` stayed set); a thread still ending keeps it
+            if not thread.is_alive():
+                if not released:
+                    self._release()
+                with self._cond:  # what the last events left: nothing of it is due at the next start()
+                    self._pending.clear()
+                    self._hints.clear()
+                    self._hinted.clear()
+                    self._writing.clear()
+                    self._attrib_only.clear()
+                    self._grace.clear()
+                    self._deferred.clear()
+                self._thread = None
 
     def _release(self) -> None:
         """Undo what ``start()`` set up: log handler, index listener, observer and watches."""
