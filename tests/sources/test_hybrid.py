@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -432,6 +433,13 @@ def test_a_memory_file_edited_between_searches_is_found_as_it_is_now(db: Store, 
     assert recall.search("hourly", k=3).hits == []
     scopes.remember("backups run nightly", topic="backups")
     assert [h.text for h in recall.search("run nightly", k=3).hits] == ["- backups run nightly"]
+    # closing the recall closes the passages' in-memory index (it was left to the garbage
+    # collector, which Python 3.13 reports as an unclosed database)
+    index = recall._passages._conn
+    assert index is not None
+    recall.close()
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        index.execute("SELECT 1")
 
 
 def test_a_search_embeds_a_bounded_number_of_memory_passages_and_says_how_many_wait(

@@ -342,6 +342,7 @@ class Recall:
             self.indexer.close()
         if self.vectors is not None:
             self.vectors.close()
+        self._passages.close()
 
     # -- search -------------------------------------------------------------------------------
 
@@ -723,6 +724,14 @@ class _PassageIndex:
         self._key: tuple[tuple[str, str, str], ...] | None = None
         self._conn: sqlite3.Connection | None = None
         self._terms: dict[bytes, tuple[set[str], set[str]]] = {}
+
+    def close(self) -> None:
+        """Close the passages' FTS5 table (an in-memory SQLite connection); a later search makes
+        it again."""
+        with self._lock:
+            conn, self._conn, self._key = self._conn, None, None
+        if conn is not None:
+            conn.close()
 
     def _index(self, passages: list[MemoryPassage]) -> sqlite3.Connection:
         key = tuple((p.id, p.part, p.sha) for p in passages)
