@@ -817,6 +817,18 @@ def test_start_stop_and_context_manager(root, db, ws) -> None:
     t.stop()  # idempotent
 
 
+class CtrlCInRescan(FileTracker):
+    """A tracker whose next ``rescan`` (once ``interrupt`` is set) raises as Ctrl-C would."""
+
+    interrupt = False
+
+    def rescan(self) -> int:
+        if self.interrupt:
+            self.interrupt = False
+            raise KeyboardInterrupt
+        return super().rescan()
+
+
 def test_a_start_interrupted_midway_leaves_nothing_running(root, db, ws) -> None:
     """Ctrl-C while ``start()`` stats the indexed files (a large workspace changed while nothing
     watched): the start raises, and nothing of it is left behind: no observer thread with its
@@ -824,18 +836,10 @@ def test_a_start_interrupted_midway_leaves_nothing_running(root, db, ws) -> None
     (a later start would have registered a second one). Before, ``stop()`` could not undo a
     start that never returned, and the observer kept queueing events nobody took."""
 
-    class CtrlC(FileTracker):
-        interrupt = True
-
-        def rescan(self) -> int:
-            if self.interrupt:
-                self.interrupt = False
-                raise KeyboardInterrupt
-            return super().rescan()
-
     (root / "a.txt").write_text("a\n")
     FileIndex(db, ws).index(ws.resolve("a.txt"), read=True, cause="read")
-    t = CtrlC(db, ws, rescan_interval=None)
+    t = CtrlCInRescan(db, ws, rescan_interval=None)
+    t.interrupt = True
     watchers = lambda: [th for th in threading.enumerate() if th.name == f"ctxos-watchdog:{ws.root}"]  # noqa: E731
     with pytest.raises(KeyboardInterrupt):
         t.start()
@@ -855,18 +859,9 @@ def test_a_stop_interrupted_in_its_last_rescan_lets_a_later_start_start(root, db
     tracker is stopped all the same. It kept its thread's handle, so a later ``start()`` took it
     for running and watched nothing."""
 
-    class CtrlCAtStop(FileTracker):
-        interrupt = False
-
-        def rescan(self) -> int:
-            if self.interrupt:
-                self.interrupt = False
-                raise KeyboardInterrupt
-            return super().rescan()
-
     (root / "a.txt").write_text("a\n")
     FileIndex(db, ws).index(ws.resolve("a.txt"), read=True, cause="read")
-    t = CtrlCAtStop(db, ws, rescan_interval=None).start()
+    t = CtrlCInRescan(db, ws, rescan_interval=None).start()
     t.interrupt = True
     with pytest.raises(KeyboardInterrupt):
         t.stop()

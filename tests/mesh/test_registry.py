@@ -37,6 +37,19 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+def _announcer(tmp_path: Path) -> subprocess.Popen[str]:
+    """Another process that announces ``PEER`` in ``tmp_path`` and stays (until its stdin closes)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ANNOUNCER, str(tmp_path), PEER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": ":".join(sys.path)},
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "announced\n"
+    return proc
+
+
 def test_a_withdraw_racing_an_announce_leaves_the_new_entry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restarted: list[subprocess.Popen[str]]
 ) -> None:
@@ -51,15 +64,7 @@ def test_a_withdraw_racing_an_announce_leaves_the_new_entry(
     def read_then_restart(path: Path, file_name: str | None = None) -> registry.LocalPeer | None:
         entry = real_read(path, file_name)
         if not restarted:  # right after the withdraw's first look: the agent comes back
-            proc = subprocess.Popen(
-                [sys.executable, "-c", ANNOUNCER, str(tmp_path), PEER],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-                env={"PYTHONPATH": ":".join(sys.path)},
-            )
-            restarted.append(proc)
-            assert proc.stdout is not None and proc.stdout.readline() == "announced\n"
+            restarted.append(_announcer(tmp_path))
         return entry
 
     monkeypatch.setattr(registry, "_read", read_then_restart)
@@ -76,15 +81,8 @@ def test_an_exclusive_announce_refuses_an_identity_a_live_process_announced(
     """Two ``ctxos serve --mesh bob`` started at once both looked for a running bob, found none,
     and both announced (the second replacing the first): two nodes of one identity. The announce
     itself now decides, in one step: the second is refused, naming the first."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", ANNOUNCER, str(tmp_path), PEER],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={"PYTHONPATH": ":".join(sys.path)},
-    )
+    proc = _announcer(tmp_path)
     restarted.append(proc)
-    assert proc.stdout is not None and proc.stdout.readline() == "announced\n"
     with pytest.raises(registry.AlreadyRunning, match=f"pid {proc.pid}") as refused:
         registry.announce(tmp_path, peer_id=PEER, agent_name="twin", addrs=[], exclusive=True)
     assert refused.value.peer.pid == proc.pid
