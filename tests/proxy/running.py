@@ -62,12 +62,12 @@ def anthropic_client(base_url: str, **headers: str) -> anthropic.Anthropic:
 
 
 class Running:
-    def __init__(self, tmp_path: Path, up: Upstream, **options: Any):
+    def __init__(self, tmp_path: Path, up: Upstream, users: frozenset[int] | None = None, **options: Any):
         self.db = tmp_path / "proxy.db"
         self.store = SqliteStore(self.db)
         self.proxy = Proxy(self.store, up.url, **options)
         self.status_token = "status-token-of-this-test"
-        self.server = make_proxy_server(self.proxy, 0, status_token=self.status_token)
+        self.server = make_proxy_server(self.proxy, 0, status_token=self.status_token, users=users)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import re
 import shutil
 import signal
@@ -14,9 +15,11 @@ import socket
 import subprocess
 import threading
 import time
+import warnings
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anthropic
 import httpx
@@ -431,6 +434,66 @@ def test_a_foreign_host_a_browser_origin_or_a_body_that_is_not_json_is_refused(p
         )
         assert r.json()["error"]["type"] == "invalid_request_error"
     assert up.requests == []
+
+
+def _as_user(uid: int, url: str, request: bytes) -> bytes:
+    """What the proxy at ``url`` answered ``request`` sent over a connection of user ``uid``'s (a
+    process forked to become that user: only root can)."""
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # fork beside the server's thread: the child only uses a socket
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            with socket.create_connection((host, port), timeout=10) as conn:
+                conn.sendall(request)
+                got = b""
+                while chunk := conn.recv(65536):
+                    got += chunk
+            os.write(write, got)
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        got = answer.read()
+    os.waitpid(pid, 0)
+    return got
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can connect as another user")
+def test_another_users_process_is_refused_by_name_or_not(proxy: Running, up: Upstream) -> None:
+    # another user naming this user's session would be given its context (and write into it)
+    mine = proxy.openai(**{SESSION_HEADER: "mine"})
+    assert mine.chat.completions.create(model="m", messages=[{"role": "user", "content": "read secrets.txt"}])
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "what did you read?"}]}).encode()
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: {urlsplit(proxy.url).netloc}\r\n"
+    head += f"Content-Type: application/json\r\n{SESSION_HEADER}: mine\r\nAuthorization: Bearer sk-other\r\n"
+    head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    got = _as_user(65534, proxy.url, head.encode() + body)
+    assert got.startswith(b"HTTP/1.1 403"), got[:200]
+    assert b"answers only the user that started it" in got and b"user 65534" in got
+    assert len(up.requests) == 1  # nothing of the other user's went upstream
+    assert verified_frames(proxy.store, "mine") == 1  # nor into the session
+    # the status too, token or not
+    status = f"GET {STATUS_PATH} HTTP/1.1\r\nHost: {urlsplit(proxy.url).netloc}\r\n"
+    status += f"Authorization: Bearer {proxy.status_token}\r\nConnection: close\r\n\r\n"
+    assert _as_user(65534, proxy.url, status.encode()).startswith(b"HTTP/1.1 403")
+
+
+def test_a_proxy_answers_only_its_users(tmp_path: Path, up: Upstream) -> None:
+    # this process's user made not one of them: its requests are refused, in the API's shape
+    running = Running(tmp_path, up, users=frozenset({os.geteuid() + 4242}))
+    try:
+        with pytest.raises(openai.PermissionDeniedError, match=f"this connection is user {os.geteuid()}'s"):
+            running.openai().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(anthropic.PermissionDeniedError, match="answers only the user that started it"):
+            running.anthropic().messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        assert up.requests == []
+    finally:
+        running.close()
 
 
 def _free_port() -> int:

@@ -22,6 +22,7 @@ import pytest
 
 from context_os.errors import ConfigError
 from context_os.server import HttpGuard, Server, make_http_server, read_token_file
+from context_os.server.transports import peer_user
 from context_os.store.sqlite import SqliteStore
 from tests._reliability import Counts
 from tests.helpers import http_server, overfill
@@ -345,3 +346,23 @@ def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_
         httpd.server_close()
         server.close()
         store.close()
+
+
+def test_peer_user_is_the_connecting_process_user() -> None:
+    # the kernel's socket table names the owner of the other end, IPv4 and IPv6 alike
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        if family == socket.AF_INET6 and not socket.has_ipv6:
+            continue
+        with socket.socket(family) as server:
+            try:
+                server.bind((host, 0))
+            except OSError:  # no IPv6 loopback here
+                continue
+            server.listen()
+            with socket.create_connection(server.getsockname()[:2]) as client:
+                conn, _ = server.accept()
+                with conn:
+                    assert peer_user(conn) == (os.geteuid() if Path("/proc/net/tcp").exists() else None)
+                    client.close()
+                    # still known while the server's end is open (the client's in FIN_WAIT)
+                    assert peer_user(conn) == (os.geteuid() if Path("/proc/net/tcp").exists() else None)

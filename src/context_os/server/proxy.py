@@ -19,7 +19,8 @@ goes upstream as it came.
   the agent never sees an error of ours. If the upstream cannot be reached, the client gets an
   error in its API's own shape (OpenAI's ``{"error": …}``, Anthropic's ``{"type": "error", …}``).
 * **Security.** It listens on 127.0.0.1 only and refuses a request whose ``Host`` is not the
-  loopback address it bound (DNS rebinding) or that carries a browser ``Origin``.
+  loopback address it bound (DNS rebinding) or that carries a browser ``Origin``, and (on Linux)
+  one over a connection of another user's process: naming a session gives its context.
 
 This module never imports a harness SDK: it speaks the wire formats as JSON.
 """
@@ -29,11 +30,12 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import os
 import re
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +78,7 @@ from .transports import (
     DeadlineHandler,
     HttpGuard,
     bind,
+    peer_user,
 )
 
 if TYPE_CHECKING:
@@ -713,6 +716,9 @@ def upstream_origin(url: str, option: str) -> str:
 class _ProxyServer(BoundedHTTPServer):
     guard: HttpGuard
     status_token: str | None = None
+    users: frozenset[int] = frozenset()
+    """The users whose processes it answers (with no token of its own, the proxy would otherwise
+    answer any local process: another user's could name a session and be given its context)."""
 
     def busy(self) -> tuple[str, bytes]:
         # in OpenAI's shape (the API is not known before the request is read); both SDKs retry a 503
@@ -737,19 +743,24 @@ def make_proxy_server(
     header_seconds: float = HEADER_SECONDS,
     body_seconds: float = BODY_SECONDS,
     status_token: str | None = None,
+    users: Collection[int] | None = None,
 ) -> BoundedHTTPServer:
     """The proxy's HTTP server, bound (not yet serving); on ``sock``, bound there already. It
     serves ``max_connections`` at once, and closes one whose request line and headers took over
     ``header_seconds`` to arrive, or its body ``body_seconds`` (as ``ctxos serve --http``).
     ``GET /_context_os/status`` answers only a request carrying ``Authorization: Bearer
-    <status_token>`` (without a token, nobody: 404): it names sessions, which any local process,
-    another user's too, could otherwise read and then name in a request of its own."""
+    <status_token>`` (without a token, nobody: 404): it names sessions, which any local process
+    could otherwise read and then name in a request of its own.
+    It answers only processes of ``users`` (by default the user running it, and root, who can read
+    its store anyway), where the kernel says whose a connection is (Linux): any other user's
+    request is refused (403), as a session's id would give it that conversation's context."""
     server = bind(_ProxyServer, host, port, _handler(proxy), sock=sock)
     server.bound(max_connections, header_seconds, body_seconds)
     bound = server.server_address[1]
     # Host, Origin and JSON are checked; no token of its own: the provider's key is the credential
     server.guard = HttpGuard.for_address(host, int(bound), token=None)
     server.status_token = status_token
+    server.users = frozenset({os.geteuid(), 0} if users is None else users)
     return server
 
 
@@ -811,11 +822,26 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             return b"".join(parts)
 
         def _admitted(self, api: Api) -> bool:
-            """The guard's checks: a loopback Host (no DNS rebinding), no browser Origin, JSON."""
-            refusal = self.server.guard.refusal(self.command, self.headers)  # type: ignore[attr-defined]
+            """The guard's checks: a loopback Host (no DNS rebinding), no browser Origin, JSON;
+            and a connection of one of the proxy's users."""
+            refusal = self._other_user() or self.server.guard.refusal(self.command, self.headers)  # type: ignore[attr-defined]
             if refusal is not None:
                 self._refuse(api, *refusal)
             return refusal is None
+
+        def _other_user(self) -> tuple[int, str] | None:
+            """(403, why) if another user's process made this connection (asked once for it)."""
+            users: frozenset[int] = self.server.users  # type: ignore[attr-defined]
+            if not hasattr(self, "_peer"):
+                self._peer = peer_user(self.connection)
+                if self._peer is not None and self._peer not in users:
+                    log.warning("proxy: refused a connection of user %d (it answers user %d)", self._peer, os.geteuid())
+            if self._peer is None or self._peer in users:
+                return None
+            return 403, (
+                f"refused: this proxy answers only the user that started it (uid {os.geteuid()}),"
+                f" and this connection is user {self._peer}'s: start a proxy of your own (ctxos proxy)"
+            )
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             # a model list and the like go upstream untouched

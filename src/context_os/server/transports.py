@@ -47,6 +47,7 @@ __all__ = [
     "listen_socket",
     "make_http_server",
     "new_token",
+    "peer_user",
     "read_token_file",
     "serve_http",
     "serve_stdio",
@@ -192,6 +193,40 @@ def serve_stdio(
 
 TOKEN_HEADER = "Authorization"
 """Requests carry ``Authorization: Bearer <token>``; the token is the server's, made at start."""
+
+
+def peer_user(conn: socket.socket) -> int | None:
+    """The user id of the process at the other end of a loopback TCP connection, from the
+    kernel's socket table (``/proc/net/tcp`` or ``tcp6``: the peer's end of the connection is a
+    row there, with its owner's uid, as identd answers); None where there is no such table (not
+    Linux) or the connection is not in it (it has gone). Lets a server without a token of its
+    own (the proxy) answer only its own user."""
+    try:
+        here, there = conn.getsockname(), conn.getpeername()
+    except OSError:
+        return None
+    table = "/proc/net/tcp6" if conn.family == socket.AF_INET6 else "/proc/net/tcp"
+    # the peer's row: its local address is our peer, its remote address is us
+    wanted = (_proc_address(conn.family, there), _proc_address(conn.family, here))
+    try:
+        with open(table, encoding="ascii") as rows:
+            next(rows, None)  # the header
+            for row in rows:
+                fields = row.split()
+                if len(fields) > 7 and (fields[1], fields[2]) == wanted:
+                    return int(fields[7])
+    except OSError:
+        return None
+    return None
+
+
+def _proc_address(family: int, address: tuple[Any, ...]) -> str:
+    """``address`` as the kernel's socket table writes it: the address's 32-bit words in the
+    machine's byte order, in hex, a colon, the port in hex (``0100007F:1F90``: 127.0.0.1:8080
+    on a little-endian machine)."""
+    packed = socket.inet_pton(family, address[0])
+    words = "".join(f"{int.from_bytes(packed[k : k + 4], sys.byteorder):08X}" for k in range(0, len(packed), 4))
+    return f"{words}:{address[1]:04X}"
 
 
 def new_token() -> str:
