@@ -1510,3 +1510,14 @@ def test_an_answer_relayed_to_a_client_that_pauses_its_reading_is_not_cut_by_the
             proxy.close()
             upstream_server.shutdown()
             upstream_server.server_close()
+
+
+def test_a_reply_whose_call_says_true_is_not_one_that_says_1() -> None:
+    from context_os.server.proxy import _same_reply
+
+    def reply(arguments: Any) -> dict[str, Any]:
+        return {"role": "assistant", "text": "", "tool_calls": [{"id": "t1", "name": "f", "arguments": arguments}]}
+
+    assert _same_reply(reply({"all": True, "n": 2}), reply({"n": 2, "all": True}))
+    assert not _same_reply(reply({"all": True}), reply({"all": 1}))
+    assert not _same_reply(reply({"n": 1.0}), reply({"n": 1}))

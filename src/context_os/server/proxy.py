@@ -1202,13 +1202,15 @@ def _as_held(session: Session, m: Incoming) -> Incoming:
 
 
 def _same_reply(held: Mapping[str, Any], given: Mapping[str, Any]) -> bool:
-    """Whether a message given is the model's reply the session holds: its role, text and calls."""
+    """Whether a message given is the model's reply the session holds: its role, text and calls,
+    compared as JSON (Python's ``==`` takes ``true`` for ``1`` and ``1.0`` for ``1`` in a call's
+    parsed arguments: two replies that differ there are two conversations)."""
 
-    def said(m: Mapping[str, Any]) -> Any:
+    def said(m: Mapping[str, Any]) -> str:
         calls = [(c.get("id"), c.get("name"), c.get("arguments")) for c in m.get("tool_calls") or ()]
-        return m.get("role"), m.get("text"), calls
+        return json.dumps([m.get("role"), m.get("text"), calls], sort_keys=True, default=repr)
 
-    return bool(said(held) == said(given))
+    return said(held) == said(given)
 
 
 def _stored_hidden(store: Store, session_id: str, newest_eviction: int) -> list[Hidden]:
