@@ -140,6 +140,12 @@ def _imports(code: str) -> str:
 
 def _run(block: Block, namespace: dict[str, Any]) -> None:
     exec(block.compiled(_imports(block.code) if block.skip else None), namespace)
+    # what it named, kept for _close: a later snippet may name another by the same name
+    opened = namespace.setdefault(_OPENED, [])
+    opened += [v for k, v in namespace.items() if k != _OPENED and type(v).__module__.startswith("context_os.")]
+
+
+_OPENED = "__opened_by_snippets__"
 
 
 @pytest.fixture
@@ -173,11 +179,11 @@ def test_python_block(block: Block, reader: Path) -> None:
 
 
 def _close(namespace: dict[str, Any]) -> None:
-    """Close what the snippets opened and still name (stores, sessions, recall), the latest first,
-    then the stores they reach (``Session.open(open_store(), ...)``: ``session.store``), as the
-    end of a reader's script would. What a snippet never names or names again (an inline
-    ``open_recall(...)``) is left to its daemon thread."""
-    named = [v for v in reversed(list(namespace.values())) if type(v).__module__.startswith("context_os.")]
+    """Close what the snippets opened and named (stores, sessions, recall), a name given again
+    too, the latest first, then the stores they reach (``Session.open(open_store(), ...)``:
+    ``session.store``), as the end of a reader's script would. What a snippet never names (an
+    inline ``open_recall(...)``) is left to the garbage collector: the docs name what they open."""
+    named = list({id(v): v for v in reversed(namespace.get(_OPENED, []))}.values())
     sessions = [getattr(v, "session", None) for v in named]
     stores = [getattr(v, "store", None) for v in [*named, *sessions]]
     for value in [*named, *stores]:
