@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -329,6 +330,46 @@ def server(tmp_path: Path) -> Iterator[Server]:
     )
     yield s
     store.close()
+
+
+def test_close_waits_for_the_call_that_runs_and_refuses_later_ones(server: Server, caplog: Any):
+    # an HTTP client's call runs on its own thread, holding the server's lock: closing the sessions,
+    # the trackers and recall under it would pull them from under that call
+    running = threading.Lock()
+    running.acquire()
+    in_call = threading.Event()
+
+    def a_call() -> None:
+        with server._lock:
+            in_call.set()
+            running.acquire()  # until the test lets it finish
+
+    caller = threading.Thread(target=a_call)
+    caller.start()
+    assert in_call.wait(10)
+    closer = threading.Thread(target=server.close)
+    closer.start()
+    closer.join(0.5)
+    assert closer.is_alive() and set(server.sessions) == {"s1", "a1", "p1"}  # waits, closes nothing
+    running.release()
+    caller.join(10)
+    closer.join(10)
+    assert not closer.is_alive() and server.sessions == {}
+    # a call asked after: refused, nothing run
+    answer = server.handle({"jsonrpc": "2.0", "id": 1, "method": "session.open", "params": {"session": "s2"}})
+    assert answer["error"]["code"] == -32007 and "the server is stopping" in answer["error"]["message"]
+    assert "result" in server.handle({"jsonrpc": "2.0", "id": 2, "method": "status", "params": {}})
+
+
+def test_close_gives_up_waiting_for_a_call_that_never_ends(tmp_path: Path, caplog: Any):
+    with SqliteStore(tmp_path / "s.db") as store:
+        s = Server(store)
+        assert "result" in s.handle({"jsonrpc": "2.0", "id": 0, "method": "session.open", "params": {"session": "x"}})
+        s._lock.acquire()  # a call stuck for good (a hung store)
+        with caplog.at_level("WARNING", logger="context_os.server"):
+            s.close(wait=0.2)
+        assert s.sessions == {} and "stopping while a call still runs after 0.2 s" in caplog.text
+        s._lock.release()
 
 
 def test_session_open_refuses_another_harness_for_a_recorded_session(server: Server):

@@ -42,6 +42,7 @@ from ..errors import ContextOSError, InputError, NotFound, StateError
 from ..files import FileTools, FileTracker, Workspace
 from ..files.file_tools import ID_HINT
 from ..times import parse_time
+from .protocol import CLOSE_WAIT
 from .transports import HEADER_SECONDS, MAX_CONNECTIONS
 
 if TYPE_CHECKING:
@@ -64,8 +65,6 @@ LISTED_SESSIONS = 50
 FRAMES_NEXT = "this session records what you read, no model calls: frames(session) lists a session's turns"
 TEXT_LIMIT = 200_000
 """The most characters of one object ``read`` or ``activate`` returns (the rest: ``inspect``)."""
-CLOSE_WAIT = 30.0
-"""How long ``ContextOsMcp.close`` waits for the tool call that runs to finish."""
 STOPPING = "the MCP server is stopping: this call was not run"
 
 

@@ -48,7 +48,17 @@ from ..sources.memory import MemoryScopes
 from ..sources.recall import Recall, open_recall
 from ..store.base import Store, Version
 from ..times import parse_time
-from .protocol import INVALID_PARAMS, MAX_REQUEST_BYTES, SESSION_NOT_OPEN, NoParams, Params, RpcError, RpcServer, log
+from .protocol import (
+    CLOSE_WAIT,
+    INVALID_PARAMS,
+    MAX_REQUEST_BYTES,
+    SESSION_NOT_OPEN,
+    NoParams,
+    Params,
+    RpcError,
+    RpcServer,
+    log,
+)
 
 if TYPE_CHECKING:
     from ..mesh.agent import MeshAgent
@@ -451,16 +461,18 @@ class Server(RpcServer):
         if self.mesh is not None:
             self.mesh.queue.wake()
 
-    def close(self) -> None:
+    def close(self, wait: float = CLOSE_WAIT) -> None:
         """Close every open session (their leases go back), the recall engine and the file
-        trackers; the store stays open."""
+        trackers, once the call that runs (another HTTP client's) has finished: waited for at most
+        ``wait`` seconds; a call asked meanwhile or later answers that the server is stopping.
+        The store stays open."""
         self.stop()
-        if self.trackers is not None:
-            self.trackers.close()
-        if self.recall is not None:
-            self.recall.close()
-            self.recall = None
-        with self._lock:
+        with self.quiesced(wait):
+            if self.trackers is not None:
+                self.trackers.close()
+            if self.recall is not None:
+                self.recall.close()
+                self.recall = None
             while self.sessions:
                 _, found = self.sessions.popitem()
                 try:

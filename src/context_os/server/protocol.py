@@ -15,7 +15,7 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -62,6 +62,9 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+CLOSE_WAIT = 30.0
+"""How long a server stopping waits for the call that runs to finish (``RpcServer.quiesced``,
+``ContextOsMcp.close``)."""
 SESSION_NOT_OPEN = -32020
 """A session method before ``session.open`` for that session on this server."""
 
@@ -152,6 +155,8 @@ class RpcServer:
         self._methods = method_table
         self._unlocked = unlocked
         self._lock = threading.Lock()
+        self._stopped = False
+        """Set by ``quiesced``: a call that would take the lock is refused."""
 
     @property
     def methods(self) -> list[str]:
@@ -232,10 +237,27 @@ class RpcServer:
         except ValidationError as e:
             raise _params_error(e) from None
         with contextlib.nullcontext() if method in self._unlocked else self._lock:
+            if self._stopped and method not in self._unlocked:
+                raise StateError(f"the server is stopping: {method} is not run")
             try:
                 return fn(parsed)
             except RecursionError:
                 raise RpcError(INVALID_PARAMS, "invalid params: nested too deeply") from None
+
+    @contextlib.contextmanager
+    def quiesced(self, wait: float) -> Iterator[None]:
+        """Within: no call runs (but those of ``unlocked``) and none will: the one running has
+        finished, waited for at most ``wait`` seconds (then a warning: it may fail as what it uses
+        closes), and a call asked later answers that the server is stopping (``StateError``)."""
+        finished = self._lock.acquire(timeout=wait)
+        if not finished:
+            log.warning("stopping while a call still runs after %g s: it may fail", wait)
+        self._stopped = True
+        try:
+            yield
+        finally:
+            if finished:
+                self._lock.release()
 
 
 def _no_constants(name: str) -> Any:
