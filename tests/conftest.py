@@ -11,13 +11,18 @@
   is checked against the store's own encoding of it (autouse).
 * ``reliability`` (from ``tests/_reliability.py``) counts what a test tried and what came of it,
   for the run's reliability report (docs/reliability.md).
+* SIGTERM (a CI's time limit, ``kill``) ends the run as Ctrl-C does: fixtures are torn down, so
+  the XTDB nodes and PostgreSQL servers they started are stopped, not left running.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -25,6 +30,15 @@ from context_os.store import Store
 from context_os.store import sqlite as sqlite_store
 
 pytest_plugins = ["tests._reliability"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupted)
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.fixture(autouse=True)
