@@ -189,6 +189,11 @@ class FrameContent(TypedDict):
     (``reason``) changed it last."""
     changes_total: NotRequired[int]
     """How many objects changed state since the previous frame (``changes`` may list fewer)."""
+    seen_tx: NotRequired[int]
+    """The newest transaction of which the turn had read what others wrote (an eviction, a
+    newer version), before it wrote this frame: one after it (an eviction landing while the
+    turn assembled) the frame did not take in, and explains what it showed that is now erased.
+    Absent in frames written before 2026-12-01 (then its basis stands for it)."""
 
 
 class StateContent(TypedDict):

@@ -753,6 +753,43 @@ def test_an_eviction_after_a_frame_by_a_host_whose_clock_runs_behind_still_expla
     ]
 
 
+class _EvictsDuringATurn:
+    """A source that, when consulted at the given turn, evicts an object: another process's
+    eviction landing while the turn assembles (after it looked at what others wrote, before it
+    writes its frame)."""
+
+    name = "evicts"
+
+    def __init__(self, store: Store, oid: str, at_call: int):
+        self.store, self.oid, self.at_call, self.calls = store, oid, at_call, 0
+
+    def items(self, query: str, budget_tokens: int) -> list[Any]:
+        self.calls += 1
+        if self.calls == self.at_call:
+            evict(self.store, self.oid, reason="leaked")
+        return []
+
+
+def test_an_eviction_that_lands_while_a_turn_assembles_explains_its_frame(store: Store, uid: str) -> None:
+    # the frame shows what it read before the eviction, and is written after it: its check took
+    # the erased output for damage (the eviction's transaction and time both before the frame's)
+    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
+    oid = f"toolcall:{uid}:c1"
+    s.add_source(_EvictsDuringATurn(store, oid, at_call=2), every_turn=True)
+    hook = OpenAIHook(s)
+    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", f"TOKEN={SECRET}")]
+    hook.transform_context(msgs)
+    msgs += [say("ok"), user("next")]
+    shown = hook.transform_context(msgs)  # assembled while the eviction lands
+    assert SECRET in _text(shown)  # it read the output before the eviction: the model saw it
+    later = hook.transform_context([*msgs, say("fine"), user("and now?")])
+    assert SECRET not in _text(later)  # the next turn takes the eviction in
+    s.close()
+    checks = [verify_frame(store, f) for f in frame_docs(store, uid)]
+    assert [c.evicted for c in checks[:2]] == [[oid], [oid]], [c.problems for c in checks]
+    assert all(c.evicted_only for c in checks[:2]) and checks[2].ok, [c.problems for c in checks]
+
+
 def test_a_block_taken_as_erased_by_an_old_tombstone_is_looked_up_once_a_pass(
     store: Store, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -403,6 +403,9 @@ def verify_frame(
         return FrameCheck(frame["id"], False, c["rendered_hash"], "", [*problems, str(e)], refs=as_of)
     unexplained = bool(problems)  # the frame document's own hashes: nothing evicted explains them
     made = c["valid_time"] if isinstance(c["valid_time"], int) else None  # (evictions since explain it)
+    # and those after what its turn had read of others' writes: one landing while it assembled
+    seen = c.get("seen_tx")
+    after = min(basis, seen) if isinstance(seen, int) and not isinstance(seen, bool) else basis
     wrong_hash = rendered.rendered_hash != c["rendered_hash"]
     if wrong_hash:
         problems.append(f"re-rendered hash {rendered.rendered_hash} != recorded {c['rendered_hash']}")
@@ -413,7 +416,7 @@ def verify_frame(
         if "sealed_pages" in ref:
             sealed, pages = _check_sealed(view, ref, basis)
             if sealed:
-                evicted, why = _evicted(store, pages, made, basis)
+                evicted, why = _evicted(store, pages, made, after)
                 problems += [*sealed, *why]
                 unexplained = unexplained or not evicted
                 gone += evicted
@@ -424,7 +427,7 @@ def verify_frame(
         tx = ref_tx(ref, basis)
         refs.append(_ref_with_tx(ref, basis))
         if memo.ref_hash(store, ref["id"], ref["valid_time"], tx) != ref["object_hash"]:
-            evicted, why = _evicted(store, [ref["id"]], made, basis)
+            evicted, why = _evicted(store, [ref["id"]], made, after)
             problems += [f"static ref {ref['id']} @ tx {tx} does not resolve to {ref['object_hash']}", *why]
             unexplained = unexplained or not evicted
             gone += evicted
@@ -433,7 +436,7 @@ def verify_frame(
     if lost:
         problems += [f"block {block_id} of {frame['id']} is not in the store" for block_id in lost]
         # a block goes only with what it showed (an object, or the object index listing one)
-        went, unnamed, guessed = _blocks_evicted(store, lost, basis, frame, memo.tombstones)
+        went, unnamed, guessed = _blocks_evicted(store, lost, after, frame, memo.tombstones)
         unexplained = unexplained or bool(unnamed)
         new = [oid for oid in dict.fromkeys(went.values()) if oid not in gone]
         problems += _evicted(store, new)[1]
@@ -449,7 +452,7 @@ def verify_frame(
         # every ref resolves: the re-render differs by what was evicted (a block it showed, or a
         # result it showed collapsed, which is no ref), or by damage
         shown = [r["id"] for r in c["refs"] if "sealed_pages" not in r] + _objects_gone(view)
-        gone, _ = _evicted(store, shown, made, basis)
+        gone, _ = _evicted(store, shown, made, after)
         unexplained = unexplained or not gone
     checked = None
     if wrong_hash and gone:
@@ -489,9 +492,10 @@ def verify_frame(
 
 
 def _blocks_evicted(
-    store: Store, lost: list[str], basis: int, frame: dict[str, Any], tombstones: TombstoneMemo
+    store: Store, lost: list[str], after: int, frame: dict[str, Any], tombstones: TombstoneMemo
 ) -> tuple[dict[str, str], list[str], dict[str, tuple[int, list[str]]]]:
-    """Of the blocks of ``frame`` the store no longer has: those an eviction since erased (block
+    """Of the blocks of ``frame`` the store no longer has: those an eviction in a transaction
+    after ``after`` erased (the frame's basis, or what its turn had read before: ``seen_tx``) (block
     id: the object its tombstone names), the others, and the blocks taken as erased by a
     tombstone that does not list them (object: the count it keeps, those blocks).
 
@@ -506,7 +510,7 @@ def _blocks_evicted(
         doc = v.doc or {}
         content, meta = doc.get("content") or {}, doc.get("meta") or {}
         oid = meta.get("object")
-        if v.tx_id <= basis or not isinstance(oid, str):
+        if v.tx_id <= after or not isinstance(oid, str):
             continue
         if isinstance(content.get("block_ids"), list):
             went |= {b: oid for b in content["block_ids"] if b in lost}

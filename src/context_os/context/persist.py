@@ -258,12 +258,21 @@ class SessionWriter:
                 self._pending.append((object_hash, target))
             raise
         self._settle(vt, tx.id, pending)
-        seen = max(self.last_tx, self.looked) if self.last_tx is not None and self.looked is not None else self.last_tx
+        seen = self.seen
         if seen is not None and min(tx.id, seen) >= 0 and tx.id != seen + 1:
             # (a gap no writer made costs one look; a provisional id, an outbox's, says nothing)
             self.skipped = True
         self.last_tx = tx.id
         return tx
+
+    @property
+    def seen(self) -> int | None:
+        """The newest transaction of which the session knows what others wrote: its own last one
+        (nothing else was written before it unseen, or ``skipped`` says so) or the one it last
+        looked at, whichever is later (None: neither)."""
+        if self.last_tx is not None and self.looked is not None:
+            return max(self.last_tx, self.looked)
+        return self.last_tx
 
     def _settle(self, vt: int, tx_id: int | None, pending: list[tuple[str, tuple[str, Any]]] | None = None) -> None:
         view = self.view

@@ -391,6 +391,8 @@ class Session:
         changes += self._move_horizon()
         break_at = self._retain(changes)
         self.writer.queue_session_doc()
+        # what others wrote after this (an eviction landing now) the frame shows as it was before
+        seen = self.writer.seen if not self.writer.skipped and not self._unchecked else None
         # one transaction per turn: the state changes, the chat pages, the session document, the
         # frame and its new blocks; the frame's basis is that transaction (frames.frame_basis)
         vt = self.writer.stage()
@@ -420,6 +422,8 @@ class Session:
             }
             if view.thinking_horizon:
                 content["thinking_horizon"] = view.thinking_horizon
+            if seen is not None and seen >= 0:  # (an outbox's provisional id says nothing)
+                content["seen_tx"] = seen
             meta = {"session": self.id, "turn": view.turn, "tokens": rendered.tokens, "tokens_full": tokens_full}
             frame_id = self.writer.queue_frame(content, meta, rendered.new_blocks)
             self.writer.commit()
