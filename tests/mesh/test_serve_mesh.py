@@ -195,3 +195,43 @@ def test_sigterm_on_stdio_answers_a_waiting_next_request_at_once(tmp_path: Path)
             proc.kill()
             proc.communicate()
     assert registry.local_peers(registry.default_dir()) == []  # withdrawn as it stopped
+
+
+def test_sigterm_on_stdio_ends_a_mesh_send_waiting_for_a_silent_peer(tmp_path: Path) -> None:
+    """SIGTERM while a ``mesh_send`` tool call waits for a peer that never answers (up to 60 s):
+    the send gives up at once, its call is answered, and the server exits. It waited out the 60 s
+    before."""
+    ctxos = [str(Path(sys.executable).parent / "ctxos"), "--store", str(tmp_path / "s.db")]
+    proc = subprocess.Popen(
+        [*ctxos, "serve", "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none", "-vv"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+
+    def send(rid: int, method: str, **params: Any) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}).encode() + b"\n")
+        proc.stdin.flush()
+
+    try:
+        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
+        with SqliteStore(tmp_path / "alice.db") as store, MeshAgent(store, MeshConfig("alice")) as alice:
+            alice.node.connect(bob.addrs[0])  # alice takes requests and never answers them
+            send(1, "session.open", session="s1", mesh=True)
+            assert "result" in json.loads(proc.stdout.readline())
+            call = {"peerId": alice.peer_id, "message": "still there?"}
+            send(2, "tools.call", session="s1", name="mesh_send", arguments=call)
+            wait_for(lambda: len(alice.queue) > 0, "the request at alice", timeout=30)
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=20)
+            assert time.monotonic() - started < 20
+        answer = json.loads(out)
+        assert answer["id"] == 2 and "stopping" in json.dumps(answer), answer
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

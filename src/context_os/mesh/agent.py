@@ -104,6 +104,8 @@ class MeshAgent:
         self.local_registry = local_registry
         self.memory = PeerMemory(store, self.name, recall=recall, limits=limits)
         self.queue = RequestQueue(max_queue)
+        self.stopping = threading.Event()
+        """Set by ``interrupt``: a ``send`` that waits for an answer gives up."""
         self._lock = threading.Lock()
         self._shown: collections.deque[_Shown] = collections.deque(maxlen=history_cap)
         self._seq = itertools.count()
@@ -122,8 +124,16 @@ class MeshAgent:
         self.node.start()
         return self
 
+    def interrupt(self) -> None:
+        """Whoever uses the agent stops (a server's SIGTERM): what waits ends at once, a request
+        waiting in ``next_request`` and a ``send`` waiting for its answer (failed, stored as
+        such), and later sends fail at once. Safe in a signal handler."""
+        self.stopping.set()
+        self.queue.wake()
+
     def close(self) -> None:
         """Answer what still waits with an error, stop the node, finish the writes."""
+        self.stopping.set()
         self.queue.close("the agent stopped")
         try:
             self.node.close()
@@ -232,12 +242,12 @@ class MeshAgent:
         error: MeshError | None = None
         for attempt in range(SEND_ATTEMPTS):
             try:
-                resp = self.node.request(peer, message, auto_reply=auto_reply, timeout=wait)
+                resp = self.node.request(peer, message, auto_reply=auto_reply, timeout=wait, cancel=self.stopping)
                 error = None
                 break
             except MeshError as e:
                 error = e
-                if "no answer within" in str(e) or attempt + 1 == SEND_ATTEMPTS:
+                if "no answer within" in str(e) or self.stopping.is_set() or attempt + 1 == SEND_ATTEMPTS:
                     break  # a peer that stays silent is not tried again: it had its time
                 time.sleep(RETRY_DELAY)
         if error is not None:

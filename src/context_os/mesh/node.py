@@ -72,6 +72,8 @@ HANDLER_READ_SECONDS = 30.0
 """An inbound stream that sends no complete request within this is reset."""
 REQUEST_TIMEOUT_MAX_MS = 600_000
 """The longest a request may ask its receiver to work on it."""
+CANCEL_POLL_S = 0.25
+"""How often a call with a cancel looks at it (the setter may be a signal handler: no wake-up)."""
 INBOX_SIZE = 1000
 """Broadcasts waiting for the callback; past it the newest are dropped (and counted)."""
 
@@ -514,15 +516,44 @@ class MeshNode:
 
     # --- calls into the node ---------------------------------------------------------------------
 
-    def _call(self, afn: Callable[..., Awaitable[Any]], *args: Any, timeout: float, what: str) -> Any:
+    def _call(
+        self,
+        afn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        timeout: float,
+        what: str,
+        cancel: threading.Event | None = None,
+    ) -> Any:
+        """``afn(*args)`` on the node's network thread, waited for at most ``timeout`` seconds, or
+        until ``cancel`` is set (looked at every ``CANCEL_POLL_S`` seconds): ``MeshError`` then."""
         import trio
 
         if not self.running:
             raise MeshError(f"mesh: {what}: the node is not running")
 
+        async def cancellable() -> Any:
+            assert cancel is not None
+            done: list[Any] = []
+            async with trio.open_nursery() as nursery:
+
+                async def run() -> None:
+                    done.append(await afn(*args))
+                    nursery.cancel_scope.cancel()
+
+                async def watch() -> None:
+                    while not cancel.is_set():
+                        await trio.sleep(CANCEL_POLL_S)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(run)
+                nursery.start_soon(watch)
+            if not done:
+                raise MeshError(f"mesh: {what}: given up: this agent is stopping")
+            return done[0]
+
         async def bounded() -> Any:
             with trio.fail_after(timeout):
-                return await afn(*args)
+                return await (afn(*args) if cancel is None else cancellable())
 
         try:
             return trio.from_thread.run(bounded, trio_token=self._token)
@@ -577,11 +608,17 @@ class MeshNode:
         return sorted(str(p) for p in self._router.mesh.get(self.config.topic, set()))
 
     def request(
-        self, peer_id: str, message: str, *, auto_reply: bool = False, timeout: float = 60.0
+        self,
+        peer_id: str,
+        message: str,
+        *,
+        auto_reply: bool = False,
+        timeout: float = 60.0,
+        cancel: threading.Event | None = None,
     ) -> wire.AgentResponse:
         """Send ``message`` to a peer and wait up to ``timeout`` seconds for its response (which
-        may be an error response: ``.error``). ``MeshError`` when there is none; ``InputError`` when
-        ``peer_id`` is not a peer id, or is this node's."""
+        may be an error response: ``.error``), or until ``cancel`` is set. ``MeshError`` when
+        there is none; ``InputError`` when ``peer_id`` is not a peer id, or is this node's."""
         from libp2p.peer.id import ID
 
         # a mistake in the input, not a failure of the mesh: the agent neither stores nor retries it
@@ -604,7 +641,8 @@ class MeshNode:
         )
         with self._lock:
             self.counts["requests_out"] += 1
-        return self._call(self._request, pid, req, timeout=timeout, what=f"request to {peer_id}")  # type: ignore[no-any-return]
+        what = f"request to {peer_id}"
+        return self._call(self._request, pid, req, timeout=timeout, what=what, cancel=cancel)  # type: ignore[no-any-return]
 
     async def _request(self, pid: Any, req: wire.AgentRequest) -> wire.AgentResponse:
         import trio

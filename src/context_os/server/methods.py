@@ -455,11 +455,12 @@ class Server(RpcServer):
         return {"session": p.session, "closed": found is not None}
 
     def stop(self) -> None:
-        """The server stops (SIGTERM): the waits that run (``mesh.next_request``, up to 30 s) are
-        answered at once, and no other begins. Safe in a signal handler of the serving thread."""
+        """The server stops (SIGTERM): the waits that run (``mesh.next_request``, up to 30 s, and
+        a ``mesh_send`` tool call waiting for a peer's answer, up to 60 s) end at once, and no
+        other begins. Safe in a signal handler of the serving thread."""
         self.stopping.set()
         if self.mesh is not None:
-            self.mesh.queue.wake()
+            self.mesh.interrupt()
 
     def close(self, wait: float = CLOSE_WAIT) -> None:
         """Close every open session (their leases go back), the recall engine and the file
