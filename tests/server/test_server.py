@@ -372,6 +372,34 @@ def test_close_gives_up_waiting_for_a_call_that_never_ends(tmp_path: Path, caplo
         s._lock.release()
 
 
+@pytest.mark.xtdb
+def test_close_on_a_hung_node_waits_once_for_all_its_sessions(tmp_path: Path, xtdb_url: str, uid: str, caplog: Any):
+    # each session's close waits on a node that hangs up to the store's timeout: one after the
+    # other, a server with ten sessions took minutes to stop; all at once, bounded by one wait
+    from context_os.store.xtdb import XtdbStore
+    from tests._xtdb_node import CuttableProxy
+
+    relay = CuttableProxy(xtdb_url)
+    store = XtdbStore(relay.url, timeout=3600, text_index_path=tmp_path / "index.db")
+    try:
+        s = Server(store)
+        for n in range(3):
+            params = {"session": f"{uid}-{n}", "harness": "openai"}
+            assert "result" in s.handle({"jsonrpc": "2.0", "id": n, "method": "session.open", "params": params})
+        relay.stall()
+        closer = threading.Thread(target=s.close, kwargs={"wait": 1.0}, daemon=True)
+        with caplog.at_level("WARNING"):
+            closer.start()
+            closer.join(60)  # (one by one, the three would hold it an hour each)
+        assert not closer.is_alive() and s.sessions == {}
+        said = [r.getMessage() for r in caplog.records if "not closed within" in r.getMessage()]
+        assert said and "3 session(s) not closed within 1 s" in said[0], caplog.text
+        assert all(f"{uid}-{n}" in said[0] for n in range(3))
+    finally:
+        relay.cut()
+        store.close()
+
+
 def test_session_open_refuses_another_harness_for_a_recorded_session(server: Server):
     answer = server.handle(
         {"jsonrpc": "2.0", "id": 1, "method": "session.open", "params": {"session": "s1", "harness": "anthropic"}}

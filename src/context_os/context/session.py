@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -39,7 +40,7 @@ from .policy import Actor, RetentionPolicy, StateChange, fit_budget, horizon_due
 from .sources import SourceFeed, consult
 from .view import ObjInfo, Rendered, SessionView, own_text
 
-__all__ = ["LOCKED_PREFIXES", "Assembly", "Session", "shows_latest_file"]
+__all__ = ["LOCKED_PREFIXES", "Assembly", "Session", "close_sessions", "shows_latest_file"]
 
 log = logging.getLogger(__name__)
 
@@ -1156,6 +1157,42 @@ class Session:
     def state_changes(self, obj_id: str) -> list[Version]:
         """Every recorded state change of an object in this session, oldest first."""
         return self.store.history(state_id(self.id, obj_id), with_docs=True)
+
+
+def close_sessions(sessions: Iterable[Session], wait: float, who: str = "") -> list[str]:
+    """Close every one of ``sessions`` at once, each in a thread of its own, and wait at most
+    ``wait`` seconds for them all together: a store that hangs holds each close up to its timeout
+    (30 s on a node by default), and one after the other a server with ten sessions took five
+    minutes to stop. The ids of those not closed (a warning says so, ``who`` first: their leases
+    expire, or are taken back by a writer of this host once this process ends)."""
+    failed: dict[str, str] = {}
+    threads: dict[str, threading.Thread] = {}
+
+    def close(session: Session) -> None:
+        try:
+            session.close()
+        except Exception as e:  # noqa: BLE001 - the store may be down: the lease then expires
+            failed[session.id] = str(e)
+
+    for session in sessions:
+        threads[session.id] = t = threading.Thread(target=close, args=(session,), name=f"ctxos-close-{session.id}")
+        t.daemon = True
+        t.start()
+    deadline = time.monotonic() + wait
+    for t in threads.values():
+        t.join(max(0.0, deadline - time.monotonic()))
+    hung = [sid for sid, t in threads.items() if t.is_alive()]
+    for sid, why in failed.items():
+        log.warning("%sclosing session %s: %s", who, sid, why)
+    if hung:
+        log.warning(
+            "%s%d session(s) not closed within %g s, the store not answering: %s (their leases expire)",
+            who,
+            len(hung),
+            wait,
+            ", ".join(hung),
+        )
+    return [*failed, *hung]
 
 
 def shows_latest_file(shown: Mapping[str, Any], latest: Mapping[str, Any]) -> bool:

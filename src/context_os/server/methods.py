@@ -37,7 +37,7 @@ from .. import __version__
 from ..context.frames import frame_rows, get_frame, verify_frame
 from ..context.mesh_tools import MeshTools
 from ..context.policy import RetentionPolicy
-from ..context.session import Session
+from ..context.session import Session, close_sessions
 from ..context.source_tools import SourceTools
 from ..errors import ContextOSError, MalformedMessage, NotFound, PathDenied, SessionBusy, StateError
 from ..files import FileTools, Trackers, Workspace
@@ -57,7 +57,6 @@ from .protocol import (
     Params,
     RpcError,
     RpcServer,
-    log,
 )
 
 if TYPE_CHECKING:
@@ -465,8 +464,8 @@ class Server(RpcServer):
     def close(self, wait: float = CLOSE_WAIT) -> None:
         """Close every open session (their leases go back), the recall engine and the file
         trackers, once the call that runs (another HTTP client's) has finished: waited for at most
-        ``wait`` seconds; a call asked meanwhile or later answers that the server is stopping.
-        The store stays open."""
+        ``wait`` seconds, and at most as long for the sessions (all at once: a store that hangs);
+        a call asked meanwhile or later answers that the server is stopping. The store stays open."""
         self.stop()
         with self.quiesced(wait):
             if self.trackers is not None:
@@ -474,12 +473,8 @@ class Server(RpcServer):
             if self.recall is not None:
                 self.recall.close()
                 self.recall = None
-            while self.sessions:
-                _, found = self.sessions.popitem()
-                try:
-                    found.hook.session.close()
-                except ContextOSError as e:  # the store may be down: its lease then expires
-                    log.warning("closing session %s: %s", found.hook.session.id, e)
+            close_sessions([o.hook.session for o in self.sessions.values()], wait)
+            self.sessions.clear()
 
     def _transform(self, p: _TransformParams) -> dict[str, Any]:
         o = self._writer(p.session, p.client)

@@ -47,7 +47,7 @@ import httpx
 from .. import __version__
 from ..context.entries import Incoming
 from ..context.ingest import cut_text
-from ..context.session import Session
+from ..context.session import Session, close_sessions
 from ..context.source_tools import SourceTools
 from ..errors import ConfigError
 from ..files import FileTools, Trackers, Workspace
@@ -58,6 +58,7 @@ from ..harness.toolnames import for_tools, preset
 from ..harness.virtual_files import VirtualFiles
 from ..hashing import HASH_PREFIX, hash_value
 from ..store.base import Evict
+from .protocol import CLOSE_WAIT
 from .proxy_tools import (
     MAX_ROUNDS,
     Call,
@@ -440,11 +441,7 @@ class Proxy:
         if self.trackers is not None:
             self.trackers.close()
         with self._lock:
-            for c in self._conversations.values():
-                try:
-                    c.hook.session.close()
-                except Exception as e:  # noqa: BLE001 - the store may be down: the lease then expires
-                    log.warning("proxy: closing session %s: %s", c.hook.session.id, e)
+            close_sessions([c.hook.session for c in self._conversations.values()], CLOSE_WAIT, "proxy: ")
             self._conversations.clear()
 
     def _conversation(
