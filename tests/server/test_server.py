@@ -1019,3 +1019,16 @@ def test_a_file_trackers_errors_reach_the_servers_log_and_its_status(tmp_path: P
         while b"is gone" not in (line := srv.proc.stderr.readline()):
             assert line, "the server's log never said the workspace is gone"
         assert line.decode().startswith(f"ctxos serve: WARNING file tracker of {ws}: {ws} is gone")
+
+
+def test_messages_nested_deeper_than_marshal_packs_are_bad_input_not_an_internal_error(server: Server):
+    # Python 3.13's JSON parser takes 2,500 levels; the history's packing (marshal) stops at 2,000
+    deep: Any = "x"
+    for _ in range(2500):
+        deep = [deep]
+    msgs = [*coding_session(2), {"role": "user", "content": "hi", "extra": deep}]
+    params = {"session": "s1", "messages": msgs}
+    answer = server.handle({"jsonrpc": "2.0", "id": 1, "method": "context.transform", "params": params})
+    assert answer["error"]["code"] == INVALID_PARAMS and "nested too deeply" in answer["error"]["message"]
+    params = {"session": "s1", "messages": [*coding_session(2), user("and on")]}
+    assert "result" in server.handle({"jsonrpc": "2.0", "id": 2, "method": "context.transform", "params": params})

@@ -191,7 +191,10 @@ class _Open:
     def decode(self, messages: list[Any]) -> list[Any]:
         """The harness's messages for ``messages``: the unchanged first ones are the objects of
         the last call, only the others are decoded (and hashed, and compared by the hook)."""
-        packed = marshal.dumps(messages, _PACKING)
+        try:
+            packed = marshal.dumps(messages, _PACKING)
+        except ValueError:  # over marshal's 2,000 levels: JSON may nest deeper (Python 3.13 parses it)
+            raise RecursionError("nested too deeply") from None
         same = _equal_prefix(messages, packed, self.wire, self.packed)
         try:
             decoded = self.decoded[:same] + self.harness.decode(messages[same:])
