@@ -573,6 +573,36 @@ def test_close_waits_for_the_tool_call_that_runs_and_refuses_later_ones(tmp_path
         store.close()
 
 
+def test_ctrl_c_while_close_waits_for_a_call_still_gives_the_lease_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second Ctrl-C while ``close()`` waits for the running tool call: it raised out of the
+    wait and skipped the session's close, whose lease then stayed taken until it expired (another
+    ``ctxos mcp`` could not record in the session meanwhile). Now it ends the wait only."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.txt").write_text("hello\n")
+    store = _HeldStore(tmp_path / "s.db")
+    try:
+        app = ContextOsMcp(store, session="m", workspace=tmp_path / "ws", track=False)
+        running = threading.Thread(target=app.call, args=("read", {"path": "a.txt"}), daemon=True)
+        running.start()
+        assert store.writing.wait(60)  # the call is half-way through its writes, and stays there
+        main = threading.get_ident()
+        ctrl_c = threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT))
+        ctrl_c.start()
+        with caplog.at_level("WARNING", logger="context_os"):
+            app.close(wait=60)  # (interrupted well before)
+        ctrl_c.join()
+        assert "closing at once, asked again" in caplog.text
+        store.go_on.set()
+        running.join(60)
+        # the lease went back: another writer opens the session at once
+        Session.open(store, "m", harness="mcp").close()
+    finally:
+        store.go_on.set()
+        store.close()
+
+
 @pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
 def test_a_file_trackers_errors_are_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The workspace of ``ctxos mcp`` deleted under it: its tracker said so only in a list no MCP

@@ -114,11 +114,18 @@ class ContextOsMcp:
     def close(self, wait: float = CLOSE_WAIT) -> None:
         """Stop the tracker and close the session (its lease goes back), once the tool call that
         runs has finished (waiting at most ``wait`` seconds); a call asked meanwhile or later is
-        not run, and answers an error saying so."""
+        not run, and answers an error saying so. Ctrl-C during that wait (asked again) ends the
+        wait, not the clean-up: the session still closes (its lease would otherwise stay taken
+        until it expires)."""
         self.closing.set()
-        finished = self._lock.acquire(timeout=wait)
-        if not finished:
-            log.warning("closing while a tool call still runs after %g s: it may fail", wait)
+        try:
+            finished = self._lock.acquire(timeout=wait)
+        except KeyboardInterrupt:
+            finished = False
+            log.warning("closing at once, asked again: the tool call that runs may fail")
+        else:
+            if not finished:
+                log.warning("closing while a tool call still runs after %g s: it may fail", wait)
         try:
             if self.tracker is not None:
                 self.tracker.stop()
