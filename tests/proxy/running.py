@@ -62,7 +62,10 @@ def anthropic_client(base_url: str, **headers: str) -> anthropic.Anthropic:
 
 
 class Running:
-    def __init__(self, tmp_path: Path, up: Upstream, users: frozenset[int] | None = None, **options: Any):
+    def __init__(
+        self, tmp_path: Path, up: Upstream, users: frozenset[int] | None = None, *, serve: bool = True, **options: Any
+    ):
+        """``serve=False``: bound, accepting nothing until ``serve()``."""
         self.db = tmp_path / "proxy.db"
         self.store = SqliteStore(self.db)
         self.proxy = Proxy(self.store, up.url, **options)
@@ -70,6 +73,10 @@ class Running:
         self.server = make_proxy_server(self.proxy, 0, status_token=self.status_token, users=users)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        if serve:
+            self.thread.start()
+
+    def serve(self) -> None:
         self.thread.start()
 
     def openai(self, **headers: str) -> openai.OpenAI:

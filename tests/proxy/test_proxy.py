@@ -436,9 +436,10 @@ def test_a_foreign_host_a_browser_origin_or_a_body_that_is_not_json_is_refused(p
     assert up.requests == []
 
 
-def _as_user(uid: int, url: str, request: bytes) -> bytes:
+def _as_user(uid: int, url: str, request: bytes, *, read: bool = True) -> bytes:
     """What the proxy at ``url`` answered ``request`` sent over a connection of user ``uid``'s (a
-    process forked to become that user: only root can)."""
+    process forked to become that user: only root can); ``read=False``: the process closes the
+    connection as soon as the request is sent, reading nothing."""
     host, port = urlsplit(url).hostname, urlsplit(url).port
     read, write = os.pipe()
     with warnings.catch_warnings():  # fork beside the server's thread: the child only uses a socket
@@ -451,7 +452,7 @@ def _as_user(uid: int, url: str, request: bytes) -> bytes:
             with socket.create_connection((host, port), timeout=10) as conn:
                 conn.sendall(request)
                 got = b""
-                while chunk := conn.recv(65536):
+                while read and (chunk := conn.recv(65536)):
                     got += chunk
             os.write(write, got)
         finally:
@@ -481,6 +482,26 @@ def test_another_users_process_is_refused_by_name_or_not(proxy: Running, up: Ups
     status = f"GET {STATUS_PATH} HTTP/1.1\r\nHost: {urlsplit(proxy.url).netloc}\r\n"
     status += f"Authorization: Bearer {proxy.status_token}\r\nConnection: close\r\n\r\n"
     assert _as_user(65534, proxy.url, status.encode()).startswith(b"HTTP/1.1 403")
+
+
+def test_a_request_whose_sender_closed_its_socket_is_refused(tmp_path: Path, up: Upstream, caplog: Any) -> None:
+    # A closed socket's row in the kernel's table says uid 0 (root's, whom the proxy answers):
+    # another user's process could send its request, close at once, and pass. The request here
+    # is sent and its socket closed before the proxy accepts the connection.
+    running = Running(tmp_path, up, serve=False)
+    port = running.server.server_address[1]
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+    head += f"{SESSION_HEADER}: mine\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port)) as gone:
+        gone.sendall(head.encode() + body)
+    with caplog.at_level("WARNING", logger="context_os.proxy"):
+        running.serve()
+        try:
+            wait_for(lambda: "a closed socket" in caplog.text, "the refusal")
+            assert up.requests == []
+        finally:
+            running.close()
 
 
 def test_a_proxy_answers_only_its_users(tmp_path: Path, up: Upstream) -> None:

@@ -22,7 +22,7 @@ import pytest
 
 from context_os.errors import ConfigError
 from context_os.server import HttpGuard, Server, make_http_server, read_token_file
-from context_os.server.transports import peer_user
+from context_os.server.transports import PEER_GONE, peer_user
 from context_os.store.sqlite import SqliteStore
 from tests._reliability import Counts
 from tests.helpers import http_server, overfill
@@ -349,20 +349,23 @@ def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_
 
 
 def test_peer_user_is_the_connecting_process_user() -> None:
-    # the kernel's socket table names the owner of the other end, IPv4 and IPv6 alike
-    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
-        if family == socket.AF_INET6 and not socket.has_ipv6:
-            continue
+    # the kernel's socket table names the owner of the other end, IPv4, IPv6 and an IPv4 client
+    # of an IPv6 socket alike; once that end is closed, nobody (its row then says uid 0: no root)
+    linux = Path("/proc/net/tcp").exists()
+    for family, host, connect_to in (
+        (socket.AF_INET, "127.0.0.1", "127.0.0.1"),
+        (socket.AF_INET6, "::1", "::1"),
+        (socket.AF_INET6, "::", "127.0.0.1"),
+    ):
         with socket.socket(family) as server:
             try:
                 server.bind((host, 0))
-            except OSError:  # no IPv6 loopback here
+            except OSError:  # no IPv6 here
                 continue
             server.listen()
-            with socket.create_connection(server.getsockname()[:2]) as client:
+            with socket.create_connection((connect_to, server.getsockname()[1])) as client:
                 conn, _ = server.accept()
                 with conn:
-                    assert peer_user(conn) == (os.geteuid() if Path("/proc/net/tcp").exists() else None)
+                    assert peer_user(conn) == (os.geteuid() if linux else None), (host, connect_to)
                     client.close()
-                    # still known while the server's end is open (the client's in FIN_WAIT)
-                    assert peer_user(conn) == (os.geteuid() if Path("/proc/net/tcp").exists() else None)
+                    assert peer_user(conn) == (PEER_GONE if linux else None), (host, connect_to)

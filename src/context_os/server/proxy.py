@@ -75,6 +75,7 @@ from .transports import (
     BODY_SECONDS,
     HEADER_SECONDS,
     MAX_CONNECTIONS,
+    PEER_GONE,
     BoundedHTTPServer,
     DeadlineHandler,
     HttpGuard,
@@ -827,14 +828,18 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             return refusal is None
 
         def _other_user(self) -> tuple[int, str] | None:
-            """(403, why) if another user's process made this connection (asked once for it)."""
+            """(403, why) if another user's process made this connection, or one the kernel no
+            longer lists a live process at the other end of (asked once for it)."""
             users: frozenset[int] = self.server.users  # type: ignore[attr-defined]
             if not hasattr(self, "_peer"):
                 self._peer = peer_user(self.connection)
                 if self._peer is not None and self._peer not in users:
-                    log.warning("proxy: refused a connection of user %d (it answers user %d)", self._peer, os.geteuid())
+                    who = "a closed socket" if self._peer == PEER_GONE else f"user {self._peer}"
+                    log.warning("proxy: refused a connection of %s (it answers user %d)", who, os.geteuid())
             if self._peer is None or self._peer in users:
                 return None
+            if self._peer == PEER_GONE:  # (a closed socket's row names uid 0: not a user's to pass)
+                return 403, "refused: the process at the other end of this connection has closed it"
             return 403, (
                 f"refused: this proxy answers only the user that started it (uid {os.geteuid()}),"
                 f" and this connection is user {self._peer}'s: start a proxy of your own (ctxos proxy)"

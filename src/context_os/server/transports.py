@@ -47,6 +47,7 @@ __all__ = [
     "listen_socket",
     "make_http_server",
     "new_token",
+    "PEER_GONE",
     "peer_user",
     "read_token_file",
     "serve_http",
@@ -195,36 +196,68 @@ TOKEN_HEADER = "Authorization"
 """Requests carry ``Authorization: Bearer <token>``; the token is the server's, made at start."""
 
 
+PEER_GONE = -1
+"""``peer_user``: the kernel lists sockets, but no live one at the other end of this connection
+(its process closed it: an orphaned socket's row names uid 0 and no inode), so nobody can be
+said to own it."""
+
+
 def peer_user(conn: socket.socket) -> int | None:
     """The user id of the process at the other end of a loopback TCP connection, from the
     kernel's socket table (``/proc/net/tcp`` or ``tcp6``: the peer's end of the connection is a
-    row there, with its owner's uid, as identd answers); None where there is no such table (not
-    Linux) or the connection is not in it (it has gone). Lets a server without a token of its
-    own (the proxy) answer only its own user."""
+    row there, with its owner's uid, as identd answers); ``PEER_GONE`` when the table has no live
+    row for it (the peer closed its socket: a closed socket's row says uid 0, which must not pass
+    for root); None where there is no such table (not Linux). Lets a server without a token of
+    its own (the proxy) answer only its own user."""
     try:
         here, there = conn.getsockname(), conn.getpeername()
     except OSError:
+        return PEER_GONE if _TABLES[0].exists() else None
+    if not _TABLES[0].exists():
         return None
-    table = "/proc/net/tcp6" if conn.family == socket.AF_INET6 else "/proc/net/tcp"
-    # the peer's row: its local address is our peer, its remote address is us
-    wanted = (_proc_address(conn.family, there), _proc_address(conn.family, here))
-    try:
-        with open(table, encoding="ascii") as rows:
-            next(rows, None)  # the header
-            for row in rows:
-                fields = row.split()
-                if len(fields) > 7 and (fields[1], fields[2]) == wanted:
-                    return int(fields[7])
-    except OSError:
-        return None
-    return None
+    # the peer's row: its local address is our peer, its remote address is us; an IPv4 client of
+    # an IPv6 socket (::ffff:127.0.0.1) has its row in the IPv4 table, or in the IPv6 one as mapped
+    wanted = [
+        (table, (_proc_address(family, there), _proc_address(family, here))) for table, family in _tables(conn, here)
+    ]
+    for table, pair in wanted:
+        try:
+            with table.open(encoding="ascii") as rows:
+                next(rows, None)  # the header
+                for row in rows:
+                    fields = row.split()
+                    if len(fields) > 9 and (fields[1], fields[2]) == pair and fields[9] != "0":
+                        return int(fields[7])
+        except OSError:
+            continue
+    return PEER_GONE
+
+
+_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+
+
+def _tables(conn: socket.socket, here: tuple[Any, ...]) -> list[tuple[Path, int]]:
+    """Where the peer of ``conn`` (bound at ``here``) may be listed, and the family to write its
+    addresses in there."""
+    if conn.family != socket.AF_INET6:
+        return [(_TABLES[0], socket.AF_INET)]
+    if str(here[0]).lower().startswith("::ffff:"):
+        return [(_TABLES[0], _MAPPED), (_TABLES[1], socket.AF_INET6)]
+    return [(_TABLES[1], socket.AF_INET6)]
+
+
+_MAPPED = -4
+"""``_proc_address``: an IPv4-mapped IPv6 address written as the IPv4 address it maps."""
 
 
 def _proc_address(family: int, address: tuple[Any, ...]) -> str:
     """``address`` as the kernel's socket table writes it: the address's 32-bit words in the
     machine's byte order, in hex, a colon, the port in hex (``0100007F:1F90``: 127.0.0.1:8080
     on a little-endian machine)."""
-    packed = socket.inet_pton(family, address[0])
+    if family == _MAPPED:
+        packed = socket.inet_pton(socket.AF_INET6, address[0])[12:]
+    else:
+        packed = socket.inet_pton(family, address[0])
     words = "".join(f"{int.from_bytes(packed[k : k + 4], sys.byteorder):08X}" for k in range(0, len(packed), 4))
     return f"{words}:{address[1]:04X}"
 
