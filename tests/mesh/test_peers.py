@@ -507,3 +507,24 @@ def test_a_restarted_peer_is_heard_at_once(store: Store, agents: AgentFactory, u
             a.broadcast(f"run {run}")
         # close() lets the broadcast leave before the connection goes
         wait_for(lambda run=run: any(m["text"] == f"run {run}" for m in b.messages()), f"run {run}'s broadcast")
+
+
+def test_a_call_that_can_be_cancelled_fails_as_one_that_cannot(uid: str) -> None:
+    # the cancellable wait runs the call in a trio nursery, whose errors come in an
+    # ExceptionGroup: a MeshError of the call's own (a peer answering in another's name) came
+    # back wrapped in a second message
+    import threading
+
+    import trio
+
+    async def impostor() -> None:
+        await trio.sleep(0.01)
+        raise MeshError("mesh: P answered in the name of another peer (Q)")
+
+    said = []
+    with MeshNode(MeshConfig(f"a-{uid}")) as a:
+        for cancel in (None, threading.Event()):
+            with pytest.raises(MeshError) as e:
+                a._call(impostor, timeout=10, what="request to P", cancel=cancel)
+            said.append(str(e.value))
+    assert said == ["mesh: P answered in the name of another peer (Q)"] * 2

@@ -351,10 +351,17 @@ def test_close_waits_for_the_call_that_runs_and_refuses_later_ones(server: Serve
     closer.start()
     closer.join(0.5)
     assert closer.is_alive() and set(server.sessions) == {"s1", "a1", "p1"}  # waits, closes nothing
+    # a call asked meanwhile waits for the lock too: it is not run when it gets it
+    queued: list[Any] = []
+    asked = {"jsonrpc": "2.0", "id": 9, "method": "session.close", "params": {"session": "s1"}}
+    queuing = threading.Thread(target=lambda: queued.append(server.handle(asked)))
+    queuing.start()
     running.release()
     caller.join(10)
     closer.join(10)
+    queuing.join(10)
     assert not closer.is_alive() and server.sessions == {}
+    assert "the server is stopping" in queued[0]["error"]["message"], queued
     # a call asked after: refused, nothing run
     answer = server.handle({"jsonrpc": "2.0", "id": 1, "method": "session.open", "params": {"session": "s2"}})
     assert answer["error"]["code"] == -32007 and "the server is stopping" in answer["error"]["message"]
@@ -370,6 +377,23 @@ def test_close_gives_up_waiting_for_a_call_that_never_ends(tmp_path: Path, caplo
             s.close(wait=0.2)
         assert s.sessions == {} and "stopping while a call still runs after 0.2 s" in caplog.text
         s._lock.release()
+
+
+def test_ctrl_c_while_close_waits_for_a_call_still_closes_the_sessions(server: Server, caplog: Any):
+    # a second Ctrl-C (or SIGTERM under serve --http) while close waits for the running call:
+    # it escaped close, and the sessions, trackers and recall were never closed (their leases
+    # stayed taken until they expired)
+    server._lock.acquire()  # a call that runs on
+    try:
+        ctrl_c = threading.Timer(0.5, signal.pthread_kill, (threading.get_ident(), signal.SIGINT))
+        ctrl_c.start()
+        with caplog.at_level("WARNING", logger="context_os.server"):
+            server.close(wait=60)  # (interrupted well before)
+        ctrl_c.join()
+    finally:
+        server._lock.release()
+    assert server.sessions == {} and "stopping at once, asked again" in caplog.text
+    Session.open(server.store, "s1").close()  # its lease went back
 
 
 @pytest.mark.xtdb

@@ -534,10 +534,14 @@ class MeshNode:
         async def cancellable() -> Any:
             assert cancel is not None
             done: list[Any] = []
+            failed: list[Exception] = []
             async with trio.open_nursery() as nursery:
 
                 async def run() -> None:
-                    done.append(await afn(*args))
+                    try:
+                        done.append(await afn(*args))
+                    except Exception as e:  # raised as it is, not in the nursery's ExceptionGroup
+                        failed.append(e)
                     nursery.cancel_scope.cancel()
 
                 async def watch() -> None:
@@ -547,6 +551,8 @@ class MeshNode:
 
                 nursery.start_soon(run)
                 nursery.start_soon(watch)
+            if failed:
+                raise failed[0]
             if not done:
                 raise MeshError(f"mesh: {what}: given up: this agent is stopping")
             return done[0]

@@ -248,11 +248,18 @@ class RpcServer:
     def quiesced(self, wait: float) -> Iterator[None]:
         """Within: no call runs (but those of ``unlocked``) and none will: the one running has
         finished, waited for at most ``wait`` seconds (then a warning: it may fail as what it uses
-        closes), and a call asked later answers that the server is stopping (``StateError``)."""
-        finished = self._lock.acquire(timeout=wait)
-        if not finished:
-            log.warning("stopping while a call still runs after %g s: it may fail", wait)
+        closes), and a call asked meanwhile (waiting for the lock) or later answers that the
+        server is stopping (``StateError``). Ctrl-C during that wait (asked again) ends the wait,
+        not what runs within."""
         self._stopped = True
+        try:
+            finished = self._lock.acquire(timeout=wait)
+        except KeyboardInterrupt:
+            finished = False
+            log.warning("stopping at once, asked again: the call that runs may fail")
+        else:
+            if not finished:
+                log.warning("stopping while a call still runs after %g s: it may fail", wait)
         try:
             yield
         finally:
