@@ -1182,7 +1182,9 @@ def close_sessions(sessions: Iterable[Session], wait: float, who: str = "") -> l
     for t in threads.values():
         t.join(max(0.0, deadline - time.monotonic()))
     hung = [sid for sid, t in threads.items() if t.is_alive()]
-    for sid, why in failed.items():
+    # (a snapshot: a hung close may yet fail, from its thread, while this reads)
+    failed_now = {sid: why for sid, why in list(failed.items()) if sid not in hung}
+    for sid, why in failed_now.items():
         log.warning("%sclosing session %s: %s", who, sid, why)
     if hung:
         log.warning(
@@ -1192,7 +1194,7 @@ def close_sessions(sessions: Iterable[Session], wait: float, who: str = "") -> l
             wait,
             ", ".join(hung),
         )
-    return [*failed, *hung]
+    return [*failed_now, *hung]
 
 
 def shows_latest_file(shown: Mapping[str, Any], latest: Mapping[str, Any]) -> bool:
