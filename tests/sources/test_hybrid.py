@@ -490,3 +490,22 @@ def test_an_eviction_leaves_no_vector_of_a_memory_passage_in_the_sidecar(
         assert bytes(vec) not in b"".join(p.read_bytes() for p in tmp_path.glob("v.db*"))
         hits = Recall(db, index, memory=scopes).search("staging password", k=3).hits
         assert [h.text for h in hits if h.kind == "memory"] == ["- the staging password is in the vault"]
+
+
+def test_a_recall_left_unclosed_closes_its_memory_index_when_collected(db: Store, tmp_path: Path) -> None:
+    # the memory passages' in-memory FTS table is a cache of the recall's own: a recall its
+    # program never closed left that SQLite connection to the collector (Python 3.13 warns)
+    import gc
+    import sqlite3
+
+    (tmp_path / "repo").mkdir()
+    scopes = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    scopes.remember("the staging cluster runs postgres sixteen with pgbouncer in front")
+    recall = Recall(db, memory=scopes)
+    assert recall.search("postgres", k=3).hits
+    conn = recall._passages._conn
+    assert conn is not None and conn.execute("SELECT 1").fetchone() == (1,)
+    del recall
+    gc.collect()
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        conn.execute("SELECT 1")

@@ -42,6 +42,7 @@ import re
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -723,22 +724,26 @@ class _PassageIndex:
         self._lock = threading.Lock()
         self._key: tuple[tuple[str, str, str], ...] | None = None
         self._conn: sqlite3.Connection | None = None
+        self._closer: weakref.finalize[Any, Any] | None = None
+        """Closes ``_conn`` when this index is collected: it is a cache of this object's, which a
+        recall its program never closed leaves behind (Python 3.13 warns of an unclosed one)."""
         self._terms: dict[bytes, tuple[set[str], set[str]]] = {}
 
     def close(self) -> None:
         """Close the passages' FTS5 table (an in-memory SQLite connection); a later search makes
         it again."""
         with self._lock:
-            conn, self._conn, self._key = self._conn, None, None
-        if conn is not None:
-            conn.close()
+            closer, self._conn, self._key, self._closer = self._closer, None, None, None
+        if closer is not None:
+            closer()
 
     def _index(self, passages: list[MemoryPassage]) -> sqlite3.Connection:
         key = tuple((p.id, p.part, p.sha) for p in passages)
         if self._conn is None or key != self._key:
-            if self._conn is not None:
-                self._conn.close()
+            if self._closer is not None:
+                self._closer()
             conn = sqlite3.connect(":memory:", check_same_thread=False)
+            self._closer = weakref.finalize(self, conn.close)
             conn.execute(f"CREATE VIRTUAL TABLE m USING fts5(text, tokenize='{TOKENIZER}')")
             conn.executemany("INSERT INTO m (rowid, text) VALUES (?, ?)", [(n, p.text) for n, p in enumerate(passages)])
             self._conn, self._key = conn, key
