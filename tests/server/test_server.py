@@ -375,7 +375,7 @@ def test_close_gives_up_waiting_for_a_call_that_never_ends(tmp_path: Path, caplo
         s._lock.acquire()  # a call stuck for good (a hung store)
         with caplog.at_level("WARNING", logger="context_os.server"):
             s.close(wait=0.2)
-        assert s.sessions == {} and "stopping while a call still runs after 0.2 s" in caplog.text
+        assert s.sessions == {} and "stopping while the call still runs after 0.2 s" in caplog.text
         s._lock.release()
 
 

@@ -42,7 +42,7 @@ from ..errors import ContextOSError, InputError, NotFound, StateError
 from ..files import FileTools, FileTracker, Workspace
 from ..files.file_tools import ID_HINT
 from ..times import parse_time
-from .protocol import CLOSE_WAIT
+from .protocol import CLOSE_WAIT, when_done
 from .transports import HEADER_SECONDS, MAX_CONNECTIONS
 
 if TYPE_CHECKING:
@@ -118,21 +118,10 @@ class ContextOsMcp:
         wait, not the clean-up: the session still closes (its lease would otherwise stay taken
         until it expires)."""
         self.closing.set()
-        try:
-            finished = self._lock.acquire(timeout=wait)
-        except KeyboardInterrupt:
-            finished = False
-            log.warning("closing at once, asked again: the tool call that runs may fail")
-        else:
-            if not finished:
-                log.warning("closing while a tool call still runs after %g s: it may fail", wait)
-        try:
+        with when_done(self._lock, wait, "closing", "the tool call", log):
             if self.tracker is not None:
                 self.tracker.stop()
             self.session.close()
-        finally:
-            if finished:
-                self._lock.release()
 
     def _registry(self) -> ToolRegistry:
         """The tools, each of whose errors the model reads in terms of these tools (``_hints``)."""

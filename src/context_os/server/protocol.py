@@ -252,19 +252,29 @@ class RpcServer:
         server is stopping (``StateError``). Ctrl-C during that wait (asked again) ends the wait,
         not what runs within."""
         self._stopped = True
-        try:
-            finished = self._lock.acquire(timeout=wait)
-        except KeyboardInterrupt:
-            finished = False
-            log.warning("stopping at once, asked again: the call that runs may fail")
-        else:
-            if not finished:
-                log.warning("stopping while a call still runs after %g s: it may fail", wait)
-        try:
+        with when_done(self._lock, wait, "stopping", "the call"):
             yield
-        finally:
-            if finished:
-                self._lock.release()
+
+
+@contextlib.contextmanager
+def when_done(lock: threading.Lock, wait: float, doing: str, call: str, logger: logging.Logger = log) -> Iterator[None]:
+    """Within: ``lock`` held, taken once the call that holds it (``call``, said in warnings, as
+    what the server is ``doing``) has finished, waited for at most ``wait`` seconds; then, or
+    if Ctrl-C comes during that wait (asked again), without it (a warning: that call may fail as
+    what it uses closes): a stop's clean-up runs within all the same."""
+    try:
+        finished = lock.acquire(timeout=wait)
+    except KeyboardInterrupt:
+        finished = False
+        logger.warning("%s at once, asked again: %s that runs may fail", doing, call)
+    else:
+        if not finished:
+            logger.warning("%s while %s still runs after %g s: it may fail", doing, call, wait)
+    try:
+        yield
+    finally:
+        if finished:
+            lock.release()
 
 
 def _no_constants(name: str) -> Any:
