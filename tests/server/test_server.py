@@ -384,6 +384,9 @@ def test_ctrl_c_while_close_waits_for_a_call_still_closes_the_sessions(server: S
     # it escaped close, and the sessions, trackers and recall were never closed (their leases
     # stayed taken until they expired)
     server._lock.acquire()  # a call that runs on
+    # Ctrl-C raises here even where the run's SIGINT is ignored (a background job's: Python then
+    # installs no handler for it)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         ctrl_c = threading.Timer(0.5, signal.pthread_kill, (threading.get_ident(), signal.SIGINT))
         ctrl_c.start()
@@ -391,6 +394,7 @@ def test_ctrl_c_while_close_waits_for_a_call_still_closes_the_sessions(server: S
             server.close(wait=60)  # (interrupted well before)
         ctrl_c.join()
     finally:
+        signal.signal(signal.SIGINT, before)
         server._lock.release()
     assert server.sessions == {} and "stopping at once, asked again" in caplog.text
     Session.open(server.store, "s1").close()  # its lease went back
