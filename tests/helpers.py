@@ -438,3 +438,22 @@ def overfill(port: int, request_head: str, slots: int = 4) -> tuple[bytes, bytes
             assert sock.recv(65536) == b""
     head, _, body = answer.partition(b"\r\n\r\n")
     return head, body
+
+
+@contextmanager
+def ctrl_c_after(seconds: float) -> Iterator[None]:
+    """Ctrl-C in this (the main) thread ``seconds`` into the block, with Python's own SIGINT
+    handler set for it: a run started in the background ignores SIGINT, and Python then installs
+    none (the signal would do nothing)."""
+    import signal
+    import threading
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    ctrl_c = threading.Timer(seconds, signal.pthread_kill, (threading.get_ident(), signal.SIGINT))
+    try:
+        ctrl_c.start()
+        yield
+        ctrl_c.join()
+    finally:
+        ctrl_c.cancel()
+        signal.signal(signal.SIGINT, before)

@@ -35,7 +35,7 @@ from context_os.sources.recall import Recall
 from context_os.store.base import Op, Tx
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta
-from tests.helpers import user, wait_for
+from tests.helpers import ctrl_c_after, user, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -587,18 +587,8 @@ def test_ctrl_c_while_close_waits_for_a_call_still_gives_the_lease_back(
         running = threading.Thread(target=app.call, args=("read", {"path": "a.txt"}), daemon=True)
         running.start()
         assert store.writing.wait(60)  # the call is half-way through its writes, and stays there
-        main = threading.get_ident()
-        # Ctrl-C raises here even where the run's SIGINT is ignored (a background job's: Python
-        # then installs no handler for it)
-        before = signal.signal(signal.SIGINT, signal.default_int_handler)
-        try:
-            ctrl_c = threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT))
-            ctrl_c.start()
-            with caplog.at_level("WARNING", logger="context_os"):
-                app.close(wait=60)  # (interrupted well before)
-            ctrl_c.join()
-        finally:
-            signal.signal(signal.SIGINT, before)
+        with ctrl_c_after(0.5), caplog.at_level("WARNING", logger="context_os"):
+            app.close(wait=60)  # (interrupted well before)
         assert "closing at once, asked again" in caplog.text
         store.go_on.set()
         running.join(60)

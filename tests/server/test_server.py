@@ -34,7 +34,7 @@ from context_os.server import (
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta
 from tests.harness import pi_msgs
-from tests.helpers import call, coding_session, http_server, result, stub_ref, user, wait_for
+from tests.helpers import call, coding_session, ctrl_c_after, http_server, result, stub_ref, user, wait_for
 
 CTXOS = str(Path(sys.executable).parent / "ctxos")
 
@@ -384,17 +384,10 @@ def test_ctrl_c_while_close_waits_for_a_call_still_closes_the_sessions(server: S
     # it escaped close, and the sessions, trackers and recall were never closed (their leases
     # stayed taken until they expired)
     server._lock.acquire()  # a call that runs on
-    # Ctrl-C raises here even where the run's SIGINT is ignored (a background job's: Python then
-    # installs no handler for it)
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        ctrl_c = threading.Timer(0.5, signal.pthread_kill, (threading.get_ident(), signal.SIGINT))
-        ctrl_c.start()
-        with caplog.at_level("WARNING", logger="context_os.server"):
+        with ctrl_c_after(0.5), caplog.at_level("WARNING", logger="context_os.server"):
             server.close(wait=60)  # (interrupted well before)
-        ctrl_c.join()
     finally:
-        signal.signal(signal.SIGINT, before)
         server._lock.release()
     assert server.sessions == {} and "stopping at once, asked again" in caplog.text
     Session.open(server.store, "s1").close()  # its lease went back
