@@ -528,3 +528,47 @@ def test_a_call_that_can_be_cancelled_fails_as_one_that_cannot(uid: str) -> None
                 a._call(impostor, timeout=10, what="request to P", cancel=cancel)
             said.append(str(e.value))
     assert said == ["mesh: P answered in the name of another peer (Q)"] * 2
+
+
+def _open_streams(node: MeshNode) -> int:
+    """The streams a node's connections hold open (py-libp2p's yamux keeps each until both of
+    its ends are closed or reset; a connection takes a bounded number of them)."""
+    return sum(len(c.muxed_conn.streams) for conns in node._network.get_connections_map().values() for c in conns)
+
+
+def _settled_streams(*nodes: MeshNode) -> tuple[int, ...]:
+    """The nodes' open streams once they stay the same for a second (a new connection opens
+    and ends a few of its own at first: identify, the topic's)."""
+    seen: list[tuple[int, ...]] = []
+
+    def settled() -> bool:
+        seen.append(tuple(_open_streams(n) for n in nodes))
+        return len(seen) > 100 and len(set(seen[-100:])) == 1  # polled every 10 ms
+
+    wait_for(settled, "the connection's own streams to settle", timeout=30)
+    return seen[-1]
+
+
+def test_a_request_given_up_leaves_no_stream_open(uid: str) -> None:
+    # the stream of a request that timed out or was cancelled was to be reset on the way out,
+    # but in the cancelled scope: the reset itself was cancelled, and each such request left a
+    # stream open on both ends for good
+    import concurrent.futures
+    import threading
+
+    with (
+        MeshNode(MeshConfig(f"a-{uid}")) as a,
+        MeshNode(MeshConfig(f"b-{uid}", answer_timeout=1.0)) as b,
+    ):
+        b.on_request = lambda peer, req: concurrent.futures.Future()  # never answered: "[timeout]" after 1 s
+        a.connect(b.addrs[0])
+        before = _settled_streams(a, b)
+        for _ in range(2):
+            with pytest.raises(MeshError, match="no answer within"):
+                a.request(b.peer_id, "hello", timeout=0.2)
+        stop = threading.Event()
+        threading.Timer(0.2, stop.set).start()
+        with pytest.raises(MeshError, match="this agent is stopping"):
+            a.request(b.peer_id, "hello", timeout=30, cancel=stop)
+        # b answers each "[timeout]" a second later, into a stream a reset
+        wait_for(lambda: (_open_streams(a), _open_streams(b)) == before, "the given-up streams to close", timeout=15)

@@ -662,7 +662,7 @@ class MeshNode:
             await rw.write_msg(wire.encode(req))
             raw = await rw.read_msg()
         except BaseException:
-            with trio.move_on_after(1):
+            with trio.move_on_after(1, shield=True):  # cancelled (a timeout, a stop) it runs too
                 with contextlib.suppress(Exception):  # already broken
                     await stream.reset()
             raise
