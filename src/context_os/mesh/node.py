@@ -662,9 +662,10 @@ class MeshNode:
             await rw.write_msg(wire.encode(req))
             raw = await rw.read_msg()
         except BaseException:
-            with trio.move_on_after(1, shield=True):  # cancelled (a timeout, a stop) it runs too
-                with contextlib.suppress(Exception):  # already broken
-                    await stream.reset()
+            # shielded: the call's own scope is cancelled on a timeout or a stop, and the reset
+            # in it would be too (the stream then stayed open on both peers)
+            with trio.CancelScope(deadline=trio.current_time() + 1, shield=True), contextlib.suppress(Exception):
+                await stream.reset()  # (may be broken already)
             raise
         await stream.close()
         try:
