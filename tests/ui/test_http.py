@@ -119,6 +119,25 @@ def test_errors_are_pages_with_reasons(served: tuple[Store, str, str]) -> None:
         conn.close()
 
 
+def test_a_number_too_long_for_int_is_a_400_not_a_server_error(tmp_path: Path, serve: Callable[[Store], str]) -> None:
+    """int() refuses a string of more than 4,300 digits: such a number in the address is a bad
+    request, said as such (it was a 500 page with Python's ValueError)."""
+    huge = "9" * 5000
+    with SqliteStore(tmp_path / "store.db") as store:
+        sid = record_demo(store, "huge", 6)
+        base = serve(store)
+        for name, path in [
+            ("from", f"/?from={huge}"),
+            ("turn", f"/frame?session={sid}&turn={huge}"),
+            ("from", f"/session?id={sid}&from={huge}"),
+            ("tx", f"/object?id=session:{sid}&tx=-{huge}"),
+        ]:
+            r = httpx.get(base + path)
+            assert r.status_code == 400, (path, r.text[:400])
+            assert f"{name} must be a whole number of fewer digits" in r.text
+            assert "ValueError" not in r.text
+
+
 def test_the_guard_refuses_other_hosts_origins_and_writes(served: tuple[Store, str, str]) -> None:
     _, _, base = served
     port = base.rsplit(":", 1)[1]

@@ -93,7 +93,10 @@ def _int(
         return default
     if not raw.removeprefix("-").isdigit() or not raw.isascii():
         raise InputError(f"{name} must be a whole number, got {raw!r}")
-    value = int(raw)
+    try:
+        value = int(raw)
+    except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits())
+        raise InputError(f"{name} must be a whole number of fewer digits, got {len(raw):,} characters") from None
     if value < low:
         raise InputError(f"{name} must be at least {low}, got {value}")
     if high is not None and value > high[0]:
