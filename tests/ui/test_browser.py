@@ -107,6 +107,22 @@ def test_keyboard_moves_between_turns(site: tuple[str, Store], browser: Any) -> 
     _wait_url(browser, "/diff?session=demo&a=2&b=3")
 
 
+def test_enter_on_a_rows_state_changes_unfolds_them_and_opens_no_frame(site: tuple[str, Store], browser: Any) -> None:
+    """Enter on the focused summary of a row's state changes unfolds them (it opened the frame of
+    the selected row, turn 1, instead)."""
+    base, _ = site
+    _open(browser, base + "/session?id=demo")
+    summary = browser.find_elements(By.CSS_SELECTOR, "table.timeline td.changes summary")[2]
+    details = summary.find_element(By.XPATH, "..")
+    assert details.get_attribute("open") is None
+    browser.execute_script("arguments[0].focus()", summary)
+    summary.send_keys(Keys.ENTER)
+    WebDriverWait(browser, 10).until(lambda _: details.get_attribute("open") is not None)
+    assert "/session?id=demo" in browser.current_url and "/frame" not in browser.current_url
+    browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ENTER)  # elsewhere, Enter opens the frame
+    _wait_url(browser, "/frame?session=demo&turn=1")
+
+
 def test_the_diff_of_two_turns_shows_the_change(site: tuple[str, Store], browser: Any) -> None:
     base, store = site
     docs = frame_docs(store, "demo")

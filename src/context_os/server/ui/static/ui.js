@@ -30,7 +30,8 @@ function setupRows() {
     if (e.target.closest("input, textarea, select") || e.metaKey || e.ctrlKey || e.altKey) return;
     if (e.key === "j" || e.key === "ArrowDown") { select(at + 1); e.preventDefault(); }
     else if (e.key === "k" || e.key === "ArrowUp") { select(at - 1); e.preventDefault(); }
-    else if (e.key === "Enter") go(rows[at].dataset.href);
+    // Enter on a link, a button or a state-change list's summary does what that does (unfold it)
+    else if (e.key === "Enter" && !e.target.closest("a, button, summary")) go(rows[at].dataset.href);
     else if (e.key === "d" && rows[at].dataset.turn > 1) {
       const url = new URL(rows[at].dataset.href, window.location.href);
       const turn = Number(rows[at].dataset.turn);
