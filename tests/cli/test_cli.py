@@ -130,6 +130,33 @@ def test_frames_verify_checks_every_frame_of_a_session_or_one(demo):
     assert text.strip() == "session d1: 88 of 88 frame(s) verified"
 
 
+def test_frames_show_and_diff_print_a_sessions_escape_sequences_escaped(tmp_path):
+    """A tool's output, its call's name and arguments and its call id are anyone's text: their
+    escape sequences (here OSC 0, which retitles the terminal, and OSC 52, which writes its
+    clipboard) are printed as escapes, not sent to the terminal; --json keeps the text as it is."""
+    db = tmp_path / "s.db"
+    osc = "\x1b]0;owned\x07\x1b]52;c;ZWNobyBvd25lZA==\x07"
+    call = {"id": f"call{osc}", "type": "function", "function": {"name": f"read{osc}", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "read it"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": f"output{osc}\rline"},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "ok"},
+    ]
+    (tmp_path / "s.json").write_text(json.dumps(messages))
+    ctxos("replay", str(tmp_path / "s.json"), "--session", "esc", "--verify", "none", store=db)
+    shown = "\\x1b]0;owned\\x07\\x1b]52;c;ZWNobyBvd25lZA==\\x07"
+    for args in (["frames", "show", "esc", "2"], ["frames", "diff", "esc", "1", "2"]):
+        out = ctxos(*args, store=db).stdout
+        assert "\x1b" not in out and "\x07" not in out and "\r" not in out, (args, out)
+        assert f"output{shown}\\x0dline" in out and f"read{shown}({{}})" in out and f"(call{shown})" in out, out
+    assert f"\n  toolcall:esc:call{shown}\n" in out  # the diff's objects that entered
+    sent = json.loads(ctxos("frames", "show", "esc", "2", "--json", store=db).stdout)["messages"]
+    assert f"output{osc}\rline" in [m.get("text") for m in sent]
+
+
 def _apply(hunks: list[dict], before: list[dict]) -> list[dict]:
     """``before`` with a frame diff's hunks applied, last first (their indices are ``before``'s)."""
     out = list(before)

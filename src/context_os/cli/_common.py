@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -209,6 +210,17 @@ def cut_short(error: StoreUnavailable, report: dict[str, Any] | None, *, damaged
 
 def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False))
+
+
+_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+
+
+def printable(text: str) -> str:
+    """``text`` from a session, to print: its control characters but a newline, a tab and the
+    CR of a CRLF shown as escapes (``\\x1b``). What a tool output, a file or a message holds is
+    anyone's: printed raw, an escape sequence in it would drive the terminal (retitle it, write
+    its clipboard with OSC 52, move the cursor back over the lines printed before it)."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def echo_long(text: str) -> None:

@@ -30,6 +30,7 @@ from ._common import (
     fails_cleanly,
     jobs_option,
     json_option,
+    printable,
     progress,
     store_from,
     table,
@@ -270,26 +271,27 @@ def _diff_lines(diff: FrameDiff, cut: bool) -> list[str]:
 
 
 def _groups(diff: FrameDiff) -> list[tuple[str, list[str]]]:
-    """The objects that changed between the two turns, by how."""
+    """The objects that changed between the two turns, by how (an id holds a tool call's id)."""
     return [
-        ("entered", [r["id"] for r in diff.entered]),
-        ("left", [r["id"] for r in diff.left]),
-        ("new version", [f"{y['id']} (tx {x['tx_id']} → {y['tx_id']})" for x, y in diff.changed]),
-        ("activated", diff.activated),
-        ("deactivated", diff.deactivated),
+        ("entered", [printable(r["id"]) for r in diff.entered]),
+        ("left", [printable(r["id"]) for r in diff.left]),
+        ("new version", [f"{printable(y['id'])} (tx {x['tx_id']} → {y['tx_id']})" for x, y in diff.changed]),
+        ("activated", [printable(i) for i in diff.activated]),
+        ("deactivated", [printable(i) for i in diff.deactivated]),
     ]
 
 
 def _message_lines(k: int, m: Mapping[str, Any], mark: str = "") -> list[str]:
-    """One rendered message as ``frames show`` prints it; ``mark`` (``-``, ``+``) before its head."""
-    head = f"{mark}[{k}] {m['role']}"
+    """One rendered message as ``frames show`` prints it; ``mark`` (``-``, ``+``) before its head.
+    What the message holds is printed ``printable``: any of it may come from a tool's output."""
+    head = f"{mark}[{k}] {printable(m['role'])}"
     if m.get("tool_call_id"):
-        head += f" ({m['tool_call_id']})"
+        head += f" ({printable(m['tool_call_id'])})"
     color = {"-": "red", "+": "green"}.get(mark)
     out = [click.style(head, bold=True, fg=color)]
     if text := m.get("text"):
-        out.append(text)
-    out += [f"  → {c['name']}({arguments_text(c['arguments'])})" for c in m.get("tool_calls") or ()]
+        out.append(printable(text))
+    out += [printable(f"  → {c['name']}({arguments_text(c['arguments'])})") for c in m.get("tool_calls") or ()]
     return out
 
 
@@ -315,9 +317,9 @@ def _check_lines(verdict: dict[str, Any]) -> list[str]:
         status = click.style("EVICTED", fg="yellow") + " (it showed what was erased since; nothing else is wrong)"
     else:
         status = click.style("MISMATCH", fg="red")
-    checked = [f"  {verdict['checked']}"] if verdict.get("checked") else []
-    head = f"{verdict['frame_id']}: {status}  {verdict['recorded_hash']}"
-    return [head, *(f"  - {p}" for p in verdict["problems"]), *checked]
+    checked = [f"  {printable(verdict['checked'])}"] if verdict.get("checked") else []
+    head = f"{printable(verdict['frame_id'])}: {status}  {verdict['recorded_hash']}"
+    return [head, *(f"  - {printable(p)}" for p in verdict["problems"]), *checked]
 
 
 def register(cli: click.Group) -> None:
