@@ -137,6 +137,22 @@ def test_files_over_the_byte_cap_are_metadata_only(root: Path) -> None:
     assert snap.mode == "metadata" and "too large" in (snap.omitted or "")
 
 
+def test_a_file_that_grows_past_the_byte_cap_while_it_is_read_is_metadata_only(root: Path) -> None:
+    """The cap was checked on the ``fstat`` of the opened file only: a log that grew after it was
+    read whole (a file written without end, for ever), and stored over the cap."""
+    (root / "app.log").write_text("start\n")
+    ws = Workspace(root, max_file_bytes=4096)
+    with ws.open(ws.resolve("app.log")) as opened:
+        with open(root / "app.log", "a") as log:  # written to after the open, before the read
+            log.write("line\n" * 10_000)
+        snap, data = ws.look(opened)
+        assert snap.mode == "metadata" and data is None and snap.text is None and snap.sha is None
+        assert snap.size == 50_006 and snap.omitted == "too large to store (50,006 bytes; the cap is 4,096)"
+        assert opened.fd is not None
+        os.lseek(opened.fd, 0, os.SEEK_SET)
+        assert len(opened.read(limit=4096)) == 4097  # one byte over says there is more, no more is read
+
+
 def test_bad_workspace_settings_are_input_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not a directory"):
         Workspace(tmp_path / "missing")

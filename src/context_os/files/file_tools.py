@@ -756,8 +756,11 @@ class FileTools:
                     assert opened.st is not None
                     if opened.st.st_size > self.workspace.max_file_bytes:
                         continue
-                    data = opened.read()
+                    # (a file that grew past the cap since: skipped too, never read without end)
+                    data = opened.read(limit=self.workspace.max_file_bytes)
             except ContextOSError:
+                continue
+            if len(data) > self.workspace.max_file_bytes:
                 continue
             if b"\x00" in data[:8192]:
                 continue

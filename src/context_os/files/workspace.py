@@ -202,14 +202,18 @@ class OpenedPath:
     shown: str
     """How error messages name the path."""
 
-    def read(self) -> bytes:
-        """All bytes of the opened file."""
+    def read(self, limit: int | None = None) -> bytes:
+        """All bytes of the opened file; with ``limit``, at most ``limit + 1`` of them (more than
+        ``limit`` says the file holds more: one that grows while it is read, past the size its
+        ``fstat`` had, is never read without end)."""
         if self.fd is None:
             raise FileUnreadable(f"{self.shown!r} was not opened for reading")
         chunks = []
+        left = -1 if limit is None else limit + 1
         try:
-            while chunk := os.read(self.fd, 1 << 20):
+            while left and (chunk := os.read(self.fd, 1 << 20 if left < 0 else min(1 << 20, left))):
                 chunks.append(chunk)
+                left = max(0, left - len(chunk)) if left > 0 else left
         except OSError as e:
             raise FileUnreadable(f"{self.shown!r}: cannot be read ({_strerror(e)})") from None
         return b"".join(chunks)
@@ -743,33 +747,39 @@ class Workspace:
         secret = self.is_secret(path)
         mime = mimetypes.guess_type(path.name, strict=False)[0]
         omitted = None
+        size = st.st_size
         if secret:
             omitted = "looks like a secret file (.env, keys, certificates): metadata only"
-        elif st.st_size > self.max_file_bytes:
+        elif size > self.max_file_bytes:
             # before "not read yet": no read would load it, and a look that does not read (the
             # tracker's, activate's) must not record that one would, as a new version
-            omitted = f"too large to store ({st.st_size:,} bytes; the cap is {self.max_file_bytes:,})"
+            omitted = f"too large to store ({size:,} bytes; the cap is {self.max_file_bytes:,})"
         elif not read:
             omitted = "not read yet: read(path) loads it"
-        if omitted is not None:
-            snap = FileSnapshot(
-                path,
-                st.st_size,
-                st.st_mtime_ns,
-                st.st_dev,
-                st.st_ino,
-                "metadata",
-                mime=mime or "application/octet-stream",
-                secret=secret,
-                omitted=omitted,
-            )
-            return snap, None
-        data = opened.read()
-        # the mtime recorded is the one after the read: a write that landed while (or just before)
-        # the bytes were read then shows as a change newer than them, never as an older one
-        with suppress(OSError):
-            st = os.fstat(opened.fd)
-        return self._decode(path, st, data, mime), data
+        if omitted is None:
+            # at most one byte over the cap: a file that grew past it since the fstat (a log being
+            # written) is too large all the same, and one that keeps growing is not read for ever
+            data = opened.read(limit=self.max_file_bytes)
+            # the mtime recorded is the one after the read: a write that landed while (or just
+            # before) the bytes were read then shows as a change newer than them, never an older one
+            with suppress(OSError):
+                st = os.fstat(opened.fd)
+            if len(data) <= self.max_file_bytes:
+                return self._decode(path, st, data, mime), data
+            size = max(st.st_size, len(data))
+            omitted = f"too large to store ({size:,} bytes; the cap is {self.max_file_bytes:,})"
+        snap = FileSnapshot(
+            path,
+            size,
+            st.st_mtime_ns,
+            st.st_dev,
+            st.st_ino,
+            "metadata",
+            mime=mime or "application/octet-stream",
+            secret=secret,
+            omitted=omitted,
+        )
+        return snap, None
 
     def _decode(self, path: Path, st: os.stat_result, data: bytes, mime: str | None) -> FileSnapshot:
         sha = "b3:" + blake3.blake3(data).hexdigest()
