@@ -706,6 +706,20 @@ def test_a_file_replaced_by_a_symlink_is_missing(tmp_path, root, db, tracker) ->
     assert wait_version(db, inside, 3)["missing"] is False
 
 
+def test_a_file_moved_to_a_name_that_is_not_utf8_is_missing(root, db, tracker) -> None:
+    """No store takes such a name (lone surrogates, as ``os.fsdecode`` gives it): the write of
+    the move failed, and the object stayed current at the path it had left, with an error, until
+    a rescan found that path empty (never, without a periodic one)."""
+    oid = index(tracker, root, "notes.txt", "hello\n")
+    try:
+        os.rename(root / "notes.txt", os.fsencode(root) + b"/caf\xe9.txt")
+    except OSError as e:  # a file system that takes only UTF-8 names: nothing to test
+        pytest.skip(f"no non-UTF-8 name here: {e}")
+    meta = wait_version(db, oid, 2)
+    assert meta["missing"] is True and meta["missing_reason"] == "moved to a path that is not valid UTF-8"
+    assert meta["path"] == "notes.txt" and not tracker.errors
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode; see the FIFO test")
 def test_a_file_that_became_unreadable_is_reported_not_fatal(root, db, tracker) -> None:
     oid = index(tracker, root, "locked.txt", "a\n")

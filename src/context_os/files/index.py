@@ -178,6 +178,16 @@ def record_virtual(
     return Version(obj_id, vt, tx.id, tx.time, doc)
 
 
+def _recordable(path: Path) -> bool:
+    """Whether ``path`` is text a store can hold: a name that is not valid UTF-8 comes from the
+    file system as lone surrogates (``os.fsdecode``), which have no UTF-8 form."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def file_key(path: str) -> tuple[str, int, int] | None:
     """(inode as ``dev:ino``, size, mtime in ms) of the regular file at ``path``: what a file
     moved elsewhere is known again by (``meta.inode``, ``size``, ``mtime``); None if there is none."""
@@ -342,6 +352,10 @@ class FileIndex:
                 if path is not None and self.workspace.secret_in_path(path) is not None:
                     # moved to a name that holds a secret: that name is never recorded
                     path, reason = None, "moved to a path that holds a secret"
+                elif path is not None and not _recordable(path):
+                    # no store takes the name (a write of it failed: the object stayed current
+                    # at the path it had left, until a rescan found that empty)
+                    path, reason = None, "moved to a path that is not valid UTF-8"
                 result = (
                     self._missing(prev, cause=cause, reason=reason)
                     if path is None
