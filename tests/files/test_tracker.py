@@ -409,6 +409,24 @@ def test_moving_a_directory_moves_the_files_in_it(root, db, tracker) -> None:
     wait_for(lambda: latest_meta(db, b)["path"] == "renamed/sub/b.py", what="b moved")
 
 
+def test_a_file_moved_out_of_a_directory_then_moved_with_it_is_where_it_went(root, db, ws) -> None:
+    """``mv a/x.py . && mv a b``, ``mv a/sub sub && mv a c``: the directory's move took the files
+    it no longer held along by their recorded paths (b/x.py, c/sub/y.py, where nothing is), over
+    the moves just seen, and they were recorded missing. (A long debounce: both moves come
+    before the tracker looks, as a script's do.)"""
+    with FileTracker(db, ws, rescan_interval=None, debounce=0.5, max_delay=1.0) as tracker:
+        x = index(tracker, root, "a/x.py", "x\n")
+        y = index(tracker, root, "a/sub/y.py", "y\n")
+        z = index(tracker, root, "a/z.py", "z\n")
+        os.rename(root / "a" / "x.py", root / "x.py")
+        os.rename(root / "a" / "sub", root / "sub")
+        os.rename(root / "a", root / "b")
+        for oid, path in ((x, "x.py"), (y, "sub/y.py"), (z, "b/z.py")):
+            meta = wait_version(db, oid, 2)
+            assert (meta["path"], meta["missing"]) == (path, False)
+        assert not tracker.errors
+
+
 def test_delete_marks_missing_keeps_history_and_recreation_is_a_new_version(root, db, tracker) -> None:
     oid = index(tracker, root, "gone.txt", "here\n")
     (root / "gone.txt").unlink()

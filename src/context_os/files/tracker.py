@@ -538,7 +538,10 @@ class FileTracker:
                 dest = os.fsdecode(event.dest_path)
                 if event.is_directory:
                     below = src in self._dirs or dest in self._dirs
-                    for path, oid in [*(self._by_path.items() if below else ()), *self._hinted.items()]:
+                    # a file with a move pending is where that move took it, not at its recorded
+                    # path (``mv a/x.py . && mv a b``: x.py is not in b)
+                    recorded = [(p, o) for p, o in self._by_path.items() if o not in self._hints] if below else []
+                    for path, oid in [*recorded, *self._hinted.items()]:
                         if _under(path, src):
                             marked |= self._hint(oid, dest + path[len(src) :], now)
                         elif _under(path, dest):
