@@ -15,6 +15,7 @@ import pytest
 
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.files import FileIndex, FileTools, FileTracker, Workspace
+from context_os.files.workspace import FileSnapshot
 from context_os.harness.openai import OpenAIHook
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta, metas
@@ -487,6 +488,32 @@ def test_a_writer_that_pauses_between_truncating_and_writing_makes_one_version(r
     meta = wait_version(db, oid, 2)
     flushed(tracker, db, root)
     assert versions(db, oid) == 2 and db.get(oid).doc["content"] == "new\n" and meta["size"] == 4
+
+
+class DeletedAsRead(Workspace):
+    """A workspace whose tracker finds ``doomed`` deleted between its look and its read, once: a
+    file removed right after a change (``git stash``, a test's temporary file)."""
+
+    doomed: Path | None = None
+
+    def snapshot(self, path: str | os.PathLike[str], *, read: bool = True) -> FileSnapshot:
+        if self.doomed == Path(path) and threading.current_thread().name.startswith("ctxos-file-tracker"):
+            self.doomed = None
+            os.unlink(path)
+        return super().snapshot(path, read=read)
+
+
+def test_a_file_deleted_as_the_tracker_reads_it_is_missing_and_no_problem(root, db) -> None:
+    """It was recorded missing (its delete event came after), but ``tracker.errors`` and the log
+    said first that it could not be read (``no such file``): a warning on a server's stderr
+    for every tracked file deleted right after a change."""
+    ws = DeletedAsRead(root)
+    with FileTracker(db, ws, rescan_interval=None) as tracker:
+        oid = index(tracker, root, "tmp.txt", "a\n")
+        ws.doomed = root.resolve() / "tmp.txt"
+        (root / "tmp.txt").write_text("b\n")
+        assert wait_version(db, oid, 2)["missing"] is True
+        assert ws.doomed is None and not tracker.errors
 
 
 def test_a_file_emptied_then_written_by_a_second_writer_makes_one_version(root, db) -> None:

@@ -780,6 +780,13 @@ class FileTracker:
             self._unrecorded_yet(oid, rec, str(e))
             return None
         except ContextOSError as e:
+            if target is not None and not _holds_file(target):
+                # gone since the look above (deleted or moved right after its change): no problem
+                # to report; it is looked at again as a file found gone (its own events are on
+                # their way, which a start's or a stop's rescan leaves to)
+                if self.running and not self._stopping:
+                    self._later(oid, 0.0)
+                return None
             self._error(f"{rec.path}: {e}")
             return None
         self._unrecorded.discard(oid)
