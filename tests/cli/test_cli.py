@@ -130,31 +130,62 @@ def test_frames_verify_checks_every_frame_of_a_session_or_one(demo):
     assert text.strip() == "session d1: 88 of 88 frame(s) verified"
 
 
-def test_frames_show_and_diff_print_a_sessions_escape_sequences_escaped(tmp_path):
-    """A tool's output, its call's name and arguments and its call id are anyone's text: their
-    escape sequences (here OSC 0, which retitles the terminal, and OSC 52, which writes its
-    clipboard) are printed as escapes, not sent to the terminal; --json keeps the text as it is."""
+OSC = "\x1b]0;owned\x07\x1b]52;c;ZWNobyBvd25lZA==\x07"
+"""Escape sequences a session may hold: OSC 0 retitles the terminal, OSC 52 writes its clipboard."""
+OSC_SHOWN = "\\x1b]0;owned\\x07\\x1b]52;c;ZWNobyBvd25lZA==\\x07"
+"""``OSC`` as ``printable`` shows it."""
+
+
+@pytest.fixture
+def escapes(tmp_path: Path) -> Path:
+    """A store holding session ``esc``, whose tool call's name, id and output hold ``OSC``."""
     db = tmp_path / "s.db"
-    osc = "\x1b]0;owned\x07\x1b]52;c;ZWNobyBvd25lZA==\x07"
-    call = {"id": f"call{osc}", "type": "function", "function": {"name": f"read{osc}", "arguments": "{}"}}
+    call = {"id": f"call{OSC}", "type": "function", "function": {"name": f"read{OSC}", "arguments": "{}"}}
     messages = [
         {"role": "user", "content": "read it"},
         {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": call["id"], "content": f"output{osc}\rline"},
+        {"role": "tool", "tool_call_id": call["id"], "content": f"output{OSC}\rline"},
         {"role": "assistant", "content": "done"},
         {"role": "user", "content": "again"},
         {"role": "assistant", "content": "ok"},
     ]
     (tmp_path / "s.json").write_text(json.dumps(messages))
     ctxos("replay", str(tmp_path / "s.json"), "--session", "esc", "--verify", "none", store=db)
-    shown = "\\x1b]0;owned\\x07\\x1b]52;c;ZWNobyBvd25lZA==\\x07"
+    return db
+
+
+def _no_controls(args: list[str], out: str) -> None:
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out, (args, out)
+
+
+def test_frames_show_and_diff_print_a_sessions_escape_sequences_escaped(escapes: Path) -> None:
+    """A tool's output, its call's name and arguments and its call id are anyone's text: their
+    escape sequences are printed as escapes, not sent to the terminal; --json keeps the text as it is."""
     for args in (["frames", "show", "esc", "2"], ["frames", "diff", "esc", "1", "2"]):
-        out = ctxos(*args, store=db).stdout
-        assert "\x1b" not in out and "\x07" not in out and "\r" not in out, (args, out)
-        assert f"output{shown}\\x0dline" in out and f"read{shown}({{}})" in out and f"(call{shown})" in out, out
-    assert f"\n  toolcall:esc:call{shown}\n" in out  # the diff's objects that entered
-    sent = json.loads(ctxos("frames", "show", "esc", "2", "--json", store=db).stdout)["messages"]
-    assert f"output{osc}\rline" in [m.get("text") for m in sent]
+        out = ctxos(*args, store=escapes).stdout
+        _no_controls(args, out)
+        assert f"output{OSC_SHOWN}\\x0dline" in out and f"read{OSC_SHOWN}({{}})" in out, out
+        assert f"(call{OSC_SHOWN})" in out, out
+    assert f"\n  toolcall:esc:call{OSC_SHOWN}\n" in out  # the diff's objects that entered
+    sent = json.loads(ctxos("frames", "show", "esc", "2", "--json", store=escapes).stdout)["messages"]
+    assert f"output{OSC}\rline" in [m.get("text") for m in sent]
+
+
+def test_objects_recall_and_evict_print_a_sessions_escape_sequences_escaped(escapes: Path) -> None:
+    """The other commands that print what a session holds: an object's versions, state changes
+    and content, recall's hits, what an eviction would erase (its ids are the call's)."""
+    oid = f"toolcall:esc:call{OSC}"
+    runs = {
+        "inspect": ["objects", "inspect", oid, "--content"],
+        "recall": ["recall", "output", "--embedder", "none"],
+        "evict": ["objects", "evict", "--containing", "output"],
+    }
+    for name, args in runs.items():
+        out = ctxos(*args, store=escapes, check=name != "evict").stdout
+        _no_controls(args, out)
+        assert OSC_SHOWN in out, (name, out)
+    recalled = json.loads(ctxos("recall", "output", "--embedder", "none", "--json", store=escapes).stdout)
+    assert any(OSC in h["text"] for h in recalled["hits"])  # --json keeps the text as it is
 
 
 def _apply(hunks: list[dict], before: list[dict]) -> list[dict]:

@@ -263,8 +263,9 @@ def counted(n: int, word: str) -> str:
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], align: str | None = None) -> str:
-    """A plain text table; ``align`` is one char per column, ``l`` or ``r``."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    """A plain text table; ``align`` is one char per column, ``l`` or ``r``. Its cells are
+    ``printable``: ids, paths, reasons and snippets come from sessions."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else printable(str(c)) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     align = align or "l" * len(headers)
     lines = []

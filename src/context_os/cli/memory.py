@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ..sources.memory import MemoryScope, MemoryScopes, trust_workspace, untrust_workspace
-from ._common import DefaultGroup, emit_json, fails_cleanly, json_option, table
+from ._common import DefaultGroup, emit_json, fails_cleanly, json_option, printable, table
 
 workspace_option = click.option(
     "--workspace",
@@ -96,7 +96,7 @@ def show_cmd(workspace: Path, include_pi: bool | None, as_json: bool) -> None:
     )
     for r in rows:
         if r["error"]:
-            click.echo(f"\n{r['scope']}: not read: {r['error']}")
+            click.echo(printable(f"\n{r['scope']}: not read: {r['error']}"))
         elif r["binary"]:
             click.echo(
                 f"\n{r['scope']}: MEMORY.md is not a text file (it holds NUL bytes): nothing of it enters the "
@@ -165,9 +165,9 @@ def remember_cmd(text: str, scope: str, topic: str | None, workspace: Path, as_j
             }
         )
         return
-    click.echo(f"{got.path}: {got.line}")
+    click.echo(printable(f"{got.path}: {got.line}"))
     if got.pointer:
-        click.echo(f"{got.index}: {got.pointer}")
+        click.echo(printable(f"{got.index}: {got.pointer}"))
 
 
 def register(cli: click.Group) -> None:

@@ -26,7 +26,7 @@ from ..mesh.node import MeshConfig, MeshNode, load_seed
 from ..mesh.pnet import read_swarm_key
 from ..mesh.wire import BROADCAST_TYPES
 from ..store import Store
-from ._common import emit_json, fails_cleanly, json_option, store_from, table
+from ._common import emit_json, fails_cleanly, json_option, printable, store_from, table
 
 CLI_AGENT = "ctxos-cli"
 REQUEST_TIMEOUT = 60.0
@@ -167,10 +167,10 @@ def send_cmd(
     if as_json:
         emit_json(result)
     else:
-        click.echo(result["response"])
+        click.echo(printable(result["response"]))  # another agent's text
     if result["error"]:
         if not as_json:
-            click.echo(f"{result['agentName']} ({peer_id}) answered with an error", err=True)
+            click.echo(f"{printable(result['agentName'])} ({peer_id}) answered with an error", err=True)
         ctx.exit(1)
 
 
@@ -281,7 +281,7 @@ def broadcast_cmd(
         emit_json(result)
         return
     for f in failed:
-        click.echo(f"could not reach {f['agentName']} ({f['peerId']}): {f['error']}", err=True)
+        click.echo(printable(f"could not reach {f['agentName']} ({f['peerId']}): {f['error']}"), err=True)
     click.echo(
         f"broadcast on {result['topic']}: {result['peersReached']} peer(s) reached (message {result['messageId']})"
     )

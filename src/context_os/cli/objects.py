@@ -19,7 +19,7 @@ from ..errors import InputError, NotFound
 from ..files.index import find_file_object
 from ..store import Store, Version
 from ..times import parse_time
-from ._common import DeprecatedAlias, emit_json, fails_cleanly, json_option, store_from, table
+from ._common import DeprecatedAlias, emit_json, fails_cleanly, json_option, printable, store_from, table
 
 
 @click.group("objects")
@@ -106,9 +106,9 @@ def inspect_cmd(
                 return
             for k, val in row.items():
                 if k != "doc":
-                    click.echo(f"{k:14} {val}")
+                    click.echo(printable(f"{k:14} {val}"))
             if show_content:
-                click.echo("".join(content_lines(v.doc)))
+                click.echo(printable("".join(content_lines(v.doc))))
             return
         versions = store.history(object_id, with_docs=True)
         if not versions:
@@ -129,14 +129,14 @@ def inspect_cmd(
             if as_json:
                 emit_json({"id": object_id, "from": a, "to": b, "diff": out})
             else:
-                click.echo(out or "(no difference in content)")
+                click.echo(printable(out) or "(no difference in content)")
             return
         rows = [version_row(n, v) | file_fields(v) for n, v in enumerate(versions, 1)]
         changes = object_states(store, object_id)
         if as_json:
             emit_json(changes if states else rows)
             return
-        click.echo(f"{object_id}: {len(rows)} version(s)")
+        click.echo(printable(f"{object_id}: {len(rows)} version(s)"))
         click.echo(
             table(
                 [
@@ -158,7 +158,7 @@ def inspect_cmd(
         paths = path_lines(versions)
         if paths:
             click.echo("\npaths (the id is kept across renames):")
-            click.echo("\n".join(paths))
+            click.echo(printable("\n".join(paths)))
         if changes:
             click.echo(f"\nstate changes ({len(changes)}):")
             click.echo(
@@ -179,7 +179,7 @@ def inspect_cmd(
                 )
             )
         if show_content:
-            click.echo("".join(content_lines(versions[-1].doc)))
+            click.echo(printable("".join(content_lines(versions[-1].doc))))
 
 
 @objects.command("evict")
@@ -213,7 +213,7 @@ def evict_cmd(ctx: click.Context, object_id: str | None, containing: str | None,
                 emit_json(result)
             else:
                 click.echo(
-                    f"{oid}: {len(versions)} version(s) would be erased, in every time. "
+                    f"{printable(oid)}: {len(versions)} version(s) would be erased, in every time. "
                     "Frames that showed it will no longer verify. Pass --yes to erase."
                 )
             ctx.exit(1)
@@ -223,10 +223,8 @@ def evict_cmd(ctx: click.Context, object_id: str | None, containing: str | None,
         else:
             quoted = result["derived"]
             also = f", with the {len(quoted)} recall hit(s) that quoted it ({', '.join(quoted)})" if quoted else ""
-            click.echo(
-                f"{oid}: {len(versions)} version(s) erased (tx {result['tx_id']}){also}; running sessions drop "
-                "it at their next turn. Frames that showed it no longer verify."
-            )
+            said = f"{oid}: {len(versions)} version(s) erased (tx {result['tx_id']}){also}; running sessions drop it"
+            click.echo(printable(said) + " at their next turn. Frames that showed it no longer verify.")
         if result["left_in_files"]:
             _left_in_files(store)
             ctx.exit(1)
@@ -260,7 +258,7 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
                     left = " (its file path: --yes writes it anew with the path's hash in its place)"
                 else:
                     left = " (kept: a session's own record)" if o in kept else ""
-                click.echo(f"  {o['id']}: {o['versions']} version(s){left}")
+                click.echo(f"  {printable(o['id'])}: {o['versions']} version(s){left}")
             if found:
                 click.echo("Pass --yes to erase them, in every time. Frames that showed them will no longer verify.")
         ctx.exit(1 if found else 0)
@@ -296,9 +294,10 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
             " their next turn. Frames that showed them no longer verify."
         )
         for t in rewritten:
-            click.echo(f"  {t}: written anew with a hash of the file's path in place of the path")
+            click.echo(f"  {printable(t)}: written anew with a hash of the file's path in place of the path")
         for o in remaining:
-            click.echo(f"  still held by {o['id']} ({o['versions']} version(s)): a session's own record, kept")
+            held = f"  still held by {printable(o['id'])} ({o['versions']} version(s))"
+            click.echo(f"{held}: a session's own record, kept")
     if left_in_files:
         _left_in_files(store)
     if remaining or left_in_files:

@@ -13,7 +13,7 @@ from ..context.frames import verify_frames
 from ..errors import HashError, StoreCorrupt, StoreUnavailable
 from ..hashing import verify_doc
 from ..store import Store, Version
-from ._common import checks_cleanly, cut_short, emit_json, jobs_option, json_option, progress, store_from
+from ._common import checks_cleanly, cut_short, emit_json, jobs_option, json_option, printable, progress, store_from
 
 
 def _damage(e: StoreCorrupt, id: str, v: Version | None = None) -> dict[str, Any]:
@@ -158,9 +158,9 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                 f" {len(damaged)} unreadable"
             )
             for b in bad:
-                click.echo(f"  - {b['id']} @ tx {b['tx_id']}: {', '.join(b['fields'])} do not match")
+                click.echo(printable(f"  - {b['id']} @ tx {b['tx_id']}: {', '.join(b['fields'])} do not match"))
             for d in damaged:
-                click.echo(f"  - {d['id']} @ tx {d['tx_id']}: {d['error']}")
+                click.echo(printable(f"  - {d['id']} @ tx {d['tx_id']}: {d['error']}"))
             if integrity is None:
                 click.echo("integrity check: the backend has none that can be run from here")
             else:
@@ -171,7 +171,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                 since = f", {len(frames_evicted)} showed what was evicted since" if frames_evicted else ""
                 click.echo(f"frames: {frames_ok} verified, {len(frames_bad)} failed{since}")
                 for f in frames_bad:
-                    click.echo(f"  - {f['id']}: {'; '.join(f['problems'])}")
+                    click.echo(printable(f"  - {f['id']}: {'; '.join(f['problems'])}"))
             if outage is not None:
                 left = report["documents_unchecked"]
                 rest = f"{left:,} of {len(current):,} documents" if left else "none of the documents"
