@@ -26,7 +26,7 @@ from context_os import Session
 from context_os.cli import cli
 from context_os.context.evict import evict
 from context_os.context.tools import ToolRegistry
-from context_os.errors import PathDenied
+from context_os.errors import InputError, NotFound, PathDenied
 from context_os.files import Workspace
 from context_os.harness.openai import OpenAIHook
 from context_os.server.mcp import ContextOsMcp
@@ -517,6 +517,27 @@ def test_resources_name_the_newest_frames_of_the_store(tmp_path: Path) -> None:
         f"context-os://frame/a/{t}" for t in range(30, 10, -1)
     ]
     assert listed == newest
+
+
+def test_a_resource_uri_whose_number_is_no_ascii_number_is_refused_not_a_traceback(tmp_path: Path) -> None:
+    """A turn or version in a resource URI was taken when ``str.isdigit`` said so: ``²`` made
+    ``int`` raise a ValueError (a traceback on stderr, a JSON-RPC error with code 0), ``١`` read as
+    turn 1, and 5,000 digits were over ``int``'s limit. Only ASCII digits are a number now."""
+    with SqliteStore(tmp_path / "s.db") as store:
+        with Session.open(store, "a", harness="openai") as session:
+            OpenAIHook(session).transform_context([user("hello")])
+        app = ContextOsMcp(store, session="m")
+        try:
+            assert json.loads(app.read_resource("context-os://frame/a/1")[1])  # the frame is there
+            for turn in ("\u00b2", "\u0661", "1" * 5000):
+                with pytest.raises(InputError, match="SESSION/TURN"):
+                    app.read_resource(f"context-os://frame/a/{turn}")
+            assert json.loads(app.read_resource("context-os://object/session:a@1")[1])["version"] == 1
+            for version in ("\u00b2", "\u0661", "1" * 5000):
+                with pytest.raises(NotFound, match="has versions 1 to"):
+                    app.read_resource(f"context-os://object/session:a@{version}")
+        finally:
+            app.close()
 
 
 class _HeldStore(SqliteStore):

@@ -60,6 +60,9 @@ LISTED_FRAMES = 50
 """How many frames ``resources/list`` names (the newest; any other is read by its URI)."""
 _ID_LIKE = re.compile(r"[a-z]+:")
 """What a document id starts with (``file:``, ``frame:``, ``session:``, …), where a path does not."""
+_NUMBER = re.compile(r"[0-9]{1,18}")
+"""A turn or version number in a resource URI: ASCII digits (``str.isdigit`` takes ``²`` and
+``١`` too, which ``int`` refuses or reads), few enough for ``int`` and the store."""
 LISTED_SESSIONS = 50
 """How many sessions ``frames`` without a session names (the most recently updated)."""
 FRAMES_NEXT = "this session records what you read, no model calls: frames(session) lists a session's turns"
@@ -277,7 +280,7 @@ class ContextOsMcp:
         if uri.startswith("context-os://frame/"):
             rest = uri.removeprefix("context-os://frame/")
             session, sep, turn = rest.rpartition("/")
-            if not sep or not turn.isdigit():
+            if not sep or not _NUMBER.fullmatch(turn):
                 raise InputError(f"{uri!r}: a frame is context-os://frame/SESSION/TURN")
             check = verify_frame(self.store, get_frame(self.store, unquote(session), int(turn)))
             if not check.ok or check.rendered is None:
@@ -291,7 +294,7 @@ class ContextOsMcp:
             versions = [v for v in self.store.history(oid, with_docs=True) if v.doc is not None]
             if not versions:
                 raise NotFound(f"no object {oid!r}")
-            n = len(versions) if which == "latest" else int(which) if which.isdigit() else 0
+            n = len(versions) if which == "latest" else int(which) if _NUMBER.fullmatch(which) else 0
             if not 1 <= n <= len(versions):
                 raise NotFound(f"{oid} has versions 1 to {len(versions)} (or latest), not {which!r}")
             row = version_row(n, versions[n - 1], with_doc=True)
