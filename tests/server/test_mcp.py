@@ -540,6 +540,29 @@ def test_a_resource_uri_whose_number_is_no_ascii_number_is_refused_not_a_traceba
             app.close()
 
 
+def test_read_reaches_the_global_topic_file_remember_says_to_read(tmp_path: Path) -> None:
+    """``remember`` with a topic answers ``read('<user data dir>/memory/<topic>.md') shows the
+    topic``; the MCP server's read refused that path as outside the workspace (``ctxos serve``
+    gives its file tools the scopes' directories). Beside the scopes nothing more is reachable."""
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    with SqliteStore(tmp_path / "s.db") as store:
+        app = ContextOsMcp(store, session="m", workspace=ws, memory=MemoryScopes(ws), track=False)
+        try:
+            kept, err = app.call("remember", {"text": "deploy with make ship", "scope": "global", "topic": "deploy"})
+            assert not err, kept
+            topic = json.loads(kept)["file"]
+            assert f"read({topic!r})" in json.loads(kept)["next"]
+            shown, err = app.call("read", {"path": topic})
+            assert not err and json.loads(shown)["text"] == "- deploy with make ship\n", shown
+            settings = Path(topic).parent.parent / "memory.json"  # the trusted workspaces: the user's only
+            settings.write_text('{"trusted_workspaces": []}')
+            refused, err = app.call("read", {"path": str(settings)})
+            assert err and json.loads(refused)["type"] == "PathDenied"
+        finally:
+            app.close()
+
+
 class _HeldStore(SqliteStore):
     """An SQLite store whose first write of a file object waits until the test lets it go (a tool
     call caught half-way); it records each write's first document id, in order."""

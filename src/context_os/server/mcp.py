@@ -101,6 +101,9 @@ class ContextOsMcp:
         new version when they change on disk."""
         self.store = store
         ws = Workspace(workspace) if workspace is not None else None
+        if ws is not None and memory is not None:
+            # read reaches the memory scopes' topic files, as remember tells the model to read them
+            ws = Workspace(ws.root, allow_outside=[d for d in memory.dirs() if not d.is_relative_to(ws.root)])
         _refuse_another_harness(store, session)
         self.session = Session.open(store, session, harness="mcp", workspace=str(ws.root) if ws else None)
         self.tracker = FileTracker(store, ws).start() if ws is not None and track else None
