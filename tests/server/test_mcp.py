@@ -255,6 +255,25 @@ def test_streamable_http_needs_the_token_and_a_loopback_host(tmp_path: Path) -> 
         anyio.run(main)
 
 
+@pytest.mark.parametrize(
+    "token", ["p\u00e4sswort-long-enough-1234", " padded-token-long-enough-1 ", "ctl\x01-token-long-enough"]
+)
+def test_a_token_no_client_could_send_is_refused_before_anything_is_opened(tmp_path: Path, token: str) -> None:
+    """``$CTXOS_MCP_TOKEN`` not in ASCII failed with a traceback writing the token file (after the
+    store and the session were opened, and left its temporary file behind); with a space at
+    either end, the server ran and refused every request (a client's header value is trimmed)."""
+    token_file = tmp_path / "mcp" / "token"
+    cmd = [CTXOS, "--store", str(tmp_path / "s.db"), "mcp", "--workspace", str(tmp_path), "--http", "0"]
+    proc = subprocess.run(
+        [*cmd, "--token-file", str(token_file)],
+        env={**os.environ, "CTXOS_MCP_TOKEN": token},
+        capture_output=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1 and b"CTXOS_MCP_TOKEN" in proc.stderr and b"Traceback" not in proc.stderr
+    assert not (tmp_path / "s.db").exists() and not token_file.parent.exists()
+
+
 def test_streamable_http_closes_a_connection_whose_headers_never_finish(tmp_path: Path) -> None:
     """uvicorn waits for ever for a request's headers: a client that opens connections and never
     finishes them held a socket each, as many as it liked. They are due within a deadline now."""

@@ -98,6 +98,7 @@ def mcp_cmd(
 
     server_process("mcp", verbose)
     root = (workspace or Path.cwd()).resolve()
+    token = None if http_port is None else _http_token()  # refused before anything is opened
     # listening before the store and the session are opened: a port in use records nothing
     sock = None if http_port is None else listen_socket("127.0.0.1", http_port, port_option="--http")
     with ExitStack() as stack:
@@ -118,7 +119,8 @@ def mcp_cmd(
                 with suppress(KeyboardInterrupt):  # Ctrl-C, or SIGTERM (made one by server_process)
                     run_stdio(app)
             else:
-                _serve_http(app, sock, token_file)
+                assert token is not None
+                _serve_http(app, sock, token, token_file)
         finally:
             app.close()
             if engine is not None:
@@ -152,17 +154,29 @@ def _open_app(store: Any, session_id: str | None, root: Path, **kwargs: Any) -> 
     raise busy
 
 
-def _serve_http(app: Any, sock: socket.socket, token_file: Path | None) -> None:
+def _http_token() -> str:
+    """``$CTXOS_MCP_TOKEN``, or a fresh token; ``ConfigError`` for one no client could send as
+    ``Authorization: Bearer …`` and the server match: not ASCII (the token file is ASCII: it
+    failed with a traceback), a control character, or whitespace at either end (a client's header
+    is trimmed: every request was refused)."""
     import secrets
 
+    token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
+    if len(token) < 16:
+        raise ConfigError(f"${TOKEN_ENV} is too short to be a secret ({len(token)} characters; at least 16)")
+    if not (token.isascii() and token.isprintable()) or token != token.strip():
+        raise ConfigError(
+            f"${TOKEN_ENV} must be printable ASCII with no space at either end (it is sent in an HTTP header)"
+        )
+    return token
+
+
+def _serve_http(app: Any, sock: socket.socket, token: str, token_file: Path | None) -> None:
     import uvicorn
 
     from ..server import write_token_file
     from ..server.mcp import MAX_CONNECTIONS, http_app, http_protocol
 
-    token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
-    if len(token) < 16:
-        raise ConfigError(f"${TOKEN_ENV} is too short to be a secret ({len(token)} characters; at least 16)")
     bound = sock.getsockname()[1]
     config = uvicorn.Config(
         http_app(app, token),
