@@ -260,6 +260,27 @@ def test_a_supervisor_may_choose_the_token(tmp_path: Path, monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize(
+    "token", ["p\u00e4sswort-long-enough-1234", " padded-token-long-enough-1 ", "ctl\x01-token-long-enough"]
+)
+def test_a_serve_token_no_client_could_send_is_refused_before_anything_is_opened(tmp_path: Path, token: str):
+    """``$CTXOS_SERVE_TOKEN`` not in ASCII failed with a traceback writing the token file; with a
+    space at either end the server ran and refused every request (a header's value is trimmed)."""
+    import subprocess
+    import sys
+
+    ctxos = str(Path(sys.executable).parent / "ctxos")
+    token_file = tmp_path / "serve" / "token"
+    proc = subprocess.run(
+        [ctxos, "--store", str(tmp_path / "s.db"), "serve", "--http", "0", "--token-file", str(token_file)],
+        env={**os.environ, "CTXOS_SERVE_TOKEN": token},
+        capture_output=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1 and b"CTXOS_SERVE_TOKEN" in proc.stderr and b"Traceback" not in proc.stderr
+    assert not (tmp_path / "s.db").exists() and not token_file.parent.exists()
+
+
+@pytest.mark.parametrize(
     ("given", "why"),
     [
         ("*", "name each origin"),

@@ -5,7 +5,6 @@ On stdio it never prints to stdout (stdio is the protocol); logs go to stderr.""
 from __future__ import annotations
 
 import hashlib
-import os
 import socket
 import sys
 from contextlib import ExitStack, suppress
@@ -16,7 +15,7 @@ import click
 
 from .._install import install_hint
 from ..errors import ConfigError, SessionBusy
-from ..server.transports import listen_socket
+from ..server.transports import header_token, listen_socket
 from ..store import data_dir
 from ._common import (
     embedder_option,
@@ -98,7 +97,7 @@ def mcp_cmd(
 
     server_process("mcp", verbose)
     root = (workspace or Path.cwd()).resolve()
-    token = None if http_port is None else _http_token()  # refused before anything is opened
+    token = None if http_port is None else header_token(TOKEN_ENV)  # refused before anything is opened
     # listening before the store and the session are opened: a port in use records nothing
     sock = None if http_port is None else listen_socket("127.0.0.1", http_port, port_option="--http")
     with ExitStack() as stack:
@@ -152,23 +151,6 @@ def _open_app(store: Any, session_id: str | None, root: Path, **kwargs: Any) -> 
         return app
     assert busy is not None
     raise busy
-
-
-def _http_token() -> str:
-    """``$CTXOS_MCP_TOKEN``, or a fresh token; ``ConfigError`` for one no client could send as
-    ``Authorization: Bearer …`` and the server match: not ASCII (the token file is ASCII: it
-    failed with a traceback), a control character, or whitespace at either end (a client's header
-    is trimmed: every request was refused)."""
-    import secrets
-
-    token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
-    if len(token) < 16:
-        raise ConfigError(f"${TOKEN_ENV} is too short to be a secret ({len(token)} characters; at least 16)")
-    if not (token.isascii() and token.isprintable()) or token != token.strip():
-        raise ConfigError(
-            f"${TOKEN_ENV} must be printable ASCII with no space at either end (it is sent in an HTTP header)"
-        )
-    return token
 
 
 def _serve_http(app: Any, sock: socket.socket, token: str, token_file: Path | None) -> None:

@@ -4,7 +4,6 @@ It only wires the server to its transports; it never prints to stdout (stdio is 
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -19,11 +18,10 @@ from ..server import (
     MAX_REQUEST_BYTES,
     Server,
     make_http_server,
-    new_token,
     serve_stdio,
     write_token_file,
 )
-from ..server.transports import StdioStop, check_origin, listen_socket
+from ..server.transports import StdioStop, check_origin, header_token, listen_socket
 from ..sources.recall import open_recall
 from ..store import data_dir
 from ._common import (
@@ -152,9 +150,7 @@ def serve_cmd(
     Clients may open sessions only in the --workspace directories."""
     server_process("serve", verbose)
     use_stdio = stdio or http_port is None
-    token = os.environ.get(TOKEN_ENV) or new_token()
-    if len(token) < 16:
-        raise ConfigError(f"${TOKEN_ENV} is too short to be a secret ({len(token)} characters; at least 16)")
+    token = header_token(TOKEN_ENV)
     # the port is taken before the store is opened: a port in use creates no store
     sock = None if http_port is None else listen_socket("127.0.0.1", http_port, port_option="--http")
     with ExitStack() as stack:

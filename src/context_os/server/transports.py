@@ -44,6 +44,7 @@ __all__ = [
     "bind",
     "bind_error",
     "check_origin",
+    "header_token",
     "listen_socket",
     "make_http_server",
     "new_token",
@@ -265,6 +266,20 @@ def _proc_address(family: int, address: tuple[Any, ...]) -> str:
 def new_token() -> str:
     """A fresh secret token (256 bits, URL-safe)."""
     return secrets.token_urlsafe(32)
+
+
+def header_token(env: str) -> str:
+    """The token an HTTP server asks clients for as ``Authorization: Bearer …``: ``$env``, or a
+    fresh one. ``ConfigError`` for one no client could send and the server match: shorter than 16
+    characters, not ASCII (the token file is ASCII: writing it failed with a traceback), a
+    control character, or whitespace at either end (a client's header is trimmed: every request
+    was refused)."""
+    token = os.environ.get(env) or new_token()
+    if len(token) < 16:
+        raise ConfigError(f"${env} is too short to be a secret ({len(token)} characters; at least 16)")
+    if not (token.isascii() and token.isprintable()) or token != token.strip():
+        raise ConfigError(f"${env} must be printable ASCII with no space at either end (it is sent in an HTTP header)")
+    return token
 
 
 def write_token_file(path: Path, token: str) -> Path:
