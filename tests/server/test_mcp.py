@@ -139,6 +139,10 @@ def test_the_tools_over_stdio(tmp_path: Path) -> None:
             assert not err and kept["appended"] == "- calc.py adds"
             written = Path(os.environ["XDG_DATA_HOME"]) / "context_os" / "memory" / "MEMORY.md"
             assert written.read_text().splitlines()[-1] == "- calc.py adds"  # the test's, not the user's
+            # no memory index is put in an MCP client's context: the answer says where it is instead
+            assert kept["next"] == f"recall finds it; read({str(written)!r}) shows the whole memory file"
+            again, err = await call(s, "read", {"path": str(written)})
+            assert not err and "- calc.py adds" in again["text"]
 
             # failures: the model reads them as tool errors; protocol misuse is an MCP error
             for name, args, says in [

@@ -49,16 +49,19 @@ class SourceTools:
         auto_recall: bool = True,
         recall_active_score: float | None = None,
         max_k: int = 20,
+        assembled: bool = True,
     ):
         """``auto_recall``: consult ``recall`` at each new user message (hits enter the metadata
         pool; at or above ``recall_active_score``, the active pool). ``max_k``: the most hits one
-        ``recall`` call returns."""
+        ``recall`` call returns. ``assembled``: whether context_os assembles the model's context
+        (not an MCP client's: what ``remember`` says comes next tells the model so)."""
         if recall is None and memory is None:
             raise InputError("SourceTools needs a recall engine, memory scopes, or both")
         self.session = session
         self.recall_engine = recall
         self.memory = memory
         self.max_k = max_k
+        self.assembled = assembled
         self.feeds: list[SourceFeed] = []
         if memory is not None:
             self.feeds.append(session.add_source(memory, pin=True, every_turn=True))
@@ -180,11 +183,12 @@ class SourceTools:
         out: dict[str, Any] = {"scope": done.scope, "file": str(done.path), "appended": done.line}
         if done.pointer is not None:
             out["index"] = f"pointer added to {done.index}: {done.pointer}"
-        out["next"] = (
-            "the memory index in your context shows it from the next turn"
-            if topic is None
-            else f"read({str(done.path)!r}) shows the topic; the index points to it"
-        )
+        if topic is not None:
+            out["next"] = f"read({str(done.path)!r}) shows the topic; the index points to it"
+        elif self.assembled:
+            out["next"] = "the memory index in your context shows it from the next turn"
+        else:  # an MCP client's context is its own: no index is put in it
+            out["next"] = f"recall finds it; read({str(done.path)!r}) shows the whole memory file"
         return out
 
 

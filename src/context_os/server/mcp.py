@@ -109,7 +109,9 @@ class ContextOsMcp:
         self.tracker = FileTracker(store, ws).start() if ws is not None and track else None
         self.files = FileTools(self.session, ws, tracker=self.tracker) if ws is not None else None
         self.sources = (
-            SourceTools(self.session, recall=recall, memory=memory, auto_recall=False) if recall or memory else None
+            SourceTools(self.session, recall=recall, memory=memory, auto_recall=False, assembled=False)
+            if recall or memory
+            else None
         )
         self.registry = self._registry()
         self._lock = threading.Lock()
