@@ -25,6 +25,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -217,6 +218,36 @@ def test_a_call_without_a_return_gets_one(db):
     assert isinstance(out[-1], ModelRequest)
     assert {p.tool_call_id: p.tool_name for p in out[-1].parts} == {"r1": "read", "r2": "read"}
     assert not pairing_problems(PYDANTIC_AI_PAIRING, out)
+
+
+def test_a_request_of_nothing_but_returns_keeps_its_instructions_and_fields(db):
+    """A loop that calls the model directly puts its instructions on every request, as an agent
+    does, and the model reads them from the newest requests (``Model.request`` without
+    instruction parts): a request of tool returns goes out with its own, not with none."""
+    hook = hook_for(db)
+    seen: list[str | None] = []
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(info.instructions)
+        return ModelResponse(parts=[ToolCallPart("bash", {"command": "ls"}, tool_call_id=f"c{len(seen)}")])
+
+    model = FunctionModel(answer)
+    msgs: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("fix it")], instructions="step 0")]
+    for step in range(1, 7):
+        out = hook.transform_context(msgs)
+        response = asyncio.run(model.request(out, None, ModelRequestParameters()))
+        call = response.parts[0]
+        assert isinstance(call, ToolCallPart)
+        returned = ToolReturnPart("bash", "x" * 3000, tool_call_id=call.tool_call_id)
+        msgs += [response, ModelRequest(parts=[returned], instructions=f"step {step}", conversation_id="conv")]
+    out = hook.transform_context(msgs)
+    assert seen == [f"step {n}" for n in range(6)]
+    last = out[-1]
+    assert isinstance(last, ModelRequest) and isinstance(last.parts[0], ToolReturnPart)
+    assert (last.instructions, last.conversation_id, last.timestamp) == ("step 6", "conv", msgs[-1].timestamp)
+    collapsed = out[2]  # the first returns, collapsed to a stub: the request's fields all the same
+    assert isinstance(collapsed, ModelRequest) and returns([collapsed])["c1"].startswith(STUB)
+    assert collapsed.instructions == "step 1"
 
 
 def test_async_processor(db):

@@ -205,7 +205,7 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
             return [self._response(message, dumped, index)]
         fields = {k: v for k, v in dumped.items() if k != "parts"}
         parts, raw = list(message.parts), dumped["parts"]
-        out = [self._result(p, raw[j], index, j) for j, p in enumerate(parts) if _is_result(p)]
+        out = [self._result(p, raw[j], fields, index, j) for j, p in enumerate(parts) if _is_result(p)]
         for run in _runs(parts):
             role = _kind(parts[run[0]])
             text = "\n".join(_part_text(parts[j]) for j in run)
@@ -243,7 +243,7 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
             m["extra_chars"] = reasoning
         return m
 
-    def _result(self, part: Any, raw: dict[str, Any], index: int, j: int) -> Incoming:
+    def _result(self, part: Any, raw: dict[str, Any], fields: dict[str, Any], index: int, j: int) -> Incoming:
         if not isinstance(part.content, str):
             # a structured output (a dict, a list of errors) reaches the model as JSON text: taken
             # with its keys in the order the store gives them back, so that a live session and one
@@ -262,6 +262,9 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
             "h": "",
         }
         extra: dict[str, Any] = {"part": {k: v for k, v in raw.items() if k not in ("content", "outcome", "retry")}}
+        # the request's own fields (its instructions, conversation id, timestamp), as its other
+        # pieces keep them: a request of nothing but returns is rendered with them too
+        extra["request"] = fields
         if not isinstance(part, ToolReturnPart) or not isinstance(part.content, str) or part.outcome != "success":
             # the part as given (files, structured content, native error outcome): shown only
             # while the result is shown in full; the text already says what the model must see
@@ -282,12 +285,12 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
         if role == "assistant":
             return self._render_response(msg, extra)
         if role == "tool":
-            full = extra.get("full")
+            full, request = extra.get("full"), extra.get("request", {})
             if isinstance(full, dict) and "part" in full:
-                return _load({"kind": "request", "parts": [full["part"]]})
+                return _load({**request, "kind": "request", "parts": [full["part"]]})
             kept = extra.get("part")
             if isinstance(kept, dict):
-                return _load({"kind": "request", "parts": [{**kept, "content": text}]})
+                return _load({**request, "kind": "request", "parts": [{**kept, "content": text}]})
             # a result rendered without its harness fields (one the engine made up has no name:
             # finalize names it after its call); an error is already spelled out in ``text``
             part = ToolReturnPart(
