@@ -284,6 +284,25 @@ def test_an_object_links_its_session_only_when_that_has_a_timeline(
         assert f'href="/session?id={sid}"' in linked.replace("&amp;", "&"), linked[:2000]
 
 
+def test_a_diff_too_long_to_show_says_how_much_is_left_out(
+    store: Store, uid: str, serve: Callable[[Store], str]
+) -> None:
+    """The object page shows a diff up to ``CONTENT_CHARS`` characters, as it shows content; the
+    rest was left out without a word (the content's cut names what is left and how to see it)."""
+    from context_os.objects import SourceDoc
+    from context_os.server.ui.app import CONTENT_CHARS
+    from context_os.store.base import Put
+
+    oid = f"message:{uid}:long"
+    for n in range(2):  # every line differs: the diff holds both texts whole
+        text = "".join(f"v{n} line {k}\n" for k in range(CONTENT_CHARS // 10))
+        store.submit([Put(SourceDoc(id=oid, kind="message", content=text, meta={}).to_doc())])
+    page = httpx.get(f"{serve(store)}/object", params={"id": oid, "a": 1, "b": 2}).text
+    cut = re.search(r"… ([\d,]+) more characters: <code>ctxos objects inspect [^<]* --diff 1 2</code>", page)
+    assert cut is not None, page[-3000:]
+    assert 0 < int(cut.group(1).replace(",", "")) < 2 * CONTENT_CHARS  # both texts, less what was shown
+
+
 def test_a_calls_object_arguments_show_as_the_json_the_model_was_sent(
     tmp_path: Path, serve: Callable[[Store], str]
 ) -> None:

@@ -395,6 +395,7 @@ class UiApp:
             a=a,
             b=b,
             diff=diff[:CONTENT_CHARS],
+            diff_cut=max(0, len(diff) - CONTENT_CHARS),
         )
 
 
