@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -352,6 +353,25 @@ def test_a_damaged_gzip_file_gets_an_input_error(tmp_path: Path, data: bytes, ma
     path = tmp_path / "s.jsonl.gz"
     path.write_bytes(data)
     with pytest.raises(InputError, match=match):
+        read_sessions(path)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "check/mini-swe-agent/astropy__astropy-12907.traj.json",
+        "check/swe-agent/pydicom__pydicom-1458.traj",
+        "check/gemini-cli/aim-matrix-flash-run4-success.json.gz",
+    ],
+)
+def test_a_json_document_cut_short_is_refused_for_what_is_wrong_with_it(tmp_path: Path, name: str) -> None:
+    # a pretty-printed document whose end is lost (a run killed while it wrote): its first line
+    # "{" is no JSON line, so it is no file of JSON lines whose line 1 (or a later one) is broken
+    data = (SESSIONS / name).read_bytes()
+    data = gzip.decompress(data) if name.endswith(".gz") else data
+    path = tmp_path / Path(name).name.removesuffix(".gz")
+    path.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: not JSON \(.*: line \d+ column \d+"):
         read_sessions(path)
 
 

@@ -287,7 +287,7 @@ def parse(path: Path, text: str) -> Parsed:
             whole = _value(text)
             if not isinstance(whole, _Bad):
                 return Parsed(path, document=whole)
-            if head == "[":
+            if head == "[" or line0.strip() == "{":  # a line of "{" alone begins a document, no JSON line
                 raise InputError(f"{path}: not JSON ({whole.reason})")
     elif len(numbered) == 1 and (not isinstance(first, dict) or _document_shaped(first)):
         return Parsed(path, document=first)
