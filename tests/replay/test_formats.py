@@ -357,6 +357,26 @@ def test_a_damaged_gzip_file_gets_an_input_error(tmp_path: Path, data: bytes, ma
 
 
 @pytest.mark.parametrize(
+    "path",
+    [
+        DATA / "branch-v3.jsonl",  # Pi: its header line (the session's id, cwd and version) was lost
+        SESSIONS / "tuning" / "openhands" / "resolver.mock_output.output.jsonl",  # its first record was
+        SESSIONS / "check" / "swe-agent" / "pydicom__pydicom-1458.traj",  # refused: not JSON
+    ],
+    ids=["pi", "openhands-records", "swe-agent"],
+)
+def test_a_byte_order_mark_before_the_text_is_no_part_of_it(tmp_path: Path, path: Path) -> None:
+    marked = tmp_path / path.name
+    marked.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())  # as an editor saving "UTF-8 with BOM" puts it
+    plain = read_sessions(path)
+    got = read_sessions(marked)
+    assert [(t.format, t.session_id, t.cwd, t.label, t.skipped_lines) for t in got] == [
+        (t.format, t.session_id, t.cwd, t.label, t.skipped_lines) for t in plain
+    ]
+    assert [t.messages for t in got] == [t.messages for t in plain]
+
+
+@pytest.mark.parametrize(
     "name",
     [
         "check/mini-swe-agent/astropy__astropy-12907.traj.json",

@@ -148,7 +148,8 @@ class Transcript:
 
 
 def read_text(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> str:
-    """The whole file as text: a regular file of at most ``max_bytes`` bytes, in UTF-8.
+    """The whole file as text: a regular file of at most ``max_bytes`` bytes, in UTF-8 (a byte
+    order mark before it left out).
 
     Opened without blocking (opening a FIFO that has no writer would wait forever), then checked
     on the open descriptor, so what is read is what was checked.
@@ -189,7 +190,9 @@ def read_text(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> str:
         raise InputError(too_large)
     text = _gunzip(path, data, max_bytes, too_large) if data[:2] == _GZIP_MAGIC else data
     try:
-        return text.decode("utf-8")
+        # a byte order mark an editor put first is no part of the first line (it made Pi's header,
+        # an OpenHands record, a Codex session_meta a line that is not JSON, skipped)
+        return text.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
 
