@@ -333,6 +333,19 @@ def test_a_gzip_compressed_session_reads_as_the_file_it_holds(tmp_path: Path) ->
     assert [t.label for t in read_sessions(beside)] == [t.label for t in read_sessions(FA812)]
 
 
+def test_a_compressed_sessions_compressed_sub_agents_files_are_found(tmp_path: Path) -> None:
+    # a session kept compressed whole (gzip -r): its sub-agents' files are agent-*.jsonl.gz
+    plain = read_sessions(FA812)
+    packed = tmp_path / (FA812.name + ".gz")
+    packed.write_bytes(gzip.compress(FA812.read_bytes()))
+    (tmp_path / FA812.stem / "subagents").mkdir(parents=True)
+    for sub in (FA812.with_suffix("") / "subagents").glob("agent-*.jsonl"):
+        (tmp_path / FA812.stem / "subagents" / (sub.name + ".gz")).write_bytes(gzip.compress(sub.read_bytes()))
+    got = read_sessions(packed)
+    assert [t.label for t in got] == [t.label for t in plain] == [None, "a93ccab", "aa84377", "acompact-70d8e7"]
+    assert [t.messages for t in got] == [t.messages for t in plain]
+
+
 def test_a_gzip_file_is_held_to_the_limit_as_it_inflates(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.jsonl.gz"
     bomb.write_bytes(gzip.compress(b"\n" * 5_000_000))  # 5 MB of text in a few kB

@@ -407,7 +407,7 @@ def read_claude_code(
 
 def _sidechain_files(parsed: Parsed, max_bytes: int) -> list[Transcript]:
     """The sub-agents' files of a main session file ``<dir>/<session>.jsonl`` (or ``.jsonl.gz``):
-    ``<dir>/<session>/subagents/agent-*.jsonl``, by name."""
+    ``<dir>/<session>/subagents/agent-*.jsonl`` (or ``.jsonl.gz``), by name."""
     name = parsed.path.name.removesuffix(".gz")
     if not name.endswith(".jsonl"):
         return []
@@ -415,10 +415,12 @@ def _sidechain_files(parsed: Parsed, max_bytes: int) -> list[Transcript]:
     if not folder.is_dir():
         return []
     out: list[Transcript] = []
-    for path in sorted(folder.glob("agent-*.jsonl")):
+    found = {p.name.removesuffix(".gz"): p for p in sorted(folder.glob("agent-*.jsonl.gz"))}
+    found.update({p.name: p for p in folder.glob("agent-*.jsonl")})  # a plain copy before a compressed one
+    for path in (found[name] for name in sorted(found)):
         sub = parse(path, read_text(path, max_bytes))
         (t,) = read_claude_code(sub, sidechains=False)
         agent = next((a for _, e in sub.lines("Claude Code") if isinstance(a := e.get("agentId"), str) and a), None)
-        t.label = agent or path.stem.removeprefix("agent-")
+        t.label = agent or path.name.removesuffix(".gz").removesuffix(".jsonl").removeprefix("agent-")
         out.append(t)
     return out
