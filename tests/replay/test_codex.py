@@ -153,6 +153,24 @@ def test_a_rollout_is_codexs_history_as_openai_messages(tmp_path: Path) -> None:
     assert not check_pairs(OPENAI_PAIRING, t.messages)[0]
 
 
+def test_a_forked_rollout_is_the_fork_s_session_with_its_parent_s_history(tmp_path: Path) -> None:
+    """A forked thread's file starts with its own ``session_meta``, then holds its parent's
+    (with the parent's history): Codex takes the first; the reader took the last, so the fork
+    replayed with its parent's id, directory and system prompt."""
+    parent = rollout_lines()
+    fork = line(
+        "session_meta",
+        {"id": "cx-2", "forked_from_id": "cx-1", "cwd": "/work/fork", "base_instructions": {"text": "You fork."}},
+    )
+    path = tmp_path / "rollout-2026-11-29T11-00-00-cx-2.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in [fork, *parent, message("user", "and now?")]))
+    t = read_session(path)
+    assert (t.session_id, t.cwd, t.messages[0]["content"]) == ("cx-2", "/work/fork", "You fork.")
+    assert t.messages[1:] == read_session(rollout(tmp_path / "parent.jsonl")).messages[1:] + [
+        {"role": "user", "content": "and now?"}
+    ]
+
+
 def test_a_replayed_rollout_keeps_the_file_its_patches_and_reads_show(db, tmp_path: Path) -> None:
     t = read_session(rollout(tmp_path / "r.jsonl"))
     session = Session.open(db, "codex", harness=t.harness, workspace=t.cwd)

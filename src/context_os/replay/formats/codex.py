@@ -5,9 +5,11 @@ context manager).
 
 * Each line is ``{"timestamp", "type", "payload"}``: ``session_meta`` (the session's ``id``,
   ``cwd`` and, in newer versions, ``base_instructions``: Codex's system prompt, a system message
-  here), ``response_item`` (history), ``event_msg`` and ``turn_context`` (what the UI showed and
-  each turn's settings: not sent, not read). Files of the first versions (mid 2025) hold the
-  response items themselves, one per line, after a ``{"id", "timestamp", "instructions"}`` line.
+  here; the first one, as Codex reads it: a forked thread's file holds its parent's after its
+  own, with the parent's history), ``response_item`` (history), ``event_msg`` and
+  ``turn_context`` (what the UI showed and each turn's settings: not sent, not read). Files of
+  the first versions (mid 2025) hold the response items themselves, one per line, after a
+  ``{"id", "timestamp", "instructions"}`` line.
 * A ``message`` is a user, assistant or developer message (its ``input_text``/``output_text``
   parts joined); ``function_call`` (``shell``, ``shell_command``, ``exec_command``,
   ``update_plan``, …), ``custom_tool_call`` (``apply_patch``, whose input is the patch: sent
@@ -174,7 +176,7 @@ def read_codex(parsed: Parsed, **_: Any) -> list[Transcript]:
     session_id: str | None = None
     cwd: str | None = None
     system: str | None = None
-    seen = 0
+    metas = seen = 0
     for n, row in rows:
         kind = row.get("type")
         payload = row.get("payload")
@@ -182,8 +184,11 @@ def read_codex(parsed: Parsed, **_: Any) -> list[Transcript]:
             if not isinstance(payload, Mapping):
                 raise InputError(f"{where}:{n}: a {kind} line needs a payload object, got {shape(payload)}")
             if kind == "session_meta":
-                session_id = payload["id"] if isinstance(payload.get("id"), str) else session_id
-                cwd = payload["cwd"] if isinstance(payload.get("cwd"), str) else cwd
+                metas += 1
+                if metas > 1:
+                    continue  # a fork's file holds its parent's after its own: Codex takes the first
+                session_id = payload["id"] if isinstance(payload.get("id"), str) else None
+                cwd = payload["cwd"] if isinstance(payload.get("cwd"), str) else None
                 base = payload.get("base_instructions")
                 system = _text(base.get("text")) if isinstance(base, Mapping) else _text(base) or None
             elif kind == "turn_context" and cwd is None and isinstance(payload.get("cwd"), str):
