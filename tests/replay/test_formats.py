@@ -346,6 +346,23 @@ def test_a_compressed_sessions_compressed_sub_agents_files_are_found(tmp_path: P
     assert [t.messages for t in got] == [t.messages for t in plain]
 
 
+def test_a_sub_agents_file_that_cannot_be_read_is_left_out_with_a_note(tmp_path: Path) -> None:
+    # one sub-agent's file left empty (a crash before its first line was written) refused the
+    # whole read: the main session and every other sub-agent with it
+    import shutil
+
+    main = tmp_path / FA812.name
+    shutil.copy(FA812, main)
+    shutil.copytree(FA812.with_suffix("") / "subagents", tmp_path / FA812.stem / "subagents")
+    (tmp_path / FA812.stem / "subagents" / "agent-acompact-70d8e7.jsonl").write_bytes(b"")
+    got = read_sessions(main)
+    plain = read_sessions(FA812)
+    assert [t.label for t in got] == [None, "a93ccab", "aa84377"]
+    assert [t.messages for t in got] == [t.messages for t in plain[:3]]
+    (note,) = got[0].notes
+    assert note.startswith("a sub-agent's file was left out: ") and "agent-acompact-70d8e7.jsonl" in note
+
+
 def test_a_gzip_file_is_held_to_the_limit_as_it_inflates(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.jsonl.gz"
     bomb.write_bytes(gzip.compress(b"\n" * 5_000_000))  # 5 MB of text in a few kB

@@ -394,7 +394,8 @@ def read_claude_code(
     parsed.stamp(out)
     if not sidechains:
         return out
-    files = _sidechain_files(parsed, max_bytes)
+    files, unread = _sidechain_files(parsed, max_bytes)
+    out[0].notes += unread
     named = {t.label for t in files}
     known = {agent for agent, _ in groups}
     groups += [(agent, group) for agent, group in _progress_groups(entries) if agent not in known]
@@ -405,22 +406,29 @@ def read_claude_code(
     return out + files
 
 
-def _sidechain_files(parsed: Parsed, max_bytes: int) -> list[Transcript]:
+def _sidechain_files(parsed: Parsed, max_bytes: int) -> tuple[list[Transcript], list[str]]:
     """The sub-agents' files of a main session file ``<dir>/<session>.jsonl`` (or ``.jsonl.gz``):
-    ``<dir>/<session>/subagents/agent-*.jsonl`` (or ``.jsonl.gz``), by name."""
+    ``<dir>/<session>/subagents/agent-*.jsonl`` (or ``.jsonl.gz``), by name; and what was wrong
+    with those that could not be read (left out: one sub-agent's file left empty or cut by a
+    crash takes nothing from the main session and the others)."""
     name = parsed.path.name.removesuffix(".gz")
     if not name.endswith(".jsonl"):
-        return []
+        return [], []
     folder = parsed.path.with_name(name.removesuffix(".jsonl")) / "subagents"
     if not folder.is_dir():
-        return []
+        return [], []
     out: list[Transcript] = []
+    unread: list[str] = []
     found = {p.name.removesuffix(".gz"): p for p in sorted(folder.glob("agent-*.jsonl.gz"))}
     found.update({p.name: p for p in folder.glob("agent-*.jsonl")})  # a plain copy before a compressed one
     for path in (found[name] for name in sorted(found)):
-        sub = parse(path, read_text(path, max_bytes))
-        (t,) = read_claude_code(sub, sidechains=False)
+        try:
+            sub = parse(path, read_text(path, max_bytes))
+            (t,) = read_claude_code(sub, sidechains=False)
+        except InputError as e:
+            unread.append(f"a sub-agent's file was left out: {e}")
+            continue
         agent = next((a for _, e in sub.lines("Claude Code") if isinstance(a := e.get("agentId"), str) and a), None)
         t.label = agent or path.name.removesuffix(".gz").removesuffix(".jsonl").removeprefix("agent-")
         out.append(t)
-    return out
+    return out, unread
