@@ -477,6 +477,30 @@ def test_remember_appends_and_never_rewrites(ws: Path, data: Path) -> None:
     assert index.read_bytes() == after + b"- third\n"
 
 
+def _remember_many(ws: str, data: str, k: int, n: int) -> None:
+    mem = MemoryScopes(Path(ws), trust_project=True, data_dir=Path(data))
+    for i in range(n):
+        mem.remember(f"fact {k}-{i} " + "x" * 5000, topic="notes")
+
+
+def test_remember_in_several_processes_at_once_writes_each_fact_once_and_nothing_else(ws: Path, data: Path) -> None:
+    # an append of another process seen half-way (a write of several pages grows the file page
+    # by page) made the next one start with a newline: 23-26 blank lines in 600 facts of 5 kB
+    # from three processes; and each could add the topic's pointer to the index
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_remember_many, args=(str(ws), str(data), k, 100)) for k in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    lines = (project_dir(ws) / "notes.md").read_text().splitlines()
+    assert sorted(lines) == sorted(f"- fact {k}-{i} " + "x" * 5000 for k in range(3) for i in range(100))
+    assert (project_dir(ws) / "MEMORY.md").read_text() == "- [notes](notes.md)\n"
+
+
 def test_remember_creates_the_scope_on_first_use(ws: Path, data: Path) -> None:
     mem = MemoryScopes(ws, trust_project=True, data_dir=data)
     got = mem.remember("uses uv, not pip", scope="global")

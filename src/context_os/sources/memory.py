@@ -47,6 +47,11 @@ from typing import Any, Literal
 
 import blake3
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+
 from ..errors import ConfigError, InputError
 from .base import SourceItem
 
@@ -904,7 +909,7 @@ class MemoryScopes:
             )
         line = f"- {fact}"
         index = w.dir / INDEX
-        with _scope_dir(w.base, w.parts, create=True) as dir_fd:
+        with _scope_dir(w.base, w.parts, create=True) as dir_fd, _writing(dir_fd):
             assert dir_fd is not None
             if name is None:
                 _append(dir_fd, INDEX, index, line)
@@ -957,6 +962,21 @@ def _has_pointer(dir_fd: int, index: Path, name: str) -> bool:
     finally:
         os.close(fd)
     return f"]({name})".encode() in b"".join(chunks)
+
+
+@contextmanager
+def _writing(dir_fd: int | None) -> Iterator[None]:
+    """The scope's write lock (an exclusive ``flock`` on its opened directory), held while one
+    fact is written: another process's append, seen half-way, made the next one start with a
+    newline (a blank line), and two could each add a topic's pointer to the index."""
+    if dir_fd is None or fcntl is None:  # (no flock on Windows: appends there are not serialised)
+        yield
+        return
+    fcntl.flock(dir_fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(dir_fd, fcntl.LOCK_UN)
 
 
 def _append(dir_fd: int, name: str, shown: Path, line: str) -> None:
