@@ -521,3 +521,38 @@ def test_a_streamed_preamble_before_our_call_reaches_the_client_once(tmp_path: P
             well_formed(up.requests[2]["input"])
         finally:
             running.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_clients_custom_call_beside_ours_is_dropped_as_its_function_calls_are(tmp_path: Path, stream: bool) -> None:
+    """The model calls one of ours and the client's own custom tool (Codex's ``apply_patch``) in
+    one response (parallel calls): ours runs, the client's is dropped (the model, seeing our
+    result, calls it again), as a function call of the client's is. It went to a stream's client
+    at once (Codex applied the patch), and stayed in the exchange: the provider was told the
+    patch had no result (answered as a function's call, which the API refuses for a custom one),
+    and at the next request, which holds the patch the client got, it was there twice (an id
+    twice: refused), at every request after too."""
+    patch = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch"
+    replies = [ToolCall("history", {}, patch=patch), "patched", "next answer"]
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.openai()
+            items: list[dict[str, Any]] = [user("add a.txt")]
+            if stream:
+                events = list(client.responses.create(model="m", input=items, tools=TOOLS, stream=True))  # type: ignore[arg-type]
+                done = [e.item for e in events if e.type == "response.output_item.done"]
+                assert [e.response.output_text for e in events if e.type == "response.completed"] == ["patched"]
+            else:
+                done = client.responses.create(model="m", input=items, tools=TOOLS).output  # type: ignore[arg-type]
+            assert [i.type for i in done] == ["message"]  # neither call reached the client
+            second = up.requests[1]["input"]
+            assert "custom_tool_call" not in json.dumps(second) and "call_p1" not in json.dumps(second)
+            well_formed(second)
+            items += [i.model_dump(exclude_none=True) for i in done] + [user("and now?")]
+            got = client.responses.create(model="m", input=items, tools=TOOLS)  # type: ignore[arg-type]
+            assert got.output_text == "next answer"
+            assert json.dumps(up.requests[2]["input"]).count(patch.split("\n")[1]) == 0
+            well_formed(up.requests[2]["input"])
+        finally:
+            running.close()

@@ -25,6 +25,9 @@ class ToolCall:
     say: str = ""
     """What the model says before its call (a preamble): a Responses message item, a chat
     completion's content."""
+    patch: str = ""
+    """Responses: the model calls the client's custom ``apply_patch`` tool (Codex's) with this
+    input too, first, in the same response (parallel calls)."""
 
 
 def call(name: str, **args: Any) -> ToolCall:
@@ -178,6 +181,9 @@ def _response_items(reply: str | ToolCall, n: int, reasoning: bool = False) -> l
         return [*first, message(reply, f"msg_{n}")]
     fc = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}", "name": reply.name,
           "arguments": json.dumps(reply.args), "status": "completed"}  # fmt: skip
+    if reply.patch:
+        first.append({"type": "custom_tool_call", "id": f"ctc_{n}", "call_id": f"call_p{n}", "name": "apply_patch",
+                      "input": reply.patch, "status": "completed"})  # fmt: skip
     return [*first, message(reply.say, f"msg_{n}"), fc] if reply.say else [*first, fc]
 
 
@@ -227,18 +233,20 @@ def _response_events(reply: str | ToolCall, n: int, reasoning: bool = False) -> 
     seq = iter(range(1, 1000))
     yield event("response.created", {"response": done | {"status": "in_progress", "output": []}, "sequence_number": 0})
     for k, item in enumerate(done["output"]):
-        calling = item["type"] == "function_call"
+        calling = item["type"] in ("function_call", "custom_tool_call")
+        argument = "input" if item["type"] == "custom_tool_call" else "arguments"
         if item["type"] == "reasoning":
             yield event("response.output_item.added", {"output_index": k, "item": item | {"encrypted_content": None},
                                                        "sequence_number": next(seq)})  # fmt: skip
             yield event("response.output_item.done", {"output_index": k, "item": item, "sequence_number": next(seq)})
             continue
-        fresh: dict[str, Any] = {"arguments": ""} if calling else {"content": []}
+        fresh: dict[str, Any] = {argument: ""} if calling else {"content": []}
         started = item | fresh | {"status": "in_progress"}
         yield event("response.output_item.added", {"output_index": k, "item": started, "sequence_number": next(seq)})
         if calling:
-            delta = {"item_id": item["id"], "output_index": k, "delta": item["arguments"]}
-            yield event("response.function_call_arguments.delta", delta | {"sequence_number": next(seq)})
+            delta = {"item_id": item["id"], "output_index": k, "delta": item[argument]}
+            kind = "custom_tool_call_input" if argument == "input" else "function_call_arguments"
+            yield event(f"response.{kind}.delta", delta | {"sequence_number": next(seq)})
         else:
             for i, w in enumerate(item["content"][0]["text"].split(" ")):
                 delta = {

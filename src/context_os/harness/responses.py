@@ -34,7 +34,7 @@ from typing import Any
 
 from ..errors import MalformedMessage
 
-__all__ = ["BUILT_IN_TOOLS", "ITEM", "ITEMS", "OUTPUTS", "stdout_of", "to_chat", "to_items"]
+__all__ = ["BUILT_IN_TOOLS", "CALLS", "ITEM", "ITEMS", "OUTPUTS", "stdout_of", "to_chat", "to_items"]
 
 ITEM = "ctxos_item"
 """On a user, system, developer or tool message: the item it came from (an output's without its
@@ -57,6 +57,9 @@ field holding its arguments, an object)."""
 BUILT_IN_TOOLS = frozenset(name for name, _ in _BUILT_IN.values())
 """The built-in tools a client runs itself, as a request offers them (``{"type": "shell"}``) and
 as their calls are named here."""
+CALLS = frozenset({*_CALLS, *_BUILT_IN})
+"""The item types of the calls a client runs itself, each answered by an output item: a
+function's, a custom tool's (Codex's ``apply_patch``), a built-in tool's."""
 _LISTS = ("command", "commands")
 """Fields of a built-in call's arguments that must stay lists of strings (an argv, a shell's
 commands): elided by context_os, the note is the list's one string."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..harness.anthropic import without_cache_marks
-from ..harness.responses import BUILT_IN_TOOLS, OUTPUTS
+from ..harness.responses import BUILT_IN_TOOLS, CALLS, OUTPUTS
 from ..hashing import hash_value
 
 __all__ = ["MAX_ROUNDS", "Call", "Hidden", "OneCompletion", "StreamFilter", "dialect", "prefix_hash", "splice"]
@@ -273,7 +273,9 @@ class ResponsesDialect:
     ) -> list[dict[str, Any]]:
         ours = {c.id for c in calls}
         if output is not None:  # the response's own items: its reasoning and text stay with our calls
-            items = [dict(i) for i in output if i.get("type") != "function_call" or i.get("call_id") in ours]
+            # the client's calls of any kind are dropped (a custom or built-in tool's too: kept,
+            # it was a call without its output, and one the client may have been streamed)
+            items = [dict(i) for i in output if i.get("type") not in CALLS or _ours(i, ours)]
         else:
             items = [{"type": "message", "role": "assistant", "content": text}] if text else []
             items += [
@@ -284,6 +286,11 @@ class ResponsesDialect:
             {"type": "function_call_output", "call_id": c.id, "output": r} for c, r in zip(calls, results, strict=True)
         ]
         return [*items, *outputs]
+
+
+def _ours(item: Mapping[str, Any], ours: set[str]) -> bool:
+    """Whether a Responses item is a call of our tools (a function call ``ours`` names)."""
+    return item.get("type") == "function_call" and item.get("call_id") in ours
 
 
 def dialect(api: str) -> Any:
@@ -410,9 +417,10 @@ class StreamFilter:
         return self._openai(event, data)
 
     def _responses(self, event: bytes, data: Any) -> bytes:
-        """Responses events: per output item (``output_index``); a function call's events are held,
-        and a reasoning item's until the item after it shows whether it came with calls; the
-        others pass on at once (renumbered after the items earlier rounds sent)."""
+        """Responses events: per output item (``output_index``); a call's events are held (a
+        function's, or the client's custom or built-in tool's: dropped if the response calls one
+        of ours), and a reasoning item's until the item after it shows whether it came with
+        calls; the others pass on at once (renumbered after the items earlier rounds sent)."""
         if not isinstance(data, dict):
             return event
         kind = str(data.get("type", ""))
@@ -438,17 +446,18 @@ class StreamFilter:
         if added == "reasoning":
             self._reasoning[index] = []
         elif added is not None:
-            out = self._release_reasoning(calls=added == "function_call")
+            out = self._release_reasoning(calls=added in CALLS)
         if index in self._reasoning:
             self._reasoning[index].append(event)
             return out
         if added == "function_call" and item is not None:
             self._tools[index] = {"id": item.get("call_id", ""), "name": item.get("name", ""), "arguments": ""}
+        if added in CALLS:
             self._held_blocks.add(index)
         if kind == "response.output_item.done" and item is not None and index in self._tools:
             self._tools[index]["arguments"] = item.get("arguments") or self._tools[index]["arguments"]
         if index in self._held_blocks:
-            if kind == "response.function_call_arguments.delta":
+            if kind == "response.function_call_arguments.delta" and index in self._tools:
                 self._tools[index]["arguments"] += data.get("delta", "")
             self.held.append(self._renumbered(event, data, index))
             return out
@@ -459,7 +468,7 @@ class StreamFilter:
         return out + self._renumbered(event, data, index)
 
     def _release_reasoning(self, *, calls: bool) -> bytes:
-        """The reasoning items held so far: before a function call they stay with it (held: the
+        """The reasoning items held so far: before a call they stay with it (held: the
         client gets them only if none of the calls is ours; if one is, they go in the exchange:
         the API refuses a call sent without the reasoning it came with, and a reasoning item
         without the item after it); else they go to the client now."""
