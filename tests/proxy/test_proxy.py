@@ -1542,3 +1542,21 @@ def test_a_reply_whose_call_says_true_is_not_one_that_says_1() -> None:
     assert _same_reply(reply({"all": True, "n": 2}), reply({"n": 2, "all": True}))
     assert not _same_reply(reply({"all": True}), reply({"all": 1}))
     assert not _same_reply(reply({"n": 1.0}), reply({"n": 1}))
+
+
+def test_a_stream_whose_line_ends_are_cut_in_two_is_read_event_by_event(tmp_path: Path) -> None:
+    """A stream whose lines end with CRLF, cut between a CR and its LF (each event's last line
+    end): read event by event. The proxy read a CR at a part's end and an LF at the next one's
+    start as no line's end, took two events for one, and read the first alone: the model's call
+    of our tool after its text went to the client as a call of a tool it does not have."""
+    with upstream(replies=[ToolCall("history", {}), "done"], crlf=True) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.anthropic()
+            messages: Any = [{"role": "user", "content": "go"}]
+            with client.messages.stream(model="m", max_tokens=100, messages=messages) as stream:
+                final = stream.get_final_message()
+            assert [b.type for b in final.content] == ["text"] and final.content[0].text == "done"  # type: ignore[union-attr]
+            assert len(up.requests) == 2  # ours ran in the proxy
+        finally:
+            running.close()

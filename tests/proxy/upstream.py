@@ -53,6 +53,10 @@ class Upstream:
     other: list[str] = field(default_factory=list)
     """The requests of other endpoints it got (``GET /v1/models``, ``POST /v1/messages/count_tokens``)."""
     headers: list[dict[str, str]] = field(default_factory=list)
+    crlf: bool = False
+    """Streams its events' lines ended by CRLF (as some servers write them), each event sent as
+    two chunks of the chunked coding cut between the CR and the LF of its last line's end (as an
+    intermediary may cut a stream)."""
     reasoned: set[str] = field(default_factory=set)
     """Responses: the responses (by number) given with reasoning, whose items need it."""
     url: str = ""
@@ -372,12 +376,16 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
+            if up.crlf:
+                self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             try:
                 if anthropic:
                     chunks = _anthropic_events(text, n, thinking)
                 else:
                     chunks = _response_events(text, n, reasoning) if responses else _openai_chunks(text, n)
+                if up.crlf:
+                    chunks = _crlf_chunks(chunks)
                 for i, chunk in enumerate(chunks):
                     self.wfile.write(chunk)
                     self.wfile.flush()
@@ -387,11 +395,22 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                         self.connection.close()
                         return
+                if up.crlf:
+                    self.wfile.write(b"0\r\n\r\n")
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client stopped reading (a benchmark takes the first chunk only)
             self.close_connection = True
 
     return Handler
+
+
+def _crlf_chunks(events: Iterator[bytes]) -> Iterator[bytes]:
+    """Events with their lines ended by CRLF, each as two chunks of the chunked coding cut between
+    the CR and the LF of its last line's end."""
+    for event in events:
+        crlf = event.replace(b"\n", b"\r\n")
+        for part in (crlf[:-1], crlf[-1:]):
+            yield b"%x\r\n%s\r\n" % (len(part), part)
 
 
 @contextmanager

@@ -298,13 +298,18 @@ def dialect(api: str) -> Any:
 
 
 def sse_events(parts: Iterator[bytes]) -> Iterator[bytes]:
-    """Whole server-sent events (each ending in a blank line) out of a byte stream."""
+    """Whole server-sent events (each ending in a blank line) out of a byte stream (its lines
+    ended by CRLF, or LF: a CRLF the stream's parts cut in two is one line's end)."""
     buf = b""
+    cr = b""  # a part's last byte, a CR: the next part's first may be its LF
     for part in parts:
-        buf += part.replace(b"\r\n", b"\n")
+        part = cr + part
+        cr = b"\r" if part.endswith(b"\r") else b""
+        buf += part[: len(part) - len(cr)].replace(b"\r\n", b"\n")
         while b"\n\n" in buf:
             event, buf = buf.split(b"\n\n", 1)
             yield event + b"\n\n"
+    buf += cr
     if buf.strip():
         yield buf if buf.endswith(b"\n\n") else buf + b"\n\n"
 
