@@ -414,6 +414,24 @@ def test_built_in_tool_items_round_trip_and_what_changed_is_rebuilt_as_the_sdk_t
             _INPUT_ITEM.validate_python(item)
 
 
+def test_an_unanswered_custom_call_is_answered_with_a_custom_output(tmp_path: Path) -> None:
+    """A call the client never answered gets context_os's output, as every unanswered call: of
+    a custom tool's call (Codex's ``apply_patch``), a ``custom_tool_call_output`` (it was a
+    ``function_call_output``, which the API refuses for a custom call)."""
+    items: list[dict[str, Any]] = [
+        {"type": "message", "role": "user", "content": "patch it"},
+        {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin Patch"},
+        {"type": "function_call", "call_id": "f1", "name": "shell", "arguments": '{"command": ["ls"]}'},
+        {"type": "message", "role": "user", "content": "never mind"},
+    ]
+    with SqliteStore(tmp_path / "s.db") as store:
+        sent = to_items(OpenAIHook(Session.open(store, "s", harness="openai")).transform_context(to_chat(items)))
+    outputs = {i["call_id"]: i["type"] for i in sent if i["type"].endswith("_output")}
+    assert outputs == {"c1": "custom_tool_call_output", "f1": "function_call_output"}
+    for item in sent:
+        _INPUT_ITEM.validate_python(item)
+
+
 def test_a_conversation_of_built_in_tools_is_managed(proxy: Running, up: Upstream) -> None:
     """Through the proxy: past the size context_os manages from, old shell outputs go collapsed
     (rebuilt chunks the SDK types), nothing fails open, and every frame re-renders."""

@@ -286,12 +286,18 @@ def to_chat(input: Any) -> list[dict[str, Any]]:
 def to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Chat messages (as the OpenAI hook renders them) back as Responses input items."""
     out: list[dict[str, Any]] = []
+    custom: set[str] = set()  # the custom tools' calls: their outputs are custom_tool_call_outputs
     for m in messages:
         role = m["role"]
         if role == "assistant":
-            out.extend(_response_items(m))
+            items = _response_items(m)
+            custom.update(i["call_id"] for i in items if i.get("type") == "custom_tool_call")
+            out.extend(items)
         elif role == "tool":
-            shell = dict(m.get(ITEM) or {"type": "function_call_output", "call_id": m.get("tool_call_id", "")})
+            # an output context_os made (a call left unanswered) is of the call's kind
+            call_id = m.get("tool_call_id", "")
+            kind = "custom_tool_call_output" if call_id in custom else "function_call_output"
+            shell = dict(m.get(ITEM) or {"type": kind, "call_id": call_id})
             content = m.get("content")
             text = content if isinstance(content, str) else json.dumps(content)
             chunks = shell.pop(_CHUNKS, None)
