@@ -254,6 +254,30 @@ def test_bad_input_gets_errors_and_the_server_goes_on(rpc: Rpc):
 
 
 @pytest.mark.e2e
+def test_an_object_that_is_no_request_is_answered_even_without_an_id(rpc: Rpc):
+    """JSON-RPC 2.0: a notification is a request without ``id``; an object with no ``"jsonrpc":
+    "2.0"`` or no method name is no request at all, and is answered ``-32600`` with id null (it
+    went unanswered, as if it had run, when it had no id)."""
+
+    def raw(data: bytes) -> Any:
+        rpc.send_raw(data + b"\n")
+        return rpc.read()
+
+    invalid = {"code": INVALID_REQUEST, "message": 'invalid request: "jsonrpc" must be "2.0"'}
+    assert raw(b'{"method": "ping"}') == {"jsonrpc": "2.0", "error": invalid, "id": None}
+    assert raw(b'{"foo": "boo"}')["error"] == invalid
+    no_method = raw(b'{"jsonrpc": "2.0", "method": 1, "params": "bar"}')
+    assert no_method["error"]["code"] == INVALID_REQUEST and no_method["id"] is None
+    both = b'[{"jsonrpc": "2.0", "method": "ping"}, {"method": "ping"}, {"jsonrpc": "2.0", "method": "ping", "id": 7}]'
+    batch = raw(both)
+    assert [(a["id"], "error" in a) for a in batch] == [(None, True), (7, False)]
+    # a well-formed notification is still never answered, not even its error
+    rpc.send_raw(b'{"jsonrpc": "2.0", "method": "nope"}\n{"jsonrpc": "2.0", "method": "ping", "params": []}\n')
+    assert rpc.result("ping")["pong"]
+    assert rpc.close()[0] == 0
+
+
+@pytest.mark.e2e
 def test_http_on_loopback(tmp_path: Path):
     with http_server(tmp_path, "--max-request-mb", "1") as srv:
         status, body = srv.post(b'{"jsonrpc": "2.0", "method": "ping", "id": 1}')

@@ -223,7 +223,10 @@ class RpcServer:
                 log.exception("request %r failed", req.get("method"))
             else:
                 log.info("request %r: %s", req.get("method"), e)
-            return None if notification else error_response(rid, e)
+            # an object that is no request (no "jsonrpc": "2.0", no method name) is no notification
+            # either: it is answered (id null), or its sender could not tell that nothing ran
+            invalid = isinstance(e, RpcError) and e.code == INVALID_REQUEST
+            return None if notification and not invalid else error_response(rid, e)
         return None if notification else {"jsonrpc": "2.0", "result": result, "id": rid}
 
     def call(self, method: str, params: dict[str, Any]) -> Any:
