@@ -207,12 +207,14 @@ class RpcServer:
             return error_response(
                 None, RpcError(INVALID_REQUEST, "invalid request: id must be a string, an integer or null")
             )
+        # an object that is no request is no notification either: it is answered (its id, or
+        # null), or its sender could not tell that nothing ran
+        method = req.get("method")
+        if req.get("jsonrpc") != "2.0":
+            return error_response(rid, RpcError(INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"'))
+        if not isinstance(method, str):
+            return error_response(rid, RpcError(INVALID_REQUEST, "invalid request: method must be a string"))
         try:
-            if req.get("jsonrpc") != "2.0":
-                raise RpcError(INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"')
-            method = req.get("method")
-            if not isinstance(method, str):
-                raise RpcError(INVALID_REQUEST, "invalid request: method must be a string")
             params = req.get("params", {})
             if not isinstance(params, dict):
                 raise RpcError(INVALID_PARAMS, "invalid params: params must be an object (by-name parameters)")
@@ -223,10 +225,7 @@ class RpcServer:
                 log.exception("request %r failed", req.get("method"))
             else:
                 log.info("request %r: %s", req.get("method"), e)
-            # an object that is no request (no "jsonrpc": "2.0", no method name) is no notification
-            # either: it is answered (id null), or its sender could not tell that nothing ran
-            invalid = isinstance(e, RpcError) and e.code == INVALID_REQUEST
-            return None if notification and not invalid else error_response(rid, e)
+            return None if notification else error_response(rid, e)
         return None if notification else {"jsonrpc": "2.0", "result": result, "id": rid}
 
     def call(self, method: str, params: dict[str, Any]) -> Any:
