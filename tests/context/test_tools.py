@@ -81,3 +81,23 @@ def test_a_hook_runs_every_tool_through_its_registry(session: Session) -> None:
     assert {t["function"]["name"] for t in hook.tools} == set(CONTEXT_TOOLS)
     assert hook.handles("pin") and not hook.handles("read")
     assert json.loads(hook.call_tool("pin", '{"id": "toolcall:s1:c1"}'))["status"] == "pinned"
+
+
+def test_arguments_json_cannot_hold_are_answered_not_raised(session: Session, tmp_path: Path) -> None:
+    """A model's arguments that are JSON but that Python will not read (a number of thousands of
+    digits, a model's degenerate output; arrays nested deeper than the parser's recursion) and a
+    short ref of thousands of digits are answered as any bad input is. Before, ``ValueError`` and
+    ``RecursionError`` escaped the dispatcher into the harness (the proxy's request failed)."""
+    (tmp_path / "ws").mkdir()
+    digits = "1" * 5000
+    for registry in (context_tools(session), FileTools(session, Workspace(tmp_path / "ws")).registry):
+        for name, args in (
+            ("history", f'{{"start": {digits}}}'),
+            ("lines", f'{{"id": "r2", "start": 1, "end": {digits}}}'),
+            ("activate", '{"id": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        ):
+            answer = json.loads(registry.call(name, args))
+            assert answer["type"] == "InputError" and answer["error"].startswith(f"{name}: arguments cannot be read")
+        for name in ("activate", "lines", "pin"):
+            answer = json.loads(registry.call(name, {"id": "r" + digits}))
+            assert answer["type"] == "NotFound" and "no object 'r111" in answer["error"]

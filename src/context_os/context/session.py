@@ -54,7 +54,8 @@ take its lease back before it goes on without (``Session.__exit__``)."""
 
 LOCKED_PREFIXES = ("chat:", "session:", "frame:", "block:", "state:", "lease:", "tombstone:")
 
-_SHORT_REF = re.compile(r"r(\d+)")
+_SHORT_REF = re.compile(r"r(\d{1,18})")
+"""A short ref; longer runs of digits name no entry (and ``int`` refuses thousands of them)."""
 LINES_AT_ONCE = 200
 """The lines the ``lines`` tool shows when it is not given an end."""
 

@@ -154,6 +154,8 @@ class ToolRegistry:
                     args = json.loads(arguments) if arguments.strip() else {}
                 except json.JSONDecodeError as e:
                     raise InputError(f"{name}: arguments are not valid JSON: {e}") from None
+                except (ValueError, RecursionError) as e:  # a number of thousands of digits; nested too deep
+                    raise InputError(f"{name}: arguments cannot be read: {e}") from None
             else:
                 args = dict(arguments) if isinstance(arguments, Mapping) else arguments
             result = tool.run(**tool.check(args))
