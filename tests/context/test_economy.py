@@ -19,7 +19,15 @@ from context_os.context.evict import evict
 from context_os.context.frames import frame_docs, get_frame, verify_frame
 from context_os.context.load import object_states
 from context_os.context.policy import plan_break, retention_due
-from context_os.context.view import PATCH_MIN_TOKENS, TAIL_CLOSE, TAIL_OPEN, ObjInfo, _patch_text, active_text
+from context_os.context.view import (
+    PATCH_MIN_TOKENS,
+    TAIL_CLOSE,
+    TAIL_OPEN,
+    ObjInfo,
+    _patch_text,
+    _patched,
+    active_text,
+)
 from context_os.errors import ConfigError, NotFound
 from context_os.files import FileTools, Workspace
 from context_os.harness.openai import OPENAI_PAIRING, OpenAIHook
@@ -68,12 +76,15 @@ def test_a_patch_applied_to_what_the_blocks_showed_gives_the_new_text(old: list[
     before, after = block(old), block(new)
     patch = _patch_text("memory:x", before, after, None)
     assert shown_blocks([before, patch])["memory:x"] == after
+    assert _patched("memory:x", before, patch) == after  # what a resumed session reads its blocks as
     assert patch.startswith(TAIL_OPEN + "\nmemory:x changed: ") and patch.endswith(TAIL_CLOSE)
 
 
 def test_apply_patch_refuses_a_patch_of_another_text() -> None:
     with pytest.raises(AssertionError):
         apply_patch("a\nb\nc", ["@@ -2 +2 @@", "-z", "+y"])
+    patch = "\n".join([TAIL_OPEN, "memory:x changed: a patch of its block above, the rest of it stands:"])
+    assert _patched("memory:x", "a\nb\nc", "\n".join([patch, "@@ -2 +2 @@", "-z", "+y", TAIL_CLOSE])) is None
 
 
 def test_a_changed_block_is_patched_at_the_end_and_everything_before_it_is_sent_again_as_it_was(db) -> None:
@@ -183,6 +194,37 @@ def test_a_due_collapse_waits_while_the_cache_is_worth_more_then_goes(db) -> Non
     reason = hook.session.state_changes("toolcall:e1:c0")[-1].doc["meta"]["reason"]
     assert reason.endswith("turns old")
     assert all(verify_frame(db, f).ok for f in frame_docs(db, hook.session.id))
+
+
+def test_a_resumed_session_sends_what_the_live_one_would_have(db) -> None:
+    """A session reopened (a proxy or server restarted between two calls) keeps its blocks where
+    its last frame showed them and knows what that frame sent: its next calls send what the
+    session would have sent had it not stopped. Before, its first call showed every block anew at
+    the end and, taking the whole context as not sent, every change waiting for a break that pays
+    (a break looked free): the prompt cache was lost from the first block or waiting change on."""
+    db.put(note(1, lines(30)))
+
+    def run(sid: str, reopen_after: int | None) -> list[list[dict]]:
+        hook = hook_for(db, sid, keep_recent_results=10)
+        hook.session.show("memory:notes")
+        msgs = [user("go"), call("c0", command="cat big"), result("c0", "first\n" + "x" * 8000)]
+        outs = [hook.transform_context(msgs)]
+        for n in range(1, 12):
+            msgs += [call(f"c{n}", command="ls"), result(f"c{n}", f"out {n}\n" + "y" * 1200)]
+            if n == reopen_after:
+                hook.session.close()
+                hook = hook_for(db, sid, keep_recent_results=10)
+            outs.append(hook.transform_context(msgs))
+        hook.session.close()
+        return outs
+
+    live, resumed = run("live", None), run("resumed", 5)
+    blocks = [k for k, m in enumerate(live[5]) if str(m.get("content")).startswith(TAIL_OPEN)]
+    assert blocks and blocks[-1] < len(live[5]) - 2  # blocks stand among the history, not at its end
+    assert not any(stub_ref(t) for t in texts(live[5]))  # the big result waits for a break that pays
+    for k, (a, b) in enumerate(zip(live, resumed, strict=True)):
+        assert json.dumps(a).replace('"toolcall:live:', '"toolcall:resumed:') == json.dumps(b), k
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "resumed"))
 
 
 def test_a_huge_result_collapses_when_due_even_with_the_allowance_spent(db) -> None:

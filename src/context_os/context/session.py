@@ -282,8 +282,38 @@ class Session:
         if s.harness != was:
             s.writer.queue_session_doc()
         s.writer.flush()  # a changed policy, a page rebuilt from its tombstone; usually nothing
+        s._resume_blocks()
         s._release()
         return s
+
+    def _resume_blocks(self) -> None:
+        """A resumed session's blocks stand where its last frame showed them (``resume_blocks``):
+        rebuilt at the end instead, the first call after a restart sent the context anew from the
+        first of them, and every change waiting for a break that pays was taken at once (with
+        nothing known to be sent before, a break looked free). Only when the session renders that
+        frame as it stands (its hash); else the blocks are shown anew, as before."""
+        view = self.view
+        if not view.managed or view.turn == 0:
+            return
+        found = self.store.get(f"frame:{self.id}:{view.turn:06d}")
+        c = found.doc["content"] if found is not None and found.doc is not None else {}
+        if c.get("tail_layout") != 2 or (c.get("layout", 1), c.get("managed", True), c.get("horizon", 0)) != (
+            view.layout,
+            view.managed,
+            view.horizon,
+        ):
+            return
+        if c.get("thinking_horizon", 0) != view.thinking_horizon:
+            return
+        blocks: list[tuple[int | None, str, str]] = []
+        for at, block_id, _ in c.get("blocks", []):
+            doc = self.store.doc(block_id)
+            if doc is None:  # (evicted since)
+                return
+            blocks.append((at, str(doc["meta"].get("object")), str(doc["content"])))
+        rendered = view.render(frame=c, blocks=[(at, text) for at, _, text in blocks])
+        if rendered.rendered_hash == c.get("rendered_hash"):
+            view.resume_blocks(blocks)
 
     @property
     def id(self) -> str:

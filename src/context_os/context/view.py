@@ -404,6 +404,49 @@ def _patch_text(key: str, old: str, new: str, obj: ObjInfo | None, layout: int =
     return (whole if len(whole) <= len(patch) else patch) + "\n" + TAIL_CLOSE
 
 
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@$")
+_REPLACES = " changed: this replaces its block above:"
+_PATCHES = " changed: a patch of its block above, the rest of it stands:"
+
+
+def _patched(key: str, old: str, patch: str) -> str | None:
+    """What an object's blocks show once ``patch`` (a block ``_patch_text`` made against ``old``)
+    follows them: the inverse of ``_patch_text``; None if ``patch`` is no such block of ``old``."""
+    lines = patch.split("\n")
+    if len(lines) < 3 or lines[0] != TAIL_OPEN or lines[-1] != TAIL_CLOSE:
+        return None
+    head, body = lines[1], lines[2:-1]
+    if head.endswith(_REPLACES):
+        heading = INDEX_HEADER if key == INDEX_KEY else "Active content:"
+        return "\n".join([TAIL_OPEN, heading, *body, TAIL_CLOSE])
+    if not head.endswith(_PATCHES):
+        return None
+    src, out, pos, i = old.split("\n"), [], 0, 0
+    while i < len(body):
+        m = _HUNK.match(body[i])
+        if m is None:
+            return None
+        start, length = int(m.group(1)), int(m.group(2) or 1)
+        begin = start - 1 if length else start
+        if begin < pos:
+            return None
+        out.extend(src[pos:begin])
+        pos, i = begin, i + 1
+        while i < len(body) and not _HUNK.match(body[i]):
+            tag, text = body[i][:1], body[i][1:]
+            if tag in (" ", "-"):
+                if pos >= len(src) or src[pos] != text:
+                    return None
+                pos += 1
+            elif tag != "+":
+                return None
+            if tag in (" ", "+"):
+                out.append(text)
+            i += 1
+    out.extend(src[pos:])
+    return "\n".join(out)
+
+
 _OBJECT_VERSION = re.compile(r'^<object id="[^"]*" kind="[^"]*"(?: path="[^"\n]*")? version="([^"]*)"', re.M)
 
 
@@ -1057,6 +1100,43 @@ class SessionView:
             seq += 1
             planned[key] = _Chain.new(key, text, seq, self.hash_memo).placed(n, pending)
         return planned, forced
+
+    def resume_blocks(self, blocks: list[tuple[int | None, str, str]]) -> bool:
+        """Take the volatile part of the last committed rendering back, as a session resumed from
+        the store has it (its blocks, each ``(position or None, key, text)`` as its last frame
+        recorded them): its blocks then stay where they stand, as they would have in the process
+        that showed them, and a change costs what it would have cost there (``tokens_after``).
+        The view must render that frame as it is now (``Session.open`` checks its hash). False,
+        changing nothing, if the blocks are not what this code's chains make."""
+        self._build()
+        n = len(self._units)
+        pending = self._open is not None and bool(self._open[2])
+        chains: dict[str, _Chain] = {}
+        seq = 0
+        for at, key, text in blocks:
+            block = _Block(at if at is not None or pending else n, _unit(None, [_user(text)], self.hash_memo))
+            chain = chains.get(key)
+            if chain is None:
+                seq += 1
+                chains[key] = _Chain(key, seq, (block,), text, block.unit.tokens)
+                continue
+            shown = _patched(key, chain.shown, text)
+            if shown is None:
+                return False
+            tokens = chain.patch_tokens + estimate_tokens(len(text))
+            chains[key] = replace(chain, blocks=(*chain.blocks, block), shown=shown, patch_tokens=tokens)
+        self._chains, self._chain_seq = chains, seq
+        self._dirty_from = self._prev_count = n
+        placed = sorted(
+            ((b.at if b.at is not None else n, c.seq, j), b) for c in chains.values() for j, b in enumerate(c.blocks)
+        )
+        # (as ``render`` leaves them: the blocks among the history, then those placed at its end)
+        fixed = [(key[0], b.unit.hash) for key, b in placed if key[0] < n or (b.at is not None and not pending)]
+        self._prev_spliced = fixed
+        self.block_refs = [
+            [None if b.at is None or b.at >= n else b.at, self.block_id(b.unit), b.unit.hash] for _, b in placed
+        ]
+        return True
 
     def position_of(self, o: ObjInfo) -> int | None:
         """Where the context shows ``o`` now, as a history position: a tool result's place in the
