@@ -194,6 +194,12 @@ class FrameContent(TypedDict):
     newer version), before it wrote this frame: one after it (an eviction landing while the
     turn assembled) the frame did not take in, and explains what it showed that is now erased.
     Absent in frames written before 2026-12-01 (then its basis stands for it)."""
+    sent_total: NotRequired[int]
+    """Tokens of every frame the session's process had sent since it opened the session, this
+    one's included, as the prompt cache's allowance counts them (``cache_break_percent``); a
+    reopened session goes on from its last frame's. Absent before 2026-12-01."""
+    uncached_total: NotRequired[int]
+    """Of ``sent_total``, the tokens that were not a prefix of the frame before."""
 
 
 class StateContent(TypedDict):

@@ -227,6 +227,34 @@ def test_a_resumed_session_sends_what_the_live_one_would_have(db) -> None:
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "resumed"))
 
 
+def test_a_resumed_sessions_cache_allowance_goes_on_from_its_last_frame(db) -> None:
+    """What the prompt cache's allowance counts (every token sent, those not a prefix) was the
+    process's alone: a session reopened after its 5th call began from nothing and, 15 calls on,
+    took a break the live session would not have yet. Its last frame records the totals."""
+    db.put(note(1, lines(30)))
+
+    def run(sid: str, reopen_after: int | None) -> list[list[dict]]:
+        hook = hook_for(db, sid, keep_recent_results=10)
+        hook.session.show("memory:notes")
+        msgs = [user("go"), call("c0", command="cat big"), result("c0", "first\n" + "x" * 8000)]
+        outs = [hook.transform_context(msgs)]
+        for n in range(1, 30):
+            msgs += [call(f"c{n}", command="ls"), result(f"c{n}", f"out {n}\n" + "y" * (1200 + n * 7919 % 5000))]
+            if n % 9 == 0:
+                msgs.append(user(f"next step {n}"))
+            if n == reopen_after:
+                hook.session.close()
+                hook = hook_for(db, sid, keep_recent_results=10)
+            outs.append(hook.transform_context(msgs))
+        hook.session.close()
+        return outs
+
+    live, resumed = run("live", None), run("resumed", 5)
+    for k, (a, b) in enumerate(zip(live, resumed, strict=True)):
+        assert json.dumps(a).replace('"toolcall:live:', '"toolcall:resumed:') == json.dumps(b), k
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "resumed"))
+
+
 def test_a_huge_result_collapses_when_due_even_with_the_allowance_spent(db) -> None:
     # a 30,000-token output is new content, sent uncached: the allowance is spent for a long time,
     # but collapsing it re-sends only the few small messages after it

@@ -293,10 +293,16 @@ class Session:
         nothing known to be sent before, a break looked free). Only when the session renders that
         frame as it stands (its hash); else the blocks are shown anew, as before."""
         view = self.view
-        if not view.managed or view.turn == 0:
+        if view.turn == 0:
             return
         found = self.store.get(f"frame:{self.id}:{view.turn:06d}")
         c = found.doc["content"] if found is not None and found.doc is not None else {}
+        # the prompt cache's allowance goes on from what was sent before (from nothing, a restart
+        # made every change waiting for it look affordable sooner than it was)
+        if isinstance(c.get("sent_total"), int) and isinstance(c.get("uncached_total"), int):
+            view.sent_total, view.uncached_total = c["sent_total"], c["uncached_total"]
+        if not view.managed:
+            return
         if c.get("tail_layout") != 2 or (c.get("layout", 1), c.get("managed", True), c.get("horizon", 0)) != (
             view.layout,
             view.managed,
@@ -449,6 +455,8 @@ class Session:
                 "horizon": view.horizon,
                 "pools": rendered.pools or {},
                 "prefix_tokens": rendered.prefix_tokens or 0,
+                "sent_total": view.sent_total,
+                "uncached_total": view.uncached_total,
                 "changes": changed,
                 "changes_total": changes_total,
             }
