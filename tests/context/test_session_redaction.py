@@ -285,3 +285,32 @@ def test_a_message_cut_to_the_cap_is_redacted_whole_before(tmp_path: Path, where
         assert secret not in json.dumps(out)
         assert secret not in stored_text(store, db)
         s.close()
+
+
+def test_a_recall_query_holding_a_secret_is_redacted_in_the_hits_it_stores(tmp_path: Path) -> None:
+    # The recall tool runs on the model's arguments as the harness gives them, before its call is
+    # ingested (and redacted): each hit it stored kept the query in its provenance (meta.query)
+    # unredacted, so a token the model searched for was in the store in clear.
+    from context_os.context.source_tools import SourceTools
+    from context_os.sources.recall import open_recall
+    from tests.helpers import say
+
+    db = tmp_path / "s.db"
+    with SqliteStore(db) as store:
+        s = Session.open(store, "s1", harness="openai")
+        hook = OpenAIHook(s)
+        SourceTools(s, recall=open_recall(store, None)).register(hook.registry)
+        msgs = [
+            user("deploy notes"),
+            call("c1", "bash", command="cat notes"),
+            result("c1", "the deploy token is vaulted"),
+        ]
+        hook.transform_context(msgs)
+        query = f"deploy token {GITHUB}"
+        out = hook.call_tool("recall", {"query": query})
+        assert json.loads(out)["hits"], "the recall found the tool output"
+        hook.transform_context([*msgs, call("c2", "recall", query=query), result("c2", out), say("ok"), user("go")])
+        hits = [v.doc for v in store.find("recall", {"object": "toolcall:s1:c1"}) if v.doc is not None]
+        assert hits and hits[0]["meta"]["query"] == "deploy token [REDACTED:github-token]"
+        s.close()
+        assert_no_secret(stored_text(store, db))

@@ -206,15 +206,22 @@ def store_item(session: Session, feed: SourceFeed, item: SourceItem, rank: int, 
     What the session last wrote or read of each item (``Session.source_hashes``) spares a store
     read for an item that did not change."""
     text = item.text
-    if session.ingest.redact is not None:
-        text = session.ingest.redact(text)[0]  # a memory file is the user's text: secrets stay out
+    redact = session.ingest.redact
+    if redact is not None:
+        text = redact(text)[0]  # a memory file is the user's text: secrets stay out
     meta: dict[str, Any] = dict(item.meta)
     meta.update(source=feed.source.name, score=round(float(item.score), 6), rank=rank + 1)
     meta.setdefault("tokens", estimate_tokens(len(text)))  # what activating it costs, in the object index
     if item.kind == "recall" and "object" in meta:  # a stored part: how it begins shows there, to judge it by
         meta.setdefault("preview", preview(text, INDEX_PREVIEW_CHARS))
     if query is not None and not feed.every_turn:
-        meta["query"] = query[:QUERY_CHARS]
+        meta["query"] = query
+    if redact is not None and isinstance(meta.get("query"), str):
+        # the recall tool's query is the model's argument, stored before its call is ingested
+        # (and redacted there): redacted here whole, then cut
+        meta["query"] = redact(meta["query"])[0]
+    if query is not None and not feed.every_turn:
+        meta["query"] = meta["query"][:QUERY_CHARS]
     try:
         doc = SourceDoc(id=item.id, kind=item.kind, content=text, meta=meta).to_doc()  # type: ignore[arg-type]
     except ValueError as e:
