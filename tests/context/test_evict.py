@@ -342,6 +342,39 @@ def test_a_recall_hit_that_quoted_an_evicted_object_goes_with_it(store: Store, u
     s.close()
 
 
+def test_an_evicted_memory_index_is_not_stored_again_while_its_file_holds_it(tmp_path: Path) -> None:
+    # A memory index is read from its file at every turn. Evicting its object broke the running
+    # session: it took the text as stored already (what it last wrote), showed the object and
+    # failed every turn after with NotFound; a session opened later stored the text again.
+    from context_os.sources.memory import MemoryScopes
+
+    index = tmp_path / "data" / "memory" / "MEMORY.md"
+    index.parent.mkdir(parents=True)
+    index.write_text(f"# Memory\n- the staging key is {SECRET}\n")
+    store = SqliteStore(tmp_path / "s.db")
+
+    def opened(sid: str) -> tuple[Session, OpenAIHook]:
+        s = Session.open(store, sid, redact=False, policy=RetentionPolicy(**EAGER))
+        SourceTools(s, memory=MemoryScopes(data_dir=tmp_path / "data"))
+        return s, OpenAIHook(s)
+
+    s, hook = opened("live")
+    msgs = [user("hello")]
+    assert SECRET in _text(hook.transform_context(msgs))
+    evict(store, "memory:global:MEMORY.md")  # as another process would
+    for n in range(2):
+        context = hook.transform_context(msgs := [*msgs, say("ok"), user(f"after {n}")])
+        assert SECRET not in _text(context) and f"after {n}" in _text(context)
+    s.close()
+    s, hook = opened("later")
+    assert SECRET not in _text(hook.transform_context([user("hi")]))
+    assert SECRET not in _everywhere(store) and SECRET.encode() not in _on_disk(store)
+    index.write_text("# Memory\n- the staging key is in the vault\n")  # the file changed: shown again
+    assert "in the vault" in _text(hook.transform_context([user("hi"), say("ok"), user("again")]))
+    s.close()
+    store.close()
+
+
 def test_an_evicted_file_whose_name_held_a_secret_leaves_no_trace_of_it(store: Store, uid: str, tmp_path: Path) -> None:
     # The tombstone kept the evicted file's absolute path (to withhold its bytes if read again):
     # a secret in the file's name stayed in the store for good, even after the file was renamed.

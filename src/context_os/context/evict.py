@@ -40,6 +40,7 @@ from .view import INDEX_KEY
 __all__ = [
     "EVICTED_TEXT",
     "KEPT_KINDS",
+    "SOURCE_KINDS",
     "evict",
     "evictions",
     "forget_paths",
@@ -57,6 +58,11 @@ EVICTED_TEXT = "[context_os: erased from the store]"
 KEPT_KINDS = frozenset({"session", "lease", "state", "frame", "tombstone"})
 """Kinds ``holding`` names but an eviction by text leaves: what a session needs to open (its
 document, lease, states), its frames (hashes only) and the tombstones that keep evictions in force."""
+
+
+SOURCE_KINDS = frozenset({"memory", "recall"})
+"""Kinds whose text a source brings in from outside the store (context/sources.py): their
+tombstones keep the hashes of the evicted text (``content_hashes``), which is not stored again."""
 
 
 def tombstone_id(obj_id: str) -> str:
@@ -147,6 +153,10 @@ def _tombstone(obj_id: str, latest: list[Any], reason: str, blocks: list[str]) -
     if kind == "chat":
         content["page"] = meta.get("page")
         content["entries"] = scrub_entries(doc.get("content") or [])
+    if kind in SOURCE_KINDS:
+        # the text of every evicted version: its source reads it again from outside the store (a
+        # memory file, lines of one), and sessions do not store it again while it offers that text
+        content["content_hashes"] = sorted({str(d["content_hash"]) for d in docs if d.get("content_hash")})
     if kind == "file":
         # the bytes of every evicted version: the index will not take them in again
         content["shas"] = sorted({str(d["meta"]["sha"]) for d in docs if (d.get("meta") or {}).get("sha")})

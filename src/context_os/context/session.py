@@ -106,6 +106,11 @@ def _erased_shas(tombstones: Iterable[Version]) -> set[str]:
     return {str(sha) for t in tombstones for sha in ((t.doc or {}).get("content") or {}).get("shas") or ()}
 
 
+def _erased_texts(tombstones: Iterable[Version]) -> set[str]:
+    """The content hashes of the source items' texts the evictions erased (context/evict.py)."""
+    return {str(h) for t in tombstones for h in ((t.doc or {}).get("content") or {}).get("content_hashes") or ()}
+
+
 class Session:
     """The context of one agent session, kept in a store."""
 
@@ -175,6 +180,10 @@ class Session:
         self.erased: set[str] = set()
         """The hashes of the bytes of every evicted file, as of the last turn that read the store's
         tombstones: what a file read withholds while the store is out of reach (files/)."""
+        self.erased_texts: set[str] = set()
+        """The content hashes of every evicted source item's text (a memory index, a recall
+        hit): a source that offers that text again (its file still holds it) is not stored or
+        shown (context/sources.py)."""
         self._between: list[StateChange] = []
         """Evictions taken in between two turns (``_take_in_evictions``), for the next turn's changes."""
         self._unchecked = False
@@ -786,6 +795,7 @@ class Session:
         of their objects), and the file bytes they erased."""
         self._tombstones = {(t.id, t.tx_id) for t in tombstones}
         self.erased = _erased_shas(tombstones)
+        self.erased_texts = _erased_texts(tombstones)
 
     def _take_in_evictions(self) -> None:
         """Before a tool shows stored text between two turns (``lines``, ``history``, ``activate``,
@@ -828,8 +838,11 @@ class Session:
                 continue
             self._tombstones.add((v.id, v.tx_id))
             self.erased |= _erased_shas([v])
+            self.erased_texts |= _erased_texts([v])
             meta, content = v.doc["meta"], v.doc["content"]
             oid = meta.get("object")
+            if isinstance(oid, str):
+                self.source_hashes.pop(oid, None)  # the store no longer holds what it wrote of it
             if meta.get("object_kind") == "chat" and meta.get("session") == self.id:
                 self._scrub_page(oid, content)
                 changes.append(StateChange(oid, "shown", "erased", "user", "evicted"))

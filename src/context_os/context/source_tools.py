@@ -110,7 +110,8 @@ class SourceTools:
         feed = SourceFeed(engine)
         worded = False  # whether any hit holds a word of the query
         for rank, item in enumerate(hit_item(h, query, result.mode) for h in found):
-            store_item(self.session, feed, item, rank, query)
+            if store_item(self.session, feed, item, rank, query) is None:
+                continue  # its text was evicted: not stored again, not shown
             added = item.id not in self.session.view.objects
             self.session.show(
                 item.id,

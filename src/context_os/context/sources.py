@@ -95,6 +95,8 @@ def _consult_feed(session: Session, feed: SourceFeed, query: str | None) -> list
         active = feed.pin or (scores and used + tokens <= feed.budget_tokens)
         used += tokens if active else 0
         wrote = False if item.stored else store_item(session, feed, item, rank, query)
+        if wrote is None:
+            continue  # evicted: its text stays out of the store and the context
         obj = session.view.objects.get(item.id)
         if obj is not None and obj.state == "active" and not active:
             continue  # recalled again, below the bar: what the agent (or an earlier query) chose stays
@@ -200,11 +202,12 @@ def preview(text: str, chars: int) -> str:
     return line if len(line) <= chars else line[: chars - 1] + "…"
 
 
-def store_item(session: Session, feed: SourceFeed, item: SourceItem, rank: int, query: str | None) -> bool:
+def store_item(session: Session, feed: SourceFeed, item: SourceItem, rank: int, query: str | None) -> bool | None:
     """Write the item as a version of its object, unless the store already holds it (for a feed
     read at every turn: this very document; for a query: this text); True when it wrote one.
     What the session last wrote or read of each item (``Session.source_hashes``) spares a store
-    read for an item that did not change."""
+    read for an item that did not change. None: its text was evicted (``Session.erased_texts``),
+    and its source still offers it (the memory file holds it yet): neither stored nor to be shown."""
     text = item.text
     redact = session.ingest.redact
     if redact is not None:
@@ -226,6 +229,8 @@ def store_item(session: Session, feed: SourceFeed, item: SourceItem, rank: int, 
         doc = SourceDoc(id=item.id, kind=item.kind, content=text, meta=meta).to_doc()  # type: ignore[arg-type]
     except ValueError as e:
         raise InputError(f"source {feed.source.name!r} returned an item that is not a valid object: {e}") from None
+    if doc["content_hash"] in session.erased_texts:
+        return None
     # a new query's provenance alone makes no new version: its version (and its block) stay,
     # and the query is in the state change's reason
     same = "object_hash" if feed.every_turn else "content_hash"
