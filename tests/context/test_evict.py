@@ -545,6 +545,41 @@ def test_ctxos_evict_containing_erases_every_copy_of_a_text(tmp_path: Path, reli
     assert rerun.returncode == 0 and rerun.stdout == "No object holds the text: nothing to erase.\n"
 
 
+def test_evict_containing_finds_a_deleted_recall_copy_whose_query_held_the_text(tmp_path: Path) -> None:
+    # A recall copy keeps the query that found it (meta.query: the user's message). Once its
+    # origin was gone (a deleted memory topic file) it was deleted, and ``--containing`` looked
+    # at the deleted objects whose *indexed text* held the text only: the copy's text did not, so
+    # the message's secret stayed in its history, in the file, and a second run found nothing.
+    from click.testing import CliRunner
+
+    from context_os.cli import cli
+    from context_os.sources.memory import MemoryScopes
+
+    memory = tmp_path / "data" / "memory"
+    memory.mkdir(parents=True)
+    (memory / "MEMORY.md").write_text("# Memory\n- see deploy.md\n")
+    topic = memory / "deploy.md"
+    topic.write_text("# Deploy\n- the staging deploy uses the vault key, rotated weekly\n")
+    store = SqliteStore(tmp_path / "s.db")
+    s = Session.open(store, "live", redact=False, policy=RetentionPolicy(**EAGER))
+    hook = OpenAIHook(s)
+    SourceTools(s, recall=open_recall(store, None), memory=MemoryScopes(data_dir=tmp_path / "data"))
+    msgs = [user("hello"), say("hi"), user(f"is the staging deploy vault key {SECRET}?")]
+    hook.transform_context(msgs)
+    copy = "recall:memory:global:deploy.md#L1-2"
+    assert SECRET in store.doc(copy)["meta"]["query"]
+    topic.unlink()
+    hook.transform_context([*msgs, say("ok"), user("fine")])
+    assert store.get(copy) is None and store.history(copy), "the copy was deleted, its history stays"
+    args = ["--store", str(store.path), "objects", "evict", "--containing", "-", "--yes", "--json"]
+    r = CliRunner().invoke(cli, args, SECRET)
+    assert r.exit_code == 0, r.output
+    assert copy in json.loads(r.output)["evicted_ids"]
+    assert not store.history(copy) and SECRET.encode() not in _on_disk(store)
+    s.close()
+    store.close()
+
+
 READER = """
 import sqlite3, sys
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)

@@ -235,14 +235,16 @@ def holding(store: Store, text: str) -> list[dict[str, Any]]:
     """Every object a version of which holds ``text`` in a string (its content, its meta, a tool
     call's arguments), in any valid and transaction time, corrected versions included:
     ``[{id, kind, versions}]`` (``versions``: how many hold it), sorted by id. The documents in
-    force are read with their whole history, and so are the objects deleted since whose text the
-    keyword index holds. Reads every version of the store: for a leaked secret, not for a loop."""
+    force are read with their whole history, and so are the objects deleted since that the
+    keyword index knows (every one it indexed: the text may be in a deleted version's meta, a
+    recall copy's query, not in its indexed text). Reads every version of the store: for a
+    leaked secret, not for a loop."""
     if not text:
         raise InputError("the text to look for is empty")
     ids = {v.id for v in store.find()}
     after = 0
     while parts := store.text_parts(after_seq=after, limit=1000):
-        ids.update(p.id for p in parts if text in p.text)
+        ids.update(p.id for p in parts)
         after = parts[-1].seq
     found: list[dict[str, Any]] = []
     for oid in sorted(ids):
