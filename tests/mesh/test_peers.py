@@ -140,6 +140,27 @@ def test_memory_of_a_peer_is_recalled_on_its_next_request(store: Store, agents: 
     assert found["count"] >= 1 and "pnpm" in found["results"][0]["value"]
 
 
+def test_secrets_in_what_peers_send_are_stored_redacted(store: Store, agents: AgentFactory) -> None:
+    # a session redacts every text before it is stored; the mesh stored messages and memories
+    # as they came: a token a peer sent (or the agent sent it) was in the store in clear
+    token, key = "ghp_" + "A1b2C3d4E5" * 3 + "abcdef", "sk-ant-api03-" + "x" * 90
+    a, b = agents("alice"), agents("bob")
+    link(a, b)
+    ans = Answerer(b, lambda r: f"use {key} for the staging API")
+    try:
+        out = a.send(b.peer_id, f"deploy with {token}?")
+    finally:
+        ans.stop()
+    assert out["response"] == f"use {key} for the staging API"  # what goes over the wire is as sent
+    assert ans.seen[0].message == f"deploy with {token}?"
+    stored = [d for agent in (a, b) for d in messages_of(store, agent)]
+    stored += [v.doc for v in store.find("memory") if v.doc is not None and v.doc["meta"].get("mesh_agent") == b.name]
+    assert len(stored) >= 5  # the request and the reply on each side, b's memory of the exchange
+    said = json.dumps(stored)
+    assert token not in said and key not in said
+    assert "[REDACTED:github-token]" in said and "[REDACTED:anthropic-key]" in said
+
+
 def test_long_messages_are_remembered_cut_and_a_long_request_still_recalls_memory(
     store: Store, agents: AgentFactory, uid: str, caplog: pytest.LogCaptureFixture
 ) -> None:

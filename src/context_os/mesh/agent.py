@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -85,13 +85,16 @@ class MeshAgent:
         history_cap: int = HISTORY_CAP,
         max_queue: int = MAX_QUEUE,
         local_registry: str | os.PathLike[str] | None = None,
+        redact: Callable[[str], tuple[str, int]] | bool | None = None,
     ):
         """``session``: the session the messages belong to (their scope for recall; None: the
         agent's own scope ``mesh:<agent>``). ``auto_reply``: acknowledge every request at once
         instead of queueing it for the agent (a node nobody answers from, like the CLI's).
         ``local_registry``: the directory of the local registry (``registry.default_dir()``):
         ``send`` dials an agent announced there that it is not connected to, and takes its name
-        for its peer id."""
+        for its peer id. ``redact``: what keeps secrets out of the messages and memories stored
+        (a function ``text -> (text, count)``; by default ``Redactor().redact``, as a session's;
+        False: nothing), what peers send and what the agent sends alike."""
         if history_cap < 1:
             raise InputError("history_cap must be at least 1")
         self.store = store
@@ -102,7 +105,12 @@ class MeshAgent:
         self.auto_reply = auto_reply
         self.history_cap = history_cap
         self.local_registry = local_registry
-        self.memory = PeerMemory(store, self.name, recall=recall, limits=limits)
+        if redact is None or redact is True:
+            from ..redact import Redactor  # (detect-secrets loads once an agent starts)
+
+            redact = Redactor().redact
+        self.redact = redact or None
+        self.memory = PeerMemory(store, self.name, recall=recall, limits=limits, redact=self.redact)
         self.queue = RequestQueue(max_queue)
         self.stopping = threading.Event()
         """Set by ``interrupt``: a ``send`` that waits for an answer gives up."""
@@ -160,6 +168,8 @@ class MeshAgent:
             self._shown.append(_Shown(d["id"], str(d.get("content") or ""), d["meta"]))
 
     def _message_doc(self, text: str, **meta: Any) -> dict[str, Any]:
+        if self.redact is not None:
+            text = self.redact(text)[0]  # a peer's text or the agent's: no secret is stored
         at = now_ms()
         # time, then a counter (the order within one millisecond), then randomness (another
         # process of the same agent name writing into the same store)

@@ -16,7 +16,7 @@ what is recalled for an incoming request capped at 50,000 characters altogether.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -129,7 +129,17 @@ class PeerMemory:
     """One agent's memories of its peers, in ``store``; searched with ``recall`` (keyword only
     without one)."""
 
-    def __init__(self, store: Store, agent: str, *, recall: Recall | None = None, limits: MemoryLimits | None = None):
+    def __init__(
+        self,
+        store: Store,
+        agent: str,
+        *,
+        recall: Recall | None = None,
+        limits: MemoryLimits | None = None,
+        redact: Callable[[str], tuple[str, int]] | None = None,
+    ):
+        """``redact``: what keeps secrets out of the values stored (``MeshAgent``'s)."""
+        self.redact = redact
         self.store = store
         self.agent = agent
         self.recall = recall
@@ -149,6 +159,8 @@ class PeerMemory:
         _check_text(peer, "memory: peerId", 128)
         _check_text(key, "memory: key", MAX_KEY_CHARS)
         _check_text(value, "memory: value", MAX_VALUE_CHARS)
+        if self.redact is not None:
+            value = self.redact(value)[0]
         extra = dict(metadata or {})
         for k, v in extra.items():
             if not isinstance(k, str) or not (isinstance(v, str | int | float | bool) or v is None):
