@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 
 from context_os.errors import ConfigError, NotFound, SchemaError, StoreCorrupt, StoreError, StoreUnavailable
-from context_os.store import Delete, Evict, Match, Put, open_store
+from context_os.store import Delete, Evict, Match, Put, Tx, open_store
 from context_os.store import sqlite as sqlite_store
 from context_os.store.sqlite import MIGRATIONS, SqliteStore
 
@@ -387,6 +389,53 @@ def test_evict_leaves_no_copy_in_the_files(tmp_path: Path) -> None:
         # while the store is still open, so the WAL file is there too
         files = [p for p in tmp_path.iterdir() if p.name.startswith("store.db")]
         assert secret.encode() not in b"".join(p.read_bytes() for p in files)
+
+
+LOCK_HOLDER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+sys.stdin.readline()
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("ROLLBACK")
+"""
+
+
+def test_an_eviction_the_file_cannot_be_rebuilt_for_stands_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The eviction has committed when the file is rebuilt without its bytes (VACUUM). If another
+    # process takes the write lock in between and keeps it past the busy timeout, the rebuild
+    # fails: submit raised "database is locked" for an eviction that had happened.
+    path = tmp_path / "s.db"
+    monkeypatch.setattr(SqliteStore, "BUSY_TIMEOUT_S", 0.5)
+    store = SqliteStore(path)
+    store.put(doc("leak", secret="s3cr3t"), T0)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    to_holder, from_holder = holder.stdin, holder.stdout
+    assert to_holder is not None and from_holder is not None
+
+    def lock_before_vacuum(statement: str) -> None:
+        if statement == "VACUUM":
+            to_holder.write("lock\n")
+            to_holder.flush()
+            assert from_holder.readline().strip() == "locked"
+
+    try:
+        store._conn.set_trace_callback(lock_before_vacuum)  # type: ignore[union-attr]
+        tx = store.submit([Evict("leak")])
+        store._conn.set_trace_callback(None)  # type: ignore[union-attr]
+        assert tx.committed and tx.left_in_files
+    finally:
+        holder.communicate("done\n", timeout=60)
+    assert store.get("leak", T0) is None and store.find("note", {"secret": "s3cr3t"}, valid_time=T0) == []
+    assert store.latest_tx() == Tx(tx.id, tx.time)
+    tx = store.submit([Put(doc("other"), T0), Evict("other")])  # the next eviction rebuilds it
+    assert tx.committed and not tx.left_in_files
+    store.close()
 
 
 # -- concurrency -------------------------------------------------------------------------------

@@ -144,7 +144,9 @@ class Tx:
     """An ``Evict`` committed, but the store could not yet erase the evicted bytes from its own
     files (SQLite: another process kept reading an older snapshot of the file). Reads no longer
     return them; the file is rid of them once that reader is done and the write-ahead log is
-    folded back (the next eviction, or the last process closing the store)."""
+    folded back (the next eviction, or the last process closing the store). SQLite also says so
+    when the file could not be rebuilt without them at all (another process held the write lock
+    past the busy timeout, the disk had no room for the copy): the next eviction rebuilds it."""
 
 
 @dataclass(frozen=True)

@@ -675,8 +675,17 @@ class SqliteStore(Store):
                 # Evict exists for leaked secrets. Free pages and old page images in the WAL may
                 # still hold copies of what was erased: rebuild the file without them, then fold
                 # the WAL back and truncate it. Evictions are rare; writes do not pay for this.
-                conn.execute("VACUUM")
-                left_in_files = not self._fold_back_wal(conn)
+                # The transaction has committed: if the file cannot be rebuilt now (another
+                # process keeps the write lock past the busy timeout, the disk is too full for a
+                # copy of the file), the eviction stands and says what it left (it used to raise,
+                # as if nothing had been evicted).
+                try:
+                    conn.execute("VACUUM")
+                    left_in_files = not self._fold_back_wal(conn)
+                except sqlite3.OperationalError:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    left_in_files = True
         return Tx(tx_id, tx_time, bool(committed), left_in_files=left_in_files)
 
     def _fold_back_wal(self, conn: sqlite3.Connection) -> bool:
