@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from context_os.errors import StoreError
 from context_os.store import Delete, DocMemo, Evict, Match, Put, Store, Version, now_ms, open_store
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
@@ -495,6 +496,27 @@ def test_evict_erases_all_history(store: Store, uid: str) -> None:
     store.submit([Put(doc(id, 3, kind=kind), T0 + 40)])
     assert ns(store.history(id)) == [3]
     assert n_at(store, kept, T0 + 50) == 1
+
+
+def test_a_put_or_match_after_an_evict_in_its_transaction_is_refused(store: Store, uid: str) -> None:
+    # XTDB: the ops of a transaction read the index as it was before its evictions, so a match
+    # after an evict compared with the evicted document, and a put after one was evicted with it
+    # (get: nothing; history: a version whose document is an eviction tombstone). The SQLite store
+    # applied both as written: the same transaction committed on one backend and aborted on the
+    # other, a put was kept on one and lost on the other. Both refuse them now, writing nothing.
+    id = f"{uid}-evicted"
+    store.submit([Put(doc(id, 1), T0)])
+    before = store.latest_tx()
+    for op in (Put(doc(id, 2), T0 + 5), Match(id, doc(id, 1), T0 + 3), Match(id, None, T0 + 3)):
+        with pytest.raises(StoreError, match="evicts"):
+            store.submit([Evict(id), op])
+    assert store.latest_tx() == before
+    assert n_at(store, id, T0 + 10) == 1
+    # before the evict, and in the next transaction, they are what they always were
+    assert store.submit([Match(id, doc(id, 1), T0 + 3), Put(doc(id, 3), T0 + 6), Evict(id)]).committed
+    assert store.history(id) == []
+    assert store.submit([Match(id, None, T0 + 3), Put(doc(id, 4), T0 + 5)]).committed
+    assert ns(store.history(id)) == [4]
 
 
 # -- find --------------------------------------------------------------------------------------

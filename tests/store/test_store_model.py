@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from context_os.errors import StoreError
 from context_os.store import Delete, DocMemo, Evict, Match, Op, Put, Version, now_ms
+from context_os.store.base import check_after_evict
 from context_os.store.sqlite import SqliteStore
 from tests.store.store_model import Row, StoreModel
 
@@ -71,7 +74,14 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(tx=ops, other=st.booleans())
     def submit(self, tx: list[Op], other: bool) -> None:
-        got = (self.other if other else self.store).submit(tx)
+        store = self.other if other else self.store
+        try:
+            check_after_evict(tx)
+        except StoreError:  # refused by every store (a put or match after an evict): nothing written
+            with pytest.raises(StoreError, match="evicts"):
+                store.submit(tx)
+            return
+        got = store.submit(tx)
         if self.tx_ids:
             assert got.id > self.tx_ids[-1]
             assert got.time >= self.model.txs[-1][1]

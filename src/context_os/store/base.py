@@ -15,7 +15,8 @@ XTDB node):
 * ``Delete(id, valid_from, valid_to)``: the same, with "no document".
 * ``Match(id, expected, valid_time)``: the transaction commits only if the document in force
   (at ``valid_time``, default the tx time) equals ``expected`` (``None``: no document).
-* ``Evict(id)``: erases every version of the document, in every time.
+* ``Evict(id)``: erases every version of the document, in every time. A put or match of the
+  document after its evict in the same transaction is refused (``check_after_evict``).
 * ``get(id, valid_time, tx_id)``: the version in force at that valid time as known at that tx.
 * ``history(id, ...)``: the versions in valid-time order (``asc``/``desc``), latest correction
   of each valid time only, within the given bounds; descending history starts at the given
@@ -56,6 +57,7 @@ __all__ = [
     "TextPart",
     "Tx",
     "Version",
+    "check_after_evict",
     "next_valid_time",
     "now_ms",
 ]
@@ -127,6 +129,28 @@ class Evict:
 
 
 Op = Put | Delete | Match | Evict
+
+
+def check_after_evict(ops: Sequence[Op]) -> None:
+    """Refuse a transaction that puts or matches a document after evicting it (``StoreError``).
+
+    XTDB 1.x applies neither as written: the ops of a transaction read the index as it was before
+    the transaction's evictions, so such a match compares with the evicted document, and the put
+    is erased with it when the transaction commits (its document evicted, its version left in the
+    history without one). No store can keep the contract for them, so every backend refuses them
+    before writing anything. Put and match before the evict, or in the next transaction."""
+    evicted: set[str] = set()
+    for op in ops:
+        if isinstance(op, Evict):
+            evicted.add(op.id)
+        elif evicted and isinstance(op, Put | Match):
+            op_id = op.id if isinstance(op, Match) else op.doc.get("id") if isinstance(op.doc, Mapping) else None
+            if op_id in evicted:
+                what = "puts" if isinstance(op, Put) else "matches"
+                raise StoreError(
+                    f"a transaction that evicts {op_id!r} {what} it afterwards: XTDB would not apply that;"
+                    " write it in the next transaction"
+                )
 
 
 @dataclass(frozen=True)

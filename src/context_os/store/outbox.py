@@ -50,7 +50,21 @@ from typing import Any, Literal
 
 from ..errors import HashError, SchemaError, StoreError, StoreUnavailable, StoreUnreachable
 from ..hashing import canonical_json, doc_hashes
-from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, now_ms
+from .base import (
+    Delete,
+    DocMemo,
+    Evict,
+    Match,
+    Op,
+    Put,
+    Store,
+    TextHit,
+    TextPart,
+    Tx,
+    Version,
+    check_after_evict,
+    now_ms,
+)
 from .text_index import SearchArgs
 
 __all__ = ["MARKER_KIND", "OutboxStore"]
@@ -405,6 +419,7 @@ class OutboxStore(Store):
 
     def submit(self, ops: Sequence[Op]) -> Tx:
         ops = list(ops)
+        check_after_evict(ops)  # before it is accepted: the store would refuse it when sent
         if self.depth():
             with self._lock:
                 if self.depth():  # another thread may have sent them meanwhile

@@ -59,7 +59,21 @@ from ..errors import InputError, NotFound, SchemaError, StoreClosed, StoreCorrup
 from ..hashing import canonical_json
 from ..times import iso
 from . import text_index
-from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, now_ms
+from .base import (
+    Delete,
+    DocMemo,
+    Evict,
+    Match,
+    Op,
+    Put,
+    Store,
+    TextHit,
+    TextPart,
+    Tx,
+    Version,
+    check_after_evict,
+    now_ms,
+)
 
 __all__ = ["SqliteStore"]
 
@@ -633,6 +647,7 @@ class SqliteStore(Store):
                 raise StoreError(f"unknown transaction operation {op!r}")
             if not isinstance(_op_id(op), str):
                 raise StoreError(f"document ids are strings, got {_op_id(op)!r}")
+        check_after_evict(ops)
 
         with self._connection("submit") as conn:
             conn.execute("BEGIN IMMEDIATE")

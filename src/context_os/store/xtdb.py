@@ -67,7 +67,7 @@ from ..errors import ConfigError, HashError, InputError, StoreError, StoreUnavai
 from ..hashing import canonical_json
 from ..times import iso
 from . import _http, edn, mask_url, node_file, text_index
-from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version
+from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, check_after_evict
 
 __all__ = ["XtdbStore"]
 
@@ -729,6 +729,7 @@ class XtdbStore(Store):
 
     def submit(self, ops: Sequence[Op]) -> Tx:
         tx_ops = " ".join(_tx_op(op) for op in ops)  # every input error is raised before sending
+        check_after_evict(ops)
         body = "{:tx-ops [" + tx_ops + "]}"
         if ops and not any(isinstance(op, Match | Evict) for op in ops):
             # Puts and deletes always commit (XTDB 1.x; we send no transaction functions): once
