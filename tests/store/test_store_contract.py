@@ -16,6 +16,7 @@ import pytest
 
 from context_os.errors import StoreError
 from context_os.store import Delete, DocMemo, Evict, Match, Put, Store, Version, now_ms, open_store
+from context_os.times import MAX_MS, MIN_MS
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 
@@ -325,6 +326,28 @@ def test_millisecond_precision_survives(store: Store, uid: str) -> None:
     tx = store.submit([Put(doc(id, 2))])
     v = store.get(id)
     assert v is not None and v.valid_time == tx.time and v.tx_time == tx.time
+
+
+def test_valid_times_at_the_limits_hold_and_past_them_are_refused(store: Store, uid: str) -> None:
+    # times.py: both stores hold every time of the years 0001-9999 UTC and refuse any other. The
+    # SQLite store wrote and read any 64-bit integer: a put one millisecond past the range
+    # committed there (and was found), and the XTDB store refused it.
+    id = f"{uid}-limits"
+    store.submit([Put(doc(id, 1), MIN_MS, MAX_MS)])
+    assert n_at(store, id, MIN_MS) == 1 and n_at(store, id, MAX_MS - 1) == 1
+    assert store.get(id, MAX_MS) is None  # the range ends there (exclusive)
+    before = store.latest_tx()
+    for bad in (MIN_MS - 1, MAX_MS + 1):
+        for ops in ([Put(doc(id, 2), bad)], [Put(doc(id, 2), T0, bad)], [Delete(id, bad)], [Match(id, None, bad)]):
+            with pytest.raises(StoreError, match="outside the years"):
+                store.submit(ops)
+        with pytest.raises(StoreError, match="outside the years"):
+            store.get(id, bad)
+        with pytest.raises(StoreError, match="outside the years"):
+            store.find("note", {"n": 1}, valid_time=bad)
+        with pytest.raises(StoreError, match="outside the years"):
+            store.history(id, start_valid_time=bad)
+    assert store.latest_tx() == before
 
 
 def test_several_documents_in_one_transaction(store: Store, uid: str) -> None:

@@ -57,7 +57,7 @@ import blake3
 
 from ..errors import InputError, NotFound, SchemaError, StoreClosed, StoreCorrupt, StoreError, StoreUnavailable
 from ..hashing import canonical_json
-from ..times import iso
+from ..times import MAX_MS, MIN_MS, iso
 from . import text_index
 from .base import (
     Delete,
@@ -340,8 +340,17 @@ def _unsigned_zero(value: Any) -> Any:
 
 
 def _check_time(name: str, value: int | None) -> None:
+    """A valid time must be epoch ms within the years 0001-9999 UTC (times.py), as on XTDB, whose
+    client refuses any other: SQLite would store or read it as any other integer."""
     if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
         raise StoreError(f"{name} must be epoch milliseconds (int), got {value!r}")
+    if value is not None and not MIN_MS <= value <= MAX_MS:
+        raise StoreError(f"{name} {value} is outside the years 0001-9999 UTC (epoch ms {MIN_MS} to {MAX_MS})")
+
+
+def _check_tx(name: str, value: int | None) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise StoreError(f"{name} must be a tx id (int), got {value!r}")
 
 
 def _op_id(op: Op) -> str:
@@ -719,6 +728,8 @@ class SqliteStore(Store):
 
     def _read_basis(self, valid_time: int | None, tx_id: int | None) -> tuple[int, int]:
         """The valid time and transaction a read is as of: now and the newest by default."""
+        _check_time("valid_time", valid_time)
+        _check_tx("tx_id", tx_id)
         return self._now() if valid_time is None else valid_time, _MAX if tx_id is None else tx_id
 
     def _check_basis(self, conn: sqlite3.Connection, tx_id: int | None) -> None:
@@ -759,6 +770,10 @@ class SqliteStore(Store):
         end_tx_id: int | None,
         with_corrections: bool,
     ) -> list[Version]:
+        _check_time("start_valid_time", start_valid_time)
+        _check_time("end_valid_time", end_valid_time)
+        _check_tx("start_tx_id", start_tx_id)
+        _check_tx("end_tx_id", end_tx_id)
         # As in XTDB, history is read from a db "now": it never shows valid times after now
         # (asc ends there, desc starts there) nor transactions after the latest.
         now = self._now()
