@@ -53,9 +53,9 @@
            [java.nio.charset StandardCharsets]
            [java.text SimpleDateFormat]
            [java.time Duration Instant LocalDate LocalDateTime LocalTime OffsetDateTime OffsetTime
-            ZonedDateTime]
+            ZonedDateTime ZoneOffset]
            [java.time.format DateTimeFormatter]
-           [java.util Collection Date Map SimpleTimeZone]
+           [java.util Calendar Collection Date GregorianCalendar Map SimpleTimeZone]
            [java.util.concurrent ExecutorService Executors ThreadFactory TimeoutException]
            [java.util.concurrent.atomic AtomicLong]
            [java.util.function Supplier]
@@ -552,6 +552,29 @@
 
 (defrecord ^:private Encoded [fmt ^bytes bytes])
 
+(def ^:private ^:const gregorian-from
+  "1582-10-15T00:00:00Z in epoch ms: a Date's calendar from then on is the proleptic Gregorian one."
+  -12219292800000)
+
+(defn- inst-ms
+  "The epoch ms of the instant `d` is as an #inst (what every other answer writes, and what a
+  client wrote): `.getTime` from 1582-10-15 on. Before it clojure.instant reads and prints a Date
+  in the Julian calendar, so the Date a client's #inst \"0001-01-01T00:00:00.000Z\" became is two
+  days before the instant it names (`.getTime` gave the history of such a version a valid time
+  no other read gave it: two days off in year 1, ten in 1582)."
+  ^long [^Date d]
+  (let [t (.getTime d)]
+    (if (>= t gregorian-from)
+      t
+      (let [c (doto (GregorianCalendar. (SimpleTimeZone. 0 "UTC")) (.setTime d))
+            year (.get c Calendar/YEAR)]
+        (-> (LocalDateTime/of (int (if (= (.get c Calendar/ERA) GregorianCalendar/BC) (- 1 year) year))
+                              (int (inc (.get c Calendar/MONTH))) (int (.get c Calendar/DAY_OF_MONTH))
+                              (int (.get c Calendar/HOUR_OF_DAY)) (int (.get c Calendar/MINUTE))
+                              (int (.get c Calendar/SECOND)) (int (* 1000000 (.get c Calendar/MILLISECOND))))
+            (.toInstant ZoneOffset/UTC)
+            (.toEpochMilli))))))
+
 (defn- entity-history-json
   "`entity` with history=true (the same parameters), as JSON: an array of
   [tx-time ms, tx-id, valid-time ms, content hash (hex), document or null]; 409 when a document
@@ -564,9 +587,9 @@
       (reduce (fn [first? e]
                 (when-not first? (.append sb \,))
                 (-> sb
-                    (.append \[) (.append (.getTime ^Date (::xt/tx-time e)))
+                    (.append \[) (.append (inst-ms (::xt/tx-time e)))
                     (.append \,) (.append (long (::xt/tx-id e)))
-                    (.append \,) (.append (.getTime ^Date (::xt/valid-time e)))
+                    (.append \,) (.append (inst-ms (::xt/valid-time e)))
                     (.append ",\"") (.append (str (::xt/content-hash e))) (.append "\","))
                 (if-let [doc (::xt/doc e)]
                   (doc-json! sb doc)
