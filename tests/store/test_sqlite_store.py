@@ -472,6 +472,42 @@ def test_two_processes_writing_one_file_lose_nothing(tmp_path: Path) -> None:
         assert s.stats()["versions"] == 2 * txs * per_tx
 
 
+FULL_DISK_WRITER = """
+import json, resource, signal, sys
+from pathlib import Path
+from context_os.store import Put
+from context_os.store.sqlite import SqliteStore
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
+store = SqliteStore(Path(sys.argv[1]))
+store.put({"id": "small", "kind": "note", "meta": {}}, 1)
+wal = Path(sys.argv[1] + "-wal").stat().st_size
+resource.setrlimit(resource.RLIMIT_FSIZE, (wal + 4096, resource.RLIM_INFINITY))
+try:
+    store.put({"id": "big", "kind": "note", "meta": {}, "content": "x" * 200_000}, 1)
+except Exception as e:
+    print(json.dumps([type(e).__name__, str(e)]))
+else:
+    print(json.dumps(None))
+"""
+
+
+def test_a_write_the_disk_has_no_room_for_says_so_and_writes_nothing(tmp_path: Path) -> None:
+    # SQLite ends the transaction itself on such an I/O error; the ROLLBACK that followed then
+    # failed, and its "cannot rollback - no transaction is active" (a plain StoreError) was raised
+    # instead of the error that said what happened.
+    path = tmp_path / "s.db"
+    child = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_WRITER, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == 0, child.stderr
+    error = json.loads(child.stdout)
+    assert error is not None and error[0] == "StoreUnavailable" and "disk I/O error" in error[1], error
+    with SqliteStore(path) as s:
+        assert s.latest_tx() is not None and s.latest_tx().id == 1  # type: ignore[union-attr]
+        assert s.get("big", 1) is None and s.check() == []
+        assert s.put(doc("after"), T0).committed
+
+
 # -- opening: must exist, read-only, created (open_store) ------------------------------------------
 
 

@@ -353,6 +353,14 @@ def _check_tx(name: str, value: int | None) -> None:
         raise StoreError(f"{name} must be a tx id (int), got {value!r}")
 
 
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back the transaction an error interrupted, unless SQLite did already: an I/O error or
+    a full disk can end it (the ROLLBACK then failed with "no transaction is active", and that
+    error, a plain StoreError, was raised instead of the one that says what happened)."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
 def _op_id(op: Op) -> str:
     return op.doc["id"] if isinstance(op, Put) else op.id
 
@@ -519,7 +527,7 @@ class SqliteStore(Store):
                     conn.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, now_ms()))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
 
     def _refuse_newer(self, applied: list[str], known: list[str]) -> None:
@@ -554,7 +562,7 @@ class SqliteStore(Store):
                         self._backfill(conn, name)
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
         except sqlite3.OperationalError as e:
             if "readonly" in str(e):
@@ -626,7 +634,8 @@ class SqliteStore(Store):
         try:
             yield
         finally:
-            conn.execute("COMMIT")
+            if conn.in_transaction:  # an I/O error may have ended it
+                conn.execute("COMMIT")
 
     def _now(self) -> int:
         return max(now_ms(), self._last_tx_time)
@@ -689,7 +698,7 @@ class SqliteStore(Store):
                 conn.execute("COMMIT")
             except BaseException:
                 self._own.forget()
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
             self._own.learn(writer, tx_id, bool(committed))
             self._last_tx_time = max(self._last_tx_time, tx_time)
@@ -707,8 +716,7 @@ class SqliteStore(Store):
                     conn.execute("VACUUM")
                     left_in_files = not self._fold_back_wal(conn)
                 except sqlite3.OperationalError:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
+                    _rollback(conn)
                     left_in_files = True
         return Tx(tx_id, tx_time, bool(committed), left_in_files=left_in_files)
 
@@ -975,7 +983,7 @@ class SqliteStore(Store):
             text_index.flush_fts(conn, force=True)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
 
     def _text_ready(self, conn: sqlite3.Connection) -> bool:
@@ -1045,7 +1053,7 @@ class SqliteStore(Store):
                 after = int(text_index.meta_value(conn, "rebuild_after") or 0)
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
         while True:
             with self._connection("rebuild index") as conn:
@@ -1066,7 +1074,7 @@ class SqliteStore(Store):
                     parts: int = conn.execute("SELECT count(*) FROM text_parts").fetchone()[0]
                     conn.execute("COMMIT")
                 except BaseException:
-                    conn.execute("ROLLBACK")
+                    _rollback(conn)
                     raise
             if progress is not None:
                 progress(done if batch else total, total)

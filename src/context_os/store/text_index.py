@@ -627,7 +627,8 @@ class SidecarIndex:
                         index_high_water(conn)
                     conn.execute("COMMIT")
                 except BaseException:
-                    conn.execute("ROLLBACK")
+                    if conn.in_transaction:  # an I/O error may have ended it
+                        conn.execute("ROLLBACK")
                     raise
             except sqlite3.Error as e:
                 raise StoreError(f"the text index {self.path} cannot be opened: {e}") from e
@@ -642,7 +643,8 @@ class SidecarIndex:
             yield conn
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # an I/O error may have ended it
+                conn.execute("ROLLBACK")
             raise
 
     def _eid(self, conn: sqlite3.Connection, doc_id: str) -> int:
