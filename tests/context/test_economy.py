@@ -196,12 +196,10 @@ def test_a_due_collapse_waits_while_the_cache_is_worth_more_then_goes(db) -> Non
     assert all(verify_frame(db, f).ok for f in frame_docs(db, hook.session.id))
 
 
-def test_a_resumed_session_sends_what_the_live_one_would_have(db) -> None:
-    """A session reopened (a proxy or server restarted between two calls) keeps its blocks where
-    its last frame showed them and knows what that frame sent: its next calls send what the
-    session would have sent had it not stopped. Before, its first call showed every block anew at
-    the end and, taking the whole context as not sent, every change waiting for a break that pays
-    (a break looked free): the prompt cache was lost from the first block or waiting change on."""
+def _live_and_resumed(db, calls: int, varied: bool) -> tuple[list[list[dict]], list[list[dict]]]:
+    """What one session sends at each of ``calls`` calls, run through (``live``) and reopened
+    after its 5th call (``resumed``): tool results of 1,200 characters (``varied``: 1,200-6,200,
+    a user message every 9 calls), a note shown, a big first result that waits for a break."""
     db.put(note(1, lines(30)))
 
     def run(sid: str, reopen_after: int | None) -> list[list[dict]]:
@@ -209,38 +207,10 @@ def test_a_resumed_session_sends_what_the_live_one_would_have(db) -> None:
         hook.session.show("memory:notes")
         msgs = [user("go"), call("c0", command="cat big"), result("c0", "first\n" + "x" * 8000)]
         outs = [hook.transform_context(msgs)]
-        for n in range(1, 12):
-            msgs += [call(f"c{n}", command="ls"), result(f"c{n}", f"out {n}\n" + "y" * 1200)]
-            if n == reopen_after:
-                hook.session.close()
-                hook = hook_for(db, sid, keep_recent_results=10)
-            outs.append(hook.transform_context(msgs))
-        hook.session.close()
-        return outs
-
-    live, resumed = run("live", None), run("resumed", 5)
-    blocks = [k for k, m in enumerate(live[5]) if str(m.get("content")).startswith(TAIL_OPEN)]
-    assert blocks and blocks[-1] < len(live[5]) - 2  # blocks stand among the history, not at its end
-    assert not any(stub_ref(t) for t in texts(live[5]))  # the big result waits for a break that pays
-    for k, (a, b) in enumerate(zip(live, resumed, strict=True)):
-        assert json.dumps(a).replace('"toolcall:live:', '"toolcall:resumed:') == json.dumps(b), k
-    assert all(verify_frame(db, f).ok for f in frame_docs(db, "resumed"))
-
-
-def test_a_resumed_sessions_cache_allowance_goes_on_from_its_last_frame(db) -> None:
-    """What the prompt cache's allowance counts (every token sent, those not a prefix) was the
-    process's alone: a session reopened after its 5th call began from nothing and, 15 calls on,
-    took a break the live session would not have yet. Its last frame records the totals."""
-    db.put(note(1, lines(30)))
-
-    def run(sid: str, reopen_after: int | None) -> list[list[dict]]:
-        hook = hook_for(db, sid, keep_recent_results=10)
-        hook.session.show("memory:notes")
-        msgs = [user("go"), call("c0", command="cat big"), result("c0", "first\n" + "x" * 8000)]
-        outs = [hook.transform_context(msgs)]
-        for n in range(1, 30):
-            msgs += [call(f"c{n}", command="ls"), result(f"c{n}", f"out {n}\n" + "y" * (1200 + n * 7919 % 5000))]
-            if n % 9 == 0:
+        for n in range(1, calls):
+            size = 1200 + (n * 7919 % 5000 if varied else 0)
+            msgs += [call(f"c{n}", command="ls"), result(f"c{n}", f"out {n}\n" + "y" * size)]
+            if varied and n % 9 == 0:
                 msgs.append(user(f"next step {n}"))
             if n == reopen_after:
                 hook.session.close()
@@ -253,6 +223,26 @@ def test_a_resumed_sessions_cache_allowance_goes_on_from_its_last_frame(db) -> N
     for k, (a, b) in enumerate(zip(live, resumed, strict=True)):
         assert json.dumps(a).replace('"toolcall:live:', '"toolcall:resumed:') == json.dumps(b), k
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "resumed"))
+    return live, resumed
+
+
+def test_a_resumed_session_sends_what_the_live_one_would_have(db) -> None:
+    """A session reopened (a proxy or server restarted between two calls) keeps its blocks where
+    its last frame showed them and knows what that frame sent: its next calls send what the
+    session would have sent had it not stopped. Before, its first call showed every block anew at
+    the end and, taking the whole context as not sent, every change waiting for a break that pays
+    (a break looked free): the prompt cache was lost from the first block or waiting change on."""
+    live, _ = _live_and_resumed(db, 12, varied=False)
+    blocks = [k for k, m in enumerate(live[5]) if str(m.get("content")).startswith(TAIL_OPEN)]
+    assert blocks and blocks[-1] < len(live[5]) - 2  # blocks stand among the history, not at its end
+    assert not any(stub_ref(t) for t in texts(live[5]))  # the big result waits for a break that pays
+
+
+def test_a_resumed_sessions_cache_allowance_goes_on_from_its_last_frame(db) -> None:
+    """What the prompt cache's allowance counts (every token sent, those not a prefix) was the
+    process's alone: a session reopened after its 5th call began from nothing and, 15 calls on,
+    took a break the live session would not have yet. Its last frame records the totals."""
+    _live_and_resumed(db, 30, varied=True)
 
 
 def test_a_huge_result_collapses_when_due_even_with_the_allowance_spent(db) -> None:
