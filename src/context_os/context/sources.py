@@ -231,8 +231,7 @@ def store_item(session: Session, feed: SourceFeed, item: SourceItem, rank: int, 
         raise InputError(f"source {feed.source.name!r} returned an item that is not a valid object: {e}") from None
     if doc["content_hash"] in session.erased_texts:
         return None
-    # a new query's provenance alone makes no new version: its version (and its block) stay,
-    # and the query is in the state change's reason
+    # a new query's provenance alone makes no new version: its version (and its block) stay
     same = "object_hash" if feed.every_turn else "content_hash"
     known = session.source_hashes.get(item.id)
     if known is not None and known[same] == doc[same]:
