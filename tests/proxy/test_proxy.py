@@ -1022,6 +1022,43 @@ def test_the_conversation_that_claimed_a_start_keeps_it_after_a_restart(tmp_path
         store.close()
 
 
+def test_two_conversations_claiming_one_start_at_once_are_two_sessions(tmp_path: Path) -> None:
+    # both first replies came while the start was unclaimed: each request found it so and
+    # claimed it, the second's claim replaced the first's, and both were routed to the start's
+    # session (one was sent what the other read)
+    import threading
+
+    store = SqliteStore(tmp_path / "s.db")
+    start = [{"role": "user", "content": "help me with the repo"}]
+    a = [*start, {"role": "assistant", "content": "reading a.txt"}, {"role": "user", "content": "go on"}]
+    b = [*start, {"role": "assistant", "content": "reading b.txt"}, {"role": "user", "content": "go on"}]
+    begun = derive_session("openai", {"messages": start})
+    try:
+        proxy = Proxy(store, "http://127.0.0.1:9")
+        both_looked = threading.Barrier(2)
+        looked = proxy._claimed
+
+        def claimed(begun: str) -> str | None:  # both look before either claims
+            found = looked(begun)
+            both_looked.wait(10)
+            return found
+
+        proxy._claimed = claimed  # type: ignore[method-assign]
+        routes: dict[str, tuple[str, str | None]] = {}
+        runs = [
+            threading.Thread(target=lambda n=n, m=m: routes.update({n: proxy._route("openai", {"messages": m}, begun)}))
+            for n, m in (("a", a), ("b", b))
+        ]
+        for t in runs:
+            t.start()
+        for t in runs:
+            t.join(10)
+        assert sorted(r[0] == begun for r in routes.values()) == [False, True]  # one holds the start
+        proxy.close()
+    finally:
+        store.close()
+
+
 def test_a_client_that_resets_its_connection_is_no_error(proxy: Running, capsys: Any) -> None:
     """A client that drops a kept-alive connection with a reset (an SDK closed mid-read, a killed
     agent) leaves no traceback on the proxy's stderr: it printed socketserver's "Exception

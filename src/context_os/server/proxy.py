@@ -531,8 +531,7 @@ class Proxy:
             return (begun, None) if claimed is None else (_fork(begun, None), None)
         mine = hash_value(_said(reply))
         if claimed is None:
-            self._claim(begun, mine)
-            return begun, None
+            claimed = self._claim(begun, mine)  # (another request may have claimed it since)
         return (begun, None) if claimed == mine else (_fork(begun, mine), _fork(begun, None))
 
     def _claimed(self, begun: str) -> str | None:
@@ -548,10 +547,17 @@ class Proxy:
             return claim
         return None
 
-    def _claim(self, begun: str, reply: str) -> None:
+    def _claim(self, begun: str, reply: str) -> str:
+        """Claim the session ``begun`` for the conversation whose first reply is ``reply``, unless
+        one claimed it first (two whose first replies came at once: both had found it unclaimed,
+        and the second's claim replaced the first's); the reply of the one that holds it."""
         with self._lock:
-            self._claims[begun] = reply
-        self.store.put({"id": f"{_CLAIM}{begun}", "kind": "proxy_claim", "content": reply, "meta": {"session": begun}})
+            held = self._claims.setdefault(begun, reply)
+        if held == reply:
+            self.store.put(
+                {"id": f"{_CLAIM}{begun}", "kind": "proxy_claim", "content": reply, "meta": {"session": begun}}
+            )
+        return held
 
     def _keep_hidden(self, conv: _Conversation) -> None:
         """Keep ``conv``'s exchanges with our tools in the store when they changed (under its lock).
