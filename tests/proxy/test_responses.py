@@ -414,20 +414,35 @@ def test_built_in_tool_items_round_trip_and_what_changed_is_rebuilt_as_the_sdk_t
             _INPUT_ITEM.validate_python(item)
 
 
-def test_an_unanswered_custom_call_is_answered_with_a_custom_output(tmp_path: Path) -> None:
+def test_an_unanswered_call_is_answered_with_an_output_of_its_kind(tmp_path: Path) -> None:
     """A call the client never answered gets context_os's output, as every unanswered call: of
-    a custom tool's call (Codex's ``apply_patch``), a ``custom_tool_call_output`` (it was a
-    ``function_call_output``, which the API refuses for a custom call)."""
+    its own kind for a custom tool's call (Codex's ``apply_patch``) and a built-in tool's, which
+    the API refuses a ``function_call_output`` for (it was one for them all); failed, where an
+    output has a status."""
+    action = {"commands": ["ls"], "timeout_ms": None, "max_output_length": None}
+    local = {"type": "exec", "command": ["bash", "-lc", "ls"], "env": {}, "working_directory": "/work"}
+    operation = {"type": "update_file", "path": "m0.py", "diff": "@@\n-x = 1\n+x = 2\n"}
     items: list[dict[str, Any]] = [
         {"type": "message", "role": "user", "content": "patch it"},
         {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin Patch"},
         {"type": "function_call", "call_id": "f1", "name": "shell", "arguments": '{"command": ["ls"]}'},
+        {"type": "shell_call", "id": "sh_1", "call_id": "s1", "action": action, "status": "completed"},
+        {"type": "local_shell_call", "id": "ls_1", "call_id": "l1", "action": local, "status": "completed"},
+        {"type": "apply_patch_call", "id": "ap_1", "call_id": "p1", "operation": operation, "status": "completed"},
         {"type": "message", "role": "user", "content": "never mind"},
     ]
     with SqliteStore(tmp_path / "s.db") as store:
         sent = to_items(OpenAIHook(Session.open(store, "s", harness="openai")).transform_context(to_chat(items)))
-    outputs = {i["call_id"]: i["type"] for i in sent if i["type"].endswith("_output")}
-    assert outputs == {"c1": "custom_tool_call_output", "f1": "function_call_output"}
+    outputs = {i.get("call_id", i.get("id")): i for i in sent if i["type"].endswith("_output")}
+    assert {k: o["type"] for k, o in outputs.items()} == {
+        "c1": "custom_tool_call_output",
+        "f1": "function_call_output",
+        "s1": "shell_call_output",
+        "l1": "local_shell_call_output",
+        "p1": "apply_patch_call_output",
+    }
+    assert outputs["p1"]["status"] == "failed" and outputs["s1"]["output"][0]["outcome"]["exit_code"] == 1
+    assert "No result was recorded" in outputs["c1"]["output"] and "No result" in outputs["s1"]["output"][0]["stderr"]
     for item in sent:
         _INPUT_ITEM.validate_python(item)
 

@@ -286,20 +286,20 @@ def to_chat(input: Any) -> list[dict[str, Any]]:
 def to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Chat messages (as the OpenAI hook renders them) back as Responses input items."""
     out: list[dict[str, Any]] = []
-    custom: set[str] = set()  # the custom tools' calls: their outputs are custom_tool_call_outputs
+    kinds: dict[str, str] = {}  # call id → the type of its call item
     for m in messages:
         role = m["role"]
         if role == "assistant":
             items = _response_items(m)
-            custom.update(i["call_id"] for i in items if i.get("type") == "custom_tool_call")
+            kinds.update((i["call_id"], i["type"]) for i in items if i.get("type") in CALLS and "call_id" in i)
             out.extend(items)
         elif role == "tool":
-            # an output context_os made (a call left unanswered) is of the call's kind
-            call_id = m.get("tool_call_id", "")
-            kind = "custom_tool_call_output" if call_id in custom else "function_call_output"
-            shell = dict(m.get(ITEM) or {"type": kind, "call_id": call_id})
             content = m.get("content")
             text = content if isinstance(content, str) else json.dumps(content)
+            if m.get(ITEM) is None:  # an output context_os made (a call left unanswered)
+                out.append(_made_output(kinds.get(m.get("tool_call_id", ""), "function_call"), m, text))
+                continue
+            shell = dict(m[ITEM])
             chunks = shell.pop(_CHUNKS, None)
             if shell.get("type") == "shell_call_output":
                 out.append({**shell, "output": _shell_output(text, chunks or [])})
@@ -315,6 +315,22 @@ def to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             else:
                 out.append({"type": "message", "role": role, "content": _items_content(content, role)})
     return out
+
+
+def _made_output(call: str, m: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """The output item, of its call's kind, of a result context_os made for a call the client
+    left unanswered (``text`` says so): a custom tool's or a built-in tool's output is of its own
+    type (a ``function_call_output`` is refused for them), a failed one where it has a status."""
+    call_id = m.get("tool_call_id", "")
+    if call == "shell_call":
+        failed = {"stdout": "", "stderr": text, "outcome": {"type": "exit", "exit_code": 1}}
+        return {"type": "shell_call_output", "call_id": call_id, "output": [failed]}
+    if call == "local_shell_call":
+        return {"type": "local_shell_call_output", "id": call_id, "output": text}
+    if call == "apply_patch_call":
+        return {"type": "apply_patch_call_output", "call_id": call_id, "status": "failed", "output": text}
+    kind = "custom_tool_call_output" if call == "custom_tool_call" else "function_call_output"
+    return {"type": kind, "call_id": call_id, "output": text}
 
 
 def _same_content(item: Mapping[str, Any], content: Any) -> bool:
