@@ -218,13 +218,11 @@ def store_item(session: Session, feed: SourceFeed, item: SourceItem, rank: int, 
     if item.kind == "recall" and "object" in meta:  # a stored part: how it begins shows there, to judge it by
         meta.setdefault("preview", preview(text, INDEX_PREVIEW_CHARS))
     if query is not None and not feed.every_turn:
-        meta["query"] = query
-    if redact is not None and isinstance(meta.get("query"), str):
-        # the recall tool's query is the model's argument, stored before its call is ingested
-        # (and redacted there): redacted here whole, then cut
-        meta["query"] = redact(meta["query"])[0]
-    if query is not None and not feed.every_turn:
-        meta["query"] = meta["query"][:QUERY_CHARS]
+        # the recall tool's query is the model's argument (a user message, the user's), stored
+        # before its call is ingested and redacted: redacted here whole, then cut
+        meta["query"] = (query if redact is None else redact(query)[0])[:QUERY_CHARS]
+    elif redact is not None and isinstance(meta.get("query"), str):
+        meta["query"] = redact(meta["query"])[0]  # (the item's own)
     try:
         doc = SourceDoc(id=item.id, kind=item.kind, content=text, meta=meta).to_doc()  # type: ignore[arg-type]
     except ValueError as e:
