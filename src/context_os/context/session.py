@@ -291,32 +291,26 @@ class Session:
         if s.harness != was:
             s.writer.queue_session_doc()
         s.writer.flush()  # a changed policy, a page rebuilt from its tombstone; usually nothing
-        s._resume_blocks()
+        s._resume()
         s._release()
         return s
 
-    def _resume_blocks(self) -> None:
-        """A resumed session's blocks stand where its last frame showed them (``resume_blocks``):
-        rebuilt at the end instead, the first call after a restart sent the context anew from the
-        first of them, and every change waiting for a break that pays was taken at once (with
-        nothing known to be sent before, a break looked free). Only when the session renders that
-        frame as it stands (its hash); else the blocks are shown anew, as before."""
+    def _resume(self) -> None:
+        """A resumed session goes on from its last frame, as the process that wrote it would
+        have: the prompt cache's allowance from its totals (from nothing, every change waiting for
+        it looked affordable sooner than it was), and its blocks where it showed them
+        (``resume_blocks``; rebuilt at the end instead, the first call after a restart sent the
+        context anew from the first of them). The blocks only when the session renders that
+        frame as it stands (its hash); else they are shown anew."""
         view = self.view
         if view.turn == 0:
             return
         found = self.store.get(f"frame:{self.id}:{view.turn:06d}")
         c = found.doc["content"] if found is not None and found.doc is not None else {}
-        # the prompt cache's allowance goes on from what was sent before (from nothing, a restart
-        # made every change waiting for it look affordable sooner than it was)
         if isinstance(c.get("sent_total"), int) and isinstance(c.get("uncached_total"), int):
             view.sent_total, view.uncached_total = c["sent_total"], c["uncached_total"]
-        if not view.managed:
-            return
-        if c.get("tail_layout") != 2 or (c.get("layout", 1), c.get("managed", True), c.get("horizon", 0)) != (
-            view.layout,
-            view.managed,
-            view.horizon,
-        ):
+        recorded = (c.get("tail_layout"), c.get("layout", 1), c.get("managed", True), c.get("horizon", 0))
+        if not view.managed or recorded != (2, view.layout, True, view.horizon):
             return
         if c.get("thinking_horizon", 0) != view.thinking_horizon:
             return
