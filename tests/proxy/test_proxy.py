@@ -999,23 +999,27 @@ def test_an_upstream_is_an_http_url_and_a_versioned_base_is_not_doubled(tmp_path
         store.close()
 
 
+START = [{"role": "user", "content": "help me with the repo"}]
+"""How two keyless conversations start alike (two runs of one task); ``RUN_A`` and ``RUN_B`` go on
+after their model's first replies, which differ."""
+RUN_A = [*START, {"role": "assistant", "content": "reading a.txt"}, {"role": "user", "content": "go on"}]
+RUN_B = [*START, {"role": "assistant", "content": "reading b.txt"}, {"role": "user", "content": "go on"}]
+
+
 def test_the_conversation_that_claimed_a_start_keeps_it_after_a_restart(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
-    start = [{"role": "user", "content": "help me with the repo"}]
-    a = [*start, {"role": "assistant", "content": "reading a.txt"}, {"role": "user", "content": "go on"}]
-    b = [*start, {"role": "assistant", "content": "reading b.txt"}, {"role": "user", "content": "go on"}]
-    begun = derive_session("openai", {"messages": start})
+    begun = derive_session("openai", {"messages": START})
     try:
         first = Proxy(store, "http://127.0.0.1:9")
-        assert first._route("openai", {"messages": start}, begun) == (begun, None)  # nothing claimed yet
-        assert first._route("openai", {"messages": a}, begun) == (begun, None)  # a's reply claims it
+        assert first._route("openai", {"messages": START}, begun) == (begun, None)  # nothing claimed yet
+        assert first._route("openai", {"messages": RUN_A}, begun) == (begun, None)  # a's reply claims it
         first.close()
         again = Proxy(store, "http://127.0.0.1:9")  # restarted: the claim is in the store
-        forked, its_first = again._route("openai", {"messages": b}, begun)
+        forked, its_first = again._route("openai", {"messages": RUN_B}, begun)
         assert forked not in (begun, its_first) and its_first != begun
-        assert again._route("openai", {"messages": start}, begun) == (its_first, None)  # b's first call, again
-        assert again._route("openai", {"messages": a}, begun) == (begun, None)
-        keyed = {"messages": b, "prompt_cache_key": "conv-7"}  # a client's own key: no claims needed
+        assert again._route("openai", {"messages": START}, begun) == (its_first, None)  # b's first call, again
+        assert again._route("openai", {"messages": RUN_A}, begun) == (begun, None)
+        keyed = {"messages": RUN_B, "prompt_cache_key": "conv-7"}  # a client's own key: no claims needed
         assert again._route("openai", keyed, derive_session("openai", keyed)) == (derive_session("openai", keyed), None)
         again.close()
     finally:
@@ -1029,10 +1033,7 @@ def test_two_conversations_claiming_one_start_at_once_are_two_sessions(tmp_path:
     import threading
 
     store = SqliteStore(tmp_path / "s.db")
-    start = [{"role": "user", "content": "help me with the repo"}]
-    a = [*start, {"role": "assistant", "content": "reading a.txt"}, {"role": "user", "content": "go on"}]
-    b = [*start, {"role": "assistant", "content": "reading b.txt"}, {"role": "user", "content": "go on"}]
-    begun = derive_session("openai", {"messages": start})
+    begun = derive_session("openai", {"messages": START})
     try:
         proxy = Proxy(store, "http://127.0.0.1:9")
         both_looked = threading.Barrier(2)
@@ -1047,7 +1048,7 @@ def test_two_conversations_claiming_one_start_at_once_are_two_sessions(tmp_path:
         routes: dict[str, tuple[str, str | None]] = {}
         runs = [
             threading.Thread(target=lambda n=n, m=m: routes.update({n: proxy._route("openai", {"messages": m}, begun)}))
-            for n, m in (("a", a), ("b", b))
+            for n, m in (("a", RUN_A), ("b", RUN_B))
         ]
         for t in runs:
             t.start()
