@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import ContentTooLarge, HashError, MalformedMessage
 from ..hashing import canonical_json, sorted_keys
 from ..objects import ToolcallDoc
+from ..scrub import RedactFunction
 from ..tokens import estimate_tokens
 from .entries import ROLES, Entry, Incoming, ToolCall, msg_chars
 from .persist import PAGE_SIZE, SessionWriter
@@ -27,8 +28,6 @@ from .view import ObjInfo, SessionView
 
 __all__ = ["Ingest", "RedactFunction", "SyncReport", "check_incoming", "check_storable"]
 
-RedactFunction = Callable[[str], tuple[str, int]]
-"""Removes secrets from a text: returns the cleaned text and how many were removed."""
 
 _ENCODED = re.compile(r"data:.*|[A-Za-z0-9+/]{256,}={0,2}|[A-Za-z0-9_-]{256,}={0,2}", re.DOTALL)
 """Strings that are encoded bytes, never redacted: a data URI, or a long run of base64, plain or

@@ -29,10 +29,11 @@ from typing import Any
 
 from ..errors import InputError, LockedObject, NotFound, StateError, StoreError, StoreUnavailable
 from ..objects import FrameContent
+from ..scrub import RedactFunction, redactor
 from ..sources.base import ObjectSource
 from ..store.base import Evict, Store, Tx, Version, now_ms
 from .entries import Entry, Incoming
-from .ingest import Ingest, RedactFunction, SyncReport
+from .ingest import Ingest, SyncReport
 from .lease import DEFAULT_LEASE_MS, Lease
 from .load import load_view
 from .persist import PAGE_SIZE, SessionWriter, state_id
@@ -81,18 +82,6 @@ class Assembly:
     @property
     def tokens(self) -> int:
         return self.rendered.tokens
-
-
-def _redactor(redact: RedactFunction | bool | None) -> RedactFunction | None:
-    if redact is False:
-        return None
-    if redact is None or redact is True:
-        # imported here: detect-secrets (and the HTTP client it imports) load only once a
-        # session opens, which keeps 0.2 s off every command that opens none
-        from ..redact import Redactor
-
-        return Redactor().redact
-    return redact
 
 
 def _made(o: ObjInfo) -> str | None:
@@ -238,7 +227,7 @@ class Session:
         transcript's format, e.g. ``claude-code``); kept in the session document, shown by
         ``ctxos sessions``.
         """
-        scrub = _redactor(redact)
+        scrub = redactor(redact)
         if not session_id or any(c.isspace() for c in session_id):
             raise InputError(f"session id must be a non-empty string without spaces, got {session_id!r}")
         if store.read_only:  # it said "submit failed", naming no reason a session writes

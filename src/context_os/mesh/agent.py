@@ -27,12 +27,13 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, MeshError
 from ..objects import SourceDoc
+from ..scrub import RedactFunction, redactor
 from ..sources.base import SourceItem
 from ..store.base import Put
 from ..times import now_ms
@@ -85,7 +86,7 @@ class MeshAgent:
         history_cap: int = HISTORY_CAP,
         max_queue: int = MAX_QUEUE,
         local_registry: str | os.PathLike[str] | None = None,
-        redact: Callable[[str], tuple[str, int]] | bool | None = None,
+        redact: RedactFunction | bool | None = None,
     ):
         """``session``: the session the messages belong to (their scope for recall; None: the
         agent's own scope ``mesh:<agent>``). ``auto_reply``: acknowledge every request at once
@@ -105,11 +106,7 @@ class MeshAgent:
         self.auto_reply = auto_reply
         self.history_cap = history_cap
         self.local_registry = local_registry
-        if redact is None or redact is True:
-            from ..redact import Redactor  # (detect-secrets loads once an agent starts)
-
-            redact = Redactor().redact
-        self.redact = redact or None
+        self.redact = redactor(redact)
         self.memory = PeerMemory(store, self.name, recall=recall, limits=limits, redact=self.redact)
         self.queue = RequestQueue(max_queue)
         self.stopping = threading.Event()

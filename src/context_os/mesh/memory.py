@@ -16,12 +16,13 @@ what is recalled for an incoming request capped at 50,000 characters altogether.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigError, InputError
 from ..objects import SourceDoc
+from ..scrub import RedactFunction
 from ..times import now_ms
 from ..tokens import estimate_tokens
 
@@ -136,7 +137,7 @@ class PeerMemory:
         *,
         recall: Recall | None = None,
         limits: MemoryLimits | None = None,
-        redact: Callable[[str], tuple[str, int]] | None = None,
+        redact: RedactFunction | None = None,
     ):
         """``redact``: what keeps secrets out of the values stored (``MeshAgent``'s)."""
         self.redact = redact
