@@ -208,12 +208,16 @@ class OpenedPath:
         ``fstat`` had, is never read without end)."""
         if self.fd is None:
             raise FileUnreadable(f"{self.shown!r} was not opened for reading")
-        chunks = []
-        left = -1 if limit is None else limit + 1
+        chunks: list[bytes] = []
+        want = None if limit is None else limit + 1
+        got = 0
         try:
-            while left and (chunk := os.read(self.fd, 1 << 20 if left < 0 else min(1 << 20, left))):
+            while want is None or got < want:
+                chunk = os.read(self.fd, 1 << 20 if want is None else min(1 << 20, want - got))
+                if not chunk:
+                    break
                 chunks.append(chunk)
-                left = max(0, left - len(chunk)) if left > 0 else left
+                got += len(chunk)
         except OSError as e:
             raise FileUnreadable(f"{self.shown!r}: cannot be read ({_strerror(e)})") from None
         return b"".join(chunks)
