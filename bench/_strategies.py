@@ -29,15 +29,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from context_os.context.entries import Incoming, msg_chars
-from context_os.harness.base import Adapter
 from context_os.harness.file_ops import edit_target, file_op
-from context_os.harness.openai import OpenAIAdapter
-from context_os.harness.pi import (
-    COMPACTION_SUMMARY_PREFIX,
-    COMPACTION_SUMMARY_SUFFIX,
-    PiAdapter,
-    in_context,
-)
+from context_os.harness.pi import COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX
+from context_os.harness.registry import harness
 from context_os.harness.toolnames import ToolNames, preset
 from context_os.harness.virtual_files import VirtualFile, file_key
 from context_os.replay.transcripts import Transcript
@@ -72,7 +66,8 @@ class Prepared:
 
     name: str
     messages: list[Incoming]
-    """The in-context messages of the transcript, in order (Pi's ``excludeFromContext`` bash runs left out)."""
+    """The messages of the transcript its harness sends (``Adapter.sent``: Pi's ``excludeFromContext``
+    bash runs and aborted or failed answers left out), in order, as its harness's adapter reads them."""
     tokens: list[int]
     """Per message: ``estimate_tokens(msg_chars(m))``, the estimate ``ctxos replay`` uses."""
     calls: list[int]
@@ -98,14 +93,14 @@ class Prepared:
 def prepare(transcript: Transcript, name: str, context_window: int) -> Prepared:
     """The neutral messages of ``transcript`` and its model calls, as ``replay_transcript`` sees them
     (every assistant message but a leading one is a call; its input is every message before it)."""
-    adapter: Adapter[Any] = PiAdapter() if transcript.harness == "pi" else OpenAIAdapter()
+    adapter = harness(transcript.harness).adapter()  # Cline's, Roo Code's: Anthropic messages
     messages: list[Incoming] = []
     origin: list[int] = []
     calls: list[int] = []
     for k, m in enumerate(transcript.messages):
         if k > 0 and m.get("role") == "assistant":
             calls.append(len(messages))  # a call, even one whose answer was aborted (Pi sends it no more)
-        if transcript.harness == "pi" and not in_context(m):
+        if not adapter.sent(m):
             continue
         translated = adapter.translate(m, k)
         pieces = translated if isinstance(translated, list) else [translated]

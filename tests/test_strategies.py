@@ -4,6 +4,7 @@ Pi sessions: each must do what the harness or library it stands for does, or the
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,10 +23,14 @@ from bench._strategies import (
     unpaired,
 )
 
+from context_os import Session
 from context_os.harness.pi import COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX
-from context_os.replay.transcripts import Transcript
+from context_os.replay.run import replay_transcript
+from context_os.replay.transcripts import Transcript, read_session
+from context_os.store.sqlite import SqliteStore
 from tests.harness import pi_msgs
 from tests.harness.pi_msgs import call, say, user
+from tests.replay import test_cline as cline
 
 
 def result(call_id: str, text: str, name: str = "bash") -> dict[str, Any]:
@@ -307,3 +312,21 @@ def test_a_tool_whose_argument_picks_its_role_counts_for_every_strategy() -> Non
     full = measure(s, FullHistory())
     assert (full.edits_total, full.edits_with_target) == (2, 2)
     assert full.stale_views == 2  # the view, then an edit of the file: the calls after it
+
+
+# --- the session as the replay reads it ----------------------------------------------------------------
+
+
+def test_anthropic_messages_are_read_as_the_replay_reads_them(tmp_path: Path) -> None:
+    """Cline's and Roo Code's histories are Anthropic messages (``tool_use`` and ``tool_result``
+    blocks): the baselines read them through the Anthropic adapter, as the replay does, so full
+    history sends what the replay's full transcript counts, tool calls and results included (read
+    as chat completions, every call and result was lost: no edit, a fraction of the tokens)."""
+    t = read_session(cline.write(tmp_path / "c.json", cline.session()))
+    s = prepare(t, "cline", 200_000)
+    full = measure(s, FullHistory())
+    with SqliteStore(tmp_path / "s.db") as store:
+        r = replay_transcript(t, Session.open(store, "cline", harness=t.harness, workspace=t.cwd), verify="none")
+    assert full.tokens == [row.tokens_full for row in r.rows]
+    assert (full.edits_total, full.edits_with_target) == (1, 1) == (r.edits_total, r.edits_with_target_active)
+    assert unpaired(s.messages) == {"call:toolu_4"}  # every call answered but the last, which ends the task
