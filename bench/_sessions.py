@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from context_os.harness.registry import harness
+from context_os.replay.run import requested_calls
 from context_os.replay.transcripts import Transcript, demo_transcript, read_sessions
 
 from ._report import DATA, left_out
@@ -57,7 +59,7 @@ class BenchSession:
 
     @property
     def calls(self) -> int:
-        return sum(1 for k, m in enumerate(self.transcript.messages) if k and m.get("role") == "assistant")
+        return len(requested_calls(self.transcript, harness(self.transcript.harness).adapter()))
 
 
 def is_session_file(path: Path) -> bool:

@@ -34,6 +34,7 @@ from context_os.harness.pi import COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_
 from context_os.harness.registry import harness
 from context_os.harness.toolnames import ToolNames, preset
 from context_os.harness.virtual_files import VirtualFile, file_key
+from context_os.replay.run import requested_calls
 from context_os.replay.transcripts import Transcript
 from context_os.tokens import estimate_tokens
 
@@ -92,13 +93,15 @@ class Prepared:
 
 def prepare(transcript: Transcript, name: str, context_window: int) -> Prepared:
     """The neutral messages of ``transcript`` and its model calls, as ``replay_transcript`` sees them
-    (every assistant message but a leading one is a call; its input is every message before it)."""
+    (``requested_calls``: every assistant message a model was asked for; its input is every message
+    before it)."""
     adapter = harness(transcript.harness).adapter()  # Cline's, Roo Code's: Anthropic messages
+    requested = set(requested_calls(transcript, adapter))
     messages: list[Incoming] = []
     origin: list[int] = []
     calls: list[int] = []
     for k, m in enumerate(transcript.messages):
-        if k > 0 and m.get("role") == "assistant":
+        if k in requested:
             calls.append(len(messages))  # a call, even one whose answer was aborted (Pi sends it no more)
         if not adapter.sent(m):
             continue

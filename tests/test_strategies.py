@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench._sessions import BenchSession
 from bench._strategies import (
     CLEARED,
     ClearToolResults,
@@ -22,6 +23,7 @@ from bench._strategies import (
     trim_last,
     unpaired,
 )
+from bench.strategies import run_session
 
 from context_os import Session
 from context_os.harness.pi import COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX
@@ -330,3 +332,21 @@ def test_anthropic_messages_are_read_as_the_replay_reads_them(tmp_path: Path) ->
     assert full.tokens == [row.tokens_full for row in r.rows]
     assert (full.edits_total, full.edits_with_target) == (1, 1) == (r.edits_total, r.edits_with_target_active)
     assert unpaired(s.messages) == {"call:toolu_4"}  # every call answered but the last, which ends the task
+
+
+def test_the_baselines_make_the_replays_model_calls() -> None:
+    """No model call for the empty answer Pi writes when a run is aborted between calls, nor for the
+    messages a fork copied from its parent (their calls were the parent's): not for context_os, not
+    for the baselines either (they counted one call per assistant message, and the bench stopped:
+    "context_os replayed 3 calls, baselines 5")."""
+    usage = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 0}
+    never = {"role": "assistant", "content": [], "usage": usage, "stopReason": "aborted", "durationMs": 0}
+    messages = [user("from the parent"), say("the parent's answer"), user("go")]
+    messages += [call("b1", "bash", command="sleep 30"), result("b1", "Command aborted")]
+    messages += [never, user("carry on"), say("done"), user("thanks"), say("you are welcome")]
+    t = Transcript("pi-v3", "pi", "pi", messages, "fork", "/repo", inherited=2)
+    bs = BenchSession("check", "pi", "fork.jsonl", None, t)
+    run = run_session(bs)
+    assert bs.calls == len(run.prepared.calls) == 3  # the bash call, "done", "you are welcome"
+    assert [m.tokens for m in run.results[:1]] == [[run.prepared.prefix[n] for n in run.prepared.calls]]
+    assert all(len(m.tokens) == 3 for m in run.results)

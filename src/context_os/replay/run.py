@@ -37,7 +37,14 @@ from ..hashing import hash_value
 from ..tokens import estimate_tokens
 from .transcripts import Transcript
 
-__all__ = ["TranscriptReplay", "TranscriptRow", "adapter_calls", "replay_transcript", "replay_total"]
+__all__ = [
+    "TranscriptReplay",
+    "TranscriptRow",
+    "adapter_calls",
+    "replay_total",
+    "replay_transcript",
+    "requested_calls",
+]
 
 
 # --- replaying a session file ---------------------------------------------------------------------
@@ -256,21 +263,29 @@ def model_calls(transcript: Transcript, hook: ContextHook[Any]) -> list[int]:
     """The messages of ``transcript`` whose model call a replay into ``hook``'s session makes:
     each assistant message a model was asked for, but those of a fork's copy of its parent and
     those whose input the session holds already (``--append``)."""
-    adapter, session, messages = hook.adapter, hook.session, transcript.messages
-    calls = [
+    session, messages = hook.session, transcript.messages
+    calls = requested_calls(transcript, hook.adapter)
+    if session.view.visible:  # a session that goes on: the calls whose input it holds are done
+        held = hook.held(messages)
+        # but the call of a replay killed after its messages were written, before its frame was
+        calls = [k for k in calls if k > held or (k == held and _unframed(session))]
+    return calls
+
+
+def requested_calls(transcript: Transcript, adapter: Adapter[Any]) -> list[int]:
+    """The messages of ``transcript`` that a model was asked for (``adapter`` reads its messages):
+    every assistant message except a leading one, one its harness wrote without a call
+    (``Adapter.requested``) and one of a fork's copy of its parent (the parent's calls). The
+    strategy bench compares the other strategies on the same calls."""
+    return [
         k
-        for k, m in enumerate(messages)
+        for k, m in enumerate(transcript.messages)
         if isinstance(m, Mapping)
         and m.get("role") == "assistant"
         and k > 0
         and adapter.requested(m)
         and k >= transcript.inherited  # a fork's copy of its parent: the parent's calls
     ]
-    if session.view.visible:  # a session that goes on: the calls whose input it holds are done
-        held = hook.held(messages)
-        # but the call of a replay killed after its messages were written, before its frame was
-        calls = [k for k in calls if k > held or (k == held and _unframed(session))]
-    return calls
 
 
 def _unframed(session: Session) -> bool:
