@@ -480,12 +480,13 @@ def unpaired(messages: Sequence[Mapping[str, Any]]) -> set[str]:
     return out
 
 
-def _edit_paths(s: Prepared, n: int) -> list[str | None]:
-    """For each edit call of the assistant message ``n``: its target path (None if unreadable)."""
+def _edit_paths(s: Prepared, n: int, outputs: Mapping[str, str]) -> list[str | None]:
+    """For each edit call of the assistant message ``n``: its target path (None if unreadable),
+    from the call or, for a windowed tool acting on the open file, from its output."""
     out: list[str | None] = []
     for c in s.messages[n].get("tool_calls") or ():
         if s.roles.role(c["name"], c["arguments"]) == "edit":
-            op = edit_target(c["arguments"])
+            op = edit_target(c["arguments"], outputs.get(c["id"], ""))
             out.append(file_key(op.path, s.root) if op is not None else None)
     return out
 
@@ -493,6 +494,10 @@ def _edit_paths(s: Prepared, n: int) -> list[str | None]:
 def measure(s: Prepared, strategy: Strategy) -> Measured:
     """Run ``strategy`` over every call of ``s`` and measure what it sent."""
     files = FileTimeline(s)
+    outputs: dict[str, str] = {}  # tool call id → its output, as the replay keeps them
+    for m in s.messages:
+        if m["role"] == "tool" and isinstance(m.get("tool_call_id"), str):
+            outputs.setdefault(m["tool_call_id"], m.get("text") or "")
     result = Measured(strategy.name)
     prev_keys: list[tuple[str, int]] = []
     for n in s.calls:
@@ -508,7 +513,7 @@ def measure(s: Prepared, strategy: Strategy) -> Measured:
         result.orphaned += len(unpaired(sent) - unpaired(s.messages[:n]))
         intact = {x.src for x in shown if x.src >= 0 and not x.cleared}
         files.advance(n)
-        for path in _edit_paths(s, n):
+        for path in _edit_paths(s, n, outputs):
             result.edits_total += 1
             result.edits_with_target += path is not None and files.current_in_view(path, intact)
         result.stale_views += files.stale_in_view(intact)

@@ -316,6 +316,42 @@ def test_a_tool_whose_argument_picks_its_role_counts_for_every_strategy() -> Non
     assert full.stale_views == 2  # the view, then an edit of the file: the calls after it
 
 
+def test_an_edit_of_the_open_file_counts_for_every_strategy_as_for_context_os(tmp_path: Path) -> None:
+    """SWE-agent's windowed ``edit`` names no file: it edits the open file, which its output names.
+    The baselines read an edit's target from its output too, as the replay does (from the call
+    alone it had no target, and full history kept none of its edit targets)."""
+
+    def windowed(call_id: str, name: str, **args: Any) -> dict[str, Any]:
+        function = {"name": name, "arguments": json.dumps(args)}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+        }
+
+    def window(call_id: str, lines: list[str], said: str = "") -> dict[str, Any]:
+        shown = "\n".join(f"{k}:{line}" for k, line in enumerate(lines, 1))
+        prompt = "(Open file: /repo/app.py)\n(Current directory: /repo)\nbash-$"
+        text = f"{said}[File: /repo/app.py ({len(lines)} lines total)]\n{shown}\n\n{prompt}"
+        return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+    messages = [
+        {"role": "user", "content": "fix app.py"},
+        windowed("o1", "open", path="app.py"),
+        window("o1", ["a = 1", "b = 2"]),
+        windowed("e1", "edit", search="a = 1", replace="a = 3"),
+        window("e1", ["a = 3", "b = 2"], said="Text replaced. Please review the changes.\n"),
+        windowed("e2", "edit", search="b = 2", replace="b = 4"),
+        window("e2", ["a = 3", "b = 4"], said="Text replaced. Please review the changes.\n"),
+        {"role": "assistant", "content": "done"},
+    ]
+    t = Transcript("swe-agent", "openai", "swe-agent", messages, "t", "/repo")
+    full = measure(prepare(t, "windowed", 200_000), FullHistory())
+    with SqliteStore(tmp_path / "s.db") as store:
+        r = replay_transcript(t, Session.open(store, "windowed", harness=t.harness, workspace=t.cwd), verify="none")
+    assert (full.edits_total, full.edits_with_target) == (2, 2) == (r.edits_total, r.edits_with_target_active)
+
+
 # --- the session as the replay reads it ----------------------------------------------------------------
 
 
