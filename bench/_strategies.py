@@ -29,7 +29,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from context_os.context.entries import Incoming, msg_chars
-from context_os.harness.file_ops import edit_target, file_op
+from context_os.harness.codex_tools import shell_changes
+from context_os.harness.file_ops import FileOp, edit_target, file_op
 from context_os.harness.pi import COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX
 from context_os.harness.registry import harness
 from context_os.harness.toolnames import ToolNames, preset
@@ -336,6 +337,15 @@ class _FileNow:
     """The messages showing the edits since then."""
 
 
+def _shell_ops(arguments: Any, known: Mapping[str, Any], root: str | None) -> list[FileOp]:
+    """What a shell call did to files, as ``VirtualFiles`` follows it: a heredoc's file written
+    whole, and a file ``known`` that the command changed in a way its text does not say
+    (``sed -i``, a redirection, ``mv``...), its content unknown until it is read again."""
+    changes = shell_changes(arguments)
+    ops = [FileOp("write", path, text=text) for path, text in changes.written]
+    return ops + [FileOp("edit", path) for path in changes.changed if file_key(path, root) in known]
+
+
 class FileTimeline:
     """The file events of a session, and the state of each file at a call (calls come in order)."""
 
@@ -349,8 +359,12 @@ class FileTimeline:
             if m["role"] != "tool":
                 continue
             name, args, at_call = calls.get(m.get("tool_call_id", ""), ("", {}, -1))
-            first = file_op(s.roles.role(name, args), args, m.get("text") or "", is_error=bool(m.get("is_error")))
-            for op in [first, *first.more] if first is not None else ():  # a patch of several files: each
+            role = s.roles.role(name, args)
+            first = file_op(role, args, m.get("text") or "", is_error=bool(m.get("is_error")))
+            ops = [first, *first.more] if first is not None else []  # a patch of several files: each
+            if first is None and role == "bash" and s.roles.by_content.get(name) == "shell":
+                ops = _shell_ops(args, lines, s.root)
+            for op in ops:
                 op = replace(op, path=file_key(op.path, s.root))
                 f = lines.setdefault(op.path, VirtualFile(op.path, op.path))
                 if op.kind == "read":

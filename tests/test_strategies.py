@@ -13,6 +13,7 @@ from bench._strategies import (
     CLEARED,
     ClearToolResults,
     FullHistory,
+    Measured,
     PiCompaction,
     Prepared,
     TrimLast,
@@ -33,6 +34,7 @@ from context_os.store.sqlite import SqliteStore
 from tests.harness import pi_msgs
 from tests.harness.pi_msgs import call, say, user
 from tests.replay import test_cline as cline
+from tests.replay import test_codex as codex
 
 
 def result(call_id: str, text: str, name: str = "bash") -> dict[str, Any]:
@@ -350,6 +352,44 @@ def test_an_edit_of_the_open_file_counts_for_every_strategy_as_for_context_os(tm
     with SqliteStore(tmp_path / "s.db") as store:
         r = replay_transcript(t, Session.open(store, "windowed", harness=t.harness, workspace=t.cwd), verify="none")
     assert (full.edits_total, full.edits_with_target) == (2, 2) == (r.edits_total, r.edits_with_target_active)
+
+
+def test_a_file_the_shell_changed_is_followed_for_every_strategy_as_for_context_os(tmp_path: Path) -> None:
+    """Codex changes files with the shell too: after ``sed -i`` the text a read showed is no longer
+    the file's (a stale view from then on, and an edit made after it has no current text in
+    view); a heredoc writes the file whole (an edit after it has). The baselines follow them as
+    the replay does (they took the read as current to the end, and the heredoc's file as unknown)."""
+
+    def both(name: str, *rows: dict[str, Any]) -> tuple[Measured, Any]:
+        path = tmp_path / f"{name}.jsonl"
+        lines = [*codex.session_start(name, "say hello"), *rows, codex.message("assistant", "Said hello.")]
+        path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+        t = read_session(path)
+        full = measure(prepare(t, name, 200_000), FullHistory())
+        with SqliteStore(tmp_path / f"{name}.db") as store:
+            r = replay_transcript(t, Session.open(store, name, harness=t.harness, workspace=t.cwd), verify="none")
+        return full, r
+
+    full, r = both(
+        "sed",
+        codex.shell("s1", "cat app.py"),
+        codex.ran("s1", "def greet():\n    return 'hi'\n"),
+        codex.shell("s2", "sed -i 's/hi/hello/' app.py"),
+        codex.ran("s2", ""),
+        codex.patch("p1", codex.UPDATE),
+        codex.patched("p1", codex.success("app.py")),
+    )
+    assert (full.edits_total, full.edits_with_target) == (1, 0) == (r.edits_total, r.edits_with_target_active)
+    assert full.stale_views == r.stale_file_views_full == 2  # the calls after the sed
+    full, r = both(
+        "heredoc",
+        codex.shell("s1", "cat > notes.md <<'EOF'\n# Notes\ngreet says hi\nEOF"),
+        codex.ran("s1", ""),
+        codex.patch("p1", "*** Begin Patch\n*** Update File: notes.md\n@@\n-greet says hi\n+hello\n*** End Patch"),
+        codex.patched("p1", codex.success("notes.md")),
+    )
+    assert (full.edits_total, full.edits_with_target) == (1, 1) == (r.edits_total, r.edits_with_target_active)
+    assert full.stale_views == r.stale_file_views_full == 1  # the call after the patch: the heredoc's text is old
 
 
 # --- the session as the replay reads it ----------------------------------------------------------------
