@@ -67,10 +67,11 @@ def is_session_file(path: Path) -> bool:
     return path.name.removesuffix(".gz").endswith(SUFFIXES)
 
 
-def session_files(which: str) -> list[Path]:
-    """The session files of one set; sub-agents' files are read with their main session's file."""
-    base = SESSIONS / which
-    return sorted(p for p in base.rglob("*") if is_session_file(p) and "subagents" not in p.parts)
+def session_files(which: str, sessions: Path = SESSIONS) -> list[Path]:
+    """The session files of one set (in ``sessions``); sub-agents' files are read with their main
+    session's file."""
+    base = sessions / which
+    return sorted(p for p in base.rglob("*") if is_session_file(p) and "subagents" not in p.relative_to(base).parts)
 
 
 def bench_sessions(which: str) -> list[BenchSession]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench._sessions import LONG, BenchSession, bench_sessions
+from bench._sessions import LONG, BenchSession, bench_sessions, session_files
 from bench._strategies import Measured
 from bench.strategies import SessionRun, aims, summary, verdict
 
@@ -353,3 +353,16 @@ def test_a_benchmark_given_help_or_any_argument_runs_nothing(capsys: pytest.Capt
         assert 'if __name__ == "__main__":' in source and "command_line(__doc__, main)" in source, info.name
         assert importlib.import_module(f"bench.{info.name}").__doc__, info.name  # what --help prints
     assert "command_line(__doc__, main)" in (root / "__main__.py").read_text()
+
+
+def test_a_sets_files_are_found_wherever_the_repository_lies(tmp_path: Path) -> None:
+    """A sub-agent's file is read with its main session's file (``<session>/subagents/``): a
+    ``subagents`` folder inside the set says so, not one the repository lies in (every file was
+    left out, and the set measured nothing)."""
+    sessions = tmp_path / "subagents" / "repo" / "bench" / "sessions"
+    main = sessions / "check" / "claude-code" / "s.jsonl"
+    sub = sessions / "check" / "claude-code" / "s" / "subagents" / "agent-a1.jsonl"
+    for path in (main, sub):
+        path.parent.mkdir(parents=True)
+        path.write_text("{}\n")
+    assert session_files("check", sessions) == [main]
