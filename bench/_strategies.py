@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from context_os.context.entries import Incoming, msg_chars
-from context_os.harness.codex_tools import shell_changes
+from context_os.harness.codex_tools import environment_cwd, shell_changes
 from context_os.harness.file_ops import FileOp, edit_target, file_op
 from context_os.harness.pi import COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX
 from context_os.harness.registry import harness
@@ -112,7 +112,11 @@ def prepare(transcript: Transcript, name: str, context_window: int) -> Prepared:
         origin.extend([k] * len(pieces))
     tokens = [estimate_tokens(msg_chars(m)) for m in messages]
     roles = preset(transcript.tool_names)
-    return Prepared(name, messages, tokens, calls, context_window, roles, origin, transcript.cwd)
+    # the session's directory, or (Codex's first rollouts) the one its environment message names,
+    # as VirtualFiles learns it
+    said = (environment_cwd(m.get("text") or "") for m in messages if m["role"] == "user")
+    root = transcript.cwd or next((cwd for cwd in said if cwd), None)
+    return Prepared(name, messages, tokens, calls, context_window, roles, origin, root)
 
 
 # --- what a strategy sends ---------------------------------------------------------------------------

@@ -392,6 +392,34 @@ def test_a_file_the_shell_changed_is_followed_for_every_strategy_as_for_context_
     assert full.stale_views == r.stale_file_views_full == 1  # the call after the patch: the heredoc's text is old
 
 
+def test_files_are_named_under_the_directory_codex_said_as_for_context_os(tmp_path: Path) -> None:
+    """A rollout of Codex's first versions records no directory but in its environment message:
+    the replay names files under that one (a read run in /work/app and a patch of ``notes.txt``
+    are one file), and so do the baselines (they kept two files, and the edit had no target)."""
+    env = "<environment_context>\n  <cwd>/work/app</cwd>\n</environment_context>"
+    args = json.dumps({"command": ["bash", "-lc", "cat notes.txt"], "workdir": "/work/app"})
+    output = json.dumps({"output": "one\ntwo\n", "metadata": {"exit_code": 0, "duration_seconds": 0.1}})
+    fix = "*** Begin Patch\n*** Update File: notes.txt\n@@\n-two\n+three\n*** End Patch"
+    rows = [
+        {"id": "old-1", "timestamp": "2025-05-01T10:00:00.000Z", "instructions": None},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": env}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix my notes"}]},
+        {"type": "function_call", "name": "shell", "arguments": args, "call_id": "c1"},
+        {"type": "function_call_output", "call_id": "c1", "output": output},
+        {"type": "custom_tool_call", "status": "completed", "call_id": "p1", "name": "apply_patch", "input": fix},
+        {"type": "custom_tool_call_output", "call_id": "p1", "output": codex.success("notes.txt")},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Fixed."}]},
+    ]
+    path = tmp_path / "rollout-old.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    t = read_session(path)
+    assert t.cwd is None
+    full = measure(prepare(t, "old", 200_000), FullHistory())
+    with SqliteStore(tmp_path / "s.db") as store:
+        r = replay_transcript(t, Session.open(store, "old", harness=t.harness), verify="none")
+    assert (full.edits_total, full.edits_with_target) == (1, 1) == (r.edits_total, r.edits_with_target_active)
+
+
 # --- the session as the replay reads it ----------------------------------------------------------------
 
 
