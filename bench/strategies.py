@@ -379,7 +379,7 @@ def intro(sessions: list[BenchSession]) -> list[str]:
     """The section's first paragraphs: what is measured, on which agents' sessions, and the aims."""
     return [
         "context_os against the strategies users would otherwise pick, replayed in one process on the same "
-        "recorded sessions (every assistant message is one model call; its input is every message before it). "
+        "recorded sessions (every assistant message a model was asked for is one model call; its input is every message before it). "
         "Tokens are chars/4 per message, as everywhere in these benchmarks. What each strategy does, its "
         "parameters and where they come from: [strategies.md](strategies.md). context_os runs through "
         "`replay_transcript` (as `ctxos replay`) with its default policy on a temporary SQLite store.",
