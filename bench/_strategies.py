@@ -73,7 +73,8 @@ class Prepared:
     tokens: list[int]
     """Per message: ``estimate_tokens(msg_chars(m))``, the estimate ``ctxos replay`` uses."""
     calls: list[int]
-    """Per model call: the index of its assistant message; its input is ``messages[:n]``."""
+    """Per model call: where its input ends, ``messages[:n]`` (its answer's index, when it is sent:
+    ``answers``)."""
     context_window: int
     """The context window of the session's model (Pi's threshold and the trimming budget use it)."""
     roles: ToolNames = field(default_factory=ToolNames)
@@ -85,6 +86,9 @@ class Prepared:
     """The session's directory: a relative path names the file under it (``file_key``)."""
     prefix: list[int] = field(default_factory=list)
     """``prefix[n]`` = tokens of ``messages[:n]``."""
+    answers: list[int | None] = field(default_factory=list)
+    """Per model call: the index of its answer in ``messages``, None for an answer its harness sends
+    no more (Pi's aborted or failed ones: their tool calls never ran)."""
 
     def __post_init__(self) -> None:
         self.prefix = [0]
@@ -101,10 +105,13 @@ def prepare(transcript: Transcript, name: str, context_window: int) -> Prepared:
     messages: list[Incoming] = []
     origin: list[int] = []
     calls: list[int] = []
+    answers: list[int | None] = []
     for k, m in enumerate(transcript.messages):
+        sent = adapter.sent(m)
         if k in requested:
             calls.append(len(messages))  # a call, even one whose answer was aborted (Pi sends it no more)
-        if not adapter.sent(m):
+            answers.append(len(messages) if sent else None)
+        if not sent:
             continue
         translated = adapter.translate(m, k)
         pieces = translated if isinstance(translated, list) else [translated]
@@ -116,7 +123,7 @@ def prepare(transcript: Transcript, name: str, context_window: int) -> Prepared:
     # as VirtualFiles learns it
     said = (environment_cwd(m.get("text") or "") for m in messages if m["role"] == "user")
     root = transcript.cwd or next((cwd for cwd in said if cwd), None)
-    return Prepared(name, messages, tokens, calls, context_window, roles, origin, root)
+    return Prepared(name, messages, tokens, calls, context_window, roles, origin, root, answers=answers)
 
 
 # --- what a strategy sends ---------------------------------------------------------------------------
@@ -518,7 +525,7 @@ def measure(s: Prepared, strategy: Strategy) -> Measured:
             outputs.setdefault(m["tool_call_id"], m.get("text") or "")
     result = Measured(strategy.name)
     prev_keys: list[tuple[str, int]] = []
-    for n in s.calls:
+    for n, answer in zip(s.calls, s.answers, strict=True):
         shown = strategy.context(s, n)
         keys = [x.key for x in shown]
         sizes = [x.tokens for x in shown]
@@ -531,7 +538,8 @@ def measure(s: Prepared, strategy: Strategy) -> Measured:
         result.orphaned += len(unpaired(sent) - unpaired(s.messages[:n]))
         intact = {x.src for x in shown if x.src >= 0 and not x.cleared}
         files.advance(n)
-        for path in _edit_paths(s, n, outputs):
+        # the calls of an answer its harness sends no more never ran: no edit
+        for path in _edit_paths(s, answer, outputs) if answer is not None else ():
             result.edits_total += 1
             result.edits_with_target += path is not None and files.current_in_view(path, intact)
         result.stale_views += files.stale_in_view(intact)

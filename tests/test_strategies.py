@@ -420,6 +420,20 @@ def test_files_are_named_under_the_directory_codex_said_as_for_context_os(tmp_pa
     assert (full.edits_total, full.edits_with_target) == (1, 1) == (r.edits_total, r.edits_with_target_active)
 
 
+def test_an_answer_pi_sends_no_more_makes_no_edit_for_any_strategy() -> None:
+    """A failed answer (an overloaded provider) is a model call whose calls never ran, and Pi sends
+    it no more: its retry follows it. The baselines counted the retry's edit twice, once for each
+    call (the failed one had no message of its own to show and took the next one's)."""
+    messages = [user("go"), call("r1", "read", path="/repo/a.py"), result("r1", "alpha = 1\n", name="read")]
+    messages.append({**call("e0", "edit", path="/repo/a.py", oldText="alpha", newText="beta"), "stopReason": "error"})
+    messages += [call("e1", "edit", path="/repo/a.py", oldText="alpha = 1", newText="alpha = 2")]
+    messages += [result("e1", "Successfully replaced text in /repo/a.py.", name="edit"), say("done")]
+    s = session(messages)
+    assert len(s.calls) == 4  # the read, the failed answer, its retry, the last answer
+    full = measure(s, FullHistory())
+    assert (full.edits_total, full.edits_with_target) == (1, 1)
+
+
 # --- the session as the replay reads it ----------------------------------------------------------------
 
 
