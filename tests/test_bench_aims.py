@@ -69,6 +69,31 @@ def test_a_small_session_must_not_cost_more_than_full_history() -> None:
     assert not ok and "cache-priced" in text
 
 
+def test_where_full_historys_share_is_the_edit_bar_the_verdict_names_that_share() -> None:
+    """A session whose agent edits files it never read: full history keeps 70% of edit targets, the
+    bar. The other strategies compared are those keeping that share, and the section says so (it
+    said they keep 90%, and its summary listed one that keeps 70% as a "best other ≥ 90% edits")."""
+    n, size = LONG, 60_000
+    full = measured("full history", [size] * n, [0] + [size] * (n - 1), (7, 10))
+    other = steady("Pi compaction", size // 2, n, (7, 10))
+    run = fake_run(n, full, steady("context_os", size // 5, n, (7, 10)), other)
+    ok, text = verdict(run)
+    assert ok and "90%" not in text.split("(bar 90%, full history's ceiling 70.0%)")[1]
+    assert "fewest tokens of the strategies keeping ≥ 70.0% of edit targets (full history's ceiling)" in text
+    assert "the next strategy keeping ≥ 70.0% of edit targets (full history's ceiling), Pi compaction" in text
+    table = summary([run])
+    assert "best other keeping the edit bar" in table and "≥ 90% edits" not in table
+    at_bar = verdict(
+        fake_run(
+            n,
+            measured("full history", full.tokens, full.prefix, (10, 10)),
+            steady("context_os", size // 5, n, (9, 10)),
+            other,
+        )
+    )
+    assert "fewest tokens of the strategies keeping ≥ 90% of edit targets" in at_bar[1]
+
+
 @pytest.mark.slow
 def test_the_two_sets_hold_distinct_real_sessions() -> None:
     tuning, check = bench_sessions("tuning"), bench_sessions("check")
