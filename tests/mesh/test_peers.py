@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -361,6 +362,49 @@ def test_a_seed_file_gives_the_same_peer_id_across_restarts(tmp_path: Path, uid:
         assert node.addrs == []  # its listeners closed
     assert ids[0] == ids[1]
     assert MeshNode(MeshConfig(f"b-{uid}")).peer_id != ids[0]
+
+
+def test_a_seed_is_never_seen_half_written(tmp_path: Path) -> None:
+    """The seed file was created empty, then written: a process that could not write it (a full
+    disk; here a file size limit) left it empty, and every later start failed (``holds 0``);
+    another process starting at that moment read it empty and failed too."""
+    path = tmp_path / "cli.seed"
+    failing = textwrap.dedent(
+        f"""
+        import resource, signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+        from context_os.errors import ConfigError
+        from context_os.mesh.node import load_seed
+        try:
+            load_seed({str(path)!r})
+        except (ConfigError, OSError) as e:
+            print(type(e).__name__, e)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", failing], capture_output=True, text=True, env=env, timeout=60)
+    assert sorted(tmp_path.iterdir()) == []  # nothing left behind: the next start makes the seed
+    assert out.stdout.startswith("ConfigError") and "cannot write it" in out.stdout, out.stdout + out.stderr
+    assert len(load_seed(path)) == 32
+
+    def load(racing: Path, start: threading.Barrier, got: list[bytes | Exception]) -> None:
+        start.wait()
+        try:
+            got.append(load_seed(racing))
+        except ConfigError as e:
+            got.append(e)
+
+    for attempt in range(100):  # processes starting at once all get the one seed that was made
+        racing = tmp_path / f"race{attempt}.seed"
+        got: list[bytes | Exception] = []
+        start = threading.Barrier(6)
+        threads = [threading.Thread(target=load, args=(racing, start, got)) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert got == [racing.read_bytes()] * 6
 
 
 def test_a_peer_that_restarts_on_a_new_port_is_reached_there(
