@@ -164,6 +164,8 @@ class MeshConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.agent_name, str) or not self.agent_name.strip() or len(self.agent_name) > 128:
             raise ConfigError("mesh: the agent name must be 1 to 128 characters")
+        if (problem := wire.name_problem(self.agent_name)) is not None:  # peers would refuse its messages
+            raise ConfigError(f"mesh: the agent name {self.agent_name!r} {problem}")
         if self.seed is not None and len(self.seed) != 32:
             raise ConfigError(f"mesh: the identity seed must be 32 bytes, not {len(self.seed)}")
         if self.psk is not None and len(self.psk) != 32:

@@ -14,6 +14,7 @@ knows nothing of libp2p, trio, stores or sessions.
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,6 +34,7 @@ __all__ = [
     "decode_response",
     "encode",
     "fit",
+    "name_problem",
     "new_request_id",
 ]
 
@@ -158,7 +160,20 @@ def _map(raw: bytes, what: str) -> Mapping[str, Any]:
     return value
 
 
-def _text(m: Mapping[str, Any], key: str, what: str, *, optional: bool = False, limit: int = 256) -> Any:
+def name_problem(text: str) -> str | None:
+    """What keeps ``text`` from being a name a peer goes by (an agent name, a peer or request
+    id), or None. A session shows names inside the attributes of an object's header and on its
+    line of the object index: a line break or a quote in one would let a peer write lines and
+    attributes of its own there (``from="alice (…)"`` from another peer)."""
+    bad = next((c for c in text if c == '"' or unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if bad is None:
+        return None
+    return f"holds {bad!r}: one line of text without control characters or double quotes"
+
+
+def _text(
+    m: Mapping[str, Any], key: str, what: str, *, optional: bool = False, limit: int = 256, name: bool = True
+) -> Any:
     value = m.get(key)
     if value is None and optional:
         return None
@@ -166,6 +181,8 @@ def _text(m: Mapping[str, Any], key: str, what: str, *, optional: bool = False, 
         raise WireError(f"{what}: {key!r} must be text, got {type(value).__name__}")
     if len(value) > limit:
         raise WireError(f"{what}: {key!r} is {len(value):,} characters, more than {limit:,}")
+    if name and (problem := name_problem(value)) is not None:
+        raise WireError(f"{what}: {key!r} {problem}")
     return value
 
 
@@ -190,7 +207,7 @@ def decode_request(raw: bytes) -> AgentRequest:
         from_agent=_text(m, "fromAgent", what),
         from_peer=_text(m, "fromPeerId", what),
         timestamp=_ms(m, "timestamp", what),
-        message=_text(m, "message", what, limit=MAX_TEXT_CHARS),
+        message=_text(m, "message", what, limit=MAX_TEXT_CHARS, name=False),
         auto_reply=auto,
         timeout_ms=timeout,
     )
@@ -207,7 +224,7 @@ def decode_response(raw: bytes) -> AgentResponse:
         from_agent=_text(m, "fromAgent", what),
         from_peer=_text(m, "fromPeerId", what),
         timestamp=_ms(m, "timestamp", what),
-        message=_text(m, "message", what, limit=MAX_TEXT_CHARS),
+        message=_text(m, "message", what, limit=MAX_TEXT_CHARS, name=False),
         error=error,
     )
 
@@ -222,6 +239,6 @@ def decode_broadcast(raw: bytes) -> Broadcast:
         from_agent=_text(m, "fromAgent", what),
         from_peer=_text(m, "fromPeerId", what),
         timestamp=_ms(m, "timestamp", what),
-        message=_text(m, "message", what, limit=MAX_TEXT_CHARS),
+        message=_text(m, "message", what, limit=MAX_TEXT_CHARS, name=False),
         type=kind,
     )
