@@ -8,10 +8,12 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -344,6 +346,47 @@ def test_a_request_nobody_answers_times_out_and_a_full_queue_refuses(store: Stor
 
     statuses = {d["content"]: d["meta"]["status"] for d in wait_for(settled, "both statuses stored")}
     assert statuses == {"first": "timed out", "second": "refused: queue full"}
+
+
+def test_an_answer_given_in_time_is_sent_even_when_recording_it_outlasts_the_deadline(tmp_path: Path, uid: str) -> None:
+    """The answer is recorded before the peer gets it. When the store took that long (another
+    process held its write lock) that the deadline passed meanwhile, the peer got "[timeout]",
+    while the store said the request was answered, its reply stored and remembered."""
+    with (
+        SqliteStore(tmp_path / "alice.db") as sa,
+        SqliteStore(tmp_path / "bob.db") as sb,
+        MeshAgent(sa, MeshConfig(f"alice-{uid}")) as a,
+        MeshAgent(sb, MeshConfig(f"bob-{uid}", answer_timeout=4.0)) as b,
+    ):
+        link(a, b)
+        sent: list[dict[str, Any]] = []
+        sender = threading.Thread(target=lambda: sent.append(a.send(b.peer_id, "is main green?")))
+        sender.start()
+        req = b.next_request(timeout=30)
+        assert req is not None
+        other = sqlite3.connect(tmp_path / "bob.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process writing: bob's store waits for it
+        failed: list[Exception] = []
+
+        def answer() -> None:
+            try:
+                req.answer("yes, all green")
+            except Exception as e:  # noqa: BLE001 - what the test looks at
+                failed.append(e)
+
+        answering = threading.Thread(target=answer)
+        answering.start()
+        # the answer waits for the write lock past the request's deadline (the node's comes a
+        # moment after the queue's), then gets it
+        wait_for(lambda: time.monotonic() > req.deadline + 2.0, "the deadline to pass")
+        other.execute("ROLLBACK")
+        other.close()
+        answering.join(30)
+        sender.join(30)
+        assert failed == []
+        assert sent[0]["response"] == "yes, all green" and sent[0]["error"] is False
+        [request] = [d for d in messages_of(sb, b) if d["meta"]["kind"] == "request"]
+        assert request["meta"]["status"] == "answered"
 
 
 def test_a_handler_that_fails_answers_with_an_error_at_once(store: Store, uid: str) -> None:

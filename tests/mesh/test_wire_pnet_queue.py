@@ -151,6 +151,42 @@ def test_a_full_queue_refuses_and_a_late_request_is_skipped() -> None:
     assert q.stats()["timed_out"] == 1 and q.stats()["refused"] == 1
 
 
+def test_a_request_whose_answer_is_being_recorded_is_not_timed_out_under_it() -> None:
+    q = RequestQueue()
+    r = pending(0, timeout=0.05)
+    recording, recorded = threading.Event(), threading.Event()
+
+    def record(req: PendingRequest, text: str, error: bool) -> None:  # a store slow to write
+        recording.set()
+        recorded.wait(30)
+
+    r.on_answer = record
+    assert q.put(r) and q.next() is r
+    answering = threading.Thread(target=r.answer, args=("done",))
+    answering.start()
+    assert recording.wait(30)
+    time.sleep(0.1)  # past its deadline (monotonic), its answer still being recorded
+    assert not RequestQueue.expire(r) and q.active is r  # left to its answer
+    # a wait meanwhile waits for that answer, not for a deadline that passed (a loop of 1 ms waits)
+    waits = 0
+    wait = q._cond.wait
+
+    def counted(timeout: float | None = None) -> bool:
+        nonlocal waits
+        waits += 1
+        return wait(timeout)
+
+    q._cond.wait = counted  # type: ignore[method-assign]
+    after = pending(1)
+    assert q.put(after)
+    threading.Timer(0.3, recorded.set).start()
+    assert q.next(timeout=30) is after  # once the answer is recorded
+    assert waits <= 3, waits
+    answering.join(30)
+    assert r.future.result() == ("done", False) and q.active is after
+    assert q.stats()["answered"] == 1 and q.stats()["timed_out"] == 0
+
+
 def test_next_waits_for_a_request_from_another_thread_and_close_answers_what_waits() -> None:
     q = RequestQueue()
     r = pending(0)

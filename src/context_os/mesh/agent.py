@@ -398,11 +398,13 @@ class MeshAgent:
         """The agent's answer and its request's new status, stored together before the peer
         gets the answer (on the agent's thread)."""
         with self._lock:
-            request = self._unanswered.pop(pending.object_id or "", None)
+            request = self._unanswered.get(pending.object_id or "")
         if request is None:
             return
         reply = self._reply_doc(request, pending.peer, pending.peer_name, pending.request_id, text, error)
         self._record(reply, self._with_status(request, "answered" if not error else "refused by the agent"))
+        with self._lock:  # recorded: an answer tried again after a failed write is recorded too
+            self._unanswered.pop(pending.object_id or "", None)
         if not error:
             self._remember(
                 pending.peer,

@@ -53,6 +53,7 @@ from .._install import install_hint
 from ..errors import ConfigError, InputError, MeshError, MeshUnavailable
 from ..times import now_ms
 from . import wire
+from .queue import settle
 
 __all__ = [
     "BroadcastResult",
@@ -223,7 +224,8 @@ class MeshNode:
     ):
         """``on_request(peer_id, request)`` answers every request (one asking for an automatic
         reply too: ``request.auto_reply``): a text, a (text, is_error) pair, or a future of one
-        (the node waits for it up to the request's timeout); an exception answers with an error
+        (the node waits for it up to the request's timeout, and for one running then, whose
+        answer is being made or recorded, up to as long again); an exception answers with an error
         at once. Without it every request is acknowledged automatically. ``on_broadcast(peer_id, broadcast)`` sees every
         broadcast from another peer. Both run on worker threads."""
         try:
@@ -791,11 +793,15 @@ class MeshNode:
         fut.add_done_callback(wake)
         with trio.move_on_after(timeout):
             await done.wait()
-        if not fut.done():
-            # the answer is "[timeout]" now: an answer that comes later finds it taken (unless
-            # it came in between)
+        late = (f"[timeout] no answer within {timeout:g} s", True)
+        # the answer is "[timeout]" now, an answer that comes later finds it taken; unless one
+        # came in time and is being recorded (the future runs: a slow store), which goes out once
+        # it is, given as long again
+        if not fut.done() and not settle(fut, late):
+            with trio.move_on_after(timeout):
+                await done.wait()
             with contextlib.suppress(concurrent.futures.InvalidStateError):
-                fut.set_result((f"[timeout] no answer within {timeout:g} s", True))
+                fut.set_result(late)
         return fut.result()
 
     async def _pump_broadcasts(self, subscription: Any) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import StateError
 from . import wire
 
-__all__ = ["MAX_QUEUE", "REQUEST_TIMEOUT", "PendingRequest", "RequestQueue"]
+__all__ = ["MAX_QUEUE", "REQUEST_TIMEOUT", "PendingRequest", "RequestQueue", "settle"]
 
 MAX_QUEUE = 50
 REQUEST_TIMEOUT = 60.0
@@ -33,6 +33,31 @@ CANCEL_POLL_S = 0.25
 
 Reply = tuple[str, bool]
 TIMEOUT_MARK = "[timeout]"
+
+
+_claims = threading.Lock()
+
+
+def _claim(future: concurrent.futures.Future[Reply]) -> bool:
+    """Make ``future`` running, the caller's to answer; False when it is answered, or another
+    holds it already. (Looked at first, under one lock: ``set_running_or_notify_cancel`` logs
+    at CRITICAL when it finds a future running or done.)"""
+    with _claims:
+        if future.running() or future.done():
+            return False
+        try:
+            return future.set_running_or_notify_cancel()
+        except RuntimeError:  # answered this moment without a claim (``close``, a full queue)
+            return False
+
+
+def settle(future: concurrent.futures.Future[Reply], reply: Reply) -> bool:
+    """Answer ``future`` with ``reply`` (a timeout) unless it is answered, or its answer is being
+    recorded (``PendingRequest.answer`` holds it: running); True when this did."""
+    if not _claim(future):
+        return False
+    future.set_result(reply)
+    return True
 
 
 @dataclass(eq=False)
@@ -56,6 +81,8 @@ class PendingRequest:
     """The ``message`` object the request is stored as."""
     future: concurrent.futures.Future[Reply] = field(default_factory=concurrent.futures.Future)
     on_answer: Callable[[PendingRequest, str, bool], None] | None = None
+    _answering: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _claimed: bool = field(default=False, init=False, repr=False)
 
     @property
     def text(self) -> str:
@@ -78,14 +105,21 @@ class PendingRequest:
         if not isinstance(text, str):
             raise StateError("a request's answer must be text")
         text = wire.fit(text)  # what the peer accepts, stored as sent
-        if self.future.done():
-            raise StateError(f"request {self.request_id} was already answered ({self.future.result()[0][:60]!r})")
-        if self.on_answer is not None:
-            self.on_answer(self, text, error)  # recorded before the peer sees it
-        try:
-            self.future.set_result((text, error))
-        except concurrent.futures.InvalidStateError:
-            raise StateError(f"request {self.request_id} timed out while it was being answered") from None
+        with self._answering:
+            if self.future.done():
+                raise StateError(f"request {self.request_id} was already answered ({self.future.result()[0][:60]!r})")
+            if not self._claimed:
+                # taken from the timeouts first (``settle``): a deadline passing while the answer
+                # was recorded (a slow store) sent the peer "[timeout]", and the store said answered
+                self._claimed = _claim(self.future)
+                if not self._claimed:  # a timeout took it this moment
+                    raise StateError(f"request {self.request_id} timed out while it was being answered")
+            if self.on_answer is not None:
+                self.on_answer(self, text, error)  # recorded before the peer sees it (may be tried again)
+            try:
+                self.future.set_result((text, error))
+            except concurrent.futures.InvalidStateError:  # given up on while it was recorded (``close``)
+                raise StateError(f"request {self.request_id} timed out while it was being answered") from None
 
     def fail(self, why: str) -> None:
         """Answer with an error: the peer hears it at once."""
@@ -131,11 +165,7 @@ class RequestQueue:
     def expire(req: PendingRequest) -> bool:
         """Answer ``req`` with ``[timeout]`` if nobody has; True when this did."""
         waited = time.monotonic() - req.received_at
-        try:
-            req.future.set_result((f"{TIMEOUT_MARK} no answer within {waited:.0f} s", True))
-        except concurrent.futures.InvalidStateError:
-            return False
-        return True
+        return settle(req.future, (f"{TIMEOUT_MARK} no answer within {waited:.0f} s", True))
 
     def _settle(self, req: PendingRequest) -> None:
         outcome = "timed_out" if req.future.result()[0].startswith(TIMEOUT_MARK) else "answered"
@@ -180,9 +210,9 @@ class RequestQueue:
                 left = None if end is None else end - time.monotonic()
                 if left is not None and left <= 0:
                     return None
-                soonest = min(
-                    (r.deadline for r in [*self._items, *([self._active] if self._active else [])]), default=None
-                )
+                # (one being answered has no deadline left: its answer wakes this wait)
+                waiting = [*self._items, *([self._active] if self._active else [])]
+                soonest = min((r.deadline for r in waiting if not r.future.running()), default=None)
                 if soonest is not None:
                     until = max(0.0, soonest - time.monotonic()) + 0.001
                     left = until if left is None else min(left, until)
