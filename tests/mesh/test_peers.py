@@ -21,6 +21,7 @@ import cbor2
 import pytest
 
 from context_os import Session
+from context_os.context.evict import evict
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.mesh_tools import MESH_TOOL_NAMES, MeshTools
 from context_os.errors import ConfigError, MeshError
@@ -112,6 +113,25 @@ def test_a_broadcast_reaches_both_others_and_shows_in_their_context(
     [sent] = a.messages()
     assert sent["direction"] == "out" and sent["kind"] == "broadcast"
     assert sent["name"] == f"{a.name} → every peer: broadcast"  # its line in the object index (not "→ None")
+
+
+def test_an_evicted_message_leaves_the_context_and_the_session_goes_on(
+    store: Store, agents: AgentFactory, uid: str
+) -> None:
+    """Evicting a message a peer sent (a secret the redaction did not know): the agent still
+    offered it to the session, which failed every turn after (``NotFound``) until the agent
+    restarted."""
+    a, b = agents("alice"), agents("bob", session=f"{uid}-bob")
+    hb = hook_for(store, b, f"{uid}-bob")
+    link(a, b)
+    a.broadcast("staging is at plum-orchard-42", "event")
+    wait_for(lambda: b.messages(), "the broadcast")
+    assert "plum-orchard-42" in blocks_text(hb.transform_context([user("news?")]))
+    evict(store, b.messages()[0]["id"])
+    a.broadcast("deploy at noon", "event")
+    wait_for(lambda: len(b.messages()) == 2, "the second broadcast")
+    text = blocks_text(hb.transform_context([user("news?"), say("none yet"), user("and now?")]))
+    assert "deploy at noon" in text and "plum-orchard-42" not in text
 
 
 def test_memory_of_a_peer_is_recalled_on_its_next_request(store: Store, agents: AgentFactory, uid: str) -> None:

@@ -173,6 +173,10 @@ class Session:
         """The content hashes of every evicted source item's text (a memory index, a recall
         hit): a source that offers that text again (its file still holds it) is not stored or
         shown (context/sources.py)."""
+        self.evicted: set[str] = set()
+        """The ids of the objects evicted, as of the last turn that read the store's tombstones:
+        a source that offers one of its stored objects (a mesh message) has it skipped
+        (context/sources.py)."""
         self._between: list[StateChange] = []
         """Evictions taken in between two turns (``_take_in_evictions``), for the next turn's changes."""
         self._unchecked = False
@@ -779,6 +783,7 @@ class Session:
         self._tombstones = {(t.id, t.tx_id) for t in tombstones}
         self.erased = _erased_shas(tombstones)
         self.erased_texts = _erased_texts(tombstones)
+        self.evicted = {oid for t in tombstones if isinstance(oid := (t.doc or {}).get("meta", {}).get("object"), str)}
 
     def _take_in_evictions(self) -> None:
         """Before a tool shows stored text between two turns (``lines``, ``history``, ``activate``,
@@ -826,6 +831,7 @@ class Session:
             oid = meta.get("object")
             if isinstance(oid, str):
                 self.source_hashes.pop(oid, None)  # the store no longer holds what it wrote of it
+                self.evicted.add(oid)
             if meta.get("object_kind") == "chat" and meta.get("session") == self.id:
                 self._scrub_page(oid, content)
                 changes.append(StateChange(oid, "shown", "erased", "user", "evicted"))

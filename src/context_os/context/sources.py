@@ -154,9 +154,12 @@ def _end(session: Session, feed: SourceFeed, offered: set[str]) -> set[str]:
 
 def _eligible(session: Session, items: list[SourceItem]) -> list[SourceItem]:
     """Items worth showing: not this session's own chat (it is in the history already), nor a
-    memory index its context shows whole (``shown_whole``)."""
+    memory index its context shows whole (``shown_whole``), nor a stored object evicted since its
+    source took it (a mesh agent's message: the agent still offers it)."""
     out = []
     for item in items:
+        if item.stored and item.id in session.evicted:
+            continue
         obj = str(item.meta.get("object", ""))
         if item.meta.get("session") == session.id and obj.startswith("chat:"):
             continue
