@@ -134,6 +134,28 @@ def test_an_evicted_message_leaves_the_context_and_the_session_goes_on(
     assert "deploy at noon" in text and "plum-orchard-42" not in text
 
 
+def test_a_request_evicted_while_it_waits_is_not_written_back_when_it_is_answered(
+    store: Store, agents: AgentFactory
+) -> None:
+    """Its status (a new version of the request: its text) and the exchange remembered brought
+    the evicted text back into the store when the agent answered it."""
+    a, b = agents("alice"), agents("bob")
+    link(a, b)
+    sent: list[dict[str, Any]] = []
+    sender = threading.Thread(target=lambda: sent.append(a.send(b.peer_id, "deploy with plum-orchard-42")))
+    sender.start()
+    req = b.next_request(timeout=30)
+    assert req is not None and req.object_id is not None
+    evict(store, req.object_id)
+    req.answer("deployed")
+    sender.join(30)
+    assert sent[0]["response"] == "deployed"
+    assert store.doc(req.object_id) is None
+    assert b.memory.get(a.peer_id, "exchange") == []
+    [reply] = [m for m in messages_of(store, b) if m["meta"]["kind"] == "reply"]
+    assert reply["content"] == "deployed" and reply["meta"]["in_reply_to"] == req.object_id
+
+
 def test_memory_of_a_peer_is_recalled_on_its_next_request(store: Store, agents: AgentFactory, uid: str) -> None:
     a, b = agents("alice"), agents("bob", session=f"{uid}-bob")
     hb = hook_for(store, b, f"{uid}-bob")

@@ -202,6 +202,11 @@ class MeshAgent:
         meta = dict(doc["meta"], status=status)
         return SourceDoc(id=doc["id"], kind="message", content=doc["content"], meta=meta).to_doc()
 
+    def _evicted(self, object_id: str) -> bool:
+        """Whether the message ``object_id`` was evicted (its tombstone, context/evict.py): a
+        version of it, or what it said, is not written again."""
+        return self.store.doc(f"tombstone:{object_id}") is not None
+
     def _remember(self, peer: str, key: str, value: str, kind: str, peer_name: str | None) -> None:
         value = _cut(value, MAX_VALUE_CHARS)  # what is read back is cut far shorter anyway
         try:
@@ -402,10 +407,12 @@ class MeshAgent:
         if request is None:
             return
         reply = self._reply_doc(request, pending.peer, pending.peer_name, pending.request_id, text, error)
-        self._record(reply, self._with_status(request, "answered" if not error else "refused by the agent"))
+        evicted = self._evicted(request["id"])
+        status = [] if evicted else [self._with_status(request, "answered" if not error else "refused by the agent")]
+        self._record(reply, *status)
         with self._lock:  # recorded: an answer tried again after a failed write is recorded too
             self._unanswered.pop(pending.object_id or "", None)
-        if not error:
+        if not error and not evicted:
             self._remember(
                 pending.peer,
                 "exchange",
@@ -431,7 +438,8 @@ class MeshAgent:
 
         def write() -> None:
             try:
-                self._record(self._with_status(doc, status))
+                if not self._evicted(doc["id"]):
+                    self._record(self._with_status(doc, status))
             except Exception as e:  # noqa: BLE001 - the answer went out; only its status is not stored
                 log.warning("mesh: could not store the status of request %s: %s", pending.request_id, e)
 
