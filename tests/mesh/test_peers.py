@@ -24,7 +24,7 @@ from context_os import Session
 from context_os.context.evict import evict
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.mesh_tools import MESH_TOOL_NAMES, MeshTools
-from context_os.errors import ConfigError, MeshError
+from context_os.errors import ConfigError, InputError, MeshError
 from context_os.harness.openai import OpenAIHook
 from context_os.mesh import registry, wire
 from context_os.mesh.agent import MeshAgent
@@ -566,6 +566,32 @@ def test_a_message_no_peer_would_accept_is_refused_before_it_is_sent_or_stored(
     assert long["error"] is False and len(long["response"]) == wire.MAX_TEXT_CHARS
     [stored] = [d for d in messages_of(store, bob) if d["meta"]["kind"] == "reply" and d["content"][0] == "z"]
     assert stored["content"] == long["response"]
+
+
+def test_text_that_is_not_valid_unicode_is_refused_before_it_is_sent_or_stored(
+    store: Store, agents: AgentFactory
+) -> None:
+    """A lone surrogate (invalid UTF-8 on ``ctxos mesh send - `` read with surrogateescape, a
+    ``\\udcff`` escape in a model's JSON) has no UTF-8 form: a send failed in CBOR, was tried
+    again, and then failed to store (``HashError``); a broadcast raised ``UnicodeEncodeError``;
+    an answer failed to store and its request waited out its time."""
+    alice, bob = agents("alice"), agents("bob")
+    link(alice, bob)
+    bad = "deploy \udcff now"
+    for name, args in (("mesh_send", {"peerId": bob.peer_id, "message": bad}), ("mesh_broadcast", {"message": bad})):
+        out = json.loads(hook_for(store, alice, f"s-{name}").call_tool(name, args))
+        assert out["type"] == "InputError" and "not valid Unicode text" in out["error"], out
+    assert messages_of(store, alice) == [] and alice.node.counts["requests_out"] == 0
+    sent: list[dict[str, Any]] = []
+    sender = threading.Thread(target=lambda: sent.append(alice.send(bob.peer_id, "status?")))
+    sender.start()
+    req = bob.next_request(timeout=30)
+    assert req is not None
+    with pytest.raises(InputError, match="not valid Unicode text"):
+        req.answer(bad)
+    req.answer("all good")  # the request is still the agent's to answer
+    sender.join(30)
+    assert sent[0]["response"] == "all good"
 
 
 def test_a_send_to_what_is_not_a_peer_id_is_refused_stored_nor_retried(store: Store, agents: AgentFactory) -> None:

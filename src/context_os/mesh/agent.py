@@ -542,6 +542,8 @@ def _check_outgoing(message: object, what: str) -> None:
         raise InputError(
             f"{what}: the message is {len(message):,} characters; peers accept at most {wire.MAX_TEXT_CHARS:,}"
         )
+    if (problem := wire.unicode_problem(message)) is not None:
+        raise InputError(f"{what}: the message cannot be sent: {problem}")
 
 
 class MeshSource:

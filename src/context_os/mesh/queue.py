@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import StateError
+from ..errors import InputError, StateError
 from . import wire
 
 __all__ = ["MAX_QUEUE", "REQUEST_TIMEOUT", "PendingRequest", "RequestQueue", "settle"]
@@ -104,6 +104,8 @@ class PendingRequest:
         (or timed out)."""
         if not isinstance(text, str):
             raise StateError("a request's answer must be text")
+        if (problem := wire.unicode_problem(text)) is not None:  # refused before anything is recorded
+            raise InputError(f"the answer to request {self.request_id} cannot be sent: {problem}")
         text = wire.fit(text)  # what the peer accepts, stored as sent
         with self._answering:
             if self.future.done():

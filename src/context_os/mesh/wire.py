@@ -36,6 +36,7 @@ __all__ = [
     "fit",
     "name_problem",
     "new_request_id",
+    "unicode_problem",
 ]
 
 PROTOCOL = "/pi-agent/0.1.0"
@@ -43,6 +44,16 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """The largest CBOR body a peer may send (a length prefix above it is refused unread)."""
 MAX_TEXT_CHARS = 1_000_000
 """The longest ``message`` text accepted."""
+
+
+def unicode_problem(text: str) -> str | None:
+    """Why ``text`` cannot be sent (CBOR text is UTF-8: a lone surrogate, which invalid UTF-8
+    read with ``surrogateescape`` or a JSON ``\\udcff`` escape leaves, has no encoding), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"it is not valid Unicode text ({e.reason} at position {e.start})"
+    return None
 
 
 def fit(text: str) -> str:
