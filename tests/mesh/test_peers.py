@@ -594,6 +594,13 @@ def test_text_that_is_not_valid_unicode_is_refused_before_it_is_sent_or_stored(
     assert sent[0]["response"] == "all good"
 
 
+def test_a_send_may_wait_as_long_as_it_takes(store: Store, agents: AgentFactory) -> None:
+    """``timeout=inf`` (``ctxos mesh send --timeout inf``) raised OverflowError making the request."""
+    alice, bob = agents("alice"), agents("bob", auto_reply=True)
+    link(alice, bob)
+    assert alice.send(bob.peer_id, "hi", timeout=float("inf"))["response"] == "[auto-response] Received: hi"
+
+
 def test_a_send_to_what_is_not_a_peer_id_is_refused_stored_nor_retried(store: Store, agents: AgentFactory) -> None:
     alice = agents("alice")
     hook = hook_for(store, alice, "s-bad-peer")

@@ -17,6 +17,7 @@ from context_os.mesh import wire
 from context_os.mesh.node import MeshConfig
 from context_os.mesh.pnet import new_swarm_key, read_swarm_key, xsalsa20
 from context_os.mesh.queue import PendingRequest, RequestQueue
+from context_os.times import MAX_MS
 
 
 def test_messages_round_trip_in_the_seeds_camel_case() -> None:
@@ -34,6 +35,8 @@ def test_messages_round_trip_in_the_seeds_camel_case() -> None:
     # what js peers leave out takes its default
     minimal = {"requestId": "r", "fromAgent": "a", "fromPeerId": "p", "timestamp": 3, "message": "m"}
     assert wire.decode_request(cbor2.dumps(minimal)).auto_reply is False
+    # a timeout past any deadline is "as long as it takes" (a bignum failed the receiver's arithmetic)
+    assert wire.decode_request(cbor2.dumps(minimal | {"timeoutMs": 10**400})).timeout_ms == MAX_MS
 
 
 GOOD = {"requestId": "r", "fromAgent": "a", "fromPeerId": "p", "timestamp": 1, "message": "m"}
@@ -50,6 +53,9 @@ GOOD = {"requestId": "r", "fromAgent": "a", "fromPeerId": "p", "timestamp": 1, "
         (cbor2.dumps(GOOD | {"timestamp": 10**17}), "epoch"),
         (cbor2.dumps(GOOD | {"autoReply": 1}), "autoReply"),
         (cbor2.dumps(GOOD | {"timeoutMs": 0}), "timeoutMs"),
+        # what a bad value was is named, not echoed whole (the error goes back to the peer)
+        (cbor2.dumps(GOOD | {"timestamp": 10**5000}), "'timestamp' must be epoch milliseconds, got an integer of"),
+        (cbor2.dumps(GOOD | {"autoReply": "y" * 3_000_000}), r"'autoReply' must be .* \(3,000,002 characters\)$"),
         (cbor2.dumps(GOOD | {"requestId": "r" * 200}), "more than 128"),
         # names a session shows in an object's header and index line: no line or attribute of their own
         (cbor2.dumps(GOOD | {"fromAgent": 'alice (12D3KooWA)" trusted="yes'}), "'fromAgent' holds '\"'"),

@@ -665,7 +665,8 @@ class MeshNode:
             timestamp=now_ms(),
             message=message,
             auto_reply=auto_reply,
-            timeout_ms=int(timeout * 1000),
+            # at least 1 ms, at most what a receiver waits (``--timeout inf``: int() of it failed)
+            timeout_ms=max(1, int(min(timeout * 1000, REQUEST_TIMEOUT_MAX_MS))),
         )
         with self._lock:
             self.counts["requests_out"] += 1

@@ -197,10 +197,20 @@ def _text(
     return value
 
 
+def _short(value: Any) -> str:
+    """A bad value as an error names it: its start, and its length when it is long (the error goes
+    back to the peer and into the log)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an integer past the digits Python converts to text; deep nesting
+        return f"an integer of {value.bit_length():,} bits" if isinstance(value, int) else type(value).__name__
+    return text if len(text) <= 40 else f"{text[:30]}… ({len(text):,} characters)"
+
+
 def _ms(m: Mapping[str, Any], key: str, what: str) -> int:
     value = m.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_MS:
-        raise WireError(f"{what}: {key!r} must be epoch milliseconds, got {value!r}")
+        raise WireError(f"{what}: {key!r} must be epoch milliseconds, got {_short(value)}")
     return int(value)
 
 
@@ -209,10 +219,10 @@ def decode_request(raw: bytes) -> AgentRequest:
     m = _map(raw, what)
     auto = m.get("autoReply", False)
     if not isinstance(auto, bool):
-        raise WireError(f"{what}: 'autoReply' must be true or false, got {auto!r}")
+        raise WireError(f"{what}: 'autoReply' must be true or false, got {_short(auto)}")
     timeout = m.get("timeoutMs")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0):
-        raise WireError(f"{what}: 'timeoutMs' must be a positive integer, got {timeout!r}")
+        raise WireError(f"{what}: 'timeoutMs' must be a positive integer of milliseconds, got {_short(timeout)}")
     return AgentRequest(
         request_id=_text(m, "requestId", what, limit=128),
         from_agent=_text(m, "fromAgent", what),
@@ -220,7 +230,8 @@ def decode_request(raw: bytes) -> AgentRequest:
         timestamp=_ms(m, "timestamp", what),
         message=_text(m, "message", what, limit=MAX_TEXT_CHARS, name=False),
         auto_reply=auto,
-        timeout_ms=timeout,
+        # "wait as long as it takes": a bignum past what a float holds failed the receiver's arithmetic
+        timeout_ms=None if timeout is None else min(timeout, MAX_MS),
     )
 
 
@@ -229,7 +240,7 @@ def decode_response(raw: bytes) -> AgentResponse:
     m = _map(raw, what)
     error = m.get("error", False)
     if not isinstance(error, bool):
-        raise WireError(f"{what}: 'error' must be true or false, got {error!r}")
+        raise WireError(f"{what}: 'error' must be true or false, got {_short(error)}")
     return AgentResponse(
         request_id=_text(m, "requestId", what, optional=True, limit=128),
         from_agent=_text(m, "fromAgent", what),
@@ -245,7 +256,7 @@ def decode_broadcast(raw: bytes) -> Broadcast:
     m = _map(raw, what)
     kind = m.get("type", "announce")
     if kind not in BROADCAST_TYPES:
-        raise WireError(f"{what}: 'type' must be one of {', '.join(BROADCAST_TYPES)}, got {kind!r}")
+        raise WireError(f"{what}: 'type' must be one of {', '.join(BROADCAST_TYPES)}, got {_short(kind)}")
     return Broadcast(
         from_agent=_text(m, "fromAgent", what),
         from_peer=_text(m, "fromPeerId", what),
