@@ -366,6 +366,35 @@ def test_a_peer_cannot_write_lines_or_attributes_of_its_own_into_the_context_thr
     assert f'from="{a.name} ({a.peer_id})" message="broadcast"' in text
 
 
+def test_a_peer_that_answered_with_what_is_refused_is_not_asked_again(
+    store: Store, agents: AgentFactory, uid: str
+) -> None:
+    """A send is tried once more when its peer could not be reached; a peer that did answer, with
+    a response refused (a field not valid), had the request already: it was sent it twice (an
+    agent asked to deploy deployed twice)."""
+    from libp2p.custom_types import TProtocol
+    from libp2p.io.msgio import VarIntLengthMsgReadWriter
+
+    alice = agents("alice")
+    asked: list[wire.AgentRequest] = []
+    with MeshNode(MeshConfig(f"bob-{uid}")) as bob:
+
+        async def answer_badly(stream: Any) -> None:
+            rw = VarIntLengthMsgReadWriter(stream, max_msg_size=wire.MAX_MESSAGE_BYTES)
+            asked.append(wire.decode_request(await rw.read_msg()))
+            bad = {"requestId": asked[-1].request_id, "fromAgent": "bob", "fromPeerId": bob.peer_id, "message": "ok"}
+            await rw.write_msg(cbor2.dumps(bad))  # no timestamp
+            await stream.close()
+
+        bob._host.set_stream_handler(TProtocol(wire.PROTOCOL), answer_badly)
+        alice.node.connect(bob.addrs[0])
+        with pytest.raises(MeshError, match="answered with something that is not a response.*'timestamp'"):
+            alice.send(bob.peer_id, "deploy now")
+    assert [r.message for r in asked] == ["deploy now"]
+    [failed] = messages_of(store, alice)
+    assert failed["meta"]["status"] == "failed"
+
+
 def test_a_request_nobody_answers_times_out_and_a_full_queue_refuses(store: Store, agents: AgentFactory) -> None:
     a = agents("alice")
     b = agents("bob", answer_timeout=1.0, max_queue=1)

@@ -259,8 +259,14 @@ class MeshAgent:
                 break
             except MeshError as e:
                 error = e
-                if "no answer within" in str(e) or self.stopping.is_set() or attempt + 1 == SEND_ATTEMPTS:
-                    break  # a peer that stays silent is not tried again: it had its time
+                # a peer that stays silent is not tried again: it had its time; nor one that
+                # answered with what is refused (node._request): it had the request, and was
+                # asked twice
+                said = str(e)
+                if any(m in said for m in ("no answer within", " answered ")) or self.stopping.is_set():
+                    break
+                if attempt + 1 == SEND_ATTEMPTS:
+                    break
                 time.sleep(RETRY_DELAY)
         if error is not None:
             self._record(
