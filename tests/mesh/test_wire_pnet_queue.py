@@ -53,6 +53,8 @@ GOOD = {"requestId": "r", "fromAgent": "a", "fromPeerId": "p", "timestamp": 1, "
         (cbor2.dumps(GOOD | {"timestamp": 10**17}), "epoch"),
         (cbor2.dumps(GOOD | {"autoReply": 1}), "autoReply"),
         (cbor2.dumps(GOOD | {"timeoutMs": 0}), "timeoutMs"),
+        (cbor2.dumps(GOOD | {"protocol": "/pi-agent/2.0.0"}), "'protocol' is '/pi-agent/2.0.0'; this agent speaks"),
+        (cbor2.dumps(GOOD | {"protocol": 1}), "'protocol' is 1"),
         # what a bad value was is named, not echoed whole (the error goes back to the peer)
         (cbor2.dumps(GOOD | {"timestamp": 10**5000}), "'timestamp' must be epoch milliseconds, got an integer of"),
         (cbor2.dumps(GOOD | {"autoReply": "y" * 3_000_000}), r"'autoReply' must be .* \(3,000,002 characters\)$"),

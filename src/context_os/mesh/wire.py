@@ -217,6 +217,11 @@ def _ms(m: Mapping[str, Any], key: str, what: str) -> int:
 def decode_request(raw: bytes) -> AgentRequest:
     what = "request"
     m = _map(raw, what)
+    # the field is optional (a js peer sends it, not every peer does); another version's request
+    # may mean something else by its fields: refused, not read as this version's
+    version = m.get("protocol")
+    if version is not None and version != PROTOCOL:
+        raise WireError(f"{what}: 'protocol' is {_short(version)}; this agent speaks {PROTOCOL}")
     auto = m.get("autoReply", False)
     if not isinstance(auto, bool):
         raise WireError(f"{what}: 'autoReply' must be true or false, got {_short(auto)}")
