@@ -362,6 +362,43 @@ def test_postgres_start_says_only_its_own_lines(postgres: Cluster) -> None:
     assert stop.stderr.splitlines() == [f"xtdb/postgres: stopped PostgreSQL on port {port}"]
 
 
+def test_postgres_of_another_data_directory_on_the_port_is_refused_and_stop_stops_the_one_there(
+    postgres: Cluster,
+) -> None:
+    """A second cluster's data directory given the port of a PostgreSQL already running (another
+    cluster's): the start made a cluster there, said "already running", printed the URL (its
+    nodes would have written into the other cluster's log) and recorded its own directory as the
+    port's, so ``stop`` then found "no PostgreSQL of ours" and left the running one running.
+    ``postgres`` is requested only so the test is skipped exactly where PostgreSQL cannot be had."""
+    port = _free_port()
+    script = str(XTDB / "postgres")
+    first, other = XTDB / "target" / f"pg-{port}", XTDB / "target" / f"pg-{port}-other"
+    try:
+        subprocess.run([script, "start", "--port", str(port)], capture_output=True, check=True, timeout=600)
+        run = subprocess.run(
+            [script, "start", "--port", str(port), "--data-dir", str(other)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        stop = subprocess.run([script, "stop", "--port", str(port)], capture_output=True, text=True, timeout=120)
+        left = (first / "postmaster.pid").exists()
+    finally:
+        for data in (first, other):
+            subprocess.run(
+                [script, "stop", "--port", str(port), "--data-dir", str(data)], capture_output=True, timeout=120
+            )
+            shutil.rmtree(data, ignore_errors=True)
+    assert run.returncode == 1 and run.stdout == "", run.stderr
+    assert run.stderr == (
+        f"xtdb/postgres: another PostgreSQL already runs on port {port} (data: {first}), not the one of {other}:"
+        " stop it or choose another port\n"
+    )
+    assert not other.exists()  # nothing made for a start refused
+    assert stop.stderr.splitlines() == [f"xtdb/postgres: stopped PostgreSQL on port {port}"]
+    assert not left
+
+
 def test_postgres_help_is_the_help_alone() -> None:
     """On stdout, exit status 0, before any PostgreSQL is looked for (or installed)."""
     run = subprocess.run([str(XTDB / "postgres"), "--help"], capture_output=True, text=True, timeout=30)
