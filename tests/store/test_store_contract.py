@@ -686,6 +686,26 @@ def test_find_matches_value_types_exactly(store: Store, uid: str) -> None:
     assert ns(store.find(kind, {"flag": "1"}, valid_time=T0)) == [3]
 
 
+def test_find_by_numbers_beyond_a_double_s_range(store: Store, uid: str) -> None:
+    """Integers as long as JSON lets them be (one too big for a double among them) are stored,
+    found and told apart; the XTDB store raised ``OverflowError`` making a double of one."""
+    kind = f"k{uid}"
+    huge = 10**400
+    store.submit(
+        [
+            Put(doc(f"{uid}-huge", 1, kind=kind, size=huge), T0),
+            Put(doc(f"{uid}-huger", 2, kind=kind, size=huge + 1), T0),
+            Put(doc(f"{uid}-long", 3, kind=kind, size=2**63 + 5), T0),
+            Put(doc(f"{uid}-big", 4, kind=kind, size=1e300), T0),
+        ]
+    )
+    assert ns(store.find(kind, {"size": huge}, valid_time=T0)) == [1]
+    assert ns(store.find(kind, {"size": -huge}, valid_time=T0)) == []
+    assert ns(store.find(kind, {"size": 2**63 + 5}, valid_time=T0)) == [3]
+    assert ns(store.find(kind, {"size": 1e300}, valid_time=T0)) == [4]
+    assert store.find_meta(kind, {"size": huge + 1}, ("size",), valid_time=T0) == [(f"{uid}-huger", {"size": huge + 1})]
+
+
 def test_find_meta_gives_the_fields_of_what_find_finds(store: Store, uid: str) -> None:
     """``find_meta``: the ids ``find`` gives, in its order, each with only the meta fields asked
     for that it has (the XTDB store pulls those alone, not the documents)."""

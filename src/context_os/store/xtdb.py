@@ -1435,7 +1435,8 @@ def _where_clause(key: str, value: Any) -> str | None:
             return None
         if value == 0:
             value = 0.0 if isinstance(value, float) else 0  # XTDB stores -0.0 as 0.0
-        if float(value).is_integer() and abs(value) < _SAFE_INT:
+        # (the bound first: an integer past a double's range has no float to make)
+        if abs(value) < _SAFE_INT and float(value).is_integer():
             return f"(or [e {attr} {int(value)}] [e {attr} {float(value)!r}])"
         return f"[e {attr} {_to_edn(value)}]"
     return None
