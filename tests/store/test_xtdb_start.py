@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from context_os.store.xtdb import XtdbStore
 from tests._xtdb_node import ROOT, STARTUP_TIMEOUT_S, _free_port
 
 pytestmark = pytest.mark.xtdb
@@ -176,6 +177,32 @@ def test_a_start_run_again_while_the_node_of_a_cut_short_start_starts_waits_for_
     assert running == str(node_pid)  # the node of the first start, not a second one
     assert "stopped the node" in stop.stderr, stop.stderr
     assert left == [], "a node of the port is still running"
+
+
+def test_a_node_on_an_ipv6_address_starts_and_its_url_is_one_a_store_opens(tmp_path: Path, xtdb_url: str) -> None:
+    """``--host ::1``: the start asked ``http://::1:PORT`` whether the node answered, which is no
+    URL, so it waited out its timeout and stopped the node; its URL now brackets the address.
+    ``xtdb_url`` is requested only so the test is skipped exactly where no node can be had."""
+    with socket.socket(socket.AF_INET6) as probe:
+        try:
+            probe.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback here")
+    port = _free_port()
+    try:
+        run = subprocess.run(
+            [str(ROOT / "xtdb" / "start"), "--port", str(port), "--config", "memory", "--host", "::1"]
+            + ["--timeout", str(STARTUP_TIMEOUT_S)],
+            capture_output=True,
+            text=True,
+            timeout=STARTUP_TIMEOUT_S + 240,
+        )
+        assert run.returncode == 0, run.stderr
+        assert run.stdout == f"xtdb+http://[::1]:{port}\n"
+        with XtdbStore(run.stdout.strip(), text_index_path=tmp_path / "text.db") as store:
+            assert store.stats()["nodes"][0]["answers"] is True
+    finally:
+        subprocess.run([str(ROOT / "xtdb" / "stop"), "--port", str(port)], capture_output=True, timeout=90, check=False)
 
 
 def _cmdline(proc: Path) -> str:
