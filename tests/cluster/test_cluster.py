@@ -399,6 +399,32 @@ def test_postgres_of_another_data_directory_on_the_port_is_refused_and_stop_stop
     assert not left
 
 
+def test_postgres_in_a_data_directory_given_relative_starts(postgres: Cluster) -> None:
+    """``--data-dir pg`` (``xtdb/start --cluster N --data-dir DIR`` passes ``DIR/pg-PORT``, relative
+    when DIR is): the cluster named that relative path as its socket directory, which PostgreSQL
+    took as relative to its data directory, and it never started. ``postgres`` is requested only
+    so the test is skipped exactly where PostgreSQL cannot be had."""
+    port = _free_port()
+    script = str(XTDB / "postgres")
+    where = XTDB / "target"  # as root it runs as the postgres user, who must be able to enter it
+    data = where / f"pg-{port}-relative"
+    try:
+        run = subprocess.run(
+            [script, "start", "--port", str(port), "--data-dir", data.name],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        stop = subprocess.run([script, "stop", "--port", str(port)], capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run([script, "stop", "--port", str(port), "--data-dir", str(data)], capture_output=True, timeout=120)
+        shutil.rmtree(data, ignore_errors=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == f"jdbc:postgresql://127.0.0.1:{port}/xtdb\n"
+    assert stop.stderr.splitlines() == [f"xtdb/postgres: stopped PostgreSQL on port {port}"]
+
+
 def test_postgres_help_is_the_help_alone() -> None:
     """On stdout, exit status 0, before any PostgreSQL is looked for (or installed)."""
     run = subprocess.run([str(XTDB / "postgres"), "--help"], capture_output=True, text=True, timeout=30)
