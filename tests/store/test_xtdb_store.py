@@ -727,6 +727,20 @@ def test_server_errors_name_the_node_and_the_reason(xs: XtdbStore) -> None:
         xs.get("anything", tx_id=latest.id + 1_000_000)
 
 
+def test_sync_with_a_tx_time_awaits_that_time_as_the_official_server_does(xs: XtdbStore, uid: str) -> None:
+    """The official ``/_xtdb/sync`` takes ``tx-time`` (``await-tx-time`` then, ``sync`` without
+    it); ours took no notice of it and answered at once with what the node had indexed."""
+    tx = xs.put({"id": f"sync:{uid}", "kind": "k"})
+    xs.sync()
+    r = _raw(xs, "GET", "sync", params={"tx-time": _iso(tx.time)})
+    assert r.status_code == 200 and _ms(_read_edn(r.text)[Keyword("xtdb.api/tx-time")]) >= tx.time
+    # a time no transaction has reached yet: awaited until the timeout, as await-tx-time is
+    later = _iso(now_ms() + 3_600_000)
+    r = _raw(xs, "GET", "sync", params={"tx-time": later, "timeout": "300"})
+    assert r.status_code == 500 and "TimeoutException" in r.text, r.text
+    assert _raw(xs, "GET", "await-tx-time", params={"tx-time": later, "timeout": "300"}).text == r.text
+
+
 def test_stats_report_the_node(xs: XtdbStore) -> None:
     stats = xs.stats()
     assert stats["backend"] == "xtdb"

@@ -619,8 +619,13 @@
   (let [tx-time (or (param params :tx-time parse-date) (throw (bad-request "tx-time is required" {})))]
     [200 {::xt/tx-time (xt/await-tx-time node tx-time (timeout-param params))}]))
 
-(defn- sync* [node _ex params]
-  [200 {::xt/tx-time (xt/sync node (timeout-param params))}])
+(defn- sync*
+  "`sync`, or with `tx-time` `await-tx-time`, as the official server's /_xtdb/sync."
+  [node _ex params]
+  (let [timeout (timeout-param params)]
+    [200 {::xt/tx-time (if-let [tx-time (param params :tx-time parse-date)]
+                         (xt/await-tx-time node tx-time timeout)
+                         (xt/sync node timeout))}]))
 
 (defn- tx-committed [node _ex params]
   (let [tx-id (or (param params :tx-id parse-long*) (throw (bad-request "tx-id is required" {})))]
