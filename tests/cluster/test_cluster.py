@@ -28,7 +28,7 @@ from context_os.store import open_store
 from context_os.store.base import Match, Put
 from context_os.store.edn import Keyword
 from context_os.store.xtdb import XtdbStore, _read_edn
-from tests._xtdb_node import _free_port, run_clojure
+from tests._xtdb_node import STARTUP_TIMEOUT_S, _free_port, run_clojure
 from tests.cluster._cluster import XTDB, Cluster
 from tests.ui.recorded import record_demo
 
@@ -423,6 +423,39 @@ def test_postgres_in_a_data_directory_given_relative_starts(postgres: Cluster) -
     assert run.returncode == 0, run.stderr
     assert run.stdout == f"jdbc:postgresql://127.0.0.1:{port}/xtdb\n"
     assert stop.stderr.splitlines() == [f"xtdb/postgres: stopped PostgreSQL on port {port}"]
+
+
+def test_stop_of_a_cluster_stops_the_postgres_its_nodes_run_on(postgres: Cluster, tmp_path: Path) -> None:
+    """``xtdb/stop --cluster N --port P`` without ``--pg-port``, of a cluster started on another
+    PostgreSQL port: it stopped the PostgreSQL on the default port (another cluster's, whose
+    nodes then lost their database) and left this one's running. It now stops the one its nodes'
+    start recorded. ``postgres`` is requested only so the test is skipped exactly where
+    PostgreSQL cannot be had."""
+    port, pg_port = _free_port(), _free_port()
+    script = XTDB / "postgres"
+    pg_data = XTDB / "target" / f"pg-{pg_port}"
+    try:
+        subprocess.run([str(script), "start", "--port", str(pg_port)], capture_output=True, check=True, timeout=600)
+        subprocess.run(
+            [str(XTDB / "start"), "--port", str(port), "--config", str(XTDB / "config" / "cluster.edn")]
+            + ["--pg-port", str(pg_port), "--data-dir", str(tmp_path / "node"), "--timeout", str(STARTUP_TIMEOUT_S)],
+            capture_output=True,
+            check=True,
+            timeout=STARTUP_TIMEOUT_S + 240,
+        )
+        stop = subprocess.run(
+            [str(XTDB / "stop"), "--cluster", "1", "--port", str(port)], capture_output=True, text=True, timeout=180
+        )
+        left = (pg_data / "postmaster.pid").exists()
+    finally:
+        subprocess.run([str(XTDB / "stop"), "--port", str(port)], capture_output=True, timeout=90)
+        subprocess.run([str(script), "stop", "--port", str(pg_port)], capture_output=True, timeout=120)
+        shutil.rmtree(pg_data, ignore_errors=True)
+    assert stop.returncode == 0, stop.stderr
+    stopped_node, stopped_postgres = stop.stderr.splitlines()
+    assert stopped_node.startswith(f"xtdb/stop: stopped the node on port {port} (pid ")
+    assert stopped_postgres == f"xtdb/postgres: stopped PostgreSQL on port {pg_port}"
+    assert not left
 
 
 def test_postgres_help_is_the_help_alone() -> None:
