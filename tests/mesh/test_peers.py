@@ -183,6 +183,13 @@ def test_memory_of_a_peer_is_recalled_on_its_next_request(store: Store, agents: 
     assert {"key": "exchange", "count": 2} in keys and {"key": "prefs", "count": 1} in keys
     found = json.loads(hb.call_tool("memory_search", {"query": "pnpm", "peerId": a.peer_id}))
     assert found["count"] >= 1 and "pnpm" in found["results"][0]["value"]
+    # a peer's agent name names it as its id does (mesh_send takes either)
+    assert json.loads(hb.call_tool("memory_keys", {"peerId": a.name})) == {"peerId": a.peer_id, "keys": keys}
+    hb.call_tool("memory_store", {"peerId": a.name, "key": "prefs", "value": "alice reviews on Fridays"})
+    [newest, _] = json.loads(hb.call_tool("memory_recall", {"peerId": a.peer_id, "key": "prefs"}))["entries"]
+    assert newest["value"] == "alice reviews on Fridays"
+    by_name = json.loads(hb.call_tool("memory_search", {"query": "Fridays", "peerId": a.name}))
+    assert by_name["count"] >= 1 and "Fridays" in by_name["results"][0]["value"]
 
 
 def test_secrets_in_what_peers_send_are_stored_redacted(store: Store, agents: AgentFactory) -> None:

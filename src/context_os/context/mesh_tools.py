@@ -95,6 +95,7 @@ class MeshTools:
         value: str,
         metadata: dict[str, Any] | None = None,  # noqa: N803
     ) -> dict[str, Any]:
+        peerId = self.agent.peer_id_of(peerId)  # noqa: N806 - the seed's name
         known = self.agent.node.peer(peerId)
         entry = self.agent.memory.store_entry(
             peerId, key, value, peer_name=known.agent_name if known else None, metadata=metadata
@@ -108,20 +109,21 @@ class MeshTools:
         limit: int | None = None,
         fullText: bool = False,  # noqa: N803
     ) -> dict[str, Any]:
-        entries = self.agent.memory.get(peerId, key, limit=limit, full_text=fullText)
+        peer = None if peerId is None else self.agent.peer_id_of(peerId)
+        entries = self.agent.memory.get(peer, key, limit=limit, full_text=fullText)
         return {"count": len(entries), "entries": [e.public() for e in entries]}
 
     def memory_search(self, query: str, peerId: str | None = None, nResults: int | None = None) -> dict[str, Any]:  # noqa: N803
         if not isinstance(query, str) or not query.strip():
             raise InputError("memory_search: query is empty")
         memory = self.agent.memory
-        entries = memory.search(query, peer=peerId, n=nResults)
+        entries = memory.search(query, peer=None if peerId is None else self.agent.peer_id_of(peerId), n=nResults)
         ranking = memory.recall.describe() if memory.recall is not None else "keyword (BM25) only"
         return {"query": query, "ranking": ranking, "count": len(entries), "results": [e.public() for e in entries]}
 
     def memory_keys(self, peerId: str) -> dict[str, Any]:  # noqa: N803
-        keys = self.agent.memory.keys(peerId)
-        return {"peerId": peerId, "keys": keys}
+        peer = self.agent.peer_id_of(peerId)
+        return {"peerId": peer, "keys": self.agent.memory.keys(peer)}
 
 
 MESH_TOOL_NAMES = (
@@ -171,7 +173,7 @@ STORE_DESCRIPTION = (
 )
 STORE_SCHEMA = object_schema(
     {
-        "peerId": {"type": "string", "description": "The peer the fact is about"},
+        "peerId": {"type": "string", "description": "The peer the fact is about: its id, or its agent name"},
         "key": {"type": "string", "description": "A category: prefs, decision, project_context, …"},
         "value": {"type": "string", "description": "The fact"},
         "metadata": {"type": "object", "description": "Extra text or number fields"},
@@ -184,7 +186,7 @@ RECALL_DESCRIPTION = (
 )
 RECALL_SCHEMA = object_schema(
     {
-        "peerId": {"type": "string", "description": "The peer"},
+        "peerId": {"type": "string", "description": "The peer: its id, or its agent name"},
         "key": {"type": "string", "description": "The key (exchange, broadcast, or one you stored)"},
         "limit": {"type": "integer", "minimum": 1, "description": "How many entries (default 10, at most 50)"},
         "fullText": {"type": "boolean", "description": "Values uncut (default: cut to 10,000 characters)"},
@@ -197,10 +199,12 @@ SEARCH_DESCRIPTION = (
 SEARCH_SCHEMA = object_schema(
     {
         "query": {"type": "string", "description": "What to look for"},
-        "peerId": {"type": "string", "description": "Only this peer's memories"},
+        "peerId": {"type": "string", "description": "Only this peer's memories (its id, or its agent name)"},
         "nResults": {"type": "integer", "minimum": 1, "description": "How many results (default 5)"},
     },
     ["query"],
 )
 KEYS_DESCRIPTION = "List the keys stored for a peer, with how many entries each holds."
-KEYS_SCHEMA = object_schema({"peerId": {"type": "string", "description": "The peer"}}, ["peerId"])
+KEYS_SCHEMA = object_schema(
+    {"peerId": {"type": "string", "description": "The peer: its id, or its agent name"}}, ["peerId"]
+)

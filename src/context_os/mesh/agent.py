@@ -238,6 +238,24 @@ class MeshAgent:
                 log.info("mesh: %s (%s) announced at %s, not reachable: %s", entry.agent_name, peer, addr, e)
         return entry.peer_id
 
+    def peer_id_of(self, who: str) -> str:
+        """The peer id ``who`` names: ``who`` itself when the node knows it as a peer id, else
+        the one peer the node knows by that agent name (a connected one before one gone), else
+        the local registry's; ``who`` as it is when nothing names it. ``MeshError`` when several
+        peers have the name (it names them)."""
+        if self.node.peer(who) is not None:
+            return who
+        named = [p for p in self.node.peers() if p.agent_name == who]
+        named = [p for p in named if p.status == "connected"] or named
+        if len(named) > 1:
+            which = ", ".join(p.id for p in named)
+            raise MeshError(f"mesh: {len(named)} peers are named {who!r}: {which}; give a peer id instead")
+        if named:
+            return named[0].id
+        if self.local_registry is not None and (entry := registry.find(self.local_registry, who)) is not None:
+            return entry.peer_id
+        return who
+
     def send(
         self, peer: str, message: str, *, auto_reply: bool = False, timeout: float | None = None
     ) -> dict[str, Any]:
