@@ -541,6 +541,21 @@ def test_a_pool_use_decay_over_100_percent_is_refused() -> None:
         RetentionPolicy(pool_use_decay_percent=101)
 
 
+def test_none_is_refused_for_a_setting_that_cannot_be_off(db: SqliteStore) -> None:
+    """``keep_recent_results=None`` (a JSON-RPC client's ``null``) was taken, and the session's
+    first turn with a tool result raised a ``TypeError`` from the policy: only the settings whose
+    table entry says "none: ..." may be None, the others are a ``ConfigError`` naming them."""
+    for name in ("keep_recent_results", "collapse_after_turns", "manage_from_tokens", "break_payback_calls"):
+        with pytest.raises(ConfigError, match=f"{name} must be a non-negative integer, got None"):
+            RetentionPolicy(**{name: None})
+    with pytest.raises(ConfigError, match="history_keep_percent must be a non-negative integer, got None"):
+        RetentionPolicy.from_dict({"history_keep_percent": None})
+    off = {"active_pool_tokens": None, "cache_break_percent": None, "history_max_tokens": None}
+    hook = hook_for(db, **off, keep_thinking_turns=None, file_view_chars=None, result_view_chars=None)
+    msgs = [user("go"), call("c1"), result("c1", "x" * 400), say("done"), user("again")]
+    assert texts(hook.transform_context(msgs))[-1] == "again"
+
+
 def test_a_file_too_large_for_the_pool_shows_a_window_of_its_top_and_stays(tmp_path: Path) -> None:
     """A file whose whole text alone is over ``active_pool_tokens`` (a 48 KB module against the
     default 8,000) used to leave the pool on the turn after it was read: the agent had a report

@@ -147,12 +147,18 @@ class RetentionPolicy:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise ConfigError(f"retention policy: {f.name} must be a non-negative integer, got {value!r}")
-            if value is not None and value > MAX_SETTING:
+            can_be_off = "None" in str(f.type)
+            if value is None and can_be_off:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(
+                    f"retention policy: {f.name} must be a non-negative integer"
+                    f"{' (or None)' if can_be_off else ''}, got {value!r}"
+                )
+            if value > MAX_SETTING:
                 raise ConfigError(
                     f"retention policy: {f.name} must be at most {MAX_SETTING:,}"
-                    f"{' (or None)' if 'None' in str(f.type) else ''}, got {value:,}"
+                    f"{' (or None)' if can_be_off else ''}, got {value:,}"
                 )
         for name in ("pool_use_decay_percent", "cache_break_percent"):
             value = getattr(self, name)
