@@ -423,6 +423,51 @@ def test_verify_frames_names_a_frame_document_context_os_did_not_write(tmp_path)
     assert failed["id"] == "frame:x" and failed["problems"][-1] == "not a frame: no meta.session"
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("layout", "9", "content.layout is not an integer"),
+        ("refs", [5], "content.refs is not a list of static refs"),
+        ("blocks", None, "content.blocks is not a list of blocks"),
+        ("tokens", "many", "content.tokens is not an integer"),
+    ],
+)
+def test_a_frame_row_changed_by_hand_is_reported_never_a_traceback(demo, tmp_path, field, value, problem):
+    """A frame whose stored row was edited (a field of the wrong type) made `frames verify`,
+    `frames show`, `frames diff`, `frames list` and `verify --frames` end in a traceback from deep
+    in the re-render (``TypeError: '>=' not supported ...``); each now names the frame and what
+    is wrong with it, exit status 1."""
+    db, _ = demo
+    copy = tmp_path / "tampered.db"
+    copy.write_bytes(db.read_bytes())
+    wal = Path(str(db) + "-wal")
+    if wal.exists():
+        Path(str(copy) + "-wal").write_bytes(wal.read_bytes())
+    conn = sqlite3.connect(copy)
+    (ref, text), *_ = conn.execute(
+        "SELECT d.id, d.json FROM docs d JOIN versions v ON v.doc = d.id JOIN entities e ON e.eid = v.eid"
+        " WHERE e.id = 'frame:d1:000010'"
+    )
+    doc = json.loads(text)
+    doc["content"][field] = value
+    conn.execute("UPDATE docs SET json = ? WHERE id = ?", (json.dumps(doc), ref))
+    conn.commit()
+    conn.close()
+    for args in (["frames", "verify", "d1"], ["frames", "verify", "d1", "10"], ["frames", "show", "d1", "10"]):
+        proc = ctxos(*args, "--json", store=copy, check=False)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        report = json.loads(proc.stdout)
+        bad = next(f for f in report.get("frames", [report]) if f["frame_id"] == "frame:d1:000010")
+        assert bad["ok"] is False and f"not a frame: {problem}" in bad["problems"]
+    report = json.loads(ctxos("verify", "--frames", "--json", store=copy, check=False).stdout)
+    (failed,) = report["frames_failed"]
+    assert failed["id"] == "frame:d1:000010" and f"not a frame: {problem}" in failed["problems"]
+    for args in (["frames", "list", "d1"], ["frames", "diff", "d1", "10"], ["frames", "diff", "d1", "11"]):
+        proc = ctxos(*args, store=copy, check=False)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("Error: StoreCorrupt: frame:d1:000010") and problem in proc.stderr
+
+
 def test_status_and_sessions(demo):
     db, _ = demo
     status = json.loads(ctxos("status", "--json", store=db).stdout)

@@ -98,6 +98,8 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
         frame = get_frame(store, session_id, turn)
         check = verify_frame(store, frame)
         msgs = check.rendered.messages if check.rendered else []
+        # as recorded: in a damaged frame (the check says what is wrong), whatever it holds
+        c = frame["content"] if isinstance(frame.get("content"), dict) else {}
         if as_json:
             emit_json(
                 {
@@ -107,11 +109,11 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
                     "rendered_hash": check.rendered_hash,
                     "problems": check.problems,
                     "checked": check.checked,
-                    "tokens_assembled": frame["content"]["tokens"],
-                    "tokens_full": frame["content"]["tokens_full"],
+                    "tokens_assembled": c.get("tokens"),
+                    "tokens_full": c.get("tokens_full"),
                     "basis_tx_id": check.basis,
-                    "horizon": frame["content"].get("horizon", 0),
-                    "thinking_horizon": frame["content"].get("thinking_horizon", 0),
+                    "horizon": c.get("horizon", 0),
+                    "thinking_horizon": c.get("thinking_horizon", 0),
                     "refs": check.refs,
                     "messages": msgs if messages else None,
                 }
@@ -122,9 +124,9 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
                 for k, m in enumerate(msgs):
                     out += _message_lines(k, m)
                 out.append("")
-            if horizon := frame["content"].get("horizon", 0):
+            if horizon := c.get("horizon", 0):
                 out.append(f"history horizon: chat entry {horizon} (the entries before it show as one note)")
-            if thinking := frame["content"].get("thinking_horizon", 0):
+            if thinking := c.get("thinking_horizon", 0):
                 out.append(f"thinking horizon: chat entry {thinking} (assistant messages before it show no reasoning)")
             out += _check_lines(_verdict(turn, check))
             echo_long("\n".join(out))
@@ -156,7 +158,7 @@ def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, jobs: int 
             with progress(pairs, length=len(docs), label="verifying", enabled=not as_json) as bar:
                 try:
                     for doc, check in bar:
-                        rows.append(_verdict(doc["content"]["turn"], check))
+                        rows.append(_verdict(_turn(doc), check))
                 except StoreUnavailable as e:  # what was checked before it is still reported
                     outage = e
         verified = sum(1 for r in rows if r["ok"])
@@ -293,6 +295,12 @@ def _message_lines(k: int, m: Mapping[str, Any], mark: str = "") -> list[str]:
         out.append(printable(text))
     out += [printable(f"  → {c['name']}({arguments_text(c['arguments'])})") for c in m.get("tool_calls") or ()]
     return out
+
+
+def _turn(frame: Mapping[str, Any]) -> Any:
+    """The turn a frame document names (a damaged one's, whatever it holds there, or None)."""
+    content = frame.get("content")
+    return content.get("turn") if isinstance(content, dict) else None
 
 
 def _verdict(turn: int, check: FrameCheck) -> dict[str, Any]:

@@ -49,6 +49,7 @@ __all__ = [
     "rerender",
     "verify_frame",
     "verify_frames",
+    "well_formed",
 ]
 
 
@@ -91,10 +92,35 @@ def frame_docs(store: Store, session_id: str) -> list[dict[str, Any]]:
 
 
 def _frame_versions(store: Store, session_id: str) -> list[Version]:
-    return sorted(
-        (v for v in store.find("frame", {"session": session_id}) if v.doc),
-        key=lambda v: int(v.doc["meta"]["turn"]),  # type: ignore[index]
-    )
+    return sorted((v for v in store.find("frame", {"session": session_id}) if v.doc), key=lambda v: (_turn_of(v), v.id))
+
+
+def _turn_of(v: Version) -> int:
+    """The turn of a frame version: the one its document records, or, in a document damaged
+    there, the one its id names (0 if that names none either): it still sorts in its place."""
+    meta = (v.doc or {}).get("meta")
+    turn = meta.get("turn") if isinstance(meta, dict) else None
+    if isinstance(turn, int) and not isinstance(turn, bool):
+        return turn
+    tail = v.id.rsplit(":", 1)[-1]
+    return int(tail) if tail.isascii() and tail.isdigit() else 0
+
+
+def well_formed(frame: dict[str, Any], tx_id: int | None = None) -> dict[str, Any]:
+    """``frame``, a stored frame document (``tx_id``: the transaction that wrote it, if known);
+    ``StoreCorrupt`` naming it and what is wrong if it does not have the shape of a frame (a row
+    changed by hand): the read models take its fields as they are."""
+    malformed = _malformed(frame)
+    if malformed:
+        at = f" @ tx {tx_id}" if tx_id is not None else ""
+        name = str(frame.get("id"))
+        raise StoreCorrupt(
+            f"{name}{at} is not a frame as context_os writes it: {malformed}"
+            " (`ctxos frames verify` checks the frames, `ctxos verify` every document's hashes)",
+            id=name,
+            tx_id=tx_id,
+        )
+    return frame
 
 
 def frame_id(session_id: str, turn: int) -> str:
@@ -128,8 +154,8 @@ def _ref_with_tx(ref: dict[str, Any], basis: int) -> dict[str, Any]:
 
 
 def frame_row(v: Version) -> FrameRow:
-    """The row of one stored frame version."""
-    c = (v.doc or {})["content"]
+    """The row of one stored frame version (``StoreCorrupt`` if it is damaged: ``well_formed``)."""
+    c = well_formed(v.doc or {}, v.tx_id)["content"]
     return FrameRow(
         turn=c["turn"],
         frame_id=v.id,
@@ -198,7 +224,7 @@ def get_frame(store: Store, session_id: str, turn: int) -> dict[str, Any]:
     """The frame document of one turn; ``NotFound`` naming the turns the session has, if any."""
     doc = store.doc(frame_id(session_id, turn))
     if doc is None:
-        turns = sorted(v.doc["meta"]["turn"] for v in store.find("frame", {"session": session_id}) if v.doc)
+        turns = [_turn_of(v) for v in _frame_versions(store, session_id)]
         if not turns:
             raise no_frames(store, session_id, f"no frame for turn {turn}: session {session_id!r} has no frames")
         raise NotFound(f"no frame for turn {turn}: session {session_id!r} has turns {turns[0]}–{turns[-1]}")
@@ -359,18 +385,74 @@ def _objects_gone(view: SessionView) -> list[str]:
     return [oid for oid in dict.fromkeys(named) if oid not in view.objects]
 
 
-_FRAME_FIELDS = ("turn", "valid_time", "rendered_hash", "refs")
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _missing_fields(frame: dict[str, Any]) -> str | None:
-    """The first field a frame document needs and ``frame`` lacks (a document of kind ``frame``
-    that context_os did not write), or None."""
+def _is_ref(ref: Any) -> bool:
+    """A static ref (``tx_id`` None: the frame's own transaction), or the full chat pages' one."""
+    if not isinstance(ref, dict):
+        return False
+    if "sealed_pages" in ref:
+        return _is_int(ref["sealed_pages"]) and isinstance(ref.get("pages_hash"), str)
+    return (
+        isinstance(ref.get("id"), str)
+        and _is_int(ref.get("valid_time"))
+        and (ref.get("tx_id") is None or _is_int(ref.get("tx_id")))
+        and isinstance(ref.get("object_hash"), str)
+    )
+
+
+def _is_block(block: Any) -> bool:
+    """``[position or None, block id, hash]`` (``FrameContent.blocks``)."""
+    return (
+        isinstance(block, list)
+        and len(block) == 3
+        and (block[0] is None or _is_int(block[0]))
+        and isinstance(block[1], str)
+        and isinstance(block[2], str)
+    )
+
+
+_FRAME_FIELDS: tuple[tuple[str, bool, Callable[[Any], bool], str], ...] = (
+    # (field of content, required, check, what it must be): what reading and re-rendering a frame
+    # takes as it is (``objects.FrameContent``)
+    ("turn", True, _is_int, "an integer"),
+    ("valid_time", True, _is_int, "an integer"),
+    ("rendered_hash", True, lambda v: isinstance(v, str), "a string"),
+    ("refs", True, lambda v: isinstance(v, list) and all(map(_is_ref, v)), "a list of static refs"),
+    ("tokens", True, _is_int, "an integer"),
+    ("tokens_full", True, _is_int, "an integer"),
+    ("messages", True, _is_int, "an integer"),
+    ("active", True, lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v), "a list of ids"),
+    ("blocks", False, lambda v: isinstance(v, list) and all(map(_is_block, v)), "a list of blocks"),
+    ("tail_at", False, lambda v: isinstance(v, list) and all(p is None or _is_int(p) for p in v), "a list of places"),
+    ("basis_tx_id", False, _is_int, "an integer"),
+    ("seen_tx", False, _is_int, "an integer"),
+    ("layout", False, _is_int, "an integer"),
+    ("tail_layout", False, _is_int, "an integer"),
+    ("horizon", False, _is_int, "an integer"),
+    ("thinking_horizon", False, _is_int, "an integer"),
+    ("managed", False, lambda v: isinstance(v, bool), "true or false"),
+)
+
+
+def _malformed(frame: dict[str, Any]) -> str | None:
+    """What is wrong with the shape of a frame document (one that context_os did not write, or a
+    stored row changed by hand): the first field it needs and lacks, or that is not what
+    context_os writes there; None if it has the shape of a frame."""
     content, meta = frame.get("content"), frame.get("meta")
     if not isinstance(meta, dict) or not isinstance(meta.get("session"), str):
-        return "meta.session"
+        return "no meta.session"
     if not isinstance(content, dict):
-        return "content"
-    return next((f"content.{k}" for k in _FRAME_FIELDS if k not in content), None)
+        return "no content"
+    for key, required, check, what in _FRAME_FIELDS:
+        if key not in content:
+            if required:
+                return f"no content.{key}"
+        elif not check(content[key]):
+            return f"content.{key} is not {what}"
+    return None
 
 
 def verify_frame(
@@ -382,10 +464,10 @@ def verify_frame(
     """Re-render ``frame`` and check its hash, its own document hashes and its static refs
     (``memo``: shared by the frames of a session, as for ``rerender``)."""
     problems = [f"frame document field {f} does not match" for f in verify_doc(frame)]
-    missing = _missing_fields(frame)
-    if missing:
+    malformed = _malformed(frame)
+    if malformed:
         recorded = frame.get("content", {}).get("rendered_hash", "") if isinstance(frame.get("content"), dict) else ""
-        return FrameCheck(str(frame.get("id")), False, str(recorded), "", [*problems, f"not a frame: no {missing}"])
+        return FrameCheck(str(frame.get("id")), False, str(recorded), "", [*problems, f"not a frame: {malformed}"])
     c = frame["content"]
     memo = memo or FrameMemo()
     try:

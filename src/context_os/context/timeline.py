@@ -21,7 +21,7 @@ from ..hashing import canonical_json, hash_value
 from ..store.base import DocMemo, Store, Version
 from ..times import iso
 from .entries import Msg
-from .frames import FrameCheck, FrameMemo, FrameRow, frame_id, frame_row, get_frame, verify_frame
+from .frames import FrameCheck, FrameMemo, FrameRow, frame_id, frame_row, get_frame, verify_frame, well_formed
 from .persist import PAGE_SIZE
 from .view import INDEX_KEY, page_id
 
@@ -318,8 +318,9 @@ def frame_diff(
     check: Callable[[dict[str, Any]], FrameCheck] | None = None,
 ) -> FrameDiff:
     """What changed from turn ``a`` to turn ``b``: both frames re-rendered and verified (by
-    ``check``, e.g. one that keeps what it verified; default ``verify_frame``)."""
-    fa, fb = get_frame(store, session_id, a), get_frame(store, session_id, b)
+    ``check``, e.g. one that keeps what it verified; default ``verify_frame``); ``StoreCorrupt``
+    if either frame document is damaged in its shape (``well_formed``)."""
+    fa, fb = (well_formed(get_frame(store, session_id, turn)) for turn in (a, b))
     if check is None:
         memo = FrameMemo()
         ca, cb = (verify_frame(store, f, memo=memo) for f in (fa, fb))
