@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -423,6 +424,28 @@ def test_verify_frames_names_a_frame_document_context_os_did_not_write(tmp_path)
     assert failed["id"] == "frame:x" and failed["problems"][-1] == "not a frame: no meta.session"
 
 
+def _edited(db: Path, tmp_path: Path, doc_id: str, change: Callable[[dict], object]) -> Path:
+    """A copy of the store ``db`` whose latest version of ``doc_id`` was changed in its row by
+    hand (``change`` edits the parsed document; its hashes are left as they were)."""
+    copy = tmp_path / "tampered.db"
+    copy.write_bytes(db.read_bytes())
+    wal = Path(str(db) + "-wal")
+    if wal.exists():
+        Path(str(copy) + "-wal").write_bytes(wal.read_bytes())
+    conn = sqlite3.connect(copy)
+    (ref, text), *_ = conn.execute(
+        "SELECT d.id, d.json FROM docs d JOIN versions v ON v.doc = d.id JOIN entities e ON e.eid = v.eid"
+        " WHERE e.id = ? ORDER BY v.tx_id DESC",
+        (doc_id,),
+    )
+    doc = json.loads(text)
+    change(doc)
+    conn.execute("UPDATE docs SET json = ? WHERE id = ?", (json.dumps(doc), ref))
+    conn.commit()
+    conn.close()
+    return copy
+
+
 @pytest.mark.parametrize(
     ("field", "value", "problem"),
     [
@@ -438,21 +461,7 @@ def test_a_frame_row_changed_by_hand_is_reported_never_a_traceback(demo, tmp_pat
     in the re-render (``TypeError: '>=' not supported ...``); each now names the frame and what
     is wrong with it, exit status 1."""
     db, _ = demo
-    copy = tmp_path / "tampered.db"
-    copy.write_bytes(db.read_bytes())
-    wal = Path(str(db) + "-wal")
-    if wal.exists():
-        Path(str(copy) + "-wal").write_bytes(wal.read_bytes())
-    conn = sqlite3.connect(copy)
-    (ref, text), *_ = conn.execute(
-        "SELECT d.id, d.json FROM docs d JOIN versions v ON v.doc = d.id JOIN entities e ON e.eid = v.eid"
-        " WHERE e.id = 'frame:d1:000010'"
-    )
-    doc = json.loads(text)
-    doc["content"][field] = value
-    conn.execute("UPDATE docs SET json = ? WHERE id = ?", (json.dumps(doc), ref))
-    conn.commit()
-    conn.close()
+    copy = _edited(db, tmp_path, "frame:d1:000010", lambda doc: doc["content"].__setitem__(field, value))
     for args in (["frames", "verify", "d1"], ["frames", "verify", "d1", "10"], ["frames", "show", "d1", "10"]):
         proc = ctxos(*args, "--json", store=copy, check=False)
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -466,6 +475,42 @@ def test_a_frame_row_changed_by_hand_is_reported_never_a_traceback(demo, tmp_pat
         proc = ctxos(*args, store=copy, check=False)
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert proc.stderr.startswith("Error: StoreCorrupt: frame:d1:000010") and problem in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("doc_id", "change", "problem"),
+    [
+        ("chat:d1:00001", lambda doc: doc["content"][0].__setitem__("text", 5), "its entry 0: text is not a string"),
+        ("chat:d1:00001", lambda doc: doc["content"][3].pop("i"), "its entry 3: i is not an integer"),
+        ("session:d1", lambda doc: doc["meta"].__setitem__("horizon", "12"), "meta.horizon is not an integer"),
+    ],
+)
+def test_a_chat_page_or_session_row_changed_by_hand_is_reported_never_a_traceback(
+    demo, tmp_path, doc_id, change, problem
+):
+    """A chat page or session document whose row was edited made every frame that reads it
+    (`frames verify`, `frames show`, `verify --frames`) and `frames list` end in a traceback
+    (``TypeError: object of type 'int' has no len()``, ``KeyError: 'i'``); the version is
+    reported as damaged (``StoreCorrupt`` naming it), the frames that do not read it still
+    verify."""
+    db, _ = demo
+    copy = _edited(db, tmp_path, doc_id, change)
+    damaged = f"{doc_id} @ tx "
+    proc = ctxos("frames", "verify", "d1", "--json", store=copy, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    report = json.loads(proc.stdout)
+    bad = [f for f in report["frames"] if not f["ok"]]
+    assert bad and report["frames_verified"] == 88 - len(bad)
+    for f in bad:
+        (said,) = f["problems"]
+        assert said.startswith(f"cannot be re-rendered: {damaged}") and problem in said
+    report = json.loads(ctxos("verify", "--frames", "--json", store=copy, check=False).stdout)
+    assert [f["id"] for f in report["frames_failed"]] == [f["frame_id"] for f in bad]
+    assert [m["id"] for m in report["mismatches"]] == [doc_id]
+    for args in (["frames", "show", "d1", "88"], ["frames", "list", "d1"]):
+        proc = ctxos(*args, store=copy, check=False)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith(f"Error: StoreCorrupt: {damaged}") and problem in proc.stderr
 
 
 def test_status_and_sessions(demo):

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import NotFound, StoreCorrupt
 from ..store.base import DocMemo, Store, Version
 from ..times import display, iso
-from .entries import Entry
+from .entries import ROLES, Entry
 from .persist import PAGE_SIZE
 from .policy import RetentionPolicy
 from .view import ObjInfo, SessionView, page_id
@@ -51,7 +51,7 @@ def load_view(
     sv = store.get(f"session:{session_id}", valid_time, tx_id)
     if sv is None or sv.doc is None:
         raise NotFound(f"no session {session_id!r} in {store.url}" + (f" as of tx {tx_id}" if tx_id else ""))
-    meta = sv.doc["meta"]
+    meta = _session_meta(sv)
     view = SessionView(
         session_id,
         RetentionPolicy.from_stored(meta.get("policy", {})),
@@ -63,15 +63,12 @@ def load_view(
     view.thinking_horizon = int(meta.get("thinking_horizon", 0))
     view.session_version = (sv.valid_time, sv.tx_id, sv.doc["object_hash"])
     chats = store.find("chat", {"session": session_id}, valid_time=valid_time, tx_id=tx_id, docs=docs)
-    pages = sorted(
-        (v for v in chats if v.doc),
-        key=lambda v: v.doc["meta"]["page"],  # type: ignore[index]
-    )
     by_page: dict[int, list[Entry]] = {}
-    for v in pages:
-        assert v.doc is not None
-        by_page[v.doc["meta"]["page"]] = v.doc["content"]
-        view.pages[v.doc["meta"]["page"]] = (v.valid_time, v.tx_id, v.doc["object_hash"])
+    for v in chats:
+        if v.doc is not None:
+            page = _page_number(v)
+            by_page[page] = _page_entries(v)
+            view.pages[page] = (v.valid_time, v.tx_id, v.doc["object_hash"])
     n_pages = -(-int(meta.get("entries", 0)) // PAGE_SIZE)
     if len(by_page) < n_pages:
         # an evicted page (context/evict.py) comes back scrubbed from its tombstone
@@ -108,6 +105,83 @@ def load_view(
         if found is not None and found.doc is not None:
             view.add_object(_loaded(found, st, None, None))
     return view
+
+
+def _damaged(v: Version, what: str) -> StoreCorrupt:
+    return StoreCorrupt(
+        f"{v.id} @ tx {v.tx_id} is damaged: {what} (`ctxos verify` re-hashes every document)", id=v.id, tx_id=v.tx_id
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _session_meta(v: Version) -> dict[str, Any]:
+    """The meta of a session document, ``StoreCorrupt`` if what a view is rebuilt from is not of
+    the type the session wrote (a row changed by hand)."""
+    meta = (v.doc or {}).get("meta")
+    if not isinstance(meta, dict):
+        raise _damaged(v, "it has no meta")
+    for key in ("turn", "entries", "horizon", "thinking_horizon"):
+        if key in meta and not _is_int(meta[key]):
+            raise _damaged(v, f"meta.{key} is not an integer")
+    retired = meta.get("retired", [])
+    if not isinstance(retired, list) or not all(
+        isinstance(r, list) and len(r) == 2 and all(map(_is_int, r)) for r in retired
+    ):
+        raise _damaged(v, "meta.retired is not a list of entry ranges")
+    if not isinstance(meta.get("policy", {}), dict):
+        raise _damaged(v, "meta.policy is not an object")
+    return meta
+
+
+def _page_number(v: Version) -> int:
+    meta = (v.doc or {}).get("meta")
+    page = meta.get("page") if isinstance(meta, dict) else None
+    if not isinstance(page, int) or isinstance(page, bool):
+        raise _damaged(v, "meta.page is not an integer")
+    return page
+
+
+_OPTIONAL: dict[str, type] = {"object": str, "extra": dict}
+"""What an optional field of a chat entry that a view takes as it is holds (``entries.Entry``)."""
+
+
+def _entry_problem(e: Any) -> str | None:
+    """What is wrong with a stored chat entry's shape (None: nothing): the fields a view reads
+    and renders as they are."""
+    if not isinstance(e, dict):
+        return "it is not an object"
+    if not _is_int(e.get("i")):
+        return "i is not an integer"
+    if e.get("role") not in ROLES:
+        return "role is not one of " + ", ".join(ROLES)
+    if not (e.get("text") is None or isinstance(e.get("text"), str)):
+        return "text is not a string"
+    for key, kind in _OPTIONAL.items():
+        if key in e and not isinstance(e[key], kind):
+            return f"{key} is not {'a string' if kind is str else 'an object'}"
+    calls = e.get("tool_calls")
+    if calls is not None and not (
+        isinstance(calls, list)
+        and all(isinstance(c, dict) and "id" in c and isinstance(c.get("object", ""), str) for c in calls)
+    ):
+        return "tool_calls is not a list of calls"
+    return None
+
+
+def _page_entries(v: Version) -> list[Entry]:
+    """The entries of a stored chat page, ``StoreCorrupt`` naming the first that is not of the
+    shape a session writes (a row changed by hand)."""
+    content = (v.doc or {}).get("content")
+    if not isinstance(content, list):
+        raise _damaged(v, "its content is not a list of chat entries")
+    for k, e in enumerate(content):
+        problem = _entry_problem(e)
+        if problem:
+            raise _damaged(v, f"its entry {k}: {problem}")
+    return content
 
 
 VersionMemo = dict[tuple[str, int, int], Version | None]
