@@ -20,11 +20,13 @@ import pytest
 
 from context_os import Session
 from context_os.context.lease import lease_id
+from context_os.context.load import load_view
 from context_os.errors import SessionBusy, StoreError
 from context_os.harness import OpenAIHook
 from context_os.objects import LeaseDoc
 from context_os.store import Store
 from context_os.store.base import Put, next_valid_time, now_ms
+from context_os.store.sqlite import SqliteStore
 from tests._reliability import Counts
 from tests.helpers import coding_session, say, user
 
@@ -129,6 +131,28 @@ def test_a_newer_session_object_in_the_same_process_revokes_the_older(store: Sto
     new.close()
     with pytest.raises(SessionBusy, match="closed"):
         hook.transform_context([user("one"), say("two"), user("three"), say("4"), user("5")])
+
+
+def test_a_newer_session_object_revokes_the_older_whatever_path_named_the_store(tmp_path: Path) -> None:
+    """The older ``Session`` was found by the store's URL: a process that opened one SQLite file
+    as ``s.db`` and as ``sub/../s.db`` had two writers of one session, each appending its own turn
+    to the same pages (the second's frame 2 replaced by the first's). The lease document names the
+    holder the newer one takes it from, and that one is revoked."""
+    (tmp_path / "sub").mkdir()
+    first, second = SqliteStore(tmp_path / "s.db"), SqliteStore(tmp_path / "sub" / ".." / "s.db")
+    assert first.url != second.url
+    try:
+        old_hook = OpenAIHook(Session.open(first, "s"))
+        old_hook.transform_context([user("one")])
+        hook = OpenAIHook(Session.open(second, "s"))
+        hook.transform_context([user("one"), say("two"), user("three")])
+        with pytest.raises(SessionBusy, match="opened again in this process"):
+            old_hook.transform_context([user("one"), say("2"), user("3")])
+        assert [e["text"] for e in load_view(first, "s").entries] == ["one", "two", "three"]
+        hook.session.close()
+    finally:
+        first.close()
+        second.close()
 
 
 def test_a_lease_is_renewed_by_writing_and_retaken_after_idling(store: Store, uid: str) -> None:

@@ -48,9 +48,10 @@ MATCH_HORIZON_MS = 60_000
 """Compare-and-set checks the lease in force this far ahead of now: the newest version, even one
 a host whose clock runs ahead wrote."""
 
-# The live leases of this process by (store url, session): a second ``Session.open`` of a
-# session in the same process revokes the older holder instead of racing it.
-_LIVE: weakref.WeakValueDictionary[tuple[str, str], Lease] = weakref.WeakValueDictionary()
+# The leases this process holds, by holder id: a second ``Session.open`` of a session in the same
+# process revokes the holder its lease document names instead of racing it, however each opened
+# the store (two URLs of one SQLite file, ``a.db`` and ``sub/../a.db``, or of one node).
+_LIVE: weakref.WeakValueDictionary[str, Lease] = weakref.WeakValueDictionary()
 
 
 def lease_id(session_id: str) -> str:
@@ -186,11 +187,10 @@ class Lease:
         if not tx.committed:
             raise SessionBusy(f"session {self.session_id!r} was opened by another writer at the same moment")
         self._doc = doc
-        key = (self.store.url, self.session_id)
-        older = _LIVE.get(key)
+        older = _LIVE.get(str(current.doc["content"].get("holder"))) if current and current.doc else None
         if older is not None and older is not self:
             older._revoked = "it was opened again in this process: use the newer Session"
-        _LIVE[key] = self
+        _LIVE[self.holder.id] = self
 
     def check(self) -> None:
         """Before a write: raise ``SessionBusy`` unless this holder still holds the lease;
@@ -235,8 +235,8 @@ class Lease:
                 lent = self._doc if lend else None
         finally:
             self._doc, self._lent = None, lent
-            if _LIVE.get((self.store.url, self.session_id)) is self:
-                del _LIVE[(self.store.url, self.session_id)]
+            if _LIVE.get(self.holder.id) is self:
+                del _LIVE[self.holder.id]
 
     def _take_back(self) -> None:
         """Take the lease lent with ``release(lend=True)`` again: with ``Match`` on the document
@@ -257,4 +257,4 @@ class Lease:
             self._revoked = "another writer held the session after this one gave it back: open it again"
             raise SessionBusy(f"this Session of {self.session_id!r} no longer writes: {self._revoked}")
         self._doc = doc
-        _LIVE[(self.store.url, self.session_id)] = self
+        _LIVE[self.holder.id] = self
