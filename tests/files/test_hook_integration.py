@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.policy import RetentionPolicy
@@ -49,20 +51,22 @@ def test_secrets_are_redacted_before_they_are_stored(tmp_path: Path) -> None:
         assert KEY.encode() not in raw
 
 
-def test_a_patch_that_only_marks_a_file_stale_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["app.py", 'the "new" app.py'])
+def test_a_patch_that_only_marks_a_file_stale_says_so(tmp_path: Path, name: str) -> None:
     """The file changed on disk and the store took version 2; the block keeps showing version 1,
     now marked stale: its patch says `still version 1; version 2 is newer` (it said `now version
-    1`, as if the block had moved to version 1), and the frame re-renders to its hash."""
-    (tmp_path / "app.py").write_text("".join(f"def f{i}():\n    return {i}\n" for i in range(40)))
+    1`, as if the block had moved to version 1, and still did for a file whose name holds a
+    quote), and the frame re-renders to its hash."""
+    (tmp_path / name).write_text("".join(f"def f{i}():\n    return {i}\n" for i in range(40)))
     with SqliteStore(tmp_path / "s.db") as store:
         ws = Workspace(tmp_path)
         session = Session.open(store, "st", workspace=str(tmp_path), policy=RetentionPolicy(manage_from_tokens=0))
         hook = OpenAIHook(session, files=FileTools(session, ws))
-        msgs = [user("fix app.py"), call("c1", "read", path="app.py")]
-        msgs.append(result("c1", hook.call_tool("read", {"path": "app.py"})))
+        msgs = [user(f"fix {name}"), call("c1", "read", path=name)]
+        msgs.append(result("c1", hook.call_tool("read", {"path": name})))
         hook.transform_context(msgs)
-        (tmp_path / "app.py").write_text("x = 1\n")
-        FileTools(Session.open(store, "other", workspace=str(tmp_path)), ws).read("app.py")  # version 2
+        (tmp_path / name).write_text("x = 1\n")
+        FileTools(Session.open(store, "other", workspace=str(tmp_path)), ws).read(name)  # version 2
         msgs += [{"role": "assistant", "content": "hm"}, user("go on")]
         out = hook.transform_context(msgs)
         heads = [m["content"].split("\n")[1] for m in out if str(m.get("content")).startswith("<context_os>")]

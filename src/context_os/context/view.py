@@ -447,7 +447,8 @@ def _patched(key: str, old: str, patch: str) -> str | None:
     return "\n".join(out)
 
 
-_OBJECT_VERSION = re.compile(r'^<object id="[^"]*" kind="[^"]*"(?: path="[^"\n]*")? version="([^"]*)"', re.M)
+_OBJECT_VERSION = re.compile(r'^<object id="[^"]*" kind="[^"]*"(?: path="[^\n]*?")? version="([^"]*)"', re.M)
+"""An object block's head (``_object_lines``): a path is shown as it is, quotes and all."""
 
 
 def _shown_version(block: str) -> str | None:
