@@ -10,6 +10,7 @@ import pytest
 
 from context_os.context.frames import EVICTED_BLOCK, frame_basis, frame_docs, get_frame, verify_frame
 from context_os.context.timeline import (
+    FrameDiff,
     frame_diff,
     frame_messages,
     session_rows,
@@ -138,6 +139,28 @@ def test_frame_diff(recorded: tuple[Store, str]) -> None:
         )
         assert diff.hunks
     assert diff.to_dict()["verified"] == [True, True]
+
+
+def _grows(diff: FrameDiff) -> bool:
+    """The later turn of ``diff`` repeats all of the earlier and adds to it."""
+    return diff.b_extends_a and diff.first_byte is not None
+
+
+def test_a_frame_diff_from_a_later_turn_to_one_it_extends(recorded: tuple[Store, str]) -> None:
+    """From a turn back to one its prompt extends (``frames diff ID 12 11``), the prompts part
+    where the earlier one ends: ``first_message`` named a message after the last of the earlier
+    turn (the web view linked to it), and the text said the earlier prompt was 100% the later's
+    prefix. It says the later turn repeats all of the earlier (``a_extends_b``), and names no
+    message."""
+    store, sid = recorded
+    turns = sorted(d["content"]["turn"] for d in frame_docs(store, sid))
+    a, b = next((t, t - 1) for t in turns if t > 1 and _grows(frame_diff(store, sid, t - 1, t)))
+    forward, back = frame_diff(store, sid, b, a), frame_diff(store, sid, a, b)
+    assert forward.b_extends_a and not forward.a_extends_b and forward.first_message == back.messages[1]
+    assert back.a_extends_b and not back.b_extends_a
+    assert back.first_byte == back.prompt_bytes[1] == forward.prompt_bytes[0] and back.first_message is None
+    assert [(h["op"], h["a"], h["b"]) for h in back.hunks] == [("delete", h["b"], h["a"]) for h in forward.hunks]
+    assert back.to_dict()["a_extends_b"] is True and forward.to_dict()["a_extends_b"] is False
 
 
 def test_a_frame_diff_compares_frames_that_showed_an_evicted_object(store: Store, uid: str) -> None:

@@ -244,6 +244,11 @@ def _diff_lines(diff: FrameDiff, cut: bool) -> list[str]:
             f"prompt: turn {b} repeats all {size_a:,} bytes of turn {a} and adds {size_b - size_a:,}: "
             "a prompt cache keeps all of it"
         )
+    elif diff.a_extends_b:
+        out.append(
+            f"prompt: turn {a} repeats all {size_b:,} bytes of turn {b} and adds {size_a - size_b:,}:"
+            f" turn {b}'s prompt is the start of turn {a}'s"
+        )
     else:
         share = 100 * diff.first_byte / max(1, size_b)
         out.append(

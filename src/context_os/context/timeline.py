@@ -279,7 +279,8 @@ class FrameDiff:
     one could not be re-rendered): where ``b`` stops repeating ``a`` (``a``'s size when ``b``
     extends it)."""
     first_message: int | None
-    """The message that byte falls in (of ``b``)."""
+    """The message of ``b`` that byte falls in (None also when ``b``'s prompt ends there:
+    ``a_extends_b``)."""
     b_extends_a: bool
     """``a``'s prompt is a prefix of ``b``'s: a prompt cache keeps all of it."""
     rendered: tuple[bool, bool] = (True, True)
@@ -297,6 +298,9 @@ class FrameDiff:
     """Messages that differ, as ``difflib`` opcodes over the two message lists: ``op``
     (``insert``, ``delete``, ``replace``), ``a`` and ``b`` (index ranges), and the messages."""
     checks: tuple[FrameCheck, FrameCheck] | None = None
+    a_extends_b: bool = False
+    """``b``'s prompt is a proper prefix of ``a``'s (``b`` the earlier turn): ``first_byte`` is
+    where ``b``'s ends."""
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "checks"}
@@ -340,11 +344,13 @@ def frame_diff(
             n = 0
             while n < min(len(x), len(y)) and x[n] == y[n]:
                 n += 1
-            first_byte, first_message = offset + n, k
+            # a message of b, unless b ended before it (b's prompt is all of a's start)
+            first_byte, first_message = offset + n, k if k < len(lb) else None
             break
         offset += len(x)
     size_a, size_b = sum(map(len, la)), sum(map(len, lb))
     extends = comparable and (first_byte is None or first_byte == size_a)
+    a_extends = comparable and first_byte is not None and first_message is None
     refs_a = {r["id"]: r for r in ca.refs if "sealed_pages" not in r}
     refs_b = {r["id"]: r for r in cb.refs if "sealed_pages" not in r}
     act_a, act_b = fa["content"]["active"], fb["content"]["active"]
@@ -369,6 +375,7 @@ def frame_diff(
         activated=[i for i in act_b if i not in set(act_a)],
         deactivated=[i for i in act_a if i not in set(act_b)],
         checks=(ca, cb),
+        a_extends_b=a_extends,
     )
     # the common head and tail are cut first: difflib then only sees what changed
     head = first_message if first_message is not None else min(len(la), len(lb))
