@@ -513,6 +513,26 @@ def test_a_chat_page_or_session_row_changed_by_hand_is_reported_never_a_tracebac
         assert proc.stderr.startswith(f"Error: StoreCorrupt: {damaged}") and problem in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("doc_id", "change", "problem"),
+    [
+        ("session:d1", lambda doc: doc["meta"].__setitem__("turn", "88"), "meta.turn is not an integer"),
+        ("session:d1", lambda doc: doc["meta"].__setitem__("cursor", None), "meta.cursor is not an integer"),
+        ("frame:d1:000088", lambda doc: doc["content"].pop("tokens_full"), "no content.tokens_full"),
+    ],
+)
+def test_sessions_names_a_session_or_frame_row_changed_by_hand(demo, tmp_path, doc_id, change, problem):
+    """`ctxos sessions` over a session document or a latest frame whose row was edited ended in a
+    traceback (``ValueError: invalid literal for int()``, ``KeyError: 'tokens_full'``); it is one
+    ``StoreCorrupt`` line naming the document and what is wrong, exit status 1."""
+    db, _ = demo
+    copy = _edited(db, tmp_path, doc_id, change)
+    for args in (["sessions"], ["sessions", "--json"]):
+        proc = ctxos(*args, store=copy, check=False)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith(f"Error: StoreCorrupt: {doc_id} @ tx ") and problem in proc.stderr
+
+
 def test_status_and_sessions(demo):
     db, _ = demo
     status = json.loads(ctxos("status", "--json", store=db).stdout)

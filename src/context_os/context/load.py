@@ -29,6 +29,7 @@ __all__ = [
     "memo_get",
     "object_state_page",
     "object_states",
+    "session_meta",
     "unified_diff",
     "version_row",
 ]
@@ -51,7 +52,7 @@ def load_view(
     sv = store.get(f"session:{session_id}", valid_time, tx_id)
     if sv is None or sv.doc is None:
         raise NotFound(f"no session {session_id!r} in {store.url}" + (f" as of tx {tx_id}" if tx_id else ""))
-    meta = _session_meta(sv)
+    meta = session_meta(sv)
     view = SessionView(
         session_id,
         RetentionPolicy.from_stored(meta.get("policy", {})),
@@ -117,13 +118,13 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _session_meta(v: Version) -> dict[str, Any]:
-    """The meta of a session document, ``StoreCorrupt`` if what a view is rebuilt from is not of
-    the type the session wrote (a row changed by hand)."""
+def session_meta(v: Version) -> dict[str, Any]:
+    """The meta of a session document, ``StoreCorrupt`` if what a view is rebuilt from (or a
+    session's row lists) is not of the type the session wrote (a row changed by hand)."""
     meta = (v.doc or {}).get("meta")
     if not isinstance(meta, dict):
         raise _damaged(v, "it has no meta")
-    for key in ("turn", "entries", "horizon", "thinking_horizon"):
+    for key in ("turn", "cursor", "entries", "horizon", "thinking_horizon"):
         if key in meta and not _is_int(meta[key]):
             raise _damaged(v, f"meta.{key} is not an integer")
     retired = meta.get("retired", [])

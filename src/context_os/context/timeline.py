@@ -16,12 +16,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ..errors import NotFound
+from ..errors import NotFound, StoreCorrupt
 from ..hashing import canonical_json, hash_value
 from ..store.base import DocMemo, Store, Version
 from ..times import iso
 from .entries import Msg
 from .frames import FrameCheck, FrameMemo, FrameRow, frame_id, frame_row, get_frame, verify_frame, well_formed
+from .load import session_meta
 from .persist import PAGE_SIZE
 from .view import INDEX_KEY, page_id
 
@@ -110,15 +111,19 @@ def _sessions(store: Store, docs: DocMemo | None = None) -> list[Version]:
 
 
 def _turns(v: Version) -> int:
-    return int((v.doc or {})["meta"].get("turn", 0))
+    return int(session_meta(v).get("turn", 0))
 
 
 def _session_row(store: Store, v: Version) -> SessionRow:
-    """The row of the session document ``v``: it reads the session's latest frame."""
+    """The row of the session document ``v``: it reads the session's latest frame
+    (``StoreCorrupt`` if either was changed by hand out of the shape a session writes)."""
     assert v.doc is not None
-    c, m = v.doc["content"], v.doc["meta"]
+    c, m = v.doc.get("content"), session_meta(v)
+    if not isinstance(c, dict) or not isinstance(m.get("session"), str):
+        raise StoreCorrupt(f"{v.id} @ tx {v.tx_id} is damaged: it names no session", id=v.id, tx_id=v.tx_id)
     turns = _turns(v)
-    last = store.doc(frame_id(m["session"], turns)) if turns else None
+    latest = store.get(frame_id(m["session"], turns)) if turns else None
+    last = well_formed(latest.doc, latest.tx_id) if latest is not None and latest.doc is not None else None
     return SessionRow(
         session=m["session"],
         harness=c.get("harness"),
@@ -134,10 +139,10 @@ def _session_row(store: Store, v: Version) -> SessionRow:
 
 def turn_count(store: Store, session_id: str) -> int:
     """How many turns (frames) ``session_id`` has; ``NotFound`` if there is no such session."""
-    doc = store.doc(f"session:{session_id}")
-    if doc is None:
+    v = store.get(f"session:{session_id}")
+    if v is None or v.doc is None:
         raise NotFound(f"no session {session_id!r} in {store.url}")
-    return int(doc["meta"].get("turn", 0))
+    return _turns(v)
 
 
 @dataclass(frozen=True)
