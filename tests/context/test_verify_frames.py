@@ -377,3 +377,31 @@ def test_a_frame_naming_a_session_not_there_at_its_basis_is_a_failed_check(tmp_p
     assert [c.ok for c in checks] == [False, True]
     assert not checks[0].evicted and any("no session" in p for p in checks[0].problems), checks[0].problems
     assert any("does not match" in p for p in checks[0].problems)  # its own hashes say it was changed
+
+
+def test_a_frame_of_a_newer_layout_that_does_not_re_render_says_so(tmp_path: Path) -> None:
+    """A frame written by a newer context_os sharing the store (its ``layout`` past
+    ``view.LAYOUT``) is re-rendered the way this version renders; when that does not give its
+    hash, the check said only that the hashes differ, as of damage. It says the frame needs that
+    version. Its document is the newer writer's own (its hashes verify), the frame before it still
+    verifies, and one of the newer layout that re-renders to its hash all the same verifies."""
+    from context_os.objects import FrameDoc
+
+    with SqliteStore(tmp_path / "s.db") as store:
+        hook = OpenAIHook(Session.open(store, "v", harness="openai"))
+        hook.transform_context([user("fix the bug")])
+        hook.transform_context([user("fix the bug"), {"role": "assistant", "content": "ok"}, user("go")])
+        hook.session.close()
+        first, second = frame_docs(store, "v")
+        layout = view_module.LAYOUT + 1
+
+        def newer(rendered_hash: str) -> dict:
+            c = {**second["content"], "layout": layout, "rendered_hash": rendered_hash}
+            return FrameDoc(id=second["id"], content=c, meta=second["meta"]).to_doc()
+
+        same = newer(second["content"]["rendered_hash"])
+        other = newer("b3:" + "0" * 64)  # what the newer version rendered differently
+        checks = [verify_frame(store, first), verify_frame(store, same), verify_frame(store, other)]
+    assert checks[0].ok and checks[1].ok and not checks[2].ok and not checks[2].evicted
+    assert checks[2].problems[0].startswith("re-rendered hash ")
+    assert checks[2].problems[1].startswith(f"it was rendered by a newer context_os (layout {layout};")

@@ -31,7 +31,7 @@ from ..store.base import DocMemo, Store, Version
 from ..times import iso
 from .evict import evictions
 from .load import VersionMemo, load_view
-from .view import Rendered, SessionView, page_id, sealed_pages_hash
+from .view import LAYOUT, Rendered, SessionView, page_id, sealed_pages_hash
 
 __all__ = [
     "EVICTED_BLOCK",
@@ -491,6 +491,12 @@ def verify_frame(
     wrong_hash = rendered.rendered_hash != c["rendered_hash"]
     if wrong_hash:
         problems.append(f"re-rendered hash {rendered.rendered_hash} != recorded {c['rendered_hash']}")
+        if c.get("layout", 1) > LAYOUT:  # re-rendered the way this version renders its newest layout
+            problems.append(
+                f"it was rendered by a newer context_os (layout {c['layout']}; this one renders layouts"
+                f" 1-{LAYOUT}): check it with that version"
+            )
+            unexplained = True
     refs: list[dict[str, Any]] = []
     gone: list[str] = []
     refs_ok = pages_ok = 0
