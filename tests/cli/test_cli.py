@@ -513,6 +513,24 @@ def test_a_chat_page_or_session_row_changed_by_hand_is_reported_never_a_tracebac
         assert proc.stderr.startswith(f"Error: StoreCorrupt: {damaged}") and problem in proc.stderr
 
 
+def test_a_session_policy_this_version_cannot_read_fails_its_frames_not_the_check(demo, tmp_path):
+    """A session document whose policy names a setting this version does not know (a newer
+    context_os wrote it, or the row was edited) ended `verify --frames` and `frames verify` at
+    once with ``ConfigError``, no frame of any session checked; the frames that read it fail
+    (``cannot be re-rendered``), every other is checked."""
+    db, _ = demo
+    copy = _edited(db, tmp_path, "session:d1", lambda doc: doc["meta"]["policy"].__setitem__("keep_all", True))
+    proc = ctxos("verify", "--frames", "--json", store=copy, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    report = json.loads(proc.stdout)
+    (failed,) = report["frames_failed"]
+    assert report["frames_verified"] == 87 and failed["id"] == "frame:d1:000088"
+    (said,) = failed["problems"]
+    assert said.startswith("cannot be re-rendered: session:d1 @ tx ") and "unknown setting(s) ['keep_all']" in said
+    report = json.loads(ctxos("frames", "verify", "d1", "--json", store=copy, check=False).stdout)
+    assert report["frames_verified"] == 87 and [f["turn"] for f in report["frames"] if not f["ok"]] == [88]
+
+
 @pytest.mark.parametrize(
     ("doc_id", "change", "problem"),
     [

@@ -14,7 +14,7 @@ import difflib
 import json
 from typing import Any
 
-from ..errors import NotFound, StoreCorrupt
+from ..errors import ConfigError, NotFound, StoreCorrupt
 from ..store.base import DocMemo, Store, Version
 from ..times import display, iso
 from .entries import ROLES, Entry
@@ -53,9 +53,13 @@ def load_view(
     if sv is None or sv.doc is None:
         raise NotFound(f"no session {session_id!r} in {store.url}" + (f" as of tx {tx_id}" if tx_id else ""))
     meta = session_meta(sv)
+    try:
+        policy = RetentionPolicy.from_stored(meta.get("policy", {}))
+    except ConfigError as e:  # a setting this version does not know (a newer one wrote it), or a row edited
+        raise _damaged(sv, f"its policy cannot be read ({e})") from e
     view = SessionView(
         session_id,
-        RetentionPolicy.from_stored(meta.get("policy", {})),
+        policy,
         turn=meta.get("turn", 0),
         hash_memo=hash_memo,
         managed=meta.get("managed_from", 0) is not None,  # sessions from before it are managed
