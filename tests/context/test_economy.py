@@ -80,6 +80,19 @@ def test_a_patch_applied_to_what_the_blocks_showed_gives_the_new_text(old: list[
     assert patch.startswith(TAIL_OPEN + "\nmemory:x changed: ") and patch.endswith(TAIL_CLOSE)
 
 
+def test_a_block_that_only_became_stale_says_still_for_any_path_and_layout_9_re_renders_as_it_was() -> None:
+    # layout 9 read a block's head up to the path's first quote: for `the "new" app.py` it said
+    # "now version 1"; a frame of that layout re-renders what it showed, a new one says "still"
+    def block(stale: str) -> str:
+        head = f'<object id="file:a" kind="file" path="the "new" app.py" version="1"{stale}>'
+        return "\n".join([TAIL_OPEN, "Active content:", head, "x = 1", "</object>", TAIL_CLOSE])
+
+    obj = ObjInfo("file:a", "file", {"version": 1}, newer={"version": 2})
+    before, after = block(""), block(' stale="true"')
+    assert "(still version 1; version 2 is newer)" in _patch_text("file:a", before, after, obj)
+    assert "(now version 1)" in _patch_text("file:a", before, after, obj, layout=9)
+
+
 def test_apply_patch_refuses_a_patch_of_another_text() -> None:
     with pytest.raises(AssertionError):
         apply_patch("a\nb\nc", ["@@ -2 +2 @@", "-z", "+y"])

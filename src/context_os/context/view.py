@@ -136,7 +136,7 @@ def _unit(entry: int | None, msgs: list[Msg], memo: dict[bytes, tuple[str, int]]
     return Unit(entry, msgs, known[0], known[1])
 
 
-LAYOUT = 9
+LAYOUT = 10
 """How the current code renders (recorded in every frame as ``layout``): 1, a collapsed tool result
 names its object id; 2, it names its short ref (``r<entry>``), in fewer tokens; 3, a collapsed
 result whose text is no longer than its stub shows its text (``own_text``): collapsing it changes
@@ -151,7 +151,8 @@ has no line after it: a clipped result's note and a file's window count its line
 does (before, one more, and a window counted that empty line among those not shown); 9, a patch of
 a block that shows the same version as before (it only gained or lost its ``stale`` mark, or its
 window moved) says so, ``(still version 1; version 2 is newer)``, not ``(now version 1)``
-(``_patch_text``)."""
+(``_patch_text``); 10, that holds for a file whose path holds a double quote too (layout 9 read
+a block's head up to the path's first quote, and said ``(now version 1)``)."""
 
 
 def short_ref(obj: ObjInfo) -> str | None:
@@ -394,7 +395,7 @@ def _patch_text(key: str, old: str, new: str, obj: ObjInfo | None, layout: int =
     else:
         version = obj.meta.get("version") if obj is not None else None
         what = f"{key}" + (f" (now version {version})" if version else "")
-        if version and layout >= 9 and _shown_version(old) == str(version):
+        if version and layout >= 9 and _shown_version(old, layout) == str(version):
             newer = obj.newer if obj is not None else None
             is_newer = f"; version {newer.get('version', '?')} is newer" if newer else ""
             what = f"{key} (still version {version}{is_newer})"
@@ -449,11 +450,14 @@ def _patched(key: str, old: str, patch: str) -> str | None:
 
 _OBJECT_VERSION = re.compile(r'^<object id="[^"]*" kind="[^"]*"(?: path="[^\n]*?")? version="([^"]*)"', re.M)
 """An object block's head (``_object_lines``): a path is shown as it is, quotes and all."""
+_OBJECT_VERSION_9 = re.compile(r'^<object id="[^"]*" kind="[^"]*"(?: path="[^"\n]*")? version="([^"]*)"', re.M)
+"""How layout 9 read it: a path up to its first quote (a path holding one was not read)."""
 
 
-def _shown_version(block: str) -> str | None:
-    """The version an object's block text shows (its ``<object … version="N"``), None if none."""
-    m = _OBJECT_VERSION.search(block)
+def _shown_version(block: str, layout: int = LAYOUT) -> str | None:
+    """The version an object's block text shows (its ``<object … version="N"``), None if none
+    (layout 9 read no path holding a quote: ``_OBJECT_VERSION_9``)."""
+    m = (_OBJECT_VERSION if layout >= 10 else _OBJECT_VERSION_9).search(block)
     return m.group(1) if m else None
 
 
