@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,14 @@ from context_os.sources import ObjectSource
 from context_os.sources import recall as recall_module
 from context_os.sources.embed import WordLlamaEmbedder
 from context_os.sources.memory import MemoryScopes
-from context_os.sources.recall import Recall, RecallConfig, keyword_query, open_recall, vector_path
+from context_os.sources.recall import (
+    Recall,
+    RecallConfig,
+    keyword_query,
+    open_recall,
+    query_words_found,
+    vector_path,
+)
 from context_os.sources.vectors import VectorIndex, vector_status
 from context_os.store import Store, open_store
 from tests.helpers import call, result, user
@@ -158,6 +166,18 @@ def test_a_read_only_store_searches_the_vectors_there_and_writes_none(tmp_path: 
     status = vector_status(sidecar, 0)
     assert status is not None and status["embedder"] == model.name and status["vectors"] == 12
     ro.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "text"),
+    [
+        ("Straße", "Die Straße ist lang"),
+        (unicodedata.normalize("NFD", "école"), "une école ici"),
+        ("école", unicodedata.normalize("NFD", "une école ici")),
+    ],
+)
+def test_query_words_are_counted_whatever_their_unicode_form(query: str, text: str) -> None:
+    assert query_words_found(query, text) == (1, 1)
 
 
 def test_stopwords_leave_the_keyword_query() -> None:

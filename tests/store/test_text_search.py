@@ -9,6 +9,7 @@ explicit and in the past (``T0 + n``).
 from __future__ import annotations
 
 import sqlite3
+import unicodedata
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,22 @@ def test_words_are_stemmed_and_case_folded(store: Store, uid: str) -> None:
     stemmed = store.text_search(f"run {uid} test")
     assert found(stemmed)[0] == (f"file:{uid}", "")
     assert stemmed[0].score > alone.score
+
+
+@pytest.mark.parametrize(
+    ("text", "query"),
+    [
+        ("Die Straße{uid} ist lang", "Straße{uid}"),  # casefolded, ß was "ss": another word to FTS5
+        ("Die Straße{uid} ist lang", "STRAẞE{uid}"),
+        ("une école{uid} ici", unicodedata.normalize("NFD", "école{uid}")),  # macOS writes NFD
+        (unicodedata.normalize("NFD", "une école{uid} ici"), "école{uid}"),
+        (unicodedata.normalize("NFD", "une école{uid} ici"), unicodedata.normalize("NFD", "ÉCOLE{uid}")),
+        ("Tiếng Việt{uid}", unicodedata.normalize("NFD", "việt{uid}")),
+    ],
+)
+def test_a_word_is_found_whatever_its_unicode_form(store: Store, uid: str, text: str, query: str) -> None:
+    store.put(obj(f"file:{uid}", "file", text.format(uid=uid)), T0)
+    assert found(store.text_search(query.format(uid=uid))) == [(f"file:{uid}", "")]
 
 
 def test_more_matching_words_rank_higher(store: Store, uid: str) -> None:
@@ -402,6 +419,17 @@ def test_sqlite_rebuild_after_dropping_the_index(tmp_path: Path) -> None:
         assert set(found(s.text_search("quick"))) == {("memory:m", ""), *before[0]}
         assert set(found(s.text_search("quick", valid_time=T0 + 1))) == {("memory:m", ""), *before[1]}
         assert ("file:a", "") in before[1] and ("file:a", "") not in before[0]  # the old file text
+
+
+def test_sqlite_the_scan_finds_a_word_whatever_its_unicode_form(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as s:
+        s.put(obj("file:a", "file", "Die Straße ist lang, une école"), T0)
+    drop_index(path)
+    with SqliteStore(path) as s:
+        assert s.index_status()["search"] == "scan"
+        assert found(s.text_search("STRAẞE")) == [("file:a", "")]
+        assert found(s.text_search(unicodedata.normalize("NFD", "École"))) == [("file:a", "")]
 
 
 def test_sqlite_damaged_index_falls_back_to_a_scan_and_rebuild_repairs_it(tmp_path: Path) -> None:

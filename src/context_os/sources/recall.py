@@ -54,7 +54,7 @@ from .._install import install_hint
 from ..errors import ConfigError, InputError, StoreCorrupt
 from ..objects import INDEXED_KINDS, index_parts
 from ..store.base import Store, TextHit, Version, now_ms
-from ..store.text_index import MAX_TERMS, TOKENIZER, check_basis, check_kinds, query_words, terms
+from ..store.text_index import MAX_TERMS, TOKENIZER, WORD, check_basis, check_kinds, query_words, terms, words
 from ..times import parse_time
 from ..tokens import estimate_tokens
 from .base import SourceItem
@@ -93,7 +93,6 @@ _STOPWORDS = """a about above after again against all am an and any are as at be
 STOPWORDS = frozenset(_STOPWORDS.split())
 """English function words left out of the keyword query (not of the index)."""
 
-_WORD = re.compile(r"[^\W_]+")
 _ENTRY = re.compile(r"e(\d+)")
 _LINES = re.compile(r"L(\d+)-(\d+)")
 
@@ -104,11 +103,11 @@ def _asks(text: str) -> bool:
 
 
 def query_words_found(query: str, text: str) -> tuple[int, int]:
-    """How many of the query's words (``keyword_query``'s, case folded, each counted once) stand in
+    """How many of the query's words (``keyword_query``'s, each counted once, case aside) stand in
     ``text`` as keyword search finds them (stemmed, accents left out: ``leases`` in "the lease"),
     and how many there are: a measure that does not depend on the other hits (a hit's fused score
     is relative to them: the best of unrelated hits still scores high)."""
-    wanted = sorted({w.casefold() for w in _WORD.findall(keyword_query(query))})
+    wanted = sorted(query_words(keyword_query(query)))
     if not wanted:
         return 0, 0
     *each, have = terms([*wanted, text])
@@ -116,19 +115,19 @@ def query_words_found(query: str, text: str) -> tuple[int, int]:
 
 
 def _words(text: str) -> set[str]:
-    return {w.casefold() for w in _WORD.findall(text)}
+    return set(words(text))
 
 
-def _found(wanted: list[tuple[str, set[str]]], have: set[str], words: set[str]) -> int:
+def _found(wanted: list[tuple[str, set[str]]], have: set[str], plain: set[str]) -> int:
     """How many of the query's words (each with its terms) a text of terms ``have`` and words
-    ``words`` holds (``query_words_found``)."""
-    return sum(1 for w, t in wanted if (t <= have if t else w in words))
+    ``plain`` holds (``query_words_found``)."""
+    return sum(1 for w, t in wanted if (t <= have if t else w.lower() in plain))
 
 
 def keyword_query(query: str) -> str:
     """``query`` without stopwords, for BM25; the query itself when nothing else is left."""
-    words = _WORD.findall(query)
-    kept = [w for w in words if w.casefold() not in STOPWORDS]
+    found = WORD.findall(query)
+    kept = [w for w in found if w.lower() not in STOPWORDS]
     return " ".join(kept) if kept else query
 
 
@@ -399,9 +398,9 @@ class Recall:
         timings["bm25"] = (t1 - t0) * 1000
         vec: list[TextHit] = []
         note = self.note
-        words = len(query_words(kw))
-        if words > MAX_TERMS:
-            note = _also(note, f"the keyword search took the query's first {MAX_TERMS} distinct words of {words:,}")
+        many = len(query_words(kw))
+        if many > MAX_TERMS:
+            note = _also(note, f"the keyword search took the query's first {MAX_TERMS} distinct words of {many:,}")
         if session is not None and not bm and self.store.get(f"session:{session}") is None:
             note = _also(note, f"no session {session!r} in the store")
         vector_weight = cfg.vector_weight
@@ -638,8 +637,8 @@ class Recall:
                 m = np.stack([r for r in rows if r is not None])
                 sim: list[list[float]] = (m @ m.T).tolist()
                 return sim
-        words = [set(w.casefold() for w in _WORD.findall(t)) for t in texts]
-        return [[len(a & b) / (len(a | b) or 1) for b in words] for a in words]
+        each = [_words(t) for t in texts]
+        return [[len(a & b) / (len(a | b) or 1) for b in each] for a in each]
 
     # -- as an object source ------------------------------------------------------------------
 
@@ -754,10 +753,10 @@ class _PassageIndex:
     def hits(self, query: str, passages: list[MemoryPassage]) -> list[_FileHit]:
         """The passages that match ``query``, scored by BM25 as the keyword index scores (the same
         tokenizer and query), over the passages alone, best first."""
-        words = query_words(query)[:MAX_TERMS]
-        if not passages or not words:
+        wanted = query_words(query)[:MAX_TERMS]
+        if not passages or not wanted:
             return []
-        match = " OR ".join(f'"{w}"' for w in words)
+        match = " OR ".join(f'"{w}"' for w in wanted)
         with self._lock:
             rows = self._index(passages).execute("SELECT rowid, rank FROM m WHERE m MATCH ? ORDER BY rank", (match,))
             found = rows.fetchall()
@@ -766,7 +765,7 @@ class _PassageIndex:
     def found(self, query: str, hits: Sequence[TextHit]) -> list[tuple[int, int]]:
         """``query_words_found`` of each hit's text, the texts' terms made once for all of them
         and kept."""
-        wanted = sorted({w.casefold() for w in _WORD.findall(keyword_query(query))})
+        wanted = sorted(query_words(keyword_query(query)))
         if not wanted or not hits:
             return [(0, len(wanted)) for _ in hits]
         keys = [text_key(h.text) for h in hits]

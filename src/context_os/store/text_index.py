@@ -42,6 +42,7 @@ import math
 import re
 import sqlite3
 import threading
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -64,6 +65,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "INDEXED_KINDS",
     "TOKENIZER",
+    "WORD",
     "Candidate",
     "SearchArgs",
     "SidecarIndex",
@@ -88,6 +90,7 @@ __all__ = [
     "session_of",
     "tables_present",
     "terms",
+    "words",
 ]
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -95,7 +98,14 @@ TOKENIZER = "porter unicode61 remove_diacritics 2"
 ``test``): recall from LLM-written queries needs the stems more than exact forms."""
 MAX_TERMS = 64
 """A query's distinct words beyond this are dropped (an LLM may pass a whole message)."""
-_WORD = re.compile(r"[^\W_]+")  # what unicode61 calls a token: letters and digits, "_" separates
+_MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+"""Combining diacritical marks: unicode61 keeps them in the token and folds them away
+(``remove_diacritics``), so ``e`` + U+0301 (decomposed text, as macOS and some keyboards write
+it) is one letter of ``école`` to it, where Python's ``\\w`` splits the word at the mark."""
+WORD = re.compile(rf"[^\W_](?:[^\W_]|[{_MARKS}])*")
+"""A word as unicode61 makes a token of it: letters and digits with their combining marks, "_"
+separates. Where the two still differ (a mark unicode61 splits at), the word quoted is a phrase
+of unicode61's tokens, in the order the text has them: it matches that word all the same."""
 TABLES = ("text_fts", "text_parts", "text_meta")
 
 FTS_BATCH = 1024
@@ -160,9 +170,20 @@ def check_kinds(kinds: Any) -> tuple[str, ...]:
 
 
 def query_words(query: str) -> tuple[str, ...]:
-    """The distinct words of a query, folded, in order: what a keyword search looks for (the
-    first ``MAX_TERMS`` of them)."""
-    return tuple(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))
+    """The distinct words of a query (case aside), in order, each as first written: what a
+    keyword search looks for (the first ``MAX_TERMS`` of them). Their case is left to the
+    tokenizer, which folds the text's the same way: folded here (``casefold``), ``ß`` became
+    ``ss`` and ``ﬁ`` ``fi``, words no text holds to it (a search for "Straße" found nothing)."""
+    first: dict[str, str] = {}
+    for w in WORD.findall(query):
+        first.setdefault(w.lower(), w)
+    return tuple(first.values())
+
+
+def words(text: str) -> list[str]:
+    """The words of ``text`` (``WORD``), composed (NFC) and in lower case: for comparing words
+    without the tokenizer (a decomposed ``école`` is the composed one)."""
+    return [w.lower() for w in WORD.findall(unicodedata.normalize("NFC", text))]
 
 
 def terms(texts: Sequence[str]) -> list[set[str]]:
@@ -518,10 +539,6 @@ def index_counts(conn: sqlite3.Connection) -> dict[str, Any]:
 # -- without an index: a scan ---------------------------------------------------------------------
 
 
-def _words(text: str) -> list[str]:
-    return [w.casefold() for w in _WORD.findall(text)]
-
-
 def scan_search(store: Store, args: SearchArgs) -> list[TextHit]:
     """``text_search`` without an index: BM25 (k1 1.2, b 0.75, no stemming) over the parts of
     every version in force, read through ``find``. Slow on a large store; always correct."""
@@ -534,17 +551,18 @@ def scan_search(store: Store, args: SearchArgs) -> list[TextHit]:
             if v.doc is None or (args.session is not None and session_of(v.doc) != args.session):
                 continue
             for part, text in index_parts(v.doc):
-                words = _words(text)
-                parts.append((v, part, text, Counter(words), len(words)))
+                found = words(text)
+                parts.append((v, part, text, Counter(found), len(found)))
     if not parts:
         return []
     n = len(parts)
     avg = sum(p[4] for p in parts) / n
-    df = {w: sum(1 for p in parts if w in p[3]) for w in args.words}
+    wanted = list(dict.fromkeys(w for word in args.words for w in words(word)))  # as ``words`` of the texts
+    df = {w: sum(1 for p in parts if w in p[3]) for w in wanted}
     scored: list[tuple[float, int]] = []
     for i, (_v, _part, _text, tf, length) in enumerate(parts):
         score = 0.0
-        for w in args.words:
+        for w in wanted:
             f = tf.get(w, 0)
             if f:
                 idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
