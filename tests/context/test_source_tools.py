@@ -467,6 +467,26 @@ def test_recall_finds_every_memory_file_as_it_is_now_with_its_lines(store: Store
     session.close()
 
 
+def test_the_recall_output_shows_a_memory_file_redacted_as_it_is_stored(store: Store, uid: str, tmp_path: Path) -> None:
+    """A memory file is read from disk as it is: the hit's preview showed a token the stored copy
+    had redacted, and an MCP client hands the tool's output to its model as it is."""
+    (tmp_path / "repo").mkdir()
+    session = Session.open(store, uid, harness="openai", workspace=str(tmp_path / "repo"))
+    memory = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    token = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123456789"
+    memory.remember(f"the deploy token is {token} for {uid}zanzibar", topic="deploy")
+    hook = OpenAIHook(session)
+    SourceTools(session, recall=Recall(store), memory=memory, auto_recall=False).register(hook.registry)
+    hook.transform_context([user("hello")])
+    out = hook.call_tool("recall", {"query": f"{uid}zanzibar deploy token"})
+    [hit] = json.loads(out)["hits"]
+    assert token not in out and "[REDACTED:github-token]" in hit["preview"]
+    assert hit["query_words"] == "3 of 3"
+    stored = store.doc(hit["id"])
+    assert stored is not None and token not in stored["content"]
+    session.close()
+
+
 def test_each_user_message_recalls_memory_past_the_cap_not_what_the_index_shows(
     store: Store, uid: str, tmp_path: Path
 ) -> None:

@@ -108,10 +108,14 @@ class SourceTools:
             self.session.manage()
         hits = []
         feed = SourceFeed(engine)
+        redact = self.session.ingest.redact
         worded = False  # whether any hit holds a word of the query
         for rank, item in enumerate(hit_item(h, query, result.mode) for h in found):
             if store_item(self.session, feed, item, rank, query) is None:
                 continue  # its text was evicted: not stored again, not shown
+            # the text as stored (redacted): a memory file is read from disk as it is, and this
+            # output goes to the model as it is (an MCP client's), preview and all
+            text = item.text if redact is None else redact(item.text)[0]
             added = item.id not in self.session.view.objects
             self.session.show(
                 item.id,
@@ -125,7 +129,7 @@ class SourceTools:
                 "object": meta.get("object"),
                 "kind": meta.get("object_kind", item.kind),
                 "score": round(item.score, 4),
-                "preview": _preview(item.text),
+                "preview": _preview(text),
                 "pool": "added" if added else "already in pool",
             }
             for key in ("part", "session", "bm25_rank", "vector_rank", "same_text", "path", "lines"):
@@ -133,7 +137,7 @@ class SourceTools:
                     hit[key] = meta[key]
             if isinstance(meta.get("valid_time"), int):
                 hit["valid_time"] = iso(meta["valid_time"])
-            found_words, words = query_words_found(query, item.text)
+            found_words, words = query_words_found(query, text)
             if words:
                 hit["query_words"] = f"{found_words} of {words}"
                 worded = worded or found_words > 0
