@@ -168,6 +168,30 @@ def test_a_read_only_store_searches_the_vectors_there_and_writes_none(tmp_path: 
     ro.close()
 
 
+@pytest.mark.parametrize("folder", ["a#b", "a%23b", "a b"])
+def test_the_vectors_of_a_store_in_a_folder_of_any_name_are_read_read_only(
+    tmp_path: Path, model: WordLlamaEmbedder, folder: str
+) -> None:
+    """A ``#`` in the path ended the read-only URI there (a ``%23`` was read as one): ``ctxos
+    index status`` (which never writes) created an empty file ``a`` beside ``a#b`` and called the
+    vectors unreadable, and recall on the read-only store searched by keyword only."""
+    (tmp_path / folder).mkdir()
+    path = tmp_path / folder / "store.db"
+    db = open_store(str(path))
+    chat(db, "s1", TALK)
+    with VectorIndex(db, model, vector_path(db)) as vectors:
+        vectors.catch_up()
+    db.close()
+    status = vector_status(vector_path(db), 0)
+    assert status is not None and status["embedder"] == model.name and status["vectors"] == len(TALK)
+    ro = open_store(f"sqlite://{path}?mode=ro")
+    recall = open_recall(ro, model)
+    assert recall.vectors is not None and recall.search("Biscuit the puppy chewed shoes", k=3).mode == "hybrid"
+    recall.close()
+    ro.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder]  # nothing beside the folder
+
+
 @pytest.mark.parametrize(
     ("query", "text"),
     [

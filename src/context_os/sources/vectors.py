@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import blake3
 import numpy as np
@@ -237,7 +238,7 @@ class VectorIndex:
         try:
             if read_only:
                 self._db = sqlite3.connect(
-                    f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
+                    _read_only_uri(self.path), uri=True, check_same_thread=False, isolation_level=None
                 )
             else:
                 self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -855,6 +856,13 @@ class VectorIndex:
         return None if text is None else (v, text, session_of(v.doc))
 
 
+def _read_only_uri(path: str | Path) -> str:
+    """The URI that opens the file at ``path`` read-only. The path is quoted: a ``#`` in it (a
+    folder ``a#b``) ended the path there, and SQLite opened (and created, read-write) the file
+    ``a`` instead; a ``%23`` was read as a ``#``."""
+    return f"file:{quote(str(path))}?mode=ro"
+
+
 def _candidates(k: int) -> int:
     """How many of the nearest a search for ``k`` hits looks at first: some are filtered out,
     or no longer in force."""
@@ -887,7 +895,7 @@ def vector_status(path: str | Path, last_seq: int) -> dict[str, Any] | None:
     if not Path(path).is_file():
         return None
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = sqlite3.connect(_read_only_uri(path), uri=True)
         try:
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
             (count,) = db.execute("SELECT count(*) FROM vectors").fetchone()
