@@ -281,6 +281,7 @@ def test_recall_refuses_bad_arguments(store: Store, uid: str) -> None:
         ({"query": "x", "k": 21}, "from 1 to 20"),  # the schema's maximum
         ({"query": "x", "as_of": True}, "as_of"),
         ({"query": "x", "kinds": ["frame"]}, "kinds"),
+        ({"query": "x", "kinds": []}, "leave kinds out to search every kind"),  # was: no hit, "try other words"
         ({"query": "x", "as_of": "yesterday"}, "as_of"),
     ]:
         out = json.loads(hook.call_tool("recall", args))

@@ -234,6 +234,7 @@ def test_an_empty_query_is_an_input_error(store: Store, query: str) -> None:
         ({"kinds": ["file", "frame"]}, "kinds"),
         ({"kinds": ["nonsense"]}, "kinds"),
         ({"kinds": "file"}, "kinds"),
+        ({"kinds": []}, "kinds is empty"),
         ({"valid_time": "2024-01-01"}, "valid_time"),
         ({"valid_time": 1.5}, "valid_time"),
         ({"tx_id": "3"}, "tx_id"),

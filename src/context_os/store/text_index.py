@@ -154,12 +154,15 @@ def check_search(query: Any, k: Any, kinds: Any, session: Any, valid_time: Any, 
 
 
 def check_kinds(kinds: Any) -> tuple[str, ...]:
-    """``kinds`` checked against the searchable kinds (``InputError`` naming ``kinds``), without
-    repeats; None: every searchable kind. Keyword and vector search take the same."""
+    """``kinds`` checked against the searchable kinds (``InputError`` naming ``kinds``, also when
+    empty), without repeats; None: every searchable kind. Keyword and vector search take the same."""
     if kinds is None:
         return INDEXED_KINDS
     if isinstance(kinds, str) or not isinstance(kinds, Sequence | set | frozenset):
         raise InputError(f"kinds must be a list of kinds, got {kinds!r}")
+    if not kinds:
+        # a model passes [] for "any": it searched no kind at all and answered "no hit"
+        raise InputError("kinds is empty: name the kinds to search, or leave kinds out to search every kind")
     unknown = [kd for kd in kinds if kd not in INDEXED_KINDS]
     if unknown:
         raise InputError(
