@@ -326,6 +326,23 @@ def test_a_huge_query_is_searched_and_said_to_be_cut(store: Store, uid: str) -> 
     assert "hits" in out and "error" not in out
 
 
+def test_query_words_count_the_words_keyword_search_looked_for(store: Store, uid: str, tmp_path: Path) -> None:
+    """A query of more than 64 distinct words (a pasted log) is searched by its first 64: each hit
+    counted every word of it ("1 of 301"), and read them all again for each hit, and a memory file's
+    passage scored by that share sank below every stored hit."""
+    (tmp_path / "repo").mkdir()
+    memory = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    memory.remember(f"the staging host is {uid}zebra", topic="hosts")
+    session = Session.open(store, uid, harness="openai", workspace=str(tmp_path / "repo"))
+    hook = OpenAIHook(session)
+    SourceTools(session, recall=Recall(store), memory=memory, auto_recall=False).register(hook.registry)
+    hook.transform_context([user("hi")])
+    query = f"{uid}zebra " + " ".join(f"word{n}x{uid}" for n in range(300))
+    [hit] = json.loads(hook.call_tool("recall", {"query": query}))["hits"]
+    assert hit["path"].endswith("hosts.md") and hit["query_words"] == "1 of 64"
+    session.close()
+
+
 @pytest.mark.slow
 def test_a_huge_query_is_cut_for_embedding_and_the_result_says_so(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "s.db") as store:

@@ -103,11 +103,13 @@ def _asks(text: str) -> bool:
 
 
 def query_words_found(query: str, text: str) -> tuple[int, int]:
-    """How many of the query's words (``keyword_query``'s, each counted once, case aside) stand in
-    ``text`` as keyword search finds them (stemmed, accents left out: ``leases`` in "the lease"),
-    and how many there are: a measure that does not depend on the other hits (a hit's fused score
-    is relative to them: the best of unrelated hits still scores high)."""
-    wanted = sorted(query_words(keyword_query(query)))
+    """How many of the query's words (``keyword_query``'s, each counted once, case aside; the
+    first ``MAX_TERMS``, those keyword search looks for) stand in ``text`` as keyword search
+    finds them (stemmed, accents left out: ``leases`` in "the lease"), and how many there are: a
+    measure that does not depend on the other hits (a hit's fused score is relative to them: the
+    best of unrelated hits still scores high). Every word of a pasted log counted made it "0 of
+    60,000", 2 s a hit."""
+    wanted = sorted(query_words(keyword_query(query))[:MAX_TERMS])
     if not wanted:
         return 0, 0
     *each, have = terms([*wanted, text])
@@ -765,7 +767,7 @@ class _PassageIndex:
     def found(self, query: str, hits: Sequence[TextHit]) -> list[tuple[int, int]]:
         """``query_words_found`` of each hit's text, the texts' terms made once for all of them
         and kept."""
-        wanted = sorted(query_words(keyword_query(query)))
+        wanted = sorted(query_words(keyword_query(query))[:MAX_TERMS])
         if not wanted or not hits:
             return [(0, len(wanted)) for _ in hits]
         keys = [text_key(h.text) for h in hits]
