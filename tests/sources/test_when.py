@@ -77,6 +77,12 @@ def test_last_month_in_january_is_december_of_the_year_before() -> None:
     assert spans("last month", ms("2024-01-20T00:00:00")) == [("2023-12-01", "2023-12-31")]
 
 
+@pytest.mark.parametrize("query", ["the 9999-12 plan", "in December 9999", "this month"])
+def test_the_last_month_of_the_last_year_is_a_period(query: str) -> None:
+    """December 9999 named no period: its end, the 1st of the month after, is no date."""
+    assert spans(query, ms("9999-12-31T12:00:00")) == [("9999-12-01", "9999-12-31")]
+
+
 def test_the_same_query_at_the_same_time_names_the_same_periods() -> None:
     assert named_periods("yesterday and on 1 May 2023", REF) == named_periods("yesterday and on 1 May 2023", REF)
     p = named_periods("on 1 May 2023", REF)[0]

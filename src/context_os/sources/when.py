@@ -20,6 +20,7 @@ This module must never import from the package but ``times``.
 
 from __future__ import annotations
 
+import calendar
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -90,9 +91,8 @@ def _days(first: date, last: date, text: str) -> Period:
 
 
 def _month(year: int, month: int, text: str) -> Period:
-    first = date(year, month, 1)
-    following = date(year + (month == 12), month % 12 + 1, 1)
-    return Period(_ms(first), _ms(following), text)
+    # to its last day, not to the 1st of the next month: December 9999 has none
+    return _days(date(year, month, 1), date(year, month, calendar.monthrange(year, month)[1]), text)
 
 
 def _latest(month: int, day: int, ref: date) -> date:
