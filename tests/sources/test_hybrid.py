@@ -4,6 +4,7 @@ fall-back to BM25, the object source, and bad input (periods a query names: test
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -19,7 +20,7 @@ from context_os.errors import InputError, StoreError
 from context_os.harness.openai import OpenAIHook
 from context_os.sources import ObjectSource
 from context_os.sources import recall as recall_module
-from context_os.sources.embed import WordLlamaEmbedder
+from context_os.sources.embed import OpenAIEmbedder, WordLlamaEmbedder
 from context_os.sources.memory import MemoryScopes
 from context_os.sources.recall import (
     Recall,
@@ -31,8 +32,9 @@ from context_os.sources.recall import (
 )
 from context_os.sources.vectors import VectorIndex, vector_status
 from context_os.store import Store, open_store
-from tests.helpers import call, result, user
+from tests.helpers import call, result, say, user
 
+from ._embeddings_server import embeddings_server
 from .test_vectors import TALK, Counting, chat, memory
 
 QA = [
@@ -129,6 +131,43 @@ def test_without_an_embedder_it_is_bm25_and_says_so(
         wanted.search("garage")
     assert note is not None and note.startswith("keyword (BM25) recall only: no embedder installed")
     assert [r.getMessage() for r in caplog.records] == [f"recall: {note.split(': ', 1)[1]}: keyword (BM25) recall only"]
+
+
+def test_an_embedder_that_fails_now_leaves_recall_by_keyword_and_the_turn_going_on(db: Store, tmp_path: Path) -> None:
+    """errors.py: an embedder that cannot embed makes recall fall back to keywords. The query's
+    embedding raised instead: with an endpoint down, every user message of a session with auto
+    recall failed its turn, and the recall tool answered an error."""
+    chat(db, "s1", TALK)
+    (tmp_path / "repo").mkdir()
+    memory = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    memory.remember("Biscuit sleeps in the laundry basket", topic="pets")
+    with embeddings_server(dim=6) as server:
+        emb = OpenAIEmbedder(server.url, "tiny", api_key_env=None, dim=6)
+        recall = open_recall(db, emb, path=tmp_path / "v.vectors", background=False)
+        session = Session.open(db, "s2", harness="openai", workspace=str(tmp_path / "repo"))
+        hook = OpenAIHook(session)
+        SourceTools(session, recall=recall, memory=memory).register(hook.registry)
+        hook.transform_context([user("hello")])
+        assert recall.search("Biscuit", k=10, memory=memory).mode == "hybrid"  # its vector is kept
+        server.fail_with = 503
+        result = recall.search("Biscuit the puppy chewed shoes", k=3, memory=memory)
+        assert result.mode == "bm25" and result.hits[0].text == TALK[2]
+        assert result.note is not None and "keyword (BM25) recall only: the embedder failed" in result.note
+        assert "HTTP 503" in result.note
+        # the query's vector kept, a memory passage edited since: by keyword, the search goes on
+        memory.remember("Biscuit hides bones in the garden", topic="pets")
+        again = recall.search("Biscuit", k=10, memory=memory)
+        assert any(h.path is not None and h.path.endswith("pets.md") for h in again.hits)
+        assert again.mode == "hybrid" and again.note is not None
+        assert "1 memory passages not embedded yet, found by keyword only" in again.note
+        msgs = [user("hello"), say("hi"), user("what did Biscuit chew?")]
+        hook.transform_context(msgs)  # the turn goes on: the user message was recalled by keyword
+        assert any(o.kind == "recall" and o.meta.get("object_kind") == "chat" for o in session.view.objects.values())
+        out = json.loads(hook.call_tool("recall", {"query": "puppy shoes"}))
+        assert "error" not in out and out["hits"] and "the embedder failed" in out["note"]
+        session.close()
+        recall.close()
+        emb.close()
 
 
 def test_a_read_only_store_searches_the_vectors_there_and_writes_none(tmp_path: Path, model: WordLlamaEmbedder) -> None:

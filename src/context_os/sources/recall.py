@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 
 from .._install import install_hint
-from ..errors import ConfigError, InputError, StoreCorrupt
+from ..errors import ConfigError, EmbedderUnavailable, InputError, StoreCorrupt
 from ..objects import INDEXED_KINDS, index_parts
 from ..store.base import Store, TextHit, Version, now_ms
 from ..store.text_index import MAX_TERMS, TOKENIZER, WORD, check_basis, check_kinds, query_words, terms, words
@@ -406,10 +406,17 @@ class Recall:
         if session is not None and not bm and self.store.get(f"session:{session}") is None:
             note = _also(note, f"no session {session!r} in the store")
         vector_weight = cfg.vector_weight
+        qv: Vectors | None = None
         if self.vectors is None:
             note = _also(note, f"keyword (BM25) recall only: {self.keyword_only}")
         else:
-            qv = self.vectors.embed_query(query)
+            try:
+                qv = self.vectors.embed_query(query)
+            except EmbedderUnavailable as e:
+                # an endpoint down for a while: this search is by keyword, and the agent's turn
+                # (recall at each user message) goes on; it had failed with the endpoint
+                note = _also(note, f"keyword (BM25) recall only: the embedder failed: {e}")
+        if self.vectors is not None and qv is not None:
             cut = self.vectors.embedder.max_chars
             if len(query) > cut:
                 note = _also(note, f"the query ({len(query):,} characters) was cut to its first {cut:,} for embedding")
@@ -424,7 +431,11 @@ class Recall:
                 # the memory files read now, by meaning too, in place of the store's copies of them
                 vec = _current(vec, live, passages)
                 if passages:
-                    found = self.vectors.loose_vectors([p.text for p in passages], embed=self.memory_embed)
+                    texts = [p.text for p in passages]
+                    try:
+                        found = self.vectors.loose_vectors(texts, embed=self.memory_embed)
+                    except EmbedderUnavailable:  # those embedded before, the rest by keyword
+                        found = self.vectors.loose_vectors(texts, embed=0)
                     vec = _with_file_vectors(vec, qv, passages, found, cfg.depth)
                     if waiting := sum(v is None for v in found):
                         note = _also(note, f"{waiting:,} memory passages not embedded yet, found by keyword only")
@@ -440,7 +451,7 @@ class Recall:
         periods = named_periods(query, valid_time if valid_time is not None else now_ms()) if cfg.time_weight else []
         hits = self._fuse(periods, bm, vec, k, wanted, session, valid_time, tx_id, vector_weight, distinct)
         timings["fuse"] = (time.perf_counter() - t3) * 1000
-        return RecallResult(query, hits, "bm25" if self.vectors is None else "hybrid", note, timings, periods)
+        return RecallResult(query, hits, "bm25" if qv is None else "hybrid", note, timings, periods)
 
     def _coverage(self) -> float:
         """The share of the keyword index's parts the vectors hold (1.0 when caught up). Asking
