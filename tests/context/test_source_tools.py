@@ -282,6 +282,7 @@ def test_recall_refuses_bad_arguments(store: Store, uid: str) -> None:
         ({"query": "x", "as_of": True}, "as_of"),
         ({"query": "x", "kinds": ["frame"]}, "kinds"),
         ({"query": "x", "kinds": []}, "leave kinds out to search every kind"),  # was: no hit, "try other words"
+        ({"query": "x \ud83d"}, "not valid Unicode text"),  # half an emoji
         ({"query": "x", "as_of": "yesterday"}, "as_of"),
     ]:
         out = json.loads(hook.call_tool("recall", args))

@@ -371,6 +371,9 @@ def test_bad_input_names_the_field(db: Store, vectors: VectorIndex) -> None:
     recall = Recall(db, vectors)
     with pytest.raises(InputError, match="query is empty"):
         recall.search("   ")
+    # half an emoji, as a model's JSON may hold it: the embedder raised a TypeError of its own
+    with pytest.raises(InputError, match="query is not valid Unicode text"):
+        recall.search("the cello \ud83d")
     with pytest.raises(InputError, match="kinds"):
         recall.search("x", kinds=["frame"])
     with pytest.raises(InputError, match="kinds"):

@@ -271,6 +271,10 @@ def check_search(
     before anything is embedded: the kinds asked for (None: not given) and ``as_of`` in epoch ms."""
     if not isinstance(query, str) or not query.strip():
         raise InputError("recall: the query is empty: give some text to search for")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as e:  # a model's JSON may hold half an emoji ("\ud83d"): the embedder choked on it
+        raise InputError(f"recall: the query is not valid Unicode text ({e.reason} at position {e.start})") from None
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise InputError(f"recall: k must be a positive int, got {k!r}")
     wanted = check_kinds(kinds) if kinds is not None else None
