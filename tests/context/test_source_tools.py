@@ -208,6 +208,25 @@ def test_recall_finds_another_sessions_tool_output_and_activate_loads_it(store: 
     assert line in text  # its first words (here all of it), what activating it costs
 
 
+def test_recall_at_each_user_message_finds_past_a_conversation_on_the_same_topic(store: Store, uid: str) -> None:
+    """The session's own chat is not offered, and it ranks first for its own topic: the ten hits
+    auto recall asked for were all of it, and another session's tool output was never offered."""
+    hook = recall_hook(store, f"{uid}-b", Recall(store), auto=True)
+    msgs: list[dict[str, object]] = []
+    for n in range(6):
+        msgs += [user(f"why did the {uid}zebra migration fail {n}"), say(f"the {uid}zebra migration failed {n}")]
+    hook.transform_context(msgs)
+    other = OpenAIHook(Session.open(store, f"{uid}-a", harness="openai"))
+    other.transform_context(
+        [user("run the check"), call("c1", "bash"), result("c1", f"FAILED: the {uid}zebra migration timed out")]
+    )
+    other.session.close()
+    hook.transform_context([*msgs, user(f"why did the {uid}zebra migration fail?")])
+    recalled = [o.meta.get("object") for o in hook.session.view.objects.values() if o.kind == "recall"]
+    assert f"toolcall:{uid}-a:c1" in recalled
+    hook.session.close()
+
+
 def test_recall_alone_leaves_a_small_session_unmanaged_until_it_finds_something(store: Store, uid: str) -> None:
     session = Session.open(store, uid, harness="openai")
     hook = OpenAIHook(session)

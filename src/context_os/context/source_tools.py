@@ -67,7 +67,7 @@ class SourceTools:
             self.feeds.append(session.add_source(memory, pin=True, every_turn=True))
         if recall is not None and auto_recall:
             # each user message searches the memory files too, as the recall tool does
-            source = recall if memory is None else _RecallWithMemory(recall, memory)
+            source = _SessionRecall(recall, session.id, memory)
             self.feeds.append(session.add_source(source, active_score=recall_active_score))
         if self.feeds:  # what they show every turn is objects, which only a managed session renders
             session.manage()
@@ -197,17 +197,23 @@ class SourceTools:
         return out
 
 
-class _RecallWithMemory:
-    """``recall`` as the object source of one session, reading that session's memory files
-    (``Recall.items(memory=...)``): a recall engine may serve many sessions."""
+class _SessionRecall:
+    """``recall`` as the object source of one session: reading that session's memory files
+    (``Recall.items(memory=...)``; a recall engine may serve many sessions), and finding its hits
+    past the session's own chat, which the session does not show (``sources._eligible``): the
+    user's message and the conversation before it took every place, and recall at each user
+    message offered nothing once a conversation had a dozen entries on its topic."""
 
     name = Recall.name
 
-    def __init__(self, recall: Recall, memory: MemoryScopes) -> None:
-        self.recall, self.memory = recall, memory
+    def __init__(self, recall: Recall, session: str, memory: MemoryScopes | None) -> None:
+        self.recall, self.session, self.memory = recall, session, memory
 
     def items(self, query: str, budget_tokens: int) -> list[SourceItem]:
-        return self.recall.items(query, budget_tokens, memory=self.memory)
+        return self.recall.items(query, budget_tokens, memory=self.memory, leave_out=self._own_chat)
+
+    def _own_chat(self, hit: RecallHit) -> bool:
+        return hit.session == self.session and hit.id.startswith("chat:")
 
 
 _SHOWN_SLACK = 10

@@ -43,7 +43,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -659,16 +659,30 @@ class Recall:
 
     # -- as an object source ------------------------------------------------------------------
 
-    def items(self, query: str, budget_tokens: int, *, memory: MemoryScopes | None = None) -> list[SourceItem]:
+    def items(
+        self,
+        query: str,
+        budget_tokens: int,
+        *,
+        memory: MemoryScopes | None = None,
+        leave_out: Callable[[RecallHit], bool] | None = None,
+    ) -> list[SourceItem]:
         """The best hits for ``query`` as ``recall`` items, best first, within ``budget_tokens``
         (a hit too large for what is left is passed over for a smaller one after it); ``memory``:
-        as for ``search``."""
+        as for ``search``. ``leave_out``: hits the caller will not show (a session's own chat):
+        the ``k`` are found past them, however many rank first."""
         if not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool) or budget_tokens < 1:
             raise InputError(f"recall: budget_tokens must be a positive int, got {budget_tokens!r}")
-        result = self.search(query, k=self.k, session=self.session, memory=memory)
+        ask = self.k if leave_out is None else self.k + LEAVE_OUT_SLACK
+        while True:
+            result = self.search(query, k=ask, session=self.session, memory=memory)
+            hits = [h for h in result.hits if leave_out is None or not leave_out(h)]
+            if len(hits) >= self.k or len(result.hits) < ask or ask >= self.config.depth:
+                break
+            ask = min(self.config.depth, 4 * ask)  # a long conversation on the topic ranks first
         items: list[SourceItem] = []
         left = budget_tokens
-        for h in result.hits:
+        for h in hits[: self.k]:
             cost = estimate_tokens(len(h.text))
             if cost > left:
                 continue
@@ -876,6 +890,11 @@ def _distinct(ranked: list[_Cand]) -> tuple[list[_Cand], dict[int, int]]:
         first[key] = c
         kept.append(c)
     return kept, same
+
+
+LEAVE_OUT_SLACK = 10
+"""Hits ``Recall.items`` asks for beyond ``k`` when some will be left out (``leave_out``); four
+times as many again while that is not enough."""
 
 
 COVERAGE_S = 30.0
