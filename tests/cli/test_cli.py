@@ -85,6 +85,31 @@ def test_hints_of_python_m_context_os_run_as_printed(tmp_path):
     assert again.stdout.splitlines()[-1].startswith("1 turn;")
 
 
+def test_hints_of_ctxos_run_by_its_path_off_path_run_as_printed(tmp_path):
+    """``/path/to/venv/bin/ctxos`` run by its path from a directory outside the venv, with no
+    ``ctxos`` on PATH (a venv not activated): the closing hints name that path, not a bare
+    ``ctxos`` the shell cannot find."""
+    db = tmp_path / "m.db"
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    (tmp_path / "m.json").write_text(json.dumps(messages))
+    env = {**os.environ, "PATH": "/nonexistent"}
+    out = subprocess.run(
+        [*CTXOS, "--store", str(db), "replay", "m.json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    (hint,) = [line for line in out.stdout.splitlines() if line.startswith("see it turn by turn: ")]
+    first = hint.removeprefix("see it turn by turn: ").split("; ")[0]
+    assert shlex.split(first)[0] == CTXOS[0]
+    again = subprocess.run(shlex.split(first), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-1].startswith("1 turn;")
+
+
 def test_demo_into_a_session_that_exists_names_what_it_takes(demo):
     """``ctxos demo`` has no ``--append``: refusing a session that exists, it does not offer one."""
     db, _ = demo

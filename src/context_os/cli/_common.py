@@ -641,12 +641,19 @@ class _Deferred(AbstractContextManager["_Deferred"]):
 def program() -> list[str]:
     """How the user ran ``ctxos``: a path under the current directory as such (``.venv/bin/ctxos``
     from ``make demo``); ``python -m context_os`` as the interpreter that ran it, where the
-    scripts are not on PATH; else ``ctxos``."""
+    scripts are not on PATH; ``ctxos`` where that is the script on PATH; else the script's
+    absolute path (a venv not activated, its script run from elsewhere)."""
     argv0 = sys.argv[0] if sys.argv else ""
     if argv0 and os.path.isfile(argv0) and os.path.samefile(argv0, _MAIN):
         return [_under_cwd(sys.executable) or sys.executable, "-m", "context_os"]
-    path = _under_cwd(argv0) if argv0 else None
-    return [path] if path is not None and os.path.basename(path) == "ctxos" else ["ctxos"]
+    if os.path.basename(argv0) != "ctxos" or not os.path.isfile(argv0):
+        return ["ctxos"]
+    if (path := _under_cwd(argv0)) is not None:
+        return [path]
+    on_path = shutil.which("ctxos")
+    if on_path is not None and os.path.samefile(on_path, argv0):
+        return ["ctxos"]
+    return [os.path.abspath(argv0)]
 
 
 _MAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__main__.py")
