@@ -577,6 +577,20 @@ def test_a_bare_path_is_a_path_question_mark_and_all(tmp_path: Path) -> None:
         assert s.path.name == "odd?mode=ro.db"
 
 
+def test_the_default_store_in_a_user_data_dir_with_a_question_mark_is_that_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A home (or ``$XDG_DATA_HOME``) whose path holds a ``?``: the default store is the file in it,
+    not a URL whose query is the rest of the path."""
+    data = tmp_path / "me?mode=ro" / "data"
+    monkeypatch.setenv("XDG_DATA_HOME", str(data))
+    with open_store() as s:
+        assert s.created and s.path == data / "context_os" / "store.db"
+        s.put(doc("a"), T0)
+    with open_store(create=False) as s:
+        assert s.doc("a", T0) == doc("a")
+
+
 def test_a_number_past_64_bits_is_a_store_error(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "store.db") as s:
         s.put(doc("a"), T0)

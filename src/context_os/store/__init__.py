@@ -210,11 +210,14 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     """
     if url is not None and not url.strip():  # `--store ''`: a mistake, not a wish for the default
         raise ConfigError("the store URL is empty: give sqlite:///path.db, a path, or xtdb+http://host:port")
-    url = url or default_store_url()
-    if url.startswith("xtdb+http://") or url.startswith("xtdb+https://"):
+    url = url or os.environ.get("CTXOS_STORE")
+    if url and (url.startswith("xtdb+http://") or url.startswith("xtdb+https://")):
         return _open_xtdb(url)
     from .sqlite import SqliteStore
 
+    if not url:
+        # the file itself, not its URL: a "?" in the user data dir's path would start a query
+        return SqliteStore((data_dir() / "store.db").absolute(), create=create)
     if url.startswith("sqlite://"):
         # the path is taken as written up to a "?" (no percent-decoding)
         path, _, query = url.removeprefix("sqlite://").partition("?")
