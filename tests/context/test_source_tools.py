@@ -339,6 +339,16 @@ def test_the_vectors_of_an_embedded_store_live_beside_its_file(tmp_path: Path) -
         assert vector_path(store) == tmp_path / "s.db.vectors"
 
 
+def test_stores_whose_paths_differ_after_a_question_mark_keep_vectors_of_their_own(tmp_path: Path) -> None:
+    """A path is a path, ``?`` and all (``--store /path/odd?x.db``): each store's vectors are
+    beside its own file, never in one file two stores share."""
+    for name in ("s?a.db", "s?mode=ro.db"):
+        with SqliteStore(tmp_path / name) as store:
+            assert vector_path(store) == tmp_path / f"{name}.vectors"
+        with SqliteStore(tmp_path / name, create=False, read_only=True) as store:
+            assert vector_path(store) == tmp_path / f"{name}.vectors"
+
+
 def test_a_huge_query_is_searched_and_said_to_be_cut(store: Store, uid: str) -> None:
     hook = recall_hook(store, uid, Recall(store))
     hook.transform_context([user("hi")])

@@ -935,14 +935,15 @@ def vector_path(store: Store) -> Path:
     (``<file>.vectors``), else one file per node address under the user data dir
     (``vectors/<host>_<port>.db``, named as the node's outbox and keyword index are:
     ``store.node_key``)."""
-    url = store.url.split("?", 1)[0]
+    url = store.url
     if url.startswith("sqlite://"):
-        file = url.removeprefix("sqlite://")
+        # the file as written, "?" and all: the one option an embedded store's URL carries is its last
+        file = url.removeprefix("sqlite://").removesuffix("?mode=ro" if store.read_only else "")
         file = "/" + file.lstrip("/") if file.startswith("/") else file  # sqlite:////x: one root
         return Path(file + ".vectors")
     from ..store import node_file
 
-    return node_file("vectors", url)
+    return node_file("vectors", url.split("?", 1)[0])
 
 
 def open_recall(
