@@ -23,7 +23,7 @@ from context_os.harness.openai import OpenAIHook
 from context_os.objects import FileDoc, SourceDoc
 from context_os.sources import vectors as vectors_module
 from context_os.sources.embed import OpenAIEmbedder, Vectors, WordLlamaEmbedder
-from context_os.sources.vectors import VectorHit, VectorIndex, VectorIndexer, _best_first
+from context_os.sources.vectors import VectorHit, VectorIndex, VectorIndexer, _best_first, vector_status
 from context_os.store import Store
 from context_os.store.base import Evict, Put
 from tests.helpers import wait_for
@@ -152,6 +152,28 @@ def test_a_long_text_edited_past_what_the_embedder_reads_is_not_embedded_again(
     readonly = VectorIndex(db, model, tmp_path / "v.vectors", read_only=True)
     assert readonly.search("retry loop backs off", k=1)[0].text == versions[2]
     readonly.close()
+
+
+def test_a_sidecar_in_a_folder_named_with_uri_characters_is_read_read_only(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    """``#``, ``?`` and ``%`` are a folder name's characters like any other (a store beside its
+    sidecar there: ``--store '/work/a#b%41?c/s.db'``), not a SQLite URI's fragment, query or escape."""
+    folder = tmp_path / "a#b%41?c"
+    folder.mkdir()
+    chat(db, "s1", TALK[:4])
+    index = VectorIndex(db, model, folder / "v.vectors")
+    assert index.catch_up() == 4
+    index.close()
+    readonly = VectorIndex(db, model, folder / "v.vectors", read_only=True)
+    try:
+        assert readonly.search("dog puppy retriever", k=1)[0].text == TALK[0]
+    finally:
+        readonly.close()
+    status = vector_status(folder / "v.vectors", 0)
+    assert status is not None and status["vectors"] == 4 and "error" not in status
+    # nothing opened beside it (the store's own files are there)
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("store.db")] == [folder.name]
 
 
 def _open_files(path: Path) -> int:

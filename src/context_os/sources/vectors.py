@@ -888,6 +888,12 @@ def _best_first(sims: Vectors, first: int) -> Iterator[int]:
         done = len(order)
 
 
+def _read_only_uri(path: str | Path) -> str:
+    """SQLite's URI of the file at ``path``, read-only: ``#``, ``?`` and ``%`` in a folder's name
+    are escaped, else they would start the fragment or the query, or decode to another name."""
+    return f"file:{quote(str(path))}?mode=ro"
+
+
 def vector_status(path: str | Path, last_seq: int) -> dict[str, Any] | None:
     """What a vector sidecar holds, read without loading its embedder: ``embedder``, ``dim``,
     ``vectors``, ``cursor`` and ``pending`` (parts of the keyword index, up to ``last_seq``, not
