@@ -856,13 +856,6 @@ class VectorIndex:
         return None if text is None else (v, text, session_of(v.doc))
 
 
-def _read_only_uri(path: str | Path) -> str:
-    """The URI that opens the file at ``path`` read-only. The path is quoted: a ``#`` in it (a
-    folder ``a#b``) ended the path there, and SQLite opened (and created, read-write) the file
-    ``a`` instead; a ``%23`` was read as a ``#``."""
-    return f"file:{quote(str(path))}?mode=ro"
-
-
 def _candidates(k: int) -> int:
     """How many of the nearest a search for ``k`` hits looks at first: some are filtered out,
     or no longer in force."""
@@ -890,7 +883,8 @@ def _best_first(sims: Vectors, first: int) -> Iterator[int]:
 
 def _read_only_uri(path: str | Path) -> str:
     """SQLite's URI of the file at ``path``, read-only: ``#``, ``?`` and ``%`` in a folder's name
-    are escaped, else they would start the fragment or the query, or decode to another name."""
+    are escaped, else they would start the fragment or the query, or decode to another name (a
+    folder ``a#b``: SQLite opened, and created read-write, the file ``a``)."""
     return f"file:{quote(str(path))}?mode=ro"
 
 
