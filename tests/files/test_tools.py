@@ -259,6 +259,29 @@ def test_edit_keeps_crlf_line_endings(root: Path, tools: FileTools) -> None:
     assert (root / "w.txt").read_bytes() == b"uno\r\ndos\r\n"
 
 
+def test_grep_and_diffs_number_lines_as_lines_does(root: Path, tools: FileTools, db) -> None:
+    """A line ends at ``\n`` only, for ``grep``, an edit's diff and ``lines`` alike, as for grep,
+    git and editors. Before, ``grep`` and the diff split with ``str.splitlines``, which also breaks
+    at a form feed (a page break in C or Python source), a lone ``\r`` or U+2028 (inside a JS
+    string): ``grep`` named a line number that ``lines`` showed as another line, and the diff's
+    hunks were off by as many lines and had "No newline at end of file" in their middle."""
+    (root / "m.py").write_bytes(b"import os\n\x0c\ndef f():\n    return 1\n\x0c\ndef target():\n    pass\n")
+    (root / "j.js").write_bytes("var s = 'a\u2028b';\r\nvar target = 1;\r\n".encode())
+    oid = call(tools, "read", path="m.py")["id"]
+    call(tools, "read", path="j.js")
+    found = tools.call("grep", {"pattern": "target"}).splitlines()[:2]
+    assert found == ["j.js:2:var target = 1;", "m.py:6:def target():"]
+    assert tools.call("lines", {"id": "m.py", "start": 6, "end": 6}).endswith("\ndef target():")
+    r = call(tools, "edit", path="m.py", oldText="    pass", newText="    return 2")
+    assert r["diff"] == (
+        "--- a/m.py\n+++ b/m.py\n@@ -4,4 +4,4 @@\n     return 1\n \x0c\n def target():\n-    pass\n+    return 2\n"
+    )
+    assert metas(db, oid)[-1]["diff"] == r["diff"]
+    r = call(tools, "edit", path="j.js", oldText="var s", newText="let s")
+    assert r["diff"].split("\n")[2:4] == ["@@ -1,2 +1,2 @@", "-var s = 'a\u2028b';\r"]
+    assert "No newline" not in r["diff"]
+
+
 def test_edit_refuses_binary_and_non_utf8_files(root: Path, tools: FileTools) -> None:
     (root / "img.png").write_bytes(PNG)
     (root / "l1.txt").write_bytes("naïve\n".encode("latin-1"))

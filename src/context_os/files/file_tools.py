@@ -766,7 +766,10 @@ class FileTools:
                 continue
             shown = self.workspace.relpath(p)
             hit = False
-            for n, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+            text = data.decode("utf-8", errors="replace")
+            # lines split at "\n" only, as `lines` and grep number them (not at a form feed or U+2028)
+            for n, line in enumerate(text[:-1].split("\n") if text.endswith("\n") else text.split("\n"), 1):
+                line = line.removesuffix("\r")
                 if rx.search(line):
                     hit = True
                     lines.append(f"{shown}:{n}:{line[:500]}")

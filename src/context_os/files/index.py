@@ -120,15 +120,20 @@ def file_meta_summary(meta: dict[str, Any]) -> dict[str, Any]:
     return {k: meta[k] for k in keys if meta.get(k) not in (None, False, 0) or k in ("path", "version")}
 
 
+def _rows(text: str) -> list[str]:
+    """``text``'s lines, each with its line break: split at line feeds only, as ``lines``, git and
+    editors count them (``str.splitlines`` also splits at a form feed, a lone CR, U+2028…, which
+    put the hunks' line numbers off and a "No newline at end of file" inside the diff)."""
+    rows = [row + "\n" for row in text.split("\n")]
+    rows[-1] = rows[-1][:-1]
+    return rows if rows[-1] else rows[:-1]
+
+
 def _diff(old: str, new: str, old_path: str, new_path: str, cap: int) -> tuple[str | None, int, int, str | None]:
     """(unified diff capped to ``cap`` chars, lines added, lines removed, why omitted)."""
     if len(old) + len(new) > DIFF_MAX_INPUT_CHARS:
         return None, 0, 0, "the file is too large for a diff"
-    lines = list(
-        difflib.unified_diff(
-            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{old_path}", f"b/{new_path}", n=3
-        )
-    )
+    lines = list(difflib.unified_diff(_rows(old), _rows(new), f"a/{old_path}", f"b/{new_path}", n=3))
     added = sum(1 for ln in lines if ln.startswith("+") and not ln.startswith("+++"))
     removed = sum(1 for ln in lines if ln.startswith("-") and not ln.startswith("---"))
     text = "".join(ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n" for ln in lines)
