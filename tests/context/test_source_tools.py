@@ -296,7 +296,7 @@ def test_recall_refuses_bad_arguments(store: Store, uid: str) -> None:
     hook.transform_context([user("hi")])
     for args, field in [
         ({"query": "  "}, "empty"),
-        ({"query": "x", "k": 0}, "k must be"),
+        ({"query": "x", "k": 0}, "'k' must be from 1 to 20, got 0"),
         ({"query": "x", "k": 21}, "from 1 to 20"),  # the schema's maximum
         ({"query": "x", "as_of": True}, "as_of"),
         ({"query": "x", "kinds": ["frame"]}, "kinds"),

@@ -101,3 +101,24 @@ def test_arguments_json_cannot_hold_are_answered_not_raised(session: Session, tm
         for name in ("activate", "lines", "pin"):
             answer = json.loads(registry.call(name, {"id": "r" + digits}))
             assert answer["type"] == "NotFound" and "no object 'r111" in answer["error"]
+
+
+def test_numbers_outside_their_schema_bounds_are_refused(session: Session, tmp_path: Path) -> None:
+    """The schemas give ``limit`` a ``minimum`` of 1 (``recall``'s ``k`` a maximum too), and the
+    registry holds a call to them as it holds it to the argument types. Before, the bounds were
+    only told to the model: ``ls(limit=-1)`` listed all entries but the last and said one more
+    than were left out, ``grep(limit=0)`` showed a match after saying it "stopped at 0 matches"."""
+    (tmp_path / "ws").mkdir()
+    for name in "abc":
+        (tmp_path / "ws" / f"{name}.txt").write_text(f"hit {name}\n")
+    registry = FileTools(session, Workspace(tmp_path / "ws")).registry
+    for name, args in (
+        ("ls", {"limit": -1}),
+        ("find", {"pattern": "*", "limit": 0}),
+        ("grep", {"pattern": "hit", "limit": 0}),
+    ):
+        assert json.loads(registry.call(name, args)) == {
+            "error": f"{name}: argument 'limit' must be at least 1, got {args['limit']}",
+            "type": "InputError",
+        }
+    assert registry.call("ls", {"limit": 1}).startswith("a.txt\n[... 2 more entries")

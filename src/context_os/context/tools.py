@@ -67,7 +67,8 @@ class Tool:
 
     def check(self, args: Any) -> dict[str, Any]:
         """``args`` if they match ``parameters`` (the subset of JSON schema tools use: an object
-        of typed properties, some required, no others); else a clear ``InputError``."""
+        of typed properties, some required, no others, numbers within their ``minimum`` and
+        ``maximum``); else a clear ``InputError``."""
         if not isinstance(args, dict):
             raise InputError(f"{self.name} takes a JSON object of arguments, got {_json_type(args)}")
         props: dict[str, Any] = self.parameters.get("properties", {})
@@ -78,11 +79,20 @@ class Tool:
         if missing:
             raise InputError(f"{self.name}: missing required argument(s) {missing}")
         for k, v in args.items():
-            named = props.get(k, {}).get("type", "")
+            prop = props.get(k, {})
+            named = prop.get("type", "")
             names = named if isinstance(named, list) else [named]
             wanted = [_TYPES[n] for n in names if n in _TYPES]
             if wanted and not any(_is(v, want) for want in wanted):
                 raise InputError(f"{self.name}: argument {k!r} must be {' or '.join(names)}, got {type(v).__name__}")
+            # the bounds the schema gives the model, which a model not held to it crosses (a
+            # limit of -1 listed all but the last entry and counted one too many as left out)
+            low, high = prop.get("minimum"), prop.get("maximum")
+            if _is(v, (int, float)) and ((low is not None and v < low) or (high is not None and v > high)):
+                bounds = (
+                    f"at least {low}" if high is None else f"at most {high}" if low is None else f"from {low} to {high}"
+                )
+                raise InputError(f"{self.name}: argument {k!r} must be {bounds}, got {v}")
         return args
 
 
