@@ -90,6 +90,26 @@ def test_lines_shows_the_latest_version_and_what_is_on_disk(root: Path, tools: F
     )
 
 
+def test_lines_of_a_file_without_text_says_why(root: Path, tools: FileTools) -> None:
+    """``lines`` of a file whose latest version has no text names why, as ``read`` and
+    ``activate`` do: a file ``ls``/``find``/``grep`` only discovered (``read`` loads it), a binary
+    file. Before, it answered "has no text to show by lines" alone, though the agent had just been
+    told by grep that the file holds text, and had nothing to say what to do."""
+    (root / "m.py").write_text("x = 1\n")
+    (root / "img.png").write_bytes(PNG)
+    tools.call("ls", {})
+    oid = tools.index.lookup(root.resolve() / "m.py").id
+    for ref in ("m.py", oid):
+        assert call(tools, "lines", id=ref) == {
+            "error": f"{oid} has no text to show by lines: not read yet: read(path) loads it",
+            "type": "InputError",
+        }
+    call(tools, "read", path="img.png")
+    assert call(tools, "lines", id="img.png")["error"].endswith(
+        f"has no text to show by lines: binary file ({len(PNG)} bytes, image/png)"
+    )
+
+
 def test_read_reports_index_pool_and_active_status_at_each_step(root: Path, tools: FileTools, db) -> None:
     (root / "app.py").write_text("def main():\n    return 1\n")
     first = call(tools, "read", path="app.py")
@@ -427,7 +447,7 @@ def test_a_file_too_large_to_store_stays_so_through_activate_and_lines(root: Pat
     oid = call(tools, "read", path="big.log")["id"]
     too_large = "too large to store (500 bytes; the cap is 100)"
     assert call(tools, "activate", id=oid) == {"id": oid, "status": f"metadata only: {too_large}"}
-    assert call(tools, "lines", id="big.log")["error"].endswith("has no text to show by lines")
+    assert call(tools, "lines", id="big.log")["error"].endswith(f"has no text to show by lines: {too_large}")
     assert call(tools, "read", path="big.log")["indexed"] == "already indexed"
     assert [m["content_omitted"] for m in metas(db, oid)] == [too_large]
     # found by ls before it was ever read: too large all the same

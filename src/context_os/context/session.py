@@ -1126,11 +1126,12 @@ class Session:
         if obj_id.startswith(LOCKED_PREFIXES):
             raise InputError(f"{ref} is context_os's own record, not text: {HISTORY_HINT}")
         obj = self.view.objects.get(obj_id)
-        newer, note = "", ""
+        newer, note, omitted = "", "", None
         if obj is None or obj_id.startswith("file:"):
             latest = self._latest(obj_id)
             doc = latest.doc or {}
             text = doc.get("content")
+            omitted = (doc.get("meta") or {}).get("content_omitted")
             # (a file holding the bytes shown at the path shown, its stat corrected since or changed
             # and changed back, is what the context shows: as the stale check judges it)
             if (
@@ -1153,8 +1154,8 @@ class Session:
                     note = f" (the version the context shows; version {version}, the latest, has no text: {why})"
         else:
             text = self._content(obj)
-        if not isinstance(text, str):
-            raise InputError(f"{ref} has no text to show by lines")
+        if not isinstance(text, str):  # (why, if the version says: not read yet, binary, a secret…)
+            raise InputError(f"{ref} has no text to show by lines" + (f": {omitted}" if omitted else ""))
         if start < 1 or (end is not None and end < start):
             got = f"start {start}" + ("" if end is None else f", end {end}")
             raise InputError(f"lines: start must be at least 1 and end at least start, got {got}")
