@@ -279,6 +279,24 @@ def test_edit_keeps_crlf_line_endings(root: Path, tools: FileTools) -> None:
     assert (root / "w.txt").read_bytes() == b"uno\r\ndos\r\n"
 
 
+def test_lines_an_edit_adds_to_a_crlf_file_end_with_crlf(root: Path, tools: FileTools) -> None:
+    """The model writes ``\n``; in a file whose every line ends with CRLF the lines an edit adds
+    get CRLF too, also when ``oldText`` is one line (found as it is). Before, only a ``newText``
+    whose ``oldText`` needed its ``\n`` turned into CRLF to match was converted: adding lines
+    after a line left bare LFs in a Windows file. A file of mixed line breaks keeps ``newText``'s."""
+    (root / "w.py").write_bytes(b"def f():\r\n    return 1\r\n")
+    call(tools, "edit", path="w.py", oldText="def f():", newText="def f():\n    x = 2")
+    assert (root / "w.py").read_bytes() == b"def f():\r\n    x = 2\r\n    return 1\r\n"
+    (root / "v.txt").write_bytes(b"a\r\nb\r\n")
+    call(
+        tools, "edit", path="v.txt", edits=[{"oldText": "a", "newText": "a\nA"}, {"oldText": "b\n", "newText": "B\r\n"}]
+    )
+    assert (root / "v.txt").read_bytes() == b"a\r\nA\r\nB\r\n"
+    (root / "mixed.txt").write_bytes(b"a\r\nb\n")
+    call(tools, "edit", path="mixed.txt", oldText="b", newText="b\nc")
+    assert (root / "mixed.txt").read_bytes() == b"a\r\nb\nc\n"
+
+
 def test_grep_and_diffs_number_lines_as_lines_does(root: Path, tools: FileTools, db) -> None:
     """A line ends at ``\n`` only, for ``grep``, an edit's diff and ``lines`` alike, as for grep,
     git and editors. Before, ``grep`` and the diff split with ``str.splitlines``, which also breaks

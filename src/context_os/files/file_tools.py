@@ -144,17 +144,23 @@ results name themselves."""
 
 def apply_edits(text: str, edits: list[tuple[str, str]], shown_path: str) -> tuple[str, int]:
     """Apply exact replacements, each matched against the original ``text``: every ``oldText``
-    must occur exactly once and the matches must not overlap. Returns (new text, replacements)."""
+    must occur exactly once and the matches must not overlap. In a text with CRLF line breaks a
+    ``\\n`` of ``oldText`` matches a CRLF; in one whose every line break is a CRLF, ``newText``'s
+    line breaks become CRLFs. Returns (new text, replacements)."""
     if not edits:
         raise InputError(f"edit {shown_path}: no edits given (pass oldText/newText or edits=[…])")
     crlf = "\r\n" in text
+    # every line ends with CRLF (a Windows file): the lines an edit adds must too, not a bare LF
+    all_crlf = crlf and text.count("\n") == text.count("\r\n")
     spans: list[tuple[int, int, str, int]] = []
     for n, (old, new) in enumerate(edits, 1):
         which = f" (edit {n} of {len(edits)})" if len(edits) > 1 else ""
         if not old:
             raise InputError(f"edit {shown_path}{which}: oldText is empty")
         if crlf and old not in text and "\r\n" not in old:
-            old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")  # the file uses CRLF
+            old, new = old.replace("\n", "\r\n"), _crlf(new)  # the file uses CRLF
+        elif all_crlf:
+            new = _crlf(new)
         count = text.count(old)
         if count == 0:
             hint = (
@@ -183,6 +189,11 @@ def apply_edits(text: str, edits: list[tuple[str, str]], shown_path: str) -> tup
     if out == text:
         raise InputError(f"edit {shown_path}: the edit changes nothing (newText equals oldText)")
     return out, len(spans)
+
+
+def _crlf(text: str) -> str:
+    """``text`` with every line break a CRLF (those it has already kept as they are)."""
+    return text.replace("\r\n", "\n").replace("\n", "\r\n")
 
 
 def _glob_regex(pattern: str) -> re.Pattern[str]:
