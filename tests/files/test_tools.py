@@ -360,6 +360,28 @@ def test_secrets_inside_ordinary_files_are_redacted_before_they_are_stored(root:
     assert key not in tools.call("grep", {"pattern": "GITHUB"})
 
 
+def test_a_write_that_would_put_a_placeholder_over_a_secret_is_refused(root: Path, tools: FileTools) -> None:
+    """The agent sees a file's secrets as ``[REDACTED:…]``; writing the file back whole, as it
+    saw it, would replace the secret on disk with the placeholder. Before, the write went through
+    and its diff (of redacted texts) showed the secret's line unchanged: the token was lost, and
+    nobody was told. Now it is refused, with nothing written; a new file, and the placeholders a
+    file holds literally (a redactor's own tests), are written as given."""
+    key = KEYS["github-token"]
+    (root / "config.py").write_text(f'TOKEN = "{key}"\nDEBUG = False\n')
+    call(tools, "read", path="config.py")
+    r = call(tools, "write", path="config.py", content='TOKEN = "[REDACTED:github-token]"\nDEBUG = True\n')
+    assert r["type"] == "InputError" and r["error"].startswith(
+        "write config.py: the content holds [REDACTED:github-token], which stands for a secret the file on disk holds"
+    )
+    assert (root / "config.py").read_text() == f'TOKEN = "{key}"\nDEBUG = False\n'
+    assert call(tools, "edit", path="config.py", oldText="DEBUG = False", newText="DEBUG = True")["status"] == "edited"
+    assert (root / "config.py").read_text() == f'TOKEN = "{key}"\nDEBUG = True\n'
+    (root / "test_redact.py").write_text(f'assert redact("{key}") == "[REDACTED:github-token]"\n')
+    again = f'assert redact("{key}") == "[REDACTED:github-token]"  # same\n'
+    assert call(tools, "write", path="test_redact.py", content=again)["status"] == "overwritten"
+    assert call(tools, "write", path="new.py", content='TOKEN = "[REDACTED:github-token]"\n')["status"] == "created"
+
+
 def test_a_file_whose_path_holds_a_secret_is_never_indexed(root: Path, tools: FileTools, db) -> None:
     """A key in a file's name (``keys/sk-proj-….txt``) would be stored, and shown, as the file
     object's ``meta.path``: ``ls`` shows the name redacted and indexes nothing, and ``read``,

@@ -47,6 +47,7 @@ import json
 import os
 import re
 import stat
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,8 @@ _ID_PREFIXES = tuple(f"{k}:" for k in KINDS)
 _TOKEN_SPLIT = re.compile(r"[\s'\"`()\[\]{}<>|;&,=]+")
 _GREP_LINE = re.compile(r"^(.+?)[:-](\d+)[:-]")
 _SHORT_REF = re.compile(r"r\d+")
+_PLACEHOLDER = re.compile(r"\[REDACTED:[^\]\s]*\]")
+"""What the redactor puts where a secret was."""
 _ID_LIKE = re.compile(r"[a-z]+:")
 """What an object id of a kind this does not know starts with (``nope:xyz``)."""
 ID_HINT = "file:…, toolcall:…, recall:…, memory:…, message:…, or r12 for a tool result"
@@ -519,6 +522,7 @@ class FileTools:
         real = self.workspace.resolve(path, must_exist=False)
         self.workspace.deny_secret_path(real)  # before anything is written: it could not be recorded
         data = _utf8(content, f"write {path}")
+        self._deny_lost_secrets(real, content, path)
         host_out = None
         if "write" in self.host:
             with self.workspace.open(real, kind="entry", missing_ok=True) as entry:
@@ -538,6 +542,31 @@ class FileTools:
         if host_out:
             extra["output"] = _cap(host_out, 2000)
         return self._after_change(real, cause="write", reason="written", **extra)
+
+    def _deny_lost_secrets(self, real: Path, content: str, path: str) -> None:
+        """``InputError`` if writing ``content`` over the file at ``real`` would put a redaction
+        placeholder (``[REDACTED:github-token]``) where the file holds a secret: the agent is
+        shown the file redacted and may write it back so, whole. The file's own literal
+        placeholders (a redactor's tests) may be written back; a new file loses nothing."""
+        wanted = Counter(_PLACEHOLDER.findall(content))
+        if not wanted:
+            return
+        try:
+            with self.workspace.open(real) as opened:
+                snap, data = self.workspace.look(opened, read=True)
+        except FileUnreadable:  # no file there (yet), or none that can be read: nothing to lose
+            return
+        if data is None or not snap.redacted:
+            return
+        raw = data.decode("utf-8", errors="replace")
+        lost = sorted(p for p, n in wanted.items() if n > raw.count(p))
+        if lost:
+            raise InputError(
+                f"write {path}: the content holds {', '.join(lost)}, which stands for a secret the file on disk"
+                " holds (you are shown secrets redacted; the file keeps them): the write would replace the"
+                " secret with the placeholder. Nothing was written; change the file with edit, around the"
+                " lines that hold secrets"
+            )
 
     def edit(
         self,
