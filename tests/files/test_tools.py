@@ -14,9 +14,12 @@ import pytest
 from context_os import Session
 from context_os.errors import InputError
 from context_os.files import FileTools, FileTracker, Workspace, apply_edits
+from context_os.harness import OpenAIHook
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import latest_meta, metas
 from tests.files.test_workspace import KEYS, PNG
+from tests.helpers import call as tcall
+from tests.helpers import result, user
 
 
 def call(tools: FileTools, name: str, **args: Any) -> Any:
@@ -541,6 +544,24 @@ def test_grep_options(root: Path, tools: FileTools) -> None:
     assert len(tools.call("grep", {"pattern": "HELLO", "ignoreCase": True, "glob": "*.txt"}).splitlines()) >= 2
     assert "b.md:1:hello (md)" in tools.call("grep", {"pattern": "(md)", "literal": True})
     assert "not a valid regular expression" in tools.call("grep", {"pattern": "(md"})
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_as_text_a_harness_can_send(root: Path, tools: FileTools) -> None:
+    """A file named in Latin-1 (``caf\\xe9.txt``, from an old archive) is listed with its byte
+    escaped. Before, ``ls``, ``find`` and ``grep`` printed the name as Python reads it, with a lone
+    surrogate: the harness's request holding that tool result could not be encoded, and every
+    later ``transform_context`` refused the history (`not valid UTF-8 text`)."""
+    with open(os.fsencode(root) + b"/caf\xe9.txt", "wb") as f:
+        f.write(b"needle\n")
+    hook = OpenAIHook(tools.session, files=tools)
+    outputs = [
+        tools.call("ls", {}),
+        tools.call("find", {"pattern": "*.txt"}),
+        tools.call("grep", {"pattern": "needle"}),
+    ]
+    assert [out.split("\n")[0] for out in outputs] == ["caf\\xe9.txt", "caf\\xe9.txt", "caf\\xe9.txt:1:needle"]
+    history = [user("look"), *[m for n, out in enumerate(outputs) for m in (tcall(f"c{n}"), result(f"c{n}", out))]]
+    assert hook.transform_context(history)[-1]["content"] == outputs[-1]
 
 
 def test_symlinks_escaping_are_denied_through_tools_and_skipped_by_grep(tmp_path: Path, root: Path, tools: FileTools):

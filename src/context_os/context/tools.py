@@ -18,6 +18,7 @@ This module knows nothing of harnesses or files.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -116,6 +117,25 @@ def _is(value: Any, want: type | tuple[type, ...]) -> bool:
     return isinstance(value, want) and not (isinstance(value, bool) and want is not bool)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unicode(text: str) -> str:
+    """``text`` as text any harness can send: a lone surrogate (a file name that is not UTF-8,
+    as Python reads it: ``caf\\udce9.txt``) written as the escape of its byte (``caf\\xe9.txt``),
+    or of itself. Left in, it made the harness's next request fail to encode, and every later
+    ``transform_context`` refuse the history that held it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(lambda m: _escape(ord(m.group())), text)
+    return text
+
+
+def _escape(point: int) -> str:
+    return f"\\x{point - 0xDC00:02x}" if 0xDC80 <= point <= 0xDCFF else f"\\u{point:04x}"
+
+
 class ToolRegistry:
     """The tools of one session, by name, and the one way to run them.
 
@@ -171,7 +191,7 @@ class ToolRegistry:
             result = tool.run(**tool.check(args))
         except ContextOSError as e:
             result = {"error": e.for_model or str(e), "type": type(e).__name__}
-        text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, sort_keys=True)
+        text = _unicode(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, sort_keys=True))
         return self.post(text) if self.post is not None else text
 
 
