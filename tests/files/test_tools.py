@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from context_os import Session
+from context_os.context.evict import evict
 from context_os.errors import InputError
 from context_os.files import FileTools, FileTracker, Workspace, apply_edits
+from context_os.files.index import EVICTED_BYTES
 from context_os.harness import OpenAIHook
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import latest_meta, metas
@@ -111,6 +113,23 @@ def test_lines_of_a_file_without_text_says_why(root: Path, tools: FileTools) -> 
     assert call(tools, "lines", id="img.png")["error"].endswith(
         f"has no text to show by lines: binary file ({len(PNG)} bytes, image/png)"
     )
+
+
+def test_a_look_at_evicted_bytes_still_says_they_were_evicted(root: Path, tools: FileTools, db) -> None:
+    """A file read again after its object was evicted, holding the same bytes, is withheld
+    (``content_omitted``: evicted). ``lines`` and ``activate`` of it look at the disk without
+    reading, which recorded a new version saying `not read yet: read(path) loads it`: untrue (a
+    read withholds them again), and every later read and look made another version."""
+    (root / "a.txt").write_text("leaked\n")
+    evict(db, call(tools, "read", path="a.txt")["id"])
+    again = call(tools, "read", path="a.txt")
+    assert again["content_omitted"] == EVICTED_BYTES
+    assert call(tools, "lines", id="a.txt")["error"].endswith(f"has no text to show by lines: {EVICTED_BYTES}")
+    assert call(tools, "activate", id=again["id"]) == {"id": again["id"], "status": f"metadata only: {EVICTED_BYTES}"}
+    assert call(tools, "read", path="a.txt")["indexed"] == "already indexed"
+    assert [m["content_omitted"] for m in metas(db, again["id"])] == [EVICTED_BYTES]
+    (root / "a.txt").write_text("rotated\n")  # other bytes: a look records them, as of any file read
+    assert tools.call("lines", {"id": "a.txt"}).endswith("\nrotated")
 
 
 def test_read_reports_index_pool_and_active_status_at_each_step(root: Path, tools: FileTools, db) -> None:

@@ -399,7 +399,12 @@ class FileIndex:
         pm: dict[str, Any] = prev.doc["meta"] if prev is not None and prev.doc else {}
         # everything recorded below is what this one open found (path, inode, size, mtime, bytes):
         # nothing is looked at by name again, so nothing can disagree with it
-        snap = self.workspace.snapshot(path, read=read or pm.get("indexed") == "content")
+        # (bytes withheld as evicted are read again too: only their hash says whether they are
+        # still the ones evicted; a look by stat alone recorded "not read yet: read(path) loads
+        # it", which no read would do, as a new version)
+        snap = self.workspace.snapshot(
+            path, read=read or pm.get("indexed") == "content" or bool(pm.get("evicted_bytes"))
+        )
         # only a new object, or one already withheld, can be evicted bytes: no lookup otherwise
         withheld = False
         if (prev is None or pm.get("evicted_bytes")) and snap.sha is not None:
