@@ -556,6 +556,19 @@ def test_discovery_is_capped_per_call(root: Path, session: Session, ws: Workspac
     assert tools.call("ls", {"limit": 3}).splitlines()[3].startswith("[... 9 more entries")
 
 
+def test_grep_names_the_files_too_large_to_search(root: Path, session: Session) -> None:
+    """A file over the size cap is not searched, and ``grep`` now says so, naming it. Before, it
+    was skipped in silence: a search of a large log for ``ERROR`` answered "no matches", which
+    the model took for the log having none."""
+    tools = FileTools(session, Workspace(root, max_file_bytes=100))
+    (root / "big.log").write_text("ERROR here\n" * 20)
+    (root / "small.log").write_text("fine\n")
+    note = "[1 file(s) over the size cap (100 bytes) not searched: big.log]"
+    assert tools.call("grep", {"pattern": "ERROR"}) == f"(no matches for 'ERROR')\n{note}"
+    assert tools.call("grep", {"pattern": "ERROR", "path": "big.log"}) == f"(no matches for 'ERROR')\n{note}"
+    assert tools.call("grep", {"pattern": "fine"}).split("\n")[:2] == ["small.log:1:fine", note]
+
+
 def test_grep_options(root: Path, tools: FileTools) -> None:
     (root / "a.txt").write_text("Hello world\nhello again\n")
     (root / "b.md").write_text("hello (md)\n")

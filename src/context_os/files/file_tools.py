@@ -752,7 +752,8 @@ class FileTools:
         limit: int = 100,
     ) -> str:
         """Lines matching ``pattern`` as ``path:line:text`` (paths relative to the workspace).
-        Binary files, secret-looking files and files over the size cap are skipped."""
+        Binary files, secret-looking files and files over the size cap are skipped (the last two
+        counted in a note, those over the cap named)."""
         real = self.workspace.resolve(path)
         if "grep" in self.host:
             out = self._host(
@@ -778,6 +779,8 @@ class FileTools:
         lines: list[str] = []
         files: list[Path] = []
         secrets = 0
+        too_large: list[str] = []
+        cap = self.workspace.max_file_bytes
         for p, is_dir in candidates:
             if is_dir:
                 continue
@@ -794,13 +797,13 @@ class FileTools:
                         secrets += 1
                         continue
                     assert opened.st is not None
-                    if opened.st.st_size > self.workspace.max_file_bytes:
-                        continue
                     # (a file that grew past the cap since: skipped too, never read without end)
-                    data = opened.read(limit=self.workspace.max_file_bytes)
+                    data = b"" if opened.st.st_size > cap else opened.read(limit=cap)
+                    size = max(opened.st.st_size, len(data))
             except ContextOSError:
                 continue
-            if len(data) > self.workspace.max_file_bytes:
+            if size > cap:
+                too_large.append(self.workspace.relpath(p))
                 continue
             if b"\x00" in data[:8192]:
                 continue
@@ -820,9 +823,14 @@ class FileTools:
             if len(lines) >= limit:
                 lines.append(f"[... stopped at {limit} matches; raise limit or narrow the search]")
                 break
+        if not lines:
+            lines.append(f"(no matches for {pattern!r})")
         if secrets:
             lines.append(f"[{secrets} secret-looking file(s) not searched]")
-        return self._finish("\n".join(lines) if lines else f"(no matches for {pattern!r})", files)
+        if too_large:  # else a search of a large log answered "no matches", which it did not know
+            names = ", ".join(too_large[:5]) + (f" and {len(too_large) - 5} more" if len(too_large) > 5 else "")
+            lines.append(f"[{len(too_large)} file(s) over the size cap ({cap:,} bytes) not searched: {names}]")
+        return self._finish("\n".join(lines), files)
 
     # --- tools the host ran ------------------------------------------------------------------
 
