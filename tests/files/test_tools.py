@@ -243,6 +243,17 @@ def test_write_creates_then_overwrites_with_a_diff_and_shows_it_active(root: Pat
     assert "A = 2" in tail(tools.session)
 
 
+def test_write_refuses_a_path_that_names_a_directory(root: Path, tools: FileTools) -> None:
+    """``write("notes/", …)``: a path ending with a slash names a directory. Before, resolving
+    the path dropped the slash and a regular file named ``notes`` was created."""
+    r = call(tools, "write", path="notes/", content="x")
+    assert r == {
+        "error": "write notes/: a path ending with / names a directory; write takes a file's path",
+        "type": "InputError",
+    }
+    assert not (root / "notes").exists()
+
+
 def test_edit_replaces_exactly_once_and_records_the_diff(root: Path, tools: FileTools, db) -> None:
     (root / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     oid = call(tools, "read", path="calc.py")["id"]

@@ -519,6 +519,8 @@ class FileTools:
 
     def write(self, path: str, content: str) -> dict[str, Any]:
         """Create or overwrite a text file, then record and show its new version."""
+        if path.endswith("/"):  # (the slash went in resolving: `d/` created a file named d)
+            raise InputError(f"write {path}: a path ending with / names a directory; write takes a file's path")
         real = self.workspace.resolve(path, must_exist=False)
         self.workspace.deny_secret_path(real)  # before anything is written: it could not be recorded
         data = _utf8(content, f"write {path}")
