@@ -711,6 +711,20 @@ def test_after_tool_updates_objects_for_tools_the_host_ran(root: Path, tools: Fi
     assert obs["observed"][0]["id"] == r["id"]
 
 
+def test_a_grep_line_is_read_for_its_path_when_the_name_holds_a_line_number_shape(root: Path, tools: FileTools) -> None:
+    """A host's ``grep``/``rg`` line is ``path:N:text`` (``path-N-text`` for context), and a
+    file name may hold ``-N-`` itself (a dated blog post, ``0001-2-init.sql``). The path was
+    taken to end at the first such shape: ``_posts/2024`` for every Jekyll post, which no file
+    is, so none of them was discovered. Now the first place a file is is taken."""
+    (root / "_posts").mkdir()
+    (root / "_posts" / "2024-01-15-hello.md").write_text("intro\nneedle\n")
+    (root / "app-2-3.py").write_text("needle = 1\n")
+    output = "_posts/2024-01-15-hello.md-1-intro\n_posts/2024-01-15-hello.md:2:needle\napp-2-3.py:1:needle = 1\n"
+    assert "2 new file object" in tools.after_tool("grep", {"pattern": "needle"}, output)["discovered"]
+    assert tools.index.lookup(root.resolve() / "_posts" / "2024-01-15-hello.md") is not None
+    assert tools.index.lookup(root.resolve() / "app-2-3.py") is not None
+
+
 def test_tool_output_is_redacted(root: Path, tools: FileTools) -> None:
     (root / "notes.txt").write_text(f"aws {KEYS['aws-access-key']} here\n")
     out = tools.call("grep", {"pattern": "aws"})

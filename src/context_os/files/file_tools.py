@@ -49,6 +49,7 @@ import re
 import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,9 @@ _PATHS_TOO = " Takes an object id or a file path."
 _TEXT_TOOLS = frozenset({"ls", "find", "grep"})
 _ID_PREFIXES = tuple(f"{k}:" for k in KINDS)
 _TOKEN_SPLIT = re.compile(r"[\s'\"`()\[\]{}<>|;&,=]+")
-_GREP_LINE = re.compile(r"^(.+?)[:-](\d+)[:-]")
+_GREP_LINE_NUMBER = re.compile(r"(?=[:-]\d+[:-])")
+"""Where the path of a ``grep -n`` / ``rg`` line may end: before ``:12:`` (a match) or ``-12-``
+(a context line), which a file name may hold too (``_posts/2024-01-15-hello.md:3:…``)."""
 _SHORT_REF = re.compile(r"r\d+")
 _PLACEHOLDER = re.compile(r"\[REDACTED:[^\]\s]*\]")
 """What the redactor puts where a secret was."""
@@ -666,23 +669,25 @@ class FileTools:
             if not line or line.startswith("["):
                 continue
             if name == "grep":
-                m = _GREP_LINE.match(line)
-                if m is None:
-                    continue
-                line = m.group(1)
-                # rg/grep print paths relative to the cwd (the workspace root) when given a directory
-                p = Path(line)
-                found.append(
-                    p
-                    if p.is_absolute()
-                    else (self.workspace.root / p if os.path.lexists(self.workspace.root / p) else base / p)
-                )
+                # the first place the path may end where a file is (at most 10 tried), else the first
+                ends = [m.start() for m in islice(_GREP_LINE_NUMBER.finditer(line, 1), 10)]
+                paths = [self._grep_path(line[:end], base) for end in ends]
+                if paths:
+                    found.append(next((p for p in paths if os.path.lexists(p)), paths[0]))
                 continue
             if line.endswith("/"):
                 continue
             p = Path(line)
             found.append(p if p.is_absolute() else base / p)
         return found
+
+    def _grep_path(self, named: str, base: Path) -> Path:
+        """The path a grep line names: rg/grep print paths relative to the cwd (the workspace
+        root) when given a directory."""
+        p = Path(named)
+        if p.is_absolute():
+            return p
+        return self.workspace.root / p if os.path.lexists(self.workspace.root / p) else base / p
 
     def ls(self, path: str = ".", limit: int = 500) -> str:
         """List a directory (dirs end with ``/``), sorted by name."""
