@@ -360,6 +360,17 @@ def test_edit_refuses_binary_and_non_utf8_files(root: Path, tools: FileTools) ->
     assert "not valid UTF-8" in call(tools, "edit", path="l1.txt", oldText="na", newText="NA")["error"]
 
 
+def test_an_old_text_that_occurs_twice_overlapping_is_not_unique() -> None:
+    """``oldText`` must occur exactly once. ``"}\\n}"`` occurs twice in ``"}\\n}\\n}"`` (its
+    occurrences overlap), which ``str.count`` counts as one: the edit went to the first, where the
+    model may have meant the second, and was reported as an exact match."""
+    with pytest.raises(InputError, match="oldText occurs 2 times"):
+        apply_edits("}\n}\n}\n", [("}\n}", "}\n}\n# end")], "f")
+    with pytest.raises(InputError, match="oldText occurs 2 times"):
+        apply_edits("aaa", [("aa", "b")], "f")
+    assert apply_edits("x}\n}\ny", [("}\n}", "]\n]")], "f") == ("x]\n]\ny", 1)
+
+
 def test_apply_edits_directly() -> None:
     assert apply_edits("a b c", [("a", "A"), ("c", "C")], "f") == ("A b C", 2)
     with pytest.raises(InputError, match="no edits"):

@@ -168,6 +168,8 @@ def apply_edits(text: str, edits: list[tuple[str, str]], shown_path: str) -> tup
         elif all_crlf:
             new = _crlf(new)
         count = text.count(old)
+        if count == 1:  # str.count skips overlapping occurrences: "}\n}" is twice in "}\n}\n}"
+            count = _overlapping(text, old)
         if count == 0:
             hint = (
                 "; secret values are shown to you as [REDACTED:…] but are not redacted on disk: edit around them"
@@ -195,6 +197,14 @@ def apply_edits(text: str, edits: list[tuple[str, str]], shown_path: str) -> tup
     if out == text:
         raise InputError(f"edit {shown_path}: the edit changes nothing (newText equals oldText)")
     return out, len(spans)
+
+
+def _overlapping(text: str, part: str) -> int:
+    """How often ``part`` occurs in ``text``, overlapping occurrences too."""
+    count, at = 0, text.find(part)
+    while at >= 0:
+        count, at = count + 1, text.find(part, at + 1)
+    return count
 
 
 def _crlf(text: str) -> str:
