@@ -182,6 +182,20 @@ def test_claude_code_2_1_numbers_lines_with_a_tab_and_drops_the_last_empty_ones(
         assert op is not None and op.text == ("1\t7\n2\t8\n9" if "\t" in text else "7\n8\n9")
 
 
+def test_a_files_own_column_of_numbers_is_its_text() -> None:
+    """A read that prints a file as it is (Pi's) of a TSV whose first column is ids: every line
+    starts with digits and a tab, as a numbered read's do, but they do not count up by one. They
+    were taken for line numbers: the column was cut from the text and the read placed at line 100
+    of the file."""
+    tsv = "100\talice\n205\tbob\n300\tcarol"
+    op = file_op("read", {"path": "/r/ids.tsv"}, tsv)
+    assert op is not None and (op.text, op.first_line, op.total_lines) == (tsv, 1, 3)
+    op = file_op(
+        "read", {"file_path": "/r/ids.tsv"}, "".join(f"{n:6}\t{line}\n" for n, line in enumerate(tsv.split("\n"), 1))
+    )
+    assert op is not None and (op.text, op.first_line) == (tsv + "\n", 1)
+
+
 def test_reads_of_line_ranges_add_up_and_an_insertion_is_applied(tmp_path: Path) -> None:
     def call(k: int, **args: Any) -> dict[str, Any]:
         return {

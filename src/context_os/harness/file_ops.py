@@ -161,8 +161,9 @@ class FileOp:
 def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | None] | None:
     """(lines read, first line number, total lines or None) of a read tool's output: Pi's
     continuation notes removed, and ``cat -n`` style line numbers (``   12\\t`` or ``   12→``)
-    removed when every line has them, and the notes Claude Code appends after them; Gemini CLI's
-    note before a part of a file read for where it is, and its project context after it removed.
+    removed when every line has them, counting up by one, and the notes Claude Code appends after
+    them; Gemini CLI's note before a part of a file read for where it is, and its project context
+    after it removed.
     None if the output is not file text (a note instead)."""
     context = _GEMINI_CONTEXT.search(output)
     if context is not None:
@@ -193,13 +194,20 @@ def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | 
     if bare and before and all(numbered[:-1]) and int(bare.group(1)) == int(before.group(1)) + 1:
         numbered[-1] = bare  # the empty last line, its tab dropped
         lines[-1] += "\t"
-    if numbered and all(numbered):
+    if numbered and all(numbered) and _consecutive([int(m.group(1)) for m in numbered if m is not None]):
         first = int(numbered[0].group(1)) if numbered[0] else first
         lines = [_NUMBERED.sub("", line, count=1) for line in lines]
         body = "\n".join(lines)
     if total is None:
         total = first + len(lines) - 1  # no note: the read reached the end of the file
     return body, first, total
+
+
+def _consecutive(numbers: list[int]) -> bool:
+    """Whether ``numbers`` count up by one, as a read's line numbers do: a file's own first
+    column of numbers and a tab (a TSV of ids, read by a tool that prints the text as it is) does
+    not, mostly, and is the file's text."""
+    return numbers == list(range(numbers[0], numbers[0] + len(numbers)))
 
 
 def _gemini_part(output: str, note: re.Match[str]) -> tuple[str, int, int] | None:
