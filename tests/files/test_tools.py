@@ -267,6 +267,24 @@ def test_edit_replaces_exactly_once_and_records_the_diff(root: Path, tools: File
     assert reasons(tools.session, oid)[-1] == ("active", "agent", "edited")
 
 
+def test_a_change_no_tracker_recorded_is_not_reported_as_the_agents(root: Path, tools: FileTools, db) -> None:
+    """The user changed a file after the agent read it, with no tracker running (or before its
+    debounce ran out); then the agent edits (or writes) it. The user's change was recorded in the
+    edit's version, and its diff, the one the edit reports, showed it as the agent's
+    (``lines_added`` 2 for one replacement). Now it is recorded first, as its own version."""
+    (root / "m.py").write_text("a = 1\nb = 2\nc = 3\n")
+    oid = call(tools, "read", path="m.py")["id"]
+    (root / "m.py").write_text("a = 1\nb = 2\nc = 333\n")
+    r = call(tools, "edit", path="m.py", oldText="a = 1", newText="a = 100")
+    assert r["diff"] == "--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n-a = 1\n+a = 100\n b = 2\n c = 333\n"
+    assert (r["version"], r["lines_added"], r["lines_removed"]) == (3, 1, 1)
+    assert [(m["version"], m["cause"]) for m in metas(db, oid)] == [(1, "read"), (2, "read"), (3, "edit")]
+    assert "+c = 333" in metas(db, oid)[1]["diff"]
+    (root / "m.py").write_text("a = 100\nb = 2\nc = 4\n")
+    w = call(tools, "write", path="m.py", content="a = 100\nb = 20\nc = 4\n")
+    assert "-c = 333" not in w["diff"] and (w["version"], w["lines_added"]) == (5, 1)
+
+
 def test_multi_edit_applies_every_pair_to_the_original(root: Path, tools: FileTools) -> None:
     (root / "m.py").write_text("alpha = 1\nbeta = 2\ngamma = 3\n")
     r = call(

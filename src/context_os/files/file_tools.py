@@ -49,6 +49,7 @@ import re
 import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -530,6 +531,14 @@ class FileTools:
             out["diff"] = idx.meta["diff"]
         return out
 
+    def _record_before_change(self, real: Path) -> None:
+        """A change on disk that no tracker recorded yet (the user's) is recorded as its own
+        version before the agent's change: else the agent's version, and the diff its result
+        reports, held it as the agent's own. Best effort: with the store out of reach the change
+        goes on, and its result says it is not recorded yet (``_after_change``)."""
+        with suppress(ContextOSError):
+            self._on_disk(self.index.lookup(real))
+
     def write(self, path: str, content: str) -> dict[str, Any]:
         """Create or overwrite a text file, then record and show its new version."""
         if path.endswith("/"):  # (the slash went in resolving: `d/` created a file named d)
@@ -538,6 +547,7 @@ class FileTools:
         self.workspace.deny_secret_path(real)  # before anything is written: it could not be recorded
         data = _utf8(content, f"write {path}")
         self._deny_lost_secrets(real, content, path)
+        self._record_before_change(real)
         host_out = None
         if "write" in self.host:
             with self.workspace.open(real, kind="entry", missing_ok=True) as entry:
@@ -609,6 +619,7 @@ class FileTools:
                 ):
                     raise InputError(f"edit {path}: edits[{n - 1}] needs string oldText and newText")
                 pairs.append((e["oldText"], e["newText"]))
+        self._record_before_change(real)
         host_out = None
         if "edit" in self.host:
             args: dict[str, Any] = {"path": path}
