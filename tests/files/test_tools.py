@@ -410,6 +410,17 @@ def test_binary_and_secret_reads_are_metadata_only(root: Path, tools: FileTools,
     assert KEYS["openai-key"].encode() not in Path(db.path).read_bytes()
 
 
+def test_a_utf16_text_file_is_not_called_binary(root: Path, tools: FileTools) -> None:
+    """A UTF-16 file (a SQL Server script, PowerShell 5's ``>``) holds NUL bytes, so it is not
+    read as text; it was answered "binary file", which told the agent there was no text to
+    convert. Its byte order mark says what it is; a file that only starts like one stays binary."""
+    (root / "q.sql").write_bytes("SELECT 1;\r\n".encode("utf-16"))
+    r = call(tools, "read", path="q.sql")
+    assert r["active"] == "metadata only: UTF-16 text (24 bytes, application/sql): only UTF-8 text is read"
+    (root / "blob.bin").write_bytes(b"\xff\xfe" + PNG)
+    assert call(tools, "read", path="blob.bin")["active"].startswith("metadata only: binary file")
+
+
 def test_secrets_inside_ordinary_files_are_redacted_before_they_are_stored(root: Path, tools: FileTools, db) -> None:
     key = KEYS["github-token"]
     (root / "config.py").write_text(f'GITHUB = "{key}"\nDEBUG = True\n')

@@ -336,6 +336,17 @@ def _realpath(path: str) -> str:
         return path
 
 
+def _utf16(data: bytes) -> bool:
+    """Whether ``data`` is UTF-16 text, as its byte order mark says (Windows tools write it: a
+    SQL Server script, a ``.reg`` file, PowerShell 5's ``>``) and the rest confirms."""
+    if not data.startswith((b"\xff\xfe", b"\xfe\xff")) or data.startswith(b"\xff\xfe\x00\x00"):
+        return False  # (that one is UTF-32's)
+    try:
+        return "\x00" not in data.decode("utf-16")
+    except UnicodeDecodeError:
+        return False
+
+
 def _close(opened: OpenedPath) -> None:
     for fd in (opened.fd, opened.dir_fd):
         if fd is not None:
@@ -799,6 +810,9 @@ class Workspace:
                     text = None
         if text is None:
             kind = mime or "application/octet-stream"
+            omitted = f"binary file ({len(data):,} bytes, {kind})"
+            if _utf16(data):  # "binary" would tell the agent there is no text to convert
+                omitted = f"UTF-16 text ({len(data):,} bytes, {kind}): only UTF-8 text is read"
             return FileSnapshot(
                 path,
                 len(data),
@@ -809,7 +823,7 @@ class Workspace:
                 sha=sha,
                 binary=True,
                 mime=kind,
-                omitted=f"binary file ({len(data):,} bytes, {kind})",
+                omitted=omitted,
             )
         text, redacted = self.redact(text)
         encoding = "utf-8" if not replaced else f"utf-8 ({replaced} undecodable sequences replaced with U+FFFD)"
