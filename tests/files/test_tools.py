@@ -620,6 +620,21 @@ def test_grep_names_the_files_too_large_to_search(root: Path, session: Session) 
     assert tools.call("grep", {"pattern": "fine"}).split("\n")[:2] == ["small.log:1:fine", note]
 
 
+def test_a_glob_that_starts_with_dot_slash_is_relative_to_the_searched_directory(root: Path, tools: FileTools) -> None:
+    """``find("./src/*.py")``, as ``find .`` prints paths, and a ``grep`` glob the same: matched
+    against paths relative to the searched directory, which never start with ``./``, they found
+    nothing, and the answer was "(no files match)" with the file right there."""
+    (root / "src" / "sub").mkdir(parents=True)
+    (root / "src" / "a.py").write_text("x = 1\n")
+    (root / "src" / "sub" / "b.py").write_text("x = 2\n")
+    assert tools.call("find", {"pattern": "./src/*.py"}).split("\n")[0] == "src/a.py"
+    assert tools.call("find", {"pattern": "./*.py", "path": "src"}) == "a.py"  # its own files, as a path
+    assert tools.call("grep", {"pattern": "x", "glob": "./src/**/*.py"}).split("\n")[:2] == [
+        "src/a.py:1:x = 1",
+        "src/sub/b.py:1:x = 2",
+    ]
+
+
 def test_grep_options(root: Path, tools: FileTools) -> None:
     (root / "a.txt").write_text("Hello world\nhello again\n")
     (root / "b.md").write_text("hello (md)\n")

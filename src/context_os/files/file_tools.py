@@ -245,6 +245,14 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z")
 
 
+def _under_base(pattern: str) -> str:
+    """A path glob as it is matched, relative to the directory searched: ``./src/*.py`` and
+    ``/src/*.py`` are ``src/*.py`` (the ``./`` that ``find .`` prints matched no relative path)."""
+    while pattern.startswith("./"):
+        pattern = pattern[2:].lstrip("/")
+    return pattern.lstrip("/")
+
+
 def _cap(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
@@ -749,8 +757,8 @@ class FileTools:
         with self.workspace.open(real, kind="entry") as entry:
             if not _is_dir(entry.st):
                 raise InputError(f"find: {path!r} is not a directory")
-        by_path = "/" in pattern
-        rx = _glob_regex(pattern.lstrip("/")) if by_path else None
+        by_path = "/" in pattern  # (``./*.py``: the files of ``path`` itself, as a relative path)
+        rx = _glob_regex(_under_base(pattern)) if by_path else None
         lines: list[str] = []
         files: list[Path] = []
         more = 0
@@ -800,7 +808,7 @@ class FileTools:
             rx = re.compile(re.escape(pattern) if literal else pattern, re.IGNORECASE if ignoreCase else 0)
         except re.error as e:
             raise InputError(f"grep: not a valid regular expression ({e}); pass literal=true to search text") from None
-        grx = _glob_regex(glob) if glob and "/" in glob else None
+        grx = _glob_regex(_under_base(glob)) if glob and "/" in glob else None
         with self.workspace.open(real, kind="entry") as entry:
             in_dir = _is_dir(entry.st)
         candidates = self.workspace.walk(real) if in_dir else [(real, False)]
