@@ -635,6 +635,26 @@ def test_a_glob_that_starts_with_dot_slash_is_relative_to_the_searched_directory
     ]
 
 
+def test_braces_in_a_glob_are_alternatives(root: Path, tools: FileTools) -> None:
+    """``*.{ts,tsx}``, as rg, fd (Pi's find) and Claude Code's glob take it, and as models write
+    it: either extension. ``fnmatch`` has no braces, so it matched nothing, and ``find`` and
+    ``grep`` answered that no file matches."""
+    (root / "src" / "ui").mkdir(parents=True)
+    for name in ("a.ts", "ui/b.tsx", "c.js"):
+        (root / "src" / name).write_text("x = 1\n")
+    assert tools.call("find", {"pattern": "*.{ts,tsx}"}).split("\n")[:3] == [
+        "src/a.ts",
+        "src/ui/b.tsx",
+        "[context_os: 2 new file object(s) in your object list; read(path) loads one]",
+    ]
+    assert tools.call("find", {"pattern": "src/{ui/,}*.{ts,js}"}).split("\n")[:2] == ["src/a.ts", "src/c.js"]
+    assert tools.call("grep", {"pattern": "x", "glob": "**/*.{tsx,js}"}).split("\n")[:2] == [
+        "src/c.js:1:x = 1",
+        "src/ui/b.tsx:1:x = 1",
+    ]
+    assert tools.call("find", {"pattern": "{a.ts"}) == "(no files match '{a.ts')"  # no closing brace: itself
+
+
 def test_grep_options(root: Path, tools: FileTools) -> None:
     (root / "a.txt").write_text("Hello world\nhello again\n")
     (root / "b.md").write_text("hello (md)\n")

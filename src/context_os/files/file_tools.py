@@ -116,7 +116,7 @@ FILE_TOOLS: list[dict[str, Any]] = [
     },
     {
         "name": "find",
-        "description": "Find files by glob pattern (e.g. '*.py', 'src/**/test_*.py') below path.",
+        "description": "Find files by glob pattern (e.g. '*.py', 'src/**/test_*.py', '*.{ts,tsx}') below path.",
         "parameters": object_schema({"pattern": _STR, "path": _STR, "limit": _INT}, ["pattern"]),
     },
     {
@@ -243,6 +243,48 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
             out.append(re.escape(c))
             i += 1
     return re.compile("".join(out) + r"\Z")
+
+
+def _glob_matcher(pattern: str) -> Callable[[str, str], bool]:
+    """Whether a file matches a ``find`` pattern or a ``grep`` glob, given (its path relative to
+    the directory searched, its name): a pattern without ``/`` matches the name, one with a ``/``
+    the relative path (``**``: any directories; ``./*.py``: the files of the directory itself);
+    ``{a,b}`` is either, as rg, fd and Claude Code's glob take it (``*.{ts,tsx}``)."""
+    alternatives = _braces(pattern)
+    if "/" in pattern:
+        rxs = [_glob_regex(_under_base(p)) for p in alternatives]
+        return lambda rel, name: any(rx.match(rel) for rx in rxs)
+    return lambda rel, name: any(fnmatch.fnmatchcase(name, p) for p in alternatives)
+
+
+def _braces(pattern: str, limit: int = 256) -> list[str]:
+    """``pattern`` once per alternative of its ``{a,b}`` groups (nested ones too; at most
+    ``limit``); a brace without a closing one or a comma inside is itself."""
+    start = pattern.find("{")
+    while start >= 0:
+        depth, commas, end = 0, [], -1
+        for k in range(start, len(pattern)):
+            if pattern[k] == "{":
+                depth += 1
+            elif pattern[k] == "}":
+                depth -= 1
+                if depth == 0:
+                    end = k
+                    break
+            elif pattern[k] == "," and depth == 1:
+                commas.append(k)
+        if end < 0:
+            break
+        if commas:
+            bounds = [start, *commas, end]
+            out: list[str] = []
+            for a, b in zip(bounds, bounds[1:], strict=False):
+                out += _braces(pattern[:start] + pattern[a + 1 : b] + pattern[end + 1 :], limit - len(out))
+                if len(out) >= limit:
+                    break
+            return out[:limit]
+        start = pattern.find("{", end + 1)
+    return [pattern]
 
 
 def _under_base(pattern: str) -> str:
@@ -757,15 +799,13 @@ class FileTools:
         with self.workspace.open(real, kind="entry") as entry:
             if not _is_dir(entry.st):
                 raise InputError(f"find: {path!r} is not a directory")
-        by_path = "/" in pattern  # (``./*.py``: the files of ``path`` itself, as a relative path)
-        rx = _glob_regex(_under_base(pattern)) if by_path else None
+        matches = _glob_matcher(pattern)
         lines: list[str] = []
         files: list[Path] = []
         more = 0
         for p, is_dir in self.workspace.walk(real):
             rel = p.relative_to(real).as_posix()
-            hit = rx.match(rel) is not None if rx is not None else fnmatch.fnmatchcase(p.name, pattern)
-            if not hit:
+            if not matches(rel, p.name):
                 continue
             if len(lines) >= limit:
                 more += 1
@@ -808,7 +848,7 @@ class FileTools:
             rx = re.compile(re.escape(pattern) if literal else pattern, re.IGNORECASE if ignoreCase else 0)
         except re.error as e:
             raise InputError(f"grep: not a valid regular expression ({e}); pass literal=true to search text") from None
-        grx = _glob_regex(_under_base(glob)) if glob and "/" in glob else None
+        in_glob = _glob_matcher(glob) if glob else None
         with self.workspace.open(real, kind="entry") as entry:
             in_dir = _is_dir(entry.st)
         candidates = self.workspace.walk(real) if in_dir else [(real, False)]
@@ -820,10 +860,8 @@ class FileTools:
         for p, is_dir in candidates:
             if is_dir:
                 continue
-            if glob:
-                rel = p.relative_to(real).as_posix() if in_dir else p.name
-                if not (grx.match(rel) if grx is not None else fnmatch.fnmatchcase(p.name, glob)):
-                    continue
+            if in_glob is not None and not in_glob(p.relative_to(real).as_posix() if in_dir else p.name, p.name):
+                continue
             try:
                 # a symlink is followed only to a file inside the workspace (or an allowed
                 # directory): one out of it, or anything not a regular file, is skipped
