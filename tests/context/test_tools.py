@@ -122,3 +122,20 @@ def test_numbers_outside_their_schema_bounds_are_refused(session: Session, tmp_p
             "type": "InputError",
         }
     assert registry.call("ls", {"limit": 1}).startswith("a.txt\n[... 2 more entries")
+
+
+def test_null_for_an_optional_argument_is_its_default(session: Session, tmp_path: Path) -> None:
+    """Models often write an optional argument they do not use as null (``"end": null``). That
+    was refused as a wrong type, in Python's words (`must be integer, got NoneType`), and cost
+    the agent a turn. Null for an optional argument is now its default; for a required one it
+    is still refused, in JSON's words."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.txt").write_text("x\ny\n")
+    registry = FileTools(session, Workspace(tmp_path / "ws")).registry
+    registry.call("read", {"path": "a.txt"})
+    assert registry.call("lines", '{"id": "a.txt", "start": 2, "end": null, "column": null}').endswith("\ny")
+    assert registry.call("grep", {"pattern": "y", "glob": None, "ignoreCase": None, "limit": None}) == "a.txt:2:y"
+    assert json.loads(registry.call("read", {"path": None})) == {
+        "error": "read: argument 'path' must be string, got null",
+        "type": "InputError",
+    }

@@ -69,23 +69,27 @@ class Tool:
     def check(self, args: Any) -> dict[str, Any]:
         """``args`` if they match ``parameters`` (the subset of JSON schema tools use: an object
         of typed properties, some required, no others, numbers within their ``minimum`` and
-        ``maximum``); else a clear ``InputError``."""
+        ``maximum``), without the optional ones given as null; else a clear ``InputError``."""
         if not isinstance(args, dict):
             raise InputError(f"{self.name} takes a JSON object of arguments, got {_json_type(args)}")
         props: dict[str, Any] = self.parameters.get("properties", {})
         unknown = sorted(set(args) - set(props))
         if unknown and self.parameters.get("additionalProperties") is False:
             raise InputError(f"{self.name}: unknown argument(s) {unknown}; expected {sorted(props)}")
-        missing = [k for k in self.parameters.get("required", ()) if k not in args]
+        required = self.parameters.get("required", ())
+        missing = [k for k in required if k not in args]
         if missing:
             raise InputError(f"{self.name}: missing required argument(s) {missing}")
-        for k, v in args.items():
+        # null for an optional argument is its default, as many models write it (`"limit": null`)
+        given: dict[str, Any] = {k: v for k, v in args.items() if v is not None or k in required}
+        for k, v in given.items():
             prop = props.get(k, {})
             named = prop.get("type", "")
             names = named if isinstance(named, list) else [named]
             wanted = [_TYPES[n] for n in names if n in _TYPES]
             if wanted and not any(_is(v, want) for want in wanted):
-                raise InputError(f"{self.name}: argument {k!r} must be {' or '.join(names)}, got {type(v).__name__}")
+                got = "null" if v is None else type(v).__name__
+                raise InputError(f"{self.name}: argument {k!r} must be {' or '.join(names)}, got {got}")
             # the bounds the schema gives the model, which a model not held to it crosses (a
             # limit of -1 listed all but the last entry and counted one too many as left out)
             low, high = prop.get("minimum"), prop.get("maximum")
@@ -94,7 +98,7 @@ class Tool:
                     f"at least {low}" if high is None else f"at most {high}" if low is None else f"from {low} to {high}"
                 )
                 raise InputError(f"{self.name}: argument {k!r} must be {bounds}, got {v}")
-        return args
+        return given
 
 
 def _json_type(value: Any) -> str:
