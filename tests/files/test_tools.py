@@ -774,6 +774,20 @@ def test_host_tools_do_the_file_work_and_objects_follow(root: Path, session: Ses
     assert "x.py:1:" in tools.call("grep", {"pattern": "y"})
 
 
+def test_a_host_edit_that_changed_nothing_is_not_reported_edited(root: Path, session: Session, ws: Workspace) -> None:
+    """A host's edit tool may answer a failed edit with text rather than raise (`Error: Could not
+    find the exact text`). The result said `"status": "edited", "replacements": 1` all the same,
+    so the agent took the edit as made. The file is as it was: that is an error, with the tool's
+    words, as the reference edit's own refusal is."""
+    (root / "a.py").write_text("x = 1\n")
+    tools = FileTools(session, ws, host={"edit": lambda args: "Error: oldText not found in a.py"})
+    call(tools, "read", path="a.py")
+    assert call(tools, "edit", path="a.py", oldText="x = 2", newText="x = 3") == {
+        "error": "edit a.py: the file was not changed; the edit tool said: Error: oldText not found in a.py",
+        "type": "InputError",
+    }
+
+
 def test_after_tool_updates_objects_for_tools_the_host_ran(root: Path, tools: FileTools, db) -> None:
     (root / "h.txt").write_text("v1\n")
     (root / "h.txt").write_text("v2\n")

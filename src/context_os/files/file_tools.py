@@ -581,6 +581,14 @@ class FileTools:
             out["diff"] = idx.meta["diff"]
         return out
 
+    def _sha(self, real: Path) -> str | None:
+        """The hash of the bytes of the file at ``real`` now; None if it has none (unreadable,
+        not a file, too large to read)."""
+        try:
+            return self.workspace.snapshot(real, read=True).sha
+        except ContextOSError:
+            return None
+
     def _record_before_change(self, real: Path) -> None:
         """A change on disk that no tracker recorded yet (the user's) is recorded as its own
         version before the agent's change: else the agent's version, and the diff its result
@@ -674,7 +682,12 @@ class FileTools:
         if "edit" in self.host:
             args: dict[str, Any] = {"path": path}
             args.update({"edits": edits} if edits is not None else {"oldText": oldText, "newText": newText})
+            before = self._sha(real)
             host_out = self._host("edit", args)
+            if before is not None and self._sha(real) == before:
+                # a host tool that answers a failed edit with text (not raising): the file is as
+                # it was, and the result must not say "edited"
+                raise InputError(f"edit {path}: the file was not changed; the edit tool said: {_cap(host_out, 2000)}")
             count = len(pairs)
         else:
             shown = self.workspace.relpath(real)
