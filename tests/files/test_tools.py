@@ -453,6 +453,9 @@ def test_a_write_that_would_put_a_placeholder_over_a_secret_is_refused(root: Pat
     again = f'assert redact("{key}") == "[REDACTED:github-token]"  # same\n'
     assert call(tools, "write", path="test_redact.py", content=again)["status"] == "overwritten"
     assert call(tools, "write", path="new.py", content='TOKEN = "[REDACTED:github-token]"\n')["status"] == "created"
+    # a placeholder of a kind the file was not shown with stands for none of its secrets
+    other = f'TOKEN = "{key}"\nDEBUG = True\nEXAMPLE = "[REDACTED:openai-key]"\n'
+    assert call(tools, "write", path="config.py", content=other)["status"] == "overwritten"
 
 
 def test_a_file_whose_path_holds_a_secret_is_never_indexed(root: Path, tools: FileTools, db) -> None:

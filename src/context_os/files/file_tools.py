@@ -639,10 +639,12 @@ class FileTools:
                 snap, data = self.workspace.look(opened, read=True)
         except FileUnreadable:  # no file there (yet), or none that can be read: nothing to lose
             return
-        if data is None or not snap.redacted:
+        if data is None or not snap.redacted or snap.text is None:
             return
         raw = data.decode("utf-8", errors="replace")
-        lost = sorted(p for p, n in wanted.items() if n > raw.count(p))
+        # a placeholder the agent was shown for this file (``snap.text``: as redacted), more often
+        # than the file holds it literally
+        lost = sorted(p for p, n in wanted.items() if n > raw.count(p) and p in snap.text)
         if lost:
             raise InputError(
                 f"write {path}: the content holds {', '.join(lost)}, which stands for a secret the file on disk"
