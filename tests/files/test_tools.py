@@ -658,6 +658,19 @@ def test_braces_in_a_glob_are_alternatives(root: Path, tools: FileTools) -> None
     assert tools.call("find", {"pattern": "{a.ts"}) == "(no files match '{a.ts')"  # no closing brace: itself
 
 
+def test_grep_shows_the_match_of_a_long_line(root: Path, tools: FileTools) -> None:
+    """A hit's line is cut to 500 characters; in a minified bundle (one line of 16,000) the match
+    lay past them, and ``grep`` showed the line's start, without the match and without saying
+    the line was cut. Now the part shown holds the match, and says where it starts."""
+    (root / "bundle.min.js").write_text("var a=1;" * 2000 + "function renderWidget(){}" + "var b=2;" * 100 + "\n")
+    hit = tools.call("grep", {"pattern": "renderWidget"}).split("\n")[0]
+    assert hit.startswith("bundle.min.js:1:[… from character 15,910] ") and "function renderWidget(){}" in hit
+    assert hit.endswith(" [… 416 more characters]") and len(hit) < 600
+    (root / "short.js").write_text("x" * 600 + "\n")
+    hit = tools.call("grep", {"pattern": "^x", "glob": "short.js"}).split("\n")[0]
+    assert hit == "short.js:1:" + "x" * 500 + " [… 100 more characters]"
+
+
 def test_grep_options(root: Path, tools: FileTools) -> None:
     (root / "a.txt").write_text("Hello world\nhello again\n")
     (root / "b.md").write_text("hello (md)\n")

@@ -287,6 +287,18 @@ def _braces(pattern: str, limit: int = 256) -> list[str]:
     return [pattern]
 
 
+def _around(line: str, start: int, end: int, width: int = 500) -> str:
+    """A ``grep`` hit's line, at most ``width`` characters of it: from its start, or, when the
+    match (``start``-``end``) lies past that, from a little before the match; a cut says where
+    (the first ``width`` characters alone hid a match further in a minified file's one line)."""
+    if len(line) <= width:
+        return line
+    at = 0 if end <= width else max(0, min(start - 100, len(line) - width))
+    head = f"[… from character {at + 1:,}] " if at else ""
+    rest = len(line) - at - width
+    return head + line[at : at + width] + (f" [… {rest:,} more characters]" if rest > 0 else "")
+
+
 def _under_base(pattern: str) -> str:
     """A path glob as it is matched, relative to the directory searched: ``./src/*.py`` and
     ``/src/*.py`` are ``src/*.py`` (the ``./`` that ``find .`` prints matched no relative path)."""
@@ -902,9 +914,10 @@ class FileTools:
             # lines split at "\n" only, as `lines` and grep number them (not at a form feed or U+2028)
             for n, line in enumerate(text[:-1].split("\n") if text.endswith("\n") else text.split("\n"), 1):
                 line = line.removesuffix("\r")
-                if rx.search(line):
+                found = rx.search(line)
+                if found is not None:
                     hit = True
-                    lines.append(f"{shown}:{n}:{line[:500]}")
+                    lines.append(f"{shown}:{n}:{_around(line, found.start(), found.end())}")
                     if len(lines) >= limit:
                         break
             if hit:
