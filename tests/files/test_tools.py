@@ -602,11 +602,19 @@ def test_ls_find_grep_index_what_they_discover_metadata_only(root: Path, tools: 
 
 
 def test_discovery_is_capped_per_call(root: Path, session: Session, ws: Workspace) -> None:
+    """At most ``max_discovered`` new objects per call; the next call adds the next ones. The cap
+    counted the files named, not the objects added: a second ``ls`` looked at the files the first
+    had added and never added the others ("0 new file object(s); 7 more not indexed")."""
     for n in range(12):
         (root / f"f{n:02d}.txt").write_text(str(n))
     tools = FileTools(session, ws, max_discovered=5)
     out = tools.call("ls", {})
-    assert "5 new file object(s)" in out and "7 more not indexed" in out
+    assert "5 new file object(s)" in out and "7 more not added (at most 5 new per call)" in out
+    assert "5 new file object(s) in your object list; 2 more not added" in tools.call("ls", {})
+    assert tools.call("ls", {}).endswith(
+        "\n[context_os: 2 new file object(s) in your object list; read(path) loads one]"
+    )
+    assert "new file object" not in tools.call("ls", {})
     assert tools.call("ls", {"limit": 3}).splitlines()[3].startswith("[... 9 more entries")
 
 

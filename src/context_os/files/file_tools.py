@@ -736,7 +736,9 @@ class FileTools:
             if real in seen or not os.path.isfile(real):
                 continue
             seen.add(real)
-            if len(seen) > self.max_discovered:
+            # the cap is on new objects: counted on the files named, a second `ls` of a directory
+            # of 150 looked at the 100 it had added already and never added the other 50
+            if added >= self.max_discovered or len(seen) > 10 * self.max_discovered:
                 skipped += 1
                 continue
             try:
@@ -750,7 +752,7 @@ class FileTools:
             return ""
         note = f"\n[context_os: {added} new file object(s) in your object list"
         if skipped:
-            note += f"; {skipped} more not indexed (over {self.max_discovered} per call)"
+            note += f"; {skipped} more not added (at most {self.max_discovered} new per call)"
         return note + "; read(path) loads one]"
 
     def _finish(self, text: str, discovered: Iterable[Path]) -> str:
