@@ -706,6 +706,20 @@ def test_a_file_name_that_is_not_utf8_is_listed_as_text_a_harness_can_send(root:
     assert hook.transform_context(history)[-1]["content"] == outputs[-1]
 
 
+def test_a_file_name_with_a_line_break_is_listed_as_one_name(root: Path, tools: FileTools) -> None:
+    """``ls`` printed a file named ``a<newline>b.txt`` as two lines, two files that do not exist;
+    ``find`` and ``grep`` the same. Such a name is now listed as a JSON string, which is also
+    how the agent passes it back."""
+    (root / "a\nb.txt").write_text("needle\n")
+    for out in (
+        tools.call("ls", {}),
+        tools.call("find", {"pattern": "*.txt"}),
+        tools.call("grep", {"pattern": "needle"}),
+    ):
+        assert out.split("\n")[0] in ('"a\\nb.txt"', '"a\\nb.txt":1:needle'), out
+    assert call(tools, "read", **json.loads('{"path": "a\\nb.txt"}'))["path"] == "a\nb.txt"
+
+
 def test_symlinks_escaping_are_denied_through_tools_and_skipped_by_grep(tmp_path: Path, root: Path, tools: FileTools):
     (tmp_path / "outside.txt").write_text("needle outside\n")
     (root / "esc.txt").symlink_to(tmp_path / "outside.txt")

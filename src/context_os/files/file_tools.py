@@ -287,6 +287,16 @@ def _braces(pattern: str, limit: int = 256) -> list[str]:
     return [pattern]
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _listed(name: str) -> str:
+    """A path as ``ls``/``find``/``grep`` list it: a name holding a line break or another control
+    character as a JSON string (``"a\\nb.txt"``, which the agent can pass back as a path), not
+    as two lines that look like two files."""
+    return json.dumps(name, ensure_ascii=False) if _CONTROL.search(name) else name
+
+
 def _around(line: str, start: int, end: int, width: int = 500) -> str:
     """A ``grep`` hit's line, at most ``width`` characters of it: from its start, or, when the
     match (``start``-``end``) lies past that, from a little before the match; a cut says where
@@ -811,7 +821,7 @@ class FileTools:
         lines: list[str] = []
         files: list[Path] = []
         for name, is_dir in entries[:limit]:
-            lines.append(name + ("/" if is_dir else ""))
+            lines.append(_listed(name + ("/" if is_dir else "")))
             if not is_dir:
                 files.append(real / name)
         if len(entries) > limit:
@@ -839,7 +849,7 @@ class FileTools:
             if len(lines) >= limit:
                 more += 1
                 continue
-            lines.append(rel + ("/" if is_dir else ""))
+            lines.append(_listed(rel + ("/" if is_dir else "")))
             if not is_dir:
                 files.append(p)
         lines.sort()
@@ -910,7 +920,7 @@ class FileTools:
                 continue
             if b"\x00" in data[:8192]:
                 continue
-            shown = self.workspace.relpath(p)
+            shown = _listed(self.workspace.relpath(p))
             hit = False
             text = data.decode("utf-8", errors="replace")
             # lines split at "\n" only, as `lines` and grep number them (not at a form feed or U+2028)
