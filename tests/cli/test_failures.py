@@ -509,6 +509,43 @@ def test_long_frame_output_goes_through_the_pager_only_on_a_terminal(demo: Path,
 
 @pytest.mark.parametrize(
     "args",
+    [("verify",), ("frames", "list", "d1"), ("sessions", "--json"), ("--help",)],
+    ids=["verify", "frames-list", "sessions-json", "help"],
+)
+def test_a_reader_that_stops_reading_ends_the_command_quietly_with_141(demo: Path, args: tuple[str, ...]) -> None:
+    """``ctxos verify | head -1``: the reader is gone before the output is whole. Not the 1 of
+    damage found (a clean store read as damaged in a ``pipefail`` script), nor a traceback: 141,
+    as a shell reports a process SIGPIPE ended, and nothing on stderr."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line: every write is refused
+    with os.fdopen(write, "wb") as gone:
+        proc = subprocess.run(
+            [*CTXOS, "--store", str(demo), *args], stdout=gone, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    assert (proc.returncode, proc.stderr) == (141, "")
+
+
+def test_an_error_whose_json_the_reader_does_not_take_is_still_said_on_stderr(demo: Path) -> None:
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "wb") as gone:
+        args = [*CTXOS, "--store", str(demo), "objects", "inspect", "x.py", "--json"]
+        proc = subprocess.run(args, stdout=gone, stderr=subprocess.PIPE, text=True, timeout=120)
+    fails(proc, "NotFound", "no object 'x.py'")
+
+
+@pytest.mark.parametrize("args", [("verify",), ("sessions", "--json")], ids=["verify", "sessions-json"])
+def test_output_a_full_disk_refuses_is_one_line_not_a_traceback(demo: Path, args: tuple[str, ...]) -> None:
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [*CTXOS, "--store", str(demo), *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    fails(proc, "OSError", "stdout refused the output (No space left on device)")
+    assert proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "args",
     [
         ("ui", "--port"),
         ("proxy", "--upstream", "http://127.0.0.1:9", "--port"),

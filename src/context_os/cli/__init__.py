@@ -8,12 +8,19 @@ kept for one release."""
 
 from __future__ import annotations
 
+import errno
 import importlib
-from typing import Any
+import io
+import os
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from ._errors import Interrupted, asks_json, emit_error_json
+from ._errors import Interrupted, OutputRefused, asks_json, emit_error_json
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "Replay the bundled coding session and show the savings."),
@@ -72,13 +79,17 @@ class _Ctxos(click.Group):
             return super().invoke(ctx)
         except click.ClickException as e:  # a subcommand's usage error, or a command's failure
             if ctx.meta.get(_JSON) and not getattr(e, "reported", False):
-                emit_error_json(e)
+                _error_json(e)
             raise
         except KeyboardInterrupt:  # Ctrl-C in a command that does not stop on its own terms
             if ctx.meta.get(_JSON):
-                emit_error_json(Interrupted())
+                _error_json(Interrupted())
             click.echo("\ninterrupted", err=True)
             raise SystemExit(Interrupted.exit_code) from None
+        except OSError as e:
+            if not _Stdout.refused(e):
+                raise
+            _output_refused(e)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[_JSON] = asks_json(args)
@@ -86,8 +97,12 @@ class _Ctxos(click.Group):
             return self._parse_args(ctx, args)
         except click.ClickException as e:  # a usage error of ``ctxos`` itself
             if ctx.meta[_JSON]:
-                emit_error_json(e)
+                _error_json(e)
             raise
+        except OSError as e:  # ``ctxos --help`` printed to a reader that is gone
+            if not _Stdout.refused(e):
+                raise
+            _output_refused(e)
 
     def _parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         moved: list[str] = []
@@ -130,5 +145,65 @@ def cli(ctx: click.Context, store: str | None) -> None:
     ctx.obj["store"] = store
 
 
+class _Stdout(io.FileIO):
+    """File descriptor 1 as ``ctxos`` writes to it (``main``): it keeps the error of a write it
+    refused, so that error is told apart from any other ``OSError`` and reported as the output's."""
+
+    failed: OSError | None = None
+
+    def write(self, data: ReadableBuffer, /) -> int:
+        try:
+            return super().write(data)
+        except OSError as e:
+            self.failed = e
+            raise
+
+    @staticmethod
+    def refused(e: OSError) -> bool:
+        """Whether ``e`` is stdout refusing what was printed."""
+        raw = getattr(getattr(sys.stdout, "buffer", None), "raw", None)
+        return isinstance(raw, _Stdout) and raw.failed is e
+
+
+SIGPIPE_EXIT = 141
+"""The exit status of a command whose reader stopped reading (``ctxos … | head``): 128 + SIGPIPE,
+as a shell reports a process the signal ended (never 1, which ``verify`` gives for damage)."""
+
+
+def _output_refused(e: OSError) -> NoReturn:
+    """End a command whose output stdout refused: quietly with ``SIGPIPE_EXIT`` when its reader
+    is gone (a pipe into ``head``: nobody to tell), else with the one line on stderr."""
+    _stop_writing()
+    if e.errno == errno.EPIPE:
+        raise SystemExit(SIGPIPE_EXIT) from None
+    raise OutputRefused(e) from None
+
+
+def _stop_writing() -> None:
+    """Stdout refused what was printed: nothing more goes to it, not even what Python flushes at
+    exit (``/dev/null`` takes its place)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _error_json(e: click.ClickException) -> None:
+    """A failed command's error as JSON on stdout, unless stdout refuses it (its reader gone):
+    the error is still the one line on stderr, with its exit status."""
+    try:
+        emit_error_json(e)
+    except OSError as refused:
+        if not _Stdout.refused(refused):
+            raise
+        _stop_writing()
+
+
 def main() -> None:
+    stdout = sys.stdout
+    if isinstance(stdout, io.TextIOWrapper):  # None when the shell closed it (``>&-``): nothing to watch
+        stdout.flush()
+        sys.stdout = io.TextIOWrapper(
+            io.BufferedWriter(_Stdout(stdout.fileno(), "w", closefd=False)),
+            encoding=stdout.encoding,
+            errors=stdout.errors,
+            line_buffering=stdout.line_buffering,
+        )
     cli(prog_name="ctxos")

@@ -50,6 +50,15 @@ class Interrupted(click.ClickException):
         super().__init__("interrupted")
 
 
+class OutputRefused(click.ClickException):
+    """Stdout refused what a command printed (a full disk, an I/O error): exit status 1, the error
+    on stderr only (stdout takes nothing more, no JSON either)."""
+
+    def __init__(self, error: OSError) -> None:
+        said = error.strerror or error
+        super().__init__(f"OSError: stdout refused the output ({said}): what it printed is cut short")
+
+
 def asks_json(args: Sequence[str]) -> bool:
     """Whether the command line asks for JSON: ``--json`` before any ``--`` (after it, an argument)."""
     for arg in args:
