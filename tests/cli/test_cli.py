@@ -643,6 +643,60 @@ def test_a_default_session_id_is_not_one_a_file_of_records_took(tmp_path, monkey
     assert ids == ["replay-20260102T030405-2", "replay-20260102T030405~issue-1", "replay-20260102T030405~issue-5"]
 
 
+def _another_replay_records_it_first(monkeypatch, db: Path, other: Path) -> list[str]:
+    """Two replays at once: the first ``Session.open`` of this process comes after another
+    ``ctxos`` process, started meanwhile, recorded ``other`` under the same session id (once
+    this one found the id free). The ids it was opened with, in order."""
+    real = Session.open.__func__
+    opened: list[str] = []
+
+    def open_after_another(cls, store, session_id, **kwargs):
+        if not opened:
+            ctxos("replay", str(other), "--session", session_id, "--verify", "none", store=db)
+        opened.append(session_id)
+        return real(cls, store, session_id, **kwargs)
+
+    monkeypatch.setattr(Session, "open", classmethod(open_after_another))
+    return opened
+
+
+def _chat(n: int, word: str) -> list[dict[str, str]]:
+    return [
+        m
+        for k in range(n)
+        for m in ({"role": "user", "content": f"{word} {k}"}, {"role": "assistant", "content": "ok"})
+    ]
+
+
+def test_two_replays_at_once_under_one_default_id_are_two_sessions(tmp_path, monkeypatch):
+    """A replay whose default id another replay recorded since it was found free (two started in
+    the same second) takes the next one, ``ID-2``: it was resumed and replayed into, two files
+    mixed into one session."""
+    db, mine, other = tmp_path / "r.db", tmp_path / "mine.json", tmp_path / "other.json"
+    mine.write_text(json.dumps(_chat(3, "mine")))
+    other.write_text(json.dumps(_chat(1, "other")))
+    opened = _another_replay_records_it_first(monkeypatch, db, other)
+    run = CliRunner().invoke(cli, ["--store", str(db), "replay", str(mine), "--verify", "none", "--json"])
+    assert run.exit_code == 0, run.output
+    first = opened[0]
+    assert json.loads(run.stdout)["session"] == f"{first}-2"
+    rows = {r["session"]: r["turns"] for r in json.loads(ctxos("sessions", "--json", store=db).stdout)}
+    assert rows == {first: 1, f"{first}-2": 3}
+
+
+def test_a_named_session_another_replay_recorded_meanwhile_is_refused_not_mixed(tmp_path, monkeypatch):
+    db, mine, other = tmp_path / "r.db", tmp_path / "mine.json", tmp_path / "other.json"
+    mine.write_text(json.dumps(_chat(3, "mine")))
+    other.write_text(json.dumps(_chat(1, "other")))
+    _another_replay_records_it_first(monkeypatch, db, other)
+    run = CliRunner().invoke(cli, ["--store", str(db), "replay", str(mine), "--session", "s", "--verify", "none"])
+    assert run.exit_code == 1
+    assert "Error: StateError: session 's' already exists" in run.output and "--append" in run.output
+    assert [(r["session"], r["turns"]) for r in json.loads(ctxos("sessions", "--json", store=db).stdout)] == [("s", 1)]
+    shown = ctxos("frames", "show", "s", "1", store=db).stdout
+    assert "other 0" in shown and "mine" not in shown
+
+
 def test_replay_append_refuses_a_file_of_another_session(tmp_path):
     """``--append`` of a file that is not a recording of the session (a wrong ``--session``) is
     refused before anything is written, rather than mixing two conversations into one."""

@@ -26,11 +26,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from .. import times
-from ..errors import ConfigError, ContextOSError, InputError, NotFound, StateError, StoreUnavailable
+from ..errors import (
+    ConfigError,
+    ContextOSError,
+    InputError,
+    NotFound,
+    SessionBusy,
+    StateError,
+    StoreUnavailable,
+)
 from ..store import Store, open_store
 from ._errors import CheckOutage, DamageThenOutage, LibraryError, error_document
 
 if TYPE_CHECKING:  # the library's heavier parts are imported by the commands that use them
+    from ..context.session import Session
     from ..replay import Transcript, TranscriptReplay, TranscriptRow
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -416,7 +425,6 @@ def run_replay(
     ``--append`` run that goes on from there, which a store gone out of reach (``StoreUnavailable``)
     names too. ``jobs``: the processes that check the frames (``verify_frames``). Returns the id
     used."""
-    from ..context.session import Session
     from ..harness.registry import harness
     from ..replay import replay_total, replay_transcript
     from ..replay.run import check_transcript, model_calls
@@ -431,35 +439,12 @@ def run_replay(
         check_transcript(t)  # a message the adapter refuses: nothing written
     results: list[TranscriptReplay] = []
     with store_from(ctx, create=True) as store:
-        ids = session_ids(transcripts, session_id)
-        n = 1
-        if not named:  # a default id taken (another replay in the same second): the next free one
-            # taken by any session of that replay, a record's (ID~label) too where its file had no main one
-            taken = {v.id.removeprefix("session:").split("~")[0] for v in store.find("session")}
-            while any(sid.split("~")[0] in taken for sid in ids):
-                n += 1
-                ids = session_ids(transcripts, f"{session_id}-{n}")
-        session_id = session_id if n == 1 else f"{session_id}-{n}"
-        for t, sid in zip(transcripts, ids, strict=True):
-            existing = store.get(f"session:{sid}")
-            if existing is None or existing.doc is None:
-                continue
-            turns = existing.doc["meta"].get("turn", 0)
-            if not append:
-                # only a replay of a file can add to a session (``ctxos demo`` has no --append)
-                how = "pass --append to add to it, or --session NEW_ID" if file is not None else "pass --session NEW_ID"
-                raise StateError(f"session {sid!r} already exists in {store.url} ({turns} turns): {how}")
-            with Session.open(store, sid, harness=t.harness, workspace=t.cwd, source=t.format) as session:
-                at = harness(t.harness).hook(session).departs(t.messages)
-            if at is not None:  # another session's file (a wrong --session): it would be mixed into this one
-                raise StateError(
-                    f"{t.source or label}: not a recording of session {sid!r} ({turns} turns): its message {at} "
-                    "differs from the history the session holds, and --append only adds what a longer recording "
-                    "of the same session holds past it; replay it under another --session"
-                )
+        session_id, ids, first = _claim(
+            store, transcripts, session_id, named=named, append=append, label=label, file=file
+        )
         stop = _Deferred()
-        for t, sid in zip(transcripts, ids, strict=True):
-            with stop, Session.open(store, sid, harness=t.harness, workspace=t.cwd, source=t.format) as session:
+        for k, (t, sid) in enumerate(zip(transcripts, ids, strict=True)):
+            with stop, first if k == 0 else _open_to_replay(store, t, sid, append=append, file=file) as session:
                 before = session.view.turn
                 # the calls it makes (not a Pi answer never asked for, a fork's copy of its parent's,
                 # nor with --append those replayed before): once they are in, Ctrl-C stops at once
@@ -546,6 +531,80 @@ def run_replay(
     if total.orphaned_tool_results or total.frames_verified != total.frames_checked:
         sys.exit(1)
     return session_id
+
+
+def _claim(
+    store: Store,
+    transcripts: Sequence[Transcript],
+    session_id: str,
+    *,
+    named: bool,
+    append: bool,
+    label: str,
+    file: str | None,
+) -> tuple[str, list[str], Session]:
+    """The session id a replay records under (``session_id``, or for a default id one of
+    ``session_id-2``, ``-3``, … where it is taken), the ids of its sessions (``session_ids``), and
+    the first of them, open (``_open_to_replay``). A default id another replay takes between the
+    check and the open (two replays started in the same second) is left to it: the next one."""
+    from ..context.session import Session
+    from ..harness.registry import harness
+
+    n = 1
+    taken: set[str] | None = None
+    while True:
+        base = session_id if n == 1 else f"{session_id}-{n}"
+        ids = session_ids(transcripts, base)
+        if not named:  # a default id taken (another replay in the same second): the next free one
+            if taken is None:  # by any session of that replay, a record's (ID~label) too where its file had no main one
+                taken = {v.id.removeprefix("session:").split("~")[0] for v in store.find("session")}
+            if any(sid.split("~")[0] in taken for sid in ids):
+                n += 1
+                continue
+        for t, sid in zip(transcripts, ids, strict=True):
+            existing = store.get(f"session:{sid}")
+            if existing is None or existing.doc is None:
+                continue
+            turns = existing.doc["meta"].get("turn", 0)
+            if not append:
+                raise StateError(f"session {sid!r} already exists in {store.url} ({turns} turns): {_how(file)}")
+            with Session.open(store, sid, harness=t.harness, workspace=t.cwd, source=t.format) as session:
+                at = harness(t.harness).hook(session).departs(t.messages)
+            if at is not None:  # another session's file (a wrong --session): it would be mixed into this one
+                raise StateError(
+                    f"{t.source or label}: not a recording of session {sid!r} ({turns} turns): its message {at} "
+                    "differs from the history the session holds, and --append only adds what a longer recording "
+                    "of the same session holds past it; replay it under another --session"
+                )
+        try:
+            return base, ids, _open_to_replay(store, transcripts[0], ids[0], append=append, file=file)
+        except (SessionBusy, StateError):
+            if named:
+                raise
+        n, taken = n + 1, None  # another replay took the default id since it was found free
+
+
+def _open_to_replay(store: Store, t: Transcript, sid: str, *, append: bool, file: str | None) -> Session:
+    """Session ``sid``, open to replay ``t`` into. Without ``append`` it must be new, which only
+    its lease makes sure of: one found free before may have been recorded since by another
+    replay, whose messages this one would be mixed into (``StateError``; ``SessionBusy`` while
+    the other one writes it)."""
+    from ..context.session import Session
+
+    session = Session.open(store, sid, harness=t.harness, workspace=t.cwd, source=t.format)
+    if not append and (session.view.turn or session.view.entries):
+        session.close()
+        raise StateError(
+            f"session {sid!r} already exists in {store.url} ({session.view.turn} turns): another process recorded"
+            f" it since this replay began; {_how(file)}"
+        )
+    return session
+
+
+def _how(file: str | None) -> str:
+    """What to do about a session a replay finds recorded already."""
+    # only a replay of a file can add to a session (``ctxos demo`` has no --append)
+    return "pass --append to add to it, or --session NEW_ID" if file is not None else "pass --session NEW_ID"
 
 
 def _ticker(it: Iterator[int], stop: _Deferred | None = None, calls: int = 0) -> Callable[[TranscriptRow | None], None]:
