@@ -741,6 +741,32 @@ def test_ctrl_c_stops_a_replay_between_calls_and_append_goes_on_with_every_call(
     _append_gives_every_call(db, traj, held=4)
 
 
+def test_ctrl_c_in_a_replay_with_json_prints_the_interrupted_error_as_json(tmp_path, monkeypatch):
+    """A script reading ``ctxos replay --json`` gets one JSON document on stdout when Ctrl-C (or
+    SIGTERM) ends it too: the ``Interrupted`` error, saying what the session holds and how to go on."""
+    import signal
+
+    from context_os.harness.virtual_files import VirtualFiles
+
+    traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydantic__pydantic.acb0f10f.pr_8316.traj"
+    observe, seen = VirtualFiles.observe, []
+
+    def ctrl_c_at_call_2(self, session, report):
+        seen.append(1)
+        if len(seen) == 2:
+            signal.raise_signal(signal.SIGINT)
+        observe(self, session, report)
+
+    monkeypatch.setattr(VirtualFiles, "observe", ctrl_c_at_call_2)
+    args = ["--store", str(tmp_path / "i.db"), "replay", str(traj), "--session", "s", "--verify", "none", "--json"]
+    cut = CliRunner().invoke(cli, args)
+    assert cut.exit_code == 130, cut.output
+    error = json.loads(cut.stdout)["error"]
+    assert (error["type"], error["exit_status"]) == ("Interrupted", 130)
+    assert error["message"].startswith("interrupted: session 's' holds 2 whole model call(s)")
+    assert "--session s --append` goes on from there" in error["message"]
+
+
 def _append_gives_every_call(db: Path, traj: Path, *, held: int) -> None:
     """``--append`` of session ``s``, which holds ``held`` whole calls of ``traj``, replays the rest:
     then it has every call's frame, verified, with the inputs of a whole replay, call for call."""

@@ -117,6 +117,11 @@ def test_an_interrupted_rebuild_says_what_it_left_and_the_next_one_finishes(
     assert r.exit_code == 130, r.output
     assert "interrupted: the index is half built" in r.stderr and "goes on from where it stopped" in r.stderr
     assert json.loads(run(ctxos, db, "status", "--json").stdout)["state"] == "building"
+    # a script reading stdout gets JSON, saying the same (the ``ctxos`` group itself reads ``--json``)
+    r = CliRunner().invoke(cli, ["--store", str(db), "index", "rebuild", "--json"])
+    error = json.loads(r.stdout)["error"]
+    assert (r.exit_code, error["type"], error["exit_status"]) == (130, "Interrupted", 130)
+    assert error["message"].startswith("interrupted: the index is half built")
     monkeypatch.setattr(SqliteStore, "rebuild_index", real)
     r = run(ctxos, db, "rebuild")
     assert r.exit_code == 0 and r.stdout.strip() == "the index was half built: repaired, 2 parts indexed"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from ._errors import Interrupted, OutputRefused, asks_json, emit_error_json
+from ._errors import JSON_META, Interrupted, OutputRefused, asks_json, emit_error_json
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -43,8 +43,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 """Each command: the module that defines it, and its line in ``ctxos --help`` (a test checks it
 is the command's own). A module is imported when one of its commands runs: ``ctxos --help`` and
 the light commands load none of the library they do not use."""
-_JSON = "context_os.json"
-"""``ctx.meta`` key: the command line asks for JSON."""
 ALIASES = {"frame": "frames", "inspect": "objects", "evict": "objects"}
 """Deprecated aliases (hidden from ``--help``), by the module that registers them."""
 
@@ -78,11 +76,11 @@ class _Ctxos(click.Group):
         try:
             return super().invoke(ctx)
         except click.ClickException as e:  # a subcommand's usage error, or a command's failure
-            if ctx.meta.get(_JSON) and not getattr(e, "reported", False):
+            if ctx.meta.get(JSON_META) and not getattr(e, "reported", False):
                 _error_json(e)
             raise
         except KeyboardInterrupt:  # Ctrl-C in a command that does not stop on its own terms
-            if ctx.meta.get(_JSON):
+            if ctx.meta.get(JSON_META):
                 _error_json(Interrupted())
             click.echo("\ninterrupted", err=True)
             raise SystemExit(Interrupted.exit_code) from None
@@ -92,11 +90,11 @@ class _Ctxos(click.Group):
             _output_refused(e)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        ctx.meta[_JSON] = asks_json(args)
+        ctx.meta[JSON_META] = asks_json(args)
         try:
             return self._parse_args(ctx, args)
         except click.ClickException as e:  # a usage error of ``ctxos`` itself
-            if ctx.meta[_JSON]:
+            if ctx.meta[JSON_META]:
                 _error_json(e)
             raise
         except OSError as e:  # ``ctxos --help`` printed to a reader that is gone

@@ -37,6 +37,7 @@ from ..errors import (
 )
 from ..store import Store, open_store
 from ._errors import CheckOutage, DamageThenOutage, LibraryError, error_document
+from ._errors import stop_interrupted as stop_interrupted  # the commands that stop on Ctrl-C themselves
 
 if TYPE_CHECKING:  # the library's heavier parts are imported by the commands that use them
     from ..context.session import Session
@@ -486,8 +487,7 @@ def run_replay(
                         elif file is not None:
                             again = command_hint("replay", file, "--session", session_id, "--append")
                             said += f"; `{again}` goes on from there"
-                        click.echo(said, err=True)
-                        sys.exit(130)
+                        stop_interrupted(said)
                     except StoreUnavailable as e:  # the store went out of reach: say how to go on once it is back
                         said = f"{e}; the replay of session {sid!r} stopped after {session.view.turn} model call(s)"
                         if file is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -46,8 +46,8 @@ class Interrupted(click.ClickException):
 
     exit_code = 130
 
-    def __init__(self) -> None:
-        super().__init__("interrupted")
+    def __init__(self, message: str = "interrupted") -> None:
+        super().__init__(message)
 
 
 class OutputRefused(click.ClickException):
@@ -57,6 +57,21 @@ class OutputRefused(click.ClickException):
     def __init__(self, error: OSError) -> None:
         said = error.strerror or error
         super().__init__(f"OSError: stdout refused the output ({said}): what it printed is cut short")
+
+
+JSON_META = "context_os.json"
+"""``ctx.meta`` key (shared by every context of one command line): it asks for JSON."""
+
+
+def stop_interrupted(said: str) -> NoReturn:
+    """End a command that Ctrl-C stopped on its own terms (``replay``, ``recall``, ``index
+    rebuild``): ``said`` on stderr, exit status 130, and with ``--json`` the ``Interrupted`` error
+    saying it as the JSON document on stdout, as for any other command."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get(JSON_META):
+        emit_error_json(Interrupted(said.strip()))
+    click.echo(said, err=True)
+    raise SystemExit(Interrupted.exit_code)
 
 
 def asks_json(args: Sequence[str]) -> bool:

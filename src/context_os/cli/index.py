@@ -13,7 +13,7 @@ import click
 
 from ..sources.recall import vector_path
 from ..sources.vectors import vector_status
-from ._common import cell, emit_json, fails_cleanly, json_option, store_from, table
+from ._common import cell, emit_json, fails_cleanly, json_option, stop_interrupted, store_from, table
 
 
 def register(cli: click.Group) -> None:
@@ -78,8 +78,7 @@ def rebuild_cmd(ctx: click.Context, as_json: bool) -> None:
                 )
             else:
                 said = "nothing was changed"
-            click.echo(f"\ninterrupted: {said}", err=True)
-            raise SystemExit(130) from None
+            stop_interrupted(f"\ninterrupted: {said}")
         after = store.index_status()
     was = before.get("state")
     repaired = was in ("missing", "corrupt", "building")

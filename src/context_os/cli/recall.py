@@ -35,6 +35,7 @@ from ._common import (
     progress,
     rebuild_vectors_option,
     recall_embedder,
+    stop_interrupted,
     store_from,
     table,
 )
@@ -172,12 +173,10 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
         # each slice commits with the cursor: what was embedded stays, the next recall goes on.
         # Counted by the cursor: a batch cut short returned no count, its slices were committed
         done = min(pending, max(0, vectors.cursor - start))
-        click.echo(
+        stop_interrupted(
             f"\ninterrupted: {done:,} of {pending:,} parts embedded, kept beside the store; the next"
-            " `ctxos recall` goes on from there (--embed-for SECONDS bounds it, --embedder none searches now)",
-            err=True,
+            " `ctxos recall` goes on from there (--embed-for SECONDS bounds it, --embedder none searches now)"
         )
-        raise SystemExit(130) from None
     return left
 
 
