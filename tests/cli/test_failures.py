@@ -226,6 +226,20 @@ READ_ONLY = [
 ]
 
 
+def test_a_store_whose_path_is_not_utf8_is_created_and_read(tmp_path: Path) -> None:
+    """A store in a directory whose name is not UTF-8 (a Latin-1 home directory): its path's own
+    bytes are opened (the SQLite URI percent-encoded them as text, which failed with a traceback)."""
+    db = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9/s.db")
+    proc = subprocess.run(
+        [*CTXOS, "--store", db, "demo", "--session", "d1", "--no-verify", "--json"], capture_output=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / os.fsdecode(b"caf\xe9") / "s.db").is_file()
+    listed = subprocess.run([*CTXOS, "--store", db, "sessions", "--json"], capture_output=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert [r["session"] for r in json.loads(listed.stdout)] == ["d1"]
+
+
 @pytest.mark.parametrize("args", READ_ONLY, ids=" ".join)
 def test_a_read_only_command_says_there_is_no_store_and_creates_nothing(
     tmp_path: Path, args: list[str], reliability: Counts

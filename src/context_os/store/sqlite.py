@@ -43,6 +43,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import sqlite3
 import threading
 import time
@@ -458,7 +459,8 @@ class SqliteStore(Store):
             # a file that must exist (no window between a check and the open).
             mode = "rwc" if self._create else "ro" if self.read_only else "rw"
             conn = sqlite3.connect(
-                f"file://{quote(str(self.path))}?mode={mode}",
+                # the path's own bytes (a name that is not UTF-8 is a name all the same)
+                f"file://{quote(os.fsencode(self.path))}?mode={mode}",
                 uri=True,
                 timeout=self.BUSY_TIMEOUT_S,
                 isolation_level=None,
