@@ -240,6 +240,37 @@ def test_a_store_whose_path_is_not_utf8_is_created_and_read(tmp_path: Path) -> N
     assert [r["session"] for r in json.loads(listed.stdout)] == ["d1"]
 
 
+BAD = os.fsdecode(b"caf\xe9")
+"""An argument typed in a Latin-1 terminal: its byte \\xe9 is not UTF-8."""
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["frames", "list", BAD], "'SESSION_ID'"),
+        (["objects", "inspect", BAD, "--json"], "'OBJECT_ID'"),
+        (["files", BAD], "'SESSION_ID'"),
+        (["recall", "x", "--session", BAD], "'--session'"),
+        (["replay", "FILE", "--session", BAD], "'--session'"),
+    ],
+    ids=["frames-list", "objects-inspect", "files", "recall-session", "replay-session"],
+)
+def test_an_argument_that_is_not_utf8_is_a_usage_error_naming_it(
+    demo: Path, tmp_path: Path, args: list[str], names: str
+) -> None:
+    """It reached the store (``StoreError: … get failed: text that is not Unicode``, a replay's
+    new store made first) or the embedder (a traceback)."""
+    db = tmp_path / "new.db" if "replay" in args else demo
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]))
+    args = [str(chat) if a == "FILE" else a for a in args]
+    proc = subprocess.run([*CTXOS, "--store", str(db), *args], capture_output=True, timeout=120)
+    said = proc.stderr.decode("utf-8", "backslashreplace")
+    assert proc.returncode == 2, said
+    assert f"Error: Invalid value for {names}: 'caf\\udce9' is not UTF-8 text" in said and "Traceback" not in said
+    assert db.exists() == (db == demo)
+
+
 @pytest.mark.parametrize("args", READ_ONLY, ids=" ".join)
 def test_a_read_only_command_says_there_is_no_store_and_creates_nothing(
     tmp_path: Path, args: list[str], reliability: Counts

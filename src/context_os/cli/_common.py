@@ -72,6 +72,23 @@ def serve_until_stopped(server: socketserver.BaseServer) -> None:
         server.server_close()
 
 
+class _Text(click.types.StringParamType):
+    """A text argument (an id, a query): UTF-8, as everything a store holds. Bytes that are not
+    UTF-8 in it (a terminal in Latin-1, a name copied from such a file) are a usage error naming
+    the argument; they reached the store or the embedder, which failed on them."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = super().convert(value, param, ctx)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            self.fail(f"{text!r} is not UTF-8 text (its character {e.start + 1} is a byte that is not)", param, ctx)
+        return text
+
+
+TEXT = _Text()
+"""The type of every text argument that goes to the store: ``click.argument("session_id", type=TEXT)``."""
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 jobs_option = click.option(
     "--jobs",

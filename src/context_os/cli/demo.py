@@ -10,11 +10,13 @@ from datetime import UTC, datetime
 import click
 
 from ..replay import demo_transcript
-from ._common import command_hint, fails_cleanly, json_option, run_replay
+from ._common import TEXT, command_hint, fails_cleanly, json_option, run_replay
 
 
 @click.command("demo")
-@click.option("--session", "session_id", metavar="ID", help="Session id to record under (default: demo-<time>).")
+@click.option(
+    "--session", "session_id", type=TEXT, metavar="ID", help="Session id to record under (default: demo-<time>)."
+)
 @click.option("--no-verify", is_flag=True, help="Skip re-rendering every frame from the store at the end.")
 @json_option
 @click.pass_context

@@ -11,7 +11,7 @@ import click
 from ..context.load import load_view
 from ..context.session import shows_latest_file
 from ..store import Store
-from ._common import emit_json, fails_cleanly, json_option, store_from, table
+from ._common import TEXT, emit_json, fails_cleanly, json_option, store_from, table
 
 
 def session_files(store: Store, session_id: str) -> list[dict[str, Any]]:
@@ -45,7 +45,7 @@ def session_files(store: Store, session_id: str) -> list[dict[str, Any]]:
 
 
 @click.command("files")
-@click.argument("session_id")
+@click.argument("session_id", type=TEXT)
 @json_option
 @click.pass_context
 @fails_cleanly

@@ -20,6 +20,7 @@ from ..context.timeline import FrameDiff, frame_diff
 from ..context.view import arguments_text
 from ..errors import StoreUnavailable
 from ._common import (
+    TEXT,
     DefaultGroup,
     DeprecatedAlias,
     checks_cleanly,
@@ -43,7 +44,7 @@ def frames() -> None:
 
 
 @frames.command("list")
-@click.argument("session_id")
+@click.argument("session_id", type=TEXT)
 @json_option
 @click.pass_context
 @fails_cleanly
@@ -86,7 +87,7 @@ def list_cmd(ctx: click.Context, session_id: str, as_json: bool) -> None:
 
 
 @frames.command("show")
-@click.argument("session_id")
+@click.argument("session_id", type=TEXT)
 @click.argument("turn", type=int)
 @click.option("--messages/--no-messages", default=True, help="Print the re-rendered messages.")
 @json_option
@@ -135,7 +136,7 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
 
 
 @frames.command("verify")
-@click.argument("session_id")
+@click.argument("session_id", type=TEXT)
 @click.argument("turn", type=int, required=False)
 @jobs_option
 @json_option
@@ -192,7 +193,7 @@ def verify_cmd(ctx: click.Context, session_id: str, turn: int | None, jobs: int 
 
 
 @frames.command("diff")
-@click.argument("session_id")
+@click.argument("session_id", type=TEXT)
 @click.argument("a", type=click.IntRange(min=1), metavar="A")
 @click.argument("b", type=click.IntRange(min=1), metavar="[B]", required=False)
 @click.option(

@@ -19,7 +19,7 @@ from ..errors import InputError, NotFound
 from ..files.index import find_file_object
 from ..store import Store, Version
 from ..times import parse_time
-from ._common import DeprecatedAlias, emit_json, fails_cleanly, json_option, printable, store_from, table
+from ._common import TEXT, DeprecatedAlias, emit_json, fails_cleanly, json_option, printable, store_from, table
 
 
 @click.group("objects")
@@ -52,7 +52,7 @@ def path_lines(versions: list[Version]) -> list[str]:
 
 
 @objects.command("inspect")
-@click.argument("object_id")
+@click.argument("object_id", type=TEXT)
 @click.option(
     "--as-of", "as_of", metavar="TIME", help="Show the version in force at this valid time (ISO 8601 or epoch ms)."
 )
@@ -183,9 +183,10 @@ def inspect_cmd(
 
 
 @objects.command("evict")
-@click.argument("object_id", required=False)
+@click.argument("object_id", type=TEXT, required=False)
 @click.option(
     "--containing",
+    type=TEXT,
     metavar="TEXT",
     help="Instead of one object: every object any version of which holds TEXT (a leaked key and"
     " every copy of it); '-' reads TEXT from stdin, which keeps it out of the shell's history.",

@@ -26,6 +26,7 @@ from ..sources.memory import MemoryScopes
 from ..sources.recall import RecallResult, check_search, open_recall
 from ..store import Store
 from ._common import (
+    TEXT,
     counted,
     embedder_option,
     emit_json,
@@ -50,10 +51,12 @@ def register(cli: click.Group) -> None:
 
 
 @click.command("recall")
-@click.argument("query")
+@click.argument("query", type=TEXT)
 @click.option("-k", "--k", "k", type=click.IntRange(min=1), default=10, show_default=True, help="How many hits.")
-@click.option("--kinds", help="Only these kinds, comma-separated (chat, toolcall, file, memory, message, recall).")
-@click.option("--session", "session_id", metavar="ID", help="Only this session's objects.")
+@click.option(
+    "--kinds", type=TEXT, help="Only these kinds, comma-separated (chat, toolcall, file, memory, message, recall)."
+)
+@click.option("--session", "session_id", type=TEXT, metavar="ID", help="Only this session's objects.")
 @click.option("--as-of", "as_of", metavar="TIME", help="What was valid and known then (ISO 8601 or epoch ms).")
 @click.option(
     "--workspace",

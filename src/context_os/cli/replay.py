@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from ..replay import FORMATS, MAX_SESSION_BYTES, read_sessions
-from ._common import fails_cleanly, jobs_option, json_option, run_replay
+from ._common import TEXT, fails_cleanly, jobs_option, json_option, run_replay
 
 
 @click.command("replay")
@@ -25,6 +25,7 @@ from ._common import fails_cleanly, jobs_option, json_option, run_replay
 @click.option(
     "--session",
     "session_id",
+    type=TEXT,
     metavar="ID",
     help="Session id to record under (default: replay-<time>, then -2, -3, … if taken); a sidechain or record goes"
     " under ID~<its label>.",
