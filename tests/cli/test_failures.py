@@ -238,6 +238,23 @@ def test_a_store_whose_path_is_not_utf8_is_created_and_read(tmp_path: Path) -> N
     listed = subprocess.run([*CTXOS, "--store", db, "sessions", "--json"], capture_output=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     assert [r["session"] for r in json.loads(listed.stdout)] == ["d1"]
+    # its URL in JSON is valid UTF-8 (escaped), and names the path's own bytes
+    status = subprocess.run([*CTXOS, "--store", db, "status", "--json"], capture_output=True, timeout=60)
+    assert os.fsencode(json.loads(status.stdout)["store"].removeprefix("sqlite://")) == os.fsencode(db)
+
+
+def test_a_terminal_in_another_encoding_gets_escapes_not_a_traceback(demo: Path) -> None:
+    """Stdout in Latin-1 (as a Latin-1 locale makes it): an arrow in a session's text was a
+    ``UnicodeEncodeError`` traceback; it is shown escaped, and JSON is escaped JSON."""
+    latin1 = {**os.environ, "PYTHONIOENCODING": "latin-1"}
+    args = [*CTXOS, "--store", str(demo), "frames", "show", "d1", "88"]
+    text = subprocess.run(args, capture_output=True, env=latin1, timeout=120)
+    assert text.returncode == 0 and b"Traceback" not in text.stderr, text.stderr
+    assert "\\u2192" in text.stdout.decode("latin-1")
+    as_json = subprocess.run([*args, "--json"], capture_output=True, env=latin1, timeout=120)
+    utf8 = subprocess.run([*args, "--json"], capture_output=True, timeout=120)
+    assert json.loads(as_json.stdout.decode("latin-1")) == json.loads(utf8.stdout)
+    assert "\u2192" in json.dumps(json.loads(utf8.stdout), ensure_ascii=False)  # it has what Latin-1 lacks
 
 
 BAD = os.fsdecode(b"caf\xe9")

@@ -201,7 +201,9 @@ def main() -> None:
         sys.stdout = io.TextIOWrapper(
             io.BufferedWriter(_Stdout(stdout.fileno(), "w", closefd=False)),
             encoding=stdout.encoding,
-            errors=stdout.errors,
+            # a character the terminal's encoding lacks (an arrow in Latin-1) is shown escaped, not
+            # a traceback; the bytes of a name that is not UTF-8 go out as they came in
+            errors="backslashreplace" if stdout.errors == "strict" else stdout.errors,
             line_buffering=stdout.line_buffering,
         )
     cli(prog_name="ctxos")

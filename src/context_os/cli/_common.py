@@ -7,7 +7,6 @@ nothing that is not about the command line belongs here (store lookups live belo
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -36,7 +35,7 @@ from ..errors import (
     StoreUnavailable,
 )
 from ..store import Store, open_store
-from ._errors import CheckOutage, DamageThenOutage, LibraryError, error_document
+from ._errors import CheckOutage, DamageThenOutage, LibraryError, error_document, json_text
 from ._errors import stop_interrupted as stop_interrupted  # the commands that stop on Ctrl-C themselves
 
 if TYPE_CHECKING:  # the library's heavier parts are imported by the commands that use them
@@ -236,7 +235,7 @@ def cut_short(error: StoreUnavailable, report: dict[str, Any] | None, *, damaged
 
 
 def emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False))
+    click.echo(json_text(value))
 
 
 _CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")

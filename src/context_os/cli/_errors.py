@@ -5,6 +5,7 @@ JSON. Light (click only): the root group uses it before any command module is im
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -102,5 +103,18 @@ def error_document(e: click.ClickException) -> dict[str, Any]:
     return {"error": error}
 
 
+def json_text(value: Any) -> str:
+    """``value`` as the JSON document a command prints: its text as it is where stdout's encoding
+    holds every character of it, else escaped (``\\u2192``), so a terminal in another encoding
+    (Latin-1) or a name that is not UTF-8 (a path's raw bytes) still gives valid JSON, never a
+    failed write."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    try:
+        text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        return json.dumps(value, indent=2)
+    return text
+
+
 def emit_error_json(e: click.ClickException) -> None:
-    click.echo(json.dumps(error_document(e), indent=2, ensure_ascii=False))
+    click.echo(json_text(error_document(e)))
