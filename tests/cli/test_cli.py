@@ -398,6 +398,10 @@ def test_inspect_as_of_and_diff(demo):
         assert proc.returncode == 1 and proc.stderr.startswith(f"Error: InputError: --tx {tx} is no transaction")
     at = versions[0]["tx_id"]
     assert json.loads(ctxos("objects", "inspect", "session:d1", "--tx", str(at), "--json", store=db).stdout)
+    # before its first transaction: the error names the transaction asked about, tx 0 too
+    for tx in ("0", str(at - 1)):
+        proc = ctxos("objects", "inspect", "session:d1", "--tx", tx, store=db, check=False)
+        assert proc.returncode == 1 and proc.stderr == f"Error: NotFound: session:d1 did not exist now as of tx {tx}\n"
     # a frame's refs name the chat pages it seals as chat:<session>, which is no object: the pages are
     sealed = json.loads(ctxos("frames", "show", "d1", "88", "--json", "--no-messages", store=db).stdout)["refs"]
     assert sealed[1]["id"] == "chat:d1" and "sealed_pages" in sealed[1]

@@ -87,9 +87,8 @@ def inspect_cmd(
                     raise InputError(f"--tx {tx_id} is no transaction of {store.url} (from 0; {newest})")
             v = store.get(object_id, vt, tx_id)
             if v is None:
-                raise NotFound(
-                    f"{object_id} did not exist at {as_of or 'now'}" + (f" as of tx {tx_id}" if tx_id else "")
-                )
+                when = "now" if as_of is None else f"at {as_of}"
+                raise NotFound(f"{object_id} did not exist {when}" + ("" if tx_id is None else f" as of tx {tx_id}"))
             # its number in the object's history (as the store knows it now), as the table says it
             n = next(
                 (
