@@ -195,11 +195,16 @@ def _error_json(e: click.ClickException) -> None:
 
 
 def main() -> None:
+    """``ctxos``: the command line, its output watched (``_Stdout``)."""
     stdout = sys.stdout
-    if isinstance(stdout, io.TextIOWrapper):  # None when the shell closed it (``>&-``): nothing to watch
+    try:  # None when the shell closed it (``>&-``), no file when a caller swapped it: nothing to watch
+        fd = stdout.fileno() if isinstance(stdout, io.TextIOWrapper) else None
+    except (OSError, ValueError):
+        fd = None
+    if fd is not None and isinstance(stdout, io.TextIOWrapper):
         stdout.flush()
         sys.stdout = io.TextIOWrapper(
-            io.BufferedWriter(_Stdout(stdout.fileno(), "w", closefd=False)),
+            io.BufferedWriter(_Stdout(fd, "w", closefd=False)),
             encoding=stdout.encoding,
             # a character the terminal's encoding lacks (an arrow in Latin-1) is shown escaped, not
             # a traceback; the bytes of a name that is not UTF-8 go out as they came in
