@@ -456,10 +456,11 @@ def run_replay(
         check_transcript(t)  # a message the adapter refuses: nothing written
     results: list[TranscriptReplay] = []
     with store_from(ctx, create=True) as store:
-        session_id, ids, first = _claim(
-            store, transcripts, session_id, named=named, append=append, label=label, file=file
-        )
         stop = _Deferred()
+        with stop:  # Ctrl-C while the first session is opened is held too, as it was in the loop below
+            session_id, ids, first = _claim(
+                store, transcripts, session_id, named=named, append=append, label=label, file=file
+            )
         for k, (t, sid) in enumerate(zip(transcripts, ids, strict=True)):
             with stop, first if k == 0 else _open_to_replay(store, t, sid, append=append, file=file) as session:
                 before = session.view.turn
