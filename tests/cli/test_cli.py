@@ -422,11 +422,7 @@ def test_verify_reports_clean_then_catches_tampering(demo, tmp_path):
     db, _ = demo
     report = json.loads(ctxos("verify", "--json", store=db).stdout)
     assert report["mismatches"] == [] and report["versions_checked"] > report["documents"] > 0
-    copy = tmp_path / "tampered.db"
-    copy.write_bytes(db.read_bytes())
-    wal = Path(str(db) + "-wal")
-    if wal.exists():
-        Path(str(copy) + "-wal").write_bytes(wal.read_bytes())
+    copy = _copied(db, tmp_path)
     conn = sqlite3.connect(copy)
     conn.execute("UPDATE docs SET json = replace(json, 'refactored', 'REFACTORED')")
     conn.commit()
@@ -453,14 +449,20 @@ def test_verify_frames_names_a_frame_document_context_os_did_not_write(tmp_path)
     assert failed["id"] == "frame:x" and failed["problems"][-1] == "not a frame: no meta.session"
 
 
-def _edited(db: Path, tmp_path: Path, doc_id: str, change: Callable[[dict], object]) -> Path:
-    """A copy of the store ``db`` whose latest version of ``doc_id`` was changed in its row by
-    hand (``change`` edits the parsed document; its hashes are left as they were)."""
+def _copied(db: Path, tmp_path: Path) -> Path:
+    """A copy of the store ``db`` (its file and its WAL) to tamper with: ``tampered.db``."""
     copy = tmp_path / "tampered.db"
     copy.write_bytes(db.read_bytes())
     wal = Path(str(db) + "-wal")
     if wal.exists():
         Path(str(copy) + "-wal").write_bytes(wal.read_bytes())
+    return copy
+
+
+def _edited(db: Path, tmp_path: Path, doc_id: str, change: Callable[[dict], object]) -> Path:
+    """A copy of the store ``db`` whose latest version of ``doc_id`` was changed in its row by
+    hand (``change`` edits the parsed document; its hashes are left as they were)."""
+    copy = _copied(db, tmp_path)
     conn = sqlite3.connect(copy)
     (ref, text), *_ = conn.execute(
         "SELECT d.id, d.json FROM docs d JOIN versions v ON v.doc = d.id JOIN entities e ON e.eid = v.eid"
