@@ -444,7 +444,7 @@ const REMEMBER_PARAMETERS: Schema = {
 /** The seed's nine mesh tools, as `ctxos serve` answers them (context/mesh_tools.py holds the same
  * schemas: the end-to-end test checks that they agree). */
 const NO_PARAMETERS: Schema = { type: "object", properties: {}, required: [], additionalProperties: false };
-const PEER_ID = { type: "string", description: "The peer" };
+const PEER_ID = { type: "string", description: "The peer: its id, or its agent name" };
 const MESH_TOOLS: Record<string, Texts & { parameters: Schema }> = {
 	mesh_list_peers: {
 		label: "mesh_list_peers",
@@ -509,7 +509,7 @@ const MESH_TOOLS: Record<string, Texts & { parameters: Schema }> = {
 		parameters: {
 			type: "object",
 			properties: {
-				peerId: { type: "string", description: "The peer the fact is about" },
+				peerId: { type: "string", description: "The peer the fact is about: its id, or its agent name" },
 				key: { type: "string", description: "A category: prefs, decision, project_context, …" },
 				value: { type: "string", description: "The fact" },
 				metadata: { type: "object", description: "Extra text or number fields" },
@@ -546,7 +546,7 @@ const MESH_TOOLS: Record<string, Texts & { parameters: Schema }> = {
 			type: "object",
 			properties: {
 				query: { type: "string", description: "What to look for" },
-				peerId: { type: "string", description: "Only this peer's memories" },
+				peerId: { type: "string", description: "Only this peer's memories (its id, or its agent name)" },
 				nResults: { type: "integer", minimum: 1, description: "How many results (default 5)" },
 			},
 			required: ["query"],
