@@ -3,6 +3,7 @@ terminal codes when it is not on a terminal (Maven's included), ``--help`` the h
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -145,25 +146,38 @@ def test_a_start_run_again_while_the_node_of_a_cut_short_start_starts_waits_for_
     """A start cut short (Ctrl-C) while its node starts leaves the node starting, in a session of
     its own; run again, it launched a second JVM, which lost the port to the first and exited,
     leaving the first running with no pid file: ``xtdb/stop`` then stopped nothing. Now the start
-    waits for that node and hands it back. ``xtdb_url`` is requested only so the test is skipped
-    exactly where no node can be had."""
+    waits for that node and hands it back. The node is held stopped (SIGSTOP) until the second
+    start says it waits: started in the meantime, it is simply running, which proves nothing.
+    ``xtdb_url`` is requested only so the test is skipped exactly where no node can be had."""
     if not Path("/proc/self/cmdline").exists():
         pytest.skip("the processes left are found in /proc")
     port = _free_port()
     pid_file = ROOT / "xtdb" / "target" / f"xtdb-{port}.pid"
     cmd = [str(ROOT / "xtdb" / "start"), "--port", str(port), "--config", "memory"]
     cmd += ["--timeout", str(STARTUP_TIMEOUT_S)]
+    node_pid = None
     try:
         first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         while not (pid_file.exists() and pid_file.read_text().strip()):
             assert first.poll() is None, "the first start ended before it launched its node"
             time.sleep(0.05)
         node_pid = int(pid_file.read_text())
+        os.kill(node_pid, signal.SIGSTOP)  # still starting, whatever the machine's speed
         os.killpg(first.pid, signal.SIGINT)  # Ctrl-C: the start ends, its node (setsid) starts on
         first.wait(timeout=30)
-        again = subprocess.run(cmd, capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S + 240)
+        second = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert second.stderr is not None
+        said = [second.stderr.readline()]
+        while said[-1] and "waiting for it" not in said[-1]:  # (an old start launched a JVM of its own)
+            said.append(second.stderr.readline())
+        os.kill(node_pid, signal.SIGCONT)
+        out, err = second.communicate(timeout=STARTUP_TIMEOUT_S + 240)
+        again = subprocess.CompletedProcess(cmd, second.returncode, out, "".join(said) + err)
         running = pid_file.read_text().strip() if pid_file.exists() else None
     finally:
+        if node_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(node_pid, signal.SIGCONT)
         stop = subprocess.run(
             [str(ROOT / "xtdb" / "stop"), "--port", str(port)], capture_output=True, text=True, timeout=90
         )
