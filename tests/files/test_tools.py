@@ -688,6 +688,19 @@ def test_grep_options(root: Path, tools: FileTools) -> None:
     assert "not a valid regular expression" in tools.call("grep", {"pattern": "(md"})
 
 
+def test_grep_says_it_stopped_only_when_more_lines_match(root: Path, tools: FileTools) -> None:
+    """At its limit ``grep`` said "stopped at N matches" whether more lines matched or not: a
+    search with exactly N matches told the model to raise the limit for matches there were not."""
+    (root / "x.txt").write_text("hit 1\nhit 2\nmiss\n")
+    (root / "y.txt").write_text("miss\n")
+    assert "stopped at" not in tools.call("grep", {"pattern": "hit", "limit": 2})
+    (root / "y.txt").write_text("hit 3\n")
+    assert (
+        "[... stopped at 2 matches; raise limit or narrow the search]"
+        in tools.call("grep", {"pattern": "hit", "limit": 2}).splitlines()
+    )
+
+
 def test_a_file_name_that_is_not_utf8_is_listed_as_text_a_harness_can_send(root: Path, tools: FileTools) -> None:
     """A file named in Latin-1 (``caf\\xe9.txt``, from an old archive) is listed with its byte
     escaped. Before, ``ls``, ``find`` and ``grep`` printed the name as Python reads it, with a lone

@@ -896,6 +896,7 @@ class FileTools:
         secrets = 0
         too_large: list[str] = []
         cap = self.workspace.max_file_bytes
+        more = False  # a match past the limit: said, else "stopped at" told of matches there were not
         for p, is_dir in candidates:
             if is_dir:
                 continue
@@ -927,14 +928,16 @@ class FileTools:
             for n, line in enumerate(text[:-1].split("\n") if text.endswith("\n") else text.split("\n"), 1):
                 line = line.removesuffix("\r")
                 found = rx.search(line)
-                if found is not None:
-                    hit = True
-                    lines.append(f"{shown}:{n}:{_around(line, found.start(), found.end())}")
-                    if len(lines) >= limit:
-                        break
+                if found is None:
+                    continue
+                if len(lines) >= limit:
+                    more = True
+                    break
+                hit = True
+                lines.append(f"{shown}:{n}:{_around(line, found.start(), found.end())}")
             if hit:
                 files.append(target)
-            if len(lines) >= limit:
+            if more:
                 lines.append(f"[... stopped at {limit} matches; raise limit or narrow the search]")
                 break
         if not lines:
