@@ -115,6 +115,16 @@ def test_lines_of_a_file_without_text_says_why(root: Path, tools: FileTools) -> 
     )
 
 
+def test_lines_of_an_empty_file_says_it_has_none(root: Path, tools: FileTools) -> None:
+    """An empty file has no line (``wc -l`` says 0, as its object's ``lines``): ``lines`` said
+    "lines 1-1 of 1", a line that is not there."""
+    (root / "empty.py").write_text("")
+    call(tools, "read", path="empty.py")
+    out = tools.call("lines", {"id": "empty.py"})
+    assert out.startswith("[context_os: ") and out.endswith(", empty: it has no lines]") and "1-1" not in out
+    assert "is empty: it has no lines; start is 2" in call(tools, "lines", id="empty.py", start=2)["error"]
+
+
 def test_a_look_at_evicted_bytes_still_says_they_were_evicted(root: Path, tools: FileTools, db) -> None:
     """A file read again after its object was evicted, holding the same bytes, is withheld
     (``content_omitted``: evicted). ``lines`` and ``activate`` of it look at the disk without

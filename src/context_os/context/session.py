@@ -1161,6 +1161,10 @@ class Session:
             raise InputError(f"lines: start must be at least 1 and end at least start, got {got}")
         if column < 1:
             raise InputError(f"lines: column (the character of line start to begin at) must be 1 or more, got {column}")
+        if text == "":  # no line at all (it said "lines 1-1 of 1")
+            if start > 1:
+                raise InputError(f"{ref} is empty: it has no lines; start is {start:,}")
+            return f"[context_os: {ref}{newer}, empty: it has no lines{note}]"
         rows = text.split("\n")
         if len(rows) > 1 and rows[-1] == "":
             rows.pop()  # a text that ends with a line break has no line after it
