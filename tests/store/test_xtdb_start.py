@@ -143,7 +143,7 @@ def test_two_starts_on_one_port_at_once_start_one_node(xtdb_url: str) -> None:
 
 
 def test_a_start_run_again_while_the_node_of_a_cut_short_start_starts_waits_for_it(xtdb_url: str) -> None:
-    """A start cut short (Ctrl-C) while its node starts leaves the node starting, in a session of
+    """A start cut short (Ctrl-C, killed) while its node starts leaves the node starting, in a session of
     its own; run again, it launched a second JVM, which lost the port to the first and exited,
     leaving the first running with no pid file: ``xtdb/stop`` then stopped nothing. Now the start
     waits for that node and hands it back. The node is held stopped (SIGSTOP) until the second
@@ -155,15 +155,18 @@ def test_a_start_run_again_while_the_node_of_a_cut_short_start_starts_waits_for_
     pid_file = ROOT / "xtdb" / "target" / f"xtdb-{port}.pid"
     cmd = [str(ROOT / "xtdb" / "start"), "--port", str(port), "--config", "memory"]
     cmd += ["--timeout", str(STARTUP_TIMEOUT_S)]
-    node_pid = None
+    node_pid, first = None, None
     try:
         first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        while not (pid_file.exists() and pid_file.read_text().strip()):
+        # the node's JVM, in a session of its own (before its exec the pid is the start's child)
+        while not (pid_file.exists() and "xtdb.main" in _cmdline(Path(f"/proc/{pid_file.read_text().strip()}"))):
             assert first.poll() is None, "the first start ended before it launched its node"
             time.sleep(0.05)
         node_pid = int(pid_file.read_text())
         os.kill(node_pid, signal.SIGSTOP)  # still starting, whatever the machine's speed
-        os.killpg(first.pid, signal.SIGINT)  # Ctrl-C: the start ends, its node (setsid) starts on
+        # the start cut short; killed, as a Ctrl-C that reaches bash while its curl is waiting on
+        # the stopped node is not acted on until curl ends (bash waits for the foreground command)
+        os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
         second = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert second.stderr is not None
@@ -178,6 +181,9 @@ def test_a_start_run_again_while_the_node_of_a_cut_short_start_starts_waits_for_
         if node_pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(node_pid, signal.SIGCONT)
+        if first is not None and first.poll() is None:  # (a failure: not left running)
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
         stop = subprocess.run(
             [str(ROOT / "xtdb" / "stop"), "--port", str(port)], capture_output=True, text=True, timeout=90
         )
