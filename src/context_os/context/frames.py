@@ -30,7 +30,7 @@ from ..hashing import verify_doc
 from ..store.base import DocMemo, Store, Version
 from ..times import iso
 from .evict import evictions
-from .load import VersionMemo, load_view
+from .load import VersionMemo, is_int, load_view
 from .view import LAYOUT, Rendered, SessionView, page_id, sealed_pages_hash
 
 __all__ = [
@@ -385,20 +385,16 @@ def _objects_gone(view: SessionView) -> list[str]:
     return [oid for oid in dict.fromkeys(named) if oid not in view.objects]
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _is_ref(ref: Any) -> bool:
     """A static ref (``tx_id`` None: the frame's own transaction), or the full chat pages' one."""
     if not isinstance(ref, dict):
         return False
     if "sealed_pages" in ref:
-        return _is_int(ref["sealed_pages"]) and isinstance(ref.get("pages_hash"), str)
+        return is_int(ref["sealed_pages"]) and isinstance(ref.get("pages_hash"), str)
     return (
         isinstance(ref.get("id"), str)
-        and _is_int(ref.get("valid_time"))
-        and (ref.get("tx_id") is None or _is_int(ref.get("tx_id")))
+        and is_int(ref.get("valid_time"))
+        and (ref.get("tx_id") is None or is_int(ref.get("tx_id")))
         and isinstance(ref.get("object_hash"), str)
     )
 
@@ -408,7 +404,7 @@ def _is_block(block: Any) -> bool:
     return (
         isinstance(block, list)
         and len(block) == 3
-        and (block[0] is None or _is_int(block[0]))
+        and (block[0] is None or is_int(block[0]))
         and isinstance(block[1], str)
         and isinstance(block[2], str)
     )
@@ -417,22 +413,22 @@ def _is_block(block: Any) -> bool:
 _FRAME_FIELDS: tuple[tuple[str, bool, Callable[[Any], bool], str], ...] = (
     # (field of content, required, check, what it must be): what reading and re-rendering a frame
     # takes as it is (``objects.FrameContent``)
-    ("turn", True, _is_int, "an integer"),
-    ("valid_time", True, _is_int, "an integer"),
+    ("turn", True, is_int, "an integer"),
+    ("valid_time", True, is_int, "an integer"),
     ("rendered_hash", True, lambda v: isinstance(v, str), "a string"),
     ("refs", True, lambda v: isinstance(v, list) and all(map(_is_ref, v)), "a list of static refs"),
-    ("tokens", True, _is_int, "an integer"),
-    ("tokens_full", True, _is_int, "an integer"),
-    ("messages", True, _is_int, "an integer"),
+    ("tokens", True, is_int, "an integer"),
+    ("tokens_full", True, is_int, "an integer"),
+    ("messages", True, is_int, "an integer"),
     ("active", True, lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v), "a list of ids"),
     ("blocks", False, lambda v: isinstance(v, list) and all(map(_is_block, v)), "a list of blocks"),
-    ("tail_at", False, lambda v: isinstance(v, list) and all(p is None or _is_int(p) for p in v), "a list of places"),
-    ("basis_tx_id", False, _is_int, "an integer"),
-    ("seen_tx", False, _is_int, "an integer"),
-    ("layout", False, _is_int, "an integer"),
-    ("tail_layout", False, _is_int, "an integer"),
-    ("horizon", False, _is_int, "an integer"),
-    ("thinking_horizon", False, _is_int, "an integer"),
+    ("tail_at", False, lambda v: isinstance(v, list) and all(p is None or is_int(p) for p in v), "a list of places"),
+    ("basis_tx_id", False, is_int, "an integer"),
+    ("seen_tx", False, is_int, "an integer"),
+    ("layout", False, is_int, "an integer"),
+    ("tail_layout", False, is_int, "an integer"),
+    ("horizon", False, is_int, "an integer"),
+    ("thinking_horizon", False, is_int, "an integer"),
     ("managed", False, lambda v: isinstance(v, bool), "true or false"),
 )
 

@@ -118,7 +118,8 @@ def _damaged(v: Version, what: str) -> StoreCorrupt:
     )
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+    """An integer, not a bool (which Python counts as one): what a stored count or turn must be."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -129,11 +130,11 @@ def session_meta(v: Version) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise _damaged(v, "it has no meta")
     for key in ("turn", "cursor", "entries", "horizon", "thinking_horizon"):
-        if key in meta and not _is_int(meta[key]):
+        if key in meta and not is_int(meta[key]):
             raise _damaged(v, f"meta.{key} is not an integer")
     retired = meta.get("retired", [])
     if not isinstance(retired, list) or not all(
-        isinstance(r, list) and len(r) == 2 and all(map(_is_int, r)) for r in retired
+        isinstance(r, list) and len(r) == 2 and all(map(is_int, r)) for r in retired
     ):
         raise _damaged(v, "meta.retired is not a list of entry ranges")
     if not isinstance(meta.get("policy", {}), dict):
@@ -158,7 +159,7 @@ def _entry_problem(e: Any) -> str | None:
     and renders as they are."""
     if not isinstance(e, dict):
         return "it is not an object"
-    if not _is_int(e.get("i")):
+    if not is_int(e.get("i")):
         return "i is not an integer"
     if e.get("role") not in ROLES:
         return "role is not one of " + ", ".join(ROLES)
