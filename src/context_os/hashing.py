@@ -35,6 +35,7 @@ __all__ = [
     "encode_doc",
     "hash_bytes",
     "hash_value",
+    "unicode_problem",
     "object_hash",
     "verify_doc",
 ]
@@ -113,6 +114,16 @@ def canonical_form(value: Any) -> tuple[bytes, bool]:
         return text.encode("utf-8"), plain
     except UnicodeEncodeError as e:  # a lone surrogate: not text any encoder agrees on
         raise HashError(f"not valid Unicode text ({e.reason} at position {e.start})") from None
+
+
+def unicode_problem(text: str) -> str | None:
+    """Why ``text`` is not valid Unicode text (a lone surrogate, which invalid UTF-8 read with
+    ``surrogateescape`` or a JSON ``\\udcff`` escape leaves: no encoder agrees on it), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"not valid Unicode text ({e.reason} at position {e.start})"
+    return None
 
 
 def _normalise(value: Any) -> Any:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .. import hashing
 from ..times import MAX_MS
 
 __all__ = [
@@ -47,13 +48,9 @@ MAX_TEXT_CHARS = 1_000_000
 
 
 def unicode_problem(text: str) -> str | None:
-    """Why ``text`` cannot be sent (CBOR text is UTF-8: a lone surrogate, which invalid UTF-8
-    read with ``surrogateescape`` or a JSON ``\\udcff`` escape leaves, has no encoding), or None."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        return f"it is not valid Unicode text ({e.reason} at position {e.start})"
-    return None
+    """Why ``text`` cannot be sent (CBOR text is UTF-8: ``hashing.unicode_problem``), or None."""
+    problem = hashing.unicode_problem(text)
+    return None if problem is None else f"it is {problem}"
 
 
 def fit(text: str) -> str:

@@ -52,6 +52,7 @@ import numpy as np
 
 from .._install import install_hint
 from ..errors import ConfigError, EmbedderUnavailable, InputError, StoreCorrupt
+from ..hashing import unicode_problem
 from ..objects import INDEXED_KINDS, index_parts
 from ..store.base import Store, TextHit, Version, now_ms
 from ..store.text_index import MAX_TERMS, TOKENIZER, WORD, check_basis, check_kinds, query_words, terms, words
@@ -271,10 +272,8 @@ def check_search(
     before anything is embedded: the kinds asked for (None: not given) and ``as_of`` in epoch ms."""
     if not isinstance(query, str) or not query.strip():
         raise InputError("recall: the query is empty: give some text to search for")
-    try:
-        query.encode("utf-8")
-    except UnicodeEncodeError as e:  # a model's JSON may hold half an emoji ("\ud83d"): the embedder choked on it
-        raise InputError(f"recall: the query is not valid Unicode text ({e.reason} at position {e.start})") from None
+    if (problem := unicode_problem(query)) is not None:  # half an emoji in a model's JSON: the embedder choked
+        raise InputError(f"recall: the query is {problem}")
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise InputError(f"recall: k must be a positive int, got {k!r}")
     wanted = check_kinds(kinds) if kinds is not None else None
