@@ -208,6 +208,9 @@ class StateContent(TypedDict):
     state: Literal["active", "inactive", "absent"]
     pinned: bool
     collapsed: bool
+    file_text: NotRequired[list[str]]
+    """A tool result whose call showed a file's text: the keys of its arguments holding it
+    (``view.ObjInfo.file_text``); absent for any other object."""
 
 
 class StateMeta(TypedDict):

@@ -58,7 +58,10 @@ def test_changes_are_the_state_versions_since_the_previous_frame(recorded: tuple
         for ch in c["changes"]:
             st = store.get(f"state:{sid}:{ch['id']}", c["valid_time"], frame_basis(store, doc))
             assert st is not None and st.doc is not None
-            assert st.doc["content"] == {k: ch[k] for k in ("state", "pinned", "collapsed")}
+            assert {k: st.doc["content"][k] for k in ("state", "pinned", "collapsed")} == {
+                k: ch[k] for k in ("state", "pinned", "collapsed")
+            }
+            assert set(st.doc["content"]) <= {"state", "pinned", "collapsed", "file_text"}
             assert (st.doc["meta"]["actor"], st.doc["meta"]["reason"]) == (ch["actor"], ch["reason"])
 
 

@@ -74,3 +74,37 @@ def test_a_patch_that_only_marks_a_file_stale_says_so(tmp_path: Path, name: str)
         patch = f"{oid} (still version 1; version 2 is newer) changed: a patch of its block above, the rest of it"
         assert f"{patch} stands:" in heads, heads
         assert all(verify_frame(store, f).ok for f in frame_docs(store, "st"))
+
+
+def test_a_short_file_written_by_the_agent_never_shows_its_old_text_once_collapsed(tmp_path: Path) -> None:
+    """Layout 11: the file tools' ``write`` of a short file (no longer than the policy's
+    ``elide_arguments_over_chars``) is marked when its result arrives; collapsed, its call shows
+    its content elided (path kept) and its result its stub, while the file object shows the text
+    as it is now. Before, the call showed the text it wrote whole after the file changed (a stale
+    view); the mark survives a resumed session and every frame re-renders to its hash."""
+    with SqliteStore(tmp_path / "s.db") as store:
+        (tmp_path / "ws").mkdir()
+        ws = Workspace(tmp_path / "ws")
+        session = Session.open(store, "w1", workspace=str(tmp_path / "ws"), policy=RetentionPolicy(**EAGER))
+        hook = OpenAIHook(session, files=FileTools(session, ws))
+        msgs = [user("make it"), call("w1", "write", path="app.py", content="VALUE = 'old'\n")]
+        msgs.append(result("w1", hook.call_tool("write", {"path": "app.py", "content": "VALUE = 'old'\n"})))
+        hook.transform_context(msgs)
+        written = session.view.objects["toolcall:w1:w1"]
+        assert written.file_text == ["content"]
+        msgs += [call("e1", "edit", path="app.py", oldText="'old'", newText="'new'")]
+        msgs.append(result("e1", hook.call_tool("edit", {"path": "app.py", "oldText": "'old'", "newText": "'new'"})))
+        for n in range(4):  # the write's result collapses (EAGER keeps fewer results expanded)
+            out = hook.transform_context(msgs)
+            msgs += [call(f"b{n}", "bash", command="true"), result(f"b{n}", "ok")]
+        out = hook.transform_context(msgs)
+        assert written.collapsed
+        args = json.loads(out[1]["tool_calls"][0]["function"]["arguments"])
+        assert args == {"path": "app.py", "content": '[14 chars elided: activate("r2")]'}
+        assert "VALUE = 'old'" not in json.dumps(out) and "VALUE = 'new'" in blocks_text(out)
+        for f in frame_docs(store, session.id):
+            assert verify_frame(store, f).ok
+        session.close()
+        again = Session.open(store, "w1", workspace=str(tmp_path / "ws"))
+        assert again.view.objects["toolcall:w1:w1"].file_text == ["content"]
+        assert "VALUE = 'old'" not in json.dumps(again.view.render().messages)

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from context_os import Session
-from context_os.harness.file_ops import edit_target, file_op
+from context_os.context.view import elide_arguments
+from context_os.harness.file_ops import edit_target, file_op, written_keys
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript
 from context_os.store.sqlite import SqliteStore
@@ -229,3 +230,46 @@ def test_reads_of_line_ranges_add_up_and_an_insertion_is_applied(tmp_path: Path)
         assert f.content == "one\n1.5\ntwo\nthree\nfour\n[context_os: lines after 5 not read yet, if any]"
     finally:
         store.close()
+
+
+PATCH = "*** Begin Patch\n*** Add File: a.py\n+x = 1\n*** End Patch"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "keys"),
+    [
+        ({"path": "a.py", "content": "x = 1\n"}, ["content"]),
+        ('{"path": "a.py", "content": ""}', ["content"]),  # an empty file written: its text too
+        ({"command": "create", "path": "a.py", "file_text": "x"}, ["file_text"]),
+        ({"input": PATCH}, ["input"]),
+        ({"command": ["apply_patch", PATCH]}, ["command"]),
+        (PATCH, [""]),  # a freeform patch: the arguments whole
+        ({"command": "create a.py"}, []),  # a windowed create: its output holds the text
+        ("not json", []),
+    ],
+)
+def test_written_keys_name_the_arguments_holding_a_writes_text(arguments: Any, keys: list[str]) -> None:
+    assert written_keys(arguments) == keys
+
+
+@pytest.mark.parametrize(
+    ("arguments", "keys", "shown"),
+    [
+        (
+            {"path": "a.py", "content": "x"},
+            ["content"],
+            {"path": "a.py", "content": '[1 chars elided: activate("r2")]'},
+        ),
+        ({"path": "a.py", "content": ""}, ["content"], {"path": "a.py", "content": '[0 chars elided: activate("r2")]'}),
+        (
+            '{"path": "a.py", "content": "x"}',
+            ["content"],
+            '{"path": "a.py", "content": "[1 chars elided: activate(\\"r2\\")]"}',
+        ),
+        (PATCH, [""], json.dumps({"_elided": f'[{len(PATCH)} chars elided: activate("r2")]'})),
+        ({"path": "a.py", "content": "x"}, [], {"path": "a.py", "content": "x"}),  # no file text: as it was
+        ("[1, 2]", ["content"], "[1, 2]"),  # a JSON value that is no object: no key to elide
+    ],
+)
+def test_a_file_texts_arguments_are_elided_whatever_their_length(arguments: Any, keys: list[str], shown: Any) -> None:
+    assert elide_arguments(arguments, "r2", 200, keys=keys) == shown

@@ -141,6 +141,38 @@ def test_file_results_collapse_at_once_and_the_file_shows_the_current_text(db) -
     assert last["content"]["tokens"] < last["content"]["tokens_full"] + 200
 
 
+@pytest.mark.parametrize("layout", [10, 11])
+def test_a_short_read_or_write_shows_no_old_text_once_its_file_changed(db, layout: int) -> None:
+    """A read of a short file (its output no longer than a stub) and a short write, both
+    collapsed at once (their file objects show the text), then each file edited. Layout 11 marks
+    both calls as showing a file's text: the read's result shows its stub, without a preview of
+    its first line, and the write's call its content elided, its path kept; no message holds the
+    old texts. Layout 10 showed the read's text and the write's content as they were: the
+    measure counts those calls (before, it counted only results still expanded: 0)."""
+    session = Session.open(db, f"short{layout}", harness="pi")
+    session.view.layout = layout
+    msgs = [user("go")]
+    msgs += step("r1", "read", "x = 1\n", path="/repo/a.py")
+    msgs += step("w1", "write", "Successfully wrote 6 bytes to /repo/b.py", path="/repo/b.py", content="y = 1\n")
+    msgs += step("e1", "edit", "Successfully replaced text in /repo/a.py.", path="/repo/a.py", oldText="x", newText="X")
+    msgs += step("e2", "edit", "Successfully replaced text in /repo/b.py.", path="/repo/b.py", oldText="y", newText="Y")
+    msgs.append(say("done"))
+    r = replay_transcript(pi(msgs), session, verify="all")
+    assert r.stale_file_views_full == 2 and r.frames_verified == r.frames == 5
+    shown = session.view.render().messages
+    texts = [json.dumps(m) for m in shown if m["role"] != "user"]  # the history (blocks show files as now)
+    old = [t for t in texts if "x = 1" in t or "y = 1" in t]
+    if layout == 10:
+        assert r.stale_file_views_assembled == 2 and len(old) == 2  # the calls after each edit
+        return
+    assert r.stale_file_views_assembled == 0 and old == []
+    write = next(m for m in shown if m.get("tool_calls") and m["tool_calls"][0]["id"] == "w1")
+    assert write["tool_calls"][0]["arguments"] == {"path": "/repo/b.py", "content": '[6 chars elided: activate("r4")]'}
+    read = next(m for m in shown if m.get("tool_call_id") == "r1")
+    assert read["text"] == '[read output, 2 tokens, collapsed: activate("r2")]'
+    assert "X = 1" in blocks(session) and "Y = 1" in blocks(session)
+
+
 def test_reading_more_of_a_file_keeps_a_small_session_passing_through(db) -> None:
     """A second read that only adds lines makes a new version of the file object, but nothing the
     harness showed is stale: the session still passes through. A read that disagrees with what was

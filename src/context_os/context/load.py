@@ -225,6 +225,7 @@ def _loaded(v: Version, state: dict[str, Any] | None, entry: int | None, call_en
         state=st["state"],
         pinned=st["pinned"],
         collapsed=st["collapsed"],
+        file_text=_keys(st.get("file_text")),
         seq=sm.get("seq", 0),
         since=sm.get("since", 0),
         uses=float(sm.get("uses", 1.0)),  # a state written before uses were kept: one, at ``since``
@@ -234,6 +235,11 @@ def _loaded(v: Version, state: dict[str, Any] | None, entry: int | None, call_en
         newer=sm.get("newer"),
         focus=sm.get("focus"),
     )
+
+
+def _keys(value: Any) -> list[str] | None:
+    """A state's ``file_text``: the argument keys holding a file's text (None: not such a call)."""
+    return [k for k in value if isinstance(k, str)] if isinstance(value, list) else None
 
 
 def version_row(n: int, v: Version, *, with_doc: bool = False) -> dict[str, Any]:

@@ -95,8 +95,9 @@ class SessionWriter:
         self._ops.append(Put(doc, json=encoded))
         self._pending.append((doc["object_hash"], target))
 
-    def record_state(self, obj: ObjInfo, actor: Actor, reason: str) -> None:
-        """Queue a state version of ``obj`` in this session: who changed it and why."""
+    def record_state(self, obj: ObjInfo, actor: Actor, reason: str, *, change: bool = True) -> None:
+        """Queue a state version of ``obj`` in this session: who changed it and why. ``change``:
+        the frame's list of state changes names it (not for a mark its state is the same with)."""
         extra: dict[str, Any] = {}
         if obj.kind != "toolcall" and obj.version is not None:
             # the exact version shown, so a re-render loads it even after newer ones exist
@@ -104,7 +105,10 @@ class SessionWriter:
             if obj.focus:
                 extra["focus"] = obj.focus
         view = self.view
-        content: StateContent = {"state": obj.state, "pinned": obj.pinned, "collapsed": obj.collapsed}  # type: ignore[typeddict-item]
+        state = {"state": obj.state, "pinned": obj.pinned, "collapsed": obj.collapsed}
+        content: StateContent = dict(state)  # type: ignore[assignment]
+        if obj.file_text is not None:
+            content["file_text"] = list(obj.file_text)
         meta: StateMeta = {
             "session": view.session_id,
             "object": obj.id,
@@ -117,8 +121,9 @@ class SessionWriter:
             **extra,  # type: ignore[typeddict-item]
         }
         doc, encoded = StateDoc(id=state_id(view.session_id, obj.id), content=dict(content), meta=dict(meta)).encode()
-        self._changed.pop(obj.id, None)  # in the order of their last change
-        self._changed[obj.id] = {**content, "actor": actor, "reason": reason}
+        if change:  # a frame's list of changes: the state (not the mark a result's file text has)
+            self._changed.pop(obj.id, None)  # in the order of their last change
+            self._changed[obj.id] = {**state, "actor": actor, "reason": reason}
         # one state version per object per transaction: the last one is what holds
         prior = self._queued_states.get(doc["id"])
         if prior is not None:

@@ -1089,6 +1089,21 @@ class Session:
         self.writer.flush()
         return {"id": obj_id, "status": "dropped"}
 
+    def mark_file_text(self, obj_id: str, keys: Iterable[str] = ()) -> None:
+        """Mark a tool result whose call showed a file's text (a read's result; a write's
+        arguments, under ``keys``: ``""`` for arguments that are not an object) once a file object
+        shows that file. From layout 11, collapsed, it shows its stub and those arguments are
+        elided whatever their length: the file may change, its object is kept current, and the
+        old text never stays in the history. Marked when the result arrives (the mark changes
+        nothing it shows expanded), so no later turn changes an older message for it. Once only:
+        a result marked already, or that is not a tool result here, is left as it is."""
+        o = self.view.objects.get(obj_id)
+        if o is None or o.kind != "toolcall" or o.file_text is not None:
+            return
+        o.file_text = list(dict.fromkeys(keys))
+        self.view.refresh_object(o)
+        self.writer.record_state(o, "system", "its call showed a file's text", change=False)
+
     def pin(self, obj_id: str, *, actor: Actor = "agent", pinned: bool = True) -> dict[str, Any]:
         """Pin (or unpin) an object: pinned objects are never collapsed by policy or budget."""
         obj_id = self.resolve(obj_id)

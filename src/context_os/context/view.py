@@ -69,6 +69,12 @@ class ObjInfo:
     pinned: bool = False
     collapsed: bool = False
     """Tool results only: the history slot shows a stub (one-way, keeps the history append-only)."""
+    file_text: list[str] | None = None
+    """Tool results only: the call showed a file's text (a read's result, a write's arguments),
+    which a file object shows now, kept current; the keys of its arguments that hold that text
+    (``""``: arguments that are not an object, whole). From layout 11, collapsed, it never shows
+    its own text and those arguments are elided whatever their length: a text the file may no
+    longer have (``Session.mark_file_text``). None: not such a call."""
     seq: int = 0
     """Order in which the session first saw the object (metadata pool order)."""
     since: int = 0
@@ -136,7 +142,7 @@ def _unit(entry: int | None, msgs: list[Msg], memo: dict[bytes, tuple[str, int]]
     return Unit(entry, msgs, known[0], known[1])
 
 
-LAYOUT = 10
+LAYOUT = 11
 """How the current code renders (recorded in every frame as ``layout``): 1, a collapsed tool result
 names its object id; 2, it names its short ref (``r<entry>``), in fewer tokens; 3, a collapsed
 result whose text is no longer than its stub shows its text (``own_text``): collapsing it changes
@@ -152,7 +158,12 @@ does (before, one more, and a window counted that empty line among those not sho
 a block that shows the same version as before (it only gained or lost its ``stale`` mark, or its
 window moved) says so, ``(still version 1; version 2 is newer)``, not ``(now version 1)``
 (``_patch_text``); 10, that holds for a file whose path holds a double quote too (layout 9 read
-a block's head up to the path's first quote, and said ``(now version 1)``)."""
+a block's head up to the path's first quote, and said ``(now version 1)``); 11, a collapsed
+result whose call showed a file's text (``ObjInfo.file_text``: a read's result, a write's
+arguments) shows its stub, never its own text, with no preview of its first line, and its call's
+arguments holding that text are elided whatever their length, its path kept (before, a short
+file's read or write, and a read's first line in its stub, stayed in the history after the file
+changed: a stale view of it)."""
 
 
 def short_ref(obj: ObjInfo) -> str | None:
@@ -177,12 +188,16 @@ def own_text(obj: ObjInfo, layout: int = LAYOUT, stub: str | None = None) -> str
     c = obj.content
     if layout < 3 or obj.kind != "toolcall" or not isinstance(c, str) or "blocks" in obj.meta:
         return None
+    if layout >= 11 and obj.file_text is not None:
+        return None  # a file's text, which the file object shows as it is now
     return c if len(c) <= len(stub if stub is not None else _stub(obj, layout)) else None
 
 
 def _stub(obj: ObjInfo, layout: int) -> str:
     m = obj.meta
     status = " (error)" if m.get("is_error") else ""
+    if layout >= 11 and obj.file_text is not None:
+        m = {**m, "preview": None}  # its first line is a file's, which may have changed since
     if layout >= 2 and (ref := short_ref(obj)) is not None:
         preview = (m.get("preview") or "")[:30]
         first = f' "{preview}"' if preview else ""
@@ -765,7 +780,12 @@ class SessionView:
     def _elided(self, arguments: Any, obj: ObjInfo) -> Any:
         """``elide_arguments`` of a collapsed call as this view's layout renders them."""
         limit = self.policy.elide_arguments_over_chars
-        return elide_arguments(arguments, self._handle(obj), limit, lists=self.layout >= 6)
+        keys = (obj.file_text or ()) if self.layout >= 11 else ()
+        return elide_arguments(arguments, self._handle(obj), limit, lists=self.layout >= 6, keys=keys)
+
+    def call_arguments(self, c: ToolCall) -> Any:
+        """A call's arguments as this view shows them (a collapsed call's long values elided)."""
+        return self._call_args(c)
 
     def _handle(self, obj: ObjInfo) -> str:
         """What a note names to get ``obj`` back: its short ref (layout 2), else its id."""
@@ -1377,20 +1397,26 @@ def arguments_text(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, sort_keys=True)
 
 
-def elide_arguments(arguments: Any, obj_id: str, limit: int, *, lists: bool = True) -> Any:
+def elide_arguments(arguments: Any, obj_id: str, limit: int, *, lists: bool = True, keys: Iterable[str] = ()) -> Any:
     """Replace string values longer than ``limit`` in a call's arguments by a short note, and
     with ``lists`` (layout 6) a list or object value whose compact JSON is longer than that too
     (a todo list, a batch of edits): no part of it is worth its tokens once the result collapsed.
+    The values of ``keys`` (top-level keys; ``""``: arguments that are not a JSON object, whole)
+    are elided whatever their length: a file's text (layout 11, ``ObjInfo.file_text``).
 
     JSON-string arguments (OpenAI) stay JSON strings that parse; object arguments stay objects
     with the same keys. Arguments that are not a JSON object are left alone unless they are
-    themselves too long.
+    themselves too long (or ``keys`` names them).
     """
+    always = frozenset(keys)
 
     def note(value: str) -> str:
         if not obj_id.startswith("toolcall:"):  # a short ref (layout 2)
             return f'[{len(value):,} chars elided: activate("{obj_id}")]'
         return f'[context_os: {len(value):,} chars elided; activate(id="{obj_id}") shows the full call]'
+
+    def whole(v: Any) -> Any:  # an empty text too: the file may not be empty now
+        return note(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, separators=(",", ":")))
 
     def walk(v: Any, top: bool = False) -> Any:
         if isinstance(v, str):
@@ -1400,19 +1426,27 @@ def elide_arguments(arguments: Any, obj_id: str, limit: int, *, lists: bool = Tr
             text = json.dumps(v, ensure_ascii=False, separators=(",", ":"))
             return note(text) if len(text) > limit else v
         if isinstance(v, dict):
+            if top and always:
+                return {k: whole(x) if k in always else walk(x) for k, x in v.items()}
             return {k: walk(x) for k, x in v.items()}
         if isinstance(v, list):
             return [walk(x) for x in v]
         return v
 
     if isinstance(arguments, str):
-        if len(arguments) <= limit:
+        if len(arguments) <= limit and not always:
             return arguments
         try:
             parsed = json.loads(arguments)
         except ValueError:
+            if len(arguments) <= limit and "" not in always:
+                return arguments
             return json.dumps({"_elided": note(arguments)})
+        if not isinstance(parsed, dict) and len(arguments) <= limit:
+            return arguments  # a JSON value that is no object: no keys to elide
         return json.dumps(walk(parsed, top=True), ensure_ascii=False)
+    if not isinstance(arguments, dict) and "" in always:
+        return whole(arguments)
     return walk(arguments, top=True)
 
 
@@ -1487,7 +1521,9 @@ def _entry_line(e: Entry, objects: Mapping[str, ObjInfo], elide_over: int) -> st
     for c in e.get("tool_calls") or ():
         obj = objects.get(c.get("object", ""))
         handle = (short_ref(obj) if obj is not None else None) or c.get("object", "")
-        parts.append(f"  call {c['name']} {arguments_text(elide_arguments(c['arguments'], handle, elide_over))}")
+        keys = (obj.file_text or ()) if obj is not None else ()
+        elided = elide_arguments(c["arguments"], handle, elide_over, keys=keys)
+        parts.append(f"  call {c['name']} {arguments_text(elided)}")
     return "\n".join(parts)
 
 

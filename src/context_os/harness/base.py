@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 from .. import hashing
 from ..errors import HashError, InvalidOutput, MalformedMessage, StateError, StoreError
 from ..hashing import hash_value
+from .file_ops import written_keys
 from .pairing import Pairing, check_end, check_pairs, left_open
 
 __all__ = [
@@ -560,6 +561,8 @@ class ContextHook(Generic[M]):
                 raise again from None
             if self.every_message:
                 self._synced, self._synced_at = tuple(layout.messages), self.session.ingest.syncs
+            if self.files is not None:
+                self._mark_writes(report)
             if self.on_sync is not None:
                 self.on_sync(self.session, report)
             repeat = self.session.again(report)
@@ -587,6 +590,20 @@ class ContextHook(Generic[M]):
             self._blocks = _block_texts(rendered)
             self._sent = tuple(out)
             return out
+
+    def _mark_writes(self, report: SyncReport) -> None:
+        """The new results of ``write`` calls (the file tools', or a host's of that name that the
+        file tools observe): the text they wrote is a file object's now, kept current, so their
+        call never shows it collapsed (``Session.mark_file_text``)."""
+        view = self.session.view
+        for i in view.visible[len(view.visible) - report.new :]:
+            e = view.entries[i]
+            obj = view.objects.get(e.get("object", "")) if e["role"] == "tool" else None
+            if obj is None or obj.meta.get("name") != "write" or obj.meta.get("is_error") or obj.call_entry is None:
+                continue
+            for c in view.entries[obj.call_entry].get("tool_calls") or ():
+                if c.get("object") == obj.id:
+                    self.session.mark_file_text(obj.id, written_keys(c["arguments"]))
 
     def held(self, messages: Sequence[M]) -> int:
         """How many of ``messages``, from the first, the session holds already as its history

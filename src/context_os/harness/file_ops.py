@@ -61,7 +61,7 @@ from .codex_tools import (
     shell_read,
 )
 
-__all__ = ["FileOp", "edit_target", "file_op", "search_replace_blocks", "strip_read_output"]
+__all__ = ["FileOp", "edit_target", "file_op", "search_replace_blocks", "strip_read_output", "written_keys"]
 
 
 _READ_TRAILER = re.compile(
@@ -352,6 +352,21 @@ def edit_target(arguments: Any, output: str = "") -> FileOp | None:
         or _pairs(args, "search", "replace")  # windowed edit of the open file
     )
     return FileOp("edit", path, edits=pairs or [])
+
+
+def written_keys(arguments: Any) -> list[str]:
+    """The top-level keys of a write call's arguments that hold the text it wrote (what
+    ``Session.mark_file_text`` elides): a write's ``content`` or ``file_text``, else the key of
+    its patch (``input``, the built-in tool's ``diff``, a shell's ``command``), ``""`` for
+    arguments that are no object (a freeform patch); none for a call whose text is in its output
+    (a windowed create)."""
+    args = json_arguments(arguments)
+    if args is None:
+        return [""] if isinstance(arguments, str) and call_patch(arguments) is not None else []
+    keys = [k for k in ("content", "file_text") if isinstance(args.get(k), str)]
+    if keys or call_patch(args) is None:
+        return keys
+    return [k for k in ("input", "diff", "command", "cmd") if k in args][:1]
 
 
 def file_op(role: str | None, arguments: Any, output: str, *, is_error: bool = False) -> FileOp | None:

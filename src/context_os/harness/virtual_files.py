@@ -26,11 +26,11 @@ import blake3
 
 from ..context.ingest import SyncReport
 from ..context.session import Session
-from ..context.view import active_text
+from ..context.view import ObjInfo, SessionView, active_text, own_text
 from ..errors import ContextOSError, FileUnreadable
 from ..store.base import Version
 from .codex_tools import environment_cwd, shell_changes
-from .file_ops import FileOp, file_op
+from .file_ops import FileOp, file_op, written_keys
 from .responses import stdout_of
 from .toolnames import ToolNames, preset
 
@@ -322,6 +322,22 @@ _GAP = re.compile(r"\[context_os: lines (\d+)-(\d+) not read yet\]")
 _OPEN_END = re.compile(r"\[context_os: lines after (\d+) not read yet, if any\]")
 
 
+def _shows_text(view: SessionView, obj: ObjInfo, kind: str) -> bool:
+    """Whether the history shows the file text a ``read`` or ``write`` call ``obj`` showed:
+    expanded, its result and call whole; collapsed, a read's result shown as its own text, or a
+    write's arguments holding its text shown as they were (none elided). Behind the history
+    horizon an entry shows only in its note, which holds no file text."""
+    if obj.in_history:
+        return True
+    if obj.state == "absent" or obj.entry is None or obj.call_entry is None or obj.call_entry < view.horizon:
+        return False
+    calls = [c for c in view.entries[obj.call_entry].get("tool_calls") or () if c.get("object") == obj.id]
+    if kind == "write" and all(written_keys(c["arguments"]) for c in calls):
+        # its text is in its arguments (a write's result says it wrote it)
+        return any(view.call_arguments(c) == c["arguments"] for c in calls)
+    return obj.entry >= view.horizon and own_text(obj, view.layout) is not None  # a read, a windowed create
+
+
 class VirtualFiles:
     """File objects for the files a session's tools touched, recorded from their calls and results.
 
@@ -359,9 +375,10 @@ class VirtualFiles:
         """Which of the harness's tools read, write and edit (None: none known yet, nothing is
         observed); the proxy sets it from the tools a request offers."""
         self.files: dict[str, VirtualFile] = {}
-        self.views: dict[str, tuple[str, int]] = {}
-        """Tool-call object id → (file path, change count) of each read or write that showed file
-        text (the object id, not the call id: a harness may reuse a call id)."""
+        self.views: dict[str, tuple[str, int, str]] = {}
+        """Tool-call object id → (file path, change count, ``read`` or ``write``) of each read or
+        write that showed file text (the object id, not the call id: a harness may reuse a call
+        id)."""
         self.min_view: dict[str, int] = {}
         """Per file, the change count of the oldest view the naive transcript shows."""
         self._calls: dict[str, tuple[str, Any]] = {}
@@ -406,6 +423,9 @@ class VirtualFiles:
             return  # a read of an image or a PDF (Claude Code's Read): its text is none of the file's
         op = file_op(role, args, output, is_error=bool(obj.meta.get("is_error")))
         if op is not None:
+            if any(o.kind in ("read", "write") for o in (op, *op.more)):
+                # its text is a file object's from now on: collapsed, it never shows (layout 11)
+                self.session.mark_file_text(obj.id, [] if op.kind == "read" else written_keys(args))
             self.apply(op, e.get("ts"), obj.id)
             for other in op.more:  # the call's other files (a patch of several)
                 self.apply(other, e.get("ts"))
@@ -453,7 +473,7 @@ class VirtualFiles:
             self._store(vf, ts, cause, op)
         if op.kind in ("read", "write"):
             if result_id is not None:
-                self.views[result_id] = (op.path, vf.changes)
+                self.views[result_id] = (op.path, vf.changes, op.kind)
             self.min_view[op.path] = min(self.min_view.get(op.path, vf.changes), vf.changes)
         assert vf.latest is not None
         focus = self._focus(vf, turn)
@@ -554,15 +574,17 @@ class VirtualFiles:
 
     def stale_assembled(self) -> bool:
         """Whether the assembled context shows some file at an older state than its latest: a read
-        result still expanded after the file changed, or a file object not at its latest version.
+        or write call still showing the text it read or wrote after the file changed (expanded;
+        or collapsed, a result as its own text or a call's arguments not elided: layouts before
+        11 showed a short one so), or a file object not at its latest version.
         While the session passes through unchanged, what the harness itself shows."""
         view = self.session.view
         if not view.managed:
             return self.stale_naive()
-        for oid, (path, changes) in self.views.items():
+        for oid, (path, changes, kind) in self.views.items():
             if changes < self.files[path].changes:
                 obj = view.objects.get(oid)
-                if obj is not None and obj.in_history:
+                if obj is not None and _shows_text(view, obj, kind):
                     return True
         for vf in self.files.values():
             obj = view.objects.get(vf.id)
