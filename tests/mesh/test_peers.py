@@ -292,6 +292,61 @@ def test_a_peer_killed_mid_request_fails_the_sender_and_leaves_nothing_half_writ
     assert alice.memory.get(victim, "exchange") == []
 
 
+def test_requests_a_killed_agent_left_queued_are_failed_when_it_starts_again(tmp_path: Path, uid: str) -> None:
+    """SIGKILL leaves no chance to answer: the requests it held stayed ``queued`` for good (the
+    sender had long heard its stream break). The agent's next start says what became of them."""
+    alice = MeshAgent(SqliteStore(tmp_path / "alice.db"), MeshConfig(f"alice-{uid}")).start()
+    ready, db = tmp_path / "addr", tmp_path / "victim.db"
+    script = textwrap.dedent(
+        f"""
+        import os, time
+        from context_os.mesh.agent import MeshAgent
+        from context_os.mesh.node import MeshConfig
+        from context_os.store.sqlite import SqliteStore
+        agent = MeshAgent(SqliteStore({str(db)!r}), MeshConfig("victim")).start()
+        open({str(ready)!r} + ".tmp", "w").write(agent.node.addrs[0])
+        os.rename({str(ready)!r} + ".tmp", {str(ready)!r})
+        while True:  # never answers: the request waits in its queue
+            time.sleep(1)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        addr = wait_for(lambda: ready.exists() and ready.read_text(), "the victim to listen", timeout=30)
+        victim = alice.node.connect(addr)
+        outcome: dict[str, Any] = {}
+
+        def send() -> None:
+            try:
+                outcome["reply"] = alice.send(victim, "run the migration", timeout=30)
+            except MeshError as e:
+                outcome["error"] = e
+
+        t = threading.Thread(target=send)
+        t.start()
+        victims = SqliteStore(db)
+
+        def queued() -> list[dict[str, Any]]:
+            docs = [v.doc for v in victims.find(kind="message", where={"mesh_agent": "victim"}) if v.doc]
+            return [d for d in docs if d["meta"].get("status") == "queued"]
+
+        wait_for(queued, "the victim to store the request as queued")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        t.join(30)
+        assert not t.is_alive() and "error" in outcome
+    finally:
+        proc.kill()
+        proc.wait(10)
+        alice.close()
+    with MeshAgent(victims, MeshConfig("victim")) as again:
+        [req] = [d for d in messages_of(victims, again) if d["meta"]["kind"] == "request"]
+        assert req["meta"]["status"] == "failed" and "stopped" in req["meta"]["error"]
+        assert [m["status"] for m in again.messages()] == ["failed"]  # what the session shows too
+        assert again.queue.stats()["waiting"] == 0
+    victims.close()
+
+
 def test_a_peer_with_the_wrong_private_network_key_cannot_connect(
     store: Store, agents: AgentFactory, tmp_path: Path
 ) -> None:

@@ -25,6 +25,7 @@ import concurrent.futures
 import itertools
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -58,6 +59,9 @@ RETRY_DELAY = 0.5
 """A send that could not reach its peer is tried once more after this many seconds (seed)."""
 DISCOVER_WINDOW_MS = 60_000
 """``discover`` reports the peers found within this window."""
+ORPHAN_AFTER_MS = 2 * 600_000 + 60_000
+"""A request still ``queued`` this long after it came is held by no running agent (the longest
+wait, 600 s, and as long again for an answer being recorded): failed at the next start."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,7 @@ class MeshAgent:
         # bookkeeping writes that follow an event on the network thread (a request that timed
         # out) go through one worker, in order, so the network never waits for the store
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"mesh-writer-{self.name}")
+        self._fail_orphans()
         self._load_shown()
         self.node = MeshNode(config, on_request=self._on_request, on_broadcast=self._on_broadcast)
         self.source = MeshSource(self)
@@ -164,6 +169,31 @@ class MeshAgent:
         for d in [v.doc for v in versions[-self.history_cap :] if v.doc is not None]:
             self._shown.append(_Shown(d["id"], str(d.get("content") or ""), d["meta"]))
 
+    def _fail_orphans(self) -> None:
+        """Mark ``failed`` the requests this agent left ``queued`` when its process died without
+        closing (SIGKILL, a crash): their senders heard the stream break, and nothing will ever
+        answer them. One is an orphan when the process that held it is gone (it ran on this
+        machine), or when it came longer ago than any agent holds a request (``ORPHAN_AFTER_MS``:
+        another machine's process, or one written before requests named their holder)."""
+        now, host = now_ms(), socket.gethostname()
+        orphans = []
+        for v in self.store.find(kind="message", where={"mesh_agent": self.name, "status": "queued"}):
+            meta = v.doc["meta"] if v.doc is not None else {}
+            if meta.get("direction") != "in" or meta.get("kind") != "request":
+                continue
+            pid = meta.get("holder_pid")
+            if meta.get("holder_host") == host and isinstance(pid, int) and not registry.alive(pid):
+                why = f"the agent stopped before answering it (its process {pid} is gone)"
+            elif isinstance(meta.get("at"), int) and now - meta["at"] > ORPHAN_AFTER_MS:
+                why = "the agent stopped before answering it"
+            else:
+                continue  # held by a process that runs, or may: it settles it itself
+            assert v.doc is not None
+            orphans.append(self._with_status(v.doc, "failed", error=why))
+        if orphans:
+            self.store.submit([Put(d) for d in orphans])
+            log.info("mesh: %d request(s) %s left unanswered marked failed", len(orphans), self.name)
+
     def _message_doc(self, text: str, **meta: Any) -> dict[str, Any]:
         if self.redact is not None:
             text = self.redact(text)[0]  # a peer's text or the agent's: no secret is stored
@@ -197,9 +227,9 @@ class MeshAgent:
                     was = self._shown[known]
                     self._shown[known] = _Shown(was.id, was.text, d["meta"], was.memories)
 
-    def _with_status(self, doc: Mapping[str, Any], status: str) -> dict[str, Any]:
+    def _with_status(self, doc: Mapping[str, Any], status: str, **more: Any) -> dict[str, Any]:
         """The next version of a received request: the same message, its new status."""
-        meta = dict(doc["meta"], status=status)
+        meta = dict(doc["meta"], status=status, **more)
         return SourceDoc(id=doc["id"], kind="message", content=doc["content"], meta=meta).to_doc()
 
     def _evicted(self, object_id: str) -> bool:
@@ -406,6 +436,10 @@ class MeshAgent:
             sent_at=req.timestamp,
             status=status,
             memories=memories or None,
+            # who holds it while it waits: a process killed before it could answer (SIGKILL) is
+            # seen gone at the agent's next start, which marks the request failed
+            holder_host=socket.gethostname() if status == "queued" else None,
+            holder_pid=os.getpid() if status == "queued" else None,
         )
 
     def _reply_doc(

@@ -32,7 +32,17 @@ from ..errors import InputError, MeshError
 from ..store import data_dir
 from ..times import now_ms
 
-__all__ = ["AlreadyRunning", "LocalPeer", "announce", "default_dir", "find", "local_peers", "running", "withdraw"]
+__all__ = [
+    "AlreadyRunning",
+    "LocalPeer",
+    "alive",
+    "announce",
+    "default_dir",
+    "find",
+    "local_peers",
+    "running",
+    "withdraw",
+]
 
 _PEER_ID = re.compile(r"[A-Za-z0-9]{1,128}")
 """What a peer id looks like (base58 or base32 text): also what makes it a safe file name."""
@@ -150,7 +160,7 @@ def _claim(tmp: str, path: Path, pid: int) -> None:
             os.replace(tmp, path)
             return
         held = _read(path)
-        if held is not None and held.pid != pid and _alive(held.pid):
+        if held is not None and held.pid != pid and alive(held.pid):
             raise AlreadyRunning(held)
         if held is not None and held.pid == pid:
             os.replace(tmp, path)
@@ -207,7 +217,7 @@ def local_peers(directory: str | os.PathLike[str]) -> list[LocalPeer]:
         peer = _read(path)
         if peer is None:
             continue
-        if not _alive(peer.pid):
+        if not alive(peer.pid):
             withdraw(path, peer.pid)
             continue
         out.append(peer)
@@ -253,7 +263,7 @@ def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether process ``pid`` exists (signal 0 checks without sending anything)."""
     if os.name == "nt":  # there os.kill(pid, 0) would send CTRL_C_EVENT: trust the entry
         return True
