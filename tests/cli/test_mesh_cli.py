@@ -229,6 +229,7 @@ def test_send_to_a_silent_peer_times_out(ctxos: click.Group, db: Path, tmp_path:
 def test_send_on_a_private_network_needs_the_key(ctxos: click.Group, db: Path, tmp_path: Path) -> None:
     key_file = tmp_path / "swarm.key"
     key_file.write_text(new_swarm_key())
+    key_file.chmod(0o600)
     config = MeshConfig("pat", psk=read_swarm_key(key_file))
     with SqliteStore(tmp_path / "pat.db") as store, MeshAgent(store, config) as pat:
         registry.announce(registry.default_dir(), peer_id=pat.peer_id, agent_name="pat", addrs=pat.node.addrs)
@@ -242,8 +243,13 @@ def test_send_on_a_private_network_needs_the_key(ctxos: click.Group, db: Path, t
 def test_a_bad_swarm_key_is_a_clean_error(ctxos: click.Group, db: Path, tmp_path: Path) -> None:
     bad = tmp_path / "swarm.key"
     bad.write_text("not a key\n")
+    bad.chmod(0o600)
     r = run(ctxos, db, "send", "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWAbc", "x", "--swarm-key", str(bad))
     assert r.exit_code == 1 and "Error: ConfigError: swarm key" in r.stderr
+    bad.write_text(new_swarm_key())
+    bad.chmod(0o644)  # a secret others may read: refused, as ssh refuses such a private key
+    r = run(ctxos, db, "send", "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWAbc", "x", "--swarm-key", str(bad))
+    assert r.exit_code == 1 and f"swarm key {bad}: its permissions 0644" in r.stderr
     assert not db.exists()  # refused before anything was opened
 
 

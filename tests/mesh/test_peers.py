@@ -350,8 +350,9 @@ def test_requests_a_killed_agent_left_queued_are_failed_when_it_starts_again(tmp
 def test_a_peer_with_the_wrong_private_network_key_cannot_connect(
     store: Store, agents: AgentFactory, tmp_path: Path
 ) -> None:
-    (tmp_path / "swarm.key").write_text(new_swarm_key())
-    (tmp_path / "other.key").write_text(new_swarm_key())
+    for name in ("swarm.key", "other.key"):
+        (tmp_path / name).write_text(new_swarm_key())
+        (tmp_path / name).chmod(0o600)
     key, other = read_swarm_key(tmp_path / "swarm.key"), read_swarm_key(tmp_path / "other.key")
     a, b = agents("alice", psk=key), agents("bob", psk=key)
     stranger, open_peer = agents("mallory", psk=other), agents("eve")

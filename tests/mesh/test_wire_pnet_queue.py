@@ -4,6 +4,7 @@ network cipher and key files (mesh/pnet.py), the request queue (mesh/queue.py)."
 from __future__ import annotations
 
 import os
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from context_os.errors import ConfigError, StateError
 from context_os.mesh import wire
-from context_os.mesh.node import MeshConfig
+from context_os.mesh.node import MeshConfig, load_seed
 from context_os.mesh.pnet import new_swarm_key, read_swarm_key, xsalsa20
 from context_os.mesh.queue import PendingRequest, RequestQueue
 from context_os.times import MAX_MS
@@ -107,19 +108,42 @@ def test_xsalsa20_is_libsodiums() -> None:
 def test_swarm_key_files(tmp_path: Path) -> None:
     good = tmp_path / "swarm.key"
     good.write_text(new_swarm_key())
+    good.chmod(0o600)
     assert len(read_swarm_key(good)) == 32
+    hex_key = good.read_text().splitlines()[2]
     cases = {
         "missing.key": None,
         "short.key": "/key/swarm/psk/1.0.0/\n/base16/\nabcd\n",
         "b64.key": "/key/swarm/psk/1.0.0/\n/base64/\n" + "A" * 44 + "\n",
         "nothex.key": "/key/swarm/psk/1.0.0/\n/base16/\n" + "z" * 64 + "\n",
         "header.key": "hello\n",
+        # go and js read 64 hex digits and nothing else: Python's fromhex took spaces between bytes
+        "spaced.key": "/key/swarm/psk/1.0.0/\n/base16/\n" + " ".join(textwrap.wrap(hex_key, 2)) + "\n",
     }
     for name, text in cases.items():
         if text is not None:
             (tmp_path / name).write_text(text)
+            (tmp_path / name).chmod(0o600)
         with pytest.raises(ConfigError, match="swarm key"):
             read_swarm_key(tmp_path / name)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644])
+def test_a_key_file_other_users_may_read_is_refused_as_ssh_refuses_a_private_key(tmp_path: Path, mode: int) -> None:
+    key = tmp_path / "swarm.key"
+    key.write_text(new_swarm_key())
+    seed = tmp_path / "id.seed"
+    seed.write_bytes(os.urandom(32))
+    for path in (key, seed):
+        path.chmod(mode)
+    with pytest.raises(ConfigError, match=f"swarm key {key}: its permissions {mode:04o} .*chmod 600"):
+        read_swarm_key(key)
+    with pytest.raises(ConfigError, match=f"identity seed {seed}: its permissions {mode:04o} .*chmod 600"):
+        load_seed(seed)
+    for path in (key, seed):
+        path.chmod(0o600)
+    assert len(read_swarm_key(key)) == 32 and load_seed(seed) == seed.read_bytes()
 
 
 def pending(n: int, timeout: float = 30.0) -> PendingRequest:

@@ -47,7 +47,7 @@ swarm_key_option = click.option(
     "--swarm-key",
     type=click.Path(dir_okay=False, path_type=Path),
     metavar="FILE",
-    help="A private network's swarm.key (its peers refuse anyone without it).",
+    help="A private network's swarm.key, readable by its owner only (its peers refuse anyone without it).",
 )
 
 

@@ -105,7 +105,7 @@ def _origins(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
 @click.option(
     "--mesh-swarm-key",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A swarm.key file: a private mesh only peers with the same key can join.",
+    help="A swarm.key file (readable by its owner only): a private mesh only peers with the same key can join.",
 )
 @click.option("--mesh-mdns/--no-mesh-mdns", default=True, show_default=True, help="Discover peers by mDNS.")
 @click.option(

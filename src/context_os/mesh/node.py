@@ -94,13 +94,16 @@ def quiet_libp2p() -> None:
 
 def load_seed(path: str | Path, *, create: bool = True) -> bytes:
     """The 32-byte identity seed in ``path``, created (mode 0600) when missing and ``create``:
-    the same seed gives the same peer id, here and in js-libp2p."""
+    the same seed gives the same peer id, here and in js-libp2p. A seed other users may read is
+    refused (``pnet.read_secret``: it is the peer's private key)."""
     import os
     import tempfile
 
+    from .pnet import read_secret
+
     p = Path(path).expanduser()
     if p.exists():
-        seed = p.read_bytes()
+        seed = read_secret(p, "identity seed")
         if len(seed) != 32:
             raise ConfigError(f"identity seed {p} must hold exactly 32 bytes, it holds {len(seed)}")
         return seed

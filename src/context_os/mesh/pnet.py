@@ -13,21 +13,28 @@ A key file is the format every libp2p implementation reads (``swarm.key``)::
     /key/swarm/psk/1.0.0/
     /base16/
     <64 hex digits>
+
+Like ssh with a private key, a key file that other users may read (group or world permission
+bits, on a file of one's own) is refused (``read_secret``): the identity seed and the swarm key
+alike.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import stat
 import struct
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 
-__all__ = ["hsalsa20", "install", "new_swarm_key", "read_swarm_key", "xsalsa20"]
+__all__ = ["hsalsa20", "install", "new_swarm_key", "read_secret", "read_swarm_key", "xsalsa20"]
 
 _M = 0xFFFFFFFF
 _HEADER = "/key/swarm/psk/1.0.0/"
+_HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
 
 
 def _rotl(v: int, c: int) -> int:
@@ -67,24 +74,44 @@ def new_swarm_key() -> str:
     return f"{_HEADER}\n/base16/\n{os.urandom(32).hex()}\n"
 
 
+def read_secret(path: str | Path, what: str) -> bytes:
+    """The bytes of a key file; ``ConfigError`` when it cannot be read, or when it is one's own
+    and others may read it (as ssh refuses such a private key: the secret may have leaked, and
+    nobody would know)."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            st = os.fstat(f.fileno())
+            if os.name == "posix" and st.st_uid == os.getuid() and st.st_mode & 0o077:
+                mode = stat.S_IMODE(st.st_mode)
+                raise ConfigError(
+                    f"{what} {p}: its permissions {mode:04o} let other users read it, and it is a "
+                    f"secret: refused (chmod 600 {p})"
+                )
+            return f.read()
+    except OSError as e:
+        raise ConfigError(f"{what} {p}: cannot read it ({e.strerror or e})") from None
+
+
 def read_swarm_key(path: str | Path) -> bytes:
     """The 32-byte key in a ``swarm.key`` file; ``ConfigError`` says what is wrong with it."""
     p = Path(path)
+    raw = read_secret(p, "swarm key")
     try:
-        lines = [line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as e:
+        lines = [line.strip() for line in raw.decode("utf-8").splitlines() if line.strip()]
+    except UnicodeDecodeError as e:
         raise ConfigError(f"swarm key {p}: cannot read it ({e})") from None
     if len(lines) != 3 or lines[0] != _HEADER:
         raise ConfigError(f"swarm key {p}: expected 3 lines, {_HEADER} then /base16/ then 64 hex digits")
     if lines[1] != "/base16/":
         raise ConfigError(f"swarm key {p}: only the /base16/ encoding is supported, not {lines[1]}")
-    try:
-        key = bytes.fromhex(lines[2])
-    except ValueError:
-        raise ConfigError(f"swarm key {p}: the key line is not hex") from None
-    if len(key) != 32:
-        raise ConfigError(f"swarm key {p}: the key is {len(key)} bytes, not 32")
-    return key
+    # exactly 64 hex digits, as go and js decode it (Python's fromhex also takes spaces between
+    # bytes: a key that worked here was refused by every other implementation)
+    if not _HEX_KEY.fullmatch(lines[2]):
+        if re.fullmatch(r"[0-9a-fA-F]*", lines[2]) and len(lines[2]) % 2 == 0:
+            raise ConfigError(f"swarm key {p}: the key is {len(lines[2]) // 2} bytes, not 32")
+        raise ConfigError(f"swarm key {p}: the key line is not 64 hex digits")
+    return bytes.fromhex(lines[2])
 
 
 def install() -> None:
