@@ -874,3 +874,60 @@ def test_a_request_given_up_leaves_no_stream_open(uid: str) -> None:
             a.request(b.peer_id, "hello", timeout=30, cancel=stop)
         # b answers each "[timeout]" a second later, into a stream a reset
         wait_for(lambda: (_open_streams(a), _open_streams(b)) == before, "the given-up streams to close", timeout=15)
+
+
+def test_a_peer_holding_too_many_requests_open_is_refused_past_the_limit(uid: str) -> None:
+    # direct requests had no flood limit: every stream a peer opened was read, for up to 30 s
+    # when it sent nothing, and a request nobody answers held its stream up to the answer timeout
+    import concurrent.futures
+
+    from libp2p.custom_types import TProtocol
+    from libp2p.io.msgio import VarIntLengthMsgReadWriter
+    from libp2p.peer.id import ID
+
+    with (
+        MeshNode(MeshConfig(f"a-{uid}")) as a,
+        MeshNode(MeshConfig(f"b-{uid}", answer_timeout=600)) as b,  # the default limits
+        MeshNode(MeshConfig(f"c-{uid}")) as c,
+    ):
+        b.on_request = lambda peer, req: concurrent.futures.Future()  # held: never answered
+        a.connect(b.addrs[0])
+        c.connect(b.addrs[0])
+        [before] = _settled_streams(b)
+        held: list[Any] = []
+        refused: list[wire.AgentRequest] = []
+
+        async def flood() -> None:
+            for _ in range(150):
+                req = wire.AgentRequest(wire.new_request_id(), a.config.agent_name, a.peer_id, 1, "hi", False, None)
+                try:
+                    stream = await a._host.new_stream(ID.from_base58(b.peer_id), [TProtocol(wire.PROTOCOL)])
+                    held.append(stream)
+                    rw = VarIntLengthMsgReadWriter(stream, max_msg_size=wire.MAX_MESSAGE_BYTES)
+                    await rw.write_msg(wire.encode(req))
+                except Exception:  # noqa: BLE001 - refused: reset by b
+                    refused.append(req)
+
+        a._call(flood, timeout=120, what="flood")
+        wait_for(lambda: b.counts.get("limited") == 50 and b.counts["requests_in"] == 100, "b to hold 100, refuse 50")
+        assert _open_streams(b) <= before + 100
+        # the limit is the flooding peer's: another is heard as before
+        b.on_request = lambda peer, req: f"heard {req.message}"
+        assert c.request(b.peer_id, "still there?", timeout=30).message == "heard still there?"
+        assert b.counts["limited"] == 50
+
+
+def test_a_peer_past_its_request_rate_is_refused_for_the_rest_of_the_second(uid: str) -> None:
+    node = MeshNode(MeshConfig(f"a-{uid}", request_rate=3, open_requests=10))
+    assert [node._admit("p", 1000.0) for _ in range(4)] == [True, True, True, False]
+    assert node._admit("q", 1000.0)  # per peer
+    assert not node._admit("p", 1000.5)
+    assert [node._admit("p", 1001.01) for _ in range(4)] == [True, True, True, False]  # a second on
+    for _ in range(6):
+        node._release("p", 1001.5)
+    assert node.counts["limited"] == 3 and node._open_in == {"q": 1}
+    assert "p" in node._recent_in  # its last requests are less than a second old: still counted
+    node._admit("q", 1003.0)
+    node._release("q", 1003.0)
+    node._release("q", 1004.5)
+    assert node._open_in == {} and "q" not in node._recent_in  # nothing open, nothing recent: forgotten

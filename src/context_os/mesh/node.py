@@ -18,7 +18,9 @@ What 0.8.1 needs set differently, and why (measured; docs/mesh.md):
 * its private-network protector speaks no other implementation's protocol: ``pnet.install``;
 * GossipSub's eclipse protection wants peers on three distinct IP addresses (never true on one
   machine) and its spam protection allows 10 messages a second per topic: off, and 100
-  (``broadcast_rate``);
+  (``broadcast_rate``); direct requests have no such limit at all, and a stream that sends
+  nothing is held until this node's read deadline: one peer may open ``open_requests`` at once
+  and ``request_rate`` a second, past which a stream is reset unread;
 * a publish comes back to its own sender; failed dials are refused for 60 s (cleared before an
   explicit dial); ``Pubsub`` starts a cache thread it never stops (stopped at close); a
   subscription drops what comes past 32 waiting (a burst from one connection): 1,000; its message
@@ -36,6 +38,7 @@ This module knows nothing of stores, sessions or the agent's tools (``agent`` do
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import errno
@@ -77,6 +80,9 @@ CANCEL_POLL_S = 0.25
 """How often a call with a cancel looks at it (the setter may be a signal handler: no wake-up)."""
 INBOX_SIZE = 1000
 """Broadcasts waiting for the callback; past it the newest are dropped (and counted)."""
+LIMIT_LOG_SECONDS = 10.0
+"""A peer held to the request limits is logged once in this many seconds (a flood, not a line
+for each stream refused)."""
 
 Reply = tuple[str, bool]
 """What answers a request: the text, and whether it is an error."""
@@ -161,6 +167,12 @@ class MeshConfig:
     broadcast_rate: float = 100.0
     """Broadcasts per second the topic may bring in; more are dropped (GossipSub's spam
     protection: a flooding peer cannot fill the store and the context)."""
+    request_rate: float = 100.0
+    """Direct requests per second one peer may send (as ``broadcast_rate`` for broadcasts); past
+    it a request's stream is reset unread (``counts["limited"]``)."""
+    open_requests: int = 100
+    """Direct requests one peer may have open at once (sent, read or not, and not yet answered:
+    a stream that sends nothing is held until the read deadline, 30 s); past it the same."""
     answer_timeout: float = 60.0
     """How long a peer's request waits for this agent's answer at most (seed: 60 s), seconds;
     less when the request itself asks for less."""
@@ -178,6 +190,8 @@ class MeshConfig:
             raise ConfigError(f"mesh: port {self.port} is not a TCP port")
         if not self.topic:
             raise ConfigError("mesh: the broadcast topic is empty")
+        if not self.request_rate > 0 or self.open_requests < 1:
+            raise ConfigError("mesh: request_rate must be positive and open_requests at least 1")
         if not 0 < self.answer_timeout <= REQUEST_TIMEOUT_MAX_MS / 1000 or self.call_timeout <= 0:
             raise ConfigError("mesh: timeouts must be positive (answer_timeout at most 600 s)")
 
@@ -249,8 +263,15 @@ class MeshNode:
             "broadcasts_out": 0,
             "rejected": 0,
             "dropped": 0,
+            "limited": 0,
         }
-        """What passed through the node (``rejected``: malformed or spoofed input)."""
+        """What passed through the node (``rejected``: malformed or spoofed input; ``limited``:
+        requests refused unread, past a peer's ``request_rate`` or ``open_requests``)."""
+        self._open_in: dict[str, int] = {}
+        """Inbound requests open now, by peer (read and written on the network thread only)."""
+        self._recent_in: dict[str, collections.deque[float]] = {}
+        """When each peer's admitted requests came within the last second (network thread)."""
+        self._limit_logged: dict[str, float] = {}
         self.bootstrap_failed: list[dict[str, str]] = []
         """The bootstrap peers ``start`` could not dial: ``{"address", "error"}`` each."""
         self._token: Any = None
@@ -735,11 +756,67 @@ class MeshNode:
             self.counts["rejected"] += 1
         log.warning("mesh: rejected a message from %s: %s", peer, why)
 
+    def _admit(self, peer: str, now: float) -> bool:
+        """Whether a new request of ``peer`` is within its limits at ``now`` (monotonic seconds;
+        then counted as open: its handler calls ``_release``). A sliding second, as GossipSub's
+        limit for broadcasts."""
+        if len(self._recent_in) > 1024:  # many peers, each gone quiet: forget them
+            for quiet in [
+                p for p, r in self._recent_in.items() if p not in self._open_in and (not r or r[-1] <= now - 1.0)
+            ]:
+                del self._recent_in[quiet]
+        recent = self._recent_in.setdefault(peer, collections.deque())
+        while recent and recent[0] <= now - 1.0:
+            recent.popleft()
+        open_now = self._open_in.get(peer, 0)
+        if open_now >= self.config.open_requests or len(recent) >= self.config.request_rate:
+            with self._lock:
+                self.counts["limited"] += 1
+            if now - self._limit_logged.get(peer, -LIMIT_LOG_SECONDS) >= LIMIT_LOG_SECONDS:
+                self._limit_logged[peer] = now
+                log.warning(
+                    "mesh: refusing requests from %s: %d open, %d in the last second (limits %d, %g)",
+                    peer,
+                    open_now,
+                    len(recent),
+                    self.config.open_requests,
+                    self.config.request_rate,
+                )
+            return False
+        recent.append(now)
+        self._open_in[peer] = open_now + 1
+        return True
+
+    def _release(self, peer: str, now: float) -> None:
+        left = self._open_in.get(peer, 1) - 1
+        if left > 0:
+            self._open_in[peer] = left
+            return
+        # a peer with nothing open and nothing in the last second is forgotten
+        self._open_in.pop(peer, None)
+        recent = self._recent_in.get(peer)
+        if recent is not None and (not recent or recent[-1] <= now - 1.0):
+            del self._recent_in[peer]
+        self._limit_logged.pop(peer, None)
+
     async def _handle_stream(self, stream: Any) -> None:
+        import trio
+
+        peer = str(stream.muxed_conn.peer_id)
+        if not self._admit(peer, time.monotonic()):
+            # reset unread: reading it is what a flood costs (up to 4 MiB and 30 s a stream)
+            with trio.move_on_after(1), contextlib.suppress(Exception):
+                await stream.reset()
+            return
+        try:
+            await self._serve_stream(peer, stream)
+        finally:
+            self._release(peer, time.monotonic())
+
+    async def _serve_stream(self, peer: str, stream: Any) -> None:
         import trio
         from libp2p.io.msgio import VarIntLengthMsgReadWriter
 
-        peer = str(stream.muxed_conn.peer_id)
         rw = VarIntLengthMsgReadWriter(stream, max_msg_size=wire.MAX_MESSAGE_BYTES)
         try:
             with trio.fail_after(HANDLER_READ_SECONDS):
