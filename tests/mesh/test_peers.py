@@ -931,3 +931,48 @@ def test_a_peer_past_its_request_rate_is_refused_for_the_rest_of_the_second(uid:
     node._release("q", 1003.0)
     node._release("q", 1004.5)
     assert node._open_in == {} and "q" not in node._recent_in  # nothing open, nothing recent: forgotten
+
+
+def test_a_send_tried_again_after_its_connection_broke_is_one_request_to_the_peer(
+    store: Store, agents: AgentFactory
+) -> None:
+    # the request reached bob, then the connection broke: alice tried again under a new request
+    # id, and bob queued it a second time (his model ran twice) and stored it twice
+    from libp2p.peer.id import ID
+
+    alice, bob = agents("alice"), agents("bob")
+    link(alice, bob)
+    outcome: dict[str, Any] = {}
+    sender = threading.Thread(target=lambda: outcome.update(alice.send(bob.peer_id, "run the migration", timeout=30)))
+    sender.start()
+    first = bob.next_request(timeout=30)
+    assert first is not None
+    # the connection breaks under the request (bob stays up)
+    bob.node._call(bob.node._network.close_peer, ID.from_base58(alice.peer_id), timeout=10, what="drop")
+    wait_for(lambda: alice.node.counts["requests_out"] == 2, "alice to try again")
+    wait_for(lambda: bob.node.counts["requests_in"] == 2, "the second try to reach bob")
+    assert bob.queue.stats()["queued"] == 1 and bob.next_request(timeout=0.5) is None  # no second request
+    first.answer("migrated")
+    sender.join(30)
+    assert outcome["response"] == "migrated" and outcome["error"] is False
+    requests = [d for d in messages_of(store, bob) if d["meta"]["kind"] == "request"]
+    assert [(d["content"], d["meta"]["status"]) for d in requests] == [("run the migration", "answered")]
+    assert outcome["requestId"] == first.request_id
+
+
+def test_a_request_asked_again_under_its_id_gets_its_answer_again_and_another_text_is_new(
+    store: Store, agents: AgentFactory
+) -> None:
+    alice, bob = agents("alice"), agents("bob")
+    link(alice, bob)
+    ans = Answerer(bob, lambda r: f"done: {r.message}")
+    try:
+        first = alice.node.request(bob.peer_id, "tag the release", timeout=30, request_id="0123456789abcdef")
+        again = alice.node.request(bob.peer_id, "tag the release", timeout=30, request_id="0123456789abcdef")
+        other = alice.node.request(bob.peer_id, "something else", timeout=30, request_id="0123456789abcdef")
+    finally:
+        ans.stop()
+    assert (first.message, again.message, other.message) == ("done: tag the release",) * 2 + ("done: something else",)
+    assert [r.message for r in ans.seen] == ["tag the release", "something else"]  # asked once each
+    requests = [d["content"] for d in messages_of(store, bob) if d["meta"]["kind"] == "request"]
+    assert requests == ["tag the release", "something else"]

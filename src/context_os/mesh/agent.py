@@ -41,7 +41,7 @@ from ..times import now_ms
 from ..tokens import estimate_tokens
 from . import registry, wire
 from .memory import MAX_VALUE_CHARS, MemoryLimits, PeerMemory
-from .node import MeshConfig, MeshNode
+from .node import MeshConfig, MeshNode, Reply
 from .queue import MAX_QUEUE, REQUEST_TIMEOUT, PendingRequest, RequestQueue
 
 if TYPE_CHECKING:
@@ -59,6 +59,11 @@ RETRY_DELAY = 0.5
 """A send that could not reach its peer is tried once more after this many seconds (seed)."""
 DISCOVER_WINDOW_MS = 60_000
 """``discover`` reports the peers found within this window."""
+RECENT_ANSWERS = 64
+"""Answers kept (with their requests' text, 4M characters at most, 600 s at most) for a peer
+that asks again under the same request id: its first stream broke, and it tried again."""
+RECENT_ANSWER_CHARS = 4_000_000
+RECENT_ANSWER_SECONDS = 600.0
 ORPHAN_AFTER_MS = 2 * 600_000 + 60_000
 """A request still ``queued`` this long after it came is held by no running agent (the longest
 wait, 600 s, and as long again for an answer being recorded): failed at the next start."""
@@ -120,6 +125,11 @@ class MeshAgent:
         self._seq = itertools.count()
         self._unanswered: dict[str, dict[str, Any]] = {}
         """Received requests the agent has not answered yet, by object id."""
+        self._open: dict[tuple[str, str], PendingRequest] = {}
+        """Received requests not answered yet, by (peer, request id): one asked again waits for
+        the same answer (a sender tries again when its stream broke, under the same id)."""
+        self._recent: collections.OrderedDict[tuple[str, str], tuple[str, float, Reply]] = collections.OrderedDict()
+        """The newest answers, by (peer, request id): (the request's text, when, the answer)."""
         # bookkeeping writes that follow an event on the network thread (a request that timed
         # out) go through one worker, in order, so the network never waits for the store
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"mesh-writer-{self.name}")
@@ -299,10 +309,15 @@ class MeshAgent:
         known = self.node.peer(peer)
         peer_name = known.agent_name if known else None
         sent_at = now_ms()
+        # one id for every try: a peer that had the request before the stream broke knows it
+        # again, and answers it once (with a new id it queued and stored it a second time)
+        rid = wire.new_request_id()
         error: MeshError | None = None
         for attempt in range(SEND_ATTEMPTS):
             try:
-                resp = self.node.request(peer, message, auto_reply=auto_reply, timeout=wait, cancel=self.stopping)
+                resp = self.node.request(
+                    peer, message, auto_reply=auto_reply, timeout=wait, cancel=self.stopping, request_id=rid
+                )
                 error = None
                 break
             except MeshError as e:
@@ -324,6 +339,7 @@ class MeshAgent:
                     kind="request",
                     peer=peer,
                     peer_name=peer_name,
+                    request_id=rid,
                     sent_at=sent_at,
                     status="failed",
                     error=str(error),
@@ -388,11 +404,25 @@ class MeshAgent:
 
     # --- incoming (on the node's worker threads) -------------------------------------------------
 
-    def _on_request(self, peer: str, req: wire.AgentRequest) -> str | concurrent.futures.Future[tuple[str, bool]]:
+    def _on_request(
+        self, peer: str, req: wire.AgentRequest
+    ) -> str | Reply | concurrent.futures.Future[tuple[str, bool]]:
+        key = (peer, req.request_id)
+        with self._lock:
+            # the same request again (its sender's stream broke, and it tried again): the same
+            # answer, given once by the agent and stored once; not a second request
+            again = self._open.get(key)
+            if again is not None and again.message == req.message:
+                return again.future
+            known = self._recent.get(key)
+            if known is not None and known[0] == req.message and time.monotonic() - known[1] < RECENT_ANSWER_SECONDS:
+                return known[2]
         if self.auto_reply or req.auto_reply:
             text = wire.fit(f"[auto-response] Received: {req.message}")
             got = self._request_doc(peer, req, "answered automatically")
             self._record(got, self._reply_doc(got, peer, req.from_agent, req.request_id, text, False))
+            with self._lock:
+                self._keep_answer(key, req.message, (text, False))
             return text
         try:
             context, entries = self.memory.recall_for(peer, req.message)
@@ -417,11 +447,30 @@ class MeshAgent:
         pending.object_id = doc["id"]
         with self._lock:
             self._unanswered[doc["id"]] = doc
+            self._open[key] = pending
         # stored before it is queued: the agent's answer always follows its request
         self._record(doc, memories=tuple((e.id, e.value) for e in entries))
         self.queue.put(pending)  # a full queue answers "[queue-full]" at once: _settled stores it
         pending.future.add_done_callback(lambda f: self._settled(pending, doc))
+        pending.future.add_done_callback(lambda f: self._closed(key, pending))
         return pending.future
+
+    def _closed(self, key: tuple[str, str], pending: PendingRequest) -> None:
+        """A received request is answered (by the agent, a timeout, a full queue): its answer
+        is what the same request asked again gets."""
+        with self._lock:
+            if self._open.get(key) is pending:
+                del self._open[key]
+            self._keep_answer(key, pending.message, pending.future.result())
+
+    def _keep_answer(self, key: tuple[str, str], message: str, reply: Reply) -> None:
+        """(Under ``_lock``.) Keep ``reply`` for a retry of request ``key``, within the bounds."""
+        self._recent[key] = (message, time.monotonic(), reply)
+        self._recent.move_to_end(key)
+        while len(self._recent) > RECENT_ANSWERS or (
+            len(self._recent) > 1 and sum(len(m) + len(r[0]) for m, _, r in self._recent.values()) > RECENT_ANSWER_CHARS
+        ):
+            self._recent.popitem(last=False)
 
     def _request_doc(
         self, peer: str, req: wire.AgentRequest, status: str, memories: list[str] | None = None

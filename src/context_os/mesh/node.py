@@ -667,10 +667,13 @@ class MeshNode:
         auto_reply: bool = False,
         timeout: float = 60.0,
         cancel: threading.Event | None = None,
+        request_id: str | None = None,
     ) -> wire.AgentResponse:
         """Send ``message`` to a peer and wait up to ``timeout`` seconds for its response (which
         may be an error response: ``.error``), or until ``cancel`` is set. ``MeshError`` when
-        there is none; ``InputError`` when ``peer_id`` is not a peer id, or is this node's."""
+        there is none; ``InputError`` when ``peer_id`` is not a peer id, or is this node's.
+        ``request_id``: the id of a request tried again (the peer knows it: it answers it once);
+        None: a new one."""
         from libp2p.peer.id import ID
 
         # a mistake in the input, not a failure of the mesh: the agent neither stores nor retries it
@@ -683,7 +686,7 @@ class MeshNode:
         if peer_id == self.peer_id:
             raise InputError("mesh: a node cannot send a request to itself")
         req = wire.AgentRequest(
-            request_id=wire.new_request_id(),
+            request_id=request_id or wire.new_request_id(),
             from_agent=self.config.agent_name,
             from_peer=self.peer_id,
             timestamp=now_ms(),
