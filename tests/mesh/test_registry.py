@@ -3,6 +3,7 @@ never removes an entry another process announced in the meantime."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -95,3 +96,13 @@ def test_an_exclusive_announce_refuses_an_identity_a_live_process_announced(
     again = registry.announce(tmp_path, peer_id=other, agent_name="other", addrs=[], exclusive=True)
     assert mine == again and registry.find(tmp_path, "other") is not None
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"{PEER}.json", f"{other}.json"])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process start times from /proc")
+def test_a_pid_another_process_took_since_is_not_alive() -> None:
+    # a container restarted after a kill runs its server under the pid of the one killed: by
+    # the pid alone, the process that held the killed one's requests was still running
+    started = registry.process_start(os.getpid())
+    assert isinstance(started, int)
+    assert registry.alive(os.getpid()) and registry.alive(os.getpid(), started)
+    assert not registry.alive(os.getpid(), started + 1)

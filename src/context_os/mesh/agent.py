@@ -133,6 +133,12 @@ class MeshAgent:
         # bookkeeping writes that follow an event on the network thread (a request that timed
         # out) go through one worker, in order, so the network never waits for the store
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"mesh-writer-{self.name}")
+        self._holder = {
+            "holder_host": socket.gethostname(),
+            "holder_pid": os.getpid(),
+            "holder_started": registry.process_start(os.getpid()),
+        }
+        """The process holding the requests it queues (``_fail_orphans``), in their metadata."""
         self._fail_orphans()
         self._load_shown()
         self.node = MeshNode(config, on_request=self._on_request, on_broadcast=self._on_broadcast)
@@ -185,14 +191,15 @@ class MeshAgent:
         answer them. One is an orphan when the process that held it is gone (it ran on this
         machine), or when it came longer ago than any agent holds a request (``ORPHAN_AFTER_MS``:
         another machine's process, or one written before requests named their holder)."""
-        now, host = now_ms(), socket.gethostname()
+        now, host = now_ms(), self._holder["holder_host"]
         orphans = []
         for v in self.store.find(kind="message", where={"mesh_agent": self.name, "status": "queued"}):
             meta = v.doc["meta"] if v.doc is not None else {}
             if meta.get("direction") != "in" or meta.get("kind") != "request":
                 continue
-            pid = meta.get("holder_pid")
-            if meta.get("holder_host") == host and isinstance(pid, int) and not registry.alive(pid):
+            pid, started = meta.get("holder_pid"), meta.get("holder_started")
+            started = started if isinstance(started, int) else None
+            if meta.get("holder_host") == host and isinstance(pid, int) and not registry.alive(pid, started):
                 why = f"the agent stopped before answering it (its process {pid} is gone)"
             elif isinstance(meta.get("at"), int) and now - meta["at"] > ORPHAN_AFTER_MS:
                 why = "the agent stopped before answering it"
@@ -487,8 +494,7 @@ class MeshAgent:
             memories=memories or None,
             # who holds it while it waits: a process killed before it could answer (SIGKILL) is
             # seen gone at the agent's next start, which marks the request failed
-            holder_host=socket.gethostname() if status == "queued" else None,
-            holder_pid=os.getpid() if status == "queued" else None,
+            **(self._holder if status == "queued" else {}),
         )
 
     def _reply_doc(

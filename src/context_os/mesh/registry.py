@@ -40,6 +40,7 @@ __all__ = [
     "default_dir",
     "find",
     "local_peers",
+    "process_start",
     "running",
     "withdraw",
 ]
@@ -263,8 +264,22 @@ def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (signal 0 checks without sending anything)."""
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (Linux ``/proc``), or None where
+    that cannot be read: with its pid, it names one process for as long as the machine runs."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        return int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, after the command's name
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def alive(pid: int, started: int | None = None) -> bool:
+    """Whether process ``pid`` exists (signal 0 checks without sending anything), and, given
+    ``started`` (``process_start``), is the process that started then: not another that took
+    its pid since (a container restarted after a kill runs its server under the same pid)."""
+    if started is not None and (now := process_start(pid)) is not None and now != started:
+        return False
     if os.name == "nt":  # there os.kill(pid, 0) would send CTRL_C_EVENT: trust the entry
         return True
     try:
