@@ -976,3 +976,37 @@ def test_a_request_asked_again_under_its_id_gets_its_answer_again_and_another_te
     assert [r.message for r in ans.seen] == ["tag the release", "something else"]  # asked once each
     requests = [d["content"] for d in messages_of(store, bob) if d["meta"]["kind"] == "request"]
     assert requests == ["tag the release", "something else"]
+
+
+def test_a_send_tried_again_waits_what_is_left_of_its_timeout(tmp_path: Path, uid: str) -> None:
+    # the try after a broken stream waited the whole timeout again: a send given 10 s could
+    # take 20 (the peer was told so: the request it got again asked for 10 s more)
+    import concurrent.futures
+
+    from libp2p.peer.id import ID
+
+    asked: list[wire.AgentRequest] = []
+    alice = MeshAgent(SqliteStore(tmp_path / "alice.db"), MeshConfig(f"alice-{uid}")).start()
+    bob = MeshNode(MeshConfig(f"bob-{uid}")).start()
+    try:
+
+        def on_request(peer: str, req: wire.AgentRequest) -> str | concurrent.futures.Future[tuple[str, bool]]:
+            asked.append(req)
+            return concurrent.futures.Future() if len(asked) == 1 else "done"  # the first is never answered
+
+        bob.on_request = on_request
+        alice.node.connect(bob.addrs[0])
+        outcome: dict[str, Any] = {}
+        sender = threading.Thread(target=lambda: outcome.update(alice.send(bob.peer_id, "deploy", timeout=10)))
+        sender.start()
+        wait_for(lambda: len(asked) == 1, "bob to get the request")
+        time.sleep(1.0)  # a second of the ten goes by, then the connection breaks
+        bob._call(bob._network.close_peer, ID.from_base58(alice.peer_id), timeout=10, what="drop")
+        sender.join(30)
+    finally:
+        alice.close()
+        bob.close()
+    assert outcome["response"] == "done"
+    first, again = asked
+    assert again.request_id == first.request_id and first.timeout_ms == 10_000
+    assert again.timeout_ms is not None and again.timeout_ms <= 10_000 - 1_500  # the second waited, and the retry delay

@@ -306,8 +306,9 @@ class MeshAgent:
     def send(
         self, peer: str, message: str, *, auto_reply: bool = False, timeout: float | None = None
     ) -> dict[str, Any]:
-        """Send ``message`` to ``peer`` and wait for the answer (``timeout`` seconds, default 60);
-        a peer that cannot be reached is tried once more after half a second. The request and
+        """Send ``message`` to ``peer`` and wait for the answer (``timeout`` seconds, default 60,
+        in all); a peer that cannot be reached is tried once more after half a second, within
+        what is left of the timeout. The request and
         the answer are stored together; a failure is stored with the request and raised as
         ``MeshError``."""
         _check_outgoing(message, "mesh_send")
@@ -319,11 +320,15 @@ class MeshAgent:
         # one id for every try: a peer that had the request before the stream broke knows it
         # again, and answers it once (with a new id it queued and stored it a second time)
         rid = wire.new_request_id()
+        # the timeout is the whole send's: a try again waits what is left (it waited the whole
+        # timeout once more, and a send could take twice as long as it was given)
+        deadline = time.monotonic() + wait
         error: MeshError | None = None
         for attempt in range(SEND_ATTEMPTS):
+            left = wait if attempt == 0 else deadline - time.monotonic()
             try:
                 resp = self.node.request(
-                    peer, message, auto_reply=auto_reply, timeout=wait, cancel=self.stopping, request_id=rid
+                    peer, message, auto_reply=auto_reply, timeout=left, cancel=self.stopping, request_id=rid
                 )
                 error = None
                 break
@@ -335,9 +340,10 @@ class MeshAgent:
                 said = str(e)
                 if any(m in said for m in ("no answer within", " answered ")) or self.stopping.is_set():
                     break
-                if attempt + 1 == SEND_ATTEMPTS:
+                if attempt + 1 == SEND_ATTEMPTS or deadline - time.monotonic() <= RETRY_DELAY:
                     break
-                time.sleep(RETRY_DELAY)
+                if self.stopping.wait(RETRY_DELAY):
+                    break
         if error is not None:
             self._record(
                 self._message_doc(
