@@ -122,7 +122,9 @@ def absorb(tmp: Path, stored: bool) -> dict[str, float]:
     """Messages per second a peer takes in: direct (two senders at once), then broadcasts."""
     store = SqliteStore(tmp / f"absorb-{stored}.db")
     if stored:
-        receiver: Any = MeshAgent(store, MeshConfig("receiver", broadcast_rate=1e6), auto_reply=True).start()
+        receiver: Any = MeshAgent(
+            store, MeshConfig("receiver", broadcast_rate=1e6, request_rate=1e6), auto_reply=True
+        ).start()
         node = receiver.node
         direct_done = lambda: receiver.node.counts["requests_in"] >= ABSORB_DIRECT  # noqa: E731
     else:
@@ -131,7 +133,9 @@ def absorb(tmp: Path, stored: bool) -> dict[str, float]:
         def count(peer: str, b: wire.Broadcast) -> None:
             got["broadcasts"] += 1
 
-        receiver = node = MeshNode(MeshConfig("receiver", broadcast_rate=1e6), on_broadcast=count).start()
+        receiver = node = MeshNode(
+            MeshConfig("receiver", broadcast_rate=1e6, request_rate=1e6), on_broadcast=count
+        ).start()
         direct_done = lambda: node.counts["requests_in"] >= ABSORB_DIRECT  # noqa: E731
     senders = [MeshNode(MeshConfig(f"sender{i}", broadcast_rate=1e6)).start() for i in range(2)]
     try:
