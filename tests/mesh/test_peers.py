@@ -1010,3 +1010,31 @@ def test_a_send_tried_again_waits_what_is_left_of_its_timeout(tmp_path: Path, ui
     first, again = asked
     assert again.request_id == first.request_id and first.timeout_ms == 10_000
     assert again.timeout_ms is not None and again.timeout_ms <= 10_000 - 1_500  # the second waited, and the retry delay
+
+
+class _BriefSqliteStore(SqliteStore):
+    """A SQLite store that gives up on a locked database after half a second, not 30."""
+
+    BUSY_TIMEOUT_S = 0.5
+
+
+def test_a_request_that_could_not_be_stored_is_taken_afresh_when_asked_again(tmp_path: Path, uid: str) -> None:
+    # it was kept as waiting for its answer, which nothing would ever give: the same request
+    # asked again (its sender's stream broke) waited on it until its timeout
+    alice = MeshAgent(SqliteStore(tmp_path / "alice.db"), MeshConfig(f"alice-{uid}")).start()
+    bob = MeshAgent(_BriefSqliteStore(tmp_path / "bob.db"), MeshConfig(f"bob-{uid}")).start()
+    ans = Answerer(bob, lambda r: f"done: {r.message}")
+    try:
+        link(alice, bob)
+        other = sqlite3.connect(tmp_path / "bob.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process writing: bob cannot store the request
+        failed = alice.node.request(bob.peer_id, "tag it", timeout=30, request_id="00000000000000aa")
+        other.execute("ROLLBACK")
+        other.close()
+        assert failed.error is True and "handling failed" in failed.message
+        again = alice.node.request(bob.peer_id, "tag it", timeout=10, request_id="00000000000000aa")
+    finally:
+        ans.stop()
+        alice.close()
+        bob.close()
+    assert (again.message, again.error) == ("done: tag it", False)

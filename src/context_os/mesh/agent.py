@@ -462,7 +462,14 @@ class MeshAgent:
             self._unanswered[doc["id"]] = doc
             self._open[key] = pending
         # stored before it is queued: the agent's answer always follows its request
-        self._record(doc, memories=tuple((e.id, e.value) for e in entries))
+        try:
+            self._record(doc, memories=tuple((e.id, e.value) for e in entries))
+        except BaseException:  # the peer hears the failure at once: nothing is left waiting
+            with self._lock:
+                self._unanswered.pop(doc["id"], None)
+                if self._open.get(key) is pending:
+                    del self._open[key]
+            raise
         self.queue.put(pending)  # a full queue answers "[queue-full]" at once: _settled stores it
         pending.future.add_done_callback(lambda f: self._settled(pending, doc))
         pending.future.add_done_callback(lambda f: self._closed(key, pending))
