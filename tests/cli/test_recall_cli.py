@@ -122,6 +122,33 @@ def test_embed_for_stops_at_the_slice_that_passes_the_deadline(tmp_path: Path, m
     )
 
 
+def test_embed_for_says_what_it_left_when_the_deadline_passes_before_the_first_slice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deadline passes after ``--embed-for`` looked at the clock and before the catch-up's
+    first slice (its look at the evicted and at the index, the integrity check, take a while on a
+    large store): nothing was embedded, and the note said nothing of the parts left, as if all
+    were embedded. The note counts what is left by the sidecar's cursor."""
+    db = tmp_path / "store.db"
+    assert CliRunner().invoke(cli, ["--store", str(db), "demo", "--json"]).exit_code == 0
+    real, entered = VectorIndex.catch_up, []
+
+    def slow_to_start(self: VectorIndex, *args: Any, **kwargs: Any) -> int:
+        if Path(self.path).parent == tmp_path:  # (another test's indexer thread: as below)
+            entered.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(VectorIndex, "catch_up", slow_to_start)
+    monkeypatch.setattr(recall_cli.time, "monotonic", lambda: 1_000.0 + 10 * len(entered))
+    args = ["--store", str(db), "recall", "model picker", "--embedder", "wordllama", "--json", "--embed-for", "5"]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    left = json.loads(CliRunner().invoke(cli, ["--store", str(db), "index", "status", "--json"]).stdout)["vectors"]
+    assert entered and left["cursor"] == 0 and left["pending"] > 0
+    note = json.loads(done.stdout)["note"]
+    assert note is not None and note.endswith(f"{left['pending']:,} parts not embedded yet: found by keyword only")
+
+
 def test_an_interrupted_embedding_keeps_what_it_embedded_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -134,7 +134,8 @@ def recall_cmd(
 def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
     """Embed what the store holds that the vectors do not, for at most ``seconds`` (None: all of
     it), with a progress bar on a terminal and one line on stderr otherwise; how many of the parts
-    pending at the start are left (counted, not asked again: ``counts`` checks the index)."""
+    pending at the start are left, by how far the cursor moved (not asked again: ``counts``
+    checks the index)."""
     # what was evicted since leaves the sidecar now, even when nothing is left to embed (a
     # catch-up does it first, but none runs then): its vectors are derived from the erased text
     vectors.forget_evicted()
@@ -142,23 +143,26 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
     if not pending:
         return 0
     deadline = None if seconds is None else time.monotonic() + seconds
-    left = pending
     start = vectors.cursor
+    stopped = caught_up = False
 
     def late() -> bool:
-        return deadline is not None and time.monotonic() >= deadline
+        nonlocal stopped
+        stopped = deadline is not None and time.monotonic() >= deadline
+        return stopped
 
     def batches() -> Iterator[int]:
-        nonlocal left
+        nonlocal caught_up
         # small batches: the clock and the progress bar are looked at between them
         while deadline is None or time.monotonic() < deadline:
             # the deadline is looked at before every slice too: a batch of long parts takes
             # a minute on a busy machine, far past what --embed-for allowed
             done = vectors.catch_up(max_parts=CATCH_UP_BATCH, stop=late)
             if not done:
-                left = 0  # all embedded, with what arrived meanwhile
+                # nothing taken: all embedded, with what arrived meanwhile; or the deadline
+                # passed before the first slice (the catch-up's own looks took that long)
+                caught_up = not stopped
                 return
-            left = max(0, left - done)
             yield done
 
     if pending > CATCH_UP_BATCH and not sys.stderr.isatty():
@@ -180,7 +184,8 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
             f"\ninterrupted: {done:,} of {pending:,} parts embedded, kept beside the store; the next"
             " `ctxos recall` goes on from there (--embed-for SECONDS bounds it, --embedder none searches now)"
         )
-    return left
+    # what was embedded, by the cursor: a slice counts once committed, whatever stopped the rest
+    return 0 if caught_up else max(0, pending - max(0, vectors.cursor - start))
 
 
 def _paths(store: Store, result: RecallResult) -> dict[str, str]:
