@@ -237,10 +237,21 @@ def test_the_vectors_of_a_store_in_a_folder_of_any_name_are_read_read_only(
         ("Straße", "Die Straße ist lang"),
         (unicodedata.normalize("NFD", "école"), "une école ici"),
         ("école", unicodedata.normalize("NFD", "une école ici")),
+        ("smoke\U0001f9eafix", "the smoke\U0001f9eafix job"),  # one word to the tokenizer (Unicode 11)
     ],
 )
 def test_query_words_are_counted_whatever_their_unicode_form(query: str, text: str) -> None:
     assert query_words_found(query, text) == (1, 1)
+
+
+def test_a_word_holding_a_character_newer_than_the_tokenizer_s_tables_is_recalled(db: Store) -> None:
+    """unicode61's tables are Unicode 6.1's: an emoji of since then stuck to a word is a letter
+    of that word to it. The keyword query split the word there and found nothing of it."""
+    chat(db, "s1", ["the smoke\U0001f9eafix job ran green", "Good.", *TALK])
+    recall = Recall(db)
+    assert keyword_query("did the smoke\U0001f9eafix job pass?") == "smoke\U0001f9eafix job pass"
+    hit = recall.search("smoke\U0001f9eafix", k=3).hits[0]
+    assert (hit.session, hit.part, hit.bm25_rank) == ("s1", "e0", 1)
 
 
 def test_stopwords_leave_the_keyword_query() -> None:

@@ -55,7 +55,7 @@ from ..errors import ConfigError, EmbedderUnavailable, InputError, StoreCorrupt
 from ..hashing import unicode_problem
 from ..objects import INDEXED_KINDS, index_parts
 from ..store.base import Store, TextHit, Version, now_ms
-from ..store.text_index import MAX_TERMS, TOKENIZER, WORD, check_basis, check_kinds, query_words, terms, words
+from ..store.text_index import MAX_TERMS, TOKENIZER, check_basis, check_kinds, find_words, query_words, terms, words
 from ..times import parse_time
 from ..tokens import estimate_tokens
 from .base import SourceItem
@@ -129,7 +129,7 @@ def _found(wanted: list[tuple[str, set[str]]], have: set[str], plain: set[str]) 
 
 def keyword_query(query: str) -> str:
     """``query`` without stopwords, for BM25; the query itself when nothing else is left."""
-    found = WORD.findall(query)
+    found = find_words(query)
     kept = [w for w in found if w.lower() not in STOPWORDS]
     return " ".join(kept) if kept else query
 

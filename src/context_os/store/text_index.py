@@ -35,6 +35,7 @@ This module never imports from ``context`` or ``harness``; no sqlite3 error leav
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import logging
@@ -74,6 +75,7 @@ __all__ = [
     "check_kinds",
     "check_search",
     "create_tables",
+    "find_words",
     "drop_tables",
     "FTS_BATCH",
     "flush_fts",
@@ -105,7 +107,14 @@ it) is one letter of ``école`` to it, where Python's ``\\w`` splits the word at
 WORD = re.compile(rf"[^\W_](?:[^\W_]|[{_MARKS}])*")
 """A word as unicode61 makes a token of it: letters and digits with their combining marks, "_"
 separates. Where the two still differ (a mark unicode61 splits at), the word quoted is a phrase
-of unicode61's tokens, in the order the text has them: it matches that word all the same."""
+of unicode61's tokens, in the order the text has them: it matches that word all the same. Where
+unicode61 keeps in a token what this splits at, ``find_words`` asks the tokenizer."""
+_IN_WORD = re.compile(rf"[^\W_]|[{_MARKS}]")
+_STARTS, _JOINS = 1, 2
+_TOKEN_CHARS: dict[str, int] = {}
+"""What unicode61 does with a character ``WORD`` does not take (``_STARTS`` a token, ``_JOINS``
+one), asked of SQLite once a character (``_tokenizer_chars``)."""
+_TOKEN_CHARS_MAX = 100_000
 TABLES = ("text_fts", "text_parts", "text_meta")
 
 FTS_BATCH = 1024
@@ -172,21 +181,72 @@ def check_kinds(kinds: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(kinds))
 
 
+def find_words(text: str) -> list[str]:
+    """The words of ``text`` as written, where the tokenizer has them: ``WORD``'s, and a
+    character ``WORD`` splits at is part of the word when unicode61 keeps it in a token. Its
+    tables are Unicode 6.1's: a character assigned since (an emoji of 2015 on, a newer script's
+    mark) is a letter to it, and so is a private-use one, so ``smoke🧪fix`` is one token; split
+    here, the query looked for ``smoke`` and ``fix``, which no text holds, and found nothing."""
+    if text.isascii():
+        return WORD.findall(text)
+    odd = [
+        c
+        for c in set(text)
+        if not c.isascii() and not c.isspace() and not "\ud800" <= c <= "\udfff" and not _IN_WORD.match(c)
+    ]
+    said = _tokenizer_chars(odd) if odd else {}
+    starts = "".join(sorted(c for c, f in said.items() if f & _STARTS))
+    joins = "".join(sorted(c for c, f in said.items() if f == _JOINS))
+    return (_word_with(starts, joins) if starts or joins else WORD).findall(text)
+
+
+def _tokenizer_chars(chars: Sequence[str]) -> dict[str, int]:
+    """What unicode61 does with each of ``chars``: alone it makes a token (``_STARTS``), between
+    two letters it keeps them one token (``_JOINS``). Asked of the SQLite the index uses, so the
+    answer is its tables' whichever Unicode Python's are."""
+    said = {c: f for c in chars if (f := _TOKEN_CHARS.get(c)) is not None}
+    new = [c for c in chars if c not in said]
+    if new:
+        conn = sqlite3.connect(":memory:")
+        try:
+            conn.execute(f"CREATE VIRTUAL TABLE t USING fts5(x, tokenize='{TOKENIZER}')")
+            conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+            rows = [(2 * i + n, text) for i, c in enumerate(new) for n, text in ((1, c), (2, f"a{c}a"))]
+            conn.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)", rows)
+            tokens = Counter(doc for (doc,) in conn.execute("SELECT doc FROM v"))
+        finally:
+            conn.close()
+        for i, c in enumerate(new):
+            said[c] = (_STARTS if tokens[2 * i + 1] == 1 else 0) | (_JOINS if tokens[2 * i + 2] == 1 else 0)
+        if len(_TOKEN_CHARS) + len(new) > _TOKEN_CHARS_MAX:
+            _TOKEN_CHARS.clear()  # (bounded: a text of every code point would keep a million)
+        _TOKEN_CHARS.update((c, said[c]) for c in new)
+    return said
+
+
+@functools.lru_cache(maxsize=256)
+def _word_with(starts: str, joins: str) -> re.Pattern[str]:
+    """``WORD`` with ``starts`` taken as letters and ``joins`` as marks."""
+    letter = rf"[^\W_]|[{re.escape(starts)}]" if starts else r"[^\W_]"
+    return re.compile(rf"(?:{letter})(?:{letter}|[{_MARKS}{re.escape(joins)}])*")
+
+
 def query_words(query: str) -> tuple[str, ...]:
-    """The distinct words of a query (case aside), in order, each as first written: what a
-    keyword search looks for (the first ``MAX_TERMS`` of them). Their case is left to the
-    tokenizer, which folds the text's the same way: folded here (``casefold``), ``ß`` became
-    ``ss`` and ``ﬁ`` ``fi``, words no text holds to it (a search for "Straße" found nothing)."""
+    """The distinct words of a query (``find_words``; case aside), in order, each as first
+    written: what a keyword search looks for (the first ``MAX_TERMS`` of them). Their case is
+    left to the tokenizer, which folds the text's the same way: folded here (``casefold``),
+    ``ß`` became ``ss`` and ``ﬁ`` ``fi``, words no text holds to it (a search for "Straße" found
+    nothing)."""
     first: dict[str, str] = {}
-    for w in WORD.findall(query):
+    for w in find_words(query):
         first.setdefault(w.lower(), w)
     return tuple(first.values())
 
 
 def words(text: str) -> list[str]:
-    """The words of ``text`` (``WORD``), composed (NFC) and in lower case: for comparing words
-    without the tokenizer (a decomposed ``école`` is the composed one)."""
-    return [w.lower() for w in WORD.findall(unicodedata.normalize("NFC", text))]
+    """The words of ``text`` (``find_words``), composed (NFC) and in lower case: for comparing
+    words without the tokenizer (a decomposed ``école`` is the composed one)."""
+    return [w.lower() for w in find_words(unicodedata.normalize("NFC", text))]
 
 
 def terms(texts: Sequence[str]) -> list[set[str]]:
