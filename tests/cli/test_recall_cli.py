@@ -430,6 +430,45 @@ def test_a_recall_copy_of_a_deleted_topic_file_no_longer_comes_back_as_current(t
     assert copies("--as-of", stamp) == stored  # history is still asked for
 
 
+def test_a_recall_copy_of_a_line_holding_a_secret_is_current_while_its_file_holds_the_line(tmp_path: Path) -> None:
+    """A session stores what it recalls redacted: the copy of a memory line holding a password
+    says ``[REDACTED:…]`` where the file says the password, and was taken for a line edited away
+    (left out of ``--kinds recall``, though its file still holds it). A secret changed in the
+    file is still that line; the line edited away leaves the copy out again."""
+    from context_os import Session
+    from context_os.context.source_tools import SourceTools
+    from context_os.harness.openai import OpenAIHook
+    from context_os.sources.memory import MemoryScopes, trust_workspace
+    from context_os.sources.recall import open_recall
+    from context_os.store.sqlite import SqliteStore
+
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    trust_workspace(ws)
+    memory = MemoryScopes(ws)
+    memory.remember("the kestrel database takes DB_PASSWORD=Tr0ub4dor&3 from the vault", topic="ops")
+    db = tmp_path / "store.db"
+    with SqliteStore(db) as store, Session.open(store, "s1", harness="openai", workspace=str(ws)) as session:
+        SourceTools(session, recall=open_recall(store, None), memory=memory)
+        OpenAIHook(session).transform_context([{"role": "user", "content": "how does the kestrel database log in?"}])
+    with SqliteStore(db) as store:
+        [copy] = [v.doc for v in store.find("recall") if v.doc and v.doc["id"].endswith(":ops.md#L1-1")]
+    assert "[REDACTED:" in copy["content"] and "Tr0ub4dor" not in copy["content"]
+    base = ["--store", str(db), "recall", "--embedder", "none", "--json", "-w", str(ws), "--kinds", "recall"]
+
+    def copies() -> list[str]:
+        done = CliRunner().invoke(cli, [*base, "kestrel database"])
+        assert done.exit_code == 0, done.output
+        return [h["id"] for h in json.loads(done.stdout)["hits"]]
+
+    assert copies() == [copy["id"]]
+    ops = ws / ".context_os" / "memory" / "ops.md"
+    ops.write_text(ops.read_text().replace("Tr0ub4dor&3", "n3w-Secr3t&9"))  # rotated: the same line
+    assert copies() == [copy["id"]]
+    ops.write_text("- the kestrel database moved to the new cluster\n")  # edited away
+    assert copies() == []
+
+
 def test_a_recall_copy_of_a_topic_file_with_a_hash_in_its_name_is_current(tmp_path: Path) -> None:
     """A recall copy is named ``recall:<memory file id>#<lines>``: a topic file whose name holds a
     ``#`` (``c#.md``) is that file, not one named up to its ``#``; its line, still in the file,
