@@ -653,6 +653,24 @@ def test_passages_cover_every_memory_file_whole_with_their_lines(ws: Path, data:
     assert [p.scope for p in MemoryScopes(ws, data_dir=data).passages()] == []
 
 
+def test_passages_number_lines_as_editors_do(ws: Path, data: Path) -> None:
+    """A passage's lines are the file's lines as ``read``, git and editors count them (at line
+    feeds): a U+2028 or a form feed pasted into a fact counted as a line break (the next fact
+    was said to be on line 3 of a file of two), and a CRLF file's lines keep no CR."""
+    d = project_dir(ws)
+    write_index(d, "- [ops](ops.md)\n")
+    (d / "ops.md").write_text(
+        "- see the notes:\u2028pasted from the wiki\x0cpage 2\n- the kestrel host runs the backups\n", encoding="utf-8"
+    )
+    (d / "crlf.md").write_bytes(b"- written on windows\r\n- two lines\r\n")
+    mem = MemoryScopes(ws, trust_project=True, data_dir=data)
+    found = {p.path.name: (p.part, p.text) for p in mem.passages() if p.path.name != "MEMORY.md"}
+    assert found == {
+        "ops.md": ("L1-2", "- see the notes:\u2028pasted from the wiki\x0cpage 2\n- the kestrel host runs the backups"),
+        "crlf.md": ("L1-2", "- written on windows\n- two lines"),
+    }
+
+
 def test_passages_of_an_unchanged_file_are_not_read_again(ws: Path, data: Path, tmp_path: Path) -> None:
     """Recall reads the memory files at every search: every file was read and cut again each
     time (a folder of 500 topic files, 3,000 passages, cost every search its reading). A file is

@@ -476,7 +476,9 @@ class MemoryPassage:
 
 def _passages(text: str) -> Iterator[tuple[int, int, str]]:
     """(first line, last line, text) of each passage: paragraphs (blank lines and headings start a
-    new one) of at most ``PASSAGE_LINES`` lines and ``PASSAGE_CHARS`` characters."""
+    new one) of at most ``PASSAGE_LINES`` lines and ``PASSAGE_CHARS`` characters. Lines end at
+    line feeds, as ``read``, git and editors count them (``str.splitlines`` also ends one at a
+    form feed or a U+2028 pasted into a fact: the lines a hit named were off)."""
     lines: list[str] = []
     start = 0
 
@@ -485,7 +487,8 @@ def _passages(text: str) -> Iterator[tuple[int, int, str]]:
             yield start, start + len(lines) - 1, "\n".join(lines)
             lines.clear()
 
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, row in enumerate(text.split("\n"), 1):
+        line = row.removesuffix("\r")
         if not line.strip():
             yield from flush()
             continue
