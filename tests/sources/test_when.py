@@ -32,6 +32,9 @@ def spans(query: str, ref: int = REF) -> list[tuple[str, str]]:
         ("what happened on the 9th of Oct. 2022", [("2022-10-09", "2022-10-09")]),
         ("How many tournaments had he won by July 10, 2022?", [("2022-07-10", "2022-07-10")]),
         ("the deploy of 2023-11-02 failed", [("2023-11-02", "2023-11-02")]),
+        # a time as context_os prints it: the day (it named no period, or "in 2023" the year)
+        ("what did the agent see at 2023-11-02T14:05:12.345Z?", [("2023-11-02", "2023-11-02")]),
+        ("what failed in 2023-11-02T14:05", [("2023-11-02", "2023-11-02")]),
         ("What did John volunteer for in August 2023?", [("2023-08-01", "2023-08-31")]),
         ("the 2023-02 release notes", [("2023-02-01", "2023-02-28")]),
         ("sales in December, 2023", [("2023-12-01", "2023-12-31")]),

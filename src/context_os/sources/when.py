@@ -4,8 +4,9 @@ as UTC epoch-millisecond ranges, so that recall can prefer what was said then.
 A query names a period in one of these forms (English, case-insensitive):
 
 * a day: ``9 October 2022``, ``9th Oct, 2022``, ``October 9, 2022``, ``Oct. 9th 2022``,
-  ``2022-10-09``; a day without a year (``on October 9``) is the latest such day on or before
-  the reference time (then May must be capitalised: "2 may be" names no day);
+  ``2022-10-09`` (also with a time after it: ``2022-10-09T14:05:12Z``); a day without a year
+  (``on October 9``) is the latest such day on or before the reference time (then May must be
+  capitalised: "2 may be" names no day);
 * a month: ``October 2022``, ``Oct 2022``, ``2022-10``;
 * a year, after ``in``, ``during``, ``of`` or ``since`` (a bare number is too often something
   else): ``in 2022``;
@@ -49,7 +50,8 @@ _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
 _YEAR = r"(\d{4})"
 
 _FORMS: list[tuple[str, re.Pattern[str]]] = [
-    ("iso-day", re.compile(rf"\b{_YEAR}-(\d{{2}})-(\d{{2}})\b")),
+    # a time may follow the day (ISO 8601, as context_os prints times: ``2022-10-09T14:05:12.345Z``)
+    ("iso-day", re.compile(rf"\b{_YEAR}-(\d{{2}})-(\d{{2}})(?:\b|(?=[Tt]\d))")),
     ("iso-month", re.compile(rf"\b{_YEAR}-(\d{{2}})\b(?!-)")),
     ("day-month-year", re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", re.I)),
     ("month-day-year", re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", re.I)),
