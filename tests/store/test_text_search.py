@@ -9,6 +9,8 @@ explicit and in the past (``T0 + n``).
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import unicodedata
 from contextlib import closing
 from pathlib import Path
@@ -658,6 +660,43 @@ def test_sqlite_a_read_only_reader_finds_what_a_writer_holds_back(tmp_path: Path
     with SqliteStore(path) as s:
         assert s.index_status()["pending"] == 2  # opening and closing writes nothing either
         assert len(s.text_search("alpha", k=10)) == 3
+        assert s.index_status()["pending"] == 0
+
+
+LOCK_HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("ROLLBACK")
+"""
+
+
+def test_sqlite_a_search_while_another_process_holds_the_write_lock_finds_every_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search moves the texts held back into the index first; while another process kept the
+    write lock past the busy timeout, the lock's error was taken for a damaged index and the
+    search scanned every version, without stems: "run test" found nothing of "running the
+    tests". It matches the held-back texts apart, as a read-only store does."""
+    path = tmp_path / "s.db"
+    monkeypatch.setattr(SqliteStore, "BUSY_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(SqliteStore, "FLUSH_WAIT_S", 0.2, raising=False)
+    with SqliteStore(path) as s:
+        s.put(obj("file:a", "file", "running the tests once"), T0)
+        s.text_search("tests")  # in the FTS5 table now
+        s.put(obj("file:b", "file", "running the tests twice"), T0)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", LOCK_HOLDER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+            assert sorted(found(s.text_search("run test"))) == [("file:a", ""), ("file:b", "")]
+        finally:
+            holder.communicate("done\n", timeout=60)
+        assert s.index_status()["pending"] == 1  # moved by the next search that gets the lock
+        assert sorted(found(s.text_search("run test"))) == [("file:a", ""), ("file:b", "")]
         assert s.index_status()["pending"] == 0
 
 
