@@ -698,6 +698,22 @@ def test_grep_options(root: Path, tools: FileTools) -> None:
     assert "not a valid regular expression" in tools.call("grep", {"pattern": "(md"})
 
 
+@pytest.mark.timeout(120)
+def test_grep_stops_a_pattern_that_backtracks_without_end(root: Path, session: Session) -> None:
+    """``(\\w+\\s?)+$`` on a long line it does not match backtracks for longer than anyone waits.
+    Before, ``grep`` ran it with Python's ``re`` for hours, holding the session's hook (no other
+    call, no turn, could go on); now the search's time is bounded and the model is told that its
+    pattern is too slow, and where."""
+    (root / "a.txt").write_text("fine\n")
+    (root / "min.js").write_text("ok\n" + "a" * 5000 + "!\n")
+    tools = FileTools(session, Workspace(root), grep_seconds=0.2)
+    out = json.loads(tools.call("grep", {"pattern": r"(\w+\s?)+$"}))
+    assert out["type"] == "InputError"
+    assert out["error"].startswith(r"grep: the pattern '(\\w+\\s?)+$' is too slow")
+    assert "(stopped at min.js:2)" in out["error"]
+    assert tools.call("grep", {"pattern": r"(\w+\s?)+$", "glob": "a.txt"}).split("\n")[0] == "a.txt:1:fine"
+
+
 def test_grep_says_it_stopped_only_when_more_lines_match(root: Path, tools: FileTools) -> None:
     """At its limit ``grep`` said "stopped at N matches" whether more lines matched or not: a
     search with exactly N matches told the model to raise the limit for matches there were not."""

@@ -47,12 +47,15 @@ import json
 import os
 import re
 import stat
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from itertools import islice
 from pathlib import Path
 from typing import Any
+
+import regex
 
 from ..context.session import Session, shows_latest_file
 from ..context.tools import Tool, ToolRegistry, context_tools, object_schema
@@ -341,7 +344,8 @@ class FileTools:
     ``tracker``: a running ``FileTracker`` to share its index with (files the tools index are then
     tracked at once); or ``index``: a ``FileIndex`` to share. ``host``: the host's own
     implementations of ``write``/``edit``/``ls``/``find``/``grep``. ``max_discovered``: at most
-    this many files per ls/find/grep call enter the metadata pool.
+    this many files per ls/find/grep call enter the metadata pool. ``grep_seconds``: how long one
+    ``grep``'s pattern may take over all the lines it searches before the call fails as too slow.
     """
 
     def __init__(
@@ -354,6 +358,7 @@ class FileTools:
         host: Mapping[str, HostTool] | None = None,
         max_discovered: int = 100,
         max_output_chars: int = 50_000,
+        grep_seconds: float = 5.0,
     ):
         if not isinstance(workspace, Workspace):  # a path: it failed at the first tool call
             raise TypeError(
@@ -367,6 +372,7 @@ class FileTools:
         self.host = dict(host or {})
         self.max_discovered = max_discovered
         self.max_output_chars = max_output_chars
+        self.grep_seconds = grep_seconds
         self.registry = self._registry()
         """The one registry of this session's tools: the context tools and the file tools."""
         session.manage()  # a read's result reports; the text it read shows in a block only
@@ -884,9 +890,12 @@ class FileTools:
             )
             return self._finish(out, self._found_in_output("grep", real, out))
         try:
-            rx = re.compile(re.escape(pattern) if literal else pattern, re.IGNORECASE if ignoreCase else 0)
-        except re.error as e:
+            rx = regex.compile(re.escape(pattern) if literal else pattern, regex.IGNORECASE if ignoreCase else 0)
+        except regex.error as e:
             raise InputError(f"grep: not a valid regular expression ({e}); pass literal=true to search text") from None
+        # A pattern that backtracks without end ((\w+\s?)+$ on a long line) ran for hours, holding
+        # the session: the time every line's search takes is counted, and its sum is bounded.
+        left = self.grep_seconds
         in_glob = _glob_matcher(glob) if glob else None
         with self.workspace.open(real, kind="entry") as entry:
             in_dir = _is_dir(entry.st)
@@ -927,7 +936,18 @@ class FileTools:
             # lines split at "\n" only, as `lines` and grep number them (not at a form feed or U+2028)
             for n, line in enumerate(text[:-1].split("\n") if text.endswith("\n") else text.split("\n"), 1):
                 line = line.removesuffix("\r")
-                found = rx.search(line)
+                started = time.monotonic()
+                try:
+                    if left <= 0:
+                        raise TimeoutError
+                    found = rx.search(line, timeout=left)
+                except TimeoutError:
+                    raise InputError(
+                        f"grep: the pattern {pattern!r} is too slow: its search took over {self.grep_seconds:g}s"
+                        f" (stopped at {shown}:{n}); nested repetition such as (\\w+\\s?)+ backtracks without"
+                        " end on a line it does not match: simplify it, narrow path or glob, or pass literal=true"
+                    ) from None
+                left -= time.monotonic() - started
                 if found is None:
                     continue
                 if len(lines) >= limit:
