@@ -584,8 +584,9 @@ function readTool(link: ContextOs): ToolDefinition<Schema, unknown> {
 		label: "read",
 		description:
 			"Read a file. With context_os on, the file becomes an object in your context: its text is shown " +
-			"in the <context_os> block at the end of the conversation and kept current by version, and the " +
-			"result reports indexing and activation. With offset/limit, the lines are returned directly.",
+			"in the <context_os> block at the end of the conversation (your own write and edit show its new " +
+			"version there; a change made any other way only marks the block stale, until you read it again), " +
+			"and the result reports indexing and activation. With offset/limit, the lines are returned directly.",
 		promptSnippet: "Read file contents",
 		promptGuidelines: ["Use read to examine files instead of cat or sed."],
 		parameters: READ_PARAMETERS,

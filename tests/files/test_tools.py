@@ -65,6 +65,26 @@ def test_activate_by_id_loads_the_latest_version_and_what_is_on_disk(root: Path,
     assert call(tools, "activate", id=oid)["status"] == "activated"
 
 
+def test_the_read_tool_says_what_a_change_on_disk_does_to_its_block(root: Path, tools: FileTools) -> None:
+    """``read``'s description told the model the file's text is "kept up to date by version". A
+    change made by anything but the agent's own write and edit (a shell command; the tracker
+    records its version) is not loaded: the block keeps the version read, marked stale, until the
+    file is read again. The description now says that."""
+    (root / "a.py").write_text("x = 1\n")
+    call(tools, "read", path="a.py")
+    tools.session.assemble()
+    (root / "a.py").write_text("x = 2\n")
+    tools.index.index(root.resolve() / "a.py", read=True, cause="tracker")
+    tools.session.assemble()
+    shown = tail(tools.session)
+    assert "x = 1" in shown and 'stale="version 2 is newer' in shown and "x = 2" not in shown
+    description = tools.registry["read"].description
+    assert "kept up to date" not in description
+    assert "a change made any other way (a shell command, another program) only marks the block stale" in description
+    assert call(tools, "read", path="a.py")["active"] == "refreshed"
+    assert "x = 2" in tail(tools.session)
+
+
 def test_lines_shows_the_latest_version_and_what_is_on_disk(root: Path, tools: FileTools, db) -> None:
     """``lines`` takes a dynamic ref too: a file the user changed after the session showed it
     (recorded by a tracker, or only on disk) shows its new lines, and the header says they are of

@@ -89,8 +89,10 @@ FILE_TOOLS: list[dict[str, Any]] = [
     {
         "name": "read",
         "description": (
-            "Read a file: it becomes an object in your context (its content is shown in the context_os "
-            "block at the end and kept up to date by version). The result reports indexing, pool and active status."
+            "Read a file: it becomes an object in your context, its text shown in the context_os block at the end "
+            "(not in this result). Your own write and edit show its new version there; a change made any other way "
+            "(a shell command, another program) only marks the block stale, until you read it again. The result "
+            "reports indexing, pool and active status."
         ),
         "parameters": object_schema(
             {"path": {**_STR, "description": "File path, relative to the workspace."}}, ["path"]
