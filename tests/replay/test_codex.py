@@ -517,6 +517,25 @@ def test_hunks_apply_in_order_after_their_anchor_as_codex_applies_them() -> None
     assert vf.text() is None
 
 
+def test_a_hunk_marked_end_of_file_changes_the_last_lines_as_codex_does() -> None:
+    """``*** End of File`` ends a hunk, and Codex's ``apply_patch`` looks for its old lines at the
+    file's end only (``seek_sequence`` with ``eof``). Before, the marker was skipped: the hunk
+    changed the first lines like them (the file shown changed where Codex did not change it), and
+    a blank line after the marker joined the hunk as an empty line of the file."""
+    vf = VirtualFile("file:x", "a.py")
+    vf.write("def f():\n    return 1\n\ndef g():\n    return 1\n")
+    text = "*** Begin Patch\n*** Update File: a.py\n@@\n-    return 1\n+    return 2\n*** End of File\n\n*** End Patch"
+    op = file_op("edit", {"input": text}, success("a.py"))
+    assert op is not None
+    vf.edit(op)
+    assert vf.text() == "def f():\n    return 1\n\ndef g():\n    return 2\n"
+    # old lines that do not end the file: not where Codex applied it, the content is unknown
+    op = file_op("edit", {"input": text.replace("-    return 1", "-def f():")}, success("a.py"))
+    assert op is not None
+    vf.edit(op)
+    assert vf.text() is None
+
+
 def test_ctxos_replay_detects_a_rollout_and_measures_it(tmp_path: Path) -> None:
     """Through the real command: the format is told from the file, and ``--json`` reports it."""
     path = rollout(tmp_path / "rollout-2026-11-29T10-00-00-cx-1.jsonl")

@@ -298,6 +298,8 @@ class PatchFile:
     """update: (old text, new text) per hunk, context lines in both."""
     anchors: list[str | None] = field(default_factory=list)
     """update: per hunk, the line its ``@@`` header names (the hunk is after it), or None."""
+    ends: list[bool] = field(default_factory=list)
+    """update: per hunk, whether ``*** End of File`` closes it (its old lines are the file's last)."""
     move_to: str | None = None
 
 
@@ -350,14 +352,17 @@ def parse_patch(text: str) -> Patch | None:
     old: list[str] = []
     new: list[str] = []
     anchor: list[str | None] = [None]
+    between = [True]  # no hunk begun: after a file's header, its move, or a hunk's end of file
 
-    def close_hunk(next_anchor: str | None = None) -> None:
+    def close_hunk(next_anchor: str | None = None, *, at_end: bool = False) -> None:
         if files and files[-1].kind == "update" and (old or new):
             files[-1].hunks.append(("\n".join(old), "\n".join(new)))
             files[-1].anchors.append(anchor[0])
+            files[-1].ends.append(at_end)
         old.clear()
         new.clear()
         anchor[0] = next_anchor
+        between[0] = True
 
     for line in lines[1:]:
         header = _PATCH_HEADER.match(line)
@@ -373,12 +378,17 @@ def parse_patch(text: str) -> Patch | None:
         if line.startswith("*** Move to: ") and f.kind == "update":
             f.move_to = line[len("*** Move to: ") :].strip()
         elif line.startswith("*** End of File"):
-            continue
+            # Codex ends the hunk here, and looks for its old lines at the file's end only
+            close_hunk(at_end=True)
+        elif f.kind == "update" and between[0] and not line.strip():
+            continue  # a blank line between hunks (Codex skips it): no empty line of the file
         elif f.kind == "add":
             f.lines.append(line[1:] if line.startswith("+") else line)
         elif f.kind == "update":
+            between[0] = False
             if line.startswith("@@"):
                 close_hunk(line[2:].strip() or None)
+                between[0] = False
             elif line.startswith("-"):
                 old.append(line[1:])
             elif line.startswith("+"):

@@ -145,6 +145,9 @@ class FileOp:
     """edit: set for a Codex patch's hunks: ``edits`` apply in order, each found after the one
     before it and after its anchor line (its ``@@`` header, if any), lines compared as Codex's
     ``apply_patch`` compares them (exactly, else ignoring trailing, else surrounding spaces)."""
+    ends: list[bool] | None = None
+    """edit: set when a Codex patch marks a hunk ``*** End of File``: per hunk, whether its old
+    lines are the file's last (Codex looks for them there only)."""
     insert: tuple[int, str] | None = None
     """edit: text inserted after this line (0: at the top, -1: at the end) instead of ``edits``.
     An edit with neither changed the file in a way the call does not say."""
@@ -690,7 +693,8 @@ def _patch_op(patched: PatchFile, output: str, applied: bool | None = None) -> F
     if patched.kind == "add":
         return FileOp("write", patched.path, text="\n".join(patched.lines))
     if patched.kind == "update" and not patched.move_to:
-        return FileOp("edit", patched.path, edits=list(patched.hunks), anchors=list(patched.anchors))
+        ends = list(patched.ends) if any(patched.ends) else None
+        return FileOp("edit", patched.path, edits=list(patched.hunks), anchors=list(patched.anchors), ends=ends)
     return FileOp("edit", patched.path)  # deleted or moved: what is there now is not known
 
 

@@ -208,7 +208,8 @@ class VirtualFile:
         """Apply a Codex patch's hunks as its ``apply_patch`` does (``_hunk_spans``); one not found
         leaves the content unknown."""
         assert self.lines is not None and op.anchors is not None
-        spans = _hunk_spans(self.lines, op.edits, op.anchors, open_end=self.open_end)
+        ends = op.ends or [False] * len(op.edits)
+        spans = _hunk_spans(self.lines, op.edits, op.anchors, ends, open_end=self.open_end)
         if spans is None:
             self._forget()
             return
@@ -256,34 +257,39 @@ class VirtualFile:
 
 
 def _hunk_spans(
-    lines: list[str | None], hunks: list[tuple[str, str]], anchors: list[str | None], *, open_end: bool
+    lines: list[str | None],
+    hunks: list[tuple[str, str]],
+    anchors: list[str | None],
+    ends: list[bool],
+    *,
+    open_end: bool,
 ) -> list[tuple[int, int, list[str]]] | None:
     """Where a Codex patch's hunks go, as its ``apply_patch`` finds them: in order, each looked for
     from the end of the one before (after its anchor line, if it names one), lines compared as
-    ``_seek`` does; a hunk whose last old line is empty is looked for without it if not found
-    with it; one with no old text adds at the end. (start, end, new lines) per hunk; None if one
-    is not found."""
+    ``_seek`` does; one marked ``*** End of File`` only where its old lines end the file; a hunk
+    whose last old line is empty is looked for without it if not found with it; one with no old
+    text adds at the end. (start, end, new lines) per hunk; None if one is not found."""
     spans: list[tuple[int, int, list[str]]] = []
     at = 0
-    for (old, new), anchor in zip(hunks, anchors, strict=True):
+    for (old, new), anchor, at_end in zip(hunks, anchors, ends, strict=True):
         if anchor is not None:
             found = _seek(lines, [anchor], at)
             if found is None:
                 return None
             at = found + 1
         old_lines, new_lines = old.split("\n"), new.split("\n")
+        if open_end and (not old or at_end):
+            return None  # the end is not known
         if not old:
-            if open_end:
-                return None  # the end is not known
             spans.append((len(lines), len(lines), new_lines))
             continue
-        found = _seek(lines, old_lines, at)
+        found = _seek_end(lines, old_lines) if at_end else _seek(lines, old_lines, at)
         if found is None and len(old_lines) > 1 and old_lines[-1] == "":
             old_lines = old_lines[:-1]
             new_lines = new_lines[:-1] if new_lines[-1:] == [""] else new_lines
-            found = _seek(lines, old_lines, at)
-        if found is None:
-            return None
+            found = _seek_end(lines, old_lines) if at_end else _seek(lines, old_lines, at)
+        if found is None or (spans and found < spans[-1][1]):
+            return None  # (found at the end, over the hunk before: Codex refuses overlapping hunks)
         spans.append((found, found + len(old_lines), new_lines))
         at = found + len(old_lines)
     return spans
@@ -299,6 +305,19 @@ def _seek(lines: list[str | None], pattern: list[str], start: int) -> int | None
         for i in range(start, len(lines) - n + 1):
             if all(line is not None and loose(line) == w for line, w in zip(lines[i : i + n], want, strict=True)):
                 return i
+    return None
+
+
+def _seek_end(lines: list[str | None], pattern: list[str]) -> int | None:
+    """Where ``pattern`` ends the file (Codex's ``seek_sequence`` at the end of file: the last
+    lines only, compared as ``_seek`` does; the empty line after a final line break not counted
+    if they do not end the file with it, as Codex splits a file without it); None if they do not."""
+    last = len(lines) - 1 if lines and lines[-1] == "" else len(lines)
+    for end in dict.fromkeys((len(lines), last)):
+        if end >= len(pattern):
+            found = _seek(lines[:end], pattern, end - len(pattern))
+            if found is not None:
+                return found
     return None
 
 
