@@ -163,7 +163,11 @@ result whose call showed a file's text (``ObjInfo.file_text``: a read's result, 
 arguments) shows its stub, never its own text, with no preview of its first line, and its call's
 arguments holding that text are elided whatever their length, its path kept (before, a short
 file's read or write, and a read's first line in its stub, stayed in the history after the file
-changed: a stale view of it)."""
+changed: a stale view of it); and an object whose text holds a closing tag (``</object``,
+``</context_os``) ends with a mark of its own, derived from that text and named in its head
+(``ends="</object:3fa9c1d2e4b5>"``; ``_end_mark``): before, such a text (an HTML or GTK ``.ui``
+file, or one written to) showed as the end of its object, the rest as the user's words or as
+other objects."""
 
 
 def short_ref(obj: ObjInfo) -> str | None:
@@ -474,6 +478,20 @@ def _shown_version(block: str, layout: int = LAYOUT) -> str | None:
     (layout 9 read no path holding a quote: ``_OBJECT_VERSION_9``)."""
     m = (_OBJECT_VERSION if layout >= 10 else _OBJECT_VERSION_9).search(block)
     return m.group(1) if m else None
+
+
+_CLOSING = re.compile(r"</\s*(?:object|context_os)\b", re.IGNORECASE)
+"""A closing tag of an object's block, or of the block itself, inside the text it shows."""
+
+
+def _end_mark(body: list[str]) -> str:
+    """How an object's block ends (layout 11): ``</object>``; for a text holding a closing tag of
+    its own (an HTML or GTK ``.ui`` file, or a text written to look like the end of its block
+    and then the user's words), a mark the text cannot hold, derived from it: the text's hash."""
+    if not any(_CLOSING.search(part) for part in body):
+        return "</object>"
+    digest = blake3.blake3("\n".join(body).encode("utf-8", "surrogatepass")).hexdigest()
+    return f"</object:{digest[:12]}>"
 
 
 def _synthetic_result(call: ToolCall) -> Msg:
@@ -1061,14 +1079,16 @@ class SessionView:
             attrs += f' stale="version {o.newer.get("version", "?")} is newer: activate(id) loads it"'
         if o.kind == "message":
             attrs += _message_attrs(o.meta)
-        lines = [f"<object {attrs}>"]
+        body: list[str] = []
         call = self._call_of(o)
         if call is not None:
-            lines.append(f"call: {call['name']} {arguments_text(call['arguments'])}")
-            lines.append("output:")
-        lines.append(self.shown_text(o))
-        lines.append("</object>")
-        return lines
+            body.append(f"call: {call['name']} {arguments_text(call['arguments'])}")
+            body.append("output:")
+        body.append(self.shown_text(o))
+        end = _end_mark(body) if self.layout >= 11 else "</object>"
+        if end != "</object>":
+            attrs += f' ends="{end}"'
+        return [f"<object {attrs}>", *body, end]
 
     def _call_of(self, o: ObjInfo) -> ToolCall | None:
         if o.kind != "toolcall" or o.call_entry is None:
