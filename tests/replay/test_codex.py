@@ -536,6 +536,19 @@ def test_a_hunk_marked_end_of_file_changes_the_last_lines_as_codex_does() -> Non
     assert vf.text() is None
 
 
+def test_a_hunk_written_with_ascii_punctuation_finds_typographic_lines_as_codex_does() -> None:
+    """Codex's ``seek_sequence`` tries last with dashes, quotes and odd spaces as their ASCII ones:
+    a model that writes ``--`` and ``"`` for a file's em dash and curly quotes still patches it.
+    Before, such a hunk was not found here, and the file's content was forgotten (shown unknown)."""
+    vf = VirtualFile("file:x", "notes.md")
+    vf.write("# Plan \u2014 draft\nsay \u201chi\u201d\u00a0now\nend")
+    text = '*** Begin Patch\n*** Update File: notes.md\n@@\n-say "hi" now\n+say "hello" now\n*** End Patch'
+    op = file_op("edit", {"input": text}, success("notes.md"))
+    assert op is not None
+    vf.edit(op)
+    assert vf.text() == '# Plan \u2014 draft\nsay "hello" now\nend'
+
+
 def test_ctxos_replay_detects_a_rollout_and_measures_it(tmp_path: Path) -> None:
     """Through the real command: the format is told from the file, and ``--json`` reports it."""
     path = rollout(tmp_path / "rollout-2026-11-29T10-00-00-cx-1.jsonl")

@@ -298,14 +298,30 @@ def _hunk_spans(
 def _seek(lines: list[str | None], pattern: list[str], start: int) -> int | None:
     """Where ``pattern`` first occurs in ``lines`` at or after ``start`` (Codex's
     ``seek_sequence``: exact lines, else equal without trailing spaces, else without surrounding
-    ones; a line never read matches nothing); None if nowhere."""
+    ones, else also with typographic dashes, quotes and spaces as their ASCII ones; a line never
+    read matches nothing); None if nowhere."""
     n = len(pattern)
-    for loose in (str, str.rstrip, str.strip):
+    for loose in (str, str.rstrip, str.strip, _ascii_punctuation):
         want = [loose(p) for p in pattern]
         for i in range(start, len(lines) - n + 1):
             if all(line is not None and loose(line) == w for line, w in zip(lines[i : i + n], want, strict=True)):
                 return i
     return None
+
+
+_PUNCTUATION = str.maketrans(
+    {
+        **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
+        **dict.fromkeys("\u2018\u2019\u201a\u201b", "'"),
+        **dict.fromkeys("\u201c\u201d\u201e\u201f", '"'),
+        **dict.fromkeys("\u00a0\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000", " "),
+    }
+)
+"""Codex's last, most lenient comparison: these dashes, quotes and spaces as their ASCII ones."""
+
+
+def _ascii_punctuation(line: str) -> str:
+    return line.strip().translate(_PUNCTUATION)
 
 
 def _seek_end(lines: list[str | None], pattern: list[str]) -> int | None:
