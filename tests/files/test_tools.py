@@ -712,6 +712,28 @@ def test_a_glob_that_starts_with_dot_slash_is_relative_to_the_searched_directory
     ]
 
 
+@pytest.mark.timeout(120)
+def test_a_glob_with_many_stars_is_matched_without_backtracking(root: Path, tools: FileTools) -> None:
+    """A glob with a ``/`` was one regex: ``**/`` a ``(?:.*/)?`` each, ``*`` a ``[^/]*``; with many
+    of them (``**/**/…/x``, ``src/*a*a*…*b``) it backtracked over a deep path or a long name for
+    minutes to hours, holding the session. It is now matched segment by segment, with the same
+    answers."""
+    deep = root.joinpath(*(f"d{n}" for n in range(25)))
+    deep.mkdir(parents=True)
+    (deep / "f.txt").write_text("x\n")
+    (root / "src").mkdir()
+    (root / "src" / ("a" * 120)).write_text("x\n")
+    (root / "src" / "aab").write_text("x\n")
+    assert tools.call("find", {"pattern": "**/" * 14 + "nomatch"}) == f"(no files match {'**/' * 14 + 'nomatch'!r})"
+    assert (
+        tools.call("find", {"pattern": "**/" * 14 + "f.txt"}).split("\n")[0]
+        == deep.relative_to(root).as_posix() + "/f.txt"
+    )
+    assert tools.call("find", {"pattern": "src/" + "*a" * 12 + "*b"}).startswith("(no files match")
+    assert tools.call("find", {"pattern": "src/*a*a*b"}).split("\n")[0] == "src/aab"
+    assert tools.call("grep", {"pattern": "x", "glob": "**/" * 14 + "*.txt"}).split("\n")[0].endswith("/f.txt:1:x")
+
+
 def test_braces_in_a_glob_are_alternatives(root: Path, tools: FileTools) -> None:
     """``*.{ts,tsx}``, as rg, fd (Pi's find) and Claude Code's glob take it, and as models write
     it: either extension. ``fnmatch`` has no braces, so it matched nothing, and ``find`` and

@@ -257,9 +257,41 @@ def _glob_matcher(pattern: str) -> Callable[[str, str], bool]:
     ``{a,b}`` is either, as rg, fd and Claude Code's glob take it (``*.{ts,tsx}``)."""
     alternatives = _braces(pattern)
     if "/" in pattern:
-        rxs = [_glob_regex(_under_base(p)) for p in alternatives]
-        return lambda rel, name: any(rx.match(rel) for rx in rxs)
+        matchers = [_path_glob(_under_base(p)) for p in alternatives]
+        return lambda rel, name: any(m(rel) for m in matchers)
     return lambda rel, name: any(fnmatch.fnmatchcase(name, p) for p in alternatives)
+
+
+def _path_glob(pattern: str) -> Callable[[str], bool]:
+    """Whether a relative path matches a glob with ``/``, as ``_glob_regex`` says, segment by
+    segment when every ``**`` is a whole segment (the regex of ``**/**/**/…/x`` or
+    ``src/*a*a*a*a*b`` backtracked for minutes on one path, holding the session): each segment as
+    ``fnmatch`` matches a name (without backtracking), ``**`` as any directories between, or at
+    the end as anything below (one segment or more). A ``**`` inside a segment (``src/**.py``)
+    goes to the regex."""
+    parts = pattern.split("/")
+    if any("**" in part and part != "**" for part in parts):
+        rx = _glob_regex(pattern)
+        return lambda rel: rx.match(rel) is not None
+    parts = [part for k, part in enumerate(parts) if not (part == "**" and k and parts[k - 1] == "**")]
+    # fnmatch takes [!a] for a set's complement, and [^a] as ^ or a; _glob_regex both as [!a]
+    rxs = [None if part == "**" else re.compile(fnmatch.translate(part.replace("[^", "[!"))) for part in parts]
+
+    def match(rel: str) -> bool:
+        segments = rel.split("/")
+        reach = [True] + [False] * len(segments)  # reach[j]: the parts so far match segments[:j]
+        for k, rx in enumerate(rxs):
+            if rx is None:  # any segments (below the last part: at least one)
+                at_least = 1 if k == len(rxs) - 1 else 0
+                first = next((j for j, r in enumerate(reach) if r), None)
+                if first is None:
+                    return False
+                reach = [j >= first + at_least for j in range(len(reach))]
+            else:
+                reach = [False] + [reach[j] and rx.match(segments[j]) is not None for j in range(len(segments))]
+        return reach[-1]
+
+    return match
 
 
 def _braces(pattern: str, limit: int = 256) -> list[str]:
