@@ -776,6 +776,17 @@ def test_grep_options(root: Path, tools: FileTools) -> None:
     assert "not a valid regular expression" in tools.call("grep", {"pattern": "(md"})
 
 
+def test_grep_refuses_a_pattern_nested_too_deeply_with_a_typed_error(root: Path, tools: FileTools) -> None:
+    """A pattern of groups 500 deep (``((((…))))``) overflowed the regex parser's recursion: a
+    ``RecursionError`` left the tool, untyped, instead of an answer to the model."""
+    (root / "a.txt").write_text("x\n")
+    out = json.loads(tools.call("grep", {"pattern": "(" * 500 + "x" + ")" * 500}))
+    assert out == {
+        "error": "grep: the regular expression is nested too deeply to compile; pass literal=true to search text",
+        "type": "InputError",
+    }
+
+
 @pytest.mark.timeout(120)
 def test_grep_stops_a_pattern_that_backtracks_without_end(root: Path, session: Session) -> None:
     """``(\\w+\\s?)+$`` on a long line it does not match backtracks for longer than anyone waits.

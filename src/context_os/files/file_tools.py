@@ -927,6 +927,10 @@ class FileTools:
             rx = regex.compile(re.escape(pattern) if literal else pattern, regex.IGNORECASE if ignoreCase else 0)
         except regex.error as e:
             raise InputError(f"grep: not a valid regular expression ({e}); pass literal=true to search text") from None
+        except RecursionError:  # the parser's own depth: ((((…)))) hundreds deep
+            raise InputError(
+                "grep: the regular expression is nested too deeply to compile; pass literal=true to search text"
+            ) from None
         # A pattern that backtracks without end ((\w+\s?)+$ on a long line) ran for hours, holding
         # the session: the time every line's search takes is counted, and its sum is bounded.
         left = self.grep_seconds
