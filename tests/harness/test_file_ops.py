@@ -171,6 +171,23 @@ def test_the_notes_claude_code_appends_to_a_read_are_not_file_text() -> None:
     assert file_op("read", {"file_path": "/r/a.go", "offset": 500}, past) is None
 
 
+@pytest.mark.timeout(120)
+def test_a_file_of_many_reminder_lines_is_read_in_linear_time() -> None:
+    """The notes a read's output ends with were found by one regex, a run of
+    ``<system-reminder>…</system-reminder>`` blocks up to the end: over an output holding many such
+    lines that do not end it (a file of transcripts, read by Pi, whose output is the bare text) it
+    backtracked exponentially: 24 lines took a minute, 40 would take days, holding the hook. The
+    run is now read from the end; the file's text is all kept, and notes that do end it still go."""
+    text = "log\n" + "<system-reminder>x</system-reminder>\n" * 40 + "end"
+    op = file_op("read", {"path": "/r/log.txt"}, text)
+    assert op is not None and op.text == text
+    numbered = "\n".join(f"{n:6}\u2192{line}" for n, line in enumerate(text.split("\n"), 1))
+    op = file_op(
+        "read", {"file_path": "/r/log.txt"}, numbered + MALWARE_NOTE + "\n<system-reminder>b</system-reminder>"
+    )
+    assert op is not None and op.text == text
+
+
 def test_claude_code_2_1_numbers_lines_with_a_tab_and_drops_the_last_empty_ones() -> None:
     """Claude Code 2.1 (seen live through the proxy): ``N<tab>text``, and the empty line after a
     file's last newline printed as its number alone."""

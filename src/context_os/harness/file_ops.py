@@ -73,9 +73,35 @@ _NUMBERED = re.compile(r"^ *(\d+)(?:\t|→)")
 _NUMBER_ALONE = re.compile(r"^ *(\d+)$")
 """The last line of a numbered read of a file that ends with a newline, as Claude Code 2.1 prints
 it (``121``: the tab after the number of the empty line dropped)."""
-_REMINDERS = re.compile(r"(?:(?:\A|\n+)<system-reminder>.*?</system-reminder>\n*)+\Z", re.DOTALL)
-"""Notes Claude Code appends to what its Read tool shows (since 2.0: one on malware after every
-read, a warning on an empty file or an offset past its end): not the file's text."""
+_OPEN_REMINDER, _CLOSE_REMINDER = "<system-reminder>", "</system-reminder>"
+
+
+def _reminders_start(output: str) -> int | None:
+    """Where the notes Claude Code appends to what its Read tool shows start (since 2.0: one on
+    malware after every read, a warning on an empty file or an offset past its end; not the
+    file's text): the run of ``<system-reminder>…</system-reminder>`` blocks that ends the output,
+    each at its start or after line breaks, read from the end (a regex of such a run backtracked
+    exponentially over an output of many such lines that did not end it); None if none."""
+    start = None
+    end = _before_line_breaks(output, len(output))
+    while output.endswith(_CLOSE_REMINDER, 0, end):
+        body_end = end - len(_CLOSE_REMINDER)
+        after = output.rfind(_CLOSE_REMINDER, 0, body_end)  # the block before ends there, if any
+        opened = output.find(_OPEN_REMINDER, 0 if after < 0 else after + len(_CLOSE_REMINDER), body_end)
+        while opened > 0 and output[opened - 1] != "\n":  # the first that starts a line
+            opened = output.find(_OPEN_REMINDER, opened + 1, body_end)
+        if opened < 0:
+            break
+        start = end = _before_line_breaks(output, opened)
+    return start
+
+
+def _before_line_breaks(text: str, at: int) -> int:
+    """Where the run of line breaks that ends at ``at`` starts."""
+    while at > 0 and text[at - 1] == "\n":
+        at -= 1
+    return at
+
 
 # Gemini CLI's read_file
 _GEMINI_PART = re.compile(
@@ -178,11 +204,11 @@ def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | 
         return _gemini_part(output, part)
     first = max(1, offset or 1)
     total: int | None = None
-    reminders = _REMINDERS.search(output)
+    reminders = _reminders_start(output)
     if reminders is not None:
-        if reminders.start() == 0 and "shorter than the provided offset" in output:
+        if reminders == 0 and "shorter than the provided offset" in output:
             return None  # nothing of the file was shown
-        output = output[: reminders.start()]
+        output = output[:reminders]
     m = _READ_TRAILER.search(output)
     body = output
     if m is not None:
