@@ -549,6 +549,21 @@ def test_a_hunk_written_with_ascii_punctuation_finds_typographic_lines_as_codex_
     assert vf.text() == '# Plan \u2014 draft\nsay "hello" now\nend'
 
 
+def test_a_patch_with_crlf_line_breaks_adds_no_carriage_returns() -> None:
+    """Codex reads a patch's lines as Rust's ``str::lines`` does: a CR before each line break is no
+    part of the line. Before, every added line kept it: the file shown held ``\\r`` at each line
+    end that Codex did not write, and its next read counted as a change made outside the tools."""
+    vf = VirtualFile("file:x", "a.py")
+    vf.write("a = 1\nb = 2")
+    text = "*** Begin Patch\r\n*** Update File: a.py\r\n@@\r\n a = 1\r\n-b = 2\r\n+b = 3\r\n*** End Patch\r\n"
+    op = file_op("edit", {"input": text}, success("a.py"))
+    assert op is not None and op.path == "a.py"
+    vf.edit(op)
+    assert vf.text() == "a = 1\nb = 3"
+    added = parse_patch("*** Begin Patch\r\n*** Add File: c.py\r\n+c = 1\r\n+d = 2\r\n*** End Patch")
+    assert added is not None and added.files[0].lines == ["c = 1", "d = 2"]
+
+
 def test_ctxos_replay_detects_a_rollout_and_measures_it(tmp_path: Path) -> None:
     """Through the real command: the format is told from the file, and ``--json`` reports it."""
     path = rollout(tmp_path / "rollout-2026-11-29T10-00-00-cx-1.jsonl")

@@ -345,7 +345,8 @@ def call_patch(arguments: Any) -> str | None:
 
 def parse_patch(text: str) -> Patch | None:
     """The files of a patch and what it does to each; None if it is not a patch."""
-    lines = text.strip("\n").split("\n")
+    # lines as Codex reads them (Rust's str::lines): a CR before a line break is not the line's
+    lines = [line.removesuffix("\r") for line in text.strip("\n").split("\n")]
     if not lines or lines[0].strip() != "*** Begin Patch":
         return None
     files: list[PatchFile] = []
