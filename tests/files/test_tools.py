@@ -803,6 +803,17 @@ def test_grep_stops_a_pattern_that_backtracks_without_end(root: Path, session: S
     assert tools.call("grep", {"pattern": r"(\w+\s?)+$", "glob": "a.txt"}).split("\n")[0] == "a.txt:1:fine"
 
 
+def test_grep_bounds_a_slow_pattern_not_a_search_of_many_lines(root: Path, session: Session) -> None:
+    """The bound on ``grep``'s search time grows a little with every line it searches: an
+    ordinary pattern takes a few µs a line, so a search of a large tree must not be refused as a
+    slow pattern (with a fixed bound, 100,000 lines took more than a small one)."""
+    (root / "big.txt").write_text("".join(f"    value_{n} = compute({n})  # line\n" for n in range(100_000)))
+    tools = FileTools(session, Workspace(root), grep_seconds=0.05)
+    assert tools.call("grep", {"pattern": r"value_99999 = \w+", "limit": 1}).split("\n")[0] == (
+        "big.txt:100000:    value_99999 = compute(99999)  # line"
+    )
+
+
 def test_grep_says_it_stopped_only_when_more_lines_match(root: Path, tools: FileTools) -> None:
     """At its limit ``grep`` said "stopped at N matches" whether more lines matched or not: a
     search with exactly N matches told the model to raise the limit for matches there were not."""

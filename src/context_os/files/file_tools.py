@@ -324,6 +324,9 @@ def _braces(pattern: str, limit: int = 256) -> list[str]:
     return [pattern]
 
 
+_GREP_LINE_SECONDS = 50e-6
+"""What ``grep``'s time bound grows by per line searched: ten times what an ordinary pattern takes."""
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -379,7 +382,8 @@ class FileTools:
     tracked at once); or ``index``: a ``FileIndex`` to share. ``host``: the host's own
     implementations of ``write``/``edit``/``ls``/``find``/``grep``. ``max_discovered``: at most
     this many files per ls/find/grep call enter the metadata pool. ``grep_seconds``: how long one
-    ``grep``'s pattern may take over all the lines it searches before the call fails as too slow.
+    ``grep``'s pattern may take over all the lines it searches (and 50 µs more a line) before the
+    call fails as too slow.
     """
 
     def __init__(
@@ -932,8 +936,10 @@ class FileTools:
                 "grep: the regular expression is nested too deeply to compile; pass literal=true to search text"
             ) from None
         # A pattern that backtracks without end ((\w+\s?)+$ on a long line) ran for hours, holding
-        # the session: the time every line's search takes is counted, and its sum is bounded.
-        left = self.grep_seconds
+        # the session: the time every line's search takes is counted, and its sum is bounded by
+        # grep_seconds and a little more per line searched (an ordinary pattern takes a few µs a
+        # line: a search of a million lines is not refused).
+        allowed = self.grep_seconds
         in_glob = _glob_matcher(glob) if glob else None
         with self.workspace.open(real, kind="entry") as entry:
             in_dir = _is_dir(entry.st)
@@ -974,18 +980,19 @@ class FileTools:
             # lines split at "\n" only, as `lines` and grep number them (not at a form feed or U+2028)
             for n, line in enumerate(text[:-1].split("\n") if text.endswith("\n") else text.split("\n"), 1):
                 line = line.removesuffix("\r")
+                allowed += _GREP_LINE_SECONDS
                 started = time.monotonic()
                 try:
-                    if left <= 0:
+                    if allowed <= 0:
                         raise TimeoutError
-                    found = rx.search(line, timeout=left)
+                    found = rx.search(line, timeout=allowed)
                 except TimeoutError:
                     raise InputError(
                         f"grep: the pattern {pattern!r} is too slow: its search took over {self.grep_seconds:g}s"
                         f" (stopped at {shown}:{n}); nested repetition such as (\\w+\\s?)+ backtracks without"
                         " end on a line it does not match: simplify it, narrow path or glob, or pass literal=true"
                     ) from None
-                left -= time.monotonic() - started
+                allowed -= time.monotonic() - started
                 if found is None:
                     continue
                 if len(lines) >= limit:
