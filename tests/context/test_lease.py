@@ -15,17 +15,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from context_os import Session
 from context_os.context.lease import lease_id
 from context_os.context.load import load_view
-from context_os.errors import SessionBusy, StoreError
+from context_os.errors import SessionBusy, StoreCorrupt, StoreError
 from context_os.harness import OpenAIHook
 from context_os.objects import LeaseDoc
 from context_os.store import Store
-from context_os.store.base import Put, next_valid_time, now_ms
+from context_os.store.base import Delete, Put, next_valid_time, now_ms
 from context_os.store.sqlite import SqliteStore
 from tests._reliability import Counts
 from tests.helpers import coding_session, say, user
@@ -116,6 +117,30 @@ def test_another_hosts_lease_holds_until_it_expires(store: Store, uid: str) -> N
     _foreign_lease(store, uid, now_ms() - 1)
     with Session.open(store, uid) as s:
         assert s.lease is not None and s.lease.expires > now_ms()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ({"holder": "elsewhere", "host": "another-host", "pid": 1, "expires": "tomorrow"}, "content.expires"),
+        ({"holder": "elsewhere", "host": "another-host", "pid": 1}, "content.expires"),
+        ("held", "it has no content"),
+    ],
+)
+def test_a_damaged_lease_is_named_with_the_way_out(store: Store, uid: str, content: Any, problem: str) -> None:
+    # A lease row changed by hand made Session.open raise a bare ValueError/TypeError/KeyError
+    # from deep inside the lease check, naming neither the document nor what to do.
+    doc = LeaseDoc(id=lease_id(uid), content={}, meta={"session": uid}).to_doc()
+    doc["content"] = content
+    store.submit([Put(doc, next_valid_time())])
+    with pytest.raises(StoreCorrupt, match=rf"lease:{uid} @ tx \d+ is damaged: {problem}") as damaged:
+        Session.open(store, uid)
+    assert damaged.value.id == lease_id(uid)
+    assert f"Delete('lease:{uid}')" in str(damaged.value)
+    store.submit([Delete(lease_id(uid))])  # the way out the message gives
+    with Session.open(store, uid) as s:
+        OpenAIHook(s).transform_context([user("hi")])
+        assert s.view.turn == 1
 
 
 def test_a_newer_session_object_in_the_same_process_revokes_the_older(store: Store, uid: str) -> None:

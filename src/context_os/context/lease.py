@@ -32,9 +32,9 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SessionBusy, StoreError, StoreUnreachable
+from ..errors import SessionBusy, StoreCorrupt, StoreError, StoreUnreachable
 from ..objects import LeaseDoc
-from ..store.base import Match, Put, Store, next_valid_time, now_ms
+from ..store.base import Match, Put, Store, Version, next_valid_time, now_ms
 
 __all__ = ["DEFAULT_LEASE_MS", "Lease", "lease_id"]
 
@@ -109,6 +109,27 @@ class _Holder:
         return f"pid {self.pid} on {self.host}"
 
 
+def _readable(v: Version, session_id: str) -> dict[str, Any]:
+    """The lease document of version ``v``; ``StoreCorrupt`` naming it if who holds the session
+    and until when cannot be read from it (a row changed by hand), with the way out: nothing tells
+    whether its writer still runs, so only the user can free the session."""
+    assert v.doc is not None
+    content = v.doc.get("content")
+    if not isinstance(content, dict):
+        problem = "it has no content"
+    elif not isinstance(content.get("expires"), int) or isinstance(content["expires"], bool):
+        problem = "content.expires is not an integer"
+    else:
+        return v.doc
+    raise StoreCorrupt(
+        f"{v.id} @ tx {v.tx_id} is damaged: {problem}, so who writes session {session_id!r} cannot be told"
+        " (`ctxos verify` re-hashes every document). Once no process writes the session, delete the lease"
+        f" (`store.submit([Delete({v.id!r})])`, Delete from context_os.store.base) and open it again",
+        id=v.id,
+        tx_id=v.tx_id,
+    )
+
+
 class Lease:
     """The lease one ``Session`` object holds on its session in ``store``."""
 
@@ -178,7 +199,7 @@ class Lease:
         current = self.store.get(self.id)
         now = now_ms()
         if current is not None and current.doc is not None:
-            why = self._refusal(current.doc, now)
+            why = self._refusal(_readable(current, self.session_id), now)
             if why is not None:
                 raise SessionBusy(why)
         doc = self._new_doc(now)
