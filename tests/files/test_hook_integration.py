@@ -76,6 +76,33 @@ def test_a_patch_that_only_marks_a_file_stale_says_so(tmp_path: Path, name: str)
         assert all(verify_frame(store, f).ok for f in frame_docs(store, "st"))
 
 
+@pytest.mark.parametrize("layout", [10, 11])
+def test_a_path_holding_a_line_break_is_shown_on_one_line(tmp_path: Path, layout: int) -> None:
+    """A file named with a line break and a quote (a repository may hold one): its block's head and
+    its index line showed the path raw, each broken in two, the second half free to pass for an
+    attribute (``version="99"``) or an index line of its own. From layout 11 the path is shown
+    escaped; a session of layout 10 still renders it raw, and both frames re-render to their hash."""
+    name = 'a\nb.py" version="99'
+    (tmp_path / name).write_text("x = 1\n")
+    with SqliteStore(tmp_path / "s.db") as store:
+        ws = Workspace(tmp_path)
+        session = Session.open(store, "nl", workspace=str(tmp_path), policy=RetentionPolicy(**EAGER))
+        session.view.layout = layout
+        hook = OpenAIHook(session, files=FileTools(session, ws))
+        msgs = [user("look"), call("r1", "read", path=name), result("r1", hook.call_tool("read", {"path": name}))]
+        blocks = blocks_text(hook.transform_context(msgs))
+        (oid,) = [v.id for v in store.find("file")]
+        head = next(line for line in blocks.splitlines() if line.startswith("<object "))
+        index = next(line for line in blocks.splitlines() if line.startswith(f"- {oid} "))
+        if layout == 10:
+            assert head == f'<object id="{oid}" kind="file" path="a' and index == f"- {oid} file a"
+        else:
+            escaped = 'a\\nb.py\\" version=\\"99'
+            assert head == f'<object id="{oid}" kind="file" path="{escaped}" version="1">'
+            assert index == f"- {oid} file {escaped} 2 tokens v1 active"
+        assert all(verify_frame(store, f).ok for f in frame_docs(store, "nl"))
+
+
 def test_a_short_file_written_by_the_agent_never_shows_its_old_text_once_collapsed(tmp_path: Path) -> None:
     """Layout 11: the file tools' ``write`` of a short file (no longer than the policy's
     ``elide_arguments_over_chars``) is marked when its result arrives; collapsed, its call shows

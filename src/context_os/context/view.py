@@ -167,7 +167,16 @@ changed: a stale view of it); and an object whose text holds a closing tag (``</
 ``</context_os``) ends with a mark of its own, derived from that text and named in its head
 (``ends="</object:3fa9c1d2e4b5>"``; ``_end_mark``): before, such a text (an HTML or GTK ``.ui``
 file, or one written to) showed as the end of its object, the rest as the user's words or as
-other objects."""
+other objects; a path (or name) in a block's head and in the object index is shown as the
+inside of a JSON string (``shown_name``): a line break, a double quote or a backslash in it
+escaped (before, a file named ``a<newline>b`` broke the head, and its index line, in two)."""
+
+
+def shown_name(name: str, layout: int = LAYOUT) -> str:
+    """An object's path or name as a block's head and the object index show it: from layout 11
+    as the inside of a JSON string, so a name holding a line break or a quote shows as one line
+    that cannot pass for another attribute or index line (``a\\nb``); before, as it is."""
+    return json.dumps(name, ensure_ascii=False)[1:-1] if layout >= 11 else name
 
 
 def short_ref(obj: ObjInfo) -> str | None:
@@ -468,7 +477,8 @@ def _patched(key: str, old: str, patch: str) -> str | None:
 
 
 _OBJECT_VERSION = re.compile(r'^<object id="[^"]*" kind="[^"]*"(?: path="[^\n]*?")? version="([^"]*)"', re.M)
-"""An object block's head (``_object_lines``): a path is shown as it is, quotes and all."""
+"""An object block's head (``_object_lines``): a path is shown as it is, quotes and all (layout 10),
+or escaped (``shown_name``: an escaped quote is never followed by `` version="``)."""
 _OBJECT_VERSION_9 = re.compile(r'^<object id="[^"]*" kind="[^"]*"(?: path="[^"\n]*")? version="([^"]*)"', re.M)
 """How layout 9 read it: a path up to its first quote (a path holding one was not read)."""
 
@@ -1040,7 +1050,7 @@ class SessionView:
         lines = [TAIL_OPEN]
         if meta:
             lines.append(INDEX_HEADER)
-            lines.extend(_index_line(o) for o in meta)
+            lines.extend(_index_line(o, self.layout) for o in meta)
         if active:
             lines.append("Active content:")
             for o in active:
@@ -1057,14 +1067,14 @@ class SessionView:
             blocks.append({"role": "user", "text": "\n".join(lines)})
         meta = self.metadata_pool()
         if meta:
-            lines = [TAIL_OPEN, INDEX_HEADER, *(_index_line(o) for o in meta), TAIL_CLOSE]
+            lines = [TAIL_OPEN, INDEX_HEADER, *(_index_line(o, self.layout) for o in meta), TAIL_CLOSE]
             blocks.append({"role": "user", "text": "\n".join(lines)})
         return blocks
 
     def _object_lines(self, o: ObjInfo) -> list[str]:
         attrs = f'id="{o.id}" kind="{o.kind}"'
         if o.meta.get("path"):
-            attrs += f' path="{o.meta["path"]}"'
+            attrs += f' path="{shown_name(str(o.meta["path"]), self.layout)}"'
         if o.meta.get("version"):
             attrs += f' version="{o.meta["version"]}"'
         if o.newer and o.newer.get("missing"):
@@ -1073,7 +1083,8 @@ class SessionView:
             )
         elif o.newer and o.newer.get("moved_to"):
             attrs += (
-                f' stale="version {o.newer.get("version", "?")} is newer: moved to {o.newer["moved_to"]}, same text"'
+                f' stale="version {o.newer.get("version", "?")} is newer:'
+                f' moved to {shown_name(str(o.newer["moved_to"]), self.layout)}, same text"'
             )
         elif o.newer:
             attrs += f' stale="version {o.newer.get("version", "?")} is newer: activate(id) loads it"'
@@ -1107,7 +1118,8 @@ class SessionView:
         ]
         meta = self.metadata_pool()
         if meta:
-            out.append((INDEX_KEY, "\n".join([TAIL_OPEN, INDEX_HEADER, *(_index_line(o) for o in meta), TAIL_CLOSE])))
+            index = [_index_line(o, self.layout) for o in meta]
+            out.append((INDEX_KEY, "\n".join([TAIL_OPEN, INDEX_HEADER, *index, TAIL_CLOSE])))
         return out
 
     def _plan_chains(self, n: int, pending: bool, break_at: int | None = None) -> tuple[dict[str, _Chain], int]:
@@ -1648,11 +1660,11 @@ def horizon_text(hidden: list[Entry], horizon: int) -> str:
     return _Behind().extend(hidden).text(horizon)
 
 
-def _index_line(o: ObjInfo) -> str:
+def _index_line(o: ObjInfo, layout: int = LAYOUT) -> str:
     name = o.meta.get("path") or o.meta.get("name") or ""
     parts = [f"- {o.id}", o.kind]
     if name:
-        parts.append(str(name))
+        parts.append(shown_name(str(name), layout))
     parts.append(f"{o.tokens} tokens")
     if o.kind == "recall" and isinstance(o.meta.get("preview"), str):  # hits stored since it was written
         parts.append(json.dumps(o.meta["preview"], ensure_ascii=False))
@@ -1662,7 +1674,7 @@ def _index_line(o: ObjInfo) -> str:
         gone = (
             ": missing"
             if o.newer.get("missing")
-            else f": moved to {o.newer['moved_to']}"
+            else f": moved to {shown_name(str(o.newer['moved_to']), layout)}"
             if o.newer.get("moved_to")
             else ""
         )
