@@ -214,6 +214,29 @@ def test_objects_recall_and_evict_print_a_sessions_escape_sequences_escaped(esca
     assert any(OSC in h["text"] for h in recalled["hits"])  # --json keeps the text as it is
 
 
+def test_verify_prints_what_the_integrity_check_found_escaped(tmp_path: Path) -> None:
+    """SQLite's integrity check names the tables and indexes it finds fault with, as the file's
+    schema spells them: a file made or damaged to hold an escape sequence in a name sent it to the
+    terminal. It is printed escaped; --json keeps it as it is."""
+    db = tmp_path / "s.db"
+    SqliteStore(db).close()  # an empty store
+    name = f"t{OSC}"
+    conn = sqlite3.connect(db)
+    conn.execute(f'CREATE TABLE "{name}" (a)')
+    conn.execute(f'INSERT INTO "{name}" VALUES (NULL)')
+    conn.commit()
+    conn.execute("PRAGMA writable_schema = ON")  # a NOT NULL column holding a NULL: the check names it
+    conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = ?", (f'CREATE TABLE "{name}" (a NOT NULL)', name))
+    conn.commit()
+    conn.close()
+    out = ctxos("verify", store=db, check=False)
+    assert out.returncode == 1, out.stderr
+    _no_controls(["verify"], out.stdout)
+    assert f"NULL value in t{OSC_SHOWN}.a" in out.stdout, out.stdout
+    report = json.loads(ctxos("verify", "--json", store=db, check=False).stdout)
+    assert report["integrity"] == [f"integrity_check: NULL value in {name}.a"]
+
+
 def _apply(hunks: list[dict], before: list[dict]) -> list[dict]:
     """``before`` with a frame diff's hunks applied, last first (their indices are ``before``'s)."""
     out = list(before)

@@ -165,8 +165,8 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                 click.echo("integrity check: the backend has none that can be run from here")
             else:
                 click.echo(f"integrity check: {len(integrity)} problem(s)" if integrity else "integrity check: ok")
-                for p in integrity:
-                    click.echo(f"  - {p}")
+                for p in integrity:  # a damaged (or made-up) file's names: anyone's text
+                    click.echo(printable(f"  - {p}"))
             if check_frames:
                 since = f", {len(frames_evicted)} showed what was evicted since" if frames_evicted else ""
                 click.echo(f"frames: {frames_ok} verified, {len(frames_bad)} failed{since}")
