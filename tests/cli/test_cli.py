@@ -941,9 +941,13 @@ def test_evict_through_its_alias_still_erases(tmp_path):
     assert "NotFound" in ctxos("objects", "inspect", "file:leak", store=db, check=False).stderr
     assert b"SECRET=1" not in db.read_bytes()
     # a second run says it is done already, rather than that there never was such an object
-    again = ctxos("objects", "evict", "file:leak", "--yes", store=db, check=False)
+    again = ctxos("objects", "evict", "file:leak", store=db, check=False)
     assert again.returncode == 1 and "no object 'file:leak'" in again.stderr
     assert "it was evicted at " in again.stderr and "(ctxos evict)" in again.stderr
+    # and with --yes it finishes what an eviction cut short may have left: the file rebuilt
+    again = ctxos("objects", "evict", "file:leak", "--yes", store=db)
+    assert again.stdout.startswith("file:leak: already evicted at ") and "(ctxos evict)" in again.stdout
+    assert "the store's files were rebuilt without what was erased" in again.stdout
 
 
 # -- the command tree: nouns, one-line help, --json, no module importing another ------------------

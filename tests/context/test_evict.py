@@ -9,14 +9,18 @@ chat page from its tombstone; the file index does not take the evicted bytes in 
 from __future__ import annotations
 
 import json
+import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from context_os import Session
+from context_os.cli import cli
 from context_os.context.evict import EVICTED_TEXT, evict, tombstone_id
 from context_os.context.frames import EVICTED_BLOCK, frame_docs, get_frame, rerender, verify_frame
 from context_os.context.policy import RetentionPolicy
@@ -542,7 +546,8 @@ def test_ctxos_evict_containing_erases_every_copy_of_a_text(tmp_path: Path, reli
     again = subprocess.run([*ctxos, "--containing", "-", "--json"], input=SECRET, capture_output=True, text=True)
     assert again.returncode == 0 and json.loads(again.stdout)["objects"] == []  # nothing left
     rerun = subprocess.run([*ctxos, "--containing", "-", "--yes"], input=SECRET, capture_output=True, text=True)
-    assert rerun.returncode == 0 and rerun.stdout == "No object holds the text: nothing to erase.\n"
+    nothing = "No object holds the text: nothing to erase (the store's files were rebuilt without what was erased).\n"
+    assert rerun.returncode == 0 and rerun.stdout == nothing
 
 
 def test_evict_containing_finds_a_deleted_recall_copy_whose_query_held_the_text(tmp_path: Path) -> None:
@@ -631,6 +636,55 @@ def test_an_eviction_a_reader_keeps_from_the_file_says_so(tmp_path: Path) -> Non
         s.close()
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("how", ["id", "containing"])
+def test_ctrl_c_while_an_eviction_rebuilds_the_file_says_what_is_left_and_what_finishes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    # Ctrl-C while `ctxos objects evict --yes` rebuilt the file (the eviction committed, the
+    # rebuild not done) said only "interrupted": nothing told that the object was erased but its
+    # bytes may still be in the file, and no command finished the erasure (the same one run again
+    # said there was nothing left to erase and left the file as it was).
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as store:
+        hook = OpenAIHook(s := Session.open(store, "live", redact=False))
+        hook.transform_context([user("hi"), call("c1", "bash", command="cat .env"), result("c1", f"K={SECRET}")])
+        oid = next(v.id for v in store.find("toolcall", {"session": "live"}))
+        s.close()
+    keep = sqlite3.connect(path)  # another process's idle connection: a reader leaving folds nothing back
+    keep.execute("SELECT count(*) FROM txs").fetchall()  # (a connection that never read is not counted)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    fold_back = SqliteStore._fold_back_wal
+
+    def ctrl_c(self: SqliteStore, conn: sqlite3.Connection) -> bool:
+        signal.raise_signal(signal.SIGINT)  # as the terminal sends it: the handler runs now
+        return fold_back(self, conn)
+
+    args = ["--store", str(path), "objects", "evict", *([oid] if how == "id" else ["--containing", "-"]), "--yes"]
+    monkeypatch.setattr(SqliteStore, "_fold_back_wal", ctrl_c)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "reading"
+        cut = CliRunner().invoke(cli, args, SECRET)
+    finally:
+        signal.signal(signal.SIGINT, before)
+        reader.communicate("done\n", timeout=60)
+    monkeypatch.undo()
+    try:
+        assert cut.exit_code == 130, cut.output
+        said = cut.stderr.strip()
+        assert said.startswith(f"interrupted: {oid} erased, but the erased bytes may still be in the files of"), said
+        assert SECRET.encode() in path.read_bytes()  # what it says
+        again = f"`ctxos --store {path} objects evict {oid} --yes`" if how == "id" else "the same command run again"
+        assert said.endswith(f": {again} finishes the erasure"), said
+        done = CliRunner().invoke(cli, args, SECRET)
+        assert done.exit_code == 0, done.output
+        assert SECRET.encode() not in path.read_bytes() + path.with_name("s.db-wal").read_bytes()
+    finally:
+        keep.close()
 
 
 def _activated_then_evicted(store: Store, uid: str) -> str:

@@ -9,17 +9,29 @@ It never writes, but through ``context.evict`` (``evict --yes``)."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
-from ..context.evict import KEPT_KINDS, evict, forget_paths, holding, no_object, path_holds
+from ..context.evict import KEPT_KINDS, evict, evictions, forget_paths, holding, no_object, path_holds
 from ..context.load import content_lines, object_states, unified_diff, version_row
-from ..errors import InputError, NotFound
+from ..errors import ContextOSError, InputError, NotFound
 from ..files.index import find_file_object
 from ..store import Store, Version
+from ..store.base import now_ms
 from ..times import parse_time
-from ._common import TEXT, DeprecatedAlias, emit_json, fails_cleanly, json_option, printable, store_from, table
+from ._common import (
+    TEXT,
+    DeprecatedAlias,
+    command_hint,
+    emit_json,
+    fails_cleanly,
+    json_option,
+    printable,
+    stop_interrupted,
+    store_from,
+    table,
+)
 
 
 @click.group("objects")
@@ -206,7 +218,11 @@ def evict_cmd(ctx: click.Context, object_id: str | None, containing: str | None,
         oid = find_file_object(store, object_id)
         versions = store.history(oid, with_docs=False)
         if not versions:
-            raise no_object(store, oid)
+            how = evictions(store, [oid]).get(oid) if yes else None
+            if how is None:
+                raise no_object(store, oid)
+            _finish(ctx, store, oid, how, as_json)
+            return
         result: dict[str, Any] = {"id": oid, "versions": len(versions), "evicted": False}
         if not yes:
             if as_json:
@@ -217,7 +233,11 @@ def evict_cmd(ctx: click.Context, object_id: str | None, containing: str | None,
                     "Frames that showed it will no longer verify. Pass --yes to erase."
                 )
             ctx.exit(1)
-        result.update(evict(store, oid, reason="ctxos evict"))
+        since, after = now_ms(), store.latest_tx_id()
+        try:
+            result.update(evict(store, oid, reason="ctxos evict"))
+        except KeyboardInterrupt:
+            _cut_short(store, [], [oid], since, after, f"`{command_hint('objects', 'evict', oid, '--yes')}`")
         if as_json:
             emit_json(result)
         else:
@@ -228,6 +248,43 @@ def evict_cmd(ctx: click.Context, object_id: str | None, containing: str | None,
         if result["left_in_files"]:
             _left_in_files(store)
             ctx.exit(1)
+
+
+def _finish(ctx: click.Context, store: Store, oid: str, how: str, as_json: bool) -> None:
+    """``evict ID --yes`` of an object evicted already: the store's files are rebuilt without what
+    was erased (an eviction cut short by Ctrl-C, or a crash, after it committed may have left its
+    bytes in them)."""
+    left = not store.scrub()
+    if as_json:
+        emit_json({"id": oid, "versions": 0, "evicted": False, "evicted_before": how, "left_in_files": left})
+    else:
+        click.echo(printable(f"{oid}: already {how}; the store's files were rebuilt without what was erased."))
+    if left:
+        _left_in_files(store)
+        ctx.exit(1)
+
+
+def _cut_short(
+    store: Store, erased: list[str], pending: list[str], since: int, after: int | None, again: str
+) -> NoReturn:
+    """Ctrl-C in an eviction: say what it erased and what finishes it, exit status 130. ``erased``:
+    the objects evicted before; ``pending``: those it was evicting (their tombstones, written
+    since ``since``/after tx ``after``, tell whether it committed). An SQLite store's file is
+    rebuilt after each eviction commits: cut short, the erased bytes may still be in it."""
+    try:
+        erased = erased + list(evictions(store, pending, since=since, after_tx=after))
+    except ContextOSError as e:
+        said = f"\ninterrupted: whether it was erased could not be read ({e}); {again} finishes it"
+        stop_interrupted(printable(said))
+    if not erased:
+        stop_interrupted("\ninterrupted: nothing was erased")
+    stop_interrupted(
+        printable(
+            f"\ninterrupted: {', '.join(erased) if len(erased) < 4 else f'{len(erased)} objects'} erased, but the"
+            f" erased bytes may still be in the files of {store.url} (they are rebuilt after an eviction): {again}"
+            " finishes the erasure"
+        )
+    )
 
 
 def _left_in_files(store: Store) -> None:
@@ -264,15 +321,25 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
         ctx.exit(1 if found else 0)
     evicted: list[str] = []
     left_in_files = False
-    # objects before blocks: an object takes the blocks that showed it with it
-    for o in sorted((o for o in found if o not in kept), key=lambda o: (o["kind"] == "block", o["id"])):
-        if o["id"] in evicted or not store.history(o["id"], with_docs=False):
-            continue  # gone with an object evicted before it
-        done = evict(store, o["id"], reason="ctxos evict --containing")
-        evicted += [o["id"], *done["derived"]]
-        left_in_files = left_in_files or bool(done["left_in_files"])
-    # a file's tombstone written before 2026-11-30 keeps its path: the path's hash takes its place
-    rewritten = forget_paths(store, text)
+    since, after, pending = now_ms(), store.latest_tx_id(), []
+    try:
+        # objects before blocks: an object takes the blocks that showed it with it
+        for o in sorted((o for o in found if o not in kept), key=lambda o: (o["kind"] == "block", o["id"])):
+            if o["id"] in evicted or not store.history(o["id"], with_docs=False):
+                continue  # gone with an object evicted before it
+            pending = [o["id"]]
+            done = evict(store, o["id"], reason="ctxos evict --containing")
+            evicted += [o["id"], *done["derived"]]
+            left_in_files = left_in_files or bool(done["left_in_files"])
+            pending = []
+        # a file's tombstone written before 2026-11-30 keeps its path: the path's hash takes its place
+        rewritten = forget_paths(store, text)
+    except KeyboardInterrupt:
+        _cut_short(store, evicted, pending, since, after, "the same command run again")
+    if not evicted and not rewritten:
+        # nothing left to erase: a run of it cut short after its last eviction committed may
+        # have left the erased bytes in the files
+        left_in_files = not store.scrub()
     remaining = holding(store, text)
     if as_json:
         emit_json(
@@ -287,7 +354,9 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
             }
         )
     elif not found:
-        click.echo("No object holds the text: nothing to erase.")
+        click.echo(
+            "No object holds the text: nothing to erase (the store's files were rebuilt without what was erased)."
+        )
     else:
         click.echo(
             f"{len(evicted)} object(s) erased, with the blocks that showed them; running sessions drop them at"

@@ -379,6 +379,13 @@ class Store(ABC):
         """Backend-specific sizes and counts for ``ctxos status``."""
         return {}
 
+    def scrub(self) -> bool:
+        """Erase from the backend's files what evictions left in them (an SQLite store rebuilds
+        its file after every eviction; one cut short by Ctrl-C or a crash leaves that to this):
+        True if nothing evicted is left in them. A backend that erases as it evicts has nothing
+        to do."""
+        return True
+
     def check(self) -> list[str] | None:
         """Problems the backend's own integrity check finds (empty: none), for ``ctxos verify``;
         None if the backend has no such check that can be run from here."""

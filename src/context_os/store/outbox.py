@@ -534,6 +534,9 @@ class OutboxStore(Store):
     def check(self) -> list[str] | None:
         return self.inner.check()
 
+    def scrub(self) -> bool:
+        return self.inner.scrub()
+
     def _text_search(self, args: SearchArgs) -> list[TextHit]:
         self._ready()
         return self.inner.text_search(

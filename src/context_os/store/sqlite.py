@@ -717,13 +717,25 @@ class SqliteStore(Store):
                 # process keeps the write lock past the busy timeout, the disk is too full for a
                 # copy of the file), the eviction stands and says what it left (it used to raise,
                 # as if nothing had been evicted).
-                try:
-                    conn.execute("VACUUM")
-                    left_in_files = not self._fold_back_wal(conn)
-                except sqlite3.OperationalError:
-                    _rollback(conn)
-                    left_in_files = True
+                left_in_files = not self._scrub(conn)
         return Tx(tx_id, tx_time, bool(committed), left_in_files=left_in_files)
+
+    def scrub(self) -> bool:
+        if self.read_only:
+            raise StoreError(f"SQLite store {self.path} is read-only: its file cannot be rebuilt")
+        with self._connection("rebuild") as conn:
+            return self._scrub(conn)
+
+    def _scrub(self, conn: sqlite3.Connection) -> bool:
+        """Rebuild the file without the free pages that may hold what was evicted, then fold the
+        WAL back; False if it could not (``_fold_back_wal``; or the rebuild failed: another process
+        kept the write lock past the busy timeout, the disk is too full for a copy of the file)."""
+        try:
+            conn.execute("VACUUM")
+            return self._fold_back_wal(conn)
+        except sqlite3.OperationalError:
+            _rollback(conn)
+            return False
 
     def _fold_back_wal(self, conn: sqlite3.Connection) -> bool:
         """Copy the whole WAL into the file and truncate it; False if a reader of an older
