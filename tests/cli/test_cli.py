@@ -873,6 +873,12 @@ def test_an_empty_store_url_is_an_error_not_the_default_store(tmp_path, monkeypa
     proc = ctxos("--store", "", "sessions", "--json", check=False)
     assert proc.returncode == 1 and "ConfigError: the store URL is empty" in proc.stderr
     assert json.loads(proc.stdout)["error"]["type"] == "ConfigError"
+    # CTXOS_STORE= (``$(xtdb/start)`` that printed nothing, say) is no more the default store
+    monkeypatch.setenv("CTXOS_STORE", "")
+    proc = ctxos("sessions", "--json", check=False)
+    assert proc.returncode == 1 and "ConfigError: CTXOS_STORE is set but empty" in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["error"]["type"] == "ConfigError"
+    assert ctxos("sessions", "--json", store=tmp_path / "env.db").returncode == 0  # --store still names one
 
 
 @pytest.mark.parametrize(

@@ -59,9 +59,21 @@ def data_dir() -> Path:
     return Path(user_data_dir("context_os", appauthor=False))
 
 
-def default_store_url() -> str:
-    """``$CTXOS_STORE`` if set, else the embedded store in the user data dir."""
+def _env_url() -> str | None:
+    """``$CTXOS_STORE``, None if unset; ``ConfigError`` if set but empty (``CTXOS_STORE=$(cmd)``
+    whose command printed nothing): a mistake, not a wish for the default store, as ``--store ''``."""
     env = os.environ.get("CTXOS_STORE")
+    if env is not None and not env.strip():
+        raise ConfigError(
+            "CTXOS_STORE is set but empty: set it to a store URL (sqlite:///path.db, a path, or"
+            " xtdb+http://host:port), or unset it for the default store"
+        )
+    return env
+
+
+def default_store_url() -> str:
+    """``$CTXOS_STORE`` if set (``ConfigError`` if empty), else the embedded store in the user data dir."""
+    env = _env_url()
     if env:
         return env
     return "sqlite://" + str((data_dir() / "store.db").absolute())
@@ -210,7 +222,7 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     """
     if url is not None and not url.strip():  # `--store ''`: a mistake, not a wish for the default
         raise ConfigError("the store URL is empty: give sqlite:///path.db, a path, or xtdb+http://host:port")
-    url = url or os.environ.get("CTXOS_STORE")
+    url = url or _env_url()
     if url and (url.startswith("xtdb+http://") or url.startswith("xtdb+https://")):
         return _open_xtdb(url)
     from .sqlite import SqliteStore
