@@ -625,6 +625,28 @@ def test_store_is_taken_after_the_command_too(demo):
     assert ctxos("sessions", "--json", f"--store={db}").stdout == before
 
 
+@pytest.mark.parametrize(
+    "where",
+    [("both", "before"), ("both", "after"), ("first", "before")],
+    ids=["before-the-command", "after-the-command", "one-before-one-after"],
+)
+def test_store_given_twice_is_the_last_one_wherever_each_stands(demo, tmp_path, where):
+    """As for any option click reads: the last ``--store`` wins. One after the command was moved
+    ahead of one before it, and before both were, so the first won (another store than meant)."""
+    db, _ = demo
+    other = tmp_path / "nowhere.db"
+    first, second = (["--store", str(other)], ["--store", str(db)])
+    if where == ("both", "before"):
+        args = [*first, *second, "sessions", "--json"]
+    elif where == ("both", "after"):
+        args = ["sessions", *first, f"--store={db}", "--json"]
+    else:
+        args = [*first, "sessions", *second, "--json"]
+    proc = ctxos(*args, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "d1" in {s["session"] for s in json.loads(proc.stdout)} and not other.exists()
+
+
 def test_replay_append_goes_on_where_the_session_stopped(tmp_path):
     """``--append`` of a longer recording of the same session adds the calls it had not seen;
     of the same file again, nothing; the hints name the store given."""

@@ -49,8 +49,9 @@ ALIASES = {"frame": "frames", "inspect": "objects", "evict": "objects"}
 
 class _Ctxos(click.Group):
     """``--store URL`` is the group's option, taken anywhere on the command line: ``ctxos
-    sessions --store URL`` as ``ctxos --store URL sessions``. With ``--json`` anywhere on it, a
-    failed command (a usage error too) also prints its error as JSON on stdout (``_errors``)."""
+    sessions --store URL`` as ``ctxos --store URL sessions`` (given twice, the last one counts).
+    With ``--json`` anywhere on it, a failed command (a usage error too) also prints its error as
+    JSON on stdout (``_errors``)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*COMMANDS, *ALIASES])
@@ -111,11 +112,13 @@ class _Ctxos(click.Group):
             if arg == "--":
                 rest += args[k:]
                 break
-            if arg == "--store" and k + 1 < len(args) and rest:
+            # every one moved, in its order: given twice, the last wins wherever each stands (only
+            # those after the command were moved, ahead of one before it, and the first won)
+            if arg == "--store" and k + 1 < len(args):
                 moved += args[k : k + 2]
                 k += 2
                 continue
-            if arg.startswith("--store=") and rest:
+            if arg.startswith("--store="):
                 moved.append(arg)
             else:
                 rest.append(arg)
