@@ -9,11 +9,13 @@ import json
 import os
 import pty
 import random
+import select
 import shutil
 import socket
 import sqlite3
 import subprocess
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -543,6 +545,50 @@ def run_on_a_terminal(args: list[str], env: dict[str, Any]) -> tuple[int, str]:
         out += chunk
     os.close(main)
     return proc.wait(timeout=60), out.decode("utf-8", "replace")
+
+
+def test_evict_containing_dash_on_a_terminal_asks_for_the_text_and_does_not_echo_it(tmp_path: Path) -> None:
+    """``objects evict --containing -`` typed at a terminal read stdin to its end with no prompt:
+    the command seemed to hang, and the secret typed showed on the screen. It asks, without echo,
+    and one line (Enter) ends the text."""
+    secret = "Zq8-leaked-" + "k9" * 8
+    messages = [{"role": "user", "content": f"the key is {secret}"}, {"role": "assistant", "content": "ok"}]
+    (tmp_path / "m.json").write_text(json.dumps(messages))
+    db = tmp_path / "s.db"
+    ctxos("replay", str(tmp_path / "m.json"), "--session", "k", "--verify", "none", store=db)
+    main, tty = pty.openpty()
+    proc = subprocess.Popen(
+        [*CTXOS, "--store", str(db), "objects", "evict", "--containing", "-"], stdin=tty, stdout=tty, stderr=tty
+    )
+    os.close(tty)
+    out = b""
+
+    def read_until(done: Callable[[bytes], bool]) -> None:
+        nonlocal out
+        deadline = time.monotonic() + 60
+        while not done(out) and time.monotonic() < deadline:
+            if select.select([main], [], [], 1)[0]:
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:  # EIO: the other side closed
+                    return
+                if not chunk:
+                    return
+                out += chunk
+
+    try:
+        read_until(lambda got: b"The text to look for" in got)
+        assert b"The text to look for (not shown; Enter ends it)" in out, out
+        os.write(main, secret.encode() + b"\n")
+        read_until(lambda got: False)  # to the end
+        assert proc.wait(timeout=60) == 1  # listed, not erased (no --yes)
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(main)
+    shown = out.decode("utf-8", "replace")
+    assert "object(s) hold the text:" in shown and "Pass --yes to erase them" in shown, shown
+    assert secret not in shown  # not echoed as typed, nor printed
 
 
 def test_long_frame_output_goes_through_the_pager_only_on_a_terminal(demo: Path, tmp_path: Path) -> None:

@@ -200,7 +200,8 @@ def inspect_cmd(
     type=TEXT,
     metavar="TEXT",
     help="Instead of one object: every object any version of which holds TEXT (a leaked key and"
-    " every copy of it); '-' reads TEXT from stdin, which keeps it out of the shell's history.",
+    " every copy of it); '-' reads TEXT from stdin (asked for, not echoed, on a terminal), which keeps it"
+    " out of the shell's history.",
 )
 @click.option("--yes", is_flag=True, help="Really erase it; without it nothing is changed.")
 @json_option
@@ -296,11 +297,26 @@ def _left_in_files(store: Store) -> None:
     )
 
 
+def _text_from_stdin() -> str:
+    """``--containing -``: the text, from stdin. On a terminal it is asked for and not echoed (a
+    secret, typed or pasted; Ctrl-C or Ctrl-D at the prompt stops the command): a bare read of
+    stdin waited there with no word of what for, until Ctrl-D, and showed the secret as typed."""
+    if not sys.stdin.isatty():
+        return sys.stdin.read().removesuffix("\n").removesuffix("\r")
+    try:
+        text: str = click.prompt(
+            "The text to look for (not shown; Enter ends it)", default="", show_default=False, hide_input=True, err=True
+        )
+    except click.Abort:
+        raise KeyboardInterrupt from None
+    return text
+
+
 def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as_json: bool) -> None:
     """``evict --containing TEXT``: every object holding ``text``, listed, then erased with --yes.
     The text itself is never printed."""
     if text == "-":
-        text = sys.stdin.read().removesuffix("\n").removesuffix("\r")
+        text = _text_from_stdin()
     if not text.strip():
         raise InputError("--containing: the text to look for is empty")
     found = holding(store, text)
