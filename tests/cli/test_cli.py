@@ -85,6 +85,24 @@ def test_hints_of_python_m_context_os_run_as_printed(tmp_path):
     assert again.stdout.splitlines()[-1].startswith("1 turn;")
 
 
+def test_hints_name_the_store_as_the_user_did(tmp_path):
+    """The store named by ``$CTXOS_STORE``: the hints add no ``--store`` (the docs say they carry
+    the ``--store`` given; they carried the environment's, the URL spelled out in every hint)."""
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    (tmp_path / "m.json").write_text(json.dumps(messages))
+    env = {**os.environ, "CTXOS_STORE": str(tmp_path / "env.db")}
+    for given in ([], ["--store", str(tmp_path / "given.db")]):
+        proc = subprocess.run(
+            [*CTXOS, *given, "replay", "m.json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr
+        (hint,) = [line for line in proc.stdout.splitlines() if line.startswith("see it turn by turn: ")]
+        first = shlex.split(hint.removeprefix("see it turn by turn: ").split("; ")[0])
+        assert first[1:3] == (["--store", str(tmp_path / "given.db")] if given else ["frames", "list"]), hint
+        again = subprocess.run(first, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0 and again.stdout.splitlines()[-1].startswith("1 turn;"), again.stderr
+
+
 def test_hints_of_ctxos_run_by_its_path_off_path_run_as_printed(tmp_path):
     """``/path/to/venv/bin/ctxos`` run by its path from a directory outside the venv, with no
     ``ctxos`` on PATH (a venv not activated): the closing hints name that path, not a bare

@@ -144,6 +144,8 @@ def cli(ctx: click.Context, store: str | None) -> None:
     """context_os: what your agent sees, as versioned objects in a bitemporal store."""
     ctx.ensure_object(dict)
     ctx.obj["store"] = store
+    # a hint to run next names the store only as the user did: $CTXOS_STORE names it there too
+    ctx.obj["store_given"] = ctx.get_parameter_source("store") is click.core.ParameterSource.COMMANDLINE
 
 
 class _Stdout(io.FileIO):

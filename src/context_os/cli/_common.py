@@ -744,10 +744,11 @@ def _under_cwd(path: str) -> str | None:
 
 def command_hint(*args: str) -> str:
     """A ``ctxos`` command line to print for the user to run next, as they ran this one (the
-    program's path, the ``--store`` they gave)."""
+    program's path, the ``--store`` they gave: none for a store ``$CTXOS_STORE`` names, which
+    names it to the next command too)."""
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_root().obj if ctx is not None else None
-    store = obj.get("store") if isinstance(obj, dict) else None
+    store = obj.get("store") if isinstance(obj, dict) and obj.get("store_given") else None
     return shlex.join([*program(), *(["--store", store] if store else []), *args])
 
 
