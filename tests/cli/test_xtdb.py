@@ -143,6 +143,19 @@ def test_verify_says_xtdb_has_no_integrity_check_to_run(demo: tuple[str, str, di
 
 
 @pytest.mark.xtdb
+def test_a_password_in_the_store_url_is_not_printed_in_the_closing_hints(xtdb_url: str, tmp_path: Path) -> None:
+    """``--store xtdb+http://user:pass@host``: the hints after a replay spelled the URL out,
+    password and all, which ``status``, reports and errors mask."""
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    (tmp_path / "m.json").write_text(json.dumps(messages))
+    url = xtdb_url.replace("xtdb+http://", "xtdb+http://bob:hunter2@", 1)
+    sid = f"pw-{uuid.uuid4().hex[:10]}"
+    proc = ctxos("replay", str(tmp_path / "m.json"), "--session", sid, store=url)
+    (hint,) = [line for line in proc.stdout.splitlines() if line.startswith("see it turn by turn: ")]
+    assert "hunter2" not in proc.stdout + proc.stderr and "bob:***@" in hint, hint
+
+
+@pytest.mark.xtdb
 def test_ctxos_store_environment_variable(demo: tuple[str, str, dict[str, Any]]) -> None:
     url, sid, _ = demo
     env = {"CTXOS_STORE": url}

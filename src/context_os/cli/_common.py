@@ -34,7 +34,7 @@ from ..errors import (
     StateError,
     StoreUnavailable,
 )
-from ..store import Store, open_store
+from ..store import Store, mask_url, open_store
 from ._errors import CheckOutage, DamageThenOutage, LibraryError, error_document, json_text
 from ._errors import stop_interrupted as stop_interrupted  # the commands that stop on Ctrl-C themselves
 
@@ -745,11 +745,11 @@ def _under_cwd(path: str) -> str | None:
 def command_hint(*args: str) -> str:
     """A ``ctxos`` command line to print for the user to run next, as they ran this one (the
     program's path, the ``--store`` they gave: none for a store ``$CTXOS_STORE`` names, which
-    names it to the next command too)."""
+    names it to the next command too; a password in it masked, as everywhere ``user:***@``)."""
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_root().obj if ctx is not None else None
     store = obj.get("store") if isinstance(obj, dict) and obj.get("store_given") else None
-    return shlex.join([*program(), *(["--store", store] if store else []), *args])
+    return shlex.join([*program(), *(["--store", mask_url(store)] if store else []), *args])
 
 
 def _report(result: TranscriptReplay, label: str, store: str, *, per_turn: bool) -> None:
