@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from context_os import Session
 from context_os.cli import cli
-from context_os.context.evict import EVICTED_TEXT, evict, tombstone_id
+from context_os.context.evict import EVICTED_TEXT, evict, forget_paths, tombstone_id
 from context_os.context.frames import EVICTED_BLOCK, frame_docs, get_frame, rerender, verify_frame
 from context_os.context.policy import RetentionPolicy
 from context_os.context.source_tools import SourceTools
@@ -449,12 +449,9 @@ def test_a_live_session_shows_its_index_anew_after_an_eviction(store: Store, uid
     s.close()
 
 
-def test_evict_containing_takes_a_secret_name_out_of_a_tombstone_written_before(tmp_path: Path) -> None:
-    # Tombstones of files written before 2026-11-30 keep the file's absolute path; --containing
-    # left them as "a session's own record": a secret in a file's name stayed in the store for good.
-    from click.testing import CliRunner
-
-    from context_os.cli import cli
+def _old_file_tombstone(tmp_path: Path) -> tuple[SqliteStore, Workspace, Path, str]:
+    """A store whose only copy of ``SECRET`` is in the path an evicted file's tombstone keeps, as
+    the code before 2026-11-30 wrote it: (store, workspace, the file, the tombstone's id)."""
     from context_os.objects import TombstoneDoc
     from context_os.store.base import Evict, Put, next_valid_time
 
@@ -475,12 +472,52 @@ def test_evict_containing_takes_a_secret_name_out_of_a_tombstone_written_before(
     store.submit([Evict(tomb.id)])  # as the code before 2026-11-30 wrote it
     store.submit([Put(TombstoneDoc(id=tomb.id, content=tomb.doc["content"], meta=meta).to_doc(), next_valid_time())])
     assert SECRET in _everywhere(store)
+    return store, ws, leaked, tomb.id
+
+
+def test_evict_containing_takes_a_secret_name_out_of_a_tombstone_written_before(tmp_path: Path) -> None:
+    # Tombstones of files written before 2026-11-30 keep the file's absolute path; --containing
+    # left them as "a session's own record": a secret in a file's name stayed in the store for good.
+    from click.testing import CliRunner
+
+    from context_os.cli import cli
+
+    store, ws, leaked, tomb_id = _old_file_tombstone(tmp_path)
     listed = CliRunner().invoke(cli, ["--store", str(store.path), "objects", "evict", "--containing", "-"], SECRET)
-    assert f"{tomb.id}: 1 version(s) (its file path: --yes writes it anew with the path's hash" in listed.output
+    assert f"{tomb_id}: 1 version(s) (its file path: --yes writes it anew with the path's hash" in listed.output
     r = CliRunner().invoke(cli, ["--store", str(store.path), "objects", "evict", "--containing", "-", "--yes"], SECRET)
     assert r.exit_code == 0, r.output
     assert SECRET not in _everywhere(store) and SECRET.encode() not in _on_disk(store)
-    with Session.open(store, "new", workspace=str(root), redact=False) as s:  # its bytes are still withheld
+    with Session.open(store, "new", workspace=str(leaked.parent), redact=False) as s:  # its bytes are still withheld
+        assert json.loads(FileTools(s, ws).call("read", {"path": leaked.name}))["content_omitted"] == EVICTED_BYTES
+    store.close()
+
+
+def test_ctrl_c_while_a_tombstone_is_written_anew_leaves_it_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The old tombstone is evicted, then its new form put, in two transactions: Ctrl-C while the
+    # eviction rebuilt the file left no tombstone at all, and the file's evicted bytes were
+    # indexed again by the next read.
+    store, ws, leaked, tomb_id = _old_file_tombstone(tmp_path)
+    fold_back = SqliteStore._fold_back_wal
+
+    def ctrl_c(self: SqliteStore, conn: sqlite3.Connection) -> bool:
+        signal.raise_signal(signal.SIGINT)  # as the terminal sends it: the handler runs now
+        return fold_back(self, conn)
+
+    monkeypatch.setattr(SqliteStore, "_fold_back_wal", ctrl_c)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            forget_paths(store, SECRET)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    monkeypatch.undo()
+    tomb = store.get(tomb_id)
+    assert tomb is not None and tomb.doc is not None, "the tombstone is gone"
+    assert "path_key" in tomb.doc["meta"] and SECRET not in _everywhere(store)
+    with Session.open(store, "new", workspace=str(leaked.parent), redact=False) as s:  # its bytes are still withheld
         assert json.loads(FileTools(s, ws).call("read", {"path": leaked.name}))["content_omitted"] == EVICTED_BYTES
     store.close()
 

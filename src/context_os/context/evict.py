@@ -277,7 +277,12 @@ def forget_paths(store: Store, text: str) -> list[str]:
         meta: dict[str, Any] = dict(doc["meta"])
         meta["path_key"] = path_key(meta.pop("abs_path"))
         tomb = TombstoneDoc(id=v.id, content=doc.get("content") or {}, meta=meta).to_doc()
-        store.submit([Evict(v.id)])
-        store.submit([Put(tomb, next_valid_time())])
+        try:
+            store.submit([Evict(v.id)])
+        finally:
+            # also when the eviction committed and then failed or was cut short (Ctrl-C while an
+            # SQLite store rebuilds its file): without its tombstone the evicted object comes back
+            if not store.history(v.id, with_docs=False):
+                store.submit([Put(tomb, next_valid_time())])
         out.append(v.id)
     return out
