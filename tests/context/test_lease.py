@@ -143,6 +143,32 @@ def test_a_damaged_lease_is_named_with_the_way_out(store: Store, uid: str, conte
         assert s.view.turn == 1
 
 
+OPEN = """
+import sys
+from context_os import Session, open_store
+try:
+    Session.open(open_store(sys.argv[1]), sys.argv[2])
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+
+
+def test_a_session_that_fails_to_open_gives_its_lease_back(store: Store, uid: str) -> None:
+    # A session whose document is damaged: Session.open raised StoreCorrupt with the lease still
+    # taken, so while this process ran (a server) every other process of the host was told the
+    # session was being written, by this pid, for the lease's 10 minutes: not what is wrong.
+    with Session.open(store, uid) as s:
+        OpenAIHook(s).transform_context([user("hi")])
+    doc = store.doc(f"session:{uid}")
+    assert doc is not None
+    doc["meta"]["turn"] = "1"  # a row changed by hand
+    store.submit([Put({k: v for k, v in doc.items() if not k.endswith("_hash")}, next_valid_time())])
+    with pytest.raises(StoreCorrupt, match="meta.turn is not an integer"):
+        Session.open(store, uid)
+    other = subprocess.run([sys.executable, "-c", OPEN, store.url, uid], capture_output=True, text=True, timeout=120)
+    assert other.stdout.startswith("StoreCorrupt "), other.stdout + other.stderr
+
+
 def test_a_newer_session_object_in_the_same_process_revokes_the_older(store: Store, uid: str) -> None:
     old = Session.open(store, uid)
     old_hook = OpenAIHook(old)

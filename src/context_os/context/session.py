@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import InputError, LockedObject, NotFound, StateError, StoreError, StoreUnavailable
+from ..errors import ContextOSError, InputError, LockedObject, NotFound, StateError, StoreError, StoreUnavailable
 from ..objects import FrameContent
 from ..scrub import RedactFunction, redactor
 from ..sources.base import ObjectSource
@@ -241,52 +241,63 @@ class Session:
             )
         lease = Lease(store, session_id, ttl_ms=lease_ms)
         lease.acquire()  # before reading: nobody else writes it from here on
-        current = store.get(f"session:{session_id}")
-        if current is None or current.doc is None:
-            policy = policy or RetentionPolicy()
-            view = SessionView(session_id, policy, managed=not policy.manage_from_tokens)
+        try:
+            current = store.get(f"session:{session_id}")
+            if current is None or current.doc is None:
+                policy = policy or RetentionPolicy()
+                view = SessionView(session_id, policy, managed=not policy.manage_from_tokens)
+                s = cls(
+                    store,
+                    view,
+                    harness=harness,
+                    workspace=workspace,
+                    created=now_ms(),
+                    source=source,
+                    redact=scrub,
+                    lease=lease,
+                )
+                s._know_tombstones(store.find("tombstone"))
+                s.writer.queue_session_doc()
+                s.writer.flush()
+                return s
+            view = load_view(store, session_id)
+            doc = current.doc
+            was = doc["content"].get("harness")
             s = cls(
                 store,
                 view,
-                harness=harness,
-                workspace=workspace,
-                created=now_ms(),
-                source=source,
+                # a session recorded as generic (opened without its harness named) takes the one named now
+                harness=harness if was in (None, "generic") else was,
+                workspace=doc["content"].get("workspace", workspace),
+                created=doc["content"].get("created", 0),
+                source=doc["content"].get("source", source),
                 redact=scrub,
                 lease=lease,
+                retired=[list(r) for r in doc["meta"].get("retired", [])],
+                last_vt=current.valid_time,
             )
-            s._know_tombstones(store.find("tombstone"))
-            s.writer.queue_session_doc()
-            s.writer.flush()
+            s.managed_from = doc["meta"].get("managed_from", 0)
+            s._know_tombstones(store.find("tombstone"))  # load_view reflects them
+            s.writer.dirty_pages |= {p for p in range(-(-len(view.entries) // PAGE_SIZE)) if p not in view.pages}
+            if policy is not None and policy != view.policy:
+                view.policy = policy
+                s.writer.queue_session_doc()
+            if s.harness != was:
+                s.writer.queue_session_doc()
+            s.writer.flush()  # a changed policy, a page rebuilt from its tombstone; usually nothing
+            s._resume()
+            s._release()
             return s
-        view = load_view(store, session_id)
-        doc = current.doc
-        was = doc["content"].get("harness")
-        s = cls(
-            store,
-            view,
-            # a session recorded as generic (opened without its harness named) takes the one named now
-            harness=harness if was in (None, "generic") else was,
-            workspace=doc["content"].get("workspace", workspace),
-            created=doc["content"].get("created", 0),
-            source=doc["content"].get("source", source),
-            redact=scrub,
-            lease=lease,
-            retired=[list(r) for r in doc["meta"].get("retired", [])],
-            last_vt=current.valid_time,
-        )
-        s.managed_from = doc["meta"].get("managed_from", 0)
-        s._know_tombstones(store.find("tombstone"))  # load_view reflects them
-        s.writer.dirty_pages |= {p for p in range(-(-len(view.entries) // PAGE_SIZE)) if p not in view.pages}
-        if policy is not None and policy != view.policy:
-            view.policy = policy
-            s.writer.queue_session_doc()
-        if s.harness != was:
-            s.writer.queue_session_doc()
-        s.writer.flush()  # a changed policy, a page rebuilt from its tombstone; usually nothing
-        s._resume()
-        s._release()
-        return s
+        except StoreUnavailable:
+            raise  # giving the lease back would wait on the store too: it expires (or goes with this process)
+        except Exception:
+            # the session could not be opened (a damaged document): its lease goes back, or no
+            # other process of this host could open it while this one runs (a server)
+            try:
+                lease.release()
+            except ContextOSError as e:
+                log.info("session %s: its lease could not be given back after a failed open: %s", session_id, e)
+            raise
 
     def _resume(self) -> None:
         """A resumed session goes on from its last frame, as the process that wrote it would
