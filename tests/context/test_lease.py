@@ -226,6 +226,26 @@ def test_a_lease_is_renewed_by_writing_and_retaken_after_idling(store: Store, ui
         hook.transform_context(messages)
 
 
+def test_a_session_whose_lease_another_writer_took_after_it_expired_closes_with_a_warning(
+    store: Store, uid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Leaving the `with` block of a Session idle past its lease, taken since by another writer,
+    # raised SessionBusy from close(), its work all done: its give-back found the other writer's
+    # lease. There is nothing to give back: a warning says so, the other writer's lease stays,
+    # and this Session writes no more.
+    with Session.open(store, uid, lease_ms=1000) as s:
+        hook = OpenAIHook(s)
+        hook.transform_context([user("hi")])
+        time.sleep(1.1)
+        _foreign_lease(store, uid, now_ms() + 60_000)
+    held = store.doc(lease_id(uid))
+    assert held is not None and held["content"]["host"] == "another-host" and held["content"]["expires"] > now_ms()
+    said = [r.getMessage() for r in caplog.records if "could not give its lease back" in r.getMessage()]
+    assert len(said) == 1 and "idle past its lease" in said[0], said
+    with pytest.raises(SessionBusy, match="idle past its lease"):
+        hook.transform_context([user("hi"), say("ok"), user("more")])
+
+
 def test_leases_need_a_sensible_length(store: Store, uid: str) -> None:
     with pytest.raises(StoreError, match="at least 1000 ms"):
         Session.open(store, uid, lease_ms=10)

@@ -27,7 +27,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import ContextOSError, InputError, LockedObject, NotFound, StateError, StoreError, StoreUnavailable
+from ..errors import (
+    ContextOSError,
+    InputError,
+    LockedObject,
+    NotFound,
+    SessionBusy,
+    StateError,
+    StoreError,
+    StoreUnavailable,
+)
 from ..objects import FrameContent
 from ..scrub import RedactFunction, redactor
 from ..sources.base import ObjectSource
@@ -333,9 +342,14 @@ class Session:
         return self.view.session_id
 
     def close(self) -> None:
-        """Stop writing this session and give its lease back (another process may then open it)."""
+        """Stop writing this session and give its lease back (another process may then open it).
+        A lease another writer took once it expired is not this Session's to give back: a warning
+        says so (it raised ``SessionBusy``, from a ``with`` block whose work had all been done)."""
         if self.lease is not None:
-            self.lease.release()
+            try:
+                self.lease.release()
+            except SessionBusy as e:
+                log.warning("session %s could not give its lease back: %s", self.id, e)
         try:  # its writes readable by every reader of the store, not only through this one
             self.store.sync()
         except StoreError as e:  # taken all the same (an XTDB node's log, an outbox): only slower to read
