@@ -291,7 +291,8 @@ class StateDoc(DocBase):
 
 class LeaseDoc(DocBase):
     """Which writer holds a session (``lease:<session>``): ``content`` = ``{"holder", "host",
-    "pid", "started", "acquired", "expires"}`` (``expires`` 0: released). See context/lease.py."""
+    "pid", "started", "pidns", "acquired", "expires"}`` (``expires`` 0: released; ``pidns``, the
+    holder's PID namespace, absent before 2026-12-01). See context/lease.py."""
 
     kind: Literal["lease"] = "lease"
     content: dict[str, Any]

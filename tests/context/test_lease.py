@@ -72,6 +72,40 @@ def test_a_second_process_is_refused_while_the_first_writes(store: Store, uid: s
         _end(proc)
 
 
+def _in_new_pid_namespace() -> list[str] | None:
+    """The command line prefix that runs a process in a PID namespace of its own (killed with its
+    ``unshare``), as a container sharing this host's name runs; None where that is not allowed."""
+    prefix = ["unshare", "--pid", "--kill-child", "--mount-proc"]
+    try:
+        ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=60).returncode == 0
+    except OSError:
+        return None
+    return prefix if ok else None
+
+
+def test_a_writer_in_another_pid_namespace_of_this_host_is_not_taken_for_a_crash(store: Store, uid: str) -> None:
+    # A container sharing the host's name (`--network host`) has a PID namespace of its own: the
+    # lease it held named a pid that, seen from the host, was none or another process's, and a
+    # process of the host took the session over from the live writer, as from a crashed one.
+    prefix = _in_new_pid_namespace()
+    if prefix is None:
+        pytest.skip("no PID namespace can be made here (unshare --pid needs root or user namespaces)")
+    proc = subprocess.Popen(
+        [*prefix, sys.executable, "-c", HOLD, store.url, uid, "hold"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "ready", line + (proc.stderr.read() if proc.stderr else "")
+        with pytest.raises(SessionBusy, match="is being written by another process"):
+            Session.open(store, uid)
+    finally:
+        _end(proc, signal.SIGKILL)  # (its child, the writer, with it)
+
+
 def test_a_crashed_writer_leaves_nothing_in_the_way(store: Store, uid: str) -> None:
     proc = _holder(store.url, uid)
     _end(proc, signal.SIGKILL)

@@ -6,10 +6,11 @@ the session's lease (``lease:<session>``) with a compare-and-set on the lease do
 every write of the session first checks that it still holds it:
 
 * **Taking it.** Free (never taken, released, or expired), or held by a process of this host
-  that no longer runs (a crash: its pid is gone, or now belongs to a process started later),
-  or held by this very process (the older ``Session`` object is then revoked: its next write
-  raises): the lease is taken with ``Match`` on the lease document as read, so of two openers
-  racing for it exactly one wins. Otherwise ``SessionBusy`` names the holder.
+  (and PID namespace: a container may share the host's name) that no longer runs (a crash: its
+  pid is gone, or now belongs to a process started later), or held by this very process (the
+  older ``Session`` object is then revoked: its next write raises): the lease is taken with
+  ``Match`` on the lease document as read, so of two openers racing for it exactly one wins.
+  Otherwise ``SessionBusy`` names the holder.
 * **Keeping it.** A lease lasts ``ttl_ms`` (default 10 minutes) from its last renewal. A write
   renews it once less than half is left, with a plain put (nobody else may take a lease before it
   expires, so renewing one still running needs no check, and it can wait in an outbox); a write
@@ -75,6 +76,16 @@ def _process_start(pid: int) -> str | None:
     return fields[19] if fields is not None and len(fields) > 19 else None
 
 
+def _pid_namespace() -> str | None:
+    """This process's PID namespace (Linux: ``pid:[4026531836]``), or None if unknown. Processes
+    of one host name in two namespaces (a container sharing the host's name, ``--network host``)
+    cannot see each other's pids."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def _running(pid: int, started: str | None) -> bool:
     """Whether process ``pid`` of this host still runs and is the one that took the lease."""
     try:
@@ -100,10 +111,12 @@ class _Holder:
     host: str
     pid: int
     started: str | None
+    pidns: str | None
 
     @classmethod
     def this_process(cls) -> _Holder:
-        return cls(uuid.uuid4().hex, socket.gethostname(), os.getpid(), _process_start(os.getpid()))
+        pid = os.getpid()
+        return cls(uuid.uuid4().hex, socket.gethostname(), pid, _process_start(pid), _pid_namespace())
 
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host}"
@@ -164,6 +177,7 @@ class Lease:
                 "host": h.host,
                 "pid": h.pid,
                 "started": h.started,
+                "pidns": h.pidns,
                 "acquired": acquired or now,
                 "expires": now + self.ttl_ms,
             },
@@ -176,12 +190,15 @@ class Lease:
         if c.get("holder") == self.holder.id or int(c.get("expires", 0)) <= now:
             return None
         pid, host = c.get("pid"), c.get("host")
-        if host == self.holder.host and isinstance(pid, int):
+        # its pid means a process here only in this PID namespace (a lease written before leases
+        # named theirs: as this one's); in another, a live writer's pid may be none here, or another's
+        here = host == self.holder.host and c.get("pidns", self.holder.pidns) == self.holder.pidns
+        if here and isinstance(pid, int):
             if pid == self.holder.pid:
                 return None  # this process: the older holder is revoked
             if not _running(pid, c.get("started")):
                 return None  # crashed without releasing
-        if host == self.holder.host:  # alive here: it leaves the session the moment it ends
+        if here:  # alive here: it leaves the session the moment it ends
             return (
                 f"session {self.session_id!r} is being written by another process (pid {pid} on {host}, this"
                 " host); only one writer at a time: stop it or wait for it to finish (the session is free"
