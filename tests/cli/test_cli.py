@@ -232,6 +232,24 @@ def test_objects_recall_and_evict_print_a_sessions_escape_sequences_escaped(esca
     assert any(OSC in h["text"] for h in recalled["hits"])  # --json keeps the text as it is
 
 
+def test_an_error_naming_a_damaged_document_is_printed_escaped(tmp_path: Path) -> None:
+    """The one line of a failed command names the document at fault: its id, a session's, holds
+    anyone's text (a session id is any text without spaces). It reached the terminal raw; it is
+    printed escaped, and --json keeps it as it is."""
+    db, sid = tmp_path / "s.db", f"s{OSC}"
+    with SqliteStore(db) as store:
+        Session.open(store, sid).close()  # (a new session's document is written as it opens)
+        doc = store.doc(f"session:{sid}")
+        assert doc is not None
+        doc["meta"]["turn"] = "1"  # a row changed by hand
+        store.put({k: v for k, v in doc.items() if not k.endswith("_hash")})
+    out = ctxos("sessions", store=db, check=False)
+    assert out.returncode == 1 and f"Error: StoreCorrupt: session:s{OSC_SHOWN} @ tx" in out.stderr, out.stderr
+    _no_controls(["sessions"], out.stderr)
+    shown = json.loads(ctxos("sessions", "--json", store=db, check=False).stdout)
+    assert shown["error"]["message"].startswith(f"session:s{OSC} @ tx")
+
+
 def test_verify_prints_what_the_integrity_check_found_escaped(tmp_path: Path) -> None:
     """SQLite's integrity check names the tables and indexes it finds fault with, as the file's
     schema spells them: a file made or damaged to hold an escape sequence in a name sent it to the

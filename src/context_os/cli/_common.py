@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -36,6 +35,7 @@ from ..errors import (
 )
 from ..store import Store, mask_url, open_store
 from ._errors import CheckOutage, DamageThenOutage, LibraryError, error_document, json_text
+from ._errors import printable as printable  # (every command's way to print a session's text)
 from ._errors import stop_interrupted as stop_interrupted  # the commands that stop on Ctrl-C themselves
 
 if TYPE_CHECKING:  # the library's heavier parts are imported by the commands that use them
@@ -236,17 +236,6 @@ def cut_short(error: StoreUnavailable, report: dict[str, Any] | None, *, damaged
 
 def emit_json(value: Any) -> None:
     click.echo(json_text(value))
-
-
-_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
-
-
-def printable(text: str) -> str:
-    """``text`` from a session, to print: its control characters but a newline, a tab and the
-    CR of a CRLF shown as escapes (``\\x1b``). What a tool output, a file or a message holds is
-    anyone's: printed raw, an escape sequence in it would drive the terminal (retitle it, write
-    its clipboard with OSC 52, move the cursor back over the lines printed before it)."""
-    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def echo_long(text: str) -> None:

@@ -5,6 +5,7 @@ JSON. Light (click only): the root group uses it before any command module is im
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -16,13 +17,25 @@ OUTAGE_EXIT = 3
 short or kept from starting: not the 1 of damage found, as nothing says the store is damaged."""
 
 
+_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+
+
+def printable(text: str) -> str:
+    """``text`` from a session, to print: its control characters but a newline, a tab and the
+    CR of a CRLF shown as escapes (``\\x1b``). What a tool output, a file or a message holds is
+    anyone's: printed raw, an escape sequence in it would drive the terminal (retitle it, write
+    its clipboard with OSC 52, move the cursor back over the lines printed before it)."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 class LibraryError(click.ClickException):
     """A library error (``ContextOSError``) as the command line reports it: exit status 1.
     ``reported``: the command printed its own JSON report, which names the error (no second JSON
     document follows it)."""
 
     def __init__(self, error: Exception, *, reported: bool = False) -> None:
-        super().__init__(f"{type(error).__name__}: {error}")
+        # the line on stderr escaped: an id or a path in it may come from a damaged store
+        super().__init__(printable(f"{type(error).__name__}: {error}"))
         self.kind = type(error).__name__
         self.detail = str(error)
         self.reported = reported
