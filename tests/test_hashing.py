@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -136,6 +137,18 @@ def test_error_names_the_path() -> None:
         canonical_json({"a": [1, {2: 3}]})
     with pytest.raises(HashError, match=r"^\$: nan "):
         canonical_json(math.nan)
+
+
+def test_an_integer_too_long_to_write_raises_hash_error_naming_where() -> None:
+    """Python writes no integer longer than ``sys.get_int_max_str_digits()``: its ``ValueError``
+    came out of ``canonical_json`` as it was, through every hash and document built on it."""
+    huge = 10 ** (sys.get_int_max_str_digits() or 4300)
+    with pytest.raises(HashError, match=r"^\.meta\.n\[1\]: an integer longer than \d+ digits"):
+        canonical_json({"meta": {"n": [1, huge]}})
+    with pytest.raises(HashError, match=r"^\.x: an integer longer"):
+        canonical_json({"f": 1.5, "x": -huge})  # a value that is normalised first
+    with pytest.raises(HashError, match="an integer longer"):
+        encode_doc("note:1", "note", "text", {"n": huge})
 
 
 def test_lone_surrogate_raises_hash_error() -> None:

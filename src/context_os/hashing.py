@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Mapping
 from json.encoder import encode_basestring
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "encode_doc",
     "hash_bytes",
     "hash_value",
+    "int_problem",
     "unicode_problem",
     "object_hash",
     "verify_doc",
@@ -72,8 +74,12 @@ def _plain(value: Any) -> bool:
 
 
 def _check(value: Any, path: str) -> None:
-    """Reject what has no single canonical encoding: NaN/Infinity and non-string keys."""
-    if isinstance(value, float):
+    """Reject what has no single canonical encoding: NaN/Infinity, non-string keys and integers
+    too long to write."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if (problem := int_problem(value)) is not None:
+            raise HashError(f"{path or '$'}: {problem} has no canonical JSON form")
+    elif isinstance(value, float):
         if not math.isfinite(value):
             raise HashError(f"{path or '$'}: {value!r} has no canonical JSON form")
     elif isinstance(value, Mapping):
@@ -107,7 +113,11 @@ def canonical_form(value: Any) -> tuple[bytes, bool]:
             except HashError:
                 _check(value, "")  # says where (a path is built only when there is an error)
                 raise
-        text = _ENCODER.encode(value)
+        try:
+            text = _ENCODER.encode(value)
+        except ValueError as e:  # an integer too long to write (int_problem)
+            _check(value, "")  # says where
+            raise HashError(str(e)) from None
     except RecursionError:
         raise HashError("nested too deeply to have a canonical JSON form") from None
     try:
@@ -123,6 +133,16 @@ def unicode_problem(text: str) -> str | None:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         return f"not valid Unicode text ({e.reason} at position {e.start})"
+    return None
+
+
+def int_problem(value: int) -> str | None:
+    """What the integer ``value`` is if it cannot be written or read back (it has more decimal
+    digits than Python converts: ``sys.get_int_max_str_digits()``, 4300 by default), or None."""
+    try:
+        int.__str__(value)
+    except ValueError:
+        return f"an integer longer than {sys.get_int_max_str_digits()} digits (Python's limit)"
     return None
 
 

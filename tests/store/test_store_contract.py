@@ -9,6 +9,7 @@ from its source rather than saw on a node, a comment says so (marked "XTDB:").
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from typing import Any
 
@@ -704,6 +705,32 @@ def test_find_by_numbers_beyond_a_double_s_range(store: Store, uid: str) -> None
     assert ns(store.find(kind, {"size": 2**63 + 5}, valid_time=T0)) == [3]
     assert ns(store.find(kind, {"size": 1e300}, valid_time=T0)) == [4]
     assert store.find_meta(kind, {"size": huge + 1}, ("size",), valid_time=T0) == [(f"{uid}-huger", {"size": huge + 1})]
+
+
+@pytest.mark.parametrize("where", ["meta", "content", "find"])
+def test_an_integer_too_long_to_write_is_refused_as_a_store_error(store: Store, uid: str, where: str) -> None:
+    """An integer of more digits than Python converts (``sys.get_int_max_str_digits()``) has no
+    JSON to store or compare: both stores raised Python's own ``ValueError`` (XTDB on a put, both
+    on a find), SQLite's put a message telling to raise the interpreter's limit. Now a
+    ``StoreError`` naming it, and nothing is written."""
+    huge = 10 ** (sys.get_int_max_str_digits() or 4300)  # one digit more than the limit
+    kind = f"k{uid}"
+    with pytest.raises(StoreError, match=rf"integer longer than {sys.get_int_max_str_digits()} digits"):
+        if where == "find":
+            store.find(kind, {"n": huge}, valid_time=T0)
+        elif where == "meta":
+            store.submit([Put(doc(f"{uid}-a", 1, kind=kind, size=huge), T0)])
+        else:
+            store.submit([Put({"id": f"{uid}-a", "kind": kind, "content": [1, {"n": -huge}]}, T0)])
+    assert store.find(kind, valid_time=T0) == []
+
+
+def test_a_where_value_with_no_json_form_is_a_store_error(store: Store, uid: str) -> None:
+    """NaN, or a map with a key that is not a string, cannot be compared with what is stored: the
+    XTDB store said so in a ``StoreError``, the SQLite store raised a ``HashError``."""
+    for value in (float("nan"), {1: "one"}):
+        with pytest.raises(StoreError, match="a where value cannot be compared"):
+            store.find(f"k{uid}", {"n": value}, valid_time=T0)
 
 
 def test_find_meta_gives_the_fields_of_what_find_finds(store: Store, uid: str) -> None:

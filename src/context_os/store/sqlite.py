@@ -56,7 +56,16 @@ from urllib.parse import quote
 
 import blake3
 
-from ..errors import InputError, NotFound, SchemaError, StoreClosed, StoreCorrupt, StoreError, StoreUnavailable
+from ..errors import (
+    HashError,
+    InputError,
+    NotFound,
+    SchemaError,
+    StoreClosed,
+    StoreCorrupt,
+    StoreError,
+    StoreUnavailable,
+)
 from ..hashing import canonical_json
 from ..times import MAX_MS, MIN_MS, iso
 from . import text_index
@@ -230,7 +239,10 @@ def _value_key(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     if value is None or isinstance(value, bool | int):
-        return json.dumps(value)
+        try:
+            return json.dumps(value)
+        except ValueError:  # an integer too long to write: canonical_json says so (HashError)
+            pass
     return canonical_json(value).decode("utf-8")
 
 
@@ -307,6 +319,10 @@ def _prepare_doc(doc: Mapping[str, Any], encoded: bytes | None = None) -> _Prepa
     except UnicodeEncodeError as e:
         raise StoreError(f"document {doc_id!r} holds text that is not Unicode: {e}") from e
     except (TypeError, ValueError) as e:
+        try:
+            canonical_json(doc)  # says what and where, as the other stores do
+        except HashError as why:
+            raise StoreError(f"document {doc_id!r} is not JSON: {why}") from e
         raise StoreError(f"document {doc_id!r} is not JSON: {e}") from e
     return _PreparedDoc(text, digest, doc)
 
@@ -855,7 +871,10 @@ class SqliteStore(Store):
         vt, tx = self._read_basis(valid_time, tx_id)
         with self._translate("find"):
             # a string equals a value's canonical JSON only if the value is that same string
-            wanted = {k: v if isinstance(v, str) else _Canonical(_value_key(v)) for k, v in (where or {}).items()}
+            try:
+                wanted = {k: v if isinstance(v, str) else _Canonical(_value_key(v)) for k, v in (where or {}).items()}
+            except HashError as e:  # NaN, a key that is not a string, an integer too long to write
+                raise StoreError(f"find: a where value cannot be compared: {e}") from e
             # Candidates come from the index: entities that ever had every indexable criterion.
             # A meta value usually narrows far more than the kind, so it drives the lookup.
             criteria = [(_META_ATTR + k, iv) for k, v in (where or {}).items() if (iv := _indexed_value(v)) is not None]

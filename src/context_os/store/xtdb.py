@@ -64,7 +64,7 @@ from typing import Any, Literal, NoReturn
 from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigError, HashError, InputError, StoreError, StoreUnavailable, StoreUnreachable
-from ..hashing import canonical_json
+from ..hashing import canonical_json, int_problem
 from ..times import iso
 from . import _http, edn, mask_url, node_file, text_index
 from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, check_after_evict
@@ -122,7 +122,7 @@ def _to_edn(value: Any, path: str = "$") -> str:
     """EDN text for a JSON-able value (plus the marker types above). Names the path on error."""
     try:
         return _edn(value)
-    except StoreError:
+    except (StoreError, ValueError):  # (ValueError: an integer too long to write)
         return _edn_checked(value, path)  # the same walk, keeping the path to say where
 
 
@@ -162,6 +162,8 @@ def _edn_checked(value: Any, path: str) -> str:
     if isinstance(value, _Inst):
         return f'#inst "{_iso(int(value))}"'
     if isinstance(value, int):
+        if (problem := int_problem(value)) is not None:
+            raise StoreError(f"{path}: {problem} cannot be stored")
         return str(int(value))
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
