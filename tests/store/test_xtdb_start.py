@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,88 @@ def test_two_starts_on_one_port_at_once_start_one_node(xtdb_url: str) -> None:
     left = [int(p.name) for p in Path("/proc").glob("[0-9]*") if tmp_dir in _cmdline(p)]
     for pid in left:  # not to leave it running after a failure
         os.kill(pid, signal.SIGTERM)
+    assert left == [], "a node of the port is still running"
+
+
+def test_a_start_that_fails_while_another_waits_leaves_one_lock_for_the_next_two(tmp_path: Path, xtdb_url: str) -> None:
+    """Three starts on one port: the first fails while the second waits for its lock, and takes
+    the lock file away; the second got the lock on that file, gone from the path, and a third
+    made a new file, locked it at once and went on beside the second: two JVMs for one port.
+    Now the third waits for the second and finds its node running. Maven, which each start runs
+    while it holds the lock (a copy of xtdb/ without its cached classpath), is held at a gate the
+    test opens: the first's fails, the second's waits until the third has either waited or run
+    its own. ``xtdb_url`` is requested only so the test is skipped exactly where no node can be had."""
+    if not Path("/proc/self/cmdline").exists():
+        pytest.skip("the processes left are found in /proc")
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        pytest.skip("no Maven to resolve the classpath with")
+    xtdb = tmp_path / "xtdb"
+    shutil.copytree(ROOT / "xtdb", xtdb, ignore=shutil.ignore_patterns("target", "data", ".classpath*"))
+    gate = tmp_path / "mvn-gate"
+    gate.write_text(
+        "#!/bin/sh\n"
+        f'echo called >>"{tmp_path}/calls"\n'
+        f'n=$(wc -l <"{tmp_path}/calls")\n'
+        f'while [ ! -s "{tmp_path}/go-$n" ]; do sleep 0.05; done\n'
+        f'[ "$(cat "{tmp_path}/go-$n")" = fail ] && exit 1\n'
+        f'exec "{mvn}" "$@"\n'
+    )
+    gate.chmod(0o755)
+    calls = tmp_path / "calls"
+
+    def called() -> int:
+        return len(calls.read_text().splitlines()) if calls.exists() else 0
+
+    def said(i: int) -> str:
+        return (tmp_path / f"err-{i}").read_text()
+
+    port = _free_port()
+    cmd = [str(xtdb / "start"), "--port", str(port), "--config", "memory", "--timeout", str(STARTUP_TIMEOUT_S)]
+    env = {**os.environ, "MAVEN": str(gate)}
+    starts: list[subprocess.Popen[bytes]] = []
+
+    def start() -> None:
+        i = len(starts)
+        with open(tmp_path / f"out-{i}", "wb") as out, open(tmp_path / f"err-{i}", "wb") as err:
+            starts.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=env))
+
+    def until(done: Callable[[], bool]) -> None:
+        while not done():
+            assert all(p.poll() is None for p in starts[1:]), [said(i) for i in range(len(starts))]
+            time.sleep(0.05)
+
+    try:
+        start()
+        until(lambda: called() == 1)  # the first holds the lock, in Maven
+        start()
+        until(lambda: "waiting for it" in said(1))
+        (tmp_path / "go-1").write_text("fail")
+        assert starts[0].wait(timeout=60) == 1
+        until(lambda: called() == 2)  # the second holds the lock, in Maven
+        start()
+        until(lambda: "waiting for it" in said(2) or called() == 3)
+        for n in (2, 3):
+            (tmp_path / f"go-{n}").write_text("go")
+        codes = [p.wait(timeout=STARTUP_TIMEOUT_S + 240) for p in starts[1:]]
+        outs = [(tmp_path / f"out-{i}").read_text() for i in (1, 2)]
+    finally:
+        for p in starts:
+            if p.poll() is None:  # (a failure: not left running)
+                p.kill()
+                p.wait()
+        stop = subprocess.run([str(xtdb / "stop"), "--port", str(port)], capture_output=True, text=True, timeout=90)
+    tmp_dir = f"-Djava.io.tmpdir={xtdb / 'target' / f'tmp-{port}'}"
+    left = [int(p.name) for p in Path("/proc").glob("[0-9]*") if tmp_dir in _cmdline(p)]
+    for pid in left:  # not to leave it running after a failure
+        os.kill(pid, signal.SIGTERM)
+    assert "Maven could not resolve" in said(0)
+    assert f"another xtdb/start is starting a node on port {port}: waiting for it" in said(2), said(2)
+    assert called() == 2  # the third ran no Maven of its own: it waited, then the classpath was there
+    assert codes == [0, 0], [said(1), said(2)]
+    assert outs == [f"xtdb+http://127.0.0.1:{port}\n"] * 2
+    assert "already running" in said(2), said(2)
+    assert "stopped the node" in stop.stderr, stop.stderr
     assert left == [], "a node of the port is still running"
 
 
