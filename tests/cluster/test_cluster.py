@@ -28,7 +28,7 @@ from context_os.store import open_store
 from context_os.store.base import Match, Put
 from context_os.store.edn import Keyword
 from context_os.store.xtdb import XtdbStore, _read_edn
-from tests._xtdb_node import STARTUP_TIMEOUT_S, _free_port, run_clojure
+from tests._xtdb_node import STARTUP_TIMEOUT_S, _answers, _free_port, run_clojure
 from tests.cluster._cluster import XTDB, Cluster
 from tests.ui.recorded import record_demo
 
@@ -456,6 +456,48 @@ def test_stop_of_a_cluster_stops_the_postgres_its_nodes_run_on(postgres: Cluster
     assert stopped_node.startswith(f"xtdb/stop: stopped the node on port {port} (pid ")
     assert stopped_postgres == f"xtdb/postgres: stopped PostgreSQL on port {pg_port}"
     assert not left
+
+
+@pytest.mark.parametrize("postgres_was_running", [False, True])
+def test_a_cluster_whose_node_does_not_start_stops_what_its_start_started(
+    postgres: Cluster, postgres_was_running: bool
+) -> None:
+    """``xtdb/start --cluster 2`` whose second node cannot make its index (a file where its
+    directory goes): the start failed and left the first node and the PostgreSQL it had started
+    running, for the user to stop. Now it stops them itself, and leaves a PostgreSQL that was
+    running before it (the module's) running. ``postgres`` is also requested so the test is
+    skipped exactly where PostgreSQL cannot be had."""
+    port = _free_port()
+    pg_port = postgres.pg_port if postgres_was_running else _free_port()
+    nodes = [XTDB / "data" / f"cluster-{p}" for p in (port, port + 1)]
+    pg_data = XTDB / "target" / f"pg-{pg_port}"
+    nodes[1].mkdir(parents=True)
+    (nodes[1] / "indexes").write_text("")  # where RocksDB makes the node's index directory
+    cmd = [str(XTDB / "start"), "--cluster", "2", "--port", str(port), "--pg-port", str(pg_port)]
+    try:
+        run = subprocess.run(
+            [*cmd, "--timeout", str(STARTUP_TIMEOUT_S)], capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S + 600
+        )
+        pid_files = [p for p in (port, port + 1) if (XTDB / "target" / f"xtdb-{p}.pid").exists()]
+        answers = [_answers(f"xtdb+http://127.0.0.1:{p}") is None for p in (port, port + 1)]
+        postgres_runs = (pg_data / "postmaster.pid").exists()
+    finally:  # what an unchecked start left running
+        for p in (port, port + 1):
+            subprocess.run([str(XTDB / "stop"), "--port", str(p)], capture_output=True, timeout=90, check=False)
+        if not postgres_was_running:
+            subprocess.run(
+                [str(XTDB / "postgres"), "stop", "--port", str(pg_port)], capture_output=True, timeout=120, check=False
+            )
+            shutil.rmtree(pg_data, ignore_errors=True)
+        for node in nodes:
+            shutil.rmtree(node, ignore_errors=True)
+        (XTDB / "target" / f"xtdb-{port + 1}.log").unlink(missing_ok=True)
+    assert run.returncode == 1 and run.stdout == "", run.stderr
+    assert "xtdb/start: a node of the cluster did not start: stopping what this start started\n" in run.stderr
+    assert f"xtdb/stop: stopped the node on port {port} (pid " in run.stderr
+    assert run.stderr.endswith("xtdb/start: the cluster did not start\n"), run.stderr
+    assert pid_files == [] and answers == [False, False]
+    assert postgres_runs is postgres_was_running
 
 
 def test_postgres_help_is_the_help_alone() -> None:

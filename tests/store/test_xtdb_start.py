@@ -340,6 +340,18 @@ def test_pg_host_with_cluster_is_refused(tmp_path: Path) -> None:
     assert run.stderr.startswith("xtdb/start: --pg-host names the PostgreSQL of one cluster node"), run.stderr
 
 
+def test_keep_on_failure_without_cluster_is_refused() -> None:
+    """A single node that does not start is always stopped: the option would promise otherwise."""
+    run = subprocess.run(
+        [str(ROOT / "xtdb" / "start"), "--keep-on-failure", "--port", str(_free_port())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr.startswith("xtdb/start: --keep-on-failure is for --cluster"), run.stderr
+
+
 @pytest.mark.parametrize("args", [["--cluster", "x"], ["--port", "abc"], ["--cluster", "2", "--pg-port", "5433x"]])
 def test_stop_refuses_a_value_that_is_no_number(args: list[str]) -> None:
     """Not a default in its place (``--cluster x`` stopped the node on port 3000)."""
