@@ -518,6 +518,28 @@ def _get_elsewhere(reader: Any, id: str, valid_time: int, tx_id: int) -> dict[st
         return None if v is None else v.doc
 
 
+def test_a_reader_s_read_sends_what_was_accepted_after_it_was_made(xtdb_url: str, tmp_path: Path, uid: str) -> None:
+    """A reader made while nothing waits, then a write accepted into the outbox file (another
+    process whose node was out of reach): the reader's read, in a worker process, sends it first,
+    as every read behind the file does, and so reads it (its comment said a reader sends nothing)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    box, id = tmp_path / "outbox.db", f"note:{uid}"
+    with _outbox(xtdb_url, box) as on:
+        reader = on.reader()
+        assert reader is not None
+        with _outbox(_nowhere(), box) as off:
+            t1 = off.submit([Put(_doc(id, 1))])
+        assert t1.pending and on.depth() == 1
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            got = pool.submit(_get_elsewhere, reader, id, t1.time, t1.id).result(timeout=120)
+        assert got == _doc(id, 1)
+        assert on.depth() == 0
+        v = on.get(id, t1.time)
+        assert v is not None and v.doc == _doc(id, 1) and v.tx_id >= 0
+
+
 def test_a_reader_in_another_process_resolves_provisional_ids_and_none_is_given_while_writes_wait(
     xtdb_url: str, tmp_path: Path, uid: str
 ) -> None:

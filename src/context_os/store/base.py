@@ -462,7 +462,8 @@ class Store(ABC):
 
     def reader(self) -> Callable[[], Store] | None:
         """How another process opens this store to read it: a picklable callable that opens it
-        there (only to read: nothing it opens writes unless asked to), or None where no other
+        there (only to read: nothing it opens writes unless asked to, but for sending what waits
+        in an outbox before a read, as every read behind one does), or None where no other
         process can read what this store holds (it lives in this process alone, or holds writes
         it has not passed on). Frame checks run in worker processes through it
         (``context.frames.verify_frames``)."""

@@ -562,7 +562,9 @@ class OutboxStore(Store):
         if inner is None or self.depth():
             return None  # what waits in the outbox is there for this process alone
         # through the same outbox file: the ids of writes it accepted while the backend was out of
-        # reach resolve as here (its markers); a reader sends and accepts nothing
+        # reach resolve as here (its markers), and a read there, as every read behind this file,
+        # first sends what waits in it by then (accepted since, by this process or another): a
+        # reader must not miss an accepted write. It accepts nothing, as it submits nothing.
         return functools.partial(_outbox_reader, inner, self.path)
 
     def __enter__(self) -> OutboxStore:
