@@ -37,6 +37,7 @@ __all__ = [
     "hash_bytes",
     "hash_value",
     "int_problem",
+    "json_problem",
     "unicode_problem",
     "object_hash",
     "verify_doc",
@@ -134,6 +135,40 @@ def unicode_problem(text: str) -> str | None:
     except UnicodeEncodeError as e:
         return f"not valid Unicode text ({e.reason} at position {e.start})"
     return None
+
+
+def json_problem(value: Any) -> str | None:
+    """Why ``value`` has no canonical JSON form where ``json.dumps`` writes one all the same: a key
+    that is not a string, which it writes as one (``1`` as ``"1"``); the path and the problem, or
+    None. A quick walk (no paths but on an error) that leaves to ``json.dumps`` what it refuses
+    anyway (NaN, other types, an integer too long)."""
+    if _plain(value) or _string_keys(value):
+        return None
+    try:
+        _check(value, "")
+    except HashError as e:
+        return str(e)
+    return None
+
+
+def _string_keys(value: Any) -> bool:
+    """Whether every mapping in ``value`` has only string keys (leaves are tested by type in the
+    loop, as in ``_plain``: most values are leaves)."""
+    t = type(value)
+    if t is dict or (t is not list and t is not tuple and isinstance(value, Mapping)):
+        for k, v in value.items():
+            if type(k) is not str and not isinstance(k, str):
+                return False
+            tv = type(v)
+            if not (tv is str or tv is int or tv is float or tv is bool or v is None or _string_keys(v)):
+                return False
+        return True
+    if t is list or t is tuple:
+        for v in value:
+            tv = type(v)
+            if not (tv is str or tv is int or tv is float or tv is bool or v is None or _string_keys(v)):
+                return False
+    return True
 
 
 def int_problem(value: int) -> str | None:

@@ -733,6 +733,36 @@ def test_a_where_value_with_no_json_form_is_a_store_error(store: Store, uid: str
             store.find(f"k{uid}", {"n": value}, valid_time=T0)
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"meta": {1: "one"}},
+        {"content": {"rows": [{True: "yes"}]}},
+        {"content": {None: 0}},
+    ],
+)
+def test_a_key_that_is_not_a_string_is_refused_and_nothing_is_written(
+    store: Store, uid: str, bad: dict[str, Any]
+) -> None:
+    """JSON keys are strings: XTDB's store refused the document; SQLite's wrote the key as one
+    (``1`` became ``"1"``, ``True`` ``"true"``), so the document read back was not the one put."""
+    kind = f"k{uid}"
+    with pytest.raises(StoreError, match="is not a string"):
+        store.submit([Put(doc(f"{uid}-ok", 1, kind=kind), T0), Put({"id": f"{uid}-bad", "kind": kind, **bad}, T0)])
+    assert store.find(kind, valid_time=T0) == []
+
+
+def test_find_by_a_kind_or_key_that_is_not_a_string_is_refused(store: Store, uid: str) -> None:
+    """XTDB's store said so; SQLite's raised ``TypeError`` for a key of ``where``, and found
+    nothing for a kind or a ``find_meta`` key that is not a string."""
+    with pytest.raises(StoreError, match="kind must be a string"):
+        store.find(7, valid_time=T0)  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match="meta keys are strings"):
+        store.find(f"k{uid}", {1: 2}, valid_time=T0)  # type: ignore[dict-item]
+    with pytest.raises(StoreError, match="meta keys are strings"):
+        store.find_meta(f"k{uid}", {}, (1,), valid_time=T0)  # type: ignore[arg-type]
+
+
 def test_find_meta_gives_the_fields_of_what_find_finds(store: Store, uid: str) -> None:
     """``find_meta``: the ids ``find`` gives, in its order, each with only the meta fields asked
     for that it has (the XTDB store pulls those alone, not the documents)."""

@@ -341,6 +341,8 @@ class Store(ABC):
         with only those of ``keys`` that its meta has: for a caller that needs a few meta fields of
         many documents, not the documents (a backend may read less than whole documents for it:
         the XTDB store pulls those attributes alone, not the contents)."""
+        if not all(isinstance(k, str) for k in keys):
+            raise StoreError(f"find: meta keys are strings, got {list(keys)!r}")
         out: list[tuple[str, dict[str, Any]]] = []
         for v in self.find(kind, where, valid_time=valid_time, tx_id=tx_id):
             meta = v.doc.get("meta") if v.doc is not None else None

@@ -66,7 +66,7 @@ from ..errors import (
     StoreError,
     StoreUnavailable,
 )
-from ..hashing import canonical_json
+from ..hashing import canonical_json, json_problem
 from ..times import MAX_MS, MIN_MS, iso
 from . import text_index
 from .base import (
@@ -313,6 +313,10 @@ def _prepare_doc(doc: Mapping[str, Any], encoded: bytes | None = None) -> _Prepa
         if _CHECK_ENCODED and text != _exact_json(doc):
             raise StoreError(f"document {doc_id!r}: Put.json is not the document's JSON")
         return _PreparedDoc(text, blake3.blake3(encoded).digest(), doc)
+    # what json.dumps would write all the same: a key that is not a string, as one (the document
+    # read back would not be the one put)
+    if (problem := json_problem(doc)) is not None:
+        raise StoreError(f"document {doc_id!r} is not JSON: {problem}")
     try:
         text = _exact_json(doc)
         digest = blake3.blake3(text.encode("utf-8")).digest()
@@ -320,7 +324,7 @@ def _prepare_doc(doc: Mapping[str, Any], encoded: bytes | None = None) -> _Prepa
         raise StoreError(f"document {doc_id!r} holds text that is not Unicode: {e}") from e
     except (TypeError, ValueError) as e:
         try:
-            canonical_json(doc)  # says what and where, as the other stores do
+            canonical_json(doc)  # says what and where (an integer too long to write)
         except HashError as why:
             raise StoreError(f"document {doc_id!r} is not JSON: {why}") from e
         raise StoreError(f"document {doc_id!r} is not JSON: {e}") from e
@@ -868,6 +872,10 @@ class SqliteStore(Store):
         tx_id: int | None = None,
         docs: DocMemo | None = None,
     ) -> list[Version]:
+        if kind is not None and not isinstance(kind, str):
+            raise StoreError(f"kind must be a string, got {kind!r}")
+        if not all(isinstance(k, str) for k in where or {}):
+            raise StoreError(f"find: meta keys are strings, got {list(where or {})!r}")
         vt, tx = self._read_basis(valid_time, tx_id)
         with self._translate("find"):
             # a string equals a value's canonical JSON only if the value is that same string
