@@ -295,6 +295,27 @@ def test_after_sync_another_client_of_the_backend_reads_the_write(store: Store, 
         other.close()
 
 
+def test_an_id_and_a_meta_value_holding_a_nul_are_written_matched_and_found_by_another_client(
+    store: Store, uid: str
+) -> None:
+    """A NUL (U+0000) is text like any other to XTDB. SQLite's JSON functions end a string there:
+    another client of the file (the store opened again) could not write a new version of an id
+    holding one (``UNIQUE constraint failed``), a match on it failed, and ``find`` by a meta value
+    holding one found nothing when its key was first searched after the write."""
+    id, kind = f"{uid}-a\x00b", f"k{uid}"
+    store.submit([Put(doc(id, 1, kind=kind, tag="x\x00y"), T0)])
+    store.sync()
+    other = open_store(store.url)
+    try:
+        other.submit([Put(doc(id, 2, kind=kind, tag="x\x00y"), T0 + 1)])
+        assert other.submit([Match(id, doc(id, 2, kind=kind, tag="x\x00y"), T0 + 1)]).committed
+        assert ns(other.find(kind, {"tag": "x\x00y"}, valid_time=T0 + 1)) == [2]
+        assert ns(other.find(kind, {"tag": "x"}, valid_time=T0 + 1)) == []
+        assert ns(other.history(id, "asc", with_docs=True)) == [1, 2]
+    finally:
+        other.close()
+
+
 def test_default_valid_time_is_tx_time(store: Store, uid: str) -> None:
     id = f"{uid}-a"
     before = now_ms()

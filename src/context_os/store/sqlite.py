@@ -602,15 +602,16 @@ class SqliteStore(Store):
         key = name[len(_META_ATTR) :]
         rows: set[tuple[str, bytes, int]] = set()
         # json_each reads the values in C. An integer past 64 bits comes back as a float (typed
-        # 'integer' or 'real'), whose digest only the document's own parse gets right.
+        # 'integer' or 'real'), and a string holding a NUL ends there, whose digests only the
+        # document's own parse gets right.
         scan = (
-            "SELECT DISTINCT v.eid, d.id, j.type, j.atom FROM versions v JOIN docs d ON d.id = v.doc,"
-            " json_each(d.json, '$.meta') j WHERE j.key = ?"
+            "SELECT DISTINCT v.eid, d.id, j.type, j.atom, instr(d.json, '\\u0000') FROM versions v"
+            " JOIN docs d ON d.id = v.doc, json_each(d.json, '$.meta') j WHERE j.key = ?"
         )
-        for eid, doc_ref, jtype, atom in conn.execute(scan, (key,)).fetchall():
+        for eid, doc_ref, jtype, atom, nul in conn.execute(scan, (key,)).fetchall():
             if jtype in ("array", "object"):
                 continue  # not scalars: never indexed
-            if jtype == "real" or (jtype == "integer" and not isinstance(atom, int)):
+            if jtype == "real" or (jtype == "integer" and not isinstance(atom, int)) or (jtype == "text" and nul):
                 atom = json.loads(conn.execute("SELECT json FROM docs WHERE id = ?", (doc_ref,)).fetchone()[0])
                 atom = atom["meta"][key]
             elif jtype in ("true", "false"):
@@ -1288,9 +1289,12 @@ class _TxWriter:
                     self.eids[i] = cur.lastrowid
                     self.fresh.add(cur.lastrowid)
         unknown = [i for i in ids if i not in self.eids]
-        if unknown:
-            select = "SELECT id, eid FROM entities WHERE id IN (SELECT value FROM json_each(?))"
-            self.eids.update(self.conn.execute(select, (json.dumps(unknown),)).fetchall())
+        # as parameters, not through json_each, whose strings end at a NUL (an id holding one was
+        # not found: its new version failed on the unique id, a match on it failed)
+        for n in range(0, len(unknown), 500):  # within SQLite's limit on parameters
+            batch = unknown[n : n + 500]
+            select = f"SELECT id, eid FROM entities WHERE id IN ({','.join('?' * len(batch))})"
+            self.eids.update(self.conn.execute(select, batch).fetchall())
 
     def _eid(self, doc_id: str, *, create: bool) -> int | None:
         eid = self.eids.get(doc_id)
