@@ -471,7 +471,7 @@ def test_a_cluster_whose_node_does_not_start_stops_what_its_start_started(
     pg_port = postgres.pg_port if postgres_was_running else _free_port()
     nodes = [XTDB / "data" / f"cluster-{p}" for p in (port, port + 1)]
     pg_data = XTDB / "target" / f"pg-{pg_port}"
-    nodes[1].mkdir(parents=True)
+    nodes[1].mkdir(parents=True, exist_ok=True)
     (nodes[1] / "indexes").write_text("")  # where RocksDB makes the node's index directory
     cmd = [str(XTDB / "start"), "--cluster", "2", "--port", str(port), "--pg-port", str(pg_port)]
     try:
