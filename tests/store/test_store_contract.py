@@ -694,6 +694,15 @@ def test_documents_counted_by_kind_are_the_ones_find_lists(store: Store, uid: st
     assert store.count_kinds().get(b) == 2
 
 
+def test_a_kind_holding_a_nul_is_counted_as_itself(store: Store, uid: str) -> None:
+    """SQLite's JSON functions end a string at a NUL: the SQLite store counted the document under
+    the kind cut there, which no document has."""
+    kind = f"k{uid}\x00z"
+    store.submit([Put(doc(f"{uid}-1", 1, kind=kind), T0), Put(doc(f"{uid}-2", 2, kind=kind, tag="\x00"), T0)])
+    got = store.count_kinds(valid_time=T0)
+    assert got.get(kind) == 2 and f"k{uid}" not in got
+
+
 def test_find_matches_value_types_exactly(store: Store, uid: str) -> None:
     kind = f"k{uid}"
     store.submit(

@@ -954,17 +954,26 @@ class SqliteStore(Store):
             yield from conn.execute(f"SELECT hash, json FROM docs WHERE hash IN ({','.join('?' * len(batch))})", batch)
 
     def count_kinds(self, *, valid_time: int | None = None, tx_id: int | None = None) -> dict[str | None, int]:
-        # counted in SQL over each entity's version in force, no document parsed in Python
+        # counted in SQL over each entity's version in force, no document parsed in Python but
+        # those holding a NUL, where SQLite's JSON functions end a string (its kind may hold one)
         vt, tx = self._read_basis(valid_time, tx_id)
         with self._connection("count_kinds") as conn:
             self._check_basis(conn, tx_id)
             rows = conn.execute(
-                "SELECT CASE json_type(d.json, '$.kind') WHEN 'text' THEN json_extract(d.json, '$.kind') END AS k,"
-                f" count(*) FROM entities c JOIN versions v ON v.eid = c.eid AND {_IN_FORCE}"
-                " JOIN docs d ON d.id = v.doc GROUP BY k",
+                "SELECT CASE WHEN instr(d.json, '\\u0000') THEN d.json"
+                " WHEN json_type(d.json, '$.kind') = 'text' THEN json_extract(d.json, '$.kind') END AS k,"
+                # (a document's whole text is its own group: it holds its id)
+                " instr(d.json, '\\u0000') > 0, c.id, v.tx_id, count(*) FROM entities c"
+                f" JOIN versions v ON v.eid = c.eid AND {_IN_FORCE} JOIN docs d ON d.id = v.doc GROUP BY k",
                 (vt, tx),
             ).fetchall()
-        return dict(rows)
+        counts: dict[str | None, int] = {}
+        for k, whole, doc_id, doc_tx, n in rows:
+            if whole:
+                kind = _load(k, doc_id, doc_tx, self.path).get("kind")
+                k = kind if isinstance(kind, str) else None
+            counts[k] = counts.get(k, 0) + n
+        return counts
 
     # -- the keyword index ----------------------------------------------------------------------
 
