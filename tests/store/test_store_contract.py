@@ -301,16 +301,17 @@ def test_an_id_and_a_meta_value_holding_a_nul_are_written_matched_and_found_by_a
     """A NUL (U+0000) is text like any other to XTDB. SQLite's JSON functions end a string there:
     another client of the file (the store opened again) could not write a new version of an id
     holding one (``UNIQUE constraint failed``), a match on it failed, and ``find`` by a meta value
-    holding one found nothing when its key was first searched after the write."""
+    or a meta key holding one found nothing when the key was first searched after the write."""
     id, kind = f"{uid}-a\x00b", f"k{uid}"
-    store.submit([Put(doc(id, 1, kind=kind, tag="x\x00y"), T0)])
+    store.submit([Put(doc(id, 1, kind=kind, tag="x\x00y", **{"t\x00g": 1}), T0)])
     store.sync()
     other = open_store(store.url)
     try:
-        other.submit([Put(doc(id, 2, kind=kind, tag="x\x00y"), T0 + 1)])
-        assert other.submit([Match(id, doc(id, 2, kind=kind, tag="x\x00y"), T0 + 1)]).committed
+        other.submit([Put(doc(id, 2, kind=kind, tag="x\x00y", **{"t\x00g": 1}), T0 + 1)])
+        assert other.submit([Match(id, doc(id, 2, kind=kind, tag="x\x00y", **{"t\x00g": 1}), T0 + 1)]).committed
         assert ns(other.find(kind, {"tag": "x\x00y"}, valid_time=T0 + 1)) == [2]
         assert ns(other.find(kind, {"tag": "x"}, valid_time=T0 + 1)) == []
+        assert ns(other.find(kind, {"t\x00g": 1}, valid_time=T0 + 1)) == [2]  # a key holding one
         assert ns(other.history(id, "asc", with_docs=True)) == [1, 2]
     finally:
         other.close()

@@ -608,12 +608,20 @@ class SqliteStore(Store):
             "SELECT DISTINCT v.eid, d.id, j.type, j.atom, instr(d.json, '\\u0000') FROM versions v"
             " JOIN docs d ON d.id = v.doc, json_each(d.json, '$.meta') j WHERE j.key = ?"
         )
+        if "\x00" in key:  # so does a key: the documents that may hold it, each read in Python
+            scan = (
+                "SELECT DISTINCT v.eid, d.id, NULL, NULL, 1 FROM versions v JOIN docs d ON d.id = v.doc"
+                " WHERE instr(d.json, '\\u0000') AND ? IS NOT NULL"
+            )
         for eid, doc_ref, jtype, atom, nul in conn.execute(scan, (key,)).fetchall():
             if jtype in ("array", "object"):
                 continue  # not scalars: never indexed
-            if jtype == "real" or (jtype == "integer" and not isinstance(atom, int)) or (jtype == "text" and nul):
-                atom = json.loads(conn.execute("SELECT json FROM docs WHERE id = ?", (doc_ref,)).fetchone()[0])
-                atom = atom["meta"][key]
+            if jtype is None or jtype == "real" or (jtype == "integer" and not isinstance(atom, int)) or nul:
+                meta = json.loads(conn.execute("SELECT json FROM docs WHERE id = ?", (doc_ref,)).fetchone()[0])
+                meta = meta.get("meta") if isinstance(meta, dict) else None
+                if not isinstance(meta, dict) or key not in meta or isinstance(meta[key], dict | list):
+                    continue
+                atom = meta[key]
             elif jtype in ("true", "false"):
                 atom = jtype == "true"
             if (iv := _indexed_value(atom)) is not None:
