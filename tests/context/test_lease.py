@@ -195,12 +195,18 @@ def test_a_session_that_fails_to_open_gives_its_lease_back(store: Store, uid: st
         OpenAIHook(s).transform_context([user("hi")])
     doc = store.doc(f"session:{uid}")
     assert doc is not None
-    doc["meta"]["turn"] = "1"  # a row changed by hand
-    store.submit([Put({k: v for k, v in doc.items() if not k.endswith("_hash")}, next_valid_time())])
-    with pytest.raises(StoreCorrupt, match="meta.turn is not an integer"):
-        Session.open(store, uid)
-    other = subprocess.run([sys.executable, "-c", OPEN, store.url, uid], capture_output=True, text=True, timeout=120)
-    assert other.stdout.startswith("StoreCorrupt "), other.stdout + other.stderr
+    good = {k: v for k, v in doc.items() if not k.endswith("_hash")}
+    damaged = {**good, "meta": {**good["meta"], "turn": "1"}}  # a row changed by hand
+    store.submit([Put(damaged, next_valid_time())])
+    try:
+        with pytest.raises(StoreCorrupt, match="meta.turn is not an integer"):
+            Session.open(store, uid)
+        other = subprocess.run(
+            [sys.executable, "-c", OPEN, store.url, uid], capture_output=True, text=True, timeout=120
+        )
+        assert other.stdout.startswith("StoreCorrupt "), other.stdout + other.stderr
+    finally:  # the shared node's other tests list every session: the row is put right again
+        store.submit([Put(good, next_valid_time())])
 
 
 def test_a_newer_session_object_in_the_same_process_revokes_the_older(store: Store, uid: str) -> None:

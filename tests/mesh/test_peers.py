@@ -910,7 +910,9 @@ def test_a_peer_holding_too_many_requests_open_is_refused_past_the_limit(uid: st
 
         a._call(flood, timeout=120, what="flood")
         wait_for(lambda: b.counts.get("limited") == 50 and b.counts["requests_in"] == 100, "b to hold 100, refuse 50")
-        assert _open_streams(b) <= before + 100
+        # the refused streams are reset as they come, and may still be closing when the counts
+        # say so; the 100 held stay open (never answered), so without the limit this never holds
+        wait_for(lambda: _open_streams(b) <= before + 100, "b to keep at most 100 of a's streams open")
         # the limit is the flooding peer's: another is heard as before
         b.on_request = lambda peer, req: f"heard {req.message}"
         assert c.request(b.peer_id, "still there?", timeout=30).message == "heard still there?"
