@@ -225,6 +225,16 @@ def test_a_start_that_fails_while_another_waits_leaves_one_lock_for_the_next_two
     assert left == [], "a node of the port is still running"
 
 
+def _own_session_node(pid: str) -> bool:
+    """Whether ``pid`` is a node's JVM that has left its start's session (``setsid``)."""
+    if not pid.isdigit() or "xtdb.main" not in _cmdline(Path(f"/proc/{pid}")):
+        return False
+    try:
+        return os.getsid(int(pid)) == int(pid)
+    except ProcessLookupError:
+        return False
+
+
 def test_a_start_run_again_while_the_node_of_a_cut_short_start_starts_waits_for_it(xtdb_url: str) -> None:
     """A start cut short (Ctrl-C, killed) while its node starts leaves the node starting, in a session of
     its own; run again, it launched a second JVM, which lost the port to the first and exited,
@@ -241,8 +251,10 @@ def test_a_start_run_again_while_the_node_of_a_cut_short_start_starts_waits_for_
     node_pid, first = None, None
     try:
         first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        # the node's JVM, in a session of its own (before its exec the pid is the start's child)
-        while not (pid_file.exists() and "xtdb.main" in _cmdline(Path(f"/proc/{pid_file.read_text().strip()}"))):
+        # the node's JVM, in a session of its own (before its exec the pid is the start's child;
+        # then `setsid java …`, which names xtdb.main too but is still in the start's process
+        # group until it calls setsid(): killed with the start below, the node was gone)
+        while not (pid_file.exists() and _own_session_node(pid_file.read_text().strip())):
             assert first.poll() is None, "the first start ended before it launched its node"
             time.sleep(0.05)
         node_pid = int(pid_file.read_text())
