@@ -1018,7 +1018,7 @@ class SessionView:
         the long arguments of its call that collapse with it."""
         clipped = self.clipped_result(o)
         gain = o.tokens if clipped is None else estimate_tokens(len(clipped))
-        call = self._call_of(o)
+        call = self.call_of(o)
         if call is not None:
             before = msg_chars({"role": "assistant", "text": None, "tool_calls": [call]})
             elided = self._elided(call["arguments"], o)
@@ -1091,7 +1091,7 @@ class SessionView:
         if o.kind == "message":
             attrs += _message_attrs(o.meta)
         body: list[str] = []
-        call = self._call_of(o)
+        call = self.call_of(o)
         if call is not None:
             body.append(f"call: {call['name']} {arguments_text(call['arguments'])}")
             body.append("output:")
@@ -1101,7 +1101,8 @@ class SessionView:
             attrs += f' ends="{end}"'
         return [f"<object {attrs}>", *body, end]
 
-    def _call_of(self, o: ObjInfo) -> ToolCall | None:
+    def call_of(self, o: ObjInfo) -> ToolCall | None:
+        """The call whose result the tool result ``o`` is (None: not a tool result, or no call)."""
         if o.kind != "toolcall" or o.call_entry is None:
             return None
         for c in self.entries[o.call_entry].get("tool_calls") or ():

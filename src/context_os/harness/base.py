@@ -599,11 +599,9 @@ class ContextHook(Generic[M]):
         for i in view.visible[len(view.visible) - report.new :]:
             e = view.entries[i]
             obj = view.objects.get(e.get("object", "")) if e["role"] == "tool" else None
-            if obj is None or obj.meta.get("name") != "write" or obj.meta.get("is_error") or obj.call_entry is None:
-                continue
-            for c in view.entries[obj.call_entry].get("tool_calls") or ():
-                if c.get("object") == obj.id:
-                    self.session.mark_file_text(obj.id, written_keys(c["arguments"]))
+            call = view.call_of(obj) if obj is not None and obj.meta.get("name") == "write" else None
+            if obj is not None and call is not None and not obj.meta.get("is_error"):
+                self.session.mark_file_text(obj.id, written_keys(call["arguments"]))
 
     def held(self, messages: Sequence[M]) -> int:
         """How many of ``messages``, from the first, the session holds already as its history

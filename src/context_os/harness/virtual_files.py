@@ -366,10 +366,12 @@ def _shows_text(view: SessionView, obj: ObjInfo, kind: str) -> bool:
         return True
     if obj.state == "absent" or obj.entry is None or obj.call_entry is None or obj.call_entry < view.horizon:
         return False
-    calls = [c for c in view.entries[obj.call_entry].get("tool_calls") or () if c.get("object") == obj.id]
-    if kind == "write" and all(written_keys(c["arguments"]) for c in calls):
+    call = view.call_of(obj)
+    if call is None:
+        return False
+    if kind == "write" and written_keys(call["arguments"]):
         # its text is in its arguments (a write's result says it wrote it)
-        return any(view.call_arguments(c) == c["arguments"] for c in calls)
+        return bool(view.call_arguments(call) == call["arguments"])
     return obj.entry >= view.horizon and own_text(obj, view.layout) is not None  # a read, a windowed create
 
 
