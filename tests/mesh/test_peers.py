@@ -265,18 +265,7 @@ def test_a_peer_killed_mid_request_fails_the_sender_and_leaves_nothing_half_writ
         addr = wait_for(lambda: ready.exists() and ready.read_text(), "the victim to listen", timeout=30)
         victim = alice.node.connect(addr)
         wait_for(lambda: victim in alice.node.connected(), "the victim to queue nothing yet")
-        import threading
-
-        outcome: dict[str, Any] = {}
-
-        def send() -> None:
-            try:
-                outcome["reply"] = alice.send(victim, "run the migration", timeout=30)
-            except MeshError as e:
-                outcome["error"] = e
-
-        t = threading.Thread(target=send)
-        t.start()
+        t, outcome = _sending(alice, victim, "run the migration")
         wait_for(lambda: alice.node.counts["requests_out"] >= 1, "the victim to get the request")
         os.kill(proc.pid, signal.SIGKILL)
         t.join(30)
@@ -290,6 +279,21 @@ def test_a_peer_killed_mid_request_fails_the_sender_and_leaves_nothing_half_writ
     assert req["meta"]["kind"] == "request" and req["meta"]["status"] == "failed"
     assert req["meta"]["error"] and req["content"] == "run the migration"
     assert alice.memory.get(victim, "exchange") == []
+
+
+def _sending(agent: MeshAgent, peer: str, text: str) -> tuple[threading.Thread, dict[str, Any]]:
+    """``agent.send(peer, text)`` started in a thread; its ``reply`` or ``error`` lands in the dict."""
+    outcome: dict[str, Any] = {}
+
+    def send() -> None:
+        try:
+            outcome["reply"] = agent.send(peer, text, timeout=30)
+        except MeshError as e:
+            outcome["error"] = e
+
+    t = threading.Thread(target=send)
+    t.start()
+    return t, outcome
 
 
 def test_requests_a_killed_agent_left_queued_are_failed_when_it_starts_again(tmp_path: Path, uid: str) -> None:
@@ -314,16 +318,7 @@ def test_requests_a_killed_agent_left_queued_are_failed_when_it_starts_again(tmp
     try:
         addr = wait_for(lambda: ready.exists() and ready.read_text(), "the victim to listen", timeout=30)
         victim = alice.node.connect(addr)
-        outcome: dict[str, Any] = {}
-
-        def send() -> None:
-            try:
-                outcome["reply"] = alice.send(victim, "run the migration", timeout=30)
-            except MeshError as e:
-                outcome["error"] = e
-
-        t = threading.Thread(target=send)
-        t.start()
+        t, outcome = _sending(alice, victim, "run the migration")
         victims = SqliteStore(db)
 
         def queued() -> list[dict[str, Any]]:
