@@ -248,7 +248,7 @@ def test_a_start_run_again_while_the_node_of_a_cut_short_start_starts_waits_for_
     pid_file = ROOT / "xtdb" / "target" / f"xtdb-{port}.pid"
     cmd = [str(ROOT / "xtdb" / "start"), "--port", str(port), "--config", "memory"]
     cmd += ["--timeout", str(STARTUP_TIMEOUT_S)]
-    node_pid, first = None, None
+    node_pid, first, second = None, None, None
     try:
         first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         # the node's JVM, in a session of its own (before its exec the pid is the start's child;
@@ -279,6 +279,10 @@ def test_a_start_run_again_while_the_node_of_a_cut_short_start_starts_waits_for_
         if first is not None and first.poll() is None:  # (a failure: not left running)
             os.killpg(first.pid, signal.SIGKILL)
             first.wait()
+        if second is not None and second.returncode is None:  # (a failure before its end: its pipes closed)
+            with contextlib.suppress(ProcessLookupError):
+                second.kill()
+            second.communicate()
         stop = subprocess.run(
             [str(ROOT / "xtdb" / "stop"), "--port", str(port)], capture_output=True, text=True, timeout=90
         )
