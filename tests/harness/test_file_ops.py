@@ -188,6 +188,29 @@ def test_a_file_of_many_reminder_lines_is_read_in_linear_time() -> None:
     assert op is not None and op.text == text
 
 
+@pytest.mark.timeout(120)
+def test_an_output_repeating_an_opening_tag_is_read_in_linear_time() -> None:
+    """Gemini CLI's project context after a read (``--- Newly Discovered Project Context ---`` …
+    ``--- End Project Context ---``) and Cline's ``<final_file_content path=…>`` were each found
+    by a regex searched again from every opening: over a file of such lines (a log of them read,
+    a file written holding them) that took minutes for a few MB, holding the hook or the replay.
+    The text is now found as before, in linear time."""
+    begin = "\n\n--- Newly Discovered Project Context ---\n"
+    lines = begin * 80_000
+    op = file_op("read", {"file_path": "/r/log.txt"}, lines + "\n--- End Project Context")
+    assert op is not None and op.text == lines + "\n--- End Project Context"
+    context = begin + "ctx" + begin + "more\n--- End Project Context ---"
+    op = file_op("read", {"file_path": "/r/a.py"}, "x = 1" + context)
+    assert op is not None and op.text == "x = 1"
+    tag = '<final_file_content path="t.html">\n'
+    saved = "[write_to_file for 't.html'] Result:\nThe content was successfully saved to t.html.\n\n"
+    content = tag * 60_000
+    op = file_op("write", {"path": "t.html", "content": content}, saved + content)
+    assert op is not None and op.text == content[:-1]
+    op = file_op("write", {"path": "t.html", "content": "y"}, saved + tag + tag + "x = 2\n\n</final_file_content>\n")
+    assert op is not None and op.text == tag + "x = 2"
+
+
 def test_claude_code_2_1_numbers_lines_with_a_tab_and_drops_the_last_empty_ones() -> None:
     """Claude Code 2.1 (seen live through the proxy): ``N<tab>text``, and the empty line after a
     file's last newline printed as its number alone."""

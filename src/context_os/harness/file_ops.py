@@ -112,10 +112,9 @@ _GEMINI_PART = re.compile(
     r" Use offset/limit parameters to view more\.\]\n"
 )
 """The note before a part of a file (since August 2025; before it, the bracketed one)."""
-_GEMINI_CONTEXT = re.compile(
-    r"\n\n--- Newly Discovered Project Context ---\n.*\n--- End Project Context ---\Z", re.DOTALL
-)
-"""Project context (a ``GEMINI.md`` found near the file) appended after what was read."""
+_GEMINI_CONTEXT = ("\n\n--- Newly Discovered Project Context ---\n", "\n--- End Project Context ---")
+"""How project context (a ``GEMINI.md`` found near the file) appended after what was read begins
+and ends."""
 _GEMINI_NO_TEXT = (
     "<tool_output_masked>",
     "[File content partially truncated",
@@ -187,6 +186,18 @@ class FileOp:
         return bool(self.edits) or self.insert is not None
 
 
+def _without_gemini_context(output: str) -> str:
+    """A Gemini CLI read's output without the project context after it: from the first beginning
+    of one, when the output ends with the end of one. Found with two string searches: a regex
+    ``begin.*end\\Z`` searched again from each begin in an output that repeats it, and took
+    minutes over a few MB."""
+    begin, end = _GEMINI_CONTEXT
+    if not output.endswith(end):
+        return output
+    at = output.find(begin, 0, len(output) - len(end))
+    return output if at < 0 else output[:at]
+
+
 def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | None] | None:
     """(lines read, first line number, total lines or None) of a read tool's output: Pi's
     continuation notes removed, and ``cat -n`` style line numbers (``   12\\t`` or ``   12→``)
@@ -194,9 +205,7 @@ def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | 
     them; Gemini CLI's note before a part of a file read for where it is, and its project context
     after it removed.
     None if the output is not file text (a note instead)."""
-    context = _GEMINI_CONTEXT.search(output)
-    if context is not None:
-        output = output[: context.start()]
+    output = _without_gemini_context(output)
     if output.startswith(_GEMINI_NO_TEXT):
         return None
     part = _GEMINI_PART.match(output)
@@ -519,9 +528,9 @@ _CLINE_TOTAL = re.compile(
 _CLINE_CUT = "\n\n---\n\n[FILE TRUNCATED:"
 """Where Cline cuts a file too large to show whole."""
 _CLINE_LINE = re.compile(r"(\d+) \| ")
-_CLINE_FINAL = re.compile(r'<final_file_content path="[^"\n]*">\n(?P<text>.*?)\n</final_file_content>', re.DOTALL)
-"""The file as a write or an edit left it (with the user's own changes and the editor's
-formatting), which Cline shows after it."""
+_CLINE_FINAL = (re.compile(r'<final_file_content path="[^"\n]*">\n'), "\n</final_file_content>")
+"""How the file as a write or an edit left it (with the user's own changes and the editor's
+formatting), which Cline shows after it, begins and ends."""
 
 _SEARCH = re.compile(r"(?:-{3,}|<{3,}) SEARCH>?")
 _DIVIDER = re.compile(r"={3,}")
@@ -582,9 +591,9 @@ def _cline_op(role: str, args: Mapping[str, Any], body: str) -> FileOp | None:
         return None
     if role == "read":
         return _cline_read(path, body)
-    final = _CLINE_FINAL.search(body)
+    final = _cline_final(body)
     # the file's own line breaks (\r\n on Windows), where its read splits lines at \r?\n
-    text = _no_last_break(final.group("text").replace("\r\n", "\n")) if final is not None else None
+    text = _no_last_break(final.replace("\r\n", "\n")) if final is not None else None
     if role == "write":
         content = text if text is not None else args.get("content")
         return FileOp("write", path, text=_no_last_break(content)) if isinstance(content, str) else None
@@ -592,6 +601,19 @@ def _cline_op(role: str, args: Mapping[str, Any], body: str) -> FileOp | None:
     if text is not None:  # the whole file after the edit
         op.more = [FileOp("read", path, text=text, total_lines=text.count("\n") + 1)]
     return op
+
+
+def _cline_final(body: str) -> str | None:
+    """The text of the first ``<final_file_content>`` that is closed. Its end is looked for once:
+    a lazy regex from the tag to the end looked again from every tag in a result that repeats it
+    unclosed (a file of such tags written), minutes over a few MB."""
+    begin, end = _CLINE_FINAL
+    found = begin.search(body)
+    if found is None:
+        return None
+    close = body.find(end, found.end())
+    # a later tag's end is after this one's, so it finds no end either
+    return None if close < 0 else body[found.end() : close]
 
 
 def _cline_read(path: str, body: str) -> FileOp | None:
