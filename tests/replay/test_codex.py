@@ -390,6 +390,9 @@ def test_a_thread_rollback_drops_the_turns_it_undid(tmp_path: Path, turns: int) 
         ("cat a.js > b.js", None),
         ("sed -n '1,2p' 'unterminated", None),
         ("sed -n '1,20p' a.js\nmake", None),
+        # a home directory the transcript does not name: was read as <workdir>/~/notes.md
+        ("cat ~/notes.md", None),
+        ("sed -n '1,20p' ~/.bashrc", None),
     ],
 )
 def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: str, read: ShellRead | None) -> None:
@@ -412,6 +415,9 @@ def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: st
         ("sed -n '1,5p' f.py", [], []),
         ("python fix.py", [], []),  # what a script writes is not in its command
         ("grep x *.py > 'unclosed", [], []),
+        # not <workdir>/~/x.txt, a file that never existed
+        ("cat > ~/x.txt <<'EOF'\nhi\nEOF", [], []),
+        ("sed -i s/a/b/ ~/x.txt a.py", ["/w/a.py"], []),
     ],
 )
 def test_what_a_shell_command_may_have_written(command: str, changed: list[str], written: list[Any]) -> None:

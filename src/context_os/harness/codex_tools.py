@@ -132,8 +132,9 @@ def shell_read(arguments: Any) -> ShellRead | None:
 
 def _special(word: str) -> bool:
     """Whether an argument makes the command more than a plain read (shlex has removed quotes, so
-    a sed script's ``$`` is here too: only the characters of control and globbing count)."""
-    return any(c in word for c in ";&<>`*?") or word.startswith("$")
+    a sed script's ``$`` is here too: only the characters of control and globbing count, and a
+    word the shell expands: a variable, ``~/x`` in a home directory the transcript does not name)."""
+    return any(c in word for c in ";&<>`*?") or word.startswith(("$", "~"))
 
 
 def _single(argv: list[str]) -> ShellRead | None:
@@ -218,6 +219,8 @@ def shell_changes(arguments: Any) -> ShellChanges:
     for pattern in _CAT_HEREDOC:
         m = pattern.match(script)
         if m is not None:
+            if m.group("path").startswith("~"):
+                return ShellChanges()  # a file in a home directory the transcript does not name
             return ShellChanges(written=[(_joined(workdir, m.group("path")), m.group("body") + "\n")])
     changed: list[str] = []
     for line in script.split("\n"):
@@ -236,7 +239,11 @@ def shell_changes(arguments: Any) -> ShellChanges:
                 command = []
             else:
                 command.append(token)
-    paths = [_joined(workdir, p) for p in changed if p and p != "/dev/null" and not any(c in p for c in "*?[]{}$`")]
+    paths = [
+        _joined(workdir, p)
+        for p in changed
+        if p and p != "/dev/null" and not p.startswith("~") and not any(c in p for c in "*?[]{}$`")
+    ]
     return ShellChanges(changed=list(dict.fromkeys(paths)))
 
 
