@@ -734,6 +734,23 @@ def test_a_glob_with_many_stars_is_matched_without_backtracking(root: Path, tool
     assert tools.call("grep", {"pattern": "x", "glob": "**/" * 14 + "*.txt"}).split("\n")[0].endswith("/f.txt:1:x")
 
 
+@pytest.mark.timeout(120)
+def test_a_glob_with_stars_inside_a_name_is_matched_without_backtracking(root: Path, tools: FileTools) -> None:
+    """A ``**`` inside a segment (``src/**.py``: any depth) still went to one regex, a ``.*``
+    each: ``src/**a**a…**b`` backtracked over a long name for hours, holding the session, and a
+    set that is no regex (``[]``) raised ``re.error`` out of the tool. It is now run as an
+    automaton, with the same answers."""
+    (root / "src" / "sub").mkdir(parents=True)
+    (root / "src" / ("a" * 100)).write_text("x\n")
+    (root / "src" / "sub" / "b.py").write_text("x = 1\n")
+    (root / "src" / "sub" / "a[]x").write_text("x\n")
+    pattern = "src/" + "**a" * 12 + "**b"
+    assert tools.call("find", {"pattern": pattern}) == f"(no files match {pattern!r})"
+    assert tools.call("find", {"pattern": "src/**.py"}).split("\n")[0] == "src/sub/b.py"
+    assert tools.call("find", {"pattern": "src/**[]x"}).split("\n")[0] == "src/sub/a[]x"
+    assert tools.call("grep", {"pattern": "x", "glob": "src/**b.py"}).split("\n")[0] == "src/sub/b.py:1:x = 1"
+
+
 def test_braces_in_a_glob_are_alternatives(root: Path, tools: FileTools) -> None:
     """``*.{ts,tsx}``, as rg, fd (Pi's find) and Claude Code's glob take it, and as models write
     it: either extension. ``fnmatch`` has no braces, so it matched nothing, and ``find`` and

@@ -218,36 +218,82 @@ def _crlf(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\n", "\r\n")
 
 
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """A path glob with ``**`` (any directories), ``*``, ``?`` and ``[…]`` as a regex."""
-    out, i = [], 0
+def _glob_automaton(pattern: str) -> Callable[[str], bool]:
+    """Whether a whole relative path matches a path glob: ``**/`` any directories (none too),
+    ``**`` anything (``/`` too), ``*`` anything in one name, ``?`` one character of a name,
+    ``[…]`` one of a set (``[!…]`` or ``[^…]``: none of it; a ``[`` without its ``]`` is itself).
+    It runs the glob as an automaton, every way of matching at once, one step per character of the
+    path: a regex of it backtracked without end over a long path when ``**`` stood inside a name
+    (``src/**a**a**a**a**b``, minutes for one path)."""
+    steps: list[tuple[str, Any]] = []  # (kind, the character or set) per part of the glob
+    i = 0
     while i < len(pattern):
-        c = pattern[i]
         if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
+            steps.append(("dirs", None))
             i += 3
         elif pattern.startswith("**", i):
-            out.append(".*")
+            steps.append(("any", None))
             i += 2
-        elif c == "*":
-            out.append("[^/]*")
+        elif pattern[i] in "*?":
+            steps.append(("name" if pattern[i] == "*" else "char", None))
             i += 1
-        elif c == "?":
-            out.append("[^/]")
-            i += 1
-        elif c == "[":
-            j = pattern.find("]", i + 1)
-            if j < 0:
-                out.append(re.escape(c))
-                i += 1
-            else:
-                body = pattern[i + 1 : j].replace("\\", "\\\\")
-                out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
-                i = j + 1
         else:
-            out.append(re.escape(c))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
+            j = pattern.find("]", i + 1) if pattern[i] == "[" else -1
+            body = pattern[i + 1 : j].replace("\\", "\\\\")
+            body = "^" + body[1:] if body.startswith(("!", "^")) else body
+            try:
+                one = re.compile("[" + body + "]") if j > 0 else None
+            except re.error:  # an empty set, a range backwards: the [ is itself
+                one = None
+            if one is not None:
+                steps.append(("set", one))
+                i = j + 1
+            else:
+                steps.append(("literal", pattern[i]))
+                i += 1
+    end = len(steps)
+
+    def closure(states: set[int]) -> set[int]:
+        # a state is the number of steps done; -k - 1 is inside step k's "**/" (a "/" ends it)
+        todo = list(states)
+        while todo:
+            k = todo.pop()
+            if 0 <= k < end and steps[k][0] in ("dirs", "any", "name") and k + 1 not in states:
+                states.add(k + 1)
+                todo.append(k + 1)
+        return states
+
+    def match(rel: str) -> bool:
+        states = closure({0})
+        for c in rel:
+            after: set[int] = set()
+            for k in states:
+                if k < 0:  # inside a "**/": more of it, or its "/" ends it
+                    after.add(k)
+                    if c == "/":
+                        after.add(-k)
+                    continue
+                if k == end:
+                    continue
+                kind, arg = steps[k]
+                if kind == "dirs":
+                    after.add(-k - 1)
+                    if c == "/":
+                        after.add(k + 1)
+                elif kind == "any" or (kind == "name" and c != "/"):
+                    after.add(k)
+                elif (
+                    (kind == "char" and c != "/")
+                    or (kind == "set" and arg.match(c) is not None)
+                    or (kind == "literal" and c == arg)
+                ):
+                    after.add(k + 1)
+            if not after:
+                return False
+            states = closure(after)
+        return end in states
+
+    return match
 
 
 def _glob_matcher(pattern: str) -> Callable[[str, str], bool]:
@@ -263,18 +309,17 @@ def _glob_matcher(pattern: str) -> Callable[[str, str], bool]:
 
 
 def _path_glob(pattern: str) -> Callable[[str], bool]:
-    """Whether a relative path matches a glob with ``/``, as ``_glob_regex`` says, segment by
+    """Whether a relative path matches a glob with ``/``, as ``_glob_automaton`` says, segment by
     segment when every ``**`` is a whole segment (the regex of ``**/**/**/…/x`` or
     ``src/*a*a*a*a*b`` backtracked for minutes on one path, holding the session): each segment as
     ``fnmatch`` matches a name (without backtracking), ``**`` as any directories between, or at
     the end as anything below (one segment or more). A ``**`` inside a segment (``src/**.py``)
-    goes to the regex."""
+    goes to the automaton."""
     parts = pattern.split("/")
     if any("**" in part and part != "**" for part in parts):
-        rx = _glob_regex(pattern)
-        return lambda rel: rx.match(rel) is not None
+        return _glob_automaton(pattern)
     parts = [part for k, part in enumerate(parts) if not (part == "**" and k and parts[k - 1] == "**")]
-    # fnmatch takes [!a] for a set's complement, and [^a] as ^ or a; _glob_regex both as [!a]
+    # fnmatch takes [!a] for a set's complement, and [^a] as ^ or a; _glob_automaton both as [!a]
     rxs = [None if part == "**" else re.compile(fnmatch.translate(part.replace("[^", "[!"))) for part in parts]
 
     def match(rel: str) -> bool:
