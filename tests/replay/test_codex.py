@@ -211,9 +211,34 @@ def test_a_shell_command_that_writes_a_file_is_followed(db, tmp_path: Path) -> N
     r = replay_transcript(t, session, verify="all")
     assert r.orphaned_tool_results == 0 and r.frames_verified == r.turns == 4
     files = {o.meta["path"]: o for o in session.view.objects.values() if o.kind == "file"}
-    assert files["notes.md"].content == "# Notes\ngreet says hello\n"
+    assert files["notes.md"].content == "# Notes\ngreet says hello"  # as a read shows it, and a patch adds it
     assert files["app.py"].content is None  # changed by sed: its old text is not shown as current
     assert "return 'hi'" not in json.dumps(hook_free_blocks(session))
+
+
+def test_a_file_a_heredoc_wrote_read_back_whole_is_unchanged(db, tmp_path: Path) -> None:
+    """A heredoc's file was kept with its last line break as an empty last line, where a Codex
+    shell read (and a patch's added file) keeps a file without it: ``cat`` of the file just
+    written disagreed by one line, was recorded as a change made elsewhere (a second version) and
+    the write's view counted stale. Both now keep the text alike."""
+    rows = session_start("cx-4", "take notes") + [
+        shell("s1", "cat > notes.md <<'EOF'\n# Notes\nhello\nEOF"),
+        ran("s1", ""),
+        message("assistant", "Wrote them."),
+        message("user", "show them"),
+        shell("s2", "cat notes.md"),
+        ran("s2", "# Notes\nhello\n"),
+        message("assistant", "Shown."),
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    t = read_session(path)
+    session = Session.open(db, "codex", harness=t.harness, workspace=t.cwd)
+    r = replay_transcript(t, session, verify="all")
+    assert r.frames_verified == r.turns == 4
+    assert (r.file_versions, r.stale_file_views_full, r.stale_file_views_assembled) == (1, 0, 0)
+    (notes,) = [o for o in session.view.objects.values() if o.kind == "file"]
+    assert (notes.content, notes.meta["changes"]) == ("# Notes\nhello", 1)
 
 
 def hook_free_blocks(session: Session) -> list[str]:

@@ -473,10 +473,12 @@ class VirtualFiles:
         """What a shell command wrote: a file a heredoc wrote whole is at that text; a known file
         it changed in a way its text does not say (``sed -i``, a redirection, ``mv``...) is at a
         version whose content is unknown until it is read again (else its last text would show as
-        current)."""
+        current). A file's text is kept as a Codex shell read prints it and a patch adds it:
+        without its last line break (with it, the heredoc's file read back whole disagreed by one
+        line, as if changed elsewhere)."""
         changes = shell_changes(args)
         for path, text in changes.written:
-            self.apply(FileOp("write", path, text=text), ts)
+            self.apply(FileOp("write", path, text=text.removesuffix("\n")), ts)
         for path in changes.changed:
             if file_key(path, self.root) in self.files:
                 self.apply(FileOp("edit", path), ts)
