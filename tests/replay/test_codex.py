@@ -4,6 +4,7 @@ written here line by line in the shape Codex writes them (``codex-rs``'s rollout
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import detect_format, read_session
 from context_os.store.sqlite import SqliteStore
 from tests.cli.test_cli import ctxos
+from tests.helpers import png
 
 NOISE = "/opt/homebrew/Library/Homebrew/cmd/shellenv.sh: line 18: /bin/ps: Operation not permitted"
 """What a login shell printed before every command's output in a real session (merged stderr)."""
@@ -239,6 +241,26 @@ def test_a_file_a_heredoc_wrote_read_back_whole_is_unchanged(db, tmp_path: Path)
     assert (r.file_versions, r.stale_file_views_full, r.stale_file_views_assembled) == (1, 0, 0)
     (notes,) = [o for o in session.view.objects.values() if o.kind == "file"]
     assert (notes.content, notes.meta["changes"]) == ("# Notes\nhello", 1)
+
+
+def test_an_image_the_user_sent_is_counted(db, tmp_path: Path) -> None:
+    """A user message's ``input_image`` (a pasted screenshot) was left out when
+    its text parts were joined: the full side of every later call counted no image, though the
+    model was sent it each time. It is kept as the image part it is, and counted."""
+    shot = "data:image/png;base64," + base64.b64encode(png(750, 400)).decode()
+    ask = [{"type": "input_text", "text": "what is wrong here?"}, {"type": "input_image", "image_url": shot}]
+    rows = session_start("cx-5", "look") + [
+        item({"type": "message", "role": "user", "content": ask}),
+        message("assistant", "The button overlaps."),
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    t = read_session(path)
+    assert t.messages[-2]["content"][1] == {"type": "image_url", "image_url": {"url": shot}}
+    session = Session.open(db, "codex", harness=t.harness, workspace=t.cwd)
+    r = replay_transcript(t, session, verify="all")
+    assert r.frames_verified == r.turns == 1
+    assert r.tokens_full >= 400 and r.tokens_assembled >= 400  # 750 × 400 pixels: 400 tokens
 
 
 def hook_free_blocks(session: Session) -> list[str]:

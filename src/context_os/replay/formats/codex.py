@@ -11,7 +11,8 @@ context manager).
   the first versions (mid 2025) hold the response items themselves, one per line, after a
   ``{"id", "timestamp", "instructions"}`` line.
 * A ``message`` is a user, assistant or developer message (its ``input_text``/``output_text``
-  parts joined); ``function_call`` (``shell``, ``shell_command``, ``exec_command``,
+  parts joined; a user's with images, a pasted screenshot, keeps its parts: the
+  images are counted as the model was sent them); ``function_call`` (``shell``, ``shell_command``, ``exec_command``,
   ``update_plan``, …), ``custom_tool_call`` (``apply_patch``, whose input is the patch: sent
   here as ``{"input": patch}``) and ``local_shell_call`` are tool calls; the assistant's message
   and the calls of one response make one assistant message. ``function_call_output`` and
@@ -76,6 +77,26 @@ def _text(content: Any) -> str:
     return ""
 
 
+def _content(content: Any) -> Any:
+    """A message's content as replayed: its text, or, when it holds images, its text and image
+    parts in order (joined, the images were left out of what the full side counts)."""
+    if not isinstance(content, list) or not any(_image(p) for p in content):
+        return _text(content)
+    return [
+        {"type": "input_text", "text": p["text"]} if not _image(p) else {**p}
+        for p in content
+        if _image(p) or (isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    ]
+
+
+def _image(part: Any) -> bool:
+    return (
+        isinstance(part, Mapping)
+        and part.get("type") == "input_image"
+        and isinstance(part.get("image_url") or part.get("file_id"), str)
+    )
+
+
 def _sent(item: Mapping[str, Any]) -> dict[str, Any] | None:
     """An item as this reader replays it, in the shape ``to_chat`` reads (texts as strings, a
     local shell call as the function call it is); None for what is not sent as text."""
@@ -83,7 +104,7 @@ def _sent(item: Mapping[str, Any]) -> dict[str, Any] | None:
     if kind == "message":
         if item.get("role") not in ("user", "assistant", "developer", "system"):
             return None
-        return {"type": "message", "role": item["role"], "content": _text(item.get("content"))}
+        return {"type": "message", "role": item["role"], "content": _content(item.get("content"))}
     if kind == "local_shell_call":
         call_id = item.get("call_id", item.get("id"))
         arguments = json.dumps(item.get("action") or {})
