@@ -793,6 +793,17 @@ def test_grep_options(root: Path, tools: FileTools) -> None:
     assert "not a valid regular expression" in tools.call("grep", {"pattern": "(md"})
 
 
+def test_grep_takes_the_regex_packages_additions_as_documented(root: Path, tools: FileTools) -> None:
+    """The pattern is run by the ``regex`` package, which takes what ``re`` refuses (``\\p{Lu}``,
+    ``\\m``) and reads a POSIX class where ``re`` reads a set of ``[:digt`` and a ``]``: the docs
+    said "a Python regular expression" only (docs/files.md now says which syntax it takes)."""
+    (root / "a.txt").write_text("Ünïcode word\n12 apples\nt] x\n")
+    assert tools.call("grep", {"pattern": r"\p{Lu}\w+"}).split("\n")[0] == "a.txt:1:Ünïcode word"
+    assert tools.call("grep", {"pattern": "[[:digit:]]+ "}).split("\n")[0] == "a.txt:2:12 apples"
+    assert "a.txt:3:" not in tools.call("grep", {"pattern": "[[:digit:]]"})  # not re's set: "t]" is no hit
+    assert tools.call("grep", {"pattern": r"\mapples\M"}).split("\n")[0] == "a.txt:2:12 apples"
+
+
 def test_grep_refuses_a_pattern_nested_too_deeply_with_a_typed_error(root: Path, tools: FileTools) -> None:
     """A pattern of groups 500 deep (``((((…))))``) overflowed the regex parser's recursion: a
     ``RecursionError`` left the tool, untyped, instead of an answer to the model."""
