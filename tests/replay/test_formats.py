@@ -160,6 +160,28 @@ def test_claude_code_results_written_before_their_call_stay_with_it(tmp_path: Pa
     assert read_call[0]["id"] == "t1"
 
 
+def test_a_claude_code_redacted_thinking_block_is_kept_as_pi_holds_it(tmp_path: Path, db) -> None:
+    """A reply's ``redacted_thinking`` block (reasoning the API encrypted) was dropped: the reply
+    was replayed without it, though Claude Code sent it back with every later request, and the
+    full side did not count it. It is now the ``thinking`` block pi-ai makes of it (its data the
+    signature), counted as Pi counts it."""
+    entries = [json.loads(x) for x in (DATA / "claude-code.jsonl").read_text().splitlines()]
+    entries[1]["message"]["content"].append({"type": "redacted_thinking", "data": "EuYBCkQYAiJA" * 40})
+    t = read_session(write(tmp_path / "redacted.jsonl", entries))
+    plain = read_session(DATA / "claude-code.jsonl")
+    assert t.messages[1]["content"][1] == {
+        "type": "thinking",
+        "thinking": "[Reasoning redacted]",
+        "thinkingSignature": "EuYBCkQYAiJA" * 40,
+        "redacted": True,
+    }
+    assert t.messages[0] == plain.messages[0] and t.messages[2:] == plain.messages[2:] and paired(t)
+    replayed = replay_transcript(t, Session.open(db, "r", harness=t.harness, workspace=t.cwd), verify="all")
+    base = replay_transcript(plain, Session.open(db, "p", harness=plain.harness, workspace=plain.cwd), verify="none")
+    assert replayed.frames_verified == replayed.turns == base.turns
+    assert replayed.tokens_full > base.tokens_full
+
+
 def test_a_claude_code_read_of_an_image_or_a_pdf_is_no_file_text(tmp_path: Path, db) -> None:
     """Claude Code's Read of an image answers with the image alone (no text block), and of a PDF
     with a document block: neither shows the file's text, so neither is a version of the file

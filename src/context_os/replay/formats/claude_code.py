@@ -53,6 +53,9 @@ __all__ = ["CLAUDE_CODE_TYPES", "read_claude_code"]
 
 CLAUDE_CODE_TYPES = ("summary", "file-history-snapshot", "queue-operation")
 """Entry types only Claude Code writes (its messages carry ``uuid``/``sessionId`` besides)."""
+_REDACTED_THINKING = "[Reasoning redacted]"
+"""The text of a ``redacted_thinking`` block as a Pi message holds it (pi-ai's Anthropic
+provider: a ``thinking`` block, ``redacted``, its encrypted ``data`` the signature)."""
 
 
 def _is_message(e: Mapping[str, Any]) -> bool:
@@ -234,6 +237,16 @@ class _Builder:
                             "type": "thinking",
                             "thinking": str(b.get("thinking", "")),
                             "thinkingSignature": b.get("signature", ""),
+                        }
+                    )
+                elif b.get("type") == "redacted_thinking":
+                    # as pi-ai holds it: sent back with its encrypted data, counted by its note
+                    blocks.append(
+                        {
+                            "type": "thinking",
+                            "thinking": _REDACTED_THINKING,
+                            "thinkingSignature": str(b.get("data", "")),
+                            "redacted": True,
                         }
                     )
                 elif b.get("type") == "tool_use":
