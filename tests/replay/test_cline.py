@@ -103,6 +103,19 @@ def test_results_cline_sent_as_tool_result_blocks_are_cline_s_too(tmp_path: Path
     assert t.format == "cline" and t.messages[2]["content"][0]["tool_use_id"] == "toolu_1"
 
 
+@pytest.mark.timeout(120)
+def test_a_text_repeating_the_working_directory_heading_is_read_in_linear_time(tmp_path: Path) -> None:
+    """The working directory was found by a regex that looked from each ``# Current Working
+    Directory (`` heading to the end of its line: a user's text holding a long line of them (a
+    log pasted into the task) took minutes to hours before the replay began. The directory is
+    still the one Cline named."""
+    messages = session()
+    line = "# Current Working Directory (" * 20_000
+    messages[0] = user(text(f"<task>\nWhy does the log say this?\n{line}\n</task>"))
+    t = read_session(write(tmp_path / "c.json", messages))
+    assert t.format == "cline" and t.cwd == CWD
+
+
 # --- what Cline sends ---------------------------------------------------------------------------------
 
 

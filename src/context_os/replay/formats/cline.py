@@ -63,8 +63,12 @@ _REPLIES = {"<answer>\n": ("ask_followup_question",), "<user_message>\n": ("plan
 """The results that carry images or files, without a description: the user's reply to a question."""
 _CLINE_FIELDS = ("call_id", "reasoning_details", "summary")
 _CWD = re.compile(
-    r"# Current Working Directory \((?P<dir>[^\n]+?)\) Files\n|working directory is now '(?P<now>[^'\n]+)'"
+    r"# Current Working Directory \((?P<dir>(?:(?!# Current Working Directory \()[^\n])+?)\) Files\n"
+    r"|working directory is now '(?P<now>[^'\n]+)'"
 )
+"""Where Cline names its working directory (its environment details, a resumed task's note). A
+directory's name never holds the heading: without that, every heading of a line repeating it (a
+file read that holds them) was looked at up to the line's end, minutes over a few hundred kB."""
 
 
 def result_name(text: str) -> str | None:
