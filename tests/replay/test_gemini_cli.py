@@ -301,6 +301,30 @@ def test_a_part_of_a_file_is_read_where_gemini_cli_says_it_is() -> None:
     assert names.role("replace") == "edit" and names.role("write_file") == "write"
 
 
+@pytest.mark.parametrize(
+    "output",
+    [
+        "Successfully modified file: /work/my app/src/a b.py (1 replacements).",
+        "Successfully modified file: /work/my app/src/a b.py (2 replacements). User modified the `new_string` to: y",
+        "Successfully overwrote file: /work/my app/src/a b.py.",
+        "Successfully created and wrote to new file: /work/my app/src/a b.py. User modified the `content` to: z",
+    ],
+)
+def test_the_session_directory_may_hold_spaces(tmp_path: Path, output: str) -> None:
+    """The session's directory is told from a file tool's message naming, absolutely, a file its
+    call named relatively; the path ended at its first space, so a directory with one
+    (``/work/my app``) was not found, and the session's relative paths had no directory."""
+    name = "replace" if "modified" in output else "write_file"
+    records = [
+        META,
+        user("u", "rename x"),
+        gemini("g1", calls=[call("e1", name, {"file_path": "src/a b.py"}, [response("e1", name, output=output)])]),
+        gemini("g2", "Done."),
+    ]
+    (t,) = read_sessions(write_lines(tmp_path / "s.jsonl", records))
+    assert t.cwd == "/work/my app"
+
+
 def test_an_edit_after_a_read_has_its_file_in_context(db, tmp_path: Path) -> None:
     records = [
         META,

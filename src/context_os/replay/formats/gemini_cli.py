@@ -64,9 +64,12 @@ _IGNORED_USER = ("/", "?", "<session_context>", "<hook_context>")
 wrote itself)."""
 _WROTE = re.compile(
     r"\ASuccessfully (?:modified|overwrote|created and wrote to new) file: (?P<path>/[^\n]*?)"
-    r"(?: \(\d+ replacements?\))?\.?(?=\s|\Z)"
+    r"(?:(?: \(\d+ replacements?\))?\.(?=\s|\Z)| \(\d+ replacements?\)(?=\s|\Z)|(?=\s*\Z))"
 )
-"""What ``replace`` and ``write_file`` print on success: the file's absolute path."""
+"""What ``replace`` and ``write_file`` print on success: the file's absolute path, up to the
+sentence's end (its count of replacements, its full stop) before the end or the notes Gemini CLI
+joins to it (`` User modified the …``, `` Here is the updated code:``); a path may hold spaces
+(before, it ended at the first: ``/work/my app/a.py`` read as ``/work/my``)."""
 
 
 def _metadata(value: Any) -> bool:
