@@ -465,6 +465,11 @@ def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: st
         # not <workdir>/~/x.txt, a file that never existed
         ("cat > ~/x.txt <<'EOF'\nhi\nEOF", [], []),
         ("sed -i s/a/b/ ~/x.txt a.py", ["/w/a.py"], []),
+        # a heredoc's body is skipped, not the script after it: these changes went unseen
+        ("cat > a.py <<'EOF'\nx = 2\nEOF\npython a.py", ["/w/a.py"], []),
+        ("python - <<'EOF'\nprint('rm x.py')\nEOF\nsed -i s/a/b/ c.py", ["/w/c.py"], []),
+        ("cat <<-EOF > d.py\n\tx\n\tEOF\nrm e.py", ["/w/d.py", "/w/e.py"], []),
+        ('echo "a << b" > f.py', ["/w/f.py"], []),
     ],
 )
 def test_what_a_shell_command_may_have_written(command: str, changed: list[str], written: list[Any]) -> None:

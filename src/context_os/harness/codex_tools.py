@@ -223,9 +223,13 @@ def shell_changes(arguments: Any) -> ShellChanges:
                 return ShellChanges()  # a file in a home directory the transcript does not name
             return ShellChanges(written=[(_joined(workdir, m.group("path")), m.group("body") + "\n")])
     changed: list[str] = []
+    body_ends: list[tuple[str, bool]] = []  # the heredocs whose bodies follow: (tag, tabs stripped)
     for line in script.split("\n"):
-        if "<<" in line:
-            break  # a heredoc's body follows: its lines are no commands
+        if body_ends:  # a heredoc's body: its lines are no commands
+            tag, dash = body_ends[0]
+            if (line.lstrip("\t") if dash else line) == tag:
+                body_ends.pop(0)
+            continue
         try:
             lex = shlex.shlex(line, posix=True, punctuation_chars=";&|<>")
             lex.whitespace_split = True
@@ -233,12 +237,15 @@ def shell_changes(arguments: Any) -> ShellChanges:
         except ValueError:
             break
         command: list[str] = []
-        for token in [*tokens, ";"]:
+        for k, token in enumerate([*tokens, ";"]):
             if token in _SEPARATORS:
                 changed += _command_changes(command)
                 command = []
             else:
                 command.append(token)
+            if token == "<<" and k + 1 < len(tokens):
+                tag = tokens[k + 1]
+                body_ends.append((tag[1:], True) if tag.startswith("-") else (tag, False))
     paths = [
         _joined(workdir, p)
         for p in changed
