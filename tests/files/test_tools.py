@@ -771,6 +771,18 @@ def test_braces_in_a_glob_are_alternatives(root: Path, tools: FileTools) -> None
     assert tools.call("find", {"pattern": "{a.ts"}) == "(no files match '{a.ts')"  # no closing brace: itself
 
 
+def test_a_glob_of_a_thousand_brace_groups_is_answered(root: Path, tools: FileTools) -> None:
+    """``{a,b}`` groups were expanded by one recursion per group: a pattern of 1,200 of them
+    overflowed Python's stack, and a ``RecursionError`` left ``find`` and ``grep`` untyped instead
+    of an answer. They are expanded from a stack now, and a pattern of more groups than that is
+    itself (it matches no file)."""
+    (root / "ab.txt").write_text("x\n")
+    many = "{a,b}" * 1200
+    assert tools.call("find", {"pattern": many}) == f"(no files match {many!r})"
+    assert tools.call("grep", {"pattern": "x", "glob": many}) == "(no matches for 'x')"
+    assert tools.call("find", {"pattern": "{a,c}{b,d}.txt"}).split("\n")[0] == "ab.txt"
+
+
 def test_grep_shows_the_match_of_a_long_line(root: Path, tools: FileTools) -> None:
     """A hit's line is cut to 500 characters; in a minified bundle (one line of 16,000) the match
     lay past them, and ``grep`` showed the line's start, without the match and without saying

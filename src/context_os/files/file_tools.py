@@ -339,9 +339,35 @@ def _path_glob(pattern: str) -> Callable[[str], bool]:
     return match
 
 
-def _braces(pattern: str, limit: int = 256) -> list[str]:
+def _braces(pattern: str, limit: int = 256, steps: int = 1024) -> list[str]:
     """``pattern`` once per alternative of its ``{a,b}`` groups (nested ones too; at most
-    ``limit``); a brace without a closing one or a comma inside is itself."""
+    ``limit``); a brace without a closing one or a comma inside is itself. The groups are taken
+    one at a time from a stack, at most ``steps`` of them (a recursion per group overflowed
+    Python's stack on a pattern of a thousand groups, a ``RecursionError`` out of the tool); a
+    pattern past that is itself."""
+    out: list[str] = []
+    todo = [pattern]
+    while todo and len(out) < limit:
+        current = todo.pop()
+        group = _brace_group(current)
+        if group is None:
+            out.append(current)
+            continue
+        steps -= 1
+        if steps < 0:
+            return [pattern]
+        start, commas, end = group
+        bounds = [start, *commas, end]
+        alternatives = [
+            current[:start] + current[a + 1 : b] + current[end + 1 :] for a, b in zip(bounds, bounds[1:], strict=False)
+        ]
+        todo += reversed(alternatives)  # the first alternative's expansions first, as written
+    return out
+
+
+def _brace_group(pattern: str) -> tuple[int, list[int], int] | None:
+    """(start, its commas, end) of the first ``{…}`` group of ``pattern`` with a comma directly
+    inside; None if there is none (a brace without its closing one ends the search)."""
     start = pattern.find("{")
     while start >= 0:
         depth, commas, end = 0, [], -1
@@ -356,17 +382,11 @@ def _braces(pattern: str, limit: int = 256) -> list[str]:
             elif pattern[k] == "," and depth == 1:
                 commas.append(k)
         if end < 0:
-            break
+            return None
         if commas:
-            bounds = [start, *commas, end]
-            out: list[str] = []
-            for a, b in zip(bounds, bounds[1:], strict=False):
-                out += _braces(pattern[:start] + pattern[a + 1 : b] + pattern[end + 1 :], limit - len(out))
-                if len(out) >= limit:
-                    break
-            return out[:limit]
+            return start, commas, end
         start = pattern.find("{", end + 1)
-    return [pattern]
+    return None
 
 
 _GREP_LINE_SECONDS = 50e-6
