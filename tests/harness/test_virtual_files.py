@@ -12,6 +12,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.policy import RetentionPolicy
+from context_os.files import FileTools, Workspace
 from context_os.harness import OpenAIHook, VirtualFiles
 from context_os.harness.toolnames import preset
 from context_os.store.sqlite import SqliteStore
@@ -56,3 +57,33 @@ def test_an_agents_own_read_and_edit_keep_the_file_current(tmp_path: Path) -> No
         [obj] = [o for o in again.view.objects.values() if o.kind == "file"]
         assert (obj.meta["version"], obj.content.count("\n")) == (3, 299)
         again.close()
+
+
+def test_a_file_in_the_home_directory_is_not_under_the_session_directory(tmp_path: Path, monkeypatch) -> None:
+    """Pi's tools (and context_os's own) expand ``~/notes.md``; it was taken under the session's
+    directory, ``/repo/~/notes.md``, a file that never existed: with the agent's files on this
+    machine it was not found on disk and was kept as the calls showed it. It stays ``~/notes.md``,
+    and a workspace on this machine expands it to the file it is."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.md").write_text("todo: ship\n")
+    monkeypatch.setenv("HOME", str(home))
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "what is left?"},
+        *call(1, "read", path="~/notes.md"),
+        {"role": "tool", "tool_call_id": "c1", "content": "todo: ship\n"},
+    ]
+    with SqliteStore(tmp_path / "s.db") as store:
+        session = Session.open(store, "s1", harness="openai", policy=RetentionPolicy(manage_from_tokens=0))
+        files = VirtualFiles(session, root="/repo", tool_names="canonical")
+        OpenAIHook(session, on_sync=files.observe).transform_context(messages)
+        [obj] = [o for o in session.view.objects.values() if o.kind == "file"]
+        assert (obj.meta["path"], obj.meta["abs_path"], obj.content) == ("~/notes.md", "~/notes.md", "todo: ship\n")
+        session.close()
+        live = Session.open(store, "s2", harness="openai", policy=RetentionPolicy(manage_from_tokens=0))
+        disk = FileTools(live, Workspace(home))
+        files = VirtualFiles(live, root=str(home / "repo"), tool_names="canonical", disk=disk)
+        OpenAIHook(live, on_sync=files.observe).transform_context(messages)
+        [obj] = [o for o in live.view.objects.values() if o.kind == "file"]
+        assert (obj.meta["abs_path"], obj.content) == (str(home / "notes.md"), "todo: ship\n")
+        live.close()

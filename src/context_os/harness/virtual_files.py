@@ -63,12 +63,15 @@ def _windows(path: str) -> str:
 def file_key(path: str, root: str | None) -> str:
     """One name for one file, however a call names it: a relative path is taken under the
     session's directory ``root`` (when it is known: a shell read joined to an absolute working
-    directory and a patch naming the path from the session's directory are the same file). In a
-    session on Windows (its directory, or the path, has a drive) ``\\`` and ``/`` are one separator."""
+    directory and a patch naming the path from the session's directory are the same file). A path
+    in a home directory (``~/notes.md``, as Pi's tools and context_os's own expand it) is not
+    under it: it stays as named (it was ``<root>/~/notes.md``, a file that never existed; a
+    workspace on this machine expands it). In a session on Windows (its directory, or the path, has
+    a drive) ``\\`` and ``/`` are one separator."""
     if _DRIVE.match(path) or (root and _DRIVE.match(root)):
         path, root = _windows(path), _windows(root) if root else root
         return posixpath.normpath(path if _DRIVE.match(path) or not root else posixpath.join(root, path))
-    if root and not posixpath.isabs(path):
+    if root and not posixpath.isabs(path) and not path.startswith("~"):
         path = posixpath.join(root, path)
     return posixpath.normpath(path) if path else path
 
