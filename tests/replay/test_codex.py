@@ -469,6 +469,7 @@ def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: st
         ("cat > a.py <<'EOF'\nx = 2\nEOF\npython a.py", ["/w/a.py"], []),
         ("python - <<'EOF'\nprint('rm x.py')\nEOF\nsed -i s/a/b/ c.py", ["/w/c.py"], []),
         ("cat <<-EOF > d.py\n\tx\n\tEOF\nrm e.py", ["/w/d.py", "/w/e.py"], []),
+        ("cat <<- 'EOF' > d.py\n\t\n\trm x.py\n\tEOF\nrm e.py", ["/w/d.py", "/w/e.py"], []),
         ('echo "a << b" > f.py', ["/w/f.py"], []),
     ],
 )

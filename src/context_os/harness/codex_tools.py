@@ -244,7 +244,8 @@ def shell_changes(arguments: Any) -> ShellChanges:
             else:
                 command.append(token)
             if token == "<<" and k + 1 < len(tokens):
-                tag = tokens[k + 1]
+                tag = tokens[k + 1]  # <<EOF, <<-EOF (tabs stripped), <<- EOF
+                tag = tag + tokens[k + 2] if tag == "-" and k + 2 < len(tokens) else tag
                 body_ends.append((tag[1:], True) if tag.startswith("-") else (tag, False))
     paths = [
         _joined(workdir, p)
