@@ -160,6 +160,23 @@ def test_claude_code_results_written_before_their_call_stay_with_it(tmp_path: Pa
     assert read_call[0]["id"] == "t1"
 
 
+def test_half_an_emoji_escaped_in_a_string_is_read_as_a_replacement_character(tmp_path: Path, db) -> None:
+    """A JavaScript harness that cuts a tool's output inside an emoji writes the half left as
+    ``\\ud83d`` (``JSON.stringify``), which no UTF-8 text holds: the adapter refused that message
+    (``not valid Unicode text``) and with it the whole session, though the harness resumed it.
+    The half is read as U+FFFD; a whole pair escaped stays the character it is."""
+    lines = (DATA / "branch-v3.jsonl").read_text().splitlines()
+    cut = [line.replace("return 1\\n", "return 1  # \\ud83d\\ude00 \\ud83d\\n") for line in lines]
+    assert cut != lines
+    path = tmp_path / "cut.jsonl"
+    path.write_text("\n".join(cut) + "\n")
+    t = read_session(path)
+    texts = [b["text"] for m in t.messages if m["role"] == "toolResult" for b in m["content"]]
+    assert any("return 1  # \U0001f600 \ufffd\n" in x for x in texts)
+    r = replay_transcript(t, Session.open(db, "cut", harness=t.harness, workspace=t.cwd), verify="all")
+    assert r.frames_verified == r.turns == 4
+
+
 def test_a_claude_code_redacted_thinking_block_is_kept_as_pi_holds_it(tmp_path: Path, db) -> None:
     """A reply's ``redacted_thinking`` block (reasoning the API encrypted) was dropped: the reply
     was replayed without it, though Claude Code sent it back with every later request, and the

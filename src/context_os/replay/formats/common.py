@@ -224,11 +224,31 @@ class _Bad:
 
 def _value(text: str) -> Any:
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except ValueError as e:
         return _Bad(str(e))
     except RecursionError:
         return _Bad("nested too deeply to read")
+    return _whole_characters(value) if _SURROGATE_ESCAPE.search(text) else value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A UTF-16 surrogate escaped in a JSON string (a pair of them is one character)."""
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _whole_characters(value: Any) -> Any:
+    """``value`` with every UTF-16 surrogate left alone in its strings (an escape of half a pair:
+    a JavaScript tool cut a string inside an emoji, and ``JSON.stringify`` wrote the half as
+    ``\\ud83d``) as U+FFFD, which a text can hold: such a string was refused by the adapter
+    (``not valid Unicode text``), and with it the whole session, though the harness read it."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_whole_characters(v) for v in value]
+    if isinstance(value, dict):
+        return {_whole_characters(k): _whole_characters(v) for k, v in value.items()}
+    return value
 
 
 _NO_DOCUMENT = object()
