@@ -38,6 +38,9 @@ import { createReadToolDefinition } from "@mariozechner/pi-coding-agent";
 import { RpcChild, RpcError, splitCommand } from "./rpc.ts";
 
 const HARNESS = "pi";
+/** The largest `context.transform` request ctxos takes from us: its own cap's highest setting (a
+ * conversation past it could not be serialised by Node anyway, a string's limit being near 1 GiB). */
+const MAX_REQUEST_MB = 1024;
 const DEFAULT_TIMEOUT_MS = 30_000;
 const STATUS_KEY = "context_os";
 /** Settings the extension could not read, each with what it does instead: said at session start. */
@@ -150,6 +153,9 @@ class ContextOs {
 		try {
 			// the server may give sessions only the workspace granted here: Pi's working directory
 			argv = [...splitCommand(process.env.CTXOS_CMD?.trim() || "ctxos"), "serve", "--stdio", "--workspace", ctx.cwd];
+			// every call sends the whole conversation: one past the server's default cap (32 MiB; a
+			// few images) was refused, and context_os went off for the session
+			argv.push("--max-request-mb", String(MAX_REQUEST_MB));
 			if (MESH) argv.push("--mesh", MESH, ...splitCommand(process.env.CTXOS_MESH_ARGS?.trim() || ""));
 		} catch (e) {
 			this.off(ctx, `CTXOS_CMD: ${message(e)}`);

@@ -581,3 +581,32 @@ def test_a_session_resumed_with_context_os_off_keeps_the_files_it_read(pi: PiIns
     assert TAIL_OPEN not in _joined(last)
     assert _tool_output(last, "call_1").startswith(BUGGY.rstrip("\n"))
     assert '"content_omitted"' in _tool_output(last, "call_2") and secret not in _joined(last)
+
+
+def _noise_png(width: int, height: int) -> bytes:
+    """A PNG of random pixels (stored, not compressed: as large as its pixels)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + os.urandom(width * 3) for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, 0)) + chunk(b"IEND", b"")
+
+
+def test_a_conversation_over_32_mib_stays_managed(pi: PiInstall, tmp_path: Path) -> None:
+    """Pi sends the whole conversation at every model call: one past ``ctxos serve``'s default cap
+    on a request (32 MiB; here eight screenshots of 4.3 MB each, as base64, under Pi's own limit
+    for one image) must not turn context_os off."""
+    shots = {f"shot{n}.png": _noise_png(1100, 1000) for n in range(8)}
+    script = [tool_call("read", path="calc.py"), text("The screenshots show nothing wrong.")]
+    with scripted_model(script) as (model, base_url):
+        files: dict[str, str | bytes] = {"calc.py": BUGGY, **shots}
+        workspace, _, _, env, options = _setup(pi, tmp_path, base_url, files, CTXOS, None, ["text", "image"])
+        proc = _pi_print(pi, workspace, env, *options, *(f"@{name}" for name in shots), "What is wrong here?")
+    assert "context_os is off" not in proc.stderr, proc.stderr[-2000:]
+    assert model.errors == [] and len(model.requests) == 2
+    assert len(json.dumps(model.requests[1]["messages"])) > 32 * 1024 * 1024
+    assert "return a - b" in _tail(model.requests[1])  # assembled by context_os: its read report
