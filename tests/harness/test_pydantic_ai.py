@@ -428,3 +428,34 @@ def test_an_older_pydantic_ai_is_refused_naming_what_to_install():
             version.check(old)
     for new in ("2.64.0", "2.64.1", "2.100.0", "3.0.0", pydantic_ai.__version__):
         version.check(new)
+
+
+@pytest.mark.parametrize("with_history", [False, True], ids=["first-run", "later-run"])
+def test_a_run_retried_after_it_failed_is_the_same_turn(db, with_history):
+    # a run whose model call failed (a 500 past the SDK's own retries) is run again by its caller
+    # with the same prompt and history: pydantic-ai makes the prompt's request anew (another
+    # timestamp, run id, and without a history another conversation id); the model is sent the
+    # same context, and no turn is added (a turn per try would age the results)
+    fail = [True]
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if (len(messages) > 1 or not with_history) and fail[0]:
+            fail[0] = False
+            raise ModelHTTPError(500, "m", body="boom")
+        return ModelResponse(parts=[TextPart("ok")])
+
+    hook = hook_for(db)
+    agent = Agent(FunctionModel(model), capabilities=[hook.capability()])
+    history = run(agent, "hello").all_messages() if with_history else None
+    turn = hook.session.view.turn
+    with pytest.raises(ModelHTTPError):
+        run(agent, "fix the bug", message_history=history)
+    sent = hook.last
+    assert run(agent, "fix the bug", message_history=history).output == "ok"
+    assert hook.session.view.turn == turn + 1
+    assert hook.last is sent and not hook.last.sync.rewritten
+    frames = frame_docs(db, hook.session.id)
+    assert len(frames) == turn + 1 and all(verify_frame(db, f).ok for f in frames)
+    # a prompt that is another is another turn
+    assert run(agent, "and the tests", message_history=history).output == "ok"
+    assert hook.session.view.turn == turn + 2

@@ -396,10 +396,48 @@ def merge_requests(
     return out
 
 
+_RETRIED = ("timestamp", "run_id", "conversation_id")
+"""The fields of a request that a run made again (``agent.run`` called anew after it failed)
+gives new values: its parts' timestamps, the request's, its run's id and, in a run without a
+history, the conversation's."""
+
+
+def _retry_form(message: ModelMessage) -> Any:
+    """A request as a run made again has it too: without the fields it makes anew (``_RETRIED``)."""
+    try:
+        dumped = _dump(message)
+    except (ValueError, TypeError):
+        return None  # refused by translate
+    parts = [{k: v for k, v in p.items() if k != "timestamp"} for p in dumped.get("parts", [])]
+    return {**{k: v for k, v in dumped.items() if k not in _RETRIED}, "parts": parts}
+
+
 class PydanticAIHook(ContextHook[ModelMessage]):
     """``transform_context`` for pydantic-ai message lists, and the ``ContextOS`` capability."""
 
     adapter_class = PydanticAIAdapter
+
+    _newest: tuple[int, ModelRequest] | None = None
+    """The newest message of the last call, when a request, and the length of its list."""
+
+    def transform_context(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+        """As ``ContextHook.transform_context``; a run made again after its model call failed (the
+        caller's ``agent.run`` with the same prompt and history) is the same call again: its
+        newest request, made anew with other timestamps and ids, is taken as the one it repeats
+        (the same context, no new turn: a turn per try would age every result)."""
+        messages = list(messages)
+        newest, self._newest = self._newest, None
+        last = messages[-1] if messages else None
+        if isinstance(last, ModelRequest):
+            if (
+                newest is not None
+                and newest[0] == len(messages)
+                and last is not newest[1]
+                and _retry_form(last) == _retry_form(newest[1])
+            ):
+                messages[-1] = last = newest[1]
+            self._newest = (len(messages), last)
+        return super().transform_context(messages)
 
     def capability(self) -> ContextOS:
         """The capability to give an ``Agent``: assembles every model request, adds our tools."""
