@@ -1517,6 +1517,59 @@ def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_
             proxy.close()
 
 
+def _status_on(sock: socket.socket, port: int, token: str, method: bytes = b"GET") -> bytes:
+    """The status line of ``GET /_context_os/status`` asked on ``sock``, kept alive after it
+    (``method``: what of ``GET`` is still to be sent)."""
+    sock.sendall(
+        method + f" {STATUS_PATH} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n\r\n".encode()
+    )
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(65536)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = int(re.search(rb"Content-Length: (\d+)", head, re.IGNORECASE)[1])  # type: ignore[index]
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head.split(b"\r\n")[0]
+
+
+def test_idle_kept_alive_connections_make_room_for_a_new_one(tmp_path: Path, up: Upstream) -> None:
+    """A client's pool of kept-alive connections, idle between its requests, held every one of
+    the proxy's connections: any other client (another agent, the status) was answered 503 until
+    they were closed for idleness. Now the connection idle the longest is closed for the new one;
+    one in the middle of a request is never closed so."""
+    with SqliteStore(tmp_path / "p.db") as store:
+        proxy = Proxy(store, up.url)
+        server = make_proxy_server(proxy, 0, max_connections=3, status_token="t0ken")
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+        pool = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(3)]
+        try:
+            for n, sock in enumerate(pool, 1):
+                assert _status_on(sock, port, "t0ken").split()[1] == b"200"
+                # (its thread waits for the next request once the answer is out: in this order)
+                wait_for(lambda n=n: len(server._idle) == n, "the connection to wait, idle")  # type: ignore[attr-defined]
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as other:
+                assert _status_on(other, port, "t0ken").split()[1] == b"200"
+                assert pool[0].recv(65536) == b""  # the one idle the longest made room
+                # the pool's others are still served on their connections; one whose client has
+                # begun a request (a byte of it) is never closed for another
+                assert _status_on(pool[1], port, "t0ken").split()[1] == b"200"
+                for sock in (other, pool[1], pool[2]):
+                    sock.sendall(b"G")
+                head, _ = overfill(port, "", slots=0)
+                assert head.split()[1] == b"503", head
+                for sock in (other, pool[1], pool[2]):
+                    sock.sendall(b"E")
+                    assert _status_on(sock, port, "t0ken", b"T").split()[1] == b"200"
+        finally:
+            for sock in pool:
+                sock.close()
+            server.shutdown()
+            server.server_close()
+            proxy.close()
+
+
 def test_an_answer_relayed_to_a_client_that_pauses_its_reading_is_not_cut_by_the_header_deadline(
     tmp_path: Path,
 ) -> None:

@@ -17,6 +17,7 @@ import ipaddress
 import os
 import re
 import secrets
+import select
 import signal
 import socket
 import sys
@@ -415,14 +416,22 @@ BODY_SECONDS = 60.0
 """A request's body must all arrive within this many seconds of its headers."""
 
 
+ROOM_SECONDS = 1.0
+"""How long a connection over ``max_connections`` waits for the one idle the longest, closed to
+make room for it, to let its slot go."""
+
+
 class _DeadlineSocket(io.RawIOBase):
     """A connection's reading side, each read bounded by one deadline for the whole of what is
-    being read (``deadline``, monotonic seconds; None: the socket's own timeout per read)."""
+    being read (``deadline``, monotonic seconds; None: the socket's own timeout per read).
+    ``arrived``, called when bytes came: False if the connection was taken from the reader
+    meanwhile (closed to make room for another), whose bytes are then dropped."""
 
-    def __init__(self, sock: socket.socket, per_read: float | None):
+    def __init__(self, sock: socket.socket, per_read: float | None, arrived: Callable[[], bool] | None = None):
         self.sock = sock
         self.per_read = per_read
         self.deadline: float | None = None
+        self.arrived = arrived
 
     def readable(self) -> bool:
         return True
@@ -433,7 +442,8 @@ class _DeadlineSocket(io.RawIOBase):
             if left <= 0:
                 raise TimeoutError("the request took too long to arrive")
             self.sock.settimeout(left if self.per_read is None else min(left, self.per_read))
-        return self.sock.recv_into(buffer)
+        n = self.sock.recv_into(buffer)
+        return 0 if n and self.arrived is not None and not self.arrived() else n
 
 
 def make_http_server(
@@ -575,10 +585,13 @@ def make_http_server(
 
 
 class BoundedHTTPServer(ThreadingHTTPServer):
-    """A threading HTTP server that serves at most ``max_connections`` at once (one more is
-    answered 503 and closed at once) with ``DeadlineHandler``'s deadlines: every context_os HTTP
-    server built on ``http.server`` (JSON-RPC, the web view, the proxy) is one. The limits are
-    ``MAX_CONNECTIONS``, ``HEADER_SECONDS`` and ``BODY_SECONDS`` unless ``bound`` sets others."""
+    """A threading HTTP server that serves at most ``max_connections`` at once with
+    ``DeadlineHandler``'s deadlines: every context_os HTTP server built on ``http.server``
+    (JSON-RPC, the web view, the proxy) is one. One more connection is given the place of the
+    kept-alive connection idle the longest (waiting for its client's next request, none of it
+    come), which is closed, as a server may close an idle one at any time; with none idle, it is
+    answered 503 and closed at once. The limits are ``MAX_CONNECTIONS``, ``HEADER_SECONDS`` and
+    ``BODY_SECONDS`` unless ``bound`` sets others."""
 
     daemon_threads = True
     slots: threading.BoundedSemaphore
@@ -590,6 +603,9 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.bound()
+        self._idle: dict[DeadlineHandler, None] = {}
+        """The kept-alive connections waiting for their client's next request, the oldest first."""
+        self._idle_lock = threading.Lock()
 
     def bound(
         self,
@@ -609,8 +625,43 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         why = "too many connections at once: retry when one of them is done"
         return "application/json", encode(error_response(None, RpcError(INVALID_REQUEST, why)))
 
+    def waits(self, handler: DeadlineHandler) -> None:
+        """``handler``'s connection waits for its client's next request: it may be closed to make
+        room for another."""
+        with self._idle_lock:
+            self._idle[handler] = None
+
+    def claims(self, handler: DeadlineHandler) -> bool:
+        """``handler``'s client sent something (or its connection ends): not idle any more. False
+        if the connection was closed to make room for another before."""
+        with self._idle_lock:
+            if handler.given_up:
+                return False
+            self._idle.pop(handler, None)
+            return True
+
+    def _make_room(self) -> bool:
+        """Close the kept-alive connection idle the longest (one whose client has not begun its
+        next request); whether there was one."""
+        with self._idle_lock:
+            for handler in self._idle:
+                try:  # a request arrived and not read yet (or the client closed): not idle
+                    if select.select([handler.connection], [], [], 0)[0]:
+                        continue
+                except (OSError, ValueError):
+                    continue  # closed already: its slot is about to be free
+                del self._idle[handler]
+                handler.given_up = True
+                with suppress(OSError):
+                    handler.connection.shutdown(socket.SHUT_RDWR)
+                log.info("http connection from %s closed, idle: another needs its place", handler.client_address[0])
+                return True
+        return False
+
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
+        if not self.slots.acquire(blocking=False) and not (
+            self._make_room() and self.slots.acquire(timeout=ROOM_SECONDS)
+        ):
             log.warning("http connection from %s refused: %d served already", client_address[0], self.max_connections)
             ctype, body = self.busy()
             extra = "".join(f"{k}: {v}\r\n" for k, v in self.busy_headers)
@@ -647,17 +698,28 @@ class DeadlineHandler(BaseHTTPRequestHandler):
 
     timeout = 60  # the longest one read may wait, and the one write of an answer
     server: BoundedHTTPServer
+    given_up = False
+    """Its connection was closed, idle, to make room for another (``BoundedHTTPServer``)."""
+    _answered = False
 
     def setup(self) -> None:
         super().setup()
-        self._reading = _DeadlineSocket(self.connection, self.timeout)
+        self._reading = _DeadlineSocket(self.connection, self.timeout, lambda: self.server.claims(self))
         self.rfile = io.BufferedReader(self._reading)
 
     def handle_one_request(self) -> None:
         self._reading.deadline = time.monotonic() + self.server.header_seconds
+        if self._answered:  # kept alive, waiting for the client's next request
+            self.server.waits(self)
         super().handle_one_request()
+        self._answered = True
+
+    def finish(self) -> None:
+        self.server.claims(self)
+        super().finish()
 
     def parse_request(self) -> bool:
+        self.server.claims(self)  # (a request already read ahead, which no read announced)
         parsed = super().parse_request()
         self._reading.deadline = time.monotonic() + self.server.body_seconds  # the headers are in
         return parsed
