@@ -94,11 +94,11 @@ class Running:
 
 
 @contextmanager
-def proxy_command(store: Path, upstream_url: str, said: list[str] | None = None) -> Iterator[str]:
-    """``ctxos proxy`` (the command) on a free port in front of ``upstream_url``: its OpenAI base
-    URL, read from the line it prints; stopped with SIGTERM after, which must be a clean stop.
-    ``said`` gets the lines it wrote on stderr after the first."""
-    cmd = [CTXOS, "--store", str(store), "proxy", "--upstream", upstream_url, "--port", "0", "--no-recall"]
+def proxy_command(store: Path, upstream_url: str, said: list[str] | None = None, *options: str) -> Iterator[str]:
+    """``ctxos proxy`` (the command, given ``options`` too) on a free port in front of
+    ``upstream_url``: its OpenAI base URL, read from the line it prints; stopped with SIGTERM
+    after, which must be a clean stop. ``said`` gets the lines it wrote on stderr after the first."""
+    cmd = [CTXOS, "--store", str(store), "proxy", "--upstream", upstream_url, "--port", "0", "--no-recall", *options]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
     token_file: Path | None = None
     try:

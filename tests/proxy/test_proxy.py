@@ -851,6 +851,19 @@ def test_the_proxy_command(tmp_path: Path, up: Upstream) -> None:
     assert not any("created" in line for line in said)
 
 
+def test_the_proxy_command_serves_as_many_connections_as_it_is_told(tmp_path: Path, up: Upstream) -> None:
+    """``--max-connections``: the connections served at once (64 by default, which a team's agents
+    or one orchestrator's many at once outgrow), one more answered 503 when none is idle."""
+    with proxy_command(tmp_path / "c.db", up.url, None, "--max-connections", "2") as base_url:
+        port = urlsplit(base_url).port
+        assert port is not None
+        head, body = overfill(port, "POST /v1/chat/completions HTTP/1.1\r\n", slots=2)
+        assert head.split()[1] == b"503", head
+        assert "too many connections" in json.loads(body)["error"]["message"]
+        got = openai_client(base_url).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert got.choices[0].message.content == "first answer here"
+
+
 def test_a_stop_right_after_the_listening_line_is_a_clean_one(tmp_path: Path) -> None:
     """A supervisor that stops the proxy as soon as it says it listens (SIGTERM) gets a clean stop,
     exit 0, whenever the signal lands: it used to land, now and then, before the proxy began

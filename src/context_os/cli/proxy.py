@@ -10,6 +10,7 @@ import click
 
 from ..errors import ConfigError
 from ..harness.toolnames import PRESETS
+from ..server.transports import MAX_CONNECTIONS
 from ._common import (
     announce_created,
     embedder_option,
@@ -55,6 +56,14 @@ from ._common import (
     help="Which of the agent's tools read, write and edit files (their calls keep its files as objects): "
     "auto tells the harness from the tools a request offers; none keeps them as tool outputs only.",
 )
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1, 4096),
+    default=MAX_CONNECTIONS,
+    show_default=True,
+    help="Connections served at once (a thread each): one more takes the place of a kept-alive one "
+    "idle the longest, or is answered 503 when none is idle.",
+)
 @embedder_option
 @rebuild_vectors_option
 @track_option
@@ -70,6 +79,7 @@ def proxy_cmd(
     recall: bool,
     workspace: Path | None,
     tool_names: str,
+    max_connections: int,
     embedder: str,
     rebuild_vectors: bool,
     track: bool,
@@ -114,7 +124,7 @@ def proxy_cmd(
             tool_names=tool_names,
             track=track,
         )
-        server = make_proxy_server(proxy, port, sock=sock, status_token=status_token)
+        server = make_proxy_server(proxy, port, sock=sock, status_token=status_token, max_connections=max_connections)
         bound = server.server_address[1]
         try:  # from here on, a stop (SIGTERM, Ctrl-C) at any point is a clean one
             print(
