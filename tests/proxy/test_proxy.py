@@ -1506,6 +1506,40 @@ def test_the_status_endpoint_names_the_sessions_the_counts_and_the_trackers_erro
         proxy.close()
 
 
+def test_while_its_sessions_close_the_proxy_answers_its_status_and_opens_no_session(tmp_path: Path) -> None:
+    """``Proxy.close`` waits up to 30 s for its sessions to close (a store that hangs): it did so
+    holding the lock every request takes, so a status asked meanwhile waited as long, and a
+    request that came meanwhile (on a kept-alive connection) then opened a session of its own,
+    after the sessions were closed, which nothing closed. Now neither waits, and no session is
+    opened once the proxy closes."""
+    import sqlite3
+
+    db = tmp_path / "p.db"
+    with SqliteStore(db) as store:
+        proxy = Proxy(store, "http://127.0.0.1:9")
+        body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+        assert proxy.prepare("openai", {}, body).conversation is not None
+        blocker = sqlite3.connect(db)
+        blocker.execute("BEGIN IMMEDIATE")  # the store hangs: its writes wait for this one
+        try:
+            closing = threading.Thread(target=proxy.close)
+            closing.start()
+            wait_for(lambda: any(t.name.startswith("ctxos-close-") for t in threading.enumerate()), "the close")
+            answered: list[Any] = []
+            asking = threading.Thread(target=lambda: answered.append(proxy.status()), daemon=True)
+            asking.start()
+            wait_for(lambda: answered, "the status while the sessions close")
+            assert answered[0]["sessions"] == []
+            other = {"model": "m", "messages": [{"role": "user", "content": "another"}]}
+            assert proxy.prepare("openai", {}, other).conversation is None  # as it came
+        finally:
+            blocker.rollback()
+            blocker.close()
+        closing.join(60)
+        assert not closing.is_alive()
+        assert store.get(f"session:{derive_session('openai', other)}") is None
+
+
 def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_path: Path, up: Upstream) -> None:
     """A local client that connects and never finishes its request line or headers held one of
     the proxy's threads for ever (its reads had no timeout at all), with no bound on how many.

@@ -361,6 +361,8 @@ class Proxy:
         self._busy = threading.Condition(self._lock)
         self._relaying = 0
         """Requests between their first upstream call and their client's last byte."""
+        self._closed = False
+        """Set by ``close``: no session is opened any more."""
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop relaying (SIGTERM, Ctrl-C): each answer still being relayed is cut, and its client
@@ -438,12 +440,17 @@ class Proxy:
         }
 
     def close(self) -> None:
+        """Close the upstream client, the trackers and the sessions (waited for at most
+        ``CLOSE_WAIT`` seconds together, without the lock every request and the status take); a
+        request that comes after goes upstream as it came, opening no session."""
         self.client.close()
         if self.trackers is not None:
             self.trackers.close()
         with self._lock:
-            close_sessions([c.hook.session for c in self._conversations.values()], CLOSE_WAIT, "proxy: ")
+            self._closed = True
+            sessions = [c.hook.session for c in self._conversations.values()]
             self._conversations.clear()
+        close_sessions(sessions, CLOSE_WAIT, "proxy: ")
 
     def _conversation(
         self, api: Api, session_id: str, started: str | None = None, *, keyless: bool = False
@@ -455,6 +462,8 @@ class Proxy:
         (``_departing``)."""
         name = "openai" if api == "responses" else api  # its items are translated to chat messages
         with self._lock:
+            if self._closed:  # its session would be opened after the others were closed, and stay open
+                raise ProxyStopping
             found = self._conversations.get(session_id)
             if found is None:
                 ws = self.workspace
@@ -485,6 +494,9 @@ class Proxy:
         on any failure of ours, the request as it came."""
         with self._lock:
             self.counts["requests"] += 1
+            closed = self._closed
+        if closed or self.stopping.is_set():
+            return Plan(api, body, body)  # answered 503 (``ProxyStopping``), or a proxy closed: no session opened
         if api == "responses" and body.get("previous_response_id") is not None:
             return Plan(api, body, body)  # the provider holds the conversation: nothing to manage
         named = next((v for k, v in headers.items() if k.lower() == SESSION_HEADER.lower()), None)
