@@ -172,7 +172,16 @@ class ContextOs {
 		this.rpc = rpc;
 		try {
 			const sources = { recall: RECALL, memory: MEMORY, mesh: MESH !== undefined };
-			await rpc.call("session.open", { session: this.session, harness: HARNESS, workspace: ctx.cwd, policy, ...sources });
+			// cut: Pi cannot be asked to send less, so a message over the cap (a pasted log, a huge
+			// @file) is held cut, with a note, rather than refused (which turned context_os off)
+			await rpc.call("session.open", {
+				session: this.session,
+				harness: HARNESS,
+				workspace: ctx.cwd,
+				policy,
+				cut: true,
+				...sources,
+			});
 			const tools = await rpc.call<unknown>("tools.list", { session: this.session });
 			this.offered = new Set(toolNames(tools));
 			// a peer ctxos could not dial leaves the agent alone on the mesh: its stderr never shows

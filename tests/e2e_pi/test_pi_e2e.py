@@ -610,3 +610,19 @@ def test_a_conversation_over_32_mib_stays_managed(pi: PiInstall, tmp_path: Path)
     assert model.errors == [] and len(model.requests) == 2
     assert len(json.dumps(model.requests[1]["messages"])) > 32 * 1024 * 1024
     assert "return a - b" in _tail(model.requests[1])  # assembled by context_os: its read report
+
+
+def test_a_message_over_the_cap_is_sent_cut_and_context_os_stays_on(pi: PiInstall, tmp_path: Path) -> None:
+    """A user message over ``max_message_chars`` (2,000,000 characters: here a 3 MB log given as
+    ``@file``) was refused by ctxos (ContentTooLarge), and context_os went off for the session;
+    Pi cannot send less, so the session holds it cut, with a note, and the model is sent that."""
+    line = "2026-12-01T10:00:00 worker-3 INFO processed batch 1234 in 17 ms\n"
+    log = line * (3_000_000 // len(line) + 1)
+    with scripted_model([text("The log is fine.")]) as (model, base_url):
+        workspace, _, _, env, options = _setup(pi, tmp_path, base_url, {"app.log": log}, CTXOS, None)
+        proc = _pi_print(pi, workspace, env, *options, "@app.log", "Is anything wrong in this log?")
+    assert "context_os is off" not in proc.stderr, proc.stderr[-2000:]
+    assert model.errors == [] and len(model.requests) == 1
+    sent = _joined(model.requests[0])
+    assert "[cut by context_os: 3,000,199 characters, a message keeps at most 2,000,000]" in sent
+    assert len(sent) < len(log)

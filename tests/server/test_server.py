@@ -1077,3 +1077,23 @@ def test_messages_nested_deeper_than_marshal_packs_are_bad_input_not_an_internal
     assert answer["error"]["code"] == INVALID_PARAMS and "nested too deeply" in answer["error"]["message"]
     params = {"session": "s1", "messages": [*coding_session(2), user("and on")]}
     assert "result" in server.handle({"jsonrpc": "2.0", "id": 2, "method": "context.transform", "params": params})
+
+
+def test_a_session_opened_with_cut_holds_a_message_over_the_cap_cut(rpc: Rpc):
+    """A client that cannot send less (the Pi extension: the whole conversation at every call)
+    opens its session with ``cut``: a message over ``max_message_chars`` is held cut to it, with
+    a note, and said on stderr; without ``cut`` it is refused (-32005), as before."""
+    policy = {"max_message_chars": 1000, "manage_from_tokens": 0}
+    long = "log line\n" * 500
+    rpc.result("session.open", session="plain", policy=policy)
+    refused = rpc("context.transform", session="plain", messages=[user(long)])
+    assert refused["error"]["code"] == -32005, refused
+    rpc.result("session.open", session="cut", policy=policy, cut=True)
+    out = rpc.result("context.transform", session="cut", messages=[user(long)])
+    sent = json.dumps(out["messages"])
+    assert "[cut by context_os: 4,500 characters" in sent and long not in sent
+    again = rpc.result("context.transform", session="cut", messages=[user(long), call("c1", command="ls")])
+    assert again["new"] == 1 and not again["rewritten"]  # the message held cut is the one sent whole
+    code, err = rpc.close()
+    assert code == 0
+    assert err.count("message 0 is 4,500 characters, over the 1,000 one message keeps") == 1, err

@@ -57,6 +57,7 @@ from .protocol import (
     Params,
     RpcError,
     RpcServer,
+    log,
 )
 
 if TYPE_CHECKING:
@@ -85,6 +86,9 @@ class _OpenParams(Params):
     recall: bool = False
     memory: bool = False
     mesh: bool = False
+    cut: bool = False
+    """A message text over the policy's ``max_message_chars`` is cut to it, with a note, rather
+    than refused: a client that cannot send less (Pi's whole conversation at every call)."""
 
     _client = field_validator("client")(_a_client)
 
@@ -401,6 +405,7 @@ class Server(RpcServer):
                 MeshTools(session, self.mesh).register(hook.registry)
             current = self.sessions[p.session] = _Open(h, hook, p.client)
         s = current.hook.session
+        s.ingest.cut_over_cap = p.cut
         return {
             "session": s.id,
             "client": current.client,
@@ -497,6 +502,16 @@ class Server(RpcServer):
             )
         else:
             result["messages"] = o.harness.encode(o.hook.transform_context(messages))
+        ingest = o.hook.session.ingest
+        cut, ingest.cuts = ingest.cuts, []
+        for at, size in cut:
+            log.warning(
+                "session %s: message %d is %s characters, over the %s one message keeps: held cut to them, with a note",
+                p.session,
+                at,
+                f"{size:,}",
+                f"{ingest.view.policy.max_message_chars:,}",
+            )
         a = o.hook.last
         assert a is not None
         result.update(
