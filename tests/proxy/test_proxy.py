@@ -1540,6 +1540,52 @@ def test_while_its_sessions_close_the_proxy_answers_its_status_and_opens_no_sess
         assert store.get(f"session:{derive_session('openai', other)}") is None
 
 
+def test_a_session_opening_on_a_store_that_hangs_holds_up_no_other_request(tmp_path: Path) -> None:
+    """A new conversation's session was opened under the lock every request and the status take:
+    on a store that hangs (each write waits its timeout, 30 s), every other request, a session's
+    already open among them, and the status waited for it, one after the other."""
+    import sqlite3
+
+    db = tmp_path / "p.db"
+    with SqliteStore(db) as store:
+        proxy = Proxy(store, "http://127.0.0.1:9")
+        first = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+        assert proxy.prepare("openai", {}, first).conversation is not None
+        blocker = sqlite3.connect(db)
+        blocker.execute("BEGIN IMMEDIATE")  # the store hangs: its writes wait for this one
+        opened: list[Any] = []
+        try:
+            new = {"model": "m", "messages": [{"role": "user", "content": "another"}]}
+            opening = threading.Thread(target=lambda: opened.append(proxy.prepare("openai", {}, new)))
+            opening.start()
+            wait_for(lambda: store.doc(f"session:{derive_session('openai', new)}") is None and _waits_on_store(opening))
+            answered: list[Any] = []
+            threading.Thread(target=lambda: answered.append(proxy.status()), daemon=True).start()
+            wait_for(lambda: answered, "the status while a session opens")
+            assert answered[0]["counts"]["requests"] == 2
+        finally:
+            blocker.rollback()
+            blocker.close()
+        opening.join(60)
+        assert opened and opened[0].conversation is not None
+        assert {s["session"] for s in proxy.status()["sessions"]} == {
+            derive_session("openai", first),
+            derive_session("openai", new),
+        }
+        proxy.close()
+
+
+def _waits_on_store(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is inside ``Session.open`` (waiting for the store)."""
+    import sys
+    import traceback
+
+    frame = sys._current_frames().get(thread.ident or 0)
+    return frame is not None and any(
+        f.name == "open" and "session.py" in f.filename for f in traceback.extract_stack(frame)
+    )
+
+
 def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_path: Path, up: Upstream) -> None:
     """A local client that connects and never finishes its request line or headers held one of
     the proxy's threads for ever (its reads had no timeout at all), with no bound on how many.

@@ -363,6 +363,8 @@ class Proxy:
         """Requests between their first upstream call and their client's last byte."""
         self._closed = False
         """Set by ``close``: no session is opened any more."""
+        self._opening: dict[str, threading.Lock] = {}
+        """The sessions being opened, each by one request (``_conversation``)."""
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop relaying (SIGTERM, Ctrl-C): each answer still being relayed is cut, and its client
@@ -465,28 +467,51 @@ class Proxy:
             if self._closed:  # its session would be opened after the others were closed, and stay open
                 raise ProxyStopping
             found = self._conversations.get(session_id)
-            if found is None:
-                ws = self.workspace
-                session = Session.open(self.store, session_id, harness=name, workspace=str(ws.root) if ws else None)
-                session.ingest.cut_over_cap = True  # the client cannot be asked to send less: managed, cut
-                if keyless:
-                    session.ingest.on_rewrite = _departing(session)
-                tools = FileTools(session, ws, tracker=self.trackers(ws) if self.trackers else None) if ws else None
-                # the agent's files: from the disk under its workspace, else as its tools show them
-                files = VirtualFiles(session, root=str(ws.root) if ws else None, tool_names=None, disk=tools)
-                hook = harness(name).hook(session, files=tools, on_sync=files.observe)
-                if self.recall is not None:
-                    SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
-                found = self._conversations[session_id] = _Conversation(hook, files)
-                found.evictions_seen = _newest_eviction(self.store)
-                found.hidden = _stored_hidden(self.store, session_id, found.evictions_seen)  # a restarted proxy's
-                found.kept = _places(found.hidden)
+            if found is not None:
+                return found
+            opening = self._opening.setdefault(session_id, threading.Lock())
+        # opened without the lock every request and the status take (a store that hangs holds
+        # each write up to its timeout), once: a request of the same session waits for it
+        # (an open that failed leaves its lock: the requests after it try again one at a time)
+        with opening:
+            with self._lock:
+                found = self._conversations.get(session_id)
+            if found is not None:
+                return found
+            found = self._open(name, session_id, keyless=keyless)
+            with self._lock:
                 first = self._conversations.get(started) if started is not None else None
-                if first is not None:  # the first call's rounds with our tools: the first to reply takes them
+            if first is not None:  # the first call's rounds with our tools: the first to reply takes them
+                with first.lock:
                     found.hidden, first.hidden = first.hidden, []
                     self._keep_hidden(first)
-                    self._keep_hidden(found)
-            return found
+                self._keep_hidden(found)
+            with self._lock:
+                if not self._closed:
+                    self._conversations[session_id] = found
+                    self._opening.pop(session_id, None)
+                    return found
+            found.hook.session.close()
+            raise ProxyStopping
+
+    def _open(self, name: str, session_id: str, *, keyless: bool) -> _Conversation:
+        """A conversation of ``session_id``'s session, opened (``_conversation``)."""
+        ws = self.workspace
+        session = Session.open(self.store, session_id, harness=name, workspace=str(ws.root) if ws else None)
+        session.ingest.cut_over_cap = True  # the client cannot be asked to send less: managed, cut
+        if keyless:
+            session.ingest.on_rewrite = _departing(session)
+        tools = FileTools(session, ws, tracker=self.trackers(ws) if self.trackers else None) if ws else None
+        # the agent's files: from the disk under its workspace, else as its tools show them
+        files = VirtualFiles(session, root=str(ws.root) if ws else None, tool_names=None, disk=tools)
+        hook = harness(name).hook(session, files=tools, on_sync=files.observe)
+        if self.recall is not None:
+            SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
+        found = _Conversation(hook, files)
+        found.evictions_seen = _newest_eviction(self.store)
+        found.hidden = _stored_hidden(self.store, session_id, found.evictions_seen)  # a restarted proxy's
+        found.kept = _places(found.hidden)
+        return found
 
     def prepare(self, api: Api, headers: Mapping[str, str], body: dict[str, Any]) -> Plan:
         """What to send upstream for a client's request: the assembled context in place of its
