@@ -378,6 +378,33 @@ def test_as_an_object_source(db: Store, vectors: VectorIndex) -> None:
     assert sum(max(1, len(i.text) // 4) for i in small) <= 15 and len(small) < len(items)
 
 
+def test_a_message_s_items_past_the_hits_left_out_cost_one_search(
+    db: Store, vectors: VectorIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hits the caller leaves out (a session's own chat, which ranks first for its own topic)
+    made ``items`` search again for more, twice: three searches for one message, each reading
+    the store, embedding the query and reading the periods it names again."""
+    talk = [f"the zebra migration failed on 9 October, attempt {n}" for n in range(60)]
+    chat(db, "own", talk)
+    db.put(memory("memory:other", "a zebra migration note from 9 October"))
+    vectors.catch_up()
+    searched: list[str] = []
+    text_search = db.text_search
+
+    def counted(query: str, **kw: object) -> object:
+        searched.append(query)
+        return text_search(query, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(db, "text_search", counted)
+    recall = Recall(db, vectors, k=3)
+    items = recall.items("zebra migration on 9 October", 2000, leave_out=lambda h: h.session == "own")
+    assert len(searched) == 1
+    assert [i.meta["object"] for i in items] == ["memory:other"]
+    # what it offers is what one search of as many hits shows, past the ones left out
+    every = recall.search("zebra migration on 9 October", k=recall.config.depth).hits
+    assert items[0].meta["rank"] == next(h.rank for h in every if h.id == "memory:other")
+
+
 def test_bad_input_names_the_field(db: Store, vectors: VectorIndex) -> None:
     recall = Recall(db, vectors)
     with pytest.raises(InputError, match="query is empty"):

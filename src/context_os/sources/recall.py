@@ -375,6 +375,21 @@ class Recall:
         ``distinct``: parts with the same text (whitespace aside) are one hit, the best ranked,
         with ``same_text`` counting the others; False keeps each (where the text is the same
         but who it came from is what matters: a fact two mesh peers both told)."""
+        return self._rank(query, k, kinds, session, as_of, tx_id, memory, distinct).result(k)
+
+    def _rank(
+        self,
+        query: str,
+        k: int,
+        kinds: Sequence[str] | None,
+        session: str | None,
+        as_of: int | str | None,
+        tx_id: int | None,
+        memory: MemoryScopes | None,
+        distinct: bool,
+    ) -> _Ranking:
+        """``search`` up to the fused ranking of every candidate, from which any number of hits
+        is taken (``_Ranking.result``) without searching again."""
         asked, valid_time = check_search(query, k=k, kinds=kinds, as_of=as_of, tx_id=tx_id)
         wanted = self.kinds if asked is None else asked
         cfg = self.config
@@ -452,9 +467,10 @@ class Recall:
                 note = _also(note, f"vector ranks weighed by the {covered:.0%} of parts embedded")
         t3 = time.perf_counter()
         periods = named_periods(query, valid_time if valid_time is not None else now_ms()) if cfg.time_weight else []
-        hits = self._fuse(periods, bm, vec, k, wanted, session, valid_time, tx_id, vector_weight, distinct)
+        ranked, same = self._fuse(periods, bm, vec, wanted, session, valid_time, tx_id, vector_weight, distinct)
         timings["fuse"] = (time.perf_counter() - t3) * 1000
-        return RecallResult(query, hits, "bm25" if qv is None else "hybrid", note, timings, periods)
+        mode: Literal["hybrid", "bm25"] = "bm25" if qv is None else "hybrid"
+        return _Ranking(self, RecallResult(query, [], mode, note, timings, periods), ranked, same, valid_time, tx_id)
 
     def _coverage(self) -> float:
         """The share of the keyword index's parts the vectors hold (1.0 when caught up). Asking
@@ -474,14 +490,15 @@ class Recall:
         periods: list[Period],
         bm: list[TextHit],
         vec: Sequence[TextHit],
-        k: int,
         wanted: tuple[str, ...],
         session: str | None,
         valid_time: int | None,
         tx_id: int | None,
         vector_weight: float,
         distinct: bool = True,
-    ) -> list[RecallHit]:
+    ) -> tuple[list[_Cand], dict[int, int]]:
+        """Every candidate of both streams, fused, best first (each text once with ``distinct``,
+        and for the ones kept how many others had their text)."""
         cfg = self.config
         cands: dict[tuple[str, str], _Cand] = {}
 
@@ -526,27 +543,11 @@ class Recall:
                 fresh = math.pow(0.5, age / cfg.recency_half_life_ms)
                 c.score *= (1 - cfg.recency_weight) + cfg.recency_weight * fresh
         ranked = sorted(cands.values(), key=lambda c: (-c.score, c.hit.id, c.hit.part))
-        want = k if cfg.mmr_lambda is None else 4 * k
         ranked = [c for c in ranked if c.score >= cfg.min_score]
         same: dict[int, int] = {}
         if distinct:
             ranked, same = _distinct(ranked)
-        ranked = self._not_own(ranked, want, valid_time, tx_id)
-        if cfg.mmr_lambda is not None:
-            ranked = self._mmr(ranked, k, cfg.mmr_lambda)
-        return [
-            RecallHit(
-                **{f.name: getattr(c.hit, f.name) for f in fields(TextHit)} | {"score": round(c.score, 6)},
-                rank=rank,
-                bm25_score=c.bm25[0] if c.bm25 else None,
-                bm25_rank=c.bm25[1] if c.bm25 else None,
-                vector_score=c.vector[0] if c.vector else None,
-                vector_rank=c.vector[1] if c.vector else None,
-                same_text=same.get(id(c), 0),
-                path=c.hit.path if isinstance(c.hit, _FileHit) else None,
-            )
-            for rank, c in enumerate(ranked[:k], 1)
-        ]
+        return ranked, same
 
     def _session_prior(self, cands: dict[tuple[str, str], _Cand], top: float) -> None:
         """Each part gains a share of its session's evidence (``RecallConfig.session_weight``)."""
@@ -610,21 +611,14 @@ class Recall:
                 return _Cand(TextHit(id, "chat", p, w.valid_time, w.tx_id, w.object_hash or "", sess, text, 0.0))
         return None
 
-    def _not_own(self, ranked: list[_Cand], want: int, valid_time: int | None, tx_id: int | None) -> list[_Cand]:
-        """The first ``want`` of ``ranked`` but the outputs of the agent's own ``recall`` tool: a
-        list of earlier hits, each a copy of a part that is searched itself (as the ``recall``
-        objects are), which came first for the words of what it had found. Only toolcall hits
-        are looked at, and only as far down as ``want`` needs: a store read each."""
-        out: list[_Cand] = []
-        for c in ranked:
-            if len(out) == want:
-                break
-            if c.hit.kind == "toolcall":
-                v = self.store.get(c.hit.id, valid_time, tx_id)
-                if v is not None and v.doc is not None and v.doc.get("meta", {}).get("name") == RECALL_TOOL:
-                    continue
-            out.append(c)
-        return out
+    def _own(self, c: _Cand, valid_time: int | None, tx_id: int | None) -> bool:
+        """Whether ``c`` is an output of the agent's own ``recall`` tool: a list of earlier hits,
+        each a copy of a part that is searched itself (as the ``recall`` objects are), which came
+        first for the words of what it had found. Only a toolcall hit is looked at: a store read."""
+        if c.hit.kind != "toolcall":
+            return False
+        v = self.store.get(c.hit.id, valid_time, tx_id)
+        return v is not None and v.doc is not None and v.doc.get("meta", {}).get("name") == RECALL_TOOL
 
     def _mmr(self, ranked: list[_Cand], k: int, lam: float) -> list[_Cand]:
         """Maximal marginal relevance over the best ``4 k``: each pick trades relevance for
@@ -673,8 +667,11 @@ class Recall:
         if not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool) or budget_tokens < 1:
             raise InputError(f"recall: budget_tokens must be a positive int, got {budget_tokens!r}")
         ask = self.k if leave_out is None else self.k + LEAVE_OUT_SLACK
+        # one search, however far down its ranking the hits to show are (it was run again for
+        # each: three times for one message, each reading the periods a pasted log names again)
+        ranking = self._rank(query, ask, None, self.session, None, None, memory, True)
         while True:
-            result = self.search(query, k=ask, session=self.session, memory=memory)
+            result = ranking.result(ask)
             hits = [h for h in result.hits if leave_out is None or not leave_out(h)]
             if len(hits) >= self.k or len(result.hits) < ask or ask >= self.config.depth:
                 break
@@ -688,6 +685,57 @@ class Recall:
             left -= cost
             items.append(hit_item(h, query, result.mode))
         return items
+
+
+class _Ranking:
+    """The fused ranking of one search, from which ``result(k)`` takes the ``k`` best (the own
+    ``recall`` outputs left out, MMR over the best ``4 k``) as often as asked, searching nothing
+    again; what it learnt of a candidate's being an own ``recall`` output is kept."""
+
+    def __init__(
+        self,
+        recall: Recall,
+        result: RecallResult,
+        ranked: list[_Cand],
+        same: dict[int, int],
+        valid_time: int | None,
+        tx_id: int | None,
+    ) -> None:
+        self.recall, self._result, self.ranked, self.same = recall, result, ranked, same
+        self.valid_time, self.tx_id = valid_time, tx_id
+        self._own: dict[int, bool] = {}
+
+    def result(self, k: int) -> RecallResult:
+        """The ``k`` best hits, with how they were found."""
+        t0 = time.perf_counter()
+        lam = self.recall.config.mmr_lambda
+        want = k if lam is None else 4 * k
+        kept: list[_Cand] = []
+        for c in self.ranked:
+            if len(kept) == want:
+                break
+            if id(c) not in self._own:
+                self._own[id(c)] = self.recall._own(c, self.valid_time, self.tx_id)
+            if not self._own[id(c)]:
+                kept.append(c)
+        if lam is not None:
+            kept = self.recall._mmr(kept, k, lam)
+        hits = [
+            RecallHit(
+                **{f.name: getattr(c.hit, f.name) for f in fields(TextHit)} | {"score": round(c.score, 6)},
+                rank=rank,
+                bm25_score=c.bm25[0] if c.bm25 else None,
+                bm25_rank=c.bm25[1] if c.bm25 else None,
+                vector_score=c.vector[0] if c.vector else None,
+                vector_rank=c.vector[1] if c.vector else None,
+                same_text=self.same.get(id(c), 0),
+                path=c.hit.path if isinstance(c.hit, _FileHit) else None,
+            )
+            for rank, c in enumerate(kept[:k], 1)
+        ]
+        timings = dict(self._result.timings_ms)
+        timings["fuse"] += (time.perf_counter() - t0) * 1000
+        return dataclasses.replace(self._result, hits=hits, timings_ms=timings, periods=list(self._result.periods))
 
 
 @dataclass
