@@ -68,6 +68,14 @@ def test_the_periods_a_query_names_are_shown(db: Path) -> None:
     assert code == 0 and "the query names '2025-03-04': 2025-03-04 (what was said then ranks higher)" in out
     code, out = recall(db, "slash command", "--embedder", "none", "--json", "-k", "1")
     assert code == 0 and json.loads(out)["periods"] == []
+    # a pasted log dated over many days: a few lines, then the rest in one (--json lists them all)
+    log = " ".join(f"slash 2025-03-{d:02d}" for d in range(1, 31))
+    code, out = recall(db, log, "--embedder", "none", "-k", "1")
+    named = [line for line in out.splitlines() if line.startswith("the query names")]
+    assert code == 0 and len(named) == 11, out
+    assert named[-1] == "the query names 20 more periods: 2025-03-11 to 2025-03-30 (what was said then ranks higher)"
+    code, out = recall(db, log, "--embedder", "none", "--json", "-k", "1")
+    assert code == 0 and len(json.loads(out)["periods"]) == 30
 
 
 @pytest.mark.slow

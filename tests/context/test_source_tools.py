@@ -4,6 +4,7 @@ agent remembers shows in its context from the next turn, in every later session 
 from __future__ import annotations
 
 import json
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -206,6 +207,18 @@ def test_recall_finds_another_sessions_tool_output_and_activate_loads_it(store: 
     text = blocks_text(auto.transform_context([user("the lease renewal test failed again")]))
     line = f'- recall:toolcall:{uid}-a:c1# recall 13 tokens "FAILED test_lease_renewal: the lease expired early"'
     assert line in text  # its first words (here all of it), what activating it costs
+
+
+def test_a_pasted_log_dated_over_many_days_lists_a_few_of_its_periods(store: Store, uid: str) -> None:
+    """Each day a pasted log's lines name was a line of the recall tool's output: a log dated
+    over 700 days added 700 lines (28 KB) to what the model reads."""
+    hook = recall_hook(store, uid, Recall(store))
+    hook.transform_context([user("what went wrong here?")])
+    log = "\n".join(f"{date(2025, 1, 1) + timedelta(days=n)}T10:00:00Z worker ERROR lease expired" for n in range(700))
+    out = json.loads(hook.call_tool("recall", {"query": log}))
+    first = [f"2025-01-{d:02d} (2025-01-{d:02d}, ranked higher)" for d in range(1, 11)]
+    assert out["periods"] == [*first, "690 more (2025-01-11 to 2026-12-01, ranked higher)"]
+    hook.session.close()
 
 
 def test_recall_at_each_user_message_finds_past_a_conversation_on_the_same_topic(store: Store, uid: str) -> None:

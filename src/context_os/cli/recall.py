@@ -24,6 +24,7 @@ from .. import times
 from ..errors import ConfigError
 from ..sources.memory import MemoryScopes
 from ..sources.recall import RecallResult, check_search, open_recall
+from ..sources.when import listed
 from ..store import Store
 from ._common import (
     TEXT,
@@ -124,8 +125,11 @@ def recall_cmd(
         emit_json(_report(result, paths))
         return
     click.echo(f"{result.mode}: {counted(len(result.hits), 'hit')}" + (f" ({result.note})" if result.note else ""))
-    for p in result.periods:
+    each, more = listed(result.periods)
+    for p in each:
         click.echo(f"the query names {p.text!r}: {p.days} (what was said then ranks higher)")
+    if more is not None:
+        click.echo(f"the query names {more[0]:,} more periods: {more[1]} (what was said then ranks higher)")
     if result.hits:
         head = ["#", "kind", "id", "part", "score", "bm25", "vector", "session or path", "text"]
         click.echo(table(_rows(result, paths), head))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InputError
 from ..sources.base import SourceItem
 from ..sources.recall import RECALL_TOOL, Recall, RecallHit, hit_item, query_words_found
+from ..sources.when import listed
 from ..times import iso, parse_time
 from .sources import SourceFeed, lines_shown, preview, shown_whole, store_item
 from .tools import Tool, ToolRegistry, object_schema
@@ -150,7 +151,10 @@ class SourceTools:
         if notes:
             out["note"] = "; ".join(notes)
         if result.periods:
-            out["periods"] = [f"{p.text} ({p.days}, ranked higher)" for p in result.periods]
+            each, more = listed(result.periods)
+            out["periods"] = [f"{p.text} ({p.days}, ranked higher)" for p in each]
+            if more is not None:  # a pasted log names a period a dated line: they are not each worth a line
+                out["periods"].append(f"{more[0]:,} more ({more[1]}, ranked higher)")
         if as_of is not None and valid_time is not None:
             out["as_of"] = iso(valid_time)
         out["next"] = "activate(id) loads a hit's full text" if hits else "no hit: try other words"

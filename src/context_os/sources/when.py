@@ -28,7 +28,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from ..times import MAX_MS, MIN_MS, iso
 
-__all__ = ["Period", "named_periods"]
+__all__ = ["LISTED", "Period", "listed", "named_periods"]
 
 _MONTH_NAMES = (
     "january",
@@ -151,6 +151,20 @@ def _period(form: str, m: re.Match[str], ref: date) -> Period | None:
         return _month(ref.year - (ref.month == 1), (ref.month - 2) % 12 + 1, text)
     year = ref.year - (this == "last")
     return _days(date(year, 1, 1), date(year, 12, 31), text)
+
+
+LISTED = 10
+"""Periods a search lists one by one (``listed``): a pasted log dated over two years named 700,
+each listed to the model (28 KB of its context) and printed by ``ctxos recall``."""
+
+
+def listed(periods: list[Period], at_most: int = LISTED) -> tuple[list[Period], tuple[int, str] | None]:
+    """The first ``at_most`` of ``periods``, and how many others there are with the days they
+    fall within (``Period.days``), or None when there are none."""
+    rest = periods[at_most:]
+    if not rest:
+        return periods, None
+    return periods[:at_most], (len(rest), Period(min(p.start for p in rest), max(p.end for p in rest), "").days)
 
 
 def named_periods(query: str, reference_ms: int) -> list[Period]:
