@@ -585,6 +585,43 @@ def test_what_another_process_embedded_into_the_sidecar_is_searched_here_too(
         assert counting.texts == ["the build uses make", "the cello lesson is on Tuesday"]  # b: embedded once, there
 
 
+def test_the_shared_cursor_never_goes_back_when_two_processes_embed_at_once(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    """A process that had read its batch before another embedded past it committed its next
+    slice with its own cursor: the shared cursor went back (every part past it counted as not
+    embedded, in both processes' notes), and it went on embedding what the other had."""
+    facts = [f"fact {k}: the drawer {k} holds {TALK[k % len(TALK)]}" for k in range(100)]
+    for k, text in enumerate(facts):
+        db.put(memory(f"memory:m{k}", text))
+    other = textwrap.dedent(f"""
+        from context_os.store import open_store
+        from context_os.sources.embed import WordLlamaEmbedder
+        from context_os.sources.vectors import VectorIndex
+        store = open_store({db.url!r})
+        with VectorIndex(store, WordLlamaEmbedder(), {str(tmp_path / "v.db")!r}) as index:
+            index.catch_up()
+        store.close()
+    """)
+    counting = Counting(model)
+    cursors: list[int] = []
+    with VectorIndex(db, counting, tmp_path / "v.db") as serving:
+
+        def between_slices() -> bool:
+            if len(cursors) == 1:  # its first slice is committed, its batch read: `ctxos recall` runs
+                child = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True)
+                assert child.returncode == 0, child.stderr
+            cursors.append(serving.counts()["cursor"])  # type: ignore[arg-type]
+            return False
+
+        serving.catch_up(stop=between_slices)
+        assert cursors[1] == len(facts) and cursors == sorted(cursors)
+        s = VectorIndex.SLICE_TEXTS
+        assert len(counting.texts) == 2 * s  # its first slice, and the one it had begun: no more
+        assert sorted(p[0] for p in serving._m.parts) == sorted(f"memory:m{k}" for k in range(len(facts)))
+        assert serving.search(facts[-1], k=1)[0].id == f"memory:m{len(facts) - 1}"
+
+
 def test_after_a_rebuild_another_process_walked_again_this_one_searches_the_new_parts(
     db: Store, tmp_path: Path, model: WordLlamaEmbedder
 ) -> None:

@@ -424,8 +424,10 @@ class VectorIndex:
                         return taken
                     with self._turn:
                         self._turn.wait_for(lambda: self._asking == 0)
-                    self._take(piece)
+                    behind = self._take(piece)
                     taken += len(piece)
+                    if behind:
+                        break  # another process embedded past this batch: take in its rows, go on after them
         return taken
 
     def _slices(self, batch: Sequence[TextPart]) -> Iterator[Sequence[TextPart]]:
@@ -505,7 +507,9 @@ class VectorIndex:
             self._m = self._load()
         return len(drop)
 
-    def _take(self, batch: Sequence[TextPart]) -> None:
+    def _take(self, batch: Sequence[TextPart]) -> bool:
+        """Embed ``batch`` and commit it with the cursor; whether the shared cursor was already
+        past it (another process embedded further meanwhile: the cursor stays where it was)."""
         keys = [text_key(p.text) for p in batch]
         with self._lock:
             known = set(self._m.row_of)
@@ -551,9 +555,15 @@ class VectorIndex:
                 )
                 self._db.executemany("INSERT OR IGNORE INTO heads (head, key) VALUES (?, ?)", cuts)
                 self._db.executemany("INSERT OR REPLACE INTO parts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-                self._db.execute("UPDATE meta SET value = ? WHERE key = 'cursor'", (str(batch[-1].seq),))
+                # never back: another process may have committed further since this batch was read
+                # (the shared cursor went back to this slice's end, counted its parts as not
+                # embedded, and this one embedded again what the other had)
+                ahead = int(self._meta("cursor") or 0)
+                last = batch[-1].seq
+                if ahead < last:
+                    self._db.execute("UPDATE meta SET value = ? WHERE key = 'cursor'", (str(last),))
                 self._db.execute("COMMIT")
-                self._synced = batch[-1].seq
+                self._synced = last
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -563,6 +573,7 @@ class VectorIndex:
                 self._m.head_of.setdefault(head, key)
             for r in rows:
                 self._m.add_part(r[1], r[2], r[3], r[5], r[7])
+        return ahead > last
 
     # -- the graph (HNSW) ---------------------------------------------------------------------
 
