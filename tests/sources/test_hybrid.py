@@ -8,6 +8,8 @@ import json
 import logging
 import os
 import sqlite3
+import subprocess
+import sys
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -582,6 +584,46 @@ def test_a_search_embeds_a_bounded_number_of_memory_passages_and_says_how_many_w
     assert "2 memory passages not embedded yet, found by keyword only" in (first.note or "")
     assert len([h for h in first.hits if h.path is not None]) == 3  # every fact, by keyword
     assert "not embedded" not in (recall.search("build", k=3).note or "")  # the next two
+
+
+def test_a_search_while_another_process_holds_the_sidecar_s_write_lock_answers(
+    db: Store, vectors: VectorIndex, tmp_path: Path
+) -> None:
+    """A search that embedded memory passages waited 5 s for another process's write lock on the
+    vectors' file (a catch-up, an eviction rebuilding it), then raised SQLite's "database is
+    locked" out of the recall tool and out of a session's turn. It answers with the vectors it
+    made now, and a later search writes them."""
+    (tmp_path / "repo").mkdir()
+    scopes = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    scopes.remember("the staging cluster runs postgres sixteen with pgbouncer in front", topic="db")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys\n"
+            f"db = sqlite3.connect({vectors.path!r}, isolation_level=None)\n"
+            "db.execute('BEGIN IMMEDIATE')\nprint('held', flush=True)\nsys.stdin.read()\ndb.execute('COMMIT')\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    recall = Recall(db, vectors, memory=scopes)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        hits = recall.search("which relational database engine", k=3).hits
+        assert [h.vector_rank is not None for h in hits if h.path is not None and "postgres" in h.text] == [True]
+    finally:
+        holder.communicate("")
+    assert holder.returncode == 0
+
+    def kept() -> int:
+        with sqlite3.connect(vectors.path) as check:
+            return int(check.execute("SELECT count(*) FROM loose").fetchone()[0])
+
+    assert kept() == 0
+    recall.search("postgres", k=3)  # embeds nothing new, writes what the last one could not
+    assert kept() == len(scopes.passages())
 
 
 def test_an_eviction_leaves_no_vector_of_a_memory_passage_in_the_sidecar(

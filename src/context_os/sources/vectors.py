@@ -200,6 +200,12 @@ class VectorIndex:
     slice in progress, and a stop waits for it too: the default embedder takes about a second for
     two parts of 2,000 characters, and some 0.2 s for 16 chat messages."""
 
+    BUSY_TIMEOUT_S = 5.0
+    """How long a write waits for another process's write lock (SQLite's default)."""
+    LOOSE_WAIT_S = 0.2
+    """How long a search waits for it to write the vectors of memory passages it embedded
+    (``_save_loose``): past it, they are written by a later search."""
+
     GRAPH_FROM = 50_000
     """Vectors from which search asks an HNSW graph for candidates instead of scoring every
     vector (docs/recall.md: at 100k, 0.8 ms against 3.4 ms, 99% of the exact nearest found)."""
@@ -231,6 +237,7 @@ class VectorIndex:
         self._write = threading.Lock()
         self._queries: dict[str, Vectors] = {}  # the last query vectors, oldest first
         self._loose: dict[bytes, Vectors] = {}  # vectors of texts no stored part holds (loose_vectors)
+        self._unsaved: dict[bytes, Vectors] = {}  # those of them not written yet (``_save_loose``)
         # queries embedding now: catch_up starts no slice while one waits (they go first)
         self._asking = 0
         self._turn = threading.Condition()
@@ -241,7 +248,9 @@ class VectorIndex:
                     _read_only_uri(self.path), uri=True, check_same_thread=False, isolation_level=None
                 )
             else:
-                self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+                self._db = sqlite3.connect(
+                    self.path, timeout=self.BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
+                )
         except sqlite3.DatabaseError as e:
             raise StoreCorrupt(f"vector index {self.path}: {e}") from e
         try:
@@ -500,6 +509,7 @@ class VectorIndex:
                 self._db.execute("ROLLBACK")
                 raise
             self._loose.clear()
+            self._unsaved.clear()  # made from texts that may be the evicted one: never written now
             if drop or loose:
                 # no copy of a dropped vector stays in the file, nor in its log's old page images
                 self._db.execute("VACUUM")
@@ -680,6 +690,8 @@ class VectorIndex:
                             out[i] = vec
         todo = list(wanted)[: len(wanted) if embed is None else max(0, embed)]
         if not todo:
+            with self._lock:
+                self._save_loose()  # what an earlier search could not write
             return out
         with self._turn:
             self._asking += 1
@@ -690,22 +702,42 @@ class VectorIndex:
                 self._asking -= 1
                 self._turn.notify_all()
         with self._lock:
-            if not self.read_only:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    self._db.executemany(
-                        "INSERT OR IGNORE INTO loose (key, vec) VALUES (?, ?)",
-                        [(key, vec.tobytes()) for key, vec in zip(todo, made, strict=True)],
-                    )
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
             for key, vec in zip(todo, made, strict=True):
                 self._loose[key] = vec
+                if not self.read_only:
+                    self._unsaved[key] = vec
                 for i in wanted[key]:
                     out[i] = vec
+            self._save_loose()
         return out
+
+    def _save_loose(self) -> None:
+        """Write the passages' vectors this process made and has not written yet, waiting at most
+        ``LOOSE_WAIT_S`` for another process's write lock (a catch-up's slice, an eviction's
+        rebuild of the file): past it they stay in memory, searched all the same, and a later
+        search writes them. A search had waited 5 s, then raised SQLite's "database is locked"
+        out of the recall tool, and out of the turn of a session recalling at each message."""
+        if not self._unsaved:
+            return
+        self._db.execute(f"PRAGMA busy_timeout={int(self.LOOSE_WAIT_S * 1000)}")
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            if "locked" in str(e) or "busy" in str(e):
+                return
+            raise
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout={int(self.BUSY_TIMEOUT_S * 1000)}")
+        try:
+            self._db.executemany(
+                "INSERT OR IGNORE INTO loose (key, vec) VALUES (?, ?)",
+                [(key, vec.tobytes()) for key, vec in self._unsaved.items()],
+            )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._unsaved.clear()
 
     def _has_table(self, name: str) -> bool:
         """Whether the file has table ``name`` (one written by an older release, opened read-only,
