@@ -561,11 +561,29 @@ def test_a_memory_file_edited_between_searches_is_found_as_it_is_now(db: Store, 
     assert [h.text for h in recall.search("run nightly", k=3).hits] == ["- backups run nightly"]
     # closing the recall closes the passages' in-memory index (it was left to the garbage
     # collector, which Python 3.13 reports as an unclosed database)
-    index = recall._passages._conn
+    [index] = [i._conn for i in recall._passages.values()]
     assert index is not None
     recall.close()
     with pytest.raises(sqlite3.ProgrammingError, match="closed"):
         index.execute("SELECT 1")
+
+
+def test_one_recall_searching_the_memory_of_alternating_workspaces_keeps_each_index(db: Store, tmp_path: Path) -> None:
+    """A server's one recall serves sessions of several workspaces: its one keyword index of the
+    memory passages was made again at every switch from one workspace's scopes to another's."""
+    scopes = []
+    for name in ("api", "web"):
+        (tmp_path / name).mkdir()
+        scopes.append(MemoryScopes(tmp_path / name, trust_project=True, data_dir=tmp_path / "data"))
+        scopes[-1].remember(f"the {name} deploy needs the blue token", topic="deploy")
+    recall = Recall(db)
+    made: list[list[sqlite3.Connection | None]] = []
+    for n in range(4):
+        hits = recall.search("deploy token", k=3, memory=scopes[n % 2]).hits
+        assert hits[0].text == f"- the {('api', 'web')[n % 2]} deploy needs the blue token"
+        made.append([i._conn for i in recall._passages.values()])
+    assert len({id(c) for conns in made for c in conns}) == 2  # one index per workspace, made once
+    recall.close()
 
 
 def test_a_search_embeds_a_bounded_number_of_memory_passages_and_says_how_many_wait(
@@ -669,7 +687,7 @@ def test_a_recall_left_unclosed_closes_its_memory_index_when_collected(db: Store
     scopes.remember("the staging cluster runs postgres sixteen with pgbouncer in front")
     recall = Recall(db, memory=scopes)
     assert recall.search("postgres", k=3).hits
-    conn = recall._passages._conn
+    [conn] = [i._conn for i in recall._passages.values()]
     assert conn is not None and conn.execute("SELECT 1").fetchone() == (1,)
     del recall
     gc.collect()

@@ -327,7 +327,10 @@ class Recall:
         self.memory_embed: int | None = MEMORY_EMBED
         """Passages of memory files a search embeds at most (None: all); the rest are found by
         keyword until a later search embeds them (each is embedded once: ``VectorIndex.loose_vectors``)."""
-        self._passages = _PassageIndex()
+        self._passages: dict[tuple[str, ...], _PassageIndex] = {}
+        """The keyword index of each set of memory scopes searched lately (by their ids: a server's
+        sessions of several workspaces), least recently searched first (``_passage_index``)."""
+        self._passages_lock = threading.Lock()
 
     def describe(self) -> str:
         """How it ranks now, in a few words (what the recall tool reports)."""
@@ -347,7 +350,24 @@ class Recall:
             self.indexer.close()
         if self.vectors is not None:
             self.vectors.close()
-        self._passages.close()
+        with self._passages_lock:
+            indexes, self._passages = list(self._passages.values()), {}
+        for index in indexes:
+            index.close()
+
+    def _passage_index(self, scopes: list[str]) -> _PassageIndex:
+        """The keyword index of the passages of the memory scopes ``scopes`` (their id prefixes),
+        kept for the ``PASSAGE_INDEXES`` sets searched last: one recall serving sessions of
+        alternating workspaces (``ctxos serve``) made its one index again at each switch."""
+        key = tuple(scopes)
+        with self._passages_lock:
+            index = self._passages.pop(key, None) or _PassageIndex()
+            self._passages[key] = index
+            old = list(self._passages)[:-PASSAGE_INDEXES]
+            dropped = [self._passages.pop(k) for k in old]
+        for gone in dropped:
+            gone.close()
+        return index
 
     # -- search -------------------------------------------------------------------------------
 
@@ -410,8 +430,9 @@ class Recall:
             passages = scopes.passages()
             bm = _current(bm, live, passages)
             if "memory" in wanted:
-                files = [h for h in self._passages.hits(kw, passages) if h.score > 0]
-                bm = _with_files(bm, files, self._passages.found(kw, files), cfg.depth)
+                index = self._passage_index(live)
+                files = [h for h in index.hits(kw, passages) if h.score > 0]
+                bm = _with_files(bm, files, index.found(kw, files), cfg.depth)
             else:
                 passages = []  # read for the recall copies alone: not searched
         t1 = time.perf_counter()
@@ -783,6 +804,10 @@ class _FileHit(TextHit):
     """A passage of a memory file as read now (no stored version: see ``RecallHit.path``)."""
 
     path: str = ""
+
+
+PASSAGE_INDEXES = 8
+"""Sets of memory scopes (workspaces) whose passages' keyword index a ``Recall`` keeps."""
 
 
 MEMORY_EMBED = 64
