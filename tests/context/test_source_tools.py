@@ -240,6 +240,24 @@ def test_recall_at_each_user_message_finds_past_a_conversation_on_the_same_topic
     hook.session.close()
 
 
+def test_the_recall_tool_finds_past_a_conversation_on_the_same_topic_its_context_shows(store: Store, uid: str) -> None:
+    """The tool asked for k + 10 hits and left out those the context shows: a conversation of a
+    dozen entries on the topic took every place, and the answer was "no hit: try other words"."""
+    other = OpenAIHook(Session.open(store, f"{uid}-a", harness="openai"))
+    other.transform_context(
+        [user("run the check"), call("c1", "bash"), result("c1", f"FAILED: the {uid}zebra migration timed out")]
+    )
+    other.session.close()
+    hook = recall_hook(store, f"{uid}-b", Recall(store))
+    msgs: list[dict[str, object]] = []
+    for n in range(12):
+        msgs += [user(f"why did the {uid}zebra migration fail {n}"), say(f"the {uid}zebra migration failed {n}")]
+    hook.transform_context(msgs)
+    out = json.loads(hook.call_tool("recall", {"query": f"{uid}zebra migration failed", "k": 3}))
+    assert out["hits"] and out["hits"][0]["object"] == f"toolcall:{uid}-a:c1", out
+    hook.session.close()
+
+
 def test_recall_alone_leaves_a_small_session_unmanaged_until_it_finds_something(store: Store, uid: str) -> None:
     session = Session.open(store, uid, harness="openai")
     hook = OpenAIHook(session)

@@ -101,10 +101,12 @@ class SourceTools:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.max_k:
             raise InputError(f"recall: k must be an integer from 1 to {self.max_k}, got {k!r}")
         valid_time = parse_time(as_of, "as_of") if as_of is not None else None
+        # found past what the context shows: a conversation of a dozen entries on the topic took
+        # every place of the k + 10 asked for, and the answer was "no hit: try other words"
         result = engine.search(
-            query, k=k + _SHOWN_SLACK, kinds=kinds, session=session, as_of=valid_time, memory=self.memory
+            query, k=k, kinds=kinds, session=session, as_of=valid_time, memory=self.memory, leave_out=self._in_view
         )
-        found = [h for h in result.hits if not self._in_view(h)][:k]
+        found = result.hits
         if found:  # its hits are objects, which only a managed session shows: managed from now on
             self.session.manage()
         hits = []
@@ -218,10 +220,6 @@ class _SessionRecall:
 
     def _own_chat(self, hit: RecallHit) -> bool:
         return hit.session == self.session and hit.id.startswith("chat:")
-
-
-_SHOWN_SLACK = 10
-"""Hits asked for beyond ``k``, for those left out as in the context already (``_in_view``)."""
 
 
 RECALL_DESCRIPTION = (

@@ -382,6 +382,7 @@ class Recall:
         tx_id: int | None = None,
         memory: MemoryScopes | None = None,
         distinct: bool = True,
+        leave_out: Callable[[RecallHit], bool] | None = None,
     ) -> RecallResult:
         """The ``k`` best parts for ``query`` among the versions in force at ``as_of`` (valid
         time: epoch ms or ISO 8601; default now) as known at ``tx_id`` (default the latest).
@@ -394,8 +395,25 @@ class Recall:
 
         ``distinct``: parts with the same text (whitespace aside) are one hit, the best ranked,
         with ``same_text`` counting the others; False keeps each (where the text is the same
-        but who it came from is what matters: a fact two mesh peers both told)."""
-        return self._rank(query, k, kinds, session, as_of, tx_id, memory, distinct).result(k)
+        but who it came from is what matters: a fact two mesh peers both told).
+
+        ``leave_out``: hits the caller will not show (a session's own chat, what its context
+        shows already): the ``k`` are found past them, however many rank first (each keeps its
+        ``rank`` in the whole ranking)."""
+        ranking = self._rank(query, k, kinds, session, as_of, tx_id, memory, distinct)
+        if leave_out is None:
+            return ranking.result(k)
+        # one search, however far down its ranking the hits to show are (it was run again for
+        # each: three times for one message, each reading the periods a pasted log names again)
+        ask = k + LEAVE_OUT_SLACK
+        while True:
+            result = ranking.result(ask)
+            hits = [h for h in result.hits if not leave_out(h)]
+            if len(hits) >= k or len(result.hits) < ask or ask >= self.config.depth:
+                break
+            ask = min(self.config.depth, 4 * ask)  # a long conversation on the topic ranks first
+        result.hits = hits[:k]
+        return result
 
     def _rank(
         self,
@@ -687,19 +705,10 @@ class Recall:
         the ``k`` are found past them, however many rank first."""
         if not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool) or budget_tokens < 1:
             raise InputError(f"recall: budget_tokens must be a positive int, got {budget_tokens!r}")
-        ask = self.k if leave_out is None else self.k + LEAVE_OUT_SLACK
-        # one search, however far down its ranking the hits to show are (it was run again for
-        # each: three times for one message, each reading the periods a pasted log names again)
-        ranking = self._rank(query, ask, None, self.session, None, None, memory, True)
-        while True:
-            result = ranking.result(ask)
-            hits = [h for h in result.hits if leave_out is None or not leave_out(h)]
-            if len(hits) >= self.k or len(result.hits) < ask or ask >= self.config.depth:
-                break
-            ask = min(self.config.depth, 4 * ask)  # a long conversation on the topic ranks first
+        result = self.search(query, k=self.k, session=self.session, memory=memory, leave_out=leave_out)
         items: list[SourceItem] = []
         left = budget_tokens
-        for h in hits[: self.k]:
+        for h in result.hits:
             cost = estimate_tokens(len(h.text))
             if cost > left:
                 continue
@@ -996,8 +1005,8 @@ def _distinct(ranked: list[_Cand]) -> tuple[list[_Cand], dict[int, int]]:
 
 
 LEAVE_OUT_SLACK = 10
-"""Hits ``Recall.items`` asks for beyond ``k`` when some will be left out (``leave_out``); four
-times as many again while that is not enough."""
+"""Hits ``Recall.search`` takes of its ranking beyond ``k`` when some will be left out
+(``leave_out``); four times as many again while that is not enough, up to ``depth``."""
 
 
 COVERAGE_S = 30.0
