@@ -18,7 +18,7 @@ import pytest
 
 from context_os import Session
 from context_os.context.evict import evict
-from context_os.errors import InputError
+from context_os.errors import ConfigError, InputError
 from context_os.harness.openai import OpenAIHook
 from context_os.objects import FileDoc, SourceDoc
 from context_os.sources import vectors as vectors_module
@@ -620,6 +620,50 @@ def test_the_shared_cursor_never_goes_back_when_two_processes_embed_at_once(
         assert len(counting.texts) == 2 * s  # its first slice, and the one it had begun: no more
         assert sorted(p[0] for p in serving._m.parts) == sorted(f"memory:m{k}" for k in range(len(facts)))
         assert serving.search(facts[-1], k=1)[0].id == f"memory:m{len(facts) - 1}"
+
+
+def test_a_process_whose_sidecar_another_re_indexed_with_another_model_writes_no_more_into_it(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    """`ctxos recall --rebuild-vectors` with another embedder beside a running server: the
+    server went on writing its own model's vectors into the file now tagged with the other's,
+    and moved the cursor past what the other had still to embed; the file then held vectors of
+    two dimensions, which no process could open again."""
+    for k, text in enumerate(TALK):
+        db.put(memory(f"memory:m{k}", text))
+    other = textwrap.dedent(f"""
+        from context_os.store import open_store
+        from context_os.sources.embed import WordLlamaEmbedder, normalise
+        from context_os.sources.vectors import VectorIndex
+
+        class Half:  # another model: WordLlama's first 128 dimensions
+            name, dim, max_chars = "wordllama:l2_supercat-128", 128, 8000
+            inner = WordLlamaEmbedder()
+
+            def embed(self, texts, *, query=False):
+                return normalise(self.inner.embed(texts)[:, :128])
+
+        store = open_store({db.url!r})
+        with VectorIndex(store, Half(), {str(tmp_path / "v.db")!r}) as index:
+            print(index.catch_up())
+        store.close()
+    """)
+
+    def ctxos_recall() -> str:
+        child = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True)
+        assert child.returncode == 0, child.stderr
+        return child.stdout.strip()
+
+    with VectorIndex(db, model, tmp_path / "v.db") as serving:
+        serving.catch_up()
+        assert ctxos_recall() == str(len(TALK))  # every part again, with its model
+        db.put(memory("memory:new", "the cello lesson moved to Thursday"))
+        with pytest.raises(ConfigError, match="re-indexed by another process with wordllama:l2_supercat-128"):
+            serving.catch_up()
+        assert serving.search(TALK[3], k=1)[0].id == "memory:m3"  # what it holds, searched all the same
+    assert ctxos_recall() == "1"  # the new part: left for the file's model to embed
+    with sqlite3.connect(tmp_path / "v.db") as check:
+        assert check.execute("SELECT DISTINCT length(vec) FROM vectors").fetchall() == [(128 * 4,)]
 
 
 def test_after_a_rebuild_another_process_walked_again_this_one_searches_the_new_parts(

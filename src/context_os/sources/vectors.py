@@ -272,6 +272,22 @@ class VectorIndex:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
+    def _taken_over(self) -> str | None:
+        """What the file says now when another process opened it with another embedder since this
+        one did (``ctxos recall --rebuild-vectors`` beside a running server: it dropped every
+        vector and started again with its own), else None. Then this one writes nothing more into
+        it and takes nothing in from it: its vectors were of another model, and had been mixed in
+        (a file of dimension 128 holding vectors of 256, which no process could load again), its
+        cursor moved past what the other had still to embed."""
+        name, dim = self._meta("embedder"), self._meta("dim")
+        if (name, dim) == (self.embedder.name, str(self.embedder.dim)):
+            return None
+        return (
+            f"vector index {self.path} was re-indexed by another process with {name} (dim {dim}); this one "
+            f"embeds with {self.embedder.name} (dim {self.embedder.dim}) and writes no more into it: "
+            "open it again with that embedder"
+        )
+
     def _check_model(self) -> None:
         name, dim = self._meta("embedder"), self._meta("dim")
         want_name, want_dim = self.embedder.name, str(self.embedder.dim)
@@ -364,6 +380,8 @@ class VectorIndex:
         embedded, until it was restarted. Each slice commits its rows with the cursor, so the
         rows up to the cursor are all there."""
         with self._lock:
+            if self._taken_over() is not None:
+                return  # its rows are another model's: this one searches what it holds
             if self._meta("built") != self._built:
                 # the keyword index was rebuilt and another process walked it again (its parts
                 # are numbered anew): what this one holds says nothing of the new numbers
@@ -405,6 +423,9 @@ class VectorIndex:
             raise StoreError(f"vector index {self.path} is read-only: nothing can be embedded into it")
         taken = 0
         with self._write:
+            with self._lock:
+                if (other := self._taken_over()) is not None:
+                    raise ConfigError(other)
             self.forget_evicted()
             if time.monotonic() - self._rebuilt_check >= REBUILT_CHECK_S:
                 # the keyword index may have been rebuilt (its seqs start again): then walk it
@@ -559,6 +580,8 @@ class VectorIndex:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                if (other := self._taken_over()) is not None:  # since this catch-up began
+                    raise ConfigError(other)
                 self._db.executemany(
                     "INSERT OR IGNORE INTO vectors (key, vec, truncated) VALUES (?, ?, ?)",
                     [(key, vec.tobytes(), int(cut)) for key, vec, cut in new],
@@ -678,7 +701,7 @@ class VectorIndex:
                     out[i] = vec
                 else:
                     wanted.setdefault(key, []).append(i)
-            if wanted and self._has_table("loose"):  # another process may have made them
+            if wanted and self._has_table("loose") and self._taken_over() is None:  # another process may have made them
                 missing = list(wanted)
                 for n in range(0, len(missing), 500):
                     chunk = missing[n : n + 500]
@@ -729,10 +752,11 @@ class VectorIndex:
         finally:
             self._db.execute(f"PRAGMA busy_timeout={int(self.BUSY_TIMEOUT_S * 1000)}")
         try:
-            self._db.executemany(
-                "INSERT OR IGNORE INTO loose (key, vec) VALUES (?, ?)",
-                [(key, vec.tobytes()) for key, vec in self._unsaved.items()],
-            )
+            if self._taken_over() is None:  # else they are kept in memory only
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO loose (key, vec) VALUES (?, ?)",
+                    [(key, vec.tobytes()) for key, vec in self._unsaved.items()],
+                )
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
