@@ -670,6 +670,11 @@ class SidecarIndex:
     """
 
     VERIFY_WORKERS = 8
+    BUSY_TIMEOUT_S = 60.0
+    """How long a write waits for another process's write lock on the file."""
+    SEARCH_WAIT_S = 2.0
+    """How long a search waits for it to bring the file up to date first (this process's writes
+    held back, other writers' since); past it, it searches what the file holds (``search``)."""
     NOTE_BATCH = 32
     """Transactions of this process held back (``note_write``) before they are written in one
     SQLite transaction: each turn of a session on XTDB wrote the index's file in a transaction of
@@ -690,7 +695,9 @@ class SidecarIndex:
         if self._conn is None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=60)
+                conn = sqlite3.connect(
+                    self.path, isolation_level=None, check_same_thread=False, timeout=self.BUSY_TIMEOUT_S
+                )
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
                 conn.execute("BEGIN IMMEDIATE")
@@ -792,9 +799,11 @@ class SidecarIndex:
                 if purged:
                     purge(conn)
             if purged:
-                # Free pages and the WAL's old page images still hold the evicted text.
-                conn.execute("VACUUM")
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                # Free pages and the WAL's old page images still hold the evicted text: waited
+                # for as any write, a search's short wait aside
+                with self._waiting(self.BUSY_TIMEOUT_S):
+                    conn.execute("VACUUM")
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except (sqlite3.Error, StoreError):
             if strict:
                 raise
@@ -850,9 +859,10 @@ class SidecarIndex:
             purged = any([self._forget(conn, oid) for oid in gone])
             if purged:
                 purge(conn)
-        if purged:
-            conn.execute("VACUUM")  # free pages and the WAL's old page images still hold the text
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        if purged:  # free pages and the WAL's old page images still hold the text
+            with self._waiting(self.BUSY_TIMEOUT_S):  # as any write, a search's short wait aside
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Drop the index and read everything again; how many parts it holds then."""
@@ -868,8 +878,41 @@ class SidecarIndex:
 
     # -- reading ------------------------------------------------------------------------------
 
+    @contextmanager
+    def _waiting(self, seconds: float) -> Iterator[sqlite3.Connection]:
+        """The file's connection, its writes waiting at most ``seconds`` for another process's
+        write lock meanwhile."""
+        conn = self._db()
+        (before,) = conn.execute("PRAGMA busy_timeout").fetchone()
+        conn.execute(f"PRAGMA busy_timeout={int(seconds * 1000)}")
+        try:
+            yield conn
+        finally:
+            conn.execute(f"PRAGMA busy_timeout={int(before)}")
+
+    def _up_to_date(self) -> Tx | None:
+        """Bring the file up to date for a search, and the node's newest transaction. While
+        another process keeps the write lock past ``SEARCH_WAIT_S`` (its catch-up, a rebuild, an
+        eviction compacting the file), what the file holds is searched: what was written since
+        is found by the next search (before, a search waited 60 s, then took the lock's error for
+        a damaged index and scanned every version without stems: "run test" found nothing of
+        "running the tests"). Texts held back from the FTS5 table are matched apart (``ranked``)."""
+        with self._lock, self._waiting(self.SEARCH_WAIT_S) as conn:
+            try:
+                _, latest = self._catch_up()
+                done, top = fts_pending(conn)
+                if top > done:
+                    with self._write() as held:
+                        flush_fts(held, force=True)
+                return latest
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e):
+                    raise
+                log.debug("the keyword index %s is being written by another process: searched as it is", self.path)
+                return self.store.latest_tx()
+
     def search(self, args: SearchArgs) -> list[TextHit]:
-        _, latest = self._catch_up()
+        latest = self._up_to_date()
         if args.tx_id is not None and (latest is None or args.tx_id > latest.id):
             newest = None if latest is None else latest.id
             raise StoreError(f"tx {args.tx_id} is past the newest transaction ({newest}) of {self.store.url}")
@@ -882,10 +925,6 @@ class SidecarIndex:
         in_force: dict[str, Version | None] = {}
         batch = max(2 * args.k, 32)
         with self._lock:
-            done, top = fts_pending(self._db())
-            if top > done:
-                with self._write() as conn:
-                    flush_fts(conn, force=True)
             candidates = ranked(self._db(), args)
             while len(hits) < args.k:
                 chunk = [c for _, c in zip(range(batch), candidates, strict=False)]
