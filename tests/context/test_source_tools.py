@@ -4,6 +4,7 @@ agent remembers shows in its context from the next turn, in every later session 
 from __future__ import annotations
 
 import json
+import os
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -543,6 +544,25 @@ def test_recall_finds_every_memory_file_as_it_is_now_with_its_lines(store: Store
     text = Path(index).read_text()
     Path(index).write_text(text.replace("about widget240\n", "about gizmo240\n"))
     assert hits("widget240") == [] and [h["lines"] for h in hits("gizmo240")] == [[241, 246]]
+    session.close()
+
+
+def test_a_topic_file_whose_name_is_not_utf8_fails_no_turn(store: Store, uid: str, tmp_path: Path) -> None:
+    """A topic file named in Latin-1 (``caf\xe9.md``, from an old archive) named each of its
+    passages: every recall object stored of one failed to hash, so each user message that
+    recalled it failed its turn, and the agent's recall answered the hash error. It is not read."""
+    (tmp_path / "repo").mkdir()
+    memory = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    memory.remember(f"the deploy uses the blue pipeline {uid}")
+    folder = tmp_path / "repo" / ".context_os" / "memory"
+    (Path(os.fsdecode(os.fsencode(folder) + b"/caf\xe9.md"))).write_text(f"- the zebra{uid} cafe deploy notes\n")
+    session = Session.open(store, uid, harness="openai", workspace=str(tmp_path / "repo"))
+    hook = OpenAIHook(session)
+    SourceTools(session, recall=Recall(store), memory=memory).register(hook.registry)
+    hook.transform_context([user(f"zebra{uid} cafe deploy")])
+    hits = json.loads(hook.call_tool("recall", {"query": f"zebra{uid} cafe"}))["hits"]
+    assert not [h for h in hits if "path" in h]  # (other tests' objects on a shared node may match "cafe")
+    assert [p.path.name for p in memory.passages()] == ["MEMORY.md"]
     session.close()
 
 

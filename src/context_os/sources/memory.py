@@ -53,6 +53,7 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 from ..errors import ConfigError, InputError
+from ..hashing import unicode_problem
 from .base import SourceItem
 
 __all__ = [
@@ -503,11 +504,14 @@ def _passages(text: str) -> Iterator[tuple[int, int, str]]:
 
 def _files(dir_fd: int) -> list[str]:
     """The memory files of an opened scope directory: ``MEMORY.md`` first, then the topic files
-    by name (regular files only, never through a symlink; ``archive/`` is not looked in)."""
+    by name (regular files only, never through a symlink; ``archive/`` is not looked in). A name
+    that is not valid UTF-8 (``caf\xe9.md`` from a Latin-1 archive) is left out: it would name
+    each of its passages, and every object recall stored of one failed to hash (the turn of each
+    user message that recalled it failed, and the agent's recall with it)."""
     names = []
     with os.scandir(dir_fd) as entries:
         for e in entries:
-            if e.name.endswith(".md") and e.is_file(follow_symlinks=False):
+            if e.name.endswith(".md") and unicode_problem(e.name) is None and e.is_file(follow_symlinks=False):
                 names.append(e.name)
     return sorted(names, key=lambda n: (n != INDEX, n))
 
