@@ -613,6 +613,33 @@ def test_each_user_message_recalls_memory_past_the_cap_not_what_the_index_shows(
     session.close()
 
 
+def test_each_user_message_recalls_past_an_index_full_of_facts_on_the_topic(
+    store: Store, uid: str, tmp_path: Path
+) -> None:
+    """Auto recall asked for ten hits past the session's own chat, then left out the lines of the
+    memory index its context shows: an index of thirty facts on the topic took all ten, and
+    another session's tool output on it was never offered (the agent's recall found it)."""
+    other = OpenAIHook(Session.open(store, f"{uid}-a", harness="openai"))
+    other.transform_context([user("run the check"), call("c1", "bash"), result("c1", f"FAILED: zebra{uid} deploy")])
+    other.session.close()
+    (tmp_path / "repo").mkdir()
+    memory = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    folder = tmp_path / "repo" / ".context_os" / "memory"
+    folder.mkdir(parents=True)
+    facts = "".join(f"# step {n}\n- the zebra{uid} deploy step {n} runs first\n\n" for n in range(30))
+    (folder / "MEMORY.md").write_text(facts)
+    session = Session.open(store, f"{uid}-b", harness="openai", workspace=str(tmp_path / "repo"))
+    hook = OpenAIHook(session)
+    SourceTools(session, recall=Recall(store), memory=memory).register(hook.registry)
+    msgs = [user("hi")]
+    hook.transform_context(msgs)
+    hook.transform_context([*msgs, say("hello"), user(f"the zebra{uid} deploy step runs first")])
+    recalled = [str(o.meta.get("object")) for o in session.view.objects.values() if o.kind == "recall"]
+    project = next(p for p in memory.id_prefixes() if p.startswith("memory:project:"))
+    assert f"toolcall:{uid}-a:c1" in recalled and not [r for r in recalled if r.startswith(project)]
+    session.close()
+
+
 def test_a_deleted_memory_index_ends_the_lines_recall_stored_of_it(store: Store, uid: str, tmp_path: Path) -> None:
     """Lines of an index recall read from disk are stored as ``recall`` objects too: deleting the
     index ends them with it, as the copy of the index itself (before, they stayed)."""

@@ -68,7 +68,7 @@ class SourceTools:
             self.feeds.append(session.add_source(memory, pin=True, every_turn=True))
         if recall is not None and auto_recall:
             # each user message searches the memory files too, as the recall tool does
-            source = _SessionRecall(recall, session.id, memory)
+            source = _SessionRecall(recall, session, memory)
             self.feeds.append(session.add_source(source, active_score=recall_active_score))
         if self.feeds:  # what they show every turn is objects, which only a managed session renders
             session.manage()
@@ -206,20 +206,25 @@ class SourceTools:
 class _SessionRecall:
     """``recall`` as the object source of one session: reading that session's memory files
     (``Recall.items(memory=...)``; a recall engine may serve many sessions), and finding its hits
-    past the session's own chat, which the session does not show (``sources._eligible``): the
+    past what the session does not show of them (``sources._eligible``): its own chat (the
     user's message and the conversation before it took every place, and recall at each user
-    message offered nothing once a conversation had a dozen entries on its topic."""
+    message offered nothing once a conversation had a dozen entries on its topic), and the lines
+    of the memory index its context shows (an index of many facts on the topic did the same)."""
 
     name = Recall.name
 
-    def __init__(self, recall: Recall, session: str, memory: MemoryScopes | None) -> None:
+    def __init__(self, recall: Recall, session: Session, memory: MemoryScopes | None) -> None:
         self.recall, self.session, self.memory = recall, session, memory
 
     def items(self, query: str, budget_tokens: int) -> list[SourceItem]:
-        return self.recall.items(query, budget_tokens, memory=self.memory, leave_out=self._own_chat)
+        return self.recall.items(query, budget_tokens, memory=self.memory, leave_out=self._not_shown)
 
-    def _own_chat(self, hit: RecallHit) -> bool:
-        return hit.session == self.session and hit.id.startswith("chat:")
+    def _not_shown(self, hit: RecallHit) -> bool:
+        if hit.session == self.session.id and hit.id.startswith("chat:"):
+            return True
+        if hit.lines is not None:
+            return lines_shown(self.session, hit.id, hit.lines, hit.object_hash)
+        return shown_whole(self.session, hit.id, hit.kind, hit.object_hash)
 
 
 RECALL_DESCRIPTION = (
