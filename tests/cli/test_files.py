@@ -106,6 +106,33 @@ def test_inspect_resolves_a_path_and_shows_versions_across_renames(setup, root: 
     assert missing.returncode == 1 and missing.stderr.startswith("Error: NotFound: no object 'no/such/file.py'")
 
 
+def test_a_path_with_a_newline_or_a_tab_keeps_its_row(root: Path, db: SqliteStore) -> None:
+    """A file may be named with a newline and a tab (anyone's workspace): a table cell and a line
+    of the path history show them as escapes, one row per file. Printed as they were, the row
+    broke in two and the columns after it shifted; a state change's reason, which a caller
+    writes, the same. --json keeps the text as it is."""
+    name = "a\nb\tc.py"
+    (root / name).write_text("X = 1\n")
+    (root / "ok.py").write_text("Y = 1\n")
+    session = Session.open(db, "s1", harness="openai")
+    tools = FileTools(session, Workspace(root))
+    odd = tools.read(name)["id"]
+    plain = tools.read("ok.py")["id"]
+    session.deactivate(plain, reason="first line\nsecond\tline")
+    session.close()
+    db.close()
+    lines = ctxos("files", "s1", store=db.path).stdout.splitlines()
+    assert len(lines) == 4, lines  # the header, its rule, a row per file
+    assert lines[2].startswith(odd) and "a\\x0ab\\x09c.py" in lines[2] and lines[3].startswith(plain)
+    assert lines[2].index("active") == lines[3].index("inactive")  # the columns line up
+    text = ctxos("objects", "inspect", odd, store=db.path).stdout
+    assert "  v1: a\\x0ab\\x09c.py\n" in text and "\t" not in text
+    states = ctxos("objects", "inspect", plain, store=db.path).stdout
+    assert "first line\\x0asecond\\x09line" in states and "\t" not in states
+    rows = json.loads(ctxos("files", "s1", "--json", store=db.path).stdout)
+    assert {r["path"] for r in rows} == {name, "ok.py"}
+
+
 def test_evict_needs_yes_and_erases_every_version(setup) -> None:
     store, ids = setup
     dry = ctxos("objects", "evict", "src/a.py", "--json", store=store, check=False)

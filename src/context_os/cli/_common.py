@@ -35,6 +35,7 @@ from ..errors import (
 )
 from ..store import Store, mask_url, open_store
 from ._errors import CheckOutage, DamageThenOutage, LibraryError, error_document, json_text
+from ._errors import one_line as one_line  # (… and a table cell's, or one row's)
 from ._errors import printable as printable  # (every command's way to print a session's text)
 from ._errors import stop_interrupted as stop_interrupted  # the commands that stop on Ctrl-C themselves
 
@@ -279,8 +280,9 @@ def counted(n: int, word: str) -> str:
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], align: str | None = None) -> str:
     """A plain text table; ``align`` is one char per column, ``l`` or ``r``. Its cells are
-    ``printable``: ids, paths, reasons and snippets come from sessions."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else printable(str(c)) for c in r] for r in rows]
+    ``one_line``: ids, paths, reasons and snippets come from sessions, and a newline or a tab in
+    one of them would break its row."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else one_line(str(c)) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     align = align or "l" * len(headers)
     lines = []

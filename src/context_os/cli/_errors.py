@@ -25,7 +25,22 @@ def printable(text: str) -> str:
     CR of a CRLF shown as escapes (``\\x1b``). What a tool output, a file or a message holds is
     anyone's: printed raw, an escape sequence in it would drive the terminal (retitle it, write
     its clipboard with OSC 52, move the cursor back over the lines printed before it)."""
-    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _CONTROLS.sub(_escape, text)
+
+
+_LINE_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str) -> str:
+    """``printable`` for text that must stay on its line (a table's cell, a row of a list): its
+    newlines, tabs and carriage returns shown as escapes too (``\\x0a``). A file may be named
+    with a newline or a tab, a reason may hold several lines: printed as they are, they broke the
+    row, and the table's columns, in two."""
+    return _LINE_CONTROLS.sub(_escape, text)
+
+
+def _escape(m: re.Match[str]) -> str:
+    return f"\\x{ord(m.group()):02x}"
 
 
 class LibraryError(click.ClickException):

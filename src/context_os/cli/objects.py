@@ -27,6 +27,7 @@ from ._common import (
     emit_json,
     fails_cleanly,
     json_option,
+    one_line,
     printable,
     stop_interrupted,
     store_from,
@@ -58,7 +59,7 @@ def path_lines(versions: list[Version]) -> list[str]:
             return []
         key = (f["path"], f["missing"])
         if key != last:
-            lines.append(f"  v{n}: {f['path']}" + (" (missing)" if f["missing"] else ""))
+            lines.append(f"  v{n}: {one_line(str(f['path']))}" + (" (missing)" if f["missing"] else ""))
             last = key
     return lines
 
@@ -169,7 +170,7 @@ def inspect_cmd(
         paths = path_lines(versions)
         if paths:
             click.echo("\npaths (the id is kept across renames):")
-            click.echo(printable("\n".join(paths)))
+            click.echo("\n".join(paths))
         if changes:
             click.echo(f"\nstate changes ({len(changes)}):")
             click.echo(
