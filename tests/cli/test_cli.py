@@ -980,7 +980,7 @@ ALIASES = [
         "`ctxos frame` is now `ctxos frames show`",
     ),
     (["inspect", "session:d1", "--json"], ["objects", "inspect", "session:d1", "--json"], "`ctxos objects inspect`"),
-    (["evict", "session:d1", "--json"], ["objects", "evict", "session:d1", "--json"], "`ctxos objects evict`"),
+    (["evict", "chat:d1:00000", "--json"], ["objects", "evict", "chat:d1:00000", "--json"], "`ctxos objects evict`"),
 ]
 
 

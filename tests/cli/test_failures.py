@@ -198,8 +198,8 @@ def test_a_sqlite_url_opens_read_only_and_refuses_unknown_options(demo: Path, tm
     sessions = json.loads(ctxos("sessions", "--json", store=ro).stdout)
     assert [s["session"] for s in sessions] == ["d1"]
     assert json.loads(ctxos("status", "--json", store=ro).stdout)["store"] == ro
-    fails(ctxos("objects", "evict", "session:d1", "--yes", store=ro, check=False), "StoreError", "read-only")
-    assert json.loads(ctxos("objects", "inspect", "session:d1", "--json", store=demo).stdout)  # still there
+    fails(ctxos("objects", "evict", "chat:d1:00000", "--yes", store=ro, check=False), "StoreError", "read-only")
+    assert json.loads(ctxos("objects", "inspect", "chat:d1:00000", "--json", store=demo).stdout)  # still there
     assert not list(demo.parent.glob("*mode*"))  # "?mode=ro" never becomes part of a file name
     fails(ctxos("sessions", store=f"sqlite://{demo}?mode=rox", check=False), "ConfigError", "mode='rox'")
     fails(ctxos("sessions", store=f"sqlite://{demo}?nolock=1", check=False), "ConfigError", "unknown option", "nolock")

@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 
 from context_os import Session
+from context_os.context.evict import evict
 from context_os.errors import InputError, NotFound
 from context_os.files import FileTools, FileTracker, Workspace
 from context_os.files.index import find_file_object
+from context_os.harness import OpenAIHook
 from context_os.store.sqlite import SqliteStore
 from tests.cli.test_cli import ctxos
+from tests.helpers import user
 
 pytestmark = pytest.mark.e2e
 
@@ -182,3 +185,34 @@ def test_a_path_two_file_objects_had_needs_an_id(tmp_path: Path) -> None:
         "  file:2  /w2/notes.txt\n"
         "  file:3  /w1/notes.txt (another of them has it too: name it by its id)"
     )
+
+
+def test_a_sessions_own_records_are_not_evicted_by_id(root: Path, db: SqliteStore) -> None:
+    """``objects evict session:ID --yes`` (or a lease, the states, a frame, a tombstone) erased
+    the record and exited 0: the session vanished from ``ctxos sessions`` while its chat, frames
+    and objects stayed, and the next open started it again at turn 0 over them (a tombstone gone
+    let the evicted text back). An eviction by text leaves them; by id they are refused, before
+    anything is said to be erased, naming what to do instead."""
+    (root / "a.py").write_text("A = 1\n")
+    session = Session.open(db, "s1", harness="openai")
+    hook = OpenAIHook(session)
+    hook.transform_context([user("read a.py")])
+    read = FileTools(session, Workspace(root)).read("a.py")["id"]
+    session.close()
+    evict(db, read)  # leaves its tombstone
+    records = ["session:s1", "lease:s1", f"state:s1:{read}", "frame:s1:000001", f"tombstone:{read}"]
+    before = {r: len(db.history(r)) for r in records}
+    assert all(before.values()), before
+    for oid in records:
+        with pytest.raises(InputError, match=f"^{oid} cannot be evicted: it is .*--containing TEXT"):
+            evict(db, oid)
+    db.close()
+    for oid in records:
+        for yes in ([], ["--yes"]):
+            refused = ctxos("objects", "evict", oid, *yes, "--json", store=db.path, check=False)
+            error = json.loads(refused.stdout)["error"]
+            assert (refused.returncode, error["type"]) == (1, "InputError"), (oid, yes, refused.stdout)
+            assert error["message"].startswith(f"{oid} cannot be evicted"), error
+    with SqliteStore(db.path) as again:
+        assert {r: len(again.history(r)) for r in records} == before
+    assert [r["session"] for r in json.loads(ctxos("sessions", "--json", store=db.path).stdout)] == ["s1"]

@@ -13,7 +13,17 @@ from typing import Any, NoReturn
 
 import click
 
-from ..context.evict import KEPT_KINDS, evict, evictions, forget_paths, holding, no_object, path_holds
+from ..context.evict import (
+    KEPT_KINDS,
+    evict,
+    evictions,
+    forget_paths,
+    holding,
+    kind_of,
+    no_object,
+    path_holds,
+    refuse_kept,
+)
 from ..context.load import content_lines, object_states, unified_diff, version_row
 from ..errors import ContextOSError, InputError, NotFound
 from ..files.index import find_file_object
@@ -218,7 +228,9 @@ def evict_cmd(ctx: click.Context, object_id: str | None, containing: str | None,
             return
         assert object_id is not None
         oid = find_file_object(store, object_id)
-        versions = store.history(oid, with_docs=False)
+        versions = store.history(oid, with_docs=True)
+        if versions:  # a session's own record is refused before it is said what would be erased
+            refuse_kept(oid, kind_of(oid, versions))
         if not versions:
             how = evictions(store, [oid]).get(oid) if yes else None
             if how is None:

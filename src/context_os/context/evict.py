@@ -45,8 +45,10 @@ __all__ = [
     "evictions",
     "forget_paths",
     "holding",
+    "kind_of",
     "no_object",
     "path_holds",
+    "refuse_kept",
     "scrub_entries",
     "tombstone_id",
 ]
@@ -58,6 +60,35 @@ EVICTED_TEXT = "[context_os: erased from the store]"
 KEPT_KINDS = frozenset({"session", "lease", "state", "frame", "tombstone"})
 """Kinds ``holding`` names but an eviction by text leaves: what a session needs to open (its
 document, lease, states), its frames (hashes only) and the tombstones that keep evictions in force."""
+
+
+_KEPT_WHY = {
+    "session": "a session's document (its harness, workspace, cursor, turn and policy): without it the"
+    " session is listed nowhere while its chat, frames and objects stay, and the next open starts it again"
+    " at turn 0 over them",
+    "lease": "a session's lease (it lets one writer in at a time): without it a second process may write"
+    " the session while the one holding it does",
+    "state": "a session's record of its objects' states (what was active or pinned, by whom, why): without"
+    " it the session no longer knows what it showed",
+    "frame": "the record of what one model call was sent (its refs and hashes, none of the text): without it"
+    " the turn has no frame to show or verify",
+    "tombstone": "what keeps an eviction in force: without it a running session may write the evicted text"
+    " back, and the file index take the evicted bytes in again",
+}
+
+
+def refuse_kept(obj_id: str, kind: object) -> None:
+    """``InputError`` if ``obj_id`` (a document of ``kind``) is one of a session's own records
+    (``KEPT_KINDS``): erased by id, it damaged the session it belongs to, and an eviction by text
+    leaves it too. It holds no tool output or file text; the objects that do are what to evict."""
+    if kind in KEPT_KINDS:
+        raise InputError(
+            f"{obj_id} cannot be evicted: it is {_KEPT_WHY[str(kind)]}. An eviction erases an object whose"
+            " history leaked a secret (a tool output, a file, a chat page, a memory, a message); to erase a"
+            " leaked text, evict the objects that hold it: `ctxos objects evict --containing TEXT` lists them"
+            " (and the session's own records that hold it, which it leaves as this one). No command removes a"
+            " whole session"
+        )
 
 
 SOURCE_KINDS = frozenset({"memory", "recall"})
@@ -137,6 +168,14 @@ def no_object(store: Store, object_id: str) -> NotFound:
     return NotFound(f"no object {object_id!r} in {store.url}")
 
 
+def kind_of(obj_id: str, versions: list[Any]) -> str:
+    """The kind of ``obj_id`` as its newest stored version says (``versions``: its history, with
+    documents, in any order), else as its id's prefix does (every version deleted)."""
+    docs = [v.doc for v in sorted(versions, key=lambda v: (v.valid_time, v.tx_id)) if v.doc is not None]
+    kind = docs[-1].get("kind") if docs else None
+    return kind if isinstance(kind, str) else obj_id.split(":", 1)[0]
+
+
 def _tombstone(obj_id: str, latest: list[Any], reason: str, blocks: list[str]) -> dict[str, Any]:
     """The tombstone of ``obj_id``, whose versions (newest first) are ``latest``, evicted with
     ``blocks`` (block ids: a frame that showed one of them re-renders without it, and its check
@@ -187,6 +226,7 @@ def evict(store: Store, obj_id: str, *, reason: str = "evicted") -> dict[str, An
     latest = store.history(obj_id, "desc", with_docs=True)
     if not latest:
         raise NotFound(f"no object {obj_id!r} in {store.url}")
+    refuse_kept(obj_id, kind_of(obj_id, latest))
     gone = {obj_id: latest}
     for v in store.find("recall", {"object": obj_id}):
         if v.id not in gone and (versions := store.history(v.id, "desc", with_docs=True)):
