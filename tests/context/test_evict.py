@@ -522,6 +522,42 @@ def test_ctrl_c_while_a_tombstone_is_written_anew_leaves_it_in_place(
     store.close()
 
 
+def test_ctrl_c_while_evict_containing_writes_a_tombstone_anew_says_it_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `objects evict --containing TEXT --yes` whose only holder was a tombstone written before
+    # 2026-11-30, cut short while its old form was evicted (the file being rebuilt): it said
+    # "interrupted: nothing was erased", though the old form, the path and the secret in it,
+    # was erased and the new one written. It says what it did, and what finishes the rebuild.
+    store, _, _, tomb_id = _old_file_tombstone(tmp_path)
+    store.close()
+    fold_back = SqliteStore._fold_back_wal
+
+    def ctrl_c(self: SqliteStore, conn: sqlite3.Connection) -> bool:
+        signal.raise_signal(signal.SIGINT)  # as the terminal sends it: the handler runs now
+        return fold_back(self, conn)
+
+    args = ["--store", str(store.path), "objects", "evict", "--containing", "-", "--yes"]
+    monkeypatch.setattr(SqliteStore, "_fold_back_wal", ctrl_c)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        cut = CliRunner().invoke(cli, args, SECRET)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    monkeypatch.undo()
+    assert cut.exit_code == 130, cut.output
+    said = cut.stderr.strip()
+    assert said.startswith(f"interrupted: {tomb_id} written anew with a hash of the file's path in place of"), said
+    assert said.endswith(": the same command run again finishes the erasure"), said
+    with SqliteStore(store.path) as again:
+        tomb = again.get(tomb_id)
+        assert tomb is not None and tomb.doc is not None and "abs_path" not in tomb.doc["meta"]
+        assert SECRET not in _everywhere(again)
+    done = CliRunner().invoke(cli, args, SECRET)
+    assert done.exit_code == 0, done.output
+    assert SECRET.encode() not in store.path.read_bytes()
+
+
 def test_ctxos_evict_from_another_process_while_a_session_runs(tmp_path: Path, reliability: Counts) -> None:
     path = tmp_path / "s.db"
     store = SqliteStore(path)

@@ -9,6 +9,7 @@ It never writes, but through ``context.evict`` (``evict --yes``)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import click
@@ -279,26 +280,41 @@ def _finish(ctx: click.Context, store: Store, oid: str, how: str, as_json: bool)
 
 
 def _cut_short(
-    store: Store, erased: list[str], pending: list[str], since: int, after: int | None, again: str
+    store: Store,
+    erased: list[str],
+    pending: list[str],
+    since: int,
+    after: int | None,
+    again: str,
+    rewritten: Sequence[str] = (),
 ) -> NoReturn:
     """Ctrl-C in an eviction: say what it erased and what finishes it, exit status 130. ``erased``:
     the objects evicted before; ``pending``: those it was evicting (their tombstones, written
-    since ``since``/after tx ``after``, tell whether it committed). An SQLite store's file is
-    rebuilt after each eviction commits: cut short, the erased bytes may still be in it."""
+    since ``since``/after tx ``after``, tell whether it committed); ``rewritten``: the tombstones
+    written anew without their file's path (``forget_paths``), the old form evicted. An SQLite
+    store's file is rebuilt after each eviction commits: cut short, the erased bytes may still
+    be in it."""
     try:
         erased = erased + list(evictions(store, pending, since=since, after_tx=after))
     except ContextOSError as e:
         said = f"\ninterrupted: whether it was erased could not be read ({e}); {again} finishes it"
         stop_interrupted(printable(said))
-    if not erased:
+    if not erased and not rewritten:
         stop_interrupted("\ninterrupted: nothing was erased")
+    done = [f"{_named(erased)} erased"] if erased else []
+    if rewritten:
+        done.append(f"{_named(rewritten)} written anew with a hash of the file's path in place of the path")
     stop_interrupted(
         printable(
-            f"\ninterrupted: {', '.join(erased) if len(erased) < 4 else f'{len(erased)} objects'} erased, but the"
-            f" erased bytes may still be in the files of {store.url} (they are rebuilt after an eviction): {again}"
-            " finishes the erasure"
+            f"\ninterrupted: {'; '.join(done)}, but the erased bytes may still be in the files of {store.url}"
+            f" (they are rebuilt after an eviction): {again} finishes the erasure"
         )
     )
+
+
+def _named(ids: Sequence[str]) -> str:
+    """Ids as a message names them: each, or how many when there are several."""
+    return ", ".join(ids) if len(ids) < 4 else f"{len(ids)} objects"
 
 
 def _left_in_files(store: Store) -> None:
@@ -349,6 +365,7 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
                 click.echo("Pass --yes to erase them, in every time. Frames that showed them will no longer verify.")
         ctx.exit(1 if found else 0)
     evicted: list[str] = []
+    rewritten: list[str] = []
     left_in_files = False
     since, after, pending = now_ms(), store.latest_tx_id(), []
     try:
@@ -362,9 +379,9 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
             left_in_files = left_in_files or bool(done["left_in_files"])
             pending = []
         # a file's tombstone written before 2026-11-30 keeps its path: the path's hash takes its place
-        rewritten = forget_paths(store, text)
+        forget_paths(store, text, rewritten)
     except KeyboardInterrupt:
-        _cut_short(store, evicted, pending, since, after, "the same command run again")
+        _cut_short(store, evicted, pending, since, after, "the same command run again", rewritten)
     if not evicted and not rewritten:
         # nothing left to erase: a run of it cut short after its last eviction committed may
         # have left the erased bytes in the files

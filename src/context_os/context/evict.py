@@ -303,13 +303,15 @@ def path_holds(doc: dict[str, Any] | None, text: str) -> bool:
     return isinstance(path, str) and text in path
 
 
-def forget_paths(store: Store, text: str) -> list[str]:
+def forget_paths(store: Store, text: str, done: list[str] | None = None) -> list[str]:
     """Tombstones of files written before 2026-11-30 keep the file's absolute path
     (``meta.abs_path``), which may hold a secret (a file named after a key): each whose path holds
     ``text`` is written anew with the path's hash (``path_key``) in its place, as tombstones are
     now, the old one evicted; returns their ids. The new one is put right after the eviction, in
-    a transaction of its own (an eviction erases whatever the same transaction put)."""
-    out: list[str] = []
+    a transaction of its own (an eviction erases whatever the same transaction put). ``done``, if
+    given, gets each id as soon as it is written anew: what a caller cut short (Ctrl-C while an
+    SQLite store rebuilds its file) reports it did."""
+    out: list[str] = [] if done is None else done
     for v in store.find("tombstone"):
         doc = v.doc or {}
         if not path_holds(doc, text):
@@ -324,5 +326,5 @@ def forget_paths(store: Store, text: str) -> list[str]:
             # SQLite store rebuilds its file): without its tombstone the evicted object comes back
             if not store.history(v.id, with_docs=False):
                 store.submit([Put(tomb, next_valid_time())])
-        out.append(v.id)
+                out.append(v.id)
     return out
