@@ -298,6 +298,64 @@ def test_a_start_run_again_while_the_node_of_a_cut_short_start_starts_waits_for_
     assert left == [], "a node of the port is still running"
 
 
+def _term_pending(pid: int) -> bool:
+    """Whether SIGTERM waits to be delivered to ``pid`` (a stopped process gets it on SIGCONT)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    masks = [int(line.split()[1], 16) for line in status.splitlines() if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(m & (1 << (signal.SIGTERM - 1)) for m in masks)
+
+
+def test_a_stop_while_the_node_starts_makes_the_start_say_it_was_stopped(xtdb_url: str) -> None:
+    """``xtdb/stop`` while ``xtdb/start`` waited for its node to answer: the start said only that
+    the node exited during startup, with the tail of a log the stop had removed (or, when the
+    stop removed it first, exited 1 at the failed ``tail`` with no word at all). Now the start
+    says the node was stopped by xtdb/stop, and the stop that it was still starting. The node is
+    held stopped (SIGSTOP) until the stop's SIGTERM waits for it: answering in the meantime, it
+    would simply be running. ``xtdb_url`` is requested only so the test is skipped exactly where
+    no node can be had."""
+    if not Path("/proc/self/cmdline").exists():
+        pytest.skip("the processes left are found in /proc")
+    port = _free_port()
+    pid_file = ROOT / "xtdb" / "target" / f"xtdb-{port}.pid"
+    cmd = [str(ROOT / "xtdb" / "start"), "--port", str(port), "--config", "memory"]
+    cmd += ["--timeout", str(STARTUP_TIMEOUT_S)]
+    node_pid, start, stop = None, None, None
+    try:
+        start = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        while not (pid_file.exists() and _own_session_node(pid_file.read_text().strip())):
+            assert start.poll() is None, start.communicate()
+            time.sleep(0.05)
+        node_pid = int(pid_file.read_text())
+        os.kill(node_pid, signal.SIGSTOP)  # still starting, whatever the machine's speed
+        stop = subprocess.Popen([str(ROOT / "xtdb" / "stop"), "--port", str(port)], stderr=subprocess.PIPE, text=True)
+        while not _term_pending(node_pid):
+            assert stop.poll() is None, stop.communicate()
+            time.sleep(0.05)
+        os.kill(node_pid, signal.SIGCONT)
+        _, stopped = stop.communicate(timeout=90)
+        out, err = start.communicate(timeout=90)
+    finally:
+        if node_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(node_pid, signal.SIGCONT)
+        for p in (start, stop):
+            if p is not None and p.poll() is None:  # (a failure: not left running)
+                p.kill()
+                p.wait()
+        subprocess.run([str(ROOT / "xtdb" / "stop"), "--port", str(port)], capture_output=True, timeout=90)
+    tmp_dir = f"-Djava.io.tmpdir={ROOT / 'xtdb' / 'target' / f'tmp-{port}'}"
+    left = [int(p.name) for p in Path("/proc").glob("[0-9]*") if tmp_dir in _cmdline(p)]
+    for pid in left:  # not to leave it running after a failure
+        os.kill(pid, signal.SIGTERM)
+    assert start.returncode == 1 and out == "", (out, err)
+    assert err.rstrip().endswith(
+        f"xtdb/start: the node was stopped by xtdb/stop --port {port} before it answered: XTDB did not start"
+    ), err
+    assert f"stopped the node on port {port} (pid {node_pid}), which was still starting" in stopped, stopped
+    assert not any((ROOT / "xtdb" / "target" / f"xtdb-{port}.{ext}").exists() for ext in ("pid", "lock", "stopped"))
+    assert left == [], "a node of the port is still running"
+
+
 def test_a_node_on_an_ipv6_address_starts_and_its_url_is_one_a_store_opens(tmp_path: Path, xtdb_url: str) -> None:
     """``--host ::1``: the start asked ``http://::1:PORT`` whether the node answered, which is no
     URL, so it waited out its timeout and stopped the node; its URL now brackets the address.
