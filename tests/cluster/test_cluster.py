@@ -362,6 +362,35 @@ def test_postgres_start_says_only_its_own_lines(postgres: Cluster) -> None:
     assert stop.stderr.splitlines() == [f"xtdb/postgres: stopped PostgreSQL on port {port}"]
 
 
+def test_two_postgres_starts_on_one_port_at_once_start_one_and_both_print_its_url(postgres: Cluster) -> None:
+    """Two ``xtdb/postgres start`` on one port at once (two ``xtdb/start --cluster`` on one
+    ``--pg-port``): both found no server and no cluster, so the second's initdb failed on the
+    directory the first was filling (or its pg_ctl on the server the first had started), and it
+    exited 1 saying PostgreSQL could not be created or started, while it ran. Now the second
+    waits for the first and finds its server running. ``postgres`` is requested only so the test
+    is skipped exactly where PostgreSQL cannot be had."""
+    port = _free_port()
+    script = str(XTDB / "postgres")
+    try:
+        starts = [
+            subprocess.Popen(
+                [script, "start", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(2)
+        ]
+        outs = [p.communicate(timeout=600) for p in starts]
+        stop = subprocess.run([script, "stop", "--port", str(port)], capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run([script, "stop", "--port", str(port)], capture_output=True, timeout=120, check=False)
+        shutil.rmtree(XTDB / "target" / f"pg-{port}", ignore_errors=True)
+        (XTDB / "target" / f"pg-{port}.lock").unlink(missing_ok=True)
+    assert [p.returncode for p in starts] == [0, 0], outs
+    assert [out for out, _ in outs] == [f"jdbc:postgresql://127.0.0.1:{port}/xtdb\n"] * 2
+    assert sum("creating a cluster" in err for _, err in outs) == 1, outs
+    assert sum(f"already running on 127.0.0.1:{port}" in err for _, err in outs) == 1, outs
+    assert stop.stderr.splitlines() == [f"xtdb/postgres: stopped PostgreSQL on port {port}"]
+
+
 def test_postgres_of_another_data_directory_on_the_port_is_refused_and_stop_stops_the_one_there(
     postgres: Cluster,
 ) -> None:
