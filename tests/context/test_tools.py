@@ -124,6 +124,24 @@ def test_numbers_outside_their_schema_bounds_are_refused(session: Session, tmp_p
     assert registry.call("ls", {"limit": 1}).startswith("a.txt\n[... 2 more entries")
 
 
+def test_a_whole_number_written_with_a_fraction_is_an_integer(session: Session, tmp_path: Path) -> None:
+    """JSON has one number type, and JSON Schema's ``integer`` is any number whose fraction is
+    zero: a model that writes ``"start": 1.0`` (as some do) was refused (`must be integer, got
+    float`), which cost it a turn. It is the integer 1 now; 1.5 is still refused."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.txt").write_text("x\ny\nz\n")
+    registry = FileTools(session, Workspace(tmp_path / "ws")).registry
+    registry.call("read", {"path": "a.txt"})
+    whole = registry.call("lines", '{"id": "a.txt", "start": 2.0, "end": 2.0, "column": 1.0}')
+    assert whole == registry.call("lines", {"id": "a.txt", "start": 2, "end": 2}) and whole.endswith("\ny")
+    for bad in ("1.5", "1e400"):  # a fraction; a number too large for a float (infinity)
+        assert json.loads(registry.call("lines", f'{{"id": "a.txt", "start": {bad}}}')) == {
+            "error": "lines: argument 'start' must be integer, got float",
+            "type": "InputError",
+        }
+    assert json.loads(registry.call("ls", {"limit": 0.0}))["error"] == "ls: argument 'limit' must be at least 1, got 0"
+
+
 def test_null_for_an_optional_argument_is_its_default(session: Session, tmp_path: Path) -> None:
     """Models often write an optional argument they do not use as null (``"end": null``). That
     was refused as a wrong type, in Python's words (`must be integer, got NoneType`), and cost

@@ -82,11 +82,15 @@ class Tool:
             raise InputError(f"{self.name}: missing required argument(s) {missing}")
         # null for an optional argument is its default, as many models write it (`"limit": null`)
         given: dict[str, Any] = {k: v for k, v in args.items() if v is not None or k in required}
-        for k, v in given.items():
+        for k, v in list(given.items()):
             prop = props.get(k, {})
             named = prop.get("type", "")
             names = named if isinstance(named, list) else [named]
             wanted = [_TYPES[n] for n in names if n in _TYPES]
+            if "integer" in names and isinstance(v, float) and v.is_integer():
+                # JSON has one number type, and JSON Schema's "integer" is any number whose
+                # fraction is zero: `"start": 1.0`, as some models write it, is the integer 1
+                given[k] = v = int(v)
             if wanted and not any(_is(v, want) for want in wanted):
                 got = "null" if v is None else type(v).__name__
                 raise InputError(f"{self.name}: argument {k!r} must be {' or '.join(names)}, got {got}")
