@@ -193,6 +193,19 @@ def test_a_bare_path_creates_a_store_and_says_so(tmp_path: Path) -> None:
     assert again.returncode == 0 and "created" not in again.stderr
 
 
+def test_the_help_and_errors_name_the_sqlite_url_with_an_absolute_path(tmp_path: Path) -> None:
+    """``--help`` said ``sqlite:///path.db``, which a reader (and SQLAlchemy) takes for
+    ``path.db`` here: it is ``/path.db``, a store at the root. The help and the errors that show
+    the form now name an absolute path, and the help says how a relative one is given."""
+    shown = " ".join(ctxos("--help").stdout.split())  # (click wraps the option's help)
+    assert "sqlite:///abs/path.db (an absolute path: sqlite:///x.db is /x.db), a path (x.db, here)" in shown
+    assert "sqlite:///path.db" not in shown
+    empty = ctxos("--store", "", "sessions", check=False)
+    assert empty.returncode == 1 and "give sqlite:///abs/path.db, a path, or" in empty.stderr, empty.stderr
+    here = subprocess.run([*CTXOS, "--store", "x.db", "sessions"], cwd=tmp_path, capture_output=True, text=True)
+    assert here.returncode == 1 and f"no store at sqlite://{tmp_path}/x.db:" in here.stderr  # a bare path: here
+
+
 def test_a_sqlite_url_opens_read_only_and_refuses_unknown_options(demo: Path, tmp_path: Path) -> None:
     ro = f"sqlite://{demo}?mode=ro"
     sessions = json.loads(ctxos("sessions", "--json", store=ro).stdout)

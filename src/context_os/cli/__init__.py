@@ -136,7 +136,8 @@ class _Ctxos(click.Group):
     "--store",
     envvar="CTXOS_STORE",
     metavar="URL",
-    help="Store URL: sqlite:///path.db or xtdb+http://127.0.0.1:3000 (default: $CTXOS_STORE, else the user data dir).",
+    help="Store URL: sqlite:///abs/path.db (an absolute path: sqlite:///x.db is /x.db), a path (x.db, here),"
+    " or xtdb+http://127.0.0.1:3000 (default: $CTXOS_STORE, else the user data dir).",
 )
 @click.version_option(package_name="context_os")
 @click.pass_context

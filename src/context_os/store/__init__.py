@@ -65,7 +65,7 @@ def _env_url() -> str | None:
     env = os.environ.get("CTXOS_STORE")
     if env is not None and not env.strip():
         raise ConfigError(
-            "CTXOS_STORE is set but empty: set it to a store URL (sqlite:///path.db, a path, or"
+            "CTXOS_STORE is set but empty: set it to a store URL (sqlite:///abs/path.db, a path, or"
             " xtdb+http://host:port), or unset it for the default store"
         )
     return env
@@ -221,7 +221,7 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     created the store says ``Store.created``.
     """
     if url is not None and not url.strip():  # `--store ''`: a mistake, not a wish for the default
-        raise ConfigError("the store URL is empty: give sqlite:///path.db, a path, or xtdb+http://host:port")
+        raise ConfigError("the store URL is empty: give sqlite:///abs/path.db, a path, or xtdb+http://host:port")
     url = url or _env_url()
     if url and (url.startswith("xtdb+http://") or url.startswith("xtdb+https://")):
         return _open_xtdb(url)
