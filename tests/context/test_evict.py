@@ -760,6 +760,52 @@ def test_ctrl_c_while_an_eviction_rebuilds_the_file_says_what_is_left_and_what_f
         keep.close()
 
 
+@pytest.mark.xtdb
+def test_ctrl_c_in_an_eviction_on_xtdb_names_the_keyword_index_and_the_command_run_again_clears_it(
+    xtdb_url: str, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C once the node took the eviction, before the keyword index beside the store heard of
+    # it: the index kept the evicted text. The message named "the files of xtdb+http://…" as if
+    # the node's, and the command it named, run again, said "the store's files were rebuilt"
+    # and left the text in the index. It names the keyword index, and run again it drops it.
+    from context_os.store import node_file, open_store
+    from context_os.store.xtdb import XtdbStore
+
+    oid, secret = f"toolcall:{uid}:c1", f"{SECRET}-{uid}"
+    with open_store(xtdb_url) as store:
+        store.put({"id": oid, "kind": "toolcall", "content": f"K={secret}", "meta": {"session": uid}})
+        assert [h.id for h in store.text_search(f"{SECRET}-{uid}")] == [oid]  # (indexed now)
+    index = node_file("text-index", xtdb_url)
+
+    def in_index() -> bool:
+        wal = index.with_name(index.name + "-wal")
+        return secret.encode() in index.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+
+    assert in_index()
+    submitted = XtdbStore._submitted
+
+    def ctrl_c(self: XtdbStore, *args: Any, **kwargs: Any) -> Any:
+        signal.raise_signal(signal.SIGINT)  # as the terminal sends it, once the node answered
+        return submitted(self, *args, **kwargs)
+
+    args = ["--store", xtdb_url, "objects", "evict", oid, "--yes"]
+    monkeypatch.setattr(XtdbStore, "_submitted", ctrl_c)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        cut = CliRunner().invoke(cli, args)
+    finally:
+        signal.signal(signal.SIGINT, before)
+        monkeypatch.setattr(XtdbStore, "_submitted", submitted)  # (undo() would drop the test's own user dirs too)
+    assert cut.exit_code == 130, cut.output
+    said = cut.stderr.strip()
+    assert said.startswith(f"interrupted: {oid} erased, but the erased bytes may still be in the files of"), said
+    assert "on this machine (an SQLite store's file, an XTDB store's keyword index" in said, said
+    assert in_index()  # what it says
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    assert not in_index()
+
+
 def _activated_then_evicted(store: Store, uid: str) -> str:
     """A session whose last two frames show two tool outputs in blocks of the active pool (the
     agent activated them), the first evicted since; its id."""

@@ -292,8 +292,8 @@ def _cut_short(
     the objects evicted before; ``pending``: those it was evicting (their tombstones, written
     since ``since``/after tx ``after``, tell whether it committed); ``rewritten``: the tombstones
     written anew without their file's path (``forget_paths``), the old form evicted. An SQLite
-    store's file is rebuilt after each eviction commits: cut short, the erased bytes may still
-    be in it."""
+    store's file is rebuilt after each eviction commits, an XTDB store's keyword index drops the
+    text: cut short, the erased bytes may still be in them (``Store.scrub`` finishes it)."""
     try:
         erased = erased + list(evictions(store, pending, since=since, after_tx=after))
     except ContextOSError as e:
@@ -306,8 +306,9 @@ def _cut_short(
         done.append(f"{_named(rewritten)} written anew with a hash of the file's path in place of the path")
     stop_interrupted(
         printable(
-            f"\ninterrupted: {'; '.join(done)}, but the erased bytes may still be in the files of {store.url}"
-            f" (they are rebuilt after an eviction): {again} finishes the erasure"
+            f"\ninterrupted: {'; '.join(done)}, but the erased bytes may still be in the files of {store.url} on"
+            f" this machine (an SQLite store's file, an XTDB store's keyword index: they are rebuilt after an"
+            f" eviction): {again} finishes the erasure"
         )
     )
 

@@ -1318,6 +1318,17 @@ class XtdbStore(Store):
         except sqlite3.Error as e:
             raise StoreError(f"the keyword index {self._text.path} could not be rebuilt: {e}") from e
 
+    def scrub(self) -> bool:
+        """The node erases what it evicts; on this machine the keyword index's sidecar may still
+        hold the text of an object whose eviction was cut short (Ctrl-C after the node took it,
+        before the sidecar heard of it): its catch-up drops what every tombstone since names, and
+        rebuilds the file without it."""
+        try:
+            self._text.catch_up()
+        except sqlite3.Error as e:
+            raise StoreError(f"the keyword index {self._text.path} could not be rebuilt: {e}") from e
+        return True
+
     def check(self) -> None:
         """None: XTDB 1.x offers no integrity check over its HTTP API, so there is none to run
         from here (``verify`` still re-hashes every document it reads)."""
