@@ -513,7 +513,7 @@ def test_ctrl_c_while_a_tombstone_is_written_anew_leaves_it_in_place(
             forget_paths(store, SECRET)
     finally:
         signal.signal(signal.SIGINT, before)
-    monkeypatch.undo()
+    monkeypatch.setattr(SqliteStore, "_fold_back_wal", fold_back)  # (undo() also drops the user dirs conftest isolates)
     tomb = store.get(tomb_id)
     assert tomb is not None and tomb.doc is not None, "the tombstone is gone"
     assert "path_key" in tomb.doc["meta"] and SECRET not in _everywhere(store)
@@ -544,7 +544,7 @@ def test_ctrl_c_while_evict_containing_writes_a_tombstone_anew_says_it_did(
         cut = CliRunner().invoke(cli, args, SECRET)
     finally:
         signal.signal(signal.SIGINT, before)
-    monkeypatch.undo()
+    monkeypatch.setattr(SqliteStore, "_fold_back_wal", fold_back)  # (undo() also drops the user dirs conftest isolates)
     assert cut.exit_code == 130, cut.output
     said = cut.stderr.strip()
     assert said.startswith(f"interrupted: {tomb_id} written anew with a hash of the file's path in place of"), said
@@ -745,7 +745,7 @@ def test_ctrl_c_while_an_eviction_rebuilds_the_file_says_what_is_left_and_what_f
     finally:
         signal.signal(signal.SIGINT, before)
         reader.communicate("done\n", timeout=60)
-    monkeypatch.undo()
+    monkeypatch.setattr(SqliteStore, "_fold_back_wal", fold_back)  # (undo() also drops the user dirs conftest isolates)
     try:
         assert cut.exit_code == 130, cut.output
         said = cut.stderr.strip()
