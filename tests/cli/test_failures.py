@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from context_os.cli import cli
 from context_os.hashing import encode_doc
-from context_os.store import Put
+from context_os.store import Delete, Put
 from context_os.store.sqlite import SqliteStore
 from tests._reliability import Counts
 from tests.cli.test_cli import CTXOS, ctxos
@@ -426,6 +426,24 @@ def test_verify_rehashes_a_version_a_later_write_of_the_same_valid_time_correcte
     assert report["versions_checked"] == 2 and report["damaged"] == [], report
     assert [(m["id"], m["tx_id"]) for m in report["mismatches"]] == [("note:a", t1.id)]
     assert "content_hash" in report["mismatches"][0]["fields"]
+
+
+def test_verify_rehashes_the_versions_of_a_document_no_longer_in_force(tmp_path: Path) -> None:
+    # A memory whose file was deleted ends in the store (a deletion, context/sources.py), as do
+    # the recall copies of it: verify listed the documents in force only, so damage to every
+    # version of them (which frames that showed them re-render from) went unreported: "0
+    # versions of 0 documents re-hashed", exit 0.
+    path = tmp_path / "ended.db"
+    with SqliteStore(path) as store:
+        put = store.submit([Put(encode_doc("memory:m1", "memory", "the key is in the vault", {"source": "memory"})[0])])
+        store.submit([Delete("memory:m1")])
+        assert store.find() == []
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE docs SET json = replace(json, 'vault', 'VAULT') WHERE json LIKE '%vault%'")
+        assert conn.total_changes == 1
+    report = failed_verify(path)
+    assert (report["documents"], report["versions_checked"], report["damaged"]) == (1, 1, []), report
+    assert [(m["id"], m["tx_id"]) for m in report["mismatches"]] == [("memory:m1", put.id)]
 
 
 def test_verify_runs_the_databases_integrity_check(demo: Path, tmp_path: Path) -> None:

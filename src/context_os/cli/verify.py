@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from ..context.frames import verify_frames
-from ..errors import HashError, StoreCorrupt, StoreUnavailable
+from ..context.load import ended_ids
+from ..errors import HashError, StoreCorrupt, StoreError, StoreUnavailable
 from ..hashing import verify_doc
 from ..store import Store, Version
 from ._common import checks_cleanly, cut_short, emit_json, jobs_option, json_option, printable, progress, store_from
@@ -84,6 +85,23 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
         except StoreCorrupt as e:  # the damage is in a current version: nothing more can be listed
             current = []
             damaged.append(_damage(e, "(documents could not be listed)"))
+        # and those no longer in force (a memory whose file was deleted): their versions are
+        # stored all the same, and frames that showed them re-render from them
+        try:
+            ended = ended_ids(store, {v.id for v in current})
+        except StoreUnavailable:
+            raise
+        except StoreError as e:  # the keyword index that names them is damaged (`ctxos index rebuild`)
+            ended = []
+            damaged.append(
+                {
+                    "id": "(documents no longer in force could not be listed)",
+                    "tx_id": None,
+                    "valid_time": None,
+                    "error": str(e),
+                }
+            )
+        listed: list[tuple[str, dict[str, Any] | None]] = [(v.id, v.doc) for v in current] + [(i, None) for i in ended]
         checked, frames_ok = 0, 0
         frames: list[dict[str, Any]] = []  # by id, so those of a session together
         bad: list[dict[str, Any]] = []
@@ -92,9 +110,9 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
         outage: StoreUnavailable | None = None  # what was checked before it is still reported
         documents_checked = 0
         try:
-            with progress(current, length=len(current), label="verifying", enabled=not as_json) as bar:
-                for cur in bar:
-                    for v in _versions(store, cur.id, damaged):
+            with progress(listed, length=len(listed), label="verifying", enabled=not as_json) as bar:
+                for id, doc in bar:
+                    for v in _versions(store, id, damaged):
                         if v.doc is None:
                             continue
                         checked += 1
@@ -102,8 +120,8 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                         if wrong:
                             bad.append({"id": v.id, "tx_id": v.tx_id, "valid_time": v.valid_time, "fields": wrong})
                     documents_checked += 1
-                    if check_frames and cur.doc and cur.doc.get("kind") == "frame":
-                        frames.append(cur.doc)
+                    if check_frames and doc and doc.get("kind") == "frame":
+                        frames.append(doc)
         except StoreUnavailable as e:
             outage = e
         frames_checked = 0
@@ -131,8 +149,8 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
         ok = not (found_damage or outage)
         report: dict[str, Any] = {
             "store": store.url,
-            "documents": len(current),
-            "documents_unchecked": len(current) - documents_checked,
+            "documents": len(listed),
+            "documents_unchecked": len(listed) - documents_checked,
             "versions_checked": checked,
             "mismatches": bad,
             "damaged": damaged,
@@ -141,7 +159,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
         }
         if check_frames:
             # frames are listed as their documents are checked: those not reached are not counted
-            unchecked = len(frames) - frames_checked if documents_checked == len(current) else None
+            unchecked = len(frames) - frames_checked if documents_checked == len(listed) else None
             report |= {
                 "frames_verified": frames_ok,
                 "frames_failed": frames_bad,
@@ -154,7 +172,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
             emit_json(report)
         else:
             click.echo(
-                f"{store.url}: {checked:,} versions of {len(current):,} documents re-hashed, {len(bad)} mismatch(es),"
+                f"{store.url}: {checked:,} versions of {len(listed):,} documents re-hashed, {len(bad)} mismatch(es),"
                 f" {len(damaged)} unreadable"
             )
             for b in bad:
@@ -174,7 +192,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                     click.echo(printable(f"  - {f['id']}: {'; '.join(f['problems'])}"))
             if outage is not None:
                 left = report["documents_unchecked"]
-                rest = f"{left:,} of {len(current):,} documents" if left else "none of the documents"
+                rest = f"{left:,} of {len(listed):,} documents" if left else "none of the documents"
                 if check_frames:
                     frames_left = report["frames_unchecked"]
                     rest += (

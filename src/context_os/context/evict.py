@@ -35,6 +35,7 @@ from ..objects import TombstoneDoc, path_key
 from ..store.base import Evict, Put, Store, next_valid_time, now_ms
 from ..times import iso
 from .entries import Entry, ToolCall
+from .load import ended_ids
 from .view import INDEX_KEY
 
 __all__ = [
@@ -282,10 +283,7 @@ def holding(store: Store, text: str) -> list[dict[str, Any]]:
     if not text:
         raise InputError("the text to look for is empty")
     ids = {v.id for v in store.find()}
-    after = 0
-    while parts := store.text_parts(after_seq=after, limit=1000):
-        ids.update(p.id for p in parts)
-        after = parts[-1].seq
+    ids.update(ended_ids(store, ids))
     found: list[dict[str, Any]] = []
     for oid in sorted(ids):
         versions = store.history(oid, with_docs=True, with_corrections=True)

@@ -25,6 +25,7 @@ from .view import ObjInfo, SessionView, page_id
 __all__ = [
     "VersionMemo",
     "content_lines",
+    "ended_ids",
     "load_view",
     "memo_get",
     "object_state_page",
@@ -116,6 +117,19 @@ def _damaged(v: Version, what: str) -> StoreCorrupt:
     return StoreCorrupt(
         f"{v.id} @ tx {v.tx_id} is damaged: {what} (`ctxos verify` re-hashes every document)", id=v.id, tx_id=v.tx_id
     )
+
+
+def ended_ids(store: Store, in_force: set[str]) -> list[str]:
+    """The ids of documents no longer in force (``in_force``: those ``Store.find`` lists) that
+    the keyword index knows, every one it indexed: a memory whose file was deleted, the recall
+    copies of it. Their versions stay stored, frames that showed them re-render from them, and
+    only the index still names them. Sorted."""
+    ids: set[str] = set()
+    after = 0
+    while parts := store.text_parts(after_seq=after, limit=1000):
+        ids.update(p.id for p in parts)
+        after = parts[-1].seq
+    return sorted(ids - in_force)
 
 
 def is_int(value: Any) -> bool:
