@@ -771,10 +771,11 @@ def test_ctrl_c_in_an_eviction_on_xtdb_names_the_keyword_index_and_the_command_r
     from context_os.store import node_file, open_store
     from context_os.store.xtdb import XtdbStore
 
-    oid, secret = f"toolcall:{uid}:c1", f"{SECRET}-{uid}"
+    # (not SECRET: other tests look for it everywhere on the shared node)
+    oid, secret = f"toolcall:{uid}:c1", f"Kq7-cut-short-{uid}"
     with open_store(xtdb_url) as store:
         store.put({"id": oid, "kind": "toolcall", "content": f"K={secret}", "meta": {"session": uid}})
-        assert [h.id for h in store.text_search(f"{SECRET}-{uid}")] == [oid]  # (indexed now)
+        assert [h.id for h in store.text_search(secret)] == [oid]  # (indexed now)
     index = node_file("text-index", xtdb_url)
 
     def in_index() -> bool:
@@ -844,6 +845,30 @@ def test_a_frame_whose_block_was_evicted_re_renders_all_the_rest(store: Store, u
     assert f"{refs - 1} of {refs} static refs" in check.checked
     with pytest.raises(NotFound, match="evicted"):  # exactly as it was: not any more
         rerender(store, frame)
+
+
+def test_a_block_evicted_by_its_own_id_leaves_its_frames_evicted_not_damaged(store: Store, uid: str) -> None:
+    """``objects evict block:…`` (or ``--containing``, for a block no object took along): its
+    tombstone listed no block, so every frame that showed it failed as damaged (`block … is not in
+    the store`, MISMATCH, exit 1) after an eviction made on purpose. Its tombstone names it now:
+    those frames are marked as having shown what was evicted, and nothing else of them is excused."""
+    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
+    hook = OpenAIHook(s)
+    # (not SECRET: the output stays on the shared node, where other tests look for SECRET everywhere)
+    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", f"TOKEN=block-{uid}")]
+    for n in range(2, 7):  # the first outputs collapse
+        hook.transform_context(msgs)
+        msgs += [call(f"c{n}", "bash", command="ls"), result(f"c{n}", f"file{n}.txt")]
+    hook.call_tool("activate", {"id": f"toolcall:{uid}:c1"})  # shown again: a block of the active pool
+    hook.transform_context([*msgs, say("ok"), user("next")])
+    s.close()
+    frame = frame_docs(store, uid)[-1]
+    shown = [b[1] for b in frame["content"]["blocks"] if store.doc(b[1])["meta"]["object"] == f"toolcall:{uid}:c1"]
+    assert shown and verify_frame(store, frame).ok
+    evict(store, shown[0], reason="leaked")
+    check = verify_frame(store, frame)
+    assert not check.ok and check.evicted_only and check.evicted == [shown[0]], check.problems
+    assert check.checked is not None and "cannot be checked" in check.checked
 
 
 @pytest.mark.parametrize("damage", ["an object it names", "a block it kept", "a block's text"])

@@ -227,7 +227,8 @@ def evict(store: Store, obj_id: str, *, reason: str = "evicted") -> dict[str, An
     latest = store.history(obj_id, "desc", with_docs=True)
     if not latest:
         raise NotFound(f"no object {obj_id!r} in {store.url}")
-    refuse_kept(obj_id, kind_of(obj_id, latest))
+    kind = kind_of(obj_id, latest)
+    refuse_kept(obj_id, kind)
     gone = {obj_id: latest}
     for v in store.find("recall", {"object": obj_id}):
         if v.id not in gone and (versions := store.history(v.id, "desc", with_docs=True)):
@@ -238,7 +239,10 @@ def evict(store: Store, obj_id: str, *, reason: str = "evicted") -> dict[str, An
     index_blocks = sorted(set(_index_blocks(store, list(gone))) - set(blocks))
     derived = sorted(g for g in gone if g != obj_id)
     tombs = [
-        _tombstone(obj_id, latest, reason, sorted({*blocks, *index_blocks})),
+        # a block evicted itself (by id, or by ``--containing`` when no object took it along) is
+        # one its tombstone names: the frames that showed it are checked as frames that showed
+        # what was evicted, not as damaged
+        _tombstone(obj_id, latest, reason, sorted({*blocks, *index_blocks, *([obj_id] if kind == "block" else [])})),
         *(_tombstone(d, gone[d], f"{reason}: it quoted {obj_id}", shown[d]) for d in derived),
     ]
     valid = next_valid_time()
