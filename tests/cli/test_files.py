@@ -147,6 +147,20 @@ def test_evict_needs_yes_and_erases_every_version(setup) -> None:
     assert b"A = 2" not in Path(store).read_bytes()
 
 
+def test_inspect_as_of_a_time_or_tx_of_an_evicted_object_says_it_was_evicted(setup) -> None:
+    """``objects inspect ID --as-of T`` (or ``--tx N``) of an object evicted since said it "did not
+    exist" then, which it did: it was erased. It says so, as ``objects inspect ID`` does."""
+    store, ids = setup
+    tx = json.loads(ctxos("objects", "inspect", ids["a"], "--json", store=store).stdout)[0]["tx_id"]
+    ctxos("objects", "evict", ids["a"], "--yes", store=store)
+    for args in (["--tx", str(tx)], ["--as-of", "2026-12-01T00:00:00Z"], []):
+        gone = ctxos("objects", "inspect", ids["a"], *args, store=store, check=False)
+        assert gone.returncode == 1 and "it was evicted at " in gone.stderr, (args, gone.stderr)
+        assert "did not exist" not in gone.stderr
+    never = ctxos("objects", "inspect", ids["b"], "--tx", "0", store=store, check=False)
+    assert never.returncode == 1 and f"{ids['b']} did not exist now as of tx 0" in never.stderr, never.stderr
+
+
 def test_find_file_object_resolves_ids_paths_and_old_names(setup, root: Path, monkeypatch) -> None:
     store, ids = setup
     monkeypatch.chdir(root)

@@ -111,6 +111,9 @@ def inspect_cmd(
                     raise InputError(f"--tx {tx_id} is no transaction of {store.url} (from 0; {newest})")
             v = store.get(object_id, vt, tx_id)
             if v is None:
+                if not store.history(object_id, with_docs=False) and evictions(store, [object_id]):
+                    # erased, not absent then: no version of it is left at any time
+                    raise no_object(store, object_id)
                 when = "now" if as_of is None else f"at {as_of}"
                 raise NotFound(f"{object_id} did not exist {when}" + ("" if tx_id is None else f" as of tx {tx_id}"))
             # its number in the object's history (as the store knows it now), as the table says it
