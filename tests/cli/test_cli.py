@@ -232,6 +232,30 @@ def test_objects_recall_and_evict_print_a_sessions_escape_sequences_escaped(esca
     assert any(OSC in h["text"] for h in recalled["hits"])  # --json keeps the text as it is
 
 
+def test_an_id_holding_a_newline_or_a_tab_is_listed_on_one_line(tmp_path: Path) -> None:
+    """A tool call's id is the harness's (or a transcript's) text, and may hold a newline or a tab:
+    the lists of ids (``frames diff``'s objects, what an eviction would erase, a message's head
+    in ``frames show``) broke each such id over two lines. It is one line, escaped, each time."""
+    db, cid = tmp_path / "s.db", "call\nx\ty"
+    call = {"id": cid, "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "read it"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": cid, "content": "output"},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "again"},
+    ]
+    (tmp_path / "s.json").write_text(json.dumps(messages))
+    ctxos("replay", str(tmp_path / "s.json"), "--session", "nl", "--verify", "none", store=db)
+    shown = "toolcall:nl:call\\x0ax\\x09y"
+    diff = ctxos("frames", "diff", "nl", "1", "2", store=db).stdout.splitlines()
+    assert diff.count(f"  {shown}") == 2, diff  # entered, activated
+    listed = ctxos("objects", "evict", "--containing", "output", store=db, check=False).stdout.splitlines()
+    assert f"  {shown}: 1 version(s)" in listed, listed
+    assert "[2] tool (call\\x0ax\\x09y)" in ctxos("frames", "show", "nl", "2", store=db).stdout.splitlines()
+    assert ctxos("objects", "inspect", f"toolcall:nl:{cid}", store=db).stdout.startswith(f"{shown}: 1 version(s)\n")
+
+
 def test_an_error_naming_a_damaged_document_is_printed_escaped(tmp_path: Path) -> None:
     """The one line of a failed command names the document at fault: its id, a session's, holds
     anyone's text (a session id is any text without spaces). It reached the terminal raw; it is

@@ -31,6 +31,7 @@ from ._common import (
     fails_cleanly,
     jobs_option,
     json_option,
+    one_line,
     printable,
     progress,
     store_from,
@@ -279,22 +280,23 @@ def _diff_lines(diff: FrameDiff, cut: bool) -> list[str]:
 
 
 def _groups(diff: FrameDiff) -> list[tuple[str, list[str]]]:
-    """The objects that changed between the two turns, by how (an id holds a tool call's id)."""
+    """The objects that changed between the two turns, by how (an id holds a tool call's id,
+    which may hold a newline: one line each all the same)."""
     return [
-        ("entered", [printable(r["id"]) for r in diff.entered]),
-        ("left", [printable(r["id"]) for r in diff.left]),
-        ("new version", [f"{printable(y['id'])} (tx {x['tx_id']} → {y['tx_id']})" for x, y in diff.changed]),
-        ("activated", [printable(i) for i in diff.activated]),
-        ("deactivated", [printable(i) for i in diff.deactivated]),
+        ("entered", [one_line(r["id"]) for r in diff.entered]),
+        ("left", [one_line(r["id"]) for r in diff.left]),
+        ("new version", [f"{one_line(y['id'])} (tx {x['tx_id']} → {y['tx_id']})" for x, y in diff.changed]),
+        ("activated", [one_line(i) for i in diff.activated]),
+        ("deactivated", [one_line(i) for i in diff.deactivated]),
     ]
 
 
 def _message_lines(k: int, m: Mapping[str, Any], mark: str = "") -> list[str]:
     """One rendered message as ``frames show`` prints it; ``mark`` (``-``, ``+``) before its head.
     What the message holds is printed ``printable``: any of it may come from a tool's output."""
-    head = f"{mark}[{k}] {printable(m['role'])}"
+    head = f"{mark}[{k}] {one_line(m['role'])}"
     if m.get("tool_call_id"):
-        head += f" ({printable(m['tool_call_id'])})"
+        head += f" ({one_line(m['tool_call_id'])})"
     color = {"-": "red", "+": "green"}.get(mark)
     out = [click.style(head, bold=True, fg=color)]
     if text := m.get("text"):

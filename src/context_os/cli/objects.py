@@ -162,7 +162,7 @@ def inspect_cmd(
         if as_json:
             emit_json(changes if states else rows)
             return
-        click.echo(printable(f"{object_id}: {len(rows)} version(s)"))
+        click.echo(f"{one_line(object_id)}: {len(rows)} version(s)")
         click.echo(
             table(
                 [
@@ -247,7 +247,7 @@ def evict_cmd(ctx: click.Context, object_id: str | None, containing: str | None,
                 emit_json(result)
             else:
                 click.echo(
-                    f"{printable(oid)}: {len(versions)} version(s) would be erased, in every time. "
+                    f"{one_line(oid)}: {len(versions)} version(s) would be erased, in every time. "
                     "Frames that showed it will no longer verify. Pass --yes to erase."
                 )
             ctx.exit(1)
@@ -318,7 +318,7 @@ def _cut_short(
 
 def _named(ids: Sequence[str]) -> str:
     """Ids as a message names them: each, or how many when there are several."""
-    return ", ".join(ids) if len(ids) < 4 else f"{len(ids)} objects"
+    return ", ".join(map(one_line, ids)) if len(ids) < 4 else f"{len(ids)} objects"
 
 
 def _left_in_files(store: Store) -> None:
@@ -364,7 +364,7 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
                     left = " (its file path: --yes writes it anew with the path's hash in its place)"
                 else:
                     left = " (kept: a session's own record)" if o in kept else ""
-                click.echo(f"  {printable(o['id'])}: {o['versions']} version(s){left}")
+                click.echo(f"  {one_line(o['id'])}: {o['versions']} version(s){left}")
             if found:
                 click.echo("Pass --yes to erase them, in every time. Frames that showed them will no longer verify.")
         ctx.exit(1 if found else 0)
@@ -413,9 +413,9 @@ def _evict_containing(ctx: click.Context, store: Store, text: str, yes: bool, as
             " their next turn. Frames that showed them no longer verify."
         )
         for t in rewritten:
-            click.echo(f"  {printable(t)}: written anew with a hash of the file's path in place of the path")
+            click.echo(f"  {one_line(t)}: written anew with a hash of the file's path in place of the path")
         for o in remaining:
-            held = f"  still held by {printable(o['id'])} ({o['versions']} version(s))"
+            held = f"  still held by {one_line(o['id'])} ({o['versions']} version(s))"
             click.echo(f"{held}: a session's own record, kept")
     if left_in_files:
         _left_in_files(store)

@@ -14,7 +14,17 @@ from ..context.load import ended_ids
 from ..errors import HashError, StoreCorrupt, StoreError, StoreUnavailable
 from ..hashing import verify_doc
 from ..store import Store, Version
-from ._common import checks_cleanly, cut_short, emit_json, jobs_option, json_option, printable, progress, store_from
+from ._common import (
+    checks_cleanly,
+    cut_short,
+    emit_json,
+    jobs_option,
+    json_option,
+    one_line,
+    printable,
+    progress,
+    store_from,
+)
 
 
 def _damage(e: StoreCorrupt, id: str, v: Version | None = None) -> dict[str, Any]:
@@ -176,9 +186,9 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                 f" {len(damaged)} unreadable"
             )
             for b in bad:
-                click.echo(printable(f"  - {b['id']} @ tx {b['tx_id']}: {', '.join(b['fields'])} do not match"))
+                click.echo(f"  - {one_line(b['id'])} @ tx {b['tx_id']}: {', '.join(b['fields'])} do not match")
             for d in damaged:
-                click.echo(printable(f"  - {d['id']} @ tx {d['tx_id']}: {d['error']}"))
+                click.echo(f"  - {one_line(str(d['id']))} @ tx {d['tx_id']}: " + printable(str(d["error"])))
             if integrity is None:
                 click.echo("integrity check: the backend has none that can be run from here")
             else:
@@ -189,7 +199,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                 since = f", {len(frames_evicted)} showed what was evicted since" if frames_evicted else ""
                 click.echo(f"frames: {frames_ok} verified, {len(frames_bad)} failed{since}")
                 for f in frames_bad:
-                    click.echo(printable(f"  - {f['id']}: {'; '.join(f['problems'])}"))
+                    click.echo(f"  - {one_line(f['id'])}: " + printable("; ".join(f["problems"])))
             if outage is not None:
                 left = report["documents_unchecked"]
                 rest = f"{left:,} of {len(listed):,} documents" if left else "none of the documents"
