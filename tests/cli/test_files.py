@@ -11,13 +11,14 @@ import pytest
 
 from context_os import Session
 from context_os.context.evict import evict
+from context_os.context.frames import frame_docs, get_frame, verify_frames
 from context_os.errors import InputError, NotFound
 from context_os.files import FileTools, FileTracker, Workspace
 from context_os.files.index import find_file_object
 from context_os.harness import OpenAIHook
 from context_os.store.sqlite import SqliteStore
 from tests.cli.test_cli import ctxos
-from tests.helpers import user
+from tests.helpers import say, user
 
 pytestmark = pytest.mark.e2e
 
@@ -230,3 +231,33 @@ def test_a_sessions_own_records_are_not_evicted_by_id(root: Path, db: SqliteStor
     with SqliteStore(db.path) as again:
         assert {r: len(again.history(r)) for r in records} == before
     assert [r["session"] for r in json.loads(ctxos("sessions", "--json", store=db.path).stdout)] == ["s1"]
+
+
+def test_a_block_whose_object_is_stored_is_not_evicted_alone(root: Path, db: SqliteStore) -> None:
+    """A block is a piece of rendered context: the text of the object it shows (or the lines of
+    a session's object index). ``objects evict block:…`` erased it and exited 0, while the object
+    kept the text: a running session showed it again and named the block it no longer had, so
+    every later frame failed ``frames verify`` as damaged. It is refused, naming the object."""
+    (root / "a.py").write_text("A = 1\n")
+    session = Session.open(db, "s1", harness="openai")
+    hook = OpenAIHook(session, files=(tools := FileTools(session, Workspace(root))))
+    fid = tools.read("a.py")["id"]
+    msgs = [user("read a.py")]
+    hook.transform_context(msgs)
+    frame = get_frame(db, "s1", 1)
+    blocks = {(db.doc(b[1]) or {}).get("meta", {}).get("object"): b[1] for b in frame["content"]["blocks"]}
+    assert fid in blocks and "index" in blocks, blocks
+    db.close()
+    for shows, named in ((fid, f"showing {fid}, which still holds its text"), ("index", "object index")):
+        refused = ctxos("objects", "evict", blocks[shows], "--yes", "--json", store=db.path, check=False)
+        error = json.loads(refused.stdout)["error"]
+        assert (refused.returncode, error["type"]) == (1, "InputError") and named in error["message"], error
+    with SqliteStore(db.path) as again:
+        assert all(again.doc(b) is not None for b in blocks.values())
+        session = Session.open(again, "s1", harness="openai")
+        hook = OpenAIHook(session, files=FileTools(session, Workspace(root)))
+        hook.transform_context([*msgs, say("ok"), user("go on")])
+        session.close()
+        assert all(c.ok for c in verify_frames(again, frame_docs(again, "s1"), jobs=1))
+    evicted = json.loads(ctxos("objects", "evict", fid, "--yes", "--json", store=db.path).stdout)
+    assert evicted["evicted"] and evicted["blocks"] >= 1  # the object takes its blocks with it

@@ -26,6 +26,7 @@ from ..context.evict import (
     refuse_kept,
 )
 from ..context.load import content_lines, object_states, unified_diff, version_row
+from ..context.view import INDEX_KEY
 from ..errors import ContextOSError, InputError, NotFound
 from ..files.index import find_file_object
 from ..store import Store, Version
@@ -235,6 +236,7 @@ def evict_cmd(ctx: click.Context, object_id: str | None, containing: str | None,
         versions = store.history(oid, with_docs=True)
         if versions:  # a session's own record is refused before it is said what would be erased
             refuse_kept(oid, kind_of(oid, versions))
+            _refuse_shown_block(store, oid, versions)
         if not versions:
             how = evictions(store, [oid]).get(oid) if yes else None
             if how is None:
@@ -266,6 +268,28 @@ def evict_cmd(ctx: click.Context, object_id: str | None, containing: str | None,
         if result["left_in_files"]:
             _left_in_files(store)
             ctx.exit(1)
+
+
+def _refuse_shown_block(store: Store, oid: str, versions: list[Version]) -> None:
+    """``InputError`` for a block (a piece of rendered context) whose object is still stored: its
+    text is the object's, which a running session shows again (naming the block it erased: its
+    next frames no longer verify), so erasing the block alone erases nothing. The object is what
+    to evict; its blocks go with it. A block whose object is gone may go."""
+    if kind_of(oid, versions) != "block":
+        return
+    shown = next((((v.doc or {}).get("meta") or {}).get("object") for v in reversed(versions) if v.doc), None)
+    if shown == INDEX_KEY:  # the lines of the objects a session knows: rendered again from them
+        raise InputError(
+            f"{oid} is not evicted alone: it is a piece of a session's object index, made again from the"
+            " objects it lists (a running session would show it again, and its next frames would not verify):"
+            " evict the object whose line holds the text, or every object holding it with --containing TEXT"
+        )
+    if isinstance(shown, str) and store.history(shown, with_docs=False):
+        raise InputError(
+            f"{oid} is not evicted alone: it is a piece of rendered context showing {shown}, which still holds"
+            f" its text (a running session would show it again, and its next frames would not verify): evict"
+            f" {shown}, which takes its blocks with it, or every object holding the text with --containing TEXT"
+        )
 
 
 def _finish(ctx: click.Context, store: Store, oid: str, how: str, as_json: bool) -> None:
