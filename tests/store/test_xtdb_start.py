@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -235,6 +235,102 @@ def _own_session_node(pid: str) -> bool:
         return False
 
 
+class _HeldStart:
+    """A start whose node is held stopped (SIGSTOP) while it starts, whatever the machine's speed,
+    and the processes a test runs beside it (``track``): ``_held_start`` cleans them all up."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.cmd = [str(ROOT / "xtdb" / "start"), "--port", str(port), "--config", "memory"]
+        self.cmd += ["--timeout", str(STARTUP_TIMEOUT_S)]
+        self.pid_file = ROOT / "xtdb" / "target" / f"xtdb-{port}.pid"
+        self.start: subprocess.Popen[str] | None = None
+        self.node_pid: int | None = None
+        self.others: list[subprocess.Popen[str]] = []
+        self.left: list[int] = []
+        """Processes of the port's node still running after the cleanup (stopped then)."""
+        self.stopped = ""
+        """What the cleanup's ``xtdb/stop`` said."""
+
+    def track(self, p: subprocess.Popen[str]) -> subprocess.Popen[str]:
+        self.others.append(p)
+        return p
+
+    def second_start_waiting(self) -> tuple[subprocess.Popen[str], str]:
+        """A start run again while the node starts: once it says it waits for that node (an old
+        start launched a JVM of its own), with what it said so far."""
+        second = self.track(subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        assert second.stderr is not None
+        said = [second.stderr.readline()]
+        while said[-1] and "waiting for it" not in said[-1]:
+            said.append(second.stderr.readline())
+        return second, "".join(said)
+
+    def stop_while_held(self) -> str:
+        """``xtdb/stop`` run while the node is held: the node goes on once the stop's SIGTERM waits
+        for it (answering in the meantime, it would simply be running). What the stop said."""
+        assert self.node_pid is not None
+        stop = self.track(
+            subprocess.Popen([str(ROOT / "xtdb" / "stop"), "--port", str(self.port)], stderr=subprocess.PIPE, text=True)
+        )
+        while not _term_pending(self.node_pid):
+            assert stop.poll() is None, stop.communicate()
+            time.sleep(0.05)
+        os.kill(self.node_pid, signal.SIGCONT)
+        return stop.communicate(timeout=90)[1]
+
+
+@contextlib.contextmanager
+def _held_start(*, cut_short: bool) -> Iterator[_HeldStart]:
+    """An ``xtdb/start`` on a free port whose node is held stopped once it runs in a session of its
+    own (before its exec the pid is the start's child; then ``setsid java …``, which names
+    xtdb.main too but is still in the start's process group until it calls setsid(): killed with
+    the start, the node was gone). ``cut_short``: the start is then killed (as a Ctrl-C that
+    reaches bash while its curl waits on the stopped node is not acted on until curl ends),
+    leaving its node starting. Afterwards the node goes on, every process still running is
+    killed, ``xtdb/stop`` runs and what still runs of the port's node is stopped (``left``)."""
+    if not Path("/proc/self/cmdline").exists():
+        pytest.skip("the processes left are found in /proc")
+    held = _HeldStart(_free_port())
+    pipe = subprocess.DEVNULL if cut_short else subprocess.PIPE
+    try:
+        held.start = start = subprocess.Popen(
+            held.cmd, stdout=pipe, stderr=pipe, text=True, start_new_session=cut_short
+        )
+        while not (held.pid_file.exists() and _own_session_node(held.pid_file.read_text().strip())):
+            assert start.poll() is None, ("the start ended before it launched its node", start.communicate())
+            time.sleep(0.05)
+        held.node_pid = int(held.pid_file.read_text())
+        os.kill(held.node_pid, signal.SIGSTOP)
+        if cut_short:
+            os.killpg(start.pid, signal.SIGKILL)
+            start.wait(timeout=30)
+        yield held
+    finally:
+        if held.node_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(held.node_pid, signal.SIGCONT)
+        for p in held.others:
+            if p.returncode is None:  # (a failure before its end: not left running, its pipes closed)
+                with contextlib.suppress(ProcessLookupError):
+                    p.kill()
+                p.communicate()
+        if held.start is not None and held.start.poll() is None:
+            if cut_short:
+                os.killpg(held.start.pid, signal.SIGKILL)
+            else:
+                held.start.kill()
+            held.start.communicate()
+        held.stopped = subprocess.run(
+            [str(ROOT / "xtdb" / "stop"), "--port", str(held.port)], capture_output=True, text=True, timeout=90
+        ).stderr
+        tmp_dir = f"-Djava.io.tmpdir={ROOT / 'xtdb' / 'target' / f'tmp-{held.port}'}"
+        held.left = [int(p.name) for p in Path("/proc").glob("[0-9]*") if tmp_dir in _cmdline(p)]
+        for pid in held.left:  # not to leave it running after a failure
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+
 def test_a_start_run_again_while_the_node_of_a_cut_short_start_starts_waits_for_it(xtdb_url: str) -> None:
     """A start cut short (Ctrl-C, killed) while its node starts leaves the node starting, in a session of
     its own; run again, it launched a second JVM, which lost the port to the first and exited,
@@ -242,60 +338,20 @@ def test_a_start_run_again_while_the_node_of_a_cut_short_start_starts_waits_for_
     waits for that node and hands it back. The node is held stopped (SIGSTOP) until the second
     start says it waits: started in the meantime, it is simply running, which proves nothing.
     ``xtdb_url`` is requested only so the test is skipped exactly where no node can be had."""
-    if not Path("/proc/self/cmdline").exists():
-        pytest.skip("the processes left are found in /proc")
-    port = _free_port()
-    pid_file = ROOT / "xtdb" / "target" / f"xtdb-{port}.pid"
-    cmd = [str(ROOT / "xtdb" / "start"), "--port", str(port), "--config", "memory"]
-    cmd += ["--timeout", str(STARTUP_TIMEOUT_S)]
-    node_pid, first, second = None, None, None
-    try:
-        first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        # the node's JVM, in a session of its own (before its exec the pid is the start's child;
-        # then `setsid java …`, which names xtdb.main too but is still in the start's process
-        # group until it calls setsid(): killed with the start below, the node was gone)
-        while not (pid_file.exists() and _own_session_node(pid_file.read_text().strip())):
-            assert first.poll() is None, "the first start ended before it launched its node"
-            time.sleep(0.05)
-        node_pid = int(pid_file.read_text())
-        os.kill(node_pid, signal.SIGSTOP)  # still starting, whatever the machine's speed
-        # the start cut short; killed, as a Ctrl-C that reaches bash while its curl is waiting on
-        # the stopped node is not acted on until curl ends (bash waits for the foreground command)
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait(timeout=30)
-        second = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert second.stderr is not None
-        said = [second.stderr.readline()]
-        while said[-1] and "waiting for it" not in said[-1]:  # (an old start launched a JVM of its own)
-            said.append(second.stderr.readline())
-        os.kill(node_pid, signal.SIGCONT)
+    with _held_start(cut_short=True) as held:
+        second, said = held.second_start_waiting()
+        assert held.node_pid is not None
+        os.kill(held.node_pid, signal.SIGCONT)
         out, err = second.communicate(timeout=STARTUP_TIMEOUT_S + 240)
-        again = subprocess.CompletedProcess(cmd, second.returncode, out, "".join(said) + err)
-        running = pid_file.read_text().strip() if pid_file.exists() else None
-    finally:
-        if node_pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(node_pid, signal.SIGCONT)
-        if first is not None and first.poll() is None:  # (a failure: not left running)
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
-        if second is not None and second.returncode is None:  # (a failure before its end: its pipes closed)
-            with contextlib.suppress(ProcessLookupError):
-                second.kill()
-            second.communicate()
-        stop = subprocess.run(
-            [str(ROOT / "xtdb" / "stop"), "--port", str(port)], capture_output=True, text=True, timeout=90
-        )
-    tmp_dir = f"-Djava.io.tmpdir={ROOT / 'xtdb' / 'target' / f'tmp-{port}'}"
-    left = [int(p.name) for p in Path("/proc").glob("[0-9]*") if tmp_dir in _cmdline(p)]
-    for pid in left:  # not to leave it running after a failure
-        os.kill(pid, signal.SIGTERM)
-    assert again.returncode == 0, again.stderr
-    assert again.stdout == f"xtdb+http://127.0.0.1:{port}\n"
-    assert f"the node on port {port} (pid {node_pid}) is starting: waiting for it" in again.stderr, again.stderr
-    assert running == str(node_pid)  # the node of the first start, not a second one
-    assert "stopped the node" in stop.stderr, stop.stderr
-    assert left == [], "a node of the port is still running"
+        err = said + err
+        running = held.pid_file.read_text().strip() if held.pid_file.exists() else None
+    port = held.port
+    assert second.returncode == 0, err
+    assert out == f"xtdb+http://127.0.0.1:{port}\n"
+    assert f"the node on port {port} (pid {held.node_pid}) is starting: waiting for it" in err, err
+    assert running == str(held.node_pid)  # the node of the first start, not a second one
+    assert "stopped the node" in held.stopped, held.stopped
+    assert held.left == [], "a node of the port is still running"
 
 
 def _term_pending(pid: int) -> bool:
@@ -313,47 +369,18 @@ def test_a_stop_while_the_node_starts_makes_the_start_say_it_was_stopped(xtdb_ur
     held stopped (SIGSTOP) until the stop's SIGTERM waits for it: answering in the meantime, it
     would simply be running. ``xtdb_url`` is requested only so the test is skipped exactly where
     no node can be had."""
-    if not Path("/proc/self/cmdline").exists():
-        pytest.skip("the processes left are found in /proc")
-    port = _free_port()
-    pid_file = ROOT / "xtdb" / "target" / f"xtdb-{port}.pid"
-    cmd = [str(ROOT / "xtdb" / "start"), "--port", str(port), "--config", "memory"]
-    cmd += ["--timeout", str(STARTUP_TIMEOUT_S)]
-    node_pid, start, stop = None, None, None
-    try:
-        start = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        while not (pid_file.exists() and _own_session_node(pid_file.read_text().strip())):
-            assert start.poll() is None, start.communicate()
-            time.sleep(0.05)
-        node_pid = int(pid_file.read_text())
-        os.kill(node_pid, signal.SIGSTOP)  # still starting, whatever the machine's speed
-        stop = subprocess.Popen([str(ROOT / "xtdb" / "stop"), "--port", str(port)], stderr=subprocess.PIPE, text=True)
-        while not _term_pending(node_pid):
-            assert stop.poll() is None, stop.communicate()
-            time.sleep(0.05)
-        os.kill(node_pid, signal.SIGCONT)
-        _, stopped = stop.communicate(timeout=90)
-        out, err = start.communicate(timeout=90)
-    finally:
-        if node_pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(node_pid, signal.SIGCONT)
-        for p in (start, stop):
-            if p is not None and p.poll() is None:  # (a failure: not left running)
-                p.kill()
-                p.wait()
-        subprocess.run([str(ROOT / "xtdb" / "stop"), "--port", str(port)], capture_output=True, timeout=90)
-    tmp_dir = f"-Djava.io.tmpdir={ROOT / 'xtdb' / 'target' / f'tmp-{port}'}"
-    left = [int(p.name) for p in Path("/proc").glob("[0-9]*") if tmp_dir in _cmdline(p)]
-    for pid in left:  # not to leave it running after a failure
-        os.kill(pid, signal.SIGTERM)
-    assert start.returncode == 1 and out == "", (out, err)
+    with _held_start(cut_short=False) as held:
+        stopped = held.stop_while_held()
+        assert held.start is not None
+        out, err = held.start.communicate(timeout=90)
+    port = held.port
+    assert held.start.returncode == 1 and out == "", (out, err)
     assert err.rstrip().endswith(
         f"xtdb/start: the node was stopped by xtdb/stop --port {port} before it answered: XTDB did not start"
     ), err
-    assert f"stopped the node on port {port} (pid {node_pid}), which was still starting" in stopped, stopped
+    assert f"stopped the node on port {port} (pid {held.node_pid}), which was still starting" in stopped, stopped
     assert not any((ROOT / "xtdb" / "target" / f"xtdb-{port}.{ext}").exists() for ext in ("pid", "lock", "stopped"))
-    assert left == [], "a node of the port is still running"
+    assert held.left == [], "a node of the port is still running"
 
 
 def test_a_stop_while_a_start_waits_for_a_cut_short_starts_node_is_not_undone(xtdb_url: str) -> None:
@@ -362,58 +389,19 @@ def test_a_stop_while_a_start_waits_for_a_cut_short_starts_node_is_not_undone(xt
     launched a node of its own: the stop was undone behind its back. Now that start says the node
     was stopped and starts none. ``xtdb_url`` is requested only so the test is skipped exactly
     where no node can be had."""
-    if not Path("/proc/self/cmdline").exists():
-        pytest.skip("the processes left are found in /proc")
-    port = _free_port()
-    pid_file = ROOT / "xtdb" / "target" / f"xtdb-{port}.pid"
-    cmd = [str(ROOT / "xtdb" / "start"), "--port", str(port), "--config", "memory"]
-    cmd += ["--timeout", str(STARTUP_TIMEOUT_S)]
-    node_pid, first, second, stop = None, None, None, None
-    try:
-        first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        while not (pid_file.exists() and _own_session_node(pid_file.read_text().strip())):
-            assert first.poll() is None, "the first start ended before it launched its node"
-            time.sleep(0.05)
-        node_pid = int(pid_file.read_text())
-        os.kill(node_pid, signal.SIGSTOP)  # still starting, whatever the machine's speed
-        os.killpg(first.pid, signal.SIGKILL)  # the start cut short
-        first.wait(timeout=30)
-        second = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert second.stderr is not None
-        said = [second.stderr.readline()]
-        while said[-1] and "waiting for it" not in said[-1]:
-            said.append(second.stderr.readline())
-        stop = subprocess.Popen([str(ROOT / "xtdb" / "stop"), "--port", str(port)], stderr=subprocess.PIPE, text=True)
-        while not _term_pending(node_pid):
-            assert stop.poll() is None, stop.communicate()
-            time.sleep(0.05)
-        os.kill(node_pid, signal.SIGCONT)
-        _, stopped = stop.communicate(timeout=90)
+    with _held_start(cut_short=True) as held:
+        second, said = held.second_start_waiting()
+        stopped = held.stop_while_held()
         out, err = second.communicate(timeout=STARTUP_TIMEOUT_S + 240)
-        err = "".join(said) + err
-    finally:
-        if node_pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(node_pid, signal.SIGCONT)
-        for p in (second, stop):
-            if p is not None and p.poll() is None:  # (a failure: not left running)
-                p.kill()
-                p.wait()
-        if first is not None and first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
-        subprocess.run([str(ROOT / "xtdb" / "stop"), "--port", str(port)], capture_output=True, timeout=90)
-    tmp_dir = f"-Djava.io.tmpdir={ROOT / 'xtdb' / 'target' / f'tmp-{port}'}"
-    left = [int(p.name) for p in Path("/proc").glob("[0-9]*") if tmp_dir in _cmdline(p)]
-    for pid in left:  # not to leave it running after a failure
-        os.kill(pid, signal.SIGTERM)
+        err = said + err
+    port = held.port
     assert second.returncode == 1 and out == "", (out, err)
     assert err.rstrip().endswith(
-        f"xtdb/start: the node on port {port} (pid {node_pid}) was stopped by xtdb/stop --port {port} before it"
+        f"xtdb/start: the node on port {port} (pid {held.node_pid}) was stopped by xtdb/stop --port {port} before it"
         " answered"
     ), err
     assert "which was still starting" in stopped, stopped
-    assert left == [], "a node of the port is still running"
+    assert held.left == [], "a node of the port is still running"
 
 
 def test_a_node_on_an_ipv6_address_starts_and_its_url_is_one_a_store_opens(tmp_path: Path, xtdb_url: str) -> None:
