@@ -23,7 +23,7 @@ from context_os.harness.pairing import check_pairs
 from context_os.harness.toolnames import preset
 from context_os.harness.virtual_files import VirtualFile
 from context_os.replay.formats.codex import ABORTED
-from context_os.replay.run import replay_transcript
+from context_os.replay.run import TranscriptReplay, replay_transcript
 from context_os.replay.transcripts import detect_format, read_session
 from context_os.store.sqlite import SqliteStore
 from tests.cli.test_cli import ctxos
@@ -131,6 +131,19 @@ def rollout(path: Path) -> Path:
     return path
 
 
+def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """``rows`` written to ``path``, one JSON line each."""
+    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    return path
+
+
+def _replayed(db: Any, path: Path) -> tuple[Session, TranscriptReplay]:
+    """The rollout at ``path`` replayed into a new session ``codex``, every frame verified."""
+    t = read_session(path)
+    session = Session.open(db, "codex", harness=t.harness, workspace=t.cwd)
+    return session, replay_transcript(t, session, verify="all")
+
+
 def test_a_rollout_is_codexs_history_as_openai_messages(tmp_path: Path) -> None:
     path = rollout(tmp_path / "rollout-2026-11-29T10-00-00-cx-1.jsonl")
     assert detect_format(path) == "codex"
@@ -206,11 +219,7 @@ def test_a_shell_command_that_writes_a_file_is_followed(db, tmp_path: Path) -> N
         ran("s3", ""),
         message("assistant", "Said hello."),
     ]
-    path = tmp_path / "r.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
-    t = read_session(path)
-    session = Session.open(db, "codex", harness=t.harness, workspace=t.cwd)
-    r = replay_transcript(t, session, verify="all")
+    session, r = _replayed(db, _jsonl(tmp_path / "r.jsonl", rows))
     assert r.orphaned_tool_results == 0 and r.frames_verified == r.turns == 4
     files = {o.meta["path"]: o for o in session.view.objects.values() if o.kind == "file"}
     assert files["notes.md"].content == "# Notes\ngreet says hello"  # as a read shows it, and a patch adds it
@@ -232,11 +241,7 @@ def test_a_file_a_heredoc_wrote_read_back_whole_is_unchanged(db, tmp_path: Path)
         ran("s2", "# Notes\nhello\n"),
         message("assistant", "Shown."),
     ]
-    path = tmp_path / "r.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
-    t = read_session(path)
-    session = Session.open(db, "codex", harness=t.harness, workspace=t.cwd)
-    r = replay_transcript(t, session, verify="all")
+    session, r = _replayed(db, _jsonl(tmp_path / "r.jsonl", rows))
     assert r.frames_verified == r.turns == 4
     assert (r.file_versions, r.stale_file_views_full, r.stale_file_views_assembled) == (1, 0, 0)
     (notes,) = [o for o in session.view.objects.values() if o.kind == "file"]
@@ -254,7 +259,7 @@ def test_an_image_the_user_sent_is_counted(db, tmp_path: Path) -> None:
         message("assistant", "The button overlaps."),
     ]
     path = tmp_path / "r.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    _jsonl(path, rows)
     t = read_session(path)
     assert t.messages[-2]["content"][1] == {"type": "image_url", "image_url": {"url": shot}}
     session = Session.open(db, "codex", harness=t.harness, workspace=t.cwd)
@@ -293,7 +298,7 @@ def test_a_patch_of_several_files_changes_each(db, tmp_path: Path) -> None:
         ("edit", "a.py"), ("edit", "/work/app/b.py"), ("write", "c.py"), ("edit", "d.py")
     ]  # fmt: skip
     path = tmp_path / "rollout-several.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    _jsonl(path, rows)
     t = read_session(path)
     session = Session.open(db, "several", harness=t.harness, workspace=t.cwd)
     r = replay_transcript(t, session, verify="all")
@@ -315,7 +320,7 @@ def test_the_first_rollout_files_hold_bare_items(db, tmp_path: Path) -> None:
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "They say one, two."}]},
     ]
     path = tmp_path / "rollout-old.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    _jsonl(path, rows)
     assert detect_format(path) == "codex"
     t = read_session(path)
     assert (t.session_id, [m["role"] for m in t.messages]) == ("old-1", ["user", "assistant", "tool", "assistant"])
@@ -334,7 +339,7 @@ def test_lines_of_another_tools_export_are_no_bare_items(tmp_path: Path) -> None
         {"type": "message", "role": "assistant", "timestamp": "2026-04-30T07:14:30.000Z", "text": "done"},
     ]
     path = tmp_path / "export.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    _jsonl(path, rows)
     with pytest.raises(InputError):
         read_session(path)
 
@@ -365,7 +370,7 @@ def test_a_tool_search_is_a_call_whose_output_is_the_tools_found(tmp_path: Path)
         message("assistant", "There are none."),
     ]
     path = tmp_path / "rollout.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    _jsonl(path, rows)
     t = read_session(path)
     assert [m["role"] for m in t.messages] == ["user", "assistant", "tool", "assistant"]
     (call,) = t.messages[1]["tool_calls"]
