@@ -930,6 +930,42 @@ def test_a_peer_past_its_request_rate_is_refused_for_the_rest_of_the_second(uid:
     assert node._open_in == {} and "q" not in node._recent_in  # nothing open, nothing recent: forgotten
 
 
+def test_a_peer_that_takes_no_response_is_hung_up_on(uid: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the response was written with no deadline: a peer whose process froze (it reads nothing,
+    # its yamux windows stay shut, the socket fills) held every handler writing to it, and its
+    # requests' places in its limits, for as long as the node ran
+    from libp2p.custom_types import TProtocol
+    from libp2p.io.msgio import VarIntLengthMsgReadWriter
+    from libp2p.peer.id import ID
+
+    from context_os.mesh import node as node_module
+
+    monkeypatch.setattr(node_module, "HANDLER_WRITE_SECONDS", 2.0)
+    answer, thawed = threading.Event(), threading.Event()
+    with MeshNode(MeshConfig(f"a-{uid}")) as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
+        b.on_request = lambda peer, req: (answer.wait(30), "x" * 900_000)[1]  # a long answer, once a froze
+        a.connect(b.addrs[0])
+
+        async def ask() -> None:  # 60 requests, whose responses no socket buffer holds
+            for _ in range(60):
+                req = wire.AgentRequest(wire.new_request_id(), a.config.agent_name, a.peer_id, 1, "hi", False, None)
+                stream = await a._host.new_stream(ID.from_base58(b.peer_id), [TProtocol(wire.PROTOCOL)])
+                await VarIntLengthMsgReadWriter(stream, max_msg_size=wire.MAX_MESSAGE_BYTES).write_msg(wire.encode(req))
+
+        a._call(ask, timeout=60, what="ask")
+        wait_for(lambda: b.counts["requests_in"] == 60, "b to read the 60 requests")
+        a._token.run_sync_soon(thawed.wait, 60)  # a's network thread stops: a frozen process
+        try:
+            answer.set()
+            wait_for(lambda: a.peer_id not in b._open_in, "b to let go of the frozen peer's requests", timeout=30)
+        finally:
+            thawed.set()
+        # a, back, is heard on a new connection
+        b.on_request = lambda peer, req: f"heard {req.message}"
+        wait_for(lambda: b.peer_id not in a.connected(), "a to see the connection closed")
+        assert a.request(b.peer_id, "back", timeout=30).message == "heard back"
+
+
 def test_a_send_tried_again_after_its_connection_broke_is_one_request_to_the_peer(
     store: Store, agents: AgentFactory
 ) -> None:

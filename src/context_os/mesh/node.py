@@ -20,7 +20,9 @@ What 0.8.1 needs set differently, and why (measured; docs/mesh.md):
   machine) and its spam protection allows 10 messages a second per topic: off, and 100
   (``broadcast_rate``); direct requests have no such limit at all, and a stream that sends
   nothing is held until this node's read deadline: one peer may open ``open_requests`` at once
-  and ``request_rate`` a second, past which a stream is reset unread;
+  and ``request_rate`` a second, past which a stream is reset unread; a response a peer does not
+  take (its window shut, its socket full) is given ``HANDLER_WRITE_SECONDS``, then the
+  connection is closed;
 * a publish comes back to its own sender; failed dials are refused for 60 s (cleared before an
   explicit dial); ``Pubsub`` starts a cache thread it never stops (stopped at close); a
   subscription drops what comes past 32 waiting (a burst from one connection): 1,000; its message
@@ -74,6 +76,9 @@ STALE_PEER_SECONDS = 60.0
 """A peer disconnected this long is dropped by ``prune_stale`` (the seed's time-based prune)."""
 HANDLER_READ_SECONDS = 30.0
 """An inbound stream that sends no complete request within this is reset."""
+HANDLER_WRITE_SECONDS = 30.0
+"""A peer that has not taken its response within this (its flow-control window shut, its
+process frozen) is hung up on: the stream is reset and the connection closed."""
 REQUEST_TIMEOUT_MAX_MS = 600_000
 """The longest a request may ask its receiver to work on it."""
 CANCEL_POLL_S = 0.25
@@ -825,8 +830,19 @@ class MeshNode:
             with trio.fail_after(HANDLER_READ_SECONDS):
                 raw = await rw.read_msg()
             resp = await self._answer(peer, raw)
-            await rw.write_msg(wire.encode(resp))
-            await stream.close()
+            # a peer that does not read (its yamux window shut, its process stopped) held this
+            # write, and the request's place in its limits, for as long as the node ran: the
+            # writes of one connection queue behind one socket, which a frozen peer never drains
+            with trio.move_on_after(HANDLER_WRITE_SECONDS) as writing:
+                await rw.write_msg(wire.encode(resp))
+                await stream.close()
+            # a write cut off mid-frame leaves the connection unreadable, and what other streams
+            # queued behind it stays stuck: the connection goes (the peer dials again when back)
+            sock = _tcp_stream(stream.muxed_conn) if writing.cancelled_caught else None
+            if sock is not None and sock.socket.fileno() != -1:
+                log.warning("mesh: %s took no response within %g s: hung up", peer, HANDLER_WRITE_SECONDS)
+                with contextlib.suppress(Exception):
+                    sock.socket.close()
         except Exception as e:  # noqa: BLE001 - the stream broke or the peer went silent: nothing to answer
             log.info("mesh: stream from %s ended early: %s", peer, _describe(e))
             with trio.move_on_after(1):
