@@ -373,11 +373,18 @@ def test_announce_writes_one_private_file(tmp_path: Path) -> None:
         "agentName": "alice",
         "addresses": ["/ip4/127.0.0.1/tcp/1/p2p/12D3KooWA"],
         "pid": os.getpid(),
+        # with the pid, names this process (where /proc tells when it started)
+        **({"pidStarted": started} if (started := registry.process_start(os.getpid())) is not None else {}),
         "started": entry["started"],
     }
     (peer,) = registry.local_peers(d)
     assert peer == registry.LocalPeer(
-        "12D3KooWA", "alice", ("/ip4/127.0.0.1/tcp/1/p2p/12D3KooWA",), os.getpid(), entry["started"]
+        "12D3KooWA",
+        "alice",
+        ("/ip4/127.0.0.1/tcp/1/p2p/12D3KooWA",),
+        os.getpid(),
+        entry["started"],
+        started,
     )
     # announcing again replaces the entry
     registry.announce(d, peer_id="12D3KooWA", agent_name="alice2", addrs=[])

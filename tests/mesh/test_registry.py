@@ -3,6 +3,7 @@ never removes an entry another process announced in the meantime."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -106,3 +107,36 @@ def test_a_pid_another_process_took_since_is_not_alive() -> None:
     assert isinstance(started, int)
     assert registry.alive(os.getpid()) and registry.alive(os.getpid(), started)
     assert not registry.alive(os.getpid(), started + 1)
+
+
+def _unshare_works() -> bool:
+    try:
+        tried = subprocess.run(["unshare", "-Urpf", "--mount-proc", "true"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return tried.returncode == 0
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs unshare (user and pid namespaces) for a reused pid")
+def test_an_agent_whose_pid_another_process_took_is_not_listed(tmp_path: Path) -> None:
+    """An agent ran in a container (its own pid namespace: pid 1) that was killed; the next
+    container's ``ctxos mesh peers``, sharing the data dir, runs as pid 1 too. By the pid alone
+    the dead agent was alive: listed, and dialled by ``ctxos mesh send``, for good."""
+    env = {**os.environ, "PYTHONPATH": ":".join(sys.path), "XDG_DATA_HOME": str(tmp_path)}
+    container = ["unshare", "-Urpf", "--mount-proc", sys.executable]
+    killed = """
+import json
+import os
+from context_os.mesh import registry
+registry.announce(registry.default_dir(), peer_id="12D3KooWGone", agent_name="gone", addrs=["/ip4/127.0.0.1/tcp/9"])
+print(os.getpid(), flush=True)
+os.kill(os.getpid(), 9)
+"""
+    first = subprocess.run([*container, "-c", killed], env=env, capture_output=True, text=True, timeout=60)
+    assert first.stdout == "1\n", first.stderr  # it was pid 1, and left its entry
+    peers = subprocess.run(
+        [*container, "-m", "context_os", "mesh", "peers", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert peers.returncode == 0, peers.stderr
+    assert json.loads(peers.stdout)["peers"] == []
+    assert list((tmp_path / "context_os" / "mesh" / "peers").glob("*.json")) == []  # and its entry is removed

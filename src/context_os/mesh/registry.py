@@ -4,9 +4,10 @@ without mDNS (``ctxos mesh peers|send|broadcast``).
 An agent that wants to be found writes one small JSON file, ``<peer id>.json``, into a directory
 (``default_dir()``: ``<user data dir>/mesh/peers``) when its node is up (``announce``) and removes
 it when it stops (``withdraw``). The file holds the agent's name, its addresses (multiaddrs
-ending in ``/p2p/<peer id>``), its process id and when it started. Files are written whole
-(a temporary file renamed into place) and readable by their owner only (0600, in a 0700
-directory). An entry whose process is gone (a crash skips ``withdraw``) is dropped when read;
+ending in ``/p2p/<peer id>``), its process id and that process's start (``process_start``),
+and when it announced itself. Files are written whole (a temporary file renamed into place) and
+readable by their owner only (0600, in a 0700 directory). An entry whose process is gone (a
+crash skips ``withdraw``), or whose pid another process has taken since, is dropped when read;
 a file that does not parse is skipped and left alone.
 
 The registry is a hint, not a guarantee: a listed agent may be frozen or no longer listening,
@@ -61,6 +62,14 @@ class LocalPeer:
     """The process the agent runs in (alive when the registry was read)."""
     started: int
     """When it announced itself, epoch ms."""
+    pid_started: int | None = None
+    """When its process started (``process_start``; None where that cannot be read): the pid
+    with it names one process, not another that took the pid since."""
+
+    @property
+    def live(self) -> bool:
+        """Whether the process that announced it still runs."""
+        return alive(self.pid, self.pid_started)
 
     @property
     def dial_addrs(self) -> list[str]:
@@ -120,13 +129,15 @@ def announce(
     if not isinstance(agent_name, str) or not agent_name.strip():
         raise InputError("mesh registry: the agent name is empty")
     owner = os.getpid() if pid is None else pid
-    entry = {
+    entry: dict[str, Any] = {
         "peerId": peer_id,
         "agentName": agent_name,
         "addresses": [str(a) for a in addrs],
         "pid": owner,
         "started": now_ms(),
     }
+    if (pid_started := process_start(owner)) is not None:
+        entry["pidStarted"] = pid_started
     d = Path(directory)
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = d / f"{peer_id}.json"
@@ -161,7 +172,7 @@ def _claim(tmp: str, path: Path, pid: int) -> None:
             os.replace(tmp, path)
             return
         held = _read(path)
-        if held is not None and held.pid != pid and alive(held.pid):
+        if held is not None and held.pid != pid and held.live:
             raise AlreadyRunning(held)
         if held is not None and held.pid == pid:
             os.replace(tmp, path)
@@ -218,7 +229,7 @@ def local_peers(directory: str | os.PathLike[str]) -> list[LocalPeer]:
         peer = _read(path)
         if peer is None:
             continue
-        if not alive(peer.pid):
+        if not peer.live:  # gone, or its pid is another process's now (a container restarted)
             withdraw(path, peer.pid)
             continue
         out.append(peer)
@@ -257,7 +268,8 @@ def _read(path: Path, file_name: str | None = None) -> LocalPeer | None:
     # pid 0 and negative pids are process groups to os.kill, never one process
     if not _is_int(pid) or pid <= 0 or not _is_int(started):
         return None
-    return LocalPeer(peer_id, name, tuple(addrs), pid, started)
+    pid_started = raw.get("pidStarted")  # missing in entries written before 2026-12-01
+    return LocalPeer(peer_id, name, tuple(addrs), pid, started, pid_started if _is_int(pid_started) else None)
 
 
 def _is_int(value: object) -> TypeGuard[int]:
