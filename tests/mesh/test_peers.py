@@ -4,6 +4,7 @@ killed mid-request, a wrong private-network key, malformed and spoofed input."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -964,6 +965,72 @@ def test_a_peer_that_takes_no_response_is_hung_up_on(uid: str, monkeypatch: pyte
         b.on_request = lambda peer, req: f"heard {req.message}"
         wait_for(lambda: b.peer_id not in a.connected(), "a to see the connection closed")
         assert a.request(b.peer_id, "back", timeout=30).message == "heard back"
+
+
+def test_a_request_whose_sender_stopped_waiting_is_given_up_not_handed_to_the_agent(
+    store: Store, agents: AgentFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # alice stopped (SIGTERM ends her send at once, her stream is reset), carol's node stopped
+    # (her connection closed): their requests stayed queued at bob until their 30 s were up,
+    # and bob's loop took them and ran his model for answers nobody would read
+    from libp2p.custom_types import TProtocol
+    from libp2p.io.msgio import VarIntLengthMsgReadWriter
+    from libp2p.peer.id import ID
+
+    from context_os.mesh import node as node_module
+
+    monkeypatch.setattr(node_module, "GIVEN_UP_GRACE", 1.0)
+    alice, bob = agents("alice"), agents("bob")
+    carol = MeshNode(MeshConfig(f"carol-{uid}")).start()
+    try:
+        link(alice, bob)
+        carol.connect(bob.node.addrs[0])
+        t, outcome = _sending(alice, bob.peer_id, "deploy it")
+
+        def ask() -> None:
+            with contextlib.suppress(MeshError):  # (carol stops before the answer)
+                carol.request(bob.peer_id, "tag it")
+
+        c = threading.Thread(target=ask)
+        c.start()
+        wait_for(lambda: len(bob.queue) == 2, "bob to queue both requests")
+        alice.interrupt()
+        t.join(30)
+        carol.close()
+        c.join(30)
+    finally:
+        carol.close()
+    assert "given up: this agent is stopping" in str(outcome["error"])
+    wait_for(lambda: len(bob.queue) == 0, "bob to give both requests up")  # not at their timeout, 30 s on
+    assert bob.next_request(timeout=0.2) is None and bob.queue.stats()["given_up"] == 2
+
+    def requests() -> list[tuple[str, str]]:
+        docs = messages_of(store, bob)
+        return sorted((d["content"], d["meta"]["status"]) for d in docs if d["meta"]["kind"] == "request")
+
+    given_up = [("deploy it", "given up by the sender"), ("tag it", "given up by the sender")]
+    wait_for(lambda: requests() == given_up, "their status stored")
+    # a sender that only closes its side for writing still reads its answer
+    ans = Answerer(bob, lambda r: f"done: {r.message}")
+    try:
+
+        async def half_closed() -> bytes:
+            req = wire.AgentRequest(wire.new_request_id(), alice.name, alice.peer_id, 1, "tag it", False, None)
+            stream = await alice.node._host.new_stream(ID.from_base58(bob.peer_id), [TProtocol(wire.PROTOCOL)])
+            rw = VarIntLengthMsgReadWriter(stream, max_msg_size=wire.MAX_MESSAGE_BYTES)
+            await rw.write_msg(wire.encode(req))
+            await stream.close()
+            return await rw.read_msg()  # type: ignore[no-any-return]
+
+        alice.stopping.clear()
+        raw = alice.node._call(half_closed, timeout=30, what="half-closed")
+    finally:
+        ans.stop()
+    assert wire.decode_response(raw).message == "done: tag it" and [r.message for r in ans.seen] == ["tag it"]
+    # a sender whose own deadline passed (a moment before bob's) timed out: it did not give up
+    with pytest.raises(MeshError, match="no answer within"):
+        alice.send(bob.peer_id, "quick?", timeout=1.0)
+    wait_for(lambda: ("quick?", "timed out") in requests(), "its status stored")
 
 
 def test_a_send_tried_again_after_its_connection_broke_is_one_request_to_the_peer(

@@ -42,7 +42,7 @@ from ..tokens import estimate_tokens
 from . import registry, wire
 from .memory import MAX_VALUE_CHARS, MemoryLimits, PeerMemory
 from .node import MeshConfig, MeshNode, Reply
-from .queue import MAX_QUEUE, REQUEST_TIMEOUT, PendingRequest, RequestQueue
+from .queue import GIVEN_UP_MARK, MAX_QUEUE, REQUEST_TIMEOUT, PendingRequest, RequestQueue
 
 if TYPE_CHECKING:
     from ..sources.recall import Recall
@@ -428,7 +428,12 @@ class MeshAgent:
             if again is not None and again.message == req.message:
                 return again.future
             known = self._recent.get(key)
-            if known is not None and known[0] == req.message and time.monotonic() - known[1] < RECENT_ANSWER_SECONDS:
+            if (
+                known is not None
+                and known[0] == req.message
+                and time.monotonic() - known[1] < RECENT_ANSWER_SECONDS
+                and not known[2][0].startswith(GIVEN_UP_MARK)  # its sender came back later: a request again
+            ):
                 return known[2]
         if self.auto_reply or req.auto_reply:
             text = wire.fit(f"[auto-response] Received: {req.message}")
@@ -559,6 +564,8 @@ class MeshAgent:
             status = "timed out"
         elif text.startswith("[queue-full]"):
             status = "refused: queue full"
+        elif text.startswith(GIVEN_UP_MARK):
+            status = "given up by the sender"
         else:
             status = "failed"
 

@@ -58,7 +58,7 @@ from .._install import install_hint
 from ..errors import ConfigError, InputError, MeshError, MeshUnavailable
 from ..times import now_ms
 from . import wire
-from .queue import settle
+from .queue import GIVEN_UP_MARK, settle
 
 __all__ = [
     "BroadcastResult",
@@ -85,6 +85,10 @@ CANCEL_POLL_S = 0.25
 """How often a call with a cancel looks at it (the setter may be a signal handler: no wake-up)."""
 INBOX_SIZE = 1000
 """Broadcasts waiting for the callback; past it the newest are dropped (and counted)."""
+GIVEN_UP_GRACE = 5.0
+"""A request whose sender stopped waiting (its stream reset, its connection gone) is given up
+after this, unless the same request came again meanwhile (a sender whose connection broke
+tries again after half a second, under the same id)."""
 LIMIT_LOG_SECONDS = 10.0
 """A peer held to the request limits is logged once in this many seconds (a flood, not a line
 for each stream refused)."""
@@ -277,6 +281,9 @@ class MeshNode:
         self._recent_in: dict[str, collections.deque[float]] = {}
         """When each peer's admitted requests came within the last second (network thread)."""
         self._limit_logged: dict[str, float] = {}
+        self._waiting: dict[concurrent.futures.Future[Reply], int] = {}
+        """How many streams wait for each answer (a request asked again waits on the first's)
+        (network thread)."""
         self.bootstrap_failed: list[dict[str, str]] = []
         """The bootstrap peers ``start`` could not dial: ``{"address", "error"}`` each."""
         self._token: Any = None
@@ -829,7 +836,7 @@ class MeshNode:
         try:
             with trio.fail_after(HANDLER_READ_SECONDS):
                 raw = await rw.read_msg()
-            resp = await self._answer(peer, raw)
+            resp = await self._answer(peer, raw, stream)
             # a peer that does not read (its yamux window shut, its process stopped) held this
             # write, and the request's place in its limits, for as long as the node ran: the
             # writes of one connection queue behind one socket, which a frozen peer never drains
@@ -852,7 +859,7 @@ class MeshNode:
     def _response(self, request_id: str | None, text: str, error: bool) -> wire.AgentResponse:
         return wire.AgentResponse(request_id, self.config.agent_name, self.peer_id, now_ms(), text, error)
 
-    async def _answer(self, peer: str, raw: bytes) -> wire.AgentResponse:
+    async def _answer(self, peer: str, raw: bytes, stream: Any = None) -> wire.AgentResponse:
 
         try:
             req = wire.decode_request(raw)
@@ -873,26 +880,66 @@ class MeshNode:
         try:
             result = await _to_thread(callback, peer, req)
             if isinstance(result, concurrent.futures.Future):
-                result = await self._wait_future(result, wait)
+                result = await self._wait_future(result, wait, stream)
         except Exception as e:  # noqa: BLE001 - the sender hears of it at once, not after its timeout
             log.warning("mesh: handling a request from %s failed: %s", peer, _describe(e))
             return self._response(req.request_id, f"handling failed: {_describe(e)}", True)
         text, error = result if isinstance(result, tuple) else (result, False)
         return self._response(req.request_id, wire.fit(str(text)), bool(error))
 
-    async def _wait_future(self, fut: concurrent.futures.Future[Reply], timeout: float) -> Reply:
+    async def _wait_future(self, fut: concurrent.futures.Future[Reply], timeout: float, stream: Any = None) -> Reply:
+        """The answer ``fut`` gives within ``timeout``, else ``[timeout]``. While it waits, the
+        request's ``stream`` is watched: a sender that stops waiting (it reset the stream: timed
+        out, cancelled; its connection went: it stopped) gives the same request a moment to come
+        again (``GIVEN_UP_GRACE``: a sender whose connection broke tries again under the same
+        id, and waits on ``fut`` too), then ``fut`` is settled ``[given up]``, so that the request
+        is not handed to the agent for nobody (it waited until its timeout)."""
         import trio
 
-        done = trio.Event()
+        done, woke = trio.Event(), trio.Event()
         token = self._token
+        gone = False
+
+        def answered() -> None:
+            done.set()
+            woke.set()
 
         def wake(_: object) -> None:
             with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(done.set)
+                token.run_sync_soon(answered)
+
+        async def watch() -> None:
+            nonlocal gone
+            if await _sender_gone(stream):
+                gone = True
+                woke.set()
 
         fut.add_done_callback(wake)
-        with trio.move_on_after(timeout):
-            await done.wait()
+        end = trio.current_time() + timeout
+        self._waiting[fut] = self._waiting.get(fut, 0) + 1
+        try:
+            async with trio.open_nursery() as watching:
+                if stream is not None:
+                    watching.start_soon(watch)
+                with trio.move_on_at(end):
+                    await woke.wait()
+                watching.cancel_scope.cancel()
+        finally:
+            if self._waiting[fut] > 1:
+                self._waiting[fut] -= 1
+            else:
+                del self._waiting[fut]
+        if gone and not fut.done():
+            with trio.move_on_at(min(end, trio.current_time() + GIVEN_UP_GRACE)):
+                await done.wait()
+            # (not asked again meanwhile; and its time not up: a sender whose own deadline
+            # passed, a moment before this node's, timed out, as the request says below)
+            if not fut.done() and fut not in self._waiting and trio.current_time() < end:
+                settle(fut, (f"{GIVEN_UP_MARK} its sender stopped waiting for the answer", True))
+            if fut.done() or fut in self._waiting:
+                # nobody reads what this stream is given now: the same request asked again is
+                # answered on its own stream
+                return fut.result() if fut.done() else (f"{GIVEN_UP_MARK} its sender stopped waiting", True)
         late = (f"[timeout] no answer within {timeout:g} s", True)
         # the answer is "[timeout]" now, an answer that comes later finds it taken; unless one
         # came in time and is being recorded (the future runs: a slow store), which goes out once
@@ -1026,6 +1073,20 @@ def _tcp_stream(conn: Any) -> Any:
         if x is None:
             return None
     return None
+
+
+async def _sender_gone(stream: Any) -> bool:
+    """Wait until the sender of a request read whole stops waiting for its answer: True when it
+    reset the stream or its connection closed; False when it only closed its side for writing
+    (it still reads) or sent more than its request."""
+    try:
+        await stream.read(1)
+    except Exception:  # noqa: BLE001 - a reset, an end of stream, a connection gone: told apart below
+        conn = stream.muxed_conn
+        shutting = getattr(conn, "event_shutting_down", None)
+        reset = bool(getattr(getattr(stream, "muxed_stream", None), "reset_received", False))
+        return reset or bool(getattr(conn, "is_closed", False)) or (shutting is not None and shutting.is_set())
+    return False
 
 
 async def _to_thread(fn: Callable[..., Any], *args: Any) -> Any:

@@ -4,7 +4,8 @@ A request a peer sends (without ``autoReply``) is an answer the *agent* must giv
 cannot answer it by itself. It waits here until the loop takes it (``next``), one at a time, and
 its sender waits for ``answer`` up to the request's timeout (the seed's 60 s). A request still
 waiting when its time is up is answered ``[timeout]`` and skipped; past ``MAX_QUEUE`` waiting, a
-new one is refused at once (``[queue-full]``). Each request's answer is a future the node awaits.
+new one is refused at once (``[queue-full]``), and one whose sender stopped waiting is settled
+``[given up]`` by the node, then skipped too. Each request's answer is a future the node awaits.
 
 Thread-safe; knows nothing of libp2p, stores or sessions.
 """
@@ -23,7 +24,7 @@ from typing import Any
 from ..errors import InputError, StateError
 from . import wire
 
-__all__ = ["MAX_QUEUE", "REQUEST_TIMEOUT", "PendingRequest", "RequestQueue", "settle"]
+__all__ = ["GIVEN_UP_MARK", "MAX_QUEUE", "REQUEST_TIMEOUT", "PendingRequest", "RequestQueue", "settle"]
 
 MAX_QUEUE = 50
 REQUEST_TIMEOUT = 60.0
@@ -33,6 +34,9 @@ CANCEL_POLL_S = 0.25
 
 Reply = tuple[str, bool]
 TIMEOUT_MARK = "[timeout]"
+GIVEN_UP_MARK = "[given up]"
+"""The answer of a request whose sender stopped waiting (the node saw its stream reset, or its
+connection close): nobody receives it."""
 
 
 _claims = threading.Lock()
@@ -136,7 +140,7 @@ class RequestQueue:
         self._items: collections.deque[PendingRequest] = collections.deque()
         self._active: PendingRequest | None = None
         self._cond = threading.Condition()
-        self.counts = {"queued": 0, "answered": 0, "timed_out": 0, "refused": 0}
+        self.counts = {"queued": 0, "answered": 0, "timed_out": 0, "given_up": 0, "refused": 0}
 
     def __len__(self) -> int:
         with self._cond:
@@ -170,7 +174,14 @@ class RequestQueue:
         return settle(req.future, (f"{TIMEOUT_MARK} no answer within {waited:.0f} s", True))
 
     def _settle(self, req: PendingRequest) -> None:
-        outcome = "timed_out" if req.future.result()[0].startswith(TIMEOUT_MARK) else "answered"
+        text = req.future.result()[0]
+        outcome = (
+            "timed_out"
+            if text.startswith(TIMEOUT_MARK)
+            else "given_up"
+            if text.startswith(GIVEN_UP_MARK)
+            else "answered"
+        )
         self.counts[outcome] += 1
 
     def _drop_expired(self) -> None:
