@@ -1033,6 +1033,36 @@ def test_a_request_whose_sender_stopped_waiting_is_given_up_not_handed_to_the_ag
     wait_for(lambda: ("quick?", "timed out") in requests(), "its status stored")
 
 
+def test_a_peer_filling_the_request_queue_does_not_keep_another_out(store: Store, agents: AgentFactory) -> None:
+    # alice, within her limits (100 open), filled bob's 50 places: carol's request was refused
+    # "[queue-full]" at once, and would have waited behind all 50 of alice's
+    from libp2p.custom_types import TProtocol
+    from libp2p.io.msgio import VarIntLengthMsgReadWriter
+    from libp2p.peer.id import ID
+
+    alice, bob, carol = agents("alice"), agents("bob"), agents("carol")
+    link(alice, bob, carol)
+
+    async def flood() -> None:
+        for n in range(50):
+            req = wire.AgentRequest(wire.new_request_id(), alice.name, alice.peer_id, 1, f"job {n}", False, None)
+            stream = await alice.node._host.new_stream(ID.from_base58(bob.peer_id), [TProtocol(wire.PROTOCOL)])
+            await VarIntLengthMsgReadWriter(stream, max_msg_size=wire.MAX_MESSAGE_BYTES).write_msg(wire.encode(req))
+
+    alice.node._call(flood, timeout=60, what="flood")
+    wait_for(lambda: len(bob.queue) == 50, "alice's 50 requests queued at bob", timeout=60)  # (each one stored)
+    t, outcome = _sending(carol, bob.peer_id, "is main green?")
+    wait_for(lambda: bob.queue.stats()["refused"] == 1, "carol's request to be taken in (or refused)", timeout=30)
+    first = bob.next_request(timeout=10)
+    assert first is not None and first.peer == alice.peer_id  # (alice's came first, in whatever order)
+    first.answer("done")
+    second = bob.next_request(timeout=10)
+    assert second is not None and second.message == "is main green?"  # her turn, not after 49 more
+    second.answer("yes")
+    t.join(30)
+    assert outcome["reply"]["response"] == "yes"  # alice's newest made room
+
+
 def test_a_send_tried_again_after_its_connection_broke_is_one_request_to_the_peer(
     store: Store, agents: AgentFactory
 ) -> None:

@@ -183,6 +183,29 @@ def test_a_full_queue_refuses_and_a_late_request_is_skipped() -> None:
     assert q.stats()["timed_out"] == 1 and q.stats()["refused"] == 1
 
 
+def test_one_peer_filling_the_queue_cannot_keep_the_others_out_and_peers_take_turns() -> None:
+    # one peer within its own limits filled the whole queue: every other peer was refused
+    # "[queue-full]", and what got in waited behind all of the first peer's requests
+    def of(peer: str, n: int) -> PendingRequest:
+        now = time.monotonic()
+        return PendingRequest(peer, peer, f"{peer}{n}", f"{peer} {n}", now, now + 30)
+
+    q = RequestQueue(max_size=4)
+    a = [of("a", n) for n in range(4)]
+    b = [of("b", n) for n in range(3)]
+    assert all(q.put(r) for r in a)
+    assert q.put(b[0]) and q.put(b[1])  # each takes the place of a's newest
+    assert [r.future.done() for r in a] == [False, False, True, True]
+    assert a[3].future.result()[0].startswith("[queue-full]")
+    assert not q.put(b[2])  # two each: b is refused as anyone past a full queue
+    assert b[2].future.result()[0].startswith("[queue-full]") and q.stats()["refused"] == 3
+    order = []
+    while (r := q.next()) is not None:
+        order.append(r)
+        r.answer("ok")
+    assert order == [a[0], b[0], a[1], b[1]]
+
+
 def test_a_request_whose_answer_is_being_recorded_is_not_timed_out_under_it() -> None:
     q = RequestQueue()
     r = pending(0, timeout=0.05)

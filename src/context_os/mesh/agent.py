@@ -8,8 +8,9 @@ in one transaction; a request that failed is written with the failure; nothing i
 half-written. Each exchange and each broadcast also goes into the per-peer memory (``memory``),
 which a later request from the same peer recalls.
 
-Peers' requests wait in a FIFO (``queue``) for the agent's loop: ``next_request()`` gives the
-oldest, with what memory recalls of the peer; ``answer()`` sends the response and records it.
+Peers' requests wait in a queue (``queue``) for the agent's loop: ``next_request()`` gives the
+oldest (peers taking turns), with what memory recalls of the peer; ``answer()`` sends the
+response and records it.
 
 ``source`` is the ``ObjectSource`` that shows the messages to the model: the newest
 ``history_cap`` (seed: 200) of them; the cap applies to what is shown, never to what is stored.

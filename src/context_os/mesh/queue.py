@@ -1,10 +1,13 @@
-"""Peers' requests, waiting for the agent's loop, first come first served.
+"""Peers' requests, waiting for the agent's loop, first come first served, peers taking turns.
 
 A request a peer sends (without ``autoReply``) is an answer the *agent* must give: the node
 cannot answer it by itself. It waits here until the loop takes it (``next``), one at a time, and
-its sender waits for ``answer`` up to the request's timeout (the seed's 60 s). A request still
-waiting when its time is up is answered ``[timeout]`` and skipped; past ``MAX_QUEUE`` waiting, a
-new one is refused at once (``[queue-full]``), and one whose sender stopped waiting is settled
+its sender waits for ``answer`` up to the request's timeout (the seed's 60 s). ``next`` gives the
+oldest request of the peer served longest ago (one peer's requests: oldest first). A request
+still waiting when its time is up is answered ``[timeout]`` and skipped; past ``MAX_QUEUE``
+waiting, a new one is refused at once (``[queue-full]``), unless another peer holds at least two
+more places than its sender: then that peer's newest is refused instead (one peer cannot keep the
+others out by filling the queue), and one whose sender stopped waiting is settled
 ``[given up]`` by the node, then skipped too. Each request's answer is a future the node awaits.
 
 Thread-safe; knows nothing of libp2p, stores or sessions.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -140,6 +144,10 @@ class RequestQueue:
         self._items: collections.deque[PendingRequest] = collections.deque()
         self._active: PendingRequest | None = None
         self._cond = threading.Condition()
+        self._turns = itertools.count()
+        self._served: dict[str, int] = {}
+        """When each peer was last handed a request (a turn number): the one served longest ago
+        goes first."""
         self.counts = {"queued": 0, "answered": 0, "timed_out": 0, "given_up": 0, "refused": 0}
 
     def __len__(self) -> int:
@@ -148,18 +156,32 @@ class RequestQueue:
             return len(self._items)
 
     def put(self, req: PendingRequest) -> bool:
-        """Queue ``req``; False (and answered ``[queue-full]``) when ``max_size`` wait already."""
+        """Queue ``req``; False (and answered ``[queue-full]``) when ``max_size`` wait already,
+        unless a peer holds at least two more of them than ``req``'s: its newest is refused."""
+        full = (f"[queue-full] {self.max_size} requests are waiting; try again later", True)
         with self._cond:
             self._drop_expired()
             if len(self._items) >= self.max_size:
                 self.counts["refused"] += 1
-                req.future.set_result((f"[queue-full] {self.max_size} requests are waiting; try again later", True))
-                return False
+                crowding = self._crowding(req.peer)
+                if crowding is None or not settle(crowding.future, full):
+                    req.future.set_result(full)
+                    return False
+                self._items.remove(crowding)
             req.future.add_done_callback(lambda _: self.wake())
             self._items.append(req)
             self.counts["queued"] += 1
             self._cond.notify_all()
             return True
+
+    def _crowding(self, peer: str) -> PendingRequest | None:
+        """The newest request of the peer holding the most places, when it holds at least two
+        more than ``peer`` (giving one of them to ``peer`` leaves it no fewer)."""
+        held = collections.Counter(r.peer for r in self._items)
+        most, n = max(held.items(), key=lambda kv: kv[1])
+        if n < held.get(peer, 0) + 2:
+            return None
+        return next(r for r in reversed(self._items) if r.peer == most)
 
     def wake(self) -> None:
         """Wake every ``next`` that waits (to look at its ``cancel`` again). Safe in a signal
@@ -208,9 +230,10 @@ class RequestQueue:
             return self._active
 
     def next(self, timeout: float | None = 0.0, *, cancel: threading.Event | None = None) -> PendingRequest | None:
-        """The oldest waiting request, now the agent's; None if none comes within ``timeout``
-        seconds (None: wait for one) or while the agent still holds an unanswered one, or once
-        ``cancel`` is set (set it, then ``wake()``: the wait ends at once)."""
+        """The oldest waiting request of the peer served longest ago, now the agent's; None if
+        none comes within ``timeout`` seconds (None: wait for one) or while the agent still holds
+        an unanswered one, or once ``cancel`` is set (set it, then ``wake()``: the wait ends at
+        once)."""
         end = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
@@ -218,7 +241,13 @@ class RequestQueue:
                     return None
                 self._drop_expired()
                 if self._active is None and self._items:
-                    self._active = self._items.popleft()
+                    # the oldest of the peer served longest ago (``min`` keeps the first of equals)
+                    self._active = min(self._items, key=lambda r: self._served.get(r.peer, -1))
+                    self._items.remove(self._active)
+                    self._served[self._active.peer] = next(self._turns)
+                    if len(self._served) > 4 * self.max_size:  # many peers came and went: forget them
+                        present = {r.peer for r in self._items} | {self._active.peer}
+                        self._served = {p: t for p, t in self._served.items() if p in present}
                     return self._active
                 left = None if end is None else end - time.monotonic()
                 if left is not None and left <= 0:
