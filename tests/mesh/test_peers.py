@@ -1063,6 +1063,19 @@ def test_a_peer_filling_the_request_queue_does_not_keep_another_out(store: Store
     assert outcome["reply"]["response"] == "yes"  # alice's newest made room
 
 
+def test_many_peers_together_are_held_to_a_limit_of_open_requests(uid: str) -> None:
+    # each peer had its own limit and nothing bounded them together: a peer id costs nothing to
+    # make, and every new identity opened another 100 streams, each read up to 4 MiB
+    node = MeshNode(MeshConfig(f"a-{uid}", open_requests=2, open_requests_total=3))
+    assert [node._admit(p, 1000.0) for p in ("p", "q", "r", "s")] == [True, True, True, False]
+    assert not node._admit("p", 1000.1)  # within its own limit, past all of theirs
+    node._release("q", 1000.2)
+    assert node._admit("s", 1000.3) and not node._admit("t", 1000.3)
+    assert node.counts["limited"] == 3
+    with pytest.raises(ConfigError, match="open_requests_total"):
+        MeshConfig("a", open_requests_total=0)
+
+
 def test_a_send_tried_again_after_its_connection_broke_is_one_request_to_the_peer(
     store: Store, agents: AgentFactory
 ) -> None:

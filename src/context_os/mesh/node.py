@@ -20,9 +20,9 @@ What 0.8.1 needs set differently, and why (measured; docs/mesh.md):
   machine) and its spam protection allows 10 messages a second per topic: off, and 100
   (``broadcast_rate``); direct requests have no such limit at all, and a stream that sends
   nothing is held until this node's read deadline: one peer may open ``open_requests`` at once
-  and ``request_rate`` a second, past which a stream is reset unread; a response a peer does not
-  take (its window shut, its socket full) is given ``HANDLER_WRITE_SECONDS``, then the
-  connection is closed;
+  and ``request_rate`` a second, all together ``open_requests_total``, past which a stream is
+  reset unread; a response a peer does not take (its window shut, its socket full) is given
+  ``HANDLER_WRITE_SECONDS``, then the connection is closed;
 * a publish comes back to its own sender; failed dials are refused for 60 s (cleared before an
   explicit dial); ``Pubsub`` starts a cache thread it never stops (stopped at close); a
   subscription drops what comes past 32 waiting (a burst from one connection): 1,000; its message
@@ -182,6 +182,9 @@ class MeshConfig:
     open_requests: int = 100
     """Direct requests one peer may have open at once (sent, read or not, and not yet answered:
     a stream that sends nothing is held until the read deadline, 30 s); past it the same."""
+    open_requests_total: int = 1000
+    """Direct requests all peers together may have open at once; past it the same (a peer id
+    costs nothing to make: many identities each within ``open_requests`` were unbounded)."""
     answer_timeout: float = 60.0
     """How long a peer's request waits for this agent's answer at most (seed: 60 s), seconds;
     less when the request itself asks for less."""
@@ -199,8 +202,8 @@ class MeshConfig:
             raise ConfigError(f"mesh: port {self.port} is not a TCP port")
         if not self.topic:
             raise ConfigError("mesh: the broadcast topic is empty")
-        if not self.request_rate > 0 or self.open_requests < 1:
-            raise ConfigError("mesh: request_rate must be positive and open_requests at least 1")
+        if not self.request_rate > 0 or self.open_requests < 1 or self.open_requests_total < 1:
+            raise ConfigError("mesh: request_rate must be positive, open_requests and open_requests_total at least 1")
         if not 0 < self.answer_timeout <= REQUEST_TIMEOUT_MAX_MS / 1000 or self.call_timeout <= 0:
             raise ConfigError("mesh: timeouts must be positive (answer_timeout at most 600 s)")
 
@@ -278,6 +281,8 @@ class MeshNode:
         requests refused unread, past a peer's ``request_rate`` or ``open_requests``)."""
         self._open_in: dict[str, int] = {}
         """Inbound requests open now, by peer (read and written on the network thread only)."""
+        self._open_total = 0
+        """Their sum (network thread)."""
         self._recent_in: dict[str, collections.deque[float]] = {}
         """When each peer's admitted requests came within the last second (network thread)."""
         self._limit_logged: dict[str, float] = {}
@@ -784,25 +789,35 @@ class MeshNode:
         while recent and recent[0] <= now - 1.0:
             recent.popleft()
         open_now = self._open_in.get(peer, 0)
-        if open_now >= self.config.open_requests or len(recent) >= self.config.request_rate:
+        if (
+            open_now >= self.config.open_requests
+            or len(recent) >= self.config.request_rate
+            or self._open_total >= self.config.open_requests_total
+        ):
             with self._lock:
                 self.counts["limited"] += 1
             if now - self._limit_logged.get(peer, -LIMIT_LOG_SECONDS) >= LIMIT_LOG_SECONDS:
                 self._limit_logged[peer] = now
                 log.warning(
-                    "mesh: refusing requests from %s: %d open, %d in the last second (limits %d, %g)",
+                    "mesh: refusing requests from %s: %d open, %d in the last second, %d open from all"
+                    " peers (limits %d, %g, %d)",
                     peer,
                     open_now,
                     len(recent),
+                    self._open_total,
                     self.config.open_requests,
                     self.config.request_rate,
+                    self.config.open_requests_total,
                 )
             return False
         recent.append(now)
         self._open_in[peer] = open_now + 1
+        self._open_total += 1
         return True
 
     def _release(self, peer: str, now: float) -> None:
+        if peer in self._open_in:
+            self._open_total -= 1
         left = self._open_in.get(peer, 1) - 1
         if left > 0:
             self._open_in[peer] = left
