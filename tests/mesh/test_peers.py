@@ -767,6 +767,31 @@ def test_mdns_discovers_the_other_peers(tmp_path: Path, uid: str) -> None:
         store.close()
 
 
+def test_a_node_is_heard_while_mdns_still_registers_it(uid: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # zeroconf's registration (it probes the network: 1.5 s, 3-5 s on a busy machine) ran in
+    # the node's network thread: start() waited for it, and nothing reached the node meanwhile
+    from libp2p.discovery.mdns.broadcaster import PeerBroadcaster
+
+    registering, go_on = threading.Event(), threading.Event()
+    register = PeerBroadcaster.register
+
+    def slow_register(self: PeerBroadcaster) -> None:  # the real registration, once let go
+        registering.set()
+        go_on.wait(60)
+        register(self)
+
+    monkeypatch.setattr(PeerBroadcaster, "register", slow_register)
+    try:
+        with MeshNode(MeshConfig(f"a-{uid}", mdns=True)) as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
+            wait_for(registering.is_set, "a's mDNS registration to begin")
+            b.connect(a.addrs[0])
+            assert b.request(a.peer_id, "there?", timeout=10).message == "[auto-response] Received: there?"
+            assert not go_on.is_set()  # all of it while a's registration waits
+            go_on.set()
+    finally:
+        go_on.set()
+
+
 def test_a_burst_of_broadcasts_arrives_whole(store: Store, agents: AgentFactory) -> None:
     # a burst read off one connection used to overflow py-libp2p's 32-message subscription
     a, b = agents("alice", broadcast_rate=1e6), agents("bob", broadcast_rate=1e6)

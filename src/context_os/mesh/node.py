@@ -30,6 +30,8 @@ What 0.8.1 needs set differently, and why (measured; docs/mesh.md):
   second repeats ids its peers drop as seen: nanoseconds; a publish only queues the message for
   each peer and drops it past 32 queued, so a broadcast waits for room and ``close`` lets the
   queues drain first;
+* its mDNS registration blocks the network thread while zeroconf probes (1.5 s and more):
+  made on a worker thread (``_run_mdns``);
 * its auto-connector dials every known peer until 150 connections are open (redials of peers
   that are leaving, sockets left open when this node stops mid-dial): off;
 * it logs to the ``libp2p`` logger at ERROR for events a caller already gets as an exception:
@@ -348,6 +350,10 @@ class MeshNode:
             max_messages_per_topic_per_second=cfg.broadcast_rate,
             eclipse_protection_enabled=False,
         )
+        # mDNS is started by this node, its registration off the network thread (``_run_mdns``)
+        host: Any = self._host
+        self._mdns: Any = host.mDNS
+        host.mDNS = None
         self._pubsub = Pubsub(self._host, self._router)
         # message ids are the sender and a counter that starts at the time in seconds: a node
         # restarted with the same identity within a second sent ids its peers had seen, and they
@@ -445,6 +451,8 @@ class MeshNode:
                 subscription = await self._pubsub.subscribe(self.config.topic)
                 nursery.start_soon(self._pump_broadcasts, subscription)
                 nursery.start_soon(self._deliver_broadcasts, inbox_receive)
+                if self._mdns is not None:
+                    nursery.start_soon(self._run_mdns, self._mdns)
                 self._ready.set()
                 await self._stop.wait()
                 await self._hang_up()
@@ -482,6 +490,20 @@ class MeshNode:
         for sock in sockets:
             with contextlib.suppress(Exception):
                 sock.socket.close()
+
+    async def _run_mdns(self, mdns: Any) -> None:
+        """Announce this node by mDNS, then keep the discoveries fresh until the node stops.
+        zeroconf's registration probes the network first (1.5 s, 3-5 s on a busy machine): made
+        by py-libp2p in the network thread, it held up the whole node meanwhile (``start`` waited
+        for it; no peer was heard); here it runs on a worker thread, and so does the goodbye."""
+        import trio
+
+        try:
+            await trio.to_thread.run_sync(mdns.broadcaster.register)  # (stop waits for it)
+            await mdns._cleanup_loop()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(mdns.stop)
 
     def _watch_mdns(self) -> Callable[[Any], None]:
         """Dial every peer mDNS discovers (the listener only fills the peer store)."""
