@@ -297,18 +297,21 @@ def _sending(agent: MeshAgent, peer: str, text: str) -> tuple[threading.Thread, 
     return t, outcome
 
 
-def test_requests_a_killed_agent_left_queued_are_failed_when_it_starts_again(tmp_path: Path, uid: str) -> None:
+def test_requests_a_killed_agent_left_queued_are_failed_when_it_starts_again_and_taken_up_if_asked_again(
+    tmp_path: Path, uid: str
+) -> None:
     """SIGKILL leaves no chance to answer: the requests it held stayed ``queued`` for good (the
     sender had long heard its stream break). The agent's next start says what became of them."""
-    alice = MeshAgent(SqliteStore(tmp_path / "alice.db"), MeshConfig(f"alice-{uid}")).start()
-    ready, db = tmp_path / "addr", tmp_path / "victim.db"
+    alice_seed = os.urandom(32)
+    alice = MeshAgent(SqliteStore(tmp_path / "alice.db"), MeshConfig(f"alice-{uid}", seed=alice_seed)).start()
+    ready, db, seed = tmp_path / "addr", tmp_path / "victim.db", os.urandom(32)
     script = textwrap.dedent(
         f"""
         import os, time
         from context_os.mesh.agent import MeshAgent
         from context_os.mesh.node import MeshConfig
         from context_os.store.sqlite import SqliteStore
-        agent = MeshAgent(SqliteStore({str(db)!r}), MeshConfig("victim")).start()
+        agent = MeshAgent(SqliteStore({str(db)!r}), MeshConfig("victim", seed={seed!r})).start()
         open({str(ready)!r} + ".tmp", "w").write(agent.node.addrs[0])
         os.rename({str(ready)!r} + ".tmp", {str(ready)!r})
         while True:  # never answers: the request waits in its queue
@@ -335,11 +338,27 @@ def test_requests_a_killed_agent_left_queued_are_failed_when_it_starts_again(tmp
         proc.kill()
         proc.wait(10)
         alice.close()
-    with MeshAgent(victims, MeshConfig("victim")) as again:
+    with MeshAgent(victims, MeshConfig("victim", seed=seed)) as again:
         [req] = [d for d in messages_of(victims, again) if d["meta"]["kind"] == "request"]
         assert req["meta"]["status"] == "failed" and "stopped" in req["meta"]["error"]
         assert [m["status"] for m in again.messages()] == ["failed"]  # what the session shows too
         assert again.queue.stats()["waiting"] == 0
+        # the sender tries again under the same request id (mesh_send does, after 0.5 s): the
+        # same request, taken up under its object (it was stored twice under one id)
+        with MeshNode(MeshConfig(f"alice-{uid}", seed=alice_seed)) as sender:  # alice, as she was
+            sender.connect(again.node.addrs[0])
+            ans = Answerer(again, lambda r: "migrated")
+            try:
+                resp = sender.request(again.peer_id, "run the migration", request_id=req["meta"]["request_id"])
+            finally:
+                ans.stop()
+        assert resp.message == "migrated"
+        [req_again] = [d for d in messages_of(victims, again) if d["meta"]["kind"] == "request"]
+        assert req_again["id"] == req["id"] and req_again["meta"]["status"] == "answered"
+        # (every version: the answer may come within the millisecond the request was queued in)
+        versions = victims.history(req["id"], with_corrections=True)
+        statuses = [v.doc["meta"]["status"] for v in versions if v.doc is not None]
+        assert statuses == ["queued", "failed", "queued", "answered"]
     victims.close()
 
 

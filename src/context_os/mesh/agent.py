@@ -140,6 +140,9 @@ class MeshAgent:
             "holder_started": registry.process_start(os.getpid()),
         }
         """The process holding the requests it queues (``_fail_orphans``), in their metadata."""
+        self._orphans: dict[tuple[str, str], dict[str, Any]] = {}
+        """The requests ``_fail_orphans`` marked failed, by (peer, request id): one its sender
+        tries again (its stream broke when the agent was killed) is taken up under its object."""
         self._fail_orphans()
         self._load_shown()
         self.node = MeshNode(config, on_request=self._on_request, on_broadcast=self._on_broadcast)
@@ -208,6 +211,8 @@ class MeshAgent:
                 continue  # held by a process that runs, or may: it settles it itself
             assert v.doc is not None
             orphans.append(self._with_status(v.doc, "failed", error=why))
+            if isinstance(meta.get("peer"), str) and isinstance(meta.get("request_id"), str):
+                self._orphans[(meta["peer"], meta["request_id"])] = orphans[-1]
         if orphans:
             self.store.submit([Put(d) for d in orphans])
             log.info("mesh: %d request(s) %s left unanswered marked failed", len(orphans), self.name)
@@ -463,6 +468,12 @@ class MeshAgent:
             on_answer=self._answered,
         )
         doc = self._request_doc(peer, req, "queued", memories)
+        with self._lock:
+            orphan = self._orphans.pop(key, None)
+        if orphan is not None and orphan["content"] == doc["content"] and not self._evicted(orphan["id"]):
+            # asked again after this agent was killed holding it (and failed it at its start):
+            # the same request, a new version of its object, not a second object of one id
+            doc = SourceDoc(id=orphan["id"], kind="message", content=doc["content"], meta=doc["meta"]).to_doc()
         pending.object_id = doc["id"]
         with self._lock:
             self._unanswered[doc["id"]] = doc
