@@ -449,8 +449,8 @@ class Server(RpcServer):
         req = self._the_mesh().queue.active
         if req is None or req.request_id != p.requestId:
             raise StateError(
-                f"request {p.requestId!r} is not the one the agent holds (answered, timed out, or never taken "
-                "with mesh.next_request)"
+                f"request {p.requestId!r} is not the one the agent holds (answered, timed out, given up by its "
+                "sender, or never taken with mesh.next_request)"
             )
         req.answer(p.text, error=p.error)
         return {"requestId": p.requestId, "answered": True}
