@@ -1744,3 +1744,51 @@ def test_a_stream_whose_line_ends_are_cut_in_two_is_read_event_by_event(tmp_path
             assert len(up.requests) == 2  # ours ran in the proxy
         finally:
             running.close()
+
+
+def test_a_conversation_idle_past_its_time_is_closed_and_goes_on_when_it_comes_again(
+    tmp_path: Path,
+) -> None:
+    """The proxy kept every conversation's session open until it stopped: one that runs for days
+    meets a conversation per task, each session's view held in memory, its lease held too. Now a
+    conversation no request used for ``idle_close_s`` is closed when another opens (not one a
+    request holds); its next request opens it again and it goes on at its next turn."""
+    with SqliteStore(tmp_path / "p.db") as store:
+        proxy = Proxy(store, "http://127.0.0.1:9", timeout=0.05, idle_close_s=0.1)
+        first = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+        plan = proxy.prepare("openai", {}, first)
+        conv = plan.conversation
+        assert conv is not None
+        sid = conv.hook.session.id
+        wait_for(lambda: time.monotonic() - conv.used > 0.2, "the first conversation to idle")
+        busy = proxy.prepare("openai", {}, {"model": "m", "messages": [{"role": "user", "content": "busy"}]})
+        assert busy.conversation is not None and busy.conversation is not conv
+        wait_for(lambda: time.monotonic() - busy.conversation.used > 0.2, "the second conversation to idle")
+        with busy.conversation.lock:  # a request holds it: in use, however long since it began
+            third = proxy.prepare("openai", {}, {"model": "m", "messages": [{"role": "user", "content": "third"}]})
+        assert third.conversation is not None
+        assert conv.closed and not busy.conversation.closed
+        assert sorted(s["session"] for s in proxy.status()["sessions"]) == sorted(
+            [busy.conversation.hook.session.id, third.conversation.hook.session.id]
+        )
+        again = dict(
+            first,
+            messages=[*first["messages"], {"role": "assistant", "content": "hi"}, {"role": "user", "content": "and?"}],
+        )
+        back = proxy.prepare("openai", {}, again)
+        assert back.conversation is not None and back.conversation is not conv and not back.conversation.closed
+        assert back.conversation.hook.session.id == sid and back.conversation.hook.session.view.turn == 2
+        proxy.close()
+
+
+def test_the_idle_close_must_outlast_a_round_of_a_request(tmp_path: Path) -> None:
+    """A round of a request may wait twice the upstream timeout: a conversation closed as idle
+    meanwhile would lose it. Shorter is a ConfigError, in the library and in ``ctxos proxy``."""
+    with SqliteStore(tmp_path / "p.db") as store, pytest.raises(ConfigError, match="at least twice the upstream"):
+        Proxy(store, "http://127.0.0.1:9", timeout=600, idle_close_s=900)
+    cmd = [CTXOS, "--store", str(tmp_path / "c.db"), "proxy", "--upstream", "http://127.0.0.1:9", "--port", "0"]
+    run = subprocess.run([*cmd, "--idle-close-minutes", "1"], capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "--idle-close-minutes must be at least twice --timeout (1200 s" in run.stderr, (
+        run.stderr
+    )
+    assert not (tmp_path / "c.db").exists()  # refused before any store was created

@@ -35,6 +35,7 @@ import re
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -108,6 +109,9 @@ STATUS_PATH = "/_context_os/status"
 provider's API has a path that starts with ``/_context_os``."""
 MAX_BODY = 64 * 1024 * 1024
 """The largest request body accepted (a long conversation with images stays well under)."""
+IDLE_CLOSE_S = 3600.0
+"""A conversation no request used for this long has its session closed when another opens
+(``Proxy.idle_close_s``; ``ctxos proxy --idle-close-minutes``)."""
 # never forwarded: they describe one hop, not the request
 HOP_HEADERS = {
     "host",
@@ -291,6 +295,15 @@ class _Conversation:
     """Where the exchanges last kept in the store stood (``Proxy._keep_hidden``)."""
     evictions_seen: int = -1
     """The transaction of the newest eviction when the exchanges were last checked against them."""
+    used: float = field(default_factory=time.monotonic)
+    """When a request last took it or ran a round of it (``time.monotonic``): idle since then."""
+    closed: bool = False
+    """Closed for having been idle (``Proxy.idle_close_s``): a request that still holds it opens
+    the session again."""
+
+
+class _Reopen(Exception):
+    """The conversation a request took was closed as idle meanwhile (``Proxy._close_idle``)."""
 
 
 @dataclass
@@ -322,6 +335,7 @@ class Proxy:
         workspace: str | Path | None = None,
         tool_names: str = "auto",
         track: bool = True,
+        idle_close_s: float | None = IDLE_CLOSE_S,
     ):
         """``upstream``: the provider's origin (``https://api.openai.com``), the request's path is
         added to it; ``anthropic_upstream`` for ``/v1/messages`` if it is another one. With
@@ -330,7 +344,16 @@ class Proxy:
         tools read, write and edit files, whose calls keep its files as objects: ``auto`` (the
         preset that names most of the tools a request offers), a preset's name, or ``none``.
         ``track``: with a workspace, a watchdog tracker gives the files the agent touched a new
-        version when they change on disk (a formatter, ``git checkout``, the user's editor)."""
+        version when they change on disk (a formatter, ``git checkout``, the user's editor).
+        ``idle_close_s``: a conversation no request used for this long has its session closed
+        when another opens (its memory given back, its lease too); its next request opens it
+        again, as a restarted proxy would. None: every session stays open until ``close``."""
+        if idle_close_s is not None and idle_close_s < 2 * timeout:
+            raise ConfigError(
+                f"idle_close_s must be at least twice the upstream timeout ({2 * timeout:g} s): a round"
+                f" of a request may wait that long, got {idle_close_s:g}"
+            )
+        self.idle_close_s = idle_close_s
         if tool_names not in ("auto", "none"):
             preset(tool_names)  # a ConfigError naming the presets
         self.store = store
@@ -468,14 +491,18 @@ class Proxy:
                 raise ProxyStopping
             found = self._conversations.get(session_id)
             if found is not None:
+                found.used = time.monotonic()
                 return found
             opening = self._opening.setdefault(session_id, threading.Lock())
+        self._close_idle()
         # opened without the lock every request and the status take (a store that hangs holds
         # each write up to its timeout), once: a request of the same session waits for it
         # (an open that failed leaves its lock: the requests after it try again one at a time)
         with opening:
             with self._lock:
                 found = self._conversations.get(session_id)
+                if found is not None:
+                    found.used = time.monotonic()
             if found is not None:
                 return found
             found = self._open(name, session_id, keyless=keyless)
@@ -493,6 +520,27 @@ class Proxy:
                     return found
             found.hook.session.close()
             raise ProxyStopping
+
+    def _close_idle(self) -> None:
+        """Close the sessions of the conversations no request used for ``idle_close_s`` (a proxy
+        that runs for days meets a conversation per task, and kept every one's session, with its
+        view, in memory until it stopped). One whose lock a request holds is in use: kept. A
+        request that took one just before it closed finds it ``closed`` and opens it again."""
+        if self.idle_close_s is None:
+            return
+        idle_before = time.monotonic() - self.idle_close_s
+        closing: list[_Conversation] = []
+        with self._lock:
+            for sid, conv in list(self._conversations.items()):
+                if conv.used >= idle_before or not conv.lock.acquire(blocking=False):
+                    continue
+                conv.closed = True
+                conv.lock.release()
+                del self._conversations[sid]
+                closing.append(conv)
+        if closing:
+            log.info("proxy: closing %d session(s) idle for %g s", len(closing), self.idle_close_s)
+            close_sessions([c.hook.session for c in closing], CLOSE_WAIT, "proxy: ")
 
     def _open(self, name: str, session_id: str, *, keyless: bool) -> _Conversation:
         """A conversation of ``session_id``'s session, opened (``_conversation``)."""
@@ -542,6 +590,8 @@ class Proxy:
                     break
                 except AnotherConversation as other:  # it starts as this one does, and then differs
                     session_id, started, conv = other.session, None, None
+                except _Reopen:  # closed as idle just after this request took it: opened again
+                    conv = None
             else:
                 raise RuntimeError(f"over {MAX_FORKS} conversations start as this one does")
         except Exception as e:
@@ -643,6 +693,9 @@ class Proxy:
         client = _client(plan)
         theirs = d.tool_names(plan.original.get("tools"))
         with conv.lock:
+            if conv.closed:  # idle long enough to be closed just before: its next request opens it again
+                raise _Reopen(conv.hook.session.id)
+            conv.used = time.monotonic()
             self._observe(conv, theirs)
             if conv.hidden and (newest := _newest_eviction(self.store)) > conv.evictions_seen:
                 self._forget_hidden(conv, newest)  # they may hold copies of what was erased
@@ -694,6 +747,9 @@ class Proxy:
         assert conv is not None
         client = _client(plan)
         with conv.lock:
+            if conv.closed:  # (a round waits at most twice the timeout, less than a conversation idles)
+                raise _Reopen(conv.hook.session.id)
+            conv.used = time.monotonic()
             results = [conv.hook.call_tool(c.name, c.arguments) for c in calls]
             exchange = dialect(plan.api).exchange(text, calls, results, output)
             conv.hidden.append(Hidden(len(client), prefix_hash(client), exchange))
