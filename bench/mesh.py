@@ -247,7 +247,7 @@ def main() -> int:
         f"`MeshAgent.send` stored {stored_a:,} message objects on the sender and {stored_b:,} on the receiver "
         f"({ROUND_TRIPS} requests, {ROUND_TRIPS} answers each side).\n\n"
         "| one peer absorbs | messages/s, stored | messages/s, not stored | stored vs not |\n|---|---|---|---|\n"
-        f"| direct, auto-replied, 2 senders × {SENDER_THREADS} in flight ({ABSORB_DIRECT}) | {kept['direct']:,.0f} | "
+        f"| direct, auto-replied, 2 senders × {SENDER_THREADS} in flight ({ABSORB_DIRECT}; rate limit off) | {kept['direct']:,.0f} | "
         f"{plain['direct']:,.0f} | {kept['direct'] / plain['direct']:.2f}× |\n"
         f"| broadcasts from 1 sender ({ABSORB_BROADCASTS}; stored with a memory entry each; rate limit off) | "
         f"{kept['broadcasts']:,.0f} | {plain['broadcasts']:,.0f} | {kept['broadcasts'] / plain['broadcasts']:.2f}× |\n\n"
