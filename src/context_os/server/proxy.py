@@ -345,15 +345,11 @@ class Proxy:
         preset that names most of the tools a request offers), a preset's name, or ``none``.
         ``track``: with a workspace, a watchdog tracker gives the files the agent touched a new
         version when they change on disk (a formatter, ``git checkout``, the user's editor).
-        ``idle_close_s``: a conversation no request used for this long has its session closed
-        when another opens (its memory given back, its lease too); its next request opens it
-        again, as a restarted proxy would. None: every session stays open until ``close``."""
-        if idle_close_s is not None and idle_close_s < 2 * timeout:
-            raise ConfigError(
-                f"idle_close_s must be at least twice the upstream timeout ({2 * timeout:g} s): a round"
-                f" of a request may wait that long, got {idle_close_s:g}"
-            )
-        self.idle_close_s = idle_close_s
+        ``idle_close_s``: a conversation no request used for this long (never less than twice
+        ``timeout``: a round of a request may wait that long) has its session closed when another
+        opens (its memory given back, its lease too); its next request opens it again, as a
+        restarted proxy would. None: every session stays open until ``close``."""
+        self.idle_close_s = None if idle_close_s is None else max(idle_close_s, 2 * timeout)
         if tool_names not in ("auto", "none"):
             preset(tool_names)  # a ConfigError naming the presets
         self.store = store
