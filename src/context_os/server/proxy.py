@@ -525,18 +525,30 @@ class Proxy:
         if self.idle_close_s is None:
             return
         idle_before = time.monotonic() - self.idle_close_s
-        closing: list[_Conversation] = []
+        closing: dict[str, tuple[_Conversation, threading.Lock]] = {}  # by session id
         with self._lock:
             for sid, conv in list(self._conversations.items()):
                 if conv.used >= idle_before or not conv.lock.acquire(blocking=False):
                     continue
+                # a request of it meanwhile waits to open it again until its session is closed
+                # (opened while the close gives its lease back, it would lose it)
+                opening = self._opening.setdefault(sid, threading.Lock())
+                if not opening.acquire(blocking=False):  # (not while it is open: kept all the same)
+                    conv.lock.release()
+                    continue
                 conv.closed = True
                 conv.lock.release()
                 del self._conversations[sid]
-                closing.append(conv)
-        if closing:
-            log.info("proxy: closing %d session(s) idle for %g s", len(closing), self.idle_close_s)
-            close_sessions([c.hook.session for c in closing], CLOSE_WAIT, "proxy: ")
+                closing[sid] = (conv, opening)
+        if not closing:
+            return
+        log.info("proxy: closing %d session(s) idle for %g s", len(closing), self.idle_close_s)
+        try:
+            close_sessions([conv.hook.session for conv, _ in closing.values()], CLOSE_WAIT, "proxy: ")
+        finally:
+            # (each lock stays in ``_opening``: a request may wait on it; the next open pops it)
+            for _, opening in closing.values():
+                opening.release()
 
     def _open(self, name: str, session_id: str, *, keyless: bool) -> _Conversation:
         """A conversation of ``session_id``'s session, opened (``_conversation``)."""
