@@ -71,7 +71,7 @@ from ..context.entries import Incoming, Msg, ToolCall
 from ..errors import HashError, MalformedMessage
 from ..hashing import hash_value
 from ..tokens import CHARS_PER_TOKEN, document_tokens, image_tokens
-from .base import Adapter, ContextHook, MergeCache, check_utf8, fallback_hash, sorted_keys
+from .base import Adapter, ContextHook, MergeCache, check_message_list, check_utf8, fallback_hash, sorted_keys
 from .pairing import Pairing, Reading
 
 if TYPE_CHECKING:
@@ -425,6 +425,7 @@ class PydanticAIHook(ContextHook[ModelMessage]):
         caller's ``agent.run`` with the same prompt and history) is the same call again: its
         newest request, made anew with other timestamps and ids, is taken as the one it repeats
         (the same context, no new turn: a turn per try would age every result)."""
+        check_message_list(messages)  # (not a list: refused as every hook refuses it, before it is copied)
         messages = list(messages)
         newest, self._newest = self._newest, None
         last = messages[-1] if messages else None
