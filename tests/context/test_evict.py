@@ -775,7 +775,7 @@ def test_ctrl_c_in_an_eviction_on_xtdb_names_the_keyword_index_and_the_command_r
     oid, secret = f"toolcall:{uid}:c1", f"Kq7-cut-short-{uid}"
     with open_store(xtdb_url) as store:
         store.put({"id": oid, "kind": "toolcall", "content": f"K={secret}", "meta": {"session": uid}})
-        assert [h.id for h in store.text_search(secret)] == [oid]  # (indexed now)
+        assert oid in [h.id for h in store.text_search(secret)]  # (indexed now; others on the node may hold "cut")
     index = node_file("text-index", xtdb_url)
 
     def in_index() -> bool:
