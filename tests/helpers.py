@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -217,7 +218,9 @@ def http_server(tmp_path: Path, *args: str, store: Path | None = None) -> Iterat
     token_file = tmp_path / "serve" / "token"
     ctxos = str(Path(sys.executable).parent / "ctxos")
     cmd = [ctxos, "--store", str(store or tmp_path / "s.db"), "serve", "--http", "0", "--token-file", str(token_file)]
-    proc = subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # (faulthandler: a server that does not stop is made to say where each of its threads stands)
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    proc = subprocess.Popen([*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline().decode()
@@ -227,10 +230,21 @@ def http_server(tmp_path: Path, *args: str, store: Path | None = None) -> Iterat
         yield HttpServer(proc, int(m.group(1)), token_file)
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # its threads' stacks on stderr, then it ends
+            try:
+                _, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+            said = err.decode(errors="replace")
+            raise AssertionError(f"ctxos serve did not stop within 30 s of SIGTERM:\n{said}") from None
+        finally:
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
 
 
 STUB = re.compile(r'^\[(?P<name>[\w.-]+) output(?: \(error\))?, \d+ tokens, collapsed: activate\("(?P<ref>r\d+)"\)\]')
