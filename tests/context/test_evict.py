@@ -807,20 +807,28 @@ def test_ctrl_c_in_an_eviction_on_xtdb_names_the_keyword_index_and_the_command_r
     assert not in_index()
 
 
-def _activated_then_evicted(store: Store, uid: str) -> str:
-    """A session whose last two frames show two tool outputs in blocks of the active pool (the
-    agent activated them), the first evicted since; its id."""
+def _shown_again(store: Store, uid: str, output: str, activated: int) -> None:
+    """A session ``uid`` whose first tool output (``output``) collapsed with the next few, then the
+    first ``activated`` of them were activated (blocks of the active pool): with two, the last two
+    frames show them (a frame between), with one, the last frame."""
     s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
     hook = OpenAIHook(s)
-    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", f"TOKEN={SECRET}")]
+    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", output)]
     for n in range(2, 7):  # the first outputs collapse
         hook.transform_context(msgs)
         msgs += [call(f"c{n}", "bash", command="ls"), result(f"c{n}", f"file{n}.txt")]
-    hook.call_tool("activate", {"id": f"toolcall:{uid}:c1"})
-    hook.call_tool("activate", {"id": f"toolcall:{uid}:c2"})
-    hook.transform_context(msgs)
+    for n in range(1, activated + 1):
+        hook.call_tool("activate", {"id": f"toolcall:{uid}:c{n}"})
+    if activated > 1:
+        hook.transform_context(msgs)
     hook.transform_context([*msgs, say("ok"), user("next")])
     s.close()
+
+
+def _activated_then_evicted(store: Store, uid: str) -> str:
+    """A session whose last two frames show two tool outputs in blocks of the active pool (the
+    agent activated them), the first evicted since; its id."""
+    _shown_again(store, uid, f"TOKEN={SECRET}", 2)
     oid = f"toolcall:{uid}:c1"
     assert SECRET in json.dumps(verify_frame(store, frame_docs(store, uid)[-1]).rendered.messages)
     evict(store, oid, reason="leaked")
@@ -852,16 +860,8 @@ def test_a_block_evicted_by_its_own_id_leaves_its_frames_evicted_not_damaged(sto
     tombstone listed no block, so every frame that showed it failed as damaged (`block … is not in
     the store`, MISMATCH, exit 1) after an eviction made on purpose. Its tombstone names it now:
     those frames are marked as having shown what was evicted, and nothing else of them is excused."""
-    s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
-    hook = OpenAIHook(s)
     # (not SECRET: the output stays on the shared node, where other tests look for SECRET everywhere)
-    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", f"TOKEN=block-{uid}")]
-    for n in range(2, 7):  # the first outputs collapse
-        hook.transform_context(msgs)
-        msgs += [call(f"c{n}", "bash", command="ls"), result(f"c{n}", f"file{n}.txt")]
-    hook.call_tool("activate", {"id": f"toolcall:{uid}:c1"})  # shown again: a block of the active pool
-    hook.transform_context([*msgs, say("ok"), user("next")])
-    s.close()
+    _shown_again(store, uid, f"TOKEN=block-{uid}", 1)
     frame = frame_docs(store, uid)[-1]
     shown = [b[1] for b in frame["content"]["blocks"] if store.doc(b[1])["meta"]["object"] == f"toolcall:{uid}:c1"]
     assert shown and verify_frame(store, frame).ok

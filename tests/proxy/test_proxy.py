@@ -12,11 +12,13 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import threading
 import time
 import warnings
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -1512,16 +1514,12 @@ def test_while_its_sessions_close_the_proxy_answers_its_status_and_opens_no_sess
     request that came meanwhile (on a kept-alive connection) then opened a session of its own,
     after the sessions were closed, which nothing closed. Now neither waits, and no session is
     opened once the proxy closes."""
-    import sqlite3
-
     db = tmp_path / "p.db"
     with SqliteStore(db) as store:
         proxy = Proxy(store, "http://127.0.0.1:9")
         body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
         assert proxy.prepare("openai", {}, body).conversation is not None
-        blocker = sqlite3.connect(db)
-        blocker.execute("BEGIN IMMEDIATE")  # the store hangs: its writes wait for this one
-        try:
+        with _hung(db):
             closing = threading.Thread(target=proxy.close)
             closing.start()
             wait_for(lambda: any(t.name.startswith("ctxos-close-") for t in threading.enumerate()), "the close")
@@ -1532,9 +1530,6 @@ def test_while_its_sessions_close_the_proxy_answers_its_status_and_opens_no_sess
             assert answered[0]["sessions"] == []
             other = {"model": "m", "messages": [{"role": "user", "content": "another"}]}
             assert proxy.prepare("openai", {}, other).conversation is None  # as it came
-        finally:
-            blocker.rollback()
-            blocker.close()
         closing.join(60)
         assert not closing.is_alive()
         assert store.get(f"session:{derive_session('openai', other)}") is None
@@ -1544,17 +1539,13 @@ def test_a_session_opening_on_a_store_that_hangs_holds_up_no_other_request(tmp_p
     """A new conversation's session was opened under the lock every request and the status take:
     on a store that hangs (each write waits its timeout, 30 s), every other request, a session's
     already open among them, and the status waited for it, one after the other."""
-    import sqlite3
-
     db = tmp_path / "p.db"
     with SqliteStore(db) as store:
         proxy = Proxy(store, "http://127.0.0.1:9")
         first = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
         assert proxy.prepare("openai", {}, first).conversation is not None
-        blocker = sqlite3.connect(db)
-        blocker.execute("BEGIN IMMEDIATE")  # the store hangs: its writes wait for this one
         opened: list[Any] = []
-        try:
+        with _hung(db):
             new = {"model": "m", "messages": [{"role": "user", "content": "another"}]}
             opening = threading.Thread(target=lambda: opened.append(proxy.prepare("openai", {}, new)))
             opening.start()
@@ -1563,9 +1554,6 @@ def test_a_session_opening_on_a_store_that_hangs_holds_up_no_other_request(tmp_p
             threading.Thread(target=lambda: answered.append(proxy.status()), daemon=True).start()
             wait_for(lambda: answered, "the status while a session opens")
             assert answered[0]["counts"]["requests"] == 2
-        finally:
-            blocker.rollback()
-            blocker.close()
         opening.join(60)
         assert opened and opened[0].conversation is not None
         assert {s["session"] for s in proxy.status()["sessions"]} == {
@@ -1573,6 +1561,19 @@ def test_a_session_opening_on_a_store_that_hangs_holds_up_no_other_request(tmp_p
             derive_session("openai", new),
         }
         proxy.close()
+
+
+@contextmanager
+def _hung(db: Path) -> Iterator[None]:
+    """Within: the SQLite store at ``db`` hangs (another connection holds its write lock, so each
+    write waits its timeout); it answers again after, whatever happened within."""
+    blocker = sqlite3.connect(db)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        blocker.rollback()
+        blocker.close()
 
 
 def _waits_on_store(thread: threading.Thread) -> bool:
