@@ -485,9 +485,8 @@ class Proxy:
         with self._lock:
             if self._closed:  # its session would be opened after the others were closed, and stay open
                 raise ProxyStopping
-            found = self._conversations.get(session_id)
+            found = self._taken(session_id)
             if found is not None:
-                found.used = time.monotonic()
                 return found
             opening = self._opening.setdefault(session_id, threading.Lock())
         self._close_idle()
@@ -496,9 +495,7 @@ class Proxy:
         # (an open that failed leaves its lock: the requests after it try again one at a time)
         with opening:
             with self._lock:
-                found = self._conversations.get(session_id)
-                if found is not None:
-                    found.used = time.monotonic()
+                found = self._taken(session_id)
             if found is not None:
                 return found
             found = self._open(name, session_id, keyless=keyless)
@@ -516,6 +513,14 @@ class Proxy:
                     return found
             found.hook.session.close()
             raise ProxyStopping
+
+    def _taken(self, session_id: str) -> _Conversation | None:
+        """The open conversation of ``session_id``, used now (not idle: ``_close_idle`` leaves
+        it); under ``_lock``."""
+        found = self._conversations.get(session_id)
+        if found is not None:
+            found.used = time.monotonic()
+        return found
 
     def _close_idle(self) -> None:
         """Close the sessions of the conversations no request used for ``idle_close_s`` (a proxy
