@@ -15,6 +15,7 @@ import signal
 import socketserver
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict
@@ -62,14 +63,47 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+STOP_POLL_SECONDS = 0.2
+"""How often ``serve_until_stopped`` looks whether a stop was asked."""
+
+
 def serve_until_stopped(server: socketserver.BaseServer) -> None:
-    """Serve until Ctrl-C or SIGTERM (``server_process``), then close the server's socket."""
+    """Serve until Ctrl-C or SIGTERM, then close the server's socket.
+
+    While it serves, those signals only set a flag, which the main thread reads between sleeps,
+    and the server is stopped by ``shutdown`` from there: a signal raising ``KeyboardInterrupt``
+    can land anywhere in the main thread, and where it lands in a finaliser or a callback it is
+    reported as ignored and the server goes on serving (once seen in CI: a serve left polling
+    after SIGTERM). A SIGINT the process was started ignoring (``nohup``, ``&`` in a script) stays
+    ignored."""
+    asked: list[int] = []
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            if signal.getsignal(sig) not in (signal.SIG_IGN, None):
+                previous[sig] = signal.signal(sig, lambda signum, frame: asked.append(signum))
+    failed: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            server.serve_forever()
+        except BaseException as e:  # handed to the main thread, which raises it
+            failed.append(e)
+
+    serving = threading.Thread(target=serve, name="ctxos-serve")
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        serving.start()
+        while not asked and serving.is_alive():
+            time.sleep(STOP_POLL_SECONDS)
     finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if serving.is_alive():
+            server.shutdown()
+        serving.join()
         server.server_close()
+    if failed:
+        raise failed[0]
 
 
 class _Text(click.types.StringParamType):

@@ -30,6 +30,7 @@ from ._common import (
     fails_cleanly,
     rebuild_vectors_option,
     recall_embedder,
+    serve_until_stopped,
     server_process,
     store_from,
     track_option,
@@ -204,7 +205,7 @@ def serve_cmd(
             announce_created(store)  # after the listening line, which stays the first
             if not use_stdio:
                 assert httpd is not None
-                httpd.serve_forever()
+                serve_until_stopped(httpd)
                 return
             if httpd is not None:
                 threading.Thread(target=httpd.serve_forever, name="ctxos-http", daemon=True).start()
