@@ -70,10 +70,26 @@ def test_a_sigterm_that_lands_in_a_finaliser_still_stops_the_server():
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
-def test_a_stop_restores_the_signal_handlers_it_found():
+def test_a_sigint_the_process_ignores_stays_ignored_and_the_handlers_found_are_restored():
+    """A server started with SIGINT ignored (``nohup``, ``&`` in a script, a test runner's
+    worker) is not stopped by it; SIGTERM stops it, and both handlers are as they were."""
     server = _Server()
     server.fired = True  # no signal from inside
-    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
-    serve_until_stopped(server)
-    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        before = signal.getsignal(signal.SIGTERM)
+        pid = os.getpid()
+        threading.Timer(0.3, os.kill, (pid, signal.SIGINT)).start()
+        sigterm = threading.Timer(1.5, os.kill, (pid, signal.SIGTERM))
+        sigterm.start()
+        late: list[str] = []
+        guard = threading.Timer(30, lambda: (late.append("SIGTERM did not stop it"), server.shutdown()))
+        guard.start()  # (a stop that never comes ends the test)
+        serve_until_stopped(server)
+        guard.cancel()
+        assert late == []
+        assert sigterm.finished.is_set()  # stopped by the SIGTERM, not by the SIGINT before it
+        assert signal.getsignal(signal.SIGTERM) is before
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
