@@ -26,6 +26,12 @@ if ! command -v apt-get >/dev/null 2>&1; then
     echo "$what: missing, and this machine has no apt-get to install Debian's $*" >&2
     exit 1
 fi
+# one install at a time (the workers of a parallel test run may each need one): apt-get would
+# fail at once on the lock the other holds
+if command -v flock >/dev/null 2>&1; then
+    exec 7>>"${TMPDIR:-/tmp}/ctxos-apt-install.lock"
+    flock -w 1800 7 || { echo "$what: another install held its lock for 30 minutes" >&2; exit 1; }
+fi
 echo "installing Debian's $* for $what (once)" >&2
 export DEBIAN_FRONTEND=noninteractive
 "${run[@]}" apt-get install -y -q --no-install-recommends "$@" >&2 \

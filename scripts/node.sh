@@ -52,8 +52,17 @@ if ! command -v npm >/dev/null 2>&1; then
     exit 1
 fi
 
-echo "node.sh: installing Node $version into $prefix (npm package $package)" >&2
 mkdir -p "$prefix"
+# one install at a time (two test workers may ask at once): the second finds the first's
+if command -v flock >/dev/null 2>&1; then
+    exec 7>>"$prefix/.install.lock"
+    flock -w 900 7 || { echo "node.sh: another install into $prefix held its lock for 15 minutes" >&2; exit 1; }
+    if [ -x "$bin/node" ] && is_new_enough "$bin/node"; then
+        echo "$bin"
+        exit 0
+    fi
+fi
+echo "node.sh: installing Node $version into $prefix (npm package $package)" >&2
 # a package.json of its own keeps npm from walking up into the repository's
 [ -f "$prefix/package.json" ] || echo '{"private": true, "description": "project-local Node for Pi"}' >"$prefix/package.json"
 npm install --prefix "$prefix" --no-audit --no-fund --no-package-lock --loglevel=error "$package@$version" >&2

@@ -34,28 +34,92 @@ TOTALS = ("kills", "inputs", "acknowledged_txs_checked", "versions_checked", "pa
 
 
 class Counts:
-    """Counts per check, summed over the tests that add to it."""
+    """Counts per check, summed over the tests that add to it. In a worker of a parallel run
+    (pytest-xdist) what each test added is also kept ``unsent`` until its report carries it to
+    the controller, which sums every worker's into its own."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, *, worker: bool = False) -> None:
         self.seed = seed
         self.checks: dict[str, dict[str, int]] = {}
         self.seconds: dict[str, float] = {}
+        self.unsent: dict[str, Any] | None = {"checks": {}, "seconds": {}} if worker else None
 
     def add(self, check: str, **counts: int) -> None:
-        row = self.checks.setdefault(check, {})
-        for name, n in counts.items():
-            row[name] = row.get(name, 0) + n
+        _add(self.checks, check, counts)
+        if self.unsent is not None:
+            _add(self.unsent["checks"], check, counts)
 
     def timed(self, check: str, started: float) -> None:
-        self.seconds[check] = round(self.seconds.get(check, 0.0) + time.monotonic() - started, 1)
+        took = time.monotonic() - started
+        self.seconds[check] = round(self.seconds.get(check, 0.0) + took, 1)
+        if self.unsent is not None:
+            self.unsent["seconds"][check] = self.unsent["seconds"].get(check, 0.0) + took
+
+    def take_unsent(self) -> dict[str, Any] | None:
+        """What was added since the last call (None if nothing), to send to the controller."""
+        if self.unsent is None or not (self.unsent["checks"] or self.unsent["seconds"]):
+            return None
+        sent, self.unsent = self.unsent, {"checks": {}, "seconds": {}}
+        return sent
+
+    def merge(self, sent: dict[str, Any]) -> None:
+        """A worker's ``take_unsent``, summed into these counts (the controller's)."""
+        for check, counts in sent["checks"].items():
+            _add(self.checks, check, counts)
+        for check, took in sent["seconds"].items():
+            self.seconds[check] = round(self.seconds.get(check, 0.0) + took, 1)
+
+
+def _add(checks: dict[str, dict[str, int]], check: str, counts: dict[str, int]) -> None:
+    row = checks.setdefault(check, {})
+    for name, n in counts.items():
+        row[name] = row.get(name, 0) + n
 
 
 _COUNTS = pytest.StashKey[Counts]()
 
 
+_PROPERTY = "reliability counts"
+"""The name under which a worker's test report carries what the test added to the counts."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     env = os.environ.get(SEED_ENV, "").strip()
-    config.stash[_COUNTS] = Counts(int(env) if env else random.SystemRandom().randrange(2**32))
+    seed = int(env) if env else random.SystemRandom().randrange(2**32)
+    worker = hasattr(config, "workerinput")
+    if not worker:  # the workers of a parallel run, started after this, take the same seed
+        os.environ[SEED_ENV] = str(seed)
+    config.stash[_COUNTS] = Counts(seed, worker=worker)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    if call.when == "teardown":  # after the test's own fixtures, which may add too, are torn down
+        sent = item.config.stash[_COUNTS].take_unsent()
+        if sent is not None:
+            outcome.get_result().user_properties.append((_PROPERTY, sent))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """In the controller of a parallel run: a worker's test report, with what the test added."""
+    config = _CONTROLLER.get("config")
+    if config is None or report.when != "teardown":
+        return
+    for name, value in report.user_properties:
+        if name == _PROPERTY:
+            config.stash[_COUNTS].merge(value)
+
+
+_CONTROLLER: dict[str, pytest.Config] = {}
+"""The run's config where reports of workers arrive (not in a worker, nor in a serial run)."""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        _CONTROLLER["config"] = config
 
 
 @pytest.fixture(scope="session")

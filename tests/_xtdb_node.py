@@ -139,7 +139,7 @@ def _free_port() -> int:
     lo, dash, hi = span.partition("-")
     if not (dash and lo.strip().isdigit() and hi.strip().isdigit() and 0 < int(lo) <= int(hi) < 65536):
         raise NodeUnavailable(f"CTXOS_TEST_PORTS={span!r} is not a port range LO-HI")
-    ports = list(range(int(lo), int(hi) + 1))
+    ports = _workers_share(list(range(int(lo), int(hi) + 1)))
     random.shuffle(ports)  # two calls before either port is taken should not get the same one
     for port in ports:
         with socket.socket() as s:
@@ -149,6 +149,20 @@ def _free_port() -> int:
                 continue
             return port
     raise NodeUnavailable(f"no free port in CTXOS_TEST_PORTS={span}")
+
+
+def _workers_share(ports: list[int]) -> list[int]:
+    """In a parallel run (pytest-xdist's workers ``gw0``, ``gw1``, …) each worker's own slice of
+    ``ports``: two workers never pick one port at once, each before the other's node took it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "") or 1)
+    if count <= 1 or not worker.removeprefix("gw").isdigit():
+        return ports
+    size = len(ports) // count
+    if size < 1:
+        raise NodeUnavailable(f"CTXOS_TEST_PORTS has {len(ports)} ports, fewer than the run's {count} workers")
+    k = int(worker.removeprefix("gw")) % count
+    return ports[k * size : (k + 1) * size]
 
 
 @contextmanager

@@ -17,10 +17,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from types import FrameType
 
@@ -34,11 +36,34 @@ pytest_plugins = ["tests._reliability"]
 
 def pytest_configure(config: pytest.Config) -> None:
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupted)
+        parallel = not hasattr(config, "workerinput") and config.getoption("numprocesses", None)
+        signal.signal(signal.SIGTERM, _to_workers if parallel else _interrupted)
+
+
+_TERMINATED: list[int] = []
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
+    if _TERMINATED:  # a second one (a process group's, after the controller's): the teardown goes on
+        return
+    _TERMINATED.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _to_workers(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM in the controller of a parallel run (pytest-xdist): handed to each worker, which
+    ends as above, its fixtures torn down, and the run ends interrupted. (Interrupted itself, the
+    controller would end its workers without their teardown: every node they started left
+    running.) Where a process's children cannot be listed, the controller is interrupted."""
+    try:
+        tasks = Path("/proc/self/task").iterdir()
+        workers = [int(pid) for task in tasks for pid in (task / "children").read_text().split()]
+    except OSError:
+        _interrupted(signum, frame)
+        return
+    for pid in workers:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import http.client
 import json
 import os
@@ -10,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -43,11 +46,28 @@ class Unavailable(Exception):
 
 
 def provisioned(what: str, provision: Callable[[], T]) -> T:
-    """``provision()``'s real part, or the test ``unavailable`` when it raises ``Unavailable``."""
+    """``provision()``'s real part, or the test ``unavailable`` when it raises ``Unavailable``.
+    One provisioning at a time (``provisioning``)."""
     try:
-        return provision()
+        with provisioning():
+            return provision()
     except Unavailable as e:  # pragma: no cover - depends on the machine
         unavailable(what, e)
+
+
+@contextmanager
+def provisioning() -> Iterator[None]:
+    """Held while a real part is installed (an npm package, Node): the workers of a parallel run
+    (``make test``'s) take turns, where two would install into one directory at once. The next
+    finds it installed."""
+    root = str(Path(__file__).resolve().parent.parent).encode()
+    path = Path(tempfile.gettempdir()) / f"ctxos-tests-{hashlib.sha256(root).hexdigest()[:12]}.lock"
+    with path.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def run_step(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> str:

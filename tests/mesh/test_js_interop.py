@@ -24,7 +24,7 @@ from context_os.errors import MeshError
 from context_os.mesh.agent import MeshAgent
 from context_os.mesh.node import MeshConfig, MeshNode
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import unavailable
+from tests.helpers import provisioning, unavailable
 from tests.mesh.conftest import Answerer, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -58,11 +58,12 @@ def _installed_matches_lock() -> bool:
 def node_bin() -> Path:
     """A Node >= 22 with the js peer's packages installed."""
     try:
-        out = _run(["bash", str(ROOT / "scripts" / "node.sh")], cwd=ROOT).strip()
-        bin_dir = Path(out.splitlines()[-1])
-        if not _installed_matches_lock():
-            env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-            _run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=JS, env=env)
+        with provisioning():
+            out = _run(["bash", str(ROOT / "scripts" / "node.sh")], cwd=ROOT).strip()
+            bin_dir = Path(out.splitlines()[-1])
+            if not _installed_matches_lock():
+                env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+                _run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=JS, env=env)
         return bin_dir
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:  # pragma: no cover - depends on the machine
         unavailable("the js-libp2p peer", e)
