@@ -550,6 +550,20 @@ def test_mini_swe_agent_actions_in_text_become_tool_calls(tmp_path: Path) -> Non
     assert t.messages[5]["content"].startswith("<returncode>1</returncode>")
 
 
+@pytest.mark.timeout(120)
+def test_a_mini_swe_agent_reply_of_many_unclosed_blocks_is_read_in_linear_time(tmp_path: Path) -> None:
+    """Each opening fence with no closing one after it was looked for to the end of the reply: a
+    reply of 150,000 of them (a model's looping output) took about half an hour before the replay
+    began, 72 kB 7.6 s. It is read as before: no block in it, so a message, not a call."""
+    messages = json.loads((SESSIONS / "check" / "mini-swe-agent" / "github_issue.traj.json").read_text())
+    looping = {"role": "assistant", "content": "Again:\n" + "```bash\n x" * 150_000}
+    doc = {"info": {}, "trajectory_format": "mini-swe-agent-1", "messages": [*messages[:2], looping]}
+    path = tmp_path / "looping.traj.json"
+    path.write_text(json.dumps(doc))
+    t = read_session(path)
+    assert t.format == "mini-swe-agent" and t.messages[2] == looping
+
+
 def test_swe_agent_0x_actions_parsed_from_text_become_tool_calls() -> None:
     t = read_session(SESSIONS / "check" / "swe-agent" / "pydicom__pydicom-1458.traj")
     assert (t.format, t.cwd, calls(t)) == ("swe-agent-text", "/pydicom__pydicom", 12) and paired(t)
