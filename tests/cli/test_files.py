@@ -233,6 +233,17 @@ def test_a_sessions_own_records_are_not_evicted_by_id(root: Path, db: SqliteStor
     assert [r["session"] for r in json.loads(ctxos("sessions", "--json", store=db.path).stdout)] == ["s1"]
 
 
+def test_an_outbox_marker_is_not_evicted_by_id(db: SqliteStore) -> None:
+    """The marker a transaction written while the XTDB node was away carries (``outbox:<n>``, which
+    tells the provisional tx id its frames name as the real one) was erased by id, and those frames
+    then named a transaction nothing resolved. It holds no text: refused, as a session's records."""
+    marker = {"id": "outbox:7", "kind": "outbox", "content": {"accepted": 1, "ops": 2}}
+    db.put({**marker, "meta": {"provisional_tx_id": -7}})
+    with pytest.raises(InputError, match="^outbox:7 cannot be evicted: it is the marker of a transaction"):
+        evict(db, "outbox:7")
+    assert len(db.history("outbox:7")) == 1
+
+
 def test_a_block_whose_object_is_stored_is_not_evicted_alone(root: Path, db: SqliteStore) -> None:
     """A block is a piece of rendered context: the text of the object it shows (or the lines of
     a session's object index). ``objects evict block:…`` erased it and exited 0, while the object

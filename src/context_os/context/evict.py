@@ -58,9 +58,10 @@ EVICTED_TEXT = "[context_os: erased from the store]"
 """What an evicted chat message's text becomes."""
 
 
-KEPT_KINDS = frozenset({"session", "lease", "state", "frame", "tombstone"})
+KEPT_KINDS = frozenset({"session", "lease", "state", "frame", "tombstone", "outbox"})
 """Kinds ``holding`` names but an eviction by text leaves: what a session needs to open (its
-document, lease, states), its frames (hashes only) and the tombstones that keep evictions in force."""
+document, lease, states), its frames (hashes only), the tombstones that keep evictions in force
+and the markers of transactions written while the store was away (they hold no text)."""
 
 
 _KEPT_WHY = {
@@ -75,6 +76,9 @@ _KEPT_WHY = {
     " the turn has no frame to show or verify",
     "tombstone": "what keeps an eviction in force: without it a running session may write the evicted text"
     " back, and the file index take the evicted bytes in again",
+    "outbox": "the marker of a transaction written while the store's node was away and sent when it was"
+    " back (it tells the provisional transaction id that frames and refs of that time name as the real"
+    " one): without it those frames and refs name a transaction nothing resolves",
 }
 
 
