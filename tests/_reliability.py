@@ -35,45 +35,44 @@ TOTALS = ("kills", "inputs", "acknowledged_txs_checked", "versions_checked", "pa
 
 class Counts:
     """Counts per check, summed over the tests that add to it. In a worker of a parallel run
-    (pytest-xdist) what each test added is also kept ``unsent`` until its report carries it to
-    the controller, which sums every worker's into its own."""
+    (pytest-xdist) what each test added is also counted ``unsent`` until its report carries it to
+    the controller (``_Controller``), which sums every worker's into its own."""
 
     def __init__(self, seed: int, *, worker: bool = False) -> None:
         self.seed = seed
         self.checks: dict[str, dict[str, int]] = {}
         self.seconds: dict[str, float] = {}
-        self.unsent: dict[str, Any] | None = {"checks": {}, "seconds": {}} if worker else None
+        self.unsent = Counts(seed) if worker else None
 
     def add(self, check: str, **counts: int) -> None:
-        _add(self.checks, check, counts)
+        row = self.checks.setdefault(check, {})
+        for name, n in counts.items():
+            row[name] = row.get(name, 0) + n
         if self.unsent is not None:
-            _add(self.unsent["checks"], check, counts)
+            self.unsent.add(check, **counts)
 
     def timed(self, check: str, started: float) -> None:
-        took = time.monotonic() - started
-        self.seconds[check] = round(self.seconds.get(check, 0.0) + took, 1)
+        self.took(check, time.monotonic() - started)
+
+    def took(self, check: str, seconds: float) -> None:
+        self.seconds[check] = round(self.seconds.get(check, 0.0) + seconds, 1)
         if self.unsent is not None:
-            self.unsent["seconds"][check] = self.unsent["seconds"].get(check, 0.0) + took
+            self.unsent.took(check, seconds)
 
     def take_unsent(self) -> dict[str, Any] | None:
-        """What was added since the last call (None if nothing), to send to the controller."""
-        if self.unsent is None or not (self.unsent["checks"] or self.unsent["seconds"]):
+        """What was counted since the last call, to send to the controller (None if nothing)."""
+        if self.unsent is None or not (self.unsent.checks or self.unsent.seconds):
             return None
-        sent, self.unsent = self.unsent, {"checks": {}, "seconds": {}}
+        sent = {"checks": self.unsent.checks, "seconds": self.unsent.seconds}
+        self.unsent = Counts(self.seed)
         return sent
 
     def merge(self, sent: dict[str, Any]) -> None:
         """A worker's ``take_unsent``, summed into these counts (the controller's)."""
         for check, counts in sent["checks"].items():
-            _add(self.checks, check, counts)
-        for check, took in sent["seconds"].items():
-            self.seconds[check] = round(self.seconds.get(check, 0.0) + took, 1)
-
-
-def _add(checks: dict[str, dict[str, int]], check: str, counts: dict[str, int]) -> None:
-    row = checks.setdefault(check, {})
-    for name, n in counts.items():
-        row[name] = row.get(name, 0) + n
+            self.add(check, **counts)
+        for check, seconds in sent["seconds"].items():
+            self.took(check, seconds)
 
 
 _COUNTS = pytest.StashKey[Counts]()
@@ -83,13 +82,28 @@ _PROPERTY = "reliability counts"
 """The name under which a worker's test report carries what the test added to the counts."""
 
 
+class _Controller:
+    """The plugin that sums, in the controller of a parallel run (or a serial run, whose reports
+    carry nothing), what the workers' test reports carry."""
+
+    def __init__(self, counts: Counts) -> None:
+        self.counts = counts
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            for name, value in report.user_properties:
+                if name == _PROPERTY:
+                    self.counts.merge(value)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     env = os.environ.get(SEED_ENV, "").strip()
     seed = int(env) if env else random.SystemRandom().randrange(2**32)
     worker = hasattr(config, "workerinput")
+    config.stash[_COUNTS] = Counts(seed, worker=worker)
     if not worker:  # the workers of a parallel run, started after this, take the same seed
         os.environ[SEED_ENV] = str(seed)
-    config.stash[_COUNTS] = Counts(seed, worker=worker)
+        config.pluginmanager.register(_Controller(config.stash[_COUNTS]), "reliability-controller")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -99,27 +113,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         sent = item.config.stash[_COUNTS].take_unsent()
         if sent is not None:
             outcome.get_result().user_properties.append((_PROPERTY, sent))
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """In the controller of a parallel run: a worker's test report, with what the test added."""
-    config = _CONTROLLER.get("config")
-    if config is None or report.when != "teardown":
-        return
-    for name, value in report.user_properties:
-        if name == _PROPERTY:
-            config.stash[_COUNTS].merge(value)
-
-
-_CONTROLLER: dict[str, pytest.Config] = {}
-"""The run's config where reports of workers arrive (not in a worker, nor in a serial run)."""
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionstart(session: pytest.Session) -> None:
-    config = session.config
-    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
-        _CONTROLLER["config"] = config
 
 
 @pytest.fixture(scope="session")
