@@ -28,7 +28,10 @@ is_new_enough() {
     ' "$minimum" 2>/dev/null
 }
 
-if [ -x "$bin/node" ] && is_new_enough "$bin/node"; then
+# local_ok: whether the project-local Node is installed and new enough
+local_ok() { [ -x "$bin/node" ] && is_new_enough "$bin/node"; }
+
+if local_ok; then
     echo "$bin"
     exit 0
 fi
@@ -57,7 +60,7 @@ mkdir -p "$prefix"
 if command -v flock >/dev/null 2>&1; then
     exec 7>>"$prefix/.install.lock"
     flock -w 900 7 || { echo "node.sh: another install into $prefix held its lock for 15 minutes" >&2; exit 1; }
-    if [ -x "$bin/node" ] && is_new_enough "$bin/node"; then
+    if local_ok; then
         echo "$bin"
         exit 0
     fi
