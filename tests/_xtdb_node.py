@@ -130,25 +130,41 @@ def _free_port() -> int:
     """A port nothing listens on now, for a node or a PostgreSQL of the tests' own: any the system
     gives, or one of ``$CTXOS_TEST_PORTS`` (``LO-HI``, e.g. ``41000-41999``) when set, for a
     machine whose other work must keep its ports."""
+    return _free_ports(1)
+
+
+def _free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports nothing listens on now (``xtdb/start --cluster N
+    --port P`` starts its nodes on P … P+N-1), from the same places as ``_free_port``: within the
+    worker's own slice of ``$CTXOS_TEST_PORTS``, so that none of them is another worker's."""
     span = os.environ.get("CTXOS_TEST_PORTS", "").strip()
     if not span:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
-            return port
+        for _ in range(200):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port: int = s.getsockname()[1]
+            if port + count <= 65536 and all(_bindable(p) for p in range(port, port + count)):
+                return port
+        raise NodeUnavailable(f"no {count} consecutive free ports found")
     lo, dash, hi = span.partition("-")
     if not (dash and lo.strip().isdigit() and hi.strip().isdigit() and 0 < int(lo) <= int(hi) < 65536):
         raise NodeUnavailable(f"CTXOS_TEST_PORTS={span!r} is not a port range LO-HI")
     ports = _workers_share(list(range(int(lo), int(hi) + 1)))
-    random.shuffle(ports)  # two calls before either port is taken should not get the same one
-    for port in ports:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+    starts = ports[: len(ports) - count + 1]
+    random.shuffle(starts)  # two calls before either port is taken should not get the same one
+    for port in starts:
+        if all(_bindable(p) for p in range(port, port + count)):
             return port
-    raise NodeUnavailable(f"no free port in CTXOS_TEST_PORTS={span}")
+    raise NodeUnavailable(f"no {count} consecutive free ports in this run's share of CTXOS_TEST_PORTS={span}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _workers_share(ports: list[int]) -> list[int]:

@@ -28,7 +28,7 @@ from context_os.store import open_store
 from context_os.store.base import Match, Put
 from context_os.store.edn import Keyword
 from context_os.store.xtdb import XtdbStore, _read_edn
-from tests._xtdb_node import STARTUP_TIMEOUT_S, _answers, _free_port, run_clojure
+from tests._xtdb_node import STARTUP_TIMEOUT_S, _answers, _free_port, _free_ports, run_clojure
 from tests.cluster._cluster import XTDB, Cluster
 from tests.ui.recorded import record_demo
 
@@ -260,7 +260,8 @@ def test_a_node_behind_when_postgres_goes_away_fails_reads_at_once_and_the_sessi
     (``StoreUnavailable``, after about a second) instead of waiting out the store's timeout and
     failing the turn, writes wait in the outbox, and the session goes on. Once PostgreSQL is back
     everything lands once and every frame verifies."""
-    first, slow = _free_port(), _free_port()
+    first = _free_ports(2)
+    slow = first + 1
     cluster.start_node(first)
     cluster.start_node(slow, config=_slow_poll(tmp_path))
     store = open_store(cluster.url(first, slow) + f"?outbox={tmp_path / 'outbox.db'}")
@@ -460,7 +461,8 @@ def test_stop_of_a_cluster_stops_the_postgres_its_nodes_run_on(postgres: Cluster
     nodes then lost their database) and left this one's running. It now stops the one its nodes'
     start recorded. ``postgres`` is requested only so the test is skipped exactly where
     PostgreSQL cannot be had."""
-    port, pg_port = _free_port(), _free_port()
+    port = _free_ports(2)
+    pg_port = port + 1
     script = XTDB / "postgres"
     pg_data = XTDB / "target" / f"pg-{pg_port}"
     try:
@@ -496,8 +498,8 @@ def test_a_cluster_whose_node_does_not_start_stops_what_its_start_started(
     running, for the user to stop. Now it stops them itself, and leaves a PostgreSQL that was
     running before it (the module's) running. ``postgres`` is also requested so the test is
     skipped exactly where PostgreSQL cannot be had."""
-    port = _free_port()
-    pg_port = postgres.pg_port if postgres_was_running else _free_port()
+    port = _free_ports(3)  # the two nodes' and, unless it runs, PostgreSQL's
+    pg_port = postgres.pg_port if postgres_was_running else port + 2
     nodes = [XTDB / "data" / f"cluster-{p}" for p in (port, port + 1)]
     pg_data = XTDB / "target" / f"pg-{pg_port}"
     nodes[1].mkdir(parents=True, exist_ok=True)

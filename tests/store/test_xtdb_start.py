@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from context_os.store.xtdb import XtdbStore
-from tests._xtdb_node import ROOT, STARTUP_TIMEOUT_S, _free_port
+from tests._xtdb_node import ROOT, STARTUP_TIMEOUT_S, _free_port, _free_ports
 
 pytestmark = pytest.mark.xtdb
 
@@ -66,13 +66,11 @@ def test_a_data_directory_that_cannot_be_made_is_refused_in_a_line_of_its_own(tm
 def test_a_cluster_whose_node_port_is_taken_starts_nothing(tmp_path: Path) -> None:
     """The second node's port held by another program: refused before PostgreSQL or the first
     node is started, so nothing is left running that the refusal would leave to stop."""
-    port, pg_port = _free_port(), _free_port()
+    port = _free_ports(3)  # the two nodes' and PostgreSQL's
+    pg_port = port + 2
     script = ROOT / "xtdb"
     with socket.socket() as held:
-        try:
-            held.bind(("127.0.0.1", port + 1))
-        except OSError:
-            pytest.skip(f"port {port + 1} is taken")
+        held.bind(("127.0.0.1", port + 1))
         held.listen()
         try:
             run = subprocess.run(
@@ -440,7 +438,8 @@ def _cmdline(proc: Path) -> str:
 def test_pg_host_with_cluster_is_refused(tmp_path: Path) -> None:
     """``--cluster`` starts its own PostgreSQL on this machine: a ``--pg-host`` beside it was
     silently ignored (the nodes used the local one)."""
-    port, pg_port = _free_port(), _free_port()
+    port = _free_ports(3)  # the two nodes' (``xtdb/stop --cluster 2`` stops both) and PostgreSQL's
+    pg_port = port + 2
     script = ROOT / "xtdb"
     try:
         run = subprocess.run(
