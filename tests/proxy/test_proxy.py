@@ -1782,6 +1782,31 @@ def test_a_conversation_idle_past_its_time_is_closed_and_goes_on_when_it_comes_a
         proxy.close()
 
 
+def test_no_opening_lock_outlives_its_conversation(tmp_path: Path) -> None:
+    """Each session that failed to open, and each the idle close closed, left its opening lock in
+    the proxy: one that serves a keyless client for days (a session per conversation) kept one per
+    conversation it ever met. Now a lock goes with the last request that held or waited for it."""
+    with SqliteStore(tmp_path / "p.db") as store:
+        proxy = Proxy(store, "http://127.0.0.1:9", timeout=0.05, idle_close_s=0.1)
+        plans = []
+        for n in range(5):
+            plans.append(
+                proxy.prepare("openai", {}, {"model": "m", "messages": [{"role": "user", "content": f"t{n}"}]})
+            )
+            assert plans[-1].conversation is not None
+            wait_for(lambda: time.monotonic() - plans[-1].conversation.used > 0.2, "the conversation to idle")
+        assert [p.conversation.closed for p in plans] == [True] * 4 + [False]  # type: ignore[union-attr]
+        assert proxy._opening == {}
+    with SqliteStore(tmp_path / "q.db") as gone:
+        pass  # closed: every session opened on it fails
+    proxy = Proxy(gone, "http://127.0.0.1:9")
+    for n in range(3):
+        plan = proxy.prepare("openai", {}, {"model": "m", "messages": [{"role": "user", "content": f"f{n}"}]})
+        assert plan.conversation is None and plan.body is plan.original
+    assert proxy.counts["failed_open"] == 3 and proxy._opening == {}
+    proxy.close()
+
+
 def test_the_idle_close_outlasts_a_round_of_a_request(tmp_path: Path) -> None:
     """A round of a request may wait twice the upstream timeout: a conversation closed as idle
     meanwhile would lose it, so the idle time is never less (a ``--timeout`` of an hour does not

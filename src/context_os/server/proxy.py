@@ -302,6 +302,17 @@ class _Conversation:
     the session again."""
 
 
+@dataclass
+class _Opening:
+    """The lock that lets one request at a time open a session (``Proxy._conversation``), or an
+    idle close close it, and how many hold it or wait for it: it leaves ``Proxy._opening`` with
+    the last of them (a proxy serving a keyless client for days kept one per conversation)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0
+    """Under ``Proxy._lock``."""
+
+
 class _Reopen(Exception):
     """The conversation a request took was closed as idle meanwhile (``Proxy._close_idle``)."""
 
@@ -382,8 +393,8 @@ class Proxy:
         """Requests between their first upstream call and their client's last byte."""
         self._closed = False
         """Set by ``close``: no session is opened any more."""
-        self._opening: dict[str, threading.Lock] = {}
-        """The sessions being opened, each by one request (``_conversation``)."""
+        self._opening: dict[str, _Opening] = {}
+        """The sessions being opened, each by one request (``_conversation``), or closed as idle."""
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop relaying (SIGTERM, Ctrl-C): each answer still being relayed is cut, and its client
@@ -488,31 +499,46 @@ class Proxy:
             found = self._taken(session_id)
             if found is not None:
                 return found
-            opening = self._opening.setdefault(session_id, threading.Lock())
-        self._close_idle()
-        # opened without the lock every request and the status take (a store that hangs holds
-        # each write up to its timeout), once: a request of the same session waits for it
-        # (an open that failed leaves its lock: the requests after it try again one at a time)
-        with opening:
-            with self._lock:
-                found = self._taken(session_id)
-            if found is not None:
-                return found
-            found = self._open(name, session_id, keyless=keyless)
-            with self._lock:
-                first = self._conversations.get(started) if started is not None else None
-            if first is not None:  # the first call's rounds with our tools: the first to reply takes them
-                with first.lock:
-                    found.hidden, first.hidden = first.hidden, []
-                    self._keep_hidden(first)
-                self._keep_hidden(found)
-            with self._lock:
-                if not self._closed:
-                    self._conversations[session_id] = found
-                    self._opening.pop(session_id, None)
+            opening = self._enter_opening(session_id)
+        try:
+            self._close_idle()
+            # opened without the lock every request and the status take (a store that hangs holds
+            # each write up to its timeout), once: a request of the same session waits for it
+            # (after an open that failed, the requests waiting try again one at a time)
+            with opening.lock:
+                with self._lock:
+                    found = self._taken(session_id)
+                if found is not None:
                     return found
-            found.hook.session.close()
-            raise ProxyStopping
+                found = self._open(name, session_id, keyless=keyless)
+                with self._lock:
+                    first = self._conversations.get(started) if started is not None else None
+                if first is not None:  # the first call's rounds with our tools: the first to reply takes them
+                    with first.lock:
+                        found.hidden, first.hidden = first.hidden, []
+                        self._keep_hidden(first)
+                    self._keep_hidden(found)
+                with self._lock:
+                    if not self._closed:
+                        self._conversations[session_id] = found
+                        return found
+                found.hook.session.close()
+                raise ProxyStopping
+        finally:
+            with self._lock:
+                self._leave_opening(session_id, opening)
+
+    def _enter_opening(self, session_id: str) -> _Opening:
+        """The opening lock of ``session_id``, counted as used until ``_leave_opening``; under ``_lock``."""
+        opening = self._opening.setdefault(session_id, _Opening())
+        opening.users += 1
+        return opening
+
+    def _leave_opening(self, session_id: str, opening: _Opening) -> None:
+        """Done with it (``_enter_opening``): gone with its last user; under ``_lock``."""
+        opening.users -= 1
+        if opening.users == 0 and self._opening.get(session_id) is opening:
+            del self._opening[session_id]
 
     def _taken(self, session_id: str) -> _Conversation | None:
         """The open conversation of ``session_id``, used now (not idle: ``_close_idle`` leaves
@@ -530,15 +556,16 @@ class Proxy:
         if self.idle_close_s is None:
             return
         idle_before = time.monotonic() - self.idle_close_s
-        closing: dict[str, tuple[_Conversation, threading.Lock]] = {}  # by session id
+        closing: dict[str, tuple[_Conversation, _Opening]] = {}  # by session id
         with self._lock:
             for sid, conv in list(self._conversations.items()):
                 if conv.used >= idle_before or not conv.lock.acquire(blocking=False):
                     continue
                 # a request of it meanwhile waits to open it again until its session is closed
                 # (opened while the close gives its lease back, it would lose it)
-                opening = self._opening.setdefault(sid, threading.Lock())
-                if not opening.acquire(blocking=False):  # (not while it is open: kept all the same)
+                opening = self._enter_opening(sid)
+                if not opening.lock.acquire(blocking=False):  # (not while it is open: kept all the same)
+                    self._leave_opening(sid, opening)
                     conv.lock.release()
                     continue
                 conv.closed = True
@@ -551,9 +578,11 @@ class Proxy:
         try:
             close_sessions([conv.hook.session for conv, _ in closing.values()], CLOSE_WAIT, "proxy: ")
         finally:
-            # (each lock stays in ``_opening``: a request may wait on it; the next open pops it)
             for _, opening in closing.values():
-                opening.release()
+                opening.lock.release()
+            with self._lock:
+                for sid, (_, opening) in closing.items():
+                    self._leave_opening(sid, opening)
 
     def _open(self, name: str, session_id: str, *, keyless: bool) -> _Conversation:
         """A conversation of ``session_id``'s session, opened (``_conversation``)."""
