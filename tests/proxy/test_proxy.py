@@ -1041,6 +1041,47 @@ def test_the_conversation_that_claimed_a_start_keeps_it_after_a_restart(tmp_path
         store.close()
 
 
+@pytest.mark.parametrize("away", ["closed as idle", "proxy restarted"])
+def test_a_first_calls_exchanges_with_our_tools_are_taken_over_after_its_session_closed(
+    tmp_path: Path, away: str
+) -> None:
+    """A conversation whose start another had claimed runs its first call under a session of its
+    own (``_route``), and its first reply takes that call's exchanges with our tools over. When
+    that session had been closed before the reply came (idle for ``idle_close_s``, or a proxy
+    restarted), the exchanges were lost: the model was no longer sent what our tool showed it."""
+    replies = ["reading a.txt", "ok a", call("pin", id="r9"), "reading b.txt", "ok b"]
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.openai()
+            client.chat.completions.create(model="m", messages=START)  # type: ignore[arg-type]
+            client.chat.completions.create(model="m", messages=RUN_A)  # type: ignore[arg-type]  # a claims the start
+            got = client.chat.completions.create(model="m", messages=START)  # type: ignore[arg-type]
+            assert got.choices[0].message.content == "reading b.txt" and len(up.requests) == 4
+            assert '"pin"' in json.dumps(up.requests[3]["messages"])  # our tool ran inside b's first call
+            if away == "proxy restarted":
+                running.close()
+                running = Running(tmp_path, up)
+                client = running.openai()
+            else:
+                running.proxy.idle_close_s = 0.1  # b's next request closes what idled that long
+                time.sleep(0.2)
+            got = client.chat.completions.create(model="m", messages=RUN_B)  # type: ignore[arg-type]
+            assert got.choices[0].message.content == "ok b"
+            sent = json.dumps(up.requests[4]["messages"])
+            assert '"pin"' in sent and sent.index('"pin"') < sent.index("reading b.txt") < sent.index("go on")
+            first = running.store.doc(f"proxy-hidden:{_fork_of_start()}")
+            assert first is not None and first["content"] == []  # taken over: never sent twice
+        finally:
+            running.close()
+
+
+def _fork_of_start() -> str:
+    from context_os.server.proxy import _fork
+
+    return _fork(derive_session("openai", {"messages": START}), None)
+
+
 def test_two_conversations_claiming_one_start_at_once_are_two_sessions(tmp_path: Path) -> None:
     # both first replies came while the start was unclaimed: each request found it so and
     # claimed it, the second's claim replaced the first's, and both were routed to the start's

@@ -511,13 +511,8 @@ class Proxy:
                 if found is not None:
                     return found
                 found = self._open(name, session_id, keyless=keyless)
-                with self._lock:
-                    first = self._conversations.get(started) if started is not None else None
-                if first is not None:  # the first call's rounds with our tools: the first to reply takes them
-                    with first.lock:
-                        found.hidden, first.hidden = first.hidden, []
-                        self._keep_hidden(first)
-                    self._keep_hidden(found)
+                if started is not None and found.hook.session.view.turn == 0:
+                    self._take_first(started, found)
                 with self._lock:
                     if not self._closed:
                         self._conversations[session_id] = found
@@ -527,6 +522,43 @@ class Proxy:
         finally:
             with self._lock:
                 self._leave_opening(session_id, opening)
+
+    def _take_first(self, started: str, found: _Conversation) -> None:
+        """``found``, new, takes the exchanges with our tools of its first call, run under the
+        session ``started`` (``_route``: the first to reply takes them): from that conversation
+        when it is open, else from the store (closed as idle, or by a proxy that stopped, before
+        the reply came)."""
+        with self._lock:
+            opening = self._enter_opening(started)
+        try:
+            with opening.lock:  # neither opened nor closed meanwhile
+                with self._lock:
+                    first = self._conversations.get(started)
+                if first is not None:
+                    with first.lock:
+                        found.hidden, first.hidden = first.hidden, []
+                        self._keep_hidden(first)
+                else:
+                    taken = _stored_hidden(self.store, started, found.evictions_seen)
+                    if not taken:
+                        return
+                    gone = {
+                        "id": f"{_HIDDEN}{started}",
+                        "kind": "proxy_hidden",
+                        "content": [],
+                        "meta": {"session": started},
+                    }
+                    try:  # taken from there first: never sent in two conversations
+                        self.store.put(gone)
+                    except Exception as e:  # noqa: BLE001 - the store may be down: they stay where they are
+                        sid = found.hook.session.id
+                        log.warning("proxy: session %s: its first call's exchanges with our tools are left: %s", sid, e)
+                        return
+                    found.hidden = taken
+                self._keep_hidden(found)
+        finally:
+            with self._lock:
+                self._leave_opening(started, opening)
 
     def _enter_opening(self, session_id: str) -> _Opening:
         """The opening lock of ``session_id``, counted as used until ``_leave_opening``; under ``_lock``."""
