@@ -141,6 +141,25 @@ def test_file_results_collapse_at_once_and_the_file_shows_the_current_text(db) -
     assert last["content"]["tokens"] < last["content"]["tokens_full"] + 200
 
 
+def test_a_file_pis_bash_changed_is_not_shown_at_its_old_text(db) -> None:
+    """Pi's agent changes files with bash too (``sed -i '' …``, ``mv``, a heredoc): only Codex's
+    shells were followed, so a file Pi had read and then ``sed``-ed was shown at its old text as
+    current, one a heredoc wrote not at all. Every harness's shell is followed now: the changed
+    file's content is unknown until read again, the written one is at that text."""
+    session = Session.open(db, "sh", harness="pi")
+    msgs = [user("go")]
+    msgs += step("r1", "read", "def greet():\n    return 'hi'\n", path="/repo/app.py")
+    msgs += step("b1", "bash", "", command="cd /repo && sed -i '' 's/hi/hello/' app.py")
+    msgs += step("b2", "bash", "", command="cat > /repo/notes.md <<'EOF'\n# Notes\ngreet says hello\nEOF")
+    msgs.append(say("done"))
+    r = replay_transcript(pi(msgs), session, verify="all")
+    assert r.orphaned_tool_results == 0 and r.frames_verified == r.turns
+    files = {o.meta["path"]: o for o in session.view.objects.values() if o.kind == "file"}
+    assert files["app.py"].content is None and files["app.py"].meta["version"] == 2
+    assert files["notes.md"].content == "# Notes\ngreet says hello"
+    assert "return 'hi'" not in blocks(session)
+
+
 @pytest.mark.parametrize("layout", [10, 11])
 def test_a_short_read_or_write_shows_no_old_text_once_its_file_changed(db, layout: int) -> None:
     """A read of a short file (its output no longer than a stub) and a short write, both

@@ -469,7 +469,7 @@ class VirtualFiles:
             self.apply(op, e.get("ts"), obj.id)
             for other in op.more:  # the call's other files (a patch of several)
                 self.apply(other, e.get("ts"))
-        elif role == "bash" and self.names.by_content.get(name) == "shell":
+        elif role == "bash":  # every harness's shell (Pi's bash, Claude Code's Bash, Codex's shells...)
             self._shell_wrote(args, e.get("ts"))
 
     def _shell_wrote(self, args: Any, ts: int | None) -> None:
