@@ -1,6 +1,9 @@
 """Run every benchmark module in turn (``python -m bench``): each measures its part and rewrites
 its own section of docs/benchmarks.md. ``python -m bench.NAME --help`` says what one measures.
-Exit status 1 if any module missed a target."""
+Exit status 1 if any module missed a target. With ``CTXOS_BENCH_SMOKE=1`` every module runs on tiny
+sizes (a few seconds each, numbers that mean nothing: tests/test_bench_smoke.py runs them so, to
+see that each still runs end to end). ``CTXOS_BENCH_DOC=PATH`` has the sections written into
+``PATH`` instead of docs/benchmarks.md (and the strategies plot beside it)."""
 
 from __future__ import annotations
 

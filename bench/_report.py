@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import platform
 import re
+import shutil
 import sqlite3
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+T = TypeVar("T")
+
+SMOKE: bool = os.environ.get("CTXOS_BENCH_SMOKE") == "1"
+"""Smoke mode (``CTXOS_BENCH_SMOKE=1``): every module runs its every part on tiny sizes (``sized``),
+in seconds, so that a test can see it still runs end to end; its numbers mean nothing."""
+DOC = Path(os.environ.get("CTXOS_BENCH_DOC") or Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md")
+"""The file whose sections the modules rewrite: docs/benchmarks.md, or ``$CTXOS_BENCH_DOC``."""
 DATA = Path(os.environ.get("CTXOS_BENCH_DATA") or Path(__file__).resolve().parent.parent.parent / "shared" / "data")
 """The real data the benchmarks read from beside the repository and never copy (the real Pi session,
 LoCoMo): ``../shared/data``, or ``$CTXOS_BENCH_DATA``."""
@@ -28,6 +37,26 @@ HEADER = (
     "`../shared/data` beside the repository (or `$CTXOS_BENCH_DATA`); a run that cannot read them\n"
     "prints what it measured and leaves this file as it is.\n"
 )
+
+
+def sized(full: T, smoke: T) -> T:
+    """``smoke`` in smoke mode (``SMOKE``), else ``full``: a benchmark's size, its message count or
+    its rounds."""
+    return smoke if SMOKE else full
+
+
+def head(path: Path, lines: int | None) -> Path:
+    """``path``, or with ``lines`` a copy of its first ``lines`` lines under the same name in a
+    temporary directory removed at exit (a slice of a real session for a smoke run); ``path`` too
+    when it is not there (the caller says what it leaves out)."""
+    if lines is None or not path.is_file():
+        return path
+    folder = Path(tempfile.mkdtemp(prefix="ctxos-bench-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    with path.open(encoding="utf-8") as f:
+        text = "".join(line for _, line in zip(range(lines), f, strict=False))
+    (folder / path.name).write_text(text, encoding="utf-8")
+    return folder / path.name
 
 
 def command_line(doc: str | None, main: Callable[[], int], argv: list[str] | None = None) -> NoReturn:
@@ -92,7 +121,7 @@ def left_out(what: str) -> None:
 
 
 def write_section(title: str, body: str) -> None:
-    """Replace (or append) the ``## title`` section of docs/benchmarks.md; not when this run left
+    """Replace (or append) the ``## title`` section of docs/benchmarks.md (``DOC``); not when this run left
     an input out (the section would lose what the docs quote from it)."""
     if LEFT_OUT:
         print(

@@ -9,6 +9,7 @@ demo session belong to the tuning set.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,11 +17,14 @@ from context_os.harness.registry import harness
 from context_os.replay.run import requested_calls
 from context_os.replay.transcripts import Transcript, demo_transcript, read_sessions
 
-from ._report import DATA, left_out
+from ._report import DATA, head, left_out, sized
 
 ROOT = Path(__file__).resolve().parent.parent
 SESSIONS = ROOT / "bench" / "sessions"
 SHARED_PI = DATA / "pi-sessions" / "before-compaction.jsonl"
+SHARED_PI_LINES = sized(None, 250)
+"""The lines of the real Pi session a run reads: all, or in smoke mode the first 250 (118 model
+calls: still a session held to the economy aims)."""
 SETS = ("tuning", "check")
 SUFFIXES = (".jsonl", ".json", ".traj")
 """A session file's suffixes, each also gzip-compressed (``.jsonl.gz``)."""
@@ -74,6 +78,18 @@ def session_files(which: str, sessions: Path = SESSIONS) -> list[Path]:
     return sorted(p for p in base.rglob("*") if is_session_file(p) and "subagents" not in p.relative_to(base).parts)
 
 
+@functools.cache
+def shared_pi() -> Path:
+    """The file of the real Pi session a run reads: ``SHARED_PI``, or in smoke mode a temporary
+    copy of its first ``SHARED_PI_LINES`` lines."""
+    return head(SHARED_PI, SHARED_PI_LINES)
+
+
+def few(files: list[Path]) -> list[Path]:
+    """``files``, or in smoke mode the smallest of them (a run that only has to go through every step)."""
+    return sized(files, sorted(files, key=lambda p: p.stat().st_size)[:1])
+
+
 def bench_sessions(which: str) -> list[BenchSession]:
     """Every session of the set ``which`` ("tuning" or "check"), in a fixed order."""
     if which not in SETS:
@@ -81,12 +97,12 @@ def bench_sessions(which: str) -> list[BenchSession]:
     out: list[BenchSession] = []
     if which == "tuning":
         if SHARED_PI.exists():
-            t = read_sessions(SHARED_PI)[0]
+            t = read_sessions(shared_pi())[0]
             out.append(BenchSession(which, "pi", "shared: pi-sessions/before-compaction.jsonl", SHARED_PI, t))
         else:
             left_out(f"{SHARED_PI} not found: the real Pi session is left out")
         out.append(BenchSession(which, "demo", "`ctxos demo` session", None, demo_transcript()))
-    for path in session_files(which):
+    for path in few(session_files(which)):
         rel = path.relative_to(SESSIONS / which)
         for t in read_sessions(path):
             name = str(rel) if t.label is None else f"{rel}#{t.label}"

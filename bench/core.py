@@ -24,7 +24,11 @@ from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import demo_transcript
 from context_os.store.sqlite import SqliteStore
 
-from ._report import bare_sqlite_rate, command_line, pct, write_section
+from ._report import bare_sqlite_rate, command_line, pct, sized, write_section
+
+SHORT, LONG = sized(100, 10), sized(1000, 30)
+"""The turns of the two synthetic sessions whose assembly cost is compared."""
+INGEST_TURNS = sized(2000, 50)
 
 
 def synthetic_turn(n: int, output_chars: int = 1500) -> list[dict[str, Any]]:
@@ -187,7 +191,7 @@ def main() -> int:
             f"demo: {demo['tokens_assembled']:,} / {demo['tokens_full']:,} tokens = {demo['ratio']:.1%}, "
             f"orphans {demo['orphaned_tool_results']}, frames {demo['frames_verified']}/{demo['frames']}"
         )
-        short, long_ = assembly_times(tmp, 100), assembly_times(tmp, 1000)
+        short, long_ = assembly_times(tmp, SHORT), assembly_times(tmp, LONG)
         tail_s, tail_l = short[-50:], long_[-50:]
         ratio = pct(tail_l, 50) / pct(tail_s, 50)
         print(
@@ -196,7 +200,7 @@ def main() -> int:
         )
         # disk noise on a shared VM moves single rounds by ±15%: the median of three, each against
         # its own bare baseline from the same round
-        measured = sorted((ingest_rate(tmp / f"r{i}", 2000) for i in range(3)), key=lambda r: r[0])
+        measured = sorted((ingest_rate(tmp / f"r{i}", INGEST_TURNS) for i in range(3)), key=lambda r: r[0])
         rounds = [(lib, bare, n) for lib, bare, n, _ in measured]
         lib, bare, n = rounds[1]
         spread = f"{rounds[0][0]:,.0f}–{rounds[2][0]:,.0f}"

@@ -26,11 +26,11 @@ from context_os.files import FileIndex, FileTracker, Workspace
 from context_os.store.base import Version
 from context_os.store.sqlite import SqliteStore
 
-from ._report import command_line, pct, rss_mb, write_section
+from ._report import command_line, pct, rss_mb, sized, write_section
 
-EDITS = 500
+EDITS = sized(500, 20)
 FILES = 10
-TRACKED = 5_000
+TRACKED = sized(5_000, 200)
 P95_TARGET_MS = 250.0
 RSS_TARGET_MB = 100.0
 DEBOUNCE: float = inspect.signature(FileTracker).parameters["debounce"].default

@@ -25,10 +25,13 @@ from context_os.harness import base
 from context_os.harness.openai import OpenAIAdapter
 from context_os.harness.registry import NAMES, harness
 
-from ._report import command_line, pct, write_section
-from .scale import TAIL, _drive, session_turns
+from . import scale
+from ._report import command_line, pct, sized, write_section
+from .scale import _drive, session_turns
 
-SIZES = (1_000, 20_000)
+SIZES = sized((1_000, 20_000), (200, 400))
+TAIL = sized(scale.TAIL, 20)
+"""Measured calls at the end of each session, one turn each."""
 FLAT_TARGET = 1.2
 
 

@@ -27,13 +27,14 @@ from context_os.mesh.node import MeshConfig, MeshNode
 from context_os.store.sqlite import SqliteStore
 from context_os.times import now_ms
 
-from ._report import command_line, pct, write_section
+from ._report import command_line, pct, sized, write_section
 
-ROUND_TRIPS = 300
-ABSORB_DIRECT = 640
+ROUND_TRIPS = sized(300, 20)
 SENDER_THREADS = 8
 """Requests each sender keeps in flight at once."""
-ABSORB_BROADCASTS = 300
+ABSORB_DIRECT = sized(640, 2 * SENDER_THREADS * 2)
+"""Direct messages, sent by two peers each with ``SENDER_THREADS`` threads."""
+ABSORB_BROADCASTS = sized(300, 20)
 ERROR_AIM_MS = 100.0
 OFF = 1e6
 """A request or broadcast rate no run here reaches: the limit off."""

@@ -26,9 +26,9 @@ from tests.proxy.upstream import upstream
 from context_os.server.proxy import Proxy, make_proxy_server
 from context_os.store.sqlite import SqliteStore
 
-from ._report import command_line, pct, write_section
+from ._report import command_line, pct, sized, write_section
 
-ROUNDS = 120
+ROUNDS = sized(120, 60)
 AIM_MS = 10.0
 
 

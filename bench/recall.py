@@ -28,6 +28,7 @@ ingest with the index ≤ 1.3× the cost without. Exit status 1 if an aim is mis
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -53,12 +54,23 @@ from context_os.sources.recall import Recall, RecallConfig
 from context_os.sources.vectors import VectorIndex, VectorIndexer
 from context_os.store import Store, open_store, text_index
 
-from ._report import DATA, command_line, left_out, pct, rss_mb, write_section
+from ._report import DATA, command_line, left_out, pct, rss_mb, sized, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCOMO = DATA / "locomo" / "locomo10.json"
 KS = (1, 5, 10, 20)
 TUNING, CHECK = range(0, 5), range(5, 10)
+CONVERSATIONS = sized(list(range(10)), [TUNING[0], CHECK[0]])
+"""The conversations measured: all, or in smoke mode the first of each set, cut to their first
+``SESSIONS`` sessions and ``QUESTIONS`` questions."""
+SESSIONS, QUESTIONS = sized(None, 1), sized(None, 8)
+MESSAGES = sized(100_000, 2_000)
+"""The messages of the speed part."""
+GRAPH_FROM = sized(VectorIndex.GRAPH_FROM, 500)
+"""Vectors from which the speed part's index searches through its HNSW graph."""
+QUERIES, E5_TEXTS, RSS_TEXTS = sized(200, 10), sized(200, 20), sized(64, 8)
+"""The speed part's queries, the texts e5's throughput is measured on, and those each model embeds
+for its RSS."""
 NAIVE_RRF = RecallConfig(
     fusion="rrf",
     bm25_weight=0.4,
@@ -115,7 +127,7 @@ def ingest(
     page, part), read back from the stored pages."""
     speaker_a = conv["conversation"]["speaker_a"]
     mapping: dict[str, Part] = {}
-    for n, turns in sessions_of(conv):
+    for n, turns in itertools.islice(sessions_of(conv), SESSIONS):
         sid = f"locomo-{number}-s{n}"
         start = session_time(conv, n)
         messages = [
@@ -184,7 +196,7 @@ def _recall_ranker(recall: Recall) -> Callable[[str], list[Part]]:
 
 
 def run_locomo(
-    data: list[dict[str, Any]], embedders: dict[str, Embedder], tmp: Path, convs: range | list[int] = range(10)
+    data: list[dict[str, Any]], embedders: dict[str, Embedder], tmp: Path, convs: range | list[int] = CONVERSATIONS
 ) -> dict[str, dict[int, list[dict[str, float]]]]:
     """Per stream, per conversation: the metrics of every question of categories 1-4."""
     found: dict[str, dict[int, list[dict[str, float]]]] = defaultdict(lambda: defaultdict(list))
@@ -196,12 +208,9 @@ def run_locomo(
         for index in indexes.values():
             index.catch_up()
         rankers = streams(store, indexes)
-        for q in conv["qa"]:
-            if q["category"] not in (1, 2, 3, 4):
-                continue
+        asked = [q for q in conv["qa"] if q["category"] in (1, 2, 3, 4) and evidence(q, mapping)]
+        for q in asked[:QUESTIONS]:
             gold = evidence(q, mapping)
-            if not gold:
-                continue
             for name, rank in rankers.items():
                 found[name][c].append(metrics(rank(q["question"]), gold))
         for index in indexes.values():
@@ -278,7 +287,7 @@ def model_rss(texts: list[str]) -> dict[str, float]:
     return out
 
 
-def run_speed(data: list[dict[str, Any]] | None, tmp: Path, n: int = 100_000) -> dict[str, Any]:
+def run_speed(data: list[dict[str, Any]] | None, tmp: Path, n: int = MESSAGES) -> dict[str, Any]:
     r: dict[str, Any] = {"n": n}
     texts = corpus(n, data)
     sample = texts[: n // 10]
@@ -303,7 +312,7 @@ def run_speed(data: list[dict[str, Any]] | None, tmp: Path, n: int = 100_000) ->
     plain.close()
     path = tmp / "big.db"
     store = open_store(f"sqlite:///{path}")
-    index = VectorIndex(store, fast, tmp / "big.wordllama.vectors")
+    index = VectorIndex(store, fast, tmp / "big.wordllama.vectors", graph_from=GRAPH_FROM)
     worker = VectorIndexer(index, poll_s=None)
     r["rate_index_worker"] = ingest_rate(store, texts, 100, on_call=worker.notify)
     with timed() as t:
@@ -317,12 +326,14 @@ def run_speed(data: list[dict[str, Any]] | None, tmp: Path, n: int = 100_000) ->
     worker.close()
     r["parts"], r["vectors"] = index.counts()["parts"], index.counts()["vectors"]
     for name, e in (("wordllama", fast), ("e5", e5)):
-        batch = sample[:2000] if name == "wordllama" else sample[:200]
+        batch = sample[:2000] if name == "wordllama" else sample[:E5_TEXTS]
         with timed() as t:
             embed_texts(e, batch)
         r[f"embed_{name}_per_s"] = len(batch) / t[0]
     # queries: LoCoMo questions when there, else texts of the corpus cut short
-    queries = [q["question"] for conv in data for q in conv["qa"]][:200] if data else [t[:60] for t in sample[:200]]
+    queries = (
+        [q["question"] for conv in data for q in conv["qa"]][:QUERIES] if data else [t[:60] for t in sample[:QUERIES]]
+    )
     bm, embed_fast, embed_e5, vec, hyb = [], [], [], [], []
     recall = Recall(store, index)
     for q in queries:
@@ -348,7 +359,7 @@ def run_speed(data: list[dict[str, Any]] | None, tmp: Path, n: int = 100_000) ->
         with timed() as t:
             exact = index.search_vector(qv, k=100)
         exact_s.append(t[0])
-        index.graph_from = VectorIndex.GRAPH_FROM
+        index.graph_from = GRAPH_FROM
         want = {(h.id, h.part) for h in exact}
         overlap.append(len(want & {(h.id, h.part) for h in through}) / max(1, len(want)))
     r.update(
@@ -405,7 +416,7 @@ def main() -> int:
     ok = True
     parts: list[str] = []
     default = "e5"
-    rss = model_rss(corpus(64, data))
+    rss = model_rss(corpus(RSS_TEXTS, data))
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         if data is None:

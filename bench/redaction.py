@@ -42,7 +42,7 @@ from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript, demo_messages, demo_transcript, read_session
 
 from ._old_redactor import Redactor as OldRedactor
-from ._report import DATA, command_line, left_out, write_section
+from ._report import DATA, command_line, head, left_out, sized, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 PI_SESSION = DATA / "pi-sessions" / "before-compaction.jsonl"
@@ -52,6 +52,14 @@ ENCODED = re.compile(r"data:.*|[A-Za-z0-9+/]{256,}={0,2}", re.DOTALL)
 """Strings a session never redacts (context/session.py): data URIs, long plain base64."""
 SPEED_TARGET = 0.8
 TOKEN_TOLERANCE = 0.001
+PI_LINES = sized(None, 150)
+"""The lines of the Pi session read (None: all)."""
+LOCOMO_CONVERSATIONS = sized(None, 1)
+REPO_FILES = sized(None, 30)
+"""The repository's tracked files read (None: all but the tests), and the commits of its history."""
+COMMITS = sized([], ["-n", "30"])
+REPLAY_RUNS = sized(2, 1)
+"""Replays with redaction off and on, in turn; the faster of each counts."""
 
 Texts = list[tuple[str, str]]
 """(where, text): where is a file path for the repository, a field name elsewhere."""
@@ -72,7 +80,7 @@ def strings(value: Any, key: str = "") -> Iterator[tuple[str, str]]:
 
 def pi_texts() -> Texts:
     out: Texts = []
-    for line in PI_SESSION.read_text("utf-8").splitlines():
+    for line in PI_SESSION.read_text("utf-8").splitlines()[:PI_LINES]:
         entry = json.loads(line)
         if entry.get("type") == "message":
             out += strings(entry["message"])
@@ -81,7 +89,7 @@ def pi_texts() -> Texts:
 
 def locomo_texts() -> Texts:
     out: Texts = []
-    for sample in json.loads(LOCOMO.read_text("utf-8")):
+    for sample in json.loads(LOCOMO.read_text("utf-8"))[:LOCOMO_CONVERSATIONS]:
         for turns in sample["conversation"].values():
             if isinstance(turns, list):
                 out += strings(turns)
@@ -94,9 +102,7 @@ def git(*args: str) -> str:
 
 def repo_texts() -> Texts:
     out: Texts = []
-    for name in git("ls-files").split():
-        if name.startswith("tests/"):
-            continue
+    for name in [n for n in git("ls-files").split() if not n.startswith("tests/")][:REPO_FILES]:
         try:
             out.append((name, (ROOT / name).read_text("utf-8")))
         except (UnicodeDecodeError, OSError):
@@ -107,7 +113,7 @@ def repo_texts() -> Texts:
 def history_texts() -> Texts:
     """The repository's history as a tool shows it in JSON: commit, tree and parent hashes."""
     fmt = '{"commit": "%H", "tree": "%T", "parents": "%P", "author": "%an", "date": "%aI"}'
-    return [("git log", git("log", f"--format={fmt}"))]
+    return [("git log", git("log", f"--format={fmt}", *COMMITS))]
 
 
 def corpora() -> dict[str, Texts]:
@@ -202,7 +208,7 @@ def replay_tokens(transcript: Transcript, redact: bool) -> tuple[int, int, float
 
 def replay_pair(transcript: Transcript) -> tuple[tuple[int, int, float], tuple[int, int, float]]:
     """Redaction off, then on: the faster of two alternating runs each (the machine is shared)."""
-    runs = [replay_tokens(transcript, redact) for _ in range(2) for redact in (False, True)]
+    runs = [replay_tokens(transcript, redact) for _ in range(REPLAY_RUNS) for redact in (False, True)]
     off, on = runs[0::2], runs[1::2]
     return min(off, key=lambda r: r[2]), min(on, key=lambda r: r[2])
 
@@ -248,7 +254,7 @@ def main() -> int:
 
     replays = {"demo session": demo_transcript()}
     if PI_SESSION.exists():
-        replays["Pi session"] = read_session(PI_SESSION)
+        replays["Pi session"] = read_session(head(PI_SESSION, PI_LINES))
     replay_rows = []
     tokens_ok = True
     for label, transcript in replays.items():

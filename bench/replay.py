@@ -27,7 +27,7 @@ from context_os.replay.transcripts import Transcript, demo_transcript, read_sess
 from context_os.sources.recall import Recall
 
 from ._report import against, command_line, left_out, write_section
-from ._sessions import LONG, SESSIONS, SETS, SHARED_PI, session_files
+from ._sessions import LONG, SESSIONS, SETS, SHARED_PI, few, session_files, shared_pi
 
 
 def run(path: Path, store: Path, *, verify: str = "all") -> dict[str, Any]:
@@ -65,6 +65,8 @@ def pi_section(r: dict[str, Any]) -> tuple[bool, str]:
     shown_ratio = against(ratio, 0.25, under=True, digits=1, percent=True)[0]
     shown_prefix = against(r["prefix_stability"], 0.90)[0]
     shown_edits = against(edits, 0.9, digits=1, percent=True)[0]
+    pi_sent = r["tokens_pi_compacted"]  # None when the file records no compaction (a smoke run's slice)
+    shown_pi = "none recorded" if pi_sent is None else f"{pi_sent:,} ({pi_sent / r['tokens_full']:.1%})"
 
     print(
         f"replay: {r['tokens_assembled']:,} / {r['tokens_full']:,} tokens = {ratio:.1%}, prefix stability "
@@ -84,7 +86,7 @@ sides. Definitions: [replay.md](replay.md).
 |---|---:|---|
 | model calls | {r["turns"]} | |
 | `tokens_full` (naive transcript) | {r["tokens_full"]:,} | |
-| what Pi's own compaction sent | {r["tokens_pi_compacted"]:,} ({r["tokens_pi_compacted"] / r["tokens_full"]:.1%}) | (reference) |
+| what Pi's own compaction sent | {shown_pi} | (reference) |
 | `tokens_assembled` | {r["tokens_assembled"]:,} ({shown_ratio}) | ≤ 25%: {met("tokens")} |
 | `prefix_stability` | {shown_prefix} | ≥ 0.90: {met("prefix")} |
 | `orphaned_tool_results` | {r["orphaned_tool_results"]} | 0: {met("orphans")} |
@@ -103,7 +105,7 @@ def neighbours() -> tuple[list[Transcript], str]:
     """The sessions the store holds before the recall replay, and what they are, said for the
     section: the demo and the sessions of the tuning set's first Claude Code files (those of
     ``tuning/claude-code/`` itself, with their sub-agents; not the ones of ``entire/``)."""
-    files = [f for f in session_files("tuning") if f.parent == SESSIONS / "tuning" / "claude-code"]
+    files = few([f for f in session_files("tuning") if f.parent == SESSIONS / "tuning" / "claude-code"])
     others = [demo_transcript()] + [t for f in files for t in read_sessions(f)]
     said = (
         f"the demo and the {len(others) - 1} sessions of the {len(files)} Claude Code files of "
@@ -200,7 +202,7 @@ def main() -> int:
     rows: list[tuple[str, Path, dict[str, Any]]] = []
     pi: dict[str, Any] | None = None
     for which in SETS:
-        files = ([SHARED_PI] if which == "tuning" and SHARED_PI.exists() else []) + session_files(which)
+        files = ([shared_pi()] if which == "tuning" and SHARED_PI.exists() else []) + few(session_files(which))
         for path in files:
             r = replay(path)
             print(
@@ -210,13 +212,13 @@ def main() -> int:
                 flush=True,
             )
             rows.append((which, path, r))
-            if path == SHARED_PI:
+            if path == shared_pi():
                 pi = r
     if pi is not None:
         pi_ok, body = pi_section(pi)
         ok = ok and pi_ok
         parts.append(body)
-        recall_ok, body = with_recall(SHARED_PI, pi)
+        recall_ok, body = with_recall(shared_pi(), pi)
         ok = ok and recall_ok
         parts.append(body)
     else:

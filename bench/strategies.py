@@ -28,7 +28,7 @@ from context_os import Session, open_store
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript
 
-from ._report import against, command_line, write_section
+from ._report import DOC, against, command_line, write_section
 from ._sessions import LONG, SETS, SMALL_TOKENS, BenchSession, agents, bench_sessions
 from ._strategies import (
     ClearToolResults,
@@ -42,8 +42,8 @@ from ._strategies import (
     unpaired,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-PLOT = ROOT / "docs" / "strategies.png"
+PLOT = DOC.with_name("strategies.png")
+"""docs/strategies.png, beside the section that shows it."""
 
 CONTEXT_WINDOWS = {"claude-opus-4-5": 200_000, "claude-sonnet-4-5": 200_000}
 """Context windows from Pi's model registry (packages/ai/src/models.generated.ts)."""

@@ -29,9 +29,13 @@ from context_os.context.timeline import turn_rows
 from context_os.server.ui import make_ui_server
 from context_os.store.sqlite import SqliteStore
 
-from ._report import command_line, write_section
+from ._report import command_line, sized, write_section
 
-REPEAT = 15
+REPEAT = sized(15, 2)
+LONG = sized((25_000, 50_000), (1_000, 2_000))
+"""The messages of the two long sessions."""
+PER_TURN = sized(250, 20)
+"""Messages a turn of a long session adds (``record_long``): the longer one has ``LONG[1] // PER_TURN`` turns."""
 FLAT_AIM, FRAME_AIM, PAGE_AIM = 1.2, 1.3, 0.1
 
 
@@ -65,8 +69,8 @@ def main() -> int:
         store = SqliteStore(Path(d) / "ui.db")
         t = time.perf_counter()
         record_demo(store, "demo")
-        record_long(store, "long25", 25_000)
-        record_long(store, "long50", 50_000)
+        record_long(store, "long25", LONG[0], PER_TURN)
+        record_long(store, "long50", LONG[1], PER_TURN)
         built = time.perf_counter() - t
         server = make_ui_server(store, 0)
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -93,7 +97,7 @@ def main() -> int:
                 reads = timed(lambda: turn_rows(store, "long50", 1, 100))
                 flat = rows[0][1][2] / rows[0][1][1]
                 frames: list[tuple[str, float, float, float, int]] = []
-                for sid, turn, msgs in (("demo", 88, "188"), ("long50", 200, "50,000")):
+                for sid, turn, msgs in (("demo", 88, "188"), ("long50", LONG[1] // PER_TURN, f"{LONG[1]:,}")):
                     frame = get_frame(store, sid, turn)
                     bare = timed(functools.partial(verify_frame, store, frame), 3)
                     path = f"/frame?session={sid}&turn={turn}"

@@ -50,6 +50,7 @@ LONGEST_FIRST = (
     "tests/store/test_xtdb_front_end_edn.py",
     "tests/ui/test_http.py",
     "tests/cluster/test_compose.py",
+    "tests/test_bench_smoke.py",
 )
 """The test files that take longest (1-6 minutes each in a parallel run of 2026-12-01), run
 first: a parallel run hands a worker a file at a time, and a long file handed out last is run
