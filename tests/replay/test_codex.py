@@ -461,7 +461,7 @@ def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: st
         ("make 2>/dev/null | tee log.txt", ["/w/log.txt"], []),
         ("mv a.py b.py", ["/w/a.py", "/w/b.py"], []),
         ("cp a.py b.py", ["/w/b.py"], []),
-        ("rm -f c.py", ["/w/c.py"], []),
+        ("rm -f c.py", [], []),  # a deleted file keeps its last text
         ("FOO=1 sed -i s/a/b/ z.py", ["/w/z.py"], []),
         ("cat > new.py <<'EOF'\nprint(1)\nEOF", [], [("/w/new.py", "print(1)\n")]),
         ("sed -n '1,5p' f.py", [], []),
@@ -472,9 +472,9 @@ def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: st
         ("sed -i s/a/b/ ~/x.txt a.py", ["/w/a.py"], []),
         # a heredoc's body is skipped, not the script after it: these changes went unseen
         ("cat > a.py <<'EOF'\nx = 2\nEOF\npython a.py", ["/w/a.py"], []),
-        ("python - <<'EOF'\nprint('rm x.py')\nEOF\nsed -i s/a/b/ c.py", ["/w/c.py"], []),
-        ("cat <<-EOF > d.py\n\tx\n\tEOF\nrm e.py", ["/w/d.py", "/w/e.py"], []),
-        ("cat <<- 'EOF' > d.py\n\t\n\trm x.py\n\tEOF\nrm e.py", ["/w/d.py", "/w/e.py"], []),
+        ("python - <<'EOF'\nprint('x')\nsed -i s/a/b/ x.py\nEOF\nsed -i s/a/b/ c.py", ["/w/c.py"], []),
+        ("cat <<-EOF > d.py\n\tx\n\tEOF\ncp x.py e.py", ["/w/d.py", "/w/e.py"], []),
+        ("cat <<- 'EOF' > d.py\n\t\n\tcp y.py x.py\n\tEOF\ncp x.py e.py", ["/w/d.py", "/w/e.py"], []),
         ('echo "a << b" > f.py', ["/w/f.py"], []),
     ],
 )

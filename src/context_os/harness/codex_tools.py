@@ -284,8 +284,11 @@ def _command_changes(words: list[str]) -> list[str]:
     elif name == "perl" and any(w.startswith("-") and not w.startswith("--") and "i" in w for w in rest):
         values = {rest[j + 1] for j, w in enumerate(rest[:-1]) if w.startswith("-") and w.endswith("e")}
         out += [w for w in plain if w not in values]
-    elif name in ("tee", "rm"):
+    elif name == "tee":
         out += plain
+    # ``rm`` is not followed: a deleted file keeps its last text, which misleads nobody (the
+    # agent deleted it), and a session that removes its scratch script at the end is not sent
+    # its whole context anew for it
     elif name in ("mv", "cp") and len(plain) >= 2:
         out += plain if name == "mv" else plain[-1:]
     return out
