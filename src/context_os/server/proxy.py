@@ -499,8 +499,7 @@ class Proxy:
             found = self._taken(session_id)
             if found is not None:
                 return found
-            opening = self._enter_opening(session_id)
-        try:
+        with self._opening_of(session_id) as opening:
             self._close_idle()
             # opened without the lock every request and the status take (a store that hangs holds
             # each write up to its timeout), once: a request of the same session waits for it
@@ -519,46 +518,48 @@ class Proxy:
                         return found
                 found.hook.session.close()
                 raise ProxyStopping
-        finally:
-            with self._lock:
-                self._leave_opening(session_id, opening)
 
     def _take_first(self, started: str, found: _Conversation) -> None:
         """``found``, new, takes the exchanges with our tools of its first call, run under the
         session ``started`` (``_route``: the first to reply takes them): from that conversation
         when it is open, else from the store (closed as idle, or by a proxy that stopped, before
         the reply came)."""
-        with self._lock:
-            opening = self._enter_opening(started)
+        with self._opening_of(started) as opening, opening.lock:  # neither opened nor closed meanwhile
+            with self._lock:
+                first = self._conversations.get(started)
+            if first is not None:
+                with first.lock:
+                    found.hidden, first.hidden = first.hidden, []
+                    self._keep_hidden(first)
+            elif not self._take_stored(started, found):
+                return
+            self._keep_hidden(found)
+
+    def _take_stored(self, started: str, found: _Conversation) -> bool:
+        """``_take_first`` from the store: whether there were exchanges, and they were taken (the
+        store's copy emptied first, so that they are never sent in two conversations)."""
+        taken = _stored_hidden(self.store, started, found.evictions_seen)
+        if not taken:
+            return False
         try:
-            with opening.lock:  # neither opened nor closed meanwhile
-                with self._lock:
-                    first = self._conversations.get(started)
-                if first is not None:
-                    with first.lock:
-                        found.hidden, first.hidden = first.hidden, []
-                        self._keep_hidden(first)
-                else:
-                    taken = _stored_hidden(self.store, started, found.evictions_seen)
-                    if not taken:
-                        return
-                    gone = {
-                        "id": f"{_HIDDEN}{started}",
-                        "kind": "proxy_hidden",
-                        "content": [],
-                        "meta": {"session": started},
-                    }
-                    try:  # taken from there first: never sent in two conversations
-                        self.store.put(gone)
-                    except Exception as e:  # noqa: BLE001 - the store may be down: they stay where they are
-                        sid = found.hook.session.id
-                        log.warning("proxy: session %s: its first call's exchanges with our tools are left: %s", sid, e)
-                        return
-                    found.hidden = taken
-                self._keep_hidden(found)
+            self.store.put(_hidden_doc(started, []))
+        except Exception as e:  # noqa: BLE001 - the store may be down: they stay where they are
+            sid = found.hook.session.id
+            log.warning("proxy: session %s: its first call's exchanges with our tools are left: %s", sid, e)
+            return False
+        found.hidden = taken
+        return True
+
+    @contextmanager
+    def _opening_of(self, session_id: str) -> Iterator[_Opening]:
+        """The lock that opens or closes ``session_id``'s session, held for use (``_Opening``)."""
+        with self._lock:
+            opening = self._enter_opening(session_id)
+        try:
+            yield opening
         finally:
             with self._lock:
-                self._leave_opening(started, opening)
+                self._leave_opening(session_id, opening)
 
     def _enter_opening(self, session_id: str) -> _Opening:
         """The opening lock of ``session_id``, counted as used until ``_leave_opening``; under ``_lock``."""
@@ -732,7 +733,7 @@ class Proxy:
         rows = _rows([h for h in conv.hidden if redact is None or not any(redact(t)[1] for t in _strings(h.messages))])
         sid = conv.hook.session.id
         try:
-            self.store.put({"id": f"{_HIDDEN}{sid}", "kind": "proxy_hidden", "content": rows, "meta": {"session": sid}})
+            self.store.put(_hidden_doc(sid, rows))
         except Exception as e:  # noqa: BLE001 - the store may be down: the exchanges stay in memory
             log.warning("proxy: session %s: the exchanges with our tools are not kept in the store: %s", sid, e)
             return
@@ -1386,6 +1387,11 @@ def _same_reply(held: Mapping[str, Any], given: Mapping[str, Any]) -> bool:
         return json.dumps([m.get("role"), m.get("text"), calls], sort_keys=True, default=repr)
 
     return said(held) == said(given)
+
+
+def _hidden_doc(session_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The document that keeps ``session_id``'s exchanges with our tools (``_rows``) in the store."""
+    return {"id": f"{_HIDDEN}{session_id}", "kind": "proxy_hidden", "content": rows, "meta": {"session": session_id}}
 
 
 def _stored_hidden(store: Store, session_id: str, newest_eviction: int) -> list[Hidden]:
