@@ -42,18 +42,17 @@ from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript, demo_messages, demo_transcript, read_session
 
 from ._old_redactor import Redactor as OldRedactor
-from ._report import DATA, command_line, head, left_out, sized, write_section
+from ._report import DATA, command_line, left_out, sized, write_section
+from ._sessions import SHARED_PI as PI_SESSION
+from ._sessions import shared_pi
 
 ROOT = Path(__file__).resolve().parent.parent
-PI_SESSION = DATA / "pi-sessions" / "before-compaction.jsonl"
 LOCOMO = DATA / "locomo" / "locomo10.json"
 
 ENCODED = re.compile(r"data:.*|[A-Za-z0-9+/]{256,}={0,2}", re.DOTALL)
 """Strings a session never redacts (context/session.py): data URIs, long plain base64."""
 SPEED_TARGET = 0.8
 TOKEN_TOLERANCE = 0.001
-PI_LINES = sized(None, 150)
-"""The lines of the Pi session read (None: all)."""
 LOCOMO_CONVERSATIONS = sized(None, 1)
 REPO_FILES = sized(None, 30)
 """The repository's tracked files read (None: all but the tests), and the commits of its history."""
@@ -80,7 +79,7 @@ def strings(value: Any, key: str = "") -> Iterator[tuple[str, str]]:
 
 def pi_texts() -> Texts:
     out: Texts = []
-    for line in PI_SESSION.read_text("utf-8").splitlines()[:PI_LINES]:
+    for line in shared_pi().read_text("utf-8").splitlines():
         entry = json.loads(line)
         if entry.get("type") == "message":
             out += strings(entry["message"])
@@ -254,7 +253,7 @@ def main() -> int:
 
     replays = {"demo session": demo_transcript()}
     if PI_SESSION.exists():
-        replays["Pi session"] = read_session(head(PI_SESSION, PI_LINES))
+        replays["Pi session"] = read_session(shared_pi())
     replay_rows = []
     tokens_ok = True
     for label, transcript in replays.items():
