@@ -9,6 +9,7 @@ chat page from its tombstone; the file index does not take the evicted bytes in 
 from __future__ import annotations
 
 import json
+import random
 import signal
 import sqlite3
 import subprocess
@@ -37,7 +38,9 @@ from context_os.store.sqlite import SqliteStore
 from tests._reliability import Counts
 from tests.helpers import EAGER, call, result, say, user
 
-SECRET = "Zq8-leaked-value-" + "x7" * 8  # no detector's shape: only evict can take it out
+# no detector's shape (two characters at random: the entropy of "x7" * 8), so that only evict can
+# take it out; a new one each run, so that a node the suite ran on before holds none of it
+SECRET = "Zq8-leaked-value-" + "".join(random.choice("x7") for _ in range(16))
 
 
 def _everywhere(store: Store) -> str:
@@ -326,9 +329,12 @@ def test_a_recall_hit_that_quoted_an_evicted_object_goes_with_it(store: Store, u
     s = Session.open(store, uid, redact=False, policy=RetentionPolicy(**EAGER))
     hook = OpenAIHook(s)
     SourceTools(s, recall=open_recall(store, None)).register(hook.registry)
-    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", f"DEPLOY_TOKEN={SECRET}")]
+    # a name of this test's own: the same question asked by an earlier run on a node the suite
+    # ran on before would be recalled in its place
+    name = f"DEPLOY{uid}"
+    msgs = [user("show env"), call("c1", "bash", command="env"), result("c1", f"{name}={SECRET}")]
     hook.transform_context(msgs)
-    msgs += [say("done"), user("what was the DEPLOY_TOKEN again?")]  # recalled at this message
+    msgs += [say("done"), user(f"what was the {name} again?")]  # recalled at this message
     hook.transform_context(msgs)
     oid = f"toolcall:{uid}:c1"
     hits = [v.id for v in store.find("recall", {"object": oid})]
