@@ -253,6 +253,31 @@ def test_an_eviction_leaves_no_copy_of_what_waited_in_the_outbox(xtdb_url: str, 
         assert secret.encode() not in b"".join(p.read_bytes() for p in tmp_path.glob("outbox.db*"))
 
 
+def test_an_outbox_scrub_cut_short_is_done_by_the_store_s_scrub(
+    xtdb_url: str, tmp_path: Path, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The outbox rebuilds its file after an eviction; cut short (Ctrl-C, a crash, a reader holding
+    # the file), the sent write's bytes stayed there, and ``scrub`` (``ctxos objects evict ID`` run
+    # again) rebuilt only the node's side: the copy waited for the next eviction.
+    box = tmp_path / "outbox.db"
+    secret = f"sk{uid}cutshort"
+    doc = {"id": f"note:{uid}", "kind": "note", "content": f"key {secret}", "meta": {}}
+    with _outbox(_nowhere(), box) as off:
+        assert off.submit([Put(doc | doc_hashes(doc))]).pending
+
+    def on_disk() -> bytes:
+        return b"".join(p.read_bytes() for p in tmp_path.glob("outbox.db*"))
+
+    with _outbox(xtdb_url, box) as on:
+        assert on.get(doc["id"]) is not None and on.depth() == 0  # sent, its row deleted
+        with monkeypatch.context() as m:
+            m.setattr(OutboxStore, "_scrub", lambda self: True)  # the rebuild never ran
+            assert on.submit([Evict(doc["id"])]).committed
+        assert secret.encode() in on_disk()
+        assert on.scrub() is True
+        assert secret.encode() not in on_disk()
+
+
 class _Crash(Exception):
     """The process dies here."""
 

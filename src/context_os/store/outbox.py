@@ -364,16 +364,16 @@ class OutboxStore(Store):
     def _forget(self, conn: sqlite3.Connection, seq: int) -> None:
         conn.execute("DELETE FROM pending WHERE seq = ?", (seq,))
 
-    def _scrub(self) -> None:
+    def _scrub(self) -> bool:
         """After an eviction reached the node: the writes this file held before they were sent
         are deleted rows, whose bytes stay in its free pages and its log until they are written
         over. The evicted text may be among them, so the file is rebuilt and its log folded back
         and emptied (as an embedded store does for every eviction). A process that keeps the file
-        busy meanwhile leaves them to the next eviction (a warning says so)."""
+        busy meanwhile leaves them to the next eviction or ``scrub`` (a warning says so): False."""
         with self._lock:
             conn = self._db(create=False)
             if conn is None:
-                return
+                return True
             try:
                 conn.execute("VACUUM")
                 busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
@@ -384,10 +384,11 @@ class OutboxStore(Store):
             if busy:
                 log.warning(
                     "the outbox %s may still hold copies of writes sent before an eviction (%s): they go at the"
-                    " next eviction",
+                    " next eviction, or when it is run again (ctxos objects evict ID --yes)",
                     self.path,
                     why,
                 )
+            return not busy
 
     def _waiting(self) -> str:
         n = self.depth()
@@ -535,7 +536,9 @@ class OutboxStore(Store):
         return self.inner.check()
 
     def scrub(self) -> bool:
-        return self.inner.scrub()
+        # the outbox's own file too: its rebuild after an eviction may have been cut short
+        inner = self.inner.scrub()
+        return self._scrub() and inner
 
     def _text_search(self, args: SearchArgs) -> list[TextHit]:
         self._ready()
