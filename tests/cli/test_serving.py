@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 from contextlib import suppress
 from http.server import BaseHTTPRequestHandler
@@ -93,3 +95,20 @@ def test_a_sigint_the_process_ignores_stays_ignored_and_the_handlers_found_are_r
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_server_made_ready_built_its_redaction_and_froze_what_was_there() -> None:
+    """``ready_to_serve`` (proxy, serve): the first request no longer builds the default redaction
+    (50 ms), and a full collection no longer goes through every object of the imported libraries
+    (25-38 ms, the proxy's p99). In a process of its own: ``gc.freeze`` is the whole process's."""
+    code = (
+        "import gc\n"
+        "from context_os import scrub\n"
+        "from context_os.cli._common import ready_to_serve\n"
+        "assert scrub._default.cache_info().currsize == 0 and gc.get_freeze_count() == 0\n"
+        "ready_to_serve()\n"
+        "print(scrub._default.cache_info().currsize, gc.get_freeze_count(), len(gc.get_objects()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    built, frozen, seen = map(int, out)
+    assert built == 1 and frozen > 10_000 and seen < frozen // 10

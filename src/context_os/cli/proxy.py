@@ -15,6 +15,7 @@ from ._common import (
     announce_created,
     embedder_option,
     fails_cleanly,
+    ready_to_serve,
     rebuild_vectors_option,
     recall_embedder,
     serve_until_stopped,
@@ -137,6 +138,7 @@ def proxy_cmd(
         server = make_proxy_server(proxy, port, sock=sock, status_token=status_token, max_connections=max_connections)
         bound = server.server_address[1]
         try:  # from here on, a stop (SIGTERM, Ctrl-C) at any point is a clean one
+            ready_to_serve()  # before the line a supervisor waits for: connections wait in the backlog
             print(
                 f"ctxos proxy: listening on http://127.0.0.1:{bound} (OpenAI base URL http://127.0.0.1:{bound}/v1, "
                 f"Anthropic base URL http://127.0.0.1:{bound}) -> {upstream} (status token in {token_file})",

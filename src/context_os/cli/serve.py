@@ -28,6 +28,7 @@ from ._common import (
     announce_created,
     embedder_option,
     fails_cleanly,
+    ready_to_serve,
     rebuild_vectors_option,
     recall_embedder,
     serve_until_stopped,
@@ -192,6 +193,7 @@ def serve_cmd(
             host = "127.0.0.1"
             httpd = make_http_server(server, http_port, token=token, origins=origins, host=host, sock=sock)
         try:
+            ready_to_serve()
             if httpd is not None:
                 # the one line a supervisor may wait for (always printed, whatever the log level)
                 print(
