@@ -65,7 +65,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def ready_to_serve() -> None:
-    """What a server does once, before it answers its first request: the default redaction is
+    """What a server (proxy, serve, mcp) does once, before it answers its first request: the default redaction is
     made (the first request waited 50 ms for it), and every object there is now (the imported
     libraries, ~75,000) is moved out of the collector's sight (``gc.freeze``), so that a full
     collection goes through what requests made, not all of them: in the proxy's bench such a

@@ -20,6 +20,7 @@ from ..store import data_dir
 from ._common import (
     embedder_option,
     fails_cleanly,
+    ready_to_serve,
     rebuild_vectors_option,
     recall_embedder,
     server_process,
@@ -113,6 +114,7 @@ def mcp_cmd(
             memory=MemoryScopes(root) if memory else None,
             track=track,
         )
+        ready_to_serve()
         try:
             if sock is None:
                 with suppress(KeyboardInterrupt):  # Ctrl-C, or SIGTERM (made one by server_process)
