@@ -12,6 +12,7 @@ import multiprocessing
 import sqlite3
 import subprocess
 import sys
+import threading
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from context_os.errors import ConfigError, NotFound, SchemaError, StoreCorrupt, 
 from context_os.store import Delete, Evict, Match, Put, Tx, open_store
 from context_os.store import sqlite as sqlite_store
 from context_os.store.sqlite import MIGRATIONS, SqliteStore
+from tests.helpers import wait_for
 
 T0 = 1_700_000_000_000
 
@@ -389,6 +391,67 @@ def test_evict_leaves_no_copy_in_the_files(tmp_path: Path) -> None:
         # while the store is still open, so the WAL file is there too
         files = [p for p in tmp_path.iterdir() if p.name.startswith("store.db")]
         assert secret.encode() not in b"".join(p.read_bytes() for p in files)
+
+
+def _wal(path: Path) -> int:
+    return Path(f"{path}-wal").stat().st_size
+
+
+def test_the_wal_is_folded_back_by_a_thread_of_the_store_not_by_the_commit_that_filled_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite's automatic checkpoint ran in the commit whose WAL reached 10,000 pages: that commit
+    # (a proxy's request, a harness's turn) waited 50-70 ms while ~20 MB were copied and synced.
+    monkeypatch.setattr(SqliteStore, "CHECKPOINT_BYTES", 400_000)
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as s:
+        assert s._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0  # type: ignore[union-attr]
+        checkpointer = s._checkpointer
+        assert checkpointer is not None
+        statements: list[str] = []
+        s._conn.set_trace_callback(statements.append)  # type: ignore[union-attr]
+        n = 0
+        while _wal(path) <= 400_000:
+            s.submit([Put(doc(f"d{n}", n) | {"content": f"{n} " * 2000}, T0)])
+            n += 1
+        wait_for(lambda: checkpointer.runs >= 1, "the checkpointer's first run")
+        assert not any("checkpoint" in st.lower() for st in statements)  # none in the writer's
+        s.put(doc("next"), T0)  # the next write starts the WAL over, its file cut to a fifth
+        assert _wal(path) <= 400_000 // 5
+        assert s.get(f"d{n - 1}", T0) is not None and s.stats()["distinct_docs"] == n + 1
+        thread = checkpointer._thread
+        assert thread is not None and thread.is_alive()
+    assert not thread.is_alive()  # close stopped it, and the store's connection closed last:
+    assert not Path(f"{path}-wal").exists()  # the WAL folded back and removed, as always
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_an_eviction_rebuilds_the_file_while_the_checkpointer_is_busy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An eviction's rebuild ends in a checkpoint of its own, which found the checkpointer's
+    # running and gave up: the evicted bytes stayed in the WAL. It waits for it instead.
+    monkeypatch.setattr(SqliteStore, "CHECKPOINT_BYTES", 400_000)
+    path, secret = tmp_path / "s.db", "s3cr3t-0b5e2d71"
+    with SqliteStore(path) as s:
+        s.put(doc("leak", secret=secret) | {"content": secret * 100}, T0)
+        checkpointer = s._checkpointer
+        assert checkpointer is not None
+        with checkpointer.lock:  # a checkpoint runs (the thread holds this lock meanwhile)
+            n = 0
+            while checkpointer._thread is None:
+                s.submit([Put(doc(f"d{n}", n) | {"content": f"{n} " * 2000}, T0)])
+                n += 1
+            done: list[Tx] = []
+            evicting = threading.Thread(target=lambda: done.append(s.submit([Evict("leak")])))
+            evicting.start()
+            evicting.join(0.3)
+            assert evicting.is_alive()  # waiting for the checkpoint to end
+        evicting.join(30)
+        assert done and done[0].committed and not done[0].left_in_files
+        data = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("s.db"))
+        assert secret.encode() not in data
 
 
 LOCK_HOLDER = """
