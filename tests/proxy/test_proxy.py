@@ -1590,7 +1590,13 @@ def test_a_session_opening_on_a_store_that_hangs_holds_up_no_other_request(tmp_p
             new = {"model": "m", "messages": [{"role": "user", "content": "another"}]}
             opening = threading.Thread(target=lambda: opened.append(proxy.prepare("openai", {}, new)))
             opening.start()
-            wait_for(lambda: store.doc(f"session:{derive_session('openai', new)}") is None and _waits_on_store(opening))
+
+            def not_written() -> bool:
+                # read apart: the store's own connection is the opening's while its write waits
+                with SqliteStore(db, read_only=True) as apart:
+                    return apart.doc(f"session:{derive_session('openai', new)}") is None
+
+            wait_for(lambda: _waits_on_store(opening) and not_written())
             answered: list[Any] = []
             threading.Thread(target=lambda: answered.append(proxy.status()), daemon=True).start()
             wait_for(lambda: answered, "the status while a session opens")
