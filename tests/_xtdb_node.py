@@ -126,18 +126,40 @@ def _container() -> Iterator[str]:
         container.stop()
 
 
+DEFAULT_PORTS = "21000-28999"
+"""Where the tests' nodes and PostgreSQLs go without ``$CTXOS_TEST_PORTS``, if the system's
+ephemeral ports (``EPHEMERAL``) leave it alone: a port it gives for an outgoing connection (a
+client's, a node's to PostgreSQL) can be taken between the check that it is free and the node's
+bind. A cluster's first node failed so ("Address already in use") in a clean-clone run whose
+ports were within Linux's 32768-60999."""
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def _free_port() -> int:
-    """A port nothing listens on now, for a node or a PostgreSQL of the tests' own: any the system
-    gives, or one of ``$CTXOS_TEST_PORTS`` (``LO-HI``, e.g. ``41000-41999``) when set, for a
-    machine whose other work must keep its ports."""
+    """A port nothing listens on now, for a node or a PostgreSQL of the tests' own: one of
+    ``$CTXOS_TEST_PORTS`` (``LO-HI``, e.g. ``21000-21999``) when set, for a machine whose other
+    work must keep its ports; else of ``DEFAULT_PORTS`` where it is outside the system's
+    ephemeral ports; else any the system gives."""
     return _free_ports(1)
+
+
+def _port_span() -> str:
+    span = os.environ.get("CTXOS_TEST_PORTS", "").strip()
+    if span:
+        return span
+    try:
+        first, last = (int(n) for n in EPHEMERAL.read_text().split())
+    except (OSError, ValueError):
+        return ""  # not Linux: the ports the system gives
+    lo, _, hi = DEFAULT_PORTS.partition("-")
+    return DEFAULT_PORTS if int(hi) < first or int(lo) > last else ""
 
 
 def _free_ports(count: int) -> int:
     """The first of ``count`` consecutive ports nothing listens on now (``xtdb/start --cluster N
     --port P`` starts its nodes on P … P+N-1), from the same places as ``_free_port``: within the
-    worker's own slice of ``$CTXOS_TEST_PORTS``, so that none of them is another worker's."""
-    span = os.environ.get("CTXOS_TEST_PORTS", "").strip()
+    worker's own slice of the range, so that none of them is another worker's."""
+    span = _port_span()
     if not span:
         for _ in range(200):
             with socket.socket() as s:
@@ -155,7 +177,7 @@ def _free_ports(count: int) -> int:
     for port in starts:
         if all(_bindable(p) for p in range(port, port + count)):
             return port
-    raise NodeUnavailable(f"no {count} consecutive free ports in this run's share of CTXOS_TEST_PORTS={span}")
+    raise NodeUnavailable(f"no {count} consecutive free ports in this run's share of the ports {span}")
 
 
 def _bindable(port: int) -> bool:

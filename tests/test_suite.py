@@ -74,3 +74,27 @@ def test_sigterm_ends_a_run_as_ctrl_c_does_tearing_its_fixtures_down(tmp_path: P
     started = sorted(p.name.removeprefix("started-") for p in tmp_path.glob("started-*"))
     assert sorted(p.name.removeprefix("stopped-") for p in tmp_path.glob("stopped-*")) == started, out.decode()
     assert run.returncode == 2 and (b"KeyboardInterrupt" in out or b"keyboard-interrupt" in out)  # interrupted
+
+
+def test_the_suite_s_own_ports_are_none_the_system_gives_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nodes and PostgreSQLs the tests start took a port the system gives (or one of the
+    ``CTXOS_TEST_PORTS`` of a run, 46000-46999 here): within the ephemeral ports, of which an
+    outgoing connection can take one between the check that it is free and the node's bind (a
+    cluster's first node: "Address already in use"). Without ``CTXOS_TEST_PORTS`` they now come
+    from a range the system does not give out, where it has one to tell."""
+    from tests import _xtdb_node as nodes
+
+    monkeypatch.delenv("CTXOS_TEST_PORTS", raising=False)
+    if not nodes.EPHEMERAL.exists():
+        pytest.skip("the system says no ephemeral port range (not Linux): its own ports are taken")
+    first, last = (int(n) for n in nodes.EPHEMERAL.read_text().split())
+    port = nodes._free_ports(3)
+    lo, hi = (int(n) for n in nodes.DEFAULT_PORTS.split("-"))
+    assert all(lo <= p <= hi and not first <= p <= last for p in range(port, port + 3))
+    # a system whose ephemeral ports cover that range: the ports it gives, as before
+    covering = tmp_path / "ip_local_port_range"
+    covering.write_text(f"{lo - 1}\t{hi + 1}\n")
+    monkeypatch.setattr(nodes, "EPHEMERAL", covering)
+    assert nodes._port_span() == ""
+    monkeypatch.setenv("CTXOS_TEST_PORTS", "41000-41999")
+    assert nodes._port_span() == "41000-41999" and 41000 <= nodes._free_ports(2) <= 41998

@@ -525,7 +525,7 @@ def test_a_cluster_whose_node_does_not_start_stops_what_its_start_started(
         (XTDB / "target" / f"xtdb-{port + 1}.log").unlink(missing_ok=True)
     assert run.returncode == 1 and run.stdout == "", run.stderr
     assert "xtdb/start: a node of the cluster did not start: stopping what this start started\n" in run.stderr
-    assert f"xtdb/stop: stopped the node on port {port} (pid " in run.stderr
+    assert f"xtdb/stop: stopped the node on port {port} (pid " in run.stderr, run.stderr
     assert run.stderr.endswith("xtdb/start: the cluster did not start\n"), run.stderr
     assert pid_files == [] and answers == [False, False]
     assert postgres_runs is postgres_was_running
