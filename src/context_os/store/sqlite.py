@@ -835,6 +835,8 @@ class SqliteStore(Store):
                 checkpointer.finish = False
                 assert self._conn is not None
                 self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            except sqlite3.Error as e:  # the transaction has committed: it stands, the WAL waits
+                log.debug("SQLite store %s: a checkpoint failed: %s", self.path, e)
             finally:
                 checkpointer.lock.release()
         try:
