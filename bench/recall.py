@@ -208,8 +208,8 @@ def run_locomo(
         for index in indexes.values():
             index.catch_up()
         rankers = streams(store, indexes)
-        asked = [(q, evidence(q, mapping)) for q in conv["qa"] if q["category"] in (1, 2, 3, 4)]
-        for q, gold in [(q, gold) for q, gold in asked if gold][:QUESTIONS]:
+        asked = [(q, gold) for q in conv["qa"] if q["category"] in (1, 2, 3, 4) and (gold := evidence(q, mapping))]
+        for q, gold in asked[:QUESTIONS]:
             for name, rank in rankers.items():
                 found[name][c].append(metrics(rank(q["question"]), gold))
         for index in indexes.values():

@@ -40,7 +40,6 @@ leave it untranslated.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
@@ -513,7 +512,7 @@ class SqliteStore(Store):
         self._indexed: frozenset[str] = frozenset()
         self._text_schema = (-1, False)  # (schema version, whether the keyword index is there)
         self._own = _OwnWrites()
-        self._checkpointer = None if read_only else _Checkpointer(self.path)
+        self._checkpointer = _Checkpointer(self.path)  # (a read-only store's never starts: it commits nothing)
         self._checkpoint_at = self.CHECKPOINT_BYTES
         self._conn: sqlite3.Connection | None = None
         self._conn = self._init_connection()
@@ -595,7 +594,7 @@ class SqliteStore(Store):
                 # ~20 MB instead of every 4 MB, so a session's small transactions do not each pay
                 # for one, and by a thread of the store's own, not in the commit that reached the
                 # size (``_Checkpointer``); the WAL's file is then cut to 4 MB, not left at its most.
-                conn.execute("PRAGMA wal_autocheckpoint=0" if self._checkpointer else "PRAGMA wal_autocheckpoint=10000")
+                conn.execute("PRAGMA wal_autocheckpoint=0")
                 conn.execute(f"PRAGMA journal_size_limit={self.CHECKPOINT_BYTES // 5}")
                 self._migrate(conn)
                 self._indexed = self._read_indexed(conn)
@@ -828,8 +827,6 @@ class SqliteStore(Store):
         """After a commit: a WAL over ``CHECKPOINT_BYTES`` is folded back by the checkpointer's
         thread; while it still is (writes went on meanwhile), again once it grew by a quarter."""
         checkpointer = self._checkpointer
-        if checkpointer is None:
-            return
         if checkpointer.finish and checkpointer.lock.acquire(blocking=False):
             try:  # what was committed while the thread copied the rest: the WAL can then start over
                 checkpointer.finish = False
@@ -859,7 +856,7 @@ class SqliteStore(Store):
         """Rebuild the file without the free pages that may hold what was evicted, then fold the
         WAL back; False if it could not (``_fold_back_wal``; or the rebuild failed: another process
         kept the write lock past the busy timeout, the disk is too full for a copy of the file)."""
-        with self._checkpointer.lock if self._checkpointer is not None else contextlib.nullcontext():
+        with self._checkpointer.lock:
             try:
                 conn.execute("VACUUM")
                 return self._fold_back_wal(conn)
@@ -1308,8 +1305,7 @@ class SqliteStore(Store):
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
-                if self._checkpointer is not None:
-                    self._checkpointer.stop()  # first: the store's connection is to be the last one
+                self._checkpointer.stop()  # first: the store's connection is to be the last one
                 conn, self._conn = self._conn, None
                 with self._translate("close"):
                     conn.close()
