@@ -427,7 +427,10 @@ class _Checkpointer:
     copied by the next commit itself (``finish``: a few frames, where the thread copied ~20 MB):
     the WAL starts over only when a write begins with all of it copied, which a thread racing a
     busy writer seldom sees (the WAL of a 50,000-message session grew to 1.4 GB so). The next
-    write then starts the WAL over, its file cut to ``journal_size_limit``. The thread is started
+    write then starts the WAL over, its file cut to ``journal_size_limit``. A writer faster than
+    the thread's copies (a disk slow to sync) finds the WAL past ``SqliteStore.WAL_MOST`` times
+    the size: its commit then waits for the thread and copies the rest, so the WAL has a bound
+    whatever the machine. The thread is started
     the first time it is needed (most stores never grow the WAL that far) and stopped by
     ``close``. ``lock`` is held while it works: an eviction's rebuild takes it, so that its own
     checkpoint does not find this one running (which would leave the evicted bytes in the WAL)."""
@@ -454,6 +457,11 @@ class _Checkpointer:
             while True:
                 self._wake.wait()
                 self._wake.clear()
+                if self.finish and not self._stopping:
+                    # The commit's copy has not run yet: it needs the lock, which a thread that
+                    # went at once into another run (the WAL grew by a quarter while this one
+                    # copied: a slow disk) would hold again and again, and the WAL never started over.
+                    continue
                 with self.lock:
                     if self._stopping:
                         return
@@ -489,6 +497,9 @@ class SqliteStore(Store):
     """A commit that finds the WAL larger than this has it folded back into the file, off the
     committing thread (``_Checkpointer``); SQLite's own checkpoint after 10,000 pages did the
     same in the commit that reached them."""
+    WAL_MOST = 4
+    """A commit that finds the WAL past this many times ``CHECKPOINT_BYTES`` (the checkpointer's
+    thread copies slower than the writes come) waits for it and copies the rest itself."""
     SCRUB_WAIT_S = 10.0
     """How long an eviction waits for readers of older snapshots before it leaves the evicted
     bytes in the file (``Tx.left_in_files``). It holds the write lock meanwhile, so it stays well
@@ -827,7 +838,15 @@ class SqliteStore(Store):
         """After a commit: a WAL over ``CHECKPOINT_BYTES`` is folded back by the checkpointer's
         thread; while it still is (writes went on meanwhile), again once it grew by a quarter."""
         checkpointer = self._checkpointer
-        if checkpointer.finish and checkpointer.lock.acquire(blocking=False):
+        try:
+            size = os.stat(f"{self.path}-wal").st_size
+        except OSError:
+            return
+        # Past ``WAL_MOST`` times the size, the writer outran the thread (a disk slower to sync
+        # than the writes come): this commit waits for the thread's copy to end and copies the
+        # rest itself, as SQLite's own checkpoint would, so the WAL has a bound.
+        behind = size > self.WAL_MOST * self.CHECKPOINT_BYTES
+        if (checkpointer.finish or behind) and checkpointer.lock.acquire(blocking=behind):
             try:  # what was committed while the thread copied the rest: the WAL can then start over
                 checkpointer.finish = False
                 assert self._conn is not None
@@ -836,10 +855,6 @@ class SqliteStore(Store):
                 log.debug("SQLite store %s: a checkpoint failed: %s", self.path, e)
             finally:
                 checkpointer.lock.release()
-        try:
-            size = os.stat(f"{self.path}-wal").st_size
-        except OSError:
-            return
         if size <= self.CHECKPOINT_BYTES:
             self._checkpoint_at = self.CHECKPOINT_BYTES  # started over
         elif size > self._checkpoint_at:
