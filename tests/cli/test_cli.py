@@ -274,6 +274,18 @@ def test_an_error_naming_a_damaged_document_is_printed_escaped(tmp_path: Path) -
     assert shown["error"]["message"].startswith(f"session:s{OSC} @ tx")
 
 
+def test_an_error_naming_a_path_that_holds_a_newline_is_one_line(tmp_path: Path) -> None:
+    """A failed command says why on one line: a ``--store`` path holding a newline (a directory
+    named so) broke it in two, the second half looking like a line of its own."""
+    where = tmp_path / "a\nError: fine"
+    out = ctxos("sessions", store=where / "s.db", check=False)
+    assert out.returncode == 1, out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "a\\x0aError: fine" in errors[0], out.stderr
+    shown = json.loads(ctxos("sessions", "--json", store=where / "s.db", check=False).stdout)
+    assert "a\nError: fine" in shown["error"]["message"]  # --json keeps the text as it is
+
+
 def test_verify_prints_what_the_integrity_check_found_escaped(tmp_path: Path) -> None:
     """SQLite's integrity check names the tables and indexes it finds fault with, as the file's
     schema spells them: a file made or damaged to hold an escape sequence in a name sent it to the

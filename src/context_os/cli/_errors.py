@@ -49,8 +49,9 @@ class LibraryError(click.ClickException):
     document follows it)."""
 
     def __init__(self, error: Exception, *, reported: bool = False) -> None:
-        # the line on stderr escaped: an id or a path in it may come from a damaged store
-        super().__init__(printable(f"{type(error).__name__}: {error}"))
+        # the line on stderr escaped: an id or a path in it may come from a damaged store, or
+        # hold a newline (a --store path, a session id), which broke the one line in two
+        super().__init__(one_line(f"{type(error).__name__}: {error}"))
         self.kind = type(error).__name__
         self.detail = str(error)
         self.reported = reported
