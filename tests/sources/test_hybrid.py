@@ -543,6 +543,73 @@ def test_a_memory_file_s_facts_are_found_by_meaning_once_each_embedded_once(
         assert str(index.with_name("db.md")) in [h.path for h in hits] and again.texts == []
 
 
+def test_a_memory_passage_s_vector_no_search_used_for_a_month_is_dropped(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edited memory passage left its old text's vector in the vectors' file for good: a
+    memory file the agent edits every day grew the file by each edit. A catch-up drops the
+    vectors no search used for ``LOOSE_KEEP_DAYS``; those in use stay, and are not made again."""
+    from context_os.sources import vectors as vectors_module
+    from context_os.sources.vectors import text_key
+
+    day = [vectors_module._today()]
+    monkeypatch.setattr(vectors_module, "_today", lambda: day[0])
+    (tmp_path / "repo").mkdir()
+    scopes = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    topic = tmp_path / "repo" / ".context_os" / "memory" / "db.md"
+    scopes.remember("the staging cluster runs postgres fifteen", topic="db")
+    old, new = (
+        text_key("- the staging cluster runs postgres fifteen"),
+        text_key("- the staging cluster runs postgres sixteen"),
+    )
+    counting = Counting(model)
+    path = tmp_path / "v.vectors"
+
+    def kept() -> dict[bytes, int]:
+        with sqlite3.connect(path) as check:
+            return {bytes(k): d for k, d in check.execute("SELECT key, seen FROM loose")}
+
+    with VectorIndex(db, counting, path) as index:
+        recall = Recall(db, index, memory=scopes)
+        recall.search("postgres", k=3)
+        assert kept()[old] == day[0]
+        topic.write_text(topic.read_text().replace("fifteen", "sixteen"))  # the agent edits it
+        recall.search("postgres", k=3)
+        assert {old, new} <= set(kept())
+        day[0] += 20
+        recall.search("postgres", k=3)  # uses the new text's vector: marked today
+        assert kept()[new] == day[0] and kept()[old] == day[0] - 20
+        day[0] += 15
+        made = len(counting.texts)
+        index.catch_up()
+        assert old not in kept() and kept()[new] == day[0] - 15  # 35 days unused: gone; 15: kept
+        [hit] = [h for h in recall.search("which relational database engine", k=3).hits if h.path == str(topic)]
+        assert hit.vector_rank is not None and len(counting.texts) == made  # not embedded again
+    with VectorIndex(db, Counting(model), path) as reopened:  # the next process: the same
+        day[0] += 31
+        reopened.catch_up()
+        assert new not in kept()
+
+
+def test_a_vectors_file_of_an_older_release_marks_its_passages_used_today(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    """A file written before passages' vectors were marked with the day they were used has a
+    ``loose`` table without the column: opened, it gets it, each row marked today (none dropped)."""
+    from context_os.sources import vectors as vectors_module
+
+    path = tmp_path / "v.vectors"
+    VectorIndex(db, model, path).close()
+    with sqlite3.connect(path) as older:
+        older.execute("DROP TABLE loose")
+        older.execute("CREATE TABLE loose (key BLOB PRIMARY KEY, vec BLOB NOT NULL)")
+        older.execute("INSERT INTO loose VALUES (?, ?)", (b"k" * 16, b"\0" * 4 * model.dim))
+    with VectorIndex(db, model, path) as index:
+        index.catch_up()
+    with sqlite3.connect(path) as check:
+        assert check.execute("SELECT key, seen FROM loose").fetchall() == [(b"k" * 16, vectors_module._today())]
+
+
 def test_a_memory_file_edited_between_searches_is_found_as_it_is_now(db: Store, tmp_path: Path) -> None:
     """The keyword index over the memory files' passages is kept from one search to the next: an
     edit that keeps the file's size, or a new topic file, is searched at once all the same."""

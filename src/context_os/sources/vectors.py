@@ -13,7 +13,9 @@ distinct text of each part, once, in index order) and keeps, in its own SQLite f
   input again;
 * ``parts``: which (object id, part) had which text, first seen in which version (object hash);
 * ``loose``: vectors of texts no stored part holds (the passages of memory files, read from disk
-  at each search: ``loose_vectors``), by the text's blake3; emptied by an eviction;
+  at each search: ``loose_vectors``), by the text's blake3, with the day a search last used each;
+  emptied by an eviction, and one no search used for ``LOOSE_KEEP_DAYS`` is dropped by a
+  catch-up (an edited passage leaves its old text's vector behind);
 * ``meta``: the embedder's name and dimension, and the cursor (the last ``seq`` taken in),
   written in the same transaction as the vectors, so a crash loses nothing and repeats nothing.
 
@@ -79,8 +81,13 @@ CREATE TABLE IF NOT EXISTS parts (
 );
 CREATE INDEX IF NOT EXISTS parts_entry ON parts (session, entry) WHERE entry IS NOT NULL;
 CREATE TABLE IF NOT EXISTS heads (head BLOB PRIMARY KEY, key BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS loose (key BLOB PRIMARY KEY, vec BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS loose (key BLOB PRIMARY KEY, vec BLOB NOT NULL, seen INTEGER NOT NULL);
 """
+
+
+def _today() -> int:
+    """The day (since the epoch, UTC) a search that used a passage's vector marks it with."""
+    return int(time.time() // 86_400)
 
 
 def text_key(text: str) -> bytes:
@@ -206,6 +213,11 @@ class VectorIndex:
     """How long a search waits for it to write the vectors of memory passages it embedded
     (``_save_loose``): past it, they are written by a later search."""
 
+    LOOSE_KEEP_DAYS = 30
+    """A memory passage's vector that no search used for this many days is dropped by the next
+    catch-up: an edited passage left its old text's vector in the file for good (searches embed
+    a passage again if it comes back)."""
+
     GRAPH_FROM = 50_000
     """Vectors from which search asks an HNSW graph for candidates instead of scoring every
     vector (docs/recall.md: at 100k, 0.8 ms against 3.4 ms, 99% of the exact nearest found)."""
@@ -237,7 +249,9 @@ class VectorIndex:
         self._write = threading.Lock()
         self._queries: dict[str, Vectors] = {}  # the last query vectors, oldest first
         self._loose: dict[bytes, Vectors] = {}  # vectors of texts no stored part holds (loose_vectors)
-        self._unsaved: dict[bytes, Vectors] = {}  # those of them not written yet (``_save_loose``)
+        self._unsaved: dict[bytes, Vectors] = {}  # those to write, or to mark used today (``_save_loose``)
+        self._marked: dict[bytes, int] = {}  # the day this process last marked each of them used
+        self._pruned = -1  # the day this process last dropped the unused ones (``_prune_loose``)
         # queries embedding now: catch_up starts no slice while one waits (they go first)
         self._asking = 0
         self._turn = threading.Condition()
@@ -258,6 +272,7 @@ class VectorIndex:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.executescript(_SCHEMA)
+                self._mark_older_loose()
             self._check_model()
             self._m = self._load()
         except BaseException as e:
@@ -267,6 +282,13 @@ class VectorIndex:
             raise
 
     # -- the file -----------------------------------------------------------------------------
+
+    def _mark_older_loose(self) -> None:
+        """A file written before passages' vectors were marked with the day they were used: its
+        ``loose`` table gets the column, each row marked today (none was dropped at once)."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(loose)")}
+        if "seen" not in columns:
+            self._db.execute(f"ALTER TABLE loose ADD COLUMN seen INTEGER NOT NULL DEFAULT {_today()}")
 
     def _meta(self, key: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -427,6 +449,7 @@ class VectorIndex:
                 if (other := self._taken_over()) is not None:
                     raise ConfigError(other)
             self.forget_evicted()
+            self._prune_loose()
             if time.monotonic() - self._rebuilt_check >= REBUILT_CHECK_S:
                 # the keyword index may have been rebuilt (its seqs start again): then walk it
                 # again; texts already embedded are found by their key, not embedded twice.
@@ -531,6 +554,7 @@ class VectorIndex:
                 raise
             self._loose.clear()
             self._unsaved.clear()  # made from texts that may be the evicted one: never written now
+            self._marked.clear()
             if drop or loose:
                 # no copy of a dropped vector stays in the file, nor in its log's old page images
                 self._db.execute("VACUUM")
@@ -714,7 +738,8 @@ class VectorIndex:
         todo = list(wanted)[: len(wanted) if embed is None else max(0, embed)]
         if not todo:
             with self._lock:
-                self._save_loose()  # what an earlier search could not write
+                self._mark_used(keys, out)
+                self._save_loose()  # what an earlier search could not write, the marks of today
             return out
         with self._turn:
             self._asking += 1
@@ -731,8 +756,19 @@ class VectorIndex:
                     self._unsaved[key] = vec
                 for i in wanted[key]:
                     out[i] = vec
+            self._mark_used(keys, out)
             self._save_loose()
         return out
+
+    def _mark_used(self, keys: Sequence[bytes], vecs: Sequence[Vectors | None]) -> None:
+        """Have ``_save_loose`` mark the passages' vectors a search used with today (once a day
+        each in a process); a stored part's vector is not a passage's."""
+        if self.read_only:
+            return
+        today = _today()
+        for key, vec in zip(keys, vecs, strict=True):
+            if vec is not None and self._marked.get(key) != today and key not in self._m.row_of:
+                self._unsaved[key] = vec
 
     def _save_loose(self) -> None:
         """Write the passages' vectors this process made and has not written yet, waiting at most
@@ -752,16 +788,54 @@ class VectorIndex:
         finally:
             self._db.execute(f"PRAGMA busy_timeout={int(self.BUSY_TIMEOUT_S * 1000)}")
         try:
-            if self._taken_over() is None:  # else they are kept in memory only
-                self._db.executemany(
-                    "INSERT OR IGNORE INTO loose (key, vec) VALUES (?, ?)",
-                    [(key, vec.tobytes()) for key, vec in self._unsaved.items()],
-                )
+            self._write_loose()
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
+
+    def _write_loose(self) -> None:
+        """Within a write transaction: write the passages' vectors held (``_unsaved``), each marked
+        used today (one another process dropped meanwhile comes back)."""
+        today = _today()
+        if self._taken_over() is None:  # else they are kept in memory only
+            self._db.executemany(
+                "INSERT INTO loose (key, vec, seen) VALUES (?, ?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET seen = excluded.seen",
+                [(key, vec.tobytes(), today) for key, vec in self._unsaved.items()],
+            )
+        self._marked.update(dict.fromkeys(self._unsaved, today))
         self._unsaved.clear()
+
+    def _prune_loose(self) -> int:
+        """Drop the passages' vectors that no search used for ``LOOSE_KEEP_DAYS`` (at most once a
+        day in a process; those this process holds but has not written are written first, so
+        none used today goes); how many."""
+        today = _today()
+        if self._pruned == today or not self._has_table("loose"):
+            return 0
+        cutoff = today - self.LOOSE_KEEP_DAYS
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._write_loose()
+                dropped = self._db.execute("DELETE FROM loose WHERE seen < ?", (cutoff,)).rowcount
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            for key in [k for k, day in self._marked.items() if day < cutoff]:
+                del self._marked[key]
+                self._loose.pop(key, None)
+            self._pruned = today
+        if dropped:
+            log.info(
+                "vector index %s: dropped %d memory passage vector(s) no search used for %d days",
+                self.path,
+                dropped,
+                self.LOOSE_KEEP_DAYS,
+            )
+        return dropped
 
     def _has_table(self, name: str) -> bool:
         """Whether the file has table ``name`` (one written by an older release, opened read-only,
