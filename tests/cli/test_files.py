@@ -187,7 +187,8 @@ def test_a_path_two_file_objects_had_needs_an_id(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert proc.stderr.startswith("Error: InputError: 'notes.txt' names several file objects: file:1, file:2")
     # each candidate with how to name it: its absolute path, which names it alone
-    assert "name one by its id or its absolute path:\n  file:1  /w1/notes.txt\n  file:2  /w2/notes.txt" in proc.stderr
+    said = "name one by its id or its absolute path: file:1 at /w1/notes.txt; file:2 at /w2/notes.txt\n"
+    assert said in proc.stderr and proc.stderr.count("\n") == 1  # one line
     with SqliteStore(db_path) as db:
         assert find_file_object(db, "/w2/notes.txt") == "file:2"
         # a third, with the path of the first (a second replay of one project): its id only
@@ -196,9 +197,8 @@ def test_a_path_two_file_objects_had_needs_an_id(tmp_path: Path) -> None:
         with pytest.raises(InputError) as e:
             find_file_object(db, "notes.txt")
     assert str(e.value).endswith(
-        "  file:1  /w1/notes.txt (another of them has it too: name it by its id)\n"
-        "  file:2  /w2/notes.txt\n"
-        "  file:3  /w1/notes.txt (another of them has it too: name it by its id)"
+        "file:1 at /w1/notes.txt (another of them has it too: name it by its id); file:2 at /w2/notes.txt;"
+        " file:3 at /w1/notes.txt (another of them has it too: name it by its id)"
     )
 
 

@@ -710,6 +710,33 @@ def test_a_workspace_root_moved_away_is_gone_and_the_one_put_in_its_place_is_wat
         assert db.get(oid).doc["content"] == "A = 3\n"
 
 
+def test_a_root_back_before_the_tracker_noted_its_file_missing_is_rescanned(
+    root, db, ws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The root came back (``mkdir``, a file written) after the store had recorded its file
+    missing and before the tracker noted that version: the note watched the root again, after
+    the write whose events it would have needed, and asked no rescan, so the file stayed missing
+    for good (without a periodic rescan). Seen once in a run with both cores busy; here the root
+    comes back at that very moment. A root watched again after it was gone is rescanned."""
+    noted = FileTracker._note_meta
+
+    def note(self: FileTracker, oid: str, meta: dict, *, watch: bool = True) -> None:
+        if meta.get("missing") and not root.exists():
+            root.mkdir()
+            (root / "a.py").write_text("A = 2\n")
+        noted(self, oid, meta, watch=watch)
+
+    monkeypatch.setattr(FileTracker, "_note_meta", note)
+    with FileTracker(db, ws, rescan_interval=None, health_interval=0.01) as t:
+        oid = index(t, root, "a.py", "A = 1\n")
+        os.rename(root, root.with_name("ws.bak"))
+        found = wait_for(
+            lambda: (m := latest_meta(db, oid))["version"] >= 3 and not m["missing"] and m, what="the file"
+        )
+        assert [m.get("missing") for m in metas(db, oid)] == [False, True, False]
+        assert found["path"] == "a.py" and db.get(oid).doc["content"] == "A = 2\n"
+
+
 def test_an_overflow_triggers_a_rescan(root, db, tracker) -> None:
     index(tracker, root, "o.txt", "o\n")
     before = tracker.stats["rescans"]

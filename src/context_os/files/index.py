@@ -645,27 +645,27 @@ def find_file_object(store: Store, path_or_id: str) -> str:
 
 
 def _several(store: Store, path: str, ids: list[str]) -> str:
-    """What to say of a path several file objects have or had: each, and how to name it (its
-    absolute path where no other of them has it, else its id only)."""
+    """What to say of a path several file objects have or had, on one line (a failed command's
+    line): each, and how to name it (its absolute path where no other of them has it, else its
+    id only)."""
     where: dict[str, str | None] = {}
     for obj_id in ids:
         doc = store.doc(obj_id)
         abs_path = ((doc or {}).get("meta") or {}).get("abs_path")
         where[obj_id] = abs_path if isinstance(abs_path, str) else None
     held = Counter(where.values())
-    width = max(map(len, ids))
-    lines = [
-        f"  {obj_id:{width}}  "
+    each = [
+        f"{obj_id} "
         + (
             "(no path now)"
             if abs_path is None
-            else abs_path
+            else f"at {abs_path}"
             if held[abs_path] == 1
-            else f"{abs_path} (another of them has it too: name it by its id)"
+            else f"at {abs_path} (another of them has it too: name it by its id)"
         )
         for obj_id, abs_path in where.items()
     ]
     return (
         f"{path!r} names several file objects: {', '.join(ids)} (one per workspace or session that"
-        f" recorded it); name one by its id or its absolute path:\n" + "\n".join(lines)
+        f" recorded it); name one by its id or its absolute path: {'; '.join(each)}"
     )

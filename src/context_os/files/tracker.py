@@ -259,7 +259,7 @@ class FileTracker:
         # root → (device, inode) of the directory its watch was made on: a watch follows its
         # directory when it is moved away (mv repo repo.bak), and the path then holds another
         self._watched_dirs: dict[str, tuple[int, int] | None] = {}
-        self._gone_roots: set[str] = set()  # (tracker thread) roots found deleted, said once each
+        self._gone_roots: set[str] = set()  # roots found deleted, said once each (under _watch_lock)
         self._handler = _Handler(self)
         self._overflow = _OverflowSignal(self)
 
@@ -472,6 +472,15 @@ class FileTracker:
                 # e.g. the root is gone, or the inotify watch limit is reached: the periodic
                 # rescan still catches changes, and the health check retries the watch
                 self._error(f"cannot watch {key}: {e.strerror or e}")
+                return
+            back = key in self._gone_roots
+            self._gone_roots.discard(key)
+        if back:
+            # a root that was gone, watched again (by the health check, or by the note of a
+            # version of one of its files): what was written in it before this watch existed
+            # sent no event here. Before, only the health check's watch asked this rescan, and a
+            # root back before the tracker noted its file missing kept that file missing for good
+            self.request_rescan("watch back")
 
     def _check_health(self) -> None:
         """Restart a dead observer and re-create watches whose emitter stopped (root deleted) or
@@ -509,13 +518,16 @@ class FileTracker:
             if root.is_dir():
                 self._ensure_watch(root)
                 if key in self._watches:
-                    self._gone_roots.discard(key)
                     rescan = True  # what changed while it was not watched
-            elif key not in self._gone_roots:
+                continue
+            with self._watch_lock:  # (a caller's thread may watch it again meanwhile: it is back)
+                gone = key not in self._watches and key not in self._gone_roots
+                if gone:
+                    self._gone_roots.add(key)
+            if gone:
                 # deleted or moved away (rm -rf of the checkout): one rescan records its files
                 # missing, then one stat per health check waits for it to come back, where a
                 # rescan of every tracked file each second would burn a core until it does
-                self._gone_roots.add(key)
                 self._error(
                     f"{key} is gone (deleted or moved away): its files are recorded missing;"
                     " watching again when it is back"
