@@ -812,10 +812,10 @@ class VectorIndex:
         day in a process; those this process holds but has not written are written first, so
         none used today goes); how many."""
         today = _today()
-        if self._pruned == today or not self._has_table("loose"):
-            return 0
         cutoff = today - self.LOOSE_KEEP_DAYS
         with self._lock:
+            if self._pruned == today or not self._has_table("loose"):
+                return 0
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._write_loose()
