@@ -420,6 +420,82 @@ def test_context_os_failing_forwards_the_original_messages(proxy: Running, up: U
     assert sum("original messages go upstream" in r.message for r in caplog.records) == 1  # once per session
 
 
+def test_a_first_message_context_os_cannot_hash_goes_upstream_as_it_came(proxy: Running, up: Upstream) -> None:
+    """The session of a conversation is named by a hash of how it starts; a start that has no
+    canonical form (a lone surrogate, a client that cut a string mid-emoji; a NaN, which JSON
+    readers take) failed that hash outside the fail-open path: no answer at all, to every request
+    of that conversation."""
+    odd = [
+        ("/v1/chat/completions", b'{"model": "m", "messages": [{"role": "user", "content": "cut \\ud83d"}]}'),
+        ("/v1/messages", b'{"model": "m", "max_tokens": 9, "system": NaN, "messages": [{"role": "user", "content": "x"}]}'),
+    ]
+    for path, raw in odd:
+        r = httpx.post(f"{proxy.url}{path}", content=raw, headers={"Content-Type": "application/json"})
+        assert r.status_code == 200, r.text
+    assert len(up.requests) == 2 and up.requests[0]["messages"][0]["content"] == "cut \ud83d"
+    assert proxy.proxy.counts["failed_open"] == 2
+    # a body nested past the JSON decoder's depth is no JSON object to it: a 400, not a cut connection
+    r = httpx.post(f"{proxy.url}/v1/messages", content=b"[" * 100_000, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "not a JSON object" in r.json()["error"]["message"]
+
+
+def test_a_client_gone_while_the_model_answered_gets_no_round_more(tmp_path: Path) -> None:
+    """A request not streamed whose model calls context_os's tools: the client gone (its timeout,
+    an agent killed) while the model answered, the proxy made every round of it anyway, each a
+    model call billed for nobody."""
+    gate = threading.Event()
+    with upstream(replies=[call("pin", id="r1")] * 8, gate=gate) as up:
+        running = Running(tmp_path, up)
+        try:
+            port = running.server.server_address[1]
+            body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (port, len(body), body)
+            )
+            wait_for(lambda: len(up.requests) == 1, "the first round upstream")
+            sock.close()
+            gate.set()
+            wait_for(lambda: running.proxy._relaying == 0, "the request's end")  # (what stop waits for)
+            assert len(up.requests) == 1
+        finally:
+            running.close()
+
+
+def test_an_answer_without_a_body_has_none_and_an_http_1_0_client_gets_no_chunks(tmp_path: Path) -> None:
+    """An upstream's 204 (a ``DELETE``) or 304 went back chunked, its chunks' end read by the
+    client as the start of its next answer on the connection; an HTTP/1.0 client, which knows no
+    chunks, got them."""
+    for status in (204, 304):
+        with upstream(other_status=status) as up:
+            running = Running(tmp_path / str(status), up)
+            try:
+                with httpx.Client(base_url=running.url) as client:
+                    first = client.delete("/v1/responses/resp_1") if status == 204 else client.get("/v1/models")
+                    assert first.status_code == status and first.content == b""
+                    assert "transfer-encoding" not in first.headers
+                    up.other_status = 200
+                    assert client.get("/v1/models").json()["data"][0]["id"] == "m"  # the same connection
+                    assert client.get("/v1/models").json()["data"][0]["id"] == "m"
+            finally:
+                running.close()
+    with upstream() as up:
+        running = Running(tmp_path / "1.0", up)
+        try:
+            port = running.server.server_address[1]
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(b"GET /v1/models HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n\r\n" % port)
+                got = b""
+                while chunk := sock.recv(65536):  # the answer ends with the connection
+                    got += chunk
+            head, _, body = got.partition(b"\r\n\r\n")
+            assert b"chunked" not in head.lower()
+            assert json.loads(body)["data"][0]["id"] == "m"
+        finally:
+            running.close()
+
+
 def test_a_foreign_host_a_browser_origin_or_a_body_that_is_not_json_is_refused(proxy: Running, up: Upstream) -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
     for headers in ({"Host": "evil.example"}, {"Origin": "https://evil.example"}):
@@ -1524,6 +1600,8 @@ def test_the_status_endpoint_names_the_sessions_the_counts_and_the_trackers_erro
             assert refused.status_code == 401 and "run-1" not in refused.text, refused.text
         got = httpx.get(f"{proxy.url}{STATUS_PATH}", headers=auth)
         assert got.status_code == 200, got.text
+        # the scheme's name in any case (RFC 9110), as the server's and MCP's guards take it
+        assert httpx.get(f"{proxy.url}{STATUS_PATH}", headers={"Authorization": f"bearer {proxy.status_token}"}).is_success
         status = got.json()
         assert status["sessions"] == [{"session": "run-1", "harness": "openai", "turn": 1}]
         assert status["counts"]["requests"] == 1 and status["counts"]["assembled"] == 1

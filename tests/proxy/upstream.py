@@ -44,6 +44,10 @@ class Upstream:
     """The n-th request (from 1) answered with this status instead, its error body as above."""
     hold: threading.Event | None = None
     """When set, a stream sends its first chunk, then waits for this event before the rest."""
+    gate: threading.Event | None = None
+    """When set, an answer not streamed waits for this event before it is sent."""
+    other_status: int = 200
+    """The status of other endpoints' answers (``GET /v1/models``, ``DELETE``); 204 and 304 with no body."""
     cut: set[int] = field(default_factory=set)
     """The n-th request's stream (from 1) is reset after its first chunk: the connection breaks."""
     pages: dict[int, bytes] = field(default_factory=dict)
@@ -310,7 +314,11 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             with up.lock:
                 up.other.append(f"{self.command} {self.path}")
-            self._send(200, json.dumps(answer).encode())
+            if up.other_status in (204, 304):
+                self.send_response(up.other_status)
+                self.end_headers()
+                return
+            self._send(up.other_status, json.dumps(answer).encode())
 
         def do_GET(self) -> None:  # noqa: N802 - a model list, as either API gives it
             model = {"id": "m", "object": "model", "created": 0, "owned_by": "x", "type": "model",
@@ -366,6 +374,8 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 self._send(400, json.dumps(shaped).encode())
                 return
             if not body.get("stream"):
+                if up.gate is not None:
+                    up.gate.wait(30)
                 if anthropic:
                     self._send(200, json.dumps(_anthropic_json(text, n, thinking)).encode())
                     return

@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import re
+import select
 import socket
 import sys
 import threading
@@ -649,8 +650,10 @@ class Proxy:
             return Plan(api, body, body)  # the provider holds the conversation: nothing to manage
         named = next((v for k, v in headers.items() if k.lower() == SESSION_HEADER.lower()), None)
         conv: _Conversation | None = None
-        session_id = named.strip() if named and named.strip() else derive_session(api, body)
+        session_id = named.strip() if named and named.strip() else "(its first message)"
         try:
+            if not (named and named.strip()):
+                session_id = derive_session(api, body)  # hashes what the client sent: may refuse it
             started = None
             # a conversation told from another that starts alike by its replies (``_route``): not a
             # Responses one, which has no claims (Codex sends its key; a remote compaction replaces
@@ -1026,10 +1029,10 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                 return
             if urlsplit(self.path).path.rstrip("/") == STATUS_PATH:  # the proxy's own, never upstream
                 token: str | None = self.server.status_token  # type: ignore[attr-defined]
-                given = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+                scheme, _, given = self.headers.get("Authorization", "").strip().partition(" ")
                 if token is None:
                     self._refuse(api, 404, "this proxy has no status token: its status is not served")
-                elif not hmac.compare_digest(given.encode(), token.encode()):
+                elif scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
                     self._refuse(api, 401, "the status needs Authorization: Bearer <the proxy's status token>")
                 else:
                     self._reply(200, json.dumps(proxy.status(), indent=1).encode())
@@ -1086,7 +1089,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                 return
             try:
                 body = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):  # (nested past the decoder's depth)
                 body = None
             if not isinstance(body, dict):
                 self._reply(400, error_body(api, 400, "the request body is not a JSON object"))
@@ -1101,7 +1104,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             """Run ``send``; an upstream that cannot be reached or is too slow is answered in the
             client's API's shape (before anything was sent; after, a stream ends with its API's
             error event, and any other answer with the connection)."""
-            self._started = False
+            self._started = self._bodiless = self._chunked = False
             self._events: Callable[[bytes], None] | None = None  # a stream begun, at an event's end
             with proxy.busy():
                 try:
@@ -1199,16 +1202,26 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                 self.send_header("Date", self.date_time_string())
             if "server" not in headers:
                 self.send_header("Server", self.version_string())
-            self.send_header("Transfer-Encoding", "chunked")
+            # a 1xx, 204 or 304 answer has no body (RFC 9110 6.4.1): a chunk's end after it would be
+            # read as the start of the next answer on the connection
+            self._bodiless = status < 200 or status in (204, 304)
+            # an HTTP/1.0 client knows no chunks: the body as it comes, its end the connection's
+            self._chunked = not self._bodiless and self.request_version != "HTTP/1.0"
+            if self._chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+            elif not self._bodiless:
+                self.send_header("Connection", "close")
+                self.close_connection = True
             self.end_headers()
 
         def _chunk(self, data: bytes) -> None:
-            if data:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            if data and not self._bodiless:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data)
                 self.wfile.flush()
 
         def _end(self) -> None:
-            self.wfile.write(b"0\r\n\r\n")
+            if self._chunked:
+                self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 
         def _rounds(self, plan: Plan) -> None:
@@ -1252,6 +1265,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                             self._chunk(raw)
                             self._end()
                             return
+                        self._check_client()  # gone while the model answered: no round more for it
                         proxy.run_ours(plan, ours, _text_of(plan.api, message), message.get("output"))
                     else:
                         if not started:
@@ -1269,12 +1283,30 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                                 send(event)
                             self._end()
                             return
+                        self._check_client()
                         offset += f.sent_blocks
                         # the client has the text already: the exchange keeps our calls, with a
                         # Responses reply's items (spliced after the ones the client has, later) and
                         # an Anthropic reply's thinking, which its tool-use turn must start with
                         proxy.run_ours(plan, ours, None, f.kept())
                 plan = proxy.next_round(plan, last=n + 1 == MAX_ROUNDS - 1)
+
+        def _check_client(self) -> None:
+            """Raise ``ConnectionResetError`` if the client closed its connection (an agent killed,
+            an SDK's timeout): each round more is a model call billed for nobody. A client sends
+            nothing while it waits for its answer, so anything readable is its end (or a next
+            request pipelined, which is left to read)."""
+            if not hasattr(select, "poll"):  # (Windows: not told; the answer's write finds it gone)
+                return
+            poll = select.poll()  # (not select's: no limit on the descriptor's number)
+            poll.register(self.connection, select.POLLIN)
+            try:
+                # readable: a byte to peek at, or the end; the socket's timeout does not apply
+                gone = bool(poll.poll(0)) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            except OSError:  # reset
+                gone = True
+            if gone:
+                raise ConnectionResetError("the client closed its connection before context_os's tools ran")
 
         def _forward(self, api: Api, raw: bytes | None, method: str | None = None) -> None:
             """The request upstream as it is, the answer back as it comes."""
