@@ -425,9 +425,10 @@ def test_a_first_message_context_os_cannot_hash_goes_upstream_as_it_came(proxy: 
     canonical form (a lone surrogate, a client that cut a string mid-emoji; a NaN, which JSON
     readers take) failed that hash outside the fail-open path: no answer at all, to every request
     of that conversation."""
+    said = b'"messages": [{"role": "user", "content": "x"}]'
     odd = [
         ("/v1/chat/completions", b'{"model": "m", "messages": [{"role": "user", "content": "cut \\ud83d"}]}'),
-        ("/v1/messages", b'{"model": "m", "max_tokens": 9, "system": NaN, "messages": [{"role": "user", "content": "x"}]}'),
+        ("/v1/messages", b'{"model": "m", "max_tokens": 9, "system": NaN, ' + said + b"}"),
     ]
     for path, raw in odd:
         r = httpx.post(f"{proxy.url}{path}", content=raw, headers={"Content-Type": "application/json"})
@@ -1601,7 +1602,8 @@ def test_the_status_endpoint_names_the_sessions_the_counts_and_the_trackers_erro
         got = httpx.get(f"{proxy.url}{STATUS_PATH}", headers=auth)
         assert got.status_code == 200, got.text
         # the scheme's name in any case (RFC 9110), as the server's and MCP's guards take it
-        assert httpx.get(f"{proxy.url}{STATUS_PATH}", headers={"Authorization": f"bearer {proxy.status_token}"}).is_success
+        lower = {"Authorization": f"bearer {proxy.status_token}"}
+        assert httpx.get(f"{proxy.url}{STATUS_PATH}", headers=lower).is_success
         status = got.json()
         assert status["sessions"] == [{"session": "run-1", "harness": "openai", "turn": 1}]
         assert status["counts"]["requests"] == 1 and status["counts"]["assembled"] == 1
