@@ -108,6 +108,44 @@ def test_skipped_lines_are_counted_and_the_first_ones_named(tmp_path: Path) -> N
     assert t.skipped_line_numbers == [3, 5, 7, 9, 11, 13, 15, 17, 19, 21]
 
 
+def pi_lines(*texts: str) -> list[bytes]:
+    """A Pi v3 session's lines: its header, then a user message of each text, one after the other."""
+    lines = [json.dumps({"type": "session", "version": 3, "id": "s", "cwd": "/r"})]
+    for n, text in enumerate(texts):
+        parent = f"m{n - 1}" if n else None
+        message = {"role": "user", "content": [{"type": "text", "text": text}]}
+        lines.append(json.dumps({"type": "message", "id": f"m{n}", "parentId": parent, "message": message}))
+    return [line.encode() for line in lines]
+
+
+@pytest.mark.parametrize("keep", [1, 0], ids=["in-a-character", "at-an-ascii-byte"])
+def test_a_last_line_cut_inside_a_character_is_a_line_cut_short(tmp_path: Path, keep: int) -> None:
+    # a crash that cut the last line inside "é" (2 bytes) refused the whole session (not UTF-8
+    # text), where a cut at an ASCII byte lost that line alone: Pi reads both as the latter
+    lines = pi_lines("first", "second", "third é")
+    lines[-1] = json.dumps(json.loads(lines[-1]), ensure_ascii=False).encode()
+    text = b"\n".join(lines)
+    path = tmp_path / "cut.jsonl"
+    path.write_bytes(text[: text.rindex("é".encode()) + keep])
+    t = read_session(path)
+    assert [m["content"][0]["text"] for m in t.messages] == ["first", "second"]
+    assert (t.skipped_lines, t.skipped_line_numbers, t.notes) == (1, [4], [])
+
+
+def test_bytes_that_are_not_utf8_are_read_as_node_reads_them_and_said(tmp_path: Path) -> None:
+    # Pi, Claude Code, Gemini CLI and Cline read their files with Node's utf8 decoding: a bad
+    # byte is U+FFFD, and the line is read; the replay does the same, and says so
+    lines = pi_lines("first", "BAD", "third", "BAD")
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"\n".join(line.replace(b"BAD", b"a\xffb\xe2\x80") for line in lines) + b"\n")
+    t = read_session(path)
+    assert [m["content"][0]["text"] for m in t.messages] == ["first", "a\ufffdb\ufffd", "third", "a\ufffdb\ufffd"]
+    assert t.skipped_lines == 0
+    assert t.notes == [
+        "2 line(s) held bytes that are not UTF-8 (line 3, 5): read as U+FFFD, as Node's utf8 decoding reads them"
+    ]
+
+
 # -- Claude Code ----------------------------------------------------------------------------------
 
 

@@ -53,6 +53,7 @@ from .formats.common import (
     Parsed,
     Reader,
     Transcript,
+    load,
     parse,
     read_text,
     shape,
@@ -277,7 +278,7 @@ def detect_format(path: str | Path, *, max_bytes: int = MAX_SESSION_BYTES) -> st
     """One of ``FORMATS`` (``pi``, ``claude-code``, ``codex``, ``gemini-cli``, ``swe-agent``,
     ``mini-swe-agent``, ``openhands``, ``openai``, ``anthropic``, ``cline``), from the file's content."""
     p = Path(path)
-    return _detect(parse(p, read_text(p, max_bytes)))
+    return _detect(load(p, max_bytes))
 
 
 def read_sessions(
@@ -295,7 +296,7 @@ def read_sessions(
     if format is not None and format not in FORMATS:
         raise InputError(f"unknown format {format!r} (known: {', '.join(FORMATS)})")
     conversation = _conversation_dir(p, max_bytes)
-    parsed = parse(p, conversation if conversation is not None else read_text(p, max_bytes))
+    parsed = parse(p, conversation) if conversation is not None else load(p, max_bytes)
     if format in _LISTS:  # a JSON list of messages reads as either API's: which one is it?
         try:
             found: str | None = _detect(parsed)

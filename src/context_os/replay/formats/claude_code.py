@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InputError
-from .common import MAX_SESSION_BYTES, Parsed, Transcript, iso_ms, json_type, parse, read_text, text_field
+from .common import MAX_SESSION_BYTES, Parsed, Transcript, iso_ms, json_type, load, text_field
 
 __all__ = ["CLAUDE_CODE_TYPES", "read_claude_code"]
 
@@ -436,7 +436,7 @@ def _sidechain_files(parsed: Parsed, max_bytes: int) -> tuple[list[Transcript], 
     found.update({p.name: p for p in folder.glob("agent-*.jsonl")})  # a plain copy before a compressed one
     for path in (found[name] for name in sorted(found)):
         try:
-            sub = parse(path, read_text(path, max_bytes))
+            sub = load(path, max_bytes)
             (t,) = read_claude_code(sub, sidechains=False)
         except InputError as e:
             unread.append(f"a sub-agent's file was left out: {e}")

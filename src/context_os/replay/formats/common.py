@@ -11,7 +11,10 @@ OpenAI message list) or **JSON lines** (Pi, Claude Code, OpenHands ``output.json
 parsed once: the first line tells which, unless it is not JSON by itself, when the whole text is
 tried as one document (a pretty-printed one). In JSON lines a line that is not JSON (two objects
 on one line, a line cut short by a crash) is skipped and counted, as Pi's and Claude Code's own
-loaders skip it; a line that is JSON but not an object is an error.
+loaders skip it; a line that is JSON but not an object is an error. Bytes that are not UTF-8 are
+read as Node reads them (Pi, Claude Code, Gemini CLI and Cline read their files so), each bad
+sequence as U+FFFD: a last line a crash cut inside a character is a line cut short like any
+other, and a line that kept such bytes is said in a note.
 
 This module reads files; it never touches a store or a session.
 """
@@ -44,6 +47,7 @@ __all__ = [
     "Reader",
     "Transcript",
     "iso_ms",
+    "load",
     "openai_calls",
     "pair_openai",
     "parse",
@@ -148,8 +152,49 @@ class Transcript:
 
 
 def read_text(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> str:
-    """The whole file as text: a regular file of at most ``max_bytes`` bytes, in UTF-8 (a byte
-    order mark before it left out).
+    """The whole file as text (``_read_bytes``), in UTF-8 (a byte order mark before it left out;
+    a file that is not UTF-8 refused)."""
+    try:
+        return _utf8(_read_bytes(path, max_bytes))
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+
+
+def load(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> Parsed:
+    """The session file at ``path`` (``_read_bytes``) parsed (``parse``), its bytes that are not
+    UTF-8 read as Node's ``utf8`` decoding reads them, each bad sequence as U+FFFD (Pi, Claude
+    Code, Gemini CLI and Cline read their files so): a last line a crash cut inside a character
+    is a line cut short, skipped, as one cut after an ASCII byte is; the lines read that held
+    such bytes are ``Parsed.mended``."""
+    data = _read_bytes(path, max_bytes)
+    try:
+        return parse(path, _utf8(data))
+    except UnicodeDecodeError:
+        pass
+    parsed = parse(path, _utf8(data, "replace"))
+    skipped = set(parsed.skipped)
+    # numbered as parse numbers the text's lines: "\n" is never part of a bad sequence
+    lines = enumerate(bytes(data).split(b"\n"), 1)
+    parsed.mended = [n for n, line in lines if n not in skipped and not _is_utf8(line)]
+    return parsed
+
+
+def _utf8(data: bytes | bytearray, errors: str = "strict") -> str:
+    # a byte order mark an editor put first is no part of the first line (it made Pi's header,
+    # an OpenHands record, a Codex session_meta a line that is not JSON, skipped)
+    return data.decode("utf-8", errors).removeprefix("\ufeff")
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _read_bytes(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> bytes | bytearray:
+    """The whole file: a regular file of at most ``max_bytes`` bytes (a gzip file's text).
 
     Opened without blocking (opening a FIFO that has no writer would wait forever), then checked
     on the open descriptor, so what is read is what was checked.
@@ -188,13 +233,7 @@ def read_text(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> str:
             raise FileUnreadable(f"cannot read {path}: {e.strerror or e}") from None
     if len(data) > max_bytes:
         raise InputError(too_large)
-    text = _gunzip(path, data, max_bytes, too_large) if data[:2] == _GZIP_MAGIC else data
-    try:
-        # a byte order mark an editor put first is no part of the first line (it made Pi's header,
-        # an OpenHands record, a Codex session_meta a line that is not JSON, skipped)
-        return text.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    return _gunzip(path, data, max_bytes, too_large) if data[:2] == _GZIP_MAGIC else data
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -263,6 +302,9 @@ class Parsed:
     rows: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
     """JSON lines that were not JSON, skipped."""
+    mended: list[int] = field(default_factory=list)
+    """Lines read, not skipped, that held bytes that are not UTF-8 (read as U+FFFD)."""
+    _said: bool = field(default=False, repr=False)
 
     @property
     def is_document(self) -> bool:
@@ -278,11 +320,20 @@ class Parsed:
         raise InputError(f"{self.path}: {shape(self.document)}: not a {kind} session (JSON lines)")
 
     def stamp(self, transcripts: list[Transcript]) -> list[Transcript]:
-        """Name this file and its skipped lines on transcripts read from it."""
+        """Name this file and its skipped lines on transcripts read from it, and its mended lines
+        in a note on the first of them (once: not again for each sidechain or record)."""
         for t in transcripts:
             t.source = str(self.path)
             t.skipped_lines = len(self.skipped)
             t.skipped_line_numbers = self.skipped[:SKIPPED_SHOWN]
+        if self.mended and transcripts and not self._said:
+            self._said = True
+            shown = ", ".join(map(str, self.mended[:SKIPPED_SHOWN]))
+            more = ", ..." if len(self.mended) > SKIPPED_SHOWN else ""
+            transcripts[0].notes.append(
+                f"{len(self.mended)} line(s) held bytes that are not UTF-8 (line {shown}{more}): "
+                "read as U+FFFD, as Node's utf8 decoding reads them"
+            )
         return transcripts
 
 

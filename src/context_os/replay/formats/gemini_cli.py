@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError
-from .common import MAX_SESSION_BYTES, Parsed, Transcript, pair_openai, parse, read_text, shape
+from .common import MAX_SESSION_BYTES, Parsed, Transcript, load, pair_openai, shape
 
 __all__ = ["GEMINI_TYPES", "is_gemini_line", "is_gemini_record", "read_gemini_cli"]
 
@@ -393,7 +393,7 @@ def _subagents(path: Path, session_id: str, max_bytes: int) -> list[Transcript]:
                 files[name.rsplit(".", 1)[0]] = p
     out: list[Transcript] = []
     for sub in files.values():
-        t = _transcript(parse(sub, read_text(sub, max_bytes)))
+        t = _transcript(load(sub, max_bytes))
         t.label = t.session_id or sub.name.split(".")[0]
         out.append(t)
     return out
