@@ -588,6 +588,53 @@ def test_mini_swe_agent_actions_in_text_become_tool_calls(tmp_path: Path) -> Non
     assert t.messages[5]["content"].startswith("<returncode>1</returncode>")
 
 
+@pytest.mark.parametrize(
+    ("version", "fence", "answer"),
+    [
+        (
+            "mini-swe-agent-1",
+            "bash",
+            "The last command <command>pytest</command> timed out and has been killed.\n"
+            "The output of the command was:\n <output>\n\n</output>\nPlease try another command.",
+        ),
+        (
+            "mini-swe-agent-1.1",
+            "mswea_bash_command",
+            "<exception>Command 'pytest' timed out after 60 seconds</exception>\n"
+            "<returncode>-1</returncode>\n<output>\n\n</output>",
+        ),
+    ],
+    ids=["1.x-timeout", "2.x-exception"],
+)
+def test_a_mini_swe_agent_command_that_timed_out_is_a_call_answered_by_its_note(
+    tmp_path: Path, version: str, fence: str, answer: str
+) -> None:
+    # the answer to a one-block reply is its result whatever it says: a command that timed out
+    # (its answer no <returncode> first) was dropped, the reply left a message of its text alone
+    messages = [
+        {"role": "system", "content": "You can run commands."},
+        {"role": "user", "content": "Please solve this issue: fix a.py"},
+        {"role": "assistant", "content": f"THOUGHT: test it.\n\n```{fence}\npytest\n```"},
+        {"role": "user", "content": answer},
+        {
+            "role": "assistant",
+            "content": f"THOUGHT: done.\n\n```{fence}\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```",
+        },
+        {
+            "role": "user",
+            "content": "<returncode>0</returncode>\n<output>\nCOMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n</output>",
+        },
+        {"role": "exit", "content": "", "extra": {"exit_status": "Submitted"}},
+    ]
+    path = tmp_path / "t.traj.json"
+    path.write_text(json.dumps({"info": {}, "trajectory_format": version, "messages": messages}))
+    t = read_session(path)
+    assert [m["role"] for m in t.messages] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    (call,) = t.messages[2]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"command": "pytest"}
+    assert (t.messages[3]["tool_call_id"], t.messages[3]["content"]) == (call["id"], answer) and paired(t)
+
+
 @pytest.mark.timeout(120)
 def test_a_mini_swe_agent_reply_of_many_unclosed_blocks_is_read_in_linear_time(tmp_path: Path) -> None:
     """Each opening fence with no closing one after it was looked for to the end of the reply: a
@@ -710,6 +757,33 @@ def test_a_str_replace_editor_edit_becomes_a_file_version(db, tmp_path: Path) ->
     assert (r.edits_total, r.edits_with_target_active, r.files, r.file_versions) == (2, 2, 1, 3)
     (f,) = [o for o in session.view.objects.values() if o.kind == "file"]
     assert f.meta["path"] == "a.py" and f.content == "import os\ndef f():\n    return 2\n"
+
+
+def test_swe_agent_demonstrations_in_its_history_are_input_not_model_calls(db, tmp_path: Path) -> None:
+    # put_demos_in_history: SWE-agent puts a solved example's messages (is_demo) in the history
+    # before the task; they were sent with every call, but no model was called for their replies,
+    # and their edits (of another repository) are not the session's
+    path = swe_trajectory(tmp_path / "x.traj")
+    doc = json.loads(path.read_text())
+    edit = {"command": "str_replace", "path": "/demo/fields.py", "old_str": "round(", "new_str": "int(round("}
+    call = {"id": "d1", "type": "function", "function": {"name": "str_replace_editor", "arguments": json.dumps(edit)}}
+    demo = [
+        {"role": "user", "content": "<uploaded_files>\n/demo\n</uploaded_files>\nDEMO ISSUE"},
+        {"role": "assistant", "content": "fix the rounding", "tool_calls": [call]},
+        {"role": "tool", "content": "OBSERVATION:\nThe file /demo/fields.py has been edited.", "tool_call_ids": ["d1"]},
+        {"role": "assistant", "content": "done"},
+    ]
+    doc["history"][1:1] = [{**m, "is_demo": True} for m in demo]
+    path.write_text(json.dumps(doc))
+    t = read_session(path)
+    assert (t.inherited, t.cwd, t.messages[t.inherited]["role"]) == (5, "/testbed", "user")
+    assert t.info == [
+        "its first 5 messages are the system prompt and the demonstrations SWE-agent put in its history "
+        "(put_demos_in_history): the input of its calls, whose own replies are no model calls of it"
+    ]
+    r = replay_transcript(t, Session.open(db, "swe", harness=t.harness, workspace=t.cwd), verify="all")
+    assert r.orphaned_tool_results == 0 and r.frames_verified == r.frames == r.turns == 4
+    assert (r.edits_total, r.edits_with_target_active) == (2, 2)
 
 
 # -- OpenHands ------------------------------------------------------------------------------------

@@ -261,8 +261,9 @@ def replay_transcript(
 
 def model_calls(transcript: Transcript, hook: ContextHook[Any]) -> list[int]:
     """The messages of ``transcript`` whose model call a replay into ``hook``'s session makes:
-    each assistant message a model was asked for, but those of a fork's copy of its parent and
-    those whose input the session holds already (``--append``)."""
+    each assistant message a model was asked for, but those it inherited (a fork's copy of its
+    parent, SWE-agent's demonstrations) and those whose input the session holds already
+    (``--append``)."""
     session, messages = hook.session, transcript.messages
     calls = requested_calls(transcript, hook.adapter)
     if session.view.visible:  # a session that goes on: the calls whose input it holds are done
@@ -275,8 +276,9 @@ def model_calls(transcript: Transcript, hook: ContextHook[Any]) -> list[int]:
 def requested_calls(transcript: Transcript, adapter: Adapter[Any]) -> list[int]:
     """The messages of ``transcript`` that a model was asked for (``adapter`` reads its messages):
     every assistant message except a leading one, one its harness wrote without a call
-    (``Adapter.requested``) and one of a fork's copy of its parent (the parent's calls). The
-    strategy bench compares the other strategies on the same calls."""
+    (``Adapter.requested``) and one of the messages it inherited (``Transcript.inherited``: a
+    fork's copy of its parent, the parent's calls; SWE-agent's demonstrations). The strategy
+    bench compares the other strategies on the same calls."""
     return [
         k
         for k, m in enumerate(transcript.messages)
@@ -284,7 +286,7 @@ def requested_calls(transcript: Transcript, adapter: Adapter[Any]) -> list[int]:
         and m.get("role") == "assistant"
         and k > 0
         and adapter.requested(m)
-        and k >= transcript.inherited  # a fork's copy of its parent: the parent's calls
+        and k >= transcript.inherited  # a fork's copy of its parent (the parent's calls), demonstrations
     ]
 
 

@@ -128,7 +128,8 @@ class Transcript:
     session forked from another, whose first messages are that session's)."""
     inherited: int = 0
     """Leading messages copied from the session this one was forked or cloned from (a Pi
-    ``parentSession``): the input of its calls, but their own model calls were that session's."""
+    ``parentSession``), or from the demonstrations SWE-agent put in its history: the input of its
+    calls, but their own model calls were that session's, or none."""
 
     def compacted_tokens(self, tokens: list[int], calls: list[int]) -> int | None:
         """What the harness itself sent over the calls at message indexes ``calls``, given each

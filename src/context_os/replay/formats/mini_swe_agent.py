@@ -10,8 +10,10 @@ assistant message per model call and the environment's answer. Its last message,
   (``{"command": ...}``); ``tool`` messages answer them.
 * **actions in text** (1.x, and 2.x's text mode): the assistant writes its command in one
   ```` ```bash ```` block (```` ```mswea_bash_command ```` in newer releases) and
-  the next ``user`` message (``<returncode>…</returncode>``, ``<output>…</output>``) is the
-  environment's answer. As SWE-agent 0.x's actions (swe_agent.py), the block becomes a ``bash``
+  the next ``user`` message is the environment's answer, whatever it says
+  (``<returncode>…</returncode>``, ``<output>…</output>``; a command that timed out: 1.x's
+  ``The last command <command>…</command> timed out and has been killed…``, 2.x's
+  ``<exception>…``). As SWE-agent 0.x's actions (swe_agent.py), the block becomes a ``bash``
   tool call (the rest of the reply its text) and the answer its result; a reply with no block,
   or more than one, is a message whose answer (a format error) is the user's.
 
@@ -34,7 +36,6 @@ from .common import Parsed, Transcript, json_type, openai_calls, pair_openai, sh
 __all__ = ["is_mini_swe_agent", "read_mini_swe_agent"]
 
 _ACTION = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)
-_OBSERVATION = re.compile(r"\A\s*<returncode>")
 _ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -78,7 +79,7 @@ def _messages(raw: list[Any], where: str) -> list[dict[str, Any]]:
             continue  # the submission, as mini-swe-agent records it: never sent
         if role not in _ROLES:
             raise InputError(f"{at}: unknown role {role!r} (expected system, user, assistant, tool or exit)")
-        if role == "user" and waiting is not None and _OBSERVATION.match(text):
+        if role == "user" and waiting is not None:  # its result, whatever it says (a timeout's note)
             out.append({"role": "tool", "tool_call_id": waiting, "content": text})
         elif role == "assistant" and calling:
             msg: dict[str, Any] = {"role": "assistant", "content": text or None}

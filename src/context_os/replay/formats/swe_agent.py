@@ -14,6 +14,10 @@ the task, then one assistant message per model call and the environment's answer
   configurations ``set_cursors A B`` and ``edit`` without a range, which replaces the selection;
   any other command line is ``bash``), and the answer is its tool result.
 
+Demonstrations SWE-agent put in the history (``put_demos_in_history``: a solved example's
+messages, ``is_demo``) were sent with every call, but no model was called for their replies: the
+history up to the last of them is ``Transcript.inherited``, the input of the calls after it.
+
 Without a ``history``, the ``trajectory`` steps (``thought``/``response``, ``action``,
 ``observation``) make the same messages, without the prompts; a history with fewer replies than
 the trajectory has steps (some 1.x runs leave the final ``submit`` out of it) gets the steps it
@@ -91,13 +95,18 @@ def _text_call(call_id: str, action: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
-def _from_history(history: list[Any], where: str) -> tuple[list[dict[str, Any]], bool]:
-    """(OpenAI messages, whether the model called tools itself) of a ``history``."""
+def _from_history(history: list[Any], where: str) -> tuple[list[dict[str, Any]], bool, int]:
+    """(OpenAI messages, whether the model called tools itself, how many of the messages are the
+    system prompt and the demonstrations: those up to the last ``is_demo`` one) of a ``history``."""
     calling = any(isinstance(m, Mapping) and m.get("tool_calls") for m in history)
+    demos = max((k for k, m in enumerate(history) if isinstance(m, Mapping) and m.get("is_demo")), default=-1)
+    inherited = 0
     out: list[dict[str, Any]] = []
     waiting: str | None = None  # 0.x: the call the next user message answers
     for k, m in enumerate(history):
         at = f"{where}: history[{k}]"
+        if k == demos + 1:  # the task: no result of the last demonstration's action (0.x)
+            inherited, waiting = len(out), None
         if not isinstance(m, Mapping):
             raise InputError(f"{at}: expected a message object, got {json_type(m)}")
         role, text = m.get("role"), _text(m.get("content"), at)
@@ -125,7 +134,7 @@ def _from_history(history: list[Any], where: str) -> tuple[list[dict[str, Any]],
         else:
             raise InputError(f"{at}: unknown role {role!r} (expected system, user, assistant or tool)")
         waiting = None
-    return out, calling
+    return out, calling, inherited if demos < len(history) - 1 else len(out)
 
 
 def _from_trajectory(steps: list[Any], where: str, start: int = 0) -> list[dict[str, Any]]:
@@ -164,8 +173,9 @@ def read_swe_agent(parsed: Parsed, **_: Any) -> list[Transcript]:
         what = shape(doc) if parsed.is_document else f"JSON lines ({len(parsed.rows)} objects)"
         raise InputError(f"{where}: {what}: not a SWE-agent trajectory (one JSON object with a history)")
     history, steps = doc.get("history"), doc.get("trajectory")
+    inherited = 0
     if isinstance(history, list) and history:
-        messages, calling = _from_history(history, where)
+        messages, calling, inherited = _from_history(history, where)
         entries = len(history)
         replies = sum(
             1 for m in history if isinstance(m, Mapping) and m.get("role") == "assistant" and not m.get("is_demo")
@@ -176,7 +186,17 @@ def read_swe_agent(parsed: Parsed, **_: Any) -> list[Transcript]:
         messages, calling, entries = _from_trajectory(steps, where), False, len(steps)
     else:
         raise InputError(f"{where}: {shape(doc)}: not a SWE-agent trajectory (no history or trajectory list)")
+    demos = {id(m) for m in messages[:inherited]}
     messages = pair_openai(messages)
     session_id = parsed.path.name.removesuffix(".traj").removesuffix(".json")
     fmt = "swe-agent" if calling else "swe-agent-text"
-    return parsed.stamp([Transcript(fmt, "openai", "swe-agent", messages, session_id, _cwd(messages), [], entries)])
+    inherited = sum(1 for m in messages if id(m) in demos)  # (pair_openai drops messages, never adds)
+    # the demonstrations' directory is their task's
+    out = Transcript(fmt, "openai", "swe-agent", messages, session_id, _cwd(messages[inherited:]), [], entries)
+    out.inherited = inherited
+    if demos:
+        out.info.append(
+            f"its first {out.inherited} messages are the system prompt and the demonstrations SWE-agent put in its "
+            "history (put_demos_in_history): the input of its calls, whose own replies are no model calls of it"
+        )
+    return parsed.stamp([out])
