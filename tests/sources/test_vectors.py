@@ -514,6 +514,125 @@ def test_evicting_an_object_drops_its_vectors_from_the_sidecar(
         assert index.forget_evicted() == 0  # each tombstone is looked at once
 
 
+SIDECAR_USER = """
+import sys
+from context_os.sources.embed import WordLlamaEmbedder
+from context_os.sources.vectors import VectorIndex
+from context_os.store import open_store
+
+HOLD = {hold!r}
+
+
+class Held:  # WordLlama, held back while it embeds a text holding HOLD, until told to go on
+    inner = WordLlamaEmbedder()
+    name, dim, max_chars = inner.name, inner.dim, inner.max_chars
+
+    def embed(self, texts, *, query=False):
+        if HOLD is not None and any(HOLD in t for t in texts):
+            print("embedding", flush=True)
+            sys.stdin.readline()
+        return self.inner.embed(texts, query=query)
+
+
+store = open_store(sys.argv[1])
+with VectorIndex(store, Held(), sys.argv[2]) as index:
+    print(index.catch_up(), flush=True)
+    if sys.stdin.readline() == "again\\n":
+        print(index.catch_up(), flush=True)
+store.close()
+"""
+
+
+def _sidecar_user(db: Store, path: Path, hold: str | None = None) -> subprocess.Popen[str]:
+    """Another process (a server's indexer, `ctxos recall`) catching up the sidecar at ``path``:
+    it says when it embeds a text holding ``hold``, and waits for a line; it catches up again if
+    told ``again``."""
+    return subprocess.Popen(
+        [sys.executable, "-c", SIDECAR_USER.format(hold=hold), db.url, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_text_another_process_dropped_for_an_eviction_is_embedded_again_when_stored_again(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    """A process that had embedded a text still held its vector in memory after another's
+    forget_evicted dropped it: stored again under another id, the text's part was committed
+    without a vector, and every later open of the sidecar failed with a KeyError (before
+    2026-12-02)."""
+    text = "exit code 0: all 212 tests passed"
+    path = tmp_path / "v.db"
+    db.put(memory("memory:a", text))
+    other = _sidecar_user(db, path)
+    assert other.stdout is not None and other.stdout.readline().strip() == "1", other.stderr
+    evict(db, "memory:a")
+    with VectorIndex(db, model, path) as here:
+        assert here.forget_evicted() == 1
+    db.put(memory("memory:b", text))  # the same tool output, another time
+    out, err = other.communicate("again\n", timeout=300)
+    assert other.returncode == 0 and out.split() == ["1"], err
+    with VectorIndex(db, model, path) as index:
+        assert index.catch_up() == 0
+        assert [h.id for h in index.search(text, k=2)] == ["memory:b"]
+        assert index._db.execute(
+            "SELECT count(*) FROM parts WHERE key NOT IN (SELECT key FROM vectors)"
+        ).fetchone() == (0,)
+
+
+def test_a_slice_embedded_while_another_process_looks_at_an_eviction_leaves_the_evicted_out(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    """One process was embedding a slice that held an object's text when the object was evicted
+    and another's forget_evicted looked at its tombstone: the slice then committed the evicted
+    object's part and vector, and no catch-up dropped them again (before 2026-12-02)."""
+    from context_os.sources.vectors import text_key
+
+    secret = "the api key is sk-LEAKED-1234567890"
+    for n, text in enumerate(TALK[:3]):
+        db.put(memory(f"memory:{n}", text))
+    db.put(memory("memory:leak", secret))
+    path = tmp_path / "v.db"
+    other = _sidecar_user(db, path, hold="sk-LEAKED")
+    assert other.stdout is not None and other.stdout.readline().strip() == "embedding", other.stderr
+    evict(db, "memory:leak")
+    with VectorIndex(db, model, path) as here:
+        assert here.forget_evicted() == 0  # its part is not in the file yet
+        out, err = other.communicate("go\n", timeout=300)
+        assert other.returncode == 0 and out.split() == ["4"], err
+        here.catch_up()
+        assert here.forget_evicted() == 0
+        ids = {id for (id,) in here._db.execute("SELECT id FROM parts")}
+        assert ids == {"memory:0", "memory:1", "memory:2"}
+        assert here._db.execute("SELECT count(*) FROM vectors WHERE key = ?", (text_key(secret),)).fetchone() == (0,)
+        assert all(h.id != "memory:leak" for h in here.search("api key", k=10))
+
+
+def test_a_part_without_its_vector_is_embedded_again_not_a_failed_open(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sidecar an earlier release left with a part whose vector is gone (the race above): its
+    open failed with a KeyError, at every start of recall."""
+    from context_os.sources.vectors import text_key
+
+    for n, text in enumerate(TALK[:4]):
+        db.put(memory(f"memory:{n}", text))
+    path = tmp_path / "v.db"
+    with VectorIndex(db, model, path) as index:
+        assert index.catch_up() == 4
+        index._db.execute("DELETE FROM vectors WHERE key = ?", (text_key(TALK[1]),))
+    counting = Counting(model)
+    with VectorIndex(db, counting, path) as index:
+        assert "1 part(s) had no vector" in caplog.text and "embedded again" in caplog.text
+        assert index.catch_up() == 3  # walked again from the part that had lost it
+        assert counting.texts == [TALK[1]]
+        assert index.search(TALK[1], k=1)[0].id == "memory:1"
+    with VectorIndex(db, model, path, read_only=True) as index:  # and it opens as it should
+        assert index.counts()["parts"] == 4 and index.counts()["vectors"] == 4
+
+
 def test_after_the_keyword_index_is_rebuilt_new_parts_are_still_embedded(
     db: Store, tmp_path: Path, model: WordLlamaEmbedder
 ) -> None:

@@ -17,7 +17,9 @@ distinct text of each part, once, in index order) and keeps, in its own SQLite f
   emptied by an eviction, and one no search used for ``LOOSE_KEEP_DAYS`` is dropped by a
   catch-up (an edited passage leaves its old text's vector behind);
 * ``meta``: the embedder's name and dimension, and the cursor (the last ``seq`` taken in),
-  written in the same transaction as the vectors, so a crash loses nothing and repeats nothing.
+  written in the same transaction as the vectors, so a crash loses nothing and repeats nothing;
+  the tombstones ``forget_evicted`` has looked at, and the ``generation`` each of its looks moves:
+  another process then loads the file again, as what it holds in memory may have been dropped.
 
 The file holds vectors and hashes, never text. Vectors of two models are never mixed: opening the
 file with another embedder name or dimension drops every vector and starts again from seq 0
@@ -70,6 +72,8 @@ __all__ = ["VectorHit", "VectorIndex", "VectorIndexer", "text_key", "vector_stat
 log = logging.getLogger(__name__)
 
 _ENTRY = re.compile(r"e(\d+)")
+_PartRow = tuple[int, str, str, str, str, str | None, int | None, bytes]
+"""A row of ``parts``: seq, id, kind, part, object hash, session, chat entry, text key."""
 REBUILT_CHECK_S = 60.0
 """How often (at most) a catch-up checks whether the keyword index was rebuilt under it."""
 _SCHEMA = """
@@ -256,6 +260,7 @@ class VectorIndex:
         self._asking = 0
         self._turn = threading.Condition()
         self._rebuilt_check = -REBUILT_CHECK_S
+        self._generation: str | None = None  # ``meta.generation`` as this process last loaded the file
         try:
             if read_only:
                 self._db = sqlite3.connect(
@@ -340,18 +345,72 @@ class VectorIndex:
     def _load(self) -> _Matrix:
         self._synced = self.cursor
         self._built = self._meta("built")
+        self._generation = self._meta("generation")
         m = _Matrix(self.embedder.dim)
         for key, vec, truncated in self._db.execute("SELECT key, vec, truncated FROM vectors"):
             m.add_vector(key, np.frombuffer(vec, dtype=np.float32), bool(truncated))
-        for id, kind, part, session, key in self._db.execute(
-            "SELECT id, kind, part, session, key FROM parts ORDER BY seq"
-        ):
-            m.add_part(id, kind, part, session, key)
+        rows = self._db.execute("SELECT seq, id, kind, part, session, key FROM parts ORDER BY seq").fetchall()
+        orphans = [seq for seq, *_, key in rows if bytes(key) not in m.row_of]
+        if orphans and self._mend(orphans):
+            rows = [r for r in rows if r[0] < orphans[0]]  # the walk takes the rest in again
+        for _, id, kind, part, session, key in rows:
+            if bytes(key) in m.row_of:
+                m.add_part(id, kind, part, session, bytes(key))
         if self._has_heads():
             for head, key in self._db.execute("SELECT head, key FROM heads"):
                 if bytes(key) in m.row_of:
                     m.head_of[bytes(head)] = bytes(key)
         return m
+
+    def _mend(self, orphans: Sequence[int]) -> bool:
+        """Parts whose vector the file does not hold: a process of a release before 2026-12-02
+        committed them after another's ``forget_evicted`` had dropped their text's vector (it still
+        held the vector in memory), and every later open of the file failed with a KeyError. They
+        are dropped and the cursor goes back before the first, so that a catch-up walks again from
+        there: what a stored part still holds is embedded again, an evicted text is not (its part
+        is gone from the keyword index). Whether it could (not on a read-only file: they are left
+        out of search there)."""
+        log.warning(
+            "vector index %s: %d part(s) had no vector (written beside another process's eviction):%s",
+            self.path,
+            len(orphans),
+            " left out of search (the file is read-only)" if self.read_only else " dropped, and embedded again",
+        )
+        if self.read_only or self._db.in_transaction:
+            return False
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany(
+                "DELETE FROM parts WHERE seq = ? AND key NOT IN (SELECT key FROM vectors)", [(s,) for s in orphans]
+            )
+            back = str(orphans[0] - 1)
+            self._db.execute(
+                "UPDATE meta SET value = ? WHERE key = 'cursor' AND CAST(value AS INTEGER) > ?", (back, back)
+            )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._synced = self.cursor
+        return True
+
+    def _reload(self) -> None:
+        """Load the file again after an eviction (``forget_evicted``, here or in another process):
+        what this process holds in memory may be what was dropped, the passages' vectors too."""
+        self._forget_loose()
+        self._m = self._load()
+
+    def _forget_loose(self) -> None:
+        """Forget the passages' vectors held in memory: made from texts that may be an evicted
+        one, they are never written now (searches embed them again)."""
+        self._loose.clear()
+        self._unsaved.clear()
+        self._marked.clear()
+
+    def _stale(self) -> bool:
+        """Whether another process's ``forget_evicted`` dropped rows of the file since this one
+        loaded it (``meta.generation`` moved)."""
+        return self._meta("generation") != self._generation
 
     def _has_heads(self) -> bool:
         """Whether the file keeps heads: one written before them, opened read-only, does not."""
@@ -404,6 +463,11 @@ class VectorIndex:
         with self._lock:
             if self._taken_over() is not None:
                 return  # its rows are another model's: this one searches what it holds
+            if self._stale():
+                # another process's forget_evicted dropped rows: this one may hold their vectors
+                # (a catch-up went on from them, writing parts whose vector the file no longer had)
+                self._reload()
+                return
             if self._meta("built") != self._built:
                 # the keyword index was rebuilt and another process walked it again (its parts
                 # are numbered anew): what this one holds says nothing of the new numbers
@@ -514,60 +578,82 @@ class VectorIndex:
         leaves a tombstone): the evicted object's parts, the chat entries its eviction scrubbed,
         every vector no part uses any more, and the vectors of memory files' passages (embedded
         again when searched: the file may have held the text too). A vector is not the text, but it is derived from
-        it: a leaked secret leaves no trace here either. How many parts were dropped."""
+        it: a leaked secret leaves no trace here either. How many parts were dropped.
+
+        The parts are read under the file's write lock, and the look moves ``meta.generation``:
+        a slice another process was embedding meanwhile commits after this, and its ``_take``
+        leaves out what was evicted since (before 2026-12-02 it committed the evicted object's
+        part and vector after this had looked, and nothing dropped them again)."""
         tombstones = [t.doc for t in self.store.find("tombstone") if t.doc is not None]
         with self._lock:
-            seen = set(json.loads(self._meta("tombstones") or "[]"))
-        new = [d for d in tombstones if d["id"] not in seen]
-        if not new:
-            return 0
-        ids = {str(d["meta"].get("object")) for d in new}
-        sessions = {d["meta"]["session"] for d in new if d["meta"].get("session")}
-        with self._lock:
-            rows = self._db.execute("SELECT seq, id, kind, session, key FROM parts").fetchall()
-            drop = [seq for seq, id, _, _, _ in rows if id in ids]
-            pages: dict[str, set[bytes]] = {}
-            for seq, id, kind, session, key in rows:
-                if kind == "chat" and session in sessions and id not in ids:
-                    if id not in pages:
-                        doc = self.store.doc(id)
-                        pages[id] = {text_key(t) for _, t in index_parts(doc)} if doc is not None else set()
-                    if key not in pages[id]:
-                        drop.append(seq)  # an entry the eviction scrubbed from the page
-            # the vectors of memory files' passages are kept by text alone (no part names them):
-            # which held the evicted text is not known, so all go; searches embed them again
-            loose = self._has_table("loose") and self._db.execute("SELECT 1 FROM loose LIMIT 1").fetchone() is not None
+            if {d["id"] for d in tombstones} <= set(json.loads(self._meta("tombstones") or "[]")):
+                return 0
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                seen = set(json.loads(self._meta("tombstones") or "[]"))  # another process may have looked
+                new = [d for d in tombstones if d["id"] not in seen]
+                drop, loose = self._evicted_rows(new)
                 if loose:
                     self._db.execute("DELETE FROM loose")
                 self._db.executemany("DELETE FROM parts WHERE seq = ?", [(seq,) for seq in drop])
                 self._db.execute("DELETE FROM vectors WHERE key NOT IN (SELECT key FROM parts)")
                 self._db.execute("DELETE FROM heads WHERE key NOT IN (SELECT key FROM vectors)")
-                self._db.execute(
-                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('tombstones', ?)",
-                    (json.dumps(sorted(seen | {d["id"] for d in new})),),
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                    [
+                        ("tombstones", json.dumps(sorted(seen | {d["id"] for d in new}))),
+                        ("generation", str(int(self._meta("generation") or 0) + bool(new))),
+                    ],
                 )
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-            self._loose.clear()
-            self._unsaved.clear()  # made from texts that may be the evicted one: never written now
-            self._marked.clear()
             if drop or loose:
                 # no copy of a dropped vector stays in the file, nor in its log's old page images
                 self._db.execute("VACUUM")
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-            self._m = self._load()
+            self._reload()
         return len(drop)
+
+    def _evicted_rows(self, tombstones: Sequence[dict[str, Any]]) -> tuple[list[int], bool]:
+        """Within the write transaction: the seqs of the parts ``tombstones`` erased (their
+        objects', and the chat entries their evictions scrubbed from the pages of their sessions),
+        and whether there are passages' vectors to drop (those of memory files are kept by text
+        alone, no part names them: which held the evicted text is not known, so all go, and
+        searches embed them again)."""
+        if not tombstones:
+            return [], False
+        ids = {str(d["meta"].get("object")) for d in tombstones}
+        sessions = {d["meta"]["session"] for d in tombstones if d["meta"].get("session")}
+        rows = self._db.execute("SELECT seq, id, kind, session, key FROM parts").fetchall()
+        drop = [seq for seq, id, _, _, _ in rows if id in ids]
+        pages: dict[str, set[bytes]] = {}
+        for seq, id, kind, session, key in rows:
+            if kind == "chat" and session in sessions and id not in ids:
+                if id not in pages:
+                    doc = self.store.doc(id)
+                    pages[id] = {text_key(t) for _, t in index_parts(doc)} if doc is not None else set()
+                if key not in pages[id]:
+                    drop.append(seq)  # an entry the eviction scrubbed from the page
+        loose = self._has_table("loose") and self._db.execute("SELECT 1 FROM loose LIMIT 1").fetchone() is not None
+        return drop, loose
 
     def _take(self, batch: Sequence[TextPart]) -> bool:
         """Embed ``batch`` and commit it with the cursor; whether the shared cursor was already
-        past it (another process embedded further meanwhile: the cursor stays where it was)."""
+        past it (another process embedded further meanwhile: the cursor stays where it was).
+
+        The vector of every text the batch's parts have is written with them, those this process
+        held already too (one another process's ``forget_evicted`` dropped meanwhile comes back
+        for a part that still has its text), and when one did, the parts whose objects were
+        evicted since the batch was read are left out."""
         keys = [text_key(p.text) for p in batch]
         with self._lock:
             known = set(self._m.row_of)
+            held = {  # the vectors this process holds of the batch's texts
+                key: (self._m.vecs[self._m.row_of[key]].copy(), self._m.truncated[self._m.row_of[key]])
+                for key in set(keys) & known
+            }
             made: dict[
                 bytes, tuple[Vectors, bool]
             ] = {}  # a new text's key → the vector already made from its input (a cut text's head)
@@ -596,7 +682,8 @@ class VectorIndex:
         vec_of = {key: vec for key, vec, _ in new}
         new += [(key, vec, cut) for key, (vec, cut) in made.items()]
         new += [(key, vec_of[first], cut) for key, (first, cut) in same.items()]
-        rows = []
+        new += [(key, vec, cut) for key, (vec, cut) in held.items()]
+        rows: list[_PartRow] = []
         for p, key in zip(batch, keys, strict=True):
             m = _ENTRY.fullmatch(p.part) if p.kind == "chat" else None
             session = session_of({"id": p.id, "kind": p.kind})
@@ -606,6 +693,12 @@ class VectorIndex:
             try:
                 if (other := self._taken_over()) is not None:  # since this catch-up began
                     raise ConfigError(other)
+                stale = self._stale()
+                if stale:  # an eviction since this process loaded the file: the batch is read again
+                    rows = self._still_stored(rows)
+                    used = {r[7] for r in rows}
+                    new = [n for n in new if n[0] in used]
+                    cuts = [c for c in cuts if c[1] in used]
                 self._db.executemany(
                     "INSERT OR IGNORE INTO vectors (key, vec, truncated) VALUES (?, ?, ?)",
                     [(key, vec.tobytes(), int(cut)) for key, vec, cut in new],
@@ -624,13 +717,36 @@ class VectorIndex:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+            if stale:
+                self._reload()
+                return ahead > last
+            matrix = self._m  # (a search may have loaded it again meanwhile: it lacks what this one held)
             for key, vec, cut in new:
-                self._m.add_vector(key, vec, cut)
+                if key not in matrix.row_of:
+                    matrix.add_vector(key, vec, cut)
             for head, key in cuts:
-                self._m.head_of.setdefault(head, key)
+                matrix.head_of.setdefault(head, key)
             for r in rows:
-                self._m.add_part(r[1], r[2], r[3], r[5], r[7])
+                matrix.add_part(r[1], r[2], r[3], r[5], r[7])
         return ahead > last
+
+    def _still_stored(self, rows: list[_PartRow]) -> list[_PartRow]:
+        """Of a slice's rows, those whose part the store still holds: another process's
+        ``forget_evicted`` looked at an eviction while this one was embedding the slice, and an
+        evicted object's parts are gone from the keyword index (the seqs of a slice are never
+        given to another part)."""
+        first, last = rows[0][0], rows[-1][0]
+        there = {(p.seq, p.id, p.part) for p in self.store.text_parts(after_seq=first - 1, limit=len(rows))}
+        kept = [r for r in rows if (r[0], r[1], r[3]) in there]
+        if len(kept) < len(rows):
+            log.info(
+                "vector index %s: left out %d part(s) evicted while seqs %d-%d were embedded",
+                self.path,
+                len(rows) - len(kept),
+                first,
+                last,
+            )
+        return kept
 
     # -- the graph (HNSW) ---------------------------------------------------------------------
 
@@ -796,7 +912,12 @@ class VectorIndex:
 
     def _write_loose(self) -> None:
         """Within a write transaction: write the passages' vectors held (``_unsaved``), each marked
-        used today (one another process dropped meanwhile comes back)."""
+        used today (one another process dropped meanwhile comes back). Not after another process's
+        eviction: they may be of the evicted text, which its ``forget_evicted`` dropped from the
+        file, and are forgotten here too (searches embed them again)."""
+        if self._stale():
+            self._forget_loose()
+            return
         today = _today()
         if self._taken_over() is None:  # else they are kept in memory only
             self._db.executemany(
