@@ -700,6 +700,49 @@ def test_sqlite_a_search_while_another_process_holds_the_write_lock_finds_every_
         assert s.index_status()["pending"] == 0
 
 
+def damage_fts(path: Path) -> None:
+    """Garble the FTS5 table's structure record, as a bad sector would."""
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE text_fts_data SET block = randomblob(length(block)) WHERE id = 10")
+
+
+@pytest.mark.parametrize("open_again", [False, True])
+def test_sqlite_a_damaged_index_is_dropped_by_the_write_that_finds_it_and_the_write_commits(
+    tmp_path: Path, open_again: bool
+) -> None:
+    """Writes go on without a damaged index: before 2026-12-02 every write with a batch of parts
+    to move into it failed ("database disk image is malformed"), and so did every eviction, in a
+    process that had the FTS5 table open already (``open_again`` False: SQLite then ends the
+    whole transaction) and in one opening it after the damage."""
+    path = tmp_path / "s.db"
+    secret = "sk" + "7d2e9b" * 4
+    with SqliteStore(path) as s:
+        s.put(obj("memory:leak", "memory", f"the key is {secret}"), T0)
+        s.put(obj("memory:keep", "memory", "a quick note"), T0)
+        s.text_search("quick")  # in the FTS5 table
+        if not open_again:
+            damage_fts(path)
+            s.submit([Evict("memory:leak")])
+    if open_again:
+        damage_fts(path)
+    with SqliteStore(path) as s:
+        if open_again:
+            assert s.submit([Evict("memory:leak")]).committed
+        tx = s.submit([Put(obj(f"file:{n}", "file", f"quick text {n}"), T0) for n in range(text_index.FTS_BATCH)])
+        assert tx.committed and s.get("file:7", T0) is not None
+        status = s.index_status()
+        assert (status["state"], status["search"]) == ("corrupt", "scan")
+        assert "a write found it damaged and dropped it" in status["problem"]
+        assert len(s.text_search("quick", k=2000)) == text_index.FTS_BATCH + 1  # scanned
+        assert s.text_search(secret) == []
+        s.rebuild_index()
+        status = s.index_status()
+        assert (status["state"], status["search"], status.get("problem")) == ("ok", "index", None)
+        assert len(s.text_search("quick", k=2000)) == text_index.FTS_BATCH + 1
+    data = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("s.db"))
+    assert secret.encode() not in data
+
+
 @pytest.mark.xtdb
 def test_xtdb_a_search_while_another_process_holds_the_sidecar_s_write_lock_answers(
     xtdb_url: str, tmp_path: Path, uid: str, monkeypatch: pytest.MonkeyPatch

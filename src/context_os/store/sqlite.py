@@ -31,7 +31,8 @@ version it restores. Several processes may share one file: writes serialise on S
 lock (``BEGIN IMMEDIATE``) and tx ids are allocated inside that lock.
 
 The keyword index (``text_parts``, ``text_fts``, ``text_meta``: see store/text_index.py) is
-written in the same transaction as the versions it indexes.
+written in the same transaction as the versions it indexes; a write that finds it damaged drops
+it and commits (``text_index.fts_step``): the index is derived, the write is not.
 
 This module must never import from ``context``, ``harness`` or ``objects`` (what a document
 contributes to the keyword index it learns from text_index only), and no sqlite3 exception may
@@ -786,38 +787,19 @@ class SqliteStore(Store):
         check_after_evict(ops)
 
         with self._connection("submit") as conn:
-            conn.execute("BEGIN IMMEDIATE")
             try:
-                last = conn.execute("SELECT id, time FROM txs ORDER BY id DESC LIMIT 1").fetchone()
-                tx_id = 1 if last is None else last[0] + 1
-                # XTDB's tx time never goes backwards, even if the wall clock does.
-                tx_time = now_ms() if last is None else max(now_ms(), last[1])
-                if prepared:
-                    self._indexed = self._read_indexed(conn)
-                # The keyword index is written here, in this transaction, unless it was dropped
-                # (``rebuild_index`` brings it back, and reads scan meanwhile).
-                text = any(isinstance(op, Put | Evict) for op in ops) and self._text_ready(conn)
-                # only a failed match undoes the ops (the tx is then recorded, not committed)
-                matches = any(isinstance(op, Match) for op in ops)
-                if matches:
-                    conn.execute("SAVEPOINT ops")
-                self._own.check(None if last is None else last[0])
-                writer = _TxWriter(conn, tx_id, tx_time, self._indexed, text=text, own=self._own)
-                committed = writer.run(ops, prepared, expected)
-                if not committed:
-                    conn.execute("ROLLBACK TO ops")
-                elif text:
-                    text_index.flush_fts(conn)  # once a batch is pending
-                    if writer.text_removed:
-                        text_index.purge(conn)  # no evicted term may stay behind in an old segment
-                if matches:
-                    conn.execute("RELEASE ops")
-                conn.execute("INSERT INTO txs (id, time, committed) VALUES (?, ?, ?)", (tx_id, tx_time, committed))
-                conn.execute("COMMIT")
-            except BaseException:
-                self._own.forget()
-                _rollback(conn)
-                raise
+                writer, tx_id, tx_time, committed = self._write(conn, ops, prepared, expected)
+            except text_index.IndexDamaged as e:
+                # the damaged index ended the transaction (SQLite rolls some damage back whole):
+                # it is dropped in a transaction of its own, and the write is made again without it
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    text_index.drop_damaged(conn, e.__cause__ or e)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    _rollback(conn)
+                    raise
+                writer, tx_id, tx_time, committed = self._write(conn, ops, prepared, expected)
             self._own.learn(writer, tx_id, bool(committed))
             self._check_wal()
             self._last_tx_time = max(self._last_tx_time, tx_time)
@@ -833,6 +815,49 @@ class SqliteStore(Store):
                 # as if nothing had been evicted).
                 left_in_files = not self._scrub(conn)
         return Tx(tx_id, tx_time, bool(committed), left_in_files=left_in_files)
+
+    def _write(
+        self,
+        conn: sqlite3.Connection,
+        ops: Sequence[Op],
+        prepared: Mapping[int, _PreparedDoc],
+        expected: Mapping[int, bytes],
+    ) -> tuple[_TxWriter, int, int, bool]:
+        """Write ``ops`` in one transaction under the write lock: the writer, the tx id and time,
+        and whether it committed (a failed match records the tx, not its ops)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            last = conn.execute("SELECT id, time FROM txs ORDER BY id DESC LIMIT 1").fetchone()
+            tx_id = 1 if last is None else last[0] + 1
+            # XTDB's tx time never goes backwards, even if the wall clock does.
+            tx_time = now_ms() if last is None else max(now_ms(), last[1])
+            if prepared:
+                self._indexed = self._read_indexed(conn)
+            # The keyword index is written here, in this transaction, unless it was dropped
+            # (``rebuild_index`` brings it back, and reads scan meanwhile).
+            text = any(isinstance(op, Put | Evict) for op in ops) and self._text_ready(conn)
+            # only a failed match undoes the ops (the tx is then recorded, not committed)
+            matches = any(isinstance(op, Match) for op in ops)
+            if matches:
+                conn.execute("SAVEPOINT ops")
+            self._own.check(None if last is None else last[0])
+            writer = _TxWriter(conn, tx_id, tx_time, self._indexed, text=text, own=self._own)
+            committed = writer.run(ops, prepared, expected)
+            if not committed:
+                conn.execute("ROLLBACK TO ops")
+            # (once a batch is pending; not once a damaged index was dropped on the way)
+            elif writer.text and text_index.flush_held(conn) and writer.text_removed:
+                # no evicted term may stay behind in an old segment
+                text_index.fts_step(conn, lambda: text_index.purge(conn))
+            if matches:
+                conn.execute("RELEASE ops")
+            conn.execute("INSERT INTO txs (id, time, committed) VALUES (?, ?, ?)", (tx_id, tx_time, committed))
+            conn.execute("COMMIT")
+        except BaseException:
+            self._own.forget()
+            _rollback(conn)
+            raise
+        return writer, tx_id, tx_time, committed
 
     def _check_wal(self) -> None:
         """After a commit: a WAL over ``CHECKPOINT_BYTES`` is folded back by the checkpointer's
@@ -1193,7 +1218,10 @@ class SqliteStore(Store):
             state = text_index.index_state(conn)
             problem = None
             counts = {"parts": 0, "documents": 0, "last_seq": 0}
-            if state != "missing":
+            if state == "missing" and (damage := text_index.dropped_damaged(conn)) is not None:
+                state = "corrupt"
+                problem = f"{damage} (a write found it damaged and dropped it)"
+            elif state != "missing":
                 try:
                     counts = text_index.index_counts(conn)
                     problem = text_index.fts_problem(conn)
@@ -1595,8 +1623,10 @@ class _TxWriter:
         self.attrs -= attrs
         self.conn.execute("DELETE FROM versions WHERE eid = ?", (eid,))
         self.conn.executemany("DELETE FROM docs WHERE id = ?", [(r,) for r in refs])
-        if self.text and text_index.remove_entity(self.conn, eid):
-            self.text_removed = True
+        if self.text:
+            removed = text_index.fts_step(self.conn, lambda: text_index.remove_entity(self.conn, eid))
+            self.text_removed = self.text_removed or bool(removed)
+            self.text = removed is not None  # a damaged index was dropped, every text with it
         self.conn.execute("DELETE FROM entities WHERE eid = ?", (eid,))
         del self.eids[doc_id]
         self.evicted[doc_id] = eid

@@ -22,8 +22,9 @@ Tables (``create_tables``):
   misses a write; a store opened read-only reads the pending parts from a temporary index of
   their own instead.
 * ``text_meta``: ``state`` (``ok``, or ``building`` while a rebuild runs), ``fts_seq`` (every
-  part up to this seq is in ``text_fts``) and the backend's bookkeeping (the sidecar's last
-  indexed tx, a rebuild's cursor).
+  part up to this seq is in ``text_fts``), ``damaged`` (why a write of the store dropped a damaged
+  index: ``fts_step``) and the backend's bookkeeping (the sidecar's last indexed tx, a rebuild's
+  cursor).
 
 The index says which texts *some* version had. Whether the version in force at the asked
 (valid time, tx) holds the text is checked on that version's document, read once per search
@@ -50,11 +51,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import blake3
 
-from ..errors import InputError, StoreError
+from ..errors import InputError, StoreCorrupt, StoreError
 from ..objects import INDEXED_KINDS, index_parts
 from .base import Evict, Op, Put, TextHit, TextPart, Tx, now_ms
 
@@ -62,9 +63,11 @@ if TYPE_CHECKING:
     from .base import Store, Version
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = [
     "INDEXED_KINDS",
+    "IndexDamaged",
     "TOKENIZER",
     "WORD",
     "Candidate",
@@ -76,9 +79,13 @@ __all__ = [
     "check_search",
     "create_tables",
     "find_words",
+    "drop_damaged",
     "drop_tables",
+    "dropped_damaged",
     "FTS_BATCH",
     "flush_fts",
+    "flush_held",
+    "fts_step",
     "fts_pending",
     "fts_problem",
     "index_counts",
@@ -319,13 +326,68 @@ def create_tables(conn: sqlite3.Connection, *, state: str = "ok") -> None:
 def drop_tables(conn: sqlite3.Connection) -> None:
     """Drop the index tables, whatever state they are in, in the caller's transaction."""
     for name in TABLES:
-        try:
+        if name == "text_fts":
+            _drop_fts(conn)
+        else:
             conn.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+def _drop_fts(conn: sqlite3.Connection) -> None:
+    try:
+        conn.execute("DROP TABLE IF EXISTS text_fts")
+    except sqlite3.DatabaseError:
+        # a damaged FTS5 table may refuse DROP: remove its shadow tables and its entry
+        _drop_damaged_fts(conn)
+
+
+def fts_step(conn: sqlite3.Connection, step: Callable[[], T]) -> T | None:
+    """``step()``, a write of ``text_fts`` within a write of the store, in a savepoint: what it
+    returned, or None when the table is damaged (SQLite finds its pages malformed). A damaged
+    index is no reason to refuse the write (before 2026-12-02 every write with a batch of parts
+    to move in failed, and so did every eviction): the step is rolled back, the index dropped
+    (``drop_damaged``) and the write goes on without it. When the step cannot be rolled back
+    alone (SQLite ended the transaction, or the savepoint with a failed release), ``IndexDamaged``:
+    the caller rolls the write back, drops the index in a transaction of its own and makes the
+    write again."""
+    conn.execute("SAVEPOINT fts_step")
+    try:
+        done = step()
+        conn.execute("RELEASE fts_step")  # (where FTS5 writes what it held back in memory)
+    except sqlite3.DatabaseError as e:
+        if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_CORRUPT:
+            raise  # the caller rolls the whole transaction back
+        try:
+            conn.execute("ROLLBACK TO fts_step")
+            conn.execute("RELEASE fts_step")
         except sqlite3.DatabaseError:
-            if name != "text_fts":
-                raise
-            # a damaged FTS5 table may refuse DROP: remove its shadow tables and its entry
-            _drop_damaged_fts(conn)
+            raise IndexDamaged(f"the keyword index is damaged: {e}") from e
+        drop_damaged(conn, e)
+        return None
+    return done
+
+
+class IndexDamaged(StoreCorrupt):
+    """The keyword index is damaged, and SQLite ended the transaction of the write that found it
+    (``fts_step``)."""
+
+
+def drop_damaged(conn: sqlite3.Connection, error: BaseException) -> None:
+    """Drop a damaged index in the caller's transaction: ``text_fts`` and ``text_parts``, every
+    text it held (an evicted text must stay in neither, and the damaged table can no longer be
+    told what to delete), keeping in ``text_meta`` why (``dropped_damaged``): the state reads
+    ``corrupt``, searches scan, writes go on without the index, and ``rebuild_index`` makes it
+    again."""
+    log.warning("the keyword index is damaged (%s): dropped; searches scan until it is rebuilt", error)
+    _drop_fts(conn)
+    conn.execute("DROP TABLE IF EXISTS text_parts")
+    set_meta(conn, "damaged", str(error))
+
+
+def dropped_damaged(conn: sqlite3.Connection) -> str | None:
+    """What a write that dropped the damaged index (``drop_damaged``) said of it, if one did."""
+    listed = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'text_meta'").fetchone()
+    value = meta_value(conn, "damaged") if listed else None
+    return None if value is None else str(value)
 
 
 def _drop_damaged_fts(conn: sqlite3.Connection) -> None:
@@ -443,6 +505,13 @@ def fts_pending(conn: sqlite3.Connection) -> tuple[int, int]:
     """(``fts_seq``, the newest seq): the parts between are not in ``text_fts`` yet."""
     (top,) = conn.execute("SELECT coalesce(max(seq), 0) FROM text_parts").fetchone()
     return fts_seq(conn), int(top)
+
+
+def flush_held(conn: sqlite3.Connection) -> bool:
+    """``flush_fts`` within a write of the store: once ``FTS_BATCH`` parts are pending, moved in
+    as a ``fts_step``; False if that found the index damaged and dropped it."""
+    done, top = fts_pending(conn)
+    return top - done < FTS_BATCH or fts_step(conn, lambda: flush_fts(conn)) is not None
 
 
 def flush_fts(conn: sqlite3.Connection, *, force: bool = False) -> int:
