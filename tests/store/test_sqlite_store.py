@@ -623,6 +623,90 @@ def test_a_store_that_must_exist_is_never_created(tmp_path: Path) -> None:
         assert s.latest_tx_id() is None
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        # TypeORM (and others) keep their own `migrations (id, timestamp, name)`
+        [
+            "CREATE TABLE migrations (id INTEGER PRIMARY KEY, timestamp INTEGER, name TEXT)",
+            "INSERT INTO migrations (timestamp, name) VALUES (1, 'CreateUsers1600000000000')",
+            "CREATE TABLE users (id)",
+        ],
+        # Laravel's has no `name` column at all
+        [
+            "CREATE TABLE migrations (id INTEGER PRIMARY KEY, migration TEXT, batch INT)",
+            "INSERT INTO migrations (migration, batch) VALUES ('2014_10_12_create_users', 1)",
+        ],
+        # our names, without a store's tables
+        [
+            "CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at INTEGER)",
+            "INSERT INTO migrations VALUES ('m001_initial', 0)",
+        ],
+    ],
+)
+def test_another_application_s_migrations_table_is_not_taken_for_a_store(tmp_path: Path, schema: list[str]) -> None:
+    """Before 2026-12-02 any `migrations` table made a file a store: a TypeORM database was
+    switched to WAL mode, then refused as "written by a newer context_os" (Laravel's: "no such
+    column: name")."""
+    path = tmp_path / "app.db"
+    with closing(sqlite3.connect(path)) as conn, conn:
+        for statement in schema:
+            conn.execute(statement)
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match=r"is an SQLite database but not a context_os store \(it has the tables mig"):
+        SqliteStore(path)
+    with pytest.raises(NotFound, match="is not a context_os store"):
+        SqliteStore(path, read_only=True)
+    with pytest.raises(NotFound, match="is not a context_os store"):
+        SqliteStore(path, create=False)
+    assert path.read_bytes() == before and not Path(f"{path}-wal").exists()
+
+
+CREATOR = """
+import sys
+from pathlib import Path
+from context_os.store.sqlite import SqliteStore
+SqliteStore(Path(sys.argv[1])).close()
+"""
+
+
+def test_a_store_another_process_creates_while_this_one_opens_the_file_is_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes opening one new file at once: one read the file's tables before the other
+    committed its schema, and the rest after, and took the store for another application's
+    database (1 open in 100 failed with "not a context_os store"). The other process creates
+    the store right after this one's first look at the file's tables."""
+    path = tmp_path / "new.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")  # as the other leaves it before its schema is in
+    created: list[subprocess.CompletedProcess[str]] = []
+    looked = False
+
+    def between_looks(statement: str) -> None:
+        nonlocal looked
+        if looked and not created:
+            created.append(
+                subprocess.run([sys.executable, "-c", CREATOR, str(path)], capture_output=True, text=True, timeout=120)
+            )
+        looked = looked or "sqlite_master" in statement
+
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        if not created:
+            conn.set_trace_callback(between_looks)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    with SqliteStore(path) as s:
+        assert s.latest_tx() is None and s.submit([Put(doc("a"))]).committed
+    monkeypatch.undo()
+    assert created and created[0].returncode == 0, created and created[0].stderr
+    assert applied(path) == [name for name, _ in MIGRATIONS]
+
+
 def test_created_says_whether_opening_made_the_store(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
     with open_store(str(path)) as s:

@@ -214,6 +214,9 @@ MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
     ("m004_fts_seq", _m004_fts_seq),
     ("m005_fts_high_water", _m005_fts_high_water),
 )
+_STORE_TABLES = frozenset({"migrations", "txs", "entities", "docs", "versions", "attrs"})
+"""The tables of every store (``m001_initial``'s and the record of migrations): with its first
+migration recorded first, what makes a file a context_os store (``SqliteStore._marks``)."""
 
 
 # -- documents and attribute values ---------------------------------------------------------------
@@ -575,20 +578,12 @@ class SqliteStore(Store):
             raise StoreUnavailable(f"cannot open the SQLite store {self.path}: {e}") from e
         try:
             with self._translate("open"):
-                if not self._applied_migrations(conn):
-                    # before anything writes (even the journal mode): the file is not ours
-                    if not self._create:
-                        raise NotFound(
-                            f"no store at {self.url}: {self.path} is not a context_os store (it has none of its tables)"
-                        )
-                    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-                    if tables:  # another application's database: never add a store's tables to it
-                        shown = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
-                        raise StoreError(
-                            f"{self.path} is an SQLite database but not a context_os store (it has the tables "
-                            f"{shown}): a store is only created in a new or empty file"
-                        )
-                if self._create and not conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
+                # before anything writes (even the journal mode): a file that is not ours is refused
+                with self._read(conn):
+                    tables, applied = self._marks(conn)
+                if applied is None and (tables or not self._create):
+                    self._refuse(tables)
+                if not tables:
                     # A new file. A turn's transaction writes a few rows into many B-trees (each
                     # document's hash, entity, attributes, versions and text parts land on their
                     # own leaf), and a WAL commit writes every page it touched whole: 2 kB pages
@@ -608,16 +603,15 @@ class SqliteStore(Store):
                 # size (``_Checkpointer``); the WAL's file is then cut to 4 MB, not left at its most.
                 conn.execute("PRAGMA wal_autocheckpoint=0")
                 conn.execute(f"PRAGMA journal_size_limit={self.CHECKPOINT_BYTES // 5}")
-                self._migrate(conn)
+                self._migrate(conn, applied or [])
                 self._indexed = self._read_indexed(conn)
         except BaseException:
             conn.close()
             raise
         return conn
 
-    def _migrate(self, conn: sqlite3.Connection) -> None:
+    def _migrate(self, conn: sqlite3.Connection, applied: list[str]) -> None:
         known = [name for name, _ in MIGRATIONS]
-        applied = self._applied_migrations(conn)
         if applied == known:
             return  # the common case, and it needs no write lock
         if self.read_only:
@@ -628,8 +622,13 @@ class SqliteStore(Store):
             )
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at INTEGER)")
-            applied = self._applied_migrations(conn)
+            # again under the write lock: another process may have created the store since
+            tables, marked = self._marks(conn)
+            if marked is None:
+                if tables:
+                    self._refuse(tables)
+                conn.execute("CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at INTEGER)")
+            applied = marked or []
             self._refuse_newer(applied, known)
             for name, migrate in MIGRATIONS:
                 if name not in applied:
@@ -649,11 +648,33 @@ class SqliteStore(Store):
             )
 
     @staticmethod
-    def _applied_migrations(conn: sqlite3.Connection) -> list[str]:
-        exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='migrations'").fetchone()
-        if not exists:
-            return []
-        return [r[0] for r in conn.execute("SELECT name FROM migrations ORDER BY rowid")]
+    def _marks(conn: sqlite3.Connection) -> tuple[list[str], list[str] | None]:
+        """The file's tables, and the schema migrations it records if it is a context_os store,
+        else None, read in the caller's transaction (one snapshot: read apart, a store another
+        process created between the two reads looked like another application's database). A
+        store is known by its own marks only: a ``migrations`` table with a ``name`` column whose
+        first row is our first migration, and that migration's tables (before 2026-12-02 any
+        ``migrations`` table would do: a TypeORM database was switched to WAL mode, then refused
+        as written by a newer context_os)."""
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid")]
+        if not set(tables) >= _STORE_TABLES:
+            return tables, None
+        if "name" not in {r[1] for r in conn.execute("PRAGMA table_info(migrations)")}:
+            return tables, None
+        names = [r[0] for r in conn.execute("SELECT name FROM migrations ORDER BY rowid")]
+        return tables, names if names[:1] == [MIGRATIONS[0][0]] else None
+
+    def _refuse(self, tables: list[str]) -> None:
+        """Refuse a file that is not a context_os store: one that must exist already (``NotFound``),
+        or another application's database, to which a store's tables are never added."""
+        shown = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
+        if not self._create:
+            held = "it has none of its tables" if not _STORE_TABLES & set(tables) else f"it has the tables {shown}"
+            raise NotFound(f"no store at {self.url}: {self.path} is not a context_os store ({held})")
+        raise StoreError(
+            f"{self.path} is an SQLite database but not a context_os store (it has the tables {shown}):"
+            " a store is only created in a new or empty file"
+        )
 
     @staticmethod
     def _read_indexed(conn: sqlite3.Connection) -> frozenset[str]:
