@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import StoreError
-from ..times import now_ms
+from ..times import MAX_MS, MIN_MS, now_ms
 
 if TYPE_CHECKING:
     from .text_index import SearchArgs
@@ -58,6 +58,7 @@ __all__ = [
     "Tx",
     "Version",
     "check_after_evict",
+    "check_time",
     "next_valid_time",
     "now_ms",
 ]
@@ -129,6 +130,16 @@ class Evict:
 
 
 Op = Put | Delete | Match | Evict
+
+
+def check_time(name: str, value: int | None) -> None:
+    """A valid time must be epoch ms within the years 0001-9999 UTC (times.py), as on XTDB, whose
+    client refuses any other (SQLite would store or read it as any other integer); every store
+    and the outbox check it (``StoreError``) before they take a write or a read."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise StoreError(f"{name} must be epoch milliseconds (int), got {value!r}")
+    if value is not None and not MIN_MS <= value <= MAX_MS:
+        raise StoreError(f"{name} {value} is outside the years 0001-9999 UTC (epoch ms {MIN_MS} to {MAX_MS})")
 
 
 def check_after_evict(ops: Sequence[Op]) -> None:

@@ -63,6 +63,7 @@ from .base import (
     Tx,
     Version,
     check_after_evict,
+    check_time,
     now_ms,
 )
 from .text_index import SearchArgs
@@ -97,9 +98,10 @@ def _is_provisional(tx_id: Any) -> bool:
     return isinstance(tx_id, int) and not isinstance(tx_id, bool) and tx_id < 0
 
 
-def _time(name: str, value: Any) -> int | None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-        raise StoreError(f"{name} must be epoch milliseconds (int), got {value!r}")
+def _time(name: str, value: int | None) -> int | None:
+    # what every backend refuses is refused here: accepted, it would be refused when sent, and
+    # hold back every write after it (before 2026-12-02 a time past the year 9999 was so accepted)
+    check_time(name, value)
     return value
 
 
@@ -390,6 +392,14 @@ class OutboxStore(Store):
                 )
             return not busy
 
+    def _refused(self) -> str | None:
+        """Why the store refused the first write waiting here, if it did (it holds back the rest:
+        before 2026-12-02 a write behind it was accepted while the store was out of reach, and
+        waited there for good, the submit saying nothing)."""
+        conn = self._db(create=False)
+        row = None if conn is None else conn.execute("SELECT error FROM pending ORDER BY seq LIMIT 1").fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
     def _waiting(self) -> str:
         n = self.depth()
         return f"{n} accepted write(s) wait in the outbox {self.path} and will be sent, in order, when it answers"
@@ -424,12 +434,20 @@ class OutboxStore(Store):
         if self.depth():
             with self._lock:
                 if self.depth():  # another thread may have sent them meanwhile
-                    # a match can only wait for the store, so it always tries it
-                    if time.monotonic() < self._next_probe and not any(isinstance(op, Match) for op in ops):
+                    refused = self._refused()
+                    # a match can only wait for the store, so it always tries it; so does a write
+                    # behind one the store refused, which would wait behind it for good
+                    if (
+                        time.monotonic() < self._next_probe
+                        and refused is None
+                        and not any(isinstance(op, Match) for op in ops)
+                    ):
                         return self._accept(ops, StoreUnavailable("the store was out of reach moments ago"))
                     try:
                         self.replay()
                     except StoreUnavailable as e:  # this write goes after the ones still waiting
+                        if refused is not None:
+                            raise StoreError(f"{refused}; this write was not accepted") from e
                         return self._accept(ops, e)
         try:
             tx = self.inner.submit(ops)

@@ -69,7 +69,7 @@ from ..errors import (
     StoreUnavailable,
 )
 from ..hashing import canonical_json, json_problem
-from ..times import MAX_MS, MIN_MS, iso
+from ..times import iso
 from . import text_index
 from .base import (
     Delete,
@@ -84,6 +84,7 @@ from .base import (
     Tx,
     Version,
     check_after_evict,
+    check_time,
     now_ms,
 )
 
@@ -365,15 +366,6 @@ def _unsigned_zero(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_unsigned_zero(v) for v in value]
     return value
-
-
-def _check_time(name: str, value: int | None) -> None:
-    """A valid time must be epoch ms within the years 0001-9999 UTC (times.py), as on XTDB, whose
-    client refuses any other: SQLite would store or read it as any other integer."""
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-        raise StoreError(f"{name} must be epoch milliseconds (int), got {value!r}")
-    if value is not None and not MIN_MS <= value <= MAX_MS:
-        raise StoreError(f"{name} {value} is outside the years 0001-9999 UTC (epoch ms {MIN_MS} to {MAX_MS})")
 
 
 def _check_tx(name: str, value: int | None) -> None:
@@ -789,13 +781,13 @@ class SqliteStore(Store):
         for i, op in enumerate(ops):
             if isinstance(op, Put):
                 prepared[i] = _prepare_doc(op.doc, op.json)
-                _check_time("valid_from", op.valid_from)
-                _check_time("valid_to", op.valid_to)
+                check_time("valid_from", op.valid_from)
+                check_time("valid_to", op.valid_to)
             elif isinstance(op, Delete):
-                _check_time("valid_from", op.valid_from)
-                _check_time("valid_to", op.valid_to)
+                check_time("valid_from", op.valid_from)
+                check_time("valid_to", op.valid_to)
             elif isinstance(op, Match):
-                _check_time("valid_time", op.valid_time)
+                check_time("valid_time", op.valid_time)
                 if op.expected is not None:
                     try:
                         expected[i] = _exact_json(op.expected).encode("utf-8")
@@ -941,7 +933,7 @@ class SqliteStore(Store):
 
     def _read_basis(self, valid_time: int | None, tx_id: int | None) -> tuple[int, int]:
         """The valid time and transaction a read is as of: now and the newest by default."""
-        _check_time("valid_time", valid_time)
+        check_time("valid_time", valid_time)
         _check_tx("tx_id", tx_id)
         return self._now() if valid_time is None else valid_time, _MAX if tx_id is None else tx_id
 
@@ -983,8 +975,8 @@ class SqliteStore(Store):
         end_tx_id: int | None,
         with_corrections: bool,
     ) -> list[Version]:
-        _check_time("start_valid_time", start_valid_time)
-        _check_time("end_valid_time", end_valid_time)
+        check_time("start_valid_time", start_valid_time)
+        check_time("end_valid_time", end_valid_time)
         _check_tx("start_tx_id", start_tx_id)
         _check_tx("end_tx_id", end_tx_id)
         # As in XTDB, history is read from a db "now": it never shows valid times after now
