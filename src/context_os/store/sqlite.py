@@ -675,9 +675,12 @@ class SqliteStore(Store):
     def _index_keys(self, conn: sqlite3.Connection, names: Sequence[str]) -> bool:
         """Start indexing the meta attributes ``names``: index every stored version's value for
         them, in one write transaction. False if the file cannot be written (a read-only store
-        is searched without the index; ``find`` checks every candidate anyway)."""
+        is searched without the index; ``find`` checks every candidate anyway), or while another
+        process keeps its write lock past ``FLUSH_WAIT_S`` (a find waited ``BUSY_TIMEOUT_S``, then
+        failed with "database is locked", before 2026-12-02): a later find indexes them."""
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            if not text_index.begin_within(conn, self.FLUSH_WAIT_S):
+                return False
             try:
                 self._indexed = self._read_indexed(conn)
                 for name in names:
@@ -1195,15 +1198,8 @@ class SqliteStore(Store):
         done, top = text_index.fts_pending(conn)
         if top <= done:
             return
-        conn.execute(f"PRAGMA busy_timeout={int(self.FLUSH_WAIT_S * 1000)}")
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as e:
-            if "locked" in str(e) or "busy" in str(e):
-                return  # matched apart (text_index.ranked)
-            raise
-        finally:
-            conn.execute(f"PRAGMA busy_timeout={int(self.BUSY_TIMEOUT_S * 1000)}")
+        if not text_index.begin_within(conn, self.FLUSH_WAIT_S):
+            return  # matched apart (text_index.ranked)
         try:
             text_index.flush_fts(conn, force=True)
             conn.execute("COMMIT")
@@ -1226,6 +1222,7 @@ class SqliteStore(Store):
             return text_index.parts_after(conn, after_seq, limit)
 
     def index_status(self) -> dict[str, Any]:
+        checked = False
         with self._connection("index status") as conn:
             latest = conn.execute("SELECT max(id) FROM txs").fetchone()[0]
             state = text_index.index_state(conn)
@@ -1237,9 +1234,10 @@ class SqliteStore(Store):
             elif state != "missing":
                 try:
                     counts = text_index.index_counts(conn)
-                    problem = text_index.fts_problem(conn)
+                    if not self.read_only:  # (a read-only store cannot run FTS5's check)
+                        checked, problem = text_index.checked_problem(conn, self.FLUSH_WAIT_S)
                 except sqlite3.DatabaseError as e:
-                    problem = str(e)
+                    checked, problem = True, str(e)
                 if problem is not None:
                     state = "corrupt"
         out: dict[str, Any] = {
@@ -1251,6 +1249,7 @@ class SqliteStore(Store):
             "lags": state != "ok",
             "search": "index" if state == "ok" else "scan",
             "tokenizer": text_index.TOKENIZER,
+            "checked": checked,
         }
         if problem is not None:
             out["problem"] = problem
