@@ -394,26 +394,33 @@ def test_a_codex_line_without_its_payload_is_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize("turns", [1, 5])
 def test_a_thread_rollback_drops_the_turns_it_undid(tmp_path: Path, turns: int) -> None:
     """Codex's rollback (the user undid the last turns: ``thread_rolled_back``) drops them from
-    the history, with the context Codex sent before them, which it sends again with the next
-    turn; the calls made in them are an abandoned branch (as in a Pi session), not replayed."""
+    the history, with the context Codex sent just before them, which it sends again with the next
+    turn; the calls made in them are an abandoned branch (as in a Pi session), not replayed. The
+    session's opening context, before its first turn, stays whatever was undone: codex-rs's
+    ``trim_pre_turn_context_updates`` never walks back past the first turn (undoing it took the
+    developer message and the environment with it)."""
     first = rollout_lines()[:9]  # the session's context, "add a greeting", a patch
+    update = message("user", "<environment_context>\n  <cwd>/work/app/web</cwd>\n</environment_context>")
+    second = [update, message("user", "now in French"), message("assistant", "Bonjour.")]
     again = [
-        line("event_msg", {"type": "turn_aborted", "reason": "interrupted"}),
-        message("user", "<turn_aborted>\nThe user interrupted the previous turn on purpose.\n</turn_aborted>"),
         line("event_msg", {"type": "thread_rolled_back", "num_turns": turns}),
-        *first[1:3],  # Codex sends its context again
-        message("user", "add a greeting, in French"),
-        message("assistant", "Bonjour."),
+        update,  # the context the rollback took, sent again
+        message("user", "now in German"),
+        message("assistant", "Hallo."),
     ]
-    path = tmp_path / "rollout.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in [*first, *again]))
-    t = read_session(path)
-    assert [(m["role"], m["content"][:25]) for m in t.messages] == [
+    t = read_session(_jsonl(tmp_path / "rollout.jsonl", [*first, *second, *again]))
+    opening = [
         ("system", "You are Codex."),
-        ("developer", "<permissions instructions"),
-        ("user", "<environment_context>\n  <"),
-        ("user", "add a greeting, in French"),
-        ("assistant", "Bonjour."),
+        ("developer", "<permissions instructions>workspace-write</permissions instructions>"),
+        ("user", "<environment_context>\n  <cwd>/work/app</cwd>\n</environment_context>"),
+    ]
+    kept = [("user", "add a greeting"), ("assistant", None), ("tool", success("app.py", "A"))]
+    assert [(m["role"], m["content"]) for m in t.messages] == [
+        *opening,
+        *(kept if turns == 1 else []),
+        ("user", "<environment_context>\n  <cwd>/work/app/web</cwd>\n</environment_context>"),
+        ("user", "now in German"),
+        ("assistant", "Hallo."),
     ]
 
 

@@ -118,6 +118,21 @@ def pi_lines(*texts: str) -> list[bytes]:
     return [line.encode() for line in lines]
 
 
+@pytest.mark.parametrize("summary", ["", "Tried the other branch: it failed."])
+def test_a_branch_summary_is_a_message_when_pi_sends_one(tmp_path: Path, summary: str) -> None:
+    # Pi's buildSessionContext adds a branch_summary entry only when its summary is not empty
+    lines = pi_lines("go", "again")
+    summarised = {"type": "branch_summary", "id": "bs", "parentId": "m0", "fromId": "m0", "summary": summary}
+    lines.insert(2, json.dumps(summarised).encode())
+    lines[3] = lines[3].replace(b'"parentId": "m0"', b'"parentId": "bs"')
+    t = read_session(write(tmp_path / "s.jsonl", [json.loads(line) for line in lines]))
+    assert [(m["role"], m.get("summary")) for m in t.messages] == [
+        ("user", None),
+        *([("branchSummary", summary)] if summary else []),
+        ("user", None),
+    ]
+
+
 @pytest.mark.parametrize("keep", [1, 0], ids=["in-a-character", "at-an-ascii-byte"])
 def test_a_last_line_cut_inside_a_character_is_a_line_cut_short(tmp_path: Path, keep: int) -> None:
     # a crash that cut the last line inside "é" (2 bytes) refused the whole session (not UTF-8
@@ -293,6 +308,21 @@ def test_replies_after_an_api_error_claude_code_noted_late_are_kept(tmp_path: Pa
     t = read_session(write(tmp_path / "retried.jsonl", [*entries, note, again]))
     before = read_session(DATA / "claude-code.jsonl").messages
     assert t.messages[: len(before)] == before and t.messages[-1]["content"][0]["text"] == "next" and paired(t)
+
+
+@pytest.mark.parametrize("snapshot", [True, False], ids=["after-a-snapshot", "after-a-message"])
+def test_a_link_lost_after_a_line_without_uuid_goes_on_at_the_entry_before_it(tmp_path: Path, snapshot: bool) -> None:
+    # a lost parentUuid goes on at the entry written before; right after a file-history-snapshot
+    # line (no uuid, no parent) the chain stopped there, and everything before was silently cut
+    entries = [json.loads(x) for x in (DATA / "claude-code.jsonl").read_text().splitlines()]
+    k = next(k for k, e in enumerate(entries) if e["uuid"] == "u6")
+    entries[k]["parentUuid"] = "lost"
+    if snapshot:
+        entries.insert(
+            k, {"type": "file-history-snapshot", "messageId": "u6", "snapshot": {}, "isSnapshotUpdate": False}
+        )
+    t = read_session(write(tmp_path / "lost.jsonl", entries))
+    assert t.messages == read_session(DATA / "claude-code.jsonl").messages
 
 
 def test_a_resumed_session_s_copied_history_is_not_replayed_twice(tmp_path: Path) -> None:
@@ -998,3 +1028,101 @@ def test_a_file_of_the_wrong_shape_names_what_it_found(tmp_path: Path, text: str
     with pytest.raises(InputError, match=match) as e:
         read_sessions(p, fmt)
     assert str(p) in str(e.value)
+
+
+def lines(*rows: Any) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+CC_ASK = {
+    "parentUuid": None,
+    "sessionId": "s",
+    "uuid": "u1",
+    "type": "user",
+    "message": {"role": "user", "content": "hi"},
+}
+
+
+def cc_reply(message_id: Any, content: list[Any]) -> dict[str, Any]:
+    message = {"id": message_id, "role": "assistant", "content": content}
+    return {"parentUuid": "u1", "sessionId": "s", "uuid": "u2", "type": "assistant", "message": message}
+
+
+def tool_use(call_id: Any, name: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        (lines(CC_ASK, cc_reply(["msg_1"], [])), r": entry 'u2': message.id must be a string, not list$"),
+        (
+            lines(CC_ASK, cc_reply("msg_1", [tool_use({}, "Read")])),
+            r": entry 'u2': a tool_use block's id must be a string, not object$",
+        ),
+        (
+            lines(
+                CC_ASK,
+                cc_reply("msg_1", [tool_use("t1", "Read")]),
+                {
+                    "parentUuid": "u2",
+                    "sessionId": "s",
+                    "uuid": "u3",
+                    "type": "user",
+                    "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": ["t1"]}]},
+                },
+            ),
+            r": entry 'u3': a tool_result block's tool_use_id must be a string, not list$",
+        ),
+        (
+            lines(
+                {"sessionId": "s", "projectHash": "h"},
+                {"id": "u", "type": "user", "content": "go"},
+                {
+                    "id": "g",
+                    "type": "gemini",
+                    "content": "",
+                    "toolCalls": [
+                        {
+                            "id": "c1",
+                            "name": "read_file",
+                            "args": {},
+                            "result": [{"functionResponse": {"id": ["c1"], "name": "read_file", "response": {}}}],
+                        }
+                    ],
+                },
+            ),
+            r":3: message 'g': a functionResponse's id must be a string, not list$",
+        ),
+        (
+            json.dumps(
+                [
+                    {"role": "user", "content": [{"type": "text", "text": "read a.py"}]},
+                    {"role": "assistant", "content": [tool_use("t1", "read_file"), tool_use("t2", [None])]},
+                    {"role": "user", "content": [{"type": "text", "text": "[read_file for 'a.py'] Result:\nx"}]},
+                ]
+            ),
+            r": message 1: a tool_use block's name must be a string, not list$",
+        ),
+        (
+            json.dumps([{"kind": "MessageEvent", "source": "user", "llm_message": {"role": "user", "content": 7}}]),
+            r": event 0: llm_message.content must be a string or a list of content parts, not number$",
+        ),
+    ],
+    ids=[
+        "claude-code-message-id",
+        "claude-code-tool-use-id",
+        "claude-code-tool-use-id-of-a-result",
+        "gemini-cli-function-response-id",
+        "cline-tool-use-name",
+        "openhands-v1-content",
+    ],
+)
+def test_a_field_of_the_wrong_type_is_an_input_error_naming_it(tmp_path: Path, text: str, match: str) -> None:
+    # each raised a TypeError from deep in its reader (unhashable type: 'list'; 'int' object is not
+    # iterable): a traceback, where every other malformed field is an InputError naming it
+    p = tmp_path / "x.json"
+    p.write_text(text)
+    with pytest.raises(InputError, match=match) as e:
+        read_sessions(p)
+    assert str(e.value).startswith(str(p))

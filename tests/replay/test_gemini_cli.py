@@ -274,6 +274,21 @@ def test_sub_agents_beside_the_file_are_sessions_of_their_own(tmp_path: Path) ->
     assert len(read_sessions(main, sidechains=False)) == 1
 
 
+@pytest.mark.parametrize(("name", "text"), [("sub-8.jsonl", ""), ("sub-8.json", '{"sessionId": "sub-8", "mess')])
+def test_a_sub_agents_file_that_cannot_be_read_is_left_out_with_a_note(tmp_path: Path, name: str, text: str) -> None:
+    # one sub-agent's file left empty or cut by a crash refused the whole read: the main session
+    # and every other sub-agent with it
+    main = write_lines(tmp_path / "session-2026-06-07T12-00-s-1.jsonl", [META, user("u", "go"), gemini("g", "Ok.")])
+    (tmp_path / "s-1").mkdir()
+    sub_meta = {**META, "sessionId": "sub-7", "kind": "subagent"}
+    write_lines(tmp_path / "s-1" / "sub-7.jsonl", [sub_meta, user("u", "look around"), gemini("g", "Seen.")])
+    (tmp_path / "s-1" / name).write_text(text)
+    main_t, sub = read_sessions(main)
+    assert (main_t.label, sub.label, calls(main_t), calls(sub)) == (None, "sub-7", 1, 1)
+    (note,) = main_t.notes
+    assert note.startswith(f"a sub-agent's file was left out: {tmp_path / 's-1' / name}: ")
+
+
 # -- read_file's output ------------------------------------------------------------------------------------------
 
 

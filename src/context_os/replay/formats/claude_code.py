@@ -10,7 +10,8 @@ Code's own resume is known to lose put back, since the model saw it when the ses
   ``logicalParentUuid``: the replay is uncompacted, so the summary message Claude Code sent after
   it (``isCompactSummary``) is left out;
 * a link to an entry the file lacks (Claude Code sometimes loses one) continues at the entry
-  written just before (in a main session; a sidechain's first entry links into the main one);
+  written just before that has a ``uuid`` (a ``file-history-snapshot`` line has none: the chain
+  stopped there), in a main session (a sidechain's first entry links into the main one);
 * a link to an API error's note (``system``/``api_error``, written late, after the retried
   request's replies) continues at the message written last before the linking entry;
 * the parts of a reply streamed as several entries (one ``message.id``) are one message, the
@@ -106,9 +107,9 @@ def _chain(leaf: dict[str, Any], pool: list[dict[str, Any]], *, main: bool) -> l
         if not isinstance(parent, str):
             break
         node = by_uuid.get(parent)
-        if node is None and main:  # a lost link: the entry written just before
+        if node is None and main:  # a lost link: the entry written just before (one that links)
             k = position[id(chain[-1])]
-            node = pool[k - 1] if k > 0 else None
+            node = next((e for e in reversed(pool[:k]) if isinstance(e.get("uuid"), str)), None)
         elif node is not None and main and node.get("type") == "system" and node.get("subtype") == "api_error":
             node = _after_retry(node, chain[-1], pool, position, by_uuid) or node
     return chain
@@ -133,14 +134,35 @@ def _after_retry(
     return before
 
 
-def _conversation(pool: list[dict[str, Any]], *, main: bool) -> list[dict[str, Any]]:
+def _entry(where: str, e: Mapping[str, Any]) -> str:
+    """Where an entry is, for an error: the file and the entry's uuid."""
+    return f"{where}: entry {e.get('uuid')!r:.60}"
+
+
+_CALL_ID, _RESULT_ID = "a tool_use block's id", "a tool_result block's tool_use_id"
+
+
+def _key(value: Any, where: str, name: str) -> str | None:
+    """An id that tells which entries go together (a reply's ``message.id``, a call's ``id``, a
+    result's ``tool_use_id``): a string or none; ``InputError`` naming ``name`` for another type."""
+    if value is None or isinstance(value, str):
+        return value
+    raise InputError(f"{where}: {name} must be a string, not {json_type(value)}")
+
+
+def _conversation(pool: list[dict[str, Any]], where: str, *, main: bool) -> list[dict[str, Any]]:
     """The message entries of the session whose entries are ``pool`` (file order), in file order."""
     messages = [e for e in pool if _is_message(e)]
     if not messages:
         return []
     chain = _chain(messages[-1], pool, main=main)
     on_chain = {id(e) for e in chain}
-    reply_ids = {e["message"].get("id") for e in messages if id(e) in on_chain and e["type"] == "assistant"}
+    reply_of = {
+        id(e): _key(e["message"].get("id"), _entry(where, e), "message.id")
+        for e in messages
+        if e["type"] == "assistant"
+    }
+    reply_ids = {reply_of[id(e)] for e in messages if id(e) in on_chain and id(e) in reply_of}
     reply_ids.discard(None)
     # a part of a reply on the chain that branched off it (its parallel calls) descends from the
     # chain (through entries of any type); a copy of the reply elsewhere (a resumed session's copied
@@ -156,15 +178,13 @@ def _conversation(pool: list[dict[str, Any]], *, main: bool) -> list[dict[str, A
             below.add(id(child))
             if isinstance(child.get("uuid"), str):
                 todo.append(child["uuid"])
-    parts = {
-        id(e) for e in messages if id(e) in below and e["type"] == "assistant" and e["message"].get("id") in reply_ids
-    }
+    parts = {id(e) for e in messages if id(e) in below and id(e) in reply_of and reply_of[id(e)] in reply_ids}
     if parts:  # ... nor does a copy written when the session was resumed: the same part as one on the chain
         copies = {_part_key(e) for e in chain if _is_message(e) and e["type"] == "assistant"}
         parts = {id(e) for e in messages if id(e) in parts and _part_key(e) not in copies}
     chosen = [e for e in messages if id(e) in on_chain or id(e) in parts]
     calls = {
-        b.get("id")
+        _key(b.get("id"), _entry(where, e), _CALL_ID)
         for e in chosen
         if e["type"] == "assistant" and isinstance(e["message"].get("content"), list)
         for b in e["message"]["content"]
@@ -179,7 +199,9 @@ def _conversation(pool: list[dict[str, Any]], *, main: bool) -> list[dict[str, A
             e["type"] == "user"
             and isinstance(e["message"].get("content"), list)
             and any(
-                isinstance(b, Mapping) and b.get("type") == "tool_result" and b.get("tool_use_id") in calls
+                isinstance(b, Mapping)
+                and b.get("type") == "tool_result"
+                and _key(b.get("tool_use_id"), _entry(where, e), _RESULT_ID) in calls
                 for b in e["message"]["content"]
             )
         )
@@ -223,7 +245,7 @@ class _Builder:
     def add(self, e: dict[str, Any]) -> None:
         msg = e["message"]
         ts = iso_ms(e.get("timestamp"))
-        where = f"{self.where}: entry {e.get('uuid')!r:.60}"
+        where = _entry(self.where, e)
         if e["type"] == "assistant":
             blocks: list[dict[str, Any]] = []
             for b in _blocks(msg.get("content"), where):
@@ -250,7 +272,7 @@ class _Builder:
                         }
                     )
                 elif b.get("type") == "tool_use":
-                    call_id, name = str(b.get("id")), str(b.get("name"))
+                    call_id, name = str(_key(b.get("id"), where, _CALL_ID)), str(b.get("name"))
                     self.names[call_id] = name
                     args = b.get("input") if isinstance(b.get("input"), dict) else {}
                     blocks.append({"type": "toolCall", "id": call_id, "name": name, "arguments": args})
@@ -279,7 +301,7 @@ class _Builder:
             if not (isinstance(b, Mapping) and b.get("type") == "tool_result"):
                 rest.append(b)
                 continue
-            call_id = str(b.get("tool_use_id"))
+            call_id = str(_key(b.get("tool_use_id"), where, _RESULT_ID))
             if (
                 call_id in self.results
                 or call_id in self.early
@@ -398,10 +420,10 @@ def read_claude_code(
     groups = _sidechain_groups(side)
     out: list[Transcript] = []
     if any(_is_message(e) for e in pool):
-        out.append(_transcript(_conversation(pool, main=True), where, label=None, count=len(rows)))
+        out.append(_transcript(_conversation(pool, where, main=True), where, label=None, count=len(rows)))
     elif groups:  # a sub-agent's own file: its sidechain is the session
         own = groups.pop(0)[1]
-        out.append(_transcript(_conversation(own, main=False), where, label=None, count=len(rows)))
+        out.append(_transcript(_conversation(own, where, main=False), where, label=None, count=len(rows)))
     else:
         out.append(_transcript([], where, label=None, count=len(rows)))
     parsed.stamp(out)
@@ -415,7 +437,9 @@ def read_claude_code(
     for n, (agent, group) in enumerate(groups, 1):
         label = agent or f"sidechain-{n}"
         if label not in named:
-            out += parsed.stamp([_transcript(_conversation(group, main=False), where, label=label, count=len(group))])
+            out += parsed.stamp(
+                [_transcript(_conversation(group, where, main=False), where, label=label, count=len(group))]
+            )
     return out + files
 
 

@@ -105,7 +105,7 @@ def is_cline(messages: list[Any]) -> bool:
     """Whether a JSON list of Anthropic messages is Cline's: a user message after a message of
     ``tool_use`` blocks answers one of them in Cline's words (``[read_file for 'a.ts'] Result:``)."""
     for before, m in zip(messages, messages[1:], strict=False):
-        names = {c.get("name") for c in _calls(before)}
+        names = {c["name"] for c in _calls(before) if isinstance(c.get("name"), str)}
         texts = [t for t in map(_result_text, _blocks(m)) if t is not None] if names else []
         if isinstance(m, Mapping) and m.get("role") == "user" and any(result_name(t) in names for t in texts):
             return True
@@ -178,6 +178,11 @@ def _messages(raw: list[Any], where: str) -> list[dict[str, Any]]:
         if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant"):
             what = repr(m.get("role")) if isinstance(m, Mapping) else json_type(m)
             raise InputError(f"{where}: message {k}: expected a user or assistant message, got {what}")
+        for c in _calls(m):  # a call is answered by its name and its id
+            for key in ("name", "id"):
+                if not isinstance(c.get(key, ""), str):
+                    found = json_type(c[key])
+                    raise InputError(f"{where}: message {k}: a tool_use block's {key} must be a string, not {found}")
         sent = _sent(m)
         if sent["role"] == "user" and out and out[-1]["role"] == "assistant" and _calls(out[-1]):
             if not isinstance(sent["content"], list):

@@ -23,8 +23,9 @@ context manager).
   file; ``ghost_snapshot`` (an undo point), ``web_search_call`` and other items are not messages.
 * A ``thread_rolled_back`` event (the user undid turns) drops the last ``num_turns`` user turns
   from the history, as Codex does: from the user message that began the first of them, with the
-  context Codex sent just before it (developer messages, its ``<environment_context>``), on. Like
-  a Pi session's abandoned branch, the calls made in them are not replayed.
+  context Codex sent just before it (developer messages, its ``<environment_context>``), on, but
+  never the session's opening context, before its first turn. Like a Pi session's abandoned
+  branch, the calls made in them are not replayed.
 * A ``compacted`` line (Codex's ``/compact``) is not modelled: the messages are the whole
   uncompacted history, as for every format, and what Codex itself sent after it is not measured.
 
@@ -153,13 +154,15 @@ def _is_context(item: Mapping[str, Any]) -> bool:
 def _rolled_back(items: list[tuple[int, dict[str, Any]]], turns: int) -> list[tuple[int, dict[str, Any]]]:
     """``items`` without their last ``turns`` user turns, as Codex's thread rollback drops them
     (``drop_last_n_user_turns``: from the user message that began the first of them, and the
-    context it sent just before it, on; every turn when there are fewer)."""
+    context it sent just before it, on; every turn when there are fewer). The session's opening
+    context, before its first turn, stays: ``trim_pre_turn_context_updates`` never walks back
+    past the first turn."""
     starts = [k for k, (_, i) in enumerate(items) if i.get("type") == "message" and i.get("role") == "user"]
     starts = [k for k in starts if not _is_context(items[k][1])]
     if turns <= 0 or not starts:
         return items
     cut = starts[max(len(starts) - turns, 0)]
-    while cut > 0 and _is_context(items[cut - 1][1]):
+    while cut > starts[0] and _is_context(items[cut - 1][1]):
         cut -= 1
     return items[:cut]
 

@@ -35,7 +35,8 @@ The session id is the metadata's ``sessionId``; the session's directory is read 
 file tools printed (``Successfully modified file: /abs/path`` for a relative ``file_path``), or a
 sub-agent's first workspace directory. A main session's sub-agents (``kind: "subagent"``) are
 kept beside it in ``chats/<sessionId>/*.jsonl`` (or ``.json``): each is a session of its own,
-after the main one, its ``label`` the sub-agent's session id. The tools map to roles by the
+after the main one, its ``label`` the sub-agent's session id (one whose file cannot be read, empty
+or cut by a crash, is left out with a note). The tools map to roles by the
 ``gemini-cli`` preset (harness/toolnames.py).
 
 This module reads files; it never touches a store or a session.
@@ -51,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError
-from .common import MAX_SESSION_BYTES, Parsed, Transcript, load, pair_openai, shape
+from .common import MAX_SESSION_BYTES, Parsed, Transcript, json_type, load, pair_openai, shape
 
 __all__ = ["GEMINI_TYPES", "is_gemini_line", "is_gemini_record", "read_gemini_cli"]
 
@@ -214,7 +215,9 @@ def _result_parts(message: Mapping[str, Any]) -> list[Any]:
         if not result:
             continue
         if isinstance(result, str):
-            response = {"id": c.get("id"), "name": c.get("name"), "response": {"output": result}}
+            # a call whose id is no string was given one (_assistant): its result answers it by name
+            call_id = c.get("id") if isinstance(c.get("id"), str) else None
+            response = {"id": call_id, "name": c.get("name"), "response": {"output": result}}
             out.append({"functionResponse": response})
         elif isinstance(result, list):
             out += _parts(result)
@@ -230,14 +233,14 @@ def _history(messages: list[tuple[int, dict[str, Any]]], where: str) -> list[tup
     answered: set[str] = set()  # call ids a toolCalls[].result answered
     for line, m in messages:
         kind = m.get("type")
+        at = f"{where}:{line}: message {m.get('id')!r}"
         if kind not in GEMINI_TYPES:
-            expected = ", ".join(GEMINI_TYPES)
-            raise InputError(f"{where}:{line}: message {m.get('id')!r} has unknown type {kind!r} (expected {expected})")
+            raise InputError(f"{at} has unknown type {kind!r} (expected {', '.join(GEMINI_TYPES)})")
         if kind in _NOT_SENT or (kind == "user" and not _sent_user(m)):
             continue
         if kind == "user":
             # v0.44+ writes the results again as a user message (gemini-cli #29365): the same results
-            parts = [p for p in _parts(m.get("content")) if _response_id(p) not in answered]
+            parts = [p for p in _parts(m.get("content")) if _response_id(p, at) not in answered]
             if parts:
                 turns.append(("user", parts))
             continue
@@ -246,15 +249,20 @@ def _history(messages: list[tuple[int, dict[str, Any]]], where: str) -> list[tup
             continue
         turns.append(("model", model))
         results = _result_parts(m)
-        answered.update(i for i in map(_response_id, results) if i is not None)
+        answered.update(i for p in results if (i := _response_id(p, at)) is not None)
         if results:
             turns.append(("user", results))
     return turns
 
 
-def _response_id(part: Any) -> str | None:
+def _response_id(part: Any, at: str) -> str | None:
+    """The id of the call a part answers, if it is a function response that names one (every
+    function response the history keeps passes here: ``InputError`` for an id of another type)."""
     response = part.get("functionResponse") if isinstance(part, Mapping) else None
-    return response.get("id") if isinstance(response, Mapping) and isinstance(response.get("id"), str) else None
+    call_id = response.get("id") if isinstance(response, Mapping) else None
+    if call_id is None or isinstance(call_id, str):
+        return call_id
+    raise InputError(f"{at}: a functionResponse's id must be a string, not {json_type(call_id)}")
 
 
 # --- as OpenAI messages ------------------------------------------------------------------------------------
@@ -376,14 +384,18 @@ def read_gemini_cli(
     main = _transcript(parsed)
     if not sidechains or main.session_id is None:
         return [main]
-    return [main, *_subagents(parsed.path, main.session_id, max_bytes)]
+    subagents, unread = _subagents(parsed.path, main.session_id, max_bytes)
+    main.notes += unread
+    return [main, *subagents]
 
 
-def _subagents(path: Path, session_id: str, max_bytes: int) -> list[Transcript]:
-    """The sub-agents of the session ``session_id`` kept beside its file, by name."""
+def _subagents(path: Path, session_id: str, max_bytes: int) -> tuple[list[Transcript], list[str]]:
+    """The sub-agents of the session ``session_id`` kept beside its file, by name; and what was
+    wrong with those that could not be read (left out: one sub-agent's file left empty or cut by
+    a crash takes nothing from the main session and the others)."""
     folder = path.parent / session_id
     if not folder.is_dir() or folder.is_symlink():
-        return []
+        return [], []
     files: dict[str, Path] = {}
     for p in sorted(folder.iterdir()):
         name = p.name.removesuffix(".gz")
@@ -392,8 +404,13 @@ def _subagents(path: Path, session_id: str, max_bytes: int) -> list[Transcript]:
             if name.endswith(".jsonl"):  # a legacy file resumed was written again as JSON lines
                 files[name.rsplit(".", 1)[0]] = p
     out: list[Transcript] = []
+    unread: list[str] = []
     for sub in files.values():
-        t = _transcript(load(sub, max_bytes))
+        try:
+            t = _transcript(load(sub, max_bytes))
+        except InputError as e:
+            unread.append(f"a sub-agent's file was left out: {e}")
+            continue
         t.label = t.session_id or sub.name.split(".")[0]
         out.append(t)
-    return out
+    return out, unread

@@ -256,18 +256,22 @@ def is_v1_event(value: Any) -> bool:
     return isinstance(value, Mapping) and value.get("kind") in V1_KINDS
 
 
-def _v1_text(parts: Any) -> str:
-    """The text of an SDK content list (``TextContent`` parts), or of a plain string."""
+def _v1_text(parts: Any, at: str, name: str) -> str:
+    """The text of an SDK content list (``TextContent`` parts), or of a plain string; ``InputError``
+    naming the field (``name``) for a value of another type."""
     if isinstance(parts, str):
         return parts
+    if parts is not None and not isinstance(parts, list):
+        raise InputError(f"{at}: {name} must be a string or a list of content parts, not {json_type(parts)}")
     return "".join(str(p.get("text", "")) for p in parts or () if isinstance(p, Mapping) and p.get("type") == "text")
 
 
-def _v1_observation(obs: Mapping[str, Any]) -> str:
+def _v1_observation(obs: Mapping[str, Any], at: str) -> str:
     """An observation as the SDK sends it (``to_llm_content``): the error header if it failed, its
     text (``content``; ``output`` in the SDK's first releases), and a command's metadata after it
     (``TerminalObservation``: prefix, suffix, working directory, interpreter, exit code)."""
-    text = _v1_text(obs.get("content") if "content" in obs else obs.get("output"))
+    name = "content" if "content" in obs else "output"
+    text = _v1_text(obs.get(name), at, f"observation.{name}")
     meta = obs.get("metadata")
     if isinstance(meta, Mapping) and ("exit_code" in obs or ("command" in obs and "timeout" in obs)):
         text = _command_output(text, meta)  # TerminalObservation.to_llm_content
@@ -308,18 +312,19 @@ def v1_messages(events: list[Any], where: str) -> list[dict[str, Any]]:
                 out[-1].setdefault("tool_calls", []).append(call)
                 continue
             response = rid if isinstance(rid, str) else None
-            text = _v1_text(e.get("thought"))
+            text = _v1_text(e.get("thought"), at, "thought")
             out.append({"role": "assistant", "content": text or None, "tool_calls": [call]})
             continue
         response = None
         if kind == "SystemPromptEvent":
-            parts = [_v1_text([e.get("system_prompt")]), _v1_text([e.get("dynamic_context")])]
+            parts = [_v1_text([e.get(k)], at, k) for k in ("system_prompt", "dynamic_context")]
             out.append({"role": "system", "content": "\n".join(p for p in parts if p)})
         elif kind == "MessageEvent":
             msg = e.get("llm_message")
             if not isinstance(msg, Mapping) or msg.get("role") not in ("user", "assistant", "system"):
                 raise InputError(f"{at}: a MessageEvent needs an llm_message with a role")
-            text = _v1_text(msg.get("content")) + _v1_text(e.get("extended_content"))
+            text = _v1_text(msg.get("content"), at, "llm_message.content")
+            text += _v1_text(e.get("extended_content"), at, "extended_content")
             if msg["role"] == "user" and out and out[-1]["role"] == "user":
                 out[-1]["content"] += text  # the SDK merges adjacent user messages
             else:
@@ -330,7 +335,7 @@ def v1_messages(events: list[Any], where: str) -> list[dict[str, Any]]:
                 continue  # an agent error of no tool call: not sent as a result
             if kind == "ObservationEvent":
                 obs = e.get("observation")
-                text = _v1_observation(obs) if isinstance(obs, Mapping) else ""
+                text = _v1_observation(obs, at) if isinstance(obs, Mapping) else ""
             elif kind == "UserRejectObservation":
                 text = f"Action rejected: {e.get('rejection_reason', '')}"
             else:

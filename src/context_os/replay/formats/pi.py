@@ -6,7 +6,8 @@ reads them (``packages/coding-agent/src/core/session-manager.ts``).
 * v2/v3: entries form a tree by ``id``/``parentId``; the current branch is the path from the
   last entry (the leaf) to the root; a ``compaction`` names ``firstKeptEntryId``.
   ``custom_message`` and ``branch_summary`` entries are messages too (``custom``,
-  ``branchSummary``); v2's ``hookMessage`` role is v3's ``custom``.
+  ``branchSummary``; a branch summary only when its ``summary`` is not empty, as Pi's
+  ``buildSessionContext`` adds it); v2's ``hookMessage`` role is v3's ``custom``.
 * A line that is not JSON is skipped, as Pi's loader skips it (entry indexes count the entries
   read, as Pi's do).
 
@@ -66,10 +67,10 @@ def _pi_message(entry: Mapping[str, Any]) -> dict[str, Any] | None:
             "display": entry.get("display", True),
             "timestamp": iso_ms(entry.get("timestamp")),
         }
-    if kind == "branch_summary":
+    if kind == "branch_summary" and entry.get("summary"):  # Pi sends none for an empty summary
         return {
             "role": "branchSummary",
-            "summary": entry.get("summary", ""),
+            "summary": entry["summary"],
             "fromId": entry.get("fromId"),
             "timestamp": iso_ms(entry.get("timestamp")),
         }
