@@ -395,6 +395,92 @@ def test_rewritten_history_resets_the_cursor_and_loses_nothing(db):
         assert verify_frame(db, f).ok
 
 
+def test_a_rewound_history_edited_early_is_seen_though_the_sampled_messages_match(db):
+    """A harness that goes back to an early message, has it edited and runs again (new message
+    objects): the session compared only the first, middle and last messages before its cursor,
+    here the same ("continue" at both), and went on showing the old conversation."""
+    hook = hook_for(db)
+    system = {"role": "system", "content": "You are a helpful agent."}
+    said = [user("Delete the old table."), say("Deleting it."), user("continue"), say("Deleted.")]
+    hook.transform_context([system, *said, user("continue")])
+    edited = [system, user("Keep the old table: list the tables only."), say("Listing them."), user("continue")]
+    edited += [say("users, orders."), user("continue"), say("Anything else?"), user("Which is bigger?")]
+    out = hook.transform_context(edited)
+    assert [m["content"] for m in out] == [m["content"] for m in edited]
+    assert hook.last.sync.rewritten and hook.last.sync.retired == 5
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
+
+
+def test_two_hooks_of_one_session_called_in_turn_send_what_their_frames_record(db):
+    """Each hook keeps the messages it made of its last render, for the units the view reports
+    unchanged since its last committed render; that render was the other hook's: a result the
+    session had collapsed since went out expanded, where its frame recorded it collapsed."""
+    from context_os.context.frames import rerender
+
+    session = Session.open(db, "s1", harness="openai", policy=RetentionPolicy(**EAGER, keep_recent_results=1))
+    first, second = OpenAIHook(session), OpenAIHook(session)
+    msgs = [user("go"), call("c1", cmd="ls"), result("c1", "\n".join(f"row {i}" for i in range(200)))]
+    first.transform_context(msgs)
+    msgs += [call("c2", cmd="pwd"), result("c2", "/w")]
+    second.transform_context(msgs)  # c1 collapses
+    msgs += [say("ok"), user("next")]
+    out = first.transform_context(msgs)
+    recorded = [OpenAIAdapter().render_msg(m) for m in rerender(db, frame_docs(db, "s1")[-1]).messages]
+    assert out == recorded
+    assert "collapsed" in next(m["content"] for m in out if m.get("tool_call_id") == "c1")
+    session.close()
+
+
+def test_a_tool_result_rewritten_alone_is_its_calls_result(db):
+    """The harness rewrote an old tool result (its own clearing) and kept its call: the result in
+    its place was a new object no call named, and the call still named the one retired, showing
+    its arguments elided behind a ref to it while the new result was expanded."""
+    hook = hook_for(db)
+    patch = "\n".join(f"+ line {i} of the new module" for i in range(30))
+    msgs = [user("apply the patch"), call("c1", "apply_patch", patch=patch), result("c1", "applied: 30 lines")]
+    msgs += [say("done"), user("now run the tests")]
+    hook.transform_context(msgs)
+    msgs[2] = result("c1", "applied")
+    msgs += [say("running"), user("status?")]
+    out = hook.transform_context(msgs)
+    assert json.loads(out[1]["tool_calls"][0]["function"]["arguments"]) == {"patch": patch}
+    assert out[2]["content"] == "applied"
+    view = hook.session.view
+    new = view.objects[view.entries[view.visible[2]]["object"]]
+    assert new.id != "toolcall:s1:c1" and new.call_entry == view.visible[1]
+    assert view.call_of(new)["id"] == "c1"
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
+    again = Session.open(db, "s1")  # a resumed session finds the same
+    assert again.view.objects[new.id].call_entry == new.call_entry
+    again.close()
+
+
+def test_a_turn_whose_transaction_failed_is_that_turn_again_at_its_retry(tmp_path, monkeypatch):
+    """A turn whose transaction failed (the store locked by another process past its busy
+    timeout) had counted as a turn: its retry was the next, and the newest result, which the
+    model never saw, one turn older (with ``collapse_after_turns=1``, collapsed at once)."""
+    import sqlite3
+
+    from context_os.errors import StoreUnavailable
+
+    monkeypatch.setattr(SqliteStore, "BUSY_TIMEOUT_S", 0.2)
+    db = SqliteStore(tmp_path / "s.db")
+    hook = hook_for(db, collapse_after_turns=1)
+    msgs = [user("build it"), call("c1", "bash", cmd="make"), result("c1", "BUILD FAILED\n" + "error\n" * 40)]
+    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process writes meanwhile
+    with pytest.raises(StoreUnavailable):
+        hook.transform_context(msgs)
+    assert hook.session.view.turn == 0
+    other.execute("COMMIT")
+    other.close()
+    out = hook.transform_context(msgs)  # the harness retries the call
+    assert hook.last.turn == 1 and out[-1]["content"].startswith("BUILD FAILED")
+    assert [f["content"]["turn"] for f in frame_docs(db, "s1")] == [1]
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
+    db.close()
+
+
 @pytest.mark.parametrize(
     ("bad", "field"),
     [
@@ -879,11 +965,12 @@ def test_a_turn_the_store_refused_is_written_with_the_next_one(db):
     msgs += [call("c2"), result("c2", "out 2")]
     hook.transform_context(msgs)
     frames = frame_docs(db, "s1")
-    assert [f["content"]["turn"] for f in frames] == [1, 3]  # turn 2 was never shown: no frame
+    # the turn the store refused was never shown: no frame, and the next call is that turn again
+    assert [f["content"]["turn"] for f in frames] == [1, 2]
     for f in frames:
         check = verify_frame(db, f)
         assert check.ok, check.problems
-    assert db.get("toolcall:s1:c1") is not None  # what turn 2 took in was written with turn 3
+    assert db.get("toolcall:s1:c1") is not None  # what the refused turn took in was written with the next
     resumed = Session.open(db, "s2", harness="openai")
     resumed.close()
 

@@ -682,3 +682,28 @@ def test_a_resumed_session_sends_the_blocks_it_keeps_verbatim_as_the_live_one_di
     after = resumed.transform_request([*msgs, {"role": "assistant", "content": "ok"}, user("again")])["messages"]
     assert json.dumps(after[1]) == before
     db.close()
+
+
+def test_an_earlier_message_changed_in_place_to_hold_fewer_messages_is_read_again(tmp_path: Path) -> None:
+    """A user message of tool results and a text, changed in place to hold the results alone: the
+    hook's reading of it, kept by identity, counted two neutral messages where it now holds one,
+    and every call after failed ("an adapter bug")."""
+    store = SqliteStore(tmp_path / "s.db")
+    hook = AnthropicHook(Session.open(store, "s1", harness="anthropic"))
+    results = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}
+    results["content"].append({"type": "text", "text": "and please hurry"})
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {"cmd": "ls"}}]},
+        results,
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "next"},
+    ]
+    hook.transform_request(msgs)
+    results["content"].pop()  # the note taken back, in place
+    msgs += [{"role": "assistant", "content": "sure"}, {"role": "user", "content": "more"}]
+    sent = hook.transform_request(msgs)["messages"]
+    assert "please hurry" not in json.dumps(sent) and "more" in json.dumps(sent[-1])
+    assert hook.last is not None and hook.last.sync.rewritten
+    assert all(verify_frame(store, f).ok for f in frame_docs(store, "s1"))
+    store.close()

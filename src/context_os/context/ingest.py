@@ -13,6 +13,7 @@ This module never reads the store and never knows a harness format.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,12 @@ class SyncReport:
     rewritten: bool
     retired: int = 0
     """Entries no longer visible because the harness rewrote its history (kept in the store)."""
+
+
+def _shown_before(visible: list[int], entry: int, keep: int) -> bool:
+    """Whether chat entry ``entry`` is among the first ``keep`` visible ones."""
+    k = bisect_left(visible, entry)
+    return k < min(keep, len(visible)) and visible[k] == entry
 
 
 def check_storable(m: Incoming, index: int) -> None:
@@ -177,6 +184,9 @@ class Ingest:
         self.call_names: dict[str, str] = {}
         self.call_objects: dict[str, str] = {}
         self.call_entries: dict[str, int] = {}
+        self._rearmed: dict[str, tuple[int, ToolCall]] = {}
+        """Calls still shown whose result a history rewrite retired: (their entry, the call), to
+        name the result that comes in its place."""
         for e in view.entries:
             for c in e.get("tool_calls") or ():
                 self.call_names[c["id"]] = c["name"]
@@ -363,6 +373,14 @@ class Ingest:
                 entry=i,
                 call_entry=self.call_entries.pop(call_id, None),
             )
+            call = self._rearmed.pop(call_id, None)
+            if call is not None and obj.call_entry == call[0]:
+                # the result anew of a call still shown (the harness rewrote the result alone):
+                # the call names it, not the one retired
+                call[1]["object"] = oid
+                self.writer.forget_entry(call[0])
+                self.writer.dirty_pages.add(call[0] // PAGE_SIZE)
+                view.reset_render(entries_changed=True)
             view.add_object(obj)
             doc, encoded = ToolcallDoc(id=oid, content=text, meta=obj.meta).encode()
             # arriving, a result is active in its place: only later changes are state versions
@@ -380,6 +398,13 @@ class Ingest:
         for i in gone:
             oid = view.entries[i].get("object")
             obj = view.objects.get(oid) if oid else None
+            if obj is not None and obj.call_entry is not None and _shown_before(view.visible, obj.call_entry, keep):
+                # its call stays shown: the result that comes in its place is that call's
+                call_id = view.entries[i].get("tool_call_id", "")
+                for c in view.entries[obj.call_entry].get("tool_calls") or ():
+                    if c["id"] == call_id and c.get("object") == oid:
+                        self.call_entries[call_id] = obj.call_entry
+                        self._rearmed[call_id] = (obj.call_entry, c)
             if obj is not None and obj.state == "active":
                 view.set_state(obj, state="inactive", collapsed=True)
                 self.writer.record_state(obj, "system", "history rewritten by the harness")

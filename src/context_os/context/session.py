@@ -421,6 +421,21 @@ class Session:
         """Start a new turn: take in evictions and newer versions, apply the policy, persist,
         render, and record the frame."""
         view = self.view
+        # (the list ``_assemble`` takes, and extends with what it finds changed)
+        before = (view.turn, view.sent_total, view.uncached_total, self._seen_from, self._between)
+        try:
+            return self._assemble(sync)
+        except BaseException:
+            # nothing of the turn reached the store: its retry is this turn again (the newest
+            # result, which the model never saw, must not age by a try), the changes and the
+            # entries it took in are the retry's to take, and the counts of what was sent stand
+            view.turn, view.sent_total, view.uncached_total, self._seen_from, taken = before
+            if taken is not self._between:
+                self._between = taken + self._between
+            raise
+
+    def _assemble(self, sync: SyncReport | None) -> Assembly:
+        view = self.view
         view.turn += 1
         threshold = view.policy.manage_from_tokens
         budget = view.policy.token_budget

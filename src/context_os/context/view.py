@@ -541,6 +541,10 @@ class Rendered:
     prefix_tokens: int | None = None
     """A committed rendering's tokens that the previous committed one sent too, as its prefix:
     what a provider's prompt cache could reuse."""
+    render_no: int = 0
+    """Of a committed render, how many the view committed (this one included): a caller keeping
+    what it made of the previous one can tell that it was that one (``stable_prefix`` counts
+    from it), not one another caller made."""
 
     @property
     def units(self) -> list[Unit]:
@@ -645,6 +649,8 @@ class SessionView:
     _sums: _TokenSums = field(default_factory=_TokenSums, repr=False)
     sent_total: int = field(default=0, repr=False)
     """Tokens of every committed render since the view was built (for the cache-break allowance)."""
+    renders: int = field(default=0, repr=False)
+    """Committed renders since the view was built (``Rendered.render_no``)."""
     uncached_total: int = field(default=0, repr=False)
     """Of those, the tokens that were not a prefix of the previous committed render."""
     _hist_msgs: int = field(default=0, repr=False)
@@ -1335,6 +1341,8 @@ class SessionView:
             new_blocks,
         )
         if commit:
+            self.renders += 1
+            rendered.render_no = self.renders
             uncached = sum(u.tokens for u in rendered.units_from(stable)) + volatile_tokens
             self.sent_total += tokens
             self.uncached_total += uncached

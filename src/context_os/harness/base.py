@@ -261,6 +261,17 @@ def check_message_list(messages: Any) -> None:
         raise MalformedMessage(f"messages must be a list of messages, not {type(messages).__name__}")
 
 
+class _Miscounted(InvalidOutput):
+    """A message translated into another number of neutral messages than it was counted as: a
+    message of an earlier call changed in place (its reading, kept by identity, is stale), or an
+    adapter whose ``count`` and ``translate`` disagree."""
+
+
+WINDOW = 256
+"""The newest harness messages a hook compares by identity with those its last sync took in, to
+see a message changed among them (``ContextHook.every_message`` off): older ones are sampled."""
+
+
 class _Layout(Generic[M]):
     """One call's harness messages seen as the flat list of neutral messages they hold.
 
@@ -334,7 +345,7 @@ class _Layout(Generic[M]):
             if self.blocks and any(p["role"] == "user" and self._holds_block(p.get("text")) for p in got):
                 raise self._fed_back(i)
             if len(got) != self._count_of(i):
-                raise InvalidOutput(
+                raise _Miscounted(
                     f"adapter {self.adapter.name!r} translated message {i} into {len(got)} messages "
                     f"but counted {self._count_of(i)} (an adapter bug: please report)"
                 )
@@ -437,9 +448,15 @@ class _Output(Generic[M]):
         self.messages: list[M] = []
         self.offsets: list[int] = []
         self.pending: list[frozenset[str]] = []
+        self.render_no = 0
+        """The view's committed render these units are of (``Rendered.render_no``)."""
 
     def update(self, adapter: Adapter[M], rendered: Rendered) -> list[str]:
-        keep = min(rendered.stable_prefix, len(self.offsets))
+        # units kept from this hook's last render, if the view's last committed one was that one
+        # (another hook of the session may have rendered since: the prefix counts from its render)
+        follows = rendered.render_no and rendered.render_no == self.render_no + 1
+        self.render_no = rendered.render_no
+        keep = min(rendered.stable_prefix, len(self.offsets)) if follows else 0
         if keep < len(self.offsets):
             del self.messages[self.offsets[keep] :]
             del self.offsets[keep:], self.pending[keep:]
@@ -526,7 +543,9 @@ class ContextHook(Generic[M]):
         own list, and proving all of it unchanged costs a pass over it at every call (0.6 ms at
         50,000 messages), so by default the first, middle and last messages are compared."""
         self._synced: tuple[M, ...] = ()
-        """The messages the last sync took in (``_Layout.messages``), when ``every_message``."""
+        """The messages the last sync took in (``_Layout.messages``), when ``every_message``; else
+        the newest ``WINDOW`` of them, from ``_synced_from``."""
+        self._synced_from = 0
         self._synced_at = -1
         """The session's sync count (``Ingest.syncs``) after that sync: another hook's sync since
         (two hooks of one session, called in turn) may have rewritten the history, and the
@@ -540,27 +559,12 @@ class ContextHook(Generic[M]):
         check_message_list(messages)
         adapter = self.adapter
         with self._lock:
-            # messages the harness never sends are left out; only what is new is read
-            layout = self._seen.layout(adapter, messages)
-            layout.returned, layout.returned_count = self._returned
-            layout.blocks = self._blocks
-            # the messages that are the objects the last sync took in (but its last one, which a
-            # harness may still be changing in place) need no hashing: they were compared then
-            vouched: int | None = None
-            if self.every_message:
-                prior, self._synced = self._synced, ()
-                if self._synced_at != self.session.ingest.syncs:
-                    prior = ()  # another hook synced since: it may have rewritten what this one took in
-                vouched = layout.flat(min(_same_prefix(layout.messages, prior), max(0, len(prior) - 1)))
             try:
-                report = self.session.sync(layout.total, layout.hash_at, layout.translate, vouched)
-            except MalformedMessage as e:
-                again = layout.harness_error(e)
-                if again is e:
-                    raise
-                raise again from None
-            if self.every_message:
-                self._synced, self._synced_at = tuple(layout.messages), self.session.ingest.syncs
+                layout, report = self._sync(messages)
+            except _Miscounted:
+                # a message read at an earlier call changed in place: the list is read whole again
+                self._seen = _Seen()
+                layout, report = self._sync(messages)
             if self.files is not None:
                 self._mark_writes(report)
             if self.on_sync is not None:
@@ -590,6 +594,41 @@ class ContextHook(Generic[M]):
             self._blocks = _block_texts(rendered)
             self._sent = tuple(out)
             return out
+
+    def _sync(self, messages: Sequence[M]) -> tuple[_Layout[M], SyncReport]:
+        """Take in what is new in ``messages`` (``Session.sync``)."""
+        # messages the harness never sends are left out; only what is new is read
+        layout = self._seen.layout(self.adapter, messages)
+        layout.returned, layout.returned_count = self._returned
+        layout.blocks = self._blocks
+        prior, start = self._synced, self._synced_from
+        self._synced, self._synced_from = (), 0
+        if self._synced_at != self.session.ingest.syncs:
+            prior = ()  # another hook synced since: it may have rewritten what this one took in
+        # the messages that are the objects the last sync took in (but its last one, which a
+        # harness may still be changing in place) need no hashing: they were compared then
+        end = start + max(0, len(prior) - 1)
+        vouched: int | None = None
+        if self.every_message:
+            vouched = layout.flat(min(_same_prefix(layout.messages, prior), end))
+        elif start < len(layout.messages) and start < end:
+            # the newest ones that are not those objects (a harness that rewound and ran again,
+            # a message edited) are compared by hash from the first of them on: the session's own
+            # sample (the first, middle and last message) may find those three unchanged
+            same = start + _same_prefix(layout.messages[start:end], prior)
+            if same < min(end, len(layout.messages)):
+                vouched = layout.flat(same)
+        try:
+            report = self.session.sync(layout.total, layout.hash_at, layout.translate, vouched)
+        except MalformedMessage as e:
+            again = layout.harness_error(e)
+            if again is e:
+                raise
+            raise again from None
+        self._synced_from = 0 if self.every_message else max(0, len(layout.messages) - WINDOW)
+        self._synced = tuple(layout.messages[self._synced_from :])
+        self._synced_at = self.session.ingest.syncs
+        return layout, report
 
     def _mark_writes(self, report: SyncReport) -> None:
         """The new results of ``write`` calls (the file tools', or a host's of that name that the
