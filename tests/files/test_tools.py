@@ -524,6 +524,33 @@ def test_a_write_that_would_put_a_placeholder_over_a_secret_is_refused(root: Pat
     assert call(tools, "write", path="config.py", content=other)["status"] == "overwritten"
 
 
+def test_a_placeholder_over_a_secret_file_or_one_too_large_to_read_is_refused(
+    root: Path, session: Session, db: SqliteStore
+) -> None:
+    """The guard above looked only at text the workspace reads: a ``.env`` (its text never read,
+    but shown to the agent redacted in a command's output) and a file over the size cap were
+    written back with ``[REDACTED:…]`` in place of their keys, the secrets lost for good. Their
+    bytes are now read to compare (redacted for that alone, never stored); a file too large to
+    read takes no placeholder at all. Without a placeholder, either is written as given."""
+    key = KEYS["github-token"]
+    tools = FileTools(session, Workspace(root, max_file_bytes=1000))
+    (root / ".env").write_text(f"GITHUB_TOKEN={key}\nDEBUG=0\n")
+    r = call(tools, "write", path=".env", content="GITHUB_TOKEN=[REDACTED:github-token]\nDEBUG=1\n")
+    assert r["type"] == "InputError" and r["error"].startswith(
+        "write .env: the content holds [REDACTED:github-token], which stands for a secret the file on disk holds"
+    )
+    assert r["error"].endswith("ask the user to change it (the tools neither read nor edit a secret-looking file)")
+    assert (root / ".env").read_text() == f"GITHUB_TOKEN={key}\nDEBUG=0\n"
+    (root / "big.py").write_text(f"TOKEN = '{key}'\n" + "x = 1\n" * 200)
+    r = call(tools, "write", path="big.py", content="TOKEN = '[REDACTED:github-token]'\n")
+    assert r["type"] == "InputError" and "the file on disk is too large (1,251 bytes; the cap is 1,000)" in r["error"]
+    assert (root / "big.py").read_text().startswith(f"TOKEN = '{key}'\n")
+    assert call(tools, "write", path=".env", content="DEBUG=1\n")["status"] == "overwritten"
+    assert call(tools, "write", path="big.py", content="x = 2\n")["status"] == "overwritten"
+    db.close()
+    assert key.encode() not in Path(db.path).read_bytes()
+
+
 def test_a_file_whose_path_holds_a_secret_is_never_indexed(root: Path, tools: FileTools, db) -> None:
     """A key in a file's name (``keys/sk-proj-….txt``) would be stored, and shown, as the file
     object's ``meta.path``: ``ls`` shows the name redacted and indexes nothing, and ``read``,
@@ -794,6 +821,29 @@ def test_grep_shows_the_match_of_a_long_line(root: Path, tools: FileTools) -> No
     (root / "short.js").write_text("x" * 600 + "\n")
     hit = tools.call("grep", {"pattern": "^x", "glob": "short.js"}).split("\n")[0]
     assert hit == "short.js:1:" + "x" * 500 + " [… 100 more characters]"
+
+
+def test_grep_redacts_a_long_line_before_it_cuts_it(root: Path, session: Session, db: SqliteStore) -> None:
+    """``grep`` cut a long line to 500 characters around its match, and its output to
+    ``max_output_chars``, before the redaction every result goes through: a key the cut split was
+    no longer recognised, and its part inside the window was shown to the model and stored with
+    the tool result. A hit's line is now redacted whole before it is cut, the output before it is
+    capped, and no cut shows part of a placeholder."""
+    key = KEYS["github-token"]
+    (root / "a.min.js").write_text("x" * 1000 + f'"token":"{key}",' + "y" * 85 + "NEEDLE" + "z" * 2000 + "\n")
+    (root / "b.min.js").write_text("NEEDLE" + "y" * 480 + f'"{key}"' + "z" * 2000 + "\n")
+    tools = FileTools(session, Workspace(root))
+    a, b = tools.call("grep", {"pattern": "NEEDLE"}).split("\n")[:2]
+    assert a.startswith('a.min.js:1:[… from character 1,010] [REDACTED:github-token]",yyy') and "NEEDLE" in a
+    assert b.startswith("b.min.js:1:NEEDLE") and b.endswith('"[REDACTED:github-token] [… 2,001 more characters]')
+    (root / "c.txt").write_text("x" * 80 + key + "\n")
+    capped = FileTools(session, Workspace(root), max_output_chars=100)
+    out = capped.call("grep", {"pattern": "x", "glob": "c.txt"})
+    assert out.startswith("c.txt:1:" + "x" * 80 + "\n[... output truncated: 23 more characters]")
+    for text in (a, b, out):
+        assert key[:2] not in text.replace("[REDACTED:github-token]", "")
+    db.close()
+    assert key[2:12].encode() not in Path(db.path).read_bytes()
 
 
 def test_grep_options(root: Path, tools: FileTools) -> None:

@@ -403,15 +403,55 @@ def _listed(name: str) -> str:
 
 
 def _around(line: str, start: int, end: int, width: int = 500) -> str:
-    """A ``grep`` hit's line, at most ``width`` characters of it: from its start, or, when the
-    match (``start``-``end``) lies past that, from a little before the match; a cut says where
-    (the first ``width`` characters alone hid a match further in a minified file's one line)."""
+    """A ``grep`` hit's line (redacted already), at most ``width`` characters of it and the
+    placeholders the cuts fall in: from its start, or, when the match (``start``-``end``) lies
+    past that, from a little before the match; a cut says where (the first ``width`` characters
+    alone hid a match further in a minified file's one line)."""
     if len(line) <= width:
         return line
-    at = 0 if end <= width else max(0, min(start - 100, len(line) - width))
+    at = 0 if end <= width else _unsplit(line, max(0, min(start - 100, len(line) - width)))
+    stop = _unsplit(line, at + width, forward=True)
     head = f"[… from character {at + 1:,}] " if at else ""
-    rest = len(line) - at - width
-    return head + line[at : at + width] + (f" [… {rest:,} more characters]" if rest > 0 else "")
+    rest = len(line) - stop
+    return head + line[at:stop] + (f" [… {rest:,} more characters]" if rest > 0 else "")
+
+
+def _unsplit(text: str, cut: int, *, forward: bool = False) -> int:
+    """``cut``, or, where it falls inside a redaction placeholder of ``text``, the placeholder's
+    start (``forward``: its end): a cut never shows half of one."""
+    begin = text.rfind("[REDACTED:", 0, cut + len("[REDACTED:") - 1)  # the last one starting before the cut
+    if begin < 0:
+        return cut
+    whole = _PLACEHOLDER.match(text, begin)
+    if whole is None or whole.end() <= cut:
+        return cut
+    return whole.end() if forward else begin
+
+
+def _redacted_hit(line: str, start: int, end: int, secrets: list[tuple[int, int, str]]) -> tuple[str, int, int]:
+    """``line`` with its ``secrets`` (as ``Redactor.find`` gives them) replaced by their
+    placeholders, and where the match ``start``-``end`` lies in that: a match end inside a
+    secret is at its placeholder's start or end."""
+    placeholders = [f"[REDACTED:{name}]" for _, _, name in secrets]
+
+    def where(pos: int, after: bool) -> int:
+        shift = 0
+        for (s, e, _), placeholder in zip(secrets, placeholders, strict=True):
+            if e <= pos:
+                shift += e - s - len(placeholder)
+            elif s < pos:
+                return s - shift + (len(placeholder) if after else 0)
+            else:
+                break
+        return pos - shift
+
+    parts: list[str] = []
+    pos = 0
+    for (s, e, _), placeholder in zip(secrets, placeholders, strict=True):
+        parts += [line[pos:s], placeholder]
+        pos = e
+    parts.append(line[pos:])
+    return "".join(parts), where(start, False), where(end, True)
 
 
 def _under_base(pattern: str) -> str:
@@ -423,9 +463,12 @@ def _under_base(pattern: str) -> str:
 
 
 def _cap(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters, never inside a placeholder; redact it first
+    (``FileTools._capped``): a secret the cut split is not recognised after."""
     if len(text) <= limit:
         return text
-    return text[:limit] + f"\n[... output truncated: {len(text) - limit:,} more characters]"
+    cut = _unsplit(text, limit)
+    return text[:cut] + f"\n[... output truncated: {len(text) - cut:,} more characters]"
 
 
 def _utf8(text: str, what: str) -> bytes:
@@ -754,34 +797,52 @@ class FileTools:
                 entry.replace(data)
         extra: dict[str, Any] = {"status": "overwritten" if existed else "created", "bytes": len(data)}
         if host_out:
-            extra["output"] = _cap(host_out, 2000)
+            extra["output"] = self._capped(host_out, 2000)
         return self._after_change(real, cause="write", reason="written", **extra)
 
     def _deny_lost_secrets(self, real: Path, content: str, path: str) -> None:
         """``InputError`` if writing ``content`` over the file at ``real`` would put a redaction
         placeholder (``[REDACTED:github-token]``) where the file holds a secret: the agent is
         shown the file redacted and may write it back so, whole. The file's own literal
-        placeholders (a redactor's tests) may be written back; a new file loses nothing."""
+        placeholders (a redactor's tests) may be written back; a new file loses nothing. The
+        bytes are read whatever the content policy says of the file: a secret-looking file
+        (``.env``), whose text no tool reads, is what the agent sees redacted in a command's
+        output; they are redacted here only to compare, never kept. A file too large to read
+        cannot tell, and takes no placeholder."""
         wanted = Counter(_PLACEHOLDER.findall(content))
         if not wanted:
             return
+        cap = self.workspace.max_file_bytes
         try:
             with self.workspace.open(real) as opened:
-                snap, data = self.workspace.look(opened, read=True)
+                size = opened.st.st_size if opened.st is not None else 0
+                data = b"" if size > cap else opened.read(limit=cap)
+                size = max(size, len(data))  # (grown past the cap since its fstat: too large all the same)
         except FileUnreadable:  # no file there (yet), or none that can be read: nothing to lose
             return
-        if data is None or not snap.redacted or snap.text is None:
-            return
+        if size > cap:
+            raise InputError(
+                f"write {path}: the content holds {', '.join(sorted(wanted))}, and the file on disk is too large"
+                f" ({size:,} bytes; the cap is {cap:,}) to read and tell whether that stands for a secret it"
+                " holds: the write could replace the secret with the placeholder. Nothing was written"
+            )
         raw = data.decode("utf-8", errors="replace")
-        # a placeholder the agent was shown for this file (``snap.text``: as redacted), more often
-        # than the file holds it literally
-        lost = sorted(p for p, n in wanted.items() if n > raw.count(p) and p in snap.text)
+        shown, found = self.workspace.redact(raw)
+        if not found:
+            return
+        # a placeholder the agent can have been shown for this file (``shown``), more often than
+        # the file holds it literally
+        lost = sorted(p for p, n in wanted.items() if n > raw.count(p) and p in shown)
         if lost:
+            how = (
+                "ask the user to change it (the tools neither read nor edit a secret-looking file)"
+                if self.workspace.is_secret(real)
+                else "change the file with edit, around the lines that hold secrets"
+            )
             raise InputError(
                 f"write {path}: the content holds {', '.join(lost)}, which stands for a secret the file on disk"
                 " holds (you are shown secrets redacted; the file keeps them): the write would replace the"
-                " secret with the placeholder. Nothing was written; change the file with edit, around the"
-                " lines that hold secrets"
+                f" secret with the placeholder. Nothing was written; {how}"
             )
 
     def edit(
@@ -820,7 +881,8 @@ class FileTools:
             if before is not None and self._sha(real) == before:
                 # a host tool that answers a failed edit with text (not raising): the file is as
                 # it was, and the result must not say "edited"
-                raise InputError(f"edit {path}: the file was not changed; the edit tool said: {_cap(host_out, 2000)}")
+                said = self._capped(host_out, 2000)
+                raise InputError(f"edit {path}: the file was not changed; the edit tool said: {said}")
             count = len(pairs)
         else:
             shown = self.workspace.relpath(real)
@@ -838,7 +900,7 @@ class FileTools:
                 opened.replace(_utf8(new, f"edit {shown}"), same_file=True)
         extra: dict[str, Any] = {"status": "edited", "replacements": count}
         if host_out:
-            extra["output"] = _cap(host_out, 2000)
+            extra["output"] = self._capped(host_out, 2000)
         return self._after_change(real, cause="edit", reason="edited", **extra)
 
     # --- ls / find / grep -------------------------------------------------------------------------
@@ -874,9 +936,14 @@ class FileTools:
             note += f"; {skipped} more not added (at most {self.max_discovered} new per call)"
         return note + "; read(path) loads one]"
 
+    def _capped(self, text: str, limit: int) -> str:
+        """``text`` redacted, then cut to ``limit`` (``_cap``): cut first, a secret the cut split
+        was no longer recognised by the redaction every result goes through, and its part before
+        the cut was shown and stored."""
+        return _cap(self.workspace.redact(text)[0], limit)
+
     def _finish(self, text: str, discovered: Iterable[Path]) -> str:
-        # redacted with every other result, by the registry's post
-        return _cap(text, self.max_output_chars) + self._discover(discovered)
+        return self._capped(text, self.max_output_chars) + self._discover(discovered)
 
     def _found_in_output(self, name: str, base: Path, output: str) -> list[Path]:
         """The file paths an ls/find/grep output names (relative to the searched ``base``)."""
@@ -1064,7 +1131,10 @@ class FileTools:
                     more = True
                     break
                 hit = True
-                lines.append(f"{shown}:{n}:{_around(line, found.start(), found.end())}")
+                # redacted whole before it is cut: a secret the cut split was not recognised
+                spans = self.workspace.redactor.find(line)
+                hit_line, start, end = _redacted_hit(line, found.start(), found.end(), spans)
+                lines.append(f"{shown}:{n}:{_around(hit_line, start, end)}")
             if hit:
                 files.append(target)
             if more:
