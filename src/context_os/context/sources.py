@@ -130,7 +130,8 @@ def _end(session: Session, feed: SourceFeed, offered: set[str]) -> set[str]:
     """The items ``feed``'s source says are gone (``ended()``: a deleted ``MEMORY.md``): their
     objects, and the ``recall`` copy a recall of them stored, end in the store from now on, so
     recall no longer finds what was deleted (a search ``as_of`` before still does), and this
-    session's recall copies of them leave it. A source without ``ended`` ends nothing."""
+    session's recall copies of them leave it, as do those of lines their file no longer holds
+    (``_outdated``). A source without ``ended`` ends nothing."""
     ended = getattr(feed.source, "ended", None)
     gone = set(ended()) - offered if ended is not None else set()
     session.source_ended &= gone  # created again: the next deletion is ended again
@@ -144,12 +145,54 @@ def _end(session: Session, feed: SourceFeed, offered: set[str]) -> set[str]:
         ops: list[Op] = [*([Delete(id)] if own else []), *(Delete(c) for c in copies)]
         if ops:
             session.writer.submit(ops)
-        session.source_hashes.pop(id, None)
+        for c in [id, *copies]:  # what the store no longer holds: a file restored is stored again
+            session.source_hashes.pop(c, None)
         session.source_ended.add(id)
+    moved = _outdated(session, feed)
     for o in list(session.view.objects.values()):  # this session's recall copies of them go too
-        if o.kind == "recall" and o.meta.get("object") in gone:
-            session.drop(o.id, actor="system", reason=f"{feed.source.name}: its origin is gone (a deleted file)")
+        if o.kind == "recall" and (o.meta.get("object") in gone or o.id in moved):
+            why = "its file no longer holds it there" if o.id in moved else "its origin is gone (a deleted file)"
+            session.source_hashes.pop(o.id, None)
+            session.drop(o.id, actor="system", reason=f"{feed.source.name}: {why}")
     return gone
+
+
+def _outdated(session: Session, feed: SourceFeed) -> set[str]:
+    """This session's recall copies of lines of memory files whose file no longer holds their
+    text at their lines (``outdated()`` of ``feed``'s source: a fact edited, or moved by a line
+    inserted above it), ended in the store too unless the version there is current (another
+    session's, of the text those lines hold now). A copy's id names its lines: kept, the copy of
+    a corrected fact stayed to activate with its old text, and a fact moved down came back under
+    a second id beside the first."""
+    outdated = getattr(feed.source, "outdated", None)
+    if outdated is None:
+        return set()
+    copies = {
+        o.id: (o.meta["object"], lines, o.content)
+        for o in session.view.objects.values()
+        if o.kind == "recall"
+        and isinstance(o.meta.get("object"), str)
+        and isinstance(o.content, str)
+        and (lines := _lines(o.meta.get("lines"))) is not None
+    }
+    moved: set[str] = outdated(copies) if copies else set()
+    stored = {c: session.store.get(c) for c in sorted(moved)}
+    current = {
+        c: (copies[c][0], copies[c][1], v.doc["content"])
+        for c, v in stored.items()
+        if v is not None and v.doc is not None and isinstance(v.doc.get("content"), str)
+    }
+    ends = outdated(current) if current else set()
+    if ends:
+        session.writer.submit([Delete(c) for c in sorted(ends)])
+    return moved
+
+
+def _lines(value: Any) -> tuple[int, int] | None:
+    """A recall copy's ``lines`` meta (``[first, last]`` of a memory file), or None: not one."""
+    if not isinstance(value, list) or len(value) != 2 or not all(type(n) is int for n in value):
+        return None
+    return value[0], value[1]
 
 
 def _eligible(session: Session, items: list[SourceItem]) -> list[SourceItem]:
@@ -235,7 +278,9 @@ def store_item(session: Session, feed: SourceFeed, item: SourceItem, rank: int, 
     # a new query's provenance alone makes no new version: its version (and its block) stay
     same = "object_hash" if feed.every_turn else "content_hash"
     known = session.source_hashes.get(item.id)
-    if known is not None and known[same] == doc[same]:
+    if known is not None and known[same] == doc[same] and item.id in session.view.objects:
+        # trusted for an item the session still shows: one it dropped may have been ended in the
+        # store since (its file deleted, then restored with the same text): showing it failed
         return False
     latest = session.store.get(item.id)
     if latest is not None and latest.doc is not None and latest.doc[same] == doc[same]:

@@ -39,7 +39,7 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -65,6 +65,7 @@ __all__ = [
     "MemoryScopes",
     "Remembered",
     "ScopeName",
+    "holds_line",
     "settings_path",
     "trust_workspace",
     "trusted_workspaces",
@@ -516,6 +517,37 @@ def _files(dir_fd: int) -> list[str]:
     return sorted(names, key=lambda n: (n != INDEX, n))
 
 
+_REDACTED = re.compile(r"\[REDACTED:[^\]\s]*\]")
+"""What a session's redactor puts in place of a secret (``redact.Redactor``)."""
+
+
+def holds_line(lines: set[str], line: str) -> bool:
+    """Whether a memory file's ``lines`` hold a recall copy's ``line``, a secret the session
+    redacted in it standing for any text: the copy of a line holding a password had been taken
+    for a line edited away, and left out while its file still held it (recall's search, a
+    session's check of its copies: ``MemoryScopes.outdated``)."""
+    if line in lines:
+        return True
+    pieces = _REDACTED.split(line)
+    return len(pieces) > 1 and any(_fits(pieces, x) for x in lines)
+
+
+def _fits(pieces: list[str], line: str) -> bool:
+    """Whether ``line`` is ``pieces`` in order with some text (a redacted secret) between each
+    two: each piece placed leftmost, which finds a fit whenever there is one (a regular
+    expression with a wildcard per secret backtracked for minutes over a line of many words)."""
+    first, *middle, last = pieces
+    if not line.startswith(first) or not line.endswith(last):
+        return False
+    at, end = len(first), len(line) - len(last)
+    for piece in middle:
+        found = line.find(piece, at + 1, end - 1)
+        if found < 0:
+            return False
+        at = found + len(piece)
+    return end > at
+
+
 # -- the scopes --------------------------------------------------------------------------------
 
 
@@ -861,6 +893,45 @@ class MemoryScopes:
         settled = time.time_ns() - max(fst.st_mtime_ns, fst.st_ctime_ns) >= _SETTLED_NS
         self._read_files[key] = ((fst.st_ino, fst.st_size, fst.st_mtime_ns, fst.st_ctime_ns), found, settled)
         return found
+
+    def outdated(self, copies: Mapping[str, tuple[str, Sequence[int], str]]) -> set[str]:
+        """Of recall copies of memory files' lines (copy id → the file's id, ``memory:<scope>:<file>``,
+        the copy's first and last line, and its text as stored), those whose file no longer
+        holds their text at those lines: a fact edited or deleted, or moved by a line inserted
+        above it (recall finds it at its new lines, under another id). A secret the session
+        redacted in the copy stands for whatever the file's line holds there. Only files of the
+        scopes used now are judged (another workspace's copy, or one of a scope that cannot be
+        read or is no longer trusted, is not outdated); a file gone or no longer read (a symlink,
+        NUL bytes) holds nothing. Files are read as ``passages`` reads them (unchanged ones not
+        read again); nothing is written."""
+        files: dict[str, dict[int, str]] = {}
+        for w in self._where():
+            prefix = w.id[: -len(INDEX)]
+            names = {f[len(prefix) :] for f, _, _ in copies.values() if f.startswith(prefix)}
+            if not w.used or not names:
+                continue
+            try:
+                with _scope_dir(w.base, w.parts) as dir_fd:
+                    listed = set(_files(dir_fd)) if dir_fd is not None else set()
+                    for name in names:
+                        found: list[MemoryPassage] = []
+                        if dir_fd is not None and name in listed:
+                            found = self._file_passages(dir_fd, w, prefix, name, set())
+                        files[prefix + name] = {
+                            n: line for p in found for n, line in enumerate(p.text.split("\n"), p.start)
+                        }
+            except (InputError, OSError):
+                continue
+        out = set()
+        for copy, (file, (first, last), text) in copies.items():
+            now = files.get(file)
+            if now is None:
+                continue
+            held = {line.strip() for n, line in now.items() if first <= n <= last}
+            want = [x.strip() for x in text.split("\n") if x.strip()]
+            if not want or not all(holds_line(held, x) for x in want):
+                out.add(copy)
+        return out
 
     def paths(self) -> list[Path]:
         """The ``MEMORY.md`` of every used scope, whether it exists yet or not: what a file

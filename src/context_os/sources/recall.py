@@ -60,6 +60,7 @@ from ..times import parse_time
 from ..tokens import estimate_tokens
 from .base import SourceItem
 from .embed import Embedder, Vectors, default_embedder
+from .memory import holds_line
 from .vectors import VectorIndex, VectorIndexer, text_key
 from .when import Period, named_periods
 
@@ -946,40 +947,10 @@ def _current(hits: list[_H], live: list[str], passages: list[MemoryPassage]) -> 
         if h.kind == "recall" and h.id.startswith(copies):
             now = lines.get(h.id[len("recall:") :].rsplit("#", 1)[0])  # (a file name may hold a "#")
             copy = [x.strip() for x in h.text.splitlines() if x.strip() and not x.startswith("[memory: ")]
-            if now is None or not copy or not all(_holds(now, x) for x in copy):
+            if now is None or not copy or not all(holds_line(now, x) for x in copy):
                 continue
         kept.append(h)
     return kept
-
-
-_REDACTED = re.compile(r"\[REDACTED:[^\]\s]*\]")
-"""What a session's redactor puts in place of a secret (``redact.Redactor``)."""
-
-
-def _holds(lines: set[str], line: str) -> bool:
-    """Whether a memory file's ``lines`` hold a recall copy's ``line``, a secret the session
-    redacted in it standing for any text: the copy of a line holding a password had been taken
-    for a line edited away, and left out while its file still held it."""
-    if line in lines:
-        return True
-    pieces = _REDACTED.split(line)
-    return len(pieces) > 1 and any(_fits(pieces, x) for x in lines)
-
-
-def _fits(pieces: list[str], line: str) -> bool:
-    """Whether ``line`` is ``pieces`` in order with some text (a redacted secret) between each
-    two: each piece placed leftmost, which finds a fit whenever there is one (a regular
-    expression with a wildcard per secret backtracked for minutes over a line of many words)."""
-    first, *middle, last = pieces
-    if not line.startswith(first) or not line.endswith(last):
-        return False
-    at, end = len(first), len(line) - len(last)
-    for piece in middle:
-        found = line.find(piece, at + 1, end - 1)
-        if found < 0:
-            return False
-        at = found + len(piece)
-    return end > at
 
 
 def _distinct(ranked: list[_Cand]) -> tuple[list[_Cand], dict[int, int]]:
