@@ -414,6 +414,27 @@ def test_lines_an_edit_adds_to_a_crlf_file_end_with_crlf(root: Path, tools: File
     assert (root / "mixed.txt").read_bytes() == b"a\r\nb\nc\n"
 
 
+def test_an_old_text_starting_at_a_line_break_of_a_crlf_file_takes_the_whole_crlf(root: Path, tools: FileTools) -> None:
+    """In a CRLF file an ``oldText`` that starts with ``\n`` matched the LF of a CRLF as it was,
+    leaving its ``\r`` before a ``newText`` whose line breaks became CRLFs: ``\r\r\n``, or a
+    stray ``\r`` when the edit removed the line. The text is now matched with its CRLFs taken as
+    ``\n``, and a match takes the whole CRLF; in a file of mixed line breaks too."""
+    for old, new, after in [
+        ("\ny = 2", "\ny = 20", b"x = 1\r\ny = 20\r\nz = 3\r\n"),
+        ("\ny = 2", "", b"x = 1\r\nz = 3\r\n"),
+        ("y = 2\r\n", "", b"x = 1\r\nz = 3\r\n"),
+    ]:
+        (root / "a.txt").write_bytes(b"x = 1\r\ny = 2\r\nz = 3\r\n")
+        assert call(tools, "edit", path="a.txt", oldText=old, newText=new)["status"] == "edited"
+        assert (root / "a.txt").read_bytes() == after
+    (root / "mixed.txt").write_bytes(b"x = 1\r\ny = 2\nz = 3\n")
+    call(tools, "edit", path="mixed.txt", oldText="\ny = 2", newText="")
+    assert (root / "mixed.txt").read_bytes() == b"x = 1\nz = 3\n"
+    assert apply_edits("a\r\nb\r\n", [("a", "A"), ("\nb", "\nB")], "f") == ("A\r\nB\r\n", 2)
+    with pytest.raises(InputError, match="oldText occurs 2 times"):
+        apply_edits("a\r\na\n", [("a\n", "b\n")], "f")
+
+
 def test_grep_and_diffs_number_lines_as_lines_does(root: Path, tools: FileTools, db) -> None:
     """A line ends at ``\n`` only, for ``grep``, an edit's diff and ``lines`` alike, as for grep,
     git and editors. Before, ``grep`` and the diff split with ``str.splitlines``, which also breaks

@@ -42,6 +42,7 @@ errors are typed.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import json
 import os
@@ -156,26 +157,29 @@ results name themselves."""
 
 def apply_edits(text: str, edits: list[tuple[str, str]], shown_path: str) -> tuple[str, int]:
     """Apply exact replacements, each matched against the original ``text``: every ``oldText``
-    must occur exactly once and the matches must not overlap. In a text with CRLF line breaks a
-    ``\\n`` of ``oldText`` matches a CRLF; in one whose every line break is a CRLF, ``newText``'s
-    line breaks become CRLFs. Returns (new text, replacements)."""
+    must occur exactly once and the matches must not overlap. In a text with CRLF line breaks
+    ``oldText`` is matched with every CRLF of both taken as ``\\n``, and a match takes whole
+    CRLFs (one that began at the ``\\n`` of a CRLF left its ``\\r`` behind); ``newText``'s line
+    breaks become CRLFs in a text whose every line break is one, and where ``oldText``'s ``\\n``
+    matched a CRLF. Returns (new text, replacements)."""
     if not edits:
         raise InputError(f"edit {shown_path}: no edits given (pass oldText/newText or edits=[…])")
     crlf = "\r\n" in text
     # every line ends with CRLF (a Windows file): the lines an edit adds must too, not a bare LF
     all_crlf = crlf and text.count("\n") == text.count("\r\n")
+    plain = text.replace("\r\n", "\n") if crlf else text
+    # where each CRLF's "\n" is in ``plain``: a position there is as many characters further in
+    # ``text`` as CRLFs come before it (a match starting at one starts at its "\r")
+    lfs = [at - k for k, at in enumerate(m.start() for m in re.finditer("\r\n", text))] if crlf else []
     spans: list[tuple[int, int, str, int]] = []
     for n, (old, new) in enumerate(edits, 1):
         which = f" (edit {n} of {len(edits)})" if len(edits) > 1 else ""
         if not old:
             raise InputError(f"edit {shown_path}{which}: oldText is empty")
-        if crlf and old not in text and "\r\n" not in old:
-            old, new = old.replace("\n", "\r\n"), _crlf(new)  # the file uses CRLF
-        elif all_crlf:
-            new = _crlf(new)
-        count = text.count(old)
+        wanted = old.replace("\r\n", "\n") if crlf else old
+        count = plain.count(wanted)
         if count == 1:  # str.count skips overlapping occurrences: "}\n}" is twice in "}\n}\n}"
-            count = _overlapping(text, old)
+            count = _overlapping(plain, wanted)
         if count == 0:
             hint = (
                 "; secret values are shown to you as [REDACTED:…] but are not redacted on disk: edit around them"
@@ -191,8 +195,12 @@ def apply_edits(text: str, edits: list[tuple[str, str]], shown_path: str) -> tup
                 f"edit {shown_path}{which}: oldText occurs {count} times; include more surrounding "
                 "lines so that it matches exactly once"
             )
-        start = text.index(old)
-        spans.append((start, start + len(old), new, n))
+        found = plain.index(wanted)
+        start = found + bisect.bisect_left(lfs, found)
+        end = found + len(wanted) + bisect.bisect_left(lfs, found + len(wanted))
+        if all_crlf or text.count("\r\n", start, end) > old.count("\r\n"):
+            new = _crlf(new)
+        spans.append((start, end, new, n))
     spans.sort()
     for (_, end_a, _, a), (start_b, _, _, b) in zip(spans, spans[1:], strict=False):
         if start_b < end_a:
