@@ -737,8 +737,31 @@ def test_a_root_back_before_the_tracker_noted_its_file_missing_is_rescanned(
         assert found["path"] == "a.py" and db.get(oid).doc["content"] == "A = 2\n"
 
 
+def test_a_change_made_while_a_new_root_is_being_watched_is_recorded(
+    root, db, ws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first file indexed in a root has the tracker watch that root only then, once its
+    version is committed, and scheduling the recursive watch walks every directory below it
+    (half a second in a checkout of 20,000): a change made meanwhile sent no event, and waited for
+    the periodic rescan (30 s), or for ever without one (5 of 5 runs in the audit's). A new watch
+    now asks a rescan. Here the file changes at the very moment its root's watch is scheduled."""
+    with FileTracker(db, ws, rescan_interval=None) as t:
+        assert t._observer is not None and not t._watches
+        schedule = t._observer.schedule
+
+        def changing_meanwhile(*args: object, **kwargs: object) -> object:
+            (root / "a.py").write_text("A = 22\n")  # (another size than the version read)
+            return schedule(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(t._observer, "schedule", changing_meanwhile)
+        oid = index(t, root, "a.py", "A = 1\n")
+        assert t.settle()
+        assert latest_meta(db, oid)["version"] == 2 and db.get(oid).doc["content"] == "A = 22\n"
+
+
 def test_an_overflow_triggers_a_rescan(root, db, tracker) -> None:
     index(tracker, root, "o.txt", "o\n")
+    assert tracker.settle()  # (the rescan the root's new watch asked)
     before = tracker.stats["rescans"]
     logging.getLogger("watchdog.observers.inotify_c").warning("Inotify queue overflowed; filesystem events were lost")
     wait_for(lambda: tracker.stats["rescans"] > before, what="a rescan")

@@ -282,7 +282,7 @@ class FileTracker:
                     self._note_meta(oid, meta, watch=False)
             self._observer = self._new_observer()
             for root in self._roots():
-                self._ensure_watch(root)
+                self._ensure_watch(root, rescan=False)  # (the rescan below follows them)
             for name in _WATCHDOG_LOGGERS:
                 logging.getLogger(name).addHandler(self._overflow)
             # in this thread, before returning: a context assembled right after start() must not
@@ -457,7 +457,13 @@ class FileTracker:
         observer.start()
         return observer
 
-    def _ensure_watch(self, root: Path) -> None:
+    def _ensure_watch(self, root: Path, *, rescan: bool = True) -> None:
+        """Watch ``root`` (recursively) if it is not watched yet; a new watch asks a rescan
+        (unless ``rescan`` is False: the caller runs one), since what changed before the watch
+        existed sent no event here: a new root's first file (its version is committed before
+        the watch is scheduled, which walks every directory below it), a root that was gone, or
+        a watch lost. Before, only a root come back asked one, and a change made while the
+        watch was being set up waited for the periodic rescan (or for ever without one)."""
         key = str(root)
         with self._watch_lock:
             observer = self._observer
@@ -473,14 +479,9 @@ class FileTracker:
                 # rescan still catches changes, and the health check retries the watch
                 self._error(f"cannot watch {key}: {e.strerror or e}")
                 return
-            back = key in self._gone_roots
             self._gone_roots.discard(key)
-        if back:
-            # a root that was gone, watched again (by the health check, or by the note of a
-            # version of one of its files): what was written in it before this watch existed
-            # sent no event here. Before, only the health check's watch asked this rescan, and a
-            # root back before the tracker noted its file missing kept that file missing for good
-            self.request_rescan("watch back")
+        if rescan:
+            self.request_rescan("new watch")
 
     def _check_health(self) -> None:
         """Restart a dead observer and re-create watches whose emitter stopped (root deleted) or
@@ -516,9 +517,7 @@ class FileTracker:
         for root in {r for r in self._roots() if str(r) not in self._watches}:
             key = str(root)
             if root.is_dir():
-                self._ensure_watch(root)
-                if key in self._watches:
-                    rescan = True  # what changed while it was not watched
+                self._ensure_watch(root)  # (a new watch asks its rescan)
                 continue
             with self._watch_lock:  # (a caller's thread may watch it again meanwhile: it is back)
                 gone = key not in self._watches and key not in self._gone_roots
