@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,9 @@ import pytest
 
 from context_os import Session
 from context_os.context.evict import evict
-from context_os.errors import InputError
+from context_os.errors import InputError, StoreError
 from context_os.files import FileTools, FileTracker, Workspace, apply_edits
-from context_os.files.index import EVICTED_BYTES
+from context_os.files.index import EVICTED_BYTES, FileIndex, Indexed
 from context_os.harness import OpenAIHook
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import latest_meta, metas
@@ -318,6 +319,96 @@ def test_write_refuses_a_path_that_names_a_directory(root: Path, tools: FileTool
         "type": "InputError",
     }
     assert not (root / "notes").exists()
+
+
+def test_write_and_edit_refuse_a_read_only_file_and_keep_every_mode_bit(root: Path, tools: FileTools) -> None:
+    """``write`` and ``edit`` rename a new file over the old one, which needs only the directory's
+    permission: a file made read-only (``chmod a-w``: generated code, a vendored copy, a lock file)
+    was overwritten all the same, where a write in place is refused; and only the permission bits
+    were copied: a setuid or setgid bit was lost. A file the user may not write is now refused
+    (by root too, when it has no write bit for anyone), and every mode bit is kept."""
+    p = root / "generated.py"
+    p.write_text("X = 1\n")
+    p.chmod(0o444)
+    for name, args in (("write", {"content": "X = 2\n"}), ("edit", {"oldText": "X = 1", "newText": "X = 2"})):
+        assert call(tools, name, path="generated.py", **args) == {
+            "error": "'generated.py' is read-only (-r--r--r--); nothing was written. If it is meant to change,"
+            " make it writable first (chmod u+w)",
+            "type": "InputError",
+        }
+    assert p.read_text() == "X = 1\n" and stat.S_IMODE(p.stat().st_mode) == 0o444
+    script = root / "run.sh"
+    script.write_text("echo 1\n")
+    script.chmod(0o6755)
+    assert call(tools, "edit", path="run.sh", oldText="echo 1", newText="echo 2")["status"] == "edited"
+    assert call(tools, "write", path="run.sh", content="echo 3\n")["status"] == "overwritten"
+    assert script.read_text() == "echo 3\n" and stat.S_IMODE(script.stat().st_mode) == 0o6755
+    assert sorted(q.name for q in root.iterdir()) == ["generated.py", "run.sh"]
+
+
+def test_a_file_whose_name_is_nearly_as_long_as_a_file_system_takes_is_written(root: Path, tools: FileTools) -> None:
+    """The temporary file a write goes through was named after the first 64 characters of the
+    file's name: for a valid name of 62 emoji (251 bytes), 268 bytes, more than any file system
+    takes, and every write and edit of it failed (``File name too long``)."""
+    name = "\U0001f600" * 62 + ".md"
+    (root / name).write_text("hello\n")
+    assert call(tools, "write", path=name, content="bye\n")["status"] == "overwritten"
+    assert call(tools, "edit", path=name, oldText="bye", newText="ciao")["status"] == "edited"
+    assert (root / name).read_text() == "ciao\n" and [q.name for q in root.iterdir()] == [name]
+
+
+def test_a_path_that_is_not_utf8_is_refused_before_anything_is_written(root: Path, tools: FileTools) -> None:
+    """No store holds a path that is not valid UTF-8 (the agent passes back ``caf\\xe9.txt`` as
+    a lone surrogate, ``caf\\udce9.txt``). ``write`` and ``edit`` changed the file, then failed to
+    record it with a ``StoreError``, an error that invites the same change again; ``read`` failed
+    with the store's own message. All three now refuse it before anything is read or written, as
+    they refuse a path that holds a secret."""
+    base = os.fsencode(root)
+    os.mkdir(base + b"/d\xe9")
+    with open(base + b"/caf\xe9.txt", "wb") as f:
+        f.write(b"hello\n")
+    for name, args in (
+        ("write", {"path": "d\udce9/new.txt", "content": "x"}),
+        ("edit", {"path": "caf\udce9.txt", "oldText": "hello", "newText": "bye"}),
+        ("read", {"path": "caf\udce9.txt"}),
+    ):
+        shown = args["path"].replace("\udce9", "\\xe9")
+        assert call(tools, name, **args) == {
+            "error": f"'{shown}': the file's path is not valid UTF-8; it is not indexed (no store holds such a"
+            " path) and no file tool reads or writes it: rename it",
+            "type": "PathDenied",
+        }
+    assert os.listdir(base + b"/d\xe9") == []
+    with open(base + b"/caf\xe9.txt", "rb") as f:
+        assert f.read() == b"hello\n"
+
+
+def test_a_change_made_on_disk_and_not_recorded_is_never_reported_failed(
+    root: Path, tools: FileTools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a store out of reach was said as "changed on disk, not recorded yet"; any other
+    error of the store once the file was changed came back as the tool's failure, which invites
+    the same change again (an edit applied twice). Every one is now said as not recorded."""
+    (root / "a.py").write_text("x = 1\n")
+    call(tools, "read", path="a.py")
+    indexed = FileIndex.index
+
+    def failing(self: FileIndex, path: Path, *, read: bool, cause: str) -> Indexed:
+        if cause in ("write", "edit"):
+            raise StoreError("SQLite store: write failed: disk I/O error")
+        return indexed(self, path, read=read, cause=cause)
+
+    monkeypatch.setattr(FileIndex, "index", failing)
+    r = call(tools, "edit", path="a.py", oldText="x = 1", newText="x = 2")
+    assert (root / "a.py").read_text() == "x = 2\n"
+    assert r == {
+        "path": "a.py",
+        "status": "edited",
+        "replacements": 1,
+        "recorded": False,
+        "note": "changed on disk, but its new version is not recorded: SQLite store: write failed: disk I/O error."
+        " Your context may show its earlier text. Do not make this change again.",
+    }
 
 
 def test_edit_replaces_exactly_once_and_records_the_diff(root: Path, tools: FileTools, db) -> None:

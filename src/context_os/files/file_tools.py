@@ -60,7 +60,7 @@ import regex
 
 from ..context.session import Session, shows_latest_file
 from ..context.tools import Tool, ToolRegistry, context_tools, object_schema
-from ..errors import ContextOSError, FileUnreadable, InputError, StoreUnavailable
+from ..errors import ContextOSError, FileUnreadable, InputError, StoreError, StoreUnavailable
 from ..objects import KINDS
 from ..store.base import Version
 from ..tokens import estimate_tokens
@@ -744,20 +744,29 @@ class FileTools:
     # --- write / edit -------------------------------------------------------------------------
 
     def _after_change(self, real: Path, *, cause: str, reason: str, **extra: Any) -> dict[str, Any]:
+        """Record and show the new version of the file the agent's tool changed. The change is on
+        disk already: an error would tell the agent it failed, and the same change made again
+        could apply twice; so whatever fails now is said in the result (``recorded: false``)."""
         try:
             idx = self.index.index(real, read=True, cause=cause)
-        except StoreUnavailable as e:
-            # the change is on disk already: an error would tell the agent it failed, and the same
-            # edit made again could apply twice
+        except ContextOSError as e:
+            if isinstance(e, StoreUnavailable):
+                why = (
+                    f"not recorded yet: {e}. It is recorded when the store answers (the file tracker, or the"
+                    " file's next read, edit or write); your context may show its earlier text until then."
+                )
+            else:
+                why = f"not recorded: {e.for_model or e}. Your context may show its earlier text."
             return {
                 "path": self.workspace.relpath(real),
                 **extra,
                 "recorded": False,
-                "note": f"changed on disk, but its new version is not recorded yet: {e}. It is recorded"
-                " when the store answers (the file tracker, or the file's next read, edit or write);"
-                " your context may show its earlier text until then. Do not make this change again.",
+                "note": f"changed on disk, but its new version is {why} Do not make this change again.",
             }
-        active = self._show(idx, reason=reason)
+        try:
+            active = self._show(idx, reason=reason)
+        except StoreError as e:
+            active = f"not shown ({e}): activate(id) shows it"
         out = self._result(idx, active=active, **extra)
         if idx.meta.get("diff"):
             out["diff"] = idx.meta["diff"]
@@ -784,7 +793,7 @@ class FileTools:
         if path.endswith("/"):  # (the slash went in resolving: `d/` created a file named d)
             raise InputError(f"write {path}: a path ending with / names a directory; write takes a file's path")
         real = self.workspace.resolve(path, must_exist=False)
-        self.workspace.deny_secret_path(real)  # before anything is written: it could not be recorded
+        self.workspace.deny_unrecordable(real)  # before anything is written: it could not be recorded
         data = _utf8(content, f"write {path}")
         self._deny_lost_secrets(real, content, path)
         self._record_before_change(real)
@@ -862,7 +871,7 @@ class FileTools:
     ) -> dict[str, Any]:
         """Exact replacement(s) in a text file, then record and show its new version with the diff."""
         real = self.workspace.resolve(path)
-        self.workspace.deny_secret_path(real)
+        self.workspace.deny_unrecordable(real)  # before anything is written: it could not be recorded
         if edits is not None and (oldText is not None or newText is not None):
             raise InputError(f"edit {path}: pass either oldText/newText or edits=[…], not both")
         if edits is None:

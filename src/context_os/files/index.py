@@ -183,16 +183,6 @@ def record_virtual(
     return Version(obj_id, vt, tx.id, tx.time, doc)
 
 
-def _recordable(path: Path) -> bool:
-    """Whether ``path`` is text a store can hold: a name that is not valid UTF-8 comes from the
-    file system as lone surrogates (``os.fsdecode``), which have no UTF-8 form."""
-    try:
-        os.fspath(path).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def file_key(path: str) -> tuple[str, int, int] | None:
     """(inode as ``dev:ino``, size, mtime in ms) of the regular file at ``path``: what a file
     moved elsewhere is known again by (``meta.inode``, ``size``, ``mtime``); None if there is none."""
@@ -229,7 +219,10 @@ class FileIndex:
     # --- reads -----------------------------------------------------------------------------
 
     def lookup(self, path: str | Path) -> Version | None:
-        """The file object at the resolved absolute ``path`` (a present one before a missing one)."""
+        """The file object at the resolved absolute ``path`` (a present one before a missing one);
+        None for a path no store holds (not valid UTF-8), of which there is none."""
+        if not self.workspace.recordable(path):
+            return None
         hits = [v for v in self.store.find("file", {"abs_path": str(path)}) if v.doc]
         if not hits:
             return None
@@ -255,7 +248,9 @@ class FileIndex:
     def index(self, path: Path, *, read: bool, cause: str) -> Indexed:
         """Index the file at the resolved ``path``: create its object, or record a new version
         if it changed. ``read``: load its content (else metadata only, unless the object is
-        already in content mode). Raises ``FileUnreadable`` if the file cannot be read."""
+        already in content mode). Raises ``FileUnreadable`` if the file cannot be read,
+        ``PathDenied`` if its path cannot be recorded (``Workspace.deny_unrecordable``)."""
+        self.workspace.deny_unrecordable(path)  # (before a lookup: no store takes a path not UTF-8)
         with self._lock:
             for _ in range(_ATTEMPTS):
                 prev = self.lookup(path)
@@ -357,7 +352,7 @@ class FileIndex:
                 if path is not None and self.workspace.secret_in_path(path) is not None:
                     # moved to a name that holds a secret: that name is never recorded
                     path, reason = None, "moved to a path that holds a secret"
-                elif path is not None and not _recordable(path):
+                elif path is not None and not self.workspace.recordable(path):
                     # no store takes the name (a write of it failed: the object stayed current
                     # at the path it had left, until a rescan found that empty)
                     path, reason = None, "moved to a path that is not valid UTF-8"

@@ -225,32 +225,35 @@ class OpenedPath:
     def replace(self, data: bytes, *, same_file: bool = False) -> None:
         """Make ``data`` the content of this entry.
 
-        The bytes go to a new temporary file created in the opened directory (with the mode of
-        the file they replace, else ``0o666`` less the umask), are flushed to disk, and the
-        temporary file is renamed over ``name`` in that same directory: no reader and no crash
-        sees half a file, and nothing is ever written through a symlink. Refused, with nothing
-        written, if ``name`` holds a symlink or a non-regular file by then, or, with
-        ``same_file``, no longer the very file that was opened (a concurrent change would be
-        lost).
+        The bytes go to a new temporary file created in the opened directory (with the owner,
+        group and mode of the file they replace, setuid and setgid bits too, else ``0o666`` less
+        the umask), are flushed to disk, and the temporary file is renamed over ``name`` in that
+        same directory: no reader and no crash sees half a file, and nothing is ever written
+        through a symlink. Refused, with nothing written, if the user may not write the file
+        (a rename over it needs only the directory's permission), if ``name`` holds a symlink or a
+        non-regular file by then, or, with ``same_file``, no longer the very file that was opened
+        (a concurrent change would be lost).
         """
         if self.dir_fd is None or not self.name:
             raise InputError(f"{self.shown!r}: not a file that can be written")
         old = self.st if self.st is not None and stat.S_ISREG(self.st.st_mode) else None
-        tmp = f".{self.name[:64]}.{secrets.token_hex(6)}.tmp"
+        if old is not None and not self._may_write(old):
+            raise InputError(
+                f"{self.shown!r} is read-only ({stat.filemode(old.st_mode)}); nothing was written. If it is"
+                " meant to change, make it writable first (chmod u+w)"
+            )
+        tmp = _temp_name(self.name)
         try:
             fd = os.open(tmp, _CREATE, 0o600 if old is not None else 0o666, dir_fd=self.dir_fd)
         except OSError as e:
             raise InputError(f"{self.shown!r}: cannot be written ({_strerror(e)})") from None
         try:
             try:
-                if old is not None:
-                    os.fchmod(fd, stat.S_IMODE(old.st_mode) & 0o777)
-                    if (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
-                        with suppress(OSError):  # only root may give a file away
-                            os.fchown(fd, old.st_uid, old.st_gid)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
+                if old is not None:  # after the write, which clears a setuid bit set before it
+                    _keep_owner_and_mode(fd, old)
                 os.fsync(fd)  # the bytes are on disk before the name points at them
             finally:
                 os.close(fd)
@@ -262,6 +265,17 @@ class OpenedPath:
             if isinstance(e, OSError):
                 raise InputError(f"{self.shown!r}: cannot be written ({_strerror(e)})") from None
             raise
+
+    def _may_write(self, st: os.stat_result) -> bool:
+        """Whether the user may write the regular file ``name`` (``st``: its stat) in place, as an
+        editor would. Root may write any file, but one without a write bit for anyone (generated
+        code, a vendored copy, a lock file: ``chmod a-w``) is refused to it too, as it is to
+        every other user."""
+        assert self.dir_fd is not None
+        if os.geteuid() == 0:
+            return bool(st.st_mode & 0o222)
+        effective = os.access in os.supports_effective_ids
+        return os.access(self.name, os.W_OK, dir_fd=self.dir_fd, effective_ids=effective)
 
     def _check_target(self, same_file: bool, old: os.stat_result | None) -> None:
         """What ``name`` holds just before the rename: never a symlink, a directory, a FIFO."""
@@ -304,6 +318,47 @@ def _strerror(e: OSError) -> str:
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _temp_name(name: str) -> str:
+    """The name of a temporary file written beside ``name``: a dot, at most 64 bytes of
+    ``name`` (no character cut), a random part: 83 bytes at most. Cut at 64 characters, a name of
+    251 bytes (62 emoji) made one longer than any file system takes, and the write failed."""
+    stem, size = "", 0
+    for c in name:
+        size += len(c.encode("utf-8", "surrogatepass"))  # (an undecodable byte: 1, counted 3)
+        if size > 64:
+            break
+        stem += c
+    return f".{stem}.{secrets.token_hex(6)}.tmp"
+
+
+def _escaped(name: str) -> str:
+    """``name`` with each byte that is not UTF-8 written as its escape (``caf\\xe9.txt``), as the
+    file tools list it; any other lone surrogate as its own (``\\ud800``)."""
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _keep_owner_and_mode(fd: int, old: os.stat_result) -> None:
+    """Give the file open at ``fd`` the owner, group and mode of ``old`` where the user may: only
+    root gives a file away, and a user may give it a group of their own. A setuid or setgid bit
+    is kept only with the owner or group it grants: under another it would grant another."""
+    if (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+        try:
+            os.fchown(fd, old.st_uid, old.st_gid)
+        except OSError:
+            with suppress(OSError):
+                os.fchown(fd, -1, old.st_gid)
+    mode = stat.S_IMODE(old.st_mode)  # a chown clears the setuid and setgid bits: set after it
+    now = os.fstat(fd)
+    if now.st_uid != old.st_uid:
+        mode &= ~stat.S_ISUID
+    if now.st_gid != old.st_gid:
+        mode &= ~stat.S_ISGID
+    os.fchmod(fd, mode)
 
 
 def _kind_of(mode: int) -> str:
@@ -653,6 +708,27 @@ class Workspace:
             raise PathDenied(
                 f"{shown!r}: the file's path holds a secret; it is not indexed (its path would be stored"
                 " and shown) and no file tool reads or writes it: rename it"
+            )
+
+    @staticmethod
+    def recordable(path: str | os.PathLike[str]) -> bool:
+        """Whether ``path`` is text a store can hold: a name that is not valid UTF-8 comes from the
+        file system as lone surrogates (``os.fsdecode``), which have no UTF-8 form."""
+        try:
+            os.fspath(path).encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+
+    def deny_unrecordable(self, path: str | os.PathLike[str]) -> None:
+        """``PathDenied`` if no file object can be made of the file at ``path``: its path holds a
+        secret (``deny_secret_path``), or is not valid UTF-8 (``recordable``). Checked before
+        anything is read or written: a write to such a path changed the disk, then failed."""
+        self.deny_secret_path(path)
+        if not self.recordable(path):
+            raise PathDenied(
+                f"'{_escaped(self.relpath(path))}': the file's path is not valid UTF-8; it is not indexed (no store"
+                " holds such a path) and no file tool reads or writes it: rename it"
             )
 
     def is_ignored(self, path: str | os.PathLike[str]) -> bool:
