@@ -17,6 +17,7 @@ from context_os.context.evict import evict
 from context_os.errors import InputError, StoreError
 from context_os.files import FileTools, FileTracker, Workspace, apply_edits
 from context_os.files.index import EVICTED_BYTES, FileIndex, Indexed
+from context_os.files.workspace import OpenedPath
 from context_os.harness import OpenAIHook
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import latest_meta, metas
@@ -956,6 +957,29 @@ def test_grep_redacts_a_long_line_before_it_cuts_it(root: Path, session: Session
         assert key[:2] not in text.replace("[REDACTED:github-token]", "")
     db.close()
     assert key[2:12].encode() not in Path(db.path).read_bytes()
+
+
+def test_grep_reads_only_the_start_of_a_binary_file(
+    root: Path, tools: FileTools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``grep`` read every file whole (up to the size cap, 8 MiB) before it looked for a NUL in
+    its first 8 KiB: a tree of images, wheels and databases was read in full at every search. It
+    reads those 8 KiB first now, and the rest of a file only when there is none."""
+    (root / "asset.bin").write_bytes(b"\x00" + b"needle\n" * 100_000)
+    (root / "big.txt").write_text("x\n" * 10_000 + "needle\n")
+    read: list[tuple[str, int]] = []
+    real_read = OpenedPath.read
+
+    def counted(self: OpenedPath, limit: int | None = None) -> bytes:
+        data = real_read(self, limit)
+        read.append((self.path.name, len(data)))
+        return data
+
+    monkeypatch.setattr(OpenedPath, "read", counted)
+    out = tools.call("grep", {"pattern": "needle"})
+    assert out.split("\n")[0] == "big.txt:10001:needle" and "asset.bin" not in out
+    assert sum(n for name, n in read if name == "asset.bin") == 8193
+    assert sum(n for name, n in read if name == "big.txt") == 20_007
 
 
 def test_grep_options(root: Path, tools: FileTools) -> None:

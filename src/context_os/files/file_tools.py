@@ -397,6 +397,10 @@ def _brace_group(pattern: str) -> tuple[int, list[int], int] | None:
     return None
 
 
+_BINARY_SNIFF = 8192
+"""How much of a file's start ``grep`` reads to know it is binary (a NUL in it): only that much
+of a binary file is read."""
+
 _GREP_LINE_SECONDS = 50e-6
 """What ``grep``'s time bound grows by per line searched: ten times what an ordinary pattern takes."""
 
@@ -1113,15 +1117,20 @@ class FileTools:
                         secrets += 1
                         continue
                     assert opened.st is not None
-                    # (a file that grew past the cap since: skipped too, never read without end)
-                    data = b"" if opened.st.st_size > cap else opened.read(limit=cap)
+                    # its start first: a NUL there is a binary file, not read further (a tree of
+                    # images and wheels was read whole, up to the cap each, at every search)
+                    start = min(_BINARY_SNIFF, cap)
+                    data = b"" if opened.st.st_size > cap else opened.read(limit=start)
+                    if len(data) > start and start < cap and b"\x00" not in data[:_BINARY_SNIFF]:
+                        # (a file that grew past the cap since: skipped too, never read without end)
+                        data += opened.read(limit=cap - len(data))
                     size = max(opened.st.st_size, len(data))
             except ContextOSError:
                 continue
             if size > cap:
                 too_large.append(self.workspace.relpath(p))
                 continue
-            if b"\x00" in data[:8192]:
+            if b"\x00" in data[:_BINARY_SNIFF]:
                 continue
             shown = _listed(self.workspace.relpath(p))
             hit = False
