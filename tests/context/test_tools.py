@@ -157,3 +157,16 @@ def test_null_for_an_optional_argument_is_its_default(session: Session, tmp_path
         "error": "read: argument 'path' must be string, got null",
         "type": "InputError",
     }
+
+
+def test_a_json_result_holding_a_name_that_is_not_utf8_is_json() -> None:
+    """A tool's JSON result naming a file that is not UTF-8 (``caf\\udce9.txt`` as Python reads
+    it) had the byte's escape written into the JSON bare (``caf\\xe9.txt``): no JSON escape, so
+    the result was no JSON. It is the text ``caf\\xe9.txt`` now, as a text result shows it."""
+    from context_os.context.tools import Tool, ToolRegistry
+
+    named = Tool("named", "a file's name", {"type": "object", "properties": {}}, lambda: {"path": "caf\udce9.txt"})
+    registry = ToolRegistry({"named": named})
+    out = registry.call("named", {})
+    out.encode("utf-8")  # a harness can send it
+    assert json.loads(out) == {"path": "caf\\xe9.txt"}

@@ -128,15 +128,18 @@ def _is(value: Any, want: type | tuple[type, ...]) -> bool:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _unicode(text: str) -> str:
+def _unicode(text: str, *, json_text: bool = False) -> str:
     """``text`` as text any harness can send: a lone surrogate (a file name that is not UTF-8,
     as Python reads it: ``caf\\udce9.txt``) written as the escape of its byte (``caf\\xe9.txt``),
     or of itself. Left in, it made the harness's next request fail to encode, and every later
-    ``transform_context`` refuse the history that held it."""
+    ``transform_context`` refuse the history that held it. ``json_text``: ``text`` is JSON, whose
+    strings hold the escape with its backslash escaped (before 2026-12-02 a bare ``\\x`` made
+    the result no JSON)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return _SURROGATE.sub(lambda m: _escape(ord(m.group())), text)
+        lead = "\\" if json_text else ""
+        return _SURROGATE.sub(lambda m: lead + _escape(ord(m.group())), text)
     return text
 
 
@@ -199,7 +202,10 @@ class ToolRegistry:
             result = tool.run(**tool.check(args))
         except ContextOSError as e:
             result = {"error": e.for_model or str(e), "type": type(e).__name__}
-        text = _unicode(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, sort_keys=True))
+        if isinstance(result, str):
+            text = _unicode(result)
+        else:
+            text = _unicode(json.dumps(result, ensure_ascii=False, sort_keys=True), json_text=True)
         return self.post(text) if self.post is not None else text
 
 
