@@ -335,6 +335,62 @@ def test_a_read_only_command_refuses_a_file_that_is_no_store_and_leaves_it_alone
         assert other.read_bytes() == before
 
 
+def older_store(demo: Path, dst: Path) -> Path:
+    """A copy of ``demo`` as the release before ``m005_fts_high_water`` left it (that release
+    opens the file while the migration is not recorded, and refuses it once it is)."""
+    copy_store(demo, dst)
+    with closing(sqlite3.connect(dst)) as conn, conn:
+        conn.execute("DELETE FROM migrations WHERE name = 'm005_fts_high_water'")
+    return dst
+
+
+def applied(path: Path) -> list[str]:
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        return [r[0] for r in conn.execute("SELECT name FROM migrations ORDER BY rowid")]
+
+
+READS = [args for args in READ_ONLY if "--yes" not in args] + [
+    ["objects", "evict", "session:s1"],
+    ["ui", "--port", "0"],
+]
+"""The commands that only read (``objects evict`` without ``--yes`` says what it would erase)."""
+
+
+@pytest.mark.parametrize("args", READS, ids=" ".join)
+def test_a_command_that_only_reads_refuses_an_older_release_s_store_and_leaves_it_alone(
+    demo: Path, tmp_path: Path, args: list[str]
+) -> None:
+    """Before 2026-12-02 ``ctxos sessions`` (every command) upgraded an older release's store
+    without a word, and that release then refused the file."""
+    db = older_store(demo, tmp_path / "older.db")
+    before = db.read_bytes()
+    cmd = [*CTXOS, "--store", str(db), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    fails(
+        proc,
+        "StoreError",
+        "written by an older context_os",
+        "(m005_fts_high_water)",
+        f"`ctxos {' '.join(args[:2] if args[0] in ('frames', 'objects') else args[:1])}",
+        "`ctxos index status`, or any command that writes",
+        "older releases of context_os refuse the file from then on",
+    )
+    assert db.read_bytes() == before and "m005_fts_high_water" not in applied(db)
+
+
+def test_a_command_that_writes_upgrades_an_older_release_s_store(demo: Path, tmp_path: Path) -> None:
+    db = older_store(demo, tmp_path / "older.db")
+    assert json.loads(ctxos("index", "status", "--json", store=db).stdout)["state"] == "ok"
+    assert applied(db)[-1] == "m005_fts_high_water"
+    assert [s["session"] for s in json.loads(ctxos("sessions", "--json", store=db).stdout)] == ["d1"]
+    # a read-only URL never upgrades: opening it says how, and that older releases refuse it after
+    fails(
+        ctxos("sessions", store=f"sqlite://{older_store(demo, tmp_path / 'o2.db')}?mode=ro", check=False),
+        "StoreError",
+        "open it once without ?mode=ro (older releases refuse it from then on)",
+    )
+
+
 # -- verify: the store's own integrity check, damage per document (item 7) ------------------------
 
 

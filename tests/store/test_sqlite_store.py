@@ -125,6 +125,34 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     assert str(path) in str(e.value)
 
 
+def test_upgrades_names_what_a_writing_open_would_apply_and_writes_nothing(tmp_path: Path) -> None:
+    """What a command that only reads asks first, so as not to upgrade an older release's store
+    (which that release refuses from then on)."""
+    path = tmp_path / "store.db"
+    with SqliteStore(path) as s:
+        s.put(doc("a", 1), T0)
+        assert SqliteStore.upgrades(path) == []  # (its -wal read too, while a process has it open)
+    assert SqliteStore.upgrades(path) == []
+    with closing(sqlite3.connect(path)) as conn, conn:  # as the release before m004 and m005 left it
+        conn.execute("DELETE FROM migrations WHERE name IN ('m004_fts_seq', 'm005_fts_high_water')")
+    before = path.read_bytes()
+    assert SqliteStore.upgrades(path) == ["m004_fts_seq", "m005_fts_high_water"]
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["store.db"]
+    with pytest.raises(StoreError, match=r"\(m004_fts_seq, m005_fts_high_water\): open it once without \?mode=ro"):
+        SqliteStore(path, read_only=True)
+    with SqliteStore(path) as s:  # a writing open applies them
+        assert s.doc("a", T0) == doc("a", 1)
+    assert SqliteStore.upgrades(path) == []
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("INSERT INTO migrations (name, applied_at) VALUES ('m999_from_the_future', 0)")
+    other = tmp_path / "other.db"
+    with closing(sqlite3.connect(other)) as conn, conn:
+        conn.execute("CREATE TABLE t (x)")
+    # a newer store, another application's, none: opening it says why
+    assert SqliteStore.upgrades(path) == SqliteStore.upgrades(other) == SqliteStore.upgrades(tmp_path / "none.db") == []
+    assert not (tmp_path / "none.db").exists()
+
+
 def test_stats(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "store.db") as s:
         s.submit([Put(doc("a", 1), T0), Put(doc("b", 1), T0)])

@@ -33,9 +33,10 @@ from ..errors import (
     NotFound,
     SessionBusy,
     StateError,
+    StoreError,
     StoreUnavailable,
 )
-from ..store import Store, mask_url, open_store
+from ..store import Store, default_store_url, mask_url, open_store
 from ._errors import CheckOutage, DamageThenOutage, LibraryError, error_document, json_text
 from ._errors import one_line as one_line  # (… and a table cell's, or one row's)
 from ._errors import printable as printable  # (every command's way to print a session's text)
@@ -220,13 +221,18 @@ def _refuse_other_model(store: Store, name: str, asked: str) -> None:
     )
 
 
-def store_from(ctx: click.Context, *, create: bool = False, announce: bool = True) -> Store:
+def store_from(ctx: click.Context, *, create: bool = False, announce: bool = True, upgrade: bool = False) -> Store:
     """The store ``--store`` names. It must exist (``NotFound``), unless ``create`` (the commands
     that record something: demo, replay, serve, mcp, proxy, mesh send|broadcast); one it creates
     is announced on stderr (``announce=False``: the caller calls ``announce_created`` when its own
-    first line is out)."""
+    first line is out). A store an older release wrote is upgraded only by a command that writes
+    (``create`` or ``upgrade``: evict, index, recall); one that only reads refuses it, saying which
+    command upgrades it (``_refuse_upgrade``)."""
+    url = ctx.obj.get("store") if ctx.obj else None
+    if not (create or upgrade):
+        _refuse_upgrade(ctx, url)
     try:
-        store = open_store(ctx.obj.get("store") if ctx.obj else None, create=create)
+        store = open_store(url, create=create)
     except NotFound as e:
         if "not a context_os store" in str(e):  # a file of something else: no command makes a store of it
             raise
@@ -234,6 +240,33 @@ def store_from(ctx: click.Context, *, create: bool = False, announce: bool = Tru
     if announce:
         announce_created(store)
     return store
+
+
+def _refuse_upgrade(ctx: click.Context, url: str | None) -> None:
+    """Refuse, for a command that only reads, the SQLite store of an older release that opening
+    it would upgrade (``SqliteStore.upgrades``): that release refuses the file from then on, and
+    before 2026-12-02 ``ctxos sessions`` upgraded it without a word. A read-only URL (``?mode=ro``)
+    never upgrades: opening it says what to do."""
+    from ..store.sqlite import SqliteStore
+
+    url = url or default_store_url()
+    if url.startswith("sqlite://"):
+        path, _, query = url.removeprefix("sqlite://").partition("?")
+        if "mode=ro" in query.split("&") or not path.startswith("/"):
+            return  # read-only never upgrades (opening it says how); a relative path, open_store refuses
+        file = "/" + path.lstrip("/")
+    elif "://" in url:
+        return  # another store (XTDB: its schema is the node's)
+    else:
+        file = os.path.expanduser(url)
+    pending = SqliteStore.upgrades(file)
+    if pending:
+        raise StoreError(
+            f"the store {mask_url(url)} was written by an older context_os and needs its schema upgraded"
+            f" ({', '.join(pending)}), which `{ctx.command_path}` does not do: it only reads. `ctxos index"
+            " status`, or any command that writes (replay, serve, recall, objects evict…), upgrades it;"
+            " older releases of context_os refuse the file from then on"
+        )
 
 
 def announce_created(store: Store) -> None:

@@ -31,7 +31,7 @@ def index_group() -> None:
 @fails_cleanly
 def status_cmd(ctx: click.Context, as_json: bool) -> None:
     """Parts indexed, whether the index is current, its state."""
-    with store_from(ctx) as store:
+    with store_from(ctx, upgrade=True) as store:  # it moves the held-back texts in first
         report: dict[str, Any] = {"store": store.url, **store.index_status()}
         # the vectors beside the store, if recall ever embedded any (read without the model)
         report["vectors"] = vector_status(vector_path(store), int(report.get("last_seq") or 0))
@@ -49,7 +49,7 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
 @fails_cleanly
 def rebuild_cmd(ctx: click.Context, as_json: bool) -> None:
     """Drop the index and build it again from every stored version."""
-    with store_from(ctx) as store:
+    with store_from(ctx, upgrade=True) as store:
         before = store.index_status()
         bar: Any = None
         shown = sys.stderr.isatty()

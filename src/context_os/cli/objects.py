@@ -227,7 +227,7 @@ def evict_cmd(ctx: click.Context, object_id: str | None, containing: str | None,
     """Erase an object, or all objects holding a text; needs --yes."""
     if (object_id is None) == (containing is None):
         raise click.UsageError("give an object id or path, or --containing TEXT (not both)")
-    with store_from(ctx) as store:
+    with store_from(ctx, upgrade=yes) as store:  # (without --yes it only reads)
         if containing is not None:
             _evict_containing(ctx, store, containing, yes, as_json)
             return

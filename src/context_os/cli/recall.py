@@ -5,7 +5,9 @@ otherwise, and the output says which. Vectors live beside the store (``<store>.v
 not embedded yet are embedded first, with a progress bar on a terminal (``--embed-for`` bounds
 that, the rest found by keyword only; ``--embedder none`` skips it). Vectors made by another
 embedder are dropped only with ``--rebuild-vectors``; on a read-only store (``?mode=ro``) nothing
-is embedded, the vectors there are searched as they are. It never writes to the store itself.
+is embedded, the vectors there are searched as they are. Of the store's own file it writes the
+keyword index only: a search first moves the texts the index holds back into its FTS5 table; no
+document, no version. A command that writes, it upgrades a store of an older release.
 Memory files (those of the global scope and of ``--workspace``'s trusted project scope) are read
 as they are now, whole, and a hit names the file and its lines.
 """
@@ -104,7 +106,7 @@ def recall_cmd(
         memory.id_prefixes()  # reads memory.json: a broken one is said, not fatal
     except ConfigError as e:
         memory, unread = None, f"memory files not searched: {e}"
-    with store_from(ctx) as store:
+    with store_from(ctx, upgrade=True) as store:
         recall = open_recall(store, recall_embedder(store, embedder, rebuild=rebuild_vectors), background=False)
         try:
             left = 0

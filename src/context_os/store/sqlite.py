@@ -215,6 +215,19 @@ MIGRATIONS: tuple[tuple[str, Callable[[sqlite3.Connection], None]], ...] = (
     ("m004_fts_seq", _m004_fts_seq),
     ("m005_fts_high_water", _m005_fts_high_water),
 )
+
+
+def _migrations(uri: str) -> list[str] | None:
+    """The migrations the store at ``uri`` records (``SqliteStore._marks``), None when it is no
+    store or cannot be read."""
+    try:
+        with closing(sqlite3.connect(uri, uri=True, timeout=SqliteStore.FLUSH_WAIT_S, isolation_level=None)) as conn:
+            conn.execute("BEGIN")  # one snapshot (ended by the close)
+            return SqliteStore._marks(conn)[1]
+    except sqlite3.Error:
+        return None
+
+
 _STORE_TABLES = frozenset({"migrations", "txs", "entities", "docs", "versions", "attrs"})
 """The tables of every store (``m001_initial``'s and the record of migrations): with its first
 migration recorded first, what makes a file a context_os store (``SqliteStore._marks``)."""
@@ -609,8 +622,9 @@ class SqliteStore(Store):
         if self.read_only:
             self._refuse_newer(applied, known)
             raise StoreError(
-                f"the SQLite store {self.path} was written by an older context_os and needs its schema upgraded:"
-                " open it once without ?mode=ro"
+                f"the SQLite store {self.path} was written by an older context_os and needs its schema upgraded"
+                f" ({', '.join(n for n in known if n not in applied)}): open it once without ?mode=ro (older"
+                " releases refuse it from then on)"
             )
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -630,6 +644,26 @@ class SqliteStore(Store):
         except BaseException:
             _rollback(conn)
             raise
+
+    @staticmethod
+    def upgrades(path: str | os.PathLike[str]) -> list[str]:
+        """The schema migrations opening the store in the file at ``path`` to write would apply:
+        those of this release that the older one that wrote it did not know (older releases refuse
+        the file once they are applied). None for a current store; none either for a newer one, a
+        file that is no store or one that cannot be read now (opening it says why). Read-only, in
+        one snapshot: nothing is written, not even the journal mode, nor a ``-wal`` or ``-shm``
+        file beside it (a read-only connection makes them and leaves them). What a program that
+        only reads asks before it opens a store, so as not to upgrade it."""
+        file = Path(path).expanduser().absolute()
+        uri = f"file://{quote(os.fsencode(file))}?mode=ro"
+        # the main file alone (immutable: nothing made beside it), unless a -wal is there (a
+        # process has the store open): it may hold the newest migrations
+        wal = Path(f"{file}-wal").exists()
+        applied = _migrations(uri if wal else uri + "&immutable=1")
+        known = [name for name, _ in MIGRATIONS]
+        if applied is None or not set(applied) <= set(known):
+            return []
+        return [name for name in known if name not in applied]
 
     def _refuse_newer(self, applied: list[str], known: list[str]) -> None:
         unknown = [name for name in applied if name not in known]
