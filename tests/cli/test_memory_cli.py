@@ -107,6 +107,25 @@ def test_trust_then_show_then_untrust(ws: Path) -> None:
     assert json.loads(run("-w", str(ws), "--json").stdout)["trusted"] is False
 
 
+def test_a_workspace_deleted_since_is_untrusted_and_a_clone_made_there_later_is_not_trusted(
+    ws: Path, tmp_path: Path
+) -> None:
+    """``untrust`` refused a directory that is gone (``MemoryScopes`` asks for one) and the path
+    stayed listed: a repository cloned there later was trusted, its memory put in the context."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    run("trust", "-w", str(gone))
+    run("trust", "-w", str(tmp_path))  # a folder above, listed too
+    gone.rmdir()
+    out = json.loads(run("untrust", "-w", str(gone), "--json").stdout)
+    assert out == {"workspace": str(gone), "removed": True, "trusted": True}  # through the folder above
+    assert json.loads((data_dir() / "memory.json").read_text())["trusted_workspaces"] == [str(tmp_path)]
+    run("untrust", "-w", str(tmp_path))
+    assert "not listed" in run("untrust", "-w", str(gone)).stdout
+    gone.mkdir()  # a clone at the same path
+    assert json.loads(run("-w", str(gone), "--json").stdout)["trusted"] is False
+
+
 def test_remember_through_the_cli(ws: Path) -> None:
     refused = run("remember", "x", "-w", str(ws), ok=False)
     assert refused.exit_code == 1 and "InputError" in refused.output and "not trusted" in refused.output

@@ -13,7 +13,14 @@ from typing import Any
 
 import click
 
-from ..sources.memory import MemoryScope, MemoryScopes, trust_workspace, untrust_workspace
+from ..sources.memory import (
+    MemoryScope,
+    MemoryScopes,
+    listed_path,
+    trust_workspace,
+    trusted_root,
+    untrust_workspace,
+)
 from ._common import DefaultGroup, emit_json, fails_cleanly, json_option, printable, table
 
 workspace_option = click.option(
@@ -130,14 +137,15 @@ def trust_cmd(workspace: Path, as_json: bool) -> None:
 @json_option
 @fails_cleanly
 def untrust_cmd(workspace: Path, as_json: bool) -> None:
-    """Stop trusting a workspace listed as trusted."""
-    mem = MemoryScopes(workspace)
+    """Stop trusting a workspace listed as trusted (one deleted since too)."""
+    # not through MemoryScopes, which refuses a directory that is gone: a workspace deleted since
+    # stayed trusted, and a clone made at its path later was trusted with it
     removed = untrust_workspace(workspace)
-    still = mem.trusted_by()
+    where, still = listed_path(workspace), trusted_root(workspace)
     if as_json:
-        emit_json({"workspace": str(mem.workspace), "removed": removed, "trusted": still is not None})
+        emit_json({"workspace": str(where), "removed": removed, "trusted": still is not None})
         return
-    click.echo(f"{'removed' if removed else 'not listed'}: {mem.workspace}")
+    click.echo(f"{'removed' if removed else 'not listed'}: {where}")
     if still is not None:
         click.echo(f"still trusted: it lies inside the listed {still}")
 

@@ -66,8 +66,10 @@ __all__ = [
     "Remembered",
     "ScopeName",
     "holds_line",
+    "listed_path",
     "settings_path",
     "trust_workspace",
+    "trusted_root",
     "trusted_workspaces",
     "untrust_workspace",
 ]
@@ -280,17 +282,32 @@ def trust_workspace(workspace: str | os.PathLike[str], *, data_dir: str | os.Pat
     return root
 
 
-def untrust_workspace(workspace: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None) -> bool:
-    """Remove the workspace's resolved root from the trusted list; whether it was listed. A
-    folder above it that is listed still trusts it. A workspace deleted since is untrusted by
-    its path as given (made absolute), so that a later directory there is not trusted."""
+def listed_path(workspace: str | os.PathLike[str]) -> Path:
+    """The path the trusted list names ``workspace`` by: its resolved root; for a workspace
+    deleted since, its path as given, made absolute (a directory made there again is the same
+    workspace)."""
     try:
-        root = _root(workspace)
+        return _root(workspace)
     except InputError:
         gone = _absolute(workspace)
         if not gone:
             raise
-        root = Path(gone)
+        return Path(gone)
+
+
+def trusted_root(workspace: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """The listed root that trusts ``workspace`` (it lies at or below it; one deleted since, by
+    ``listed_path``), None when none does."""
+    path = listed_path(workspace)
+    return next((root for root in trusted_workspaces(data_dir) if _within(path, root)), None)
+
+
+def untrust_workspace(workspace: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None) -> bool:
+    """Remove the workspace's resolved root from the trusted list; whether it was listed. A
+    folder above it that is listed still trusts it (``trusted_root``). A workspace deleted since
+    is untrusted by its path as given (``listed_path``), so that a later directory there is not
+    trusted."""
+    root = listed_path(workspace)
     path = settings_path(data_dir)
     settings = _load_settings(path)
     roots = list(settings.get("trusted_workspaces", []))
@@ -627,10 +644,8 @@ class MemoryScopes:
             return None
         if self.trust_project:
             return "option"
-        for root in trusted_workspaces(self.data_dir):
-            if _within(self.workspace, root):
-                return str(root)
-        return None
+        root = trusted_root(self.workspace, data_dir=self.data_dir)
+        return None if root is None else str(root)
 
     @property
     def trusted(self) -> bool:
