@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 from context_os import Session
 from context_os.errors import InputError
 from context_os.files.index import record_virtual
-from context_os.harness.codex_tools import ShellRead, environment_cwd, parse_patch, shell_changes, shell_read
+from context_os.harness.codex_tools import (
+    ShellRead,
+    call_patch,
+    environment_cwd,
+    parse_patch,
+    shell_changes,
+    shell_read,
+)
 from context_os.harness.file_ops import FileOp, edit_target, file_op
 from context_os.harness.openai import OPENAI_PAIRING
 from context_os.harness.pairing import check_pairs
@@ -508,6 +515,52 @@ def test_codex_tools_play_their_roles_by_what_the_call_does() -> None:
     heredoc = f"apply_patch <<'PATCH'\n{UPDATE}\nPATCH"
     assert names.role("shell_command", {"command": heredoc}) == "edit"
     assert names.role("update_plan", {"plan": []}) is None
+
+
+def test_a_patch_run_after_cd_or_spelt_applypatch_changes_its_file(db, tmp_path: Path) -> None:
+    """Codex applies ``cd DIR && apply_patch <<'EOF'`` in DIR, and takes ``applypatch`` for
+    ``apply_patch`` (codex-rs ``apply-patch/src/invocation.rs``): neither was read as a patch,
+    and the file it changed stayed shown at its old text."""
+    hey = "*** Begin Patch\n*** Update File: sub/app.py\n@@\n-    return 'hello'\n+    return 'hey'\n*** End Patch"
+    rows = session_start("cx-cd", "say hello") + [
+        shell("s1", "cat sub/app.py"),
+        ran("s1", "def greet():\n    return 'hi'\n"),
+        shell("s2", f"cd sub && apply_patch <<'EOF'\n{UPDATE}\nEOF"),
+        ran("s2", "Success. Updated the following files:\nM app.py\n"),
+        shell("s3", f"applypatch <<'EOF'\n{hey}\nEOF"),
+        ran("s3", "Success. Updated the following files:\nM sub/app.py\n"),
+        message("assistant", "Said hey."),
+    ]
+    session, r = _replayed(db, _jsonl(tmp_path / "r.jsonl", rows))
+    assert r.orphaned_tool_results == 0 and r.frames_verified == r.turns
+    (f,) = [o for o in session.view.objects.values() if o.kind == "file"]
+    assert (f.meta["path"], f.content) == ("sub/app.py", "def greet():\n    return 'hey'")
+    assert r.file_versions == 3
+
+
+@pytest.mark.parametrize(
+    ("arguments", "paths"),
+    [
+        ({"command": ["applypatch", UPDATE]}, ["app.py"]),
+        ({"command": ["bash", "-lc", f"applypatch <<EOF\n{UPDATE}\nEOF"]}, ["app.py"]),
+        # the cd's directory is joined to the call's, as codex-rs joins it to the call's cwd
+        ({"command": f"cd sub && apply_patch <<'EOF'\n{UPDATE}\nEOF", "workdir": "/w"}, ["/w/sub/app.py"]),
+        ({"command": f"cd 'my dir'&&applypatch <<'EOF'\n{UPDATE}\nEOF"}, ["my dir/app.py"]),
+        ({"command": f'cd "../lib" && apply_patch <<EOF\n{UPDATE}\nEOF', "workdir": "/w/app"}, ["/w/lib/app.py"]),
+        ({"command": f"cd /abs && apply_patch <<'EOF'\n{ADD.replace('app.py', '/x/new.py')}\nEOF"}, ["/x/new.py"]),
+        # anything more than one cd before it, or after it, is a shell command like any other (so for Codex)
+        ({"command": f"cd a && cd b && apply_patch <<'EOF'\n{UPDATE}\nEOF"}, None),
+        ({"command": f"cd sub && apply_patch <<'EOF'\n{UPDATE}\nEOF\necho done"}, None),
+        ({"command": f"cd sub || apply_patch <<'EOF'\n{UPDATE}\nEOF"}, None),
+        ({"command": f"cd ~/x && apply_patch <<'EOF'\n{UPDATE}\nEOF"}, None),  # a home the transcript does not name
+        ({"command": f"cd $D && apply_patch <<'EOF'\n{UPDATE}\nEOF"}, None),
+        ({"command": ["patch", UPDATE]}, None),
+    ],
+)  # fmt: skip
+def test_a_shell_patch_is_found_in_each_form_codex_runs(arguments: dict[str, Any], paths: list[str] | None) -> None:
+    text = call_patch(arguments)
+    patch = parse_patch(text) if text is not None else None
+    assert (None if patch is None else [f.path for f in patch.files]) == paths
 
 
 def test_a_patch_is_read_hunk_by_hunk_with_its_context() -> None:

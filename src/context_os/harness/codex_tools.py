@@ -15,7 +15,8 @@ with ``apply_patch``, a tool whose input is a patch in Codex's own format:
 
 (``*** Add File: PATH`` with ``+`` lines, ``*** Delete File: PATH``, ``*** Move to: PATH`` after
 an update's header). The model calls it as a freeform tool (its input is the patch), as a
-function (``{"input": patch}``), or through the shell (``apply_patch <<'PATCH' ... PATCH``).
+function (``{"input": patch}``), or through the shell (``apply_patch <<'PATCH' ... PATCH``, also
+spelt ``applypatch``, maybe after ``cd DIR &&``).
 
 ``environment_cwd(text)`` reads the session's directory from the environment message Codex sends
 first (``<environment_context><cwd>/path</cwd>…``): a patch's relative paths are under it.
@@ -56,7 +57,16 @@ __all__ = [
 
 _SHELLS = ("bash", "sh", "zsh", "/bin/bash", "/bin/sh", "/bin/zsh", "/usr/bin/bash", "/usr/bin/zsh")
 _SED_RANGE = re.compile(r"\A(\d+)(?:,(\d+|\$))?p\Z")
-_HEREDOC = re.compile(r"\Aapply_patch\s+<<-?\s*(['\"]?)(?P<tag>\w+)\1\n(?P<body>.*?)\n(?P=tag)\s*\Z", re.DOTALL)
+_PATCH_COMMANDS = ("apply_patch", "applypatch")
+"""The names Codex runs a patch by through the shell (codex-rs ``apply-patch/src/invocation.rs``)."""
+_HEREDOC = re.compile(
+    r"\A(?:cd\s+(?:'(?P<quoted>[^']*)'|\"(?P<dquoted>[^\"\\$`]*)\"|(?P<word>[^\s'\"\\$`~&;|<>()][^\s'\"\\$`&;|<>()]*))"
+    r"\s*&&\s*)?(?:apply_patch|applypatch)\s+<<-?\s*(['\"]?)(?P<tag>\w+)\4\n(?P<body>.*?)\n(?P=tag)\s*\Z",
+    re.DOTALL,
+)
+"""``apply_patch <<'EOF' … EOF``, maybe after one ``cd DIR &&`` (a word, or one quoted string
+without expansions), as Codex accepts it: the patch's paths are then under that directory."""
+_PATCH_PATH = re.compile(r"^(\*\*\* (?:(?:Add|Update|Delete) File|Move to): )(.+?)(\r?)$", re.MULTILINE)
 _PATCH_HEADER = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+)$")
 _OPERATIONS = {"create_file": "Add", "update_file": "Update", "delete_file": "Delete"}
 """The built-in ``apply_patch`` tool's operations, by the patch header each stands for."""
@@ -334,7 +344,9 @@ def is_operation(arguments: Mapping[str, Any]) -> bool:
 
 def call_patch(arguments: Any) -> str | None:
     """The patch of an ``apply_patch`` call (freeform: the input itself; a function call:
-    ``input``; a shell call: ``apply_patch <<'EOF' ... EOF`` or ``["apply_patch", patch]``; the
+    ``input``; a shell call: ``apply_patch <<'EOF' ... EOF``, maybe after ``cd DIR &&`` (its paths
+    are then given under DIR, joined to the call's directory), or ``["apply_patch", patch]``; also
+    spelt ``applypatch``; the
     Responses API's built-in tool: its ``operation``, one file's V4A diff, as the patch of that
     one file)."""
     if isinstance(arguments, str) and arguments.lstrip().startswith("*** Begin Patch"):
@@ -352,13 +364,20 @@ def call_patch(arguments: Any) -> str | None:
             hunks = [body] if body else []  # inner empty lines stay: context lines of empty lines
             return "\n".join(["*** Begin Patch", f"*** {header} File: {args['path']}", *hunks, "*** End Patch"])
     command = args.get("command", args.get("cmd"))
-    if isinstance(command, list) and len(command) == 2 and command[0] == "apply_patch" and isinstance(command[1], str):
-        return command[1]
+    if isinstance(command, list) and len(command) == 2 and command[0] in _PATCH_COMMANDS:
+        return command[1] if isinstance(command[1], str) else None
     got = shell_script(args)
     if got is None:
         return None
     m = _HEREDOC.match(got[0].strip())
-    return m.group("body") if m is not None else None
+    if m is None:
+        return None
+    directory = m.group("quoted") or m.group("dquoted") or m.group("word")
+    if not directory:
+        return m.group("body")
+    # Codex applies it in the call's directory joined with the cd's: its paths are under that
+    under = _joined(got[1], directory)
+    return _PATCH_PATH.sub(lambda p: f"{p[1]}{_joined(under, p[2].strip())}{p[3]}", m.group("body"))
 
 
 def parse_patch(text: str) -> Patch | None:
