@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
@@ -34,16 +35,22 @@ def copies(hook: OpenAIHook) -> dict[str, str]:
     return {i: str(o.content) for i, o in hook.session.view.objects.items() if o.kind == "recall"}
 
 
-def test_a_topic_file_deleted_then_restored_is_recalled_again(db: Store, tmp_path: Path) -> None:
-    """The copy ended with its deleted file; restored with the same text, it was recalled again,
-    but the session trusted what it had last written of it and wrote nothing: every turn that
-    recalled it failed (NotFound: the store no longer held it), and so did the recall tool."""
+def recalled(db: Store, tmp_path: Path) -> tuple[OpenAIHook, list[dict[str, Any]], str, Path]:
+    """Session ``s1`` after a user message recalled a fact of the topic file ``ops.md``: its hook,
+    the messages so far, the fact's recall copy and the file."""
     hook, memory = recalling(db, "s1", tmp_path)
     memory.remember("backups run nightly from the kestrel host", topic="ops")
     msgs = [user(QUESTION)]
     hook.transform_context(msgs)
     (copy,) = copies(hook)
-    ops = tmp_path / "repo" / ".context_os" / "memory" / "ops.md"
+    return hook, msgs, copy, tmp_path / "repo" / ".context_os" / "memory" / "ops.md"
+
+
+def test_a_topic_file_deleted_then_restored_is_recalled_again(db: Store, tmp_path: Path) -> None:
+    """The copy ended with its deleted file; restored with the same text, it was recalled again,
+    but the session trusted what it had last written of it and wrote nothing: every turn that
+    recalled it failed (NotFound: the store no longer held it), and so did the recall tool."""
+    hook, msgs, copy, ops = recalled(db, tmp_path)
     saved = ops.read_text()
     ops.unlink()
     msgs += [say("ok"), user("thanks")]
@@ -84,12 +91,7 @@ def test_a_copy_another_session_ended_is_stored_again_by_one_that_had_dropped_it
 def test_a_line_inserted_above_a_recalled_fact_leaves_one_copy_of_it(db: Store, tmp_path: Path) -> None:
     """Copies are keyed by their lines: a heading added above the fact made it come back under a
     second id (``#L3-3``) beside the first (``#L1-1``), which stayed in force."""
-    hook, memory = recalling(db, "s1", tmp_path)
-    memory.remember("backups run nightly from the kestrel host", topic="ops")
-    msgs = [user(QUESTION)]
-    hook.transform_context(msgs)
-    (old,) = copies(hook)
-    ops = tmp_path / "repo" / ".context_os" / "memory" / "ops.md"
+    hook, msgs, old, ops = recalled(db, tmp_path)
     ops.write_text("# Ops notes\n\n" + ops.read_text())
     msgs += [say("ok"), user("and the kestrel backups, again?")]
     hook.transform_context(msgs)
@@ -101,13 +103,8 @@ def test_a_line_inserted_above_a_recalled_fact_leaves_one_copy_of_it(db: Store, 
 def test_a_corrected_fact_s_copy_leaves_the_session_and_the_store(db: Store, tmp_path: Path) -> None:
     """The old copy of a fact the user corrected in the file stayed in the object index, to
     activate with its stale text, and in force in the store."""
-    hook, memory = recalling(db, "s1", tmp_path)
-    memory.remember("backups run nightly from the kestrel host", topic="ops")
-    msgs = [user(QUESTION)]
-    hook.transform_context(msgs)
-    (copy,) = copies(hook)
+    hook, msgs, copy, ops = recalled(db, tmp_path)
     said = db.latest_tx_id()
-    ops = tmp_path / "repo" / ".context_os" / "memory" / "ops.md"
     ops.write_text("- backups run from the osprey host since March (kestrel was retired)\n")
     msgs += [say("ok"), user("something else now: lunch?")]
     hook.transform_context(msgs)
