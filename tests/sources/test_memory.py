@@ -527,12 +527,38 @@ def test_remember_folds_multi_line_text_into_one_bullet(ws: Path, data: Path) ->
     assert got.path.read_text() == "- build with make all then run it\n"
 
 
-@pytest.mark.parametrize("text", ["", "   ", "\n\n", "- ", "a\x00b", "a\x1bb", "\ud800"])
+@pytest.mark.parametrize(
+    "text", ["", "   ", "\n\n", "- ", "a\x00b", "a\x1bb", "a\x7fb", "a\x9b31mred\x9b0m", "a\x90evil\x9c", "\ud800"]
+)
 def test_remember_refuses_empty_or_unprintable_text(ws: Path, data: Path, text: str) -> None:
+    """C1 controls too (U+009B is CSI, which starts an escape sequence): written before 2026-12-02."""
     mem = MemoryScopes(ws, trust_project=True, data_dir=data)
     with pytest.raises(InputError):
         mem.remember(text)
     assert not (ws / ".context_os").exists()
+
+
+@pytest.mark.parametrize(
+    "there",
+    ["- deploy with make release\r\n".encode("utf-16"), "部署流程".encode("utf-16"), b"- a\n\x00\x01\n"],
+    ids=["utf-16", "utf-16 with no NUL byte", "NUL bytes"],
+)
+def test_remember_refuses_a_file_that_is_no_text_and_writes_nothing(ws: Path, data: Path, there: bytes) -> None:
+    """A UTF-8 line was appended to a UTF-16 ``MEMORY.md`` (Windows Notepad's "Unicode") or one
+    with NUL bytes, which memory calls binary and never shows: the fact was lost, the user's file
+    mixed two encodings, and ``remember`` said it was written."""
+    mem = MemoryScopes(ws, trust_project=True, data_dir=data)
+    d = project_dir(ws)
+    write_index(d, there)
+    for topic in (None, "ops"):  # the fact, or the topic's pointer, would go to the index
+        with pytest.raises(InputError, match="is not a text file .*: nothing was written"):
+            mem.remember("the staging host is osprey", topic=topic)
+        assert (d / "MEMORY.md").read_bytes() == there and not (d / "ops.md").exists()
+    write_index(d, "- [ops](ops.md)\n")
+    (d / "ops.md").write_bytes(there)
+    with pytest.raises(InputError, match="ops.md is not a text file"):
+        mem.remember("the staging host is osprey", topic="ops")
+    assert (d / "ops.md").read_bytes() == there and (d / "MEMORY.md").read_text() == "- [ops](ops.md)\n"
 
 
 def test_remember_refuses_an_overlong_index_fact_but_not_a_topic_one(ws: Path, data: Path) -> None:

@@ -90,7 +90,10 @@ _PI_PROJECT_PARTS = (".pi", "memory")
 _SETTINGS = "memory.json"
 _CHUNK = 1 << 16
 _TOPIC = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Control characters a fact may not hold: C0 but tab (line breaks are folded first), DEL and C1
+(U+009B is CSI, an escape sequence's start to a terminal showing the file; before 2026-12-02
+``remember`` wrote them)."""
 _BULLET = re.compile(r"\A[-*+](?:\s+|\Z)")
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -970,10 +973,11 @@ class MemoryScopes:
         (each line stripped, blank ones dropped, joined by spaces), a leading bullet marker is
         dropped. Empty text, control characters, a fact over ``MAX_FACT_CHARS`` for the index,
         a topic name that is not a plain file name (a path separator, ``..``, a leading dot,
-        ``MEMORY``, ``archive``), and the project scope of an untrusted workspace are refused
-        with ``InputError``, with nothing written. Existing bytes are never rewritten: the file
-        is opened for appending, the line written in one ``write`` and synced to disk. The scope
-        directory is created on first use.
+        ``MEMORY``, ``archive``), the project scope of an untrusted workspace, and a file to
+        append to that is no text file (NUL bytes, UTF-16) are refused with ``InputError``, with
+        nothing written. Existing bytes are never rewritten: the file is opened for appending,
+        the line written in one ``write`` and synced to disk. The scope directory is created on
+        first use.
         """
         if scope not in ("global", "project"):
             raise InputError(f"remember: scope must be 'global' or 'project', not {scope!r}")
@@ -1007,10 +1011,10 @@ class MemoryScopes:
             if name is None:
                 _append(dir_fd, INDEX, index, line)
                 return Remembered(scope, index, line, index=index)
+            # the index read first: one that is no text file refuses the fact, nothing written
+            pointer = None if _has_pointer(dir_fd, index, name) else f"- [{name[:-3]}]({name})"
             _append(dir_fd, name, w.dir / name, line)
-            pointer = None
-            if not _has_pointer(dir_fd, index, name):
-                pointer = f"- [{name[:-3]}]({name})"
+            if pointer is not None:
                 _append(dir_fd, INDEX, index, pointer)
             return Remembered(scope, w.dir / name, line, pointer=pointer, index=index)
 
@@ -1043,18 +1047,41 @@ def _topic_file(topic: str) -> str:
 
 
 def _has_pointer(dir_fd: int, index: Path, name: str) -> bool:
+    """Whether the index points to the topic file ``name``; ``InputError`` when it is no text
+    file (``_refuse_binary``)."""
     fd = _open_file(dir_fd, INDEX, index)
     if fd is None:
         return False
     try:
-        chunks = []
-        while chunk := os.read(fd, _CHUNK):
-            chunks.append(chunk)
+        data = _pread_all(fd, os.fstat(fd).st_size)
     except OSError as e:
         raise InputError(f"{index}: cannot be read ({_strerror(e)})") from None
     finally:
         os.close(fd)
-    return f"]({name})".encode() in b"".join(chunks)
+    _refuse_binary(data, index)
+    return f"]({name})".encode() in data
+
+
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _refuse_binary(data: bytes, shown: Path) -> None:
+    """Refuse to append to a file that is no text file: NUL bytes (memory calls it binary and
+    shows nothing of it) or a UTF-16 byte order mark (Windows Notepad's "Unicode"). A UTF-8 line
+    appended was never shown, and the user's file mixed two encodings (before 2026-12-02)."""
+    if b"\x00" in data or data.startswith(_UTF16_BOMS):
+        raise InputError(
+            f"{shown} is not a text file (it holds NUL bytes, or is UTF-16): nothing was written; save it as UTF-8"
+        )
+
+
+def _pread_all(fd: int, size: int) -> bytes:
+    """The first ``size`` bytes of an opened file (fewer if it is shorter now)."""
+    chunks, at = [], 0
+    while at < size and (chunk := os.pread(fd, min(_CHUNK, size - at), at)):
+        chunks.append(chunk)
+        at += len(chunk)
+    return b"".join(chunks)
 
 
 @contextmanager
@@ -1074,7 +1101,8 @@ def _writing(dir_fd: int | None) -> Iterator[None]:
 
 def _append(dir_fd: int, name: str, shown: Path, line: str) -> None:
     """Append ``line`` and a newline to ``name`` in the opened directory (created if missing;
-    never through a symlink), after a newline if the file does not end with one."""
+    never through a symlink), after a newline if the file does not end with one; a file that is
+    no text file is refused (``_refuse_binary``)."""
     try:
         fd = os.open(name, _APPEND, 0o666, dir_fd=dir_fd)
     except OSError as e:
@@ -1085,8 +1113,10 @@ def _append(dir_fd: int, name: str, shown: Path, line: str) -> None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise InputError(f"{shown} is not a regular file; nothing was written")
+        there = _pread_all(fd, st.st_size)
+        _refuse_binary(there, shown)
         data = (line + "\n").encode("utf-8")
-        if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
+        if there and not there.endswith(b"\n"):
             data = b"\n" + data
         view = memoryview(data)
         while view:
