@@ -16,7 +16,8 @@ expects: the same roles, so an extension can return it from the ``context`` even
 * Text blocks become the neutral text (several are joined with a newline and split back by
   their lengths); thinking is counted (``extra_chars``, as Pi's own token estimate counts it)
   and left off an assistant message past the session's thinking horizon (``drop_thinking``:
-  the policy's ``keep_thinking_turns``).
+  the policy's ``keep_thinking_turns``); with an OpenAI Responses reasoning item, the message's
+  other item ids go with it (``_without_item_ids``), its results named after its calls again.
 
 A tool result's images (``extra["full"]``) are stored in its tool-call object and come back
 while the result is shown in full; a result's ``details`` is Pi's UI data, never sent to the
@@ -165,16 +166,56 @@ def _fill(skeleton: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
     return out
 
 
+def _call_part(call_id: Any) -> Any:
+    """A tool call id without the OpenAI Responses item id pi-ai joins to it (``call_…|fc_…``):
+    the part a result answers, as pi-ai sends it (``toolCallId.split("|")``)."""
+    return call_id.split("|", 1)[0] if isinstance(call_id, str) else call_id
+
+
 def _pairing(m: Mapping[str, Any]) -> Reading:
     """A ``toolResult`` answers one call; any other message closes the calls still open (each
-    call is answered by the tool results right after its assistant message)."""
+    call is answered by the tool results right after its assistant message). Ids are read
+    without their item ids (``_call_part``): a result is renamed after its call in ``finalize``,
+    once the call lost its item id with its reasoning (``PiAdapter.render_msg``)."""
     role = m.get("role")
     if role == "toolResult":
-        return Reading(True, (m.get("toolCallId"),))
+        return Reading(True, (_call_part(m.get("toolCallId")),))
     if role != "assistant":
         return CLOSES
-    calls = [b.get("id") for b in m.get("content") or () if isinstance(b, Mapping) and b.get("type") == "toolCall"]
+    calls = [
+        _call_part(b.get("id"))
+        for b in m.get("content") or ()
+        if isinstance(b, Mapping) and b.get("type") == "toolCall"
+    ]
     return Reading(False, opened=calls, is_response=True) if calls else SAYS
+
+
+def _reasoning_item(block: Mapping[str, Any]) -> bool:
+    """Whether a thinking block carries an OpenAI Responses reasoning item (pi-ai keeps the item,
+    JSON, as its ``thinkingSignature`` and sends it back as it is)."""
+    signature = block.get("thinkingSignature")
+    if not isinstance(signature, str) or not signature.startswith("{"):
+        return False
+    try:
+        item = json.loads(signature)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(item, dict) and item.get("type") == "reasoning"
+
+
+def _without_item_ids(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An assistant message's blocks without the Responses item ids that pi-ai sends back with
+    them (a call's ``|fc_…``, a text's ``textSignature``): OpenAI refuses an item by id without
+    the reasoning item it followed (400 "Item 'fc_…' of type 'function_call' was provided
+    without its required 'reasoning' item"); without an id, it is sent as new input."""
+    out = []
+    for b in blocks:
+        if b.get("type") == "toolCall" and isinstance(b.get("id"), str):
+            b = {**b, "id": _call_part(b["id"])}
+        elif b.get("type") == "text" and "textSignature" in b:
+            b = {k: v for k, v in b.items() if k != "textSignature"}
+        out.append(b)
+    return out
 
 
 PI_PAIRING: Pairing[Mapping[str, Any]] = Pairing(_pairing)
@@ -186,6 +227,10 @@ class PiAdapter(Adapter[dict[str, Any]]):
 
     name = "pi"
     pairing = PI_PAIRING
+
+    _renames = False
+    """Whether ``render_msg`` has rendered a call without its item id: ``finalize`` then names
+    its results after it (until then it has nothing to do, and reads nothing)."""
 
     def sent(self, message: dict[str, Any]) -> bool:
         return not isinstance(message, Mapping) or in_context(message)
@@ -338,20 +383,25 @@ class PiAdapter(Adapter[dict[str, Any]]):
             calls = {c["id"]: c for c in msg.get("tool_calls") or ()}
             blocks = _fill(list(skeleton or []), text) if skeleton is not None else []
             if msg.get("drop_thinking"):  # past the session's thinking horizon
+                dropped = [b for b in blocks if b.get("type") == "thinking"]
                 blocks = [b for b in blocks if b.get("type") != "thinking"]
+                if any(_reasoning_item(b) for b in dropped):
+                    blocks = _without_item_ids(blocks)
+                    calls = {_call_part(k): c for k, c in calls.items()}
+                    self._renames = True
             if skeleton is None and text:
                 blocks = [{"type": "text", "text": text}]
             content = []
             for b in blocks:
                 if b.get("type") == "toolCall" and b.get("id") in calls:
                     c = calls.pop(b["id"])
-                    content.append({"type": "toolCall", "id": c["id"], "name": c["name"], "arguments": c["arguments"]})
+                    content.append({"type": "toolCall", "id": b["id"], "name": c["name"], "arguments": c["arguments"]})
                     content[-1].update({k: v for k, v in b.items() if k not in ("type", "id")})
                 else:
                     content.append(b)
             content += [
-                {"type": "toolCall", "id": c["id"], "name": c["name"], "arguments": c["arguments"]}
-                for c in calls.values()
+                {"type": "toolCall", "id": call_id, "name": c["name"], "arguments": c["arguments"]}
+                for call_id, c in calls.items()
             ]
             out = {"role": "assistant", "content": content}
         elif skeleton is not None:
@@ -363,8 +413,32 @@ class PiAdapter(Adapter[dict[str, Any]]):
         out.update(pi)
         return out
 
+    def finalize(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return _answers_renamed(messages) if self._renames else messages
+
     def tool_definitions(self, tools: list[dict[str, Any]]) -> list[Any]:
         return [{"name": t["name"], "description": t["description"], "parameters": t["parameters"]} for t in tools]
+
+
+def _answers_renamed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with each tool result named as its call is: a call rendered without its
+    item id (``call_…``) is answered by ``call_…``, not by the ``call_…|fc_…`` its result keeps
+    (pi-ai pairs them by the whole id, and would add a result of its own for the call). Results
+    renamed are copies; the list is changed in place."""
+    calls: Any = ()  # the ids of the last assistant message's calls, read when a result needs them
+    last: Mapping[str, Any] | None = None
+    for k, m in enumerate(messages):
+        role = m.get("role")
+        if role == "assistant":
+            last, calls = m, None
+        elif role != "toolResult":
+            last, calls = None, ()
+        elif isinstance(call_id := m.get("toolCallId"), str) and "|" in call_id and last is not None:
+            if calls is None:
+                calls = {b.get("id") for b in last.get("content") or () if isinstance(b, Mapping)}
+            if call_id not in calls and _call_part(call_id) in calls:
+                messages[k] = {**m, "toolCallId": _call_part(call_id)}
+    return messages
 
 
 def in_context(message: Mapping[str, Any]) -> bool:

@@ -23,7 +23,8 @@ a call) becomes one neutral ``tool`` message, then each run of the other parts b
 ``system`` (system prompts) or ``user`` message that keeps its parts verbatim. Rendering merges
 consecutive requests back into one and names each rendered tool return after its call. A
 response's ``ThinkingPart``s are counted (``extra_chars``) and left off past the session's
-thinking horizon (``drop_thinking``). Typed
+thinking horizon (``drop_thinking``), with the item ids of its other parts when they were an
+OpenAI Responses reasoning item (``_without_reasoning``). Typed
 tool parts (``tool_kind`` subclasses such as tool search) and native tool parts are passed
 through verbatim, never managed.
 
@@ -316,12 +317,14 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
             return ModelResponse(parts=parts, timestamp=EPOCH)
         args = {c["id"]: c["arguments"] for c in calls}
         data = dict(response)
+        kept: Any = response["parts"]
+        if msg.get("drop_thinking"):  # past the horizon
+            kept = _without_reasoning(kept, response.get("provider_name"))
         data["parts"] = [
             {**p, "args": args.get(p.get("tool_call_id"))}
             if p.get("part_kind") == "tool-call" and "args" not in p
             else p
-            for p in response["parts"]
-            if not (msg.get("drop_thinking") and p.get("part_kind") == "thinking")  # past the horizon
+            for p in kept
         ]
         return _load(data)
 
@@ -335,6 +338,23 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
             ToolDefinition(name=t["name"], description=t["description"], parameters_json_schema=t["parameters"])
             for t in tools
         ]
+
+
+def _without_reasoning(parts: list[dict[str, Any]], provider: Any) -> list[dict[str, Any]]:
+    """A response's parts (JSON form) without its thinking parts, and, where one of those was a
+    provider's reasoning item (a ``ThinkingPart`` with an ``id``: OpenAI Responses' ``rs_…``),
+    without the item ids of that provider's text and tool-call parts: OpenAI refuses an item sent
+    by id without the reasoning item it followed (400 "Item 'fc_…' of type 'function_call' was
+    provided without its required 'reasoning' item"); pydantic-ai sends a part without an id as
+    new input (a ``function_call`` by its ``call_id``, a text as a plain assistant message)."""
+    items = {p.get("provider_name") or provider for p in parts if p.get("part_kind") == "thinking" and p.get("id")}
+    return [
+        {**p, "id": None}
+        if p.get("part_kind") in ("text", "tool-call") and p.get("id") and (p.get("provider_name") or provider) in items
+        else p
+        for p in parts
+        if p.get("part_kind") != "thinking"
+    ]
 
 
 def merge_requests(
