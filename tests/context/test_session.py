@@ -357,6 +357,27 @@ def test_a_retry_of_a_call_that_failed_after_its_turn_was_assembled_assembles_ag
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
 
 
+def test_a_retry_of_a_call_whose_context_was_refused_is_checked_again(db, monkeypatch):
+    """A context that failed validation is not returned; its units, kept by the hook for the
+    next call, were not checked again there: the retry returned the context just refused."""
+    from context_os.errors import InvalidOutput
+
+    hook = hook_for(db)
+    msgs = [user("build"), call("c1", cmd="make"), result("c1", "built")]
+    hook.transform_context(msgs)
+    msgs += [call("c2", cmd="make test"), result("c2", "passed")]
+    render = hook.adapter.render_msg
+
+    def orphaned(m):  # an adapter that answers a call nobody made
+        out = render(m)
+        return {**out, "tool_call_id": "nobody"} if out.get("role") == "tool" else out
+
+    monkeypatch.setattr(hook.adapter, "render_msg", orphaned)
+    for _ in range(2):
+        with pytest.raises(InvalidOutput, match="nobody"):
+            hook.transform_context(msgs)
+
+
 def test_session_sync_reads_only_what_is_new_whatever_hash_the_translation_carries(db):
     # Session.sync driven by hand with an adapter's own translate (which leaves ``h`` empty) took
     # every list for a rewritten one and ingested it all again at each sync

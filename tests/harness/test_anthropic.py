@@ -707,3 +707,33 @@ def test_an_earlier_message_changed_in_place_to_hold_fewer_messages_is_read_agai
     assert hook.last is not None and hook.last.sync.rewritten
     assert all(verify_frame(store, f).ok for f in frame_docs(store, "s1"))
     store.close()
+
+
+def test_a_prefill_stays_last_with_the_blocks_before_it(tmp_path: Path) -> None:
+    """A history ending on the assistant's own words for the model to go on with (a prefill, a
+    turn the provider paused): context_os's blocks went after it, a user turn the model then
+    answered instead of going on."""
+    store = SqliteStore(tmp_path / "s.db")
+    hook = hook_for(store, keep_recent_results=1)
+
+    def use(i: str) -> MessageParam:
+        return {"role": "assistant", "content": [{"type": "tool_use", "id": i, "name": "bash", "input": {"cmd": i}}]}
+
+    def answer(i: str, text: str) -> MessageParam:
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": i, "content": text}]}
+
+    msgs: list[MessageParam] = [{"role": "user", "content": "read them"}, use("t1"), answer("t1", "A data " * 40)]
+    msgs += [use("t2"), answer("t2", "B data " * 40)]
+    hook.transform_request(msgs)  # t1 collapses
+    shown = json.loads(hook.call_tool("activate", {"id": "r2"}))
+    assert shown["status"] == "activated"
+    msgs += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "Answer in JSON."}]
+    msgs += [{"role": "assistant", "content": '{"answer":'}]
+    sent = hook.transform_request(msgs)["messages"]
+    assert sent[-1] == {"role": "assistant", "content": '{"answer":'}
+    assert "<context_os>" in json.dumps(sent[-2]) and "A data" in json.dumps(sent[-2])
+    msgs[-1] = {"role": "assistant", "content": '{"answer": 42}'}  # the model went on with it
+    msgs += [{"role": "user", "content": "thanks"}]
+    assert hook.transform_request(msgs)["messages"][-1]["role"] == "user"
+    assert all(verify_frame(store, f).ok for f in frame_docs(store, "a1"))
+    store.close()

@@ -1280,9 +1280,13 @@ class SessionView:
                 recorded = places[k] if k < len(places) else None
                 placed.append((n if recorded is None else min(recorded, n), _unit(None, [m], self.hash_memo)))
         elif self.managed:
-            chains, _ = self._plan_chains(n, bool(synthetic), break_at)
+            # blocks go at the end of the history; before a reply the harness ends it with for the
+            # model to go on with (a prefill, a turn the provider paused), which must stay last
+            last = self._units[-1].msgs if n and not synthetic else []
+            end = n - 1 if last and last[-1]["role"] == "assistant" else n
+            chains, _ = self._plan_chains(end, bool(synthetic), break_at)
             order = sorted(
-                ((b.at if b.at is not None else n, c.seq, j), b)
+                ((b.at if b.at is not None else end, c.seq, j), b)
                 for c in chains.values()
                 for j, b in enumerate(c.blocks)
             )

@@ -580,15 +580,21 @@ class ContextHook(Generic[M]):
             # frame's assembly, rendered anew; after a call that failed once assembled, a new turn
             assembly = repeat if repeat is not None and self.last is None else self.session.assemble(report)
             rendered = assembly.rendered
-            problems = self._output.update(adapter, rendered)
-            volatile = [adapter.render_msg(m) for m in rendered.volatile]
-            found, open_calls = check_pairs(adapter.pairing, volatile, self._output.open_calls)
-            problems += found + left_open(adapter.pairing, open_calls)
-            out = adapter.finalize(self._output.messages + volatile)
-            last_role = layout.pieces(len(layout.messages) - 1)[-1]["role"] if layout.messages else None
-            problems += check_end(adapter.pairing, out, last_input_role=last_role)
-            if problems:
-                raise InvalidOutput("assembled context failed validation: " + "; ".join(problems[:5]))
+            try:
+                problems = self._output.update(adapter, rendered)
+                volatile = [adapter.render_msg(m) for m in rendered.volatile]
+                found, open_calls = check_pairs(adapter.pairing, volatile, self._output.open_calls)
+                problems += found + left_open(adapter.pairing, open_calls)
+                out = adapter.finalize(self._output.messages + volatile)
+                last_role = layout.pieces(len(layout.messages) - 1)[-1]["role"] if layout.messages else None
+                problems += check_end(adapter.pairing, out, last_input_role=last_role)
+                if problems:
+                    raise InvalidOutput("assembled context failed validation: " + "; ".join(problems[:5]))
+            except BaseException:
+                # what it made of a render it did not return is no base for the next: its units,
+                # kept, would not be checked again (a retry returned the context just refused)
+                self._output = _Output()
+                raise
             self.last = assembly
             self._returned = (out, len(out))
             self._blocks = _block_texts(rendered)
