@@ -471,7 +471,7 @@ def session_ids(transcripts: Sequence[Transcript], session_id: str) -> list[str]
 
 def warn_skipped(transcripts: Sequence[Transcript]) -> int:
     """Say on stderr which lines of the files read were skipped as not JSON (and the readers'
-    notes, warnings and not); their count."""
+    warnings); their count."""
     total = 0
     for t in {t.source: t for t in transcripts if t.skipped_lines}.values():
         shown = ", ".join(str(n) for n in t.skipped_line_numbers)
@@ -485,9 +485,15 @@ def warn_skipped(transcripts: Sequence[Transcript]) -> int:
     for t in transcripts:
         for note in t.notes:
             click.echo(f"warning: {t.source}: {note}", err=True)
+    return total
+
+
+def tell_info(transcripts: Sequence[Transcript]) -> None:
+    """Say on stderr what the readers noted of the files read that is no warning (once the replay
+    goes on: a command that fails says its error alone)."""
+    for t in transcripts:
         for note in t.info:
             click.echo(f"note: {t.source}: {note}", err=True)
-    return total
 
 
 def run_replay(
@@ -533,6 +539,7 @@ def run_replay(
             session_id, ids, first = _claim(
                 store, transcripts, session_id, named=named, append=append, label=label, file=file
             )
+        tell_info(transcripts)
         for k, (t, sid) in enumerate(zip(transcripts, ids, strict=True)):
             with stop, first if k == 0 else _open_to_replay(store, t, sid, append=append, file=file) as session:
                 before = session.view.turn
