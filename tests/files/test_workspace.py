@@ -185,6 +185,22 @@ def test_workspace_redaction_takes_extra_patterns_and_can_leave_out_the_contextu
     )
 
 
+def test_the_hash_of_a_file_with_a_secret_redacted_is_of_the_text_as_redacted(ws: Workspace, root: Path) -> None:
+    """The store held the redacted text and the blake3 of the bytes on disk beside it: anyone
+    holding the store could test guesses of what was redacted against that hash (a weak password
+    found in seconds). Such a file's hash is now of its text as redacted, as stored."""
+    import blake3
+
+    raw = f'DB_HOST = "db"\nGITHUB = "{KEYS["github-token"]}"\n'
+    (root / "settings.py").write_text(raw)
+    snap = ws.snapshot(root / "settings.py")
+    assert snap.redacted == 1 and snap.text is not None and KEYS["github-token"] not in snap.text
+    assert snap.sha == "b3r:" + blake3.blake3(snap.text.encode()).hexdigest()
+    assert snap.sha != "b3:" + blake3.blake3(raw.encode()).hexdigest()
+    (root / "plain.py").write_text("x = 1\n")  # nothing redacted: the bytes' own hash
+    assert ws.snapshot(root / "plain.py").sha == "b3:" + blake3.blake3(b"x = 1\n").hexdigest()
+
+
 @pytest.mark.parametrize("bad", ["\x00", "ok\x00/../x"])
 def test_a_root_no_system_call_takes_is_bad_input(tmp_path: Path, bad: str) -> None:
     with pytest.raises(InputError, match="not a valid path"):

@@ -162,7 +162,9 @@ class FileSnapshot:
     mode: SnapshotMode
     """``content``: the bytes were read and hashed; ``metadata``: only ``stat`` was taken."""
     sha: str | None = None
-    """``b3:`` + blake3 hex of the bytes on disk (content mode only)."""
+    """``b3:`` + blake3 hex of the bytes on disk (content mode only); of a text with secrets
+    redacted, ``b3r:`` + that of the text as redacted: stored beside it, the hash of the bytes
+    would let anyone holding the store test guesses of what was redacted."""
     text: str | None = None
     """The decoded, redacted text (content mode, text files only)."""
     binary: bool | None = None
@@ -902,6 +904,8 @@ class Workspace:
                 omitted=omitted,
             )
         text, redacted = self.redact(text)
+        if redacted:
+            sha = "b3r:" + blake3.blake3(text.encode("utf-8")).hexdigest()
         encoding = "utf-8" if not replaced else f"utf-8 ({replaced} undecodable sequences replaced with U+FFFD)"
         return FileSnapshot(
             path,
