@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-import pytest
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -30,18 +28,10 @@ from context_os.context.frames import frame_docs, verify_frame
 from context_os.harness.pairing import pairing_problems
 from context_os.harness.pi import PI_PAIRING, PiHook
 from context_os.harness.pydantic_ai import PydanticAIHook
-from context_os.store.sqlite import SqliteStore
 from tests.harness.pi_msgs import USAGE, result, user
 from tests.helpers import EAGER
 
 TS = datetime(2026, 1, 2, tzinfo=UTC)
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> SqliteStore:
-    s = SqliteStore(tmp_path / "s.db")
-    yield s
-    s.close()
 
 
 def _policy() -> RetentionPolicy:

@@ -18,15 +18,16 @@ processors, ``list[ModelMessage] -> list[ModelMessage]``, for loops that call mo
 Mapping. A ``ModelResponse`` is one assistant message: text parts are its text, ``ToolCallPart``s
 its tool calls; the whole response is kept (JSON form) in ``extra`` and rendered back as it was,
 each call's ``args`` from the neutral call (so collapsed calls' long arguments collapse too). A
-``ModelRequest`` is split: each ``ToolReturnPart`` (and legacy ``RetryPromptPart`` that answers
+``ModelRequest`` is split: each ``ToolReturnPart``, typed or not (and legacy ``RetryPromptPart`` that answers
 a call) becomes one neutral ``tool`` message, then each run of the other parts becomes a
 ``system`` (system prompts) or ``user`` message that keeps its parts verbatim. Rendering merges
 consecutive requests back into one and names each rendered tool return after its call. A
 response's ``ThinkingPart``s are counted (``extra_chars``) and left off past the session's
-thinking horizon (``drop_thinking``), with the item ids of its other parts when they were an
-OpenAI Responses reasoning item (``_without_reasoning``). Typed
-tool parts (``tool_kind`` subclasses such as tool search) and native tool parts are passed
-through verbatim, never managed.
+thinking horizon (``drop_thinking``), and, when one was an OpenAI Responses reasoning item, the
+item ids of its other parts with them (``_without_reasoning``). Typed
+tool parts (``tool_kind`` subclasses such as tool search) are calls and results too, each sent
+whole as it came (pydantic-ai reads their content); native tool parts, which a response holds
+with their returns, are passed through verbatim, never managed.
 
 Parts the engine synthesises (a stub for a result whose call is no longer shown, a result for a
 call that never got one, the ``<context_os>`` part) carry the Unix epoch as their timestamp, so
@@ -39,7 +40,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from . import _pydantic_ai_version  # noqa: F401  first: an older pydantic-ai is refused, saying what to install
 
@@ -47,6 +48,8 @@ from . import _pydantic_ai_version  # noqa: F401  first: an older pydantic-ai is
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ERROR_OUTCOMES,
+    BaseToolCallPart,
+    BaseToolReturnPart,
     BinaryContent,
     DocumentUrl,
     ImageUrl,
@@ -55,6 +58,8 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelRequestPart,
     ModelResponse,
+    NativeToolCallPart,
+    NativeToolReturnPart,
     RetryFeedbackPart,
     RetryPromptPart,
     SystemPromptPart,
@@ -95,17 +100,32 @@ def _load(data: dict[str, Any]) -> ModelMessage:
     return ModelMessagesTypeAdapter.validate_python([data])[0]
 
 
+def _is_call(part: Any) -> TypeGuard[BaseToolCallPart[Any]]:
+    """A part that calls a tool the next request answers: a ``ToolCallPart`` or a typed one
+    (``tool_kind``: tool search, loading a capability; any ``BaseToolCallPart`` but a native
+    tool's, whose return the same response holds)."""
+    return isinstance(part, BaseToolCallPart) and not isinstance(part, NativeToolCallPart)
+
+
+def _is_typed(part: Any) -> bool:
+    """A typed call or return (tool search's, a capability's load): pydantic-ai reads its content
+    (the tools found, a capability's instructions), which is therefore sent as it came."""
+    return type(part) not in (ToolCallPart, ToolReturnPart, RetryPromptPart)
+
+
 def _is_result(part: Any) -> bool:
-    """A part context_os manages as a tool result: a plain ``ToolReturnPart`` (typed subclasses
-    are passed through), or a legacy ``RetryPromptPart`` that answers a call."""
-    return type(part) is ToolReturnPart or (isinstance(part, RetryPromptPart) and part.tool_name is not None)
+    """A part that answers a call (``_is_call``): a ``ToolReturnPart`` or a typed one (any
+    ``BaseToolReturnPart`` but a native tool's), or a legacy ``RetryPromptPart`` that answers
+    a call. Each is a neutral ``tool`` message: the history horizon never stands between it and
+    its call."""
+    if isinstance(part, RetryPromptPart):
+        return part.tool_name is not None
+    return isinstance(part, BaseToolReturnPart) and not isinstance(part, NativeToolReturnPart)
 
 
 def _answered(part: Any) -> str | None:
-    """The call id a part answers (any non-native tool return, managed or not), else None."""
-    if isinstance(part, ToolReturnPart) or (isinstance(part, RetryPromptPart) and part.tool_name is not None):
-        return str(part.tool_call_id)
-    return None
+    """The call id a part answers, else None."""
+    return str(part.tool_call_id) if _is_result(part) else None
 
 
 def _pairing(m: ModelMessage) -> Reading:
@@ -113,7 +133,7 @@ def _pairing(m: ModelMessage) -> Reading:
     requests are one turn (rendering merges them), so each may carry returns."""
     if isinstance(m, ModelRequest):
         return Reading(True, [call_id for p in m.parts if (call_id := _answered(p)) is not None])
-    calls = [p.tool_call_id for p in m.parts if isinstance(p, ToolCallPart)]
+    calls = [p.tool_call_id for p in m.parts if _is_call(p)]
     return Reading(False, opened=calls, is_response=isinstance(m, ModelResponse))
 
 
@@ -225,7 +245,7 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
         for j, p in enumerate(message.parts):
             if isinstance(p, TextPart):
                 texts.append(check_utf8(p.content, index, f"parts[{j}].content"))
-            elif type(p) is ToolCallPart:
+            elif _is_call(p):
                 if isinstance(p.args, str):
                     check_utf8(p.args, index, f"parts[{j}].args")
                 calls.append(
@@ -235,7 +255,8 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
                         "arguments": sorted_keys(p.args, index=index, field=f"parts[{j}].args"),
                     }
                 )
-                dumped["parts"][j].pop("args", None)  # lives in the neutral call
+                if not _is_typed(p):
+                    dumped["parts"][j].pop("args", None)  # lives in the neutral call
         m: Incoming = {"role": "assistant", "text": "\n".join(texts), "h": "", "extra": {"response": dumped}}
         if calls:
             m["tool_calls"] = calls
@@ -266,7 +287,9 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
         # the request's own fields (its instructions, conversation id, timestamp), as its other
         # pieces keep them: a request of nothing but returns is rendered with them too
         extra["request"] = fields
-        if not isinstance(part, ToolReturnPart) or not isinstance(part.content, str) or part.outcome != "success":
+        if _is_typed(part):
+            extra["part"] = raw  # sent whole, shown or not: pydantic-ai reads its content, never a stub
+        elif not isinstance(part, ToolReturnPart) or not isinstance(part.content, str) or part.outcome != "success":
             # the part as given (files, structured content, native error outcome): shown only
             # while the result is shown in full; the text already says what the model must see
             extra["full"] = {"part": raw}
@@ -291,7 +314,8 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
                 return _load({**request, "kind": "request", "parts": [full["part"]]})
             kept = extra.get("part")
             if isinstance(kept, dict):
-                return _load({**request, "kind": "request", "parts": [{**kept, "content": text}]})
+                whole = kept if "content" in kept else {**kept, "content": text}  # a typed part is whole
+                return _load({**request, "kind": "request", "parts": [whole]})
             # a result rendered without its harness fields (one the engine made up has no name:
             # finalize names it after its call); an error is already spelled out in ``text``
             part = ToolReturnPart(
