@@ -277,7 +277,8 @@ def test_a_first_line_longer_than_64k_is_still_recognised(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("data", "match"),
     [
-        (b'{"type":"session","version":3}\n\xff\n', "not UTF-8 text"),
+        # bytes that are not UTF-8 read as U+FFFD, as Pi's loader (Node) reads them: a line not JSON, skipped
+        (b'{"type":"session","version":3}\n\xff\n', None),
         (b'{"type":"session"}\n' + b"[" * 100_000 + b"\n", None),  # a line that cannot be read: skipped
         (b'{"history": ' + b"[" * 100_000, "not JSON"),
         (b'{"history": [{"role": "assistant", "tool_calls": 5}]}', "tool_calls must be a list"),

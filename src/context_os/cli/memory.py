@@ -137,7 +137,10 @@ def trust_cmd(workspace: Path, as_json: bool) -> None:
 @json_option
 @fails_cleanly
 def untrust_cmd(workspace: Path, as_json: bool) -> None:
-    """Stop trusting a workspace listed as trusted (one deleted since too)."""
+    """Stop trusting a workspace, even one deleted.
+
+    A workspace listed as trusted is taken off the list whether or not its directory still
+    exists: a clone made at its path later is not trusted with it."""
     # not through MemoryScopes, which refuses a directory that is gone: a workspace deleted since
     # stayed trusted, and a clone made at its path later was trusted with it
     removed = untrust_workspace(workspace)
