@@ -473,6 +473,32 @@ def test_a_peer_that_answered_with_what_is_refused_is_not_asked_again(
     assert failed["meta"]["status"] == "failed"
 
 
+def test_an_answer_naming_another_request_is_refused(store: Store, agents: AgentFactory, uid: str) -> None:
+    """The sender filed a request and its answer under the id the answer named: a peer answering
+    with an earlier request's id mixed two exchanges under one id."""
+    from libp2p.custom_types import TProtocol
+    from libp2p.io.msgio import VarIntLengthMsgReadWriter
+
+    alice = agents("alice")
+    with MeshNode(MeshConfig(f"bob-{uid}")) as bob:
+
+        async def answer_another(stream: Any) -> None:
+            rw = VarIntLengthMsgReadWriter(stream, max_msg_size=wire.MAX_MESSAGE_BYTES)
+            wire.decode_request(await rw.read_msg())
+            other = wire.AgentResponse(
+                request_id="an-earlier-one", from_agent="bob", from_peer=bob.peer_id, timestamp=1, message="forged"
+            )
+            await rw.write_msg(wire.encode(other))
+            await stream.close()
+
+        bob._host.set_stream_handler(TProtocol(wire.PROTOCOL), answer_another)
+        alice.node.connect(bob.addrs[0])
+        with pytest.raises(MeshError, match="answered another request"):
+            alice.send(bob.peer_id, "what is the status?")
+    [failed] = messages_of(store, alice)
+    assert failed["meta"]["status"] == "failed" and failed["meta"]["request_id"] != "an-earlier-one"
+
+
 def test_a_request_nobody_answers_times_out_and_a_full_queue_refuses(store: Store, agents: AgentFactory) -> None:
     a = agents("alice")
     b = agents("bob", answer_timeout=1.0, max_queue=1)

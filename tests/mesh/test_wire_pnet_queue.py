@@ -254,6 +254,16 @@ def test_next_waits_for_a_request_from_another_thread_and_close_answers_what_wai
     assert waiting.future.result() == ("[error] shutting down", True)
 
 
+def test_a_request_put_after_the_queue_closed_is_answered_at_once() -> None:
+    """A peer's request that came while the agent closed was queued in a queue nothing took from
+    any more: never answered, ``queued`` in the store for good."""
+    q = RequestQueue()
+    q.close("the agent stopped")
+    late = pending(0)
+    assert not q.put(late)
+    assert late.future.result() == ("[error] the agent stopped", True)
+
+
 def test_a_cancel_set_just_before_the_wait_still_ends_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGTERM on stdio: the handler runs in the waiting thread itself, sets ``cancel`` and wakes
     the queue. Landing after ``next`` looked at ``cancel`` and before it waits, the wake-up found

@@ -372,7 +372,7 @@ class MeshAgent:
             kind="request",
             peer=peer,
             peer_name=peer_name,
-            request_id=resp.request_id,
+            request_id=rid,
             sent_at=sent_at,
             status="answered",
         )
@@ -382,7 +382,7 @@ class MeshAgent:
             kind="reply",
             peer=peer,
             peer_name=peer_name,
-            request_id=resp.request_id,
+            request_id=rid,
             in_reply_to=request["id"],
             sent_at=resp.timestamp,
             error=resp.error or None,
@@ -393,7 +393,7 @@ class MeshAgent:
         return {
             "peerId": peer,
             "agentName": peer_name,
-            "requestId": resp.request_id,
+            "requestId": rid,
             "response": resp.message,
             "error": resp.error,
             "objects": [request["id"], reply["id"]],

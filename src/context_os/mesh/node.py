@@ -765,6 +765,10 @@ class MeshNode:
         if resp.from_peer != str(pid):
             self._reject(str(pid), f"response claims to come from {resp.from_peer}")
             raise MeshError(f"mesh: {pid} answered in the name of another peer ({resp.from_peer})")
+        if resp.request_id is not None and resp.request_id != req.request_id:
+            # (the sender files the exchange under its request's id: another would mix two)
+            self._reject(str(pid), f"response names request {resp.request_id}, not {req.request_id}")
+            raise MeshError(f"mesh: {pid} answered another request ({resp.request_id}, not {req.request_id})")
         self._note(str(pid), agent_name=resp.from_agent)
         return resp
 

@@ -149,6 +149,7 @@ class RequestQueue:
         """When each peer was last handed a request (a turn number): the one served longest ago
         goes first."""
         self.counts = {"queued": 0, "answered": 0, "timed_out": 0, "given_up": 0, "refused": 0}
+        self._closed_why: str | None = None
 
     def __len__(self) -> int:
         with self._cond:
@@ -160,6 +161,9 @@ class RequestQueue:
         unless a peer holds at least two more of them than ``req``'s: its newest is refused."""
         full = (f"[queue-full] {self.max_size} requests are waiting; try again later", True)
         with self._cond:
+            if self._closed_why is not None:  # (a request that came while the agent closed)
+                req.future.set_result((f"[error] {self._closed_why}", True))
+                return False
             self._drop_expired()
             if len(self._items) >= self.max_size:
                 self.counts["refused"] += 1
@@ -266,8 +270,10 @@ class RequestQueue:
                 self._cond.wait(left)
 
     def close(self, why: str = "the agent stopped") -> None:
-        """Answer every waiting request (and the active one) with an error."""
+        """Answer every waiting request (and the active one) with an error, and every one put
+        after (it waited for good, ``queued`` in the store: nothing takes it any more)."""
         with self._cond:
+            self._closed_why = why
             for req in [*self._items, *([self._active] if self._active else [])]:
                 with contextlib.suppress(concurrent.futures.InvalidStateError):
                     req.future.set_result((f"[error] {why}", True))
