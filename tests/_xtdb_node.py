@@ -229,6 +229,10 @@ def _script_node() -> Iterator[str]:
         proc.kill()
         _stop(port)  # the node may be up, detached from the script we gave up on
         raise NodeUnavailable(f"{START} --port {port} did not finish within {e.timeout:g} s") from e
+    except BaseException:  # a run stopped (SIGTERM, Ctrl-C) while the node started: stopped too
+        proc.kill()
+        _stop(port)
+        raise
     finally:
         relay_thread.join(timeout=5)
     assert proc.stdout is not None

@@ -36,9 +36,12 @@ def test_sigterm_ends_a_run_as_ctrl_c_does_tearing_its_fixtures_down(tmp_path: P
 
             @pytest.fixture(scope="session")
             def server():
-                (HERE / f"started-{WORKER}").touch()
-                yield
-                (HERE / f"stopped-{WORKER}").touch()  # where a fixture stops its XTDB node
+                # as a fixture that starts a node stops it: interrupted before its yield too
+                try:
+                    (HERE / f"started-{WORKER}").touch()
+                    yield
+                finally:
+                    (HERE / f"stopped-{WORKER}").touch()  # where a fixture stops its XTDB node
 
 
             def test_long(server):
