@@ -36,7 +36,7 @@ from ..errors import (
     StoreError,
     StoreUnavailable,
 )
-from ..store import Store, default_store_url, mask_url, open_store
+from ..store import Store, mask_url, open_store, sqlite_location
 from ._errors import CheckOutage, DamageThenOutage, LibraryError, error_document, json_text
 from ._errors import one_line as one_line  # (… and a table cell's, or one row's)
 from ._errors import printable as printable  # (every command's way to print a session's text)
@@ -249,20 +249,14 @@ def _refuse_upgrade(ctx: click.Context, url: str | None) -> None:
     never upgrades: opening it says what to do."""
     from ..store.sqlite import SqliteStore
 
-    url = url or default_store_url()
-    if url.startswith("sqlite://"):
-        path, _, query = url.removeprefix("sqlite://").partition("?")
-        if "mode=ro" in query.split("&") or not path.startswith("/"):
-            return  # read-only never upgrades (opening it says how); a relative path, open_store refuses
-        file = "/" + path.lstrip("/")
-    elif "://" in url:
-        return  # another store (XTDB: its schema is the node's)
-    else:
-        file = os.path.expanduser(url)
+    location = sqlite_location(url)
+    if location is None or location[1] == "ro":
+        return  # an XTDB node's schema is the node's; read-only never upgrades (opening it says how)
+    file = str(location[0])
     pending = SqliteStore.upgrades(file)
     if pending:
         raise StoreError(
-            f"the store {mask_url(url)} was written by an older context_os and needs its schema upgraded"
+            f"the store {mask_url(url or file)} was written by an older context_os and needs its schema upgraded"
             f" ({', '.join(pending)}), which `{ctx.command_path}` does not do: it only reads. `ctxos index"
             " status`, or any command that writes (replay, serve, recall, objects evict…), upgrades it;"
             " older releases of context_os refuse the file from then on"

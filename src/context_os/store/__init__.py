@@ -49,6 +49,7 @@ __all__ = [
     "node_key",
     "now_ms",
     "open_store",
+    "sqlite_location",
 ]
 
 
@@ -213,6 +214,32 @@ def _open_xtdb(url: str) -> Store:
     return OutboxStore(store, default_outbox_path(base), earlier=_earlier_outbox_paths(base))
 
 
+def sqlite_location(url: str | None = None) -> tuple[Path, str] | None:
+    """The SQLite file ``url`` names (default: ``default_store_url()``'s, ``CTXOS_STORE`` first)
+    and its mode (``ro``, ``rw``, ``rwc``); None for an XTDB node. ``ConfigError`` for a URL no
+    store is at."""
+    if url is not None and not url.strip():  # `--store ''`: a mistake, not a wish for the default
+        raise ConfigError("the store URL is empty: give sqlite:///abs/path.db, a path, or xtdb+http://host:port")
+    url = url or _env_url()
+    if url and (url.startswith("xtdb+http://") or url.startswith("xtdb+https://")):
+        return None
+    if not url:
+        # the file itself, not its URL: a "?" in the user data dir's path would start a query
+        return (data_dir() / "store.db").absolute(), "rwc"
+    if url.startswith("sqlite://"):
+        # the path is taken as written up to a "?" (no percent-decoding)
+        path, _, query = url.removeprefix("sqlite://").partition("?")
+        if not path.startswith("/"):
+            raise ConfigError(f"sqlite store URL needs an absolute path (sqlite:///abs/path.db), got {mask_url(url)!r}")
+        path = "/" + path.lstrip("/")  # sqlite:////abs/path.db, as SQLAlchemy writes it, is the same file
+        return Path(path), _options(url, query, {"mode": ("ro", "rw", "rwc")}).get("mode", "rwc")
+    if "://" in url:
+        raise ConfigError(
+            f"unknown store URL {mask_url(url)!r}: use sqlite:///path/to/store.db or xtdb+http://127.0.0.1:3000"
+        )
+    return Path(url).expanduser().resolve(), "rwc"
+
+
 def open_store(url: str | None = None, *, create: bool = True) -> Store:
     """Open the store at ``url`` (default: ``default_store_url()``).
 
@@ -220,26 +247,10 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     never created, nor its directory; an XTDB node is always there to be asked). Whether opening
     created the store says ``Store.created``.
     """
-    if url is not None and not url.strip():  # `--store ''`: a mistake, not a wish for the default
-        raise ConfigError("the store URL is empty: give sqlite:///abs/path.db, a path, or xtdb+http://host:port")
-    url = url or _env_url()
-    if url and (url.startswith("xtdb+http://") or url.startswith("xtdb+https://")):
-        return _open_xtdb(url)
+    location = sqlite_location(url)
+    if location is None:
+        return _open_xtdb(url or _env_url() or "")
     from .sqlite import SqliteStore
 
-    if not url:
-        # the file itself, not its URL: a "?" in the user data dir's path would start a query
-        return SqliteStore((data_dir() / "store.db").absolute(), create=create)
-    if url.startswith("sqlite://"):
-        # the path is taken as written up to a "?" (no percent-decoding)
-        path, _, query = url.removeprefix("sqlite://").partition("?")
-        if not path.startswith("/"):
-            raise ConfigError(f"sqlite store URL needs an absolute path (sqlite:///abs/path.db), got {mask_url(url)!r}")
-        path = "/" + path.lstrip("/")  # sqlite:////abs/path.db, as SQLAlchemy writes it, is the same file
-        mode = _options(url, query, {"mode": ("ro", "rw", "rwc")}).get("mode", "rwc")
-        return SqliteStore(Path(path), create=create and mode == "rwc", read_only=mode == "ro")
-    if "://" in url:
-        raise ConfigError(
-            f"unknown store URL {mask_url(url)!r}: use sqlite:///path/to/store.db or xtdb+http://127.0.0.1:3000"
-        )
-    return SqliteStore(Path(url).expanduser().resolve(), create=create)
+    path, mode = location
+    return SqliteStore(path, create=create and mode == "rwc", read_only=mode == "ro")
