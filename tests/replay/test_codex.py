@@ -563,6 +563,49 @@ def test_a_shell_patch_is_found_in_each_form_codex_runs(arguments: dict[str, Any
     assert (None if patch is None else [f.path for f in patch.files]) == paths
 
 
+def test_a_shell_patch_s_paths_are_under_the_call_s_workdir(db, tmp_path: Path) -> None:
+    """Codex applies a shell call's patch in the call's ``workdir`` (joined with a ``cd DIR``'s,
+    which alone was): a patch of ``app.py`` run in ``sub`` changed ``app.py`` at the root, and
+    ``sub/app.py`` stayed shown at its old text."""
+
+    def in_sub(call_id: str, command: Any) -> dict[str, Any]:
+        arguments = json.dumps({"command": command, "workdir": "/work/app/sub"})
+        return item({"type": "function_call", "name": "shell", "arguments": arguments, "call_id": call_id})
+
+    hey = "*** Begin Patch\n*** Update File: app.py\n@@\n-    return 'hello'\n+    return 'hey'\n*** End Patch"
+    rows = session_start("cx-wd", "say hello") + [
+        shell("s1", "cat sub/app.py"),
+        ran("s1", "def greet():\n    return 'hi'\n"),
+        in_sub("s2", ["bash", "-lc", f"apply_patch <<'EOF'\n{UPDATE}\nEOF"]),
+        ran("s2", "Success. Updated the following files:\nM app.py\n"),
+        in_sub("s3", ["apply_patch", hey]),
+        ran("s3", "Success. Updated the following files:\nM app.py\n"),
+        message("assistant", "Said hey."),
+    ]
+    session, r = _replayed(db, _jsonl(tmp_path / "r.jsonl", rows))
+    assert r.orphaned_tool_results == 0 and r.frames_verified == r.turns
+    (f,) = [o for o in session.view.objects.values() if o.kind == "file"]
+    assert (f.meta["path"], f.content) == ("sub/app.py", "def greet():\n    return 'hey'")
+    assert r.file_versions == 3
+
+
+@pytest.mark.parametrize(
+    ("arguments", "paths"),
+    [
+        ({"command": ["bash", "-lc", f"apply_patch <<'EOF'\n{UPDATE}\nEOF"], "workdir": "/w/sub"}, ["/w/sub/app.py"]),
+        ({"command": ["applypatch", UPDATE], "workdir": "/w/sub"}, ["/w/sub/app.py"]),
+        ({"command": f"cd ../lib && apply_patch <<'EOF'\n{UPDATE}\nEOF", "workdir": "/w/sub"}, ["/w/lib/app.py"]),
+        ({"command": ["apply_patch", ADD.replace("app.py", "/x/new.py")], "workdir": "/w"}, ["/x/new.py"]),
+        ({"command": ["apply_patch", UPDATE], "workdir": "."}, ["app.py"]),
+        ({"command": ["apply_patch", UPDATE]}, ["app.py"]),  # no workdir: the session's directory
+    ],
+)  # fmt: skip
+def test_a_shell_patch_is_applied_in_the_call_s_workdir(arguments: dict[str, Any], paths: list[str]) -> None:
+    text = call_patch(arguments)
+    patch = parse_patch(text) if text is not None else None
+    assert patch is not None and [f.path for f in patch.files] == paths
+
+
 def test_a_patch_is_read_hunk_by_hunk_with_its_context() -> None:
     text = (
         "*** Begin Patch\n*** Update File: a.py\n@@ def f():\n a = 1\n-b = 2\n+b = 3\n\n c = 4\n"

@@ -344,9 +344,9 @@ def is_operation(arguments: Mapping[str, Any]) -> bool:
 
 def call_patch(arguments: Any) -> str | None:
     """The patch of an ``apply_patch`` call (freeform: the input itself; a function call:
-    ``input``; a shell call: ``apply_patch <<'EOF' ... EOF``, maybe after ``cd DIR &&`` (its paths
-    are then given under DIR, joined to the call's directory), or ``["apply_patch", patch]``; also
-    spelt ``applypatch``; the
+    ``input``; a shell call: ``apply_patch <<'EOF' ... EOF``, maybe after ``cd DIR &&``, or
+    ``["apply_patch", patch]``, also spelt ``applypatch``, its relative paths given joined to the
+    call's ``workdir`` and DIR, where Codex applies it; the
     Responses API's built-in tool: its ``operation``, one file's V4A diff, as the patch of that
     one file)."""
     if isinstance(arguments, str) and arguments.lstrip().startswith("*** Begin Patch"):
@@ -363,21 +363,26 @@ def call_patch(arguments: Any) -> str | None:
             body = diff.strip("\n")
             hunks = [body] if body else []  # inner empty lines stay: context lines of empty lines
             return "\n".join(["*** Begin Patch", f"*** {header} File: {args['path']}", *hunks, "*** End Patch"])
-    command = args.get("command", args.get("cmd"))
-    if isinstance(command, list) and len(command) == 2 and command[0] in _PATCH_COMMANDS:
-        return command[1] if isinstance(command[1], str) else None
     got = shell_script(args)
     if got is None:
         return None
-    m = _HEREDOC.match(got[0].strip())
+    script, workdir = got
+    command = args.get("command", args.get("cmd"))
+    if isinstance(command, list) and len(command) == 2 and command[0] in _PATCH_COMMANDS:
+        return _under(workdir, command[1]) if isinstance(command[1], str) else None
+    m = _HEREDOC.match(script.strip())
     if m is None:
         return None
     directory = m.group("quoted") or m.group("dquoted") or m.group("word")
-    if not directory:
-        return m.group("body")
-    # Codex applies it in the call's directory joined with the cd's: its paths are under that
-    under = _joined(got[1], directory)
-    return _PATCH_PATH.sub(lambda p: f"{p[1]}{_joined(under, p[2].strip())}{p[3]}", m.group("body"))
+    # Codex applies it in the call's directory, joined with the cd's if any: its paths are under that
+    return _under(_joined(workdir, directory) if directory else workdir, m.group("body"))
+
+
+def _under(directory: str | None, patch: str) -> str:
+    """``patch`` with its relative paths joined to ``directory``, where it is applied."""
+    if directory is None:
+        return patch
+    return _PATCH_PATH.sub(lambda p: f"{p[1]}{_joined(directory, p[2].strip())}{p[3]}", patch)
 
 
 def parse_patch(text: str) -> Patch | None:
