@@ -351,6 +351,35 @@ def test_a_file_read_that_changes_on_disk_gets_a_new_version_by_itself(tmp_path:
         untracked.close()
 
 
+def test_a_read_while_another_process_holds_the_store_gives_the_text_not_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read while the store is locked past its busy timeout was an MCP protocol error
+    (``'id'``: the file tools' result of a read that could not be recorded has no object id)."""
+    import sqlite3
+
+    monkeypatch.setattr(SqliteStore, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(SqliteStore, "FLUSH_WAIT_S", 0.2)
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    (ws / "new.txt").write_text("fresh text\n")
+    with SqliteStore(tmp_path / "s.db") as store:
+        app = ContextOsMcp(store, session="s", workspace=ws, track=False)
+        other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")  # another process writes meanwhile
+        try:
+            out, err = app.call("read", {"path": "new.txt"})
+        finally:
+            other.execute("COMMIT")
+            other.close()
+        got = json.loads(out)
+        assert not err and got["recorded"] is False and got["text"] == "fresh text\n"
+        assert "content" not in got and got["note"].startswith("not recorded:")
+        again = json.loads(app.call("read", {"path": "new.txt"})[0])  # the store answers again
+        assert again["id"].startswith("file:") and again["text"] == "fresh text\n"
+        app.close()
+
+
 def test_what_activate_cuts_from_a_long_text_lines_shows(tmp_path: Path) -> None:
     from context_os.objects import SourceDoc
 

@@ -178,8 +178,12 @@ class ContextOsMcp:
     def read(self, path: str) -> dict[str, Any]:
         assert self.files is not None
         out = self.files.read(path)
-        doc = self.store.doc(out["id"])
-        text, note = _cut(_text_of(doc.get("content") if doc else None))
+        if "id" in out:
+            doc = self.store.doc(out["id"])
+            content = doc.get("content") if doc else None
+        else:  # the store out of reach: no object, the text is the result's own (``recorded: false``)
+            content = out.pop("content", None)
+        text, note = _cut(_text_of(content))
         out["text"] = text
         if note:
             out["cut"] = note
