@@ -863,6 +863,56 @@ def test_the_default_broadcast_rate_limit_drops_a_flood(store: Store, agents: Ag
     assert 0 < seen[-1] < 1000  # a flooding peer cannot fill bob's store
 
 
+def test_a_frozen_peer_loses_its_own_copies_of_broadcasts_and_holds_up_no_other(tmp_path: Path, uid: str) -> None:
+    # a publish waited until every peer's outbound queue had room: one peer whose process was
+    # stopped (SIGSTOP) never took from its queue, and every broadcast, to every peer, waited
+    # the 10 s of its deadline and failed
+    store = SqliteStore(tmp_path / "store.db")
+    alice = MeshAgent(store, MeshConfig(f"alice-{uid}")).start()
+    carol = MeshAgent(store, MeshConfig(f"carol-{uid}")).start()
+    ready, heard = tmp_path / "addr", tmp_path / "heard"
+    script = textwrap.dedent(
+        f"""
+        import os, time
+        from context_os.mesh.node import MeshConfig, MeshNode
+        def heard(peer, b):
+            with open({str(heard)!r}, "a") as f:
+                f.write(b.message[:12] + "\\n")
+        node = MeshNode(MeshConfig("bob-{uid}"), on_broadcast=heard).start()
+        open({str(ready)!r} + ".tmp", "w").write(node.addrs[0])
+        os.rename({str(ready)!r} + ".tmp", {str(ready)!r})
+        time.sleep(120)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        link(alice, carol)
+        addr = wait_for(lambda: ready.exists() and ready.read_text(), "bob to listen", timeout=30)
+        bob = alice.node.connect(addr)
+        wait_for(lambda: bob in alice.node.topic_peers(), "bob in alice's topic mesh")
+        os.kill(proc.pid, signal.SIGSTOP)
+        began = time.monotonic()
+        for i in range(80):  # 20 KB each: bob's queue and its connection's window fill long before
+            alice.broadcast(f"frozen {i:03d} " + "y" * 20_000, "event")
+        took = time.monotonic() - began
+        wait_for(lambda: len(carol.messages()) == 80, "carol to get every broadcast", timeout=60)
+        assert alice.node.counts["dropped_out"] > 0  # bob's copies, and only his
+        assert took < 30  # (it waited 10 s for each broadcast past the first 40-odd, then failed)
+        os.kill(proc.pid, signal.SIGCONT)  # bob is back: he is given broadcasts again
+
+        def bob_hears() -> bool:
+            alice.broadcast("thawed", "event")
+            return heard.exists() and "thawed" in heard.read_text()
+
+        wait_for(bob_hears, "bob to hear a broadcast again", timeout=30)
+    finally:
+        proc.kill()
+        proc.wait(10)
+        alice.close()
+        carol.close()
+        store.close()
+
+
 def test_a_restarted_peer_is_heard_at_once(store: Store, agents: AgentFactory, uid: str) -> None:
     # message ids used to restart from the time in seconds: a second run within the same second
     # repeated ids its peers had seen, and its broadcasts were dropped as duplicates

@@ -28,7 +28,8 @@ What 0.8.1 needs set differently, and why (measured; docs/mesh.md):
   subscription drops what comes past 32 waiting (a burst from one connection): 1,000; its message
   counter starts at the time in seconds, so a node restarted with the same identity within a
   second repeats ids its peers drop as seen: nanoseconds; a publish only queues the message for
-  each peer and drops it past 32 queued, so a broadcast waits for room and ``close`` lets the
+  each peer and drops it past 32 queued, so a broadcast waits for room (not for a peer whose
+  queue stays full for ``QUEUE_STALL_SECONDS``: its copy is dropped) and ``close`` lets the
   queues drain first;
 * its mDNS registration blocks the network thread while zeroconf probes (1.5 s and more):
   made on a worker thread (``_run_mdns``);
@@ -94,6 +95,11 @@ tries again after half a second, under the same id)."""
 LIMIT_LOG_SECONDS = 10.0
 """A peer held to the request limits is logged once in this many seconds (a flood, not a line
 for each stream refused)."""
+QUEUE_STALL_SECONDS = 2.0
+"""A peer whose outbound queue stays full this long while a broadcast waits for room (it takes
+nothing: its process frozen, its link dead) is waited for no more: its copy of each broadcast
+is dropped (``counts["dropped_out"]``) until its queue has room again. (Every broadcast waited
+for it, and failed at its deadline, for every peer.)"""
 
 Reply = tuple[str, bool]
 """What answers a request: the text, and whether it is an error."""
@@ -277,9 +283,12 @@ class MeshNode:
             "broadcasts_out": 0,
             "rejected": 0,
             "dropped": 0,
+            "dropped_out": 0,
             "limited": 0,
         }
-        """What passed through the node (``rejected``: malformed or spoofed input; ``limited``:
+        """What passed through the node (``rejected``: malformed or spoofed input; ``dropped``:
+        broadcasts that came past ``INBOX_SIZE`` waiting; ``dropped_out``: copies of this node's
+        broadcasts not given to a peer that takes nothing, ``QUEUE_STALL_SECONDS``; ``limited``:
         requests refused unread, past a peer's ``request_rate`` or ``open_requests``)."""
         self._open_in: dict[str, int] = {}
         """Inbound requests open now, by peer (read and written on the network thread only)."""
@@ -288,6 +297,9 @@ class MeshNode:
         self._recent_in: dict[str, collections.deque[float]] = {}
         """When each peer's admitted requests came within the last second (network thread)."""
         self._limit_logged: dict[str, float] = {}
+        self._stalled: dict[Any, int] = {}
+        """Peers whose outbound queue stayed full (``QUEUE_STALL_SECONDS``), each with how many
+        broadcasts it was not given since (network thread)."""
         self._waiting: dict[concurrent.futures.Future[Reply], int] = {}
         """How many streams wait for each answer (a request asked again waits on the first's)
         (network thread)."""
@@ -787,13 +799,37 @@ class MeshNode:
 
     async def _publish(self, body: bytes) -> None:
         """Publish once every peer's outbound queue has room: py-libp2p drops what comes past 32
-        queued for a peer (a burst on a busy machine lost broadcasts); here a burst waits."""
+        queued for a peer (a burst on a busy machine lost broadcasts); here a burst waits. Not
+        for a peer whose queue stays full (``QUEUE_STALL_SECONDS``): that peer alone loses its
+        copy, counted, and is not waited for again until its queue has room."""
         import trio
         from libp2p.pubsub.rpc_queue import OutBoundQueueSize
 
-        while any(len(q) >= OutBoundQueueSize for q in self._pubsub.peer_queues.values()):
+        queues = self._pubsub.peer_queues
+        for peer in list(self._stalled):  # one that took something since is waited for again
+            if peer not in queues or len(queues[peer]) < OutBoundQueueSize:
+                log.info("mesh: %s takes broadcasts again (%d not given to it)", peer, self._stalled.pop(peer))
+        stall = min(QUEUE_STALL_SECONDS, self.config.call_timeout / 2)
+        full_since: dict[Any, float] = {}
+        while True:
+            now = trio.current_time()
+            full = {p for p, q in queues.items() if len(q) >= OutBoundQueueSize and p not in self._stalled}
+            full_since = {p: full_since.get(p, now) for p in full}
+            for peer in [p for p in full if now - full_since[p] >= stall]:
+                log.warning("mesh: %s took no broadcast for %g s: its copies are dropped until it does", peer, stall)
+                self._stalled[peer] = 0
+                full.discard(peer)
+            if not full:
+                break
             await trio.sleep(0.001)
+        subscribed = self._pubsub.peer_topics.get(self.config.topic, set())
+        skipped = [p for p in self._stalled if p in subscribed and len(queues.get(p, ())) >= OutBoundQueueSize]
         await self._pubsub.publish(self.config.topic, body)
+        for peer in skipped:  # (py-libp2p drops what a full queue is given)
+            self._stalled[peer] += 1
+        if skipped:
+            with self._lock:
+                self.counts["dropped_out"] += len(skipped)
 
     # --- what peers send -------------------------------------------------------------------------
 
