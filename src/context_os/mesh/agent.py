@@ -274,14 +274,37 @@ class MeshAgent:
 
     # --- outgoing --------------------------------------------------------------------------------
 
-    def _dial_announced(self, peer: str, timeout: float) -> str:
-        """``peer``'s id, dialled at the addresses the local registry gives it when the node has
-        no connection to it (without mDNS, or after it came back on another port); ``peer`` as
-        it is when the registry does not list it (the request then says what went wrong)."""
-        if self.local_registry is None or peer in self.node.connected():
-            return peer
-        entry = registry.find(self.local_registry, peer)
-        if entry is None or entry.peer_id == self.peer_id:
+    def _resolve(self, who: str) -> tuple[str, registry.LocalPeer | None]:
+        """The peer id ``who`` names, and its entry in the local registry (None: not there), in
+        one order for every tool: a peer id the node knows; else the local registry (its peer
+        ids, then its agent names: agents of this user on this machine, authoritative); else the
+        one peer that calls itself ``who`` (a connected one before one gone); else ``who`` as it
+        is. ``MeshError`` when several agents or peers have the name (it names them). (A LAN
+        peer calling itself a registered agent's name took that name in the memory tools.)"""
+        if self.node.peer(who) is not None:
+            if self.local_registry is None or who in self.node.connected():
+                return who, None
+            entry = registry.find(self.local_registry, who)
+            return who, entry if entry is not None and entry.peer_id == who else None
+        if self.local_registry is not None and (entry := registry.find(self.local_registry, who)) is not None:
+            return entry.peer_id, entry
+        named = [p for p in self.node.peers() if p.agent_name == who]
+        named = [p for p in named if p.status == "connected"] or named
+        if len(named) > 1:
+            which = ", ".join(p.id for p in named)
+            raise MeshError(f"mesh: {len(named)} peers are named {who!r}: {which}; give a peer id instead")
+        return (named[0].id if named else who), None
+
+    def peer_id_of(self, who: str) -> str:
+        """The peer id ``who`` names (``_resolve``: ``send`` takes names the same way)."""
+        return self._resolve(who)[0]
+
+    def _dial_announced(self, who: str, timeout: float) -> str:
+        """The peer id ``who`` names (``_resolve``), dialled at the addresses the local registry
+        gives it when the node has no connection to it (without mDNS, or after it came back on
+        another port)."""
+        peer, entry = self._resolve(who)
+        if entry is None or entry.peer_id == self.peer_id or peer in self.node.connected():
             return peer
         for addr in entry.dial_addrs:
             try:
@@ -289,25 +312,7 @@ class MeshAgent:
                 break
             except MeshError as e:  # the next address, or the request's own error
                 log.info("mesh: %s (%s) announced at %s, not reachable: %s", entry.agent_name, peer, addr, e)
-        return entry.peer_id
-
-    def peer_id_of(self, who: str) -> str:
-        """The peer id ``who`` names: ``who`` itself when the node knows it as a peer id, else
-        the one peer the node knows by that agent name (a connected one before one gone), else
-        the local registry's; ``who`` as it is when nothing names it. ``MeshError`` when several
-        peers have the name (it names them)."""
-        if self.node.peer(who) is not None:
-            return who
-        named = [p for p in self.node.peers() if p.agent_name == who]
-        named = [p for p in named if p.status == "connected"] or named
-        if len(named) > 1:
-            which = ", ".join(p.id for p in named)
-            raise MeshError(f"mesh: {len(named)} peers are named {who!r}: {which}; give a peer id instead")
-        if named:
-            return named[0].id
-        if self.local_registry is not None and (entry := registry.find(self.local_registry, who)) is not None:
-            return entry.peer_id
-        return who
+        return peer
 
     def send(
         self, peer: str, message: str, *, auto_reply: bool = False, timeout: float | None = None
