@@ -743,6 +743,48 @@ def test_sqlite_a_damaged_index_is_dropped_by_the_write_that_finds_it_and_the_wr
     assert secret.encode() not in data
 
 
+@pytest.mark.xtdb
+@pytest.mark.parametrize("open_again", [False, True])
+def test_xtdb_a_damaged_sidecar_index_is_dropped_by_the_write_that_finds_it_and_the_write_commits(
+    xtdb_url: str, tmp_path: Path, uid: str, open_again: bool
+) -> None:
+    """The same for the sidecar index an XTDB store keeps: before 2026-12-02 an eviction the node
+    took failed on this machine (the sidecar could not drop the text, which stayed in its file),
+    and every batch of held-back texts failed to go in, the index lagging for good."""
+    from context_os.store.xtdb import XtdbStore
+
+    path = tmp_path / "idx.db"
+    secret = "sk" + uid * 2
+    leak = f"memory:{uid}:leak"
+    with XtdbStore(xtdb_url, text_index_path=path) as s:
+        s.put(obj(leak, "memory", f"the key is {secret}"), T0)
+        s.put(obj(f"memory:{uid}:keep", "memory", f"a quick note {uid}"), T0)
+        assert found(mine(s.text_search(f"quick {uid}"), uid)) == [(f"memory:{uid}:keep", "")]  # in the FTS5 table
+        if not open_again:
+            damage_fts(path)
+            assert s.submit([Evict(leak)]).committed
+    if open_again:
+        damage_fts(path)
+    with XtdbStore(xtdb_url, text_index_path=path) as s:
+        if open_again:
+            assert s.submit([Evict(leak)]).committed
+        texts = [f"quick text {uid} {n}" for n in range(text_index.FTS_BATCH)]  # a batch of parts to move in
+        assert s.submit([Put(page(uid, 0, *texts), T0)]).committed
+        status = s.index_status()
+        assert (status["state"], status["search"]) == ("corrupt", "scan")
+        assert "a write found it damaged and dropped it" in status["problem"]
+        assert len(mine(s.text_search(f"quick {uid}", k=2000), uid)) == text_index.FTS_BATCH + 1  # scanned
+        assert s.text_search(secret) == []
+    with XtdbStore(xtdb_url, text_index_path=path) as s:
+        assert s.index_status()["state"] == "corrupt"  # until rebuilt
+        s.rebuild_index()
+        status = s.index_status()
+        assert (status["state"], status["search"], status.get("problem")) == ("ok", "index", None)
+        assert len(mine(s.text_search(f"quick {uid}", k=2000), uid)) == text_index.FTS_BATCH + 1
+    data = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("idx.db"))
+    assert secret.encode() not in data
+
+
 def test_sqlite_index_status_while_another_process_writes_is_not_damage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

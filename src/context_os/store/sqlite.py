@@ -837,19 +837,11 @@ class SqliteStore(Store):
         check_after_evict(ops)
 
         with self._connection("submit") as conn:
-            try:
-                writer, tx_id, tx_time, committed = self._write(conn, ops, prepared, expected)
-            except text_index.IndexDamaged as e:
-                # the damaged index ended the transaction (SQLite rolls some damage back whole):
-                # it is dropped in a transaction of its own, and the write is made again without it
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    text_index.drop_damaged(conn, e.__cause__ or e)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    _rollback(conn)
-                    raise
-                writer, tx_id, tx_time, committed = self._write(conn, ops, prepared, expected)
+            # a damaged index that ended the transaction (SQLite rolls some damage back whole) is
+            # dropped in a transaction of its own, and the write made again without it
+            writer, tx_id, tx_time, committed = text_index.write_past_damage(
+                conn, lambda: self._write(conn, ops, prepared, expected)
+            )
             self._own.learn(writer, tx_id, bool(committed))
             self._check_wal()
             self._last_tx_time = max(self._last_tx_time, tx_time)
@@ -1259,13 +1251,9 @@ class SqliteStore(Store):
         checked = False
         with self._connection("index status") as conn:
             latest = conn.execute("SELECT max(id) FROM txs").fetchone()[0]
-            state = text_index.index_state(conn)
-            problem = None
+            state, problem = text_index.state_and_damage(conn)
             counts = {"parts": 0, "documents": 0, "last_seq": 0}
-            if state == "missing" and (damage := text_index.dropped_damaged(conn)) is not None:
-                state = "corrupt"
-                problem = f"{damage} (a write found it damaged and dropped it)"
-            elif state != "missing":
+            if problem is None and state != "missing":
                 try:
                     counts = text_index.index_counts(conn)
                     if not self.read_only:  # (a read-only store cannot run FTS5's check)

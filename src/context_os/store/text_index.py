@@ -84,11 +84,13 @@ __all__ = [
     "drop_damaged",
     "drop_tables",
     "dropped_damaged",
+    "state_and_damage",
     "FTS_BATCH",
     "flush_fts",
     "flush_held",
     "fts_step",
     "fts_pending",
+    "write_past_damage",
     "fts_problem",
     "index_counts",
     "index_high_water",
@@ -349,8 +351,8 @@ def fts_step(conn: sqlite3.Connection, step: Callable[[], T]) -> T | None:
     to move in failed, and so did every eviction): the step is rolled back, the index dropped
     (``drop_damaged``) and the write goes on without it. When the step cannot be rolled back
     alone (SQLite ended the transaction, or the savepoint with a failed release), ``IndexDamaged``:
-    the caller rolls the write back, drops the index in a transaction of its own and makes the
-    write again."""
+    the caller rolls the write back, and ``write_past_damage`` drops the index in a transaction of
+    its own and makes the write again."""
     conn.execute("SAVEPOINT fts_step")
     try:
         done = step()
@@ -373,6 +375,26 @@ class IndexDamaged(StoreCorrupt):
     (``fts_step``)."""
 
 
+def write_past_damage(conn: sqlite3.Connection, write: Callable[[], T]) -> T:
+    """``write()``, a write transaction of its own on ``conn`` whose writes of ``text_fts`` are
+    ``fts_step``s (it rolls itself back on an error). When one found the index damaged and SQLite
+    ended the transaction (``IndexDamaged``), the index is dropped in a transaction of its own
+    and ``write()`` made again: it finds the index's tables gone and writes without them. Both
+    stores write so: the SQLite store's writes, the sidecar's."""
+    try:
+        return write()
+    except IndexDamaged as e:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            drop_damaged(conn, e.__cause__ or e)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:  # an I/O error may have ended it
+                conn.execute("ROLLBACK")
+            raise
+        return write()
+
+
 def drop_damaged(conn: sqlite3.Connection, error: BaseException) -> None:
     """Drop a damaged index in the caller's transaction: ``text_fts`` and ``text_parts``, every
     text it held (an evicted text must stay in neither, and the damaged table can no longer be
@@ -390,6 +412,15 @@ def dropped_damaged(conn: sqlite3.Connection) -> str | None:
     listed = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'text_meta'").fetchone()
     value = meta_value(conn, "damaged") if listed else None
     return None if value is None else str(value)
+
+
+def state_and_damage(conn: sqlite3.Connection) -> tuple[str, str | None]:
+    """(``index_state``, None), but (``corrupt``, what was found) for an index a write dropped
+    as damaged (``drop_damaged``): so it stays until ``rebuild_index`` makes it again."""
+    state = index_state(conn)
+    if state == "missing" and (damage := dropped_damaged(conn)) is not None:
+        return "corrupt", f"{damage} (a write found it damaged and dropped it)"
+    return state, None
 
 
 def _drop_damaged_fts(conn: sqlite3.Connection) -> None:
@@ -770,6 +801,9 @@ class SidecarIndex:
     * A search checks each candidate against the version in force (``Store.get`` at the pinned
       valid time and tx): the index may hold more than is in force, never shows it.
     * ``last_tx`` in ``text_meta``: the newest tx up to which every write is indexed.
+    * A write of the file that finds the FTS5 table damaged drops the index and goes on without
+      it (``write_past_damage``, as the SQLite store's writes): the status says ``corrupt`` and
+      why, searches scan, and ``rebuild`` makes it again.
     """
 
     VERIFY_WORKERS = 8
@@ -808,11 +842,12 @@ class SidecarIndex:
                     conn.execute(
                         "CREATE TABLE IF NOT EXISTS entities (eid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE)"
                     )
-                    if index_state(conn) == "missing":
+                    state = index_state(conn)
+                    if state == "missing" and dropped_damaged(conn) is None:  # (one dropped stays so: ``rebuild``)
                         drop_tables(conn)
                         create_tables(conn)
                         set_meta(conn, "last_tx", -1)
-                    elif meta_value(conn, "fts_seq") is None:  # written before parts were held back
+                    elif state != "missing" and meta_value(conn, "fts_seq") is None:  # before parts were held back
                         set_meta(conn, "fts_seq", fts_seq(conn))
                     if index_state(conn) == "ok":
                         index_high_water(conn)
@@ -838,18 +873,46 @@ class SidecarIndex:
                 conn.execute("ROLLBACK")
             raise
 
+    def _writing(self, write: Callable[[sqlite3.Connection, bool], T]) -> T:
+        """``write(conn, text)`` in a transaction of the file's own, ``text`` whether the index's
+        tables are there to write (not once a write dropped them as damaged: its writes of
+        ``text_fts`` are ``fts_step``s, made again without them if SQLite ended the transaction)."""
+
+        def once() -> T:
+            with self._write() as conn:
+                return write(conn, tables_present(conn))
+
+        return write_past_damage(self._db(), once)
+
     def _eid(self, conn: sqlite3.Connection, doc_id: str) -> int:
         conn.execute("INSERT OR IGNORE INTO entities (id) VALUES (?)", (doc_id,))
         eid: int = conn.execute("SELECT eid FROM entities WHERE id = ?", (doc_id,)).fetchone()[0]
         return eid
 
-    def _forget(self, conn: sqlite3.Connection, doc_id: str) -> bool:
+    def _forget(self, conn: sqlite3.Connection, doc_id: str, text: bool) -> int | None:
+        """Remove what the index holds of ``doc_id`` (evicted): how many parts; None if that found
+        the index damaged and dropped it, every text with it (``text``: whether it is there)."""
         row = conn.execute("SELECT eid FROM entities WHERE id = ?", (doc_id,)).fetchone()
         if row is None:
-            return False
-        removed = remove_entity(conn, row[0])
+            return 0
+        removed = fts_step(conn, lambda: remove_entity(conn, row[0])) if text else 0
         conn.execute("DELETE FROM entities WHERE eid = ?", (row[0],))
-        return removed > 0
+        return removed
+
+    def _purged(self, conn: sqlite3.Connection, text: bool, removed: bool) -> bool:
+        """After evictions (``_forget``): the FTS5 segments merged if a text was removed
+        (``purge``); whether the file is to be scrubbed (``_scrub``): a text was removed, or the
+        index is gone, its pages free but not overwritten."""
+        if text and removed:
+            text = fts_step(conn, lambda: purge(conn)) is not None
+        return removed or not text
+
+    def _scrub(self) -> None:
+        """Free pages and the WAL's old page images still hold an evicted text: rebuild the file
+        without them, waited for as any write (a search's short wait aside)."""
+        with self._waiting(self.BUSY_TIMEOUT_S) as conn:
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def last_tx(self) -> int:
         with self._lock:
@@ -884,29 +947,28 @@ class SidecarIndex:
         noted, self._noted = self._noted, []
         if not noted:
             return
+
+        def write(conn: sqlite3.Connection, text: bool) -> bool:
+            """Whether the file is to be scrubbed of an evicted text."""
+            evicted = removed = False
+            for tx, written in noted:
+                if tx.committed:
+                    for w in written:
+                        if isinstance(w, str):  # an eviction
+                            gone = self._forget(conn, w, text)
+                            evicted, removed, text = True, removed or bool(gone), text and gone is not None
+                        elif w[1] and text:
+                            add_rows(conn, self._eid(conn, w[0]), w[1])
+                # Advance only over a gap-free run: a tx another writer slipped in before
+                # this one is left to the catch-up.
+                advance = "UPDATE text_meta SET value = ? WHERE key = 'last_tx' AND value = ?"
+                conn.execute(advance, (tx.id, tx.id - 1))
+            text = text and flush_held(conn)  # once a batch is pending
+            return evicted and self._purged(conn, text, removed)
+
         try:
-            purged = False
-            with self._write() as conn:
-                for tx, written in noted:
-                    if tx.committed:
-                        for w in written:
-                            if isinstance(w, str):  # an eviction
-                                purged = self._forget(conn, w) or purged
-                            elif w[1]:
-                                add_rows(conn, self._eid(conn, w[0]), w[1])
-                    # Advance only over a gap-free run: a tx another writer slipped in before
-                    # this one is left to the catch-up.
-                    advance = "UPDATE text_meta SET value = ? WHERE key = 'last_tx' AND value = ?"
-                    conn.execute(advance, (tx.id, tx.id - 1))
-                flush_fts(conn)  # once a batch is pending
-                if purged:
-                    purge(conn)
-            if purged:
-                # Free pages and the WAL's old page images still hold the evicted text: waited
-                # for as any write, a search's short wait aside
-                with self._waiting(self.BUSY_TIMEOUT_S):
-                    conn.execute("VACUUM")
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            if self._writing(write):
+                self._scrub()
         except (sqlite3.Error, StoreError):
             if strict:
                 raise
@@ -921,8 +983,8 @@ class SidecarIndex:
             self._write_noted(strict=False)
             latest = self.store.latest_tx()
             last = self.last_tx()
-            if latest is None or latest.id == last:
-                return 0, latest
+            if latest is None or latest.id == last or not tables_present(self._db()):
+                return 0, latest  # (an index dropped as damaged is read again by ``rebuild``)
             if latest.id < last:  # a new node behind the same address: start again
                 with self._write() as conn:
                     drop_tables(conn)
@@ -935,16 +997,26 @@ class SidecarIndex:
             added = 0
             for n, doc_id in enumerate(todo):
                 versions = self.store.history(doc_id, with_docs=True, start_tx_id=last + 1, end_tx_id=latest.id + 1)
-                with self._write() as conn:
-                    for v in versions:
-                        if v.doc is not None:
-                            added += add_parts(conn, self._eid(conn, doc_id), v.doc)
-                    flush_fts(conn)
+                new = self._writing(functools.partial(self._add_history, doc_id, versions))
+                if new is None:
+                    return added, latest  # dropped as damaged: ``rebuild`` reads everything again
+                added += new
                 if progress is not None:
                     progress(n + 1, len(todo))
             with self._write() as conn:
                 conn.execute("UPDATE text_meta SET value = ? WHERE key = 'last_tx' AND value = ?", (latest.id, last))
             return added, latest
+
+    def _add_history(
+        self, doc_id: str, versions: Sequence[Version], conn: sqlite3.Connection, text: bool
+    ) -> int | None:
+        """Add the parts of ``versions`` of ``doc_id`` (``_writing``): how many were new; None if
+        the index is not there, or was found damaged and dropped."""
+        if not text:
+            return None
+        eid = self._eid(conn, doc_id)
+        added = sum(add_parts(conn, eid, v.doc) for v in versions if v.doc is not None)
+        return added if flush_held(conn) else None  # (once a batch is pending)
 
     def _forget_evicted(self, last: int, latest: int) -> None:
         """Drop the text of what another writer evicted after tx ``last``: an eviction made
@@ -958,14 +1030,16 @@ class SidecarIndex:
         ]
         if not gone:
             return
-        with self._write() as conn:
-            purged = any([self._forget(conn, oid) for oid in gone])
-            if purged:
-                purge(conn)
-        if purged:  # free pages and the WAL's old page images still hold the text
-            with self._waiting(self.BUSY_TIMEOUT_S):  # as any write, a search's short wait aside
-                conn.execute("VACUUM")
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+        def write(conn: sqlite3.Connection, text: bool) -> bool:
+            removed = False
+            for oid in gone:
+                n = self._forget(conn, oid, text)
+                removed, text = removed or bool(n), text and n is not None
+            return self._purged(conn, text, removed)
+
+        if self._writing(write):
+            self._scrub()
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Drop the index and read everything again; how many parts it holds then."""
@@ -1003,6 +1077,8 @@ class SidecarIndex:
         with self._lock, self._waiting(self.SEARCH_WAIT_S) as conn:
             try:
                 _, latest = self._catch_up()
+                if not tables_present(conn):
+                    return latest  # dropped as damaged (``search`` says so)
                 done, top = fts_pending(conn)
                 if top > done:
                     with self._write() as held:
@@ -1014,11 +1090,15 @@ class SidecarIndex:
                 log.debug("the keyword index %s is being written by another process: searched as it is", self.path)
                 return self.store.latest_tx()
 
-    def search(self, args: SearchArgs) -> list[TextHit]:
+    def search(self, args: SearchArgs) -> list[TextHit] | None:
+        """The hits of a search; None while the index is dropped as damaged (the caller scans)."""
         latest = self._up_to_date()
         if args.tx_id is not None and (latest is None or args.tx_id > latest.id):
             newest = None if latest is None else latest.id
             raise StoreError(f"tx {args.tx_id} is past the newest transaction ({newest}) of {self.store.url}")
+        with self._lock:
+            if not tables_present(self._db()):
+                return None
         if args.match is None or latest is None:
             return []
         # One basis for every check: the same (valid time, tx) whatever lands meanwhile.
@@ -1067,18 +1147,20 @@ class SidecarIndex:
     def parts(self, after_seq: int, limit: int) -> list[TextPart]:
         self.catch_up()
         with self._lock:
-            return parts_after(self._db(), after_seq, limit)
+            conn = self._db()
+            return parts_after(conn, after_seq, limit) if tables_present(conn) else []
 
     def status(self) -> dict[str, Any]:
         with self._lock:
             self._write_noted(strict=False)
             exists = self.path.exists()
             conn = self._db()
-            state = index_state(conn)
-            checked, problem = checked_problem(conn, self.SEARCH_WAIT_S) if state == "ok" else (False, None)
-            if problem is not None:
-                state = "corrupt"
-            counts = index_counts(conn) if state != "missing" else {"parts": 0, "documents": 0, "last_seq": 0}
+            state, problem = state_and_damage(conn)
+            checked = False
+            if state == "ok":
+                checked, problem = checked_problem(conn, self.SEARCH_WAIT_S)
+                state = "ok" if problem is None else "corrupt"
+            counts = index_counts(conn) if tables_present(conn) else {"parts": 0, "documents": 0, "last_seq": 0}
             last = self.last_tx()
         latest = self.store.latest_tx()
         out: dict[str, Any] = {

@@ -1278,11 +1278,12 @@ class XtdbStore(Store):
 
     def _text_search(self, args: text_index.SearchArgs) -> list[TextHit]:
         """Over the sidecar index, each hit checked against the version in force; a scan when
-        the sidecar is damaged (``index_status`` says so)."""
+        the sidecar is damaged, or was dropped as damaged (``index_status`` says so)."""
         try:
-            return self._text.search(args)
+            hits = self._text.search(args)
         except sqlite3.DatabaseError:
-            return text_index.scan_search(self, args)
+            hits = None
+        return text_index.scan_search(self, args) if hits is None else hits
 
     def _text_parts(self, after_seq: int, limit: int) -> list[TextPart]:
         try:
