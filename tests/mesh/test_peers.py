@@ -888,6 +888,41 @@ def test_the_default_broadcast_rate_limit_drops_a_flood(store: Store, agents: Ag
     assert 0 < seen[-1] < 1000  # a flooding peer cannot fill bob's store
 
 
+def test_a_peer_past_its_byte_budget_for_broadcasts_is_dropped_and_heard_again_later(
+    tmp_path: Path, uid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # within the rate limit of 100 broadcasts a second, one peer's 1 MB broadcasts filled the
+    # receiver's store by tens of MB a second: each peer has a byte budget (default 100 kB a
+    # second, 4 MiB at once)
+    store = SqliteStore(tmp_path / "store.db")
+    carol = MeshAgent(store, MeshConfig(f"carol-{uid}")).start()
+    try:
+        with MeshNode(MeshConfig(f"mallory-{uid}")) as mallory:
+            mallory.connect(carol.node.addrs[0])
+            wait_for(lambda: carol.peer_id in mallory.topic_peers(), "carol in mallory's topic mesh")
+            for i in range(30):  # 15 MB: 30 times what a second of its budget allows
+                mallory.broadcast(f"{i:02d} " + "x" * 500_000, "event")
+            seen: list[int] = []
+
+            def settled() -> bool:  # nothing more came in the last half second
+                counts = carol.node.counts
+                seen.append(counts["broadcasts_in"] + counts.get("over_budget", 0))
+                return len(seen) > 50 and seen[-1] == seen[-51] == 30
+
+            wait_for(settled, "carol to take in or drop all 30", timeout=60)
+            took = carol.node.counts["broadcasts_in"]
+            assert 0 < took < 20 and carol.node.counts["over_budget"] == 30 - took
+            assert len(carol.messages()) == took  # what was dropped was never stored
+            assert any("past its budget" in r.getMessage() for r in caplog.records)
+            mallory.broadcast("small, later", "event")  # the budget refills: heard again
+            wait_for(lambda: any(m["text"] == "small, later" for m in carol.messages()), "a small broadcast")
+    finally:
+        carol.close()
+        store.close()
+    with pytest.raises(ConfigError, match="broadcast_bytes"):
+        MeshConfig("a", broadcast_bytes_burst=0)
+
+
 def test_a_frozen_peer_loses_its_own_copies_of_broadcasts_and_holds_up_no_other(tmp_path: Path, uid: str) -> None:
     # a publish waited until every peer's outbound queue had room: one peer whose process was
     # stopped (SIGSTOP) never took from its queue, and every broadcast, to every peer, waited

@@ -18,7 +18,8 @@ What 0.8.1 needs set differently, and why (measured; docs/mesh.md):
 * its private-network protector speaks no other implementation's protocol: ``pnet.install``;
 * GossipSub's eclipse protection wants peers on three distinct IP addresses (never true on one
   machine) and its spam protection allows 10 messages a second per topic: off, and 100
-  (``broadcast_rate``); direct requests have no such limit at all, and a stream that sends
+  (``broadcast_rate``), and it counts messages, not bytes: each peer's broadcasts are held to a
+  byte budget too (``broadcast_bytes_rate``); direct requests have no such limit at all, and a stream that sends
   nothing is held until this node's read deadline: one peer may open ``open_requests`` at once
   and ``request_rate`` a second, all together ``open_requests_total``, past which a stream is
   reset unread; a response a peer does not take (its window shut, its socket full) is given
@@ -184,6 +185,14 @@ class MeshConfig:
     broadcast_rate: float = 100.0
     """Broadcasts per second the topic may bring in; more are dropped (GossipSub's spam
     protection: a flooding peer cannot fill the store and the context)."""
+    broadcast_bytes_rate: float = 100_000.0
+    """Bytes a second of broadcasts one peer may bring in (a token bucket holding
+    ``broadcast_bytes_burst``, full at first); a broadcast past it is dropped unread
+    (``counts["over_budget"]``, logged). Within ``broadcast_rate``, one peer's large broadcasts
+    filled the store at tens of MB a second."""
+    broadcast_bytes_burst: int = wire.MAX_MESSAGE_BYTES
+    """The bytes of broadcasts one peer may send at once (the bucket's size: one broadcast of
+    the largest size by default; a larger broadcast is never taken)."""
     request_rate: float = 100.0
     """Direct requests per second one peer may send (as ``broadcast_rate`` for broadcasts); past
     it a request's stream is reset unread (``counts["limited"]``)."""
@@ -210,6 +219,8 @@ class MeshConfig:
             raise ConfigError(f"mesh: port {self.port} is not a TCP port")
         if not self.topic:
             raise ConfigError("mesh: the broadcast topic is empty")
+        if not self.broadcast_bytes_rate > 0 or self.broadcast_bytes_burst < 1:
+            raise ConfigError("mesh: broadcast_bytes_rate and broadcast_bytes_burst must be positive")
         if not self.request_rate > 0 or self.open_requests < 1 or self.open_requests_total < 1:
             raise ConfigError("mesh: request_rate must be positive, open_requests and open_requests_total at least 1")
         if not 0 < self.answer_timeout <= REQUEST_TIMEOUT_MAX_MS / 1000 or self.call_timeout <= 0:
@@ -284,11 +295,13 @@ class MeshNode:
             "rejected": 0,
             "dropped": 0,
             "dropped_out": 0,
+            "over_budget": 0,
             "limited": 0,
         }
         """What passed through the node (``rejected``: malformed or spoofed input; ``dropped``:
         broadcasts that came past ``INBOX_SIZE`` waiting; ``dropped_out``: copies of this node's
-        broadcasts not given to a peer that takes nothing, ``QUEUE_STALL_SECONDS``; ``limited``:
+        broadcasts not given to a peer that takes nothing, ``QUEUE_STALL_SECONDS``; ``over_budget``:
+        broadcasts dropped unread past their sender's ``broadcast_bytes_rate``; ``limited``:
         requests refused unread, past a peer's ``request_rate`` or ``open_requests``)."""
         self._open_in: dict[str, int] = {}
         """Inbound requests open now, by peer (read and written on the network thread only)."""
@@ -297,6 +310,10 @@ class MeshNode:
         self._recent_in: dict[str, collections.deque[float]] = {}
         """When each peer's admitted requests came within the last second (network thread)."""
         self._limit_logged: dict[str, float] = {}
+        self._budgets: dict[str, tuple[float, float]] = {}
+        """Each peer's byte budget for broadcasts: (bytes left, when), monotonic seconds (the
+        pump's task only)."""
+        self._budget_logged: dict[str, float] = {}
         self._stalled: dict[Any, int] = {}
         """Peers whose outbound queue stayed full (``QUEUE_STALL_SECONDS``), each with how many
         broadcasts it was not given since (network thread)."""
@@ -877,6 +894,34 @@ class MeshNode:
         self._open_total += 1
         return True
 
+    def _spend(self, peer: str, size: int, now: float) -> bool:
+        """Whether a broadcast of ``size`` bytes from ``peer`` is within its byte budget at
+        ``now`` (monotonic seconds; then taken from it): a token bucket of
+        ``broadcast_bytes_burst`` bytes, refilled at ``broadcast_bytes_rate`` a second."""
+        rate, burst = self.config.broadcast_bytes_rate, self.config.broadcast_bytes_burst
+        if len(self._budgets) > 1024:  # many peers: forget those whose bucket is full again
+            for p in [p for p, (left, at) in self._budgets.items() if left + (now - at) * rate >= burst]:
+                del self._budgets[p]
+                self._budget_logged.pop(p, None)
+        left, at = self._budgets.get(peer, (burst, now))
+        left = min(burst, left + (now - at) * rate)
+        if size <= left:
+            self._budgets[peer] = (left - size, now)
+            return True
+        self._budgets[peer] = (left, now)
+        with self._lock:
+            self.counts["over_budget"] += 1
+        if now - self._budget_logged.get(peer, -LIMIT_LOG_SECONDS) >= LIMIT_LOG_SECONDS:
+            self._budget_logged[peer] = now
+            log.warning(
+                "mesh: dropping broadcasts from %s: %d bytes, past its budget (%g bytes a second, %d at once)",
+                peer,
+                size,
+                rate,
+                burst,
+            )
+        return False
+
     def _release(self, peer: str, now: float) -> None:
         if peer in self._open_in:
             self._open_total -= 1
@@ -1038,6 +1083,8 @@ class MeshNode:
             if msg.from_id == me:
                 continue  # our own publish, delivered back to us
             peer = str(ID(msg.from_id))
+            if not self._spend(peer, len(msg.data), time.monotonic()):
+                continue  # dropped unread: decoding and storing it is what a flood costs
             try:
                 b = wire.decode_broadcast(msg.data)
             except wire.WireError as e:
