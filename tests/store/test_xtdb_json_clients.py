@@ -459,3 +459,24 @@ def test_accept_negotiation(base_url: str, accept: str | None, json_answer: bool
     else:
         assert ctype.startswith("application/edn")
         assert r.text.startswith("{:")
+
+
+def test_a_query_answers_every_row_in_both_formats_as_the_official_server_does(base_url: str) -> None:
+    """The official server answers a query from ``open-q`` whatever the format: two entities
+    with one value are two rows. Until 2026-12-02 the EDN answer was ``xt/q``'s set (one row)."""
+    attr = f"dup-{uuid.uuid4().hex[:12]}"
+    tx_ops = "[" + " ".join(f'[:xtdb.api/put {{:xt/id "{attr}-{n}" :{attr} 7}}]' for n in range(2)) + "]"
+    with httpx.Client(timeout=30) as client:
+        r = client.post(
+            f"{base_url}/_xtdb/submit-tx",
+            content="{:tx-ops " + tx_ops + "}",
+            headers={"Content-Type": "application/edn", "Accept": "application/json"},
+        )
+        assert r.status_code == 202, r.text
+        tx_id = r.json()["txId"]
+        client.get(f"{base_url}/_xtdb/await-tx", params={"tx-id": tx_id, "timeout": 20_000}).raise_for_status()
+        query = {"query-edn": "{:find [v] :where [[e :" + attr + " v]]}", "tx-id": tx_id}
+        edn = client.get(f"{base_url}/_xtdb/query", params=query, headers={"Accept": "application/edn"})
+        as_json = client.get(f"{base_url}/_xtdb/query", params=query, headers={"Accept": "application/json"})
+    assert edn.status_code == 200 and edn.text.strip() == "([7] [7])"
+    assert as_json.status_code == 200 and as_json.json() == [[7], [7]]

@@ -426,12 +426,11 @@
                     (:in-args body))]
     (when (nil? q)
       (throw (bad-request "No query provided" {:xtdb.error/error-key :no-query})))
-    (if (= :json (response-format ex))
-      ;; the official server answers every format from open-q: rows in the engine's order,
-      ;; not de-duplicated into a set as xt/q does (our EDN answer keeps xt/q's, as it always has)
-      (with-open [^Closeable rows (apply xt/open-q (db-for node params) q in-args)]
-        [200 (vec (iterator-seq rows))])
-      [200 (or (seq (apply xt/q (db-for node params) q in-args)) '())])))
+    ;; the official server answers every format from open-q: rows in the engine's order, not
+    ;; de-duplicated into a set as xt/q does (until 2026-12-02 our EDN answer was xt/q's set)
+    (with-open [^Closeable rows (apply xt/open-q (db-for node params) q in-args)]
+      (let [found (vec (iterator-seq rows))]
+        [200 (if (= :json (response-format ex)) found (or (seq found) '()))]))))
 
 (def ^:private unsent-sql-states
   "SQLSTATEs after which a statement surely did not commit: no connection could be made (08001,
