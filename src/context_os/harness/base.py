@@ -21,7 +21,7 @@ import asyncio
 import operator
 import threading
 from abc import ABC, abstractmethod
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -498,7 +498,11 @@ class ContextHook(Generic[M]):
         """``adapter``: the harness's adapter (default: a new ``adapter_class``). ``files``: the
         file tools, registered with the context tools. ``on_sync(session, report)``, if given,
         runs after the new messages are ingested and before the context is assembled: e.g. to
-        show the files that new tool results touched. A session recorded with another harness is
+        show the files that new tool results touched; its entries are the last ``report.new``
+        visible ones. One that raises (the store out of reach while it records an edit) gets
+        those entries again at the next call, before the new ones: an ``on_sync`` skips what it
+        applied of them, by their ``Entry["i"]`` (``VirtualFiles.observe`` and
+        ``host_tool_observer`` do). A session recorded with another harness is
         refused (``StateError``), its lease given back until its next write (``Session.lend``) unless
         a hook of its own took it."""
         if adapter is None:
@@ -529,6 +533,10 @@ class ContextHook(Generic[M]):
         self.registry: ToolRegistry = files.registry if files is not None else context_tools(session)
         """The session's tools: the one dispatcher every tool call of this hook goes through."""
         self.on_sync = on_sync
+        self._unobserved: list[int] = []
+        """The entries (``Entry["i"]``) of the last ``on_sync`` call, while it has not returned:
+        the next call hands them to it again (``_observed``). Kept in memory only: a process that
+        ends with some leaves them unobserved (a new one observes what its syncs take in)."""
         self.last: Assembly | None = None
         self._lock = threading.Lock()
         self._output: _Output[M] = _Output()
@@ -568,7 +576,9 @@ class ContextHook(Generic[M]):
             if self.files is not None:
                 self._mark_writes(report)
             if self.on_sync is not None:
-                self.on_sync(self.session, report)
+                observed = self._observed(report)
+                self.on_sync(self.session, observed)
+                self._unobserved = []
             repeat = self.session.again(report)
             if repeat is not None and repeat is self.last:
                 # the same call again (a retry): the same context, no new turn (not after a call
@@ -635,6 +645,25 @@ class ContextHook(Generic[M]):
         self._synced = tuple(layout.messages[self._synced_from :])
         self._synced_at = self.session.ingest.syncs
         return layout, report
+
+    def _observed(self, report: SyncReport) -> SyncReport:
+        """What ``on_sync`` is to observe: the new entries of ``report``, after those of a call
+        whose ``on_sync`` raised (``_unobserved``). Its sync took them in, so no later sync
+        reports them new: a harness that retries the call would never have them observed (an
+        edit missed, the file shown at its text before it). The entries since the first of them
+        the history still shows: the others are all new (entries are only appended); those a
+        rewrite of the history retired meanwhile are not observed."""
+        visible = self.session.view.visible
+        start = len(visible) - report.new
+        for i in self._unobserved:
+            k = bisect_left(visible, i)
+            if k < len(visible) and visible[k] == i:
+                start = min(start, k)
+                break
+        self._unobserved = visible[start:]
+        if start == len(visible) - report.new:
+            return report
+        return SyncReport(len(visible) - start, report.rewritten, report.retired)
 
     def _mark_writes(self, report: SyncReport) -> None:
         """The new results of ``write`` calls (the file tools', or a host's of that name that the

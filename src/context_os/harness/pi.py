@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from ..context.entries import Incoming, Msg, ToolCall
 from ..context.ingest import SyncReport
 from ..context.session import Session
-from ..errors import ContextOSError, MalformedMessage
+from ..errors import ContextOSError, MalformedMessage, StoreUnavailable
 from ..tokens import CHARS_PER_TOKEN, image_tokens
 from .base import Adapter, ContextHook, sorted_keys
 from .pairing import CLOSES, SAYS, Pairing, Reading
@@ -478,32 +477,60 @@ def host_tool_observer(
 ) -> Callable[[Session, SyncReport], None]:
     """An ``on_sync`` for harnesses that run file tools themselves (Pi's edit, write, ls, find,
     grep, bash): after each new tool result, the file objects it touched are brought up to date
-    from the disk, so the next context shows the new version instead of a stale one."""
+    from the disk, so the next context shows the new version instead of a stale one. A change it
+    could not record for the store being out of reach raises ``StoreUnavailable``: the hook hands
+    the result over again at its next call (a result observed already is skipped)."""
     names = names or PI
     calls: dict[str, tuple[str, Any]] = {}
+    observed = 0
+    """The entries (``Entry["i"]``) below this are observed (``files`` is of one session)."""
 
     def observe(session: Session, report: SyncReport) -> None:
+        nonlocal observed
         view = session.view
         for i in view.visible[len(view.visible) - report.new :]:
+            if i < observed:
+                continue  # observed at a call whose observe raised after it
             e = view.entries[i]
             for c in e.get("tool_calls") or ():
                 calls[c["id"]] = (c["name"], c["arguments"])
-            if e["role"] != "tool":
-                continue
-            name, args = calls.pop(e.get("tool_call_id", ""), ("", {}))
-            role = tool_role(name, names, args)
-            obj = view.objects.get(e.get("object", ""))
-            if obj is None or obj.meta.get("is_error"):
-                continue  # failed calls changed nothing
-            if (e.get("extra") or {}).get("ours"):
-                if role == "read":
-                    _inherited_read(session, files, obj.content)
-                continue
-            if role in (None, "read"):
-                continue  # reads go through our read tool
-            files.after_tool(role, args, obj.content if isinstance(obj.content, str) else "")
+            if e["role"] == "tool":
+                _observe_result(session, files, names, e, calls.get(e.get("tool_call_id", ""), ("", {})))
+                calls.pop(e.get("tool_call_id", ""), None)  # answered: forgotten
+            observed = i + 1
 
     return observe
+
+
+def _observe_result(
+    session: Session, files: FileTools, names: Mapping[str, str], e: Mapping[str, Any], call: tuple[str, Any]
+) -> None:
+    """Bring the file objects a host tool's result touched up to date (``host_tool_observer``)."""
+    name, args = call
+    role = tool_role(name, names, args)
+    obj = session.view.objects.get(e.get("object", ""))
+    if obj is None or obj.meta.get("is_error"):
+        return  # failed calls changed nothing
+    if (e.get("extra") or {}).get("ours"):
+        if role == "read":
+            _inherited_read(session, files, obj.content)
+        return
+    if role in (None, "read"):
+        return  # reads go through our read tool
+    output = obj.content if isinstance(obj.content, str) else ""
+    done = files.after_tool(role, args, output)
+    if done.get("type") == "StoreUnavailable":
+        raise StoreUnavailable(str(done.get("error")))
+    if done.get("recorded") is False:
+        # a change not recorded says why in words: indexing the file again raises it if the
+        # store is out of reach; another reason (the file unreadable now) is the next read's
+        try:
+            files.index.index(files.workspace.resolve(done["path"]), read=True, cause=role)
+        except StoreUnavailable:
+            raise
+        except ContextOSError:
+            return
+        files.after_tool(role, args, output)  # recorded now: shown
 
 
 def _inherited_read(session: Session, files: FileTools, report: Any) -> None:
@@ -524,16 +551,24 @@ def _inherited_read(session: Session, files: FileTools, report: Any) -> None:
     if not isinstance(file_id, str) or not file_id.startswith("file:") or file_id in session.view.objects:
         return
     # gone from the store (evicted), unreadable: the report is all there is; seen by the model in
-    # the session it came from: not an ask the active pool must keep for the next call
-    with suppress(ContextOSError), session.answered():
-        if _unknown_here(session, file_id):
-            path = found.get("path")
-            if isinstance(path, str):
-                known = files.index.lookup(files.workspace.resolve(path, must_exist=False))
-                if known is None or known.id not in session.view.objects:
-                    files.read(path)
-            return
-        files.activate(file_id)
+    # the session it came from: not an ask the active pool must keep for the next call; the store
+    # out of reach: the hook hands the report over again at its next call
+    with session.answered():
+        try:
+            if _unknown_here(session, file_id):
+                path = found.get("path")
+                if isinstance(path, str):
+                    known = files.index.lookup(files.workspace.resolve(path, must_exist=False))
+                    if known is None or known.id not in session.view.objects:
+                        read = files.read(path)
+                        if read.get("recorded") is False:  # (the store out of reach: its text in the result)
+                            raise StoreUnavailable(f"{path}: {read.get('note')}")
+                return
+            files.activate(file_id)
+        except StoreUnavailable:
+            raise
+        except ContextOSError:
+            pass
 
 
 def _unknown_here(session: Session, file_id: str) -> bool:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import blake3
@@ -388,7 +389,9 @@ class VirtualFiles:
     not say how it changed the file, leaves the content unknown), stores a new version of its
     ``file:`` object when its content changed (valid time: the result's timestamp), shows it
     active in the session with the lines touched as its focus, and collapses the tool result at
-    once: its text is in the file object.
+    once: its text is in the file object. An ``observe`` that raised part way (the store out of
+    reach while it records a version) is handed the same entries again by its hook: what it
+    applied of them is skipped, the rest applied then.
     """
 
     def __init__(
@@ -423,6 +426,12 @@ class VirtualFiles:
         """Per file, the change count of the oldest view the naive transcript shows."""
         self._calls: dict[str, tuple[str, Any]] = {}
         self._last_vt = 0
+        self._observed = 0
+        """The entries (``Entry["i"]``) below this are observed: a report handed over again (its
+        ``observe`` raised part way, ``ContextHook`` hands its entries over again) skips them."""
+        self._partial: tuple[int, int, Callable[[], VirtualFile] | None] = (-1, 0, None)
+        """The entry whose observing raised part way: its ``i``, how many of its operations are
+        applied, and the step that shows the file of the next one if that one is recorded."""
         for obj in session.view.objects.values():  # a session that goes on: its files as stored
             latest = session.store.get(obj.id) if obj.kind == "file" and obj.meta.get("virtual") else None
             if latest is not None and latest.doc is not None:
@@ -440,18 +449,40 @@ class VirtualFiles:
             default=start,
         )
         for p in range(start, len(view.visible)):
+            e = view.entries[view.visible[p]]
+            if e["i"] < self._observed:
+                continue  # observed at a call whose observe raised after it (ContextHook hands it over again)
             with session.answered() if p < answer else nullcontext():
-                self._observe(view.entries[view.visible[p]], view.objects)
+                self._observe(e, view.objects)
+            self._observed = e["i"] + 1
 
     def _observe(self, e: Mapping[str, Any], objects: Mapping[str, Any]) -> None:
-        """Take in one chat entry: a call's name and arguments, a result's file operation."""
+        """Take in one chat entry: a call's name and arguments, a result's file operations, each
+        applied once: one applied when the entry was handed over before (its observing raised
+        after it) is skipped; one recorded then whose file was not shown yet is shown."""
+        i = e["i"]
+        done, unshown = self._partial[1:] if self._partial[0] == i else (0, None)
+        for k, (op, ts, result_id) in enumerate(self._ops(e, objects)):
+            if k < done:
+                continue
+            show = unshown if k == done and unshown is not None else self._record(op, ts, result_id)
+            self._partial = (i, k, show)
+            show()
+            self._partial = (i, k + 1, None)
+        if e["role"] == "tool":
+            self._calls.pop(e.get("tool_call_id", ""), None)  # answered: forgotten
+
+    def _ops(self, e: Mapping[str, Any], objects: Mapping[str, Any]) -> Iterator[tuple[FileOp, int | None, str | None]]:
+        """The file operations of one chat entry in order, each with its valid time and the
+        result it collapses: a result's read, write or edit (and the call's other files), or what
+        its shell command wrote. Each is taken once the ones before it are applied."""
         for c in e.get("tool_calls") or ():
             self._calls[c["id"]] = (c["name"], c["arguments"])
         if e["role"] == "user" and self.root is None:
             self.root = environment_cwd(e.get("text") or "")  # Codex's, when nobody said it
         if e["role"] != "tool":
             return
-        name, args = self._calls.pop(e.get("tool_call_id", ""), ("", {}))  # answered: forgotten
+        name, args = self._calls.get(e.get("tool_call_id", ""), ("", {}))
         obj = objects.get(e.get("object", ""))
         if obj is None:
             return
@@ -462,17 +493,18 @@ class VirtualFiles:
         if role == "read" and _media(obj.meta.get("blocks")):
             return  # a read of an image or a PDF (Claude Code's Read): its text is none of the file's
         op = file_op(role, args, output, is_error=bool(obj.meta.get("is_error")))
+        ts = e.get("ts")
         if op is not None:
             if any(o.kind in ("read", "write") for o in (op, *op.more)):
                 # its text is a file object's from now on: collapsed, it never shows (layout 11)
                 self.session.mark_file_text(obj.id, [] if op.kind == "read" else written_keys(args))
-            self.apply(op, e.get("ts"), obj.id)
+            yield op, ts, obj.id
             for other in op.more:  # the call's other files (a patch of several)
-                self.apply(other, e.get("ts"))
+                yield other, ts, None
         elif role == "bash":  # every harness's shell (Pi's bash, Claude Code's Bash, Codex's shells...)
-            self._shell_wrote(args, e.get("ts"))
+            yield from self._shell_wrote(args, ts)
 
-    def _shell_wrote(self, args: Any, ts: int | None) -> None:
+    def _shell_wrote(self, args: Any, ts: int | None) -> Iterator[tuple[FileOp, int | None, None]]:
         """What a shell command wrote: a file a heredoc wrote whole is at that text; a known file
         it changed in a way its text does not say (``sed -i``, a redirection, ``mv``...) is at a
         version whose content is unknown until it is read again (else its last text would show as
@@ -481,18 +513,28 @@ class VirtualFiles:
         line, as if changed elsewhere)."""
         changes = shell_changes(args)
         for path, text in changes.written:
-            self.apply(FileOp("write", path, text=text.removesuffix("\n")), ts)
+            yield FileOp("write", path, text=text.removesuffix("\n")), ts, None
         for path in changes.changed:
-            if file_key(path, self.root) in self.files:
-                self.apply(FileOp("edit", path), ts)
+            if file_key(path, self.root) in self.files:  # (once the writes before it are applied)
+                yield FileOp("edit", path), ts, None
 
     def apply(self, op: FileOp, ts: int | None, result_id: str | None = None) -> VirtualFile:
         """Record what ``op`` says about its file and show the file; collapse ``result_id``."""
+        return self._record(op, ts, result_id)()
+
+    def _record(self, op: FileOp, ts: int | None, result_id: str | None) -> Callable[[], VirtualFile]:
+        """Record what ``op`` says about its file; return the step that shows the file and
+        collapses ``result_id`` (it may run again: what it did stands). What is known of the file
+        changes once its version is recorded: an operation whose recording raised (the store out
+        of reach) leaves it as it was, to be applied again (applied twice, an edit would not be
+        found in the text it made, and the file's content would be lost)."""
         op = replace(op, path=file_key(op.path, self.root))
-        vf = self.files.get(op.path)
-        if vf is None:
+        known = self.files.get(op.path)
+        if known is None:
             key = blake3.blake3(f"{self.session.id}\0{op.path}".encode()).hexdigest()[:16]
-            vf = self.files[op.path] = VirtualFile("file:" + key, op.path)
+            vf = VirtualFile("file:" + key, op.path)
+        else:  # a copy: its lines change in place
+            vf = replace(known, lines=None if known.lines is None else list(known.lines), touches=list(known.touches))
         before, changes = vf.text(), vf.changes
         turn = self.session.view.turn
         if op.kind == "read":
@@ -509,29 +551,31 @@ class VirtualFiles:
         after = vf.text()
         on_disk = self._on_disk(op.path, cause)
         if on_disk is not None:
-            self._show_disk(on_disk, vf, turn, reason, result_id)
-            return vf
+            self.files[op.path] = vf
+            return partial(self._show_disk, on_disk, vf, self._focus(vf, turn, stored=False), reason, result_id)
         if vf.latest is None or after != before or op.kind != "read":
             self._store(vf, ts, cause, op)
+        self.files[op.path] = vf
         if op.kind in ("read", "write"):
             if result_id is not None:
                 self.views[result_id] = (op.path, vf.changes, op.kind)
             self.min_view[op.path] = min(self.min_view.get(op.path, vf.changes), vf.changes)
-        assert vf.latest is not None
+        latest = vf.latest
+        assert latest is not None
         focus = self._focus(vf, turn)
         state = "active" if after is not None else "inactive"
         # a read that only adds lines leaves what the history showed of the file true
-        self.session.show(
-            vf.id,
-            version=vf.latest,
-            state=state,
-            actor="agent",
-            reason=reason,
-            focus=focus,
-            changed=vf.changes != changes,
-        )
-        self._collapse(result_id, after is not None, f"its content is shown by {vf.id} version {vf.version}")
-        return vf
+        changed = vf.changes != changes
+        collapsed = f"its content is shown by {vf.id} version {vf.version}"
+
+        def show() -> VirtualFile:
+            self.session.show(
+                vf.id, version=latest, state=state, actor="agent", reason=reason, focus=focus, changed=changed
+            )
+            self._collapse(result_id, after is not None, collapsed)
+            return vf
+
+        return show
 
     def _on_disk(self, path: str, cause: str) -> Indexed | None:
         """The file at ``path`` as the workspace's index records it now; None without a workspace
@@ -547,13 +591,15 @@ class VirtualFiles:
         except FileUnreadable:
             return None
 
-    def _show_disk(self, idx: Indexed, vf: VirtualFile, turn: int, reason: str, result_id: str | None) -> None:
+    def _show_disk(
+        self, idx: Indexed, vf: VirtualFile, focus: list[list[int]], reason: str, result_id: str | None
+    ) -> VirtualFile:
         """Show the disk's version of a file a tool touched, its lines touched in focus (a file's
         own line numbers: the disk's text has no notes); collapse the result that showed it."""
-        focus = self._focus(vf, turn, stored=False)
         state = "active" if idx.content is not None else "inactive"
         self.session.show(idx.id, version=idx.version, state=state, actor="agent", reason=reason, focus=focus)
         self._collapse(result_id, idx.content is not None, f"its content is shown by {idx.id}")
+        return vf
 
     def _collapse(self, result_id: str | None, shown: bool, reason: str) -> None:
         """Collapse the tool result whose text a file object now shows."""
