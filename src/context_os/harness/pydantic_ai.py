@@ -128,12 +128,21 @@ def _answered(part: Any) -> str | None:
     return str(part.tool_call_id) if _is_result(part) else None
 
 
+def _call_part(call_id: str) -> str:
+    """A tool call id without the OpenAI Responses item id older pydantic-ai joined to it
+    (``call_…|fc_…``, before ``ToolCallPart`` had an ``id``; its OpenAI Responses model still
+    splits it there, and sends the item id)."""
+    return call_id.split("|", 1)[0]
+
+
 def _pairing(m: ModelMessage) -> Reading:
     """Every call of a response must be answered in the request(s) right after it: consecutive
-    requests are one turn (rendering merges them), so each may carry returns."""
+    requests are one turn (rendering merges them), so each may carry returns. Ids are read
+    without an item id joined to them (``_call_part``): a call rendered without its item id is
+    answered by its returns, renamed after it in ``finalize``."""
     if isinstance(m, ModelRequest):
-        return Reading(True, [call_id for p in m.parts if (call_id := _answered(p)) is not None])
-    calls = [p.tool_call_id for p in m.parts if _is_call(p)]
+        return Reading(True, [_call_part(call_id) for p in m.parts if (call_id := _answered(p)) is not None])
+    calls = [_call_part(p.tool_call_id) for p in m.parts if _is_call(p)]
     return Reading(False, opened=calls, is_response=isinstance(m, ModelResponse))
 
 
@@ -341,15 +350,14 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
             return ModelResponse(parts=parts, timestamp=EPOCH)
         args = {c["id"]: c["arguments"] for c in calls}
         data = dict(response)
-        kept: Any = response["parts"]
-        if msg.get("drop_thinking"):  # past the horizon
-            kept = _without_reasoning(kept, response.get("provider_name"))
         data["parts"] = [
             {**p, "args": args.get(p.get("tool_call_id"))}
             if p.get("part_kind") == "tool-call" and "args" not in p
             else p
-            for p in kept
+            for p in response["parts"]
         ]
+        if msg.get("drop_thinking"):  # past the horizon
+            data["parts"] = _without_reasoning(data["parts"], response.get("provider_name"))
         return _load(data)
 
     def finalize(self, messages: list[ModelMessage]) -> list[ModelMessage]:
@@ -370,31 +378,48 @@ def _without_reasoning(parts: list[dict[str, Any]], provider: Any) -> list[dict[
     without the item ids of that provider's text and tool-call parts: OpenAI refuses an item sent
     by id without the reasoning item it followed (400 "Item 'fc_…' of type 'function_call' was
     provided without its required 'reasoning' item"); pydantic-ai sends a part without an id as
-    new input (a ``function_call`` by its ``call_id``, a text as a plain assistant message)."""
+    new input (a ``function_call`` by its ``call_id``, a text as a plain assistant message). A
+    call's item id is its ``id``, or, as older pydantic-ai kept it, joined to its call id
+    (``call_…|fc_…``: the call is then ``call_…``, its returns renamed after it in ``finalize``)."""
     items = {p.get("provider_name") or provider for p in parts if p.get("part_kind") == "thinking" and p.get("id")}
-    return [
-        {**p, "id": None}
-        if p.get("part_kind") in ("text", "tool-call") and p.get("id") and (p.get("provider_name") or provider) in items
-        else p
-        for p in parts
-        if p.get("part_kind") != "thinking"
-    ]
+    out = []
+    for p in parts:
+        kind = p.get("part_kind")
+        if kind == "thinking":
+            continue
+        if kind in ("text", "tool-call") and (p.get("provider_name") or provider) in items:
+            if p.get("id"):
+                p = {**p, "id": None}
+            if kind == "tool-call" and isinstance(p.get("tool_call_id"), str):
+                p = {**p, "tool_call_id": _call_part(p["tool_call_id"])}
+        out.append(p)
+    return out
 
 
 def merge_requests(
     messages: Sequence[ModelMessage], cache: MergeCache[ModelMessage] | None = None
 ) -> list[ModelMessage]:
     """Consecutive requests merged into one (the fields of the first that has a timestamp), and
-    tool returns rendered without a tool name named after their call. Messages that need
-    neither are returned as they are (not copied)."""
+    tool returns rendered without a tool name named after their call, or answering by an id its
+    call was rendered without (``call_…|fc_…`` of a call ``call_…``: ``_without_reasoning``)
+    renamed after it. Messages that need neither are returned as they are (not copied)."""
     start, out = cache.resume(messages) if cache is not None else (0, [])
     log: list[tuple[str, str]] = cache.log if cache is not None else []
     names = dict(log)  # call id -> tool name, of the calls before ``start``
     run: list[ModelMessage] = []
 
+    def answers(part: Any) -> str:
+        """The id of the call a return answers as that call was rendered."""
+        call_id = str(part.tool_call_id)
+        return _call_part(call_id) if call_id not in names and _call_part(call_id) in names else call_id
+
     def named(part: Any) -> Any:
+        if not _is_result(part):
+            return part
         if isinstance(part, ToolReturnPart) and not part.tool_name:
-            return dataclasses.replace(part, tool_name=names.get(part.tool_call_id, "tool"))
+            part = dataclasses.replace(part, tool_name=names.get(answers(part), "tool"))
+        if (call_id := answers(part)) != part.tool_call_id:
+            part = dataclasses.replace(part, tool_call_id=call_id)
         return part
 
     def merged(requests: list[ModelMessage]) -> ModelMessage:
@@ -407,12 +432,11 @@ def merge_requests(
 
     def flush() -> None:
         if run and cache is not None:
-            # a return without a tool name is named after its call: the merge depends on that too
+            # a return without a tool name is named after its call, a return is renamed after
+            # its call: the merge depends on those too
+            parts: list[Any] = [p for r in run for p in r.parts if _is_result(p)]
             also = tuple(
-                names.get(p.tool_call_id, "tool")
-                for r in run
-                for p in r.parts
-                if isinstance(p, ToolReturnPart) and not p.tool_name
+                (names.get(answers(p), "tool"), answers(p)) for p in parts if not p.tool_name or "|" in p.tool_call_id
             )
             out.append(cache.get(run, merged, also))
         elif run:
