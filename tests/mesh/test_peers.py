@@ -1301,6 +1301,51 @@ def test_a_request_asked_again_under_its_id_gets_its_answer_again_and_another_te
     assert requests == ["tag the release", "something else"]
 
 
+def test_a_request_asked_again_while_its_first_try_is_taken_in_is_queued_and_stored_once(
+    tmp_path: Path, uid: str
+) -> None:
+    # the look for the same request and the claim of its place were apart (memory recalled
+    # between them): a try again that came a few ms after the first was queued and stored too,
+    # and the agent answered it twice
+    seed = os.urandom(32)
+    store = SqliteStore(tmp_path / "store.db")
+    bob = MeshAgent(store, MeshConfig(f"bob-{uid}")).start()
+    alice = MeshNode(MeshConfig(f"alice-{uid}", seed=seed))
+    for i in range(100):  # bob knows alice: taking her request in recalls what he remembers
+        bob.memory.store_entry(alice.peer_id, "exchange", f"[Request] status {i}?\n[Response] green " + "x " * 200)
+    ans = Answerer(bob, lambda r: f"done: {r.message}")
+    answers: dict[str, list[str]] = {}
+
+    def ask(rid: str, auto_reply: bool) -> None:
+        resp = alice.request(bob.peer_id, "what is the status?", timeout=30, request_id=rid, auto_reply=auto_reply)
+        answers.setdefault(rid, []).append(resp.message)
+
+    try:
+        alice.start()
+        alice.connect(bob.node.addrs[0])
+        rids = [f"{uid}{i:04d}" for i in range(8)]
+        for i, rid in enumerate(rids):
+            tries = [threading.Thread(target=ask, args=(rid, i % 4 == 3)) for _ in range(2)]
+            for t in tries:
+                t.start()
+            for t in tries:
+                t.join(30)
+    finally:
+        ans.stop()
+        alice.close()
+        bob.close()
+    stored = [
+        (d["meta"]["request_id"], d["meta"]["status"])
+        for d in messages_of(store, bob)
+        if d["meta"]["kind"] == "request" and d["meta"]["direction"] == "in"
+    ]
+    store.close()
+    auto = {rid for i, rid in enumerate(rids) if i % 4 == 3}
+    assert sorted(stored) == [(rid, "answered automatically" if rid in auto else "answered") for rid in rids]
+    assert sorted(r.request_id for r in ans.seen) == [rid for rid in rids if rid not in auto]  # once each
+    assert all(len(set(answers[rid])) == 1 and len(answers[rid]) == 2 for rid in rids)
+
+
 def test_a_send_tried_again_waits_what_is_left_of_its_timeout(tmp_path: Path, uid: str) -> None:
     # the try after a broken stream waited the whole timeout again: a send given 10 s could
     # take 20 (the peer was told so: the request it got again asked for 10 s more)

@@ -43,7 +43,7 @@ from ..tokens import estimate_tokens
 from . import registry, wire
 from .memory import MAX_VALUE_CHARS, MemoryLimits, PeerMemory
 from .node import MeshConfig, MeshNode, Reply
-from .queue import GIVEN_UP_MARK, MAX_QUEUE, REQUEST_TIMEOUT, PendingRequest, RequestQueue
+from .queue import GIVEN_UP_MARK, MAX_QUEUE, REQUEST_TIMEOUT, PendingRequest, RequestQueue, settle
 
 if TYPE_CHECKING:
     from ..sources.recall import Recall
@@ -432,6 +432,7 @@ class MeshAgent:
         self, peer: str, req: wire.AgentRequest
     ) -> str | Reply | concurrent.futures.Future[tuple[str, bool]]:
         key = (peer, req.request_id)
+        timeout = min(self.config.answer_timeout, (req.timeout_ms or REQUEST_TIMEOUT * 1000) / 1000)
         with self._lock:
             # the same request again (its sender's stream broke, and it tried again): the same
             # answer, given once by the agent and stored once; not a second request
@@ -446,33 +447,46 @@ class MeshAgent:
                 and not known[2][0].startswith(GIVEN_UP_MARK)  # its sender came back later: a request again
             ):
                 return known[2]
-        if self.auto_reply or req.auto_reply:
-            text = wire.fit(f"[auto-response] Received: {req.message}")
-            got = self._request_doc(peer, req, "answered automatically")
-            self._record(got, self._reply_doc(got, peer, req.from_agent, req.request_id, text, False))
+            # claimed under the same lock as the look above: a try again that comes while this
+            # one is still taken in (memory recalled, the request stored) waits for its answer
+            # (claimed only once taken in, two tries 13 ms apart were both queued, answered twice)
+            now = time.monotonic()
+            pending = PendingRequest(
+                peer, req.from_agent, req.request_id, req.message, now, now + timeout, on_answer=self._answered
+            )
+            self._open[key] = pending
+        try:
+            if self.auto_reply or req.auto_reply:
+                return self._answer_automatically(key, pending, req)
+            return self._take_in(key, pending, req)
+        except BaseException as e:  # the peer hears the failure at once, and so does a try again
             with self._lock:
-                self._keep_answer(key, req.message, (text, False))
-            return text
+                if self._open.get(key) is pending:
+                    del self._open[key]
+            settle(pending.future, (f"[error] handling failed: {e}", True))
+            raise
+
+    def _answer_automatically(self, key: tuple[str, str], pending: PendingRequest, req: wire.AgentRequest) -> str:
+        """Acknowledge ``pending`` (it is in ``_open``) without the agent, stored with its answer."""
+        text = wire.fit(f"[auto-response] Received: {req.message}")
+        got = self._request_doc(pending.peer, req, "answered automatically")
+        self._record(got, self._reply_doc(got, pending.peer, req.from_agent, req.request_id, text, False))
+        settle(pending.future, (text, False))  # (unless a try again waiting on it timed out meanwhile)
+        self._closed(key, pending)
+        return text
+
+    def _take_in(
+        self, key: tuple[str, str], pending: PendingRequest, req: wire.AgentRequest
+    ) -> concurrent.futures.Future[Reply]:
+        """Recall memory for ``pending``, store it, queue it for the agent (it is in ``_open``)."""
+        peer = pending.peer
         try:
             context, entries = self.memory.recall_for(peer, req.message)
         except Exception as e:  # noqa: BLE001 - the request goes on without what memory would add
             log.warning("mesh: recalling memory of %s failed: %s", peer, e)
             context, entries = "", []
-        memories = [e.id for e in entries]
-        timeout = min(self.config.answer_timeout, (req.timeout_ms or REQUEST_TIMEOUT * 1000) / 1000)
-        now = time.monotonic()
-        pending = PendingRequest(
-            peer,
-            req.from_agent,
-            req.request_id,
-            req.message,
-            now,
-            now + timeout,
-            context=context,
-            memories=memories,
-            on_answer=self._answered,
-        )
-        doc = self._request_doc(peer, req, "queued", memories)
+        pending.context, pending.memories = context, [e.id for e in entries]
+        doc = self._request_doc(peer, req, "queued", pending.memories)
         with self._lock:
             orphan = self._orphans.pop(key, None)
         if orphan is not None and orphan["content"] == doc["content"] and not self._evicted(orphan["id"]):
@@ -482,15 +496,12 @@ class MeshAgent:
         pending.object_id = doc["id"]
         with self._lock:
             self._unanswered[doc["id"]] = doc
-            self._open[key] = pending
         # stored before it is queued: the agent's answer always follows its request
         try:
             self._record(doc, memories=tuple((e.id, e.value) for e in entries))
-        except BaseException:  # the peer hears the failure at once: nothing is left waiting
+        except BaseException:
             with self._lock:
                 self._unanswered.pop(doc["id"], None)
-                if self._open.get(key) is pending:
-                    del self._open[key]
             raise
         self.queue.put(pending)  # a full queue answers "[queue-full]" at once: _settled stores it
         pending.future.add_done_callback(lambda f: self._settled(pending, doc))
