@@ -7,7 +7,9 @@ it, add another, and stop and start PostgreSQL under a session."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -88,6 +90,42 @@ def test_status_reports_each_node_of_the_store(cluster: Cluster, uid: str, tmp_p
     assert "answers (requests go here); indexed tx" in rows[f"node http://127.0.0.1:{first}"]
     assert "lag 0 ms" in rows[f"node http://127.0.0.1:{second}"]
     assert "down (cannot be reached" in rows[f"node http://127.0.0.1:{down}"]
+
+
+def test_a_node_that_answers_nothing_is_failed_over_from(cluster: Cluster, uid: str) -> None:
+    """A node whose kernel takes connections and whose process answers nothing (stopped here:
+    a long collection, a deadlock) made every request wait the whole timeout and fail, the
+    store staying on it with the other node healthy. A read now goes on with the other node; a
+    write it did not answer fails, saying it may still land, and the next goes to the other."""
+    first, second = cluster.ports[:2]
+    pid = int((XTDB / "target" / f"xtdb-{first}.pid").read_text())
+    store = XtdbStore(cluster.url(first, second), timeout=3)
+    try:
+        store.submit([Put(_doc(0, uid))])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            got = store.get(f"memory:{uid}-0")
+            assert got is not None and got.doc == _doc(0, uid)
+            assert store.base.endswith(f":{second}")
+            store.submit([Put(_doc(1, uid))])  # through the other node, at once
+            assert store.get(f"memory:{uid}-1") is not None
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        alone = XtdbStore(cluster.url(first, second), timeout=3)
+        try:
+            assert alone.get(f"memory:{uid}-1") is not None and alone.base.endswith(f":{first}")
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(StoreUnavailable, match="may still land; going on with"):
+                    alone.submit([Put(_doc(2, uid))])
+                assert alone.base.endswith(f":{second}")
+                alone.submit([Put(_doc(3, uid))])
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        finally:
+            alone.close()
+    finally:
+        store.close()
 
 
 def test_a_killed_node_loses_no_acknowledged_write_and_the_store_fails_over(cluster: Cluster, uid: str) -> None:

@@ -38,9 +38,11 @@ A connection that cannot be opened raises ``StoreUnreachable`` (nothing was sent
 failure of a submit raises plain ``StoreUnavailable``, because the node may have taken it. The
 outbox (store/outbox.py) relies on that distinction to queue only what surely did not land.
 
-Reads (GET and the query POST) are retried on connection-level failures (on the next node at
-once, then with a short backoff); a submit is retried only when the connection could not be
-opened (nothing was sent). Transport (store/_http.py) and
+Reads (GET and the query POST) are retried on connection-level failures and on a node that does
+not answer in time (on the next node at once, then, for connection failures, with a short
+backoff); a submit is retried only when the connection could not be opened (nothing was sent),
+and one a node did not answer in time fails (it may still land) with what follows sent to the
+next node. Transport (store/_http.py) and
 EDN errors never leave this module untranslated.
 
 This module must stay free of anything above the store (context, harness, objects).
@@ -618,9 +620,20 @@ class XtdbStore(Store):
                     where = base if len(self.bases) == 1 else f"{', '.join(self.bases)} (every node)"
                     raise StoreUnreachable(f"XTDB node at {where} cannot be reached: {e}") from e
             except _http.TimedOut as e:
+                # A node that accepts connections and answers nothing (stopped, a long collection,
+                # a deadlock): a read goes on with another node; a write may have reached it and
+                # may still land, so it is not sent again, but what follows goes to another node
                 self._unanswered = True
+                if idempotent and self._fail_over(base, tried, "did not answer in time"):
+                    continue
+                if not idempotent and self._fail_over(base, tried, "did not answer in time"):
+                    raise StoreUnavailable(
+                        f"XTDB node at {base} did not answer {method} /_xtdb/{endpoint} in time ({e!r}): what it"
+                        f" was sent may still land; going on with {self.base}"
+                    ) from e
                 raise StoreUnavailable(
                     f"XTDB node at {base} did not answer {method} /_xtdb/{endpoint} in time: {e!r}"
+                    + ("" if idempotent else " (what it was sent may still land)")
                 ) from e
             except _http.ConnectionLost as e:
                 # The connection broke mid-request: a read can be repeated (on another node if there
@@ -648,7 +661,7 @@ class XtdbStore(Store):
             attempt += 1
             tried = set()
 
-    def _fail_over(self, failed: str, tried: set[str]) -> bool:
+    def _fail_over(self, failed: str, tried: set[str], why: str = "cannot be reached") -> bool:
         """Send what follows to a node not yet tried for this request, if there is one (it is
         brought up to this store's newest transaction before it answers a read)."""
         with self._node_lock:
@@ -661,7 +674,7 @@ class XtdbStore(Store):
                 self._behind.add(self.base)
             said, self._down = failed in self._down, self._down | {failed}
         if not said:  # once a node is down, not at every request (nor between two that are)
-            log.warning("XTDB node at %s cannot be reached: going on with %s", failed, self.base)
+            log.warning("XTDB node at %s %s: going on with %s", failed, why, self.base)
         return True
 
     def _catch_up(self) -> None:
