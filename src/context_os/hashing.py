@@ -28,6 +28,7 @@ import blake3
 from .errors import HashError
 
 __all__ = [
+    "TOO_DEEP",
     "HASH_PREFIX",
     "canonical_form",
     "canonical_json",
@@ -93,6 +94,11 @@ def _check(value: Any, path: str) -> None:
             _check(v, f"{path}[{i}]")
 
 
+TOO_DEEP = "nested too deeply to have a canonical JSON form (deeper than Python's recursion limit lets it walk)"
+"""Why a value nested past what Python's recursion limit lets a walk reach (about 990 levels at
+the default limit) has no canonical form: every store refuses such a document so."""
+
+
 def canonical_json(value: Any) -> bytes:
     """UTF-8 JSON with sorted keys, no insignificant whitespace, non-ASCII kept as is.
 
@@ -120,7 +126,7 @@ def canonical_form(value: Any) -> tuple[bytes, bool]:
             _check(value, "")  # says where
             raise HashError(str(e)) from None
     except RecursionError:
-        raise HashError("nested too deeply to have a canonical JSON form") from None
+        raise HashError(TOO_DEEP) from None
     try:
         return text.encode("utf-8"), plain
     except UnicodeEncodeError as e:  # a lone surrogate: not text any encoder agrees on
@@ -142,12 +148,14 @@ def json_problem(value: Any) -> str | None:
     that is not a string, which it writes as one (``1`` as ``"1"``); the path and the problem, or
     None. A quick walk (no paths but on an error) that leaves to ``json.dumps`` what it refuses
     anyway (NaN, other types, an integer too long)."""
-    if _plain(value) or _string_keys(value):
-        return None
     try:
+        if _plain(value) or _string_keys(value):
+            return None
         _check(value, "")
     except HashError as e:
         return str(e)
+    except RecursionError:  # (as ``canonical_form`` says it)
+        return TOO_DEEP
     return None
 
 

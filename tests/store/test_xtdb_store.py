@@ -233,6 +233,27 @@ def test_pitfall_id_type_is_part_of_identity(xs: XtdbStore, uid: str) -> None:
         xs.submit([Delete(n)])  # type: ignore[arg-type]
 
 
+def test_a_document_another_client_nested_too_deeply_to_read_is_a_store_error_naming_it(
+    xs: XtdbStore, uid: str
+) -> None:
+    """The node takes a document nested 3,000 levels deep (its threads' 4 MB stacks: with the
+    JVM's default a submit of 800 levels was an HTTP 500 StackOverflowError); this store cannot
+    walk one (it refuses to write one) and said so as a bare ``RecursionError`` in get, history
+    and find of its whole kind."""
+    deep = "[" * 3_000 + "1" + "]" * 3_000
+    r = _raw_submit(xs, f'[:xtdb.api/put {{:xt/id "deep:{uid}" :kind "deep-{uid}" :v {deep}}}]')
+    assert r.status_code == 202, r.text
+    xs.put({"id": f"fine:{uid}", "kind": f"deep-{uid}"})
+    for read in (
+        lambda: xs.get(f"deep:{uid}"),
+        lambda: xs.history(f"deep:{uid}", with_docs=True),
+        lambda: xs.find(f"deep-{uid}"),
+    ):
+        with pytest.raises(StoreError, match="nested too deeply to read"):
+            read()
+    assert xs.get(f"fine:{uid}") is not None
+
+
 def test_pitfall_history_stops_at_the_queried_valid_time(xs: XtdbStore, uid: str) -> None:
     doc_id = f"f:{uid}"
     future = now_ms() + DAY_MS

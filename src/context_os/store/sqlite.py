@@ -68,7 +68,7 @@ from ..errors import (
     StoreError,
     StoreUnavailable,
 )
-from ..hashing import canonical_json, json_problem
+from ..hashing import TOO_DEEP, canonical_json, json_problem
 from ..times import iso
 from . import text_index
 from .base import (
@@ -343,6 +343,8 @@ def _prepare_doc(doc: Mapping[str, Any], encoded: bytes | None = None) -> _Prepa
         digest = blake3.blake3(text.encode("utf-8")).digest()
     except UnicodeEncodeError as e:
         raise StoreError(f"document {doc_id!r} holds text that is not Unicode: {e}") from e
+    except RecursionError:
+        raise StoreError(f"document {doc_id!r} is not JSON: {TOO_DEEP}") from None
     except (TypeError, ValueError) as e:
         try:
             canonical_json(doc)  # says what and where (an integer too long to write)

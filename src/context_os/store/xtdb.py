@@ -66,7 +66,7 @@ from typing import Any, Literal, NoReturn
 from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigError, HashError, InputError, StoreError, StoreUnavailable, StoreUnreachable
-from ..hashing import canonical_json, int_problem
+from ..hashing import TOO_DEEP, canonical_json, int_problem
 from ..times import iso
 from . import _http, edn, mask_url, node_file, text_index
 from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, check_after_evict
@@ -123,9 +123,12 @@ def _iso(ms: int) -> str:
 def _to_edn(value: Any, path: str = "$") -> str:
     """EDN text for a JSON-able value (plus the marker types above). Names the path on error."""
     try:
-        return _edn(value)
-    except (StoreError, ValueError):  # (ValueError: an integer too long to write)
-        return _edn_checked(value, path)  # the same walk, keeping the path to say where
+        try:
+            return _edn(value)
+        except (StoreError, ValueError):  # (ValueError: an integer too long to write)
+            return _edn_checked(value, path)  # the same walk, keeping the path to say where
+    except RecursionError:
+        raise StoreError(f"{path}: {TOO_DEEP}") from None
 
 
 def _edn(value: Any) -> str:
@@ -144,8 +147,11 @@ def _edn(value: Any) -> str:
                 return _edn_checked(value, "$")
             parts.append(_string_literal(k) + " " + _edn(v))
         return "{" + " ".join(parts) + "}"
-    if t is list:
-        return "[" + " ".join([_edn(v) for v in value]) + "]"
+    if t is list:  # (a loop, not a comprehension: one frame a level, as deep as hashing walks)
+        items = []
+        for v in value:
+            items.append(_edn(v))
+        return "[" + " ".join(items) + "]"
     if value is None:
         return "nil"
     if t is bool:
@@ -332,11 +338,17 @@ def _from_edn(value: Any) -> Any:
         if isinstance(value, _XtdbId):
             return str(value)
         return (_EPOCH + value * _MS).isoformat() if isinstance(value, _Instant) else value
+    # (loops, not comprehensions: one frame a level, as deep as the writer and hashing go)
     if isinstance(value, Mapping):
-        items = [(_key_name(k), _from_edn(v)) for k, v in value.items()]
+        items = []
+        for k, v in value.items():
+            items.append((_key_name(k), _from_edn(v)))
         return dict(sorted(items))
     if isinstance(value, list | tuple):  # vectors and lists
-        return [_from_edn(v) for v in value]
+        out = []
+        for v in value:
+            out.append(_from_edn(v))
+        return out
     if isinstance(value, frozenset | set):
         return sorted((_from_edn(v) for v in value), key=lambda v: canonical_json(v))
     if isinstance(value, edn.Keyword):
@@ -406,10 +418,23 @@ def _json_attr(name: str) -> tuple[int, str]:
     return where
 
 
+_TOO_DEEP_TO_READ = (
+    "deeper than Python's recursion limit lets a walk reach (another client wrote it: this store refuses to)"
+)
+
+
 def _doc_from(m: Any, from_json: bool) -> dict[str, Any]:
     """A document as XTDB stores it → our document (exactly what ``_doc_to_edn`` was given): read
     as EDN (attributes as keywords), or as our front end's JSON history writes it (attributes'
     names as keys)."""
+    try:
+        return _doc_from_walk(m, from_json)
+    except RecursionError:  # another client's document (this store refuses to write one)
+        eid = m.get("xt/id" if from_json else _kw("xt/id")) if isinstance(m, Mapping) else None
+        raise StoreError(f"document {str(eid)!r} is nested too deeply to read: {_TOO_DEEP_TO_READ}") from None
+
+
+def _doc_from_walk(m: Any, from_json: bool) -> dict[str, Any]:
     if not isinstance(m, Mapping):
         raise StoreError(f"expected a document map from XTDB, got {m!r}")
     top: dict[str, Any] = {}
@@ -693,6 +718,10 @@ class XtdbStore(Store):
             )
         try:
             return _read_edn(r.text)
+        except RecursionError:  # another client's document, nested past what Python walks
+            raise StoreError(
+                f"XTDB node at {self.base} sent an answer ({where}) nested too deeply to read: {_TOO_DEEP_TO_READ}"
+            ) from None
         except Exception as e:  # EdnError; anything else would be the reader's bug, still translated
             raise StoreError(
                 f"XTDB node at {self.base} sent a response that is not EDN ({where}): {e}; body: {r.text[:200]!r}"
@@ -1044,6 +1073,11 @@ class XtdbStore(Store):
             rows = json.loads(r.content)
             if not isinstance(rows, list) or not all(isinstance(e, list) and len(e) == 5 for e in rows):
                 raise ValueError(f"expected a list of 5-element rows, got {r.text[:200]!r}")
+        except RecursionError:
+            raise StoreError(
+                f"XTDB node at {self.base} sent a history of {params['eid-edn']} nested too deeply to read:"
+                f" {_TOO_DEEP_TO_READ}"
+            ) from None
         except ValueError as e:
             raise StoreError(f"XTDB node at {self.base} sent a history the JSON endpoint does not write: {e}") from e
         return rows
