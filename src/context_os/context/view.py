@@ -36,6 +36,7 @@ from .policy import RetentionPolicy
 __all__ = [
     "LAYOUT",
     "arguments_text",
+    "SENT_WHOLE",
     "ObjInfo",
     "Rendered",
     "SessionView",
@@ -45,6 +46,7 @@ __all__ = [
     "horizon_text",
     "short_ref",
     "own_text",
+    "sent_whole",
     "stub_text",
 ]
 
@@ -63,7 +65,8 @@ class ObjInfo:
     meta: dict[str, Any]
     content: Any = None
     """The text shown when active; None for a collapsed tool result of a managed session (its
-    text stays in the store until it is activated again: ``Session._reload``)."""
+    text stays in the store until it is activated again: ``Session._reload``), unless it shows
+    its own text collapsed (``own_text``)."""
     state: str = "inactive"
     """active | inactive | absent."""
     pinned: bool = False
@@ -195,15 +198,37 @@ def stub_text(obj: ObjInfo, layout: int = LAYOUT) -> str:
 
 def own_text(obj: ObjInfo, layout: int = LAYOUT, stub: str | None = None) -> str | None:
     """From layout 3, the text of a tool result no longer than its stub (an edit's confirmation,
-    a quiet command): collapsed, it shows that text, not a stub; else None. Its text must be in
-    memory: ``Session`` never lets go of such a result's text. ``stub``: the stub, when the
+    a quiet command): collapsed, it shows that text, not a stub; and, whatever its length, the
+    text of one its harness sends whole all the same (``sent_whole``); else None. Its text must
+    be in memory: ``Session`` never lets go of such a result's text. ``stub``: the stub, when the
     caller has built it already."""
     c = obj.content
-    if layout < 3 or obj.kind != "toolcall" or not isinstance(c, str) or "blocks" in obj.meta:
+    if obj.kind != "toolcall" or not isinstance(c, str):
+        return None
+    if sent_whole(obj):
+        return c  # what goes out in its place, and so what is counted
+    if layout < 3 or "blocks" in obj.meta:
         return None
     if layout >= 11 and obj.file_text is not None:
         return None  # a file's text, which the file object shows as it is now
     return c if len(c) <= len(stub if stub is not None else _stub(obj, layout)) else None
+
+
+SENT_WHOLE = "sent_whole"
+"""The key by which an adapter says that its harness sends a tool result whole, as it came, even
+while the engine shows it collapsed (pydantic-ai's typed returns: a tool search's, a capability's
+load, whose content pydantic-ai reads): ``True`` in the result's ``extra["full"]`` (its output as
+the harness gave it, kept in its tool-call object). Such a result shows its whole text in its
+place whatever its state (``own_text``), never clipped, its call's arguments never elided: the
+context counts what goes out, and collapsing it frees nothing (until 2026-12-02 a collapsed one
+counted as its one-line stub, though it went out whole)."""
+
+
+def sent_whole(obj: ObjInfo) -> bool:
+    """Whether the harness sends the tool result ``obj`` (and its call) whole whatever the engine
+    shows (``SENT_WHOLE``)."""
+    blocks = obj.meta.get("blocks")
+    return isinstance(blocks, dict) and blocks.get(SENT_WHOLE) is True
 
 
 def _stub(obj: ObjInfo, layout: int) -> str:
@@ -761,15 +786,20 @@ class SessionView:
     def _tool_msgs(self, e: Entry, paired: bool) -> list[Msg]:
         obj = self.objects.get(e.get("object", ""))
         clipped = None
+        # shown as it came: expanded, or passed through, or sent whole by its harness anyway (in
+        # the same bytes either way: collapsing it changes nothing that goes out)
+        shown = obj is not None and (
+            obj.in_history or not self.managed or (sent_whole(obj) and isinstance(obj.content, str))
+        )
         if obj is None:  # a result whose object was evicted
             text = "[context_os] This tool output was erased from the store."
-        elif obj.in_history or not self.managed:
+        elif shown:
             clipped = self.clipped_result(obj) if self.managed else None
             text = clipped if clipped is not None else obj.content if isinstance(obj.content, str) else ""
         else:
             text = stub_text(obj, self.layout)
         # the output as it came (images, blocks) shows only with the whole text: not collapsed, not clipped
-        whole = obj is not None and (obj.in_history or not self.managed) and clipped is None
+        whole = shown and clipped is None
         if paired:
             msg: Msg = {"role": "tool", "text": text, "tool_call_id": e.get("tool_call_id", "")}
             if obj is not None:  # harnesses that name results (Pi, Gemini) need these back
@@ -800,14 +830,15 @@ class SessionView:
         """``clip_result`` of a tool result's text under this view's policy and layout; None when
         it shows whole."""
         limit = self.policy.result_view_chars
-        if limit is None or self.layout < 4 or not isinstance(obj.content, str):
+        if limit is None or self.layout < 4 or not isinstance(obj.content, str) or sent_whole(obj):
             return None
         return clip_result(obj.content, limit, self._handle(obj), self.layout)
 
     def _call_args(self, c: ToolCall) -> Any:
-        """A collapsed call's long argument values collapse with its result."""
+        """A collapsed call's long argument values collapse with its result (unless its harness
+        sends it whole all the same: ``sent_whole``)."""
         obj = self.objects.get(c.get("object", ""))
-        if obj is None or obj.in_history or obj.pinned or not self.managed:
+        if obj is None or obj.in_history or obj.pinned or not self.managed or sent_whole(obj):
             return c["arguments"]
         return self._elided(c["arguments"], obj)
 
@@ -1021,7 +1052,10 @@ class SessionView:
 
     def collapse_gain(self, o: ObjInfo) -> int:
         """Tokens collapsing the tool result ``o`` frees: its output as shown (clipped, if long), and
-        the long arguments of its call that collapse with it."""
+        the long arguments of its call that collapse with it; none if its harness sends it whole
+        all the same (``sent_whole``)."""
+        if sent_whole(o):
+            return 0
         clipped = self.clipped_result(o)
         gain = o.tokens if clipped is None else estimate_tokens(len(clipped))
         call = self.call_of(o)
@@ -1560,7 +1594,10 @@ def _entry_line(e: Entry, objects: Mapping[str, ObjInfo], elide_over: int) -> st
     head = f"[{e['i']}] {e['role']}"
     if e["role"] == "tool":
         obj = objects.get(e.get("object", ""))
-        shown = stub_text(obj) if obj is not None else "[this tool output was erased from the store]"
+        if obj is None:
+            shown = "[this tool output was erased from the store]"
+        else:  # a result sent whole shows in its place, whole: here, its stub says how to see it
+            shown = _stub(obj, LAYOUT) if sent_whole(obj) else stub_text(obj)
         return f"{head}: {shown}"
     parts = [f"{head}: {_clip(str(e['text']), HISTORY_CHARS)}" if e.get("text") else head]
     for c in e.get("tool_calls") or ():

@@ -26,8 +26,9 @@ response's ``ThinkingPart``s are counted (``extra_chars``) and left off past the
 thinking horizon (``drop_thinking``), and, when one was an OpenAI Responses reasoning item, the
 item ids of its other parts with them (``_without_reasoning``). Typed
 tool parts (``tool_kind`` subclasses such as tool search) are calls and results too, each sent
-whole as it came (pydantic-ai reads their content); native tool parts, which a response holds
-with their returns, are passed through verbatim, never managed.
+whole as it came (pydantic-ai reads their content), which the engine is told (``SENT_WHOLE``), so
+that it counts them whole even collapsed; native tool parts, which a response holds with their
+returns, are passed through verbatim, never managed.
 
 Parts the engine synthesises (a stub for a result whose call is no longer shown, a result for a
 call that never got one, the ``<context_os>`` part) carry the Unix epoch as their timestamp, so
@@ -74,6 +75,7 @@ from pydantic_ai.tools import RunContext, Tool, ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
 
 from ..context.entries import Incoming, Msg, ToolCall
+from ..context.view import SENT_WHOLE
 from ..errors import HashError, MalformedMessage
 from ..hashing import hash_value
 from ..tokens import CHARS_PER_TOKEN, document_tokens, image_tokens
@@ -297,7 +299,9 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
         # pieces keep them: a request of nothing but returns is rendered with them too
         extra["request"] = fields
         if _is_typed(part):
-            extra["part"] = raw  # sent whole, shown or not: pydantic-ai reads its content, never a stub
+            # sent whole, collapsed or not: pydantic-ai reads its content, never a stub; the engine
+            # counts it so (a collapsed one counted as its stub until 2026-12-02)
+            extra["full"] = {"part": raw, SENT_WHOLE: True}
         elif not isinstance(part, ToolReturnPart) or not isinstance(part.content, str) or part.outcome != "success":
             # the part as given (files, structured content, native error outcome): shown only
             # while the result is shown in full; the text already says what the model must see
@@ -323,8 +327,12 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
                 return _load({**request, "kind": "request", "parts": [full["part"]]})
             kept = extra.get("part")
             if isinstance(kept, dict):
-                whole = kept if "content" in kept else {**kept, "content": text}  # a typed part is whole
-                return _load({**request, "kind": "request", "parts": [whole]})
+                if "content" in kept:  # a typed part as sessions recorded before 2026-12-02 kept it: whole
+                    return _load({**request, "kind": "request", "parts": [kept]})
+                # shown without its part as given: a plain return of the text (a typed one whose
+                # object was evicted loses its kind with its content, which its kind requires)
+                plain = {k: v for k, v in kept.items() if k != "tool_kind"}
+                return _load({**request, "kind": "request", "parts": [{**plain, "content": text}]})
             # a result rendered without its harness fields (one the engine made up has no name:
             # finalize names it after its call); an error is already spelled out in ``text``
             part = ToolReturnPart(
