@@ -35,7 +35,7 @@ import type {
 } from "@earendil-works/pi-coding-agent";
 // The legacy package name on purpose: Pi 1.5.x maps it to itself, and Pi 0.7x knows no other.
 import { createReadToolDefinition } from "@mariozechner/pi-coding-agent";
-import { RpcChild, RpcError, splitCommand } from "./rpc.ts";
+import { MAX_TIMEOUT_MS, RpcChild, RpcError, splitCommand } from "./rpc.ts";
 
 const HARNESS = "pi";
 /** The largest `context.transform` request ctxos takes from us: its own cap's highest setting (a
@@ -823,6 +823,11 @@ function timeoutSetting(): number {
 	const value = process.env.CTXOS_TIMEOUT_MS?.trim();
 	if (!value) return DEFAULT_TIMEOUT_MS;
 	const n = Number(value);
+	if (/^\d+$/.test(value) && n > MAX_TIMEOUT_MS) {
+		// Node's timers fire at once past 2^31-1 ms: every call timed out, and context_os went off
+		CONFIG_PROBLEMS.push(`CTXOS_TIMEOUT_MS=${quoted(value)} is over ${MAX_TIMEOUT_MS} ms (about 24.8 days), the longest Node waits: using ${MAX_TIMEOUT_MS}`);
+		return MAX_TIMEOUT_MS;
+	}
 	if (/^\d+$/.test(value) && Number.isSafeInteger(n) && n > 0) return n;
 	CONFIG_PROBLEMS.push(`CTXOS_TIMEOUT_MS=${quoted(value)} is not a whole number of milliseconds: using ${DEFAULT_TIMEOUT_MS}`);
 	return DEFAULT_TIMEOUT_MS;

@@ -37,6 +37,8 @@ interface Pending {
 
 const STDERR_KEEP = 4000;
 const EXIT_GRACE_MS = 200;
+/** The longest a Node timer can wait (a longer one fires at once). */
+export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 
 /** Splits a command line into words, honouring single and double quotes and backslashes. */
 export function splitCommand(line: string): string[] {
@@ -127,7 +129,9 @@ export class RpcChild {
 		if (this.gone) return Promise.reject(this.gone);
 		const child = this.child as ChildProcessWithoutNullStreams;
 		const id = this.nextId++;
-		const line = `${JSON.stringify({ jsonrpc: "2.0", id, method, params })}\n`;
+		// JSON text must be UTF-8, which has no lone surrogate (a cut emoji, a pasted fragment):
+		// ctxos refused the whole request, and context_os went off for the session
+		const line = `${JSON.stringify({ jsonrpc: "2.0", id, method, params }, wellFormed)}\n`;
 		return new Promise<T>((resolve, reject) => {
 			const timer = setTimeout(() => {
 				this.fail(`ctxos did not answer ${method} within ${timeoutMs} ms`);
@@ -214,6 +218,15 @@ function terminate(child: ChildProcessWithoutNullStreams): void {
 		child.kill("SIGTERM");
 	}
 }
+
+/** A string as it can go into UTF-8: each lone surrogate becomes U+FFFD (JSON.stringify replacer). */
+function wellFormed(_key: string, value: unknown): unknown {
+	if (typeof value !== "string") return value;
+	const s = value as string & { toWellFormed?: () => string };
+	return s.toWellFormed ? s.toWellFormed() : s.replace(LONE_SURROGATE, "\uFFFD");
+}
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 
 /** Pipes to a child are sockets, which can be (un)referenced; the stream types do not say so. */
 function setRef(stream: object | undefined, on: boolean): void {

@@ -22,7 +22,7 @@ import pytest
 from context_os.context.view import TAIL_OPEN
 from context_os.store.sqlite import SqliteStore
 
-from .conftest import CTXOS, PiRun, _setup, pi_print, run_pi
+from .conftest import CTXOS, PiRun, _setup, pi_print, pi_rpc, run_pi
 from .model_server import scripted_model, text, tool_call
 from .provision import ADAPTER, PiInstall
 
@@ -629,3 +629,55 @@ def test_a_message_over_the_cap_is_sent_cut_and_context_os_stays_on(pi: PiInstal
     cut = re.search(r"\[cut by context_os: ([\d,]+) characters, a message keeps at most 2,000,000\]", sent)
     assert cut is not None and len(log) < int(cut.group(1).replace(",", "")) < len(log) + 1000
     assert len(sent) < len(log)
+
+
+class _Rpc:
+    """Commands to a Pi in RPC mode (``pi_rpc``) and waits on the events it wrote."""
+
+    def __init__(self, proc: subprocess.Popen[str], events: list[dict[str, Any]]):
+        self.proc, self.events = proc, events
+
+    def send(self, **command: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+
+    def wait_for(self, what: str, ready: Any, timeout: float = 60) -> float:
+        """Waits until ``ready()``; how long it took."""
+        start = time.monotonic()
+        while not ready():
+            assert self.proc.poll() is None and time.monotonic() < start + timeout, what
+            time.sleep(0.05)
+        return time.monotonic() - start
+
+    def count(self, kind: str) -> int:
+        return sum(1 for e in self.events if e.get("type") == kind)
+
+    def notices(self) -> list[str]:
+        return [str(e.get("message")) for e in self.events if e.get("method") == "notify"]
+
+
+def test_a_timeout_past_what_node_can_wait_is_capped_and_said(pi: PiInstall, tmp_path: Path) -> None:
+    """CTXOS_TIMEOUT_MS over 2^31-1 made Node's timer fire at once: every call timed out and
+    context_os went off (before 2026-12-02); it is now capped there, and said."""
+    script = [tool_call("read", path="calc.py"), text("Read.")]
+    run = run_pi(pi, tmp_path, PROMPT, script, files={"calc.py": BUGGY}, env={"CTXOS_TIMEOUT_MS": "99999999999"})
+    assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
+    assert "context_os is off" not in run.proc.stderr, run.proc.stderr
+    assert "CTXOS_TIMEOUT_MS='99999999999' is over 2147483647 ms" in run.proc.stderr, run.proc.stderr
+    assert len(run.requests) == 2 and "return a - b" in _tail(run.requests[1])
+
+
+def test_a_lone_surrogate_in_a_message_does_not_turn_context_os_off(pi: PiInstall, tmp_path: Path) -> None:
+    """A prompt holding half of a surrogate pair (a cut emoji) cannot be UTF-8: ctxos refused the
+    whole request and context_os went off for the session (before 2026-12-02). It goes as U+FFFD."""
+    script = [tool_call("read", path="calc.py"), text("Read.")]
+    events: list[dict[str, Any]] = []
+    with pi_rpc(pi, tmp_path, script, files={"calc.py": BUGGY}, events=events) as (proc, model, _):
+        rpc = _Rpc(proc, events)
+        rpc.send(type="prompt", message="read calc.py \ud83d please")
+        rpc.wait_for("the run's end", lambda: rpc.count("agent_end") == 1)
+    assert model.errors == [] and len(model.requests) == 2
+    assert not any("context_os is off" in n for n in rpc.notices()), rpc.notices()
+    assert "return a - b" in _tail(model.requests[1])
+    assert "read calc.py \ufffd please" in _joined(model.requests[1])
