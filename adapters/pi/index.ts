@@ -35,7 +35,7 @@ import type {
 } from "@earendil-works/pi-coding-agent";
 // The legacy package name on purpose: Pi 1.5.x maps it to itself, and Pi 0.7x knows no other.
 import { createReadToolDefinition } from "@mariozechner/pi-coding-agent";
-import { MAX_TIMEOUT_MS, RpcChild, RpcError, splitCommand } from "./rpc.ts";
+import { CallAborted, MAX_TIMEOUT_MS, RpcChild, RpcError, splitCommand } from "./rpc.ts";
 
 const HARNESS = "pi";
 /** The largest `context.transform` request ctxos takes from us: its own cap's highest setting (a
@@ -127,7 +127,7 @@ class ContextOs {
 	off(ctx: ExtensionContext, reason: string): void {
 		if (this.offReason !== undefined) return;
 		this.offReason = reason;
-		this.rpc?.close();
+		void this.rpc?.close();
 		try {
 			const active = this.pi.getActiveTools();
 			const kept = active.filter((name) => !CONTEXT_TOOLS.includes(name));
@@ -135,16 +135,21 @@ class ContextOs {
 		} catch {
 			// the tools stay; each answers that context_os is off
 		}
-		warn(ctx, `context_os is off: ${reason.replace(/\.$/, "")}. Pi carries on with its own context.`);
-		if (ctx.hasUI) ctx.ui.setStatus(STATUS_KEY, "context_os: off");
+		try {
+			warn(ctx, `context_os is off: ${reason.replace(/\.$/, "")}. Pi carries on with its own context.`);
+			if (ctx.hasUI) ctx.ui.setStatus(STATUS_KEY, "context_os: off");
+		} catch {
+			// a context Pi has since retired (the session ended meanwhile): nothing to tell
+		}
 	}
 
 	get reason(): string {
 		return this.offReason ?? "";
 	}
 
-	close(): void {
-		this.rpc?.close();
+	/** Ends the child; resolves when it is gone (at most about 4 s: see RpcChild.close). */
+	close(): Promise<void> {
+		return this.rpc?.close() ?? Promise.resolve();
 	}
 
 	private async open(ctx: ExtensionContext): Promise<RpcChild | undefined> {
@@ -168,7 +173,11 @@ class ContextOs {
 			this.off(ctx, `CTXOS_POLICY: ${message(e)}`);
 			return undefined;
 		}
-		const rpc = new RpcChild(argv, TIMEOUT_MS, { cwd: ctx.cwd, env: process.env });
+		// a child that exits between calls (killed, crashed) turns context_os off then: at the next
+		// call it was too late, that call's tools being settled before its `context` event (the
+		// model was offered activate & co., which could only answer that context_os is off)
+		const onExit = (gone: Error) => this.off(ctx, gone.message);
+		const rpc = new RpcChild(argv, TIMEOUT_MS, { cwd: ctx.cwd, env: process.env, onExit });
 		this.rpc = rpc;
 		try {
 			const sources = { recall: RECALL, memory: MEMORY, mesh: MESH !== undefined };
@@ -302,24 +311,31 @@ export default function contextOs(pi: ExtensionAPI): void {
 		await link.connection(ctx);
 	});
 
-	pi.on("session_shutdown", () => {
+	// Pi exits when its shutdown handlers are done: waiting here lets a child that lingers be killed
+	pi.on("session_shutdown", async () => {
 		mesh?.stop();
-		link.close();
+		await link.close();
 	});
 
 	pi.on("context", async (event, ctx) => {
 		// a run aborted while a tool ran (Esc, `abort` over RPC) still fires `context` for the next
 		// call, which Pi then does not make: no frame for it (its messages reach ctxos at the next call)
-		if (ctx.signal?.aborted) return undefined;
-		const rpc = await link.connection(ctx);
+		const signal = ctx.signal;
+		if (signal?.aborted) return undefined;
+		// an abort (Esc, SIGTERM) while ctxos starts or assembles takes effect at once, not when it
+		// answers or times out: the call is given up, context_os stays on
+		const rpc = await untilAborted(link.connection(ctx), signal);
+		if (rpc === ABORTED) return undefined;
 		if (!rpc) return ownReads(event.messages, ctx, link.readsAgain);
 		let result: TransformResult;
 		try {
-			result = await rpc.call<TransformResult>("context.transform", {
-				session: link.sessionId,
-				messages: event.messages,
-			});
+			result = await rpc.call<TransformResult>(
+				"context.transform",
+				{ session: link.sessionId, messages: event.messages },
+				{ signal },
+			);
 		} catch (e) {
+			if (e instanceof CallAborted) return undefined;
 			link.off(ctx, `context.transform failed: ${describe(e)}`);
 			return ownReads(event.messages, ctx, link.readsAgain);
 		}
@@ -771,6 +787,19 @@ async function readsInPlace(
 		out.push({ ...m, content } as Messages[number]);
 	}
 	return { messages: out };
+}
+
+const ABORTED = Symbol("aborted");
+
+/** `promise`'s value, or ABORTED as soon as `signal` aborts (the promise is left to settle alone). */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T | typeof ABORTED> {
+	if (!signal) return promise;
+	if (signal.aborted) return Promise.resolve(ABORTED);
+	return new Promise((resolve, reject) => {
+		const onAbort = () => resolve(ABORTED);
+		signal.addEventListener("abort", onAbort, { once: true });
+		promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+	});
 }
 
 /** Why `messages` cannot go to Pi, or undefined when it can. */

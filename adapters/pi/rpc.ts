@@ -5,7 +5,9 @@
  * Every failure surfaces as a rejected call, never as an exception thrown elsewhere: a child that
  * cannot start, exits, writes something that is not an answer, or does not answer in time rejects
  * every pending call with `ChildGone`; an answer with an `error` member rejects that call with
- * `RpcError`. The caller decides what a failure means (the extension fails open).
+ * `RpcError`; a call whose signal aborts rejects at once with `CallAborted`, and its answer, if one
+ * comes, is dropped. The caller decides what a failure means (the extension fails open). A child
+ * that exits on its own, a call pending or not, is also reported to `onExit`.
  *
  * The child's stderr is kept (its last lines) for error messages and never written to the
  * terminal: in Pi's TUI it would draw over the screen.
@@ -16,6 +18,9 @@ import { createInterface } from "node:readline";
 
 /** The child is unusable: it did not start, it exited, it broke the protocol or it timed out. */
 export class ChildGone extends Error {}
+
+/** The caller gave the call up (its signal aborted): not a failure of the child. */
+export class CallAborted extends Error {}
 
 /** The server answered with a JSON-RPC error. */
 export class RpcError extends Error {
@@ -37,6 +42,8 @@ interface Pending {
 
 const STDERR_KEEP = 4000;
 const EXIT_GRACE_MS = 200;
+/** How long a child has to exit after SIGTERM before it gets SIGKILL. */
+const KILL_AFTER_MS = 2000;
 /** The longest a Node timer can wait (a longer one fires at once). */
 export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 
@@ -76,14 +83,19 @@ export class RpcChild {
 	private child: ChildProcessWithoutNullStreams | undefined;
 	private pending = new Map<number, Pending>();
 	private nextId = 1;
+	/** Ids of calls given up (`CallAborted`) whose answers have not come yet: dropped when they do. */
+	private abandoned = new Set<number>();
 	private stderr = "";
 	private gone: ChildGone | undefined;
+	/** The child's end under way (SIGTERM, then SIGKILL), once. */
+	private killing: Promise<void> | undefined;
 
-	/** Spawns `argv` at once; a failure to start shows up as the first call's rejection. */
+	/** Spawns `argv` at once; a failure to start shows up as the first call's rejection.
+	 * `onExit`: told once when the child exits (or cannot run) before `close()`, with the reason. */
 	constructor(
 		argv: string[],
 		private readonly timeoutMs: number,
-		options: { cwd?: string; env?: NodeJS.ProcessEnv } = {},
+		options: { cwd?: string; env?: NodeJS.ProcessEnv; onExit?: (reason: ChildGone) => void } = {},
 	) {
 		try {
 			// its own process group, so that ending it also ends whatever a wrapper command started
@@ -95,12 +107,16 @@ export class RpcChild {
 		}
 		const child = this.child;
 		child.on("error", (e) => this.fail(`could not run ${JSON.stringify(argv.join(" "))}: ${spawnError(argv[0], e)}`));
-		// the reason names the exit and the child's last stderr line: "close" comes once stderr is
-		// read to its end; "exit" (plus a moment for stderr) covers a grandchild holding the pipes
+		// the reason names the exit, and for an exit with an error code the child's last stderr line
+		// (what it said of the error; a child killed or exiting 0 said nothing of why, and its last
+		// line is whatever it logged before): "close" comes once stderr is read to its end; "exit"
+		// (plus a moment for stderr) covers a grandchild holding the pipes
 		const exited = (code: number | null, signal: NodeJS.Signals | null) => {
+			const first = this.gone === undefined;
 			const how = signal ? `was killed by ${signal}` : `exited with code ${code}`;
-			const last = this.stderrTail();
+			const last = !signal && code !== 0 ? this.stderrTail() : "";
 			this.fail(`ctxos ${how}${last ? `: ${last}` : ""}`);
+			if (first && this.gone) options.onExit?.(this.gone);
 		};
 		child.on("close", exited);
 		child.on("exit", (code, signal) => setTimeout(() => exited(code, signal), EXIT_GRACE_MS).unref());
@@ -124,9 +140,13 @@ export class RpcChild {
 		return lines[lines.length - 1]?.trim() ?? "";
 	}
 
-	/** Calls `method`; resolves with the answer's `result`. */
-	call<T>(method: string, params: object, timeoutMs = this.timeoutMs): Promise<T> {
+	/** Calls `method`; resolves with the answer's `result`. With `signal`, the call is given up when
+	 * it aborts: rejected at once with `CallAborted` (not sent at all if it already has), its answer
+	 * dropped when it comes, the child still in use. */
+	call<T>(method: string, params: object, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<T> {
 		if (this.gone) return Promise.reject(this.gone);
+		const { timeoutMs = this.timeoutMs, signal } = options;
+		if (signal?.aborted) return Promise.reject(new CallAborted(`${method} was aborted`));
 		const child = this.child as ChildProcessWithoutNullStreams;
 		const id = this.nextId++;
 		// JSON text must be UTF-8, which has no lone surrogate (a cut emoji, a pasted fragment):
@@ -136,21 +156,39 @@ export class RpcChild {
 			const timer = setTimeout(() => {
 				this.fail(`ctxos did not answer ${method} within ${timeoutMs} ms`);
 			}, timeoutMs);
-			this.pending.set(id, { method, resolve: resolve as (v: unknown) => void, reject, timer });
+			const onAbort = () => {
+				if (!this.pending.delete(id)) return;
+				clearTimeout(timer);
+				this.abandoned.add(id);
+				if (this.pending.size === 0) this.idle();
+				reject(new CallAborted(`${method} was aborted`));
+			};
+			const settle =
+				<A>(settled: (a: A) => void) =>
+				(a: A) => {
+					signal?.removeEventListener("abort", onAbort);
+					settled(a);
+				};
+			this.pending.set(id, { method, resolve: settle(resolve as (v: unknown) => void), reject: settle(reject), timer });
+			signal?.addEventListener("abort", onAbort, { once: true });
 			this.busy();
 			child.stdin.write(line);
 		});
 	}
 
-	/** Ends the child: closes its stdin (it exits at end of input), then kills it if it lingers. */
-	close(graceMs = 2000): void {
+	/** Ends the child: closes its stdin (it exits at end of input); if it is still there after
+	 * `graceMs`, SIGTERM, and SIGKILL 2 s later. Resolves when it is gone (the caller may wait for
+	 * that before its own process exits: a timer left behind dies with it). */
+	close(graceMs = 2000): Promise<void> {
 		const child = this.child;
 		this.fail("context_os was closed", { kill: false });
-		if (!child || child.exitCode !== null || child.signalCode !== null) return;
+		if (!child || hasExited(child)) return Promise.resolve();
 		child.stdin.end();
-		const timer = setTimeout(() => terminate(child), graceMs);
-		timer.unref();
-		child.once("exit", () => clearTimeout(timer));
+		const gone = exitWithin(child, graceMs).then((exited) => (exited ? undefined : this.terminate()));
+		// Pi exits once its shutdown handlers are done: held until then, with timers that did not
+		// hold it, a child that ignores its stdin and SIGTERM (hung) outlived Pi
+		const hold = setInterval(() => {}, 1000);
+		return gone.finally(() => clearInterval(hold));
 	}
 
 	private onLine(line: string): void {
@@ -162,6 +200,7 @@ export class RpcChild {
 			this.fail(`ctxos wrote something that is not JSON-RPC: ${line.slice(0, 200)}`);
 			return;
 		}
+		if (typeof answer.id === "number" && this.abandoned.delete(answer.id)) return; // its caller gave it up
 		const pending = typeof answer.id === "number" ? this.pending.get(answer.id) : undefined;
 		if (!pending) {
 			// an answer without an id (e.g. a parse error) cannot be matched to a call: the stream
@@ -189,9 +228,23 @@ export class RpcChild {
 			p.reject(this.gone);
 		}
 		this.pending.clear();
-		const child = this.child;
-		if (kill && child && child.exitCode === null && child.signalCode === null) terminate(child);
+		this.abandoned.clear();
+		if (kill) void this.terminate();
 		this.idle();
+	}
+
+	/** SIGTERM to the child's process group, SIGKILL 2 s later if it is still there (once); resolves
+	 * when it is gone. Its timers do not keep this process alive (`close` holds it). */
+	private terminate(): Promise<void> {
+		const child = this.child;
+		if (!child || hasExited(child)) return Promise.resolve();
+		this.killing ??= (async () => {
+			signalGroup(child, "SIGTERM");
+			if (await exitWithin(child, KILL_AFTER_MS)) return;
+			signalGroup(child, "SIGKILL");
+			await exitWithin(child, KILL_AFTER_MS);
+		})();
+		return this.killing;
 	}
 
 	// While no call is pending the child must not keep Pi's process alive (print mode exits when
@@ -209,14 +262,35 @@ export class RpcChild {
 	}
 }
 
-/** SIGTERM to the child's process group (see the constructor), else to the child alone. */
-function terminate(child: ChildProcessWithoutNullStreams): void {
+/** `signal` to the child's process group (see the constructor), else to the child alone. */
+function signalGroup(child: ChildProcessWithoutNullStreams, signal: NodeJS.Signals): void {
 	try {
-		if (child.pid !== undefined && process.platform !== "win32") process.kill(-child.pid, "SIGTERM");
-		else child.kill("SIGTERM");
+		if (child.pid !== undefined && process.platform !== "win32") process.kill(-child.pid, signal);
+		else child.kill(signal);
 	} catch {
-		child.kill("SIGTERM");
+		child.kill(signal);
 	}
+}
+
+function hasExited(child: ChildProcessWithoutNullStreams): boolean {
+	return child.exitCode !== null || child.signalCode !== null;
+}
+
+/** Whether the child exits within `ms` (the wait does not keep this process alive). */
+function exitWithin(child: ChildProcessWithoutNullStreams, ms: number): Promise<boolean> {
+	if (hasExited(child)) return Promise.resolve(true);
+	return new Promise((resolve) => {
+		const timer = setTimeout(() => {
+			child.off("exit", onExit);
+			resolve(hasExited(child));
+		}, ms);
+		timer.unref();
+		const onExit = () => {
+			clearTimeout(timer);
+			resolve(true);
+		};
+		child.once("exit", onExit);
+	});
 }
 
 /** A string as it can go into UTF-8: each lone surrogate becomes U+FFFD (JSON.stringify replacer). */

@@ -155,12 +155,15 @@ def pi_rpc(
     files: dict[str, str],
     env: dict[str, str] | None = None,
     events: list[dict] | None = None,
+    ctxos: str = CTXOS,
+    on_request: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[str], ScriptedModel, Path]]:
     """The real Pi CLI in RPC mode (a long-lived agent waiting on stdin) with our extension, against
     a scripted model; yields (process, model, store). Closing stdin ends it. ``events``: a list
-    that receives each event and response Pi writes, as Pi writes it."""
-    with scripted_model(script) as (model, base_url):
-        workspace, _, store, run_env, options = _setup(pi, root, base_url, files, CTXOS, env)
+    that receives each event and response Pi writes, as Pi writes it. ``ctxos``, ``on_request``:
+    as for ``run_pi``."""
+    with scripted_model(script, on_request) as (model, base_url):
+        workspace, _, store, run_env, options = _setup(pi, root, base_url, files, ctxos, env)
         proc = subprocess.Popen(
             pi.command("--mode", "rpc", "--no-session", *options),
             cwd=workspace,

@@ -259,7 +259,7 @@ def test_pi_works_on_when_ctxos_dies_mid_session(pi: PiInstall, tmp_path: Path) 
     assert killed == [1]
     _assert_task_done(run)
     assert run.proc.stderr.count("context_os is off") == 1, run.proc.stderr
-    assert "context.transform failed: ctxos was killed by SIGKILL" in run.proc.stderr
+    assert "context_os is off: ctxos was killed by SIGKILL. Pi carries on" in run.proc.stderr
     assert all(TAIL_OPEN in _joined(r) for r in run.requests[1:3])
     assert not any(TAIL_OPEN in _joined(r) for r in run.requests[3:])
     assert "activate" in _tool_names(run.requests[2])
@@ -631,6 +631,35 @@ def test_a_message_over_the_cap_is_sent_cut_and_context_os_stays_on(pi: PiInstal
     assert len(sent) < len(log)
 
 
+# --- aborts, a slow or hung ctxos, and a ctxos gone between calls ---------------------------------
+
+SLOW_CTXOS = f"'{sys.executable}' '{Path(__file__).parent / 'slow_ctxos.py'}'"
+HOLD_S = 20
+
+
+def _ctxos_serving(store: Path) -> list[int]:
+    """The pids of the ``ctxos serve`` processes this test's Pi started (by their unique store URL)."""
+    marker = f"CTXOS_STORE=sqlite:///{store}".encode()
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"serve\0--stdio" in (proc / "cmdline").read_bytes() and marker in (proc / "environ").read_bytes().split(
+                b"\0"
+            ):
+                found.append(int(proc.name))
+        except OSError:
+            continue  # gone, or not ours to read
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 class _Rpc:
     """Commands to a Pi in RPC mode (``pi_rpc``) and waits on the events it wrote."""
 
@@ -657,6 +686,117 @@ class _Rpc:
         return [str(e.get("message")) for e in self.events if e.get("method") == "notify"]
 
 
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the ctxos process through /proc")
+def test_an_abort_while_ctxos_assembles_takes_effect_at_once_and_context_os_stays_on(
+    pi: PiInstall, tmp_path: Path
+) -> None:
+    """Esc (``abort``) while ctxos takes 20 s over a call's context: the run ends at once, not
+    when ctxos answers; the answer, when it comes, is dropped, and context_os stays on for the
+    next call. (Before 2026-12-02 the abort waited for the answer, or for CTXOS_TIMEOUT_MS and
+    then turned context_os off.)"""
+    script = [tool_call("read", path="calc.py"), text("Never sent."), text("Carried on.")]
+    events: list[dict[str, Any]] = []
+    env = {"CTXOS_SLOW_HOLD": str(HOLD_S), "CTXOS_SLOW_WHICH": "2", "CTXOS_TIMEOUT_MS": "60000"}
+    with pi_rpc(pi, tmp_path, script, files={"calc.py": BUGGY}, env=env, events=events, ctxos=SLOW_CTXOS) as (
+        proc,
+        model,
+        _,
+    ):
+        rpc = _Rpc(proc, events)
+        rpc.send(type="prompt", message="read calc.py")
+        rpc.wait_for("the read", lambda: rpc.count("tool_execution_end") == 1)
+        time.sleep(1)  # the second context.transform is sent, its answer held
+        rpc.send(type="abort")
+        took = rpc.wait_for("the aborted run's end", lambda: rpc.count("agent_end") == 1, timeout=HOLD_S / 2)
+        assert took < HOLD_S / 2 and len(model.requests) == 1
+        rpc.send(type="prompt", message="carry on")
+        rpc.wait_for("the next run's end", lambda: rpc.count("agent_end") == 2, timeout=HOLD_S + 40)
+    assert model.errors == [] and len(model.requests) == 2
+    assert not any("context_os is off" in n for n in rpc.notices()), rpc.notices()
+    assert "return a - b" in _tail(model.requests[1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the ctxos process through /proc")
+def test_an_abort_while_ctxos_hangs_takes_effect_at_once_and_the_hung_ctxos_is_killed_at_exit(
+    pi: PiInstall, tmp_path: Path
+) -> None:
+    """ctxos hangs (stopped, as on a store lock that never comes free) before a call: Esc ends the
+    run at once, not after CTXOS_TIMEOUT_MS; and when Pi quits, the ctxos that ignores its closed
+    stdin and SIGTERM gets SIGKILL 2 s later, not left behind. (Before 2026-12-02 the abort waited
+    the whole timeout and turned context_os off, and the stopped ctxos outlived Pi.)"""
+    stopped: list[int] = []
+
+    def stop_ctxos(n: int) -> None:
+        if n == 2:  # ctxos answered the second call's context; the third finds it stopped
+            stopped.extend(_ctxos_serving(tmp_path / "store.db"))
+            for pid in stopped:
+                os.kill(pid, signal.SIGSTOP)
+
+    script = [tool_call("read", path="calc.py"), tool_call("bash", command="echo hi"), text("Never sent.")]
+    events: list[dict[str, Any]] = []
+    env = {"CTXOS_TIMEOUT_MS": "60000"}
+    try:
+        with pi_rpc(pi, tmp_path, script, files={"calc.py": BUGGY}, env=env, events=events, on_request=stop_ctxos) as (
+            proc,
+            model,
+            _,
+        ):
+            rpc = _Rpc(proc, events)
+            rpc.send(type="prompt", message="go")
+            rpc.wait_for("the bash call", lambda: rpc.count("tool_execution_end") == 2)
+            time.sleep(0.5)  # the third context.transform is sent to the stopped ctxos
+            rpc.send(type="abort")
+            took = rpc.wait_for("the aborted run's end", lambda: rpc.count("agent_end") == 1, timeout=30)
+            assert took < 30 and len(model.requests) == 2
+        # pi_rpc closed Pi's stdin and waited for it to exit (at most 30 s)
+        assert proc.returncode is not None
+        assert stopped and not any(_alive(pid) for pid in stopped), stopped
+        assert not any("context_os is off" in n for n in rpc.notices()), rpc.notices()
+    finally:
+        for pid in stopped:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the ctxos process through /proc")
+def test_sigterm_to_pi_while_ctxos_hangs_ends_pi_and_ctxos(pi: PiInstall, tmp_path: Path) -> None:
+    """SIGTERM to Pi (a process manager stopping it) while ctxos hangs over a call: Pi ends its
+    run at once and quits, killing ctxos (SIGTERM, then SIGKILL); before 2026-12-02 it waited for
+    CTXOS_TIMEOUT_MS (here 60 s) first."""
+    stopped: list[int] = []
+
+    def stop_ctxos(n: int) -> None:
+        if n == 1:
+            stopped.extend(_ctxos_serving(tmp_path / "store.db"))
+            for pid in stopped:
+                os.kill(pid, signal.SIGSTOP)
+
+    events: list[dict[str, Any]] = []
+    script = [tool_call("bash", command="echo hi"), text("Never sent.")]
+    try:
+        with pi_rpc(
+            pi, tmp_path, script, files={}, env={"CTXOS_TIMEOUT_MS": "60000"}, events=events, on_request=stop_ctxos
+        ) as (
+            proc,
+            model,
+            _,
+        ):
+            rpc = _Rpc(proc, events)
+            rpc.send(type="prompt", message="go")
+            rpc.wait_for("the bash call", lambda: rpc.count("tool_execution_end") == 1)
+            time.sleep(0.5)  # the second context.transform is sent to the stopped ctxos
+            proc.send_signal(signal.SIGTERM)
+            start = time.monotonic()
+            proc.wait(timeout=30)
+            assert time.monotonic() - start < 30 and proc.returncode == 143
+            assert len(model.requests) == 1
+        assert stopped and not any(_alive(pid) for pid in stopped), stopped
+    finally:
+        for pid in stopped:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_a_timeout_past_what_node_can_wait_is_capped_and_said(pi: PiInstall, tmp_path: Path) -> None:
     """CTXOS_TIMEOUT_MS over 2^31-1 made Node's timer fire at once: every call timed out and
     context_os went off (before 2026-12-02); it is now capped there, and said."""
@@ -681,3 +821,26 @@ def test_a_lone_surrogate_in_a_message_does_not_turn_context_os_off(pi: PiInstal
     assert not any("context_os is off" in n for n in rpc.notices()), rpc.notices()
     assert "return a - b" in _tail(model.requests[1])
     assert "read calc.py \ufffd please" in _joined(model.requests[1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the ctxos process through /proc")
+def test_ctxos_killed_while_pi_is_idle_turns_context_os_off_at_once(pi: PiInstall, tmp_path: Path) -> None:
+    """ctxos killed between runs: context_os goes off then, naming the signal, so the next call
+    is not offered tools only ctxos could answer. (Before 2026-12-02 it went off at that call's
+    context, after its tools were settled, and the reason was ctxos's last log line.)"""
+    script = [tool_call("read", path="calc.py"), text("Read."), text("Again.")]
+    events: list[dict[str, Any]] = []
+    with pi_rpc(pi, tmp_path, script, files={"calc.py": BUGGY}, events=events) as (proc, model, store):
+        rpc = _Rpc(proc, events)
+        rpc.send(type="prompt", message="read calc.py")
+        rpc.wait_for("the first run's end", lambda: rpc.count("agent_end") == 1)
+        assert _kill_ctxos_serving(store) == 1
+        rpc.wait_for("context_os off", lambda: any("context_os is off" in n for n in rpc.notices()), timeout=10)
+        rpc.send(type="prompt", message="again")
+        rpc.wait_for("the second run's end", lambda: rpc.count("agent_end") == 2)
+    assert rpc.notices() == ["context_os is off: ctxos was killed by SIGKILL. Pi carries on with its own context."]
+    assert model.errors == [] and len(model.requests) == 3
+    assert "activate" in _tool_names(model.requests[1])
+    assert "activate" not in _tool_names(model.requests[2])
+    assert TAIL_OPEN not in _joined(model.requests[2])
+    assert _tool_output(model.requests[2], "call_1").startswith(BUGGY.rstrip("\n"))
