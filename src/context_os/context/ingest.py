@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ContentTooLarge, HashError, MalformedMessage
@@ -49,6 +49,8 @@ class SyncReport:
     rewritten: bool
     retired: int = 0
     """Entries no longer visible because the harness rewrote its history (kept in the store)."""
+    gone: list[int] = field(default_factory=list)
+    """Those entries (``Entry["i"]``), in order."""
 
 
 def _shown_before(visible: list[int], entry: int, keep: int) -> bool:
@@ -245,11 +247,12 @@ class Ingest:
         cut = [self._check(k, m) for k, m in zip(range(start, count), incoming, strict=True)]
         for k, m in zip(range(start, count), incoming, strict=True):
             m["h"] = hash_at(k)  # adapters leave it empty: the one place that sets it
+        gone = view.visible[start:]
         if rewritten:
             self._retire(start)
         for m, over in zip(incoming, cut, strict=True):
             self._append(m, cut=over)
-        return SyncReport(new=len(incoming), rewritten=rewritten, retired=retired)
+        return SyncReport(new=len(incoming), rewritten=rewritten, retired=retired, gone=gone)
 
     def _check(self, index: int, m: Incoming) -> bool:
         """Refuse ``m`` as ``check_incoming`` does; True when its text is to be cut to the cap

@@ -248,6 +248,8 @@ def _loaded(v: Version, state: dict[str, Any] | None, entry: int | None, call_en
         call_entry=call_entry,
         newer=sm.get("newer"),
         focus=sm.get("focus"),
+        joined_at=sm.get("joined_at"),
+        active_at=sm.get("active_at"),
     )
 
 

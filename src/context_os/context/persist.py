@@ -104,6 +104,10 @@ class SessionWriter:
             extra = {"shown": [obj.version[0], obj.version[1]], "newer": obj.newer}
             if obj.focus:
                 extra["focus"] = obj.focus
+        if obj.joined_at is not None:
+            extra["joined_at"] = obj.joined_at
+        if obj.active_at is not None:
+            extra["active_at"] = obj.active_at
         view = self.view
         state = {"state": obj.state, "pinned": obj.pinned, "collapsed": obj.collapsed}
         content: StateContent = dict(state)  # type: ignore[assignment]

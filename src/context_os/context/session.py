@@ -22,6 +22,7 @@ import logging
 import re
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -197,6 +198,8 @@ class Session:
         """Objects the agent or the user made active since the retention policy last ran: the
         active pool does not take them out before the model has seen them (``_retain``)."""
         self._answered = 0
+        self._cause_from: int | None = None
+        """The first entry the last sync took in, until its turn is assembled (``cause_at``)."""
         self._assembled: tuple[Assembly, int | None] | None = None
         """The last assembly of this process and the transaction the session had written after it."""
         self._resumed = view.turn > 0
@@ -410,8 +413,70 @@ class Session:
         """Take in the harness's message list: only what lies past the cursor is read; ``same``:
         how many of its first messages are, unchanged, those of the last sync, to have every
         other message before the cursor compared; None: the first, middle and last only
-        (``Ingest.sync``)."""
-        return self.ingest.sync(count, hash_at, translate, same)
+        (``Ingest.sync``). A rewrite that drops entries takes out what only they brought in
+        (``_undo_dropped``)."""
+        report = self.ingest.sync(count, hash_at, translate, same)
+        entries = len(self.view.entries)
+        self._cause_from = entries - report.new if report.new else None
+        if report.gone:
+            self._between += self._undo_dropped(report.gone, entries - report.new)
+        return report
+
+    @property
+    def cause_at(self) -> int:
+        """The chat entry from which on the history holds the cause of what is shown now: while
+        a turn is taken in (an ``on_sync``, the sources, a message naming a file), the first
+        entry its sync took in; between turns (a tool running), the next entry to come, the
+        model's call of that tool."""
+        return self._cause_from if self._cause_from is not None else len(self.view.entries)
+
+    def _undo_dropped(self, gone: list[int], first_new: int) -> list[StateChange]:
+        """Take out what only dropped entries brought in, as the harness's own history no longer
+        shows it: ``gone``, the entries a rewrite retired, are dropped unless the rewritten list
+        holds them again (the same message, by its hash: the recent messages a compaction keeps
+        come back as new entries). An object joined or made active at entry ``at``
+        (``ObjInfo.joined_at``, ``active_at``) keeps what it has while an entry from ``at`` on
+        stays: one kept, or one that came back (its stamp then moves to that entry's new place).
+        Else an activation goes (the object is inactive), and an object that joined there leaves
+        the session (absent) unless the agent changed the file there (an edit or a write: the
+        disk changed; it stays, inactive). Pinned objects stay as they are; a tool result whose
+        own entry is gone is retired already (``Ingest._retire``)."""
+        view = self.view
+        back: dict[str, int] = {}
+        for i in range(first_new, len(view.entries)):
+            back.setdefault(view.entries[i]["h"], i)
+
+        def moved(at: int | None) -> tuple[bool, int | None]:
+            """Whether every entry from ``at`` on is dropped, and ``at`` as it stands after the rewrite."""
+            if at is None or not gone[0] <= at <= gone[-1]:
+                return False, at  # an entry from it on is kept, or none was retired
+            for i in gone[bisect_left(gone, at) :]:
+                if (j := back.get(view.entries[i]["h"])) is not None:
+                    return False, j
+            return True, None
+
+        changes: list[StateChange] = []
+        reason = "brought in by messages the harness's history no longer has"
+        for o in sorted(view.objects.values(), key=lambda o: (o.seq, o.id)):
+            if o.pinned:
+                continue
+            stamps, was = (o.active_at, o.joined_at), o.state
+            unseen, o.active_at = moved(o.active_at)
+            left, o.joined_at = moved(o.joined_at)
+            if left and o.kind != "toolcall" and _made(o) is None and (unseen or was != "active"):
+                view.set_state(o, state="absent")
+                self.writer.record_state(o, "system", reason)
+                view.remove_object(o.id)
+                self._reading.pop(o.id, None)
+                self._asked.discard(o.id)
+                changes.append(StateChange(o.id, was, "absent", "system", reason))
+            elif unseen and was == "active":
+                changes.append(self._set(o, "inactive", "system", reason))
+            elif (o.active_at, o.joined_at) != stamps:
+                # what brought it in came back in new places (a compaction), or is gone while
+                # what it is now is not: its record follows
+                self.writer.record_state(o, "system", "history rewritten by the harness", change=False)
+        return changes  # written with the turn, as the retired entries are
 
     def flush(self) -> Tx | None:
         """Write everything queued as one transaction."""
@@ -424,7 +489,9 @@ class Session:
         # (the list ``_assemble`` takes, and extends with what it finds changed)
         before = (view.turn, view.sent_total, view.uncached_total, self._seen_from, self._between)
         try:
-            return self._assemble(sync)
+            assembly = self._assemble(sync)
+            self._cause_from = None  # what comes next (tools running) is caused by the next entries
+            return assembly
         except BaseException:
             # nothing of the turn reached the store: its retry is this turn again (the newest
             # result, which the model never saw, must not age by a try), the changes and the
@@ -732,6 +799,8 @@ class Session:
     def _set(self, o: ObjInfo, state: str, actor: Actor, reason: str, *, collapsed: bool | None = None) -> StateChange:
         before = o.state
         if state == "active" and before != "active":
+            if actor != "policy":
+                o.active_at = self.cause_at
             self._reload(o)
             used(o, self.view.turn, self.view.policy)
             if actor in ("agent", "user") and not self._answered:
@@ -992,6 +1061,7 @@ class Session:
             content=v.doc.get("content"),
             seq=self._seq,
             version=(v.valid_time, v.tx_id, v.doc["object_hash"]),
+            joined_at=self.cause_at,
         )
         self.view.add_object(obj)
         self.writer.record_state(obj, "system", "added to the session")

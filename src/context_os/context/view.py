@@ -95,6 +95,13 @@ class ObjInfo:
     newer: dict[str, Any] | None = None
     """A newer version than the one shown exists: ``{valid_time, tx_id, object_hash, version}``, and
     ``missing: True`` when that version records the file gone."""
+    joined_at: int | None = None
+    """Not for tool results: the chat entry from which on the history holds what brought it into
+    the session (``Session.cause_at`` then); None: nothing recorded (a session written before
+    2026-12-02). A rewrite of the history that drops every entry from there on takes it out
+    again (``Session._undo_dropped``)."""
+    active_at: int | None = None
+    """The same for its latest activation (from inactive or absent; not by the policy)."""
     focus: list[list[int]] | None = None
     """Line ranges ``[first, last]`` (1-based, in the shown text) that the agent's tools last read or
     changed, most recent first: a long text shows these and the lines around them."""
