@@ -1052,6 +1052,69 @@ def test_a_request_given_up_leaves_no_stream_open(uid: str) -> None:
         wait_for(lambda: (_open_streams(a), _open_streams(b)) == before, "the given-up streams to close", timeout=15)
 
 
+def test_an_answer_that_came_as_its_request_was_given_up_leaves_no_stream_open(uid: str) -> None:
+    # the answer came in as the request timed out (a busy machine: the sender's network thread
+    # ran late); py-libp2p keeps a stream reset with data unread in its connection's table for a
+    # reader, until its sweep 60 to 90 s later, and nothing here reads a stream it reset
+    with MeshNode(MeshConfig(f"a-{uid}")) as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
+
+        def answer(peer: str, req: wire.AgentRequest) -> str:
+            a._token.run_sync_soon(time.sleep, 1.0)  # a's network thread stalls past the request's deadline
+            time.sleep(0.2)  # (stalled now) and b's answer reaches it meanwhile
+            return "too late"
+
+        b.on_request = answer
+        a.connect(b.addrs[0])
+        before = _settled_streams(a, b)
+        with pytest.raises(MeshError, match="no answer within"):
+            a.request(b.peer_id, "hello", timeout=0.5)
+        wait_for(lambda: (_open_streams(a), _open_streams(b)) == before, "the given-up stream to close")
+
+
+def test_a_request_given_up_while_its_stream_opens_leaves_no_stream_open(uid: str) -> None:
+    # py-libp2p's stream opening, cancelled once the stream exists and before it is handed back
+    # (the request's deadline passing there on a busy machine), lost the stream: nobody reset it
+    import trio
+
+    with MeshNode(MeshConfig(f"a-{uid}")) as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
+        b.on_request = lambda peer, req: "hi"
+        a.connect(b.addrs[0])
+        before = _settled_streams(a, b)
+        new_stream = a._network.new_stream
+
+        async def slow_new_stream(peer_id: Any) -> Any:
+            stream = await new_stream(peer_id)
+            await trio.sleep(0.5)  # the request's deadline passes here
+            return stream
+
+        a._network.new_stream = slow_new_stream
+        with pytest.raises(MeshError, match="no answer within"):
+            a.request(b.peer_id, "hello", timeout=0.2)
+        wait_for(lambda: (_open_streams(a), _open_streams(b)) == before, "the given-up stream to close")
+
+
+def test_a_request_given_up_while_its_protocol_is_negotiated_leaves_no_stream_open_at_the_peer(uid: str) -> None:
+    # the sender's deadline passed while the receiver, busy, had not read the protocol
+    # negotiation yet: py-libp2p reset the stream then, and the receiver's yamux kept a stream
+    # reset with data unread on it for 60 to 90 s
+    import trio
+
+    with MeshNode(MeshConfig(f"a-{uid}")) as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
+        b.on_request = lambda peer, req: "hi"
+        a.connect(b.addrs[0])
+        before = _settled_streams(a, b)
+        negotiate = b._network.common_stream_handler
+
+        async def busy_negotiate(stream: Any) -> None:
+            await trio.sleep(0.5)  # the request's deadline passes here
+            await negotiate(stream)
+
+        b._network.common_stream_handler = busy_negotiate
+        with pytest.raises(MeshError, match="no answer within"):
+            a.request(b.peer_id, "hello", timeout=0.2)
+        wait_for(lambda: (_open_streams(a), _open_streams(b)) == before, "the given-up stream to close")
+
+
 def test_a_peer_holding_too_many_requests_open_is_refused_past_the_limit(uid: str) -> None:
     # direct requests had no flood limit: every stream a peer opened was read, for up to 30 s
     # when it sent nothing, and a request nobody answers held its stream up to the answer timeout

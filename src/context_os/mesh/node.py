@@ -24,6 +24,10 @@ What 0.8.1 needs set differently, and why (measured; docs/mesh.md):
   and ``request_rate`` a second, all together ``open_requests_total``, past which a stream is
   reset unread; a response a peer does not take (its window shut, its socket full) is given
   ``HANDLER_WRITE_SECONDS``, then the connection is closed;
+* a stream reset with data unread on it stays in its connection's table until a sweep 60 to 90 s
+  later: what is left on a stream this node resets is read off (``_discard``); and a stream
+  whose opening is cancelled midway is lost or reset with its negotiation unread: a request's
+  stream is opened uncancelled (``_open_stream``);
 * a publish comes back to its own sender; failed dials are refused for 60 s (cleared before an
   explicit dial); ``Pubsub`` starts a cache thread it never stops (stopped at close); a
   subscription drops what comes past 32 waiting (a burst from one connection): 1,000; its message
@@ -770,11 +774,10 @@ class MeshNode:
 
     async def _request(self, pid: Any, req: wire.AgentRequest) -> wire.AgentResponse:
         import trio
-        from libp2p.custom_types import TProtocol
         from libp2p.io.msgio import VarIntLengthMsgReadWriter
 
         self._network.unblock_peer(pid)
-        stream = await self._host.new_stream(pid, [TProtocol(wire.PROTOCOL)])
+        stream = await self._open_stream(pid)
         try:
             rw = VarIntLengthMsgReadWriter(stream, max_msg_size=wire.MAX_MESSAGE_BYTES)
             await rw.write_msg(wire.encode(req))
@@ -782,8 +785,8 @@ class MeshNode:
         except BaseException:
             # shielded: the call's own scope is cancelled on a timeout or a stop, and the reset
             # in it would be too (the stream then stayed open on both peers)
-            with trio.CancelScope(deadline=trio.current_time() + 1, shield=True), contextlib.suppress(Exception):
-                await stream.reset()  # (may be broken already)
+            with trio.CancelScope(deadline=trio.current_time() + 1, shield=True):
+                await _discard(stream)
             raise
         await stream.close()
         try:
@@ -800,6 +803,44 @@ class MeshNode:
             raise MeshError(f"mesh: {pid} answered another request ({resp.request_id}, not {req.request_id})")
         self._note(str(pid), agent_name=resp.from_agent)
         return resp
+
+    async def _open_stream(self, pid: Any) -> Any:
+        """A new request stream to ``pid``, opened in the node's nursery: its opening is never
+        cancelled midway. py-libp2p cancelled once the stream exists and before it hands it back
+        loses it, open on both sides; cancelled while it negotiates the protocol, it resets the
+        stream with the negotiation unread on the peer's side, where yamux then keeps it for 60 to
+        90 s. (A request's deadline or stop passed there on a busy machine.) A stream opened for a
+        request given up meanwhile is discarded once it is open."""
+        import trio
+        from libp2p.custom_types import TProtocol
+
+        opened: dict[str, Any] = {}
+        done = trio.Event()
+
+        async def open_stream() -> None:
+            try:
+                opened["stream"] = await self._host.new_stream(pid, [TProtocol(wire.PROTOCOL)])
+            except Exception as e:  # noqa: BLE001 - the request's to raise, if it still waits
+                opened["error"] = e
+            finally:
+                done.set()
+            if "given up" in opened and "stream" in opened:
+                with trio.move_on_after(1):
+                    await _discard(opened["stream"])
+
+        self._nursery.start_soon(open_stream)
+        try:
+            await done.wait()
+        except BaseException:
+            # whichever of the two comes second discards the stream: here, once it is open
+            opened["given up"] = True
+            if "stream" in opened:
+                with trio.CancelScope(deadline=trio.current_time() + 1, shield=True):
+                    await _discard(opened["stream"])
+            raise
+        if "stream" not in opened:  # (its opening failed, or was cancelled: the node stops)
+            raise opened.get("error") or MeshError("mesh: the node stopped while a request's stream opened")
+        return opened["stream"]
 
     def broadcast(self, message: str, type: str = "announce") -> BroadcastResult:
         """Publish ``message`` to every peer on the topic."""
@@ -942,8 +983,8 @@ class MeshNode:
         peer = str(stream.muxed_conn.peer_id)
         if not self._admit(peer, time.monotonic()):
             # reset unread: reading it is what a flood costs (up to 4 MiB and 30 s a stream)
-            with trio.move_on_after(1), contextlib.suppress(Exception):
-                await stream.reset()
+            with trio.move_on_after(1):
+                await _discard(stream)
             return
         try:
             await self._serve_stream(peer, stream)
@@ -975,8 +1016,7 @@ class MeshNode:
         except Exception as e:  # noqa: BLE001 - the stream broke or the peer went silent: nothing to answer
             log.info("mesh: stream from %s ended early: %s", peer, _describe(e))
             with trio.move_on_after(1):
-                with contextlib.suppress(Exception):  # already broken
-                    await stream.reset()
+                await _discard(stream)
 
     def _response(self, request_id: str | None, text: str, error: bool) -> wire.AgentResponse:
         return wire.AgentResponse(request_id, self.config.agent_name, self.peer_id, now_ms(), text, error)
@@ -1197,6 +1237,21 @@ def _tcp_stream(conn: Any) -> Any:
         if x is None:
             return None
     return None
+
+
+async def _discard(stream: Any) -> None:
+    """Reset ``stream`` and drop what came on it unread. py-libp2p's yamux keeps a reset stream
+    that holds unread data in its connection's table, for a reader, until a sweep 60 to 90 s
+    later; nothing reads a stream this node reset, so an answer that came as its request was
+    given up (a timeout a moment before the peer's own, a stop) left the stream open that long."""
+    with contextlib.suppress(Exception):  # (may be broken already)
+        await stream.reset()
+    muxed: Any = getattr(stream, "muxed_stream", None)
+    # a closed yamux stream is read without waiting: what is left, its entry dropped once all
+    # is taken, then an error
+    with contextlib.suppress(Exception):
+        while getattr(muxed, "closed", False) and await muxed.read():
+            pass
 
 
 async def _sender_gone(stream: Any) -> bool:
