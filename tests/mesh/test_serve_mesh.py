@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 def test_a_served_agent_answers_a_peer_and_uses_the_mesh_tools(tmp_path: Path) -> None:
     with http_server(tmp_path, "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none") as srv:
-        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
+        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry", timeout=60)
         opened = srv.rpc("session.open", session="s1", mesh=True)["result"]
         assert opened["sources"] == ["mesh:bob"]
         tools = {t["function"]["name"] for t in srv.rpc("tools.list", session="s1")["result"]}
@@ -73,7 +73,7 @@ def test_a_served_send_that_was_answered_is_no_error_for_the_harness(tmp_path: P
     """``mesh_send``'s result carries the seed's ``"error": false``: ``tools.call`` reports it as
     a success (Pi shows ``is_error`` to the model), and a peer's refusal or a failure as an error."""
     with http_server(tmp_path, "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none") as srv:
-        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
+        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry", timeout=60)
         srv.rpc("session.open", session="s1", mesh=True)
         with (
             SqliteStore(tmp_path / "alice.db") as store,
@@ -100,7 +100,7 @@ def test_served_agents_without_mdns_reach_each_other_through_the_local_registry(
         http_server(tmp_path / "a", "--mesh", "alice", *flags) as alice,
         http_server(tmp_path / "b", "--mesh", "bob", *flags) as bob,
     ):
-        entry = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
+        entry = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry", timeout=60)
         alice.rpc("session.open", session="s1", mesh=True)
 
         def listed() -> list[tuple[str, str | None, str]]:
@@ -127,7 +127,7 @@ def test_a_second_agent_of_the_same_name_is_refused_and_the_first_stays_announce
     """One name is one identity (its seed): a second ``ctxos serve --mesh bob`` would put two
     nodes of one peer id on the mesh, and, stopping, withdraw the first's registry entry."""
     with http_server(tmp_path / "a", "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none"):
-        first = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
+        first = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry", timeout=60)
         ctxos = [str(Path(sys.executable).parent / "ctxos"), "--store", str(tmp_path / "b.db")]
         second = subprocess.run(
             [*ctxos, "serve", "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none"],
@@ -146,7 +146,7 @@ def test_a_long_poll_for_a_peers_request_holds_up_no_other_call(tmp_path: Path) 
     other clients (a harness assembling its context, another session), as it did not before:
     the wait held the server's one lock, and every call queued behind it."""
     with http_server(tmp_path, "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none") as srv:
-        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
+        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry", timeout=60)
         srv.rpc("session.open", session="s1")
         polled: dict[str, Any] = {}
         poll = threading.Thread(target=lambda: polled.update(srv.rpc("mesh.next_request", timeout=30)))
@@ -217,7 +217,7 @@ def test_sigterm_on_stdio_ends_a_mesh_send_waiting_for_a_silent_peer(tmp_path: P
     before."""
     with _bob_on_stdio(tmp_path) as (proc, send):
         assert proc.stdout is not None
-        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry")
+        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry", timeout=60)
         with SqliteStore(tmp_path / "alice.db") as store, MeshAgent(store, MeshConfig("alice")) as alice:
             alice.node.connect(bob.addrs[0])  # alice takes requests and never answers them
             send(1, "session.open", session="s1", mesh=True)
