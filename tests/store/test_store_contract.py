@@ -67,7 +67,7 @@ def test_nested_document_round_trips(store: Store, uid: str) -> None:
     assert type(v.doc["meta"]["float"]) is float and type(v.doc["meta"]["int"]) is int
 
 
-DEPTH = 800
+DEPTH = 400
 """Deep enough to need a walk of one frame a level on every store (Python's default limit: 1,000)."""
 
 
@@ -82,12 +82,12 @@ def test_a_document_nested_past_what_python_can_walk_is_refused_as_not_json(stor
     """Nesting up to several hundred levels round-trips on every store; past Python's recursion
     limit it is refused, naming the document, as a ``StoreError`` (it was a bare ``RecursionError``
     on both stores, and the XTDB store's from 500 levels, where the SQLite store took 990)."""
-    deep = {"id": f"{uid}-deep", "kind": "note", "meta": {}, "content": _nested(DEPTH)}
+    deep = {"id": f"{uid}-deep", "kind": f"deep-{uid}", "meta": {}, "content": _nested(DEPTH)}
     store.submit([Put(deep, T0)])
     got = store.get(deep["id"], T0)
     assert got is not None and got.doc == deep
     for depth in (1_200, 100_000):
-        doc = {"id": f"{uid}-too-deep-{depth}", "kind": "note", "meta": {}, "content": _nested(depth)}
+        doc = {"id": f"{uid}-too-deep-{depth}", "kind": f"deep-{uid}", "meta": {}, "content": _nested(depth)}
         with pytest.raises(StoreError, match=f"{uid}-too-deep-{depth}.*nested too deeply"):
             store.submit([Put(doc, T0)])
         assert store.get(doc["id"]) is None
