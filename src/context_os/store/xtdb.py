@@ -649,9 +649,9 @@ class XtdbStore(Store):
                 # a deadlock): a read goes on with another node; a write may have reached it and
                 # may still land, so it is not sent again, but what follows goes to another node
                 self._unanswered = True
-                if idempotent and self._fail_over(base, tried, "did not answer in time"):
-                    continue
-                if not idempotent and self._fail_over(base, tried, "did not answer in time"):
+                if self._fail_over(base, tried, "did not answer in time"):
+                    if idempotent:
+                        continue
                     raise StoreUnavailable(
                         f"XTDB node at {base} did not answer {method} /_xtdb/{endpoint} in time ({e!r}): what it"
                         f" was sent may still land; going on with {self.base}"
