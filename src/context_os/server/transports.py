@@ -14,6 +14,7 @@ import errno
 import hmac
 import io
 import ipaddress
+import math
 import os
 import re
 import secrets
@@ -480,8 +481,9 @@ make room for it, to let its slot go."""
 class _DeadlineSocket(io.RawIOBase):
     """A connection's reading side, each read bounded by one deadline for the whole of what is
     being read (``deadline``, monotonic seconds; None: the socket's own timeout per read).
-    ``arrived``, called when bytes came: False if the connection was taken from the reader
-    meanwhile (closed to make room for another), whose bytes are then dropped."""
+    ``arrived``, called when bytes came and before they are read: False if the connection was
+    taken from the reader meanwhile (closed to make room for another), whose bytes are then
+    dropped."""
 
     def __init__(self, sock: socket.socket, per_read: float | None, arrived: Callable[[], bool] | None = None):
         self.sock = sock
@@ -498,8 +500,22 @@ class _DeadlineSocket(io.RawIOBase):
             if left <= 0:
                 raise TimeoutError("the request took too long to arrive")
             self.sock.settimeout(left if self.per_read is None else min(left, self.per_read))
-        n = self.sock.recv_into(buffer)
-        return 0 if n and self.arrived is not None and not self.arrived() else n
+        if self.arrived is not None:
+            # claimed while the bytes are still on the socket, never after taking them: a
+            # connection is then either claimed or readable when another's ``_make_room`` looks
+            # (taken first, a thread preempted before its claim lost its client's begun request)
+            if not _readable(self.sock, self.sock.gettimeout()):
+                raise TimeoutError("timed out")
+            if not self.arrived():
+                return 0
+        return self.sock.recv_into(buffer)
+
+
+def _readable(sock: socket.socket, timeout: float | None) -> bool:
+    """Whether ``sock`` has bytes (or its end) to read within ``timeout`` seconds (None: ever)."""
+    poll = select.poll()
+    poll.register(sock, select.POLLIN | select.POLLPRI)
+    return bool(poll.poll(None if timeout is None else math.ceil(timeout * 1000)))
 
 
 def make_http_server(
@@ -702,7 +718,7 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         with self._idle_lock:
             for handler in self._idle:
                 try:  # a request arrived and not read yet (or the client closed): not idle
-                    if select.select([handler.connection], [], [], 0)[0]:
+                    if _readable(handler.connection, 0):
                         continue
                 except (OSError, ValueError):
                     continue  # closed already: its slot is about to be free
