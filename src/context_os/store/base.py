@@ -142,6 +142,17 @@ def check_time(name: str, value: int | None) -> None:
         raise StoreError(f"{name} {value} is outside the years 0001-9999 UTC (epoch ms {MIN_MS} to {MAX_MS})")
 
 
+def check_find(kind: str | None, where: Mapping[str, Any] | None, keys: Sequence[str] = ()) -> dict[str, Any]:
+    """``where`` as a dict once a ``find``'s (or ``find_meta``'s) arguments are checked: ``kind``
+    a string or None, every meta key named a string (``StoreError`` else)."""
+    if kind is not None and not isinstance(kind, str):
+        raise StoreError(f"kind must be a string, got {kind!r}")
+    where = dict(where or {})
+    if not all(isinstance(k, str) for k in [*where, *keys]):
+        raise StoreError(f"find: meta keys are strings, got {[*where, *keys]!r}")
+    return where
+
+
 def check_after_evict(ops: Sequence[Op]) -> None:
     """Refuse a transaction that puts or matches a document after evicting it (``StoreError``).
 
@@ -352,8 +363,7 @@ class Store(ABC):
         with only those of ``keys`` that its meta has: for a caller that needs a few meta fields of
         many documents, not the documents (a backend may read less than whole documents for it:
         the XTDB store pulls those attributes alone, not the contents)."""
-        if not all(isinstance(k, str) for k in keys):
-            raise StoreError(f"find: meta keys are strings, got {list(keys)!r}")
+        check_find(kind, where, keys)
         out: list[tuple[str, dict[str, Any]]] = []
         for v in self.find(kind, where, valid_time=valid_time, tx_id=tx_id):
             meta = v.doc.get("meta") if v.doc is not None else None

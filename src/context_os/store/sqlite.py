@@ -84,6 +84,7 @@ from .base import (
     Tx,
     Version,
     check_after_evict,
+    check_find,
     check_time,
     now_ms,
 )
@@ -1063,20 +1064,17 @@ class SqliteStore(Store):
         tx_id: int | None = None,
         docs: DocMemo | None = None,
     ) -> list[Version]:
-        if kind is not None and not isinstance(kind, str):
-            raise StoreError(f"kind must be a string, got {kind!r}")
-        if not all(isinstance(k, str) for k in where or {}):
-            raise StoreError(f"find: meta keys are strings, got {list(where or {})!r}")
+        where = check_find(kind, where)
         vt, tx = self._read_basis(valid_time, tx_id)
         with self._translate("find"):
             # a string equals a value's canonical JSON only if the value is that same string
             try:
-                wanted = {k: v if isinstance(v, str) else _Canonical(_value_key(v)) for k, v in (where or {}).items()}
+                wanted = {k: v if isinstance(v, str) else _Canonical(_value_key(v)) for k, v in where.items()}
             except HashError as e:  # NaN, a key that is not a string, an integer too long to write
                 raise StoreError(f"find: a where value cannot be compared: {e}") from e
             # Candidates come from the index: entities that ever had every indexable criterion.
             # A meta value usually narrows far more than the kind, so it drives the lookup.
-            criteria = [(_META_ATTR + k, iv) for k, v in (where or {}).items() if (iv := _indexed_value(v)) is not None]
+            criteria = [(_META_ATTR + k, iv) for k, v in where.items() if (iv := _indexed_value(v)) is not None]
         with self._connection("find") as conn:
             self._check_basis(conn, tx_id)
             new = [name for name, _ in criteria if name not in self._indexed]

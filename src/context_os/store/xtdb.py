@@ -69,7 +69,21 @@ from ..errors import ConfigError, HashError, InputError, StoreError, StoreUnavai
 from ..hashing import TOO_DEEP, canonical_json, int_problem
 from ..times import iso
 from . import _http, edn, mask_url, node_file, text_index
-from .base import Delete, DocMemo, Evict, Match, Op, Put, Store, TextHit, TextPart, Tx, Version, check_after_evict
+from .base import (
+    Delete,
+    DocMemo,
+    Evict,
+    Match,
+    Op,
+    Put,
+    Store,
+    TextHit,
+    TextPart,
+    Tx,
+    Version,
+    check_after_evict,
+    check_find,
+)
 
 __all__ = ["XtdbStore"]
 
@@ -1091,11 +1105,7 @@ class XtdbStore(Store):
         tx_id: int | None = None,
         docs: DocMemo | None = None,
     ) -> list[Version]:
-        if kind is not None and not isinstance(kind, str):
-            raise StoreError(f"kind must be a string, got {kind!r}")
-        where = dict(where or {})
-        if not all(isinstance(k, str) for k in where):
-            raise StoreError(f"find: meta keys are strings, got {list(where)!r}")
+        where = check_find(kind, where)
         try:
             wanted = {k: canonical_json(v) for k, v in where.items()}
         except HashError as e:
@@ -1140,11 +1150,7 @@ class XtdbStore(Store):
     ) -> list[tuple[str, dict[str, Any]]]:
         # the attributes asked for alone, and no ``entity-tx``: a tracker starting on 10,000 files
         # read them whole with their times (15 MB of EDN), where it needs five fields of each
-        if kind is not None and not isinstance(kind, str):
-            raise StoreError(f"kind must be a string, got {kind!r}")
-        where = dict(where or {})
-        if not all(isinstance(k, str) for k in [*where, *keys]):
-            raise StoreError(f"find: meta keys are strings, got {[*where, *keys]!r}")
+        where = check_find(kind, where, keys)
         try:
             wanted = {k: canonical_json(v) for k, v in where.items()}
         except HashError as e:
