@@ -1756,41 +1756,51 @@ def _status_on(sock: socket.socket, port: int, token: str, method: bytes = b"GET
     return head.split(b"\r\n")[0]
 
 
-def test_idle_kept_alive_connections_make_room_for_a_new_one(tmp_path: Path, up: Upstream) -> None:
-    """A client's pool of kept-alive connections, idle between its requests, held every one of
-    the proxy's connections: any other client (another agent, the status) was answered 503 until
-    they were closed for idleness. Now the connection idle the longest is closed for the new one;
-    one in the middle of a request is never closed so."""
+@contextmanager
+def _idle_pool(tmp_path: Path, up: Upstream, size: int) -> Iterator[tuple[Any, int, list[socket.socket]]]:
+    """(server, port, pool): a proxy serving ``size`` connections at once, and a client's pool of
+    ``size`` kept-alive connections to it, each answered once and now idle, the oldest first."""
     with SqliteStore(tmp_path / "p.db") as store:
         proxy = Proxy(store, up.url)
-        server = make_proxy_server(proxy, 0, max_connections=3, status_token="t0ken")
+        server = make_proxy_server(proxy, 0, max_connections=size, status_token="t0ken")
         threading.Thread(target=server.serve_forever, daemon=True).start()
         port = server.server_address[1]
-        pool = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(3)]
+        pool = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(size)]
         try:
             for n, sock in enumerate(pool, 1):
                 assert _status_on(sock, port, "t0ken").split()[1] == b"200"
                 # (its thread waits for the next request once the answer is out: in this order)
                 wait_for(lambda n=n: len(server._idle) == n, "the connection to wait, idle")  # type: ignore[attr-defined]
-            with socket.create_connection(("127.0.0.1", port), timeout=30) as other:
-                assert _status_on(other, port, "t0ken").split()[1] == b"200"
-                assert pool[0].recv(65536) == b""  # the one idle the longest made room
-                # the pool's others are still served on their connections; one whose client has
-                # begun a request (a byte of it) is never closed for another
-                assert _status_on(pool[1], port, "t0ken").split()[1] == b"200"
-                for sock in (other, pool[1], pool[2]):
-                    sock.sendall(b"G")
-                head, _ = overfill(port, "", slots=0)
-                assert head.split()[1] == b"503", head
-                for sock in (other, pool[1], pool[2]):
-                    sock.sendall(b"E")
-                    assert _status_on(sock, port, "t0ken", b"T").split()[1] == b"200"
+            yield server, port, pool
         finally:
             for sock in pool:
                 sock.close()
             server.shutdown()
             server.server_close()
             proxy.close()
+
+
+def test_idle_kept_alive_connections_make_room_for_a_new_one(tmp_path: Path, up: Upstream) -> None:
+    """A client's pool of kept-alive connections, idle between its requests, held every one of
+    the proxy's connections: any other client (another agent, the status) was answered 503 until
+    they were closed for idleness. Now the connection idle the longest is closed for the new one;
+    one in the middle of a request is never closed so."""
+    with (
+        _idle_pool(tmp_path, up, 3) as (_, port, pool),
+        socket.create_connection(("127.0.0.1", port), timeout=30) as other,
+    ):
+        assert _status_on(other, port, "t0ken").split()[1] == b"200"
+        assert pool[0].recv(65536) == b""  # the one idle the longest made room
+        # the pool's others are still served on their connections; one whose client has
+        # begun a request (a byte of it) is never closed for another
+        assert _status_on(pool[1], port, "t0ken").split()[1] == b"200"
+        for sock in (other, pool[1], pool[2]):
+            sock.sendall(b"G")
+        head, _ = overfill(port, "", slots=0)
+        assert head.split()[1] == b"503", head
+        for sock in (other, pool[1], pool[2]):
+            sock.sendall(b"E")
+            assert _status_on(sock, port, "t0ken", b"T").split()[1] == b"200"
 
 
 def test_a_connection_whose_thread_took_the_first_byte_of_a_request_is_not_closed_for_another(
@@ -1801,38 +1811,23 @@ def test_a_connection_whose_thread_took_the_first_byte_of_a_request_is_not_close
     idle with nothing to read and closed it, the client's begun request lost (1 CI run of the test
     above). The claim comes first now, while the bytes are still there; delayed here by 0.3 s as
     a preempted thread's is."""
-    with SqliteStore(tmp_path / "p.db") as store:
-        proxy = Proxy(store, up.url)
-        server = make_proxy_server(proxy, 0, max_connections=2, status_token="t0ken")
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        port = server.server_address[1]
-        pool = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(2)]
-        try:
-            for n, sock in enumerate(pool, 1):
-                assert _status_on(sock, port, "t0ken").split()[1] == b"200"
-                wait_for(lambda n=n: len(server._idle) == n, "the connection to wait, idle")  # type: ignore[attr-defined]
-            claims, slow = server.claims, threading.Event()  # type: ignore[attr-defined]
+    with _idle_pool(tmp_path, up, 2) as (server, port, pool):
+        claims, slow = server.claims, threading.Event()  # type: ignore[attr-defined]
 
-            def preempted(handler: Any) -> bool:
-                if slow.is_set():
-                    time.sleep(0.3)
-                return bool(claims(handler))
+        def preempted(handler: Any) -> bool:
+            if slow.is_set():
+                time.sleep(0.3)
+            return bool(claims(handler))
 
-            server.claims = preempted  # type: ignore[attr-defined]
-            slow.set()
-            pool[0].sendall(b"G")  # the oldest idle one's client begins its next request
-            time.sleep(0.1)  # its thread is woken and in its (slow) claim
-            with socket.create_connection(("127.0.0.1", port), timeout=30) as other:
-                assert _status_on(other, port, "t0ken").split()[1] == b"200"
-                slow.clear()
-                assert pool[1].recv(65536) == b""  # the one not begun made room
-                assert _status_on(pool[0], port, "t0ken", b"ET").split()[1] == b"200"
-        finally:
-            for sock in pool:
-                sock.close()
-            server.shutdown()
-            server.server_close()
-            proxy.close()
+        server.claims = preempted  # type: ignore[attr-defined]
+        slow.set()
+        pool[0].sendall(b"G")  # the oldest idle one's client begins its next request
+        time.sleep(0.1)  # its thread is woken and in its (slow) claim
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as other:
+            assert _status_on(other, port, "t0ken").split()[1] == b"200"
+            slow.clear()
+            assert pool[1].recv(65536) == b""  # the one not begun made room
+            assert _status_on(pool[0], port, "t0ken", b"ET").split()[1] == b"200"
 
 
 def test_an_answer_relayed_to_a_client_that_pauses_its_reading_is_not_cut_by_the_header_deadline(
