@@ -43,16 +43,22 @@ def read(hook: PiHook, files: FileTools, msgs: list[dict[str, Any]], call_id: st
     msgs.append(result(call_id, "read", json.dumps(report)) | {"details": {"contextOs": True}})
 
 
+def read_calc(hook: PiHook, files: FileTools, prompt: str) -> tuple[list[dict[str, Any]], int]:
+    """A session's first turn: ``prompt``, calc.py read, answered "A1.": (its messages, the
+    length a rewind back to that answer keeps)."""
+    msgs = [user(prompt)]
+    read(hook, files, msgs, "c1", "calc.py")
+    msgs.append(say("A1."))
+    return msgs, len(msgs)
+
+
 def shown(out: list[dict[str, Any]]) -> str:
     return "\n".join(b.get("text", "") for m in out for b in m.get("content") or [] if isinstance(b, dict))
 
 
 def test_going_back_past_a_read_takes_its_file_out(setup) -> None:
     root, store, session, files, hook = setup
-    msgs = [user("read calc.py")]
-    read(hook, files, msgs, "c1", "calc.py")
-    msgs.append(say("A1."))
-    branch_point = len(msgs)
+    msgs, branch_point = read_calc(hook, files, "read calc.py")
     msgs.append(user("read secret_plan.py"))
     read(hook, files, msgs, "c2", "secret_plan.py")
     assert "PLAN_B_TEXT" in shown(hook.transform_context(msgs))
@@ -77,10 +83,7 @@ def test_going_back_past_a_read_takes_its_file_out(setup) -> None:
 
 def test_an_edit_on_the_branch_left_keeps_the_file_known_but_not_shown(setup) -> None:
     root, store, session, files, hook = setup
-    msgs = [user("read calc.py")]
-    read(hook, files, msgs, "c1", "calc.py")
-    msgs.append(say("A1."))
-    branch_point = len(msgs)
+    msgs, branch_point = read_calc(hook, files, "read calc.py")
     msgs.append(user("fix notes.md"))
     read(hook, files, msgs, "c2", "notes.md")
     hook.transform_context(msgs)
@@ -99,10 +102,7 @@ def test_an_edit_on_the_branch_left_keeps_the_file_known_but_not_shown(setup) ->
 
 def test_a_pinned_file_and_one_active_before_the_branch_stay(setup) -> None:
     root, store, session, files, hook = setup
-    msgs = [user("read both")]
-    read(hook, files, msgs, "c1", "calc.py")
-    msgs.append(say("A1."))
-    branch_point = len(msgs)
+    msgs, branch_point = read_calc(hook, files, "read both")
     msgs.append(user("again, and pin the plan"))
     read(hook, files, msgs, "c2", "calc.py")  # used again on the branch: it was active before
     read(hook, files, msgs, "c3", "secret_plan.py")
@@ -116,10 +116,7 @@ def test_a_pinned_file_and_one_active_before_the_branch_stay(setup) -> None:
 
 def test_a_compaction_keeps_what_its_kept_messages_brought_in(setup) -> None:
     root, store, session, files, hook = setup
-    msgs = [user("read calc.py")]
-    read(hook, files, msgs, "c1", "calc.py")
-    msgs.append(say("A1."))
-    kept_from = len(msgs)
+    msgs, kept_from = read_calc(hook, files, "read calc.py")
     msgs.append(user("read secret_plan.py"))
     read(hook, files, msgs, "c2", "secret_plan.py")
     msgs.append(say("B1."))
