@@ -11,10 +11,12 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,15 +159,18 @@ def pi_rpc(
     events: list[dict] | None = None,
     ctxos: str = CTXOS,
     on_request: Callable[[int], None] | None = None,
+    session: bool = False,
+    extra: Sequence[str] = (),
 ) -> Iterator[tuple[subprocess.Popen[str], ScriptedModel, Path]]:
     """The real Pi CLI in RPC mode (a long-lived agent waiting on stdin) with our extension, against
     a scripted model; yields (process, model, store). Closing stdin ends it. ``events``: a list
     that receives each event and response Pi writes, as Pi writes it. ``ctxos``, ``on_request``:
-    as for ``run_pi``."""
+    as for ``run_pi``. ``session``: Pi keeps a session file (its tree: ``/tree``), not
+    ``--no-session``; ``extra``: more arguments of Pi's (another extension: ``-e FILE``)."""
     with scripted_model(script, on_request) as (model, base_url):
         workspace, _, store, run_env, options = _setup(pi, root, base_url, files, ctxos, env)
         proc = subprocess.Popen(
-            pi.command("--mode", "rpc", "--no-session", *options),
+            pi.command("--mode", "rpc", *([] if session else ["--no-session"]), *options, *extra),
             cwd=workspace,
             env=run_env,
             stdin=subprocess.PIPE,
@@ -200,3 +205,58 @@ def pi_rpc(
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
+
+
+class Rpc:
+    """Commands to a Pi in RPC mode (``pi_rpc``) and waits on the events it wrote."""
+
+    def __init__(self, proc: subprocess.Popen[str], events: list[dict[str, Any]]):
+        self.proc, self.events = proc, events
+
+    def send(self, **command: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+
+    def wait_for(self, what: str, ready: Callable[[], Any], timeout: float = 60) -> float:
+        """Waits until ``ready()``; how long it took."""
+        start = time.monotonic()
+        while not ready():
+            assert self.proc.poll() is None and time.monotonic() < start + timeout, what
+            time.sleep(0.05)
+        return time.monotonic() - start
+
+    def ask(self, **command: Any) -> dict[str, Any]:
+        """Sends ``command`` (with an ``id``) and waits for Pi's response to it."""
+        self.send(**command)
+
+        def response() -> dict[str, Any] | None:
+            return next((e for e in self.events if e.get("type") == "response" and e.get("id") == command["id"]), None)
+
+        self.wait_for(f"the response to {command}", response)
+        found = response()
+        assert found is not None
+        return found
+
+    def prompt(self, message: str, **command: Any) -> None:
+        """Sends a prompt and waits for the end of the run it starts."""
+        ends = self.count("agent_end")
+        self.send(type="prompt", message=message, **command)
+        self.wait_for(f"the run of {message!r}", lambda: self.count("agent_end") > ends)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for e in self.events if e.get("type") == kind)
+
+    def notices(self) -> list[str]:
+        return [str(e.get("message")) for e in self.events if e.get("method") == "notify"]
+
+
+def texts(value: Any) -> list[str]:
+    """Every string inside a JSON value."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in texts(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in texts(v)]
+    return []

@@ -22,7 +22,7 @@ import pytest
 from context_os.context.view import TAIL_OPEN
 from context_os.store.sqlite import SqliteStore
 
-from .conftest import CTXOS, PiRun, _setup, pi_print, pi_rpc, run_pi
+from .conftest import CTXOS, PiRun, Rpc, _setup, pi_print, pi_rpc, run_pi, texts
 from .model_server import scripted_model, text, tool_call
 from .provision import ADAPTER, PiInstall
 
@@ -46,19 +46,8 @@ SCRIPT = [
 ]
 
 
-def _texts(value: Any) -> list[str]:
-    """Every string inside a JSON value."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _texts(v)]
-    if isinstance(value, list):
-        return [t for v in value for t in _texts(v)]
-    return []
-
-
 def _joined(request: dict[str, Any]) -> str:
-    return "\n".join(_texts(request["messages"]))
+    return "\n".join(texts(request["messages"]))
 
 
 def _tool_names(request: dict[str, Any]) -> list[str]:
@@ -68,14 +57,14 @@ def _tool_names(request: dict[str, Any]) -> list[str]:
 def _tool_output(request: dict[str, Any], call_id: str) -> str:
     found = [m for m in request["messages"] if m.get("role") == "tool" and m.get("tool_call_id") == call_id]
     assert len(found) == 1, f"expected one result for {call_id}, got {found}"
-    return "\n".join(_texts(found[0]["content"]))
+    return "\n".join(texts(found[0]["content"]))
 
 
 def _tail(request: dict[str, Any]) -> str:
     """The text of the request's context_os blocks (the messages holding them)."""
-    found = [m for m in request["messages"] if TAIL_OPEN in "\n".join(_texts(m.get("content")))]
+    found = [m for m in request["messages"] if TAIL_OPEN in "\n".join(texts(m.get("content")))]
     assert found, f"expected {TAIL_OPEN} messages"
-    return "\n".join(t for m in found for t in _texts(m["content"]))
+    return "\n".join(t for m in found for t in texts(m["content"]))
 
 
 def _assert_task_done(run: PiRun) -> None:
@@ -375,8 +364,6 @@ def test_a_peers_request_is_a_turn_of_the_pi_agent(pi: PiInstall, tmp_path: Path
     from context_os.mesh.node import MeshConfig
     from context_os.store.sqlite import SqliteStore
 
-    from .conftest import pi_rpc
-
     with SqliteStore(tmp_path / "bob.db") as bob_store, MeshAgent(bob_store, MeshConfig("bob")) as bob:
         env = {"CTXOS_MESH": "alice", "CTXOS_MESH_ARGS": f"--no-mesh-mdns --mesh-connect {bob.node.addrs[0]}"}
         (tmp_path / "pi").mkdir()
@@ -408,30 +395,16 @@ def test_a_run_aborted_while_a_tool_runs_records_no_frame_for_a_call_never_made(
     """``abort`` (Esc in the TUI) while bash runs: Pi fires ``context`` for the next call before
     it stops, with the run's signal aborted, and makes no call; the extension records no frame for
     it, so the session's frames are the calls the model received, each verified."""
-    from .conftest import pi_rpc
-
     script = [tool_call("read", path="calc.py"), tool_call("bash", command="touch started; sleep 30"), text("On it.")]
     events: list[dict[str, Any]] = []
     with pi_rpc(pi, tmp_path, script, files={"calc.py": BUGGY}, events=events) as (proc, model, store):
-        assert proc.stdin is not None
-
-        def send(**command: Any) -> None:
-            assert proc.stdin is not None
-            proc.stdin.write(json.dumps(command) + "\n")
-            proc.stdin.flush()
-
-        def wait_for(what: str, ready: Any) -> None:
-            deadline = time.monotonic() + 60
-            while not ready():
-                assert proc.poll() is None and time.monotonic() < deadline, what
-                time.sleep(0.05)
-
-        send(type="prompt", message="read calc.py, then run the slow check")
-        wait_for("bash started", lambda: (tmp_path / "workspace" / "started").exists())
-        send(type="abort")
-        wait_for("the aborted run's end", lambda: any(e.get("type") == "agent_end" for e in events))
-        send(type="prompt", message="carry on")
-        wait_for("the call after the abort", lambda: len(model.requests) == 3)
+        rpc = Rpc(proc, events)
+        rpc.send(type="prompt", message="read calc.py, then run the slow check")
+        rpc.wait_for("bash started", lambda: (tmp_path / "workspace" / "started").exists())
+        rpc.send(type="abort")
+        rpc.wait_for("the aborted run's end", lambda: rpc.count("agent_end") == 1)
+        rpc.send(type="prompt", message="carry on")
+        rpc.wait_for("the call after the abort", lambda: len(model.requests) == 3)
     assert model.errors == []
     assert "Command aborted" in _joined(model.requests[2])
     with SqliteStore(store) as s:
@@ -660,32 +633,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-class _Rpc:
-    """Commands to a Pi in RPC mode (``pi_rpc``) and waits on the events it wrote."""
-
-    def __init__(self, proc: subprocess.Popen[str], events: list[dict[str, Any]]):
-        self.proc, self.events = proc, events
-
-    def send(self, **command: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
-
-    def wait_for(self, what: str, ready: Any, timeout: float = 60) -> float:
-        """Waits until ``ready()``; how long it took."""
-        start = time.monotonic()
-        while not ready():
-            assert self.proc.poll() is None and time.monotonic() < start + timeout, what
-            time.sleep(0.05)
-        return time.monotonic() - start
-
-    def count(self, kind: str) -> int:
-        return sum(1 for e in self.events if e.get("type") == kind)
-
-    def notices(self) -> list[str]:
-        return [str(e.get("message")) for e in self.events if e.get("method") == "notify"]
-
-
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the ctxos process through /proc")
 def test_an_abort_while_ctxos_assembles_takes_effect_at_once_and_context_os_stays_on(
     pi: PiInstall, tmp_path: Path
@@ -702,7 +649,7 @@ def test_an_abort_while_ctxos_assembles_takes_effect_at_once_and_context_os_stay
         model,
         _,
     ):
-        rpc = _Rpc(proc, events)
+        rpc = Rpc(proc, events)
         rpc.send(type="prompt", message="read calc.py")
         rpc.wait_for("the read", lambda: rpc.count("tool_execution_end") == 1)
         time.sleep(1)  # the second context.transform is sent, its answer held
@@ -741,7 +688,7 @@ def test_an_abort_while_ctxos_hangs_takes_effect_at_once_and_the_hung_ctxos_is_k
             model,
             _,
         ):
-            rpc = _Rpc(proc, events)
+            rpc = Rpc(proc, events)
             rpc.send(type="prompt", message="go")
             rpc.wait_for("the bash call", lambda: rpc.count("tool_execution_end") == 2)
             time.sleep(0.5)  # the third context.transform is sent to the stopped ctxos
@@ -781,7 +728,7 @@ def test_sigterm_to_pi_while_ctxos_hangs_ends_pi_and_ctxos(pi: PiInstall, tmp_pa
             model,
             _,
         ):
-            rpc = _Rpc(proc, events)
+            rpc = Rpc(proc, events)
             rpc.send(type="prompt", message="go")
             rpc.wait_for("the bash call", lambda: rpc.count("tool_execution_end") == 1)
             time.sleep(0.5)  # the second context.transform is sent to the stopped ctxos
@@ -814,7 +761,7 @@ def test_a_lone_surrogate_in_a_message_does_not_turn_context_os_off(pi: PiInstal
     script = [tool_call("read", path="calc.py"), text("Read.")]
     events: list[dict[str, Any]] = []
     with pi_rpc(pi, tmp_path, script, files={"calc.py": BUGGY}, events=events) as (proc, model, _):
-        rpc = _Rpc(proc, events)
+        rpc = Rpc(proc, events)
         rpc.send(type="prompt", message="read calc.py \ud83d please")
         rpc.wait_for("the run's end", lambda: rpc.count("agent_end") == 1)
     assert model.errors == [] and len(model.requests) == 2
@@ -831,7 +778,7 @@ def test_ctxos_killed_while_pi_is_idle_turns_context_os_off_at_once(pi: PiInstal
     script = [tool_call("read", path="calc.py"), text("Read."), text("Again.")]
     events: list[dict[str, Any]] = []
     with pi_rpc(pi, tmp_path, script, files={"calc.py": BUGGY}, events=events) as (proc, model, store):
-        rpc = _Rpc(proc, events)
+        rpc = Rpc(proc, events)
         rpc.send(type="prompt", message="read calc.py")
         rpc.wait_for("the first run's end", lambda: rpc.count("agent_end") == 1)
         assert _kill_ctxos_serving(store) == 1
