@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -1052,23 +1053,32 @@ def test_a_request_given_up_leaves_no_stream_open(uid: str) -> None:
         wait_for(lambda: (_open_streams(a), _open_streams(b)) == before, "the given-up streams to close", timeout=15)
 
 
+def _given_up(uid: str, slow: Callable[[MeshNode, MeshNode], None], timeout: float = 0.2) -> None:
+    """a's request to b, b answering "hi" unless ``slow(a, b)`` (called once they are connected)
+    makes the request wait past ``timeout``: it is given up, and leaves no stream open at either."""
+    with MeshNode(MeshConfig(f"a-{uid}")) as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
+        b.on_request = lambda peer, req: "hi"
+        a.connect(b.addrs[0])
+        before = _settled_streams(a, b)
+        slow(a, b)
+        with pytest.raises(MeshError, match="no answer within"):
+            a.request(b.peer_id, "hello", timeout=timeout)
+        wait_for(lambda: (_open_streams(a), _open_streams(b)) == before, "the given-up stream to close")
+
+
 def test_an_answer_that_came_as_its_request_was_given_up_leaves_no_stream_open(uid: str) -> None:
     # the answer came in as the request timed out (a busy machine: the sender's network thread
     # ran late); py-libp2p keeps a stream reset with data unread in its connection's table for a
     # reader, until its sweep 60 to 90 s later, and nothing here reads a stream it reset
-    with MeshNode(MeshConfig(f"a-{uid}")) as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
-
+    def late(a: MeshNode, b: MeshNode) -> None:
         def answer(peer: str, req: wire.AgentRequest) -> str:
             a._token.run_sync_soon(time.sleep, 1.0)  # a's network thread stalls past the request's deadline
             time.sleep(0.2)  # (stalled now) and b's answer reaches it meanwhile
             return "too late"
 
         b.on_request = answer
-        a.connect(b.addrs[0])
-        before = _settled_streams(a, b)
-        with pytest.raises(MeshError, match="no answer within"):
-            a.request(b.peer_id, "hello", timeout=0.5)
-        wait_for(lambda: (_open_streams(a), _open_streams(b)) == before, "the given-up stream to close")
+
+    _given_up(uid, late, timeout=0.5)
 
 
 def test_a_request_given_up_while_its_stream_opens_leaves_no_stream_open(uid: str) -> None:
@@ -1076,10 +1086,7 @@ def test_a_request_given_up_while_its_stream_opens_leaves_no_stream_open(uid: st
     # (the request's deadline passing there on a busy machine), lost the stream: nobody reset it
     import trio
 
-    with MeshNode(MeshConfig(f"a-{uid}")) as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
-        b.on_request = lambda peer, req: "hi"
-        a.connect(b.addrs[0])
-        before = _settled_streams(a, b)
+    def slow_opening(a: MeshNode, b: MeshNode) -> None:
         new_stream = a._network.new_stream
 
         async def slow_new_stream(peer_id: Any) -> Any:
@@ -1088,9 +1095,8 @@ def test_a_request_given_up_while_its_stream_opens_leaves_no_stream_open(uid: st
             return stream
 
         a._network.new_stream = slow_new_stream
-        with pytest.raises(MeshError, match="no answer within"):
-            a.request(b.peer_id, "hello", timeout=0.2)
-        wait_for(lambda: (_open_streams(a), _open_streams(b)) == before, "the given-up stream to close")
+
+    _given_up(uid, slow_opening)
 
 
 def test_a_request_given_up_while_its_protocol_is_negotiated_leaves_no_stream_open_at_the_peer(uid: str) -> None:
@@ -1099,10 +1105,7 @@ def test_a_request_given_up_while_its_protocol_is_negotiated_leaves_no_stream_op
     # reset with data unread on it for 60 to 90 s
     import trio
 
-    with MeshNode(MeshConfig(f"a-{uid}")) as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
-        b.on_request = lambda peer, req: "hi"
-        a.connect(b.addrs[0])
-        before = _settled_streams(a, b)
+    def busy_peer(a: MeshNode, b: MeshNode) -> None:
         negotiate = b._network.common_stream_handler
 
         async def busy_negotiate(stream: Any) -> None:
@@ -1110,9 +1113,8 @@ def test_a_request_given_up_while_its_protocol_is_negotiated_leaves_no_stream_op
             await negotiate(stream)
 
         b._network.common_stream_handler = busy_negotiate
-        with pytest.raises(MeshError, match="no answer within"):
-            a.request(b.peer_id, "hello", timeout=0.2)
-        wait_for(lambda: (_open_streams(a), _open_streams(b)) == before, "the given-up stream to close")
+
+    _given_up(uid, busy_peer)
 
 
 def test_a_peer_holding_too_many_requests_open_is_refused_past_the_limit(uid: str) -> None:
