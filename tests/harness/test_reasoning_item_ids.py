@@ -20,49 +20,56 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models import ModelRequestParameters
-from pydantic_ai.models.openai import OpenAIResponsesModel
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from context_os import RetentionPolicy, Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.harness.pairing import pairing_problems
 from context_os.harness.pi import PI_PAIRING, PiHook
-from context_os.harness.pydantic_ai import PydanticAIHook
+from context_os.harness.pydantic_ai import PYDANTIC_AI_PAIRING, PydanticAIHook
 from tests.harness.pi_msgs import USAGE, result, user
 from tests.helpers import EAGER
 
 TS = datetime(2026, 1, 2, tzinfo=UTC)
+PROVIDER = OpenAIProvider(api_key="sk-test-not-used")
 
 
 def _policy() -> RetentionPolicy:
     return RetentionPolicy(**{**EAGER, "keep_thinking_turns": 1})
 
 
-def _responses(model: OpenAIResponsesModel, turns: int) -> list[ModelMessage]:
+def _responses(model: OpenAIResponsesModel, turns: int, *, combined: bool = False) -> list[ModelMessage]:
     """A pydantic-ai run on OpenAI Responses: each response a reasoning item, a text and a call,
-    each with its item id, as ``OpenAIResponsesModel`` makes them."""
+    each with its item id, as ``OpenAIResponsesModel`` makes them; ``combined``: as older
+    pydantic-ai stored them, the call's item id joined to its call id (``call_…|fc_…``, before
+    ``ToolCallPart`` had an ``id``) and answered by that same id, the text without one."""
     msgs: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("go", timestamp=TS)], timestamp=TS)]
     for k in range(turns):
+        call_id = f"call_{k}|fc_{k}" if combined else f"call_{k}"
         parts = [
             ThinkingPart(f"plan {k} " * 20, id=f"rs_{k}", signature=f"gAAAA{k}", provider_name="openai"),
-            TextPart(f"listing {k}", id=f"msg_{k}", provider_name="openai"),
-            ToolCallPart("ls", {"d": "."}, f"call_{k}", id=f"fc_{k}", provider_name="openai"),
+            TextPart(f"listing {k}") if combined else TextPart(f"listing {k}", id=f"msg_{k}", provider_name="openai"),
+            ToolCallPart("ls", {"d": "."}, call_id)
+            if combined
+            else ToolCallPart("ls", {"d": "."}, call_id, id=f"fc_{k}", provider_name="openai"),
         ]
         url = str(model.client.base_url)
         msgs.append(ModelResponse(parts=parts, timestamp=TS, provider_name="openai", provider_url=url))
-        msgs.append(ModelRequest(parts=[ToolReturnPart("ls", f"out {k}", f"call_{k}", timestamp=TS)], timestamp=TS))
+        msgs.append(ModelRequest(parts=[ToolReturnPart("ls", f"out {k}", call_id, timestamp=TS)], timestamp=TS))
     return msgs
 
 
-def _sent(model: OpenAIResponsesModel, msgs: list[ModelMessage]) -> list[tuple[Any, ...]]:
-    """The input items pydantic-ai's own OpenAI Responses model sends for ``msgs``."""
+def _sent(model: OpenAIResponsesModel, msgs: list[ModelMessage], *, outputs: bool = False) -> list[tuple[Any, ...]]:
+    """The input items pydantic-ai's own OpenAI Responses model sends for ``msgs`` (the tool
+    outputs too if ``outputs``)."""
     _, items = asyncio.run(model._map_messages(list(msgs), {}, ModelRequestParameters()))
     sent = [(i.get("type") or i.get("role"), i.get("id"), i.get("call_id")) for i in items]
-    return [i for i in sent if i[0] != "function_call_output"]
+    return [i for i in sent if outputs or i[0] != "function_call_output"]
 
 
 def test_pydantic_ai_sends_no_item_id_whose_reasoning_item_was_left_off(db):
-    model = OpenAIResponsesModel("gpt-5", provider=OpenAIProvider(api_key="sk-test-not-used"))
+    model = OpenAIResponsesModel("gpt-5", provider=PROVIDER)
     hook = PydanticAIHook(Session.open(db, "p", harness="pydantic-ai", policy=_policy()))
     for n in range(1, 4):
         out = hook.transform_context(_responses(model, n))
@@ -94,6 +101,42 @@ def test_pydantic_ai_keeps_the_item_ids_of_a_response_whose_thinking_was_no_reas
         out = hook.transform_context(msgs)
     first = next(m for m in out if isinstance(m, ModelResponse))
     assert [(type(p).__name__, getattr(p, "id", None)) for p in first.parts] == [("ToolCallPart", "toolu_0")]
+
+
+def test_an_old_combined_call_id_goes_out_without_its_item_id_past_the_thinking_horizon(db):
+    """The ``call_…|fc_…`` form, which pydantic-ai's OpenAI Responses model still splits, sending
+    the item id: past the thinking horizon the call goes out without it, as a call with an ``id``
+    does."""
+    model = OpenAIResponsesModel("gpt-5", provider=PROVIDER)
+
+    def hook() -> PydanticAIHook:
+        return PydanticAIHook(Session.open(db, "p", harness="pydantic-ai", policy=_policy()))
+
+    first = hook()
+    for n in range(1, 4):
+        out = first.transform_context(_responses(model, n, combined=True))
+        assert pairing_problems(PYDANTIC_AI_PAIRING, out) == []
+    assert _sent(model, out, outputs=True)[1:] == [
+        ("assistant", None, None),
+        ("function_call", None, "call_0"),  # it went as fc_0, without rs_0: OpenAI's 400
+        ("function_call_output", None, "call_0"),
+        ("assistant", None, None),
+        ("function_call", None, "call_1"),
+        ("function_call_output", None, "call_1"),
+        ("reasoning", "rs_2", None),  # the newest keeps its reasoning, and its call its item id
+        ("assistant", None, None),
+        ("function_call", "fc_2", "call_2"),
+        ("function_call_output", None, "call_2"),
+    ]
+    # each return answers its call as it was rendered (a provider that pairs whole ids, too)
+    returns = [p for m in out if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert [p.tool_call_id for p in returns] == ["call_0", "call_1", "call_2|fc_2"]
+    chat = list(asyncio.run(OpenAIChatModel("gpt-4o", provider=PROVIDER)._map_messages(out, ModelRequestParameters())))
+    calls = [c["id"] for m in chat if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+    assert calls == [m["tool_call_id"] for m in chat if m["role"] == "tool"]
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "p"))
+    # a hook on the session in another process renders it the same from what is stored
+    assert hook().transform_context(_responses(model, 3, combined=True)) == out
 
 
 def _pi_turns(turns: int) -> list[dict[str, Any]]:
