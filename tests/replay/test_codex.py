@@ -517,6 +517,16 @@ def test_codex_tools_play_their_roles_by_what_the_call_does() -> None:
     assert names.role("update_plan", {"plan": []}) is None
 
 
+def _said_hey_in_sub(db: Any, tmp_path: Path, rows: list[dict[str, Any]]) -> None:
+    """``rows`` replayed: sub/app.py, read and then patched twice, is the one file, shown at its
+    last text ("hey"), in three versions; every frame verified, no result orphaned."""
+    session, r = _replayed(db, _jsonl(tmp_path / "r.jsonl", rows))
+    assert r.orphaned_tool_results == 0 and r.frames_verified == r.turns
+    (f,) = [o for o in session.view.objects.values() if o.kind == "file"]
+    assert (f.meta["path"], f.content) == ("sub/app.py", "def greet():\n    return 'hey'")
+    assert r.file_versions == 3
+
+
 def test_a_patch_run_after_cd_or_spelt_applypatch_changes_its_file(db, tmp_path: Path) -> None:
     """Codex applies ``cd DIR && apply_patch <<'EOF'`` in DIR, and takes ``applypatch`` for
     ``apply_patch`` (codex-rs ``apply-patch/src/invocation.rs``): neither was read as a patch,
@@ -531,11 +541,7 @@ def test_a_patch_run_after_cd_or_spelt_applypatch_changes_its_file(db, tmp_path:
         ran("s3", "Success. Updated the following files:\nM sub/app.py\n"),
         message("assistant", "Said hey."),
     ]
-    session, r = _replayed(db, _jsonl(tmp_path / "r.jsonl", rows))
-    assert r.orphaned_tool_results == 0 and r.frames_verified == r.turns
-    (f,) = [o for o in session.view.objects.values() if o.kind == "file"]
-    assert (f.meta["path"], f.content) == ("sub/app.py", "def greet():\n    return 'hey'")
-    assert r.file_versions == 3
+    _said_hey_in_sub(db, tmp_path, rows)
 
 
 @pytest.mark.parametrize(
@@ -582,11 +588,7 @@ def test_a_shell_patch_s_paths_are_under_the_call_s_workdir(db, tmp_path: Path) 
         ran("s3", "Success. Updated the following files:\nM app.py\n"),
         message("assistant", "Said hey."),
     ]
-    session, r = _replayed(db, _jsonl(tmp_path / "r.jsonl", rows))
-    assert r.orphaned_tool_results == 0 and r.frames_verified == r.turns
-    (f,) = [o for o in session.view.objects.values() if o.kind == "file"]
-    assert (f.meta["path"], f.content) == ("sub/app.py", "def greet():\n    return 'hey'")
-    assert r.file_versions == 3
+    _said_hey_in_sub(db, tmp_path, rows)
 
 
 @pytest.mark.parametrize(
