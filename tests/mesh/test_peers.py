@@ -924,6 +924,46 @@ def test_a_peer_past_its_byte_budget_for_broadcasts_is_dropped_and_heard_again_l
         MeshConfig("a", broadcast_bytes_burst=0)
 
 
+def test_many_peers_each_within_its_byte_budget_are_held_to_one_budget_together(
+    tmp_path: Path, uid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a peer id costs nothing to make: many identities, each within its own byte budget, brought
+    # in as much as they liked together. All peers' broadcasts share a budget too
+    # (broadcast_bytes_rate_total, broadcast_bytes_burst_total; here two peers' worth at once)
+    store = SqliteStore(tmp_path / "store.db")
+    cfg = MeshConfig(
+        f"carol-{uid}",
+        broadcast_bytes_rate=1.0,
+        broadcast_bytes_burst=300_000,
+        broadcast_bytes_rate_total=1.0,
+        broadcast_bytes_burst_total=400_000,
+    )
+    carol = MeshAgent(store, cfg).start()
+    try:
+        with MeshNode(MeshConfig(f"m1-{uid}")) as m1, MeshNode(MeshConfig(f"m2-{uid}")) as m2:
+            for m in (m1, m2):
+                m.connect(carol.node.addrs[0])
+                wait_for(lambda m=m: carol.peer_id in m.topic_peers(), "carol in the topic mesh")
+
+            def handled(n: int) -> bool:
+                return bool(carol.node.counts["broadcasts_in"] + carol.node.counts["over_budget"] >= n)
+
+            m1.broadcast("one " + "x" * 250_000, "event")
+            wait_for(lambda: handled(1), "m1's broadcast")
+            m2.broadcast("two " + "x" * 250_000, "event")  # within m2's own budget, past all's
+            wait_for(lambda: handled(2), "m2's broadcast")
+            m2.broadcast("three " + "x" * 100_000, "event")  # within both
+            wait_for(lambda: handled(3), "m2's second broadcast")
+            assert carol.node.counts["over_budget"] == 1
+            assert [m["text"].split()[0] for m in carol.messages()] == ["one", "three"]
+            assert any("budget of all peers together" in r.getMessage() for r in caplog.records)
+    finally:
+        carol.close()
+        store.close()
+    with pytest.raises(ConfigError, match="broadcast_bytes_burst_total"):
+        MeshConfig("a", broadcast_bytes_burst_total=10)
+
+
 def test_a_frozen_peer_loses_its_own_copies_of_broadcasts_and_holds_up_no_other(tmp_path: Path, uid: str) -> None:
     # a publish waited until every peer's outbound queue had room: one peer whose process was
     # stopped (SIGSTOP) never took from its queue, and every broadcast, to every peer, waited

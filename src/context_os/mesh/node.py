@@ -19,9 +19,10 @@ What 0.8.1 needs set differently, and why (measured; docs/mesh.md):
 * GossipSub's eclipse protection wants peers on three distinct IP addresses (never true on one
   machine) and its spam protection allows 10 messages a second per topic: off, and 100
   (``broadcast_rate``), and it counts messages, not bytes: each peer's broadcasts are held to a
-  byte budget too (``broadcast_bytes_rate``); direct requests have no such limit at all, and a stream that sends
-  nothing is held until this node's read deadline: one peer may open ``open_requests`` at once
-  and ``request_rate`` a second, all together ``open_requests_total``, past which a stream is
+  byte budget too (``broadcast_bytes_rate``; all peers' together ``broadcast_bytes_rate_total``);
+  direct requests have no such limit at all, and a stream that sends nothing is held until this
+  node's read deadline: one peer may open ``open_requests`` at once and ``request_rate`` a
+  second, all together ``open_requests_total``, past which a stream is
   reset unread; a response a peer does not take (its window shut, its socket full) is given
   ``HANDLER_WRITE_SECONDS``, then the connection is closed;
 * a stream reset with data unread on it stays in its connection's table until a sweep 60 to 90 s
@@ -197,6 +198,13 @@ class MeshConfig:
     broadcast_bytes_burst: int = wire.MAX_MESSAGE_BYTES
     """The bytes of broadcasts one peer may send at once (the bucket's size: one broadcast of
     the largest size by default; a larger broadcast is never taken)."""
+    broadcast_bytes_rate_total: float = 1_000_000.0
+    """Bytes a second of broadcasts all peers together may bring in (a bucket as each peer's,
+    holding ``broadcast_bytes_burst_total``): a peer id costs nothing to make, and many
+    identities, each within its own budget, had none together."""
+    broadcast_bytes_burst_total: int = 4 * wire.MAX_MESSAGE_BYTES
+    """The bytes of broadcasts all peers together may send at once (at least
+    ``broadcast_bytes_burst``)."""
     request_rate: float = 100.0
     """Direct requests per second one peer may send (as ``broadcast_rate`` for broadcasts); past
     it a request's stream is reset unread (``counts["limited"]``)."""
@@ -225,6 +233,11 @@ class MeshConfig:
             raise ConfigError("mesh: the broadcast topic is empty")
         if not self.broadcast_bytes_rate > 0 or self.broadcast_bytes_burst < 1:
             raise ConfigError("mesh: broadcast_bytes_rate and broadcast_bytes_burst must be positive")
+        if not self.broadcast_bytes_rate_total > 0 or self.broadcast_bytes_burst_total < self.broadcast_bytes_burst:
+            raise ConfigError(
+                "mesh: broadcast_bytes_rate_total must be positive, broadcast_bytes_burst_total at least"
+                f" broadcast_bytes_burst ({self.broadcast_bytes_burst})"
+            )
         if not self.request_rate > 0 or self.open_requests < 1 or self.open_requests_total < 1:
             raise ConfigError("mesh: request_rate must be positive, open_requests and open_requests_total at least 1")
         if not 0 < self.answer_timeout <= REQUEST_TIMEOUT_MAX_MS / 1000 or self.call_timeout <= 0:
@@ -305,7 +318,8 @@ class MeshNode:
         """What passed through the node (``rejected``: malformed or spoofed input; ``dropped``:
         broadcasts that came past ``INBOX_SIZE`` waiting; ``dropped_out``: copies of this node's
         broadcasts not given to a peer that takes nothing, ``QUEUE_STALL_SECONDS``; ``over_budget``:
-        broadcasts dropped unread past their sender's ``broadcast_bytes_rate``; ``limited``:
+        broadcasts dropped unread past their sender's ``broadcast_bytes_rate`` or all peers'
+        ``broadcast_bytes_rate_total``; ``limited``:
         requests refused unread, past a peer's ``request_rate`` or ``open_requests``)."""
         self._open_in: dict[str, int] = {}
         """Inbound requests open now, by peer (read and written on the network thread only)."""
@@ -318,6 +332,8 @@ class MeshNode:
         """Each peer's byte budget for broadcasts: (bytes left, when), monotonic seconds (the
         pump's task only)."""
         self._budget_logged: dict[str, float] = {}
+        self._budget_total: tuple[float, float] | None = None
+        """The byte budget of all peers' broadcasts together, as each peer's (None: full)."""
         self._stalled: dict[Any, int] = {}
         """Peers whose outbound queue stayed full (``QUEUE_STALL_SECONDS``), each with how many
         broadcasts it was not given since (network thread)."""
@@ -936,31 +952,46 @@ class MeshNode:
         return True
 
     def _spend(self, peer: str, size: int, now: float) -> bool:
-        """Whether a broadcast of ``size`` bytes from ``peer`` is within its byte budget at
-        ``now`` (monotonic seconds; then taken from it): a token bucket of
-        ``broadcast_bytes_burst`` bytes, refilled at ``broadcast_bytes_rate`` a second."""
-        rate, burst = self.config.broadcast_bytes_rate, self.config.broadcast_bytes_burst
+        """Whether a broadcast of ``size`` bytes from ``peer`` is within its byte budget and that
+        of all peers together at ``now`` (monotonic seconds; then taken from both): token buckets
+        of ``broadcast_bytes_burst`` bytes, refilled at ``broadcast_bytes_rate`` a second, and of
+        ``broadcast_bytes_burst_total``, refilled at ``broadcast_bytes_rate_total``."""
+        cfg = self.config
+        rate, burst = cfg.broadcast_bytes_rate, cfg.broadcast_bytes_burst
         if len(self._budgets) > 1024:  # many peers: forget those whose bucket is full again
             for p in [p for p, (left, at) in self._budgets.items() if left + (now - at) * rate >= burst]:
                 del self._budgets[p]
                 self._budget_logged.pop(p, None)
         left, at = self._budgets.get(peer, (burst, now))
         left = min(burst, left + (now - at) * rate)
-        if size <= left:
-            self._budgets[peer] = (left - size, now)
+        all_left, all_at = self._budget_total or (cfg.broadcast_bytes_burst_total, now)
+        all_left = min(cfg.broadcast_bytes_burst_total, all_left + (now - all_at) * cfg.broadcast_bytes_rate_total)
+        if size <= left and size <= all_left:
+            self._budgets[peer], self._budget_total = (left - size, now), (all_left - size, now)
             return True
-        self._budgets[peer] = (left, now)
+        self._budgets[peer], self._budget_total = (left, now), (all_left, now)
         with self._lock:
             self.counts["over_budget"] += 1
-        if now - self._budget_logged.get(peer, -LIMIT_LOG_SECONDS) >= LIMIT_LOG_SECONDS:
-            self._budget_logged[peer] = now
-            log.warning(
-                "mesh: dropping broadcasts from %s: %d bytes, past its budget (%g bytes a second, %d at once)",
-                peer,
-                size,
-                rate,
-                burst,
-            )
+        whose = peer if size > left else ""  # ("": all peers', logged once for all)
+        if now - self._budget_logged.get(whose, -LIMIT_LOG_SECONDS) >= LIMIT_LOG_SECONDS:
+            self._budget_logged[whose] = now
+            if whose:
+                log.warning(
+                    "mesh: dropping broadcasts from %s: %d bytes, past its budget (%g bytes a second, %d at once)",
+                    peer,
+                    size,
+                    rate,
+                    burst,
+                )
+            else:
+                log.warning(
+                    "mesh: dropping broadcasts from %s: %d bytes, past the budget of all peers together"
+                    " (%g bytes a second, %d at once)",
+                    peer,
+                    size,
+                    cfg.broadcast_bytes_rate_total,
+                    cfg.broadcast_bytes_burst_total,
+                )
         return False
 
     def _release(self, peer: str, now: float) -> None:
