@@ -533,6 +533,9 @@ class SqliteStore(Store):
         # The indexed meta keys as last read. Keys are only ever added, so a key found here is
         # indexed; one missing may have been added by another process (re-read under the lock).
         self._indexed: frozenset[str] = frozenset()
+        self._index_busy_until = 0.0
+        """Until when (monotonic seconds) a find does not wait for the write lock to index a new
+        meta key: another process kept it past ``FLUSH_WAIT_S`` for the last one that tried."""
         self._text_schema = (-1, False)  # (schema version, whether the keyword index is there)
         self._own = _OwnWrites()
         self._checkpointer = _Checkpointer(self.path)  # (a read-only store's never starts: it commits nothing)
@@ -714,9 +717,14 @@ class SqliteStore(Store):
         them, in one write transaction. False if the file cannot be written (a read-only store
         is searched without the index; ``find`` checks every candidate anyway), or while another
         process keeps its write lock past ``FLUSH_WAIT_S`` (a find waited ``BUSY_TIMEOUT_S``, then
-        failed with "database is locked", before 2026-12-02): a later find indexes them."""
+        failed with "database is locked", before 2026-12-02): a later find indexes them. After
+        such a wait, finds for ``FLUSH_WAIT_S`` x 15 try without waiting (an MCP read, five
+        finds, waited five times, 10 s, before 2026-12-02)."""
+        waited = time.monotonic() >= self._index_busy_until
         try:
-            if not text_index.begin_within(conn, self.FLUSH_WAIT_S):
+            if not text_index.begin_within(conn, self.FLUSH_WAIT_S if waited else 0.0):
+                if waited:
+                    self._index_busy_until = time.monotonic() + self.FLUSH_WAIT_S * 15
                 return False
             try:
                 self._indexed = self._read_indexed(conn)
