@@ -409,6 +409,7 @@ def test_a_change_made_on_disk_and_not_recorded_is_never_reported_failed(
         "recorded": False,
         "note": "changed on disk, but its new version is not recorded: SQLite store: write failed: disk I/O error."
         " Your context may show its earlier text. Do not make this change again.",
+        "type": "StoreError",
     }
 
 

@@ -206,7 +206,9 @@ def test_the_entries_of_an_on_sync_that_raised_come_again_before_the_new_ones(tm
 def test_a_host_tools_edit_not_recorded_for_the_store_is_recorded_at_the_retry(tmp_path: Path) -> None:
     """Pi runs its own edit tool; ``host_tool_observer`` records the file's new version from the
     disk. With the store locked, that was not recorded (said only in the result it dropped) and
-    no later call looked at the edit again: the retry showed the file's text from before it."""
+    no later call looked at the edit again: the retry showed the file's text from before it. The
+    store is waited for once (the file was indexed a second time, to learn why its change went
+    unrecorded: one more busy timeout, 30 s)."""
     root = tmp_path / "w"
     root.mkdir()
     (root / "a.py").write_text("x = 1\ny = OLD\n")
@@ -220,8 +222,17 @@ def test_a_host_tools_edit_not_recorded_for_the_store_is_recorded_at_the_retry(t
         file_id = files.read("a.py")["id"]
         (root / "a.py").write_text("x = 1\ny = NEW\n")  # Pi's edit tool ran
         msgs += step("c1", "edit", "Successfully replaced text.", path="a.py", oldText="y = OLD", newText="y = NEW")
+        indexed: list[Path] = []
+        index = files.index.index
+
+        def counted(real: Path, **kwargs: Any) -> Any:
+            indexed.append(real)
+            return index(real, **kwargs)
+
+        files.index.index = counted  # type: ignore[method-assign]
         with locked(path), pytest.raises(StoreUnavailable):
             hook.transform_context(msgs)
+        assert indexed == [root / "a.py"]
         out = hook.transform_context(msgs)
         assert file_blocks(out) == {"a.py": "x = 1\ny = NEW\n\n"}
         assert store.get(file_id).doc["content"] == "x = 1\ny = NEW\n"

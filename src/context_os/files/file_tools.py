@@ -766,6 +766,7 @@ class FileTools:
                 **extra,
                 "recorded": False,
                 "note": f"changed on disk, but its new version is {why} Do not make this change again.",
+                "type": type(e).__name__,  # (for a caller: ``StoreUnavailable`` is worth a retry)
             }
         try:
             active = self._show(idx, reason=reason)

@@ -519,18 +519,10 @@ def _observe_result(
         return  # reads go through our read tool
     output = obj.content if isinstance(obj.content, str) else ""
     done = files.after_tool(role, args, output)
-    if done.get("type") == "StoreUnavailable":
-        raise StoreUnavailable(str(done.get("error")))
-    if done.get("recorded") is False:
-        # a change not recorded says why in words: indexing the file again raises it if the
-        # store is out of reach; another reason (the file unreadable now) is the next read's
-        try:
-            files.index.index(files.workspace.resolve(done["path"]), read=True, cause=role)
-        except StoreUnavailable:
-            raise
-        except ContextOSError:
-            return
-        files.after_tool(role, args, output)  # recorded now: shown
+    if done.get("type") == "StoreUnavailable":  # raised: the hook hands this entry over again
+        raise StoreUnavailable(str(done.get("error") or done.get("note")))
+    # a change not recorded for another reason (the file unreadable now) is the next read's (the
+    # file was indexed again to learn which, one more busy timeout, before 2026-12-02)
 
 
 def _inherited_read(session: Session, files: FileTools, report: Any) -> None:
