@@ -64,7 +64,9 @@ def lines(n: int, changed: dict[int, str] | None = None) -> str:
 
 # --- patches ---------------------------------------------------------------------------------------
 
-block_lines = st.lists(st.sampled_from(["a", "b", "c", "", "x = 1", "@@ -1 +1 @@", " lead", "-dash", "+plus"]))
+block_lines = st.lists(
+    st.sampled_from(["a", "b", "c", "", "x = 1", "@@ -1 +1 @@", " lead", "-dash", "+plus", "---", "--x", "++i", "+++"])
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -91,6 +93,19 @@ def test_a_block_that_only_became_stale_says_still_for_any_path_and_layout_9_re_
     before, after = block(""), block(' stale="true"')
     assert "(still version 1; version 2 is newer)" in _patch_text("file:a", before, after, obj)
     assert "(now version 1)" in _patch_text("file:a", before, after, obj, layout=9)
+
+
+def test_a_removed_markdown_rule_stays_in_its_patch_and_layout_11_re_renders_as_it_was() -> None:
+    # a diff's line "----" (a "---" removed) was dropped with the diff's "--- " header: the patch
+    # sent did not apply to the block it patched; a frame of layout 11 re-renders what it sent
+    def block(body: list[str]) -> str:
+        return "\n".join([TAIL_OPEN, "Active content:", '<object id="memory:x" kind="memory">', *body, TAIL_CLOSE])
+
+    before, after = block(["# plan", "", "---", "", "## WP3", "x"]), block(["# plan", "", "## WP3", "x"])
+    patch = _patch_text("memory:x", before, after, None)
+    assert "\n----\n" in patch and _patched("memory:x", before, patch) == after
+    old = _patch_text("memory:x", before, after, None, layout=11)
+    assert "\n----\n" not in old and _patched("memory:x", before, old) is None
 
 
 def test_apply_patch_refuses_a_patch_of_another_text() -> None:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import pytest
 
-from context_os.errors import StoreError, StoreUnavailable, StoreUnreachable
+from context_os.errors import StoreCorrupt, StoreError, StoreUnavailable, StoreUnreachable
 from context_os.store import Delete, Put, Store
 from context_os.store.base import Op, Tx, Version
 from context_os.store.outbox import OutboxStore
@@ -51,6 +51,10 @@ class Outage(Store):
     def find(self, *args: Any, **kwargs: Any) -> list[Version]:
         self._reach()
         return self.inner.find(*args, **kwargs)
+
+    def ids(self, **basis: Any) -> list[str]:
+        self._reach()
+        return self.inner.ids(**basis)
 
     def latest_tx(self) -> Tx | None:
         self._reach()
@@ -128,3 +132,22 @@ def test_a_write_behind_one_the_store_refused_is_refused_while_the_store_is_away
         box.submit([Put(note("b"), T0)])
     assert not isinstance(refused.value, StoreUnavailable)
     assert box.depth() == 1 and box.outbox_stats()["blocked_by"] is not None
+
+
+def test_ids_leave_out_the_outbox_markers_as_find_does(outage: tuple[Outage, OutboxStore], tmp_path: Path) -> None:
+    """``Store.ids`` through the outbox: the documents ``find()`` lists, never the markers that
+    record which accepted writes were sent, and without reading the documents (one that no
+    longer parses is listed: ``ctxos verify`` names it and checks every other)."""
+    backend, box = outage
+    box.submit([Put(note("b"), T0)])
+    backend.down = True
+    assert box.submit([Put(note("a"), T0)]).pending
+    backend.down = False
+    assert box.ids() == [v.id for v in box.find()] == ["a", "b"]
+    assert len(backend.inner.ids()) > 2  # the marker of the write sent late is in the store
+    with closing(sqlite3.connect(tmp_path / "store.db")) as conn, conn:
+        conn.execute("UPDATE docs SET json = substr(json, 1, 20) WHERE json LIKE '%\"v0\"%' AND json LIKE '%\"b\"%'")
+        assert conn.total_changes == 1
+    with pytest.raises(StoreCorrupt):
+        box.find()
+    assert box.ids() == ["a", "b"]

@@ -855,6 +855,34 @@ def test_find_meta_gives_the_fields_of_what_find_finds(store: Store, uid: str) -
     assert store.find_meta(kind, {"ws": True}, (), valid_time=T0 + 5) == [(f"{uid}-f", {})]
 
 
+def test_ids_are_the_ids_find_lists(store: Store, uid: str) -> None:
+    """``ids``: the ids of what ``find()`` lists, in its order, at any basis (a version ended by a
+    deletion or by its range left out, a corrected one listed once), without the documents. The
+    XTDB node is shared: only this test's ids are compared."""
+    kind, other = f"k{uid}", f"j{uid}"
+    t1 = store.submit(
+        [
+            Put(doc(f"{uid}-b", 1, kind=kind), T0),
+            Put(doc(f"{uid}-a", 2, kind=other), T0),
+            Put(doc(f"{uid}-c", 3, kind=kind), T0, T0 + 10),  # ends at T0 + 10
+            Put(doc(f"{uid}-d", 4, kind=kind), T0 + 5),
+        ]
+    )
+    t2 = store.submit([Delete(f"{uid}-b", T0 + 20), Put(doc(f"{uid}-a", 5, kind=other), T0)])  # a correction
+
+    def mine(ids: list[str]) -> list[str]:
+        return [i for i in ids if i.startswith(uid)]
+
+    for vt in (T0 - 1, T0, T0 + 5, T0 + 15, T0 + 25):
+        for tx in (t1.id, t2.id, None):
+            found = sorted(v.id for k in (kind, other) for v in store.find(k, valid_time=vt, tx_id=tx))
+            assert mine(store.ids(valid_time=vt, tx_id=tx)) == found, (vt, tx)
+    assert mine(store.ids(valid_time=T0 + 5)) == [f"{uid}-a", f"{uid}-b", f"{uid}-c", f"{uid}-d"]
+    assert mine(store.ids()) == [f"{uid}-a", f"{uid}-d"]
+    every = store.ids()
+    assert every == sorted(every) and len(every) == len(set(every))
+
+
 # -- another process ---------------------------------------------------------------------------
 
 

@@ -36,21 +36,27 @@ def _damage(e: StoreCorrupt, id: str, v: Version | None = None) -> dict[str, Any
     }
 
 
-def _versions(store: Store, id: str, damaged: list[dict[str, Any]]) -> list[Version]:
+def _versions(store: Store, id: str, damaged: list[dict[str, Any]]) -> tuple[list[Version], Version | None]:
     """Every version of ``id`` with its document, those a later write of the same valid time
-    corrected too (a frame as of an earlier transaction re-renders from them). One whose document
-    cannot be read goes to ``damaged`` and the others are still returned (read one by one)."""
+    corrected too (a frame as of an earlier transaction re-renders from them), and the one in
+    force now (the newest of the latest valid time; None if it was deleted or cannot be read).
+    One whose document cannot be read goes to ``damaged`` and the others are still returned
+    (read one by one)."""
     try:
-        return store.history(id, with_docs=True, with_corrections=True)
+        every = store.history(id, with_docs=True, with_corrections=True)
     except StoreCorrupt:
         pass
+    else:
+        return [v for v in every if v.doc is not None], every[-1] if every and every[-1].doc is not None else None
     out = []
     try:
         listed = store.history(id, with_docs=False, with_corrections=True)
     except StoreCorrupt as e:
         damaged.append(_damage(e, id))
-        return []
+        return [], None
+    current = None
     for v in listed:
+        current = None
         if v.deleted:
             continue
         try:
@@ -60,7 +66,8 @@ def _versions(store: Store, id: str, damaged: list[dict[str, Any]]) -> list[Vers
             continue
         if got is not None:
             out.append(got)
-    return out
+            current = got
+    return out, current
 
 
 def _hash_problems(doc: dict[str, Any]) -> list[str]:
@@ -90,15 +97,19 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
         except StoreCorrupt as e:
             integrity = [str(e)]
         damaged: list[dict[str, Any]] = []
+        # every id in force, from where the store keeps them, no document read: one that does
+        # not parse is named below as unreadable, and every other is checked all the same
+        # (before 2026-12-02 such a document hid every other from the check, and every frame)
+        listed_all = True
         try:
-            current = store.find()
-        except StoreCorrupt as e:  # the damage is in a current version: nothing more can be listed
-            current = []
+            current = store.ids()
+        except StoreCorrupt as e:  # (a backend that cannot list its ids without reading documents)
+            current, listed_all = [], False
             damaged.append(_damage(e, "(documents could not be listed)"))
         # and those no longer in force (a memory whose file was deleted): their versions are
         # stored all the same, and frames that showed them re-render from them
         try:
-            ended = ended_ids(store, {v.id for v in current})
+            ended = ended_ids(store, set(current))
         except StoreUnavailable:
             raise
         except StoreError as e:  # the keyword index that names them is damaged (`ctxos index rebuild`)
@@ -111,7 +122,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                     "error": str(e),
                 }
             )
-        listed: list[tuple[str, dict[str, Any] | None]] = [(v.id, v.doc) for v in current] + [(i, None) for i in ended]
+        listed: list[tuple[str, bool]] = [(i, True) for i in current] + [(i, False) for i in ended]
         checked, frames_ok = 0, 0
         frames: list[dict[str, Any]] = []  # by id, so those of a session together
         bad: list[dict[str, Any]] = []
@@ -121,17 +132,25 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
         documents_checked = 0
         try:
             with progress(listed, length=len(listed), label="verifying", enabled=not as_json) as bar:
-                for id, doc in bar:
-                    for v in _versions(store, id, damaged):
-                        if v.doc is None:
-                            continue
+                for id, in_force in bar:
+                    before = len(damaged)
+                    versions, now = _versions(store, id, damaged)
+                    for v in versions:
                         checked += 1
-                        wrong = _hash_problems(v.doc)
+                        wrong = _hash_problems(v.doc or {})
                         if wrong:
                             bad.append({"id": v.id, "tx_id": v.tx_id, "valid_time": v.valid_time, "fields": wrong})
                     documents_checked += 1
-                    if check_frames and doc and doc.get("kind") == "frame":
-                        frames.append(doc)
+                    if not (check_frames and in_force):
+                        continue
+                    if now is not None and now.doc is not None:
+                        if now.doc.get("kind") == "frame":
+                            frames.append(now.doc)
+                    elif id.startswith("frame:") and len(damaged) > before:
+                        # a frame whose document in force cannot be read cannot be re-rendered
+                        frames_bad.append(
+                            {"id": id, "problems": [f"its document cannot be read: {damaged[-1]['error']}"]}
+                        )
         except StoreUnavailable as e:
             outage = e
         frames_checked = 0
@@ -159,8 +178,8 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
         ok = not (found_damage or outage)
         report: dict[str, Any] = {
             "store": store.url,
-            "documents": len(listed),
-            "documents_unchecked": len(listed) - documents_checked,
+            "documents": len(listed) if listed_all else None,
+            "documents_unchecked": len(listed) - documents_checked if listed_all else None,
             "versions_checked": checked,
             "mismatches": bad,
             "damaged": damaged,
@@ -169,7 +188,7 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
         }
         if check_frames:
             # frames are listed as their documents are checked: those not reached are not counted
-            unchecked = len(frames) - frames_checked if documents_checked == len(listed) else None
+            unchecked = len(frames) - frames_checked if listed_all and documents_checked == len(listed) else None
             report |= {
                 "frames_verified": frames_ok,
                 "frames_failed": frames_bad,
@@ -181,9 +200,9 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                 raise cut_short(outage, report, damaged=found_damage)
             emit_json(report)
         else:
+            of = f"{len(listed):,} documents" if listed_all else "the documents that could be listed"
             click.echo(
-                f"{store.url}: {checked:,} versions of {len(listed):,} documents re-hashed, {len(bad)} mismatch(es),"
-                f" {len(damaged)} unreadable"
+                f"{store.url}: {checked:,} versions of {of} re-hashed, {len(bad)} mismatch(es), {len(damaged)} unreadable"
             )
             for b in bad:
                 click.echo(f"  - {one_line(b['id'])} @ tx {b['tx_id']}: {', '.join(b['fields'])} do not match")
@@ -202,7 +221,13 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
                     click.echo(f"  - {one_line(f['id'])}: " + printable("; ".join(f["problems"])))
             if outage is not None:
                 left = report["documents_unchecked"]
-                rest = f"{left:,} of {len(listed):,} documents" if left else "none of the documents"
+                rest = (
+                    "the documents not listed"
+                    if left is None
+                    else f"{left:,} of {len(listed):,} documents"
+                    if left
+                    else "none of the documents"
+                )
                 if check_frames:
                     frames_left = report["frames_unchecked"]
                     rest += (

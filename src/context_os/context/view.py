@@ -152,7 +152,7 @@ def _unit(entry: int | None, msgs: list[Msg], memo: dict[bytes, tuple[str, int]]
     return Unit(entry, msgs, known[0], known[1])
 
 
-LAYOUT = 11
+LAYOUT = 12
 """How the current code renders (recorded in every frame as ``layout``): 1, a collapsed tool result
 names its object id; 2, it names its short ref (``r<entry>``), in fewer tokens; 3, a collapsed
 result whose text is no longer than its stub shows its text (``own_text``): collapsing it changes
@@ -179,7 +179,10 @@ changed: a stale view of it); and an object whose text holds a closing tag (``</
 file, or one written to) showed as the end of its object, the rest as the user's words or as
 other objects; a path (or name) in a block's head and in the object index is shown as the
 inside of a JSON string (``shown_name``): a line break, a double quote or a backslash in it
-escaped (before, a file named ``a<newline>b`` broke the head, and its index line, in two)."""
+escaped (before, a file named ``a<newline>b`` broke the head, and its index line, in two); 12, a
+patch block keeps every changed line (``_patch_text``): before, the diff's lines starting ``---``
+or ``+++`` were all dropped as its headers, also a removed Markdown rule ``---`` (``----``) or an
+added ``++i``, and the patch sent did not apply to the block it patched."""
 
 
 def shown_name(name: str, layout: int = LAYOUT) -> str:
@@ -448,8 +451,11 @@ def _patch_text(key: str, old: str, new: str, obj: ObjInfo | None, layout: int =
     (both are blocks ``TAIL_OPEN``, a heading line, the body, ``TAIL_CLOSE``). The heading names
     the version the block shows now; from layout 9, one the blocks showed already as such
     (``still version``: what changed is its ``stale`` mark, or its window)."""
-    diff = difflib.unified_diff(old.split("\n"), new.split("\n"), lineterm="", n=1)
-    lines = [ln for ln in diff if not ln.startswith(("---", "+++"))]
+    diff = list(difflib.unified_diff(old.split("\n"), new.split("\n"), lineterm="", n=1))
+    if layout >= 12:
+        lines = diff[2:]  # its two header lines alone: a changed line may start with "--" or "++"
+    else:
+        lines = [ln for ln in diff if not ln.startswith(("---", "+++"))]
     if key == INDEX_KEY:
         what = "The object index"
     else:

@@ -370,6 +370,14 @@ class Store(ABC):
             out.append((v.id, {k: meta[k] for k in keys if k in meta} if isinstance(meta, Mapping) else {}))
         return out
 
+    def ids(self, *, valid_time: int | None = None, tx_id: int | None = None) -> list[str]:
+        """The ids of the documents ``find()`` lists (in force at ``valid_time`` as of
+        ``tx_id``), in its order, without reading the documents: one whose stored version no
+        longer parses is listed too, so a caller that reads each on its own (``ctxos verify``)
+        can name it and still read every other. This default lists them by ``find_meta``; a
+        backend whose ``find_meta`` reads whole documents lists them where they are stored."""
+        return [id for id, _ in self.find_meta(valid_time=valid_time, tx_id=tx_id)]
+
     @abstractmethod
     def latest_tx(self) -> Tx | None:
         """The newest committed-or-not transaction, or None for an empty store."""

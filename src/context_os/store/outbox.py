@@ -515,6 +515,12 @@ class OutboxStore(Store):
         self._ready()
         return self.inner.find_meta(kind, where, keys, valid_time=valid_time, tx_id=self._tx(tx_id))
 
+    def ids(self, *, valid_time: int | None = None, tx_id: int | None = None) -> list[str]:
+        self._ready()
+        tx_id = self._tx(tx_id)
+        markers = {id for id, _ in self.inner.find_meta(MARKER_KIND, valid_time=valid_time, tx_id=tx_id)}
+        return [id for id in self.inner.ids(valid_time=valid_time, tx_id=tx_id) if id not in markers]
+
     def count_kinds(self, *, valid_time: int | None = None, tx_id: int | None = None) -> dict[str | None, int]:
         self._ready()
         counts = self.inner.count_kinds(valid_time=valid_time, tx_id=self._tx(tx_id))

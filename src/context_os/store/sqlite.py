@@ -1141,6 +1141,18 @@ class SqliteStore(Store):
             out.append(Version(doc_id, v_time, v_tx, tx_time, doc))
         return out
 
+    def ids(self, *, valid_time: int | None = None, tx_id: int | None = None) -> list[str]:
+        # the entities with a version in force, from the versions table alone: no document read
+        vt, tx = self._read_basis(valid_time, tx_id)
+        with self._connection("ids") as conn:
+            self._check_basis(conn, tx_id)
+            rows = conn.execute(
+                f"SELECT c.id FROM entities c JOIN versions v ON v.eid = c.eid AND {_IN_FORCE}"
+                " WHERE v.doc IS NOT NULL ORDER BY c.id",
+                (vt, tx),
+            ).fetchall()
+        return [id for (id,) in rows]
+
     @staticmethod
     def _doc_texts(conn: sqlite3.Connection, hashes: list[bytes]) -> Iterator[tuple[bytes, str]]:
         """The stored texts of the documents with these hashes (in batches within SQLite's
