@@ -490,6 +490,16 @@ def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: st
         ("cat <<-EOF > d.py\n\tx\n\tEOF\ncp x.py e.py", ["/w/d.py", "/w/e.py"], []),
         ("cat <<- 'EOF' > d.py\n\t\n\tcp y.py x.py\n\tEOF\ncp x.py e.py", ["/w/d.py", "/w/e.py"], []),
         ('echo "a << b" > f.py', ["/w/f.py"], []),
+        # a cd's directory holds for the commands after it (a real Pi session's sed after a cd
+        # changed <root>/main-new.ts, unseen: its file shown at its old text for 116 calls)
+        ("cd /p/src && sed -i '' 's|a|b|g' main-new.ts", ["/p/src/main-new.ts"], []),  # BSD's -i ''
+        ("cd sub && sed -i s/a/b/ f.py; cd ..; echo x > g.txt", ["/w/sub/f.py", "/w/g.txt"], []),
+        ("cd sub\nsed -i.bak s/a/b/ f.py", ["/w/sub/f.py"], []),
+        ("cd -P ../lib && tee x.py", ["/lib/x.py"], []),
+        # where the script goes is not said: only absolute paths are known after it
+        ("cd $D && sed -i s/a/b/ f.py /abs/x.py", ["/abs/x.py"], []),
+        ("cd ~/r && echo > a.py", [], []),
+        ("(cd sub && sed -i s/a/b/ f.py); echo > g.py", [], []),
     ],
 )
 def test_what_a_shell_command_may_have_written(command: str, changed: list[str], written: list[Any]) -> None:

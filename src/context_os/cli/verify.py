@@ -202,7 +202,8 @@ def verify_cmd(ctx: click.Context, check_frames: bool, jobs: int | None, as_json
         else:
             of = f"{len(listed):,} documents" if listed_all else "the documents that could be listed"
             click.echo(
-                f"{store.url}: {checked:,} versions of {of} re-hashed, {len(bad)} mismatch(es), {len(damaged)} unreadable"
+                f"{store.url}: {checked:,} versions of {of} re-hashed, {len(bad)} mismatch(es),"
+                f" {len(damaged)} unreadable"
             )
             for b in bad:
                 click.echo(f"  - {one_line(b['id'])} @ tx {b['tx_id']}: {', '.join(b['fields'])} do not match")

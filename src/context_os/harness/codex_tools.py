@@ -233,6 +233,7 @@ def shell_changes(arguments: Any) -> ShellChanges:
                 return ShellChanges()  # a file in a home directory the transcript does not name
             return ShellChanges(written=[(_joined(workdir, m.group("path")), m.group("body") + "\n")])
     changed: list[str] = []
+    cwd: str | None = "."  # where the script is now, below ``workdir`` (None: not known)
     body_ends: list[tuple[str, bool]] = []  # the heredocs whose bodies follow: (tag, tabs stripped)
     for line in script.split("\n"):
         if body_ends:  # a heredoc's body: its lines are no commands
@@ -249,7 +250,16 @@ def shell_changes(arguments: Any) -> ShellChanges:
         command: list[str] = []
         for k, token in enumerate([*tokens, ";"]):
             if token in _SEPARATORS:
-                changed += _command_changes(command)
+                if command and command[0].startswith("("):
+                    cwd = None  # a subshell: where its cd leaves it is not followed
+                if command[:1] == ["cd"]:
+                    cwd = _cd(cwd, command[1:])
+                else:
+                    changed += [
+                        _joined(cwd, p) if cwd is not None else p
+                        for p in _command_changes(command)
+                        if cwd is not None or posixpath.isabs(p)
+                    ]
                 command = []
             else:
                 command.append(token)
@@ -258,11 +268,23 @@ def shell_changes(arguments: Any) -> ShellChanges:
                 tag = tag + tokens[k + 2] if tag == "-" and k + 2 < len(tokens) else tag
                 body_ends.append((tag[1:], True) if tag.startswith("-") else (tag, False))
     paths = [
-        _joined(workdir, p)
-        for p in changed
-        if p and p != "/dev/null" and not p.startswith("~") and not any(c in p for c in "*?[]{}$`")
+        _joined(workdir, p) for p in changed if p and p != "/dev/null" and not p.startswith("~") and not _unexpanded(p)
     ]
     return ShellChanges(changed=list(dict.fromkeys(paths)))
+
+
+def _cd(cwd: str | None, args: list[str]) -> str | None:
+    """Where ``cd ARGS`` run in ``cwd`` goes (a path below the call's working directory, or an
+    absolute one); None where the script does not say (``cd``, ``cd -``, ``cd ~/x``, ``cd $D``)."""
+    args = [a for a in args if a not in ("-L", "-P", "--")]
+    if cwd is None or len(args) != 1 or args[0] == "-" or args[0].startswith("~") or _unexpanded(args[0]):
+        return None
+    return _joined(cwd, args[0])
+
+
+def _unexpanded(word: str) -> bool:
+    """Whether the shell would expand ``word`` into something its text does not say."""
+    return any(c in word for c in "*?[]{}$`")
 
 
 def _command_changes(words: list[str]) -> list[str]:
@@ -288,6 +310,10 @@ def _command_changes(words: list[str]) -> list[str]:
     name, rest = posixpath.basename(argv[0]), argv[1:]
     plain = [w for w in rest if not w.startswith("-")]
     if name == "sed" and any(w == "-i" or w.startswith(("-i", "--in-place")) for w in rest):
+        if "-i" in rest and rest.index("-i") + 1 < len(rest) and rest[rest.index("-i") + 1] in ("", ".bak", ".orig"):
+            # BSD's (macOS's) ``sed -i '' …``: the backup suffix as a word of its own
+            rest = rest[: rest.index("-i") + 1] + rest[rest.index("-i") + 2 :]
+            plain = [w for w in rest if not w.startswith("-")]
         scripted = any(w in ("-e", "-f") or w.startswith(("--expression", "--file")) for w in rest)
         values = {rest[j + 1] for j, w in enumerate(rest[:-1]) if w in ("-e", "-f")}
         out += [w for w in plain if w not in values] if scripted else plain[1:]
