@@ -491,7 +491,7 @@ def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: st
         ("cat <<- 'EOF' > d.py\n\t\n\tcp y.py x.py\n\tEOF\ncp x.py e.py", ["/w/d.py", "/w/e.py"], []),
         ('echo "a << b" > f.py', ["/w/f.py"], []),
         # a cd's directory holds for the commands after it (a real Pi session's sed after a cd
-        # changed <root>/main-new.ts, unseen: its file shown at its old text for 116 calls)
+        # changed <root>/main-new.ts, unseen: its file shown at its old text for 92 calls)
         ("cd /p/src && sed -i '' 's|a|b|g' main-new.ts", ["/p/src/main-new.ts"], []),  # BSD's -i ''
         ("cd sub && sed -i s/a/b/ f.py; cd ..; echo x > g.txt", ["/w/sub/f.py", "/w/g.txt"], []),
         ("cd sub\nsed -i.bak s/a/b/ f.py", ["/w/sub/f.py"], []),
