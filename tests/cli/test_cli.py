@@ -363,13 +363,13 @@ def test_frames_diff_of_frames_that_showed_an_evicted_file_compares_what_they_st
     # the file the session edits from turn 38 on, active in both frames' volatile part
     ctxos("objects", "evict", next(f["id"] for f in files if f["path"].endswith("agent-session.ts")), "--yes", store=db)
     proc = ctxos("frames", "diff", "d1", "40", store=db, check=False)
-    assert proc.returncode == 1 and "not compared" not in proc.stdout
+    assert proc.returncode == 0 and "not compared" not in proc.stdout  # what was evicted is no damage
     assert "frame:d1:000039: EVICTED (it showed what was erased since; nothing else is wrong)" in proc.stdout
     assert "checked part by part instead" in proc.stdout
     diff = json.loads(ctxos("frames", "diff", "d1", "40", "--json", store=db, check=False).stdout)
     assert diff["rendered"] == [True, True] and diff["verified"] == [False, False]
     shown = ctxos("frames", "show", "d1", "40", store=db, check=False)
-    assert shown.returncode == 1 and "[context_os: a block this frame showed here was erased" in shown.stdout
+    assert shown.returncode == 0 and "[context_os: a block this frame showed here was erased" in shown.stdout
 
 
 @pytest.mark.parametrize("as_json", [False, True])

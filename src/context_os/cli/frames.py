@@ -110,6 +110,7 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
                     "recorded_hash": check.recorded_hash,
                     "rendered_hash": check.rendered_hash,
                     "problems": check.problems,
+                    "evicted": check.evicted,
                     "checked": check.checked,
                     "tokens_assembled": c.get("tokens"),
                     "tokens_full": c.get("tokens_full"),
@@ -132,7 +133,7 @@ def show_cmd(ctx: click.Context, session_id: str, turn: int, messages: bool, as_
                 out.append(f"thinking horizon: chat entry {thinking} (assistant messages before it show no reasoning)")
             out += _check_lines(_verdict(turn, check))
             echo_long("\n".join(out))
-        if not check.ok:
+        if not (check.ok or check.evicted_only):  # what was evicted since is no damage
             sys.exit(1)
 
 
@@ -217,7 +218,8 @@ def diff_cmd(ctx: click.Context, session_id: str, a: int, b: int | None, max_hun
         diff = frame_diff(store, session_id, a, b, max_hunks=max_hunks + 1)  # one more: were any left out?
         cut = len(diff.hunks) > max_hunks
         del diff.hunks[max_hunks:]
-        ok = diff.checks is not None and all(c.ok for c in diff.checks)
+        # a frame that showed what was evicted since is no damage, as in `frames verify`
+        ok = diff.checks is not None and all(c.ok or c.evicted_only for c in diff.checks)
         if as_json:
             emit_json({**diff.to_dict(), "hunks_cut": cut})
         else:

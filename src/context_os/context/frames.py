@@ -536,7 +536,8 @@ def verify_frame(
         # every ref resolves: the re-render differs by what was evicted (a block it showed, or a
         # result it showed collapsed, which is no ref), or by damage
         shown = [r["id"] for r in c["refs"] if "sealed_pages" not in r] + _objects_gone(view)
-        gone, _ = _evicted(store, shown, made, after)
+        gone, why = _evicted(store, shown, made, after)
+        problems += why  # (a collapsed tool result evicted since is named nowhere else)
         unexplained = unexplained or not gone
     checked = None
     if wrong_hash and gone:
