@@ -139,6 +139,7 @@ def test_next_valid_time_waits_the_clock_out_but_not_for_ever(monkeypatch: pytes
     assert next_valid_time(now - 5) == now
     assert next_valid_time(now) == now + 1 and clock.ns // 1_000_000 == now + 1  # it waited
     assert next_valid_time(now - 10, at=now - 20) == now - 9  # a past time stays past
+    assert next_valid_time(at=clock.ns // 1_000_000 + 3_600_000) == clock.ns // 1_000_000  # one ahead: now
     far = clock.ns // 1_000_000 + MAX_CLOCK_WAIT_MS + 50
     before = clock.ns
     assert next_valid_time(far) == far + 1 and clock.ns == before  # a clock far ahead: no wait

@@ -367,3 +367,28 @@ def test_a_forked_pi_session_replays_its_own_calls_only(db, tmp_path: Path) -> N
     run = CliRunner().invoke(cli, ["--store", str(tmp_path / "cli.db"), "replay", str(path), "--verify", "none"])
     assert run.exit_code == 0, run.output
     assert f"note: {path}: forked from /sessions/parent.jsonl" in run.stderr and "warning" not in run.stderr
+
+
+def test_a_file_of_a_transcript_from_a_clock_ahead_is_found_as_of_now(db, tmp_path: Path) -> None:
+    """A Pi session whose clock ran an hour ahead of this one: its file versions took their
+    messages' times as valid times, in the future, and every read "as of now" missed them
+    (``ctxos objects inspect`` of a file its frames showed: "no object"). A time ahead of the
+    clock is taken as now."""
+    from datetime import UTC, timedelta
+
+    from context_os.files.index import find_file_object
+
+    rows = [json.loads(line) for line in (DATA / "branch-v3.jsonl").read_text().splitlines()]
+    shift = datetime.now(UTC) + timedelta(hours=1) - datetime.fromisoformat(rows[0]["timestamp"])
+    for row in rows:
+        row["timestamp"] = (datetime.fromisoformat(row["timestamp"]) + shift).isoformat()
+        if isinstance(row.get("message"), dict) and isinstance(row["message"].get("timestamp"), int):
+            row["message"]["timestamp"] += int(shift.total_seconds() * 1000)
+    ahead = tmp_path / "ahead.jsonl"
+    ahead.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    t = read_session(ahead)
+    session = Session.open(db, "ahead", harness=t.harness, workspace=t.cwd)
+    r = replay_transcript(t, session, verify="all")
+    assert r.frames_verified == r.turns and r.file_versions > 0
+    found = find_file_object(db, "/repo/app.py")
+    assert db.history(found) != []

@@ -452,10 +452,8 @@ def _patch_text(key: str, old: str, new: str, obj: ObjInfo | None, layout: int =
     the version the block shows now; from layout 9, one the blocks showed already as such
     (``still version``: what changed is its ``stale`` mark, or its window)."""
     diff = list(difflib.unified_diff(old.split("\n"), new.split("\n"), lineterm="", n=1))
-    if layout >= 12:
-        lines = diff[2:]  # its two header lines alone: a changed line may start with "--" or "++"
-    else:
-        lines = [ln for ln in diff if not ln.startswith(("---", "+++"))]
+    # from layout 12, its two header lines alone are left out: a changed line may start "--", "++"
+    lines = diff[2:] if layout >= 12 else [ln for ln in diff if not ln.startswith(("---", "+++"))]
     if key == INDEX_KEY:
         what = "The object index"
     else:

@@ -78,9 +78,13 @@ def next_valid_time(after: int | None = None, at: int | None = None) -> int:
     when that time is ahead of the clock (two versions of one document within a millisecond),
     this waits until the clock reaches it (at most ``MAX_CLOCK_WAIT_MS``: further ahead, an
     earlier version came from a clock that runs ahead of ours, and waiting would not help).
-    Every writer that means "now" takes its valid times from here.
+    Every writer that means "now" takes its valid times from here. An ``at`` ahead of the clock
+    (a transcript's timestamps from a clock that ran ahead: a replayed session's file versions)
+    is taken as now: a version valid from later was missing from every read "as of now" (its
+    file "no object" to ``ctxos objects inspect`` though frames showed it, before 2026-12-02).
     """
-    vt = now_ms() if at is None else at
+    now = now_ms()
+    vt = now if at is None else min(at, now)
     if after is not None and vt <= after:
         vt = after + 1
     lag = vt - now_ms()
