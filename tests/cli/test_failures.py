@@ -592,20 +592,32 @@ def test_status_is_an_aligned_two_column_table(demo: Path) -> None:
     assert set(report["latest_tx"]) == {"id", "time"}
 
 
-def test_inspect_diff_keeps_the_no_newline_at_end_of_file_marker(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("one\ntwo", "one\nthree"),
+        # lines end at a line feed alone: a form feed, U+2028 or a lone CR inside a line split it
+        # (str.splitlines), the "No newline" marker in the middle of a hunk, which patch refused
+        ("section\x0cone\ntwo\n", "section\x0cone\nthree\n"),
+        ("var s = 'a\u2028b';\nx\n", "var s = 'a\u2028b';\ny\n"),
+        ("a\rb\r\nx\r\n", "a\rb\r\ny\r\n"),
+    ],
+)
+def test_inspect_diff_is_the_diff_patch_applies(tmp_path: Path, old: str, new: str) -> None:
     db = tmp_path / "notes.db"
     with SqliteStore(db) as store:
-        for n, text in enumerate(["one\ntwo", "one\nthree"]):
+        for n, text in enumerate([old, new]):
             store.put({"id": "file:n", "kind": "file", "content": text, "meta": {"path": "n.txt"}}, T0 + n)
     out = ctxos("objects", "inspect", "file:n", "--diff", "1", "2", store=db).stdout
-    assert out.endswith("-two\n\\ No newline at end of file\n+three\n\\ No newline at end of file\n\n")
+    if not old.endswith("\n"):
+        assert out.endswith("-two\n\\ No newline at end of file\n+three\n\\ No newline at end of file\n\n")
     diff = json.loads(ctxos("objects", "inspect", "file:n", "--diff", "1", "2", "--json", store=db).stdout)["diff"]
-    (tmp_path / "n.txt").write_text("one\ntwo")
-    if shutil.which("patch"):  # patch(1) applies it as diff(1) would have written it
-        patched = subprocess.run(
-            ["patch", "-s", "-o", "-", str(tmp_path / "n.txt")], input=diff, capture_output=True, text=True
-        )
-        assert patched.stdout == "one\nthree", patched.stderr
+    assert diff.count("@@") == 2 and (old.endswith("\n") or diff.count("No newline") == 2)
+    (tmp_path / "n.txt").write_bytes(old.encode())
+    patched = subprocess.run(  # patch(1) applies it as diff(1) would have written it
+        ["patch", "-s", "-o", "-", str(tmp_path / "n.txt")], input=diff.encode(), capture_output=True
+    )
+    assert patched.stdout.decode() == new, patched.stderr
 
 
 def test_a_frame_out_of_range_names_the_range(demo: Path) -> None:

@@ -334,7 +334,12 @@ def content_lines(doc: dict[str, Any] | None) -> list[str]:
         return []
     c = doc.get("content")
     text = c if isinstance(c, str) else json.dumps(c, indent=2, ensure_ascii=False, sort_keys=True)
-    return text.splitlines(keepends=True)
+    # lines end at a line feed alone, as diff and patch read them (``str.splitlines`` also splits at
+    # a form feed, U+2028 or a lone CR: a "No newline" marker in the middle of a hunk, refused by
+    # patch, before 2026-12-02)
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
 
 
 def unified_diff(a: list[str], b: list[str], from_name: str, to_name: str) -> str:
