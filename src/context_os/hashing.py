@@ -28,6 +28,7 @@ import blake3
 from .errors import HashError
 
 __all__ = [
+    "MAX_DEPTH",
     "TOO_DEEP",
     "HASH_PREFIX",
     "canonical_form",
@@ -50,7 +51,7 @@ HASH_PREFIX = "b3:"
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _plain(value: Any) -> bool:
+def _plain(value: Any, depth: int = 0) -> bool:
     """True if ``value`` is made only of str/int/bool/None, lists and str-keyed dicts: then the
     standard encoder already writes its canonical form and nothing needs normalising. (Leaves
     are tested in the loop, not by a call each: this runs on every document and message hashed,
@@ -59,17 +60,21 @@ def _plain(value: Any) -> bool:
     if t is str or t is int or t is bool or value is None:
         return True
     if t is dict:
+        if depth >= MAX_DEPTH:
+            raise HashError(TOO_DEEP)
         for k, v in value.items():
             if type(k) is not str:
                 return False
             tv = type(v)
-            if not (tv is str or tv is int or tv is bool or v is None or _plain(v)):
+            if not (tv is str or tv is int or tv is bool or v is None or _plain(v, depth + 1)):
                 return False
         return True
     if t is list:
+        if depth >= MAX_DEPTH:
+            raise HashError(TOO_DEEP)
         for v in value:
             tv = type(v)
-            if not (tv is str or tv is int or tv is bool or v is None or _plain(v)):
+            if not (tv is str or tv is int or tv is bool or v is None or _plain(v, depth + 1)):
                 return False
         return True
     return False
@@ -94,9 +99,15 @@ def _check(value: Any, path: str) -> None:
             _check(v, f"{path}[{i}]")
 
 
-TOO_DEEP = "nested too deeply to have a canonical JSON form (deeper than Python's recursion limit lets it walk)"
-"""Why a value nested past what Python's recursion limit lets a walk reach (about 990 levels at
-the default limit) has no canonical form: every store refuses such a document so."""
+MAX_DEPTH = 256
+"""How deeply a value may nest (lists and objects within each other, the outermost one level) to
+have a canonical form: a fixed bound, where Python's recursion limit less the depth of the call
+that walked it made one accepted from a shallow call unreadable from a deeper one (a document of
+400 levels, written by a test, failed ``ctxos verify`` of the store, before 2026-12-02)."""
+
+TOO_DEEP = f"nested too deeply to have a canonical JSON form (deeper than {MAX_DEPTH} levels)"
+"""Why a value nested past ``MAX_DEPTH`` (or past what Python's recursion limit lets a walk reach)
+has no canonical form: every store refuses such a document so."""
 
 
 def canonical_json(value: Any) -> bytes:
@@ -159,22 +170,24 @@ def json_problem(value: Any) -> str | None:
     return None
 
 
-def _string_keys(value: Any) -> bool:
+def _string_keys(value: Any, depth: int = 0) -> bool:
     """Whether every mapping in ``value`` has only string keys (leaves are tested by type in the
-    loop, as in ``_plain``: most values are leaves)."""
+    loop, as in ``_plain``: most values are leaves); ``TOO_DEEP`` past ``MAX_DEPTH``."""
     t = type(value)
+    if depth >= MAX_DEPTH and (t is list or t is tuple or isinstance(value, Mapping)):
+        raise HashError(TOO_DEEP)
     if t is dict or (t is not list and t is not tuple and isinstance(value, Mapping)):
         for k, v in value.items():
             if type(k) is not str and not isinstance(k, str):
                 return False
             tv = type(v)
-            if not (tv is str or tv is int or tv is float or tv is bool or v is None or _string_keys(v)):
+            if not (tv is str or tv is int or tv is float or tv is bool or v is None or _string_keys(v, depth + 1)):
                 return False
         return True
     if t is list or t is tuple:
         for v in value:
             tv = type(v)
-            if not (tv is str or tv is int or tv is float or tv is bool or v is None or _string_keys(v)):
+            if not (tv is str or tv is int or tv is float or tv is bool or v is None or _string_keys(v, depth + 1)):
                 return False
     return True
 
@@ -189,7 +202,7 @@ def int_problem(value: int) -> str | None:
     return None
 
 
-def _normalise(value: Any) -> Any:
+def _normalise(value: Any, depth: int = 0) -> Any:
     """``value`` with integral floats as integers, tuples as lists, mappings as dicts; HashError
     for what has no canonical form (NaN, Infinity, a key that is not a string, other types)."""
     t = type(value)
@@ -199,19 +212,21 @@ def _normalise(value: Any) -> Any:
         if not math.isfinite(value):
             raise HashError(f"{value!r} has no canonical JSON form")
         return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    if isinstance(value, Mapping | list | tuple) and depth >= MAX_DEPTH:
+        raise HashError(TOO_DEEP)
     if t is dict or isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise HashError(f"key {k!r} is not a string")
-            out[k] = _normalise(v)
+            out[k] = _normalise(v, depth + 1)
         return out
     if isinstance(value, list | tuple):
-        return [_normalise(v) for v in value]
+        return [_normalise(v, depth + 1) for v in value]
     if isinstance(value, bool | int | str):  # subclasses (an IntEnum, a str enum)
         return value
     if isinstance(value, float):
-        return _normalise(float(value))
+        return _normalise(float(value), depth)
     raise HashError(f"{type(value).__name__} has no canonical JSON form")
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from context_os.errors import StoreError
+from context_os.hashing import MAX_DEPTH
 from context_os.store import Delete, DocMemo, Evict, Match, Put, Store, Version, now_ms, open_store
 from context_os.times import MAX_MS, MIN_MS
 
@@ -67,8 +68,9 @@ def test_nested_document_round_trips(store: Store, uid: str) -> None:
     assert type(v.doc["meta"]["float"]) is float and type(v.doc["meta"]["int"]) is int
 
 
-DEPTH = 400
-"""Deep enough to need a walk of one frame a level on every store (Python's default limit: 1,000)."""
+DEPTH = MAX_DEPTH - 1
+"""The deepest a document's content may nest (the document itself one more level): deep enough to
+need a walk of one frame a level on every store (Python's default limit: 1,000)."""
 
 
 def _nested(depth: int) -> Any:
@@ -78,15 +80,16 @@ def _nested(depth: int) -> Any:
     return value
 
 
-def test_a_document_nested_past_what_python_can_walk_is_refused_as_not_json(store: Store, uid: str) -> None:
-    """Nesting up to several hundred levels round-trips on every store; past Python's recursion
-    limit it is refused, naming the document, as a ``StoreError`` (it was a bare ``RecursionError``
-    on both stores, and the XTDB store's from 500 levels, where the SQLite store took 990)."""
+def test_a_document_nested_past_max_depth_is_refused_as_not_json(store: Store, uid: str) -> None:
+    """Nesting up to ``MAX_DEPTH`` levels round-trips on every store, and one more is refused,
+    naming the document, as a ``StoreError`` (it was a bare ``RecursionError`` on both stores, and
+    the XTDB store's from 500 levels, where the SQLite store took 990; then, until a fixed bound,
+    as deep as the writing call's stack let it walk, which a deeper reader's did not)."""
     deep = {"id": f"{uid}-deep", "kind": f"deep-{uid}", "meta": {}, "content": _nested(DEPTH)}
     store.submit([Put(deep, T0)])
     got = store.get(deep["id"], T0)
     assert got is not None and got.doc == deep
-    for depth in (1_200, 100_000):
+    for depth in (DEPTH + 1, 1_200, 100_000):
         doc = {"id": f"{uid}-too-deep-{depth}", "kind": f"deep-{uid}", "meta": {}, "content": _nested(depth)}
         with pytest.raises(StoreError, match=f"{uid}-too-deep-{depth}.*nested too deeply"):
             store.submit([Put(doc, T0)])
