@@ -527,6 +527,43 @@ def test_stop_of_a_cluster_stops_the_postgres_its_nodes_run_on(postgres: Cluster
     assert not left
 
 
+def test_stop_of_a_cluster_whose_nodes_were_stopped_alone_stops_its_postgres(postgres: Cluster) -> None:
+    """``xtdb/stop --cluster 1 --port P`` once the cluster's node was stopped on its own (or its
+    start cut short before any node ran): no node's ``.node`` file named the cluster's PostgreSQL,
+    so the stop fell back on port 5433 ("no PostgreSQL of ours on port 5433") and left the
+    cluster's running. It now stops the one ``xtdb/start --cluster`` recorded. ``postgres`` is
+    requested only so the test is skipped exactly where PostgreSQL cannot be had."""
+    port = _free_ports(2)
+    pg_port = port + 1
+    node = XTDB / "data" / f"cluster-{port}"
+    pg_data = XTDB / "target" / f"pg-{pg_port}"
+    record = XTDB / "target" / f"cluster-{port}.pg-port"
+    try:
+        start = subprocess.run(
+            [str(XTDB / "start"), "--cluster", "1", "--port", str(port), "--pg-port", str(pg_port)]
+            + ["--timeout", str(STARTUP_TIMEOUT_S)],
+            capture_output=True,
+            text=True,
+            timeout=STARTUP_TIMEOUT_S + 600,
+        )
+        subprocess.run([str(XTDB / "stop"), "--port", str(port)], capture_output=True, timeout=90, check=True)
+        stop = subprocess.run(
+            [str(XTDB / "stop"), "--cluster", "1", "--port", str(port)], capture_output=True, text=True, timeout=180
+        )
+        left = (pg_data / "postmaster.pid").exists()
+        recorded = record.exists()
+    finally:
+        subprocess.run([str(XTDB / "stop"), "--port", str(port)], capture_output=True, timeout=90)
+        subprocess.run([str(XTDB / "postgres"), "stop", "--port", str(pg_port)], capture_output=True, timeout=120)
+        shutil.rmtree(pg_data, ignore_errors=True)
+        shutil.rmtree(node, ignore_errors=True)
+        record.unlink(missing_ok=True)
+    assert start.returncode == 0, start.stderr[-3000:]
+    assert stop.returncode == 0, stop.stderr
+    assert stop.stderr.splitlines()[-1] == f"xtdb/postgres: stopped PostgreSQL on port {pg_port}", stop.stderr
+    assert not left and not recorded
+
+
 def _psql(port: int, sql: str, db: str = "postgres") -> subprocess.CompletedProcess[str]:
     """``sql`` run by the cluster's owner over TCP (as root: the postgres user, as xtdb/postgres)."""
     bin_dir = subprocess.run(

@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -479,3 +480,101 @@ def test_stop_refuses_a_value_that_is_no_number(args: list[str]) -> None:
     run = subprocess.run([str(ROOT / "xtdb" / "stop"), *args], capture_output=True, text=True, timeout=30)
     assert run.returncode == 1
     assert run.stderr == f"xtdb/stop: {args[-2]} must be a number, got {args[-1]}\n"
+
+
+def _node_lookalike(tmp_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    """A process whose command line is that of a node xtdb/start launched (``java ...
+    -Djava.io.tmpdir=CHECKOUT/xtdb/target/tmp-PORT ... -m xtdb.main ... -e {...{:port PORT ...}}``):
+    the JVM a stale pid file's pid now is, that of another node."""
+    override = f'{{:context-os.xtdb-http/server {{:port {port} :host "127.0.0.1"}}}}'
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", "-Xmx1g", f"-Djava.io.tmpdir={tmp_dir}"]
+        + ["-cp", "src", "clojure.main", "-m", "xtdb.main", "-f", "memory.edn", "-e", override]
+    )
+
+
+def test_a_stale_pid_file_naming_another_nodes_jvm_is_not_taken_for_the_ports_node(
+    tmp_path: Path, xtdb_url: str
+) -> None:
+    """A pid file left by a node that died, its pid reused by another node's JVM (of another
+    port, or of another checkout): any process with ``xtdb.main`` in its command line was taken
+    for the port's node, so ``xtdb/stop`` killed that other node and ``xtdb/start`` waited its
+    whole timeout for it to answer on this port. A node is now recognized by its temporary
+    directory (this checkout's ``xtdb/target/tmp-PORT``) and its port as well. ``xtdb_url`` is
+    requested only so the test is skipped exactly where no node can be had."""
+    port, other = _free_port(), _free_port()
+    target = ROOT / "xtdb" / "target"
+    pid_file = target / f"xtdb-{port}.pid"
+    lookalikes = [
+        _node_lookalike(target / f"tmp-{other}", other),  # this checkout's node on another port
+        _node_lookalike(tmp_path / "xtdb" / "target" / f"tmp-{port}", port),  # another checkout's, on this port
+        _node_lookalike(tmp_path / "xtdb" / "target" / f"tmp-{other}", other),  # another checkout's
+    ]
+    (target / f"tmp-{other}").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "xtdb" / "target" / f"tmp-{port}").mkdir(parents=True)
+    (tmp_path / "xtdb" / "target" / f"tmp-{other}").mkdir(parents=True)
+    stops = []
+    stop = [str(ROOT / "xtdb" / "stop"), "--port", str(port)]
+    try:
+        for lookalike in lookalikes:
+            pid_file.write_text(f"{lookalike.pid}\n")
+            stops.append(subprocess.run(stop, capture_output=True, text=True, timeout=90))
+        pid_file.write_text(f"{lookalikes[0].pid}\n")
+        start = subprocess.run(
+            [str(ROOT / "xtdb" / "start"), "--port", str(port), "--config", "memory", "--timeout", "3"],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        alive = [lookalike.poll() is None for lookalike in lookalikes]
+    finally:
+        for lookalike in lookalikes:
+            lookalike.kill()
+            lookalike.wait()
+        subprocess.run(stop, capture_output=True, timeout=90, check=False)
+        shutil.rmtree(target / f"tmp-{other}", ignore_errors=True)
+        (target / f"xtdb-{port}.log").unlink(missing_ok=True)
+    for lookalike, stopped in zip(lookalikes, stops, strict=True):
+        assert stopped.returncode == 0
+        assert stopped.stderr == f"xtdb/stop: the node on port {port} (pid {lookalike.pid}) is not running\n"
+    assert alive == [True, True, True]
+    # it started a node of its own (which --timeout 3 gives no time to answer), not waited for another's
+    assert "is starting: waiting for it" not in start.stderr, start.stderr
+    assert f"xtdb/start: starting XTDB (memory.edn, data: {target}) on http://127.0.0.1:{port} ..." in start.stderr
+
+
+def test_a_foreground_node_that_dies_makes_its_start_exit_with_its_status(tmp_path: Path, xtdb_url: str) -> None:
+    """``xtdb/start --foreground`` exited 0 when its node crashed (``wait || true``), so a
+    supervisor took a crash for a stop. It now exits with the node's status: 137 for a node
+    SIGKILLed (as the OOM killer does). ``xtdb_url`` is requested only so the test is skipped
+    exactly where no node can be had."""
+    port = _free_port()
+    pid_file = ROOT / "xtdb" / "target" / f"xtdb-{port}.pid"
+    with (
+        (tmp_path / "stderr").open("w+") as err,
+        subprocess.Popen(
+            [str(ROOT / "xtdb" / "start"), "--port", str(port), "--config", "memory", "--foreground"]
+            + ["--timeout", str(STARTUP_TIMEOUT_S)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        ) as start,
+    ):
+        try:
+            assert start.stdout is not None
+            url = start.stdout.readline()  # once the node answers
+            pid = int(pid_file.read_text())
+            os.kill(pid, signal.SIGKILL)
+            status = start.wait(timeout=60)
+        finally:
+            if start.poll() is None:
+                start.terminate()
+                start.wait(timeout=60)
+            subprocess.run([str(ROOT / "xtdb" / "stop"), "--port", str(port)], capture_output=True, timeout=90)
+        err.seek(0)
+        stderr = err.read()
+    assert url == f"xtdb+http://127.0.0.1:{port}\n", stderr[-3000:]
+    assert status == 137, stderr[-3000:]
+    said = f"xtdb/start: the node (pid {pid}) was killed by signal 9 (exit status 137)\n"
+    assert stderr.endswith(said), stderr[-3000:]
+    assert not pid_file.exists()
