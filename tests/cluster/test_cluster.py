@@ -705,6 +705,7 @@ def test_a_cluster_whose_node_does_not_start_stops_what_its_start_started(
         pid_files = [p for p in (port, port + 1) if (XTDB / "target" / f"xtdb-{p}.pid").exists()]
         answers = [_answers(f"xtdb+http://127.0.0.1:{p}") is None for p in (port, port + 1)]
         postgres_runs = (pg_data / "postmaster.pid").exists()
+        recorded = (XTDB / "target" / f"cluster-{port}.pg-port").exists()
     finally:  # what an unchecked start left running
         for p in (port, port + 1):
             subprocess.run([str(XTDB / "stop"), "--port", str(p)], capture_output=True, timeout=90, check=False)
@@ -722,6 +723,7 @@ def test_a_cluster_whose_node_does_not_start_stops_what_its_start_started(
     assert run.stderr.endswith("xtdb/start: the cluster did not start\n"), run.stderr
     assert pid_files == [] and answers == [False, False]
     assert postgres_runs is postgres_was_running
+    assert not recorded  # xtdb/stop --cluster 2 --port P has no PostgreSQL of this cluster to stop
 
 
 def test_postgres_help_is_the_help_alone() -> None:
