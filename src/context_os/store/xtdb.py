@@ -66,7 +66,7 @@ from typing import Any, Literal, NoReturn
 from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigError, HashError, InputError, StoreError, StoreUnavailable, StoreUnreachable
-from ..hashing import TOO_DEEP, canonical_json, int_problem
+from ..hashing import MAX_DEPTH, TOO_DEEP, canonical_json, int_problem
 from ..times import iso
 from . import _http, edn, mask_url, node_file, text_index
 from .base import (
@@ -134,18 +134,19 @@ def _iso(ms: int) -> str:
         raise StoreError(str(e)) from None
 
 
-def _to_edn(value: Any, path: str = "$") -> str:
-    """EDN text for a JSON-able value (plus the marker types above). Names the path on error."""
+def _to_edn(value: Any, path: str = "$", depth: int = 0) -> str:
+    """EDN text for a JSON-able value (plus the marker types above) at ``depth`` in its document
+    (past ``MAX_DEPTH``: ``TOO_DEEP``, as every store). Names the path on error."""
     try:
         try:
-            return _edn(value)
+            return _edn(value, depth)
         except (StoreError, ValueError):  # (ValueError: an integer too long to write)
-            return _edn_checked(value, path)  # the same walk, keeping the path to say where
+            return _edn_checked(value, path, depth)  # the same walk, keeping the path to say where
     except RecursionError:
         raise StoreError(f"{path}: {TOO_DEEP}") from None
 
 
-def _edn(value: Any) -> str:
+def _edn(value: Any, depth: int = 0) -> str:
     """``_to_edn`` without the path: a document is mostly strings, dicts and lists of exactly
     those types, tested first by identity, and the path of each value was a string built for an
     error that almost never comes (it cost a third of the walk). Anything else (the marker types,
@@ -155,16 +156,20 @@ def _edn(value: Any) -> str:
     if t is str:
         return _string_literal(value)
     if t is dict:
+        if depth >= MAX_DEPTH:
+            raise StoreError(TOO_DEEP)
         parts = []
         for k, v in value.items():
             if type(k) is not str:
-                return _edn_checked(value, "$")
-            parts.append(_string_literal(k) + " " + _edn(v))
+                return _edn_checked(value, "$", depth)
+            parts.append(_string_literal(k) + " " + _edn(v, depth + 1))
         return "{" + " ".join(parts) + "}"
     if t is list:  # (a loop, not a comprehension: one frame a level, as deep as hashing walks)
+        if depth >= MAX_DEPTH:
+            raise StoreError(TOO_DEEP)
         items = []
         for v in value:
-            items.append(_edn(v))
+            items.append(_edn(v, depth + 1))
         return "[" + " ".join(items) + "]"
     if value is None:
         return "nil"
@@ -172,10 +177,10 @@ def _edn(value: Any) -> str:
         return "true" if value else "false"
     if t is int:
         return str(value)
-    return _edn_checked(value, "$")
+    return _edn_checked(value, "$", depth)
 
 
-def _edn_checked(value: Any, path: str) -> str:
+def _edn_checked(value: Any, path: str, depth: int = 0) -> str:
     """``_to_edn``'s walk with the path of every value, to name it on error."""
     if value is None:
         return "nil"
@@ -197,15 +202,18 @@ def _edn_checked(value: Any, path: str) -> str:
         return str(value)
     if isinstance(value, str):
         return _string_literal(value)
+    if isinstance(value, Mapping | list | tuple) and depth >= MAX_DEPTH:
+        raise StoreError(f"{path}: {TOO_DEEP}")
     if isinstance(value, Mapping):
         parts = []
         for k, v in value.items():
             if not isinstance(k, str):
                 raise StoreError(f"{path}: key {k!r} is not a string (not JSON)")
-            parts.append(_edn_checked(k, path) + " " + _edn_checked(v, f"{path}.{k}"))
+            parts.append(_edn_checked(k, path) + " " + _edn_checked(v, f"{path}.{k}", depth + 1))
         return "{" + " ".join(parts) + "}"
     if isinstance(value, list | tuple):
-        return "[" + " ".join(_edn_checked(v, f"{path}[{i}]") for i, v in enumerate(value)) + "]"
+        items = [_edn_checked(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+        return "[" + " ".join(items) + "]"
     raise StoreError(f"{path}: a {type(value).__name__} cannot be stored (not JSON)")
 
 
@@ -242,6 +250,7 @@ def _doc_to_edn(doc: Mapping[str, Any]) -> str:
         raise StoreError(f"a document must be a mapping, got {type(doc).__name__}")
     doc_id = _check_id(doc.get("id"))
     out: dict[str, Any] = {}
+    depths: dict[str, int] = {}  # (a meta value is a level deeper in the document than its attribute)
     for k, v in doc.items():
         if not isinstance(k, str):
             raise StoreError(f"document {doc_id!r}: key {k!r} is not a string")
@@ -252,10 +261,11 @@ def _doc_to_edn(doc: Mapping[str, Any]) -> str:
                 if not isinstance(mk, str):
                     raise StoreError(f"document {doc_id!r}: meta key {mk!r} is not a string")
                 out[_meta_attr(mk)] = mv
+                depths[_meta_attr(mk)] = 2
             out[_Keyword(_META_KEYS)] = _Raw("#{" + " ".join(_to_edn(mk) for mk in v) + "}")
         else:
             out[_key_keyword(k, None, _TOP_HEX_NS)] = v
-    parts = [":" + k + " " + _to_edn(v, f"{doc_id}.{k}") for k, v in out.items()]
+    parts = [":" + k + " " + _to_edn(v, f"{doc_id}.{k}", depths.get(k, 1)) for k, v in out.items()]
     return "{" + " ".join(parts) + "}"
 
 
