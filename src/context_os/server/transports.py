@@ -481,9 +481,9 @@ make room for it, to let its slot go."""
 class _DeadlineSocket(io.RawIOBase):
     """A connection's reading side, each read bounded by one deadline for the whole of what is
     being read (``deadline``, monotonic seconds; None: the socket's own timeout per read).
-    ``arrived``, called when bytes came and before they are read: False if the connection was
-    taken from the reader meanwhile (closed to make room for another), whose bytes are then
-    dropped."""
+    ``arrived``, while set, called when bytes came and before they are read: False if the
+    connection was taken from the reader meanwhile (closed to make room for another), whose bytes
+    are then dropped."""
 
     def __init__(self, sock: socket.socket, per_read: float | None, arrived: Callable[[], bool] | None = None):
         self.sock = sock
@@ -776,13 +776,20 @@ class DeadlineHandler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self._reading = _DeadlineSocket(self.connection, self.timeout, lambda: self.server.claims(self))
+        self._reading = _DeadlineSocket(self.connection, self.timeout)
         self.rfile = io.BufferedReader(self._reading)
+
+    def _claim(self) -> bool:
+        """The first bytes of the next request came: not idle any more (``BoundedHTTPServer.claims``);
+        the reads after it need no claim (only a waiting connection is ever closed for another)."""
+        self._reading.arrived = None
+        return self.server.claims(self)
 
     def handle_one_request(self) -> None:
         self._reading.deadline = time.monotonic() + self.server.header_seconds
         if self._answered:  # kept alive, waiting for the client's next request
             self.server.waits(self)
+            self._reading.arrived = self._claim
         super().handle_one_request()
         self._answered = True
 
