@@ -310,9 +310,10 @@ def _command_changes(words: list[str]) -> list[str]:
     name, rest = posixpath.basename(argv[0]), argv[1:]
     plain = [w for w in rest if not w.startswith("-")]
     if name == "sed" and any(w == "-i" or w.startswith(("-i", "--in-place")) for w in rest):
-        if "-i" in rest and rest.index("-i") + 1 < len(rest) and rest[rest.index("-i") + 1] in ("", ".bak", ".orig"):
+        i = rest.index("-i") if "-i" in rest else -1
+        if 0 <= i < len(rest) - 1 and rest[i + 1] in ("", ".bak", ".orig"):
             # BSD's (macOS's) ``sed -i '' …``: the backup suffix as a word of its own
-            rest = rest[: rest.index("-i") + 1] + rest[rest.index("-i") + 2 :]
+            del rest[i + 1]
             plain = [w for w in rest if not w.startswith("-")]
         scripted = any(w in ("-e", "-f") or w.startswith(("--expression", "--file")) for w in rest)
         values = {rest[j + 1] for j, w in enumerate(rest[:-1]) if w in ("-e", "-f")}

@@ -975,23 +975,14 @@ class MeshNode:
         whose = peer if size > left else ""  # ("": all peers', logged once for all)
         if now - self._budget_logged.get(whose, -LIMIT_LOG_SECONDS) >= LIMIT_LOG_SECONDS:
             self._budget_logged[whose] = now
-            if whose:
-                log.warning(
-                    "mesh: dropping broadcasts from %s: %d bytes, past its budget (%g bytes a second, %d at once)",
-                    peer,
-                    size,
-                    rate,
-                    burst,
-                )
-            else:
-                log.warning(
-                    "mesh: dropping broadcasts from %s: %d bytes, past the budget of all peers together"
-                    " (%g bytes a second, %d at once)",
-                    peer,
-                    size,
-                    cfg.broadcast_bytes_rate_total,
-                    cfg.broadcast_bytes_burst_total,
-                )
+            budget = (rate, burst) if whose else (cfg.broadcast_bytes_rate_total, cfg.broadcast_bytes_burst_total)
+            log.warning(
+                "mesh: dropping broadcasts from %s: %d bytes, past %s (%g bytes a second, %d at once)",
+                peer,
+                size,
+                "its budget" if whose else "the budget of all peers together",
+                *budget,
+            )
         return False
 
     def _release(self, peer: str, now: float) -> None:
