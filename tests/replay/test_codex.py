@@ -507,6 +507,45 @@ def test_what_a_shell_command_may_have_written(command: str, changed: list[str],
     assert (got.changed, got.written) == (changed, written)
 
 
+@pytest.mark.parametrize(
+    ("command", "trees", "either"),
+    [
+        # what git puts back: the paths it names (a directory: every file below it)
+        ("git checkout -- .", ["/w"], []),
+        ("git checkout HEAD~1 -- a.py lib/", ["/w/a.py", "/w/lib"], []),
+        ("git restore a.py && git restore --staged b.py", ["/w/a.py"], []),  # --staged: the index only
+        ("git restore -SW c.py", ["/w/c.py"], []),
+        ("git checkout --theirs CHANGELOG.md", ["/w/CHANGELOG.md"], []),
+        ("git stash push -m wip -- a.py", ["/w/a.py"], []),
+        ("git checkout -- 'src/*.py'", ["/w/src"], []),  # a glob: the directory before it
+        # the whole work tree: the call's directory, where an absolute cd went, git -C's
+        ("git stash && make && git stash pop", ["/w"], []),
+        ("cd sub && git reset --hard HEAD", ["/w"], []),
+        ("cd /Users/x/pi && git checkout -- . && rm -rf old", ["/Users/x/pi"], []),
+        ("git -C lib pull --rebase origin main", ["/w/lib"], []),
+        ("git checkout -b fix origin/main", ["/w"], []),
+        ("git apply /tmp/fix.diff", ["/w"], []),
+        ("git rebase --abort; git merge x; git cherry-pick y", ["/w"], []),
+        # a branch or a path: decided by what the session knows
+        ("git checkout main", [], [(["/w/main"], "/w")]),
+        ("git checkout - && git switch -c new", [], [(["/w/-"], "/w")]),
+        # nothing in the work tree changes
+        ("git status && git diff && git add . && git commit -m x", [], []),
+        ("git checkout -b feature", [], []),
+        ("git reset HEAD~1 && git reset -- a.py", [], []),
+        ("git stash list; git apply --check fix.diff", [], []),
+        ("git rm -f gone.py; git clean -fd", [], []),  # deleted, as rm: not followed
+        ("cd $R && git pull", [], []),  # where is not said
+    ],
+)
+def test_what_a_git_command_may_have_put_back(command: str, trees: list[str], either: list[Any]) -> None:
+    """A real Pi session's ``git checkout -- .`` put back the files it had edited: they stayed
+    shown at their edited text for the rest of the session."""
+    got = shell_changes({"command": command, "workdir": "/w"})
+    assert (got.trees, got.either) == (trees, either)
+    assert shell_changes({"command": "git mv a.py b.py"}).changed == ["a.py", "b.py"]
+
+
 def test_shell_reads_take_every_shape_of_codex_shell_call() -> None:
     assert shell_read({"command": ["bash", "-lc", "cat a.py"], "workdir": "/w"}) == ShellRead("/w/a.py")
     assert shell_read({"cmd": "head -n 3 a.py", "workdir": "sub"}) == ShellRead("sub/a.py", 1, 3)

@@ -160,6 +160,39 @@ def test_a_file_pis_bash_changed_is_not_shown_at_its_old_text(db) -> None:
     assert "return 'hi'" not in blocks(session)
 
 
+@pytest.mark.parametrize(
+    ("command", "unknown"),
+    [
+        ("cd /repo && git checkout -- .", {"app.py", "lib/util.py"}),  # the whole work tree
+        ("git checkout -- lib", {"lib/util.py"}),  # a directory
+        ("git stash", {"app.py", "lib/util.py"}),
+        ("git checkout lib/util.py", {"lib/util.py"}),  # a path the session knows
+        ("git checkout main", {"app.py", "lib/util.py"}),  # no such path: a branch (not /tmp's file)
+        ("git restore --staged app.py", set()),  # the index only
+    ],
+)
+def test_a_file_git_put_back_is_not_shown_at_its_old_text(db, command: str, unknown: set[str]) -> None:
+    """A real Pi session read and edited files, then ran ``git checkout -- .``: every file was
+    back at its committed text, shown at the edited one for the rest of the session. A file a git
+    command may have changed is at a version whose content is unknown until read again."""
+    session = Session.open(db, "git", harness="pi")
+    msgs = [user("go")]
+    msgs += step("r1", "read", "def greet():\n    return 'hi'\n", path="/repo/app.py")
+    msgs += step("r2", "read", "X = 1\n", path="/repo/lib/util.py")
+    msgs += step("w1", "write", "ok", path="/tmp/notes.md", content="# n\n")
+    msgs += step("b1", "bash", "", command=command, cwd="/repo")
+    msgs.append(say("done"))
+    transcript = pi(msgs)
+    r = replay_transcript(transcript, session, verify="all")
+    assert r.orphaned_tool_results == 0 and r.frames_verified == r.turns
+    files = {o.meta["path"]: o for o in session.view.objects.values() if o.kind == "file"}
+    assert {path for path, f in files.items() if f.content is None} == unknown
+    assert all(files[p].meta["version"] == 2 for p in unknown)
+    assert files["/tmp/notes.md"].content == "# n\n"  # outside the work tree
+    if "app.py" in unknown:
+        assert "return 'hi'" not in blocks(session)
+
+
 @pytest.mark.parametrize("layout", [10, 11])
 def test_a_short_read_or_write_shows_no_old_text_once_its_file_changed(db, layout: int) -> None:
     """A read of a short file (its output no longer than a stub) and a short write, both

@@ -31,6 +31,7 @@ This module only parses text; it never touches a session or a store.
 
 from __future__ import annotations
 
+import itertools
 import json
 import posixpath
 import re
@@ -200,11 +201,23 @@ def _numbered_then_sed(first: list[str], second: list[str]) -> ShellRead | None:
 @dataclass(frozen=True)
 class ShellChanges:
     """What a shell call may have written: files it changed in a way its text does not say
-    (``sed -i``, ``perl -i``, a redirection, ``tee``, ``mv``, ``cp``, ``rm``), and files a heredoc
-    wrote whole (``cat > F <<'EOF'``), with their text."""
+    (``sed -i``, ``perl -i``, a redirection, ``tee``, ``mv``, ``cp``, ``git mv``), files a heredoc
+    wrote whole (``cat > F <<'EOF'``), with their text, and what git commands changed (``trees``,
+    ``either``)."""
 
     changed: list[str] = field(default_factory=list)
     written: list[tuple[str, str]] = field(default_factory=list)
+    trees: list[str] = field(default_factory=list)
+    """Paths below which every file may have changed (each a file or a directory): what a git
+    command put back or brought in. ``git checkout -- PATHS`` and ``git restore PATHS`` name them
+    (a pathspec's glob or variable: the directory before it); ``git reset --hard``, ``git stash``,
+    ``git pull``, ``merge``, ``rebase``, ``cherry-pick``, ``revert``, ``am``, ``apply``, a branch
+    switched to: the work tree, taken as the call's directory (or where it went by an absolute
+    ``cd``, or ``git -C DIR``)."""
+    either: list[tuple[list[str], str]] = field(default_factory=list)
+    """``git checkout X…`` without ``--``, which git reads as paths where X names one and as a
+    branch or commit otherwise: (the paths X, the work tree). The paths where one of them names a
+    file the session knows (a file, or a directory it knows files below), else the work tree."""
 
 
 _CAT_HEREDOC = (
@@ -233,6 +246,8 @@ def shell_changes(arguments: Any) -> ShellChanges:
                 return ShellChanges()  # a file in a home directory the transcript does not name
             return ShellChanges(written=[(_joined(workdir, m.group("path")), m.group("body") + "\n")])
     changed: list[str] = []
+    trees: list[str] = []
+    either: list[tuple[list[str], str]] = []
     cwd: str | None = "."  # where the script is now, below ``workdir`` (None: not known)
     body_ends: list[tuple[str, bool]] = []  # the heredocs whose bodies follow: (tag, tabs stripped)
     for line in script.split("\n"):
@@ -254,12 +269,15 @@ def shell_changes(arguments: Any) -> ShellChanges:
                     cwd = None  # a subshell: where its cd leaves it is not followed
                 if command[:1] == ["cd"]:
                     cwd = _cd(cwd, command[1:])
-                else:
-                    changed += [
-                        _joined(cwd, p) if cwd is not None else p
-                        for p in _command_changes(command)
-                        if cwd is not None or posixpath.isabs(p)
-                    ]
+                elif command:
+                    said = _command_changes(command)
+                    changed += _here(cwd, said.files)
+                    trees += _here(cwd, said.trees)
+                    work = _work_tree(cwd, said.at)
+                    if said.whole and work is not None:
+                        trees.append(work)
+                    if said.either and work is not None:
+                        either.append((_here(cwd, said.either), work))
                 command = []
             else:
                 command.append(token)
@@ -267,10 +285,42 @@ def shell_changes(arguments: Any) -> ShellChanges:
                 tag = tokens[k + 1]  # <<EOF, <<-EOF (tabs stripped), <<- EOF
                 tag = tag + tokens[k + 2] if tag == "-" and k + 2 < len(tokens) else tag
                 body_ends.append((tag[1:], True) if tag.startswith("-") else (tag, False))
-    paths = [
-        _joined(workdir, p) for p in changed if p and p != "/dev/null" and not p.startswith("~") and not _unexpanded(p)
-    ]
-    return ShellChanges(changed=list(dict.fromkeys(paths)))
+
+    def named(paths: list[str]) -> list[str]:
+        return [_joined(workdir, p) for p in paths if p and p != "/dev/null" and not p.startswith("~")]
+
+    return ShellChanges(
+        changed=list(dict.fromkeys(p for p in named(changed) if not _unexpanded(p))),
+        trees=list(dict.fromkeys(named([_said_below(p) for p in trees]))),
+        either=[(named([_said_below(p) for p in ps]), named([t])[0]) for ps, t in either if named([t])],
+    )
+
+
+def _here(cwd: str | None, paths: list[str]) -> list[str]:
+    """``paths`` of a command run in ``cwd``, as paths below the call's directory (or absolute);
+    at a place not known (None), only the absolute ones."""
+    if cwd is None:
+        return [p for p in paths if posixpath.isabs(p)]
+    return [_joined(cwd, p) for p in paths]
+
+
+def _work_tree(cwd: str | None, at: str | None) -> str | None:
+    """The work tree of a git command run in ``cwd`` (``git -C AT``): ``AT``; else where an
+    absolute ``cd`` went; else the call's own directory (``.``: a ``cd`` into one of its
+    directories stays in its repository); None where the script does not say."""
+    if at is not None:
+        return next(iter(_here(cwd, [at])), None)
+    if cwd is None:
+        return None
+    return cwd if posixpath.isabs(cwd) else "."
+
+
+def _said_below(path: str) -> str:
+    """The part of a git pathspec before its first glob or variable (``src/*.py``: ``src``):
+    every file it may name is below it."""
+    parts = path.split("/")
+    known = list(itertools.takewhile(lambda part: not _unexpanded(part), parts))
+    return path if len(known) == len(parts) else "/".join(known) or ("/" if path.startswith("/") else ".")
 
 
 def _cd(cwd: str | None, args: list[str]) -> str | None:
@@ -287,9 +337,22 @@ def _unexpanded(word: str) -> bool:
     return any(c in word for c in "*?[]{}$`")
 
 
-def _command_changes(words: list[str]) -> list[str]:
-    """The files one simple command may change: redirection targets, and the files of the
-    commands that write in place."""
+@dataclass
+class _Said:
+    """What one simple command may change (``ShellChanges``), its paths as it names them."""
+
+    files: list[str] = field(default_factory=list)
+    trees: list[str] = field(default_factory=list)
+    whole: bool = False
+    """The whole work tree (git's ``reset --hard``, ``stash``, ``pull``…)."""
+    either: list[str] = field(default_factory=list)
+    at: str | None = None
+    """``git -C AT``: where git runs."""
+
+
+def _command_changes(words: list[str]) -> _Said:
+    """What one simple command may change: redirection targets, the files of the commands that
+    write in place, and what a git command put back or brought in."""
     out: list[str] = []
     argv: list[str] = []
     k = 0
@@ -306,8 +369,12 @@ def _command_changes(words: list[str]) -> list[str]:
     while argv and "=" in argv[0] and not argv[0].startswith("-"):
         argv = argv[1:]  # VAR=value before the command
     if not argv:
-        return out
+        return _Said(out)
     name, rest = posixpath.basename(argv[0]), argv[1:]
+    if name == "git":
+        said = _git(rest)
+        said.files += out
+        return said
     plain = [w for w in rest if not w.startswith("-")]
     if name == "sed" and any(w == "-i" or w.startswith(("-i", "--in-place")) for w in rest):
         i = rest.index("-i") if "-i" in rest else -1
@@ -328,7 +395,115 @@ def _command_changes(words: list[str]) -> list[str]:
     # its whole context anew for it
     elif name in ("mv", "cp") and len(plain) >= 2:
         out += plain if name == "mv" else plain[-1:]
-    return out
+    return _Said(out)
+
+
+_GIT_VALUED = ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env")
+"""git's options before its command that take the next word as their value."""
+_GIT_MERGING = ("pull", "merge", "rebase", "cherry-pick", "revert", "am")
+_GIT_BISECT = ("start", "good", "bad", "new", "old", "skip", "reset", "run")
+_GIT_APPLY_NOTHING = ("--check", "--stat", "--numstat", "--summary", "--cached")
+"""``git apply`` options under which it writes nothing to the work tree (without ``--index``)."""
+
+
+def _git(args: list[str]) -> _Said:
+    """What a git command may change in its work tree (``ShellChanges.trees``): the paths it puts
+    back (``checkout -- PATHS``, ``restore``, ``stash push -- PATHS``), the whole tree (``reset
+    --hard``, ``stash``, a branch switched to, ``pull``, ``merge``…), the files ``git mv`` moves.
+    Anything else (``status``, ``diff``, ``add``, ``commit``, ``reset`` of the index) changes no
+    file; ``git rm`` and ``git clean`` delete, which is not followed (as ``rm``)."""
+    at: str | None = None
+    k = 0
+    while k < len(args) and args[k].startswith("-"):  # options before the command
+        if args[k] == "-C" and k + 1 < len(args):
+            at = args[k + 1] if at is None else posixpath.join(at, args[k + 1])
+        k += 2 if args[k] in _GIT_VALUED else 1
+    if k >= len(args):
+        return _Said()
+    command, rest = args[k], args[k + 1 :]
+    said = _git_command(command, rest)
+    if at is not None:
+        said.files = [posixpath.join(at, p) for p in said.files]
+        said.trees = [posixpath.join(at, p) for p in said.trees]
+        said.either = [posixpath.join(at, p) for p in said.either]
+        said.at = at
+    return said
+
+
+def _split(rest: list[str], valued: tuple[str, ...]) -> tuple[list[str], list[str], list[str]]:
+    """A git command's words as (its options, its other words before ``--``, the words after
+    ``--``); an option in ``valued`` takes the next word (``-b NAME``), kept with it."""
+    options: list[str] = []
+    plain: list[str] = []
+    k = 0
+    while k < len(rest):
+        word = rest[k]
+        if word == "--":
+            return options, plain, rest[k + 1 :]
+        if word.startswith("-") and word != "-":
+            options.append(word)
+            if word in valued and k + 1 < len(rest):
+                options.append(rest[k + 1])
+                k += 1
+        else:
+            plain.append(word)
+        k += 1
+    return options, plain, []
+
+
+def _git_command(command: str, rest: list[str]) -> _Said:
+    """``_git`` for one command and the words after it."""
+    if command == "checkout":
+        options, plain, paths = _split(rest, ("-b", "-B", "--orphan", "--conflict"))
+        if paths or "--" in rest:
+            return _Said(trees=paths)
+        if any(o in ("-b", "-B", "--orphan") for o in options):
+            return _Said(whole=bool(plain))  # a new branch: at a start point, the tree switches
+        if any(o in ("--ours", "--theirs", "-m", "--merge") for o in options):
+            return _Said(trees=plain)  # a conflict's side: paths
+        if not plain:
+            return _Said(whole=any(o in ("-f", "--force") for o in options))
+        return _Said(either=plain)
+    if command == "switch":
+        options, plain, _ = _split(rest, ("-c", "-C", "--create", "--force-create", "--orphan"))
+        if any(o in ("-c", "-C", "--create", "--force-create", "--orphan") for o in options):
+            return _Said(whole=bool(plain))
+        return _Said(whole=bool(plain) or "--discard-changes" in options or "-f" in options)
+    if command == "restore":
+        options, plain, paths = _split(rest, ("-s", "--source"))
+        staged = any(
+            o in ("-S", "--staged") or (o.startswith("-") and not o.startswith("--") and "S" in o) for o in options
+        )
+        worktree = any(
+            o in ("-W", "--worktree") or (o.startswith("-") and not o.startswith("--") and "W" in o) for o in options
+        )
+        if staged and not worktree:
+            return _Said()  # the index only
+        if any(o.startswith("--pathspec-from-file") for o in options):
+            return _Said(whole=True)
+        return _Said(trees=paths or plain)
+    if command == "reset":
+        options, _, _ = _split(rest, ())
+        return _Said(whole=any(o in ("--hard", "--merge", "--keep") for o in options))
+    if command == "stash":
+        sub = rest[0] if rest and not rest[0].startswith("-") else "push"
+        if sub in ("pop", "apply", "branch", "save"):
+            return _Said(whole=True)
+        if sub != "push":
+            return _Said()  # list, show, drop, clear, create, store
+        options, plain, paths = _split(rest[1:] if rest[:1] == ["push"] else rest, ("-m", "--message"))
+        return _Said(trees=paths or plain) if paths or plain else _Said(whole=True)
+    if command == "apply":
+        options, _, _ = _split(rest, ())
+        return _Said(whole="--index" in options or not any(o in _GIT_APPLY_NOTHING for o in options))
+    if command == "bisect":
+        return _Said(whole=bool(rest) and rest[0] in _GIT_BISECT)
+    if command in _GIT_MERGING:
+        return _Said(whole=True)
+    if command == "mv":
+        _, plain, paths = _split(rest, ())
+        return _Said(files=plain + paths if len(plain + paths) >= 2 else [])
+    return _Said()
 
 
 def _joined(workdir: str | None, path: str) -> str:

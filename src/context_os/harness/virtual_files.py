@@ -514,9 +514,30 @@ class VirtualFiles:
         changes = shell_changes(args)
         for path, text in changes.written:
             yield FileOp("write", path, text=text.removesuffix("\n")), ts, None
+        done: set[str] = set()
         for path in changes.changed:
-            if file_key(path, self.root) in self.files:  # (once the writes before it are applied)
-                yield FileOp("edit", path), ts, None
+            key = file_key(path, self.root)
+            if key in self.files and key not in done:  # (once the writes before it are applied)
+                done.add(key)
+                yield FileOp("edit", key), ts, None
+        trees = list(changes.trees)
+        for paths, work_tree in changes.either:  # git checkout X: paths if X names any, else a branch
+            trees += [p for p in paths if self._below(p)] or [work_tree]
+        for tree in trees:
+            for key in self._below(tree):
+                if key not in done:
+                    done.add(key)
+                    yield FileOp("edit", key), ts, None
+
+    def _below(self, path: str) -> list[str]:
+        """The files known here that ``path`` names: itself, or every one below it (a directory)."""
+        key = file_key(path, self.root)
+        if key in self.files:
+            return [key]
+        if key == ".":
+            return [k for k in self.files if not posixpath.isabs(k) and not k.startswith("~")]
+        prefix = key.rstrip("/") + "/"
+        return [k for k in self.files if k.startswith(prefix)]
 
     def apply(self, op: FileOp, ts: int | None, result_id: str | None = None) -> VirtualFile:
         """Record what ``op`` says about its file and show the file; collapse ``result_id``."""
