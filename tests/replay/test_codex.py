@@ -25,6 +25,7 @@ from context_os.harness.codex_tools import (
     shell_read,
 )
 from context_os.harness.file_ops import FileOp, edit_target, file_op
+from context_os.harness.formatters import formatter_report
 from context_os.harness.openai import OPENAI_PAIRING
 from context_os.harness.pairing import check_pairs
 from context_os.harness.toolnames import preset
@@ -544,6 +545,44 @@ def test_what_a_git_command_may_have_put_back(command: str, trees: list[str], ei
     got = shell_changes({"command": command, "workdir": "/w"})
     assert (got.trees, got.either) == (trees, either)
     assert shell_changes({"command": "git mv a.py b.py"}).changed == ["a.py", "b.py"]
+
+
+@pytest.mark.parametrize(
+    ("command", "formatted"),
+    [
+        ("black app.py", ["/w/app.py"]),
+        ("cd sub && python -m black .", ["/w/sub"]),
+        ("ruff format src && ruff check --fix", ["/w/src", "/w"]),
+        ("npx -y prettier --write 'src/**/*.ts'", ["/w/src"]),
+        ("biome check --write . && tsgo --noEmit", ["/w"]),
+        ("gofmt -w main.go; cargo fmt; mix format", ["/w/main.go", "/w"]),
+        ("uv run isort a.py", ["/w/a.py"]),
+        # a formatter that only reports writes nothing
+        ("black --check . && ruff check . && prettier -c . && biome check . && gofmt -l . && cargo fmt --check", []),
+        ("npm run check", []),  # what it runs is in its output, not its command
+    ],
+)
+def test_what_a_formatter_run_from_a_shell_rewrites(command: str, formatted: list[str]) -> None:
+    assert shell_changes({"command": command, "workdir": "/w"}).formatted == formatted
+
+
+@pytest.mark.parametrize(
+    ("output", "fixed", "paths"),
+    [
+        ("reformatted /w/a.py\n\nAll done! \u2728\n1 file reformatted, 2 files left unchanged.", 1, ["/w/a.py"]),
+        ("All done!\n3 files left unchanged.", 0, []),
+        ("Checked 231 files in 130ms. Fixed 2 files.\nChecked 36 files in 42ms. No fixes applied.", 2, []),
+        ("Formatted 1 file in 2ms. Fixed 1 file.", 1, []),  # one line, two ways of saying it
+        ("Found 3 errors (3 fixed, 0 remaining).", 3, []),
+        ("src/a.ts 45ms\nsrc/b.ts 3ms (unchanged)\n", 1, ["src/a.ts"]),
+        ("Fixing /w/b.py\n", 1, ["/w/b.py"]),
+        ("Fixing permissions...\n", None, []),  # no formatter's line
+        (" \u2713 src/a.test.ts (3 tests) 12ms\nok  pkg 0.1s", None, []),  # a test runner's
+    ],
+)
+def test_what_a_formatters_output_says_it_rewrote(output: str, fixed: int | None, paths: list[str]) -> None:
+    report = formatter_report(output)
+    assert (report.fixed if report else None, report.paths if report else []) == (fixed, paths)
 
 
 def test_shell_reads_take_every_shape_of_codex_shell_call() -> None:

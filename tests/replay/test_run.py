@@ -193,6 +193,35 @@ def test_a_file_git_put_back_is_not_shown_at_its_old_text(db, command: str, unkn
         assert "return 'hi'" not in blocks(session)
 
 
+@pytest.mark.parametrize(
+    ("command", "output", "unknown"),
+    [
+        ("black app.py", "reformatted /repo/app.py\nAll done!\n1 file reformatted.", {"app.py"}),
+        ("cd /repo && black .", "reformatted app.py\nAll done!\n1 file reformatted.", {"app.py"}),
+        ("gofmt -w /repo/app.py", "", {"app.py"}),  # silent: the file it names
+        ("black app.py", "All done!\n1 file left unchanged.", set()),
+        ("npx prettier --write .", "app.py 12ms (unchanged)\nlib/util.py 3ms\n", {"lib/util.py"}),
+        # a count alone does not say which files: not taken on a guess
+        ("npm run check", "> biome check --write .\nChecked 2 files in 3ms. Fixed 1 file.", set()),
+    ],
+)
+def test_a_file_a_formatter_rewrote_is_not_shown_at_its_old_text(
+    db, command: str, output: str, unknown: set[str]
+) -> None:
+    """A formatter run through the shell rewrites files in place: one the command or its output
+    names is at a version whose content is unknown until read again."""
+    session = Session.open(db, "fmt", harness="pi")
+    msgs = [user("go")]
+    msgs += step("r1", "read", "def greet( ):\n    return 'hi'\n", path="/repo/app.py")
+    msgs += step("r2", "read", "X=1\n", path="/repo/lib/util.py")
+    msgs += step("b1", "bash", output, command=command)
+    msgs.append(say("done"))
+    r = replay_transcript(pi(msgs), session, verify="all")
+    assert r.orphaned_tool_results == 0 and r.frames_verified == r.turns
+    files = {o.meta["path"]: o for o in session.view.objects.values() if o.kind == "file"}
+    assert {path for path, f in files.items() if f.content is None} == unknown
+
+
 @pytest.mark.parametrize("layout", [10, 11])
 def test_a_short_read_or_write_shows_no_old_text_once_its_file_changed(db, layout: int) -> None:
     """A read of a short file (its output no longer than a stub) and a short write, both

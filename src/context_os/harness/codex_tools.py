@@ -40,6 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .formatters import formatter_targets
+
 __all__ = [
     "Patch",
     "PatchFile",
@@ -214,6 +216,12 @@ class ShellChanges:
     ``git pull``, ``merge``, ``rebase``, ``cherry-pick``, ``revert``, ``am``, ``apply``, a branch
     switched to: the work tree, taken as the call's directory (or where it went by an absolute
     ``cd``, or ``git -C DIR``)."""
+    formatted: list[str] = field(default_factory=list)
+    """What a formatter the script runs rewrites what it changes of (``formatters``): a file, or
+    the files below a directory (``black .``, ``cargo fmt``: its working directory)."""
+    directory: str | None = None
+    """Where the script's last command ran (its work tree: see ``trees``); None where not said.
+    A formatter's output from a command that does not name it (``npm run check``) is about it."""
     either: list[tuple[list[str], str]] = field(default_factory=list)
     """``git checkout X…`` without ``--``, which git reads as paths where X names one and as a
     branch or commit otherwise: (the paths X, the work tree). The paths where one of them names a
@@ -248,7 +256,9 @@ def shell_changes(arguments: Any) -> ShellChanges:
     changed: list[str] = []
     trees: list[str] = []
     either: list[tuple[list[str], str]] = []
+    formatted: list[str] = []
     cwd: str | None = "."  # where the script is now, below ``workdir`` (None: not known)
+    work: str | None = "."
     body_ends: list[tuple[str, bool]] = []  # the heredocs whose bodies follow: (tag, tabs stripped)
     for line in script.split("\n"):
         if body_ends:  # a heredoc's body: its lines are no commands
@@ -273,6 +283,7 @@ def shell_changes(arguments: Any) -> ShellChanges:
                     said = _command_changes(command)
                     changed += _here(cwd, said.files)
                     trees += _here(cwd, said.trees)
+                    formatted += _here(cwd, said.formats)
                     work = _work_tree(cwd, said.at)
                     if said.whole and work is not None:
                         trees.append(work)
@@ -292,6 +303,8 @@ def shell_changes(arguments: Any) -> ShellChanges:
     return ShellChanges(
         changed=list(dict.fromkeys(p for p in named(changed) if not _unexpanded(p))),
         trees=list(dict.fromkeys(named([_said_below(p) for p in trees]))),
+        formatted=list(dict.fromkeys(named([_said_below(p) for p in formatted]))),
+        directory=next(iter(named([work])), None) if work is not None else None,
         either=[(named([_said_below(p) for p in ps]), named([t])[0]) for ps, t in either if named([t])],
     )
 
@@ -348,6 +361,8 @@ class _Said:
     either: list[str] = field(default_factory=list)
     at: str | None = None
     """``git -C AT``: where git runs."""
+    formats: list[str] = field(default_factory=list)
+    """A formatter's paths (``formatter_targets``)."""
 
 
 def _command_changes(words: list[str]) -> _Said:
@@ -371,6 +386,9 @@ def _command_changes(words: list[str]) -> _Said:
     if not argv:
         return _Said(out)
     name, rest = posixpath.basename(argv[0]), argv[1:]
+    formats = formatter_targets(argv)
+    if formats is not None:
+        return _Said(out, formats=formats)
     if name == "git":
         said = _git(rest)
         said.files += out

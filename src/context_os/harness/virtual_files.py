@@ -30,8 +30,9 @@ from ..context.session import Session
 from ..context.view import ObjInfo, SessionView, active_text, own_text
 from ..errors import ContextOSError, FileUnreadable
 from ..store.base import Version
-from .codex_tools import environment_cwd, shell_changes
+from .codex_tools import ShellChanges, environment_cwd, shell_changes
 from .file_ops import FileOp, file_op, written_keys
+from .formatters import FormatterReport, formatter_report
 from .responses import stdout_of
 from .toolnames import ToolNames, preset
 
@@ -502,9 +503,9 @@ class VirtualFiles:
             for other in op.more:  # the call's other files (a patch of several)
                 yield other, ts, None
         elif role == "bash":  # every harness's shell (Pi's bash, Claude Code's Bash, Codex's shells...)
-            yield from self._shell_wrote(args, ts)
+            yield from self._shell_wrote(args, ts, output)
 
-    def _shell_wrote(self, args: Any, ts: int | None) -> Iterator[tuple[FileOp, int | None, None]]:
+    def _shell_wrote(self, args: Any, ts: int | None, output: str = "") -> Iterator[tuple[FileOp, int | None, None]]:
         """What a shell command wrote: a file a heredoc wrote whole is at that text; a known file
         it changed in a way its text does not say (``sed -i``, a redirection, ``mv``...) is at a
         version whose content is unknown until it is read again (else its last text would show as
@@ -528,6 +529,25 @@ class VirtualFiles:
                 if key not in done:
                     done.add(key)
                     yield FileOp("edit", key), ts, None
+        for key in self._formatted(changes, formatter_report(output)):
+            if key not in done:
+                done.add(key)
+                yield FileOp("edit", key), ts, None
+
+    def _formatted(self, changes: ShellChanges, report: FormatterReport | None) -> list[str]:
+        """The known files a formatter the call ran rewrote, as far as the call says which: those
+        its output names (Black's ``reformatted PATH``, Prettier's ``PATH 12ms``), else those its
+        command names (``gofmt -w a.go``, ``black a.py``) unless its output says it rewrote none.
+        A count alone (Biome's ``Fixed 2 files.``, ``1 file reformatted``) says not which of the
+        files below a directory: not followed (a file is not taken for changed on a guess)."""
+        if report is not None and report.paths:
+            where = changes.directory or "."
+            paths = [p if posixpath.isabs(p) else posixpath.join(where, p) for p in report.paths]
+        elif report is None or report.fixed > 0:
+            paths = changes.formatted
+        else:
+            return []
+        return [k for p in paths if (k := file_key(p, self.root)) in self.files]
 
     def _below(self, path: str) -> list[str]:
         """The files known here that ``path`` names: itself, or every one below it (a directory)."""
