@@ -11,6 +11,7 @@ import pytest
 
 from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.load import object_states
 from context_os.context.policy import RetentionPolicy
 from context_os.files import FILE_TOOLS, FileTools, FileTracker, Workspace
 from context_os.harness.openai import OPENAI_PAIRING, OpenAIHook
@@ -97,10 +98,15 @@ def test_read_stale_refresh_edit_through_the_openai_hook(root: Path, db: SqliteS
     assert latest_meta(db, oid)["version"] == 3
 
 
-def test_a_file_deleted_on_disk_is_shown_as_missing_not_as_one_to_load(root: Path, db: SqliteStore) -> None:
-    """The tracker records a deleted file as a version without content. The session still shows
-    what it showed, but its mark says the file is gone: before, it said `activate(id) loads it`,
-    and the model that did so got `metadata only: the file is missing` for its trouble."""
+def test_a_file_deleted_on_disk_leaves_the_active_pool_and_its_index_line_says_missing(
+    root: Path, db: SqliteStore
+) -> None:
+    """The tracker records a deleted file as a version without content. At the next turn the
+    session takes the file out of the active pool (actor ``system``, recorded as any state
+    change), and its index line says the file is missing: before, its old text stayed in the
+    active pool, sent on every call until the policy found it idle, although the file was gone.
+    The user naming the file in that turn does not bring it back (there is nothing on disk to
+    show), ``activate`` loads nothing and says why, and every frame re-renders to its hash."""
     (root / "app.py").write_text("def main():\n    return 1\n")
     ws = Workspace(root)
     with FileTracker(db, ws, rescan_interval=None) as tracker:
@@ -111,14 +117,37 @@ def test_a_file_deleted_on_disk_is_shown_as_missing_not_as_one_to_load(root: Pat
         msgs: list[dict] = [user("fix app.py"), call("c1", "read", path="app.py")]
         oid = json.loads(tools.call("read", {"path": "app.py"}))["id"]
         msgs.append(result("c1", "read"))
-        hook.transform_context(msgs)
+        assert "return 1" in tail_text(hook.transform_context(msgs))
         (root / "app.py").unlink()
         wait_for(lambda: latest_meta(db, oid).get("missing") is True, what="the tracker's missing version")
-        msgs.append(user("go on"))
+        msgs.append(user("where did app.py go?"))
         out = hook.transform_context(msgs)
         text = tail_text(out)
-        assert 'stale="version 2 is newer: the file is missing (deleted or moved away)"' in text
-        assert "activate(id) loads it" not in text and "(v2 newer: missing)" in text
+        assert "return 1" not in text and "Active content:" not in text
+        assert f"- {oid} file app.py 7 tokens v1 (v2 newer: missing) inactive" in text
+        assert hook.last is not None
+        changes = hook.last.changes
+        assert [(c.id, c.was, c.to, c.actor, c.reason) for c in changes] == [
+            (oid, "active", "inactive", "system", "the file is missing (deleted or moved away)")
+        ]
+        last = object_states(db, oid)[-1]
+        assert (last["state"], last["actor"], last["reason"]) == (
+            "inactive",
+            "system",
+            "the file is missing (deleted or moved away)",
+        )
+
+        # the context tool loads nothing (the text it showed is not the file), and says so
+        r = hook.session.activate(oid)
+        assert r["status"] == "missing" and hook.session.view.objects[oid].state == "inactive"
+        assert r["note"] == (
+            "the file is missing (deleted or moved away on disk; version 2): nothing to load; "
+            "lines(id) shows its text of version 1, the last one known"
+        )
+        assert "return 1" in hook.session.lines(oid)
+        msgs.append(user("go on"))
+        assert "Active content:" not in tail_text(hook.transform_context(msgs))
+
         frames = frame_docs(hook.session.store, hook.session.id)
-        assert all(verify_frame(db, f).ok for f in frames)
+        assert len(frames) == 3 and all(verify_frame(db, f).ok for f in frames)
         hook.session.close()

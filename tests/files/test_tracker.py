@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.load import object_states
 from context_os.files import FileIndex, FileTools, FileTracker, Workspace
 from context_os.files.workspace import FileSnapshot
 from context_os.harness.openai import OpenAIHook
@@ -652,6 +653,102 @@ def test_a_file_changed_and_changed_back_is_not_stale(root, db, tracker, session
     assert "stale=" not in blocks_text(hook.transform_context(msgs))
     frames = frame_docs(db, session.id)
     assert len(frames) == 4 and all(verify_frame(db, f).ok for f in frames)
+
+
+def test_a_pinned_file_that_goes_missing_stays_shown_with_its_mark(root, db, tracker, session) -> None:
+    """A pin outranks the system: a pinned file deleted on disk stays in the active pool, its mark
+    saying the file is missing, so it is not dropped behind the back of whoever pinned it;
+    ``activate`` then refreshes nothing (it loaded the missing version, a text saying there is
+    none, as if it were the file) and says what the context shows."""
+    tools = FileTools(session, tracker.workspace, tracker=tracker)
+    hook = OpenAIHook(session, files=tools)
+    (root / "keep.py").write_text("K = 1\n")
+    oid = tools.read("keep.py")["id"]
+    session.pin(oid)
+    msgs = [user("look"), call("r1", "read", path="keep.py"), result("r1", "read")]
+    hook.transform_context(msgs)
+    (root / "keep.py").unlink()
+    wait_for(lambda: latest_meta(db, oid)["missing"], what="the file recorded missing")
+    msgs.append(user("and now?"))
+    shown = blocks_text(hook.transform_context(msgs))
+    assert 'stale="version 2 is newer: the file is missing (deleted or moved away)"' in shown and "K = 1" in shown
+    assert f"{oid} file keep.py 2 tokens v1 (v2 newer: missing) pinned" in shown
+    r = session.activate(oid)
+    assert (r["status"], r["version"]) == ("already active", 1) and r["note"].endswith(
+        "lines(id) shows its text of version 1, the last one known, which the context shows"
+    )
+    assert session.view.objects[oid].version is not None and session.view.objects[oid].meta["version"] == 1
+    frames = frame_docs(db, session.id)
+    assert len(frames) == 2 and all(verify_frame(db, f).ok for f in frames)
+
+
+def test_a_missing_file_that_comes_back_says_so_in_its_index_line_and_stays_inactive(
+    root, db, tracker, session
+) -> None:
+    """A file taken out of the active pool as missing is looked at again at each turn: back with
+    the bytes it showed, at its path (a branch switched and back, a ``git stash`` undone), its
+    index line no longer says it is missing; back with other bytes, it names the new version.
+    Neither comes back into the active pool by itself (the tracker never loads anything): the
+    agent's ``activate`` does, at the version on disk."""
+    tools = FileTools(session, tracker.workspace, tracker=tracker)
+    hook = OpenAIHook(session, files=tools)
+    (root / "same.py").write_text("S = 1\n")
+    (root / "other.py").write_text("O = 1\n")
+    same, other = tools.read("same.py")["id"], tools.read("other.py")["id"]
+    msgs = [user("look"), call("r1", "read", path="same.py"), result("r1", "read")]
+    hook.transform_context(msgs)
+    (root / "same.py").unlink()
+    (root / "other.py").unlink()
+    for oid in (same, other):
+        wait_for(lambda oid=oid: latest_meta(db, oid)["missing"], what="the file recorded missing")
+    msgs.append(user("now?"))
+    shown = blocks_text(hook.transform_context(msgs))
+    assert f"{same} file same.py 2 tokens v1 (v2 newer: missing) inactive" in shown
+    assert f"{other} file other.py 2 tokens v1 (v2 newer: missing) inactive" in shown
+    (root / "same.py").write_text("S = 1\n")
+    (root / "other.py").write_text("O = 2\n")
+    wait_version(db, same, 3)
+    wait_version(db, other, 3)
+    msgs.append(user("and now?"))
+    shown = blocks_text(hook.transform_context(msgs))
+    assert f"{same} file same.py 2 tokens v1 inactive" in shown
+    assert f"{other} file other.py 2 tokens v1 (v3 newer) inactive" in shown
+    assert "Active content:" not in shown
+    last = object_states(db, same)[-1]
+    assert (last["state"], last["actor"], last["reason"]) == (
+        "inactive",
+        "system",
+        "the file holds again the version shown",
+    )
+    r = tools.activate(other)
+    assert (r["status"], r["version"]) == ("activated", 3)
+    msgs.append(user("go on"))
+    shown = blocks_text(hook.transform_context(msgs))
+    assert f'<object id="{other}" kind="file" path="other.py" version="3">' in shown and "O = 2" in shown
+    frames = frame_docs(db, session.id)
+    assert len(frames) == 4 and all(verify_frame(db, f).ok for f in frames)
+
+
+def test_a_missing_file_is_not_brought_back_by_the_reading_list(root, db, tracker, session) -> None:
+    """An edit of a file read brings back the next file read after it that left the active pool
+    (``next_on_reading_list``), but not one that left it because it is missing: its last text
+    is not the file, and it would be shown again until the policy found it idle."""
+    tools = FileTools(session, tracker.workspace, tracker=tracker)
+    hook = OpenAIHook(session, files=tools)
+    (root / "a.py").write_text("A = 1\n")
+    (root / "b.py").write_text("B = 1\n")
+    a, b = tools.read("a.py")["id"], tools.read("b.py")["id"]
+    msgs = [user("look"), call("r1", "read", path="a.py"), result("r1", "read")]
+    hook.transform_context(msgs)
+    (root / "b.py").unlink()
+    wait_for(lambda: latest_meta(db, b)["missing"], what="the file recorded missing")
+    msgs.append(user("now?"))
+    hook.transform_context(msgs)
+    assert session.view.objects[b].state == "inactive"
+    tools.edit("a.py", "A = 1", "A = 2")
+    assert session.view.objects[a].state == "active" and session.view.objects[b].state == "inactive"
+    msgs.append(user("go on"))
+    assert "B = 1" not in blocks_text(hook.transform_context(msgs))
 
 
 def test_a_deleted_workspace_root_is_said_once_and_awaited_without_rescanning(root, db, ws) -> None:

@@ -77,6 +77,10 @@ all): a first turn over a long history collapses thousands of tool results at on
 MENTION_LIMIT = 2
 """A message naming more files of the active pool than this is a listing: no file counts as used."""
 
+GONE_REASON = "the file is missing (deleted or moved away)"
+"""Why the system takes a file out of the active pool once its newest version says it is missing
+(``Session._check_newer``)."""
+
 
 @dataclass
 class Assembly:
@@ -108,6 +112,16 @@ def _erased_shas(tombstones: Iterable[Version]) -> set[str]:
 def _erased_texts(tombstones: Iterable[Version]) -> set[str]:
     """The content hashes of the source items' texts the evictions erased (context/evict.py)."""
     return {str(h) for t in tombstones for h in ((t.doc or {}).get("content") or {}).get("content_hashes") or ()}
+
+
+def _missing(o: ObjInfo) -> bool:
+    """Whether ``o`` is a file whose newest version, newer than the one shown, says the file is
+    missing: the text shown is the last one known, not the file's."""
+    return o.kind == "file" and bool((o.newer or {}).get("missing"))
+
+
+def _by_id(o: ObjInfo) -> str:
+    return o.id
 
 
 class Session:
@@ -691,9 +705,11 @@ class Session:
                 o = view.objects.get(e["object"])
                 if o is not None and isinstance(o.content, str):
                     texts.append(o.content)
-        if asked:  # a file the user names comes back (as the agent will read it anyway)
+        if asked:  # a file the user names comes back (as the agent will read it anyway; not one gone)
             files = [
-                o for o in view.metadata_pool() if o.kind == "file" and o.state == "inactive" and o.meta.get("path")
+                o
+                for o in view.metadata_pool()
+                if o.kind == "file" and o.state == "inactive" and o.meta.get("path") and not _missing(o)
             ]
             for o in sorted(files, key=lambda o: o.seq):
                 if o.content is not None and any(str(o.meta["path"]) in t for t in asked):
@@ -971,9 +987,16 @@ class Session:
         self.writer.submit([Evict(page)])
 
     def _check_newer(self) -> list[StateChange]:
-        """Active objects whose store version moved on are marked stale (never reloaded here)."""
+        """Active objects whose store version moved on are marked stale (never reloaded here). An
+        active file whose newest version says it is missing (deleted, or moved away unseen) leaves
+        the active pool: its text is no longer the file's, and showing it on every call spends
+        tokens on a file that does not exist. A pinned one stays (a pin outranks the system: its
+        mark says the file is missing). An inactive file marked missing is looked at again, so its
+        index line says so no longer once the file is back (it stays inactive: the tracker never
+        loads anything into the context)."""
         changes: list[StateChange] = []
-        for o in self.view.live():
+        gone = sorted((o for o in self.view.objects.values() if o.state == "inactive" and _missing(o)), key=_by_id)
+        for o in [*self.view.live(), *gone]:
             if o.kind == "toolcall" or o.version is None or o.version[1] is None:
                 continue  # (a version still waiting to be written is the newest)
             try:
@@ -1012,6 +1035,9 @@ class Session:
             if newer != o.newer:
                 o.newer = newer
                 self.manage()
+                if _missing(o) and o.state == "active" and not o.pinned:
+                    changes.append(self._set(o, "inactive", "system", GONE_REASON))
+                    continue
                 self.view.refresh_object(o)
                 self.writer.record_state(o, "system", "a newer version exists")
                 changes.append(StateChange(o.id, o.state, o.state, "system", "a newer version exists"))
@@ -1139,15 +1165,18 @@ class Session:
         after = [i for i in ids[ids.index(obj.id) + 1 :] if self._reading[i] is None]
         for oid in after[: self.view.policy.next_on_reading_list]:
             o = self.view.objects.get(oid)
-            if o is not None and o.state == "inactive" and o.content is not None:
+            if o is not None and o.state == "inactive" and o.content is not None and not _missing(o):
                 self._set(o, "active", "system", f"next on the reading list after {obj.id}")
 
     def activate(self, obj_id: str, *, actor: Actor = "agent", reason: str = "activate") -> dict[str, Any]:
         """Load an object's content into context (a collapsed tool result comes back at the end;
-        an active object with a newer version is refreshed to it)."""
+        an active object with a newer version is refreshed to it; a file gone from disk loads
+        nothing, and the answer says so: ``_activate_missing``)."""
         self._take_in_evictions()  # a server without turns (MCP) shows what it activates
         obj_id = self.resolve(obj_id)
         obj = self._known(obj_id)
+        if obj.kind == "file" and (_missing(obj) or obj.meta.get("missing")):
+            return self._activate_missing(obj, actor, reason)
         if obj.state == "active" and obj.newer is not None:
             result = self.show(obj_id, actor=actor, reason="refresh to the newer version")
             return result | {"status": "refreshed"}
@@ -1168,6 +1197,31 @@ class Session:
             # the active pool is text: an output's images (counted in extra_chars) stay out of it
             out["note"] = "only its text is shown in the active pool, not its images: call the tool again to see them"
         return out
+
+    def _activate_missing(self, obj: ObjInfo, actor: Actor, reason: str) -> dict[str, Any]:
+        """``activate`` of a file the session knows as missing (the version it shows, or a newer
+        one, says so): the store's newest version decides. Still missing: nothing is loaded (the
+        last text known is not the file, and a missing version has none) and the answer says so,
+        and where that last text is; back since: that version is shown, as a read would."""
+        latest = self._latest(obj.id)
+        assert latest.doc is not None
+        meta = latest.doc.get("meta", {})
+        if not meta.get("missing"):
+            was = obj.state
+            shown = self.show(obj.id, version=latest, actor=actor, reason=reason)
+            return shown | {"status": "refreshed" if was == "active" else "activated"}
+        why = meta.get("missing_reason") or "deleted or moved away"
+        note = f"the file is missing ({why}; version {meta.get('version', '?')}): nothing to load"
+        if _missing(obj):  # the text shown before it went missing is kept
+            note += f"; lines(id) shows its text of version {obj.meta.get('version', '?')}, the last one known"
+            if obj.state == "active":  # (pinned)
+                note += ", which the context shows"
+        return {
+            "id": obj.id,
+            "status": "already active" if obj.state == "active" else "missing",
+            "version": obj.meta.get("version"),
+            "note": note,
+        }
 
     def _has_images(self, obj: ObjInfo) -> bool:
         """Whether a tool result came with images (its adapter counted them: ``extra_chars``)."""
