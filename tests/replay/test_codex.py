@@ -501,11 +501,47 @@ def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: st
         ("cd $D && sed -i s/a/b/ f.py /abs/x.py", ["/abs/x.py"], []),
         ("cd ~/r && echo > a.py", [], []),
         ("(cd sub && sed -i s/a/b/ f.py); echo > g.py", [], []),
+        # a descriptor's number and a duplication are no files; >| and >& F write F
+        ("sed -i s/a/b/ x.py 2>&1 | tee -a log.txt 2>/dev/null", ["/w/x.py", "/w/log.txt"], []),
+        ("make >& build.log; make >&2; cmd >| out.txt", ["/w/build.log", "/w/out.txt"], []),
+        # a substitution whose pattern has a line break cannot match: sed reads a line at a time
+        # (a real Pi session's; its agent said "That won't work due to newlines")
+        ("sed -i '' 's/x;\\n\\t\\tthis.y/z/g' m.ts", [], []),
+        ("sed -z -i 's/a\\nb/c/' m.ts && sed -i -e N -e 's/a\\nb/c/' n.ts", ["/w/m.ts", "/w/n.ts"], []),
+        # a package manager adding or removing a package writes its manifest where it runs
+        ("cd assets && npm install highlight.js", ["/w/assets/package.json", "/w/assets/package-lock.json"], []),
+        ("npm install && go mod tidy", ["/w/go.mod", "/w/go.sum"], []),  # npm install alone: none
     ],
 )
 def test_what_a_shell_command_may_have_written(command: str, changed: list[str], written: list[Any]) -> None:
     got = shell_changes({"command": command, "workdir": "/w"})
     assert (got.changed, got.written) == (changed, written)
+
+
+@pytest.mark.parametrize(
+    ("command", "output", "trees"),
+    [
+        ("git pull", "Already up to date.\n", []),
+        (
+            "git pull --rebase origin main",
+            "Updating a..b\nFast-forward\n src/app.py | 4 ++--\n README.md  | 1 +\n",
+            ["/w/src/app.py", "/w/README.md"],
+        ),
+        ("cd /r && git merge x", " img.png | Bin 0 -> 12 bytes\n", ["/r/img.png"]),
+        ("git pull", "Fast-forward\n .../deep/path/app.ts | 2 +-\n", ["/w"]),  # abbreviated: not said
+        ("git pull", "Fast-forward\n {a => b}/x.py | 0\n", ["/w"]),  # renamed: not said
+        ("git pull", "fatal: not a git repository\n", ["/w"]),
+    ],
+)
+def test_what_git_pull_or_merge_says_it_changed(command: str, output: str, trees: list[str]) -> None:
+    assert shell_changes({"command": command, "workdir": "/w"}, output).trees == trees
+
+
+def test_a_glob_the_shell_expands_is_kept_to_be_matched() -> None:
+    """A real Pi session's ``sed -i '' … core/*.ts cli/*.ts`` changed two files it had shown:
+    the glob was dropped as a path the script does not say."""
+    got = shell_changes({"command": "cd /r/src && sed -i '' 's|a|b|g' core/*.ts cli/[ab]*.ts $F"})
+    assert (got.changed, got.globs) == ([], ["/r/src/core/*.ts", "/r/src/cli/[ab]*.ts"])
 
 
 @pytest.mark.parametrize(

@@ -169,6 +169,8 @@ def test_a_file_pis_bash_changed_is_not_shown_at_its_old_text(db) -> None:
         ("git checkout lib/util.py", {"lib/util.py"}),  # a path the session knows
         ("git checkout main", {"app.py", "lib/util.py"}),  # no such path: a branch (not /tmp's file)
         ("git restore --staged app.py", set()),  # the index only
+        ("sed -i 's/X/Y/' lib/*.py", {"lib/util.py"}),  # a glob: the known files it matches
+        ("sed -i 's/X/Y/' *.py", {"app.py"}),  # within one directory
     ],
 )
 def test_a_file_git_put_back_is_not_shown_at_its_old_text(db, command: str, unknown: set[str]) -> None:

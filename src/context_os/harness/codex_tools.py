@@ -218,7 +218,11 @@ class ShellChanges:
     ``cd``, or ``git -C DIR``)."""
     formatted: list[str] = field(default_factory=list)
     """What a formatter the script runs rewrites what it changes of (``formatters``): a file, or
-    the files below a directory (``black .``, ``cargo fmt``: its working directory)."""
+    the files below a directory (``black .``, ``cargo fmt``: its working directory). Which files
+    below a directory it rewrote the command does not say (``VirtualFiles`` takes a named file
+    only)."""
+    globs: list[str] = field(default_factory=list)
+    """Paths with a glob the shell expanded (``sed -i … core/*.ts``): the known files they match."""
     directory: str | None = None
     """Where the script's last command ran (its work tree: see ``trees``); None where not said.
     A formatter's output from a command that does not name it (``npm run check``) is about it."""
@@ -239,10 +243,12 @@ _CAT_HEREDOC = (
 _SEPARATORS = (";", "&&", "||", "|", "&", "|&")
 
 
-def shell_changes(arguments: Any) -> ShellChanges:
-    """The files a shell call may have changed (``ShellChanges``), as far as its script says:
-    a command this does not understand (a script, ``python fix.py``) changes what it changes
-    unseen, and a script that cannot be read says nothing."""
+def shell_changes(arguments: Any, output: str = "") -> ShellChanges:
+    """The files a shell call may have changed (``ShellChanges``), as far as its script says
+    (and its ``output``, where a command says there what it changed: ``git pull``'s ``Already up
+    to date.`` or the files of its diffstat): a command this does not understand (a script,
+    ``python fix.py``) changes what it changes unseen, and a script that cannot be read says
+    nothing."""
     got = shell_script(arguments)
     if got is None:
         return ShellChanges()
@@ -280,13 +286,15 @@ def shell_changes(arguments: Any) -> ShellChanges:
                 if command[:1] == ["cd"]:
                     cwd = _cd(cwd, command[1:])
                 elif command:
-                    said = _command_changes(command)
+                    said = _command_changes(command, output)
                     changed += _here(cwd, said.files)
                     trees += _here(cwd, said.trees)
                     formatted += _here(cwd, said.formats)
                     work = _work_tree(cwd, said.at)
                     if said.whole and work is not None:
                         trees.append(work)
+                    if work is not None:
+                        trees += [_joined(work, p) for p in said.in_tree]
                     if said.either and work is not None:
                         either.append((_here(cwd, said.either), work))
                 command = []
@@ -302,6 +310,7 @@ def shell_changes(arguments: Any) -> ShellChanges:
 
     return ShellChanges(
         changed=list(dict.fromkeys(p for p in named(changed) if not _unexpanded(p))),
+        globs=list(dict.fromkeys(p for p in named(changed) if _unexpanded(p) and not _unexpanded(p, "$`{}"))),
         trees=list(dict.fromkeys(named([_said_below(p) for p in trees]))),
         formatted=list(dict.fromkeys(named([_said_below(p) for p in formatted]))),
         directory=next(iter(named([work])), None) if work is not None else None,
@@ -345,9 +354,9 @@ def _cd(cwd: str | None, args: list[str]) -> str | None:
     return _joined(cwd, args[0])
 
 
-def _unexpanded(word: str) -> bool:
+def _unexpanded(word: str, chars: str = "*?[]{}$`") -> bool:
     """Whether the shell would expand ``word`` into something its text does not say."""
-    return any(c in word for c in "*?[]{}$`")
+    return any(c in word for c in chars)
 
 
 @dataclass
@@ -363,23 +372,34 @@ class _Said:
     """``git -C AT``: where git runs."""
     formats: list[str] = field(default_factory=list)
     """A formatter's paths (``formatter_targets``)."""
+    in_tree: list[str] = field(default_factory=list)
+    """Paths below the work tree (the files a ``git pull``'s diffstat names)."""
 
 
-def _command_changes(words: list[str]) -> _Said:
+def _command_changes(words: list[str], output: str = "") -> _Said:
     """What one simple command may change: redirection targets, the files of the commands that
     write in place, and what a git command put back or brought in."""
     out: list[str] = []
     argv: list[str] = []
     k = 0
     while k < len(words):
-        if words[k].endswith(">") and set(words[k]) <= set("&>") and k + 1 < len(words):
-            out.append(words[k + 1])  # > F, >> F, &> F
+        word, after = words[k], words[k + 1] if k + 1 < len(words) else None
+        if word.isdigit() and after is not None and after[:1] in "<>":
+            k += 1  # 2>/dev/null, 2>&1: the descriptor's number is no word of the command
+            continue
+        if after is not None and ((word.endswith(">") and set(word) <= set("&>")) or word == ">|"):
+            out.append(after)  # > F, >> F, &> F, >| F
             k += 2
             continue
-        if words[k] in ("<", "<<", "<<<"):
+        if after is not None and word == ">&":
+            if not (after.isdigit() or after == "-"):
+                out.append(after)  # >& F: both outputs to F; >&2 only points one at another
             k += 2
             continue
-        argv.append(words[k])
+        if word in ("<", "<<", "<<<", "<&", "<>"):
+            k += 2
+            continue
+        argv.append(word)
         k += 1
     while argv and "=" in argv[0] and not argv[0].startswith("-"):
         argv = argv[1:]  # VAR=value before the command
@@ -390,7 +410,7 @@ def _command_changes(words: list[str]) -> _Said:
     if formats is not None:
         return _Said(out, formats=formats)
     if name == "git":
-        said = _git(rest)
+        said = _git(rest, output)
         said.files += out
         return said
     plain = [w for w in rest if not w.startswith("-")]
@@ -402,7 +422,9 @@ def _command_changes(words: list[str]) -> _Said:
             plain = [w for w in rest if not w.startswith("-")]
         scripted = any(w in ("-e", "-f") or w.startswith(("--expression", "--file")) for w in rest)
         values = {rest[j + 1] for j, w in enumerate(rest[:-1]) if w in ("-e", "-f")}
-        out += [w for w in plain if w not in values] if scripted else plain[1:]
+        scripts = [rest[j + 1] for j, w in enumerate(rest[:-1]) if w == "-e"] if scripted else plain[:1]
+        if not _sed_cannot_match(scripts, rest):
+            out += [w for w in plain if w not in values] if scripted else plain[1:]
     elif name == "perl" and any(w.startswith("-") and not w.startswith("--") and "i" in w for w in rest):
         values = {rest[j + 1] for j, w in enumerate(rest[:-1]) if w.startswith("-") and w.endswith("e")}
         out += [w for w in plain if w not in values]
@@ -413,9 +435,60 @@ def _command_changes(words: list[str]) -> _Said:
     # its whole context anew for it
     elif name in ("mv", "cp") and len(plain) >= 2:
         out += plain if name == "mv" else plain[-1:]
+    elif (name, *plain[:1]) in _PACKAGE_CHANGES and (len(plain) > 1 or name == "go"):
+        out += _PACKAGE_CHANGES[(name, plain[0])]  # npm install X: its manifest and lock file
     return _Said(out)
 
 
+_PACKAGE_FILES = {
+    "npm": ["package.json", "package-lock.json"],
+    "pnpm": ["package.json", "pnpm-lock.yaml"],
+    "yarn": ["package.json", "yarn.lock"],
+    "bun": ["package.json", "bun.lock", "bun.lockb"],
+    "cargo": ["Cargo.toml", "Cargo.lock"],
+    "uv": ["pyproject.toml", "uv.lock"],
+    "poetry": ["pyproject.toml", "poetry.lock"],
+    "go": ["go.mod", "go.sum"],
+}
+_PACKAGE_CHANGES = {
+    (tool, verb): files
+    for tool, verbs in {
+        "npm": ("install", "i", "add", "uninstall", "remove", "rm", "un"),
+        "pnpm": ("add", "install", "i", "remove", "rm", "uninstall"),
+        "yarn": ("add", "remove"),
+        "bun": ("add", "install", "i", "remove", "rm"),
+        "cargo": ("add", "remove", "rm"),
+        "uv": ("add", "remove"),
+        "poetry": ("add", "remove"),
+        "go": ("get",),
+    }.items()
+    for verb in verbs
+    for files in [_PACKAGE_FILES[tool]]
+}
+_PACKAGE_CHANGES[("go", "mod")] = _PACKAGE_FILES["go"]  # go mod tidy, go mod edit
+"""A package manager's commands that write its manifest in the directory they run in, with a
+package named (``npm install X``; ``npm install`` alone installs what the manifest says)."""
+
+
+def _sed_cannot_match(scripts: list[str], words: list[str]) -> bool:
+    """Whether ``sed``'s scripts are substitutions that cannot match a line: a pattern with a
+    ``\\n`` in it, while sed reads one line at a time (no ``-z``, no ``N`` command joining lines).
+    A real session's ``sed -i 's/…;\\n\\t\\t\\tthis.…/…/g' F`` changed nothing (its agent said
+    so), and F's whole known text was forgotten for it."""
+    if not scripts or any(w in ("-z", "--null-data") or (w[:1] == "-" and w[1:2] != "-" and "z" in w) for w in words):
+        return False
+    for script in scripts:
+        if len(script) < 4 or script[0] != "s" or script[1].isalnum() or script[1] in "\\\n":
+            return False
+        parts = re.split(r"(?<!\\)" + re.escape(script[1]), script[2:])
+        if len(parts) != 3 or "\\n" not in parts[0] or not re.fullmatch(r"[gGiIpP0-9]*", parts[2]):
+            return False  # (flags only after it: no other command that may join lines)
+    return True
+
+
+_UP_TO_DATE = re.compile(r"^Already up.to.date\.?\s*$", re.M)
+_DIFFSTAT = re.compile(r"^ (\S[^|\n]*?)\s+\|\s+(?:\d+ ?[-+]*|Bin\b)", re.M)
+"""A line of git's diffstat (`` src/app.py | 4 ++--``): the path, as below the work tree."""
 _GIT_VALUED = ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env")
 """git's options before its command that take the next word as their value."""
 _GIT_MERGING = ("pull", "merge", "rebase", "cherry-pick", "revert", "am")
@@ -424,7 +497,7 @@ _GIT_APPLY_NOTHING = ("--check", "--stat", "--numstat", "--summary", "--cached")
 """``git apply`` options under which it writes nothing to the work tree (without ``--index``)."""
 
 
-def _git(args: list[str]) -> _Said:
+def _git(args: list[str], output: str = "") -> _Said:
     """What a git command may change in its work tree (``ShellChanges.trees``): the paths it puts
     back (``checkout -- PATHS``, ``restore``, ``stash push -- PATHS``), the whole tree (``reset
     --hard``, ``stash``, a branch switched to, ``pull``, ``merge``…), the files ``git mv`` moves.
@@ -439,7 +512,7 @@ def _git(args: list[str]) -> _Said:
     if k >= len(args):
         return _Said()
     command, rest = args[k], args[k + 1 :]
-    said = _git_command(command, rest)
+    said = _git_command(command, rest, output)
     if at is not None:
         said.files = [posixpath.join(at, p) for p in said.files]
         said.trees = [posixpath.join(at, p) for p in said.trees]
@@ -469,8 +542,14 @@ def _split(rest: list[str], valued: tuple[str, ...]) -> tuple[list[str], list[st
     return options, plain, []
 
 
-def _git_command(command: str, rest: list[str]) -> _Said:
+def _git_command(command: str, rest: list[str], output: str) -> _Said:
     """``_git`` for one command and the words after it."""
+    if command in ("pull", "merge") and not any(w in ("--abort", "--quit") for w in rest):
+        if _UP_TO_DATE.search(output):
+            return _Said()
+        stat = [m.group(1) for m in _DIFFSTAT.finditer(output)]
+        if stat and not any(p.startswith("...") or "=>" in p for p in stat):  # (abbreviated, renamed: not said)
+            return _Said(in_tree=stat)
     if command == "checkout":
         options, plain, paths = _split(rest, ("-b", "-B", "--orphan", "--conflict"))
         if paths or "--" in rest:

@@ -15,6 +15,7 @@ This module never writes to the store itself.
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -512,7 +513,7 @@ class VirtualFiles:
         current). A file's text is kept as a Codex shell read prints it and a patch adds it:
         without its last line break (with it, the heredoc's file read back whole disagreed by one
         line, as if changed elsewhere)."""
-        changes = shell_changes(args)
+        changes = shell_changes(args, output)
         for path, text in changes.written:
             yield FileOp("write", path, text=text.removesuffix("\n")), ts, None
         done: set[str] = set()
@@ -521,7 +522,7 @@ class VirtualFiles:
             if key in self.files and key not in done:  # (once the writes before it are applied)
                 done.add(key)
                 yield FileOp("edit", key), ts, None
-        trees = list(changes.trees)
+        trees = list(changes.trees) + [k for g in changes.globs for k in self._matching(g)]
         for paths, work_tree in changes.either:  # git checkout X: paths if X names any, else a branch
             trees += [p for p in paths if self._below(p)] or [work_tree]
         for tree in trees:
@@ -548,6 +549,14 @@ class VirtualFiles:
         else:
             return []
         return [k for p in paths if (k := file_key(p, self.root)) in self.files]
+
+    def _matching(self, glob: str) -> list[str]:
+        """The files known here that the shell glob ``glob`` names (``core/*.ts``: a ``*`` within
+        one directory)."""
+        parts = file_key(glob, self.root).split("/")
+        return [
+            k for k in self.files if len(ks := k.split("/")) == len(parts) and all(map(fnmatch.fnmatchcase, ks, parts))
+        ]
 
     def _below(self, path: str) -> list[str]:
         """The files known here that ``path`` names: itself, or every one below it (a directory)."""
