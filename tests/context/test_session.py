@@ -1241,3 +1241,25 @@ def test_two_hooks_of_one_session_see_a_rewrite_made_between_their_calls(db):
     assert session.view.entries[session.view.visible[6]]["text"] == "m6"
     assert len(session.view.visible) == 10
     session.close()
+
+
+def test_activating_an_inactive_object_known_to_be_stale_loads_its_newer_version(db):
+    """An object shown, gone stale (a newer version stored), then deactivated: its index line
+    says ``(v2 newer)``, and ``activate`` loaded the old text again, stale, so a second
+    ``activate`` was needed to see the newer one (the file tools' activate loads the newest)."""
+    db.put(note(1, "first draft"))
+    hook = hook_for(db)
+    msgs = [user("hi")]
+    hook.session.show("memory:notes")
+    hook.transform_context(msgs)
+    db.put(note(2, "second draft"))
+    hook.transform_context(msgs)  # marked stale
+    hook.session.deactivate("memory:notes")
+    out = hook.transform_context(msgs)
+    assert "second draft" not in blocks_text(out)
+    assert json.loads(hook.call_tool("activate", {"id": "memory:notes"}))["status"] == "activated"
+    out = hook.transform_context(msgs)
+    assert "second draft" in blocks_text(out) and "first draft" not in blocks_text(out)
+    assert "stale" not in blocks_text(out)
+    for f in frame_docs(hook.session.store, hook.session.id):
+        assert verify_frame(db, f).ok, f["id"]

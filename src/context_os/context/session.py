@@ -1170,8 +1170,8 @@ class Session:
 
     def activate(self, obj_id: str, *, actor: Actor = "agent", reason: str = "activate") -> dict[str, Any]:
         """Load an object's content into context (a collapsed tool result comes back at the end;
-        an active object with a newer version is refreshed to it; a file gone from disk loads
-        nothing, and the answer says so: ``_activate_missing``)."""
+        an object known to have a newer version is loaded at it, an active one refreshed; a file
+        gone from disk loads nothing, and the answer says so: ``_activate_missing``)."""
         self._take_in_evictions()  # a server without turns (MCP) shows what it activates
         obj_id = self.resolve(obj_id)
         obj = self._known(obj_id)
@@ -1182,7 +1182,11 @@ class Session:
             return result | {"status": "refreshed"}
         if obj.state == "active":
             return {"id": obj_id, "status": "already active"}
-        self._set(obj, "active", actor, reason)
+        if obj.newer is not None:  # the index line says a newer version exists: that one is loaded
+            self.show(obj_id, actor=actor, reason=reason)
+            obj = self.view.objects[obj_id]
+        else:
+            self._set(obj, "active", actor, reason)
         self.writer.flush()
         out: dict[str, Any] = {"id": obj_id, "status": "activated", "tokens": obj.tokens}
         pool = self.view.policy.active_pool_tokens
