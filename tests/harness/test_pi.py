@@ -268,6 +268,9 @@ def test_read_outputs_lose_pis_notes_and_cat_n_numbers() -> None:
         10,
         99,
     )
+    # an earlier Pi's note (a recorded session's: its line was taken for the file's last)
+    earlier = "a\nb\n\n... (102 more lines not shown. Use offset=31 to continue reading)"
+    assert strip_read_output(earlier, 29) == ("a\nb", 29, 132)
     assert strip_read_output("     4\tfoo\n     5→bar", None) == ("foo\nbar", 4, 5)
     assert strip_read_output("[Line 3 is 40KB, exceeds 30KB limit. Use bash: sed -n '3p' f]", 3) is None
     op = file_op("edit", {"path": "a", "edits": [{"oldText": "1", "newText": "2"}]}, "ok")

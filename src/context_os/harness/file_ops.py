@@ -69,6 +69,11 @@ _READ_TRAILER = re.compile(
     r"Use offset=\d+ to continue\.?"
     r"|(?P<more>\d+) more lines in file\. Use offset=(?P<next>\d+) to continue\.?)\]\Z"
 )
+_READ_TRAILER_EARLIER = re.compile(
+    r"\n\n\.\.\. \((?P<more>\d+) more lines not shown\. Use offset=(?P<next>\d+) to continue reading\)\Z"
+)
+"""The note an earlier Pi's ``read`` ended a part of a file with (``... (102 more lines not
+shown. Use offset=31 to continue reading)``): taken for the file's last lines before 2026-12-02."""
 _NUMBERED = re.compile(r"^ *(\d+)(?:\t|→)")
 _NUMBER_ALONE = re.compile(r"^ *(\d+)$")
 """The last line of a numbered read of a file that ends with a newline, as Claude Code 2.1 prints
@@ -218,11 +223,12 @@ def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | 
         if reminders == 0 and "shorter than the provided offset" in output:
             return None  # nothing of the file was shown
         output = output[:reminders]
-    m = _READ_TRAILER.search(output)
+    m = _READ_TRAILER.search(output) or _READ_TRAILER_EARLIER.search(output)
     body = output
     if m is not None:
         body = output[: m.start()]
-        total = int(m.group("total")) if m.group("total") else int(m.group("next")) - 1 + int(m.group("more"))
+        said = m.groupdict()
+        total = int(said["total"]) if said.get("total") else int(said["next"]) - 1 + int(said["more"])
     elif output.startswith("[Line ") or output.startswith("Read image file"):
         return None
     lines = body.split("\n")
