@@ -510,11 +510,11 @@ def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: st
         ("sed -z -i 's/a\\nb/c/' m.ts && sed -i -e N -e 's/a\\nb/c/' n.ts", ["/w/m.ts", "/w/n.ts"], []),
         # a package manager adding or removing a package writes its manifest where it runs
         ("cd assets && npm install highlight.js", ["/w/assets/package.json", "/w/assets/package-lock.json"], []),
-        ("npm install && go mod tidy", ["/w/go.mod", "/w/go.sum"], []),  # npm install alone: none
+        ("npm install && go get x.io/y", ["/w/go.mod", "/w/go.sum"], []),  # npm install alone: none
     ],
 )
 def test_what_a_shell_command_may_have_written(command: str, changed: list[str], written: list[Any]) -> None:
-    got = shell_changes({"command": command, "workdir": "/w"})
+    got = shell_changes({"command": command, "workdir": "/w"}, "go: added x.io/y v1.2.0\n")
     assert (got.changed, got.written) == (changed, written)
 
 
@@ -535,6 +535,12 @@ def test_what_a_shell_command_may_have_written(command: str, changed: list[str],
 )
 def test_what_git_pull_or_merge_says_it_changed(command: str, output: str, trees: list[str]) -> None:
     assert shell_changes({"command": command, "workdir": "/w"}, output).trees == trees
+
+
+def test_go_says_what_it_added_and_is_taken_at_its_word() -> None:
+    assert shell_changes({"command": "go mod tidy 2>&1"}, "").changed == []
+    said = "go: finding module for package x.io/y\ngo: found x.io/y in x.io/y v1.2.0\n"
+    assert shell_changes({"command": "go mod tidy 2>&1"}, said).changed == ["go.mod", "go.sum"]
 
 
 def test_a_glob_the_shell_expands_is_kept_to_be_matched() -> None:
