@@ -537,22 +537,6 @@ def test_what_git_pull_or_merge_says_it_changed(command: str, output: str, trees
     assert shell_changes({"command": command, "workdir": "/w"}, output).trees == trees
 
 
-def test_a_scripts_echo_says_which_formatter_it_ran() -> None:
-    npm = "> repo@1.0.0 check\n> biome check --write . && tsgo --noEmit\n\nChecked 231 files in 130ms. Fixed 2 files.\n"
-    report = formatter_report(npm)
-    assert report is not None and (report.ran, report.fixed, report.said_none) == (["biome"], 2, False)
-    assert report.summary == "Fixed 2 files."
-    mise = formatter_report("[fmt] $ gofmt -s -w .\n[lint] $ golangci-lint run ./...\n0 issues.\n")
-    assert mise is not None and (mise.ran, mise.fixed, mise.said_none) == (["gofmt"], 0, False)  # silent
-    bun = formatter_report("$ biome check --write\nChecked 3 files in 2ms. No fixes applied.\n")
-    assert bun is not None and (bun.ran, bun.said_none) == (["biome"], True)
-    assert formatter_report("> repo@1.0.0 test\n> vitest run\n") is None  # no formatter
-    assert shell_changes({"command": "cd web && npx prettier --write src && gofmt -w ."}).formatters == [
-        "prettier",
-        "gofmt",
-    ]
-
-
 def test_go_says_what_it_added_and_is_taken_at_its_word() -> None:
     assert shell_changes({"command": "go mod tidy 2>&1"}, "").changed == []
     said = "go: finding module for package x.io/y\ngo: found x.io/y in x.io/y v1.2.0\n"

@@ -1139,9 +1139,6 @@ class SessionView:
             )
         elif o.newer:
             attrs += f' stale="version {o.newer.get("version", "?")} is newer: activate(id) loads it"'
-        if o.kind == "file" and isinstance(o.meta.get("unsure"), str):
-            # its text as last known, which a formatter that did not say which files it rewrote may have changed
-            attrs += f' unsure="{o.meta["unsure"]}"'
         if o.kind == "message":
             attrs += _message_attrs(o.meta)
         body: list[str] = []

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .formatters import formatter_name, formatter_targets
+from .formatters import formatter_targets
 
 __all__ = [
     "Patch",
@@ -223,8 +223,6 @@ class ShellChanges:
     only)."""
     globs: list[str] = field(default_factory=list)
     """Paths with a glob the shell expanded (``sed -i … core/*.ts``): the known files they match."""
-    formatters: list[str] = field(default_factory=list)
-    """Which formatters (``formatters.formatter_name``: ``black``, ``gofmt``)."""
     directory: str | None = None
     """Where the script's last command ran (its work tree: see ``trees``); None where not said.
     A formatter's output from a command that does not name it (``npm run check``) is about it."""
@@ -265,7 +263,6 @@ def shell_changes(arguments: Any, output: str = "") -> ShellChanges:
     trees: list[str] = []
     either: list[tuple[list[str], str]] = []
     formatted: list[str] = []
-    formatters: list[str] = []
     cwd: str | None = "."  # where the script is now, below ``workdir`` (None: not known)
     work: str | None = "."
     body_ends: list[tuple[str, bool]] = []  # the heredocs whose bodies follow: (tag, tabs stripped)
@@ -293,7 +290,6 @@ def shell_changes(arguments: Any, output: str = "") -> ShellChanges:
                     changed += _here(cwd, said.files)
                     trees += _here(cwd, said.trees)
                     formatted += _here(cwd, said.formats)
-                    formatters += [said.formatter] if said.formatter else []
                     work = _work_tree(cwd, said.at)
                     if said.whole and work is not None:
                         trees.append(work)
@@ -317,7 +313,6 @@ def shell_changes(arguments: Any, output: str = "") -> ShellChanges:
         globs=list(dict.fromkeys(p for p in named(changed) if _unexpanded(p) and not _unexpanded(p, "$`{}"))),
         trees=list(dict.fromkeys(named([_said_below(p) for p in trees]))),
         formatted=list(dict.fromkeys(named([_said_below(p) for p in formatted]))),
-        formatters=list(dict.fromkeys(formatters)),
         directory=next(iter(named([work])), None) if work is not None else None,
         either=[(named([_said_below(p) for p in ps]), named([t])[0]) for ps, t in either if named([t])],
     )
@@ -377,8 +372,6 @@ class _Said:
     """``git -C AT``: where git runs."""
     formats: list[str] = field(default_factory=list)
     """A formatter's paths (``formatter_targets``)."""
-    formatter: str | None = None
-    """Which formatter (``formatter_name``)."""
     in_tree: list[str] = field(default_factory=list)
     """Paths below the work tree (the files a ``git pull``'s diffstat names)."""
 
@@ -415,7 +408,7 @@ def _command_changes(words: list[str], output: str = "") -> _Said:
     name, rest = posixpath.basename(argv[0]), argv[1:]
     formats = formatter_targets(argv)
     if formats is not None:
-        return _Said(out, formats=formats, formatter=formatter_name(argv))
+        return _Said(out, formats=formats)
     if name == "git":
         said = _git(rest, output)
         said.files += out

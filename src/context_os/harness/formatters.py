@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import posixpath
 import re
-import shlex
 from dataclasses import dataclass, field
 
-__all__ = ["FORMATS", "FormatterReport", "formatter_name", "formatter_report", "formatter_targets"]
+__all__ = ["FormatterReport", "formatter_report", "formatter_targets"]
 
 _RUNNERS = {"npx": 1, "bunx": 1, "pnpx": 1, "pipx": 2, "uvx": 1}
 """Commands that run the next word as a program (``pipx run X``: two words before it)."""
@@ -75,35 +74,6 @@ def formatter_targets(argv: list[str]) -> list[str] | None:
     return None
 
 
-_WEB = (".js", ".jsx", ".mjs", ".cjs", ".ts", ".tsx", ".mts", ".cts", ".json", ".jsonc", ".css")
-FORMATS: dict[str, tuple[str, ...]] = {
-    "biome": (*_WEB, ".graphql", ".gql"),
-    "eslint": _WEB[:8],
-    "prettier": (*_WEB, ".scss", ".less", ".html", ".vue", ".md", ".mdx", ".yaml", ".yml", ".graphql"),
-    "black": (".py", ".pyi"),
-    "ruff": (".py", ".pyi"),
-    "isort": (".py", ".pyi"),
-    "autopep8": (".py",),
-    "yapf": (".py",),
-    "gofmt": (".go",),
-    "go": (".go",),
-    "rustfmt": (".rs",),
-    "cargo": (".rs",),
-    "mix": (".ex", ".exs", ".heex"),
-    "clang-format": (".c", ".h", ".cc", ".cpp", ".hpp", ".cxx", ".m", ".mm", ".proto"),
-    "dotnet": (".cs", ".vb", ".fs"),
-}
-"""The files each formatter rewrites, by their ending (a formatter over a directory leaves the
-others alone: Biome a Markdown file)."""
-
-
-def formatter_name(argv: list[str]) -> str | None:
-    """The formatter ``argv`` runs (``npx -y prettier …``: ``prettier``), when it is one that writes."""
-    if formatter_targets(argv) is None:
-        return None
-    return posixpath.basename(_unwrapped(argv)[0])
-
-
 def _unwrapped(argv: list[str]) -> list[str]:
     """``argv`` without what runs the program it names (``npx -y prettier …``: ``prettier …``;
     ``python -m black``: ``black``)."""
@@ -131,14 +101,6 @@ class FormatterReport:
     """How many files it says it rewrote, in all."""
     paths: list[str] = field(default_factory=list)
     """The files it names as rewritten, where it names them."""
-    said_none: bool = False
-    """Whether it says it rewrote nothing (``No fixes applied``, ``3 files left unchanged``)."""
-    ran: list[str] = field(default_factory=list)
-    """The formatters a script echoed before running them (npm's ``> biome check --write .``,
-    bun's ``$ biome check --write``, mise's ``[fmt] $ gofmt -s -w .``): ``biome``, ``gofmt``."""
-    summary: str = ""
-    """Its counts as it says them (``Fixed 2 files.``), for the note on the files it may have
-    rewritten."""
 
 
 _COUNTS = (
@@ -167,39 +129,6 @@ def formatter_report(output: str) -> FormatterReport | None:
     paths = [m.group(1) for pattern in _NAMED for m in pattern.finditer(output)]
     pretty = list(_PRETTIER.finditer(output))
     paths += [m.group(1) for m in pretty if m.group(2) is None]
-    ran = [name for m in _ECHOED.finditer(output) for name in _formatters_run(m.group(1))]
-    said = _SAID.search(output)
-    if not counts and not paths and not pretty and not said and not ran:
+    if not counts and not paths and not pretty and not _SAID.search(output):
         return None
-    summary = " ".join(dict.fromkeys(m.group(0) for p in _COUNTS for m in p.finditer(output)))
-    return FormatterReport(
-        max(sum(counts.values()), len(paths)),
-        list(dict.fromkeys(paths)),
-        said_none=said is not None,
-        ran=ran,
-        summary=summary.replace('"', "'")[:120],
-    )
-
-
-_ECHOED = re.compile(r"^(?:> |\$ |\[[\w:.-]+\] \$ )(\S.*)$", re.M)
-"""A command a script runner echoes before it runs it: npm's and pnpm's ``> CMD``, bun's and
-yarn's ``$ CMD``, mise's ``[TASK] $ CMD``."""
-
-
-def _formatters_run(line: str) -> list[str]:
-    """The formatters that write an echoed command line runs (``biome check --write . && tsgo
-    --noEmit``: ``biome``)."""
-    try:
-        words = shlex.split(line)
-    except ValueError:
-        return []
-    names: list[str] = []
-    command: list[str] = []
-    for word in [*words, "&&"]:
-        if word in ("&&", "||", ";", "|"):
-            name = formatter_name(command) if command else None
-            names += [name] if name else []
-            command = []
-        else:
-            command.append(word)
-    return names
+    return FormatterReport(max(sum(counts.values()), len(paths)), list(dict.fromkeys(paths)))

@@ -33,7 +33,7 @@ from ..errors import ContextOSError, FileUnreadable
 from ..store.base import Version
 from .codex_tools import ShellChanges, environment_cwd, shell_changes
 from .file_ops import FileOp, file_op, written_keys
-from .formatters import FORMATS, FormatterReport, formatter_report
+from .formatters import FormatterReport, formatter_report
 from .responses import stdout_of
 from .toolnames import ToolNames, preset
 
@@ -95,10 +95,6 @@ class VirtualFile:
     latest: Version | None = None
     touches: list[tuple[int, int, int]] = field(default_factory=list)
     """(turn, first, last) 1-based file lines the tools read or changed, oldest first."""
-    unsure: str | None = None
-    """Why its known text may no longer be the file's, where nothing says what changed (a
-    formatter that says how many files it rewrote, not which): shown with the text, until a read
-    or a write gives the text again."""
 
     def text(self) -> str | None:
         """The content to store: the text, with one note line per run of lines never read."""
@@ -129,7 +125,6 @@ class VirtualFile:
         meta = version.doc.get("meta") or {}
         vf = cls(version.id, meta.get("abs_path") or meta.get("path") or "", version=int(meta.get("version") or 0))
         vf.changes, vf.latest = int(meta.get("changes") or 0), version
-        vf.unsure = meta.get("unsure") if isinstance(meta.get("unsure"), str) else None
         text = version.doc.get("content")
         if not isinstance(text, str):
             return vf
@@ -149,13 +144,11 @@ class VirtualFile:
         """The whole text, as a write set it."""
         self.lines = list(text.split("\n"))
         self.open_end = False
-        self.unsure = None
         self.changes += 1
         self.touches = [(turn, 1, len(self.lines))]
 
     def read(self, op: FileOp, turn: int = 0) -> None:
-        """Learn the lines a read showed (a read that disagrees with what was known is a change;
-        one of the whole file leaves no doubt about the text: ``unsure``)."""
+        """Learn the lines a read showed (a read that disagrees with what was known is a change)."""
         assert op.text is not None
         got = op.text.split("\n")
         first = op.first_line
@@ -164,8 +157,6 @@ class VirtualFile:
             total = op.total_lines
         else:  # the file has at least the lines read
             total = max(last, len(self.lines)) if self.lines is not None else last
-        if first == 1 and last >= total:
-            self.unsure = None
         if self.lines is not None and self.open_end and total > len(self.lines):
             self.lines.extend([None] * (total - len(self.lines)))  # the file goes on: more of it is known
         if self.lines is not None and len(self.lines) != total:
@@ -436,10 +427,6 @@ class VirtualFiles:
         self.min_view: dict[str, int] = {}
         """Per file, the change count of the oldest view the naive transcript shows."""
         self._calls: dict[str, tuple[str, Any]] = {}
-        self._unformatted: dict[str, None] = {}
-        """The files the session's tools wrote or edited since the last formatter run that said
-        what it did (in order): those a formatter that says only how many files it rewrote may
-        have rewritten (``_formatted``). Empty in a session that goes on after its process ended."""
         self._last_vt = 0
         self._observed = 0
         """The entries (``Entry["i"]``) below this are observed: a report handed over again (its
@@ -543,49 +530,25 @@ class VirtualFiles:
                 if key not in done:
                     done.add(key)
                     yield FileOp("edit", key), ts, None
-        rewritten, doubted, why = self._formatted(changes, formatter_report(output))
-        for key in rewritten:
+        for key in self._formatted(changes, formatter_report(output)):
             if key not in done:
                 done.add(key)
                 yield FileOp("edit", key), ts, None
-        for key in doubted:
-            if key not in done:
-                done.add(key)
-                yield FileOp("unsure", key, text=why), ts, None
 
-    def _formatted(self, changes: ShellChanges, report: FormatterReport | None) -> tuple[list[str], list[str], str]:
-        """What a formatter the call ran did to the known files: (those it rewrote, those it may
-        have rewritten, why). Rewritten: those its output names (Black's ``reformatted PATH``,
-        Prettier's ``PATH 12ms``), else those its command names (``gofmt -w a.go``) unless its
-        output says it rewrote none. May have: where it says only how many files it rewrote
-        (Biome's ``Fixed 2 files.``, also from a script that ran it: ``npm run check``), or ran
-        silent over a directory (``cargo fmt``, ``mise run fmt``'s ``gofmt -s -w .``), the files
-        below that directory the session's tools changed since the last formatter run (the
-        others were formatted then): their text is kept, marked as doubted (``unsure``). A run
-        that says it rewrote none leaves those formatted."""
+    def _formatted(self, changes: ShellChanges, report: FormatterReport | None) -> list[str]:
+        """The known files a formatter the call ran rewrote, as far as the call says which: those
+        its output names (Black's ``reformatted PATH``, Prettier's ``PATH 12ms``), else those its
+        command names (``gofmt -w a.go``, ``black a.py``) unless its output says it rewrote none.
+        A count alone (Biome's ``Fixed 2 files.``, ``1 file reformatted``) says not which of the
+        files below a directory: not followed (a file is not taken for changed on a guess)."""
         if report is not None and report.paths:
             where = changes.directory or "."
             paths = [p if posixpath.isabs(p) else posixpath.join(where, p) for p in report.paths]
-            return [k for p in paths if (k := file_key(p, self.root)) in self.files], [], ""
-        ran = bool(changes.formatted) or (report is not None and bool(report.ran))
-        places = changes.formatted or ([changes.directory] if changes.directory and ran else [])
-        below = {k for place in places for k in self._below(place)}
-        if report is not None and report.fixed == 0 and report.said_none:
-            for key in below:  # all formatted now (no operation: safe to take in again)
-                self._unformatted.pop(key, None)
-            return [], [], ""
-        if not ran:
-            return [], [], ""
-        named = [k for place in changes.formatted if (k := file_key(place, self.root)) in self.files]
-        names = [*changes.formatters, *(report.ran if report is not None else ())]
-        endings = tuple(e for n in names for e in FORMATS.get(n, ("",)))  # ("": any file)
-        doubted = [k for k in self._unformatted if k in below and k not in named and k.endswith(endings)]
-        said = report.summary if report is not None and report.summary else "no output"
-        return (
-            named,
-            doubted,
-            f"a formatter ran over it since ({said}): read it before an edit that needs its exact text",
-        )
+        elif report is None or report.fixed > 0:
+            paths = changes.formatted
+        else:
+            return []
+        return [k for p in paths if (k := file_key(p, self.root)) in self.files]
 
     def _matching(self, glob: str) -> list[str]:
         """The files known here that the shell glob ``glob`` names (``core/*.ts``: a ``*`` within
@@ -622,15 +585,8 @@ class VirtualFiles:
             vf = VirtualFile("file:" + key, op.path)
         else:  # a copy: its lines change in place
             vf = replace(known, lines=None if known.lines is None else list(known.lines), touches=list(known.touches))
-        before, changes, doubted = vf.text(), vf.changes, vf.unsure
+        before, changes = vf.text(), vf.changes
         turn = self.session.view.turn
-        if op.kind == "unsure":  # (not on disk: there the file is read as it is)
-            return self._record_unsure(op, vf, ts)
-        if op.kind != "read":  # what the agent's tools changed since the last formatter run
-            if op.kind == "write" or op.edits or op.insert is not None:
-                self._unformatted[op.path] = None
-            else:
-                self._unformatted.pop(op.path, None)  # its text unknown: nothing left to doubt
         if op.kind == "read":
             assert op.text is not None
             vf.read(op, turn)
@@ -647,7 +603,7 @@ class VirtualFiles:
         if on_disk is not None:
             self.files[op.path] = vf
             return partial(self._show_disk, on_disk, vf, self._focus(vf, turn, stored=False), reason, result_id)
-        if vf.latest is None or after != before or op.kind != "read" or vf.unsure != doubted:
+        if vf.latest is None or after != before or op.kind != "read":
             self._store(vf, ts, cause, op)
         self.files[op.path] = vf
         if op.kind in ("read", "write"):
@@ -667,42 +623,6 @@ class VirtualFiles:
                 vf.id, version=latest, state=state, actor="agent", reason=reason, focus=focus, changed=changed
             )
             self._collapse(result_id, after is not None, collapsed)
-            return vf
-
-        return show
-
-    def _record_unsure(self, op: FileOp, vf: VirtualFile, ts: int | None) -> Callable[[], VirtualFile]:
-        """Record that ``vf``'s known text may no longer be the file's (``op.text`` says why): a
-        version with the same text, marked so (``unsure``), shown as the file was (active or not);
-        no change the history is managed for, as nothing says what changed. On disk, the file is
-        read as it is instead."""
-        on_disk = self._on_disk(op.path, "edit")
-        if on_disk is not None:
-            self.files[op.path] = vf
-            return partial(
-                self._show_disk, on_disk, vf, self._focus(vf, self.session.view.turn, stored=False), "edited", None
-            )
-        self._unformatted.pop(op.path, None)
-        if vf.lines is None or vf.unsure == op.text:
-            self.files[op.path] = vf
-            return lambda: vf  # nothing known to doubt, or doubted so already
-        vf.unsure = op.text
-        self._store(vf, ts, "edit", op)
-        self.files[op.path] = vf
-        latest = vf.latest
-        assert latest is not None
-        shown = self.session.view.objects.get(vf.id)
-        state = shown.state if shown is not None else "inactive"
-
-        def show() -> VirtualFile:
-            self.session.show(
-                vf.id,
-                version=latest,
-                state=state,
-                actor="agent",
-                reason="a formatter may have rewritten it",
-                changed=False,
-            )
             return vf
 
         return show
@@ -764,8 +684,6 @@ class VirtualFiles:
         text = vf.text()
         vf.version += 1
         extra: dict[str, Any] = {"changes": vf.changes}
-        if vf.unsure is not None:
-            extra["unsure"] = vf.unsure
         if vf.lines is not None:
             known = sum(1 for line in vf.lines if line is not None)
             extra["lines"] = len(vf.lines)
