@@ -729,6 +729,29 @@ def test_a_missing_file_that_comes_back_says_so_in_its_index_line_and_stays_inac
     assert len(frames) == 4 and all(verify_frame(db, f).ok for f in frames)
 
 
+def test_an_inactive_file_marked_stale_names_its_newest_version(root, db, tracker, session) -> None:
+    """A file shown, changed on disk (marked ``(v2 newer)``), then deactivated, then changed
+    again: its index line kept saying ``v2 newer`` (an inactive object was not looked at again)."""
+    tools = FileTools(session, tracker.workspace, tracker=tracker)
+    hook = OpenAIHook(session, files=tools)
+    (root / "a.py").write_text("A = 1\n")
+    a = tools.read("a.py")["id"]
+    msgs = [user("look"), call("r1", "read", path="a.py"), result("r1", "read")]
+    hook.transform_context(msgs)
+    (root / "a.py").write_text("A = 2\n")
+    wait_version(db, a, 2)
+    msgs.append(user("changed?"))
+    hook.transform_context(msgs)
+    session.deactivate(a)
+    (root / "a.py").write_text("A = 3\n")
+    wait_version(db, a, 3)
+    msgs.append(user("and now?"))
+    shown = blocks_text(hook.transform_context(msgs))
+    assert f"{a} file a.py 2 tokens v1 (v3 newer) inactive" in shown, shown
+    frames = frame_docs(db, session.id)
+    assert all(verify_frame(db, f).ok for f in frames)
+
+
 def test_a_missing_file_is_not_brought_back_by_the_reading_list(root, db, tracker, session) -> None:
     """An edit of a file read brings back the next file read after it that left the active pool
     (``next_on_reading_list``), but not one that left it because it is missing: its last text

@@ -991,12 +991,13 @@ class Session:
         active file whose newest version says it is missing (deleted, or moved away unseen) leaves
         the active pool: its text is no longer the file's, and showing it on every call spends
         tokens on a file that does not exist. A pinned one stays (a pin outranks the system: its
-        mark says the file is missing). An inactive file marked missing is looked at again, so its
-        index line says so no longer once the file is back (it stays inactive: the tracker never
-        loads anything into the context)."""
+        mark says the file is missing). An inactive object marked stale is looked at again, so its
+        index line names the newest version, or says no more that a file is missing once it is
+        back (it stays inactive: the tracker never loads anything into the context)."""
         changes: list[StateChange] = []
-        gone = sorted((o for o in self.view.objects.values() if o.state == "inactive" and _missing(o)), key=_by_id)
-        for o in [*self.view.live(), *gone]:
+        # (an inactive one marked stale is looked at again: its index line names the newest version)
+        marked = sorted((o for o in self.view.objects.values() if o.state == "inactive" and o.newer), key=_by_id)
+        for o in [*self.view.live(), *marked]:
             if o.kind == "toolcall" or o.version is None or o.version[1] is None:
                 continue  # (a version still waiting to be written is the newest)
             try:
