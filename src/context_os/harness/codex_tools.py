@@ -306,15 +306,17 @@ def shell_changes(arguments: Any, output: str = "") -> ShellChanges:
                 body_ends.append((tag[1:], True) if tag.startswith("-") else (tag, False))
 
     def named(paths: list[str]) -> list[str]:
-        return [_joined(workdir, p) for p in paths if p and p != "/dev/null" and not p.startswith("~")]
+        """``paths`` under the call's directory, once each, but those no file of it (``~/x``)."""
+        return list(dict.fromkeys(_joined(workdir, p) for p in paths if p and p != "/dev/null" and p[0] != "~"))
 
+    files = named(changed)
     return ShellChanges(
-        changed=list(dict.fromkeys(p for p in named(changed) if not _unexpanded(p))),
-        globs=list(dict.fromkeys(p for p in named(changed) if _unexpanded(p) and not _unexpanded(p, "$`{}"))),
-        trees=list(dict.fromkeys(named([_said_below(p) for p in trees]))),
-        formatted=list(dict.fromkeys(named([_said_below(p) for p in formatted]))),
-        directory=next(iter(named([work])), None) if work is not None else None,
-        either=[(named([_said_below(p) for p in ps]), named([t])[0]) for ps, t in either if named([t])],
+        changed=[p for p in files if not _unexpanded(p)],
+        globs=[p for p in files if _unexpanded(p) and not _unexpanded(p, "$`{}")],
+        trees=named([_said_below(p) for p in trees]),
+        formatted=named([_said_below(p) for p in formatted]),
+        directory=_joined(workdir, work) if work is not None else None,
+        either=[(named([_said_below(p) for p in ps]), _joined(workdir, t)) for ps, t in either],
     )
 
 
@@ -451,7 +453,7 @@ _PACKAGE_FILES = {
     "go": ["go.mod", "go.sum"],
 }
 _PACKAGE_CHANGES = {
-    (tool, verb): files
+    (tool, verb): _PACKAGE_FILES[tool]
     for tool, verbs in {
         "npm": ("install", "i", "add", "uninstall", "remove", "rm", "un"),
         "pnpm": ("add", "install", "i", "remove", "rm", "uninstall"),
@@ -463,7 +465,6 @@ _PACKAGE_CHANGES = {
         "go": ("get",),
     }.items()
     for verb in verbs
-    for files in [_PACKAGE_FILES[tool]]
 }
 _PACKAGE_CHANGES[("go", "mod")] = _PACKAGE_FILES["go"]  # go mod tidy, go mod edit
 """A package manager's commands that write its manifest in the directory they run in, with a
@@ -544,6 +545,11 @@ def _split(rest: list[str], valued: tuple[str, ...]) -> tuple[list[str], list[st
     return options, plain, []
 
 
+def _given(options: list[str], letter: str, long: str) -> bool:
+    """Whether ``options`` hold ``-LETTER`` (alone or among short ones: ``-SW``) or ``long``."""
+    return any(o == long or (o.startswith("-") and not o.startswith("--") and letter in o) for o in options)
+
+
 def _git_command(command: str, rest: list[str], output: str) -> _Said:
     """``_git`` for one command and the words after it."""
     if command in ("pull", "merge") and not any(w in ("--abort", "--quit") for w in rest):
@@ -570,13 +576,7 @@ def _git_command(command: str, rest: list[str], output: str) -> _Said:
         return _Said(whole=bool(plain) or "--discard-changes" in options or "-f" in options)
     if command == "restore":
         options, plain, paths = _split(rest, ("-s", "--source"))
-        staged = any(
-            o in ("-S", "--staged") or (o.startswith("-") and not o.startswith("--") and "S" in o) for o in options
-        )
-        worktree = any(
-            o in ("-W", "--worktree") or (o.startswith("-") and not o.startswith("--") and "W" in o) for o in options
-        )
-        if staged and not worktree:
+        if _given(options, "S", "--staged") and not _given(options, "W", "--worktree"):
             return _Said()  # the index only
         if any(o.startswith("--pathspec-from-file") for o in options):
             return _Said(whole=True)
@@ -590,8 +590,8 @@ def _git_command(command: str, rest: list[str], output: str) -> _Said:
             return _Said(whole=True)
         if sub != "push":
             return _Said()  # list, show, drop, clear, create, store
-        options, plain, paths = _split(rest[1:] if rest[:1] == ["push"] else rest, ("-m", "--message"))
-        return _Said(trees=paths or plain) if paths or plain else _Said(whole=True)
+        _, plain, paths = _split(rest[1:] if rest[:1] == ["push"] else rest, ("-m", "--message"))
+        return _Said(trees=paths or plain, whole=not (paths or plain))
     if command == "apply":
         options, _, _ = _split(rest, ())
         return _Said(whole="--index" in options or not any(o in _GIT_APPLY_NOTHING for o in options))

@@ -31,6 +31,12 @@ __all__ = ["FormatterReport", "formatter_report", "formatter_targets"]
 _RUNNERS = {"npx": 1, "bunx": 1, "pnpx": 1, "pipx": 2, "uvx": 1}
 """Commands that run the next word as a program (``pipx run X``: two words before it)."""
 _SUBCOMMAND_RUNNERS = {("pnpm", "exec"), ("pnpm", "dlx"), ("yarn", "exec"), ("uv", "run"), ("poetry", "run")}
+_WRITING = {
+    "prettier": ("--write", "-w"),
+    "eslint": ("--fix",),
+    "biome": ("--write", "--apply", "--apply-unsafe", "--fix"),
+}
+"""The options under which these formatters write (without one they only report)."""
 _REPORT_ONLY = ("--check", "--diff", "--dry-run", "-l", "--list-different", "-c")
 """Options under which a formatter only reports (``black --check``, ``prettier -c``)."""
 
@@ -50,18 +56,11 @@ def formatter_targets(argv: list[str]) -> list[str] | None:
     if name in ("black", "isort", "rustfmt", "yapf") and (name != "yapf" or "-i" in options):
         return plain or ["."]
     if name == "ruff":
-        if plain[:1] == ["format"] or (plain[:1] == ["check"] and "--fix" in options) or "--fix" in options:
-            return plain[1:] if plain[:1] in (["format"], ["check"]) and plain[1:] else ["."]
+        if plain[:1] == ["format"] or "--fix" in options:
+            return (plain[1:] if plain[:1] in (["format"], ["check"]) else plain) or ["."]
         return None
-    if name in ("prettier", "biome", "eslint"):
-        writes = (
-            ("--write", "-w")
-            if name == "prettier"
-            else ("--fix",)
-            if name == "eslint"
-            else ("--write", "--apply", "--apply-unsafe", "--fix")
-        )
-        if not any(o in writes or o.startswith("--write=") for o in options):
+    if name in _WRITING:
+        if not any(o in _WRITING[name] or o.startswith("--write=") for o in options):
             return None
         paths = plain[1:] if name == "biome" else plain  # biome's first word is its command
         return paths or ["."]

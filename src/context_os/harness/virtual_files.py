@@ -517,23 +517,22 @@ class VirtualFiles:
         for path, text in changes.written:
             yield FileOp("write", path, text=text.removesuffix("\n")), ts, None
         done: set[str] = set()
-        for path in changes.changed:
-            key = file_key(path, self.root)
-            if key in self.files and key not in done:  # (once the writes before it are applied)
-                done.add(key)
-                yield FileOp("edit", key), ts, None
-        trees = list(changes.trees) + [k for g in changes.globs for k in self._matching(g)]
-        for paths, work_tree in changes.either:  # git checkout X: paths if X names any, else a branch
-            trees += [p for p in paths if self._below(p)] or [work_tree]
-        for tree in trees:
-            for key in self._below(tree):
-                if key not in done:
-                    done.add(key)
-                    yield FileOp("edit", key), ts, None
-        for key in self._formatted(changes, formatter_report(output)):
+        for key in self._shell_changed(changes, output):  # (each looked for once the ones before are applied)
             if key not in done:
                 done.add(key)
                 yield FileOp("edit", key), ts, None
+
+    def _shell_changed(self, changes: ShellChanges, output: str) -> Iterator[str]:
+        """The known files ``changes`` says a shell call changed: those it names, those below what
+        git put back (``git checkout X``: paths if X names any, else a branch: the work tree),
+        those a glob matches, those a formatter rewrote."""
+        yield from (k for p in changes.changed if (k := file_key(p, self.root)) in self.files)
+        trees = list(changes.trees) + [k for g in changes.globs for k in self._matching(g)]
+        for paths, work_tree in changes.either:
+            trees += [p for p in paths if self._below(p)] or [work_tree]
+        for tree in trees:
+            yield from self._below(tree)
+        yield from self._formatted(changes, formatter_report(output))
 
     def _formatted(self, changes: ShellChanges, report: FormatterReport | None) -> list[str]:
         """The known files a formatter the call ran rewrote, as far as the call says which: those
