@@ -626,16 +626,25 @@ def test_a_session_showing_a_file_that_only_moved_is_told_where_it_went(root, db
     assert f"{edited} file edited.py 2 tokens v1 (v{m['version']} newer) active" in shown
 
 
+def _read_through_hook(root, session, tracker, files: dict[str, str]) -> tuple[FileTools, OpenAIHook, list[str], list]:
+    """``files`` (name → text) written under ``root`` and read through the file tools, then a
+    first turn whose model read the first of them: (the tools, the hook, the files' ids, the
+    messages so far)."""
+    tools = FileTools(session, tracker.workspace, tracker=tracker)
+    hook = OpenAIHook(session, files=tools)
+    for name, text in files.items():
+        (root / name).write_text(text)
+    ids = [tools.read(name)["id"] for name in files]
+    msgs = [user("look"), call("r1", "read", path=next(iter(files))), result("r1", "read")]
+    hook.transform_context(msgs)
+    return tools, hook, ids, msgs
+
+
 def test_a_file_changed_and_changed_back_is_not_stale(root, db, tracker, session) -> None:
     """``git stash`` then ``git stash pop``, an edit undone, a branch switched and switched back:
     the file holds again the bytes the session shows, at the same path. It is not stale (the agent
     would reload the same text), also when it was marked stale in between."""
-    tools = FileTools(session, tracker.workspace, tracker=tracker)
-    hook = OpenAIHook(session, files=tools)
-    (root / "a.py").write_text("A = 1\n")
-    oid = tools.read("a.py")["id"]
-    msgs = [user("look"), call("r1", "read", path="a.py"), result("r1", "read")]
-    hook.transform_context(msgs)
+    _, hook, (oid,), msgs = _read_through_hook(root, session, tracker, {"a.py": "A = 1\n"})
     (root / "a.py").write_text("A = 2\n")
     wait_version(db, oid, 2)
     msgs.append(user("now?"))
@@ -690,13 +699,9 @@ def test_a_missing_file_that_comes_back_says_so_in_its_index_line_and_stays_inac
     index line no longer says it is missing; back with other bytes, it names the new version.
     Neither comes back into the active pool by itself (the tracker never loads anything): the
     agent's ``activate`` does, at the version on disk."""
-    tools = FileTools(session, tracker.workspace, tracker=tracker)
-    hook = OpenAIHook(session, files=tools)
-    (root / "same.py").write_text("S = 1\n")
-    (root / "other.py").write_text("O = 1\n")
-    same, other = tools.read("same.py")["id"], tools.read("other.py")["id"]
-    msgs = [user("look"), call("r1", "read", path="same.py"), result("r1", "read")]
-    hook.transform_context(msgs)
+    tools, hook, (same, other), msgs = _read_through_hook(
+        root, session, tracker, {"same.py": "S = 1\n", "other.py": "O = 1\n"}
+    )
     (root / "same.py").unlink()
     (root / "other.py").unlink()
     for oid in (same, other):
@@ -732,12 +737,7 @@ def test_a_missing_file_that_comes_back_says_so_in_its_index_line_and_stays_inac
 def test_an_inactive_file_marked_stale_names_its_newest_version(root, db, tracker, session) -> None:
     """A file shown, changed on disk (marked ``(v2 newer)``), then deactivated, then changed
     again: its index line kept saying ``v2 newer`` (an inactive object was not looked at again)."""
-    tools = FileTools(session, tracker.workspace, tracker=tracker)
-    hook = OpenAIHook(session, files=tools)
-    (root / "a.py").write_text("A = 1\n")
-    a = tools.read("a.py")["id"]
-    msgs = [user("look"), call("r1", "read", path="a.py"), result("r1", "read")]
-    hook.transform_context(msgs)
+    _, hook, (a,), msgs = _read_through_hook(root, session, tracker, {"a.py": "A = 1\n"})
     (root / "a.py").write_text("A = 2\n")
     wait_version(db, a, 2)
     msgs.append(user("changed?"))
@@ -756,13 +756,7 @@ def test_a_missing_file_is_not_brought_back_by_the_reading_list(root, db, tracke
     """An edit of a file read brings back the next file read after it that left the active pool
     (``next_on_reading_list``), but not one that left it because it is missing: its last text
     is not the file, and it would be shown again until the policy found it idle."""
-    tools = FileTools(session, tracker.workspace, tracker=tracker)
-    hook = OpenAIHook(session, files=tools)
-    (root / "a.py").write_text("A = 1\n")
-    (root / "b.py").write_text("B = 1\n")
-    a, b = tools.read("a.py")["id"], tools.read("b.py")["id"]
-    msgs = [user("look"), call("r1", "read", path="a.py"), result("r1", "read")]
-    hook.transform_context(msgs)
+    tools, hook, (a, b), msgs = _read_through_hook(root, session, tracker, {"a.py": "A = 1\n", "b.py": "B = 1\n"})
     (root / "b.py").unlink()
     wait_for(lambda: latest_meta(db, b)["missing"], what="the file recorded missing")
     msgs.append(user("now?"))

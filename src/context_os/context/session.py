@@ -120,10 +120,6 @@ def _missing(o: ObjInfo) -> bool:
     return o.kind == "file" and bool((o.newer or {}).get("missing"))
 
 
-def _by_id(o: ObjInfo) -> str:
-    return o.id
-
-
 class Session:
     """The context of one agent session, kept in a store."""
 
@@ -995,8 +991,7 @@ class Session:
         index line names the newest version, or says no more that a file is missing once it is
         back (it stays inactive: the tracker never loads anything into the context)."""
         changes: list[StateChange] = []
-        # (an inactive one marked stale is looked at again: its index line names the newest version)
-        marked = sorted((o for o in self.view.objects.values() if o.state == "inactive" and o.newer), key=_by_id)
+        marked = [o for o in self.view.metadata_pool() if o.state == "inactive" and o.newer]
         for o in [*self.view.live(), *marked]:
             if o.kind == "toolcall" or o.version is None or o.version[1] is None:
                 continue  # (a version still waiting to be written is the newest)
