@@ -668,7 +668,8 @@ def test_a_pinned_file_that_goes_missing_stays_shown_with_its_mark(root, db, tra
     """A pin outranks the system: a pinned file deleted on disk stays in the active pool, its mark
     saying the file is missing, so it is not dropped behind the back of whoever pinned it;
     ``activate`` then refreshes nothing (it loaded the missing version, a text saying there is
-    none, as if it were the file) and says what the context shows."""
+    none, as if it were the file; the file tools' ``activate`` made the file inactive) and says
+    what the context shows."""
     tools = FileTools(session, tracker.workspace, tracker=tracker)
     hook = OpenAIHook(session, files=tools)
     (root / "keep.py").write_text("K = 1\n")
@@ -682,11 +683,12 @@ def test_a_pinned_file_that_goes_missing_stays_shown_with_its_mark(root, db, tra
     shown = blocks_text(hook.transform_context(msgs))
     assert 'stale="version 2 is newer: the file is missing (deleted or moved away)"' in shown and "K = 1" in shown
     assert f"{oid} file keep.py 2 tokens v1 (v2 newer: missing) pinned" in shown
-    r = session.activate(oid)
-    assert (r["status"], r["version"]) == ("already active", 1) and r["note"].endswith(
-        "lines(id) shows its text of version 1, the last one known, which the context shows"
-    )
-    assert session.view.objects[oid].version is not None and session.view.objects[oid].meta["version"] == 1
+    for r in (session.activate(oid), tools.activate(oid)):  # (the file tools' made it inactive)
+        assert (r["status"], r["version"]) == ("already active", 1) and r["note"].endswith(
+            "lines(id) shows its text of version 1, the last one known, which the context shows"
+        )
+        obj = session.view.objects[oid]
+        assert (obj.state, obj.pinned, obj.meta["version"]) == ("active", True, 1)
     frames = frame_docs(db, session.id)
     assert len(frames) == 2 and all(verify_frame(db, f).ok for f in frames)
 

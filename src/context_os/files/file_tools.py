@@ -696,6 +696,8 @@ class FileTools:
                 raise FileUnreadable(f"{id!r} is neither an object id ({ID_HINT}) nor a file: {e}") from None
         if id.startswith("file:"):
             v = self._on_disk(self.index.latest(id))
+            if v is not None and v.doc is not None and v.doc["meta"].get("missing"):
+                return self.session.activate(id)  # nothing to load, and a pinned one stays as it is
             if v is not None and v.doc is not None and v.doc.get("content") is None:
                 self.session.show(id, version=v, state="inactive", actor="agent", reason="activate")
                 return {"id": id, "status": f"metadata only: {v.doc['meta'].get('content_omitted', 'no content')}"}
