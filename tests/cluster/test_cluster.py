@@ -713,6 +713,16 @@ def test_postgres_stop_refuses_a_timeout_that_is_not_a_whole_number_of_seconds(g
         assert run.stderr == f"xtdb/postgres: {given} must be a whole number of seconds, 1 or more, got '{value}'\n"
 
 
+@pytest.mark.parametrize("args", [["frobnicate", "--bogus"], ["strat", "--port", "1"], []])
+def test_postgres_answers_an_unknown_action_with_its_usage_before_anything_else(args: list[str]) -> None:
+    """An action it does not know (a typo of ``start``) is answered with the usage and exit
+    status 1 before its options are read or PostgreSQL is looked for: it installed PostgreSQL
+    first where it was missing, and answered ``--bogus`` as the unknown thing."""
+    run = subprocess.run([str(XTDB / "postgres"), *args], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 1 and run.stdout == "", run.stderr
+    assert run.stderr.startswith("A local PostgreSQL for an XTDB cluster") and "xtdb/postgres:" not in run.stderr
+
+
 @pytest.mark.parametrize("postgres_was_running", [False, True])
 def test_a_cluster_whose_node_does_not_start_stops_what_its_start_started(
     postgres: Cluster, postgres_was_running: bool
