@@ -474,8 +474,9 @@ def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: st
         ("perl -pi -e 's/x/y/' x.py", ["/w/x.py"], []),
         ("echo hi > out.txt && cat out.txt", ["/w/out.txt"], []),
         ("make 2>/dev/null | tee log.txt", ["/w/log.txt"], []),
-        ("mv a.py b.py", ["/w/a.py", "/w/b.py"], []),
-        ("cp a.py b.py", ["/w/b.py"], []),
+        ("mv a.py b.py", ["/w/a.py"], []),  # b.py: a copy of a.py (below)
+        ("cp a.py b.py", [], []),
+        ("cp -r a b.py && mv a.py x y/ && cp a.py src", ["/w/b.py", "/w/a.py", "/w/x", "/w/y", "/w/src"], []),
         ("rm -f c.py", [], []),  # a deleted file keeps its last text
         ("FOO=1 sed -i s/a/b/ z.py", ["/w/z.py"], []),
         ("cat > new.py <<'EOF'\nprint(1)\nEOF", [], [("/w/new.py", "print(1)\n")]),
@@ -488,8 +489,8 @@ def test_a_shell_command_is_a_read_only_when_it_only_prints_one_file(command: st
         # a heredoc's body is skipped, not the script after it: these changes went unseen
         ("cat > a.py <<'EOF'\nx = 2\nEOF\npython a.py", ["/w/a.py"], []),
         ("python - <<'EOF'\nprint('x')\nsed -i s/a/b/ x.py\nEOF\nsed -i s/a/b/ c.py", ["/w/c.py"], []),
-        ("cat <<-EOF > d.py\n\tx\n\tEOF\ncp x.py e.py", ["/w/d.py", "/w/e.py"], []),
-        ("cat <<- 'EOF' > d.py\n\t\n\tcp y.py x.py\n\tEOF\ncp x.py e.py", ["/w/d.py", "/w/e.py"], []),
+        ("cat <<-EOF > d.py\n\tx\n\tEOF\ncp x.py e.py >> log", ["/w/d.py", "/w/log"], []),
+        ("cat <<- 'EOF' > d.py\n\t\n\tcp y.py x.py\n\tEOF\ncp x.py e", ["/w/d.py", "/w/e"], []),
         ('echo "a << b" > f.py', ["/w/f.py"], []),
         # a cd's directory holds for the commands after it (a real Pi session's sed after a cd
         # changed <root>/main-new.ts, unseen: its file shown at its old text for 92 calls)
@@ -535,6 +536,33 @@ def test_what_a_shell_command_may_have_written(command: str, changed: list[str],
 )
 def test_what_git_pull_or_merge_says_it_changed(command: str, output: str, trees: list[str]) -> None:
     assert shell_changes({"command": command, "workdir": "/w"}, output).trees == trees
+
+
+@pytest.mark.parametrize(
+    ("command", "copies", "changed"),
+    [
+        ("cp a.py b.py", [("/w/a.py", "/w/b.py")], []),
+        ("mv -f a.py lib/", [("/w/a.py", "/w/lib/a.py")], ["/w/a.py"]),
+        ("cd /p/src && cp -p main.ts main-new.ts", [("/p/src/main.ts", "/p/src/main-new.ts")], []),
+        ("cp Makefile Makefile.bak -v", [("/w/Makefile", "/w/Makefile.bak")], []),
+        # the copy first, then what changed it
+        ("cp a.py b.py && sed -i s/x/y/ b.py", [("/w/a.py", "/w/b.py")], ["/w/b.py"]),
+        # its source changed before it: what it copied is not known
+        ("sed -i s/x/y/ a.py && cp a.py b.py", [], ["/w/a.py", "/w/b.py"]),
+        # maybe a directory, several sources, -r, -t, -n, a glob, a home directory: as before
+        (
+            "cp a.py src; cp a.py b.py c/; cp -R d e.py; cp -t d a.py; cp -n a.py f.py",
+            [],
+            ["/w/src", "/w/c", "/w/e.py", "/w/d/a.py", "/w/f.py"],
+        ),
+        ("cp *.py g.py; cp a.py ~/h.py", [], ["/w/g.py"]),
+    ],
+)
+def test_a_copy_of_one_file_says_what_its_copy_holds(command: str, copies: list[Any], changed: list[str]) -> None:
+    """A real Pi session ran ``cp …/main.ts …/main-new.ts`` and then edited the copy: the copy was
+    unknown, so none of its edits could be placed."""
+    got = shell_changes({"command": command, "workdir": "/w"})
+    assert (got.copies, got.changed) == (copies, changed)
 
 
 def test_go_says_what_it_added_and_is_taken_at_its_word() -> None:

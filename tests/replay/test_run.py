@@ -160,6 +160,37 @@ def test_a_file_pis_bash_changed_is_not_shown_at_its_old_text(db) -> None:
     assert "return 'hi'" not in blocks(session)
 
 
+GREET = "def greet():\n    return 'hello'\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "output", "texts"),
+    [
+        ("cd /repo && cp app.py app2.py", "", {"app.py": GREET, "app2.py": GREET}),
+        ("mv /repo/app.py /repo/lib/", "", {"app.py": None, "lib/app.py": GREET}),
+        # a copy that failed, or of a file not all known, leaves its destination unknown
+        ("cp app.py app2.py", "cp: app.py: Permission denied", {"app.py": GREET}),
+        ("cp notes.md notes2.md", "", {"app.py": GREET}),
+    ],
+)
+def test_a_copy_shows_the_text_it_copied(db, command: str, output: str, texts: dict[str, str | None]) -> None:
+    """A real Pi session ran ``cp …/main.ts …/main-new.ts`` and then edited the copy, unknown to
+    the replay (every edit of it unplaced). A copy of a file whose whole text is known holds that
+    text, with the edits made to the source before it; an edit of the copy is placed in it."""
+    session = Session.open(db, "cp", harness="pi")
+    msgs = [user("go")]
+    msgs += step("r1", "read", "def greet():\n    return 'hi'\n", path="/repo/app.py")
+    msgs += step("e1", "edit", "ok", path="/repo/app.py", oldText="'hi'", newText="'hello'")
+    msgs += step("r2", "read", "d\n", path="/repo/notes.md", offset=4)
+    msgs += step("b1", "bash", output, command=command, cwd="/repo")
+    msgs.append(say("done"))
+    r = replay_transcript(pi(msgs), session, verify="all")
+    assert r.orphaned_tool_results == 0 and r.frames_verified == r.turns
+    files = {o.meta["path"]: o.content for o in session.view.objects.values() if o.kind == "file"}
+    assert files.pop("notes.md") == "[context_os: lines 1-3 not read yet]\nd\n"
+    assert files == texts
+
+
 @pytest.mark.parametrize(
     ("command", "unknown"),
     [

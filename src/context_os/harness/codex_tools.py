@@ -216,6 +216,11 @@ class ShellChanges:
     ``git pull``, ``merge``, ``rebase``, ``cherry-pick``, ``revert``, ``am``, ``apply``, a branch
     switched to: the work tree, taken as the call's directory (or where it went by an absolute
     ``cd``, or ``git -C DIR``)."""
+    copies: list[tuple[str, str]] = field(default_factory=list)
+    """(source, destination) of a ``cp A B`` or ``mv A B`` of one file to one file named whole (not
+    a directory, not ``-r``): the destination then holds the source's text as it was before the
+    call (a source a command before it in the script changed is in ``changed`` instead). ``mv``'s
+    source is also in ``changed``."""
     formatted: list[str] = field(default_factory=list)
     """What a formatter the script runs rewrites what it changes of (``formatters``): a file, or
     the files below a directory (``black .``, ``cargo fmt``: its working directory). Which files
@@ -260,6 +265,7 @@ def shell_changes(arguments: Any, output: str = "") -> ShellChanges:
                 return ShellChanges()  # a file in a home directory the transcript does not name
             return ShellChanges(written=[(_joined(workdir, m.group("path")), m.group("body") + "\n")])
     changed: list[str] = []
+    copies: list[tuple[str, str]] = []
     trees: list[str] = []
     either: list[tuple[list[str], str]] = []
     formatted: list[str] = []
@@ -287,6 +293,12 @@ def shell_changes(arguments: Any, output: str = "") -> ShellChanges:
                     cwd = _cd(cwd, command[1:])
                 elif command:
                     said = _command_changes(command, output)
+                    for source, target in said.copies:
+                        here = _here(cwd, [source, target])
+                        if len(here) == 2 and here[0] not in changed:
+                            copies.append((here[0], here[1]))
+                        else:  # changed before it in the script, or where the script is not known
+                            changed += _here(cwd, [target])
                     changed += _here(cwd, said.files)
                     trees += _here(cwd, said.trees)
                     formatted += _here(cwd, said.formats)
@@ -312,6 +324,7 @@ def shell_changes(arguments: Any, output: str = "") -> ShellChanges:
     files = named(changed)
     return ShellChanges(
         changed=[p for p in files if not _unexpanded(p)],
+        copies=[(a[0], b[0]) for a, b in ((named([s]), named([t])) for s, t in copies) if a and b],
         globs=[p for p in files if _unexpanded(p) and not _unexpanded(p, "$`{}")],
         trees=named([_said_below(p) for p in trees]),
         formatted=named([_said_below(p) for p in formatted]),
@@ -376,6 +389,8 @@ class _Said:
     """A formatter's paths (``formatter_targets``)."""
     in_tree: list[str] = field(default_factory=list)
     """Paths below the work tree (the files a ``git pull``'s diffstat names)."""
+    copies: list[tuple[str, str]] = field(default_factory=list)
+    """(source, destination) of a ``cp``/``mv`` of one file to another (``_copy``)."""
 
 
 def _command_changes(words: list[str], output: str = "") -> _Said:
@@ -436,10 +451,40 @@ def _command_changes(words: list[str], output: str = "") -> _Said:
     # agent deleted it), and a session that removes its scratch script at the end is not sent
     # its whole context anew for it
     elif name in ("mv", "cp") and len(plain) >= 2:
-        out += plain if name == "mv" else plain[-1:]
+        copy = _copy(rest, plain)
+        if copy is not None:
+            return _Said(out + plain[:1] if name == "mv" else out, copies=[copy])
+        into = next((rest[j + 1] for j, w in enumerate(rest[:-1]) if w in ("-t", "--target-directory")), None)
+        if into is not None:  # cp -t DIR A B: DIR/A, DIR/B
+            sources = [w for w in plain if w != into]
+            out += [posixpath.join(into, posixpath.basename(w)) for w in sources]
+            out += sources if name == "mv" else []
+        else:
+            out += plain if name == "mv" else plain[-1:]
     elif (name, *plain[:1]) in _PACKAGE_CHANGES and (len(plain) > 1 if name != "go" else bool(output.strip())):
         out += _PACKAGE_CHANGES[(name, plain[0])]  # npm install X: its manifest and lock file (go: if it says so)
     return _Said(out)
+
+
+_COPY_OPTIONS = re.compile(r"-[fpva]+|--(force|verbose|archive|preserve(=[\w,]+)?)")
+
+
+def _copy(options: list[str], plain: list[str]) -> tuple[str, str] | None:
+    """``cp``/``mv`` of one file to another: (source, destination); a destination ending in ``/``
+    is the source's name in that directory. None where the words do not say that the destination
+    is a file: more than two paths, ``-r``, ``-t DIR``, ``-n``/``-u`` (it may not copy), a glob,
+    or a destination named without the extension its source has (``cp a.ts src``: maybe a
+    directory)."""
+    if len(plain) != 2 or any(o != "--" and o.startswith("-") and not _COPY_OPTIONS.fullmatch(o) for o in options):
+        return None
+    source, target = plain
+    if _unexpanded(source) or _unexpanded(target) or source.endswith("/"):
+        return None
+    if target.endswith("/"):
+        return source, target + posixpath.basename(source)
+    if "." in posixpath.basename(source) and "." not in posixpath.basename(target):
+        return None
+    return source, target
 
 
 _PACKAGE_FILES = {

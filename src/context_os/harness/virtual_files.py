@@ -46,6 +46,9 @@ __all__ = ["VirtualFile", "VirtualFiles", "file_key"]
 
 _DRIVE = re.compile(r"\A[A-Za-z]:[\\/]")
 """A Windows path (``c:\\Apps\\x.ts``, ``C:/Apps``): named with either separator, its drive in either case."""
+_COPY_FAILED = re.compile(r"^(?:\S*/)?(?:cp|mv): ", re.M)
+"""A ``cp``'s or ``mv``'s complaint (``cp: cannot stat 'a': No such file or directory``): what it
+copied is not known."""
 
 
 def _media(blocks: Any) -> bool:
@@ -517,10 +520,25 @@ class VirtualFiles:
         for path, text in changes.written:
             yield FileOp("write", path, text=text.removesuffix("\n")), ts, None
         done: set[str] = set()
+        failed = _COPY_FAILED.search(output) is not None
+        for source, target in changes.copies:
+            text = None if failed else self._whole(source)
+            if text is not None:  # cp A B: B holds A's text (each looked for once the ones before are applied)
+                yield FileOp("write", target, text=text), ts, None
+            elif (key := file_key(target, self.root)) in self.files and key not in done:
+                done.add(key)
+                yield FileOp("edit", key), ts, None
         for key in self._shell_changed(changes, output):  # (each looked for once the ones before are applied)
             if key not in done:
                 done.add(key)
                 yield FileOp("edit", key), ts, None
+
+    def _whole(self, path: str) -> str | None:
+        """The whole text of the known file at ``path``; None where any of it is not known."""
+        vf = self.files.get(file_key(path, self.root))
+        if vf is None or vf.lines is None or vf.open_end or None in vf.lines:
+            return None
+        return "\n".join(line for line in vf.lines if line is not None)
 
     def _shell_changed(self, changes: ShellChanges, output: str) -> Iterator[str]:
         """The known files ``changes`` says a shell call changed: those it names, those below what
