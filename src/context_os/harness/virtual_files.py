@@ -522,9 +522,9 @@ class VirtualFiles:
         done: set[str] = set()
         failed = _COPY_FAILED.search(output) is not None
         for source, target in changes.copies:
-            text = None if failed else self._whole(source)
-            if text is not None:  # cp A B: B holds A's text (each looked for once the ones before are applied)
-                yield FileOp("write", target, text=text), ts, None
+            copied = None if failed else self._whole(source)
+            if copied is not None:  # cp A B: B holds A's text (each looked for once the ones before are applied)
+                yield FileOp("write", target, text=copied), ts, None
             elif (key := file_key(target, self.root)) in self.files and key not in done:
                 done.add(key)
                 yield FileOp("edit", key), ts, None
