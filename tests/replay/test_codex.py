@@ -556,6 +556,13 @@ def test_what_git_pull_or_merge_says_it_changed(command: str, output: str, trees
             ["/w/src", "/w/c", "/w/e.py", "/w/d/a.py", "/w/f.py"],
         ),
         ("cp *.py g.py; cp a.py ~/h.py", [], ["/w/g.py"]),
+        # git mv moves as mv does (in git -C's directory); its dry run moves nothing; -k may not move
+        (
+            "git mv -v a.py b.py; git -C lib mv c.py d/",
+            [("/w/a.py", "/w/b.py"), ("/w/lib/c.py", "/w/lib/d/c.py")],
+            ["/w/a.py", "/w/lib/c.py"],
+        ),
+        ("git mv -n a.py b.py; git mv -k c.py e.py", [], ["/w/c.py", "/w/e.py"]),
     ],
 )
 def test_a_copy_of_one_file_says_what_its_copy_holds(command: str, copies: list[Any], changed: list[str]) -> None:
@@ -614,7 +621,7 @@ def test_what_a_git_command_may_have_put_back(command: str, trees: list[str], ei
     shown at their edited text for the rest of the session."""
     got = shell_changes({"command": command, "workdir": "/w"})
     assert (got.trees, got.either) == (trees, either)
-    assert shell_changes({"command": "git mv a.py b.py"}).changed == ["a.py", "b.py"]
+    assert shell_changes({"command": "git mv a.py lib b.py"}).changed == ["a.py", "lib", "b.py"]
 
 
 @pytest.mark.parametrize(

@@ -171,6 +171,8 @@ GREET = "def greet():\n    return 'hello'\n"
         # a copy that failed, or of a file not all known, leaves its destination unknown
         ("cp app.py app2.py", "cp: app.py: Permission denied", {"app.py": GREET}),
         ("cp notes.md notes2.md", "", {"app.py": GREET}),
+        ("git mv app.py app3.py", "", {"app.py": None, "app3.py": GREET}),
+        ("git mv app.py app3.py", "fatal: destination exists, source=app.py, destination=app3.py", {"app.py": None}),
     ],
 )
 def test_a_copy_shows_the_text_it_copied(db, command: str, output: str, texts: dict[str, str | None]) -> None:

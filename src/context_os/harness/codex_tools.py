@@ -565,6 +565,7 @@ def _git(args: list[str], output: str = "") -> _Said:
         said.files = [posixpath.join(at, p) for p in said.files]
         said.trees = [posixpath.join(at, p) for p in said.trees]
         said.either = [posixpath.join(at, p) for p in said.either]
+        said.copies = [(posixpath.join(at, a), posixpath.join(at, b)) for a, b in said.copies]
         said.at = at
     return said
 
@@ -645,7 +646,12 @@ def _git_command(command: str, rest: list[str], output: str) -> _Said:
     if command in _GIT_MERGING:
         return _Said(whole=True)
     if command == "mv":
-        _, plain, paths = _split(rest, ())
+        options, plain, paths = _split(rest, ())
+        if _given(options, "n", "--dry-run"):
+            return _Said()
+        copy = _copy(options, plain + paths)  # git mv A B: B holds A's text, as mv's (-k may not move)
+        if copy is not None:
+            return _Said(files=[copy[0]], copies=[copy])
         return _Said(files=plain + paths if len(plain + paths) >= 2 else [])
     return _Said()
 

@@ -46,9 +46,9 @@ __all__ = ["VirtualFile", "VirtualFiles", "file_key"]
 
 _DRIVE = re.compile(r"\A[A-Za-z]:[\\/]")
 """A Windows path (``c:\\Apps\\x.ts``, ``C:/Apps``): named with either separator, its drive in either case."""
-_COPY_FAILED = re.compile(r"^(?:\S*/)?(?:cp|mv): ", re.M)
-"""A ``cp``'s or ``mv``'s complaint (``cp: cannot stat 'a': No such file or directory``): what it
-copied is not known."""
+_COPY_FAILED = re.compile(r"^(?:(?:\S*/)?(?:cp|mv): |fatal: )", re.M)
+"""A ``cp``'s, ``mv``'s or git's complaint (``cp: cannot stat 'a': No such file or directory``,
+``fatal: destination exists``): what it copied is not known."""
 
 
 def _media(blocks: Any) -> bool:
