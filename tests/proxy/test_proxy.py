@@ -105,6 +105,29 @@ def test_a_stream_comes_through_chunk_by_chunk(tmp_path: Path) -> None:
             running.close()
 
 
+def test_a_client_gone_mid_stream_is_logged_at_debug(tmp_path: Path, caplog: Any) -> None:
+    """The docs promise one line at ``-vv`` when the client goes away mid-answer; the upstream's
+    answer is closed, the proxy carries on."""
+    hold = threading.Event()
+    with (
+        upstream(replies=["one two three four", "again"], hold=hold) as up,
+        caplog.at_level("DEBUG", logger="context_os.proxy"),
+    ):
+        running = Running(tmp_path, up)
+        try:
+            stream = running.openai().chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "count"}], stream=True
+            )
+            next(iter(stream))
+            stream.close()
+            hold.set()
+            wait_for(lambda: "went away" in caplog.text, "the client's going logged")
+            got = running.openai().chat.completions.create(model="m", messages=[{"role": "user", "content": "more"}])
+            assert got.choices[0].message.content == "again"
+        finally:
+            running.close()
+
+
 def test_anthropic_messages_json_and_streamed(proxy: Running, up: Upstream) -> None:
     client = proxy.anthropic()
     got = client.messages.create(

@@ -1111,8 +1111,9 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                     if proxy.stopping.is_set():
                         raise ProxyStopping
                     self._send_upstream(api, send)
-                except (BrokenPipeError, ConnectionResetError):
+                except (BrokenPipeError, ConnectionResetError) as e:
                     self.close_connection = True  # the client went away mid-stream
+                    log.debug("proxy: the client %s went away: %s", self.client_address, e)
                 except Exception as e:
                     if not proxy.stopping.is_set():
                         raise
