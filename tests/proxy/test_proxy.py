@@ -128,6 +128,16 @@ def test_a_client_gone_mid_stream_is_logged_at_debug(tmp_path: Path, caplog: Any
             running.close()
 
 
+def test_a_request_for_several_choices_is_offered_none_of_ours(proxy: Running, up: Upstream) -> None:
+    """With ``n`` over 1 a round of our tools would continue the first choice only and hand its
+    answer back as every choice: such a request goes with the client's tools alone."""
+    client = proxy.openai()
+    client.chat.completions.create(model="m", n=2, messages=[{"role": "user", "content": "two ways"}])
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "one way"}])
+    offered = [{t["function"]["name"] for t in r.get("tools") or []} for r in up.requests]
+    assert not offered[0] & set(CONTEXT_TOOLS) and "activate" in offered[1]
+
+
 def test_anthropic_messages_json_and_streamed(proxy: Running, up: Upstream) -> None:
     client = proxy.anthropic()
     got = client.messages.create(

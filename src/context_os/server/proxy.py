@@ -227,6 +227,14 @@ def _produced(item: Mapping[str, Any]) -> bool:
     return item.get("role") == "assistant" if kind == "message" else not str(kind).endswith("_output")
 
 
+def _one_choice(body: Mapping[str, Any]) -> bool:
+    """A chat request for one choice: ours are offered only then. With ``n`` over 1 a round of
+    ours would go on from the first choice alone, its answer given as every choice (and, streamed,
+    mixed with the other choices' text of the round before)."""
+    n = body.get("n")
+    return not (isinstance(n, int) and not isinstance(n, bool) and n > 1)
+
+
 def _key(api: Api) -> str:
     """Where a request's conversation is: ``input`` (responses) or ``messages``."""
     return "input" if api == "responses" else "messages"
@@ -664,7 +672,7 @@ class Proxy:
             for _ in range(MAX_FORKS):
                 conv = self._conversation(api, session_id, started, keyless=keyless)
                 try:
-                    plan = self._plan(Plan(api, body, body, conv), offer=True)
+                    plan = self._plan(Plan(api, body, body, conv), offer=_one_choice(body))
                     break
                 except AnotherConversation as other:  # it starts as this one does, and then differs
                     session_id, started, conv = other.session, None, None
