@@ -351,6 +351,26 @@ def test_a_file_read_that_changes_on_disk_gets_a_new_version_by_itself(tmp_path:
         untracked.close()
 
 
+def test_activate_of_a_file_deleted_on_disk_says_its_text_is_an_old_version(tmp_path: Path) -> None:
+    """activate returns an object's current content: of a file deleted since it was read, it gave
+    the text last shown as if current (``already active``), saying nothing of the deletion."""
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    (ws / "calc.py").write_text("v1\n")
+    with SqliteStore(tmp_path / "s.db") as store:
+        app = ContextOsMcp(store, session="s", workspace=ws)
+        first = app.read("calc.py")
+        (ws / "calc.py").unlink()
+        wait_for(lambda: latest_meta(store, first["id"]).get("missing"), what="the tracker's deletion")
+        got, err = app.call("activate", {"id": first["id"]})
+        out = json.loads(got)
+        assert not err and out["text"] == "v1\n" and out["version"] == 1
+        assert out["missing"].startswith("the file is missing on disk (deleted or moved away) since version 2")
+        (ws / "other.py").write_text("x\n")
+        assert "missing" not in json.loads(app.call("activate", {"id": "other.py"})[0])
+        app.close()
+
+
 def test_a_read_while_another_process_holds_the_store_gives_the_text_not_recorded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -199,6 +199,14 @@ class ContextOsMcp:
             out["text"] = text
             if note:
                 out["cut"] = note
+            latest = (self.store.doc(oid) or {}).get("meta") or {} if obj.kind == "file" else {}
+            if latest.get("missing"):  # the text is what the session showed, no longer the file's
+                shown = obj.meta.get("version", "?")
+                out["version"] = shown
+                out["missing"] = (
+                    f"the file is missing on disk (deleted or moved away) since version {latest.get('version', '?')}: "
+                    f"this text is version {shown}, the last it had; inspect(id) lists every version"
+                )
         return out
 
     def deactivate(self, id: str) -> dict[str, Any]:
