@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from context_os.files import FileIndex, Workspace
-from context_os.store import Store
+from context_os.files.index import Indexed
+from context_os.store import Store, open_store
 from context_os.store.base import MAX_CLOCK_WAIT_MS, next_valid_time
 
 
@@ -62,6 +63,36 @@ def test_two_writers_record_one_change_once(store: Store, root: Path) -> None:
     b = second.index(ws.resolve("c.txt"), read=True, cause="tracker")
     assert (a.status, b.status) == ("new version", "already indexed")
     assert len(store.history(oid)) == 2
+
+
+def test_two_processes_indexing_one_new_file_at_once_make_one_object(store: Store, root: Path) -> None:
+    """Two MCP servers on one store read the same new files at once: 7 of 30 got two objects each
+    (the creation matched nothing), and the one a later read did not find stayed at version 1."""
+    ws = Workspace(root)
+    other = open_store(store.url)  # another process's client of the same store
+    first, second = FileIndex(store, ws), FileIndex(other, ws)
+    (root / "n.txt").write_text("n\n")
+    path = ws.resolve("n.txt")
+    made: list[Indexed] = []
+    looked = first._moved_here
+
+    def meanwhile(p: Path) -> object:  # the first found no object at the path: the other makes one now
+        if not made:
+            made.append(second.index(p, read=True, cause="read"))
+        return looked(p)
+
+    first._moved_here = meanwhile  # type: ignore[method-assign]
+    try:
+        got = first.index(path, read=True, cause="read")
+    finally:
+        other.close()
+    assert made[0].status == "new" and (got.id, got.status) == (made[0].id, "already indexed")
+    assert [v.id for v in store.find("file", {"abs_path": str(path)})] == [got.id]
+    # a move to a path is a claim too: a file moved where another process made one is one object there
+    os.rename(path, root / "m.txt")
+    moved = first.refresh(got.id, ws.resolve("m.txt"), cause="tracker")
+    assert moved is not None and moved.changes == ("path",)
+    assert first.index(ws.resolve("m.txt"), read=True, cause="read").id == got.id
 
 
 def test_a_move_over_another_file_marks_that_one_replaced(store: Store, root: Path) -> None:

@@ -21,7 +21,9 @@ previous version's valid time + 1 ms, so a file's history is always in order; ne
 future either (``next_valid_time`` waits the clock out), so a read right after a write sees
 it. Renames and deletions happen "now". Writes are compare-and-set (``Match`` on the version
 they replace), so two writers (the tools and the tracker, or two processes) never record one
-change twice.
+change twice; a version that brings an object to a path (a new file, a move) also claims the path
+(``file-claim:<path_key>``, compare-and-set too), so two processes indexing one new file at once
+make one object of it, not two.
 
 This module never touches a session: showing a version to the agent is the tools' job.
 """
@@ -63,6 +65,17 @@ DIFF_MAX_INPUT_CHARS = 2_000_000
 """Above this many characters (old + new) no diff is computed (difflib is quadratic at worst)."""
 
 _ATTEMPTS = 5
+
+CLAIM = "file-claim:"
+"""The id prefix of the documents that say which object a path was last brought to (``content``:
+its id): each version that creates an object or moves one to a path replaces it, on the
+condition that it is still as read before looking the path up."""
+
+
+def claim_id(abs_path: str) -> str:
+    """The id of the claim of ``abs_path``: its hash, never the path (which may hold a secret)."""
+    return CLAIM + path_key(abs_path)
+
 
 TRACKED_META = ("abs_path", "missing", "size", "mtime", "inode")
 """The meta fields the file tracker keeps of each file (``FileIndex.indexed_meta``)."""
@@ -253,9 +266,18 @@ class FileIndex:
         self.workspace.deny_unrecordable(path)  # (before a lookup: no store takes a path not UTF-8)
         with self._lock:
             for _ in range(_ATTEMPTS):
-                prev = self.lookup(path)
+                prev, claim = self.lookup(path), None
+                if prev is None:
+                    # a new object, or one moved here: the path's claim read before looking again,
+                    # so that another process's object made since changes what the write matches
+                    claim = self.store.get(claim_id(str(path)))
+                    prev = self.lookup(path)
                 result = self._update(
-                    prev if prev is not None else self._moved_here(path), path, read=read, cause=cause
+                    prev if prev is not None else self._moved_here(path),
+                    path,
+                    read=read,
+                    cause=cause,
+                    claim=(claim,) if prev is None else None,
                 )
                 if result is not None:
                     return result
@@ -389,7 +411,11 @@ class FileIndex:
         cause: str,
         settled: Callable[[FileSnapshot], bool] | None = None,
         record_stat: bool = False,
+        claim: tuple[Version | None] | None = None,
     ) -> Indexed | None:
+        """Record ``prev`` (None: a new object) as the file now at ``path``; None if another writer
+        wrote first (the caller reads again). ``claim``: the path's claim as read before the
+        lookup that found ``prev`` (None: read here, when a version brings the object to it)."""
         self.workspace.deny_secret_path(path)
         pm: dict[str, Any] = prev.doc["meta"] if prev is not None and prev.doc else {}
         # everything recorded below is what this one open found (path, inode, size, mtime, bytes):
@@ -467,6 +493,13 @@ class FileIndex:
                         Put(gone, next_valid_time(other.valid_time)),
                     ]
         ops.append(Put(doc, vt))
+        if prev is None or moved:  # brought to this path: claim it (a concurrent creator's write fails)
+            cid = claim_id(str(snap.path))
+            held = claim[0] if claim is not None else self.store.get(cid)
+            ops += [
+                Match(cid, held.doc if held is not None else None),
+                Put({"id": cid, "kind": "file_claim", "content": obj_id, "meta": {}}),
+            ]
         return self._commit(ops, obj_id, doc, vt, "new" if prev is None else "new version", tuple(changes))
 
     @contextlib.contextmanager
@@ -602,7 +635,7 @@ class FileIndex:
         written = [
             Version(op.doc["id"], op.valid_from or tx.time, tx.id, tx.time, dict(op.doc))
             for op in ops
-            if isinstance(op, Put)
+            if isinstance(op, Put) and op.doc.get("kind") == "file"  # (not a path's claim)
         ]
         for v in written:
             for listener in list(self._listeners):
