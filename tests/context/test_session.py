@@ -658,6 +658,25 @@ def test_a_copy_of_the_assembled_context_fed_back_is_refused_too(db, tmp_path):
     assert err.value.index == 2
 
 
+def test_a_copy_of_the_assembled_context_without_blocks_fed_back_is_refused(db):
+    """A copy of the context that holds no ``<context_os>`` block (no files, no index) has only
+    its stubs to tell it by. Before, a stub fed back through a deep copy or JSON was taken in as
+    the result's new output: the real one retired, the model shown a stub of a stub whose ref
+    answered ``NotFound``. A tool message whose text is the stub of one of the session's results
+    is refused as the fed-back context it is, and nothing of that call is stored."""
+    for n, keep in enumerate((copy.deepcopy, lambda out: json.loads(json.dumps(out)))):
+        hook = hook_for(db, f"copy{n}", manage_from_tokens=1, keep_recent_results=1, collapse_after_turns=1)
+        msgs = [user("go")]
+        with pytest.raises(MalformedMessage, match="one the hook returned") as err:
+            for k in range(6):
+                msgs += [call(f"c{k}", command="ls"), result(f"c{k}", "x" * 2000)]
+                before = db.latest_tx()
+                msgs = keep(hook.transform_context(msgs))
+        assert msgs[err.value.index]["content"].startswith("[bash output")
+        assert db.latest_tx() == before
+        assert not hook.session.retired
+
+
 def test_token_budget_collapses_least_recently_used_first_deterministically(db):
     hook = hook_for(db, token_budget=3000, keep_recent_results=10, collapse_after_turns=10)
     msgs = [user("go")]

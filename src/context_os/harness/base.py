@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import re
 import threading
 from abc import ABC, abstractmethod
 from bisect import bisect_left, bisect_right
@@ -29,7 +30,7 @@ from ..context.entries import Entry, Incoming, Msg
 from ..context.ingest import SyncReport
 from ..context.session import Assembly, Session
 from ..context.tools import ToolRegistry, context_tools
-from ..context.view import TAIL_OPEN, Rendered
+from ..context.view import TAIL_OPEN, Rendered, SessionView, stub_text
 
 if TYPE_CHECKING:
     from ..files.file_tools import FileTools
@@ -301,6 +302,10 @@ class _Layout(Generic[M]):
         """The texts of the ``<context_os>`` blocks the hook returned at its last call: a user
         message to translate that holds one holds that block fed back (a copy of the returned list,
         made by saving it as JSON, say, which ``returned`` cannot tell by identity)."""
+        self.view: SessionView | None = None
+        """The session's view: a tool message to translate whose text is the stub of one of its
+        results (``is_stub``) is that stub fed back, the same mistake through a copy, in a
+        context that held no ``<context_os>`` block."""
 
     def locate(self, k: int) -> tuple[int, int]:
         """(harness index, piece) of flat position ``k``."""
@@ -344,6 +349,8 @@ class _Layout(Generic[M]):
                 raise
             if self.blocks and any(p["role"] == "user" and self._holds_block(p.get("text")) for p in got):
                 raise self._fed_back(i)
+            if self.view is not None and any(p["role"] == "tool" and is_stub(self.view, p.get("text")) for p in got):
+                raise self._fed_back(i)
             if len(got) != self._count_of(i):
                 raise _Miscounted(
                     f"adapter {self.adapter.name!r} translated message {i} into {len(got)} messages "
@@ -377,6 +384,22 @@ class _Layout(Generic[M]):
             return e
         i, _ = self.locate(e.index)
         return e if i == e.index else renamed(e, i, e.field)
+
+
+_STUB_REF = re.compile(r', collapsed: activate\("r(\d+)"\)\]')
+
+
+def is_stub(view: SessionView, text: str | None) -> bool:
+    """Whether ``text`` is the stub the session shows in place of one of its collapsed results
+    (which names the result's entry, ``r<entry>``): no harness holds one in its history, unless
+    it kept the assembled context, or a copy of it, as its history."""
+    if text is None or not text.startswith("[") or (m := _STUB_REF.search(text)) is None:
+        return False
+    k = int(m.group(1))
+    if k >= len(view.entries):
+        return False
+    obj = view.objects.get(view.entries[k].get("object", ""))
+    return obj is not None and text == stub_text(obj, view.layout)
 
 
 def _same_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
@@ -617,6 +640,7 @@ class ContextHook(Generic[M]):
         layout = self._seen.layout(self.adapter, messages)
         layout.returned, layout.returned_count = self._returned
         layout.blocks = self._blocks
+        layout.view = self.session.view
         prior, start = self._synced, self._synced_from
         self._synced, self._synced_from = (), 0
         if self._synced_at != self.session.ingest.syncs:
