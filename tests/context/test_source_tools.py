@@ -664,3 +664,15 @@ def test_a_deleted_memory_index_ends_the_lines_recall_stored_of_it(store: Store,
     hook.transform_context(msgs)
     assert store.get(hit["id"]) is None and hit["id"] not in session.view.objects
     session.close()
+
+
+def test_a_long_query_is_said_back_by_its_start(tmp_path: Path) -> None:
+    """A 20 MB query came back whole in recall's answer, which was then as long as the query."""
+    with SqliteStore(tmp_path / "s.db") as store:
+        hook = recall_hook(store, "q", Recall(store))
+        hook.transform_context([user("hi")])
+        query = "where is the staging host " * 4_000
+        out = json.loads(hook.call_tool("recall", {"query": query}))
+        assert out["query"] == f"{query[:500]}… (104,000 characters)"
+        assert json.loads(hook.call_tool("recall", {"query": "staging"}))["query"] == "staging"
+        hook.session.close()

@@ -29,7 +29,7 @@ from context_os.context.tools import ToolRegistry
 from context_os.errors import InputError, NotFound, PathDenied
 from context_os.files import Workspace
 from context_os.harness.openai import OpenAIHook
-from context_os.server.mcp import ContextOsMcp
+from context_os.server.mcp import TEXT_LIMIT, ContextOsMcp
 from context_os.sources.memory import MemoryScopes
 from context_os.sources.recall import Recall
 from context_os.store.base import Op, Tx
@@ -349,6 +349,21 @@ def test_a_file_read_that_changes_on_disk_gets_a_new_version_by_itself(tmp_path:
         untracked = ContextOsMcp(store, session="u", workspace=ws, track=False)
         assert untracked.tracker is None
         untracked.close()
+
+
+def test_a_large_file_read_says_only_what_the_client_was_given(tmp_path: Path) -> None:
+    """A read of a 300,051-character file said three things: 200,000 characters cut, 100,000
+    characters in context, and the active pool's 12,000-character window, which an MCP client
+    has none of."""
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    (ws / "big.txt").write_text(("y" * 99 + "\n") * 3001)
+    with SqliteStore(tmp_path / "s.db") as store:
+        app = ContextOsMcp(store, session="s", workspace=ws, track=False)
+        out = app.read("big.txt")
+        assert len(out["text"]) == TEXT_LIMIT and out["cut"].startswith(f"the first {TEXT_LIMIT:,} of 300,100")
+        assert "note" not in out and "context_chars" not in out
+        app.close()
 
 
 def test_activate_of_a_file_deleted_on_disk_says_its_text_is_an_old_version(tmp_path: Path) -> None:

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 __all__ = ["PREVIEW_CHARS", "SourceTools"]
 
 PREVIEW_CHARS = 160
+_QUERY_ECHO = 500
+"""A query longer than this is said back by its first this many characters and its length."""
 
 
 def _preview(text: str) -> str:
@@ -145,7 +147,8 @@ class SourceTools:
                 hit["query_words"] = f"{found_words} of {words}"
                 worded = worded or found_words > 0
             hits.append(hit)
-        out: dict[str, Any] = {"query": query, "ranking": engine.describe(), "hits": hits}
+        said = query if len(query) <= _QUERY_ECHO else f"{query[:_QUERY_ECHO]}… ({len(query):,} characters)"
+        out: dict[str, Any] = {"query": said, "ranking": engine.describe(), "hits": hits}
         notes = [result.note] if result.note else []
         if hits and not worded and any("query_words" in h for h in hits):
             # scores rank the hits against each other: the best of unrelated ones still scores high

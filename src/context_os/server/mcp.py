@@ -187,6 +187,14 @@ class ContextOsMcp:
         out["text"] = text
         if note:
             out["cut"] = note
+        # what a harness's active pool would show of a large file: an MCP client has no such pool
+        shown = out.pop("context_chars", None)
+        if "active pool" in str(out.get("note", "")):
+            out.pop("note")
+        if shown is not None and "id" not in out:  # not recorded: the text is the first ``shown``
+            out["cut"] = (
+                f"the first {shown:,} of {out.get('chars', 0):,} characters (read again once the store answers)"
+            )
         return out
 
     def activate(self, id: str) -> dict[str, Any]:
