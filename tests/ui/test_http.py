@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import http.client
+import os
 import re
 import socket
 import subprocess
@@ -21,7 +22,7 @@ from context_os.server.ui import make_ui_server
 from context_os.server.ui.app import CSP, _root
 from context_os.store import Store, Version
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import overfill
+from tests.helpers import overfill, wait_for
 from tests.ui.recorded import record_demo
 
 PAGES = [
@@ -350,6 +351,11 @@ def test_with_a_token_every_page_needs_it_and_the_address_that_carries_it_leaves
             assert first.status_code == 303 and re.fullmatch(r"/[0-9a-f]{24}", root), first.headers["location"]
             cookie = first.headers["set-cookie"]
             assert cookie.startswith(f"ctxos_ui_{httpd.server_address[1]}=t0ken-of-the-test-1234;")
+            # the redirect carries every answer's headers too (it had no CSP, no nosniff)
+            assert (
+                first.headers["x-content-type-options"] == "nosniff"
+                and "default-src 'none'" in first.headers["content-security-policy"]
+            )
             # sent by a browser to that path only, on any port: no other local server is asked for it
             assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and f"Path={root};" in cookie + ";"
             name = cookie.split("=", 1)[0]
@@ -688,3 +694,35 @@ def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_
         finally:
             httpd.shutdown()
             httpd.server_close()
+
+
+def test_open_starts_the_browser_without_the_token_on_its_command_line(demo_db: Path, tmp_path: Path) -> None:
+    """`ctxos ui --open` started the browser with the address and its token as an argument, which
+    any local user can read (``/proc/PID/cmdline``): it now names a page only this user can read,
+    which sends the browser on, removed when the web view stops."""
+    said = tmp_path / "browser-args"
+    browser = tmp_path / "browser"
+    browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {said}\n')
+    browser.chmod(0o700)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ctxos"), "--store", str(demo_db), "ui", "--port", "0", "--open"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "BROWSER": str(browser)},
+    )
+    try:
+        assert proc.stderr is not None
+        token = re.search(r"token=([\w-]+) ", proc.stderr.readline())
+        assert token, "no address printed"
+        wait_for(lambda: said.exists() and said.read_text(), what="the browser started")
+        arg = said.read_text()
+        assert token.group(1) not in arg and arg.startswith("file:///")
+        page = Path(arg.removeprefix("file://"))
+        assert page.stat().st_mode & 0o777 == 0o600 and page.parent.stat().st_mode & 0o777 == 0o700
+        assert f"?token={token.group(1)}" in page.read_text()
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
+        if proc.stderr:
+            proc.stderr.close()
+    assert not page.parent.exists()

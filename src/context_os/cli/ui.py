@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import html
 import os
+import shutil
 import sys
+import tempfile
 import webbrowser
+from pathlib import Path
 from urllib.parse import quote
 
 import click
@@ -51,9 +55,30 @@ def ui_cmd(ctx: click.Context, port: int, session_id: str | None, open_browser: 
         else:
             url += f"?token={token}"
         print(f"ctxos ui: {store.url} on {url} (Ctrl-C stops it)", file=sys.stderr, flush=True)
-        if open_browser:
-            webbrowser.open(url)
-        serve_until_stopped(server)
+        opener = _open_privately(url) if open_browser else None
+        try:
+            serve_until_stopped(server)
+        finally:
+            if opener is not None:
+                shutil.rmtree(opener, ignore_errors=True)
+
+
+def _open_privately(url: str) -> Path:
+    """Open ``url`` in the default browser without putting its token on a command line: the
+    browser is started with a page in a directory only this user can read (removed when the web
+    view stops), which sends it on to ``url``. Any local user can read a process's arguments
+    (``ps``, ``/proc/PID/cmdline``), which is where ``webbrowser.open(url)`` puts the address."""
+    where = Path(tempfile.mkdtemp(prefix="ctxos-ui-"))  # mode 0700
+    page = where / "open.html"
+    link = html.escape(url, quote=True)
+    fd = os.open(page, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(
+            f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={link}">'
+            f'<title>ctxos ui</title><p><a href="{link}">ctxos ui</a></p>\n'
+        )
+    webbrowser.open(page.as_uri())
+    return where
 
 
 def register(cli: click.Group) -> None:

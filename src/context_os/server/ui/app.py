@@ -541,8 +541,8 @@ def make_ui_server(
                 back = urlunsplit(("", "", root + page, urlencode(query, doseq=True), ""))
                 self.send_header("Location", back)
                 self.send_header("Set-Cookie", f"{cookie_name}={token}; HttpOnly; SameSite=Strict; Path={root}")
-                self.send_header("Referrer-Policy", "no-referrer")
-                self.send_header("Cache-Control", "no-store")
+                for name, value in _UiServer.busy_headers:  # every answer's: CSP, nosniff, no referrer, no store
+                    self.send_header(name, value)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return None
