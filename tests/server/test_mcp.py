@@ -65,10 +65,16 @@ async def call(session: ClientSession, name: str, args: dict[str, Any]) -> tuple
         return text, r.is_error
 
 
-def test_the_tools_over_stdio(tmp_path: Path) -> None:
+def _repo(tmp_path: Path, name: str, text: str) -> Path:
+    """A workspace holding one file."""
     ws = tmp_path / "repo"
     ws.mkdir()
-    (ws / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (ws / name).write_text(text)
+    return ws
+
+
+def test_the_tools_over_stdio(tmp_path: Path) -> None:
+    ws = _repo(tmp_path, "calc.py", "def add(a, b):\n    return a - b\n")
     db = tmp_path / "s.db"
     # a session of another agent, with recorded frames
     with SqliteStore(db) as store:
@@ -335,9 +341,7 @@ def test_a_registry_with_no_workspace_has_no_read(tmp_path: Path) -> None:
 def test_a_file_read_that_changes_on_disk_gets_a_new_version_by_itself(tmp_path: Path) -> None:
     """With a workspace, a watchdog tracker runs: a file the agent read gets version 2 when it
     changes on disk, before anything reads it again; ``track=False`` runs none."""
-    ws = tmp_path / "repo"
-    ws.mkdir()
-    (ws / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    ws = _repo(tmp_path, "calc.py", "def add(a, b):\n    return a - b\n")
     with SqliteStore(tmp_path / "s.db") as store:
         app = ContextOsMcp(store, session="s", workspace=ws)
         first = app.read("calc.py")
@@ -355,9 +359,7 @@ def test_a_large_file_read_says_only_what_the_client_was_given(tmp_path: Path) -
     """A read of a 300,051-character file said three things: 200,000 characters cut, 100,000
     characters in context, and the active pool's 12,000-character window, which an MCP client
     has none of."""
-    ws = tmp_path / "repo"
-    ws.mkdir()
-    (ws / "big.txt").write_text(("y" * 99 + "\n") * 3001)
+    ws = _repo(tmp_path, "big.txt", ("y" * 99 + "\n") * 3001)
     with SqliteStore(tmp_path / "s.db") as store:
         app = ContextOsMcp(store, session="s", workspace=ws, track=False)
         out = app.read("big.txt")
@@ -369,9 +371,7 @@ def test_a_large_file_read_says_only_what_the_client_was_given(tmp_path: Path) -
 def test_activate_of_a_file_deleted_on_disk_says_its_text_is_an_old_version(tmp_path: Path) -> None:
     """activate returns an object's current content: of a file deleted since it was read, it gave
     the text last shown as if current (``already active``), saying nothing of the deletion."""
-    ws = tmp_path / "repo"
-    ws.mkdir()
-    (ws / "calc.py").write_text("v1\n")
+    ws = _repo(tmp_path, "calc.py", "v1\n")
     with SqliteStore(tmp_path / "s.db") as store:
         app = ContextOsMcp(store, session="s", workspace=ws)
         first = app.read("calc.py")
@@ -395,9 +395,7 @@ def test_a_read_while_another_process_holds_the_store_gives_the_text_not_recorde
 
     monkeypatch.setattr(SqliteStore, "BUSY_TIMEOUT_S", 0.2)
     monkeypatch.setattr(SqliteStore, "FLUSH_WAIT_S", 0.2)
-    ws = tmp_path / "repo"
-    ws.mkdir()
-    (ws / "new.txt").write_text("fresh text\n")
+    ws = _repo(tmp_path, "new.txt", "fresh text\n")
     with SqliteStore(tmp_path / "s.db") as store:
         app = ContextOsMcp(store, session="s", workspace=ws, track=False)
         other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
@@ -436,9 +434,7 @@ def test_a_second_server_on_one_workspace_records_in_a_session_of_its_own(tmp_pa
     """Two MCP clients open on one repository (two editors, two windows) each start a ``ctxos
     mcp`` there. One writer per session: the second took the workspace's default session too, was
     refused (SessionBusy) and never started; now it records in ``<default>-2``, and says so."""
-    ws = tmp_path / "repo"
-    ws.mkdir()
-    (ws / "a.py").write_text("x = 1\n")
+    ws = _repo(tmp_path, "a.py", "x = 1\n")
     db = tmp_path / "s.db"
 
     async def main() -> None:
