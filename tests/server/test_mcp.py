@@ -93,6 +93,9 @@ def test_the_tools_over_stdio(tmp_path: Path) -> None:
                 app.close()
             assert tools["read"].input_schema == ours["read"]["parameters"]
             assert tools["inspect"].description == ours["inspect"]["description"]
+            # lines in a client's words: no collapsed result's ref ("r12"), no context of ours
+            said = json.dumps([tools["lines"].description, tools["lines"].input_schema])
+            assert "r12" not in said and "your context" not in said and "file path" in said
 
             first, err = await call(s, "read", {"path": "calc.py"})
             assert not err and first["text"].startswith("def add") and first["version"] == 1

@@ -242,7 +242,8 @@ RECALL_SCHEMA = object_schema(
         "kinds": {
             "type": "array",
             "items": {"type": "string"},
-            "description": "Only these object kinds (chat, toolcall, file, memory, message)",
+            "description": "Only these object kinds (chat, toolcall, file, memory, message; recall: what"
+            " earlier recalls brought in)",
         },
         "session": {"type": "string", "description": "Only this session's objects"},
         "as_of": {

@@ -28,6 +28,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
@@ -151,8 +152,12 @@ class ContextOsMcp:
             mine.register(Tool("read", READ_DESCRIPTION, READ_SCHEMA, self.read))
         mine.register(Tool("activate", ACTIVATE_DESCRIPTION, ID_SCHEMA, self.activate))
         mine.register(Tool("deactivate", DEACTIVATE_DESCRIPTION, ID_SCHEMA, self.deactivate))
-        # the context tool as it is; with a workspace, as the file tools have it: a path too
-        mine.register((self.files.registry if self.files is not None else context_tools(self.session))["lines"])
+        # the context tool (with a workspace, as the file tools have it: a path too), in words of
+        # a client that has no context of ours (no collapsed results' refs, nothing it changes)
+        lines = (self.files.registry if self.files is not None else context_tools(self.session))["lines"]
+        named = {"type": "string", "description": "An object id, or a file path" if self.files else "An object id"}
+        params = {**lines.parameters, "properties": {**lines.parameters["properties"], "id": named}}
+        mine.register(replace(lines, description=LINES_DESCRIPTION, parameters=params))
         mine.register(Tool("inspect", INSPECT_DESCRIPTION, INSPECT_SCHEMA, self.inspect))
         mine.register(Tool("frames", FRAMES_DESCRIPTION, FRAMES_SCHEMA, self.frames))
         if self.sources is not None:
@@ -562,6 +567,10 @@ READ_SCHEMA = object_schema(
 ACTIVATE_DESCRIPTION = (
     "Get an object's current content by its id (file:…, toolcall:…, recall:…, memory:…, message:…) or a file's "
     "path, and record that you use it."
+)
+LINES_DESCRIPTION = (
+    "Show lines of an object's stored text (a file version, a tool output, a memory, a message), by id or file "
+    "path: start to end (200 lines by default); column shows the rest of a line too long to show at once."
 )
 DEACTIVATE_DESCRIPTION = "Record that you no longer need an object (by id or path); it stays stored."
 ID_SCHEMA = object_schema({"id": {"type": "string", "description": "An object id, or a file path"}}, ["id"])
