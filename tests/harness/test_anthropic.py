@@ -737,3 +737,22 @@ def test_a_prefill_stays_last_with_the_blocks_before_it(tmp_path: Path) -> None:
     assert hook.transform_request(msgs)["messages"][-1]["role"] == "user"
     assert all(verify_frame(store, f).ok for f in frame_docs(store, "a1"))
     store.close()
+
+
+def test_the_apis_answer_appended_as_it_came_says_what_to_append(db):
+    """An agent loop appended the SDK's ``Message`` itself: the error said only that a message
+    must be an object."""
+    answer = Message.model_validate(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-x",
+            "content": [{"type": "text", "text": "hello"}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }
+    )
+    with pytest.raises(MalformedMessage, match=r'append \{"role": message\.role, "content": message\.content\}'):
+        hook_for(db).transform_request([user("hi"), answer], system=SYSTEM)

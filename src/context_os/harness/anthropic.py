@@ -294,7 +294,14 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
 
     def translate(self, message: dict[str, Any], index: int) -> list[Incoming]:
         if not isinstance(message, Mapping):
-            raise MalformedMessage(f"a message must be an object, not {type(message).__name__}", index=index)
+            what = type(message).__name__
+            hint = (
+                f' (an SDK {what} is the API\'s answer, with fields no request takes: append {{"role": '
+                f'{what.lower()}.role, "content": {what.lower()}.content}})'
+                if hasattr(message, "role") and hasattr(message, "content")
+                else ""
+            )
+            raise MalformedMessage(f"a message must be an object, not {what}{hint}", index=index)
         role = message.get("role")
         if role not in _ROLES:
             raise MalformedMessage(f"unknown role {role!r} (expected one of {list(_ROLES)})", index=index, field="role")
