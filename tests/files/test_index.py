@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from context_os.files import FileIndex, Workspace
-from context_os.files.index import Indexed
+from context_os.files.index import Indexed, claim_id
+from context_os.hashing import verify_doc
 from context_os.store import Store, open_store
 from context_os.store.base import MAX_CLOCK_WAIT_MS, next_valid_time
 
@@ -93,6 +94,24 @@ def test_two_processes_indexing_one_new_file_at_once_make_one_object(store: Stor
     moved = first.refresh(got.id, ws.resolve("m.txt"), cause="tracker")
     assert moved is not None and moved.changes == ("path",)
     assert first.index(ws.resolve("m.txt"), read=True, cause="read").id == got.id
+
+
+def test_a_paths_claim_verifies_like_every_document(store: Store, root: Path) -> None:
+    """The claim a new file (or a move) writes carried no hashes: `ctxos verify` called every
+    store that had indexed a file damaged (content_hash, meta_hash, object_hash do not match)."""
+    ws = Workspace(root)
+    idx = FileIndex(store, ws)
+    (root / "c.txt").write_text("c\n")
+    before = ws.resolve("c.txt")
+    got = idx.index(before, read=True, cause="read")
+    os.rename(root / "c.txt", root / "d.txt")
+    after = ws.resolve("d.txt")
+    assert idx.refresh(got.id, after, cause="tracker") is not None
+    claims = [claim_id(str(before)), claim_id(str(after))]
+    for i in [*claims, got.id]:
+        assert store.history(i), i
+        for v in store.history(i):
+            assert v.doc is not None and verify_doc(v.doc) == [], i
 
 
 def test_a_move_over_another_file_marks_that_one_replaced(store: Store, root: Path) -> None:
