@@ -277,6 +277,13 @@ def doc_hashes(doc: Mapping[str, Any]) -> dict[str, str]:
     return {"content_hash": c, "meta_hash": m, "object_hash": object_hash(doc["id"], doc["kind"], c, m)}
 
 
+def hashed(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` (``id``, ``kind``, ``content``, ``meta``) with its three hashes: what every stored
+    document carries, and ``ctxos verify`` checks (a bookkeeping document made as a plain dict,
+    without them, is reported as damaged)."""
+    return {**doc, **doc_hashes(doc)}
+
+
 def encode_doc(
     doc_id: str, kind: str, content: Any, meta: Mapping[str, Any], content_json: tuple[bytes, bool] | None = None
 ) -> tuple[dict[str, Any], bytes | None]:

@@ -528,6 +528,20 @@ def test_verify_reports_clean_then_catches_tampering(demo, tmp_path):
     assert bad and all("content_hash" in b["fields"] for b in bad)
 
 
+def test_verify_passes_the_proxys_bookkeeping_written_without_hashes_and_checks_the_rest(tmp_path):
+    """The proxy wrote its claims and kept exchanges without hashes until 2026-12-03: every store
+    a proxy had used failed `ctxos verify` (content_hash, meta_hash, object_hash do not match)."""
+    db = tmp_path / "proxy.db"
+    with SqliteStore(db) as store:
+        store.put({"id": "proxy-claim:s", "kind": "proxy_claim", "content": "b3:x", "meta": {"session": "s"}})
+        store.put({"id": "proxy-hidden:s", "kind": "proxy_hidden", "content": [], "meta": {"session": "s"}})
+    assert json.loads(ctxos("verify", "--json", store=db).stdout)["mismatches"] == []
+    with SqliteStore(db) as store:  # one that carries hashes is checked: these are wrong
+        store.put({"id": "proxy-claim:t", "kind": "proxy_claim", "content": "b3:y", "meta": {}, "content_hash": "b3:0"})
+    proc = ctxos("verify", "--json", store=db, check=False)
+    assert proc.returncode == 1 and [b["id"] for b in json.loads(proc.stdout)["mismatches"]] == ["proxy-claim:t"]
+
+
 def test_verify_frames(demo):
     db, _ = demo
     report = json.loads(ctxos("verify", "--frames", "--json", store=db).stdout)

@@ -35,6 +35,7 @@ from context_os.context.tools import CONTEXT_TOOLS
 from context_os.errors import ConfigError
 from context_os.files import Workspace
 from context_os.harness.openai import OpenAIHook
+from context_os.hashing import verify_doc
 from context_os.server.proxy import SESSION_HEADER, STATUS_PATH, Proxy, derive_session, make_proxy_server
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import WATCHDOG_RACE_WARNING
@@ -1184,6 +1185,12 @@ def test_a_first_calls_exchanges_with_our_tools_are_taken_over_after_its_session
             assert first is not None and first["content"] == []  # taken over: never sent twice
         finally:
             running.close()
+    # the claims and the kept exchanges carry their hashes, as every document (`ctxos verify`
+    # called the store damaged: their three hashes did not match)
+    with SqliteStore(tmp_path / "proxy.db") as store:
+        kept = [v.doc for v in store.iter_versions() if v.doc and v.doc["kind"] in ("proxy_claim", "proxy_hidden")]
+        assert {d["kind"] for d in kept} == {"proxy_claim", "proxy_hidden"}
+        assert [d["id"] for d in kept if verify_doc(d)] == []
 
 
 def _fork_of_start() -> str:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import InputError, NotFound, StoreError
-from ..hashing import doc_hashes
+from ..hashing import hashed
 from ..objects import KINDS, FileDoc, path_key
 from ..store.base import Match, Op, Put, Store, Tx, Version, next_valid_time, now_ms
 from ..tokens import estimate_tokens
@@ -497,8 +497,7 @@ class FileIndex:
         if prev is None or moved:  # brought to this path: claim it (a concurrent creator's write fails)
             cid = claim_id(str(snap.path))
             held = claim[0] if claim is not None else self.store.get(cid)
-            claim_doc: dict[str, Any] = {"id": cid, "kind": "file_claim", "content": obj_id, "meta": {}}
-            claim_doc.update(doc_hashes(claim_doc))  # as every document: `ctxos verify` re-hashes it
+            claim_doc = hashed({"id": cid, "kind": "file_claim", "content": obj_id, "meta": {}})
             ops += [Match(cid, held.doc if held is not None else None), Put(claim_doc)]
         return self._commit(ops, obj_id, doc, vt, "new" if prev is None else "new version", tuple(changes))
 

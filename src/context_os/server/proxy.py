@@ -58,7 +58,7 @@ from ..harness.registry import harness
 from ..harness.responses import to_chat, to_items
 from ..harness.toolnames import for_tools, preset
 from ..harness.virtual_files import VirtualFiles
-from ..hashing import HASH_PREFIX, hash_value
+from ..hashing import HASH_PREFIX, hash_value, hashed
 from ..store.base import Evict
 from .protocol import CLOSE_WAIT
 from .proxy_tools import (
@@ -728,7 +728,7 @@ class Proxy:
             held = self._claims.setdefault(begun, reply)
         if held == reply:
             self.store.put(
-                {"id": f"{_CLAIM}{begun}", "kind": "proxy_claim", "content": reply, "meta": {"session": begun}}
+                hashed({"id": f"{_CLAIM}{begun}", "kind": "proxy_claim", "content": reply, "meta": {"session": begun}})
             )
         return held
 
@@ -1432,7 +1432,9 @@ def _same_reply(held: Mapping[str, Any], given: Mapping[str, Any]) -> bool:
 
 def _hidden_doc(session_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The document that keeps ``session_id``'s exchanges with our tools (``_rows``) in the store."""
-    return {"id": f"{_HIDDEN}{session_id}", "kind": "proxy_hidden", "content": rows, "meta": {"session": session_id}}
+    return hashed(
+        {"id": f"{_HIDDEN}{session_id}", "kind": "proxy_hidden", "content": rows, "meta": {"session": session_id}}
+    )
 
 
 def _stored_hidden(store: Store, session_id: str, newest_eviction: int) -> list[Hidden]:
