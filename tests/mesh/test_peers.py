@@ -702,6 +702,22 @@ def test_a_message_no_peer_would_accept_is_refused_before_it_is_sent_or_stored(
     assert stored["content"] == long["response"]
 
 
+def test_a_broadcast_gossipsub_would_drop_is_refused_before_it_is_sent_or_stored(
+    store: Store, agents: AgentFactory
+) -> None:
+    # 530,000 two-byte characters: within the 1,000,000 a message may hold, past the 1 MiB
+    # GossipSub carries; it was published, said to have reached bob, stored, and never arrived
+    alice, bob = agents("alice"), agents("bob")
+    link(alice, bob)
+    hook = hook_for(store, alice, "s-big-broadcast")
+    out = json.loads(hook.call_tool("mesh_broadcast", {"message": "é" * 530_000}))
+    assert out["type"] == "InputError" and "a broadcast carries at most" in out["error"]
+    assert messages_of(store, alice) == [] and alice.node.counts["broadcasts_out"] == 0
+    # just below it, it arrives
+    alice.broadcast("é" * 520_000, "event")
+    wait_for(lambda: bob.node.counts["broadcasts_in"] == 1, "bob's broadcast")
+
+
 def test_text_that_is_not_valid_unicode_is_refused_before_it_is_sent_or_stored(
     store: Store, agents: AgentFactory
 ) -> None:

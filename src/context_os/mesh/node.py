@@ -277,6 +277,12 @@ class BroadcastResult:
     message_id: str
 
 
+BROADCAST_MAX_BYTES = 1024 * 1024 - 1024
+"""The largest broadcast body: py-libp2p's GossipSub (as go's and js's by default) drops an RPC
+past 1 MiB when it sends it and when it reads it; 1 KiB is left for the envelope (sender, seqno,
+topic, signature)."""
+
+
 class MeshNode:
     """A libp2p peer with a synchronous API; ``start()`` it (or use ``with``), ``close()`` it."""
 
@@ -865,6 +871,12 @@ class MeshNode:
         body = wire.encode(
             wire.Broadcast(self.config.agent_name, self.peer_id, now_ms(), message, type)  # type: ignore[arg-type]
         )
+        if len(body) > BROADCAST_MAX_BYTES:
+            # GossipSub drops an RPC past 1 MiB on both sides, unsaid: refused here, not lost
+            raise InputError(
+                f"mesh_broadcast: the message is {len(body):,} bytes encoded; a broadcast carries at most"
+                f" {BROADCAST_MAX_BYTES:,} (send it to each peer with mesh_send)"
+            )
         reached = len(self.topic_peers())
         self._call(self._publish, body, timeout=self.config.call_timeout, what="broadcast")
         with self._lock:
