@@ -718,6 +718,27 @@ def test_a_broadcast_gossipsub_would_drop_is_refused_before_it_is_sent_or_stored
     wait_for(lambda: bob.node.counts["broadcasts_in"] == 1, "bob's broadcast")
 
 
+def test_a_broadcast_older_than_what_a_node_remembers_is_refused(
+    store: Store, agents: AgentFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer replayed a signed broadcast it had kept, 190 s after it came: the seen cache (120 s)
+    had forgotten it, and it was stored and shown again as new. A node now remembers an hour, and
+    refuses a broadcast sent (by its signed timestamp) longer ago than it remembers."""
+    from context_os.mesh import node as node_module
+
+    alice, bob = agents("alice"), agents("bob")
+    link(alice, bob)
+    real = node_module.now_ms
+    monkeypatch.setattr(node_module, "now_ms", lambda: real() - (node_module.BROADCAST_MAX_AGE_S + 60) * 1000)
+    alice.node.broadcast("old news")
+    wait_for(lambda: bob.node.counts["rejected"] == 1, "bob to refuse the old broadcast")
+    monkeypatch.undo()
+    alice.node.broadcast("fresh news")
+    wait_for(lambda: [m["text"] for m in bob.messages()] == ["fresh news"], "bob to store the fresh one")
+    assert bob.node.counts["broadcasts_in"] == 1 and bob.node.counts["rejected"] == 1
+    assert bob.node._pubsub.seen_messages.ttl == node_module.BROADCAST_SEEN_S
+
+
 def test_text_that_is_not_valid_unicode_is_refused_before_it_is_sent_or_stored(
     store: Store, agents: AgentFactory
 ) -> None:

@@ -277,6 +277,16 @@ class BroadcastResult:
     message_id: str
 
 
+BROADCAST_SEEN_S = 3600
+"""How long a node remembers the broadcasts it has seen (by sender and sequence number), to drop
+another copy of one (py-libp2p's default, 120 s, let any peer replay a signed broadcast it had
+kept once that time had passed: stored and shown again as new)."""
+
+BROADCAST_MAX_AGE_S = 3000
+"""A broadcast sent (by its own signed timestamp) longer ago than this is refused: a copy of one
+past ``BROADCAST_SEEN_S`` is no longer remembered, and is refused so. 10 minutes less than that,
+for peers whose clocks disagree; a peer whose clock is 50 minutes behind has its broadcasts refused."""
+
 BROADCAST_MAX_BYTES = 1024 * 1024 - 1024
 """The largest broadcast body: py-libp2p's GossipSub (as go's and js's by default) drops an RPC
 past 1 MiB when it sends it and when it reads it; 1 KiB is left for the envelope (sender, seqno,
@@ -409,7 +419,7 @@ class MeshNode:
         host: Any = self._host
         self._mdns: Any = host.mDNS
         host.mDNS = None
-        self._pubsub = Pubsub(self._host, self._router)
+        self._pubsub = Pubsub(self._host, self._router, seen_ttl=BROADCAST_SEEN_S)
         # message ids are the sender and a counter that starts at the time in seconds: a node
         # restarted with the same identity within a second sent ids its peers had seen, and they
         # dropped its broadcasts as duplicates (go-libp2p starts at nanoseconds)
@@ -1166,6 +1176,10 @@ class MeshNode:
                 continue
             if b.from_peer != peer:
                 self._reject(peer, f"broadcast claims to come from {b.from_peer}")
+                continue
+            age_s = time.time() - b.timestamp / 1000
+            if age_s > BROADCAST_MAX_AGE_S:  # a copy kept past what this node remembers: a replay
+                self._reject(peer, f"broadcast sent {age_s:,.0f} s ago, older than the {BROADCAST_MAX_AGE_S} s taken")
                 continue
             with self._lock:
                 self.counts["broadcasts_in"] += 1

@@ -172,11 +172,12 @@ def name_problem(text: str) -> str | None:
     """What keeps ``text`` from being a name a peer goes by (an agent name, a peer or request
     id), or None. A session shows names inside the attributes of an object's header and on its
     line of the object index: a line break or a quote in one would let a peer write lines and
-    attributes of its own there (``from="alice (…)"`` from another peer)."""
-    bad = next((c for c in text if c == '"' or unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    attributes of its own there (``from="alice (…)"`` from another peer); an invisible format
+    character would show one name as another (``ali\u200bce`` as ``alice``)."""
+    bad = next((c for c in text if c == '"' or unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
     if bad is None:
         return None
-    return f"holds {bad!r}: one line of text without control characters or double quotes"
+    return f"holds {bad!r}: one line of text without control or format characters or double quotes"
 
 
 def _text(
