@@ -502,7 +502,9 @@ def test_an_answer_naming_another_request_is_refused(store: Store, agents: Agent
 
 def test_a_request_nobody_answers_times_out_and_a_full_queue_refuses(store: Store, agents: AgentFactory) -> None:
     a = agents("alice")
-    b = agents("bob", answer_timeout=1.0, max_queue=1)
+    # the second is sent once the first is queued, within its time: 1 s was not always enough on
+    # a loaded machine (the first timed out, the queue was empty again, and the second queued)
+    b = agents("bob", answer_timeout=5.0, max_queue=1)
     link(a, b)
     import threading
 
@@ -512,7 +514,7 @@ def test_a_request_nobody_answers_times_out_and_a_full_queue_refuses(store: Stor
     wait_for(lambda: b.queue.stats()["queued"] == 1, "the first request to queue")
     second = a.send(b.peer_id, "second")  # the queue holds one: refused at once
     assert second["error"] is True and second["response"].startswith("[queue-full]")
-    first.join(10)
+    first.join(30)
     assert answers[0]["error"] is True and answers[0]["response"].startswith("[timeout]")
     assert b.next_request() is None  # the timed-out request is not handed to the agent
 
@@ -737,6 +739,14 @@ def test_a_broadcast_older_than_what_a_node_remembers_is_refused(
     wait_for(lambda: [m["text"] for m in bob.messages()] == ["fresh news"], "bob to store the fresh one")
     assert bob.node.counts["broadcasts_in"] == 1 and bob.node.counts["rejected"] == 1
     assert bob.node._pubsub.seen_messages.ttl == node_module.BROADCAST_SEEN_S
+
+
+def test_a_send_to_a_name_nobody_goes_by_says_so(store: Store, agents: AgentFactory) -> None:
+    """A name no agent or peer goes by was said to be "not a peer id" (a malformed one)."""
+    alice = agents("alice")
+    out = json.loads(hook_for(store, alice, "s-nobody").call_tool("mesh_send", {"peerId": "carol", "message": "hi"}))
+    assert out["type"] == "InputError" and out["error"].startswith("mesh: 'carol' is neither a peer id"), out
+    assert messages_of(store, alice) == []
 
 
 def test_text_that_is_not_valid_unicode_is_refused_before_it_is_sent_or_stored(

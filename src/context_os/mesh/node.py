@@ -786,7 +786,10 @@ class MeshNode:
         except Exception:  # noqa: BLE001 - base58 and multihash errors alike
             pid = None
         if pid is None:
-            raise InputError(f"mesh: {peer_id!r} is not a peer id (12D3KooW…): mesh_list_peers lists them")
+            raise InputError(
+                f"mesh: {peer_id!r} is neither a peer id (12D3KooW…) nor the name of an agent in the local registry"
+                " or of a peer this node knows: mesh_list_peers lists them"
+            )
         if peer_id == self.peer_id:
             raise InputError("mesh: a node cannot send a request to itself")
         req = wire.AgentRequest(
