@@ -1153,3 +1153,38 @@ def test_watch_failures_of_two_roots_are_each_logged_once(
     assert sorted(said) == sorted(
         f"file tracker of {ws}: cannot watch {d}: inotify watch limit reached" for d in (ws, other)
     )
+
+
+def test_a_move_another_process_recorded_is_followed_not_undone(tmp_path, root, db, ws) -> None:
+    """Two servers on one store, each with a tracker: ``mv f.txt m.txt`` then a read of ``m.txt``
+    in one records the move before the other's tracker looks; that one found the object already at
+    ``m.txt`` and wrote nothing, so nothing told it of the move. Its record stayed at ``f.txt``:
+    its next rescan (a stop's, the periodic one) marked the object missing at ``m.txt``, and a new
+    file made at ``f.txt`` moved the object back there, ``m.txt`` left untracked."""
+    (root / "f.txt").write_text("F\n")
+    (root / "g.txt").write_text("G\n")
+    first = FileIndex(db, ws)
+    moved = first.index(ws.resolve("f.txt"), read=True, cause="read").id
+    renamed = first.index(ws.resolve("g.txt"), read=True, cause="read").id
+    other = SqliteStore(tmp_path / "store.db")  # the other process's client of the store
+    mine = FileTracker(db, ws, rescan_interval=None).start()
+    try:
+        with FileTracker(other, Workspace(root), rescan_interval=None) as theirs:
+            seen = mine.stats["reconciled"]
+            os.rename(root / "f.txt", root / "m.txt")
+            os.rename(root / "g.txt", root / "n.txt")
+            index(theirs, root, "m.txt")  # the other process reads the new names at once
+            index(theirs, root, "n.txt")
+            wait_for(lambda: mine.stats["reconciled"] >= seen + 2, what="the tracker to look at the moves")
+            assert mine.settle()
+            (root / "g.txt").write_text("a new file at the old name\n")
+            flushed(mine, db, root)
+            mine.stop()  # (its last rescan)
+    finally:
+        mine.stop()
+        other.close()
+    for oid, path, text in ((moved, "m.txt", "F\n"), (renamed, "n.txt", "G\n")):
+        meta = latest_meta(db, oid)
+        assert (meta["version"], meta["path"], meta["missing"]) == (2, path, False), meta
+        assert db.get(oid).doc["content"] == text
+    assert [v.id for v in db.find("file", {"abs_path": str(ws.resolve("n.txt"))})] == [renamed]

@@ -197,6 +197,14 @@ def record_virtual(
     return Version(obj_id, vt, tx.id, tx.time, doc)
 
 
+def _regular(path: str) -> bool:
+    """Whether ``path`` names a regular file (not a symlink to one)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def file_key(path: str) -> tuple[str, int, int] | None:
     """(inode as ``dev:ino``, size, mtime in ms) of the regular file at ``path``: what a file
     moved elsewhere is known again by (``meta.inode``, ``size``, ``mtime``); None if there is none."""
@@ -360,18 +368,27 @@ class FileIndex:
         reason: str = "deleted",
         settled: Callable[[FileSnapshot], bool] | None = None,
         record_stat: bool = False,
+        at: str | None = None,
     ) -> Indexed | None:
         """Bring ``obj_id`` in line with the file now at ``path`` (its old path, or the one it
         was moved to), or mark it missing when ``path`` is None. None if the object is gone
         from the store (evicted). ``settled`` sees what was read before a new version is written:
         False leaves the object as it is (status ``unsettled``). ``record_stat``: the same bytes
         found under another size, mtime or inode (``touch``, a same-bytes rewrite) correct the
-        stat of the version in force (``_restat``), after the same ``settled`` check."""
+        stat of the version in force (``_restat``), after the same ``settled`` check. ``at``: the
+        path where the caller last knew the object (a tracker's record); if the store has it at
+        another path since (another process's index moved it: ``mv a b`` then a read of ``b``
+        there), what the caller saw at ``at`` is not this object's, and the object is looked at
+        where the store has it (before, a tracker in the other process marked it missing, or
+        moved it back to ``a`` when a new file was made there)."""
         with self._lock:
             for _ in range(_ATTEMPTS):
                 prev = self.latest(obj_id)
                 if prev is None:
                     return None
+                here = (prev.doc or {}).get("meta", {}).get("abs_path")
+                if at is not None and here is not None and here != at and (path is None or str(path) != here):
+                    path = Path(here) if _regular(here) else None
                 if path is not None and self.workspace.secret_in_path(path) is not None:
                     # moved to a name that holds a secret: that name is never recorded
                     path, reason = None, "moved to a path that holds a secret"

@@ -785,6 +785,7 @@ class FileTracker:
                 reason="deleted or moved away on disk",
                 settled=lambda snap: self._settled(oid, rec, snap, seen),
                 record_stat=True,
+                at=rec.path,
             )
         except StoreUnavailable as e:
             self._store_back_at = time.monotonic() + self.store_retry
@@ -812,6 +813,10 @@ class FileTracker:
             self._later(oid, self.debounce)
             return None
         self._deferred.pop(oid, None)
+        if result.status == "already indexed" and result.version.doc and _rec_of(result.version.doc["meta"]) != rec:
+            # as another process's index recorded it (moved, gone, back): nothing was written here,
+            # so ``_note`` heard of nothing, and the record must follow the store's, not stay behind
+            self._note_meta(oid, result.version.doc["meta"])
         if result.status != "already indexed":
             self.stats["versions"] += 1
             return result
