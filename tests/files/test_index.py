@@ -114,6 +114,44 @@ def test_a_paths_claim_verifies_like_every_document(store: Store, root: Path) ->
             assert v.doc is not None and verify_doc(v.doc) == [], i
 
 
+def test_a_move_claims_the_path_as_read_before_it_looks_for_objects_there(store: Store, root: Path) -> None:
+    """``mv a.txt b.txt`` then a change to b.txt: one process's tracker records the move while
+    another process reads b.txt, which it cannot know for a.txt's file (its bytes changed), and
+    makes a new object of it. The move read the path's claim after looking for objects at b.txt:
+    one made between the two looks was neither marked replaced nor in the way of the write, and
+    b.txt had two objects for good."""
+    ws = Workspace(root)
+    other = open_store(store.url)  # another process's client of the same store
+    first, second = FileIndex(store, ws), FileIndex(other, ws)
+    (root / "a.txt").write_text("A\n")
+    oid = first.index(ws.resolve("a.txt"), read=True, cause="read").id
+    os.rename(root / "a.txt", root / "b.txt")
+    with open(root / "b.txt", "a") as f:
+        f.write("more\n")
+    dest = ws.resolve("b.txt")
+    made: list[Indexed] = []
+    looked = store.find
+
+    def find(kind: str, where: dict, *args: object, **kwargs: object) -> object:
+        found = looked(kind, where, *args, **kwargs)
+        if where == {"abs_path": str(dest)} and not made:  # the mover found nothing there: the other reads it now
+            made.append(second.index(dest, read=True, cause="read"))
+        return found
+
+    store.find = find  # type: ignore[method-assign]
+    try:
+        moved = first.refresh(oid, dest, cause="tracker")
+    finally:
+        del store.find
+        other.close()
+    assert made[0].status == "new" and made[0].id != oid
+    assert moved is not None and moved.version.doc is not None and moved.version.doc["meta"]["path"] == "b.txt"
+    at = [v for v in store.find("file", {"abs_path": str(dest)}) if v.doc and not v.doc["meta"]["missing"]]
+    assert [v.id for v in at] == [oid]
+    gone = store.get(made[0].id)
+    assert gone is not None and gone.doc is not None and gone.doc["meta"]["missing_reason"] == f"replaced by {oid}"
+
+
 def test_a_move_over_another_file_marks_that_one_replaced(store: Store, root: Path) -> None:
     ws = Workspace(root)
     idx = FileIndex(store, ws)

@@ -501,6 +501,10 @@ class FileIndex:
         if prev is not None:
             assert prev.doc is not None
             ops.append(Match(obj_id, prev.doc, valid_time=now + MATCH_HORIZON_MS))
+        if moved and claim is None:
+            # the path's claim read before the look below: an object another process makes there
+            # meanwhile fails this write (read after, the move took the path from it unseen)
+            claim = (self.store.get(claim_id(str(snap.path))),)
         if moved:
             # moved over a path another object holds: that file is gone (replaced), history kept
             for other in self.store.find("file", {"abs_path": str(snap.path)}):
