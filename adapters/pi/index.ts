@@ -630,7 +630,7 @@ function readTool(link: ContextOs): ToolDefinition<Schema, unknown> {
 					const r = await rpc.call<ToolCallResult>("tools.call", {
 						session: link.sessionId,
 						name: "read",
-						arguments: { path: p.path },
+						arguments: { path: piPath(p.path) },
 					});
 					// what context_os cannot read (outside the workspace, …), Pi reads itself; and an
 					// image, which context_os keeps as metadata only, Pi's read gives the model as an image
@@ -644,6 +644,14 @@ function readTool(link: ContextOs): ToolDefinition<Schema, unknown> {
 			return createReadToolDefinition(ctx.cwd).execute(toolCallId, p, signal, onUpdate, ctx);
 		},
 	};
+}
+
+/** A path as Pi's own tools take it (its normalizePath): Unicode spaces as spaces, a leading "@"
+ * dropped (a model writes "@src/app.ts" as files are mentioned in Pi's editor). Without it such a
+ * read failed in context_os, Pi's own read answered, and the file never became an object. */
+function piPath(path: string): string {
+	const spaced = path.replace(/[\u00A0\u2000-\u200A\u202F\u205F\u3000]/g, " ");
+	return spaced.startsWith("@") ? spaced.slice(1) : spaced;
 }
 
 /** The image types Pi's own read gives the model as an image block (its SUPPORTED_IMAGE_MIME_TYPES). */

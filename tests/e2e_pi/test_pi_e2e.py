@@ -479,6 +479,16 @@ def test_an_image_read_reaches_a_model_that_takes_images(pi: PiInstall, tmp_path
     assert "content_omitted" not in sent
 
 
+def test_a_read_of_an_at_path_is_context_oss_as_pis_own_read_takes_it(pi: PiInstall, tmp_path: Path) -> None:
+    """Pi's tools drop a leading "@" (files are mentioned so in its editor): context_os refused
+    "@calc.py", Pi's own read answered, and the file never became an object."""
+    script = [tool_call("read", path="@calc.py"), text("Read it.")]
+    run = run_pi(pi, tmp_path, "Read calc.py", script, files={"calc.py": BUGGY})
+    assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
+    assert _file_versions(run.store, "calc.py") == [BUGGY]
+    assert "def add" in _tail(run.requests[1])
+
+
 def _pi_print(pi: PiInstall, workspace: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """``pi -p ARGS`` in ``workspace``, run to its end; it must exit 0."""
     proc = pi_print(pi, workspace, env, *args)
