@@ -615,6 +615,10 @@ def test_a_resource_uri_whose_number_is_no_ascii_number_is_refused_not_a_traceba
         app = ContextOsMcp(store, session="m")
         try:
             assert json.loads(app.read_resource("context-os://frame/a/1")[1])  # the frame is there
+            # no such session: said in the client's terms (it named `ctxos sessions`, a command)
+            with pytest.raises(NotFound, match="the frames tool lists the sessions") as missing:
+                app.read_resource("context-os://frame/x/1")
+            assert "ctxos" not in str(missing.value)
             for turn in ("\u00b2", "\u0661", "1" * 5000):
                 with pytest.raises(InputError, match="SESSION/TURN"):
                     app.read_resource(f"context-os://frame/a/{turn}")

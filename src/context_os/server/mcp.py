@@ -312,7 +312,12 @@ class ContextOsMcp:
             session, sep, turn = rest.rpartition("/")
             if not sep or not _NUMBER.fullmatch(turn):
                 raise InputError(f"{uri!r}: a frame is context-os://frame/SESSION/TURN")
-            check = verify_frame(self.store, get_frame(self.store, unquote(session), int(turn)))
+            sid = unquote(session)
+            if self.store.doc(f"session:{sid}") is None:  # (get_frame's error names a CLI command)
+                raise NotFound(
+                    f"{uri}: no session {sid!r} in this store: the frames tool lists the sessions that have frames"
+                )
+            check = verify_frame(self.store, get_frame(self.store, sid, int(turn)))
             if not check.ok or check.rendered is None:
                 raise NotFound(f"{uri}: the frame does not verify: {'; '.join(check.problems)}")
             return "application/json", json.dumps(check.rendered.messages, ensure_ascii=False)
