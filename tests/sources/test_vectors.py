@@ -416,6 +416,42 @@ def test_close_stops_after_the_slice_in_progress_and_the_next_open_goes_on(
     index.close()
 
 
+def test_close_waits_a_bounded_time_and_the_worker_commits_its_slice_and_closes_the_index(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    """A slice takes seconds on a loaded machine: a server's shutdown waited for it without a
+    bound. ``close`` gives up waiting; the worker commits the slice and closes the index itself."""
+    long_notes(db, 40)
+    gated = Gated(model, hold=2)
+    index = VectorIndex(db, gated, tmp_path / "v.vectors")
+    worker = VectorIndexer(index, interval_s=0, poll_s=None)
+    worker.notify()
+    assert gated.held.wait(30)  # the worker is in its second slice
+    taken = index.cursor
+    assert worker.close(timeout=0.05, close_index=True) is False  # it did not wait for the slice
+    assert index.counts()["cursor"] == taken  # the index is still open for the worker to commit
+    gated.release.set()
+    worker._thread.join(30)
+    assert not worker._thread.is_alive()
+    assert [c[0] for c in gated.calls] == ["passage", "passage"]  # that slice, no other
+    with pytest.raises(sqlite3.ProgrammingError):  # the worker closed it as it ended
+        index.counts()
+    again = VectorIndex(db, Counting(model), tmp_path / "v.vectors")
+    assert again.cursor > taken  # the slice left to finish was committed
+    again.close()
+
+
+def test_close_of_an_ended_worker_closes_the_index_it_was_asked_to(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder
+) -> None:
+    index = VectorIndex(db, model, tmp_path / "v.vectors")
+    worker = VectorIndexer(index, interval_s=0, poll_s=None)
+    assert worker.close() is True  # an idle worker ends at once
+    assert worker.close(close_index=True) is True
+    with pytest.raises(sqlite3.ProgrammingError):
+        index.counts()
+
+
 def test_a_failing_embedder_is_reported_by_drain_and_nothing_is_lost(db: Store, tmp_path: Path) -> None:
     chat(db, "s1", TALK[:4])
     with embeddings_server(dim=6) as server:

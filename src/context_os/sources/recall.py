@@ -346,10 +346,12 @@ class Recall:
         return ranking
 
     def close(self) -> None:
-        """Stop the indexer and close the vector index (what is left is embedded next time)."""
+        """Stop the indexer and close the vector index (what is left is embedded next time).
+        Waits ``VectorIndexer.CLOSE_WAIT_S`` at most for the slice being embedded; the indexer
+        closes the index once that slice is done."""
         if self.indexer is not None:
-            self.indexer.close()
-        if self.vectors is not None:
+            self.indexer.close(close_index=True)
+        elif self.vectors is not None:
             self.vectors.close()
         with self._passages_lock:
             indexes, self._passages = list(self._passages.values()), {}

@@ -1195,7 +1195,13 @@ class VectorIndexer:
     once every part indexed before the call has its vector, at once, whatever the interval (tests
     and shutdown use it; never a sleep). ``close()`` stops the thread once the slice it is
     embedding is committed (``VectorIndex.SLICE_TEXTS``), however large the backlog; whatever is
-    left is taken in by the next ``catch_up``, from the persisted cursor."""
+    left is taken in by the next ``catch_up``, from the persisted cursor. It waits for that slice
+    ``CLOSE_WAIT_S`` at most (a slice takes seconds on a loaded machine, and a server's shutdown
+    waited for it): past that the worker is left to commit it and end by itself, closing the
+    index when its owner asked for that; a process that exits first drops the slice whole (its
+    transaction never began) and the next ``catch_up`` embeds it again."""
+
+    CLOSE_WAIT_S = 2.0
 
     def __init__(
         self, index: VectorIndex, *, queue_size: int = 16, interval_s: float = 0.5, poll_s: float | None = 5.0
@@ -1205,6 +1211,9 @@ class VectorIndexer:
         self.poll_s = poll_s
         self._queue: queue.Queue[_Drain | None] = queue.Queue(maxsize=queue_size)
         self._stop = threading.Event()
+        self._ending = threading.Lock()  # the worker's end and ``close(close_index=True)``, in turn
+        self._ended = False
+        self._close_index = False
         self._thread = threading.Thread(target=self._run, name="context_os-vectors", daemon=True)
         self._thread.start()
 
@@ -1231,13 +1240,29 @@ class VectorIndexer:
                 return False
         return waiter.ok
 
-    def close(self, timeout: float | None = None) -> None:
+    def close(self, timeout: float | None = CLOSE_WAIT_S, *, close_index: bool = False) -> bool:
         """Stop the worker: it finishes the slice it is embedding (committed, so the next
-        ``catch_up`` goes on after it) and starts no other."""
+        ``catch_up`` goes on after it) and starts no other. Waits ``timeout`` seconds at most
+        (None: until it ends); whether it ended. With ``close_index`` the index is closed once
+        the worker is done with it: here, or by the worker as it ends."""
+        with self._ending:
+            self._close_index = self._close_index or close_index
+            ended = self._ended
+        if ended and close_index:
+            self.index.close()
         self._stop.set()
         with contextlib.suppress(queue.Full):  # a full queue wakes it as well
             self._queue.put_nowait(None)
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.info(
+                "vector index %s: the slice being embedded is left to finish after %ss (the next catch-up "
+                "embeds it again if the process ends first)",
+                self.index.path,
+                timeout,
+            )
+            return False
+        return True
 
     def _next(self, timeout: float | None) -> _Drain | None:
         try:
@@ -1256,6 +1281,11 @@ class VectorIndexer:
                     break
                 if item is not None:
                     item.done.set()
+            with self._ending:
+                self._ended = True
+                close_index = self._close_index
+            if close_index:  # its owner asked, and did not wait for the slice in progress
+                self.index.close()
 
     def _loop(self) -> None:
         last = float("-inf")
