@@ -20,6 +20,7 @@ from context_os.files.index import EVICTED_BYTES, FileIndex, Indexed
 from context_os.files.workspace import OpenedPath
 from context_os.harness import OpenAIHook
 from context_os.store.sqlite import SqliteStore
+from context_os.tokens import estimate_tokens
 from tests.files.conftest import latest_meta, metas
 from tests.files.test_workspace import KEYS, PNG
 from tests.helpers import call as tcall
@@ -735,6 +736,25 @@ def test_a_file_of_one_long_line_shows_its_start(root: Path, tools: FileTools) -
         " end=1, column=64001) shows what follows]"
     )
     assert len(out) < 64_300
+
+
+def test_a_large_files_index_line_says_the_tokens_its_window_takes(root: Path, tools: FileTools) -> None:
+    """A file too large for the active pool shows a window of ``file_view_chars`` when activated;
+    its index line said the tokens of its whole text up to the workspace's cut (25,000 for a
+    400 kB file), eight times what activating it costs."""
+    (root / "big.py").write_text("".join(f"x_{n:06d} = {n}\n" for n in range(40_000)))  # 600 kB
+    (root / "small.py").write_text("y = 1\n" * 100)
+    big, small = call(tools, "read", path="big.py"), call(tools, "read", path="small.py")
+    assert big["tokens"] == 25_000  # the object's own size: its text up to the cut
+    for r in (big, small):
+        call(tools, "deactivate", id=r["id"])
+    index = {line.split()[1]: line for line in tail(tools.session).splitlines() if line.startswith("- file:")}
+    assert f"{estimate_tokens(12_000)} tokens" in index[big["id"]] and "25000" not in index[big["id"]]
+    assert f"{small['tokens']} tokens" in index[small["id"]]
+    activated = call(tools, "activate", id=big["id"])
+    assert activated["status"] == "activated"
+    shown = tools.session.view.shown_tokens(tools.session.view.objects[big["id"]])
+    assert abs(shown - estimate_tokens(12_000)) < 100  # what the line said, about
 
 
 def test_lines_pages_through_a_line_longer_than_it_shows_at_once(root: Path, tools: FileTools) -> None:

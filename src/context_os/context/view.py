@@ -152,7 +152,7 @@ def _unit(entry: int | None, msgs: list[Msg], memo: dict[bytes, tuple[str, int]]
     return Unit(entry, msgs, known[0], known[1])
 
 
-LAYOUT = 12
+LAYOUT = 13
 """How the current code renders (recorded in every frame as ``layout``): 1, a collapsed tool result
 names its object id; 2, it names its short ref (``r<entry>``), in fewer tokens; 3, a collapsed
 result whose text is no longer than its stub shows its text (``own_text``): collapsing it changes
@@ -182,7 +182,10 @@ inside of a JSON string (``shown_name``): a line break, a double quote or a back
 escaped (before, a file named ``a<newline>b`` broke the head, and its index line, in two); 12, a
 patch block keeps every changed line (``_patch_text``): before, the diff's lines starting ``---``
 or ``+++`` were all dropped as its headers, also a removed Markdown rule ``---`` (``----``) or an
-added ``++i``, and the patch sent did not apply to the block it patched."""
+added ``++i``, and the patch sent did not apply to the block it patched; 13, a file's index line
+counts the tokens activating it would show (``SessionView.index_tokens``): a file too large for the
+active pool shows a window of ``file_view_chars``, and its line said the tokens of its whole text
+(up to the workspace's cut, 25,000 tokens for a 400 kB file, where activating it shows some 3,000)."""
 
 
 def shown_name(name: str, layout: int = LAYOUT) -> str:
@@ -1050,6 +1053,25 @@ class SessionView:
         self._sums.add(pos, new.tokens - old.tokens)
         self._hist_msgs += len(new.msgs) - len(old.msgs)
 
+    def index_tokens(self, o: ObjInfo) -> int:
+        """The tokens ``o``'s index line says activating it costs (from layout 13): those of its
+        text, or, for a file too large for the active pool on its own (as ``FileTools`` decides,
+        a read or an ``activate`` showing a window from its top) or with lines in focus, the
+        window of ``file_view_chars`` the pool shows."""
+        policy = self.policy
+        view = policy.file_view_chars
+        if self.layout < 13 or o.kind != "file" or view is None:
+            return o.tokens
+        chars, limit = o.meta.get("chars"), o.meta.get("context_chars")
+        if not isinstance(chars, int) or isinstance(chars, bool):
+            return o.tokens
+        if isinstance(limit, int) and not isinstance(limit, bool):
+            chars = min(chars, limit)
+        pool = policy.active_pool_tokens
+        if chars <= view or not (o.focus or (pool is not None and estimate_tokens(chars) > pool)):
+            return o.tokens
+        return min(o.tokens, estimate_tokens(view))
+
     def shown_tokens(self, o: ObjInfo) -> int:
         """Tokens ``o`` takes in the active pool (its text as shown: a window of a long file)."""
         return estimate_tokens(len(self.shown_text(o)))
@@ -1101,7 +1123,7 @@ class SessionView:
         lines = [TAIL_OPEN]
         if meta:
             lines.append(INDEX_HEADER)
-            lines.extend(_index_line(o, self.layout) for o in meta)
+            lines.extend(_index_line(o, self.layout, self.index_tokens(o)) for o in meta)
         if active:
             lines.append("Active content:")
             for o in active:
@@ -1118,7 +1140,12 @@ class SessionView:
             blocks.append({"role": "user", "text": "\n".join(lines)})
         meta = self.metadata_pool()
         if meta:
-            lines = [TAIL_OPEN, INDEX_HEADER, *(_index_line(o, self.layout) for o in meta), TAIL_CLOSE]
+            lines = [
+                TAIL_OPEN,
+                INDEX_HEADER,
+                *(_index_line(o, self.layout, self.index_tokens(o)) for o in meta),
+                TAIL_CLOSE,
+            ]
             blocks.append({"role": "user", "text": "\n".join(lines)})
         return blocks
 
@@ -1170,7 +1197,7 @@ class SessionView:
         ]
         meta = self.metadata_pool()
         if meta:
-            index = [_index_line(o, self.layout) for o in meta]
+            index = [_index_line(o, self.layout, self.index_tokens(o)) for o in meta]
             out.append((INDEX_KEY, "\n".join([TAIL_OPEN, INDEX_HEADER, *index, TAIL_CLOSE])))
         return out
 
@@ -1721,12 +1748,13 @@ def horizon_text(hidden: list[Entry], horizon: int) -> str:
     return _Behind().extend(hidden).text(horizon)
 
 
-def _index_line(o: ObjInfo, layout: int = LAYOUT) -> str:
+def _index_line(o: ObjInfo, layout: int = LAYOUT, tokens: int | None = None) -> str:
+    """``o``'s line in the object index; ``tokens``: what activating it costs (default ``o.tokens``)."""
     name = o.meta.get("path") or o.meta.get("name") or ""
     parts = [f"- {o.id}", o.kind]
     if name:
         parts.append(shown_name(str(name), layout))
-    parts.append(f"{o.tokens} tokens")
+    parts.append(f"{o.tokens if tokens is None else tokens} tokens")
     if o.kind == "recall" and isinstance(o.meta.get("preview"), str):  # hits stored since it was written
         parts.append(json.dumps(o.meta["preview"], ensure_ascii=False))
     if o.meta.get("version"):
