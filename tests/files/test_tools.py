@@ -745,7 +745,7 @@ def test_a_large_files_index_line_says_the_tokens_its_window_takes(root: Path, t
     (root / "big.py").write_text("".join(f"x_{n:06d} = {n}\n" for n in range(40_000)))  # 600 kB
     (root / "small.py").write_text("y = 1\n" * 100)
     big, small = call(tools, "read", path="big.py"), call(tools, "read", path="small.py")
-    assert big["tokens"] == 25_000  # the object's own size: its text up to the cut
+    assert big["tokens"] == 25_000  # the file's own size: its text up to the cut (its note says what shows)
     for r in (big, small):
         call(tools, "deactivate", id=r["id"])
     index = {line.split()[1]: line for line in tail(tools.session).splitlines() if line.startswith("- file:")}
@@ -755,6 +755,7 @@ def test_a_large_files_index_line_says_the_tokens_its_window_takes(root: Path, t
     assert activated["status"] == "activated"
     shown = tools.session.view.shown_tokens(tools.session.view.objects[big["id"]])
     assert abs(shown - estimate_tokens(12_000)) < 100  # what the line said, about
+    assert activated["tokens"] == shown  # the answer says what activating it put in context, not 25,000
 
 
 def test_lines_pages_through_a_line_longer_than_it_shows_at_once(root: Path, tools: FileTools) -> None:

@@ -1144,7 +1144,15 @@ class Session:
         if obj.kind == "file":
             self._follow_reading_list(obj, read=reason == "read")
         self.writer.flush()
-        return {"id": obj_id, "status": status, "version": obj.meta.get("version"), "tokens": obj.tokens}
+        return {"id": obj_id, "status": status, "version": obj.meta.get("version"), "tokens": self._tokens_said(obj)}
+
+    def _tokens_said(self, obj: ObjInfo) -> int:
+        """The tokens an answer to ``show``/``activate`` says ``obj`` takes: an active one's text as
+        the active pool shows it (a window of a long file, an output's text without its images), an
+        inactive one's as its index line says."""
+        if obj.state == "active":
+            return self.view.shown_tokens(obj)
+        return self.view.index_tokens(obj)
 
     def _follow_reading_list(self, obj: ObjInfo, *, read: bool) -> None:
         """A file read joins the reading list; a version of one the agent made (an edit or a
@@ -1184,7 +1192,7 @@ class Session:
         else:
             self._set(obj, "active", actor, reason)
         self.writer.flush()
-        out: dict[str, Any] = {"id": obj_id, "status": "activated", "tokens": obj.tokens}
+        out: dict[str, Any] = {"id": obj_id, "status": "activated", "tokens": self._tokens_said(obj)}
         pool = self.view.policy.active_pool_tokens
         # what it takes in the pool: its text as shown (a window of a long file; an output's text,
         # not its images, which its token count holds)
