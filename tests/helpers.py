@@ -491,3 +491,28 @@ def ctrl_c_after(seconds: float) -> Iterator[None]:
     finally:
         ctrl_c.cancel()
         signal.signal(signal.SIGINT, before)
+
+
+def unsplit_keyword_index(path: Path) -> None:
+    """Make the keyword index of the SQLite store at ``path`` as a context_os of before
+    2026-12-03 made it: FTS5 over ``text_parts`` itself, a CJK run one token."""
+    import sqlite3
+
+    from context_os.store.text_index import TOKENIZER
+
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("DROP TABLE text_fts")
+        conn.execute("DROP VIEW text_fts_src")
+        conn.execute(
+            "CREATE VIRTUAL TABLE text_fts USING fts5(text, content='text_parts', content_rowid='seq',"
+            f" tokenize='{TOKENIZER}')"
+        )
+        conn.execute("INSERT INTO text_fts (text_fts) VALUES ('rebuild')")  # every part is in it now
+        conn.execute(
+            "UPDATE text_meta SET value = (SELECT coalesce(max(seq), 0) FROM text_parts) WHERE key = 'fts_seq'"
+        )
+        conn.execute("DELETE FROM text_meta WHERE key = 'split'")
+        conn.commit()
+    finally:
+        conn.close()

@@ -15,6 +15,7 @@ from context_os.cli import cli
 from context_os.cli.index import register
 from context_os.hashing import doc_hashes
 from context_os.store.sqlite import SqliteStore
+from tests.helpers import unsplit_keyword_index
 
 pytestmark = pytest.mark.e2e
 
@@ -63,6 +64,17 @@ def test_status_table(ctxos: click.Group, db: Path) -> None:
     assert r.exit_code == 0, r.output
     assert "state" in r.stdout and "ok" in r.stdout and "parts" in r.stdout
     assert "rebuild" not in r.stdout
+
+
+def test_status_says_an_index_from_before_cjk_was_split_wants_a_rebuild(ctxos: click.Group, db: Path) -> None:
+    unsplit_keyword_index(db)
+    r = run(ctxos, db, "status")
+    assert r.exit_code == 0, r.output
+    assert "Chinese, Japanese and Korean" in r.stdout and "`ctxos index rebuild`" in r.stdout
+    assert json.loads(run(ctxos, db, "status", "--json").stdout)["splits_cjk"] is False
+    assert run(ctxos, db, "rebuild").exit_code == 0
+    assert json.loads(run(ctxos, db, "status", "--json").stdout)["splits_cjk"] is True
+    assert "Chinese" not in run(ctxos, db, "status").stdout
 
 
 def test_rebuild_repairs_a_missing_index(ctxos: click.Group, db: Path) -> None:

@@ -246,6 +246,27 @@ def test_query_words_are_counted_whatever_their_unicode_form(query: str, text: s
     assert query_words_found(query, text) == (1, 1)
 
 
+@pytest.mark.parametrize(
+    ("query", "found"),
+    [("問題", (1, 1)), ("日本語の問題", (1, 1)), ("问题", (0, 1)), ("한국어 검색", (2, 2)), ("修复 bug", (1, 2))],
+)
+def test_query_words_inside_cjk_text_are_counted(query: str, found: tuple[int, int]) -> None:
+    assert query_words_found(query, "我们修复了日本語の問題，还有한국어검색") == found
+
+
+def test_words_inside_cjk_text_are_recalled_from_the_store_and_the_memory_files(db: Store, tmp_path: Path) -> None:
+    """A run of Chinese, Japanese or Korean characters was one word to the keyword index, so that
+    no word inside a sentence was ever found, in the store or in a memory file."""
+    (tmp_path / "repo").mkdir()
+    scopes = MemoryScopes(tmp_path / "repo", trust_project=True, data_dir=tmp_path / "data")
+    scopes.remember("测试服务器的端口是6543")
+    chat(db, "s1", ["我们修复了登录页面的问题", "好的。", *TALK])
+    hits = Recall(db).search("登录页面", k=3, memory=scopes).hits
+    assert (hits[0].session, hits[0].part, hits[0].bm25_rank) == ("s1", "e0", 1)
+    hits = Recall(db).search("端口", k=3, memory=scopes).hits
+    assert hits[0].path is not None and "6543" in hits[0].text
+
+
 def test_a_word_holding_a_character_newer_than_the_tokenizer_s_tables_is_recalled(db: Store) -> None:
     """unicode61's tables are Unicode 6.1's: an emoji of since then stuck to a word is a letter
     of that word to it. The keyword query split the word there and found nothing of it."""

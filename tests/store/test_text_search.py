@@ -23,6 +23,7 @@ from context_os.hashing import doc_hashes
 from context_os.objects import index_parts
 from context_os.store import Evict, Match, Put, Store, TextHit, text_index
 from context_os.store.sqlite import SqliteStore
+from tests.helpers import unsplit_keyword_index
 
 T0 = 1_700_000_000_000
 
@@ -125,6 +126,36 @@ def test_words_are_stemmed_and_case_folded(store: Store, uid: str) -> None:
 def test_a_word_is_found_whatever_its_unicode_form(store: Store, uid: str, text: str, query: str) -> None:
     store.put(obj(f"file:{uid}", "file", text.format(uid=uid)), T0)
     assert found(store.text_search(query.format(uid=uid))) == [(f"file:{uid}", "")]
+
+
+CJK_TEXT = "我们修复了{uid}日本語の問題，还有한국어검색"
+"""Chinese, Japanese and Korean, written without spaces between words: unicode61 makes one token
+of each run, so that no word inside one was ever found."""
+
+
+@pytest.mark.parametrize("query", ["修复", "日本語", "問題", "語の問", "한국어", "검색", "語", "日本語 unrelated"])
+def test_a_word_inside_cjk_text_is_found(store: Store, uid: str, query: str) -> None:
+    store.put(obj(f"file:{uid}", "file", CJK_TEXT.format(uid=uid)), T0)
+    assert found(mine(store.text_search(query, k=100), uid)) == [(f"file:{uid}", "")]
+
+
+@pytest.mark.parametrize("query", ["问题", "修理", "日本人", "한국인"])
+def test_cjk_characters_not_next_to_each_other_in_the_text_are_no_word_of_it(
+    store: Store, uid: str, query: str
+) -> None:
+    store.put(obj(f"file:{uid}", "file", CJK_TEXT.format(uid=uid)), T0)
+    assert mine(store.text_search(query, k=100), uid) == []
+
+
+def test_cjk_text_keeps_the_index_sound_through_edits_and_evictions(store: Store, uid: str) -> None:
+    store.put(obj(f"file:{uid}", "file", CJK_TEXT.format(uid=uid)), T0)
+    store.put(obj(f"file:{uid}b", "file", f"别的文件 {uid}"), T0)
+    assert found(mine(store.text_search("文件", k=100), uid)) == [(f"file:{uid}b", "")]
+    store.submit([Evict(f"file:{uid}b")])
+    assert mine(store.text_search("文件", k=100), uid) == []
+    assert found(mine(store.text_search("修复", k=100), uid)) == [(f"file:{uid}", "")]
+    status = store.index_status()
+    assert status["state"] == "ok" and status["splits_cjk"] is True
 
 
 def test_more_matching_words_rank_higher(store: Store, uid: str) -> None:
@@ -338,6 +369,7 @@ def test_an_index_an_eviction_left_reporting_damage_heals_when_opened(tmp_path: 
         s.text_search("word")
         s.submit([Evict("memory:b")])
     conn = sqlite3.connect(path, isolation_level=None)  # as the code before left it
+    text_index.register(conn)  # (the view FTS5 checks itself against calls it)
     conn.execute("INSERT INTO text_fts (text_fts, rowid, text) VALUES ('delete', 2, '')")
     conn.execute("DELETE FROM migrations WHERE name = 'm005_fts_high_water'")
     assert conn.execute("SELECT seq, eid FROM text_parts ORDER BY seq").fetchall() == [(1, 1), (2, 0)]
@@ -910,6 +942,41 @@ def test_xtdb_a_search_while_another_process_holds_the_sidecar_s_write_lock_answ
             (f"file:{uid}:b", ""),
         ]
         assert s.index_status()["lags"] is False
+
+
+def test_sqlite_an_index_from_before_cjk_was_split_keeps_working_until_rebuilt(tmp_path: Path) -> None:
+    """An index made before 2026-12-03 holds a CJK run as one token: it goes on as it was (its
+    checks pass, its other words are found, an eviction deletes what it holds) and says so,
+    until ``rebuild_index`` makes it anew."""
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as s:
+        s.put(obj("file:a", "file", "我们修复了日本語の問題 and a quick fix"), T0)
+        s.put(obj("file:b", "file", "别的文件 quick"), T0)
+        s.text_search("quick")
+    unsplit_keyword_index(path)
+    with SqliteStore(path) as s:
+        status = s.index_status()
+        assert (status["state"], status["splits_cjk"]) == ("ok", False)  # FTS5's own check passes
+        assert sorted(found(s.text_search("quick"))) == [("file:a", ""), ("file:b", "")]
+        assert s.text_search("修复") == []
+        s.submit([Evict("file:b")])
+        assert found(s.text_search("quick")) == [("file:a", "")]
+        assert s.index_status()["state"] == "ok"
+        s.rebuild_index()
+        status = s.index_status()
+        assert (status["state"], status["splits_cjk"]) == ("ok", True)
+        assert found(s.text_search("修复")) == [("file:a", "")]
+
+
+def test_sqlite_the_scan_finds_a_word_inside_cjk_text(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with SqliteStore(path) as s:
+        s.put(obj("file:a", "file", "我们修复了日本語の問題"), T0)
+    drop_index(path)
+    with SqliteStore(path) as s:
+        assert s.index_status()["search"] == "scan"
+        assert found(s.text_search("問題")) == [("file:a", "")]
+        assert s.text_search("问题") == []
 
 
 def test_sqlite_an_index_from_before_the_batches_keeps_each_text_once(tmp_path: Path) -> None:

@@ -41,6 +41,11 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
         click.echo(table(_rows(report), ["field", "value"]))
         if report.get("state") not in ("ok", "none"):
             click.echo(f"the index is {report['state']}: searches scan the store; `ctxos index rebuild` repairs it")
+        elif report.get("splits_cjk") is False:
+            click.echo(
+                "the index was made before it split Chinese, Japanese and Korean text into words:"
+                " `ctxos index rebuild` makes it again so that keyword search finds words inside such text"
+            )
 
 
 @index_group.command("rebuild")

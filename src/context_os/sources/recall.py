@@ -55,7 +55,18 @@ from ..errors import ConfigError, EmbedderUnavailable, InputError, StoreCorrupt
 from ..hashing import unicode_problem
 from ..objects import INDEXED_KINDS, index_parts
 from ..store.base import Store, TextHit, Version, now_ms
-from ..store.text_index import MAX_TERMS, TOKENIZER, check_basis, check_kinds, find_words, query_words, terms, words
+from ..store.text_index import (
+    MAX_TERMS,
+    TOKENIZER,
+    check_basis,
+    check_kinds,
+    find_words,
+    fts_text,
+    match_words,
+    query_words,
+    terms,
+    words,
+)
 from ..times import parse_time
 from ..tokens import estimate_tokens
 from .base import SourceItem
@@ -114,7 +125,7 @@ def query_words_found(query: str, text: str) -> tuple[int, int]:
     wanted = sorted(query_words(keyword_query(query))[:MAX_TERMS])
     if not wanted:
         return 0, 0
-    *each, have = terms([*wanted, text])
+    *each, have = terms([*wanted, text], words=len(wanted))
     return _found(list(zip(wanted, each, strict=True)), have, _words(text)), len(wanted)
 
 
@@ -859,7 +870,9 @@ class _PassageIndex:
             conn = sqlite3.connect(":memory:", check_same_thread=False)
             self._closer = weakref.finalize(self, conn.close)
             conn.execute(f"CREATE VIRTUAL TABLE m USING fts5(text, tokenize='{TOKENIZER}')")
-            conn.executemany("INSERT INTO m (rowid, text) VALUES (?, ?)", [(n, p.text) for n, p in enumerate(passages)])
+            conn.executemany(
+                "INSERT INTO m (rowid, text) VALUES (?, ?)", [(n, fts_text(p.text)) for n, p in enumerate(passages)]
+            )
             self._conn, self._key = conn, key
             live = {text_key(p.text) for p in passages}
             self._terms = {k: v for k, v in self._terms.items() if k in live}
@@ -871,7 +884,7 @@ class _PassageIndex:
         wanted = query_words(query)[:MAX_TERMS]
         if not passages or not wanted:
             return []
-        match = " OR ".join(f'"{w}"' for w in wanted)
+        match = match_words(wanted)
         with self._lock:
             rows = self._index(passages).execute("SELECT rowid, rank FROM m WHERE m MATCH ? ORDER BY rank", (match,))
             found = rows.fetchall()
@@ -886,7 +899,7 @@ class _PassageIndex:
         keys = [text_key(h.text) for h in hits]
         with self._lock:
             new = {k: h.text for k, h in zip(keys, hits, strict=True) if k not in self._terms}
-            made = terms([*wanted, *new.values()])
+            made = terms([*wanted, *new.values()], words=len(wanted))
             each = list(zip(wanted, made[: len(wanted)], strict=True))
             for (k, text), have in zip(new.items(), made[len(wanted) :], strict=True):
                 self._terms[k] = (have, _words(text))

@@ -587,6 +587,7 @@ class SqliteStore(Store):
             )
         except sqlite3.Error as e:
             raise StoreUnavailable(f"cannot open the SQLite store {self.path}: {e}") from e
+        text_index.register(conn)
         try:
             with self._translate("open"):
                 # before anything writes (even the journal mode): a file that is not ours is refused

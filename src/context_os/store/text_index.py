@@ -15,7 +15,9 @@ Tables (``create_tables``):
   is its cursor for ``Store.text_parts``. A chat page rewritten on every append adds only its
   new entries here (an unchanged entry has the same (entity, part, text hash)).
 * ``text_fts``: FTS5 over ``text_parts.text`` (external content: the text is stored once),
-  tokenizer ``porter unicode61 remove_diacritics 2``. Parts enter it in batches
+  tokenizer ``porter unicode61 remove_diacritics 2``, each run of CJK characters written as its
+  character bigrams (``fts_text``; the view ``text_fts_src`` is the content FTS5 checks itself
+  against, through the SQL function ``register`` adds to a connection). Parts enter it in batches
   (``FTS_BATCH``): FTS5 writes a segment per transaction and merges them as they pile up, so
   indexing a turn's few texts in each turn's transaction cost more than the text_parts rows
   themselves. A search first moves what is still pending into it (``flush_fts``), so it never
@@ -81,6 +83,10 @@ __all__ = [
     "checked_problem",
     "create_tables",
     "find_words",
+    "fts_text",
+    "match_words",
+    "register",
+    "splits_cjk",
     "drop_damaged",
     "drop_tables",
     "dropped_damaged",
@@ -127,6 +133,16 @@ _TOKEN_CHARS: dict[str, int] = {}
 one), asked of SQLite once a character (``_tokenizer_chars``)."""
 _TOKEN_CHARS_MAX = 100_000
 TABLES = ("text_fts", "text_parts", "text_meta")
+_CJK = (
+    "\u1100-\u11ff\u2e80-\u2fdf\u3005-\u3007\u3021-\u3029\u3031-\u3035\u3038-\u303c\u3040-\u309f\u30a1-\u30fa\u30fc-\u30ff"
+    "\u3100-\u312f\u3130-\u318f\u31a0-\u31bf\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f"
+    "\uac00-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+)
+"""Han, kana and Hangul: scripts written without spaces between words, which unicode61 makes one
+token of a whole run of (a sentence), so that no word inside it could be found."""
+_CJK_RUN = re.compile(f"[{_CJK}]+")
+SPLIT_FN = "ctxos_fts_text"
+"""The SQL function (``register``) the view ``text_fts_src`` writes each text through."""
 
 FTS_BATCH = 1024
 """Parts held back from ``text_fts`` until this many are pending (``flush_fts``): one segment
@@ -142,9 +158,16 @@ class SearchArgs:
 
     query: str
     match: str | None
-    """The FTS5 query (quoted words OR-ed), None when the query has no word at all."""
+    """The FTS5 query (``match_words``) for an index that holds CJK runs whole (``splits_cjk``),
+    None when the query has no word at all."""
     words: tuple[str, ...]
     k: int
+
+    @property
+    def split_match(self) -> str | None:
+        """The FTS5 query for an index that splits CJK runs (``fts_text``)."""
+        return match_words(self.words)
+
     kinds: tuple[str, ...]
     session: str | None
     valid_time: int | None
@@ -169,8 +192,7 @@ def check_search(query: Any, k: Any, kinds: Any, session: Any, valid_time: Any, 
         raise InputError(f"text_search: session {session!r} is not valid Unicode text ({e.reason})") from None
     check_basis(valid_time, tx_id)
     words = query_words(query)[:MAX_TERMS]
-    match = " OR ".join(f'"{w}"' for w in words) if words else None
-    return SearchArgs(query, match, words, k, wanted, session, valid_time, tx_id)
+    return SearchArgs(query, match_words(words, split=False), words, k, wanted, session, valid_time, tx_id)
 
 
 def check_kinds(kinds: Any) -> tuple[str, ...]:
@@ -242,6 +264,67 @@ def _word_with(starts: str, joins: str) -> re.Pattern[str]:
     return re.compile(rf"(?:{letter})(?:{letter}|[{_MARKS}{re.escape(joins)}])*")
 
 
+def fts_text(text: str) -> str:
+    """What ``text_fts`` indexes of a text: the text, each run of CJK characters (``_CJK``)
+    written as its overlapping character bigrams and then its last character, apart from the
+    letters around it (``日本語の`` is ``日本 本語 語の の``): every character starts one token, so a
+    word of any length inside the run is a phrase of bigrams (``match_words``). Other text is
+    left as it is."""
+    if text.isascii() or _CJK_RUN.search(text) is None:
+        return text
+    return _CJK_RUN.sub(lambda m: f" {' '.join(_bigrams(m[0]) + [m[0][-1]])} ", text)
+
+
+def _bigrams(run: str) -> list[str]:
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def _query_form(word: str) -> tuple[str, bool]:
+    """A query word as the tokens of ``fts_text`` it stands for, and whether the last is a
+    prefix: a CJK run of two or more characters is its bigrams (consecutive in the text where
+    the run stands in it), of one character the token it starts (a prefix: ``日`` is the start of
+    ``日本``, or a run's last character)."""
+    parts: list[str] = []
+    prefix = False
+    pos = 0
+    for m in _CJK_RUN.finditer(word):
+        parts.append(word[pos : m.start()])
+        run = m[0]
+        parts.extend(_bigrams(run) if len(run) > 1 else [run])
+        prefix, pos = len(run) == 1 and m.end() == len(word), m.end()
+    parts.append(word[pos:])
+    return " ".join(p for p in parts if p), prefix
+
+
+def match_words(words: Sequence[str], *, split: bool = True) -> str | None:
+    """The FTS5 query of ``words`` (``query_words``): each a quoted phrase, OR-ed, so no user or
+    LLM text is ever FTS5 syntax; with ``split``, of the tokens ``fts_text`` makes (an index made
+    before 2026-12-03 holds a CJK run whole: ``splits_cjk``). None: no word."""
+    if not words:
+        return None
+    phrases = []
+    for w in words:
+        form, prefix = _query_form(w) if split else (w, False)
+        phrases.append(f'"{form}"' + (" *" if prefix else ""))
+    return " OR ".join(phrases)
+
+
+def register(conn: sqlite3.Connection) -> None:
+    """Give ``conn`` the SQL function ``SPLIT_FN`` (``fts_text``) that the view ``text_fts_src``
+    calls: FTS5 reads it to check the index against its content (``fts_problem``)."""
+    conn.create_function(SPLIT_FN, 1, _sql_fts_text, deterministic=True)
+
+
+def _sql_fts_text(text: Any) -> Any:
+    return fts_text(text) if isinstance(text, str) else text
+
+
+def splits_cjk(conn: sqlite3.Connection) -> bool:
+    """Whether the index writes CJK runs as bigrams (``fts_text``): every index made since
+    2026-12-03; one made before holds them whole until ``rebuild_index`` makes it again."""
+    return bool(meta_value(conn, "split") == 1)
+
+
 def query_words(query: str) -> tuple[str, ...]:
     """The distinct words of a query (``find_words``; case aside), in order, each as first
     written: what a keyword search looks for (the first ``MAX_TERMS`` of them). Their case is
@@ -255,19 +338,22 @@ def query_words(query: str) -> tuple[str, ...]:
 
 
 def words(text: str) -> list[str]:
-    """The words of ``text`` (``find_words``), composed (NFC) and in lower case: for comparing
-    words without the tokenizer (a decomposed ``école`` is the composed one)."""
-    return [w.lower() for w in find_words(unicodedata.normalize("NFC", text))]
+    """The words of ``text`` (``find_words``), composed (NFC) and in lower case, a CJK run as
+    its bigrams (``fts_text``): for comparing words without the tokenizer (a decomposed
+    ``école`` is the composed one)."""
+    return [w.lower() for w in find_words(fts_text(unicodedata.normalize("NFC", text)))]
 
 
-def terms(texts: Sequence[str]) -> list[set[str]]:
-    """The terms ``TOKENIZER`` makes of each of ``texts`` (stemmed, case and diacritics folded):
-    what a keyword search matches of them."""
+def terms(texts: Sequence[str], *, words: int = 0) -> list[set[str]]:
+    """The terms ``TOKENIZER`` makes of each of ``texts`` (stemmed, case and diacritics folded,
+    CJK runs split by ``fts_text``): what a keyword search matches of them. The first ``words``
+    are query words, taken as a search takes them (a CJK run as its bigrams alone)."""
+    made = [_query_form(t)[0] if k < words else fts_text(t) for k, t in enumerate(texts)]
     conn = sqlite3.connect(":memory:")
     try:
         conn.execute(f"CREATE VIRTUAL TABLE t USING fts5(x, tokenize='{TOKENIZER}')")
         conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
-        conn.executemany("INSERT INTO t(rowid, x) VALUES (?, ?)", [(k + 1, text) for k, text in enumerate(texts)])
+        conn.executemany("INSERT INTO t(rowid, x) VALUES (?, ?)", [(k + 1, text) for k, text in enumerate(made)])
         out: list[set[str]] = [set() for _ in texts]
         for doc, term in conn.execute("SELECT doc, term FROM v"):
             out[doc - 1].add(term)
@@ -315,15 +401,19 @@ def create_tables(conn: sqlite3.Connection, *, state: str = "ok") -> None:
         " hash BLOB NOT NULL, kind TEXT NOT NULL, session TEXT, object_hash TEXT NOT NULL, text TEXT NOT NULL,"
         " UNIQUE (eid, part, hash))"
     )
+    conn.execute("DROP VIEW IF EXISTS text_fts_src")
+    conn.execute(f"CREATE VIEW text_fts_src AS SELECT seq, {SPLIT_FN}(text) AS text FROM text_parts")
     conn.execute(
-        f"CREATE VIRTUAL TABLE text_fts USING fts5(text, content='text_parts', content_rowid='seq',"
+        f"CREATE VIRTUAL TABLE text_fts USING fts5(text, content='text_fts_src', content_rowid='seq',"
         f" tokenize='{TOKENIZER}')"
     )
     conn.execute("CREATE TABLE text_meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID")
     # ``built``: when these tables were made (epoch ms; ``built_time`` in the status): a rebuild
     # numbers every part again from 1, and an embedder's cursor learns so from it (sources/vectors.py)
+    # ``split``: CJK runs go in as bigrams (``fts_text``, ``splits_cjk``)
     conn.execute(
-        "INSERT INTO text_meta (key, value) VALUES ('state', ?), ('fts_seq', 0), ('built', ?)", (state, now_ms())
+        "INSERT INTO text_meta (key, value) VALUES ('state', ?), ('fts_seq', 0), ('built', ?), ('split', 1)",
+        (state, now_ms()),
     )
 
 
@@ -334,6 +424,7 @@ def drop_tables(conn: sqlite3.Connection) -> None:
             _drop_fts(conn)
         else:
             conn.execute(f"DROP TABLE IF EXISTS {name}")
+    conn.execute("DROP VIEW IF EXISTS text_fts_src")
 
 
 def _drop_fts(conn: sqlite3.Connection) -> None:
@@ -587,7 +678,8 @@ def flush_fts(conn: sqlite3.Connection, *, force: bool = False) -> int:
         return 0
     # a high-water row (``remove_entity``) goes in too: its empty text indexes no term, but FTS5
     # counts every row of its content table (its integrity check reports a row it lacks as damage)
-    cur = conn.execute("INSERT INTO text_fts (rowid, text) SELECT seq, text FROM text_parts WHERE seq > ?", (done,))
+    text = f"{SPLIT_FN}(text)" if splits_cjk(conn) else "text"
+    cur = conn.execute(f"INSERT INTO text_fts (rowid, text) SELECT seq, {text} FROM text_parts WHERE seq > ?", (done,))
     set_meta(conn, "fts_seq", top)
     return max(cur.rowcount, 0)
 
@@ -599,7 +691,8 @@ def remove_entity(conn: sqlite3.Connection, eid: int) -> int:
     rows = conn.execute("SELECT seq, text FROM text_parts WHERE eid = ?", (eid,)).fetchall()
     (top,) = conn.execute("SELECT max(seq) FROM text_parts").fetchone()
     # only what reached text_fts is deleted from it (FTS5 must be told the exact text it holds)
-    indexed = [(seq, text) for seq, text in rows if seq <= done]
+    split = fts_text if splits_cjk(conn) else str
+    indexed = [(seq, split(text)) for seq, text in rows if seq <= done]
     conn.executemany("INSERT INTO text_fts (text_fts, rowid, text) VALUES ('delete', ?, ?)", indexed)
     conn.execute("DELETE FROM text_parts WHERE eid = ?", (eid,))
     (now,) = conn.execute("SELECT max(seq) FROM text_parts").fetchone()
@@ -667,9 +760,11 @@ def ranked(conn: sqlite3.Connection, args: SearchArgs) -> Generator[Candidate]:
         return indexed
     conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.pending_fts USING fts5(text, tokenize='{TOKENIZER}')")
     conn.execute("DELETE FROM temp.pending_fts")
-    conn.execute(
-        "INSERT INTO temp.pending_fts (rowid, text) SELECT seq, text FROM text_parts WHERE seq > ? AND eid != 0",
-        (done,),
+    split = splits_cjk(conn)
+    pending = conn.execute("SELECT seq, text FROM text_parts WHERE seq > ? AND eid != 0", (done,)).fetchall()
+    conn.executemany(
+        "INSERT INTO temp.pending_fts (rowid, text) VALUES (?, ?)",
+        [(seq, fts_text(text) if split else text) for seq, text in pending],
     )
     return _merged(indexed, _ranked(conn, "temp.pending_fts", args))
 
@@ -690,7 +785,7 @@ def _ranked(conn: sqlite3.Connection, table: str, args: SearchArgs) -> Generator
         " JOIN text_parts p ON p.seq = f.rowid JOIN entities e ON e.eid = p.eid"
         f" WHERE {name} MATCH ? AND p.kind IN (SELECT value FROM json_each(?))"
     )
-    params: list[Any] = [args.match, _json_list(args.kinds)]
+    params: list[Any] = [args.split_match if splits_cjk(conn) else args.match, _json_list(args.kinds)]
     if args.session is not None:
         sql += " AND p.session = ?"
         params.append(args.session)
@@ -730,7 +825,14 @@ def index_counts(conn: sqlite3.Connection) -> dict[str, Any]:
         (done,),
     ).fetchone()
     built = meta_value(conn, "built")  # None: tables made before it was recorded (2026-11-30)
-    return {"parts": parts, "documents": documents, "last_seq": last_seq, "pending": pending, "built_time": built}
+    return {
+        "parts": parts,
+        "documents": documents,
+        "last_seq": last_seq,
+        "pending": pending,
+        "built_time": built,
+        "splits_cjk": splits_cjk(conn),  # False: made before 2026-12-03, CJK words not found
+    }
 
 
 # -- without an index: a scan ---------------------------------------------------------------------
@@ -835,6 +937,7 @@ class SidecarIndex:
                 conn = sqlite3.connect(
                     self.path, isolation_level=None, check_same_thread=False, timeout=self.BUSY_TIMEOUT_S
                 )
+                register(conn)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
                 conn.execute("BEGIN IMMEDIATE")
