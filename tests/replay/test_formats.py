@@ -161,6 +161,65 @@ def test_bytes_that_are_not_utf8_are_read_as_node_reads_them_and_said(tmp_path: 
     ]
 
 
+def test_a_pi_message_without_content_is_empty_and_one_of_a_role_pi_does_not_know_is_left_out(
+    tmp_path: Path, db
+) -> None:
+    """Pi's convertToLlm sends no message of a role it does not know; a message whose content is
+    null or missing is empty. Either refused the whole session (``unknown role 'weird'``,
+    ``content must be a list of blocks, not NoneType``)."""
+    header = {"type": "session", "version": 3, "id": "s", "cwd": "/r"}
+    said = [
+        {"role": "user", "content": None},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "stopReason": "stop"},
+        {"role": "weird", "content": "not for the model"},
+        {"role": "user"},
+        {"role": "assistant", "content": None, "stopReason": "stop"},
+        {"content": "no role"},
+        {"role": "bashExecution", "command": "ls", "output": "a.py", "exitCode": 0, "cancelled": False},
+        {"role": "user", "content": "go on"},
+        {"role": "assistant", "content": [{"type": "text", "text": "done"}], "stopReason": "stop"},
+    ]
+    entries = [header] + [
+        {"type": "message", "id": f"m{n}", "parentId": f"m{n - 1}" if n else None, "message": m}
+        for n, m in enumerate(said)
+    ]
+    t = read_session(write(tmp_path / "s.jsonl", entries))
+    assert [(m["role"], m["content"]) for m in t.messages[:2]] == [("user", []), ("assistant", said[1]["content"])]
+    roles = ["user", "assistant", "user", "assistant", "bashExecution", "user", "assistant"]
+    assert [m["role"] for m in t.messages] == roles
+    assert "content" not in t.messages[4]  # (it holds none, and is no message without content)
+    assert t.notes == [
+        "2 message(s) of a role Pi does not know left out, as Pi's convertToLlm leaves them out of what the model"
+        " is sent: 'weird' (1), None (1)",
+        "3 message(s) without content (null or missing) read as empty",
+    ]
+    r = replay_transcript(t, Session.open(db, "s", harness=t.harness, workspace=t.cwd), verify="all")
+    assert r.frames_verified == r.turns == 3
+
+
+@pytest.mark.parametrize(
+    ("codec", "said", "iconv"),
+    [
+        ("utf-16", "UTF-16LE", "-f UTF-16 "),
+        ("utf-16-le", "UTF-16LE", "-f UTF-16LE "),
+        ("utf-16-be", "UTF-16BE", "-f UTF-16BE "),
+        ("utf-32", "UTF-32LE", "-f UTF-32 "),
+    ],
+)
+def test_a_session_in_utf16_or_utf32_is_refused_naming_its_encoding(
+    tmp_path: Path, codec: str, said: str, iconv: str
+) -> None:
+    # PowerShell's `>` writes UTF-16: read as UTF-8 every line was "not JSON" and nothing was
+    # said of why; a JSON file read as UTF-8 with its NULs was "not JSON" at byte 0
+    text = b"\n".join(pi_lines("first", "second")).decode() + "\n"
+    for name in ("s.jsonl", "s.json"):
+        path = tmp_path / name
+        path.write_bytes(text.encode(codec))
+        with pytest.raises(InputError, match=f"the file is {said} text, not UTF-8") as e:
+            read_session(path)
+        assert iconv in str(e.value) and "-t UTF-8" in str(e.value)
+
+
 # -- Claude Code ----------------------------------------------------------------------------------
 
 
@@ -842,7 +901,9 @@ def test_openhands_output_records_are_sessions_of_their_own() -> None:
 
 def test_openhands_event_lists_and_the_older_format() -> None:
     t = read_session(SESSIONS / "check" / "openhands" / "runtime_trajs.basic_interactions.json")
-    assert [m["role"] for m in t.messages] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    roles = ["user", "assistant", "user", "assistant", "bashExecution", "user", "assistant"]
+    assert [m["role"] for m in t.messages] == roles
+    assert "content" not in t.messages[4]  # (it holds none, and is no message without content)
     assert (t.label, calls(t)) == (None, 3)
     old = read_sessions(SESSIONS / "tuning" / "openhands" / "resolver.mock_output.output.jsonl")
     assert [(t.label, calls(t)) for t in old] == [("issue-5", 4), ("issue-1", 22)]

@@ -64,6 +64,8 @@ BRANCH_SUMMARY_SUFFIX = "</summary>"
 
 _LLM_ROLES = {"user": "user", "assistant": "assistant", "toolResult": "tool", "system": "system"}
 _CONVERTED = ("bashExecution", "custom", "branchSummary", "compactionSummary")
+AGENT_MESSAGE_ROLES = frozenset([*_LLM_ROLES, *_CONVERTED])
+"""The roles of the Pi messages the hook translates (Pi's ``convertToLlm`` drops any other)."""
 _NEUTRAL_TO_PI = {"user": "user", "assistant": "assistant", "tool": "toolResult", "system": "system"}
 
 

@@ -26,6 +26,7 @@ import io
 import json
 import os
 import re
+import shlex
 import stat
 import zlib
 from collections.abc import Callable, Mapping
@@ -155,8 +156,10 @@ class Transcript:
 def read_text(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> str:
     """The whole file as text (``_read_bytes``), in UTF-8 (a byte order mark before it left out;
     a file that is not UTF-8 refused)."""
+    data = _read_bytes(path, max_bytes)
+    _refuse_wide(path, data)
     try:
-        return _utf8(_read_bytes(path, max_bytes))
+        return _utf8(data)
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
 
@@ -168,6 +171,7 @@ def load(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> Parsed:
     is a line cut short, skipped, as one cut after an ASCII byte is; the lines read that held
     such bytes are ``Parsed.mended``."""
     data = _read_bytes(path, max_bytes)
+    _refuse_wide(path, data)
     try:
         return parse(path, _utf8(data))
     except UnicodeDecodeError:
@@ -178,6 +182,35 @@ def load(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> Parsed:
     lines = enumerate(bytes(data).split(b"\n"), 1)
     parsed.mended = [n for n, line in lines if n not in skipped and not _is_utf8(line)]
     return parsed
+
+
+_WIDE_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32LE"),
+    (b"\x00\x00\xfe\xff", "UTF-32BE"),
+    (b"\xff\xfe", "UTF-16LE"),
+    (b"\xfe\xff", "UTF-16BE"),
+)
+
+
+def _refuse_wide(path: Path, data: bytes | bytearray) -> None:
+    """``InputError`` for a file in UTF-16 or UTF-32 (PowerShell's ``>`` writes UTF-16): read as
+    UTF-8 with its bad bytes replaced, every line was a line that is not JSON, and the replay
+    said the file held no session. Told by its byte order mark, or, without one, by a first
+    line whose every other byte is NUL (JSON starts with ASCII)."""
+    head = bytes(data[:512])
+    found = next((name for bom, name in _WIDE_BOMS if head.startswith(bom)), None)
+    if found is None and len(head) >= 4:
+        if head[1:8:2] == b"\0" * len(head[1:8:2]) and head[0:8:2].isascii() and b"\0" not in head[0:8:2]:
+            found = "UTF-16LE"
+        elif head[0:8:2] == b"\0" * len(head[0:8:2]) and b"\0" not in head[1:8:2]:
+            found = "UTF-16BE"
+    if found is not None:
+        # with its byte order mark, iconv's UTF-16 reads the order from it and leaves it out
+        source = found[:6] if any(head.startswith(bom) for bom, _ in _WIDE_BOMS) else found
+        raise InputError(
+            f"{path}: the file is {found} text, not UTF-8: convert it first, e.g."
+            f" iconv -f {source} -t UTF-8 {shlex.quote(str(path))} > session.jsonl"
+        )
 
 
 def _utf8(data: bytes | bytearray, errors: str = "strict") -> str:

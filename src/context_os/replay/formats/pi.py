@@ -10,6 +10,9 @@ reads them (``packages/coding-agent/src/core/session-manager.ts``).
   ``buildSessionContext`` adds it); v2's ``hookMessage`` role is v3's ``custom``.
 * A line that is not JSON is skipped, as Pi's loader skips it (entry indexes count the entries
   read, as Pi's do).
+* A message of a role Pi does not know is left out, as Pi's ``convertToLlm`` leaves it out of
+  what the model is sent; a message whose ``content`` is null or missing is read as empty. Both
+  are said in the transcript's notes (``_unusual``).
 
 The messages are Pi ``AgentMessage`` dicts, uncompacted; the compactions are kept beside them.
 
@@ -18,10 +21,12 @@ This module reads files; it never touches a store or a session.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InputError
+from ...harness.pi import AGENT_MESSAGE_ROLES
 from .common import Compaction, Parsed, Transcript, iso_ms, text_field
 
 __all__ = ["PI_ENTRY_TYPES", "read_pi"]
@@ -41,6 +46,11 @@ PI_ENTRY_TYPES = (
 """Entry types of a Pi session file."""
 
 
+_CONTENT_ROLES = ("user", "assistant", "toolResult", "system", "custom")
+"""The roles of Pi's messages that hold a ``content`` (a ``bashExecution`` holds its
+``command`` and ``output``, a summary its ``summary``)."""
+
+
 def _int(value: Any, where: str, name: str) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -58,6 +68,10 @@ def _pi_message(entry: Mapping[str, Any]) -> dict[str, Any] | None:
         m = dict(entry["message"])
         if m.get("role") == "hookMessage":  # v2 name of v3's custom
             m["role"] = "custom"
+        if not isinstance(m.get("role"), str) or m["role"] not in AGENT_MESSAGE_ROLES:
+            return None  # Pi's convertToLlm sends no message of a role it does not know
+        if m.get("content") is None and m["role"] in _CONTENT_ROLES:
+            m["content"] = []
         return m
     if kind == "custom_message":
         return {
@@ -75,6 +89,32 @@ def _pi_message(entry: Mapping[str, Any]) -> dict[str, Any] | None:
             "timestamp": iso_ms(entry.get("timestamp")),
         }
     return None
+
+
+def _unusual(entries: list[dict[str, Any]]) -> list[str]:
+    """Notes on the messages of ``entries`` that ``_pi_message`` read otherwise than as written:
+    left out (a role Pi does not know), or read as empty (no content)."""
+    roles: Counter[str] = Counter()
+    empty = 0
+    for e in entries:
+        m = e.get("message") if e.get("type") == "message" else None
+        if not isinstance(m, dict):
+            continue
+        role = "custom" if m.get("role") == "hookMessage" else m.get("role")
+        if not isinstance(role, str) or role not in AGENT_MESSAGE_ROLES:
+            roles[repr(role)[:40]] += 1
+        elif m.get("content") is None and role in _CONTENT_ROLES:
+            empty += 1
+    notes = []
+    if roles:
+        said = ", ".join(f"{r} ({n})" for r, n in roles.items())
+        notes.append(
+            f"{sum(roles.values())} message(s) of a role Pi does not know left out, as Pi's convertToLlm leaves"
+            f" them out of what the model is sent: {said}"
+        )
+    if empty:
+        notes.append(f"{empty} message(s) without content (null or missing) read as empty")
+    return notes
 
 
 def read_pi(parsed: Parsed, **_: Any) -> list[Transcript]:
@@ -109,20 +149,18 @@ def read_pi(parsed: Parsed, **_: Any) -> list[Transcript]:
         )
         for n, at, e in pending
     ]
-    return parsed.stamp(
-        [
-            Transcript(
-                f"pi-v{version}",
-                "pi",
-                "pi",
-                messages,
-                text_field(header.get("id")),
-                text_field(header.get("cwd")),
-                compactions,
-                len(rows),
-            )
-        ]
+    out = Transcript(
+        f"pi-v{version}",
+        "pi",
+        "pi",
+        messages,
+        text_field(header.get("id")),
+        text_field(header.get("cwd")),
+        compactions,
+        len(rows),
     )
+    out.notes.extend(_unusual([e for _, e in body]))
+    return parsed.stamp([out])
 
 
 def _read_pi_tree(
@@ -178,7 +216,7 @@ def _read_pi_tree(
             f"forked from {header['parentSession']}: its first {out.inherited} messages are that session's, "
             "whose model calls are replayed with it, not here"
         )
-    out.notes = notes
+    out.notes = notes + _unusual(path)
     return out
 
 
