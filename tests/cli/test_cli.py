@@ -85,6 +85,23 @@ def test_hints_of_python_m_context_os_run_as_printed(tmp_path):
     assert again.stdout.splitlines()[-1].startswith("1 turn;")
 
 
+def test_a_session_without_a_model_call_hints_no_frame(tmp_path):
+    """A session of user messages alone has no frame: the closing hint named ``frames show`` of
+    turn 0, which answered that there is no such frame."""
+    (tmp_path / "m.json").write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    proc = subprocess.run(
+        [*CTXOS, "--store", str(tmp_path / "m.db"), "replay", "m.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "0 model calls replayed" in proc.stdout
+    assert proc.stdout.splitlines()[-1] == "no model call in the session, so no frame to see"
+    assert "frames show" not in proc.stdout
+
+
 def test_hints_name_the_store_as_the_user_did(tmp_path):
     """The store named by ``$CTXOS_STORE``: the hints add no ``--store`` (the docs say they carry
     the ``--store`` given; they carried the environment's, the URL spelled out in every hint)."""

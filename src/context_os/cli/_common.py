@@ -873,6 +873,11 @@ def _report(result: TranscriptReplay, label: str, store: str, *, per_turn: bool)
         f"context_os\n"
         f"orphaned tool results: {result.orphaned_tool_results}; frames verified: "
         f"{result.frames_verified}/{result.frames_checked} checked of {result.frames}\n"
-        f"see it turn by turn: {command_hint('frames', 'list', sid)}; "
-        f"{command_hint('frames', 'show', sid, str(result.rows[-1].turn if result.rows else result.turns))}"
+        + (
+            f"see it turn by turn: {command_hint('frames', 'list', sid)}; "
+            f"{command_hint('frames', 'show', sid, str(result.rows[-1].turn if result.rows else result.turns))}"
+            if result.frames
+            # no model call, no frame: `frames show` of turn 0 said there is no such frame
+            else "no model call in the session, so no frame to see"
+        )
     )
