@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shlex
 import shutil
 import sqlite3
@@ -83,6 +84,44 @@ def test_hints_of_python_m_context_os_run_as_printed(tmp_path):
     again = subprocess.run(shlex.split(first), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[-1].startswith("1 turn;")
+
+
+def test_the_replay_progress_bar_ends_at_100_percent(tmp_path):
+    """On a terminal the bar moved one step a call, a step behind: it ended at 80% of a session
+    of two calls and their two frames (click counts an item done when the next is asked for)."""
+    import pty
+
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    messages += [{"role": "user", "content": "again"}, {"role": "assistant", "content": "done"}]
+    (tmp_path / "m.json").write_text(json.dumps(messages))
+    main, side = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [*CTXOS, "--store", str(tmp_path / "m.db"), "replay", "m.json"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=side,
+            env={**os.environ, "COLUMNS": "120"},
+            timeout=120,
+        )
+        os.close(side)
+        side = -1
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # (Linux: EIO once the writer is gone and all is read)
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(main)
+        if side != -1:
+            os.close(side)
+    assert proc.returncode == 0
+    percents = [int(p) for p in re.findall(rb"(\d+)%", shown)]
+    assert percents and percents[-1] == 100, shown[-400:]
 
 
 def test_a_session_without_a_model_call_hints_no_frame(tmp_path):

@@ -17,7 +17,7 @@ import socketserver
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from functools import partial, wraps
@@ -43,6 +43,8 @@ from ._errors import printable as printable  # (every command's way to print a s
 from ._errors import stop_interrupted as stop_interrupted  # the commands that stop on Ctrl-C themselves
 
 if TYPE_CHECKING:  # the library's heavier parts are imported by the commands that use them
+    from click._termui_impl import ProgressBar
+
     from ..context.session import Session
     from ..replay import Transcript, TranscriptReplay, TranscriptRow
 
@@ -374,7 +376,7 @@ T = TypeVar("T")
 
 def progress(
     items: Iterable[T], *, length: int, label: str, enabled: bool = True
-) -> AbstractContextManager[Iterable[T]]:
+) -> AbstractContextManager[ProgressBar[T]]:
     """A progress bar on stderr (stdout stays clean for ``--json``); silent when not a tty."""
     show = enabled and sys.stderr.isatty()
     return click.progressbar(items, length=length, label=label, file=sys.stderr if show else _Null())  # type: ignore[arg-type]
@@ -544,7 +546,7 @@ def run_replay(
                 checks = {"all": before + calls, "last": 1, "none": 0}[verify]
                 steps = calls + checks
                 with progress(range(steps), length=steps, label=f"replaying {sid}", enabled=not as_json) as bar:
-                    tick = _ticker(iter(bar), stop, calls)
+                    tick = _ticker(bar, stop, calls)
                     try:
                         results.append(
                             replay_transcript(
@@ -697,8 +699,10 @@ def _how(file: str | None) -> str:
     return "pass --append to add to it, or --session NEW_ID" if file is not None else "pass --session NEW_ID"
 
 
-def _ticker(it: Iterator[int], stop: _Deferred | None = None, calls: int = 0) -> Callable[[TranscriptRow | None], None]:
-    """Advance the progress bar ``it`` by one per replayed call (or frame checked); then, if
+def _ticker(
+    bar: ProgressBar[int], stop: _Deferred | None = None, calls: int = 0
+) -> Callable[[TranscriptRow | None], None]:
+    """Advance the progress bar ``bar`` by one per replayed call (or frame checked); then, if
     ``stop`` holds a Ctrl-C, end the replay there, between two calls. Once the ``calls`` calls
     to replay are in, ``stop`` is released: the check of the frames that follows writes nothing,
     and Ctrl-C stops it at once."""
@@ -708,7 +712,9 @@ def _ticker(it: Iterator[int], stop: _Deferred | None = None, calls: int = 0) ->
 
     def tick(row: TranscriptRow | None) -> None:
         nonlocal replayed
-        next(it, None)
+        # (not next() of its iterator: click counts an item done when the next is asked for, so
+        # the bar ended one step short of 100%)
+        bar.update(1)
         if stop is not None:
             replayed += row is not None
             if replayed >= calls:
