@@ -974,6 +974,16 @@ def test_openhands_v1_events_as_a_list_or_lines(tmp_path: Path) -> None:
         read_sessions(V1 / "sdk-terminal", max_bytes=100)
 
 
+def test_a_symlink_to_an_openhands_v1_conversation_directory_reads_as_it(tmp_path: Path) -> None:
+    """A link to a conversation directory was refused (``is a directory``), where a link to a
+    session file reads as the file."""
+    (tmp_path / "conversation").symlink_to((V1 / "sdk-terminal").resolve(), target_is_directory=True)
+    (tmp_path / "events").symlink_to((V1 / "sdk-terminal" / "events").resolve(), target_is_directory=True)
+    plain = read_session(V1 / "sdk-terminal").messages
+    assert read_session(tmp_path / "conversation").messages == plain
+    assert read_session(tmp_path / "events").messages == plain
+
+
 def test_an_openhands_condensation_is_no_model_call(tmp_path: Path) -> None:
     """The condenser's ``condensation`` action (events forgotten from then on, a summary in their
     place) is no message: the replay is uncompacted, every call's input all that came before."""

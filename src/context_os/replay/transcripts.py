@@ -334,8 +334,9 @@ def _conversation_dir(path: Path, max_bytes: int) -> str | None:
     """An OpenHands V1 conversation directory (``base_state.json``, ``events/event-*.json``, or
     the ``events`` directory itself) as one JSON document, ``{"state", "events"}``, its files read
     with the checks of any session file and their bytes held to ``max_bytes`` together; None for
-    anything else (a directory that is not one is refused as a file would be)."""
-    if not path.is_dir() or path.is_symlink():
+    anything else (a directory that is not one is refused as a file would be). A link to one is
+    followed, as a link to a session file is."""
+    if not path.is_dir():
         return None
     events = path / "events" if (path / "events").is_dir() else path
     files = sorted(events.glob("event-*.json"))
