@@ -277,6 +277,15 @@ def test_a_word_holding_a_character_newer_than_the_tokenizer_s_tables_is_recalle
     assert (hit.session, hit.part, hit.bm25_rank) == ("s1", "e0", 1)
 
 
+def test_more_hits_than_the_depth_are_found_when_asked_for(db: Store) -> None:
+    """Each stream took ``depth`` candidates whatever ``k`` asked: k=30 of a depth of 10 gave 10."""
+    chat(db, "s1", [f"deploy number {n} of the gateway went out" for n in range(40)], every=20)
+    recall = Recall(db, config=RecallConfig(depth=10, spread_next=0, spread_prev=0))
+    assert len(recall.search("gateway", k=30).hits) == 30
+    assert len(recall.search("gateway", k=30, leave_out=lambda h: h.part == "e0").hits) == 30
+    assert len(recall.search("gateway", k=5).hits) == 5
+
+
 def test_stopwords_leave_the_keyword_query() -> None:
     assert keyword_query("What did she do about the garage?") == "garage"
     assert keyword_query("what is it") == "what is it"  # nothing but stopwords: kept whole

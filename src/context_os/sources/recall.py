@@ -414,18 +414,19 @@ class Recall:
         ``leave_out``: hits the caller will not show (a session's own chat, what its context
         shows already): the ``k`` are found past them, however many rank first (each keeps its
         ``rank`` in the whole ranking)."""
-        ranking = self._rank(query, k, kinds, session, as_of, tx_id, memory, distinct)
+        ask = k if leave_out is None else k + LEAVE_OUT_SLACK
+        ranking = self._rank(query, ask, kinds, session, as_of, tx_id, memory, distinct)
         if leave_out is None:
             return ranking.result(k)
         # one search, however far down its ranking the hits to show are (it was run again for
         # each: three times for one message, each reading the periods a pasted log names again)
-        ask = k + LEAVE_OUT_SLACK
+        depth = max(self.config.depth, ask)
         while True:
             result = ranking.result(ask)
             hits = [h for h in result.hits if not leave_out(h)]
-            if len(hits) >= k or len(result.hits) < ask or ask >= self.config.depth:
+            if len(hits) >= k or len(result.hits) < ask or ask >= depth:
                 break
-            ask = min(self.config.depth, 4 * ask)  # a long conversation on the topic ranks first
+            ask = min(depth, 4 * ask)  # a long conversation on the topic ranks first
         result.hits = hits[:k]
         return result
 
@@ -445,13 +446,14 @@ class Recall:
         asked, valid_time = check_search(query, k=k, kinds=kinds, as_of=as_of, tx_id=tx_id)
         wanted = self.kinds if asked is None else asked
         cfg = self.config
+        depth = max(cfg.depth, k)  # each stream's candidates: a k past the depth was cut to it
         if self.indexer is not None:
             self.indexer.notify()
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         kw = keyword_query(query) if cfg.drop_stopwords else query
         bm = self.store.text_search(
-            kw, k=cfg.depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
+            kw, k=depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
         )
         scopes = memory if memory is not None else self.memory
         live: list[str] = []
@@ -464,7 +466,7 @@ class Recall:
             if "memory" in wanted:
                 index = self._passage_index(live)
                 files = [h for h in index.hits(kw, passages) if h.score > 0]
-                bm = _with_files(bm, files, index.found(kw, files), cfg.depth)
+                bm = _with_files(bm, files, index.found(kw, files), depth)
             else:
                 passages = []  # read for the recall copies alone: not searched
         t1 = time.perf_counter()
@@ -495,7 +497,7 @@ class Recall:
             timings["embed"] = (t2 - t1) * 1000
             vec = list(
                 self.vectors.search_vector(
-                    qv, k=cfg.depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
+                    qv, k=depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
                 )
             )
             if live:
@@ -507,7 +509,7 @@ class Recall:
                         found = self.vectors.loose_vectors(texts, embed=self.memory_embed)
                     except EmbedderUnavailable:  # those embedded before, the rest by keyword
                         found = self.vectors.loose_vectors(texts, embed=0)
-                    vec = _with_file_vectors(vec, qv, passages, found, cfg.depth)
+                    vec = _with_file_vectors(vec, qv, passages, found, depth)
                     if waiting := sum(v is None for v in found):
                         note = _also(note, f"{waiting:,} memory passages not embedded yet, found by keyword only")
             timings["vector"] = (time.perf_counter() - t2) * 1000
@@ -992,7 +994,8 @@ def _distinct(ranked: list[_Cand]) -> tuple[list[_Cand], dict[int, int]]:
 
 LEAVE_OUT_SLACK = 10
 """Hits ``Recall.search`` takes of its ranking beyond ``k`` when some will be left out
-(``leave_out``); four times as many again while that is not enough, up to ``depth``."""
+(``leave_out``); four times as many again while that is not enough, up to ``depth`` (or
+this many past ``k``, when ``k`` is deeper)."""
 
 
 COVERAGE_S = 30.0
