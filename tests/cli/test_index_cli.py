@@ -112,6 +112,15 @@ def test_rebuild_of_a_sound_index(ctxos: click.Group, db: Path) -> None:
     assert r.stdout.strip() == "rebuilt the index: 2 parts indexed"
 
 
+def test_rebuild_of_one_part_says_one_part(ctxos: click.Group, tmp_path: Path) -> None:
+    path = tmp_path / "one.db"
+    with SqliteStore(path) as s:
+        s.put(obj("file:a", "file", "the quick brown fox"), T0)
+    r = run(ctxos, path, "rebuild")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == "rebuilt the index: 1 part indexed"  # (it said "1 parts")
+
+
 def test_an_interrupted_rebuild_says_what_it_left_and_the_next_one_finishes(
     ctxos: click.Group, db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -84,6 +84,8 @@ def test_hybrid_recall_embeds_what_is_missing_first(db: Path) -> None:
     assert code == 0, out
     report = json.loads(out)
     assert report["mode"] == "hybrid" and any(h["vector"]["rank"] is not None for h in report["hits"])
+    scores = [s for h in report["hits"] for s in (h["score"], h["bm25"]["score"], h["vector"]["score"]) if s]
+    assert scores and all(s == round(s, 6) for s in scores)  # no float noise: 3.7040498637065924
     assert Path(str(db) + ".vectors").exists()
 
 

@@ -13,7 +13,7 @@ import click
 
 from ..sources.recall import vector_path
 from ..sources.vectors import vector_status
-from ._common import cell, emit_json, fails_cleanly, json_option, stop_interrupted, store_from, table
+from ._common import cell, counted, emit_json, fails_cleanly, json_option, stop_interrupted, store_from, table
 
 
 def register(cli: click.Group) -> None:
@@ -100,9 +100,9 @@ def rebuild_cmd(ctx: click.Context, as_json: bool) -> None:
         return
     if repaired:
         what = {"missing": "was missing", "corrupt": "was damaged", "building": "was half built"}[str(was)]
-        click.echo(f"the index {what}: repaired, {parts:,} parts indexed")
+        click.echo(f"the index {what}: repaired, {counted(parts, 'part')} indexed")
     else:
-        click.echo(f"rebuilt the index: {parts:,} parts indexed")
+        click.echo(f"rebuilt the index: {counted(parts, 'part')} indexed")
 
 
 def _rows(report: dict[str, Any], prefix: str = "") -> list[list[str]]:

@@ -121,7 +121,7 @@ def recall_cmd(
     if unread:
         result.note = unread if result.note is None else f"{result.note}; {unread}"
     if left:
-        unembedded = f"{left:,} parts not embedded yet: found by keyword only"
+        unembedded = f"{counted(left, 'part')} not embedded yet: found by keyword only"
         result.note = unembedded if result.note is None else f"{result.note}; {unembedded}"
     if as_json:
         emit_json(_report(result, paths))
@@ -174,7 +174,7 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
     if pending > CATCH_UP_BATCH and not sys.stderr.isatty():
         bound = "" if seconds is None else f" for at most {seconds:g} s"
         click.echo(
-            f"embedding {pending:,} parts not embedded yet{bound} before searching, with"
+            f"embedding {counted(pending, 'part')} not embedded yet{bound} before searching, with"
             f" {vectors.embedder.name} (--embed-for SECONDS bounds it, --embedder none searches by keyword only)",
             err=True,
         )
@@ -187,7 +187,7 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
         # Counted by the cursor: a batch cut short returned no count, its slices were committed
         done = min(pending, max(0, vectors.cursor - start))
         stop_interrupted(
-            f"\ninterrupted: {done:,} of {pending:,} parts embedded, kept beside the store; the next"
+            f"\ninterrupted: {done:,} of {counted(pending, 'part')} embedded, kept beside the store; the next"
             " `ctxos recall` goes on from there (--embed-for SECONDS bounds it, --embedder none searches now)"
         )
     # what was embedded, by the cursor: a slice counts once committed, whatever stopped the rest
@@ -223,8 +223,9 @@ def _report(result: RecallResult, paths: dict[str, str]) -> dict[str, Any]:
                 "session": h.session,
                 "path": paths.get(h.id),
                 "score": h.score,
-                "bm25": {"score": h.bm25_score, "rank": h.bm25_rank},
-                "vector": {"score": h.vector_score, "rank": h.vector_rank},
+                # to 6 places, as the fused score is (the rest is float noise: 3.7040498637065924)
+                "bm25": {"score": _places(h.bm25_score), "rank": h.bm25_rank},
+                "vector": {"score": _places(h.vector_score), "rank": h.vector_rank},
                 "same_text": h.same_text,
                 "lines": list(h.lines) if h.lines else None,
                 "ref": {**h.ref, "valid_time_iso" if h.path is None else "mtime_iso": iso(h.valid_time)},
@@ -234,6 +235,10 @@ def _report(result: RecallResult, paths: dict[str, str]) -> dict[str, Any]:
         ],
         "timings_ms": result.timings_ms,
     }
+
+
+def _places(score: float | None) -> float | None:
+    return None if score is None else round(score, 6)
 
 
 def _rank(score: float | None, rank: int | None) -> str:

@@ -353,7 +353,7 @@ class Recall:
         assert self._covered is not None
         pending = self._covered[3]
         if pending:  # what is not embedded yet is found by its words alone: the model should know
-            ranking += f"; {pending:,} parts not embedded yet, found by keyword only"
+            ranking += f"; {_parts(pending)} not embedded yet, found by keyword only"
         return ranking
 
     def close(self) -> None:
@@ -992,6 +992,10 @@ def _distinct(ranked: list[_Cand]) -> tuple[list[_Cand], dict[int, int]]:
     return kept, same
 
 
+def _parts(n: int) -> str:
+    return f"{n:,} part" if n == 1 else f"{n:,} parts"
+
+
 LEAVE_OUT_SLACK = 10
 """Hits ``Recall.search`` takes of its ranking beyond ``k`` when some will be left out
 (``leave_out``); four times as many again while that is not enough, up to ``depth`` (or
@@ -1088,5 +1092,7 @@ def _read_only(store: Store, embedder: Embedder, where: Path, config: RecallConf
     except (ConfigError, StoreCorrupt) as e:
         return Recall(store, None, config, keyword_only=f"the store is read-only: {e}")
     pending = vectors.counts()["pending"]
-    note = f"the store is read-only: {pending:,} parts not embedded yet, found by keyword only" if pending else None
+    note = (
+        f"the store is read-only: {_parts(int(pending))} not embedded yet, found by keyword only" if pending else None
+    )
     return Recall(store, vectors, config, note=note)
