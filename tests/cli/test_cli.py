@@ -508,6 +508,29 @@ def test_frames_verify_exits_1_on_a_mismatch_and_names_the_frames(demo, tmp_path
     assert text.returncode == 1 and "MISMATCH" in text.stdout and f"{88 - len(bad)} of 88" in text.stdout
 
 
+def test_a_mismatch_names_the_stored_document_changed_since(demo, tmp_path):
+    """A tool output changed in the store: every frame that showed it failed with its re-rendered
+    hash alone, naming no object."""
+    db, _ = demo
+    copy = tmp_path / "tampered.db"
+    copy.write_bytes(db.read_bytes())
+    conn = sqlite3.connect(copy)
+    rows = conn.execute('SELECT id, json FROM docs WHERE json LIKE \'%"kind":"toolcall"%\' ORDER BY id').fetchall()
+    rowid, doc = next((i, d) for i, d in ((i, json.loads(j)) for i, j in rows) if len(d.get("content") or "") > 50)
+    doc["content"] = doc["content"][:20] + "#" + doc["content"][21:]
+    conn.execute(
+        "UPDATE docs SET json = ? WHERE id = ?", (json.dumps(doc, sort_keys=True, separators=(",", ":")), rowid)
+    )
+    conn.commit()
+    conn.close()
+    report = json.loads(ctxos("frames", "verify", "d1", "--json", store=copy, check=False).stdout)
+    bad = [f for f in report["frames"] if not f["ok"]]
+    assert bad
+    for f in bad:
+        named = [p for p in f["problems"] if p.startswith(f"{doc['id']} as of tx ")]
+        assert named and "no longer hashes to what was written (content_hash, object_hash)" in named[0], f
+
+
 def test_inspect_lists_versions_with_hashes_and_state_changes(demo):
     db, _ = demo
     versions = json.loads(ctxos("objects", "inspect", "chat:d1:00000", "--json", store=db).stdout)

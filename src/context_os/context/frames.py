@@ -539,6 +539,8 @@ def verify_frame(
         gone, why = _evicted(store, shown, made, after)
         problems += why  # (a collapsed tool result evicted since is named nowhere else)
         unexplained = unexplained or not gone
+        if not gone:  # then by damage: which stored document (looked for only now, a failure's cost)
+            problems += _damaged(store, view, frame, basis, memo)
     checked = None
     if wrong_hash and gone:
         # the hash covers what was erased: each part that has its own hash is checked instead
@@ -574,6 +576,33 @@ def verify_frame(
         evicted=[] if unexplained else list(dict.fromkeys(gone)),
         checked=checked,
     )
+
+
+def _damaged(store: Store, view: SessionView, frame: dict[str, Any], basis: int, memo: FrameMemo) -> list[str]:
+    """The stored documents a re-render of ``frame`` read that no longer hash to what was written
+    (a row changed in place): its static refs' versions and the objects of its view (a tool result
+    it showed, which no ref names), and its blocks, each against the hash the frame recorded. A
+    mismatch said only that the re-rendered hash differed, not where."""
+    versions: dict[tuple[str, int, int | None], None] = {}
+    for ref in frame["content"]["refs"]:
+        if "sealed_pages" not in ref:
+            versions[(ref["id"], ref["valid_time"], ref_tx(ref, basis))] = None
+    for o in view.objects.values():
+        if o.version is not None:
+            versions[(o.id, o.version[0], o.version[1])] = None
+    out = []
+    for oid, vt, tx in versions:
+        v = store.get(oid, vt, tx)
+        if v is not None and v.doc is not None and (fields := verify_doc(v.doc)):
+            out.append(
+                f"{oid} as of tx {v.tx_id}: its stored document no longer hashes to what was written"
+                f" ({', '.join(fields)}): changed in the store since (`ctxos verify` checks every document)"
+            )
+    for _, block_id, recorded in frame["content"].get("blocks", []):
+        text = memo.block(store, block_id)
+        if text is not None and view.block_hash(text) != recorded:
+            out.append(f"block {block_id} of {frame['id']} does not hash to {recorded}: changed in the store since")
+    return out
 
 
 def _blocks_evicted(
