@@ -149,6 +149,26 @@ def _grows(diff: FrameDiff) -> bool:
     return diff.b_extends_a and diff.first_byte is not None
 
 
+def test_a_chat_page_that_filled_between_two_turns_changed_and_did_not_leave(recorded: tuple[Store, str]) -> None:
+    """A frame names its full chat pages by count and hash: a page that filled between two turns
+    was said to have left the context, and every full page was left out of what entered."""
+    store, sid = recorded
+    sealed = {
+        turn: next(
+            (r["sealed_pages"] for r in get_frame(store, sid, turn)["content"]["refs"] if "sealed_pages" in r), 0
+        )
+        for turn in range(1, turn_count(store, sid) + 1)
+    }
+    filled = [t for t in sealed if t > 1 and sealed[t] > sealed[t - 1]]
+    assert filled, sealed
+    for turn in filled:
+        diff = frame_diff(store, sid, turn - 1, turn)
+        assert not [r for r in diff.left if r["id"].startswith("chat:")], turn  # (one said each page it sealed)
+    whole = frame_diff(store, sid, 1, max(sealed))
+    assert not [r for r in whole.left if r["id"].startswith("chat:")]
+    assert f"chat:{sid}:00001" in [r["id"] for r in whole.entered] + [a["id"] for a, _ in whole.changed]
+
+
 def test_a_frame_diff_from_a_later_turn_to_one_it_extends(recorded: tuple[Store, str]) -> None:
     """From a turn back to one its prompt extends (``frames diff ID 12 11``), the prompts part
     where the earlier one ends: ``first_message`` named a message after the last of the earlier

@@ -356,8 +356,7 @@ def frame_diff(
     size_a, size_b = sum(map(len, la)), sum(map(len, lb))
     extends = comparable and (first_byte is None or first_byte == size_a)
     a_extends = comparable and first_byte is not None and first_message is None
-    refs_a = {r["id"]: r for r in ca.refs if "sealed_pages" not in r}
-    refs_b = {r["id"]: r for r in cb.refs if "sealed_pages" not in r}
+    refs_a, refs_b = _named(ca), _named(cb)
     act_a, act_b = fa["content"]["active"], fb["content"]["active"]
     diff = FrameDiff(
         session_id,
@@ -403,6 +402,24 @@ def frame_diff(
             }
         )
     return diff
+
+
+def _named(check: FrameCheck) -> dict[str, dict[str, Any]]:
+    """The versions a frame names, by id: its static refs, and the full chat pages it names by
+    count and hash each as its own (from the view it was re-rendered from): a page that filled
+    between two frames was said to have left the context."""
+    named: dict[str, dict[str, Any]] = {}
+    for ref in check.refs:
+        if "sealed_pages" not in ref:
+            named[ref["id"]] = ref
+        elif check.view is not None:
+            for page in range(ref["sealed_pages"]):
+                version = check.view.pages.get(page)
+                if version is not None:  # (a page missing fails the frame's check: said there)
+                    vt, tx, object_hash = version
+                    pid = page_id(check.view.session_id, page)
+                    named[pid] = {"id": pid, "valid_time": vt, "tx_id": tx, "object_hash": object_hash}
+    return named
 
 
 def version_at(store: Store, obj_id: str, versions: list[Version], valid_time: int | None, tx_id: int | None) -> int:
