@@ -12,6 +12,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import context_os.cli as cli_package
 from context_os import Session
 from context_os.cli import cli
 from context_os.context.load import load_view
+from context_os.hashing import doc_hashes
 from context_os.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.e2e
@@ -506,6 +508,35 @@ def test_frames_verify_exits_1_on_a_mismatch_and_names_the_frames(demo, tmp_path
     assert all(f["problems"] for f in bad)
     text = ctxos("frames", "verify", "d1", store=copy, check=False)
     assert text.returncode == 1 and "MISMATCH" in text.stdout and f"{88 - len(bad)} of 88" in text.stdout
+
+
+def _doc(id: str, kind: str, content: str) -> dict:
+    d: dict = {"id": id, "kind": kind, "content": content, "meta": {}}
+    d.update(doc_hashes(d))
+    return d
+
+
+def test_inspect_as_of_a_transaction_time(tmp_path):
+    """``--tx-time``: the object as the store knew it at a time, where ``--tx`` takes a
+    transaction's number, which a user rarely has."""
+    db = tmp_path / "s.db"
+    with SqliteStore(db) as s:
+        first = s.put(_doc("memory:x", "memory", "first"), 1_000)
+        time.sleep(0.01)  # (transaction times are in ms: two in one would be one time)
+        second = s.put(_doc("memory:x", "memory", "second"), 2_000)
+    assert first.time < second.time
+    between = str((first.time + second.time) // 2)  # (first's own when they are a ms apart)
+    for at, content in ((str(first.time), "first"), (between, "first"), (str(second.time), "second")):
+        row = json.loads(ctxos("objects", "inspect", "memory:x", "--tx-time", at, "--json", store=db).stdout)
+        assert row["doc"]["content"] == content, at
+    iso = ctxos("objects", "inspect", "memory:x", "--tx-time", "2999-01-01T00:00:00Z", "--json", store=db).stdout
+    assert json.loads(iso)["doc"]["content"] == "second"
+    early = ctxos("objects", "inspect", "memory:x", "--tx-time", str(first.time - 1), store=db, check=False)
+    assert early.returncode == 1 and "memory:x was not in the store yet at" in early.stderr
+    both = ctxos("objects", "inspect", "memory:x", "--tx", "1", "--tx-time", "0", store=db, check=False)
+    assert both.returncode == 2 and "--tx and --tx-time" in both.stderr
+    bad = ctxos("objects", "inspect", "memory:x", "--tx-time", "yesterday-ish", store=db, check=False)
+    assert bad.returncode != 0 and "--tx-time" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_a_mismatch_names_the_stored_document_changed_since(demo, tmp_path):

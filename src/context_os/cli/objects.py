@@ -76,12 +76,30 @@ def path_lines(versions: list[Version]) -> list[str]:
     return lines
 
 
+def _tx_at(store: Store, object_id: str, at: int, said: str) -> int:
+    """The transaction as of which the store knew ``object_id`` as it did at transaction time
+    ``at``: the newest of its own versions' transactions at or before then (other transactions
+    change nothing of it). ``NotFound`` when none was."""
+    txs = [v.tx_id for v in store.history(object_id, with_docs=False) if v.tx_time <= at]
+    if not txs:
+        if not store.history(object_id, with_docs=False):
+            raise no_object(store, object_id)
+        raise NotFound(f"{object_id} was not in the store yet at {said} (transaction time)")
+    return max(txs)
+
+
 @objects.command("inspect")
 @click.argument("object_id", type=TEXT)
 @click.option(
     "--as-of", "as_of", metavar="TIME", help="Show the version in force at this valid time (ISO 8601 or epoch ms)."
 )
 @click.option("--tx", "tx_id", type=int, metavar="TX_ID", help="…as the store knew it at this transaction.")
+@click.option(
+    "--tx-time",
+    "tx_time",
+    metavar="TIME",
+    help="…as the store knew it at this time (transaction time: ISO 8601 or epoch ms).",
+)
 @click.option("--diff", nargs=2, type=int, metavar="V1 V2", help="Unified diff of the content of two versions.")
 @click.option("--states", is_flag=True, help="With --json: print the state changes instead of the versions.")
 @click.option("--content", "show_content", is_flag=True, help="Also print the content of the version shown.")
@@ -93,16 +111,21 @@ def inspect_cmd(
     object_id: str,
     as_of: str | None,
     tx_id: int | None,
+    tx_time: str | None,
     diff: tuple[int, int] | None,
     states: bool,
     show_content: bool,
     as_json: bool,
 ) -> None:
     """An object's versions, hashes and state changes, at any time."""
-    if diff and (as_of is not None or tx_id is not None):  # it would be one or the other, silently
-        raise click.UsageError("--diff compares two versions by their numbers: it takes no --as-of or --tx")
+    if diff and (as_of is not None or tx_id is not None or tx_time is not None):  # one or the other, silently
+        raise click.UsageError("--diff compares two versions by their numbers: it takes no --as-of, --tx or --tx-time")
+    if tx_id is not None and tx_time is not None:
+        raise click.UsageError("--tx and --tx-time both say as of when: give one")
     with store_from(ctx) as store:
         object_id = find_file_object(store, object_id)
+        if tx_time is not None:
+            tx_id = _tx_at(store, object_id, parse_time(tx_time, "--tx-time"), tx_time)
         if as_of is not None or tx_id is not None:
             vt = parse_time(as_of, "--as-of") if as_of is not None else None
             if tx_id is not None:  # asked the same of every store (an XTDB node says "out of sync")
