@@ -516,3 +516,37 @@ def unsplit_keyword_index(path: Path) -> None:
         conn.commit()
     finally:
         conn.close()
+
+
+def stderr_on_a_terminal(cmd: list[str], *, cwd: Path, timeout: float = 120) -> tuple[int, bytes]:
+    """Run ``cmd`` with its stderr on a pseudo-terminal (progress bars draw only on one): its exit
+    status and all it wrote there. Its stdout is a pipe. For short outputs: the terminal's buffer
+    is read once the command has ended."""
+    import pty
+
+    main, side = pty.openpty()
+    try:
+        proc = subprocess.run(
+            cmd,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=side,
+            env={**os.environ, "COLUMNS": "120"},
+            timeout=timeout,
+        )
+        os.close(side)
+        side = -1
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # (Linux: EIO once the writer is gone and all is read)
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(main)
+        if side != -1:
+            os.close(side)
+    return proc.returncode, shown

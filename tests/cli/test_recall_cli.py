@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,10 @@ from click.testing import CliRunner
 
 from context_os.cli import cli
 from context_os.cli import recall as recall_cli
+from context_os.hashing import doc_hashes
 from context_os.sources.vectors import VectorIndex, vector_status
+from context_os.store.sqlite import SqliteStore
+from tests.helpers import stderr_on_a_terminal
 
 pytestmark = pytest.mark.e2e
 
@@ -209,6 +215,74 @@ def test_ctrl_c_within_a_batch_counts_the_slices_it_committed(tmp_path: Path, mo
     done = left["cursor"]
     assert done > 0 and left["pending"] > 0
     assert f"interrupted: {done:,} of {done + left['pending']:,} parts embedded, kept beside the store" in cut.stderr
+
+
+def _memory_of(tmp_path: Path, passages: int) -> Path:
+    """A store with one part, and a global MEMORY.md of ``passages`` passages (one a heading)."""
+    db = tmp_path / "store.db"
+    with SqliteStore(db) as s:
+        doc = {"id": "memory:one", "kind": "memory", "content": "the gateway was deployed", "meta": {}}
+        s.put(doc | doc_hashes(doc), 1_000)
+    shown = json.loads(CliRunner().invoke(cli, ["memory", "show", "--json", "-w", str(tmp_path)]).stdout)
+    path = Path(next(sc["path"] for sc in shown["scopes"] if sc["scope"] == "global"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "".join(f"## topic {n}\nthe gateway of region {n} listens on port {6000 + n}\n" for n in range(passages))
+    )
+    return db
+
+
+def _loose(db: Path) -> int:
+    with closing(sqlite3.connect(f"{db}.vectors")) as conn:
+        return int(conn.execute("SELECT count(*) FROM loose").fetchone()[0])
+
+
+def test_recall_embeds_every_memory_passage_in_slices_first(tmp_path: Path) -> None:
+    """A search embeds 64 memory passages at most; ``ctxos recall`` embeds them all, in slices
+    with a progress bar (it embedded them in one go inside the search: nothing shown meanwhile)."""
+    db = _memory_of(tmp_path, 100)
+    args = ["--store", str(db), "recall", "gateway port", "--embedder", "wordllama", "-w", str(tmp_path)]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    assert "embedding 100 memory passages not embedded yet before searching" in r.stderr  # (a bar on a tty)
+    assert _loose(db) == 100 and "not embedded yet" not in r.stdout
+
+
+def test_an_interrupted_embedding_of_memory_passages_keeps_the_slices_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _memory_of(tmp_path, 100)
+    real, calls = VectorIndex.loose_vectors, []
+
+    def ctrl_c_on_the_second_slice(self: VectorIndex, texts: Any, *, embed: int | None = None) -> Any:
+        if Path(self.path).parent == tmp_path and embed != 0:
+            calls.append(1)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+        return real(self, texts, embed=embed)
+
+    monkeypatch.setattr(VectorIndex, "loose_vectors", ctrl_c_on_the_second_slice)
+    args = ["--store", str(db), "recall", "gateway port", "--embedder", "wordllama", "-w", str(tmp_path)]
+    cut = CliRunner().invoke(cli, args)
+    assert cut.exit_code == 130, cut.output
+    done = recall_cli.CATCH_UP_BATCH
+    assert f"interrupted: {done} of 100 memory passages embedded, kept beside the store" in cut.stderr
+    assert _loose(db) == done
+
+
+def test_the_embedding_progress_bar_counts_parts(tmp_path: Path) -> None:
+    """The bar's length is the parts to embed, and it moved one step a batch of 32: of 40 parts
+    it showed 2% and 5%, then 100% at the end."""
+    db = tmp_path / "store.db"
+    with SqliteStore(db) as s:
+        for n in range(40):
+            doc = {"id": f"memory:m{n}", "kind": "memory", "content": f"fact {n}: the gateway {n} is up", "meta": {}}
+            s.put(doc | doc_hashes(doc), 1_000)
+    ctxos = [sys.executable, "-m", "context_os", "--store", str(db)]
+    code, shown = stderr_on_a_terminal([*ctxos, "recall", "gateway", "--embedder", "wordllama"], cwd=tmp_path)
+    assert code == 0, shown[-400:]
+    percents = [int(p) for p in re.findall(rb"embedding\s+\[[#-]*\]\s+(\d+)%", shown)]
+    assert 80 in percents and percents[-1] == 100, shown[-400:]  # 32 of 40, then all
 
 
 def test_recall_drops_the_vectors_of_what_was_evicted_though_nothing_is_left_to_embed(tmp_path: Path) -> None:

@@ -23,9 +23,9 @@ from typing import Any
 import click
 
 from .. import times
-from ..errors import ConfigError
+from ..errors import ConfigError, EmbedderUnavailable
 from ..sources.memory import MemoryScopes
-from ..sources.recall import RecallResult, check_search, open_recall
+from ..sources.recall import Recall, RecallResult, check_search, open_recall
 from ..sources.when import listed
 from ..store import Store
 from ._common import (
@@ -113,6 +113,7 @@ def recall_cmd(
             if recall.vectors is not None and not recall.vectors.read_only:
                 left = _catch_up(recall.vectors, quiet=as_json, seconds=embed_for)
             if embed_for is None:
+                _embed_memory(recall, memory, quiet=as_json)
                 recall.memory_embed = None  # every memory passage not embedded yet, as every part
             result = recall.search(query, k=k, kinds=wanted, session=session_id, as_of=valid_time, memory=memory)
             paths = _paths(store, result)
@@ -135,6 +136,38 @@ def recall_cmd(
     if result.hits:
         head = ["#", "kind", "id", "part", "score", "bm25", "vector", "session or path", "text"]
         click.echo(table(_rows(result, paths), head))
+
+
+def _embed_memory(recall: Recall, memory: MemoryScopes | None, *, quiet: bool) -> None:
+    """Embed the memory files' passages that have no vector yet, a slice at a time, with a
+    progress bar on a terminal: each slice is kept as it is done, so Ctrl-C keeps what was
+    embedded (the search embedded them all at once: no progress, and an interrupt lost them)."""
+    if memory is None or recall.vectors is None:
+        return
+    vectors = recall.vectors
+    try:
+        texts = recall.unembedded_passages(memory)
+    except ConfigError:  # a memory.json it cannot read: the search says so
+        return
+    if not texts:
+        return
+    if len(texts) > CATCH_UP_BATCH and not sys.stderr.isatty() and not quiet:
+        click.echo(f"embedding {counted(len(texts), 'memory passage')} not embedded yet before searching", err=True)
+    done = 0
+    try:
+        with progress(range(0), length=len(texts), label="embedding memory", enabled=not quiet) as bar:
+            for n in range(0, len(texts), CATCH_UP_BATCH):
+                part = texts[n : n + CATCH_UP_BATCH]
+                vectors.loose_vectors(part)
+                done += len(part)
+                bar.update(len(part))
+    except EmbedderUnavailable:
+        return  # the search embeds none either, and says so: by keyword
+    except KeyboardInterrupt:
+        stop_interrupted(
+            f"\ninterrupted: {done:,} of {counted(len(texts), 'memory passage')} embedded, kept beside the store;"
+            " the next `ctxos recall` goes on from there (--embed-for SECONDS bounds it, --embedder none searches now)"
+        )
 
 
 def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
@@ -179,9 +212,9 @@ def _catch_up(vectors: Any, *, quiet: bool, seconds: float | None) -> int:
             err=True,
         )
     try:
-        with progress(batches(), length=pending, label="embedding", enabled=not quiet) as bar:
-            for _ in bar:
-                pass
+        with progress(range(0), length=pending, label="embedding", enabled=not quiet) as bar:
+            for done in batches():
+                bar.update(done)  # (parts: iterating the batches moved it one step a batch)
     except KeyboardInterrupt:
         # each slice commits with the cursor: what was embedded stays, the next recall goes on.
         # Counted by the cursor: a batch cut short returned no count, its slices were committed

@@ -527,6 +527,18 @@ class Recall:
         mode: Literal["hybrid", "bm25"] = "bm25" if qv is None else "hybrid"
         return _Ranking(self, RecallResult(query, [], mode, note, timings, periods), ranked, same, valid_time, tx_id)
 
+    def unembedded_passages(self, memory: MemoryScopes | None = None) -> list[str]:
+        """The texts of the memory files' passages, as the files are now, that have no vector yet
+        (each once), for a caller to embed in slices (``VectorIndex.loose_vectors`` of each keeps
+        its vectors): a search embeds ``memory_embed`` of them at most. Empty without vectors,
+        memory scopes, or where the vectors are read-only."""
+        scopes = memory if memory is not None else self.memory
+        if self.vectors is None or self.vectors.read_only or scopes is None:
+            return []
+        texts = list(dict.fromkeys(p.text for p in scopes.passages()))
+        found = self.vectors.loose_vectors(texts, embed=0)
+        return [t for t, v in zip(texts, found, strict=True) if v is None]
+
     def _coverage(self) -> float:
         """The share of the keyword index's parts the vectors hold (1.0 when caught up). Asking
         the store how many parts it holds runs its index's integrity check: asked again only once
