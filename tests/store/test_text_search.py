@@ -461,15 +461,25 @@ def test_sqlite_rebuild_after_dropping_the_index(tmp_path: Path) -> None:
         assert ("file:a", "") in before[1] and ("file:a", "") not in before[0]  # the old file text
 
 
-def test_sqlite_the_scan_finds_a_word_whatever_its_unicode_form(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "query", "hits"),
+    [
+        ("Die Straße ist lang, une école", "STRAẞE", [("file:a", "")]),
+        ("Die Straße ist lang, une école", unicodedata.normalize("NFD", "École"), [("file:a", "")]),
+        ("我们修复了日本語の問題", "問題", [("file:a", "")]),  # a word inside CJK text
+        ("我们修复了日本語の問題", "问题", []),
+    ],
+)
+def test_sqlite_the_scan_finds_a_word_whatever_its_unicode_form_or_script(
+    tmp_path: Path, text: str, query: str, hits: list[tuple[str, str]]
+) -> None:
     path = tmp_path / "s.db"
     with SqliteStore(path) as s:
-        s.put(obj("file:a", "file", "Die Straße ist lang, une école"), T0)
+        s.put(obj("file:a", "file", text), T0)
     drop_index(path)
     with SqliteStore(path) as s:
         assert s.index_status()["search"] == "scan"
-        assert found(s.text_search("STRAẞE")) == [("file:a", "")]
-        assert found(s.text_search(unicodedata.normalize("NFD", "École"))) == [("file:a", "")]
+        assert found(s.text_search(query)) == hits
 
 
 def test_sqlite_damaged_index_falls_back_to_a_scan_and_rebuild_repairs_it(tmp_path: Path) -> None:
@@ -966,17 +976,6 @@ def test_sqlite_an_index_from_before_cjk_was_split_keeps_working_until_rebuilt(t
         status = s.index_status()
         assert (status["state"], status["splits_cjk"]) == ("ok", True)
         assert found(s.text_search("修复")) == [("file:a", "")]
-
-
-def test_sqlite_the_scan_finds_a_word_inside_cjk_text(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    with SqliteStore(path) as s:
-        s.put(obj("file:a", "file", "我们修复了日本語の問題"), T0)
-    drop_index(path)
-    with SqliteStore(path) as s:
-        assert s.index_status()["search"] == "scan"
-        assert found(s.text_search("問題")) == [("file:a", "")]
-        assert s.text_search("问题") == []
 
 
 def test_sqlite_an_index_from_before_the_batches_keeps_each_text_once(tmp_path: Path) -> None:
