@@ -38,8 +38,8 @@ STOP = ROOT / "xtdb" / "stop"
 IMAGE = "ghcr.io/xtdb/xtdb-in-memory:1.24.5"
 """The official in-memory image (its docs: administration/installing.adoc, 1.x branch)."""
 STARTUP_TIMEOUT_S = 300
-"""For the JVM to answer (a warm start takes 10-20 s); Maven's first download comes before it.
-The whole start must stay within pytest's per-test timeout (pyproject: 600 s)."""
+"""For the JVM to answer (a warm start takes 3-11 s); Maven's first download and the one compile
+of XTDB's Clojure come before it. The whole start must stay within pytest's per-test timeout (pyproject: 600 s)."""
 
 
 class NodeUnavailable(Exception):

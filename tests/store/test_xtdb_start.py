@@ -22,26 +22,77 @@ from tests._xtdb_node import ROOT, STARTUP_TIMEOUT_S, _free_port, _free_ports
 pytestmark = pytest.mark.xtdb
 
 
-def test_a_start_that_resolves_the_classpath_prints_no_terminal_codes(tmp_path: Path, xtdb_url: str) -> None:
-    """A copy of xtdb/ without its cached classpath, so Maven runs (from ~/.m2), its output piped.
-    ``xtdb_url`` is requested only so the test is skipped exactly where no node can be had."""
+def test_a_first_start_resolves_and_compiles_once_and_prints_no_terminal_codes(tmp_path: Path, xtdb_url: str) -> None:
+    """A copy of xtdb/ without its cached classpath or compiled classes, so Maven runs (from
+    ~/.m2) and the node's Clojure is compiled, their output piped; the second start does neither
+    and its node runs from the compiled classes. ``xtdb_url`` is requested only so the test is
+    skipped exactly where no node can be had."""
     xtdb = tmp_path / "xtdb"
     shutil.copytree(ROOT / "xtdb", xtdb, ignore=shutil.ignore_patterns("target", "data", ".classpath*"))
     port = _free_port()
+    cmd = [str(xtdb / "start"), "--port", str(port), "--config", "memory", "--timeout", str(STARTUP_TIMEOUT_S)]
+    runs: list[subprocess.CompletedProcess[str]] = []
     try:
-        run = subprocess.run(
-            [str(xtdb / "start"), "--port", str(port), "--config", "memory", "--timeout", str(STARTUP_TIMEOUT_S)],
-            capture_output=True,
-            text=True,
-            timeout=STARTUP_TIMEOUT_S + 240,
-        )
+        for _ in range(2):
+            runs.append(subprocess.run(cmd, capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S + 240))
+            assert runs[-1].returncode == 0, runs[-1].stderr[-3000:]
+            node = int((xtdb / "target" / f"xtdb-{port}.pid").read_text())
+            classpath = _cmdline(Path(f"/proc/{node}")).split(" -cp ")[1].split(" ")[0]
+            subprocess.run([str(xtdb / "stop"), "--port", str(port)], capture_output=True, timeout=90, check=True)
     finally:
         subprocess.run([str(xtdb / "stop"), "--port", str(port)], capture_output=True, timeout=90, check=False)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout == f"xtdb+http://127.0.0.1:{port}\n"
-    assert "resolving XTDB's classpath with Maven" in run.stderr  # Maven did run
-    assert "\x1b" not in run.stderr, run.stderr
-    assert all(line.startswith("xtdb/start: ") for line in run.stderr.splitlines()), run.stderr
+    compiled = [d for d in (xtdb / "target").iterdir() if d.name.startswith("aot-classpath-")]
+    assert [d.name for d in compiled if d.is_dir()] == [d.name for d in compiled], compiled  # no log of a failure
+    assert len(compiled) == 1 and classpath.startswith(f"{compiled[0]}:{xtdb / 'src'}:"), classpath
+    assert any((compiled[0] / "context_os").glob("xtdb_http__init.class"))  # the front end's, compiled
+    first, second = (run.stderr for run in runs)
+    assert "resolving XTDB's classpath with Maven" in first and "compiling XTDB's Clojure once" in first
+    assert "Maven" not in second and "compiling" not in second, second
+    for run in runs:
+        assert run.stdout == f"xtdb+http://127.0.0.1:{port}\n"
+        assert "\x1b" not in run.stderr, run.stderr
+        assert all(line.startswith("xtdb/start: ") for line in run.stderr.splitlines()), run.stderr
+
+
+def test_a_compile_that_fails_is_said_once_and_the_node_runs_from_source(tmp_path: Path, xtdb_url: str) -> None:
+    """The node is started in the foreground and stopped once its JVM runs: its command line is
+    what is checked (a node from source answers as every start did before the compile)."""
+    xtdb = tmp_path / "xtdb"
+    shutil.copytree(ROOT / "xtdb", xtdb, ignore=shutil.ignore_patterns("target", "data"))
+    (xtdb / "target").mkdir()
+    for resolved in (ROOT / "xtdb" / "target").glob(".classpath*.pom-sha256"):  # (no Maven)
+        shutil.copy(resolved, xtdb / "target")
+    (xtdb / "aot.clj").write_text('(throw (ex-info "no compile today" {}))\n')
+    port = _free_port()
+    pid_file = xtdb / "target" / f"xtdb-{port}.pid"
+
+    def start(i: int) -> tuple[str, str]:
+        """The classpath of the node a start ran, and what the start said."""
+        err = tmp_path / f"err-{i}"
+        with open(err, "wb") as out:
+            proc = subprocess.Popen(
+                [str(xtdb / "start"), "--port", str(port), "--config", "memory", "--foreground"], stderr=out
+            )
+        try:
+            deadline = time.monotonic() + 120
+            while not pid_file.exists() or not pid_file.read_text().strip():
+                assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
+                time.sleep(0.05)
+            node = Path(f"/proc/{pid_file.read_text().strip()}")
+            classpath = _cmdline(node).split(" -cp ")[1].split(" ")[0]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+        return classpath, err.read_text()
+
+    classpath, said = start(0)
+    (failed,) = (xtdb / "target").glob("aot-classpath-*.failed")
+    assert f"compiling XTDB's Clojure failed (log: {failed}): the node runs from source" in said, said
+    assert "no compile today" in failed.read_text()
+    assert classpath.startswith(f"{xtdb / 'src'}:"), classpath  # nothing compiled on it
+    assert not [p for p in (xtdb / "target").iterdir() if p.name.startswith("aot-") and p.is_dir()]
+    classpath, said = start(1)  # the next start does not try again with the same classpath and source
+    assert "compiling" not in said and classpath.startswith(f"{xtdb / 'src'}:"), said
 
 
 def test_help_is_the_help_alone() -> None:
@@ -157,6 +208,7 @@ def test_a_start_that_fails_while_another_waits_leaves_one_lock_for_the_next_two
         pytest.skip("no Maven to resolve the classpath with")
     xtdb = tmp_path / "xtdb"
     shutil.copytree(ROOT / "xtdb", xtdb, ignore=shutil.ignore_patterns("target", "data", ".classpath*"))
+    _copy_compiled(xtdb)
     gate = tmp_path / "mvn-gate"
     gate.write_text(
         "#!/bin/sh\n"
@@ -222,6 +274,14 @@ def test_a_start_that_fails_while_another_waits_leaves_one_lock_for_the_next_two
     assert "already running" in said(2), said(2)
     assert "stopped the node" in stop.stderr, stop.stderr
     assert left == [], "a node of the port is still running"
+
+
+def _copy_compiled(xtdb: Path) -> None:
+    """This checkout's compiled classes into the copy ``xtdb`` of its xtdb/, which finds them
+    (the same classpath and source) instead of compiling its own."""
+    for compiled in (ROOT / "xtdb" / "target").glob("aot-classpath-*"):
+        if compiled.is_dir() and "." not in compiled.name:
+            shutil.copytree(compiled, xtdb / "target" / compiled.name)
 
 
 def _own_session_node(pid: str) -> bool:
