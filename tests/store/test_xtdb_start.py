@@ -36,8 +36,7 @@ def test_a_first_start_resolves_and_compiles_once_and_prints_no_terminal_codes(t
         for _ in range(2):
             runs.append(subprocess.run(cmd, capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S + 240))
             assert runs[-1].returncode == 0, runs[-1].stderr[-3000:]
-            node = int((xtdb / "target" / f"xtdb-{port}.pid").read_text())
-            classpath = _cmdline(Path(f"/proc/{node}")).split(" -cp ")[1].split(" ")[0]
+            classpath = _node_classpath(xtdb / "target" / f"xtdb-{port}.pid")
             subprocess.run([str(xtdb / "stop"), "--port", str(port)], capture_output=True, timeout=90, check=True)
     finally:
         subprocess.run([str(xtdb / "stop"), "--port", str(port)], capture_output=True, timeout=90, check=False)
@@ -78,8 +77,7 @@ def test_a_compile_that_fails_is_said_once_and_the_node_runs_from_source(tmp_pat
             while not pid_file.exists() or not pid_file.read_text().strip():
                 assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
                 time.sleep(0.05)
-            node = Path(f"/proc/{pid_file.read_text().strip()}")
-            classpath = _cmdline(node).split(" -cp ")[1].split(" ")[0]
+            classpath = _node_classpath(pid_file)
         finally:
             proc.terminate()
             proc.wait(timeout=60)
@@ -274,6 +272,11 @@ def test_a_start_that_fails_while_another_waits_leaves_one_lock_for_the_next_two
     assert "already running" in said(2), said(2)
     assert "stopped the node" in stop.stderr, stop.stderr
     assert left == [], "a node of the port is still running"
+
+
+def _node_classpath(pid_file: Path) -> str:
+    """The ``-cp`` of the node whose pid ``pid_file`` holds."""
+    return _cmdline(Path(f"/proc/{pid_file.read_text().strip()}")).split(" -cp ")[1].split(" ")[0]
 
 
 def _copy_compiled(xtdb: Path) -> None:
