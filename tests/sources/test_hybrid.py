@@ -4,6 +4,7 @@ fall-back to BM25, the object source, and bad input (periods a query names: test
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -286,6 +287,56 @@ def test_more_hits_than_the_depth_are_found_when_asked_for(db: Store) -> None:
     assert len(recall.search("gateway", k=5).hits) == 5
 
 
+ROOM = [
+    "The cello is my new instrument.",
+    "I walked the dog.",
+    "The garage fixed the car clutch.",
+    "My cello teacher is strict.",
+    "Lunch was soup.",
+]
+
+
+@pytest.mark.parametrize("hybrid", [False, True], ids=["keyword", "hybrid"])
+def test_every_keyword_match_of_a_small_store_outranks_the_lines_that_match_nothing(
+    db: Store, tmp_path: Path, model: WordLlamaEmbedder, hybrid: bool
+) -> None:
+    """Each stream's scores were scaled from its last hit: of two keyword matches the weaker
+    scored 0, as a line matching no query word, and ranked below the neighbours the spread and
+    the session prior lifted (4th of 5 behind "Lunch was soup.")."""
+    chat(db, "s1", ROOM)
+    index = VectorIndex(db, model, tmp_path / "v.vectors") if hybrid else None
+    if index is not None:
+        index.catch_up()
+    result = Recall(db, index).search("cello", k=5)
+    assert result.mode == ("hybrid" if hybrid else "bm25")
+    hits = result.hits
+    assert {h.text for h in hits[:2]} == {ROOM[3], ROOM[0]}
+    assert all(h.bm25_rank is None for h in hits[2:])
+    # the fused score itself, without the spread and the prior: the keyword share of the top
+    # match's score, plus the vector stream's min-max share (it holds every part of the store)
+    cfg = RecallConfig(spread_next=0, spread_prev=0, session_weight=0)
+    hits = Recall(db, index, cfg).search("cello", k=5).hits
+    weak, strong = sorted((h for h in hits if h.bm25_rank is not None), key=lambda h: h.bm25_rank or 0)[::-1]
+    assert weak.bm25_score is not None and strong.bm25_score is not None
+    expected = cfg.bm25_weight * weak.bm25_score / strong.bm25_score
+    if index is not None:
+        sims = [h.vector_score for h in hits if h.vector_score is not None]
+        assert len(sims) == len(ROOM) and weak.vector_score is not None
+        expected += cfg.vector_weight * (weak.vector_score - min(sims)) / (max(sims) - min(sims))
+        index.close()
+    assert weak.score == pytest.approx(expected)
+
+
+def test_a_stream_cut_at_its_depth_is_scaled_from_its_last_hit(db: Store) -> None:
+    """Past the depth nothing says what the left-out parts score: about the last hit's."""
+    chat(db, "s1", ROOM)
+    quiet = RecallConfig(depth=2, spread_next=0, spread_prev=0, session_weight=0)
+    hits = Recall(db, config=quiet).search("cello", k=2).hits
+    assert [h.text for h in hits] == [ROOM[3], ROOM[0]] and hits[1].score == 0.0
+    whole = Recall(db, config=dataclasses.replace(quiet, depth=3)).search("cello", k=2).hits
+    assert whole[1].score > 0.0
+
+
 def test_stopwords_leave_the_keyword_query() -> None:
     assert keyword_query("What did she do about the garage?") == "garage"
     assert keyword_query("what is it") == "what is it"  # nothing but stopwords: kept whole
@@ -333,7 +384,9 @@ def test_a_hit_among_hits_of_its_session_outranks_a_lone_one(db: Store) -> None:
 
     lone = sessions(RecallConfig(session_weight=0, spread_next=0, spread_prev=0))
     assert lone == ["errands", "garden", "garden", "garden", "trip"]  # the shortest entry that says it first
-    assert sessions(RecallConfig(spread_next=0, spread_prev=0)) == ["garden", "garden", "errands", "garden", "trip"]
+    # with the prior every hit of the session of three outranks the lone one (the weakest of the
+    # three scored 0 while the keyword stream was scaled from its last hit, and ranked below it)
+    assert sessions(RecallConfig(spread_next=0, spread_prev=0)) == ["garden", "garden", "garden", "errands", "trip"]
     with pytest.raises(InputError, match="session_top"):
         RecallConfig(session_top=0)
 
@@ -519,8 +572,13 @@ def test_a_memory_fact_ranks_with_the_store_s_hits_by_the_query_words_it_holds(d
     talk = [f"note {n}: the build of module {n} passed" for n in range(60)]
     talk += [f"postgres came up in run {n}, and the tests waited for it" for n in range(8)]
     chat(db, "s1", talk, every=17)
-    hits = Recall(db).search("postgres", k=5, memory=scopes).hits
-    assert hits[0].path is not None and "6543" in hits[0].text, [(h.id, h.score) for h in hits]
+    hits = Recall(db).search("postgres", k=10, memory=scopes).hits
+    ours = [n for n, h in enumerate(hits) if h.path is not None]
+    assert ours and "6543" in hits[ours[0]].text, [(h.id, h.score) for h in hits]
+    # its keyword score is the stored hits' (one word each), and it ranks among them, ahead of
+    # every part that does not hold the word (the spread lifts those)
+    assert {round(h.bm25_score or 0, 6) for h in hits[: ours[0] + 1]} == {round(hits[ours[0]].bm25_score or 0, 6)}
+    assert all("postgres" in h.text for h in hits[: ours[0] + 1]), [(h.id, h.score) for h in hits]
     # a passage holding part of the query ranks by that share, below a stored hit holding it all
     hits = Recall(db).search("postgres tests waited", k=20, memory=scopes).hits
     ours = [n for n, h in enumerate(hits) if h.path is not None]

@@ -5,9 +5,10 @@ offers the best of them to a session.
 ``Recall.search`` runs both streams on the same bitemporal basis (the versions in force at
 ``as_of`` as known at ``tx_id``) and fuses them:
 
-* ``fusion="score"`` (the default): each stream's scores min-max normalised over its own top
-  ``depth``, then weighted (``bm25_weight``, ``vector_weight``); ``fusion="rrf"``: Reciprocal
-  Rank Fusion, ``weight / (rrf_k + rank)``, rrf_k 60;
+* ``fusion="score"`` (the default): each stream's scores scaled from its floor (the score of
+  the best part it left out: its last hit's when cut at ``depth``, 0 for a keyword stream that
+  holds every match) to its top, then weighted (``bm25_weight``, ``vector_weight``);
+  ``fusion="rrf"``: Reciprocal Rank Fusion, ``weight / (rrf_k + rank)``, rrf_k 60;
 * context spread: a chat entry passes a share of its score to the entry after it
   (``spread_next``: the reply to a question that matched) and before it (``spread_prev``). In a
   conversation the answer often shares no word with the question: the turn before it does. An
@@ -455,6 +456,7 @@ class Recall:
         bm = self.store.text_search(
             kw, k=depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
         )
+        bm_cut = len(bm) >= depth
         scopes = memory if memory is not None else self.memory
         live: list[str] = []
         passages: list[MemoryPassage] = []
@@ -522,7 +524,10 @@ class Recall:
                 note = _also(note, f"vector ranks weighed by the {covered:.0%} of parts embedded")
         t3 = time.perf_counter()
         periods = named_periods(query, valid_time if valid_time is not None else now_ms()) if cfg.time_weight else []
-        ranked, same = self._fuse(periods, bm, vec, wanted, session, valid_time, tx_id, vector_weight, distinct)
+        # fewer than ``depth`` keyword hits (the memory files' passages merged in included):
+        # every part that holds a query word is among them
+        whole = not bm_cut and len(bm) < depth
+        ranked, same = self._fuse(periods, bm, whole, vec, wanted, session, valid_time, tx_id, vector_weight, distinct)
         timings["fuse"] = (time.perf_counter() - t3) * 1000
         mode: Literal["hybrid", "bm25"] = "bm25" if qv is None else "hybrid"
         return _Ranking(self, RecallResult(query, [], mode, note, timings, periods), ranked, same, valid_time, tx_id)
@@ -556,6 +561,7 @@ class Recall:
         self,
         periods: list[Period],
         bm: list[TextHit],
+        bm_whole: bool,
         vec: Sequence[TextHit],
         wanted: tuple[str, ...],
         session: str | None,
@@ -565,7 +571,13 @@ class Recall:
         distinct: bool = True,
     ) -> tuple[list[_Cand], dict[int, int]]:
         """Every candidate of both streams, fused, best first (each text once with ``distinct``,
-        and for the ones kept how many others had their text)."""
+        and for the ones kept how many others had their text).
+
+        Score fusion scales each stream's scores from its floor, the score of the best part it
+        left out, to its top: for a stream cut at its depth, about its last hit's; for a keyword
+        stream that holds every match (``bm_whole``), 0, what a part that matches no query word
+        scores. Scaled to its last hit instead, the weakest real match of a small store scored 0,
+        as a part that matched nothing, and ranked below the neighbours the spread lifted."""
         cfg = self.config
         cands: dict[tuple[str, str], _Cand] = {}
 
@@ -575,14 +587,14 @@ class Recall:
                 cands[key] = _Cand(h)
             return cands[key]
 
-        streams: list[tuple[str, Sequence[TextHit], float]] = [
-            ("bm25", bm, cfg.bm25_weight),
-            ("vector", vec, vector_weight),
+        streams: list[tuple[str, Sequence[TextHit], float, bool]] = [
+            ("bm25", bm, cfg.bm25_weight, bm_whole),
+            ("vector", vec, vector_weight, False),
         ]
-        for stream, hits, weight in streams:
+        for stream, hits, weight, whole in streams:
             if not hits:
                 continue
-            top, low = hits[0].score, hits[-1].score
+            top, low = hits[0].score, 0.0 if whole else hits[-1].score
             for rank, h in enumerate(hits, 1):
                 c = cand(h)
                 setattr(c, stream, (h.score, rank))
