@@ -107,6 +107,19 @@ def test_trust_then_show_then_untrust(ws: Path) -> None:
     assert json.loads(run("-w", str(ws), "--json").stdout)["trusted"] is False
 
 
+def test_the_workspace_may_be_named_as_an_argument(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ctxos memory trust .`` (as ``direnv allow .``) was refused: "Got unexpected extra argument"."""
+    assert json.loads(run("trust", str(ws), "--json").stdout) == {"workspace": str(ws), "trusted": True}
+    assert json.loads(run("show", str(ws), "--json").stdout)["trusted"] is True
+    assert json.loads(run(str(ws), "--json").stdout)["trusted"] is True  # `show`, the default
+    monkeypatch.chdir(ws)
+    assert json.loads(run("untrust", ".", "--json").stdout)["removed"] is True
+    assert json.loads(run("trust", ".", "-w", str(ws), "--json").stdout)["trusted"] is True  # the same one
+    both = run("trust", str(ws), "-w", str(ws.parent), ok=False)
+    assert both.exit_code == 2 and "two workspaces named" in both.output
+    assert json.loads((data_dir() / "memory.json").read_text())["trusted_workspaces"] == [str(ws)]
+
+
 def test_a_workspace_deleted_since_is_untrusted_and_a_clone_made_there_later_is_not_trusted(
     ws: Path, tmp_path: Path
 ) -> None:

@@ -8,6 +8,8 @@ memory file."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,28 @@ workspace_option = click.option(
     show_default=True,
     help="The workspace (repository) root.",
 )
+
+
+def workspace_argument(command: Callable[..., None]) -> Callable[..., None]:
+    """The workspace as an optional argument too (``ctxos memory trust ~/src/app``, as ``direnv
+    allow`` and ``mise trust`` take theirs), or ``--workspace``; both, naming two, is a usage
+    error. The command gets ``workspace``, default the current directory."""
+
+    @click.argument("path", required=False, type=click.Path(file_okay=False, path_type=Path))
+    @click.option(
+        "--workspace",
+        "-w",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="The workspace (repository) root, as PATH.  [default: .]",
+    )
+    @functools.wraps(command)
+    def run(path: Path | None, workspace: Path | None, **kwargs: Any) -> None:
+        if path is not None and workspace is not None and path.absolute() != workspace.absolute():
+            raise click.UsageError(f"two workspaces named: PATH {path} and --workspace {workspace}")
+        command(workspace=path or workspace or Path("."), **kwargs)
+
+    return run
 
 
 @click.group("memory", cls=DefaultGroup, default="show", bare_default=True)
@@ -58,7 +82,7 @@ def _row(s: MemoryScope) -> dict[str, Any]:
 
 
 @memory.command("show")
-@workspace_option
+@workspace_argument
 @click.option("--pi/--no-pi", "include_pi", default=None, help="Include Pi's scopes (default: memory.json).")
 @json_option
 @fails_cleanly
@@ -120,7 +144,7 @@ def show_cmd(workspace: Path, include_pi: bool | None, as_json: bool) -> None:
 
 
 @memory.command("trust")
-@workspace_option
+@workspace_argument
 @json_option
 @fails_cleanly
 def trust_cmd(workspace: Path, as_json: bool) -> None:
@@ -133,7 +157,7 @@ def trust_cmd(workspace: Path, as_json: bool) -> None:
 
 
 @memory.command("untrust")
-@workspace_option
+@workspace_argument
 @json_option
 @fails_cleanly
 def untrust_cmd(workspace: Path, as_json: bool) -> None:
