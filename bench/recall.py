@@ -158,11 +158,15 @@ def ingest(
     return mapping
 
 
+def evidence_ids(q: dict[str, Any]) -> list[str]:
+    """The dialogue ids of the question's evidence (LoCoMo has a few ids like ``D8:6; D9:17``:
+    split)."""
+    return [x for e in q.get("evidence", []) for x in re.split(r"[;,\s]+", e) if x]
+
+
 def evidence(q: dict[str, Any], mapping: dict[str, Part]) -> set[Part]:
-    """The question's evidence parts (LoCoMo has a few ids like ``D8:6; D9:17`` and some that name
-    no turn: those are split, and the unknown dropped)."""
-    ids = [x for e in q.get("evidence", []) for x in re.split(r"[;,\s]+", e) if x]
-    return {mapping[x] for x in ids if x in mapping}
+    """The question's evidence parts (some ids name no turn: those are dropped)."""
+    return {mapping[x] for x in evidence_ids(q) if x in mapping}
 
 
 def metrics(ranked: list[Part], gold: set[Part]) -> dict[str, float]:
