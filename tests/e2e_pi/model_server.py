@@ -1,8 +1,9 @@
 """A scripted model behind the OpenAI chat-completions API, on 127.0.0.1: the only fake in the Pi tests.
 
-It answers the n-th request with the n-th scripted reply (a tool call or a text), streamed as
-server-sent events when the request asks for ``stream: true`` (Pi always does), and records every
-request body it received, so a test can assert what the model was actually shown.
+It answers the n-th request with the n-th scripted reply (a tool call, a text, or an HTTP error
+as OpenAI sends one), streamed as server-sent events when the request asks for ``stream: true``
+(Pi always does), and records every request body it received, so a test can assert what the
+model was actually shown.
 """
 
 from __future__ import annotations
@@ -18,16 +19,18 @@ from typing import Any
 
 from tests.helpers import pairing_refused
 
-__all__ = ["Reply", "ScriptedModel", "text", "tool_call", "scripted_model"]
+__all__ = ["Reply", "ScriptedModel", "error", "text", "tool_call", "scripted_model"]
 
 
 @dataclass(frozen=True)
 class Reply:
-    """One assistant turn: a text, or one tool call."""
+    """One assistant turn: a text, or one tool call; or the request refused with HTTP status
+    ``status`` and ``text`` as the error's message."""
 
     text: str | None = None
     tool: str | None = None
     arguments: dict[str, Any] = field(default_factory=dict)
+    status: int | None = None
 
 
 def text(value: str) -> Reply:
@@ -36,6 +39,10 @@ def text(value: str) -> Reply:
 
 def tool_call(name: str, **arguments: Any) -> Reply:
     return Reply(tool=name, arguments=arguments)
+
+
+def error(status: int, message: str) -> Reply:
+    return Reply(text=message, status=status)
 
 
 class ScriptedModel:
@@ -136,6 +143,9 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
                 self._json(400, {"error": {"message": refused, "type": "invalid_request_error"}})
                 return
             n, reply = model.next_reply(body)
+            if reply.status is not None:
+                self._json(reply.status, {"error": {"message": reply.text, "type": "server_error"}})
+                return
             name = str(body.get("model", "scripted"))
             if not body.get("stream"):
                 self._json(200, _completion(n, reply, name))

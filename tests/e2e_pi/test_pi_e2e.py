@@ -23,7 +23,7 @@ from context_os.context.view import TAIL_OPEN
 from context_os.store.sqlite import SqliteStore
 
 from .conftest import CTXOS, PiRun, Rpc, _setup, pi_print, pi_rpc, run_pi, texts
-from .model_server import scripted_model, text, tool_call
+from .model_server import error, scripted_model, text, tool_call
 from .provision import ADAPTER, PiInstall
 
 pytestmark = pytest.mark.e2e
@@ -152,6 +152,31 @@ def test_pi_session_file_replays(replay: tuple[dict[str, Any], Path]) -> None:
     assert summary["orphaned_tool_results"] == 0
     assert summary["files"] == 1
     assert summary["edits_total"] == 1
+
+
+def test_an_attempt_pi_retried_is_left_out_of_the_replay_as_pi_leaves_it_out(pi: PiInstall, tmp_path: Path) -> None:
+    """Pi 1.5 keeps an attempt that failed and was retried (an overloaded provider) in its session
+    file, and a ``context_edit`` there leaves it out of every call after it; the replay kept it."""
+    overloaded = "The server is overloaded, please try again"
+    script = [error(503, overloaded), tool_call("read", path="calc.py"), text("It subtracts.")]
+    run = run_pi(pi, tmp_path, "What does calc.py do?", script, files={"calc.py": BUGGY})
+    assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
+    assert run.model.errors == [] and len(run.requests) == 3
+    assert len(run.requests[1]["messages"]) == len(run.requests[0]["messages"])  # the retry: the same call
+    entries = [json.loads(line) for line in run.session_file().read_text().splitlines()]
+    failed = [e for e in entries if e["type"] == "message" and e["message"].get("stopReason") == "error"]
+    edits = [e for e in entries if e["type"] == "context_edit"]
+    assert len(failed) == 1 and overloaded in failed[0]["message"]["errorMessage"]
+    assert [(e["targetId"], e["replacement"]) for e in edits] == [(failed[0]["id"], None)]
+
+    out = _ctxos("replay", str(run.session_file()), "--json", "--per-turn", store=tmp_path / "replay.db")
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["turns"] == summary["frames_verified"] == 2  # the calls that answered
+    # the system prompt and the user's; then the call and its result
+    assert [row["messages"] for row in summary["per_turn"]] == [2, 4]
+    info = [said for session in summary["sessions"] for said in session["info"]]
+    assert any("1 message(s) edited by Pi's context edits (1 left out)" in said for said in info), info
 
 
 def test_replay_takes_no_context_os_report_for_file_text(replay: tuple[dict[str, Any], Path]) -> None:

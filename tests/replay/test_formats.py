@@ -161,6 +161,55 @@ def test_bytes_that_are_not_utf8_are_read_as_node_reads_them_and_said(tmp_path: 
     ]
 
 
+def test_pi_context_edits_rewrite_the_messages_they_target_as_pi_projects_them(tmp_path: Path) -> None:
+    """Pi 1.5's ``context_edit`` entries (its ``projectContextEntry``): null leaves the message
+    out, else its content is replaced (a string as a text block for an assistant message or a tool
+    result), the newest edit of an entry counting; they were ignored."""
+    header = {"type": "session", "version": 3, "id": "s", "cwd": "/r"}
+    call = {"type": "toolCall", "id": "c1", "name": "bash", "arguments": {"command": "seq 1 9999"}}
+    said = [
+        {"role": "user", "content": "count"},
+        {"role": "assistant", "content": [], "stopReason": "error", "errorMessage": "503 overloaded"},
+        {"role": "assistant", "content": [call], "stopReason": "toolUse"},
+        {"role": "toolResult", "toolCallId": "c1", "toolName": "bash", "content": [{"type": "text", "text": "1\n2"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "done"}], "stopReason": "stop"},
+    ]
+    entries: list[dict[str, Any]] = [header]
+    for n, m in enumerate(said):
+        entries.append({"type": "message", "id": f"m{n}", "parentId": entries[-1].get("id"), "message": m})
+
+    def edit(target: str, replacement: Any) -> None:
+        entries.append(
+            {
+                "type": "context_edit",
+                "id": f"x{len(entries)}",
+                "parentId": entries[-1]["id"],
+                "targetId": target,
+                "replacement": replacement,
+            }
+        )
+
+    edit("m1", None)
+    edit("m3", {"content": "first"})
+    edit("m3", {"content": "[output cleared]"})  # the newest counts
+    edit("m0", {"content": [{"type": "text", "text": "count to 9999"}]})
+    edit("m4", {"text": "no content"})  # not what Pi writes: not applied
+    t = read_session(write(tmp_path / "s.jsonl", entries))
+    assert [m["content"] for m in t.messages] == [
+        [{"type": "text", "text": "count to 9999"}],
+        [call],
+        [{"type": "text", "text": "[output cleared]"}],
+        [{"type": "text", "text": "done"}],
+    ]
+    assert t.info == [
+        "3 message(s) edited by Pi's context edits (1 left out), as Pi rebuilds the session: every"
+        " call is replayed with them as edited"
+    ]
+    assert t.notes == [
+        "1 context edit(s) without a replacement Pi reads (null, or a content string or list) not applied: line 11"
+    ]
+
+
 def test_a_pi_message_without_content_is_empty_and_one_of_a_role_pi_does_not_know_is_left_out(
     tmp_path: Path, db
 ) -> None:

@@ -8,6 +8,12 @@ reads them (``packages/coding-agent/src/core/session-manager.ts``).
   ``custom_message`` and ``branch_summary`` entries are messages too (``custom``,
   ``branchSummary``; a branch summary only when its ``summary`` is not empty, as Pi's
   ``buildSessionContext`` adds it); v2's ``hookMessage`` role is v3's ``custom``.
+* A ``context_edit`` (Pi 1.5) on the branch rewrites the message of the entry it targets as
+  Pi's ``projectContextEntry`` does: a ``null`` replacement leaves it out (Pi omits a failed
+  attempt so, with its tool results), else its ``content`` is the replacement's (a string as one
+  text block for an assistant message or a tool result); the newest edit of an entry counts. The
+  history is the one Pi rebuilds when it resumes the session: the calls before an edit are
+  replayed with the edited message too.
 * A line that is not JSON is skipped, as Pi's loader skips it (entry indexes count the entries
   read, as Pi's do).
 * A message of a role Pi does not know is left out, as Pi's ``convertToLlm`` leaves it out of
@@ -42,6 +48,8 @@ PI_ENTRY_TYPES = (
     "custom",
     "label",
     "session_info",
+    "context_edit",
+    "usage",
 )
 """Entry types of a Pi session file."""
 
@@ -190,12 +198,18 @@ def _read_pi_tree(
         if node is None and isinstance(parent, str):
             node = _over_lost_entry(parsed, body, line_of[path[-1]["id"]], seen, notes)
     path.reverse()
+    edits = _context_edits(p, line_of, path, notes)
     messages: list[dict[str, Any]] = []
     message_of: dict[str, int] = {}
     pending: list[tuple[int, dict[str, Any]]] = []
+    edited = left_out = 0
     for e in path:
         message_of[e["id"]] = len(messages)
         m = _pi_message(e)
+        if m is not None and e["id"] in edits:
+            m = _edited(m, edits[e["id"]])
+            edited += 1
+            left_out += m is None
         if m is not None:
             messages.append(m)
         elif e.get("type") == "compaction":
@@ -217,7 +231,54 @@ def _read_pi_tree(
             "whose model calls are replayed with it, not here"
         )
     out.notes = notes + _unusual(path)
+    if edited:
+        out.info.append(
+            f"{edited} message(s) edited by Pi's context edits ({left_out} left out), as Pi rebuilds the"
+            " session: every call is replayed with them as edited"
+        )
     return out
+
+
+_EDITABLE = ("user", "assistant", "toolResult", "custom")
+"""The roles whose content a context edit replaces (Pi's ``projectContextEntry``)."""
+
+
+def _context_edits(
+    p: Any, line_of: Mapping[str, int], path: list[dict[str, Any]], notes: list[str]
+) -> dict[str, dict[str, Any] | None]:
+    """The newest ``context_edit`` replacement of each entry on the branch it names (None: left
+    out). An edit whose replacement Pi would have refused to write (no ``content`` string or list)
+    is not applied, and said."""
+    edits: dict[str, dict[str, Any] | None] = {}
+    bad: list[int] = []
+    for e in path:
+        if e.get("type") != "context_edit" or not isinstance(e.get("targetId"), str):
+            continue
+        replacement = e.get("replacement")
+        if replacement is not None and not (
+            isinstance(replacement, dict) and isinstance(replacement.get("content"), str | list)
+        ):
+            bad.append(line_of[e["id"]])
+            continue
+        edits[e["targetId"]] = replacement
+    if bad:
+        notes.append(
+            f"{len(bad)} context edit(s) without a replacement Pi reads (null, or a content string or list) not"
+            f" applied: line {', '.join(map(str, bad[:5]))}{' …' if len(bad) > 5 else ''}"
+        )
+    return edits
+
+
+def _edited(m: dict[str, Any], replacement: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A message as a context edit leaves it (None: left out)."""
+    if replacement is None:
+        return None
+    if m.get("role") not in _EDITABLE:
+        return m
+    content = replacement["content"]
+    if m["role"] in ("assistant", "toolResult") and isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    return {**m, "content": content}
 
 
 def _inherited(header: Mapping[str, Any], path: list[dict[str, Any]]) -> int:
