@@ -312,8 +312,9 @@ def test_every_keyword_match_of_a_small_store_outranks_the_lines_that_match_noth
     hits = result.hits
     assert {h.text for h in hits[:2]} == {ROOM[3], ROOM[0]}
     assert all(h.bm25_rank is None for h in hits[2:])
-    # the fused score itself, without the spread and the prior: the keyword share of the top
-    # match's score, plus the vector stream's min-max share (it holds every part of the store)
+    # the fused score itself, without the spread and the prior: each stream holds every part it
+    # could, so each scales from 0 (or its lowest score, if below): the keyword share of the top
+    # match's score, plus the vector share of the nearest part's similarity
     cfg = RecallConfig(spread_next=0, spread_prev=0, session_weight=0)
     hits = Recall(db, index, cfg).search("cello", k=5).hits
     weak, strong = sorted((h for h in hits if h.bm25_rank is not None), key=lambda h: h.bm25_rank or 0)[::-1]
@@ -322,7 +323,8 @@ def test_every_keyword_match_of_a_small_store_outranks_the_lines_that_match_noth
     if index is not None:
         sims = [h.vector_score for h in hits if h.vector_score is not None]
         assert len(sims) == len(ROOM) and weak.vector_score is not None
-        expected += cfg.vector_weight * (weak.vector_score - min(sims)) / (max(sims) - min(sims))
+        floor = min(0.0, *sims)
+        expected += cfg.vector_weight * (weak.vector_score - floor) / (max(sims) - floor)
         index.close()
     assert weak.score == pytest.approx(expected)
 

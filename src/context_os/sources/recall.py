@@ -6,8 +6,9 @@ offers the best of them to a session.
 ``as_of`` as known at ``tx_id``) and fuses them:
 
 * ``fusion="score"`` (the default): each stream's scores scaled from its floor (the score of
-  the best part it left out: its last hit's when cut at ``depth``, 0 for a keyword stream that
-  holds every match) to its top, then weighted (``bm25_weight``, ``vector_weight``);
+  the best part it left out: its last hit's when cut at ``depth``; for a stream that holds every
+  part it could, 0, what no relation scores, or its last hit's if lower) to its top, then
+  weighted (``bm25_weight``, ``vector_weight``);
   ``fusion="rrf"``: Reciprocal Rank Fusion, ``weight / (rrf_k + rank)``, rrf_k 60;
 * context spread: a chat entry passes a share of its score to the entry after it
   (``spread_next``: the reply to a question that matched) and before it (``spread_prev``). In a
@@ -474,6 +475,7 @@ class Recall:
         t1 = time.perf_counter()
         timings["bm25"] = (t1 - t0) * 1000
         vec: list[TextHit] = []
+        vec_cut = False
         note = self.note
         many = len(query_words(kw))
         if many > MAX_TERMS:
@@ -502,6 +504,7 @@ class Recall:
                     qv, k=depth, kinds=list(wanted), session=session, valid_time=valid_time, tx_id=tx_id
                 )
             )
+            vec_cut = len(vec) >= depth
             if live:
                 # the memory files read now, by meaning too, in place of the store's copies of them
                 vec = _current(vec, live, passages)
@@ -524,10 +527,11 @@ class Recall:
                 note = _also(note, f"vector ranks weighed by the {covered:.0%} of parts embedded")
         t3 = time.perf_counter()
         periods = named_periods(query, valid_time if valid_time is not None else now_ms()) if cfg.time_weight else []
-        # fewer than ``depth`` keyword hits (the memory files' passages merged in included):
-        # every part that holds a query word is among them
-        whole = not bm_cut and len(bm) < depth
-        ranked, same = self._fuse(periods, bm, whole, vec, wanted, session, valid_time, tx_id, vector_weight, distinct)
+        # fewer than ``depth`` hits (the memory files' passages merged in included): every part
+        # that holds a query word is among the keyword hits, every part with a vector among
+        # the vector hits
+        whole = (not bm_cut and len(bm) < depth, not vec_cut and len(vec) < depth)
+        ranked, same = self._fuse(periods, bm, vec, whole, wanted, session, valid_time, tx_id, vector_weight, distinct)
         timings["fuse"] = (time.perf_counter() - t3) * 1000
         mode: Literal["hybrid", "bm25"] = "bm25" if qv is None else "hybrid"
         return _Ranking(self, RecallResult(query, [], mode, note, timings, periods), ranked, same, valid_time, tx_id)
@@ -561,8 +565,8 @@ class Recall:
         self,
         periods: list[Period],
         bm: list[TextHit],
-        bm_whole: bool,
         vec: Sequence[TextHit],
+        whole: tuple[bool, bool],
         wanted: tuple[str, ...],
         session: str | None,
         valid_time: int | None,
@@ -574,10 +578,13 @@ class Recall:
         and for the ones kept how many others had their text).
 
         Score fusion scales each stream's scores from its floor, the score of the best part it
-        left out, to its top: for a stream cut at its depth, about its last hit's; for a keyword
-        stream that holds every match (``bm_whole``), 0, what a part that matches no query word
-        scores. Scaled to its last hit instead, the weakest real match of a small store scored 0,
-        as a part that matched nothing, and ranked below the neighbours the spread lifted."""
+        left out, to its top: for a stream cut at its depth, about its last hit's; for one that
+        holds every part it could (``whole``, keyword and vector: fewer hits than its depth), 0,
+        what a part matching no query word scores and what a vector unrelated to the query's
+        does (its last hit's, if that is lower: a negative similarity). Scaled to its last hit
+        instead, the weakest real match of a small store scored 0, as a part that matched
+        nothing, and ranked below the neighbours the spread lifted; five copies of one output
+        least like the query's vector scored 0 in that stream."""
         cfg = self.config
         cands: dict[tuple[str, str], _Cand] = {}
 
@@ -588,13 +595,13 @@ class Recall:
             return cands[key]
 
         streams: list[tuple[str, Sequence[TextHit], float, bool]] = [
-            ("bm25", bm, cfg.bm25_weight, bm_whole),
-            ("vector", vec, vector_weight, False),
+            ("bm25", bm, cfg.bm25_weight, whole[0]),
+            ("vector", vec, vector_weight, whole[1]),
         ]
-        for stream, hits, weight, whole in streams:
+        for stream, hits, weight, all_of_it in streams:
             if not hits:
                 continue
-            top, low = hits[0].score, 0.0 if whole else hits[-1].score
+            top, low = hits[0].score, min(0.0, hits[-1].score) if all_of_it else hits[-1].score
             for rank, h in enumerate(hits, 1):
                 c = cand(h)
                 setattr(c, stream, (h.score, rank))
