@@ -25,10 +25,12 @@ from ..sources.memory import (
 )
 from ._common import DefaultGroup, emit_json, fails_cleanly, json_option, printable, table
 
+_DIRECTORY = click.Path(file_okay=False, path_type=Path)
+
 workspace_option = click.option(
     "--workspace",
     "-w",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=_DIRECTORY,
     default=".",
     show_default=True,
     help="The workspace (repository) root.",
@@ -40,11 +42,11 @@ def workspace_argument(command: Callable[..., None]) -> Callable[..., None]:
     allow`` and ``mise trust`` take theirs), or ``--workspace``; both, naming two, is a usage
     error. The command gets ``workspace``, default the current directory."""
 
-    @click.argument("path", required=False, type=click.Path(file_okay=False, path_type=Path))
+    @click.argument("path", required=False, type=_DIRECTORY)
     @click.option(
         "--workspace",
         "-w",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=_DIRECTORY,
         default=None,
         help="The workspace (repository) root, as PATH.  [default: .]",
     )

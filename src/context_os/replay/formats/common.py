@@ -29,7 +29,7 @@ import re
 import shlex
 import stat
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -48,6 +48,7 @@ __all__ = [
     "Reader",
     "Transcript",
     "iso_ms",
+    "line_numbers",
     "load",
     "openai_calls",
     "pair_openai",
@@ -64,6 +65,13 @@ MAX_SESSION_BYTES = 1 << 30
 
 SKIPPED_SHOWN = 10
 """How many skipped line numbers a transcript names (it counts them all)."""
+
+
+def line_numbers(lines: Sequence[int]) -> str:
+    """The first ``SKIPPED_SHOWN`` of ``lines`` for a note (``3, 5, ...``)."""
+    more = ", ..." if len(lines) > SKIPPED_SHOWN else ""
+    return ", ".join(map(str, lines[:SKIPPED_SHOWN])) + more
+
 
 KNOWN_KINDS = (
     "Pi, Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands, Cline, OpenAI or Anthropic messages"
@@ -362,10 +370,8 @@ class Parsed:
             t.skipped_line_numbers = self.skipped[:SKIPPED_SHOWN]
         if self.mended and transcripts and not self._said:
             self._said = True
-            shown = ", ".join(map(str, self.mended[:SKIPPED_SHOWN]))
-            more = ", ..." if len(self.mended) > SKIPPED_SHOWN else ""
             transcripts[0].notes.append(
-                f"{len(self.mended)} line(s) held bytes that are not UTF-8 (line {shown}{more}): "
+                f"{len(self.mended)} line(s) held bytes that are not UTF-8 (line {line_numbers(self.mended)}): "
                 "read as U+FFFD, as Node's utf8 decoding reads them"
             )
         return transcripts

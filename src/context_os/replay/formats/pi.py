@@ -33,7 +33,7 @@ from typing import Any
 
 from ...errors import InputError
 from ...harness.pi import AGENT_MESSAGE_ROLES
-from .common import Compaction, Parsed, Transcript, iso_ms, text_field
+from .common import Compaction, Parsed, Transcript, iso_ms, line_numbers, text_field
 
 __all__ = ["PI_ENTRY_TYPES", "read_pi"]
 
@@ -198,7 +198,7 @@ def _read_pi_tree(
         if node is None and isinstance(parent, str):
             node = _over_lost_entry(parsed, body, line_of[path[-1]["id"]], seen, notes)
     path.reverse()
-    edits = _context_edits(p, line_of, path, notes)
+    edits = _context_edits(line_of, path, notes)
     messages: list[dict[str, Any]] = []
     message_of: dict[str, int] = {}
     pending: list[tuple[int, dict[str, Any]]] = []
@@ -244,7 +244,7 @@ _EDITABLE = ("user", "assistant", "toolResult", "custom")
 
 
 def _context_edits(
-    p: Any, line_of: Mapping[str, int], path: list[dict[str, Any]], notes: list[str]
+    line_of: Mapping[str, int], path: list[dict[str, Any]], notes: list[str]
 ) -> dict[str, dict[str, Any] | None]:
     """The newest ``context_edit`` replacement of each entry on the branch it names (None: left
     out). An edit whose replacement Pi would have refused to write (no ``content`` string or list)
@@ -264,7 +264,7 @@ def _context_edits(
     if bad:
         notes.append(
             f"{len(bad)} context edit(s) without a replacement Pi reads (null, or a content string or list) not"
-            f" applied: line {', '.join(map(str, bad[:5]))}{' …' if len(bad) > 5 else ''}"
+            f" applied: line {line_numbers(bad)}"
         )
     return edits
 
