@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
+from context_os.replay.formats.claude_code import read_claude_code
+from context_os.replay.formats.common import load
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import provisioned
 from tests.proxy.running import CTXOS, file_as_shown, only_session, scripted_proxy, verified_frames
-from tests.proxy.upstream import ToolCall, call
+from tests.proxy.upstream import ToolCall, call, upstream
 
 from .provision import ClaudeInstall, provision
 
@@ -65,14 +67,7 @@ def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_
     home = tmp_path / "home"
     home.mkdir()
     with scripted_proxy(tmp_path, script(work)) as proxied:
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "HOME": str(home),
-            "ANTHROPIC_BASE_URL": proxied.url.removesuffix("/v1"),
-            "ANTHROPIC_API_KEY": "sk-ant-e2e",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_AUTOUPDATER": "1",
-        }
+        env = _env(home, proxied.url.removesuffix("/v1"))
         proc = subprocess.run(
             claude.command(
                 "-p", "fix f7 in app.py", "--permission-mode", "acceptEdits", "--model", MODEL,
@@ -126,6 +121,87 @@ def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_
         (app,) = s.find("file", {"path": "app.py"})
         versions = [v.doc["content"] for v in s.history(app.id, with_docs=True) if v.doc]
     assert versions == [APP, on_disk]  # as read (its line numbers off), then as edited
+
+
+def test_the_replay_reads_claude_codes_attachments_as_claude_code_sends_them(
+    claude: ClaudeInstall, work: Path, tmp_path: Path
+) -> None:
+    """Claude Code 2.1.3xx writes what it adds to a turn (a file named with @, its environment,
+    the date, reminders) as ``attachment`` entries with the text it sent (``rendered``). Two runs
+    of one session (the second resumes it with ``-c``): the conversation the replay reads from
+    the transcript is, text for text, what Claude Code sent in its last request, and then its
+    reply."""
+    home = tmp_path / "home"
+    home.mkdir()
+    first = [
+        call("Read", file_path=str(work / "app.py")),
+        call("Edit", file_path=str(work / "app.py"), old_string="    return 7\n", new_string="    return 'seven'\n"),
+        "Done: f7 returns 'seven'.",
+    ]
+    second = [call("Read", file_path=str(work / "m1.txt")), "Read m1 again."]
+    with upstream(replies=[*first, *second]) as up:  # one upstream: the replies' ids go on across runs
+        for args in (["look at @m0.txt, then fix f7 in app.py"], ["-c", "now read m1.txt"]):
+            proc = subprocess.run(
+                claude.command(*args[:-1], "-p", args[-1], "--permission-mode", "acceptEdits", "--model", MODEL),
+                cwd=work, env=_env(home, up.url), capture_output=True, text=True, timeout=240,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        requests = list(up.requests)
+    assert len(requests) == len(first) + len(second)
+    (transcript,) = (home / ".claude" / "projects").glob("*/*.jsonl")
+    lines = [json.loads(line) for line in transcript.read_text().splitlines()]
+    attached = [e["attachment"]["type"] for e in lines if e.get("type") == "attachment" and e.get("rendered")]
+    assert {"file", "date"} <= set(attached)  # the @-named file, and what every turn gets
+    (read,) = read_claude_code(load(transcript, 10**8))
+    sent = _request_text(requests[-1]["messages"])
+    assert _pi_text(read.messages) == [*sent, ("text", "Read m1 again.")]
+    # the @-named file's text reached the model in the first user message, before the prompt
+    first_user = [t for _, t in sent[: sent.index(("text", "look at @m0.txt, then fix f7 in app.py"))]]
+    assert any("line 399 of m0" in t for t in first_user)
+
+
+def _env(home: Path, url: str) -> dict[str, str]:
+    """Claude Code's environment: a home of its own, the API at ``url``."""
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": url,
+        "ANTHROPIC_API_KEY": "sk-ant-e2e",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+
+
+def _request_text(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The text of an Anthropic request's messages in order (text, calls, results; no thinking)."""
+    out = []
+    for m in messages:
+        content = m["content"]
+        for b in [{"type": "text", "text": content}] if isinstance(content, str) else content:
+            if b["type"] == "text":
+                out.append(("text", b["text"]))
+            elif b["type"] == "tool_use":
+                out.append(("call", json.dumps([b["name"], b["input"]], sort_keys=True)))
+            elif b["type"] == "tool_result":
+                result = b.get("content") or ""
+                out.append(("result", result if isinstance(result, str) else "".join(x["text"] for x in result)))
+    return out
+
+
+def _pi_text(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The same of the Pi messages a reader gives."""
+    out = []
+    for m in messages:
+        if m["role"] == "toolResult":
+            out.append(("result", "".join(b["text"] for b in m["content"] if b["type"] == "text")))
+            continue
+        for b in m["content"]:
+            if b["type"] == "text":
+                out.append(("text", b["text"]))
+            elif b["type"] == "toolCall":
+                out.append(("call", json.dumps([b["name"], b["arguments"]], sort_keys=True)))
+    return out
 
 
 def _replay(transcript: Path, store: Path) -> dict[str, Any]:

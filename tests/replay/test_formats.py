@@ -405,6 +405,64 @@ def test_a_claude_code_read_of_an_image_or_a_pdf_is_no_file_text(tmp_path: Path,
     assert not [o for o in session.view.objects.values() if o.kind == "file"]
 
 
+def _attachment(uuid: str, parent: str, kind: str, *texts: str) -> dict[str, Any]:
+    """An ``attachment`` entry as Claude Code 2.1.3xx writes it: ``rendered`` what it sent (one
+    ``{"content": text}`` per part), none when it sent nothing."""
+    e = {"isSidechain": False, "cwd": "/repo", "sessionId": "cc-1", "type": "attachment", "uuid": uuid,
+         "parentUuid": parent, "attachment": {"type": kind}, "timestamp": "2025-12-01T10:00:00.500Z"}  # fmt: skip
+    return {**e, "rendered": [{"content": t} for t in texts], "renderedRole": "system"} if texts else e
+
+
+def test_claude_code_attachments_go_where_claude_code_sends_them(tmp_path: Path) -> None:
+    """What Claude Code adds to a turn (a file named with @, the date, reminders) is an
+    ``attachment`` entry on the chain; its text goes where Claude Code 2.1.332 sends it (the
+    end-to-end test checks this against its requests): before the user's text it follows, the
+    last ending in a newline; at the end of a tool result's text it follows (the result's end's
+    blanks off); a user message of its own with nothing before it in the turn. An attachment
+    with no ``rendered`` sent nothing; one off the chain (after the last message) was never sent."""
+    entries = [json.loads(x) for x in (DATA / "claude-code.jsonl").read_text().splitlines()]
+    at = {e["uuid"]: k for k, e in enumerate(entries)}
+    entries[at["u2"]]["parentUuid"] = "a3"
+    entries[at["u5"]]["parentUuid"] = "a5"
+    entries[at["u1"]]["parentUuid"] = "a0"
+    entries[at["u4"] + 1 : at["u4"] + 1] = [_attachment("a4", "u4", "total_tokens_reminder", "<r>tokens</r>"),
+                                            _attachment("a5", "a4", "todo_reminder", "<r>todos</r>")]  # fmt: skip
+    entries[at["u1"] + 1 : at["u1"] + 1] = [
+        _attachment("a1", "u1", "file", "<r>Called the Read tool</r>", "<r>Result: 1\tx = 1</r>"),
+        _attachment("a2", "a1", "session_context"),  # nothing sent
+        _attachment("a3", "a2", "date", "<r>date</r>"),
+    ]
+    entries[0:0] = [_attachment("a0", None, "environment", "<r>env</r>")]  # type: ignore[arg-type]
+    entries.append(_attachment("a6", "u7", "date", "<r>never sent</r>"))
+    t = read_session(write(tmp_path / "attached.jsonl", entries))
+    plain = read_session(DATA / "claude-code.jsonl")
+    texts = [[b["text"] for b in m["content"] if b["type"] == "text"] for m in t.messages]
+    assert texts[0] == ["<r>env</r>"]  # nothing before it in the turn: a user message of its own
+    assert texts[1] == ["<r>Called the Read tool</r>", "<r>Result: 1\tx = 1</r>", "<r>date</r>\n", "fix calc.py"]
+    (result,) = [m for m in t.messages if m["role"] == "toolResult" and m["toolCallId"] == "t1"]
+    assert result["content"] == [
+        {"type": "text", "text": "     1\tdef add(a, b):\n     2\t    return a - b\n\n<r>tokens</r>\n\n<r>todos</r>"}
+    ]
+    assert len(t.messages) == len(plain.messages) + 1 and t.messages[3:] == [
+        m if m is not plain.messages[2] else result for m in plain.messages[2:]
+    ] and paired(t)  # fmt: skip
+    assert t.notes == []
+
+
+def test_claude_code_attachments_without_their_text_are_noted(tmp_path: Path) -> None:
+    """Releases before 2.1.3xx write attachments without the text sent (``rendered``): what they
+    added is not known, and the replay says so."""
+    entries = [json.loads(x) for x in (DATA / "claude-code.jsonl").read_text().splitlines()]
+    entries.insert(1, _attachment("a1", "u1", "edited_text_file"))
+    entries[2]["parentUuid"] = "a1"
+    t = read_session(write(tmp_path / "old.jsonl", entries))
+    assert t.messages == read_session(DATA / "claude-code.jsonl").messages
+    assert t.notes == [
+        "1 attachment entries (edited_text_file) hold no text as Claude Code sent it (the release that"
+        " wrote the file records none): what they added to the turns is not counted"
+    ]
+
+
 def test_replies_after_an_api_error_claude_code_noted_late_are_kept(tmp_path: Path) -> None:
     """Claude Code retries a request that failed; the note of the failure (``system``,
     ``api_error``) can be written after the replies that followed the retry, and the next entry

@@ -25,6 +25,10 @@ answered is dropped from its message, a result with no call is dropped. Assistan
 Claude Code made up itself (``isApiErrorMessage``, model ``<synthetic>``) and entries shown in
 the transcript only (``isVisibleInTranscriptOnly``) are not messages.
 
+**Attachments** (a file named with @, the date, reminders) on the chain, with the text Claude
+Code sent of them (``rendered``, written from 2.1.3xx), go where Claude Code sends them
+(``_Builder``); a file whose attachments hold none of it gets a note.
+
 **Sidechains.** Sub-agents (the Task tool, the compaction summariser) run their own
 conversations: ``isSidechain: true`` entries in the main file (older releases), grouped by
 ``agentId`` or by the chain they form, and the files ``<session>/subagents/agent-*.jsonl``
@@ -190,13 +194,14 @@ def _conversation(pool: list[dict[str, Any]], where: str, *, main: bool) -> list
         for b in e["message"]["content"]
         if isinstance(b, Mapping) and b.get("type") == "tool_use"
     }
-    chosen_ids = {id(e) for e in chosen}
+    chosen_ids = {id(e) for e in chosen} | {id(e) for e in pool if id(e) in on_chain and _rendered(e) is not None}
     return [
         e
-        for e in messages
+        for e in pool
         if id(e) in chosen_ids
         or (
-            e["type"] == "user"
+            _is_message(e)
+            and e["type"] == "user"
             and isinstance(e["message"].get("content"), list)
             and any(
                 isinstance(b, Mapping)
@@ -208,6 +213,16 @@ def _conversation(pool: list[dict[str, Any]], where: str, *, main: bool) -> list
     ]
 
 
+def _rendered(e: Mapping[str, Any]) -> list[str] | None:
+    """What an ``attachment`` entry showed the model, as Claude Code (2.1.3xx) records it beside
+    the attachment (``rendered``: one ``{"content": text}`` per part); None for another entry, and
+    for an attachment it sent nothing of (no ``rendered``: a session's context, a snapshot of the
+    system prompt)."""
+    if e.get("type") != "attachment" or not isinstance(e.get("rendered"), list):
+        return None
+    return [str(part["content"]) for part in e["rendered"] if isinstance(part, Mapping) and "content" in part]
+
+
 def _part_key(e: Mapping[str, Any]) -> str:
     """What tells a part of a reply from another: its reply's id and its content."""
     return json.dumps([e["message"].get("id"), e["message"].get("content")], sort_keys=True, default=str)
@@ -215,7 +230,9 @@ def _part_key(e: Mapping[str, Any]) -> str:
 
 class _Builder:
     """Pi messages from Claude Code message entries: a reply's parts merged, its tool results
-    right after it, user text that arrived while its calls were running after those."""
+    right after it, user text that arrived while its calls were running after those; the text
+    of attachments where Claude Code sends it: after a tool result, at the end of the result's
+    content; else before the user's text they follow (the last of them ending in a newline)."""
 
     def __init__(self, where: str) -> None:
         self.where = where
@@ -229,6 +246,14 @@ class _Builder:
         self.early: dict[str, dict[str, Any]] = {}
         """Results written before the entry of their call (Claude Code 2.1 sometimes writes a
         result a line before the part of the reply that holds its call; the links say the order)."""
+        self.result: dict[str, Any] | None = None
+        """The tool result the entry before was, which attachments that follow it join."""
+        self.prompt: dict[str, Any] | None = None
+        """The user message the entry before was (or made), which attachments that follow it precede."""
+        self.attached: list[dict[str, Any]] = []
+        """The text blocks of the attachments that precede ``prompt``'s own, as they came."""
+        self.joined = 0
+        """How many blocks at the head of ``prompt``'s content are the attachments'."""
 
     def close(self) -> None:
         if self.reply is not None:
@@ -242,7 +267,39 @@ class _Builder:
         self.messages.extend(self.held)
         self.reply, self.reply_id, self.calls, self.results, self.held = None, None, [], {}, []
 
+    def attach(self, e: dict[str, Any], parts: list[str]) -> None:
+        """An attachment's text, where Claude Code sends it (the class's docstring)."""
+        if self.result is not None:
+            content = self.result["content"]
+            for text in parts:
+                if content and content[-1]["type"] == "text":  # after the result's text, its end's blanks off
+                    content[-1]["text"] = content[-1]["text"].rstrip() + "\n\n" + text
+                else:
+                    content.append({"type": "text", "text": text})
+            return
+        if self.prompt is None:  # nothing before it in this turn: a user message of its own
+            self.close()
+            self.prompt = {"role": "user", "content": [], "timestamp": iso_ms(e.get("timestamp"))}
+            self.messages.append(self.prompt)
+        self.attached += [{"type": "text", "text": text} for text in parts]
+        self._join()
+
+    def _join(self) -> None:
+        """``prompt``'s content: the attachments' text, then its own."""
+        assert self.prompt is not None
+        own = self.prompt["content"][self.joined :]
+        attached = [dict(b) for b in self.attached]
+        if attached and own:
+            attached[-1]["text"] += "\n"
+        self.prompt["content"] = attached + own
+        self.joined = len(attached)
+
     def add(self, e: dict[str, Any]) -> None:
+        parts = _rendered(e)
+        if parts is not None:
+            self.attach(e, parts)
+            return
+        self.result, self.prompt, self.attached, self.joined = None, None, [], 0
         msg = e["message"]
         ts = iso_ms(e.get("timestamp"))
         where = _entry(self.where, e)
@@ -308,7 +365,7 @@ class _Builder:
                 or (call_id not in self.calls and call_id in self.names)
             ):
                 continue  # no call open for it: Claude Code would not have sent it either
-            (self.results if call_id in self.calls else self.early)[call_id] = {
+            self.result = (self.results if call_id in self.calls else self.early)[call_id] = {
                 "role": "toolResult",
                 "toolCallId": call_id,
                 "toolName": self.names.get(call_id, ""),
@@ -320,6 +377,7 @@ class _Builder:
         if not text:
             return
         user = {"role": "user", "content": text, "timestamp": ts}
+        self.result, self.prompt = None, user
         if self.reply is not None and any(c not in self.results for c in self.calls):
             self.held.append(user)  # arrived while the calls ran: after their results
         else:
@@ -427,6 +485,7 @@ def read_claude_code(
     else:
         out.append(_transcript([], where, label=None, count=len(rows)))
     parsed.stamp(out)
+    out[0].notes += _unrendered(entries)
     if not sidechains:
         return out
     files, unread = _sidechain_files(parsed, max_bytes)
@@ -441,6 +500,21 @@ def read_claude_code(
                 [_transcript(_conversation(group, where, main=False), where, label=label, count=len(group))]
             )
     return out + files
+
+
+def _unrendered(entries: list[dict[str, Any]]) -> list[str]:
+    """A note when the file's ``attachment`` entries hold none of the text Claude Code sent of
+    them (``rendered``, which its releases before 2.1.3xx do not write): what they added to the
+    turns (a file named with @, a changed file's diff, reminders) is not counted."""
+    attached = [e for e in entries if e.get("type") == "attachment"]
+    if not attached or any("rendered" in e for e in attached):
+        return []
+    kinds = sorted({str(a.get("type")) for e in attached if isinstance(a := e.get("attachment"), Mapping)})
+    return [
+        f"{len(attached):,} attachment entries ({', '.join(kinds[:6])}{', ...' if len(kinds) > 6 else ''}) hold"
+        " no text as Claude Code sent it (the release that wrote the file records none): what they added"
+        " to the turns is not counted"
+    ]
 
 
 def _sidechain_files(parsed: Parsed, max_bytes: int) -> tuple[list[Transcript], list[str]]:
