@@ -433,6 +433,18 @@ def png(width: int, height: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(header)) + chunk + struct.pack(">I", zlib.crc32(chunk))
 
 
+def whole_png(width: int, height: int) -> bytes:
+    """A whole PNG image of that size, one grey, that a decoder reads (``png`` is its first bytes)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = zlib.compress((b"\x00" + b"\x80" * 3 * width) * height)
+    return png(width, height) + chunk(b"IDAT", rows) + chunk(b"IEND", b"")
+
+
 def pdf(pages: int) -> bytes:
     """A real PDF of that many pages, each with a line of text (matplotlib's PDF writer)."""
     import io

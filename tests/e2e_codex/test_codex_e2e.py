@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import NodeCli, provisioned
+from tests.helpers import NodeCli, provisioned, whole_png
 from tests.proxy.running import Proxied, file_as_shown, only_session, scripted_proxy, verified_frames
 from tests.proxy.upstream import ToolCall, call
 
@@ -149,3 +149,33 @@ def test_codexs_own_read_and_patch_keep_the_file_as_an_object_equal_to_the_disk(
 def _ranged(text: str) -> str:
     """A file's text as known from a range read of its lines: the end left open."""
     return text.removesuffix("\n") + f"\n[context_os: lines after {APP_LINES} not read yet, if any]"
+
+
+@pytest.mark.parametrize("proxied", [[call("view_image", path="shot.png"), "The button overlaps."]], indirect=True)
+def test_an_image_codexs_view_image_gave_is_managed_and_replayed(
+    codex: NodeCli, proxied: Proxied, tmp_path: Path
+) -> None:
+    """Codex's ``view_image`` answers with the image as an ``input_image`` part of its output: the
+    proxy manages the conversation (a frame for every call; it went upstream unmanaged before), the
+    image goes upstream as Codex sent it, and the rollout replays with the image counted."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "shot.png").write_bytes(whole_png(750, 400))
+    proc = run_codex(codex, proxied, work, "--sandbox", "read-only", "what is wrong in shot.png?")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    requests = list(proxied.up.requests)
+    (output,) = [i for i in requests[-1]["input"] if i.get("type") == "function_call_output"]
+    assert [p["type"] for p in output["output"]][-1] == "input_image"
+    with SqliteStore(proxied.store) as s:
+        assert verified_frames(s, only_session(s)) == len(requests) == 2
+
+    (rollout,) = (tmp_path / "codex-home" / "sessions").glob("*/*/*/rollout-*.jsonl")
+    out = subprocess.run(
+        [CTXOS, "--store", f"sqlite:///{tmp_path / 'replay.db'}", "replay", str(rollout), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["turns"] == summary["frames_verified"] == 2
+    first, second = (t["tokens_full"] for t in summary["per_turn"])
+    assert second - first >= 400  # 750 × 400 pixels: about 400 tokens, sent with the second call

@@ -159,6 +159,32 @@ def test_files_and_images_by_id_are_managed_and_keep_every_field(proxy: Running,
     assert token not in json.dumps(up.requests[0]["input"])
 
 
+def view_image(call_id: str, url: str) -> list[dict[str, Any]]:
+    """Codex's ``view_image`` call and its output: the image as an ``input_image`` part."""
+    arguments = json.dumps({"path": "shot.png"})
+    return [
+        {"type": "function_call", "name": "view_image", "arguments": arguments, "call_id": call_id},
+        {"type": "function_call_output", "call_id": call_id,
+         "output": [{"type": "input_text", "text": "shot.png"}, {"type": "input_image", "image_url": url}]},
+    ]  # fmt: skip
+
+
+def test_an_image_a_tool_gave_is_managed_as_its_output(proxy: Running, up: Upstream) -> None:
+    """An output of an image (Codex's ``view_image``) is a tool output like any other: the
+    conversation is managed (it went upstream unmanaged before, from that call on), the image goes
+    as it came while its output shows whole, and an old one collapses with its output (the image
+    counted while it was shown)."""
+    old, new = "data:image/png;base64," + "A" * 40_000, "data:image/png;base64," + "B" * 400
+    items = codex_conversation(60)
+    items[3:3] = view_image("img_old", old)
+    items[-1:-1] = view_image("img_new", new)
+    proxy.openai().responses.create(model="m", instructions=INSTRUCTIONS, input=items)  # type: ignore[arg-type]
+    assert proxy.proxy.counts["failed_open"] == 0
+    sent = {i["call_id"]: i for i in up.requests[0]["input"] if i.get("type") == "function_call_output"}
+    assert sent["img_new"] == items[-2]  # the image as it came
+    assert isinstance(sent["img_old"]["output"], str) and "A" * 100 not in json.dumps(up.requests[0]["input"])
+
+
 def test_a_stream_comes_through(proxy: Running, up: Upstream) -> None:
     stream = proxy.openai().responses.create(model="m", input=codex_conversation(60), stream=True)  # type: ignore[arg-type]
     events = list(stream)
@@ -341,6 +367,24 @@ def test_items_round_trip_and_what_changed_is_rebuilt() -> None:
     assert back[1] == {"type": "message", "role": "assistant", "content": "Looking. Found it."}
     assert back[4]["input"] == "[elided]" and back[4]["id"] == "ctc_1"
     assert back[5] == {**outputs[0], "output": "[collapsed]"} and back[6] == outputs[1]
+
+
+def test_an_output_of_an_image_round_trips_and_counts_it() -> None:
+    """Unit: an output of text and image parts is a tool message of chat parts, which the OpenAI
+    hook counts (the image's size) and sends as they came while whole, and comes back item for
+    item; collapsed, its text."""
+    url = "data:image/png;base64," + "A" * 8_000
+    items = [user("look at the screenshot"), *view_image("c1", url)]
+    chat = to_chat(items)
+    assert chat[-1]["content"] == [
+        {"type": "text", "text": "shot.png"},
+        {"type": "image_url", "image_url": {"url": url}},
+    ]
+    assert to_items(json.loads(json.dumps(chat))) == items
+    incoming = OpenAIHook.adapter_class().translate(chat[-1], 2)
+    assert incoming["text"] == "shot.png" and incoming.get("extra_chars", 0) > 0
+    chat[-1]["content"] = "[collapsed]"
+    assert to_items(chat)[-1] == {**items[-1], "output": "[collapsed]"}
 
 
 def built_in_conversation(steps: int) -> list[dict[str, Any]]:

@@ -276,6 +276,29 @@ def test_an_image_the_user_sent_is_counted(db, tmp_path: Path) -> None:
     assert r.tokens_full >= 400 and r.tokens_assembled >= 400  # 750 × 400 pixels: 400 tokens
 
 
+def test_an_image_a_tool_gave_is_counted(db, tmp_path: Path) -> None:
+    """Codex's ``view_image`` answers with the image (an ``input_image`` part of its output):
+    its text parts were joined and the image dropped. It is kept, and counted."""
+    shot = "data:image/png;base64," + base64.b64encode(png(750, 400)).decode()
+    output = [{"type": "input_text", "text": "shot.png"}, {"type": "input_image", "image_url": shot}]
+    rows = session_start("cx-6", "look at shot.png") + [
+        item({"type": "function_call", "name": "view_image", "arguments": '{"path":"shot.png"}', "call_id": "v1"}),
+        item({"type": "function_call_output", "call_id": "v1", "output": output}),
+        message("assistant", "The button overlaps."),
+    ]
+    path = tmp_path / "r.jsonl"
+    _jsonl(path, rows)
+    t = read_session(path)
+    assert t.messages[-2]["content"] == [
+        {"type": "text", "text": "shot.png"},
+        {"type": "image_url", "image_url": {"url": shot}},
+    ]
+    session = Session.open(db, "codex", harness=t.harness, workspace=t.cwd)
+    r = replay_transcript(t, session, verify="all")
+    assert r.frames_verified == r.turns == 2
+    assert r.tokens_full >= 400 and r.tokens_assembled >= 400  # the second call was sent the image
+
+
 def hook_free_blocks(session: Session) -> list[str]:
     """The texts of the blocks the session's latest render shows (its active files)."""
     rendered = session.view.render()

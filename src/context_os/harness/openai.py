@@ -175,7 +175,7 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
         if "content" not in message:
             extra[_NO_CONTENT] = True
         m: Incoming = {"role": _ROLE_MAP[role], "text": text, "h": ""}  # type: ignore[typeddict-item]
-        if parts is not None and role == "user" and (media := _media_chars(parts)):
+        if parts is not None and role in ("user", "tool") and (media := _media_chars(parts)):
             m["extra_chars"] = media
         if role == "assistant" and message.get("tool_calls"):
             m["tool_calls"] = self._calls(message["tool_calls"], index)

@@ -13,7 +13,8 @@ are the item's ``action`` or ``operation``), with the items no output answers (t
 own tools' calls: a web search; the ``compaction`` item, encrypted, that
 ``/v1/responses/compact`` returns for the history it compacted) kept whole among them; the
 outputs (``function_call_output``, ``custom_tool_call_output``, and those of the built-in tools:
-a shell's chunks of stdout and stderr as one text) are tool messages.
+a shell's chunks of stdout and stderr as one text) are tool messages (an output of parts that holds
+images or files, as Codex's ``view_image`` gives, as chat parts).
 Each message keeps what it came from in fields of its own (``ctxos_item``, ``ctxos_items``:
 the OpenAI adapter keeps fields it does not interpret), so ``to_items`` gives back the very
 items a message came from when context_os left it as it was, and items rebuilt from what it
@@ -144,12 +145,17 @@ def _items_content(content: Any, role: str) -> Any:
     return out
 
 
-def _output_text(output: Any, k: int) -> str:
+def _output_content(output: Any, k: int) -> Any:
+    """A tool output as the tool message's content: its text; an output of text parts joined;
+    one holding images or files (Codex's ``view_image``: ``input_text`` and ``input_image``
+    parts) as chat parts, which the OpenAI hook shows as they came while the output shows whole."""
     if isinstance(output, str):
         return output
     if isinstance(output, list) and all(isinstance(p, Mapping) and p.get("type") == "input_text" for p in output):
         return "".join(str(p.get("text", "")) for p in output)
-    raise MalformedMessage("a tool output context_os does not manage (not text)", index=k, field="output")
+    if isinstance(output, list):
+        return _chat_content(output, k)
+    raise MalformedMessage("a tool output must be a string or a list of parts", index=k, field="output")
 
 
 def _call(kind: str, item: Mapping[str, Any], k: int) -> tuple[str, str, str]:
@@ -170,13 +176,13 @@ def _call(kind: str, item: Mapping[str, Any], k: int) -> tuple[str, str, str]:
     return item["name"], payload, value if kind == "function_call" else json.dumps({"input": value})
 
 
-def _output(kind: str, output: Any, k: int) -> tuple[str, dict[str, Any]]:
-    """An output item's ``output`` as the tool message's text, and what its item keeps of it
+def _output(kind: str, output: Any, k: int) -> tuple[Any, dict[str, Any]]:
+    """An output item's ``output`` as the tool message's content, and what its item keeps of it
     besides (a shell's chunks without their texts: their outcomes and the texts' lengths)."""
     if kind == "apply_patch_call_output" and output is None:
         return "", {}
     if kind != "shell_call_output":
-        return _output_text(output, k), {}
+        return _output_content(output, k), {}
     if not isinstance(output, list) or not all(isinstance(c, Mapping) for c in output):
         raise MalformedMessage("a shell_call_output's output must be a list of chunks", index=k, field="output")
     texts = [c.get(f) or "" for c in output for f in _STREAMS]
@@ -295,6 +301,9 @@ def to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.extend(items)
         elif role == "tool":
             content = m.get("content")
+            if isinstance(content, list) and isinstance(m.get(ITEM), Mapping):  # images shown whole: as they came
+                out.append({**m[ITEM], "output": _items_content(content, "user")})
+                continue
             text = content if isinstance(content, str) else json.dumps(content)
             if m.get(ITEM) is None:  # an output context_os made (a call left unanswered)
                 out.append(_made_output(kinds.get(m.get("tool_call_id", ""), "function_call"), m, text))

@@ -79,8 +79,9 @@ def _text(content: Any) -> str:
 
 
 def _content(content: Any) -> Any:
-    """A message's content as replayed: its text, or, when it holds images, its text and image
-    parts in order (joined, the images were left out of what the full side counts)."""
+    """A message's or a tool output's content as replayed: its text, or, when it holds images,
+    its text and image parts in order (joined, the images were left out of what the full side
+    counts)."""
     if not isinstance(content, list) or not any(_image(p) for p in content):
         return _text(content)
     return [
@@ -117,8 +118,9 @@ def _sent(item: Mapping[str, Any]) -> dict[str, Any] | None:
         return {**item, "arguments": raw if isinstance(raw, str) else json.dumps(raw if raw is not None else {})}
     if kind in _OUTPUTS:
         output = item.get("output")
-        text = (_text(output.get("content")) or json.dumps(output)) if isinstance(output, Mapping) else _text(output)
-        return {**item, "output": text}
+        if isinstance(output, Mapping):
+            return {**item, "output": _text(output.get("content")) or json.dumps(output)}
+        return {**item, "output": _content(output)}  # an image (view_image) kept, and counted
     if kind == "tool_search_call":  # Codex (0.140+) looks up tools it was not given at the start
         raw = item.get("arguments")
         arguments = raw if isinstance(raw, str) else json.dumps(raw if raw is not None else {})
