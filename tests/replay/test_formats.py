@@ -458,8 +458,8 @@ def test_claude_code_attachments_without_their_text_are_noted(tmp_path: Path) ->
     t = read_session(write(tmp_path / "old.jsonl", entries))
     assert t.messages == read_session(DATA / "claude-code.jsonl").messages
     assert t.notes == [
-        "1 attachment entries (edited_text_file) hold no text as Claude Code sent it (the release that"
-        " wrote the file records none): what they added to the turns is not counted"
+        "1 attachment entry (edited_text_file) holds no text as Claude Code sent it (the release that wrote"
+        " the file records none): what they added to the turns is not counted"
     ]
 
 

@@ -510,10 +510,12 @@ def _unrendered(entries: list[dict[str, Any]]) -> list[str]:
     if not attached or any("rendered" in e for e in attached):
         return []
     kinds = sorted({str(a.get("type")) for e in attached if isinstance(a := e.get("attachment"), Mapping)})
+    n = len(attached)
+    what, verb = (f"{n:,} attachment entries", "hold") if n > 1 else ("1 attachment entry", "holds")
+    listed = ", ".join(kinds[:6]) + (", ..." if len(kinds) > 6 else "")
     return [
-        f"{len(attached):,} attachment entries ({', '.join(kinds[:6])}{', ...' if len(kinds) > 6 else ''}) hold"
-        " no text as Claude Code sent it (the release that wrote the file records none): what they added"
-        " to the turns is not counted"
+        f"{what} ({listed}) {verb} no text as Claude Code sent it (the release that wrote the file records"
+        " none): what they added to the turns is not counted"
     ]
 
 
