@@ -278,7 +278,10 @@ class PiCompaction:
     window overflows; Pi then compacts and retries, so the retried call is the one counted. A
     compaction keeps the messages from the cut point (``findCutPoint`` over the messages since the
     previous compaction, ``keepRecentTokens``) and puts one summary message first, Pi's compaction
-    summary text around a placeholder of ``summary_chars`` characters (no model runs here)."""
+    summary text around a placeholder of ``summary_chars`` characters (no model runs here). The
+    system messages before the cut stay first: no harness compacts its system prompt away (Pi
+    1.5 keeps it as messages and sends it before the summary, its compaction's ``systemMessage``;
+    a session of another harness opens with it)."""
 
     context_window: int
     reserve_tokens: int = 16_384
@@ -296,7 +299,9 @@ class PiCompaction:
     def view_tokens(self, s: Prepared, n: int) -> int:
         if not self.compactions:
             return s.prefix[n]
-        return self.summary_tokens + s.prefix[n] - s.prefix[self.compactions[-1][1]]
+        first_kept = self.compactions[-1][1]
+        prompt = sum(s.tokens[i] for i in _system(s, first_kept))
+        return prompt + self.summary_tokens + s.prefix[n] - s.prefix[first_kept]
 
     def _compact(self, s: Prepared, end: int, reason: str) -> None:
         start = self.compactions[-1][0] if self.compactions else 0
@@ -315,8 +320,15 @@ class PiCompaction:
         self._seen = n
         if not self.compactions:
             return [_intact(s, i) for i in range(n)]
+        first_kept = self.compactions[-1][1]
         summary = Shown(-1, self.summary_tokens, ("s", len(self.compactions)))
-        return [summary, *(_intact(s, i) for i in range(self.compactions[-1][1], n))]
+        system = [_intact(s, i) for i in _system(s, first_kept)]
+        return [*system, summary, *(_intact(s, i) for i in range(first_kept, n))]
+
+
+def _system(s: Prepared, upto: int) -> list[int]:
+    """The system messages among the first ``upto``."""
+    return [i for i in range(upto) if s.messages[i]["role"] == "system"]
 
 
 # --- files: what the session knew, and what a context shows ------------------------------------------

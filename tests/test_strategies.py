@@ -45,9 +45,10 @@ def session(messages: list[dict[str, Any]], window: int = 200_000) -> Prepared:
     return prepare(Transcript("pi-v3", "pi", "pi", messages), "test", window)
 
 
-def tool_session(turns: int, results: int, size: int) -> Prepared:
-    """``turns`` user prompts, each followed by ``results`` bash calls with ``size``-char outputs."""
-    messages: list[dict[str, Any]] = []
+def tool_session(turns: int, results: int, size: int, *first: dict[str, Any]) -> Prepared:
+    """``turns`` user prompts, each followed by ``results`` bash calls with ``size``-char outputs
+    (after the messages ``first``)."""
+    messages: list[dict[str, Any]] = list(first)
     for t in range(turns):
         messages.append(user(f"task {t}"))
         for r in range(results):
@@ -191,6 +192,19 @@ def test_compaction_on_overflow_inside_a_long_run() -> None:
     for n in s.calls:
         assert sum(x.tokens for x in pi.context(s, n)) <= 20_000
     assert pi.compactions and {reason for _, _, reason in pi.compactions} == {"overflow"}
+
+
+def test_compaction_keeps_the_system_prompt_first() -> None:
+    """A session's system messages (an OpenAI-format session's prompt, Pi 1.5's prompt sections)
+    are never compacted away: after a compaction they go first, then the summary; they were
+    dropped with the messages before the cut, which made Pi compaction look cheaper than it is."""
+    prompt = {"role": "system", "content": "You are a coding agent. " * 400}
+    s = tool_session(20, 4, 4_000, prompt)
+    pi = PiCompaction(context_window=40_000, reserve_tokens=10_000, keep_recent_tokens=8_000)
+    shown = [pi.context(s, n) for n in s.calls][-1]
+    assert pi.compactions and shown[0].src == 0 and shown[1].src == -1
+    assert [x.src for x in shown[2:]] == list(range(pi.compactions[-1][1], s.calls[-1]))
+    assert pi.view_tokens(s, s.calls[-1]) == sum(x.tokens for x in shown) and shown[0].tokens > 2_000
 
 
 def test_compaction_summary_is_a_fixed_size_placeholder_in_pis_wrapper() -> None:

@@ -18,6 +18,7 @@ from context_os.errors import FileUnreadable, InputError
 from context_os.harness.openai import OPENAI_PAIRING
 from context_os.harness.pairing import check_pairs
 from context_os.harness.pi import PI_PAIRING
+from context_os.replay.formats.common import Compaction
 from context_os.replay.formats.swe_agent import text_action
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript, detect_format, read_session, read_sessions
@@ -208,6 +209,30 @@ def test_pi_context_edits_rewrite_the_messages_they_target_as_pi_projects_them(t
     assert t.notes == [
         "1 context edit(s) without a replacement Pi reads (null, or a content string or list) not applied: line 11"
     ]
+
+
+def test_pi_sends_a_compactions_system_message_before_its_summary(tmp_path: Path) -> None:
+    """Pi 1.5 keeps its system prompt as system messages in the session (``sections``), and a
+    compaction its ``systemMessage``, the prompt as it stood: Pi sends it before the summary
+    (``buildSessionContext``), which what Pi sent over the compacted calls left out."""
+    prompt = {"role": "system", "content": "", "sections": {"base": "You are Pi." * 300, "date": "Today."}}
+    said = [prompt, {"role": "user", "content": "first " * 500}, {"role": "user", "content": "then"}]
+    entries: list[dict[str, Any]] = [{"type": "session", "version": 3, "id": "s", "cwd": "/r"}]
+    for n, m in enumerate(said):
+        entries.append({"type": "message", "id": f"m{n}", "parentId": entries[-1].get("id"), "message": m})
+    kept = {"firstKeptEntryId": "m2", "tokensBefore": 2_000, "systemMessage": {**prompt, "timestamp": 1}}
+    compaction = {"type": "compaction", "id": "c", "parentId": "m2", "summary": "Said first.", **kept}
+    entries += [
+        compaction,
+        {"type": "message", "id": "m3", "parentId": "c", "message": {"role": "user", "content": "and"}},
+    ]
+    t = read_session(write(tmp_path / "s.jsonl", entries))
+    (c,) = t.compactions
+    assert c.system_chars == len("You are Pi.") * 300 + len("Today.")
+    tokens = [1_000, 800, 1, 1]
+    bare = Compaction(c.at, c.first_kept, c.summary, c.tokens_before)  # as read before
+    without = Transcript(t.format, t.harness, t.tool_names, t.messages, compactions=[bare])
+    assert t.compacted_tokens(tokens, [4]) == without.compacted_tokens(tokens, [4]) + 827  # 3,306 characters
 
 
 def test_a_pi_message_without_content_is_empty_and_one_of_a_role_pi_does_not_know_is_left_out(

@@ -99,6 +99,9 @@ class Compaction:
     """Index of the first message Pi kept."""
     summary: str
     tokens_before: int | None = None
+    system_chars: int = 0
+    """The system message Pi (1.5) sends before the summary, in characters: the session's system
+    prompt as it stood when it compacted (``systemMessage``); 0 when it recorded none."""
 
 
 @dataclass
@@ -142,8 +145,9 @@ class Transcript:
 
     def compacted_tokens(self, tokens: list[int], calls: list[int]) -> int | None:
         """What the harness itself sent over the calls at message indexes ``calls``, given each
-        message's tokens, where it compacted (Pi): at each call, the latest compaction's summary
-        and the messages kept from it on. None when the session recorded no compaction."""
+        message's tokens, where it compacted (Pi): at each call, the latest compaction's system
+        message and summary, and the messages kept from it on. None when the session recorded no
+        compaction."""
         if not self.compactions:
             return None
         upto = [0]
@@ -157,7 +161,7 @@ class Transcript:
                 continue
             c = done[-1]
             summary = COMPACTION_SUMMARY_PREFIX + c.summary + COMPACTION_SUMMARY_SUFFIX
-            total += estimate_tokens(len(summary)) + upto[k] - upto[c.first_kept]
+            total += estimate_tokens(c.system_chars) + estimate_tokens(len(summary)) + upto[k] - upto[c.first_kept]
         return total
 
 

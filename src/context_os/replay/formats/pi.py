@@ -99,6 +99,20 @@ def _pi_message(entry: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _system_chars(message: Any) -> int:
+    """What a compaction's system message (Pi 1.5's ``systemMessage``: the system prompt as it
+    stood, which Pi sends before the summary) holds, in characters, as the Pi adapter counts a
+    system message: its text and its prompt's sections."""
+    if not isinstance(message, Mapping):
+        return 0
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(b["text"] for b in content if isinstance(b, Mapping) and isinstance(b.get("text"), str))
+    sections = message.get("sections")
+    texts = [v for v in sections.values() if isinstance(v, str)] if isinstance(sections, Mapping) else []
+    return len(content if isinstance(content, str) else "") + sum(map(len, texts))
+
+
 def _unusual(entries: list[dict[str, Any]]) -> list[str]:
     """Notes on the messages of ``entries`` that ``_pi_message`` read otherwise than as written:
     left out (a role Pi does not know), or read as empty (no content)."""
@@ -154,6 +168,7 @@ def read_pi(parsed: Parsed, **_: Any) -> list[Transcript]:
             first_message_at.get(_int(e.get("firstKeptEntryIndex", 0), f"{p}:{n}", "firstKeptEntryIndex"), at),
             str(e.get("summary", "")),
             _tokens(e.get("tokensBefore")),
+            _system_chars(e.get("systemMessage")),
         )
         for n, at, e in pending
     ]
@@ -220,6 +235,7 @@ def _read_pi_tree(
             message_of.get(str(e.get("firstKeptEntryId")), at),
             str(e.get("summary", "")),
             _tokens(e.get("tokensBefore")),
+            _system_chars(e.get("systemMessage")),
         )
         for at, e in pending
     ]
