@@ -454,6 +454,26 @@ def test_context_os_failing_forwards_the_original_messages(proxy: Running, up: U
     assert sum("original messages go upstream" in r.message for r in caplog.records) == 1  # once per session
 
 
+def test_a_client_asking_the_provider_to_clear_tool_results_is_told_once(
+    proxy: Running, up: Upstream, caplog: Any
+) -> None:
+    """Anthropic's context editing (``clear_tool_uses_20250919``) clears tool results from what
+    context_os sent, after its frame is recorded: the request goes as the client asked, and the
+    proxy says once per session that the model is shown less than the frames record. Claude
+    Code's own edit (``clear_thinking``, keep all) clears no tool result: nothing is said."""
+    edits = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}, {"type": "clear_tool_uses_20250919"}]}
+    messages = [{"role": "user", "content": "review a.py"}]
+    client = proxy.anthropic()
+    with caplog.at_level("WARNING", logger="context_os.proxy"):
+        for body in (edits, edits, {"edits": edits["edits"][:1]}):
+            ask = {"model": "m", "max_tokens": 100, "messages": messages}
+            client.messages.create(**ask, extra_body={"context_management": body})  # type: ignore[arg-type]
+            messages = [*messages, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "and b.py"}]
+    assert [r["context_management"] for r in up.requests] == [edits, edits, {"edits": edits["edits"][:1]}]
+    said = [r.message for r in caplog.records if "clear tool results" in r.message]
+    assert len(said) == 1 and "(context_management: clear_tool_uses_20250919)" in said[0]
+
+
 def test_a_first_message_context_os_cannot_hash_goes_upstream_as_it_came(proxy: Running, up: Upstream) -> None:
     """The session of a conversation is named by a hash of how it starts; a start that has no
     canonical form (a lone surrogate, a client that cut a string mid-emoji; a NaN, which JSON

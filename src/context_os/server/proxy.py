@@ -207,6 +207,17 @@ _HIDDEN = "proxy-hidden:"
 never saw: a restarted proxy puts them back in their places as the one before did."""
 
 
+def provider_clearing(body: Mapping[str, Any]) -> list[str]:
+    """The context edits of an Anthropic request that have the provider clear tool results from
+    what it was sent (``context_management.edits`` of type ``clear_tool_uses_*``), by type."""
+    cm = body.get("context_management")
+    edits = cm.get("edits") if isinstance(cm, Mapping) else None
+    if not isinstance(edits, list):
+        return []
+    kinds = [e.get("type") for e in edits if isinstance(e, Mapping)]
+    return [k for k in kinds if isinstance(k, str) and k.startswith("clear_tool_uses")]
+
+
 def _said(reply: Mapping[str, Any]) -> Any:
     """What tells a model's reply apart, as a client sends it back: its text and its calls (not
     its reasoning, nor a cache breakpoint: a client may drop or move them later)."""
@@ -309,6 +320,8 @@ class _Conversation:
     closed: bool = False
     """Closed for having been idle (``Proxy.idle_close_s``): a request that still holds it opens
     the session again."""
+    said_clearing: bool = False
+    """Whether the client's asking the provider to clear tool results itself was said."""
 
 
 @dataclass
@@ -783,6 +796,15 @@ class Proxy:
                 raise _Reopen(conv.hook.session.id)
             conv.used = time.monotonic()
             self._observe(conv, theirs)
+            if not conv.said_clearing and (edits := provider_clearing(plan.original)):
+                conv.said_clearing = True
+                log.warning(
+                    "proxy: session %s: the client asks the provider to clear tool results itself"
+                    " (context_management: %s): the model is shown less than the frames record, which is"
+                    " what context_os sent (it collapses old tool output already)",
+                    conv.hook.session.id,
+                    ", ".join(edits),
+                )
             if conv.hidden and (newest := _newest_eviction(self.store)) > conv.evictions_seen:
                 self._forget_hidden(conv, newest)  # they may hold copies of what was erased
             messages, hidden = splice(client, conv.hidden)
