@@ -1201,7 +1201,7 @@ class SqliteStore(Store):
                 with self._read(conn):
                     if self._text_ready(conn) and text_index.index_state(conn) == "ok":
                         return self._indexed_hits(conn, args, vt, tx)
-            except sqlite3.DatabaseError:
+            except text_index.FTS_ERRORS:
                 pass  # a damaged index: answer by scanning, below; rebuild_index repairs it
         return text_index.scan_search(self, args)
 
@@ -1279,8 +1279,8 @@ class SqliteStore(Store):
                     counts = text_index.index_counts(conn)
                     if not self.read_only:  # (a read-only store cannot run FTS5's check)
                         checked, problem = text_index.checked_problem(conn, self.FLUSH_WAIT_S)
-                except sqlite3.DatabaseError as e:
-                    checked, problem = True, str(e)
+                except text_index.FTS_ERRORS as e:
+                    checked, problem = True, str(text_index.damaged_fts(e) or e)
                 if problem is not None:
                     state = "corrupt"
         out: dict[str, Any] = {
@@ -1314,7 +1314,7 @@ class SqliteStore(Store):
                 if resume:
                     try:
                         resume = text_index.fts_problem(conn) is None
-                    except sqlite3.DatabaseError:
+                    except text_index.FTS_ERRORS:
                         resume = False
                 if not resume:
                     text_index.drop_tables(conn)

@@ -430,7 +430,7 @@ def drop_tables(conn: sqlite3.Connection) -> None:
 def _drop_fts(conn: sqlite3.Connection) -> None:
     try:
         conn.execute("DROP TABLE IF EXISTS text_fts")
-    except sqlite3.DatabaseError:
+    except FTS_ERRORS:
         # a damaged FTS5 table may refuse DROP: remove its shadow tables and its entry
         _drop_damaged_fts(conn)
 
@@ -448,17 +448,37 @@ def fts_step(conn: sqlite3.Connection, step: Callable[[], T]) -> T | None:
     try:
         done = step()
         conn.execute("RELEASE fts_step")  # (where FTS5 writes what it held back in memory)
-    except sqlite3.DatabaseError as e:
-        if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_CORRUPT:
+    except (sqlite3.DatabaseError, MemoryError) as e:
+        damage = damaged_fts(e)
+        if damage is None:
             raise  # the caller rolls the whole transaction back
         try:
             conn.execute("ROLLBACK TO fts_step")
             conn.execute("RELEASE fts_step")
-        except sqlite3.DatabaseError:
-            raise IndexDamaged(f"the keyword index is damaged: {e}") from e
-        drop_damaged(conn, e)
+        except (sqlite3.DatabaseError, MemoryError):
+            raise IndexDamaged(f"the keyword index is damaged: {damage}") from damage
+        drop_damaged(conn, damage)
         return None
     return done
+
+
+_GARBLED = "out of memory reading it (a size in a damaged index asks for more than there is)"
+FTS_ERRORS = (sqlite3.DatabaseError, MemoryError)
+"""What reading or writing a damaged FTS5 index raises (``damaged_fts``): a read that gets one
+answers by scanning."""
+
+
+def damaged_fts(e: BaseException) -> sqlite3.DatabaseError | None:
+    """The damage an error of an FTS5 read or write says the index has, or None: SQLite finds
+    its pages malformed (``SQLITE_CORRUPT``), or runs out of memory, which a garbled size in its
+    structure record makes it do (``SQLITE_NOMEM``, Python's ``MemoryError``: 2 in 150 garbled
+    records, which failed the write before 2026-12-04). The index is derived from the store: on
+    a real shortage of memory, dropping it (``rebuild_index`` makes it again) costs only that."""
+    if isinstance(e, MemoryError):
+        return sqlite3.DatabaseError(_GARBLED)
+    if isinstance(e, sqlite3.DatabaseError) and e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_CORRUPT:
+        return e
+    return None
 
 
 class IndexDamaged(StoreCorrupt):
@@ -567,8 +587,10 @@ def fts_problem(conn: sqlite3.Connection) -> str | None:
         conn.execute("INSERT INTO text_fts (text_fts, rank) VALUES ('integrity-check', 1)")
     except sqlite3.DatabaseError as e:
         return None if "readonly" in str(e) else str(e)
+    except MemoryError:
+        return _GARBLED
     finally:
-        with suppress(sqlite3.DatabaseError):  # an error that ended the transaction took it along
+        with suppress(*FTS_ERRORS):  # an error that ended the transaction took it along
             conn.execute("ROLLBACK TO fts_check")
             conn.execute("RELEASE fts_check")
     return None
@@ -722,7 +744,7 @@ def index_high_water(conn: sqlite3.Connection) -> int:
             (fts_seq(conn),),
         ).fetchall()
         conn.executemany("INSERT INTO text_fts (rowid, text) VALUES (?, '')", rows)
-    except sqlite3.DatabaseError:
+    except FTS_ERRORS:
         conn.execute("ROLLBACK TO high_water")
         rows = []
     conn.execute("RELEASE high_water")

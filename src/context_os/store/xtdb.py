@@ -1344,7 +1344,7 @@ class XtdbStore(Store):
         the sidecar is damaged, or was dropped as damaged (``index_status`` says so)."""
         try:
             hits = self._text.search(args)
-        except sqlite3.DatabaseError:
+        except text_index.FTS_ERRORS:
             hits = None
         return text_index.scan_search(self, args) if hits is None else hits
 
@@ -1357,7 +1357,7 @@ class XtdbStore(Store):
     def index_status(self) -> dict[str, Any]:
         try:
             return self._text.status()
-        except sqlite3.DatabaseError as e:
+        except text_index.FTS_ERRORS as e:
             latest = self.latest_tx()
             return {
                 "backend": "fts5-sidecar",
@@ -1371,7 +1371,7 @@ class XtdbStore(Store):
                 "lags": True,
                 "search": "scan",
                 "tokenizer": text_index.TOKENIZER,
-                "problem": str(e),
+                "problem": str(text_index.damaged_fts(e) or e),
             }
 
     def rebuild_index(self, progress: Callable[[int, int], None] | None = None) -> int:
