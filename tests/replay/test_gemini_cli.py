@@ -113,12 +113,13 @@ def test_a_legacy_file_drops_what_resume_does_not_send(tmp_path: Path) -> None:
     p.write_text(json.dumps(doc, indent=2))
     t = read_session(p)
     assert t.format == "gemini-cli" and calls(t) == 3  # a reply of thoughts alone was a call too
-    assert roles(t) == ["user", "assistant", "tool", "assistant", "assistant"]
-    assert t.messages[0]["content"] == "fix the bug"
-    assert t.messages[1]["content"] == "Looking."  # the thought summary is not sent
-    assert t.messages[1]["tool_calls"][0]["function"] == {"name": "read_file", "arguments": '{"file_path": "a.py"}'}
-    assert t.messages[2] == {"role": "tool", "tool_call_id": "r1", "content": "x = 1\n"}
-    assert t.messages[3]["content"] is None and "tool_calls" not in t.messages[3]
+    assert roles(t) == ["user", "user", "assistant", "tool", "assistant", "assistant"]
+    # the session's context is sent at the head of every call (a resume sends one made anew)
+    assert [m["content"] for m in t.messages[:2]] == ["<session_context>\nThis is the Gemini CLI.", "fix the bug"]
+    assert t.messages[2]["content"] == "Looking."  # the thought summary is not sent
+    assert t.messages[2]["tool_calls"][0]["function"] == {"name": "read_file", "arguments": '{"file_path": "a.py"}'}
+    assert t.messages[3] == {"role": "tool", "tool_call_id": "r1", "content": "x = 1\n"}
+    assert t.messages[4]["content"] is None and "tool_calls" not in t.messages[4]
 
 
 def test_a_failed_call_is_an_error_result_and_an_unanswered_call_is_dropped(tmp_path: Path) -> None:

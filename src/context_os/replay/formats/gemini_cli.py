@@ -13,7 +13,9 @@ the OpenAI messages of the history Gemini CLI rebuilds when it resumes a session
   without a metadata line is not a session (Gemini CLI then tries the file as one JSON object).
 * **The history.** ``info``, ``error`` and ``warning`` messages are not sent; a ``user`` message
   is not either if its text (a part that is not text written as ``[Function Response: x]``…) is
-  empty or begins with ``/``, ``?``, ``<session_context>`` or ``<hook_context>``. A ``gemini``
+  empty or begins with ``/``, ``?`` or ``<hook_context>``. The session's context (its first
+  message, ``<session_context>``: the date, the workspace's directories and files) is: Gemini
+  CLI sends it at the head of every call, and a resume sends one made anew in its place. A ``gemini``
   message is one model turn, one model call: its ``content`` parts if they hold function calls or
   thoughts, else its text then a call per ``toolCalls`` entry; then a user turn of the calls'
   results (``toolCalls[].result``: its parts, a string as ``{output: ...}``, an object as is).
@@ -60,7 +62,11 @@ GEMINI_TYPES = ("user", "gemini", "info", "error", "warning")
 """The ``type`` of a Gemini CLI message."""
 
 _NOT_SENT = ("info", "error", "warning")
-_IGNORED_USER = ("/", "?", "<session_context>", "<hook_context>")
+_IGNORED_USER = ("/", "?", "<hook_context>")
+"""How user messages Gemini CLI does not send begin (``isIgnoredUserContent`` but for the session's
+context: a resume leaves the recorded one out and makes it anew; before 2026-12-04 the replay left
+it out of every call, though the live session sent it at the head of each, as the real 0.61.0's
+requests show)."""
 """How the user messages Gemini CLI does not send on resume begin (commands, help, context it
 wrote itself)."""
 _WROTE = re.compile(
