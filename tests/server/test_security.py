@@ -371,13 +371,15 @@ def test_connections_that_never_finish_their_headers_are_bounded_and_closed(tmp_
         store.close()
 
 
+@pytest.mark.parametrize("slow", ["finishing", "answering"])
 @pytest.mark.parametrize("keep_alive", [True, False])
-def test_a_connection_done_with_makes_room_for_the_next_one(tmp_path: Path, keep_alive: bool) -> None:
+def test_a_connection_done_with_makes_room_for_the_next_one(tmp_path: Path, keep_alive: bool, slow: str) -> None:
     """A connection its client is done with (closed after its answer, kept alive or not) holds its
-    slot until its thread lets it go, a moment on a loaded machine (here half a second): the
-    connection that then finds every slot taken waits for that one instead of being refused
-    (it was answered 503 at once, one clean-clone run in three of the proxy's own test of this,
-    whose status request came just before). One more, with none done with, is still refused."""
+    slot until its thread lets it go, a moment on a loaded machine (here half a second, while the
+    thread finishes the connection or before it gets there): the connection that then finds every
+    slot taken waits for that one instead of being refused (it was answered 503 at once, one
+    clean-clone run in three of the proxy's own test of this, whose status request came just
+    before). One more, with none done with, is still refused."""
     store = SqliteStore(tmp_path / "s.db")
     server = Server(store, track=False)
     token = "t" * 32
@@ -385,9 +387,15 @@ def test_a_connection_done_with_makes_room_for_the_next_one(tmp_path: Path, keep
     handler = httpd.RequestHandlerClass
 
     class SlowToLetGo(handler):  # type: ignore[misc, valid-type]
+        def handle(self) -> None:
+            super().handle()
+            if slow == "answering":
+                time.sleep(0.5)  # answered (and, kept alive, its client's end read): not finishing yet
+
         def finish(self) -> None:
             super().finish()
-            time.sleep(0.5)  # before socketserver shuts the connection and frees its slot
+            if slow == "finishing":
+                time.sleep(0.5)  # before socketserver shuts the connection and frees its slot
 
     httpd.RequestHandlerClass = SlowToLetGo
     threading.Thread(target=httpd.serve_forever, daemon=True).start()

@@ -511,6 +511,14 @@ class _DeadlineSocket(io.RawIOBase):
         return self.sock.recv_into(buffer)
 
 
+def _gone(sock: socket.socket) -> bool:
+    """Whether a connection's client closed it (or it is closed already)."""
+    try:
+        return _readable(sock, 0) and _closed_by_peer(sock)
+    except (OSError, ValueError):
+        return True
+
+
 def _closed_by_peer(sock: socket.socket) -> bool:
     """Whether a readable socket's client closed it (its end came, nothing before it)."""
     try:
@@ -689,6 +697,8 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         """The kept-alive connections waiting for their client's next request, the oldest first."""
         self._leaving: set[Any] = set()
         """The connections done with (their handler finishing), whose slots are about to be free."""
+        self._serving: set[DeadlineHandler] = set()
+        """The connections being served, not done with yet (the idle ones among them)."""
         self._idle_lock = threading.Lock()
 
     def bound(
@@ -724,10 +734,16 @@ class BoundedHTTPServer(ThreadingHTTPServer):
             self._idle.pop(handler, None)
             return True
 
+    def arrives(self, handler: DeadlineHandler) -> None:
+        """``handler``'s connection is being served."""
+        with self._idle_lock:
+            self._serving.add(handler)
+
     def leaves(self, handler: DeadlineHandler) -> None:
         """``handler``'s connection is done with: not idle, its slot about to be free."""
         with self._idle_lock:
             self._idle.pop(handler, None)
+            self._serving.discard(handler)
             self._leaving.add(handler.connection)
 
     def _make_room(self) -> bool:
@@ -738,8 +754,8 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         every connection would have been served: one clean-clone run in three, on a loaded machine,
         before 2026-12-04."""
         with self._idle_lock:
-            if self._leaving:
-                return True
+            if self._leaving or any(_gone(h.connection) for h in self._serving if h not in self._idle):
+                return True  # (a client that closed its connection after its answer: leaving)
             for handler in self._idle:
                 try:  # a request arrived and not read yet: not idle; the client closed: leaving
                     if _readable(handler.connection, 0):
@@ -789,6 +805,7 @@ class BoundedHTTPServer(ThreadingHTTPServer):
             self.slots.release()
             with self._idle_lock:  # (after the release: one waiting for the slot gets it)
                 self._leaving.discard(request)
+                self._serving -= {h for h in self._serving if h.connection is request}  # (its setup failed)
 
 
 class DeadlineHandler(BaseHTTPRequestHandler):
@@ -804,6 +821,7 @@ class DeadlineHandler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        self.server.arrives(self)
         self._reading = _DeadlineSocket(self.connection, self.timeout)
         self.rfile = io.BufferedReader(self._reading)
 
