@@ -695,10 +695,9 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         self.bound()
         self._idle: dict[DeadlineHandler, None] = {}
         """The kept-alive connections waiting for their client's next request, the oldest first."""
-        self._leaving: set[Any] = set()
-        """The connections done with (their handler finishing), whose slots are about to be free."""
-        self._serving: set[DeadlineHandler] = set()
-        """The connections being served, not done with yet (the idle ones among them)."""
+        self._serving: dict[Any, DeadlineHandler] = {}
+        """The connections holding a slot, by socket (the idle ones among them; ``done``: their
+        handler is finishing)."""
         self._idle_lock = threading.Lock()
 
     def bound(
@@ -737,14 +736,13 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     def arrives(self, handler: DeadlineHandler) -> None:
         """``handler``'s connection is being served."""
         with self._idle_lock:
-            self._serving.add(handler)
+            self._serving[handler.connection] = handler
 
     def leaves(self, handler: DeadlineHandler) -> None:
         """``handler``'s connection is done with: not idle, its slot about to be free."""
         with self._idle_lock:
             self._idle.pop(handler, None)
-            self._serving.discard(handler)
-            self._leaving.add(handler.connection)
+            handler.done = True
 
     def _make_room(self) -> bool:
         """Whether a slot is about to be free: a connection is done with (its client closed it,
@@ -754,16 +752,14 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         every connection would have been served: one clean-clone run in three, on a loaded machine,
         before 2026-12-04."""
         with self._idle_lock:
-            if self._leaving or any(_gone(h.connection) for h in self._serving if h not in self._idle):
-                return True  # (a client that closed its connection after its answer: leaving)
+            if any(h.done or _gone(h.connection) for h in self._serving.values()):
+                return True  # (finishing, or its client closed it after its answer: leaving)
             for handler in self._idle:
-                try:  # a request arrived and not read yet: not idle; the client closed: leaving
+                try:  # a request arrived and not read yet: not idle
                     if _readable(handler.connection, 0):
-                        if _closed_by_peer(handler.connection):
-                            return True
                         continue
                 except (OSError, ValueError):
-                    return True  # closed already: its slot is about to be free
+                    continue  # closed already (``_gone`` said so above)
                 del self._idle[handler]
                 handler.given_up = True
                 with suppress(OSError):
@@ -804,8 +800,7 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         finally:
             self.slots.release()
             with self._idle_lock:  # (after the release: one waiting for the slot gets it)
-                self._leaving.discard(request)
-                self._serving -= {h for h in self._serving if h.connection is request}  # (its setup failed)
+                self._serving.pop(request, None)
 
 
 class DeadlineHandler(BaseHTTPRequestHandler):
@@ -817,6 +812,8 @@ class DeadlineHandler(BaseHTTPRequestHandler):
     server: BoundedHTTPServer
     given_up = False
     """Its connection was closed, idle, to make room for another (``BoundedHTTPServer``)."""
+    done = False
+    """Its connection is done with: its slot is about to be free (``BoundedHTTPServer``)."""
     _answered = False
 
     def setup(self) -> None:

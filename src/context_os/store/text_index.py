@@ -435,33 +435,6 @@ def _drop_fts(conn: sqlite3.Connection) -> None:
         _drop_damaged_fts(conn)
 
 
-def fts_step(conn: sqlite3.Connection, step: Callable[[], T]) -> T | None:
-    """``step()``, a write of ``text_fts`` within a write of the store, in a savepoint: what it
-    returned, or None when the table is damaged (SQLite finds its pages malformed). A damaged
-    index is no reason to refuse the write (before 2026-12-02 every write with a batch of parts
-    to move in failed, and so did every eviction): the step is rolled back, the index dropped
-    (``drop_damaged``) and the write goes on without it. When the step cannot be rolled back
-    alone (SQLite ended the transaction, or the savepoint with a failed release), ``IndexDamaged``:
-    the caller rolls the write back, and ``write_past_damage`` drops the index in a transaction of
-    its own and makes the write again."""
-    conn.execute("SAVEPOINT fts_step")
-    try:
-        done = step()
-        conn.execute("RELEASE fts_step")  # (where FTS5 writes what it held back in memory)
-    except (sqlite3.DatabaseError, MemoryError) as e:
-        damage = damaged_fts(e)
-        if damage is None:
-            raise  # the caller rolls the whole transaction back
-        try:
-            conn.execute("ROLLBACK TO fts_step")
-            conn.execute("RELEASE fts_step")
-        except (sqlite3.DatabaseError, MemoryError):
-            raise IndexDamaged(f"the keyword index is damaged: {damage}") from damage
-        drop_damaged(conn, damage)
-        return None
-    return done
-
-
 _GARBLED = "out of memory reading it (a size in a damaged index asks for more than there is)"
 FTS_ERRORS = (sqlite3.DatabaseError, MemoryError)
 """What reading or writing a damaged FTS5 index raises (``damaged_fts``): a read that gets one
@@ -479,6 +452,33 @@ def damaged_fts(e: BaseException) -> sqlite3.DatabaseError | None:
     if isinstance(e, sqlite3.DatabaseError) and e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_CORRUPT:
         return e
     return None
+
+
+def fts_step(conn: sqlite3.Connection, step: Callable[[], T]) -> T | None:
+    """``step()``, a write of ``text_fts`` within a write of the store, in a savepoint: what it
+    returned, or None when the table is damaged (SQLite finds its pages malformed). A damaged
+    index is no reason to refuse the write (before 2026-12-02 every write with a batch of parts
+    to move in failed, and so did every eviction): the step is rolled back, the index dropped
+    (``drop_damaged``) and the write goes on without it. When the step cannot be rolled back
+    alone (SQLite ended the transaction, or the savepoint with a failed release), ``IndexDamaged``:
+    the caller rolls the write back, and ``write_past_damage`` drops the index in a transaction of
+    its own and makes the write again."""
+    conn.execute("SAVEPOINT fts_step")
+    try:
+        done = step()
+        conn.execute("RELEASE fts_step")  # (where FTS5 writes what it held back in memory)
+    except FTS_ERRORS as e:
+        damage = damaged_fts(e)
+        if damage is None:
+            raise  # the caller rolls the whole transaction back
+        try:
+            conn.execute("ROLLBACK TO fts_step")
+            conn.execute("RELEASE fts_step")
+        except FTS_ERRORS:
+            raise IndexDamaged(f"the keyword index is damaged: {damage}") from damage
+        drop_damaged(conn, damage)
+        return None
+    return done
 
 
 class IndexDamaged(StoreCorrupt):
@@ -585,10 +585,8 @@ def fts_problem(conn: sqlite3.Connection) -> str | None:
     try:
         flush_fts(conn, force=True)
         conn.execute("INSERT INTO text_fts (text_fts, rank) VALUES ('integrity-check', 1)")
-    except sqlite3.DatabaseError as e:
-        return None if "readonly" in str(e) else str(e)
-    except MemoryError:
-        return _GARBLED
+    except FTS_ERRORS as e:
+        return None if "readonly" in str(e) else str(damaged_fts(e) or e)
     finally:
         with suppress(*FTS_ERRORS):  # an error that ended the transaction took it along
             conn.execute("ROLLBACK TO fts_check")

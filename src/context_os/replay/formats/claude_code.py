@@ -251,9 +251,8 @@ class _Builder:
         self.prompt: dict[str, Any] | None = None
         """The user message the entry before was (or made), which attachments that follow it precede."""
         self.attached: list[dict[str, Any]] = []
-        """The text blocks of the attachments that precede ``prompt``'s own, as they came."""
-        self.joined = 0
-        """How many blocks at the head of ``prompt``'s content are the attachments'."""
+        """The text blocks of the attachments that precede ``prompt``'s own, as they came (the
+        head of its content)."""
 
     def close(self) -> None:
         if self.reply is not None:
@@ -281,25 +280,19 @@ class _Builder:
             self.close()
             self.prompt = {"role": "user", "content": [], "timestamp": iso_ms(e.get("timestamp"))}
             self.messages.append(self.prompt)
+        own = self.prompt["content"][len(self.attached) :]
         self.attached += [{"type": "text", "text": text} for text in parts]
-        self._join()
-
-    def _join(self) -> None:
-        """``prompt``'s content: the attachments' text, then its own."""
-        assert self.prompt is not None
-        own = self.prompt["content"][self.joined :]
         attached = [dict(b) for b in self.attached]
         if attached and own:
             attached[-1]["text"] += "\n"
         self.prompt["content"] = attached + own
-        self.joined = len(attached)
 
     def add(self, e: dict[str, Any]) -> None:
         parts = _rendered(e)
         if parts is not None:
             self.attach(e, parts)
             return
-        self.result, self.prompt, self.attached, self.joined = None, None, [], 0
+        self.result, self.prompt, self.attached = None, None, []
         msg = e["message"]
         ts = iso_ms(e.get("timestamp"))
         where = _entry(self.where, e)
