@@ -562,3 +562,22 @@ def stderr_on_a_terminal(cmd: list[str], *, cwd: Path, timeout: float = 120) -> 
         if side != -1:
             os.close(side)
     return proc.returncode, shown
+
+
+@contextmanager
+def serving(handler: type[Any]) -> Iterator[str]:
+    """``handler`` (a ``BaseHTTPRequestHandler``) served on 127.0.0.1, a free port, in a thread of
+    its own until the block ends: its base URL."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)

@@ -17,7 +17,7 @@ from context_os.replay.formats.claude_code import read_claude_code
 from context_os.replay.formats.common import load
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import provisioned
-from tests.proxy.running import CTXOS, file_as_shown, only_session, scripted_proxy, verified_frames
+from tests.proxy.running import file_as_shown, only_session, replayed, scripted_proxy, verified_frames
 from tests.proxy.upstream import ToolCall, call, upstream
 
 from .provision import ClaudeInstall, provision
@@ -102,7 +102,7 @@ def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_
 
     # the transcript Claude Code wrote of this session replays as Claude Code's own tools read it
     (transcript,) = (home / ".claude" / "projects").glob("*/*.jsonl")
-    summary = _replay(transcript, tmp_path / "replay.db")
+    summary = replayed(transcript, tmp_path / "replay.db")
     assert summary["format"] == "claude-code"
     assert summary["turns"] == summary["frames_verified"] == FILES + 3  # Claude Code never saw our round
     assert summary["files"] == FILES + 1
@@ -112,7 +112,7 @@ def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_
     # and so does what it printed of it (stream-json, as `claude -p` and the SDKs give it)
     streamed = tmp_path / "stream.jsonl"
     streamed.write_text(proc.stdout)
-    printed = _replay(streamed, tmp_path / "stream.db")
+    printed = replayed(streamed, tmp_path / "stream.db")
     # every call but the first, whose input (the prompt) `claude -p` does not print
     assert printed["format"] == "claude-code" and printed["turns"] == printed["frames_verified"] == FILES + 2
     assert printed["edits_total"] == printed["edits_with_target_text_shown"] == 1
@@ -202,12 +202,3 @@ def _pi_text(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
             elif b["type"] == "toolCall":
                 out.append(("call", json.dumps([b["name"], b["arguments"]], sort_keys=True)))
     return out
-
-
-def _replay(transcript: Path, store: Path) -> dict[str, Any]:
-    out = subprocess.run(
-        [str(CTXOS), "--store", f"sqlite:///{store}", "replay", str(transcript), "--json", "--no-per-turn"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    return json.loads(out.stdout)

@@ -16,7 +16,7 @@ import pytest
 
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import NodeCli, provisioned, whole_png
-from tests.proxy.running import Proxied, file_as_shown, only_session, scripted_proxy, verified_frames
+from tests.proxy.running import Proxied, file_as_shown, only_session, replayed, scripted_proxy, verified_frames
 from tests.proxy.upstream import ToolCall, call
 
 from .provision import provision
@@ -128,12 +128,7 @@ def test_codexs_own_read_and_patch_keep_the_file_as_an_object_equal_to_the_disk(
     # the rollout Codex wrote of this session replays as Codex's own tools read it
     (rollout,) = (tmp_path / "codex-home" / "sessions").glob("*/*/*/rollout-*.jsonl")
     store = tmp_path / "replay.db"
-    out = subprocess.run(
-        [CTXOS, "--store", f"sqlite:///{store}", "replay", str(rollout), "--json", "--no-per-turn"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    summary = json.loads(out.stdout)
+    summary = replayed(rollout, store)
     assert summary["format"] == "codex"
     assert summary["turns"] == summary["frames_verified"] == len(proxied.up.requests)
     assert summary["files"] == 1  # app.py: Codex cut every output of `cat big.txt` in its middle
@@ -170,12 +165,7 @@ def test_an_image_codexs_view_image_gave_is_managed_and_replayed(
         assert verified_frames(s, only_session(s)) == len(requests) == 2
 
     (rollout,) = (tmp_path / "codex-home" / "sessions").glob("*/*/*/rollout-*.jsonl")
-    out = subprocess.run(
-        [CTXOS, "--store", f"sqlite:///{tmp_path / 'replay.db'}", "replay", str(rollout), "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    summary = json.loads(out.stdout)
+    summary = replayed(rollout, tmp_path / "replay.db", "--per-turn")
     assert summary["turns"] == summary["frames_verified"] == 2
     first, second = (t["tokens_full"] for t in summary["per_turn"])
     assert second - first >= 400  # 750 × 400 pixels: about 400 tokens, sent with the second call

@@ -10,8 +10,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.helpers import serving
 
 __all__ = ["GeminiModel", "gemini_model"]
 
@@ -76,14 +78,5 @@ def _handler(model: GeminiModel) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def gemini_model(replies: list[Reply]) -> Iterator[GeminiModel]:
     model = GeminiModel(replies)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(model))
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    model.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    try:
+    with serving(_handler(model)) as model.url:
         yield model
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)

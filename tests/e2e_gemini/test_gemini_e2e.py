@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +14,13 @@ import pytest
 
 from context_os.replay.transcripts import read_session
 from tests.helpers import NodeCli, provisioned
+from tests.proxy.running import replayed
 
 from .model_server import gemini_model
 from .provision import provision
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-CTXOS = str(Path(sys.executable).parent / "ctxos")
 MODEL = "gemini-2.5-pro"
 """Named, so Gemini CLI asks no router model which one to use."""
 APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
@@ -80,12 +79,7 @@ def test_gemini_clis_session_file_replays_as_gemini_cli_sent_it(gemini: NodeCli,
     assert read.format == "gemini-cli"
     assert _conversation(read.messages) == [*_sent(requests[-1]["contents"]), ("text", replies[-1])]
 
-    out = subprocess.run(
-        [CTXOS, "--store", f"sqlite:///{tmp_path / 'replay.db'}", "replay", str(session), "--json", "--no-per-turn"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    summary = json.loads(out.stdout)
+    summary = replayed(session, tmp_path / "replay.db")
     assert summary["turns"] == summary["frames_verified"] == len(requests)
     assert summary["edits_total"] == summary["edits_with_target_text_shown"] == 1
     assert (summary["files"], summary["file_versions"]) == (2, 3)  # app.py as read, then as edited; notes.txt

@@ -6,6 +6,7 @@ front of a scripted model, for the end-to-end tests of real agents), SDK clients
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -197,3 +198,12 @@ def verified_frames(store: Store, session_id: str) -> int:
     frames = frame_docs(store, session_id)
     assert frames and all(verify_frame(store, f).ok for f in frames), session_id
     return len(frames)
+
+
+def replayed(session_file: Path, store: Path, *options: str) -> dict[str, Any]:
+    """``ctxos replay FILE --json`` (the command; ``options`` else ``--no-per-turn``) into the
+    SQLite store at ``store``: its summary."""
+    command = [CTXOS, "--store", f"sqlite:///{store}", "replay", str(session_file), "--json"]
+    out = subprocess.run([*command, *(options or ["--no-per-turn"])], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout)  # type: ignore[no-any-return]

@@ -12,10 +12,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.helpers import pairing_refused
+from tests.helpers import pairing_refused, serving
 
 
 @dataclass(frozen=True)
@@ -426,14 +426,5 @@ def _crlf_chunks(events: Iterator[bytes]) -> Iterator[bytes]:
 @contextmanager
 def upstream(**kwargs: Any) -> Iterator[Upstream]:
     up = Upstream(**kwargs)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(up))
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    up.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    try:
+    with serving(_handler(up)) as up.url:
         yield up
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)

@@ -5,15 +5,16 @@ it got (path, headers, body) for the tests to read."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import blake3
 import numpy as np
+
+from tests.helpers import serving
 
 
 def vector_of(text: str, dim: int) -> list[float]:
@@ -58,13 +59,6 @@ def embeddings_server(dim: int = 8) -> Iterator[Server]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    try:
+    with serving(Handler) as url:
+        state.url = url + "/v1"
         yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
