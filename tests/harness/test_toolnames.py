@@ -80,7 +80,8 @@ def test_bad_mappings_are_config_errors(bad):
 
 
 def test_presets_by_name():
-    assert set(PRESETS) == {"canonical", "claude-code", "codex", "pi", "swe-agent", "openhands", "gemini-cli", "cline"}
+    known = {"canonical", "claude-code", "codex", "pi", "swe-agent", "openhands", "gemini-cli", "cline", "opencode"}
+    assert set(PRESETS) == known
     assert preset("pi") is PI
     assert tool_role("grep") == "grep"  # canonical by default
     with pytest.raises(ConfigError, match="unknown tool-name preset 'cursor'"):

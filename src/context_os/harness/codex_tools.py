@@ -696,7 +696,7 @@ def is_operation(arguments: Mapping[str, Any]) -> bool:
 
 def call_patch(arguments: Any) -> str | None:
     """The patch of an ``apply_patch`` call (freeform: the input itself; a function call:
-    ``input``; a shell call: ``apply_patch <<'EOF' ... EOF``, maybe after ``cd DIR &&``, or
+    ``input``, OpenCode's ``patchText``; a shell call: ``apply_patch <<'EOF' ... EOF``, maybe after ``cd DIR &&``, or
     ``["apply_patch", patch]``, also spelt ``applypatch``, its relative paths given joined to the
     call's ``workdir`` and DIR, where Codex applies it; the
     Responses API's built-in tool: its ``operation``, one file's V4A diff, as the patch of that
@@ -706,8 +706,9 @@ def call_patch(arguments: Any) -> str | None:
     args = json_arguments(arguments)
     if args is None:
         return None
-    if isinstance(args.get("input"), str):
-        return str(args["input"])
+    for key in ("input", "patchText"):  # OpenCode's apply_patch: patchText
+        if isinstance(args.get(key), str):
+            return str(args[key])
     if is_operation(args):
         header = _OPERATIONS[args["type"]]
         diff = args.get("diff") if header != "Delete" else ""

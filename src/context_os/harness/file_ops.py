@@ -131,6 +131,19 @@ lines cut at their length (the older note), an image or a PDF."""
 _GEMINI_CUT_LINE = "... [truncated]"
 """How Gemini CLI ends a line it cut at 2,000 characters: what is shown is not the file's line."""
 
+# OpenCode's read
+_OPENCODE_HEAD = re.compile(r"\A<path>[^\n]*</path>\n<type>(?P<type>[a-z]+)</type>\n")
+_OPENCODE_TRAILER = re.compile(
+    r"\((?:End of file - total (?P<total>\d+) lines"
+    r"|Showing lines \d+-\d+ of (?P<of>\d+)\. Use offset=\d+ to continue\."
+    r"|Output capped at [^\n]*?\. Showing lines \d+-\d+\. Use offset=\d+ to continue\.)\)\n</content>"
+)
+_OPENCODE_LINE = re.compile(r"(\d+): ")
+_OPENCODE_CUT_LINE = re.compile(r"\.\.\. \(line truncated to \d+ chars\)\Z")
+_NO_TEXT = ("[Line ", "Read image file", "Image read successfully", "PDF read successfully")
+"""How a read's output begins that shows no file text: Pi's note on a line too long to show,
+its image, OpenCode's image or PDF."""
+
 # str_replace_editor (Anthropic's text editor tool, as SWE-agent and OpenHands run it)
 _EDITOR_COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
 _OBSERVATION = re.compile(r"\A(?:OBSERVATION:\n)?")  # SWE-agent's prefix of every tool output
@@ -210,6 +223,9 @@ def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | 
     them; Gemini CLI's note before a part of a file read for where it is, and its project context
     after it removed.
     None if the output is not file text (a note instead)."""
+    opencode = _OPENCODE_HEAD.match(output)
+    if opencode is not None:
+        return _opencode_read(output, opencode)
     output = _without_gemini_context(output)
     if output.startswith(_GEMINI_NO_TEXT):
         return None
@@ -229,7 +245,7 @@ def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | 
         body = output[: m.start()]
         said = m.groupdict()
         total = int(said["total"]) if said.get("total") else int(said["next"]) - 1 + int(said["more"])
-    elif output.startswith("[Line ") or output.startswith("Read image file"):
+    elif output.startswith(_NO_TEXT):
         return None
     lines = body.split("\n")
     numbered = [_NUMBERED.match(line) for line in lines if line]
@@ -252,6 +268,33 @@ def _consecutive(numbers: list[int]) -> bool:
     column of numbers and a tab (a TSV of ids, read by a tool that prints the text as it is) does
     not, mostly, and is the file's text."""
     return numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+
+
+def _opencode_read(output: str, head: re.Match[str]) -> tuple[str, int, int | None] | None:
+    """(lines, first line, total or None) of what OpenCode's ``read`` showed of a file: its lines
+    numbered ``N: `` between ``<content>`` and its note (``(End of file - total T lines)``, or a
+    part's ``(Showing lines A-B of T. …)``; a part cut at 50 KB does not say the total), the
+    reminders after ``</content>`` left out; None for a directory's entries, and for a file one
+    of whose lines it cut at 2,000 characters (what is shown is not the file's line)."""
+    start = head.end() + len("<content>\n")
+    if head.group("type") != "file" or not output.startswith("<content>\n", head.end()):
+        return None
+    end = output.find("\n\n(", start)  # numbered lines never start with "(": the note
+    note = _OPENCODE_TRAILER.match(output, end + 2) if end >= 0 else None
+    if note is None:
+        return None
+    numbered = output[start:end].split("\n") if end > start else []
+    found = [_OPENCODE_LINE.match(line) for line in numbered]
+    if not all(found):
+        return None
+    numbers = [int(m.group(1)) for m in found if m is not None]
+    if numbers and not _consecutive(numbers):
+        return None
+    lines = [line[m.end() :] for line, m in zip(numbered, found, strict=True) if m is not None]
+    if any(_OPENCODE_CUT_LINE.search(line) for line in lines):
+        return None
+    total = note.group("total") or note.group("of")
+    return "\n".join(lines), numbers[0] if numbers else 1, int(total) if total is not None else None
 
 
 def _gemini_part(output: str, note: re.Match[str]) -> tuple[str, int, int] | None:
@@ -351,8 +394,9 @@ def _editor_view(output: str, args: Mapping[str, Any]) -> tuple[str, int, int | 
 
 def _path(args: Mapping[str, Any]) -> Any:
     """The file a call names: ``path``, ``file_path``, (Gemini CLI's first ``read_file``)
-    ``absolute_path``, or (Cline's ``write_to_file`` and ``replace_in_file``) ``absolutePath``."""
-    for key in ("path", "file_path", "absolute_path", "absolutePath"):
+    ``absolute_path``, (Cline's ``write_to_file`` and ``replace_in_file``) ``absolutePath``, or
+    (OpenCode's tools) ``filePath``."""
+    for key in ("path", "file_path", "absolute_path", "absolutePath", "filePath"):
         if key in args:
             return args[key]
     return None
@@ -393,6 +437,7 @@ def edit_target(arguments: Any, output: str = "") -> FileOp | None:
     pairs = (
         _pairs(args, "oldText", "newText")
         or _pairs(args, "old_string", "new_string")
+        or _pairs(args, "oldString", "newString")  # OpenCode's edit (and multiedit's edits)
         or _pairs(args, "search", "replace")  # windowed edit of the open file
     )
     return FileOp("edit", path, edits=pairs or [])
@@ -490,8 +535,8 @@ def _edit(args: Mapping[str, Any], output: str, *, editor: bool) -> FileOp | Non
         if args.get("command") == "undo_edit" or not ("has been edited" in first or first.startswith("--- ")):
             return FileOp("edit", op.path)  # a change the call does not say, or an outcome we cannot read
         return op
-    if "path" in args or "file_path" in args:
-        return op  # Pi, Claude Code, Gemini CLI: a failed call says so (is_error)
+    if "path" in args or "file_path" in args or "filePath" in args:
+        return op  # Pi, Claude Code, Gemini CLI, OpenCode: a failed call says so (is_error)
     # a windowed tool acting on the open file: a replacement counts if the output says it was made
     text = _terminal(output)
     if _WINDOW_REFUSED.search(text):

@@ -43,6 +43,7 @@ __all__ = [
     "CLINE",
     "CODEX",
     "GEMINI_CLI",
+    "OPENCODE",
     "OPENHANDS",
     "PI",
     "PRESETS",
@@ -315,6 +316,26 @@ releases. ``ask_followup_question``, ``attempt_completion``, ``plan_mode_respond
 ``use_subagents``, ``list_code_definition_names``, the browser, MCP and web tools, and Cline's
 ``apply_patch`` have no role."""
 
+OPENCODE = ToolNames(
+    {
+        "read": "read",
+        "write": "write",
+        "edit": "edit",
+        "multiedit": "edit",
+        "bash": "bash",
+        "grep": "grep",
+        "glob": "find",
+        "list": "ls",
+    },
+    by_content={"apply_patch": "patch"},
+)
+"""OpenCode's tools: ``read`` (``filePath``; a range by ``offset``/``limit``; its output the
+numbered lines between ``<content>`` and ``</content>``), ``write`` (``filePath``, ``content``),
+``edit`` (``filePath``, ``oldString``, ``newString``), ``bash``, ``grep``, ``glob``, and
+``apply_patch`` (``patchText``: a Codex patch; offered to GPT models instead of ``edit`` and
+``write``); ``list`` and ``multiedit`` (an ``edits`` list of ``oldString``/``newString``) of
+older releases. ``task``, ``skill``, ``todowrite``, ``webfetch`` and ``websearch`` have no role."""
+
 PRESETS: Mapping[str, ToolNames] = MappingProxyType(
     {
         "canonical": CANONICAL,
@@ -325,6 +346,7 @@ PRESETS: Mapping[str, ToolNames] = MappingProxyType(
         "openhands": OPENHANDS,
         "gemini-cli": GEMINI_CLI,
         "cline": CLINE,
+        "opencode": OPENCODE,
     }
 )
 """Presets by name, e.g. for a ``--tool-names`` option or a JSON-RPC parameter."""
@@ -332,7 +354,7 @@ PRESETS: Mapping[str, ToolNames] = MappingProxyType(
 
 def preset(name: str) -> ToolNames:
     """The preset called ``name`` (``canonical``, ``claude-code``, ``codex``, ``pi``, ``swe-agent``,
-    ``openhands``, ``gemini-cli``, ``cline``)."""
+    ``openhands``, ``gemini-cli``, ``cline``, ``opencode``)."""
     try:
         return PRESETS[name]
     except KeyError:
