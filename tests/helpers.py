@@ -8,6 +8,7 @@ import hashlib
 import http.client
 import json
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -145,6 +146,37 @@ class NodeCli:
 
     def path_env(self) -> str:
         return f"{self.node_bin}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+ARCH = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
+"""Node's names of this machine's architectures (``process.arch``)."""
+
+
+@dataclass(frozen=True)
+class NativeCli:
+    """A CLI's native binary, shipped by its npm package as an optional dependency per platform."""
+
+    binary: Path
+    version: str
+
+    def command(self, *args: str) -> list[str]:
+        return [str(self.binary), *args]
+
+
+def native_cli(root: Path, cli: Path, package: str, native: str, binary: str) -> NativeCli:
+    """``npm_package``'s native binary for this platform, run directly (the package's install
+    script, which only links or copies it, is not needed): ``binary`` (a path) inside the package
+    ``native`` (``{platform}`` and ``{arch}`` filled in as Node names them), checked to report the
+    lockfile's version."""
+    _, _, want = npm_package(root, cli, package)
+    arch = ARCH.get(platform.machine().lower(), platform.machine())
+    name = native.format(platform=sys.platform, arch=arch)
+    found = cli / "node_modules" / name / binary
+    if not found.is_file():
+        raise Unavailable(f"{found} is missing: npm installed no {name} for this platform")
+    install = NativeCli(found, want)
+    check_version(install.command("--version"), want, cwd=cli)
+    return install
 
 
 def node_cli(root: Path, cli: Path, package: str, bin_name: str) -> NodeCli:

@@ -16,11 +16,11 @@ import pytest
 from context_os.replay.formats.claude_code import read_claude_code
 from context_os.replay.formats.common import load
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import provisioned
+from tests.helpers import NativeCli, provisioned
 from tests.proxy.running import file_as_shown, only_session, replayed, scripted_proxy, verified_frames
 from tests.proxy.upstream import ToolCall, call, upstream
 
-from .provision import ClaudeInstall, provision
+from .provision import provision
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -33,7 +33,7 @@ APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
 
 
 @pytest.fixture(scope="module")
-def claude() -> ClaudeInstall:
+def claude() -> NativeCli:
     return provisioned("the Claude Code CLI", provision)
 
 
@@ -58,7 +58,7 @@ def work(tmp_path: Path) -> Path:
 
 
 def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_disk(
-    claude: ClaudeInstall, work: Path, tmp_path: Path
+    claude: NativeCli, work: Path, tmp_path: Path
 ) -> None:
     """Claude Code (thinking on, as it runs) reads twelve files, the model pins one of
     them with context_os's own tool (run by the proxy), then Claude Code reads and edits app.py
@@ -124,7 +124,7 @@ def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_
 
 
 def test_the_replay_reads_claude_codes_attachments_as_claude_code_sends_them(
-    claude: ClaudeInstall, work: Path, tmp_path: Path
+    claude: NativeCli, work: Path, tmp_path: Path
 ) -> None:
     """Claude Code 2.1.3xx writes what it adds to a turn (a file named with @, its environment,
     the date, reminders) as ``attachment`` entries with the text it sent (``rendered``). Two runs

@@ -1197,8 +1197,8 @@ def test_an_openhands_str_replace_edit_becomes_a_file_version(db, tmp_path: Path
             '{\n  "model": "x",\n  "messages": []\n}\n',
             None,
             r"one JSON object with keys \['messages', 'model'\]: not a session this reads "
-            r"\(Pi, Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands, Cline, OpenAI or "
-            r"Anthropic messages\)",
+            r"\(Pi, Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands, Cline, OpenCode, "
+            r"OpenAI or Anthropic messages\)",
         ),
         ('"just text"', None, "one JSON string: not a session this reads"),
         ("null", None, "one JSON null: not a session this reads"),

@@ -72,8 +72,8 @@ def replay_cmd(
     the one context_os assembles, with the same token estimate. Formats: Pi, Claude Code (its
     sub-agents' sidechains replayed after it, each as its own session), Codex CLI rollouts, Gemini
     CLI sessions (its sub-agents too), SWE-agent and mini-swe-agent trajectories, OpenHands event
-    streams (each record of an output.jsonl its own session), Cline task histories, OpenAI or
-    Anthropic messages."""
+    streams (each record of an output.jsonl its own session), Cline task histories, OpenCode
+    sessions (`opencode export ID > session.json`), OpenAI or Anthropic messages."""
     transcripts = read_sessions(file, fmt, max_bytes=max_file_mb * 2**20)
     run_replay(
         ctx,

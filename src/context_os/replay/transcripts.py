@@ -3,8 +3,8 @@
 CLI rollout JSONL, Gemini CLI session files (legacy JSON and JSON lines, with its sub-agents),
 SWE-agent trajectories (1.x function calling and 0.x actions parsed from text), OpenHands event
 streams (a saved event list, or an evaluation's ``output.jsonl`` of records), Cline's task
-history (Anthropic messages whose tool results Cline wrote as text), and a JSON list of OpenAI
-chat-completions or Anthropic messages.
+history (Anthropic messages whose tool results Cline wrote as text), OpenCode sessions as
+``opencode export`` writes them, and a JSON list of OpenAI chat-completions or Anthropic messages.
 
 ``read_sessions(path)`` detects the format (``format=`` forces one) and returns every session the
 file holds as a ``Transcript``: the main session first, then Claude Code's sidechains or Gemini
@@ -23,7 +23,8 @@ with a ``payload``, or the bare response items of its first files; Gemini CLI's 
 (``sessionId`` and ``projectHash``), ``$set`` or ``$rewindTo`` records; an OpenHands record's
 ``history``), so a file that starts with lines that tell nothing is still recognised. One per
 format module: formats/pi.py, formats/claude_code.py, formats/codex.py, formats/gemini_cli.py,
-formats/swe_agent.py, formats/mini_swe_agent.py, formats/openhands.py, formats/cline.py. A JSON
+formats/swe_agent.py, formats/mini_swe_agent.py, formats/openhands.py, formats/cline.py,
+formats/opencode.py. A JSON
 list of Anthropic messages is Cline's when a user message answers a ``tool_use`` of the message
 before it in Cline's words (``[read_file for 'a.ts'] Result:``).
 
@@ -60,6 +61,7 @@ from .formats.common import (
 )
 from .formats.gemini_cli import is_gemini_line, is_gemini_record, read_gemini_cli
 from .formats.mini_swe_agent import is_mini_swe_agent, read_mini_swe_agent
+from .formats.opencode import is_opencode_export, read_opencode
 from .formats.openhands import is_v1_event, read_openhands
 from .formats.pi import PI_ENTRY_TYPES, read_pi
 from .formats.swe_agent import read_swe_agent
@@ -87,6 +89,7 @@ FORMATS = (
     "openai",
     "anthropic",
     "cline",
+    "opencode",
 )
 
 _ANTHROPIC_BLOCKS = ("tool_use", "tool_result", "thinking", "redacted_thinking")
@@ -171,6 +174,7 @@ _READERS: Mapping[str, Reader] = {
     "openai": _read_openai,
     "anthropic": _read_anthropic,
     "cline": read_cline,
+    "opencode": read_opencode,
 }
 
 
@@ -230,6 +234,8 @@ def _detect(parsed: Parsed) -> str:
         if isinstance(doc, dict):
             if is_gemini_record(doc):
                 return "gemini-cli"
+            if is_opencode_export(doc):
+                return "opencode"
             history = doc.get("history")
             if isinstance(history, list) and any(_is_event(e) for e in history):
                 return "openhands"
@@ -276,7 +282,8 @@ _CODEX_EXEC_EVENTS = ("thread.started", "turn.started", "turn.completed", "item.
 
 def detect_format(path: str | Path, *, max_bytes: int = MAX_SESSION_BYTES) -> str:
     """One of ``FORMATS`` (``pi``, ``claude-code``, ``codex``, ``gemini-cli``, ``swe-agent``,
-    ``mini-swe-agent``, ``openhands``, ``openai``, ``anthropic``, ``cline``), from the file's content."""
+    ``mini-swe-agent``, ``openhands``, ``openai``, ``anthropic``, ``cline``, ``opencode``), from the
+    file's content."""
     p = Path(path)
     return _detect(load(p, max_bytes))
 

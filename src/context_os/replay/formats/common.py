@@ -74,7 +74,8 @@ def line_numbers(lines: Sequence[int]) -> str:
 
 
 KNOWN_KINDS = (
-    "Pi, Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands, Cline, OpenAI or Anthropic messages"
+    "Pi, Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands, Cline, OpenCode, "
+    "OpenAI or Anthropic messages"
 )
 
 # What a path is when it is not a regular file, for the error that refuses it.
@@ -110,12 +111,13 @@ class Transcript:
 
     format: str
     """``pi-v1``, ``pi-v2``, ``pi-v3``, ``claude-code``, ``codex``, ``gemini-cli``, ``swe-agent``,
-    ``swe-agent-text``, ``mini-swe-agent``, ``openhands``, ``cline``, ``openai`` or ``anthropic``."""
+    ``swe-agent-text``, ``mini-swe-agent``, ``openhands``, ``cline``, ``opencode``, ``openai`` or
+    ``anthropic``."""
     harness: str
     """The adapter its messages are for: ``pi``, ``openai`` or ``anthropic``."""
     tool_names: str
     """The tool-name preset of its tools (``pi``, ``claude-code``, ``codex``, ``swe-agent``,
-    ``openhands``, ``gemini-cli``, ``cline``, ``canonical``)."""
+    ``openhands``, ``gemini-cli``, ``cline``, ``opencode``, ``canonical``)."""
     messages: list[dict[str, Any]]
     session_id: str | None = None
     cwd: str | None = None
@@ -406,7 +408,7 @@ def parse(path: Path, text: str) -> Parsed:
             if not isinstance(whole, _Bad):
                 return Parsed(path, document=whole)
             if head == "[" or line0.strip() == "{":  # a line of "{" alone begins a document, no JSON line
-                raise InputError(f"{path}: not JSON ({whole.reason})")
+                raise InputError(f"{path}: not JSON ({whole.reason}){_cut_by_a_pipe(text)}")
     elif len(numbered) == 1 and (not isinstance(first, dict) or _document_shaped(first)):
         return Parsed(path, document=first)
     parsed = Parsed(path)
@@ -422,6 +424,17 @@ def parse(path: Path, text: str) -> Parsed:
         why = first.reason if isinstance(first, _Bad) else ""
         raise InputError(f"{path}: not JSON, neither a JSON document nor JSON lines (line {n0}: {why})")
     return parsed
+
+
+def _cut_by_a_pipe(text: str) -> str:
+    """What to say of a document that ends after exactly 64 KiB: ``opencode export`` (1.18) stops
+    writing there when its output goes through a pipe."""
+    if len(text.encode("utf-8", "surrogatepass")) != 1 << 16:
+        return ""
+    return (
+        ": it ends after exactly 64 KiB, where a program that exits before its output drained stops "
+        "writing to a pipe (`opencode export` does): write it to a file (`opencode export ID > session.json`)"
+    )
 
 
 def json_type(value: Any) -> str:

@@ -1,0 +1,196 @@
+"""End to end through the real OpenCode (``opencode run``, from npm) with a scripted model (the
+only fake, tests/proxy/upstream.py) as an OpenAI-compatible provider: directly, so that the
+session OpenCode exports (``opencode export``) can be checked against what it sent; and through
+``ctxos proxy`` (the real command). OpenCode, its read and edit tools, the proxy and the SQLite
+store are real, on real files in a temp workspace. OpenCode is provisioned by provision.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os.replay.transcripts import read_session
+from context_os.store.sqlite import SqliteStore
+from tests.helpers import NativeCli, provisioned
+from tests.proxy.running import file_as_shown, only_session, replayed, scripted_proxy, verified_frames
+from tests.proxy.upstream import ToolCall, call, upstream
+
+from .provision import provision
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
+FILES = 10
+"""Reads of 400-line files before the edit: with OpenCode's own system prompt and tools the
+conversation passes the 50,000 tokens context_os manages from."""
+
+
+OFFLINE = {
+    "OPENCODE_PURE": "1",
+    "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+    "OPENCODE_DISABLE_MODELS_FETCH": "1",
+    "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+    "OPENCODE_DISABLE_AUTOUPDATE": "1",
+    "OPENCODE_DISABLE_SHARE": "1",
+    "HTTP_PROXY": "http://127.0.0.1:9",
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "NO_PROXY": "127.0.0.1,localhost",
+}
+"""OpenCode with nothing fetched (no plugins installed, no model list, no language server): the
+test runs offline once OpenCode is installed; a request to anywhere but this machine fails."""
+
+
+@pytest.fixture(scope="module")
+def opencode() -> NativeCli:
+    return provisioned("OpenCode", provision)
+
+
+@pytest.fixture
+def titles() -> Iterator[str]:
+    """A model of its own for OpenCode's small model, which writes the session's title beside the
+    first call (at once, so in no set order with it): its OpenAI base URL."""
+    with upstream(replies=["A title"] * 4) as up:
+        yield f"{up.url}/v1"
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "app.py").write_text(APP)
+    (work / "notes.txt").write_text("f7 must return 'seven'\n")
+    for n in range(FILES):
+        (work / f"m{n}.txt").write_text(
+            "".join(f"line {k} of m{n}: some text of the file to read\n" for k in range(400))
+        )
+    return work
+
+
+def run_opencode(
+    opencode: NativeCli, work: Path, model_url: str, titles: str, *args: str, out: Path | None = None
+) -> str:
+    """``opencode ARGS`` in ``work``, its model ``model_url``'s (an OpenAI base URL), its data,
+    config and cache in a home of its own; what it printed (into ``out``, if given: a file, as a
+    user redirects ``opencode export``, whose output through a pipe ends at 64 KiB)."""
+    home = work.parent / "home"
+    provider = {"npm": "@ai-sdk/openai-compatible", "options": {"apiKey": "sk-e2e"}, "models": {"m1": {"name": "M1"}}}
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {
+            "ctxos": {**provider, "name": "ctxos", "options": {"apiKey": "sk-e2e", "baseURL": model_url}},
+            "titles": {**provider, "name": "titles", "options": {"apiKey": "sk-e2e", "baseURL": titles}},
+        },
+        "model": "ctxos/m1",
+        "small_model": "titles/m1",
+        "autoupdate": False,
+        "share": "disabled",
+    }
+    (work / "opencode.json").write_text(json.dumps(config))
+    xdg = {f"XDG_{k}_HOME": str(home / v) for k, v in (("DATA", ".local/share"), ("CONFIG", ".config"),
+                                                       ("CACHE", ".cache"), ("STATE", ".local/state"))}  # fmt: skip
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "NO_COLOR": "1", **xdg, **OFFLINE}
+    with open(out, "w") if out is not None else nullcontext(subprocess.PIPE) as stdout:
+        proc = subprocess.run(
+            opencode.command(*args), cwd=work, env=env, stdout=stdout, stderr=subprocess.PIPE, text=True,
+            timeout=240, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout if out is None else out.read_text()
+
+
+def exported(opencode: NativeCli, work: Path, model_url: str, titles: str) -> Path:
+    """The one session OpenCode kept, as ``opencode export`` writes it, in a file."""
+    listed = run_opencode(opencode, work, model_url, titles, "session", "list", "--format", "json")
+    (session,) = json.loads(listed)
+    out = work.parent / "export.json"
+    run_opencode(opencode, work, model_url, titles, "export", session["id"], out=out)
+    return out
+
+
+def test_an_opencode_export_reads_as_the_conversation_opencode_sent(
+    opencode: NativeCli, work: Path, titles: str
+) -> None:
+    """OpenCode reads app.py, fixes f7 with its edit tool and reads notes.txt: its exported
+    session reads as the conversation it sent in its last request, text for text, then its
+    answer; and replays with a verified frame per model call, the edit made with app.py's text
+    in context."""
+    replies: list[str | ToolCall] = [
+        call("read", filePath=str(work / "app.py")),
+        call("edit", filePath=str(work / "app.py"), oldString="    return 7\n", newString="    return 'seven'\n"),
+        call("read", filePath=str(work / "notes.txt")),
+        "Done: f7 returns 'seven'.",
+    ]
+    with upstream(replies=replies) as model:
+        printed = run_opencode(opencode, work, f"{model.url}/v1", titles, "run", "fix f7 in app.py")
+        requests = list(model.requests)
+        export = exported(opencode, work, f"{model.url}/v1", titles)
+    assert "Done: f7 returns 'seven'." in printed
+    assert "    return 'seven'\n" in (work / "app.py").read_text()  # OpenCode's edit wrote it
+    assert len(requests) == len(replies)
+
+    read = read_session(export)
+    assert read.format == "opencode" and read.tool_names == "opencode"
+    assert read.cwd == str(work)
+    system, *sent = requests[-1]["messages"]
+    assert system["role"] == "system"  # OpenCode's, which it does not keep in the session
+    assert _plain(read.messages) == [*_plain(sent), {"role": "assistant", "content": replies[-1]}]
+
+    summary = replayed(export, work.parent / "replay.db")
+    assert summary["format"] == "opencode"
+    assert summary["turns"] == summary["frames_verified"] == len(requests)
+    assert summary["files"] == 2
+    assert summary["edits_total"] == summary["edits_with_target_text_shown"] == 1
+    assert summary["orphaned_tool_results"] == 0
+
+
+def _plain(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as compared: a reply with calls and no text has no content (OpenCode sends ``""``)."""
+    return [{**m, "content": m["content"] or None} if m["role"] == "assistant" else m for m in messages]
+
+
+def test_opencodes_own_read_and_edit_through_the_proxy_keep_the_file_as_an_object_equal_to_the_disk(
+    opencode: NativeCli, work: Path, titles: str, tmp_path: Path
+) -> None:
+    """OpenCode reads ten files, the model pins one of them with context_os's own tool (run by the
+    proxy), then OpenCode reads and edits app.py with its own tools: the provider is then shown
+    app.py once, as a file object at the text the edit left on disk, never the old line; the
+    reads' outputs collapsed into their files; every frame verified."""
+    reads = [call("read", filePath=str(work / f"m{n}.txt")) for n in range(FILES)]
+    edit = call("edit", filePath=str(work / "app.py"), oldString="    return 7\n", newString="    return 'seven'\n")
+    script = [*reads, call("pin", id="r3"), call("read", filePath=str(work / "app.py")), edit, "Done."]
+    with scripted_proxy(tmp_path, script) as proxied:
+        printed = run_opencode(opencode, work, proxied.url, titles, "run", "fix f7 in app.py")
+        requests = list(proxied.up.requests)
+        export = exported(opencode, work, proxied.url, titles)
+    assert "Done." in printed
+    on_disk = (work / "app.py").read_text()
+    assert "    return 'seven'\n" in on_disk
+    assert len(requests) == FILES + 4  # one per model call of OpenCode's, and our pin's round
+    last = requests[-1]["messages"]
+    # the file as the model is shown it after the edit (its block, and the patch after it that
+    # keeps the block in place for the prompt cache): the disk's text, its line numbers read off
+    # (OpenCode's read does not say whether the file ends with a line break)
+    assert file_as_shown(last, str(work / "app.py")) == (2, on_disk.removesuffix("\n"))
+    # the reads' outputs collapsed: their text is in the file objects, in no output
+    outputs = [str(m["content"]) for m in last if m["role"] == "tool"]
+    assert not any("def f7():" in o or "line 7 of m" in o for o in outputs)
+    assert sum(o.startswith("[read output, ") for o in outputs) == FILES + 1
+    with SqliteStore(proxied.store) as s:
+        assert verified_frames(s, only_session(s)) == len(requests)
+
+    # the export replays as OpenCode's own tools read it (OpenCode never saw our round)
+    summary = replayed(export, tmp_path / "replay.db")
+    assert summary["turns"] == summary["frames_verified"] == FILES + 3
+    assert summary["files"] == FILES + 1
+    assert summary["edits_total"] == summary["edits_with_target_text_shown"] == 1
+    assert summary["stale_file_views_full"] > 0 and summary["stale_file_views_assembled"] == 0
+    with SqliteStore(tmp_path / "replay.db") as s:
+        (app,) = s.find("file", {"path": "app.py"})
+        versions = [v.doc["content"] for v in s.history(app.id, with_docs=True) if v.doc]
+    assert versions == [APP.removesuffix("\n"), on_disk.removesuffix("\n")]
