@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from context_os.replay.transcripts import read_session
+from context_os.replay.transcripts import read_session, read_sessions
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import NativeCli, provisioned
 from tests.proxy.running import file_as_shown, only_session, replayed, scripted_proxy, verified_frames
@@ -141,6 +141,11 @@ def test_an_opencode_export_reads_as_the_conversation_opencode_sent(
     assert system["role"] == "system"  # OpenCode's, which it does not keep in the session
     assert _plain(read.messages) == [*_plain(sent), {"role": "assistant", "content": replies[-1]}]
 
+    # OpenCode's database holds the same session
+    database = work.parent / "home" / ".local" / "share" / "opencode" / "opencode.db"
+    (kept,) = read_sessions(database)
+    assert kept.messages == read.messages and kept.session_id == read.session_id
+
     summary = replayed(export, work.parent / "replay.db")
     assert summary["format"] == "opencode"
     assert summary["turns"] == summary["frames_verified"] == len(requests)
@@ -194,3 +199,50 @@ def test_opencodes_own_read_and_edit_through_the_proxy_keep_the_file_as_an_objec
         (app,) = s.find("file", {"path": "app.py"})
         versions = [v.doc["content"] for v in s.history(app.id, with_docs=True) if v.doc]
     assert versions == [APP.removesuffix("\n"), on_disk.removesuffix("\n")]
+
+
+def test_a_sub_agents_session_is_replayed_from_opencodes_database(opencode: NativeCli, work: Path, titles: str) -> None:
+    """OpenCode's task tool runs a sub-agent in a session of its own, which the export of the
+    main session does not hold (a note names it) and OpenCode's database does: replayed from the
+    database, the main session and then its sub-agent's, each with a verified frame per call."""
+    task = call("task", description="read the notes", prompt="What do the notes say?", subagent_type="general")
+    replies: list[str | ToolCall] = [
+        task,
+        call("read", filePath=str(work / "notes.txt")),
+        "The notes say f7 must return 'seven'.",
+        "Done: the notes say f7 must return 'seven'.",
+    ]
+    with upstream(replies=replies) as model:
+        printed = run_opencode(opencode, work, f"{model.url}/v1", titles, "run", "what do the notes say?")
+        requests = list(model.requests)
+    assert "Done: the notes say" in printed
+    assert len(requests) == len(replies)
+
+    database = work.parent / "home" / ".local" / "share" / "opencode" / "opencode.db"
+    main, sub = read_sessions(database)
+    assert (main.label, sub.label) == (main.session_id, sub.session_id)
+    # each as OpenCode sent it: the sub-agent's last call (the third), the main session's (the fourth)
+    assert _plain(sub.messages) == [*_plain(requests[2]["messages"][1:]), {"role": "assistant", "content": replies[2]}]
+    assert _plain(main.messages) == [*_plain(requests[3]["messages"][1:]), {"role": "assistant", "content": replies[3]}]
+    assert f'<task id="{sub.session_id}" state="completed">' in main.messages[2]["content"]
+
+    summary = replayed(database, work.parent / "replay.db")
+    assert summary["format"] == "opencode"
+    assert [(s["label"], s["turns"], s["frames_verified"]) for s in summary["sessions"]] == [
+        (main.session_id, 2, 2),
+        (sub.session_id, 2, 2),
+    ]
+    # one session of the database: the main one brings its sub-agent's
+    picked = replayed(database, work.parent / "picked.db", "--only", main.session_id, "--no-per-turn")
+    assert [s["label"] for s in picked["sessions"]] == [main.session_id, sub.session_id]
+    alone = replayed(database, work.parent / "alone.db", "--only", sub.session_id, "--no-per-turn")
+    assert alone["turns"] == 2 and [s["label"] for s in alone["sessions"]] == [sub.session_id]
+
+    # the export of the main session names the sub-agent's, which it does not hold
+    listed = json.loads(run_opencode(opencode, work, f"{model.url}/v1", titles, "session", "list", "--format", "json"))
+    assert [s["id"] for s in listed] == [main.session_id]
+    export = work.parent / "main.json"
+    run_opencode(opencode, work, f"{model.url}/v1", titles, "export", main.session_id, out=export)
+    (note,) = read_session(export).info
+    assert note.startswith("1 sub-agent session(s) of its task calls are not in this export")
+    assert f"(opencode export {sub.session_id} writes the first)" in note

@@ -7,6 +7,7 @@ requests of the real OpenCode.)"""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,9 @@ from context_os.harness.file_ops import file_op, strip_read_output
 from context_os.harness.toolnames import for_tools, preset
 from context_os.replay.formats.opencode import ATTACHED, INTERRUPTED, SUBTASK
 from context_os.replay.run import replay_transcript
-from context_os.replay.transcripts import detect_format, read_session
+from context_os.replay.transcripts import detect_format, read_session, read_sessions
 from context_os.store.base import Store
+from tests.replay.test_formats import SESSIONS
 
 SESSION = {"id": "ses_1", "slug": "misty-island", "directory": "/work", "title": "t", "version": "1.18.33"}
 PNG = "data:image/png;base64,iVBORw0KGgo="
@@ -268,3 +270,100 @@ def test_the_proxy_knows_opencodes_tools_by_their_names() -> None:
     assert names == preset("opencode").only(offered)
     # Pi's tools are still Pi's
     assert for_tools(["read", "bash", "edit", "write", "grep", "find", "ls"]) == preset("pi")
+
+
+# --- OpenCode's database ----------------------------------------------------------------------------
+
+SCHEMA = """
+CREATE TABLE session (id text PRIMARY KEY, project_id text NOT NULL, parent_id text, slug text NOT NULL,
+  directory text NOT NULL, title text NOT NULL, version text NOT NULL, time_created integer NOT NULL,
+  time_updated integer NOT NULL);
+CREATE TABLE message (id text PRIMARY KEY, session_id text NOT NULL, time_created integer NOT NULL,
+  time_updated integer NOT NULL, data text NOT NULL);
+CREATE TABLE part (id text PRIMARY KEY, message_id text NOT NULL, session_id text NOT NULL,
+  time_created integer NOT NULL, time_updated integer NOT NULL, data text NOT NULL);
+"""
+"""OpenCode 1.18's tables, as far as the reader reads them."""
+
+
+def database(path: Path, sessions: dict[str, tuple[str | None, int, list[dict[str, Any]]]]) -> Path:
+    """An OpenCode database of ``sessions``: id → (parent id, creation time, messages as an
+    export writes them), each row's ``data`` its JSON without the ids, which are columns."""
+    conn = sqlite3.connect(path)
+    conn.executescript(SCHEMA)
+    for sid, (parent, created, messages) in sessions.items():
+        conn.execute(
+            "INSERT INTO session VALUES (?, 'p', ?, 's', '/work', 't', '1.18.33', ?, ?)",
+            (sid, parent, created, created),
+        )
+        # created in order, but written (so stored) the other way round: OpenCode orders by time, then id
+        for k, m in reversed(list(enumerate(messages))):
+            info = {k2: v for k2, v in m["info"].items() if k2 not in ("id", "sessionID")}
+            mid = f"{9 - k}-{sid}"  # ids that sort against the order of creation
+            conn.execute("INSERT INTO message VALUES (?, ?, ?, 0, ?)", (mid, sid, created + k, json.dumps(info)))
+            for n, p in reversed(list(enumerate(m["parts"]))):
+                conn.execute(
+                    "INSERT INTO part VALUES (?, ?, ?, 0, 0, ?)", (f"prt_{mid}_{n:02}", mid, sid, json.dumps(p))
+                )
+    conn.commit()
+    conn.close()
+    return path
+
+
+def conversation(*said: str) -> list[dict[str, Any]]:
+    return [user("m1", text(said[0])), *(reply(f"m{k + 2}", text(s)) for k, s in enumerate(said[1:]))]
+
+
+def test_a_database_holds_every_session_each_read_as_its_export(tmp_path: Path) -> None:
+    sessions: dict[str, tuple[str | None, int, list[dict[str, Any]]]] = {
+        "ses_b": (None, 200, conversation("b?", "b.")),
+        "ses_a": (None, 100, conversation("a?", "a.")),
+        "ses_a_sub": ("ses_a", 150, conversation("sub?", "sub.")),
+    }
+    path = database(tmp_path / "opencode.db", sessions)
+    assert detect_format(path) == "opencode"
+    read = read_sessions(path)
+    assert [(t.label, t.session_id, t.cwd) for t in read] == [
+        ("ses_a", "ses_a", "/work"), ("ses_a_sub", "ses_a_sub", "/work"), ("ses_b", "ses_b", "/work"),
+    ]  # fmt: skip
+    assert [[m["content"] for m in t.messages] for t in read] == [["a?", "a."], ["sub?", "sub."], ["b?", "b."]]
+    assert all(t.source == str(path) and t.format == "opencode" for t in read)
+    # without sub-agents; one session, with its sub-agent's; a sub-agent alone
+    assert [t.label for t in read_sessions(path, sidechains=False)] == ["ses_a", "ses_b"]
+    assert [t.label for t in read_sessions(path, only="ses_a")] == ["ses_a", "ses_a_sub"]
+    assert [t.label for t in read_sessions(path, only="ses_a_sub")] == ["ses_a_sub"]
+    with pytest.raises(InputError, match="no session 'ses_c' in this OpenCode database \\(3 sessions\\)"):
+        read_sessions(path, only="ses_c")
+    with pytest.raises(InputError, match="an SQLite database \\(OpenCode's\\?\\), not a codex session file"):
+        read_sessions(path, "codex")
+    with pytest.raises(InputError, match="larger than the limit for a session"):
+        read_sessions(path, max_bytes=100)
+
+
+def test_the_parts_of_a_message_keep_their_order_and_ids(tmp_path: Path) -> None:
+    edit = {"filePath": "/work/a.py", "oldString": "1", "newString": "2"}
+    messages = [
+        user("m1", text("go")),
+        reply("m2", text("Editing."), tool("c1", "edit", edit, output="Edit applied successfully.")),
+    ]
+    path = database(tmp_path / "opencode.db", {"ses_1": (None, 1, messages)})
+    exported = export(tmp_path, *messages)
+    assert read_sessions(path)[0].messages == read_session(exported).messages
+
+
+def test_another_sqlite_file_is_refused_saying_why(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE session (id text)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(InputError, match="without OpenCode's tables \\(message, part missing\\)"):
+        read_sessions(path)
+
+
+def test_only_picks_one_session_of_any_file_holding_several() -> None:
+    records = SESSIONS / "check" / "openhands" / "multi_swe_bench.examples.output.jsonl"
+    first, *others = read_sessions(records)
+    assert others and [t.label for t in read_sessions(records, only=first.label)] == [first.label]
+    with pytest.raises(InputError, match="no session 'nope' in this file \\(it holds "):
+        read_sessions(records, only="nope")

@@ -31,6 +31,13 @@ from ._common import TEXT, fails_cleanly, jobs_option, json_option, run_replay
     " under ID~<its label>.",
 )
 @click.option(
+    "--only",
+    type=TEXT,
+    metavar="ID",
+    help="Of a file holding several sessions, replay only the one with this id or label (an OpenCode"
+    " database's session with its sub-agents, a sidechain, an OpenHands record).",
+)
+@click.option(
     "--verify",
     type=click.Choice(["all", "last", "none"]),
     default="all",
@@ -59,6 +66,7 @@ def replay_cmd(
     file: Path,
     fmt: str | None,
     session_id: str | None,
+    only: str | None,
     verify: str,
     jobs: int | None,
     per_turn: bool,
@@ -73,8 +81,9 @@ def replay_cmd(
     sub-agents' sidechains replayed after it, each as its own session), Codex CLI rollouts, Gemini
     CLI sessions (its sub-agents too), SWE-agent and mini-swe-agent trajectories, OpenHands event
     streams (each record of an output.jsonl its own session), Cline task histories, OpenCode
-    sessions (`opencode export ID > session.json`), OpenAI or Anthropic messages."""
-    transcripts = read_sessions(file, fmt, max_bytes=max_file_mb * 2**20)
+    sessions (`opencode export ID > session.json`, or its database, each session its own), OpenAI or
+    Anthropic messages."""
+    transcripts = read_sessions(file, fmt, max_bytes=max_file_mb * 2**20, only=only)
     run_replay(
         ctx,
         transcripts,

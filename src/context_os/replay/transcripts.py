@@ -61,7 +61,7 @@ from .formats.common import (
 )
 from .formats.gemini_cli import is_gemini_line, is_gemini_record, read_gemini_cli
 from .formats.mini_swe_agent import is_mini_swe_agent, read_mini_swe_agent
-from .formats.opencode import is_opencode_export, read_opencode
+from .formats.opencode import is_opencode_db, is_opencode_export, read_opencode, read_opencode_db
 from .formats.openhands import is_v1_event, read_openhands
 from .formats.pi import PI_ENTRY_TYPES, read_pi
 from .formats.swe_agent import read_swe_agent
@@ -285,16 +285,25 @@ def detect_format(path: str | Path, *, max_bytes: int = MAX_SESSION_BYTES) -> st
     ``mini-swe-agent``, ``openhands``, ``openai``, ``anthropic``, ``cline``, ``opencode``), from the
     file's content."""
     p = Path(path)
+    if is_opencode_db(p):
+        return "opencode"
     return _detect(load(p, max_bytes))
 
 
 def read_sessions(
-    path: str | Path, format: str | None = None, *, max_bytes: int = MAX_SESSION_BYTES, sidechains: bool = True
+    path: str | Path,
+    format: str | None = None,
+    *,
+    max_bytes: int = MAX_SESSION_BYTES,
+    sidechains: bool = True,
+    only: str | None = None,
 ) -> list[Transcript]:
     """Every session a file holds (format detected unless given, one of ``FORMATS``): the main
     session first, then (``sidechains``) Claude Code's sub-agents, including those in
     ``<session>/subagents/`` beside the file, and Gemini CLI's in ``<sessionId>/`` beside it; one
-    per OpenHands ``output.jsonl`` record.
+    per OpenHands ``output.jsonl`` record; each session of an OpenCode database, its sub-agents
+    after it. ``only``: the one whose label or session id it is (of an OpenCode database, with its
+    sub-agents); ``InputError`` if there is none.
 
     ``FileUnreadable`` if it is missing or not a regular file, ``InputError`` if it (or a
     sub-agent's file) is larger than ``max_bytes`` or not a session in that format.
@@ -302,6 +311,21 @@ def read_sessions(
     p = Path(path)
     if format is not None and format not in FORMATS:
         raise InputError(f"unknown format {format!r} (known: {', '.join(FORMATS)})")
+    if is_opencode_db(p):
+        if format not in (None, "opencode"):
+            raise InputError(f"{p}: an SQLite database (OpenCode's?), not a {format} session file")
+        return read_opencode_db(p, sidechains=sidechains, max_bytes=max_bytes, only=only)
+    read = _read(p, format, max_bytes, sidechains)
+    if only is None:
+        return read
+    kept = [t for t in read if only in (t.label, t.session_id)]
+    if not kept:
+        named = [t.label or t.session_id for t in read]
+        raise InputError(f"{p}: no session {only!r} in this file (it holds {', '.join(map(str, named))})")
+    return kept
+
+
+def _read(p: Path, format: str | None, max_bytes: int, sidechains: bool) -> list[Transcript]:
     conversation = _conversation_dir(p, max_bytes)
     parsed = parse(p, conversation) if conversation is not None else load(p, max_bytes)
     if format in _LISTS:  # a JSON list of messages reads as either API's: which one is it?

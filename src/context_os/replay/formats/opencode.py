@@ -34,19 +34,30 @@ provider; checked against the requests of the real 1.18.33).
 The session id is ``info.id``, its directory ``info.directory``. The tools map to roles by the
 ``opencode`` preset (harness/toolnames.py).
 
+**OpenCode's database** (``~/.local/share/opencode/opencode.db``, SQLite: the ``session``,
+``message`` and ``part`` tables, each row's ``data`` the JSON an export shows, its ids in columns)
+is read too, opened read-only: every session in it, each read as its export would be, labelled
+with its id; a session's sub-agents (``parent_id``) after it (``sidechains``). ``only`` keeps one
+session (by id) and its sub-agents.
+
 This module reads files; it never touches a store or a session.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ...errors import InputError
-from .common import Parsed, Transcript, pair_openai, shape
+from .common import MAX_SESSION_BYTES, Parsed, Transcript, pair_openai, shape
 
-__all__ = ["is_opencode_export", "read_opencode"]
+__all__ = ["is_opencode_db", "is_opencode_export", "read_opencode", "read_opencode_db"]
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+_TABLES = {"session", "message", "part"}
 
 INTERRUPTED = "[Tool execution was interrupted]"
 ATTACHED = "Attached image(s) from tool result:"
@@ -207,6 +218,11 @@ def read_opencode(parsed: Parsed, **_: Any) -> list[Transcript]:
             "(one JSON object with info and messages, as `opencode export` writes it)"
         )
     assert isinstance(doc, Mapping)
+    return parsed.stamp([_transcript(doc)])
+
+
+def _transcript(doc: Mapping[str, Any], label: str | None = None) -> Transcript:
+    """The transcript of one session, in an export's shape."""
     recorded: list[Mapping[str, Any]] = list(doc["messages"])
     out: list[dict[str, Any]] = []
     compactions = 0
@@ -223,16 +239,115 @@ def read_opencode(parsed: Parsed, **_: Any) -> list[Transcript]:
     info = doc["info"]
     directory = info.get("directory") if isinstance(info.get("directory"), str) else None
     messages = pair_openai(out)
-    transcript = Transcript("opencode", "openai", "opencode", messages, info["id"], directory, [], len(recorded))
+    transcript = Transcript("opencode", "openai", "opencode", messages, info["id"], directory, [], len(recorded), label)
     if compactions:
         transcript.info.append(
             f"{compactions} compaction(s) by OpenCode left out: the replay is uncompacted "
             "(every call sent what came before it, pruned outputs whole)"
         )
     subagents = _subagents(recorded)
-    if subagents:
+    if subagents and label is None:
         transcript.info.append(
             f"{len(subagents)} sub-agent session(s) of its task calls are not in this export "
             f"(opencode export {subagents[0]} writes the first)"
         )
-    return parsed.stamp([transcript])
+    return transcript
+
+
+# --- OpenCode's database ------------------------------------------------------------------------
+
+
+def is_opencode_db(path: Path) -> bool:
+    """Whether ``path`` is a regular file that begins as SQLite databases do (OpenCode's is told
+    from its tables when it is read)."""
+    try:
+        if not path.is_file():  # (a FIFO would block the open)
+            return False
+        with path.open("rb") as f:
+            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def read_opencode_db(
+    path: Path, *, sidechains: bool = True, max_bytes: int = MAX_SESSION_BYTES, only: str | None = None
+) -> list[Transcript]:
+    """Every session of an OpenCode database (``only``: that session and its sub-agents), each
+    labelled with its id, its sub-agents after it (``sidechains``); the JSON read held to
+    ``max_bytes``."""
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as e:
+        raise InputError(f"{path}: an SQLite file that cannot be opened: {e}") from None
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = _TABLES - tables
+        if missing:
+            raise InputError(
+                f"{path}: an SQLite database without OpenCode's tables ({', '.join(sorted(missing))} "
+                "missing): not an OpenCode database"
+            )
+        sessions = _sessions(conn, only, sidechains, path)
+        budget = [max_bytes]
+        out = [_transcript(_exported(conn, row, budget, path), label=row["id"]) for row in sessions]
+    except sqlite3.Error as e:
+        raise InputError(f"{path}: OpenCode's database could not be read: {e}") from None
+    finally:
+        conn.close()
+    for t in out:
+        t.source = str(path)
+    return out
+
+
+def _sessions(conn: sqlite3.Connection, only: str | None, sidechains: bool, path: Path) -> list[dict[str, Any]]:
+    """The sessions to read, each followed by its sub-agents (``parent_id``), oldest first."""
+    conn.row_factory = sqlite3.Row
+    rows = [dict(r) for r in conn.execute("SELECT id, parent_id, directory FROM session ORDER BY time_created, id")]
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    for r in rows:
+        children.setdefault(r["parent_id"], []).append(r)
+    known = {r["id"] for r in rows}
+    tops = [r for r in rows if r["parent_id"] not in known]  # a sub-agent whose parent is gone stands alone
+    if only is not None:
+        tops = [r for r in rows if r["id"] == only]
+        if not tops:
+            raise InputError(f"{path}: no session {only!r} in this OpenCode database ({len(rows)} sessions)")
+    out: list[dict[str, Any]] = []
+
+    def add(row: dict[str, Any]) -> None:
+        out.append(row)
+        for child in children.get(row["id"], []) if sidechains else ():
+            add(child)
+
+    for r in tops:
+        add(r)
+    return out
+
+
+def _exported(conn: sqlite3.Connection, session: Mapping[str, Any], budget: list[int], path: Path) -> dict[str, Any]:
+    """One session as ``opencode export`` writes it: its messages in OpenCode's order (their
+    creation time, then id), each with its parts (by id), each row's ``data`` with its ids."""
+    sid = session["id"]
+
+    def data(text: str, **ids: str) -> dict[str, Any]:
+        budget[0] -= len(text)
+        if budget[0] < 0:
+            raise InputError(f"{path}: its sessions are larger than the limit for a session (--max-file-mb)")
+        try:
+            value = json.loads(text)
+        except ValueError as e:
+            raise InputError(f"{path}: session {sid}: a row's data is not JSON ({e})") from None
+        return {**value, **ids} if isinstance(value, dict) else dict(ids)
+
+    parts: dict[str, list[dict[str, Any]]] = {}
+    query = "SELECT id, message_id, data FROM part WHERE session_id = ? ORDER BY message_id, id"
+    for row in conn.execute(query, (sid,)):
+        parts.setdefault(row["message_id"], []).append(
+            data(row["data"], id=row["id"], sessionID=sid, messageID=row["message_id"])
+        )
+    query = "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id"
+    messages = [
+        {"info": data(row["data"], id=row["id"], sessionID=sid), "parts": parts.get(row["id"], [])}
+        for row in conn.execute(query, (sid,))
+    ]
+    return {"info": {"id": sid, "directory": session["directory"]}, "messages": messages}
