@@ -73,17 +73,24 @@ def work(tmp_path: Path) -> Path:
 
 
 def run_opencode(
-    opencode: NativeCli, work: Path, model_url: str, titles: str, *args: str, out: Path | None = None
+    opencode: NativeCli,
+    work: Path,
+    model_url: str,
+    titles: str,
+    *args: str,
+    out: Path | None = None,
+    api: str = "@ai-sdk/openai-compatible",
 ) -> str:
-    """``opencode ARGS`` in ``work``, its model ``model_url``'s (an OpenAI base URL), its data,
-    config and cache in a home of its own; what it printed (into ``out``, if given: a file, as a
-    user redirects ``opencode export``, whose output through a pipe ends at 64 KiB)."""
+    """``opencode ARGS`` in ``work``, its model ``model_url``'s (a base URL ending in ``/v1``,
+    spoken to through ``api``, an AI SDK provider OpenCode bundles), its data, config and cache in
+    a home of its own; what it printed (into ``out``, if given: a file, as a user redirects
+    ``opencode export``, whose output through a pipe ends at 64 KiB)."""
     home = work.parent / "home"
     provider = {"npm": "@ai-sdk/openai-compatible", "options": {"apiKey": "sk-e2e"}, "models": {"m1": {"name": "M1"}}}
     config = {
         "$schema": "https://opencode.ai/config.json",
         "provider": {
-            "ctxos": {**provider, "name": "ctxos", "options": {"apiKey": "sk-e2e", "baseURL": model_url}},
+            "ctxos": {**provider, "npm": api, "name": "ctxos", "options": {"apiKey": "sk-e2e", "baseURL": model_url}},
             "titles": {**provider, "name": "titles", "options": {"apiKey": "sk-e2e", "baseURL": titles}},
         },
         "model": "ctxos/m1",
@@ -159,18 +166,20 @@ def _plain(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**m, "content": m["content"] or None} if m["role"] == "assistant" else m for m in messages]
 
 
+@pytest.mark.parametrize("api", ["@ai-sdk/openai-compatible", "@ai-sdk/anthropic"])
 def test_opencodes_own_read_and_edit_through_the_proxy_keep_the_file_as_an_object_equal_to_the_disk(
-    opencode: NativeCli, work: Path, titles: str, tmp_path: Path
+    opencode: NativeCli, work: Path, titles: str, tmp_path: Path, api: str
 ) -> None:
     """OpenCode reads ten files, the model pins one of them with context_os's own tool (run by the
     proxy), then OpenCode reads and edits app.py with its own tools: the provider is then shown
-    app.py once, as a file object at the text the edit left on disk, never the old line; the
-    reads' outputs collapsed into their files; every frame verified."""
+    app.py as a file object at the text the edit left on disk; the reads' outputs collapsed into
+    their files; every frame verified. Through chat completions (an OpenAI-compatible provider)
+    and Anthropic's Messages API (OpenCode's provider for Claude models)."""
     reads = [call("read", filePath=str(work / f"m{n}.txt")) for n in range(FILES)]
     edit = call("edit", filePath=str(work / "app.py"), oldString="    return 7\n", newString="    return 'seven'\n")
     script = [*reads, call("pin", id="r3"), call("read", filePath=str(work / "app.py")), edit, "Done."]
     with scripted_proxy(tmp_path, script) as proxied:
-        printed = run_opencode(opencode, work, proxied.url, titles, "run", "fix f7 in app.py")
+        printed = run_opencode(opencode, work, proxied.url, titles, "run", "fix f7 in app.py", api=api)
         requests = list(proxied.up.requests)
         export = exported(opencode, work, proxied.url, titles)
     assert "Done." in printed
@@ -183,7 +192,7 @@ def test_opencodes_own_read_and_edit_through_the_proxy_keep_the_file_as_an_objec
     # (OpenCode's read does not say whether the file ends with a line break)
     assert file_as_shown(last, str(work / "app.py")) == (2, on_disk.removesuffix("\n"))
     # the reads' outputs collapsed: their text is in the file objects, in no output
-    outputs = [str(m["content"]) for m in last if m["role"] == "tool"]
+    outputs = _outputs(last)
     assert not any("def f7():" in o or "line 7 of m" in o for o in outputs)
     assert sum(o.startswith("[read output, ") for o in outputs) == FILES + 1
     with SqliteStore(proxied.store) as s:
@@ -199,6 +208,18 @@ def test_opencodes_own_read_and_edit_through_the_proxy_keep_the_file_as_an_objec
         (app,) = s.find("file", {"path": "app.py"})
         versions = [v.doc["content"] for v in s.history(app.id, with_docs=True) if v.doc]
     assert versions == [APP.removesuffix("\n"), on_disk.removesuffix("\n")]
+
+
+def _outputs(messages: list[dict[str, Any]]) -> list[str]:
+    """The tool outputs among messages, chat completions' (tool messages) or Anthropic's
+    (``tool_result`` blocks, their text)."""
+    found = [str(m["content"]) for m in messages if m["role"] == "tool"]
+    blocks = [b for m in messages if isinstance(m["content"], list) for b in m["content"]]
+    for b in blocks:
+        if b.get("type") == "tool_result":
+            content = b["content"]
+            found.append(content if isinstance(content, str) else "".join(p.get("text", "") for p in content))
+    return found
 
 
 def test_a_sub_agents_session_is_replayed_from_opencodes_database(opencode: NativeCli, work: Path, titles: str) -> None:
