@@ -80,20 +80,22 @@ def run_opencode(
     *args: str,
     out: Path | None = None,
     api: str = "@ai-sdk/openai-compatible",
+    model: str = "m1",
 ) -> str:
-    """``opencode ARGS`` in ``work``, its model ``model_url``'s (a base URL ending in ``/v1``,
-    spoken to through ``api``, an AI SDK provider OpenCode bundles), its data, config and cache in
-    a home of its own; what it printed (into ``out``, if given: a file, as a user redirects
-    ``opencode export``, whose output through a pipe ends at 64 KiB)."""
+    """``opencode ARGS`` in ``work``, its model ``model_url``'s ``model`` (a base URL ending in
+    ``/v1``, spoken to through ``api``, an AI SDK provider OpenCode bundles), its data, config and
+    cache in a home of its own; what it printed (into ``out``, if given: a file, as a user
+    redirects ``opencode export``, whose output through a pipe ends at 64 KiB)."""
     home = work.parent / "home"
     provider = {"npm": "@ai-sdk/openai-compatible", "options": {"apiKey": "sk-e2e"}, "models": {"m1": {"name": "M1"}}}
+    ours = {"npm": api, "name": "ctxos", "options": {"apiKey": "sk-e2e", "baseURL": model_url}}
     config = {
         "$schema": "https://opencode.ai/config.json",
         "provider": {
-            "ctxos": {**provider, "npm": api, "name": "ctxos", "options": {"apiKey": "sk-e2e", "baseURL": model_url}},
+            "ctxos": {**ours, "models": {model: {"name": model}}},
             "titles": {**provider, "name": "titles", "options": {"apiKey": "sk-e2e", "baseURL": titles}},
         },
-        "model": "ctxos/m1",
+        "model": f"ctxos/{model}",
         "small_model": "titles/m1",
         "autoupdate": False,
         "share": "disabled",
@@ -125,8 +127,9 @@ def test_an_opencode_export_reads_as_the_conversation_opencode_sent(
 ) -> None:
     """OpenCode reads app.py, fixes f7 with its edit tool and reads notes.txt: its exported
     session reads as the conversation it sent in its last request, text for text, then its
-    answer; and replays with a verified frame per model call, the edit made with app.py's text
-    in context."""
+    answer, and so does its database; what ``opencode run --format json`` printed reads so but
+    for the prompt, which it does not print; and the export replays with a verified frame per
+    model call, the edit made with app.py's text in context."""
     replies: list[str | ToolCall] = [
         call("read", filePath=str(work / "app.py")),
         call("edit", filePath=str(work / "app.py"), oldString="    return 7\n", newString="    return 'seven'\n"),
@@ -134,10 +137,11 @@ def test_an_opencode_export_reads_as_the_conversation_opencode_sent(
         "Done: f7 returns 'seven'.",
     ]
     with upstream(replies=replies) as model:
-        printed = run_opencode(opencode, work, f"{model.url}/v1", titles, "run", "fix f7 in app.py")
+        events = work.parent / "events.jsonl"
+        run_opencode(opencode, work, f"{model.url}/v1", titles, "run", "--format", "json", "fix f7", out=events)
         requests = list(model.requests)
         export = exported(opencode, work, f"{model.url}/v1", titles)
-    assert "Done: f7 returns 'seven'." in printed
+    assert "Done: f7 returns 'seven'." in events.read_text()
     assert "    return 'seven'\n" in (work / "app.py").read_text()  # OpenCode's edit wrote it
     assert len(requests) == len(replies)
 
@@ -152,6 +156,11 @@ def test_an_opencode_export_reads_as_the_conversation_opencode_sent(
     database = work.parent / "home" / ".local" / "share" / "opencode" / "opencode.db"
     (kept,) = read_sessions(database)
     assert kept.messages == read.messages and kept.session_id == read.session_id
+    # what it printed: all but the prompt
+    printed = read_session(events)
+    assert printed.format == "opencode" and printed.session_id == read.session_id
+    assert printed.messages == read.messages[1:]
+    assert replayed(events, work.parent / "events.db")["turns"] == len(requests) - 1  # the first call's input is gone
 
     summary = replayed(export, work.parent / "replay.db")
     assert summary["format"] == "opencode"
@@ -166,20 +175,29 @@ def _plain(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**m, "content": m["content"] or None} if m["role"] == "assistant" else m for m in messages]
 
 
-@pytest.mark.parametrize("api", ["@ai-sdk/openai-compatible", "@ai-sdk/anthropic"])
+PATCH = "*** Begin Patch\n*** Update File: app.py\n@@ def f7():\n-    return 7\n+    return 'seven'\n*** End Patch"
+
+
+@pytest.mark.parametrize(
+    ("api", "model"),
+    [("@ai-sdk/openai-compatible", "m1"), ("@ai-sdk/anthropic", "m1"), ("@ai-sdk/openai-compatible", "gpt-5")],
+)
 def test_opencodes_own_read_and_edit_through_the_proxy_keep_the_file_as_an_object_equal_to_the_disk(
-    opencode: NativeCli, work: Path, titles: str, tmp_path: Path, api: str
+    opencode: NativeCli, work: Path, titles: str, tmp_path: Path, api: str, model: str
 ) -> None:
     """OpenCode reads ten files, the model pins one of them with context_os's own tool (run by the
     proxy), then OpenCode reads and edits app.py with its own tools: the provider is then shown
     app.py as a file object at the text the edit left on disk; the reads' outputs collapsed into
     their files; every frame verified. Through chat completions (an OpenAI-compatible provider)
-    and Anthropic's Messages API (OpenCode's provider for Claude models)."""
+    and Anthropic's Messages API (OpenCode's provider for Claude models); a GPT model edits with
+    OpenCode's apply_patch, whose path is relative to the directory OpenCode's system prompt names."""
     reads = [call("read", filePath=str(work / f"m{n}.txt")) for n in range(FILES)]
     edit = call("edit", filePath=str(work / "app.py"), oldString="    return 7\n", newString="    return 'seven'\n")
+    if model.startswith("gpt-"):  # OpenCode offers these apply_patch in place of edit and write
+        edit = call("apply_patch", patchText=PATCH)
     script = [*reads, call("pin", id="r3"), call("read", filePath=str(work / "app.py")), edit, "Done."]
     with scripted_proxy(tmp_path, script) as proxied:
-        printed = run_opencode(opencode, work, proxied.url, titles, "run", "fix f7 in app.py", api=api)
+        printed = run_opencode(opencode, work, proxied.url, titles, "run", "fix f7", api=api, model=model)
         requests = list(proxied.up.requests)
         export = exported(opencode, work, proxied.url, titles)
     assert "Done." in printed
@@ -189,8 +207,11 @@ def test_opencodes_own_read_and_edit_through_the_proxy_keep_the_file_as_an_objec
     last = requests[-1]["messages"]
     # the file as the model is shown it after the edit (its block, and the patch after it that
     # keeps the block in place for the prompt cache): the disk's text, its line numbers read off
-    # (OpenCode's read does not say whether the file ends with a line break)
-    assert file_as_shown(last, str(work / "app.py")) == (2, on_disk.removesuffix("\n"))
+    # (OpenCode's read does not say whether the file ends with a line break, which its edit keeps
+    # and its apply_patch writes); its path under the directory OpenCode's system prompt names, so
+    # that a read of /…/work/app.py and a patch of app.py are one file
+    after = on_disk if model.startswith("gpt-") else on_disk.removesuffix("\n")
+    assert file_as_shown(last, "app.py") == (2, after)
     # the reads' outputs collapsed: their text is in the file objects, in no output
     outputs = _outputs(last)
     assert not any("def f7():" in o or "line 7 of m" in o for o in outputs)
@@ -207,7 +228,7 @@ def test_opencodes_own_read_and_edit_through_the_proxy_keep_the_file_as_an_objec
     with SqliteStore(tmp_path / "replay.db") as s:
         (app,) = s.find("file", {"path": "app.py"})
         versions = [v.doc["content"] for v in s.history(app.id, with_docs=True) if v.doc]
-    assert versions == [APP.removesuffix("\n"), on_disk.removesuffix("\n")]
+    assert versions == [APP.removesuffix("\n"), after]
 
 
 def _outputs(messages: list[dict[str, Any]]) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 
 from context_os import Session
 from context_os.errors import InputError
-from context_os.harness.codex_tools import call_patch
+from context_os.harness.codex_tools import call_patch, environment_cwd
 from context_os.harness.file_ops import file_op, strip_read_output
 from context_os.harness.toolnames import for_tools, preset
 from context_os.replay.formats.opencode import ATTACHED, INTERRUPTED, SUBTASK
@@ -367,3 +367,36 @@ def test_only_picks_one_session_of_any_file_holding_several() -> None:
     assert others and [t.label for t in read_sessions(records, only=first.label)] == [first.label]
     with pytest.raises(InputError, match="no session 'nope' in this file \\(it holds "):
         read_sessions(records, only="nope")
+
+
+def test_the_directory_opencodes_system_prompt_names_is_the_sessions() -> None:
+    prompt = "You are opencode...\n<env>\n  Working directory: /work/app\n  Workspace root folder: /\n</env>\nSkills"
+    assert environment_cwd(prompt) == "/work/app"
+    assert environment_cwd("<env>\n  Working directory: relative\n</env>") is None
+    assert environment_cwd("Working directory: /work/app") is None  # not in the env block
+
+
+def test_what_opencode_run_printed_reads_as_its_replies_without_the_prompt(tmp_path: Path) -> None:
+    def event(kind: str, part: dict[str, Any]) -> str:
+        return json.dumps({"type": kind, "timestamp": 1, "sessionID": "ses_1", "part": part}) + "\n"
+
+    read = tool("c1", "read", {"filePath": "/work/a.py"}, output=read_output("/work/a.py", ["x = 1"]))
+    lines = [
+        event("step_start", {"type": "step-start", "messageID": "m2"}),
+        event("tool_use", {**read, "messageID": "m2"}),
+        event("step_finish", {"type": "step-finish", "reason": "tool-calls", "messageID": "m2"}),
+        json.dumps({"type": "error", "timestamp": 2, "sessionID": "ses_1", "error": {"name": "APIError"}}) + "\n",
+        event("step_start", {"type": "step-start", "messageID": "m3"}),
+        event("text", {"type": "text", "text": "x is 1.", "messageID": "m3"}),
+    ]
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(lines))
+    assert detect_format(path) == "opencode"
+    t = read_session(path)
+    assert (t.format, t.session_id, t.entries) == ("opencode", "ses_1", 2)
+    assert [m["role"] for m in t.messages] == ["assistant", "tool", "assistant"]
+    assert t.messages[2]["content"] == "x is 1."
+    assert t.info == [
+        "what `opencode run --format json` printed leaves out the prompt: the first call, whose input it is, "
+        "is not replayed (replay the session's export or OpenCode's database for it)"
+    ]

@@ -74,11 +74,15 @@ _PATCH_HEADER = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+)$")
 _OPERATIONS = {"create_file": "Add", "update_file": "Update", "delete_file": "Delete"}
 """The built-in ``apply_patch`` tool's operations, by the patch header each stands for."""
 _ENVIRONMENT_CWD = re.compile(r"\A\s*<environment_context>\s*<cwd>(?P<cwd>/[^<\n]*)</cwd>")
+_ENV_BLOCK_CWD = re.compile(r"^<env>\n[ \t]*Working directory: (?P<cwd>/[^\n]*?)[ \t]*$", re.MULTILINE)
+"""OpenCode's (and Claude Code's) system prompt: an ``<env>`` block whose first line names the
+directory the agent runs in."""
 
 
 def environment_cwd(text: str) -> str | None:
-    """The directory of a Codex session, from its environment message (None for any other text)."""
-    found = _ENVIRONMENT_CWD.match(text)
+    """The directory of a Codex session, from its environment message, or of an OpenCode session,
+    from its system prompt's ``<env>`` block (None for any other text)."""
+    found = _ENVIRONMENT_CWD.match(text) or _ENV_BLOCK_CWD.search(text)
     if found is None:
         return None
     return found.group("cwd").rstrip("/") or "/"

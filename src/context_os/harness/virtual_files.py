@@ -483,8 +483,9 @@ class VirtualFiles:
         its shell command wrote. Each is taken once the ones before it are applied."""
         for c in e.get("tool_calls") or ():
             self._calls[c["id"]] = (c["name"], c["arguments"])
-        if e["role"] == "user" and self.root is None:
-            self.root = environment_cwd(e.get("text") or "")  # Codex's, when nobody said it
+        if e["role"] in ("user", "system") and self.root is None:
+            # Codex's environment message, OpenCode's system prompt: when nobody said it
+            self.root = environment_cwd(e.get("text") or "")
         if e["role"] != "tool":
             return
         name, args = self._calls.get(e.get("tool_call_id", ""), ("", {}))

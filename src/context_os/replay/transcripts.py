@@ -61,7 +61,7 @@ from .formats.common import (
 )
 from .formats.gemini_cli import is_gemini_line, is_gemini_record, read_gemini_cli
 from .formats.mini_swe_agent import is_mini_swe_agent, read_mini_swe_agent
-from .formats.opencode import is_opencode_db, is_opencode_export, read_opencode, read_opencode_db
+from .formats.opencode import is_opencode_db, is_opencode_event, is_opencode_export, read_opencode, read_opencode_db
 from .formats.openhands import is_v1_event, read_openhands
 from .formats.pi import PI_ENTRY_TYPES, read_pi
 from .formats.swe_agent import read_swe_agent
@@ -185,6 +185,8 @@ def _line_format(e: Mapping[str, Any]) -> str | None:
         return "gemini-cli"
     if kind == "session":
         return "pi"
+    if is_opencode_event(e):  # before Claude Code's: its "text" lines
+        return "opencode"
     if kind in CODEX_LINE_TYPES and isinstance(e.get("payload"), Mapping):
         return "codex"
     if kind in CODEX_ITEM_TYPES and "message" not in e and (kind != "message" or _bare_message(e)):

@@ -27,6 +27,10 @@ provider; checked against the requests of the real 1.18.33).
   do so far?``, and the summary it got, an assistant message with ``summary: true``) is left out,
   and an output OpenCode pruned (``state.time.compacted``; it then sends ``[Old tool result
   content cleared]``) is replayed as it came, which the export keeps.
+* **Printed events.** What ``opencode run --format json`` prints (``step_start``, ``text``,
+  ``tool_use``, ``step_finish``… lines, each with the ``part`` it is about) holds the replies'
+  parts, which make the assistant messages as above; the prompt is not printed, so the first call
+  is not replayed (a note says so).
 * **Sub-agents.** A ``task`` call runs its sub-agent in a session of its own (its id in the
   call's ``metadata.sessionId``), which the export of the main session does not hold: a note
   names them (``opencode export <id>`` writes each).
@@ -54,7 +58,7 @@ from typing import Any
 from ...errors import InputError
 from .common import MAX_SESSION_BYTES, Parsed, Transcript, pair_openai, shape
 
-__all__ = ["is_opencode_db", "is_opencode_export", "read_opencode", "read_opencode_db"]
+__all__ = ["is_opencode_db", "is_opencode_event", "is_opencode_export", "read_opencode", "read_opencode_db"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _TABLES = {"session", "message", "part"}
@@ -208,9 +212,26 @@ def _subagents(messages: list[Mapping[str, Any]]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+EVENT_TYPES = ("step_start", "step_finish", "text", "reasoning", "tool_use", "error")
+"""What ``opencode run --format json`` prints, one JSON object a line."""
+
+
+def is_opencode_event(e: Mapping[str, Any]) -> bool:
+    """Whether one JSON line is an event ``opencode run --format json`` printed: one of its types,
+    its ``sessionID``, and (but for an error) the ``part`` it is about."""
+    return (
+        e.get("type") in EVENT_TYPES
+        and isinstance(e.get("sessionID"), str)
+        and (e["type"] == "error" or isinstance(e.get("part"), Mapping))
+    )
+
+
 def read_opencode(parsed: Parsed, **_: Any) -> list[Transcript]:
-    """The session of an ``opencode export`` file."""
+    """The session of an ``opencode export`` file, or of the events ``opencode run --format
+    json`` printed."""
     doc = parsed.document if parsed.is_document else None
+    if not parsed.is_document and any(is_opencode_event(e) for _, e in parsed.rows):
+        return parsed.stamp([_printed(parsed)])
     if not is_opencode_export(doc):
         what = shape(doc) if parsed.is_document else f"JSON lines ({len(parsed.rows)} objects)"
         raise InputError(
@@ -219,6 +240,28 @@ def read_opencode(parsed: Parsed, **_: Any) -> list[Transcript]:
         )
     assert isinstance(doc, Mapping)
     return parsed.stamp([_transcript(doc)])
+
+
+def _printed(parsed: Parsed) -> Transcript:
+    """The session of what ``opencode run --format json`` printed: the parts of its replies (each
+    ``part`` with its ``messageID``, a reply's parts in the order printed), which make its
+    assistant messages; the prompt and what OpenCode added to it are not printed, so the first
+    call, whose input they are, has none, and is not replayed."""
+    sid: str | None = None
+    replies: dict[str, list[Mapping[str, Any]]] = {}
+    for _, e in parsed.rows:
+        part = e.get("part")
+        if not is_opencode_event(e) or not isinstance(part, Mapping) or not isinstance(part.get("messageID"), str):
+            continue
+        sid = sid or e["sessionID"]
+        replies.setdefault(part["messageID"], []).append(part)
+    messages = [{"info": {"id": mid, "role": "assistant"}, "parts": parts} for mid, parts in replies.items()]
+    transcript = _transcript({"info": {"id": sid}, "messages": messages})
+    transcript.info.append(
+        "what `opencode run --format json` printed leaves out the prompt: the first call, whose input it "
+        "is, is not replayed (replay the session's export or OpenCode's database for it)"
+    )
+    return transcript
 
 
 def _transcript(doc: Mapping[str, Any], label: str | None = None) -> Transcript:
