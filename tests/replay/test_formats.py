@@ -1327,3 +1327,17 @@ def test_a_field_of_the_wrong_type_is_an_input_error_naming_it(tmp_path: Path, t
     with pytest.raises(InputError, match=match) as e:
         read_sessions(p)
     assert str(e.value).startswith(str(p))
+
+
+def test_a_qwen_code_session_is_refused_not_read_as_claude_codes(tmp_path: Path) -> None:
+    """Qwen Code's session lines have Claude Code's envelope around Gemini API messages: read as
+    Claude Code's, they replayed calls of nothing; refused, saying what they are."""
+    envelope = {"uuid": "u1", "parentUuid": None, "sessionId": "s", "cwd": "/work", "version": "0.24.4"}
+    lines = [
+        {**envelope, "type": "user", "message": {"role": "user", "parts": [{"text": "fix f7"}]}},
+        {**envelope, "uuid": "u2", "parentUuid": "u1", "type": "assistant", "message": {"role": "model", "parts": []}},
+    ]  # fmt: skip
+    path = tmp_path / "qwen.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(InputError, match=r"qwen\.jsonl:1: a Qwen Code session .*not a format ctxos replay reads yet"):
+        read_sessions(path)

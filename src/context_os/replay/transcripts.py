@@ -206,6 +206,14 @@ def _line_format(e: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _qwen_code(e: Mapping[str, Any]) -> bool:
+    """A line of a Qwen Code session (``~/.qwen/projects/…/chats/*.jsonl``): Claude Code's envelope
+    (``uuid``, ``parentUuid``, ``sessionId``) around a Gemini API message (``role``, ``parts``).
+    Read as Claude Code's, it replayed calls of nothing."""
+    message = e.get("message")
+    return "uuid" in e and isinstance(message, Mapping) and isinstance(message.get("parts"), list)
+
+
 def _bare_message(e: Mapping[str, Any]) -> bool:
     """A Responses API ``message`` item: a role and a list of content parts (other exports write
     ``{"type": "message", "role", "text"}`` lines of their own)."""
@@ -250,7 +258,12 @@ def _detect(parsed: Parsed) -> str:
             if isinstance(doc.get("events"), list) and any(map(is_v1_event, doc["events"])):
                 return "openhands"  # a V1 conversation directory
         raise InputError(f"{parsed.path}: {shape(doc)}: {_not_a_session(doc)}")
-    for _, e in parsed.rows:
+    for n, e in parsed.rows:
+        if _qwen_code(e):
+            raise InputError(
+                f"{parsed.path}:{n}: a Qwen Code session (its messages Gemini API parts, not Claude Code's "
+                "content): not a format ctxos replay reads yet"
+            )
         fmt = _line_format(e)
         if fmt is not None:
             return fmt
