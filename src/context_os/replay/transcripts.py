@@ -3,8 +3,9 @@
 CLI rollout JSONL, Gemini CLI session files (legacy JSON and JSON lines, with its sub-agents),
 SWE-agent trajectories (1.x function calling and 0.x actions parsed from text), OpenHands event
 streams (a saved event list, or an evaluation's ``output.jsonl`` of records), Cline's task
-history (Anthropic messages whose tool results Cline wrote as text), OpenCode sessions as
-``opencode export`` writes them, and a JSON list of OpenAI chat-completions or Anthropic messages.
+history (Anthropic messages whose tool results Cline wrote as text), OpenCode sessions (as
+``opencode export`` writes them, its database with every session, or the events ``opencode run
+--format json`` prints), and a JSON list of OpenAI chat-completions or Anthropic messages.
 
 ``read_sessions(path)`` detects the format (``format=`` forces one) and returns every session the
 file holds as a ``Transcript``: the main session first, then Claude Code's sidechains or Gemini
@@ -335,9 +336,14 @@ def read_sessions(
         return read
     kept = [t for t in read if only in (t.label, t.session_id)]
     if not kept:
-        named = [t.label or t.session_id for t in read]
-        raise InputError(f"{p}: no session {only!r} in this file (it holds {', '.join(map(str, named))})")
+        named = [str(t.label or t.session_id) for t in read]
+        more = f", … ({len(named)} in all)" if len(named) > SHOWN_SESSIONS else ""
+        raise InputError(f"{p}: no session {only!r} in this file (it holds {', '.join(named[:SHOWN_SESSIONS])}{more})")
     return kept
+
+
+SHOWN_SESSIONS = 10
+"""How many of a file's sessions an error names."""
 
 
 def _read(p: Path, format: str | None, max_bytes: int, sidechains: bool) -> list[Transcript]:
