@@ -12,7 +12,8 @@ import pytest
 
 from context_os import Session
 from context_os.context.view import elide_arguments
-from context_os.harness.file_ops import edit_target, file_op, written_keys
+from context_os.harness.file_ops import edit_target, file_op, strip_read_output, written_keys
+from context_os.harness.toolnames import for_tools, preset
 from context_os.replay.run import replay_transcript
 from context_os.replay.transcripts import Transcript
 from context_os.store.sqlite import SqliteStore
@@ -313,3 +314,34 @@ def test_written_keys_name_the_arguments_holding_a_writes_text(arguments: Any, k
 )
 def test_a_file_texts_arguments_are_elided_whatever_their_length(arguments: Any, keys: list[str], shown: Any) -> None:
     assert elide_arguments(arguments, "r2", 200, keys=keys) == shown
+
+
+# --- Qwen Code (its tools as the real 0.24.4 offers them and answers, through the proxy) ----------
+
+QWEN_TOOLS = [
+    "agent", "edit", "get_goal", "glob", "grep_search", "list_agents", "notebook_edit", "read_file",
+    "run_shell_command", "skill", "tool_call", "tool_search", "update_goal", "write_file",
+]  # fmt: skip
+
+
+def test_qwen_codes_tools_are_told_from_gemini_clis_by_its_edit() -> None:
+    """Qwen Code offers Gemini CLI's tools but for its ``edit``: taken for Gemini CLI's, its edits
+    had no role, and the proxy went on showing an edited file at its old text."""
+    names = for_tools(QWEN_TOOLS)
+    assert names == preset("qwen-code").only(QWEN_TOOLS) and names.role("edit") == "edit"
+    gemini = ["read_file", "write_file", "replace", "run_shell_command", "grep_search", "glob", "list_directory"]
+    assert for_tools(gemini) == preset("gemini-cli").only(gemini)
+    args = {"file_path": "/w/app.py", "old_string": "    return 7\n", "new_string": "    return 'seven'\n"}
+    said = "The file: /w/app.py has been updated. Showing lines 19-27 of 121 from the edited file:\n\n---\n\ndef f6():"
+    op = file_op("edit", args, said)
+    assert op is not None and (op.path, op.edits) == ("/w/app.py", [("    return 7\n", "    return 'seven'\n")])
+
+
+def test_qwen_codes_read_of_a_part_says_where_it_is_and_a_read_again_shows_nothing() -> None:
+    args = {"file_path": "/w/a.py", "offset": 2, "limit": 2}
+    part = file_op("read", args, "Showing lines 3-4 of 90 total lines.\n\n---\n\nc\nd")
+    assert part is not None and (part.text, part.first_line) == ("c\nd", 3)
+    assert strip_read_output("Showing lines 3-4 of at least 90 total lines.\n\n---\n\nc\nd", 2) == ("c\nd", 3, None)
+    again = "[File a.py unchanged since last read in this session \u2014 the full content was provided earlier in this"
+    assert file_op("read", {"file_path": "/w/a.py"}, again + " conversation.]") is None
+    assert file_op("read", {"file_path": "/w/a.py"}, "def f():\n    return 1\n") is not None  # a whole file, as is

@@ -81,6 +81,7 @@ def test_bad_mappings_are_config_errors(bad):
 
 def test_presets_by_name():
     known = {"canonical", "claude-code", "codex", "pi", "swe-agent", "openhands", "gemini-cli", "cline", "opencode"}
+    known.add("qwen-code")
     assert set(PRESETS) == known
     assert preset("pi") is PI
     assert tool_role("grep") == "grep"  # canonical by default

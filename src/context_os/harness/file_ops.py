@@ -144,6 +144,14 @@ _NO_TEXT = ("[Line ", "Read image file", "Image read successfully", "PDF read su
 """How a read's output begins that shows no file text: Pi's note on a line too long to show,
 its image, OpenCode's image or PDF."""
 
+# Qwen Code's read_file
+_QWEN_PART = re.compile(
+    r"\AShowing lines (?P<first>\d+)-(?P<last>\d+) of (?P<least>at least )?(?P<total>\d+) total lines\.\n\n---\n\n"
+)
+"""The note before a part of a file (the total may be a lower bound)."""
+_QWEN_UNCHANGED = re.compile(r"\A\[File [^\n]*? unchanged since last read in this session")
+"""What it answers a read of a file it showed before, unchanged: no text of it."""
+
 # str_replace_editor (Anthropic's text editor tool, as SWE-agent and OpenHands run it)
 _EDITOR_COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
 _OBSERVATION = re.compile(r"\A(?:OBSERVATION:\n)?")  # SWE-agent's prefix of every tool output
@@ -226,6 +234,14 @@ def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | 
     opencode = _OPENCODE_HEAD.match(output)
     if opencode is not None:
         return _opencode_read(output, opencode)
+    if _QWEN_UNCHANGED.match(output):
+        return None
+    qwen = _QWEN_PART.match(output)
+    if qwen is not None:
+        body = output[qwen.end() :]
+        if any(line.endswith(_GEMINI_CUT_LINE) for line in body.split("\n")):
+            return None
+        return body, int(qwen.group("first")), None if qwen.group("least") else int(qwen.group("total"))
     output = _without_gemini_context(output)
     if output.startswith(_GEMINI_NO_TEXT):
         return None

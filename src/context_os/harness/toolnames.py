@@ -46,6 +46,7 @@ __all__ = [
     "OPENCODE",
     "OPENHANDS",
     "PI",
+    "QWEN_CODE",
     "PRESETS",
     "ROLES",
     "SWE_AGENT",
@@ -336,6 +337,23 @@ numbered lines between ``<content>`` and ``</content>``), ``write`` (``filePath`
 ``write``); ``list`` and ``multiedit`` (an ``edits`` list of ``oldString``/``newString``) of
 older releases. ``task``, ``skill``, ``todowrite``, ``webfetch`` and ``websearch`` have no role."""
 
+QWEN_CODE = ToolNames(
+    {
+        "read_file": "read",
+        "write_file": "write",
+        "edit": "edit",
+        "run_shell_command": "bash",
+        "grep_search": "grep",
+        "glob": "find",
+        "list_directory": "ls",
+    }
+)
+"""Qwen Code's tools (a Gemini CLI fork): Gemini CLI's, but for ``edit`` (``file_path``,
+``old_string``, ``new_string``) in the place of ``replace``; ``read_file`` (``file_path``; a part
+of a file after ``Showing lines A-B of T total lines.``; a file read again unchanged answers
+``[File … unchanged since last read …]``, no text of it). ``agent``, ``skill``, ``tool_search``,
+``tool_call``, ``notebook_edit`` and the goal tools have no role."""
+
 PRESETS: Mapping[str, ToolNames] = MappingProxyType(
     {
         "canonical": CANONICAL,
@@ -347,6 +365,7 @@ PRESETS: Mapping[str, ToolNames] = MappingProxyType(
         "gemini-cli": GEMINI_CLI,
         "cline": CLINE,
         "opencode": OPENCODE,
+        "qwen-code": QWEN_CODE,
     }
 )
 """Presets by name, e.g. for a ``--tool-names`` option or a JSON-RPC parameter."""
@@ -354,7 +373,7 @@ PRESETS: Mapping[str, ToolNames] = MappingProxyType(
 
 def preset(name: str) -> ToolNames:
     """The preset called ``name`` (``canonical``, ``claude-code``, ``codex``, ``pi``, ``swe-agent``,
-    ``openhands``, ``gemini-cli``, ``cline``, ``opencode``)."""
+    ``openhands``, ``gemini-cli``, ``cline``, ``opencode``, ``qwen-code``)."""
     try:
         return PRESETS[name]
     except KeyError:
