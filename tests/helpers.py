@@ -101,13 +101,21 @@ def npm_package(root: Path, cli: Path, package: str) -> tuple[Path, Path, str]:
     """An npm-installed CLI for an end-to-end test: (the directory of its Node, the installed
     package's directory, its version). ``npm ci`` of ``cli``'s lockfile runs when its
     ``node_modules`` is missing or holds another version than the lockfile names (the first time
-    needs the npm registry; later runs are offline). Raises ``Unavailable`` naming what failed."""
+    needs the npm registry; later runs are offline). A package with no dependency but optional
+    ones (a bundled CLI) may instead be named at an exact version in ``cli``'s package.json with
+    no lockfile: it alone is installed (a lockfile would need its optional dependencies for every
+    platform, which a registry may lack). Raises ``Unavailable`` naming what failed."""
     node = node_bin(root)
     lock = cli / "package-lock.json"
+    command = ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"]
     try:
-        want = str(json.loads(lock.read_text())["packages"][f"node_modules/{package}"]["version"])
+        if lock.exists():
+            want = str(json.loads(lock.read_text())["packages"][f"node_modules/{package}"]["version"])
+        else:
+            want = str(json.loads((cli / "package.json").read_text())["dependencies"][package])
+            command[1:2] = ["install", "--no-package-lock", "--omit=optional", "--ignore-scripts"]
     except (OSError, ValueError, KeyError):
-        raise Unavailable(f"{lock} names no {package}") from None
+        raise Unavailable(f"neither {lock} nor its package.json names {package}") from None
     installed = cli / "node_modules" / package
 
     def have() -> str | None:
@@ -117,11 +125,11 @@ def npm_package(root: Path, cli: Path, package: str) -> tuple[Path, Path, str]:
             return None
 
     if have() != want:
-        print(f"[e2e] installing {package} {want} into {cli / 'node_modules'} (npm ci)", file=sys.stderr, flush=True)
+        print(f"[e2e] installing {package} {want} into {cli / 'node_modules'} (npm {command[1]})", file=sys.stderr)
         env = {**os.environ, "PATH": f"{node}{os.pathsep}{os.environ.get('PATH', '')}"}
-        run_step(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=cli, env=env)
+        run_step(command, cwd=cli, env=env)
         if have() != want:
-            raise Unavailable(f"npm ci finished but {package} {want} is not in {cli / 'node_modules'}")
+            raise Unavailable(f"npm {command[1]} finished but {package} {want} is not in {cli / 'node_modules'}")
     return node, installed, want
 
 
