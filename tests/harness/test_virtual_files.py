@@ -87,3 +87,36 @@ def test_a_file_in_the_home_directory_is_not_under_the_session_directory(tmp_pat
         [obj] = [o for o in live.view.objects.values() if o.kind == "file"]
         assert (obj.meta["abs_path"], obj.content) == (str(home / "notes.md"), "todo: ship\n")
         live.close()
+
+
+def test_a_tool_with_no_role_that_names_a_known_file_leaves_its_content_unknown(tmp_path: Path) -> None:
+    """An editor the preset does not know (Qwen Code's edit, when taken for Gemini CLI's tools; a
+    notebook's) may have changed the file it names: its object is no longer shown at the old text
+    (the proxy showed it so); a failed call of it changed nothing."""
+    text = "\n".join(f"line {k} of app.py" for k in range(1, 301))
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "change line 7"},
+        *call(1, "read_file", file_path="/repo/app.py"),
+        {"role": "tool", "tool_call_id": "c1", "content": text},
+        *call(2, "my_editor", file_path="/repo/app.py", line=7, text="line seven"),
+        {"role": "tool", "tool_call_id": "c2", "content": "done"},
+    ]
+    failed: list[ChatCompletionMessageParam] = [
+        *call(3, "read_file", file_path="/repo/app.py"),
+        {"role": "tool", "tool_call_id": "c3", "content": text.replace("line 7 of", "line seven of")},
+        *call(4, "my_editor", file_path="app.py", line=8, text="line eight"),
+        {"role": "tool", "tool_call_id": "c4", "content": "Error: no such line", "is_error": True},  # type: ignore[typeddict-unknown-key]
+    ]
+    with SqliteStore(tmp_path / "s.db") as store:
+        session = Session.open(store, "s1", harness="openai", policy=RetentionPolicy(manage_from_tokens=0))
+        files = VirtualFiles(session, root="/repo", tool_names=preset("gemini-cli"))
+        hook = OpenAIHook(session, on_sync=files.observe)
+        hook.transform_context(messages)
+        [obj] = [o for o in session.view.objects.values() if o.kind == "file"]
+        assert obj.meta["version"] == 2 and obj.state != "active"  # its content unknown: not shown
+        assert "line 7 of app.py" not in json.dumps(hook.transform_context(messages)).replace(text, "")
+        out = json.dumps(hook.transform_context([*messages, *failed]))
+        [obj] = [o for o in session.view.objects.values() if o.kind == "file"]
+        assert obj.meta["version"] == 3 and obj.state == "active" and "line seven of app.py" in out
+        session.close()

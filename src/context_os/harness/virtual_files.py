@@ -16,6 +16,7 @@ This module never writes to the store itself.
 from __future__ import annotations
 
 import fnmatch
+import json
 import posixpath
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -46,6 +47,8 @@ __all__ = ["VirtualFile", "VirtualFiles", "file_key"]
 
 _DRIVE = re.compile(r"\A[A-Za-z]:[\\/]")
 """A Windows path (``c:\\Apps\\x.ts``, ``C:/Apps``): named with either separator, its drive in either case."""
+UNKNOWN_TOOL_PATHS = ("path", "file_path", "filePath", "absolute_path", "absolutePath", "notebook_path")
+"""The arguments by which a call of a tool with no role names a file it may change."""
 _COPY_FAILED = re.compile(r"^(?:(?:\S*/)?(?:cp|mv): |fatal: )", re.M)
 """A ``cp``'s, ``mv``'s or git's complaint (``cp: cannot stat 'a': No such file or directory``,
 ``fatal: destination exists``): what it copied is not known."""
@@ -509,6 +512,24 @@ class VirtualFiles:
                 yield other, ts, None
         elif role == "bash":  # every harness's shell (Pi's bash, Claude Code's Bash, Codex's shells...)
             yield from self._shell_wrote(args, ts, output)
+        elif role is None and not obj.meta.get("is_error"):
+            # a tool the harness's preset gives no role (an editor it does not know, a notebook's)
+            # that names a known file may have changed it: unknown until read again, never shown wrong
+            for key in self._named(args):
+                yield FileOp("edit", key), ts, None
+
+    def _named(self, args: Any) -> list[str]:
+        """The known files a call's arguments name (``UNKNOWN_TOOL_PATHS``, top level)."""
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except (ValueError, RecursionError):
+                return []
+        if not isinstance(args, Mapping):
+            return []
+        paths = [v for k in UNKNOWN_TOOL_PATHS if isinstance(v := args.get(k), str) and v]
+        keys = [file_key(p, self.root) for p in paths]
+        return [k for k in dict.fromkeys(keys) if k in self.files]
 
     def _shell_wrote(self, args: Any, ts: int | None, output: str = "") -> Iterator[tuple[FileOp, int | None, None]]:
         """What a shell command wrote: a file a heredoc wrote whole is at that text; a known file
