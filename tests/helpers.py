@@ -88,16 +88,22 @@ def run_step(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None, ti
     return proc.stdout
 
 
-def node_bin(root: Path) -> Path:
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository."""
+APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
+"""The app.py the end-to-end tests have a real agent fix (its f7 to return 'seven')."""
+
+
+def node_bin() -> Path:
     """The directory of a Node new enough for the npm-installed CLIs (``scripts/node.sh``)."""
-    out = run_step(["bash", str(root / "scripts" / "node.sh")], cwd=root).strip()
+    out = run_step(["bash", str(ROOT / "scripts" / "node.sh")], cwd=ROOT).strip()
     found = Path(out.splitlines()[-1]) if out else Path()
     if not (found / "node").is_file():
         raise Unavailable(f"scripts/node.sh printed {out!r}, which is not a directory holding node")
     return found
 
 
-def npm_package(root: Path, cli: Path, package: str) -> tuple[Path, Path, str]:
+def npm_package(cli: Path, package: str) -> tuple[Path, Path, str]:
     """An npm-installed CLI for an end-to-end test: (the directory of its Node, the installed
     package's directory, its version). ``npm ci`` of ``cli``'s lockfile runs when its
     ``node_modules`` is missing or holds another version than the lockfile names (the first time
@@ -105,7 +111,7 @@ def npm_package(root: Path, cli: Path, package: str) -> tuple[Path, Path, str]:
     ones (a bundled CLI) may instead be named at an exact version in ``cli``'s package.json with
     no lockfile: it alone is installed (a lockfile would need its optional dependencies for every
     platform, which a registry may lack). Raises ``Unavailable`` naming what failed."""
-    node = node_bin(root)
+    node = node_bin()
     lock = cli / "package-lock.json"
     command = ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"]
     try:
@@ -171,12 +177,12 @@ class NativeCli:
         return [str(self.binary), *args]
 
 
-def native_cli(root: Path, cli: Path, package: str, native: str, binary: str) -> NativeCli:
+def native_cli(cli: Path, package: str, native: str, binary: str) -> NativeCli:
     """``npm_package``'s native binary for this platform, run directly (the package's install
     script, which only links or copies it, is not needed): ``binary`` (a path) inside the package
     ``native`` (``{platform}`` and ``{arch}`` filled in as Node names them), checked to report the
     lockfile's version."""
-    _, _, want = npm_package(root, cli, package)
+    _, _, want = npm_package(cli, package)
     arch = ARCH.get(platform.machine().lower(), platform.machine())
     name = native.format(platform=sys.platform, arch=arch)
     found = cli / "node_modules" / name / binary
@@ -187,9 +193,9 @@ def native_cli(root: Path, cli: Path, package: str, native: str, binary: str) ->
     return install
 
 
-def node_cli(root: Path, cli: Path, package: str, bin_name: str) -> NodeCli:
+def node_cli(cli: Path, package: str, bin_name: str) -> NodeCli:
     """``npm_package``'s CLI ``bin_name``, checked to report the lockfile's version."""
-    node, installed, want = npm_package(root, cli, package)
+    node, installed, want = npm_package(cli, package)
     entry = installed / json.loads((installed / "package.json").read_text())["bin"][bin_name]
     found = NodeCli(node, entry, want)
     check_version(found.command("--version"), want, cwd=cli, env={**os.environ, "PATH": found.path_env()})

@@ -1,7 +1,8 @@
 """End to end through the real Claude Code CLI (``claude -p``, from npm) pointed at ``ctxos proxy``
 (the real command) as its Anthropic API. Only the model is scripted (tests/proxy/upstream.py):
 Claude Code, its Read and Edit tools, the proxy and the SQLite store are real, on real files in a
-temp workspace. Claude Code is provisioned by provision.py."""
+temp workspace. Claude Code is installed on first use (``npm ci`` of ``cli/package-lock.json``, then
+the native binary it ships for this platform, run directly: tests/helpers.py ``native_cli``)."""
 
 from __future__ import annotations
 
@@ -16,25 +17,27 @@ import pytest
 from context_os.replay.formats.claude_code import read_claude_code
 from context_os.replay.formats.common import load
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import NativeCli, provisioned
+from tests.helpers import APP, NativeCli, native_cli, provisioned
 from tests.proxy.running import file_as_shown, only_session, replayed, scripted_proxy, verified_frames
 from tests.proxy.upstream import ToolCall, call, upstream
 
-from .provision import provision
-
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+CLI = Path(__file__).resolve().parent / "cli"
+PACKAGE = "@anthropic-ai/claude-code"
 
 FILES = 12
 """Reads of 400-line files before the edit: with Claude Code's own system prompt and tools the
 conversation passes the 50,000 tokens context_os manages from."""
 MODEL = "claude-sonnet-4-6"
 """Not a model Claude Code 2.1.332 retires: it warns of claude-sonnet-4-5's retirement on 2026-11-30."""
-APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
 
 
 @pytest.fixture(scope="module")
 def claude() -> NativeCli:
-    return provisioned("the Claude Code CLI", provision)
+    return provisioned(
+        "the Claude Code CLI", lambda: native_cli(CLI, PACKAGE, PACKAGE + "-{platform}-{arch}", "claude")
+    )
 
 
 def script(work: Path) -> list[str | ToolCall]:

@@ -1,7 +1,8 @@
-"""End to end through the real Codex CLI (``codex exec``, from npm) pointed at ``ctxos proxy``
-(the real command) as a Responses API provider. Only the model is scripted
-(tests/proxy/upstream.py): Codex, its shell tool, the proxy and the SQLite store are real, on real
-files in a temp workspace. Codex is provisioned by provision.py."""
+"""End to end through the real Codex CLI (``codex exec``, from npm) pointed at ``ctxos proxy`` (the
+real command) as a Responses API provider. Only the model is scripted (tests/proxy/upstream.py):
+Codex, its shell tool, the proxy and the SQLite store are real, on real files in a temp workspace.
+Codex is installed on first use (its npm shim and native binary, ``npm ci`` of ``cli/package-lock.json``:
+tests/helpers.py ``node_cli``)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import NodeCli, provisioned, whole_png
+from tests.helpers import APP, NodeCli, node_cli, provisioned, whole_png
 from tests.proxy.running import Proxied, file_as_shown, only_session, replayed, scripted_proxy, verified_frames
 from tests.proxy.upstream import ToolCall, call
 
-from .provision import provision
-
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+CLI = Path(__file__).resolve().parent / "cli"
 
 CTXOS = str(Path(sys.executable).parent / "ctxos")
 READS = 24
@@ -31,7 +32,7 @@ READS = 24
 
 @pytest.fixture(scope="module")
 def codex() -> NodeCli:
-    return provisioned("the Codex CLI", provision)
+    return provisioned("the Codex CLI", lambda: node_cli(CLI, "@openai/codex", "codex"))
 
 
 @pytest.fixture
@@ -92,7 +93,6 @@ def test_codex_through_the_proxy_is_managed_and_never_sees_our_tools(
         assert verified_frames(s, only_session(s)) == len(requests)
 
 
-APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
 APP_LINES = APP.count("\n")
 PATCH = "*** Begin Patch\n*** Update File: app.py\n@@ def f7():\n-    return 7\n+    return 'seven'\n*** End Patch\n"
 FILE_SCRIPT: list[str | ToolCall] = [call("exec_command", cmd="cat big.txt")] * 20

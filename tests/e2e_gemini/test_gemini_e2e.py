@@ -1,7 +1,8 @@
-"""End to end with the real Gemini CLI (``gemini -p``, from npm) against a scripted model behind
-the Gemini API (model_server.py, the only fake): Gemini CLI, its read_file and replace tools and
-the session file it writes are real, on real files in a temp workspace; then ``ctxos replay`` (the
-real command) reads that file. Gemini CLI is provisioned by provision.py."""
+"""End to end with the real Gemini CLI (``gemini -p``, from npm) against a scripted model behind the
+Gemini API (model_server.py, the only fake): Gemini CLI, its read_file and replace tools and the
+session file it writes are real, on real files in a temp workspace; then ``ctxos replay`` (the real
+command) reads that file. Gemini CLI is installed on first use (its bundle, ``npm ci`` of
+``cli/package-lock.json``: tests/helpers.py ``node_cli``)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,17 @@ from typing import Any
 import pytest
 
 from context_os.replay.transcripts import read_session
-from tests.helpers import NodeCli, provisioned
+from tests.helpers import APP, NodeCli, node_cli, provisioned
 from tests.proxy.running import replayed
 
 from .model_server import gemini_model
-from .provision import provision
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
+CLI = Path(__file__).resolve().parent / "cli"
+
 MODEL = "gemini-2.5-pro"
 """Named, so Gemini CLI asks no router model which one to use."""
-APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
 SETTINGS = {
     "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
     "general": {"disableAutoUpdate": True},
@@ -35,7 +36,7 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def gemini() -> NodeCli:
-    return provisioned("the Gemini CLI", provision)
+    return provisioned("the Gemini CLI", lambda: node_cli(CLI, "@google/gemini-cli", "gemini"))
 
 
 def test_gemini_clis_session_file_replays_as_gemini_cli_sent_it(gemini: NodeCli, tmp_path: Path) -> None:

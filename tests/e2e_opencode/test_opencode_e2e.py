@@ -1,8 +1,11 @@
-"""End to end through the real OpenCode (``opencode run``, from npm) with a scripted model (the
-only fake, tests/proxy/upstream.py) as an OpenAI-compatible provider: directly, so that the
-session OpenCode exports (``opencode export``) can be checked against what it sent; and through
-``ctxos proxy`` (the real command). OpenCode, its read and edit tools, the proxy and the SQLite
-store are real, on real files in a temp workspace. OpenCode is provisioned by provision.py."""
+"""End to end through the real OpenCode (``opencode run``, from npm) with a scripted model (the only
+fake, tests/proxy/upstream.py) as an OpenAI-compatible provider: directly, so that the session
+OpenCode exports (``opencode export``) can be checked against what it sent; and through ``ctxos
+proxy`` (the real command). OpenCode, its read and edit tools, the proxy and the SQLite store are
+real, on real files in a temp workspace. OpenCode is installed on first use (``npm ci`` of
+``cli/package-lock.json``: the native binary ``opencode-ai`` ships for linux-x64, named directly,
+since its other platforms' packages cannot be locked where the registry lacks them; run directly:
+tests/helpers.py ``native_cli``)."""
 
 from __future__ import annotations
 
@@ -17,15 +20,14 @@ import pytest
 
 from context_os.replay.transcripts import read_session, read_sessions
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import NativeCli, provisioned
+from tests.helpers import APP, NativeCli, native_cli, provisioned
 from tests.proxy.running import file_as_shown, only_session, replayed, scripted_proxy, verified_frames
 from tests.proxy.upstream import ToolCall, call, upstream
 
-from .provision import provision
-
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
+CLI = Path(__file__).resolve().parent / "cli"
+
 FILES = 10
 """Reads of 400-line files before the edit: with OpenCode's own system prompt and tools the
 conversation passes the 50,000 tokens context_os manages from."""
@@ -48,7 +50,9 @@ test runs offline once OpenCode is installed; a request to anywhere but this mac
 
 @pytest.fixture(scope="module")
 def opencode() -> NativeCli:
-    return provisioned("OpenCode", provision)
+    return provisioned(
+        "OpenCode", lambda: native_cli(CLI, "opencode-linux-x64", "opencode-{platform}-{arch}", "bin/opencode")
+    )
 
 
 @pytest.fixture

@@ -34,5 +34,5 @@ class PiInstall(NodeCli):
 
 def provision() -> PiInstall:
     """Node and Pi, installing what is missing (see the module docstring)."""
-    cli = node_cli(ROOT, ADAPTER, PI_PACKAGE, "pi")
+    cli = node_cli(ADAPTER, PI_PACKAGE, "pi")
     return PiInstall(cli.node_bin, cli.entry, cli.version)

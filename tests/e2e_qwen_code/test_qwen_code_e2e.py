@@ -1,7 +1,8 @@
-"""End to end through the real Qwen Code (``qwen -p``, from npm) pointed at ``ctxos proxy`` (the
-real command) as its OpenAI-compatible provider. Only the model is scripted
-(tests/proxy/upstream.py): Qwen Code, its read_file and edit tools, the proxy and the SQLite store
-are real, on real files in a temp workspace. Qwen Code is provisioned by provision.py."""
+"""End to end through the real Qwen Code (``qwen -p``, from npm) pointed at ``ctxos proxy`` (the real
+command) as its OpenAI-compatible provider. Only the model is scripted (tests/proxy/upstream.py):
+Qwen Code, its read_file and edit tools, the proxy and the SQLite store are real, on real files in a
+temp workspace. Qwen Code is installed on first use (its bundled CLI alone, the exact version
+``cli/package.json`` names, without a lockfile: tests/helpers.py ``node_cli``)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,14 @@ from pathlib import Path
 import pytest
 
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import NodeCli, provisioned
+from tests.helpers import APP, NodeCli, node_cli, provisioned
 from tests.proxy.running import file_as_shown, only_session, scripted_proxy, verified_frames
 from tests.proxy.upstream import call
 
-from .provision import provision
-
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-APP = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(40))
+CLI = Path(__file__).resolve().parent / "cli"
+
 FILES = 10
 """Reads of 400-line files before the edit: with Qwen Code's own system prompt and tools the
 conversation passes the 50,000 tokens context_os manages from."""
@@ -35,7 +35,7 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def qwen() -> NodeCli:
-    return provisioned("Qwen Code", provision)
+    return provisioned("Qwen Code", lambda: node_cli(CLI, "@qwen-code/qwen-code", "qwen"))
 
 
 def test_qwen_codes_own_read_and_edit_through_the_proxy_keep_the_file_as_an_object_equal_to_the_disk(
