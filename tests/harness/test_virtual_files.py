@@ -23,13 +23,22 @@ def call(n: int, name: str, **args: object) -> list[ChatCompletionMessageParam]:
     return [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}", "type": "function", "function": fn}]}]
 
 
-def test_an_agents_own_read_and_edit_keep_the_file_current(tmp_path: Path) -> None:
-    text = "\n".join(f"line {k} of app.py" for k in range(1, 301))
-    messages: list[ChatCompletionMessageParam] = [
+TEXT = "\n".join(f"line {k} of app.py" for k in range(1, 301))
+
+
+def read_then(path: str, key: str = "path") -> list[ChatCompletionMessageParam]:
+    """The task, then the agent's read of app.py (``read_file`` naming it by ``key``) and its text."""
+    return [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": "change line 7"},
-        *call(1, "read_file", path="app.py"),
-        {"role": "tool", "tool_call_id": "c1", "content": text},
+        *call(1, "read_file", **{key: path}),
+        {"role": "tool", "tool_call_id": "c1", "content": TEXT},
+    ]
+
+
+def test_an_agents_own_read_and_edit_keep_the_file_current(tmp_path: Path) -> None:
+    messages: list[ChatCompletionMessageParam] = [
+        *read_then("app.py"),
         *call(2, "edit", path="/repo/app.py", oldText="line 7 of app.py", newText="line seven"),
         {"role": "tool", "tool_call_id": "c2", "content": "Successfully replaced text in app.py."},
     ]
@@ -93,20 +102,16 @@ def test_a_tool_with_no_role_that_names_a_known_file_leaves_its_content_unknown(
     """An editor the preset does not know (Qwen Code's edit, when taken for Gemini CLI's tools; a
     notebook's) may have changed the file it names: its object is no longer shown at the old text
     (the proxy showed it so); a failed call of it changed nothing."""
-    text = "\n".join(f"line {k} of app.py" for k in range(1, 301))
     messages: list[ChatCompletionMessageParam] = [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": "change line 7"},
-        *call(1, "read_file", file_path="/repo/app.py"),
-        {"role": "tool", "tool_call_id": "c1", "content": text},
+        *read_then("/repo/app.py", "file_path"),
         *call(2, "my_editor", file_path="/repo/app.py", line=7, text="line seven"),
         {"role": "tool", "tool_call_id": "c2", "content": "done"},
     ]
     failed: list[ChatCompletionMessageParam] = [
         *call(3, "read_file", file_path="/repo/app.py"),
-        {"role": "tool", "tool_call_id": "c3", "content": text.replace("line 7 of", "line seven of")},
+        {"role": "tool", "tool_call_id": "c3", "content": TEXT.replace("line 7 of", "line seven of")},
         *call(4, "my_editor", file_path="app.py", line=8, text="line eight"),
-        {"role": "tool", "tool_call_id": "c4", "content": "Error: no such line", "is_error": True},  # type: ignore[typeddict-unknown-key]
+        {"role": "tool", "tool_call_id": "c4", "content": "Error: no such line", "is_error": True},
     ]
     with SqliteStore(tmp_path / "s.db") as store:
         session = Session.open(store, "s1", harness="openai", policy=RetentionPolicy(manage_from_tokens=0))
@@ -115,7 +120,7 @@ def test_a_tool_with_no_role_that_names_a_known_file_leaves_its_content_unknown(
         hook.transform_context(messages)
         [obj] = [o for o in session.view.objects.values() if o.kind == "file"]
         assert obj.meta["version"] == 2 and obj.state != "active"  # its content unknown: not shown
-        assert "line 7 of app.py" not in json.dumps(hook.transform_context(messages)).replace(text, "")
+        assert "line 7 of app.py" not in json.dumps(hook.transform_context(messages))
         out = json.dumps(hook.transform_context([*messages, *failed]))
         [obj] = [o for o in session.view.objects.values() if o.kind == "file"]
         assert obj.meta["version"] == 3 and obj.state == "active" and "line seven of app.py" in out

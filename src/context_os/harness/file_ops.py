@@ -61,7 +61,15 @@ from .codex_tools import (
     shell_read,
 )
 
-__all__ = ["FileOp", "edit_target", "file_op", "search_replace_blocks", "strip_read_output", "written_keys"]
+__all__ = [
+    "PATH_KEYS",
+    "FileOp",
+    "edit_target",
+    "file_op",
+    "search_replace_blocks",
+    "strip_read_output",
+    "written_keys",
+]
 
 
 _READ_TRAILER = re.compile(
@@ -131,6 +139,10 @@ lines cut at their length (the older note), an image or a PDF."""
 _GEMINI_CUT_LINE = "... [truncated]"
 """How Gemini CLI ends a line it cut at 2,000 characters: what is shown is not the file's line."""
 
+_NO_TEXT = ("[Line ", "Read image file", "Image read successfully", "PDF read successfully")
+"""How a read's output begins that shows no file text: Pi's note on a line too long to show,
+its image, OpenCode's image or PDF."""
+
 # OpenCode's read
 _OPENCODE_HEAD = re.compile(r"\A<path>[^\n]*</path>\n<type>(?P<type>[a-z]+)</type>\n")
 _OPENCODE_TRAILER = re.compile(
@@ -140,15 +152,12 @@ _OPENCODE_TRAILER = re.compile(
 )
 _OPENCODE_LINE = re.compile(r"(\d+): ")
 _OPENCODE_CUT_LINE = re.compile(r"\.\.\. \(line truncated to \d+ chars\)\Z")
-_NO_TEXT = ("[Line ", "Read image file", "Image read successfully", "PDF read successfully")
-"""How a read's output begins that shows no file text: Pi's note on a line too long to show,
-its image, OpenCode's image or PDF."""
 
-# Qwen Code's read_file
+# Qwen Code's read_file (a Gemini CLI fork's)
 _QWEN_PART = re.compile(
     r"\AShowing lines (?P<first>\d+)-(?P<last>\d+) of (?P<least>at least )?(?P<total>\d+) total lines\.\n\n---\n\n"
 )
-"""The note before a part of a file (the total may be a lower bound)."""
+"""The note before a part of a file (the total may be a lower bound: ``_noted_part``)."""
 _QWEN_UNCHANGED = re.compile(r"\A\[File [^\n]*? unchanged since last read in this session")
 """What it answers a read of a file it showed before, unchanged: no text of it."""
 
@@ -238,16 +247,13 @@ def strip_read_output(output: str, offset: int | None) -> tuple[str, int, int | 
         return None
     qwen = _QWEN_PART.match(output)
     if qwen is not None:
-        body = output[qwen.end() :]
-        if any(line.endswith(_GEMINI_CUT_LINE) for line in body.split("\n")):
-            return None
-        return body, int(qwen.group("first")), None if qwen.group("least") else int(qwen.group("total"))
+        return _noted_part(output, qwen)
     output = _without_gemini_context(output)
     if output.startswith(_GEMINI_NO_TEXT):
         return None
     part = _GEMINI_PART.match(output)
     if part is not None:
-        return _gemini_part(output, part)
+        return _noted_part(output, part)
     first = max(1, offset or 1)
     total: int | None = None
     reminders = _reminders_start(output)
@@ -313,14 +319,16 @@ def _opencode_read(output: str, head: re.Match[str]) -> tuple[str, int, int | No
     return "\n".join(lines), numbers[0] if numbers else 1, int(total) if total is not None else None
 
 
-def _gemini_part(output: str, note: re.Match[str]) -> tuple[str, int, int] | None:
-    """(lines, first line, total) of a part of a file Gemini CLI's ``read_file`` showed after its
-    note; None when it cut a line at its length (what is shown is not the file's line)."""
+def _noted_part(output: str, note: re.Match[str]) -> tuple[str, int, int | None] | None:
+    """(lines, first line, total) of a part of a file Gemini CLI's ``read_file`` (or Qwen Code's)
+    showed after its note; the total None where the note gives a lower bound (``least``); None
+    when it cut a line at its length (what is shown is not the file's line)."""
     body = output[note.end() :]
     if any(line.endswith(_GEMINI_CUT_LINE) for line in body.split("\n")):
         return None
-    first = int(note.group("first") or note.group("first0"))
-    return body, first, int(note.group("total") or note.group("total0"))
+    said = note.groupdict()  # (Gemini CLI's older note's groups: first0, total0)
+    first, total = said["first"] or said["first0"], said["total"] or said["total0"]
+    return body, int(first), None if said.get("least") else int(total)
 
 
 def _int(value: Any) -> int | None:
@@ -408,11 +416,15 @@ def _editor_view(output: str, args: Mapping[str, Any]) -> tuple[str, int, int | 
     return "\n".join(lines), first, total
 
 
+PATH_KEYS = ("path", "file_path", "absolute_path", "absolutePath", "filePath")
+"""The arguments that name a call's file: ``path``, ``file_path``, (Gemini CLI's first
+``read_file``) ``absolute_path``, (Cline's ``write_to_file`` and ``replace_in_file``)
+``absolutePath``, (OpenCode's tools) ``filePath``; the first present counts."""
+
+
 def _path(args: Mapping[str, Any]) -> Any:
-    """The file a call names: ``path``, ``file_path``, (Gemini CLI's first ``read_file``)
-    ``absolute_path``, (Cline's ``write_to_file`` and ``replace_in_file``) ``absolutePath``, or
-    (OpenCode's tools) ``filePath``."""
-    for key in ("path", "file_path", "absolute_path", "absolutePath", "filePath"):
+    """The file a call names (``PATH_KEYS``)."""
+    for key in PATH_KEYS:
         if key in args:
             return args[key]
     return None

@@ -33,7 +33,7 @@ from ..context.view import ObjInfo, SessionView, active_text, own_text
 from ..errors import ContextOSError, FileUnreadable
 from ..store.base import Version
 from .codex_tools import ShellChanges, environment_cwd, shell_changes
-from .file_ops import FileOp, file_op, written_keys
+from .file_ops import PATH_KEYS, FileOp, file_op, written_keys
 from .formatters import FormatterReport, formatter_report
 from .responses import stdout_of
 from .toolnames import ToolNames, preset
@@ -47,8 +47,9 @@ __all__ = ["VirtualFile", "VirtualFiles", "file_key"]
 
 _DRIVE = re.compile(r"\A[A-Za-z]:[\\/]")
 """A Windows path (``c:\\Apps\\x.ts``, ``C:/Apps``): named with either separator, its drive in either case."""
-UNKNOWN_TOOL_PATHS = ("path", "file_path", "filePath", "absolute_path", "absolutePath", "notebook_path")
-"""The arguments by which a call of a tool with no role names a file it may change."""
+UNKNOWN_TOOL_PATHS = (*PATH_KEYS, "notebook_path")
+"""The arguments by which a call of a tool with no role names a file it may change (a notebook's
+editor: ``notebook_path``)."""
 _COPY_FAILED = re.compile(r"^(?:(?:\S*/)?(?:cp|mv): |fatal: )", re.M)
 """A ``cp``'s, ``mv``'s or git's complaint (``cp: cannot stat 'a': No such file or directory``,
 ``fatal: destination exists``): what it copied is not known."""

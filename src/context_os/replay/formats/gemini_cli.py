@@ -63,12 +63,10 @@ GEMINI_TYPES = ("user", "gemini", "info", "error", "warning")
 
 _NOT_SENT = ("info", "error", "warning")
 _IGNORED_USER = ("/", "?", "<hook_context>")
-"""How user messages Gemini CLI does not send begin (``isIgnoredUserContent`` but for the session's
-context: a resume leaves the recorded one out and makes it anew; before 2026-12-04 the replay left
-it out of every call, though the live session sent it at the head of each, as the real 0.61.0's
-requests show)."""
 """How the user messages Gemini CLI does not send on resume begin (commands, help, context it
-wrote itself)."""
+wrote itself: ``isIgnoredUserContent``) but for the session's context: a resume leaves the recorded
+one out and makes it anew; before 2026-12-04 the replay left it out of every call, though the live
+session sent it at the head of each, as the real 0.61.0's requests show."""
 _WROTE = re.compile(
     r"\ASuccessfully (?:modified|overwrote|created and wrote to new) file: (?P<path>/[^\n]*?)"
     r"(?:(?: \(\d+ replacements?\))?\.(?=\s|\Z)| \(\d+ replacements?\)(?=\s|\Z)|(?=\s*\Z))"

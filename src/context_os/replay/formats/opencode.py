@@ -322,6 +322,7 @@ def read_opencode_db(
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     except sqlite3.Error as e:
         raise InputError(f"{path}: an SQLite file that cannot be opened: {e}") from None
+    conn.row_factory = sqlite3.Row
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         missing = _TABLES - tables
@@ -344,7 +345,6 @@ def read_opencode_db(
 
 def _sessions(conn: sqlite3.Connection, only: str | None, sidechains: bool, path: Path) -> list[dict[str, Any]]:
     """The sessions to read, each followed by its sub-agents (``parent_id``), oldest first."""
-    conn.row_factory = sqlite3.Row
     rows = [dict(r) for r in conn.execute("SELECT id, parent_id, directory FROM session ORDER BY time_created, id")]
     children: dict[str | None, list[dict[str, Any]]] = {}
     for r in rows:
