@@ -16,7 +16,6 @@ This module never writes to the store itself.
 from __future__ import annotations
 
 import fnmatch
-import json
 import posixpath
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -32,7 +31,7 @@ from ..context.session import Session
 from ..context.view import ObjInfo, SessionView, active_text, own_text
 from ..errors import ContextOSError, FileUnreadable
 from ..store.base import Version
-from .codex_tools import ShellChanges, environment_cwd, shell_changes
+from .codex_tools import ShellChanges, environment_cwd, json_arguments, shell_changes
 from .file_ops import PATH_KEYS, FileOp, file_op, written_keys
 from .formatters import FormatterReport, formatter_report
 from .responses import stdout_of
@@ -521,12 +520,8 @@ class VirtualFiles:
 
     def _named(self, args: Any) -> list[str]:
         """The known files a call's arguments name (``UNKNOWN_TOOL_PATHS``, top level)."""
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except (ValueError, RecursionError):
-                return []
-        if not isinstance(args, Mapping):
+        args = json_arguments(args)
+        if args is None:
             return []
         paths = [v for k in UNKNOWN_TOOL_PATHS if isinstance(v := args.get(k), str) and v]
         keys = [file_key(p, self.root) for p in paths]
