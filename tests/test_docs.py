@@ -98,7 +98,27 @@ def _messages() -> dict[str, Any]:
 def _adapters() -> dict[str, Any]:
     from pydantic_ai.models.test import TestModel
 
-    return {**_messages(), "name": "history", "arguments": {}, "model": TestModel()}
+    return {**_messages(), "name": "history", "arguments": {}, "model": TestModel(), "chat_model": _chat_model()}
+
+
+def _chat_model() -> Any:
+    """A LangChain chat model that answers "done" (the LLM is the one part a test may script)."""
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    class Done(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "done"
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Done:  # type: ignore[override]
+            return self
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+            return ChatResult(generations=[ChatGeneration(message=AIMessage("done"))])
+
+    return Done()
 
 
 def _files() -> dict[str, Any]:

@@ -26,6 +26,15 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    messages_from_dict,
+)
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -44,6 +53,7 @@ from context_os import Session
 from context_os.context.load import load_view
 from context_os.errors import ContextOSError, InvalidOutput
 from context_os.harness.anthropic import AnthropicHook, validate_anthropic
+from context_os.harness.langchain import LangChainHook
 from context_os.harness.openai import OpenAIHook, validate_openai
 from context_os.harness.pi import PiHook
 from context_os.harness.pydantic_ai import PydanticAIHook
@@ -308,6 +318,65 @@ def test_fuzz_pydantic_ai_hook(store: SqliteStore, reliability: Counts, timed: N
     _exercise(store, reliability, "pydantic_ai_hook", PydanticAIHook, _send, good, msgs, primed)
 
 
+# -- LangChain ---------------------------------------------------------------------------------------
+
+_LC_GOOD_JSON: list[dict[str, Any]] = [
+    {"type": "system", "data": {"content": "You are a coding agent."}},
+    {"type": "human", "data": {"content": [{"type": "text", "text": "fix calc.py"}]}},
+    {
+        "type": "ai",
+        "data": {
+            "content": [{"type": "thinking", "thinking": "read it", "signature": "s"}, {"type": "text", "text": "ok"}],
+            "tool_calls": [
+                {"name": "read", "args": {"path": "calc.py"}, "id": "t1", "type": "tool_call"},
+                {"name": "bash", "args": {"command": "ls"}, "id": "t2", "type": "tool_call"},
+            ],
+        },
+    },
+    {"type": "tool", "data": {"content": "def add(): ...", "tool_call_id": "t1", "name": "read"}},
+    {"type": "tool", "data": {"content": "no such command", "tool_call_id": "t2", "status": "error"}},
+    {"type": "ai", "data": {"content": "Fixed."}},
+    {"type": "human", "data": {"content": "thanks"}},
+]
+_LC_GOOD = messages_from_dict(_LC_GOOD_JSON)
+
+
+def _lc_loaded(data: Any) -> Any:
+    """A mutated JSON form as LangChain loads it; if it refuses (as the JSON-RPC server's decoder
+    would, before any adapter sees it), the JSON itself (not messages at all)."""
+    try:
+        return messages_from_dict(data)
+    except Exception:
+        return data
+
+
+def _lc(cls: type[BaseMessage], **fields: Any) -> Any:
+    """A message built without validation (``model_construct`` takes any field values)."""
+    return cls.model_construct(**fields)
+
+
+_LC_MESSAGE = st.one_of(
+    st.builds(lambda c: _lc(HumanMessage, content=c), _A | st.lists(_A, max_size=3)),
+    st.builds(lambda c: _lc(SystemMessage, content=c), _A),
+    st.builds(lambda c, t: _lc(AIMessage, content=c, tool_calls=t), _A, _A | st.lists(_A, max_size=2)),
+    st.builds(lambda c, i, n, st_: _lc(ToolMessage, content=c, tool_call_id=i, name=n, status=st_), _A, _A, _A, _A),
+    st.builds(lambda c, r: _lc(ChatMessage, content=c, role=r), _A, _A),
+    _A,
+)
+_LC_MESSAGES = st.one_of(
+    mutated([_LC_GOOD_JSON]).map(_lc_loaded),
+    st.tuples(st.lists(_LC_MESSAGE, max_size=3), st.integers(0, 7)).map(lambda t: [*_LC_GOOD[: t[1]], *t[0]]),
+    st.lists(_LC_MESSAGE, max_size=4),
+    _A,
+)
+
+
+@settings(FUZZ, max_examples=EXAMPLES)
+@given(msgs=_LC_MESSAGES, primed=st.booleans())
+def test_fuzz_langchain_hook(store: SqliteStore, reliability: Counts, timed: None, msgs: Any, primed: bool) -> None:
+    _exercise(store, reliability, "langchain_hook", LangChainHook, _send, list(_LC_GOOD), msgs, primed)
+
+
 # -- Pi ----------------------------------------------------------------------------------------------
 
 _PI_GOOD = [
@@ -417,6 +486,7 @@ _FOUND: dict[str, tuple[Callable[[Session], Any], Callable[[Any, Any], Any], Any
         [_PAI_GOOD[0], ModelResponse(parts=[None])],  # type: ignore[list-item]
     ),
     "pydantic-ai: parts that are not a list": (PydanticAIHook, _send, [ModelRequest(parts={"0": None})]),  # type: ignore[arg-type]
+    "langchain: a ChatMessage without a role": (LangChainHook, _send, [_lc(ChatMessage, content="", role=None)]),
     "pi: a role that is not a string": (PiHook, _send, [{"role": {"value": "user"}, "content": "x"}]),
     "pi: not a list": (PiHook, _send, 5),
 }

@@ -22,6 +22,7 @@ from context_os import Session
 from context_os.context.evict import evict
 from context_os.context.frames import frame_rows
 from context_os.context.policy import RetentionPolicy
+from context_os.harness.registry import NAMES
 from context_os.server import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -596,10 +597,14 @@ def _chat(harness: str, texts: list[str]) -> list[dict[str, Any]]:
             else {"kind": "response", "parts": [{"part_kind": "text", "content": t}], "timestamp": at}
             for n, t in enumerate(texts)
         ]
+    if harness == "langchain":  # as messages_to_dict writes them
+        return [{"type": "human" if n % 2 == 0 else "ai", "data": {"content": t}} for n, t in enumerate(texts)]
     return [{"role": "user" if n % 2 == 0 else "assistant", "content": t} for n, t in enumerate(texts)]
 
 
-@pytest.mark.parametrize(("sid", "harness"), [("s1", "openai"), ("a1", "anthropic"), ("p1", "pydantic-ai")])
+@pytest.mark.parametrize(
+    ("sid", "harness"), [("s1", "openai"), ("a1", "anthropic"), ("p1", "pydantic-ai"), ("l1", "langchain")]
+)
 def test_a_message_changed_anywhere_in_the_history_is_a_rewrite(server: Server, sid: str, harness: str):
     texts = [f"message {n}" for n in range(13)]
 
@@ -805,7 +810,7 @@ def granted(tmp_path: Path, **options: Any) -> Iterator[tuple[Server, Path, Call
             server.close()
 
 
-@pytest.mark.parametrize("harness", ["openai", "anthropic", "pi", "pydantic-ai"])
+@pytest.mark.parametrize("harness", NAMES)
 def test_every_harness_gets_the_file_tools_over_json_rpc(tmp_path: Path, harness: str):
     """Each harness's session with a granted workspace offers and runs the file tools (pydantic-ai
     used to get none: the harness list was kept in several places)."""

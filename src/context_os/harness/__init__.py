@@ -1,6 +1,7 @@
 """Harness adapters: translate a harness's messages to and from the context engine.
 
-``pydantic_ai`` is imported on demand (``context_os.harness.pydantic_ai``): it needs pydantic-ai.
+``pydantic_ai`` and ``langchain`` are imported on demand (``context_os.harness.pydantic_ai``,
+``context_os.harness.langchain``): they need pydantic-ai and langchain-core.
 
 No module here reaches the store but through a ``Session``.
 """

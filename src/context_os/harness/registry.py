@@ -12,6 +12,7 @@ This module only wires the adapters together; it never reaches the store.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -111,6 +112,44 @@ def _pydantic_ai_tools(definitions: list[Any]) -> list[Any]:
     return [{"name": d.name, "description": d.description, "parameters": d.parameters_json_schema} for d in definitions]
 
 
+def _langchain_hook(session: Session, files: FileTools | None, on_sync: OnSync | None) -> ContextHook[Any]:
+    from .langchain import LangChainHook
+
+    return LangChainHook(session, files=files, on_sync=on_sync)
+
+
+def _langchain_adapter() -> type[Adapter[Any]]:
+    from .langchain import LangChainAdapter
+
+    return LangChainAdapter
+
+
+def _langchain_decode(messages: list[Any]) -> list[Any]:
+    """``messages_to_dict``'s form (``{"type": "human", "data": {...}}``) → LangChain messages."""
+    from langchain_core.messages import messages_from_dict
+    from pydantic import ValidationError
+
+    out = []
+    for i, m in enumerate(messages):
+        try:
+            out.extend(messages_from_dict([m]))
+        except ValidationError as e:
+            err = e.errors(include_url=False, include_input=False)[0]
+            raise MalformedMessage(err["msg"], index=i, field=".".join(map(str, err["loc"])) or None) from None
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            detail = f"missing {e}" if isinstance(e, KeyError) else str(e)
+            raise MalformedMessage(
+                f"not a LangChain message as messages_to_dict writes one: {detail}", index=i
+            ) from None
+    return out
+
+
+def _langchain_encode(messages: list[Any]) -> list[Any]:
+    from langchain_core.messages import messages_to_dict
+
+    return [{**m, "data": {k: v for k, v in m["data"].items() if k != "artifact"}} for m in messages_to_dict(messages)]
+
+
 HARNESSES: dict[str, Harness] = {
     h.name: h
     for h in (
@@ -130,6 +169,13 @@ HARNESSES: dict[str, Harness] = {
             tool_json=_pydantic_ai_tools,
             adapter_class=_pydantic_ai_adapter,
         ),
+        Harness(
+            "langchain",
+            _langchain_hook,
+            decode=_langchain_decode,
+            encode=_langchain_encode,
+            adapter_class=_langchain_adapter,
+        ),
     )
 }
 """Every harness, by the name sessions record (``session.open {harness}``, ``Transcript.harness``)."""
@@ -142,10 +188,11 @@ def harness(name: str) -> Harness:
     found = HARNESSES.get(name)
     if found is None:
         raise ConfigError(f"unknown harness {name!r}; known: {', '.join(NAMES)}")
-    if name == "pydantic-ai":
+    optional = {"pydantic-ai": "pydantic-ai-slim>=2.64,<3", "langchain": "langchain-core>=1.8,<2"}
+    if name in optional:
         try:
-            from . import pydantic_ai  # noqa: F401
+            importlib.import_module(f".{name.replace('-', '_')}", __package__)
         except ImportError as e:
-            hint = "" if "pip install" in str(e) else " (pip install 'pydantic-ai-slim>=2.64,<3')"
-            raise ConfigError(f"the pydantic-ai harness cannot be used: {e}{hint}") from None
+            hint = "" if "pip install" in str(e) else f" (pip install '{optional[name]}')"
+            raise ConfigError(f"the {name} harness cannot be used: {e}{hint}") from None
     return found
