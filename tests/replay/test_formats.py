@@ -1198,7 +1198,7 @@ def test_an_openhands_str_replace_edit_becomes_a_file_version(db, tmp_path: Path
             None,
             r"one JSON object with keys \['messages', 'model'\]: not a session this reads "
             r"\(Pi, Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands, Cline, OpenCode, "
-            r"OpenAI or Anthropic messages\)",
+            r"OpenAI, Anthropic or LangChain messages\)",
         ),
         ('"just text"', None, "one JSON string: not a session this reads"),
         ("null", None, "one JSON null: not a session this reads"),

@@ -282,12 +282,23 @@ def requested_calls(transcript: Transcript, adapter: Adapter[Any]) -> list[int]:
     return [
         k
         for k, m in enumerate(transcript.messages)
-        if isinstance(m, Mapping)
-        and m.get("role") == "assistant"
+        if _assistant(adapter, m, k)
         and k > 0
         and adapter.requested(m)
         and k >= transcript.inherited  # a fork's copy of its parent (the parent's calls), demonstrations
     ]
+
+
+def _assistant(adapter: Adapter[Any], message: Any, index: int) -> bool:
+    """Whether a harness message is the model's: a dict by its ``role``; an object (LangChain's
+    messages) by what its adapter makes of it."""
+    if isinstance(message, Mapping):
+        return message.get("role") == "assistant"
+    try:
+        translated = adapter.translate(message, index)
+    except MalformedMessage:
+        return False
+    return any(p["role"] == "assistant" for p in (translated if isinstance(translated, list) else [translated]))
 
 
 def _unframed(session: Session) -> bool:

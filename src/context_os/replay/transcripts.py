@@ -5,7 +5,9 @@ SWE-agent trajectories (1.x function calling and 0.x actions parsed from text), 
 streams (a saved event list, or an evaluation's ``output.jsonl`` of records), Cline's task
 history (Anthropic messages whose tool results Cline wrote as text), OpenCode sessions (as
 ``opencode export`` writes them, its database with every session, or the events ``opencode run
---format json`` prints), and a JSON list of OpenAI chat-completions or Anthropic messages.
+--format json`` prints), a JSON list of OpenAI chat-completions or Anthropic messages, and a
+JSON list of LangChain messages as ``messages_to_dict`` writes them (``FileChatMessageHistory``'s
+file, an agent's state saved so; read with langchain-core).
 
 ``read_sessions(path)`` detects the format (``format=`` forces one) and returns every session the
 file holds as a ``Transcript``: the main session first, then Claude Code's sidechains or Gemini
@@ -43,7 +45,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, MalformedMessage
 from ..harness.toolnames import preset_for
 from .formats.claude_code import CLAUDE_CODE_TYPES, read_claude_code
 from .formats.cline import is_cline, read_cline
@@ -91,6 +93,7 @@ FORMATS = (
     "anthropic",
     "cline",
     "opencode",
+    "langchain",
 )
 
 _ANTHROPIC_BLOCKS = ("tool_use", "tool_result", "thinking", "redacted_thinking")
@@ -123,6 +126,37 @@ def _read_anthropic(parsed: Parsed, **_: Any) -> list[Transcript]:
     }
     tools = preset_for(names) or "canonical"
     return parsed.stamp([Transcript("anthropic", "anthropic", tools, data, entries=len(data))])
+
+
+_LANGCHAIN_TYPES = frozenset(
+    ("system", "human", "ai", "tool", "chat", "function")
+    + tuple(f"{k}MessageChunk" for k in ("AI", "Human", "System", "Tool", "Chat", "Function"))
+)
+"""The ``type`` of each LangChain message ``messages_to_dict`` writes (its ``data`` beside it)."""
+
+
+def _is_langchain(doc: list[Any]) -> bool:
+    """Whether a JSON list is LangChain messages as ``messages_to_dict`` writes them."""
+    return bool(doc) and all(
+        isinstance(e, Mapping) and e.get("type") in _LANGCHAIN_TYPES and isinstance(e.get("data"), Mapping) for e in doc
+    )
+
+
+def _read_langchain(parsed: Parsed, **_: Any) -> list[Transcript]:
+    from ..harness.registry import harness  # (langchain-core is needed from here on, and imported here)
+
+    data = parsed.document if parsed.is_document else None
+    if not isinstance(data, list):
+        what = shape(data) if parsed.is_document else f"JSON lines ({len(parsed.rows)} objects)"
+        raise InputError(f"{parsed.path}: {what}: expected a JSON list of LangChain messages (messages_to_dict)")
+    try:
+        messages = harness("langchain").decode(data)
+    except MalformedMessage as e:
+        raise InputError(f"{parsed.path}: {e}") from None
+    calls = [c for m in messages for c in getattr(m, "tool_calls", None) or ()]
+    names = {c["name"] for c in calls if isinstance(c.get("name"), str)}
+    tools = preset_for(names) or "canonical"
+    return parsed.stamp([Transcript("langchain", "langchain", tools, messages, entries=len(data))])
 
 
 def _completion_log(doc: Any) -> bool:
@@ -176,6 +210,7 @@ _READERS: Mapping[str, Reader] = {
     "anthropic": _read_anthropic,
     "cline": read_cline,
     "opencode": read_opencode,
+    "langchain": _read_langchain,
 }
 
 
@@ -239,6 +274,8 @@ def _detect(parsed: Parsed) -> str:
                 return "openhands"
             if _is_anthropic(doc):
                 return "cline" if is_cline(doc) else "anthropic"
+            if _is_langchain(doc):
+                return "langchain"
             if doc and all(isinstance(e, Mapping) for e in doc) and not any("role" in e for e in doc):
                 raise InputError(f"{parsed.path}: {shape(doc)}: {_not_a_session(doc)}")
             return "openai"

@@ -75,7 +75,7 @@ def line_numbers(lines: Sequence[int]) -> str:
 
 KNOWN_KINDS = (
     "Pi, Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands, Cline, OpenCode, "
-    "OpenAI or Anthropic messages"
+    "OpenAI, Anthropic or LangChain messages"
 )
 
 # What a path is when it is not a regular file, for the error that refuses it.
@@ -111,14 +111,15 @@ class Transcript:
 
     format: str
     """``pi-v1``, ``pi-v2``, ``pi-v3``, ``claude-code``, ``codex``, ``gemini-cli``, ``swe-agent``,
-    ``swe-agent-text``, ``mini-swe-agent``, ``openhands``, ``cline``, ``opencode``, ``openai`` or
-    ``anthropic``."""
+    ``swe-agent-text``, ``mini-swe-agent``, ``openhands``, ``cline``, ``opencode``, ``openai``,
+    ``anthropic`` or ``langchain``."""
     harness: str
-    """The adapter its messages are for: ``pi``, ``openai`` or ``anthropic``."""
+    """The adapter its messages are for: ``pi``, ``openai``, ``anthropic`` or ``langchain``."""
     tool_names: str
     """The tool-name preset of its tools (``pi``, ``claude-code``, ``codex``, ``swe-agent``,
     ``openhands``, ``gemini-cli``, ``cline``, ``opencode``, ``canonical``)."""
-    messages: list[dict[str, Any]]
+    messages: list[Any]
+    """Dicts for every harness but LangChain, whose messages are langchain-core's objects."""
     session_id: str | None = None
     cwd: str | None = None
     compactions: list[Compaction] = field(default_factory=list)
