@@ -28,6 +28,7 @@ from langchain_core.messages import (
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.checkpoint.memory import InMemorySaver
 
 from context_os import RetentionPolicy, Session
 from context_os.context.frames import frame_docs, verify_frame
@@ -146,6 +147,32 @@ def test_a_system_prompt_made_anew_for_each_request_is_read_once(db, monkeypatch
     counts = [b - a for a, b in zip(per_call, per_call[1:], strict=False)]
     assert len(counts) == 11 and counts[-1] == counts[3] <= 5, counts
     assert model.received[-1][0].content == "You are a coding agent."
+
+
+def test_a_thread_continued_from_a_checkpointer_is_the_same_history(db, monkeypatch):
+    hook = hook_for(db)
+    syncs = []
+    transform = hook.transform_context
+    monkeypatch.setattr(hook, "transform_context", lambda msgs: [transform(msgs), syncs.append(hook.last.sync)][0])
+    model = ScriptedModel(steps=3)
+    agent = create_agent(
+        model,
+        [bash],
+        system_prompt="You are a coding agent.",
+        middleware=[hook.middleware()],
+        checkpointer=InMemorySaver(),
+    )
+    thread = {"configurable": {"thread_id": "t1"}}
+    agent.invoke({"messages": [{"role": "user", "content": "fix the bug"}]}, thread)
+    turns = hook.session.view.turn
+    model.steps = 5
+    agent.invoke({"messages": [{"role": "user", "content": "now the tests"}]}, thread)
+    # at its first call, the first run's answer and the new prompt are new; nothing was rewritten
+    assert hook.session.view.turn - turns == 2 and len(syncs) == 6
+    assert [(x.new, x.rewritten) for x in syncs[turns:]] == [(2, False), (2, False)]
+    sent = model.received[turns]
+    assert sent[-1].content == "now the tests" and results(sent)["c1"].startswith(STUB)
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "lc1"))
 
 
 def test_an_async_agent_run_assembles_every_request(db):
