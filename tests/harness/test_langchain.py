@@ -339,3 +339,30 @@ def test_secrets_in_langchain_messages_never_reach_the_store(tmp_path: Path) -> 
         assert_no_secret(stored_text(store, db))
         for f in frame_docs(store, "lc1"):
             assert verify_frame(store, f).ok
+
+
+def test_the_agent_reads_and_edits_through_our_file_tools(tmp_path: Path) -> None:
+    from context_os.files import FileTools, Workspace
+
+    (tmp_path / "app.py").write_text("def f7():\n    return 7\n")
+    ws = Workspace(tmp_path)
+    with SqliteStore(tmp_path / "s.db") as store:
+        session = Session.open(store, "lcf", harness="langchain", workspace=str(tmp_path), redact=ws.redact)
+        hook = LangChainHook(session, files=FileTools(session, ws))
+        read = {"name": "read", "args": {"path": "app.py"}, "id": "r1"}
+        edit = {
+            "name": "edit",
+            "args": {"path": "app.py", "oldText": "return 7", "newText": "return 'seven'"},
+            "id": "e1",
+        }
+        model = ScriptedModel(steps=0, extra=[[read], [edit]])
+        out = agent_with(hook, model).invoke({"messages": [{"role": "user", "content": "fix f7"}]})
+        assert {"read", "write", "edit", "ls", "find", "grep"} <= set(model.tool_names)
+        assert (tmp_path / "app.py").read_text() == "def f7():\n    return 'seven'\n"
+        assert not any(m.status == "error" for m in out["messages"] if isinstance(m, ToolMessage))
+        sent = json.dumps(messages_to_dict(model.received[-1]))
+        assert "return 'seven'" in sent and 'path=\\"app.py\\"' in sent  # the file, as it is now
+        (f,) = store.find("file", {"path": "app.py"})
+        assert f.doc["content"] == "def f7():\n    return 'seven'\n"
+        for frame in frame_docs(store, "lcf"):
+            assert verify_frame(store, frame).ok
