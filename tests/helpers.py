@@ -34,6 +34,14 @@ and for cache breaks that pay (tests/context/test_economy.py)."""
 T = TypeVar("T")
 
 
+def eager_hook(hook_class: Callable[[Any], T], store: Any, sid: str, harness: str, **policy: Any) -> T:
+    """``hook_class``'s hook of a new session ``sid`` of ``harness`` in ``store``, under ``EAGER``
+    and ``policy``: what the harness tests drive."""
+    from context_os import RetentionPolicy, Session
+
+    return hook_class(Session.open(store, sid, harness=harness, policy=RetentionPolicy(**{**EAGER, **policy})))
+
+
 def unavailable(what: str, why: object) -> NoReturn:
     """A real part a test needs (a node, a browser, a peer, data) could not be had: under
     ``CI=true`` that fails the test (CI runs everything), elsewhere it skips it, naming what and why."""

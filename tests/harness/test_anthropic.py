@@ -25,7 +25,7 @@ from context_os.harness.anthropic import (
 from context_os.harness.pairing import pairing_problems
 from context_os.store import Evict
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import EAGER, pdf, png, stub_ref
+from tests.helpers import EAGER, eager_hook, pdf, png, stub_ref
 
 MESSAGE = TypeAdapter(MessageParam)
 TOOL = TypeAdapter(ToolParam)
@@ -33,15 +33,8 @@ SYSTEM = "You are a careful coding agent."
 PNG = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> SqliteStore:
-    s = SqliteStore(tmp_path / "s.db")
-    yield s
-    s.close()
-
-
 def hook_for(store: SqliteStore, sid: str = "a1", **policy: Any) -> AnthropicHook:
-    return AnthropicHook(Session.open(store, sid, harness="anthropic", policy=RetentionPolicy(**{**EAGER, **policy})))
+    return eager_hook(AnthropicHook, store, sid, "anthropic", **policy)
 
 
 def user(text: str) -> dict[str, Any]:

@@ -30,27 +30,20 @@ from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from context_os import RetentionPolicy, Session
+from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.errors import MalformedMessage
 from context_os.harness.langchain import LANGCHAIN_PAIRING, LangChainHook
 from context_os.harness.pairing import pairing_problems
 from context_os.harness.registry import harness
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import EAGER, png, stub_ref
+from tests.helpers import eager_hook, png, stub_ref
 
 STUB = "[bash output, "
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> SqliteStore:
-    s = SqliteStore(tmp_path / "s.db")
-    yield s
-    s.close()
-
-
 def hook_for(store: SqliteStore, sid: str = "lc1", **policy: Any) -> LangChainHook:
-    return LangChainHook(Session.open(store, sid, harness="langchain", policy=RetentionPolicy(**{**EAGER, **policy})))
+    return eager_hook(LangChainHook, store, sid, "langchain", **policy)
 
 
 class ScriptedModel(BaseChatModel):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,28 +28,19 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from context_os import RetentionPolicy, Session
+from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.errors import MalformedMessage
 from context_os.harness.pairing import pairing_problems
 from context_os.harness.pydantic_ai import PYDANTIC_AI_PAIRING, PydanticAIHook
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import EAGER, pdf, png, stub_ref
+from tests.helpers import eager_hook, pdf, png, stub_ref
 
 STUB = "[bash output, "
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> SqliteStore:
-    s = SqliteStore(tmp_path / "s.db")
-    yield s
-    s.close()
-
-
 def hook_for(store: SqliteStore, sid: str = "p1", **policy: Any) -> PydanticAIHook:
-    return PydanticAIHook(
-        Session.open(store, sid, harness="pydantic-ai", policy=RetentionPolicy(**{**EAGER, **policy}))
-    )
+    return eager_hook(PydanticAIHook, store, sid, "pydantic-ai", **policy)
 
 
 def returns(messages: list[ModelMessage]) -> dict[str, Any]:
