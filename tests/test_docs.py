@@ -98,7 +98,32 @@ def _messages() -> dict[str, Any]:
 def _adapters() -> dict[str, Any]:
     from pydantic_ai.models.test import TestModel
 
-    return {**_messages(), "name": "history", "arguments": {}, "model": TestModel(), "chat_model": _chat_model()}
+    return {
+        **_messages(),
+        "name": "history",
+        "arguments": {},
+        "model": TestModel(),
+        "chat_model": _chat_model(),
+        "agents_model": _agents_model(),
+    }
+
+
+def _agents_model() -> Any:
+    """An OpenAI Agents SDK model that answers "done"."""
+    from agents import ModelResponse, Usage
+    from agents.models.interface import Model
+    from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+
+    class Done(Model):
+        async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:  # type: ignore[override]
+            text = ResponseOutputText(type="output_text", text="done", annotations=[])
+            reply = ResponseOutputMessage(type="message", id="m1", role="assistant", status="completed", content=[text])
+            return ModelResponse(output=[reply], usage=Usage(), response_id=None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    return Done()
 
 
 def _chat_model() -> Any:

@@ -1,7 +1,8 @@
 """Harness adapters: translate a harness's messages to and from the context engine.
 
-``pydantic_ai`` and ``langchain`` are imported on demand (``context_os.harness.pydantic_ai``,
-``context_os.harness.langchain``): they need pydantic-ai and langchain-core.
+``pydantic_ai``, ``langchain`` and ``openai_agents`` are imported on demand
+(``context_os.harness.pydantic_ai``, ``.langchain``, ``.openai_agents``): they need pydantic-ai,
+langchain-core and openai-agents.
 
 No module here reaches the store but through a ``Session``.
 """

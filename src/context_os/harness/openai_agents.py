@@ -1,0 +1,88 @@
+"""The OpenAI Agents SDK (``openai-agents``): context_os as the run's model input filter::
+
+    hook = OpenAIHook(Session.open(store, "my-session", harness="openai"))
+    agent = Agent(name="coder", instructions="...", tools=[*my_tools, *agent_tools(hook)])
+    result = await Runner.run(agent, "fix the bug", run_config=RunConfig(call_model_input_filter=input_filter(hook)))
+
+The SDK calls ``RunConfig.call_model_input_filter`` right before every model call with the
+input items it is about to send; the filter returns those the model gets instead. The run's own
+items (``result.to_input_list()``, a session's) stay as the SDK made them: they are the
+session's event source. The items are Responses API items: they are read as the chat messages
+they stand for (``responses.to_chat``: a response's items one assistant message, its calls tool
+calls, each output a tool message) and the assembly is given back as items (``to_items``: an item
+context_os left as it was is the very item it came from). The instructions go to the model as they
+came (a session's history is the conversation, as through ``ctxos proxy``'s Responses API).
+
+``agent_tools(hook)`` are our tools (activate, deactivate, pin, unpin, lines, history; with
+``files``, the file tools) as the SDK's ``FunctionTool``s, each run through ``hook.call_tool``.
+
+The SDK copies its input items for every call: a message equal to the one at its place at the
+last call is taken as that message, so that the hook reads what came since (comparing them is a
+pass over the list at every call, but no hashing).
+Input it cannot read as chat messages (a file input, an item reference, a computer-use call:
+``to_chat`` refuses it) goes to the model as it came, unmanaged, and a warning says so once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from agents import FunctionTool, RunContextWrapper
+from agents.run_config import CallModelData, ModelInputData
+
+from ..errors import MalformedMessage
+from .openai import OpenAIHook
+from .responses import to_chat, to_items
+
+__all__ = ["agent_tools", "input_filter"]
+
+log = logging.getLogger(__name__)
+
+
+def input_filter(hook: OpenAIHook) -> Any:
+    """The ``RunConfig.call_model_input_filter`` that gives the model ``hook``'s assembly of the
+    run's input items (async: the store's work runs in a thread, off the event loop)."""
+    warned = False
+    last: list[dict[str, Any]] = []
+
+    async def assemble(data: CallModelData[Any]) -> ModelInputData:
+        nonlocal warned, last
+        given = data.model_data
+        try:
+            messages = to_chat(list(given.input))
+        except MalformedMessage as e:
+            if not warned:
+                warned = True
+                log.warning("context_os: the run's input holds %s: sent to the model unmanaged", e)
+            return given
+        # the SDK copies every item for every call: a message equal to the one at its place at the
+        # last call is that message, so the hook reads what came since, not all of it by hash
+        kept = [old if old == new else new for old, new in zip(last, messages, strict=False)]
+        messages = last = kept + messages[len(kept) :]
+        assembled = await hook.atransform_context(messages)
+        return ModelInputData(input=to_items(assembled), instructions=given.instructions)  # type: ignore[arg-type]
+
+    return assemble
+
+
+def agent_tools(hook: OpenAIHook) -> list[FunctionTool]:
+    """Our tools as the Agents SDK's function tools (not strict: their schemas have optional
+    arguments), each run through ``hook.call_tool``."""
+
+    def tool(schema: dict[str, Any]) -> FunctionTool:
+        name = schema["name"]
+
+        async def run(ctx: RunContextWrapper[Any], arguments: str) -> str:
+            return await asyncio.to_thread(hook.call_tool, name, arguments)
+
+        return FunctionTool(
+            name=name,
+            description=schema["description"],
+            params_json_schema=schema["parameters"],
+            on_invoke_tool=run,
+            strict_json_schema=False,
+        )
+
+    return [tool(s) for s in hook.registry.schemas]

@@ -1,0 +1,127 @@
+"""The OpenAI Agents SDK integration: a real ``Runner`` run of an ``Agent`` whose model is
+scripted, with context_os as the run's model input filter."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from agents import Agent, ModelResponse, RunConfig, Runner, Usage, function_tool
+from agents.models.interface import Model
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+from context_os.context.frames import frame_docs, verify_frame
+from context_os.harness.openai import OpenAIHook
+from context_os.harness.openai_agents import agent_tools, input_filter
+from tests.helpers import eager_hook, stub_ref
+
+STUB = "[bash output, "
+
+
+class ScriptedModel(Model):
+    """A fake LLM: calls ``bash`` ``steps`` times (then the calls of ``extra``), then answers.
+    Records the input items and tools of every call."""
+
+    def __init__(self, steps: int, extra: list[tuple[str, dict[str, Any]]] | None = None) -> None:
+        self.steps, self.extra = steps, list(extra or [])
+        self.received: list[list[Any]] = []
+        self.instructions: list[str | None] = []
+        self.tools: list[str] = []
+
+    async def get_response(  # type: ignore[override]
+        self, system_instructions: Any, input: Any, model_settings: Any, tools: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        self.received.append(list(input))
+        self.instructions.append(system_instructions)
+        self.tools = [t.name for t in tools]
+        n = len(self.received)
+        if n <= self.steps or self.extra:
+            name, arguments = ("bash", {"command": f"cat file{n}.py"}) if n <= self.steps else self.extra.pop(0)
+            call = ResponseFunctionToolCall(
+                type="function_call", call_id=f"c{n}", name=name, arguments=json.dumps(arguments), id=f"fc{n}"
+            )
+            return ModelResponse(output=[call], usage=Usage(), response_id=None)
+        text = ResponseOutputText(type="output_text", text="done", annotations=[])
+        answer = ResponseOutputMessage(type="message", id=f"m{n}", role="assistant", status="completed", content=[text])
+        return ModelResponse(output=[answer], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+@function_tool
+def bash(command: str) -> str:
+    """Run a shell command."""
+    return f"$ {command}\n" + "x" * 2000
+
+
+def run(hook: OpenAIHook, model: ScriptedModel, prompt: str = "fix the bug") -> Any:
+    agent = Agent(name="coder", instructions="You are a coding agent.", model=model, tools=[bash, *agent_tools(hook)])
+    config = RunConfig(call_model_input_filter=input_filter(hook), tracing_disabled=True)
+    return asyncio.run(Runner.run(agent, prompt, run_config=config, max_turns=20))
+
+
+def outputs(items: list[Any]) -> dict[str, str]:
+    return {i["call_id"]: i["output"] for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"}
+
+
+def test_a_run_sends_stubs_for_old_outputs_and_keeps_its_own_items(db):
+    hook = eager_hook(OpenAIHook, db, "ag1", "openai")
+    model = ScriptedModel(steps=6)
+    result = run(hook, model)
+    assert result.final_output == "done"
+    assert {"activate", "deactivate", "pin", "unpin", "bash"} <= set(model.tools)
+    assert model.instructions[-1] == "You are a coding agent."
+    last = outputs(model.received[-1])
+    assert last["c1"].startswith(STUB) and hook.session.resolve(stub_ref(last["c1"]) or "") == "toolcall:ag1:c1"
+    assert last["c6"].startswith("$ cat file6.py")
+    # the run's own items are untouched: the real outputs
+    assert outputs(result.to_input_list())["c1"].startswith("$ cat file1.py")
+    frames = frame_docs(db, "ag1")
+    assert len(frames) == len(model.received) == 7
+    assert all(verify_frame(db, f).ok for f in frames)
+    assert hook.last.sync.new == 2 and not hook.last.sync.rewritten
+    assert hook.last.tokens < hook.last.tokens_full
+
+
+def test_the_model_activates_a_collapsed_output_through_our_tool(db):
+    hook = eager_hook(OpenAIHook, db, "ag1", "openai")
+    model = ScriptedModel(steps=5, extra=[("activate", {"id": "toolcall:ag1:c1"})])
+    run(hook, model)
+    after = model.received[-1]
+    assert json.loads(outputs(after)["c6"])["status"] == "activated"
+    tail = after[-1]
+    assert tail["role"] == "user" and "$ cat file1.py" in json.dumps(tail)
+
+
+def test_a_run_continued_from_its_items_is_the_same_history(db):
+    hook = eager_hook(OpenAIHook, db, "ag1", "openai")
+    first = run(hook, ScriptedModel(steps=2))
+    model = ScriptedModel(steps=0)
+    agent = Agent(name="coder", instructions="You are a coding agent.", model=model, tools=[bash])
+    config = RunConfig(call_model_input_filter=input_filter(hook), tracing_disabled=True)
+    history = [*first.to_input_list(), {"role": "user", "content": "now the tests"}]
+    asyncio.run(Runner.run(agent, history, run_config=config))
+    # only the first run's answer and the new prompt are new
+    assert hook.last.sync.new == 2 and not hook.last.sync.rewritten
+    assert model.received[-1][-1]["content"] == "now the tests"
+
+
+def test_a_call_reads_what_came_since_though_the_sdk_copies_every_item(db, monkeypatch):
+    hook = eager_hook(OpenAIHook, db, "ag1", "openai")
+    hashed: list[int] = []
+    read = hook.adapter.hash_message
+    monkeypatch.setattr(hook.adapter, "hash_message", lambda m: hashed.append(1) or read(m))
+    per_call: list[int] = []
+    transform = hook.atransform_context
+
+    async def counted(messages: Any) -> Any:
+        per_call.append(len(hashed))
+        return await transform(messages)
+
+    monkeypatch.setattr(hook, "atransform_context", counted)
+    run(hook, ScriptedModel(steps=10))
+    per_call.append(len(hashed))
+    counts = [b - a for a, b in zip(per_call, per_call[1:], strict=False)]
+    assert len(counts) == 11 and counts[-1] == counts[3] <= 5, counts
