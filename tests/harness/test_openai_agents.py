@@ -125,3 +125,19 @@ def test_a_call_reads_what_came_since_though_the_sdk_copies_every_item(db, monke
     per_call.append(len(hashed))
     counts = [b - a for a, b in zip(per_call, per_call[1:], strict=False)]
     assert len(counts) == 11 and counts[-1] == counts[3] <= 5, counts
+
+
+def test_input_that_is_no_chat_goes_to_the_model_as_it_came_with_one_warning(db, caplog):
+    from agents.run_config import CallModelData, ModelInputData
+
+    hook = eager_hook(OpenAIHook, db, "ag1", "openai")
+    assemble = input_filter(hook)
+    given = ModelInputData(
+        input=[{"role": "user", "content": "hi"}, {"type": "item_reference", "id": "r1"}], instructions="x"
+    )
+    data = CallModelData(model_data=given, agent=Agent(name="coder"), context=None)
+    with caplog.at_level("WARNING", logger="context_os.harness.openai_agents"):
+        assert asyncio.run(assemble(data)) is given
+        assert asyncio.run(assemble(data)) is given
+    assert len([r for r in caplog.records if "unmanaged" in r.getMessage()]) == 1
+    assert frame_docs(db, "ag1") == []
