@@ -7,7 +7,8 @@ history (Anthropic messages whose tool results Cline wrote as text), OpenCode se
 ``opencode export`` writes them, its database with every session, or the events ``opencode run
 --format json`` prints), a JSON list of OpenAI chat-completions or Anthropic messages, and a
 JSON list of LangChain messages as ``messages_to_dict`` writes them (``FileChatMessageHistory``'s
-file, an agent's state saved so; read with langchain-core).
+file, an agent's state saved so; read with langchain-core), and the SQLite file an OpenAI Agents
+SDK ``SQLiteSession`` keeps (every session in it).
 
 ``read_sessions(path)`` detects the format (``format=`` forces one) and returns every session the
 file holds as a ``Transcript``: the main session first, then Claude Code's sidechains or Gemini
@@ -40,7 +41,9 @@ This module reads files; it never touches a store or a session.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Mapping
+from contextlib import closing
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -64,6 +67,7 @@ from .formats.common import (
 )
 from .formats.gemini_cli import is_gemini_line, is_gemini_record, read_gemini_cli
 from .formats.mini_swe_agent import is_mini_swe_agent, read_mini_swe_agent
+from .formats.openai_agents import AGENTS_TABLES, read_agents_db
 from .formats.opencode import is_opencode_db, is_opencode_event, is_opencode_export, read_opencode, read_opencode_db
 from .formats.openhands import is_v1_event, read_openhands
 from .formats.pi import PI_ENTRY_TYPES, read_pi
@@ -94,6 +98,7 @@ FORMATS = (
     "cline",
     "opencode",
     "langchain",
+    "openai-agents",
 )
 
 _ANTHROPIC_BLOCKS = ("tool_use", "tool_result", "thinking", "redacted_thinking")
@@ -335,12 +340,33 @@ _CODEX_EXEC_EVENTS = ("thread.started", "turn.started", "turn.completed", "item.
 
 def detect_format(path: str | Path, *, max_bytes: int = MAX_SESSION_BYTES) -> str:
     """One of ``FORMATS`` (``pi``, ``claude-code``, ``codex``, ``gemini-cli``, ``swe-agent``,
-    ``mini-swe-agent``, ``openhands``, ``openai``, ``anthropic``, ``cline``, ``opencode``), from the
-    file's content."""
+    ``mini-swe-agent``, ``openhands``, ``openai``, ``anthropic``, ``cline``, ``opencode``,
+    ``langchain``, ``openai-agents``), from the file's content."""
     p = Path(path)
-    if is_opencode_db(p):
+    return _sqlite_format(p) or _detect(load(p, max_bytes))
+
+
+def _sqlite_format(path: Path) -> str | None:
+    """The format of an SQLite file: an Agents SDK session file (told by its tables), else
+    OpenCode's database (whose reader says what it lacks); None for a file that is no SQLite
+    database."""
+    if not is_opencode_db(path):  # (a regular file that begins as SQLite databases do)
+        return None
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error:
         return "opencode"
-    return _detect(load(p, max_bytes))
+    return "openai-agents" if tables >= AGENTS_TABLES else "opencode"
+
+
+def _read_agents(path: Path, max_bytes: int, only: str | None) -> list[Transcript]:
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as e:
+        raise InputError(f"{path}: an SQLite file that cannot be opened: {e}") from None
+    with closing(conn):
+        return read_agents_db(path, conn, max_bytes=max_bytes, only=only)
 
 
 def read_sessions(
@@ -364,9 +390,13 @@ def read_sessions(
     p = Path(path)
     if format is not None and format not in FORMATS:
         raise InputError(f"unknown format {format!r} (known: {', '.join(FORMATS)})")
-    if is_opencode_db(p):
-        if format not in (None, "opencode"):
-            raise InputError(f"{p}: an SQLite database (OpenCode's?), not a {format} session file")
+    sqlite_format = _sqlite_format(p)
+    if sqlite_format is not None:
+        if format not in (None, sqlite_format):
+            whose = "an Agents SDK session file" if sqlite_format == "openai-agents" else "OpenCode's?"
+            raise InputError(f"{p}: an SQLite database ({whose}), not a {format} session file")
+        if sqlite_format == "openai-agents":
+            return _read_agents(p, max_bytes, only)
         return read_opencode_db(p, sidechains=sidechains, max_bytes=max_bytes, only=only)
     read = _read(p, format, max_bytes, sidechains)
     if only is None:

@@ -1,0 +1,114 @@
+"""OpenAI Agents SDK sessions replayed: the SQLite file a real ``Runner`` run with a
+``SQLiteSession`` wrote, read back and replayed through ``ctxos replay``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, ModelResponse, RunConfig, Runner, SQLiteSession, Usage, function_tool
+from agents.models.interface import Model
+from click.testing import CliRunner
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+from context_os.cli import cli
+from context_os.errors import InputError
+from context_os.replay.transcripts import detect_format, read_session, read_sessions
+
+
+class ScriptedModel(Model):
+    """A fake LLM: reads app.py, edits it, answers."""
+
+    def __init__(self, calls: list[tuple[str, dict[str, Any]]]) -> None:
+        self.calls = calls
+
+    async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> ModelResponse:
+        step = sum(1 for i in input if isinstance(i, dict) and i.get("type") == "function_call")
+        if step < len(self.calls):
+            name, arguments = self.calls[step]
+            call = ResponseFunctionToolCall(
+                type="function_call", call_id=f"c{step}", name=name, arguments=json.dumps(arguments), id=f"fc{step}"
+            )
+            return ModelResponse(output=[call], usage=Usage(), response_id=None)
+        text = ResponseOutputText(type="output_text", text="Done.", annotations=[])
+        answer = ResponseOutputMessage(type="message", id="m", role="assistant", status="completed", content=[text])
+        return ModelResponse(output=[answer], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+def session_file(root: Path) -> Path:
+    """The session file of two real runs of an agent: one reads and edits app.py, on disk; the
+    next, in the same session, answers a question."""
+    (root / "app.py").write_text("def f7():\n    return 7\n")
+
+    @function_tool
+    def read(path: str) -> str:
+        """Read a file."""
+        return (root / path).read_text()
+
+    @function_tool
+    def edit(path: str, oldText: str, newText: str) -> str:  # noqa: N803 - Pi's names for them
+        """Replace a text in a file."""
+        (root / path).write_text((root / path).read_text().replace(oldText, newText))
+        return f"Edited {path}."
+
+    db = root / "agents.db"
+    calls = [
+        ("read", {"path": "app.py"}),
+        ("edit", {"path": "app.py", "oldText": "return 7", "newText": "return 'seven'"}),
+    ]
+    agent = Agent(name="coder", instructions="You are a coding agent.", model=ScriptedModel(calls), tools=[read, edit])
+    config = RunConfig(tracing_disabled=True)
+    session = SQLiteSession("s1", str(db))
+    asyncio.run(Runner.run(agent, "fix f7", session=session, run_config=config))
+    asyncio.run(Runner.run(agent, "is it done?", session=session, run_config=config))
+    session.close()
+    return db
+
+
+def test_a_session_file_replays_with_its_edit_made_on_the_file_shown(tmp_path: Path) -> None:
+    db = session_file(tmp_path)
+    assert (tmp_path / "app.py").read_text() == "def f7():\n    return 'seven'\n"
+    assert detect_format(db) == "openai-agents"
+    t = read_session(db)
+    assert (t.format, t.harness, t.label) == ("openai-agents", "openai", "s1")
+    assert [m["role"] for m in t.messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    run = CliRunner().invoke(cli, ["--store", str(tmp_path / "s.db"), "replay", str(db), "--json"])
+    assert run.exit_code == 0, run.output
+    got = json.loads(run.stdout)
+    result = got["sessions"][0] if "sessions" in got else got
+    assert result["format"] == "openai-agents"
+    assert result["turns"] == 4 == result["frames_verified"]  # each of the model's four replies
+    assert result["edits_total"] == result["edits_with_target_active"] == 1
+    assert result["file_versions"] == 2
+
+
+def test_every_session_of_the_file_is_read_and_only_picks_one(tmp_path: Path) -> None:
+    db = session_file(tmp_path)
+    with sqlite3.connect(db) as conn:  # a second session, as another SQLiteSession("s2", db) writes
+        conn.execute("INSERT INTO agent_sessions (session_id) VALUES ('s2')")
+        conn.execute(
+            "INSERT INTO agent_messages (session_id, message_data) VALUES ('s2', ?)",
+            (json.dumps({"role": "user", "content": "hi"}),),
+        )
+    assert [t.label for t in read_sessions(db)] == ["s1", "s2"]
+    assert [t.label for t in read_sessions(db, only="s2")] == ["s2"]
+    with pytest.raises(InputError, match="no session 'nope'"):
+        read_sessions(db, only="nope")
+    with pytest.raises(InputError, match="an Agents SDK session file"):
+        read_sessions(db, format="opencode")
