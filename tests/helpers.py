@@ -34,6 +34,23 @@ and for cache breaks that pay (tests/context/test_economy.py)."""
 T = TypeVar("T")
 
 
+def disk_tools(root: Path) -> tuple[Callable[[str], str], Callable[[str, str, str], str]]:
+    """``read(path)`` and ``edit(path, oldText, newText)`` (Pi's names for them) on the files
+    below ``root``, for a framework's tool decorator to make its tools of: what an agent a test
+    runs reads and edits on disk."""
+
+    def read(path: str) -> str:
+        """Read a file."""
+        return (root / path).read_text()
+
+    def edit(path: str, oldText: str, newText: str) -> str:  # noqa: N803 - Pi's names for them
+        """Replace a text in a file."""
+        (root / path).write_text((root / path).read_text().replace(oldText, newText))
+        return f"Edited {path}."
+
+    return read, edit
+
+
 def eager_hook(hook_class: Callable[[Any], T], store: Any, sid: str, harness: str, **policy: Any) -> T:
     """``hook_class``'s hook of a new session ``sid`` of ``harness`` in ``store``, under ``EAGER``
     and ``policy``: what the harness tests drive."""

@@ -19,6 +19,7 @@ from langchain_core.tools import tool
 from context_os.cli import cli
 from context_os.errors import InputError
 from context_os.replay.transcripts import detect_format, read_session
+from tests.helpers import disk_tools
 
 APP = "def f7():\n    return 7\n"
 
@@ -46,17 +47,7 @@ class ScriptedModel(BaseChatModel):
 def agent_history(root: Path) -> list[BaseMessage]:
     """The messages of a real agent run that reads app.py and edits it, on disk."""
     (root / "app.py").write_text(APP)
-
-    @tool
-    def read(path: str) -> str:
-        """Read a file."""
-        return (root / path).read_text()
-
-    @tool
-    def edit(path: str, oldText: str, newText: str) -> str:  # noqa: N803 - Pi's names for them
-        """Replace a text in a file."""
-        (root / path).write_text((root / path).read_text().replace(oldText, newText))
-        return f"Edited {path}."
+    read, edit = (tool(f) for f in disk_tools(root))
 
     model = ScriptedModel(
         calls=[

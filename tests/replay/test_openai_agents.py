@@ -18,6 +18,7 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 from context_os.cli import cli
 from context_os.errors import InputError
 from context_os.replay.transcripts import detect_format, read_session, read_sessions
+from tests.helpers import disk_tools
 
 
 class ScriptedModel(Model):
@@ -46,17 +47,7 @@ def session_file(root: Path) -> Path:
     """The session file of two real runs of an agent: one reads and edits app.py, on disk; the
     next, in the same session, answers a question."""
     (root / "app.py").write_text("def f7():\n    return 7\n")
-
-    @function_tool
-    def read(path: str) -> str:
-        """Read a file."""
-        return (root / path).read_text()
-
-    @function_tool
-    def edit(path: str, oldText: str, newText: str) -> str:  # noqa: N803 - Pi's names for them
-        """Replace a text in a file."""
-        (root / path).write_text((root / path).read_text().replace(oldText, newText))
-        return f"Edited {path}."
+    read, edit = (function_tool(f) for f in disk_tools(root))
 
     db = root / "agents.db"
     calls = [
