@@ -51,6 +51,19 @@ def disk_tools(root: Path) -> tuple[Callable[[str], str], Callable[[str, str, st
     return read, edit
 
 
+def replayed(file: Path, store: Path) -> dict[str, Any]:
+    """What ``ctxos replay FILE --json`` reports of the file's (first) session, replayed into the
+    store at ``store``; the command must succeed."""
+    from click.testing import CliRunner
+
+    from context_os.cli import cli
+
+    run = CliRunner().invoke(cli, ["--store", str(store), "replay", str(file), "--json"])
+    assert run.exit_code == 0, run.output
+    got: dict[str, Any] = json.loads(run.stdout)
+    return got["sessions"][0] if "sessions" in got else got
+
+
 def eager_hook(hook_class: Callable[[Any], T], store: Any, sid: str, harness: str, **policy: Any) -> T:
     """``hook_class``'s hook of a new session ``sid`` of ``harness`` in ``store``, under ``EAGER``
     and ``policy``: what the harness tests drive."""

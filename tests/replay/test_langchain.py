@@ -9,17 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, messages_to_dict
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 
-from context_os.cli import cli
 from context_os.errors import InputError
 from context_os.replay.transcripts import detect_format, read_session
-from tests.helpers import disk_tools
+from tests.helpers import disk_tools, replayed
 
 APP = "def f7():\n    return 7\n"
 
@@ -74,10 +72,7 @@ def test_a_saved_agent_history_replays_with_its_edit_made_on_the_file_shown(tmp_
     assert detect_format(path) == "langchain"
     t = read_session(path)
     assert (t.format, t.harness, len(t.messages)) == ("langchain", "langchain", len(history))
-    run = CliRunner().invoke(cli, ["--store", str(tmp_path / "s.db"), "replay", str(path), "--json"])
-    assert run.exit_code == 0, run.output
-    got = json.loads(run.stdout)
-    result = got["sessions"][0] if "sessions" in got else got
+    result = replayed(path, tmp_path / "s.db")
     assert result["format"] == "langchain"
     assert result["turns"] == 3 == result["frames_verified"]  # each of the model's three replies
     assert result["edits_total"] == result["edits_with_target_active"] == 1

@@ -12,13 +12,11 @@ from typing import Any
 import pytest
 from agents import Agent, ModelResponse, RunConfig, Runner, SQLiteSession, Usage, function_tool
 from agents.models.interface import Model
-from click.testing import CliRunner
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
-from context_os.cli import cli
 from context_os.errors import InputError
 from context_os.replay.transcripts import detect_format, read_session, read_sessions
-from tests.helpers import disk_tools
+from tests.helpers import disk_tools, replayed
 
 
 class ScriptedModel(Model):
@@ -79,10 +77,7 @@ def test_a_session_file_replays_with_its_edit_made_on_the_file_shown(tmp_path: P
         "user",
         "assistant",
     ]
-    run = CliRunner().invoke(cli, ["--store", str(tmp_path / "s.db"), "replay", str(db), "--json"])
-    assert run.exit_code == 0, run.output
-    got = json.loads(run.stdout)
-    result = got["sessions"][0] if "sessions" in got else got
+    result = replayed(db, tmp_path / "s.db")
     assert result["format"] == "openai-agents"
     assert result["turns"] == 4 == result["frames_verified"]  # each of the model's four replies
     assert result["edits_total"] == result["edits_with_target_active"] == 1
