@@ -13,6 +13,7 @@
   for the run's reliability report (docs/reliability.md).
 * SIGTERM (a CI's time limit, ``kill``) ends the run as Ctrl-C does: fixtures are torn down, so
   the XTDB nodes and PostgreSQL servers they started are stopped, not left running.
+* The OpenAI Agents SDK's tracing is off: a run would export its traces to OpenAI at exit.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from context_os.store import Store
 from context_os.store import sqlite as sqlite_store
 
 pytest_plugins = ["tests._reliability"]
+
+os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
 
 
 def pytest_configure(config: pytest.Config) -> None:
