@@ -26,6 +26,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from pydantic import ValidationError
+
 from ..context.entries import Entry, Incoming, Msg
 from ..context.ingest import SyncReport
 from ..context.session import Assembly, Session
@@ -46,6 +48,7 @@ __all__ = [
     "MergeCache",
     "check_message_list",
     "fallback_hash",
+    "invalid",
     "message_of",
     "piece_hash",
     "renamed",
@@ -230,6 +233,17 @@ class MergeCache(Generic[M]):
 
 def _incoming_list(translated: Incoming | list[Incoming]) -> list[Incoming]:
     return translated if isinstance(translated, list) else [translated]
+
+
+def invalid(e: ValidationError, index: int | None = None) -> MalformedMessage:
+    """pydantic's first complaint about a harness message as a ``MalformedMessage`` naming the
+    message (``index``, or the list index its location begins with) and the field."""
+    err = e.errors(include_url=False, include_input=False)[0]
+    loc = list(err["loc"])
+    if index is None and loc and isinstance(first := loc[0], int):
+        index = first
+        del loc[0]
+    return MalformedMessage(err["msg"], index=index, field=".".join(map(str, loc)) or None)
 
 
 def check_utf8(value: str, index: int, field: str) -> str:

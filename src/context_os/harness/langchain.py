@@ -51,7 +51,7 @@ from ..context.entries import Incoming, Msg, ToolCall
 from ..errors import ConfigError, HashError, MalformedMessage
 from ..hashing import hash_value
 from ..tokens import CHARS_PER_TOKEN, document_tokens, image_tokens
-from .base import Adapter, ContextHook, check_utf8, fallback_hash, sorted_keys
+from .base import Adapter, ContextHook, check_utf8, fallback_hash, invalid, sorted_keys
 from .pairing import CLOSES, SAYS, Pairing, Reading
 
 if TYPE_CHECKING:
@@ -226,8 +226,7 @@ class LangChainAdapter(Adapter[BaseMessage]):
         try:  # what is stored must make the message again when it is rendered
             _CLASSES[kind](**{k: v for k, v in data.items() if k not in ("type", *_CHUNK_FIELDS)})
         except ValidationError as e:
-            err = e.errors(include_url=False, include_input=False)[0]
-            raise MalformedMessage(err["msg"], index=index, field=".".join(map(str, err["loc"])) or None) from None
+            raise invalid(e, index) from None
         text, blocks = _blocks_text(message.content, index)
         if kind == "chat":
             role = _CHAT_ROLES.get(str(getattr(message, "role", "")), "user")

@@ -21,7 +21,7 @@ from ..context.ingest import SyncReport
 from ..context.session import Session
 from ..errors import ConfigError, MalformedMessage
 from .anthropic import AnthropicAdapter, AnthropicHook
-from .base import Adapter, ContextHook
+from .base import Adapter, ContextHook, invalid
 from .openai import OpenAIAdapter, OpenAIHook
 from .pi import PiAdapter, PiHook, host_tool_observer
 
@@ -94,11 +94,7 @@ def _pydantic_ai_decode(messages: list[Any]) -> list[Any]:
     try:
         return list(ModelMessagesTypeAdapter.validate_python(messages))
     except ValidationError as e:
-        err = e.errors(include_url=False, include_input=False)[0]
-        loc = list(err["loc"])
-        first = loc.pop(0) if loc and isinstance(loc[0], int) else None
-        index = first if isinstance(first, int) else None
-        raise MalformedMessage(err["msg"], index=index, field=".".join(map(str, loc)) or None) from None
+        raise invalid(e) from None
 
 
 def _pydantic_ai_encode(messages: list[Any]) -> list[Any]:
@@ -134,8 +130,7 @@ def _langchain_decode(messages: list[Any]) -> list[Any]:
         try:
             out.extend(messages_from_dict([m]))
         except ValidationError as e:
-            err = e.errors(include_url=False, include_input=False)[0]
-            raise MalformedMessage(err["msg"], index=i, field=".".join(map(str, err["loc"])) or None) from None
+            raise invalid(e, i) from None
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             detail = f"missing {e}" if isinstance(e, KeyError) else str(e)
             raise MalformedMessage(
@@ -182,13 +177,16 @@ HARNESSES: dict[str, Harness] = {
 
 NAMES: tuple[str, ...] = tuple(HARNESSES)
 
+_OPTIONAL = {"pydantic-ai": "pydantic-ai-slim>=2.64,<3", "langchain": "langchain-core>=1.8,<2"}
+"""The harnesses whose adapter needs a package of its own: what to install for each."""
+
 
 def harness(name: str) -> Harness:
     """The harness called ``name``; ``ConfigError`` naming the known ones otherwise."""
     found = HARNESSES.get(name)
     if found is None:
         raise ConfigError(f"unknown harness {name!r}; known: {', '.join(NAMES)}")
-    optional = {"pydantic-ai": "pydantic-ai-slim>=2.64,<3", "langchain": "langchain-core>=1.8,<2"}
+    optional = _OPTIONAL
     if name in optional:
         try:
             importlib.import_module(f".{name.replace('-', '_')}", __package__)
