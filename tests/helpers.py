@@ -428,12 +428,44 @@ def wait_for(check: Callable[[], T], what: str = "condition", timeout: float = 1
         time.sleep(0.01)
 
 
+def _gemini_refused(body: dict[str, Any]) -> str | None:
+    """What the Gemini API says of contents with an empty turn, a function response turn that does
+    not follow a call turn or answers another number of calls, or (Gemini 3) a call of the current
+    turn (since the user's last text) sent back without the signature the model gave its turn's
+    first call; None: accepted."""
+    contents: list[dict[str, Any]] = body.get("contents") or []
+    current = max((k for k, c in enumerate(contents) if c.get("role") == "user" and
+                   any("text" in p for p in c.get("parts") or ())), default=0)  # fmt: skip
+    for k, c in enumerate(contents):
+        parts = c.get("parts") or []
+        if not parts:
+            return f"contents.{k}.parts: must not be empty"
+        responses = sum("functionResponse" in p for p in parts)
+        calls = [p for p in parts if "functionCall" in p]
+        if responses:
+            before = contents[k - 1] if k else {}
+            asked = sum("functionCall" in p for p in before.get("parts") or ()) if before.get("role") == "model" else 0
+            if not asked:
+                return "Please ensure that function response turn comes immediately after a function call turn."
+            if asked != responses:
+                return (
+                    "Please ensure that the number of function response parts is equal to the number of"
+                    " function call parts of the function call turn."
+                )
+        if calls and k > current and "thoughtSignature" not in calls[0]:
+            name = calls[0]["functionCall"].get("name")
+            return f"Function call `{name}` in the {k + 1}. content block is missing a `thought_signature`."
+    return None
+
+
 def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
-    """What each API (``openai`` chat completions, ``anthropic`` messages, ``responses``) says of a
+    """What each API (``openai`` chat completions, ``anthropic`` messages, ``responses``, ``gemini``) says of a
     request whose tool calls and results do not pair, or (Anthropic) that holds an empty text
     block, a text before a tool result in a user message, more than four cache breakpoints or one
     on a thinking block; None: accepted. The
     scripted models of the proxy and Pi tests refuse it, as the providers do."""
+    if api == "gemini":
+        return _gemini_refused(body)
     if api == "responses":
         items: list[Any] = body["input"] if isinstance(body.get("input"), list) else []
         called: set[Any] = set()

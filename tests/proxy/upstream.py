@@ -1,9 +1,11 @@
-"""A scripted provider on 127.0.0.1 for the proxy tests: OpenAI chat completions and responses and
-Anthropic messages, JSON or streamed, recording every request (body and headers) it received. Only the
-model is fake: the proxy, the SDK clients and the HTTP in between are real."""
+"""A scripted provider on 127.0.0.1 for the proxy tests: OpenAI chat completions and responses,
+Anthropic messages and Gemini's generateContent, JSON or streamed, recording every request (body
+and headers) it received. Only the model is fake: the proxy, the SDK clients and the HTTP in
+between are real."""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import struct
@@ -143,6 +145,46 @@ def _anthropic_events(reply: str | ToolCall, n: int, thinking: bool = False) -> 
         "message_delta", {"delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 5}}
     )
     yield event("message_stop", {})
+
+
+def signature(n: int) -> str:
+    """The signature of the n-th answer's call (opaque base64, as Gemini gives it)."""
+    return base64.b64encode(f"signature of answer {n}".encode()).decode()
+
+
+def _gemini_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
+    """A Gemini answer: a text, or a call (with a preamble if it says one) signed as Gemini 3 signs
+    a turn's first call (its ``thoughtSignature``, which must come back with it)."""
+    if isinstance(reply, ToolCall):
+        parts: list[dict[str, Any]] = [{"text": reply.say}] if reply.say else []
+        parts.append({"functionCall": {"name": reply.name, "args": reply.args}, "thoughtSignature": signature(n)})
+    else:
+        parts = [{"text": reply}]
+    usage = {"promptTokenCount": 100, "candidatesTokenCount": 5, "totalTokenCount": 105}
+    candidate = {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
+    return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "m", "responseId": f"resp-{n}"}
+
+
+def _gemini_events(reply: str | ToolCall, n: int) -> Iterator[bytes]:
+    """The same streamed (``alt=sse``): a text in two events, the second ending the answer; a call
+    whole in one event after its preamble's, with the end."""
+    whole = _gemini_json(reply, n)
+    candidate = whole["candidates"][0]
+    parts = candidate["content"]["parts"]
+    if isinstance(reply, ToolCall):
+        pieces = [parts[:-1], parts[-1:]] if len(parts) > 1 else [parts]
+    else:
+        text = parts[0]["text"]
+        pieces = [[{"text": text[: len(text) // 2]}], [{"text": text[len(text) // 2 :]}]]
+    for k, piece in enumerate(pieces):
+        last = k == len(pieces) - 1
+        c = {"content": {"role": "model", "parts": piece}, "index": 0} | ({"finishReason": "STOP"} if last else {})
+        event = {"candidates": [c], "modelVersion": "m", "responseId": f"resp-{n}"}
+        yield (
+            b"data: "
+            + json.dumps(event | ({"usageMetadata": whole["usageMetadata"]} if last else {})).encode()
+            + b"\r\n\r\n"
+        )
 
 
 def _openai_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
@@ -320,6 +362,27 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 return
             self._send(up.other_status, json.dumps(answer).encode())
 
+        def _gemini(self, body: dict[str, Any], text: str | ToolCall, *, streamed: bool) -> None:
+            n = len(up.requests)
+            status = up.errors.get(n, up.status)
+            refused = pairing_refused("gemini", body)
+            if status != 200 or refused is not None:
+                code, why = (status, "slow down") if status != 200 else (400, refused)
+                name = "RESOURCE_EXHAUSTED" if code == 429 else "INVALID_ARGUMENT"
+                self._send(code, json.dumps({"error": {"code": code, "message": why, "status": name}}).encode())
+                return
+            if not streamed:
+                self._send(200, json.dumps(_gemini_json(text, n)).encode())
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for event in _gemini_events(text, n):
+                self.wfile.write(event)
+                self.wfile.flush()
+            self.close_connection = True
+
         def do_GET(self) -> None:  # noqa: N802 - a model list, as either API gives it
             model = {"id": "m", "object": "model", "created": 0, "owned_by": "x", "type": "model",
                      "display_name": "M", "created_at": "2026-01-01T00:00:00Z"}  # fmt: skip
@@ -333,7 +396,15 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 self._other({"input_tokens": 7})
                 return
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            if ":countTokens" in self.path:
+                with up.lock:
+                    up.other.append(f"{self.command} {self.path}")
+                self._send(200, json.dumps({"totalTokens": 7}).encode())
+                return
             text = up.record(body, dict(self.headers.items()))
+            if ":generateContent" in self.path or ":streamGenerateContent" in self.path:
+                self._gemini(body, text, streamed=":streamGenerateContent" in self.path)
+                return
             anthropic = self.path.startswith("/v1/messages")
             responses = self.path.startswith("/v1/responses")
             page = up.pages.get(len(up.requests))

@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "memory": ("memory", "Markdown memory scopes (alone: show them)."),
     "mesh": ("mesh", "Agents on the mesh: list them, send one a message, broadcast."),
     "objects": ("objects", "One object, by id or file path: inspect, evict."),
-    "proxy": ("proxy", "An OpenAI/Anthropic-compatible proxy for any agent."),
+    "proxy": ("proxy", "An OpenAI/Anthropic/Gemini-compatible proxy for any agent."),
     "recall": ("recall", "Search past messages, tool outputs, files and memories."),
     "replay": ("replay", "Replay a recorded session file and measure every model call."),
     "serve": ("serve", "Serve JSON-RPC 2.0 to harnesses that are not Python."),

@@ -1,4 +1,4 @@
-"""``ctxos proxy``: the OpenAI/Anthropic-compatible proxy (server/proxy.py)."""
+"""``ctxos proxy``: the OpenAI/Anthropic/Gemini-compatible proxy (server/proxy.py)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,11 @@ from ._common import (
     help="The provider's origin, e.g. https://api.openai.com (the request's path /v1/… is added to it).",
 )
 @click.option("--anthropic-upstream", metavar="URL", help="Another origin for /v1/messages (default: --upstream).")
+@click.option(
+    "--gemini-upstream",
+    metavar="URL",
+    help="The origin for the Gemini API (/v1beta/models/…) [default: https://generativelanguage.googleapis.com].",
+)
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=8787, show_default=True, help="The port on 127.0.0.1 (0: any)."
 )
@@ -83,6 +88,7 @@ def proxy_cmd(
     ctx: click.Context,
     upstream: str,
     anthropic_upstream: str | None,
+    gemini_upstream: str | None,
     port: int,
     timeout: float,
     recall: bool,
@@ -95,12 +101,13 @@ def proxy_cmd(
     track: bool,
     verbose: int,
 ) -> None:
-    """An OpenAI/Anthropic-compatible proxy for any agent.
+    """An OpenAI/Anthropic/Gemini-compatible proxy for any agent.
 
     Point the agent's base URL at http://127.0.0.1:PORT/v1 (OpenAI chat completions or
-    responses: Codex CLI) or http://127.0.0.1:PORT (Anthropic); its API key goes upstream
-    untouched. Each conversation is a session (X-Context-OS-Session names one); the context sent
-    upstream is the assembled one. See docs/proxy.md."""
+    responses: Codex CLI) or http://127.0.0.1:PORT (Anthropic; Gemini: Gemini CLI's
+    GOOGLE_GEMINI_BASE_URL); its API key goes upstream untouched. Each conversation is a
+    session (X-Context-OS-Session names one); the context sent upstream is the assembled one.
+    See docs/proxy.md."""
     from ..server.proxy import Proxy, make_proxy_server, upstream_origin
     from ..server.transports import listen_socket, new_token, write_token_file
     from ..sources.recall import open_recall
@@ -111,6 +118,8 @@ def proxy_cmd(
     upstream_origin(upstream, "--upstream")
     if anthropic_upstream is not None:
         upstream_origin(anthropic_upstream, "--anthropic-upstream")
+    if gemini_upstream is not None:
+        upstream_origin(gemini_upstream, "--gemini-upstream")
     sock = listen_socket("127.0.0.1", port)
     with ExitStack() as stack:
         stack.callback(sock.close)
@@ -128,6 +137,7 @@ def proxy_cmd(
             store,
             upstream,
             anthropic_upstream=anthropic_upstream,
+            gemini_upstream=gemini_upstream,
             timeout=timeout,
             recall=engine,
             workspace=workspace,
@@ -141,7 +151,7 @@ def proxy_cmd(
             ready_to_serve()  # before the line a supervisor waits for: connections wait in the backlog
             print(
                 f"ctxos proxy: listening on http://127.0.0.1:{bound} (OpenAI base URL http://127.0.0.1:{bound}/v1, "
-                f"Anthropic base URL http://127.0.0.1:{bound}) -> {upstream} (status token in {token_file})",
+                f"Anthropic and Gemini base URL http://127.0.0.1:{bound}) -> {upstream} (status token in {token_file})",
                 file=sys.stderr,
                 flush=True,
             )

@@ -1,11 +1,13 @@
-"""``ctxos proxy``: an OpenAI- and Anthropic-compatible HTTP proxy that puts context_os in front of
-any agent that lets you set its base URL.
+"""``ctxos proxy``: an OpenAI-, Anthropic- and Gemini-compatible HTTP proxy that puts context_os in
+front of any agent that lets you set its base URL.
 
 The agent sends its whole conversation, as it would to the provider. The proxy gives the messages
 to the same hook the library uses (harness ``openai`` for ``/v1/chat/completions``, ``anthropic``
 for ``/v1/messages``, ``openai`` for ``/v1/responses`` with its input items translated by
-harness/responses.py), sends the *assembled* context upstream in the original request's place,
-and relays the reply unchanged: a JSON body as it came, a stream chunk by chunk as it comes.
+harness/responses.py and for the Gemini API's ``models/{model}:generateContent`` and
+``:streamGenerateContent`` with its contents translated by harness/gemini.py), sends the
+*assembled* context upstream in the original request's place, and relays the reply unchanged: a
+JSON body as it came, a stream chunk by chunk as it comes.
 A Responses request that continues a conversation the provider keeps (``previous_response_id``)
 goes upstream as it came.
 
@@ -17,7 +19,8 @@ goes upstream as it came.
 * **Failing open.** If context_os fails on a request (a message it cannot read, a store that is
   down), the original messages go upstream instead, the failure is logged once per session, and
   the agent never sees an error of ours. If the upstream cannot be reached, the client gets an
-  error in its API's own shape (OpenAI's ``{"error": …}``, Anthropic's ``{"type": "error", …}``).
+  error in its API's own shape (OpenAI's ``{"error": …}``, Anthropic's ``{"type": "error", …}``,
+  Google's ``{"error": {"code", "message", "status"}}``).
 * **Security.** It listens on 127.0.0.1 only and refuses a request whose ``Host`` is not the
   loopback address it bound (DNS rebinding) or that carries a browser ``Origin``, and (on Linux)
   one over a connection of another user's process: naming a session gives its context.
@@ -53,6 +56,7 @@ from ..context.session import Session, close_sessions
 from ..context.source_tools import SourceTools
 from ..errors import ConfigError
 from ..files import FileTools, Trackers, Workspace
+from ..harness import gemini
 from ..harness.anthropic import without_cache_marks
 from ..harness.registry import harness
 from ..harness.responses import to_chat, to_items
@@ -97,7 +101,7 @@ log = logging.getLogger("context_os.proxy")
 SESSION_HEADER = "X-Context-OS-Session"
 OFFERED = frozenset({"read", "activate", "deactivate", "pin", "unpin", "lines", "history", "recall"})
 """Our tools the model may be offered (never write, edit or the like: the agent's own do that)."""
-Api = Literal["openai", "anthropic", "responses"]
+Api = Literal["openai", "anthropic", "responses", "gemini"]
 ROUTES: dict[str, Api] = {
     "/v1/chat/completions": "openai",
     "/chat/completions": "openai",
@@ -105,6 +109,15 @@ ROUTES: dict[str, Api] = {
     "/v1/responses": "responses",
     "/responses": "responses",
 }
+GEMINI_ROUTE = re.compile(
+    r"/(?:(?:v1|v1beta|v1alpha)|(?:v1|v1beta1)/projects/[^/]+/locations/[^/]+/publishers/google)"
+    r"/models/[^/:]+:(?:generateContent|streamGenerateContent)"
+)
+"""The Gemini API's model calls (``models/{model}:generateContent``, ``:streamGenerateContent``),
+on Vertex AI too (``projects/{project}/locations/{location}/publishers/google/models/…``); its
+other endpoints (``countTokens``, ``embedContent``, the model list) go upstream untouched."""
+GEMINI_ORIGIN = "https://generativelanguage.googleapis.com"
+"""The Gemini API's origin: the Gemini upstream unless ``--gemini-upstream`` names another."""
 STATUS_PATH = "/_context_os/status"
 """``GET`` here answers the proxy's own status (``Proxy.status``), not the upstream's: no
 provider's API has a path that starts with ``/_context_os``."""
@@ -138,7 +151,10 @@ def derive_session(api: Api, body: Mapping[str, Any]) -> str:
     (``Proxy._route``): the first to reply keeps this session.
     A Responses conversation: of its ``prompt_cache_key`` if it has one (Codex CLI's is its
     conversation id), else of its instructions and every item before the model's first (Codex's
-    first user message is its environment, the same for every conversation in one directory)."""
+    first user message is its environment, the same for every conversation in one directory).
+    A Gemini conversation: of its system instruction and first user content (Gemini CLI's is its
+    session context: the date and the workspace's files), told from another that starts alike
+    by its first reply."""
     if api == "responses":
         key = body.get("prompt_cache_key")
         if isinstance(key, str) and key:
@@ -150,6 +166,12 @@ def derive_session(api: Api, body: Mapping[str, Any]) -> str:
             cut = next((k for k, i in enumerate(items) if isinstance(i, Mapping) and _produced(i)), len(items))
             start = {"instructions": body.get("instructions"), "items": items[:cut]}
         return f"proxy-{hash_value({'api': api, **start}).removeprefix(HASH_PREFIX)[:16]}"
+    if api == "gemini":
+        contents = body.get("contents")
+        said = contents if isinstance(contents, list) else []
+        first_content = next((c for c in said if isinstance(c, Mapping) and c.get("role", "user") == "user"), None)
+        begun_gemini = {"api": api, "system": body.get("systemInstruction"), "first": first_content}
+        return f"proxy-{hash_value(begun_gemini).removeprefix(HASH_PREFIX)[:16]}"
     found = body.get("messages")
     messages: list[Any] = found if isinstance(found, list) else []
     system: Any = body.get("system")
@@ -218,6 +240,26 @@ def provider_clearing(body: Mapping[str, Any]) -> list[str]:
     return [k for k in kinds if isinstance(k, str) and k.startswith("clear_tool_uses")]
 
 
+def _first_reply(api: Api, body: Mapping[str, Any]) -> Any:
+    """What the model first said in a request's conversation (``_said``), None before it said anything."""
+    if api == "gemini":
+        contents = body.get("contents")
+        said = contents if isinstance(contents, list) else []
+        reply = next((c for c in said if isinstance(c, Mapping) and c.get("role") == "model"), None)
+        parts = reply.get("parts") if reply is not None else None
+        if not isinstance(parts, list):
+            return None
+        return [
+            {k: p.get(k) for k in ("text", "functionCall")}
+            for p in parts
+            if isinstance(p, Mapping) and not p.get("thought") and ("text" in p or "functionCall" in p)
+        ]
+    messages = body.get("messages")
+    said = messages if isinstance(messages, list) else []
+    found = next((m for m in said if isinstance(m, Mapping) and m.get("role") == "assistant"), None)
+    return None if found is None else _said(found)
+
+
 def _said(reply: Mapping[str, Any]) -> Any:
     """What tells a model's reply apart, as a client sends it back: its text and its calls (not
     its reasoning, nor a cache breakpoint: a client may drop or move them later)."""
@@ -239,16 +281,17 @@ def _produced(item: Mapping[str, Any]) -> bool:
 
 
 def _one_choice(body: Mapping[str, Any]) -> bool:
-    """A chat request for one choice: ours are offered only then. With ``n`` over 1 a round of
-    ours would go on from the first choice alone, its answer given as every choice (and, streamed,
-    mixed with the other choices' text of the round before)."""
-    n = body.get("n")
+    """A chat request for one choice (a Gemini one for one candidate): ours are offered only then.
+    With ``n`` over 1 a round of ours would go on from the first choice alone, its answer given as
+    every choice (and, streamed, mixed with the other choices' text of the round before)."""
+    config = body.get("generationConfig")
+    n = config.get("candidateCount") if isinstance(config, Mapping) else body.get("n")
     return not (isinstance(n, int) and not isinstance(n, bool) and n > 1)
 
 
 def _key(api: Api) -> str:
-    """Where a request's conversation is: ``input`` (responses) or ``messages``."""
-    return "input" if api == "responses" else "messages"
+    """Where a request's conversation is: ``input`` (responses), ``contents`` (Gemini) or ``messages``."""
+    return {"responses": "input", "gemini": "contents"}.get(api, "messages")
 
 
 def _client(plan: Plan) -> list[Any]:
@@ -272,8 +315,22 @@ def error_body(api: Api, status: int, message: str) -> bytes:
         else:
             kind = "overloaded_error" if status in (502, 503) else "api_error"
         return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+    if api == "gemini":  # Google's shape: the code, and its gRPC status's name
+        name = _GOOGLE_STATUS.get(status, "INVALID_ARGUMENT" if status < 500 else "INTERNAL")
+        return json.dumps({"error": {"code": status, "message": message, "status": name}}).encode()
     kind = "invalid_request_error" if status < 500 else "upstream_error"
     return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
+
+
+_GOOGLE_STATUS = {
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
 
 
 def stream_error(api: Api, status: int, raw: bytes) -> bytes:
@@ -363,6 +420,7 @@ class Proxy:
         upstream: str,
         *,
         anthropic_upstream: str | None = None,
+        gemini_upstream: str | None = None,
         timeout: float = 600.0,
         recall: Recall | None = None,
         workspace: str | Path | None = None,
@@ -371,7 +429,8 @@ class Proxy:
         idle_close_s: float | None = IDLE_CLOSE_S,
     ):
         """``upstream``: the provider's origin (``https://api.openai.com``), the request's path is
-        added to it; ``anthropic_upstream`` for ``/v1/messages`` if it is another one. With
+        added to it; ``anthropic_upstream`` for ``/v1/messages`` if it is another one;
+        ``gemini_upstream`` for the Gemini API (by default ``GEMINI_ORIGIN``). With
         ``recall``, the model is offered the ``recall`` tool too; with ``workspace`` (the agent's
         directory), ``read`` (files as versioned objects). ``tool_names``: which of the agent's
         tools read, write and edit files, whose calls keep its files as objects: ``auto`` (the
@@ -396,6 +455,7 @@ class Proxy:
                 anthropic_upstream or upstream, "--anthropic-upstream" if anthropic_upstream else "--upstream"
             ),
             "responses": upstream_origin(upstream, "--upstream"),
+            "gemini": upstream_origin(gemini_upstream or GEMINI_ORIGIN, "--gemini-upstream"),
         }
         self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
         self._lock = threading.Lock()
@@ -514,7 +574,7 @@ class Proxy:
         whose exchanges with our tools it takes over. ``keyless``: a session named by how its
         conversation starts alone, which another conversation starting alike may reach
         (``_departing``)."""
-        name = "openai" if api == "responses" else api  # its items are translated to chat messages
+        name = "openai" if api in ("responses", "gemini") else api  # translated to chat messages
         with self._lock:
             if self._closed:  # its session would be opened after the others were closed, and stay open
                 raise ProxyStopping
@@ -658,10 +718,11 @@ class Proxy:
         found.kept = _places(found.hidden)
         return found
 
-    def prepare(self, api: Api, headers: Mapping[str, str], body: dict[str, Any]) -> Plan:
+    def prepare(self, api: Api, headers: Mapping[str, str], body: dict[str, Any], *, tools: bool = True) -> Plan:
         """What to send upstream for a client's request: the assembled context in place of its
-        messages (with the exchanges it did not see spliced back in), our tools beside its own;
-        on any failure of ours, the request as it came."""
+        messages (with the exchanges it did not see spliced back in), our tools beside its own
+        (``tools``: if the request's answer can be read for their calls); on any failure of ours,
+        the request as it came."""
         with self._lock:
             self.counts["requests"] += 1
             closed = self._closed
@@ -685,7 +746,7 @@ class Proxy:
             for _ in range(MAX_FORKS):
                 conv = self._conversation(api, session_id, started, keyless=keyless)
                 try:
-                    plan = self._plan(Plan(api, body, body, conv), offer=_one_choice(body))
+                    plan = self._plan(Plan(api, body, body, conv), offer=tools and _one_choice(body))
                     break
                 except AnotherConversation as other:  # it starts as this one does, and then differs
                     session_id, started, conv = other.session, None, None
@@ -709,13 +770,11 @@ class Proxy:
         one that holds nothing but the start, so that none is ever sent what another read."""
         if api == "responses" or _client_key(api, body) is not None:
             return begun, None
-        messages = body.get("messages")
-        said = messages if isinstance(messages, list) else []
-        reply = next((m for m in said if isinstance(m, Mapping) and m.get("role") == "assistant"), None)
+        reply = _first_reply(api, body)
         claimed = self._claimed(begun)
         if reply is None:
             return (begun, None) if claimed is None else (_fork(begun, None), None)
-        mine = hash_value(_said(reply))
+        mine = hash_value(reply)
         if claimed is None:
             claimed = self._claim(begun, mine)  # (another request may have claimed it since)
         return (begun, None) if claimed == mine else (_fork(begun, mine), _fork(begun, None))
@@ -832,7 +891,8 @@ class Proxy:
                 else []
             )
         if schemas:
-            ours = d.definitions(schemas) if plan.api == "responses" else conv.hook.adapter.tool_definitions(schemas)
+            own = plan.api in ("responses", "gemini")  # (their definitions are not the OpenAI hook's)
+            ours = d.definitions(schemas) if own else conv.hook.adapter.tool_definitions(schemas)
             body["tools"] = [*(plan.original.get("tools") or []), *ours]
         return Plan(plan.api, body, plan.original, conv, frozenset(t["name"] for t in schemas))
 
@@ -879,6 +939,10 @@ class Proxy:
     def _assemble(self, api: Api, hook: ContextHook[Any], body: dict[str, Any]) -> dict[str, Any]:
         if api == "responses":
             return dict(body, input=to_items(hook.transform_context(to_chat(body.get("input")))))
+        if api == "gemini":
+            system = body.get("systemInstruction")
+            contents, system = gemini.to_contents(hook.transform_context(gemini.to_chat(body.get("contents"), system)))
+            return dict(body, contents=contents) | ({"systemInstruction": system} if system is not None else {})
         h = harness(api)
         messages = h.decode(list(body.get("messages") or []))
         out = dict(body)
@@ -898,12 +962,51 @@ class Proxy:
         return base + path
 
 
+def _managed(path: str) -> Api | None:
+    """The API of a request whose conversation the proxy manages, by its path; None for others."""
+    route = path.split("?")[0].rstrip("/")
+    return ROUTES.get(route) or ("gemini" if GEMINI_ROUTE.fullmatch(route) else None)
+
+
+def _streamed(api: Api, path: str, body: Mapping[str, Any]) -> bool:
+    """Whether a request asks for its answer streamed (Gemini: by its method, not its body)."""
+    if api == "gemini":
+        return urlsplit(path).path.endswith(":streamGenerateContent")
+    return bool(body.get("stream"))
+
+
+def _readable(api: Api, path: str, body: Mapping[str, Any]) -> bool:
+    """Whether our tools may be offered by the shape of the answer asked for: not to a Gemini
+    request for structured output (a JSON answer: Gemini CLI's checks on the side; Gemini refuses
+    tools with it), nor for a stream that is no server-sent events (``alt=sse``: the proxy reads
+    no other for calls)."""
+    if api != "gemini":
+        return True
+    config = body.get("generationConfig")
+    config = config if isinstance(config, Mapping) else {}
+    structured = config.get("responseMimeType") not in (None, "text/plain") or any(
+        config.get(k) is not None for k in ("responseSchema", "responseJsonSchema")
+    )
+    sse = not _streamed(api, path, body) or "alt=sse" in urlsplit(path).query.split("&")
+    return sse and not structured
+
+
 def _provider(path: str, headers: Any) -> Api:
     """Whose API a request the proxy does not manage is for: Anthropic's for a path under
     ``/v1/messages`` (``count_tokens``, batches) or one carrying the ``anthropic-version`` header
-    its SDKs and Claude Code always send, else OpenAI's (``--anthropic-upstream`` gets the first).
+    its SDKs and Claude Code always send; Gemini's for a path under ``/v1beta/`` or ``/v1alpha/``
+    (or Vertex AI's ``/v1/projects/``), a model's method (``/v1/models/{model}:countTokens``) or
+    one carrying Google's API key (``x-goog-api-key``, or ``key=`` in the query), else OpenAI's
+    (``--anthropic-upstream`` gets the first, ``--gemini-upstream`` the second).
     ``headers``: the request's (``http.server``'s, whose names match in any case)."""
-    route = path.split("?")[0]
+    route, _, query = path.partition("?")
+    if (
+        route.startswith(("/v1beta/", "/v1alpha/", "/v1/projects/", "/v1beta1/projects/"))
+        or re.fullmatch(r"/v1/models/[^/]+:\w+", route)
+        or headers.get("x-goog-api-key") is not None
+        or any(p.startswith("key=") for p in query.split("&"))
+    ):
+        return "gemini"
     if route.startswith(("/v1/messages/", "/messages/")) or headers.get("anthropic-version") is not None:
         return "anthropic"
     return "openai"
@@ -1099,7 +1202,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             raise AttributeError(name)
 
         def do_POST(self) -> None:  # noqa: N802
-            api = ROUTES.get(self.path.split("?")[0].rstrip("/"))
+            api = _managed(self.path)
             other = _provider(self.path, self.headers)  # the provider of a request we do not manage
             if not self._admitted(api or other):
                 return
@@ -1124,7 +1227,9 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             if not isinstance(body, dict):
                 self._reply(400, error_body(api, 400, "the request body is not a JSON object"))
                 return
-            plan = proxy.prepare(api, {k: v for k, v in self.headers.items()}, body)
+            plan = proxy.prepare(
+                api, {k: v for k, v in self.headers.items()}, body, tools=_readable(api, self.path, body)
+            )
             if plan.ours:
                 self._upstream(api, lambda: self._rounds(plan))
             else:
@@ -1259,7 +1364,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             """Upstream until the model answers without calling one of our tools."""
             d = dialect(plan.api)
             url = proxy.upstream_url(plan.api, self.path)
-            streaming = bool(plan.original.get("stream"))
+            streaming = _streamed(plan.api, self.path, plan.original)
             started = False
             offset = 0
             response_id: str | None = None
@@ -1522,6 +1627,9 @@ def _text_of(api: Api, message: Mapping[str, Any]) -> str | None:
     if api == "openai":
         content = message.get("content")
         return content if isinstance(content, str) and content else None
+    if api == "gemini":
+        parts = message.get("parts") or []
+        return "".join(p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought")) or None
     texts = [
         b.get("text", "") for b in message.get("content") or [] if isinstance(b, Mapping) and b.get("type") == "text"
     ]

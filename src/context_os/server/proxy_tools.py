@@ -13,11 +13,12 @@ dropped.
 A response that calls ours and the client's together: ours run, the client's are dropped, and
 the model, seeing our results, calls the client's again.
 
-This module speaks the three wire formats (``Dialect``: chat completions, messages, responses):
+This module speaks the four wire formats (``Dialect``: chat completions, messages, responses,
+Gemini's generateContent):
 which tools a request declares, how a response names its calls, how a stream is read
 (``StreamFilter``: text passes on at once, tool calls are held until the response ends and it is
 known whether any is ours). Our tools are declared in each format by the harness adapters
-(``tool_definitions``), or for the Responses API here (``ResponsesDialect.definitions``). In the
+(``tool_definitions``), or for the Responses and Gemini APIs here (``definitions``). In the
 Responses API the exchange the client did not see is the response's own output items (its
 reasoning and text with our calls; the client's calls dropped; streamed, the client has every
 item but the calls, so only ours) and our calls' outputs.
@@ -78,10 +79,21 @@ def _without_results(message: Any) -> Any:
         return {k: v for k, v in message.items() if k != "content"}
     if message.get("type") in OUTPUTS:  # a Responses output item
         return {k: v for k, v in message.items() if k != "output"}
+    parts = message.get("parts")
+    if isinstance(parts, list) and any(isinstance(p, Mapping) and "functionResponse" in p for p in parts):  # Gemini
+        return {**message, "parts": [_without_response(p) for p in parts]}
     content = message.get("content")
     if isinstance(content, list) and any(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content):
         return {**message, "content": [_without_results(b) for b in content]}
     return message
+
+
+def _without_response(part: Any) -> Any:
+    """A Gemini part without what its function response says."""
+    fr = part.get("functionResponse") if isinstance(part, Mapping) else None
+    if not isinstance(fr, Mapping):
+        return part
+    return {**part, "functionResponse": {k: v for k, v in fr.items() if k != "response"}}
 
 
 def splice(messages: list[Any], hidden: list[Hidden]) -> tuple[list[Any], list[Hidden]]:
@@ -288,13 +300,99 @@ class ResponsesDialect:
         return [*items, *outputs]
 
 
+class GeminiDialect:
+    """``models/{model}:generateContent`` and ``:streamGenerateContent``. A call the model made
+    without an ``id`` (Gemini models give none) is a ``Call`` with the id ``""``, and its response
+    goes back without one, matched by its name and place."""
+
+    @staticmethod
+    def tool_names(tools: Any) -> set[str]:
+        return {
+            d["name"]
+            for t in tools if isinstance(t, Mapping) and isinstance(t.get("functionDeclarations"), list)
+            for d in t["functionDeclarations"] if isinstance(d, Mapping) and isinstance(d.get("name"), str)
+        } if isinstance(tools, list) else set()  # fmt: skip
+
+    @staticmethod
+    def definitions(schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Our tools as one tool of function declarations (their parameters as JSON Schema)."""
+        declarations = [
+            {
+                "name": s["name"],
+                "description": s.get("description", ""),
+                "parametersJsonSchema": s.get("parameters", {"type": "object", "properties": {}}),
+            }
+            for s in schemas
+        ]
+        return [{"functionDeclarations": declarations}]
+
+    @staticmethod
+    def calls(response: Mapping[str, Any]) -> tuple[list[Call], dict[str, Any]]:
+        """The calls of a JSON response's first candidate, and its parts (``output``)."""
+        candidates = response.get("candidates")
+        first = candidates[0] if isinstance(candidates, list) and candidates else None
+        content = first.get("content") if isinstance(first, Mapping) else None
+        found = content.get("parts") if isinstance(content, Mapping) else None
+        parts = [dict(p) for p in found if isinstance(p, Mapping)] if isinstance(found, list) else []
+        return _gemini_calls(parts), {"parts": parts, "output": parts}
+
+    @staticmethod
+    def exchange(
+        text: str | None, calls: list[Call], results: list[str], output: list[Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """``output``: the reply's parts; those of the client's calls are dropped, a signature
+        they carried going to our first call (Gemini signs a turn's first call: it refuses the
+        turn sent back without it)."""
+        if output is not None:
+            ours = {id(p) for p in _ours_of(output, calls)}
+            parts = [dict(p) for p in output if "functionCall" not in p or id(p) in ours]
+            signature = next((p["thoughtSignature"] for p in output if "thoughtSignature" in p), None)
+            first = next((p for p in parts if "functionCall" in p), None)
+            if signature is not None and first is not None and not any("thoughtSignature" in p for p in parts):
+                first["thoughtSignature"] = signature
+        else:
+            parts = [{"text": text}] if text else []
+            parts += [{"functionCall": {"name": c.name, "args": c.arguments}} for c in calls]
+        responses = [
+            {"functionResponse": {**({"id": c.id} if c.id else {}), "name": c.name, "response": {"output": r}}}
+            for c, r in zip(calls, results, strict=True)
+        ]
+        return [{"role": "model", "parts": parts}, {"role": "user", "parts": responses}]
+
+
+def _gemini_calls(parts: Sequence[Mapping[str, Any]]) -> list[Call]:
+    out = []
+    for p in parts:
+        fc = p.get("functionCall")
+        if isinstance(fc, Mapping):
+            args = fc.get("args")
+            out.append(Call(str(fc.get("id") or ""), str(fc.get("name", "")), args if isinstance(args, dict) else {}))
+    return out
+
+
+def _ours_of(parts: list[Any], calls: list[Call]) -> list[Any]:
+    """The parts of ``parts`` that are the calls ``calls`` (ours), each taken once, in order."""
+    wanted = [(c.id, c.name, json.dumps(c.arguments, sort_keys=True)) for c in calls]
+    out = []
+    for p in parts:
+        fc = p.get("functionCall") if isinstance(p, Mapping) else None
+        if isinstance(fc, Mapping):
+            key = (str(fc.get("id") or ""), fc.get("name"), json.dumps(fc.get("args") or {}, sort_keys=True))
+            if key in wanted:
+                wanted.remove(key)
+                out.append(p)
+    return out
+
+
 def _ours(item: Mapping[str, Any], ours: set[str]) -> bool:
     """Whether a Responses item is a call of our tools (a function call ``ours`` names)."""
     return item.get("type") == "function_call" and item.get("call_id") in ours
 
 
 def dialect(api: str) -> Any:
-    return AnthropicDialect if api == "anthropic" else ResponsesDialect if api == "responses" else OpenAIDialect
+    return {"anthropic": AnthropicDialect, "responses": ResponsesDialect, "gemini": GeminiDialect}.get(
+        api, OpenAIDialect
+    )
 
 
 def sse_events(parts: Iterator[bytes]) -> Iterator[bytes]:
@@ -407,6 +505,8 @@ class StreamFilter:
     """Responses: the output items of the response, by index, as they were done."""
     thinking: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Anthropic: the thinking blocks of the response, by index."""
+    _parts: list[dict[str, Any]] = field(default_factory=list)
+    """Gemini: the parts of the calls the response made."""
     _reasoning: dict[int, list[bytes]] = field(default_factory=dict)
     """Responses: the events of the reasoning items held until the item after them is known."""
     response_id: str | None = None
@@ -419,6 +519,8 @@ class StreamFilter:
             return self._anthropic(event, data)
         if self.api == "responses":
             return self._responses(event, data)
+        if self.api == "gemini":
+            return self._gemini(event, data)
         return self._openai(event, data)
 
     def _responses(self, event: bytes, data: Any) -> bytes:
@@ -527,6 +629,37 @@ class StreamFilter:
             return b""
         return event
 
+    def _gemini(self, event: bytes, data: Any) -> bytes:
+        """Gemini: each event a whole response of the parts since the last. A function call comes
+        whole in one event: the parts of calls are held (with the rest of their event: its end,
+        its usage), as is any event that ends the response (``finishReason``) or holds no
+        candidate (usage alone); the other parts go on at once."""
+        candidates = data.get("candidates") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or "error" in data:
+            return event
+        first = candidates[0] if isinstance(candidates, list) and candidates else None
+        content = first.get("content") if isinstance(first, Mapping) else None
+        parts = content.get("parts") if isinstance(content, Mapping) else None
+        parts = [p for p in parts if isinstance(p, Mapping)] if isinstance(parts, list) else []
+        calls = [p for p in parts if "functionCall" in p]
+        ends = not isinstance(first, Mapping) or bool(first.get("finishReason"))
+        if not calls and not ends:
+            return event
+        self._parts.extend(dict(p) for p in calls)
+        if not calls or len(calls) == len(parts):
+            self.held.append(event)
+            return b""
+        assert isinstance(first, Mapping) and isinstance(content, Mapping) and isinstance(candidates, list)
+        now = [p for p in parts if "functionCall" not in p]
+
+        def with_parts(ps: list[Mapping[str, Any]], rest: Mapping[str, Any]) -> bytes:
+            candidate = {**rest, "content": {**content, "parts": ps}}
+            return f"data: {json.dumps({**data, 'candidates': [candidate, *candidates[1:]]})}\n\n".encode()
+
+        self.held.append(with_parts(calls, first))
+        # what goes on now ends nothing: the held event carries the end and the usage
+        return with_parts(now, {k: v for k, v in first.items() if k not in ("finishReason", "finishMessage")})
+
     def _think(self, kind: str, data: dict[str, Any], index: int) -> None:
         """Anthropic: put a thinking block together from its events (its text, its signature)."""
         block = data.get("content_block") or {}
@@ -547,6 +680,8 @@ class StreamFilter:
             return self.output_items()
         if self.api == "anthropic":
             return [self.thinking[i] for i in sorted(self.thinking)]
+        if self.api == "gemini":  # the calls' parts, as they came (a signature with them)
+            return list(self._parts)
         return None
 
     def _anthropic(self, event: bytes, data: Any) -> bytes:
@@ -586,4 +721,6 @@ class StreamFilter:
         return f"event: {data['type']}\ndata: {json.dumps(moved)}\n\n".encode()
 
     def calls(self) -> list[Call]:
+        if self.api == "gemini":
+            return _gemini_calls(self._parts)
         return [Call(t["id"], t["name"], _args(t["arguments"])) for _, t in sorted(self._tools.items())]
