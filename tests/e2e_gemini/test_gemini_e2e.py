@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from context_os.replay.transcripts import read_session
+from context_os.store.sqlite import SqliteStore
 from tests.helpers import APP, NodeCli, node_cli, provisioned
-from tests.proxy.running import replayed
+from tests.proxy.running import file_as_shown, proxy_command, replayed, verified_frames
 
 from .model_server import gemini_model
 
@@ -39,16 +40,37 @@ def gemini() -> NodeCli:
     return provisioned("the Gemini CLI", lambda: node_cli(CLI, "@google/gemini-cli", "gemini"))
 
 
-def test_gemini_clis_session_file_replays_as_gemini_cli_sent_it(gemini: NodeCli, tmp_path: Path) -> None:
-    """Gemini CLI reads app.py, fixes f7 with its replace tool and reads notes.txt; the session
-    file it wrote reads as the conversation it sent in its last request, text for text (its
-    session context at the head: the replay left that out before 2026-12-04), then its answer; and
-    replays with a verified frame per model call, the edit made with app.py's text in context."""
+def _workspace(tmp_path: Path) -> tuple[Path, Path]:
+    """A workspace holding app.py, and a home whose Gemini CLI settings ask nothing."""
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     (home / ".gemini").mkdir(parents=True)
     (home / ".gemini" / "settings.json").write_text(json.dumps(SETTINGS))
     (work / "app.py").write_text(APP)
+    return work, home
+
+
+def _fix_f7(gemini: NodeCli, work: Path, home: Path, base_url: str) -> subprocess.CompletedProcess[str]:
+    """``gemini -p "fix f7 in app.py"`` in ``work``, its Gemini API at ``base_url``."""
+    env = {
+        "PATH": gemini.path_env(),
+        "HOME": str(home),
+        "GEMINI_API_KEY": "e2e-key",
+        "GOOGLE_GEMINI_BASE_URL": base_url,
+        "NO_COLOR": "1",
+    }
+    return subprocess.run(
+        gemini.command("-p", "fix f7 in app.py", "--yolo", "-m", MODEL),
+        cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_gemini_clis_session_file_replays_as_gemini_cli_sent_it(gemini: NodeCli, tmp_path: Path) -> None:
+    """Gemini CLI reads app.py, fixes f7 with its replace tool and reads notes.txt; the session
+    file it wrote reads as the conversation it sent in its last request, text for text (its
+    session context at the head: the replay left that out before 2026-12-04), then its answer; and
+    replays with a verified frame per model call, the edit made with app.py's text in context."""
+    work, home = _workspace(tmp_path)
     (work / "notes.txt").write_text("f7 must return 'seven'\n")
     replies: list[Any] = [
         ("read_file", {"file_path": str(work / "app.py")}),
@@ -58,17 +80,7 @@ def test_gemini_clis_session_file_replays_as_gemini_cli_sent_it(gemini: NodeCli,
         "Done: f7 returns 'seven'.",
     ]  # fmt: skip
     with gemini_model(replies) as model:
-        env = {
-            "PATH": gemini.path_env(),
-            "HOME": str(home),
-            "GEMINI_API_KEY": "e2e-key",
-            "GOOGLE_GEMINI_BASE_URL": model.url,
-            "NO_COLOR": "1",
-        }
-        proc = subprocess.run(
-            gemini.command("-p", "fix f7 in app.py", "--yolo", "-m", MODEL),
-            cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        proc = _fix_f7(gemini, work, home, model.url)
         requests = list(model.requests)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Done: f7 returns 'seven'." in proc.stdout
@@ -113,3 +125,52 @@ def _conversation(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
         for c in m.get("tool_calls") or ():
             out.append(("call", json.dumps([c["function"]["name"], json.loads(c["function"]["arguments"])])))
     return out
+
+
+FILES = 10
+"""Reads of 400-line files before the edit: with Gemini CLI's own system prompt and tools the
+conversation passes the 50,000 tokens context_os manages from."""
+
+
+def test_gemini_clis_own_read_and_edit_through_the_proxy_keep_the_file_as_an_object_equal_to_the_disk(
+    gemini: NodeCli, tmp_path: Path
+) -> None:
+    """Gemini CLI pointed at ``ctxos proxy`` (GOOGLE_GEMINI_BASE_URL): it reads ten files, then
+    app.py, fixes f7 with its replace tool and says it is done. The model is sent the assembled
+    context: the old reads collapsed, app.py as a file object at the text the edit left on disk;
+    every frame of the session verified."""
+    work, home = _workspace(tmp_path)
+    for n in range(FILES):
+        (work / f"m{n}.txt").write_text(
+            "".join(f"line {k} of m{n}: some text of the file to read\n" for k in range(400))
+        )
+    app = str(work / "app.py")
+    replies: list[Any] = [
+        *(("read_file", {"file_path": str(work / f"m{n}.txt")}) for n in range(FILES)),
+        ("read_file", {"file_path": app}),
+        ("replace", {"file_path": app, "old_string": "    return 7\n", "new_string": "    return 'seven'\n",
+                     "instruction": "f7 returns 'seven'"}),
+        "Done: f7 returns 'seven'.",
+    ]  # fmt: skip
+    store, said = tmp_path / "proxy.db", list[str]()
+    with gemini_model(replies) as model, proxy_command(store, model.url, said, "--gemini-upstream", model.url) as url:
+        proc = _fix_f7(gemini, work, home, url.removesuffix("/v1"))
+        requests = list(model.requests)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Done: f7 returns 'seven'." in proc.stdout
+    on_disk = (work / "app.py").read_text()
+    assert "    return 'seven'\n" in on_disk  # Gemini CLI's replace wrote it
+    assert len(requests) == len(replies)
+    assert not [line for line in said if "failed" in line], said  # managed throughout, never failing open
+    last = requests[-1]
+    as_messages = [{"content": [p for p in c["parts"] if "text" in p]} for c in last["contents"]]
+    assert file_as_shown(as_messages, app) == (2, on_disk)
+    outputs = [
+        p["functionResponse"]["response"] for c in last["contents"] for p in c["parts"] if "functionResponse" in p
+    ]
+    assert sum(str(o.get("output", "")).startswith("[read_file output, ") for o in outputs) >= FILES - 2  # collapsed
+    assert {d["name"] for t in last["tools"] for d in t.get("functionDeclarations", ())} >= {"read_file", "activate"}
+    with SqliteStore(store) as s:
+        sessions = [v.id.removeprefix("session:") for v in s.find("session")]
+        frames = {sid: verified_frames(s, sid) for sid in sessions}
+    assert max(frames.values()) == len(requests)  # (Gemini CLI's checks on the side are sessions of their own)
