@@ -33,6 +33,7 @@ from agents import FunctionTool, RunContextWrapper
 from agents.run_config import CallModelData, ModelInputData
 
 from ..errors import MalformedMessage
+from .base import reuse_equal
 from .openai import OpenAIHook
 from .responses import to_chat, to_items
 
@@ -57,10 +58,7 @@ def input_filter(hook: OpenAIHook) -> Any:
                 warned = True
                 log.warning("context_os: the run's input holds %s: sent to the model unmanaged", e)
             return given
-        # the SDK copies every item for every call: a message equal to the one at its place at the
-        # last call is that message, so the hook reads what came since, not all of it by hash
-        kept = [old if old == new else new for old, new in zip(last, messages, strict=False)]
-        messages = last = kept + messages[len(kept) :]
+        messages = last = reuse_equal(last, messages)  # the SDK copies every item for every call
         assembled = await hook.atransform_context(messages)
         return ModelInputData(input=to_items(assembled), instructions=given.instructions)  # type: ignore[arg-type]
 
