@@ -105,7 +105,23 @@ def _adapters() -> dict[str, Any]:
         "model": TestModel(),
         "chat_model": _chat_model(),
         "agents_model": _agents_model(),
+        "gemini_client": _gemini_client(),
     }
+
+
+def _gemini_client() -> Any:
+    """A google-genai client whose model answers "done" (over an httpx transport that answers in
+    place of Google's API: nothing reaches the network)."""
+    import httpx
+    from google import genai
+    from google.genai import types
+
+    def done(request: httpx.Request) -> httpx.Response:
+        candidate = {"content": {"role": "model", "parts": [{"text": "done"}]}, "finishReason": "STOP", "index": 0}
+        return httpx.Response(200, json={"candidates": [candidate]})
+
+    transport = httpx.Client(transport=httpx.MockTransport(done))
+    return genai.Client(api_key="docs", http_options=types.HttpOptions(httpx_client=transport))
 
 
 def _agents_model() -> Any:

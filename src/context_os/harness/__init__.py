@@ -1,8 +1,8 @@
 """Harness adapters: translate a harness's messages to and from the context engine.
 
-``pydantic_ai``, ``langchain`` and ``openai_agents`` are imported on demand
-(``context_os.harness.pydantic_ai``, ``.langchain``, ``.openai_agents``): they need pydantic-ai,
-langchain-core and openai-agents.
+``pydantic_ai``, ``langchain``, ``openai_agents`` and ``google_genai`` are imported on demand
+(``context_os.harness.pydantic_ai``, ``.langchain``, ``.openai_agents``, ``.google_genai``): they
+need pydantic-ai, langchain-core, openai-agents and google-genai.
 
 No module here reaches the store but through a ``Session``.
 """
