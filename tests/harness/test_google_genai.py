@@ -151,3 +151,20 @@ def test_contents_it_cannot_read_go_to_the_model_as_they_came_with_one_warning(d
         assert hook.transform_contents(odd) == [types.Content.model_validate(odd[0])]
     assert len([r for r in caplog.records if "unmanaged" in r.getMessage()]) == 1
     assert frame_docs(db, "g1") == []
+
+
+def test_an_older_content_put_anew_is_read_again_and_the_newest_is_read_at_every_call(db: Any) -> None:
+    """The contents read before are taken as they were read while they are the same objects: one
+    put anew in its place (its text changed) is read again, from there (a rewrite of the
+    history); the newest is read again at every call (it may have changed in place)."""
+    hook = eager_hook(GeminiHook, db, "g1", "openai")
+    contents = [types.Content(role="user", parts=[types.Part(text=f"message {k}")]) for k in range(3)]
+    hook.transform_contents(contents)
+    contents[-1].parts[0].text = "message 2, changed in place"  # type: ignore[index]
+    sent = hook.transform_contents(contents)
+    assert sent[-1].parts[0].text == "message 2, changed in place"  # type: ignore[index]
+    assert hook.hook.last.sync.gone == [2]  # the newest alone taken anew
+    contents[0] = types.Content(role="user", parts=[types.Part(text="message 0, put anew")])
+    sent = hook.transform_contents(contents)
+    assert sent[0].parts[0].text == "message 0, put anew"  # type: ignore[index]
+    assert len(hook.hook.last.sync.gone) == 3 and hook.hook.last.sync.gone[0] == 0  # from there on

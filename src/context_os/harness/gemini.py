@@ -40,7 +40,16 @@ from typing import Any
 
 from ..errors import MalformedMessage
 
-__all__ = ["KEPT", "to_chat", "to_contents"]
+__all__ = [
+    "KEPT",
+    "Pending",
+    "call_names",
+    "content_groups",
+    "group_content",
+    "read_content",
+    "to_chat",
+    "to_contents",
+]
 
 KEPT = "ctxos_gemini"
 """On every message: ``at``, the index of the content it came from (-1: the system instruction),
@@ -49,6 +58,9 @@ an assistant message's parts with each call's ``args`` left out (``parts``, a ca
 its tool call by ``call``), a tool message's part without its response (``part``) and how its
 text stands for the response (``form``: ``output``, ``error`` or ``json``), the system
 instruction (``content``)."""
+Pending = list[tuple[str, str | None, str]]
+"""The calls of the newest model turn not yet answered: the id a tool call has, the API's id,
+the tool's name."""
 _USER_ROLES = ("user", "function")
 _OPAQUE = ("thought", "executableCode", "codeExecutionResult", "inlineData", "fileData")
 """What a model part may be besides text and a call: kept whole, in its place."""
@@ -119,19 +131,22 @@ def to_chat(contents: Any, system_instruction: Any = None) -> list[dict[str, Any
     if not isinstance(contents, list):
         raise MalformedMessage("contents must be a list", field="contents")
     out: list[dict[str, Any]] = [] if system_instruction is None else [_system(system_instruction)]
-    pending: list[tuple[str, str | None, str]] = []  # the last model turn's calls not yet answered: id, api id, name
+    pending: Pending = []
     for k, content in enumerate(contents):
-        role, parts = _parts(content, k)
-        if role == "model":
-            out.append(_assistant(parts, k, pending))
-            continue
-        out.extend(_user_side(parts, k, role, pending))
+        out.extend(read_content(content, k, pending))
     return out
 
 
-def _user_side(
-    parts: list[Mapping[str, Any]], k: int, role: str, pending: list[tuple[str, str | None, str]]
-) -> list[dict[str, Any]]:
+def read_content(content: Any, k: int, pending: Pending) -> list[dict[str, Any]]:
+    """The chat messages of ``contents[k]``, the calls before it not yet answered being
+    ``pending`` (updated: ``to_chat`` a content at a time, for a reader that keeps what it read)."""
+    role, parts = _parts(content, k)
+    if role == "model":
+        return [_assistant(parts, k, pending)]
+    return _user_side(parts, k, role, pending)
+
+
+def _user_side(parts: list[Mapping[str, Any]], k: int, role: str, pending: Pending) -> list[dict[str, Any]]:
     """A user content's messages: each response a tool message, the parts between them a user one."""
     out: list[dict[str, Any]] = []
     run: list[Mapping[str, Any]] = []
@@ -148,7 +163,7 @@ def _user_side(
     return out
 
 
-def _assistant(parts: list[Mapping[str, Any]], k: int, pending: list[tuple[str, str | None, str]]) -> dict[str, Any]:
+def _assistant(parts: list[Mapping[str, Any]], k: int, pending: Pending) -> dict[str, Any]:
     pending.clear()
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
@@ -180,9 +195,7 @@ def _assistant(parts: list[Mapping[str, Any]], k: int, pending: list[tuple[str, 
     return message
 
 
-def _tool(
-    part: Mapping[str, Any], fr: Any, k: int, role: str, pending: list[tuple[str, str | None, str]]
-) -> dict[str, Any]:
+def _tool(part: Mapping[str, Any], fr: Any, k: int, role: str, pending: Pending) -> dict[str, Any]:
     if not isinstance(fr, Mapping) or not isinstance(fr.get("name"), str):
         raise MalformedMessage("a functionResponse needs a name", index=k, field="parts")
     if not isinstance(fr.get("response"), Mapping):
@@ -212,36 +225,61 @@ def _tool(
 def to_contents(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Any]:
     """Chat messages (as the OpenAI hook renders them) back as ``contents``, and the system
     instruction (None if there is no system message)."""
-    contents: list[dict[str, Any]] = []
-    system: Any = None
-    names: dict[str, str] = {}  # call id → its tool's name
+    groups, system = content_groups(messages)
+    names = call_names(messages)
+    contents = [c for g in groups if (c := group_content(g, names)) is not None]
+    return contents, None if system is None else _system_back(system, _kept(system))
+
+
+def content_groups(messages: list[dict[str, Any]]) -> tuple[list[list[dict[str, Any]]], dict[str, Any] | None]:
+    """The messages that go back as one content each, in order (an assistant message alone; the
+    messages of one user content together, a result context_os made with the results before it),
+    and the system message."""
+    groups: list[list[dict[str, Any]]] = []
+    system = None
     answering = False  # the newest message is a tool message
     last: Any = None  # the ``at`` of the content the newest message came from
     for m in messages:
-        found = m.get(KEPT)
-        kept: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         role = m["role"]
         if role == "system":
-            system = _system_back(m, kept)
+            system = m
             continue
         if role == "assistant":
-            names.update((c["id"], c["function"]["name"]) for c in m.get("tool_calls") or ())
-            parts = _model_parts(m, kept)
-            if parts:
-                contents.append({"role": "model", "parts": parts})
-            last = None
-            answering = False
+            groups.append([m])
+            last, answering = None, False
             continue
-        at = kept.get("at")
-        parts = [_response_part(m, kept, names)] if role == "tool" else _user_parts(m, kept)
-        # one content's messages go back as it; a result context_os made, with the results before it
+        at = _kept(m).get("at")
         same = at is not None and at == last or at is None and role == "tool" and answering
-        if contents and same and contents[-1]["role"] != "model":
-            contents[-1]["parts"].extend(parts)
+        if groups and same and groups[-1][0]["role"] != "assistant":
+            groups[-1].append(m)
         else:
-            contents.append({"role": _role_of(kept), "parts": parts})
+            groups.append([m])
         last, answering = at, role == "tool"
-    return contents, system
+    return groups, system
+
+
+def call_names(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """Each tool call's tool, by the call's id (a result context_os made is named by it)."""
+    return {
+        c["id"]: c["function"]["name"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or ()
+    }
+
+
+def group_content(group: list[dict[str, Any]], names: Mapping[str, str]) -> dict[str, Any] | None:
+    """One group of ``content_groups`` as its content (None: an assistant message left with no part)."""
+    first = group[0]
+    if first["role"] == "assistant":
+        parts = _model_parts(first, _kept(first))
+        return {"role": "model", "parts": parts} if parts else None
+    out: list[dict[str, Any]] = []
+    for m in group:
+        out.extend([_response_part(m, _kept(m), names)] if m["role"] == "tool" else _user_parts(m, _kept(m)))
+    return {"role": _role_of(_kept(first)), "parts": out}
+
+
+def _kept(m: Mapping[str, Any]) -> Mapping[str, Any]:
+    found = m.get(KEPT)
+    return found if isinstance(found, dict) else {}  # (JSON's: no Mapping ABC to ask, at every message)
 
 
 def _role_of(kept: Mapping[str, Any]) -> str:

@@ -24,10 +24,13 @@ harness ``openai``); the system instruction stays in your config, not in the ses
 the file tools) as one ``types.Tool``; ``run(call)`` runs a call of one of them (``owns(call)``)
 and gives the part that answers it.
 
-A content read again at the next call is not hashed again: one equal to the one at its place at
-the last call is taken as that one (a pass over the list at every call). Contents that cannot be
-read as chat messages (a user part of another kind, a response that answers no call) go to the
-model as they came, unmanaged, and a warning says so once.
+A call reads only the contents appended since the last one, and the newest it read again (you may
+still change that one in place), as every hook reads its harness's list: the contents it read
+before are taken as unchanged while they are the same objects in your list (checked at the
+first, middle and newest ``WINDOW`` of them). To change an older one, put a new object in its
+place: the contents are read again from there. Contents that cannot be read as chat messages (a
+user part of another kind, a response that answers no call) go to the model as they came,
+unmanaged, and a warning says so once.
 """
 
 from __future__ import annotations
@@ -36,13 +39,13 @@ import asyncio
 import json
 import logging
 from collections.abc import Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from google.genai import types
 
 from ..errors import MalformedMessage
-from .base import reuse_equal
-from .gemini import to_chat, to_contents
+from .gemini import Pending, call_names, content_groups, group_content, read_content
 from .openai import OpenAIHook
 
 if TYPE_CHECKING:
@@ -50,11 +53,14 @@ if TYPE_CHECKING:
     from ..files.file_tools import FileTools
     from .registry import OnSync
 
-__all__ = ["GeminiHook"]
+__all__ = ["WINDOW", "GeminiHook"]
 
 log = logging.getLogger(__name__)
 
 Contents = Sequence[types.Content | types.ContentDict | dict[str, Any]]
+WINDOW = 256
+"""How many of the contents read before are checked to be the same objects, at each of the
+list's first, middle and newest places."""
 
 
 class GeminiHook:
@@ -62,43 +68,80 @@ class GeminiHook:
 
     def __init__(self, session: Session, *, files: FileTools | None = None, on_sync: OnSync | None = None):
         self.hook = OpenAIHook(session, files=files, on_sync=on_sync)
-        self._last: list[dict[str, Any]] = []
         self._warned = False
+        self._contents: list[Any] = []
+        """The contents read (the objects given), in order."""
+        self._starts: list[int] = []
+        """Where each one's chat messages start in ``_messages``."""
+        self._pending: list[Pending] = []
+        """The calls not yet answered after each."""
+        self._messages: list[dict[str, Any]] = []
+        self._built: dict[tuple[int, ...], tuple[list[dict[str, Any]], types.Content | None]] = {}
+        """The contents given back at the last call, by the messages each was made of (the hook's
+        messages are shared from one call to the next while unchanged: read-only)."""
 
     @property
     def session(self) -> Session:
         return self.hook.session
 
     def _read(self, contents: Contents) -> list[dict[str, Any]] | None:
-        """The contents as chat messages, those equal to the last call's at their places being
-        those (None: not readable, said once)."""
-        dumped = [
-            c.model_dump(mode="json", by_alias=True, exclude_none=True) if isinstance(c, types.Content) else dict(c)
-            for c in contents
-        ]
-        try:
-            messages = to_chat(dumped)
-        except MalformedMessage as e:
-            if not self._warned:
-                self._warned = True
-                log.warning("context_os: the contents hold %s: sent to the model unmanaged", e)
-            return None
-        self._last = reuse_equal(self._last, messages)
-        return self._last
+        """The contents as chat messages: those read before as they were read (the same message
+        objects), the rest read now (None: not readable, said once)."""
+        given = list(contents)
+        same = _kept(self._contents, given)
+        pending = list(self._pending[same - 1]) if same else []
+        messages = self._messages[: self._starts[same]] if same < len(self._starts) else list(self._messages)
+        starts, after, read = self._starts[:same], self._pending[:same], given[:same]
+        for k in range(same, len(given)):
+            c = given[k]
+            dumped = c.model_dump(mode="json", by_alias=True, exclude_none=True) if isinstance(c, types.Content) else c
+            try:
+                found = read_content(dumped, k, pending)
+            except MalformedMessage as e:
+                if not self._warned:
+                    self._warned = True
+                    log.warning("context_os: the contents hold %s: sent to the model unmanaged", e)
+                return None
+            starts.append(len(messages))
+            messages.extend(found)
+            after.append(list(pending))
+            read.append(c)
+        self._contents, self._starts, self._pending, self._messages = read, starts, after, messages
+        return list(messages)
 
     def transform_contents(self, contents: Contents) -> list[types.Content]:
         """The contents the model gets in place of ``contents`` (recorded as a frame)."""
         messages = self._read(contents)
         if messages is None:
-            return [types.Content.model_validate(c) for c in contents]
-        return _contents(self.hook.transform_context(messages))
+            return _as_given(contents)
+        return self._given_back(self.hook.transform_context(messages))
 
     async def atransform_contents(self, contents: Contents) -> list[types.Content]:
         """``transform_contents`` off the event loop (the store's work runs in a thread)."""
         messages = self._read(contents)
         if messages is None:
-            return [types.Content.model_validate(c) for c in contents]
-        return _contents(await self.hook.atransform_context(messages))
+            return _as_given(contents)
+        return self._given_back(await self.hook.atransform_context(messages))
+
+    def _given_back(self, messages: list[dict[str, Any]]) -> list[types.Content]:
+        """The assembly as contents: one made of the very messages of one given back at the last
+        call is that one; the others made anew (``gemini.group_content``)."""
+        groups, _ = content_groups(messages)
+        names: dict[str, str] | None = None
+        built: dict[tuple[int, ...], tuple[list[dict[str, Any]], types.Content | None]] = {}
+        out: list[types.Content] = []
+        for group in groups:
+            key = tuple(map(id, group))
+            hit = self._built.get(key)
+            if hit is None or any(a is not b for a, b in zip(hit[0], group, strict=True)):
+                names = call_names(messages) if names is None else names
+                made = group_content(group, names)
+                hit = (group, None if made is None else types.Content.model_validate(made))
+            built[key] = hit
+            if hit[1] is not None:
+                out.append(hit[1])
+        self._built = built
+        return out
 
     def tools(self) -> list[types.Tool]:
         """Our tools, declared for Gemini (their parameters as JSON Schema)."""
@@ -126,6 +169,19 @@ class GeminiHook:
         return await asyncio.to_thread(self.run, call)
 
 
-def _contents(messages: list[dict[str, Any]]) -> list[types.Content]:
-    contents, _ = to_contents(messages)
-    return [types.Content.model_validate(c) for c in contents]
+def _kept(old: list[Any], new: list[Any]) -> int:
+    """How many of ``new``'s first contents are those read before, as read: while they are the same
+    objects (checked at the first, middle and newest ``WINDOW``), all but the newest read (which
+    may have changed in place); else up to the first that is not."""
+    n = min(len(old), len(new))
+    half = WINDOW // 2
+    marks = chain(
+        range(min(n, WINDOW)), range(max(0, n // 2 - half), min(n, n // 2 + half)), range(max(0, n - WINDOW), n)
+    )
+    if all(old[i] is new[i] for i in marks):
+        return max(n - 1, 0) if n == len(old) else n
+    return next(i for i in range(n) if old[i] is not new[i])
+
+
+def _as_given(contents: Contents) -> list[types.Content]:
+    return [c if isinstance(c, types.Content) else types.Content.model_validate(c) for c in contents]
