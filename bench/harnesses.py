@@ -33,6 +33,7 @@ SIZES = sized((1_000, 20_000), (200, 400))
 TAIL = sized(scale.TAIL, 20)
 """Measured calls at the end of each session, one turn each."""
 FLAT_TARGET = 1.2
+GEMINI = "google-genai (GeminiHook)"
 
 
 def in_format(turns: list[list[dict[str, Any]]], adapter: base.Adapter[Any]) -> list[list[Any]]:
@@ -69,14 +70,42 @@ def run(name: str, openai_turns: list[list[dict[str, Any]]]) -> float:
     return pct(times, 50)
 
 
+def run_gemini(openai_turns: list[list[dict[str, Any]]]) -> float:
+    """``run`` for the Google Gen AI SDK's hook (``GeminiHook``, no registry harness: a loop over
+    ``generate_content`` gives it contents): the turns as ``types.Content`` objects, a turn's tool
+    results in one user content as Gemini CLI sends them."""
+    from google.genai import types
+
+    from context_os.harness.gemini import to_contents
+    from context_os.harness.google_genai import GeminiHook
+
+    turns = [
+        [types.Content.model_validate(c) for c in to_contents([m for m in turn if m["role"] != "system"])[0]]
+        for turn in openai_turns
+    ]
+    with tempfile.TemporaryDirectory() as d, open_store(f"sqlite:///{d}/h.db") as store:
+        hook = GeminiHook(Session.open(store, "gemini", harness="openai"))
+        contents: list[Any] = []
+        for turn in turns[:-TAIL]:
+            contents.extend(turn)
+            hook.transform_contents(contents)
+        times = []
+        for turn in turns[-TAIL:]:
+            contents.extend(turn)
+            t0 = time.perf_counter()
+            hook.transform_contents(contents)
+            times.append(time.perf_counter() - t0)
+    return pct(times, 50)
+
+
 def main() -> int:
     rows: dict[str, list[float]] = {}
     counts: dict[int, int] = {}
     for size in SIZES:
         turns = session_turns(size)
         counts[size] = sum(len(t) for t in turns)
-        for name in NAMES:
-            p50 = run(name, turns)
+        for name in (*NAMES, GEMINI):
+            p50 = run_gemini(turns) if name == GEMINI else run(name, turns)
             rows.setdefault(name, []).append(p50)
             print(f"harnesses: {name} at {counts[size]:,} messages: p50 {p50 * 1e3:.2f} ms", flush=True)
     small, large = SIZES
@@ -115,7 +144,12 @@ at its place, and kept a copy of the list, at every call: in one process after t
 runs, Anthropic's p50 at 20,001 messages was 3.1-5.8 ms (2.3× its 1,000-message p50 in this
 benchmark that day, Pi 1.4×), against 1.9 ms in a process of its own; now 1.3-2.2 ms. The
 LangChain hook (2026-12-04) neither filters nor splits: it costs what the OpenAI hook does plus
-building LangChain's message objects for what a turn renders.
+building LangChain's message objects for what a turn renders. The Google Gen AI SDK's hook
+(`GeminiHook`, 2026-12-04; its row's messages are the same turns as Gemini contents, a turn's
+tool results in one content) reads the contents appended since its last call (its first version
+dumped and read every content at every call: 660 ms a call at 20,000 messages of a smaller
+session measured by hand, 36 ms at 1,000), and gives back each content made from messages the
+OpenAI hook gave back unchanged as it made it the call before.
 
 What the Anthropic and pydantic-ai hooks cost beyond the OpenAI one (measured by hand on
 2026-11-27, 20,001 messages, in two runs of this benchmark, before and after): merging the returned

@@ -2,10 +2,11 @@
 
 A scripted provider on loopback streams each reply; the same requests go to it directly (the
 baseline) and through the proxy (which assembles the context, records the frame, and relays the
-stream chunk by chunk). Three conversation shapes: a short one (a few messages: passed through
+stream chunk by chunk). Four conversation shapes: a short one (a few messages: passed through
 unmanaged), a coding session that grows by one tool call per request up to 120 calls (managed
-once it passes 50k tokens, its 45th call or so: collapsed results, blocks), and the same session
-as Responses API input items (Codex CLI's API: reasoning items, shell calls and their outputs). Reported: time to
+once it passes 50k tokens, its 45th call or so: collapsed results, blocks), the same session
+as Responses API input items (Codex CLI's API: reasoning items, shell calls and their outputs)
+and as Gemini API contents (Gemini CLI's: signed calls, function responses). Reported: time to
 the first content chunk, p50 and p99, and what the proxy added. Aim: the first byte no later
 than the provider's plus a few milliseconds, taken here as p50 added ≤ 10 ms on the short
 conversation.
@@ -36,7 +37,8 @@ AIM_MS = 10.0
 def first_byte_ms(client: httpx.Client, url: str, conversation: list[dict[str, Any]], session: str | None) -> float:
     headers = {"Authorization": "Bearer sk-bench"} | ({"X-Context-OS-Session": session} if session else {})
     responses = url.endswith("/responses")
-    body = {"model": "m", "stream": True, "input" if responses else "messages": conversation}
+    key = "contents" if ":streamGenerateContent" in url else "input" if responses else "messages"
+    body = {"model": "m", "stream": True, key: conversation}
     t = time.perf_counter()
     with client.stream("POST", url, json=body, headers=headers) as r:
         for line in r.iter_lines():
@@ -80,34 +82,55 @@ def coding_items(n: int) -> list[dict[str, Any]]:
     return items
 
 
+def coding_contents(n: int) -> list[dict[str, Any]]:
+    """The coding session as Gemini API contents, as Gemini CLI sends them."""
+    contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "fix the failing test"}]}]
+    for i in range(n):
+        call = {
+            "functionCall": {"name": "run_shell_command", "args": {"command": f"c {i}"}},
+            "thoughtSignature": "c2ln",
+        }
+        output = {"output": f"# out {i}\n" + "line of output\n" * 300}
+        contents.append({"role": "model", "parts": [call]})
+        contents.append(
+            {"role": "user", "parts": [{"functionResponse": {"name": "run_shell_command", "response": output}}]}
+        )
+    return contents
+
+
 def main() -> int:
     rows: list[tuple[str, float, float, float, float, float, float]] = []
     with tempfile.TemporaryDirectory() as d, upstream(replies=[]) as up, httpx.Client(timeout=60) as client:
         store = SqliteStore(Path(d) / "proxy.db")
-        proxy = Proxy(store, up.url)
+        proxy = Proxy(store, up.url, gemini_upstream=up.url)
         server = make_proxy_server(proxy, 0)
         ready_to_serve()  # as `ctxos proxy` does before it serves
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        via = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        via = f"http://127.0.0.1:{server.server_address[1]}"
         try:
             for shape, path, make in (
                 (
                     "short (3 messages, unmanaged)",
-                    "/chat/completions",
+                    "/v1/chat/completions",
                     lambda i: [{"role": "user", "content": f"question {i}"}],
                 ),
                 (
                     "coding session, 1 to 120 tool calls (managed past 50k tokens)",
-                    "/chat/completions",
+                    "/v1/chat/completions",
                     lambda i: coding(i + 1),
                 ),
-                ("the same as Responses API items (Codex's API)", "/responses", lambda i: coding_items(i + 1)),
+                ("the same as Responses API items (Codex's API)", "/v1/responses", lambda i: coding_items(i + 1)),
+                (
+                    "the same as Gemini API contents (Gemini CLI's API)",
+                    "/v1beta/models/m:streamGenerateContent?alt=sse",
+                    lambda i: coding_contents(i + 1),
+                ),
             ):
                 base, through = [], []
                 session = f"bench-{len(rows)}"
                 for i in range(ROUNDS):
                     msgs = make(i)
-                    base.append(first_byte_ms(client, f"{up.url}/v1{path}", msgs, None))
+                    base.append(first_byte_ms(client, up.url + path, msgs, None))
                     # the short shape is a new conversation each time; the coding ones, one session each
                     through.append(first_byte_ms(client, via + path, msgs, None if len(rows) == 0 else session))
                 added = [t - b for t, b in zip(through, base, strict=True)]
