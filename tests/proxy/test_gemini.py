@@ -378,3 +378,19 @@ def test_a_vertex_ai_request_is_managed_too(proxied: Running, gemini_up: Upstrea
     assert gemini_up.headers[0]["Authorization"] == "Bearer ya29.token"
     assert len(json.dumps(gemini_up.requests[0]["contents"])) < 0.3 * len(json.dumps(body["contents"]))
     assert proxied.proxy.counts["assembled"] == 1
+
+
+def test_the_key_goes_upstream_untouched_and_is_never_stored_nor_logged(
+    proxied: Running, gemini_up: Upstream, caplog: Any
+) -> None:
+    """Google's key in its header (the SDKs') or in the query (``?key=``, as Google's REST examples
+    send it): upstream as it came; not in the store; not in the log, the request line at -v included."""
+    with caplog.at_level("DEBUG", logger="context_os.proxy"):
+        client(proxied).models.generate_content(model=MODEL, contents=gemini_conversation(60), config=config())  # type: ignore[arg-type]
+        path = f"/v1beta/models/{MODEL}:generateContent?key={KEY}&alt=json"
+        got = httpx.post(proxied.url + path, json={"contents": gemini_conversation(60)}, timeout=60)
+    assert got.status_code == 200 and proxied.proxy.counts["assembled"] == 2
+    assert gemini_up.headers[0]["x-goog-api-key"] == KEY
+    assert KEY not in caplog.text and "key=[hidden]" in caplog.text
+    proxied.store.close()
+    assert KEY.encode() not in proxied.db.read_bytes()

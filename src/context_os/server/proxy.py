@@ -962,6 +962,15 @@ class Proxy:
         return base + path
 
 
+_QUERY_KEY = re.compile(r"([?&]key=)[^&\s\"]*")
+
+
+def _keyless(text: str) -> str:
+    """``text`` (a request's path or line) without the API key a Gemini client may send in the
+    query (``?key=…``): the proxy never logs a key."""
+    return _QUERY_KEY.sub(r"\1[hidden]", text)
+
+
 def _managed(path: str) -> Api | None:
     """The API of a request whose conversation the proxy manages, by its path; None for others."""
     route = path.split("?")[0].rstrip("/")
@@ -1078,7 +1087,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
         server_version = "ctxos-proxy"
 
         def log_message(self, format: str, *args: Any) -> None:
-            log.info("proxy: " + format, *args)
+            log.info("proxy: " + format, *(_keyless(a) if isinstance(a, str) else a for a in args))
 
         def _reply(self, status: int, body: bytes, content_type: str = "application/json") -> None:
             self.send_response(status)
@@ -1299,7 +1308,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             with its API's error event (a client reading events would take a stream cut short
             for a whole one); said on stderr."""
             why = "the proxy stopped (SIGTERM or Ctrl-C) before the answer ended"
-            log.warning("proxy: %s: %s (%s)", self.path, why, str(e) or type(e).__name__)
+            log.warning("proxy: %s: %s (%s)", _keyless(self.path), why, str(e) or type(e).__name__)
             if not self._started:
                 self.close_connection = True
                 with suppress(OSError):
