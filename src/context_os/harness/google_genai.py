@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import operator
 from collections.abc import Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, Any
@@ -76,7 +77,7 @@ class GeminiHook:
         self._pending: list[Pending] = []
         """The calls not yet answered after each."""
         self._messages: list[dict[str, Any]] = []
-        self._built: dict[tuple[int, ...], tuple[list[dict[str, Any]], types.Content | None]] = {}
+        self._built: dict[int, tuple[list[dict[str, Any]], types.Content | None]] = {}
         """The contents given back at the last call, by the messages each was made of (the hook's
         messages are shared from one call to the next while unchanged: read-only)."""
 
@@ -87,27 +88,26 @@ class GeminiHook:
     def _read(self, contents: Contents) -> list[dict[str, Any]] | None:
         """The contents as chat messages: those read before as they were read (the same message
         objects), the rest read now (None: not readable, said once)."""
-        given = list(contents)
-        same = _kept(self._contents, given)
+        same = _kept(self._contents, contents)
         pending = list(self._pending[same - 1]) if same else []
-        messages = self._messages[: self._starts[same]] if same < len(self._starts) else list(self._messages)
-        starts, after, read = self._starts[:same], self._pending[:same], given[:same]
-        for k in range(same, len(given)):
-            c = given[k]
+        start = self._starts[same] if same < len(self._starts) else len(self._messages)
+        # in place: a copy of what is kept would cost a pass over the history at every call
+        del self._contents[same:], self._starts[same:], self._pending[same:], self._messages[start:]
+        for k in range(same, len(contents)):
+            c = contents[k]
             dumped = c.model_dump(mode="json", by_alias=True, exclude_none=True) if isinstance(c, types.Content) else c
             try:
                 found = read_content(dumped, k, pending)
-            except MalformedMessage as e:
+            except MalformedMessage as e:  # what is kept is the contents before it, read
                 if not self._warned:
                     self._warned = True
                     log.warning("context_os: the contents hold %s: sent to the model unmanaged", e)
                 return None
-            starts.append(len(messages))
-            messages.extend(found)
-            after.append(list(pending))
-            read.append(c)
-        self._contents, self._starts, self._pending, self._messages = read, starts, after, messages
-        return list(messages)
+            self._starts.append(len(self._messages))
+            self._messages.extend(found)
+            self._pending.append(list(pending))
+            self._contents.append(c)
+        return list(self._messages)
 
     def transform_contents(self, contents: Contents) -> list[types.Content]:
         """The contents the model gets in place of ``contents`` (recorded as a frame)."""
@@ -128,12 +128,12 @@ class GeminiHook:
         call is that one; the others made anew (``gemini.group_content``)."""
         groups, _ = content_groups(messages)
         names: dict[str, str] | None = None
-        built: dict[tuple[int, ...], tuple[list[dict[str, Any]], types.Content | None]] = {}
+        built: dict[int, tuple[list[dict[str, Any]], types.Content | None]] = {}
         out: list[types.Content] = []
         for group in groups:
-            key = tuple(map(id, group))
+            key = id(group[0])
             hit = self._built.get(key)
-            if hit is None or any(a is not b for a, b in zip(hit[0], group, strict=True)):
+            if hit is None or len(hit[0]) != len(group) or not all(map(operator.is_, hit[0], group)):
                 names = call_names(messages) if names is None else names
                 made = group_content(group, names)
                 hit = (group, None if made is None else types.Content.model_validate(made))
@@ -169,7 +169,7 @@ class GeminiHook:
         return await asyncio.to_thread(self.run, call)
 
 
-def _kept(old: list[Any], new: list[Any]) -> int:
+def _kept(old: list[Any], new: Contents) -> int:
     """How many of ``new``'s first contents are those read before, as read: while they are the same
     objects (checked at the first, middle and newest ``WINDOW``), all but the newest read (which
     may have changed in place); else up to the first that is not."""
