@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from context_os import Session, open_store
@@ -61,12 +62,17 @@ def run(name: str, openai_turns: list[list[dict[str, Any]]]) -> float:
         turns = in_format(openai_turns, hook.adapter)
         messages: list[Any] = []
         _drive(hook, messages, turns[:-TAIL], 1)
-        times = []
-        for turn in turns[-TAIL:]:
-            messages.extend(turn)
-            t0 = time.perf_counter()
-            hook.transform_context(messages)
-            times.append(time.perf_counter() - t0)
+        return _tail_p50(hook.transform_context, messages, turns[-TAIL:])
+
+
+def _tail_p50(transform: Callable[[list[Any]], Any], messages: list[Any], turns: list[list[Any]]) -> float:
+    """p50 seconds of ``transform`` over ``messages`` as each of ``turns`` is appended to them."""
+    times = []
+    for turn in turns:
+        messages.extend(turn)
+        t0 = time.perf_counter()
+        transform(messages)
+        times.append(time.perf_counter() - t0)
     return pct(times, 50)
 
 
@@ -89,13 +95,7 @@ def run_gemini(openai_turns: list[list[dict[str, Any]]]) -> float:
         for turn in turns[:-TAIL]:
             contents.extend(turn)
             hook.transform_contents(contents)
-        times = []
-        for turn in turns[-TAIL:]:
-            contents.extend(turn)
-            t0 = time.perf_counter()
-            hook.transform_contents(contents)
-            times.append(time.perf_counter() - t0)
-    return pct(times, 50)
+        return _tail_p50(hook.transform_contents, contents, turns[-TAIL:])
 
 
 def main() -> int:

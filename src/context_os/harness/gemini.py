@@ -26,8 +26,8 @@ collapsed output, an elided argument, a redacted text). The messages of one cont
 content.
 
 A part of another kind in a user content, a response that answers no call or is no object, or a
-content that is no object with a role and parts raises ``MalformedMessage``: the proxy then forwards the request as
-it came.
+content that is no object with a role and parts raises ``MalformedMessage``: the proxy then
+forwards the request as it came.
 
 This module only translates; it never touches a session or a store.
 """
