@@ -6,6 +6,7 @@ what each call sends."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -13,10 +14,12 @@ from typing import Any
 import pytest
 from google import genai
 from google.genai import types
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.harness.google_genai import GeminiHook
-from tests.helpers import eager_hook, stub_ref
+from tests.helpers import eager_hook, pairing_refused, stub_ref
 from tests.proxy.upstream import Upstream, call, upstream
 
 pytestmark = pytest.mark.timeout(120)
@@ -168,3 +171,45 @@ def test_an_older_content_put_anew_is_read_again_and_the_newest_is_read_at_every
     sent = hook.transform_contents(contents)
     assert sent[0].parts[0].text == "message 0, put anew"  # type: ignore[index]
     assert len(hook.hook.last.sync.gone) == 3 and hook.hook.last.sync.gone[0] == 0  # from there on
+
+
+_OUTPUT = st.integers(0, 3000).map(lambda n: "x" * n)
+_TURN = st.one_of(
+    st.text(min_size=1, max_size=30).map(lambda t: ("say", t)),
+    st.lists(st.tuples(st.sampled_from(["read_file", "glob"]), _OUTPUT, st.booleans()), min_size=1, max_size=3).map(
+        lambda calls: ("calls", calls)
+    ),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(turns=st.lists(_TURN, min_size=1, max_size=14))
+def test_whatever_it_collapses_every_call_it_sends_is_answered_and_signed(db: Any, turns: list[Any]) -> None:
+    """A conversation of texts and turns of one to three signed calls (each answered, in its own
+    order, with or without Gemini CLI's id), given a call at a time to a hook that collapses
+    early: every assembly is one Gemini takes (``pairing_refused``: each call turn followed by as
+    many responses, no empty turn, the current turn's first call signed) and ends with a user
+    turn. (600 examples by hand: no failure; it fails if a rebuilt call loses its signature or a
+    content's responses go back as contents of their own.)"""
+    hook = eager_hook(
+        GeminiHook, db, f"g{abs(hash(str(turns))) % 10**9}", "openai", history_max_tokens=1_000, token_budget=3_000
+    )
+    contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "go"}]}]
+    for n, (kind, value) in enumerate(turns):
+        if kind == "say":
+            contents += [{"role": "model", "parts": [{"text": value}]}, {"role": "user", "parts": [{"text": "more"}]}]
+        else:
+            calls = [
+                {"functionCall": {"name": name, "args": {"path": f"f{n}_{k}"}}} for k, (name, _, _) in enumerate(value)
+            ]
+            calls[0]["thoughtSignature"] = base64.b64encode(f"turn {n}".encode()).decode()  # as Gemini 3 signs
+            responses = [
+                {"functionResponse": {**({"id": f"{name}-{n}-{k}"} if with_id else {}), "name": name,
+                                      "response": {"output": output}}}
+                for k, (name, output, with_id) in reversed(list(enumerate(value)))
+            ]  # fmt: skip
+            contents += [{"role": "model", "parts": calls}, {"role": "user", "parts": responses}]
+        sent = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in hook.transform_contents(contents)]
+        refused = pairing_refused("gemini", {"contents": sent})
+        assert refused is None, (refused, sent)
+        assert sent[-1]["role"] == "user"
