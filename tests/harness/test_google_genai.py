@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -173,6 +174,8 @@ def test_an_older_content_put_anew_is_read_again_and_the_newest_is_read_at_every
     assert len(hook.hook.last.sync.gone) == 3 and hook.hook.last.sync.gone[0] == 0  # from there on
 
 
+_SESSIONS = itertools.count()
+"""A session of its own for each example (they share the test's store)."""
 _OUTPUT = st.integers(0, 3000).map(lambda n: "x" * n)
 _TURN = st.one_of(
     st.text(min_size=1, max_size=30).map(lambda t: ("say", t)),
@@ -191,9 +194,7 @@ def test_whatever_it_collapses_every_call_it_sends_is_answered_and_signed(db: An
     many responses, no empty turn, the current turn's first call signed) and ends with a user
     turn. (600 examples by hand: no failure; it fails if a rebuilt call loses its signature or a
     content's responses go back as contents of their own.)"""
-    hook = eager_hook(
-        GeminiHook, db, f"g{abs(hash(str(turns))) % 10**9}", "openai", history_max_tokens=1_000, token_budget=3_000
-    )
+    hook = eager_hook(GeminiHook, db, f"g{next(_SESSIONS)}", "openai", history_max_tokens=1_000, token_budget=3_000)
     contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "go"}]}]
     for n, (kind, value) in enumerate(turns):
         if kind == "say":
