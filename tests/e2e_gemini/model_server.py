@@ -1,5 +1,6 @@
-"""A scripted model behind the Gemini API (``streamGenerateContent``), on 127.0.0.1: the only fake
-in the Gemini CLI test. The n-th request that offers tools (a turn of the session) is answered
+"""A scripted model behind the Gemini API (``streamGenerateContent``), and behind Google's Code
+Assist API (its requests and answers in envelopes of their own), on 127.0.0.1: the only fake in
+the Gemini CLI test. The n-th request that offers tools (a turn of the session) is answered
 with the n-th scripted reply, a text or one function call, as one server-sent event; a request
 without tools (a check Gemini CLI makes on the side) with a JSON text. Every request is recorded."""
 
@@ -32,6 +33,8 @@ class GeminiModel:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if path.startswith("/v1internal:"):  # Google's Code Assist API (Gemini CLI logged in with an account)
+            return self._code_assist(path.split(":", 1)[1].split("?")[0], body)
         if ":countTokens" in path:
             with self.lock:
                 self.side.append(path)
@@ -50,6 +53,22 @@ class GeminiModel:
             "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
             "usageMetadata": usage,
         }
+
+    def _code_assist(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A model call's request and answer in their envelopes; the account on the free tier,
+        its project set up; any other method answered with nothing."""
+        if method in ("generateContent", "streamGenerateContent"):
+            return {"response": self.answer(f"/v1beta/models/m:{method}", body["request"]), "traceId": "e2e-trace"}
+        with self.lock:
+            self.side.append(method)
+        if method == "loadCodeAssist":
+            tier = {"id": "free-tier", "name": "Gemini Code Assist for individuals"}
+            return {
+                "currentTier": tier,
+                "allowedTiers": [{**tier, "isDefault": True}],
+                "cloudaicompanionProject": "e2e-project",
+            }
+        return {}
 
 
 def _handler(model: GeminiModel) -> type[BaseHTTPRequestHandler]:

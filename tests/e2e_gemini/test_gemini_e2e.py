@@ -40,25 +40,31 @@ def gemini() -> NodeCli:
     return provisioned("the Gemini CLI", lambda: node_cli(CLI, "@google/gemini-cli", "gemini"))
 
 
-def _workspace(tmp_path: Path) -> tuple[Path, Path]:
-    """A workspace holding app.py, and a home whose Gemini CLI settings ask nothing."""
+ACCOUNT = {"GOOGLE_GENAI_USE_GCA": "true", "GOOGLE_CLOUD_ACCESS_TOKEN": "ya29.e2e-token"}
+"""Gemini CLI logged in with a Google account: an OAuth access token from the environment (its
+look-up of the account's e-mail fails, as it may, and is skipped)."""
+
+
+def _workspace(tmp_path: Path, auth: str = "gemini-api-key") -> tuple[Path, Path]:
+    """A workspace holding app.py, and a home whose Gemini CLI settings ask nothing, ``auth`` its
+    way to log in."""
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     (home / ".gemini").mkdir(parents=True)
-    (home / ".gemini" / "settings.json").write_text(json.dumps(SETTINGS))
+    settings = {**SETTINGS, "security": {**SETTINGS["security"], "auth": {"selectedType": auth}}}
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
     (work / "app.py").write_text(APP)
     return work, home
 
 
-def _fix_f7(gemini: NodeCli, work: Path, home: Path, base_url: str) -> subprocess.CompletedProcess[str]:
-    """``gemini -p "fix f7 in app.py"`` in ``work``, its Gemini API at ``base_url``."""
-    env = {
-        "PATH": gemini.path_env(),
-        "HOME": str(home),
-        "GEMINI_API_KEY": "e2e-key",
-        "GOOGLE_GEMINI_BASE_URL": base_url,
-        "NO_COLOR": "1",
-    }
+def _fix_f7(
+    gemini: NodeCli, work: Path, home: Path, base_url: str, *, account: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``gemini -p "fix f7 in app.py"`` in ``work``, its Gemini API at ``base_url`` (``account``:
+    logged in with a Google account, Google's Code Assist API there)."""
+    api_key = {"GEMINI_API_KEY": "e2e-key", "GOOGLE_GEMINI_BASE_URL": base_url}
+    login = {**ACCOUNT, "CODE_ASSIST_ENDPOINT": base_url} if account else api_key
+    env = {"PATH": gemini.path_env(), "HOME": str(home), "NO_COLOR": "1", **login}
     return subprocess.run(
         gemini.command("-p", "fix f7 in app.py", "--yolo", "-m", MODEL),
         cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
@@ -132,14 +138,16 @@ FILES = 10
 conversation passes the 50,000 tokens context_os manages from."""
 
 
+@pytest.mark.parametrize("auth", ["gemini-api-key", "oauth-personal"])
 def test_gemini_clis_own_read_and_edit_through_the_proxy_keep_the_file_as_an_object_equal_to_the_disk(
-    gemini: NodeCli, tmp_path: Path
+    gemini: NodeCli, tmp_path: Path, auth: str
 ) -> None:
-    """Gemini CLI pointed at ``ctxos proxy`` (GOOGLE_GEMINI_BASE_URL): it reads ten files, then
-    app.py, fixes f7 with its replace tool and says it is done. The model is sent the assembled
-    context: the old reads collapsed, app.py as a file object at the text the edit left on disk;
-    every frame of the session verified."""
-    work, home = _workspace(tmp_path)
+    """Gemini CLI pointed at ``ctxos proxy``, with an API key (GOOGLE_GEMINI_BASE_URL: the Gemini
+    API) or logged in with a Google account (CODE_ASSIST_ENDPOINT: Google's Code Assist API): it
+    reads ten files, then app.py, fixes f7 with its replace tool and says it is done. The model is
+    sent the assembled context: the old reads collapsed, app.py as a file object at the text the
+    edit left on disk; every frame of the session verified."""
+    work, home = _workspace(tmp_path, auth)
     for n in range(FILES):
         (work / f"m{n}.txt").write_text(
             "".join(f"line {k} of m{n}: some text of the file to read\n" for k in range(400))
@@ -153,8 +161,11 @@ def test_gemini_clis_own_read_and_edit_through_the_proxy_keep_the_file_as_an_obj
         "Done: f7 returns 'seven'.",
     ]  # fmt: skip
     store, said = tmp_path / "proxy.db", list[str]()
-    with gemini_model(replies) as model, proxy_command(store, model.url, said, "--gemini-upstream", model.url) as url:
-        proc = _fix_f7(gemini, work, home, url.removesuffix("/v1"))
+    account = auth == "oauth-personal"
+    upstream = "--code-assist-upstream" if account else "--gemini-upstream"
+    with gemini_model(replies) as model, proxy_command(store, model.url, said, upstream, model.url) as url:
+        proc = _fix_f7(gemini, work, home, url.removesuffix("/v1"), account=account)
+        side = list(model.side)
         requests = list(model.requests)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Done: f7 returns 'seven'." in proc.stdout
@@ -174,3 +185,5 @@ def test_gemini_clis_own_read_and_edit_through_the_proxy_keep_the_file_as_an_obj
         sessions = [v.id.removeprefix("session:") for v in s.find("session")]
         frames = {sid: verified_frames(s, sid) for sid in sessions}
     assert max(frames.values()) == len(requests)  # (Gemini CLI's checks on the side are sessions of their own)
+    if account:  # the API's other methods went upstream as they came
+        assert "loadCodeAssist" in side

@@ -394,3 +394,57 @@ def test_the_key_goes_upstream_untouched_and_is_never_stored_nor_logged(
     assert KEY not in caplog.text and "key=[hidden]" in caplog.text
     proxied.store.close()
     assert KEY.encode() not in proxied.db.read_bytes()
+
+
+def envelope(contents: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Code Assist request as Gemini CLI 0.61 makes one (``toGenerateContentRequest``)."""
+    request = {"contents": contents, "systemInstruction": {"role": "user", "parts": [{"text": SYSTEM}]},
+               "tools": [{"functionDeclarations": [{"name": "read_file", "parametersJsonSchema": {"type": "object"}}]}],
+               "generationConfig": {"temperature": 0}, "session_id": "cli-session-1"}  # fmt: skip
+    return {"model": MODEL, "project": "proj-1", "user_prompt_id": "prompt-1", "request": request}
+
+
+def sse_answers(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+
+
+def test_a_code_assist_request_is_managed_in_its_envelope(tmp_path: Path) -> None:
+    """Gemini CLI logged in with a Google account speaks Google's Code Assist API: a Gemini request
+    in an envelope, each answer in one. The request's contents are managed, the envelope goes
+    upstream as it came; JSON and streamed, our tools run inside the proxy, the agent gets every
+    answer in its envelope; its other methods go upstream untouched."""
+    replies: list[str | ToolCall] = ["first answer here", ToolCall("pin", {"id": "r4"}, say="Pinning."), "done"]
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up, code_assist_upstream=up.url)
+        try:
+            headers = {"Authorization": "Bearer ya29.oauth"}
+            sent = envelope(gemini_conversation(60))
+            got = httpx.post(f"{running.url}/v1internal:generateContent", json=sent, headers=headers, timeout=60)
+            assert got.status_code == 200 and got.json()["traceId"] == "trace-1"
+            assert got.json()["response"]["candidates"][0]["content"]["parts"] == [{"text": "first answer here"}]
+            first = up.requests[0]
+            assert {k: v for k, v in first.items() if k != "request"} == {
+                k: v for k, v in sent.items() if k != "request"
+            }
+            assert (
+                first["request"]["session_id"] == "cli-session-1"
+                and up.headers[0]["Authorization"] == headers["Authorization"]
+            )
+            assert len(json.dumps(first["request"]["contents"])) < 0.3 * len(json.dumps(sent["request"]["contents"]))
+            assert "activate" in json.dumps(first["request"]["tools"])
+            # streamed: the model says something and calls pin; then it answers
+            short = envelope(gemini_conversation(2, output_chars=600))
+            path = "/v1internal:streamGenerateContent?alt=sse"
+            streamed = httpx.post(running.url + path, json=short, headers=headers, timeout=60)
+            answers = sse_answers(streamed.text)
+            assert all(set(a) == {"response", "traceId"} for a in answers), answers
+            parts = [p for a in answers for p in a["response"]["candidates"][0]["content"]["parts"]]
+            assert "".join(p.get("text", "") for p in parts) == "Pinning.done" and len(up.requests) == 3
+            again = up.requests[2]["request"]
+            assert pairing_refused("gemini", again) is None and '"pin"' in json.dumps(again["contents"])
+            # another method of the API: upstream untouched
+            load = httpx.post(f"{running.url}/v1internal:loadCodeAssist", json={"metadata": {}}, headers=headers)
+            assert load.status_code == 200 and up.other == ["POST /v1internal:loadCodeAssist"]
+            assert running.proxy.counts["tool_calls"] == 1 and running.proxy.counts["failed_open"] == 0
+        finally:
+            running.close()

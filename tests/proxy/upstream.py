@@ -362,7 +362,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 return
             self._send(up.other_status, json.dumps(answer).encode())
 
-        def _gemini(self, body: dict[str, Any], text: str | ToolCall, *, streamed: bool) -> None:
+        def _gemini(self, body: dict[str, Any], text: str | ToolCall, *, streamed: bool, enveloped: bool) -> None:
             n = len(up.requests)
             status = up.errors.get(n, up.status)
             refused = pairing_refused("gemini", body)
@@ -371,14 +371,20 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 name = "RESOURCE_EXHAUSTED" if code == 429 else "INVALID_ARGUMENT"
                 self._send(code, json.dumps({"error": {"code": code, "message": why, "status": name}}).encode())
                 return
+
+            def answer(a: dict[str, Any]) -> dict[str, Any]:
+                return {"response": a, "traceId": f"trace-{n}"} if enveloped else a
+
             if not streamed:
-                self._send(200, json.dumps(_gemini_json(text, n)).encode())
+                self._send(200, json.dumps(answer(_gemini_json(text, n))).encode())
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
             self.end_headers()
             for event in _gemini_events(text, n):
+                if enveloped:
+                    event = b"data: " + json.dumps(answer(json.loads(event[6:]))).encode() + b"\r\n\r\n"
                 self.wfile.write(event)
                 self.wfile.flush()
             self.close_connection = True
@@ -396,14 +402,17 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 self._other({"input_tokens": 7})
                 return
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            if ":countTokens" in self.path:
+            if ":countTokens" in self.path or self.path.startswith("/v1internal:loadCodeAssist"):
                 with up.lock:
                     up.other.append(f"{self.command} {self.path}")
                 self._send(200, json.dumps({"totalTokens": 7}).encode())
                 return
             text = up.record(body, dict(self.headers.items()))
             if ":generateContent" in self.path or ":streamGenerateContent" in self.path:
-                self._gemini(body, text, streamed=":streamGenerateContent" in self.path)
+                enveloped = self.path.startswith("/v1internal:")  # Code Assist: the request in an envelope
+                self._gemini(
+                    body["request"] if enveloped else body, text, streamed="stream" in self.path, enveloped=enveloped
+                )
                 return
             anthropic = self.path.startswith("/v1/messages")
             responses = self.path.startswith("/v1/responses")

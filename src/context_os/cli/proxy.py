@@ -39,6 +39,12 @@ from ._common import (
     help="The origin for the Gemini API (/v1beta/models/…) [default: https://generativelanguage.googleapis.com].",
 )
 @click.option(
+    "--code-assist-upstream",
+    metavar="URL",
+    help="The origin for Google's Code Assist API (/v1internal:…; Gemini CLI logged in with a Google account) "
+    "[default: https://cloudcode-pa.googleapis.com].",
+)
+@click.option(
     "--port", type=click.IntRange(0, 65535), default=8787, show_default=True, help="The port on 127.0.0.1 (0: any)."
 )
 @click.option(
@@ -89,6 +95,7 @@ def proxy_cmd(
     upstream: str,
     anthropic_upstream: str | None,
     gemini_upstream: str | None,
+    code_assist_upstream: str | None,
     port: int,
     timeout: float,
     recall: bool,
@@ -105,7 +112,8 @@ def proxy_cmd(
 
     Point the agent's base URL at http://127.0.0.1:PORT/v1 (OpenAI chat completions or
     responses: Codex CLI) or http://127.0.0.1:PORT (Anthropic; Gemini: Gemini CLI's
-    GOOGLE_GEMINI_BASE_URL); its API key goes upstream untouched. Each conversation is a
+    GOOGLE_GEMINI_BASE_URL, or CODE_ASSIST_ENDPOINT logged in with a Google account); its API key
+    goes upstream untouched. Each conversation is a
     session (X-Context-OS-Session names one); the context sent upstream is the assembled one.
     See docs/proxy.md."""
     from ..server.proxy import Proxy, make_proxy_server, upstream_origin
@@ -120,6 +128,8 @@ def proxy_cmd(
         upstream_origin(anthropic_upstream, "--anthropic-upstream")
     if gemini_upstream is not None:
         upstream_origin(gemini_upstream, "--gemini-upstream")
+    if code_assist_upstream is not None:
+        upstream_origin(code_assist_upstream, "--code-assist-upstream")
     sock = listen_socket("127.0.0.1", port)
     with ExitStack() as stack:
         stack.callback(sock.close)
@@ -138,6 +148,7 @@ def proxy_cmd(
             upstream,
             anthropic_upstream=anthropic_upstream,
             gemini_upstream=gemini_upstream,
+            code_assist_upstream=code_assist_upstream,
             timeout=timeout,
             recall=engine,
             workspace=workspace,

@@ -5,7 +5,8 @@ The agent sends its whole conversation, as it would to the provider. The proxy g
 to the same hook the library uses (harness ``openai`` for ``/v1/chat/completions``, ``anthropic``
 for ``/v1/messages``, ``openai`` for ``/v1/responses`` with its input items translated by
 harness/responses.py and for the Gemini API's ``models/{model}:generateContent`` and
-``:streamGenerateContent`` with its contents translated by harness/gemini.py), sends the
+``:streamGenerateContent`` with its contents translated by harness/gemini.py, and for Google's
+Code Assist API's, the same request in an envelope), sends the
 *assembled* context upstream in the original request's place, and relays the reply unchanged: a
 JSON body as it came, a stream chunk by chunk as it comes.
 A Responses request that continues a conversation the provider keeps (``previous_response_id``)
@@ -42,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
@@ -101,7 +102,7 @@ log = logging.getLogger("context_os.proxy")
 SESSION_HEADER = "X-Context-OS-Session"
 OFFERED = frozenset({"read", "activate", "deactivate", "pin", "unpin", "lines", "history", "recall"})
 """Our tools the model may be offered (never write, edit or the like: the agent's own do that)."""
-Api = Literal["openai", "anthropic", "responses", "gemini"]
+Api = Literal["openai", "anthropic", "responses", "gemini", "code-assist"]
 ROUTES: dict[str, Api] = {
     "/v1/chat/completions": "openai",
     "/chat/completions": "openai",
@@ -118,6 +119,13 @@ on Vertex AI too (``projects/{project}/locations/{location}/publishers/google/mo
 other endpoints (``countTokens``, ``embedContent``, the model list) go upstream untouched."""
 GEMINI_ORIGIN = "https://generativelanguage.googleapis.com"
 """The Gemini API's origin: the Gemini upstream unless ``--gemini-upstream`` names another."""
+CODE_ASSIST_ROUTE = re.compile(r"/v1internal:(?:generateContent|streamGenerateContent)")
+"""Google's Code Assist API's model calls (Gemini CLI logged in with a Google account, at its
+``CODE_ASSIST_ENDPOINT``): a Gemini request in an envelope of its own (``{"model", "project",
+"user_prompt_id", "request": {...}}``), each answer in one too (``{"response": {...}, "traceId"}``).
+Its other methods (``loadCodeAssist``, ``countTokens``, ...) go upstream untouched."""
+CODE_ASSIST_ORIGIN = "https://cloudcode-pa.googleapis.com"
+"""The Code Assist API's origin, unless ``--code-assist-upstream`` names another."""
 STATUS_PATH = "/_context_os/status"
 """``GET`` here answers the proxy's own status (``Proxy.status``), not the upstream's: no
 provider's API has a path that starts with ``/_context_os``."""
@@ -315,7 +323,7 @@ def error_body(api: Api, status: int, message: str) -> bytes:
         else:
             kind = "overloaded_error" if status in (502, 503) else "api_error"
         return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
-    if api == "gemini":  # Google's shape: the code, and its gRPC status's name
+    if api in ("gemini", "code-assist"):  # Google's shape: the code, and its gRPC status's name
         name = _GOOGLE_STATUS.get(status, "INVALID_ARGUMENT" if status < 500 else "INTERNAL")
         return json.dumps({"error": {"code": status, "message": message, "status": name}}).encode()
     kind = "invalid_request_error" if status < 500 else "upstream_error"
@@ -409,6 +417,17 @@ class Plan:
     """None: failing open (the original goes upstream, no tools of ours)."""
     ours: frozenset[str] = frozenset()
     """Our tools offered to the model in this request."""
+    envelope: dict[str, Any] | None = None
+    """A Code Assist request's envelope (the whole request as the client sent it): ``body`` goes
+    upstream in it as its ``request``, and each answer's ``response`` is the Gemini answer."""
+
+    def sent(self) -> dict[str, Any]:
+        """What goes upstream: ``body``, in its envelope if it came in one."""
+        return self.body if self.envelope is None else dict(self.envelope, request=self.body)
+
+    def upstream_api(self) -> Api:
+        """Whose upstream it goes to."""
+        return "code-assist" if self.envelope is not None else self.api
 
 
 class Proxy:
@@ -421,6 +440,7 @@ class Proxy:
         *,
         anthropic_upstream: str | None = None,
         gemini_upstream: str | None = None,
+        code_assist_upstream: str | None = None,
         timeout: float = 600.0,
         recall: Recall | None = None,
         workspace: str | Path | None = None,
@@ -430,7 +450,8 @@ class Proxy:
     ):
         """``upstream``: the provider's origin (``https://api.openai.com``), the request's path is
         added to it; ``anthropic_upstream`` for ``/v1/messages`` if it is another one;
-        ``gemini_upstream`` for the Gemini API (by default ``GEMINI_ORIGIN``). With
+        ``gemini_upstream`` for the Gemini API (by default ``GEMINI_ORIGIN``),
+        ``code_assist_upstream`` for Google's Code Assist API (``CODE_ASSIST_ORIGIN``). With
         ``recall``, the model is offered the ``recall`` tool too; with ``workspace`` (the agent's
         directory), ``read`` (files as versioned objects). ``tool_names``: which of the agent's
         tools read, write and edit files, whose calls keep its files as objects: ``auto`` (the
@@ -456,6 +477,7 @@ class Proxy:
             ),
             "responses": upstream_origin(upstream, "--upstream"),
             "gemini": upstream_origin(gemini_upstream or GEMINI_ORIGIN, "--gemini-upstream"),
+            "code-assist": upstream_origin(code_assist_upstream or CODE_ASSIST_ORIGIN, "--code-assist-upstream"),
         }
         self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
         self._lock = threading.Lock()
@@ -894,7 +916,7 @@ class Proxy:
             own = plan.api in ("responses", "gemini")  # (their definitions are not the OpenAI hook's)
             ours = d.definitions(schemas) if own else conv.hook.adapter.tool_definitions(schemas)
             body["tools"] = [*(plan.original.get("tools") or []), *ours]
-        return Plan(plan.api, body, plan.original, conv, frozenset(t["name"] for t in schemas))
+        return Plan(plan.api, body, plan.original, conv, frozenset(t["name"] for t in schemas), plan.envelope)
 
     def _observe(self, conv: _Conversation, theirs: set[str]) -> None:
         """Which of the client's tools keep its files as objects, by the tools it offers now (a
@@ -934,7 +956,9 @@ class Proxy:
             self._failed(plan.conversation.hook.session.id, plan.conversation, e)
             with plan.conversation.lock:
                 messages, _ = splice(_client(plan), plan.conversation.hidden)
-            return Plan(plan.api, dict(plan.original, **{_key(plan.api): messages}), plan.original)
+            return Plan(
+                plan.api, dict(plan.original, **{_key(plan.api): messages}), plan.original, envelope=plan.envelope
+            )
 
     def _assemble(self, api: Api, hook: ContextHook[Any], body: dict[str, Any]) -> dict[str, Any]:
         if api == "responses":
@@ -974,12 +998,14 @@ def _keyless(text: str) -> str:
 def _managed(path: str) -> Api | None:
     """The API of a request whose conversation the proxy manages, by its path; None for others."""
     route = path.split("?")[0].rstrip("/")
+    if CODE_ASSIST_ROUTE.fullmatch(route):
+        return "code-assist"
     return ROUTES.get(route) or ("gemini" if GEMINI_ROUTE.fullmatch(route) else None)
 
 
 def _streamed(api: Api, path: str, body: Mapping[str, Any]) -> bool:
     """Whether a request asks for its answer streamed (Gemini: by its method, not its body)."""
-    if api == "gemini":
+    if api in ("gemini", "code-assist"):
         return urlsplit(path).path.endswith(":streamGenerateContent")
     return bool(body.get("stream"))
 
@@ -1009,6 +1035,8 @@ def _provider(path: str, headers: Any) -> Api:
     (``--anthropic-upstream`` gets the first, ``--gemini-upstream`` the second).
     ``headers``: the request's (``http.server``'s, whose names match in any case)."""
     route, _, query = path.partition("?")
+    if route.startswith("/v1internal"):
+        return "code-assist"
     if (
         route.startswith(("/v1beta/", "/v1alpha/", "/v1/projects/", "/v1beta1/projects/"))
         or re.fullmatch(r"/v1/models/[^/]+:\w+", route)
@@ -1236,13 +1264,21 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             if not isinstance(body, dict):
                 self._reply(400, error_body(api, 400, "the request body is not a JSON object"))
                 return
-            plan = proxy.prepare(
-                api, {k: v for k, v in self.headers.items()}, body, tools=_readable(api, self.path, body)
-            )
-            if plan.ours:
-                self._upstream(api, lambda: self._rounds(plan))
+            headers = {k: v for k, v in self.headers.items()}
+            if api == "code-assist":  # a Gemini request in an envelope: managed as one, sent in it
+                inner = body.get("request")
+                if not isinstance(inner, dict):
+                    self._upstream(api, lambda: self._forward(api, raw))  # none in it: untouched
+                    return
+                plan = proxy.prepare("gemini", headers, inner, tools=_readable("gemini", self.path, inner))
+                plan = replace(plan, envelope=body)
             else:
-                self._upstream(api, lambda: self._forward(api, json.dumps(plan.body).encode()))
+                plan = proxy.prepare(api, headers, body, tools=_readable(api, self.path, body))
+            to = plan.upstream_api()
+            if plan.ours:
+                self._upstream(to, lambda: self._rounds(plan))
+            else:
+                self._upstream(to, lambda: self._forward(to, json.dumps(plan.sent()).encode()))
 
         def _upstream(self, api: Api, send: Callable[[], None]) -> None:
             """Run ``send``; an upstream that cannot be reached or is too slow is answered in the
@@ -1372,7 +1408,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
         def _rounds(self, plan: Plan) -> None:
             """Upstream until the model answers without calling one of our tools."""
             d = dialect(plan.api)
-            url = proxy.upstream_url(plan.api, self.path)
+            url = proxy.upstream_url(plan.upstream_api(), self.path)
             streaming = _streamed(plan.api, self.path, plan.original)
             started = False
             offset = 0
@@ -1391,13 +1427,15 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             for n in range(MAX_ROUNDS):
                 last = n == MAX_ROUNDS - 1
                 with (
-                    proxy.client.stream("POST", url, headers=self._upstream_headers(), json=plan.body) as resp,
+                    proxy.client.stream("POST", url, headers=self._upstream_headers(), json=plan.sent()) as resp,
                     proxy.relay(resp),
                 ):
                     if resp.status_code >= 400 or not streaming:
                         raw = resp.read()
                         proxy.whole(resp)
                         reply = _json_object(raw) if resp.status_code < 400 else None
+                        if reply is not None and plan.envelope is not None:  # the answer in its envelope
+                            reply = reply.get("response") if isinstance(reply.get("response"), dict) else {}
                         # no API's answer (a web page at the upstream's address): it goes back as it came
                         calls, message = d.calls(reply) if reply is not None else ([], {})
                         ours = [c for c in calls if c.name in plan.ours]
@@ -1417,7 +1455,13 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                             self._start(resp.status_code, resp.headers)
                             self._events = send  # whole events only: an error event may follow any
                             started = True
-                        f = StreamFilter(plan.api, first_round=n == 0, block_offset=offset, response_id=response_id)
+                        f = StreamFilter(
+                            plan.api,
+                            first_round=n == 0,
+                            block_offset=offset,
+                            response_id=response_id,
+                            enveloped=plan.envelope is not None,
+                        )
                         for event in sse_events(resp.iter_bytes()):
                             send(f.feed(event))
                         proxy.whole(resp)

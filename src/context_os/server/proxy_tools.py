@@ -507,6 +507,8 @@ class StreamFilter:
     """Anthropic: the thinking blocks of the response, by index."""
     _parts: list[dict[str, Any]] = field(default_factory=list)
     """Gemini: the parts of the calls the response made."""
+    enveloped: bool = False
+    """Gemini: each event's answer is its ``response`` (Google's Code Assist API)."""
     _reasoning: dict[int, list[bytes]] = field(default_factory=dict)
     """Responses: the events of the reasoning items held until the item after them is known."""
     response_id: str | None = None
@@ -634,9 +636,13 @@ class StreamFilter:
         whole in one event: the parts of calls are held (with the rest of their event: its end,
         its usage), as is any event that ends the response (``finishReason``) or holds no
         candidate (usage alone); the other parts go on at once."""
-        candidates = data.get("candidates") if isinstance(data, dict) else None
         if not isinstance(data, dict) or "error" in data:
             return event
+        envelope = data if self.enveloped else None
+        data = data.get("response") if envelope is not None else data
+        if not isinstance(data, dict):
+            return event
+        candidates = data.get("candidates")
         first = candidates[0] if isinstance(candidates, list) and candidates else None
         content = first.get("content") if isinstance(first, Mapping) else None
         parts = content.get("parts") if isinstance(content, Mapping) else None
@@ -654,7 +660,8 @@ class StreamFilter:
 
         def with_parts(ps: list[Mapping[str, Any]], rest: Mapping[str, Any]) -> bytes:
             candidate = {**rest, "content": {**content, "parts": ps}}
-            return f"data: {json.dumps({**data, 'candidates': [candidate, *candidates[1:]]})}\n\n".encode()
+            answer = {**data, "candidates": [candidate, *candidates[1:]]}
+            return f"data: {json.dumps(answer if envelope is None else {**envelope, 'response': answer})}\n\n".encode()
 
         self.held.append(with_parts(calls, first))
         # what goes on now ends nothing: the held event carries the end and the usage
