@@ -151,7 +151,7 @@ dumped and read every content at every call: 660 ms a call at 20,000 messages of
 session measured by hand, 36 ms at 1,000; then it copied what it kept at every call: 1.58× here),
 and gives back each content made from messages the OpenAI hook gave back unchanged as it made it
 the call before. In three runs of this benchmark on 2026-12-04 afternoon, on a noisy machine, it
-measured 1.04×, 1.54× and 1.19× (the OpenAI hook 0.98×, 1.41×, 1.04×; pydantic-ai 1.45×, 1.48×,
+measured 1.04×, 1.54× and 1.19× (the OpenAI hook 1.41×, 0.92×, 1.04×; pydantic-ai 1.45×, 1.48×,
 0.93×); its own reading is 130 µs a call at 1,000 messages and 251 µs at 20,001.
 
 What the Anthropic and pydantic-ai hooks cost beyond the OpenAI one (measured by hand on
