@@ -565,20 +565,24 @@ def test_a_stale_pid_file_naming_another_nodes_jvm_is_not_taken_for_the_ports_no
     whole timeout for it to answer on this port. A node is now recognized by its temporary
     directory (this checkout's ``xtdb/target/tmp-PORT``) and its port as well. ``xtdb_url`` is
     requested only so the test is skipped exactly where no node can be had."""
-    port, other = _free_port(), _free_port()
+    # two ports in one call: two calls of _free_port may give the same port twice (a clean-clone CI
+    # failed so, and the lookalikes it had started were left running into the next test)
+    port = _free_ports(2)
+    other = port + 1
     target = ROOT / "xtdb" / "target"
     pid_file = target / f"xtdb-{port}.pid"
-    lookalikes = [
-        _node_lookalike(target / f"tmp-{other}", other),  # this checkout's node on another port
-        _node_lookalike(tmp_path / "xtdb" / "target" / f"tmp-{port}", port),  # another checkout's, on this port
-        _node_lookalike(tmp_path / "xtdb" / "target" / f"tmp-{other}", other),  # another checkout's
-    ]
     (target / f"tmp-{other}").mkdir(parents=True, exist_ok=True)
     (tmp_path / "xtdb" / "target" / f"tmp-{port}").mkdir(parents=True)
     (tmp_path / "xtdb" / "target" / f"tmp-{other}").mkdir(parents=True)
+    lookalikes: list[subprocess.Popen[bytes]] = []
     stops = []
     stop = [str(ROOT / "xtdb" / "stop"), "--port", str(port)]
     try:
+        lookalikes += [
+            _node_lookalike(target / f"tmp-{other}", other),  # this checkout's node on another port
+            _node_lookalike(tmp_path / "xtdb" / "target" / f"tmp-{port}", port),  # another checkout's, on this port
+            _node_lookalike(tmp_path / "xtdb" / "target" / f"tmp-{other}", other),  # another checkout's
+        ]
         for lookalike in lookalikes:
             pid_file.write_text(f"{lookalike.pid}\n")
             stops.append(subprocess.run(stop, capture_output=True, text=True, timeout=90))
