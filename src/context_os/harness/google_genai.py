@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from google.genai import types
 
 from ..errors import MalformedMessage
+from .base import WINDOW  # (as many as every hook checks of its list)
 from .gemini import Pending, call_names, content_groups, group_content, read_content
 from .openai import OpenAIHook
 
@@ -59,9 +60,6 @@ __all__ = ["WINDOW", "GeminiHook"]
 log = logging.getLogger(__name__)
 
 Contents = Sequence[types.Content | types.ContentDict | dict[str, Any]]
-WINDOW = 256
-"""How many of the contents read before are checked to be the same objects, at each of the
-list's first, middle and newest places."""
 
 
 class GeminiHook:

@@ -175,9 +175,7 @@ def derive_session(api: Api, body: Mapping[str, Any]) -> str:
             start = {"instructions": body.get("instructions"), "items": items[:cut]}
         return f"proxy-{hash_value({'api': api, **start}).removeprefix(HASH_PREFIX)[:16]}"
     if api == "gemini":
-        contents = body.get("contents")
-        said = contents if isinstance(contents, list) else []
-        first_content = next((c for c in said if isinstance(c, Mapping) and c.get("role", "user") == "user"), None)
+        first_content = next((c for c in _contents(body) if c.get("role", "user") == "user"), None)
         begun_gemini = {"api": api, "system": body.get("systemInstruction"), "first": first_content}
         return f"proxy-{hash_value(begun_gemini).removeprefix(HASH_PREFIX)[:16]}"
     found = body.get("messages")
@@ -248,12 +246,16 @@ def provider_clearing(body: Mapping[str, Any]) -> list[str]:
     return [k for k in kinds if isinstance(k, str) and k.startswith("clear_tool_uses")]
 
 
+def _contents(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A Gemini request's contents that are objects (none if ``contents`` is no list)."""
+    found = body.get("contents")
+    return [c for c in found if isinstance(c, Mapping)] if isinstance(found, list) else []
+
+
 def _first_reply(api: Api, body: Mapping[str, Any]) -> Any:
     """What the model first said in a request's conversation (``_said``), None before it said anything."""
     if api == "gemini":
-        contents = body.get("contents")
-        said = contents if isinstance(contents, list) else []
-        reply = next((c for c in said if isinstance(c, Mapping) and c.get("role") == "model"), None)
+        reply = next((c for c in _contents(body) if c.get("role") == "model"), None)
         parts = reply.get("parts") if reply is not None else None
         if not isinstance(parts, list):
             return None
