@@ -53,10 +53,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import watchdog.events
 from watchdog.events import (
     DirDeletedEvent,
     DirMovedEvent,
-    FileAttribEvent,
     FileClosedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
@@ -79,10 +79,11 @@ log = logging.getLogger("context_os.files")
 SAID = 256
 """How many distinct tracker messages are remembered as logged (``FileTracker._error``)."""
 
+_ATTRIB: type[FileSystemEvent] | None = getattr(watchdog.events, "FileAttribEvent", None)
 _EVENTS: list[type[FileSystemEvent]] = [
     FileCreatedEvent,
     FileModifiedEvent,
-    FileAttribEvent,
+    *([_ATTRIB] if _ATTRIB else []),
     FileClosedEvent,
     FileDeletedEvent,
     FileMovedEvent,
@@ -91,7 +92,8 @@ _EVENTS: list[type[FileSystemEvent]] = [
 ]
 """What the observer asks the kernel for: no open/access events (our own reads make those).
 ``FileAttribEvent``: a change of times or mode only (``touch``, ``chmod``, ``cp -p``), which
-changes a metadata-only file's version and a content file's stat."""
+changes a metadata-only file's version and a content file's stat. watchdog 6 has no such event: it
+reports one as a modification, which then waits for a close (up to ``max_delay``) as a write does."""
 
 _WATCHDOG_LOGGERS = ("watchdog.observers.inotify_c", "watchdog.observers.inotify")
 _RECENT_MAX = 2000
@@ -590,10 +592,14 @@ class FileTracker:
                     # maybe another name of a tracked file (a hard link nobody tracks): the
                     # kernel reports a write, or a touch, under the name written only
                     untracked_write = True
+                elif kind == "modified" and _ATTRIB is None:  # watchdog 6: maybe a touch (no close)
+                    untracked_write = True
             if marked:
                 self._cond.notify_all()
         if untracked_write:
-            self._on_untracked_write(src, now, attrib=kind == "attrib")
+            # (watchdog 6's modification, where closes are reported: looked at if its stat
+            # changed, which a write's does too; its close is looked at as a write)
+            self._on_untracked_write(src, now, attrib=kind == "attrib" or (kind == "modified" and self._sees_closes))
 
     def _on_untracked_write(self, path: str, now: float, *, attrib: bool = False) -> None:
         """A writer closed ``path``, which no tracked file has (a modification, where closes are
