@@ -9,6 +9,10 @@
   ``<!-- not run: needs a model provider -->``. Its case is skipped with that reason, but its
   imports still run (later blocks use the names, and an import is what breaks first when code
   moves). Any other block that raises fails its case.
+* A block that needs what the dev venv cannot hold names the test that runs it, on the line just
+  before its fence: ``<!-- run by tests/adk/test_adk.py: needs google-adk -->``. Its case here
+  checks that the test exists and reads this file's blocks; neither it nor its imports run here,
+  and later blocks do not run it.
 * Names the docs leave to the reader (``messages``, a ``model``, a repository's ``src/app.py``) are
   supplied per file by ``GIVEN`` before the file's first block.
 * ```sh blocks are never run. Every line with ``ctxos`` among its words (so also after
@@ -43,6 +47,7 @@ from context_os.cli import cli
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*(.+?)\s*-->\s*$")
+RUN_BY = re.compile(r"^\s*<!--\s*run by\s+(\S+?):\s*(.+?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 
 
@@ -55,6 +60,8 @@ class Block:
     code: str
     skip: str | None
     """The reason from a ``<!-- not run: ... -->`` line just before the fence."""
+    run_by: str | None = None
+    """The test file from a ``<!-- run by FILE: ... -->`` line just before the fence."""
 
     @property
     def name(self) -> str:
@@ -82,7 +89,9 @@ def blocks(path: Path) -> list[Block]:
             k += 1
         k += 1
         skip = NOT_RUN.match(lines[start - 1]) if start else None
-        found.append(Block(path, start + 1, lang, "\n".join(body) + "\n", skip.group(1) if skip else None))
+        by = RUN_BY.match(lines[start - 1]) if start else None
+        code = "\n".join(body) + "\n"
+        found.append(Block(path, start + 1, lang, code, skip.group(1) if skip else None, by.group(1) if by else None))
     return found
 
 
@@ -200,6 +209,8 @@ def _imports(code: str) -> str:
 
 
 def _run(block: Block, namespace: dict[str, Any]) -> None:
+    if block.run_by:
+        return
     exec(block.compiled(_imports(block.code) if block.skip else None), namespace)
     # what it named, kept for _close: a later snippet may name another by the same name
     opened = namespace.setdefault(_OPENED, [])
@@ -222,6 +233,10 @@ def reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.parametrize("block", PYTHON, ids=[b.name for b in PYTHON])
 def test_python_block(block: Block, reader: Path) -> None:
     namespace: dict[str, Any] = {"__name__": "__main__"}
+    if block.run_by:
+        test = ROOT / block.run_by
+        assert test.is_file() and str(block.path.relative_to(ROOT)) in test.read_text(), block.run_by
+        return
     if block.skip:
         _run(block, namespace)
         pytest.skip(f"not run: {block.skip}")

@@ -1,0 +1,111 @@
+"""context_os installed beside Google's Agent Development Kit, in a venv of its own.
+
+google-adk 2.x pins ``watchdog>=6,<7`` (and ``websockets<16``, ``google-genai<3``), which the dev
+venv's other packages and its watchdog 7 do not allow beside it. So ADK's users get context_os
+with watchdog 6, whose inotify observer has no attribute event (it reports a ``touch`` or a
+``chmod`` as a modification). This venv, ``<repo>/.cache/adk/venv`` (gitignored), holds
+google-adk, context_os (editable, from this tree, with what pip resolves beside ADK) and the
+test tools; made once and reused while its recipe is the same. In it run:
+
+* tests/adk/test_adk.py: a real ADK agent with context_os, against a scripted model;
+* tests/files: every file-tracker and file-tool test, on watchdog 6.
+
+Under ``CI=true`` a venv that cannot be made fails the test; elsewhere it skips, saying why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from tests.helpers import unavailable
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
+
+ROOT = Path(__file__).resolve().parents[2]
+ADK_DIR = ROOT / ".cache" / "adk"
+VENV = ADK_DIR / "venv"
+PACKAGES = ("google-adk==2.13.0", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100")
+PIP_TIMEOUT_S = 600
+RUN_TIMEOUT_S = 900
+
+
+def _python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _stamp() -> str:
+    """The venv's recipe: the Python, the packages, and context_os's own requirements."""
+    pyproject = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    return json.dumps({"python": sys.version, "packages": PACKAGES, "pyproject": pyproject})
+
+
+def _run(cmd: list[str], timeout: float) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}:\n{(r.stdout + r.stderr)[-3000:]}")
+
+
+def _make_venv() -> Path:
+    """The ADK venv, made if it is missing or was made by another recipe. Built beside its place
+    and renamed into it, so an interrupted build is never reused (an editable install names its
+    source tree, not the venv's path, so the rename keeps it working)."""
+    stamp = VENV / ".ctxos-adk"
+    if _python(VENV).exists() and stamp.exists() and stamp.read_text() == _stamp():
+        return VENV
+    ADK_DIR.mkdir(parents=True, exist_ok=True)
+    build = ADK_DIR / f"venv.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        _run([sys.executable, "-m", "venv", str(build)], timeout=120)
+        pip = [str(_python(build)), "-m", "pip", "--disable-pip-version-check", "install", "-q"]
+        _run([*pip, *PACKAGES, "-e", str(ROOT)], timeout=PIP_TIMEOUT_S)
+        (build / ".ctxos-adk").write_text(_stamp())
+        shutil.rmtree(VENV, ignore_errors=True)
+        build.rename(VENV)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    return VENV
+
+
+@pytest.fixture(scope="module")
+def adk_python() -> Path:
+    if importlib.util.find_spec("google.adk") is not None:
+        pytest.skip("this is the ADK venv: its tests run here directly")
+    try:
+        return _python(_make_venv())
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        unavailable("a virtualenv with google-adk 2.13.0 and context_os", e)
+
+
+def test_context_os_works_beside_adk_on_watchdog_6(adk_python: Path, tmp_path: Path) -> None:
+    versions = subprocess.run(
+        [str(adk_python), "-c", "from importlib.metadata import version as v; print(v('watchdog'), v('google-adk'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert versions[0].startswith("6.") and versions[1] == "2.13.0", versions
+    report = tmp_path / "report.xml"
+    cmd = [str(adk_python), "-m", "pytest", "tests/adk/test_adk.py", "tests/files", "-m", "not xtdb"]
+    r = subprocess.run(
+        [*cmd, "-q", "-p", "no:cacheprovider", f"--junitxml={report}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    assert r.returncode == 0, f"{' '.join(cmd)} in the ADK venv exited {r.returncode}:\n{(r.stdout + r.stderr)[-6000:]}"
+    cases = ElementTree.parse(report).getroot().iter("testcase")
+    ran = {c.get("classname", "").split(".")[1] for c in cases if not any(k.tag == "skipped" for k in c)}
+    assert {"adk", "files"} <= ran, ran  # neither left out
