@@ -64,6 +64,32 @@ def replayed(file: Path, store: Path) -> dict[str, Any]:
     return got["sessions"][0] if "sessions" in got else got
 
 
+@contextmanager
+def hashed_per_call(hook: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """How many messages ``hook`` (a harness hook: its ``adapter`` and ``transform_context``, which
+    ``atransform_context`` runs too) hashes at each of its calls in the block: the list yielded,
+    filled when the block ends, one count per call."""
+    hashed = [0]
+    marks: list[int] = []
+    read = hook.adapter.hash_message
+    transform = hook.transform_context
+
+    def counting(message: Any) -> Any:
+        hashed[0] += 1
+        return read(message)
+
+    def counted(messages: Any) -> Any:
+        marks.append(hashed[0])
+        return transform(messages)
+
+    monkeypatch.setattr(hook.adapter, "hash_message", counting)
+    monkeypatch.setattr(hook, "transform_context", counted)
+    counts: list[int] = []
+    yield counts
+    marks.append(hashed[0])
+    counts += [b - a for a, b in zip(marks, marks[1:], strict=False)]
+
+
 def eager_hook(hook_class: Callable[[Any], T], store: Any, sid: str, harness: str, **policy: Any) -> T:
     """``hook_class``'s hook of a new session ``sid`` of ``harness`` in ``store``, under ``EAGER``
     and ``policy``: what the harness tests drive."""

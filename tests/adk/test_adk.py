@@ -30,8 +30,9 @@ from context_os.files import FileTools, FileTracker, Workspace
 from context_os.harness.adk import ContextOSPlugin, adk_tools, before_model
 from context_os.harness.google_genai import GeminiHook
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import eager_hook, stub_ref, wait_for
-from tests.proxy.upstream import Upstream, call, upstream
+from tests.helpers import eager_hook, hashed_per_call, stub_ref, wait_for
+from tests.proxy.upstream import Upstream, call, reads, upstream
+from tests.proxy.upstream import gemini_outputs as outputs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -79,19 +80,6 @@ def run(root: LlmAgent, prompt: str = "fix the bug", plugins: list[BasePlugin] |
     return asyncio.run(go())
 
 
-def reads(n: int) -> list[Any]:
-    return [call("read_file", path=f"m{k}.py") for k in range(1, n + 1)]
-
-
-def outputs(body: dict[str, Any]) -> list[str]:
-    return [
-        p["functionResponse"]["response"]["output"]
-        for c in body["contents"]
-        for p in c["parts"]
-        if "functionResponse" in p
-    ]
-
-
 def test_an_agent_sends_stubs_for_old_outputs_and_its_session_keeps_the_real_ones(db: Any) -> None:
     hook = eager_hook(GeminiHook, db, "a1", "openai")
     with upstream(replies=[*reads(6), "done"]) as up:
@@ -123,21 +111,8 @@ def test_the_model_activates_a_collapsed_output_through_our_tool(db: Any) -> Non
 
 def test_a_call_reads_what_came_since_though_adk_copies_every_content(db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     hook = eager_hook(GeminiHook, db, "a1", "openai")
-    hashed: list[int] = []
-    read = hook.hook.adapter.hash_message
-    monkeypatch.setattr(hook.hook.adapter, "hash_message", lambda m: hashed.append(1) or read(m))
-    per_call: list[int] = []
-    transform = hook.hook.transform_context
-
-    def counted(messages: Any) -> Any:
-        per_call.append(len(hashed))
-        return transform(messages)
-
-    monkeypatch.setattr(hook.hook, "transform_context", counted)
-    with upstream(replies=[*reads(10), "done"]) as up:
+    with upstream(replies=[*reads(10), "done"]) as up, hashed_per_call(hook.hook, monkeypatch) as counts:
         run(agent(hook, up))
-    per_call.append(len(hashed))
-    counts = [b - a for a, b in zip(per_call, per_call[1:], strict=False)]
     assert len(counts) == 11 and counts[-1] == counts[3] <= 5, counts
 
 

@@ -18,63 +18,29 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
-import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
 
 from tests.helpers import unavailable
+from tests.venvs import made_venv, venv_python
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 ROOT = Path(__file__).resolve().parents[2]
-ADK_DIR = ROOT / ".cache" / "adk"
-VENV = ADK_DIR / "venv"
+VENV = ROOT / ".cache" / "adk" / "venv"
 PACKAGES = ("google-adk==2.13.0", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100")
 PIP_TIMEOUT_S = 600
 RUN_TIMEOUT_S = 900
 
 
-def _python(venv: Path) -> Path:
-    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-
-
-def _stamp() -> str:
+def _recipe() -> str:
     """The venv's recipe: the Python, the packages, and context_os's own requirements."""
     pyproject = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     return json.dumps({"python": sys.version, "packages": PACKAGES, "pyproject": pyproject})
-
-
-def _run(cmd: list[str], timeout: float) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}:\n{(r.stdout + r.stderr)[-3000:]}")
-
-
-def _make_venv() -> Path:
-    """The ADK venv, made if it is missing or was made by another recipe. Built beside its place
-    and renamed into it, so an interrupted build is never reused (an editable install names its
-    source tree, not the venv's path, so the rename keeps it working)."""
-    stamp = VENV / ".ctxos-adk"
-    if _python(VENV).exists() and stamp.exists() and stamp.read_text() == _stamp():
-        return VENV
-    ADK_DIR.mkdir(parents=True, exist_ok=True)
-    build = ADK_DIR / f"venv.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        _run([sys.executable, "-m", "venv", str(build)], timeout=120)
-        pip = [str(_python(build)), "-m", "pip", "--disable-pip-version-check", "install", "-q"]
-        _run([*pip, *PACKAGES, "-e", str(ROOT)], timeout=PIP_TIMEOUT_S)
-        (build / ".ctxos-adk").write_text(_stamp())
-        shutil.rmtree(VENV, ignore_errors=True)
-        build.rename(VENV)
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
-    return VENV
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +48,7 @@ def adk_python() -> Path:
     if importlib.util.find_spec("google.adk") is not None:
         pytest.skip("this is the ADK venv: its tests run here directly")
     try:
-        return _python(_make_venv())
+        return venv_python(made_venv(VENV, _recipe(), [[*PACKAGES, "-e", str(ROOT)]], PIP_TIMEOUT_S))
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         unavailable("a virtualenv with google-adk 2.13.0 and context_os", e)
 

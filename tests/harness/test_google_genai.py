@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.harness.google_genai import GeminiHook
-from tests.helpers import eager_hook, pairing_refused, stub_ref
-from tests.proxy.upstream import Upstream, call, upstream
+from tests.helpers import eager_hook, hashed_per_call, pairing_refused, stub_ref
+from tests.proxy.upstream import Upstream, call, reads, upstream
+from tests.proxy.upstream import gemini_outputs as outputs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,19 +71,6 @@ def loop(hook: GeminiHook, up: Upstream, made: list[genai.Client], prompt: str =
     raise AssertionError("the model never answered")
 
 
-def reads(n: int) -> list[Any]:
-    return [call("read_file", path=f"m{k}.py") for k in range(1, n + 1)]
-
-
-def outputs(body: dict[str, Any]) -> list[str]:
-    return [
-        p["functionResponse"]["response"]["output"]
-        for c in body["contents"]
-        for p in c["parts"]
-        if "functionResponse" in p
-    ]
-
-
 def test_a_loop_sends_stubs_for_old_outputs_and_keeps_its_own_contents(db: Any, clients: list[genai.Client]) -> None:
     hook = eager_hook(GeminiHook, db, "g1", "openai")
     with upstream(replies=[*reads(6), "done"]) as up:
@@ -114,21 +102,8 @@ def test_a_call_reads_what_came_since_though_every_content_is_dumped_again(
     db: Any, clients: list[genai.Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hook = eager_hook(GeminiHook, db, "g1", "openai")
-    hashed: list[int] = []
-    read = hook.hook.adapter.hash_message
-    monkeypatch.setattr(hook.hook.adapter, "hash_message", lambda m: hashed.append(1) or read(m))
-    per_call: list[int] = []
-    transform = hook.hook.transform_context
-
-    def counted(messages: Any) -> Any:
-        per_call.append(len(hashed))
-        return transform(messages)
-
-    monkeypatch.setattr(hook.hook, "transform_context", counted)
-    with upstream(replies=[*reads(10), "done"]) as up:
+    with upstream(replies=[*reads(10), "done"]) as up, hashed_per_call(hook.hook, monkeypatch) as counts:
         loop(hook, up, clients)
-    per_call.append(len(hashed))
-    counts = [b - a for a, b in zip(per_call, per_call[1:], strict=False)]
     assert len(counts) == 11 and counts[-1] == counts[3] <= 5, counts
 
 

@@ -37,7 +37,7 @@ from context_os.harness.langchain import LANGCHAIN_PAIRING, LangChainHook
 from context_os.harness.pairing import pairing_problems
 from context_os.harness.registry import harness
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import eager_hook, png, stub_ref
+from tests.helpers import eager_hook, hashed_per_call, png, stub_ref
 
 STUB = "[bash output, "
 
@@ -122,12 +122,6 @@ def test_a_system_prompt_made_anew_for_each_request_is_read_once(db, monkeypatch
     """A dynamic prompt makes a new ``SystemMessage`` for every request: read as the one before,
     a call hashes what came since, not the whole history again."""
     hook = hook_for(db)
-    hashed: list[int] = []
-    read = hook.adapter.hash_message
-    monkeypatch.setattr(hook.adapter, "hash_message", lambda m: hashed.append(1) or read(m))
-    per_call: list[int] = []
-    transform = hook.transform_context
-    monkeypatch.setattr(hook, "transform_context", lambda msgs: per_call.append(len(hashed)) or transform(msgs))
 
     @dynamic_prompt
     def prompt(request: Any) -> str:
@@ -135,9 +129,8 @@ def test_a_system_prompt_made_anew_for_each_request_is_read_once(db, monkeypatch
 
     model = ScriptedModel(steps=10)
     agent = create_agent(model, [bash], middleware=[prompt, hook.middleware()])
-    agent.invoke({"messages": [{"role": "user", "content": "fix the bug"}]})
-    per_call.append(len(hashed))
-    counts = [b - a for a, b in zip(per_call, per_call[1:], strict=False)]
+    with hashed_per_call(hook, monkeypatch) as counts:
+        agent.invoke({"messages": [{"role": "user", "content": "fix the bug"}]})
     assert len(counts) == 11 and counts[-1] == counts[3] <= 5, counts
     assert model.received[-1][0].content == "You are a coding agent."
 

@@ -14,7 +14,7 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.harness.openai import OpenAIHook
 from context_os.harness.openai_agents import agent_tools, input_filter
-from tests.helpers import eager_hook, stub_ref
+from tests.helpers import eager_hook, hashed_per_call, stub_ref
 
 STUB = "[bash output, "
 
@@ -110,20 +110,8 @@ def test_a_run_continued_from_its_items_is_the_same_history(db):
 
 def test_a_call_reads_what_came_since_though_the_sdk_copies_every_item(db, monkeypatch):
     hook = eager_hook(OpenAIHook, db, "ag1", "openai")
-    hashed: list[int] = []
-    read = hook.adapter.hash_message
-    monkeypatch.setattr(hook.adapter, "hash_message", lambda m: hashed.append(1) or read(m))
-    per_call: list[int] = []
-    transform = hook.atransform_context
-
-    async def counted(messages: Any) -> Any:
-        per_call.append(len(hashed))
-        return await transform(messages)
-
-    monkeypatch.setattr(hook, "atransform_context", counted)
-    run(hook, ScriptedModel(steps=10))
-    per_call.append(len(hashed))
-    counts = [b - a for a, b in zip(per_call, per_call[1:], strict=False)]
+    with hashed_per_call(hook, monkeypatch) as counts:
+        run(hook, ScriptedModel(steps=10))
     assert len(counts) == 11 and counts[-1] == counts[3] <= 5, counts
 
 

@@ -36,6 +36,21 @@ def call(name: str, **args: Any) -> ToolCall:
     return ToolCall(name, args)
 
 
+def reads(n: int) -> list[ToolCall]:
+    """``n`` calls of the agent's own ``read_file``, of ``m1.py`` to ``m<n>.py``."""
+    return [call("read_file", path=f"m{k}.py") for k in range(1, n + 1)]
+
+
+def gemini_outputs(body: dict[str, Any]) -> list[str]:
+    """The ``output`` of every function response of a Gemini request, in order."""
+    return [
+        p["functionResponse"]["response"]["output"]
+        for c in body["contents"]
+        for p in c["parts"]
+        if "functionResponse" in p
+    ]
+
+
 @dataclass
 class Upstream:
     replies: list[str | ToolCall] = field(default_factory=list)

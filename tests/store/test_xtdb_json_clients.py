@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -34,12 +33,12 @@ import httpx
 import pytest
 
 from tests.helpers import unavailable
+from tests.venvs import made_venv, venv_python
 
 pytestmark = pytest.mark.xtdb
 
 ROOT = Path(__file__).resolve().parents[2]
-CLIENTS_DIR = ROOT / ".cache" / "json-clients"
-VENV = CLIENTS_DIR / "venv"
+VENV = ROOT / ".cache" / "json-clients" / "venv"
 CLIENTS = ("py-xtdb==0.5.1", "xtdb==0.6.2")
 # to compile cytoolz 0.11.2 (its shipped C predates 3.11); setuptools is its build backend, which a
 # venv made by Python 3.12 or later no longer holds (and --no-build-isolation brings none)
@@ -52,45 +51,16 @@ TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 HEX_ID = re.compile(r"^[0-9a-f]{40}$")
 
 
-def _python(venv: Path) -> Path:
-    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-
-
-def _stamp() -> str:
+def _recipe() -> str:
     return json.dumps({"python": sys.version, "clients": CLIENTS, "build": BUILD_TOOLS})
-
-
-def _run(cmd: list[str], timeout: float) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}:\n{(r.stdout + r.stderr)[-3000:]}")
-
-
-def _make_venv() -> Path:
-    """The clients' venv, made if it is missing or was made for other versions. Built beside
-    the final place and renamed into it, so an interrupted build is never reused."""
-    stamp = VENV / ".ctxos-json-clients"
-    if _python(VENV).exists() and stamp.exists() and stamp.read_text() == _stamp():
-        return VENV
-    CLIENTS_DIR.mkdir(parents=True, exist_ok=True)
-    build = CLIENTS_DIR / f"venv.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        _run([sys.executable, "-m", "venv", str(build)], timeout=120)
-        pip = [str(_python(build)), "-m", "pip", "--disable-pip-version-check", "install", "-q"]
-        _run([*pip, *BUILD_TOOLS], timeout=PIP_TIMEOUT_S)
-        _run([*pip, "--no-build-isolation", *CLIENTS], timeout=PIP_TIMEOUT_S)
-        (build / ".ctxos-json-clients").write_text(_stamp())
-        shutil.rmtree(VENV, ignore_errors=True)
-        build.rename(VENV)
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
-    return VENV
 
 
 @pytest.fixture(scope="module")
 def clients_python() -> Path:
     try:
-        return _python(_make_venv())
+        # cytoolz 0.11.2 is compiled with the build tools installed first (no build isolation)
+        installs = [BUILD_TOOLS, ["--no-build-isolation", *CLIENTS]]
+        return venv_python(made_venv(VENV, _recipe(), installs, PIP_TIMEOUT_S))
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         unavailable("a virtualenv with py-xtdb 0.5.1 and xtdb 0.6.2", e)
 
