@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent
+from google.adk.agents.run_config import RunConfig, StreamingMode
 from google.adk.apps import App
 from google.adk.models import Gemini
 from google.adk.plugins.base_plugin import BasePlugin
@@ -62,14 +63,18 @@ def agent(hook: GeminiHook, up: Upstream, *, callback: bool = True, name: str = 
     )
 
 
-def run(root: LlmAgent, prompt: str = "fix the bug", plugins: list[BasePlugin] | None = None) -> list[Any]:
-    """One run of the agent to its answer: the events of ADK's session."""
+def run(
+    root: LlmAgent, prompt: str = "fix the bug", plugins: list[BasePlugin] | None = None, *, sse: bool = False
+) -> list[Any]:
+    """One run of the agent to its answer (``sse``: the model's answers streamed): the events of
+    ADK's session."""
+    config = RunConfig(streaming_mode=StreamingMode.SSE if sse else StreamingMode.NONE)
 
     async def go() -> list[Any]:
         runner = InMemoryRunner(app=App(name="ctx", root_agent=root, plugins=plugins or []))
         session = await runner.session_service.create_session(app_name="ctx", user_id="u")
         message = types.Content(role="user", parts=[types.Part(text=prompt)])
-        async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=message):
+        async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=message, run_config=config):
             pass
         done = await runner.session_service.get_session(app_name="ctx", user_id="u", session_id=session.id)
         await runner.close()
@@ -127,6 +132,20 @@ def test_the_plugin_assembles_as_the_callback_does(db: Any, tmp_path: Path) -> N
     assert [r["contents"] for r in two.requests] == [r["contents"] for r in one.requests]
     assert outputs(two.requests[-2])[0].startswith(STUB)
     other.close()
+
+
+def test_streamed_answers_give_the_same_requests(db: Any, tmp_path: Path) -> None:
+    script = [*reads(5), call("activate", id="r2"), "done"]
+    with upstream(replies=script) as one:
+        run(agent(eager_hook(GeminiHook, db, "a1", "openai"), one))
+    other = SqliteStore(tmp_path / "other.db")  # (the same session's name: the same ids)
+    with upstream(replies=script) as two:
+        run(agent(eager_hook(GeminiHook, other, "a1", "openai"), two), sse=True)
+    other.close()
+    assert [r["contents"] for r in two.requests] == [r["contents"] for r in one.requests]
+    assert len(two.requests) == 7 and outputs(two.requests[-2])[0].startswith(STUB)
+    assert all(":streamGenerateContent?alt=sse" in p for p in two.paths)
+    assert not any("stream" in p for p in one.paths)
 
 
 def test_the_plugin_sends_another_agents_requests_as_they_came_saying_so_once(

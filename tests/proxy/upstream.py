@@ -74,6 +74,8 @@ class Upstream:
     other: list[str] = field(default_factory=list)
     """The requests of other endpoints it got (``GET /v1/models``, ``POST /v1/messages/count_tokens``)."""
     headers: list[dict[str, str]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    """The path of each request of ``requests``, its query too."""
     crlf: bool = False
     """Streams its events' lines ended by CRLF (as some servers write them), each event sent as
     two chunks of the chunked coding cut between the CR and the LF of its last line's end (as an
@@ -83,10 +85,11 @@ class Upstream:
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def record(self, body: dict[str, Any], headers: dict[str, str]) -> str | ToolCall:
+    def record(self, body: dict[str, Any], headers: dict[str, str], path: str = "") -> str | ToolCall:
         with self.lock:
             self.requests.append(body)
             self.headers.append(headers)
+            self.paths.append(path)
             n = len(self.requests)
         return self.replies[n - 1] if n <= len(self.replies) else "ok"
 
@@ -422,7 +425,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                     up.other.append(f"{self.command} {self.path}")
                 self._send(200, json.dumps({"totalTokens": 7}).encode())
                 return
-            text = up.record(body, dict(self.headers.items()))
+            text = up.record(body, dict(self.headers.items()), self.path)
             if ":generateContent" in self.path or ":streamGenerateContent" in self.path:
                 enveloped = self.path.startswith("/v1internal:")  # Code Assist: the request in an envelope
                 self._gemini(
