@@ -157,10 +157,28 @@ def test_the_plugin_sends_another_agents_requests_as_they_came_saying_so_once(
     assert all(o.startswith("# m") for o in outputs(up.requests[-1]))
     assert frame_docs(db, "a1") == []
     said = [r.getMessage() for r in caplog.records if "as they came" in r.getMessage()]
-    assert said == [
-        "context_os: the plugin manages the requests of agent 'planner'; those of agent 'coder' go to the"
-        " model as they came"
-    ]
+    assert len(said) == 1 and said[0].startswith(
+        "context_os: the hook manages the conversation of agent 'planner' (ADK session not seen yet); the"
+        " requests of agent 'coder' in ADK session "
+    )
+
+
+def test_a_second_adk_session_is_not_mixed_into_the_hooks_conversation(
+    db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One hook is one conversation: the same agent run in a second ADK session (another user, a
+    new chat) is sent as it came, not read as a rewrite of the first's history."""
+    hook = eager_hook(GeminiHook, db, "a1", "openai")
+    with upstream(replies=[*reads(5), "done", *reads(5), "done"]) as up:
+        coder = agent(hook, up)
+        run(coder)
+        with caplog.at_level(logging.WARNING, "context_os.harness.adk"):
+            run(coder, "now the docs")
+    assert len(up.requests) == 12 and outputs(up.requests[5])[0].startswith(STUB)
+    assert all(o.startswith("# m") for o in outputs(up.requests[-1]))  # the second, as it came
+    assert len(frame_docs(db, "a1")) == 6 and not hook.hook.last.sync.rewritten
+    said = [r.getMessage() for r in caplog.records if "as they came" in r.getMessage()]
+    assert len(said) == 1 and "agent 'coder' in ADK session " in said[0], said
 
 
 def test_the_agent_reads_and_edits_through_our_file_tools_while_the_tracker_watches(tmp_path: Path) -> None:

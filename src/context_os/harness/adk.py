@@ -15,10 +15,13 @@ ADK's session and its events as they are: they stay the session's event source. 
 instruction and the tools stay in the request's config. Put it last when the agent has other
 before-model callbacks: those after it would see the assembly, not the conversation.
 
-``ContextOSPlugin(hook)`` does the same for a ``Runner``'s plugins. A plugin sees the requests of
-every agent of the app, and one session is one agent's conversation: it manages the agent named
-by ``agent`` (by default the first whose request it sees), and sends the others' requests as they
-came, saying so once.
+``ContextOSPlugin(hook)`` does the same for a ``Runner``'s plugins, for the agent named by
+``agent`` (by default the first whose request it sees).
+
+One hook is one conversation: one agent's in one ADK session. Both manage the requests of the
+first they see (of the agent named), and send those of another agent or another ADK session as
+they came, saying so once for each: a runner serving several sessions needs a hook, and an agent
+with its callback, for each.
 
 ``adk_tools(hook)`` are our tools (activate, deactivate, pin, unpin, lines, history; with the
 hook's ``files``, the file tools) as ADK tools, each run through ``hook.hook.call_tool``: put them
@@ -56,13 +59,34 @@ BeforeModel = Callable[..., Awaitable[LlmResponse | None]]
 
 
 class _Assembler:
-    """Gives the model ``hook``'s assembly in place of a request's contents."""
+    """Gives the model ``hook``'s assembly in place of a request's contents: the requests of one
+    conversation, an agent's in one ADK session, the first it sees (or of the agent named)."""
 
-    def __init__(self, hook: GeminiHook):
+    def __init__(self, hook: GeminiHook, agent: str | None = None):
         self.hook = hook
+        self.agent = agent
+        self._session: str | None = None
         self._last: list[types.Content] = []
+        self._said: set[tuple[str, str]] = set()
 
-    async def __call__(self, llm_request: LlmRequest) -> None:
+    async def __call__(self, callback_context: CallbackContext, llm_request: LlmRequest) -> None:
+        agent, session = callback_context.agent_name, callback_context.session.id
+        if self.agent is None:
+            self.agent = agent
+        if self._session is None and agent == self.agent:
+            self._session = session
+        if (agent, session) != (self.agent, self._session):
+            if (agent, session) not in self._said:
+                self._said.add((agent, session))
+                log.warning(
+                    "context_os: the hook manages the conversation of agent %r (ADK session %s); the requests"
+                    " of agent %r in ADK session %s go to the model as they came (one hook for each conversation)",
+                    self.agent,
+                    self._session or "not seen yet",
+                    agent,
+                    session,
+                )
+            return
         # ADK copies every content for every request: those equal to the last call's are those
         contents = self._last = reuse_equal(self._last, list(llm_request.contents))
         llm_request.contents = await self.hook.atransform_contents(contents)
@@ -73,7 +97,7 @@ def before_model(hook: GeminiHook) -> BeforeModel:
     assemble = _Assembler(hook)
 
     async def callback(*, callback_context: CallbackContext, llm_request: LlmRequest) -> LlmResponse | None:
-        await assemble(llm_request)
+        await assemble(callback_context, llm_request)
         return None
 
     return callback
@@ -85,27 +109,12 @@ class ContextOSPlugin(BasePlugin):  # type: ignore[misc]
 
     def __init__(self, hook: GeminiHook, *, agent: str | None = None, name: str = "context_os"):
         super().__init__(name=name)
-        self.agent = agent
-        self._assemble = _Assembler(hook)
-        self._said: set[str] = set()
+        self._assemble = _Assembler(hook, agent)
 
     async def before_model_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> LlmResponse | None:
-        name = callback_context.agent_name
-        if self.agent is None:
-            self.agent = name
-        if name != self.agent:
-            if name not in self._said:
-                self._said.add(name)
-                log.warning(
-                    "context_os: the plugin manages the requests of agent %r; those of agent %r go to the"
-                    " model as they came",
-                    self.agent,
-                    name,
-                )
-            return None
-        await self._assemble(llm_request)
+        await self._assemble(callback_context, llm_request)
         return None
 
 
