@@ -202,6 +202,20 @@ def test_the_plugin_leaves_the_agents_it_does_not_manage_alone(db: Any) -> None:
     assert db.find("session") == []
 
 
+def test_a_store_out_of_reach_sends_the_requests_as_they_came_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    plugin = ContextOSPlugin(store)
+    store.close()
+    with upstream(replies=[*reads(3), "done"]) as up, caplog.at_level(logging.WARNING, "context_os.harness.adk"):
+        events = run(agent(None, up, tools=plugin.tools()), plugins=[plugin])
+    assert events[-1].content.parts[0].text == "done" and len(up.requests) == 4
+    assert all(o.startswith("# m") for o in outputs(up.requests[-1]))
+    said = [r.getMessage() for r in caplog.records if "as it came" in r.getMessage()]
+    assert said == [f"context_os: a request went to the model as it came: SQLite store {store.path} is closed"]
+
+
 def test_a_second_adk_session_is_not_mixed_into_the_hooks_conversation(
     db: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
