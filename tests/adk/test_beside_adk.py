@@ -7,7 +7,8 @@ with watchdog 6, whose inotify observer has no attribute event (it reports a ``t
 google-adk, context_os (editable, from this tree, with what pip resolves beside ADK) and the
 test tools; made once and reused while its recipe is the same. In it run:
 
-* tests/adk/test_adk.py: a real ADK agent with context_os, against a scripted model;
+* tests/adk: a real ADK agent with context_os, against a scripted model; the session file a real
+  ADK run wrote, replayed;
 * tests/files: every file-tracker and file-tool test, on watchdog 6.
 
 Under ``CI=true`` a venv that cannot be made fails the test; elsewhere it skips, saying why.
@@ -62,7 +63,7 @@ def test_context_os_works_beside_adk_on_watchdog_6(adk_python: Path, tmp_path: P
     ).stdout.split()
     assert versions[0].startswith("6.") and versions[1] == "2.13.0", versions
     report = tmp_path / "report.xml"
-    cmd = [str(adk_python), "-m", "pytest", "tests/adk/test_adk.py", "tests/files", "-m", "not xtdb"]
+    cmd = [str(adk_python), "-m", "pytest", "tests/adk", "tests/files", "-m", "not xtdb"]
     r = subprocess.run(
         [*cmd, "-q", "-p", "no:cacheprovider", f"--junitxml={report}"],
         cwd=ROOT,
@@ -73,5 +74,6 @@ def test_context_os_works_beside_adk_on_watchdog_6(adk_python: Path, tmp_path: P
     )
     assert r.returncode == 0, f"{' '.join(cmd)} in the ADK venv exited {r.returncode}:\n{(r.stdout + r.stderr)[-6000:]}"
     cases = ElementTree.parse(report).getroot().iter("testcase")
-    ran = {c.get("classname", "").split(".")[1] for c in cases if not any(k.tag == "skipped" for k in c)}
-    assert {"adk", "files"} <= ran, ran  # neither left out
+    ran = {c.get("classname", "") for c in cases if not any(k.tag == "skipped" for k in c)}
+    modules = {name.rsplit(".", 1)[0] if name.count(".") > 2 else name for name in ran}
+    assert {"tests.adk.test_adk", "tests.adk.test_replay_adk", "tests.files.test_tracker"} <= modules, modules

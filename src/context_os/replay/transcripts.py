@@ -50,6 +50,7 @@ from typing import Any
 
 from ..errors import InputError, MalformedMessage
 from ..harness.toolnames import preset_for
+from .formats.adk import is_adk_db, read_adk_db
 from .formats.claude_code import CLAUDE_CODE_TYPES, read_claude_code
 from .formats.cline import is_cline, read_cline
 from .formats.codex import CODEX_ITEM_TYPES, CODEX_LINE_TYPES, read_codex
@@ -99,6 +100,7 @@ FORMATS = (
     "opencode",
     "langchain",
     "openai-agents",
+    "adk",
 )
 
 _ANTHROPIC_BLOCKS = ("tool_use", "tool_result", "thinking", "redacted_thinking")
@@ -341,32 +343,38 @@ _CODEX_EXEC_EVENTS = ("thread.started", "turn.started", "turn.completed", "item.
 def detect_format(path: str | Path, *, max_bytes: int = MAX_SESSION_BYTES) -> str:
     """One of ``FORMATS`` (``pi``, ``claude-code``, ``codex``, ``gemini-cli``, ``swe-agent``,
     ``mini-swe-agent``, ``openhands``, ``openai``, ``anthropic``, ``cline``, ``opencode``,
-    ``langchain``, ``openai-agents``), from the file's content."""
+    ``langchain``, ``openai-agents``, ``adk``), from the file's content."""
     p = Path(path)
     return _sqlite_format(p) or _detect(load(p, max_bytes))
 
 
 def _sqlite_format(path: Path) -> str | None:
-    """The format of an SQLite file: an Agents SDK session file (told by its tables), else
-    OpenCode's database (whose reader says what it lacks); None for a file that is no SQLite
+    """The format of an SQLite file: an Agents SDK session file or ADK's (told by their tables),
+    else OpenCode's database (whose reader says what it lacks); None for a file that is no SQLite
     database."""
     if not is_opencode_db(path):  # (a regular file that begins as SQLite databases do)
         return None
     try:
         with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            adk = is_adk_db(conn)
     except sqlite3.Error:
         return "opencode"
-    return "openai-agents" if tables >= AGENTS_TABLES else "opencode"
+    return "openai-agents" if tables >= AGENTS_TABLES else "adk" if adk else "opencode"
 
 
-def _read_agents(path: Path, max_bytes: int, only: str | None) -> list[Transcript]:
+_SQLITE_READERS = {"openai-agents": read_agents_db, "adk": read_adk_db}
+"""The readers of the SQLite files of a format of their own (OpenCode's reads its own way)."""
+_SQLITE_WHOSE = {"openai-agents": "an Agents SDK session file", "adk": "ADK's session file", "opencode": "OpenCode's?"}
+
+
+def _read_sqlite(path: Path, format: str, max_bytes: int, only: str | None) -> list[Transcript]:
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     except sqlite3.Error as e:
         raise InputError(f"{path}: an SQLite file that cannot be opened: {e}") from None
     with closing(conn):
-        return read_agents_db(path, conn, max_bytes=max_bytes, only=only)
+        return _SQLITE_READERS[format](path, conn, max_bytes=max_bytes, only=only)
 
 
 def read_sessions(
@@ -393,10 +401,9 @@ def read_sessions(
     sqlite_format = _sqlite_format(p)
     if sqlite_format is not None:
         if format not in (None, sqlite_format):
-            whose = "an Agents SDK session file" if sqlite_format == "openai-agents" else "OpenCode's?"
-            raise InputError(f"{p}: an SQLite database ({whose}), not a {format} session file")
-        if sqlite_format == "openai-agents":
-            return _read_agents(p, max_bytes, only)
+            raise InputError(f"{p}: an SQLite database ({_SQLITE_WHOSE[sqlite_format]}), not a {format} session file")
+        if sqlite_format in _SQLITE_READERS:
+            return _read_sqlite(p, sqlite_format, max_bytes, only)
         return read_opencode_db(p, sidechains=sidechains, max_bytes=max_bytes, only=only)
     read = _read(p, format, max_bytes, sidechains)
     if only is None:

@@ -112,7 +112,7 @@ class Transcript:
     format: str
     """``pi-v1``, ``pi-v2``, ``pi-v3``, ``claude-code``, ``codex``, ``gemini-cli``, ``swe-agent``,
     ``swe-agent-text``, ``mini-swe-agent``, ``openhands``, ``cline``, ``opencode``, ``openai``,
-    ``anthropic``, ``langchain`` or ``openai-agents``."""
+    ``anthropic``, ``langchain``, ``openai-agents`` or ``adk``."""
     harness: str
     """The adapter its messages are for: ``pi``, ``openai``, ``anthropic`` or ``langchain``."""
     tool_names: str
