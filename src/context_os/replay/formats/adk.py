@@ -20,7 +20,6 @@ turns as ``For context:`` user text, which is not rebuilt here.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 from ...errors import InputError, MalformedMessage
 from ...harness.gemini import KEPT, to_chat
 from ...harness.toolnames import preset_for
-from .common import Transcript
+from .common import JsonRows, Transcript
 
 __all__ = ["ADK_TABLES", "is_adk_db", "read_adk_db"]
 
@@ -68,23 +67,17 @@ def read_adk_db(path: Path, conn: sqlite3.Connection, *, max_bytes: int, only: s
             keys = [k for k in keys if k[2] == only]
             if not keys:
                 raise InputError(f"{path}: no session {only!r} in this ADK session file")
-        budget = max_bytes
+        rows = JsonRows(path, max_bytes)
         out = []
         for app, user, sid in keys:
-            rows = conn.execute(
-                "SELECT event_data FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?"
-                " ORDER BY timestamp, rowid",
-                (app, user, sid),
+            events = rows.read(
+                conn.execute(
+                    "SELECT event_data FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?"
+                    " ORDER BY timestamp, rowid",
+                    (app, user, sid),
+                ),
+                f"session {sid!r}, event",
             )
-            events: list[Any] = []
-            for n, (text,) in enumerate(rows):
-                budget -= len(text)
-                if budget < 0:
-                    raise InputError(f"{path}: its sessions are larger than the limit for a session (--max-file-mb)")
-                try:
-                    events.append(json.loads(text))
-                except ValueError as e:
-                    raise InputError(f"{path}: session {sid!r}, event {n}: not JSON ({e})") from None
             out.append(_transcript(path, str(sid), events))
     except sqlite3.Error as e:
         raise InputError(f"{path}: the ADK session file could not be read: {e}") from None

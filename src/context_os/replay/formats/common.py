@@ -29,7 +29,7 @@ import re
 import shlex
 import stat
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -44,6 +44,7 @@ __all__ = [
     "MAX_SESSION_BYTES",
     "SKIPPED_SHOWN",
     "Compaction",
+    "JsonRows",
     "Parsed",
     "Reader",
     "Transcript",
@@ -103,6 +104,29 @@ class Compaction:
     system_chars: int = 0
     """The system message Pi (1.5) sends before the summary, in characters: the session's system
     prompt as it stood when it compacted (``systemMessage``); 0 when it recorded none."""
+
+
+class JsonRows:
+    """A database's rows of JSON text (an SQLite session file's items or events), read against one
+    byte budget for the whole file, the limit of a session file (``--max-file-mb``)."""
+
+    def __init__(self, path: Path, max_bytes: int):
+        self.path = path
+        self.left = max_bytes
+
+    def read(self, rows: Iterable[tuple[str]], where: str) -> list[Any]:
+        """Each row's JSON; ``where`` names one for an error, its number after it
+        (``session 's1', event``)."""
+        out: list[Any] = []
+        for n, (text,) in enumerate(rows):
+            self.left -= len(text)
+            if self.left < 0:
+                raise InputError(f"{self.path}: its sessions are larger than the limit for a session (--max-file-mb)")
+            try:
+                out.append(json.loads(text))
+            except ValueError as e:
+                raise InputError(f"{self.path}: {where} {n}: not JSON ({e})") from None
+        return out
 
 
 @dataclass

@@ -12,7 +12,6 @@ file holds what the runs added, not the agent's instructions, which are not repl
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from ...errors import InputError, MalformedMessage
 from ...harness.responses import ITEM, ITEMS, to_chat
 from ...harness.toolnames import preset_for
-from .common import Transcript
+from .common import JsonRows, Transcript
 
 __all__ = ["AGENTS_TABLES", "read_agents_db"]
 
@@ -39,19 +38,13 @@ def read_agents_db(
             if only not in ids:
                 raise InputError(f"{path}: no session {only!r} in this Agents SDK session file ({len(ids)} sessions)")
             ids = [only]
-        budget = max_bytes
+        rows = JsonRows(path, max_bytes)
         out = []
         for sid in ids:
-            rows = conn.execute("SELECT message_data FROM agent_messages WHERE session_id = ? ORDER BY id", (sid,))
-            items: list[Any] = []
-            for n, (text,) in enumerate(rows):
-                budget -= len(text)
-                if budget < 0:
-                    raise InputError(f"{path}: its sessions are larger than the limit for a session (--max-file-mb)")
-                try:
-                    items.append(json.loads(text))
-                except ValueError as e:
-                    raise InputError(f"{path}: session {sid!r}, item {n}: not JSON ({e})") from None
+            items = rows.read(
+                conn.execute("SELECT message_data FROM agent_messages WHERE session_id = ? ORDER BY id", (sid,)),
+                f"session {sid!r}, item",
+            )
             out.append(_transcript(path, str(sid), items))
     except sqlite3.Error as e:
         raise InputError(f"{path}: the Agents SDK session file could not be read: {e}") from None
