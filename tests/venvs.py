@@ -30,7 +30,8 @@ def made_venv(venv: Path, recipe: str, installs: Sequence[Sequence[str]], pip_ti
     """The venv at ``venv``, made if it is missing or was made by another ``recipe``: ``python -m
     venv``, then one ``pip install`` of each of ``installs``. Built beside its place and renamed
     into it, so an interrupted build is never reused (an editable install names its source tree,
-    not the venv's path: the rename keeps it working)."""
+    not the venv's path: the rename keeps it working; the ``#!`` lines of its scripts name the
+    build's path: run a script with the venv's ``python``)."""
     stamp = venv / STAMP
     if venv_python(venv).exists() and stamp.exists() and stamp.read_text() == recipe:
         return venv

@@ -7,8 +7,8 @@ with watchdog 6, whose inotify observer has no attribute event (it reports a ``t
 google-adk, context_os (editable, from this tree, with what pip resolves beside ADK) and the
 test tools; made once and reused while its recipe is the same. In it run:
 
-* tests/adk: a real ADK agent with context_os, against a scripted model; the session file a real
-  ADK run wrote, replayed;
+* tests/adk: a real ADK agent with context_os, against a scripted model; ``adk run`` on an agent
+  folder that uses it; the session file a real ADK run wrote, replayed;
 * tests/files: every file-tracker and file-tool test, on watchdog 6.
 
 Under ``CI=true`` a venv that cannot be made fails the test; elsewhere it skips, saying why.
@@ -26,6 +26,7 @@ from xml.etree import ElementTree
 
 import pytest
 
+from tests.adk.conftest import NEEDS_ADK
 from tests.helpers import unavailable
 from tests.venvs import made_venv, venv_python
 
@@ -76,4 +77,4 @@ def test_context_os_works_beside_adk_on_watchdog_6(adk_python: Path, tmp_path: P
     cases = ElementTree.parse(report).getroot().iter("testcase")
     ran = {c.get("classname", "") for c in cases if not any(k.tag == "skipped" for k in c)}
     modules = {name.rsplit(".", 1)[0] if name.count(".") > 2 else name for name in ran}
-    assert {"tests.adk.test_adk", "tests.adk.test_replay_adk", "tests.files.test_tracker"} <= modules, modules
+    assert {f"tests.adk.{name.removesuffix('.py')}" for name in NEEDS_ADK} | {"tests.files.test_tracker"} <= modules
