@@ -123,11 +123,13 @@ def before_model(hook: GeminiHook) -> BeforeModel:
     the first conversation whose request it sees; the others' requests go as they came."""
     managed = _Managed(hook)
     owner: list[Conversation] = []
+    """The conversation it manages, once it has seen one."""
     say = _Said()
 
     async def callback(*, callback_context: CallbackContext, llm_request: LlmRequest) -> LlmResponse | None:
         conv = Conversation.of(callback_context)
-        owner[:] = owner or [conv]
+        if not owner:
+            owner.append(conv)
         if conv != owner[0]:
             say(
                 conv,
