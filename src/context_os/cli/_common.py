@@ -84,8 +84,11 @@ STOP_POLL_SECONDS = 0.2
 """How often ``serve_until_stopped`` looks whether a stop was asked."""
 
 
-def serve_until_stopped(server: socketserver.BaseServer) -> None:
-    """Serve until Ctrl-C or SIGTERM, then close the server's socket.
+def serve_until_stopped(server: socketserver.BaseServer, then: Callable[[], object] | None = None) -> None:
+    """Serve until Ctrl-C or SIGTERM, then close the server's socket. ``then``: run in the main
+    thread once it serves (``ctxos ui --open`` starts the browser), a stop asked meanwhile taken
+    when it returns: a stop that came while it ran ended the command as Ctrl-C does (status 130),
+    not as a clean stop.
 
     While it serves, those signals only set a flag, which the main thread reads between sleeps,
     and the server is stopped by ``shutdown`` from there: a signal raising ``KeyboardInterrupt``
@@ -110,6 +113,8 @@ def serve_until_stopped(server: socketserver.BaseServer) -> None:
     serving = threading.Thread(target=serve, name="ctxos-serve")
     try:
         serving.start()
+        if then is not None:
+            then()
         while not asked and serving.is_alive():
             time.sleep(STOP_POLL_SECONDS)
     finally:

@@ -55,12 +55,12 @@ def ui_cmd(ctx: click.Context, port: int, session_id: str | None, open_browser: 
         else:
             url += f"?token={token}"
         print(f"ctxos ui: {store.url} on {url} (Ctrl-C stops it)", file=sys.stderr, flush=True)
-        opener = _open_privately(url) if open_browser else None
+        opened: list[Path] = []  # the browser started once it serves: a stop meanwhile is a clean one
         try:
-            serve_until_stopped(server)
+            serve_until_stopped(server, then=lambda: opened.append(_open_privately(url)) if open_browser else None)
         finally:
-            if opener is not None:
-                shutil.rmtree(opener, ignore_errors=True)
+            for where in opened:
+                shutil.rmtree(where, ignore_errors=True)
 
 
 def _open_privately(url: str) -> Path:
