@@ -87,8 +87,8 @@ STOP_POLL_SECONDS = 0.2
 def serve_until_stopped(server: socketserver.BaseServer, then: Callable[[], object] | None = None) -> None:
     """Serve until Ctrl-C or SIGTERM, then close the server's socket. ``then``: run in the main
     thread once it serves (``ctxos ui --open`` starts the browser), a stop asked meanwhile taken
-    when it returns: a stop that came while it ran ended the command as Ctrl-C does (status 130),
-    not as a clean stop.
+    when it returns, as a clean stop (run before, where a stop raises, it made such a stop end the
+    command as Ctrl-C does: status 130).
 
     While it serves, those signals only set a flag, which the main thread reads between sleeps,
     and the server is stopped by ``shutdown`` from there: a signal raising ``KeyboardInterrupt``

@@ -57,7 +57,7 @@ def ui_cmd(ctx: click.Context, port: int, session_id: str | None, open_browser: 
         print(f"ctxos ui: {store.url} on {url} (Ctrl-C stops it)", file=sys.stderr, flush=True)
         opened: list[Path] = []  # the browser started once it serves: a stop meanwhile is a clean one
         try:
-            serve_until_stopped(server, then=lambda: opened.append(_open_privately(url)) if open_browser else None)
+            serve_until_stopped(server, then=(lambda: opened.append(_open_privately(url))) if open_browser else None)
         finally:
             for where in opened:
                 shutil.rmtree(where, ignore_errors=True)

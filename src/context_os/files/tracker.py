@@ -588,11 +588,12 @@ class FileTracker:
                                 marked |= self._mark(other, now, attrib=kind == "attrib")
                 elif kind == "created":
                     self._remember(src, now)
-                elif kind in ("closed", "attrib") or (kind == "modified" and not self._sees_closes):
+                elif kind in ("closed", "attrib") or (
+                    kind == "modified" and (not self._sees_closes or _ATTRIB is None)
+                ):
                     # maybe another name of a tracked file (a hard link nobody tracks): the
-                    # kernel reports a write, or a touch, under the name written only
-                    untracked_write = True
-                elif kind == "modified" and _ATTRIB is None:  # watchdog 6: maybe a touch (no close)
+                    # kernel reports a write, or a touch, under the name written only (a
+                    # modification on watchdog 6, which reports a touch as one: no close follows)
                     untracked_write = True
             if marked:
                 self._cond.notify_all()

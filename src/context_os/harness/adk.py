@@ -117,6 +117,10 @@ class _Said:
             self._said.add(about)
             log.warning(message, *args)
 
+    def unmanaged(self, e: ContextOSError) -> None:
+        """Once for each kind of error: context_os could not manage a request."""
+        self(type(e), "context_os: a request went to the model as it came: %s", e)
+
 
 def before_model(hook: GeminiHook) -> BeforeModel:
     """The ``before_model_callback`` of an ``LlmAgent`` whose model gets ``hook``'s assembly: for
@@ -144,7 +148,7 @@ def before_model(hook: GeminiHook) -> BeforeModel:
         try:
             await managed.assemble(llm_request)
         except ContextOSError as e:
-            say(type(e), "context_os: a request went to the model as it came: %s", e)
+            say.unmanaged(e)
         return None
 
     return callback
@@ -186,7 +190,8 @@ class ContextOSPlugin(BasePlugin):  # type: ignore[misc]
         self._lock = asyncio.Lock()
         """Held while a session opens or closes (each in a thread): one at a time, never one
         conversation's session twice."""
-        self._say = _Said()
+        self.say = _Said()
+        """Its warnings, each said once."""
 
     @property
     def hooks(self) -> dict[Conversation, GeminiHook]:
@@ -232,9 +237,10 @@ class ContextOSPlugin(BasePlugin):  # type: ignore[misc]
                 managed = self._open[conv] = await asyncio.to_thread(self._hook, conv)
             self._open.move_to_end(conv)
             managed.users += 1
-            idle = [c for c, m in self._open.items() if m.users == 0]
-            for old in idle[: max(0, len(self._open) - self.max_open)]:
-                await self._close(old, self._open.pop(old))
+            if len(self._open) > self.max_open:  # the idle ones used longest ago closed for it
+                idle = [c for c, m in self._open.items() if m.users == 0]
+                for old in idle[: len(self._open) - self.max_open]:
+                    await self._close(old, self._open.pop(old))
         try:
             yield managed
         finally:
@@ -249,12 +255,8 @@ class ContextOSPlugin(BasePlugin):  # type: ignore[misc]
             async with self.using(callback_context) as managed:
                 await managed.assemble(llm_request)
         except ContextOSError as e:
-            self.said(e)
+            self.say.unmanaged(e)
         return None
-
-    def said(self, e: ContextOSError) -> None:
-        """Warn, once for each kind of error, that context_os could not manage a request."""
-        self._say(type(e), "context_os: a request went to the model as it came: %s", e)
 
     async def close(self) -> None:
         """Close every open session (their leases given back)."""
@@ -313,7 +315,7 @@ class _ConversationTool(BaseTool):  # type: ignore[misc]
             async with self._plugin.using(tool_context) as managed:
                 found = [s for s in managed.hook.hook.registry.schemas if s["name"] == self.name]
         except ContextOSError as e:
-            self._plugin.said(e)
+            self._plugin.say.unmanaged(e)
             return
         if found:  # (the request's tool: ADK runs the model's calls of it)
             llm_request.append_tools([_ConversationTool(self._plugin, self.name, found[0])])

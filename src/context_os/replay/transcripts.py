@@ -357,7 +357,7 @@ def _sqlite_format(path: Path) -> str | None:
     try:
         with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            adk = is_adk_db(conn)
+            adk = is_adk_db(conn, tables)
     except sqlite3.Error:
         return "opencode"
     return "openai-agents" if tables >= AGENTS_TABLES else "adk" if adk else "opencode"

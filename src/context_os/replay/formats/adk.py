@@ -21,14 +21,13 @@ turns as ``For context:`` user text, which is not rebuilt here.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any
 
 from ...errors import InputError, MalformedMessage
 from ...harness.gemini import KEPT, to_chat
-from ...harness.toolnames import preset_for
-from .common import JsonRows, Transcript
+from .common import JsonRows, Transcript, chat_session
 
 __all__ = ["ADK_TABLES", "is_adk_db", "read_adk_db"]
 
@@ -51,10 +50,9 @@ _DATA_FIELDS = {"mime_type": "mimeType", "file_uri": "fileUri", "display_name": 
 ``response`` are the agent's own: left as they are)."""
 
 
-def is_adk_db(conn: sqlite3.Connection) -> bool:
-    """Whether the database open as ``conn`` is ADK's session file (its tables, and events kept
-    as JSON in ``event_data``: the schema of ADK 1.2x on)."""
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+def is_adk_db(conn: sqlite3.Connection, tables: Set[str]) -> bool:
+    """Whether the database open as ``conn``, holding ``tables``, is ADK's session file (its
+    tables, and events kept as JSON in ``event_data``: the schema of ADK 1.2x on)."""
     return tables >= ADK_TABLES and "event_data" in {r[1] for r in conn.execute("PRAGMA table_info(events)")}
 
 
@@ -100,12 +98,7 @@ def _transcript(path: Path, sid: str, events: list[Any]) -> Transcript:
     except MalformedMessage as e:
         where = f"event {at[e.index]}" if e.index is not None and e.index < len(at) else "its events"
         raise InputError(f"{path}: session {sid!r}, {where}: {e}") from None
-    for m in messages:  # what the proxy keeps to give contents back: a replay sends messages
-        m.pop(KEPT, None)
-    names = {c["function"]["name"] for m in messages for c in m.get("tool_calls") or () if "function" in c}
-    t = Transcript("adk", "openai", preset_for(names) or "canonical", messages, sid, entries=len(events))
-    t.label, t.source = sid, str(path)
-    return t
+    return chat_session("adk", path, sid, messages, len(events), (KEPT,))
 
 
 def _api_content(content: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from typing import Any
 
 from ...errors import FileUnreadable, InputError
 from ...harness.pi import COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX
+from ...harness.toolnames import preset_for
 from ...tokens import estimate_tokens
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "Parsed",
     "Reader",
     "Transcript",
+    "chat_session",
     "iso_ms",
     "line_numbers",
     "load",
@@ -190,6 +192,21 @@ class Transcript:
             summary = COMPACTION_SUMMARY_PREFIX + c.summary + COMPACTION_SUMMARY_SUFFIX
             total += estimate_tokens(c.system_chars) + estimate_tokens(len(summary)) + upto[k] - upto[c.first_kept]
         return total
+
+
+def chat_session(
+    format: str, path: Path, sid: str, messages: list[dict[str, Any]], entries: int, kept: Sequence[str]
+) -> Transcript:
+    """One session of an SQLite session file (an Agents SDK's, ADK's) read as chat messages for the
+    OpenAI adapter, labelled with its id: the ``kept`` fields its translation keeps to give the
+    harness's own items back (the proxy's) dropped, as a replay sends messages; its tools named."""
+    for m in messages:
+        for key in kept:
+            m.pop(key, None)
+    names = {c["function"]["name"] for m in messages for c in m.get("tool_calls") or () if "function" in c}
+    t = Transcript(format, "openai", preset_for(names) or "canonical", messages, sid, entries=entries)
+    t.label, t.source = sid, str(path)
+    return t
 
 
 def read_text(path: Path, max_bytes: int = MAX_SESSION_BYTES) -> str:

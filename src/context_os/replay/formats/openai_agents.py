@@ -18,8 +18,7 @@ from typing import Any
 
 from ...errors import InputError, MalformedMessage
 from ...harness.responses import ITEM, ITEMS, to_chat
-from ...harness.toolnames import preset_for
-from .common import JsonRows, Transcript
+from .common import JsonRows, Transcript, chat_session
 
 __all__ = ["AGENTS_TABLES", "read_agents_db"]
 
@@ -56,10 +55,4 @@ def _transcript(path: Path, sid: str, items: list[Any]) -> Transcript:
         messages = to_chat(items)
     except MalformedMessage as e:
         raise InputError(f"{path}: session {sid!r}, item {e.index}: {e}") from None
-    for m in messages:  # what the proxy keeps to give items back: a replay sends messages
-        m.pop(ITEM, None)
-        m.pop(ITEMS, None)
-    names = {c["function"]["name"] for m in messages for c in m.get("tool_calls") or () if "function" in c}
-    t = Transcript("openai-agents", "openai", preset_for(names) or "canonical", messages, sid, entries=len(items))
-    t.label, t.source = sid, str(path)
-    return t
+    return chat_session("openai-agents", path, sid, messages, len(items), (ITEM, ITEMS))
