@@ -22,7 +22,7 @@ import pytest
 
 from context_os.errors import MeshError
 from context_os.mesh.agent import MeshAgent
-from context_os.mesh.node import MeshConfig, MeshNode
+from context_os.mesh.node import MeshConfig, MeshNode, rendezvous_key
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import provisioning, unavailable
 from tests.mesh.conftest import Answerer, wait_for
@@ -91,7 +91,8 @@ class JsPeer:
         ready = self.answers.get(timeout=60)
         assert "ready" in ready, ready
         self.peer_id: str = ready["ready"]["peerId"]
-        self.addr: str = f"{ready['ready']['addrs'][0]}/p2p/{self.peer_id}"
+        self.addrs: list[str] = [a if "/p2p/" in a else f"{a}/p2p/{self.peer_id}" for a in ready["ready"]["addrs"]]
+        self.addr: str = next(a for a in self.addrs if "/ws/" not in a)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -198,3 +199,49 @@ def test_the_same_seed_is_the_same_peer_id_in_both(js: Any) -> None:
     seed = os.urandom(32)
     peer = js("--seed", seed.hex())
     assert MeshNode(MeshConfig("py", seed=seed)).peer_id == peer.peer_id
+
+
+def test_websocket_connections_both_ways(js: Any, uid: str) -> None:
+    """A js-libp2p peer listening on WebSocket is dialled there by a node that listens on TCP
+    only; a node listening on WebSocket is dialled there by js. Requests go both ways over each."""
+    peer = js("--ws")
+    js_ws = next(a for a in peer.addrs if "/ws/" in a)
+    with (
+        MeshNode(MeshConfig(f"py-{uid}"), on_request=lambda p, r: f"py: {r.message}") as tcp_only,
+        MeshNode(MeshConfig(f"pyws-{uid}", ws_port=0), on_request=lambda p, r: f"pyws: {r.message}") as listener,
+    ):
+        assert tcp_only.connect(js_ws) == peer.peer_id
+        assert tcp_only.request(peer.peer_id, "over ws").message == "[js] Received: over ws"
+        assert (
+            peer.do({"send": {"peer": tcp_only.peer_id, "message": "back"}})["ok"]["response"]["message"] == "py: back"
+        )
+        py_ws = next(a for a in listener.addrs if "/ws/" in a)
+        assert peer.do({"dial": py_ws})["ok"]["peer"] == listener.peer_id
+        assert (
+            peer.do({"send": {"peer": listener.peer_id, "message": "to ws"}})["ok"]["response"]["message"]
+            == "pyws: to ws"
+        )
+        assert listener.request(peer.peer_id, "from ws").message == "[js] Received: from ws"
+
+
+def test_the_dht_is_shared_with_js_and_finds_peers_through_it(js: Any, uid: str) -> None:
+    """A js-libp2p peer runs the DHT (@libp2p/kad-dht on py-libp2p's /ipfs/kad/1.0.0). Two nodes
+    that know only the js peer, over WebSocket, find each other through it. js finds both as
+    providers of the topic's rendezvous key, under the same key as its own announcement of the
+    CID of those bytes (js's ``contentRouting.provide``)."""
+    peer = js("--ws", "--dht")
+    key = rendezvous_key("pi-broadcast")
+    js_ws = next(a for a in peer.addrs if "/ws/" in a)
+    joins: dict[str, Any] = {"dht": True, "dht_interval": 0.5, "bootstrap": (js_ws,)}
+    with MeshNode(MeshConfig(f"a-{uid}", **joins)) as a, MeshNode(MeshConfig(f"b-{uid}", **joins)) as b:
+        wait_for(
+            lambda: b.peer_id in a.connected() and a.peer_id in b.connected(), "a and b through js's DHT", timeout=30
+        )
+        assert peer.do({"provide": key}) == {"ok": {"provided": True}}
+        found = {p["peer"] for p in peer.do({"providers": key})["ok"]["providers"]}
+        assert {a.peer_id, b.peer_id, peer.peer_id} <= found
+        got: list[str] = []
+        b.on_broadcast = lambda p, m: got.append(m.message)
+        wait_for(lambda: b.peer_id in a.topic_peers(), "b in a's topic mesh")
+        a.broadcast("met through js")
+        wait_for(lambda: got == ["met through js"], "a's broadcast at b")

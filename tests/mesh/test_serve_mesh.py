@@ -230,3 +230,25 @@ def test_sigterm_on_stdio_ends_a_mesh_send_waiting_for_a_silent_peer(tmp_path: P
         answer = json.loads(out)
         assert answer["id"] == 2 and "stopping" in json.dumps(answer), answer
         assert proc.returncode == 0
+
+
+def test_a_served_agent_takes_websocket_connections_and_runs_the_dht(tmp_path: Path) -> None:
+    """``--mesh-ws-port`` and ``--mesh-dht``: two agents that know only the served one, one of
+    them over WebSocket, find each other through its DHT."""
+    args = ("--mesh", "bob", "--no-mesh-mdns", "--mesh-ws-port", "0", "--mesh-dht", "--embedder", "none")
+    with http_server(tmp_path, *args) as srv:
+        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob in the local registry", timeout=60)
+        ws = [a for a in bob.addrs if "/ws/" in a]
+        assert len(ws) == 1 and len(bob.addrs) == 2
+        joins: dict[str, Any] = {"dht": True, "dht_interval": 0.5}
+        with (
+            SqliteStore(tmp_path / "peers.db") as store,
+            MeshAgent(store, MeshConfig("alice", bootstrap=(ws[0],), **joins)) as alice,
+            MeshAgent(store, MeshConfig("carol", bootstrap=(bob.addrs[0],), **joins)) as carol,
+        ):
+            wait_for(lambda: carol.peer_id in alice.node.connected(), "alice and carol through bob's DHT", timeout=30)
+            status = srv.rpc("mesh.status")["result"]
+            assert status["dhtRounds"] >= 1 and sorted(status["addresses"]) == sorted(bob.addrs)
+    with http_server(tmp_path / "plain", "--mesh", "dave", "--no-mesh-mdns", "--embedder", "none") as srv:
+        wait_for(lambda: registry.find(registry.default_dir(), "dave"), "dave in the local registry", timeout=60)
+        assert srv.rpc("mesh.status")["result"]["dhtRounds"] is None  # no DHT without --mesh-dht

@@ -109,7 +109,18 @@ def _origins(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="A swarm.key file (readable by its owner only): a private mesh only peers with the same key can join.",
 )
+@click.option(
+    "--mesh-ws-port",
+    type=click.IntRange(0, 65535),
+    help="Also take WebSocket connections, on this port (0: any free one; the --mesh-port serves both).",
+)
 @click.option("--mesh-mdns/--no-mesh-mdns", default=True, show_default=True, help="Discover peers by mDNS.")
+@click.option(
+    "--mesh-dht",
+    is_flag=True,
+    help="Discover the mesh's peers beyond the local network through a Kademlia DHT, joined through the "
+    "--mesh-connect peers.",
+)
 @click.option(
     "--mesh-connect", multiple=True, metavar="ADDR", help="A peer to dial at start (/ip4/…/p2p/<id>); repeatable."
 )
@@ -138,7 +149,9 @@ def serve_cmd(
     mesh_host: str,
     mesh_port: int,
     mesh_swarm_key: Path | None,
+    mesh_ws_port: int | None,
     mesh_mdns: bool,
+    mesh_dht: bool,
     mesh_connect: tuple[str, ...],
     mesh_memory_preset: str,
     verbose: int,
@@ -176,7 +189,7 @@ def serve_cmd(
             mesh = stack.enter_context(
                 _mesh_agent(
                     store, mesh_name, mesh_host, mesh_port, mesh_swarm_key, mesh_mdns, mesh_connect,
-                    mesh_memory_preset, recall,
+                    mesh_memory_preset, recall, ws_port=mesh_ws_port, dht=mesh_dht,
                 )
             )  # fmt: skip
         server = Server(
@@ -250,6 +263,9 @@ def _mesh_agent(
     connect: tuple[str, ...],
     preset: str,
     recall: Recall,
+    *,
+    ws_port: int | None = None,
+    dht: bool = False,
 ) -> Iterator[MeshAgent]:
     """The server's mesh peer, started, announced in the local registry while it runs."""
     from ..mesh import registry
@@ -265,6 +281,8 @@ def _mesh_agent(
         seed=load_seed(registry.identity_path(name)),
         psk=read_swarm_key(swarm_key) if swarm_key is not None else None,
         mdns=mdns,
+        ws_port=ws_port,
+        dht=dht,
         bootstrap=connect,
     )
     agent = MeshAgent(

@@ -678,6 +678,7 @@ class MeshAgent:
             "requests": self.queue.stats(),
             "shown": len(self._shown),
             "bootstrapFailed": list(self.node.bootstrap_failed),
+            "dhtRounds": self.node.dht_rounds if self.config.dht else None,
         }
 
 

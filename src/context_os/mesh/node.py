@@ -77,6 +77,7 @@ __all__ = [
     "Reply",
     "load_seed",
     "quiet_libp2p",
+    "rendezvous_key",
 ]
 
 log = logging.getLogger("context_os.mesh")
@@ -181,8 +182,17 @@ class MeshConfig:
     psk: bytes | None = None
     """32 bytes: a private network (``pnet.read_swarm_key``); peers without it cannot connect."""
     topic: str = "pi-broadcast"
+    ws_port: int | None = None
+    """Also listen for WebSocket connections on this port (0 picks a free one); None: TCP only."""
     mdns: bool = False
     """Discover peers on the local network by mDNS (and dial them)."""
+    dht: bool = False
+    """Discover the topic's peers beyond the local network through a Kademlia DHT (and dial
+    them): the node joins the DHT through the peers it is connected to (its ``bootstrap``
+    peers), announces itself there as a provider of the topic's rendezvous key
+    (``rendezvous_key``) and dials the other providers, every ``dht_interval`` seconds."""
+    dht_interval: float = 30.0
+    """Seconds between two rounds of the DHT's announce and look-up (the first comes at start)."""
     bootstrap: tuple[str, ...] = ()
     """Multiaddrs (with ``/p2p/<id>``) to dial at start."""
     call_timeout: float = 10.0
@@ -227,8 +237,11 @@ class MeshConfig:
             raise ConfigError(f"mesh: the identity seed must be 32 bytes, not {len(self.seed)}")
         if self.psk is not None and len(self.psk) != 32:
             raise ConfigError(f"mesh: the private-network key must be 32 bytes, not {len(self.psk)}")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"mesh: port {self.port} is not a TCP port")
+        for name, port in (("port", self.port), ("ws_port", self.ws_port)):
+            if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535):
+                raise ConfigError(f"mesh: {name} {port!r} is not a TCP port")
+        if not self.dht_interval > 0:
+            raise ConfigError("mesh: dht_interval must be positive")
         if not self.topic:
             raise ConfigError("mesh: the broadcast topic is empty")
         if not self.broadcast_bytes_rate > 0 or self.broadcast_bytes_burst < 1:
@@ -276,6 +289,9 @@ class BroadcastResult:
     """Peers of the topic's mesh the publish went to directly."""
     message_id: str
 
+
+DHT_PROVIDERS = 100
+"""The most providers of the topic's key one DHT look-up asks for."""
 
 BROADCAST_SEEN_S = 3600
 """How long a node remembers the broadcasts it has seen (by sender and sequence number), to drop
@@ -383,6 +399,7 @@ class MeshNode:
         from libp2p.security.noise.transport import Transport as Noise
         from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_ID
         from libp2p.stream_muxer.yamux.yamux import Yamux
+        from libp2p.transport.websocket.transport import WebsocketTransport
 
         from . import pnet
 
@@ -395,12 +412,14 @@ class MeshNode:
         if cfg.psk is not None:
             pnet.install()
         key_pair = create_identity_from_seed(cfg.seed) if cfg.seed is not None else create_new_key_pair()
-        self._listen = multiaddr.Multiaddr(f"/ip4/{cfg.host}/tcp/{cfg.port}")
+        self._listen = [multiaddr.Multiaddr(f"/ip4/{cfg.host}/tcp/{cfg.port}")]
+        if cfg.ws_port is not None:
+            self._listen.append(multiaddr.Multiaddr(f"/ip4/{cfg.host}/tcp/{cfg.ws_port}/ws"))
         self._host = new_host(
             key_pair=key_pair,
             sec_opt={NOISE_ID: Noise(key_pair, noise_privkey=new_x25519().private_key)},
             muxer_opt={TProtocol(YAMUX_ID): Yamux},
-            listen_addrs=[self._listen],
+            listen_addrs=self._listen,
             psk=cfg.psk.hex() if cfg.psk is not None else None,
             enable_mDNS=cfg.mdns,
         )
@@ -426,11 +445,22 @@ class MeshNode:
         self._pubsub.counter = time.time_ns()
         network: Any = self._host.get_network()  # its swarm: more than the interface types
         self._network: Any = network
+        # a node dials WebSocket addresses whether or not it listens on one (the swarm only
+        # builds the transports its listen addresses name)
+        if not any(isinstance(t, WebsocketTransport) for t in network.transport_manager.get_transports()):
+            network.transport_manager.add_transport(WebsocketTransport(network.upgrader))
         # its auto-connector dials every peer the peer store knows until 150 connections are open:
         # redials of peers that are leaving, sockets left open when this node stops mid-dial. This
         # node dials what it discovers and what it is told to, nothing else.
         network.auto_connector.maybe_connect = _no_auto_dial
         self.peer_id = str(self._host.get_id())
+        self._dht: Any = None
+        if cfg.dht:
+            from libp2p.kad_dht import DHTMode, KadDHT
+
+            self._dht = KadDHT(self._host, DHTMode.SERVER)
+        self.dht_rounds = 0
+        """Rounds of the DHT's announce and look-up done (``MeshConfig.dht``)."""
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -438,8 +468,8 @@ class MeshNode:
         """Listen, subscribe to the topic, dial the bootstrap peers; ``MeshError`` if it cannot."""
         if self._thread is not None:
             raise MeshError("mesh: this node was already started (a node starts once)")
-        if self.config.port:
-            _check_port_free(self.config.host, self.config.port)
+        for port in {self.config.port, self.config.ws_port or 0} - {0}:
+            _check_port_free(self.config.host, port)
         self._thread = threading.Thread(target=self._run, name=f"mesh-{self.config.agent_name}", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):
@@ -498,6 +528,7 @@ class MeshNode:
 
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
+        self._discovery = trio.CancelScope()
         host = self._host
         host.set_stream_handler(TProtocol(wire.PROTOCOL), self._handle_stream)
         self._network.register_notifee(_Notifee(self))
@@ -506,7 +537,7 @@ class MeshNode:
         self._inbox = inbox_send
         try:
             async with (
-                host.run([self._listen]),
+                host.run(self._listen),
                 background_trio_service(self._pubsub),
                 background_trio_service(self._router),
                 trio.open_nursery() as nursery,
@@ -518,6 +549,8 @@ class MeshNode:
                 nursery.start_soon(self._deliver_broadcasts, inbox_receive)
                 if self._mdns is not None:
                     nursery.start_soon(self._run_mdns, self._mdns)
+                if self._dht is not None:
+                    nursery.start_soon(self._run_dht, self._dht, self._discovery)
                 self._ready.set()
                 await self._stop.wait()
                 await self._hang_up()
@@ -535,26 +568,30 @@ class MeshNode:
         open until the node is garbage)."""
         import trio
 
+        self._discovery.cancel()  # the DHT's rounds dial peers: none while the node hangs up
         with trio.move_on_after(1):  # a publish only queues its message for each peer's sender
             while any(len(q) for q in self._pubsub.peer_queues.values()):
                 await trio.sleep(0.005)
             await trio.sleep(0.05)  # the last one taken off a queue is being written
-        sockets = [
-            sock
-            for conns in self._network.get_connections_map().values()
-            for conn in conns
-            if (sock := _tcp_stream(conn)) is not None
-        ]
-        sockets += self._sockets
+        sockets = self._open_sockets()
         with trio.move_on_after(2):
             for pid in list(self._host.get_connected_peers()):
                 with contextlib.suppress(Exception):  # already closing
                     await self._network.close_peer(pid)
-        # what a busy or failing close left open (py-libp2p logs and goes on): closed here, or
-        # the socket stays open until the node is garbage
-        for sock in sockets:
+        # what a busy or failing close left open (py-libp2p logs and goes on), and what was
+        # connected meanwhile: closed here, or the socket stays open until the node is garbage
+        for sock in sockets + self._open_sockets():
             with contextlib.suppress(Exception):
                 sock.socket.close()
+
+    def _open_sockets(self) -> list[Any]:
+        """The sockets of this node's connections, and of every WebSocket connection it dialled
+        (the WebSocket transport keeps them all, failed ones too: a private network's handshake
+        refused)."""
+        conns = [conn for conns in self._network.get_connections_map().values() for conn in conns]
+        for transport in self._network.transport_manager.get_transports():
+            conns += list(getattr(transport, "_connections", {}).values())
+        return [sock for conn in conns if (sock := _tcp_stream(conn)) is not None] + self._sockets
 
     async def _run_mdns(self, mdns: Any) -> None:
         """Announce this node by mDNS, then keep the discoveries fresh until the node stops.
@@ -585,6 +622,41 @@ class MeshNode:
 
         peerDiscovery.register_peer_discovered_handler(discovered)
         return discovered
+
+    async def _run_dht(self, dht: Any, scope: Any) -> None:
+        """Run the DHT, and every ``dht_interval`` s: put the peers this node is connected to in
+        its routing table (the bootstrap peers are its way in), announce this node as a provider
+        of the topic's rendezvous key, and dial the other providers found."""
+        with scope:  # cancelled first when the node stops, its dials with it
+            await self._dht_rounds(dht)
+
+    async def _dht_rounds(self, dht: Any) -> None:
+        import trio
+        from libp2p.kad_dht.common import PROTOCOL_ID as KAD
+        from libp2p.tools.anyio_service import background_trio_service
+
+        key = rendezvous_key(self.config.topic)
+        me = self._host.get_id()
+        async with background_trio_service(dht), trio.open_nursery() as dials:
+            while True:
+                with trio.move_on_after(max(self.config.call_timeout, self.config.dht_interval)):
+                    try:
+                        for pid in self._host.get_connected_peers():
+                            if _speaks(self._host, pid, KAD):  # (a peer identify has not told of yet: next round)
+                                await dht.add_peer(pid)
+                        await dht.provide(key)
+                        found = await dht.find_providers(key, count=DHT_PROVIDERS)
+                    except Exception as e:  # noqa: BLE001 - a round that failed is tried again next time
+                        log.info("mesh: DHT round failed: %s", _describe(e))
+                        found = []
+                    connected = set(self._host.get_connected_peers())
+                    for info in found:
+                        if info.peer_id == me or info.peer_id in connected or not info.addrs:
+                            continue
+                        self._note(str(info.peer_id), fresh_addrs=[str(a) for a in info.addrs])
+                        dials.start_soon(self._dial_info, info)
+                self.dht_rounds += 1
+                await trio.sleep(self.config.dht_interval)
 
     def _spawn(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         if self._nursery is not None:
@@ -1243,6 +1315,13 @@ class _Notifee:
         pass
 
 
+def rendezvous_key(topic: str) -> str:
+    """The DHT key under which a topic's peers announce themselves: the hex multihash (sha2-256)
+    of ``/context_os/mesh/<topic>``, the key of the CIDv1 (raw) of those bytes, as js-libp2p's
+    ``contentRouting.provide`` would announce it."""
+    return "1220" + hashlib.sha256(f"/context_os/mesh/{topic}".encode()).hexdigest()
+
+
 def _check_port_free(host: str, port: int) -> None:
     """``ConfigError`` when another socket listens on ``host:port``. py-libp2p listens with
     SO_REUSEPORT (for hole punching), so a second node on a taken port would start, and the
@@ -1270,24 +1349,35 @@ def _has_addrs(network: Any, peer: Any) -> bool:
         return False
 
 
+def _speaks(host: Any, peer: Any, protocol: str) -> bool:
+    """Whether identify told that ``peer`` speaks ``protocol`` (False while it has not)."""
+    try:
+        return protocol in host.get_peerstore().get_protocols(peer)
+    except Exception:  # noqa: BLE001 - PeerStoreError for a peer identify has not reached
+        return False
+
+
 async def _no_auto_dial() -> None:
     return None
 
 
 def _tcp_stream(conn: Any) -> Any:
-    """The trio TCP stream under a swarm connection (muxer, security, private network, raw)."""
+    """The trio TCP stream under a swarm connection (muxer, security, private network, raw, and
+    a WebSocket connection's own stream)."""
     import trio
 
     x = conn
     for _ in range(10):
         if isinstance(x, trio.SocketStream):
             return x
-        x = next(
-            (getattr(x, n) for n in ("muxed_conn", "secured_conn", "conn", "_conn", "stream") if hasattr(x, n)), None
-        )
+        x = next((getattr(x, n) for n in _UNDER if hasattr(x, n)), None)
         if x is None:
             return None
     return None
+
+
+_UNDER = ("muxed_conn", "secured_conn", "conn", "_conn", "stream", "_ws_connection", "_stream")
+"""The attributes that lead from a connection to the one under it, down to the socket."""
 
 
 async def _discard(stream: Any) -> None:

@@ -158,8 +158,14 @@ def install() -> None:
         def get_remote_address(self) -> Any:
             return self._conn.get_remote_address()
 
+        # both asked of every new connection: one missing here (the connection type) left the
+        # swarm without the connection's addresses, and identify then logged a warning on the
+        # root logger for every connection a node with a private network took
         def get_transport_addresses(self) -> Any:
             return self._conn.get_transport_addresses()
+
+        def get_connection_type(self) -> Any:
+            return self._conn.get_connection_type()
 
     def protected(conn: Any, psk: str) -> PskConnection:
         return PskConnection(conn, psk)

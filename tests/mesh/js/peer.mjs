@@ -4,20 +4,28 @@
 //   {"request": {...}} for each direct request it receives (it answers "[js] Received: <message>");
 //   one answer line per command: {"ok": ...} or {"error": "..."}.
 // Commands: {"dial": maddr}, {"send": {"peer": id, "message": text}}, {"publish": text},
-//   {"subscribers": true}. It stops when stdin closes.
-// usage: node peer.mjs [--seed HEX32] [--psk HEX32]
+//   {"subscribers": true}, {"connected": true}; with --dht: {"provide": hexMultihash},
+//   {"providers": hexMultihash}. It stops when stdin closes.
+// usage: node peer.mjs [--seed HEX32] [--psk HEX32] [--ws] [--dht]
+//   --ws: listen on a WebSocket address too (it dials WebSocket addresses either way);
+//   --dht: run a Kademlia DHT server (@libp2p/kad-dht) on /ipfs/kad/1.0.0, py-libp2p's protocol
 import { createInterface } from "node:readline"
 import { noise } from "@chainsafe/libp2p-noise"
 import { yamux } from "@chainsafe/libp2p-yamux"
 import { generateKeyPair, generateKeyPairFromSeed } from "@libp2p/crypto/keys"
 import { gossipsub } from "@libp2p/gossipsub"
 import { identify } from "@libp2p/identify"
+import { kadDHT } from "@libp2p/kad-dht"
+import { ping } from "@libp2p/ping"
 import { preSharedKey } from "@libp2p/pnet"
 import { tcp } from "@libp2p/tcp"
+import { webSockets } from "@libp2p/websockets"
 import { lpStream } from "@libp2p/utils"
 import { multiaddr } from "@multiformats/multiaddr"
 import { decode, encode } from "cborg"
 import { createLibp2p } from "libp2p"
+import { CID } from "multiformats/cid"
+import * as Digest from "multiformats/hashes/digest"
 
 const PROTOCOL = "/pi-agent/0.1.0"
 const TOPIC = "pi-broadcast"
@@ -31,11 +39,16 @@ const say = (value) => process.stdout.write(`${JSON.stringify(value)}\n`)
 const seed = option("--seed")
 const config = {
 	privateKey: seed ? await generateKeyPairFromSeed("Ed25519", Buffer.from(seed, "hex")) : await generateKeyPair("Ed25519"),
-	addresses: { listen: ["/ip4/127.0.0.1/tcp/0"] },
-	transports: [tcp()],
+	addresses: { listen: ["/ip4/127.0.0.1/tcp/0", ...(args.includes("--ws") ? ["/ip4/127.0.0.1/tcp/0/ws"] : [])] },
+	transports: [tcp(), webSockets()],
 	connectionEncrypters: [noise()],
 	streamMuxers: [yamux()],
 	services: { identify: identify(), pubsub: gossipsub({ emitSelf: false, allowPublishToZeroTopicPeers: true }) },
+}
+if (args.includes("--dht")) {
+	config.services.ping = ping()
+	// the tests run on 127.0.0.1: its addresses are kept (the default mapper drops private ones)
+	config.services.dht = kadDHT({ protocol: "/ipfs/kad/1.0.0", clientMode: false, peerInfoMapper: (info) => info })
 }
 const psk = option("--psk")
 if (psk) config.connectionProtector = preSharedKey({ psk: new TextEncoder().encode(`/key/swarm/psk/1.0.0/\n/base16/\n${psk}`) })
@@ -79,6 +92,20 @@ async function run(command) {
 		return { recipients: result.recipients.map(String) }
 	}
 	if (command.subscribers) return { subscribers: node.services.pubsub.getSubscribers(TOPIC).map(String) }
+	if (command.connected) return { peers: node.getPeers().map(String) }
+	// a hex multihash (sha2-256) as the CIDv1 (raw) whose key it is, as py-libp2p's DHT takes it
+	const cid = (hex) => CID.createV1(0x55, Digest.decode(Buffer.from(hex, "hex")))
+	if (command.provide) {
+		await node.contentRouting.provide(cid(command.provide), { signal: AbortSignal.timeout(10000) })
+		return { provided: true }
+	}
+	if (command.providers) {
+		const found = []
+		for await (const p of node.contentRouting.findProviders(cid(command.providers), { signal: AbortSignal.timeout(10000) })) {
+			found.push({ peer: p.id.toString(), addrs: p.multiaddrs.map(String) })
+		}
+		return { providers: found }
+	}
 	throw new Error(`unknown command ${JSON.stringify(command)}`)
 }
 

@@ -1,0 +1,178 @@
+"""The mesh beyond TCP on one network: WebSocket connections (``MeshConfig.ws_port``) and
+discovery through a Kademlia DHT (``MeshConfig.dht``), between real py-libp2p peers. Their
+interop with js-libp2p is in test_js_interop.py."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os.errors import ConfigError, MeshError
+from context_os.mesh.node import MeshConfig, MeshNode, rendezvous_key
+from context_os.mesh.pnet import new_swarm_key, read_swarm_key
+from tests.mesh.conftest import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def nodes(uid: str) -> Iterator[Any]:
+    """Make started nodes named ``<name>-<uid>``, closed after the test."""
+    made: list[MeshNode] = []
+
+    def make(name: str, **config: Any) -> MeshNode:
+        node = MeshNode(MeshConfig(f"{name}-{uid}", **config), on_request=lambda peer, req: f"{name} got {req.message}")
+        made.append(node)
+        return node.start()
+
+    yield make
+    for node in reversed(made):
+        node.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _over_websocket(node: MeshNode, peer: str) -> bool:
+    """Whether ``node``'s connection to ``peer`` runs over a WebSocket: its raw connection, under
+    the muxer, the security and the private network, is py-libp2p's WebSocket connection."""
+    from libp2p.peer.id import ID
+    from libp2p.transport.websocket.connection import P2PWebSocketConnection
+
+    (conn,) = node._network.get_connections_map()[ID.from_base58(peer)]
+    x: Any = conn
+    for _ in range(8):
+        if isinstance(x, P2PWebSocketConnection):
+            return True
+        x = next(
+            (getattr(x, n) for n in ("muxed_conn", "secured_conn", "_conn", "conn", "stream") if hasattr(x, n)), None
+        )
+        if x is None:
+            return False
+    return False
+
+
+def test_peers_talk_over_websocket_both_ways(nodes: Any) -> None:
+    ws_port = _free_port()
+    server = nodes("server", ws_port=ws_port)
+    ws = [a for a in server.addrs if "/ws/" in a]
+    assert ws == [f"/ip4/127.0.0.1/tcp/{ws_port}/ws/p2p/{server.peer_id}"]
+    assert len(server.addrs) == 2  # and TCP, on a port of its own
+    client = nodes("client")  # listens on TCP only, dials WebSocket addresses all the same
+    assert all("/ws/" not in a for a in client.addrs)
+    assert client.connect(ws[0]) == server.peer_id
+    assert _over_websocket(client, server.peer_id)
+    assert client.request(server.peer_id, "over ws?").message == "server got over ws?"
+    assert server.request(client.peer_id, "and back?").message == "client got and back?"
+    got: list[str] = []
+    server.on_broadcast = lambda peer, b: got.append(b.message)
+    wait_for(lambda: server.peer_id in client.topic_peers(), "the topic mesh over WebSocket")
+    client.broadcast("to all, over ws")
+    wait_for(lambda: got == ["to all, over ws"], "the broadcast over WebSocket")
+
+
+def test_tcp_and_websocket_share_one_port_when_asked(nodes: Any) -> None:
+    port = _free_port()
+    node = nodes("both", port=port, ws_port=port)
+    assert sorted(node.addrs) == sorted(
+        [f"/ip4/127.0.0.1/tcp/{port}/p2p/{node.peer_id}", f"/ip4/127.0.0.1/tcp/{port}/ws/p2p/{node.peer_id}"]
+    )
+    for addr in node.addrs:
+        other = nodes("dialer")
+        assert other.connect(addr) == node.peer_id
+        assert _over_websocket(other, node.peer_id) == ("/ws/" in addr)
+        assert other.request(node.peer_id, "which way?").message == "both got which way?"
+
+
+def test_a_private_network_holds_over_websocket_and_logs_nothing(
+    nodes: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The private network's protector wraps WebSocket connections as TCP ones. It also answers
+    the connection type the swarm asks of every connection: without it the swarm kept no
+    addresses for the connection, and py-libp2p's identify logged a warning on the root logger
+    for every connection a node with a private network took."""
+    for name in ("swarm.key", "other.key"):
+        (tmp_path / name).write_text(new_swarm_key())
+        (tmp_path / name).chmod(0o600)
+    key, other = read_swarm_key(tmp_path / "swarm.key"), read_swarm_key(tmp_path / "other.key")
+    caplog.set_level(logging.WARNING)
+    server = nodes("server", ws_port=_free_port(), psk=key)
+    member = nodes("member", psk=key)
+    for addr in server.addrs:  # TCP, then WebSocket, from two members
+        dialer = member if "/ws/" not in addr else nodes("member2", psk=key)
+        assert dialer.connect(addr) == server.peer_id
+        assert dialer.request(server.peer_id, "in?").message == "server got in?"
+    ws = next(a for a in server.addrs if "/ws/" in a)
+    for outsider in (nodes("stranger", psk=other), nodes("open")):
+        with pytest.raises(MeshError):
+            outsider.connect(ws, timeout=3)
+    assert [r.getMessage() for r in caplog.records if r.name == "root"] == []
+
+
+def test_the_dht_finds_the_topics_peers_beyond_the_bootstrap_peer(nodes: Any) -> None:
+    """Three peers that each know only the first find each other through the DHT; a peer on
+    another topic is no topic peer of theirs (the DHT's own queries may connect to it: it is a
+    DHT server like them), and a peer without the DHT is never dialled."""
+    hub = nodes("hub", dht=True, dht_interval=0.5)
+    joins = dict(dht=True, dht_interval=0.5, bootstrap=(hub.addrs[0],))
+    b, c = nodes("b", **joins), nodes("c", **joins, ws_port=0)
+    elsewhere = nodes("elsewhere", **joins, topic="another-topic")
+    quiet = nodes("quiet", bootstrap=(hub.addrs[0],))
+    wait_for(lambda: c.peer_id in b.connected() and b.peer_id in c.connected(), "b and c through the DHT", timeout=30)
+    wait_for(lambda: min(n.dht_rounds for n in (b, c, elsewhere)) >= 3, "three rounds each", timeout=30)
+    for node in (b, c):
+        assert elsewhere.peer_id not in node.topic_peers() and quiet.peer_id not in node.connected()
+    assert elsewhere.topic_peers() == [] and quiet.connected() == [hub.peer_id]
+    # what the DHT found is a topic peer like any other: a broadcast goes to it directly
+    got: list[str] = []
+    c.on_broadcast = lambda peer, m: got.append(m.message)
+    wait_for(lambda: c.peer_id in b.topic_peers(), "c in b's topic mesh")
+    b.broadcast("found you")
+    wait_for(lambda: got == ["found you"], "b's broadcast at c")
+    found = b.peer(c.peer_id)
+    assert found is not None and found.status == "connected"
+
+
+def test_without_the_dht_the_peers_of_a_bootstrap_peer_stay_unknown(nodes: Any) -> None:
+    """What the DHT test shows is the DHT's doing: the same three peers without it."""
+    hub = nodes("hub")
+    b, c = nodes("b", bootstrap=(hub.addrs[0],)), nodes("c", bootstrap=(hub.addrs[0],))
+    wait_for(lambda: b.peer_id in hub.connected() and c.peer_id in hub.connected(), "both at the hub")
+    assert hub.dht_rounds == 0 and c.peer_id not in b.connected() and b.peer(c.peer_id) is None
+
+
+def test_the_rendezvous_key_is_the_topics_sha256_multihash() -> None:
+    import hashlib
+
+    key = rendezvous_key("pi-broadcast")
+    assert key == "1220" + hashlib.sha256(b"/context_os/mesh/pi-broadcast").hexdigest()
+    assert rendezvous_key("other") != key
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"ws_port": 70000}, "ws_port 70000 is not a TCP port"),
+        ({"ws_port": -1}, "ws_port -1 is not a TCP port"),
+        ({"port": True}, "port True is not a TCP port"),
+        ({"dht_interval": 0}, "dht_interval must be positive"),
+    ],
+)
+def test_bad_websocket_and_dht_settings_are_refused(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        MeshConfig("x", **config)
+
+
+def test_a_websocket_port_another_listens_on_is_refused(nodes: Any) -> None:
+    first = nodes("first", ws_port=_free_port())
+    taken = int(next(a for a in first.addrs if "/ws/" in a).split("/tcp/")[1].split("/")[0])
+    with pytest.raises(ConfigError, match=f"port {taken} on 127.0.0.1 is in use"):
+        MeshNode(MeshConfig("second", ws_port=taken)).start()
