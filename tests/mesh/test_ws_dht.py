@@ -176,3 +176,14 @@ def test_a_websocket_port_another_listens_on_is_refused(nodes: Any) -> None:
     taken = int(next(a for a in first.addrs if "/ws/" in a).split("/tcp/")[1].split("/")[0])
     with pytest.raises(ConfigError, match=f"port {taken} on 127.0.0.1 is in use"):
         MeshNode(MeshConfig("second", ws_port=taken)).start()
+
+
+def test_at_the_default_interval_peers_that_start_together_find_each_other_before_it_ends(nodes: Any) -> None:
+    """A node's first round comes at start, before its bootstrap peers are dialled: its routing
+    table is empty, and it tries again within a second rather than an interval (30 s) later.
+    Before, two peers joining through a third met only at their second round, 30 s on."""
+    assert MeshConfig("x").dht_interval == 30.0
+    hub = nodes("hub", dht=True)
+    b = nodes("b", dht=True, bootstrap=(hub.addrs[0],))
+    c = nodes("c", dht=True, bootstrap=(hub.addrs[0],))
+    wait_for(lambda: c.peer_id in b.connected(), "b and c through the DHT", timeout=15)

@@ -192,7 +192,8 @@ class MeshConfig:
     peers), announces itself there as a provider of the topic's rendezvous key
     (``rendezvous_key``) and dials the other providers, every ``dht_interval`` seconds."""
     dht_interval: float = 30.0
-    """Seconds between two rounds of the DHT's announce and look-up (the first comes at start)."""
+    """Seconds between two rounds of the DHT's announce and look-up (the first comes at start;
+    while the node's routing table is empty, every ``DHT_RETRY_S``)."""
     bootstrap: tuple[str, ...] = ()
     """Multiaddrs (with ``/p2p/<id>``) to dial at start."""
     call_timeout: float = 10.0
@@ -289,6 +290,9 @@ class BroadcastResult:
     """Peers of the topic's mesh the publish went to directly."""
     message_id: str
 
+
+DHT_RETRY_S = 1.0
+"""How soon a node whose DHT routing table is empty tries another round (``MeshConfig.dht``)."""
 
 DHT_PROVIDERS = 100
 """The most providers of the topic's key one DHT look-up asks for."""
@@ -656,7 +660,11 @@ class MeshNode:
                         self._note(str(info.peer_id), fresh_addrs=[str(a) for a in info.addrs])
                         dials.start_soon(self._dial_info, info)
                 self.dht_rounds += 1
-                await trio.sleep(self.config.dht_interval)
+                # a node whose routing table is empty (its first round came before its bootstrap
+                # peers were dialled, or identify had not told they speak the DHT) tries again
+                # within a second, not a whole interval later
+                alone = dht.get_routing_table_size() == 0
+                await trio.sleep(min(DHT_RETRY_S, self.config.dht_interval) if alone else self.config.dht_interval)
 
     def _spawn(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         if self._nursery is not None:
