@@ -4,6 +4,7 @@ requests through JSON-RPC, with a real peer on the other side."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -252,3 +253,30 @@ def test_a_served_agent_takes_websocket_connections_and_runs_the_dht(tmp_path: P
     with http_server(tmp_path / "plain", "--mesh", "dave", "--no-mesh-mdns", "--embedder", "none") as srv:
         wait_for(lambda: registry.find(registry.default_dir(), "dave"), "dave in the local registry", timeout=60)
         assert srv.rpc("mesh.status")["result"]["dhtRounds"] is None  # no DHT without --mesh-dht
+
+
+def test_what_a_library_prints_stays_off_the_stdio_protocol(tmp_path: Path) -> None:
+    """py-libp2p prints a line to stdout when its WebSocket dial takes a proxy from the
+    environment. On stdio, stdout is the protocol: that line came before the first answer, and a
+    client read it as a malformed response. It goes to stderr now."""
+    with (
+        SqliteStore(tmp_path / "alice.db") as store,
+        MeshAgent(store, MeshConfig("alice", ws_port=0)) as alice,
+    ):
+        ws = next(a for a in alice.node.addrs if "/ws/" in a)
+        ctxos = [str(Path(sys.executable).parent / "ctxos"), "--store", str(tmp_path / "s.db")]
+        # a proxy nobody listens on: the dial fails, after py-libp2p has said it found it
+        env = {**os.environ, "HTTP_PROXY": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}
+        env.pop("NO_PROXY", None), env.pop("no_proxy", None)
+        proc = subprocess.run(
+            [*ctxos, "serve", "--mesh", "bob", "--no-mesh-mdns", "--embedder", "none", "--mesh-connect", ws],
+            input=b'{"jsonrpc": "2.0", "id": 1, "method": "mesh.status"}\n',
+            capture_output=True,
+            env=env,
+            timeout=60,
+        )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"proxy" in proc.stderr.lower()  # what py-libp2p printed, on stderr
+    (line,) = proc.stdout.decode().splitlines()
+    status = json.loads(line)["result"]
+    assert status["agentName"] == "bob" and [f["address"] for f in status["bootstrapFailed"]] == [ws]

@@ -169,6 +169,12 @@ def serve_cmd(
     # the port is taken before the store is opened: a port in use creates no store
     sock = None if http_port is None else listen_socket("127.0.0.1", http_port, port_option="--http")
     with ExitStack() as stack:
+        protocol_out = sys.stdout.buffer
+        if use_stdio:
+            # stdout carries the protocol alone: what a library prints (py-libp2p prints a line
+            # when its WebSocket dial takes a proxy from the environment) goes to stderr
+            stack.callback(setattr, sys, "stdout", sys.stdout)
+            sys.stdout = sys.stderr
         written: Path | None = None
         if sock is not None:
             stack.callback(sock.close)
@@ -228,7 +234,7 @@ def serve_cmd(
             # be answered (a mesh.next_request that waits: at once), then the server stops as at
             # the end of stdin
             with StdioStop(_stdin_fd(), wake=server.stop).on_signal() as stop:
-                serve_stdio(server, stop=stop)
+                serve_stdio(server, stdout=protocol_out, stop=stop)
             if httpd is not None:
                 httpd.shutdown()
         except KeyboardInterrupt:
