@@ -166,6 +166,18 @@ def test_send_by_multiaddr_needs_no_registry(ctxos: click.Group, db: Path, bob: 
     assert cli_messages(db) == []
 
 
+def test_send_to_a_websocket_address(ctxos: click.Group, db: Path, tmp_path: Path) -> None:
+    """The CLI's agent listens on TCP only and dials a WebSocket address all the same."""
+    with (
+        SqliteStore(tmp_path / "carol.db") as store,
+        MeshAgent(store, MeshConfig("carol", ws_port=0), auto_reply=True) as carol,
+    ):
+        ws = next(a for a in carol.node.addrs if "/ws/" in a)
+        r = run(ctxos, db, "send", ws, "over ws", "--auto-reply", "--json", "--timeout", "5")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["response"] == "[auto-response] Received: over ws"
+
+
 @pytest.mark.usefixtures("announced")
 def test_send_auto_reply_is_answered_by_the_node(ctxos: click.Group, db: Path) -> None:
     r = run(ctxos, db, "send", "bob", "ping", "--auto-reply", "--timeout", "5")
