@@ -8,6 +8,8 @@
 * absorption: direct messages (auto-replied, so the agent's loop is not measured) sent from two
   peers at once, 8 in flight each, and broadcasts from one: messages per second the receiving peer stores, against
   the same traffic to a peer that stores nothing.
+* WebSocket: ``MeshNode.request`` round trips over a WebSocket connection, beside TCP's.
+* DHT discovery: how soon two peers that know only a third find each other through the DHT.
 * error reply: a request whose handling fails is answered with an error; p99 must stay within
   100 ms (the seed's aim), and is shown against the plain round trip.
 """
@@ -35,6 +37,7 @@ SENDER_THREADS = 8
 ABSORB_DIRECT = sized(640, 2 * SENDER_THREADS * 2)
 """Direct messages, sent by two peers each with ``SENDER_THREADS`` threads."""
 ABSORB_BROADCASTS = sized(300, 20)
+DHT_RUNS = sized(5, 2)
 ERROR_AIM_MS = 100.0
 OFF = 1e6
 """A request or broadcast rate no run here reaches: the limit off."""
@@ -104,6 +107,35 @@ def timed(fn: Any, n: int) -> list[float]:
         fn()
         out.append((time.perf_counter() - t) * 1000)
     return out
+
+
+def node_round_trips(websocket: bool) -> list[float]:
+    """``MeshNode.request`` round trips, over TCP or over WebSocket (the receiver listening on
+    a WebSocket port of its own, the sender dialling it there)."""
+    a = MeshNode(MeshConfig("a")).start()
+    b = MeshNode(MeshConfig("b", request_rate=OFF, ws_port=0 if websocket else None)).start()
+    try:
+        a.connect(next(x for x in b.addrs if ("/ws/" in x) == websocket))
+        return timed(lambda: a.request(b.peer_id, "ping"), ROUND_TRIPS)
+    finally:
+        a.close()
+        b.close()
+
+
+def dht_meetings(runs: int) -> list[float]:
+    """Seconds from the last of three peers started (two that know only the first, all with the
+    DHT at its default interval) until the two are connected."""
+    took = []
+    for _ in range(runs):
+        hub = MeshNode(MeshConfig("hub", dht=True)).start()
+        b = MeshNode(MeshConfig("b", dht=True, bootstrap=(hub.addrs[0],))).start()
+        c = MeshNode(MeshConfig("c", dht=True, bootstrap=(hub.addrs[0],))).start()
+        t0 = time.perf_counter()
+        wait("the DHT's peers to meet", lambda b=b, c=c: c.peer_id in b.connected(), timeout=60)
+        took.append(time.perf_counter() - t0)
+        for node in (c, b, hub):
+            node.close()
+    return took
 
 
 def wait(what: str, check: Any, timeout: float = 120, state: Any = None) -> None:
@@ -197,12 +229,8 @@ def main() -> int:
     bare = bare_echo_round_trips(ROUND_TRIPS)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        a = MeshNode(MeshConfig("a")).start()
-        b = MeshNode(MeshConfig("b", request_rate=OFF)).start()
-        a.connect(b.addrs[0])
-        node_rt = timed(lambda: a.request(b.peer_id, "ping"), ROUND_TRIPS)
-        a.close()
-        b.close()
+        node_rt = node_round_trips(websocket=False)
+        ws_rt = node_round_trips(websocket=True)
 
         sa, sb = SqliteStore(tmp / "a.db"), SqliteStore(tmp / "b.db")
         alice = MeshAgent(sa, MeshConfig("alice")).start()
@@ -229,11 +257,17 @@ def main() -> int:
         a.close()
         b.close()
 
+        print("mesh: DHT discovery", flush=True)
+        meetings = dht_meetings(DHT_RUNS)
+
         print("mesh: absorption", flush=True)
         plain = absorb(tmp, stored=False)
         kept = absorb(tmp, stored=True)
 
-    p = {name: (pct(v, 50), pct(v, 99)) for name, v in (("bare", bare), ("node", node_rt), ("agent", agent_rt))}
+    p = {
+        name: (pct(v, 50), pct(v, 99))
+        for name, v in (("bare", bare), ("node", node_rt), ("ws", ws_rt), ("agent", agent_rt))
+    }
     err50, err99 = pct(errors, 50), pct(errors, 99)
     error_ok = err99 <= ERROR_AIM_MS
     body = (
@@ -243,8 +277,15 @@ def main() -> int:
         f"| bare py-libp2p echo, one trio loop (baseline) | {p['bare'][0]:.2f} | {p['bare'][1]:.2f} | 1.00× |\n"
         f"| `MeshNode.request` (synchronous API) | {p['node'][0]:.2f} | {p['node'][1]:.2f} | "
         f"{p['node'][0] / p['bare'][0]:.2f}× |\n"
+        f"| `MeshNode.request` over WebSocket | {p['ws'][0]:.2f} | {p['ws'][1]:.2f} | "
+        f"{p['ws'][0] / p['bare'][0]:.2f}× |\n"
         f"| `MeshAgent.send`, stored both sides + memory | {p['agent'][0]:.2f} | {p['agent'][1]:.2f} | "
         f"{p['agent'][0] / p['bare'][0]:.2f}× |\n\n"
+        f"Over WebSocket a round trip takes {p['ws'][0] / p['node'][0]:.2f}× one over TCP (p50).\n\n"
+        f"DHT discovery: two peers that know only a third, all three started at once with the DHT at its"
+        f" default interval ({MeshConfig('x').dht_interval:g} s), were connected {min(meetings):.2f}-"
+        f"{max(meetings):.2f} s after the last one started (median {pct(meetings, 50):.2f} s,"
+        f" {len(meetings)} runs).\n\n"
         f"`MeshAgent.send` stored {stored_a:,} message objects on the sender and {stored_b:,} on the receiver "
         f"({ROUND_TRIPS} requests, {ROUND_TRIPS} answers each side).\n\n"
         "| one peer absorbs | messages/s, stored | messages/s, not stored | stored vs not |\n|---|---|---|---|\n"

@@ -521,7 +521,9 @@ const MESH_TOOLS: Record<string, Texts & { parameters: Schema }> = {
 	},
 	mesh_discover: {
 		label: "mesh_discover",
-		description: "Report the peers discovered in the last minute.",
+		description:
+			"Look for new peers (a search of the DHT, when the mesh runs one) and report the peers discovered in the" +
+			" last minute.",
 		snippet: "Report newly discovered agents",
 		parameters: NO_PARAMETERS,
 	},

@@ -187,3 +187,25 @@ def test_at_the_default_interval_peers_that_start_together_find_each_other_befor
     b = nodes("b", dht=True, bootstrap=(hub.addrs[0],))
     c = nodes("c", dht=True, bootstrap=(hub.addrs[0],))
     wait_for(lambda: c.peer_id in b.connected(), "b and c through the DHT", timeout=15)
+
+
+def test_mesh_discover_searches_the_dht_now(nodes: Any, tmp_path: Path, uid: str) -> None:
+    """The seed's ``mesh_discover`` scans for new peers: with the DHT it runs a round at once
+    rather than at the next interval (an hour here), and reports what is known then."""
+    from context_os.mesh.agent import MeshAgent
+    from context_os.store.sqlite import SqliteStore
+
+    hub = nodes("hub", dht=True, dht_interval=3600)
+    config = MeshConfig(f"seeker-{uid}", dht=True, dht_interval=3600, bootstrap=(hub.addrs[0],))
+    with SqliteStore(tmp_path / "s.db") as store, MeshAgent(store, config) as seeker:
+        wait_for(lambda: seeker.node.dht_rounds >= 1 and hub.peer_id in seeker.node.connected(), "a round")
+        rounds = seeker.node.dht_rounds
+        out = seeker.discover()
+        assert out["dhtSearched"] is True and seeker.node.dht_rounds >= rounds + 1
+        assert hub.peer_id in {p["peerId"] for p in out["peers"]}
+        rounds = seeker.node.dht_rounds
+        assert seeker.node.dht_round(timeout=10) and seeker.node.dht_rounds >= rounds + 1
+    plain = nodes("plain")
+    assert plain.dht_round() is False
+    with SqliteStore(tmp_path / "p.db") as store, MeshAgent(store, MeshConfig(f"nodht-{uid}")) as agent:
+        assert agent.discover()["dhtSearched"] is None

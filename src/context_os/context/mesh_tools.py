@@ -165,7 +165,10 @@ BROADCAST_SCHEMA = object_schema(
     },
     ["message"],
 )
-DISCOVER_DESCRIPTION = "Report the peers discovered in the last minute."
+DISCOVER_DESCRIPTION = (
+    "Look for new peers (a search of the DHT, when the mesh runs one) and report the peers discovered in the"
+    " last minute."
+)
 PRUNE_DESCRIPTION = "Remove every disconnected peer from the peer list."
 STORE_DESCRIPTION = (
     "Remember a fact about a peer (a decision, a preference, a constraint) under a key; entries are appended, "

@@ -658,10 +658,12 @@ class MeshAgent:
         return out
 
     def discover(self, window_ms: int = DISCOVER_WINDOW_MS) -> dict[str, Any]:
-        """The peers found in the last minute (mDNS, bootstrap, or that reached us)."""
+        """Look for peers now (a round of the DHT, when the node runs one), then the peers found
+        in the last minute (mDNS, the DHT, bootstrap, or that reached us)."""
+        searched = self.node.dht_round() if self.config.dht else None
         cutoff = now_ms() - window_ms
         recent = [p.public() for p in self.node.peers() if p.discovered_at >= cutoff]
-        return {"peersFound": len(recent), "peers": recent, "mdns": self.config.mdns}
+        return {"peersFound": len(recent), "peers": recent, "mdns": self.config.mdns, "dhtSearched": searched}
 
     def prune(self) -> dict[str, Any]:
         return {"pruned": self.node.prune_disconnected(), "remaining": len(self.node.peers())}

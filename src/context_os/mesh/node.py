@@ -193,7 +193,7 @@ class MeshConfig:
     (``rendezvous_key``) and dials the other providers, every ``dht_interval`` seconds."""
     dht_interval: float = 30.0
     """Seconds between two rounds of the DHT's announce and look-up (the first comes at start;
-    while the node's routing table is empty, every ``DHT_RETRY_S``)."""
+    after a round whose announcement no peer took, ``DHT_RETRY_S``)."""
     bootstrap: tuple[str, ...] = ()
     """Multiaddrs (with ``/p2p/<id>``) to dial at start."""
     call_timeout: float = 10.0
@@ -292,7 +292,7 @@ class BroadcastResult:
 
 
 DHT_RETRY_S = 1.0
-"""How soon a node whose DHT routing table is empty tries another round (``MeshConfig.dht``)."""
+"""How soon a node whose last DHT round reached no peer tries another (``MeshConfig.dht``)."""
 
 DHT_PROVIDERS = 100
 """The most providers of the topic's key one DHT look-up asks for."""
@@ -533,6 +533,7 @@ class MeshNode:
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
         self._discovery = trio.CancelScope()
+        self._dht_wake = trio.Event()
         host = self._host
         host.set_stream_handler(TProtocol(wire.PROTOCOL), self._handle_stream)
         self._network.register_notifee(_Notifee(self))
@@ -643,12 +644,13 @@ class MeshNode:
         me = self._host.get_id()
         async with background_trio_service(dht), trio.open_nursery() as dials:
             while True:
+                reached = False
                 with trio.move_on_after(max(self.config.call_timeout, self.config.dht_interval)):
                     try:
                         for pid in self._host.get_connected_peers():
                             if _speaks(self._host, pid, KAD):  # (a peer identify has not told of yet: next round)
                                 await dht.add_peer(pid)
-                        await dht.provide(key)
+                        reached = await dht.provide(key)  # (True once a peer took the record)
                         found = await dht.find_providers(key, count=DHT_PROVIDERS)
                     except Exception as e:  # noqa: BLE001 - a round that failed is tried again next time
                         log.info("mesh: DHT round failed: %s", _describe(e))
@@ -660,11 +662,28 @@ class MeshNode:
                         self._note(str(info.peer_id), fresh_addrs=[str(a) for a in info.addrs])
                         dials.start_soon(self._dial_info, info)
                 self.dht_rounds += 1
-                # a node whose routing table is empty (its first round came before its bootstrap
-                # peers were dialled, or identify had not told they speak the DHT) tries again
-                # within a second, not a whole interval later
-                alone = dht.get_routing_table_size() == 0
-                await trio.sleep(min(DHT_RETRY_S, self.config.dht_interval) if alone else self.config.dht_interval)
+                # a round whose announcement no peer took (the first comes before the bootstrap
+                # peers are dialled, or identify has not told yet that they speak the DHT) is
+                # tried again within a second, not a whole interval later
+                wait = self.config.dht_interval if reached else min(DHT_RETRY_S, self.config.dht_interval)
+                with trio.move_on_after(wait):
+                    await self._dht_wake.wait()  # or sooner, when asked (``dht_round``)
+                self._dht_wake = trio.Event()
+
+    def dht_round(self, timeout: float | None = None) -> bool:
+        """Run a round of the DHT's announce and look-up now rather than at its interval, and
+        wait for it (at most ``timeout``, the node's ``call_timeout`` by default); the providers
+        it found are dialled and listed by ``peers()`` (as discovered, then connected). False when
+        the node runs no DHT, or the round did not end in time."""
+        if self._dht is None or not self.running:
+            return False
+        before = self.dht_rounds
+        with contextlib.suppress(Exception):  # the node is stopping
+            self._token.run_sync_soon(lambda: self._dht_wake.set())
+        deadline = time.monotonic() + (timeout if timeout is not None else self.config.call_timeout)
+        while self.dht_rounds == before and time.monotonic() < deadline and self.running:
+            time.sleep(0.01)
+        return self.dht_rounds > before
 
     def _spawn(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         if self._nursery is not None:
