@@ -321,6 +321,38 @@ def test_broadcast_with_nobody_to_reach_fails(ctxos: click.Group, db: Path) -> N
     assert not db.exists()  # refused before the store is opened: it was created and announced first
 
 
+def test_broadcast_reaches_agents_elsewhere_by_address_and_through_the_dht(
+    ctxos: click.Group, db: Path, tmp_path: Path, dead_addr: str
+) -> None:
+    """No agent is in the local registry: ``--connect`` dials one by address (over WebSocket
+    here), and ``--dht`` finds another through it, which no address named."""
+    assert registry.local_peers(registry.default_dir()) == []
+    got: dict[str, list[str]] = {"hub": [], "far": []}
+    with (
+        SqliteStore(tmp_path / "agents.db") as store,
+        MeshAgent(store, MeshConfig("hub", ws_port=0, dht=True, dht_interval=0.5)) as hub,
+        MeshAgent(store, MeshConfig("far", dht=True, dht_interval=0.5, bootstrap=(hub.node.addrs[0],))) as far,
+    ):
+        for name, agent in (("hub", hub), ("far", far)):
+            agent.node.on_broadcast = lambda peer, b, name=name: got[name].append(b.message)
+        ws = next(a for a in hub.node.addrs if "/ws/" in a)
+        r = run(ctxos, db, "broadcast", "to hub", "--connect", ws, "--connect", dead_addr, "--json", "--wait", "5")
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.stdout)
+        assert out["dialled"] == [hub.peer_id] and [f["address"] for f in out["failed"]] == [dead_addr]
+        wait_for(lambda: got["hub"] == ["to hub"], "the hub's broadcast")
+        wait_for(lambda: far.node.dht_reached >= 1, "far announced in the DHT")
+        r = run(ctxos, db, "broadcast", "to all", "--connect", ws, "--dht", "--json", "--wait", "10")
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.stdout)
+        # far was found through the DHT and dialled; the broadcast reaches it directly or through
+        # the hub (GossipSub relays), so what it got is checked, not how many were reached directly
+        assert set(out["dialled"]) == {hub.peer_id, far.peer_id} and out["peersReached"] >= 1
+        wait_for(lambda: got["far"][-1:] == ["to all"] and got["hub"] == ["to hub", "to all"], "both get it")
+    r = run(ctxos, db, "broadcast", "lost", "--connect", dead_addr, "--wait", "1")
+    assert r.exit_code == 1 and f"; {dead_addr}: " in r.stderr
+
+
 # -- peers ------------------------------------------------------------------------------------------
 
 

@@ -234,25 +234,45 @@ def _dial(agent: MeshAgent, addrs: list[str], timeout: float) -> str:
     metavar="S",
     help="Seconds to wait for the dialled agents to join the topic.",
 )
+@click.option(
+    "--connect",
+    "connect",
+    multiple=True,
+    metavar="ADDR",
+    help="Also dial the agent at this address (/ip4/…/p2p/<id>, TCP or WebSocket); repeatable.",
+)
+@click.option(
+    "--dht",
+    is_flag=True,
+    help="Also find the topic's agents through the mesh's DHT, joined through the agents dialled.",
+)
 @as_option
 @swarm_key_option
 @json_option
 @click.pass_context
 @fails_cleanly
 def broadcast_cmd(
-    ctx: click.Context, message: str, kind: str, wait: float, agent_name: str, swarm_key: Path | None, as_json: bool
+    ctx: click.Context,
+    message: str,
+    kind: str,
+    wait: float,
+    connect: tuple[str, ...],
+    dht: bool,
+    agent_name: str,
+    swarm_key: Path | None,
+    as_json: bool,
 ) -> None:
-    """Publish a message to the agents in the local registry.
+    """Publish a message to the agents in the local registry (and at --connect addresses).
 
     MESSAGE `-` reads it from stdin."""
     message = _message(message, "broadcast")
     directory = registry.default_dir()
     announced = registry.local_peers(directory)
-    config = _config(agent_name, swarm_key)
-    if not announced:  # nobody to dial: refused before a store is opened (or created)
+    config = _config(agent_name, swarm_key, dht=dht)
+    if not announced and not connect:  # nobody to dial: refused before a store is opened (or created)
         raise MeshError(
             f"mesh: no peer on the topic {config.topic!r}: no agent is announced in {directory}"
-            " (`ctxos serve --mesh NAME` runs one)"
+            " (`ctxos serve --mesh NAME` runs one; --connect ADDR dials one elsewhere)"
         )
     with store_from(ctx, create=True) as store, _transient(store, config) as agent:
         reached: list[str] = []
@@ -264,6 +284,15 @@ def broadcast_cmd(
                 reached.append(_dial(agent, p.dial_addrs, min(wait, DIAL_TIMEOUT)))
             except MeshError as e:
                 failed.append({"peerId": p.peer_id, "agentName": p.agent_name, "error": str(e)})
+        for addr in connect:
+            try:
+                reached.append(_dial(agent, [addr], min(wait, DIAL_TIMEOUT)))
+            except MeshError as e:
+                failed.append({"peerId": None, "agentName": None, "address": addr, "error": str(e)})
+        if dht and reached:
+            # a round now, through the agents dialled: the providers it finds are dialled too
+            agent.node.dht_round(timeout=wait)
+            reached += [p.id for p in agent.node.peers() if p.id not in reached and p.id != agent.peer_id]
         if reached:
             # every agent dialled joins the topic's mesh within a heartbeat or two, unless it is
             # not subscribed to it: wait for them all, and settle for those there at the deadline
@@ -272,7 +301,7 @@ def broadcast_cmd(
                 time.sleep(POLL)
         if not agent.node.topic_peers():
             why = f"{len(reached)} agent(s) reached" if reached else f"no agent in {directory} could be reached"
-            why += "".join(f"; {f['agentName']} ({f['peerId']}): {f['error']}" for f in failed)
+            why += "".join(f"; {_who(f)}: {f['error']}" for f in failed)
             raise MeshError(f"mesh: no peer on the topic {agent.config.topic!r} within {wait:g} s ({why})")
         result = agent.broadcast(message, kind)  # close() lets it leave the node's queues
     result["dialled"] = reached
@@ -281,22 +310,28 @@ def broadcast_cmd(
         emit_json(result)
         return
     for f in failed:
-        click.echo(printable(f"could not reach {f['agentName']} ({f['peerId']}): {f['error']}"), err=True)
+        click.echo(printable(f"could not reach {_who(f)}: {f['error']}"), err=True)
     click.echo(
         f"broadcast on {result['topic']}: {result['peersReached']} peer(s) reached (message {result['messageId']})"
     )
 
 
+def _who(failure: dict[str, Any]) -> str:
+    """An agent that could not be reached: its name and id from the registry, or the address."""
+    return f"{failure['agentName']} ({failure['peerId']})" if failure["peerId"] else failure["address"]
+
+
 # -- the transient agent ----------------------------------------------------------------------------
 
 
-def _config(agent_name: str, swarm_key: Path | None) -> MeshConfig:
+def _config(agent_name: str, swarm_key: Path | None, *, dht: bool = False) -> MeshConfig:
     """How the CLI's transient node runs (read before anything is opened: a bad key or name
     fails first)."""
     return MeshConfig(
         agent_name,
         seed=load_seed(registry.identity_path(CLI_AGENT)),
         psk=read_swarm_key(swarm_key) if swarm_key is not None else None,
+        dht=dht,
     )
 
 

@@ -295,7 +295,9 @@ DHT_RETRY_S = 1.0
 """How soon a node whose last DHT round reached no peer tries another (``MeshConfig.dht``)."""
 
 DHT_PROVIDERS = 100
-"""The most providers of the topic's key one DHT look-up asks for."""
+"""The most providers of the topic's key one DHT look-up returns."""
+DHT_ASK = 20
+"""The DHT peers a look-up asks at each of its two hops (Kademlia's k)."""
 
 BROADCAST_SEEN_S = 3600
 """How long a node remembers the broadcasts it has seen (by sender and sequence number), to drop
@@ -465,6 +467,8 @@ class MeshNode:
             self._dht = KadDHT(self._host, DHTMode.SERVER)
         self.dht_rounds = 0
         """Rounds of the DHT's announce and look-up done (``MeshConfig.dht``)."""
+        self.dht_reached = 0
+        """Those of them whose announcement a peer of the DHT took."""
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -645,13 +649,13 @@ class MeshNode:
         async with background_trio_service(dht), trio.open_nursery() as dials:
             while True:
                 reached = False
-                with trio.move_on_after(max(self.config.call_timeout, self.config.dht_interval)):
+                with trio.move_on_after(3 * self.config.call_timeout):  # (its provide, then two hops)
                     try:
                         for pid in self._host.get_connected_peers():
                             if _speaks(self._host, pid, KAD):  # (a peer identify has not told of yet: next round)
                                 await dht.add_peer(pid)
                         reached = await dht.provide(key)  # (True once a peer took the record)
-                        found = await dht.find_providers(key, count=DHT_PROVIDERS)
+                        found = await self._providers(dht, bytes.fromhex(key))
                     except Exception as e:  # noqa: BLE001 - a round that failed is tried again next time
                         log.info("mesh: DHT round failed: %s", _describe(e))
                         found = []
@@ -662,6 +666,7 @@ class MeshNode:
                         self._note(str(info.peer_id), fresh_addrs=[str(a) for a in info.addrs])
                         dials.start_soon(self._dial_info, info)
                 self.dht_rounds += 1
+                self.dht_reached += bool(reached)
                 # a round whose announcement no peer took (the first comes before the bootstrap
                 # peers are dialled, or identify has not told yet that they speak the DHT) is
                 # tried again within a second, not a whole interval later
@@ -670,20 +675,49 @@ class MeshNode:
                     await self._dht_wake.wait()  # or sooner, when asked (``dht_round``)
                 self._dht_wake = trio.Event()
 
+    async def _providers(self, dht: Any, key: bytes) -> list[Any]:
+        """The providers of ``key``: the records this node holds, and those its closest DHT peers
+        hold, asked each time, with one more hop to the closer peers they name. (py-libp2p's own
+        ``find_providers`` answers from this node's records alone once it holds any, and a node
+        that announced itself holds its own: it never asked the network again.)"""
+        import trio
+
+        store = dht.provider_store
+        found = {p.peer_id: p for p in store.get_providers(key)}
+        asked: set[Any] = {self._host.get_id()}
+        closer: list[Any] = []
+
+        async def ask(pid: Any) -> None:
+            with trio.move_on_after(self.config.call_timeout), contextlib.suppress(Exception):
+                providers, nearer = await store._get_providers_from_peer_with_closers(pid, key)
+                for p in providers:
+                    found.setdefault(p.peer_id, p)
+                closer.extend(nearer)
+
+        for hop in (dht.routing_table.find_local_closest_peers(key, DHT_ASK), closer):
+            todo = [pid for pid in dict.fromkeys(hop) if pid not in asked][:DHT_ASK]
+            asked.update(todo)
+            async with trio.open_nursery() as nursery:
+                for pid in todo:
+                    nursery.start_soon(ask, pid)
+        return list(found.values())[:DHT_PROVIDERS]
+
     def dht_round(self, timeout: float | None = None) -> bool:
         """Run a round of the DHT's announce and look-up now rather than at its interval, and
-        wait for it (at most ``timeout``, the node's ``call_timeout`` by default); the providers
-        it found are dialled and listed by ``peers()`` (as discovered, then connected). False when
-        the node runs no DHT, or the round did not end in time."""
+        wait until one reaches a peer of the DHT (a round that reaches none, as when identify has
+        not yet told that a peer just dialled speaks the DHT, is tried again every
+        ``DHT_RETRY_S``), at most ``timeout`` (the node's ``call_timeout`` by default). The
+        providers it found are dialled and listed by ``peers()`` (as discovered, then
+        connected). False when the node runs no DHT, or no round reached a peer in time."""
         if self._dht is None or not self.running:
             return False
-        before = self.dht_rounds
+        before = self.dht_reached
         with contextlib.suppress(Exception):  # the node is stopping
             self._token.run_sync_soon(lambda: self._dht_wake.set())
         deadline = time.monotonic() + (timeout if timeout is not None else self.config.call_timeout)
-        while self.dht_rounds == before and time.monotonic() < deadline and self.running:
+        while self.dht_reached == before and time.monotonic() < deadline and self.running:
             time.sleep(0.01)
-        return self.dht_rounds > before
+        return self.dht_reached > before
 
     def _spawn(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         if self._nursery is not None:
