@@ -262,7 +262,7 @@ def broadcast_cmd(
     swarm_key: Path | None,
     as_json: bool,
 ) -> None:
-    """Publish a message to the agents in the local registry (and at --connect addresses).
+    """Publish a message to the registry's agents and --connect ones.
 
     MESSAGE `-` reads it from stdin."""
     message = _message(message, "broadcast")
