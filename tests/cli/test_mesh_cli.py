@@ -399,6 +399,31 @@ def test_peers_scan_runs_an_mdns_node_for_a_while(ctxos: click.Group, db: Path, 
     assert [p["source"] for p in out["peers"] if p["peerId"] == bob.peer_id] == ["registry"]
 
 
+def test_peers_lists_agents_elsewhere_by_address_and_through_the_dht(
+    ctxos: click.Group, db: Path, tmp_path: Path, dead_addr: str
+) -> None:
+    assert registry.local_peers(registry.default_dir()) == []
+    with (
+        SqliteStore(tmp_path / "agents.db") as store,
+        MeshAgent(store, MeshConfig("hub", ws_port=0, dht=True, dht_interval=0.5)) as hub,
+        MeshAgent(store, MeshConfig("far", dht=True, dht_interval=0.5, bootstrap=(hub.node.addrs[0],))) as far,
+    ):
+        wait_for(lambda: far.node.dht_reached >= 1, "far announced in the DHT")
+        ws = next(a for a in hub.node.addrs if "/ws/" in a)
+        r = run(ctxos, db, "peers", "--connect", ws, "--connect", dead_addr, "--json")
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.stdout)
+        assert [(p["peerId"], p["source"]) for p in out["peers"]] == [(hub.peer_id, "connect")]
+        assert [f["address"] for f in out["failed"]] == [dead_addr] and out["scanned"] is None
+        r = run(ctxos, db, "peers", "--connect", ws, "--dht", "--json")
+        assert r.exit_code == 0, r.output
+        sources = {p["peerId"]: p["source"] for p in json.loads(r.stdout)["peers"]}
+        assert sources == {hub.peer_id: "connect", far.peer_id: "dht"}
+        r = run(ctxos, db, "peers", "--connect", ws, "--dht")
+        assert r.exit_code == 0, r.output
+        assert "connect" in r.stdout and "dht" in r.stdout and far.peer_id in r.stdout
+
+
 # -- the registry -----------------------------------------------------------------------------------
 
 

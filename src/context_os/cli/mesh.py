@@ -70,20 +70,33 @@ def mesh_group() -> None:
     metavar="SECONDS",
     help="Also listen for mDNS announcements this long and add the agents found.",
 )
+@click.option(
+    "--connect",
+    "connect",
+    multiple=True,
+    metavar="ADDR",
+    help="Also dial the agent at this address (/ip4/…/p2p/<id>, TCP or WebSocket) and list it; repeatable.",
+)
+@click.option("--dht", is_flag=True, help="Also list the topic's agents the mesh's DHT knows, asked through them.")
 @json_option
 @fails_cleanly
-def peers_cmd(scan: float | None, as_json: bool) -> None:
+def peers_cmd(scan: float | None, connect: tuple[str, ...], dht: bool, as_json: bool) -> None:
     """Agents running here (the local registry); --scan adds mDNS."""
     directory = registry.default_dir()
     rows: list[dict[str, Any]] = [{**p.public(), "source": "registry"} for p in registry.local_peers(directory)]
-    if scan is not None:
+    failed: list[dict[str, Any]] = []
+    if scan is not None or connect or dht:
         known = {r["peerId"] for r in rows}
-        rows += [{**p, "source": "mdns"} for p in _scan(scan) if p["peerId"] not in known]
+        found, failed = _scan(scan, connect, dht)
+        rows += [p for p in found if p["peerId"] not in known]
     if as_json:
-        emit_json({"registry": str(directory), "scanned": scan, "peers": rows})
+        emit_json({"registry": str(directory), "scanned": scan, "peers": rows, "failed": failed})
         return
+    for f in failed:
+        click.echo(printable(f"could not reach {f['address']}: {f['error']}"), err=True)
     if not rows:
         more = f" and none answered mDNS within {scan:g} s" if scan is not None else ""
+        more += " nor through the DHT" if dht else ""
         click.echo(f"no mesh agent is announced in {directory}{more}")
         return
     click.echo(
@@ -98,16 +111,36 @@ def peers_cmd(scan: float | None, as_json: bool) -> None:
     )
 
 
-def _scan(seconds: float) -> list[dict[str, Any]]:
-    """The peers a node with mDNS finds within ``seconds`` (its own id left out)."""
-    node = MeshNode(MeshConfig(CLI_AGENT, seed=load_seed(registry.identity_path(CLI_AGENT)), mdns=True))
+def _scan(
+    seconds: float | None, connect: tuple[str, ...], dht: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The peers a node finds (its own id left out), each with its ``source``: those at the
+    ``connect`` addresses, those a round of the DHT names (``dht``), those mDNS announces within
+    ``seconds`` (with ``seconds``); and the addresses it could not dial."""
+    config = MeshConfig(CLI_AGENT, seed=load_seed(registry.identity_path(CLI_AGENT)), mdns=seconds is not None, dht=dht)
+    node = MeshNode(config)
     node.start()
+    sources: dict[str, str] = {}
+    failed: list[dict[str, Any]] = []
     try:
-        time.sleep(seconds)  # discovery is what this command waits for: there is no condition to poll
+        for addr in connect:
+            try:
+                sources[node.connect(addr, timeout=DIAL_TIMEOUT)] = "connect"
+            except MeshError as e:
+                failed.append({"address": addr, "error": str(e)})
+        if seconds is not None:
+            time.sleep(seconds)  # discovery is what this command waits for: there is no condition to poll
+        if dht:
+            known = {p.id for p in node.peers()}
+            node.dht_round()
+            sources.update({p.id: "dht" for p in node.peers() if p.id not in known})
         found = [p.public() for p in node.peers() if p.id != node.peer_id]
     finally:
         _close(node)
-    return [
+    # a peer that dialled this node meanwhile: mDNS's doing when it listened, the DHT's (a peer that
+    # found this node's announcement) when it asked; otherwise not what was asked for
+    other = "mdns" if seconds is not None else "dht" if dht else None
+    rows = [
         {
             "peerId": p["peerId"],
             "agentName": p["agentName"],
@@ -115,9 +148,12 @@ def _scan(seconds: float) -> list[dict[str, Any]]:
             "pid": None,
             "started": None,
             "status": p["status"],
+            "source": source,
         }
         for p in found
+        if (source := sources.get(p["peerId"], other)) is not None
     ]
+    return rows, failed
 
 
 def _transport(addrs: list[str]) -> list[str]:
