@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from context_os.errors import ConfigError, MeshError
-from context_os.mesh.node import MeshConfig, MeshNode, rendezvous_key
+from context_os.mesh.node import MeshConfig, MeshNode, layers, rendezvous_key
 from context_os.mesh.pnet import new_swarm_key, read_swarm_key
 from tests.mesh.conftest import wait_for
 
@@ -42,22 +42,13 @@ def _free_port() -> int:
 
 
 def _over_websocket(node: MeshNode, peer: str) -> bool:
-    """Whether ``node``'s connection to ``peer`` runs over a WebSocket: its raw connection, under
-    the muxer, the security and the private network, is py-libp2p's WebSocket connection."""
+    """Whether ``node``'s connection to ``peer`` runs over a WebSocket: under the muxer, the
+    security and the private network lies py-libp2p's WebSocket connection."""
     from libp2p.peer.id import ID
     from libp2p.transport.websocket.connection import P2PWebSocketConnection
 
     (conn,) = node._network.get_connections_map()[ID.from_base58(peer)]
-    x: Any = conn
-    for _ in range(8):
-        if isinstance(x, P2PWebSocketConnection):
-            return True
-        x = next(
-            (getattr(x, n) for n in ("muxed_conn", "secured_conn", "_conn", "conn", "stream") if hasattr(x, n)), None
-        )
-        if x is None:
-            return False
-    return False
+    return any(isinstance(x, P2PWebSocketConnection) for x in layers(conn))
 
 
 def test_peers_talk_over_websocket_both_ways(nodes: Any) -> None:

@@ -125,7 +125,7 @@ def _scan(
     try:
         for addr in connect:
             try:
-                sources[node.connect(addr, timeout=DIAL_TIMEOUT)] = "connect"
+                sources[_dial(node, [addr], DIAL_TIMEOUT)] = "connect"
             except MeshError as e:
                 failed.append({"address": addr, "error": str(e)})
         if seconds is not None:
@@ -198,7 +198,7 @@ def send_cmd(
     addrs = _addresses(peer)
     config = _config(agent_name, swarm_key)
     with store_from(ctx, create=True) as store, _transient(store, config) as agent:
-        peer_id = _dial(agent, addrs, min(timeout, DIAL_TIMEOUT))
+        peer_id = _dial(agent.node, addrs, min(timeout, DIAL_TIMEOUT))
         result = agent.send(peer_id, message, auto_reply=auto_reply, timeout=timeout)
     if as_json:
         emit_json(result)
@@ -235,7 +235,7 @@ def _addresses(peer: str) -> list[str]:
     return found.dial_addrs
 
 
-def _dial(agent: MeshAgent, addrs: list[str], timeout: float) -> str:
+def _dial(node: MeshNode, addrs: list[str], timeout: float) -> str:
     """Connect to the first of ``addrs`` that answers; its peer id. ``MeshError`` naming every
     address tried when none does."""
     if not addrs:
@@ -243,7 +243,7 @@ def _dial(agent: MeshAgent, addrs: list[str], timeout: float) -> str:
     failures = []
     for addr in addrs:
         try:
-            return agent.node.connect(addr, timeout=timeout)
+            return node.connect(addr, timeout=timeout)
         except MeshError as e:
             failures.append(str(e))
     raise MeshError("; ".join(failures) if len(failures) == 1 else "cannot reach the peer: " + "; ".join(failures))
@@ -311,20 +311,19 @@ def broadcast_cmd(
             " (`ctxos serve --mesh NAME` runs one; --connect ADDR dials one elsewhere)"
         )
     with store_from(ctx, create=True) as store, _transient(store, config) as agent:
+        targets: list[tuple[list[str], dict[str, str | None]]] = [
+            (p.dial_addrs, {"peerId": p.peer_id, "agentName": p.agent_name})
+            for p in announced
+            if p.peer_id != agent.peer_id  # (not another command of ours, with the same identity)
+        ]
+        targets += [([addr], {"peerId": None, "agentName": None, "address": addr}) for addr in connect]
         reached: list[str] = []
         failed: list[dict[str, Any]] = []
-        for p in announced:
-            if p.peer_id == agent.peer_id:
-                continue  # another command of ours, with the same identity
+        for addrs, who in targets:
             try:
-                reached.append(_dial(agent, p.dial_addrs, min(wait, DIAL_TIMEOUT)))
+                reached.append(_dial(agent.node, addrs, min(wait, DIAL_TIMEOUT)))
             except MeshError as e:
-                failed.append({"peerId": p.peer_id, "agentName": p.agent_name, "error": str(e)})
-        for addr in connect:
-            try:
-                reached.append(_dial(agent, [addr], min(wait, DIAL_TIMEOUT)))
-            except MeshError as e:
-                failed.append({"peerId": None, "agentName": None, "address": addr, "error": str(e)})
+                failed.append({**who, "error": str(e)})
         if dht and reached:
             # a round now, through the agents dialled: the providers it finds are dialled too
             agent.node.dht_round(timeout=wait)

@@ -58,7 +58,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -559,7 +559,7 @@ class MeshNode:
                 if self._mdns is not None:
                     nursery.start_soon(self._run_mdns, self._mdns)
                 if self._dht is not None:
-                    nursery.start_soon(self._run_dht, self._dht, self._discovery)
+                    nursery.start_soon(self._run_dht, self._dht)
                 self._ready.set()
                 await self._stop.wait()
                 await self._hang_up()
@@ -632,48 +632,50 @@ class MeshNode:
         peerDiscovery.register_peer_discovered_handler(discovered)
         return discovered
 
-    async def _run_dht(self, dht: Any, scope: Any) -> None:
-        """Run the DHT, and every ``dht_interval`` s: put the peers this node is connected to in
-        its routing table (the bootstrap peers are its way in), announce this node as a provider
-        of the topic's rendezvous key, and dial the other providers found."""
-        with scope:  # cancelled first when the node stops, its dials with it
-            await self._dht_rounds(dht)
-
-    async def _dht_rounds(self, dht: Any) -> None:
+    async def _run_dht(self, dht: Any) -> None:
+        """Run the DHT, and a round of it every ``dht_interval`` s (``_dht_round``); a round that
+        reached no peer (the first comes before the bootstrap peers are dialled, or identify has
+        not told yet that they speak the DHT) is tried again within a second, not a whole
+        interval later; ``dht_round`` asks for one at once."""
         import trio
-        from libp2p.kad_dht.common import PROTOCOL_ID as KAD
         from libp2p.tools.anyio_service import background_trio_service
 
-        key = rendezvous_key(self.config.topic)
-        me = self._host.get_id()
-        async with background_trio_service(dht), trio.open_nursery() as dials:
-            while True:
-                reached = False
-                with trio.move_on_after(3 * self.config.call_timeout):  # (its provide, then two hops)
-                    try:
-                        for pid in self._host.get_connected_peers():
-                            if _speaks(self._host, pid, KAD):  # (a peer identify has not told of yet: next round)
-                                await dht.add_peer(pid)
-                        reached = await dht.provide(key)  # (True once a peer took the record)
-                        found = await self._providers(dht, bytes.fromhex(key))
-                    except Exception as e:  # noqa: BLE001 - a round that failed is tried again next time
-                        log.info("mesh: DHT round failed: %s", _describe(e))
-                        found = []
-                    connected = set(self._host.get_connected_peers())
-                    for info in found:
-                        if info.peer_id == me or info.peer_id in connected or not info.addrs:
-                            continue
-                        self._note(str(info.peer_id), fresh_addrs=[str(a) for a in info.addrs])
-                        dials.start_soon(self._dial_info, info)
-                self.dht_rounds += 1
-                self.dht_reached += bool(reached)
-                # a round whose announcement no peer took (the first comes before the bootstrap
-                # peers are dialled, or identify has not told yet that they speak the DHT) is
-                # tried again within a second, not a whole interval later
-                wait = self.config.dht_interval if reached else min(DHT_RETRY_S, self.config.dht_interval)
-                with trio.move_on_after(wait):
-                    await self._dht_wake.wait()  # or sooner, when asked (``dht_round``)
-                self._dht_wake = trio.Event()
+        key = bytes.fromhex(rendezvous_key(self.config.topic))
+        with self._discovery:  # cancelled first when the node stops, its dials with it
+            async with background_trio_service(dht), trio.open_nursery() as dials:
+                while True:
+                    reached = await self._dht_round(dht, key, dials)
+                    self.dht_rounds += 1
+                    self.dht_reached += reached
+                    wait = self.config.dht_interval if reached else min(DHT_RETRY_S, self.config.dht_interval)
+                    with trio.move_on_after(wait):
+                        await self._dht_wake.wait()
+                    self._dht_wake = trio.Event()
+
+    async def _dht_round(self, dht: Any, key: bytes, dials: Any) -> bool:
+        """Put the peers this node is connected to that speak the DHT in its routing table (the
+        bootstrap peers are its way in), announce this node as a provider of ``key``, and dial
+        the other providers found (in ``dials``); whether a peer took the announcement."""
+        import trio
+        from libp2p.kad_dht.common import PROTOCOL_ID as KAD
+
+        reached = False
+        with trio.move_on_after(3 * self.config.call_timeout):  # (its provide, then two hops)
+            try:
+                for pid in self._host.get_connected_peers():
+                    if _speaks(self._host, pid, KAD):  # (a peer identify has not told of yet: next round)
+                        await dht.add_peer(pid)
+                reached = bool(await dht.provide(key.hex()))  # (True once a peer took the record)
+                found = await self._providers(dht, key)
+            except Exception as e:  # noqa: BLE001 - a round that failed is tried again next time
+                log.info("mesh: DHT round failed: %s", _describe(e))
+                return reached
+            me, connected = self._host.get_id(), set(self._host.get_connected_peers())
+            for info in found:
+                if info.peer_id != me and info.peer_id not in connected and info.addrs:
+                    self._note(str(info.peer_id), fresh_addrs=[str(a) for a in info.addrs])
+                    dials.start_soon(self._dial_info, info)
+        return reached
 
     async def _providers(self, dht: Any, key: bytes) -> list[Any]:
         """The providers of ``key``: the records this node holds, and those its closest DHT peers
@@ -1422,23 +1424,26 @@ async def _no_auto_dial() -> None:
     return None
 
 
-def _tcp_stream(conn: Any) -> Any:
-    """The trio TCP stream under a swarm connection (muxer, security, private network, raw, and
-    a WebSocket connection's own stream)."""
-    import trio
-
+def layers(conn: Any) -> Iterator[Any]:
+    """A swarm connection and each one under it: muxer, security, private network, raw, a
+    WebSocket connection and its own stream, down to the socket's (at most 10)."""
     x = conn
     for _ in range(10):
-        if isinstance(x, trio.SocketStream):
-            return x
-        x = next((getattr(x, n) for n in _UNDER if hasattr(x, n)), None)
         if x is None:
-            return None
-    return None
+            return
+        yield x
+        x = next((getattr(x, n) for n in _UNDER if hasattr(x, n)), None)
 
 
 _UNDER = ("muxed_conn", "secured_conn", "conn", "_conn", "stream", "_ws_connection", "_stream")
 """The attributes that lead from a connection to the one under it, down to the socket."""
+
+
+def _tcp_stream(conn: Any) -> Any:
+    """The trio TCP stream under a swarm connection."""
+    import trio
+
+    return next((x for x in layers(conn) if isinstance(x, trio.SocketStream)), None)
 
 
 async def _discard(stream: Any) -> None:
