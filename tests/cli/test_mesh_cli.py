@@ -345,9 +345,9 @@ def test_broadcast_reaches_agents_elsewhere_by_address_and_through_the_dht(
         r = run(ctxos, db, "broadcast", "to all", "--connect", ws, "--dht", "--json", "--wait", "10")
         assert r.exit_code == 0, r.output
         out = json.loads(r.stdout)
-        # far was found through the DHT and dialled; the broadcast reaches it directly or through
-        # the hub (GossipSub relays), so what it got is checked, not how many were reached directly
-        assert set(out["dialled"]) == {hub.peer_id, far.peer_id} and out["peersReached"] >= 1
+        # far was found through the DHT and dialled, and both are on the topic with the command's
+        # node (the hub was missing one run in four: the topic's stream on a connection gone)
+        assert set(out["dialled"]) == {hub.peer_id, far.peer_id} and out["peersReached"] == 2
         wait_for(lambda: got["far"][-1:] == ["to all"] and got["hub"] == ["to hub", "to all"], "both get it")
     r = run(ctxos, db, "broadcast", "lost", "--connect", dead_addr, "--wait", "1")
     assert r.exit_code == 1 and f"; {dead_addr}: " in r.stderr

@@ -1079,6 +1079,63 @@ def test_a_restarted_peer_is_heard_at_once(store: Store, agents: AgentFactory, u
         wait_for(lambda run=run: any(m["text"] == f"run {run}" for m in b.messages()), f"run {run}'s broadcast")
 
 
+def _topic_stream_live(node: MeshNode, peer: str) -> bool:
+    """Whether ``node``'s topic stream to ``peer`` runs on a connection that is still open."""
+    stream = next((s for p, s in node._pubsub.peers.items() if str(p) == peer), None)
+    return stream is not None and not stream.muxed_conn.is_closed
+
+
+def test_broadcasts_go_on_over_the_connection_left_when_the_one_the_topic_ran_on_closes(uid: str) -> None:
+    # two connections between two peers (both dialled at once through the DHT or mDNS; or a
+    # command under an agent's identity connecting again before its peer saw the last one
+    # close): py-libp2p kept the topic's stream on the connection that closed and said hello on
+    # no other, so what either published went nowhere (`ctxos mesh broadcast` found its peer
+    # missing from the topic, one run in four)
+    import multiaddr
+    from libp2p.peer.id import ID
+
+    got: dict[str, list[str]] = {"a": [], "b": []}
+    with (
+        MeshNode(MeshConfig(f"a-{uid}"), on_broadcast=lambda peer, m: got["a"].append(m.message)) as a,
+        MeshNode(MeshConfig(f"b-{uid}"), on_broadcast=lambda peer, m: got["b"].append(m.message)) as b,
+    ):
+        a.connect(b.addrs[0])
+        wait_for(lambda: a.peer_id in b.topic_peers() and b.peer_id in a.topic_peers(), "the topic mesh")
+        first = next(s for p, s in a._pubsub.peers.items() if str(p) == b.peer_id).muxed_conn
+        a_id, b_id = ID.from_base58(a.peer_id), ID.from_base58(b.peer_id)
+
+        async def dial_again() -> None:  # (connect() would take the connection there is)
+            await b._network.dial_addr(multiaddr.Multiaddr(a.addrs[0]).decapsulate_code(421), a_id)
+
+        b._call(dial_again, timeout=10, what="a second connection")
+        wait_for(lambda: len(a._network.get_connections(b_id)) == 2, "the second connection at a")
+
+        async def close_first() -> None:
+            await next(c for c in a._network.get_connections(b_id) if c.muxed_conn is first).close()
+
+        a._call(close_first, timeout=10, what="closing the first connection")
+        wait_for(
+            lambda: all(len(n._network.get_connections(p)) == 1 for n, p in ((a, b_id), (b, a_id))),
+            "one connection left on each side",
+        )
+        wait_for(lambda: _topic_stream_live(a, b.peer_id) and _topic_stream_live(b, a.peer_id), "the topic's streams")
+        a.broadcast("from a")
+        b.broadcast("from b")
+        wait_for(lambda: got == {"a": ["from b"], "b": ["from a"]}, "each one's broadcast")
+        assert b.peer_id in a.topic_peers() and a.peer_id in b.topic_peers()
+
+
+def test_a_node_hanging_up_takes_no_new_connection(uid: str) -> None:
+    # it listened until it stopped: a peer dialled it while it let its last broadcasts go, and
+    # that connection outlived the ones it closed (the peer's view of it with them)
+    with MeshNode(MeshConfig(f"a-{uid}")) as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
+        addr = a.addrs[0]
+        a._call(a._hang_up, timeout=10, what="hanging up")
+        with pytest.raises(MeshError):
+            b.connect(addr, timeout=10)
+        assert a.addrs == []
+
+
 def test_a_call_that_can_be_cancelled_fails_as_one_that_cannot(uid: str) -> None:
     # the cancellable wait runs the call in a trio nursery, whose errors come in an
     # ExceptionGroup: a MeshError of the call's own (a peer answering in another's name) came

@@ -578,6 +578,12 @@ class MeshNode:
         import trio
 
         self._discovery.cancel()  # the DHT's rounds dial peers: none while the node hangs up
+        # nor is a connection taken in meanwhile: one a peer made as this node left outlived the
+        # connections closed below, and held up the peer's view of it (``_renew_topic_stream``)
+        for addr, listener in list(self._network.listeners.items()):
+            with contextlib.suppress(Exception):
+                await listener.close()
+            self._network.listeners.pop(addr, None)
         with trio.move_on_after(1):  # a publish only queues its message for each peer's sender
             while any(len(q) for q in self._pubsub.peer_queues.values()):
                 await trio.sleep(0.005)
@@ -592,6 +598,26 @@ class MeshNode:
         for sock in sockets + self._open_sockets():
             with contextlib.suppress(Exception):
                 sock.socket.close()
+
+    def _renew_topic_stream(self, peer: Any) -> None:
+        """Open the topic's stream to ``peer`` again when the one py-libp2p holds runs on a
+        connection that closed while another to the peer stays open. py-libp2p forgets a peer's
+        stream only with its last connection, and says hello (this node's subscriptions) only on
+        a new stream: over the connection left, the peer never learnt this node was on the topic,
+        and what was published to it went nowhere. (Two connections to one peer: both dialled at
+        once, through the DHT or mDNS; or an agent that left, and a command with its identity
+        connecting again before the agent saw the first connection close.)"""
+        pubsub = self._pubsub
+        stream = pubsub.peers.get(peer)
+        if stream is None or not stream.muxed_conn.is_closed:
+            return
+        if all(c.muxed_conn.is_closed for c in self._network.get_connections(peer)):
+            return  # its last connection: pubsub forgets the peer itself
+        del pubsub.peers[peer]  # (the subscriptions it told stay: they came on its own stream)
+        queue = pubsub.peer_queues.pop(peer, None)
+        if queue is not None:
+            queue.close()  # its sender ends
+        pubsub._schedule_peer_stream_retry(peer)
 
     def _open_sockets(self) -> list[Any]:
         """The sockets of this node's connections, and of every WebSocket connection it dialled
@@ -1359,6 +1385,7 @@ class _Notifee:
         peer = conn.muxed_conn.peer_id
         addrs = [str(a) for a in network.peerstore.addrs(peer)] if _has_addrs(network, peer) else []
         self.node._note(str(peer), status="connected", connected_at=now_ms(), addrs=addrs)
+        self.node._renew_topic_stream(peer)
 
     async def disconnected(self, network: Any, conn: Any) -> None:
         # a connection the other side ended is dropped by the swarm, its socket left open (a file
@@ -1370,6 +1397,8 @@ class _Notifee:
         peer = conn.muxed_conn.peer_id
         if not network.get_connections(peer):  # its last connection
             self.node._note(str(peer), status="disconnected", disconnected_at=now_ms())
+        else:
+            self.node._renew_topic_stream(peer)
 
     async def listen(self, network: Any, multiaddr: Any) -> None:
         pass
