@@ -8,7 +8,8 @@
 * absorption: direct messages (auto-replied, so the agent's loop is not measured) sent from two
   peers at once, 8 in flight each, and broadcasts from one: messages per second the receiving peer stores, against
   the same traffic to a peer that stores nothing.
-* WebSocket: ``MeshNode.request`` round trips over a WebSocket connection, beside TCP's.
+* WebSocket: ``MeshNode.request`` round trips over a WebSocket connection, plain and over TLS
+  (``wss``, a self-signed certificate the sender trusts), beside TCP's.
 * DHT discovery: how soon two peers that know only a third find each other through the DHT.
 * error reply: a request whose handling fails is answered with an error; p99 must stay within
   100 ms (the seed's aim), and is shown against the plain round trip.
@@ -22,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from tests.helpers import self_signed_certificate
 
 from context_os.mesh import wire
 from context_os.mesh.agent import MeshAgent
@@ -109,13 +112,17 @@ def timed(fn: Any, n: int) -> list[float]:
     return out
 
 
-def node_round_trips(websocket: bool) -> list[float]:
-    """``MeshNode.request`` round trips, over TCP or over WebSocket (the receiver listening on
-    a WebSocket port of its own, the sender dialling it there)."""
-    a = MeshNode(MeshConfig("a")).start()
-    b = MeshNode(MeshConfig("b", request_rate=OFF, ws_port=0 if websocket else None)).start()
+def node_round_trips(transport: str, tmp: Path) -> list[float]:
+    """``MeshNode.request`` round trips over ``transport``: ``tcp``, ``ws`` or ``wss`` (the
+    receiver listening on a WebSocket port of its own, the sender dialling it there)."""
+    tls: dict[str, Any] = {}
+    if transport == "wss":
+        cert, key = self_signed_certificate(tmp)
+        tls = {"tls_cert": cert, "tls_key": key}
+    a = MeshNode(MeshConfig("a", tls_ca=tls.get("tls_cert"))).start()
+    b = MeshNode(MeshConfig("b", request_rate=OFF, ws_port=None if transport == "tcp" else 0, **tls)).start()
     try:
-        a.connect(next(x for x in b.addrs if ("/ws/" in x) == websocket))
+        a.connect(next(x for x in b.addrs if x.split("/")[5] == ("p2p" if transport == "tcp" else transport)))
         return timed(lambda: a.request(b.peer_id, "ping"), ROUND_TRIPS)
     finally:
         a.close()
@@ -229,8 +236,9 @@ def main() -> int:
     bare = bare_echo_round_trips(ROUND_TRIPS)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        node_rt = node_round_trips(websocket=False)
-        ws_rt = node_round_trips(websocket=True)
+        node_rt = node_round_trips("tcp", tmp)
+        ws_rt = node_round_trips("ws", tmp)
+        wss_rt = node_round_trips("wss", tmp)
 
         sa, sb = SqliteStore(tmp / "a.db"), SqliteStore(tmp / "b.db")
         alice = MeshAgent(sa, MeshConfig("alice")).start()
@@ -266,7 +274,7 @@ def main() -> int:
 
     p = {
         name: (pct(v, 50), pct(v, 99))
-        for name, v in (("bare", bare), ("node", node_rt), ("ws", ws_rt), ("agent", agent_rt))
+        for name, v in (("bare", bare), ("node", node_rt), ("ws", ws_rt), ("wss", wss_rt), ("agent", agent_rt))
     }
     err50, err99 = pct(errors, 50), pct(errors, 99)
     error_ok = err99 <= ERROR_AIM_MS
@@ -279,9 +287,12 @@ def main() -> int:
         f"{p['node'][0] / p['bare'][0]:.2f}× |\n"
         f"| `MeshNode.request` over WebSocket | {p['ws'][0]:.2f} | {p['ws'][1]:.2f} | "
         f"{p['ws'][0] / p['bare'][0]:.2f}× |\n"
+        f"| `MeshNode.request` over WebSocket with TLS (wss) | {p['wss'][0]:.2f} | {p['wss'][1]:.2f} | "
+        f"{p['wss'][0] / p['bare'][0]:.2f}× |\n"
         f"| `MeshAgent.send`, stored both sides + memory | {p['agent'][0]:.2f} | {p['agent'][1]:.2f} | "
         f"{p['agent'][0] / p['bare'][0]:.2f}× |\n\n"
-        f"Over WebSocket a round trip takes {p['ws'][0] / p['node'][0]:.2f}× one over TCP (p50).\n\n"
+        f"Over WebSocket a round trip takes {p['ws'][0] / p['node'][0]:.2f}× one over TCP (p50), and"
+        f" {p['wss'][0] / p['node'][0]:.2f}× over WebSocket with TLS (TLS under libp2p's own Noise).\n\n"
         f"DHT discovery: two peers that know only a third, all three started at once with the DHT at its"
         f" default interval ({MeshConfig('x').dht_interval:g} s), were connected {min(meetings):.2f}-"
         f"{max(meetings):.2f} s after the last one started (median {pct(meetings, 50):.2f} s,"

@@ -30,7 +30,7 @@ from context_os.mesh.node import MeshConfig, MeshNode
 from context_os.mesh.pnet import new_swarm_key, read_swarm_key
 from context_os.store import data_dir
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import wait_for
+from tests.helpers import self_signed_certificate, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
@@ -176,6 +176,25 @@ def test_send_to_a_websocket_address(ctxos: click.Group, db: Path, tmp_path: Pat
         r = run(ctxos, db, "send", ws, "over ws", "--auto-reply", "--json", "--timeout", "5")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["response"] == "[auto-response] Received: over ws"
+
+
+def test_send_and_peers_to_a_secure_websocket_address_trust_the_ca_given(
+    ctxos: click.Group, db: Path, tmp_path: Path
+) -> None:
+    """A wss address whose certificate no CA of the system vouches for: refused, saying so;
+    reached with --tls-ca naming the file that does."""
+    cert, key = self_signed_certificate(tmp_path)
+    config = MeshConfig("carol", ws_port=0, tls_cert=cert, tls_key=key)
+    with SqliteStore(tmp_path / "carol.db") as store, MeshAgent(store, config, auto_reply=True) as carol:
+        wss = next(a for a in carol.node.addrs if "/wss/" in a)
+        r = run(ctxos, db, "send", wss, "untrusted", "--auto-reply", "--timeout", "5")
+        assert r.exit_code == 1 and "the peer's TLS certificate is not trusted (self-signed certificate)" in r.stderr
+        r = run(ctxos, db, "send", wss, "over wss", "--auto-reply", "--json", "--tls-ca", str(cert))
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["response"] == "[auto-response] Received: over wss"
+        r = run(ctxos, db, "peers", "--connect", wss, "--tls-ca", str(cert), "--json")
+        assert r.exit_code == 0, r.output
+        assert [(p["peerId"], p["source"]) for p in json.loads(r.stdout)["peers"]] == [(carol.peer_id, "connect")]
 
 
 @pytest.mark.usefixtures("announced")

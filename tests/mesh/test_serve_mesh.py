@@ -22,7 +22,7 @@ from context_os.mesh import registry
 from context_os.mesh.agent import MeshAgent
 from context_os.mesh.node import MeshConfig
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import http_server
+from tests.helpers import http_server, self_signed_certificate
 from tests.mesh.conftest import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -253,6 +253,27 @@ def test_a_served_agent_takes_websocket_connections_and_runs_the_dht(tmp_path: P
     with http_server(tmp_path / "plain", "--mesh", "dave", "--no-mesh-mdns", "--embedder", "none") as srv:
         wait_for(lambda: registry.find(registry.default_dir(), "dave"), "dave in the local registry", timeout=60)
         assert srv.rpc("mesh.status")["result"]["dhtRounds"] is None  # no DHT without --mesh-dht
+
+
+def test_a_served_agent_takes_and_makes_secure_websocket_connections(tmp_path: Path) -> None:
+    """``--mesh-tls-cert`` and ``--mesh-tls-key`` serve wss on ``--mesh-ws-port``; with
+    ``--mesh-tls-ca`` the agent dials a peer whose certificate that file vouches for."""
+    cert, key = self_signed_certificate(tmp_path)
+    tls: dict[str, Any] = {"tls_cert": cert, "tls_key": key}
+    with (
+        SqliteStore(tmp_path / "peers.db") as store,
+        MeshAgent(store, MeshConfig("alice", ws_port=0, **tls)) as alice,
+        MeshAgent(store, MeshConfig("carol", tls_ca=cert)) as carol,
+    ):
+        alice_wss = next(a for a in alice.node.addrs if "/wss/" in a)
+        args = ("--mesh", "bob", "--no-mesh-mdns", "--mesh-ws-port", "0", "--embedder", "none")
+        tls_args = ("--mesh-tls-cert", str(cert), "--mesh-tls-key", str(key), "--mesh-tls-ca", str(cert))
+        with http_server(tmp_path / "bob", *args, *tls_args, "--mesh-connect", alice_wss) as srv:
+            bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob announced", timeout=60)
+            assert srv.rpc("mesh.status")["result"]["bootstrapFailed"] == []
+            wait_for(lambda: bob.peer_id in alice.node.connected(), "bob's wss dial to alice")
+            (bob_wss,) = [a for a in bob.addrs if "/wss/" in a]
+            assert carol.node.connect(bob_wss) == bob.peer_id  # bob's own listener speaks TLS
 
 
 def test_what_a_library_prints_stays_off_the_stdio_protocol(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""The mesh beyond TCP on one network: WebSocket connections (``MeshConfig.ws_port``) and
-discovery through a Kademlia DHT (``MeshConfig.dht``), between real py-libp2p peers. Their
-interop with js-libp2p is in test_js_interop.py."""
+"""The mesh beyond TCP on one network: WebSocket connections (``MeshConfig.ws_port``), secure
+ones (``tls_cert``, ``tls_ca``) and discovery through a Kademlia DHT (``MeshConfig.dht``),
+between real py-libp2p peers. Their interop with js-libp2p is in test_js_interop.py."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from context_os.errors import ConfigError, MeshError
 from context_os.mesh.node import MeshConfig, MeshNode, layers, rendezvous_key
 from context_os.mesh.pnet import new_swarm_key, read_swarm_key
+from tests.helpers import self_signed_certificate
 from tests.mesh.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -51,6 +52,22 @@ def _over_websocket(node: MeshNode, peer: str) -> bool:
     return any(isinstance(x, P2PWebSocketConnection) for x in layers(conn))
 
 
+def _talk_both_ways(client: MeshNode, server: MeshNode, how: str) -> None:
+    """Requests both ways over the connection ``client`` dialled, and a broadcast of its."""
+    assert (
+        client.request(server.peer_id, f"over {how}?").message
+        == f"{server.config.agent_name.split('-')[0]} got over {how}?"
+    )
+    assert (
+        server.request(client.peer_id, "and back?").message == f"{client.config.agent_name.split('-')[0]} got and back?"
+    )
+    got: list[str] = []
+    server.on_broadcast = lambda peer, b: got.append(b.message)
+    wait_for(lambda: server.peer_id in client.topic_peers(), f"the topic mesh over {how}")
+    client.broadcast(f"to all, over {how}")
+    wait_for(lambda: got == [f"to all, over {how}"], f"the broadcast over {how}")
+
+
 def test_peers_talk_over_websocket_both_ways(nodes: Any) -> None:
     ws_port = _free_port()
     server = nodes("server", ws_port=ws_port)
@@ -61,13 +78,69 @@ def test_peers_talk_over_websocket_both_ways(nodes: Any) -> None:
     assert all("/ws/" not in a for a in client.addrs)
     assert client.connect(ws[0]) == server.peer_id
     assert _over_websocket(client, server.peer_id)
-    assert client.request(server.peer_id, "over ws?").message == "server got over ws?"
-    assert server.request(client.peer_id, "and back?").message == "client got and back?"
-    got: list[str] = []
-    server.on_broadcast = lambda peer, b: got.append(b.message)
-    wait_for(lambda: server.peer_id in client.topic_peers(), "the topic mesh over WebSocket")
-    client.broadcast("to all, over ws")
-    wait_for(lambda: got == ["to all, over ws"], "the broadcast over WebSocket")
+    _talk_both_ways(client, server, "ws")
+
+
+def test_peers_talk_over_secure_websocket_with_a_certificate_they_trust(nodes: Any, tmp_path: Path) -> None:
+    import trio
+
+    cert, key = self_signed_certificate(tmp_path)
+    server = nodes("server", ws_port=0, tls_cert=cert, tls_key=key)
+    (wss,) = [a for a in server.addrs if "/wss/" in a]
+    (tcp,) = [a for a in server.addrs if "/wss/" not in a]
+    assert tcp.split("/tcp/")[1].split("/")[0] != wss.split("/tcp/")[1].split("/")[0]  # a port of its own
+    client = nodes("client", tls_ca=cert)
+    assert client.connect(wss) == server.peer_id
+    (conn,) = client._network.get_connections_map().values()
+    assert any(isinstance(x, trio.SSLStream) for x in layers(conn[0]))  # TLS under libp2p's own security
+    _talk_both_ways(client, server, "wss")
+    sockets = client._open_sockets()
+    assert sockets  # found under the TLS stream: closed for sure when the node stops
+    client.close()
+    assert all(s.socket.fileno() == -1 for s in sockets)
+
+
+def test_a_certificate_the_dialler_does_not_trust_is_refused_and_said(nodes: Any, tmp_path: Path) -> None:
+    (tmp_path / "other").mkdir()
+    cert, key = self_signed_certificate(tmp_path)
+    other_ca, _ = self_signed_certificate(tmp_path / "other")
+    server = nodes("server", ws_port=0, tls_cert=cert, tls_key=key)
+    wss = next(a for a in server.addrs if "/wss/" in a)
+    for dialler in (nodes("system-cas"), nodes("other-ca", tls_ca=other_ca)):
+        with pytest.raises(MeshError, match=r"the peer's TLS certificate is not trusted \(self-signed certificate\)"):
+            dialler.connect(wss, timeout=5)
+        assert dialler.connected() == []
+    assert server.connected() == []
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"ws_port": 0, "tls_cert": "c.pem"}, "a TLS certificate needs its key"),
+        ({"ws_port": 0, "tls_key": "k.pem"}, "a TLS certificate needs its key"),
+        ({"tls_cert": "c.pem", "tls_key": "k.pem"}, "give ws_port too"),
+        ({"port": 4001, "ws_port": 4001, "tls_cert": "c.pem", "tls_key": "k.pem"}, "a port of its own"),
+    ],
+)
+def test_a_tls_setting_without_what_it_needs_is_refused(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        MeshConfig("x", **config)
+
+
+def test_tls_files_that_cannot_serve_are_refused_before_the_node_starts(tmp_path: Path) -> None:
+    cert, key = self_signed_certificate(tmp_path)
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    cases = [
+        ({"tls_cert": tmp_path / "gone.pem", "tls_key": key}, "gone.pem and key .*: cannot be read"),
+        ({"tls_cert": junk, "tls_key": key}, "not a PEM certificate and its key"),
+        ({"tls_cert": key, "tls_key": cert}, "not a PEM certificate and its key"),
+        ({"tls_ca": junk}, "TLS CA file .*junk.pem: no PEM certificate in it"),
+        ({"tls_ca": tmp_path / "gone.pem"}, "TLS CA file .*gone.pem: cannot be read"),
+    ]
+    for config, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            MeshNode(MeshConfig("x", ws_port=0, **config))
 
 
 def test_tcp_and_websocket_share_one_port_when_asked(nodes: Any) -> None:

@@ -51,6 +51,14 @@ swarm_key_option = click.option(
 )
 
 
+tls_ca_option = click.option(
+    "--tls-ca",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Trust the certificates in this PEM file, besides the system's, when dialling a wss address.",
+)
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(mesh_group)
 
@@ -78,16 +86,17 @@ def mesh_group() -> None:
     help="Also dial the agent at this address (/ip4/…/p2p/<id>, TCP or WebSocket) and list it; repeatable.",
 )
 @click.option("--dht", is_flag=True, help="Also list the topic's agents the mesh's DHT knows, asked through them.")
+@tls_ca_option
 @json_option
 @fails_cleanly
-def peers_cmd(scan: float | None, connect: tuple[str, ...], dht: bool, as_json: bool) -> None:
+def peers_cmd(scan: float | None, connect: tuple[str, ...], dht: bool, tls_ca: Path | None, as_json: bool) -> None:
     """Agents running here (the local registry); --scan adds mDNS."""
     directory = registry.default_dir()
     rows: list[dict[str, Any]] = [{**p.public(), "source": "registry"} for p in registry.local_peers(directory)]
     failed: list[dict[str, Any]] = []
     if scan is not None or connect or dht:
         known = {r["peerId"] for r in rows}
-        found, failed = _scan(scan, connect, dht)
+        found, failed = _scan(scan, connect, dht, tls_ca)
         rows += [p for p in found if p["peerId"] not in known]
     if as_json:
         emit_json({"registry": str(directory), "scanned": scan, "peers": rows, "failed": failed})
@@ -112,12 +121,18 @@ def peers_cmd(scan: float | None, connect: tuple[str, ...], dht: bool, as_json: 
 
 
 def _scan(
-    seconds: float | None, connect: tuple[str, ...], dht: bool
+    seconds: float | None, connect: tuple[str, ...], dht: bool, tls_ca: Path | None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The peers a node finds (its own id left out), each with its ``source``: those at the
     ``connect`` addresses, those a round of the DHT names (``dht``), those mDNS announces within
     ``seconds`` (with ``seconds``); and the addresses it could not dial."""
-    config = MeshConfig(CLI_AGENT, seed=load_seed(registry.identity_path(CLI_AGENT)), mdns=seconds is not None, dht=dht)
+    config = MeshConfig(
+        CLI_AGENT,
+        seed=load_seed(registry.identity_path(CLI_AGENT)),
+        mdns=seconds is not None,
+        dht=dht,
+        tls_ca=tls_ca,
+    )
     node = MeshNode(config)
     node.start()
     sources: dict[str, str] = {}
@@ -178,6 +193,7 @@ def _transport(addrs: list[str]) -> list[str]:
 @click.option("--auto-reply", is_flag=True, help="Ask the peer to acknowledge at once, without its agent.")
 @as_option
 @swarm_key_option
+@tls_ca_option
 @json_option
 @click.pass_context
 @fails_cleanly
@@ -189,6 +205,7 @@ def send_cmd(
     auto_reply: bool,
     agent_name: str,
     swarm_key: Path | None,
+    tls_ca: Path | None,
     as_json: bool,
 ) -> None:
     """Send one agent a message and print its answer.
@@ -196,7 +213,7 @@ def send_cmd(
     MESSAGE `-` reads it from stdin (a file, or more than a command line holds)."""
     message = _message(message, "send")
     addrs = _addresses(peer)
-    config = _config(agent_name, swarm_key)
+    config = _config(agent_name, swarm_key, tls_ca=tls_ca)
     with store_from(ctx, create=True) as store, _transient(store, config) as agent:
         peer_id = _dial(agent.node, addrs, min(timeout, DIAL_TIMEOUT))
         result = agent.send(peer_id, message, auto_reply=auto_reply, timeout=timeout)
@@ -284,6 +301,7 @@ def _dial(node: MeshNode, addrs: list[str], timeout: float) -> str:
 )
 @as_option
 @swarm_key_option
+@tls_ca_option
 @json_option
 @click.pass_context
 @fails_cleanly
@@ -296,6 +314,7 @@ def broadcast_cmd(
     dht: bool,
     agent_name: str,
     swarm_key: Path | None,
+    tls_ca: Path | None,
     as_json: bool,
 ) -> None:
     """Publish a message to the registry's agents and --connect ones.
@@ -304,7 +323,7 @@ def broadcast_cmd(
     message = _message(message, "broadcast")
     directory = registry.default_dir()
     announced = registry.local_peers(directory)
-    config = _config(agent_name, swarm_key, dht=dht)
+    config = _config(agent_name, swarm_key, dht=dht, tls_ca=tls_ca)
     if not announced and not connect:  # nobody to dial: refused before a store is opened (or created)
         raise MeshError(
             f"mesh: no peer on the topic {config.topic!r}: no agent is announced in {directory}"
@@ -359,7 +378,7 @@ def _who(failure: dict[str, Any]) -> str:
 # -- the transient agent ----------------------------------------------------------------------------
 
 
-def _config(agent_name: str, swarm_key: Path | None, *, dht: bool = False) -> MeshConfig:
+def _config(agent_name: str, swarm_key: Path | None, *, dht: bool = False, tls_ca: Path | None = None) -> MeshConfig:
     """How the CLI's transient node runs (read before anything is opened: a bad key or name
     fails first)."""
     return MeshConfig(
@@ -367,6 +386,7 @@ def _config(agent_name: str, swarm_key: Path | None, *, dht: bool = False) -> Me
         seed=load_seed(registry.identity_path(CLI_AGENT)),
         psk=read_swarm_key(swarm_key) if swarm_key is not None else None,
         dht=dht,
+        tls_ca=tls_ca,
     )
 
 

@@ -114,6 +114,21 @@ def _origins(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
     type=click.IntRange(0, 65535),
     help="Also take WebSocket connections, on this port (0: any free one; the --mesh-port serves both).",
 )
+@click.option(
+    "--mesh-tls-cert",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Take secure WebSocket (wss) connections on --mesh-ws-port, with this PEM certificate (chain).",
+)
+@click.option(
+    "--mesh-tls-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The PEM private key of --mesh-tls-cert.",
+)
+@click.option(
+    "--mesh-tls-ca",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Trust the certificates in this PEM file, besides the system's, when dialling wss peers.",
+)
 @click.option("--mesh-mdns/--no-mesh-mdns", default=True, show_default=True, help="Discover peers by mDNS.")
 @click.option(
     "--mesh-dht",
@@ -150,6 +165,9 @@ def serve_cmd(
     mesh_port: int,
     mesh_swarm_key: Path | None,
     mesh_ws_port: int | None,
+    mesh_tls_cert: Path | None,
+    mesh_tls_key: Path | None,
+    mesh_tls_ca: Path | None,
     mesh_mdns: bool,
     mesh_dht: bool,
     mesh_connect: tuple[str, ...],
@@ -196,6 +214,7 @@ def serve_cmd(
                 _mesh_agent(
                     store, mesh_name, mesh_host, mesh_port, mesh_swarm_key, mesh_mdns, mesh_connect,
                     mesh_memory_preset, recall, ws_port=mesh_ws_port, dht=mesh_dht,
+                    tls=(mesh_tls_cert, mesh_tls_key, mesh_tls_ca),
                 )
             )  # fmt: skip
         server = Server(
@@ -272,6 +291,7 @@ def _mesh_agent(
     *,
     ws_port: int | None = None,
     dht: bool = False,
+    tls: tuple[Path | None, Path | None, Path | None] = (None, None, None),
 ) -> Iterator[MeshAgent]:
     """The server's mesh peer, started, announced in the local registry while it runs."""
     from ..mesh import registry
@@ -290,6 +310,9 @@ def _mesh_agent(
         ws_port=ws_port,
         dht=dht,
         bootstrap=connect,
+        tls_cert=tls[0],
+        tls_key=tls[1],
+        tls_ca=tls[2],
     )
     agent = MeshAgent(
         store, config, recall=recall, limits=MemoryLimits.preset(preset), local_registry=registry.default_dir()

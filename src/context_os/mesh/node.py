@@ -56,6 +56,7 @@ import errno
 import hashlib
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -184,6 +185,15 @@ class MeshConfig:
     topic: str = "pi-broadcast"
     ws_port: int | None = None
     """Also listen for WebSocket connections on this port (0 picks a free one); None: TCP only."""
+    tls_cert: str | Path | None = None
+    """A PEM certificate (or chain) file: the WebSocket listener (``ws_port``) speaks TLS, at a
+    ``/tls/ws`` address (secure WebSockets, the ones a browser on an https page may dial), with
+    ``tls_key``."""
+    tls_key: str | Path | None = None
+    """The PEM private key file of ``tls_cert``."""
+    tls_ca: str | Path | None = None
+    """A PEM file of certificates to trust, besides the system's, when dialling a ``/tls/ws`` or
+    ``/wss`` address (a peer whose certificate is self-signed, or from a CA of your own)."""
     mdns: bool = False
     """Discover peers on the local network by mDNS (and dial them)."""
     dht: bool = False
@@ -241,6 +251,12 @@ class MeshConfig:
         for name, port in (("port", self.port), ("ws_port", self.ws_port)):
             if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535):
                 raise ConfigError(f"mesh: {name} {port!r} is not a TCP port")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("mesh: a TLS certificate needs its key, and a key its certificate")
+        if self.tls_cert is not None and self.ws_port is None:
+            raise ConfigError("mesh: a TLS certificate is for the WebSocket listener: give ws_port too")
+        if self.tls_cert is not None and self.ws_port == self.port != 0:
+            raise ConfigError("mesh: a secure WebSocket needs a port of its own (only a plain one shares the TCP port)")
         if not self.dht_interval > 0:
             raise ConfigError("mesh: dht_interval must be positive")
         if not self.topic:
@@ -420,7 +436,13 @@ class MeshNode:
         key_pair = create_identity_from_seed(cfg.seed) if cfg.seed is not None else create_new_key_pair()
         self._listen = [multiaddr.Multiaddr(f"/ip4/{cfg.host}/tcp/{cfg.port}")]
         if cfg.ws_port is not None:
-            self._listen.append(multiaddr.Multiaddr(f"/ip4/{cfg.host}/tcp/{cfg.ws_port}/ws"))
+            ws, ws_port = "ws", cfg.ws_port
+            if cfg.tls_cert is not None:
+                # a port the TCP listener shares (both 0 are one) sorts a WebSocket from libp2p's
+                # own by its first bytes, which TLS hides: a secure one gets a port of its own
+                ws, ws_port = "tls/ws", cfg.ws_port or _free_port(cfg.host)
+            self._listen.append(multiaddr.Multiaddr(f"/ip4/{cfg.host}/tcp/{ws_port}/{ws}"))
+        tls_server, tls_client = _tls_contexts(cfg)
         self._host = new_host(
             key_pair=key_pair,
             sec_opt={NOISE_ID: Noise(key_pair, noise_privkey=new_x25519().private_key)},
@@ -428,6 +450,8 @@ class MeshNode:
             listen_addrs=self._listen,
             psk=cfg.psk.hex() if cfg.psk is not None else None,
             enable_mDNS=cfg.mdns,
+            tls_client_config=tls_client,
+            tls_server_config=tls_server,
         )
         self._router = GossipSub(
             protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
@@ -454,7 +478,7 @@ class MeshNode:
         # a node dials WebSocket addresses whether or not it listens on one (the swarm only
         # builds the transports its listen addresses name)
         if not any(isinstance(t, WebsocketTransport) for t in network.transport_manager.get_transports()):
-            network.transport_manager.add_transport(WebsocketTransport(network.upgrader))
+            network.transport_manager.add_transport(WebsocketTransport(network.upgrader, tls_client_config=tls_client))
         # its auto-connector dials every peer the peer store knows until 150 connections are open:
         # redials of peers that are leaving, sockets left open when this node stops mid-dial. This
         # node dials what it discovers and what it is told to, nothing else.
@@ -907,7 +931,16 @@ class MeshNode:
             await self._host.connect(info)
 
         self._note(str(info.peer_id), fresh_addrs=[str(a) for a in info.addrs])
-        self._call(dial, timeout=timeout or self.config.call_timeout, what=f"connect to {addr}")
+        try:
+            self._call(dial, timeout=timeout or self.config.call_timeout, what=f"connect to {addr}")
+        except MeshError as e:
+            refused = _untrusted(e)
+            if refused is None:
+                raise
+            raise MeshError(
+                f"mesh: connect to {addr}: the peer's TLS certificate is not trusted ({refused.verify_message});"
+                " trust the CA that signed it with tls_ca (--tls-ca FILE)"
+            ) from e
         return str(info.peer_id)
 
     def connected(self) -> list[str]:
@@ -1407,6 +1440,34 @@ class _Notifee:
         pass
 
 
+def _tls_contexts(config: MeshConfig) -> tuple[ssl.SSLContext | None, ssl.SSLContext]:
+    """The TLS contexts of the WebSocket transport: the listener's (None without a certificate)
+    and the one ``/tls/ws`` dials verify peers with (the system's CAs and ``tls_ca``)."""
+    server = None
+    if config.tls_cert is not None:
+        server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        pair = f"TLS certificate {config.tls_cert} and key {config.tls_key}"
+        with _tls_file(pair, "not a PEM certificate and its key"):
+            server.load_cert_chain(config.tls_cert, config.tls_key)
+    client = ssl.create_default_context()
+    if config.tls_ca is not None:
+        with _tls_file(f"TLS CA file {config.tls_ca}", "no PEM certificate in it"):
+            client.load_verify_locations(config.tls_ca)
+    return server, client
+
+
+@contextlib.contextmanager
+def _tls_file(what: str, wrong: str) -> Iterator[None]:
+    """``ConfigError`` naming ``what`` when it cannot be read, or says ``wrong`` when it is not
+    what TLS takes."""
+    try:
+        yield
+    except ssl.SSLError as e:
+        raise ConfigError(f"mesh: {what}: {wrong} ({e.reason or e})") from None
+    except OSError as e:
+        raise ConfigError(f"mesh: {what}: cannot be read ({e.strerror or e})") from None
+
+
 def rendezvous_key(topic: str) -> str:
     """The DHT key under which a topic's peers announce themselves: the hex multihash (sha2-256)
     of ``/context_os/mesh/<topic>``, the key of the CIDv1 (raw) of those bytes, as js-libp2p's
@@ -1434,6 +1495,29 @@ def _check_port_free(host: str, port: int) -> None:
             raise ConfigError(f"mesh: cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
+def _free_port(host: str) -> int:
+    """A TCP port nothing listens on at ``host`` now."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def _untrusted(e: BaseException | None) -> ssl.SSLCertVerificationError | None:
+    """The certificate a TLS dial refused, somewhere in what py-libp2p raised (a cause, a
+    context, one of a group's or of its ``MultiError``'s)."""
+    seen: set[int] = set()
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, ssl.SSLCertVerificationError):
+            return x
+        todo += [x.__cause__, x.__context__, *getattr(x, "exceptions", ()), *(getattr(x, "errors", None) or ())]
+    return None
+
+
 def _has_addrs(network: Any, peer: Any) -> bool:
     try:
         return bool(network.peerstore.addrs(peer))
@@ -1455,16 +1539,16 @@ async def _no_auto_dial() -> None:
 
 def layers(conn: Any) -> Iterator[Any]:
     """A swarm connection and each one under it: muxer, security, private network, raw, a
-    WebSocket connection and its own stream, down to the socket's (at most 10)."""
+    WebSocket connection and its own stream, TLS, down to the socket's (at most 12)."""
     x = conn
-    for _ in range(10):
+    for _ in range(12):
         if x is None:
             return
         yield x
         x = next((getattr(x, n) for n in _UNDER if hasattr(x, n)), None)
 
 
-_UNDER = ("muxed_conn", "secured_conn", "conn", "_conn", "stream", "_ws_connection", "_stream")
+_UNDER = ("muxed_conn", "secured_conn", "conn", "_conn", "stream", "_ws_connection", "_stream", "transport_stream")
 """The attributes that lead from a connection to the one under it, down to the socket."""
 
 
