@@ -276,6 +276,23 @@ def test_a_served_agent_takes_and_makes_secure_websocket_connections(tmp_path: P
             assert carol.node.connect(bob_wss) == bob.peer_id  # bob's own listener speaks TLS
 
 
+def test_tls_options_without_what_they_need_are_usage_errors(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from context_os.cli import cli
+
+    cert, key = self_signed_certificate(tmp_path)
+    base = ["--store", str(tmp_path / "s.db"), "serve", "--mesh", "bob", "--embedder", "none"]
+    for args, said in (
+        (["--mesh-tls-cert", str(cert), "--mesh-ws-port", "0"], "--mesh-tls-cert and --mesh-tls-key go together"),
+        (["--mesh-tls-key", str(key), "--mesh-ws-port", "0"], "--mesh-tls-cert and --mesh-tls-key go together"),
+        (["--mesh-tls-cert", str(cert), "--mesh-tls-key", str(key)], "give --mesh-ws-port too"),
+    ):
+        r = CliRunner().invoke(cli, [*base, *args])
+        assert r.exit_code == 2 and said in r.output, r.output
+    assert not (tmp_path / "s.db").exists()
+
+
 def test_what_a_library_prints_stays_off_the_stdio_protocol(tmp_path: Path) -> None:
     """py-libp2p prints a line to stdout when its WebSocket dial takes a proxy from the
     environment. On stdio, stdout is the protocol: that line came before the first answer, and a

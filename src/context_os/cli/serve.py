@@ -181,6 +181,10 @@ def serve_cmd(
     HTTP requests need the server's token ("Authorization: Bearer …", written to a 0600 file
     named on stderr), "Content-Type: application/json", a loopback Host and no foreign Origin.
     Clients may open sessions only in the --workspace directories."""
+    if (mesh_tls_cert is None) != (mesh_tls_key is None):
+        raise click.UsageError("--mesh-tls-cert and --mesh-tls-key go together")
+    if mesh_tls_cert is not None and mesh_ws_port is None:
+        raise click.UsageError("--mesh-tls-cert serves the WebSocket port: give --mesh-ws-port too")
     server_process("serve", verbose)
     use_stdio = stdio or http_port is None
     token = header_token(TOKEN_ENV)
