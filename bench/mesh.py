@@ -8,8 +8,9 @@
 * absorption: direct messages (auto-replied, so the agent's loop is not measured) sent from two
   peers at once, 8 in flight each, and broadcasts from one: messages per second the receiving peer stores, against
   the same traffic to a peer that stores nothing.
-* WebSocket: ``MeshNode.request`` round trips over a WebSocket connection, plain and over TLS
-  (``wss``, a self-signed certificate the sender trusts), beside TCP's.
+* WebSocket and relays: ``MeshNode.request`` round trips over a WebSocket connection, plain and
+  over TLS (``wss``, a self-signed certificate the sender trusts), and through a circuit relay,
+  beside TCP's.
 * DHT discovery: how soon two peers that know only a third find each other through the DHT.
 * error reply: a request whose handling fails is answered with an error; p99 must stay within
   100 ms (the seed's aim), and is shown against the plain round trip.
@@ -113,20 +114,30 @@ def timed(fn: Any, n: int) -> list[float]:
 
 
 def node_round_trips(transport: str, tmp: Path) -> list[float]:
-    """``MeshNode.request`` round trips over ``transport``: ``tcp``, ``ws`` or ``wss`` (the
-    receiver listening on a WebSocket port of its own, the sender dialling it there)."""
+    """``MeshNode.request`` round trips over ``transport``: ``tcp``, ``ws``, ``wss`` (the
+    receiver listening on a WebSocket port of its own, the sender dialling it there) or
+    ``relay`` (TCP through a third node, the receiver's relay)."""
     tls: dict[str, Any] = {}
     if transport == "wss":
         cert, key = self_signed_certificate(tmp)
         tls = {"tls_cert": cert, "tls_key": key}
+    relay = MeshNode(MeshConfig("relay", relay_service=True)).start() if transport == "relay" else None
+    relays = (relay.addrs[0],) if relay is not None else ()
     a = MeshNode(MeshConfig("a", tls_ca=tls.get("tls_cert"))).start()
-    b = MeshNode(MeshConfig("b", request_rate=OFF, ws_port=None if transport == "tcp" else 0, **tls)).start()
+    ws_port = 0 if transport in ("ws", "wss") else None
+    b = MeshNode(MeshConfig("b", request_rate=OFF, ws_port=ws_port, relays=relays, **tls)).start()
     try:
-        a.connect(next(x for x in b.addrs if x.split("/")[5] == ("p2p" if transport == "tcp" else transport)))
+        if relay is not None:
+            wait("the relay's reservation", lambda: b.relayed_addrs())
+            a.connect(b.relayed_addrs()[0])
+        else:
+            a.connect(next(x for x in b.addrs if x.split("/")[5] == ("p2p" if transport == "tcp" else transport)))
         return timed(lambda: a.request(b.peer_id, "ping"), ROUND_TRIPS)
     finally:
         a.close()
         b.close()
+        if relay is not None:
+            relay.close()
 
 
 def dht_meetings(runs: int) -> list[float]:
@@ -239,6 +250,7 @@ def main() -> int:
         node_rt = node_round_trips("tcp", tmp)
         ws_rt = node_round_trips("ws", tmp)
         wss_rt = node_round_trips("wss", tmp)
+        relay_rt = node_round_trips("relay", tmp)
 
         sa, sb = SqliteStore(tmp / "a.db"), SqliteStore(tmp / "b.db")
         alice = MeshAgent(sa, MeshConfig("alice")).start()
@@ -274,7 +286,14 @@ def main() -> int:
 
     p = {
         name: (pct(v, 50), pct(v, 99))
-        for name, v in (("bare", bare), ("node", node_rt), ("ws", ws_rt), ("wss", wss_rt), ("agent", agent_rt))
+        for name, v in (
+            ("bare", bare),
+            ("node", node_rt),
+            ("ws", ws_rt),
+            ("wss", wss_rt),
+            ("relay", relay_rt),
+            ("agent", agent_rt),
+        )
     }
     err50, err99 = pct(errors, 50), pct(errors, 99)
     error_ok = err99 <= ERROR_AIM_MS
@@ -289,10 +308,13 @@ def main() -> int:
         f"{p['ws'][0] / p['bare'][0]:.2f}× |\n"
         f"| `MeshNode.request` over WebSocket with TLS (wss) | {p['wss'][0]:.2f} | {p['wss'][1]:.2f} | "
         f"{p['wss'][0] / p['bare'][0]:.2f}× |\n"
+        f"| `MeshNode.request` through a relay (circuit relay v2, TCP both legs) | {p['relay'][0]:.2f} | "
+        f"{p['relay'][1]:.2f} | {p['relay'][0] / p['bare'][0]:.2f}× |\n"
         f"| `MeshAgent.send`, stored both sides + memory | {p['agent'][0]:.2f} | {p['agent'][1]:.2f} | "
         f"{p['agent'][0] / p['bare'][0]:.2f}× |\n\n"
         f"Over WebSocket a round trip takes {p['ws'][0] / p['node'][0]:.2f}× one over TCP (p50), and"
-        f" {p['wss'][0] / p['node'][0]:.2f}× over WebSocket with TLS (TLS under libp2p's own Noise).\n\n"
+        f" {p['wss'][0] / p['node'][0]:.2f}× over WebSocket with TLS (TLS under libp2p's own Noise); through a"
+        f" relay, {p['relay'][0] / p['node'][0]:.2f}× (two legs, and the relay's copying between them).\n\n"
         f"DHT discovery: two peers that know only a third, all three started at once with the DHT at its"
         f" default interval ({MeshConfig('x').dht_interval:g} s), were connected {min(meetings):.2f}-"
         f"{max(meetings):.2f} s after the last one started (median {pct(meetings, 50):.2f} s,"

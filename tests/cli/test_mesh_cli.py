@@ -197,6 +197,19 @@ def test_send_and_peers_to_a_secure_websocket_address_trust_the_ca_given(
         assert [(p["peerId"], p["source"]) for p in json.loads(r.stdout)["peers"]] == [(carol.peer_id, "connect")]
 
 
+def test_send_through_a_relay(ctxos: click.Group, db: Path, tmp_path: Path) -> None:
+    """An agent behind a relay is sent to at its /p2p-circuit address, like any other."""
+    with (
+        SqliteStore(tmp_path / "agents.db") as store,
+        MeshAgent(store, MeshConfig("relay", relay_service=True)) as relay,
+        MeshAgent(store, MeshConfig("hidden", relays=(relay.node.addrs[0],)), auto_reply=True) as hidden,
+    ):
+        addr = wait_for(lambda: next(iter(hidden.node.relayed_addrs()), None), "the reservation")
+        r = run(ctxos, db, "send", addr, "via the relay", "--auto-reply", "--json", "--timeout", "10")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["response"] == "[auto-response] Received: via the relay"
+
+
 @pytest.mark.usefixtures("announced")
 def test_send_auto_reply_is_answered_by_the_node(ctxos: click.Group, db: Path) -> None:
     r = run(ctxos, db, "send", "bob", "ping", "--auto-reply", "--timeout", "5")

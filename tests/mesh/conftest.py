@@ -11,7 +11,7 @@ import libp2p  # noqa: F401 - the stack under test: missing, the tests fail
 import pytest
 
 from context_os.mesh.agent import MeshAgent
-from context_os.mesh.node import MeshConfig
+from context_os.mesh.node import MeshConfig, MeshNode
 from context_os.store.base import Store
 from tests.helpers import wait_for
 
@@ -36,6 +36,22 @@ def agents(store: Store, uid: str) -> Iterator[AgentFactory]:
     yield make
     for agent in made:
         agent.close()
+
+
+@pytest.fixture
+def nodes(uid: str) -> Iterator[Any]:
+    """Make started nodes named ``<name>-<uid>`` that answer a request with ``<name> got
+    <message>``, closed after the test (the last made first)."""
+    made: list[MeshNode] = []
+
+    def make(name: str, **config: Any) -> MeshNode:
+        node = MeshNode(MeshConfig(f"{name}-{uid}", **config), on_request=lambda peer, req: f"{name} got {req.message}")
+        made.append(node)
+        return node.start()
+
+    yield make
+    for node in reversed(made):
+        node.close()
 
 
 def link(*agents: MeshAgent) -> None:

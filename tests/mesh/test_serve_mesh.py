@@ -276,6 +276,27 @@ def test_a_served_agent_takes_and_makes_secure_websocket_connections(tmp_path: P
             assert carol.node.connect(bob_wss) == bob.peer_id  # bob's own listener speaks TLS
 
 
+def test_a_served_agent_relays_for_another_that_reserves_a_slot_on_it(tmp_path: Path) -> None:
+    """``--mesh-relay-service`` on one served agent, ``--mesh-relay ADDR`` on another: the second
+    is reached through the first at the address its status gives."""
+    plain = ("--no-mesh-mdns", "--embedder", "none")
+    with http_server(tmp_path / "bob", "--mesh", "bob", "--mesh-relay-service", *plain):
+        bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob announced", timeout=60)
+        with http_server(tmp_path / "carol", "--mesh", "carol", "--mesh-relay", bob.addrs[0], *plain) as carol:
+
+            def relayed() -> str | None:
+                addrs = carol.rpc("mesh.status")["result"]["addresses"]
+                return next((a for a in addrs if "/p2p-circuit/" in a), None)
+
+            addr = wait_for(relayed, "carol's address through bob", timeout=30)
+            assert addr.startswith(f"{bob.addrs[0]}/p2p-circuit/p2p/")
+            with SqliteStore(tmp_path / "dave.db") as store, MeshAgent(store, MeshConfig("dave")) as dave:
+                carol_id = dave.node.connect(addr)
+                assert dave.node.request(carol_id, "through bob", auto_reply=True).message == (
+                    "[auto-response] Received: through bob"
+                )
+
+
 def test_tls_options_without_what_they_need_are_usage_errors(tmp_path: Path) -> None:
     from click.testing import CliRunner
 

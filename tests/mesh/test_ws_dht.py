@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +18,6 @@ from tests.helpers import self_signed_certificate
 from tests.mesh.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def nodes(uid: str) -> Iterator[Any]:
-    """Make started nodes named ``<name>-<uid>``, closed after the test."""
-    made: list[MeshNode] = []
-
-    def make(name: str, **config: Any) -> MeshNode:
-        node = MeshNode(MeshConfig(f"{name}-{uid}", **config), on_request=lambda peer, req: f"{name} got {req.message}")
-        made.append(node)
-        return node.start()
-
-    yield make
-    for node in reversed(made):
-        node.close()
 
 
 def _free_port() -> int:

@@ -140,6 +140,17 @@ def _origins(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
     "--mesh-connect", multiple=True, metavar="ADDR", help="A peer to dial at start (/ip4/…/p2p/<id>); repeatable."
 )
 @click.option(
+    "--mesh-relay",
+    multiple=True,
+    metavar="ADDR",
+    help="Reserve a slot on the relay at ADDR and be reachable through it (behind NAT); repeatable.",
+)
+@click.option(
+    "--mesh-relay-service",
+    is_flag=True,
+    help="Relay connections for peers that cannot be dialled (circuit relay v2).",
+)
+@click.option(
     "--mesh-memory-preset",
     type=click.Choice(["small", "medium", "large"]),
     default="large",
@@ -171,6 +182,8 @@ def serve_cmd(
     mesh_mdns: bool,
     mesh_dht: bool,
     mesh_connect: tuple[str, ...],
+    mesh_relay: tuple[str, ...],
+    mesh_relay_service: bool,
     mesh_memory_preset: str,
     verbose: int,
 ) -> None:
@@ -218,7 +231,8 @@ def serve_cmd(
                 _mesh_agent(
                     store, mesh_name, mesh_host, mesh_port, mesh_swarm_key, mesh_mdns, mesh_connect,
                     mesh_memory_preset, recall, ws_port=mesh_ws_port, dht=mesh_dht,
-                    tls=(mesh_tls_cert, mesh_tls_key, mesh_tls_ca),
+                    tls=(mesh_tls_cert, mesh_tls_key, mesh_tls_ca), relays=mesh_relay,
+                    relay_service=mesh_relay_service,
                 )
             )  # fmt: skip
         server = Server(
@@ -296,6 +310,8 @@ def _mesh_agent(
     ws_port: int | None = None,
     dht: bool = False,
     tls: tuple[Path | None, Path | None, Path | None] = (None, None, None),
+    relays: tuple[str, ...] = (),
+    relay_service: bool = False,
 ) -> Iterator[MeshAgent]:
     """The server's mesh peer, started, announced in the local registry while it runs."""
     from ..mesh import registry
@@ -317,6 +333,8 @@ def _mesh_agent(
         tls_cert=tls[0],
         tls_key=tls[1],
         tls_ca=tls[2],
+        relays=relays,
+        relay_service=relay_service,
     )
     agent = MeshAgent(
         store, config, recall=recall, limits=MemoryLimits.preset(preset), local_registry=registry.default_dir()

@@ -55,6 +55,7 @@ import contextlib
 import errno
 import hashlib
 import logging
+import re
 import socket
 import ssl
 import threading
@@ -206,6 +207,14 @@ class MeshConfig:
     after a round whose announcement no peer took, ``DHT_RETRY_S``)."""
     bootstrap: tuple[str, ...] = ()
     """Multiaddrs (with ``/p2p/<id>``) to dial at start."""
+    relay_service: bool = False
+    """Relay connections for other peers (circuit relay v2's hop, limits ``RELAY_LIMITS``): a
+    peer that cannot be dialled (behind NAT, a firewall) reserves a slot here, and others reach
+    it through this node at ``<this node's address>/p2p-circuit/p2p/<its id>``."""
+    relays: tuple[str, ...] = ()
+    """Relays (multiaddrs with ``/p2p/<id>`` of nodes with ``relay_service``) to reserve a slot on,
+    kept while the node runs (a relay lost is dialled again): the node is then reachable through
+    each at ``<relay>/p2p-circuit/p2p/<its id>``, among its ``addrs``."""
     call_timeout: float = 10.0
     """The deadline of a connect or a broadcast, seconds."""
     broadcast_rate: float = 100.0
@@ -259,6 +268,9 @@ class MeshConfig:
             raise ConfigError("mesh: a secure WebSocket needs a port of its own (only a plain one shares the TCP port)")
         if not self.dht_interval > 0:
             raise ConfigError("mesh: dht_interval must be positive")
+        for relay in self.relays:
+            if "/p2p/" not in relay or "/p2p-circuit" in relay:
+                raise ConfigError(f"mesh: relay {relay!r} is not a relay's address (/ip4/…/tcp/…/p2p/<id>)")
         if not self.topic:
             raise ConfigError("mesh: the broadcast topic is empty")
         if not self.broadcast_bytes_rate > 0 or self.broadcast_bytes_burst < 1:
@@ -306,6 +318,24 @@ class BroadcastResult:
     """Peers of the topic's mesh the publish went to directly."""
     message_id: str
 
+
+RELAY_LIMITS = {"duration": 3600, "data": 1 << 30, "max_circuit_conns": 64, "max_reservations": 32}
+"""What a relay (``relay_service``) gives: a relayed connection lasts at most an hour and carries at
+most 1 GiB; at most 64 relayed connections and 32 reservations at once (py-libp2p also holds each
+IP address to 8 reservations and 16 connections)."""
+RELAY_STATUS = {
+    200: "the relay refused the reservation",
+    201: "the relay is at its limits",
+    202: "the relay does not allow it",
+    203: "the relay could not reach the peer",
+    204: "the peer holds no reservation on that node (is it the peer's relay, and a relay?)",
+}
+"""What circuit relay v2's failure codes mean, in the words a refused dial is said in."""
+RELAY_RETRY_S = (1.0, 30.0)
+"""How soon a relay that could not be reached, or refused the reservation, is tried again: the
+first wait, doubled each time up to the second."""
+RELAY_CHECK_S = 1.0
+"""How often the connection to each relay is looked at (one lost is dialled again)."""
 
 DHT_RETRY_S = 1.0
 """How soon a node whose last DHT round reached no peer tries another (``MeshConfig.dht``)."""
@@ -489,6 +519,7 @@ class MeshNode:
             from libp2p.kad_dht import DHTMode, KadDHT
 
             self._dht = KadDHT(self._host, DHTMode.SERVER)
+        self._relay_transport: Any = None
         self.dht_rounds = 0
         """Rounds of the DHT's announce and look-up done (``MeshConfig.dht``)."""
         self.dht_reached = 0
@@ -561,6 +592,7 @@ class MeshNode:
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
         self._discovery = trio.CancelScope()
+        self._relaying = trio.CancelScope()
         self._dht_wake = trio.Event()
         host = self._host
         host.set_stream_handler(TProtocol(wire.PROTOCOL), self._handle_stream)
@@ -584,6 +616,7 @@ class MeshNode:
                     nursery.start_soon(self._run_mdns, self._mdns)
                 if self._dht is not None:
                     nursery.start_soon(self._run_dht, self._dht)
+                await nursery.start(self._run_relay)
                 self._ready.set()
                 await self._stop.wait()
                 await self._hang_up()
@@ -602,6 +635,7 @@ class MeshNode:
         import trio
 
         self._discovery.cancel()  # the DHT's rounds dial peers: none while the node hangs up
+        self._relaying.cancel()  # (nor the relays)
         # nor is a connection taken in meanwhile: one a peer made as this node left outlived the
         # connections closed below, and held up the peer's view of it (``_renew_topic_stream``)
         for addr, listener in list(self._network.listeners.items()):
@@ -681,6 +715,62 @@ class MeshNode:
 
         peerDiscovery.register_peer_discovered_handler(discovered)
         return discovered
+
+    async def _run_relay(self, task_status: Any) -> None:
+        """Circuit relay v2 on this node: it takes relayed connections (``stop``) and dials
+        ``/p2p-circuit`` addresses always, relays for others with ``relay_service`` (``hop``),
+        and keeps a reservation on each of its ``relays``."""
+        import trio
+        from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
+        from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
+        from libp2p.relay.circuit_v2.resources import RelayLimits
+        from libp2p.relay.circuit_v2.transport import CircuitV2Transport
+        from libp2p.tools.anyio_service import background_trio_service
+
+        hop = self.config.relay_service
+        limits = RelayLimits(**RELAY_LIMITS)
+        protocol = CircuitV2Protocol(self._host, limits=limits, allow_hop=hop)  # (its handlers: as it runs)
+        roles = RelayRole.STOP | RelayRole.CLIENT | RelayRole.HOP if hop else RelayRole.STOP | RelayRole.CLIENT
+        async with background_trio_service(protocol), trio.open_nursery() as relays:
+            self._relay_transport = CircuitV2Transport(self._host, protocol, RelayConfig(roles=roles, limits=limits))
+            task_status.started()
+            with self._relaying:  # (cancelled first when the node stops, with the DHT's dials)
+                for addr in self.config.relays:
+                    relays.start_soon(self._keep_reservation, addr, relays)
+                await trio.sleep_forever()
+
+    async def _keep_reservation(self, addr: str, nursery: Any) -> None:
+        """Dial the relay at ``addr`` and reserve a slot on it; again when the connection to it
+        is lost, or after a wait when it could not be reached or refused (``RELAY_RETRY_S``).
+        py-libp2p renews a reservation before it expires."""
+        import multiaddr
+        import trio
+        from libp2p.peer.peerinfo import info_from_p2p_addr
+        from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP
+
+        info = info_from_p2p_addr(multiaddr.Multiaddr(addr))
+        wait = RELAY_RETRY_S[0]
+        while True:
+            try:
+                with trio.fail_after(self.config.call_timeout):
+                    await self._host.connect(info)
+                    stream = await self._host.new_stream(info.peer_id, [HOP])
+                    reserved = await self._relay_transport.reserve(stream, info.peer_id, nursery)
+                    with contextlib.suppress(Exception):
+                        await stream.close()
+            except Exception as e:  # noqa: BLE001 - tried again below
+                log.info("mesh: relay %s: %s", addr, _describe(e))
+                reserved = False
+            if not reserved:
+                log.warning("mesh: relay %s took no reservation; trying again in %g s", addr, wait)
+                await trio.sleep(wait)
+                wait = min(2 * wait, RELAY_RETRY_S[1])
+                continue
+            wait = RELAY_RETRY_S[0]
+            while self._network.get_connections(info.peer_id):
+                await trio.sleep(RELAY_CHECK_S)
+            self._relay_transport._reservations.pop(info.peer_id, None)
+            log.info("mesh: relay %s lost; dialling it again", addr)
 
     async def _run_dht(self, dht: Any) -> None:
         """Run the DHT, and a round of it every ``dht_interval`` s (``_dht_round``); a round that
@@ -913,7 +1003,20 @@ class MeshNode:
         starts or once it stopped (its listeners are closed)."""
         if not self.running:
             return []
-        return [str(a) for a in self._host.get_addrs()]
+        return [str(a) for a in self._host.get_addrs()] + self.relayed_addrs()
+
+    def relayed_addrs(self) -> list[str]:
+        """This node's addresses through the ``relays`` that hold a reservation of it now."""
+        transport = self._relay_transport
+        if transport is None:
+            return []
+        held = {str(p) for p in transport._reservations}
+        connected = {str(p) for p in self._host.get_connected_peers()}
+        return [
+            f"{addr}/p2p-circuit/p2p/{self.peer_id}"
+            for addr in self.config.relays
+            if (relay := addr.rsplit("/p2p/", 1)[1]) in held and relay in connected
+        ]
 
     def connect(self, addr: str, timeout: float | None = None) -> str:
         """Dial a peer at a multiaddr ending in ``/p2p/<id>``; its peer id."""
@@ -927,6 +1030,10 @@ class MeshNode:
 
         async def dial() -> None:
             self._network.unblock_peer(info.peer_id)
+            if "/p2p-circuit/" in addr:  # (py-libp2p's swarm dials no relayed address itself)
+                if not self._network.get_connections(info.peer_id):
+                    await self._relay_transport.dial(multiaddr.Multiaddr(addr))
+                return
             self._forget_addrs(info.peer_id)
             await self._host.connect(info)
 
@@ -934,6 +1041,15 @@ class MeshNode:
         try:
             self._call(dial, timeout=timeout or self.config.call_timeout, what=f"connect to {addr}")
         except MeshError as e:
+            if "/p2p-circuit/" in addr and "Could not open stream to relay" in str(e):
+                raise MeshError(
+                    f"mesh: connect to {addr}: the node before /p2p-circuit is no relay (it runs no relay service:"
+                    " relay_service, --mesh-relay-service), or cannot be reached"
+                ) from e
+            relay = re.search(r"Relay connection failed with status (\d+)", str(e))
+            if relay is not None:
+                why = RELAY_STATUS.get(int(relay[1]), "the relay refused")
+                raise MeshError(f"mesh: connect to {addr}: {why} (circuit relay status {relay[1]})") from e
             refused = _untrusted(e)
             if refused is None:
                 raise

@@ -1,0 +1,88 @@
+"""Circuit relay v2 between real py-libp2p peers: a peer that cannot be dialled reserves a slot on
+a relay (``MeshConfig.relays``), and others reach it through the relay's node
+(``relay_service``) at its ``/p2p-circuit`` address."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+import pytest
+
+from context_os.errors import ConfigError, MeshError
+from context_os.mesh.node import MeshConfig, MeshNode
+from tests.mesh.conftest import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _relayed(node: MeshNode) -> str:
+    """The node's address through its relay, once the relay holds its reservation."""
+    return wait_for(lambda: next(iter(node.relayed_addrs()), None), "the relay's reservation")
+
+
+def test_a_peer_is_reached_through_its_relay_both_ways_and_on_the_topic(nodes: Any) -> None:
+    relay = nodes("relay", relay_service=True)
+    hidden = nodes("hidden", relays=(relay.addrs[0],))
+    addr = _relayed(hidden)
+    assert addr == f"{relay.addrs[0]}/p2p-circuit/p2p/{hidden.peer_id}" and addr in hidden.addrs
+    other = nodes("other")
+    assert other.connect(addr) == hidden.peer_id
+    assert other.request(hidden.peer_id, "through the relay?").message == "hidden got through the relay?"
+    assert hidden.request(other.peer_id, "and back?").message == "other got and back?"
+    got: dict[str, list[str]] = {"hidden": [], "other": []}
+    hidden.on_broadcast = lambda peer, b: got["hidden"].append(b.message)
+    other.on_broadcast = lambda peer, b: got["other"].append(b.message)
+    wait_for(lambda: hidden.peer_id in other.topic_peers() and other.peer_id in hidden.topic_peers(), "the topic")
+    other.broadcast("to the hidden one")
+    hidden.broadcast("from the hidden one")
+    wait_for(lambda: got == {"hidden": ["to the hidden one"], "other": ["from the hidden one"]}, "both broadcasts")
+    # the relay carries the connection: it is connected to both, and they never dialled each other
+    assert {hidden.peer_id, other.peer_id} <= set(relay.connected())
+    assert all("/p2p-circuit/" not in a for a in other.peer(hidden.peer_id).addrs if a != addr)
+
+
+def test_a_relay_that_restarts_takes_the_reservation_again(nodes: Any, uid: str) -> None:
+    """The reservation is gone with the relay's node; the peer dials the relay again and
+    reserves anew when it is back (at the same address and identity)."""
+    seed = os.urandom(32)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    relay = MeshNode(MeshConfig(f"relay-{uid}", relay_service=True, seed=seed, port=port)).start()
+    relay_addr = relay.addrs[0]
+    hidden = nodes("hidden", relays=(relay_addr,))
+    addr = _relayed(hidden)
+    relay.close()
+    wait_for(lambda: hidden.relayed_addrs() == [], "the reservation gone with the relay")
+    with MeshNode(MeshConfig(f"relay-{uid}", relay_service=True, seed=seed, port=port)) as again:
+        assert _relayed(hidden) == addr
+        other = nodes("other")
+        assert other.connect(addr) == hidden.peer_id
+        assert other.request(hidden.peer_id, "again?").message == "hidden got again?"
+        assert again.connected()  # (closed by the with: the node is gone before the fixture's)
+
+
+def test_a_node_that_is_no_relay_takes_no_reservation_and_a_dial_through_it_says_why(
+    nodes: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="context_os.mesh")
+    plain = nodes("plain")
+    hidden = nodes("hidden", relays=(plain.addrs[0],))
+    said = f"mesh: relay {plain.addrs[0]} took no reservation"
+    wait_for(lambda: any(r.getMessage().startswith(said) for r in caplog.records), "the refusal said")
+    assert hidden.relayed_addrs() == []
+    other = nodes("other")
+    with pytest.raises(MeshError, match=r"the node before /p2p-circuit is no relay"):
+        other.connect(f"{plain.addrs[0]}/p2p-circuit/p2p/{hidden.peer_id}", timeout=5)
+    relay = nodes("relay", relay_service=True)  # a relay the peer holds no reservation on
+    with pytest.raises(MeshError, match=r"holds no reservation on that node .*\(circuit relay status 204\)"):
+        other.connect(f"{relay.addrs[0]}/p2p-circuit/p2p/{hidden.peer_id}", timeout=5)
+
+
+@pytest.mark.parametrize("relay", ["/ip4/127.0.0.1/tcp/4001", "/ip4/1.2.3.4/tcp/1/p2p/12D3KooWA/p2p-circuit"])
+def test_a_relay_that_is_no_relays_address_is_refused(relay: str) -> None:
+    with pytest.raises(ConfigError, match="is not a relay's address"):
+        MeshConfig("x", relays=(relay,))
