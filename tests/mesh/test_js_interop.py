@@ -243,6 +243,32 @@ def test_js_dials_a_secure_websocket_with_the_certificate_node_trusts(js: Any, u
         assert listener.request(peer.peer_id, "and back").message == "[js] Received: and back"
 
 
+def test_circuit_relays_work_across_both_ways(js: Any, uid: str) -> None:
+    """js reserves a slot on a context_os relay and a context_os node reaches it through it; a
+    context_os node reserves a slot on a js relay (@libp2p/circuit-relay-v2) and js reaches it."""
+    with (
+        MeshNode(MeshConfig(f"pyrelay-{uid}", relay_service=True)) as relay,
+        MeshNode(MeshConfig(f"pycaller-{uid}")) as caller,
+    ):
+        hidden_js = js("--relay", relay.addrs[0])
+
+        def js_relayed() -> str | None:
+            return next((a for a in hidden_js.do({"addrs": True})["ok"]["addrs"] if "/p2p-circuit" in a), None)
+
+        wait_for(js_relayed, "js's reservation on the context_os relay")
+        assert caller.connect(f"{relay.addrs[0]}/p2p-circuit/p2p/{hidden_js.peer_id}") == hidden_js.peer_id
+        assert caller.request(hidden_js.peer_id, "through py").message == "[js] Received: through py"
+
+    js_relay = js("--relay-service")
+    config = MeshConfig(f"pyhidden-{uid}", relays=(js_relay.addr,))
+    with MeshNode(config, on_request=lambda p, r: f"py: {r.message}") as hidden:
+        addr = wait_for(lambda: next(iter(hidden.relayed_addrs()), None), "the reservation on the js relay")
+        caller_js = js()
+        assert caller_js.do({"dial": addr})["ok"]["peer"] == hidden.peer_id
+        answer = caller_js.do({"send": {"peer": hidden.peer_id, "message": "through js"}})
+        assert answer["ok"]["response"]["message"] == "py: through js"
+
+
 def test_the_dht_is_shared_with_js_and_finds_peers_through_it(js: Any, uid: str) -> None:
     """A js-libp2p peer runs the DHT (@libp2p/kad-dht on py-libp2p's /ipfs/kad/1.0.0). Two nodes
     that know only the js peer, over WebSocket, find each other through it. js finds both as

@@ -4,15 +4,18 @@
 //   {"request": {...}} for each direct request it receives (it answers "[js] Received: <message>");
 //   one answer line per command: {"ok": ...} or {"error": "..."}.
 // Commands: {"dial": maddr}, {"send": {"peer": id, "message": text}}, {"publish": text},
-//   {"subscribers": true}, {"connected": true}; with --dht: {"provide": hexMultihash},
+//   {"subscribers": true}, {"connected": true}, {"addrs": true}; with --dht: {"provide": hexMultihash},
 //   {"providers": hexMultihash}. It stops when stdin closes.
-// usage: node peer.mjs [--seed HEX32] [--psk HEX32] [--ws] [--dht]
+// usage: node peer.mjs [--seed HEX32] [--psk HEX32] [--ws] [--dht] [--relay-service] [--relay MADDR]
 //   --ws: listen on a WebSocket address too (it dials WebSocket addresses either way);
-//   --dht: run a Kademlia DHT server (@libp2p/kad-dht) on /ipfs/kad/1.0.0, py-libp2p's protocol
+//   --dht: run a Kademlia DHT server (@libp2p/kad-dht) on /ipfs/kad/1.0.0, py-libp2p's protocol;
+//   --relay-service: relay for others (circuit relay v2, no limit on relayed connections);
+//   --relay MADDR: reserve a slot on that relay (it dials /p2p-circuit addresses either way)
 import { createInterface } from "node:readline"
 import { noise } from "@chainsafe/libp2p-noise"
 import { yamux } from "@chainsafe/libp2p-yamux"
 import { generateKeyPair, generateKeyPairFromSeed } from "@libp2p/crypto/keys"
+import { circuitRelayServer, circuitRelayTransport } from "@libp2p/circuit-relay-v2"
 import { gossipsub } from "@libp2p/gossipsub"
 import { identify } from "@libp2p/identify"
 import { kadDHT } from "@libp2p/kad-dht"
@@ -39,8 +42,14 @@ const say = (value) => process.stdout.write(`${JSON.stringify(value)}\n`)
 const seed = option("--seed")
 const config = {
 	privateKey: seed ? await generateKeyPairFromSeed("Ed25519", Buffer.from(seed, "hex")) : await generateKeyPair("Ed25519"),
-	addresses: { listen: ["/ip4/127.0.0.1/tcp/0", ...(args.includes("--ws") ? ["/ip4/127.0.0.1/tcp/0/ws"] : [])] },
-	transports: [tcp(), webSockets()],
+	addresses: {
+		listen: [
+			"/ip4/127.0.0.1/tcp/0",
+			...(args.includes("--ws") ? ["/ip4/127.0.0.1/tcp/0/ws"] : []),
+			...(option("--relay") ? [`${option("--relay")}/p2p-circuit`] : []),
+		],
+	},
+	transports: [tcp(), webSockets(), circuitRelayTransport()],
 	connectionEncrypters: [noise()],
 	streamMuxers: [yamux()],
 	services: { identify: identify(), pubsub: gossipsub({ emitSelf: false, allowPublishToZeroTopicPeers: true }) },
@@ -50,6 +59,7 @@ if (args.includes("--dht")) {
 	// the tests run on 127.0.0.1: its addresses are kept (the default mapper drops private ones)
 	config.services.dht = kadDHT({ protocol: "/ipfs/kad/1.0.0", clientMode: false, peerInfoMapper: (info) => info })
 }
+if (args.includes("--relay-service")) config.services.relay = circuitRelayServer({ reservations: { applyDefaultLimit: false } })
 const psk = option("--psk")
 if (psk) config.connectionProtector = preSharedKey({ psk: new TextEncoder().encode(`/key/swarm/psk/1.0.0/\n/base16/\n${psk}`) })
 const node = await createLibp2p(config)
@@ -63,7 +73,7 @@ await node.handle(PROTOCOL, async (stream) => {
 		encode({ requestId: request.requestId ?? null, fromAgent: "js", fromPeerId: me, timestamp: Date.now(), message: `[js] Received: ${request.message}`, error: false }),
 	)
 	await stream.close()
-})
+}, { runOnLimitedConnection: true })
 node.services.pubsub.subscribe(TOPIC)
 node.services.pubsub.addEventListener("message", (event) => {
 	if (event.detail.topic === TOPIC) say({ broadcast: decode(event.detail.data) })
@@ -77,7 +87,7 @@ async function run(command) {
 	if (command.send) {
 		const peer = node.getConnections().find((c) => c.remotePeer.toString() === command.send.peer)?.remotePeer
 		if (!peer) throw new Error(`not connected to ${command.send.peer}`)
-		const stream = await node.dialProtocol(peer, PROTOCOL, { signal: AbortSignal.timeout(10000) })
+		const stream = await node.dialProtocol(peer, PROTOCOL, { signal: AbortSignal.timeout(10000), runOnLimitedConnection: true })
 		const lp = lpStream(stream)
 		await lp.write(
 			encode({ protocol: PROTOCOL, requestId: `js-${Date.now()}`, fromAgent: "js", fromPeerId: me, timestamp: Date.now(), message: command.send.message }),
@@ -93,6 +103,7 @@ async function run(command) {
 	}
 	if (command.subscribers) return { subscribers: node.services.pubsub.getSubscribers(TOPIC).map(String) }
 	if (command.connected) return { peers: node.getPeers().map(String) }
+	if (command.addrs) return { addrs: node.getMultiaddrs().map(String) }
 	// a hex multihash (sha2-256) as the CIDv1 (raw) whose key it is, as py-libp2p's DHT takes it
 	const cid = (hex) => CID.createV1(0x55, Digest.decode(Buffer.from(hex, "hex")))
 	if (command.provide) {
