@@ -65,6 +65,25 @@ def test_a_relay_that_restarts_takes_the_reservation_again(nodes: Any, uid: str)
         assert again.connected()  # (closed by the with: the node is gone before the fixture's)
 
 
+def test_a_reservation_dropped_while_the_relay_stays_connected_is_made_again(
+    nodes: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="context_os.mesh")
+    relay = nodes("relay", relay_service=True)
+    hidden = nodes("hidden", relays=(relay.addrs[0],))
+    addr = _relayed(hidden)
+
+    async def expire() -> None:  # as py-libp2p drops a reservation that expired unrenewed
+        hidden._relay_transport._reservations.clear()
+
+    hidden._call(expire, timeout=5, what="dropping the reservation")
+    said = f"mesh: relay {relay.addrs[0]} lost, or its reservation; reserving again"
+    wait_for(lambda: any(r.getMessage() == said for r in caplog.records), "the reservation made again")
+    assert _relayed(hidden) == addr
+    other = nodes("other")
+    assert other.connect(addr) == hidden.peer_id
+
+
 def test_a_node_that_is_no_relay_takes_no_reservation_and_a_dial_through_it_says_why(
     nodes: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -741,8 +741,8 @@ class MeshNode:
 
     async def _keep_reservation(self, addr: str, nursery: Any) -> None:
         """Dial the relay at ``addr`` and reserve a slot on it; again when the connection to it
-        is lost, or after a wait when it could not be reached or refused (``RELAY_RETRY_S``).
-        py-libp2p renews a reservation before it expires."""
+        or the reservation is lost, or after a wait when it could not be reached or refused
+        (``RELAY_RETRY_S``). py-libp2p renews a reservation before it expires."""
         import multiaddr
         import trio
         from libp2p.peer.peerinfo import info_from_p2p_addr
@@ -767,10 +767,11 @@ class MeshNode:
                 wait = min(2 * wait, RELAY_RETRY_S[1])
                 continue
             wait = RELAY_RETRY_S[0]
-            while self._network.get_connections(info.peer_id):
+            held = self._relay_transport._reservations  # (py-libp2p drops one that expired unrenewed)
+            while self._network.get_connections(info.peer_id) and info.peer_id in held:
                 await trio.sleep(RELAY_CHECK_S)
-            self._relay_transport._reservations.pop(info.peer_id, None)
-            log.info("mesh: relay %s lost; dialling it again", addr)
+            held.pop(info.peer_id, None)
+            log.info("mesh: relay %s lost, or its reservation; reserving again", addr)
 
     async def _run_dht(self, dht: Any) -> None:
         """Run the DHT, and a round of it every ``dht_interval`` s (``_dht_round``); a round that
