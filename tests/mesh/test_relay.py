@@ -44,6 +44,39 @@ def test_a_peer_is_reached_through_its_relay_both_ways_and_on_the_topic(nodes: A
     assert all("/p2p-circuit/" not in a for a in other.peer(hidden.peer_id).addrs if a != addr)
 
 
+def test_a_peer_nobody_can_dial_in_to_is_found_through_the_dht_and_reached_through_its_relay(nodes: Any) -> None:
+    """Its addresses through its relays are its own: identify tells them, its DHT provider record
+    holds them, and a peer that finds it there dials it through the relay when it cannot dial it
+    directly (here: it stopped listening, as a peer behind NAT cannot be dialled)."""
+    joins: dict[str, Any] = {"dht": True, "dht_interval": 0.5}
+    relay = nodes("relay", relay_service=True, **joins)
+    hidden = nodes("hidden", relays=(relay.addrs[0],), bootstrap=(relay.addrs[0],), **joins)
+    addr = _relayed(hidden)
+
+    async def stop_listening() -> None:
+        for key, listener in list(hidden._network.listeners.items()):
+            await listener.close()
+            del hidden._network.listeners[key]
+
+    hidden._call(stop_listening, timeout=5, what="closing its listener")
+    assert hidden.addrs == [addr]
+    wait_for(lambda: hidden.dht_reached >= 2, "its announcement with only the relayed address")
+    finder = nodes("finder", bootstrap=(relay.addrs[0],), **joins)
+    wait_for(lambda: hidden.peer_id in finder.connected(), "the finder connected to it through the DHT")
+    assert finder.request(hidden.peer_id, "found you").message == "hidden got found you"
+    # (they may meet as the hidden one dials the finder: it can dial out) a peer whose only
+    # address of it is the relayed one, as its record now gives it, dials it through the relay
+    import multiaddr
+    from libp2p.peer.id import ID
+    from libp2p.peer.peerinfo import PeerInfo
+
+    other = nodes("other")
+    info = PeerInfo(ID.from_base58(hidden.peer_id), [multiaddr.Multiaddr(addr)])
+    other._call(other._dial_info, info, timeout=15, what="dialling what the record gives")
+    assert hidden.peer_id in other.connected()
+    assert other.request(hidden.peer_id, "through its record").message == "hidden got through its record"
+
+
 def test_a_relay_that_restarts_takes_the_reservation_again(nodes: Any, uid: str) -> None:
     """The reservation is gone with the relay's node; the peer dials the relay again and
     reserves anew when it is back (at the same address and identity)."""

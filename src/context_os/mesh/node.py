@@ -720,6 +720,7 @@ class MeshNode:
         """Circuit relay v2 on this node: it takes relayed connections (``stop``) and dials
         ``/p2p-circuit`` addresses always, relays for others with ``relay_service`` (``hop``),
         and keeps a reservation on each of its ``relays``."""
+        import multiaddr
         import trio
         from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
         from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
@@ -733,6 +734,12 @@ class MeshNode:
         roles = RelayRole.STOP | RelayRole.CLIENT | RelayRole.HOP if hop else RelayRole.STOP | RelayRole.CLIENT
         async with background_trio_service(protocol), trio.open_nursery() as relays:
             self._relay_transport = CircuitV2Transport(self._host, protocol, RelayConfig(roles=roles, limits=limits))
+            # the addresses through the relays are this node's like those it listens on: identify
+            # tells peers of them, the DHT's provider records hold them (py-libp2p's addrs_factory
+            # cannot say them: it cuts an address at its first /p2p/, the relay's)
+            host: Any = self._host
+            listening = host.get_addrs
+            host.get_addrs = lambda: listening() + [multiaddr.Multiaddr(a) for a in self.relayed_addrs()]
             task_status.started()
             with self._relaying:  # (cancelled first when the node stops, with the DHT's dials)
                 for addr in self.config.relays:
@@ -868,12 +875,28 @@ class MeshNode:
 
     async def _dial_info(self, info: Any) -> None:
         import trio
+        from libp2p.peer.peerinfo import PeerInfo
 
+        relayed = [a for a in info.addrs if "/p2p-circuit" in str(a)]
+        direct = PeerInfo(info.peer_id, [a for a in info.addrs if "/p2p-circuit" not in str(a)])
         try:
             self._network.unblock_peer(info.peer_id)
             self._forget_addrs(info.peer_id)
             with trio.fail_after(self.config.call_timeout):
-                await self._host.connect(info)
+                if direct.addrs:
+                    try:
+                        await self._host.connect(direct)
+                        return
+                    except Exception:
+                        if not relayed:
+                            raise
+                for addr in relayed:  # (py-libp2p's swarm dials no relayed address itself)
+                    try:
+                        await self._relay_transport.dial(_to_peer(addr, info.peer_id))
+                        return
+                    except Exception:
+                        if addr is relayed[-1]:
+                            raise
         except Exception as e:  # noqa: BLE001 - a discovered peer that cannot be dialled stays "discovered"
             log.info("mesh: discovered peer %s not reachable: %s", info.peer_id, _describe(e))
 
@@ -1004,7 +1027,7 @@ class MeshNode:
         starts or once it stopped (its listeners are closed)."""
         if not self.running:
             return []
-        return [str(a) for a in self._host.get_addrs()] + self.relayed_addrs()
+        return [str(a) for a in self._host.get_addrs()]  # (with those through its relays)
 
     def relayed_addrs(self) -> list[str]:
         """This node's addresses through the ``relays`` that hold a reservation of it now."""
@@ -1610,6 +1633,14 @@ def _check_port_free(host: str, port: int) -> None:
                     "port, or 0 for a free one"
                 ) from None
             raise ConfigError(f"mesh: cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def _to_peer(addr: Any, peer: Any) -> Any:
+    """``addr`` ending in ``/p2p/<peer>``: a peer store may hold a relayed address without it."""
+    import multiaddr
+
+    text = str(addr)
+    return addr if text.endswith(f"/p2p/{peer}") else multiaddr.Multiaddr(f"{text}/p2p/{peer}")
 
 
 def _free_port(host: str) -> int:
