@@ -206,8 +206,12 @@ def test_send_through_a_relay(ctxos: click.Group, db: Path, tmp_path: Path) -> N
     ):
         addr = wait_for(lambda: next(iter(hidden.node.relayed_addrs()), None), "the reservation")
         r = run(ctxos, db, "send", addr, "via the relay", "--auto-reply", "--json", "--timeout", "10")
-    assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["response"] == "[auto-response] Received: via the relay"
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["response"] == "[auto-response] Received: via the relay"
+        r = run(ctxos, db, "peers", "--connect", addr)
+        assert r.exit_code == 0, r.output
+        # the table's addresses lose the peer's own id, not the relay's
+        assert f"{relay.node.addrs[0]}/p2p-circuit" in r.stdout.replace("\n", "")
 
 
 @pytest.mark.usefixtures("announced")

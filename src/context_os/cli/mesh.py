@@ -173,7 +173,7 @@ def _scan(
 
 def _transport(addrs: list[str]) -> list[str]:
     """Addresses without their ``/p2p/<id>`` tail (the peer id has a column of its own)."""
-    return [a.split("/p2p/")[0] for a in addrs]
+    return [a.rsplit("/p2p/", 1)[0] for a in addrs]  # (a relayed one keeps its relay's id)
 
 
 # -- send -------------------------------------------------------------------------------------------
