@@ -77,6 +77,21 @@ def test_a_peer_nobody_can_dial_in_to_is_found_through_the_dht_and_reached_throu
     assert other.request(hidden.peer_id, "through its record").message == "hidden got through its record"
 
 
+def test_one_relayed_connection_ending_leaves_the_others_to_the_same_peer(nodes: Any) -> None:
+    """Two agents reach one behind a relay; one leaves, the other's circuit goes on."""
+    relay = nodes("relay", relay_service=True)
+    hidden = nodes("hidden", relays=(relay.addrs[0],))
+    addr = _relayed(hidden)
+    first, second = nodes("first"), nodes("second")
+    for other in (first, second):
+        assert other.connect(addr) == hidden.peer_id
+        assert other.request(hidden.peer_id, "in").message == "hidden got in"
+    first.close()
+    wait_for(lambda: first.peer_id not in hidden.connected(), "the first one gone")
+    for i in range(3):
+        assert second.request(hidden.peer_id, f"still {i}", timeout=5).message == f"hidden got still {i}"
+
+
 def test_a_relay_that_restarts_takes_the_reservation_again(nodes: Any, uid: str) -> None:
     """The reservation is gone with the relay's node; the peer dials the relay again and
     reserves anew when it is back (at the same address and identity)."""
