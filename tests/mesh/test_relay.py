@@ -77,6 +77,22 @@ def test_a_peer_nobody_can_dial_in_to_is_found_through_the_dht_and_reached_throu
     assert other.request(hidden.peer_id, "through its record").message == "hidden got through its record"
 
 
+def test_a_peer_behind_a_relay_is_reached_again_and_again(nodes: Any, uid: str) -> None:
+    # two bugs, one run in two each: a relayed connection that ended closed the socket to the
+    # relay under it (the node looked for its socket through the stream it runs over), and the
+    # relay closed the streams of the circuit opened last to the same peer when an earlier one
+    # ended; each `ctxos mesh` command is a new node with one identity, as here
+    relay = nodes("relay", relay_service=True)
+    hidden = nodes("hidden", relays=(relay.addrs[0],))
+    addr = _relayed(hidden)
+    seed = os.urandom(32)
+    for i in range(8):
+        with MeshNode(MeshConfig(f"caller-{uid}", seed=seed if i % 2 else None)) as caller:
+            assert caller.connect(addr, timeout=5) == hidden.peer_id
+            assert caller.request(hidden.peer_id, f"call {i}", timeout=5).message == f"hidden got call {i}"
+    assert hidden.relayed_addrs() == [addr]
+
+
 def test_one_relayed_connection_ending_leaves_the_others_to_the_same_peer(nodes: Any) -> None:
     """Two agents reach one behind a relay; one leaves, the other's circuit goes on."""
     relay = nodes("relay", relay_service=True)

@@ -730,7 +730,7 @@ class MeshNode:
 
         hop = self.config.relay_service
         limits = RelayLimits(**RELAY_LIMITS)
-        protocol = CircuitV2Protocol(self._host, limits=limits, allow_hop=hop)  # (its handlers: as it runs)
+        protocol = _relay_protocol(CircuitV2Protocol)(self._host, limits=limits, allow_hop=hop)  # (handlers: at run)
         roles = RelayRole.STOP | RelayRole.CLIENT | RelayRole.HOP if hop else RelayRole.STOP | RelayRole.CLIENT
         async with background_trio_service(protocol), trio.open_nursery() as relays:
             self._relay_transport = CircuitV2Transport(self._host, protocol, RelayConfig(roles=roles, limits=limits))
@@ -1635,6 +1635,37 @@ def _check_port_free(host: str, port: int) -> None:
             raise ConfigError(f"mesh: cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
+def _relay_protocol(base: type) -> type:
+    """py-libp2p's circuit relay, each circuit closing its own streams when it ends.
+
+    py-libp2p keeps a circuit's streams under the peers' ids, and a circuit that ended closed the
+    streams found under them: those of the last circuit opened from the same peer or to it (a
+    peer reached through the relay again, as its last circuit ended). Here each relaying
+    direction is given a key no entry is under, and closes its circuit's own two streams."""
+
+    class _Key:
+        def __init__(self, peer: Any):
+            self.peer = peer
+
+        def __str__(self) -> str:
+            return str(self.peer)
+
+    class Relay(base):  # type: ignore[misc]
+        async def _relay_data(
+            self, src: Any, dst: Any, peer: Any, deadline: Any = None, circuit_data_limit: Any = None
+        ) -> None:
+            try:
+                await super()._relay_data(src, dst, _Key(peer), deadline, circuit_data_limit)
+            finally:
+                for key, streams in list(self._active_relays.items()):
+                    if any(x is src or x is dst for x in streams):
+                        del self._active_relays[key]
+                await self._close_stream(src)
+                await self._close_stream(dst)
+
+    return Relay
+
+
 def _to_peer(addr: Any, peer: Any) -> Any:
     """``addr`` ending in ``/p2p/<peer>``: a peer store may hold a relayed address without it."""
     import multiaddr
@@ -1687,12 +1718,16 @@ async def _no_auto_dial() -> None:
 
 def layers(conn: Any) -> Iterator[Any]:
     """A swarm connection and each one under it: muxer, security, private network, raw, a
-    WebSocket connection and its own stream, TLS, down to the socket's (at most 12)."""
+    WebSocket connection and its own stream, TLS, down to the socket's (at most 12). A relayed
+    connection ends at the stream it runs over: that stream's connection, to the relay, is not
+    its (before, a relayed connection that ended closed the socket to the relay under it)."""
     x = conn
     for _ in range(12):
         if x is None:
             return
         yield x
+        if hasattr(x, "muxed_stream"):  # a libp2p stream: a relayed connection's carrier
+            return
         x = next((getattr(x, n) for n in _UNDER if hasattr(x, n)), None)
 
 
