@@ -211,9 +211,7 @@ def test_send_through_a_relay(ctxos: click.Group, db: Path, tmp_path: Path) -> N
 
 
 def test_peers_shows_a_relayed_address_with_its_relay(ctxos: click.Group, db: Path, tmp_path: Path) -> None:
-    """The table's addresses lose the peer's own id, not the relay's. (Its own test: one
-    identity's second relayed connection to the same peer, made as the first closes, may fail in
-    py-libp2p; every CLI command has the CLI's identity.)"""
+    """The table's addresses lose the peer's own id, not the relay's."""
     with (
         SqliteStore(tmp_path / "agents.db") as store,
         MeshAgent(store, MeshConfig("relay", relay_service=True)) as relay,
