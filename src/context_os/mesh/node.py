@@ -875,30 +875,38 @@ class MeshNode:
 
     async def _dial_info(self, info: Any) -> None:
         import trio
-        from libp2p.peer.peerinfo import PeerInfo
 
-        relayed = [a for a in info.addrs if "/p2p-circuit" in str(a)]
-        direct = PeerInfo(info.peer_id, [a for a in info.addrs if "/p2p-circuit" not in str(a)])
         try:
-            self._network.unblock_peer(info.peer_id)
-            self._forget_addrs(info.peer_id)
             with trio.fail_after(self.config.call_timeout):
-                if direct.addrs:
-                    try:
-                        await self._host.connect(direct)
-                        return
-                    except Exception:
-                        if not relayed:
-                            raise
-                for addr in relayed:  # (py-libp2p's swarm dials no relayed address itself)
-                    try:
-                        await self._relay_transport.dial(_to_peer(addr, info.peer_id))
-                        return
-                    except Exception:
-                        if addr is relayed[-1]:
-                            raise
+                await self._dial(info)
         except Exception as e:  # noqa: BLE001 - a discovered peer that cannot be dialled stays "discovered"
             log.info("mesh: discovered peer %s not reachable: %s", info.peer_id, _describe(e))
+
+    async def _dial(self, info: Any) -> None:
+        """Connect to the peer of ``info`` unless connected: at its direct addresses through the
+        swarm, then at each relayed one through the relay transport (py-libp2p's swarm dials no
+        relayed address itself); the last failure is raised."""
+        from libp2p.peer.peerinfo import PeerInfo
+
+        self._network.unblock_peer(info.peer_id)
+        if self._network.get_connections(info.peer_id):
+            return
+        self._forget_addrs(info.peer_id)
+        direct = [a for a in info.addrs if "/p2p-circuit" not in str(a)]
+        targets: list[Any] = [PeerInfo(info.peer_id, direct)] if direct else []
+        targets += [_to_peer(a, info.peer_id) for a in info.addrs if "/p2p-circuit" in str(a)]
+        failure: Exception | None = None
+        for target in targets:
+            try:
+                if isinstance(target, PeerInfo):
+                    await self._host.connect(target)
+                else:
+                    await self._relay_transport.dial(target)
+                return
+            except Exception as e:  # noqa: BLE001 - the next address, or raised below
+                failure = e
+        if failure is not None:
+            raise failure
 
     def _forget_addrs(self, pid: Any) -> None:
         """Drop the addresses the peer store holds for ``pid`` before dialling it at new ones.
@@ -1052,35 +1060,14 @@ class MeshNode:
         except Exception as e:  # noqa: BLE001 - multiaddr raises several types for bad text
             raise MeshError(f"mesh: {addr!r} is not a peer address (/ip4/…/tcp/…/p2p/<id>): {e}") from None
 
-        async def dial() -> None:
-            self._network.unblock_peer(info.peer_id)
-            if "/p2p-circuit/" in addr:  # (py-libp2p's swarm dials no relayed address itself)
-                if not self._network.get_connections(info.peer_id):
-                    await self._relay_transport.dial(multiaddr.Multiaddr(addr))
-                return
-            self._forget_addrs(info.peer_id)
-            await self._host.connect(info)
-
         self._note(str(info.peer_id), fresh_addrs=[str(a) for a in info.addrs])
         try:
-            self._call(dial, timeout=timeout or self.config.call_timeout, what=f"connect to {addr}")
+            self._call(self._dial, info, timeout=timeout or self.config.call_timeout, what=f"connect to {addr}")
         except MeshError as e:
-            if "/p2p-circuit/" in addr and "Could not open stream to relay" in str(e):
-                raise MeshError(
-                    f"mesh: connect to {addr}: the node before /p2p-circuit is no relay (it runs no relay service:"
-                    " relay_service, --mesh-relay-service), or cannot be reached"
-                ) from e
-            relay = re.search(r"Relay connection failed with status (\d+)", str(e))
-            if relay is not None:
-                why = RELAY_STATUS.get(int(relay[1]), "the relay refused")
-                raise MeshError(f"mesh: connect to {addr}: {why} (circuit relay status {relay[1]})") from e
-            refused = _untrusted(e)
-            if refused is None:
+            why = _refusal(addr, e)
+            if why is None:
                 raise
-            raise MeshError(
-                f"mesh: connect to {addr}: the peer's TLS certificate is not trusted ({refused.verify_message});"
-                " trust the CA that signed it with tls_ca (--tls-ca FILE)"
-            ) from e
+            raise MeshError(f"mesh: connect to {addr}: {why}") from e
         return str(info.peer_id)
 
     def connected(self) -> list[str]:
@@ -1679,6 +1666,26 @@ def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
+
+
+def _refusal(addr: str, e: MeshError) -> str | None:
+    """Why a dial of ``addr`` was refused, in words, when py-libp2p's own do not say: a relay
+    that is none or refused the circuit, a TLS certificate not trusted."""
+    if "/p2p-circuit/" in addr and "Could not open stream to relay" in str(e):
+        return (
+            "the node before /p2p-circuit is no relay (it runs no relay service: relay_service,"
+            " --mesh-relay-service), or cannot be reached"
+        )
+    relay = re.search(r"Relay connection failed with status (\d+)", str(e))
+    if relay is not None:
+        return f"{RELAY_STATUS.get(int(relay[1]), 'the relay refused')} (circuit relay status {relay[1]})"
+    untrusted = _untrusted(e)
+    if untrusted is not None:
+        return (
+            f"the peer's TLS certificate is not trusted ({untrusted.verify_message});"
+            " trust the CA that signed it with tls_ca (--tls-ca FILE)"
+        )
+    return None
 
 
 def _untrusted(e: BaseException | None) -> ssl.SSLCertVerificationError | None:
