@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from typing import Any
 
 import pytest
 
 from context_os.errors import ConfigError, MeshError
-from context_os.mesh.node import MeshConfig, MeshNode
+from context_os.mesh.node import MeshConfig, MeshNode, _free_port
 from tests.mesh.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -112,9 +111,7 @@ def test_a_relay_that_restarts_takes_the_reservation_again(nodes: Any, uid: str)
     """The reservation is gone with the relay's node; the peer dials the relay again and
     reserves anew when it is back (at the same address and identity)."""
     seed = os.urandom(32)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = _free_port("127.0.0.1")
     relay = MeshNode(MeshConfig(f"relay-{uid}", relay_service=True, seed=seed, port=port)).start()
     relay_addr = relay.addrs[0]
     hidden = nodes("hidden", relays=(relay_addr,))

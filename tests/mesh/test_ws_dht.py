@@ -5,25 +5,18 @@ between real py-libp2p peers. Their interop with js-libp2p is in test_js_interop
 from __future__ import annotations
 
 import logging
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from context_os.errors import ConfigError, MeshError
-from context_os.mesh.node import MeshConfig, MeshNode, layers, rendezvous_key
+from context_os.mesh.node import MeshConfig, MeshNode, _free_port, layers, rendezvous_key
 from context_os.mesh.pnet import new_swarm_key, read_swarm_key
 from tests.helpers import self_signed_certificate
 from tests.mesh.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _over_websocket(node: MeshNode, peer: str) -> bool:
@@ -53,7 +46,7 @@ def _talk_both_ways(client: MeshNode, server: MeshNode, how: str) -> None:
 
 
 def test_peers_talk_over_websocket_both_ways(nodes: Any) -> None:
-    ws_port = _free_port()
+    ws_port = _free_port("127.0.0.1")
     server = nodes("server", ws_port=ws_port)
     ws = [a for a in server.addrs if "/ws/" in a]
     assert ws == [f"/ip4/127.0.0.1/tcp/{ws_port}/ws/p2p/{server.peer_id}"]
@@ -128,7 +121,7 @@ def test_tls_files_that_cannot_serve_are_refused_before_the_node_starts(tmp_path
 
 
 def test_tcp_and_websocket_share_one_port_when_asked(nodes: Any) -> None:
-    port = _free_port()
+    port = _free_port("127.0.0.1")
     node = nodes("both", port=port, ws_port=port)
     assert sorted(node.addrs) == sorted(
         [f"/ip4/127.0.0.1/tcp/{port}/p2p/{node.peer_id}", f"/ip4/127.0.0.1/tcp/{port}/ws/p2p/{node.peer_id}"]
@@ -152,7 +145,7 @@ def test_a_private_network_holds_over_websocket_and_logs_nothing(
         (tmp_path / name).chmod(0o600)
     key, other = read_swarm_key(tmp_path / "swarm.key"), read_swarm_key(tmp_path / "other.key")
     caplog.set_level(logging.WARNING)
-    server = nodes("server", ws_port=_free_port(), psk=key)
+    server = nodes("server", ws_port=_free_port("127.0.0.1"), psk=key)
     member = nodes("member", psk=key)
     for addr in server.addrs:  # TCP, then WebSocket, from two members
         dialer = member if "/ws/" not in addr else nodes("member2", psk=key)
@@ -220,7 +213,7 @@ def test_bad_websocket_and_dht_settings_are_refused(config: dict[str, Any], mess
 
 
 def test_a_websocket_port_another_listens_on_is_refused(nodes: Any) -> None:
-    first = nodes("first", ws_port=_free_port())
+    first = nodes("first", ws_port=_free_port("127.0.0.1"))
     taken = int(next(a for a in first.addrs if "/ws/" in a).split("/tcp/")[1].split("/")[0])
     with pytest.raises(ConfigError, match=f"port {taken} on 127.0.0.1 is in use"):
         MeshNode(MeshConfig("second", ws_port=taken)).start()

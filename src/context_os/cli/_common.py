@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from functools import partial, wraps
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -144,6 +145,9 @@ class _Text(click.types.StringParamType):
 
 TEXT = _Text()
 """The type of every text argument that goes to the store: ``click.argument("session_id", type=TEXT)``."""
+
+EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+"""The type of an option naming a file that must exist (a key, a certificate), given as a ``Path``."""
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 jobs_option = click.option(

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from ..mesh.node import MeshConfig, MeshNode, load_seed
 from ..mesh.pnet import read_swarm_key
 from ..mesh.wire import BROADCAST_TYPES
 from ..store import Store
-from ._common import emit_json, fails_cleanly, json_option, printable, store_from, table
+from ._common import EXISTING_FILE, emit_json, fails_cleanly, json_option, printable, store_from, table
 
 CLI_AGENT = "ctxos-cli"
 REQUEST_TIMEOUT = 60.0
@@ -53,7 +54,7 @@ swarm_key_option = click.option(
 
 tls_ca_option = click.option(
     "--tls-ca",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=EXISTING_FILE,
     metavar="FILE",
     help="Trust the certificates in this PEM file, besides the system's, when dialling a wss address.",
 )
@@ -126,14 +127,7 @@ def _scan(
     """The peers a node finds (its own id left out), each with its ``source``: those at the
     ``connect`` addresses, those a round of the DHT names (``dht``), those mDNS announces within
     ``seconds`` (with ``seconds``); and the addresses it could not dial."""
-    config = MeshConfig(
-        CLI_AGENT,
-        seed=load_seed(registry.identity_path(CLI_AGENT)),
-        mdns=seconds is not None,
-        dht=dht,
-        tls_ca=tls_ca,
-    )
-    node = MeshNode(config)
+    node = MeshNode(replace(_config(CLI_AGENT, None, dht=dht, tls_ca=tls_ca), mdns=seconds is not None))
     node.start()
     sources: dict[str, str] = {}
     failed: list[dict[str, Any]] = []

@@ -25,6 +25,7 @@ from ..server.transports import StdioStop, check_origin, header_token, listen_so
 from ..sources.recall import open_recall
 from ..store import data_dir
 from ._common import (
+    EXISTING_FILE,
     announce_created,
     embedder_option,
     fails_cleanly,
@@ -106,7 +107,7 @@ def _origins(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
 @click.option("--mesh-port", type=click.IntRange(0, 65535), default=0, help="Its TCP port (default: any free one).")
 @click.option(
     "--mesh-swarm-key",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=EXISTING_FILE,
     help="A swarm.key file (readable by its owner only): a private mesh only peers with the same key can join.",
 )
 @click.option(
@@ -116,17 +117,17 @@ def _origins(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
 )
 @click.option(
     "--mesh-tls-cert",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=EXISTING_FILE,
     help="Take secure WebSocket (wss) connections on --mesh-ws-port, with this PEM certificate (chain).",
 )
 @click.option(
     "--mesh-tls-key",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=EXISTING_FILE,
     help="The PEM private key of --mesh-tls-cert.",
 )
 @click.option(
     "--mesh-tls-ca",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=EXISTING_FILE,
     help="Trust the certificates in this PEM file, besides the system's, when dialling wss peers.",
 )
 @click.option("--mesh-mdns/--no-mesh-mdns", default=True, show_default=True, help="Discover peers by mDNS.")
