@@ -596,6 +596,51 @@ def test_the_history_cap_applies_to_what_is_shown_not_to_what_is_stored(
     assert all(verify_frame(store, f).ok for f in frame_docs(store, f"{uid}-bob"))
 
 
+class _LateSqliteStore(SqliteStore):
+    """A SQLite store whose writes return a while after they are committed (a thread descheduled
+    right after its write: what the two-node run on XTDB hit once)."""
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self.delays: list[float] = []
+        """How late the next writes return (then 0.3 s)."""
+
+    def submit(self, ops: Any) -> Any:
+        tx = super().submit(ops)
+        time.sleep(self.delays.pop(0) if self.delays else 0.3)
+        return tx
+
+
+def test_a_message_in_the_store_is_in_the_context_and_in_the_order_stored(tmp_path: Path, uid: str) -> None:
+    # it was stored, then shown: a context assembled between the two (its loop saw the message
+    # in the store) left it out, and two writes at once could be shown in the other order
+    store = _LateSqliteStore(tmp_path / "bob.db")
+    alice = MeshAgent(SqliteStore(tmp_path / "alice.db"), MeshConfig(f"alice-{uid}")).start()
+    bob = MeshAgent(store, MeshConfig(f"bob-{uid}"), session=f"{uid}-bob", history_cap=3).start()
+    hb = hook_for(store, bob, f"{uid}-bob")
+    try:
+        link(alice, bob)
+        for i in range(2):
+            alice.broadcast(f"note {i}")
+            wait_for(lambda i=i: len(messages_of(store, bob)) == i + 1, f"note {i} stored")
+            assert f"note {i}" in blocks_text(hb.transform_context([user("news?")]))
+            assert [m["text"] for m in bob.messages()][-1] == f"note {i}"
+        store.delays = [0.6, 0.0]  # the first of two writes at once returns last
+        writers = [threading.Thread(target=bob.broadcast, args=(f"mine {i}",)) for i in range(2)]
+        for w in writers:
+            w.start()
+        for w in writers:
+            w.join()
+    finally:
+        alice.close()
+        bob.close()
+    stored = [d["content"] for d in messages_of(store, bob)]
+    versions = store.find(kind="message", where={"mesh_agent": bob.name})
+    by_tx = [v.doc["content"] for v in sorted(versions, key=lambda v: v.tx_id) if v.doc]
+    assert sorted(stored) == ["mine 0", "mine 1", "note 0", "note 1"]
+    assert [m["text"] for m in bob.messages()] == by_tx[-3:]
+
+
 def test_a_seed_file_gives_the_same_peer_id_across_restarts(tmp_path: Path, uid: str) -> None:
     seed = load_seed(tmp_path / "id.seed")
     assert (tmp_path / "id.seed").stat().st_mode & 0o777 == 0o600

@@ -123,6 +123,10 @@ class MeshAgent:
         """Set by ``interrupt``: a ``send`` that waits for an answer gives up."""
         self._lock = threading.Lock()
         self._shown: collections.deque[_Shown] = collections.deque(maxlen=history_cap)
+        self._showing = threading.Lock()
+        """Held while messages are stored and shown, and while ``_shown`` is read: what is shown
+        is in the order it was stored, and a message stored is shown to whoever looks next (a
+        reader that saw it in the store found it missing from the session's context)."""
         self._seq = itertools.count()
         self._unanswered: dict[str, dict[str, Any]] = {}
         """Received requests the agent has not answered yet, by object id."""
@@ -240,8 +244,8 @@ class MeshAgent:
     def _record(self, *docs: dict[str, Any], memories: tuple[tuple[str, str], ...] = ()) -> None:
         """Write ``docs`` in one transaction, then offer them to the session (a new version of a
         message shown already takes its place)."""
-        self.store.submit([Put(d) for d in docs])
-        with self._lock:
+        with self._showing:
+            self.store.submit([Put(d) for d in docs])
             for d in docs:
                 known = next((i for i, s in enumerate(self._shown) if s.id == d["id"]), None)
                 if known is None:
@@ -269,7 +273,7 @@ class MeshAgent:
 
     def messages(self) -> list[dict[str, Any]]:
         """The messages shown (newest last): id, text and metadata."""
-        with self._lock:
+        with self._showing:
             return [{"id": s.id, "text": s.text, **s.meta} for s in self._shown]
 
     # --- outgoing --------------------------------------------------------------------------------
@@ -721,7 +725,7 @@ class MeshSource:
         self.name = f"mesh:{agent.name}"
 
     def items(self, query: str, budget_tokens: int) -> list[SourceItem]:
-        with self.agent._lock:
+        with self.agent._showing:
             shown = list(self.agent._shown)
         out: list[SourceItem] = []
         for s in reversed(shown):
