@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import pytest
@@ -16,6 +17,9 @@ from tests.mesh.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
+RELAYED: dict[str, Any] = {"hole_punch": False}
+"""For the tests of the relay itself: connections through it stay relayed (no hole punching)."""
+
 
 def _relayed(node: MeshNode) -> str:
     """The node's address through its relay, once the relay holds its reservation."""
@@ -24,10 +28,10 @@ def _relayed(node: MeshNode) -> str:
 
 def test_a_peer_is_reached_through_its_relay_both_ways_and_on_the_topic(nodes: Any) -> None:
     relay = nodes("relay", relay_service=True)
-    hidden = nodes("hidden", relays=(relay.addrs[0],))
+    hidden = nodes("hidden", relays=(relay.addrs[0],), **RELAYED)
     addr = _relayed(hidden)
     assert addr == f"{relay.addrs[0]}/p2p-circuit/p2p/{hidden.peer_id}" and addr in hidden.addrs
-    other = nodes("other")
+    other = nodes("other", **RELAYED)
     assert other.connect(addr) == hidden.peer_id
     assert other.request(hidden.peer_id, "through the relay?").message == "hidden got through the relay?"
     assert hidden.request(other.peer_id, "and back?").message == "other got and back?"
@@ -41,6 +45,8 @@ def test_a_peer_is_reached_through_its_relay_both_ways_and_on_the_topic(nodes: A
     # the relay carries the connection: it is connected to both, and they never dialled each other
     assert {hidden.peer_id, other.peer_id} <= set(relay.connected())
     assert all("/p2p-circuit/" not in a for a in other.peer(hidden.peer_id).addrs if a != addr)
+    assert other.peer(hidden.peer_id).relayed and hidden.peer(other.peer_id).relayed  # type: ignore[union-attr]
+    assert other.peer(hidden.peer_id).public()["relayed"] is True  # type: ignore[union-attr]
 
 
 def test_a_peer_nobody_can_dial_in_to_is_found_through_the_dht_and_reached_through_its_relay(nodes: Any) -> None:
@@ -82,11 +88,11 @@ def test_a_peer_behind_a_relay_is_reached_again_and_again(nodes: Any, uid: str) 
     # relay closed the streams of the circuit opened last to the same peer when an earlier one
     # ended; each `ctxos mesh` command is a new node with one identity, as here
     relay = nodes("relay", relay_service=True)
-    hidden = nodes("hidden", relays=(relay.addrs[0],))
+    hidden = nodes("hidden", relays=(relay.addrs[0],), **RELAYED)
     addr = _relayed(hidden)
     seed = os.urandom(32)
     for i in range(8):
-        with MeshNode(MeshConfig(f"caller-{uid}", seed=seed if i % 2 else None)) as caller:
+        with MeshNode(MeshConfig(f"caller-{uid}", seed=seed if i % 2 else None, **RELAYED)) as caller:
             assert caller.connect(addr, timeout=5) == hidden.peer_id
             assert caller.request(hidden.peer_id, f"call {i}", timeout=5).message == f"hidden got call {i}"
     assert hidden.relayed_addrs() == [addr]
@@ -95,9 +101,9 @@ def test_a_peer_behind_a_relay_is_reached_again_and_again(nodes: Any, uid: str) 
 def test_one_relayed_connection_ending_leaves_the_others_to_the_same_peer(nodes: Any) -> None:
     """Two agents reach one behind a relay; one leaves, the other's circuit goes on."""
     relay = nodes("relay", relay_service=True)
-    hidden = nodes("hidden", relays=(relay.addrs[0],))
+    hidden = nodes("hidden", relays=(relay.addrs[0],), **RELAYED)
     addr = _relayed(hidden)
-    first, second = nodes("first"), nodes("second")
+    first, second = nodes("first", **RELAYED), nodes("second", **RELAYED)
     for other in (first, second):
         assert other.connect(addr) == hidden.peer_id
         assert other.request(hidden.peer_id, "in").message == "hidden got in"
@@ -105,6 +111,70 @@ def test_one_relayed_connection_ending_leaves_the_others_to_the_same_peer(nodes:
     wait_for(lambda: first.peer_id not in hidden.connected(), "the first one gone")
     for i in range(3):
         assert second.request(hidden.peer_id, f"still {i}", timeout=5).message == f"hidden got still {i}"
+
+
+def _stop_listening(node: MeshNode) -> None:
+    """The node takes no connection any more (as behind NAT); it can still dial out."""
+
+    async def close() -> None:
+        for key, listener in list(node._network.listeners.items()):
+            await listener.close()
+            del node._network.listeners[key]
+
+    node._call(close, timeout=5, what="closing its listeners")
+
+
+def test_a_relayed_connection_is_made_direct_and_outlives_its_relay(nodes: Any) -> None:
+    """Hole punching (DCUtR): a peer that takes no connection, reached through its relay, and
+    the peer that reached it get a direct connection (here the hidden one dials out), which the
+    relay's going leaves standing: requests and the topic go on."""
+    relay = nodes("relay", relay_service=True)
+    hidden = nodes("hidden", relays=(relay.addrs[0],))
+    addr = _relayed(hidden)
+    _stop_listening(hidden)
+    assert hidden.addrs == [addr]
+    other = nodes("other")
+    assert other.connect(addr) == hidden.peer_id
+    wait_for(lambda: hidden.peer_id in other.topic_peers() and other.peer_id in hidden.topic_peers(), "the topic")
+    direct = wait_for(
+        lambda: not other.peer(hidden.peer_id).relayed and not hidden.peer(other.peer_id).relayed,  # type: ignore[union-attr]
+        "a direct connection",
+    )
+    assert direct
+    relay.close()
+    wait_for(lambda: hidden.peer_id not in relay.connected(), "the relay gone")
+    assert other.request(hidden.peer_id, "directly?").message == "hidden got directly?"
+    assert hidden.request(other.peer_id, "and back?").message == "other got and back?"
+    got: list[str] = []
+    other.on_broadcast = lambda peer, b: got.append(b.message)
+    wait_for(lambda: other.peer_id in hidden.topic_peers(), "the topic on the direct connection")
+    hidden.broadcast("after the relay")
+    wait_for(lambda: got == ["after the relay"], "the broadcast")
+    assert other.peer(hidden.peer_id).status == "connected"  # type: ignore[union-attr]
+
+
+def test_without_hole_punching_a_relayed_connection_stays_relayed_and_ends_with_its_relay(nodes: Any) -> None:
+    relay = nodes("relay", relay_service=True)
+    hidden = nodes("hidden", relays=(relay.addrs[0],), **RELAYED)
+    other = nodes("other", **RELAYED)
+    assert other.connect(_relayed(hidden)) == hidden.peer_id
+    time.sleep(5)  # with hole punching, it is direct within 2-3 s (the test above)
+    assert other.peer(hidden.peer_id).relayed and hidden.peer(other.peer_id).relayed  # type: ignore[union-attr]
+    relay.close()
+    wait_for(lambda: other.peer(hidden.peer_id).status == "disconnected", "the connection gone with the relay")  # type: ignore[union-attr]
+
+
+def test_the_node_tells_when_a_relay_takes_or_loses_its_reservation(nodes: Any, uid: str) -> None:
+    relay = nodes("relay", relay_service=True)
+    seen: list[list[str]] = []
+    hidden = MeshNode(MeshConfig(f"hidden-{uid}", relays=(relay.addrs[0],)))
+    hidden.on_addrs = lambda: seen.append(hidden.addrs)
+    with hidden:
+        addr = _relayed(hidden)
+        wait_for(lambda: seen and addr in seen[-1], "told of the relayed address")
+        relay.close()
+        wait_for(lambda: addr not in seen[-1], "told the relayed address is gone")
+        assert seen[-1] == hidden.addrs and all("/p2p-circuit" not in a for a in seen[-1])
 
 
 def test_a_relay_that_restarts_takes_the_reservation_again(nodes: Any, uid: str) -> None:

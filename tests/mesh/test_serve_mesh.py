@@ -276,13 +276,16 @@ def test_a_served_agent_takes_and_makes_secure_websocket_connections(tmp_path: P
             assert carol.node.connect(bob_wss) == bob.peer_id  # bob's own listener speaks TLS
 
 
-def test_a_served_agent_relays_for_another_that_reserves_a_slot_on_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hole_punch", [True, False])
+def test_a_served_agent_relays_for_another_that_reserves_a_slot_on_it(tmp_path: Path, hole_punch: bool) -> None:
     """``--mesh-relay-service`` on one served agent, ``--mesh-relay ADDR`` on another: the second
-    is reached through the first at the address its status gives."""
+    is reached through the first at the address its status gives; the connection is then made
+    direct, unless ``--no-mesh-hole-punch``."""
     plain = ("--no-mesh-mdns", "--embedder", "none")
+    punch = () if hole_punch else ("--no-mesh-hole-punch",)
     with http_server(tmp_path / "bob", "--mesh", "bob", "--mesh-relay-service", *plain):
         bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob announced", timeout=60)
-        with http_server(tmp_path / "carol", "--mesh", "carol", "--mesh-relay", bob.addrs[0], *plain) as carol:
+        with http_server(tmp_path / "carol", "--mesh", "carol", "--mesh-relay", bob.addrs[0], *punch, *plain) as carol:
 
             def relayed() -> str | None:
                 addrs = carol.rpc("mesh.status")["result"]["addresses"]
@@ -290,11 +293,21 @@ def test_a_served_agent_relays_for_another_that_reserves_a_slot_on_it(tmp_path: 
 
             addr = wait_for(relayed, "carol's address through bob", timeout=30)
             assert addr.startswith(f"{bob.addrs[0]}/p2p-circuit/p2p/")
-            with SqliteStore(tmp_path / "dave.db") as store, MeshAgent(store, MeshConfig("dave")) as dave:
+            # the local registry's entry gets the address too (it was written before the reservation)
+            wait_for(
+                lambda: addr in registry.find(registry.default_dir(), "carol").addrs, "the entry's relayed address"
+            )  # type: ignore[union-attr]
+            dave_config = MeshConfig("dave", hole_punch=hole_punch)
+            with SqliteStore(tmp_path / "dave.db") as store, MeshAgent(store, dave_config) as dave:
                 carol_id = dave.node.connect(addr)
                 assert dave.node.request(carol_id, "through bob", auto_reply=True).message == (
                     "[auto-response] Received: through bob"
                 )
+                if hole_punch:
+                    wait_for(lambda: not dave.node.peer(carol_id).relayed, "a direct connection")  # type: ignore[union-attr]
+                else:
+                    time.sleep(5)  # with hole punching, it is direct within 2-3 s
+                    assert dave.node.peer(carol_id).relayed  # type: ignore[union-attr]
 
 
 def test_tls_options_without_what_they_need_are_usage_errors(tmp_path: Path) -> None:

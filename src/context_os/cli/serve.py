@@ -152,6 +152,12 @@ def _origins(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
     help="Relay connections for peers that cannot be dialled (circuit relay v2).",
 )
 @click.option(
+    "--mesh-hole-punch/--no-mesh-hole-punch",
+    default=True,
+    show_default=True,
+    help="Upgrade connections through a relay to direct ones when the peers can dial each other (DCUtR).",
+)
+@click.option(
     "--mesh-memory-preset",
     type=click.Choice(["small", "medium", "large"]),
     default="large",
@@ -185,6 +191,7 @@ def serve_cmd(
     mesh_connect: tuple[str, ...],
     mesh_relay: tuple[str, ...],
     mesh_relay_service: bool,
+    mesh_hole_punch: bool,
     mesh_memory_preset: str,
     verbose: int,
 ) -> None:
@@ -233,7 +240,7 @@ def serve_cmd(
                     store, mesh_name, mesh_host, mesh_port, mesh_swarm_key, mesh_mdns, mesh_connect,
                     mesh_memory_preset, recall, ws_port=mesh_ws_port, dht=mesh_dht,
                     tls=(mesh_tls_cert, mesh_tls_key, mesh_tls_ca), relays=mesh_relay,
-                    relay_service=mesh_relay_service,
+                    relay_service=mesh_relay_service, hole_punch=mesh_hole_punch,
                 )
             )  # fmt: skip
         server = Server(
@@ -313,6 +320,7 @@ def _mesh_agent(
     tls: tuple[Path | None, Path | None, Path | None] = (None, None, None),
     relays: tuple[str, ...] = (),
     relay_service: bool = False,
+    hole_punch: bool = True,
 ) -> Iterator[MeshAgent]:
     """The server's mesh peer, started, announced in the local registry while it runs."""
     from ..mesh import registry
@@ -336,6 +344,7 @@ def _mesh_agent(
         tls_ca=tls[2],
         relays=relays,
         relay_service=relay_service,
+        hole_punch=hole_punch,
     )
     agent = MeshAgent(
         store, config, recall=recall, limits=MemoryLimits.preset(preset), local_registry=registry.default_dir()
@@ -344,19 +353,36 @@ def _mesh_agent(
     if other is not None:  # two nodes of one identity: peers would reach either of them
         agent.close()
         raise _twice(name, other)
+    # the entry follows the node's addresses (a relay's reservation made or lost), written under
+    # one lock with the first and the withdrawal: a late one never brings back an entry withdrawn
+    announced: list[Path] = []
+    lock = threading.Lock()
+
+    def announce(exclusive: bool = False) -> None:
+        with lock:
+            if announced or exclusive:
+                where = registry.announce(
+                    registry.default_dir(),
+                    peer_id=agent.peer_id,
+                    agent_name=name,
+                    addrs=agent.node.addrs,
+                    exclusive=exclusive,
+                )
+                announced[:] = [where]
+
+    agent.node.on_addrs = announce
     agent.start()
     try:
         try:
             # in one step with the look for another: two started at once both passed the check above
-            entry = registry.announce(
-                registry.default_dir(), peer_id=agent.peer_id, agent_name=name, addrs=agent.node.addrs, exclusive=True
-            )
+            announce(exclusive=True)
         except registry.AlreadyRunning as e:
             raise _twice(name, e.peer) from None
         try:
             yield agent
         finally:
-            registry.withdraw(entry)
+            with lock:
+                registry.withdraw(announced.pop())
     finally:
         agent.close()
 

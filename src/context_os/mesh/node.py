@@ -215,6 +215,12 @@ class MeshConfig:
     """Relays (multiaddrs with ``/p2p/<id>`` of nodes with ``relay_service``) to reserve a slot on,
     kept while the node runs (a relay lost is dialled again): the node is then reachable through
     each at ``<relay>/p2p-circuit/p2p/<its id>``, among its ``addrs``."""
+    hole_punch: bool = True
+    """Upgrade a connection through a relay to a direct one (DCUtR, "hole punching"): the two
+    peers tell each other their addresses over the relayed connection and dial each other at
+    once, which passes most NATs (a peer that can dial out reaches one that takes connections);
+    new streams take the direct connection, and the relayed one is closed a minute later. It
+    stays relayed when no dial gets through (``MeshPeer.relayed``)."""
     call_timeout: float = 10.0
     """The deadline of a connect or a broadcast, seconds."""
     broadcast_rate: float = 100.0
@@ -298,6 +304,8 @@ class MeshPeer:
     discovered_at: int = 0
     connected_at: int | None = None
     disconnected_at: int | None = None
+    relayed: bool = False
+    """Connected through relays only (no direct connection, or not yet: ``hole_punch``)."""
 
     def public(self) -> dict[str, Any]:
         return {
@@ -308,6 +316,7 @@ class MeshPeer:
             "discoveredAt": self.discovered_at,
             "connectedAt": self.connected_at,
             "disconnectedAt": self.disconnected_at,
+            "relayed": self.relayed,
         }
 
 
@@ -386,6 +395,10 @@ class MeshNode:
         self.config = config
         self.on_request = on_request
         self.on_broadcast = on_broadcast
+        self.on_addrs: Callable[[], None] | None = None
+        """Called (on a worker thread) when the node's addresses change: a relay took its
+        reservation, or it was lost. ``addrs`` has them (read there: of two calls at once, each
+        reads the newest)."""
         self._lock = threading.Lock()
         self._peers: dict[str, MeshPeer] = {}
         self.counts = {
@@ -719,10 +732,12 @@ class MeshNode:
     async def _run_relay(self, task_status: Any) -> None:
         """Circuit relay v2 on this node: it takes relayed connections (``stop``) and dials
         ``/p2p-circuit`` addresses always, relays for others with ``relay_service`` (``hop``),
-        and keeps a reservation on each of its ``relays``."""
+        keeps a reservation on each of its ``relays``, and upgrades relayed connections to direct
+        ones (``hole_punch``)."""
         import multiaddr
         import trio
         from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
+        from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
         from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
         from libp2p.relay.circuit_v2.resources import RelayLimits
         from libp2p.relay.circuit_v2.transport import CircuitV2Transport
@@ -732,7 +747,11 @@ class MeshNode:
         limits = RelayLimits(**RELAY_LIMITS)
         protocol = _relay_protocol(CircuitV2Protocol)(self._host, limits=limits, allow_hop=hop)  # (handlers: at run)
         roles = RelayRole.STOP | RelayRole.CLIENT | RelayRole.HOP if hop else RelayRole.STOP | RelayRole.CLIENT
-        async with background_trio_service(protocol), trio.open_nursery() as relays:
+        async with contextlib.AsyncExitStack() as services:
+            await services.enter_async_context(background_trio_service(protocol))
+            if self.config.hole_punch:  # (it looks at the connections every 2 s, and upgrades relayed ones)
+                await services.enter_async_context(background_trio_service(DCUtRProtocol(self._host)))
+            relays = await services.enter_async_context(trio.open_nursery())
             self._relay_transport = CircuitV2Transport(self._host, protocol, RelayConfig(roles=roles, limits=limits))
             # the addresses through the relays are this node's like those it listens on: identify
             # tells peers of them, the DHT's provider records hold them (py-libp2p's addrs_factory
@@ -773,12 +792,21 @@ class MeshNode:
                 await trio.sleep(wait)
                 wait = min(2 * wait, RELAY_RETRY_S[1])
                 continue
+            nursery.start_soon(self._tell_addrs)
             wait = RELAY_RETRY_S[0]
             held = self._relay_transport._reservations  # (py-libp2p drops one that expired unrenewed)
             while self._network.get_connections(info.peer_id) and info.peer_id in held:
                 await trio.sleep(RELAY_CHECK_S)
             held.pop(info.peer_id, None)
             log.info("mesh: relay %s lost, or its reservation; reserving again", addr)
+            nursery.start_soon(self._tell_addrs)
+
+    async def _tell_addrs(self) -> None:
+        if self.on_addrs is not None:
+            try:
+                await _to_thread(self.on_addrs)
+            except Exception as e:  # noqa: BLE001 - the node goes on; whoever listens said why
+                log.warning("mesh: telling of the node's new addresses failed: %s", _describe(e))
 
     async def _run_dht(self, dht: Any) -> None:
         """Run the DHT, and a round of it every ``dht_interval`` s (``_dht_round``); a round that
@@ -1544,7 +1572,8 @@ class _Notifee:
             self.node._sockets = [s for s in self.node._sockets if s.socket.fileno() != -1] + [sock]
         peer = conn.muxed_conn.peer_id
         addrs = [str(a) for a in network.peerstore.addrs(peer)] if _has_addrs(network, peer) else []
-        self.node._note(str(peer), status="connected", connected_at=now_ms(), addrs=addrs)
+        relayed = _relayed(network, peer)
+        self.node._note(str(peer), status="connected", connected_at=now_ms(), addrs=addrs, relayed=relayed)
         self.node._renew_topic_stream(peer)
 
     async def disconnected(self, network: Any, conn: Any) -> None:
@@ -1558,6 +1587,7 @@ class _Notifee:
         if not network.get_connections(peer):  # its last connection
             self.node._note(str(peer), status="disconnected", disconnected_at=now_ms())
         else:
+            self.node._note(str(peer), relayed=_relayed(network, peer))
             self.node._renew_topic_stream(peer)
 
     async def listen(self, network: Any, multiaddr: Any) -> None:
@@ -1565,6 +1595,19 @@ class _Notifee:
 
     async def listen_close(self, network: Any, multiaddr: Any) -> None:
         pass
+
+
+def _relayed(network: Any, peer: Any) -> bool:
+    """Whether every open connection to ``peer`` runs through a relay (``/p2p-circuit``)."""
+
+    def through_relay(conn: Any) -> bool:
+        try:
+            return any("/p2p-circuit" in str(a) for a in conn.get_transport_addresses())
+        except Exception:  # noqa: BLE001 - a connection closing: not one that counts
+            return False
+
+    conns = network.get_connections(peer)
+    return bool(conns) and all(through_relay(c) for c in conns)
 
 
 def _tls_contexts(config: MeshConfig) -> tuple[ssl.SSLContext | None, ssl.SSLContext]:
