@@ -245,7 +245,8 @@ def test_js_dials_a_secure_websocket_with_the_certificate_node_trusts(js: Any, u
 
 def test_circuit_relays_work_across_both_ways(js: Any, uid: str) -> None:
     """js reserves a slot on a context_os relay and a context_os node reaches it through it; a
-    context_os node reserves a slot on a js relay (@libp2p/circuit-relay-v2) and js reaches it."""
+    context_os node reserves a slot on a js relay (@libp2p/circuit-relay-v2), told of it or
+    finding it among its peers, and js reaches it."""
     with (
         MeshNode(MeshConfig(f"pyrelay-{uid}", relay_service=True)) as relay,
         MeshNode(MeshConfig(f"pycaller-{uid}")) as caller,
@@ -267,6 +268,11 @@ def test_circuit_relays_work_across_both_ways(js: Any, uid: str) -> None:
         assert caller_js.do({"dial": addr})["ok"]["peer"] == hidden.peer_id
         answer = caller_js.do({"send": {"peer": hidden.peer_id, "message": "through js"}})
         assert answer["ok"]["response"]["message"] == "py: through js"
+    # a node that knows no relay finds the js relay among its peers (identify lists its hop protocol)
+    with MeshNode(MeshConfig(f"pyfinder-{uid}", auto_relays=1, bootstrap=(js_relay.addr,))) as finder:
+        addr = wait_for(lambda: next(iter(finder.relayed_addrs()), None), "a reservation on the js relay it found")
+        assert addr == f"{js_relay.addr}/p2p-circuit/p2p/{finder.peer_id}"
+        assert js().do({"dial": addr})["ok"]["peer"] == finder.peer_id
 
 
 def test_the_dht_is_shared_with_js_and_finds_peers_through_it(js: Any, uid: str) -> None:

@@ -177,6 +177,26 @@ def test_the_node_tells_when_a_relay_takes_or_loses_its_reservation(nodes: Any, 
         assert seen[-1] == hidden.addrs and all("/p2p-circuit" not in a for a in seen[-1])
 
 
+def test_a_peer_finds_a_relay_among_its_peers_and_another_when_it_is_lost(nodes: Any) -> None:
+    """``auto_relays``: no relay's address given; of the peers it meets, it reserves a slot on
+    the one that relays (not the plain one), and on the next when that one goes."""
+    relay, plain = nodes("relay", relay_service=True), nodes("plain")
+    hidden = nodes("hidden", auto_relays=1, bootstrap=(plain.addrs[0], relay.addrs[0]), **RELAYED)
+    addr = _relayed(hidden)
+    assert addr == f"{relay.addrs[0]}/p2p-circuit/p2p/{hidden.peer_id}" and hidden.relayed_addrs() == [addr]
+    other = nodes("other", **RELAYED)
+    assert other.connect(addr) == hidden.peer_id
+    assert other.request(hidden.peer_id, "found it?").message == "hidden got found it?"
+    second = nodes("second", relay_service=True)
+    hidden.connect(second.addrs[0])
+    time.sleep(2.5)  # two looks for relays (RELAY_CHECK_S)
+    assert hidden.relayed_addrs() == [addr]  # one is what it was asked for
+    relay.close()
+    again = wait_for(lambda: next((a for a in hidden.relayed_addrs() if a != addr), None), "the second relay's")
+    assert again == f"{second.addrs[0]}/p2p-circuit/p2p/{hidden.peer_id}" and hidden.relayed_addrs() == [again]
+    assert nodes("third", **RELAYED).connect(again) == hidden.peer_id
+
+
 def test_a_relay_that_restarts_takes_the_reservation_again(nodes: Any, uid: str) -> None:
     """The reservation is gone with the relay's node; the peer dials the relay again and
     reserves anew when it is back (at the same address and identity)."""
@@ -236,3 +256,9 @@ def test_a_node_that_is_no_relay_takes_no_reservation_and_a_dial_through_it_says
 def test_a_relay_that_is_no_relays_address_is_refused(relay: str) -> None:
     with pytest.raises(ConfigError, match="is not a relay's address"):
         MeshConfig("x", relays=(relay,))
+
+
+@pytest.mark.parametrize("n", [-1, 9, True, 1.5])
+def test_a_number_of_relays_to_find_out_of_range_is_refused(n: Any) -> None:
+    with pytest.raises(ConfigError, match=f"auto_relays {n!r} is not a number of relays from 0 to 8"):
+        MeshConfig("x", auto_relays=n)

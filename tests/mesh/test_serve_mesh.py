@@ -278,14 +278,17 @@ def test_a_served_agent_takes_and_makes_secure_websocket_connections(tmp_path: P
 
 @pytest.mark.parametrize("hole_punch", [True, False])
 def test_a_served_agent_relays_for_another_that_reserves_a_slot_on_it(tmp_path: Path, hole_punch: bool) -> None:
-    """``--mesh-relay-service`` on one served agent, ``--mesh-relay ADDR`` on another: the second
-    is reached through the first at the address its status gives; the connection is then made
-    direct, unless ``--no-mesh-hole-punch``."""
+    """``--mesh-relay-service`` on one served agent, ``--mesh-relay ADDR`` on another (or
+    ``--mesh-auto-relays 1`` with it among its peers): the second is reached through the first at
+    the address its status gives; the connection is then made direct, unless
+    ``--no-mesh-hole-punch``."""
     plain = ("--no-mesh-mdns", "--embedder", "none")
-    punch = () if hole_punch else ("--no-mesh-hole-punch",)
     with http_server(tmp_path / "bob", "--mesh", "bob", "--mesh-relay-service", *plain):
         bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob announced", timeout=60)
-        with http_server(tmp_path / "carol", "--mesh", "carol", "--mesh-relay", bob.addrs[0], *punch, *plain) as carol:
+        how = ("--mesh-relay", bob.addrs[0])
+        if not hole_punch:  # (and the relay found, to run both in one)
+            how = ("--mesh-auto-relays", "1", "--mesh-connect", bob.addrs[0], "--no-mesh-hole-punch")
+        with http_server(tmp_path / "carol", "--mesh", "carol", *how, *plain) as carol:
 
             def relayed() -> str | None:
                 addrs = carol.rpc("mesh.status")["result"]["addresses"]

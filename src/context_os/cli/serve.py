@@ -152,6 +152,14 @@ def _origins(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
     help="Relay connections for peers that cannot be dialled (circuit relay v2).",
 )
 @click.option(
+    "--mesh-auto-relays",
+    type=click.IntRange(0, 8),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Reserve a slot on up to N relays found among the connected peers (behind NAT, no relay's address known).",
+)
+@click.option(
     "--mesh-hole-punch/--no-mesh-hole-punch",
     default=True,
     show_default=True,
@@ -192,6 +200,7 @@ def serve_cmd(
     mesh_relay: tuple[str, ...],
     mesh_relay_service: bool,
     mesh_hole_punch: bool,
+    mesh_auto_relays: int,
     mesh_memory_preset: str,
     verbose: int,
 ) -> None:
@@ -240,7 +249,7 @@ def serve_cmd(
                     store, mesh_name, mesh_host, mesh_port, mesh_swarm_key, mesh_mdns, mesh_connect,
                     mesh_memory_preset, recall, ws_port=mesh_ws_port, dht=mesh_dht,
                     tls=(mesh_tls_cert, mesh_tls_key, mesh_tls_ca), relays=mesh_relay,
-                    relay_service=mesh_relay_service, hole_punch=mesh_hole_punch,
+                    relay_service=mesh_relay_service, hole_punch=mesh_hole_punch, auto_relays=mesh_auto_relays,
                 )
             )  # fmt: skip
         server = Server(
@@ -321,6 +330,7 @@ def _mesh_agent(
     relays: tuple[str, ...] = (),
     relay_service: bool = False,
     hole_punch: bool = True,
+    auto_relays: int = 0,
 ) -> Iterator[MeshAgent]:
     """The server's mesh peer, started, announced in the local registry while it runs."""
     from ..mesh import registry
@@ -345,6 +355,7 @@ def _mesh_agent(
         relays=relays,
         relay_service=relay_service,
         hole_punch=hole_punch,
+        auto_relays=auto_relays,
     )
     agent = MeshAgent(
         store, config, recall=recall, limits=MemoryLimits.preset(preset), local_registry=registry.default_dir()

@@ -215,6 +215,13 @@ class MeshConfig:
     """Relays (multiaddrs with ``/p2p/<id>`` of nodes with ``relay_service``) to reserve a slot on,
     kept while the node runs (a relay lost is dialled again): the node is then reachable through
     each at ``<relay>/p2p-circuit/p2p/<its id>``, among its ``addrs``."""
+    auto_relays: int = 0
+    """Besides ``relays``, reserve a slot on up to this many relays found among the peers the
+    node is connected to (a peer whose identify lists circuit relay v2's hop protocol: a
+    ``relay_service`` node met through ``bootstrap``, mDNS or the DHT), as a peer behind NAT does
+    that knows no relay's address (AutoRelay). One lost, or refusing, is replaced by another
+    found; it is tried again after ``RELAY_RETRY_S[1]``. Whether the node needs a relay is the
+    caller's to say (no AutoNAT)."""
     hole_punch: bool = True
     """Upgrade a connection through a relay to a direct one (DCUtR, "hole punching"): the two
     peers tell each other their addresses over the relayed connection and dial each other at
@@ -277,6 +284,9 @@ class MeshConfig:
         for relay in self.relays:
             if "/p2p/" not in relay or "/p2p-circuit" in relay:
                 raise ConfigError(f"mesh: relay {relay!r} is not a relay's address (/ip4/…/tcp/…/p2p/<id>)")
+        n = self.auto_relays
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 8:
+            raise ConfigError(f"mesh: auto_relays {self.auto_relays!r} is not a number of relays from 0 to 8")
         if not self.topic:
             raise ConfigError("mesh: the broadcast topic is empty")
         if not self.broadcast_bytes_rate > 0 or self.broadcast_bytes_burst < 1:
@@ -533,6 +543,9 @@ class MeshNode:
 
             self._dht = KadDHT(self._host, DHTMode.SERVER)
         self._relay_transport: Any = None
+        self._auto_relays: dict[str, str] = {}
+        """The relays found (``MeshConfig.auto_relays``) the node keeps a reservation on, or is
+        taking one on: their peer ids and the addresses it dialled them at."""
         self.dht_rounds = 0
         """Rounds of the DHT's announce and look-up done (``MeshConfig.dht``)."""
         self.dht_reached = 0
@@ -763,12 +776,15 @@ class MeshNode:
             with self._relaying:  # (cancelled first when the node stops, with the DHT's dials)
                 for addr in self.config.relays:
                     relays.start_soon(self._keep_reservation, addr, relays)
+                if self.config.auto_relays:
+                    relays.start_soon(self._find_relays, relays)
                 await trio.sleep_forever()
 
-    async def _keep_reservation(self, addr: str, nursery: Any) -> None:
+    async def _keep_reservation(self, addr: str, nursery: Any, *, again: bool = True) -> None:
         """Dial the relay at ``addr`` and reserve a slot on it; again when the connection to it
         or the reservation is lost, or after a wait when it could not be reached or refused
-        (``RELAY_RETRY_S``). py-libp2p renews a reservation before it expires."""
+        (``RELAY_RETRY_S``). Without ``again``, return then instead. py-libp2p renews a
+        reservation before it expires."""
         import multiaddr
         import trio
         from libp2p.peer.peerinfo import info_from_p2p_addr
@@ -787,6 +803,9 @@ class MeshNode:
             except Exception as e:  # noqa: BLE001 - tried again below
                 log.info("mesh: relay %s: %s", addr, _describe(e))
                 reserved = False
+            if not reserved and not again:
+                log.info("mesh: relay %s took no reservation", addr)
+                return
             if not reserved:
                 log.warning("mesh: relay %s took no reservation; trying again in %g s", addr, wait)
                 await trio.sleep(wait)
@@ -798,8 +817,47 @@ class MeshNode:
             while self._network.get_connections(info.peer_id) and info.peer_id in held:
                 await trio.sleep(RELAY_CHECK_S)
             held.pop(info.peer_id, None)
-            log.info("mesh: relay %s lost, or its reservation; reserving again", addr)
             nursery.start_soon(self._tell_addrs)
+            if not again:
+                log.info("mesh: relay %s lost, or its reservation", addr)
+                return
+            log.info("mesh: relay %s lost, or its reservation; reserving again", addr)
+
+    async def _find_relays(self, nursery: Any) -> None:
+        """Keep a reservation on ``auto_relays`` relays among the peers connected (not through a
+        relay: a relay reached through another is no help), each looked for every
+        ``RELAY_CHECK_S``; one that refused or was lost is passed over for ``RELAY_RETRY_S[1]``."""
+        import trio
+        from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP
+
+        named = {addr.rsplit("/p2p/", 1)[1] for addr in self.config.relays}
+        passed_over: dict[str, float] = {}
+
+        async def keep(peer: str, addr: str) -> None:
+            try:
+                await self._keep_reservation(addr, nursery, again=False)
+            finally:
+                del self._auto_relays[peer]
+                passed_over[peer] = trio.current_time() + RELAY_RETRY_S[1]
+
+        store = self._host.get_peerstore()
+        while True:
+            now = trio.current_time()
+            for pid in self._host.get_connected_peers():
+                peer = str(pid)
+                if len(self._auto_relays) >= self.config.auto_relays:
+                    break
+                if peer in named or peer in self._auto_relays or passed_over.get(peer, 0) > now:
+                    continue
+                if _relayed(self._network, pid) or not store.supports_protocols(pid, [HOP]):
+                    continue
+                addrs = [a for a in store.addrs(pid) if "/p2p-circuit" not in str(a)]
+                if addrs:
+                    addr = str(_to_peer(addrs[0], peer))
+                    log.info("mesh: found a relay: %s", addr)
+                    self._auto_relays[peer] = addr
+                    nursery.start_soon(keep, peer, addr)
+            await trio.sleep(RELAY_CHECK_S)
 
     async def _tell_addrs(self) -> None:
         if self.on_addrs is not None:
@@ -1066,15 +1124,17 @@ class MeshNode:
         return [str(a) for a in self._host.get_addrs()]  # (with those through its relays)
 
     def relayed_addrs(self) -> list[str]:
-        """This node's addresses through the ``relays`` that hold a reservation of it now."""
+        """This node's addresses through the relays that hold a reservation of it now (``relays``,
+        then those found: ``auto_relays``)."""
         transport = self._relay_transport
         if transport is None:
             return []
         held = {str(p) for p in transport._reservations}
         connected = {str(p) for p in self._host.get_connected_peers()}
+        relays = [*self.config.relays, *dict(self._auto_relays).values()]
         return [
             f"{addr}/p2p-circuit/p2p/{self.peer_id}"
-            for addr in self.config.relays
+            for addr in dict.fromkeys(relays)
             if (relay := addr.rsplit("/p2p/", 1)[1]) in held and relay in connected
         ]
 
