@@ -9,8 +9,8 @@
   peers at once, 8 in flight each, and broadcasts from one: messages per second the receiving peer stores, against
   the same traffic to a peer that stores nothing.
 * WebSocket and relays: ``MeshNode.request`` round trips over a WebSocket connection, plain and
-  over TLS (``wss``, a self-signed certificate the sender trusts), and through a circuit relay,
-  beside TCP's.
+  over TLS (``wss``, a self-signed certificate the sender trusts), through a circuit relay, and
+  dialled through one then made direct by hole punching, beside TCP's.
 * DHT discovery: how soon two peers that know only a third find each other through the DHT.
 * error reply: a request whose handling fails is answered with an error; p99 must stay within
   100 ms (the seed's aim), and is shown against the plain round trip.
@@ -116,20 +116,25 @@ def timed(fn: Any, n: int) -> list[float]:
 def node_round_trips(transport: str, tmp: Path) -> list[float]:
     """``MeshNode.request`` round trips over ``transport``: ``tcp``, ``ws``, ``wss`` (the
     receiver listening on a WebSocket port of its own, the sender dialling it there) or
-    ``relay`` (TCP through a third node, the receiver's relay)."""
+    ``relay`` (TCP through a third node, the receiver's relay, hole punching off) or ``punched``
+    (dialled through the relay, then made direct by hole punching)."""
     tls: dict[str, Any] = {}
     if transport == "wss":
         cert, key = self_signed_certificate(tmp)
         tls = {"tls_cert": cert, "tls_key": key}
-    relay = MeshNode(MeshConfig("relay", relay_service=True)).start() if transport == "relay" else None
+    relayed = transport in ("relay", "punched")
+    relay = MeshNode(MeshConfig("relay", relay_service=True)).start() if relayed else None
     relays = (relay.addrs[0],) if relay is not None else ()
-    a = MeshNode(MeshConfig("a", tls_ca=tls.get("tls_cert"))).start()
+    punch = transport != "relay"
+    a = MeshNode(MeshConfig("a", tls_ca=tls.get("tls_cert"), hole_punch=punch)).start()
     ws_port = 0 if transport in ("ws", "wss") else None
-    b = MeshNode(MeshConfig("b", request_rate=OFF, ws_port=ws_port, relays=relays, **tls)).start()
+    b = MeshNode(MeshConfig("b", request_rate=OFF, ws_port=ws_port, relays=relays, hole_punch=punch, **tls)).start()
     try:
         if relay is not None:
             wait("the relay's reservation", lambda: b.relayed_addrs())
             a.connect(b.relayed_addrs()[0])
+            if punch:
+                wait("a direct connection", lambda: not a.peer(b.peer_id).relayed)  # type: ignore[union-attr]
         else:
             a.connect(next(x for x in b.addrs if x.split("/")[5] == ("p2p" if transport == "tcp" else transport)))
         return timed(lambda: a.request(b.peer_id, "ping"), ROUND_TRIPS)
@@ -251,6 +256,7 @@ def main() -> int:
         ws_rt = node_round_trips("ws", tmp)
         wss_rt = node_round_trips("wss", tmp)
         relay_rt = node_round_trips("relay", tmp)
+        punched_rt = node_round_trips("punched", tmp)
 
         sa, sb = SqliteStore(tmp / "a.db"), SqliteStore(tmp / "b.db")
         alice = MeshAgent(sa, MeshConfig("alice")).start()
@@ -292,6 +298,7 @@ def main() -> int:
             ("ws", ws_rt),
             ("wss", wss_rt),
             ("relay", relay_rt),
+            ("punched", punched_rt),
             ("agent", agent_rt),
         )
     }
@@ -310,11 +317,14 @@ def main() -> int:
         f"{p['wss'][0] / p['bare'][0]:.2f}× |\n"
         f"| `MeshNode.request` through a relay (circuit relay v2, TCP both legs) | {p['relay'][0]:.2f} | "
         f"{p['relay'][1]:.2f} | {p['relay'][0] / p['bare'][0]:.2f}× |\n"
+        f"| `MeshNode.request` dialled through a relay, then made direct (hole punching) | {p['punched'][0]:.2f} | "
+        f"{p['punched'][1]:.2f} | {p['punched'][0] / p['bare'][0]:.2f}× |\n"
         f"| `MeshAgent.send`, stored both sides + memory | {p['agent'][0]:.2f} | {p['agent'][1]:.2f} | "
         f"{p['agent'][0] / p['bare'][0]:.2f}× |\n\n"
         f"Over WebSocket a round trip takes {p['ws'][0] / p['node'][0]:.2f}× one over TCP (p50), and"
         f" {p['wss'][0] / p['node'][0]:.2f}× over WebSocket with TLS (TLS under libp2p's own Noise); through a"
-        f" relay, {p['relay'][0] / p['node'][0]:.2f}× (two legs, and the relay's copying between them).\n\n"
+        f" relay, {p['relay'][0] / p['node'][0]:.2f}× (two legs, and the relay's copying between them), and"
+        f" {p['punched'][0] / p['node'][0]:.2f}× once hole punching made the connection direct.\n\n"
         f"DHT discovery: two peers that know only a third, all three started at once with the DHT at its"
         f" default interval ({MeshConfig('x').dht_interval:g} s), were connected {min(meetings):.2f}-"
         f"{max(meetings):.2f} s after the last one started (median {pct(meetings, 50):.2f} s,"
