@@ -840,7 +840,17 @@ class MeshNode:
                 del self._auto_relays[peer]
                 passed_over[peer] = trio.current_time() + RELAY_RETRY_S[1]
 
-        store = self._host.get_peerstore()
+        def address(pid: Any) -> str | None:
+            """Where to dial the relay ``pid`` (None: it is no relay, or one of no use)."""
+            store = self._host.get_peerstore()
+            try:
+                if _relayed(self._network, pid) or not store.supports_protocols(pid, [HOP]):
+                    return None
+                addrs = [a for a in store.addrs(pid) if "/p2p-circuit" not in str(a)]
+            except Exception:  # noqa: BLE001 - gone from the peer store meanwhile (its addresses expired)
+                return None
+            return str(_to_peer(addrs[0], pid)) if addrs else None
+
         while True:
             now = trio.current_time()
             for pid in self._host.get_connected_peers():
@@ -849,11 +859,7 @@ class MeshNode:
                     break
                 if peer in named or peer in self._auto_relays or passed_over.get(peer, 0) > now:
                     continue
-                if _relayed(self._network, pid) or not store.supports_protocols(pid, [HOP]):
-                    continue
-                addrs = [a for a in store.addrs(pid) if "/p2p-circuit" not in str(a)]
-                if addrs:
-                    addr = str(_to_peer(addrs[0], peer))
+                if (addr := address(pid)) is not None:
                     log.info("mesh: found a relay: %s", addr)
                     self._auto_relays[peer] = addr
                     nursery.start_soon(keep, peer, addr)
