@@ -441,6 +441,26 @@ def shown_blocks(texts: list[str]) -> dict[str, str]:
     return shown
 
 
+def stop_process(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it is stopped. ``kill`` returns once the
+    signal is queued; the stop begins when one of the process's threads is next scheduled, and
+    on a busy machine its other threads went on for milliseconds meanwhile (a cluster test's
+    node "stopped" answered the request sent right after)."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:  # a thread that ended meanwhile
+                continue
+            states.append(stat.rpartition(")")[2].split()[0])
+        return all(state in "TtZX" for state in states)
+
+    wait_for(stopped, f"process {pid} to stop")
+
+
 def wait_for(check: Callable[[], T], what: str = "condition", timeout: float = 10.0) -> T:
     """Poll ``check`` until it returns something truthy (returned); fail naming ``what`` after
     ``timeout`` seconds."""

@@ -32,6 +32,7 @@ from context_os.store.edn import Keyword
 from context_os.store.xtdb import XtdbStore, _read_edn
 from tests._xtdb_node import STARTUP_TIMEOUT_S, _answers, _free_port, _free_ports, run_clojure
 from tests.cluster._cluster import XTDB, Cluster
+from tests.helpers import stop_process
 from tests.ui.recorded import record_demo
 
 pytestmark = pytest.mark.cluster
@@ -102,7 +103,7 @@ def test_a_node_that_answers_nothing_is_failed_over_from(cluster: Cluster, uid: 
     store = XtdbStore(cluster.url(first, second), timeout=3)
     try:
         store.submit([Put(_doc(0, uid))])
-        os.kill(pid, signal.SIGSTOP)
+        stop_process(pid)
         try:
             got = store.get(f"memory:{uid}-0")
             assert got is not None and got.doc == _doc(0, uid)
@@ -114,7 +115,7 @@ def test_a_node_that_answers_nothing_is_failed_over_from(cluster: Cluster, uid: 
         alone = XtdbStore(cluster.url(first, second), timeout=3)
         try:
             assert alone.get(f"memory:{uid}-1") is not None and alone.base.endswith(f":{first}")
-            os.kill(pid, signal.SIGSTOP)
+            stop_process(pid)
             try:
                 with pytest.raises(StoreUnavailable, match="may still land; going on with"):
                     alone.submit([Put(_doc(2, uid))])
@@ -668,7 +669,7 @@ def test_postgres_stop_says_what_happened_to_a_killed_or_a_stuck_server(postgres
         pid_file_left = (data / "postmaster.pid").exists()
         again = subprocess.run([script, "start", "--port", str(port)], capture_output=True, text=True, timeout=120)
         postmaster = int((data / "postmaster.pid").read_text().split()[0])
-        os.kill(postmaster, signal.SIGSTOP)  # it takes no signal: pg_ctl waits its timeout for nothing
+        stop_process(postmaster)  # it takes no signal: pg_ctl waits its timeout for nothing
         stuck = subprocess.run(
             [script, "stop", "--port", str(port), "--timeout", "5"], capture_output=True, text=True, timeout=180
         )

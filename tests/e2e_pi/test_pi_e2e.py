@@ -21,6 +21,7 @@ import pytest
 
 from context_os.context.view import TAIL_OPEN
 from context_os.store.sqlite import SqliteStore
+from tests.helpers import stop_process
 
 from .conftest import CTXOS, PiRun, Rpc, _setup, pi_print, pi_rpc, run_pi, texts
 from .model_server import error, scripted_model, text, tool_call
@@ -712,7 +713,7 @@ def test_an_abort_while_ctxos_hangs_takes_effect_at_once_and_the_hung_ctxos_is_k
         if n == 2:  # ctxos answered the second call's context; the third finds it stopped
             stopped.extend(_ctxos_serving(tmp_path / "store.db"))
             for pid in stopped:
-                os.kill(pid, signal.SIGSTOP)
+                stop_process(pid)
 
     script = [tool_call("read", path="calc.py"), tool_call("bash", command="echo hi"), text("Never sent.")]
     events: list[dict[str, Any]] = []
@@ -751,7 +752,7 @@ def test_sigterm_to_pi_while_ctxos_hangs_ends_pi_and_ctxos(pi: PiInstall, tmp_pa
         if n == 1:
             stopped.extend(_ctxos_serving(tmp_path / "store.db"))
             for pid in stopped:
-                os.kill(pid, signal.SIGSTOP)
+                stop_process(pid)
 
     events: list[dict[str, Any]] = []
     script = [tool_call("bash", command="echo hi"), text("Never sent.")]

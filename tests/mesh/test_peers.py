@@ -34,7 +34,7 @@ from context_os.mesh.node import MeshConfig, MeshNode, load_seed
 from context_os.mesh.pnet import new_swarm_key, read_swarm_key
 from context_os.store.base import Store
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import blocks_text, call, result, say, user
+from tests.helpers import blocks_text, call, result, say, stop_process, user
 from tests.mesh.conftest import AgentFactory, Answerer, link, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -1087,7 +1087,7 @@ def test_a_frozen_peer_loses_its_own_copies_of_broadcasts_and_holds_up_no_other(
         addr = wait_for(lambda: ready.exists() and ready.read_text(), "bob to listen", timeout=30)
         bob = alice.node.connect(addr)
         wait_for(lambda: bob in alice.node.topic_peers(), "bob in alice's topic mesh")
-        os.kill(proc.pid, signal.SIGSTOP)
+        stop_process(proc.pid)
         began = time.monotonic()
         for i in range(80):  # 20 KB each: bob's queue and its connection's window fill long before
             alice.broadcast(f"frozen {i:03d} " + "y" * 20_000, "event")

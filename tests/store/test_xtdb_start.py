@@ -18,6 +18,7 @@ import pytest
 
 from context_os.store.xtdb import XtdbStore
 from tests._xtdb_node import ROOT, STARTUP_TIMEOUT_S, _free_port, _free_ports
+from tests.helpers import stop_process
 
 pytestmark = pytest.mark.xtdb
 
@@ -363,7 +364,7 @@ def _held_start(*, cut_short: bool) -> Iterator[_HeldStart]:
             assert start.poll() is None, ("the start ended before it launched its node", start.communicate())
             time.sleep(0.05)
         held.node_pid = int(held.pid_file.read_text())
-        os.kill(held.node_pid, signal.SIGSTOP)
+        stop_process(held.node_pid)
         if cut_short:
             os.killpg(start.pid, signal.SIGKILL)
             start.wait(timeout=30)
