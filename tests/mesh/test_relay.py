@@ -182,7 +182,9 @@ def test_a_peer_finds_a_relay_among_its_peers_and_another_when_it_is_lost(nodes:
     the one that relays (not the plain one), and on the next when that one goes."""
     relay, plain = nodes("relay", relay_service=True), nodes("plain")
     hidden = nodes("hidden", auto_relays=1, bootstrap=(plain.addrs[0], relay.addrs[0]), **RELAYED)
+    _stop_listening(hidden)  # (else the relay dials it back, and it needs none: the test below)
     addr = _relayed(hidden)
+    assert hidden.reachability == "private"
     assert addr == f"{relay.addrs[0]}/p2p-circuit/p2p/{hidden.peer_id}" and hidden.relayed_addrs() == [addr]
     other = nodes("other", **RELAYED)
     assert other.connect(addr) == hidden.peer_id
@@ -195,6 +197,43 @@ def test_a_peer_finds_a_relay_among_its_peers_and_another_when_it_is_lost(nodes:
     again = wait_for(lambda: next((a for a in hidden.relayed_addrs() if a != addr), None), "the second relay's")
     assert again == f"{second.addrs[0]}/p2p-circuit/p2p/{hidden.peer_id}" and hidden.relayed_addrs() == [again]
     assert nodes("third", **RELAYED).connect(again) == hidden.peer_id
+
+
+def test_a_peer_its_relays_can_dial_back_takes_no_slot_until_it_cannot_be_dialled(nodes: Any) -> None:
+    """AutoNAT: a relay dials the peer back at its addresses; while it can, the peer has no use
+    for a relay and reserves none, and once it takes no connection it reserves one."""
+    relay = nodes("relay", relay_service=True)
+    hidden = nodes("hidden", auto_relays=1, bootstrap=(relay.addrs[0],), **RELAYED)
+    wait_for(lambda: hidden.reachability == "public", "the relay's answer")
+    time.sleep(2.5)  # two looks for relays (RELAY_CHECK_S)
+    assert hidden.relayed_addrs() == []
+    _stop_listening(hidden)
+    addr = _relayed(hidden)
+    assert hidden.reachability == "private" and hidden.addrs == [addr]
+
+
+def test_a_relay_dials_a_peer_back_on_a_connection_of_its_own(nodes: Any) -> None:
+    """py-libp2p's AutoNAT server dials back through ``host.connect``, which returns at once for
+    a peer connected (as the one asking always is): every address was said reachable. The
+    relay's dials a new connection: a closed port is not."""
+    import multiaddr
+    from libp2p.host.autonat.autonat import AutoNATService
+    from libp2p.host.autonat.pb.autonat_pb2 import Message
+    from libp2p.peer.id import ID
+
+    relay, peer = nodes("relay", relay_service=True), nodes("peer")
+    peer.connect(relay.addrs[0])
+    closed = multiaddr.Multiaddr(f"/ip4/127.0.0.1/tcp/{_free_port('127.0.0.1')}").to_bytes()
+    listening = multiaddr.Multiaddr(peer.addrs[0]).to_bytes()
+
+    async def ask(addr: bytes) -> int:
+        client = AutoNATService(peer._host, serve=False)
+        status, _ = await client.query_server(ID.from_base58(relay.peer_id), [addr], timeout=10)
+        return status
+
+    assert peer._call(ask, closed, timeout=15, what="asking") == Message.E_DIAL_ERROR
+    assert peer._call(ask, listening, timeout=15, what="asking") == Message.OK
+    wait_for(lambda: len(relay._network.get_connections(ID.from_base58(peer.peer_id))) == 1, "the dial back closed")
 
 
 def test_a_relay_that_restarts_takes_the_reservation_again(nodes: Any, uid: str) -> None:

@@ -278,16 +278,16 @@ def test_a_served_agent_takes_and_makes_secure_websocket_connections(tmp_path: P
 
 @pytest.mark.parametrize("hole_punch", [True, False])
 def test_a_served_agent_relays_for_another_that_reserves_a_slot_on_it(tmp_path: Path, hole_punch: bool) -> None:
-    """``--mesh-relay-service`` on one served agent, ``--mesh-relay ADDR`` on another (or
-    ``--mesh-auto-relays 1`` with it among its peers): the second is reached through the first at
-    the address its status gives; the connection is then made direct, unless
-    ``--no-mesh-hole-punch``."""
+    """``--mesh-relay-service`` on one served agent, ``--mesh-relay ADDR`` on another: the second
+    is reached through the first at the address its status gives; the connection is then made
+    direct, unless ``--no-mesh-hole-punch``. With ``--mesh-auto-relays``, the relay also tells the
+    second that it can dial it (AutoNAT)."""
     plain = ("--no-mesh-mdns", "--embedder", "none")
     with http_server(tmp_path / "bob", "--mesh", "bob", "--mesh-relay-service", *plain):
         bob = wait_for(lambda: registry.find(registry.default_dir(), "bob"), "bob announced", timeout=60)
         how = ("--mesh-relay", bob.addrs[0])
-        if not hole_punch:  # (and the relay found, to run both in one)
-            how = ("--mesh-auto-relays", "1", "--mesh-connect", bob.addrs[0], "--no-mesh-hole-punch")
+        if not hole_punch:  # (and relays to find, to run both in one: bob, a relay, dials carol back)
+            how += ("--no-mesh-hole-punch", "--mesh-auto-relays", "1")
         with http_server(tmp_path / "carol", "--mesh", "carol", *how, *plain) as carol:
 
             def relayed() -> str | None:
@@ -300,6 +300,8 @@ def test_a_served_agent_relays_for_another_that_reserves_a_slot_on_it(tmp_path: 
             wait_for(
                 lambda: addr in registry.find(registry.default_dir(), "carol").addrs, "the entry's relayed address"
             )  # type: ignore[union-attr]
+            if not hole_punch:
+                wait_for(lambda: carol.rpc("mesh.status")["result"]["reachability"] == "public", "AutoNAT's answer")
             dave_config = MeshConfig("dave", hole_punch=hole_punch)
             with SqliteStore(tmp_path / "dave.db") as store, MeshAgent(store, dave_config) as dave:
                 carol_id = dave.node.connect(addr)

@@ -683,6 +683,7 @@ class MeshAgent:
             "traffic": dict(self.node.counts),
             "requests": self.queue.stats(),
             "shown": len(self._shown),
+            "reachability": self.node.reachability,
             "bootstrapFailed": list(self.node.bootstrap_failed),
             "dhtRounds": self.node.dht_rounds if self.config.dht else None,
         }

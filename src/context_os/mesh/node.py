@@ -355,6 +355,10 @@ RELAY_RETRY_S = (1.0, 30.0)
 first wait, doubled each time up to the second."""
 RELAY_CHECK_S = 1.0
 """How often the connection to each relay is looked at (one lost is dialled again)."""
+AUTONAT_RECHECK_S = 300.0
+"""How long a peer's answer to "dial me back" (AutoNAT) stands before it is asked again."""
+AUTONAT_DIAL_S = 5.0
+"""How long a relay dialling a peer back (AutoNAT) tries one of its addresses."""
 
 DHT_RETRY_S = 1.0
 """How soon a node whose last DHT round reached no peer tries another (``MeshConfig.dht``)."""
@@ -550,6 +554,11 @@ class MeshNode:
         """Rounds of the DHT's announce and look-up done (``MeshConfig.dht``)."""
         self.dht_reached = 0
         """Those of them whose announcement a peer of the DHT took."""
+        self.reachability: Literal["unknown", "public", "private"] = "unknown"
+        """Whether peers can dial this node (AutoNAT; found with ``MeshConfig.auto_relays``):
+        ``public`` when more of the relays asked dialled it back than failed to, ``private``
+        when more failed, or when it takes no connection at all (it listens on nothing but its
+        relays), ``unknown`` until a relay answers."""
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -757,6 +766,8 @@ class MeshNode:
         from libp2p.tools.anyio_service import background_trio_service
 
         hop = self.config.relay_service
+        if hop:  # a relay tells peers whether it can dial them back (AutoNAT; its handler: registered now)
+            _autonat_server()(self._host)
         limits = RelayLimits(**RELAY_LIMITS)
         protocol = _relay_protocol(CircuitV2Protocol)(self._host, limits=limits, allow_hop=hop)  # (handlers: at run)
         roles = RelayRole.STOP | RelayRole.CLIENT | RelayRole.HOP if hop else RelayRole.STOP | RelayRole.CLIENT
@@ -777,6 +788,7 @@ class MeshNode:
                 for addr in self.config.relays:
                     relays.start_soon(self._keep_reservation, addr, relays)
                 if self.config.auto_relays:
+                    relays.start_soon(self._check_reachability)
                     relays.start_soon(self._find_relays, relays)
                 await trio.sleep_forever()
 
@@ -826,19 +838,23 @@ class MeshNode:
     async def _find_relays(self, nursery: Any) -> None:
         """Keep a reservation on ``auto_relays`` relays among the peers connected (not through a
         relay: a relay reached through another is no help), each looked for every
-        ``RELAY_CHECK_S``; one that refused or was lost is passed over for ``RELAY_RETRY_S[1]``."""
+        ``RELAY_CHECK_S``; one that refused or was lost is passed over for ``RELAY_RETRY_S[1]``.
+        None while peers can dial this node (``reachability``): those held are let go."""
         import trio
         from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP
 
         named = {addr.rsplit("/p2p/", 1)[1] for addr in self.config.relays}
         passed_over: dict[str, float] = {}
+        let_go: set[str] = set()  # (not passed over: taken again as soon as it is needed)
 
         async def keep(peer: str, addr: str) -> None:
             try:
                 await self._keep_reservation(addr, nursery, again=False)
             finally:
                 del self._auto_relays[peer]
-                passed_over[peer] = trio.current_time() + RELAY_RETRY_S[1]
+                if peer not in let_go:
+                    passed_over[peer] = trio.current_time() + RELAY_RETRY_S[1]
+                let_go.discard(peer)
 
         def address(pid: Any) -> str | None:
             """Where to dial the relay ``pid`` (None: it is no relay, or one of no use)."""
@@ -853,9 +869,15 @@ class MeshNode:
 
         while True:
             now = trio.current_time()
+            if self.reachability == "public":  # let go: their keeping ends, and py-libp2p's renewal
+                held = self._relay_transport._reservations
+                now_let_go = {p for p in list(self._auto_relays) if held.pop(_peer_id(p), None) is not None}
+                let_go.update(now_let_go)
+                if now_let_go:
+                    log.info("mesh: peers can dial this node (AutoNAT): it lets go of the relays it found")
             for pid in self._host.get_connected_peers():
                 peer = str(pid)
-                if len(self._auto_relays) >= self.config.auto_relays:
+                if len(self._auto_relays) >= self.config.auto_relays or self.reachability == "public":
                     break
                 if peer in named or peer in self._auto_relays or passed_over.get(peer, 0) > now:
                     continue
@@ -863,6 +885,54 @@ class MeshNode:
                     log.info("mesh: found a relay: %s", addr)
                     self._auto_relays[peer] = addr
                     nursery.start_soon(keep, peer, addr)
+            await trio.sleep(RELAY_CHECK_S)
+
+    async def _check_reachability(self) -> None:
+        """AutoNAT's client: ask each relay connected (directly) to dial this node back at its
+        own addresses, again after ``AUTONAT_RECHECK_S``, and keep ``reachability`` to what
+        the relays still connected said. A relay refusing (no address of the node is at the IP
+        it sees it come from) says nothing."""
+        import math
+
+        import trio
+        from libp2p.host.autonat.autonat import AUTONAT_PROTOCOL_ID, AutoNATService
+        from libp2p.host.autonat.pb.autonat_pb2 import Message
+
+        client = AutoNATService(self._host, serve=False)  # type: ignore[arg-type]
+        store = self._host.get_peerstore()
+        said: dict[str, bool] = {}
+        asked: dict[str, float] = {}
+        while True:
+            own = [a.to_bytes() for a in self._host.get_addrs() if "/p2p-circuit" not in str(a)]
+            for pid in list(self._host.get_connected_peers()):
+                peer = str(pid)
+                if not own or asked.get(peer, -math.inf) + AUTONAT_RECHECK_S > trio.current_time():
+                    continue
+                if _relayed(self._network, pid) or not store.supports_protocols(pid, [AUTONAT_PROTOCOL_ID]):
+                    continue
+                asked[peer] = trio.current_time()
+                try:
+                    status, _ = await client.query_server(pid, own, timeout=self.config.call_timeout)
+                except Exception as e:  # noqa: BLE001 - no answer: nothing said
+                    log.debug("mesh: AutoNAT: %s did not answer: %s", peer, _describe(e))
+                    continue
+                if status in (Message.OK, Message.E_DIAL_ERROR):
+                    said[peer] = status == Message.OK
+            live = {str(p) for p in self._host.get_connected_peers()}
+            yes = sum(1 for p, ok in said.items() if ok and p in live)
+            no = sum(1 for p, ok in said.items() if not ok and p in live)
+            was = self.reachability
+            if not own:  # it takes no connection at all
+                self.reachability = "private"
+            else:
+                self.reachability = "public" if yes > no else "private" if no > yes else "unknown"
+            if self.reachability != was:
+                log.info(
+                    "mesh: reachability %s (AutoNAT: %d relays dialled it back, %d could not)",
+                    self.reachability,
+                    yes,
+                    no,
+                )
             await trio.sleep(RELAY_CHECK_S)
 
     async def _tell_addrs(self) -> None:
@@ -1729,6 +1799,36 @@ def _check_port_free(host: str, port: int) -> None:
                     "port, or 0 for a free one"
                 ) from None
             raise ConfigError(f"mesh: cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def _peer_id(peer: str) -> Any:
+    from libp2p.peer.id import ID
+
+    return ID.from_base58(peer)
+
+
+def _autonat_server() -> type:
+    """py-libp2p's AutoNAT service, dialling a peer back on a connection of its own: py-libp2p's
+    own dials through ``host.connect``, which returns at once when the peer is connected (as it
+    always is, having asked), so it found every peer reachable."""
+    import trio
+    from libp2p.host.autonat.autonat import AutoNATService
+    from multiaddr import Multiaddr
+
+    class Server(AutoNATService):
+        async def _try_dial(self, peer_id: Any, addrs: list[bytes]) -> bytes | None:
+            for addr in addrs:
+                try:
+                    with trio.fail_after(AUTONAT_DIAL_S):
+                        conn = await self.host.get_network().dial_addr(Multiaddr(addr), peer_id)
+                except Exception:  # noqa: BLE001 - not at this address
+                    continue
+                with contextlib.suppress(Exception):
+                    await conn.close()
+                return bytes(addr)
+            return None
+
+    return Server
 
 
 def _relay_protocol(base: type) -> type:
