@@ -139,6 +139,7 @@ def test_a_relayed_connection_is_made_direct_and_outlives_its_relay(nodes: Any) 
     direct = wait_for(
         lambda: not other.peer(hidden.peer_id).relayed and not hidden.peer(other.peer_id).relayed,  # type: ignore[union-attr]
         "a direct connection",
+        timeout=30,  # (up to three rounds of DCUtR, 2 s apart, on a busy machine)
     )
     assert direct
     relay.close()

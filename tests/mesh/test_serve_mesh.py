@@ -309,7 +309,7 @@ def test_a_served_agent_relays_for_another_that_reserves_a_slot_on_it(tmp_path: 
                     "[auto-response] Received: through bob"
                 )
                 if hole_punch:
-                    wait_for(lambda: not dave.node.peer(carol_id).relayed, "a direct connection")  # type: ignore[union-attr]
+                    wait_for(lambda: not dave.node.peer(carol_id).relayed, "a direct connection", timeout=30)  # type: ignore[union-attr]
                 else:
                     time.sleep(5)  # with hole punching, it is direct within 2-3 s
                     assert dave.node.peer(carol_id).relayed  # type: ignore[union-attr]
