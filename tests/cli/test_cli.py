@@ -1188,6 +1188,7 @@ def test_the_command_tree_is_noun_groups_with_the_old_verbs_hidden():
         "memory untrust",
         "mesh",
         "mesh broadcast",
+        "mesh keygen",
         "mesh peers",
         "mesh send",
         "objects",

@@ -283,10 +283,31 @@ def test_send_to_a_silent_peer_times_out(ctxos: click.Group, db: Path, tmp_path:
     assert "no answer within 1 s" in r.output
 
 
+def test_keygen_writes_a_key_only_its_owner_reads_and_never_overwrites_one(
+    ctxos: click.Group, db: Path, tmp_path: Path
+) -> None:
+    key_file = tmp_path / "swarm.key"
+    r = run(ctxos, db, "keygen", str(key_file))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith(f"wrote a new swarm key to {key_file}: give a copy to every agent")
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    key = read_swarm_key(key_file)
+    assert len(key) == 32 and key_file.read_text() == f"/key/swarm/psk/1.0.0/\n/base16/\n{key.hex()}\n"
+    r = run(ctxos, db, "keygen", str(key_file), "--json")
+    assert r.exit_code == 1 and "a file is there already; left as it is" in r.output
+    assert read_swarm_key(key_file) == key
+    other = tmp_path / "other.key"
+    r = run(ctxos, db, "keygen", str(other), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout) == {"swarmKey": str(other)}
+    assert read_swarm_key(other) != key
+    r = run(ctxos, db, "keygen", str(tmp_path / "no" / "such" / "dir.key"))
+    assert r.exit_code == 1 and "cannot create it (No such file or directory)" in r.stderr
+    assert not db.exists()  # no store is opened for it
+
+
 def test_send_on_a_private_network_needs_the_key(ctxos: click.Group, db: Path, tmp_path: Path) -> None:
     key_file = tmp_path / "swarm.key"
-    key_file.write_text(new_swarm_key())
-    key_file.chmod(0o600)
+    assert run(ctxos, db, "keygen", str(key_file)).exit_code == 0
     config = MeshConfig("pat", psk=read_swarm_key(key_file))
     with SqliteStore(tmp_path / "pat.db") as store, MeshAgent(store, config) as pat:
         registry.announce(registry.default_dir(), peer_id=pat.peer_id, agent_name="pat", addrs=pat.node.addrs)

@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("index", "The keyword index: status and rebuild."),
     "mcp": ("mcp", "Serve context_os to MCP clients, on stdio or streamable HTTP."),
     "memory": ("memory", "Markdown memory scopes (alone: show them)."),
-    "mesh": ("mesh", "Agents on the mesh: list them, send one a message, broadcast."),
+    "mesh": ("mesh", "Agents on the mesh: list, message, broadcast, make a key."),
     "objects": ("objects", "One object, by id or file path: inspect, evict."),
     "proxy": ("proxy", "An OpenAI/Anthropic/Gemini-compatible proxy for any agent."),
     "recall": ("recall", "Search past messages, tool outputs, files and memories."),

@@ -1,4 +1,4 @@
-"""``ctxos mesh peers|send|broadcast``: the agents on the mesh, from the shell.
+"""``ctxos mesh peers|send|broadcast|keygen``: the agents on the mesh, from the shell.
 
 ``peers`` lists the agents announced in the local registry (``mesh/registry.py``); with
 ``--scan`` it also listens for mDNS announcements for a while. ``send`` and ``broadcast`` start
@@ -24,7 +24,7 @@ from ..errors import InputError, MeshError
 from ..mesh import registry
 from ..mesh.agent import MeshAgent
 from ..mesh.node import MeshConfig, MeshNode, load_seed
-from ..mesh.pnet import read_swarm_key
+from ..mesh.pnet import read_swarm_key, write_swarm_key
 from ..mesh.wire import BROADCAST_TYPES
 from ..store import Store
 from ._common import EXISTING_FILE, emit_json, fails_cleanly, json_option, printable, store_from, table
@@ -66,7 +66,26 @@ def register(cli: click.Group) -> None:
 
 @click.group("mesh")
 def mesh_group() -> None:
-    """Agents on the mesh: list them, send one a message, broadcast."""
+    """Agents on the mesh: list, message, broadcast, make a key."""
+
+
+# -- keygen -----------------------------------------------------------------------------------------
+
+
+@mesh_group.command("keygen")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@json_option
+@fails_cleanly
+def keygen_cmd(file: Path, as_json: bool) -> None:
+    """Write a new private network's swarm key to FILE (0600)."""
+    path = write_swarm_key(file)
+    if as_json:
+        emit_json({"swarmKey": str(path)})
+        return
+    click.echo(
+        f"wrote a new swarm key to {printable(str(path))}: give a copy to every agent of the group"
+        " (ctxos serve --mesh-swarm-key FILE; ctxos mesh send|broadcast --swarm-key FILE)"
+    )
 
 
 # -- peers ------------------------------------------------------------------------------------------

@@ -41,6 +41,9 @@ What 0.8.1 needs set differently, and why (measured; docs/mesh.md):
   made on a worker thread (``_run_mdns``);
 * its auto-connector dials every known peer until 150 connections are open (redials of peers
   that are leaving, sockets left open when this node stops mid-dial): off;
+* its AutoNAT server dials the peer asking back through ``host.connect``, which returns at once
+  for a peer connected (as the one asking is): every peer was found reachable. A relay here
+  dials a connection of its own (``_autonat_server``);
 * it logs to the ``libp2p`` logger at ERROR for events a caller already gets as an exception:
   that logger gets a ``NullHandler`` and does not propagate (``quiet_libp2p``).
 
@@ -220,8 +223,8 @@ class MeshConfig:
     node is connected to (a peer whose identify lists circuit relay v2's hop protocol: a
     ``relay_service`` node met through ``bootstrap``, mDNS or the DHT), as a peer behind NAT does
     that knows no relay's address (AutoRelay). One lost, or refusing, is replaced by another
-    found; it is tried again after ``RELAY_RETRY_S[1]``. Whether the node needs a relay is the
-    caller's to say (no AutoNAT)."""
+    found; it is tried again after ``RELAY_RETRY_S[1]``. None is kept while the relays asked can
+    dial the node back (AutoNAT: ``MeshNode.reachability``)."""
     hole_punch: bool = True
     """Upgrade a connection through a relay to a direct one (DCUtR, "hole punching"): the two
     peers tell each other their addresses over the relayed connection and dial each other at

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import ConfigError
 
-__all__ = ["hsalsa20", "install", "new_swarm_key", "read_secret", "read_swarm_key", "xsalsa20"]
+__all__ = ["hsalsa20", "install", "new_swarm_key", "read_secret", "read_swarm_key", "write_swarm_key", "xsalsa20"]
 
 _M = 0xFFFFFFFF
 _HEADER = "/key/swarm/psk/1.0.0/"
@@ -72,6 +72,21 @@ def xsalsa20(key: bytes, nonce24: bytes) -> Any:
 def new_swarm_key() -> str:
     """The text of a new random swarm key file."""
     return f"{_HEADER}\n/base16/\n{os.urandom(32).hex()}\n"
+
+
+def write_swarm_key(path: str | Path) -> Path:
+    """Write a new swarm key to ``path``, readable by its owner only; a file there already is left
+    alone (``ConfigError``: a key replaced would lock its group out)."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise ConfigError(f"swarm key {p}: a file is there already; left as it is (its peers may use it)") from None
+    except OSError as e:
+        raise ConfigError(f"swarm key {p}: cannot create it ({e.strerror or e})") from None
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(new_swarm_key())
+    return p
 
 
 def read_secret(path: str | Path, what: str) -> bytes:
