@@ -301,7 +301,7 @@ def test_keygen_writes_a_key_only_its_owner_reads_and_never_overwrites_one(
     assert r.exit_code == 0 and json.loads(r.stdout) == {"swarmKey": str(other)}
     assert read_swarm_key(other) != key
     r = run(ctxos, db, "keygen", str(tmp_path / "no" / "such" / "dir.key"))
-    assert r.exit_code == 1 and "cannot create it (No such file or directory)" in r.stderr
+    assert r.exit_code == 1 and "cannot write it (No such file or directory)" in r.stderr
     assert not db.exists()  # no store is opened for it
 
 

@@ -132,9 +132,8 @@ def load_seed(path: str | Path, *, create: bool = True) -> bytes:
     the same seed gives the same peer id, here and in js-libp2p. A seed other users may read is
     refused (``pnet.read_secret``: it is the peer's private key)."""
     import os
-    import tempfile
 
-    from .pnet import read_secret
+    from .pnet import create_secret, read_secret
 
     p = Path(path).expanduser()
     if p.exists():
@@ -146,29 +145,10 @@ def load_seed(path: str | Path, *, create: bool = True) -> bytes:
         raise ConfigError(f"identity seed {p} does not exist")
     seed = os.urandom(32)
     p.parent.mkdir(parents=True, exist_ok=True)
-    # written whole under another name (mkstemp: 0600), then linked into place, which fails if
-    # the seed exists: a seed created in place was empty for a moment (another process starting
-    # at once read 0 bytes and failed) and for good when the write failed (a full disk)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(seed)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, p)
-        except FileExistsError:
-            raise
-        except OSError:  # no hard links on this file system: created in place, as before
-            with os.fdopen(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-                f.write(seed)
+        create_secret(p, seed, "identity seed")  # (whole or not at all)
     except FileExistsError:  # another process made it first: use theirs
         return load_seed(p, create=False)
-    except OSError as e:  # a full disk, a file size limit: no seed is left behind
-        raise ConfigError(f"identity seed {p}: cannot write it ({e.strerror or e})") from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
     return seed
 
 

@@ -21,16 +21,27 @@ alike.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
 import struct
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 
-__all__ = ["hsalsa20", "install", "new_swarm_key", "read_secret", "read_swarm_key", "write_swarm_key", "xsalsa20"]
+__all__ = [
+    "create_secret",
+    "hsalsa20",
+    "install",
+    "new_swarm_key",
+    "read_secret",
+    "read_swarm_key",
+    "write_swarm_key",
+    "xsalsa20",
+]
 
 _M = 0xFFFFFFFF
 _HEADER = "/key/swarm/psk/1.0.0/"
@@ -79,14 +90,41 @@ def write_swarm_key(path: str | Path) -> Path:
     alone (``ConfigError``: a key replaced would lock its group out)."""
     p = Path(path)
     try:
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        create_secret(p, new_swarm_key().encode("ascii"), "swarm key")
     except FileExistsError:
         raise ConfigError(f"swarm key {p}: a file is there already; left as it is (its peers may use it)") from None
-    except OSError as e:
-        raise ConfigError(f"swarm key {p}: cannot create it ({e.strerror or e})") from None
-    with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(new_swarm_key())
     return p
+
+
+def create_secret(path: Path, data: bytes, what: str) -> None:
+    """Write ``data`` to the new file ``path``, readable by its owner only, whole or not at all:
+    written under another name (mkstemp: 0600), then linked into place, which fails if ``path``
+    exists (``FileExistsError``, for the caller to decide). Created in place, a secret was empty
+    for a moment (another process reading it at once read 0 bytes) and for good when the write
+    failed (a full disk). ``ConfigError`` when it cannot be written."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: cannot write it ({e.strerror or e})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links on this file system: created in place
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                f.write(data)
+    except FileExistsError:
+        raise
+    except OSError as e:  # a full disk, a file size limit: nothing is left behind
+        raise ConfigError(f"{what} {path}: cannot write it ({e.strerror or e})") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def read_secret(path: str | Path, what: str) -> bytes:
