@@ -26,6 +26,17 @@ def _relayed(node: MeshNode) -> str:
     return wait_for(lambda: next(iter(node.relayed_addrs()), None), "the relay's reservation")
 
 
+def _stop_listening(node: MeshNode) -> None:
+    """The node takes no connection any more (as behind NAT); it can still dial out."""
+
+    async def close() -> None:
+        for key, listener in list(node._network.listeners.items()):
+            await listener.close()
+            del node._network.listeners[key]
+
+    node._call(close, timeout=5, what="closing its listeners")
+
+
 def test_a_peer_is_reached_through_its_relay_both_ways_and_on_the_topic(nodes: Any) -> None:
     relay = nodes("relay", relay_service=True)
     hidden = nodes("hidden", relays=(relay.addrs[0],), **RELAYED)
@@ -58,12 +69,7 @@ def test_a_peer_nobody_can_dial_in_to_is_found_through_the_dht_and_reached_throu
     hidden = nodes("hidden", relays=(relay.addrs[0],), bootstrap=(relay.addrs[0],), **joins)
     addr = _relayed(hidden)
 
-    async def stop_listening() -> None:
-        for key, listener in list(hidden._network.listeners.items()):
-            await listener.close()
-            del hidden._network.listeners[key]
-
-    hidden._call(stop_listening, timeout=5, what="closing its listener")
+    _stop_listening(hidden)
     assert hidden.addrs == [addr]
     wait_for(lambda: hidden.dht_reached >= 2, "its announcement with only the relayed address")
     finder = nodes("finder", bootstrap=(relay.addrs[0],), **joins)
@@ -111,17 +117,6 @@ def test_one_relayed_connection_ending_leaves_the_others_to_the_same_peer(nodes:
     wait_for(lambda: first.peer_id not in hidden.connected(), "the first one gone")
     for i in range(3):
         assert second.request(hidden.peer_id, f"still {i}", timeout=5).message == f"hidden got still {i}"
-
-
-def _stop_listening(node: MeshNode) -> None:
-    """The node takes no connection any more (as behind NAT); it can still dial out."""
-
-    async def close() -> None:
-        for key, listener in list(node._network.listeners.items()):
-            await listener.close()
-            del node._network.listeners[key]
-
-    node._call(close, timeout=5, what="closing its listeners")
 
 
 def test_a_relayed_connection_is_made_direct_and_outlives_its_relay(nodes: Any) -> None:

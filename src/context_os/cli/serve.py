@@ -366,20 +366,20 @@ def _mesh_agent(
         raise _twice(name, other)
     # the entry follows the node's addresses (a relay's reservation made or lost), written under
     # one lock with the first and the withdrawal: a late one never brings back an entry withdrawn
-    announced: list[Path] = []
+    entry: Path | None = None
     lock = threading.Lock()
 
     def announce(exclusive: bool = False) -> None:
+        nonlocal entry
         with lock:
-            if announced or exclusive:
-                where = registry.announce(
+            if entry is not None or exclusive:
+                entry = registry.announce(
                     registry.default_dir(),
                     peer_id=agent.peer_id,
                     agent_name=name,
                     addrs=agent.node.addrs,
                     exclusive=exclusive,
                 )
-                announced[:] = [where]
 
     agent.node.on_addrs = announce
     agent.start()
@@ -393,7 +393,9 @@ def _mesh_agent(
             yield agent
         finally:
             with lock:
-                registry.withdraw(announced.pop())
+                assert entry is not None
+                registry.withdraw(entry)
+                entry = None
     finally:
         agent.close()
 

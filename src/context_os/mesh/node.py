@@ -798,10 +798,10 @@ class MeshNode:
             except Exception as e:  # noqa: BLE001 - tried again below
                 log.info("mesh: relay %s: %s", addr, _describe(e))
                 reserved = False
-            if not reserved and not again:
-                log.info("mesh: relay %s took no reservation", addr)
-                return
             if not reserved:
+                if not again:
+                    log.info("mesh: relay %s took no reservation", addr)
+                    return
                 log.warning("mesh: relay %s took no reservation; trying again in %g s", addr, wait)
                 await trio.sleep(wait)
                 wait = min(2 * wait, RELAY_RETRY_S[1])
