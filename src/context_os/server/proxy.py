@@ -10,7 +10,8 @@ Code Assist API's, the same request in an envelope), sends the
 *assembled* context upstream in the original request's place, and relays the reply unchanged: a
 JSON body as it came, a stream chunk by chunk as it comes.
 A Responses request that continues a conversation the provider keeps (``previous_response_id``)
-goes upstream as it came.
+is sent as the whole conversation, from the responses the proxy relayed (proxy_chains.py), and
+managed as any other; one continuing a response the proxy does not know goes upstream as it came.
 
 * **Sessions.** The ``X-Context-OS-Session`` header names one; without it the session is derived
   from the conversation's start (its system prompt and first user message, whatever the model),
@@ -66,6 +67,7 @@ from ..harness.virtual_files import VirtualFiles
 from ..hashing import HASH_PREFIX, hash_value, hashed
 from ..store.base import Evict
 from .protocol import CLOSE_WAIT
+from .proxy_chains import Chains, Continuation, completed_response
 from .proxy_tools import (
     MAX_ROUNDS,
     Call,
@@ -422,6 +424,9 @@ class Plan:
     envelope: dict[str, Any] | None = None
     """A Code Assist request's envelope (the whole request as the client sent it): ``body`` goes
     upstream in it as its ``request``, and each answer's ``response`` is the Gemini answer."""
+    went: Continuation | None = None
+    """Responses: what the request adds to its chain, kept once its response is relayed
+    (``Proxy.relayed``); None if nothing is (``store: false``, another API)."""
 
     def sent(self) -> dict[str, Any]:
         """What goes upstream: ``body``, in its envelope if it came in one."""
@@ -501,6 +506,8 @@ class Proxy:
         """Set by ``close``: no session is opened any more."""
         self._opening: dict[str, _Opening] = {}
         """The sessions being opened, each by one request (``_conversation``), or closed as idle."""
+        self.chains = Chains(store, lambda: _newest_eviction(store))
+        """The Responses chains relayed, for requests that continue one (``previous_response_id``)."""
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop relaying (SIGTERM, Ctrl-C): each answer still being relayed is cut, and its client
@@ -722,6 +729,8 @@ class Proxy:
             with self._lock:
                 for sid, (_, opening) in closing.items():
                     self._leave_opening(sid, opening)
+            for sid in closing:
+                self.chains.forget(sid)  # (what of them is stored is read again when they go on)
 
     def _open(self, name: str, session_id: str, *, keyless: bool) -> _Conversation:
         """A conversation of ``session_id``'s session, opened (``_conversation``)."""
@@ -752,14 +761,23 @@ class Proxy:
             closed = self._closed
         if closed or self.stopping.is_set():
             return Plan(api, body, body)  # answered 503 (``ProxyStopping``), or a proxy closed: no session opened
-        if api == "responses" and body.get("previous_response_id") is not None:
-            return Plan(api, body, body)  # the provider holds the conversation: nothing to manage
+        went: Continuation | None = None
+        chained: str | None = None  # the session of the chain's start
+        if api == "responses" and body.get("conversation") is not None:
+            return Plan(api, body, body)  # the Conversations API's: the provider holds what came before
+        if api == "responses":
+            went, whole, chained = self.chains.begin(body)
+            if body.get("previous_response_id") is not None:
+                if whole is None:  # the provider holds a conversation the proxy does not know
+                    return Plan(api, body, body, went=went)
+                body = whole  # as a client keeping its history sends it
         named = next((v for k, v in headers.items() if k.lower() == SESSION_HEADER.lower()), None)
         conv: _Conversation | None = None
         session_id = named.strip() if named and named.strip() else "(its first message)"
         try:
             if not (named and named.strip()):
-                session_id = derive_session(api, body)  # hashes what the client sent: may refuse it
+                # (hashes what the client sent: may refuse it)
+                session_id = chained if chained is not None else derive_session(api, body)
             started = None
             # a conversation told from another that starts alike by its replies (``_route``): not a
             # Responses one, which has no claims (Codex sends its key; a remote compaction replaces
@@ -767,10 +785,12 @@ class Proxy:
             keyless = not (named and named.strip()) and api != "responses" and _client_key(api, body) is None
             if not (named and named.strip()):
                 session_id, started = self._route(api, body, session_id)
+            if went is not None:
+                went.session = session_id
             for _ in range(MAX_FORKS):
                 conv = self._conversation(api, session_id, started, keyless=keyless)
                 try:
-                    plan = self._plan(Plan(api, body, body, conv), offer=tools and _one_choice(body))
+                    plan = self._plan(Plan(api, body, body, conv, went=went), offer=tools and _one_choice(body))
                     break
                 except AnotherConversation as other:  # it starts as this one does, and then differs
                     session_id, started, conv = other.session, None, None
@@ -780,10 +800,21 @@ class Proxy:
                 raise RuntimeError(f"over {MAX_FORKS} conversations start as this one does")
         except Exception as e:
             self._failed(session_id, conv, e)
-            return Plan(api, body, body)
+            return Plan(api, body, body, went=went)
         with self._lock:
             self.counts["assembled"] += 1
         return plan
+
+    def relayed(self, plan: Plan, raw: bytes, *, streamed: bool) -> None:
+        """The answer to ``plan``'s request was relayed whole (``raw``: its body, or the stream's
+        events from its end): a Responses response is kept as its chain's link, for a request
+        that continues it."""
+        if plan.went is None:
+            return
+        response = completed_response(raw, streamed)
+        if response is not None:
+            conv = plan.conversation
+            self.chains.record(plan.went, response, _clean(conv) if conv is not None else None)
 
     def _route(self, api: Api, body: Mapping[str, Any], begun: str) -> tuple[str, str | None]:
         """The session of a request whose conversation starts as ``begun`` names (its start, or
@@ -836,8 +867,8 @@ class Proxy:
         places = _places(conv.hidden)  # an exchange never changes: a new one is a new place
         if places == conv.kept:
             return
-        redact = conv.hook.session.ingest.redact
-        rows = _rows([h for h in conv.hidden if redact is None or not any(redact(t)[1] for t in _strings(h.messages))])
+        clean = _clean(conv)
+        rows = _rows([h for h in conv.hidden if clean(h.messages)])
         sid = conv.hook.session.id
         try:
             self.store.put(_hidden_doc(sid, rows))
@@ -918,7 +949,7 @@ class Proxy:
             own = plan.api in ("responses", "gemini")  # (their definitions are not the OpenAI hook's)
             ours = d.definitions(schemas) if own else conv.hook.adapter.tool_definitions(schemas)
             body["tools"] = [*(plan.original.get("tools") or []), *ours]
-        return Plan(plan.api, body, plan.original, conv, frozenset(t["name"] for t in schemas), plan.envelope)
+        return replace(plan, body=body, ours=frozenset(t["name"] for t in schemas))
 
     def _observe(self, conv: _Conversation, theirs: set[str]) -> None:
         """Which of the client's tools keep its files as objects, by the tools it offers now (a
@@ -958,8 +989,8 @@ class Proxy:
             self._failed(plan.conversation.hook.session.id, plan.conversation, e)
             with plan.conversation.lock:
                 messages, _ = splice(_client(plan), plan.conversation.hidden)
-            return Plan(
-                plan.api, dict(plan.original, **{_key(plan.api): messages}), plan.original, envelope=plan.envelope
+            return replace(
+                plan, body=dict(plan.original, **{_key(plan.api): messages}), conversation=None, ours=frozenset()
             )
 
     def _assemble(self, api: Api, hook: ContextHook[Any], body: dict[str, Any]) -> dict[str, Any]:
@@ -1280,7 +1311,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             if plan.ours:
                 self._upstream(to, lambda: self._rounds(plan))
             else:
-                self._upstream(to, lambda: self._forward(to, json.dumps(plan.sent()).encode()))
+                self._upstream(to, lambda: self._forward(to, json.dumps(plan.sent()).encode(), plan=plan))
 
         def _upstream(self, api: Api, send: Callable[[], None]) -> None:
             """Run ``send``; an upstream that cannot be reached or is too slow is answered in the
@@ -1447,6 +1478,8 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                                 self._end()
                                 return
                             self._start(resp.status_code, resp.headers)
+                            if resp.status_code < 400:  # (before the client has it: it may continue it)
+                                proxy.relayed(plan, raw, streamed=False)
                             self._chunk(raw)
                             self._end()
                             return
@@ -1470,6 +1503,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                         response_id = f.response_id
                         ours = [c for c in f.calls() if c.name in plan.ours]
                         if not ours or last:
+                            proxy.relayed(plan, b"".join(f.held), streamed=True)  # (its end is held)
                             for event in f.held:
                                 send(event)
                             self._end()
@@ -1499,8 +1533,11 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             if gone:
                 raise ConnectionResetError("the client closed its connection before context_os's tools ran")
 
-        def _forward(self, api: Api, raw: bytes | None, method: str | None = None) -> None:
-            """The request upstream as it is, the answer back as it comes."""
+        def _forward(self, api: Api, raw: bytes | None, method: str | None = None, plan: Plan | None = None) -> None:
+            """The request upstream as it is, the answer back as it comes. ``plan``'s answer (a
+            Responses one kept as its chain's link) is kept as it goes and told to
+            ``Proxy.relayed`` before the client has its end (a JSON body, a stream's last events),
+            so that the client's next request, which may continue it, finds it."""
             method = method or ("POST" if raw is not None else "GET")
             url = proxy.upstream_url(api, self.path)
             with (
@@ -1510,7 +1547,18 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                 self._start(resp.status_code, resp.headers)
                 streamed = resp.headers.get("content-type", "").startswith("text/event-stream")
                 numbered = SequenceNumbers() if api == "responses" else None
+                kept: list[bytes] | None = [] if plan is not None and plan.went is not None else None
+                hold = kept is not None and resp.status_code < 400
+                held: list[bytes] = []
+                tail = b""  # the end of what came before the part, where a mark may begin
                 for part in resp.iter_bytes():
+                    if kept is not None:
+                        kept.append(part)
+                    window, tail = tail + part, (tail + part)[-_MARK_SPAN:]
+                    if hold and (held or not streamed or any(m in window for m in _RESPONSE_ENDS)):
+                        held.append(part)  # its end: not until it is kept
+                        self._events = None
+                        continue
                     self._chunk(part)
                     if numbered is not None:  # a Responses error event is numbered after the last event
                         numbered.follow(part)
@@ -1518,9 +1566,18 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                     whole = streamed and part.replace(b"\r\n", b"\n").endswith(b"\n\n")
                     self._events = (lambda e, n=numbered: self._chunk(n(e) if n else e)) if whole else None
                 proxy.whole(resp)
+                if plan is not None and kept is not None and hold:
+                    proxy.relayed(plan, b"".join(kept), streamed=streamed)
+                for part in held:
+                    self._chunk(part)
                 self._end()
 
     return Handler
+
+
+_RESPONSE_ENDS = (b"response.completed", b"response.incomplete")
+"""The events that end a Responses stream and carry its response (``_forward`` holds them)."""
+_MARK_SPAN = max(len(m) for m in _RESPONSE_ENDS)
 
 
 def _cut_off(resp: httpx.Response) -> None:
@@ -1651,6 +1708,13 @@ def _places(hidden: list[Hidden]) -> list[tuple[int, str]]:
 def _rows(hidden: list[Hidden]) -> list[dict[str, Any]]:
     """Exchanges with our tools as the store keeps them."""
     return [{"at": h.at, "prefix": h.prefix, "messages": h.messages} for h in hidden]
+
+
+def _clean(conv: _Conversation) -> Callable[[Any], bool]:
+    """Whether a JSON value holds nothing ``conv``'s session's redactor would take out (what
+    holds something must go back as it came, so it is kept in memory only, never stored)."""
+    redact = conv.hook.session.ingest.redact
+    return lambda value: redact is None or not any(redact(t)[1] for t in _strings(value))
 
 
 def _strings(value: Any) -> Iterator[str]:
