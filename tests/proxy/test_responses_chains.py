@@ -84,6 +84,7 @@ def test_a_conversation_the_provider_keeps_is_sent_whole_and_managed(tmp_path: P
             assert kinds(again[3:]) == ["message", "message"] and again[3]["content"][0]["text"] == "It sets x."
             assert again[4] == {"role": "user", "content": "thanks"}
             assert all("previous_response_id" not in r for r in up.requests)
+            assert running.proxy.counts["continued"] == 2 and running.proxy.counts["continued_unknown"] == 0
             # one session, every call of it recorded as a frame that re-renders
             sid = only_session(running.store)
             assert verified_frames(running.store, sid) == 3
@@ -159,6 +160,7 @@ def test_what_the_proxy_does_not_know_goes_as_it_came(tmp_path: Path, caplog: py
             later = create(client, False, input="go on", previous_response_id="resp_elsewhere")
             create(client, False, input="and on", previous_response_id=later.id)
             assert up.requests[3]["previous_response_id"] == later.id and up.requests[3]["input"] == "and on"
+            assert running.proxy.counts["continued_unknown"] == 3 and running.proxy.counts["continued"] == 0
             said = [r.getMessage() for r in caplog.records if "does not know" in r.getMessage()]
             assert [got.id in said[0], "resp_elsewhere" in said[1]] == [True, True] and len(said) == 2
         finally:

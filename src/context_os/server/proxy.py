@@ -492,7 +492,17 @@ class Proxy:
         self._claims: dict[str, str] = {}
         """Sessions of a conversation's start, by the hash of the first reply of the conversation
         that claimed each (kept in the store too: a restarted proxy knows them)."""
-        self.counts = {"requests": 0, "assembled": 0, "failed_open": 0, "upstream_errors": 0, "tool_calls": 0}
+        self.counts = {
+            "requests": 0,
+            "assembled": 0,
+            "failed_open": 0,
+            "upstream_errors": 0,
+            "tool_calls": 0,
+            "continued": 0,
+            "continued_unknown": 0,
+        }
+        """``continued``: Responses requests continuing a response the proxy kept (sent whole);
+        ``continued_unknown``: continuing one it did not know (sent as they came)."""
         self.stopping = threading.Event()
         """Set by ``stop``: no request goes upstream any more, an answer being relayed is cut."""
         self._answers: set[httpx.Response] = set()
@@ -768,6 +778,8 @@ class Proxy:
         if api == "responses":
             went, whole, chained = self.chains.begin(body)
             if body.get("previous_response_id") is not None:
+                with self._lock:
+                    self.counts["continued" if whole is not None else "continued_unknown"] += 1
                 if whole is None:  # the provider holds a conversation the proxy does not know
                     return Plan(api, body, body, went=went)
                 body = whole  # as a client keeping its history sends it

@@ -137,6 +137,8 @@ class Chains:
         if not isinstance(rid, str) or not isinstance(output, list):
             return
         link = _Link(went.parent, [*went.items, *output], went.session)
+        if went.parent is None and went.session is None:
+            return  # a start of no session (its request failed before one was named): nothing bounds it
         with self._lock:
             if went.unknown:  # its next continuation is of the same chain: not said again
                 self._unknown[rid] = None
