@@ -445,3 +445,47 @@ def test_peer_user_is_the_connecting_process_user(asked: str, monkeypatch: pytes
                     assert peer_user(conn) == (os.geteuid() if linux else None), (host, connect_to)
                     client.close()
                     assert peer_user(conn) == (PEER_GONE if linux else None), (host, connect_to)
+
+
+@pytest.mark.parametrize("kind", ["http", "proxy", "ui"])
+def test_every_server_writes_without_waiting_for_acknowledgements(tmp_path: Path, kind: str) -> None:
+    """Nagle's algorithm holds a small write while one before it is unacknowledged, and a client
+    on a kept-alive connection delays its acknowledgements: a proxied stream's chunks came 40-50
+    ms late from each connection's second request on. Every server's connections are
+    ``TCP_NODELAY``."""
+    import httpx
+
+    from context_os.server.proxy import Proxy, make_proxy_server
+    from context_os.server.ui.app import make_ui_server
+
+    store = SqliteStore(tmp_path / "s.db")
+    rpc = Server(store, track=False) if kind == "http" else None
+    proxy = Proxy(store, "http://127.0.0.1:9") if kind == "proxy" else None
+    if rpc is not None:
+        httpd = make_http_server(rpc, 0, token="t" * 32)
+    elif proxy is not None:
+        httpd = make_proxy_server(proxy, 0)
+    else:
+        httpd = make_ui_server(store, 0)
+    nodelay: list[int] = []
+    arrives = httpd.arrives
+
+    def arrived(handler: Any) -> None:  # (once the handler has set its connection up)
+        nodelay.append(handler.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        arrives(handler)
+
+    httpd.arrives = arrived  # type: ignore[method-assign]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    try:
+        with httpx.Client() as client:
+            client.get(f"http://127.0.0.1:{port}/")  # any answer
+        assert len(nodelay) == 1 and nodelay[0] != 0
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        if rpc is not None:
+            rpc.close()
+        if proxy is not None:
+            proxy.close()
+        store.close()
