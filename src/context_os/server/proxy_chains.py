@@ -99,11 +99,13 @@ class Chains:
         false), the request as a client keeping its own history sends it (the whole conversation
         as ``input``: None when it continues no response, or one not known) and the session of
         the chain's start (None if it has none)."""
-        items = _items(body.get("input"))
-        keep = body.get("store") is not False and items is not None
         parent = body.get("previous_response_id")
+        keep = body.get("store") is not False
+        if parent is None and not keep:
+            return None, None, None  # (Codex's every request: its input is not even looked at)
+        items = _items(body.get("input"))
         if parent is None:
-            return (Continuation(None, items) if keep and items is not None else None), None, None
+            return (Continuation(None, items) if items is not None else None), None, None
         if not isinstance(parent, str) or items is None:
             return None, None, None  # the provider refuses it: as it came
         found = self._chain(parent)
