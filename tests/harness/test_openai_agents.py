@@ -23,16 +23,19 @@ class ScriptedModel(Model):
     """A fake LLM: calls ``bash`` ``steps`` times (then the calls of ``extra``), then answers.
     Records the input items and tools of every call."""
 
-    def __init__(self, steps: int, extra: list[tuple[str, dict[str, Any]]] | None = None) -> None:
-        self.steps, self.extra = steps, list(extra or [])
+    def __init__(self, steps: int, extra: list[tuple[str, dict[str, Any]]] | None = None, ids: bool = False) -> None:
+        """``ids``: each response has an id (``resp_N``), which a run chaining responses needs."""
+        self.steps, self.extra, self.ids = steps, list(extra or []), ids
         self.received: list[list[Any]] = []
+        self.previous: list[str | None] = []
         self.instructions: list[str | None] = []
         self.tools: list[str] = []
 
     async def get_response(  # type: ignore[override]
         self, system_instructions: Any, input: Any, model_settings: Any, tools: Any, *args: Any, **kwargs: Any
     ) -> ModelResponse:
-        self.received.append(list(input))
+        self.received.append(list(input) if isinstance(input, list) else [{"role": "user", "content": input}])
+        self.previous.append(kwargs.get("previous_response_id"))
         self.instructions.append(system_instructions)
         self.tools = [t.name for t in tools]
         n = len(self.received)
@@ -41,10 +44,10 @@ class ScriptedModel(Model):
             call = ResponseFunctionToolCall(
                 type="function_call", call_id=f"c{n}", name=name, arguments=json.dumps(arguments), id=f"fc{n}"
             )
-            return ModelResponse(output=[call], usage=Usage(), response_id=None)
+            return ModelResponse(output=[call], usage=Usage(), response_id=f"resp_{n}" if self.ids else None)
         text = ResponseOutputText(type="output_text", text="done", annotations=[])
         answer = ResponseOutputMessage(type="message", id=f"m{n}", role="assistant", status="completed", content=[text])
-        return ModelResponse(output=[answer], usage=Usage(), response_id=None)
+        return ModelResponse(output=[answer], usage=Usage(), response_id=f"resp_{n}" if self.ids else None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -129,3 +132,24 @@ def test_input_that_is_no_chat_goes_to_the_model_as_it_came_with_one_warning(db,
         assert asyncio.run(assemble(data)) is given
     assert len([r for r in caplog.records if "unmanaged" in r.getMessage()]) == 1
     assert frame_docs(db, "ag1") == []
+
+
+def test_a_run_whose_conversation_the_provider_keeps_goes_as_it_came(db, caplog):
+    """``auto_previous_response_id=True``: each call after the first sends only its new tool
+    outputs, whose calls the provider holds. They go to the model as they came (they were managed
+    as a whole conversation, each output without its call sent as a user message), said once; so
+    does the next run, continued by ``previous_response_id``."""
+    hook = eager_hook(OpenAIHook, db, "ag1", "openai")
+    model = ScriptedModel(steps=3, ids=True)
+    agent = Agent(name="coder", instructions="You are a coding agent.", model=model, tools=[bash])
+    config = RunConfig(call_model_input_filter=input_filter(hook), tracing_disabled=True)
+    first = asyncio.run(Runner.run(agent, "fix the bug", run_config=config, auto_previous_response_id=True))
+    assert first.final_output == "done" and model.previous == [None, "resp_1", "resp_2", "resp_3"]
+    for n, got in enumerate(model.received[1:], start=1):
+        assert [(i["type"], i["call_id"]) for i in got] == [("function_call_output", f"c{n}")]
+        assert outputs(got)[f"c{n}"].startswith(f"$ cat file{n}.py")  # as the tool gave it
+    again = asyncio.run(Runner.run(agent, "thanks", run_config=config, previous_response_id=first.last_response_id))
+    assert again.final_output == "done" and model.received[-1] == [{"content": "thanks", "role": "user"}]
+    assert len(frame_docs(db, "ag1")) == 1  # the first call, the whole conversation then
+    said = [r.getMessage() for r in caplog.records if "provider keeps" in r.getMessage()]
+    assert len(said) == 1

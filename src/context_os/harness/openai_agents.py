@@ -21,6 +21,14 @@ last call is taken as that message, so that the hook reads what came since (comp
 pass over the list at every call, but no hashing).
 Input it cannot read as chat messages (a file input, an item reference, a computer-use call:
 ``to_chat`` refuses it) goes to the model as it came, unmanaged, and a warning says so once.
+
+A run that keeps its conversation on the provider's side (``auto_previous_response_id=True``, a
+``previous_response_id`` or a ``conversation_id``) gives the filter only what is new at each
+call: from its first call whose input answers a call the input does not hold, the filter sends
+every input as it came (a warning says so once). It managed those before 2026-12-05 as a whole
+conversation, and a tool output without its call went to the model as a user message (the
+provider then refuses the call left unanswered). ``ctxos proxy`` manages such runs: it keeps the
+responses and sends the whole conversation (docs/proxy.md).
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from agents.run_config import CallModelData, ModelInputData
 from ..errors import MalformedMessage
 from .base import reuse_equal
 from .openai import OpenAIHook
-from .responses import to_chat, to_items
+from .responses import CALLS, OUTPUTS, to_chat, to_items
 
 __all__ = ["agent_tools", "input_filter"]
 
@@ -46,11 +54,21 @@ def input_filter(hook: OpenAIHook) -> Any:
     """The ``RunConfig.call_model_input_filter`` that gives the model ``hook``'s assembly of the
     run's input items (async: the store's work runs in a thread, off the event loop)."""
     warned = False
+    kept_by_provider = False  # (from the first input that continues a conversation held there)
     last: list[dict[str, Any]] = []
 
     async def assemble(data: CallModelData[Any]) -> ModelInputData:
-        nonlocal warned, last
+        nonlocal warned, kept_by_provider, last
         given = data.model_data
+        if kept_by_provider or _continues(given.input):
+            if not kept_by_provider:
+                kept_by_provider = True
+                log.warning(
+                    "context_os: the run continues a conversation the provider keeps (previous_response_id,"
+                    " conversation_id): its input holds only what is new, and goes to the model as it came from"
+                    " now on (ctxos proxy manages such runs)"
+                )
+            return given
         try:
             messages = to_chat(list(given.input))
         except MalformedMessage as e:
@@ -63,6 +81,15 @@ def input_filter(hook: OpenAIHook) -> Any:
         return ModelInputData(input=to_items(assembled), instructions=given.instructions)  # type: ignore[arg-type]
 
     return assemble
+
+
+def _continues(items: Any) -> bool:
+    """Whether input items answer a call they do not hold (a tool output without its call): the
+    rest of the conversation is the provider's."""
+    called = {i.get("call_id") for i in items if isinstance(i, dict) and i.get("type") in CALLS}
+    return any(
+        isinstance(i, dict) and i.get("type") in OUTPUTS and i.get(OUTPUTS[i["type"]]) not in called for i in items
+    )
 
 
 def agent_tools(hook: OpenAIHook) -> list[FunctionTool]:
