@@ -806,6 +806,8 @@ class Proxy:
                     break
                 except AnotherConversation as other:  # it starts as this one does, and then differs
                     session_id, started, conv = other.session, None, None
+                    if went is not None:
+                        went.session = session_id
                 except _Reopen:  # closed as idle just after this request took it: opened again
                     conv = None
             else:
