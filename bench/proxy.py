@@ -38,44 +38,34 @@ AIM_MS = 10.0
 
 
 def first_byte_ms(client: httpx.Client, url: str, conversation: list[dict[str, Any]], session: str | None) -> float:
+    """The time to the first content chunk of a streamed request of ``conversation``, the stream
+    read to its end: the connection is kept alive for the next request, as SDKs keep it (and the
+    proxy keeps a response before its end goes out)."""
+    return _first_byte(client, url, conversation, session)[0]
+
+
+def _first_byte(
+    client: httpx.Client, url: str, conversation: list[dict[str, Any]], session: str | None, **more: Any
+) -> tuple[float, str | None]:
+    """``first_byte_ms`` (``more``: further fields of the body), and the id of a Responses
+    response (its ``response.created`` event)."""
     headers = {"Authorization": "Bearer sk-bench"} | ({"X-Context-OS-Session": session} if session else {})
     responses = url.endswith("/responses")
     key = "contents" if ":streamGenerateContent" in url else "input" if responses else "messages"
-    body = {"model": "m", "stream": True, key: conversation}
-    t = time.perf_counter()
-    first: float | None = None
-    with client.stream("POST", url, json=body, headers=headers) as r:
-        for line in r.iter_lines():  # to its end: the connection is kept alive for the next, as SDKs keep it
-            if first is None and (
-                (responses and line.startswith("event: response.output_text.delta"))
-                or (not responses and line.startswith("data: {"))
-            ):
-                first = (time.perf_counter() - t) * 1000
-    if first is None:
-        raise RuntimeError("no chunk came")
-    return first
-
-
-def chained_first_byte_ms(
-    client: httpx.Client, url: str, items: list[dict[str, Any]], previous: str | None, session: str | None
-) -> tuple[float, str]:
-    """A Responses request of a chain (``items`` new, continuing ``previous``): the time to its first
-    text chunk, and its response's id (the stream read to its end: the proxy keeps a response
-    before its end goes out)."""
-    headers = {"Authorization": "Bearer sk-bench"} | ({"X-Context-OS-Session": session} if session else {})
-    body: dict[str, Any] = {"model": "m", "stream": True, "input": items}
-    if previous is not None:
-        body["previous_response_id"] = previous
+    body = {"model": "m", "stream": True, key: conversation, **more}
     t = time.perf_counter()
     first: float | None = None
     rid = None
     with client.stream("POST", url, json=body, headers=headers) as r:
         for line in r.iter_lines():
-            if first is None and line.startswith("event: response.output_text.delta"):
+            if first is None and (
+                (responses and line.startswith("event: response.output_text.delta"))
+                or (not responses and line.startswith("data: {"))
+            ):
                 first = (time.perf_counter() - t) * 1000
-            elif rid is None and line.startswith("data: ") and '"response.created"' in line:
+            elif responses and rid is None and line.startswith("data: ") and '"response.created"' in line:
                 rid = json.loads(line[6:])["response"]["id"]
-    if first is None or rid is None:
+    if first is None:
         raise RuntimeError("no chunk came")
     return first, rid
 
@@ -88,7 +78,9 @@ def chain(client: httpx.Client, url: str, session: str | None) -> list[float]:
     previous = None
     for i in range(ROUNDS):
         step = items[: 1 + 3 * (i + 1)] if i == 0 else items[1 + 3 * i : 1 + 3 * (i + 1)]
-        ms, previous = chained_first_byte_ms(client, url, step, previous, session)
+        ms, previous = _first_byte(
+            client, url, step, session, **({"previous_response_id": previous} if previous else {})
+        )
         times.append(ms)
     return times
 

@@ -67,7 +67,7 @@ from ..harness.virtual_files import VirtualFiles
 from ..hashing import HASH_PREFIX, hash_value, hashed
 from ..store.base import Evict
 from .protocol import CLOSE_WAIT
-from .proxy_chains import Chains, Continuation, completed_response
+from .proxy_chains import RESPONSE_ENDS, Chains, Continuation, completed_response
 from .proxy_tools import (
     MAX_ROUNDS,
     Call,
@@ -797,17 +797,15 @@ class Proxy:
             keyless = not (named and named.strip()) and api != "responses" and _client_key(api, body) is None
             if not (named and named.strip()):
                 session_id, started = self._route(api, body, session_id)
-            if went is not None:
-                went.session = session_id
             for _ in range(MAX_FORKS):
+                if went is not None:
+                    went.session = session_id  # (its response is kept as this session's)
                 conv = self._conversation(api, session_id, started, keyless=keyless)
                 try:
                     plan = self._plan(Plan(api, body, body, conv, went=went), offer=tools and _one_choice(body))
                     break
                 except AnotherConversation as other:  # it starts as this one does, and then differs
                     session_id, started, conv = other.session, None, None
-                    if went is not None:
-                        went.session = session_id
                 except _Reopen:  # closed as idle just after this request took it: opened again
                     conv = None
             else:
@@ -1561,18 +1559,22 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                 self._start(resp.status_code, resp.headers)
                 streamed = resp.headers.get("content-type", "").startswith("text/event-stream")
                 numbered = SequenceNumbers() if api == "responses" else None
-                kept: list[bytes] | None = [] if plan is not None and plan.went is not None else None
-                hold = kept is not None and resp.status_code < 400
+                # the answer, kept whole when it is a response to keep; from its end on (its event
+                # ending the stream, a JSON body's every part), held until it is kept
+                kept: list[bytes] | None = (
+                    [] if plan is not None and plan.went is not None and resp.status_code < 400 else None
+                )
                 held: list[bytes] = []
                 tail = b""  # the end of what came before the part, where a mark may begin
                 for part in resp.iter_bytes():
                     if kept is not None:
                         kept.append(part)
-                    window, tail = tail + part, (tail + part)[-_MARK_SPAN:]
-                    if hold and (held or not streamed or any(m in window for m in _RESPONSE_ENDS)):
-                        held.append(part)  # its end: not until it is kept
-                        self._events = None
-                        continue
+                        window = tail + part
+                        tail = window[-_MARK_SPAN:]
+                        if held or not streamed or any(m in window for m in _RESPONSE_ENDS):
+                            held.append(part)
+                            self._events = None
+                            continue
                     self._chunk(part)
                     if numbered is not None:  # a Responses error event is numbered after the last event
                         numbered.follow(part)
@@ -1580,7 +1582,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                     whole = streamed and part.replace(b"\r\n", b"\n").endswith(b"\n\n")
                     self._events = (lambda e, n=numbered: self._chunk(n(e) if n else e)) if whole else None
                 proxy.whole(resp)
-                if plan is not None and kept is not None and hold:
+                if plan is not None and kept is not None:
                     proxy.relayed(plan, b"".join(kept), streamed=streamed)
                 for part in held:
                     self._chunk(part)
@@ -1589,8 +1591,8 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
     return Handler
 
 
-_RESPONSE_ENDS = (b"response.completed", b"response.incomplete")
-"""The events that end a Responses stream and carry its response (``_forward`` holds them)."""
+_RESPONSE_ENDS = tuple(e.encode() for e in RESPONSE_ENDS)
+"""The events ``_forward`` holds from (a Responses stream's end, carrying its response)."""
 _MARK_SPAN = max(len(m) for m in _RESPONSE_ENDS)
 
 

@@ -44,9 +44,9 @@ from typing import Any
 
 from ..hashing import hashed
 from ..store.base import Evict, Put, Store
-from .proxy_tools import sse_events
+from .proxy_tools import _data, sse_events
 
-__all__ = ["CHAIN", "Chains", "Continuation", "completed_response"]
+__all__ = ["CHAIN", "RESPONSE_ENDS", "Chains", "Continuation", "completed_response"]
 
 log = logging.getLogger("context_os.proxy")
 
@@ -138,9 +138,9 @@ class Chains:
         rid, output = response.get("id"), response.get("output")
         if not isinstance(rid, str) or not isinstance(output, list):
             return
-        link = _Link(went.parent, [*went.items, *output], went.session)
         if went.parent is None and went.session is None:
             return  # a start of no session (its request failed before one was named): nothing bounds it
+        link = _Link(went.parent, [*went.items, *output], went.session)
         with self._lock:
             if went.unknown:  # its next continuation is of the same chain: not said again
                 self._unknown[rid] = None
@@ -259,6 +259,8 @@ class Chains:
 
 _ENDED = ("completed", "incomplete")
 """The statuses of a response a client may continue (an ``incomplete`` one ran out of tokens)."""
+RESPONSE_ENDS = tuple(f"response.{status}" for status in _ENDED)
+"""The events that end such a response's stream, carrying the response."""
 
 
 def completed_response(raw: bytes, streamed: bool) -> dict[str, Any] | None:
@@ -273,16 +275,10 @@ def completed_response(raw: bytes, streamed: bool) -> dict[str, Any] | None:
         return found if isinstance(found, dict) and found.get("status", "completed") in _ENDED else None
     response = None
     for event in sse_events(iter([raw])):
-        for line in event.split(b"\n"):
-            if not line.startswith(b"data:"):
-                continue
-            try:
-                data = json.loads(line[5:].strip())
-            except ValueError:
-                continue
-            if isinstance(data, dict) and data.get("type") in ("response.completed", "response.incomplete"):
-                found = data.get("response")
-                response = found if isinstance(found, dict) else None
+        data = _data(event)
+        if isinstance(data, dict) and data.get("type") in RESPONSE_ENDS:
+            found = data.get("response")
+            response = found if isinstance(found, dict) else None
     return response
 
 
