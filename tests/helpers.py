@@ -533,10 +533,19 @@ def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
         if any(isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking") and "cache_control" in b
                for b in parts):  # fmt: skip
             return "cache_control cannot be set for thinking blocks"
-        ids = [b.get("id") for b in parts if isinstance(b, dict) and b.get("type") == "tool_use"]
+        ids = [b.get("id") for b in parts if isinstance(b, dict) and b.get("type") in ("tool_use", "server_tool_use")]
         twice = next((u for u in ids if ids.count(u) > 1), None)
         if twice is not None:
             return f"`tool_use` ids must be unique: {twice}"
+        for k, m in enumerate(messages):  # a server tool's result follows its call, in the same message
+            given = m.get("content")
+            blocks = [b for b in given if isinstance(b, dict)] if isinstance(given, list) else []
+            for j, b in enumerate(blocks):
+                kind = str(b.get("type", ""))
+                if kind.endswith("_tool_result") and kind != "tool_result":
+                    called = {c.get("id") for c in blocks[:j] if c.get("type") == "server_tool_use"}
+                    if b.get("tool_use_id") not in called:
+                        return f"messages.{k}.content.{j}: `{kind}` block without its `server_tool_use` before it"
     for k, m in enumerate(messages):
         content = m.get("content")
         blocks = content if isinstance(content, list) else []

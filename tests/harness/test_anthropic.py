@@ -749,3 +749,95 @@ def test_the_apis_answer_appended_as_it_came_says_what_to_append(db):
     )
     with pytest.raises(MalformedMessage, match=r'append \{"role": message\.role, "content": message\.content\}'):
         hook_for(db).transform_request([user("hi"), answer], system=SYSTEM)
+
+
+# --- server tools: the provider runs them (web search, code execution); their blocks come back ---
+
+PAGE = base64.b64encode(b"the parser's grammar, as documented " * 100).decode()[:4_000]
+"""A web search result's page, encrypted (as the API sends it: base64, 4,000 characters here)."""
+
+
+def searched(n: int, *, then: str | None = None, think: bool = False) -> dict[str, Any]:
+    """An assistant message as the SDK returns it after a web search the provider ran: its call,
+    three encrypted pages, a text citing one, and a call of ours (``then``) or not (``pause_turn``:
+    the provider paused a long turn; the client sends it back to continue)."""
+    use = {"type": "server_tool_use", "id": f"srvtoolu_{n}", "name": "web_search", "input": {"query": f"parser {n}"}}
+    pages = [
+        {
+            "type": "web_search_result",
+            "url": f"https://docs.example/{n}/{k}",
+            "title": f"Grammar {k}",
+            "encrypted_content": PAGE,
+            "page_age": "April 1, 2026",
+        }  # fmt: skip
+        for k in range(3)
+    ]
+    cite = {"type": "web_search_result_location", "url": pages[0]["url"], "title": "Grammar 0",
+            "encrypted_index": "Eo8BCioIAhgBIiQ", "cited_text": "the parser's grammar"}  # fmt: skip
+    content: list[dict[str, Any]] = (
+        [{"type": "thinking", "thinking": f"search {n}: {THOUGHT}", "signature": f"sig{n}"}] if think else []
+    )
+    content += [use, {"type": "web_search_tool_result", "tool_use_id": use["id"], "content": pages}]
+    if then is not None:
+        content.append({"type": "text", "text": "The grammar says so.", "citations": [cite]})
+        content.append({"type": "tool_use", "id": then, "name": "bash", "input": {"command": f"cat part{n}"}})
+    stop = "tool_use" if then is not None else "pause_turn"
+    return {
+        "role": "assistant",
+        "content": Message.model_validate({**_MESSAGE, "content": content, "stop_reason": stop}).content,
+    }
+
+
+def _dumped(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [b.model_dump(mode="json", exclude_none=True) for b in message["content"]]
+
+
+def test_a_server_tools_blocks_go_back_as_they_came_and_count(db):
+    """A web search the provider ran: its call, its pages and the text citing them go back in
+    their place, as the SDK gave them, at every call (the provider has no other copy); each page
+    counts as the bytes it decrypts to, once in the context and once in full history."""
+    hook = hook_for(db, history_max_tokens=None)
+    bare = hook_for(db, "a2", history_max_tokens=None)
+    msgs: list[dict[str, Any]] = [user("Fix the parser.")]
+    plain: list[dict[str, Any]] = [user("Fix the parser.")]
+    for n in range(6):
+        answer = searched(n, then=f"c{n}")
+        msgs += [answer, results((f"c{n}", f"part {n}"))]
+        plain += [{"role": "assistant", "content": answer["content"][2:]}, results((f"c{n}", f"part {n}"))]
+        request = hook.transform_request(msgs, system=SYSTEM)
+        assert_valid(request)
+        bare.transform_request(plain, system=SYSTEM)
+    sent = [m for m in request["messages"] if m["role"] == "assistant"]
+    assert [m["content"][:3] for m in sent] == [_dumped(m)[:3] for m in msgs[1::2]]
+    assert sent[0]["content"][2]["citations"] == _dumped(msgs[1])[2]["citations"]
+    pages = 3 * len(PAGE) * 3 // 4 // 4  # three pages of 4,000 base64 characters, in tokens
+    assert hook.last is not None and bare.last is not None
+    assert 6 * pages < hook.last.tokens_full - bare.last.tokens_full < 6 * (pages + 150)
+    assert 6 * pages < hook.last.rendered.tokens - bare.last.rendered.tokens < 6 * (pages + 150)
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "a1"))
+
+
+def test_a_paused_turn_goes_back_last_as_it_came(db):
+    """``pause_turn``: the provider stopped a long turn of server tools; the client continues it by
+    sending the assistant message back as the request's last, which goes as it came."""
+    hook = hook_for(db)
+    paused = searched(0)
+    request = hook.transform_request([user("Search the grammar."), paused], system=SYSTEM)
+    assert request["messages"][-1] == {"role": "assistant", "content": _dumped(paused)}
+
+
+def test_past_the_thinking_horizon_a_message_keeps_its_server_tools_blocks(db):
+    """The thinking horizon leaves an old message's reasoning off, never its search: the tokens it
+    frees are its thinking's alone."""
+    hook = hook_for(db, keep_thinking_turns=1, history_max_tokens=None)
+    msgs: list[dict[str, Any]] = [user("Fix the parser.")]
+    for n in range(3):
+        msgs += [searched(n, then=f"c{n}", think=True), results((f"c{n}", f"part {n}"))]
+        request = hook.transform_request(msgs, system=SYSTEM)
+        assert_valid(request)
+    kinds = [[b["type"] for b in m["content"]] for m in request["messages"] if m["role"] == "assistant"]
+    searched_kinds = ["server_tool_use", "web_search_tool_result", "text", "tool_use"]
+    assert kinds == [searched_kinds, searched_kinds, ["thinking", *searched_kinds]]
+    assert hook.last is not None
+    thoughts = 2 * len(f"search 0: {THOUGHT}") // 4
+    assert thoughts - 4 <= hook.last.tokens_full - hook.last.rendered.tokens <= thoughts + 4

@@ -121,7 +121,7 @@ def _openai_chunks(reply: str | ToolCall, n: int) -> Iterator[bytes]:
     yield b"data: [DONE]\n\n"
 
 
-def _anthropic_events(reply: str | ToolCall, n: int, thinking: bool = False) -> Iterator[bytes]:
+def _anthropic_events(reply: str | ToolCall, n: int, thinking: bool = False, search: bool = False) -> Iterator[bytes]:
     def event(kind: str, data: dict[str, Any]) -> bytes:
         return f"event: {kind}\ndata: {json.dumps(data | {'type': kind})}\n\n".encode()
 
@@ -140,6 +140,15 @@ def _anthropic_events(reply: str | ToolCall, n: int, thinking: bool = False) -> 
         )
         yield event("content_block_stop", {"index": 0})
         at = 1
+    if search:  # as the API streams a server tool: its call's input in deltas, its result whole
+        use, result = searched(n)
+        yield event("content_block_start", {"index": at, "content_block": {**use, "input": {}}})
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(use["input"])}
+        yield event("content_block_delta", {"index": at, "delta": delta})
+        yield event("content_block_stop", {"index": at})
+        yield event("content_block_start", {"index": at + 1, "content_block": result})
+        yield event("content_block_stop", {"index": at + 1})
+        at += 2
     if isinstance(reply, ToolCall):
         block = {"type": "tool_use", "id": f"toolu_{n}", "name": reply.name, "input": {}}
         yield event("content_block_start", {"index": at, "content_block": block})
@@ -222,8 +231,34 @@ def thinking_block(n: int) -> dict[str, Any]:
     return {"type": "thinking", "thinking": f"Thinking about answer {n}.", "signature": f"sig-{n}-" + "A" * 20}
 
 
-def _anthropic_json(reply: str | ToolCall, n: int, thinking: bool = False) -> dict[str, Any]:
+def searched(n: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The web search the scripted model makes first in its ``n``-th answer when the request
+    offers Anthropic's web search tool: its ``server_tool_use`` block and its result, whose pages
+    come encrypted (4,000 characters each, as a page's text would be)."""
+    use = {"type": "server_tool_use", "id": f"srvtoolu_{n}", "name": "web_search", "input": {"query": f"query {n}"}}
+    pages = [
+        {
+            "type": "web_search_result",
+            "url": f"https://example.org/{n}/{k}",
+            "title": f"Page {k} of search {n}",
+            "encrypted_content": base64.b64encode(f"page {k} of search {n} ".encode() * 150).decode()[:4_000],
+            "page_age": None,
+        }  # fmt: skip
+        for k in range(3)
+    ]
+    return use, {"type": "web_search_tool_result", "tool_use_id": use["id"], "content": pages}
+
+
+def _searches(body: dict[str, Any]) -> bool:
+    """Whether a request offers Anthropic's web search tool (a server tool: ``web_search_<date>``)."""
+    tools = body.get("tools") or []
+    return any(isinstance(t, dict) and str(t.get("type", "")).startswith("web_search_") for t in tools)
+
+
+def _anthropic_json(reply: str | ToolCall, n: int, thinking: bool = False, search: bool = False) -> dict[str, Any]:
     content: list[dict[str, Any]] = [thinking_block(n)] if thinking else []
+    if search:
+        content += searched(n)
     if isinstance(reply, ToolCall):
         content.append({"type": "tool_use", "id": f"toolu_{n}", "name": reply.name, "input": reply.args})
     else:
@@ -454,6 +489,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             n = len(up.requests)
             # extended thinking, or adaptive (the model thinks when it sees fit; this one always does)
             thinking = anthropic and (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
+            search = anthropic and _searches(body)  # the model searches the web first, every answer
             reasoning = responses and bool(body.get("reasoning"))
             if reasoning:
                 up.reasoned.add(str(n))
@@ -475,7 +511,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 if up.gate is not None:
                     up.gate.wait(30)
                 if anthropic:
-                    self._send(200, json.dumps(_anthropic_json(text, n, thinking)).encode())
+                    self._send(200, json.dumps(_anthropic_json(text, n, thinking, search)).encode())
                     return
                 answer = _response_json(text, n, reasoning) if responses else _openai_json(text, n)
                 self._send(200, json.dumps(answer).encode())
@@ -489,7 +525,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             try:
                 if anthropic:
-                    chunks = _anthropic_events(text, n, thinking)
+                    chunks = _anthropic_events(text, n, thinking, search)
                 else:
                     chunks = _response_events(text, n, reasoning) if responses else _openai_chunks(text, n)
                 if up.crlf:

@@ -47,6 +47,10 @@ class Incoming(TypedDict):
     """Characters of ``extra`` the model receives too (e.g. reasoning a harness sends back, images:
     ``tokens.image_tokens``): counted in token estimates, never managed. A tool result's counts
     its output's blocks, with its object's tokens, and only while it shows them (in full)."""
+    block_chars: NotRequired[int]
+    """Characters of ``extra`` the model receives at every call, never left off: an assistant
+    message's blocks of the provider's own tools (an Anthropic server tool's call and its results,
+    web pages and code output), counted in token estimates, sent as they came."""
     h: str
     """Hash of the raw harness message (cursor / rewrite detection)."""
 
@@ -64,6 +68,7 @@ class Entry(TypedDict):
     ts: NotRequired[int]
     extra: NotRequired[dict[str, Any]]
     extra_chars: NotRequired[int]
+    block_chars: NotRequired[int]
     ft: NotRequired[int]
     """Tokens this message costs in the full, unmanaged transcript (tool output included)."""
 
@@ -80,6 +85,7 @@ class Msg(TypedDict):
     is_error: NotRequired[bool]
     extra: NotRequired[dict[str, Any]]
     extra_chars: NotRequired[int]
+    block_chars: NotRequired[int]
     drop_thinking: NotRequired[bool]
     """For ``assistant``: render it without the reasoning its ``extra`` holds (past the session's
     thinking horizon)."""
@@ -93,8 +99,8 @@ def _args_chars(arguments: Any) -> int:
 
 def msg_chars(msg: Msg | Incoming) -> int:
     """Characters a message puts in front of the model: text, tool call names and arguments, and
-    the ``extra_chars`` the adapter counted in its harness-only fields."""
-    n = len(msg.get("text") or "") + int(msg.get("extra_chars") or 0)
+    the ``extra_chars`` and ``block_chars`` the adapter counted in its harness-only fields."""
+    n = len(msg.get("text") or "") + int(msg.get("extra_chars") or 0) + int(msg.get("block_chars") or 0)
     for call in msg.get("tool_calls") or ():
         n += len(call["name"]) + _args_chars(call["arguments"])
     return n

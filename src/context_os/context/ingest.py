@@ -338,6 +338,8 @@ class Ingest:
             entry["extra"] = extra
         if m.get("extra_chars"):
             entry["extra_chars"] = m["extra_chars"]
+        if m.get("block_chars"):
+            entry["block_chars"] = m["block_chars"]
         entry["ft"] = estimate_tokens(msg_chars(m))
         if m.get("tool_calls"):
             calls: list[ToolCall] = []

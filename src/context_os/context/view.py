@@ -883,6 +883,8 @@ class SessionView:
                 msg["drop_thinking"] = True  # the adapter renders it without its reasoning
             else:
                 msg["extra_chars"] = e["extra_chars"]
+        if e.get("block_chars"):
+            msg["block_chars"] = e["block_chars"]
         return [msg]
 
     def sheds_reasoning(self, e: Entry) -> bool:

@@ -111,6 +111,28 @@ def _reasoning_chars(block: Mapping[str, Any]) -> int:
     return 0
 
 
+def server_block(block: Any) -> bool:
+    """Whether a block is a server tool's (a tool the provider runs: web search, web fetch, code
+    execution): its call (``server_tool_use``, ``mcp_tool_use``) or its result (a ``*_tool_result``
+    other than a client tool's ``tool_result``)."""
+    kind = block.get("type") if isinstance(block, Mapping) else None
+    if not isinstance(kind, str):
+        return False
+    return kind in ("server_tool_use", "mcp_tool_use") or (kind.endswith("_tool_result") and kind != "tool_result")
+
+
+def _server_chars(value: Any, key: str = "") -> int:
+    """What a server tool's block puts in front of the model: the characters of its JSON, an
+    encrypted page (``encrypted_content``, base64) as the bytes it decodes to."""
+    if isinstance(value, str):
+        return len(value) * 3 // 4 if key == "encrypted_content" else len(value)
+    if isinstance(value, Mapping):
+        return sum(len(str(k)) + _server_chars(v, str(k)) for k, v in value.items() if k != "cache_control")
+    if isinstance(value, list | tuple):
+        return sum(_server_chars(v) for v in value)
+    return len(str(value))
+
+
 def _media_chars(blocks: Sequence[Mapping[str, Any]]) -> int:
     """What the image and document blocks among ``blocks`` put in front of the model, in
     characters: a base64 image by its size, any other source at the most (``tokens.image_tokens``);
@@ -372,6 +394,9 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
         # the model's reasoning, sent back with the message: counted (left off past the thinking horizon)
         if reasoning := sum(_reasoning_chars(b) for b in kept):
             m["extra_chars"] = reasoning
+        # the provider's own tools' calls and results (web pages, code output): counted, sent whole
+        if served := sum(_server_chars(b) for b in kept if server_block(b)):
+            m["block_chars"] = served
         return m
 
     def _result(self, block: dict[str, Any], index: int, j: int) -> Incoming:

@@ -977,7 +977,7 @@ class Proxy:
     def run_ours(self, plan: Plan, calls: list[Call], text: str | None, output: list[Any] | None = None) -> None:
         """Run the model's calls of our tools; keep the exchange for the next upstream call
         (``output``: what of the reply the exchange keeps: a Responses reply's output items, an
-        Anthropic reply's thinking blocks)."""
+        Anthropic reply's blocks, streamed its thinking and server tools' blocks)."""
         conv = plan.conversation
         assert conv is not None
         client = _client(plan)
@@ -1524,7 +1524,8 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                         offset += f.sent_blocks
                         # the client has the text already: the exchange keeps our calls, with a
                         # Responses reply's items (spliced after the ones the client has, later) and
-                        # an Anthropic reply's thinking, which its tool-use turn must start with
+                        # an Anthropic reply's thinking, which its tool-use turn must start with, and
+                        # its server tools' blocks (the model's next round reads what it searched)
                         proxy.run_ours(plan, ours, None, f.kept())
                 plan = proxy.next_round(plan, last=n + 1 == MAX_ROUNDS - 1)
 

@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..harness.anthropic import without_cache_marks
+from ..harness.anthropic import server_block, without_cache_marks
 from ..harness.responses import BUILT_IN_TOOLS, CALLS, OUTPUTS
 from ..hashing import hash_value
 
@@ -44,6 +44,11 @@ MAX_ROUNDS = 8
 
 THINKING = ("thinking", "redacted_thinking")
 """An Anthropic reply's reasoning blocks (extended thinking)."""
+
+
+def _server_id(block: Mapping[str, Any]) -> Any:
+    """The call a server tool's block belongs to: a call's own id, a result's ``tool_use_id``."""
+    return block.get("id") if block.get("type") in ("server_tool_use", "mcp_tool_use") else block.get("tool_use_id")
 
 
 @dataclass(frozen=True)
@@ -115,33 +120,43 @@ def splice(messages: list[Any], hidden: list[Hidden]) -> tuple[list[Any], list[H
         out.extend(messages[taken:at])
         out.extend(i for i in h.messages if not _item_keys(i) & known)
         taken = at
-        if at < len(messages):  # an Anthropic reply streamed to the client holds our rounds' thinking too
-            out.append(_without_blocks(messages[at], _thinking_of(h.messages)))
+        if at < len(messages):  # an Anthropic reply streamed to the client holds our rounds' blocks too
+            out.append(_without_blocks(messages[at], _streamed_of(h.messages)))
             taken = at + 1
         kept.append(h)
     out.extend(messages[taken:])
     return out, kept
 
 
-def _thinking_of(messages: list[dict[str, Any]]) -> list[Any]:
-    """The thinking blocks of an exchange's assistant messages (Anthropic)."""
+def _streamed_of(messages: list[dict[str, Any]]) -> list[Any]:
+    """The blocks of an exchange's assistant messages that a stream gives the client too
+    (Anthropic): its thinking and its server tools' blocks."""
     return [
         b
         for m in messages
         if m.get("role") == "assistant" and isinstance(m.get("content"), list)
         for b in m["content"]
-        if isinstance(b, Mapping) and b.get("type") in THINKING
+        if isinstance(b, Mapping) and (b.get("type") in THINKING or server_block(b))
     ]
 
 
 def _without_blocks(message: Any, blocks: list[Any]) -> Any:
-    """An assistant message without the thinking blocks an exchange spliced before it already
-    holds: streamed, the client got every round's blocks as one message, though the model wrote
-    the first ones in the rounds that called our tools (each keeps its own, where the model saw it)."""
+    """An assistant message without the blocks an exchange spliced before it already holds (its
+    thinking, the same; its server tools' calls and results, by their call's id, the client's
+    copy written by its SDK): streamed, the client got every round's blocks as one message, though
+    the model wrote the first ones in the rounds that called our tools (each keeps its own, where
+    the model saw it)."""
     content = message.get("content") if isinstance(message, Mapping) and message.get("role") == "assistant" else None
     if not blocks or not isinstance(content, list):
         return message
-    kept = [b for b in content if not (isinstance(b, Mapping) and b.get("type") in THINKING and b in blocks)]
+    served = {_server_id(b) for b in blocks if server_block(b)}
+
+    def held(b: Any) -> bool:
+        if not isinstance(b, Mapping):
+            return False
+        return (b.get("type") in THINKING and b in blocks) or (server_block(b) and _server_id(b) in served)
+
+    kept = [b for b in content if not held(b)]
     return {**message, "content": kept} if len(kept) < len(content) and kept else message
 
 
@@ -231,18 +246,26 @@ class AnthropicDialect:
     @staticmethod
     def calls(response: Mapping[str, Any]) -> tuple[list[Call], dict[str, Any]]:
         blocks = [b for b in response.get("content") or [] if isinstance(b, Mapping)]
-        thinking = [dict(b) for b in blocks if b.get("type") in THINKING]
-        return _calls(blocks, "tool_use", "id", "input"), {"role": "assistant", "content": blocks, "output": thinking}
+        return _calls(blocks, "tool_use", "id", "input"), {"role": "assistant", "content": blocks, "output": blocks}
 
     @staticmethod
     def exchange(
         text: str | None, calls: list[Call], results: list[str], output: list[Any] | None = None
     ) -> list[dict[str, Any]]:
-        """``output``: the reply's thinking blocks, first and unmodified (with extended thinking
-        on, the API refuses a tool-use turn that does not start with them)."""
-        content: list[dict[str, Any]] = [dict(b) for b in output or ()]
-        content += [{"type": "text", "text": text}] if text else []
-        content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in calls]
+        """``output``: the reply's blocks, unmodified and in their order (a JSON reply's, all of
+        them, ``text`` then unused; a streamed reply's, those the client cannot send back in
+        their place: its thinking, which a tool-use turn must start with when extended thinking
+        is on, and its server tools' calls and results, without which the model's next round
+        would not see what it searched). The client's tool calls are dropped, ours kept."""
+        ours = {c.id for c in calls}
+        if output is None:
+            content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        else:
+            content = [dict(b) for b in output if b.get("type") != "tool_use" or b.get("id") in ours]
+        present = {b.get("id") for b in content if b.get("type") == "tool_use"}
+        content += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in calls if c.id not in present
+        ]
         tool_results = [
             {"type": "tool_result", "tool_use_id": c.id, "content": r} for c, r in zip(calls, results, strict=True)
         ]
@@ -503,8 +526,11 @@ class StreamFilter:
     sent_blocks: int = 0
     output: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Responses: the output items of the response, by index, as they were done."""
-    thinking: dict[int, dict[str, Any]] = field(default_factory=dict)
-    """Anthropic: the thinking blocks of the response, by index."""
+    blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Anthropic: the response's blocks an exchange keeps (its thinking, its server tools' calls
+    and results), by index, put together from their events."""
+    _inputs: dict[int, list[str]] = field(default_factory=dict)
+    """Anthropic: the pieces of a server tool call's input, by its block's index."""
     _parts: list[dict[str, Any]] = field(default_factory=list)
     """Gemini: the parts of the calls the response made."""
     enveloped: bool = False
@@ -667,26 +693,33 @@ class StreamFilter:
         # what goes on now ends nothing: the held event carries the end and the usage
         return with_parts(now, {k: v for k, v in first.items() if k not in ("finishReason", "finishMessage")})
 
-    def _think(self, kind: str, data: dict[str, Any], index: int) -> None:
-        """Anthropic: put a thinking block together from its events (its text, its signature)."""
+    def _keep(self, kind: str, data: dict[str, Any], index: int) -> None:
+        """Anthropic: put a block an exchange keeps together from its events (a thinking block's
+        text and signature; a server tool call's input, in pieces; a server tool's result comes
+        whole)."""
         block = data.get("content_block") or {}
-        if kind == "content_block_start" and block.get("type") in THINKING:
-            self.thinking[index] = dict(block)
-        elif kind == "content_block_delta" and index in self.thinking:
+        if kind == "content_block_start" and (block.get("type") in THINKING or server_block(block)):
+            self.blocks[index] = dict(block)
+        elif kind == "content_block_delta" and index in self.blocks:
             delta = data.get("delta") or {}
+            kept = self.blocks[index]
             if delta.get("type") == "thinking_delta":
-                self.thinking[index]["thinking"] = self.thinking[index].get("thinking", "") + delta.get("thinking", "")
+                kept["thinking"] = kept.get("thinking", "") + delta.get("thinking", "")
             elif delta.get("type") == "signature_delta":
-                self.thinking[index]["signature"] = delta.get("signature", "")
+                kept["signature"] = delta.get("signature", "")
+            elif delta.get("type") == "input_json_delta":
+                self._inputs.setdefault(index, []).append(str(delta.get("partial_json", "")))
+        elif kind == "content_block_stop" and index in self._inputs:
+            self.blocks[index]["input"] = _args("".join(self._inputs.pop(index)))
 
     def kept(self) -> list[dict[str, Any]] | None:
         """What of the reply an exchange keeps besides our calls: a Responses reply's items (the
         API wants a call with the reasoning and text it came with), an Anthropic reply's thinking
-        blocks."""
+        and server tools' blocks."""
         if self.api == "responses":  # every item (a later request's splice skips what the client has)
             return self.output_items()
         if self.api == "anthropic":
-            return [self.thinking[i] for i in sorted(self.thinking)]
+            return [self.blocks[i] for i in sorted(self.blocks)]
         if self.api == "gemini":  # the calls' parts, as they came (a signature with them)
             return list(self._parts)
         return None
@@ -699,7 +732,7 @@ class StreamFilter:
             return event if self.first_round else b""
         if kind in ("content_block_start", "content_block_delta", "content_block_stop"):
             index = int(data.get("index", 0))
-            self._think(kind, data, index)
+            self._keep(kind, data, index)
             if kind == "content_block_start" and (data.get("content_block") or {}).get("type") == "tool_use":
                 block = data["content_block"]
                 self._tools[index] = {"id": block.get("id", ""), "name": block.get("name", ""), "arguments": ""}
