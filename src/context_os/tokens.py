@@ -20,7 +20,15 @@ import struct
 import zlib
 from collections.abc import Iterator
 
-__all__ = ["CHARS_PER_TOKEN", "IMAGE_TOKENS", "PAGE_TOKENS", "document_tokens", "estimate_tokens", "image_tokens"]
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "IMAGE_TOKENS",
+    "PAGE_TOKENS",
+    "document_tokens",
+    "estimate_tokens",
+    "image_tokens",
+    "value_chars",
+]
 
 CHARS_PER_TOKEN = 4
 
@@ -49,6 +57,20 @@ _HEAD = 65536
 def estimate_tokens(chars: int) -> int:
     """Estimated tokens of a text of ``chars`` characters: ``ceil(chars / 4)``."""
     return (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+def value_chars(value: object, key: str = "") -> int:
+    """What a model reads of a structured block (a provider's tool's call or result, as JSON): the
+    characters of its keys and strings, numbers and the like as written, its JSON's punctuation
+    and escapes aside. An encrypted page (a string under ``encrypted_content``, base64) counts as
+    the bytes it decodes to."""
+    if isinstance(value, str):
+        return len(value) * 3 // 4 if key == "encrypted_content" else len(value)
+    if isinstance(value, dict):
+        return sum(len(str(k)) + value_chars(v, str(k)) for k, v in value.items() if k != "cache_control")
+    if isinstance(value, list | tuple):
+        return sum(value_chars(v) for v in value)
+    return 0 if value is None else len(str(value))
 
 
 def image_tokens(data: bytes | str | None) -> int:

@@ -1,12 +1,18 @@
-"""Anthropic's server tools (web search, code execution: the provider runs them) through the
-proxy: their blocks kept where the model wrote them, in our tools' rounds too, and counted in the
-session's tokens."""
+"""The tools a provider runs itself (Anthropic's server tools, the Responses API's hosted tools,
+Gemini's code execution): their blocks kept where the model wrote them, in our tools' rounds too,
+and counted in the session's tokens."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from context_os.harness import gemini, responses
+from context_os.harness.openai import OpenAIHook
+from context_os.store.sqlite import SqliteStore
+from tests.helpers import eager_hook
 from tests.proxy.running import Running
 from tests.proxy.upstream import call, searched, upstream
 
@@ -49,3 +55,49 @@ def test_a_server_tools_blocks_stay_where_the_model_wrote_them_in_our_rounds(tmp
             assert [sent[-2]["content"][0]["id"], sent[-2]["content"][1]["tool_use_id"]] == ["srvtoolu_4"] * 2
         finally:
             running.close()
+
+
+CODE = "import statistics\n" + "print(statistics.mean(range(1000)))\n" * 120
+LOGS = "499.5\n" * 1_500
+
+RESPONSES = (
+    [{"type": "message", "role": "user", "content": "What is the mean?"}],
+    {
+        "type": "code_interpreter_call",
+        "id": "ci_1",
+        "status": "completed",
+        "container_id": "cntr_1",
+        "code": CODE,
+        "outputs": [{"type": "logs", "logs": LOGS}],
+    },  # fmt: skip
+    [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is 499.5."}]}],
+)
+GEMINI = (
+    [{"role": "user", "parts": [{"text": "What is the mean?"}]}],
+    {
+        "role": "model",
+        "parts": [
+            {"executableCode": {"language": "PYTHON", "code": CODE}},
+            {"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": LOGS}},
+        ],
+    },  # fmt: skip
+    [{"role": "model", "parts": [{"text": "It is 499.5."}]}],
+)
+
+
+@pytest.mark.parametrize(("api", "conversation"), [("responses", RESPONSES), ("gemini", GEMINI)])
+def test_the_code_a_provider_ran_counts_in_the_tokens(tmp_path: Path, api: str, conversation: Any) -> None:
+    """The Responses API's code interpreter, Gemini's code execution: their code and output come
+    back in the model's turn, which the model reads as it is, and count in what a call costs (by
+    the characters of their JSON)."""
+    first, ran, last = conversation
+    chat = responses.to_chat if api == "responses" else gemini.to_chat
+    with SqliteStore(tmp_path / "s.db") as store:
+        hook = eager_hook(OpenAIHook, store, "ran", "openai")
+        bare = eager_hook(OpenAIHook, store, "not", "openai")
+        hook.transform_context(chat([*first, ran, *last]))
+        bare.transform_context(chat([*first, *last]))
+        assert hook.last is not None and bare.last is not None
+        ran_tokens = (len(CODE) + len(LOGS)) // 4
+        assert ran_tokens < hook.last.tokens_full - bare.last.tokens_full < ran_tokens + 40
+        assert hook.last.tokens - bare.last.tokens == hook.last.tokens_full - bare.last.tokens_full

@@ -46,7 +46,7 @@ from ..context.entries import Entry, Incoming, Msg, ToolCall
 from ..context.view import TAIL_OPEN
 from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
-from ..tokens import CHARS_PER_TOKEN, document_tokens, image_tokens
+from ..tokens import CHARS_PER_TOKEN, document_tokens, image_tokens, value_chars
 from .base import (
     Adapter,
     ContextHook,
@@ -119,18 +119,6 @@ def server_block(block: Any) -> bool:
     if not isinstance(kind, str):
         return False
     return kind in ("server_tool_use", "mcp_tool_use") or (kind.endswith("_tool_result") and kind != "tool_result")
-
-
-def _server_chars(value: Any, key: str = "") -> int:
-    """What a server tool's block puts in front of the model: the characters of its JSON, an
-    encrypted page (``encrypted_content``, base64) as the bytes it decodes to."""
-    if isinstance(value, str):
-        return len(value) * 3 // 4 if key == "encrypted_content" else len(value)
-    if isinstance(value, Mapping):
-        return sum(len(str(k)) + _server_chars(v, str(k)) for k, v in value.items() if k != "cache_control")
-    if isinstance(value, list | tuple):
-        return sum(_server_chars(v) for v in value)
-    return len(str(value))
 
 
 def _media_chars(blocks: Sequence[Mapping[str, Any]]) -> int:
@@ -395,7 +383,7 @@ class AnthropicAdapter(Adapter[dict[str, Any]]):
         if reasoning := sum(_reasoning_chars(b) for b in kept):
             m["extra_chars"] = reasoning
         # the provider's own tools' calls and results (web pages, code output): counted, sent whole
-        if served := sum(_server_chars(b) for b in kept if server_block(b)):
+        if served := sum(value_chars(b) for b in kept if server_block(b)):
             m["block_chars"] = served
         return m
 

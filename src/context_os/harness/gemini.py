@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import MalformedMessage
+from ..tokens import value_chars
 
 __all__ = [
     "KEPT",
@@ -46,6 +47,7 @@ __all__ = [
     "call_names",
     "content_groups",
     "group_content",
+    "provider_chars",
     "read_content",
     "to_chat",
     "to_contents",
@@ -64,6 +66,20 @@ the tool's name."""
 _USER_ROLES = ("user", "function")
 _OPAQUE = ("thought", "executableCode", "codeExecutionResult", "inlineData", "fileData")
 """What a model part may be besides text and a call: kept whole, in its place."""
+
+
+_CODE = ("executableCode", "codeExecutionResult")
+"""The model's code execution parts (a tool the provider runs): its code, its output."""
+
+
+def provider_chars(message: Mapping[str, Any]) -> int:
+    """What the code execution parts of an assistant message (``to_chat``'s) put in front of the
+    model: ``value_chars`` of each."""
+    kept = message.get(KEPT)
+    parts = kept.get("parts") if isinstance(kept, Mapping) else None
+    if not isinstance(parts, list):
+        return 0
+    return sum(value_chars(p[f]) for p in parts if isinstance(p, Mapping) for f in _CODE if f in p)
 
 
 def _is_text(part: Mapping[str, Any]) -> bool:

@@ -21,6 +21,7 @@ from ..context.entries import Incoming, Msg, ToolCall
 from ..errors import HashError, InvalidOutput, MalformedMessage
 from ..hashing import hash_value
 from ..tokens import CHARS_PER_TOKEN, document_tokens, image_tokens
+from . import gemini, responses
 from .base import Adapter, ContextHook, check_utf8, fallback_hash
 from .pairing import CLOSES, SAYS, Pairing, Reading, check_end, pairing_problems
 
@@ -179,6 +180,9 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
             m["extra_chars"] = media
         if role == "assistant" and message.get("tool_calls"):
             m["tool_calls"] = self._calls(message["tool_calls"], index)
+        # (a message of the Responses API or Gemini: the provider's own tools' calls and results)
+        if role == "assistant" and (served := responses.provider_chars(message) + gemini.provider_chars(message)):
+            m["block_chars"] = served
         if role == "tool":
             call_id = message.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:

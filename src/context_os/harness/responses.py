@@ -34,8 +34,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import MalformedMessage
+from ..tokens import value_chars
 
-__all__ = ["BUILT_IN_TOOLS", "CALLS", "ITEM", "ITEMS", "OUTPUTS", "stdout_of", "to_chat", "to_items"]
+__all__ = ["BUILT_IN_TOOLS", "CALLS", "ITEM", "ITEMS", "OUTPUTS", "provider_chars", "stdout_of", "to_chat", "to_items"]
 
 ITEM = "ctxos_item"
 """On a user, system, developer or tool message: the item it came from (an output's without its
@@ -86,6 +87,20 @@ _OPAQUE = (
 """Items of the model's that no output answers (its reasoning, the provider's own tools' calls,
 the encrypted history a remote compaction returns in place of the turns it compacted): kept
 whole, in their place among the items of the response they are in."""
+
+
+_PROVIDER_TOOLS = ("web_search_call", "file_search_call", "code_interpreter_call")
+"""The provider's own tools' calls among ``_OPAQUE``, whose items the model reads as they are."""
+
+
+def provider_chars(message: Mapping[str, Any]) -> int:
+    """What the provider's own tools' items of an assistant message (``to_chat``'s) put in front
+    of the model: ``value_chars`` of each (a web search's action, a file search's results, the code
+    interpreter's code and output). An image generation's image is not counted."""
+    items = message.get(ITEMS)
+    if not isinstance(items, list):
+        return 0
+    return sum(value_chars(i) for i in items if isinstance(i, Mapping) and i.get("type") in _PROVIDER_TOOLS)
 
 
 def _parts_text(content: Any, k: int) -> str:
