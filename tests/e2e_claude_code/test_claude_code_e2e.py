@@ -205,3 +205,26 @@ def _pi_text(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
             elif b["type"] == "toolCall":
                 out.append(("call", json.dumps([b["name"], b["arguments"]], sort_keys=True)))
     return out
+
+
+def test_with_workspace_auto_the_directory_claude_code_names_is_its_workspace(
+    claude: NativeCli, work: Path, tmp_path: Path
+) -> None:
+    """``ctxos proxy --workspace auto``: the proxy reads the directory Claude Code works in from
+    its own system prompt, so its files there are read from the disk and tracked (context_os's
+    ``read`` offered beside its tools), as with ``--workspace`` naming it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    replies: list[str | ToolCall] = [call("Read", file_path=str(work / "app.py")), "Read it."]
+    with scripted_proxy(tmp_path, replies, "--workspace", "auto") as proxied:
+        env = _env(home, proxied.url.removesuffix("/v1"))
+        proc = subprocess.run(
+            claude.command("-p", "read app.py", "--model", MODEL),
+            cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    requests = list(proxied.up.requests)
+    assert len(requests) == 2 and all("read" in {t["name"] for t in r["tools"]} for r in requests)
+    with SqliteStore(proxied.store) as s:
+        (app,) = [v for v in s.find("file", {"abs_path": str(work.resolve() / "app.py")}) if v.doc]
+        assert not app.doc["meta"].get("virtual") and app.doc["content"] == APP  # from the disk

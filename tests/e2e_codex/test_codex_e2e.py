@@ -169,3 +169,19 @@ def test_an_image_codexs_view_image_gave_is_managed_and_replayed(
     assert summary["turns"] == summary["frames_verified"] == 2
     first, second = (t["tokens_full"] for t in summary["per_turn"])
     assert second - first >= 400  # 750 × 400 pixels: about 400 tokens, sent with the second call
+
+
+def test_with_workspace_auto_the_directory_codex_names_is_its_workspace(codex: NodeCli, tmp_path: Path) -> None:
+    """``ctxos proxy --workspace auto``: the proxy reads the directory Codex works in from its
+    environment context, so its files there are read from the disk and tracked (context_os's
+    ``read`` offered beside its tools), as with ``--workspace`` naming it."""
+    work = tmp_path / "work"
+    replies: list[str | ToolCall] = [call("exec_command", cmd="sed -n '1,20p' big.txt"), "Read it."]
+    with scripted_proxy(tmp_path, replies, "--workspace", "auto") as proxied:
+        proc = run_codex(codex, proxied, work, "--sandbox", "read-only", "what does big.txt start with?")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    requests = list(proxied.up.requests)
+    assert len(requests) == 2 and all("read" in {t.get("name") for t in r["tools"]} for r in requests)
+    with SqliteStore(proxied.store) as s:
+        (big,) = [v for v in s.find("file", {"abs_path": str(work.resolve() / "big.txt")}) if v.doc]
+        assert not big.doc["meta"].get("virtual")  # from the disk

@@ -187,3 +187,23 @@ def test_gemini_clis_own_read_and_edit_through_the_proxy_keep_the_file_as_an_obj
     assert max(frames.values()) == len(requests)  # (Gemini CLI's checks on the side are sessions of their own)
     if account:  # the API's other methods went upstream as they came
         assert "loadCodeAssist" in side
+
+
+def test_with_workspace_auto_the_directory_gemini_cli_names_is_its_workspace(gemini: NodeCli, tmp_path: Path) -> None:
+    """``ctxos proxy --workspace auto``: the proxy reads the directory Gemini CLI works in from its
+    session context, so its files there are read from the disk (context_os's ``read`` offered
+    beside its tools), as with ``--workspace`` naming it."""
+    work, home = _workspace(tmp_path)
+    replies: list[Any] = [("read_file", {"file_path": str(work / "app.py")}), "Read it."]
+    store = tmp_path / "proxy.db"
+    with gemini_model(replies) as model:
+        options = ("--gemini-upstream", model.url, "--workspace", "auto")
+        with proxy_command(store, model.url, None, *options) as url:
+            proc = _fix_f7(gemini, work, home, url.removesuffix("/v1"))
+            requests = list(model.requests)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(requests) == 2
+    assert all("read" in {d["name"] for t in r["tools"] for d in t.get("functionDeclarations", ())} for r in requests)
+    with SqliteStore(store) as s:
+        (app,) = [v for v in s.find("file", {"abs_path": str(work.resolve() / "app.py")}) if v.doc]
+        assert not app.doc["meta"].get("virtual")  # from the disk

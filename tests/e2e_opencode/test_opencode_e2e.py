@@ -292,3 +292,19 @@ def test_a_sub_agents_session_is_replayed_from_opencodes_database(opencode: Nati
     (note,) = read_session(export).info
     assert note.startswith("1 sub-agent session(s) of its task calls are not in this export")
     assert f"(opencode export {sub.session_id} writes the first)" in note
+
+
+def test_with_workspace_auto_the_directory_opencode_names_is_its_workspace(
+    opencode: NativeCli, work: Path, titles: str, tmp_path: Path
+) -> None:
+    """``ctxos proxy --workspace auto``: the proxy reads the directory OpenCode works in from its
+    system prompt, so its files there are read from the disk and tracked, as with ``--workspace``
+    naming it."""
+    script: list[str | ToolCall] = [call("read", filePath=str(work / "app.py")), "Done."]
+    with scripted_proxy(tmp_path, script, "--workspace", "auto") as proxied:
+        printed = run_opencode(opencode, work, proxied.url, titles, "run", "read app.py")
+        requests = list(proxied.up.requests)
+    assert "Done." in printed and len(requests) == 2
+    with SqliteStore(proxied.store) as s:
+        (app,) = [v for v in s.find("file", {"abs_path": str(work.resolve() / "app.py")}) if v.doc]
+        assert not app.doc["meta"].get("virtual") and app.doc["content"] == APP  # from the disk

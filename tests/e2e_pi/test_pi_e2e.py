@@ -442,9 +442,12 @@ def test_a_run_aborted_while_a_tool_runs_records_no_frame_for_a_call_never_made(
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
-def test_pi_through_the_proxy(pi: PiInstall, tmp_path: Path) -> None:
+@pytest.mark.parametrize("auto", [False, True], ids=["", "workspace-auto"])
+def test_pi_through_the_proxy(pi: PiInstall, tmp_path: Path, auto: bool) -> None:
     """Pi, with no extension, configured with ``ctxos proxy`` as its OpenAI-compatible provider:
-    it does the task, and every model call went through context_os as a verified frame."""
+    it does the task, and every model call went through context_os as a verified frame. With
+    ``--workspace auto`` (``auto``) the proxy reads the directory Pi works in from its system
+    prompt: calc.py is the file on the disk there."""
     import threading
 
     from context_os.context.frames import frame_docs, verify_frame
@@ -454,7 +457,7 @@ def test_pi_through_the_proxy(pi: PiInstall, tmp_path: Path) -> None:
     servers: list[Any] = []
 
     def through_proxy(model_url: str) -> str:
-        proxy = Proxy(store, model_url.removesuffix("/v1"))
+        proxy = Proxy(store, model_url.removesuffix("/v1"), workspace="auto" if auto else None)
         server = make_proxy_server(proxy, 0)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append((server, proxy))
@@ -473,6 +476,8 @@ def test_pi_through_the_proxy(pi: PiInstall, tmp_path: Path) -> None:
     assert len(sessions) == 1  # one conversation, one session, found again at every call
     frames = frame_docs(store, sessions.pop())
     assert len(frames) == len(SCRIPT) and all(verify_frame(store, f).ok for f in frames)
+    calc = [v for v in store.find("file") if v.doc and v.doc["meta"].get("path") == "calc.py"]
+    assert [bool(v.doc["meta"].get("virtual")) for v in calc if v.doc] == [not auto]
     store.close()
 
 

@@ -15,7 +15,7 @@ import pytest
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import APP, NodeCli, node_cli, provisioned
 from tests.proxy.running import file_as_shown, only_session, scripted_proxy, verified_frames
-from tests.proxy.upstream import call
+from tests.proxy.upstream import ToolCall, call
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -84,3 +84,35 @@ def test_qwen_codes_own_read_and_edit_through_the_proxy_keep_the_file_as_an_obje
     assert sum("unchanged since last read" in o for o in outputs) == 1  # as it came: no file text
     with SqliteStore(proxied.store) as s:
         assert verified_frames(s, only_session(s)) == len(requests)
+
+
+def test_with_workspace_auto_the_directory_qwen_code_names_is_its_workspace(qwen: NodeCli, tmp_path: Path) -> None:
+    """``ctxos proxy --workspace auto``: the proxy reads the directory Qwen Code works in from its
+    first message, so its files there are read from the disk and tracked, as with ``--workspace``
+    naming it."""
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    (home / ".qwen").mkdir(parents=True)
+    (home / ".qwen" / "settings.json").write_text(json.dumps(SETTINGS))
+    (work / "app.py").write_text(APP)
+    script: list[str | ToolCall] = [call("read_file", file_path=str(work / "app.py")), "Done."]
+    with scripted_proxy(tmp_path, script, "--workspace", "auto") as proxied:
+        env = {
+            "PATH": qwen.path_env(),
+            "HOME": str(home),
+            "OPENAI_API_KEY": "sk-e2e",
+            "OPENAI_BASE_URL": proxied.url,
+            "OPENAI_MODEL": "qwen3-coder-plus",
+            "NO_COLOR": "1",
+            "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
+        }
+        proc = subprocess.run(
+            qwen.command("-p", "read app.py", "--yolo", "--auth-type", "openai"),
+            cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        requests = list(proxied.up.requests)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Done." in proc.stdout and len(requests) == 2
+    with SqliteStore(proxied.store) as s:
+        (app,) = [v for v in s.find("file", {"abs_path": str(work.resolve() / "app.py")}) if v.doc]
+        assert not app.doc["meta"].get("virtual") and app.doc["content"] == APP  # from the disk

@@ -136,11 +136,11 @@ class Proxied:
 
 
 @contextmanager
-def scripted_proxy(tmp_path: Path, replies: list[str | ToolCall]) -> Iterator[Proxied]:
-    """The ``ctxos proxy`` command in front of a scripted model replying ``replies``."""
+def scripted_proxy(tmp_path: Path, replies: list[str | ToolCall], *options: str) -> Iterator[Proxied]:
+    """The ``ctxos proxy`` command (given ``options`` too) in front of a scripted model replying ``replies``."""
     with upstream(replies=replies) as up:
         store = tmp_path / "proxy.db"
-        with proxy_command(store, up.url) as url:
+        with proxy_command(store, up.url, None, *options) as url:
             yield Proxied(url, store, up)
 
 

@@ -315,11 +315,13 @@ def test_with_tool_names_none_the_agents_tools_are_tool_outputs_only(tmp_path: P
 
 
 @pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
-def test_with_a_workspace_the_agents_files_come_from_the_disk(tmp_path: Path) -> None:
+@pytest.mark.parametrize("named", [False, True], ids=["workspace", "auto"])
+def test_with_a_workspace_the_agents_files_come_from_the_disk(tmp_path: Path, named: bool) -> None:
     """``--workspace``: a file under it that the agent's tools touch is the object context_os's
     own ``read`` shows (one object for one file), at the disk's text, so a change no tool call
     said (a formatter) shows too; a file outside it is kept as the calls show it. The proxy's
-    tracker records a change no call touches (the user's editor): the next call shows it stale."""
+    tracker records a change no call touches (the user's editor): the next call shows it stale.
+    ``--workspace auto`` (``named``): the same in the directory Claude Code names."""
     ws = tmp_path / "ws"
     ws.mkdir()
     for n in range(FILES):
@@ -337,10 +339,13 @@ def test_with_a_workspace_the_agents_files_come_from_the_disk(tmp_path: Path) ->
         use(f"toolu_{n}", "Read", {"file_path": f"{ws}/m{n}.py"}, numbered((ws / f"m{n}.py").read_text()))
     use("toolu_x", "Read", {"file_path": "/elsewhere/notes.txt"}, "     1\u2192a note\n     2\u2192another")
     with upstream(replies=["ok", "ok", "ok"]) as up:
-        running = Running(tmp_path, up, workspace=ws)
+        running = Running(tmp_path, up, workspace="auto" if named else ws)
+        system = (
+            f"You are Claude Code.\n<env>\nPrimary working directory: {ws}\n</env>" if named else "You are Claude Code."
+        )
         try:
             client = running.anthropic()
-            ask = {"model": "m", "max_tokens": 100, "system": "You are Claude Code.", "tools": CLAUDE_TOOLS}
+            ask = {"model": "m", "max_tokens": 100, "system": system, "tools": CLAUDE_TOOLS}
             client.messages.create(messages=messages, **ask)  # type: ignore[call-overload]
             # then the agent's Edit changes m0.py on disk, a formatter m1.py (no call says so), and
             # the agent reads the top of m1.py again
@@ -376,7 +381,7 @@ def test_with_a_workspace_the_agents_files_come_from_the_disk(tmp_path: Path) ->
             third = json.dumps(up.requests[2]["messages"])
             assert f'stale=\\"version {version} is newer: activate(id) loads it\\"' in third
             assert re.search(rf"- {shown.id} file m{FILES - 1}\.py \d+ tokens v1 \(v{version} newer\) active", third)
-            sid = derive_session("anthropic", {"system": "You are Claude Code.", "messages": messages})
+            sid = derive_session("anthropic", {"system": system, "messages": messages})
             assert verified_frames(running.store, sid) == 3
         finally:
             running.close()

@@ -5,11 +5,13 @@ from __future__ import annotations
 import sys
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..errors import ConfigError
 from ..harness.toolnames import PRESETS
+from ..server.proxy_workspace import AUTO
 from ..server.transports import MAX_CONNECTIONS
 from ._common import (
     announce_created,
@@ -23,6 +25,17 @@ from ._common import (
     store_from,
     track_option,
 )
+
+
+class _WorkspaceParam(click.Path):
+    """``--workspace``: an existing directory, or ``auto``."""
+
+    def __init__(self) -> None:
+        super().__init__(exists=True, file_okay=False, path_type=Path)
+        self.name = "directory"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return value if value == AUTO else super().convert(value, param, ctx)
 
 
 @click.command("proxy")
@@ -57,8 +70,11 @@ from ._common import (
 @click.option("--recall/--no-recall", default=True, show_default=True, help="Offer the model the recall tool.")
 @click.option(
     "--workspace",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="The agent's directory: offer the model read (files as versioned objects) too.",
+    type=_WorkspaceParam(),
+    metavar="DIR|auto",
+    help="The agent's directory: its files read from the disk and tracked, and the model offered read (files "
+    "as versioned objects) too; auto: each conversation's own, the directory its agent names (Claude Code, "
+    "Codex, Gemini CLI, Pi, OpenCode, Qwen Code), when this machine has it.",
 )
 @click.option(
     "--tool-names",
@@ -99,7 +115,7 @@ def proxy_cmd(
     port: int,
     timeout: float,
     recall: bool,
-    workspace: Path | None,
+    workspace: Path | str | None,
     tool_names: str,
     max_connections: int,
     idle_close_minutes: int,

@@ -36,7 +36,7 @@ import json
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,7 @@ __all__ = [
     "call_patch",
     "content_role",
     "environment_cwd",
+    "named_cwds",
     "is_operation",
     "json_arguments",
     "parse_patch",
@@ -79,6 +80,20 @@ _ENV_BLOCK_CWD = re.compile(r"^<env>\n[ \t]*Working directory: (?P<cwd>/[^\n]*?)
 directory the agent runs in."""
 
 
+_NAMED_CWD = re.compile(
+    r"(?:^|\n)[ \t]*(?:[-*][ \t]*)?(?:Primary working directory|Current working directory|Working directory"
+    r"|I'm currently working in the directory)[ \t]*:[ \t]*(?P<line>[^\n]+?)[ \t]*(?=\n|$)"
+    r"|<cwd>\s*(?P<tag>[^<\n]+?)\s*</cwd>"
+    r"|\*\*Workspace Directories:\*\*[ \t]*\n[ \t]*-[ \t]*(?P<listed>[^\n]+?)[ \t]*(?=\n|$)"
+)
+"""How coding agents name the directory they work in, to the model: Claude Code and OpenCode in
+their system prompt's environment (``Working directory: /w``, or ``Primary working directory:``),
+Pi at its system prompt's end (``<cwd>`` with ``/w`` on a line of its own; older versions
+``Current working directory: /w``), Codex in an ``<environment_context>`` message
+(``<cwd>/w</cwd>``), Gemini CLI in its first message's list (``- **Workspace Directories:**`` then
+``  - /w``; older versions and Qwen Code ``I'm currently working in the directory: /w``)."""
+
+
 def environment_cwd(text: str) -> str | None:
     """The directory of a Codex session, from its environment message, or of an OpenCode session,
     from its system prompt's ``<env>`` block (None for any other text)."""
@@ -86,6 +101,14 @@ def environment_cwd(text: str) -> str | None:
     if found is None:
         return None
     return found.group("cwd").rstrip("/") or "/"
+
+
+def named_cwds(text: str) -> Iterator[str]:
+    """Each directory ``text`` names as the one its agent works in, in any agent's words
+    (``_NAMED_CWD``), as written: not checked."""
+    for m in _NAMED_CWD.finditer(text):
+        named = m.group("line") or m.group("tag") or m.group("listed") or ""
+        yield named.strip().strip("`'\"")
 
 
 @dataclass(frozen=True)

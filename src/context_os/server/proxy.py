@@ -80,6 +80,7 @@ from .proxy_tools import (
     splice,
     sse_events,
 )
+from .proxy_workspace import AUTO, agent_directory
 from .transports import (
     BODY_SECONDS,
     HEADER_SECONDS,
@@ -460,7 +461,9 @@ class Proxy:
         ``gemini_upstream`` for the Gemini API (by default ``GEMINI_ORIGIN``),
         ``code_assist_upstream`` for Google's Code Assist API (``CODE_ASSIST_ORIGIN``). With
         ``recall``, the model is offered the ``recall`` tool too; with ``workspace`` (the agent's
-        directory), ``read`` (files as versioned objects). ``tool_names``: which of the agent's
+        directory), ``read`` (files as versioned objects); ``"auto"``: each conversation's
+        workspace is the directory its agent names in its first request, if this machine has it
+        (``proxy_workspace``). ``tool_names``: which of the agent's
         tools read, write and edit files, whose calls keep its files as objects: ``auto`` (the
         preset that names most of the tools a request offers), a preset's name, or ``none``.
         ``track``: with a workspace, a watchdog tracker gives the files the agent touched a new
@@ -474,8 +477,9 @@ class Proxy:
             preset(tool_names)  # a ConfigError naming the presets
         self.store = store
         self.recall = recall
-        self.workspace = Workspace(workspace) if workspace is not None else None
-        self.trackers = Trackers(store) if track and self.workspace is not None else None
+        self.auto_workspace = workspace == AUTO
+        self.workspace = Workspace(workspace) if workspace is not None and not self.auto_workspace else None
+        self.trackers = Trackers(store) if track and workspace is not None else None
         self.tool_names = tool_names
         self.upstreams: dict[Api, str] = {
             "openai": upstream_origin(upstream, "--upstream"),
@@ -587,7 +591,7 @@ class Proxy:
             "version": __version__,
             "store": self.store.url,
             "upstreams": dict(self.upstreams),
-            "workspace": str(self.workspace.root) if self.workspace is not None else None,
+            "workspace": AUTO if self.auto_workspace else str(self.workspace.root) if self.workspace else None,
             "counts": counts,
             "sessions": sessions,
             "trackers": self.trackers.status() if self.trackers is not None else [],
@@ -608,13 +612,20 @@ class Proxy:
         close_sessions(sessions, CLOSE_WAIT, "proxy: ")
 
     def _conversation(
-        self, api: Api, session_id: str, started: str | None = None, *, keyless: bool = False
+        self,
+        api: Api,
+        session_id: str,
+        started: str | None = None,
+        *,
+        keyless: bool = False,
+        body: Mapping[str, Any] | None = None,
     ) -> _Conversation:
         """The conversation of ``session_id``; ``started``: the session its first call was recorded
         under, when that is another (one named by its start alone, before the model's first reply),
         whose exchanges with our tools it takes over. ``keyless``: a session named by how its
         conversation starts alone, which another conversation starting alike may reach
-        (``_departing``)."""
+        (``_departing``). ``body``: the request, whose agent may name its directory (``--workspace
+        auto``)."""
         name = "openai" if api in ("responses", "gemini") else api  # translated to chat messages
         with self._lock:
             if self._closed:  # its session would be opened after the others were closed, and stay open
@@ -632,7 +643,8 @@ class Proxy:
                     found = self._taken(session_id)
                 if found is not None:
                     return found
-                found = self._open(name, session_id, keyless=keyless)
+                ws = self._workspace_of(api, body, session_id)
+                found = self._open(name, session_id, keyless=keyless, workspace=ws)
                 if started is not None and found.hook.session.view.turn == 0:
                     self._take_first(started, found)
                 with self._lock:
@@ -742,9 +754,25 @@ class Proxy:
             for sid in closing:
                 self.chains.forget(sid)  # (what of them is stored is read again when they go on)
 
-    def _open(self, name: str, session_id: str, *, keyless: bool) -> _Conversation:
-        """A conversation of ``session_id``'s session, opened (``_conversation``)."""
-        ws = self.workspace
+    def _workspace_of(self, api: Api, body: Mapping[str, Any] | None, session_id: str) -> Workspace | None:
+        """The workspace of ``session_id``'s conversation, opened for ``body``: the proxy's, or with
+        ``--workspace auto`` the directory the agent names (None if it names none this machine has)."""
+        if not self.auto_workspace:
+            return self.workspace
+        found = agent_directory(api, body) if body is not None else None
+        if found is None:
+            log.info(
+                "proxy: session %s: the agent names no directory of this machine: its files are kept as its "
+                "tools show them",
+                session_id,
+            )
+            return None
+        log.info("proxy: session %s: the agent works in %s: its files there are read from the disk", session_id, found)
+        return Workspace(found)
+
+    def _open(self, name: str, session_id: str, *, keyless: bool, workspace: Workspace | None) -> _Conversation:
+        """A conversation of ``session_id``'s session, opened (``_conversation``) in ``workspace``."""
+        ws = workspace
         session = Session.open(self.store, session_id, harness=name, workspace=str(ws.root) if ws else None)
         session.ingest.cut_over_cap = True  # the client cannot be asked to send less: managed, cut
         if keyless:
@@ -800,7 +828,7 @@ class Proxy:
             for _ in range(MAX_FORKS):
                 if went is not None:
                     went.session = session_id  # (its response is kept as this session's)
-                conv = self._conversation(api, session_id, started, keyless=keyless)
+                conv = self._conversation(api, session_id, started, keyless=keyless, body=body)
                 try:
                     plan = self._plan(Plan(api, body, body, conv, went=went), offer=tools and _one_choice(body))
                     break

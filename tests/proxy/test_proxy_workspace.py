@@ -1,0 +1,113 @@
+"""``ctxos proxy --workspace auto``: each conversation's workspace is the directory its agent
+names, each agent its own way (the phrasings below are the real CLIs'), when this machine has it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_os.server.proxy_workspace import agent_directory
+from tests.proxy.running import Running, proxy_command
+from tests.proxy.upstream import upstream
+
+
+def _said(api: str, where: str, text: str) -> dict[str, Any]:
+    """A request whose system prompt (``system``) or first message (``first``) says ``text``."""
+    if api == "anthropic":
+        first = [{"role": "user", "content": [{"type": "text", "text": text}]}]
+        return (
+            {"system": [{"type": "text", "text": text}], "messages": []} if where == "system" else {"messages": first}
+        )
+    if api == "responses":
+        if where == "system":
+            return {"instructions": text, "input": "hi"}
+        return {"input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}]}
+    if api == "gemini":
+        if where == "system":
+            return {"systemInstruction": {"parts": [{"text": text}]}, "contents": []}
+        return {"contents": [{"role": "user", "parts": [{"text": text}]}]}
+    return {"messages": [{"role": "system" if where == "system" else "user", "content": text}]}
+
+
+AGENTS = {
+    "claude code": ("anthropic", "system", "<env>\nWorking directory: {d}\nIs directory a git repo: No\n</env>"),
+    "claude code 2.1": (
+        "anthropic",
+        "system",
+        "# Environment\n - Primary working directory: {d}\n - Is a git repository",
+    ),
+    "opencode": ("anthropic", "system", "<env>\n  Working directory: {d}\n  Is directory a git repo: no\n</env>"),
+    "pi": ("openai", "system", "You are an expert coding assistant.\n</docs>\n\n<cwd>\n{d}\n</cwd>"),
+    "pi before": ("openai", "system", "You are an expert coding assistant.\nCurrent working directory: {d}"),
+    "codex": ("responses", "first", "<environment_context>\n  <cwd>{d}</cwd>\n  <shell>bash</shell>"),
+    "gemini cli": ("gemini", "first", "This is the Gemini CLI.\n- **Workspace Directories:**\n  - {d}\n- **Directory"),
+    "qwen code": ("openai", "first", "My operating system is: linux\nI'm currently working in the directory: {d}\n"),
+}
+
+
+@pytest.mark.parametrize("agent", list(AGENTS))
+def test_each_agent_names_its_directory_its_own_way(tmp_path: Path, agent: str) -> None:
+    api, where, said = AGENTS[agent]
+    assert agent_directory(api, _said(api, where, said.format(d=tmp_path))) == tmp_path.resolve()
+
+
+def test_only_a_directory_of_this_machine_that_may_be_watched_is_taken(tmp_path: Path) -> None:
+    """Not the root, nor the home directory itself (a tracker would watch all under them), nor a
+    relative path, a path this machine lacks, a file; and only what the agent says first: a
+    directory named in a tool's output later on is not its own."""
+    (tmp_path / "f.txt").write_text("x")
+    for named in ("/", os.path.expanduser("~"), "relative/dir", str(tmp_path / "gone"), str(tmp_path / "f.txt")):
+        assert agent_directory("openai", _said("openai", "system", f"Working directory: {named}")) is None
+    late = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "ok"},
+    ]
+    late.append({"role": "user", "content": f"Working directory: {tmp_path}"})
+    assert agent_directory("openai", {"messages": late}) is None
+
+
+def test_each_conversation_works_in_the_directory_its_agent_names(tmp_path: Path) -> None:
+    """Two agents in two directories through one proxy: each conversation's files in its own
+    directory, tracked by a tracker of its own (context_os's ``read`` offered beside the agent's
+    tools); an agent that names none is served as without a workspace."""
+    dirs = [tmp_path / "one", tmp_path / "two"]
+    for d in dirs:
+        d.mkdir()
+    with upstream(replies=["ok"] * 3) as up:
+        running = Running(tmp_path, up, workspace="auto")
+        try:
+            client = running.anthropic()
+            for k, d in enumerate(dirs):
+                system = f"You are Claude Code.\n<env>\nWorking directory: {d}\n</env>"
+                client.messages.create(
+                    model="m", max_tokens=10, system=system, messages=[{"role": "user", "content": f"task {k}"}]
+                )
+            client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "no directory"}])
+            offered = [{t["name"] for t in r.get("tools") or ()} for r in up.requests]
+            assert ["read" in names for names in offered] == [True, True, False]
+            status = running.proxy.status()
+            assert status["workspace"] == "auto"
+            assert sorted(t["workspace"] for t in status["trackers"]) == [str(d.resolve()) for d in dirs]
+            roots = sorted(str(c.hook.session.workspace) for c in running.proxy._conversations.values())
+            assert roots == sorted(["None", *(str(d.resolve()) for d in dirs)])
+        finally:
+            running.close()
+
+
+def test_the_proxy_command_takes_auto(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    with upstream(replies=["fine"]) as up, proxy_command(tmp_path / "c.db", up.url, None, "--workspace", "auto") as url:
+        import anthropic
+
+        client = anthropic.Anthropic(base_url=url.removesuffix("/v1"), api_key="k", max_retries=0)
+        system = f"<env>\nWorking directory: {work}\n</env>"
+        got = client.messages.create(
+            model="m", max_tokens=10, system=system, messages=[{"role": "user", "content": "x"}]
+        )
+        assert got.content[0].text == "fine"  # type: ignore[union-attr]
+        assert "read" in {t["name"] for t in up.requests[0]["tools"]}
