@@ -101,3 +101,44 @@ def test_the_code_a_provider_ran_counts_in_the_tokens(tmp_path: Path, api: str, 
         ran_tokens = (len(CODE) + len(LOGS)) // 4
         assert ran_tokens < hook.last.tokens_full - bare.last.tokens_full < ran_tokens + 40
         assert hook.last.tokens - bare.last.tokens == hook.last.tokens_full - bare.last.tokens_full
+
+
+def test_the_code_gemini_ran_stays_where_the_model_wrote_it_in_our_rounds(tmp_path: Path) -> None:
+    """Gemini runs code (its code execution tool), then calls one of our tools: the next round
+    sends the code and its output back with the call (JSON, streamed), and the client's next
+    request, which holds the code the stream gave it, sends each part once, where the model made
+    it."""
+    from google import genai
+    from google.genai import types
+
+    from tests.proxy.running import KEY, OPEN
+    from tests.proxy.upstream import ran_code
+
+    replies: list[Any] = [call("pin", id="r1"), "json done", call("unpin", id="r1"), "stream done", "later"]
+    tools = [types.Tool(code_execution=types.ToolCodeExecution())]
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up, gemini_upstream=up.url)
+        try:
+            client = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=running.url))
+            OPEN.append(client)
+            ask = types.GenerateContentConfig(tools=tools)  # type: ignore[arg-type]
+            got = client.models.generate_content(model="gemini-2.5-pro", contents="hi", config=ask)
+            assert got.text == "json done" and len(up.requests) == 2
+            assert up.requests[1]["contents"][-2]["parts"][:2] == ran_code(1)
+            contents: list[Any] = [{"role": "user", "parts": [{"text": "again"}]}]
+            chunks = list(client.models.generate_content_stream(model="gemini-2.5-pro", contents=contents, config=ask))
+            parts = [p for ch in chunks for p in ch.candidates[0].content.parts]  # type: ignore[index,union-attr]
+            assert up.requests[3]["contents"][-2]["parts"][:2] == ran_code(3)
+            ran = [p.model_dump(mode="json", by_alias=True, exclude_none=True) for p in parts]
+            assert [next(iter(p)) for p in ran] == ["executableCode", "codeExecutionResult"] * 2 + ["text"] * 2
+            contents += [{"role": "model", "parts": ran}, {"role": "user", "parts": [{"text": "and now?"}]}]
+            client.models.generate_content(model="gemini-2.5-pro", contents=contents, config=ask)
+            sent = up.requests[4]["contents"]
+            assert [[next(iter(p)) for p in c["parts"]] for c in sent[-4:-1]] == [
+                ["executableCode", "codeExecutionResult", "functionCall"],
+                ["functionResponse"],
+                ["executableCode", "codeExecutionResult", "text", "text"],  # (the stream's two)
+            ]
+            assert sent[-4]["parts"][:2] == ran_code(3) and sent[-2]["parts"][:2] == ran_code(4)
+        finally:
+            running.close()

@@ -179,30 +179,47 @@ def signature(n: int) -> str:
     return base64.b64encode(f"signature of answer {n}".encode()).decode()
 
 
-def _gemini_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
+def ran_code(n: int) -> list[dict[str, Any]]:
+    """The code the scripted model runs first in its ``n``-th answer when the request offers
+    Gemini's code execution tool: the code's part and its output's."""
+    return [
+        {"executableCode": {"language": "PYTHON", "code": f"print(sum(range({n * 100})))\n"}},
+        {"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": f"{sum(range(n * 100))}\n"}},
+    ]
+
+
+def _gemini_json(reply: str | ToolCall, n: int, ran: bool = False) -> dict[str, Any]:
     """A Gemini answer: a text, or a call (with a preamble if it says one) signed as Gemini 3 signs
-    a turn's first call (its ``thoughtSignature``, which must come back with it)."""
+    a turn's first call (its ``thoughtSignature``, which must come back with it); ``ran``: after
+    running code."""
+    parts: list[dict[str, Any]] = ran_code(n) if ran else []
     if isinstance(reply, ToolCall):
-        parts: list[dict[str, Any]] = [{"text": reply.say}] if reply.say else []
+        parts += [{"text": reply.say}] if reply.say else []
         parts.append({"functionCall": {"name": reply.name, "args": reply.args}, "thoughtSignature": signature(n)})
     else:
-        parts = [{"text": reply}]
+        parts.append({"text": reply})
     usage = {"promptTokenCount": 100, "candidatesTokenCount": 5, "totalTokenCount": 105}
     candidate = {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
     return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "m", "responseId": f"resp-{n}"}
 
 
-def _gemini_events(reply: str | ToolCall, n: int) -> Iterator[bytes]:
+def _gemini_events(reply: str | ToolCall, n: int, ran: bool = False) -> Iterator[bytes]:
     """The same streamed (``alt=sse``): a text in two events, the second ending the answer; a call
-    whole in one event after its preamble's, with the end."""
-    whole = _gemini_json(reply, n)
+    whole in one event after its preamble's, with the end; the code it ran first, in an event of
+    its own."""
+    whole = _gemini_json(reply, n, ran)
     candidate = whole["candidates"][0]
-    parts = candidate["content"]["parts"]
+    code, parts = (
+        (candidate["content"]["parts"][:2], candidate["content"]["parts"][2:])
+        if ran
+        else ([], candidate["content"]["parts"])
+    )
     if isinstance(reply, ToolCall):
         pieces = [parts[:-1], parts[-1:]] if len(parts) > 1 else [parts]
     else:
         text = parts[0]["text"]
         pieces = [[{"text": text[: len(text) // 2]}], [{"text": text[len(text) // 2 :]}]]
+    pieces = [code, *pieces] if code else pieces
     for k, piece in enumerate(pieces):
         last = k == len(pieces) - 1
         c = {"content": {"role": "model", "parts": piece}, "index": 0} | ({"finishReason": "STOP"} if last else {})
@@ -428,14 +445,15 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             def answer(a: dict[str, Any]) -> dict[str, Any]:
                 return {"response": a, "traceId": f"trace-{n}"} if enveloped else a
 
+            ran = any(isinstance(t, dict) and "codeExecution" in t for t in body.get("tools") or ())
             if not streamed:
-                self._send(200, json.dumps(answer(_gemini_json(text, n))).encode())
+                self._send(200, json.dumps(answer(_gemini_json(text, n, ran))).encode())
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
             self.end_headers()
-            for event in _gemini_events(text, n):
+            for event in _gemini_events(text, n, ran):
                 if enveloped:
                     event = b"data: " + json.dumps(answer(json.loads(event[6:]))).encode() + b"\r\n\r\n"
                 self.wfile.write(event)

@@ -42,6 +42,7 @@ from ..errors import MalformedMessage
 from ..tokens import value_chars
 
 __all__ = [
+    "CODE_PARTS",
     "KEPT",
     "Pending",
     "call_names",
@@ -68,7 +69,7 @@ _OPAQUE = ("thought", "executableCode", "codeExecutionResult", "inlineData", "fi
 """What a model part may be besides text and a call: kept whole, in its place."""
 
 
-_CODE = ("executableCode", "codeExecutionResult")
+CODE_PARTS = ("executableCode", "codeExecutionResult")
 """The model's code execution parts (a tool the provider runs): its code, its output."""
 
 
@@ -79,7 +80,7 @@ def provider_chars(message: Mapping[str, Any]) -> int:
     parts = kept.get("parts") if isinstance(kept, Mapping) else None
     if not isinstance(parts, list):
         return 0
-    return sum(value_chars(p[f]) for p in parts if isinstance(p, Mapping) for f in _CODE if f in p)
+    return sum(value_chars(p[f]) for p in parts if isinstance(p, Mapping) for f in CODE_PARTS if f in p)
 
 
 def _is_text(part: Mapping[str, Any]) -> bool:

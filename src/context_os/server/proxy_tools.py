@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..harness.anthropic import server_block, without_cache_marks
+from ..harness.gemini import CODE_PARTS
 from ..harness.responses import BUILT_IN_TOOLS, CALLS, OUTPUTS
 from ..hashing import hash_value
 
@@ -129,15 +130,26 @@ def splice(messages: list[Any], hidden: list[Hidden]) -> tuple[list[Any], list[H
 
 
 def _streamed_of(messages: list[dict[str, Any]]) -> list[Any]:
-    """The blocks of an exchange's assistant messages that a stream gives the client too
-    (Anthropic): its thinking and its server tools' blocks."""
+    """The blocks of an exchange's model turns that a stream gives the client too: an Anthropic
+    reply's thinking and server tools' blocks, a Gemini reply's code execution parts."""
     return [
         b
         for m in messages
-        if m.get("role") == "assistant" and isinstance(m.get("content"), list)
-        for b in m["content"]
-        if isinstance(b, Mapping) and (b.get("type") in THINKING or server_block(b))
+        if m.get("role") in ("assistant", "model")
+        for b in _blocks_of(m)
+        if isinstance(b, Mapping) and (b.get("type") in THINKING or server_block(b) or _code_part(b))
     ]
+
+
+def _blocks_of(message: Mapping[str, Any]) -> list[Any]:
+    """A model turn's blocks (Anthropic's ``content``) or parts (Gemini's)."""
+    found = message.get("content") if message.get("role") == "assistant" else message.get("parts")
+    return found if isinstance(found, list) else []
+
+
+def _code_part(part: Any) -> bool:
+    """Whether a Gemini part is the model's code execution (its code, its output)."""
+    return isinstance(part, Mapping) and any(f in part for f in CODE_PARTS)
 
 
 def _without_blocks(message: Any, blocks: list[Any]) -> Any:
@@ -146,18 +158,23 @@ def _without_blocks(message: Any, blocks: list[Any]) -> Any:
     copy written by its SDK): streamed, the client got every round's blocks as one message, though
     the model wrote the first ones in the rounds that called our tools (each keeps its own, where
     the model saw it)."""
-    content = message.get("content") if isinstance(message, Mapping) and message.get("role") == "assistant" else None
-    if not blocks or not isinstance(content, list):
+    model = isinstance(message, Mapping) and message.get("role") in ("assistant", "model")
+    if not blocks or not model:
         return message
+    field = "content" if message.get("role") == "assistant" else "parts"
+    content = _blocks_of(message)
     served = {_server_id(b) for b in blocks if server_block(b)}
+    ran = [{f: b[f] for f in CODE_PARTS if f in b} for b in blocks if _code_part(b)]
 
     def held(b: Any) -> bool:
         if not isinstance(b, Mapping):
             return False
+        if _code_part(b):  # Gemini's code execution, by what it ran and gave (the SDK's copy)
+            return {f: b[f] for f in CODE_PARTS if f in b} in ran
         return (b.get("type") in THINKING and b in blocks) or (server_block(b) and _server_id(b) in served)
 
     kept = [b for b in content if not held(b)]
-    return {**message, "content": kept} if len(kept) < len(content) and kept else message
+    return {**message, field: kept} if len(kept) < len(content) and kept else message
 
 
 def _item_keys(item: Any) -> set[str]:
@@ -532,7 +549,7 @@ class StreamFilter:
     _inputs: dict[int, list[str]] = field(default_factory=dict)
     """Anthropic: the pieces of a server tool call's input, by its block's index."""
     _parts: list[dict[str, Any]] = field(default_factory=list)
-    """Gemini: the parts of the calls the response made."""
+    """Gemini: the parts of the calls the response made, and of the code it ran, in order."""
     enveloped: bool = False
     """Gemini: each event's answer is its ``response`` (Google's Code Assist API)."""
     _reasoning: dict[int, list[bytes]] = field(default_factory=dict)
@@ -674,10 +691,11 @@ class StreamFilter:
         parts = content.get("parts") if isinstance(content, Mapping) else None
         parts = [p for p in parts if isinstance(p, Mapping)] if isinstance(parts, list) else []
         calls = [p for p in parts if "functionCall" in p]
+        # the calls' parts, and the code the model ran (sent on: an exchange keeps it too)
+        self._parts.extend(dict(p) for p in parts if "functionCall" in p or _code_part(p))
         ends = not isinstance(first, Mapping) or bool(first.get("finishReason"))
         if not calls and not ends:
             return event
-        self._parts.extend(dict(p) for p in calls)
         if not calls or len(calls) == len(parts):
             self.held.append(event)
             return b""
@@ -715,12 +733,12 @@ class StreamFilter:
     def kept(self) -> list[dict[str, Any]] | None:
         """What of the reply an exchange keeps besides our calls: a Responses reply's items (the
         API wants a call with the reasoning and text it came with), an Anthropic reply's thinking
-        and server tools' blocks."""
+        and server tools' blocks, a Gemini reply's calls and code execution parts."""
         if self.api == "responses":  # every item (a later request's splice skips what the client has)
             return self.output_items()
         if self.api == "anthropic":
             return [self.blocks[i] for i in sorted(self.blocks)]
-        if self.api == "gemini":  # the calls' parts, as they came (a signature with them)
+        if self.api == "gemini":  # the calls' parts, as they came (a signature with them), the code it ran
             return list(self._parts)
         return None
 
