@@ -38,6 +38,23 @@ def qwen() -> NodeCli:
     return provisioned("Qwen Code", lambda: node_cli(CLI, "@qwen-code/qwen-code", "qwen"))
 
 
+def _run_qwen(qwen: NodeCli, work: Path, home: Path, url: str, prompt: str) -> subprocess.CompletedProcess[str]:
+    """``qwen -p PROMPT`` in ``work``, its home ``home``, its OpenAI-compatible provider at ``url``."""
+    env = {
+        "PATH": qwen.path_env(),
+        "HOME": str(home),
+        "OPENAI_API_KEY": "sk-e2e",
+        "OPENAI_BASE_URL": url,
+        "OPENAI_MODEL": "qwen3-coder-plus",
+        "NO_COLOR": "1",
+        "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
+    }
+    return subprocess.run(
+        qwen.command("-p", prompt, "--yolo", "--auth-type", "openai"),
+        cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def test_qwen_codes_own_read_and_edit_through_the_proxy_keep_the_file_as_an_object_equal_to_the_disk(
     qwen: NodeCli, tmp_path: Path
 ) -> None:
@@ -59,19 +76,7 @@ def test_qwen_codes_own_read_and_edit_through_the_proxy_keep_the_file_as_an_obje
     edit = call("edit", file_path=app, old_string="    return 7\n", new_string="    return 'seven'\n")
     script = [*reads, call("read_file", file_path=app), call("read_file", file_path=app), edit, "Done."]
     with scripted_proxy(tmp_path, script) as proxied:
-        env = {
-            "PATH": qwen.path_env(),
-            "HOME": str(home),
-            "OPENAI_API_KEY": "sk-e2e",
-            "OPENAI_BASE_URL": proxied.url,
-            "OPENAI_MODEL": "qwen3-coder-plus",
-            "NO_COLOR": "1",
-            "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
-        }
-        proc = subprocess.run(
-            qwen.command("-p", "fix f7 in app.py", "--yolo", "--auth-type", "openai"),
-            cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        proc = _run_qwen(qwen, work, home, proxied.url, "fix f7 in app.py")
         requests = list(proxied.up.requests)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Done." in proc.stdout
@@ -97,19 +102,7 @@ def test_with_workspace_auto_the_directory_qwen_code_names_is_its_workspace(qwen
     (work / "app.py").write_text(APP)
     script: list[str | ToolCall] = [call("read_file", file_path=str(work / "app.py")), "Done."]
     with scripted_proxy(tmp_path, script, "--workspace", "auto") as proxied:
-        env = {
-            "PATH": qwen.path_env(),
-            "HOME": str(home),
-            "OPENAI_API_KEY": "sk-e2e",
-            "OPENAI_BASE_URL": proxied.url,
-            "OPENAI_MODEL": "qwen3-coder-plus",
-            "NO_COLOR": "1",
-            "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
-        }
-        proc = subprocess.run(
-            qwen.command("-p", "read app.py", "--yolo", "--auth-type", "openai"),
-            cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        proc = _run_qwen(qwen, work, home, proxied.url, "read app.py")
         requests = list(proxied.up.requests)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Done." in proc.stdout and len(requests) == 2
