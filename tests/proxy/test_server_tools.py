@@ -4,9 +4,12 @@ and counted in the session's tokens."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import pytest
 
 from context_os.harness import gemini, responses
@@ -14,9 +17,20 @@ from context_os.harness.openai import OpenAIHook
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import eager_hook
 from tests.proxy.running import Running
-from tests.proxy.upstream import call, searched, upstream
+from tests.proxy.upstream import Upstream, call, searched, upstream
 
 WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
+
+
+@contextmanager
+def _anthropic(tmp_path: Path, replies: list[Any]) -> Iterator[tuple[anthropic.Anthropic, Upstream]]:
+    """An Anthropic client of a proxy in front of a scripted model replying ``replies``."""
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            yield running.anthropic(), up
+        finally:
+            running.close()
 
 
 def _ours(n: int, name: str) -> dict[str, Any]:
@@ -28,33 +42,28 @@ def test_a_server_tools_blocks_stay_where_the_model_wrote_them_in_our_rounds(tmp
     back whole, its search first (JSON, streamed), and the client's next request, which holds the
     search the stream gave it, sends each search once, where the model made it."""
     replies = [call("pin", id="r1"), "json done", call("unpin", id="r1"), "stream done", "later"]
-    with upstream(replies=replies) as up:
-        running = Running(tmp_path, up)
-        try:
-            client = running.anthropic()
-            ask: dict[str, Any] = {"model": "m", "max_tokens": 2048, "tools": [WEB_SEARCH]}
-            got = client.messages.create(messages=[{"role": "user", "content": "hi"}], **ask)
-            assert [b.type for b in got.content] == ["server_tool_use", "web_search_tool_result", "text"]
-            assert up.requests[1]["messages"][-2]["content"] == [*searched(1), _ours(1, "pin")]
-            streamed = [{"role": "user", "content": "again"}]
-            with client.messages.stream(messages=streamed, **ask) as s:  # type: ignore[arg-type]
-                final = s.get_final_message()
-            kinds = [b.type for b in final.content]
-            assert kinds == ["server_tool_use", "web_search_tool_result"] * 2 + ["text"]
-            assert up.requests[3]["messages"][-2]["content"] == [*searched(3), _ours(3, "unpin")]
-            history = [*streamed, {"role": "assistant", "content": [b.model_dump() for b in final.content]}]
-            client.messages.create(messages=[*history, {"role": "user", "content": "and now?"}], **ask)
-            assert len(up.requests) == 5 and up.status == 200
-            sent = up.requests[4]["messages"]
-            assert [[b["type"] for b in m["content"]] for m in sent[-4:-1]] == [
-                ["server_tool_use", "web_search_tool_result", "tool_use"],
-                ["tool_result"],
-                ["server_tool_use", "web_search_tool_result", "text"],
-            ]
-            assert sent[-4]["content"][:2] == list(searched(3))  # as the model wrote it, round 1
-            assert [sent[-2]["content"][0]["id"], sent[-2]["content"][1]["tool_use_id"]] == ["srvtoolu_4"] * 2
-        finally:
-            running.close()
+    with _anthropic(tmp_path, replies) as (client, up):
+        ask: dict[str, Any] = {"model": "m", "max_tokens": 2048, "tools": [WEB_SEARCH]}
+        got = client.messages.create(messages=[{"role": "user", "content": "hi"}], **ask)
+        assert [b.type for b in got.content] == ["server_tool_use", "web_search_tool_result", "text"]
+        assert up.requests[1]["messages"][-2]["content"] == [*searched(1), _ours(1, "pin")]
+        streamed = [{"role": "user", "content": "again"}]
+        with client.messages.stream(messages=streamed, **ask) as s:  # type: ignore[arg-type]
+            final = s.get_final_message()
+        kinds = [b.type for b in final.content]
+        assert kinds == ["server_tool_use", "web_search_tool_result"] * 2 + ["text"]
+        assert up.requests[3]["messages"][-2]["content"] == [*searched(3), _ours(3, "unpin")]
+        history = [*streamed, {"role": "assistant", "content": [b.model_dump() for b in final.content]}]
+        client.messages.create(messages=[*history, {"role": "user", "content": "and now?"}], **ask)
+        assert len(up.requests) == 5 and up.status == 200
+        sent = up.requests[4]["messages"]
+        assert [[b["type"] for b in m["content"]] for m in sent[-4:-1]] == [
+            ["server_tool_use", "web_search_tool_result", "tool_use"],
+            ["tool_result"],
+            ["server_tool_use", "web_search_tool_result", "text"],
+        ]
+        assert sent[-4]["content"][:2] == list(searched(3))  # as the model wrote it, round 1
+        assert [sent[-2]["content"][0]["id"], sent[-2]["content"][1]["tool_use_id"]] == ["srvtoolu_4"] * 2
 
 
 CODE = "import statistics\n" + "print(statistics.mean(range(1000)))\n" * 120
@@ -142,3 +151,21 @@ def test_the_code_gemini_ran_stays_where_the_model_wrote_it_in_our_rounds(tmp_pa
             assert sent[-4]["parts"][:2] == ran_code(3) and sent[-2]["parts"][:2] == ran_code(4)
         finally:
             running.close()
+
+
+def test_our_rounds_go_on_in_the_container_the_models_code_ran_in(tmp_path: Path) -> None:
+    """Anthropic's code execution runs in a container, which a request names to go on in it: a
+    round after one of our tools runs in the container of the round before (the files its code
+    wrote are there), JSON and streamed, unless the client named one itself."""
+    code = {"type": "code_execution_20250825", "name": "code_execution"}
+    replies = [call("pin", id="r1"), "json done", call("unpin", id="r1"), "stream done", call("pin", id="r1"), "mine"]
+    with _anthropic(tmp_path, replies) as (client, up):
+        ask: dict[str, Any] = {"model": "m", "max_tokens": 100, "tools": [code]}
+        got = client.messages.create(messages=[{"role": "user", "content": "hi"}], **ask)
+        assert got.container is not None and got.container.id == "container_2"
+        with client.messages.stream(messages=[{"role": "user", "content": "again"}], **ask) as s:  # type: ignore[arg-type]
+            s.get_final_message()
+        client.messages.create(messages=[{"role": "user", "content": "mine"}], container="container_x", **ask)
+        assert [r.get("container") for r in up.requests] == [None, "container_1", None, "container_3"] + [
+            "container_x"
+        ] * 2

@@ -266,6 +266,13 @@ def searched(n: int) -> tuple[dict[str, Any], dict[str, Any]]:
     return use, {"type": "web_search_tool_result", "tool_use_id": use["id"], "content": pages}
 
 
+def _runs_code(body: dict[str, Any]) -> bool:
+    """Whether a request offers Anthropic's code execution tool (``code_execution_<date>``): its
+    answer then names the container the code runs in (``container_<n>``), as the API's does."""
+    tools = body.get("tools") or []
+    return any(isinstance(t, dict) and str(t.get("type", "")).startswith("code_execution_") for t in tools)
+
+
 def _searches(body: dict[str, Any]) -> bool:
     """Whether a request offers Anthropic's web search tool (a server tool: ``web_search_<date>``)."""
     tools = body.get("tools") or []
@@ -529,7 +536,10 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 if up.gate is not None:
                     up.gate.wait(30)
                 if anthropic:
-                    self._send(200, json.dumps(_anthropic_json(text, n, thinking, search)).encode())
+                    answered = _anthropic_json(text, n, thinking, search)
+                    if _runs_code(body):
+                        answered["container"] = {"id": f"container_{n}", "expires_at": "2026-12-05T13:00:00Z"}
+                    self._send(200, json.dumps(answered).encode())
                     return
                 answer = _response_json(text, n, reasoning) if responses else _openai_json(text, n)
                 self._send(200, json.dumps(answer).encode())
@@ -544,6 +554,8 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             try:
                 if anthropic:
                     chunks = _anthropic_events(text, n, thinking, search)
+                    if _runs_code(body):
+                        chunks = _in_container(chunks, n)
                 else:
                     chunks = _response_events(text, n, reasoning) if responses else _openai_chunks(text, n)
                 if up.crlf:
@@ -564,6 +576,16 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             self.close_connection = True
 
     return Handler
+
+
+def _in_container(events: Iterator[bytes], n: int) -> Iterator[bytes]:
+    """An Anthropic stream whose end (``message_delta``) names the container its code ran in."""
+    for event in events:
+        if event.startswith(b"event: message_delta\n"):
+            data = json.loads(event.split(b"data: ", 1)[1])
+            data["delta"]["container"] = {"id": f"container_{n}", "expires_at": "2026-12-05T13:00:00Z"}
+            event = f"event: message_delta\ndata: {json.dumps(data)}\n\n".encode()
+        yield event
 
 
 def _crlf_chunks(events: Iterator[bytes]) -> Iterator[bytes]:

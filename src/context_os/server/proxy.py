@@ -75,6 +75,7 @@ from .proxy_tools import (
     OneCompletion,
     SequenceNumbers,
     StreamFilter,
+    container_of,
     dialect,
     prefix_hash,
     splice,
@@ -428,10 +429,18 @@ class Plan:
     went: Continuation | None = None
     """Responses: what the request adds to its chain, kept once its response is relayed
     (``Proxy.relayed``); None if nothing is (``store: false``, another API)."""
+    container: str | None = None
+    """Anthropic: the container an earlier round's code ran in (code execution), which this round
+    goes on in unless the client named one: the files that code wrote are there."""
 
     def sent(self) -> dict[str, Any]:
         """What goes upstream: ``body``, in its envelope if it came in one."""
-        return self.body if self.envelope is None else dict(self.envelope, request=self.body)
+        body = (
+            self.body
+            if self.container is None or "container" in self.body
+            else {**self.body, "container": self.container}
+        )
+        return body if self.envelope is None else dict(self.envelope, request=body)
 
     def upstream_api(self) -> Api:
         """Whose upstream it goes to."""
@@ -1525,6 +1534,8 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                             return
                         self._check_client()  # gone while the model answered: no round more for it
                         proxy.run_ours(plan, ours, _text_of(plan.api, message), message.get("output"))
+                        if plan.api == "anthropic":
+                            plan = replace(plan, container=container_of(reply) or plan.container)
                     else:
                         if not started:
                             self._start(resp.status_code, resp.headers)
@@ -1555,6 +1566,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                         # an Anthropic reply's thinking, which its tool-use turn must start with, and
                         # its server tools' blocks (the model's next round reads what it searched)
                         proxy.run_ours(plan, ours, None, f.kept())
+                        plan = replace(plan, container=f.container or plan.container)
                 plan = proxy.next_round(plan, last=n + 1 == MAX_ROUNDS - 1)
 
         def _check_client(self) -> None:

@@ -47,6 +47,14 @@ THINKING = ("thinking", "redacted_thinking")
 """An Anthropic reply's reasoning blocks (extended thinking)."""
 
 
+def container_of(message: Any) -> str | None:
+    """The id of the container an Anthropic reply's code ran in (a JSON reply's ``container``, a
+    stream's ``message_delta``'s), if it names one."""
+    container = message.get("container") if isinstance(message, Mapping) else None
+    found = container.get("id") if isinstance(container, Mapping) else container
+    return found if isinstance(found, str) and found else None
+
+
 def _server_id(block: Mapping[str, Any]) -> Any:
     """The call a server tool's block belongs to: a call's own id, a result's ``tool_use_id``."""
     return block.get("id") if block.get("type") in ("server_tool_use", "mcp_tool_use") else block.get("tool_use_id")
@@ -557,6 +565,9 @@ class StreamFilter:
     response_id: str | None = None
     """Responses: the id of the response the client was told of (the first round's ``created``):
     a later round's end names it too, as one response does (the SDKs check it)."""
+    container: str | None = None
+    """Anthropic: the container the response's code ran in (its end names it), which the next
+    round goes on in."""
 
     def feed(self, event: bytes) -> bytes:
         data = _data(event)
@@ -767,6 +778,7 @@ class StreamFilter:
                 self.sent_blocks += 1
             return self._reindexed(event, data, index)
         if kind in ("message_delta", "message_stop"):
+            self.container = container_of(data.get("delta")) or self.container
             self.held.append(event)
             return b""
         return event
