@@ -4,6 +4,7 @@ and counted in the session's tokens."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -110,6 +111,23 @@ def test_the_code_a_provider_ran_counts_in_the_tokens(tmp_path: Path, api: str, 
         ran_tokens = (len(CODE) + len(LOGS)) // 4
         assert ran_tokens < hook.last.tokens_full - bare.last.tokens_full < ran_tokens + 40
         assert hook.last.tokens - bare.last.tokens == hook.last.tokens_full - bare.last.tokens_full
+
+
+def test_an_image_the_provider_generated_counts_as_the_image_it_is(tmp_path: Path) -> None:
+    """The Responses API's image generation: its image (base64 PNG) comes back in the model's
+    turn, and counts as an image of its size (about width x height / 750 tokens), not as its text."""
+    from tests.helpers import whole_png
+
+    image = base64.b64encode(whole_png(600, 500)).decode()
+    made = {"type": "image_generation_call", "id": "ig_1", "status": "completed", "result": image}
+    first, _, last = RESPONSES
+    with SqliteStore(tmp_path / "s.db") as store:
+        hook = eager_hook(OpenAIHook, store, "drew", "openai")
+        bare = eager_hook(OpenAIHook, store, "not", "openai")
+        hook.transform_context(responses.to_chat([*first, made, *last]))
+        bare.transform_context(responses.to_chat([*first, *last]))
+        assert hook.last is not None and bare.last is not None
+        assert hook.last.tokens_full - bare.last.tokens_full == 600 * 500 // 750
 
 
 def test_the_code_gemini_ran_stays_where_the_model_wrote_it_in_our_rounds(tmp_path: Path) -> None:

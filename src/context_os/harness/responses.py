@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import MalformedMessage
-from ..tokens import value_chars
+from ..tokens import CHARS_PER_TOKEN, image_tokens, value_chars
 
 __all__ = ["BUILT_IN_TOOLS", "CALLS", "ITEM", "ITEMS", "OUTPUTS", "provider_chars", "stdout_of", "to_chat", "to_items"]
 
@@ -96,11 +96,20 @@ _PROVIDER_TOOLS = ("web_search_call", "file_search_call", "code_interpreter_call
 def provider_chars(message: Mapping[str, Any]) -> int:
     """What the provider's own tools' items of an assistant message (``to_chat``'s) put in front
     of the model: ``value_chars`` of each (a web search's action, a file search's results, the code
-    interpreter's code and output). An image generation's image is not counted."""
+    interpreter's code and output); an image generation's image (its ``result``, base64) as the
+    image it is (``image_tokens``, in characters)."""
     items = message.get(ITEMS)
     if not isinstance(items, list):
         return 0
-    return sum(value_chars(i) for i in items if isinstance(i, Mapping) and i.get("type") in _PROVIDER_TOOLS)
+    n = 0
+    for i in items:
+        if not isinstance(i, Mapping):
+            continue
+        if i.get("type") in _PROVIDER_TOOLS:
+            n += value_chars(i)
+        elif i.get("type") == "image_generation_call" and isinstance(i.get("result"), str) and i["result"]:
+            n += image_tokens(i["result"]) * CHARS_PER_TOKEN
+    return n
 
 
 def _parts_text(content: Any, k: int) -> str:
