@@ -1665,7 +1665,7 @@ def test_the_status_endpoint_names_the_sessions_the_counts_and_the_trackers_erro
         lower = {"Authorization": f"bearer {proxy.status_token}"}
         assert httpx.get(f"{proxy.url}{STATUS_PATH}", headers=lower).is_success
         status = got.json()
-        assert status["sessions"] == [{"session": "run-1", "harness": "openai", "turn": 1}]
+        assert status["sessions"] == [{"session": "run-1", "harness": "openai", "turn": 1, "workspace": str(ws)}]
         assert status["counts"]["requests"] == 1 and status["counts"]["assembled"] == 1
         assert status["upstreams"]["openai"] == up.url and status["workspace"] == str(ws)
         assert len(up.requests) == sent  # answered by the proxy itself

@@ -92,7 +92,7 @@ def test_each_conversation_works_in_the_directory_its_agent_names(tmp_path: Path
             status = running.proxy.status()
             assert status["workspace"] == "auto"
             assert sorted(t["workspace"] for t in status["trackers"]) == [str(d.resolve()) for d in dirs]
-            roots = sorted(str(c.hook.session.workspace) for c in running.proxy._conversations.values())
+            roots = sorted(str(c["workspace"]) for c in status["sessions"])  # each session's own
             assert roots == sorted(["None", *(str(d.resolve()) for d in dirs)])
         finally:
             running.close()

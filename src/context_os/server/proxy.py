@@ -593,7 +593,12 @@ class Proxy:
             conversations = list(self._conversations.items())
             counts = dict(self.counts)
         sessions = [
-            {"session": sid, "harness": c.hook.session.harness, "turn": c.hook.session.view.turn}
+            {
+                "session": sid,
+                "harness": c.hook.session.harness,
+                "turn": c.hook.session.view.turn,
+                "workspace": c.hook.session.workspace,
+            }
             for sid, c in conversations
         ]
         return {
