@@ -56,18 +56,21 @@ def test_each_agent_names_its_directory_its_own_way(tmp_path: Path, agent: str) 
 
 def test_only_a_directory_of_this_machine_that_may_be_watched_is_taken(tmp_path: Path) -> None:
     """Not the root, nor the home directory itself (a tracker would watch all under them), nor a
-    relative path, a path this machine lacks, a file; and only what the agent says first: a
-    directory named in a tool's output later on is not its own."""
+    relative path, a path this machine lacks, a file; and only what the agent says before the
+    model's first turn: a directory named later (in a tool's output) is not its own."""
     (tmp_path / "f.txt").write_text("x")
     for named in ("/", os.path.expanduser("~"), "relative/dir", str(tmp_path / "gone"), str(tmp_path / "f.txt")):
         assert agent_directory("openai", _said("openai", "system", f"Working directory: {named}")) is None
-    late = [
-        {"role": "user", "content": "go"},
-        {"role": "assistant", "content": "ok"},
-        {"role": "user", "content": "ok"},
-    ]
+    late = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "ok"}]
     late.append({"role": "user", "content": f"Working directory: {tmp_path}"})
     assert agent_directory("openai", {"messages": late}) is None
+    # however many messages of its own the agent sends first (Codex: its permissions, AGENTS.md,
+    # then its environment); none after a tool's output
+    setup: list[Any] = [{"type": "message", "role": "developer", "content": "permissions"}] * 4
+    setup.append(_said("responses", "first", f"<environment_context>\n  <cwd>{tmp_path}</cwd>")["input"][0])
+    assert agent_directory("responses", {"input": setup}) == tmp_path.resolve()
+    setup.insert(0, {"type": "function_call_output", "call_id": "c", "output": "x"})
+    assert agent_directory("responses", {"input": setup}) is None
 
 
 def test_each_conversation_works_in_the_directory_its_agent_names(tmp_path: Path) -> None:

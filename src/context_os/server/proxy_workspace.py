@@ -8,7 +8,7 @@ DIR``, each conversation in its own directory.
 
 Only a directory that exists here is taken, and never the file system's root or the home
 directory itself (a tracker would watch everything under it). Read from the request's system
-prompt and its first few messages, never from what a tool returned."""
+prompt and the messages before the model's first turn, never from what a tool returned."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ __all__ = ["AUTO", "agent_directory"]
 AUTO = "auto"
 """``--workspace auto``: each conversation's workspace is the directory its agent names."""
 
-_FIRST = 3
-"""The messages read, from the first: the system prompt and the agent's context come first."""
+_FIRST = 8
+"""At most this many messages are read, from the first, and none from the model's first turn on
+(the agent's context and the user's task come before it; tools' outputs after it)."""
 _MAX_CHARS = 200_000
 """Of their text at most this much is read (a first message may hold a whole file)."""
 
@@ -77,8 +78,21 @@ def _texts(api: str, body: Mapping[str, Any]) -> Iterator[str]:
         yield messages
     elif isinstance(messages, list):
         for m in messages[:_FIRST]:
-            if isinstance(m, Mapping):
-                yield from _strings(m.get("content", m.get("parts")))
+            if not isinstance(m, Mapping) or _answered(m):
+                return
+            yield from _strings(m.get("content", m.get("parts")))
+
+
+def _answered(m: Mapping[str, Any]) -> bool:
+    """Whether a message is the model's (a reply, a call) or a tool's output: the conversation
+    has begun, and what comes from here on is not the agent's own context."""
+    if m.get("role") in ("assistant", "model", "tool", "function"):
+        return True
+    kind = m.get("type", "message")  # (a Responses item)
+    return kind != "message" or (
+        isinstance(m.get("content"), list)
+        and any(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in m["content"])
+    )
 
 
 def _strings(value: Any, depth: int = 0) -> Iterator[str]:
