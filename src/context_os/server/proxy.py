@@ -658,7 +658,7 @@ class Proxy:
                 if found is not None:
                     return found
                 ws = self._workspace_of(api, body, session_id)
-                found = self._open(name, session_id, keyless=keyless, workspace=ws)
+                found = self._open(name, session_id, keyless=keyless, ws=ws)
                 if started is not None and found.hook.session.view.turn == 0:
                     self._take_first(started, found)
                 with self._lock:
@@ -784,9 +784,8 @@ class Proxy:
         log.info("proxy: session %s: the agent works in %s: its files there are read from the disk", session_id, found)
         return Workspace(found)
 
-    def _open(self, name: str, session_id: str, *, keyless: bool, workspace: Workspace | None) -> _Conversation:
-        """A conversation of ``session_id``'s session, opened (``_conversation``) in ``workspace``."""
-        ws = workspace
+    def _open(self, name: str, session_id: str, *, keyless: bool, ws: Workspace | None) -> _Conversation:
+        """A conversation of ``session_id``'s session, opened (``_conversation``) in workspace ``ws``."""
         session = Session.open(self.store, session_id, harness=name, workspace=str(ws.root) if ws else None)
         session.ingest.cut_over_cap = True  # the client cannot be asked to send less: managed, cut
         if keyless:

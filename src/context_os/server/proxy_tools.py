@@ -143,21 +143,29 @@ def _streamed_of(messages: list[dict[str, Any]]) -> list[Any]:
     return [
         b
         for m in messages
-        if m.get("role") in ("assistant", "model")
         for b in _blocks_of(m)
         if isinstance(b, Mapping) and (b.get("type") in THINKING or server_block(b) or _code_part(b))
     ]
 
 
+_TURN_BLOCKS = {"assistant": "content", "model": "parts"}
+"""Where a model turn holds its blocks, by its role: Anthropic's ``content``, Gemini's ``parts``."""
+
+
 def _blocks_of(message: Mapping[str, Any]) -> list[Any]:
-    """A model turn's blocks (Anthropic's ``content``) or parts (Gemini's)."""
-    found = message.get("content") if message.get("role") == "assistant" else message.get("parts")
+    """A model turn's blocks (``_TURN_BLOCKS``); none for any other message."""
+    found = message.get(_TURN_BLOCKS.get(str(message.get("role")), ""))
     return found if isinstance(found, list) else []
 
 
+def _code_of(part: Any) -> dict[str, Any]:
+    """A Gemini part's code execution (its code, its output: ``CODE_PARTS``), empty if it is none."""
+    return {f: part[f] for f in CODE_PARTS if f in part} if isinstance(part, Mapping) else {}
+
+
 def _code_part(part: Any) -> bool:
-    """Whether a Gemini part is the model's code execution (its code, its output)."""
-    return isinstance(part, Mapping) and any(f in part for f in CODE_PARTS)
+    """Whether a Gemini part is the model's code execution."""
+    return bool(_code_of(part))
 
 
 def _without_blocks(message: Any, blocks: list[Any]) -> Any:
@@ -166,19 +174,18 @@ def _without_blocks(message: Any, blocks: list[Any]) -> Any:
     copy written by its SDK): streamed, the client got every round's blocks as one message, though
     the model wrote the first ones in the rounds that called our tools (each keeps its own, where
     the model saw it)."""
-    model = isinstance(message, Mapping) and message.get("role") in ("assistant", "model")
-    if not blocks or not model:
+    field = _TURN_BLOCKS.get(str(message.get("role"))) if isinstance(message, Mapping) else None
+    content = message.get(field) if field is not None else None
+    if not blocks or field is None or not isinstance(content, list):
         return message
-    field = "content" if message.get("role") == "assistant" else "parts"
-    content = _blocks_of(message)
     served = {_server_id(b) for b in blocks if server_block(b)}
-    ran = [{f: b[f] for f in CODE_PARTS if f in b} for b in blocks if _code_part(b)]
+    ran = [code for b in blocks if (code := _code_of(b))]
 
     def held(b: Any) -> bool:
         if not isinstance(b, Mapping):
             return False
-        if _code_part(b):  # Gemini's code execution, by what it ran and gave (the SDK's copy)
-            return {f: b[f] for f in CODE_PARTS if f in b} in ran
+        if code := _code_of(b):  # Gemini's code execution, by what it ran and gave (the SDK's copy)
+            return code in ran
         return (b.get("type") in THINKING and b in blocks) or (server_block(b) and _server_id(b) in served)
 
     kept = [b for b in content if not held(b)]
