@@ -517,10 +517,13 @@ def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
         called: set[Any] = set()
         for i in items:
             kind = i.get("type") if isinstance(i, dict) else None
-            if kind in ("function_call", "custom_tool_call", "shell_call", "local_shell_call", "apply_patch_call"):
+            if kind in ("function_call", "custom_tool_call", "shell_call", "local_shell_call", "apply_patch_call",
+                        "tool_search_call"):  # fmt: skip
                 called.add(i.get("call_id"))
             elif kind in ("function_call_output", "custom_tool_call_output") and i.get("call_id") not in called:
                 return f"No tool call found for function call output with call_id {i.get('call_id')}."
+            elif kind == "tool_search_output" and i.get("execution") == "client" and i.get("call_id") not in called:
+                return f"No tool search call found for tool search output with call_id {i.get('call_id')}."
         return None
     messages: list[dict[str, Any]] = body.get("messages") or []
     if api == "anthropic":

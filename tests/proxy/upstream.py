@@ -298,12 +298,39 @@ def reasoning_item(n: int) -> dict[str, Any]:
     return {"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": f"gAAAA-enc-{n}"}
 
 
-def _response_items(reply: str | ToolCall, n: int, reasoning: bool = False) -> list[dict[str, Any]]:
+def served_items(n: int, tools: Any) -> list[dict[str, Any]]:
+    """The items of the provider's own tools the scripted model's ``n``-th response starts with,
+    after its reasoning, when the request offers them (Responses API): a web search
+    (``web_search``), a remote MCP server's tools listed and one called (``mcp``), a tool search
+    the provider runs (``tool_search``, finding a deferred tool)."""
+    offered = {str(t.get("type")) for t in tools or () if isinstance(t, dict)}
+    items: list[dict[str, Any]] = []
+    if offered & {"web_search", "web_search_preview"}:
+        items.append({"type": "web_search_call", "id": f"ws_{n}", "status": "completed",
+                      "action": {"type": "search", "query": f"query {n}"}})  # fmt: skip
+    if "mcp" in offered:
+        schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+        items.append({"type": "mcp_list_tools", "id": f"mcpl_{n}", "server_label": "docs",
+                      "tools": [{"name": "lookup", "input_schema": schema, "description": "Look it up."}]})  # fmt: skip
+        items.append({"type": "mcp_call", "id": f"mcp_{n}", "server_label": "docs", "name": "lookup",
+                      "arguments": json.dumps({"q": f"q{n}"}), "output": f"docs page {n} " * 200,
+                      "status": "completed"})  # fmt: skip
+    if "tool_search" in offered:
+        found = [{"type": "function", "name": f"deferred_{n}", "description": "Found.", "parameters": {}}]
+        items.append({"type": "tool_search_call", "id": f"tsc_{n}", "call_id": None, "execution": "server",
+                      "status": "completed", "arguments": {"query": f"tools {n}"}})  # fmt: skip
+        items.append({"type": "tool_search_output", "id": f"tso_{n}", "call_id": None, "execution": "server",
+                      "status": "completed", "tools": found})  # fmt: skip
+    return items
+
+
+def _response_items(reply: str | ToolCall, n: int, reasoning: bool = False, tools: Any = None) -> list[dict[str, Any]]:
     def message(text: str, item_id: str) -> dict[str, Any]:
         return {"type": "message", "id": item_id, "status": "completed", "role": "assistant",
                 "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
 
     first = [reasoning_item(n)] if reasoning else []
+    first += served_items(n, tools)
     if isinstance(reply, str):
         return [*first, message(reply, f"msg_{n}")]
     fc = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}", "name": reply.name,
@@ -344,26 +371,27 @@ def _items_refused(items: Any, reasoned: set[str]) -> str | None:
     return None
 
 
-def _response_json(reply: str | ToolCall, n: int, reasoning: bool = False) -> dict[str, Any]:
+def _response_json(reply: str | ToolCall, n: int, reasoning: bool = False, tools: Any = None) -> dict[str, Any]:
     usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15, "input_tokens_details": {"cached_tokens": 0},
              "output_tokens_details": {"reasoning_tokens": 0}}  # fmt: skip
     return {"id": f"resp_{n}", "object": "response", "created_at": int(time.time()), "status": "completed",
-            "model": "m", "output": _response_items(reply, n, reasoning), "parallel_tool_calls": True,
+            "model": "m", "output": _response_items(reply, n, reasoning, tools), "parallel_tool_calls": True,
             "tool_choice": "auto", "tools": [], "usage": usage}  # fmt: skip
 
 
-def _response_events(reply: str | ToolCall, n: int, reasoning: bool = False) -> Iterator[bytes]:
+def _response_events(reply: str | ToolCall, n: int, reasoning: bool = False, tools: Any = None) -> Iterator[bytes]:
     def event(kind: str, data: dict[str, Any]) -> bytes:
         return f"event: {kind}\ndata: {json.dumps(data | {'type': kind})}\n\n".encode()
 
-    done = _response_json(reply, n, reasoning)
+    done = _response_json(reply, n, reasoning, tools)
     seq = iter(range(1, 1000))
     yield event("response.created", {"response": done | {"status": "in_progress", "output": []}, "sequence_number": 0})
     for k, item in enumerate(done["output"]):
         calling = item["type"] in ("function_call", "custom_tool_call")
         argument = "input" if item["type"] == "custom_tool_call" else "arguments"
-        if item["type"] == "reasoning":
-            yield event("response.output_item.added", {"output_index": k, "item": item | {"encrypted_content": None},
+        if item["type"] not in ("message", "function_call", "custom_tool_call"):  # reasoning, the provider's tools
+            started = item | {"encrypted_content": None} if item["type"] == "reasoning" else item
+            yield event("response.output_item.added", {"output_index": k, "item": started,
                                                        "sequence_number": next(seq)})  # fmt: skip
             yield event("response.output_item.done", {"output_index": k, "item": item, "sequence_number": next(seq)})
             continue
@@ -516,6 +544,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             thinking = anthropic and (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
             search = anthropic and _searches(body)  # the model searches the web first, every answer
             reasoning = responses and bool(body.get("reasoning"))
+            tools = body.get("tools")  # the provider's own among them run first (served_items)
             if reasoning:
                 up.reasoned.add(str(n))
             api = "anthropic" if anthropic else "responses" if responses else "openai"
@@ -541,7 +570,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                         answered["container"] = {"id": f"container_{n}", "expires_at": "2026-12-05T13:00:00Z"}
                     self._send(200, json.dumps(answered).encode())
                     return
-                answer = _response_json(text, n, reasoning) if responses else _openai_json(text, n)
+                answer = _response_json(text, n, reasoning, tools) if responses else _openai_json(text, n)
                 self._send(200, json.dumps(answer).encode())
                 return
             self.send_response(200)
@@ -557,7 +586,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                     if _runs_code(body):
                         chunks = _in_container(chunks, n)
                 else:
-                    chunks = _response_events(text, n, reasoning) if responses else _openai_chunks(text, n)
+                    chunks = _response_events(text, n, reasoning, tools) if responses else _openai_chunks(text, n)
                 if up.crlf:
                     chunks = _crlf_chunks(chunks)
                 for i, chunk in enumerate(chunks):

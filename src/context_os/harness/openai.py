@@ -180,8 +180,9 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
             m["extra_chars"] = media
         if role == "assistant" and message.get("tool_calls"):
             m["tool_calls"] = self._calls(message["tool_calls"], index)
-        # (a message of the Responses API or Gemini: the provider's own tools' calls and results)
-        if role == "assistant" and (served := responses.provider_chars(message) + gemini.provider_chars(message)):
+        # (a message of the Responses API or Gemini: the provider's own tools' calls and results,
+        # a Responses item the client added for later responses: the tools it adds)
+        if served := responses.provider_chars(message) + gemini.provider_chars(message):
             m["block_chars"] = served
         if role == "tool":
             call_id = message.get("tool_call_id")

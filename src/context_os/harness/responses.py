@@ -10,19 +10,23 @@ encrypted) make one assistant message, the calls its tool calls (a custom tool's
 ``{"input": …}``; the built-in tools the client runs, ``local_shell_call``, ``shell_call`` and
 ``apply_patch_call``, as calls of ``local_shell``, ``shell`` and ``apply_patch`` whose arguments
 are the item's ``action`` or ``operation``), with the items no output answers (the provider's
-own tools' calls: a web search; the ``compaction`` item, encrypted, that
-``/v1/responses/compact`` returns for the history it compacted) kept whole among them; the
-outputs (``function_call_output``, ``custom_tool_call_output``, and those of the built-in tools:
-a shell's chunks of stdout and stderr as one text) are tool messages (an output of parts that holds
-images or files, as Codex's ``view_image`` gives, as chat parts).
+own tools' items: a web search, a remote MCP server's tools and calls; the ``compaction`` item,
+encrypted, that ``/v1/responses/compact`` returns for the history it compacted) kept whole among
+them; the outputs (``function_call_output``, ``custom_tool_call_output``, and those of the
+built-in tools: a shell's chunks of stdout and stderr as one text, the tools a tool search
+found) are tool messages (an output of parts that holds images or files, as Codex's
+``view_image`` gives, as chat parts). The items a client adds for the responses after them (a
+reasoning effort's change, tools made available, a request to compact) are developer messages
+without text.
 Each message keeps what it came from in fields of its own (``ctxos_item``, ``ctxos_items``:
 the OpenAI adapter keeps fields it does not interpret), so ``to_items`` gives back the very
 items a message came from when context_os left it as it was, and items rebuilt from what it
 sends when it changed it (a collapsed output, an elided argument, a redacted text). Reasoning
 items stay with the response they belong to, in their place.
 
-An item of another type (a file input, an item reference, a computer-use call) cannot be managed
-here: ``to_chat`` raises ``MalformedMessage``, and the proxy forwards the request as it came.
+An item of another type (an item reference, a computer-use call, whose output must stay a
+screenshot) cannot be managed here: ``to_chat`` raises ``MalformedMessage``, and the proxy
+forwards the request as it came.
 
 This module only translates; it never touches a session or a store.
 """
@@ -36,7 +40,19 @@ from typing import Any
 from ..errors import MalformedMessage
 from ..tokens import CHARS_PER_TOKEN, image_tokens, value_chars
 
-__all__ = ["BUILT_IN_TOOLS", "CALLS", "ITEM", "ITEMS", "OUTPUTS", "provider_chars", "stdout_of", "to_chat", "to_items"]
+__all__ = [
+    "BUILT_IN_TOOLS",
+    "CALLS",
+    "ITEM",
+    "ITEMS",
+    "OUTPUTS",
+    "client_call",
+    "provider_chars",
+    "provider_item",
+    "stdout_of",
+    "to_chat",
+    "to_items",
+]
 
 ITEM = "ctxos_item"
 """On a user, system, developer or tool message: the item it came from (an output's without its
@@ -53,9 +69,12 @@ _BUILT_IN = {
     "local_shell_call": ("local_shell", "action"),
     "shell_call": ("shell", "action"),
     "apply_patch_call": ("apply_patch", "operation"),
+    "tool_search_call": ("tool_search", "arguments"),
 }
 """The built-in tools a client runs itself: item type → (the call's name as a tool call, the
-field holding its arguments, an object)."""
+field holding its arguments, an object). A tool search the client runs (``"execution":
+"client"``; Codex looks up the tools of its apps and MCP servers so) is one of them; one the
+provider runs is its own tool's (``_OPAQUE``)."""
 BUILT_IN_TOOLS = frozenset(name for name, _ in _BUILT_IN.values())
 """The built-in tools a client runs itself, as a request offers them (``{"type": "shell"}``) and
 as their calls are named here."""
@@ -71,33 +90,65 @@ OUTPUTS = {
     "shell_call_output": "call_id",
     "apply_patch_call_output": "call_id",
     "local_shell_call_output": "id",
+    "tool_search_output": "call_id",
 }
 """The output items (a tool's result), by type: the field naming the call they answer."""
 _STREAMS = ("stdout", "stderr")
 _CHUNKS = "ctxos_chunks"
 """On a ``shell_call_output``'s tool message: its chunks, each text's length in place of the text."""
-_OPAQUE = (
-    "reasoning",
-    "compaction",
+_PROVIDER_TOOLS = (
     "web_search_call",
     "file_search_call",
     "code_interpreter_call",
-    "image_generation_call",
+    "mcp_list_tools",
+    "mcp_call",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "program",
+    "program_output",
 )
-"""Items of the model's that no output answers (its reasoning, the provider's own tools' calls,
-the encrypted history a remote compaction returns in place of the turns it compacted): kept
-whole, in their place among the items of the response they are in."""
+"""The provider's own tools' items, which the model reads as they are: a web or file search, the
+code interpreter's code and output, a remote MCP server's tools listed and called (and the
+client's approval of a call it asked for, which stands in the response, after its request),
+a program of programmatic tool calling and its result."""
+_OPAQUE = ("reasoning", "compaction", "image_generation_call", *_PROVIDER_TOOLS)
+"""Items of the model's that no output of the client's answers (its reasoning, the provider's
+own tools' items, the encrypted history a remote compaction returns in place of the turns it
+compacted): kept whole, in their place among the items of the response they are in."""
+_SERVED = ("tool_search_call", "tool_search_output")
+"""Items that are the provider's own (``_OPAQUE``) when it ran them (``"execution": "server"``),
+a call and its output otherwise."""
+_DEVELOPER = ("configuration_update", "additional_tools", "compaction_trigger")
+"""Items the client adds for the responses after them, neither a message nor a response's: a
+reasoning effort from then on (Codex sends one when its effort changes), tools made available
+from then on, a request to compact (the last item). Each is a developer message without text
+that goes back as it came; as a system message, no history horizon hides it."""
 
 
-_PROVIDER_TOOLS = ("web_search_call", "file_search_call", "code_interpreter_call")
-"""The provider's own tools' calls among ``_OPAQUE``, whose items the model reads as they are."""
+def client_call(item: Mapping[str, Any]) -> bool:
+    """Whether an item is a call the client runs (``CALLS``; not a tool search the provider ran)."""
+    return item.get("type") in CALLS and not (item.get("type") in _SERVED and item.get("execution") == "server")
+
+
+def provider_item(item: Mapping[str, Any]) -> bool:
+    """Whether an item is one the provider wrote in a response and a client keeps as it came: its
+    reasoning, its text, its own tools' items (not a call the client runs, nor its output)."""
+    kind = item.get("type")
+    if kind == "message":
+        return item.get("role") == "assistant"
+    return kind in _OPAQUE or (kind in _SERVED and item.get("execution") == "server")
 
 
 def provider_chars(message: Mapping[str, Any]) -> int:
     """What the provider's own tools' items of an assistant message (``to_chat``'s) put in front
     of the model: ``value_chars`` of each (a web search's action, a file search's results, the code
-    interpreter's code and output); an image generation's image (its ``result``, base64) as the
-    image it is (``image_tokens``, in characters)."""
+    interpreter's code and output, an MCP server's tools and a call's output); an image
+    generation's image (its ``result``, base64) as the image it is (``image_tokens``, in
+    characters). Of a developer message of an item (``_DEVELOPER``): that item's, the tools it
+    adds above all."""
+    item = message.get(ITEM)
+    if isinstance(item, Mapping) and item.get("type") in _DEVELOPER:
+        return value_chars(item)
     items = message.get(ITEMS)
     if not isinstance(items, list):
         return 0
@@ -205,6 +256,10 @@ def _output(kind: str, output: Any, k: int) -> tuple[Any, dict[str, Any]]:
     besides (a shell's chunks without their texts: their outcomes and the texts' lengths)."""
     if kind == "apply_patch_call_output" and output is None:
         return "", {}
+    if kind == "tool_search_output":  # the tools found (its item keeps them: they go whole)
+        if not isinstance(output, list):
+            raise MalformedMessage("a tool_search_output's tools must be a list", index=k, field="tools")
+        return json.dumps(output, ensure_ascii=False), {}
     if kind != "shell_call_output":
         return _output_content(output, k), {}
     if not isinstance(output, list) or not all(isinstance(c, Mapping) for c in output):
@@ -276,6 +331,8 @@ def to_chat(input: Any) -> list[dict[str, Any]]:
         if not isinstance(item, Mapping):
             raise MalformedMessage("an input item must be an object", index=k)
         kind = item.get("type", "message")
+        if kind in _SERVED and item.get("execution") == "server":
+            kind = "served"  # the provider's own tool, kept whole among its response's items
         if kind == "message" and item.get("role") == "assistant":
             r = response()
             text = _parts_text(item.get("content"), k)
@@ -300,14 +357,17 @@ def to_chat(input: Any) -> list[dict[str, Any]]:
             if not isinstance(item.get(id_field), str):
                 raise MalformedMessage(f"a {kind} needs a {id_field}", index=k)
             reply = None
-            text, kept = _output(kind, item.get("output"), k)
+            text, kept = _output(kind, item.get("tools" if kind == "tool_search_output" else "output"), k)
             shell = {**{f: v for f, v in item.items() if f != "output"}, **kept}
             message = {"role": "tool", "tool_call_id": item[id_field], "content": text, ITEM: shell}
             if _failed(item):
                 message["is_error"] = True
             out.append(message)
-        elif kind in _OPAQUE:
+        elif kind in _OPAQUE or kind == "served":
             response()[ITEMS].append(dict(item))
+        elif kind in _DEVELOPER:
+            reply = None
+            out.append({"role": "developer", "content": "", ITEM: dict(item)})
         else:
             raise MalformedMessage(f"an input item of type {kind!r} context_os does not manage", index=k, field="type")
     return out
@@ -338,13 +398,15 @@ def to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 out.append({**shell, "output": _shell_output(text, chunks or [])})
             elif shell.get("type") == "apply_patch_call_output" and not text:
                 out.append(shell)  # its output is optional
+            elif shell.get("type") == "tool_search_output":
+                out.append(shell)  # the tools found, by which the model calls them: whole, collapsed or not
             else:
                 out.append({**shell, "output": text})
         else:
             item = m.get(ITEM)
             content = m.get("content")
-            if item is not None and _same_content(item, content):
-                out.append(dict(item))
+            if isinstance(item, Mapping) and (item.get("type") in _DEVELOPER or _same_content(item, content)):
+                out.append(dict(item))  # as it came (an item for later responses has no text to change)
             else:
                 out.append({"type": "message", "role": role, "content": _items_content(content, role)})
     return out
@@ -362,6 +424,8 @@ def _made_output(call: str, m: Mapping[str, Any], text: str) -> dict[str, Any]:
         return {"type": "local_shell_call_output", "id": call_id, "output": text}
     if call == "apply_patch_call":
         return {"type": "apply_patch_call_output", "call_id": call_id, "status": "failed", "output": text}
+    if call == "tool_search_call":  # its output is the tools found: none
+        return {"type": "tool_search_output", "call_id": call_id, "execution": "client", "tools": []}
     kind = "custom_tool_call_output" if call == "custom_tool_call" else "function_call_output"
     return {"type": kind, "call_id": call_id, "output": text}
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..harness.anthropic import server_block, without_cache_marks
 from ..harness.gemini import CODE_PARTS
-from ..harness.responses import BUILT_IN_TOOLS, CALLS, OUTPUTS
+from ..harness.responses import BUILT_IN_TOOLS, OUTPUTS, client_call, provider_item
 from ..hashing import hash_value
 
 __all__ = ["MAX_ROUNDS", "Call", "Hidden", "OneCompletion", "StreamFilter", "dialect", "prefix_hash", "splice"]
@@ -193,12 +193,11 @@ def _without_blocks(message: Any, blocks: list[Any]) -> Any:
 
 
 def _item_keys(item: Any) -> set[str]:
-    """What tells the model's reasoning and text items of a Responses reply apart: their id, and
-    what they hold, id and status aside (a client may drop or rewrite either); none for anything
-    else (calls, outputs, chat and Anthropic messages)."""
-    if not isinstance(item, Mapping) or item.get("type") not in ("reasoning", "message"):
-        return set()
-    if item.get("type") == "message" and item.get("role") != "assistant":
+    """What tells the items of a Responses reply a client is streamed and keeps apart (its
+    reasoning, its text, the provider's own tools' items: a web search, an MCP server's call):
+    their id, and what they hold, id and status aside (a client may drop or rewrite either); none
+    for anything else (calls, outputs, chat and Anthropic messages)."""
+    if not isinstance(item, Mapping) or not isinstance(item.get("type"), str) or not provider_item(item):
         return set()
     keys = {json.dumps({k: v for k, v in item.items() if k not in ("id", "status")}, sort_keys=True)}
     return keys | ({"id:" + item["id"]} if isinstance(item.get("id"), str) else set())
@@ -342,7 +341,7 @@ class ResponsesDialect:
         if output is not None:  # the response's own items: its reasoning and text stay with our calls
             # the client's calls of any kind are dropped (a custom or built-in tool's too: kept,
             # it was a call without its output, and one the client may have been streamed)
-            items = [dict(i) for i in output if i.get("type") not in CALLS or _ours(i, ours)]
+            items = [dict(i) for i in output if not client_call(i) or _ours(i, ours)]
         else:
             items = [{"type": "message", "role": "assistant", "content": text}] if text else []
             items += [
@@ -612,17 +611,18 @@ class StreamFilter:
         if kind == "response.output_item.done" and item is not None:
             self.output[index] = item
         added = item.get("type") if kind == "response.output_item.added" and item is not None else None
+        called = item is not None and added is not None and client_call(item)
         out = b""
         if added == "reasoning":
             self._reasoning[index] = []
         elif added is not None:
-            out = self._release_reasoning(calls=added in CALLS)
+            out = self._release_reasoning(calls=called)
         if index in self._reasoning:
             self._reasoning[index].append(event)
             return out
         if added == "function_call" and item is not None:
             self._tools[index] = {"id": item.get("call_id", ""), "name": item.get("name", ""), "arguments": ""}
-        if added in CALLS:
+        if called:
             self._held_blocks.add(index)
         if kind == "response.output_item.done" and item is not None and index in self._tools:
             self._tools[index]["arguments"] = item.get("arguments") or self._tools[index]["arguments"]
