@@ -580,6 +580,12 @@ def pairing_refused(api: str, body: dict[str, Any]) -> str | None:
             prev: dict[str, Any] = next((p for p in reversed(messages[:k]) if p.get("role") != "tool"), {})
             if m.get("tool_call_id") not in {c.get("id") for c in prev.get("tool_calls") or ()}:
                 return "messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."
+        elif m.get("role") == "function":  # legacy function calling
+            prev = messages[k - 1] if k else {}
+            if not isinstance(prev.get("function_call"), dict) or prev["function_call"].get("name") != m.get("name"):
+                return "messages with role 'function' must be a response to a preceding message with 'function_call'."
+        elif m.get("role") == "assistant" and m.get("tool_calls") and m.get("function_call"):
+            return f"messages.{k}: 'function_call' and 'tool_calls' cannot both be given"
         elif m.get("role") == "assistant" and m.get("tool_calls"):
             answered = set()
             for later in messages[k + 1 :]:

@@ -1,10 +1,11 @@
 """OpenAI chat-completions messages: the first adapter.
 
 Input is the list of messages a loop sends to ``chat.completions.create`` (roles system,
-developer, user, assistant, tool): dicts, or the SDK's own objects where the SDK takes them (the
-``ChatCompletionMessage`` of a response appended as it came, its ``tool_calls``), which are read
-in their JSON form. Fields context_os does not interpret are kept and rendered back verbatim;
-text content is what is measured and managed.
+developer, user, assistant, tool; and legacy function calling's, an assistant's
+``function_call`` and the ``function`` message answering it): dicts, or the SDK's own objects
+where the SDK takes them (the ``ChatCompletionMessage`` of a response appended as it came, its
+``tool_calls``), which are read in their JSON form. Fields context_os does not interpret are
+kept and rendered back verbatim; text content is what is measured and managed.
 
 Like every adapter it translates formats and nothing else: it never reaches the store.
 """
@@ -30,13 +31,26 @@ if TYPE_CHECKING:
 
 __all__ = ["OPENAI_PAIRING", "OpenAIAdapter", "OpenAIHook", "validate_openai"]
 
-_ROLE_MAP = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
-_KNOWN = {"role", "content", "tool_calls", "tool_call_id", "is_error"}
+_ROLE_MAP = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
+_KNOWN = {"role", "content", "tool_calls", "tool_call_id", "is_error", "function_call"}
 """``is_error`` is no chat-completions field: a tool message that says ``"is_error": true`` (the
 Responses translation's, for a built-in tool call that failed) is a failed result."""
 _NO_CONTENT = "ctxos_no_content"
 """Kept in a message's ``extra`` when it came without a ``content`` field (an assistant message of
 calls only, as the SDK dumps its reply): it is rendered without one, not with ``"content": null``."""
+_LEGACY = "ctxos_function_call_"
+"""Legacy function calling (the ``functions`` parameter, replaced by ``tools`` in 2023) names no
+call: an assistant's ``function_call`` is answered by the ``function`` message right after it.
+context_os gives the call the id ``_LEGACY`` + its message's index + ``:`` + the function's name,
+and the answer the id of the message before it with its own function's name (the API refuses
+another); neither goes back to the harness (``render_msg`` writes the legacy fields)."""
 
 
 def _plain(value: Any) -> Any:
@@ -126,8 +140,12 @@ def _pairing(m: Mapping[str, Any]) -> Reading:
     role = m.get("role")
     if role == "tool":
         return Reading(True, (m.get("tool_call_id"),))
+    if role == "function":  # legacy function calling: it answers the call right before it
+        return Reading(True, (_LEGACY,))
     if role != "assistant":
         return CLOSES
+    if m.get("function_call") and not m.get("tool_calls"):
+        return Reading(False, opened=[_LEGACY], is_response=True)
     calls = m.get("tool_calls")
     if not calls:
         return SAYS
@@ -180,11 +198,20 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
             m["extra_chars"] = media
         if role == "assistant" and message.get("tool_calls"):
             m["tool_calls"] = self._calls(message["tool_calls"], index)
+        elif role == "assistant" and message.get("function_call") is not None:
+            m["tool_calls"] = [self._legacy_call(message["function_call"], index)]
+            extra[_LEGACY] = True
+        if "function_call" in message and _LEGACY not in extra:  # (a null one the SDK dumped)
+            extra["function_call"] = message["function_call"]
         # (a message of the Responses API or Gemini: the provider's own tools' calls and results,
         # a Responses item the client added for later responses: the tools it adds)
         if served := responses.provider_chars(message) + gemini.provider_chars(message):
             m["block_chars"] = served
-        if role == "tool":
+        if role == "function":
+            if not isinstance(message.get("name"), str):
+                raise MalformedMessage("a function message needs the function's name", index=index, field="name")
+            m["tool_call_id"] = f"{_LEGACY}{index - 1}:{message['name']}"
+        elif role == "tool":
             call_id = message.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise MalformedMessage("a tool message needs a tool_call_id string", index=index, field="tool_call_id")
@@ -219,6 +246,19 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
             out.append({"id": c["id"], "name": fn["name"], "arguments": args})
         return out
 
+    def _legacy_call(self, fn: Any, index: int) -> ToolCall:
+        """An assistant's ``function_call`` (legacy function calling): a call whose id its index
+        makes (``_LEGACY``)."""
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            raise MalformedMessage("a function_call needs a name", index=index, field="function_call")
+        args = fn.get("arguments", "")
+        if not isinstance(args, str):
+            raise MalformedMessage(
+                "function_call.arguments must be a JSON string", index=index, field="function_call.arguments"
+            )
+        check_utf8(args, index, "function_call.arguments")
+        return {"id": f"{_LEGACY}{index}:{fn['name']}", "name": fn["name"], "arguments": args}
+
     def _custom_call(self, c: Mapping[str, Any], index: int, j: int) -> ToolCall:
         """A custom tool's call (free-form ``input``, no JSON arguments): its arguments are
         ``{"input": input}``, an object where a function call's are a JSON string, which is how
@@ -246,9 +286,15 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
         out: dict[str, Any] = {"role": role, "content": content}
         if extra.pop(_NO_CONTENT, False) and content is None:  # it came without one: it goes without one
             del out["content"]
-        if msg.get("tool_calls"):
+        if extra.pop(_LEGACY, False) and msg.get("tool_calls"):  # legacy function calling: one call, no id
+            fn = _render_call(msg["tool_calls"][0]).get("function") or {}
+            out["function_call"] = {"name": fn.get("name", ""), "arguments": fn.get("arguments", "")}
+        elif msg.get("tool_calls"):
             out["tool_calls"] = [_render_call(c) for c in msg["tool_calls"]]
-        if msg["role"] == "tool":
+        if msg["role"] == "tool" and str(msg.get("tool_call_id", "")).startswith(_LEGACY):
+            out["role"] = "function"  # its name: the one it came with (in extra), or its call's
+            out["name"] = msg.get("tool_name") or str(msg["tool_call_id"]).partition(":")[2]
+        elif msg["role"] == "tool":
             out["tool_call_id"] = msg.get("tool_call_id", "")
             if msg.get("is_error"):
                 out["is_error"] = True

@@ -957,7 +957,7 @@ class Proxy:
         assert conv is not None
         d = dialect(plan.api)
         client = _client(plan)
-        theirs = d.tool_names(plan.original.get("tools"))
+        theirs = d.tool_names(plan.original.get("tools")) | _functions(plan.original)
         with conv.lock:
             if conv.closed:  # idle long enough to be closed just before: its next request opens it again
                 raise _Reopen(conv.hook.session.id)
@@ -1096,11 +1096,21 @@ def _streamed(api: Api, path: str, body: Mapping[str, Any]) -> bool:
     return bool(body.get("stream"))
 
 
+def _functions(body: Mapping[str, Any]) -> set[str]:
+    """The names of a chat request's functions of legacy function calling (``functions``)."""
+    found = body.get("functions")
+    listed = found if isinstance(found, list) else []
+    return {f["name"] for f in listed if isinstance(f, Mapping) and isinstance(f.get("name"), str)}
+
+
 def _readable(api: Api, path: str, body: Mapping[str, Any]) -> bool:
     """Whether our tools may be offered by the shape of the answer asked for: not to a Gemini
     request for structured output (a JSON answer: Gemini CLI's checks on the side; Gemini refuses
     tools with it), nor for a stream that is no server-sent events (``alt=sse``: the proxy reads
-    no other for calls)."""
+    no other for calls); not to a chat request of legacy function calling (``functions``: ours
+    would be ``tools`` beside them, and its calls come back as a ``function_call``)."""
+    if api == "openai":
+        return "functions" not in body
     if api != "gemini":
         return True
     config = body.get("generationConfig")
