@@ -14,10 +14,13 @@ import pytest
 from openai.types.responses import ResponseInputItemParam
 from pydantic import TypeAdapter
 
-from context_os.harness.openai import OpenAIAdapter
+from context_os import RetentionPolicy, Session
+from context_os.harness.openai import OpenAIAdapter, OpenAIHook
 from context_os.harness.responses import to_chat, to_items
 from context_os.server.proxy import derive_session
+from context_os.store.sqlite import SqliteStore
 from context_os.tokens import value_chars
+from tests.helpers import EAGER
 from tests.proxy.running import Running, verified_frames
 from tests.proxy.test_responses import TOOLS, codex_conversation, user
 from tests.proxy.upstream import Upstream, call, upstream
@@ -94,6 +97,19 @@ def test_what_they_put_in_front_of_the_model_counts() -> None:
     assert msgs[1]["text"] == "" and msgs[1]["block_chars"] == value_chars(added) > 5_000
     assert msgs[4]["block_chars"] == sum(value_chars(i) for i in MCP[:4]) > 1_400
     assert msgs[3]["text"] == json.dumps(FOUND)
+
+
+def test_a_tool_searchs_output_counts_whole_where_old_outputs_collapse(tmp_path: Path) -> None:
+    """The engine is told that the tools found go upstream whole (``view.SENT_WHOLE``): it shows
+    and counts them so, where it collapses the other old outputs (it counted a stub before)."""
+    items = codex_conversation(30)
+    items[3:3] = SEARCH
+    with SqliteStore(tmp_path / "s.db") as store:
+        hook = OpenAIHook(Session.open(store, "s", harness="openai", policy=RetentionPolicy(**EAGER)))
+        out = hook.transform_context(to_chat(items))
+    [found] = [m for m in out if m.get("tool_call_id") == "ts1"]
+    assert found["content"] == json.dumps(FOUND)
+    assert sum("collapsed" in str(m["content"]) for m in out if m["role"] == "tool") > 20
 
 
 def test_a_codex_conversation_with_tool_search_and_effort_changes_is_managed(proxy: Running, up: Upstream) -> None:

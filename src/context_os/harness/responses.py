@@ -46,6 +46,7 @@ __all__ = [
     "ITEM",
     "ITEMS",
     "OUTPUTS",
+    "WHOLE_OUTPUTS",
     "client_call",
     "provider_chars",
     "provider_item",
@@ -93,6 +94,10 @@ OUTPUTS = {
     "tool_search_output": "call_id",
 }
 """The output items (a tool's result), by type: the field naming the call they answer."""
+WHOLE_OUTPUTS = frozenset({"tool_search_output"})
+"""Output items that go upstream whole whatever context_os shows of them: the tools a tool search
+found, by whose definitions there the model calls them (the OpenAI adapter tells the engine so,
+``view.SENT_WHOLE``, which then counts them whole)."""
 _STREAMS = ("stdout", "stderr")
 _CHUNKS = "ctxos_chunks"
 """On a ``shell_call_output``'s tool message: its chunks, each text's length in place of the text."""
