@@ -8,11 +8,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic_ai.messages import (
+    InstructionDeltaPart,
     LoadCapabilityCallPart,
     LoadCapabilityReturnPart,
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    ModelSettingsDeltaPart,
     TextPart,
     ToolSearchCallPart,
     ToolSearchReturnPart,
@@ -81,3 +83,29 @@ def test_a_typed_return_goes_out_whole_even_collapsed(db):
         ("LoadCapabilityCallPart", {"id": "sql"})
     ]
     assert pairing_problems(PYDANTIC_AI_PAIRING, out) == []
+
+
+def test_a_thinking_effort_and_instruction_changes_stand_behind_the_history_horizon(db):
+    """The request parts that say what later requests are made with (a thinking effort,
+    ``run(model_settings={"thinking": ...})``; an instruction's change) are system messages to
+    the engine: the horizon never hides them, and the run keeps the effort it asked for. As user
+    messages, they went behind the horizon with the prompt beside them, and pydantic-ai, which
+    reads the effort in effect from the history it sends, took none to be."""
+    effort = ModelSettingsDeltaPart(settings={"thinking": "high"}, top_level=True)
+    changed = InstructionDeltaPart(id=None, content="Answer in French.")
+    msgs: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("start", timestamp=TS), effort], timestamp=TS)]
+    msgs += [ModelResponse(parts=[TextPart("ok " + "z" * 4000)], timestamp=TS)]
+    msgs += [ModelRequest(parts=[changed, UserPromptPart("go on", timestamp=TS)], timestamp=TS)]
+    for k in range(6):
+        msgs += [
+            ModelResponse(parts=[TextPart(f"step {k} " + "y" * 4000)], timestamp=TS),
+            ModelRequest(parts=[UserPromptPart(f"next {k}", timestamp=TS)], timestamp=TS),
+        ]
+    hook = _hook(db, history_max_tokens=1500, history_keep_percent=20)
+    for n in range(3, len(msgs) + 1, 2):
+        out = hook.transform_context(msgs[:n])
+    assert hook.session.view.horizon > 0
+    parts = [p for m in out if isinstance(m, ModelRequest) for p in m.parts]
+    assert effort in parts and changed in parts
+    assert not any(isinstance(p, UserPromptPart) and p.content == "start" for p in parts)  # hidden, as before
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "p"))

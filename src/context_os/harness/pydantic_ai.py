@@ -20,7 +20,8 @@ its tool calls; the whole response is kept (JSON form) in ``extra`` and rendered
 each call's ``args`` from the neutral call (so collapsed calls' long arguments collapse too). A
 ``ModelRequest`` is split: each ``ToolReturnPart``, typed or not (and legacy ``RetryPromptPart`` that answers
 a call) becomes one neutral ``tool`` message, then each run of the other parts becomes a
-``system`` (system prompts) or ``user`` message that keeps its parts verbatim. Rendering merges
+``system`` (system prompts, and the parts that say what later requests are made with:
+``_STANDING``) or ``user`` message that keeps its parts verbatim. Rendering merges
 consecutive requests back into one and names each rendered tool return after its call. A
 response's ``ThinkingPart``s are counted (``extra_chars``) and left off past the session's
 thinking horizon (``drop_thinking``), and, when one was an OpenAI Responses reasoning item, the
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from . import _pydantic_ai_version  # noqa: F401  first: an older pydantic-ai is refused, saying what to install
 
 # isort: split
+from pydantic_ai import messages as _messages
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ERROR_OUTCOMES,
@@ -154,8 +156,28 @@ PYDANTIC_AI_PAIRING: Pairing[ModelMessage] = Pairing(
 """How pydantic-ai messages pair tool calls with tool returns."""
 
 
+_STANDING: tuple[type, ...] = tuple(
+    getattr(_messages, name)
+    for name in (
+        "InstructionBaselinePart",
+        "InstructionDeltaPart",
+        "ModelSettingsDeltaPart",
+        "ToolAvailabilityDeltaPart",
+        "CapabilityLoadDeltaPart",
+    )
+    if hasattr(_messages, name)  # (newer pydantic-ai: 2.78 has them all)
+)
+"""The request parts that say what the requests after them are made with: the instructions in
+effect and their changes, a thinking effort (``run(model_settings={"thinking": ...})`` records
+one), the tools and capabilities loaded. pydantic-ai reads them from the history it sends (the
+effort in effect is its last ``ModelSettingsDeltaPart``; a model with a mid-conversation channel
+sends it, the Responses API's ``configuration_update``): system messages to the engine, which no
+history horizon hides. As user messages, the horizon hid them, and the run went on as if they
+had never been made."""
+
+
 def _kind(part: Any) -> str:
-    return "system" if isinstance(part, SystemPromptPart) else "user"
+    return "system" if isinstance(part, (SystemPromptPart, *_STANDING)) else "user"
 
 
 def _runs(parts: Sequence[Any]) -> list[list[int]]:
