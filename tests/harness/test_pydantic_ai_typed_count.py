@@ -9,10 +9,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic_ai.messages import (
+    BinaryContent,
+    FilePart,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    NativeToolCallPart,
+    NativeToolReturnPart,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
@@ -25,10 +29,10 @@ from context_os import RetentionPolicy, Session
 from context_os.context.evict import evict
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.harness.pairing import pairing_problems
-from context_os.harness.pydantic_ai import PYDANTIC_AI_PAIRING, PydanticAIHook
+from context_os.harness.pydantic_ai import PYDANTIC_AI_PAIRING, PydanticAIAdapter, PydanticAIHook
 from context_os.store.sqlite import SqliteStore
-from context_os.tokens import estimate_tokens
-from tests.helpers import EAGER
+from context_os.tokens import CHARS_PER_TOKEN, estimate_tokens, image_tokens, value_chars
+from tests.helpers import EAGER, png
 
 TS = datetime(2026, 1, 2, tzinfo=UTC)
 FOUND = {
@@ -117,3 +121,21 @@ def test_an_evicted_typed_return_goes_out_as_a_plain_return(db):
     sent = ModelMessagesTypeAdapter.dump_json(out).decode()
     assert "tool_42" not in sent and "erased" in sent
     assert pairing_problems(PYDANTIC_AI_PAIRING, out) == []
+
+
+def test_what_the_providers_own_tools_and_files_put_in_front_of_the_model_counts() -> None:
+    """A response's native tools' calls and returns (a web search's query and results) and the
+    files it made (a generated image) go to the model at every later call: counted apart
+    (``block_chars``), where they counted nothing before (only the response's text did)."""
+    pages = [{"url": f"https://example.org/{k}", "title": f"Page {k}", "text": "t" * 2_000} for k in range(3)]
+    image = BinaryContent(png(512, 512), media_type="image/png")
+    search = NativeToolCallPart("web_search", {"query": "context windows"}, "ws1")
+    found = NativeToolReturnPart("web_search", pages, "ws1", timestamp=TS)
+    response = ModelResponse(parts=[search, found, FilePart(image), TextPart("Here.")], timestamp=TS)
+    [m] = PydanticAIAdapter().translate(response, 0)
+    assert m["text"] == "Here."
+    assert (
+        m["block_chars"]
+        == value_chars({"query": "context windows"}) + value_chars(pages) + image_tokens(image.data) * CHARS_PER_TOKEN
+    )
+    assert m["block_chars"] > 6_000

@@ -55,6 +55,7 @@ from pydantic_ai.messages import (
     BaseToolReturnPart,
     BinaryContent,
     DocumentUrl,
+    FilePart,
     ImageUrl,
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -80,7 +81,7 @@ from ..context.entries import Incoming, Msg, ToolCall
 from ..context.view import SENT_WHOLE
 from ..errors import HashError, MalformedMessage
 from ..hashing import hash_value
-from ..tokens import CHARS_PER_TOKEN, document_tokens, image_tokens
+from ..tokens import CHARS_PER_TOKEN, document_tokens, image_tokens, value_chars
 from .base import Adapter, ContextHook, MergeCache, check_message_list, check_utf8, fallback_hash, sorted_keys
 from .pairing import Pairing, Reading
 
@@ -203,6 +204,22 @@ def _part_text(part: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
+def _served_chars(parts: Sequence[Any], raw: list[dict[str, Any]]) -> int:
+    """What a response's parts of the provider's own doing put in front of the model at every later
+    call: its native tools' calls and returns (a web search's query and results, code and its
+    output) by the characters of their keys and strings (``tokens.value_chars``), the files it
+    made (a generated image) as the images they are."""
+    n = 0
+    for p, r in zip(parts, raw, strict=True):
+        if isinstance(p, NativeToolCallPart):
+            n += value_chars(r.get("args"))
+        elif isinstance(p, NativeToolReturnPart):
+            n += value_chars(r.get("content"))
+        elif isinstance(p, FilePart):
+            n += _media_chars(p.content)
+    return n
+
+
 def _media_chars(content: Any) -> int:
     """What the images and documents in a part's content (a ``BinaryContent``, an ``ImageUrl``, a
     ``DocumentUrl``, or a list holding them) put in front of the model, in characters
@@ -296,6 +313,8 @@ class PydanticAIAdapter(Adapter[ModelMessage]):
         # the model's reasoning, sent back with the response: counted (left off past the thinking horizon)
         if reasoning := sum(len(p.content) for p in message.parts if isinstance(p, ThinkingPart)):
             m["extra_chars"] = reasoning
+        if served := _served_chars(message.parts, dumped["parts"]):
+            m["block_chars"] = served
         return m
 
     def _result(self, part: Any, raw: dict[str, Any], fields: dict[str, Any], index: int, j: int) -> Incoming:
