@@ -33,10 +33,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.errors import MalformedMessage
-from context_os.harness.langchain import LANGCHAIN_PAIRING, LangChainHook
+from context_os.harness.langchain import LANGCHAIN_PAIRING, LangChainAdapter, LangChainHook
 from context_os.harness.pairing import pairing_problems
 from context_os.harness.registry import harness
 from context_os.store.sqlite import SqliteStore
+from context_os.tokens import value_chars
 from tests.helpers import eager_hook, hashed_per_call, png, stub_ref
 
 STUB = "[bash output, "
@@ -352,3 +353,30 @@ def test_the_agent_reads_and_edits_through_our_file_tools(tmp_path: Path) -> Non
         assert f.doc["content"] == "def f7():\n    return 'seven'\n"
         for frame in frame_docs(store, "lcf"):
             assert verify_frame(store, frame).ok
+
+
+PAGES = [{"type": "web_search_result", "url": f"https://example.org/{k}", "encrypted_content": "e" * 3_000}
+         for k in range(3)]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        [  # as langchain-anthropic keeps Anthropic's server tools' blocks
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "context os"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": PAGES},
+        ],
+        [  # langchain-core's standard blocks of a tool the provider ran
+            {"type": "server_tool_call", "id": "ws_1", "name": "web_search", "args": {"query": "context os"}},
+            {"type": "server_tool_result", "tool_call_id": "ws_1", "status": "success", "output": PAGES},
+        ],
+    ],
+)
+def test_the_providers_own_tools_blocks_count(blocks: list[dict[str, Any]]) -> None:
+    """An assistant message's blocks of a tool the provider ran (a web search and its pages) go
+    to the model at every later call: counted apart (``block_chars``), where they counted nothing."""
+    message = AIMessage(content=[*blocks, {"type": "text", "text": "Here is what I found."}])
+    m = LangChainAdapter().translate(message, 0)
+    assert isinstance(m, dict)
+    assert m["text"] == "Here is what I found."
+    assert m["block_chars"] == sum(value_chars(b) for b in blocks) > 6_000

@@ -50,7 +50,8 @@ from pydantic import ValidationError
 from ..context.entries import Incoming, Msg, ToolCall
 from ..errors import ConfigError, HashError, MalformedMessage
 from ..hashing import hash_value
-from ..tokens import CHARS_PER_TOKEN, document_tokens, image_tokens
+from ..tokens import CHARS_PER_TOKEN, document_tokens, image_tokens, value_chars
+from .anthropic import server_block
 from .base import Adapter, ContextHook, check_utf8, fallback_hash, invalid, sorted_keys
 from .pairing import CLOSES, SAYS, Pairing, Reading
 
@@ -177,6 +178,17 @@ def _media_chars(blocks: Sequence[Any]) -> int:
     return n
 
 
+_SERVED = ("server_tool_call", "server_tool_result")
+"""langchain-core's standard blocks of a tool the provider runs (a web search, code execution)."""
+
+
+def _served(block: Any) -> bool:
+    """Whether an assistant message's content block is a tool the provider ran: its call or its
+    result, as langchain-core's standard blocks have them (``_SERVED``) or as the provider's
+    integration keeps them (Anthropic's ``server_tool_use``, ``web_search_tool_result``, …)."""
+    return server_block(block) or (isinstance(block, Mapping) and block.get("type") in _SERVED)
+
+
 def _reasoning_chars(blocks: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
     """The characters of an assistant message's reasoning: its reasoning blocks (their text, a
     reasoning summary's parts, a redacted block's data) and ``additional_kwargs``'
@@ -245,6 +257,8 @@ class LangChainAdapter(Adapter[BaseMessage]):
                 m["tool_calls"] = self._calls(message.tool_calls, index)
             if reasoning := _reasoning_chars(blocks or (), message.additional_kwargs):
                 m["extra_chars"] = reasoning
+            if served := sum(value_chars(b) for b in blocks or () if _served(b)):
+                m["block_chars"] = served  # the provider's own tools' blocks: sent at every call
         if isinstance(message, ToolMessage):
             if not isinstance(message.tool_call_id, str) or not message.tool_call_id:
                 raise MalformedMessage("a ToolMessage needs a tool_call_id", index=index, field="tool_call_id")
