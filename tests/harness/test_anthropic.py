@@ -628,6 +628,34 @@ def test_documents_count_in_what_they_cost(db):
     assert hook.last.tokens_full == hook.last.tokens == 3 + 3 * 2300 + 100 + 2300
 
 
+def test_search_results_count_in_what_they_cost(db):
+    """Search result blocks (a retrieval tool's results, which the model cites) cost their
+    source, title and texts, in a user message and in a tool's result, where they counted nothing
+    (a result of nothing but search results was an empty result to the engine); a result of them
+    collapses with them as any other."""
+
+    def found(k: int) -> dict[str, Any]:
+        texts = [{"type": "text", "text": f"passage {k} " + "p" * 1_990}]
+        return {"type": "search_result", "source": f"https://docs.example.org/{k}", "title": f"Doc {k}",
+                "content": texts, "citations": {"enabled": True}}  # fmt: skip
+
+    chars = len("https://docs.example.org/0") + len("Doc 0") + 2_000
+    cost = -(-chars // 4)
+    hook = hook_for(db)
+    hook.transform_request([{"role": "user", "content": [{"type": "text", "text": "what do these say"}, found(0)]}])
+    assert hook.last.tokens_full == hook.last.tokens == -(-(len("what do these say") + chars) // 4)
+    hook = hook_for(db, "a2")
+    msgs: list[dict[str, Any]] = [user("look it up")]
+    for k in range(4):
+        msgs += [calls(f"q{k}", think=False), results((f"q{k}", ""))]
+        msgs[-1]["content"][0]["content"] = [found(k)]
+        out = hook.transform_request(msgs)["messages"]
+    assert hook.session.view.objects["toolcall:a2:q0"].tokens == cost
+    assert out[2]["content"][0]["content"].startswith(f"[bash output, {cost} tokens, collapsed")
+    assert out[-1]["content"][0]["content"] == [found(3)]  # the newest as it came
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "a2"))
+
+
 @pytest.mark.parametrize("pool", [None, 1_000])
 def test_activating_a_screenshot_says_its_image_is_not_shown_in_the_active_pool(db, pool):
     """With a pool smaller than the image (1600x1200: 1,600 tokens, what the result's count holds):

@@ -122,12 +122,19 @@ def server_block(block: Any) -> bool:
 
 
 def _media_chars(blocks: Sequence[Mapping[str, Any]]) -> int:
-    """What the image and document blocks among ``blocks`` put in front of the model, in
-    characters: a base64 image by its size, any other source at the most (``tokens.image_tokens``);
-    a document by its pages, or its text (``tokens.document_tokens``)."""
+    """What the image, document and search result blocks among ``blocks`` put in front of the
+    model, in characters: a base64 image by its size, any other source at the most
+    (``tokens.image_tokens``); a document by its pages, or its text (``tokens.document_tokens``);
+    a search result (a retrieval tool's, with citations) by its source, title and texts."""
     n = 0
     for b in blocks:
         source = b.get("source")
+        if b.get("type") == "search_result":
+            content = b.get("content")
+            texts = [t for t in content if isinstance(t, Mapping)] if isinstance(content, list) else []
+            n += len(str(source or "")) + len(str(b.get("title") or ""))
+            n += sum(len(str(t.get("text") or "")) for t in texts if t.get("type") == "text")
+            continue
         source = source if isinstance(source, Mapping) else {}
         data = source.get("data") if source.get("type") in ("base64", "text") else None
         if b.get("type") == "image":
