@@ -91,11 +91,17 @@ def test_claude_codes_own_read_and_edit_keep_the_file_as_an_object_equal_to_the_
     assert [b["type"] for b in ours] == ["thinking", "tool_use"] and ours[1]["name"] == "pin"
     last = requests[-1]["messages"]
     # the file as the model is shown it after the edit: the disk's text, its line numbers read off
-    assert file_as_shown(last, str(work / "app.py")) == (2, on_disk)
-    # never the old line: nowhere but in Claude Code's own Edit call
+    assert file_as_shown(last, "app.py") == (2, on_disk)  # under the directory Claude Code names
+    # never the old line but in Claude Code's own Edit call and in the file's block of version 1,
+    # which context_os's patch after it changes (the block stays in place for the prompt cache)
     blocks = [b for m in last if isinstance(m["content"], list) for b in m["content"] if b.get("type") != "tool_use"]
-    shown = json.dumps([*blocks, *(m["content"] for m in last if isinstance(m["content"], str))])
-    assert "    return 7\\n" not in shown and "    return 'seven'\\n" in shown
+    texts = [b["text"] for b in blocks if b.get("type") == "text"] + [
+        m["content"] for m in last if isinstance(m["content"], str)
+    ]
+    stale = [t for t in texts if "    return 7\n" in t]
+    assert all('path="app.py" version="1"' in t for t in stale)
+    assert not stale or any("(now version 2) changed" in t and "+    return 'seven'" in t for t in texts)
+    assert "    return 7\\n" not in json.dumps([b for b in blocks if b.get("type") != "text"])
     # the reads' outputs collapsed at once: their text is in the file objects
     reads = {b["id"] for m in last if isinstance(m["content"], list) for b in m["content"] if b.get("name") == "Read"}
     results = [b for b in blocks if b.get("type") == "tool_result" and b["tool_use_id"] in reads]

@@ -175,7 +175,7 @@ def test_gemini_clis_own_read_and_edit_through_the_proxy_keep_the_file_as_an_obj
     assert not [line for line in said if "failed" in line], said  # managed throughout, never failing open
     last = requests[-1]
     as_messages = [{"content": [p for p in c["parts"] if "text" in p]} for c in last["contents"]]
-    assert file_as_shown(as_messages, app) == (2, on_disk)
+    assert file_as_shown(as_messages, "app.py") == (2, on_disk)  # under the directory Gemini CLI names
     outputs = [
         p["functionResponse"]["response"] for c in last["contents"] for p in c["parts"] if "functionResponse" in p
     ]

@@ -84,7 +84,7 @@ def test_qwen_codes_own_read_and_edit_through_the_proxy_keep_the_file_as_an_obje
     assert "    return 'seven'\n" in on_disk  # Qwen Code's edit wrote it
     assert len(requests) == len(script)
     last = requests[-1]["messages"]
-    assert file_as_shown(last, app) == (2, on_disk)
+    assert file_as_shown(last, "app.py") == (2, on_disk)  # under the directory Qwen Code names
     outputs = [json.dumps(m["content"]) for m in last if m["role"] == "tool"]
     assert sum("unchanged since last read" in o for o in outputs) == 1  # as it came: no file text
     with SqliteStore(proxied.store) as s:

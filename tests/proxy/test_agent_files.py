@@ -200,6 +200,43 @@ def test_claude_code_reads_and_edits_through_the_anthropic_api(proxy: Running, u
     assert "[Read output, " in text and "/w/m0.py" in text
 
 
+@pytest.mark.parametrize(
+    "system",
+    [
+        "You are Claude Code.\n<env>\nPrimary working directory: /w\nIs directory a git repo: Yes\n</env>",
+        "You are an expert coding assistant.\nCurrent date: 2026-12-05\n<cwd>\n/w\n</cwd>",  # Pi's
+    ],
+)
+def test_a_relative_read_and_an_absolute_edit_are_one_file(proxy: Running, up: Upstream, system: str) -> None:
+    """Without a workspace, a relative path is taken under the directory the agent's system
+    prompt names, in any agent's words (Claude Code's ``Primary working directory:``, Pi's
+    ``<cwd>``): the file a read named ``m0.py`` is the one an edit names ``/w/m0.py``, and the
+    read's copy shows the edited line. Before, only Codex's and OpenCode's words were read: two
+    objects, the read's a stale copy beside the edit."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the values"}]
+    for n in range(FILES):
+        use = {"type": "tool_use", "id": f"toolu_{n}", "name": "Read", "input": {"file_path": f"m{n}.py"}}
+        numbered = "\n".join(f"{k:>6}\u2192{line(n, k)}" for k in range(1, LINES + 1))
+        messages.append({"role": "assistant", "content": [use]})
+        messages.append(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"], "content": numbered}]}
+        )
+    edit = {"file_path": "/w/m0.py", "old_string": line(0, 9), "new_string": "line 9 of m0: value = 40"}
+    messages.append(
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_e", "name": "Edit", "input": edit}]}
+    )
+    done = {"type": "tool_result", "tool_use_id": "toolu_e", "content": "The file /w/m0.py has been updated."}
+    messages += [{"role": "user", "content": [done]}, {"role": "assistant", "content": "Edited."}]
+    messages.append({"role": "user", "content": "run the tests"})
+    client = proxy.anthropic()
+    client.messages.create(model="m", max_tokens=100, system=system, messages=messages, tools=CLAUDE_TOOLS)  # type: ignore[arg-type]
+    sent = up.requests[0]["messages"]
+    blocks = [b for m in sent if isinstance(m["content"], list) for b in m["content"] if b.get("type") != "tool_use"]
+    text = json.dumps([*blocks, *(m["content"] for m in sent if isinstance(m["content"], str))])
+    assert "line 9 of m0: value = 40" in text and line(0, 9) not in text
+    assert "/w/m0.py" in text
+
+
 def test_claude_codes_clearing_of_old_results_changes_nothing_sent(tmp_path: Path) -> None:
     """Claude Code clears old tool results in its own history after a while (its microcompact:
     ``[Old tool result content cleared]``, or a ``<persisted-output>`` pointer): the conversation is

@@ -50,6 +50,7 @@ __all__ = [
     "call_patch",
     "content_role",
     "environment_cwd",
+    "named_cwd",
     "named_cwds",
     "is_operation",
     "json_arguments",
@@ -101,6 +102,15 @@ def environment_cwd(text: str) -> str | None:
     if found is None:
         return None
     return found.group("cwd").rstrip("/") or "/"
+
+
+def named_cwd(text: str) -> str | None:
+    """The first directory ``text`` names as its agent's, in any agent's words (``named_cwds``),
+    that is an absolute path (a drive's, on Windows); None if it names none."""
+    for named in named_cwds(text):
+        if named.startswith("/") or re.match(r"[A-Za-z]:[\\/]", named):
+            return named.rstrip("/\\") or "/"
+    return None
 
 
 def named_cwds(text: str) -> Iterator[str]:

@@ -409,12 +409,18 @@ class VirtualFiles:
         root: str | None,
         tool_names: Mapping[str, str] | str | None = "pi",
         disk: FileTools | None = None,
+        find_root: Callable[[str], str | None] = environment_cwd,
     ):
         """``disk``: the file tools of the agent's workspace, when its files are on this machine:
         a file under it is shown as the object ``disk`` keeps of it (read from the disk, the one
-        context_os's ``read`` shows too), not as a virtual one."""
+        context_os's ``read`` shows too), not as a virtual one. ``find_root``: how the session's
+        directory is read from its user and system messages when ``root`` is not given (the
+        first that names one wins): by default Codex's environment message and OpenCode's
+        ``<env>`` block (``codex_tools.environment_cwd``); the proxy reads any agent's words
+        (``codex_tools.named_cwd``)."""
         self.session = session
         self.disk = disk
+        self.find_root = find_root
         self.root = root.rstrip("/") if root else None
         self.names: ToolNames | None = (
             preset(tool_names)
@@ -487,8 +493,9 @@ class VirtualFiles:
         for c in e.get("tool_calls") or ():
             self._calls[c["id"]] = (c["name"], c["arguments"])
         if e["role"] in ("user", "system") and self.root is None:
-            # Codex's environment message, OpenCode's system prompt: when nobody said it
-            self.root = environment_cwd(e.get("text") or "")
+            # Codex's environment message, OpenCode's system prompt (any agent's, as the proxy
+            # reads it): when nobody said it
+            self.root = self.find_root(e.get("text") or "")
         if e["role"] != "tool":
             return
         name, args = self._calls.get(e.get("tool_call_id", ""), ("", {}))

@@ -60,6 +60,7 @@ from ..errors import ConfigError
 from ..files import FileTools, Trackers, Workspace
 from ..harness import gemini
 from ..harness.anthropic import without_cache_marks
+from ..harness.codex_tools import named_cwd
 from ..harness.registry import harness
 from ..harness.responses import to_chat, to_items
 from ..harness.toolnames import for_tools, preset
@@ -792,7 +793,10 @@ class Proxy:
             session.ingest.on_rewrite = _departing(session)
         tools = FileTools(session, ws, tracker=self.trackers(ws) if self.trackers else None) if ws else None
         # the agent's files: from the disk under its workspace, else as its tools show them
-        files = VirtualFiles(session, root=str(ws.root) if ws else None, tool_names=None, disk=tools)
+        # without a workspace, a relative path is taken under the directory the agent names (its
+        # system prompt's, in any agent's words): a relative read and an absolute edit are one file
+        root = str(ws.root) if ws else None
+        files = VirtualFiles(session, root=root, tool_names=None, disk=tools, find_root=named_cwd)
         hook = harness(name).hook(session, files=tools, on_sync=files.observe)
         if self.recall is not None:
             SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
