@@ -213,14 +213,7 @@ def test_a_relative_read_and_an_absolute_edit_are_one_file(proxy: Running, up: U
     ``<cwd>``): the file a read named ``m0.py`` is the one an edit names ``/w/m0.py``, and the
     read's copy shows the edited line. Before, only Codex's and OpenCode's words were read: two
     objects, the read's a stale copy beside the edit."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the values"}]
-    for n in range(FILES):
-        use = {"type": "tool_use", "id": f"toolu_{n}", "name": "Read", "input": {"file_path": f"m{n}.py"}}
-        numbered = "\n".join(f"{k:>6}\u2192{line(n, k)}" for k in range(1, LINES + 1))
-        messages.append({"role": "assistant", "content": [use]})
-        messages.append(
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"], "content": numbered}]}
-        )
+    messages = _reads(under="")[:-1]
     edit = {"file_path": "/w/m0.py", "old_string": line(0, 9), "new_string": "line 9 of m0: value = 40"}
     messages.append(
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_e", "name": "Edit", "input": edit}]}
@@ -288,11 +281,12 @@ def test_results_cleared_while_the_proxy_was_down_are_the_same_history(tmp_path:
             second.close()
 
 
-def _reads() -> list[dict[str, Any]]:
-    """A user's ask, then a Read of each file with its result, then the user again."""
+def _reads(under: str = "/w/") -> list[dict[str, Any]]:
+    """A user's ask, then a Read of each file (its path ``under`` + its name) with its result,
+    then the user again."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the values"}]
     for n in range(FILES):
-        use = {"type": "tool_use", "id": f"toolu_read{n}", "name": "Read", "input": {"file_path": f"/w/m{n}.py"}}
+        use = {"type": "tool_use", "id": f"toolu_read{n}", "name": "Read", "input": {"file_path": f"{under}m{n}.py"}}
         numbered = "\n".join(f"{k:>6}\u2192{line(n, k)}" for k in range(1, LINES + 1))
         messages.append({"role": "assistant", "content": [use]})
         messages.append(
