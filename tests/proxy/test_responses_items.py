@@ -6,6 +6,7 @@ made the whole conversation fail open before, goes upstream as it came, and coun
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,13 @@ from openai.types.responses import ResponseInputItemParam
 from pydantic import TypeAdapter
 
 from context_os import RetentionPolicy, Session
+from context_os.context.frames import frame_docs, verify_frame
 from context_os.harness.openai import OpenAIAdapter, OpenAIHook
 from context_os.harness.responses import to_chat, to_items
 from context_os.server.proxy import derive_session
 from context_os.store.sqlite import SqliteStore
 from context_os.tokens import value_chars
-from tests.helpers import EAGER
+from tests.helpers import EAGER, whole_png
 from tests.proxy.running import Running, verified_frames
 from tests.proxy.test_responses import TOOLS, codex_conversation, user
 from tests.proxy.upstream import Upstream, call, upstream
@@ -173,3 +175,84 @@ def test_the_providers_own_items_stay_where_the_model_wrote_them_in_our_rounds(t
             assert verified_frames(running.store, sid) == 5
         finally:
             running.close()
+
+
+def screenshot() -> str:
+    """A screenshot of 1,000 × 600 pixels as a ``data:`` URL (800 tokens as an image)."""
+    return "data:image/png;base64," + base64.b64encode(whole_png(1_000, 600)).decode()
+
+
+def computer_use(steps: int) -> list[dict[str, Any]]:
+    """A computer-use loop of ``steps`` actions, each answered by a screenshot, a function call with
+    a long output among them, as the Agents SDK's ``ComputerTool`` sends them."""
+    items: list[dict[str, Any]] = [user("book the cheapest flight to Lisbon")]
+    for n in range(steps):
+        action = {"type": "click", "button": "left", "x": 100 + n, "y": 200}
+        items.append({"type": "computer_call", "id": f"cu_{n}", "call_id": f"c{n}", "action": action,
+                      "pending_safety_checks": [], "status": "completed"})  # fmt: skip
+        items.append({"type": "computer_call_output", "call_id": f"c{n}", "acknowledged_safety_checks": [],
+                      "output": {"type": "computer_screenshot", "image_url": screenshot()}})  # fmt: skip
+        if n % 3 == 0:
+            arguments = json.dumps({"query": f"fares {n}"})
+            items.append({"type": "function_call", "call_id": f"f{n}", "name": "search_fares", "arguments": arguments})
+            items.append({"type": "function_call_output", "call_id": f"f{n}", "output": f"fare {n}: " + "9" * 6_000})
+    items.append({"type": "message", "role": "assistant", "content": "Booked."})
+    return items
+
+
+def test_a_computer_use_loop_round_trips_as_the_sdk_types_it() -> None:
+    """Unit: a computer call (one action, or batched ``actions``) is a call of ``computer``, its
+    screenshot (by URL or uploaded file) an image part of its output; both come back as they came."""
+    items = computer_use(2)
+    items[1] = {**{k: v for k, v in items[1].items() if k != "action"},
+                "actions": [{"type": "type", "text": "Lisbon"}, {"type": "keypress", "keys": ["ENTER"]}]}  # fmt: skip
+    items[2]["output"] = {"type": "computer_screenshot", "file_id": "file_shot"}
+    chat = to_chat(items)
+    assert [m["role"] for m in chat] == ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool",
+                                         "assistant"]  # fmt: skip
+    assert chat[1]["tool_calls"][0]["function"]["name"] == "computer"
+    assert json.loads(chat[1]["tool_calls"][0]["function"]["arguments"]) == {"actions": items[1]["actions"]}
+    assert chat[2]["content"] == [{"type": "image_url", "image_url": {"url": "", "file_id": "file_shot"}}]
+    assert to_items(json.loads(json.dumps(chat))) == items
+    for item in items:
+        _INPUT_ITEM.validate_python(item)
+
+
+def test_a_computer_use_loop_is_managed_its_screenshots_sent_and_counted_whole(proxy: Running, up: Upstream) -> None:
+    """Through the proxy, past the size context_os manages from: nothing fails open (it did at
+    every call before); the function outputs collapse, but every screenshot goes as it came (the
+    API takes nothing else as a computer call's output) and the engine counts it so."""
+    items = computer_use(60)
+    computer = {"type": "computer_use_preview", "display_width": 1000, "display_height": 600, "environment": "browser"}
+    proxy.openai().responses.create(model="m", input=items, tools=[computer], truncation="auto")  # type: ignore[arg-type, list-item]
+    assert proxy.proxy.counts["failed_open"] == 0
+    sent = up.requests[0]["input"]
+    shots = [i for i in sent if i.get("type") in ("computer_call", "computer_call_output")]
+    assert shots == [i for i in items if i.get("type") in ("computer_call", "computer_call_output")]
+    fares = [i for i in sent if i.get("type") == "function_call_output"]
+    assert len(fares) == 20 and sum("collapsed" in f["output"] for f in fares) > 15
+    sid = derive_session("responses", {"input": items})
+    assert verified_frames(proxy.store, sid) == 1
+    [frame] = frame_docs(proxy.store, sid)
+    assert frame["content"]["tokens"] > 60 * 800  # every screenshot counted
+
+
+def test_the_history_horizon_hides_old_screenshots_with_their_calls(tmp_path: Path) -> None:
+    """A screenshot is never collapsed, but behind the history horizon it goes with its call: a
+    long loop keeps the newest ones only, each still after its call."""
+    items: list[dict[str, Any]] = []
+    for item in computer_use(30):
+        items.append(item)
+        if item.get("type") == "computer_call_output" and item["call_id"] in ("c5", "c10", "c15", "c20", "c25"):
+            items += [{"type": "message", "role": "assistant", "content": "ok"}, user(f"go on after {item['call_id']}")]
+    policy = RetentionPolicy(**{**EAGER, "history_max_tokens": 3_000, "history_keep_percent": 30})
+    with SqliteStore(tmp_path / "s.db") as store:
+        hook = OpenAIHook(Session.open(store, "s", harness="openai", policy=policy))
+        for n in range(10, len(items), 5):
+            hook.transform_context(to_chat(items[:n]))
+        sent = to_items(hook.transform_context(to_chat(items)))
+        assert all(verify_frame(store, f).ok for f in frame_docs(store, "s"))
+    assert hook.session.view.horizon > 0
+    calls = [i["call_id"] for i in sent if i.get("type") == "computer_call"]
+    shots = [i["call_id"] for i in sent if i.get("type") == "computer_call_output"]
+    assert calls == shots and 0 < len(shots) < 15

@@ -197,8 +197,8 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
             extra["role"] = role
         if parts is not None and role != "tool":
             extra["content"] = parts
-        elif parts is not None:  # a tool output of text parts: shown as such while shown whole
-            extra["full"] = {"content": parts}
+        elif parts is not None:  # a tool output of parts: shown as such while shown whole
+            extra["full"] = {"content": parts, **({SENT_WHOLE: True} if _sent_whole(message) else {})}
         elif role == "tool" and _sent_whole(message):  # the Responses output the provider needs whole
             extra["full"] = {"content": text, SENT_WHOLE: True}
         if "content" not in message:

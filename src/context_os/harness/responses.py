@@ -24,9 +24,11 @@ items a message came from when context_os left it as it was, and items rebuilt f
 sends when it changed it (a collapsed output, an elided argument, a redacted text). Reasoning
 items stay with the response they belong to, in their place.
 
-An item of another type (an item reference, a computer-use call, whose output must stay a
-screenshot) cannot be managed here: ``to_chat`` raises ``MalformedMessage``, and the proxy
-forwards the request as it came.
+A computer-use call is a call of ``computer`` (its action or batched actions the arguments) and
+its screenshot an image part of its output; both go back as they came, whatever context_os
+shows (the API takes nothing but a screenshot as that call's output). An item of another type
+(an item reference) cannot be managed here: ``to_chat`` raises ``MalformedMessage``, and the
+proxy forwards the request as it came.
 
 This module only translates; it never touches a session or a store.
 """
@@ -76,10 +78,13 @@ _BUILT_IN = {
 field holding its arguments, an object). A tool search the client runs (``"execution":
 "client"``; Codex looks up the tools of its apps and MCP servers so) is one of them; one the
 provider runs is its own tool's (``_OPAQUE``)."""
+_WHOLE_CALLS = {"computer_call": "computer"}
+"""Calls the client runs that go upstream as they came, as their outputs do (``WHOLE_OUTPUTS``): a
+computer-use call (its ``action``, or its batched ``actions``, are its arguments)."""
 BUILT_IN_TOOLS = frozenset(name for name, _ in _BUILT_IN.values())
 """The built-in tools a client runs itself, as a request offers them (``{"type": "shell"}``) and
 as their calls are named here."""
-CALLS = frozenset({*_CALLS, *_BUILT_IN})
+CALLS = frozenset({*_CALLS, *_BUILT_IN, *_WHOLE_CALLS})
 """The item types of the calls a client runs itself, each answered by an output item: a
 function's, a custom tool's (Codex's ``apply_patch``), a built-in tool's."""
 _LISTS = ("command", "commands")
@@ -92,12 +97,14 @@ OUTPUTS = {
     "apply_patch_call_output": "call_id",
     "local_shell_call_output": "id",
     "tool_search_output": "call_id",
+    "computer_call_output": "call_id",
 }
 """The output items (a tool's result), by type: the field naming the call they answer."""
-WHOLE_OUTPUTS = frozenset({"tool_search_output"})
-"""Output items that go upstream whole whatever context_os shows of them: the tools a tool search
-found, by whose definitions there the model calls them (the OpenAI adapter tells the engine so,
-``view.SENT_WHOLE``, which then counts them whole)."""
+WHOLE_OUTPUTS = frozenset({"tool_search_output", "computer_call_output"})
+"""Output items that go upstream whole whatever context_os shows of them (the OpenAI adapter tells
+the engine so, ``view.SENT_WHOLE``, which then counts them whole): the tools a tool search found,
+by whose definitions there the model calls them; a computer-use call's screenshot, which the API
+takes as the only output of that call (a stub of text cannot stand in its place)."""
 _STREAMS = ("stdout", "stderr")
 _CHUNKS = "ctxos_chunks"
 """On a ``shell_call_output``'s tool message: its chunks, each text's length in place of the text."""
@@ -242,6 +249,11 @@ def _call(kind: str, item: Mapping[str, Any], k: int) -> tuple[str, str, str]:
     """A call item's tool name, the field of its arguments, and its arguments as a tool call's."""
     if not isinstance(item.get("call_id"), str):
         raise MalformedMessage(f"a {kind} needs a call_id", index=k)
+    if kind in _WHOLE_CALLS:  # its item goes as it came: nothing is taken out of it
+        moves = {f: item[f] for f in ("action", "actions") if f in item}
+        if not moves:
+            raise MalformedMessage(f"a {kind} needs an action or actions", index=k, field="action")
+        return _WHOLE_CALLS[kind], "", json.dumps(moves)
     if kind in _BUILT_IN:
         name, payload = _BUILT_IN[kind]
         if not isinstance(item.get(payload), Mapping):
@@ -265,6 +277,11 @@ def _output(kind: str, output: Any, k: int) -> tuple[Any, dict[str, Any]]:
         if not isinstance(output, list):
             raise MalformedMessage("a tool_search_output's tools must be a list", index=k, field="tools")
         return json.dumps(output, ensure_ascii=False), {}
+    if kind == "computer_call_output":  # the screenshot, as the image part it is (its item keeps it)
+        if not isinstance(output, Mapping) or output.get("type") != "computer_screenshot":
+            raise MalformedMessage("a computer_call_output's output must be a computer_screenshot", index=k)
+        image = {"url": output.get("image_url") or ""} | ({"file_id": output["file_id"]} if "file_id" in output else {})
+        return [{"type": "image_url", "image_url": image}], {}
     if kind != "shell_call_output":
         return _output_content(output, k), {}
     if not isinstance(output, list) or not all(isinstance(c, Mapping) for c in output):
@@ -349,7 +366,7 @@ def to_chat(input: Any) -> list[dict[str, Any]]:
                 raise MalformedMessage(f"unknown role {role!r}", index=k, field="role")
             reply = None
             out.append({"role": role, "content": _chat_content(item.get("content"), k), ITEM: dict(item)})
-        elif kind in _CALLS or kind in _BUILT_IN:
+        elif kind in CALLS:
             name, payload, arguments = _call(kind, item, k)
             call = {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": arguments}}
             r = response()
@@ -363,7 +380,8 @@ def to_chat(input: Any) -> list[dict[str, Any]]:
                 raise MalformedMessage(f"a {kind} needs a {id_field}", index=k)
             reply = None
             text, kept = _output(kind, item.get("tools" if kind == "tool_search_output" else "output"), k)
-            shell = {**{f: v for f, v in item.items() if f != "output"}, **kept}
+            whole = kind in WHOLE_OUTPUTS  # (its item keeps all of it: it goes as it came)
+            shell = dict(item) if whole else {**{f: v for f, v in item.items() if f != "output"}, **kept}
             message = {"role": "tool", "tool_call_id": item[id_field], "content": text, ITEM: shell}
             if _failed(item):
                 message["is_error"] = True
@@ -390,6 +408,9 @@ def to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.extend(items)
         elif role == "tool":
             content = m.get("content")
+            if isinstance(m.get(ITEM), Mapping) and m[ITEM].get("type") in WHOLE_OUTPUTS:
+                out.append(dict(m[ITEM]))  # as it came, collapsed or not (the tools found, a screenshot)
+                continue
             if isinstance(content, list) and isinstance(m.get(ITEM), Mapping):  # images shown whole: as they came
                 out.append({**m[ITEM], "output": _items_content(content, "user")})
                 continue
@@ -403,8 +424,6 @@ def to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 out.append({**shell, "output": _shell_output(text, chunks or [])})
             elif shell.get("type") == "apply_patch_call_output" and not text:
                 out.append(shell)  # its output is optional
-            elif shell.get("type") == "tool_search_output":
-                out.append(shell)  # the tools found, by which the model calls them: whole, collapsed or not
             else:
                 out.append({**shell, "output": text})
         else:
@@ -431,6 +450,8 @@ def _made_output(call: str, m: Mapping[str, Any], text: str) -> dict[str, Any]:
         return {"type": "apply_patch_call_output", "call_id": call_id, "status": "failed", "output": text}
     if call == "tool_search_call":  # its output is the tools found: none
         return {"type": "tool_search_output", "call_id": call_id, "execution": "client", "tools": []}
+    if call == "computer_call":  # its output is a screenshot: none was taken
+        return {"type": "computer_call_output", "call_id": call_id, "output": {"type": "computer_screenshot"}}
     kind = "custom_tool_call_output" if call == "custom_tool_call" else "function_call_output"
     return {"type": kind, "call_id": call_id, "output": text}
 
@@ -498,6 +519,8 @@ def _said(item: Mapping[str, Any]) -> str | None:
 
 
 def _call_item(shell: Mapping[str, Any], call: Mapping[str, Any]) -> dict[str, Any]:
+    if shell.get("type") in _WHOLE_CALLS:
+        return dict(shell)  # as it came (its output goes so too)
     fn = call["function"]
     built_in = _BUILT_IN.get(shell.get("type", ""))
     if built_in is not None:
