@@ -137,18 +137,24 @@ from then on, a request to compact (the last item). Each is a developer message 
 that goes back as it came; as a system message, no history horizon hides it."""
 
 
+def _served(item: Mapping[str, Any]) -> bool:
+    """Whether an item is the provider's own: one kept whole among its response's items
+    (``_OPAQUE``), or a tool search it ran (``_SERVED``)."""
+    kind = item.get("type")
+    return kind in _OPAQUE or (kind in _SERVED and item.get("execution") == "server")
+
+
 def client_call(item: Mapping[str, Any]) -> bool:
     """Whether an item is a call the client runs (``CALLS``; not a tool search the provider ran)."""
-    return item.get("type") in CALLS and not (item.get("type") in _SERVED and item.get("execution") == "server")
+    return item.get("type") in CALLS and not _served(item)
 
 
 def provider_item(item: Mapping[str, Any]) -> bool:
     """Whether an item is one the provider wrote in a response and a client keeps as it came: its
     reasoning, its text, its own tools' items (not a call the client runs, nor its output)."""
-    kind = item.get("type")
-    if kind == "message":
+    if item.get("type") == "message":
         return item.get("role") == "assistant"
-    return kind in _OPAQUE or (kind in _SERVED and item.get("execution") == "server")
+    return _served(item)
 
 
 def provider_chars(message: Mapping[str, Any]) -> int:
@@ -353,9 +359,9 @@ def to_chat(input: Any) -> list[dict[str, Any]]:
         if not isinstance(item, Mapping):
             raise MalformedMessage("an input item must be an object", index=k)
         kind = item.get("type", "message")
-        if kind in _SERVED and item.get("execution") == "server":
-            kind = "served"  # the provider's own tool, kept whole among its response's items
-        if kind == "message" and item.get("role") == "assistant":
+        if _served(item):  # reasoning, the provider's own tools' items: kept whole among its response's
+            response()[ITEMS].append(dict(item))
+        elif kind == "message" and item.get("role") == "assistant":
             r = response()
             text = _parts_text(item.get("content"), k)
             r["content"] = text if r["content"] is None else r["content"] + _JOIN + text
@@ -386,8 +392,6 @@ def to_chat(input: Any) -> list[dict[str, Any]]:
             if _failed(item):
                 message["is_error"] = True
             out.append(message)
-        elif kind in _OPAQUE or kind == "served":
-            response()[ITEMS].append(dict(item))
         elif kind in _DEVELOPER:
             reply = None
             out.append({"role": "developer", "content": "", ITEM: dict(item)})

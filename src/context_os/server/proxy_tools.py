@@ -197,7 +197,7 @@ def _item_keys(item: Any) -> set[str]:
     reasoning, its text, the provider's own tools' items: a web search, an MCP server's call):
     their id, and what they hold, id and status aside (a client may drop or rewrite either); none
     for anything else (calls, outputs, chat and Anthropic messages)."""
-    if not isinstance(item, Mapping) or not isinstance(item.get("type"), str) or not provider_item(item):
+    if not isinstance(item, Mapping) or not provider_item(item):
         return set()
     keys = {json.dumps({k: v for k, v in item.items() if k not in ("id", "status")}, sort_keys=True)}
     return keys | ({"id:" + item["id"]} if isinstance(item.get("id"), str) else set())
