@@ -15,7 +15,7 @@ import pytest
 
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.load import object_states
-from context_os.files import FileIndex, FileTools, FileTracker, Workspace
+from context_os.files import FileIndex, FileTools, FileTracker, Trackers, Workspace
 from context_os.files.workspace import FileSnapshot
 from context_os.harness.openai import OpenAIHook
 from context_os.store.sqlite import SqliteStore
@@ -1184,3 +1184,37 @@ def test_a_move_another_process_recorded_is_followed_not_undone(tmp_path, root, 
         assert (meta["version"], meta["path"], meta["missing"]) == (2, path, False), meta
         assert db.get(oid).doc["content"] == text
     assert [v.id for v in db.find("file", {"abs_path": str(ws.resolve("n.txt"))})] == [renamed]
+
+
+def test_trackers_stop_a_workspace_s_tracker_with_its_last_hold(root, db, ws) -> None:
+    """``Trackers``: each taking of a workspace's tracker holds it, the last ``release`` stops it;
+    a workspace taken again while its tracker is stopping waits for that stop (two trackers of
+    one workspace would record one change twice) and gets a new one; ``close()`` stops what is
+    left, and a release after it changes nothing."""
+    trackers = Trackers(db)
+    first = trackers(ws)
+    assert trackers(Workspace(root)) is first and first.running  # (the same workspace, another object)
+    trackers.release(ws)
+    assert first.running and trackers.running() == [first]
+    stopping = threading.Event()
+    real_stop = first.stop
+
+    def slow_stop() -> None:
+        stopping.set()
+        time.sleep(0.2)
+        real_stop()
+
+    first.stop = slow_stop  # type: ignore[method-assign]
+    releasing = threading.Thread(target=trackers.release, args=(ws,))
+    releasing.start()
+    stopping.wait(5)
+    second = trackers(ws)  # waits for the stop
+    assert not first.running and second is not first and second.running
+    releasing.join()
+    assert trackers.running() == [second]
+    (root / "sub").mkdir()
+    third = trackers(Workspace(root / "sub"))
+    trackers.close()
+    assert not second.running and not third.running and trackers.running() == []
+    trackers.release(ws)  # nothing held: nothing done
+    assert trackers.running() == []

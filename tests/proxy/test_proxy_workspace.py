@@ -4,12 +4,16 @@ names, each agent its own way (the phrasings below are the real CLIs'), when thi
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from context_os.server.proxy import Proxy
 from context_os.server.proxy_workspace import agent_directory
+from context_os.store.sqlite import SqliteStore
+from tests.helpers import wait_for
 from tests.proxy.running import Running, proxy_command
 from tests.proxy.upstream import upstream
 
@@ -114,3 +118,62 @@ def test_the_proxy_command_takes_auto(tmp_path: Path) -> None:
         )
         assert got.content[0].text == "fine"  # type: ignore[union-attr]
         assert "read" in {t["name"] for t in up.requests[0]["tools"]}
+
+
+def test_a_directory_is_watched_while_a_conversation_in_it_is_open(tmp_path: Path) -> None:
+    """With ``--workspace auto`` each directory an agent named got a tracker that ran until the
+    proxy stopped: one running for days, meeting a directory per task, watched every one of them
+    (an inotify watch for each directory below each). Now the last conversation of a directory
+    to close as idle stops its tracker; a conversation in it that comes again starts one, which
+    records first what changed on the disk meanwhile. Two conversations of one directory share
+    its tracker until both are closed."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    for d in (one, two):
+        d.mkdir()
+    (two / "notes.txt").write_text("first\n")
+
+    def request(d: Path, task: str, *more: dict[str, Any]) -> dict[str, Any]:
+        body = _said("anthropic", "system", f"<env>\nWorking directory: {d}\n</env>")
+        return dict(body, model="m", max_tokens=10, messages=[{"role": "user", "content": task}, *more])
+
+    def watched() -> list[str]:
+        return sorted(t["workspace"] for t in proxy.status()["trackers"])
+
+    def idle(*plans: Any) -> None:
+        for plan in plans:
+            wait_for(lambda plan=plan: time.monotonic() - plan.conversation.used > 0.2, "a conversation to idle")
+
+    with SqliteStore(tmp_path / "p.db") as store:
+        proxy = Proxy(store, "http://127.0.0.1:9", timeout=0.05, idle_close_s=0.1, workspace="auto")
+        try:
+            a = proxy.prepare("anthropic", {}, request(two, "task a"))
+            b = proxy.prepare("anthropic", {}, request(two, "task b"))
+            assert a.conversation is not None and b.conversation is not None
+            assert a.conversation is not b.conversation
+            assert watched() == [str(two.resolve())]
+            tracker = next(t for t in proxy.trackers.running())  # type: ignore[union-attr]
+            (indexed,) = tracker.track([two / "notes.txt"])
+            idle(a)
+            with b.conversation.lock:  # b in use: a closes, the tracker b holds runs on
+                c = proxy.prepare("anthropic", {}, request(one, "task c"))
+            assert a.conversation.closed and not b.conversation.closed
+            assert watched() == sorted([str(one.resolve()), str(two.resolve())])
+            idle(b, c)
+            d = proxy.prepare(
+                "anthropic", {}, {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "none"}]}
+            )
+            assert b.conversation.closed and c.conversation.closed and d.conversation is not None
+            assert watched() == [] and not tracker.running
+            (two / "notes.txt").write_text("second, while nothing watched\n")
+            again = proxy.prepare(
+                "anthropic",
+                {},
+                request(two, "task a", {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}),
+            )
+            assert again.conversation is not None and not again.conversation.closed
+            assert watched() == [str(two.resolve())]
+            now = store.get(indexed.id)
+            assert now is not None and now.doc["content"] == "second, while nothing watched\n"
+        finally:
+            proxy.close()
+        assert watched() == []

@@ -915,7 +915,10 @@ class Trackers:
     """One running ``FileTracker`` per workspace, for a server whose sessions share workspaces
     (``ctxos serve``, ``ctxos proxy --workspace``, ``ctxos mcp --workspace``): the first session
     in a workspace starts its tracker, the later ones share it (and its index, so that a file any
-    of their tools index is tracked at once); ``close()`` stops them all. Thread-safe."""
+    of their tools index is tracked at once); ``close()`` stops them all. Each taking of a tracker
+    holds it; a server whose sessions end before it does (the proxy closes idle ones) gives each
+    hold back (``release``), and the last one given back stops the tracker: a proxy meeting a new
+    directory per task watched every one of them until it stopped. Thread-safe."""
 
     def __init__(self, store: Store, **options: Any):
         """``options``: passed to each ``FileTracker`` (``rescan_interval``, ``debounce``, …)."""
@@ -923,15 +926,47 @@ class Trackers:
         self.options = options
         self._lock = threading.Lock()
         self._running: dict[tuple[Path, tuple[Path, ...]], FileTracker] = {}
+        self._holds: dict[tuple[Path, tuple[Path, ...]], int] = {}
+        # a workspace whose tracker is stopping: set once it stopped (a new one waits for it, so
+        # that two trackers never record the same change)
+        self._stopping: dict[tuple[Path, tuple[Path, ...]], threading.Event] = {}
 
     def __call__(self, workspace: Workspace) -> FileTracker:
-        """The running tracker of ``workspace`` (its root and allowed outside directories)."""
+        """The running tracker of ``workspace`` (its root and allowed outside directories), held
+        until ``release(workspace)`` or ``close()``."""
+        key = (workspace.root, workspace.allowed)
+        while True:
+            with self._lock:
+                stopping = self._stopping.get(key)
+                if stopping is None:
+                    found = self._running.get(key)
+                    if found is None:
+                        found = self._running[key] = FileTracker(self.store, workspace, **self.options).start()
+                    self._holds[key] = self._holds.get(key, 0) + 1
+                    return found
+            stopping.wait()
+
+    def release(self, workspace: Workspace) -> None:
+        """Give back one hold of ``workspace``'s tracker; the last one stops it (what it saw is
+        recorded first, and a later start records what changed while nothing watched). A
+        workspace holding none (``close()`` came first) is left alone."""
         key = (workspace.root, workspace.allowed)
         with self._lock:
-            found = self._running.get(key)
-            if found is None:
-                found = self._running[key] = FileTracker(self.store, workspace, **self.options).start()
-            return found
+            held = self._holds.get(key, 0)
+            if held > 1:
+                self._holds[key] = held - 1
+                return
+            self._holds.pop(key, None)
+            tracker = self._running.pop(key, None)
+            if tracker is None:
+                return
+            stopping = self._stopping[key] = threading.Event()
+        try:
+            tracker.stop()
+        finally:
+            with self._lock:
+                del self._stopping[key]
+            stopping.set()
 
     def running(self) -> list[FileTracker]:
         with self._lock:
@@ -945,5 +980,6 @@ class Trackers:
         """Stop every tracker (what they saw and did not record yet is recorded first)."""
         with self._lock:
             running, self._running = list(self._running.values()), {}
+            self._holds.clear()
         for tracker in running:
             tracker.stop()

@@ -57,7 +57,7 @@ from ..context.ingest import cut_text
 from ..context.session import Session, close_sessions
 from ..context.source_tools import SourceTools
 from ..errors import ConfigError
-from ..files import FileTools, Trackers, Workspace
+from ..files import FileTools, FileTracker, Trackers, Workspace
 from ..harness import gemini
 from ..harness.anthropic import without_cache_marks
 from ..harness.codex_tools import named_cwd
@@ -394,6 +394,8 @@ class _Conversation:
     the session again."""
     said_clearing: bool = False
     """Whether the client's asking the provider to clear tool results itself was said."""
+    tracked: Workspace | None = None
+    """The workspace whose tracker it holds (``Trackers.release`` once it is closed)."""
 
 
 @dataclass
@@ -660,14 +662,18 @@ class Proxy:
                     return found
                 ws = self._workspace_of(api, body, session_id)
                 found = self._open(name, session_id, keyless=keyless, ws=ws)
-                if started is not None and found.hook.session.view.turn == 0:
-                    self._take_first(started, found)
-                with self._lock:
-                    if not self._closed:
-                        self._conversations[session_id] = found
-                        return found
-                found.hook.session.close()
-                raise ProxyStopping
+                try:
+                    if started is not None and found.hook.session.view.turn == 0:
+                        self._take_first(started, found)
+                    with self._lock:
+                        if not self._closed:
+                            self._conversations[session_id] = found
+                            return found
+                    raise ProxyStopping
+                except BaseException:  # (its session's lease and its tracker, given back)
+                    self._release(found)
+                    found.hook.session.close()
+                    raise
 
     def _take_first(self, started: str, found: _Conversation) -> None:
         """``found``, new, takes the exchanges with our tools of its first call, run under the
@@ -766,8 +772,16 @@ class Proxy:
             with self._lock:
                 for sid, (_, opening) in closing.items():
                     self._leave_opening(sid, opening)
-            for sid in closing:
+            for sid, (conv, _) in closing.items():
                 self.chains.forget(sid)  # (what of them is stored is read again when they go on)
+                self._release(conv)
+
+    def _release(self, conv: _Conversation) -> None:
+        """Give back the tracker ``conv`` holds: the last conversation of a workspace to close
+        stops it (``Trackers.release``)."""
+        tracked, conv.tracked = conv.tracked, None
+        if tracked is not None and self.trackers is not None:
+            self.trackers.release(tracked)
 
     def _workspace_of(self, api: Api, body: Mapping[str, Any] | None, session_id: str) -> Workspace | None:
         """The workspace of ``session_id``'s conversation, opened for ``body``: the proxy's, or with
@@ -788,10 +802,27 @@ class Proxy:
     def _open(self, name: str, session_id: str, *, keyless: bool, ws: Workspace | None) -> _Conversation:
         """A conversation of ``session_id``'s session, opened (``_conversation``) in workspace ``ws``."""
         session = Session.open(self.store, session_id, harness=name, workspace=str(ws.root) if ws else None)
+        trackers, tracker = self.trackers, None
+        try:
+            if ws is not None and trackers is not None:
+                tracker = trackers(ws)
+            found = self._conversation_of(name, session, ws, tracker, keyless=keyless)
+        except BaseException:  # (what it took, given back)
+            if trackers is not None and tracker is not None:
+                trackers.release(tracker.workspace)
+            session.close()
+            raise
+        found.tracked = tracker.workspace if tracker is not None else None
+        return found
+
+    def _conversation_of(
+        self, name: str, session: Session, ws: Workspace | None, tracker: FileTracker | None, *, keyless: bool
+    ) -> _Conversation:
+        """``_open``'s conversation of ``session``, just opened."""
         session.ingest.cut_over_cap = True  # the client cannot be asked to send less: managed, cut
         if keyless:
             session.ingest.on_rewrite = _departing(session)
-        tools = FileTools(session, ws, tracker=self.trackers(ws) if self.trackers else None) if ws else None
+        tools = FileTools(session, ws, tracker=tracker) if ws else None
         # the agent's files: from the disk under its workspace, else as its tools show them
         # without a workspace, a relative path is taken under the directory the agent names (its
         # system prompt's, in any agent's words): a relative read and an absolute edit are one file
@@ -802,7 +833,7 @@ class Proxy:
             SourceTools(session, recall=self.recall, auto_recall=False).register(hook.registry)
         found = _Conversation(hook, files)
         found.evictions_seen = _newest_eviction(self.store)
-        found.hidden = _stored_hidden(self.store, session_id, found.evictions_seen)  # a restarted proxy's
+        found.hidden = _stored_hidden(self.store, session.id, found.evictions_seen)  # a restarted proxy's
         found.kept = _places(found.hidden)
         return found
 
