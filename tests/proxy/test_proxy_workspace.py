@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from context_os import Session
 from context_os.server.proxy import Proxy
 from context_os.server.proxy_workspace import agent_directory
 from context_os.store.sqlite import SqliteStore
@@ -177,3 +178,37 @@ def test_a_directory_is_watched_while_a_conversation_in_it_is_open(tmp_path: Pat
         finally:
             proxy.close()
         assert watched() == []
+
+
+def test_a_conversation_that_fails_to_open_gives_back_its_session_and_tracker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure after the session was opened (its hook, its file tools) left the session's lease
+    taken and its workspace's tracker running until the proxy stopped; the request went upstream
+    as it came. Now both are given back: the tracker stops, another writer may open the session."""
+    work = tmp_path / "work"
+    work.mkdir()
+    body = dict(_said("anthropic", "system", f"<env>\nWorking directory: {work}\n</env>"), model="m", max_tokens=10)
+    body["messages"] = [{"role": "user", "content": "task"}]
+
+    opened: list[str] = []
+
+    def broken(self: Proxy, name: str, session: Session, *args: Any, **kwargs: Any) -> Any:
+        opened.append(session.id)
+        raise RuntimeError("the hook could not be made")
+
+    with SqliteStore(tmp_path / "p.db") as store:
+        proxy = Proxy(store, "http://127.0.0.1:9", timeout=0.05, workspace="auto")
+        try:
+            with monkeypatch.context() as patched:
+                patched.setattr(Proxy, "_conversation_of", broken)
+                plan = proxy.prepare("anthropic", {}, body)
+            assert plan.conversation is None and plan.body is plan.original
+            assert proxy.counts["failed_open"] == 1 and proxy.status()["trackers"] == []
+            (sid,) = opened
+            Session.open(store, sid, harness="anthropic").close()  # its lease is free
+            plan = proxy.prepare("anthropic", {}, body)  # and the next request opens it
+            assert plan.conversation is not None and plan.conversation.hook.session.id == sid
+            assert [t["workspace"] for t in proxy.status()["trackers"]] == [str(work.resolve())]
+        finally:
+            proxy.close()
