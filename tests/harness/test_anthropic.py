@@ -656,6 +656,34 @@ def test_search_results_count_in_what_they_cost(db):
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "a2"))
 
 
+def test_a_browser_s_state_counts_in_what_its_result_costs(db):
+    """A browser tool's result may hold the browser's state (``browser_state``: every open tab,
+    what the call changed), which the provider renders as text for the model; it counted nothing.
+    Validated as the SDK's block param; it collapses with its result."""
+    state = {
+        "type": "browser_state",
+        "tabs": [{"tab_id": f"t{k}", "url": f"https://example.org/page/{k}", "title": f"Page {k}", "active": k == 0}
+                 for k in range(30)],
+        "state_changes": [{"type": "tab_opened", "tab_id": "t29"}],
+    }  # fmt: skip
+    from anthropic.types.beta import BetaBrowserStateBlockParam, BetaToolResultBlockParam
+    from pydantic import TypeAdapter
+
+    chars = len(json.dumps([state["tabs"], state["state_changes"]]))
+    hook = hook_for(db)
+    msgs: list[dict[str, Any]] = [user("browse")]
+    for k in range(4):
+        msgs += [calls(f"b{k}", think=False), results((f"b{k}", ""))]
+        msgs[-1]["content"][0]["content"] = [{"type": "text", "text": "clicked"}, state]
+        TypeAdapter(BetaToolResultBlockParam).validate_python(msgs[-1]["content"][0])
+        TypeAdapter(BetaBrowserStateBlockParam).validate_python(state)
+        out = hook.transform_request(msgs)["messages"]
+    assert chars > 2_000
+    assert hook.session.view.objects["toolcall:a1:b0"].tokens == -(-(len("clicked") + chars) // 4)
+    assert out[2]["content"][0]["content"].startswith("[bash output, ")
+    assert out[-1]["content"][0]["content"][1] == state  # the newest as it came
+
+
 @pytest.mark.parametrize("pool", [None, 1_000])
 def test_activating_a_screenshot_says_its_image_is_not_shown_in_the_active_pool(db, pool):
     """With a pool smaller than the image (1600x1200: 1,600 tokens, what the result's count holds):

@@ -37,6 +37,7 @@ it, records it as the first message of the session (so frames show it), and retu
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
@@ -125,10 +126,15 @@ def _media_chars(blocks: Sequence[Mapping[str, Any]]) -> int:
     """What the image, document and search result blocks among ``blocks`` put in front of the
     model, in characters: a base64 image by its size, any other source at the most
     (``tokens.image_tokens``); a document by its pages, or its text (``tokens.document_tokens``);
-    a search result (a retrieval tool's, with citations) by its source, title and texts."""
+    a search result (a retrieval tool's, with citations) by its source, title and texts; a
+    browser's state (a browser tool's result: its tabs and what the call changed, which the
+    provider renders as text for the model) by their JSON."""
     n = 0
     for b in blocks:
         source = b.get("source")
+        if b.get("type") == "browser_state":
+            n += len(json.dumps([b.get("tabs"), b.get("state_changes")], default=str, ensure_ascii=False))
+            continue
         if b.get("type") == "search_result":
             content = b.get("content")
             texts = [t for t in content if isinstance(t, Mapping)] if isinstance(content, list) else []
