@@ -14,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_os import Session
+from context_os.context.policy import RetentionPolicy
+from context_os.context.view import own_text, sent_whole
 from context_os.errors import InputError
 from context_os.files.index import record_virtual
 from context_os.harness.codex_tools import (
@@ -35,7 +37,7 @@ from context_os.replay.run import TranscriptReplay, replay_transcript
 from context_os.replay.transcripts import detect_format, read_session
 from context_os.store.sqlite import SqliteStore
 from tests.cli.test_cli import ctxos
-from tests.helpers import png
+from tests.helpers import EAGER, png
 
 NOISE = "/opt/homebrew/Library/Homebrew/cmd/shellenv.sh: line 18: /bin/ps: Operation not permitted"
 """What a login shell printed before every command's output in a real session (merged stderr)."""
@@ -410,6 +412,32 @@ def test_a_tool_search_is_a_call_whose_output_is_the_tools_found(tmp_path: Path)
         {"query": "GitHub issues", "limit": 8},
     )
     assert json.loads(t.messages[2]["content"]) == found and t.messages[2]["tool_call_id"] == "s1"
+
+
+def test_the_tools_a_tool_search_found_are_replayed_whole_as_the_proxy_sends_them(db, tmp_path: Path) -> None:
+    """The replay read a tool search as a call of a function whose output collapses like any
+    other, where the proxy sends the tools found upstream whole (the model calls them by those
+    definitions): a replay counted less than what went out. Now both read it the same way."""
+    found = [
+        {"type": "function", "name": f"issue_{k}", "description": "Fetch one issue " + "d" * 300, "parameters": {}}
+        for k in range(12)
+    ]
+    search = {"call_id": "ts1", "status": "completed", "execution": "client"}
+    rows = session_start("cx-ts", "triage the issues") + [
+        item({"type": "tool_search_call", **search, "arguments": {"query": "issues", "limit": 12}}),
+        item({"type": "tool_search_output", **search, "tools": found}),
+    ]
+    for k in range(30):
+        rows += [shell(f"s{k}", f"cat f{k}.txt"), ran(f"s{k}", f"line {k}\n" * 400)]
+    rows.append(message("assistant", "Done."))
+    t = read_session(_jsonl(tmp_path / "r.jsonl", rows))
+    session = Session.open(db, "codex", harness=t.harness, workspace=t.cwd, policy=RetentionPolicy(**EAGER))
+    r = replay_transcript(t, session, verify="all")
+    assert r.frames_verified == r.turns
+    objects = session.view.objects
+    assert sent_whole(objects["toolcall:codex:ts1"])
+    assert own_text(objects["toolcall:codex:ts1"], session.view.layout) == json.dumps(found)
+    assert sum(o.state != "active" for k, o in objects.items() if k.startswith("toolcall:codex:s")) > 20
 
 
 def test_a_codex_line_without_its_payload_is_named(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InputError, MalformedMessage
-from ...harness.responses import ITEM, ITEMS, to_chat
+from ...harness.responses import ITEM, ITEMS, WHOLE_OUTPUTS, to_chat
 from .common import Parsed, Transcript, shape
 
 __all__ = ["CODEX_LINE_TYPES", "CODEX_ITEM_TYPES", "read_codex"]
@@ -121,13 +121,11 @@ def _sent(item: Mapping[str, Any]) -> dict[str, Any] | None:
         if isinstance(output, Mapping):
             return {**item, "output": _text(output.get("content")) or json.dumps(output)}
         return {**item, "output": _content(output)}  # an image (view_image) kept, and counted
-    if kind == "tool_search_call":  # Codex (0.140+) looks up tools it was not given at the start
-        raw = item.get("arguments")
-        arguments = raw if isinstance(raw, str) else json.dumps(raw if raw is not None else {})
-        return {"type": "function_call", "call_id": item.get("call_id"), "name": "tool_search", "arguments": arguments}
-    if kind == "tool_search_output":  # the tools found, which the model is shown from then on
-        tools = item.get("tools")
-        return {"type": "function_call_output", "call_id": item.get("call_id"), "output": json.dumps(tools)}
+    if kind in ("tool_search_call", "tool_search_output"):
+        # Codex (0.140+) looks up tools it was not given at the start: a call of tool_search, its
+        # output the tools found, which go upstream whole (the model calls them by those
+        # definitions), as the proxy sends them (before 2026-12-05 the replay collapsed them)
+        return dict(item)
     return None  # reasoning (encrypted), ghost snapshots, web searches
 
 
@@ -239,7 +237,8 @@ def read_codex(parsed: Parsed, **_: Any) -> list[Transcript]:
         line = items[e.index][0] if e.index is not None else 0
         raise InputError(f"{where}:{line}: {e}") from None
     for m in chat:  # what the proxy keeps to give items back: the replay sends messages
-        m.pop(ITEM, None)
+        if not (isinstance(m.get(ITEM), dict) and m[ITEM].get("type") in WHOLE_OUTPUTS):
+            m.pop(ITEM, None)  # (kept where it tells the adapter the output goes whole)
         m.pop(ITEMS, None)
     messages = _answered(chat)
     if system:
