@@ -15,6 +15,7 @@ from agents.models.interface import Model
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
 from context_os.errors import InputError
+from context_os.harness.responses import sent_whole
 from context_os.replay.transcripts import detect_format, read_session, read_sessions
 from tests.helpers import disk_tools, replayed
 
@@ -98,3 +99,21 @@ def test_every_session_of_the_file_is_read_and_only_picks_one(tmp_path: Path) ->
         read_sessions(db, only="nope")
     with pytest.raises(InputError, match="an Agents SDK session file"):
         read_sessions(db, format="opencode")
+
+
+def test_a_computer_use_session_replays_its_screenshots_whole_as_the_proxy_sends_them(tmp_path: Path) -> None:
+    """A ``ComputerTool`` loop kept by a ``SQLiteSession``: each screenshot goes upstream whole (the
+    API takes nothing else as a computer call's output), through the proxy and so in a replay,
+    which dropped what told the adapter so and counted an old screenshot as a collapsed stub."""
+    from tests.proxy.test_responses_items import computer_use
+
+    db = tmp_path / "agents.db"
+    session = SQLiteSession("cu", str(db))
+    asyncio.run(session.add_items(computer_use(12)))  # type: ignore[arg-type]
+    session.close()
+    t = read_session(db)
+    shots = [m for m in t.messages if m["role"] == "tool" and sent_whole(m)]
+    assert len(shots) == 12 and all(isinstance(m["content"], list) for m in shots)
+    assert not any(sent_whole(m) for m in t.messages if m["role"] == "tool" and m not in shots)
+    result = replayed(db, tmp_path / "s.db")
+    assert result["turns"] == result["frames_verified"] > 0

@@ -117,13 +117,6 @@ def _text_of(content: Any, index: int) -> tuple[str | None, list[Any] | None]:
     )
 
 
-def _sent_whole(message: Mapping[str, Any]) -> bool:
-    """Whether a tool message stands for a Responses output item that goes upstream whole,
-    whatever context_os shows (``responses.WHOLE_OUTPUTS``: the tools a tool search found)."""
-    item = message.get(responses.ITEM)
-    return isinstance(item, Mapping) and item.get("type") in responses.WHOLE_OUTPUTS
-
-
 def _media_chars(parts: list[Any]) -> int:
     """What the ``image_url`` and ``file`` parts among a message's content parts put in front of
     the model, in characters: an image's ``data:`` URL by its size, any other at the most
@@ -198,8 +191,8 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
         if parts is not None and role != "tool":
             extra["content"] = parts
         elif parts is not None:  # a tool output of parts: shown as such while shown whole
-            extra["full"] = {"content": parts, **({SENT_WHOLE: True} if _sent_whole(message) else {})}
-        elif role == "tool" and _sent_whole(message):  # the Responses output the provider needs whole
+            extra["full"] = {"content": parts, **({SENT_WHOLE: True} if responses.sent_whole(message) else {})}
+        elif role == "tool" and responses.sent_whole(message):  # the Responses output the provider needs whole
             extra["full"] = {"content": text, SENT_WHOLE: True}
         if "content" not in message:
             extra[_NO_CONTENT] = True

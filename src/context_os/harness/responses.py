@@ -50,8 +50,10 @@ __all__ = [
     "OUTPUTS",
     "WHOLE_OUTPUTS",
     "client_call",
+    "for_replay",
     "provider_chars",
     "provider_item",
+    "sent_whole",
     "stdout_of",
     "to_chat",
     "to_items",
@@ -142,6 +144,24 @@ def _served(item: Mapping[str, Any]) -> bool:
     (``_OPAQUE``), or a tool search it ran (``_SERVED``)."""
     kind = item.get("type")
     return kind in _OPAQUE or (kind in _SERVED and item.get("execution") == "server")
+
+
+def sent_whole(message: Mapping[str, Any]) -> bool:
+    """Whether a message of ``to_chat``'s stands for an output item that goes upstream whole,
+    whatever context_os shows (``WHOLE_OUTPUTS``: the tools a tool search found, a screenshot)."""
+    item = message.get(ITEM)
+    return isinstance(item, Mapping) and item.get("type") in WHOLE_OUTPUTS
+
+
+def for_replay(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``to_chat``'s messages as a replay sends them: without the items kept to give them back
+    (``ITEM``, ``ITEMS``), but where one tells the adapter that its output goes whole
+    (``sent_whole``: the proxy sends it so, and a replay counts what the proxy would send)."""
+    for m in messages:
+        if not sent_whole(m):
+            m.pop(ITEM, None)
+        m.pop(ITEMS, None)
+    return messages
 
 
 def client_call(item: Mapping[str, Any]) -> bool:

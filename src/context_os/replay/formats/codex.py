@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import InputError, MalformedMessage
-from ...harness.responses import ITEM, ITEMS, WHOLE_OUTPUTS, to_chat
+from ...harness.responses import for_replay, to_chat
 from .common import Parsed, Transcript, shape
 
 __all__ = ["CODEX_LINE_TYPES", "CODEX_ITEM_TYPES", "read_codex"]
@@ -236,11 +236,7 @@ def read_codex(parsed: Parsed, **_: Any) -> list[Transcript]:
     except MalformedMessage as e:
         line = items[e.index][0] if e.index is not None else 0
         raise InputError(f"{where}:{line}: {e}") from None
-    for m in chat:  # what the proxy keeps to give items back: the replay sends messages
-        if not (isinstance(m.get(ITEM), dict) and m[ITEM].get("type") in WHOLE_OUTPUTS):
-            m.pop(ITEM, None)  # (kept where it tells the adapter the output goes whole)
-        m.pop(ITEMS, None)
-    messages = _answered(chat)
+    messages = _answered(for_replay(chat))
     if system:
         messages.insert(0, {"role": "system", "content": system})
     return parsed.stamp([Transcript("codex", "openai", "codex", messages, session_id, cwd, [], len(rows))])

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError, MalformedMessage
-from ...harness.responses import ITEM, ITEMS, to_chat
+from ...harness.responses import for_replay, to_chat
 from .common import JsonRows, Transcript, chat_session
 
 __all__ = ["AGENTS_TABLES", "read_agents_db"]
@@ -52,7 +52,7 @@ def read_agents_db(
 
 def _transcript(path: Path, sid: str, items: list[Any]) -> Transcript:
     try:
-        messages = to_chat(items)
+        messages = for_replay(to_chat(items))
     except MalformedMessage as e:
         raise InputError(f"{path}: session {sid!r}, item {e.index}: {e}") from None
-    return chat_session("openai-agents", path, sid, messages, len(items), (ITEM, ITEMS))
+    return chat_session("openai-agents", path, sid, messages, len(items), ())
