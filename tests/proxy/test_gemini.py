@@ -214,6 +214,48 @@ def test_our_tools_run_inside_the_proxy_json_and_streamed(tmp_path: Path) -> Non
             running.close()
 
 
+@pytest.mark.parametrize("query", ["", "?alt=json", f"?key={KEY}"])
+def test_a_stream_asked_for_as_a_json_array_runs_our_tools_too(tmp_path: Path, query: str) -> None:
+    """A stream asked for without ``alt=sse`` is one JSON array, its answers its elements as they
+    come (Google's REST examples, clients of the API without an SDK): it was offered none of our
+    tools, the proxy reading their calls in events only. Now it goes upstream with ``alt=sse`` (its
+    other parameters kept) and the client gets its array: our pin runs inside, the client reads
+    the answer, in Google's content type, and a stream of no calls of ours is an array as well."""
+    replies: list[str | ToolCall] = [call("pin", id="r4"), "pinned it, done", "plain answer"]
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up, gemini_upstream=up.url)
+        try:
+            headers = {} if "key=" in query else {"x-goog-api-key": KEY}
+            path = f"/v1beta/models/{MODEL}:streamGenerateContent{query}"
+            body: dict[str, Any] = {
+                "contents": gemini_conversation(2, output_chars=600),
+                "systemInstruction": {"parts": [{"text": SYSTEM}]},
+                "tools": [{"functionDeclarations": [{"name": "read_file", "parameters": {"type": "object"}}]}],
+            }
+            got = httpx.post(running.url + path, json=body, headers=headers, timeout=60)
+            assert got.status_code == 200 and got.headers["content-type"].startswith("application/json")
+            answers = got.json()
+            assert isinstance(answers, list) and len(answers) == 2
+            parts = [p for a in answers for p in a["candidates"][0]["content"]["parts"]]
+            assert "".join(p.get("text", "") for p in parts) == "pinned it, done"
+            assert not any("functionCall" in p for p in parts)
+            assert len(up.requests) == 2 and running.proxy.counts["tool_calls"] == 1
+            assert "pin" in json.dumps(up.requests[0]["tools"])
+            for sent in up.paths:
+                params = sent.partition("?")[2].split("&")
+                assert params.count("alt=sse") == 1 and "alt=json" not in params
+                assert (f"key={KEY}" in params) == ("key=" in query)
+            body["contents"] += [
+                {"role": "model", "parts": [{"text": "pinned it, done"}]},
+                {"role": "user", "parts": [{"text": "and now?"}]},
+            ]
+            again = httpx.post(running.url + path, json=body, headers=headers, timeout=60)
+            texts = [p.get("text", "") for a in again.json() for p in a["candidates"][0]["content"]["parts"]]
+            assert "".join(texts) == "plain answer" and len(up.requests) == 3
+        finally:
+            running.close()
+
+
 def test_no_tools_of_ours_for_structured_output_and_what_cannot_be_managed_goes_as_it_came(
     proxied: Running, gemini_up: Upstream
 ) -> None:

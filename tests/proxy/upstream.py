@@ -484,15 +484,20 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             if not streamed:
                 self._send(200, json.dumps(answer(_gemini_json(text, n, ran))).encode())
                 return
+            sse = "alt=sse" in self.path.partition("?")[2].split("&")
             self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Type", "text/event-stream" if sse else "application/json; charset=UTF-8")
             self.send_header("Connection", "close")
             self.end_headers()
-            for event in _gemini_events(text, n, ran):
+            for k, event in enumerate(_gemini_events(text, n, ran)):
                 if enveloped:
                     event = b"data: " + json.dumps(answer(json.loads(event[6:]))).encode() + b"\r\n\r\n"
+                if not sse:  # a JSON array, each answer an element as it comes
+                    event = (b",\r\n" if k else b"[") + json.dumps(json.loads(event[6:]), indent=2).encode()
                 self.wfile.write(event)
                 self.wfile.flush()
+            if not sse:
+                self.wfile.write(b"]")
             self.close_connection = True
 
         def do_GET(self) -> None:  # noqa: N802 - a model list, as either API gives it

@@ -73,6 +73,7 @@ from .proxy_tools import (
     MAX_ROUNDS,
     Call,
     Hidden,
+    JsonArrayStream,
     OneCompletion,
     SequenceNumbers,
     StreamFilter,
@@ -81,6 +82,7 @@ from .proxy_tools import (
     prefix_hash,
     splice,
     sse_events,
+    with_sse,
 )
 from .proxy_workspace import AUTO, agent_directory
 from .transports import (
@@ -1141,9 +1143,9 @@ def _functions(body: Mapping[str, Any]) -> set[str]:
 def _readable(api: Api, path: str, body: Mapping[str, Any]) -> bool:
     """Whether our tools may be offered by the shape of the answer asked for: not to a Gemini
     request for structured output (a JSON answer: Gemini CLI's checks on the side; Gemini refuses
-    tools with it), nor for a stream that is no server-sent events (``alt=sse``: the proxy reads
-    no other for calls); not to a chat request of legacy function calling (``functions``: ours
-    would be ``tools`` beside them, and its calls come back as a ``function_call``)."""
+    tools with it); not to a chat request of legacy function calling (``functions``: ours would
+    be ``tools`` beside them, and its calls come back as a ``function_call``). (A Gemini stream
+    asked for without ``alt=sse`` goes upstream with it: ``_sse_for``.)"""
     if api == "openai":
         return "functions" not in body
     if api != "gemini":
@@ -1153,8 +1155,14 @@ def _readable(api: Api, path: str, body: Mapping[str, Any]) -> bool:
     structured = config.get("responseMimeType") not in (None, "text/plain") or any(
         config.get(k) is not None for k in ("responseSchema", "responseJsonSchema")
     )
-    sse = not _streamed(api, path, body) or "alt=sse" in urlsplit(path).query.split("&")
-    return sse and not structured
+    return not structured
+
+
+def _sse_for(api: Api, path: str, body: Mapping[str, Any]) -> bool:
+    """Whether a request is a Gemini stream asked for as a JSON array (without ``alt=sse``): the
+    proxy, reading a model's calls in events only, asks for events and gives the client the array
+    (``JsonArrayStream``)."""
+    return api == "gemini" and _streamed(api, path, body) and "alt=sse" not in urlsplit(path).query.split("&")
 
 
 def _provider(path: str, headers: Any) -> Api:
@@ -1417,6 +1425,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             error event, and any other answer with the connection)."""
             self._started = self._bodiless = self._chunked = False
             self._events: Callable[[bytes], None] | None = None  # a stream begun, at an event's end
+            self._array: JsonArrayStream | None = None  # a Gemini stream given as a JSON array
             with proxy.busy():
                 try:
                     if proxy.stopping.is_set():
@@ -1499,7 +1508,9 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
             return {k: v for k, v in headers.items() if k.lower() != SESSION_HEADER.lower()}
 
-        def _start(self, status: int, headers: Any) -> None:
+        def _start(self, status: int, headers: Any, *, json_stream: bool = False) -> None:
+            """Begin the client's answer with ``headers``, the upstream's (``json_stream``: a stream
+            of events given as a JSON array, ``JsonArrayStream``: of Google's content type)."""
             self._started = True
             if status >= 400:
                 with proxy._lock:
@@ -1507,9 +1518,12 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
             # the upstream's Date and Server, once each (send_response would add the proxy's too)
             self.log_request(status)
             self.send_response_only(status)
+            left = {*HOP_HEADERS, "content-encoding", *(("content-type",) if json_stream else ())}
             for k, v in headers.multi_items():
-                if k.lower() not in HOP_HEADERS and k.lower() != "content-encoding":
+                if k.lower() not in left:
                     self.send_header(k, v)
+            if json_stream:
+                self.send_header("Content-Type", "application/json; charset=UTF-8")
             if "date" not in headers:
                 self.send_header("Date", self.date_time_string())
             if "server" not in headers:
@@ -1532,6 +1546,8 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                 self.wfile.flush()
 
         def _end(self) -> None:
+            if self._array is not None and self._events is not None:  # the array a stream of events was
+                self._chunk(self._array.end())
             if self._chunked:
                 self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
@@ -1539,14 +1555,16 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
         def _rounds(self, plan: Plan) -> None:
             """Upstream until the model answers without calling one of our tools."""
             d = dialect(plan.api)
-            url = proxy.upstream_url(plan.upstream_api(), self.path)
+            array = JsonArrayStream() if _sse_for(plan.api, self.path, plan.original) else None
+            url = proxy.upstream_url(plan.upstream_api(), with_sse(self.path) if array else self.path)
             streaming = _streamed(plan.api, self.path, plan.original)
             started = False
             offset = 0
             response_id: str | None = None
             # a stream of several rounds is one response to the client: a Responses stream's events
             # numbered as one response's, a chat stream's chunks one completion's
-            one: Callable[[bytes], bytes] | None = None
+            one: Callable[[bytes], bytes] | None = array
+            self._array = array
             if plan.api == "responses":
                 one = SequenceNumbers()
             elif plan.api == "openai":
@@ -1587,7 +1605,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                             plan = replace(plan, container=container_of(reply) or plan.container)
                     else:
                         if not started:
-                            self._start(resp.status_code, resp.headers)
+                            self._start(resp.status_code, resp.headers, json_stream=array is not None)
                             self._events = send  # whole events only: an error event may follow any
                             started = True
                         f = StreamFilter(

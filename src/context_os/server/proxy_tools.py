@@ -37,7 +37,18 @@ from ..harness.gemini import CODE_PARTS
 from ..harness.responses import BUILT_IN_TOOLS, OUTPUTS, client_call, provider_item
 from ..hashing import hash_value
 
-__all__ = ["MAX_ROUNDS", "Call", "Hidden", "OneCompletion", "StreamFilter", "dialect", "prefix_hash", "splice"]
+__all__ = [
+    "MAX_ROUNDS",
+    "Call",
+    "Hidden",
+    "JsonArrayStream",
+    "OneCompletion",
+    "StreamFilter",
+    "dialect",
+    "prefix_hash",
+    "splice",
+    "with_sse",
+]
 
 MAX_ROUNDS = 8
 """Upstream calls one client request may take when the model keeps calling our tools."""
@@ -464,6 +475,38 @@ def sse_events(parts: Iterator[bytes]) -> Iterator[bytes]:
     buf += cr
     if buf.strip():
         yield buf if buf.endswith(b"\n\n") else buf + b"\n\n"
+
+
+def with_sse(path: str) -> str:
+    """A Gemini stream's path asking for server-sent events (``alt=sse``, in place of any other
+    ``alt``): the proxy reads a model's calls in those, and gives the client the JSON array it
+    asked for (``JsonArrayStream``)."""
+    route, _, query = path.partition("?")
+    params = [p for p in query.split("&") if p and not p.startswith("alt=")]
+    return route + "?" + "&".join([*params, "alt=sse"])
+
+
+@dataclass
+class JsonArrayStream:
+    """Gemini: the events of an ``alt=sse`` stream as the stream a client asked for without it
+    gets them, one JSON array whose elements come as they are answered: ``[`` before the first,
+    ``,`` between, ``]`` at the end (``end``). A client that asked so was offered none of our
+    tools before 2026-12-05: their calls are read in events only."""
+
+    begun: bool = False
+
+    def __call__(self, chunk: bytes) -> bytes:
+        out: list[bytes] = []
+        for event in sse_events(iter([chunk])):
+            lines = [line[5:] for line in event.split(b"\n") if line.startswith(b"data:")]
+            data = b"\n".join(line[1:] if line.startswith(b" ") else line for line in lines)
+            if data.strip():
+                out.append((b",\r\n" if self.begun else b"[") + data)
+                self.begun = True
+        return b"".join(out)
+
+    def end(self) -> bytes:
+        return b"]" if self.begun else b"[]"
 
 
 @dataclass
