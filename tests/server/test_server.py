@@ -1102,3 +1102,32 @@ def test_a_session_opened_with_cut_holds_a_message_over_the_cap_cut(rpc: Rpc):
     code, err = rpc.close()
     assert code == 0
     assert err.count("message 0 is 4,500 characters, over the 1,000 one message keeps") == 1, err
+
+
+@pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
+def test_a_workspace_is_watched_while_a_session_in_it_is_open(tmp_path: Path):
+    """``session.close`` gave back the session's lease but not its workspace's file tracker, which
+    ran until the server stopped. Now each open session holds its workspace's tracker, and the
+    last one to close (or to be opened anew, with a policy) gives it back and stops it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with SqliteStore(tmp_path / "s.db") as store:
+        server = Server(store, workspaces=[ws], embedder=None)
+        try:
+
+            def watched() -> list[str]:
+                return [t["workspace"] for t in server.call("status", {})["trackers"]]
+
+            for sid in ("a", "b"):
+                server.call("session.open", {"session": sid, "workspace": str(ws)})
+            assert watched() == [str(ws.resolve())]
+            server.call("session.open", {"session": "a", "workspace": str(ws), "policy": {"collapse_after_turns": 3}})
+            server.call("session.close", {"session": "b"})
+            assert watched() == [str(ws.resolve())]  # a holds it, once (its first hold given back)
+            server.call("session.close", {"session": "a"})
+            assert watched() == []
+            server.call("session.open", {"session": "a", "workspace": str(ws)})
+            assert watched() == [str(ws.resolve())]
+        finally:
+            server.close()
+        assert server.trackers is not None and server.trackers.running() == []

@@ -184,6 +184,8 @@ class _Open:
     hook: ContextHook[Any]
     client: str | None = None
     """The client that opened it (``session.open {client}``): the one that may write it."""
+    tracked: Workspace | None = None
+    """The workspace whose file tracker it holds, given back when it is closed or opened anew."""
     wire: list[Any] = field(default_factory=list)
     """The messages of the last ``context.transform``, as JSON, and what they decoded to: a
     message that comes again equal (the client's history, sent whole every time) is passed to
@@ -394,8 +396,13 @@ class Server(RpcServer):
             memory = MemoryScopes(ws.root if ws else None) if p.memory else None
             if ws is not None and memory is not None:
                 ws = Workspace(ws.root, allow_outside=[d for d in memory.dirs() if not d.is_relative_to(ws.root)])
-            files = FileTools(session, ws, tracker=self.trackers(ws) if self.trackers else None) if ws else None
-            hook = h.hook(session, files=files)
+            tracker = self.trackers(ws) if self.trackers is not None and ws is not None else None
+            try:
+                files = FileTools(session, ws, tracker=tracker) if ws else None
+                hook = h.hook(session, files=files)
+            except BaseException:
+                self._release(tracker.workspace if tracker is not None else None)
+                raise
             hook.every_message = True  # a client sends its whole history at every call: a change anywhere is seen
             if p.recall or p.memory:
                 if p.recall and self.recall is None:
@@ -403,7 +410,11 @@ class Server(RpcServer):
                 SourceTools(session, recall=self.recall if p.recall else None, memory=memory).register(hook.registry)
             if p.mesh and self.mesh is not None:
                 MeshTools(session, self.mesh).register(hook.registry)
+            replaced = current
             current = self.sessions[p.session] = _Open(h, hook, p.client)
+            current.tracked = tracker.workspace if tracker is not None else None
+            if replaced is not None:  # (its Session revoked by the new one's lease)
+                self._release(replaced.tracked)
         s = current.hook.session
         s.ingest.cut_over_cap = p.cut
         return {
@@ -459,7 +470,14 @@ class Server(RpcServer):
         found = self.sessions.pop(p.session, None)
         if found is not None:
             found.hook.session.close()  # another process may open it now
+            self._release(found.tracked)
         return {"session": p.session, "closed": found is not None}
+
+    def _release(self, tracked: Workspace | None) -> None:
+        """Give back a session's hold of its workspace's tracker: the last session of a
+        workspace to close stops it (``Trackers.release``)."""
+        if tracked is not None and self.trackers is not None:
+            self.trackers.release(tracked)
 
     def stop(self) -> None:
         """The server stops (SIGTERM): the waits that run (``mesh.next_request``, up to 30 s, and

@@ -1140,7 +1140,7 @@ def _functions(body: Mapping[str, Any]) -> set[str]:
     return {f["name"] for f in listed if isinstance(f, Mapping) and isinstance(f.get("name"), str)}
 
 
-def _readable(api: Api, path: str, body: Mapping[str, Any]) -> bool:
+def _readable(api: Api, body: Mapping[str, Any]) -> bool:
     """Whether our tools may be offered by the shape of the answer asked for: not to a Gemini
     request for structured output (a JSON answer: Gemini CLI's checks on the side; Gemini refuses
     tools with it); not to a chat request of legacy function calling (``functions``: ours would
@@ -1409,10 +1409,10 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
                 if not isinstance(inner, dict):
                     self._upstream(api, lambda: self._forward(api, raw))  # none in it: untouched
                     return
-                plan = proxy.prepare("gemini", headers, inner, tools=_readable("gemini", self.path, inner))
+                plan = proxy.prepare("gemini", headers, inner, tools=_readable("gemini", inner))
                 plan = replace(plan, envelope=body)
             else:
-                plan = proxy.prepare(api, headers, body, tools=_readable(api, self.path, body))
+                plan = proxy.prepare(api, headers, body, tools=_readable(api, body))
             to = plan.upstream_api()
             if plan.ours:
                 self._upstream(to, lambda: self._rounds(plan))
