@@ -25,8 +25,8 @@ from context_os.harness.gemini import to_chat, to_contents
 from context_os.harness.openai import OpenAIHook
 from context_os.harness.toolnames import preset
 from context_os.harness.virtual_files import VirtualFiles
-from context_os.server.proxy import derive_session
-from context_os.server.proxy_tools import Call, dialect
+from context_os.server.proxy import derive_session, error_body, stream_error
+from context_os.server.proxy_tools import Call, JsonArrayStream, dialect, with_sse
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import pairing_refused
 from tests.proxy.running import KEY, OPEN, Running, verified_frames
@@ -254,6 +254,26 @@ def test_a_stream_asked_for_as_a_json_array_runs_our_tools_too(tmp_path: Path, q
             assert "".join(texts) == "plain answer" and len(up.requests) == 3
         finally:
             running.close()
+
+
+def test_events_become_the_array_and_the_path_asks_for_events() -> None:
+    """Each event's data (over several ``data:`` lines, CRLF or LF) is one element, an error event
+    too; a stream of none is an empty array. The path keeps its parameters but ``alt``."""
+    array = JsonArrayStream()
+    got = array(b'data: {"candidates":\r\ndata: []}\r\n\r\n: a comment\n\n')
+    got += array(b'data: {"n": 2}\n\n' + stream_error("gemini", 502, error_body("gemini", 502, "gone")))
+    got += array.end()
+    assert json.loads(got) == [
+        {"candidates": []},
+        {"n": 2},
+        {"error": {"code": 502, "message": "gone", "status": "UNAVAILABLE"}},
+    ]
+    assert JsonArrayStream().end() == b"[]"
+    assert with_sse("/v1beta/models/m:streamGenerateContent") == "/v1beta/models/m:streamGenerateContent?alt=sse"
+    assert (
+        with_sse("/x:streamGenerateContent?alt=json&key=k&$fields=a")
+        == "/x:streamGenerateContent?key=k&$fields=a&alt=sse"
+    )
 
 
 def test_no_tools_of_ours_for_structured_output_and_what_cannot_be_managed_goes_as_it_came(
