@@ -188,12 +188,11 @@ class OpenAIAdapter(Adapter[dict[str, Any]]):
         extra = {k: v for k, v in message.items() if k not in _KNOWN}
         if role != _ROLE_MAP[role]:
             extra["role"] = role
+        whole = role == "tool" and responses.sent_whole(message)  # a Responses output the provider needs whole
         if parts is not None and role != "tool":
             extra["content"] = parts
-        elif parts is not None:  # a tool output of parts: shown as such while shown whole
-            extra["full"] = {"content": parts, **({SENT_WHOLE: True} if responses.sent_whole(message) else {})}
-        elif role == "tool" and responses.sent_whole(message):  # the Responses output the provider needs whole
-            extra["full"] = {"content": text, SENT_WHOLE: True}
+        elif parts is not None or whole:  # a tool output of parts: shown as such while shown whole
+            extra["full"] = {"content": parts if parts is not None else text, **({SENT_WHOLE: True} if whole else {})}
         if "content" not in message:
             extra[_NO_CONTENT] = True
         m: Incoming = {"role": _ROLE_MAP[role], "text": text, "h": ""}  # type: ignore[typeddict-item]

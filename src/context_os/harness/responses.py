@@ -432,7 +432,7 @@ def to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.extend(items)
         elif role == "tool":
             content = m.get("content")
-            if isinstance(m.get(ITEM), Mapping) and m[ITEM].get("type") in WHOLE_OUTPUTS:
+            if sent_whole(m):
                 out.append(dict(m[ITEM]))  # as it came, collapsed or not (the tools found, a screenshot)
                 continue
             if isinstance(content, list) and isinstance(m.get(ITEM), Mapping):  # images shown whole: as they came

@@ -397,11 +397,12 @@ class Server(RpcServer):
             if ws is not None and memory is not None:
                 ws = Workspace(ws.root, allow_outside=[d for d in memory.dirs() if not d.is_relative_to(ws.root)])
             tracker = self.trackers(ws) if self.trackers is not None and ws is not None else None
+            tracked = tracker.workspace if tracker is not None else None
             try:
                 files = FileTools(session, ws, tracker=tracker) if ws else None
                 hook = h.hook(session, files=files)
             except BaseException:
-                self._release(tracker.workspace if tracker is not None else None)
+                self._release(tracked)
                 raise
             hook.every_message = True  # a client sends its whole history at every call: a change anywhere is seen
             if p.recall or p.memory:
@@ -412,7 +413,7 @@ class Server(RpcServer):
                 MeshTools(session, self.mesh).register(hook.registry)
             replaced = current
             current = self.sessions[p.session] = _Open(h, hook, p.client)
-            current.tracked = tracker.workspace if tracker is not None else None
+            current.tracked = tracked
             if replaced is not None:  # (its Session revoked by the new one's lease)
                 self._release(replaced.tracked)
         s = current.hook.session

@@ -1145,7 +1145,7 @@ def _readable(api: Api, body: Mapping[str, Any]) -> bool:
     request for structured output (a JSON answer: Gemini CLI's checks on the side; Gemini refuses
     tools with it); not to a chat request of legacy function calling (``functions``: ours would
     be ``tools`` beside them, and its calls come back as a ``function_call``). (A Gemini stream
-    asked for without ``alt=sse`` goes upstream with it: ``_sse_for``.)"""
+    asked for without ``alt=sse`` goes upstream with it: ``_json_array``.)"""
     if api == "openai":
         return "functions" not in body
     if api != "gemini":
@@ -1158,11 +1158,11 @@ def _readable(api: Api, body: Mapping[str, Any]) -> bool:
     return not structured
 
 
-def _sse_for(api: Api, path: str, body: Mapping[str, Any]) -> bool:
-    """Whether a request is a Gemini stream asked for as a JSON array (without ``alt=sse``): the
-    proxy, reading a model's calls in events only, asks for events and gives the client the array
+def _json_array(api: Api, path: str) -> bool:
+    """Whether a stream is asked for as a JSON array: Gemini's without ``alt=sse``. The proxy,
+    reading a model's calls in events only, asks for events and gives the client the array
     (``JsonArrayStream``)."""
-    return api == "gemini" and _streamed(api, path, body) and "alt=sse" not in urlsplit(path).query.split("&")
+    return api == "gemini" and "alt=sse" not in urlsplit(path).query.split("&")
 
 
 def _provider(path: str, headers: Any) -> Api:
@@ -1555,9 +1555,9 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
         def _rounds(self, plan: Plan) -> None:
             """Upstream until the model answers without calling one of our tools."""
             d = dialect(plan.api)
-            array = JsonArrayStream() if _sse_for(plan.api, self.path, plan.original) else None
-            url = proxy.upstream_url(plan.upstream_api(), with_sse(self.path) if array else self.path)
             streaming = _streamed(plan.api, self.path, plan.original)
+            array = JsonArrayStream() if streaming and _json_array(plan.api, self.path) else None
+            url = proxy.upstream_url(plan.upstream_api(), with_sse(self.path) if array else self.path)
             started = False
             offset = 0
             response_id: str | None = None
