@@ -925,8 +925,8 @@ class Trackers:
         self.store = store
         self.options = options
         self._lock = threading.Lock()
-        self._running: dict[tuple[Path, tuple[Path, ...]], FileTracker] = {}
-        self._holds: dict[tuple[Path, tuple[Path, ...]], int] = {}
+        self._running: dict[tuple[Path, tuple[Path, ...]], tuple[FileTracker, int]] = {}
+        """Each workspace's running tracker and how many hold it."""
         # a workspace whose tracker is stopping: set once it stopped (a new one waits for it, so
         # that two trackers never record the same change)
         self._stopping: dict[tuple[Path, tuple[Path, ...]], threading.Event] = {}
@@ -939,10 +939,10 @@ class Trackers:
             with self._lock:
                 stopping = self._stopping.get(key)
                 if stopping is None:
-                    found = self._running.get(key)
+                    found, held = self._running.get(key) or (None, 0)
                     if found is None:
-                        found = self._running[key] = FileTracker(self.store, workspace, **self.options).start()
-                    self._holds[key] = self._holds.get(key, 0) + 1
+                        found = FileTracker(self.store, workspace, **self.options).start()
+                    self._running[key] = (found, held + 1)
                     return found
             stopping.wait()
 
@@ -952,14 +952,14 @@ class Trackers:
         workspace holding none (``close()`` came first) is left alone."""
         key = (workspace.root, workspace.allowed)
         with self._lock:
-            held = self._holds.get(key, 0)
+            found = self._running.get(key)
+            if found is None:
+                return
+            tracker, held = found
             if held > 1:
-                self._holds[key] = held - 1
+                self._running[key] = (tracker, held - 1)
                 return
-            self._holds.pop(key, None)
-            tracker = self._running.pop(key, None)
-            if tracker is None:
-                return
+            del self._running[key]
             stopping = self._stopping[key] = threading.Event()
         try:
             tracker.stop()
@@ -970,7 +970,7 @@ class Trackers:
 
     def running(self) -> list[FileTracker]:
         with self._lock:
-            return list(self._running.values())
+            return [tracker for tracker, _ in self._running.values()]
 
     def status(self) -> list[dict[str, Any]]:
         """``FileTracker.status`` of each running tracker."""
@@ -979,7 +979,6 @@ class Trackers:
     def close(self) -> None:
         """Stop every tracker (what they saw and did not record yet is recorded first)."""
         with self._lock:
-            running, self._running = list(self._running.values()), {}
-            self._holds.clear()
+            running, self._running = [tracker for tracker, _ in self._running.values()], {}
         for tracker in running:
             tracker.stop()
