@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,6 +37,7 @@ from context_os.errors import ConfigError
 from context_os.files import Workspace
 from context_os.harness.openai import OpenAIHook
 from context_os.hashing import verify_doc
+from context_os.server import transports
 from context_os.server.proxy import SESSION_HEADER, STATUS_PATH, Proxy, derive_session, make_proxy_server
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import WATCHDOG_RACE_WARNING
@@ -1817,12 +1819,16 @@ def _status_on(sock: socket.socket, port: int, token: str, method: bytes = b"GET
 
 
 @contextmanager
-def _idle_pool(tmp_path: Path, up: Upstream, size: int) -> Iterator[tuple[Any, int, list[socket.socket]]]:
+def _idle_pool(
+    tmp_path: Path, up: Upstream, size: int, header_seconds: float = 600
+) -> Iterator[tuple[Any, int, list[socket.socket]]]:
     """(server, port, pool): a proxy serving ``size`` connections at once, and a client's pool of
-    ``size`` kept-alive connections to it, each answered once and now idle, the oldest first."""
+    ``size`` kept-alive connections to it, each answered once and now idle, the oldest first.
+    They wait ``header_seconds`` for their next request (long: a test stalled by a loaded
+    machine must not see them closed for that)."""
     with SqliteStore(tmp_path / "p.db") as store:
         proxy = Proxy(store, up.url)
-        server = make_proxy_server(proxy, 0, max_connections=size, status_token="t0ken")
+        server = make_proxy_server(proxy, 0, max_connections=size, status_token="t0ken", header_seconds=header_seconds)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         port = server.server_address[1]
         pool = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(size)]
@@ -1846,7 +1852,7 @@ def test_idle_kept_alive_connections_make_room_for_a_new_one(tmp_path: Path, up:
     they were closed for idleness. Now the connection idle the longest is closed for the new one;
     one in the middle of a request is never closed so."""
     with (
-        _idle_pool(tmp_path, up, 3) as (_, port, pool),
+        _idle_pool(tmp_path, up, 3) as (server, port, pool),
         socket.create_connection(("127.0.0.1", port), timeout=30) as other,
     ):
         assert _status_on(other, port, "t0ken").split()[1] == b"200"
@@ -1854,8 +1860,12 @@ def test_idle_kept_alive_connections_make_room_for_a_new_one(tmp_path: Path, up:
         # the pool's others are still served on their connections; one whose client has
         # begun a request (a byte of it) is never closed for another
         assert _status_on(pool[1], port, "t0ken").split()[1] == b"200"
+        wait_for(lambda: len(server._idle) == 3, "the three connections to wait, idle")
         for sock in (other, pool[1], pool[2]):
             sock.sendall(b"G")
+        # (once the server has its byte: one still on its way is a request not begun, for the
+        # server as for anyone; a byte come and not yet claimed: the test below)
+        wait_for(lambda: not server._idle, "the three connections to be claimed by their requests")
         head, _ = overfill(port, "", slots=0)
         assert head.split()[1] == b"503", head
         for sock in (other, pool[1], pool[2]):
@@ -1888,6 +1898,24 @@ def test_a_connection_whose_thread_took_the_first_byte_of_a_request_is_not_close
             slow.clear()
             assert pool[1].recv(65536) == b""  # the one not begun made room
             assert _status_on(pool[0], port, "t0ken", b"ET").split()[1] == b"200"
+
+
+def test_a_request_begun_late_in_a_kept_alive_wait_has_its_whole_header_time(
+    tmp_path: Path, up: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept-alive connection waits ``header_seconds`` for its client's next request; that request
+    had only what was left of the wait for its line and headers: begun a moment before the end, it
+    was cut mid-request, its client never told the connection was about to go. Its headers have
+    ``header_seconds`` from their first byte now. The server's clock is moved on here (59.8 s of a
+    60 s wait gone) rather than a test waiting a minute."""
+    later = [0.0]
+    monkeypatch.setattr(transports, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + later[0]))
+    with _idle_pool(tmp_path, up, 1, header_seconds=60) as (server, port, pool):
+        later[0] = 59.8  # 0.2 s of the wait left
+        pool[0].sendall(b"G")  # the next request begins
+        wait_for(lambda: not server._idle, "the connection to be claimed by its request")
+        time.sleep(0.6)  # more than what was left of the wait
+        assert _status_on(pool[0], port, "t0ken", b"ET").split()[1] == b"200"
 
 
 def test_an_answer_relayed_to_a_client_that_pauses_its_reading_is_not_cut_by_the_header_deadline(

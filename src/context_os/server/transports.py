@@ -466,9 +466,13 @@ DISCARD_LIMIT = 64 * 1024 * 1024
 MAX_CONNECTIONS = 64
 """HTTP connections served at once (each holds a thread); one more is answered 503 and closed."""
 HEADER_SECONDS = 10.0
-"""A request's line and headers must all arrive within this many seconds of its first byte
-being awaited, however slowly they trickle in (a client that never finishes them, many times
-over, would hold every thread); else the connection is closed."""
+"""A request's line and headers must all arrive within this many seconds, however slowly they
+trickle in (a client that never finishes them, many times over, would hold every thread); else
+the connection is closed. A new connection's first request counts from the connection; a
+kept-alive connection waits this long for its client's next request, and that request counts
+from its first byte (as uvicorn's, ``mcp.http_protocol``): one begun late in the wait, its client
+not knowing, had only the rest of the wait for its headers and was cut mid-request, until
+2026-12-05."""
 BODY_SECONDS = 60.0
 """A request's body must all arrive within this many seconds of its headers."""
 
@@ -828,9 +832,11 @@ class DeadlineHandler(BaseHTTPRequestHandler):
         self.rfile = io.BufferedReader(self._reading)
 
     def _claim(self) -> bool:
-        """The first bytes of the next request came: not idle any more (``BoundedHTTPServer.claims``);
-        the reads after it need no claim (only a waiting connection is ever closed for another)."""
+        """The first bytes of the next request came: not idle any more (``BoundedHTTPServer.claims``),
+        and its headers have ``header_seconds`` from now; the reads after it need no claim (only a
+        waiting connection is ever closed for another)."""
         self._reading.arrived = None
+        self._reading.deadline = time.monotonic() + self.server.header_seconds
         return self.server.claims(self)
 
     def handle_one_request(self) -> None:
