@@ -1,11 +1,13 @@
 """Chat completions' legacy function calling (the ``functions`` parameter, an assistant's
 ``function_call``, the ``function`` message answering it; ``tools`` replaced them in 2023): a
 conversation of it is managed as one of tool calls, and goes back in its own shape. Before, such a
-conversation failed open at every call (``unknown role 'function'``)."""
+conversation failed open at every call (``unknown role 'function'``); until 2026-12-05 it was
+offered none of context_os's tools, which it gets as functions now."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +22,7 @@ from context_os.server.proxy import derive_session
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import EAGER
 from tests.proxy.running import Running, verified_frames
-from tests.proxy.upstream import Upstream
+from tests.proxy.upstream import Upstream, call, upstream
 from tests.replay.conftest import db
 
 __all__ = ["db"]
@@ -99,19 +101,80 @@ def test_a_call_left_unanswered_gets_a_function_message(db: SqliteStore) -> None
     assert pairing_problems(OPENAI_PAIRING, out) == []
 
 
-def test_through_the_proxy_it_is_managed_and_offered_none_of_ours(proxy: Running, up: Upstream) -> None:
+def test_through_the_proxy_it_is_managed_and_offered_ours_as_functions(proxy: Running, up: Upstream) -> None:
     """Past the size context_os manages from, the proxy manages it (nothing fails open) and
     sends it in its own shape, which the scripted provider checks as the API does (a ``function``
-    message right after its call); our tools are not offered (they would be ``tools`` beside the
-    client's ``functions``), and the client's functions stay as they came."""
+    message right after its call); our tools are functions after the client's, which stay as
+    they came, and no ``tools`` is added (before 2026-12-05 none of ours was offered)."""
     msgs = legacy_conversation(60)
     proxy.openai().chat.completions.create(model="m", messages=msgs, functions=FUNCTIONS)  # type: ignore[arg-type]
     assert proxy.proxy.counts["failed_open"] == 0
     sent = up.requests[0]
-    assert "tools" not in sent and sent["functions"] == FUNCTIONS
+    assert "tools" not in sent and sent["functions"][: len(FUNCTIONS)] == FUNCTIONS
+    assert {f["name"] for f in sent["functions"][len(FUNCTIONS) :]} >= {"activate", "pin"}
+    assert all(set(f) == {"name", "description", "parameters"} for f in sent["functions"])
     assert len(json.dumps(sent["messages"])) < 0.5 * len(json.dumps(msgs))
     assert sum(m["role"] == "function" and "collapsed" in m["content"] for m in sent["messages"]) > 20
     assert verified_frames(proxy.store, derive_session("openai", {"messages": msgs})) == 1
+
+
+def test_our_function_runs_inside_the_proxy_and_its_exchange_comes_back_in_the_legacy_shape(tmp_path: Path) -> None:
+    """The model calls one of ours as a ``function_call``: the proxy runs it and asks again with
+    the call and a ``function`` message of its result (no ``tool_calls``, which a request of
+    ``functions`` does not speak); the client sees only the answer, and its next request gets
+    the exchange spliced back, in that shape."""
+    with upstream(replies=[call("pin", id="r2"), "pinned it, done", "second answer"]) as up:
+        running = Running(tmp_path, up)
+        try:
+            client = running.openai()
+            msgs = legacy_conversation(2, output_chars=100)
+            got = client.chat.completions.create(model="m", messages=msgs, functions=FUNCTIONS)  # type: ignore[arg-type]
+            assert got.choices[0].message.content == "pinned it, done" and got.choices[0].message.function_call is None
+            assert len(up.requests) == 2 and running.proxy.counts["tool_calls"] == 1
+            again = up.requests[1]["messages"]
+            k = next(k for k, m in enumerate(again) if (m.get("function_call") or {}).get("name") == "pin")
+            assert json.loads(again[k]["function_call"]["arguments"]) == {"id": "r2"}
+            assert again[k + 1]["role"] == "function" and again[k + 1]["name"] == "pin"
+            assert not any("tool_calls" in m or m["role"] == "tool" for m in again)
+            msgs += [{"role": "assistant", "content": "pinned it, done"}, {"role": "user", "content": "and now?"}]
+            got = client.chat.completions.create(model="m", messages=msgs, functions=FUNCTIONS)  # type: ignore[arg-type]
+            assert got.choices[0].message.content == "second answer"
+            third = up.requests[2]["messages"]
+            k = next(k for k, m in enumerate(third) if (m.get("function_call") or {}).get("name") == "pin")
+            assert third[k + 1]["name"] == "pin" and third[k + 2]["content"] == "pinned it, done"
+            assert running.proxy.counts["failed_open"] == 0
+            assert verified_frames(running.store, derive_session("openai", {"messages": msgs})) == 3
+        finally:
+            running.close()
+
+
+def test_in_a_stream_ours_runs_inside_and_the_clients_own_function_call_passes(tmp_path: Path) -> None:
+    """Streamed, a ``function_call`` comes in pieces (its name, then its arguments): one of ours
+    is held back and run, and the client's own reaches it whole, as the SDK adds it up."""
+    replies = [call("pin", id="r1"), call("run", command="make test")]
+    with upstream(replies=replies) as up:
+        running = Running(tmp_path, up)
+        try:
+            msgs: list[dict[str, Any]] = [{"role": "user", "content": "run the tests"}]
+            chunks = list(
+                running.openai().chat.completions.create(
+                    model="m",
+                    messages=msgs,  # type: ignore[arg-type]
+                    functions=FUNCTIONS,  # type: ignore[arg-type]
+                    stream=True,
+                )
+            )
+            deltas = [f for c in chunks if c.choices and (f := c.choices[0].delta.function_call)]
+            assert "".join(d.name or "" for d in deltas) == "run"
+            assert json.loads("".join(d.arguments or "" for d in deltas)) == {"command": "make test"}
+            assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+                "function_call"
+            ]
+            assert len(up.requests) == 2 and running.proxy.counts["tool_calls"] == 1
+            again = up.requests[1]["messages"]
+            assert [m.get("name") for m in again if m["role"] == "function"] == ["pin"]
+        finally:
+            running.close()
 
 
 def test_a_conversation_of_tool_calls_is_still_offered_ours(proxy: Running, up: Upstream) -> None:

@@ -94,19 +94,25 @@ class Upstream:
         return self.replies[n - 1] if n <= len(self.replies) else "ok"
 
 
-def _openai_chunks(reply: str | ToolCall, n: int) -> Iterator[bytes]:
+def _openai_chunks(reply: str | ToolCall, n: int, legacy: bool = False) -> Iterator[bytes]:
+    """``legacy``: a call is a ``function_call`` (a request of ``functions``), its name first,
+    its arguments in pieces after, as the API streams one."""
     base = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": int(time.time()), "model": "m"}
     if isinstance(reply, ToolCall):
-        fn = {"name": reply.name, "arguments": json.dumps(reply.args)}
-        delta: dict[str, Any] = {"tool_calls": [{"index": 0, "id": f"call_{n}", "type": "function", "function": fn}]}
-        if reply.say:  # the text first, with the role (as a model that says what it is about to do)
-            said = {"index": 0, "delta": {"role": "assistant", "content": reply.say}, "finish_reason": None}
-            yield f"data: {json.dumps(base | {'choices': [said]})}\n\n".encode()
+        args = json.dumps(reply.args)
+        if legacy:
+            deltas: list[dict[str, Any]] = [{"function_call": {"name": reply.name, "arguments": ""}}]
+            deltas += [{"function_call": {"arguments": args[k : k + 8]}} for k in range(0, len(args), 8)]
         else:
-            delta = {"role": "assistant", **delta}
-        first = {"index": 0, "delta": delta, "finish_reason": None}
-        yield f"data: {json.dumps(base | {'choices': [first]})}\n\n".encode()
-        done = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
+            fn = {"name": reply.name, "arguments": args}
+            deltas = [{"tool_calls": [{"index": 0, "id": f"call_{n}", "type": "function", "function": fn}]}]
+        # the text first, with the role (as a model that says what it is about to do)
+        deltas = [{"role": "assistant", "content": reply.say}, *deltas] if reply.say else deltas
+        deltas[0] = {"role": "assistant", **deltas[0]}
+        for delta in deltas:
+            choice = {"index": 0, "delta": delta, "finish_reason": None}
+            yield f"data: {json.dumps(base | {'choices': [choice]})}\n\n".encode()
+        done = {"index": 0, "delta": {}, "finish_reason": "function_call" if legacy else "tool_calls"}
         yield f"data: {json.dumps(base | {'choices': [done]})}\n\n".encode()
         yield b"data: [DONE]\n\n"
         return
@@ -231,12 +237,16 @@ def _gemini_events(reply: str | ToolCall, n: int, ran: bool = False) -> Iterator
         )
 
 
-def _openai_json(reply: str | ToolCall, n: int) -> dict[str, Any]:
+def _openai_json(reply: str | ToolCall, n: int, legacy: bool = False) -> dict[str, Any]:
+    """``legacy``: a call is the message's ``function_call`` (a request of ``functions``)."""
     message: dict[str, Any] = {"role": "assistant", "content": reply if isinstance(reply, str) else reply.say or None}
     if isinstance(reply, ToolCall):
         fn = {"name": reply.name, "arguments": json.dumps(reply.args)}
-        message["tool_calls"] = [{"id": f"call_{n}", "type": "function", "function": fn}]
-    finish = "tool_calls" if isinstance(reply, ToolCall) else "stop"
+        if legacy:
+            message["function_call"] = fn
+        else:
+            message["tool_calls"] = [{"id": f"call_{n}", "type": "function", "function": fn}]
+    finish = ("function_call" if legacy else "tool_calls") if isinstance(reply, ToolCall) else "stop"
     return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()), "model": "m",
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}  # fmt: skip
@@ -553,6 +563,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             if reasoning:
                 up.reasoned.add(str(n))
             api = "anthropic" if anthropic else "responses" if responses else "openai"
+            legacy = api == "openai" and "functions" in body and not body.get("tools")  # function calling of 2023
             listed = responses or isinstance(body.get("messages"), list)
             refused = (
                 ("messages: Input should be a valid list" if not listed else None)
@@ -575,7 +586,7 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                         answered["container"] = {"id": f"container_{n}", "expires_at": "2026-12-05T13:00:00Z"}
                     self._send(200, json.dumps(answered).encode())
                     return
-                answer = _response_json(text, n, reasoning, tools) if responses else _openai_json(text, n)
+                answer = _response_json(text, n, reasoning, tools) if responses else _openai_json(text, n, legacy)
                 self._send(200, json.dumps(answer).encode())
                 return
             self.send_response(200)
@@ -591,7 +602,9 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                     if _runs_code(body):
                         chunks = _in_container(chunks, n)
                 else:
-                    chunks = _response_events(text, n, reasoning, tools) if responses else _openai_chunks(text, n)
+                    chunks = (
+                        _response_events(text, n, reasoning, tools) if responses else _openai_chunks(text, n, legacy)
+                    )
                 if up.crlf:
                     chunks = _crlf_chunks(chunks)
                 for i, chunk in enumerate(chunks):

@@ -79,6 +79,7 @@ from .proxy_tools import (
     StreamFilter,
     container_of,
     dialect,
+    legacy,
     prefix_hash,
     splice,
     sse_events,
@@ -992,7 +993,7 @@ class Proxy:
         ``offer``, our tools that do not clash with the client's offered."""
         conv = plan.conversation
         assert conv is not None
-        d = dialect(plan.api)
+        d = dialect(plan.api, plan.original)
         client = _client(plan)
         theirs = d.tool_names(plan.original.get("tools")) | _functions(plan.original)
         with conv.lock:
@@ -1035,7 +1036,9 @@ class Proxy:
                 if offer
                 else []
             )
-        if schemas:
+        if schemas and legacy(plan.api, plan.original):  # functions beside the client's
+            body["functions"] = [*plan.original["functions"], *d.definitions(schemas)]
+        elif schemas:
             own = plan.api in ("responses", "gemini")  # (their definitions are not the OpenAI hook's)
             ours = d.definitions(schemas) if own else conv.hook.adapter.tool_definitions(schemas)
             body["tools"] = [*(plan.original.get("tools") or []), *ours]
@@ -1064,7 +1067,7 @@ class Proxy:
                 raise _Reopen(conv.hook.session.id)
             conv.used = time.monotonic()
             results = [conv.hook.call_tool(c.name, c.arguments) for c in calls]
-            exchange = dialect(plan.api).exchange(text, calls, results, output)
+            exchange = dialect(plan.api, plan.original).exchange(text, calls, results, output)
             conv.hidden.append(Hidden(len(client), prefix_hash(client), exchange))
             self._keep_hidden(conv)
         with self._lock:
@@ -1143,11 +1146,9 @@ def _functions(body: Mapping[str, Any]) -> set[str]:
 def _readable(api: Api, body: Mapping[str, Any]) -> bool:
     """Whether our tools may be offered by the shape of the answer asked for: not to a Gemini
     request for structured output (a JSON answer: Gemini CLI's checks on the side; Gemini refuses
-    tools with it); not to a chat request of legacy function calling (``functions``: ours would
-    be ``tools`` beside them, and its calls come back as a ``function_call``). (A Gemini stream
-    asked for without ``alt=sse`` goes upstream with it: ``_json_array``.)"""
-    if api == "openai":
-        return "functions" not in body
+    tools with it). (A chat request of legacy function calling gets ours as functions:
+    ``legacy``; a Gemini stream asked for without ``alt=sse`` goes upstream with it:
+    ``_json_array``.)"""
     if api != "gemini":
         return True
     config = body.get("generationConfig")
@@ -1554,7 +1555,7 @@ def _handler(proxy: Proxy) -> type[DeadlineHandler]:
 
         def _rounds(self, plan: Plan) -> None:
             """Upstream until the model answers without calling one of our tools."""
-            d = dialect(plan.api)
+            d = dialect(plan.api, plan.original)
             streaming = _streamed(plan.api, self.path, plan.original)
             array = JsonArrayStream() if streaming and _json_array(plan.api, self.path) else None
             url = proxy.upstream_url(plan.upstream_api(), with_sse(self.path) if array else self.path)

@@ -45,6 +45,7 @@ __all__ = [
     "OneCompletion",
     "StreamFilter",
     "dialect",
+    "legacy",
     "prefix_hash",
     "splice",
     "with_sse",
@@ -274,6 +275,51 @@ class OpenAIDialect:
         ]
 
 
+class LegacyFunctionsDialect(OpenAIDialect):
+    """``/v1/chat/completions`` with legacy function calling (``functions``, no ``tools``): our
+    tools are functions beside the client's, a call is the message's one ``function_call``
+    (without an id), and its result a ``function`` message of its name (``legacy``)."""
+
+    @staticmethod
+    def definitions(schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Our tools as functions (name, description, JSON Schema parameters)."""
+        return [
+            {
+                "name": s["name"],
+                "description": s.get("description", ""),
+                "parameters": s.get("parameters", {"type": "object", "properties": {}}),
+            }
+            for s in schemas
+        ]
+
+    @staticmethod
+    def calls(response: Mapping[str, Any]) -> tuple[list[Call], dict[str, Any]]:
+        choices = response.get("choices") or []
+        message = dict(choices[0].get("message") or {}) if choices else {}
+        fn = message.get("function_call")
+        if not isinstance(fn, Mapping):
+            return [], message
+        return [Call("", str(fn.get("name", "")), _args(fn.get("arguments")))], message
+
+    @staticmethod
+    def exchange(
+        text: str | None, calls: list[Call], results: list[str], output: list[Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """A call a message (the shape has no other), its ``function`` message after it."""
+        out: list[dict[str, Any]] = []
+        for n, (c, r) in enumerate(zip(calls, results, strict=True)):
+            called = {"name": c.name, "arguments": json.dumps(c.arguments)}
+            out.append({"role": "assistant", "content": (text or None) if n == 0 else None, "function_call": called})
+            out.append({"role": "function", "name": c.name, "content": r})
+        return out
+
+
+def legacy(api: str, body: Mapping[str, Any]) -> bool:
+    """Whether a request is one of chat completions' legacy function calling: ``functions``
+    and no ``tools``."""
+    return api == "openai" and isinstance(body.get("functions"), list) and not body.get("tools")
+
+
 class AnthropicDialect:
     """``/v1/messages``."""
 
@@ -329,15 +375,7 @@ class ResponsesDialect:
     @staticmethod
     def definitions(schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Our tools as Responses function tools (flat: no ``function`` wrapper)."""
-        return [
-            {
-                "type": "function",
-                "name": s["name"],
-                "description": s.get("description", ""),
-                "parameters": s.get("parameters", {"type": "object", "properties": {}}),
-            }
-            for s in schemas
-        ]
+        return [{"type": "function", **f} for f in LegacyFunctionsDialect.definitions(schemas)]
 
     @staticmethod
     def calls(response: Mapping[str, Any]) -> tuple[list[Call], dict[str, Any]]:
@@ -454,7 +492,11 @@ def _ours(item: Mapping[str, Any], ours: set[str]) -> bool:
     return item.get("type") == "function_call" and item.get("call_id") in ours
 
 
-def dialect(api: str) -> Any:
+def dialect(api: str, body: Mapping[str, Any] | None = None) -> Any:
+    """The dialect of ``api``'s requests; ``body``: the request, which may speak chat's legacy
+    function calling (``legacy``)."""
+    if body is not None and legacy(api, body):
+        return LegacyFunctionsDialect
     return {"anthropic": AnthropicDialect, "responses": ResponsesDialect, "gemini": GeminiDialect}.get(
         api, OpenAIDialect
     )
@@ -717,6 +759,8 @@ class StreamFilter:
         if isinstance(delta.get("content"), str):
             self.text.append(delta["content"])
         calls = delta.get("tool_calls")
+        if isinstance(delta.get("function_call"), dict):  # legacy function calling: one call, no id
+            calls = [{"index": 0, "function": delta["function_call"]}]
         if calls or (choices and choices[0].get("finish_reason")) or not choices:
             for c in calls or []:
                 t = self._tools.setdefault(int(c.get("index", 0)), {"id": "", "name": "", "arguments": ""})
