@@ -424,7 +424,7 @@ def test_an_exchange_drops_the_clients_calls_and_keeps_the_turns_signature_on_ou
     theirs = {"functionCall": {"name": "read_file", "args": {"file_path": "a"}}, "thoughtSignature": sig(1)}
     ours = {"functionCall": {"name": "pin", "args": {"id": "r4"}}}
     output = [{"text": "Both."}, theirs, ours]
-    model, user = dialect("gemini").exchange(None, [Call("", "pin", {"id": "r4"})], ["pinned"], output)
+    model, user = dialect("gemini", {}).exchange(None, [Call("", "pin", {"id": "r4"})], ["pinned"], output)
     assert model == {"role": "model", "parts": [{"text": "Both."}, {**ours, "thoughtSignature": sig(1)}]}
     assert user == {"role": "user", "parts": [{"functionResponse": {"name": "pin", "response": {"output": "pinned"}}}]}
     assert output[2] == ours  # (the reply's own parts are left as they were)

@@ -79,7 +79,6 @@ from .proxy_tools import (
     StreamFilter,
     container_of,
     dialect,
-    legacy,
     prefix_hash,
     splice,
     sse_events,
@@ -1036,12 +1035,10 @@ class Proxy:
                 if offer
                 else []
             )
-        if schemas and legacy(plan.api, plan.original):  # functions beside the client's
-            body["functions"] = [*plan.original["functions"], *d.definitions(schemas)]
-        elif schemas:
-            own = plan.api in ("responses", "gemini")  # (their definitions are not the OpenAI hook's)
-            ours = d.definitions(schemas) if own else conv.hook.adapter.tool_definitions(schemas)
-            body["tools"] = [*(plan.original.get("tools") or []), *ours]
+        if schemas:  # after the client's (a dialect the hook's adapter does not speak: its own)
+            own = getattr(d, "definitions", None)
+            ours = own(schemas) if own is not None else conv.hook.adapter.tool_definitions(schemas)
+            body[d.TOOLS] = [*(plan.original.get(d.TOOLS) or []), *ours]
         return replace(plan, body=body, ours=frozenset(t["name"] for t in schemas))
 
     def _observe(self, conv: _Conversation, theirs: set[str]) -> None:

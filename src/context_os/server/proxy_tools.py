@@ -45,7 +45,6 @@ __all__ = [
     "OneCompletion",
     "StreamFilter",
     "dialect",
-    "legacy",
     "prefix_hash",
     "splice",
     "with_sse",
@@ -231,7 +230,10 @@ def _calls(parts: list[Mapping[str, Any]], kind: str, id_key: str, args_key: str
 
 
 class OpenAIDialect:
-    """``/v1/chat/completions``."""
+    """``/v1/chat/completions``. (Every dialect names the request's field of tool definitions,
+    ``TOOLS``; one the hook's adapter does not speak has ``definitions`` of its own.)"""
+
+    TOOLS = "tools"
 
     @staticmethod
     def tool_names(tools: Any) -> set[str]:
@@ -245,8 +247,7 @@ class OpenAIDialect:
     @staticmethod
     def calls(response: Mapping[str, Any]) -> tuple[list[Call], dict[str, Any]]:
         """The calls of a JSON response, and its assistant message."""
-        choices = response.get("choices") or []
-        message = dict(choices[0].get("message") or {}) if choices else {}
+        message = _chat_message(response)
         calls = [
             Call(
                 c.get("id", ""),
@@ -280,6 +281,8 @@ class LegacyFunctionsDialect(OpenAIDialect):
     tools are functions beside the client's, a call is the message's one ``function_call``
     (without an id), and its result a ``function`` message of its name (``legacy``)."""
 
+    TOOLS = "functions"
+
     @staticmethod
     def definitions(schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Our tools as functions (name, description, JSON Schema parameters)."""
@@ -294,8 +297,7 @@ class LegacyFunctionsDialect(OpenAIDialect):
 
     @staticmethod
     def calls(response: Mapping[str, Any]) -> tuple[list[Call], dict[str, Any]]:
-        choices = response.get("choices") or []
-        message = dict(choices[0].get("message") or {}) if choices else {}
+        message = _chat_message(response)
         fn = message.get("function_call")
         if not isinstance(fn, Mapping):
             return [], message
@@ -314,6 +316,12 @@ class LegacyFunctionsDialect(OpenAIDialect):
         return out
 
 
+def _chat_message(response: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON chat completion's (first choice's) assistant message."""
+    choices = response.get("choices") or []
+    return dict(choices[0].get("message") or {}) if choices else {}
+
+
 def legacy(api: str, body: Mapping[str, Any]) -> bool:
     """Whether a request is one of chat completions' legacy function calling: ``functions``
     and no ``tools``."""
@@ -322,6 +330,8 @@ def legacy(api: str, body: Mapping[str, Any]) -> bool:
 
 class AnthropicDialect:
     """``/v1/messages``."""
+
+    TOOLS = "tools"
 
     @staticmethod
     def tool_names(tools: Any) -> set[str]:
@@ -362,6 +372,8 @@ class AnthropicDialect:
 
 class ResponsesDialect:
     """``/v1/responses``."""
+
+    TOOLS = "tools"
 
     @staticmethod
     def tool_names(tools: Any) -> set[str]:
@@ -407,6 +419,8 @@ class GeminiDialect:
     """``models/{model}:generateContent`` and ``:streamGenerateContent``. A call the model made
     without an ``id`` (Gemini models give none) is a ``Call`` with the id ``""``, and its response
     goes back without one, matched by its name and place."""
+
+    TOOLS = "tools"
 
     @staticmethod
     def tool_names(tools: Any) -> set[str]:
@@ -492,10 +506,10 @@ def _ours(item: Mapping[str, Any], ours: set[str]) -> bool:
     return item.get("type") == "function_call" and item.get("call_id") in ours
 
 
-def dialect(api: str, body: Mapping[str, Any] | None = None) -> Any:
-    """The dialect of ``api``'s requests; ``body``: the request, which may speak chat's legacy
-    function calling (``legacy``)."""
-    if body is not None and legacy(api, body):
+def dialect(api: str, body: Mapping[str, Any]) -> Any:
+    """The dialect of ``api``'s request ``body`` (a chat one may speak legacy function calling:
+    ``legacy``)."""
+    if legacy(api, body):
         return LegacyFunctionsDialect
     return {"anthropic": AnthropicDialect, "responses": ResponsesDialect, "gemini": GeminiDialect}.get(
         api, OpenAIDialect
