@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 from context_os import Session
 from context_os.context.evict import evict
 from context_os.context.frames import frame_rows
+from context_os.context.lease import lease_id
 from context_os.context.policy import RetentionPolicy
+from context_os.errors import InputError
 from context_os.harness.registry import NAMES
 from context_os.server import (
     INTERNAL_ERROR,
@@ -1131,3 +1133,22 @@ def test_a_workspace_is_watched_while_a_session_in_it_is_open(tmp_path: Path):
         finally:
             server.close()
         assert server.trackers is not None and server.trackers.running() == []
+
+
+@pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
+def test_a_session_that_fails_to_open_gives_back_its_workspaces_tracker(tmp_path: Path):
+    """A ``session.open`` that failed after taking its workspace's tracker (here: recall with an
+    embedder this machine does not know) kept the tracker running until the server stopped, and
+    its session's lease taken. Both are given back when the open fails."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with SqliteStore(tmp_path / "s.db") as store:
+        server = Server(store, workspaces=[ws], embedder="no-such-embedder")
+        try:
+            with pytest.raises(InputError, match="no-such-embedder"):
+                server.call("session.open", {"session": "a", "workspace": str(ws), "recall": True})
+            assert server.call("status", {})["trackers"] == []
+            assert server.sessions == {}
+            assert store.doc(lease_id("a"))["content"]["expires"] == 0  # the lease was given back
+        finally:
+            server.close()

@@ -401,19 +401,20 @@ class Server(RpcServer):
             try:
                 files = FileTools(session, ws, tracker=tracker) if ws else None
                 hook = h.hook(session, files=files)
-            except BaseException:
+                hook.every_message = True  # a client sends its whole history at every call: a change anywhere is seen
+                if p.recall or p.memory:
+                    if p.recall and self.recall is None:
+                        self.recall = open_recall(self.store, self.embedder)
+                    recall = self.recall if p.recall else None
+                    SourceTools(session, recall=recall, memory=memory).register(hook.registry)
+                if p.mesh and self.mesh is not None:
+                    MeshTools(session, self.mesh).register(hook.registry)
+            except BaseException:  # (what it took, given back: the tracker's hold, the session's lease)
                 self._release(tracked)
+                session.close()
                 raise
-            hook.every_message = True  # a client sends its whole history at every call: a change anywhere is seen
-            if p.recall or p.memory:
-                if p.recall and self.recall is None:
-                    self.recall = open_recall(self.store, self.embedder)
-                SourceTools(session, recall=self.recall if p.recall else None, memory=memory).register(hook.registry)
-            if p.mesh and self.mesh is not None:
-                MeshTools(session, self.mesh).register(hook.registry)
             replaced = current
-            current = self.sessions[p.session] = _Open(h, hook, p.client)
-            current.tracked = tracked
+            current = self.sessions[p.session] = _Open(h, hook, p.client, tracked)
             if replaced is not None:  # (its Session revoked by the new one's lease)
                 self._release(replaced.tracked)
         s = current.hook.session
