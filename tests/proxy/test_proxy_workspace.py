@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from context_os import Session
+from context_os.context.lease import lease_id
 from context_os.server.proxy import Proxy
 from context_os.server.proxy_workspace import agent_directory
 from context_os.store.sqlite import SqliteStore
@@ -206,7 +207,7 @@ def test_a_conversation_that_fails_to_open_gives_back_its_session_and_tracker(
             assert plan.conversation is None and plan.body is plan.original
             assert proxy.counts["failed_open"] == 1 and proxy.status()["trackers"] == []
             (sid,) = opened
-            Session.open(store, sid, harness="anthropic").close()  # its lease is free
+            assert store.doc(lease_id(sid))["content"]["expires"] == 0  # its lease is free
             plan = proxy.prepare("anthropic", {}, body)  # and the next request opens it
             assert plan.conversation is not None and plan.conversation.hook.session.id == sid
             assert [t["workspace"] for t in proxy.status()["trackers"]] == [str(work.resolve())]
