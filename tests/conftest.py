@@ -12,20 +12,28 @@
 * ``reliability`` (from ``tests/_reliability.py``) counts what a test tried and what came of it,
   for the run's reliability report (docs/reliability.md).
 * SIGTERM (a CI's time limit, ``kill``) ends the run as Ctrl-C does: fixtures are torn down, so
-  the XTDB nodes and PostgreSQL servers they started are stopped, not left running.
+  the XTDB nodes and PostgreSQL servers they started are stopped, not left running. That holds
+  where Python itself drops the interrupt (handled in a finalizer) and where pytest would leave a
+  fixture out of its teardown (interrupted as it notes it).
 * The OpenAI Agents SDK's tracing is off: a run would export its traces to OpenAI at exit.
 """
 
 from __future__ import annotations
 
+import _thread
+import functools
+import gc
+import inspect
 import os
 import signal
+import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -37,10 +45,12 @@ pytest_plugins = ["tests._reliability"]
 os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own, whose unraisable hook ours hands the rest to
 def pytest_configure(config: pytest.Config) -> None:
     if threading.current_thread() is threading.main_thread():
         parallel = not hasattr(config, "workerinput") and config.getoption("numprocesses", None)
         signal.signal(signal.SIGTERM, _to_workers if parallel else _interrupted)
+        sys.unraisablehook = functools.partial(_unraisable, sys.unraisablehook)
 
 
 LONGEST_FIRST = (
@@ -67,13 +77,58 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _TERMINATED: list[int] = []
+_IN_UNRAISABLE_HOOK = False
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
+    if _IN_UNRAISABLE_HOOK:  # raised here, it would be dropped too
+        _thread.start_new_thread(os.kill, (os.getpid(), signum))
+        return
     if _TERMINATED:  # a second one (a process group's, after the controller's): the teardown goes on
         return
     _TERMINATED.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _unraisable(then: Callable[[Any], object], unraisable: Any) -> None:
+    """A SIGTERM handled while a finalizer ran (a weakref's callback, a ``__del__``: the import
+    system's module locks have one) raised its KeyboardInterrupt there, where Python prints the
+    exception and goes on: the run went on as if never told to end, its test sleeping out the
+    CI's time. The signal is sent again, from a thread that runs once this thread lets it (no
+    later than the next switch of threads), to be handled after the finalizer.
+
+    Nothing here waits for that thread (``threading.Thread.start`` does): a signal handled in
+    this hook raises where Python drops it too, so the handler sends one again instead."""
+    global _IN_UNRAISABLE_HOOK
+    ours = _TERMINATED and unraisable.exc_type is KeyboardInterrupt
+    if not ours or unraisable.exc_value.args != (f"signal {_TERMINATED[0]}",):
+        then(unraisable)
+        return
+    _IN_UNRAISABLE_HOOK = True
+    signum = _TERMINATED.pop()
+    _thread.start_new_thread(os.kill, (os.getpid(), signum))
+    _IN_UNRAISABLE_HOOK = False  # (the last statement: no signal is handled between it and return)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's teardown of every fixture it knows to tear down
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """An interrupt (SIGTERM as Ctrl-C) between a fixture's ``yield`` and pytest's note of its
+    teardown leaves the fixture's generator unfinished and unknown to the teardown: a node it
+    started runs on after the run. Each such generator is closed here, which runs its
+    ``finally``. (In a run that was not interrupted none is left.)"""
+    if exitstatus != pytest.ExitCode.INTERRUPTED:
+        return
+    for left in [o for o in gc.get_objects() if inspect.isgenerator(o) and o.gi_code in _FIXTURES_SET_UP]:
+        if left.gi_suspended:
+            left.close()
+
+
+_FIXTURES_SET_UP: set[object] = set()
+"""The code of every fixture function this run has set up."""
+
+
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> None:
+    _FIXTURES_SET_UP.add(getattr(inspect.unwrap(fixturedef.func), "__code__", None))
 
 
 def _to_workers(signum: int, frame: FrameType | None) -> None:

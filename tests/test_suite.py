@@ -53,29 +53,135 @@ def test_sigterm_ends_a_run_as_ctrl_c_does_tearing_its_fixtures_down(tmp_path: P
             """
         )
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider"),
-            *(("-n", str(workers)) if workers else ("-p", "no:xdist")),
-            str(tmp_path),
-        ],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        # started as a CI runner starts it, in the background of a script: SIGINT ignored (the
-        # controller's own interrupt of its workers is a SIGINT, so it tore nothing down there)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )
+    run = _pytest(tmp_path, workers)
     try:
         wait_for(lambda: len(list(tmp_path.glob("started-*"))) == max(workers, 1), timeout=60)
         run.send_signal(signal.SIGTERM)
         out, _ = run.communicate(timeout=60)
     finally:
         run.kill()
-    started = sorted(p.name.removeprefix("started-") for p in tmp_path.glob("started-*"))
-    assert sorted(p.name.removeprefix("stopped-") for p in tmp_path.glob("stopped-*")) == started, out.decode()
+    _assert_interrupted(tmp_path, run, out)
+
+
+def test_sigterm_handled_in_a_finalizer_still_ends_the_run(tmp_path: Path) -> None:
+    """Python handles a signal where the main thread is: in a weakref's callback (as the import
+    system's module locks have) or a ``__del__`` too, where a KeyboardInterrupt raised is printed
+    and dropped. A CI's SIGTERM handled there was lost: the run went on (a run of 2026-12-05 slept
+    out the rest of its test)."""
+    (tmp_path / "test_long.py").write_text(
+        textwrap.dedent(
+            """
+            import signal
+            import time
+            import weakref
+            from pathlib import Path
+
+            import pytest
+
+            HERE = Path(__file__).parent
+
+
+            @pytest.fixture
+            def server():
+                try:
+                    (HERE / "started-main").touch()
+                    yield
+                finally:
+                    (HERE / "stopped-main").touch()
+
+
+            class Lock:
+                pass
+
+
+            def test_long(server):
+                lock = Lock()
+                ref = weakref.ref(lock, lambda ref: signal.raise_signal(signal.SIGTERM))
+                del lock  # its callback is where the signal is handled
+                time.sleep(120)
+            """
+        )
+    )
+    run = _pytest(tmp_path, 0)
+    try:
+        out, _ = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    _assert_interrupted(tmp_path, run, out)
+    assert b"Exception ignored" not in out
+
+
+def test_sigterm_before_pytest_notes_a_fixture_s_teardown_still_tears_it_down(tmp_path: Path) -> None:
+    """A fixture's ``yield`` done and its teardown not yet noted by pytest (a few of the steps of
+    a fixture's setup): interrupted there, pytest tears down what it has noted only, and the
+    fixture's generator was left as it stood (a node it started, running on)."""
+    (tmp_path / "test_long.py").write_text(
+        textwrap.dedent(
+            """
+            import signal
+            import sys
+            import time
+            from pathlib import Path
+
+            import pytest
+
+            HERE = Path(__file__).parent
+
+
+            def interrupt_as_pytest_notes_a_teardown(frame, event, arg):
+                # (on the session: the fixture's generator is noted on its definition before that)
+                noting = event == "call" and frame.f_code.co_name == "addfinalizer"
+                if noting and isinstance(frame.f_locals.get("self"), pytest.Session):
+                    sys.settrace(None)
+                    (HERE / "interrupted").touch()
+                    signal.raise_signal(signal.SIGTERM)
+                return None
+
+
+            @pytest.fixture(scope="session")
+            def server():
+                try:
+                    (HERE / "started-main").touch()
+                    sys.settrace(interrupt_as_pytest_notes_a_teardown)
+                    yield
+                finally:
+                    (HERE / "stopped-main").touch()
+
+
+            def test_long(server):
+                time.sleep(120)
+            """
+        )
+    )
+    run = _pytest(tmp_path, 0)
+    try:
+        out, _ = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert (tmp_path / "interrupted").exists(), out.decode()
+    _assert_interrupted(tmp_path, run, out)
+
+
+def _pytest(tests: Path, workers: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider"),
+            *(("-n", str(workers)) if workers else ("-p", "no:xdist")),
+            str(tests),
+        ],
+        cwd=tests,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        # started as a CI runner starts it, in the background of a script: SIGINT ignored (the
+        # controller's own interrupt of its workers is a SIGINT, so it tore nothing down there)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+
+
+def _assert_interrupted(tests: Path, run: subprocess.Popen[bytes], out: bytes) -> None:
+    started = sorted(p.name.removeprefix("started-") for p in tests.glob("started-*"))
+    assert started and sorted(p.name.removeprefix("stopped-") for p in tests.glob("stopped-*")) == started, out.decode()
     assert run.returncode == 2 and (b"KeyboardInterrupt" in out or b"keyboard-interrupt" in out)  # interrupted
 
 
