@@ -102,11 +102,7 @@ def test_sigterm_handled_in_a_finalizer_still_ends_the_run(tmp_path: Path) -> No
             """
         )
     )
-    run = _pytest(tmp_path, 0)
-    try:
-        out, _ = run.communicate(timeout=60)
-    finally:
-        run.kill()
+    run, out = _serial_run_to_its_end(tmp_path)
     _assert_interrupted(tmp_path, run, out)
     assert b"Exception ignored" not in out
 
@@ -153,13 +149,18 @@ def test_sigterm_before_pytest_notes_a_fixture_s_teardown_still_tears_it_down(tm
             """
         )
     )
-    run = _pytest(tmp_path, 0)
+    run, out = _serial_run_to_its_end(tmp_path)
+    assert (tmp_path / "interrupted").exists(), out.decode()
+    _assert_interrupted(tmp_path, run, out)
+
+
+def _serial_run_to_its_end(tests: Path) -> tuple[subprocess.Popen[bytes], bytes]:
+    run = _pytest(tests, 0)
     try:
         out, _ = run.communicate(timeout=60)
     finally:
         run.kill()
-    assert (tmp_path / "interrupted").exists(), out.decode()
-    _assert_interrupted(tmp_path, run, out)
+    return run, out
 
 
 def _pytest(tests: Path, workers: int) -> subprocess.Popen[bytes]:
