@@ -97,6 +97,28 @@ def test_a_sigint_the_process_ignores_stays_ignored_and_the_handlers_found_are_r
         signal.signal(signal.SIGINT, previous)
 
 
+def test_a_sigterm_handled_in_a_finalizer_still_stops_a_server() -> None:
+    """A server's SIGTERM is a KeyboardInterrupt raised where the main thread stands. Handled in a
+    finalizer (a weakref's callback, as the import system's module locks have, so a server being
+    started is often in one), Python printed it as ignored and the server served on, its
+    supervisor's stop lost. In a process of its own: the handler is the whole process's."""
+    code = (
+        "import signal, sys, time, weakref\n"
+        "from context_os.cli._common import server_process\n"
+        "server_process('test', 0)\n"
+        "class Lock: pass\n"
+        "lock = Lock()\n"
+        "ref = weakref.ref(lock, lambda ref: signal.raise_signal(signal.SIGTERM))\n"
+        "try:\n"
+        "    del lock  # its callback is where the signal is handled\n"
+        "    time.sleep(60)\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(7)\n"
+    )
+    stopped = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert stopped.returncode == 7 and "ignored" not in stopped.stderr, stopped.stderr
+
+
 def test_a_server_made_ready_built_its_redaction_and_froze_what_was_there() -> None:
     """``ready_to_serve`` (proxy, serve): the first request no longer builds the default redaction
     (50 ms), and a full collection no longer goes through every object of the imported libraries

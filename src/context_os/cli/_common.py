@@ -7,6 +7,7 @@ nothing that is not about the command line belongs here (store lookups live belo
 
 from __future__ import annotations
 
+import _thread
 import gc
 import logging
 import os
@@ -62,10 +63,38 @@ def server_process(name: str, verbose: int) -> None:
     logger.addHandler(handler)
     logger.setLevel([logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)])
     signal.signal(signal.SIGTERM, _interrupt)
+    sys.unraisablehook = partial(_send_dropped_again, sys.unraisablehook)
+
+
+_RAISED: list[KeyboardInterrupt] = []
+"""The interrupt SIGTERM raised last."""
+_IN_UNRAISABLE_HOOK = False
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    if _IN_UNRAISABLE_HOOK:  # raised here, it would be dropped too
+        _thread.start_new_thread(os.kill, (os.getpid(), signum))
+        return
+    _RAISED[:] = [KeyboardInterrupt()]
+    raise _RAISED[0]
+
+
+def _send_dropped_again(then: Callable[[Any], object], unraisable: Any) -> None:
+    """SIGTERM handled while a finalizer ran in the main thread (a weakref's callback, a
+    ``__del__``: the import system's module locks have one, so a server being started is often
+    in one) raised its KeyboardInterrupt there, where Python prints the exception as ignored and
+    goes on: the server started and served on, its supervisor's stop lost. The signal is sent
+    again, from a thread that runs once this one lets it, to be handled after the finalizer.
+    Nothing here waits for that thread (``threading.Thread.start`` does): a signal handled in this
+    hook is dropped as well, so the handler sends it again instead of raising."""
+    global _IN_UNRAISABLE_HOOK
+    if not _RAISED or unraisable.exc_value is not _RAISED[0]:
+        then(unraisable)
+        return
+    _IN_UNRAISABLE_HOOK = True
+    _RAISED.clear()
+    _thread.start_new_thread(os.kill, (os.getpid(), signal.SIGTERM))
+    _IN_UNRAISABLE_HOOK = False  # (the last statement: no signal is handled between it and return)
 
 
 def ready_to_serve() -> None:
