@@ -20,16 +20,13 @@
 
 from __future__ import annotations
 
-import _thread
-import functools
 import gc
 import inspect
 import os
 import signal
-import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
 from types import FrameType
@@ -37,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from context_os.cli._common import interrupt, interrupted, keep_interrupts
 from context_os.store import Store
 from context_os.store import sqlite as sqlite_store
 
@@ -45,12 +43,12 @@ pytest_plugins = ["tests._reliability"]
 os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
 
 
-@pytest.hookimpl(trylast=True)  # after pytest's own, whose unraisable hook ours hands the rest to
+@pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     if threading.current_thread() is threading.main_thread():
         parallel = not hasattr(config, "workerinput") and config.getoption("numprocesses", None)
         signal.signal(signal.SIGTERM, _to_workers if parallel else _interrupted)
-        sys.unraisablehook = functools.partial(_unraisable, sys.unraisablehook)
+        keep_interrupts()  # (after pytest's own unraisable hook, which gets the rest)
 
 
 LONGEST_FIRST = (
@@ -76,38 +74,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))  # (stable)
 
 
-_TERMINATED: list[int] = []
-_IN_UNRAISABLE_HOOK = False
-
-
 def _interrupted(signum: int, frame: FrameType | None) -> None:
-    if _IN_UNRAISABLE_HOOK:  # raised here, it would be dropped too
-        _thread.start_new_thread(os.kill, (os.getpid(), signum))
+    if interrupted():  # a second one (a process group's, after the controller's): the teardown goes on
         return
-    if _TERMINATED:  # a second one (a process group's, after the controller's): the teardown goes on
-        return
-    _TERMINATED.append(signum)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _unraisable(then: Callable[[Any], object], unraisable: Any) -> None:
-    """A SIGTERM handled while a finalizer ran (a weakref's callback, a ``__del__``: the import
-    system's module locks have one) raised its KeyboardInterrupt there, where Python prints the
-    exception and goes on: the run went on as if never told to end, its test sleeping out the
-    CI's time. The signal is sent again, from a thread that runs once this thread lets it (no
-    later than the next switch of threads), to be handled after the finalizer.
-
-    Nothing here waits for that thread (``threading.Thread.start`` does): a signal handled in
-    this hook raises where Python drops it too, so the handler sends one again instead."""
-    global _IN_UNRAISABLE_HOOK
-    ours = _TERMINATED and unraisable.exc_type is KeyboardInterrupt
-    if not ours or unraisable.exc_value.args != (f"signal {_TERMINATED[0]}",):
-        then(unraisable)
-        return
-    _IN_UNRAISABLE_HOOK = True
-    signum = _TERMINATED.pop()
-    _thread.start_new_thread(os.kill, (os.getpid(), signum))
-    _IN_UNRAISABLE_HOOK = False  # (the last statement: no signal is handled between it and return)
+    interrupt(signum, frame)
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's teardown of every fixture it knows to tear down

@@ -62,38 +62,51 @@ def server_process(name: str, verbose: int) -> None:
     logger = logging.getLogger("context_os")
     logger.addHandler(handler)
     logger.setLevel([logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)])
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    keep_interrupts()
+
+
+def keep_interrupts() -> None:
+    """Make sure an ``interrupt`` is not lost. A signal is handled wherever the main thread is;
+    when that is a finalizer (a weakref's callback, a ``__del__``: the import system's module
+    locks have one, so a process that is starting is often in one), Python prints the
+    KeyboardInterrupt raised there as ignored and goes on: a server started and served on, its
+    supervisor's stop lost. From here on such a signal is sent again, to be handled after the
+    finalizer. (Once per process, after any other ``sys.unraisablehook``, which gets the rest.)"""
     sys.unraisablehook = partial(_send_dropped_again, sys.unraisablehook)
 
 
-_RAISED: list[KeyboardInterrupt] = []
-"""The interrupt SIGTERM raised last."""
+_RAISED: list[tuple[KeyboardInterrupt, int]] = []
+"""The interrupt a signal raised last, and the signal's number, while it is not known dropped."""
 _IN_UNRAISABLE_HOOK = False
 
 
-def _interrupt(signum: int, frame: object) -> None:
+def interrupt(signum: int, frame: object = None) -> None:
+    """A signal's handler (SIGTERM's in a server): KeyboardInterrupt, as Ctrl-C raises,
+    never lost where ``keep_interrupts`` was called."""
     if _IN_UNRAISABLE_HOOK:  # raised here, it would be dropped too
         _thread.start_new_thread(os.kill, (os.getpid(), signum))
         return
-    _RAISED[:] = [KeyboardInterrupt()]
-    raise _RAISED[0]
+    _RAISED[:] = [(KeyboardInterrupt(), signum)]
+    raise _RAISED[0][0]
+
+
+def interrupted() -> bool:
+    """Whether ``interrupt`` raised, and that was not dropped."""
+    return bool(_RAISED)
 
 
 def _send_dropped_again(then: Callable[[Any], object], unraisable: Any) -> None:
-    """SIGTERM handled while a finalizer ran in the main thread (a weakref's callback, a
-    ``__del__``: the import system's module locks have one, so a server being started is often
-    in one) raised its KeyboardInterrupt there, where Python prints the exception as ignored and
-    goes on: the server started and served on, its supervisor's stop lost. The signal is sent
-    again, from a thread that runs once this one lets it, to be handled after the finalizer.
-    Nothing here waits for that thread (``threading.Thread.start`` does): a signal handled in this
-    hook is dropped as well, so the handler sends it again instead of raising."""
+    """The signal of an interrupt dropped is sent again from a thread that runs once this one
+    lets it. Nothing here waits for that thread (``threading.Thread.start`` does): a signal
+    handled in this hook is dropped as well, so the handler sends it again instead of raising."""
     global _IN_UNRAISABLE_HOOK
-    if not _RAISED or unraisable.exc_value is not _RAISED[0]:
+    if not _RAISED or unraisable.exc_value is not _RAISED[0][0]:
         then(unraisable)
         return
     _IN_UNRAISABLE_HOOK = True
-    _RAISED.clear()
-    _thread.start_new_thread(os.kill, (os.getpid(), signal.SIGTERM))
+    _, signum = _RAISED.pop()
+    _thread.start_new_thread(os.kill, (os.getpid(), signum))
     _IN_UNRAISABLE_HOOK = False  # (the last statement: no signal is handled between it and return)
 
 
