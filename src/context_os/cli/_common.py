@@ -85,7 +85,7 @@ def interrupt(signum: int, frame: object = None) -> None:
     """A signal's handler (SIGTERM's in a server): KeyboardInterrupt, as Ctrl-C raises,
     never lost where ``keep_interrupts`` was called."""
     if _IN_UNRAISABLE_HOOK:  # raised here, it would be dropped too
-        _thread.start_new_thread(os.kill, (os.getpid(), signum))
+        _send_to_main_thread(signum)
         return
     _RAISED[:] = [(KeyboardInterrupt(), signum)]
     raise _RAISED[0][0]
@@ -106,8 +106,17 @@ def _send_dropped_again(then: Callable[[Any], object], unraisable: Any) -> None:
         return
     _IN_UNRAISABLE_HOOK = True
     _, signum = _RAISED.pop()
-    _thread.start_new_thread(os.kill, (os.getpid(), signum))
+    _send_to_main_thread(signum)
     _IN_UNRAISABLE_HOOK = False  # (the last statement: no signal is handled between it and return)
+
+
+def _send_to_main_thread(signum: int) -> None:
+    """``signum`` sent from a thread of its own to the main thread, whose wait (a ``sleep``) it
+    breaks: sent to the process, it may reach another thread, and the handler waits for the main
+    thread's wait to end (a CI run's test slept out its 60 s so)."""
+    main = threading.main_thread().ident
+    assert main is not None  # (started)
+    _thread.start_new_thread(signal.pthread_kill, (main, signum))
 
 
 def ready_to_serve() -> None:
