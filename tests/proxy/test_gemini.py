@@ -344,8 +344,8 @@ _ARGS = st.dictionaries(st.sampled_from(["a", "b"]), st.one_of(_TEXT, st.integer
 _MODEL_PART = st.one_of(
     st.fixed_dictionaries({"text": _TEXT}, optional={"thoughtSignature": _SIG}),
     st.fixed_dictionaries({"text": _TEXT, "thought": st.just(True)}),
-    st.fixed_dictionaries({"functionCall": st.fixed_dictionaries({"name": _NAME, "args": _ARGS},
-                                                                 optional={"id": st.sampled_from(["c1", "c2"])})},
+    st.fixed_dictionaries({"functionCall": st.fixed_dictionaries({"name": _NAME}, optional={
+                               "args": st.one_of(_ARGS, st.none()), "id": st.sampled_from(["c1", "c2"])})},
                           optional={"thoughtSignature": _SIG}),
     st.fixed_dictionaries({"executableCode": st.fixed_dictionaries({"language": st.just("PYTHON"), "code": _TEXT})}),
 )  # fmt: skip

@@ -58,9 +58,11 @@ KEPT = "ctxos_gemini"
 """On every message: ``at``, the index of the content it came from (-1: the system instruction),
 a user content's role (``role``), and what it keeps of it: a user message's parts (``parts``),
 an assistant message's parts with each call's ``args`` left out (``parts``, a call's part naming
-its tool call by ``call``), a tool message's part without its response (``part``) and how its
+its tool call by ``call`` and, for a call that came without an object of arguments, ``no_args``:
+``absent`` or ``null``), a tool message's part without its response (``part``) and how its
 text stands for the response (``form``: ``output``, ``error`` or ``json``), the system
 instruction (``content``)."""
+_NO_ARGS = "no_args"
 Pending = list[tuple[str, str | None, str]]
 """The calls of the newest model turn not yet answered: the id a tool call has, the API's id,
 the tool's name."""
@@ -197,7 +199,10 @@ def _assistant(parts: list[Mapping[str, Any]], k: int, pending: Pending) -> dict
             arguments = json.dumps(fc.get("args") or {}, ensure_ascii=False)
             calls.append({"id": call_id, "type": "function", "function": {"name": fc["name"], "arguments": arguments}})
             pending.append((call_id, api_id, fc["name"]))
-            kept.append({**part, "functionCall": {f: v for f, v in fc.items() if f != "args"}, "call": call_id})
+            shell = {**part, "functionCall": {f: v for f, v in fc.items() if f != "args"}, "call": call_id}
+            if not isinstance(fc.get("args"), Mapping):  # none, or null: sent back so, not as {}
+                shell[_NO_ARGS] = "null" if "args" in fc else "absent"
+            kept.append(shell)
         elif _is_text(part):
             texts.append(part["text"])
             kept.append(dict(part))
@@ -378,7 +383,8 @@ def _model_parts(m: Mapping[str, Any], kept: Mapping[str, Any]) -> list[dict[str
             if call is None:
                 continue  # context_os dropped it (it is not in what the model sees)
             placed.add(call_id)
-            out.append(_call_part({f: v for f, v in part.items() if f != "call"}, call))
+            shell = {f: v for f, v in part.items() if f not in ("call", _NO_ARGS)}
+            out.append(_call_part(shell, call, part.get(_NO_ARGS)))
         elif _is_text(part):
             if unchanged:
                 out.append(dict(part))
@@ -393,9 +399,11 @@ def _model_parts(m: Mapping[str, Any], kept: Mapping[str, Any]) -> list[dict[str
     return out
 
 
-def _call_part(shell: Mapping[str, Any], call: Mapping[str, Any]) -> dict[str, Any]:
+def _call_part(shell: Mapping[str, Any], call: Mapping[str, Any], no_args: str | None = None) -> dict[str, Any]:
     """A ``functionCall`` part with the call's arguments as context_os sends them (elided, an
-    object still: ``{"_elided": …}`` for arguments that were no object)."""
+    object still: ``{"_elided": …}`` for arguments that were no object). A call that came with
+    no ``args`` (``no_args`` "absent") or ``"args": null`` ("null") goes back so while they are
+    still none."""
     fn = call["function"]
     try:
         args = json.loads(fn["arguments"])
@@ -404,4 +412,8 @@ def _call_part(shell: Mapping[str, Any], call: Mapping[str, Any]) -> dict[str, A
     if not isinstance(args, dict):
         args = {"_elided": fn["arguments"]}
     fc = dict(shell.get("functionCall") or {"name": fn["name"]})
-    return {**shell, "functionCall": {**fc, "name": fn["name"], "args": args}}
+    if args or no_args not in ("absent", "null"):
+        return {**shell, "functionCall": {**fc, "name": fn["name"], "args": args}}
+    if no_args == "null":
+        return {**shell, "functionCall": {**fc, "name": fn["name"], "args": None}}
+    return {**shell, "functionCall": {**fc, "name": fn["name"]}}
