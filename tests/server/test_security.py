@@ -489,3 +489,81 @@ def test_every_server_writes_without_waiting_for_acknowledgements(tmp_path: Path
         if proxy is not None:
             proxy.close()
         store.close()
+
+
+def _answers(sock: socket.socket, patience: float = 30) -> bytes:
+    """What the server sends on ``sock`` until it closes it (or ``patience`` seconds pass after
+    the last that came: it kept it open, said by ``<still open>`` at the end)."""
+    sock.settimeout(patience)
+    got = b""
+    try:
+        while chunk := sock.recv(65536):
+            got += chunk
+    except TimeoutError:
+        got += b"<still open>"
+    return got
+
+
+def test_requests_go_on_one_kept_alive_connection_and_a_body_left_unread_closes_it(tmp_path: Path) -> None:
+    """``serve --http`` answers HTTP/1.1, so a client's calls go on one connection (each was
+    answered HTTP/1.0 and its connection closed until 2026-12-06). A body the server does not
+    read by its ``Content-Length`` would then stay on the connection and be read as the next
+    request (smuggled past whatever checked the first): a body in chunks is refused, a preflight
+    that carries one is answered and its connection closed, and what followed is never run."""
+    store = SqliteStore(tmp_path / "s.db")
+    server = Server(store, track=False)
+    token, page = "t" * 32, "http://127.0.0.1:5173"
+    httpd = make_http_server(server, 0, token=token, origins=[page])
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        socks = []
+        for n in range(3):
+            conn.request("POST", "/", body=json.dumps({"jsonrpc": "2.0", "id": n, "method": "ping"}), headers=auth)
+            r = conn.getresponse()
+            assert (r.status, r.version, json.loads(r.read())["id"]) == (200, 11, n)
+            socks.append(conn.sock)
+        assert socks[0] is not None and socks == [socks[0]] * 3  # never closed, never reopened
+        conn.close()
+
+        smuggled = (
+            f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(OPEN)}\r\n\r\n"
+        ).encode() + OPEN
+        chunked = f"{len(b'{}'):x}\r\n{{}}\r\n0\r\n\r\n".encode()
+        for request in (
+            # chunked, with a Content-Length that covers its chunks only
+            f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nContent-Length: {len(chunked)}\r\n\r\n",
+            f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ):
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+                sock.sendall(request.encode() + chunked + smuggled)
+                answer = _answers(sock)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 411 ") and b"\r\nConnection: close" in head, answer
+            assert "Transfer-Encoding" in json.loads(body)["error"]["message"]
+        preflight = (
+            f"OPTIONS / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: {page}\r\n"
+            "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization\r\n"
+            f"Content-Length: {len(smuggled)}\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(preflight.encode() + smuggled)
+            answer = _answers(sock)
+        assert answer.startswith(b"HTTP/1.1 204 ") and answer.count(b"HTTP/1.1 ") == 1, answer
+        assert b"\r\nConnection: close" in answer and answer.endswith(b"\r\n\r\n"), answer
+        # without a body, a preflight's connection is kept for the request after it
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(preflight.replace(f"{len(smuggled)}", "0").encode())
+            answer = _answers(sock, patience=1)  # (the server closes an idle one after 10 s)
+        assert answer.startswith(b"HTTP/1.1 204 ") and answer.endswith(b"<still open>"), answer
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        server.close()
+        store.close()
+    assert _sessions(tmp_path / "s.db") == []  # nothing smuggled was run

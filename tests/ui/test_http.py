@@ -422,7 +422,7 @@ def test_a_request_without_the_token_is_not_told_the_path_the_pages_live_under(d
                 raw = b""
                 while chunk := sock.recv(65536):
                     raw += chunk
-            assert raw.startswith(b"HTTP/1.0 400") and root.encode() not in raw
+            assert raw.startswith(b"HTTP/1.1 400") and root.encode() not in raw
             # once admitted, its pages link under it
             jar = {f"ctxos_ui_{port}": token}
             assert f'href="{root}/"' in httpx.get(base + root + "/nope", cookies=jar).text
@@ -567,7 +567,8 @@ def test_a_request_http_server_cannot_read_gets_the_pages_headers(demo_db: Path,
         }
         for request, code in requests.items():
             status, headers, body = _raw(base, request)
-            assert status.startswith(f"HTTP/1.0 {code} "), (request[:40], status)
+            assert status.startswith(f"HTTP/1.1 {code} "), (request[:40], status)
+            assert headers.get("connection") == "close", request[:40]
             assert headers.get("content-security-policy", "").startswith("default-src 'none'"), request[:40]
             assert headers.get("x-content-type-options") == "nosniff"
             assert headers.get("referrer-policy") == "no-referrer"
@@ -729,3 +730,33 @@ def test_open_starts_the_browser_without_the_token_on_its_command_line(demo_db: 
             proc.stderr.close()
     assert status == 0
     assert not page.parent.exists()
+
+
+def test_pages_come_on_one_kept_alive_connection_and_a_body_left_unread_closes_it(
+    demo_db: Path, serve: Callable[[Store], str]
+) -> None:
+    """The web view answers HTTP/1.1: a browser fetches a page and what it links to on one
+    connection (each answer was HTTP/1.0, its connection closed, until 2026-12-06). A request
+    that carries a body the web view does not read is answered and its connection closed: the
+    body would be read as the next request."""
+    with SqliteStore(demo_db) as store:
+        base = serve(store)
+        host, port = base.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        socks = []
+        for path in ("/", "/session?id=demo", "/frame?session=demo&turn=3"):
+            conn.request("GET", path)
+            r = conn.getresponse()
+            assert (r.status, r.version) == (200, 11) and r.read()
+            socks.append(conn.sock)
+        assert socks[0] is not None and socks == [socks[0]] * 3  # never closed, never reopened
+        conn.close()
+        second = f"GET /session?id=demo HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
+        for framing in (f"Content-Length: {len(second)}", "Transfer-Encoding: chunked"):
+            with socket.create_connection((host, int(port)), timeout=30) as s:
+                s.sendall(f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\n{framing}\r\n\r\n".encode() + second)
+                answer = b""
+                while chunk := s.recv(65536):
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200 ") and answer.count(b"HTTP/1.1 ") == 1, answer[:300]
+            assert b"\r\nConnection: close\r\n" in answer.partition(b"\r\n\r\n")[0] + b"\r\n"

@@ -560,6 +560,8 @@ def make_http_server(
         raise ConfigError(f"the JSON-RPC server binds to a loopback address only, not {host!r}")
 
     class Handler(DeadlineHandler):
+        protocol_version = "HTTP/1.1"  # a client's next request may come on the same connection
+
         def _send(self, status: int, body: bytes | None, *, allow: str | None = None) -> None:
             try:
                 self._write(status, body, allow=allow)
@@ -583,6 +585,8 @@ def make_http_server(
                 self.send_header("Content-Length", str(len(body)))
             else:
                 self.send_header("Content-Length", "0")
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             if body is not None and self.command != "HEAD":
                 self.wfile.write(body)
@@ -621,6 +625,11 @@ def make_http_server(
             if urlsplit(self.path).path not in ("/", "/rpc"):  # a query string names no other endpoint
                 self._refuse(404, "POST to / or /rpc")
                 return
+            if "Transfer-Encoding" in self.headers:
+                # read by its Content-Length, a body sent in chunks would leave the rest on the
+                # kept-alive connection, to be read as the next request
+                self._refuse(411, "a body in chunks (Transfer-Encoding) is not read: send a Content-Length")
+                return
             try:
                 length = int(self.headers.get("Content-Length", ""))
             except ValueError:
@@ -651,6 +660,7 @@ def make_http_server(
             """A browser's CORS preflight, from an origin the server's owner allowed."""
             if not self._allowed("OPTIONS"):
                 return
+            self.close_connection = self.close_connection or self.declares_body()
             self.send_response(204)
             self.send_header("Access-Control-Allow-Origin", self.headers["Origin"])
             self.send_header("Access-Control-Allow-Methods", "POST")
@@ -658,6 +668,8 @@ def make_http_server(
             self.send_header("Access-Control-Max-Age", "600")
             self.send_header("Vary", "Origin")
             self.send_header("Content-Length", "0")
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
 
         def _not_allowed(self) -> None:
@@ -856,6 +868,13 @@ class DeadlineHandler(BaseHTTPRequestHandler):
         parsed = super().parse_request()
         self._reading.deadline = time.monotonic() + self.server.body_seconds  # the headers are in
         return parsed
+
+    def declares_body(self) -> bool:
+        """Whether the request says a body follows (a ``Content-Length`` above 0, or a
+        ``Transfer-Encoding``). One its handler does not read is left on the connection, where the
+        next request would be read from it: the connection is closed after the answer instead."""
+        length = self.headers.get("Content-Length", "0").strip()
+        return "Transfer-Encoding" in self.headers or length not in ("", "0")
 
     def send_response_only(self, code: int, message: str | None = None) -> None:
         # the answer is written with the socket's own timeout, not what the reading left of it

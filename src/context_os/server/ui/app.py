@@ -485,6 +485,7 @@ def make_ui_server(
 
     class Handler(DeadlineHandler):
         server_version = "context_os-ui"
+        protocol_version = "HTTP/1.1"  # a page's next request (its styles, a link) on the same connection
 
         def _answer(self, page: Page, *, head: bool = False) -> None:
             try:
@@ -503,11 +504,14 @@ def make_ui_server(
             self.send_header("Cache-Control", "max-age=300" if page.cache else "no-store")
             if page.status == 405:
                 self.send_header("Allow", "GET, HEAD")
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             if not head:
                 self.wfile.write(page.body)
 
         def _get(self, head: bool) -> None:
+            self.close_connection = self.close_connection or self.declares_body()  # (left unread)
             refusal = httpd.guard.refusal("GET", self.headers)
             if refusal is not None:
                 log.warning("ui: GET refused: %s", refusal[1])
@@ -544,6 +548,8 @@ def make_ui_server(
                 for name, value in _UiServer.busy_headers:  # every answer's: CSP, nosniff, no referrer, no store
                     self.send_header(name, value)
                 self.send_header("Content-Length", "0")
+                if self.close_connection:
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 return None
             if (
