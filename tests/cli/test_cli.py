@@ -1317,6 +1317,38 @@ def test_ctrl_c_while_a_replay_checks_its_frames_stops_the_check_at_once(tmp_pat
     assert "--append" not in cut.output
 
 
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_handled_in_a_finalizer_still_stops_a_replay(tmp_path: Path, signum: str) -> None:
+    """A signal is handled wherever the main thread is: in a finalizer (a weakref's callback, a
+    ``__del__``) Python drops the KeyboardInterrupt raised there, and the replay held Ctrl-C for
+    ever after (it took the next one for its grace timer's, late): the check of the frames ran to
+    its end. Now the signal is sent again and stops it. In a process of its own, as ``ctxos`` runs:
+    the suite keeps its own interrupts (tests/conftest.py), a command must keep its own."""
+    traj = Path(__file__).parents[2] / "bench/sessions/check/swe-agent/pydantic__pydantic.acb0f10f.pr_8316.traj"
+    code = (
+        "import signal, sys, weakref\n"
+        "from context_os.cli import cli\n"
+        "from context_os.context import frames\n"
+        "verify, checked = frames.verify_frame, []\n"
+        "class Lock: pass\n"
+        "def check(*args, **kwargs):\n"
+        "    if not checked:\n"
+        "        lock = Lock()\n"
+        f"        ref = weakref.ref(lock, lambda ref: signal.raise_signal(signal.{signum}))\n"
+        "        del lock  # its callback is where the signal is handled\n"
+        "    checked.append(verify(*args, **kwargs))\n"
+        "    print('checked', len(checked), file=sys.stderr, flush=True)\n"
+        "    return checked[-1]\n"
+        "frames.verify_frame = check\n"
+        f"cli.main(['--store', {str(tmp_path / 'i.db')!r}, 'replay', {str(traj)!r}, '--session', 's', '--jobs', '1'])\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 130, run.stderr[-2000:]
+    assert "interrupted while checking the frames of session 's'" in run.stderr
+    # stopped once the signal was sent again, not at the end (its 22 frames)
+    assert run.stderr.count("checked ") < 22 and "ignored" not in run.stderr, run.stderr[-2000:]
+
+
 def test_ctrl_c_while_the_frames_of_a_pi_session_with_an_answer_never_asked_for_are_checked(tmp_path, monkeypatch):
     """The calls a replay makes are the ones it counts to know when they are all in: a Pi
     session's empty answer to a run aborted between calls is no call, so once the others are

@@ -72,8 +72,12 @@ def keep_interrupts() -> None:
     locks have one, so a process that is starting is often in one), Python prints the
     KeyboardInterrupt raised there as ignored and goes on: a server started and served on, its
     supervisor's stop lost. From here on such a signal is sent again, to be handled after the
-    finalizer. (Once per process, after any other ``sys.unraisablehook``, which gets the rest.)"""
-    sys.unraisablehook = partial(_send_dropped_again, sys.unraisablehook)
+    finalizer. (After any other ``sys.unraisablehook``, which gets the rest; once: called again
+    while it is the hook, it does nothing.)"""
+    hook = sys.unraisablehook
+    if isinstance(hook, partial) and hook.func is _send_dropped_again:
+        return
+    sys.unraisablehook = partial(_send_dropped_again, hook)
 
 
 _RAISED: list[tuple[KeyboardInterrupt, int]] = []
@@ -797,7 +801,9 @@ class _Deferred(AbstractContextManager["_Deferred"]):
     session but no frame (``--append`` then makes the call again). A second Ctrl-C stops at once,
     and so does a call not whole within ``CALL_GRACE_S`` (``cut``: a store that stopped answering
     would hold it up to its timeout). Only in the main thread (signal handlers cannot be set
-    elsewhere)."""
+    elsewhere). Its KeyboardInterrupt is ``interrupt``'s: one raised in a finalizer, which Python
+    drops, is raised again after it (dropped, it left the replay deaf to Ctrl-C, the next one
+    taken for the grace timer's, until 2026-12-06)."""
 
     def __init__(self) -> None:
         self.pending = False
@@ -812,6 +818,7 @@ class _Deferred(AbstractContextManager["_Deferred"]):
     def __enter__(self) -> _Deferred:
         self.released = False
         if threading.current_thread() is threading.main_thread():
+            keep_interrupts()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._old[sig] = signal.signal(sig, self._hold)
         return self
@@ -823,11 +830,11 @@ class _Deferred(AbstractContextManager["_Deferred"]):
         self.check()
 
     def _hold(self, signum: int, frame: object) -> None:
-        if self._raised:  # stopping already (the timer's signal came late)
+        if self._raised and interrupted():  # stopping already (the timer's signal came late)
             return
         if self.pending or self.released:  # asked twice, or nothing left to hold it for: now
             self._raised = True
-            raise KeyboardInterrupt
+            interrupt(signum, frame)
         self.pending = True
         self._timer = threading.Timer(CALL_GRACE_S, self._cut, (threading.main_thread().ident,))
         self._timer.daemon = True
@@ -843,7 +850,7 @@ class _Deferred(AbstractContextManager["_Deferred"]):
     def check(self) -> None:
         if self.pending:
             self._raised = True
-            raise KeyboardInterrupt
+            interrupt(signal.SIGINT)
 
     def __exit__(self, *exc: object) -> None:
         if self._timer is not None:
