@@ -508,7 +508,7 @@ def test_requests_go_on_one_kept_alive_connection_and_a_body_left_unread_closes_
     """``serve --http`` answers HTTP/1.1, so a client's calls go on one connection (each was
     answered HTTP/1.0 and its connection closed until 2026-12-06). A body the server does not
     read by its ``Content-Length`` would then stay on the connection and be read as the next
-    request (smuggled past whatever checked the first): a body in chunks is refused, a preflight
+    request, one the client never sent as such: a body in chunks is refused, a preflight
     that carries one is answered and its connection closed, and what followed is never run."""
     store = SqliteStore(tmp_path / "s.db")
     server = Server(store, track=False)
