@@ -585,8 +585,6 @@ def make_http_server(
                 self.send_header("Content-Length", str(len(body)))
             else:
                 self.send_header("Content-Length", "0")
-            if self.close_connection:
-                self.send_header("Connection", "close")
             self.end_headers()
             if body is not None and self.command != "HEAD":
                 self.wfile.write(body)
@@ -668,8 +666,6 @@ def make_http_server(
             self.send_header("Access-Control-Max-Age", "600")
             self.send_header("Vary", "Origin")
             self.send_header("Content-Length", "0")
-            if self.close_connection:
-                self.send_header("Connection", "close")
             self.end_headers()
 
         def _not_allowed(self) -> None:
@@ -836,6 +832,10 @@ class DeadlineHandler(BaseHTTPRequestHandler):
     done = False
     """Its connection is done with: its slot is about to be free (``BoundedHTTPServer``)."""
     _answered = False
+    _said_connection = False
+    """The answer being written has a ``Connection`` header already (``end_headers``)."""
+    _status = 0
+    """The status of the answer being written."""
 
     def setup(self) -> None:
         super().setup()
@@ -876,7 +876,21 @@ class DeadlineHandler(BaseHTTPRequestHandler):
         length = self.headers.get("Content-Length", "0").strip()
         return "Transfer-Encoding" in self.headers or length not in ("", "0")
 
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword.lower() == "connection":
+            self._said_connection = True
+        super().send_header(keyword, value)
+
+    def end_headers(self) -> None:
+        # an answer after which the connection closes says so (``Connection: close``), unless its
+        # handler said it itself; not an interim one (``100 Continue``)
+        if self.close_connection and not self._said_connection and self._status >= 200:
+            self.send_header("Connection", "close")
+        self._said_connection = False
+        super().end_headers()
+
     def send_response_only(self, code: int, message: str | None = None) -> None:
+        self._status = code
         # the answer is written with the socket's own timeout, not what the reading left of it
         # (``send_response`` comes here too; a relayed answer, the proxy's, comes here alone)
         self._reading.deadline = None

@@ -504,8 +504,6 @@ def make_ui_server(
             self.send_header("Cache-Control", "max-age=300" if page.cache else "no-store")
             if page.status == 405:
                 self.send_header("Allow", "GET, HEAD")
-            if self.close_connection:
-                self.send_header("Connection", "close")
             self.end_headers()
             if not head:
                 self.wfile.write(page.body)
@@ -548,8 +546,6 @@ def make_ui_server(
                 for name, value in _UiServer.busy_headers:  # every answer's: CSP, nosniff, no referrer, no store
                     self.send_header(name, value)
                 self.send_header("Content-Length", "0")
-                if self.close_connection:
-                    self.send_header("Connection", "close")
                 self.end_headers()
                 return None
             if (
