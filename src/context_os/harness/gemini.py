@@ -411,9 +411,9 @@ def _call_part(shell: Mapping[str, Any], call: Mapping[str, Any], no_args: str |
         args = None
     if not isinstance(args, dict):
         args = {"_elided": fn["arguments"]}
-    fc = dict(shell.get("functionCall") or {"name": fn["name"]})
-    if args or no_args not in ("absent", "null"):
-        return {**shell, "functionCall": {**fc, "name": fn["name"], "args": args}}
-    if no_args == "null":
-        return {**shell, "functionCall": {**fc, "name": fn["name"], "args": None}}
-    return {**shell, "functionCall": {**fc, "name": fn["name"]}}
+    fc = {**(shell.get("functionCall") or {}), "name": fn["name"]}
+    if args or no_args is None:
+        fc["args"] = args
+    elif no_args == "null":
+        fc["args"] = None
+    return {**shell, "functionCall": fc}
