@@ -273,6 +273,27 @@ def test_a_retried_call_gets_the_same_context_without_a_new_turn_unless_somethin
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
 
 
+def test_a_retry_gets_the_context_as_made_though_the_caller_changed_the_list_it_got(db):
+    """The hook keeps no copy of the list it returns (a copy per call, for a retry that seldom
+    comes, cost 13% of a call at 30,000 messages): a retry makes it again from what the hook holds.
+    The list the caller got and changed in place (a message appended, one replaced, one emptied)
+    changes nothing of what the retry gets, nor of the next turn."""
+    hook = hook_for(db, collapse_after_turns=1)
+    msgs = [*coding_session(2), call("c1", command="make"), result("c1", "built\n" * 50)]
+    first = hook.transform_context(msgs)
+    made = copy.deepcopy(first)
+    first.append({"role": "assistant", "content": "the caller's own"})
+    first[0] = {"role": "system", "content": "replaced by the caller"}
+    first[-2] = {**first[-2], "content": ""}
+    again = hook.transform_context(msgs)
+    assert again == made and again is not first and hook.last.turn == 1
+    msgs += [say("done"), user("next")]
+    after = hook.transform_context(msgs)
+    assert after[0] == made[0] and hook.last.turn == 2
+    assert "caller" not in json.dumps(after) and after[-1] == user("next")
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
+
+
 @pytest.mark.parametrize("between", ["nothing", "an activate"])
 def test_a_retry_after_a_restart_is_the_last_frame_unless_the_session_changed_since(db, between):
     """A process restarted between a try and its retry: the retry is the last frame's context, no

@@ -532,6 +532,25 @@ def cache_marks(messages: list[dict[str, Any]]) -> list[tuple[int, int, Any]]:
     ]
 
 
+def test_a_retry_is_the_request_as_made_with_its_turns_merged_and_the_clients_breakpoint(db):
+    """A retry (the same messages again) gets the same request, no new turn: its consecutive
+    user messages merged again (``finalize`` keeps a merge cache per turn) and the client's cache
+    breakpoint put back once, though the caller changed the messages it got in place."""
+    hook = hook_for(db, "retry")
+    msgs = conversation(4)
+    sent = [*msgs[:-1], marked(msgs[-1])]
+    system = [{"type": "text", "text": SYSTEM}]
+    first = hook.transform_request(sent, system=system)
+    made = json.loads(json.dumps(first))
+    first["messages"][-1] = {"role": "user", "content": "changed by the caller"}
+    first["messages"].pop(0)
+    for _ in range(2):
+        again = hook.transform_request(sent, system=system)
+        assert again == made and hook.last.turn == 1
+        assert len(cache_marks(again["messages"])) == 1
+        assert_valid(again)
+
+
 def test_a_cache_breakpoint_the_client_moves_on_is_no_rewrite_and_is_put_back_once(db):
     """Claude Code marks its newest message for the prompt cache at every call, so the message
     marked last time comes back unmarked: that is not a rewritten history (which would retire
