@@ -67,6 +67,8 @@ def check_storable(m: Incoming, index: int) -> None:
         parts = value.items() if key == "extra" and isinstance(value, dict) else [(key, value)]
         for name, v in parts:
             if isinstance(v, str):
+                if v.isascii():  # (no copy of a long text to check it)
+                    continue
                 try:
                     v.encode("utf-8")  # lone surrogates: the one way a str is not text
                     continue

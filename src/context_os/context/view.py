@@ -51,6 +51,8 @@ __all__ = [
 ]
 
 _CHECKPOINT = 64
+_ELIDED_MEMO_SIZE = 4096
+"""At most this many calls' elided arguments are remembered (then the memo starts over)."""
 TAIL_OPEN = "<context_os>"
 TAIL_CLOSE = "</context_os>"
 INDEX_HEADER = "Objects in this session (activate(id) loads one, deactivate(id) unloads it):"
@@ -713,6 +715,9 @@ class SessionView:
     """What the horizon's note says of the entries behind it, as of its last move."""
     _reasoning: list[int] = field(default_factory=list, repr=False)
     """Chat entries of the history built so far whose reasoning can leave (``sheds_reasoning``), in order."""
+    _elided_memo: dict[str, tuple[Any, int, Any, str, Any]] = field(default_factory=dict, repr=False)
+    """Per collapsed call's object: (its arguments, the limit, the keys and the handle it was
+    elided with, the elided arguments); the policy weighs a collapse at every turn."""
 
     # --- objects -----------------------------------------------------------------------------
 
@@ -860,7 +865,15 @@ class SessionView:
         """``elide_arguments`` of a collapsed call as this view's layout renders them."""
         limit = self.policy.elide_arguments_over_chars
         keys = (obj.file_text or ()) if self.layout >= 11 else ()
-        return elide_arguments(arguments, self._handle(obj), limit, lists=self.layout >= 6, keys=keys)
+        handle = self._handle(obj)
+        memo = self._elided_memo.get(obj.id)
+        if memo is not None and memo[0] is arguments and memo[1] == limit and memo[2] == keys and memo[3] == handle:
+            return memo[4]  # (read only, as the arguments of a call shown whole are)
+        elided = elide_arguments(arguments, handle, limit, lists=self.layout >= 6, keys=keys)
+        if len(self._elided_memo) >= _ELIDED_MEMO_SIZE:
+            self._elided_memo.clear()
+        self._elided_memo[obj.id] = (arguments, limit, keys, handle, elided)
+        return elided
 
     def call_arguments(self, c: ToolCall) -> Any:
         """A call's arguments as this view shows them (a collapsed call's long values elided)."""
@@ -1460,11 +1473,13 @@ class SessionView:
         del self._checkpoints[stable // _CHECKPOINT :]  # those fed a unit that changed
         start = _CHECKPOINT * len(self._checkpoints)
         hasher = self._checkpoints[-1].copy() if self._checkpoints else blake3.blake3()
-        for pos in range(start, len(self._units)):
+        units, pos = self._units, start
+        while pos < len(units):  # a checkpoint's units at a time, in one update
             if pos == _CHECKPOINT * (len(self._checkpoints) + 1):
                 self._checkpoints.append(hasher.copy())
-            hasher.update(self._units[pos].hash.encode())
-            hasher.update(b"\n")
+            end = min(len(units), _CHECKPOINT * (len(self._checkpoints) + 1))
+            hasher.update("".join([f"{u.hash}\n" for u in units[pos:end]]).encode())
+            pos = end
         return hasher
 
     def set_page(self, page: int, version: tuple[int, int | None, str]) -> None:

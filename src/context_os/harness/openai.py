@@ -57,6 +57,8 @@ another); neither goes back to the harness (``render_msg`` writes the legacy fie
 def _plain(value: Any) -> Any:
     """An SDK object (``ChatCompletionMessage``, ``ChatCompletionMessageToolCall``, a content
     part) in the JSON form the SDK sends of it, its unset fields left out; anything else as is."""
+    if type(value) is dict or type(value) is str:  # (most are: no subclass check through the ABC)
+        return value
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", exclude_none=True)
     return value
@@ -71,7 +73,8 @@ def _json_form(message: Any) -> Any:
     lists = {
         k: [_plain(v) for v in value]
         for k in ("tool_calls", "content")
-        if isinstance(value := message.get(k), list) and any(isinstance(v, BaseModel) for v in value)
+        if isinstance(value := message.get(k), list)
+        and any(type(v) is not dict and isinstance(v, BaseModel) for v in value)
     }
     return {**message, **lists} if lists else message
 
