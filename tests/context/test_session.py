@@ -453,6 +453,43 @@ def test_a_rewound_history_edited_early_is_seen_though_the_sampled_messages_matc
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
 
 
+@pytest.mark.parametrize(
+    "change",
+    ["content replaced", "a part appended", "a part's text replaced", "a key added", "a key removed"],
+)
+def test_a_first_message_changed_in_place_is_seen_though_its_hash_is_remembered(db, change):
+    """The hook remembers the hashes of the messages it hashed by the objects each is made of (a
+    long system prompt was serialised and hashed at every call): a message changed in place,
+    at any depth, is hashed anew and seen as a rewritten history."""
+    hook = hook_for(db)
+    system = {"role": "system", "content": [{"type": "text", "text": "You are a helpful agent."}]}
+    msgs = [system, user("list the tables"), say("users, orders.")]
+    hook.transform_context(msgs)
+    msgs.append(user("and now?"))
+    hook.transform_context(msgs)  # the first message's hash is remembered, not computed again
+    assert not hook.last.sync.rewritten
+    if change == "content replaced":
+        system["content"] = [{"type": "text", "text": "You are a careful agent."}]
+    elif change == "a part appended":
+        system["content"].append({"type": "text", "text": "Never drop a table."})
+    elif change == "a part's text replaced":
+        system["content"][0]["text"] = "You are a careful agent."
+    elif change == "a key added":
+        system["name"] = "ops"
+    else:
+        del system["content"][0]["type"]
+        system["content"][0]["kind"] = "text"
+    msgs.append(user("which is bigger?"))
+    if change == "a key removed":  # (a part without a type is refused: it was read again)
+        with pytest.raises(MalformedMessage, match="type"):
+            hook.transform_context(msgs)
+        return
+    out = hook.transform_context(msgs)
+    assert hook.last.sync.rewritten and hook.last.sync.retired == 4
+    assert out[0] == system
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
+
+
 def test_two_hooks_of_one_session_called_in_turn_send_what_their_frames_record(db):
     """Each hook keeps the messages it made of its last render, for the units the view reports
     unchanged since its last committed render; that render was the other hook's: a result the

@@ -297,6 +297,72 @@ WINDOW = 256
 see a message changed among them (``ContextHook.every_message`` off): older ones are sampled."""
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_MISSING = object()
+
+
+class _Unfit(Exception):
+    """A message ``_FlatHashes`` does not keep: it holds objects other than dicts, lists and
+    scalars (an SDK object can change in place), or too many."""
+
+
+def _snapshot(value: Any, budget: list[int], depth: int = 0) -> Any:
+    """The objects ``value`` is made of: a scalar itself, a dict or list as ``(it, its items'
+    snapshots)`` (``_Unfit`` past ``_FlatHashes.NODES`` items or 16 levels, or another type)."""
+    t = type(value)
+    if t in _SCALARS:
+        return value
+    if (t is not dict and t is not list) or depth >= 16 or budget[0] < len(value):
+        raise _Unfit
+    budget[0] -= len(value)
+    if t is dict:
+        return (value, tuple((k, _snapshot(v, budget, depth + 1)) for k, v in value.items()))
+    return (value, tuple(_snapshot(v, budget, depth + 1) for v in value))
+
+
+def _unchanged(value: Any, snap: Any) -> bool:
+    """Whether ``value`` is still made of the objects of ``snap`` (``_snapshot``): a container
+    can change in place, a scalar cannot."""
+    if type(snap) is not tuple:  # (a scalar: a snapshot holds no tuple but its own)
+        return value is snap
+    obj, items = snap
+    if value is not obj or len(value) != len(items):
+        return False
+    if type(obj) is dict:
+        return all(_unchanged(value.get(k, _MISSING), s) for k, s in items)
+    return all(_unchanged(v, s) for v, s in zip(value, items, strict=True))
+
+
+class _FlatHashes:
+    """The hashes of the harness messages hashed at the hook's last calls, by the message object,
+    with the objects each was made of (``_snapshot``): dicts and lists of strings, numbers,
+    booleans and null. Such a message found made of the same objects is unchanged (a string or
+    a number cannot change in place; a dict or list that did holds another object or another
+    count). The hook compares the first, middle and newest messages read before at every call,
+    and hashed them anew: a system prompt of 30 KB serialised and hashed at every call. An SDK
+    object (which can change in place) is hashed anew each time."""
+
+    SIZE = 256
+    NODES = 4096
+
+    def __init__(self) -> None:
+        self._hashes: dict[int, tuple[Any, str]] = {}
+
+    def get(self, message: Any) -> str | None:
+        hit = self._hashes.get(id(message))
+        return hit[1] if hit is not None and _unchanged(message, hit[0]) else None
+
+    def put(self, message: Any, h: str) -> None:
+        try:
+            snap = _snapshot(message, [self.NODES])
+        except _Unfit:
+            return
+        if type(snap) is tuple:  # (held: its id names no other object)
+            if len(self._hashes) >= self.SIZE:
+                self._hashes.clear()
+            self._hashes[id(message)] = (snap, h)
+
+
 class _Layout(Generic[M]):
     """One call's harness messages seen as the flat list of neutral messages they hold.
 
@@ -305,11 +371,21 @@ class _Layout(Generic[M]):
     so rewriting a harness message still changes the hash of everything it holds.
     """
 
-    def __init__(self, adapter: Adapter[M], messages: Sequence[M], starts: list[int] | None = None, total: int = 0):
+    def __init__(
+        self,
+        adapter: Adapter[M],
+        messages: Sequence[M],
+        starts: list[int] | None = None,
+        total: int = 0,
+        *,
+        hashed: _FlatHashes | None = None,
+    ):
         """For an adapter that splits messages (``Adapter.count``), ``starts`` and ``total`` are
         the flat position of each message and the neutral messages they hold, as ``_Seen``
-        counted them; otherwise each message is one neutral message."""
+        counted them; otherwise each message is one neutral message. ``hashed``: the flat
+        messages hashed at the hook's last calls."""
         self.adapter = adapter
+        self.hashed = hashed if hashed is not None else _FlatHashes()
         self.messages = messages
         self.split = starts is not None
         self.starts = starts or []
@@ -347,7 +423,12 @@ class _Layout(Generic[M]):
     def _harness_hash(self, i: int) -> str:
         h = self._hashes.get(i)
         if h is None:
-            h = self._hashes[i] = self.adapter.hash_message(self.messages[i])
+            message = self.messages[i]
+            h = self.hashed.get(message)
+            if h is None:
+                h = self.adapter.hash_message(message)
+                self.hashed.put(message, h)
+            self._hashes[i] = h
         return h
 
     def flat(self, i: int) -> int:
@@ -457,12 +538,13 @@ class _Seen(Generic[M]):
         self.starts: list[int] = []
         self.total = 0
         """Neutral messages the kept ones hold."""
+        self.hashed = _FlatHashes()
 
     def layout(self, adapter: Adapter[M], messages: Sequence[M], *, every: bool = False) -> _Layout[M]:
         filters = type(adapter).sent is not Adapter.sent
         split = type(adapter).count is not Adapter.count
         if not filters and not split:
-            return _Layout(adapter, messages)
+            return _Layout(adapter, messages, hashed=self.hashed)
         n = len(messages)
         # the kept reading must end before the last message (it is read again): a list no longer
         # than what was kept lost its last messages, and is read whole
@@ -487,7 +569,7 @@ class _Seen(Generic[M]):
         raw = self.raw
         marked = range(raw) if every else sorted(i for i in {0, raw // 2, *range(max(0, raw - WINDOW), raw)} if i < raw)
         self.marks = tuple((i, messages[i]) for i in marked)
-        return _Layout(adapter, sent, starts if split else None, total)
+        return _Layout(adapter, sent, starts if split else None, total, hashed=self.hashed)
 
 
 _NONE_OPEN: frozenset[str] = frozenset()
