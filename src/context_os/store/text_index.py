@@ -391,6 +391,24 @@ def _text_key(text: str) -> bytes:
     return blake3.blake3(text.encode("utf-8", "surrogatepass")).digest(length=16)
 
 
+def _entry_key(text: str) -> bytes:
+    """``_text_key`` of a chat entry's text, remembered for the next writes of its page: a page is
+    written again at every turn with the same entries but one or a few, each of whose texts was
+    hashed again only to be found held already."""
+    key = _ENTRY_KEYS.get(text)
+    if key is None:
+        key = _text_key(text)
+        if len(_ENTRY_KEYS) >= _ENTRY_KEYS_SIZE:
+            _ENTRY_KEYS.clear()
+        _ENTRY_KEYS[text] = key
+    return key
+
+
+_ENTRY_KEYS: dict[str, bytes] = {}
+_ENTRY_KEYS_SIZE = 64
+"""Two pages' entries (``context.persist.PAGE_SIZE``) and more."""
+
+
 # -- the tables -----------------------------------------------------------------------------------
 
 
@@ -646,7 +664,8 @@ def part_rows(doc: Mapping[str, Any]) -> list[PartRow]:
     kind = str(doc.get("kind"))
     session = session_of(doc)
     object_hash = str(doc.get("object_hash") or "")
-    return [(part, _text_key(text), kind, session, object_hash, text) for part, text in parts]
+    key = _entry_key if kind == "chat" else _text_key
+    return [(part, key(text), kind, session, object_hash, text) for part, text in parts]
 
 
 def add_rows(conn: sqlite3.Connection, eid: int, parts: Sequence[PartRow]) -> int:
