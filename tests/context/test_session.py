@@ -490,6 +490,29 @@ def test_a_first_message_changed_in_place_is_seen_though_its_hash_is_remembered(
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
 
 
+def test_a_collapsed_calls_arguments_follow_what_they_are_elided_by(db):
+    """A collapsed call's elided arguments are remembered per object (the policy weighs each
+    collapse at every turn): once its result is marked as showing a file's text, its arguments
+    holding that text are elided, though short, as if nothing were remembered."""
+    hook = hook_for(db, collapse_after_turns=1)
+    written = "\n".join(f"wrote line {i}" for i in range(200))
+    msgs = [user("write it"), call("c1", "write", path="a.py", content="print('short')"), result("c1", written)]
+    for n in range(2, 5):
+        hook.transform_context(msgs)
+        msgs += [call(f"c{n}", command="ls"), result(f"c{n}", "a.py")]
+    out = hook.transform_context(msgs)
+    [shown] = [m for m in out if m.get("tool_calls") and m["tool_calls"][0]["id"] == "c1"]
+    assert "print('short')" in shown["tool_calls"][0]["function"]["arguments"]
+    assert "collapsed" in next(m["content"] for m in out if m.get("tool_call_id") == "c1")
+    hook.session.mark_file_text("toolcall:s1:c1", ["content"])
+    msgs += [say("done"), user("next")]
+    out = hook.transform_context(msgs)
+    [shown] = [m for m in out if m.get("tool_calls") and m["tool_calls"][0]["id"] == "c1"]
+    arguments = json.loads(shown["tool_calls"][0]["function"]["arguments"])
+    assert arguments["path"] == "a.py" and "elided" in arguments["content"]
+    assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
+
+
 def test_two_hooks_of_one_session_called_in_turn_send_what_their_frames_record(db):
     """Each hook keeps the messages it made of its last render, for the units the view reports
     unchanged since its last committed render; that render was the other hook's: a result the

@@ -715,9 +715,11 @@ class SessionView:
     """What the horizon's note says of the entries behind it, as of its last move."""
     _reasoning: list[int] = field(default_factory=list, repr=False)
     """Chat entries of the history built so far whose reasoning can leave (``sheds_reasoning``), in order."""
-    _elided_memo: dict[str, tuple[Any, int, Any, str, Any]] = field(default_factory=dict, repr=False)
-    """Per collapsed call's object: (its arguments, the limit, the keys and the handle it was
-    elided with, the elided arguments); the policy weighs a collapse at every turn."""
+    _elided_memo: dict[str, tuple[Any, tuple[int, tuple[str, ...], str, int], Any]] = field(
+        default_factory=dict, repr=False
+    )
+    """Per collapsed call's object: (its arguments, how they were elided: the limit, the keys, the
+    handle and the layout, the elided arguments); the policy weighs a collapse at every turn."""
 
     # --- objects -----------------------------------------------------------------------------
 
@@ -863,16 +865,15 @@ class SessionView:
 
     def _elided(self, arguments: Any, obj: ObjInfo) -> Any:
         """``elide_arguments`` of a collapsed call as this view's layout renders them."""
-        limit = self.policy.elide_arguments_over_chars
-        keys = (obj.file_text or ()) if self.layout >= 11 else ()
-        handle = self._handle(obj)
+        keys = tuple(obj.file_text or ()) if self.layout >= 11 else ()
+        how = (self.policy.elide_arguments_over_chars, keys, self._handle(obj), self.layout)
         memo = self._elided_memo.get(obj.id)
-        if memo is not None and memo[0] is arguments and memo[1] == limit and memo[2] == keys and memo[3] == handle:
-            return memo[4]  # (read only, as the arguments of a call shown whole are)
-        elided = elide_arguments(arguments, handle, limit, lists=self.layout >= 6, keys=keys)
+        if memo is not None and memo[0] is arguments and memo[1] == how:
+            return memo[2]  # (read only, as the arguments of a call shown whole are)
+        elided = elide_arguments(arguments, how[2], how[0], lists=self.layout >= 6, keys=keys)
         if len(self._elided_memo) >= _ELIDED_MEMO_SIZE:
             self._elided_memo.clear()
-        self._elided_memo[obj.id] = (arguments, limit, keys, handle, elided)
+        self._elided_memo[obj.id] = (arguments, how, elided)
         return elided
 
     def call_arguments(self, c: ToolCall) -> Any:
