@@ -490,6 +490,27 @@ def test_a_first_message_changed_in_place_is_seen_though_its_hash_is_remembered(
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
 
 
+@pytest.mark.parametrize("every_message", [True, False])
+def test_a_history_sent_as_new_objects_at_every_call_is_not_remembered(db, every_message):
+    """A client that sends its whole history as JSON at every call (``ctxos serve``, the proxy)
+    hands the hook new objects each time: none would be found again, so the hook remembers the
+    hashes of no more of them after its first call (remembering each cost more than it saves)."""
+    hook = hook_for(db)
+    hook.every_message = every_message
+    msgs = coding_session(3)
+    hook.transform_context(json.loads(json.dumps(msgs)))
+    first = len(hook._seen.hashed._hashes)
+    for n in range(3):
+        msgs += [say(f"answer {n}"), user(f"question {n}")]
+        hook.transform_context(json.loads(json.dumps(msgs)))
+        assert not hook.last.sync.rewritten and hook.last.sync.new == 2
+    assert len(hook._seen.hashed._hashes) == first
+    again = hook_for(db, "s2")  # the harness's own list: what it hashes is remembered
+    for n in range(3):
+        again.transform_context(msgs[: len(msgs) - 4 + 2 * n] if n < 2 else msgs)
+    assert len(again._seen.hashed._hashes) > first
+
+
 def test_a_collapsed_calls_arguments_follow_what_they_are_elided_by(db):
     """A collapsed call's elided arguments are remembered per object (the policy weighs each
     collapse at every turn): once its result is marked as showing a file's text, its arguments

@@ -382,10 +382,10 @@ class _Layout(Generic[M]):
     ):
         """For an adapter that splits messages (``Adapter.count``), ``starts`` and ``total`` are
         the flat position of each message and the neutral messages they hold, as ``_Seen``
-        counted them; otherwise each message is one neutral message. ``hashed``: the flat
-        messages hashed at the hook's last calls."""
+        counted them; otherwise each message is one neutral message. ``hashed``: the messages
+        hashed at the hook's last calls (None: none is remembered)."""
         self.adapter = adapter
-        self.hashed = hashed if hashed is not None else _FlatHashes()
+        self.hashed = hashed
         self.messages = messages
         self.split = starts is not None
         self.starts = starts or []
@@ -423,11 +423,12 @@ class _Layout(Generic[M]):
     def _harness_hash(self, i: int) -> str:
         h = self._hashes.get(i)
         if h is None:
-            message = self.messages[i]
-            h = self.hashed.get(message)
+            message, hashed = self.messages[i], self.hashed
+            h = hashed.get(message) if hashed is not None else None
             if h is None:
                 h = self.adapter.hash_message(message)
-                self.hashed.put(message, h)
+                if hashed is not None:
+                    hashed.put(message, h)
             self._hashes[i] = h
         return h
 
@@ -765,14 +766,21 @@ class ContextHook(Generic[M]):
         end = start + max(0, len(prior) - 1)
         vouched: int | None = None
         if self.every_message:
-            vouched = layout.flat(min(_same_prefix(layout.messages, prior), end))
-        elif start < len(layout.messages) and start < end:
+            same = _same_prefix(layout.messages, prior)
+            vouched = layout.flat(min(same, end))
+            anew = same < min(end, len(layout.messages))
+        elif anew := (start < len(layout.messages) and start < end):
             # the newest ones that are not those objects (a harness that rewound and ran again,
             # a message edited) are compared by hash from the first of them on: the session's own
             # sample (the first, middle and last message) may find those three unchanged
             same = start + _same_prefix(layout.messages[start:end], prior)
-            if same < min(end, len(layout.messages)):
+            anew = same < min(end, len(layout.messages))
+            if anew:
                 vouched = layout.flat(same)
+        if anew:
+            # objects made anew for this call (a client that sends its history as JSON, the
+            # proxy's requests): none would be found again, remembering them only costs
+            layout.hashed = None
         try:
             report = self.session.sync(layout.total, layout.hash_at, layout.translate, vouched)
         except MalformedMessage as e:
