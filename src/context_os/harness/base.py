@@ -334,13 +334,14 @@ def _unchanged(value: Any, snap: Any) -> bool:
 
 
 class _FlatHashes:
-    """The hashes of the harness messages hashed at the hook's last calls, by the message object,
-    with the objects each was made of (``_snapshot``): dicts and lists of strings, numbers,
-    booleans and null. Such a message found made of the same objects is unchanged (a string or
-    a number cannot change in place; a dict or list that did holds another object or another
-    count). The hook compares the first, middle and newest messages read before at every call,
-    and hashed them anew: a system prompt of 30 KB serialised and hashed at every call. An SDK
-    object (which can change in place) is hashed anew each time."""
+    """The hashes of the first and newest harness messages hashed at the hook's last calls (the
+    next call compares those again), by the message object, with the objects each was made of
+    (``_snapshot``): dicts and lists of strings, numbers, booleans and null. Such a message found
+    made of the same objects is unchanged (a string or a number cannot change in place; a dict or
+    list that did holds another object or another count). The hook compares the first, middle and
+    newest messages read before at every call, and hashed them anew: a system prompt of 30 KB
+    serialised and hashed at every call. An SDK object (which can change in place) is hashed anew
+    each time."""
 
     SIZE = 256
     NODES = 4096
@@ -427,8 +428,8 @@ class _Layout(Generic[M]):
             h = hashed.get(message) if hashed is not None else None
             if h is None:
                 h = self.adapter.hash_message(message)
-                if hashed is not None:
-                    hashed.put(message, h)
+                if hashed is not None and (i == 0 or i == len(self.messages) - 1):
+                    hashed.put(message, h)  # (the next call compares the first and this last again)
             self._hashes[i] = h
         return h
 
