@@ -115,7 +115,9 @@ def test_a_call_reads_what_came_since_though_the_sdk_copies_every_item(db, monke
     hook = eager_hook(OpenAIHook, db, "ag1", "openai")
     with hashed_per_call(hook, monkeypatch) as counts:
         run(hook, ScriptedModel(steps=10))
-    assert len(counts) == 11 and counts[-1] == counts[3] <= 5, counts
+    # a flat few per call, however long the history: the new items, and the sampled ones the hook
+    # does not find remembered unchanged (the middle one may be a newest one of a call before)
+    assert len(counts) == 11 and max(counts[3:]) <= 5, counts
 
 
 def test_input_that_is_no_chat_goes_to_the_model_as_it_came_with_one_warning(db, caplog):
