@@ -105,7 +105,9 @@ class GeminiHook:
             self._messages.extend(found)
             self._pending.append(list(pending))
             self._contents.append(c)
-        return list(self._messages)
+        # the hook's own list, not a copy (a pass over the history at every call: 0.1 ms at
+        # 20,000 messages); the hook keeps nothing of it past its call
+        return self._messages
 
     def transform_contents(self, contents: Contents) -> list[types.Content]:
         """The contents the model gets in place of ``contents`` (recorded as a frame)."""

@@ -542,8 +542,7 @@ class PydanticAIHook(ContextHook[ModelMessage]):
         caller's ``agent.run`` with the same prompt and history) is the same call again: its
         newest request, made anew with other timestamps and ids, is taken as the one it repeats
         (the same context, no new turn: a turn per try would age every result)."""
-        check_message_list(messages)  # (not a list: refused as every hook refuses it, before it is copied)
-        messages = list(messages)
+        check_message_list(messages)  # (not a list: refused as every hook refuses it, before it is read)
         newest, self._newest = self._newest, None
         last = messages[-1] if messages else None
         if isinstance(last, ModelRequest):
@@ -553,7 +552,9 @@ class PydanticAIHook(ContextHook[ModelMessage]):
                 and last is not newest[1]
                 and _retry_form(last) == _retry_form(newest[1])
             ):
-                messages[-1] = last = newest[1]
+                # a copy only then (of the whole history at every call: 1.2x the cost at 20,000 messages)
+                messages = [*messages[:-1], newest[1]]
+                last = newest[1]
             self._newest = (len(messages), last)
         return super().transform_context(messages)
 
