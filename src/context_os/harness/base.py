@@ -766,19 +766,18 @@ class ContextHook(Generic[M]):
         # harness may still be changing in place) need no hashing: they were compared then
         end = start + max(0, len(prior) - 1)
         vouched: int | None = None
+        same: int | None = None  # where the messages stop being the objects the last sync took in
         if self.every_message:
             same = _same_prefix(layout.messages, prior)
             vouched = layout.flat(min(same, end))
-            anew = same < min(end, len(layout.messages))
-        elif anew := (start < len(layout.messages) and start < end):
+        elif start < len(layout.messages) and start < end:
             # the newest ones that are not those objects (a harness that rewound and ran again,
             # a message edited) are compared by hash from the first of them on: the session's own
             # sample (the first, middle and last message) may find those three unchanged
             same = start + _same_prefix(layout.messages[start:end], prior)
-            anew = same < min(end, len(layout.messages))
-            if anew:
+            if same < min(end, len(layout.messages)):
                 vouched = layout.flat(same)
-        if anew:
+        if same is not None and same < min(end, len(layout.messages)):
             # objects made anew for this call (a client that sends its history as JSON, the
             # proxy's requests): none would be found again, remembering them only costs
             layout.hashed = None

@@ -391,22 +391,12 @@ def _text_key(text: str) -> bytes:
     return blake3.blake3(text.encode("utf-8", "surrogatepass")).digest(length=16)
 
 
+@functools.lru_cache(maxsize=64)  # two pages' entries (``context.persist.PAGE_SIZE``) and more
 def _entry_key(text: str) -> bytes:
     """``_text_key`` of a chat entry's text, remembered for the next writes of its page: a page is
     written again at every turn with the same entries but one or a few, each of whose texts was
     hashed again only to be found held already."""
-    key = _ENTRY_KEYS.get(text)
-    if key is None:
-        key = _text_key(text)
-        if len(_ENTRY_KEYS) >= _ENTRY_KEYS_SIZE:
-            _ENTRY_KEYS.clear()
-        _ENTRY_KEYS[text] = key
-    return key
-
-
-_ENTRY_KEYS: dict[str, bytes] = {}
-_ENTRY_KEYS_SIZE = 64
-"""Two pages' entries (``context.persist.PAGE_SIZE``) and more."""
+    return _text_key(text)
 
 
 # -- the tables -----------------------------------------------------------------------------------
