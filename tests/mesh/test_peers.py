@@ -30,7 +30,7 @@ from context_os.errors import ConfigError, InputError, MeshError
 from context_os.harness.openai import OpenAIHook
 from context_os.mesh import registry, wire
 from context_os.mesh.agent import MeshAgent
-from context_os.mesh.node import MeshConfig, MeshNode, load_seed
+from context_os.mesh.node import MeshConfig, MeshNode, _describe, load_seed
 from context_os.mesh.pnet import new_swarm_key, read_swarm_key
 from context_os.store.base import Store
 from context_os.store.sqlite import SqliteStore
@@ -1179,6 +1179,52 @@ def test_a_node_hanging_up_takes_no_new_connection(uid: str) -> None:
         with pytest.raises(MeshError):
             b.connect(addr, timeout=10)
         assert a.addrs == []
+
+
+def test_a_node_asked_its_addresses_while_its_listeners_close_answers_and_stops_cleanly(uid: str) -> None:
+    # identify asks for the addresses of every listener listed, at any time: one closed while
+    # still listed had a socket with none (EBADF), and that error stopped the node; the listener
+    # here asks just after it closed, as identify did in a run in five of the relay tests
+    asked: list[Any] = []
+    with MeshNode(MeshConfig(f"a-{uid}")) as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
+        b.connect(a.addrs[0])
+        [listener] = a._network.listeners.values()
+        [socket_listener] = listener.listeners  # (trio's, whose socket the close closes)
+        aclose = socket_listener.aclose
+
+        async def close_then_ask() -> None:
+            await aclose()
+            try:
+                asked.append([str(addr) for addr in a._host.get_addrs()])
+            except OSError as e:
+                asked.append(e)
+
+        socket_listener.aclose = close_then_ask
+        a.close()
+        assert a._error is None
+    assert asked == [[]]
+
+
+def test_a_node_stopped_by_an_error_leaves_no_socket_open(uid: str) -> None:
+    # a node that stopped on an error never hung up: its connections' sockets stayed open until
+    # the node was garbage (the warnings pytest reports on a later test)
+    with MeshNode(MeshConfig(f"a-{uid}")) as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
+        a.connect(b.addrs[0])
+
+        async def sockets() -> list[Any]:
+            return [s.socket for s in a._open_sockets()]
+
+        open_ = a._call(sockets, timeout=10, what="its sockets")
+        assert open_ and all(s.fileno() != -1 for s in open_)
+
+        async def fail() -> None:
+            raise RuntimeError("a task of the node failed")
+
+        assert a._token is not None
+        a._token.run_sync_soon(lambda: a._nursery.start_soon(fail))
+        wait_for(lambda: not a.running, "the node stopped")
+        assert a._error is not None and _describe(a._error) == "RuntimeError: a task of the node failed"
+        assert all(s.fileno() == -1 for s in open_)
 
 
 def test_a_call_that_can_be_cancelled_fails_as_one_that_cannot(uid: str) -> None:

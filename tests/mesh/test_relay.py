@@ -31,8 +31,8 @@ def _stop_listening(node: MeshNode) -> None:
 
     async def close() -> None:
         for key, listener in list(node._network.listeners.items()):
+            del node._network.listeners[key]  # (first: identify asks those listed for addresses)
             await listener.close()
-            del node._network.listeners[key]
 
     node._call(close, timeout=5, what="closing its listeners")
 

@@ -645,6 +645,11 @@ class MeshNode:
 
                 peerDiscovery.unregister_peer_discovered_handler(discovered)
             self._pubsub.seen_messages.stop()  # its thread is not stopped by Pubsub itself
+            # a node stopped by an error did not hang up: its connections' sockets stayed open
+            # until it was garbage (closed already when it did)
+            for sock in self._open_sockets():
+                with contextlib.suppress(Exception):
+                    sock.socket.close()
 
     async def _hang_up(self) -> None:
         """Let the broadcasts still queued for peers go out, then close every connection
@@ -656,10 +661,12 @@ class MeshNode:
         self._relaying.cancel()  # (nor the relays)
         # nor is a connection taken in meanwhile: one a peer made as this node left outlived the
         # connections closed below, and held up the peer's view of it (``_renew_topic_stream``)
+        # (each is taken out before it closes: identify asks for the addresses of those listed at
+        # any time, and a closed one's socket has none; the error stopped the node)
         for addr, listener in list(self._network.listeners.items()):
+            self._network.listeners.pop(addr, None)
             with contextlib.suppress(Exception):
                 await listener.close()
-            self._network.listeners.pop(addr, None)
         with trio.move_on_after(1):  # a publish only queues its message for each peer's sender
             while any(len(q) for q in self._pubsub.peer_queues.values()):
                 await trio.sleep(0.005)
