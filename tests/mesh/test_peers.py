@@ -1205,6 +1205,39 @@ def test_a_node_asked_its_addresses_while_its_listeners_close_answers_and_stops_
     assert asked == [[]]
 
 
+def test_a_protocol_handler_that_fails_ends_its_stream_not_the_node(uid: str, caplog: pytest.LogCaptureFixture) -> None:
+    # py-libp2p runs each stream's handler in its connection's nursery: an error there (its own
+    # identify's, on a closing listener) ended the swarm's tasks and stopped the whole node
+    from libp2p.custom_types import TProtocol
+    from libp2p.peer.id import ID
+
+    broken = TProtocol("/context-os-test/broken/1.0.0")
+
+    async def fail(stream: Any) -> None:
+        raise OSError(9, "Bad file descriptor")
+
+    echo = MeshNode(MeshConfig(f"a-{uid}"), on_request=lambda peer, req: req.message)
+    with echo as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
+        a._host.set_stream_handler(broken, fail)
+        b.connect(a.addrs[0])
+
+        async def open_broken() -> None:
+            with contextlib.suppress(Exception):  # (reset by a: as it negotiates, or after)
+                stream = await b._host.new_stream(ID.from_base58(a.peer_id), [broken])
+                await stream.read(1)
+
+        def said() -> list[str]:
+            return [r.getMessage() for r in caplog.records if "failed: OSError" in r.getMessage()]
+
+        with caplog.at_level(logging.WARNING, logger="context_os.mesh"):
+            for n in range(1, 4):
+                b._call(open_broken, timeout=10, what="a stream a fails on")
+                wait_for(lambda n=n: len(said()) == n, f"failure {n} logged")
+            assert a.running and a._error is None
+            assert b.request(a.peer_id, "still there?", timeout=10).message == "still there?"
+        assert all(f"from {b.peer_id} ({broken}) failed: OSError: [Errno 9] Bad file descriptor" in s for s in said())
+
+
 def test_a_node_stopped_by_an_error_leaves_no_socket_open(uid: str) -> None:
     # a node that stopped on an error never hung up: its connections' sockets stayed open until
     # the node was garbage (the warnings pytest reports on a later test)

@@ -523,6 +523,7 @@ class MeshNode:
         # redials of peers that are leaving, sockets left open when this node stops mid-dial. This
         # node dials what it discovers and what it is told to, nothing else.
         network.auto_connector.maybe_connect = _no_auto_dial
+        network.set_stream_handler(_ends_its_stream_only(network.common_stream_handler))
         self.peer_id = str(self._host.get_id())
         self._dht: Any = None
         if cfg.dht:
@@ -1920,6 +1921,28 @@ def _speaks(host: Any, peer: Any, protocol: str) -> bool:
 
 async def _no_auto_dial() -> None:
     return None
+
+
+def _ends_its_stream_only(handle: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
+    """The swarm's handler of each stream a peer opens (``handle``: the host's, which picks the
+    protocol's), made so that an error in it ends that stream only. py-libp2p runs it in the
+    connection's nursery: an error raised there (its identify asking a closing listener for its
+    address did) ended the connection's tasks, then the swarm's, and the whole node stopped. A
+    cancellation still goes through (not an ``Exception``)."""
+
+    async def handled(stream: Any) -> None:
+        try:
+            await handle(stream)
+        except Exception as e:  # noqa: BLE001 - logged; the stream is reset, the node goes on
+            try:
+                peer, protocol = stream.muxed_conn.peer_id, stream.get_protocol()
+            except Exception:  # noqa: BLE001 - only for the log line
+                peer, protocol = "?", None
+            log.warning("mesh: a stream from %s (%s) failed: %s", peer, protocol or "no protocol", _describe(e))
+            with contextlib.suppress(Exception):
+                await stream.reset()
+
+    return handled
 
 
 def layers(conn: Any) -> Iterator[Any]:
