@@ -1184,7 +1184,7 @@ def test_a_node_hanging_up_takes_no_new_connection(uid: str) -> None:
 def test_a_node_asked_its_addresses_while_its_listeners_close_answers_and_stops_cleanly(uid: str) -> None:
     # identify asks for the addresses of every listener listed, at any time: one closed while
     # still listed had a socket with none (EBADF), and that error stopped the node; the listener
-    # here asks just after it closed, as identify did in a run in five of the relay tests
+    # here asks just after it closed, as identify did in one run in six of a relay test
     asked: list[Any] = []
     with MeshNode(MeshConfig(f"a-{uid}")) as a, MeshNode(MeshConfig(f"b-{uid}")) as b:
         b.connect(a.addrs[0])

@@ -28,13 +28,7 @@ def _relayed(node: MeshNode) -> str:
 
 def _stop_listening(node: MeshNode) -> None:
     """The node takes no connection any more (as behind NAT); it can still dial out."""
-
-    async def close() -> None:
-        for key, listener in list(node._network.listeners.items()):
-            del node._network.listeners[key]  # (first: identify asks those listed for addresses)
-            await listener.close()
-
-    node._call(close, timeout=5, what="closing its listeners")
+    node._call(node._stop_listening, timeout=5, what="closing its listeners")
 
 
 def test_a_peer_is_reached_through_its_relay_both_ways_and_on_the_topic(nodes: Any) -> None:

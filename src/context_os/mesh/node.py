@@ -648,9 +648,7 @@ class MeshNode:
             self._pubsub.seen_messages.stop()  # its thread is not stopped by Pubsub itself
             # a node stopped by an error did not hang up: its connections' sockets stayed open
             # until it was garbage (closed already when it did)
-            for sock in self._open_sockets():
-                with contextlib.suppress(Exception):
-                    sock.socket.close()
+            _close_sockets(self._open_sockets())
 
     async def _hang_up(self) -> None:
         """Let the broadcasts still queued for peers go out, then close every connection
@@ -662,12 +660,7 @@ class MeshNode:
         self._relaying.cancel()  # (nor the relays)
         # nor is a connection taken in meanwhile: one a peer made as this node left outlived the
         # connections closed below, and held up the peer's view of it (``_renew_topic_stream``)
-        # (each is taken out before it closes: identify asks for the addresses of those listed at
-        # any time, and a closed one's socket has none; the error stopped the node)
-        for addr, listener in list(self._network.listeners.items()):
-            self._network.listeners.pop(addr, None)
-            with contextlib.suppress(Exception):
-                await listener.close()
+        await self._stop_listening()
         with trio.move_on_after(1):  # a publish only queues its message for each peer's sender
             while any(len(q) for q in self._pubsub.peer_queues.values()):
                 await trio.sleep(0.005)
@@ -679,9 +672,16 @@ class MeshNode:
                     await self._network.close_peer(pid)
         # what a busy or failing close left open (py-libp2p logs and goes on), and what was
         # connected meanwhile: closed here, or the socket stays open until the node is garbage
-        for sock in sockets + self._open_sockets():
+        _close_sockets(sockets + self._open_sockets())
+
+    async def _stop_listening(self) -> None:
+        """Close every listener: the node takes no connection any more. Each is taken out of the
+        network's list before it closes: identify asks those listed for their addresses at any
+        time, and a closed one's socket has none (EBADF; the error stopped the node)."""
+        for addr, listener in list(self._network.listeners.items()):
+            self._network.listeners.pop(addr, None)
             with contextlib.suppress(Exception):
-                sock.socket.close()
+                await listener.close()
 
     def _renew_topic_stream(self, peer: Any) -> None:
         """Open the topic's stream to ``peer`` again when the one py-libp2p holds runs on a
@@ -1921,6 +1921,14 @@ def _speaks(host: Any, peer: Any, protocol: str) -> bool:
 
 async def _no_auto_dial() -> None:
     return None
+
+
+def _close_sockets(streams: list[Any]) -> None:
+    """Close the socket under each of ``streams`` (``_open_sockets``); one closed already, or
+    failing to close, is passed over."""
+    for stream in streams:
+        with contextlib.suppress(Exception):
+            stream.socket.close()
 
 
 def _ends_its_stream_only(handle: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
