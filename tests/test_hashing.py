@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from context_os.errors import HashError
 from context_os.hashing import (
     HASH_PREFIX,
+    MAX_DEPTH,
     canonical_json,
     content_hash,
     doc_hashes,
@@ -245,6 +246,32 @@ def test_round_trip(value: Any) -> None:
     decoded = json.loads(encoded)
     assert _typed(decoded) == _typed(_expected(value))
     assert canonical_json(decoded) == encoded  # a fixed point
+
+
+plain_leaves = st.none() | st.booleans() | st.integers() | st.integers(2**63 - 8, 2**64 + 8) | st.text(max_size=20)
+plain_values = st.recursive(
+    plain_leaves,
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
+    max_leaves=25,
+)
+
+
+@settings(deadline=None, max_examples=500)
+@given(plain_values)
+def test_a_plain_value_is_what_the_standard_encoder_writes(value: Any) -> None:
+    """A value with no floats or other types to normalise is written by a faster encoder; its
+    bytes must be the standard library's, byte for byte (control characters, U+2028, keys past
+    U+FFFF in code-point order, integers either side of 64 bits)."""
+    standard = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    assert canonical_json(value) == standard
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH - 1, MAX_DEPTH])
+def test_a_plain_value_nested_to_the_limit_is_written(depth: int) -> None:
+    value: Any = "x"
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    assert canonical_json(value) == json.dumps(value, separators=(",", ":")).encode()
 
 
 @settings(deadline=None)

@@ -8,8 +8,10 @@ A document carries three of them:
 * ``object_hash``   over ``{"content_hash", "id", "kind", "meta_hash"}``, so a version can be
   verified from its metadata and content hash alone (an inactive object has no content loaded).
 
-This module must stay dependency-free apart from blake3: other implementations (the Pi
-extension, XTDB-side tools) reproduce it from docs/hashing.md.
+This module must stay dependency-free apart from blake3 and orjson: other implementations (the
+Pi extension, XTDB-side tools) reproduce it from docs/hashing.md. orjson only writes plain values
+(no floats, no types to normalise) faster: its bytes are the standard encoder's, which writes
+everything else (tests/test_hashing.py compares the two).
 
 It never imports from the rest of the package.
 """
@@ -24,6 +26,7 @@ from json.encoder import encode_basestring
 from typing import Any
 
 import blake3
+import orjson
 
 from .errors import HashError
 
@@ -125,7 +128,12 @@ def canonical_form(value: Any) -> tuple[bytes, bool]:
     separators=(",", ":"))`` writes, nothing normalised."""
     try:
         plain = _plain(value)
-        if not plain:  # floats, tuples, mappings of other types, bad keys: normalise
+        if plain:
+            try:
+                return orjson.dumps(value, option=orjson.OPT_SORT_KEYS), True
+            except orjson.JSONEncodeError:
+                pass  # an integer past 64 bits, a lone surrogate, deep nesting: the standard encoder says which
+        else:  # floats, tuples, mappings of other types, bad keys: normalise
             try:
                 value = _normalise(value)
             except HashError:
