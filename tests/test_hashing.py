@@ -22,6 +22,7 @@ from context_os.errors import HashError
 from context_os.hashing import (
     HASH_PREFIX,
     MAX_DEPTH,
+    canonical_form,
     canonical_json,
     content_hash,
     doc_hashes,
@@ -31,6 +32,7 @@ from context_os.hashing import (
     verify_doc,
 )
 from context_os.objects import parse_doc
+from context_os.store.sqlite import _exact_json
 
 SPEC = Path(__file__).resolve().parent.parent / "docs" / "hashing.md"
 
@@ -266,6 +268,29 @@ def test_a_plain_value_is_what_the_standard_encoder_writes(value: Any) -> None:
     assert canonical_json(value) == standard
 
 
+json_floats = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(
+    [0.0, -0.0, 1.0, 1e-4, 9.999e-5, 1e16, 9.999999999999998e15, 2.0**53, 2.0**53 + 2, 1.2345, -7.5e-3]
+)
+float_values = st.recursive(
+    plain_leaves | json_floats,
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
+    max_leaves=25,
+)
+
+
+@settings(deadline=None, max_examples=500)
+@given(float_values)
+def test_a_value_with_floats_is_its_normalised_form_as_the_standard_encoder_writes_it(value: Any) -> None:
+    """Floats orjson writes as the standard encoder does (no exponent) are written by it; the
+    bytes must be the standard library's of the value normalised as docs/hashing.md says, and
+    the value is plain only when normalising changes nothing."""
+    standard = json.dumps(_expected(value), sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+    text, plain = canonical_form(value)
+    assert text == standard
+    if plain:
+        assert json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode() == standard
+
+
 @pytest.mark.parametrize("depth", [MAX_DEPTH - 1, MAX_DEPTH])
 def test_a_plain_value_nested_to_the_limit_is_written(depth: int) -> None:
     value: Any = "x"
@@ -345,13 +370,15 @@ def test_verify_doc_detects_any_content_change(original: Any, replacement: Any) 
 
 
 @settings(deadline=None)
-@given(json_values, json_values, st.text(), st.text())
+@given(float_values, float_values, st.text(), st.text())
 def test_encode_doc_is_to_doc_and_the_json_a_store_writes(
     content: Any, meta_value: Any, doc_id: str, kind: str
 ) -> None:
     """``encode_doc`` gives the document ``doc_hashes`` describes and, when nothing in it needs
-    normalising, exactly the JSON ``json.dumps`` writes of it (what ``Put.json`` promises a store);
-    with a float anywhere, no JSON (the canonical form writes 1.0 as 1, a store keeps 1.0)."""
+    normalising, or only floats orjson writes as ``json.dumps`` does (no exponent: 1e-4 to 1e16,
+    integral ones too, and 0.0), exactly the JSON ``json.dumps`` writes of it, floats kept as
+    floats (the canonical form writes 1.0 as 1, a store keeps 1.0): what ``Put.json`` promises a
+    store, which writes -0.0 as 0.0; else no JSON (the store encodes it)."""
     meta = {"m": meta_value}
     try:
         doc, encoded = encode_doc(doc_id, kind, content, meta)
@@ -360,10 +387,15 @@ def test_encode_doc_is_to_doc_and_the_json_a_store_writes(
     expected = {"id": doc_id, "kind": kind, "content": content, "meta": meta}
     expected.update(doc_hashes(expected))
     assert doc == expected and list(doc) == list(expected)
-    if any(isinstance(v, float) for v in _leaves([content, meta_value])):
-        assert encoded is None
-    else:
+    leaves = _leaves([content, meta_value])
+    floats = [v for v in leaves if isinstance(v, float)]
+    alike = all(1e-4 <= abs(f) < 1e16 or (f == 0 and math.copysign(1, f) > 0) for f in floats)
+    in_64_bits = all(-(2**63) <= v < 2**64 for v in leaves if type(v) is int)
+    if not floats or (alike and in_64_bits):
         assert encoded == json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+        assert encoded.decode() == _exact_json(doc)
+    elif not alike:
+        assert encoded is None
 
 
 def _leaves(value: Any) -> list[Any]:
