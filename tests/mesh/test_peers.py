@@ -30,7 +30,7 @@ from context_os.errors import ConfigError, InputError, MeshError
 from context_os.harness.openai import OpenAIHook
 from context_os.mesh import registry, wire
 from context_os.mesh.agent import MeshAgent
-from context_os.mesh.node import MeshConfig, MeshNode, _describe, load_seed
+from context_os.mesh.node import MeshConfig, MeshNode, _describe, _StreamFailures, load_seed
 from context_os.mesh.pnet import new_swarm_key, read_swarm_key
 from context_os.store.base import Store
 from context_os.store.sqlite import SqliteStore
@@ -1236,6 +1236,41 @@ def test_a_protocol_handler_that_fails_ends_its_stream_not_the_node(uid: str, ca
             assert a.running and a._error is None
             assert b.request(a.peer_id, "still there?", timeout=10).message == "still there?"
         assert all(f"from {b.peer_id} ({broken}) failed: OSError: [Errno 9] Bad file descriptor" in s for s in said())
+
+
+def test_a_peer_whose_streams_keep_failing_is_warned_of_thrice_then_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # each failed stream was a warning: a peer making streams fail on purpose filled the log
+    now = [100.0]
+    failures = _StreamFailures(clock=lambda: now[0])
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    with caplog.at_level(logging.DEBUG, logger="context_os.mesh"):
+        for _ in range(10):
+            failures.failed("peer-a", "/p/1", "OSError: boom")
+            now[0] += 1
+        assert len(warnings()) == 3  # the first three; seven at debug level
+        assert sum("failed: OSError: boom" in r.getMessage() for r in caplog.records) == 10
+        failures.failed("peer-b", "/p/1", "OSError: other")  # another peer has its own three
+        assert warnings()[-1] == "mesh: a stream from peer-b (/p/1) failed: OSError: other"
+        now[0] = 102.0 + 60
+        failures.failed("peer-a", "/p/1", "OSError: boom")
+        assert len(warnings()) == 5
+        assert warnings()[-1].endswith("(and 7 more of its streams in the last 60 s, not logged)")
+        failures.failed("peer-a", "/p/1", "OSError: boom")  # the next minute starts again
+        assert len(warnings()) == 5
+
+
+def test_the_stream_failures_remembered_are_of_the_most_recent_peers() -> None:
+    failures = _StreamFailures(clock=lambda: 0.0)
+    failures.PEERS = 3
+    for peer in ("a", "b", "c", "a", "d"):
+        failures.failed(peer, "/p/1", "x")
+    assert list(failures._peers) == ["c", "a", "d"]  # b, the least recent, forgotten
+    assert failures._peers["a"][0] == 2
 
 
 def test_a_node_stopped_by_an_error_leaves_no_socket_open(uid: str) -> None:

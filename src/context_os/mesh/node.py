@@ -1931,12 +1931,56 @@ def _close_sockets(streams: list[Any]) -> None:
             stream.socket.close()
 
 
-def _ends_its_stream_only(handle: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
+class _StreamFailures:
+    """The warnings of streams whose handler failed, per peer: its first ``FIRST`` as they come,
+    then one every ``EVERY_S`` at most, which counts the ones left out (logged at debug level). A
+    peer that makes streams fail on purpose would fill the log otherwise. ``PEERS`` peers are
+    remembered, the least recent forgotten first."""
+
+    FIRST = 3
+    EVERY_S = 60.0
+    PEERS = 1024
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._peers: dict[str, tuple[int, float, int]] = {}
+        """peer → (its failures, when the last warning was, failures left out since)."""
+
+    def failed(self, peer: str, protocol: str, why: str) -> None:
+        now = self._clock()
+        failures, warned, left_out = self._peers.pop(peer, (0, now, 0))
+        failures += 1
+        if failures <= self.FIRST:
+            log.warning("mesh: a stream from %s (%s) failed: %s", peer, protocol, why)
+            warned = now
+        elif now - warned >= self.EVERY_S:
+            log.warning(
+                "mesh: a stream from %s (%s) failed: %s (and %d more of its streams in the last %.0f s, not logged)",
+                peer,
+                protocol,
+                why,
+                left_out,
+                now - warned,
+            )
+            warned, left_out = now, 0
+        else:
+            log.debug("mesh: a stream from %s (%s) failed: %s", peer, protocol, why)
+            left_out += 1
+        self._peers[peer] = (failures, warned, left_out)  # (the most recent last)
+        if len(self._peers) > self.PEERS:
+            del self._peers[next(iter(self._peers))]
+
+
+def _ends_its_stream_only(
+    handle: Callable[[Any], Awaitable[None]], failures: _StreamFailures | None = None
+) -> Callable[[Any], Awaitable[None]]:
     """The swarm's handler of each stream a peer opens (``handle``: the host's, which picks the
     protocol's), made so that an error in it ends that stream only. py-libp2p runs it in the
     connection's nursery: an error raised there (its identify asking a closing listener for its
     address did) ended the connection's tasks, then the swarm's, and the whole node stopped. A
-    cancellation still goes through (not an ``Exception``)."""
+    cancellation still goes through (not an ``Exception``). Each failure is logged
+    (``_StreamFailures``)."""
+    failures = failures or _StreamFailures()
 
     async def handled(stream: Any) -> None:
         try:
@@ -1946,7 +1990,7 @@ def _ends_its_stream_only(handle: Callable[[Any], Awaitable[None]]) -> Callable[
                 peer, protocol = stream.muxed_conn.peer_id, stream.get_protocol()
             except Exception:  # noqa: BLE001 - only for the log line
                 peer, protocol = "?", None
-            log.warning("mesh: a stream from %s (%s) failed: %s", peer, protocol or "no protocol", _describe(e))
+            failures.failed(str(peer), str(protocol or "no protocol"), _describe(e))
             with contextlib.suppress(Exception):
                 await stream.reset()
 
