@@ -192,8 +192,8 @@ def record_virtual(
     else:
         meta.update(tokens=0, content_omitted=omitted)
     vt = next_valid_time(after, at=at)
-    doc = FileDoc(id=obj_id, content=text, meta=meta).to_doc()
-    tx = store.submit([Put(doc, vt)])
+    doc, encoded = FileDoc(id=obj_id, content=text, meta=meta).encode()
+    tx = store.submit([Put(doc, vt, json=encoded)])
     return Version(obj_id, vt, tx.id, tx.time, doc)
 
 
@@ -496,7 +496,7 @@ class FileIndex:
         base = min(snap.mtime_ms, now) if content_fact else now
         vt = next_valid_time(None if prev is None else prev.valid_time, at=base)
         obj_id = prev.id if prev is not None else "file:" + uuid.uuid4().hex
-        doc = FileDoc(id=obj_id, content=snap.text, meta=meta).to_doc()
+        doc, encoded = FileDoc(id=obj_id, content=snap.text, meta=meta).encode()  # (the store writes it)
         ops: list[Op] = []
         if prev is not None:
             assert prev.doc is not None
@@ -514,7 +514,7 @@ class FileIndex:
                         Match(other.id, other.doc, valid_time=now + MATCH_HORIZON_MS),
                         Put(gone, next_valid_time(other.valid_time)),
                     ]
-        ops.append(Put(doc, vt))
+        ops.append(Put(doc, vt, json=encoded))
         if prev is None or moved:  # brought to this path: claim it (a concurrent creator's write fails)
             cid = claim_id(str(snap.path))
             held = claim[0] if claim is not None else self.store.get(cid)
