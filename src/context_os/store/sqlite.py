@@ -115,9 +115,9 @@ def _rarest_first(
     kind). Each is counted up to ``_FEW`` first: a rare one (under it) drives the lookup and the
     others, the kind last, only check its few candidates; only when none is rare are they counted
     up to ``_MANY`` to order them. A count reads up to its cap's index entries, which cost more
-    than the lookup: a file's path and its workspace, counted to 1,000 each, took 0.9 s of the
-    7.3 s 10,000 files took to index until 2026-12-06 (and the kind, counted as well, 1.8 times as
-    long before that day)."""
+    than the lookup (a file tracker's six finds a file, each of one path, inode or key, were each
+    counted to 1,000 until 2026-12-06; with the kind counted as well, 10,000 files took 1.8 times
+    as long to index before that day)."""
     counts: dict[tuple[tuple[str, bytes], int], int] = {}
 
     def count(c: tuple[str, bytes], cap: int) -> int:
