@@ -24,6 +24,7 @@ from context_os.hashing import (
     MAX_DEPTH,
     canonical_form,
     canonical_json,
+    compact_json,
     content_hash,
     doc_hashes,
     encode_doc,
@@ -285,10 +286,18 @@ def test_a_value_with_floats_is_its_normalised_form_as_the_standard_encoder_writ
     bytes must be the standard library's of the value normalised as docs/hashing.md says, and
     the value is plain only when normalising changes nothing."""
     standard = json.dumps(_expected(value), sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+    before = _typed(value)
     text, plain = canonical_form(value)
     assert text == standard
+    assert _typed(value) == before  # normalised in a copy: 1.0 is still a float in the value
     if plain:
         assert json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode() == standard
+
+
+@settings(deadline=None, max_examples=300)
+@given(float_values)
+def test_compact_json_is_what_the_standard_encoder_writes_keys_in_their_order(value: Any) -> None:
+    assert compact_json(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 @pytest.mark.parametrize("depth", [MAX_DEPTH - 1, MAX_DEPTH])

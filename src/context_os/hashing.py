@@ -36,6 +36,7 @@ __all__ = [
     "HASH_PREFIX",
     "canonical_form",
     "canonical_json",
+    "compact_json",
     "content_hash",
     "doc_hashes",
     "encode_doc",
@@ -86,55 +87,79 @@ def _plain(value: Any, depth: int = 0) -> bool:
 _UNLIKE, _ALIKE, _INTEGRAL = 0, 1, 2
 
 
-def _floats(value: Any, depth: int = 0) -> int:
-    """How orjson writes ``value`` against the standard encoder: ``_ALIKE``, byte for byte, if it
-    is made only of str/int/bool/None, lists, str-keyed dicts and floats that neither writes
-    with an exponent (from 1e-4 to 1e16) and that normalising leaves alone; ``_INTEGRAL`` if some
-    of its floats are integral (0.0, 2.0), which the canonical form writes as integers
-    (``_normalise``) and a store as floats, each alike once made so; else ``_UNLIKE`` (-0.0,
-    which a store writes as 0.0, is). Leaves are tested in the loop, as in ``_plain``."""
+def _floats(value: Any, depth: int = 0) -> tuple[int, Any]:
+    """How orjson writes ``value`` against the standard encoder, and ``value`` normalised when that
+    is only making its integral floats integers. ``_ALIKE``, byte for byte, if it is made only of
+    str/int/bool/None, lists, str-keyed dicts and floats that neither writes with an exponent
+    (from 1e-4 to 1e16) and that normalising leaves alone; ``_INTEGRAL`` if some of its floats are
+    integral (0.0, 2.0), which the canonical form writes as integers (``_normalise``) and a store
+    as floats, each alike once made so; else ``_UNLIKE`` (-0.0, which a store writes as 0.0, is).
+    The value normalised shares every part of ``value`` without an integral float (the same
+    object when there is none). Leaves are tested in the loop, as in ``_plain``."""
     t = type(value)
     if t is float:
         if value.is_integer() and abs(value) < 2**53:
-            return _INTEGRAL if value or math.copysign(1.0, value) > 0 else _UNLIKE
-        return _ALIKE if 1e-4 <= abs(value) < 1e16 else _UNLIKE
+            return (_INTEGRAL, int(value)) if value or math.copysign(1.0, value) > 0 else (_UNLIKE, value)
+        return (_ALIKE if 1e-4 <= abs(value) < 1e16 else _UNLIKE), value
     if t is dict:
         if depth >= MAX_DEPTH:
-            return _UNLIKE
-        kind = _ALIKE
+            return _UNLIKE, value
+        kind, out = _ALIKE, None
         for k, v in value.items():
             if type(k) is not str:
-                return _UNLIKE
+                return _UNLIKE, value
             tv = type(v)
             if not (tv is str or tv is int or tv is bool or v is None):
-                if (got := _floats(v, depth + 1)) == _UNLIKE:
-                    return _UNLIKE
-                kind = max(kind, got)
-        return kind
+                got, new = _floats(v, depth + 1)
+                if got == _UNLIKE:
+                    return _UNLIKE, value
+                if new is not v:
+                    kind = _INTEGRAL
+                    if out is None:
+                        out = dict(value)
+                    out[k] = new
+        return kind, value if out is None else out
     if t is list:
         if depth >= MAX_DEPTH:
-            return _UNLIKE
-        kind = _ALIKE
-        for v in value:
+            return _UNLIKE, value
+        kind, out_list = _ALIKE, None
+        for i, v in enumerate(value):
             tv = type(v)
             if not (tv is str or tv is int or tv is bool or v is None):
-                if (got := _floats(v, depth + 1)) == _UNLIKE:
-                    return _UNLIKE
-                kind = max(kind, got)
-        return kind
-    return _ALIKE if t is str or t is int or t is bool or value is None else _UNLIKE
+                got, new = _floats(v, depth + 1)
+                if got == _UNLIKE:
+                    return _UNLIKE, value
+                if new is not v:
+                    kind = _INTEGRAL
+                    if out_list is None:
+                        out_list = list(value)
+                    out_list[i] = new
+        return kind, value if out_list is None else out_list
+    return (_ALIKE if t is str or t is int or t is bool or value is None else _UNLIKE), value
 
 
 def stored_json(value: Any) -> bytes | None:
     """What a store writes for ``value`` (``json.dumps(value, sort_keys=True, ensure_ascii=False,
     separators=(",", ":"))``, UTF-8; floats stay floats) when orjson can write it alike
     (``_floats``), else None (the caller encodes it the standard way)."""
-    if _floats(value) == _UNLIKE:
+    if _floats(value)[0] == _UNLIKE:
         return None
     try:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:  # an integer past 64 bits, a lone surrogate
         return None
+
+
+def compact_json(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"))``, keys in their order, as
+    text: written by orjson when it writes it alike (``_floats``), else by the standard encoder
+    (which raises what it raises)."""
+    if _floats(value)[0] != _UNLIKE:
+        try:
+            return orjson.dumps(value).decode("utf-8")
+        except orjson.JSONEncodeError:  # an integer past 64 bits, a lone surrogate
+            pass
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _check(value: Any, path: str) -> None:
@@ -182,23 +207,24 @@ def canonical_form(value: Any) -> tuple[bytes, bool]:
     ``json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))`` writes. What
     orjson writes alike (``_floats``) it writes, 16 times faster; the standard encoder the rest."""
     try:
-        floats = _floats(value)
+        floats, normalised = _floats(value)
         if floats == _ALIKE:  # nothing to normalise, and orjson writes it as the standard encoder
             try:
                 return orjson.dumps(value, option=orjson.OPT_SORT_KEYS), True
             except orjson.JSONEncodeError:
                 pass  # an integer past 64 bits, a lone surrogate: the standard encoder says which
+        elif floats == _INTEGRAL:  # integral floats, now integers: the rest is written alike
+            value = normalised
+            try:
+                return orjson.dumps(value, option=orjson.OPT_SORT_KEYS), False
+            except orjson.JSONEncodeError:
+                pass
         else:  # floats, tuples, mappings of other types, bad keys: normalise
             try:
                 value = _normalise(value)
             except HashError:
                 _check(value, "")  # says where (a path is built only when there is an error)
                 raise
-            if floats == _INTEGRAL:  # integral floats, now integers: the rest is written alike
-                try:
-                    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS), False
-                except orjson.JSONEncodeError:
-                    pass
         try:
             text = _ENCODER.encode(value)
         except ValueError as e:  # an integer too long to write (int_problem)
@@ -353,7 +379,12 @@ def hashed(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def encode_doc(
-    doc_id: str, kind: str, content: Any, meta: Mapping[str, Any], content_json: tuple[bytes, bool] | None = None
+    doc_id: str,
+    kind: str,
+    content: Any,
+    meta: Mapping[str, Any],
+    content_json: tuple[bytes, bool] | None = None,
+    content_stored: bytes | None = None,
 ) -> tuple[dict[str, Any], bytes | None]:
     """A document (``id``, ``kind``, ``content``, ``meta`` and its three hashes) and, when its
     content and meta are plain (nothing to normalise) or hold only floats orjson writes alike
@@ -361,7 +392,8 @@ def encode_doc(
     ensure_ascii=False, separators=(",", ":"))``, UTF-8), built from the canonical JSON the hashes
     were computed over: a session encodes each document once, not once to hash it and again to
     store it. ``content_json``: the content's canonical JSON and whether the content is plain,
-    when the caller has them (chat pages join their entries')."""
+    when the caller has them (chat pages join their entries'); ``content_stored`` with it: the
+    content's JSON as a store writes it (``stored_json``), when it is not plain and known."""
     c_json, c_plain = canonical_form(content) if content_json is None else content_json
     m_json, m_plain = canonical_form(meta)
     c, m = hash_bytes(c_json), hash_bytes(m_json)
@@ -370,7 +402,7 @@ def encode_doc(
     doc.update(content_hash=c, meta_hash=m, object_hash=o)
     # what a store writes of each: the canonical JSON of a plain value; of one with floats that
     # orjson writes alike, its own (floats stay floats: 1.0 is not 1 there)
-    c_stored = c_json if c_plain else stored_json(content) if content_json is None else None
+    c_stored = c_json if c_plain else stored_json(content) if content_json is None else content_stored
     m_stored = m_json if m_plain else stored_json(meta)
     if c_stored is None or m_stored is None or not (type(doc_id) is str and type(kind) is str):
         return doc, None

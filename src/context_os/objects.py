@@ -76,11 +76,14 @@ class DocBase(BaseModel):
     meta: dict[str, Any] = Field(default_factory=dict)
     """Metadata: what the metadata pool shows while the object is inactive."""
 
-    def encode(self, content_json: tuple[bytes, bool] | None = None) -> tuple[dict[str, Any], bytes | None]:
+    def encode(
+        self, content_json: tuple[bytes, bool] | None = None, content_stored: bytes | None = None
+    ) -> tuple[dict[str, Any], bytes | None]:
         """``to_doc``, and the document's JSON exactly as a store writes it when it has one form
         (``hashing.encode_doc``: what ``Put.json`` carries). ``content_json``: the content's
-        canonical JSON and whether the content is plain, when the caller has them."""
-        return encode_doc(self.id, self.kind, self.content, self.meta, content_json)
+        canonical JSON and whether the content is plain, when the caller has them;
+        ``content_stored``: its JSON as a store writes it, when not plain and known."""
+        return encode_doc(self.id, self.kind, self.content, self.meta, content_json, content_stored)
 
     def to_doc(self) -> dict[str, Any]:
         """The plain dict the store keeps, with its three hashes."""

@@ -9,8 +9,9 @@ This module must never know about any specific harness.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal, NotRequired, TypedDict
+
+from ..hashing import compact_json
 
 __all__ = ["ROLES", "Entry", "Incoming", "Msg", "ToolCall", "msg_chars"]
 
@@ -94,7 +95,7 @@ class Msg(TypedDict):
 def _args_chars(arguments: Any) -> int:
     if isinstance(arguments, str):
         return len(arguments)
-    return len(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")))
+    return len(compact_json(arguments))
 
 
 def msg_chars(msg: Msg | Incoming) -> int:

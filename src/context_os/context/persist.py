@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import SessionBusy
-from ..hashing import canonical_form
+from ..hashing import canonical_form, stored_json
 from ..objects import BlockDoc, ChatDoc, FrameContent, FrameDoc, SessionDoc, StateContent, StateDoc, StateMeta
 from ..store.base import Op, Put, Store, Tx, next_valid_time
 from .entries import Entry
@@ -70,8 +70,9 @@ class SessionWriter:
         self._pending: list[tuple[str, tuple[str, Any]]] = []
         self._queued_states: dict[str, int] = {}
         self._state_vts: dict[str, int] = {}
-        self._entry_cache: dict[int, tuple[bytes, bool]] = {}
-        """Canonical JSON of the entries of pages still filling (a full page's are dropped)."""
+        self._entry_cache: dict[int, tuple[bytes, bool, bytes | None]] = {}
+        """Canonical and stored JSON of the entries of pages still filling (``_entry_json``; a full
+        page's are dropped)."""
         self._policy: tuple[Any, dict[str, Any]] | None = None
         self._vt: int | None = None
         """The valid time ``stage`` fixed for the transaction being built (None: not staged)."""
@@ -196,11 +197,13 @@ class SessionWriter:
         self.last_vt = vt
         return vt
 
-    def _entry_json(self, e: Entry) -> tuple[bytes, bool]:
-        """An entry's canonical JSON, and whether the entry is plain (``hashing.canonical_form``)."""
+    def _entry_json(self, e: Entry) -> tuple[bytes, bool, bytes | None]:
+        """An entry's canonical JSON, whether the entry is plain (``hashing.canonical_form``), and
+        its JSON as a store writes it (the canonical one when plain; ``hashing.stored_json``)."""
         cached = self._entry_cache.get(e["i"])
         if cached is None:
-            cached = self._entry_cache[e["i"]] = canonical_form(e)
+            canonical, plain = canonical_form(e)
+            cached = self._entry_cache[e["i"]] = (canonical, plain, canonical if plain else stored_json(e))
         return cached
 
     def flush(self) -> Tx | None:
@@ -225,7 +228,9 @@ class SessionWriter:
             # a page's canonical JSON is its entries' canonical JSON joined: each entry is
             # encoded once, however often its page is rewritten
             encoded = [self._entry_json(e) for e in entries]
-            content_json = (b"[" + b",".join(j for j, _ in encoded) + b"]", all(plain for _, plain in encoded))
+            content_json = (b"[" + b",".join(j for j, _, _ in encoded) + b"]", all(plain for _, plain, _ in encoded))
+            stored = [j for _, _, j in encoded if j is not None]  # (the page's JSON when each has it)
+            content_stored = b"[" + b",".join(stored) + b"]" if len(stored) == len(encoded) else None
             if len(entries) == PAGE_SIZE:  # a full page is written for the last time (but evictions)
                 for e in entries:
                     self._entry_cache.pop(e["i"], None)
@@ -234,7 +239,7 @@ class SessionWriter:
                 kind="chat",
                 content=list(entries),
                 meta={"session": view.session_id, "page": page},
-            ).encode(content_json)
+            ).encode(content_json, content_stored)
             self.queue(doc, ("page", page), encoded_doc)
         self.dirty_pages.clear()
         if not self._ops:
