@@ -101,13 +101,15 @@ def _floats(value: Any, depth: int = 0) -> tuple[int, Any]:
         if value.is_integer() and abs(value) < 2**53:
             return (_INTEGRAL, int(value)) if value or math.copysign(1.0, value) > 0 else (_UNLIKE, value)
         return (_ALIKE if 1e-4 <= abs(value) < 1e16 else _UNLIKE), value
-    if t is dict:
+    if t is dict or t is list:
         if depth >= MAX_DEPTH:
             return _UNLIKE, value
+        if t is dict:
+            for k in value:
+                if type(k) is not str:
+                    return _UNLIKE, value
         kind, out = _ALIKE, None
-        for k, v in value.items():
-            if type(k) is not str:
-                return _UNLIKE, value
+        for k, v in value.items() if t is dict else enumerate(value):
             tv = type(v)
             if not (tv is str or tv is int or tv is bool or v is None):
                 got, new = _floats(v, depth + 1)
@@ -116,25 +118,9 @@ def _floats(value: Any, depth: int = 0) -> tuple[int, Any]:
                 if new is not v:
                     kind = _INTEGRAL
                     if out is None:
-                        out = dict(value)
+                        out = dict(value) if t is dict else list(value)
                     out[k] = new
         return kind, value if out is None else out
-    if t is list:
-        if depth >= MAX_DEPTH:
-            return _UNLIKE, value
-        kind, out_list = _ALIKE, None
-        for i, v in enumerate(value):
-            tv = type(v)
-            if not (tv is str or tv is int or tv is bool or v is None):
-                got, new = _floats(v, depth + 1)
-                if got == _UNLIKE:
-                    return _UNLIKE, value
-                if new is not v:
-                    kind = _INTEGRAL
-                    if out_list is None:
-                        out_list = list(value)
-                    out_list[i] = new
-        return kind, value if out_list is None else out_list
     return (_ALIKE if t is str or t is int or t is bool or value is None else _UNLIKE), value
 
 
