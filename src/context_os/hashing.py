@@ -9,9 +9,10 @@ A document carries three of them:
   verified from its metadata and content hash alone (an inactive object has no content loaded).
 
 This module must stay dependency-free apart from blake3 and orjson: other implementations (the
-Pi extension, XTDB-side tools) reproduce it from docs/hashing.md. orjson only writes plain values
-(no floats, no types to normalise) faster: its bytes are the standard encoder's, which writes
-everything else (tests/test_hashing.py compares the two).
+Pi extension, XTDB-side tools) reproduce it from docs/hashing.md. orjson only writes, faster,
+the values whose bytes it writes exactly as the standard encoder does (``_floats``: no floats
+with an exponent, nothing to normalise but integral floats); the standard encoder writes the
+rest (tests/test_hashing.py compares the two).
 
 It never imports from the rest of the package.
 """
