@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import blake3
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from context_os.errors import HashError
@@ -378,8 +378,11 @@ def test_verify_doc_detects_any_content_change(original: Any, replacement: Any) 
     assert verify_doc(stored) == (["content_hash", "object_hash"] if changed else [])
 
 
-@settings(deadline=None)
+@settings(deadline=None, max_examples=300)
 @given(float_values, float_values, st.text(), st.text())
+@example({"n": 1.0, "s": [2.5, 0.0]}, 3.0, "note:1", "note")  # integral floats: 1.0 stays 1.0 there
+@example({"n": -0.0}, 1.5, "note:1", "note")  # -0.0: a store writes 0.0
+@example([2**64, 1.0], None, "note:1", "note")  # past 64 bits: no JSON from orjson
 def test_encode_doc_is_to_doc_and_the_json_a_store_writes(
     content: Any, meta_value: Any, doc_id: str, kind: str
 ) -> None:

@@ -19,6 +19,7 @@ It never imports from the rest of the package.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -44,6 +45,7 @@ __all__ = [
     "hash_bytes",
     "hash_value",
     "int_problem",
+    "json_forms",
     "json_problem",
     "unicode_problem",
     "object_hash",
@@ -54,35 +56,6 @@ HASH_PREFIX = "b3:"
 
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def _plain(value: Any, depth: int = 0) -> bool:
-    """True if ``value`` is made only of str/int/bool/None, lists and str-keyed dicts: then the
-    standard encoder already writes its canonical form and nothing needs normalising. (Leaves
-    are tested in the loop, not by a call each: this runs on every document and message hashed,
-    and most of their values are leaves.)"""
-    t = type(value)
-    if t is str or t is int or t is bool or value is None:
-        return True
-    if t is dict:
-        if depth >= MAX_DEPTH:
-            raise HashError(TOO_DEEP)
-        for k, v in value.items():
-            if type(k) is not str:
-                return False
-            tv = type(v)
-            if not (tv is str or tv is int or tv is bool or v is None or _plain(v, depth + 1)):
-                return False
-        return True
-    if t is list:
-        if depth >= MAX_DEPTH:
-            raise HashError(TOO_DEEP)
-        for v in value:
-            tv = type(v)
-            if not (tv is str or tv is int or tv is bool or v is None or _plain(v, depth + 1)):
-                return False
-        return True
-    return False
 
 
 _UNLIKE, _ALIKE, _INTEGRAL = 0, 1, 2
@@ -96,7 +69,8 @@ def _floats(value: Any, depth: int = 0) -> tuple[int, Any]:
     integral (0.0, 2.0), which the canonical form writes as integers (``_normalise``) and a store
     as floats, each alike once made so; else ``_UNLIKE`` (-0.0, which a store writes as 0.0, is).
     The value normalised shares every part of ``value`` without an integral float (the same
-    object when there is none). Leaves are tested in the loop, as in ``_plain``."""
+    object when there is none). Leaves are tested in the loop, not by a call each: this runs on
+    every document and message hashed, and most of their values are leaves."""
     t = type(value)
     if t is float:
         if value.is_integer() and abs(value) < 2**53:
@@ -125,27 +99,24 @@ def _floats(value: Any, depth: int = 0) -> tuple[int, Any]:
     return (_ALIKE if t is str or t is int or t is bool or value is None else _UNLIKE), value
 
 
-def stored_json(value: Any) -> bytes | None:
-    """What a store writes for ``value`` (``json.dumps(value, sort_keys=True, ensure_ascii=False,
-    separators=(",", ":"))``, UTF-8; floats stay floats) when orjson can write it alike
-    (``_floats``), else None (the caller encodes it the standard way)."""
-    if _floats(value)[0] == _UNLIKE:
-        return None
+def _classed(value: Any) -> tuple[int, Any]:
+    """``_floats(value)``; ``TOO_DEEP`` when the walk runs past Python's recursion limit (a call
+    from deep in another walk)."""
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    except orjson.JSONEncodeError:  # an integer past 64 bits, a lone surrogate
-        return None
+        return _floats(value)
+    except RecursionError:
+        raise HashError(TOO_DEEP) from None
 
 
 def compact_json(value: Any) -> str:
     """``json.dumps(value, ensure_ascii=False, separators=(",", ":"))``, keys in their order, as
     text: written by orjson when it writes it alike (``_floats``), else by the standard encoder
     (which raises what it raises)."""
-    if _floats(value)[0] != _UNLIKE:
-        try:
+    try:
+        if _floats(value)[0] != _UNLIKE:
             return orjson.dumps(value).decode("utf-8")
-        except orjson.JSONEncodeError:  # an integer past 64 bits, a lone surrogate
-            pass
+    except (orjson.JSONEncodeError, RecursionError):  # an integer past 64 bits, a lone surrogate
+        pass
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -193,19 +164,33 @@ def canonical_form(value: Any) -> tuple[bytes, bool]:
     integral floats, tuples or other types), so that its canonical JSON is also exactly what
     ``json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))`` writes. What
     orjson writes alike (``_floats``) it writes, 16 times faster; the standard encoder the rest."""
+    return _canonical(value, *_classed(value))
+
+
+def json_forms(value: Any) -> tuple[bytes, bool, bytes | None]:
+    """``canonical_form(value)`` and, from the same walk, what a store writes of ``value``
+    (``json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))``, UTF-8;
+    floats stay floats): the canonical JSON when plain, orjson's when it writes it alike, else
+    None (the store encodes it the standard way)."""
+    floats, normalised = _classed(value)
+    canonical, plain = _canonical(value, floats, normalised)
+    if plain:
+        return canonical, True, canonical
+    stored = None
+    if floats == _INTEGRAL:
+        with contextlib.suppress(orjson.JSONEncodeError):  # an integer past 64 bits
+            stored = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    return canonical, False, stored
+
+
+def _canonical(value: Any, floats: int, normalised: Any) -> tuple[bytes, bool]:
+    """``canonical_form`` of ``value``, which ``_floats`` classed as ``floats`` and normalised."""
     try:
-        floats, normalised = _floats(value)
-        if floats == _ALIKE:  # nothing to normalise, and orjson writes it as the standard encoder
+        if floats != _UNLIKE:  # orjson writes it, integral floats made integers, as the standard encoder
             try:
-                return orjson.dumps(value, option=orjson.OPT_SORT_KEYS), True
-            except orjson.JSONEncodeError:
-                pass  # an integer past 64 bits, a lone surrogate: the standard encoder says which
-        elif floats == _INTEGRAL:  # integral floats, now integers: the rest is written alike
-            value = normalised
-            try:
-                return orjson.dumps(value, option=orjson.OPT_SORT_KEYS), False
-            except orjson.JSONEncodeError:
-                pass
+                return orjson.dumps(normalised, option=orjson.OPT_SORT_KEYS), floats == _ALIKE
+            except orjson.JSONEncodeError:  # an integer past 64 bits, a lone surrogate: the standard encoder says which
+                value = normalised
         else:  # floats, tuples, mappings of other types, bad keys: normalise
             try:
                 value = _normalise(value)
@@ -241,7 +226,7 @@ def json_problem(value: Any) -> str | None:
     None. A quick walk (no paths but on an error) that leaves to ``json.dumps`` what it refuses
     anyway (NaN, other types, an integer too long)."""
     try:
-        if _plain(value) or _string_keys(value):
+        if _floats(value)[0] != _UNLIKE or _string_keys(value):
             return None
         _check(value, "")
     except HashError as e:
@@ -253,7 +238,7 @@ def json_problem(value: Any) -> str | None:
 
 def _string_keys(value: Any, depth: int = 0) -> bool:
     """Whether every mapping in ``value`` has only string keys (leaves are tested by type in the
-    loop, as in ``_plain``: most values are leaves); ``TOO_DEEP`` past ``MAX_DEPTH``."""
+    loop, as in ``_floats``: most values are leaves); ``TOO_DEEP`` past ``MAX_DEPTH``."""
     t = type(value)
     if depth >= MAX_DEPTH and (t is list or t is tuple or isinstance(value, Mapping)):
         raise HashError(TOO_DEEP)
@@ -375,22 +360,21 @@ def encode_doc(
 ) -> tuple[dict[str, Any], bytes | None]:
     """A document (``id``, ``kind``, ``content``, ``meta`` and its three hashes) and, when its
     content and meta are plain (nothing to normalise) or hold only floats orjson writes alike
-    (``stored_json``), its whole JSON as a store writes it (``json.dumps(doc, sort_keys=True,
+    (``json_forms``), its whole JSON as a store writes it (``json.dumps(doc, sort_keys=True,
     ensure_ascii=False, separators=(",", ":"))``, UTF-8), built from the canonical JSON the hashes
     were computed over: a session encodes each document once, not once to hash it and again to
     store it. ``content_json``: the content's canonical JSON and whether the content is plain,
     when the caller has them (chat pages join their entries'); ``content_stored`` with it: the
-    content's JSON as a store writes it (``stored_json``), when it is not plain and known."""
-    c_json, c_plain = canonical_form(content) if content_json is None else content_json
-    m_json, m_plain = canonical_form(meta)
+    content's JSON as a store writes it (``json_forms``), when it is not plain and known."""
+    if content_json is None:
+        c_json, _, c_stored = json_forms(content)
+    else:
+        c_json, c_stored = content_json[0], content_json[0] if content_json[1] else content_stored
+    m_json, _, m_stored = json_forms(meta)
     c, m = hash_bytes(c_json), hash_bytes(m_json)
     o = object_hash(doc_id, kind, c, m)
     doc = {"id": doc_id, "kind": kind, "content": content, "meta": meta}
     doc.update(content_hash=c, meta_hash=m, object_hash=o)
-    # what a store writes of each: the canonical JSON of a plain value; of one with floats that
-    # orjson writes alike, its own (floats stay floats: 1.0 is not 1 there)
-    c_stored = c_json if c_plain else stored_json(content) if content_json is None else content_stored
-    m_stored = m_json if m_plain else stored_json(meta)
     if c_stored is None or m_stored is None or not (type(doc_id) is str and type(kind) is str):
         return doc, None
     # keys in sorted order; the hashes are "b3:" and hex digits, nothing to escape

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import SessionBusy
-from ..hashing import canonical_form, stored_json
+from ..hashing import json_forms
 from ..objects import BlockDoc, ChatDoc, FrameContent, FrameDoc, SessionDoc, StateContent, StateDoc, StateMeta
 from ..store.base import Op, Put, Store, Tx, next_valid_time
 from .entries import Entry
@@ -198,12 +198,11 @@ class SessionWriter:
         return vt
 
     def _entry_json(self, e: Entry) -> tuple[bytes, bool, bytes | None]:
-        """An entry's canonical JSON, whether the entry is plain (``hashing.canonical_form``), and
-        its JSON as a store writes it (the canonical one when plain; ``hashing.stored_json``)."""
+        """An entry's canonical JSON, whether the entry is plain, and its JSON as a store writes it
+        (``hashing.json_forms``)."""
         cached = self._entry_cache.get(e["i"])
         if cached is None:
-            canonical, plain = canonical_form(e)
-            cached = self._entry_cache[e["i"]] = (canonical, plain, canonical if plain else stored_json(e))
+            cached = self._entry_cache[e["i"]] = json_forms(e)
         return cached
 
     def flush(self) -> Tx | None:

@@ -1971,16 +1971,14 @@ class _StreamFailures:
             del self._peers[next(iter(self._peers))]
 
 
-def _ends_its_stream_only(
-    handle: Callable[[Any], Awaitable[None]], failures: _StreamFailures | None = None
-) -> Callable[[Any], Awaitable[None]]:
+def _ends_its_stream_only(handle: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
     """The swarm's handler of each stream a peer opens (``handle``: the host's, which picks the
     protocol's), made so that an error in it ends that stream only. py-libp2p runs it in the
     connection's nursery: an error raised there (its identify asking a closing listener for its
     address did) ended the connection's tasks, then the swarm's, and the whole node stopped. A
     cancellation still goes through (not an ``Exception``). Each failure is logged
     (``_StreamFailures``)."""
-    failures = failures or _StreamFailures()
+    failures = _StreamFailures()
 
     async def handled(stream: Any) -> None:
         try:
