@@ -108,6 +108,69 @@ def test_a_store_no_other_process_can_open_is_checked_here(tmp_path: Path, monke
     assert len(checks) == 24 and all(c.rendered is not None for c in checks if c.ok)
 
 
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="no signal masks here")
+def test_a_signal_handled_as_ctrl_c_is_blocked_leaves_the_mask_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python runs the handlers of the signals pending when a mask is set, in that call: one that
+    raises there (Ctrl-C as the workers were started) raised before the check's ``try``, and
+    SIGINT stayed blocked in this thread for good, and in every process it started after."""
+    db = tmp_path / "s.db"
+    _record(db)
+    monkeypatch.setattr(frames_module, "PARALLEL_FROM", 1)
+    real, raised = signal.pthread_sigmask, []
+
+    def pending_ctrl_c(how: int, mask: object) -> set[signal.Signals]:
+        previous = real(how, mask)  # type: ignore[arg-type]
+        here = sys._getframe(1).f_globals["__name__"] == frames_module.__name__  # (not the resource tracker's)
+        if here and signal.SIGINT in real(signal.SIG_BLOCK, ()) and signal.SIGINT not in previous and not raised:
+            raised.append(1)
+            raise KeyboardInterrupt  # as a handler run there raises: after the change
+        return previous
+
+    before = real(signal.SIG_BLOCK, ())
+    monkeypatch.setattr(signal, "pthread_sigmask", pending_ctrl_c)
+    with SqliteStore(db) as store, pytest.raises(KeyboardInterrupt):
+        list(verify_frames(store, frame_docs(store, "v"), jobs=2))
+    assert raised and real(signal.SIG_BLOCK, ()) == before
+
+
+_SPAWNS = """
+import os, signal, sys
+from multiprocessing import util
+from pathlib import Path
+from context_os.context import frames
+from context_os.store.sqlite import SqliteStore
+spawnv, spawned = util.spawnv_passfds, []
+def recorded(path, args, passfds):
+    tracker = any(b"resource_tracker" in os.fsencode(arg) for arg in args)
+    spawned.append(("tracker" if tracker else "worker", signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, ())))
+    return spawnv(path, args, passfds)
+util.spawnv_passfds = recorded
+frames.PARALLEL_FROM = 1
+with SqliteStore(Path(sys.argv[1])) as store:
+    assert len(list(frames.verify_frames(store, frames.frame_docs(store, "v"), jobs=2))) == 24
+print(spawned, sorted(signal.pthread_sigmask(signal.SIG_BLOCK, ())))
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="no signal masks here")
+def test_every_worker_starts_with_ctrl_c_blocked_in_a_process_that_started_none_before(tmp_path: Path) -> None:
+    """multiprocessing's resource tracker unblocks SIGINT and SIGTERM once it runs, whatever they
+    were: started by a worker's spawn, the workers after it would start with Ctrl-C unblocked (one
+    meanwhile prints its traceback). The pool's locks start it, before the workers. In a process
+    of its own: the tracker is started once per process."""
+    db = tmp_path / "s.db"
+    _record(db)
+    src = str(Path(frames_module.__file__).parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", _SPAWNS, str(db)], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    spawned, blocked = run.stdout.rsplit(" [", 1)
+    assert eval(spawned) == [("tracker", True), ("worker", True), ("worker", True)]  # noqa: S307 (its own print)
+    assert blocked == "]\n"  # and the mask as it was once done
+
+
 _KILLED_PARENT = """
 import multiprocessing, os, signal, sys
 from pathlib import Path

@@ -693,13 +693,17 @@ def verify_frames(
     try:
         # the workers start (at the submits) with Ctrl-C blocked, until they ignore it: one that
         # came while a new interpreter started would print its traceback (a signal meanwhile
-        # reaches this process once unblocked)
-        blocked = hasattr(signal, "pthread_sigmask")
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if blocked else set()
+        # reaches this process once unblocked). The mask is read before it is set: a handler
+        # that raises as it is set (Python runs the ones pending there) left SIGINT blocked for
+        # good, and every process started after with it.
+        masked = hasattr(signal, "pthread_sigmask")
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, ()) if masked else set()
         try:
+            if masked:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask | {signal.SIGINT})
             results = pool.map(_worker_checks, chunks)
         finally:
-            if blocked:
+            if masked:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         said: set[tuple[str, int, str]] = set()
 
