@@ -37,6 +37,7 @@ import pytest
 from context_os.cli._common import interrupt, interrupted, keep_interrupts
 from context_os.store import Store
 from context_os.store import sqlite as sqlite_store
+from tests import _signals
 
 pytest_plugins = ["tests._reliability"]
 
@@ -49,6 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
         parallel = not hasattr(config, "workerinput") and config.getoption("numprocesses", None)
         signal.signal(signal.SIGTERM, _to_workers if parallel else _interrupted)
         keep_interrupts()  # (after pytest's own unraisable hook, which gets the rest)
+        _signals.record_calls()
 
 
 LONGEST_FIRST = (
@@ -115,6 +117,36 @@ def _to_workers(signum: int, frame: FrameType | None) -> None:
     for pid in workers:
         with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
+
+
+_SIGNALS: dict[str, Any] = {}
+"""The signal state this process's tests started with (``_signals_left_as_found``), and the
+last test that found it unchanged."""
+
+
+@pytest.fixture(autouse=True)
+def _signals_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test leaves the worker's signals as it found them: blocked or ignored there, a signal is
+    blocked or ignored in every process the tests after it start (a run of 2026-12-06 lost a
+    SIGINT and a SIGTERM so, in two tests of one worker, each in a process of its own). A change
+    made between two tests (a fixture of a wider scope) fails the test after it, naming both."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = _signals.state()
+    first = _SIGNALS.setdefault("state", before)
+    if before != first:
+        _signals.restore(first)
+        pytest.fail(
+            f"the signals of this process changed after {_SIGNALS.get('last')} (by a fixture of a"
+            f" wider scope, or between the tests): {first} -> {before}; {_signals.calls()}"
+        )
+    yield
+    after = _signals.state()
+    _SIGNALS["last"] = request.node.nodeid
+    if after != before:
+        _signals.restore(before)  # (the tests after it run as they would have)
+        pytest.fail(f"the test left the signals of this process changed: {before} -> {after}; {_signals.calls()}")
 
 
 @pytest.fixture(autouse=True)

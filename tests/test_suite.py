@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import _signals
 from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,6 +79,8 @@ def test_sigterm_handled_in_a_finalizer_still_ends_the_run(tmp_path: Path) -> No
 
             import pytest
 
+            from tests import _signals
+
             HERE = Path(__file__).parent
 
 
@@ -95,6 +98,7 @@ def test_sigterm_handled_in_a_finalizer_still_ends_the_run(tmp_path: Path) -> No
 
 
             def test_long(server):
+                (HERE / "signals").write_text(_signals.said())  # (said when it fails)
                 lock = Lock()
                 ref = weakref.ref(lock, lambda ref: signal.raise_signal(signal.SIGTERM))
                 del lock  # its callback is where the signal is handled
@@ -158,6 +162,12 @@ def _serial_run_to_its_end(tests: Path) -> tuple[subprocess.Popen[bytes], bytes]
     run = _pytest(tests, 0)
     try:
         out, _ = run.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        out, _ = run.communicate()
+        said = (tests / "signals").read_text() if (tests / "signals").exists() else ""
+        here = _signals.said()
+        pytest.fail(f"the run was not over in 60 s ({said or 'its signals unknown'}; here {here}):\n{out.decode()}")
     finally:
         run.kill()
     return run, out
