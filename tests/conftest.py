@@ -51,6 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _to_workers if parallel else _interrupted)
         keep_interrupts()  # (after pytest's own unraisable hook, which gets the rest)
         _signals.record_calls()
+        _SIGNALS["state"] = _signals.state()  # (what the collection and the first test's fixtures find)
 
 
 LONGEST_FIRST = (
@@ -120,8 +121,8 @@ def _to_workers(signum: int, frame: FrameType | None) -> None:
 
 
 _SIGNALS: dict[str, Any] = {}
-"""The signal state this process's tests started with (``_signals_left_as_found``), and the
-last test that found it unchanged."""
+"""The signal state this process had once configured (``_signals_left_as_found``), and the last
+test that found it unchanged."""
 
 
 @pytest.fixture(autouse=True)
@@ -138,8 +139,8 @@ def _signals_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
     if before != first:
         _signals.restore(first)
         pytest.fail(
-            f"the signals of this process changed after {_SIGNALS.get('last')} (by a fixture of a"
-            f" wider scope, or between the tests): {first} -> {before}; {_signals.calls()}"
+            f"the signals of this process changed after {_SIGNALS.get('last') or 'the run was configured'} (by a"
+            f" fixture of a wider scope, the collection, or between the tests): {first} -> {before}; {_signals.calls()}"
         )
     yield
     after = _signals.state()
