@@ -1317,6 +1317,37 @@ def test_ctrl_c_while_a_replay_checks_its_frames_stops_the_check_at_once(tmp_pat
     assert "--append" not in cut.output
 
 
+@pytest.mark.parametrize("raised_in", ["__enter__", "__exit__"])
+def test_a_signal_handled_as_a_replay_s_handlers_are_set_leaves_them_as_they_were(monkeypatch, raised_in):
+    """Python runs the handlers of the signals pending as one is set, before it sets it: a Ctrl-C
+    raising there, as the replay held SIGTERM, left SIGINT's held for good; as it put SIGTERM's
+    handler back, it left SIGTERM's (and SIGINT's, put back after)."""
+    import signal
+
+    from context_os.cli._common import _Deferred
+
+    real = signal.signal
+    previous = real(signal.SIGINT, signal.default_int_handler)  # (a run started in the background ignores it)
+    before = (signal.default_int_handler, signal.getsignal(signal.SIGTERM))
+    stop, pending = _Deferred(), [signal.SIGINT]
+
+    def pending_ctrl_c(signum, handler):
+        setting = handler == stop._hold
+        if signum == signal.SIGTERM and setting == (raised_in == "__enter__") and pending:
+            pending.pop()  # handled once, before the change, as Python runs them
+            raise KeyboardInterrupt
+        return real(signum, handler)
+
+    try:
+        monkeypatch.setattr(signal, "signal", pending_ctrl_c)
+        with pytest.raises(KeyboardInterrupt), stop:
+            pass
+        monkeypatch.undo()
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    finally:
+        real(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
 def test_ctrl_c_handled_in_a_finalizer_still_stops_a_replay(tmp_path: Path, signum: str) -> None:
     """A signal is handled wherever the main thread is: in a finalizer (a weakref's callback, a

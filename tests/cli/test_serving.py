@@ -97,6 +97,39 @@ def test_a_sigint_the_process_ignores_stays_ignored_and_the_handlers_found_are_r
         signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
+@pytest.mark.parametrize("raised_at", ["set", "after set"])
+def test_a_ctrl_c_handled_as_the_handlers_are_set_leaves_them_as_they_were(
+    monkeypatch: pytest.MonkeyPatch, raised_at: str
+) -> None:
+    """Python runs the handlers of the signals pending when one is set, in that call (before the
+    change) or as it returns: a Ctrl-C raising there, as SIGINT's stop flag was set, left
+    SIGTERM's set to the flag for good (a SIGTERM then only noted, in a process that went on)."""
+    server = _Server()
+    server.fired = True
+    real = signal.signal
+    previous = real(signal.SIGINT, signal.default_int_handler)  # (a run started in the background ignores it)
+    before = (signal.default_int_handler, signal.getsignal(signal.SIGTERM))
+
+    def pending_ctrl_c(signum: int, handler: object) -> object:
+        if signum == signal.SIGINT and handler is not before[0]:  # the stop flag's
+            if raised_at == "set":
+                raise KeyboardInterrupt
+            real(signum, handler)  # type: ignore[arg-type]
+            raise KeyboardInterrupt
+        return real(signum, handler)  # type: ignore[arg-type]
+
+    try:
+        monkeypatch.setattr(signal, "signal", pending_ctrl_c)
+        with pytest.raises(KeyboardInterrupt):
+            serve_until_stopped(server)
+        monkeypatch.undo()
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+        assert server.socket.fileno() == -1  # closed
+    finally:
+        real(signal.SIGINT, previous)
+
+
 def test_a_sigterm_handled_in_a_finalizer_still_stops_a_server() -> None:
     """A server's SIGTERM is a KeyboardInterrupt raised where the main thread stands. Handled in a
     finalizer (a weakref's callback, as the import system's module locks have, so a server being

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import asdict
 from functools import partial, wraps
 from pathlib import Path
@@ -153,11 +153,6 @@ def serve_until_stopped(server: socketserver.BaseServer, then: Callable[[], obje
     after SIGTERM). A SIGINT the process was started ignoring (``nohup``, ``&`` in a script) stays
     ignored."""
     asked: list[int] = []
-    previous: dict[signal.Signals, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            if signal.getsignal(sig) not in (signal.SIG_IGN, None):
-                previous[sig] = signal.signal(sig, lambda signum, frame: asked.append(signum))
     failed: list[BaseException] = []
 
     def serve() -> None:
@@ -168,20 +163,40 @@ def serve_until_stopped(server: socketserver.BaseServer, then: Callable[[], obje
 
     serving = threading.Thread(target=serve, name="ctxos-serve")
     try:
-        serving.start()
-        if then is not None:
-            then()
-        while not asked and serving.is_alive():
-            time.sleep(STOP_POLL_SECONDS)
+        # each handler set is put back whatever is raised where, before the server is shut down
+        # (a second Ctrl-C then stops at once): Python runs the handlers of the signals pending
+        # as one is set, and a Ctrl-C raising there left SIGTERM's set to the flag for good
+        with ExitStack() as handlers:
+            if threading.current_thread() is threading.main_thread():
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    if (before := signal.getsignal(sig)) not in (signal.SIG_IGN, None):
+                        handlers.callback(_put_back, sig, before)  # (noted before it is set)
+                        signal.signal(sig, lambda signum, frame: asked.append(signum))
+            serving.start()
+            if then is not None:
+                then()
+            while not asked and serving.is_alive():
+                time.sleep(STOP_POLL_SECONDS)
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         if serving.is_alive():
             server.shutdown()
-        serving.join()
+        if serving.ident is not None:  # (started)
+            serving.join()
         server.server_close()
     if failed:
         raise failed[0]
+
+
+def _put_back(signum: int, handler: Any) -> None:
+    """``signal.signal(signum, handler)``, made even where the handler of a signal pending runs
+    and raises first (Python runs them before it sets one, then sets nothing): set again once it
+    ran, and what it raised raised after."""
+    try:
+        signal.signal(signum, handler)
+    except BaseException:
+        if signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
+        raise
 
 
 class _Text(click.types.StringParamType):
@@ -819,8 +834,14 @@ class _Deferred(AbstractContextManager["_Deferred"]):
         self.released = False
         if threading.current_thread() is threading.main_thread():
             keep_interrupts()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._hold)
+            try:  # (each handler noted before it is set: Python runs the handlers of the signals
+                # pending as one is set, and one raising there left the other set for good)
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    self._old[sig] = signal.getsignal(sig)
+                    signal.signal(sig, self._hold)
+            except BaseException:
+                self.__exit__()
+                raise
         return self
 
     def release(self) -> None:
@@ -855,9 +876,10 @@ class _Deferred(AbstractContextManager["_Deferred"]):
     def __exit__(self, *exc: object) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        self._old = {}
+        old, self._old = self._old, {}
+        with ExitStack() as handlers:  # each put back, whatever one raises as it is
+            for sig, handler in old.items():
+                handlers.callback(_put_back, sig, handler)
 
 
 def program() -> list[str]:
