@@ -83,11 +83,17 @@ def keep_interrupts() -> None:
 _RAISED: list[tuple[KeyboardInterrupt, int]] = []
 """The interrupt a signal raised last, and the signal's number, while it is not known dropped."""
 _IN_UNRAISABLE_HOOK = False
+_TAKEN = [0]
+"""How many times ``interrupt`` ran (a signal sent again is sent until it did)."""
+RESEND_S = 0.1
+"""How often a signal sent again to the main thread is sent until its handler ran."""
+RESENDS = 50
 
 
 def interrupt(signum: int, frame: object = None) -> None:
     """A signal's handler (SIGTERM's in a server): KeyboardInterrupt, as Ctrl-C raises,
     never lost where ``keep_interrupts`` was called."""
+    _TAKEN[0] += 1
     if _IN_UNRAISABLE_HOOK:  # raised here, it would be dropped too
         _send_to_main_thread(signum)
         return
@@ -117,10 +123,22 @@ def _send_dropped_again(then: Callable[[Any], object], unraisable: Any) -> None:
 def _send_to_main_thread(signum: int) -> None:
     """``signum`` sent from a thread of its own to the main thread, whose wait (a ``sleep``) it
     breaks: sent to the process, it may reach another thread, and the handler waits for the main
-    thread's wait to end (a CI run's test slept out its 60 s so)."""
+    thread's wait to end (a CI run's test slept out its 60 s so). It is sent again every
+    ``RESEND_S`` until ``interrupt`` ran (``RESENDS`` times at most): one that reaches the main
+    thread as it is about to wait, once it let the other threads run and before its wait began, is
+    noted and not taken until the wait ends (the same test slept out its 60 s so, once in a
+    few runs on a busy machine)."""
     main = threading.main_thread().ident
     assert main is not None  # (started)
-    _thread.start_new_thread(signal.pthread_kill, (main, signum))
+    _thread.start_new_thread(_send_until_taken, (main, signum, _TAKEN[0]))
+
+
+def _send_until_taken(main: int, signum: int, taken: int) -> None:
+    for _ in range(RESENDS):
+        signal.pthread_kill(main, signum)
+        time.sleep(RESEND_S)
+        if _TAKEN[0] != taken:
+            return
 
 
 def ready_to_serve() -> None:
