@@ -175,6 +175,29 @@ def test_a_signal_sent_again_that_the_main_thread_misses_is_sent_until_taken() -
     assert stopped.returncode == 7, stopped.stderr
 
 
+def test_a_signal_sent_again_stops_once_another_handler_took_its_place() -> None:
+    """A server's stop flag, set while the signal is being sent again, takes it and stops the
+    server cleanly: the handler put back after the flag (``interrupt``) must not get it again,
+    which would raise in the middle of the server's clean-up."""
+    code = (
+        "import signal, sys, time\n"
+        "from context_os.cli import _common\n"
+        "signal.signal(signal.SIGTERM, _common.interrupt)\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+        "_common._send_to_main_thread(signal.SIGTERM)\n"
+        "assert signal.sigtimedwait({signal.SIGTERM}, 10)  # the first, lost to the handler\n"
+        "flagged = []\n"
+        "signal.signal(signal.SIGTERM, lambda signum, frame: flagged.append(signum))\n"
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})\n"
+        "time.sleep(1)\n"
+        "signal.signal(signal.SIGTERM, _common.interrupt)\n"
+        "time.sleep(1)  # (a KeyboardInterrupt here ends it with a traceback)\n"
+        "print(len(flagged))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0 and int(run.stdout) <= 1, run.stderr
+
+
 def test_a_server_made_ready_built_its_redaction_and_froze_what_was_there() -> None:
     """``ready_to_serve`` (proxy, serve): the first request no longer builds the default redaction
     (50 ms), and a full collection no longer goes through every object of the imported libraries

@@ -134,10 +134,13 @@ def _send_to_main_thread(signum: int) -> None:
 
 
 def _send_until_taken(main: int, signum: int, taken: int) -> None:
+    """(Nor once the signal's handler is another: a server's stop flag, set meanwhile, takes it
+    and stops cleanly, and the handler put back after it must not get it again.)"""
+    handler = signal.getsignal(signum)
     for _ in range(RESENDS):
         signal.pthread_kill(main, signum)
         time.sleep(RESEND_S)
-        if _TAKEN[0] != taken:
+        if _TAKEN[0] != taken or signal.getsignal(signum) is not handler:
             return
 
 
