@@ -18,8 +18,8 @@ import socketserver
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager, ExitStack
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import asdict
 from functools import partial, wraps
 from pathlib import Path
@@ -184,15 +184,13 @@ def serve_until_stopped(server: socketserver.BaseServer, then: Callable[[], obje
 
     serving = threading.Thread(target=serve, name="ctxos-serve")
     try:
-        # each handler set is put back whatever is raised where, before the server is shut down
-        # (a second Ctrl-C then stops at once): Python runs the handlers of the signals pending
-        # as one is set, and a Ctrl-C raising there left SIGTERM's set to the flag for good
-        with ExitStack() as handlers:
-            if threading.current_thread() is threading.main_thread():
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    if (before := signal.getsignal(sig)) not in (signal.SIG_IGN, None):
-                        handlers.callback(_put_back, sig, before)  # (noted before it is set)
-                        signal.signal(sig, lambda signum, frame: asked.append(signum))
+        # (handlers put back before the server is shut down: a second Ctrl-C then stops at once)
+        stops: list[int] = []
+        if threading.current_thread() is threading.main_thread():  # (only there can they be set)
+            stops = [
+                sig for sig in (signal.SIGTERM, signal.SIGINT) if signal.getsignal(sig) not in (signal.SIG_IGN, None)
+            ]
+        with _handling(stops, lambda signum, frame: asked.append(signum)):
             serving.start()
             if then is not None:
                 then()
@@ -206,6 +204,19 @@ def serve_until_stopped(server: socketserver.BaseServer, then: Callable[[], obje
         server.server_close()
     if failed:
         raise failed[0]
+
+
+@contextmanager
+def _handling(signums: Iterable[int], handler: Callable[[int, Any], object]) -> Iterator[None]:
+    """``handler`` handles each of ``signums`` while inside; each handler it replaced is put back
+    after, whatever is raised where. Each is noted before it is replaced: Python runs the handlers
+    of the signals pending as one is set, and a Ctrl-C raising there left the others set for good
+    (a server's SIGTERM on its stop flag, a replay's SIGINT held)."""
+    with ExitStack() as handlers:
+        for signum in signums:
+            handlers.callback(_put_back, signum, signal.getsignal(signum))
+            signal.signal(signum, handler)
+        yield
 
 
 def _put_back(signum: int, handler: Any) -> None:
@@ -847,7 +858,8 @@ class _Deferred(AbstractContextManager["_Deferred"]):
         """Whether Ctrl-C stops at once again (``release``)."""
         self.cut = False
         """Whether the call under way was cut, not whole ``CALL_GRACE_S`` after Ctrl-C."""
-        self._old: dict[int, Any] = {}
+        self._handling: AbstractContextManager[None] | None = None
+        """Its handlers' hold, while it is entered in the main thread."""
         self._timer: threading.Timer | None = None
         self._raised = False
 
@@ -855,14 +867,9 @@ class _Deferred(AbstractContextManager["_Deferred"]):
         self.released = False
         if threading.current_thread() is threading.main_thread():
             keep_interrupts()
-            try:  # (each handler noted before it is set: Python runs the handlers of the signals
-                # pending as one is set, and one raising there left the other set for good)
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    self._old[sig] = signal.getsignal(sig)
-                    signal.signal(sig, self._hold)
-            except BaseException:
-                self.__exit__()
-                raise
+            handling = _handling((signal.SIGINT, signal.SIGTERM), self._hold)
+            handling.__enter__()
+            self._handling = handling
         return self
 
     def release(self) -> None:
@@ -885,7 +892,7 @@ class _Deferred(AbstractContextManager["_Deferred"]):
     def _cut(self, main: int) -> None:
         """The call is not whole yet: Ctrl-C again, in the main thread, whose wait on the store
         it breaks (a signal sent to the process may reach another thread)."""
-        if self._old and not self._raised:
+        if self._handling is not None and not self._raised:
             self.cut = True
             signal.pthread_kill(main, signal.SIGINT)
 
@@ -897,10 +904,9 @@ class _Deferred(AbstractContextManager["_Deferred"]):
     def __exit__(self, *exc: object) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        old, self._old = self._old, {}
-        with ExitStack() as handlers:  # each put back, whatever one raises as it is
-            for sig, handler in old.items():
-                handlers.callback(_put_back, sig, handler)
+        handling, self._handling = self._handling, None
+        if handling is not None:
+            handling.__exit__(None, None, None)
 
 
 def program() -> list[str]:
