@@ -135,7 +135,7 @@ def _signals_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     before = _signals.state()
-    first = _SIGNALS.setdefault("state", before)
+    first = _SIGNALS["state"]
     if before != first:
         _signals.restore(first)
         pytest.fail(

@@ -136,7 +136,7 @@ def test_a_signal_handled_as_ctrl_c_is_blocked_leaves_the_mask_as_it_was(
 
 
 _SPAWNS = """
-import os, signal, sys
+import json, os, signal, sys
 from multiprocessing import util
 from pathlib import Path
 from context_os.context import frames
@@ -150,7 +150,7 @@ util.spawnv_passfds = recorded
 frames.PARALLEL_FROM = 1
 with SqliteStore(Path(sys.argv[1])) as store:
     assert len(list(frames.verify_frames(store, frames.frame_docs(store, "v"), jobs=2))) == 24
-print(spawned, sorted(signal.pthread_sigmask(signal.SIG_BLOCK, ())))
+print(json.dumps({"spawned": spawned, "blocked": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, ()))}))
 """
 
 
@@ -166,9 +166,9 @@ def test_every_worker_starts_with_ctrl_c_blocked_in_a_process_that_started_none_
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-c", _SPAWNS, str(db)], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    spawned, blocked = run.stdout.rsplit(" [", 1)
-    assert eval(spawned) == [("tracker", True), ("worker", True), ("worker", True)]  # noqa: S307 (its own print)
-    assert blocked == "]\n"  # and the mask as it was once done
+    said = json.loads(run.stdout)
+    assert said["spawned"] == [["tracker", True], ["worker", True], ["worker", True]]
+    assert said["blocked"] == []  # and the mask as it was once done
 
 
 _KILLED_PARENT = """
