@@ -18,8 +18,8 @@ import socketserver
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict
 from functools import partial, wraps
 from pathlib import Path
@@ -38,6 +38,7 @@ from ..errors import (
     StoreError,
     StoreUnavailable,
 )
+from ..signals import handling
 from ..store import Store, mask_url, open_store, sqlite_location
 from ._errors import CheckOutage, DamageThenOutage, LibraryError, error_document, json_text
 from ._errors import one_line as one_line  # (… and a table cell's, or one row's)
@@ -190,7 +191,7 @@ def serve_until_stopped(server: socketserver.BaseServer, then: Callable[[], obje
             stops = [
                 sig for sig in (signal.SIGTERM, signal.SIGINT) if signal.getsignal(sig) not in (signal.SIG_IGN, None)
             ]
-        with _handling(stops, lambda signum, frame: asked.append(signum)):
+        with handling(stops, lambda signum, frame: asked.append(signum)):
             serving.start()
             if then is not None:
                 then()
@@ -204,31 +205,6 @@ def serve_until_stopped(server: socketserver.BaseServer, then: Callable[[], obje
         server.server_close()
     if failed:
         raise failed[0]
-
-
-@contextmanager
-def _handling(signums: Iterable[int], handler: Callable[[int, Any], object]) -> Iterator[None]:
-    """``handler`` handles each of ``signums`` while inside; each handler it replaced is put back
-    after, whatever is raised where. Each is noted before it is replaced: Python runs the handlers
-    of the signals pending as one is set, and a Ctrl-C raising there left the others set for good
-    (a server's SIGTERM on its stop flag, a replay's SIGINT held)."""
-    with ExitStack() as handlers:
-        for signum in signums:
-            handlers.callback(_put_back, signum, signal.getsignal(signum))
-            signal.signal(signum, handler)
-        yield
-
-
-def _put_back(signum: int, handler: Any) -> None:
-    """``signal.signal(signum, handler)``, made even where the handler of a signal pending runs
-    and raises first (Python runs them before it sets one, then sets nothing): set again once it
-    ran, and what it raised raised after."""
-    try:
-        signal.signal(signum, handler)
-    except BaseException:
-        if signal.getsignal(signum) is not handler:
-            signal.signal(signum, handler)
-        raise
 
 
 class _Text(click.types.StringParamType):
@@ -867,9 +843,9 @@ class _Deferred(AbstractContextManager["_Deferred"]):
         self.released = False
         if threading.current_thread() is threading.main_thread():
             keep_interrupts()
-            handling = _handling((signal.SIGINT, signal.SIGTERM), self._hold)
-            handling.__enter__()
-            self._handling = handling
+            held = handling((signal.SIGINT, signal.SIGTERM), self._hold)
+            held.__enter__()
+            self._handling = held
         return self
 
     def release(self) -> None:
@@ -904,9 +880,9 @@ class _Deferred(AbstractContextManager["_Deferred"]):
     def __exit__(self, *exc: object) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        handling, self._handling = self._handling, None
-        if handling is not None:
-            handling.__exit__(None, None, None)
+        held, self._handling = self._handling, None
+        if held is not None:
+            held.__exit__(None, None, None)
 
 
 def program() -> list[str]:

@@ -34,6 +34,7 @@ from typing import IO, Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
+from ..signals import handling
 from .protocol import INVALID_REQUEST, RpcError, RpcServer, encode, error_response, log
 
 _S = TypeVar("_S", bound=ThreadingHTTPServer)
@@ -160,11 +161,8 @@ class StdioStop:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = signal.signal(signum, lambda s, f: self.ask())
-        try:
+        with handling((signum,), lambda s, f: self.ask()):
             yield self
-        finally:
-            signal.signal(signum, previous)
 
 
 def serve_stdio(
