@@ -1,7 +1,7 @@
 """The signal state of a process, as its children inherit it: for the suite's check that no test
 leaves its worker's changed (tests/conftest.py), and for the tests of a signal sent in a process
-of their own to say it when the signal is lost. Standard library only: such a process imports it
-first."""
+of their own to say it when the signal is lost; and a Ctrl-C pending as a handler is set
+(``pending_ctrl_c``). Standard library only: such a process imports it first."""
 
 from __future__ import annotations
 
@@ -9,8 +9,13 @@ import signal
 import threading
 import traceback
 from collections import deque
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
 
 _pthread_sigmask = signal.pthread_sigmask
 _CALLS: deque[str] = deque(maxlen=20)
@@ -72,3 +77,22 @@ def record_calls() -> None:
 def calls() -> str:
     """The calls ``record_calls`` noted, latest last."""
     return "\n".join(_CALLS) or "no call of signal.pthread_sigmask noted"
+
+
+def pending_ctrl_c(
+    monkeypatch: pytest.MonkeyPatch, when: Callable[[int, object], bool], raised_at: str = "set"
+) -> None:
+    """``signal.signal`` made to raise KeyboardInterrupt once, at the first call ``when`` picks, as
+    the handler of a pending Ctrl-C that Python runs there: before the change, which then is not
+    made (``"set"``), or after it (``"after set"``)."""
+    real, raised = signal.signal, []
+
+    def set_with_a_ctrl_c_pending(signum: int, handler: object) -> object:
+        if not raised and when(signum, handler):
+            raised.append(signum)
+            if raised_at == "after set":
+                real(signum, handler)  # type: ignore[arg-type]
+            raise KeyboardInterrupt
+        return real(signum, handler)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(signal, "signal", set_with_a_ctrl_c_pending)

@@ -6,38 +6,16 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
 
 import pytest
 
 from context_os.server.transports import StdioStop
 from context_os.signals import handling
+from tests._signals import pending_ctrl_c
 
 pytestmark = pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(), reason="signals need the main thread"
 )
-
-
-def _raising_once(
-    monkeypatch: pytest.MonkeyPatch, when: Callable[[int, object], bool], raised_at: str
-) -> list[tuple[int, object]]:
-    """``signal.signal`` made to raise KeyboardInterrupt once, at the first call ``when`` picks:
-    before the change (``"set"``, as a pending handler raising before it) or after it (``"after
-    set"``). The calls made are listed."""
-    real = signal.signal
-    calls: list[tuple[int, object]] = []
-
-    def pending_ctrl_c(signum: int, handler: object) -> object:
-        calls.append((signum, handler))
-        if when(signum, handler) and sum(when(*c) for c in calls) == 1:
-            if raised_at == "set":
-                raise KeyboardInterrupt
-            real(signum, handler)  # type: ignore[arg-type]
-            raise KeyboardInterrupt
-        return real(signum, handler)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(signal, "signal", pending_ctrl_c)
-    return calls
 
 
 def _found() -> tuple[object, object]:
@@ -58,7 +36,7 @@ def test_a_ctrl_c_handled_as_handlers_are_set_or_put_back_leaves_them_as_they_we
         # the second replacement (SIGTERM's), or SIGINT's handler put back (the first put back)
         return (handler is new and signum == signal.SIGTERM) if step == "replace" else handler is before[0]
 
-    _raising_once(monkeypatch, picked, raised_at)
+    pending_ctrl_c(monkeypatch, picked, raised_at)
     with pytest.raises(KeyboardInterrupt), handling((signal.SIGINT, signal.SIGTERM), new):
         assert _found() == (new, new)
     monkeypatch.undo()
@@ -81,7 +59,7 @@ def test_a_ctrl_c_handled_as_a_stdio_stop_s_handler_is_put_back_leaves_sigterm_a
     handler found was put back left SIGTERM asking a stop that nobody waits for any more (a
     later SIGTERM did nothing)."""
     before = signal.getsignal(signal.SIGTERM)
-    _raising_once(monkeypatch, lambda signum, handler: signum == signal.SIGTERM and handler is before, raised_at)
+    pending_ctrl_c(monkeypatch, lambda signum, handler: signum == signal.SIGTERM and handler is before, raised_at)
     stop = StdioStop()
     with pytest.raises(KeyboardInterrupt), stop.on_signal():
         signal.raise_signal(signal.SIGTERM)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-__all__ = ["handling", "put_back"]
+__all__ = ["handling"]
 
 
 @contextmanager
@@ -27,12 +27,12 @@ def handling(signums: Iterable[int], handler: Callable[[int, Any], object]) -> I
     pending handler interrupted is put back too."""
     with ExitStack() as handlers:
         for signum in signums:
-            handlers.callback(put_back, signum, signal.getsignal(signum))
+            handlers.callback(_put_back, signum, signal.getsignal(signum))
             signal.signal(signum, handler)
         yield
 
 
-def put_back(signum: int, handler: Any) -> None:
+def _put_back(signum: int, handler: Any) -> None:
     """``signal.signal(signum, handler)``, made even where the handler of a signal pending runs
     and raises first (Python runs them before it sets one, then sets nothing): set again once it
     ran, and what it raised raised after."""

@@ -1325,21 +1325,18 @@ def test_a_signal_handled_as_a_replay_s_handlers_are_set_leaves_them_as_they_wer
     import signal
 
     from context_os.cli._common import _Deferred
+    from tests._signals import pending_ctrl_c
 
     real = signal.signal
     previous = real(signal.SIGINT, signal.default_int_handler)  # (a run started in the background ignores it)
     before = (signal.default_int_handler, signal.getsignal(signal.SIGTERM))
-    stop, pending = _Deferred(), [signal.SIGINT]
+    stop = _Deferred()
 
-    def pending_ctrl_c(signum, handler):
-        setting = handler == stop._hold
-        if signum == signal.SIGTERM and setting == (raised_in == "__enter__") and pending:
-            pending.pop()  # handled once, before the change, as Python runs them
-            raise KeyboardInterrupt
-        return real(signum, handler)
+    def picked(signum, handler):  # SIGTERM's handler set (entering) or put back (leaving)
+        return signum == signal.SIGTERM and (handler == stop._hold) == (raised_in == "__enter__")
 
     try:
-        monkeypatch.setattr(signal, "signal", pending_ctrl_c)
+        pending_ctrl_c(monkeypatch, picked)
         with pytest.raises(KeyboardInterrupt), stop:
             pass
         monkeypatch.undo()

@@ -14,6 +14,7 @@ import pytest
 
 from context_os.cli._common import serve_until_stopped
 from context_os.server.transports import BoundedHTTPServer
+from tests._signals import pending_ctrl_c
 
 
 class _Finalised:
@@ -110,17 +111,9 @@ def test_a_ctrl_c_handled_as_the_handlers_are_set_leaves_them_as_they_were(
     real = signal.signal
     previous = real(signal.SIGINT, signal.default_int_handler)  # (a run started in the background ignores it)
     before = (signal.default_int_handler, signal.getsignal(signal.SIGTERM))
-
-    def pending_ctrl_c(signum: int, handler: object) -> object:
-        if signum == signal.SIGINT and handler is not before[0]:  # the stop flag's
-            if raised_at == "set":
-                raise KeyboardInterrupt
-            real(signum, handler)  # type: ignore[arg-type]
-            raise KeyboardInterrupt
-        return real(signum, handler)  # type: ignore[arg-type]
-
     try:
-        monkeypatch.setattr(signal, "signal", pending_ctrl_c)
+        stop_flag_set = lambda signum, handler: signum == signal.SIGINT and handler is not before[0]  # noqa: E731
+        pending_ctrl_c(monkeypatch, stop_flag_set, raised_at)
         with pytest.raises(KeyboardInterrupt):
             serve_until_stopped(server)
         monkeypatch.undo()
