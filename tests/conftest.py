@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import inspect
 import os
@@ -117,7 +118,21 @@ def _to_workers(signum: int, frame: FrameType | None) -> None:
         return
     for pid in workers:
         with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+            _to_main_thread(pid, signal.SIGTERM)
+
+
+def _to_main_thread(pid: int, signum: int) -> None:
+    """``signum`` sent to the main thread of process ``pid`` (Linux's ``tgkill``; elsewhere to the
+    process). Sent to the process, the kernel may hand it to another thread (a worker's execnet
+    threads: it does when the main thread already has a signal pending), whose Python handler then
+    waits for the main thread's wait to end: a worker asleep in a test slept it out (a CI run's
+    inner run outlived its 60 s so, 2026-12-06)."""
+    tgkill = getattr(_LIBC, "tgkill", None)
+    if tgkill is None or tgkill(pid, pid, signum) != 0:
+        os.kill(pid, signum)
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 _SIGNALS: dict[str, Any] = {}

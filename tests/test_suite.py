@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -58,10 +59,10 @@ def test_sigterm_ends_a_run_as_ctrl_c_does_tearing_its_fixtures_down(tmp_path: P
     try:
         wait_for(lambda: len(list(tmp_path.glob("started-*"))) == max(workers, 1), timeout=60)
         run.send_signal(signal.SIGTERM)
-        out, _ = run.communicate(timeout=60)
-    finally:
-        run.kill()
-    _assert_interrupted(tmp_path, run, out)
+    except BaseException:
+        _end(run)
+        raise
+    _assert_interrupted(tmp_path, run, _to_its_end(run, tmp_path))
 
 
 def test_sigterm_handled_in_a_finalizer_still_ends_the_run(tmp_path: Path) -> None:
@@ -160,17 +161,27 @@ def test_sigterm_before_pytest_notes_a_fixture_s_teardown_still_tears_it_down(tm
 
 def _serial_run_to_its_end(tests: Path) -> tuple[subprocess.Popen[bytes], bytes]:
     run = _pytest(tests, 0)
+    return run, _to_its_end(run, tests)
+
+
+def _to_its_end(run: subprocess.Popen[bytes], tests: Path) -> bytes:
+    """What ``run`` printed once it ended; failed, with it, when it did not in 60 s."""
     try:
         out, _ = run.communicate(timeout=60)
     except subprocess.TimeoutExpired:
-        run.kill()
-        out, _ = run.communicate()
+        out = _end(run)
         said = (tests / "signals").read_text() if (tests / "signals").exists() else ""
         here = _signals.said()
         pytest.fail(f"the run was not over in 60 s ({said or 'its signals unknown'}; here {here}):\n{out.decode()}")
-    finally:
-        run.kill()
-    return run, out
+    return out
+
+
+def _end(run: subprocess.Popen[bytes]) -> bytes:
+    """``run`` and its workers killed (their own process group), and what it printed: nothing of
+    it left running, nor its pipe open, for a later test to be warned of."""
+    with suppress(ProcessLookupError):
+        os.killpg(run.pid, signal.SIGKILL)
+    return run.communicate()[0]
 
 
 def _pytest(tests: Path, workers: int) -> subprocess.Popen[bytes]:
@@ -187,6 +198,7 @@ def _pytest(tests: Path, workers: int) -> subprocess.Popen[bytes]:
         # started as a CI runner starts it, in the background of a script: SIGINT ignored (the
         # controller's own interrupt of its workers is a SIGINT, so it tore nothing down there)
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        start_new_session=True,  # (its workers in its process group: ``_end`` ends them all)
     )
 
 
