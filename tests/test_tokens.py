@@ -1,15 +1,18 @@
-"""Token estimates of what has no characters the model reads: documents (images are tested
-through the adapters that count them)."""
+"""Token estimates of what has no characters the model reads: documents and images (each image
+format written by Pillow, as the real encoders write it; the adapters that count them are tested
+beside them)."""
 
 from __future__ import annotations
 
 import base64
+import io
 import time
 import zlib
 
 import pytest
+from PIL import Image
 
-from context_os.tokens import PAGE_TOKENS, document_tokens
+from context_os.tokens import IMAGE_TOKENS, PAGE_TOKENS, document_tokens, image_tokens
 from tests.helpers import pdf
 
 
@@ -67,3 +70,94 @@ def test_a_crafted_megabyte_is_counted_in_linear_time(repeated: bytes) -> None:
     started = time.monotonic()
     assert document_tokens(document) >= PAGE_TOKENS
     assert time.monotonic() - started < 2
+
+
+def _image(fmt: str, size: tuple[int, int], mode: str = "RGB", **options: object) -> bytes:
+    """An image of ``size`` as Pillow's encoder for ``fmt`` writes it."""
+    out = io.BytesIO()
+    Image.new(mode, size, (200, 40, 40, 128) if mode == "RGBA" else (200, 40, 40)).save(out, fmt, **options)
+    return out.getvalue()
+
+
+# Each format's way of writing its size: a PNG's IHDR; a GIF's screen; a JPEG's frame header,
+# baseline or progressive (a start-of-frame marker after the segments before it); a WebP's lossy
+# frame (VP8), lossless header (VP8L: 14 bits each, less one) or extended canvas (VP8X: 24 bits
+# each, less one, written for an image with alpha)
+_FORMATS = {
+    "png": ("PNG", "RGB", {}),
+    "gif": ("GIF", "RGB", {}),
+    "jpeg": ("JPEG", "RGB", {}),
+    "jpeg-progressive": ("JPEG", "RGB", {"progressive": True}),
+    "webp-lossy": ("WEBP", "RGB", {}),
+    "webp-lossless": ("WEBP", "RGB", {"lossless": True}),
+    "webp-alpha": ("WEBP", "RGBA", {}),
+}
+
+
+@pytest.mark.parametrize("name", list(_FORMATS))
+def test_an_image_costs_its_pixels_over_750_however_it_is_given(name: str) -> None:
+    fmt, mode, options = _FORMATS[name]
+    chunk = {"webp-lossy": b"VP8 ", "webp-lossless": b"VP8L", "webp-alpha": b"VP8X"}.get(name)
+    assert chunk is None or _image(fmt, (4, 4), mode, **options)[12:16] == chunk  # the one meant
+    # pixels a multiple of 750, and one more: a dimension read one too many or one too few
+    # moves the estimate
+    for size, tokens in (((50, 45), 3), ((19, 79), 3), ((45, 50), 3), ((600, 500), 400)):
+        data = _image(fmt, size, mode, **options)
+        b64 = base64.b64encode(data).decode()
+        for given in (data, b64, f"data:image/{fmt.lower()};base64,{b64}"):
+            assert image_tokens(given) == tokens, (size, type(given))
+    assert image_tokens(_image(fmt, (51, 46), mode, **options)) == 4
+    assert image_tokens(_image(fmt, (18, 78), mode, **options)) == 2
+    # past the API's largest size an image is scaled down to it: it costs the most one can
+    assert image_tokens(_image(fmt, (2000, 1500), mode, **options)) == IMAGE_TOKENS
+
+
+def test_a_jpeg_s_frame_header_is_read_after_its_metadata_within_the_first_64_kb() -> None:
+    # a camera's EXIF comes before the frame header: 40 kB of it is read past; a header past the
+    # bytes read (two segments of 60 kB) costs what an image of unknown size does
+    exif = b"Exif\x00\x00" + bytes(40_000)
+    assert image_tokens(_image("JPEG", (50, 45), exif=exif)) == 3
+    out = io.BytesIO()
+    Image.new("RGB", (50, 45)).save(out, "JPEG", exif=b"Exif\x00\x00" + bytes(60_000), icc_profile=bytes(60_000))
+    late = out.getvalue()
+    assert late.index(b"\xff\xc0") > 65_536
+    assert image_tokens(late) == IMAGE_TOKENS
+
+
+def _segments(jpeg: bytes) -> tuple[list[bytes], bytes]:
+    """A JPEG's marker segments up to its scan, and the rest (the scan on)."""
+    out, i = [], 2
+    while jpeg[i + 1] != 0xDA:  # start of scan
+        end = i + 2 + int.from_bytes(jpeg[i + 2 : i + 4], "big")
+        out.append(jpeg[i:end])
+        i = end
+    return out, jpeg[i:]
+
+
+def test_a_jpeg_s_tables_before_its_frame_header_are_not_taken_for_it() -> None:
+    # Huffman tables (0xC4) share the frame headers' range of markers; an encoder may write them
+    # first (libjpeg writes them after): a decoder reads such a file as any other
+    segments, scan = _segments(_image("JPEG", (50, 45)))
+    tables = [s for s in segments if s[1] == 0xC4]
+    assert tables and segments.index(tables[0]) > [s[1] for s in segments].index(0xC0)
+    # and fill bytes (0xFF) before a marker, which the standard allows any number of
+    moved = b"\xff\xd8" + b"".join(b"\xff\xff" + s for s in tables + [s for s in segments if s[1] != 0xC4]) + scan
+    decoded = Image.open(io.BytesIO(moved))
+    decoded.load()
+    assert decoded.size == (50, 45)
+    assert image_tokens(moved) == 3
+
+
+def test_an_image_whose_size_cannot_be_read_costs_the_most_one_can() -> None:
+    png = _image("PNG", (50, 45))
+    for unknown in (
+        None,
+        "https://example.com/cat.png",
+        "data:image/png,not-base64",
+        png[:20],  # cut before the size
+        b"BM" + png[2:],  # a format not read (a bitmap's magic)
+        b"\xff\xd8" + bytes(40),  # a JPEG's start, then no marker
+        b"RIFF\x00\x00\x00\x00WEBPVP8Q" + bytes(20),  # a WebP chunk not read
+        "not base64 at all!",
+    ):
+        assert image_tokens(unknown) == IMAGE_TOKENS, unknown
