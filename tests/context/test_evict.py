@@ -139,6 +139,35 @@ def test_an_evicted_page_of_a_closed_session_comes_back_scrubbed(store: Store, u
     assert verify_frame(store, second).ok
 
 
+def test_an_early_frame_re_renders_evicted_pages_as_they_stood_at_its_turn(store: Store, uid: str) -> None:
+    """An evicted page comes back from its tombstone as it stood at the frame's basis: the
+    tombstone holds the page's newest entries, and those of pages begun after the frame. Before,
+    a frame of an early turn took them all: it was re-rendered with messages of later turns, and
+    once a page between two evicted ones stayed (nothing to erase in it), it could not be
+    re-rendered at all ("chat page 1 is missing or out of order") and counted as damage."""
+    with Session.open(store, uid, redact=False) as s:
+        hook = OpenAIHook(s)
+        msgs = [user(f"key {SECRET}")]
+        hook.transform_context(msgs)
+        for n in range(24):  # 49 entries: pages 0, 1 and 2 full, page 3 begun
+            command = f"login {SECRET}" if n == 18 else "ls"  # (a call's arguments are in its page)
+            msgs += [call(f"c{n}", "bash", command=command), result(f"c{n}", f"file{n}.txt")]
+            hook.transform_context(msgs)
+    pages = {v.id[-1]: SECRET in json.dumps(v.doc) for v in store.find("chat", {"session": uid})}
+    assert pages == {"0": True, "1": False, "2": True, "3": False}, pages
+    for page in (0, 2):
+        evict(store, f"chat:{uid}:{page:05d}", reason="leaked")
+    frames = frame_docs(store, uid)
+    assert len(frames) == 25
+    for f in frames:  # each showed page 0: evicted since, none damaged, each re-rendered as it was
+        check = verify_frame(store, f)
+        assert check.evicted_only and check.evicted and check.rendered is not None, check.problems
+        assert check.rendered.message_count == f["content"]["messages"], f["id"]
+        assert SECRET not in str(check.rendered.history)
+    with Session.open(store, uid, redact=False) as s:  # the session opens as it stands now
+        assert [e["i"] for e in s.view.entries] == list(range(49))
+
+
 def test_a_tool_output_evicted_from_a_live_session_is_shown_as_erased(
     store: Store, uid: str, reliability: Counts
 ) -> None:

@@ -75,13 +75,19 @@ def load_view(
             page = _page_number(v)
             by_page[page] = _page_entries(v)
             view.pages[page] = (v.valid_time, v.tx_id, v.doc["object_hash"])
-    n_pages = -(-int(meta.get("entries", 0)) // PAGE_SIZE)
+    n_entries = int(meta.get("entries", 0))
+    n_pages = -(-n_entries // PAGE_SIZE)
     if len(by_page) < n_pages:
-        # an evicted page (context/evict.py) comes back scrubbed from its tombstone
+        # an evicted page (context/evict.py) comes back scrubbed from its tombstone, as it stood at
+        # the basis: a tombstone, written since, holds the page's newest entries, and pages the
+        # session had not begun then (a frame re-rendered as of an early turn)
         for t in store.find("tombstone", {"session": session_id}):
             c = (t.doc or {}).get("content", {})
-            if (t.doc or {}).get("meta", {}).get("object_kind") == "chat" and c.get("page") not in by_page:
-                by_page[c["page"]] = c["entries"]
+            page = c.get("page")
+            if (t.doc or {}).get("meta", {}).get("object_kind") != "chat" or page in by_page:
+                continue
+            if isinstance(page, int) and page < n_pages:
+                by_page[page] = [e for e in c["entries"] if e["i"] < n_entries]
     for page in range(max(n_pages, len(by_page))):
         got = by_page.get(page)
         if got is None or any(e["i"] != len(view.entries) + k for k, e in enumerate(got)):
