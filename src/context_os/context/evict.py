@@ -169,7 +169,7 @@ def no_object(store: Store, object_id: str) -> NotFound:
         )
     how = evictions(store, [object_id]).get(object_id)
     if how is not None:
-        return NotFound(f"no object {object_id!r} in {store.url}: it was {how}; nothing of it is left to erase")
+        return NotFound(f"no object {object_id!r} in {store.url}: it was {how}; nothing of it is left in the store")
     return NotFound(f"no object {object_id!r} in {store.url}")
 
 
