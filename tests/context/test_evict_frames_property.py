@@ -1,0 +1,102 @@
+"""Any eviction leaves every frame of a session checkable: a frame either verifies or is told to
+have shown what was evicted since, never taken for damage, and it re-renders the messages it
+had. Sessions and evictions drawn by hypothesis, on the embedded store (the conformance of the
+stores is tests/context/test_evict.py's). Deterministic, as every fuzz test here
+(``tests/reliability/_adversarial.FUZZ``); ``CTXOS_FUZZ_SCALE`` runs more examples."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from context_os import Session
+from context_os.context.evict import evict
+from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.policy import RetentionPolicy
+from context_os.harness import OpenAIHook
+from context_os.store.sqlite import SqliteStore
+from tests.helpers import EAGER, call, result, say, user
+from tests.reliability._adversarial import FUZZ, examples
+
+# a step of a turn: a tool call and its result, or the agent's words and the user's answer
+_step = st.sampled_from(["call", "talk"])
+_session = st.lists(st.lists(_step, min_size=1, max_size=6), min_size=1, max_size=9)
+
+
+def _messages(turns: list[list[str]]) -> list[list[dict[str, Any]]]:
+    out, n = [], 0
+    for steps in turns:
+        turn = []
+        for step in steps:
+            n += 1
+            if step == "call":
+                turn += [call(f"c{n}", "bash", command=f"cat notes{n}.txt"), result(f"c{n}", f"line {n}\n" * 40)]
+            else:
+                turn += [say(f"reply {n}"), user(f"question {n}")]
+        out.append(turn)
+    return out
+
+
+@settings(FUZZ, max_examples=examples(60))
+@given(turns=_session, eager=st.booleans(), data=st.data())
+def test_every_frame_verifies_or_names_the_eviction_that_explains_it(
+    turns: list[list[str]], eager: bool, data: st.DataObject
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqliteStore(Path(tmp) / "store.db")
+        try:
+            policy = RetentionPolicy(**EAGER) if eager else None
+            msgs: list[dict[str, Any]] = [user("start")]
+            with Session.open(store, "s", redact=False, policy=policy) as s:
+                hook = OpenAIHook(s)
+                for turn in _messages(turns):
+                    msgs += turn
+                    hook.transform_context(msgs)
+            ids = sorted(v.id for kind in ("chat", "toolcall") for v in store.find(kind, {"session": "s"}))
+            gone = data.draw(st.lists(st.sampled_from(ids), unique=True, max_size=4), label="evicted")
+            for oid in gone:
+                evict(store, oid, reason="drawn")
+            for f in frame_docs(store, "s"):
+                check = verify_frame(store, f)
+                assert check.ok or check.evicted_only, (f["id"], check.problems)
+                assert check.ok or check.evicted, f["id"]
+                assert check.rendered is not None and check.rendered.message_count == f["content"]["messages"]
+            with Session.open(store, "s", redact=False) as s:  # and the session goes on
+                assert [e["i"] for e in s.view.entries] == list(range(len(s.view.entries)))
+                OpenAIHook(s).transform_context([*msgs, say("done"), user("next")])
+        finally:
+            store.close()
+
+
+@settings(FUZZ, max_examples=examples(60))
+@given(turns=_session, eager=st.booleans(), data=st.data())
+def test_evictions_while_the_session_runs_leave_every_frame_checkable(
+    turns: list[list[str]], eager: bool, data: st.DataObject
+) -> None:
+    """The same, with objects evicted between turns of the running session, which writes the
+    evicted pages back scrubbed and goes on."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqliteStore(Path(tmp) / "store.db")
+        try:
+            policy = RetentionPolicy(**EAGER) if eager else None
+            msgs: list[dict[str, Any]] = [user("start")]
+            with Session.open(store, "s", redact=False, policy=policy) as s:
+                hook = OpenAIHook(s)
+                for n, turn in enumerate(_messages(turns)):
+                    msgs += turn
+                    hook.transform_context(msgs)
+                    ids = sorted(v.id for kind in ("chat", "toolcall") for v in store.find(kind, {"session": "s"}))
+                    for oid in data.draw(st.lists(st.sampled_from(ids), unique=True, max_size=2), label=f"after {n}"):
+                        evict(store, oid, reason="drawn")
+                hook.transform_context([*msgs, say("done"), user("next")])
+            for f in frame_docs(store, "s"):
+                check = verify_frame(store, f)
+                assert check.ok or check.evicted_only, (f["id"], check.problems)
+                assert check.ok or check.evicted, f["id"]
+                assert check.rendered is not None and check.rendered.message_count == f["content"]["messages"]
+        finally:
+            store.close()
