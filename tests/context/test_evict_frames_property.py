@@ -41,44 +41,20 @@ def _messages(turns: list[list[str]]) -> list[list[dict[str, Any]]]:
     return out
 
 
-@settings(FUZZ, max_examples=examples(60))
-@given(turns=_session, eager=st.booleans(), data=st.data())
+def _evict_some(store: SqliteStore, data: st.DataObject, most: int, label: str) -> None:
+    """Evict up to ``most`` of the session's chat pages and tool calls, drawn."""
+    ids = sorted(v.id for kind in ("chat", "toolcall") for v in store.find(kind, {"session": "s"}))
+    for oid in data.draw(st.lists(st.sampled_from(ids), unique=True, max_size=most), label=label):
+        evict(store, oid, reason="drawn")
+
+
+@settings(FUZZ, max_examples=examples(120))
+@given(turns=_session, eager=st.booleans(), live=st.booleans(), data=st.data())
 def test_every_frame_verifies_or_names_the_eviction_that_explains_it(
-    turns: list[list[str]], eager: bool, data: st.DataObject
+    turns: list[list[str]], eager: bool, live: bool, data: st.DataObject
 ) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        store = SqliteStore(Path(tmp) / "store.db")
-        try:
-            policy = RetentionPolicy(**EAGER) if eager else None
-            msgs: list[dict[str, Any]] = [user("start")]
-            with Session.open(store, "s", redact=False, policy=policy) as s:
-                hook = OpenAIHook(s)
-                for turn in _messages(turns):
-                    msgs += turn
-                    hook.transform_context(msgs)
-            ids = sorted(v.id for kind in ("chat", "toolcall") for v in store.find(kind, {"session": "s"}))
-            gone = data.draw(st.lists(st.sampled_from(ids), unique=True, max_size=4), label="evicted")
-            for oid in gone:
-                evict(store, oid, reason="drawn")
-            for f in frame_docs(store, "s"):
-                check = verify_frame(store, f)
-                assert check.ok or check.evicted_only, (f["id"], check.problems)
-                assert check.ok or check.evicted, f["id"]
-                assert check.rendered is not None and check.rendered.message_count == f["content"]["messages"]
-            with Session.open(store, "s", redact=False) as s:  # and the session goes on
-                assert [e["i"] for e in s.view.entries] == list(range(len(s.view.entries)))
-                OpenAIHook(s).transform_context([*msgs, say("done"), user("next")])
-        finally:
-            store.close()
-
-
-@settings(FUZZ, max_examples=examples(60))
-@given(turns=_session, eager=st.booleans(), data=st.data())
-def test_evictions_while_the_session_runs_leave_every_frame_checkable(
-    turns: list[list[str]], eager: bool, data: st.DataObject
-) -> None:
-    """The same, with objects evicted between turns of the running session, which writes the
-    evicted pages back scrubbed and goes on."""
+    """Evicted after the session closed, or (``live``) between turns of the running session,
+    which writes the evicted pages back scrubbed and goes on."""
     with tempfile.TemporaryDirectory() as tmp:
         store = SqliteStore(Path(tmp) / "store.db")
         try:
@@ -89,14 +65,17 @@ def test_evictions_while_the_session_runs_leave_every_frame_checkable(
                 for n, turn in enumerate(_messages(turns)):
                     msgs += turn
                     hook.transform_context(msgs)
-                    ids = sorted(v.id for kind in ("chat", "toolcall") for v in store.find(kind, {"session": "s"}))
-                    for oid in data.draw(st.lists(st.sampled_from(ids), unique=True, max_size=2), label=f"after {n}"):
-                        evict(store, oid, reason="drawn")
-                hook.transform_context([*msgs, say("done"), user("next")])
+                    if live:
+                        _evict_some(store, data, 2, f"evicted after turn {n + 1}")
+            if not live:
+                _evict_some(store, data, 4, "evicted")
             for f in frame_docs(store, "s"):
                 check = verify_frame(store, f)
                 assert check.ok or check.evicted_only, (f["id"], check.problems)
                 assert check.ok or check.evicted, f["id"]
                 assert check.rendered is not None and check.rendered.message_count == f["content"]["messages"]
+            with Session.open(store, "s", redact=False) as s:  # and the session goes on
+                assert [e["i"] for e in s.view.entries] == list(range(len(s.view.entries)))
+                OpenAIHook(s).transform_context([*msgs, say("done"), user("next")])
         finally:
             store.close()
