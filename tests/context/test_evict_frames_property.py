@@ -19,26 +19,9 @@ from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.policy import RetentionPolicy
 from context_os.harness import OpenAIHook
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import EAGER, call, result, say, user
+from tests.context._drawn import POLICIES, SESSIONS, messages
+from tests.helpers import say, user
 from tests.reliability._adversarial import FUZZ, examples
-
-# a step of a turn: a tool call and its result, or the agent's words and the user's answer
-_step = st.sampled_from(["call", "talk"])
-_session = st.lists(st.lists(_step, min_size=1, max_size=6), min_size=1, max_size=9)
-
-
-def _messages(turns: list[list[str]]) -> list[list[dict[str, Any]]]:
-    out, n = [], 0
-    for steps in turns:
-        turn = []
-        for step in steps:
-            n += 1
-            if step == "call":
-                turn += [call(f"c{n}", "bash", command=f"cat notes{n}.txt"), result(f"c{n}", f"line {n}\n" * 40)]
-            else:
-                turn += [say(f"reply {n}"), user(f"question {n}")]
-        out.append(turn)
-    return out
 
 
 def _evict_some(store: SqliteStore, data: st.DataObject, most: int, label: str) -> None:
@@ -49,20 +32,19 @@ def _evict_some(store: SqliteStore, data: st.DataObject, most: int, label: str) 
 
 
 @settings(FUZZ, max_examples=examples(120))
-@given(turns=_session, eager=st.booleans(), live=st.booleans(), data=st.data())
+@given(turns=SESSIONS, policy=st.sampled_from(sorted(POLICIES)), live=st.booleans(), data=st.data())
 def test_every_frame_verifies_or_names_the_eviction_that_explains_it(
-    turns: list[list[str]], eager: bool, live: bool, data: st.DataObject
+    turns: list[list[tuple[str, int]]], policy: str, live: bool, data: st.DataObject
 ) -> None:
     """Evicted after the session closed, or (``live``) between turns of the running session,
     which writes the evicted pages back scrubbed and goes on."""
     with tempfile.TemporaryDirectory() as tmp:
         store = SqliteStore(Path(tmp) / "store.db")
         try:
-            policy = RetentionPolicy(**EAGER) if eager else None
             msgs: list[dict[str, Any]] = [user("start")]
-            with Session.open(store, "s", redact=False, policy=policy) as s:
+            with Session.open(store, "s", redact=False, policy=RetentionPolicy(**POLICIES[policy])) as s:
                 hook = OpenAIHook(s)
-                for n, turn in enumerate(_messages(turns)):
+                for n, turn in enumerate(messages(turns)):
                     msgs += turn
                     hook.transform_context(msgs)
                     if live:
