@@ -1,6 +1,7 @@
 """Coding sessions drawn by hypothesis, for the property tests of sessions and frames: turns of
-tool calls (outputs of a few lines to a few hundred, some huge), file reads and edits (Pi's
-``read`` and ``edit``, which a session keeps as file objects), and talk."""
+tool calls (outputs of a few lines to a few hundred, some huge), two calls at once, a call still
+running when the model is called (its result comes with the next turn), file reads and edits
+(Pi's ``read`` and ``edit``, which a session keeps as file objects), and talk."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests.helpers import call, result, say, user
 
-STEP = st.tuples(st.sampled_from(["call", "big", "read", "edit", "talk"]), st.integers(0, 5))
+STEP = st.tuples(st.sampled_from(["call", "big", "read", "edit", "talk", "parallel", "pending"]), st.integers(0, 5))
 """One step of a turn: what it is, and a number that varies it (an output's size, a file)."""
 
 SESSIONS = st.lists(st.lists(STEP, min_size=1, max_size=4), min_size=2, max_size=14)
@@ -30,11 +31,23 @@ it edits a file it showed), a history horizon that a few turns pass."""
 def messages(turns: list[list[tuple[str, int]]]) -> list[list[dict[str, Any]]]:
     """The OpenAI chat messages of each turn of ``turns``."""
     out, n = [], 0
+    running: dict[str, Any] | None = None  # a call whose result comes with the next turn
     for steps in turns:
         turn: list[dict[str, Any]] = []
+        if running is not None:
+            turn.append(running)
+            running = None
         for step, k in steps:
             n += 1
-            if step == "call":
+            if step == "pending" and running is None:  # (one at a time: another one is talk)
+                turn.append(call(f"c{n}", "bash", command=f"sleep {k}"))
+                running = result(f"c{n}", f"slept {k}")
+                break  # the model is called while it runs
+            if step == "parallel":
+                calls = [call(f"c{n}{x}", "bash", command=f"grep {x}")["tool_calls"][0] for x in "ab"]
+                turn.append({"role": "assistant", "content": None, "tool_calls": calls})
+                turn += [result(f"c{n}{x}", f"match {x} {n}\n" * (3 + 20 * k)) for x in "ab"]
+            elif step == "call":
                 turn += [call(f"c{n}", "bash", command=f"ls {k}"), result(f"c{n}", f"out {n}\n" * (5 + 40 * k))]
             elif step == "big":
                 turn += [call(f"c{n}", "bash", command="cat log"), result(f"c{n}", f"big {n}\n" * 3000)]
