@@ -317,6 +317,10 @@ def test_a_retry_after_a_restart_is_the_last_frame_unless_the_session_changed_si
         assert context == first and len(frame_docs(db, "s1")) == 8
     else:
         assert json.dumps(output)[1:-1] in json.dumps(context) and len(frame_docs(db, "s1")) == 9
+    # and a retry of that retry: the same again (a session that answered from its last frame had
+    # written nothing and made a turn of the next retry, before 2026-12-06)
+    frames = len(frame_docs(db, "s1"))
+    assert again.transform_context(msgs) == context and len(frame_docs(db, "s1")) == frames
     assert all(verify_frame(db, f).ok for f in frame_docs(db, "s1"))
     again.session.close()
 

@@ -135,3 +135,78 @@ def test_a_short_file_written_by_the_agent_never_shows_its_old_text_once_collaps
         again = Session.open(store, "w1", workspace=str(tmp_path / "ws"))
         assert again.view.objects["toolcall:w1:w1"].file_text == ["content"]
         assert "VALUE = 'old'" not in json.dumps(again.view.render().messages)
+
+
+class _Agent:
+    """A session with file tools through the OpenAI hook, the agent's calls made for real."""
+
+    def __init__(self, store: SqliteStore, root: Path, policy: RetentionPolicy | None = None) -> None:
+        self.session = Session.open(store, "s", harness="openai", workspace=str(root), redact=False, policy=policy)
+        self.hook = OpenAIHook(self.session, files=FileTools(self.session, Workspace(root)))
+        self.msgs: list[dict] = [user("start")]
+
+    def tool(self, name: str, **args: str) -> None:
+        n = len(self.msgs)
+        self.msgs += [call(f"c{n}", name, **args), result(f"c{n}", self.hook.call_tool(name, args))]
+
+    def turn(self) -> list[dict]:
+        return self.hook.transform_context(self.msgs)
+
+
+@pytest.mark.parametrize("between", ["a read of another file", "the policy changed as it opens"])
+def test_a_reopened_session_marks_a_file_changed_since_stale_whatever_it_wrote_first(
+    tmp_path: Path, between: str
+) -> None:
+    """A session checks for newer versions at a turn when something besides it wrote since its
+    last transaction. Reopened, it has not checked anything yet: before, a write of its own made
+    before its first turn (an activation between turns, or its open with another policy) stood
+    as its last transaction, and a file changed while it was closed, recorded as a newer version
+    before it, went unmarked: the model went on with the old text as the file's."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    for name in ("a.py", "b.py"):
+        (root / name).write_text(f"# {name}, first\n")
+    with SqliteStore(tmp_path / "s.db") as store:
+        agent = _Agent(store, root)
+        agent.tool("read", path="a.py")
+        agent.turn()
+        agent.session.close()
+        (root / "a.py").write_text("# a.py, changed while the session was closed\n")
+        with Session.open(store, "other", redact=False) as other:  # its look records the new version
+            FileTools(other, Workspace(root)).ls(".")
+        again = _Agent(
+            store, root, RetentionPolicy(keep_recent_results=7) if between.startswith("the policy") else None
+        )
+        again.msgs = agent.msgs
+        if between.startswith("a read"):
+            again.tool("read", path="b.py")
+        out = blocks_text(again.turn())
+        assert 'stale="version 2 is newer' in out, out
+        a = next(o for o in again.session.view.objects.values() if o.meta.get("path") == "a.py")
+        assert a.newer is not None
+
+
+def test_a_call_bringing_nothing_new_after_another_writer_wrote_between_two_writes_is_answered_as_before(
+    tmp_path: Path,
+) -> None:
+    """A call with nothing new since the last (a client's retry) gets the context it got, no new
+    turn. After a turn at which another writer (the file index, recording a file changed on disk)
+    wrote between two transactions of the session, the session checked what others wrote without
+    noting how far it had read: its turn's write then took the other's transaction before it for
+    one it had not seen, and the retry made a turn of its own (a frame more, results collapsed a
+    turn early: a prompt cache's prefix lost)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.py").write_text("x = 1\n")
+    with SqliteStore(tmp_path / "s.db") as store:
+        agent = _Agent(store, root)
+        agent.tool("read", path="a.py")
+        agent.turn()
+        agent.tool("write", path="a.py", content="x = 2\n")  # the index's version, then the session's state
+        (root / "a.py").write_text("x = 3\n")
+        agent.tool("ls", path=".")  # the index records the change on disk: another writer again
+        first = agent.turn()
+        turn, frames = agent.session.view.turn, len(frame_docs(store, "s"))
+        assert agent.turn() == first
+        assert (agent.session.view.turn, len(frame_docs(store, "s"))) == (turn, frames)
+        agent.session.close()

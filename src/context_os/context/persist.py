@@ -282,10 +282,11 @@ class SessionWriter:
     def seen(self) -> int | None:
         """The newest transaction of which the session knows what others wrote: its own last one
         (nothing else was written before it unseen, or ``skipped`` says so) or the one it last
-        looked at, whichever is later (None: neither)."""
+        looked at, whichever is later (None: neither; the one it looked at when it wrote nothing
+        yet, a resumed session that checked: before 2026-12-06, None then too)."""
         if self.last_tx is not None and self.looked is not None:
             return max(self.last_tx, self.looked)
-        return self.last_tx
+        return self.looked if self.last_tx is None else self.last_tx
 
     def _settle(self, vt: int, tx_id: int | None, pending: list[tuple[str, tuple[str, Any]]] | None = None) -> None:
         view = self.view

@@ -307,6 +307,11 @@ class Session:
             if s.harness != was:
                 s.writer.queue_session_doc()
             s.writer.flush()  # a changed policy, a page rebuilt from its tombstone; usually nothing
+            # what others wrote since the session's states were recorded (a file changed while it
+            # was closed) is checked at its first turn, whatever the newest transaction is then:
+            # a write of its own before that turn (this open's, an activation between turns) made
+            # it look like nothing else was written, and a newer version went unmarked
+            s._unchecked = True
             s._resume()
             s._release()
             return s
@@ -873,17 +878,27 @@ class Session:
         newer version of something it shows): if not, neither can have happened. False while the
         store is out of reach (its writes wait in an outbox): nothing it holds can be read before
         it answers again, so the turn goes on with what the session knows, without asking again
-        (and the next turn that reaches it checks)."""
+        (and the next turn that reaches it checks). Since is since what the session has seen
+        (``SessionWriter.seen``): its own last transaction, or the newest its last checks read,
+        whichever is later (its last transaction alone: a resumed session that answered a retry
+        from its last frame, having checked and written nothing, made a turn of the next retry).
+        The newest transaction is looked at even when the answer is known (nothing seen yet, or a
+        write of its own came after another's): the checks that follow read up to it, and the
+        turn's write after them knows it has seen it (unknown, that write took the other's
+        transaction before it for one not seen, and the next call bringing nothing new made a
+        turn of its own instead of answering as before)."""
         self._looked = None
-        if self.writer.last_tx is None or self.writer.skipped:
-            return True
+        seen = self.writer.seen
+        known = seen is None or self.writer.skipped
         try:
             latest = self.store.latest_tx_id()
         except StoreUnavailable:
+            if known:
+                return True  # (the checks meet the store out of reach, and say so)
             self._unchecked = True
             return False
         self._looked = latest
-        return self._unchecked or latest != self.writer.last_tx
+        return known or self._unchecked or latest != seen
 
     def _readable(self) -> int | None:
         """The newest transaction the turn's reads of what others wrote can read, of those the
