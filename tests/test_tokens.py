@@ -83,22 +83,21 @@ def _image(fmt: str, size: tuple[int, int], mode: str = "RGB", **options: object
 # baseline or progressive (a start-of-frame marker after the segments before it); a WebP's lossy
 # frame (VP8), lossless header (VP8L: 14 bits each, less one) or extended canvas (VP8X: 24 bits
 # each, less one, written for an image with alpha)
-_FORMATS = {
-    "png": ("PNG", "RGB", {}),
-    "gif": ("GIF", "RGB", {}),
-    "jpeg": ("JPEG", "RGB", {}),
-    "jpeg-progressive": ("JPEG", "RGB", {"progressive": True}),
-    "webp-lossy": ("WEBP", "RGB", {}),
-    "webp-lossless": ("WEBP", "RGB", {"lossless": True}),
-    "webp-alpha": ("WEBP", "RGBA", {}),
+_FORMATS: dict[str, tuple[str, str, dict[str, object], bytes | None]] = {  # the last: a WebP's chunk meant
+    "png": ("PNG", "RGB", {}, None),
+    "gif": ("GIF", "RGB", {}, None),
+    "jpeg": ("JPEG", "RGB", {}, None),
+    "jpeg-progressive": ("JPEG", "RGB", {"progressive": True}, None),
+    "webp-lossy": ("WEBP", "RGB", {}, b"VP8 "),
+    "webp-lossless": ("WEBP", "RGB", {"lossless": True}, b"VP8L"),
+    "webp-alpha": ("WEBP", "RGBA", {}, b"VP8X"),
 }
 
 
 @pytest.mark.parametrize("name", list(_FORMATS))
 def test_an_image_costs_its_pixels_over_750_however_it_is_given(name: str) -> None:
-    fmt, mode, options = _FORMATS[name]
-    chunk = {"webp-lossy": b"VP8 ", "webp-lossless": b"VP8L", "webp-alpha": b"VP8X"}.get(name)
-    assert chunk is None or _image(fmt, (4, 4), mode, **options)[12:16] == chunk  # the one meant
+    fmt, mode, options, chunk = _FORMATS[name]
+    assert chunk is None or _image(fmt, (4, 4), mode, **options)[12:16] == chunk
     # pixels a multiple of 750, and one more: a dimension read one too many or one too few
     # moves the estimate
     for size, tokens in (((50, 45), 3), ((19, 79), 3), ((45, 50), 3), ((600, 500), 400)):
@@ -117,9 +116,7 @@ def test_a_jpeg_s_frame_header_is_read_after_its_metadata_within_the_first_64_kb
     # bytes read (two segments of 60 kB) costs what an image of unknown size does
     exif = b"Exif\x00\x00" + bytes(40_000)
     assert image_tokens(_image("JPEG", (50, 45), exif=exif)) == 3
-    out = io.BytesIO()
-    Image.new("RGB", (50, 45)).save(out, "JPEG", exif=b"Exif\x00\x00" + bytes(60_000), icc_profile=bytes(60_000))
-    late = out.getvalue()
+    late = _image("JPEG", (50, 45), exif=b"Exif\x00\x00" + bytes(60_000), icc_profile=bytes(60_000))
     assert late.index(b"\xff\xc0") > 65_536
     assert image_tokens(late) == IMAGE_TOKENS
 

@@ -38,26 +38,22 @@ def test_every_frame_verifies_or_names_the_eviction_that_explains_it(
 ) -> None:
     """Evicted after the session closed, or (``live``) between turns of the running session,
     which writes the evicted pages back scrubbed and goes on."""
-    with tempfile.TemporaryDirectory() as tmp:
-        store = SqliteStore(Path(tmp) / "store.db")
-        try:
-            msgs: list[dict[str, Any]] = [user("start")]
-            with Session.open(store, "s", redact=False, policy=RetentionPolicy(**POLICIES[policy])) as s:
-                hook = OpenAIHook(s)
-                for n, turn in enumerate(messages(turns)):
-                    msgs += turn
-                    hook.transform_context(msgs)
-                    if live:
-                        _evict_some(store, data, 2, f"evicted after turn {n + 1}")
-            if not live:
-                _evict_some(store, data, 4, "evicted")
-            for f in frame_docs(store, "s"):
-                check = verify_frame(store, f)
-                assert check.ok or check.evicted_only, (f["id"], check.problems)
-                assert check.ok or check.evicted, f["id"]
-                assert check.rendered is not None and check.rendered.message_count == f["content"]["messages"]
-            with Session.open(store, "s", redact=False) as s:  # and the session goes on
-                assert [e["i"] for e in s.view.entries] == list(range(len(s.view.entries)))
-                OpenAIHook(s).transform_context([*msgs, say("done"), user("next")])
-        finally:
-            store.close()
+    with tempfile.TemporaryDirectory() as tmp, SqliteStore(Path(tmp) / "store.db") as store:
+        msgs: list[dict[str, Any]] = [user("start")]
+        with Session.open(store, "s", redact=False, policy=RetentionPolicy(**POLICIES[policy])) as s:
+            hook = OpenAIHook(s)
+            for n, turn in enumerate(messages(turns)):
+                msgs += turn
+                hook.transform_context(msgs)
+                if live:
+                    _evict_some(store, data, 2, f"evicted after turn {n + 1}")
+        if not live:
+            _evict_some(store, data, 4, "evicted")
+        for f in frame_docs(store, "s"):
+            check = verify_frame(store, f)
+            assert check.ok or check.evicted_only, (f["id"], check.problems)
+            assert check.ok or check.evicted, f["id"]
+            assert check.rendered is not None and check.rendered.message_count == f["content"]["messages"]
+        with Session.open(store, "s", redact=False) as s:  # and the session goes on
+            assert [e["i"] for e in s.view.entries] == list(range(len(s.view.entries)))
+            OpenAIHook(s).transform_context([*msgs, say("done"), user("next")])

@@ -52,17 +52,16 @@ def test_a_session_opened_again_at_any_turn_sends_what_it_would_have(
     turns: list[list[tuple[str, int]]], policy: str, data: st.DataObject
 ) -> None:
     at = data.draw(st.integers(1, len(turns) - 1), label="opened again before turn (from 0)")
-    with tempfile.TemporaryDirectory() as tmp:
-        through, again = SqliteStore(Path(tmp) / "through.db"), SqliteStore(Path(tmp) / "again.db")
-        try:
-            sent = _run(through, "s", messages(turns), policy)
-            assert _run(again, "s", messages(turns), policy, reopen=at) == sent
-            for f in frame_docs(again, "s"):
-                check = verify_frame(again, f)
-                assert check.ok, (f["id"], check.problems)
-        finally:
-            through.close()
-            again.close()
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        SqliteStore(Path(tmp) / "through.db") as through,
+        SqliteStore(Path(tmp) / "again.db") as again,
+    ):
+        sent = _run(through, "s", messages(turns), policy)
+        assert _run(again, "s", messages(turns), policy, reopen=at) == sent
+        for f in frame_docs(again, "s"):
+            check = verify_frame(again, f)
+            assert check.ok, (f["id"], check.problems)
 
 
 _examples = itertools.count()
@@ -74,11 +73,7 @@ def test_both_stores_give_a_session_the_same_contexts_and_frames(
     xtdb_url: str, uid: str, turns: list[list[tuple[str, int]]], policy: str
 ) -> None:
     sid = f"{uid}-{next(_examples)}"  # a session of its own on the node every example writes to
-    with tempfile.TemporaryDirectory() as tmp, XtdbStore(xtdb_url) as node:
-        embedded = SqliteStore(Path(tmp) / "store.db")
-        try:
-            assert _run(node, sid, messages(turns), policy) == _run(embedded, sid, messages(turns), policy)
-            hashes = [[f["content"]["rendered_hash"] for f in frame_docs(s, sid)] for s in (embedded, node)]
-            assert hashes[0] == hashes[1] and len(hashes[0]) == len(turns)
-        finally:
-            embedded.close()
+    with tempfile.TemporaryDirectory() as tmp, XtdbStore(xtdb_url) as node, SqliteStore(Path(tmp) / "s.db") as embedded:
+        assert _run(node, sid, messages(turns), policy) == _run(embedded, sid, messages(turns), policy)
+        hashes = [[f["content"]["rendered_hash"] for f in frame_docs(s, sid)] for s in (embedded, node)]
+        assert hashes[0] == hashes[1] and len(hashes[0]) == len(turns)

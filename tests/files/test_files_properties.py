@@ -13,19 +13,16 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.policy import RetentionPolicy
-from context_os.files import FileTools, Workspace
-from context_os.harness import OpenAIHook
 from context_os.store.sqlite import SqliteStore
 from tests.context._drawn import POLICIES
-from tests.helpers import call, result, say, user
+from tests.files._agent import FileAgent
+from tests.helpers import say, user
 from tests.reliability._adversarial import FUZZ, examples
 
 STEP = st.tuples(st.sampled_from(["read", "write", "edit", "disk", "ls", "grep", "talk", "retry"]), st.integers(0, 3))
@@ -58,39 +55,30 @@ def _run(
     for k in range(FILES):
         (root / f"f{k}.txt").write_text(_text(k, 0))
 
-    def opened() -> tuple[Session, OpenAIHook]:
-        s = Session.open(
-            store, "s", redact=False, harness="openai", workspace=str(root), policy=RetentionPolicy(**POLICIES[policy])
-        )
-        return s, OpenAIHook(s, files=FileTools(s, Workspace(root)))
-
-    s, hook = opened()
-    msgs: list[dict[str, Any]] = [user("start")]
+    agent = FileAgent(store, root, RetentionPolicy(**POLICIES[policy]))
     sent, n = [], 0
     try:
         for t, steps in enumerate(turns):
             if t == reopen:
-                s.close()
-                s, hook = opened()
+                agent.reopen()
             retry = False
             for step, k in steps:
                 n += 1
                 if step == "disk":  # changed behind the session's back: seen when a tool looks at it
                     (root / f"f{k}.txt").write_text(_text(k, n))
                 elif step == "talk":
-                    msgs += [say(f"reply {n}"), user(f"question {n}")]
+                    agent.msgs += [say(f"reply {n}"), user(f"question {n}")]
                 elif step == "retry":
                     retry = True
                 else:
-                    args = _arguments(step, k, n)
-                    msgs += [call(f"c{n}", step, **args), result(f"c{n}", hook.call_tool(step, args))]
-            out = hook.transform_context(msgs)
+                    agent.tool(step, **_arguments(step, k, n))
+            out = agent.turn()
             if retry:  # the client asks again: the same context, no turn of its own
-                turn = s.view.turn
-                assert hook.transform_context(msgs) == out and s.view.turn == turn
+                turn = agent.session.view.turn
+                assert agent.turn() == out and agent.session.view.turn == turn
             sent.append(json.dumps(out))
     finally:
-        s.close()
+        agent.close()
     ids: dict[str, str] = {}  # a file's id is drawn at random: named by when it first shows
     return [re.sub(r"file:[0-9a-f]{32}", lambda m: ids.setdefault(m[0], f"file-{len(ids)}"), x) for x in sent]
 

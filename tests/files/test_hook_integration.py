@@ -13,6 +13,7 @@ from context_os.context.policy import RetentionPolicy
 from context_os.files import FileTools, Workspace
 from context_os.harness.openai import OpenAIHook
 from context_os.store.sqlite import SqliteStore
+from tests.files._agent import FileAgent
 from tests.helpers import EAGER, blocks_text, call, result, user
 
 KEY = "sk-proj-" + "a1B2c3D4e5" * 5
@@ -137,22 +138,6 @@ def test_a_short_file_written_by_the_agent_never_shows_its_old_text_once_collaps
         assert "VALUE = 'old'" not in json.dumps(again.view.render().messages)
 
 
-class _Agent:
-    """A session with file tools through the OpenAI hook, the agent's calls made for real."""
-
-    def __init__(self, store: SqliteStore, root: Path, policy: RetentionPolicy | None = None) -> None:
-        self.session = Session.open(store, "s", harness="openai", workspace=str(root), redact=False, policy=policy)
-        self.hook = OpenAIHook(self.session, files=FileTools(self.session, Workspace(root)))
-        self.msgs: list[dict] = [user("start")]
-
-    def tool(self, name: str, **args: str) -> None:
-        n = len(self.msgs)
-        self.msgs += [call(f"c{n}", name, **args), result(f"c{n}", self.hook.call_tool(name, args))]
-
-    def turn(self) -> list[dict]:
-        return self.hook.transform_context(self.msgs)
-
-
 @pytest.mark.parametrize("between", ["a read of another file", "the policy changed as it opens"])
 def test_a_reopened_session_marks_a_file_changed_since_stale_whatever_it_wrote_first(
     tmp_path: Path, between: str
@@ -167,23 +152,23 @@ def test_a_reopened_session_marks_a_file_changed_since_stale_whatever_it_wrote_f
     for name in ("a.py", "b.py"):
         (root / name).write_text(f"# {name}, first\n")
     with SqliteStore(tmp_path / "s.db") as store:
-        agent = _Agent(store, root)
+        agent = FileAgent(store, root)
         agent.tool("read", path="a.py")
         agent.turn()
-        agent.session.close()
+        agent.close()
         (root / "a.py").write_text("# a.py, changed while the session was closed\n")
         with Session.open(store, "other", redact=False) as other:  # its look records the new version
             FileTools(other, Workspace(root)).ls(".")
-        again = _Agent(
-            store, root, RetentionPolicy(keep_recent_results=7) if between.startswith("the policy") else None
-        )
-        again.msgs = agent.msgs
-        if between.startswith("a read"):
-            again.tool("read", path="b.py")
-        out = blocks_text(again.turn())
+        if between == "a read of another file":
+            agent.open()
+            agent.tool("read", path="b.py")
+        else:
+            agent.open(RetentionPolicy(keep_recent_results=7))
+        out = blocks_text(agent.turn())
         assert 'stale="version 2 is newer' in out, out
-        a = next(o for o in again.session.view.objects.values() if o.meta.get("path") == "a.py")
+        a = next(o for o in agent.session.view.objects.values() if o.meta.get("path") == "a.py")
         assert a.newer is not None
+        agent.close()
 
 
 def test_a_call_bringing_nothing_new_after_another_writer_wrote_between_two_writes_is_answered_as_before(
@@ -199,7 +184,7 @@ def test_a_call_bringing_nothing_new_after_another_writer_wrote_between_two_writ
     root.mkdir()
     (root / "a.py").write_text("x = 1\n")
     with SqliteStore(tmp_path / "s.db") as store:
-        agent = _Agent(store, root)
+        agent = FileAgent(store, root)
         agent.tool("read", path="a.py")
         agent.turn()
         agent.tool("write", path="a.py", content="x = 2\n")  # the index's version, then the session's state
@@ -209,4 +194,4 @@ def test_a_call_bringing_nothing_new_after_another_writer_wrote_between_two_writ
         turn, frames = agent.session.view.turn, len(frame_docs(store, "s"))
         assert agent.turn() == first
         assert (agent.session.view.turn, len(frame_docs(store, "s"))) == (turn, frames)
-        agent.session.close()
+        agent.close()
