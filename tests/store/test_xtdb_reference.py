@@ -66,7 +66,8 @@ def test_match_tells_booleans_from_numbers(store: Store, uid: str) -> None:
 
 
 def test_reading_as_of_a_tx_past_the_newest_is_an_error(store: Store, uid: str) -> None:
-    # XTDB: a basis the node has not indexed is "node out of sync" (HTTP 400), never "now".
+    # never "now" (XTDB's node says "node out of sync" to a basis it has not indexed; the store
+    # waits for one in its log and refuses one past it)
     id = f"{uid}-a"
     store.submit([Put(doc(id, n=1), T0)])
     latest = store.latest_tx()

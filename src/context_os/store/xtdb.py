@@ -1008,9 +1008,25 @@ class XtdbStore(Store):
 
     # -- reads ---------------------------------------------------------------------------------
 
+    def _reach(self, tx_id: int | None) -> None:
+        """Before a read as of ``tx_id``: a transaction in the log that the node has not indexed
+        yet (another writer's, submitted moments ago: its id may reach this process before the
+        node indexes it) is waited for, as this store's own are; one past the newest in the log
+        is an error, as the store contract has it (the node said "node out of sync" to both, so
+        a reader given another writer's tx id failed at random)."""
+        if tx_id is None or tx_id <= self._seen_tx:
+            return
+        known, newest = self._newest_in_log()
+        if not known:
+            return  # its log out of reach: the node answers with what it has indexed, or says why not
+        if newest is None or tx_id > newest:
+            raise StoreError(f"tx {tx_id} is past the newest transaction ({newest}) of {self.url}")
+        self._await(tx_id)
+
     def get(self, id: str, valid_time: int | None = None, tx_id: int | None = None) -> Version | None:
         eid = _to_edn(_check_id(id))
         params = {"eid-edn": eid, **self._basis(valid_time, tx_id)}
+        self._reach(tx_id)
         # one round trip: the version's coordinates and its document from one index snapshot
         v = self._own_get("entity-version", params, f"entity-version {id!r}")
         if v is not _NO_OWN:
@@ -1213,7 +1229,9 @@ class XtdbStore(Store):
     def _pinned(self, valid_time: int | None, tx_id: int | None) -> dict[str, str] | None:
         """One basis (valid time and tx) for the several requests of one read, so that they
         agree; None when the node has indexed nothing yet."""
-        basis = self._get("db", self._basis(valid_time, tx_id), "db basis")
+        params = self._basis(valid_time, tx_id)
+        self._reach(tx_id)
+        basis = self._get("db", params, "db basis")
         tx = basis.get(_K_TX) if isinstance(basis, Mapping) else None
         if not tx or tx.get(_K_TX_ID) is None:
             return None
@@ -1342,6 +1360,7 @@ class XtdbStore(Store):
     def _text_search(self, args: text_index.SearchArgs) -> list[TextHit]:
         """Over the sidecar index, each hit checked against the version in force; a scan when
         the sidecar is damaged, or was dropped as damaged (``index_status`` says so)."""
+        self._reach(args.tx_id)
         try:
             hits = self._text.search(args)
         except text_index.FTS_ERRORS:
