@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
+import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from context_os.errors import StoreError
 from context_os.objects import INDEXED_KINDS, index_parts
+from context_os.sources.embed import WordLlamaEmbedder
+from context_os.sources.vectors import VectorIndex, text_key
 from context_os.store import Delete, Evict, Match, Op, Put, Store, TextHit
 from context_os.store.base import check_after_evict
 from context_os.store.sqlite import SqliteStore
@@ -47,7 +50,8 @@ texts = st.lists(st.sampled_from((*WORDS, "zinc")), max_size=4)
 def make_doc(name: str, a: str, b: str, session: str | None) -> dict[str, Any]:
     """A document of ``name``'s kind holding ``a`` and ``b`` where that kind keeps its texts."""
     kind = name.split(":", 1)[0]
-    meta: dict[str, Any] = {} if session is None else {"session": session}
+    # (a chat page's or tool call's session is the one its id names, as context_os writes them)
+    meta: dict[str, Any] = {} if session is None or kind in ("chat", "toolcall") else {"session": session}
     if kind == "chat":  # two entries (one of them may be empty: no part)
         return {"id": name, "kind": kind, "meta": meta, "content": [{"i": 0, "text": a}, {"i": 1, "text": b}]}
     if kind == "toolcall":  # the arguments and the output make one part
@@ -217,3 +221,55 @@ def test_xtdb_keyword_search_finds_exactly_the_parts_in_force(xtdb_url: str, uid
         tag = staticmethod(lambda: f"{uid}{next(_examples)}")
 
     run_state_machine_as_test(XtdbSearch, settings=settings(FUZZ, max_examples=examples(25), stateful_step_count=15))
+
+
+class VectorSearch(SqliteSearch):
+    """Vector search (sources/vectors.py) over the same histories: the index follows the keyword
+    index's parts; a search answers the ``k`` parts nearest the query among the versions in force
+    then, as keyword search filters them, each with its version's coordinates."""
+
+    embedder: Any
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vectors = VectorIndex(self.store, self.embedder, self.dir / "vectors.db")
+
+    def teardown(self) -> None:
+        self.vectors.close()
+        super().teardown()
+
+    @precondition(lambda self: self.tx_ids)
+    @rule(
+        query=st.lists(st.sampled_from((*WORDS, "zinc")), min_size=1, max_size=3),
+        k=st.integers(1, 12),
+        kinds=st.none() | st.lists(st.sampled_from(["file", "memory", "chat", "toolcall"]), min_size=1, unique=True),
+        session=st.none() | st.sampled_from(SESSIONS),
+        data=st.data(),
+    )
+    def vector_search(
+        self, query: list[str], k: int, kinds: list[str] | None, session: str | None, data: st.DataObject
+    ) -> None:
+        times = [t for _, t, _ in self.model.txs]
+        vt = data.draw(vts | st.integers(0, len(times) - 1).map(times.__getitem__), label="valid_time")
+        tx = self.tx_ids[data.draw(st.integers(0, len(self.tx_ids) - 1), label="tx (index)")]
+        self.vectors.catch_up()
+        q = self.vectors.embed_query(" ".join(query))
+        got = self.vectors.search_vector(q, k=k, kinds=kinds, session=session, valid_time=vt, tx_id=tx)
+        # every part of a version in force then (of the kinds and session), with its score
+        want = {
+            hit: float(np.dot(q, vec))
+            for hit in self.expected(set(WORDS) | {"zinc"}, tuple(kinds or INDEXED_KINDS), session, vt, tx)
+            if (vec := self.vectors.vector_of(text_key(hit[-1]))) is not None
+        }
+        assert len(want) == len(self.expected(set(WORDS) | {"zinc"}, tuple(kinds or INDEXED_KINDS), session, vt, tx))
+        self.check(got, set(want), k)
+        chosen = [(h.id, h.kind, h.part, h.valid_time, h.tx_id, h.session, h.text) for h in got]
+        for c, h in zip(chosen, got, strict=True):
+            assert abs(want[c] - h.score) < 1e-5, (c, want[c], h.score)
+        if got:  # the nearest: nothing left out scores above the last taken
+            assert all(s <= got[-1].score + 1e-5 for hit, s in want.items() if hit not in chosen)
+
+
+def test_vector_search_finds_the_nearest_parts_in_force() -> None:
+    VectorSearch.embedder = WordLlamaEmbedder()
+    run_state_machine_as_test(VectorSearch, settings=settings(FUZZ, max_examples=examples(60), stateful_step_count=20))

@@ -1350,8 +1350,7 @@ class SqliteStore(Store):
                     except text_index.FTS_ERRORS:
                         resume = False
                 if not resume:
-                    text_index.drop_tables(conn)
-                    text_index.create_tables(conn, state="building")
+                    text_index.renew_tables(conn, state="building")
                     text_index.set_meta(conn, "rebuild_after", 0)
                 after = int(text_index.meta_value(conn, "rebuild_after") or 0)
                 conn.execute("COMMIT")
@@ -1374,7 +1373,7 @@ class SqliteStore(Store):
                     done, total = conn.execute(
                         "SELECT count(*) FILTER (WHERE id <= ?), count(*) FROM docs", (after,)
                     ).fetchone()
-                    parts: int = conn.execute("SELECT count(*) FROM text_parts").fetchone()[0]
+                    parts: int = conn.execute("SELECT count(*) FROM text_parts WHERE eid != 0").fetchone()[0]
                     conn.execute("COMMIT")
                 except BaseException:
                     _rollback(conn)

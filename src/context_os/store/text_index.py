@@ -103,6 +103,7 @@ __all__ = [
     "index_parts",
     "parts_after",
     "purge",
+    "renew_tables",
     "ranked",
     "remove_entity",
     "scan_search",
@@ -425,6 +426,34 @@ def create_tables(conn: sqlite3.Connection, *, state: str = "ok") -> None:
     )
 
 
+def renew_tables(conn: sqlite3.Connection, *, state: str = "ok") -> None:
+    """Drop the index tables and create them empty (a rebuild), in the caller's transaction. The
+    seqs go on from the newest the dropped tables gave (a high-water row, as ``remove_entity``
+    leaves): an embedder's cursor (sources/vectors.py) stays good, and walks the parts indexed
+    again as new ones (its texts found by their keys, never embedded twice). Numbered from 1
+    again, every text indexed again below its cursor was left out of vector search until its
+    next look at ``built`` (a minute); tables that cannot be read (damaged) start from 1."""
+    try:
+        (top,) = conn.execute("SELECT max(seq) FROM text_parts").fetchone()
+    except FTS_ERRORS:
+        top = None
+    drop_tables(conn)
+    create_tables(conn, state=state)
+    if isinstance(top, int) and top > 0:
+        _hold_seq(conn, top, 0)
+
+
+def _hold_seq(conn: sqlite3.Connection, top: int, done: int) -> None:
+    """Keep ``top`` as the newest seq given: a row of no entity (eid 0, no text) holds it."""
+    conn.execute(
+        "INSERT OR REPLACE INTO text_parts (seq, eid, part, hash, kind, session, object_hash, text)"
+        " VALUES (?, 0, '', x'', '', NULL, '', '')",
+        (top,),
+    )
+    if top <= done:  # past the flushed seqs it goes in with the next flush
+        conn.execute("INSERT INTO text_fts (rowid, text) VALUES (?, '')", (top,))
+
+
 def drop_tables(conn: sqlite3.Connection) -> None:
     """Drop the index tables, whatever state they are in, in the caller's transaction."""
     for name in TABLES:
@@ -727,14 +756,8 @@ def remove_entity(conn: sqlite3.Connection, eid: int) -> int:
     (now,) = conn.execute("SELECT max(seq) FROM text_parts").fetchone()
     if top is not None and (now is None or now < top):
         # seq never goes back (an embedder's cursor may stand past the parts just removed): a
-        # row of no entity (eid 0, no text, not in text_fts) holds the high-water mark
-        conn.execute(
-            "INSERT OR REPLACE INTO text_parts (seq, eid, part, hash, kind, session, object_hash, text)"
-            " VALUES (?, 0, '', x'', '', NULL, '', '')",
-            (top,),
-        )
-        if top <= done:  # past the flushed seqs it goes in with the next flush
-            conn.execute("INSERT INTO text_fts (rowid, text) VALUES (?, '')", (top,))
+        # row of no entity (eid 0, no text) holds the high-water mark
+        _hold_seq(conn, top, done)
     return len(rows)
 
 
@@ -1119,9 +1142,8 @@ class SidecarIndex:
                 return 0, latest  # (an index dropped as damaged is read again by ``rebuild``)
             if latest.id < last:  # a new node behind the same address: start again
                 with self._write() as conn:
-                    drop_tables(conn)
+                    renew_tables(conn)
                     conn.execute("DELETE FROM entities")
-                    create_tables(conn)
                     set_meta(conn, "last_tx", -1)
                 last = -1
             self._forget_evicted(last, latest.id)
@@ -1178,9 +1200,8 @@ class SidecarIndex:
         with self._lock:
             self._noted.clear()  # read again with everything else
             with self._write() as conn:
-                drop_tables(conn)
+                renew_tables(conn)
                 conn.execute("DELETE FROM entities")
-                create_tables(conn)
                 set_meta(conn, "last_tx", -1)
             self.catch_up(progress)
             return int(index_counts(self._db())["parts"])
