@@ -1,4 +1,5 @@
-"""Keyword search against the reference model (tests/store/store_model.py), driven by hypothesis.
+"""Keyword and vector search against the reference model (tests/store/store_model.py), driven by
+hypothesis.
 
 Random transactions of puts (with and without valid-time ranges), deletes, matches and evicts of
 searchable objects (files, memories, chat pages, tool calls) whose texts are drawn from a few
@@ -6,7 +7,8 @@ words, written by two writers of one store. Searched at any valid time as of any
 for any words, kinds and session, the store must find exactly the parts of the versions in force
 then that hold one of the words, each with its version's coordinates: through its index (texts
 held back from it or not, from a store opened read-only, after a rebuild) on the embedded store,
-and through the sidecar index on an XTDB node.
+and through the sidecar index on an XTDB node. Vector search (sources/vectors.py, the real
+WordLlama embedder) must answer the nearest of those parts, whatever the words, with their scores.
 """
 
 from __future__ import annotations
