@@ -590,16 +590,20 @@ def test_evict_erases_all_history(store: Store, uid: str) -> None:
     assert n_at(store, kept, T0 + 50) == 1
 
 
-def test_a_put_or_match_after_an_evict_in_its_transaction_is_refused(store: Store, uid: str) -> None:
+def test_a_put_delete_or_match_after_an_evict_in_its_transaction_is_refused(store: Store, uid: str) -> None:
     # XTDB: the ops of a transaction read the index as it was before its evictions, so a match
     # after an evict compared with the evicted document, and a put after one was evicted with it
     # (get: nothing; history: a version whose document is an eviction tombstone). The SQLite store
     # applied both as written: the same transaction committed on one backend and aborted on the
-    # other, a put was kept on one and lost on the other. Both refuse them now, writing nothing.
+    # other, a put was kept on one and lost on the other. A delete over a range of valid time
+    # restored at its end, on XTDB, the evicted version (history: XTDB's placeholder of an evicted
+    # document as a version; found by the store model test run on a node). Both refuse them now,
+    # writing nothing.
     id = f"{uid}-evicted"
     store.submit([Put(doc(id, 1), T0)])
     before = store.latest_tx()
-    for op in (Put(doc(id, 2), T0 + 5), Match(id, doc(id, 1), T0 + 3), Match(id, None, T0 + 3)):
+    ops = (Put(doc(id, 2), T0 + 5), Match(id, doc(id, 1), T0 + 3), Match(id, None, T0 + 3), Delete(id, T0 + 1, T0 + 9))
+    for op in (*ops, Delete(id)):
         with pytest.raises(StoreError, match="evicts"):
             store.submit([Evict(id), op])
     assert store.latest_tx() == before

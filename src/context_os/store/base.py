@@ -158,21 +158,25 @@ def check_find(kind: str | None, where: Mapping[str, Any] | None, keys: Sequence
 
 
 def check_after_evict(ops: Sequence[Op]) -> None:
-    """Refuse a transaction that puts or matches a document after evicting it (``StoreError``).
+    """Refuse a transaction that puts, deletes or matches a document after evicting it
+    (``StoreError``).
 
-    XTDB 1.x applies neither as written: the ops of a transaction read the index as it was before
-    the transaction's evictions, so such a match compares with the evicted document, and the put
-    is erased with it when the transaction commits (its document evicted, its version left in the
-    history without one). No store can keep the contract for them, so every backend refuses them
-    before writing anything. Put and match before the evict, or in the next transaction."""
+    XTDB 1.x applies none as written: the ops of a transaction read the index as it was before
+    the transaction's evictions, so such a match compares with the evicted document, the put is
+    erased with it when the transaction commits (its document evicted, its version left in the
+    history without one), and a delete over a range of valid time restores at the range's end
+    the evicted version it saw there (the history then holds XTDB's placeholder of an evicted
+    document as a version). No store can keep the contract for them, so every backend refuses
+    them before writing anything. Put, delete and match before the evict, or in the next
+    transaction."""
     evicted: set[str] = set()
     for op in ops:
         if isinstance(op, Evict):
             evicted.add(op.id)
-        elif evicted and isinstance(op, Put | Match):
-            op_id = op.id if isinstance(op, Match) else op.doc.get("id") if isinstance(op.doc, Mapping) else None
+        elif evicted and isinstance(op, Put | Delete | Match):
+            op_id = op.doc.get("id") if isinstance(op, Put) and isinstance(op.doc, Mapping) else getattr(op, "id", None)
             if op_id in evicted:
-                what = "puts" if isinstance(op, Put) else "matches"
+                what = {Put: "puts", Delete: "deletes", Match: "matches"}[type(op)]
                 raise StoreError(
                     f"a transaction that evicts {op_id!r} {what} it afterwards: XTDB would not apply that;"
                     " write it in the next transaction"
