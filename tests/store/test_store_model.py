@@ -1,4 +1,5 @@
-"""SqliteStore against the reference model (tests/store/store_model.py), driven by hypothesis.
+"""The stores against the reference model (tests/store/store_model.py), driven by hypothesis: the
+embedded store, and an XTDB node through two clients.
 
 Random transactions of puts (with and without ranges), deletes, matches and evicts over a few
 ids and a small valid-time range, so that retroactive writes, corrections and range restores
@@ -8,20 +9,24 @@ as of any earlier transaction, on history in both orders and bounds, and on find
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from context_os.errors import StoreError
-from context_os.store import Delete, DocMemo, Evict, Match, Op, Put, Version, now_ms
+from context_os.store import Delete, DocMemo, Evict, Match, Op, Put, Store, Tx, Version, now_ms
 from context_os.store.base import check_after_evict
 from context_os.store.sqlite import SqliteStore
+from context_os.store.xtdb import XtdbStore
+from tests.reliability._adversarial import FUZZ, examples
 from tests.store.store_model import Row, StoreModel
 
 IDS = ["a", "b", "c"]
@@ -167,3 +172,75 @@ StoreMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestStoreModel = StoreMachine.TestCase
+
+
+class _Own(Store):
+    """An XTDB store as one example's own: its ids written with a prefix, and read back without
+    it; what other examples and tests wrote on the shared node is not seen."""
+
+    def __init__(self, inner: XtdbStore, pre: str) -> None:
+        self.inner, self.pre, self.url = inner, pre, inner.url
+
+    def _doc(self, doc: Any) -> Any:
+        return None if doc is None else {**doc, "id": self.pre + doc["id"]}
+
+    def _back(self, v: Version) -> Version:
+        doc = None if v.doc is None else {**v.doc, "id": v.doc["id"].removeprefix(self.pre)}
+        return Version(v.id.removeprefix(self.pre), v.valid_time, v.tx_id, v.tx_time, doc, deleted=v.deleted)
+
+    def _op(self, op: Op) -> Op:
+        if isinstance(op, Put):
+            return Put(self._doc(op.doc), op.valid_from, op.valid_to)
+        if isinstance(op, Delete):
+            return Delete(self.pre + op.id, op.valid_from, op.valid_to)
+        if isinstance(op, Match):
+            return Match(self.pre + op.id, self._doc(op.expected), op.valid_time)
+        assert isinstance(op, Evict)
+        return Evict(self.pre + op.id)
+
+    def submit(self, ops: Sequence[Op]) -> Tx:
+        return self.inner.submit([self._op(op) for op in ops])
+
+    def get(self, id: str, valid_time: int | None = None, tx_id: int | None = None) -> Version | None:
+        v = self.inner.get(self.pre + id, valid_time, tx_id)
+        return None if v is None else self._back(v)
+
+    def _history(self, id: str, order: Literal["asc", "desc"], **bounds: Any) -> list[Version]:
+        return [self._back(v) for v in self.inner._history(self.pre + id, order, **bounds)]
+
+    def find(self, *args: Any, **kwargs: Any) -> list[Version]:
+        return [self._back(v) for v in self.inner.find(*args, **kwargs) if v.id.startswith(self.pre)]
+
+    def latest_tx(self) -> Tx | None:
+        return self.inner.latest_tx()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+_examples = itertools.count()
+
+
+def test_an_xtdb_node_agrees_with_the_model(xtdb_url: str, uid: str) -> None:
+    """The same machine on a real node, through two clients (``other``: another process's)."""
+
+    class XtdbMachine(StoreMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.store.close()
+            self.other.close()
+            pre = f"{uid}-{next(_examples)}-"
+            sidecar = Path(self.dir) / "text.db"
+            self.store = _Own(XtdbStore(xtdb_url, text_index_path=sidecar), pre)
+            self.other = _Own(XtdbStore(xtdb_url, text_index_path=sidecar), pre)
+
+        @rule(tx=ops, other=st.booleans())
+        def submit(self, tx: list[Op], other: bool) -> None:
+            super().submit(tx, other)
+            if self.tx_ids:
+                # a client reads another's writes once the node has indexed them (XTDB reads what
+                # it has indexed): reading as of the other's transaction waits for it
+                for store in (self.store, self.other):
+                    store.get(IDS[0], tx_id=self.tx_ids[-1])
+
+    run_state_machine_as_test(XtdbMachine, settings=settings(FUZZ, max_examples=examples(30), stateful_step_count=20))
