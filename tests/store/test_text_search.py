@@ -609,6 +609,33 @@ def test_xtdb_sidecar_catches_up_with_another_writer(xtdb_url: str, tmp_path: Pa
 
 
 @pytest.mark.xtdb
+def test_xtdb_sidecar_catches_up_with_versions_another_writer_no_longer_has_in_force(
+    xtdb_url: str, tmp_path: Path, uid: str
+) -> None:
+    """The catch-up listed what to read by ``find`` (in force now): a version put, then deleted
+    or corrected before this process looked, never reached its sidecar, and a search as of the
+    time it was in force found nothing (the search model test found it). It reads the ids put
+    since in the node's log now, and every version of them, corrections too."""
+    from context_os.store import Delete
+    from context_os.store.xtdb import XtdbStore
+
+    gone, fixed = f"file:{uid}-gone", f"file:{uid}-fixed"
+    with (
+        XtdbStore(xtdb_url, text_index_path=tmp_path / "a.db") as a,
+        XtdbStore(xtdb_url, text_index_path=tmp_path / "b.db") as b,
+    ):
+        b.text_search("warm up")  # b's index is current, then a writes behind its back
+        put = a.put(obj(gone, "file", f"deleted{uid}"), T0)
+        a.submit([Delete(gone, T0)])
+        first = a.put(obj(fixed, "file", f"typo{uid}"), T0)
+        a.put(obj(fixed, "file", f"fixed{uid}"), T0)  # a correction: the same valid time
+        a.sync()
+        assert found(b.text_search(f"deleted{uid}", valid_time=T0, tx_id=put.id)) == [(gone, "")]
+        assert found(b.text_search(f"typo{uid}", valid_time=T0, tx_id=first.id)) == [(fixed, "")]
+        assert b.text_search(f"deleted{uid} typo{uid}", valid_time=T0) == []  # not in force now
+
+
+@pytest.mark.xtdb
 def test_xtdb_sidecar_drops_evicted_text_from_its_file(xtdb_url: str, tmp_path: Path, uid: str) -> None:
     from context_os.store.xtdb import XtdbStore
 

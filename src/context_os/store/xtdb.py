@@ -334,6 +334,10 @@ _K_DOC = _kw("xtdb.api/doc")
 _K_TX = _kw("xtdb.api/tx")
 _K_COMMITTED = _kw("tx-committed?")
 _K_INDEXED = _kw("context-os/indexed?")
+_K_TX_OPS = _kw("xtdb.api/tx-ops")
+_K_PUT = _kw("xtdb.api/put")
+_K_XT_ID = _kw("xt/id")
+_K_KIND = _kw("kind")
 _NO_OWN = object()
 """What ``XtdbStore._own_get`` answers for a node without our endpoints."""
 
@@ -1259,6 +1263,27 @@ class XtdbStore(Store):
                 if e in pulled:
                     docs[h] = _doc_from_edn(pulled[e])
         return [(docs[h], etx) for _, etx, h in heads if h in docs]
+
+    def put_ids(self, after_tx_id: int, upto_tx_id: int, kinds: Sequence[str]) -> set[str]:
+        """The ids of the documents of ``kinds`` put by the transactions after ``after_tx_id`` up
+        to ``upto_tx_id``, read from the node's log (``tx-log`` with its ops): what the keyword
+        index's catch-up reads the history of. Those not in force any more are among them (put,
+        then deleted or put over at the same valid time): listed by ``find``, as before 2026-12-06,
+        their texts never reached another process's sidecar, and its searches as of the time
+        they were in force did not find them."""
+        wanted = set(kinds)
+        txs = self._get("tx-log", {"after-tx-id": str(after_tx_id), "with-ops?": "true"}, "tx-log") or ()
+        ids: set[str] = set()
+        for tx in txs:
+            if int(tx[_K_TX_ID]) > upto_tx_id:
+                break
+            for op in tx.get(_K_TX_OPS) or ():
+                if len(op) < 2 or op[0] != _K_PUT or not isinstance(op[1], Mapping):
+                    continue
+                doc_id, kind = op[1].get(_K_XT_ID), op[1].get(_K_KIND)
+                if isinstance(doc_id, str) and kind in wanted:
+                    ids.add(doc_id)
+        return ids
 
     def latest_tx(self) -> Tx | None:
         # one round trip: the latest indexed transaction and whether it committed
