@@ -61,6 +61,11 @@ def make_doc(name: str, a: str, b: str, session: str | None) -> dict[str, Any]:
     return {"id": name, "kind": kind, "meta": meta, "content": f"{a}\n{b}" if b else a}
 
 
+def _coords(h: TextHit) -> tuple[Any, ...]:
+    """A hit as ``SearchMachine.expected`` lists a part: its version's coordinates and text."""
+    return (h.id, h.kind, h.part, h.valid_time, h.tx_id, h.session, h.text)
+
+
 class SearchMachine(RuleBasedStateMachine):
     """Writes and searches one store; ``open_store`` and ``prefix`` are set per backend."""
 
@@ -158,10 +163,7 @@ class SearchMachine(RuleBasedStateMachine):
         searcher: str,
         data: st.DataObject,
     ) -> None:
-        # drawn as indexes: a node's tx ids and times differ from one run of an example to the next
-        times = [t for _, t, _ in self.model.txs]
-        vt = data.draw(vts | st.integers(0, len(times) - 1).map(times.__getitem__), label="valid_time")
-        tx = self.tx_ids[data.draw(st.integers(0, len(self.tx_ids) - 1), label="tx (index)")]
+        vt, tx = self.basis(data)
         sid = None if session is None else f"{self.pre}{session}"
         query = [self.word.get(w, w) for w in query]
         if searcher == "read-only" and self.embedded:
@@ -173,9 +175,16 @@ class SearchMachine(RuleBasedStateMachine):
         want = self.expected(set(query), tuple(kinds or INDEXED_KINDS), sid, vt, tx)
         self.check(got, want, k)
 
+    def basis(self, data: st.DataObject) -> tuple[int, int]:
+        """A valid time and a transaction to search at, drawn as indexes: a node's tx ids and
+        times differ from one run of an example to the next."""
+        times = [t for _, t, _ in self.model.txs]
+        vt = data.draw(vts | st.integers(0, len(times) - 1).map(times.__getitem__), label="valid_time")
+        return vt, self.tx_ids[data.draw(st.integers(0, len(self.tx_ids) - 1), label="tx (index)")]
+
     @staticmethod
     def check(got: list[TextHit], want: set[Any], k: int) -> None:
-        found = [(h.id, h.kind, h.part, h.valid_time, h.tx_id, h.session, h.text) for h in got]
+        found = [_coords(h) for h in got]
         assert len(found) == len(set(found)), f"a part found twice: {found}"
         assert set(found) <= want, f"found what is not in force then: {set(found) - want}"
         assert len(found) == min(k, len(want)), f"missed: {want - set(found)}"
@@ -262,21 +271,17 @@ class VectorSearch(SqliteSearch):
     def vector_search(
         self, query: list[str], k: int, kinds: list[str] | None, session: str | None, data: st.DataObject
     ) -> None:
-        times = [t for _, t, _ in self.model.txs]
-        vt = data.draw(vts | st.integers(0, len(times) - 1).map(times.__getitem__), label="valid_time")
-        tx = self.tx_ids[data.draw(st.integers(0, len(self.tx_ids) - 1), label="tx (index)")]
+        vt, tx = self.basis(data)
         self.vectors.catch_up()
         q = self.vectors.embed_query(" ".join(query))
         got = self.vectors.search_vector(q, k=k, kinds=kinds, session=session, valid_time=vt, tx_id=tx)
         # every part of a version in force then (of the kinds and session), with its score
-        want = {
-            hit: float(np.dot(q, vec))
-            for hit in self.expected(set(WORDS) | {"zinc"}, tuple(kinds or INDEXED_KINDS), session, vt, tx)
-            if (vec := self.vectors.vector_of(text_key(hit[-1]))) is not None
-        }
-        assert len(want) == len(self.expected(set(WORDS) | {"zinc"}, tuple(kinds or INDEXED_KINDS), session, vt, tx))
+        parts = self.expected({*WORDS, "zinc"}, tuple(kinds or INDEXED_KINDS), session, vt, tx)
+        vectors = {hit: self.vectors.vector_of(text_key(hit[-1])) for hit in parts}
+        assert all(vec is not None for vec in vectors.values()), "a part in force without a vector"
+        want = {hit: float(np.dot(q, vec)) for hit, vec in vectors.items() if vec is not None}
         self.check(got, set(want), k)
-        chosen = [(h.id, h.kind, h.part, h.valid_time, h.tx_id, h.session, h.text) for h in got]
+        chosen = [_coords(h) for h in got]
         for c, h in zip(chosen, got, strict=True):
             assert abs(want[c] - h.score) < 1e-5, (c, want[c], h.score)
         if got:  # the nearest: nothing left out scores above the last taken

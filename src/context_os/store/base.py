@@ -174,7 +174,9 @@ def check_after_evict(ops: Sequence[Op]) -> None:
         if isinstance(op, Evict):
             evicted.add(op.id)
         elif evicted and isinstance(op, Put | Delete | Match):
-            op_id = op.doc.get("id") if isinstance(op, Put) and isinstance(op.doc, Mapping) else getattr(op, "id", None)
+            op_id = (
+                op.id if isinstance(op, Delete | Match) else op.doc.get("id") if isinstance(op.doc, Mapping) else None
+            )
             if op_id in evicted:
                 what = {Put: "puts", Delete: "deletes", Match: "matches"}[type(op)]
                 raise StoreError(

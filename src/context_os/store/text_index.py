@@ -941,6 +941,15 @@ def scan_search(store: Store, args: SearchArgs) -> list[TextHit]:
     return hits
 
 
+def _start_over(conn: sqlite3.Connection) -> None:
+    """A sidecar's tables made empty (``renew_tables``), for the next catch-up to build from
+    scratch (``scratch``: it reads what is in force, not the log), in the caller's transaction."""
+    renew_tables(conn)
+    conn.execute("DELETE FROM entities")
+    set_meta(conn, "last_tx", -1)
+    set_meta(conn, "scratch", 1)
+
+
 # -- a sidecar index for a store that cannot hold one ----------------------------------------------
 
 
@@ -999,10 +1008,7 @@ class SidecarIndex:
                     )
                     state = index_state(conn)
                     if state == "missing" and dropped_damaged(conn) is None:  # (one dropped stays so: ``rebuild``)
-                        drop_tables(conn)
-                        create_tables(conn)
-                        set_meta(conn, "last_tx", -1)
-                        set_meta(conn, "scratch", 1)  # built from scratch by the next catch-up
+                        _start_over(conn)
                     elif state != "missing" and meta_value(conn, "fts_seq") is None:  # before parts were held back
                         set_meta(conn, "fts_seq", fts_seq(conn))
                     if index_state(conn) == "ok":
@@ -1146,22 +1152,21 @@ class SidecarIndex:
                 return 0, latest  # (an index dropped as damaged is read again by ``rebuild``)
             if latest.id < last:  # a new node behind the same address: start again
                 with self._write() as conn:
-                    renew_tables(conn)
-                    conn.execute("DELETE FROM entities")
-                    set_meta(conn, "last_tx", -1)
-                    set_meta(conn, "scratch", 1)  # built from scratch by the next catch-up
+                    _start_over(conn)
                 last = -1
             self._forget_evicted(last, latest.id)
-            found = {v.id for kind in INDEXED_KINDS for v in self.store.find(kind, tx_id=latest.id) if v.tx_id > last}
             # what was put since, in force now or not (put, then deleted or put over: a search as
             # of a time it was in force finds it), read from the log where the store can (XTDB).
-            # Not when building from scratch: that would read the whole log with every document
-            # (32 MB of EDN for 3,400 transactions); an index built so holds what was in force
-            # then and every version written since
+            # Building from scratch, what is in force with a newer version: the whole log with
+            # every document would be 32 MB of EDN for 3,400 transactions; an index built so
+            # holds what was in force then and every version written since
             put_ids = getattr(self.store, "put_ids", None)
             if put_ids is not None and meta_value(self._db(), "scratch") is None:
-                found |= put_ids(last, latest.id, INDEXED_KINDS)
-            todo = sorted(found)
+                todo = sorted(put_ids(last, latest.id, INDEXED_KINDS))
+            else:
+                todo = [
+                    v.id for kind in INDEXED_KINDS for v in self.store.find(kind, tx_id=latest.id) if v.tx_id > last
+                ]
             added = 0
             for n, doc_id in enumerate(todo):
                 # every version written since, those corrected since too (a search as of a
@@ -1219,10 +1224,7 @@ class SidecarIndex:
         with self._lock:
             self._noted.clear()  # read again with everything else
             with self._write() as conn:
-                renew_tables(conn)
-                conn.execute("DELETE FROM entities")
-                set_meta(conn, "last_tx", -1)
-                set_meta(conn, "scratch", 1)  # built from scratch by the next catch-up
+                _start_over(conn)
             self.catch_up(progress)
             return int(index_counts(self._db())["parts"])
 
