@@ -383,6 +383,38 @@ def test_a_write_through_an_untracked_hard_link_is_a_version_of_the_tracked_name
     assert wait_version(db, found, 2)["mtime"] == later // 1_000_000
 
 
+@pytest.mark.parametrize("made", ["before", "after"])
+@pytest.mark.parametrize("then", ["deleted", "replaced"])
+def test_a_write_through_an_untracked_hard_link_gone_at_once_is_a_version_of_the_tracked_name(
+    root, db, ws, made, then
+) -> None:
+    """The untracked name written through is deleted, or replaced by another file, right after
+    the write: by the time the tracker looks at the name, it no longer leads to the tracked file.
+    Before, the write was never recorded (until a rescan): a session showing ``a.py`` kept its old
+    text. The link made before ``a.py`` was read, or after. The tracker's thread is held while
+    it all happens, so the events are taken once the name is gone (found by the tracker's model
+    test, where it happened at random)."""
+    with FileTracker(db, ws, rescan_interval=None) as tracker:
+        if made == "before":
+            (root / "a.py").write_text("A = 1\n")
+            os.link(root / "a.py", root / "b.py")
+            oid = index(tracker, root, "a.py")
+        else:
+            oid = index(tracker, root, "a.py", "A = 1\n")
+            os.link(root / "a.py", root / "b.py")
+        flushed(tracker, db, root)
+        with tracker._cond:  # the observer's thread waits for the lock to handle each event
+            with open(root / "b.py", "r+") as f:  # in place: the same inode under both names
+                f.write("A = 2\n")
+            if then == "deleted":
+                (root / "b.py").unlink()
+            else:
+                (root / "other.py").write_text("other\n")
+                os.replace(root / "other.py", root / "b.py")
+        meta = wait_version(db, oid, 2)
+        assert (meta["path"], db.get(oid).doc["content"]) == ("a.py", "A = 2\n")
+
+
 def test_two_files_swapped_leave_each_path_with_its_own_text(root, db, tracker) -> None:
     """``mv a tmp; mv b a; mv tmp b``: each path holds the other's bytes. As with an atomic save,
     the path that still holds a file keeps its object: each object has a new version with the

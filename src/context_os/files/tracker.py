@@ -7,7 +7,7 @@ becomes a new version of its object:
   new size, mtime and inode correct the stat of the version in force, so no later start reads
   them again); a change of times or mode only (``touch``, ``chmod``) is seen as it happens;
 * a write through one hard link → a version of each tracked name of that file (also through a
-  name nobody tracks);
+  name nobody tracks, even one deleted or replaced right after the write);
 * move/rename, also across directories → the same object with a new path;
 * delete → a new version marked ``missing`` (no content); the history is kept; re-creation at
   the same path → a new version again;
@@ -226,6 +226,10 @@ class FileTracker:
         # write through one name changes under every name (the kernel reports the name written)
         self._by_inode: dict[str, tuple[str, ...]] = {}  # (tuples: thousands of them, nearly all of one)
         self._by_path: dict[str, str] = {}
+        # objects whose file had other names (hard links) when last looked at: a write through a
+        # name nobody tracks that no longer leads to the file when its event is taken (deleted or
+        # replaced right after the write) is looked for in these
+        self._linked: set[str] = set()
         # every directory above a path of _by_path → how many such paths: a directory event
         # (rm -rf node_modules: one per directory) looks at the tracked files only below one of these
         self._dirs: dict[str, int] = {}
@@ -281,7 +285,7 @@ class FileTracker:
             self.index.subscribe(self._note)
             for oid, meta in self.index.indexed_meta():  # (not the documents: their text, their diffs)
                 if "abs_path" in meta:
-                    self._note_meta(oid, meta, watch=False)
+                    self._note_meta(oid, meta, watch=False, look=False)
             self._observer = self._new_observer()
             for root in self._roots():
                 self._ensure_watch(root, rescan=False)  # (the rescan below follows them)
@@ -394,7 +398,7 @@ class FileTracker:
         """Re-check every tracked file now, in the caller's thread; the number of new versions."""
         with self._cond:
             items = list(self._records.items())
-        dirty = [oid for oid, rec in items if self._changed_on_disk(rec)]
+        dirty = [oid for oid, rec in items if self._changed_on_disk(rec, oid)]
         self.stats["rescans"] += 1
         with self.index.restats_batched():  # same bytes under a new stat: a few transactions in all
             return sum(1 for oid in dirty if self._reconcile(oid, None))
@@ -411,11 +415,18 @@ class FileTracker:
             return
         self._note_meta(v.id, meta)
 
-    def _note_meta(self, oid: str, meta: dict[str, Any], *, watch: bool = True) -> None:
+    def _note_meta(self, oid: str, meta: dict[str, Any], *, watch: bool = True, look: bool = True) -> None:
         """File object ``oid`` of this workspace is as ``meta`` says (its ``abs_path``, ``missing``,
-        ``size``, ``mtime``, ``inode``)."""
+        ``size``, ``mtime``, ``inode``). ``look``: ``lstat`` it for its other names (``start``'s
+        rescan does that)."""
         rec = _rec_of(meta)
+        st = None
+        if look and not rec.missing:
+            with contextlib.suppress(OSError):
+                st = os.lstat(rec.path)
         with self._cond:
+            if look:
+                self._see_links(oid, rec, st)
             old = self._records.get(oid)
             if old is not None and old.path != rec.path and self._by_path.get(old.path) == oid:
                 self._unbind(old.path)
@@ -431,6 +442,8 @@ class FileTracker:
     def _set_rec(self, oid: str, rec: _Rec | None) -> None:
         """Remember (None: forget) what ``oid`` is (caller holds ``_cond``)."""
         old = self._records.pop(oid, None)
+        if rec is None or rec.missing:
+            self._linked.discard(oid)
         if old is not None and old.inode is not None and oid in (same := self._by_inode.get(old.inode, ())):
             rest = tuple(o for o in same if o != oid)
             if rest:
@@ -444,6 +457,13 @@ class FileTracker:
             same = self._by_inode.get(rec.inode, ())
             if oid not in same:
                 self._by_inode[rec.inode] = (*same, oid)
+
+    def _see_links(self, oid: str, rec: _Rec, st: os.stat_result | None) -> None:
+        """Whether ``oid``'s file, ``lstat``-ed as ``st``, has other names (caller holds ``_cond``)."""
+        if st is not None and st.st_nlink > 1 and not rec.missing and f"{st.st_dev}:{st.st_ino}" == rec.inode:
+            self._linked.add(oid)
+        else:
+            self._linked.discard(oid)
 
     def _roots(self) -> set[Path]:
         with self._cond:
@@ -543,7 +563,7 @@ class FileTracker:
         kind = event.event_type
         src = os.fsdecode(event.src_path)
         now = time.monotonic()
-        untracked_write = False
+        untracked_write = created = False
         with self._cond:
             self.stats["events"] += 1
             marked = False
@@ -588,6 +608,7 @@ class FileTracker:
                                 marked |= self._mark(other, now, attrib=kind == "attrib")
                 elif kind == "created":
                     self._remember(src, now)
+                    created = True
                 elif kind in ("closed", "attrib") or (
                     kind == "modified" and (not self._sees_closes or _ATTRIB is None)
                 ):
@@ -597,25 +618,48 @@ class FileTracker:
                     untracked_write = True
             if marked:
                 self._cond.notify_all()
+        if created:
+            self._on_untracked_name(src)
         if untracked_write:
             # (watchdog 6's modification, where closes are reported: looked at if its stat
             # changed, which a write's does too; its close is looked at as a write)
             self._on_untracked_write(src, now, attrib=kind == "attrib" or (kind == "modified" and self._sees_closes))
 
-    def _on_untracked_write(self, path: str, now: float, *, attrib: bool = False) -> None:
-        """A writer closed ``path``, which no tracked file has (a modification, where closes are
-        not reported; ``attrib``: its times or mode changed): if it is another name of tracked
-        files (``ln a.py b.py``, b.py written in place or touched), each of them has changed.
-        One ``stat``, outside the lock."""
+    def _on_untracked_name(self, path: str) -> None:
+        """A file appeared at ``path``, which no tracked file has: if it is another name of tracked
+        files (``ln a.py b.py``), they are noted as having other names. One ``stat``, outside the
+        lock."""
         try:
             st = os.lstat(path)
         except OSError:
             return
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
-            return
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            with self._cond:
+                for oid in self._by_inode.get(f"{st.st_dev}:{st.st_ino}", ()):
+                    self._see_links(oid, self._records[oid], st)
+
+    def _on_untracked_write(self, path: str, now: float, *, attrib: bool = False) -> None:
+        """A writer closed ``path``, which no tracked file has (a modification, where closes are
+        not reported; ``attrib``: its times or mode changed): if it is another name of tracked
+        files (``ln a.py b.py``, b.py written in place or touched), each of them has changed.
+        One ``stat``, outside the lock. A name that no longer leads to a tracked file may have
+        been one when it was written (deleted, or replaced by another file, right after the
+        write): each tracked file known to have other names is looked at again, by its stat
+        (none, nearly always)."""
+        try:
+            st: os.stat_result | None = os.lstat(path)
+        except OSError:
+            st = None
+        oids: tuple[str, ...] = ()
         with self._cond:
+            if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                oids = self._by_inode.get(f"{st.st_dev}:{st.st_ino}", ())
+                for oid in oids:
+                    self._see_links(oid, self._records[oid], st)
+            if not oids:
+                oids, attrib = tuple(self._linked), True
             marked = False
-            for oid in self._by_inode.get(f"{st.st_dev}:{st.st_ino}", ()):
+            for oid in oids:
                 marked |= self._mark(oid, now, attrib=attrib)
             if marked:
                 self._cond.notify_all()
@@ -744,11 +788,17 @@ class FileTracker:
             if stopping:
                 return
 
-    def _changed_on_disk(self, rec: _Rec) -> bool:
+    def _changed_on_disk(self, rec: _Rec, oid: str | None = None) -> bool:
+        """Whether the stat of ``rec``'s path differs from the one recorded; ``oid``: also note
+        whether the file has other names now (``_see_links``)."""
         try:
             st = os.lstat(rec.path)
         except OSError:
             return not rec.missing
+        if oid is not None:
+            with self._cond:
+                if self._records.get(oid) is rec:
+                    self._see_links(oid, rec, st)
         if not stat.S_ISREG(st.st_mode):
             return not rec.missing
         if rec.missing:
