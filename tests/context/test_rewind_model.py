@@ -1,0 +1,130 @@
+"""Histories that go back, drawn by hypothesis: a harness's message list grows by turns (talk,
+tool calls with outputs small and large, file reads), and between calls it may go back to an
+earlier turn and go on from there (a rewind, Pi's ``/tree``, an edited prompt), have an earlier
+user message edited in place, or send the same list again (a retry). Every message carries a
+marker of its own, so whatever of a left branch is still shown can be found.
+
+At every call:
+
+* nothing of a message the list no longer holds is shown (not its text, nor its output collapsed
+  or listed in the metadata pool): a session shows what the history it is given holds;
+* every user message and assistant text of the list is shown, in order;
+* below the size context_os manages from (the default policy on these small sessions), the
+  context is the list, exactly;
+* the session closed and opened again, its new hook given the same list returns the same context.
+
+And every frame verifies at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import given, settings
+
+from context_os import Session
+from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.policy import RetentionPolicy
+from context_os.harness import OpenAIHook
+from context_os.store.sqlite import SqliteStore
+from tests.context._drawn import POLICIES
+from tests.helpers import call, result, say, user
+from tests.reliability._adversarial import FUZZ, examples
+
+MARK = re.compile(r"\bM(\d+)x\b")
+"""The marker of message ``n``: ``M<n>x``."""
+
+STEP = st.one_of(
+    st.tuples(st.sampled_from(["talk", "call", "big", "read"]), st.integers(0, 3)),
+    st.tuples(st.just("rewind"), st.integers(0, 1000)),
+    st.tuples(st.just("edit"), st.integers(0, 1000)),
+    st.tuples(st.just("retry"), st.just(0)),
+)
+CALLS = st.lists(st.lists(STEP, min_size=1, max_size=3), min_size=2, max_size=12)
+
+
+class History:
+    """The harness's list, and the length of each turn boundary in it (where a rewind goes)."""
+
+    def __init__(self) -> None:
+        self.msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}, user("M0x start")]
+        self.bounds = [len(self.msgs)]
+        self.n = 0
+
+    def mark(self) -> str:
+        self.n += 1
+        return f"M{self.n}x"
+
+    def step(self, what: str, k: int) -> None:
+        if what == "rewind":
+            keep = self.bounds[k % len(self.bounds)]
+            del self.msgs[keep:]
+            self.bounds = [b for b in self.bounds if b <= keep]
+            self.msgs.append(user(f"{self.mark()} again from here"))
+            return
+        if what == "edit":
+            users = [i for i, m in enumerate(self.msgs) if m["role"] == "user"]
+            i = users[k % len(users)]
+            self.msgs[i] = user(f"{self.mark()} edited: {self.msgs[i]['content']}")
+            return
+        if what == "retry":
+            return
+        m = self.mark()
+        if what == "talk":
+            self.msgs += [say(f"{m} reply"), user(f"{self.mark()} question {k}")]
+        elif what == "call":
+            self.msgs += [call(f"c{m}", "bash", command=f"ls {k}"), result(f"c{m}", f"{m} out\n" * (5 + 40 * k))]
+        elif what == "big":
+            self.msgs += [call(f"c{m}", "bash", command="cat log"), result(f"c{m}", f"{m} big\n" * 3000)]
+        else:
+            text = "".join(f"{m} line {i} of f{k}\n" for i in range(60))
+            self.msgs += [call(f"c{m}", "read", path=f"src/f{k}.py"), result(f"c{m}", text)]
+        self.bounds.append(len(self.msgs))
+
+
+def markers(value: Any) -> set[int]:
+    return {int(x) for x in MARK.findall(json.dumps(value))}
+
+
+def texts(msgs: list[dict[str, Any]]) -> list[str]:
+    """The user messages and assistant texts, in order."""
+    return [m["content"] for m in msgs if m["role"] in ("user", "assistant") and isinstance(m.get("content"), str)]
+
+
+@settings(FUZZ, max_examples=examples(120))
+@given(calls=CALLS, policy=st.sampled_from(sorted(POLICIES)), data=st.data())
+def test_a_history_that_goes_back_shows_what_it_holds_and_nothing_it_left(
+    calls: list[list[tuple[str, int]]], policy: str, data: st.DataObject
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp, SqliteStore(Path(tmp) / "s.db") as db:
+        options = POLICIES[policy]
+        session = Session.open(db, "s", redact=False, harness="openai", policy=RetentionPolicy(**options))
+        hook, h = OpenAIHook(session), History()
+        try:
+            for steps in calls:
+                reopen = data.draw(st.booleans(), label="opened again after this call")
+                for what, k in steps:
+                    h.step(what, k)
+                out = hook.transform_context(h.msgs)
+                held = markers(h.msgs)
+                assert markers(out) <= held, sorted(markers(out) - held)
+                shown = iter(texts(out))
+                for text in texts(h.msgs):  # (a subsequence: the metadata pool may add text)
+                    assert any(text == s or text in s for s in shown), text
+                if policy == "default":
+                    assert out == h.msgs
+                if reopen:
+                    session.close()
+                    session = Session.open(db, "s", redact=False, harness="openai")
+                    hook = OpenAIHook(session)
+                    assert hook.transform_context(list(h.msgs)) == out
+        finally:
+            session.close()
+        for f in frame_docs(db, "s"):
+            check = verify_frame(db, f)
+            assert check.ok, (f["id"], check.problems)
