@@ -169,3 +169,53 @@ def test_an_openai_history_that_shrank_takes_out_what_its_lost_tail_read(tmp_pat
         assert "CALC_TEXT" in out
         assert all(verify_frame(store, f).ok for f in frame_docs(store, "o1"))
         again.close()
+
+
+def test_a_history_taken_in_at_once_gives_up_what_its_turns_after_the_rewind_point_brought(tmp_path: Path) -> None:
+    """A history's first call holds several turns (a proxy's first request, a resumed recording):
+    what each read or edit brought in is stamped with its own message, not with the first message
+    of that call, so a rewind to one of those turns takes out what the later ones read. Before, a
+    file read in the second turn of a first request stayed shown after a rewind to the first."""
+    from context_os.harness import OpenAIHook, VirtualFiles
+
+    def read_call(n: int, path: str, text: str) -> list[dict[str, Any]]:
+        fn = {"name": "read", "arguments": json.dumps({"path": path})}
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}", "type": "function", "function": fn}]},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": text},
+        ]
+
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "read calc.py"}, *read_call(1, "calc.py", "CALC_TEXT\n")]
+    msgs.append({"role": "assistant", "content": "A1."})
+    branch_point = len(msgs)
+    msgs += [{"role": "user", "content": "and the plan"}, *read_call(2, "plan.py", "PLAN_B_TEXT\n")]
+    with SqliteStore(tmp_path / "s.db") as store:
+        session = Session.open(store, "o1", harness="openai", policy=RetentionPolicy(manage_from_tokens=0))
+        hook = OpenAIHook(session, on_sync=VirtualFiles(session, root="/repo", tool_names="canonical").observe)
+        assert "PLAN_B_TEXT" in json.dumps(hook.transform_context(msgs))  # all of it at once
+        out = json.dumps(hook.transform_context([*msgs[:branch_point], {"role": "user", "content": "other way"}]))
+        assert "PLAN_B_TEXT" not in out and "plan.py" not in out
+        assert "CALC_TEXT" in out
+        assert all(verify_frame(store, f).ok for f in frame_docs(store, "o1"))
+        session.close()
+
+
+def test_a_pi_edit_in_a_history_taken_in_at_once_is_not_shown_after_a_rewind_before_it(setup) -> None:
+    """Pi's own edit tool, in the second turn of a history taken in at once: a rewind to the first
+    turn leaves the file known (the disk changed) but no longer shown, as after an edit made
+    turn by turn (``test_an_edit_on_the_branch_left_keeps_the_file_known_but_not_shown``)."""
+    root, store, session, files, hook = setup
+    (root / "notes.md").write_text("# NOTES_EDITED\n")  # Pi's own edit tool ran
+    msgs = [user("look around"), say("A1.")]
+    branch_point = len(msgs)
+    msgs += [
+        user("fix notes.md"),
+        call("c1", "edit", path="notes.md", oldText="# notes", newText="# NOTES_EDITED"),
+        result("c1", "edit", "Successfully replaced text in notes.md."),
+        say("Done."),
+    ]
+    assert "NOTES_EDITED" in shown(hook.transform_context(msgs))  # all of it at once
+    out = hook.transform_context([*msgs[:branch_point], user("what next?")])
+    notes = files.index.lookup(files.workspace.resolve("notes.md"))
+    assert notes is not None and session.view.objects[notes.id].state == "inactive"
+    assert "NOTES_EDITED" not in shown(out)

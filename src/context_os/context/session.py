@@ -829,6 +829,21 @@ class Session:
         return StateChange(o.id, before, state, actor, reason, collapsed)
 
     @contextmanager
+    def caused_by(self, entry: int) -> Iterator[None]:
+        """What is shown inside was brought in by chat entry ``entry`` (an ``on_sync`` taking in
+        the entries of a sync one at a time): a rewrite of the history that drops it, and every
+        entry after it, takes that out again (``_undo_dropped``). Without it, what a sync brought
+        in is stamped with the first entry that sync took in: a history taken in at once (a
+        proxy's first request, a resumed recording) kept, after a rewind to one of its turns,
+        the files its later turns had read."""
+        before = self._cause_from
+        self._cause_from = entry
+        try:
+            yield
+        finally:
+            self._cause_from = before
+
+    @contextmanager
     def answered(self) -> Iterator[None]:
         """Shows made inside are of what the model saw already: a harness's history taken in at
         once (a proxy's first request, a resumed recording) holds reads the model answered since.

@@ -497,7 +497,8 @@ def host_tool_observer(
             for c in e.get("tool_calls") or ():
                 calls[c["id"]] = (c["name"], c["arguments"])
             if e["role"] == "tool":
-                _observe_result(session, files, names, e, calls.get(e.get("tool_call_id", ""), ("", {})))
+                with session.caused_by(i):
+                    _observe_result(session, files, names, e, calls.get(e.get("tool_call_id", ""), ("", {})))
                 calls.pop(e.get("tool_call_id", ""), None)  # answered: forgotten
             observed = i + 1
 

@@ -466,7 +466,7 @@ class VirtualFiles:
             e = view.entries[view.visible[p]]
             if e["i"] < self._observed:
                 continue  # observed at a call whose observe raised after it (ContextHook hands it over again)
-            with session.answered() if p < answer else nullcontext():
+            with session.caused_by(e["i"]), session.answered() if p < answer else nullcontext():
                 self._observe(e, view.objects)
             self._observed = e["i"] + 1
 
