@@ -1,13 +1,16 @@
 """Histories that go back, drawn by hypothesis: a harness's message list grows by turns (talk,
-tool calls with outputs small and large, file reads), and between calls it may go back to an
-earlier turn and go on from there (a rewind, Pi's ``/tree``, an edited prompt), have an earlier
-user message edited in place, or send the same list again (a retry). Every message carries a
-marker of its own, so whatever of a left branch is still shown can be found.
+tool calls with outputs small and large, file reads and edits, seen as files or not), one or
+several turns per call, and between calls it may go back to an earlier turn and go on from there
+(a rewind, Pi's ``/tree``, an edited prompt), have an earlier user message edited in place, or
+send the same list again (a retry). Every message carries a marker of its own, so whatever of a
+left branch is still shown can be found.
 
 At every call:
 
 * nothing of a message the list no longer holds is shown (not its text, nor its output collapsed
-  or listed in the metadata pool): a session shows what the history it is given holds;
+  or listed in the metadata pool, nor a file only it read): a session shows what the history it
+  is given holds (a file the kept history read shows its text now, with the edits a left branch
+  made: a rewind takes back the conversation, not the files);
 * every user message and assistant text of the list is shown, in order;
 * below the size context_os manages from (the default policy on these small sessions), the
   context is the list, exactly;
@@ -30,7 +33,7 @@ from hypothesis import given, settings
 from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.policy import RetentionPolicy
-from context_os.harness import OpenAIHook
+from context_os.harness import OpenAIHook, VirtualFiles
 from context_os.store.sqlite import SqliteStore
 from tests.context._drawn import POLICIES
 from tests.helpers import call, result, say, user
@@ -40,9 +43,9 @@ MARK = re.compile(r"\bM(\d+)x\b")
 """The marker of message ``n``: ``M<n>x``."""
 
 STEP = st.one_of(
-    st.tuples(st.sampled_from(["talk", "call", "big", "read"]), st.integers(0, 3)),
+    st.tuples(st.sampled_from(["talk", "call", "big", "read", "edit"]), st.integers(0, 3)),
     st.tuples(st.just("rewind"), st.integers(0, 1000)),
-    st.tuples(st.just("edit"), st.integers(0, 1000)),
+    st.tuples(st.just("reword"), st.integers(0, 1000)),
     st.tuples(st.just("retry"), st.just(0)),
 )
 CALLS = st.lists(st.lists(STEP, min_size=1, max_size=3), min_size=2, max_size=12)
@@ -55,6 +58,8 @@ class History:
         self.msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}, user("M0x start")]
         self.bounds = [len(self.msgs)]
         self.n = 0
+        self.edits: list[tuple[int, int]] = []
+        """(marker, file) of every edit made, on any branch."""
 
     def mark(self) -> str:
         self.n += 1
@@ -67,7 +72,7 @@ class History:
             self.bounds = [b for b in self.bounds if b <= keep]
             self.msgs.append(user(f"{self.mark()} again from here"))
             return
-        if what == "edit":
+        if what == "reword":
             users = [i for i, m in enumerate(self.msgs) if m["role"] == "user"]
             i = users[k % len(users)]
             self.msgs[i] = user(f"{self.mark()} edited: {self.msgs[i]['content']}")
@@ -81,10 +86,23 @@ class History:
             self.msgs += [call(f"c{m}", "bash", command=f"ls {k}"), result(f"c{m}", f"{m} out\n" * (5 + 40 * k))]
         elif what == "big":
             self.msgs += [call(f"c{m}", "bash", command="cat log"), result(f"c{m}", f"{m} big\n" * 3000)]
-        else:
+        elif what == "read":
             text = "".join(f"{m} line {i} of f{k}\n" for i in range(60))
             self.msgs += [call(f"c{m}", "read", path=f"src/f{k}.py"), result(f"c{m}", text)]
+        else:  # an edit of a line a read showed (of any read: an edit of text unknown leaves it unknown)
+            self.edits.append((self.n, k))
+            edit = {"path": f"src/f{k}.py", "oldText": " line 3 of ", "newText": f" line 3 ({m}) of "}
+            self.msgs += [call(f"c{m}", "edit", **edit), result(f"c{m}", "Successfully replaced text")]
         self.bounds.append(len(self.msgs))
+
+    def files(self) -> set[int]:
+        """The files the list reads or edits."""
+        return {
+            int(m.group(1))
+            for msg in self.msgs
+            for c in msg.get("tool_calls") or ()
+            if (m := re.search(r"src/f(\d)\.py", c["function"]["arguments"]))
+        }
 
 
 def markers(value: Any) -> set[int]:
@@ -97,14 +115,21 @@ def texts(msgs: list[dict[str, Any]]) -> list[str]:
 
 
 @settings(FUZZ, max_examples=examples(120))
-@given(calls=CALLS, policy=st.sampled_from(sorted(POLICIES)), data=st.data())
+@given(calls=CALLS, policy=st.sampled_from(sorted(POLICIES)), files=st.booleans(), data=st.data())
 def test_a_history_that_goes_back_shows_what_it_holds_and_nothing_it_left(
-    calls: list[list[tuple[str, int]]], policy: str, data: st.DataObject
+    calls: list[list[tuple[str, int]]], policy: str, files: bool, data: st.DataObject
 ) -> None:
+    """``files``: the reads and edits are file objects (``VirtualFiles``), else tool outputs."""
     with tempfile.TemporaryDirectory() as tmp, SqliteStore(Path(tmp) / "s.db") as db:
         options = POLICIES[policy]
         session = Session.open(db, "s", redact=False, harness="openai", policy=RetentionPolicy(**options))
-        hook, h = OpenAIHook(session), History()
+        h = History()
+
+        def hook_of(session: Session) -> OpenAIHook:
+            observe = VirtualFiles(session, root="/repo", tool_names="canonical").observe if files else None
+            return OpenAIHook(session, on_sync=observe)
+
+        hook = hook_of(session)
         try:
             for steps in calls:
                 reopen = data.draw(st.booleans(), label="opened again after this call")
@@ -112,16 +137,18 @@ def test_a_history_that_goes_back_shows_what_it_holds_and_nothing_it_left(
                     h.step(what, k)
                 out = hook.transform_context(h.msgs)
                 held = markers(h.msgs)
+                if files:  # a file the list still reads shows its text now, a left branch's edits in it
+                    held |= {n for n, k in h.edits if k in h.files()}
                 assert markers(out) <= held, sorted(markers(out) - held)
                 shown = iter(texts(out))
                 for text in texts(h.msgs):  # (a subsequence: the metadata pool may add text)
                     assert any(text == s or text in s for s in shown), text
-                if policy == "default":
+                if policy == "default" and not files:
                     assert out == h.msgs
                 if reopen:
                     session.close()
                     session = Session.open(db, "s", redact=False, harness="openai")
-                    hook = OpenAIHook(session)
+                    hook = hook_of(session)
                     assert hook.transform_context(list(h.msgs)) == out
         finally:
             session.close()
