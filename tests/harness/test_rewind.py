@@ -219,3 +219,41 @@ def test_a_pi_edit_in_a_history_taken_in_at_once_is_not_shown_after_a_rewind_bef
     notes = files.index.lookup(files.workspace.resolve("notes.md"))
     assert notes is not None and session.view.objects[notes.id].state == "inactive"
     assert "NOTES_EDITED" not in shown(out)
+
+
+def test_what_a_later_message_of_a_history_taken_in_at_once_brought_in_leaves_with_it(tmp_path: Path) -> None:
+    """In a call that takes in several turns at once, a file named by the user's second message
+    (back from the metadata pool) and a source's hit for it are that message's: a rewind to the
+    turn before it takes them out again. Before, they were stamped with the call's first message,
+    which the rewind kept, and stayed shown."""
+    from context_os.harness import OpenAIHook, VirtualFiles
+    from context_os.sources import TextSource
+
+    fn = {"name": "read", "arguments": json.dumps({"path": "plan.py"})}
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "read the plan"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": fn}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "PLAN_B_TEXT\n"},
+        {"role": "assistant", "content": "A1."},
+    ]
+    with SqliteStore(tmp_path / "s.db") as store:
+        session = Session.open(store, "o1", harness="openai", policy=RetentionPolicy(manage_from_tokens=0))
+        notes = {"recall:deploy": "DEPLOY_NOTE: releases go out by make release"}
+        session.add_source(TextSource("notes", notes), active_score=0.3)
+        hook = OpenAIHook(session, on_sync=VirtualFiles(session, root="/repo", tool_names="canonical").observe)
+        hook.transform_context(msgs)
+        plan = next(o for o in session.view.objects.values() if o.kind == "file")
+        session.deactivate(plan.id)
+        assert "PLAN_B_TEXT" not in json.dumps(hook.transform_context([*msgs, {"role": "user", "content": "hm"}]))
+        branch_point = len(msgs) + 2
+        msgs += [
+            {"role": "user", "content": "hm"},
+            {"role": "assistant", "content": "B1."},
+            {"role": "user", "content": "look at plan.py again: how do releases go out?"},
+        ]
+        out = json.dumps(hook.transform_context(msgs))  # two turns at once
+        assert "PLAN_B_TEXT" in out and "DEPLOY_NOTE" in out
+        out = json.dumps(hook.transform_context([*msgs[:branch_point], {"role": "user", "content": "other way"}]))
+        assert "PLAN_B_TEXT" not in out and "DEPLOY_NOTE" not in out
+        assert all(verify_frame(store, f).ok for f in frame_docs(store, "o1"))
+        session.close()

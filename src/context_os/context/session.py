@@ -24,7 +24,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -685,9 +685,11 @@ class Session:
         """Ask the sources, with the newest user message among ``new`` as the query."""
         if not self.feeds:
             return
-        asked = [t for e in new if e["role"] == "user" and isinstance(t := e.get("text"), str)]
-        query = asked[-1] if asked and asked[-1].strip() else None
-        consult(self, self.feeds, query)
+        asked = [(e["i"], t) for e in new if e["role"] == "user" and isinstance(t := e.get("text"), str)]
+        query = asked[-1][1] if asked and asked[-1][1].strip() else None
+        # what the query brings in is the asking message's: a rewind to before it takes it out
+        with self.caused_by(asked[-1][0]) if query is not None else nullcontext():
+            consult(self, self.feeds, query)
 
     def _note_mentions(self, new: list[Entry]) -> None:
         """Files of the active pool named in ``new`` (what came since the last turn) count as
@@ -696,12 +698,12 @@ class Session:
         ``MENTION_LIMIT`` of them (a listing) says nothing of any."""
         view = self.view
         texts: list[str] = []
-        asked: list[str] = []
+        asked: list[tuple[int, str]] = []
         for e in new:
             text = e.get("text")
             if e["role"] == "user" and isinstance(text, str):
                 texts.append(text)
-                asked.append(text)
+                asked.append((e["i"], text))
             elif e["role"] == "tool" and "object" in e:  # a tool's output is its object's content
                 o = view.objects.get(e["object"])
                 if o is not None and isinstance(o.content, str):
@@ -713,8 +715,10 @@ class Session:
                 if o.kind == "file" and o.state == "inactive" and o.meta.get("path") and not _missing(o)
             ]
             for o in sorted(files, key=lambda o: o.seq):
-                if o.content is not None and any(str(o.meta["path"]) in t for t in asked):
-                    self._set(o, "active", "system", "named in the user's message")
+                at = next((i for i, t in asked if str(o.meta["path"]) in t), None) if o.content is not None else None
+                if at is not None:
+                    with self.caused_by(at):  # (the first message naming it: a rewind past it takes it out)
+                        self._set(o, "active", "system", "named in the user's message")
         pool = [o for o in view.live() if o.in_tail and o.kind == "file" and o.meta.get("path")]
         if not texts or not pool:
             return
