@@ -38,7 +38,8 @@ STEP = st.tuples(
 
 
 CHANGED = re.compile(
-    r"(\S+) changed: (this replaces its block above|a patch of its block above, the rest of it stands):"
+    r"(\S+)(?: \(now version \d+\))? changed: "
+    r"(this replaces its block above|a patch of its block above, the rest of it stands):"
 )
 HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
 

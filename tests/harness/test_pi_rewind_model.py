@@ -1,0 +1,149 @@
+"""A Pi session with real files going back in its history, drawn by hypothesis: turns of talk,
+reads through context_os's ``read`` (its report in the history), edits by Pi's own edit tool (the
+disk changes, then its result comes), each result seen by a model call as Pi makes one, rewinds
+to an earlier turn (Pi's ``/tree``, between prompts), retries, the session closed and opened
+again.
+
+At every call:
+
+* a file the context shows (the newest block of it: a change is a block after the old one, or a
+  patch of it) shows the text on disk now: no stale copy;
+* a file that no message of the history reads or edits is not shown (a rewind past its reads
+  and edits takes it out; one edited there stays known, in the index only);
+
+and every frame verifies at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import given, settings
+
+from context_os import Session
+from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.policy import RetentionPolicy
+from context_os.files import FileTools, Workspace
+from context_os.harness.pi import PiHook, host_tool_observer
+from context_os.store.sqlite import SqliteStore
+from tests.context._drawn import POLICIES
+from tests.context.test_memory_session_model import CHANGED, patched
+from tests.harness.pi_msgs import call, result, say, user
+from tests.reliability._adversarial import FUZZ, examples
+
+FILES = 3
+BLOCK = re.compile(r'<object id="(file:[^"]+)" kind="file" path="([^"]+)"[^>]*>\n(.*?)\n</object>', re.S)
+STEP = st.one_of(
+    st.tuples(st.sampled_from(["talk", "read", "edit"]), st.integers(0, FILES - 1)),
+    st.tuples(st.just("rewind"), st.integers(0, 1000)),
+    st.tuples(st.just("retry"), st.just(0)),
+)
+CALLS = st.lists(st.lists(STEP, min_size=1, max_size=3), min_size=2, max_size=10)
+
+
+def text_of(m: dict[str, Any]) -> str:
+    content = m.get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(b.get("text", "") for b in content or () if isinstance(b, dict))
+
+
+def files_shown(out: list[dict[str, Any]]) -> dict[str, str]:
+    """path → the text each file shows last (its newest block, which may replace or patch an
+    older one)."""
+    blocks: list[list[str]] = []
+    holder: dict[str, int] = {}
+    for m in out:
+        for content in text_of(m).split("\n\n<context_os>"):  # (blocks may share a message)
+            content = content if content.startswith("<context_os>") else "<context_os>" + content
+            if "</context_os>" not in content:
+                continue
+            lines = content.split("\n")
+            change = CHANGED.fullmatch(lines[1]) if len(lines) > 1 else None
+            if change is not None and change.group(2).startswith("a patch") and change.group(1) in holder:
+                k = holder[change.group(1)]
+                blocks[k] = patched(blocks[k], lines[2:-1])
+                continue
+            blocks.append(lines)
+            for oid, _, _ in BLOCK.findall(content):
+                holder[oid] = len(blocks) - 1
+    shown = {}
+    for oid, k in holder.items():
+        for found, path, text in BLOCK.findall("\n".join(blocks[k])):
+            if found == oid:
+                shown[path] = text
+    return shown
+
+
+@settings(FUZZ, max_examples=examples(60))
+@given(calls=CALLS, policy=st.sampled_from(sorted(POLICIES)), data=st.data())
+def test_a_pi_session_going_back_shows_the_files_its_history_holds_as_they_are(
+    calls: list[list[tuple[str, int]]], policy: str, data: st.DataObject
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "w"
+        (root / "src").mkdir(parents=True)
+        for k in range(FILES):
+            (root / "src" / f"f{k}.py").write_text("".join(f"line {i} of f{k}\n" for i in range(12)))
+        with SqliteStore(Path(tmp) / "s.db") as db:
+
+            def open_session() -> tuple[Session, FileTools, PiHook]:
+                session = Session.open(db, "p", harness="pi", policy=RetentionPolicy(**POLICIES[policy]))
+                files = FileTools(session, Workspace(str(root)))
+                return session, files, PiHook(session, files=files, on_sync=host_tool_observer(files))
+
+            session, files, hook = open_session()
+            msgs: list[dict[str, Any]] = [user("start")]
+            bounds = [len(msgs)]
+            n = 0
+            try:
+                for steps in calls:
+                    for what, k in steps:
+                        n += 1
+                        path = f"src/f{k}.py"
+                        if what == "rewind":
+                            keep = bounds[k % len(bounds)]
+                            del msgs[keep:]
+                            bounds = [b for b in bounds if b <= keep]
+                            msgs.append(user(f"again {n}"))
+                        elif what == "read":
+                            hook.transform_context(msgs)  # the model asks for it: a call of its own
+                            report = files.read(path)
+                            msgs += [call(f"c{n}", "read", path=path)]
+                            msgs += [result(f"c{n}", "read", json.dumps(report)) | {"details": {"contextOs": True}}]
+                        elif what == "edit":
+                            old = (root / path).read_text().split("\n")[3]
+                            (root / path).write_text((root / path).read_text().replace(old, f"{old} edit {n}", 1))
+                            msgs += [call(f"c{n}", "edit", path=path, oldText=old, newText=f"{old} edit {n}")]
+                            msgs += [result(f"c{n}", "edit", f"Successfully replaced text in {path}.")]
+                        if what in ("read", "edit"):
+                            hook.transform_context(msgs)  # the model sees the result
+                        elif what == "talk":
+                            msgs += [say(f"reply {n}"), user(f"question {n}")]
+                        if what != "retry":
+                            bounds.append(len(msgs))
+                    out = hook.transform_context(msgs)
+                    shown = files_shown(out)
+                    for path, text in shown.items():
+                        assert text == (root / path).read_text(), path
+                    touched = {
+                        b["arguments"]["path"]
+                        for m in msgs
+                        if m["role"] == "assistant"
+                        for b in m["content"]
+                        if b.get("type") == "toolCall"
+                    }
+                    assert set(shown) <= touched, (sorted(shown), sorted(touched))
+                    if data.draw(st.booleans(), label="opened again after this call"):
+                        session.close()
+                        session, files, hook = open_session()
+            finally:
+                session.close()
+            for f in frame_docs(db, "p"):
+                check = verify_frame(db, f)
+                assert check.ok, (f["id"], check.problems)
