@@ -10,7 +10,9 @@ model holds the lease document as the last successful writer left it.
   refused at its next write, and never writes while another holds the lease: of two writers that
   passed ``check``, the older one's lease had expired, or its process was this host's and gone,
   or the same;
-* a writer holding the lease writes on (``check`` renews it) and gives it back.
+* a writer holding the lease writes on (``check`` renews it) and gives it back; one that lent it
+  (``release(lend=True)``) takes it back at its next write exactly when nobody wrote the lease
+  since.
 """
 
 from __future__ import annotations
@@ -65,6 +67,10 @@ class LeaseMachine(RuleBasedStateMachine):
         self.doc: Doc | None = None
         self.holding: set[int] = set()
         """Writers whose last acquire or write succeeded and who have not given it back since."""
+        self.written = 0
+        """How many times a writer wrote the lease document."""
+        self.lent: dict[int, int] = {}
+        """Writers that gave the lease back lent (``release(lend=True)``): ``written`` then."""
 
     def teardown(self) -> None:
         self.patch.undo()
@@ -110,6 +116,7 @@ class LeaseMachine(RuleBasedStateMachine):
             return
         expected = self.free_for(n)
         self.holding.discard(n)  # (its old Session, if any, is dropped: a new one opens)
+        self.lent.pop(n, None)
         self.writers[n] = self.lease(n)
         try:
             self.writers[n].acquire()
@@ -117,6 +124,7 @@ class LeaseMachine(RuleBasedStateMachine):
             assert not expected, f"writer {n} was refused a free lease"
             return
         assert expected, f"writer {n} took a lease that was not free"
+        self.written += 1
         self.took(n)
 
     @rule(n=st.integers(0, len(WRITERS) - 1))
@@ -125,29 +133,43 @@ class LeaseMachine(RuleBasedStateMachine):
             return
         w = self.writers[n]
         mine = self.doc is not None and self.doc.writer == n and n in self.holding
+        lent = self.lent.pop(n, None)
+        if lent is not None:  # taken back if nobody wrote the lease since it was given back
+            mine = lent == self.written
+        before = w.expires
         try:
             w.check()
         except SessionBusy:
-            assert not mine, f"writer {n} holds the lease but was refused"
+            assert not mine, f"writer {n} holds the lease (or lent it, untouched since) but was refused"
             self.holding.discard(n)
             return
         assert mine, f"writer {n} wrote without holding the lease"
+        self.written += w.expires != before
         self.took(n)
 
-    @rule(n=st.integers(0, len(WRITERS) - 1))
-    def release(self, n: int) -> None:
+    @rule(n=st.integers(0, len(WRITERS) - 1), lend=st.booleans())
+    def release(self, n: int, lend: bool) -> None:
+        """``lend``: as a session between two turns of a hook that gives it back (the next write
+        takes it back if nobody held it meanwhile)."""
         if not self.alive(n):
             return
         mine = self.doc is not None and self.doc.writer == n and n in self.holding
         try:
-            self.writers[n].release()
+            self.writers[n].release(lend=lend)
         except SessionBusy:
             assert not mine, f"writer {n} could not give back the lease it holds"
             self.holding.discard(n)
+            if not lend:
+                self.lent.pop(n, None)
             return
         if mine:
             assert self.doc is not None
             self.doc.expires = 0
+            self.written += 1
+            if lend:
+                self.lent[n] = self.written
+        if not lend:
+            self.lent.pop(n, None)
         self.holding.discard(n)
 
     @precondition(lambda self: len(self.dead) < 2)
