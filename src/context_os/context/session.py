@@ -715,9 +715,10 @@ class Session:
                 if o.kind == "file" and o.state == "inactive" and o.meta.get("path") and not _missing(o)
             ]
             for o in sorted(files, key=lambda o: o.seq):
-                at = next((i for i, t in asked if str(o.meta["path"]) in t), None) if o.content is not None else None
-                if at is not None:
-                    with self.caused_by(at):  # (the first message naming it: a rewind past it takes it out)
+                # (by the first message naming it: a rewind past that takes it out again)
+                at = next((i for i, t in asked if str(o.meta["path"]) in t), None)
+                if o.content is not None and at is not None:
+                    with self.caused_by(at):
                         self._set(o, "active", "system", "named in the user's message")
         pool = [o for o in view.live() if o.in_tail and o.kind == "file" and o.meta.get("path")]
         if not texts or not pool:

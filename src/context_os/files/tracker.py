@@ -125,6 +125,23 @@ def _reports_closes(observer: BaseObserver) -> bool:
     return isinstance(observer, InotifyObserver)
 
 
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
+
+
+def _differs(rec: _Rec, st: os.stat_result | None) -> bool:
+    """Whether the path of ``rec``, ``lstat``-ed as ``st`` (None: nothing there), holds
+    something else than what ``rec`` recorded."""
+    if st is None or not stat.S_ISREG(st.st_mode):
+        return not rec.missing
+    if rec.missing:
+        return True
+    return (st.st_size, st.st_mtime_ns // 1_000_000, f"{st.st_dev}:{st.st_ino}") != (rec.size, rec.mtime, rec.inode)
+
+
 def _holds_file(path: str) -> bool:
     """Whether ``path`` (resolved: no symlink in it) still names a regular file, not a symlink put
     in its place: the tools never open a file through one, so the file that was there is gone."""
@@ -398,7 +415,12 @@ class FileTracker:
         """Re-check every tracked file now, in the caller's thread; the number of new versions."""
         with self._cond:
             items = list(self._records.items())
-        dirty = [oid for oid, rec in items if self._changed_on_disk(rec, oid)]
+        looked = [(oid, rec, _lstat(rec.path)) for oid, rec in items]
+        with self._cond:  # (whether each has other names now: ``_see_links``)
+            for oid, rec, st in looked:
+                if self._records.get(oid) is rec:
+                    self._see_links(oid, rec, st)
+        dirty = [oid for oid, rec, st in looked if _differs(rec, st)]
         self.stats["rescans"] += 1
         with self.index.restats_batched():  # same bytes under a new stat: a few transactions in all
             return sum(1 for oid in dirty if self._reconcile(oid, None))
@@ -420,10 +442,7 @@ class FileTracker:
         ``size``, ``mtime``, ``inode``). ``look``: ``lstat`` it for its other names (``start``'s
         rescan does that)."""
         rec = _rec_of(meta)
-        st = None
-        if look and not rec.missing:
-            with contextlib.suppress(OSError):
-                st = os.lstat(rec.path)
+        st = _lstat(rec.path) if look and not rec.missing else None
         with self._cond:
             if look:
                 self._see_links(oid, rec, st)
@@ -625,18 +644,23 @@ class FileTracker:
             # changed, which a write's does too; its close is looked at as a write)
             self._on_untracked_write(src, now, attrib=kind == "attrib" or (kind == "modified" and self._sees_closes))
 
+    def _named_too(self, st: os.stat_result | None) -> tuple[str, ...]:
+        """The tracked objects of the file ``lstat``-ed as ``st`` at a name no tracked file has,
+        when it has several names (``ln a.py b.py``); they are noted as having other names
+        (caller holds ``_cond``)."""
+        if st is None or not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+            return ()
+        oids = self._by_inode.get(f"{st.st_dev}:{st.st_ino}", ())
+        for oid in oids:
+            self._see_links(oid, self._records[oid], st)
+        return oids
+
     def _on_untracked_name(self, path: str) -> None:
-        """A file appeared at ``path``, which no tracked file has: if it is another name of tracked
-        files (``ln a.py b.py``), they are noted as having other names. One ``stat``, outside the
-        lock."""
-        try:
-            st = os.lstat(path)
-        except OSError:
-            return
-        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-            with self._cond:
-                for oid in self._by_inode.get(f"{st.st_dev}:{st.st_ino}", ()):
-                    self._see_links(oid, self._records[oid], st)
+        """A file appeared at ``path``, which no tracked file has: maybe another name of tracked
+        files (``_named_too``). One ``stat``, outside the lock."""
+        st = _lstat(path)
+        with self._cond:
+            self._named_too(st)
 
     def _on_untracked_write(self, path: str, now: float, *, attrib: bool = False) -> None:
         """A writer closed ``path``, which no tracked file has (a modification, where closes are
@@ -646,21 +670,14 @@ class FileTracker:
         been one when it was written (deleted, or replaced by another file, right after the
         write): each tracked file known to have other names is looked at again, by its stat
         (none, nearly always)."""
-        try:
-            st: os.stat_result | None = os.lstat(path)
-        except OSError:
-            st = None
-        oids: tuple[str, ...] = ()
+        st = _lstat(path)
         with self._cond:
-            if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-                oids = self._by_inode.get(f"{st.st_dev}:{st.st_ino}", ())
-                for oid in oids:
-                    self._see_links(oid, self._records[oid], st)
-            if not oids:
-                oids, attrib = tuple(self._linked), True
+            oids = self._named_too(st)
+            # (else each known to have other names, by its stat: ``_reconcile``'s attribute look)
+            looked = [(oid, attrib) for oid in oids] or [(oid, True) for oid in self._linked]
             marked = False
-            for oid in oids:
-                marked |= self._mark(oid, now, attrib=attrib)
+            for oid, only_stat in looked:
+                marked |= self._mark(oid, now, attrib=only_stat)
             if marked:
                 self._cond.notify_all()
 
@@ -788,30 +805,13 @@ class FileTracker:
             if stopping:
                 return
 
-    def _changed_on_disk(self, rec: _Rec, oid: str | None = None) -> bool:
-        """Whether the stat of ``rec``'s path differs from the one recorded; ``oid``: also note
-        whether the file has other names now (``_see_links``)."""
-        try:
-            st = os.lstat(rec.path)
-        except OSError:
-            return not rec.missing
-        if oid is not None:
-            with self._cond:
-                if self._records.get(oid) is rec:
-                    self._see_links(oid, rec, st)
-        if not stat.S_ISREG(st.st_mode):
-            return not rec.missing
-        if rec.missing:
-            return True
-        return (st.st_size, st.st_mtime_ns // 1_000_000, f"{st.st_dev}:{st.st_ino}") != (rec.size, rec.mtime, rec.inode)
-
     def _reconcile(self, oid: str, hint: str | None, *, attrib_only: bool = False) -> Indexed | None:
         """Look at the disk once and record what it shows for object ``oid``. ``attrib_only``:
         its events were only attribute changes, which matter only if they changed its stat."""
         with self._cond:
             rec = self._records.get(oid)
             holder = None if rec is None else self._by_path.get(rec.path)
-        if rec is None or (attrib_only and holder in (None, oid) and not self._changed_on_disk(rec)):
+        if rec is None or (attrib_only and holder in (None, oid) and not _differs(rec, _lstat(rec.path))):
             return None
         self.stats["reconciled"] += 1
         target: str | None = None

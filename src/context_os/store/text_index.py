@@ -607,6 +607,10 @@ def set_meta(conn: sqlite3.Connection, key: str, value: Any) -> None:
     conn.execute("INSERT OR REPLACE INTO text_meta (key, value) VALUES (?, ?)", (key, value))
 
 
+def clear_meta(conn: sqlite3.Connection, key: str) -> None:
+    conn.execute("DELETE FROM text_meta WHERE key = ?", (key,))
+
+
 def fts_problem(conn: sqlite3.Connection) -> str | None:
     """What FTS5's own integrity check finds wrong with the index (None: nothing). Runs over the
     whole index; a store opened read-only cannot run it and reports None.
@@ -1147,7 +1151,7 @@ class SidecarIndex:
             last = self.last_tx()
             if latest is None and tables_present(self._db()) and meta_value(self._db(), "scratch") is not None:
                 with self._write() as conn:  # nothing on the node: what comes is all new
-                    conn.execute("DELETE FROM text_meta WHERE key = 'scratch'")
+                    clear_meta(conn, "scratch")
             if latest is None or latest.id == last or not tables_present(self._db()):
                 return 0, latest  # (an index dropped as damaged is read again by ``rebuild``)
             if latest.id < last:  # a new node behind the same address: start again
@@ -1182,7 +1186,7 @@ class SidecarIndex:
                     progress(n + 1, len(todo))
             with self._write() as conn:
                 conn.execute("UPDATE text_meta SET value = ? WHERE key = 'last_tx' AND value = ?", (latest.id, last))
-                conn.execute("DELETE FROM text_meta WHERE key = 'scratch'")
+                clear_meta(conn, "scratch")
             return added, latest
 
     def _add_history(
