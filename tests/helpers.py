@@ -303,6 +303,74 @@ def blocks_text(out: list[dict[str, Any]]) -> str:
     )
 
 
+_BLOCK = re.compile(r"<context_os>\n.*?\n</context_os>", re.S)
+_OBJECT = re.compile(r'<object id="([^"]+)"([^>]*)>\n(.*?)\n</object>', re.S)
+_CHANGED = re.compile(
+    r"(\S+)(?: \(now version \d+\))? changed: "
+    r"(this replaces its block above|a patch of its block above, the rest of it stands):"
+)
+_HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
+
+
+def objects_shown(out: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """Object id → (the attributes of its tag, its text) as a context (of any harness's messages)
+    shows it last: the newest block showing it, which may replace an older block or patch it
+    (``@@ -a,b +c,d @@`` hunks over the older block's lines)."""
+    blocks: list[list[str]] = []
+    holder: dict[str, int] = {}  # object id → the block that shows it
+    for m in out:
+        content = m.get("content")
+        parts = (
+            [content] if isinstance(content, str) else [b.get("text", "") for b in content or () if isinstance(b, dict)]
+        )
+        for block in (b.group(0) for part in parts for b in _BLOCK.finditer(part)):
+            lines = block.split("\n")
+            change = _CHANGED.fullmatch(lines[1])
+            if change is not None and change.group(2).startswith("a patch") and change.group(1) in holder:
+                k = holder[change.group(1)]
+                blocks[k] = _patched(blocks[k], lines[2:-1])
+                continue
+            blocks.append(lines)
+            for oid, _, _ in _OBJECT.findall(block):
+                holder[oid] = len(blocks) - 1
+    return {
+        oid: next((attrs, text) for found, attrs, text in _OBJECT.findall("\n".join(blocks[k])) if found == oid)
+        for oid, k in holder.items()
+    }
+
+
+def _patched(old: list[str], hunks: list[str]) -> list[str]:
+    """``old`` with the unified-diff ``hunks`` applied (line numbers from 1)."""
+    out: list[str] = []
+    at = 0  # lines of old taken
+    for line in hunks:
+        if (h := _HUNK.fullmatch(line)) is not None:
+            start = int(h.group(1)) - (0 if h.group(2) == "0" else 1)
+            out += old[at:start]
+            at = start
+        elif line.startswith(" "):
+            assert old[at] == line[1:], (old[at], line)
+            out.append(line[1:])
+            at += 1
+        elif line.startswith("-"):
+            assert old[at] == line[1:], (old[at], line)
+            at += 1
+        elif line.startswith("+"):
+            out.append(line[1:])
+        else:
+            raise AssertionError(f"not a patch line: {line!r}")
+    return out + old[at:]
+
+
+def assert_frames_verify(store: Any, session_id: str) -> None:
+    """Every frame of the session re-renders to its hash (naming the first that does not)."""
+    from context_os.context.frames import frame_docs, verify_frame
+
+    for f in frame_docs(store, session_id):
+        check = verify_frame(store, f)
+        assert check.ok, (f["id"], check.problems)
+
+
 class HttpServer:
     """A running ``ctxos serve --http`` subprocess and a raw HTTP client for it."""
 

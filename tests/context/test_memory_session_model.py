@@ -11,7 +11,6 @@ project no longer trusted); every frame verifies at the end.
 
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,72 +19,19 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from context_os import Session
-from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.policy import RetentionPolicy
 from context_os.context.source_tools import SourceTools
 from context_os.harness import OpenAIHook
 from context_os.sources.memory import MemoryScopes, trust_workspace, untrust_workspace
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import say, user
+from tests.helpers import assert_frames_verify, objects_shown, say, user
 from tests.reliability._adversarial import FUZZ, examples
 
-BLOCK = re.compile(r'<object id="(memory:[^"]+)" kind="memory"[^>]*>\n(.*?)\n</object>', re.S)
 STEP = st.tuples(
     st.sampled_from(["write", "append", "empty", "delete", "remember", "trust", "untrust", "talk", "reopen"]),
     st.sampled_from(["global", "project"]),
     st.integers(1, 3),
 )
-
-
-CHANGED = re.compile(
-    r"(\S+)(?: \(now version \d+\))? changed: "
-    r"(this replaces its block above|a patch of its block above, the rest of it stands):"
-)
-HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
-
-
-def memory_shown(out: list[dict[str, Any]]) -> dict[str, str]:
-    """The text of each memory index as the context shows it last: its newest block, which may
-    replace an older one, or patch it (``@@ -a,b +c,d @@`` hunks over the older block's lines)."""
-    blocks: list[list[str]] = []
-    holder: dict[str, int] = {}  # object id → the block that shows it
-    for m in out:
-        content = m["content"] if isinstance(m["content"], str) else ""
-        if not content.startswith("<context_os>"):
-            continue
-        lines = content.split("\n")
-        change = CHANGED.fullmatch(lines[1])
-        if change is not None and change.group(2).startswith("a patch") and change.group(1) in holder:
-            k = holder[change.group(1)]
-            blocks[k] = patched(blocks[k], lines[2:-1])
-            continue
-        blocks.append(lines)
-        for oid, _ in BLOCK.findall(content):
-            holder[oid] = len(blocks) - 1
-    return {oid: dict(BLOCK.findall("\n".join(blocks[k])))[oid] for oid, k in holder.items()}
-
-
-def patched(old: list[str], hunks: list[str]) -> list[str]:
-    """``old`` with the unified-diff ``hunks`` applied (line numbers from 1)."""
-    out: list[str] = []
-    at = 0  # lines of old taken
-    for line in hunks:
-        if (h := HUNK.fullmatch(line)) is not None:
-            start = int(h.group(1)) - (0 if h.group(2) == "0" else 1)
-            out += old[at:start]
-            at = start
-        elif line.startswith(" "):
-            assert old[at] == line[1:], (old[at], line)
-            out.append(line[1:])
-            at += 1
-        elif line.startswith("-"):
-            assert old[at] == line[1:], (old[at], line)
-            at += 1
-        elif line.startswith("+"):
-            out.append(line[1:])
-        else:
-            raise AssertionError(f"not a patch line: {line!r}")
-    return out + old[at:]
 
 
 @settings(FUZZ, max_examples=examples(60))
@@ -145,10 +91,8 @@ def test_a_session_shows_the_memory_indexes_as_they_are_now(calls: list[list[tup
                             msgs += [say(f"reply {n}"), user(f"question {n}")]
                     msgs += [say(f"turn {len(msgs)}"), user(f"next {len(msgs)}")]
                     items = {i.id: i.text for i in MemoryScopes(ws, data_dir=data).items("", 0)}
-                    last = memory_shown(hook.transform_context(msgs))
-                    assert last == items
+                    shown = objects_shown(hook.transform_context(msgs))
+                    assert {oid: text for oid, (_, text) in shown.items() if oid.startswith("memory:")} == items
             finally:
                 session.close()
-            for f in frame_docs(db, "s"):
-                check = verify_frame(db, f)
-                assert check.ok, (f["id"], check.problems)
+            assert_frames_verify(db, "s")

@@ -31,12 +31,11 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from context_os import Session
-from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.policy import RetentionPolicy
 from context_os.harness import AnthropicHook, OpenAIHook, VirtualFiles
 from context_os.store.sqlite import SqliteStore
 from tests.context._drawn import POLICIES
-from tests.helpers import call, result, say, user
+from tests.helpers import assert_frames_verify, call, result, say, user
 from tests.reliability._adversarial import FUZZ, examples
 
 MARK = re.compile(r"\bM(\d+)x\b")
@@ -208,6 +207,4 @@ def test_a_history_that_goes_back_shows_what_it_holds_and_nothing_it_left(
                     assert hook.transform_context(shape(h.msgs)) == out
         finally:
             session.close()
-        for f in frame_docs(db, "s"):
-            check = verify_frame(db, f)
-            assert check.ok, (f["id"], check.problems)
+        assert_frames_verify(db, "s")

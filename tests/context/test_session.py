@@ -18,7 +18,19 @@ from context_os.errors import ContentTooLarge, LockedObject, MalformedMessage, N
 from context_os.harness.openai import OPENAI_PAIRING, OpenAIAdapter, OpenAIHook
 from context_os.harness.pairing import pairing_problems
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import EAGER, blocks_text, call, coding_session, pdf, png, result, say, stub_ref, user
+from tests.helpers import (
+    EAGER,
+    assert_frames_verify,
+    blocks_text,
+    call,
+    coding_session,
+    pdf,
+    png,
+    result,
+    say,
+    stub_ref,
+    user,
+)
 
 try:
     from openai.types.chat import ChatCompletionMessageParam
@@ -997,9 +1009,7 @@ def test_a_block_stays_in_place_while_it_does_not_change_and_moves_to_the_end_wh
     assert notes > ok and "plan v2" in third[notes]["content"]  # changed: at the end
     assert "plan v1" not in blocks_text(third)
     assert not pairing_problems(OPENAI_PAIRING, third)
-    for f in frame_docs(hook.session.store, hook.session.id):
-        check = verify_frame(db, f)
-        assert check.ok, (f["id"], check.problems)
+    assert_frames_verify(db, hook.session.id)
     recorded = frame_docs(hook.session.store, hook.session.id)[-1]["content"]["blocks"]
     assert recorded[0][0] is not None and recorded[0][1].startswith("block:s1:")  # recorded: todo in place
 

@@ -15,14 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_os import Session
-from context_os.context.frames import frame_docs, verify_frame
+from context_os.context.frames import frame_docs
 from context_os.context.policy import RetentionPolicy
 from context_os.harness import OpenAIHook
 from context_os.store import Store
 from context_os.store.sqlite import SqliteStore
 from context_os.store.xtdb import XtdbStore
 from tests.context._drawn import POLICIES, SESSIONS, messages
-from tests.helpers import user
+from tests.helpers import assert_frames_verify, user
 from tests.reliability._adversarial import FUZZ, examples
 
 
@@ -59,9 +59,7 @@ def test_a_session_opened_again_at_any_turn_sends_what_it_would_have(
     ):
         sent = _run(through, "s", messages(turns), policy)
         assert _run(again, "s", messages(turns), policy, reopen=at) == sent
-        for f in frame_docs(again, "s"):
-            check = verify_frame(again, f)
-            assert check.ok, (f["id"], check.problems)
+        assert_frames_verify(again, "s")
 
 
 _examples = itertools.count()

@@ -14,7 +14,7 @@ from context_os import Session
 from context_os.context.policy import RetentionPolicy
 from context_os.files import FileTools, FileTracker, Workspace
 from context_os.store.sqlite import SqliteStore
-from tests.helpers import EAGER
+from tests.helpers import EAGER, wait_for
 
 T = TypeVar("T")
 
@@ -33,6 +33,28 @@ def latest_meta(db: SqliteStore, oid: str) -> dict[str, Any]:
     v = db.get(oid, valid_time=int(time.time() * 1000) + 1000)
     assert v is not None and v.doc is not None
     return v.doc["meta"]
+
+
+def index(tracker: FileTracker, root: Path, rel: str, text: str | None = None) -> str:
+    if text is not None:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return tracker.index.index(tracker.workspace.resolve(rel), read=True, cause="read").id
+
+
+def wait_version(db: SqliteStore, oid: str, n: int, what: str = "") -> dict:
+    return wait_for(lambda: (m := latest_meta(db, oid))["version"] >= n and m, what=what or f"{oid} v{n}")
+
+
+def flushed(tracker: FileTracker, db: SqliteStore, root: Path) -> None:
+    """Change a sentinel file and wait for its version: events are dispatched in order, so every
+    earlier event has then been seen and reconciled."""
+    sentinel = root / ".sentinel"
+    known = tracker.index.lookup(root.resolve() / ".sentinel")
+    oid = known.id if known is not None else index(tracker, root, ".sentinel", "0")
+    n = latest_meta(db, oid)["version"]
+    sentinel.write_text(str(n + 1))
+    wait_version(db, oid, n + 1, "the sentinel")
 
 
 @pytest.fixture

@@ -19,36 +19,14 @@ from context_os.files import FileIndex, FileTools, FileTracker, Trackers, Worksp
 from context_os.files.workspace import FileSnapshot
 from context_os.harness.openai import OpenAIHook
 from context_os.store.sqlite import SqliteStore
-from tests.files.conftest import WATCHDOG_RACE_WARNING, latest_meta, metas
+from tests.files.conftest import WATCHDOG_RACE_WARNING, flushed, index, latest_meta, metas, wait_version
 from tests.helpers import blocks_text, call, result, user, wait_for
 
 pytestmark = pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
 
 
-def index(tracker: FileTracker, root: Path, rel: str, text: str | None = None) -> str:
-    if text is not None:
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return tracker.index.index(tracker.workspace.resolve(rel), read=True, cause="read").id
-
-
 def versions(db: SqliteStore, oid: str) -> int:
     return len(metas(db, oid))
-
-
-def wait_version(db: SqliteStore, oid: str, n: int, what: str = "") -> dict:
-    return wait_for(lambda: (m := latest_meta(db, oid))["version"] >= n and m, what=what or f"{oid} v{n}")
-
-
-def flushed(tracker: FileTracker, db: SqliteStore, root: Path) -> None:
-    """Change a sentinel file and wait for its version: events are dispatched in order, so every
-    earlier event has then been seen and reconciled."""
-    sentinel = root / ".sentinel"
-    known = tracker.index.lookup(root.resolve() / ".sentinel")
-    oid = known.id if known is not None else index(tracker, root, ".sentinel", "0")
-    n = latest_meta(db, oid)["version"]
-    sentinel.write_text(str(n + 1))
-    wait_version(db, oid, n + 1, "the sentinel")
 
 
 def test_an_edit_on_disk_becomes_a_new_version_with_mtime_as_valid_time(root, db, tracker) -> None:

@@ -32,8 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_s
 
 from context_os.files import FileTracker, Workspace
 from context_os.store.sqlite import SqliteStore
-from tests.files.conftest import WATCHDOG_RACE_WARNING
-from tests.helpers import wait_for
+from tests.files.conftest import WATCHDOG_RACE_WARNING, flushed, index
 from tests.reliability._adversarial import FUZZ, examples
 
 pytestmark = pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
@@ -58,7 +57,7 @@ class TrackerMachine(RuleBasedStateMachine):
         self.ops: list[tuple[object, ...]] = []
         """What was done, for a failure's message (one that depends on the observer's timing
         may not come again when hypothesis replays it)."""
-        self.sentinel = self.index_path(SENTINEL, "0")
+        self.sentinel = index(self.tracker, self.root, SENTINEL, "0")
         self.marked: set[str] = set()
         """(one at a time) the paths that hold a file a tracked object must follow."""
 
@@ -66,11 +65,6 @@ class TrackerMachine(RuleBasedStateMachine):
         self.tracker.stop()
         self.db.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def index_path(self, rel: str, text: str | None = None) -> str:
-        if text is not None:
-            self.put(rel, text)
-        return self.tracker.index.index(self.ws.resolve(rel), read=True, cause="read").id
 
     def put(self, rel: str, text: str) -> None:
         p = self.root / rel
@@ -99,7 +93,7 @@ class TrackerMachine(RuleBasedStateMachine):
     @rule(rel=paths)
     def track(self, rel: str) -> None:
         if (self.root / rel).is_file():
-            self.index_path(rel)
+            index(self.tracker, self.root, rel)
             self.marked.add(rel)
         self.after("track", rel)
 
@@ -161,16 +155,7 @@ class TrackerMachine(RuleBasedStateMachine):
     def flush(self) -> None:
         """Change the sentinel and wait for its version: the observer dispatches in order, so
         every earlier event was seen; then wait until each was reconciled."""
-        self.n += 1
-        self.put(SENTINEL, str(self.n))
-        wait_for(
-            lambda: (
-                (v := self.db.get(self.sentinel, valid_time=time.time_ns() // 1_000_000 + 10**6))
-                and v.doc is not None
-                and v.doc["content"] == str(self.n)
-            ),
-            what="the sentinel",
-        )
+        flushed(self.tracker, self.db, self.root)
         assert self.tracker.settle(timeout=30)
 
     def in_force(self) -> dict[str, dict]:

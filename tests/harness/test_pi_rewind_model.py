@@ -26,58 +26,23 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from context_os import Session
-from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.policy import RetentionPolicy
 from context_os.files import FileTools, Workspace
 from context_os.harness.pi import PiHook, host_tool_observer
 from context_os.store.sqlite import SqliteStore
 from tests.context._drawn import POLICIES
-from tests.context.test_memory_session_model import CHANGED, patched
 from tests.harness.pi_msgs import call, result, say, user
+from tests.helpers import assert_frames_verify, objects_shown
 from tests.reliability._adversarial import FUZZ, examples
 
 FILES = 3
-BLOCK = re.compile(r'<object id="(file:[^"]+)" kind="file" path="([^"]+)"[^>]*>\n(.*?)\n</object>', re.S)
+PATH = re.compile(r'path="([^"]+)"')
 STEP = st.one_of(
     st.tuples(st.sampled_from(["talk", "read", "edit"]), st.integers(0, FILES - 1)),
     st.tuples(st.just("rewind"), st.integers(0, 1000)),
     st.tuples(st.just("retry"), st.just(0)),
 )
 CALLS = st.lists(st.lists(STEP, min_size=1, max_size=3), min_size=2, max_size=10)
-
-
-def text_of(m: dict[str, Any]) -> str:
-    content = m.get("content")
-    if isinstance(content, str):
-        return content
-    return "\n".join(b.get("text", "") for b in content or () if isinstance(b, dict))
-
-
-def files_shown(out: list[dict[str, Any]]) -> dict[str, str]:
-    """path → the text each file shows last (its newest block, which may replace or patch an
-    older one)."""
-    blocks: list[list[str]] = []
-    holder: dict[str, int] = {}
-    for m in out:
-        for content in text_of(m).split("\n\n<context_os>"):  # (blocks may share a message)
-            content = content if content.startswith("<context_os>") else "<context_os>" + content
-            if "</context_os>" not in content:
-                continue
-            lines = content.split("\n")
-            change = CHANGED.fullmatch(lines[1]) if len(lines) > 1 else None
-            if change is not None and change.group(2).startswith("a patch") and change.group(1) in holder:
-                k = holder[change.group(1)]
-                blocks[k] = patched(blocks[k], lines[2:-1])
-                continue
-            blocks.append(lines)
-            for oid, _, _ in BLOCK.findall(content):
-                holder[oid] = len(blocks) - 1
-    shown = {}
-    for oid, k in holder.items():
-        for found, path, text in BLOCK.findall("\n".join(blocks[k])):
-            if found == oid:
-                shown[path] = text
-    return shown
 
 
 @settings(FUZZ, max_examples=examples(60))
@@ -128,7 +93,11 @@ def test_a_pi_session_going_back_shows_the_files_its_history_holds_as_they_are(
                         if what != "retry":
                             bounds.append(len(msgs))
                     out = hook.transform_context(msgs)
-                    shown = files_shown(out)
+                    shown = {
+                        m.group(1): text
+                        for oid, (attrs, text) in objects_shown(out).items()
+                        if oid.startswith("file:") and (m := PATH.search(attrs))
+                    }
                     for path, text in shown.items():
                         assert text == (root / path).read_text(), path
                     touched = {
@@ -144,6 +113,4 @@ def test_a_pi_session_going_back_shows_the_files_its_history_holds_as_they_are(
                         session, files, hook = open_session()
             finally:
                 session.close()
-            for f in frame_docs(db, "p"):
-                check = verify_frame(db, f)
-                assert check.ok, (f["id"], check.problems)
+            assert_frames_verify(db, "p")
