@@ -435,6 +435,83 @@ def test_a_file_moved_out_of_a_directory_then_moved_with_it_is_where_it_went(roo
         assert not tracker.errors
 
 
+class _HeldEvents:
+    """Holds the observer's events of some kinds (its thread waits) until ``release``, or drops
+    them: a lagging observer (a loaded machine; watchdog holds a move's first half up to 0.5 s to
+    pair it), or one that never reports them (a watch made too late)."""
+
+    def __init__(self, tracker: FileTracker, kinds: set[str], *, drop: bool = False) -> None:
+        self.kinds, self.drop, self.gate, self.real = kinds, drop, threading.Event(), tracker._on_event
+        tracker._on_event = self  # (the handler calls the tracker's attribute)
+
+    def __call__(self, event) -> None:
+        if event.event_type in self.kinds:
+            if self.drop:
+                return
+            self.gate.wait(30)
+        self.real(event)
+
+    def release(self) -> None:
+        self.gate.set()
+
+
+def looked_at(tracker: FileTracker, seen: int) -> bool:
+    return tracker.stats["reconciled"] > seen and not tracker._busy
+
+
+@pytest.mark.parametrize("moved", ["file", "directory"])
+def test_a_file_found_gone_before_its_move_is_reported_is_not_recorded_missing_meanwhile(root, db, ws, moved) -> None:
+    """The tracker looks at a file for a write (or a periodic rescan does) after it moved, or its
+    directory did, but before the observer reports the move: its removal is awaited, and its next
+    version is at its new path. Before, it was recorded missing 0.25 s after the look, then found
+    at its new path when the move was reported: a version that never was, and a session marked
+    the file missing meanwhile (once in CI: ``mv a/x.py . && mv a b``, watchdog holding the first
+    move's first half to pair it)."""
+    with FileTracker(db, ws, rescan_interval=None) as tracker:
+        oid = index(tracker, root, "a/z.py", "z\n")
+        flushed(tracker, db, root)
+        held = _HeldEvents(tracker, {"moved"})
+        try:
+            seen = tracker.stats["reconciled"]
+            (root / "a" / "z.py").write_text("z = 2\n")
+            if moved == "file":
+                os.rename(root / "a" / "z.py", root / "a" / "w.py")
+            else:
+                os.rename(root / "a", root / "b")
+            wait_for(lambda: looked_at(tracker, seen), what="the tracker to look at it")
+            time.sleep(4 * tracker.missing_grace)  # (before, it was recorded missing by now)
+            assert [m["version"] for m in metas(db, oid)] == [1], "recorded missing before its move was reported"
+        finally:
+            held.release()
+        meta = wait_version(db, oid, 2)
+        path = "a/w.py" if moved == "file" else "b/z.py"
+        assert (meta["path"], meta["missing"], db.get(oid).doc["content"]) == (path, False, "z = 2\n")
+        assert not tracker.errors
+
+
+def test_a_file_whose_removal_is_never_reported_is_recorded_missing_after_a_wait(root, db, ws) -> None:
+    """The removal's event never comes (dropped here; a watch made too late): the file is recorded
+    missing ``unreported_wait`` after it was found gone, and a deletion reported is recorded
+    ``missing_grace`` after."""
+    with FileTracker(db, ws, rescan_interval=None, unreported_wait=1.5) as tracker:
+        quiet = index(tracker, root, "quiet.py", "q\n")
+        told = index(tracker, root, "told.py", "t\n")
+        flushed(tracker, db, root)
+        _HeldEvents(tracker, {"deleted"}, drop=True)
+        seen = tracker.stats["reconciled"]
+        (root / "quiet.py").write_text("q = 2\n")  # a write it looks at, after which it is gone
+        (root / "quiet.py").unlink()
+        wait_for(lambda: looked_at(tracker, seen), what="the tracker to look at it")
+        time.sleep(2 * tracker.missing_grace)
+        assert latest_meta(db, quiet)["version"] == 1, "recorded missing before its wait was over"
+        meta = wait_version(db, quiet, 2)
+        assert meta["missing"] and meta["path"] == "quiet.py"
+        tracker._on_event = tracker._on_event.real  # deletions reported again
+        (root / "told.py").unlink()
+        assert wait_version(db, told, 2)["missing"]
+        assert tracker.stats["reconciled"] <= seen + 6  # looked at when due, not polled
+
+
 def test_delete_marks_missing_keeps_history_and_recreation_is_a_new_version(root, db, tracker) -> None:
     oid = index(tracker, root, "gone.txt", "here\n")
     (root / "gone.txt").unlink()

@@ -9,8 +9,9 @@ becomes a new version of its object:
 * a write through one hard link → a version of each tracked name of that file (also through a
   name nobody tracks, even one deleted or replaced right after the write);
 * move/rename, also across directories → the same object with a new path;
-* delete → a new version marked ``missing`` (no content); the history is kept; re-creation at
-  the same path → a new version again;
+* delete → a new version marked ``missing`` (no content), once the observer has reported the
+  removal (``unreported_wait`` at most: a file found gone before its move is reported is not
+  missing meanwhile); the history is kept; re-creation at the same path → a new version again;
 * an editor's atomic save (write a temp file, rename it over the original; or rename the
   original away and write a new one) → one version, because events are debounced per object
   (``debounce``, default 50 ms; at most ``max_delay`` while events keep coming) and the disk is
@@ -218,6 +219,7 @@ class FileTracker:
         rescan_interval: float | None = 30.0,
         health_interval: float = 1.0,
         missing_grace: float = 0.25,
+        unreported_wait: float = 5.0,
         store_retry: float = 2.0,
     ):
         self.store = store
@@ -228,6 +230,11 @@ class FileTracker:
         self.rescan_interval = rescan_interval
         self.health_interval = health_interval
         self.missing_grace = missing_grace
+        self.unreported_wait = unreported_wait
+        """How long a file found gone waits for the event of its removal (its deletion or move, or
+        its directory's) before it is recorded missing all the same (an event that never comes:
+        a watch made too late). The observer may take that long to report a move on a loaded
+        machine, and a file recorded missing meanwhile has a version that never was."""
         self.store_retry = store_retry
         """While the store is out of reach, how often a change not yet recorded is tried again."""
         self.stats: dict[str, int] = {"events": 0, "reconciled": 0, "versions": 0, "rescans": 0, "errors": 0}
@@ -258,7 +265,12 @@ class FileTracker:
         # the regular file it held, or None): each new file is stat-ed once, not once per file
         # that vanished meanwhile (a checkout that renamed a directory: thousands of each)
         self._recent_stat: dict[str, tuple[float, tuple[str, int, int] | None]] = {}
-        self._grace: set[str] = set()
+        # (tracker thread) objects found gone → (when, monotonic; whether their removal was
+        # reported: ``_removed``, a move's hint): recorded missing ``missing_grace`` after, once
+        # reported, else ``unreported_wait`` after
+        self._gone: dict[str, tuple[float, bool]] = {}
+        # objects whose deletion, or their directory's, an event reported (under ``_cond``)
+        self._removed: set[str] = set()
         self._unrecorded: set[str] = set()  # changes the store could not take yet (tracker thread)
         self._store_back_at = 0.0  # (monotonic) until then the store is taken to be out of reach
         self._deferred: dict[str, float] = {}
@@ -366,7 +378,8 @@ class FileTracker:
                     self._hinted.clear()
                     self._writing.clear()
                     self._attrib_only.clear()
-                    self._grace.clear()
+                    self._gone.clear()
+                    self._removed.clear()
                     self._deferred.clear()
                 self._thread = None
 
@@ -413,6 +426,12 @@ class FileTracker:
 
     def rescan(self) -> int:
         """Re-check every tracked file now, in the caller's thread; the number of new versions."""
+        return self._rescan(lost=True)
+
+    def _rescan(self, *, lost: bool) -> int:
+        """``lost``: events may have been lost (a start, a new or lost watch, an overflow, a
+        caller's doubt), so a file found gone is not waited for its removal's event; the periodic
+        rescan waits for it (its event may be on its way: a file moved a moment ago)."""
         with self._cond:
             items = list(self._records.items())
         looked = [(oid, rec, _lstat(rec.path)) for oid, rec in items]
@@ -423,7 +442,7 @@ class FileTracker:
         dirty = [oid for oid, rec, st in looked if _differs(rec, st)]
         self.stats["rescans"] += 1
         with self.index.restats_batched():  # same bytes under a new stat: a few transactions in all
-            return sum(1 for oid in dirty if self._reconcile(oid, None))
+            return sum(1 for oid in dirty if self._reconcile(oid, None, reported=lost))
 
     # --- the index tells us what is indexed -------------------------------------------------
 
@@ -597,20 +616,20 @@ class FileTracker:
                         if _under(path, src):
                             marked |= self._hint(oid, dest + path[len(src) :], now)
                         elif _under(path, dest):
-                            marked |= self._mark(oid, now)
+                            marked |= self._mark(oid, now, removed=True)
                 else:
                     mover = self._by_path.get(src) or self._hinted.get(src)
                     if mover is not None:
                         marked |= self._hint(mover, dest, now)
                     target = self._by_path.get(dest)
                     if target is not None and target != mover:
-                        marked |= self._mark(target, now)
+                        marked |= self._mark(target, now, removed=True)
                     elif mover is None:
                         self._remember(dest, now)
             elif event.is_directory:  # a deleted directory: everything below it
                 for path, oid in list(self._by_path.items()) if src in self._dirs else ():
                     if _under(path, src):
-                        marked |= self._mark(oid, now)
+                        marked |= self._mark(oid, now, removed=True)
             else:
                 hit = self._by_path.get(src) or self._hinted.get(src)
                 if hit is not None:
@@ -618,7 +637,7 @@ class FileTracker:
                         self._writing.add(hit)
                     elif kind == "closed":
                         self._writing.discard(hit)
-                    marked |= self._mark(hit, now, attrib=kind == "attrib")
+                    marked |= self._mark(hit, now, attrib=kind == "attrib", removed=kind == "deleted")
                     if kind in ("modified", "closed", "attrib"):
                         rec = self._records.get(hit)
                         # the same file under its other tracked names (hard links)
@@ -725,7 +744,12 @@ class FileTracker:
                 return path
         return None
 
-    def _mark(self, oid: str, now: float, *, attrib: bool = False) -> bool:
+    def _mark(self, oid: str, now: float, *, attrib: bool = False, removed: bool = False) -> bool:
+        """Look at ``oid`` once its events settle (caller holds ``_cond``). ``attrib``: the event
+        changed its times or mode only; ``removed``: it reported the file's removal from its path
+        (deleted, replaced, or its directory deleted or replaced)."""
+        if removed:
+            self._removed.add(oid)
         if not attrib:
             self._attrib_only.discard(oid)
         elif oid not in self._pending:
@@ -782,6 +806,7 @@ class FileTracker:
                     if hint is not None:
                         self._hinted.pop(hint, None)
                 rescan = self._rescan_reason is not None or periodic
+                lost = self._rescan_reason is not None
                 self._rescan_reason = None
                 stopping = self._stopping
                 self._busy = True
@@ -791,7 +816,7 @@ class FileTracker:
                 for oid, hint in sorted(batch, key=lambda b: b[1] is None):
                     self._reconcile(oid, hint, attrib_only=oid in attrib_only)
                 if rescan and not stopping:
-                    self.rescan()
+                    self._rescan(lost=lost)
                     next_rescan = None if self.rescan_interval is None else time.monotonic() + self.rescan_interval
                 if time.monotonic() >= next_health and not stopping:
                     self._check_health()
@@ -805,14 +830,22 @@ class FileTracker:
             if stopping:
                 return
 
-    def _reconcile(self, oid: str, hint: str | None, *, attrib_only: bool = False) -> Indexed | None:
+    def _reconcile(
+        self, oid: str, hint: str | None, *, attrib_only: bool = False, reported: bool = False
+    ) -> Indexed | None:
         """Look at the disk once and record what it shows for object ``oid``. ``attrib_only``:
-        its events were only attribute changes, which matter only if they changed its stat."""
+        its events were only attribute changes, which matter only if they changed its stat.
+        ``reported``: were it gone, do not wait for the event of its removal (a rescan after
+        events were lost)."""
         with self._cond:
             rec = self._records.get(oid)
             holder = None if rec is None else self._by_path.get(rec.path)
         if rec is None or (attrib_only and holder in (None, oid) and not _differs(rec, _lstat(rec.path))):
             return None
+        with self._cond:  # (taken before the look: a removal reported after it is looked at again)
+            if oid in self._removed:
+                self._removed.discard(oid)
+                reported = True
         self.stats["reconciled"] += 1
         target: str | None = None
         if holder in (None, oid) and _holds_file(rec.path):
@@ -821,13 +854,23 @@ class FileTracker:
             target = hint  # moved
         elif not rec.missing:
             target = self._moved_unseen(rec)
-            if target is None and oid not in self._grace and self.running and not self._stopping:
+            if target is None and self.running and not self._stopping:
                 # gone: look once more a moment later, in case it reappears (a slow save) or
-                # turns up elsewhere (its move event could not be paired)
-                self._grace.add(oid)
-                self._later(oid, self.missing_grace)
-                return None
-        self._grace.discard(oid)
+                # turns up elsewhere (its move event could not be paired); and not before its
+                # removal was reported (``mv a/x.py . && mv a b``: a look at a/z.py for an
+                # earlier write, before the observer reports the directory's move, finds it
+                # gone, and a version would say it was missing before it is found at b/z.py)
+                now = time.monotonic()
+                since, was = self._gone.get(oid, (now, False))
+                with self._cond:  # (a removal reported from now on comes after this look)
+                    reported = reported or was or hint is not None or oid in self._removed
+                    self._gone[oid] = (since, reported)
+                    wait = since + (self.missing_grace if reported else self.unreported_wait) - now
+                    if wait > 0 and oid not in self._pending:  # (an event since the look: looked at then)
+                        self._postpone(oid, wait)  # (or sooner: the event of its removal)
+                if wait > 0:
+                    return None
+        self._gone.pop(oid, None)
         if time.monotonic() < self._store_back_at:
             # the store was out of reach moments ago: one try every ``store_retry``, not one a file
             self._unrecorded_yet(oid, rec, "the store was out of reach moments ago")
@@ -896,10 +939,14 @@ class FileTracker:
     def _later(self, oid: str, delay: float) -> None:
         """Look at ``oid`` again in ``delay`` seconds (unless new events come first)."""
         with self._cond:
-            later = time.monotonic() + delay
-            first, last = self._pending.get(oid, (later, later))
-            self._pending[oid] = (max(first, later), max(last, later))
-            self._cond.notify_all()
+            self._postpone(oid, delay)
+
+    def _postpone(self, oid: str, delay: float) -> None:
+        """``_later``, the caller holding ``_cond``."""
+        later = time.monotonic() + delay
+        first, last = self._pending.get(oid, (later, later))
+        self._pending[oid] = (max(first, later), max(last, later))
+        self._cond.notify_all()
 
     def _settled(self, oid: str, rec: _Rec, snap: FileSnapshot, seen: int | None) -> bool:
         """Whether what was just read of ``oid`` (about to become a new version) can be trusted
