@@ -14,6 +14,7 @@ from context_os import Session
 from context_os.context.frames import frame_docs, verify_frame
 from context_os.context.policy import RetentionPolicy
 from context_os.files import FileTools, Workspace
+from context_os.harness import OpenAIHook
 from context_os.harness.pi import COMPACTION_SUMMARY_PREFIX, PiHook, host_tool_observer
 from context_os.store.sqlite import SqliteStore
 from tests.harness.pi_msgs import call, result, say, user
@@ -257,3 +258,33 @@ def test_what_a_later_message_of_a_history_taken_in_at_once_brought_in_leaves_wi
         assert "PLAN_B_TEXT" not in out and "DEPLOY_NOTE" not in out
         assert all(verify_frame(store, f).ok for f in frame_docs(store, "o1"))
         session.close()
+
+
+@pytest.mark.parametrize("hook_of", ["resumed", "another hook"])
+def test_an_earlier_prompt_edited_before_a_hook_s_first_call_is_seen(tmp_path: Path, hook_of: str) -> None:
+    """A prompt edited in place, far from the first, middle and last messages, before the first
+    call of a hook that took in nothing of the history (a resumed session, a restarted proxy, a
+    second hook of the session): the edit is shown, the old text is not. Before, that call
+    compared the first, middle and last messages only, and the session went on showing the old
+    prompt (found by the proxy's model test: a restart, then a prompt reworded)."""
+
+    def u(text: str) -> dict[str, Any]:
+        return {"role": "user", "content": text}
+
+    def a(text: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": text}
+
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, u("start")]
+    for k in range(6):
+        msgs += [a(f"answer {k}"), u(f"prompt {k}")]
+    with SqliteStore(tmp_path / "s.db") as db:
+        session = Session.open(db, "s", harness="openai")
+        OpenAIHook(session).transform_context([dict(m) for m in msgs])
+        if hook_of == "resumed":
+            session.close()
+            session = Session.open(db, "s", harness="openai")
+        msgs[5] = u("prompt 1, edited")  # not the first, middle (7) or last message
+        msgs += [a("answer 6"), u("prompt 6")]
+        shown = json.dumps(OpenAIHook(session).transform_context([dict(m) for m in msgs]))
+        session.close()
+    assert "prompt 1, edited" in shown and '"prompt 1"' not in shown

@@ -777,6 +777,12 @@ class ContextHook(Generic[M]):
             same = start + _same_prefix(layout.messages[start:end], prior)
             if same < min(end, len(layout.messages)):
                 vouched = layout.flat(same)
+        elif not prior and self.session.view.visible:
+            # this hook took in nothing of the history yet (its first call: a process that resumed
+            # the session, a restarted proxy; or another hook synced since): it vouches for none,
+            # and every message is compared, once (the session's sample of three would miss a
+            # message changed elsewhere: an earlier prompt edited while nothing watched)
+            vouched = 0
         if same is not None and same < min(end, len(layout.messages)):
             # objects made anew for this call (a client that sends its history as JSON, the
             # proxy's requests): none would be found again, remembering them only costs
