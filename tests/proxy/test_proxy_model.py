@@ -26,7 +26,7 @@ import json
 import re
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,16 +57,17 @@ class Dialect:
     send: Callable[[World, dict[str, Any], bool], dict[str, Any]]
     """Send a request with the API's own client (streamed or not): its answer, whole."""
     body: Callable[[list[dict[str, Any]], str | None], dict[str, Any]]
-    """The request of a conversation's messages, with the client's key for it if it gives one."""
+    """The request of a conversation's messages (its system prompt first), with the client's key
+    for it if it gives one."""
     user: Callable[[str], dict[str, Any]]
     results: Callable[[list[tuple[str, str]]], list[dict[str, Any]]]
     calls: Callable[[dict[str, Any]], list[tuple[str, str, dict[str, Any]]]]
     """(id, name, arguments) of each call of an answer."""
     text: Callable[[dict[str, Any]], str]
-    said: Callable[[dict[str, Any]], dict[str, Any]]
+    said: Callable[[dict[str, Any]], list[dict[str, Any]]]
     """The answer as the agent keeps it in its conversation."""
-    call_ids: Callable[[list[dict[str, Any]]], list[str]]
-    """The ids of the calls of a request's messages, in order."""
+    call_ids: Callable[[dict[str, Any]], list[str]]
+    """The ids of the calls a request holds, in order."""
 
 
 def _openai_calls(answer: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -75,10 +76,6 @@ def _openai_calls(answer: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]
         (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
         for c in message.get("tool_calls") or ()
     ]
-
-
-def _anthropic_calls(answer: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    return [(b["id"], b["name"], b["input"]) for b in answer["content"] if b["type"] == "tool_use"]
 
 
 def _openai_send(world: World, body: dict[str, Any], stream: bool) -> dict[str, Any]:
@@ -97,53 +94,103 @@ def _anthropic_send(world: World, body: dict[str, Any], stream: bool) -> dict[st
         return events.get_final_message().model_dump(exclude_none=True)
 
 
+def _responses_send(world: World, body: dict[str, Any], stream: bool) -> dict[str, Any]:
+    client = world.running.openai()
+    if not stream:
+        return client.responses.create(**body).model_dump(exclude_none=True)
+    with client.responses.stream(**body) as events:
+        return events.get_final_response().model_dump(exclude_none=True)
+
+
+def _anthropic_body(thinking: bool) -> Callable[[list[dict[str, Any]], str | None], dict[str, Any]]:
+    def body(msgs: list[dict[str, Any]], key: str | None) -> dict[str, Any]:
+        sent = {"model": "m", "max_tokens": 2048, "system": msgs[0]["content"], "messages": msgs[1:]}
+        sent["tools"] = [{"name": "bash", "description": "Run a command.", "input_schema": _BASH}]
+        if thinking:
+            sent["thinking"] = {"type": "enabled", "budget_tokens": 1024}
+        return sent | ({"metadata": {"user_id": key}} if key else {})
+
+    return body
+
+
+_BASH = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
 OPENAI = Dialect(
     path="/v1/chat/completions",
     send=_openai_send,
     body=lambda msgs, key: (
-        {"model": "m", "messages": msgs, "tools": [_BASH_OPENAI]} | ({"prompt_cache_key": key} if key else {})
+        {
+            "model": "m",
+            "messages": msgs,
+            "tools": [
+                {"type": "function", "function": {"name": "bash", "description": "Run a command.", "parameters": _BASH}}
+            ],
+        }
+        | ({"prompt_cache_key": key} if key else {})
     ),
     user=lambda text: {"role": "user", "content": text},
     results=lambda done: [{"role": "tool", "tool_call_id": i, "content": out} for i, out in done],
     calls=_openai_calls,
-    text=lambda answer: answer["choices"][0]["message"]["content"] or "",
-    said=lambda answer: {
-        k: v for k, v in answer["choices"][0]["message"].items() if k in ("role", "content", "tool_calls")
-    },
-    call_ids=lambda msgs: [c["id"] for m in msgs for c in m.get("tool_calls") or ()],
+    text=lambda answer: answer["choices"][0]["message"].get("content") or "",
+    said=lambda answer: [
+        {k: v for k, v in answer["choices"][0]["message"].items() if k in ("role", "content", "tool_calls")}
+    ],
+    call_ids=lambda body: [c["id"] for m in body["messages"] for c in m.get("tool_calls") or ()],
 )
 ANTHROPIC = Dialect(
     path="/v1/messages",
     send=_anthropic_send,
-    body=lambda msgs, key: (
-        {
-            "model": "m",
-            "max_tokens": 100,
-            "system": msgs[0]["content"],
-            "messages": msgs[1:],
-            "tools": [_BASH_ANTHROPIC],
-        }
-        | ({"metadata": {"user_id": key}} if key else {})
-    ),
+    body=_anthropic_body(thinking=False),
     user=lambda text: {"role": "user", "content": [{"type": "text", "text": text}]},
     results=lambda done: [
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": i, "content": out} for i, out in done]}
     ],
-    calls=_anthropic_calls,
+    calls=lambda answer: [(b["id"], b["name"], b["input"]) for b in answer["content"] if b["type"] == "tool_use"],
     text=lambda answer: "".join(b["text"] for b in answer["content"] if b["type"] == "text"),
-    said=lambda answer: {
-        "role": "assistant",
-        "content": [
-            {k: v for k, v in b.items() if k in ("type", "text", "id", "name", "input")} for b in answer["content"]
-        ],
-    },
-    call_ids=lambda msgs: [
-        b["id"] for m in msgs if isinstance(m["content"], list) for b in m["content"] if b.get("type") == "tool_use"
+    said=lambda answer: [{"role": "assistant", "content": answer["content"]}],
+    call_ids=lambda body: [
+        b["id"]
+        for m in body["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_use"
     ],
 )
-_BASH = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
-_BASH_OPENAI = {"type": "function", "function": {"name": "bash", "description": "Run a command.", "parameters": _BASH}}
-_BASH_ANTHROPIC = {"name": "bash", "description": "Run a command.", "input_schema": _BASH}
+THINKING = replace(ANTHROPIC, body=_anthropic_body(thinking=True))
+"""Anthropic with extended thinking: each answer starts with a signed thinking block, which must
+come back as it came with the calls of its turn."""
+RESPONSES = Dialect(
+    path="/v1/responses",
+    send=_responses_send,
+    body=lambda msgs, key: (
+        {
+            "model": "m",
+            "instructions": msgs[0]["content"],
+            "input": msgs[1:],
+            "tools": [{"type": "function", "name": "bash", "description": "Run a command.", "parameters": _BASH}],
+            # a reasoning model, its items kept by the client (as Codex does): each answer's reasoning
+            # item must come back with the items of its answer
+            "reasoning": {"effort": "low"},
+            "include": ["reasoning.encrypted_content"],
+            "store": False,
+        }
+        | ({"prompt_cache_key": key} if key else {})
+    ),
+    user=lambda text: {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+    results=lambda done: [{"type": "function_call_output", "call_id": i, "output": out} for i, out in done],
+    calls=lambda answer: [
+        (i["call_id"], i["name"], json.loads(i["arguments"])) for i in answer["output"] if i["type"] == "function_call"
+    ],
+    text=lambda answer: "".join(
+        c["text"]
+        for i in answer["output"]
+        if i["type"] == "message"
+        for c in i["content"]
+        if c["type"] == "output_text"
+    ),
+    said=lambda answer: answer["output"],
+    call_ids=lambda body: [i["call_id"] for i in body["input"] if i.get("type") == "function_call"],
+)
+TEXTS = frozenset({"text", "input_text", "output_text"})
 
 
 @dataclass
@@ -160,6 +207,14 @@ class Conversation:
     bounds: list[int] = field(default_factory=list)
     hidden: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
     """(the id of our tool's call, the conversation's messages it came after)."""
+    answered_at = 0
+    """Where the last answer that ended a turn starts (a retry takes it back)."""
+
+    def answered(self, answer: dict[str, Any]) -> None:
+        """The model's answer ends the turn."""
+        self.answered_at = len(self.msgs)
+        self.msgs += self.dialect.said(answer)
+        self.bounds.append(len(self.msgs))
 
 
 class World:
@@ -199,7 +254,7 @@ class World:
             shown = set(MARK.findall(json.dumps(body)))
             assert said <= shown, f"not shown: {sorted(said - shown)}"
             assert shown <= held, f"shown, but no longer in the conversation: {sorted(shown - held)}"
-        ids = set(conv.dialect.call_ids(requests[0]["messages"]))
+        ids = set(conv.dialect.call_ids(requests[0]))
         for call_id, prefix in conv.hidden:
             fits = conv.msgs[: len(prefix)] == prefix
             if fits and conv.key is None and call_id not in ids:
@@ -216,7 +271,7 @@ def _markers(msgs: list[dict[str, Any]], *, texts_only: bool) -> set[str]:
     for m in msgs[1:]:
         content = m.get("content")
         blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
-        out |= {x for b in blocks if b.get("type") == "text" for x in MARK.findall(b["text"])}
+        out |= {x for b in blocks if b.get("type") in TEXTS for x in MARK.findall(b["text"])}
     return out
 
 
@@ -231,7 +286,7 @@ def turn(world: World, conv: Conversation, what: str) -> None:
         called = world.post(conv, [ToolCall("bash", {"command": command})])
         [(call_id, name, args)] = d.calls(called)
         assert (name, args) == ("bash", {"command": command})
-        conv.msgs.append(d.said(called))
+        conv.msgs += d.said(called)
         output = f"{world.mark()} output\n" + ("line of output\n" * (3000 if what == "big" else 3))
         conv.msgs += d.results([(call_id, output)])
     prefix = copy.deepcopy(conv.msgs)
@@ -240,9 +295,8 @@ def turn(world: World, conv: Conversation, what: str) -> None:
     assert answered(conv, got) == answer
     if what == "ours":  # the proxy's call id is the scripted model's: its request's number
         n = len(world.up.requests) - 1
-        conv.hidden.append((f"call_{n}" if d is OPENAI else f"toolu_{n}", prefix))
-    conv.msgs.append(d.said(got))
-    conv.bounds.append(len(conv.msgs))
+        conv.hidden.append((f"toolu_{n}" if d.path == ANTHROPIC.path else f"call_{n}", prefix))
+    conv.answered(got)
 
 
 def step(world: World, conv: Conversation, what: str, k: int) -> None:
@@ -254,20 +308,19 @@ def step(world: World, conv: Conversation, what: str, k: int) -> None:
         conv.bounds = [b for b in conv.bounds if b <= keep]
         turn(world, conv, "talk")
     elif what == "reword":  # not the first user message: it names the conversation
-        users = [i for i, m in enumerate(conv.msgs) if m["role"] == "user" and MARK.search(json.dumps(m))][1:]
+        users = [i for i, m in enumerate(conv.msgs) if m.get("role") == "user" and MARK.search(json.dumps(m))][1:]
         users = [i for i in users if "asks" in json.dumps(conv.msgs[i])]
         if users:
             conv.msgs[users[k % len(users)]] = conv.dialect.user(f"{world.mark()} reworded")
         turn(world, conv, "talk")
     elif what == "retry":  # its last request again (the answer lost on its way): a new answer
         if conv.bounds and conv.bounds[-1] == len(conv.msgs):
-            conv.msgs.pop()
+            del conv.msgs[conv.answered_at :]
             conv.bounds.pop()
             answer = world.mark() + " answers again"
             got = world.post(conv, [answer])
             assert answered(conv, got) == answer
-            conv.msgs.append(conv.dialect.said(got))
-            conv.bounds.append(len(conv.msgs))
+            conv.answered(got)
     elif what == "restart":
         world.restart()
     elif what == "stream":  # the requests from now on streamed, or not
@@ -283,23 +336,29 @@ def answered(conv: Conversation, got: dict[str, Any]) -> str:
 # (not shrunk: an example takes a second or two, and shrinking one ran past five minutes; the
 # failing example is printed as drawn)
 @settings(FUZZ, max_examples=examples(25), phases=[Phase.generate])
-@given(steps=STEPS, who=st.lists(st.integers(0, 1), min_size=14, max_size=14), keyed=st.booleans())
+@given(
+    steps=STEPS,
+    who=st.lists(st.integers(0, 2), min_size=14, max_size=14),
+    keyed=st.booleans(),
+    thinking=st.booleans(),
+)
 def test_conversations_through_the_proxy_show_what_they_hold_and_their_exchanges_where_they_fit(
-    steps: list[tuple[str, int]], who: list[int], keyed: bool
+    steps: list[tuple[str, int]], who: list[int], keyed: bool, thinking: bool
 ) -> None:
+    """``keyed``: each client gives its conversation a key; ``thinking``: the Anthropic one with
+    extended thinking."""
     with tempfile.TemporaryDirectory() as tmp, upstream(replies=[]) as up:
         world = World(Path(tmp), up)
         try:
             convs = []
-            for d in (OPENAI, ANTHROPIC):
+            for d in (OPENAI, THINKING if thinking else ANTHROPIC, RESPONSES):
                 system = {"role": "system", "content": "You are a coding agent."}
                 first = d.user(f"{world.mark()} starts, as {d.path}")
                 conv = Conversation(d, f"conversation-{d.path}" if keyed else None, [system, first])
                 answer = world.mark() + " answers"
                 got = world.post(conv, [answer])
                 assert answered(conv, got) == answer
-                conv.msgs.append(d.said(got))
-                conv.bounds.append(len(conv.msgs))
+                conv.answered(got)
                 convs.append(conv)
             for (what, k), w in zip(steps, who, strict=False):
                 step(world, convs[w], what, k)
@@ -307,6 +366,6 @@ def test_conversations_through_the_proxy_show_what_they_hold_and_their_exchanges
             world.close()
         with SqliteStore(Path(tmp) / "proxy.db") as db:
             sessions = [v.id.removeprefix("session:") for v in db.find("session")]
-            assert len(sessions) == 2 if keyed else len(sessions) >= 2
+            assert len(sessions) == 3 if keyed else len(sessions) >= 3
             for sid in sessions:
                 verified_frames(db, sid)

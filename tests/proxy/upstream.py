@@ -412,15 +412,15 @@ def _response_events(reply: str | ToolCall, n: int, reasoning: bool = False, too
             delta = {"item_id": item["id"], "output_index": k, "delta": item[argument]}
             kind = "custom_tool_call_input" if argument == "input" else "function_call_arguments"
             yield event(f"response.{kind}.delta", delta | {"sequence_number": next(seq)})
-        else:
-            for i, w in enumerate(item["content"][0]["text"].split(" ")):
-                delta = {
-                    "item_id": item["id"],
-                    "output_index": k,
-                    "content_index": 0,
-                    "delta": w if i == 0 else " " + w,
-                }
+        else:  # as the API streams a message: its part added, the text in deltas, both done
+            part = item["content"][0]
+            at = {"item_id": item["id"], "output_index": k, "content_index": 0}
+            yield event("response.content_part.added", at | {"part": part | {"text": ""}, "sequence_number": next(seq)})
+            for i, w in enumerate(part["text"].split(" ")):
+                delta = at | {"delta": w if i == 0 else " " + w}
                 yield event("response.output_text.delta", delta | {"sequence_number": next(seq)})
+            yield event("response.output_text.done", at | {"text": part["text"], "sequence_number": next(seq)})
+            yield event("response.content_part.done", at | {"part": part, "sequence_number": next(seq)})
         yield event("response.output_item.done", {"output_index": k, "item": item, "sequence_number": next(seq)})
     yield event("response.completed", {"response": done, "sequence_number": next(seq)})
 
