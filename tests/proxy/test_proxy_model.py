@@ -1,22 +1,29 @@
-"""Conversations through the proxy, drawn by hypothesis: two agents (OpenAI chat completions and
-Anthropic messages) each send their whole conversation at every call, as agents do, and it
-grows by turns of talk, by calls of the agent's own tools (outputs small and large), and by
-calls of our tools, which the proxy runs in a round the agent never sees. Between calls a
-conversation may go back to an earlier turn (a rewind, an edited prompt), have an earlier user
-message reworded, send its last request again (a retry), and the proxy may be restarted over the
-same store. Every message carries a marker of its own.
+"""Conversations through the proxy, drawn by hypothesis: four agents (OpenAI chat completions,
+Anthropic messages with extended thinking or without, the Responses API with a reasoning model's
+items kept by the client, and the Responses API continuing the responses the provider keeps,
+``previous_response_id``) each send their conversation at every call, as agents do, and it grows
+by turns of talk, by calls of the agent's own tools (outputs small and large), and by calls of
+our tools, which the proxy runs in a round the agent never sees. Between calls a conversation
+may go back to an earlier turn (a rewind, an edited prompt; a chained one continues an earlier
+response), have an earlier user message reworded, send its last request again (a retry), its
+requests may be streamed or not, and the proxy may be restarted over the same store. Every
+message carries a marker of its own.
 
-At every call:
+At every call, the provider reading each request as it keeps it (after the response it
+continues, when one goes upstream as it came: a chain the restarted proxy no longer knows):
 
 * the agent gets the model's answer, and never a call of our tools;
-* the provider accepts every request the proxy sends it (calls and results pair: the scripted
-  model refuses what the providers refuse), one request per round, as many rounds as planned;
+* the provider accepts every request the proxy sends it (calls and results pair, reasoning and
+  thinking come back with their turns: the scripted model refuses what the providers refuse),
+  one request per round, as many rounds as planned;
 * the provider is shown every user message and assistant text of the conversation, and nothing
   of a message it no longer holds (a branch left, a message reworded);
 * each exchange with our tools stands in every later request while the conversation still holds
-  the messages it came after, and in none once it does not (a restarted proxy too);
+  the messages it came after, and in none once it does not (a restarted proxy too; without a
+  client's key, a rewind is another conversation, which need not show them);
 
-and at the end the two conversations are two sessions, whose every frame verifies.
+and at the end the conversations are as many sessions (at least, without keys), whose every
+frame verifies.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from context_os.store.sqlite import SqliteStore
 from tests.proxy.running import Running, verified_frames
 from tests.proxy.upstream import ToolCall, Upstream, upstream
 from tests.reliability._adversarial import FUZZ, examples
+
+Reply = str | ToolCall | Callable[[dict[str, Any]], str | ToolCall]
 
 MARK = re.compile(r"\bM(\d+)x\b")
 STEP = st.one_of(
@@ -209,12 +218,38 @@ class Conversation:
     """(the id of our tool's call, the conversation's messages it came after)."""
     answered_at = 0
     """Where the last answer that ended a turn starts (a retry takes it back)."""
+    chained: bool = False
+    """Responses: the client sends what is new only, and names the response it continues
+    (``previous_response_id``): the provider keeps the conversation (``store``)."""
+    responses: list[tuple[int, str]] = field(default_factory=list)
+    """(the conversation's length after it, its id) of each response the client got (chained)."""
+
+    def took(self, answer: dict[str, Any]) -> None:
+        """The client keeps the model's answer."""
+        self.msgs += self.dialect.said(answer)
+        if self.chained:
+            self.responses.append((len(self.msgs), answer["id"]))
 
     def answered(self, answer: dict[str, Any]) -> None:
         """The model's answer ends the turn."""
         self.answered_at = len(self.msgs)
-        self.msgs += self.dialect.said(answer)
+        self.took(answer)
         self.bounds.append(len(self.msgs))
+
+    def cut(self, at: int) -> None:
+        """Back to the conversation's first ``at`` messages."""
+        del self.msgs[at:]
+        self.bounds = [b for b in self.bounds if b <= at]
+        self.responses = [(end, rid) for end, rid in self.responses if end <= at]
+
+    def request(self) -> dict[str, Any]:
+        body = self.dialect.body(copy.deepcopy(self.msgs), self.key)
+        if self.chained:
+            body["store"] = True
+            if self.responses:  # what came after the newest response, which it continues
+                end, body["previous_response_id"] = self.responses[-1]
+                body["input"] = body["input"][end - 1 :]
+        return body
 
 
 class World:
@@ -235,17 +270,24 @@ class World:
     def close(self) -> None:
         self.running.close()
 
-    def post(self, conv: Conversation, replies: list[str | ToolCall]) -> dict[str, Any]:
+    def post(self, conv: Conversation, replies: list[Reply], rounds: Callable[[], int] | None = None) -> dict[str, Any]:
         """Send the conversation as it stands; the model answers each round with the next of
-        ``replies``. Every request the provider got for it is checked."""
+        ``replies`` (``rounds`` of them, by default all). Every request the provider got for it
+        is checked."""
         up = self.up
         first = len(up.requests)
         up.replies[first:] = replies
-        answer = conv.dialect.send(self, conv.dialect.body(copy.deepcopy(conv.msgs), conv.key), self.stream)
-        got = up.requests[first:]
-        assert len(got) == len(replies), f"{len(got)} rounds upstream for {len(replies)} planned"
+        answer = conv.dialect.send(self, conv.request(), self.stream)
+        got = [self.as_read(body) for body in up.requests[first:]]
+        planned = len(replies) if rounds is None else rounds()
+        assert len(got) == planned, f"{len(got)} rounds upstream for {planned} planned"
         self.check(conv, got)
         return answer
+
+    def as_read(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A request as the provider reads it: after the response it continues, if it names one."""
+        before = self.up.kept.get(str(body.get("previous_response_id")))
+        return body if before is None else {**body, "input": [*before, *body["input"]]}
 
     def check(self, conv: Conversation, requests: list[dict[str, Any]]) -> None:
         held = _markers(conv.msgs, texts_only=False)
@@ -259,8 +301,8 @@ class World:
             fits = conv.msgs[: len(prefix)] == prefix
             if fits and conv.key is None and call_id not in ids:
                 continue  # (after a rewind, another session: of another conversation that started alike)
-            shown = "shown" if call_id in ids else "not shown"
-            assert (call_id in ids) == fits, (call_id, "kept" if fits else "dropped", shown)
+            where = "shown" if call_id in ids else "not shown"
+            assert (call_id in ids) == fits, (call_id, "kept" if fits else "dropped", where)
 
 
 def _markers(msgs: list[dict[str, Any]], *, texts_only: bool) -> set[str]:
@@ -286,15 +328,24 @@ def turn(world: World, conv: Conversation, what: str) -> None:
         called = world.post(conv, [ToolCall("bash", {"command": command})])
         [(call_id, name, args)] = d.calls(called)
         assert (name, args) == ("bash", {"command": command})
-        conv.msgs += d.said(called)
+        conv.took(called)
         output = f"{world.mark()} output\n" + ("line of output\n" * (3000 if what == "big" else 3))
         conv.msgs += d.results([(call_id, output)])
     prefix = copy.deepcopy(conv.msgs)
-    plan: list[str | ToolCall] = [ToolCall("pin", {"id": "r1"}), answer] if what == "ours" else [answer]
-    got = world.post(conv, plan)
+    ran: list[int] = []
+
+    def ours(body: dict[str, Any]) -> str | ToolCall:
+        """Our tool, when it is offered (not when the request goes upstream as it came: a chain
+        the proxy does not know)."""
+        if "pin" not in json.dumps(body.get("tools")):
+            return answer
+        ran.append(len(world.up.requests))  # the call's id is the scripted model's: the request's number
+        return ToolCall("pin", {"id": "r1"})
+
+    plan: list[Reply] = [ours, answer] if what == "ours" else [answer]
+    got = world.post(conv, plan, rounds=lambda: 1 + len(ran))
     assert answered(conv, got) == answer
-    if what == "ours":  # the proxy's call id is the scripted model's: its request's number
-        n = len(world.up.requests) - 1
+    for n in ran:
         conv.hidden.append((f"toolu_{n}" if d.path == ANTHROPIC.path else f"call_{n}", prefix))
     conv.answered(got)
 
@@ -303,20 +354,17 @@ def step(world: World, conv: Conversation, what: str, k: int) -> None:
     if what in ("talk", "tool", "big", "ours"):
         turn(world, conv, what)
     elif what == "rewind":
-        keep = conv.bounds[k % len(conv.bounds)]
-        del conv.msgs[keep:]
-        conv.bounds = [b for b in conv.bounds if b <= keep]
+        conv.cut(conv.bounds[k % len(conv.bounds)])
         turn(world, conv, "talk")
     elif what == "reword":  # not the first user message: it names the conversation
         users = [i for i, m in enumerate(conv.msgs) if m.get("role") == "user" and MARK.search(json.dumps(m))][1:]
         users = [i for i in users if "asks" in json.dumps(conv.msgs[i])]
-        if users:
+        if users and not conv.chained:  # (the provider holds a chained one's history)
             conv.msgs[users[k % len(users)]] = conv.dialect.user(f"{world.mark()} reworded")
         turn(world, conv, "talk")
     elif what == "retry":  # its last request again (the answer lost on its way): a new answer
         if conv.bounds and conv.bounds[-1] == len(conv.msgs):
-            del conv.msgs[conv.answered_at :]
-            conv.bounds.pop()
+            conv.cut(conv.answered_at)
             answer = world.mark() + " answers again"
             got = world.post(conv, [answer])
             assert answered(conv, got) == answer
@@ -338,7 +386,7 @@ def answered(conv: Conversation, got: dict[str, Any]) -> str:
 @settings(FUZZ, max_examples=examples(25), phases=[Phase.generate])
 @given(
     steps=STEPS,
-    who=st.lists(st.integers(0, 2), min_size=14, max_size=14),
+    who=st.lists(st.integers(0, 3), min_size=14, max_size=14),
     keyed=st.booleans(),
     thinking=st.booleans(),
 )
@@ -351,10 +399,11 @@ def test_conversations_through_the_proxy_show_what_they_hold_and_their_exchanges
         world = World(Path(tmp), up)
         try:
             convs = []
-            for d in (OPENAI, THINKING if thinking else ANTHROPIC, RESPONSES):
+            dialects = (OPENAI, THINKING if thinking else ANTHROPIC, RESPONSES, RESPONSES)
+            for c, d in enumerate(dialects):
                 system = {"role": "system", "content": "You are a coding agent."}
                 first = d.user(f"{world.mark()} starts, as {d.path}")
-                conv = Conversation(d, f"conversation-{d.path}" if keyed else None, [system, first])
+                conv = Conversation(d, f"conversation-{c}" if keyed else None, [system, first], chained=c == 3)
                 answer = world.mark() + " answers"
                 got = world.post(conv, [answer])
                 assert answered(conv, got) == answer
@@ -366,6 +415,6 @@ def test_conversations_through_the_proxy_show_what_they_hold_and_their_exchanges
             world.close()
         with SqliteStore(Path(tmp) / "proxy.db") as db:
             sessions = [v.id.removeprefix("session:") for v in db.find("session")]
-            assert len(sessions) == 3 if keyed else len(sessions) >= 3
+            assert len(sessions) == 4 if keyed else len(sessions) >= 4
             for sid in sessions:
                 verified_frames(db, sid)

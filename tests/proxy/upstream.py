@@ -11,7 +11,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
@@ -53,8 +53,9 @@ def gemini_outputs(body: dict[str, Any]) -> list[str]:
 
 @dataclass
 class Upstream:
-    replies: list[str | ToolCall] = field(default_factory=list)
-    """The n-th request is answered with the n-th text or tool call (then "ok")."""
+    replies: list[str | ToolCall | Callable[[dict[str, Any]], str | ToolCall]] = field(default_factory=list)
+    """The n-th request is answered with the n-th text or tool call (then "ok"), or what the n-th
+    function gives for the request (a model calls only the tools it is offered)."""
     status: int = 200
     """Answer every request with this status (an error body in the API's shape when not 200)."""
     errors: dict[int, int] = field(default_factory=dict)
@@ -81,6 +82,11 @@ class Upstream:
     two chunks of the chunked coding cut between the CR and the LF of its last line's end (as an
     intermediary may cut a stream)."""
     reasoned: set[str] = field(default_factory=set)
+    kept: dict[str, list[Any]] = field(default_factory=dict)
+    """Responses: each response stored (``store`` not false) → its whole conversation, its input
+    (after the one it continued, ``previous_response_id``) and its output: what a request that
+    continues it stands after, as the provider keeps it (one it does not know, which the tests
+    name, is read as it came)."""
     """Responses: the responses (by number) given with reasoning, whose items need it."""
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -91,7 +97,8 @@ class Upstream:
             self.headers.append(headers)
             self.paths.append(path)
             n = len(self.requests)
-        return self.replies[n - 1] if n <= len(self.replies) else "ok"
+        reply = self.replies[n - 1] if n <= len(self.replies) else "ok"
+        return reply(body) if callable(reply) else reply
 
 
 def _openai_chunks(reply: str | ToolCall, n: int, legacy: bool = False) -> Iterator[bytes]:
@@ -565,6 +572,11 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             api = "anthropic" if anthropic else "responses" if responses else "openai"
             legacy = api == "openai" and "functions" in body and not body.get("tools")  # function calling of 2023
             listed = responses or isinstance(body.get("messages"), list)
+            before = up.kept.get(str(body.get("previous_response_id"))) if responses else None
+            if before is not None:  # (one it did not keep, the tests' own: the request read as it came)
+                given = body.get("input")
+                given = [{"role": "user", "content": given}] if isinstance(given, str) else given or []
+                body = {**body, "input": [*before, *given]}  # as the provider reads it
             refused = (
                 ("messages: Input should be a valid list" if not listed else None)
                 or pairing_refused(api, body)
@@ -577,6 +589,8 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
                 )
                 self._send(400, json.dumps(shaped).encode())
                 return
+            if responses and body.get("store") is not False and isinstance(body.get("input"), list):
+                up.kept[f"resp_{n}"] = [*body["input"], *_response_items(text, n, reasoning, tools)]
             if not body.get("stream"):
                 if up.gate is not None:
                     up.gate.wait(30)
