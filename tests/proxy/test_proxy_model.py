@@ -87,28 +87,20 @@ def _openai_calls(answer: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]
     ]
 
 
-def _openai_send(world: World, body: dict[str, Any], stream: bool) -> dict[str, Any]:
-    client = world.running.openai()
-    if not stream:
-        return client.chat.completions.create(**body).model_dump(exclude_none=True)
-    with client.chat.completions.stream(**body) as events:
-        return events.get_final_completion().model_dump(exclude_none=True)
+def _sender(client: str, endpoint: str, final: str) -> Callable[[World, dict[str, Any], bool], dict[str, Any]]:
+    """Send with the proxy's ``client`` (``openai``, ``anthropic``) through its ``endpoint``
+    (``chat.completions``, ``messages``, ``responses``), a stream read whole by its ``final``."""
 
+    def send(world: World, body: dict[str, Any], stream: bool) -> dict[str, Any]:
+        api: Any = getattr(world.running, client)()
+        for name in endpoint.split("."):
+            api = getattr(api, name)
+        if not stream:
+            return api.create(**body).model_dump(exclude_none=True)
+        with api.stream(**body) as events:
+            return getattr(events, final)().model_dump(exclude_none=True)
 
-def _anthropic_send(world: World, body: dict[str, Any], stream: bool) -> dict[str, Any]:
-    client = world.running.anthropic()
-    if not stream:
-        return client.messages.create(**body).model_dump(exclude_none=True)
-    with client.messages.stream(**body) as events:
-        return events.get_final_message().model_dump(exclude_none=True)
-
-
-def _responses_send(world: World, body: dict[str, Any], stream: bool) -> dict[str, Any]:
-    client = world.running.openai()
-    if not stream:
-        return client.responses.create(**body).model_dump(exclude_none=True)
-    with client.responses.stream(**body) as events:
-        return events.get_final_response().model_dump(exclude_none=True)
+    return send
 
 
 def _anthropic_body(thinking: bool) -> Callable[[list[dict[str, Any]], str | None], dict[str, Any]]:
@@ -125,7 +117,7 @@ def _anthropic_body(thinking: bool) -> Callable[[list[dict[str, Any]], str | Non
 _BASH = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
 OPENAI = Dialect(
     path="/v1/chat/completions",
-    send=_openai_send,
+    send=_sender("openai", "chat.completions", "get_final_completion"),
     body=lambda msgs, key: (
         {
             "model": "m",
@@ -147,7 +139,7 @@ OPENAI = Dialect(
 )
 ANTHROPIC = Dialect(
     path="/v1/messages",
-    send=_anthropic_send,
+    send=_sender("anthropic", "messages", "get_final_message"),
     body=_anthropic_body(thinking=False),
     user=lambda text: {"role": "user", "content": [{"type": "text", "text": text}]},
     results=lambda done: [
@@ -169,7 +161,7 @@ THINKING = replace(ANTHROPIC, body=_anthropic_body(thinking=True))
 come back as it came with the calls of its turn."""
 RESPONSES = Dialect(
     path="/v1/responses",
-    send=_responses_send,
+    send=_sender("openai", "responses", "get_final_response"),
     body=lambda msgs, key: (
         {
             "model": "m",
@@ -216,7 +208,7 @@ class Conversation:
     bounds: list[int] = field(default_factory=list)
     hidden: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
     """(the id of our tool's call, the conversation's messages it came after)."""
-    answered_at = 0
+    answered_at: int = 0
     """Where the last answer that ended a turn starts (a retry takes it back)."""
     chained: bool = False
     """Responses: the client sends what is new only, and names the response it continues
@@ -278,16 +270,11 @@ class World:
         first = len(up.requests)
         up.replies[first:] = replies
         answer = conv.dialect.send(self, conv.request(), self.stream)
-        got = [self.as_read(body) for body in up.requests[first:]]
+        got = [up.as_read(body) for body in up.requests[first:]]
         planned = len(replies) if rounds is None else rounds()
         assert len(got) == planned, f"{len(got)} rounds upstream for {planned} planned"
         self.check(conv, got)
         return answer
-
-    def as_read(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A request as the provider reads it: after the response it continues, if it names one."""
-        before = self.up.kept.get(str(body.get("previous_response_id")))
-        return body if before is None else {**body, "input": [*before, *body["input"]]}
 
     def check(self, conv: Conversation, requests: list[dict[str, Any]]) -> None:
         held = _markers(conv.msgs, texts_only=False)

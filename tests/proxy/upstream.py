@@ -82,12 +82,11 @@ class Upstream:
     two chunks of the chunked coding cut between the CR and the LF of its last line's end (as an
     intermediary may cut a stream)."""
     reasoned: set[str] = field(default_factory=set)
+    """Responses: the responses (by number) given with reasoning, whose items need it."""
     kept: dict[str, list[Any]] = field(default_factory=dict)
     """Responses: each response stored (``store`` not false) → its whole conversation, its input
     (after the one it continued, ``previous_response_id``) and its output: what a request that
-    continues it stands after, as the provider keeps it (one it does not know, which the tests
-    name, is read as it came)."""
-    """Responses: the responses (by number) given with reasoning, whose items need it."""
+    continues it stands after, as the provider keeps it (``as_read``)."""
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -99,6 +98,16 @@ class Upstream:
             n = len(self.requests)
         reply = self.replies[n - 1] if n <= len(self.replies) else "ok"
         return reply(body) if callable(reply) else reply
+
+    def as_read(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A Responses request as the provider reads it: after the conversation of the response it
+        continues, one it kept (one it does not know, which tests name, as it came)."""
+        before = self.kept.get(str(body.get("previous_response_id")))
+        if before is None:
+            return body
+        given = body.get("input")
+        given = [{"role": "user", "content": given}] if isinstance(given, str) else given or []
+        return {**body, "input": [*before, *given]}
 
 
 def _openai_chunks(reply: str | ToolCall, n: int, legacy: bool = False) -> Iterator[bytes]:
@@ -572,11 +581,8 @@ def _handler(up: Upstream) -> type[BaseHTTPRequestHandler]:
             api = "anthropic" if anthropic else "responses" if responses else "openai"
             legacy = api == "openai" and "functions" in body and not body.get("tools")  # function calling of 2023
             listed = responses or isinstance(body.get("messages"), list)
-            before = up.kept.get(str(body.get("previous_response_id"))) if responses else None
-            if before is not None:  # (one it did not keep, the tests' own: the request read as it came)
-                given = body.get("input")
-                given = [{"role": "user", "content": given}] if isinstance(given, str) else given or []
-                body = {**body, "input": [*before, *given]}  # as the provider reads it
+            if responses:
+                body = up.as_read(body)
             refused = (
                 ("messages: Input should be a valid list" if not listed else None)
                 or pairing_refused(api, body)

@@ -805,8 +805,8 @@ class FileTracker:
                     del self._pending[oid]
                     if hint is not None:
                         self._hinted.pop(hint, None)
-                rescan = self._rescan_reason is not None or periodic
-                lost = self._rescan_reason is not None
+                lost = self._rescan_reason is not None  # (asked for: events may have been lost)
+                rescan = lost or periodic
                 self._rescan_reason = None
                 stopping = self._stopping
                 self._busy = True
@@ -840,12 +840,13 @@ class FileTracker:
         with self._cond:
             rec = self._records.get(oid)
             holder = None if rec is None else self._by_path.get(rec.path)
-        if rec is None or (attrib_only and holder in (None, oid) and not _differs(rec, _lstat(rec.path))):
-            return None
-        with self._cond:  # (taken before the look: a removal reported after it is looked at again)
+            # (taken before the look: a removal reported after it is looked at again; never one
+            # of an attribute change only, which a removal's event is not)
             if oid in self._removed:
                 self._removed.discard(oid)
                 reported = True
+        if rec is None or (attrib_only and holder in (None, oid) and not _differs(rec, _lstat(rec.path))):
+            return None
         self.stats["reconciled"] += 1
         target: str | None = None
         if holder in (None, oid) and _holds_file(rec.path):
