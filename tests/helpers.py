@@ -306,7 +306,7 @@ def blocks_text(out: list[dict[str, Any]]) -> str:
 _BLOCK = re.compile(r"<context_os>\n.*?\n</context_os>", re.S)
 _OBJECT = re.compile(r'<object id="([^"]+)"([^>]*)>\n(.*?)\n</object>', re.S)
 _CHANGED = re.compile(
-    r"(\S+)(?: \(now version \d+\))? changed: "
+    r"(\S+)(?: \((?:now version \d+|still version \d+(?:; version \d+ is newer)?)\))? changed: "
     r"(this replaces its block above|a patch of its block above, the rest of it stands):"
 )
 _HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
@@ -330,6 +330,8 @@ def objects_shown(out: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
                 k = holder[change.group(1)]
                 blocks[k] = _patched(blocks[k], lines[2:-1])
                 continue
+            if change is not None and change.group(1) in holder:  # its lines as a later patch counts them:
+                lines = [lines[0], blocks[holder[change.group(1)]][1], *lines[2:]]  # under the block's heading
             blocks.append(lines)
             for oid, _, _ in _OBJECT.findall(block):
                 holder[oid] = len(blocks) - 1

@@ -28,6 +28,7 @@ from hypothesis import given, settings
 from context_os import Session
 from context_os.context.policy import RetentionPolicy
 from context_os.files import FileTools, Workspace
+from context_os.files.tracker import FileTracker
 from context_os.harness.pi import PiHook, host_tool_observer
 from context_os.store.sqlite import SqliteStore
 from tests.context._drawn import POLICIES
@@ -113,4 +114,108 @@ def test_a_pi_session_going_back_shows_the_files_its_history_holds_as_they_are(
                         session, files, hook = open_session()
             finally:
                 session.close()
+            assert_frames_verify(db, "p")
+
+
+TRACKED_STEP = st.one_of(STEP, st.tuples(st.just("outside"), st.integers(0, FILES - 1)))
+STALE = re.compile(r'stale="version (\d+) is newer')
+
+
+@settings(FUZZ, max_examples=examples(30), deadline=None)
+@given(calls=st.lists(st.lists(TRACKED_STEP, min_size=1, max_size=3), min_size=2, max_size=8), data=st.data())
+def test_a_pi_session_with_a_file_tracker_shows_each_file_as_it_is_or_says_it_is_stale(
+    calls: list[list[tuple[str, int]]], data: st.DataObject
+) -> None:
+    """The same session with a real file tracker on its workspace, which records every change on
+    disk as it comes, beside the versions Pi's own tools make (each edit's result), and edits made
+    outside the session (the user's editor: no message says so). Calls between the checked ones
+    are made while the tracker may not have seen the newest changes. At each checked call, once
+    the tracker has seen every change:
+
+    * a file the context shows, not marked stale, shows the text on disk now;
+    * one marked stale names the newest version, which holds the text on disk, and shows other
+      text (a file changed back to the text shown is not stale);
+    * a file whose newest change is the agent's own (its read or edit, the newest step touching
+      it) is not marked stale;
+
+    and at the end the tracker finds nothing to record, and every frame verifies."""
+    from tests.files.conftest import flushed  # (a barrier: every change before it seen)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "w"
+        (root / "src").mkdir(parents=True)
+        for k in range(FILES):
+            (root / "src" / f"f{k}.py").write_text("".join(f"line {i} of f{k}\n" for i in range(12)))
+        with SqliteStore(Path(tmp) / "s.db") as db:
+            ws = Workspace(str(root))
+            tracker = FileTracker(db, ws, rescan_interval=None).start()
+
+            def open_session() -> tuple[Session, FileTools, PiHook]:
+                session = Session.open(db, "p", harness="pi")
+                files = FileTools(session, ws, tracker=tracker)
+                return session, files, PiHook(session, files=files, on_sync=host_tool_observer(files))
+
+            session, files, hook = open_session()
+            msgs: list[dict[str, Any]] = [user("start")]
+            bounds = [len(msgs)]
+            n = 0
+            try:
+                for steps in calls:
+                    own: dict[str, bool] = {}  # path → whether its newest change in this call was the agent's
+                    for what, k in steps:
+                        n += 1
+                        path = f"src/f{k}.py"
+                        if what == "rewind":
+                            keep = bounds[k % len(bounds)]
+                            del msgs[keep:]
+                            bounds = [b for b in bounds if b <= keep]
+                            msgs.append(user(f"again {n}"))
+                            own.clear()  # (what the history held of it may be gone)
+                        elif what == "read":
+                            hook.transform_context(msgs)
+                            report = files.read(path)
+                            msgs += [call(f"c{n}", "read", path=path)]
+                            msgs += [result(f"c{n}", "read", json.dumps(report)) | {"details": {"contextOs": True}}]
+                            own[path] = True
+                        elif what == "edit":
+                            old = (root / path).read_text().split("\n")[3]
+                            (root / path).write_text((root / path).read_text().replace(old, f"{old} edit {n}", 1))
+                            msgs += [call(f"c{n}", "edit", path=path, oldText=old, newText=f"{old} edit {n}")]
+                            msgs += [result(f"c{n}", "edit", f"Successfully replaced text in {path}.")]
+                            own[path] = True
+                        elif what == "outside":
+                            with (root / path).open("a") as f:
+                                f.write(f"added outside {n}\n")
+                            own[path] = False
+                        if what in ("read", "edit"):
+                            hook.transform_context(msgs)  # the model sees the result
+                        elif what == "talk":
+                            msgs += [say(f"reply {n}"), user(f"question {n}")]
+                        if what not in ("retry", "outside"):
+                            bounds.append(len(msgs))
+                    flushed(tracker, db, root)
+                    assert tracker.settle(timeout=30)
+                    out = hook.transform_context(msgs)
+                    for oid, (attrs, text) in objects_shown(out).items():
+                        found = PATH.search(attrs)
+                        if not oid.startswith("file:") or found is None:
+                            continue
+                        path, disk = found.group(1), (root / found.group(1)).read_text()
+                        stale = STALE.search(attrs)
+                        if stale is None:
+                            assert text == disk, path
+                            continue
+                        assert not own.get(path), f"{path}: the agent's own change is marked stale"
+                        newest = db.get(oid)
+                        assert newest is not None and newest.doc is not None
+                        assert newest.doc["meta"]["version"] == int(stale.group(1)), (path, attrs)
+                        assert newest.doc["content"] == disk, path
+                        assert text != disk, f"{path}: marked stale, showing the text on disk"
+                    if data.draw(st.booleans(), label="opened again after this call"):
+                        session.close()
+                        session, files, hook = open_session()
+            finally:
+                session.close()
+                tracker.stop()
+            assert tracker.rescan() == 0
             assert_frames_verify(db, "p")
