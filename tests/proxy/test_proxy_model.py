@@ -1,7 +1,8 @@
-"""Conversations through the proxy, drawn by hypothesis: four agents (OpenAI chat completions,
+"""Conversations through the proxy, drawn by hypothesis: five agents (OpenAI chat completions,
 Anthropic messages with extended thinking or without, the Responses API with a reasoning model's
-items kept by the client, and the Responses API continuing the responses the provider keeps,
-``previous_response_id``) each send their conversation at every call, as agents do, and it grows
+items kept by the client, the Responses API continuing the responses the provider keeps,
+``previous_response_id``, and Gemini's generateContent, its calls signed and its conversation
+given no key) each send their conversation at every call, as agents do, and it grows
 by turns of talk, by calls of the agent's own tools (outputs small and large), and by calls of
 our tools, which the proxy runs in a round the agent never sees. Between calls a conversation
 may go back to an earlier turn (a rewind, an edited prompt; a chained one continues an earlier
@@ -22,8 +23,9 @@ continues, when one goes upstream as it came: a chain the restarted proxy no lon
   the messages it came after, and in none once it does not (a restarted proxy too; without a
   client's key, a rewind is another conversation, which need not show them);
 
-and at the end the conversations are as many sessions (at least, without keys), whose every
-frame verifies.
+and at the end each conversation given a key is one session, one without a key is at least one
+(and at most one more for each time it went back: with keys, the Gemini one), and every frame of
+them verifies.
 """
 
 from __future__ import annotations
@@ -38,11 +40,13 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
+from google import genai
+from google.genai import types
 from hypothesis import Phase, given, settings
 
 from context_os.store.sqlite import SqliteStore
-from tests.proxy.running import Running, verified_frames
-from tests.proxy.upstream import ToolCall, Upstream, upstream
+from tests.proxy.running import KEY, OPEN, Running, verified_frames
+from tests.proxy.upstream import ToolCall, Upstream, signature, upstream
 from tests.reliability._adversarial import FUZZ, examples
 
 Reply = str | ToolCall | Callable[[dict[str, Any]], str | ToolCall]
@@ -77,6 +81,8 @@ class Dialect:
     """The answer as the agent keeps it in its conversation."""
     call_ids: Callable[[dict[str, Any]], list[str]]
     """The ids of the calls a request holds, in order."""
+    hidden_id: Callable[[int], str]
+    """The id (Gemini: the signature) the scripted model gives the call of its ``n``-th answer."""
 
 
 def _openai_calls(answer: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -136,6 +142,7 @@ OPENAI = Dialect(
         {k: v for k, v in answer["choices"][0]["message"].items() if k in ("role", "content", "tool_calls")}
     ],
     call_ids=lambda body: [c["id"] for m in body["messages"] for c in m.get("tool_calls") or ()],
+    hidden_id=lambda n: f"call_{n}",
 )
 ANTHROPIC = Dialect(
     path="/v1/messages",
@@ -155,6 +162,7 @@ ANTHROPIC = Dialect(
         for b in m["content"]
         if b.get("type") == "tool_use"
     ],
+    hidden_id=lambda n: f"toolu_{n}",
 )
 THINKING = replace(ANTHROPIC, body=_anthropic_body(thinking=True))
 """Anthropic with extended thinking: each answer starts with a signed thinking block, which must
@@ -190,7 +198,60 @@ RESPONSES = Dialect(
     ),
     said=lambda answer: answer["output"],
     call_ids=lambda body: [i["call_id"] for i in body["input"] if i.get("type") == "function_call"],
+    hidden_id=lambda n: f"call_{n}",
 )
+
+
+def _gemini_send(world: World, body: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """Gemini CLI's way: the SDK, and a stream's parts taken in as they come, the texts that follow
+    each other one part (so its candidate's content, kept in the conversation, is whole)."""
+    client = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=world.running.url))
+    OPEN.append(client)
+    bash = types.FunctionDeclaration(name="bash", description="Run a command.", parameters_json_schema=_BASH)
+    config = types.GenerateContentConfig(
+        system_instruction=body["system"], tools=[types.Tool(function_declarations=[bash])]
+    )
+    contents = body["contents"]
+    if not stream:
+        got = client.models.generate_content(model="m", contents=contents, config=config)
+        return got.model_dump(mode="json", by_alias=True, exclude_none=True)
+    parts: list[dict[str, Any]] = []
+    for chunk in client.models.generate_content_stream(model="m", contents=contents, config=config):
+        for part in _gemini_parts(chunk.model_dump(mode="json", by_alias=True, exclude_none=True)):
+            if parts and set(part) == {"text"} and set(parts[-1]) == {"text"}:
+                parts[-1] = {"text": parts[-1]["text"] + part["text"]}
+            else:
+                parts.append(part)
+    return {"candidates": [{"content": {"role": "model", "parts": parts}}]}
+
+
+def _gemini_parts(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = answer["candidates"][0]["content"]["parts"]
+    return parts
+
+
+GEMINI = Dialect(
+    path="/v1beta/models/m:generateContent",
+    send=_gemini_send,
+    body=lambda msgs, key: {"system": msgs[0]["content"], "contents": msgs[1:]},
+    user=lambda text: {"role": "user", "parts": [{"text": text}]},
+    results=lambda done: [
+        {"role": "user", "parts": [{"functionResponse": {"name": "bash", "response": {"output": o}}} for _, o in done]}
+    ],
+    # a call has no id: its signature, unique to each answer, tells it
+    calls=lambda answer: [
+        (p["thoughtSignature"], p["functionCall"]["name"], p["functionCall"]["args"])
+        for p in _gemini_parts(answer)
+        if "functionCall" in p
+    ],
+    text=lambda answer: "".join(p.get("text", "") for p in _gemini_parts(answer)),
+    said=lambda answer: [answer["candidates"][0]["content"]],
+    call_ids=lambda body: [
+        p["thoughtSignature"] for c in body["contents"] for p in c.get("parts") or () if "functionCall" in p
+    ],
+    hidden_id=signature,
+)
+"""Gemini CLI's API: no key for a conversation (one that goes back is another session)."""
 TEXTS = frozenset({"text", "input_text", "output_text"})
 
 
@@ -247,7 +308,7 @@ class Conversation:
 class World:
     def __init__(self, tmp: Path, up: Upstream) -> None:
         self.tmp, self.up, self.n = tmp, up, 0
-        self.running = Running(tmp, up)
+        self.running = Running(tmp, up, gemini_upstream=up.url)
         self.stream = False
         """Whether the next requests are streamed."""
 
@@ -257,7 +318,7 @@ class World:
 
     def restart(self) -> None:
         self.running.close()
-        self.running = Running(self.tmp, self.up)
+        self.running = Running(self.tmp, self.up, gemini_upstream=self.up.url)
 
     def close(self) -> None:
         self.running.close()
@@ -298,9 +359,9 @@ def _markers(msgs: list[dict[str, Any]], *, texts_only: bool) -> set[str]:
         return set(MARK.findall(json.dumps(msgs)))
     out: set[str] = set()
     for m in msgs[1:]:
-        content = m.get("content")
+        content = m.get("content", m.get("parts"))  # (Gemini's parts: a text is one with no type)
         blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
-        out |= {x for b in blocks if b.get("type") in TEXTS for x in MARK.findall(b["text"])}
+        out |= {x for b in blocks if b.get("type", "text") in TEXTS for x in MARK.findall(b.get("text", ""))}
     return out
 
 
@@ -333,7 +394,7 @@ def turn(world: World, conv: Conversation, what: str) -> None:
     got = world.post(conv, plan, rounds=lambda: 1 + len(ran))
     assert answered(conv, got) == answer
     for n in ran:
-        conv.hidden.append((f"toolu_{n}" if d.path == ANTHROPIC.path else f"call_{n}", prefix))
+        conv.hidden.append((d.hidden_id(n), prefix))
     conv.answered(got)
 
 
@@ -373,7 +434,7 @@ def answered(conv: Conversation, got: dict[str, Any]) -> str:
 @settings(FUZZ, max_examples=examples(25), phases=[Phase.generate])
 @given(
     steps=STEPS,
-    who=st.lists(st.integers(0, 3), min_size=14, max_size=14),
+    who=st.lists(st.integers(0, 4), min_size=14, max_size=14),
     keyed=st.booleans(),
     thinking=st.booleans(),
 )
@@ -386,11 +447,12 @@ def test_conversations_through_the_proxy_show_what_they_hold_and_their_exchanges
         world = World(Path(tmp), up)
         try:
             convs = []
-            dialects = (OPENAI, THINKING if thinking else ANTHROPIC, RESPONSES, RESPONSES)
+            dialects = (OPENAI, THINKING if thinking else ANTHROPIC, RESPONSES, RESPONSES, GEMINI)
             for c, d in enumerate(dialects):
                 system = {"role": "system", "content": "You are a coding agent."}
                 first = d.user(f"{world.mark()} starts, as {d.path}")
-                conv = Conversation(d, f"conversation-{c}" if keyed else None, [system, first], chained=c == 3)
+                key = f"conversation-{c}" if keyed and d is not GEMINI else None
+                conv = Conversation(d, key, [system, first], chained=c == 3)
                 answer = world.mark() + " answers"
                 got = world.post(conv, [answer])
                 assert answered(conv, got) == answer
@@ -400,8 +462,10 @@ def test_conversations_through_the_proxy_show_what_they_hold_and_their_exchanges
                 step(world, convs[w], what, k)
         finally:
             world.close()
+        # the keyless Gemini conversation: a session, and one more for each time it went back
+        forks = sum(1 for (what, _), w in zip(steps, who, strict=False) if w == 4 and what in ("rewind", "reword"))
         with SqliteStore(Path(tmp) / "proxy.db") as db:
             sessions = [v.id.removeprefix("session:") for v in db.find("session")]
-            assert len(sessions) == 4 if keyed else len(sessions) >= 4
+            assert 5 <= len(sessions) <= (5 + forks if keyed else 5 + len(steps))
             for sid in sessions:
                 verified_frames(db, sid)
