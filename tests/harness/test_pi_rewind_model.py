@@ -117,7 +117,9 @@ def test_a_pi_session_going_back_shows_the_files_its_history_holds_as_they_are(
             assert_frames_verify(db, "p")
 
 
-TRACKED_STEP = st.one_of(STEP, st.tuples(st.just("outside"), st.integers(0, FILES - 1)))
+TRACKED_STEP = st.one_of(
+    STEP, st.tuples(st.sampled_from(["outside", "delete", "restore", "revert"]), st.integers(0, FILES - 1))
+)
 STALE = re.compile(r'stale="version (\d+) is newer')
 
 
@@ -127,12 +129,14 @@ def test_a_pi_session_with_a_file_tracker_shows_each_file_as_it_is_or_says_it_is
     calls: list[list[tuple[str, int]]], data: st.DataObject
 ) -> None:
     """The same session with a real file tracker on its workspace, which records every change on
-    disk as it comes, beside the versions Pi's own tools make (each edit's result), and edits made
-    outside the session (the user's editor: no message says so). Calls between the checked ones
-    are made while the tracker may not have seen the newest changes. At each checked call, once
-    the tracker has seen every change:
+    disk as it comes, beside the versions Pi's own tools make (each edit's result), and changes
+    made outside the session, which no message tells (the user's editor adds a line or puts back
+    the text the agent last read or wrote; a file deleted, then written again). Calls between the
+    checked ones are made while the tracker may not have seen the newest changes. At each checked
+    call, once the tracker has seen every change:
 
-    * a file the context shows, not marked stale, shows the text on disk now;
+    * a file the context shows, not marked stale, shows the text on disk now; a deleted one is not
+      shown;
     * one marked stale names the newest version, which holds the text on disk, and shows other
       text (a file changed back to the text shown is not stale);
     * a file whose newest change is the agent's own (its read or edit, the newest step touching
@@ -159,12 +163,16 @@ def test_a_pi_session_with_a_file_tracker_shows_each_file_as_it_is_or_says_it_is
             msgs: list[dict[str, Any]] = [user("start")]
             bounds = [len(msgs)]
             n = 0
+            seen: dict[str, str] = {}  # path → its text as the agent last read or wrote it
             try:
                 for steps in calls:
                     own: dict[str, bool] = {}  # path → whether its newest change in this call was the agent's
                     for what, k in steps:
                         n += 1
                         path = f"src/f{k}.py"
+                        there = (root / path).exists()
+                        if what in ("read", "edit", "outside", "revert", "delete") and not there:
+                            continue  # (nothing to change, and Pi's tools fail on it: no call)
                         if what == "rewind":
                             keep = bounds[k % len(bounds)]
                             del msgs[keep:]
@@ -176,22 +184,31 @@ def test_a_pi_session_with_a_file_tracker_shows_each_file_as_it_is_or_says_it_is
                             report = files.read(path)
                             msgs += [call(f"c{n}", "read", path=path)]
                             msgs += [result(f"c{n}", "read", json.dumps(report)) | {"details": {"contextOs": True}}]
-                            own[path] = True
+                            own[path], seen[path] = True, (root / path).read_text()
                         elif what == "edit":
                             old = (root / path).read_text().split("\n")[3]
                             (root / path).write_text((root / path).read_text().replace(old, f"{old} edit {n}", 1))
                             msgs += [call(f"c{n}", "edit", path=path, oldText=old, newText=f"{old} edit {n}")]
                             msgs += [result(f"c{n}", "edit", f"Successfully replaced text in {path}.")]
-                            own[path] = True
+                            own[path], seen[path] = True, (root / path).read_text()
                         elif what == "outside":
                             with (root / path).open("a") as f:
                                 f.write(f"added outside {n}\n")
+                            own[path] = False
+                        elif what == "revert" and path in seen:
+                            (root / path).write_text(seen[path])
+                            own[path] = False
+                        elif what == "delete":
+                            (root / path).unlink()
+                            own[path] = False
+                        elif what == "restore" and not there:
+                            (root / path).write_text("".join(f"line {i} restored {n}\n" for i in range(12)))
                             own[path] = False
                         if what in ("read", "edit"):
                             hook.transform_context(msgs)  # the model sees the result
                         elif what == "talk":
                             msgs += [say(f"reply {n}"), user(f"question {n}")]
-                        if what not in ("retry", "outside"):
+                        if what in ("talk", "read", "edit", "rewind"):
                             bounds.append(len(msgs))
                     flushed(tracker, db, root)
                     assert tracker.settle(timeout=30)
@@ -200,8 +217,9 @@ def test_a_pi_session_with_a_file_tracker_shows_each_file_as_it_is_or_says_it_is
                         found = PATH.search(attrs)
                         if not oid.startswith("file:") or found is None:
                             continue
-                        path, disk = found.group(1), (root / found.group(1)).read_text()
-                        stale = STALE.search(attrs)
+                        path = found.group(1)
+                        assert (root / path).exists(), f"{path}: deleted, still shown"
+                        disk, stale = (root / path).read_text(), STALE.search(attrs)
                         if stale is None:
                             assert text == disk, path
                             continue
