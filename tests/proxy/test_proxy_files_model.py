@@ -1,12 +1,13 @@
-"""Claude Code's files through ``ctxos proxy --workspace``, drawn by hypothesis: the agent reads
-files (its ``Read``: the numbered text of the disk), edits them (its ``Edit``: the disk changes,
-then its result says so), talks, goes back to an earlier turn, and the user's editor changes
-files no call names; the proxy may be restarted over the same store, and the client may give its
-conversation a key or not. Every text a file ever held carries a stamp of its own, so what the
-provider is shown of each file can be told apart.
+"""An agent's files through ``ctxos proxy --workspace``, drawn by hypothesis: Claude Code (its
+``Read``, the numbered text of the disk; its ``Edit``) or Codex (``sed -n`` through its shell; its
+``apply_patch``) reads files and edits them (the disk changes, then the result says so), talks,
+goes back to an earlier turn, and the user's editor changes files no call names; the proxy may be
+restarted over the same store, and the client may give its conversation a key or not. Every text a
+file ever held carries a stamp of its own, so what the provider is shown of each file can be told
+apart.
 
 At every call, once the proxy's tracker has recorded what changed on disk, of what the provider
-is shown (the agent's calls aside, whose ``old_string`` names the old text):
+is shown (the agent's calls aside, which name the old text of a line they change):
 
 * a file's text that is not on disk now is shown only in its block marked stale (the ``stale``
   mark names a newer version), never in a result as it came;
@@ -19,8 +20,10 @@ and every frame of every session verifies at the end.
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,9 +45,13 @@ BLOCKS = re.compile(r"<context_os>\n.*?\n</context_os>", re.S)
 STEP = st.tuples(
     st.sampled_from(["read"] * 3 + ["edit"] * 3 + ["outside"] * 3 + ["talk", "rewind", "restart"]), st.integers(0, 1000)
 )
-TOOLS = [
+CLAUDE_TOOLS = [
     {"name": name, "description": name, "input_schema": {"type": "object", "properties": {}}}
     for name in ("Read", "Edit", "Bash")
+]
+CODEX_TOOLS = [
+    {"type": "function", "name": "shell_command", "parameters": {"type": "object", "properties": {}}},
+    {"type": "custom", "name": "apply_patch", "description": "Apply a patch."},
 ]
 
 
@@ -54,9 +61,144 @@ def numbered(text: str) -> str:
 
 
 @dataclass
+class Agent:
+    """How an agent's conversation holds its reads, edits and talk, and how it sends it."""
+
+    name: str
+    start: Callable[[Path], list[dict[str, Any]]]
+    """The conversation's first messages in workspace ``ws``."""
+    read: Callable[[int, Path, str], list[dict[str, Any]]]
+    """Call ``n`` of the agent's read of ``path`` and its result (the file's text given)."""
+    edit: Callable[[int, Path, str, str], list[dict[str, Any]]]
+    """Call ``n`` of the agent's edit of ``path``'s line ``old`` into ``new`` and its result."""
+    say: Callable[[str], dict[str, Any]]
+    ask: Callable[[str], dict[str, Any]]
+    send: Callable[[Running, Path, list[dict[str, Any]], bool], str]
+    """The conversation sent with the API's own client (with a key for it or not): the answer's text."""
+    sent: Callable[[dict[str, Any]], list[dict[str, Any]]]
+    """The messages of a request."""
+    texts: Callable[[list[dict[str, Any]], bool], str]
+    """Every text of the messages (with the agent's calls' arguments if asked)."""
+
+
+def _claude_texts(msgs: list[dict[str, Any]], calls: bool) -> str:
+    out: list[str] = []
+    for m in msgs:
+        content = m["content"]
+        for b in [{"type": "text", "text": content}] if isinstance(content, str) else content:
+            if b["type"] == "text":
+                out.append(b["text"])
+            elif b["type"] == "tool_result":
+                inner = b["content"]
+                out += [inner] if isinstance(inner, str) else [x.get("text", "") for x in inner]
+            elif b["type"] == "tool_use" and calls:
+                out.append(repr(b["input"]))
+    return "\n".join(out)
+
+
+def _claude_use(n: int, name: str, args: dict[str, Any], result: str) -> list[dict[str, Any]]:
+    use = {"type": "tool_use", "id": f"toolu_{n}", "name": name, "input": args}
+    done = {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": result}
+    return [{"role": "assistant", "content": [use]}, {"role": "user", "content": [done]}]
+
+
+def _claude_send(running: Running, ws: Path, msgs: list[dict[str, Any]], keyed: bool) -> str:
+    system = f"You are Claude Code.\n<env>\nPrimary working directory: {ws}\n</env>"
+    key = {"metadata": {"user_id": "conversation-1"}} if keyed else {}
+    got = running.anthropic().messages.create(
+        model="m", max_tokens=100, system=system, messages=msgs, tools=CLAUDE_TOOLS, **key
+    )  # type: ignore[call-overload]
+    assert [b.type for b in got.content] == ["text"]
+    return "".join(b.text for b in got.content)
+
+
+CLAUDE = Agent(
+    name="Claude Code",
+    start=lambda ws: [{"role": "user", "content": "fix the values"}],
+    read=lambda n, path, text: _claude_use(n, "Read", {"file_path": str(path)}, numbered(text)),
+    edit=lambda n, path, old, new: _claude_use(
+        n, "Edit", {"file_path": str(path), "old_string": old, "new_string": new}, f"The file {path} has been updated."
+    ),
+    say=lambda text: {"role": "assistant", "content": text},
+    ask=lambda text: {"role": "user", "content": text},
+    send=_claude_send,
+    sent=lambda body: body["messages"],
+    texts=_claude_texts,
+)
+
+
+def _codex_message(role: str, text: str) -> dict[str, Any]:
+    kind = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+
+
+def _codex_texts(items: list[dict[str, Any]], calls: bool) -> str:
+    out: list[str] = []
+    for i in items:
+        if i.get("type", "message") == "message":  # (a message the proxy adds may be one of role and content)
+            content = i["content"]
+            out += [content] if isinstance(content, str) else [c.get("text", "") for c in content]
+        elif i["type"] in ("function_call_output", "custom_tool_call_output"):
+            given = i["output"]
+            out += [given] if isinstance(given, str) else [c.get("text", "") for c in given]
+        elif calls:
+            out.append(i.get("arguments") or i.get("input") or "")
+    return "\n".join(out)
+
+
+def _codex_send(running: Running, ws: Path, items: list[dict[str, Any]], keyed: bool) -> str:
+    key = {"prompt_cache_key": "conversation-1"} if keyed else {}
+    got = running.openai().responses.create(
+        model="m", instructions="You are Codex.", input=items, tools=CODEX_TOOLS, store=False, **key
+    )  # type: ignore[call-overload]
+    assert [i.type for i in got.output] == ["message"]
+    return str(got.output_text)
+
+
+def _codex_patch(n: int, path: Path, old: str, new: str) -> list[dict[str, Any]]:
+    patch = f"*** Begin Patch\n*** Update File: {path.name}\n@@\n-{old}\n+{new}\n*** End Patch"
+    done = f"Exit code: 0\nWall time: 0 seconds\nOutput:\nSuccess. Updated the following files:\nM {path.name}\n"
+    return [
+        {"type": "custom_tool_call", "status": "completed", "call_id": f"p{n}", "name": "apply_patch", "input": patch},
+        {"type": "custom_tool_call_output", "call_id": f"p{n}", "output": done},
+    ]
+
+
+def _codex_read(n: int, path: Path, text: str) -> list[dict[str, Any]]:
+    # asking for more lines than the file has: its end is known
+    arguments = json.dumps({"command": f"sed -n '1,{LINES + 20}p' {path.name}", "workdir": str(path.parent)})
+    return [
+        {"type": "function_call", "name": "shell_command", "arguments": arguments, "call_id": f"r{n}"},
+        {
+            "type": "function_call_output",
+            "call_id": f"r{n}",
+            "output": f"Exit code: 0\nWall time: 0 seconds\nOutput:\n{text}\n",
+        },
+    ]
+
+
+CODEX = Agent(
+    name="Codex",
+    start=lambda ws: [
+        _codex_message("user", f"<environment_context>\n  <cwd>{ws}</cwd>\n</environment_context>"),
+        _codex_message("user", "fix the values"),
+    ],
+    read=_codex_read,
+    edit=_codex_patch,
+    say=lambda text: _codex_message("assistant", text),
+    ask=lambda text: _codex_message("user", text),
+    send=_codex_send,
+    sent=lambda body: body["input"],
+    texts=_codex_texts,
+)
+AGENTS = {a.name: a for a in (CLAUDE, CODEX)}
+
+
+@dataclass
 class World:
     tmp: Path
     up: Upstream
+    agent: Agent
     keyed: bool
     running: Running = field(init=False)
     n: int = 0
@@ -73,8 +215,8 @@ class World:
         for i in range(FILES):
             self.write(i)
         self.start()
-        self.msgs = [{"role": "user", "content": "fix the values"}]
-        self.bounds = [1]
+        self.msgs = self.agent.start(self.ws)
+        self.bounds = [len(self.msgs)]
 
     def start(self) -> None:
         self.running = Running(self.tmp, self.up, workspace=self.ws)
@@ -92,12 +234,6 @@ class World:
         self.path(i).write_text("\n".join(lines))
         return old
 
-    def use(self, name: str, args: dict[str, Any], result: str) -> None:
-        self.n += 1
-        use = {"type": "tool_use", "id": f"toolu_{self.n}", "name": name, "input": args}
-        done = {"type": "tool_result", "tool_use_id": f"toolu_{self.n}", "content": result}
-        self.msgs += [{"role": "assistant", "content": [use]}, {"role": "user", "content": [done]}]
-
     def settled(self) -> None:
         """Wait until the store holds the disk's text of every file the proxy knows, if a tracker
         watches the workspace (none does while no conversation in it is open: one started when it
@@ -110,33 +246,35 @@ class World:
 
             def recorded(i: int = i, disk: str = disk) -> bool:
                 found = [v for v in self.running.store.find("file", {"abs_path": str(self.path(i))}) if v.doc]
-                return all((got := self.running.store.get(v.id)) and got.doc["content"] == disk for v in found)
+                newest = [self.running.store.get(v.id) for v in found]
+                return all(v is not None and v.doc is not None and v.doc["content"] == disk for v in newest)
 
             wait_for(recorded, what=f"the tracker's version of f{i}.py")
 
     def call(self, touched: int | None = None) -> None:
-        """The conversation as it stands, sent; what the provider got, checked (``touched``: the
-        file the agent's call just read or edited)."""
+        """The conversation as it stands, sent, then the model's answer and the user's next
+        message; what the provider got, checked (``touched``: the file the agent's call just
+        read or edited)."""
         self.settled()
         first = len(self.up.requests)
-        body: dict[str, Any] = {"model": "m", "max_tokens": 100, "system": SYSTEM.format(ws=self.ws)}
-        if self.keyed:
-            body["metadata"] = {"user_id": "conversation-1"}
-        got = self.running.anthropic().messages.create(messages=self.msgs, tools=TOOLS, **body)
-        assert [b.type for b in got.content] == ["text"]
+        answer = self.agent.send(self.running, self.ws, self.msgs, self.keyed)
         [sent] = self.up.requests[first:]
-        self.check(sent, touched)
+        self.check(self.agent.sent(sent), touched)
+        self.msgs += [self.agent.say(answer), self.agent.ask("next")]
+        self.bounds.append(len(self.msgs))
 
-    def check(self, sent: dict[str, Any], touched: int | None) -> None:
+    def check(self, sent: list[dict[str, Any]], touched: int | None) -> None:
         newest = {i: int(STAMP.findall(self.path(i).read_text())[0]) for i in range(FILES)}
         # each file as the blocks of context_os show it last (a patch applied to its block), and
         # the results the provider gets as they came
         shown: list[tuple[int, str, str]] = [
             (int(s), attrs, f"the block of {oid}")
-            for oid, (attrs, text) in objects_shown(sent["messages"]).items()
+            for oid, (attrs, text) in objects_shown(sent).items()
             for s in STAMP.findall(text)
         ]
-        shown += [(int(s), "", "a result as it came") for s in STAMP.findall(BLOCKS.sub("", _texts(sent["messages"])))]
+        shown += [
+            (int(s), "", "a result as it came") for s in STAMP.findall(BLOCKS.sub("", self.agent.texts(sent, False)))
+        ]
         for s, attrs, where in shown:
             i = self.stamps[s]
             if s == newest[i]:
@@ -149,72 +287,53 @@ class World:
 
     def known(self) -> set[int]:
         """The files whose newest change, in the conversation as it stands, is the agent's own."""
-        return {i for i in range(FILES) if i not in self.outside and f"f{i}.py" in _texts(self.msgs, calls=True)}
-
-
-SYSTEM = "You are Claude Code.\n<env>\nPrimary working directory: {ws}\n</env>"
-
-
-def _texts(msgs: list[dict[str, Any]], *, calls: bool = False) -> str:
-    """Every text of ``msgs`` (with the agent's calls' arguments if ``calls``)."""
-    out: list[str] = []
-    for m in msgs:
-        content = m["content"]
-        for b in [{"type": "text", "text": content}] if isinstance(content, str) else content:
-            if b["type"] == "text":
-                out.append(b["text"])
-            elif b["type"] == "tool_result":
-                inner = b["content"]
-                out += [inner] if isinstance(inner, str) else [x.get("text", "") for x in inner]
-            elif b["type"] == "tool_use" and calls:
-                out.append(repr(b["input"]))
-    return "\n".join(out)
+        held = self.agent.texts(self.msgs, True)
+        return {i for i in range(FILES) if i not in self.outside and f"f{i}.py" in held}
 
 
 def step(world: World, what: str, k: int) -> None:
-    i = k % FILES
+    i, agent = k % FILES, world.agent
     if what == "read":
-        world.use("Read", {"file_path": str(world.path(i))}, numbered(world.path(i).read_text()))
+        world.n += 1
+        world.msgs += agent.read(world.n, world.path(i), world.path(i).read_text())
         world.outside.discard(i)
     elif what == "edit":
         old = world.write(i)
         new = world.path(i).read_text().split("\n")[3]
-        args = {"file_path": str(world.path(i)), "old_string": old, "new_string": new}
-        world.use("Edit", args, f"The file {world.path(i)} has been updated.")
+        world.n += 1
+        world.msgs += agent.edit(world.n, world.path(i), old, new)
         world.outside.discard(i)
     elif what == "outside":
         world.write(i)
         world.outside.add(i)
         return
     elif what == "talk":
-        world.msgs += [{"role": "assistant", "content": "On it."}, {"role": "user", "content": "go on"}]
+        world.msgs += [agent.say("On it."), agent.ask("go on")]
     elif what == "rewind":
         keep = world.bounds[k % len(world.bounds)]
         gone = world.msgs[keep:]
         del world.msgs[keep:]
         world.bounds = [b for b in world.bounds if b <= keep]
-        world.msgs += [{"role": "assistant", "content": "Back."}, {"role": "user", "content": "again"}]
+        world.msgs += [agent.say("Back."), agent.ask("again")]
         # a file whose read or edit went is not the agent's own newest change any more
-        world.outside |= {i for i in range(FILES) if f"f{i}.py" in _texts(gone, calls=True)}
+        world.outside |= {i for i in range(FILES) if f"f{i}.py" in agent.texts(gone, True)}
     elif what == "restart":
         world.running.close()
         world.start()
         return
     world.call(i if what in ("read", "edit") else None)
-    world.msgs += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}]
-    world.bounds.append(len(world.msgs))
 
 
 # (not shrunk: an example takes seconds; the failing example is printed as drawn)
-@settings(FUZZ, max_examples=examples(15), phases=[Phase.generate], deadline=None)
-@given(steps=st.lists(STEP, min_size=2, max_size=16), keyed=st.booleans())
-def test_the_provider_is_shown_each_file_as_it_is_or_marked_stale(steps: list[tuple[str, int]], keyed: bool) -> None:
+@settings(FUZZ, max_examples=examples(20), phases=[Phase.generate], deadline=None)
+@given(steps=st.lists(STEP, min_size=2, max_size=16), agent=st.sampled_from(sorted(AGENTS)), keyed=st.booleans())
+def test_the_provider_is_shown_each_file_as_it_is_or_marked_stale(
+    steps: list[tuple[str, int]], agent: str, keyed: bool
+) -> None:
     with tempfile.TemporaryDirectory() as tmp, upstream(replies=[]) as up:
-        world = World(Path(tmp), up, keyed)
+        world = World(Path(tmp), up, AGENTS[agent], keyed)
         try:
             world.call()
-            world.msgs += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}]
-            world.bounds.append(len(world.msgs))
             for what, k in steps:
                 step(world, what, k)
         finally:
