@@ -1,16 +1,16 @@
 """An agent's files through ``ctxos proxy --workspace``, drawn by hypothesis: Claude Code (its
 ``Read``, the numbered text of the disk; its ``Edit``) or Codex (``sed -n`` through its shell; its
 ``apply_patch``) reads files and edits them (the disk changes, then the result says so), talks,
-goes back to an earlier turn, and the user's editor changes files no call names; the proxy may be
-restarted over the same store, and the client may give its conversation a key or not. Every text a
-file ever held carries a stamp of its own, so what the provider is shown of each file can be told
-apart.
+goes back to an earlier turn, and the user changes files no call names (an edit, a file deleted,
+then written again); the proxy may be restarted over the same store, and the client may give its
+conversation a key or not. Every text a file ever held carries a stamp of its own, so what the
+provider is shown of each file can be told apart.
 
 At every call, once the proxy's tracker has recorded what changed on disk, of what the provider
 is shown (the agent's calls aside, which name the old text of a line they change):
 
 * a file's text that is not on disk now is shown only in its block marked stale (the ``stale``
-  mark names a newer version), never in a result as it came;
+  mark names a newer version), never in a result as it came; a deleted file's not at all;
 * a file whose newest change the conversation still holds is the agent's own (its read or its
   edit, after every change made outside) shows no text but the disk's, and the file the agent
   just read or edited shows it;
@@ -43,7 +43,8 @@ STAMP = re.compile(r"\bS(\d+)x\b")
 BLOCKS = re.compile(r"<context_os>\n.*?\n</context_os>", re.S)
 # (going back and restarting are rarer: each opens the files anew, which the other steps exercise)
 STEP = st.tuples(
-    st.sampled_from(["read"] * 3 + ["edit"] * 3 + ["outside"] * 3 + ["talk", "rewind", "restart"]), st.integers(0, 1000)
+    st.sampled_from(["read"] * 3 + ["edit"] * 3 + ["outside"] * 3 + ["delete", "restore", "talk", "rewind", "restart"]),
+    st.integers(0, 1000),
 )
 CLAUDE_TOOLS = [
     {"name": name, "description": name, "input_schema": {"type": "object", "properties": {}}}
@@ -242,12 +243,14 @@ class World:
         if trackers is None or not trackers.running():
             return
         for i in range(FILES):
-            disk = self.path(i).read_text()
+            disk = self.path(i).read_text() if self.path(i).exists() else None
 
-            def recorded(i: int = i, disk: str = disk) -> bool:
+            def recorded(i: int = i, disk: str | None = disk) -> bool:
                 found = [v for v in self.running.store.find("file", {"abs_path": str(self.path(i))}) if v.doc]
-                newest = [self.running.store.get(v.id) for v in found]
-                return all(v is not None and v.doc is not None and v.doc["content"] == disk for v in newest)
+                docs = [v.doc for v in map(self.running.store.get, (v.id for v in found)) if v is not None and v.doc]
+                if disk is None:  # every object of the path says it is missing
+                    return all(d["meta"].get("missing") for d in docs)
+                return not docs or any(d["content"] == disk and not d["meta"].get("missing") for d in docs)
 
             wait_for(recorded, what=f"the tracker's version of f{i}.py")
 
@@ -264,7 +267,9 @@ class World:
         self.bounds.append(len(self.msgs))
 
     def check(self, sent: list[dict[str, Any]], touched: int | None) -> None:
-        newest = {i: int(STAMP.findall(self.path(i).read_text())[0]) for i in range(FILES)}
+        newest = {
+            i: int(STAMP.findall(self.path(i).read_text())[0]) if self.path(i).exists() else None for i in range(FILES)
+        }
         # each file as the blocks of context_os show it last (a patch applied to its block), and
         # the results the provider gets as they came
         shown: list[tuple[int, str, str]] = [
@@ -279,7 +284,8 @@ class World:
             i = self.stamps[s]
             if s == newest[i]:
                 continue
-            said = f"f{i}.py: S{s}x in {where}, S{newest[i]}x on disk"
+            said = f"f{i}.py: S{s}x in {where}, " + (f"S{newest[i]}x on disk" if newest[i] else "deleted")
+            assert newest[i] is not None, said
             assert i not in self.known(), f"{said}, the agent's own change"
             assert re.search(r'stale="version \d+ is newer', attrs), f"{said}, not marked stale"
         if touched is not None:  # the file the agent just read or edited is shown as it is now
@@ -293,6 +299,8 @@ class World:
 
 def step(world: World, what: str, k: int) -> None:
     i, agent = k % FILES, world.agent
+    if what in ("read", "edit", "outside", "delete") and not world.path(i).exists():
+        return  # (the agent's tools fail on it: no call, here)
     if what == "read":
         world.n += 1
         world.msgs += agent.read(world.n, world.path(i), world.path(i).read_text())
@@ -303,8 +311,11 @@ def step(world: World, what: str, k: int) -> None:
         world.n += 1
         world.msgs += agent.edit(world.n, world.path(i), old, new)
         world.outside.discard(i)
-    elif what == "outside":
-        world.write(i)
+    elif what in ("outside", "restore", "delete"):
+        if what == "delete":
+            world.path(i).unlink()
+        elif what == "outside" or not world.path(i).exists():
+            world.write(i)
         world.outside.add(i)
         return
     elif what == "talk":
