@@ -1,10 +1,11 @@
 """An agent's files through ``ctxos proxy --workspace``, drawn by hypothesis: Claude Code (its
-``Read``, the numbered text of the disk; its ``Edit``) or Codex (``sed -n`` through its shell; its
-``apply_patch``) reads files and edits them (the disk changes, then the result says so), talks,
-goes back to an earlier turn, and the user changes files no call names (an edit, a file deleted,
-then written again); the proxy may be restarted over the same store, and the client may give its
-conversation a key or not. Every text a file ever held carries a stamp of its own, so what the
-provider is shown of each file can be told apart.
+``Read``, the numbered text of the disk; its ``Edit``), Codex (``sed -n`` through its shell; its
+``apply_patch``) or Gemini CLI (``read_file``, ``replace``; its calls signed) reads files and edits
+them (the disk changes, then the result says so), talks, goes back to an earlier turn, and the user
+changes files no call names (an edit, a file deleted, then written again); the proxy may be
+restarted over the same store, and the client may give its conversation a key or not. Every text a
+file ever held carries a stamp of its own, so what the provider is shown of each file can be told
+apart.
 
 At every call, once the proxy's tracker has recorded what changed on disk, of what the provider
 is shown (the agent's calls aside, which name the old text of a line they change):
@@ -20,6 +21,7 @@ and every frame of every session verifies at the end.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import tempfile
@@ -29,11 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
+from google import genai
+from google.genai import types
 from hypothesis import Phase, given, settings
 
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import objects_shown, wait_for
-from tests.proxy.running import Running, verified_frames
+from tests.proxy.running import KEY, OPEN, Running, verified_frames
 from tests.proxy.upstream import Upstream, upstream
 from tests.reliability._adversarial import FUZZ, examples
 
@@ -80,6 +84,13 @@ class Agent:
     """The messages of a request."""
     texts: Callable[[list[dict[str, Any]], bool], str]
     """Every text of the messages (with the agent's calls' arguments if asked)."""
+    blocks: Callable[
+        [
+            list[dict[str, Any]],
+        ],
+        list[dict[str, Any]],
+    ] = lambda msgs: msgs
+    """The messages as ``objects_shown`` reads them (each with its ``content``)."""
 
 
 def _claude_texts(msgs: list[dict[str, Any]], calls: bool) -> str:
@@ -192,7 +203,67 @@ CODEX = Agent(
     sent=lambda body: body["input"],
     texts=_codex_texts,
 )
-AGENTS = {a.name: a for a in (CLAUDE, CODEX)}
+
+
+def _gemini_texts(contents: list[dict[str, Any]], calls: bool) -> str:
+    out: list[str] = []
+    for c in contents:
+        for part in c.get("parts") or ():
+            if "text" in part:
+                out.append(part["text"])
+            elif "functionResponse" in part:
+                out.append(json.dumps(part["functionResponse"].get("response")))
+            elif "functionCall" in part and calls:
+                out.append(repr(part["functionCall"].get("args")))
+    return "\n".join(out)
+
+
+def _gemini_call(n: int, name: str, args: dict[str, Any], output: str) -> list[dict[str, Any]]:
+    """Gemini CLI's call (signed, as Gemini 3 signs a turn's first call; no id) and its response
+    (under Gemini CLI's own call id)."""
+    signature = base64.b64encode(f"turn {n}".encode()).decode()
+    response = {"id": f"{name}-{n}", "name": name, "response": {"output": output}}
+    return [
+        {"role": "model", "parts": [{"functionCall": {"name": name, "args": args}, "thoughtSignature": signature}]},
+        {"role": "user", "parts": [{"functionResponse": response}]},
+    ]
+
+
+def _gemini_send(running: Running, ws: Path, contents: list[dict[str, Any]], keyed: bool) -> str:
+    """(Gemini gives a conversation no key.)"""
+    client = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=running.url))
+    OPEN.append(client)
+    tools = [types.FunctionDeclaration(name=name, description=name) for name in ("read_file", "replace")]
+    config = types.GenerateContentConfig(
+        system_instruction="You are Gemini CLI, an interactive CLI agent.",
+        tools=[types.Tool(function_declarations=tools)],
+    )
+    got = client.models.generate_content(model="m", contents=contents, config=config)  # type: ignore[arg-type]
+    assert not got.function_calls
+    return str(got.text)
+
+
+GEMINI = Agent(
+    name="Gemini CLI",
+    start=lambda ws: [
+        {"role": "user", "parts": [{"text": f"<session_context>\nToday's date is Monday.\n{ws}\n</session_context>"}]},
+        {"role": "user", "parts": [{"text": "fix the values"}]},
+    ],
+    read=lambda n, path, text: _gemini_call(n, "read_file", {"file_path": str(path)}, text),
+    edit=lambda n, path, old, new: _gemini_call(
+        n,
+        "replace",
+        {"file_path": str(path), "old_string": old, "new_string": new},
+        f"Successfully modified file: {path} (1 replacements).",
+    ),
+    say=lambda text: {"role": "model", "parts": [{"text": text}]},
+    ask=lambda text: {"role": "user", "parts": [{"text": text}]},
+    send=_gemini_send,
+    sent=lambda body: body["contents"],
+    texts=_gemini_texts,
+    blocks=lambda contents: [{"content": c.get("parts") or []} for c in contents],
+)
+AGENTS = {a.name: a for a in (CLAUDE, CODEX, GEMINI)}
 
 
 @dataclass
@@ -220,7 +291,7 @@ class World:
         self.bounds = [len(self.msgs)]
 
     def start(self) -> None:
-        self.running = Running(self.tmp, self.up, workspace=self.ws)
+        self.running = Running(self.tmp, self.up, workspace=self.ws, gemini_upstream=self.up.url)
 
     def path(self, i: int) -> Path:
         return self.ws / f"f{i}.py"
@@ -274,7 +345,7 @@ class World:
         # the results the provider gets as they came
         shown: list[tuple[int, str, str]] = [
             (int(s), attrs, f"the block of {oid}")
-            for oid, (attrs, text) in objects_shown(sent).items()
+            for oid, (attrs, text) in objects_shown(self.agent.blocks(sent)).items()
             for s in STAMP.findall(text)
         ]
         shown += [
