@@ -417,3 +417,38 @@ def test_with_a_workspace_the_agents_files_come_from_the_disk(tmp_path: Path, na
         finally:
             running.close()
         assert running.proxy.trackers is not None and running.proxy.trackers.running() == []
+
+
+def test_a_history_that_reads_a_file_deleted_since_shows_the_files_object_missing(tmp_path: Path) -> None:
+    """A conversation the proxy takes in whole (a fork of one without a key, a new one that carries
+    an old history) whose history reads a file of the workspace that is gone from the disk since:
+    the file's object (the index knows it, recorded missing) stands for it, inactive, and the
+    read's result is collapsed; nothing of the text it showed goes upstream. Before, the read was
+    kept as a second object, virtual, active, showing the text of a file no longer there."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "m0.py").write_text("\n".join(line(0, k) for k in range(1, LINES + 1)) + "\n")
+    numbered = "\n".join(f"{k:>6}\u2192{line(0, k)}" for k in range(1, LINES + 1))
+    use = {"type": "tool_use", "id": "toolu_r", "name": "Read", "input": {"file_path": f"{ws}/m0.py"}}
+    read = [
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_r", "content": numbered}]},
+    ]
+    ask = {"model": "m", "max_tokens": 100, "system": "You are Claude Code.", "tools": CLAUDE_TOOLS}
+    with upstream(replies=["ok", "ok"]) as up:
+        running = Running(tmp_path, up, workspace=ws)
+        try:
+            client = running.anthropic()
+            client.messages.create(messages=[{"role": "user", "content": "fix the values"}, *read], **ask)  # type: ignore[call-overload]
+            assert line(0, 9) not in json.dumps(up.requests[0]["messages"][1:2])  # (its object shows it)
+            (ws / "m0.py").unlink()
+            [m0] = [v for v in running.store.find("file", {"abs_path": str(ws / "m0.py")}) if v.doc]
+            wait_for(lambda: latest_meta(running.store, m0.id).get("missing"), what="the deletion recorded")
+            other = [{"role": "user", "content": "an old task"}, *read]
+            other += [{"role": "assistant", "content": "Read."}, {"role": "user", "content": "go on"}]
+            client.messages.create(messages=other, **ask)  # type: ignore[call-overload]
+            assert line(0, 9) not in json.dumps(up.requests[1])
+            files = [v for v in running.store.find("file", {"abs_path": str(ws / "m0.py")}) if v.doc]
+            assert [v.id for v in files] == [m0.id]  # one object for one file: no virtual one beside it
+        finally:
+            running.close()

@@ -16,6 +16,7 @@ This module never writes to the store itself.
 from __future__ import annotations
 
 import fnmatch
+import os
 import posixpath
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -671,17 +672,23 @@ class VirtualFiles:
 
     def _on_disk(self, path: str, cause: str) -> Indexed | None:
         """The file at ``path`` as the workspace's index records it now; None without a workspace
-        or for a path outside it, or a file it cannot read there (then it is kept virtual)."""
+        or for a path outside it, or a file it cannot read there (then it is kept virtual). A file
+        the index knows that is gone from the disk is its object, recorded missing: not a second
+        object, virtual, showing what the tools showed of a file no longer there (a history that
+        reads or edits a file deleted since, taken in anew: a proxy's fork of a conversation, a
+        session resumed)."""
         if self.disk is None:
             return None
         try:
-            real = self.disk.workspace.resolve(path)
+            real = self.disk.workspace.resolve(path, must_exist=False)
         except ContextOSError:
             return None  # outside the workspace, or not a path it allows
+        index = self.disk.index
         try:
-            return self.disk.index.index(real, read=True, cause=cause)
+            return index.index(real, read=True, cause=cause)
         except FileUnreadable:
-            return None
+            known = None if os.path.lexists(real) else index.lookup(real)
+            return None if known is None else index.refresh(known.id, None, cause=cause)
 
     def _show_disk(
         self, idx: Indexed, vf: VirtualFile, focus: list[list[int]], reason: str, result_id: str | None
@@ -690,7 +697,9 @@ class VirtualFiles:
         own line numbers: the disk's text has no notes); collapse the result that showed it."""
         state = "active" if idx.content is not None else "inactive"
         self.session.show(idx.id, version=idx.version, state=state, actor="agent", reason=reason, focus=focus)
-        self._collapse(result_id, idx.content is not None, f"its content is shown by {idx.id}")
+        # (a file gone from the disk since: what the result showed is no more, as its object says)
+        gone = bool(idx.meta.get("missing"))
+        self._collapse(result_id, idx.content is not None or gone, f"its content is shown by {idx.id}")
         return vf
 
     def _collapse(self, result_id: str | None, shown: bool, reason: str) -> None:
