@@ -47,7 +47,13 @@ STAMP = re.compile(r"\bS(\d+)x\b")
 BLOCKS = re.compile(r"<context_os>\n.*?\n</context_os>", re.S)
 # (going back and restarting are rarer: each opens the files anew, which the other steps exercise)
 STEP = st.tuples(
-    st.sampled_from(["read"] * 3 + ["edit"] * 3 + ["outside"] * 3 + ["delete", "restore", "talk", "rewind", "restart"]),
+    st.sampled_from(
+        ["read"] * 3
+        + ["part"] * 2
+        + ["edit"] * 3
+        + ["outside"] * 3
+        + ["delete", "restore", "talk", "rewind", "restart"]
+    ),
     st.integers(0, 1000),
 )
 CLAUDE_TOOLS = [
@@ -60,9 +66,21 @@ CODEX_TOOLS = [
 ]
 
 
-def numbered(text: str) -> str:
-    """A file's text as Claude Code's ``Read`` shows it."""
-    return "\n".join(f"{k:>6}\u2192{t}" for k, t in enumerate(text.split("\n"), 1))
+Window = tuple[int, int] | None
+"""The lines a read asks for (first and last, from 1), or none: the whole file."""
+
+
+def lines_of(text: str, window: Window) -> list[tuple[int, str]]:
+    """The lines a read of ``window`` gets of ``text``, with their numbers."""
+    first, last = window or (1, LINES)
+    return [(k, t) for k, t in enumerate(text.split("\n"), 1) if first <= k <= last]
+
+
+def _claude_read(n: int, path: Path, text: str, window: Window) -> list[dict[str, Any]]:
+    args: dict[str, Any] = {"file_path": str(path)}
+    if window:
+        args |= {"offset": window[0], "limit": window[1] - window[0] + 1}
+    return _claude_use(n, "Read", args, "\n".join(f"{k:>6}\u2192{t}" for k, t in lines_of(text, window)))
 
 
 @dataclass
@@ -72,8 +90,9 @@ class Agent:
     name: str
     start: Callable[[Path], list[dict[str, Any]]]
     """The conversation's first messages in workspace ``ws``."""
-    read: Callable[[int, Path, str], list[dict[str, Any]]]
-    """Call ``n`` of the agent's read of ``path`` and its result (the file's text given)."""
+    read: Callable[[int, Path, str, Window], list[dict[str, Any]]]
+    """Call ``n`` of the agent's read of ``path`` (of a window of its lines or whole) and its
+    result (the file's text given)."""
     edit: Callable[[int, Path, str, str], list[dict[str, Any]]]
     """Call ``n`` of the agent's edit of ``path``'s line ``old`` into ``new`` and its result."""
     say: Callable[[str], dict[str, Any]]
@@ -127,7 +146,7 @@ def _claude_send(running: Running, ws: Path, msgs: list[dict[str, Any]], keyed: 
 CLAUDE = Agent(
     name="Claude Code",
     start=lambda ws: [{"role": "user", "content": "fix the values"}],
-    read=lambda n, path, text: _claude_use(n, "Read", {"file_path": str(path)}, numbered(text)),
+    read=_claude_read,
     edit=lambda n, path, old, new: _claude_use(
         n, "Edit", {"file_path": str(path), "old_string": old, "new_string": new}, f"The file {path} has been updated."
     ),
@@ -176,9 +195,11 @@ def _codex_patch(n: int, path: Path, old: str, new: str) -> list[dict[str, Any]]
     ]
 
 
-def _codex_read(n: int, path: Path, text: str) -> list[dict[str, Any]]:
-    # asking for more lines than the file has: its end is known
-    arguments = json.dumps({"command": f"sed -n '1,{LINES + 20}p' {path.name}", "workdir": str(path.parent)})
+def _codex_read(n: int, path: Path, text: str, window: Window) -> list[dict[str, Any]]:
+    # the whole file: asking for more lines than it has (its end is known)
+    first, last = window or (1, LINES + 20)
+    arguments = json.dumps({"command": f"sed -n '{first},{last}p' {path.name}", "workdir": str(path.parent)})
+    text = "\n".join(t for _, t in lines_of(text, window))
     return [
         {"type": "function_call", "name": "shell_command", "arguments": arguments, "call_id": f"r{n}"},
         {
@@ -243,13 +264,28 @@ def _gemini_send(running: Running, ws: Path, contents: list[dict[str, Any]], key
     return str(got.text)
 
 
+def _gemini_read(n: int, path: Path, text: str, window: Window) -> list[dict[str, Any]]:
+    if window is None:
+        return _gemini_call(n, "read_file", {"file_path": str(path)}, text)
+    first, last = window
+    note = (
+        "IMPORTANT: The file content has been truncated.\n"
+        f"Status: Showing lines {first}-{last} of {LINES} total lines.\n"
+        "Action: To read more of the file, you can use the 'offset' and 'limit' parameters in a subsequent"
+        f" 'read_file' call. For example, to read the next section of the file, use offset: {last}.\n\n"
+        "--- FILE CONTENT (truncated) ---\n"
+    )
+    args = {"file_path": str(path), "offset": first - 1, "limit": last - first + 1}
+    return _gemini_call(n, "read_file", args, note + "\n".join(t for _, t in lines_of(text, window)))
+
+
 GEMINI = Agent(
     name="Gemini CLI",
     start=lambda ws: [
         {"role": "user", "parts": [{"text": f"<session_context>\nToday's date is Monday.\n{ws}\n</session_context>"}]},
         {"role": "user", "parts": [{"text": "fix the values"}]},
     ],
-    read=lambda n, path, text: _gemini_call(n, "read_file", {"file_path": str(path)}, text),
+    read=_gemini_read,
     edit=lambda n, path, old, new: _gemini_call(
         n,
         "replace",
@@ -370,11 +406,14 @@ class World:
 
 def step(world: World, what: str, k: int) -> None:
     i, agent = k % FILES, world.agent
-    if what in ("read", "edit", "outside", "delete") and not world.path(i).exists():
+    # a part of the file: from one of its first lines, 2 to 9 of them (its stamp's, the 4th, or not)
+    first = 1 + k // FILES % 6
+    window = (first, first + 1 + k // (FILES * 6) % 8) if what == "part" else None
+    if what in ("read", "part", "edit", "outside", "delete") and not world.path(i).exists():
         return  # (the agent's tools fail on it: no call, here)
-    if what == "read":
+    if what in ("read", "part"):
         world.n += 1
-        world.msgs += agent.read(world.n, world.path(i), world.path(i).read_text())
+        world.msgs += agent.read(world.n, world.path(i), world.path(i).read_text(), window)
         world.outside.discard(i)
     elif what == "edit":
         old = world.write(i)
@@ -403,7 +442,8 @@ def step(world: World, what: str, k: int) -> None:
         world.running.close()
         world.start()
         return
-    world.call(i if what in ("read", "edit") else None)
+    shows_stamp = what in ("read", "edit") or (window is not None and window[0] <= 4 <= window[1])
+    world.call(i if shows_stamp else None)
 
 
 # (not shrunk: an example takes seconds; the failing example is printed as drawn)
