@@ -46,16 +46,22 @@ STEP = st.one_of(
 CALLS = st.lists(st.lists(STEP, min_size=1, max_size=3), min_size=2, max_size=10)
 
 
+def _workspace(tmp: Path) -> Path:
+    """A workspace under ``tmp`` with the files ``src/f0.py``… of 12 lines each."""
+    root = tmp / "w"
+    (root / "src").mkdir(parents=True)
+    for k in range(FILES):
+        (root / "src" / f"f{k}.py").write_text("".join(f"line {i} of f{k}\n" for i in range(12)))
+    return root
+
+
 @settings(FUZZ, max_examples=examples(60))
 @given(calls=CALLS, policy=st.sampled_from(sorted(POLICIES)), data=st.data())
 def test_a_pi_session_going_back_shows_the_files_its_history_holds_as_they_are(
     calls: list[list[tuple[str, int]]], policy: str, data: st.DataObject
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "w"
-        (root / "src").mkdir(parents=True)
-        for k in range(FILES):
-            (root / "src" / f"f{k}.py").write_text("".join(f"line {i} of f{k}\n" for i in range(12)))
+        root = _workspace(Path(tmp))
         with SqliteStore(Path(tmp) / "s.db") as db:
 
             def open_session() -> tuple[Session, FileTools, PiHook]:
@@ -146,10 +152,7 @@ def test_a_pi_session_with_a_file_tracker_shows_each_file_as_it_is_or_says_it_is
     from tests.files.conftest import flushed  # (a barrier: every change before it seen)
 
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "w"
-        (root / "src").mkdir(parents=True)
-        for k in range(FILES):
-            (root / "src" / f"f{k}.py").write_text("".join(f"line {i} of f{k}\n" for i in range(12)))
+        root = _workspace(Path(tmp))
         with SqliteStore(Path(tmp) / "s.db") as db:
             ws = Workspace(str(root))
             tracker = FileTracker(db, ws, rescan_interval=None).start()

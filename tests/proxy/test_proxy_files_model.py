@@ -1,8 +1,9 @@
 """An agent's files through ``ctxos proxy --workspace``, drawn by hypothesis: Claude Code (its
 ``Read``, the numbered text of the disk; its ``Edit``), Codex (``sed -n`` through its shell; its
 ``apply_patch``) or Gemini CLI (``read_file``, ``replace``; its calls signed) reads files and edits
-them (the disk changes, then the result says so), talks, goes back to an earlier turn, and the user
-changes files no call names (an edit, a file deleted, then written again); the proxy may be
+them (the disk changes, then the result says so), talks (the model may read a file first with
+context_os's own ``read``, in a round the agent never sees), goes back to an earlier turn, and the
+user changes files no call names (an edit, a file deleted, then written again); the proxy may be
 restarted over the same store, and the client may give its conversation a key or not. Every text a
 file ever held carries a stamp of its own, so what the provider is shown of each file can be told
 apart.
@@ -38,7 +39,7 @@ from hypothesis import Phase, given, settings
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import objects_shown, wait_for
 from tests.proxy.running import KEY, OPEN, Running, verified_frames
-from tests.proxy.upstream import Upstream, upstream
+from tests.proxy.upstream import ToolCall, Upstream, upstream
 from tests.reliability._adversarial import FUZZ, examples
 
 FILES = 3
@@ -52,7 +53,7 @@ STEP = st.tuples(
         + ["part"] * 2
         + ["edit"] * 3
         + ["outside"] * 3
-        + ["delete", "restore", "talk", "rewind", "restart"]
+        + ["ours", "delete", "restore", "talk", "rewind", "restart"]
     ),
     st.integers(0, 1000),
 )
@@ -128,8 +129,9 @@ def _claude_texts(msgs: list[dict[str, Any]], calls: bool) -> str:
 
 
 def _claude_use(n: int, name: str, args: dict[str, Any], result: str) -> list[dict[str, Any]]:
-    use = {"type": "tool_use", "id": f"toolu_{n}", "name": name, "input": args}
-    done = {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": result}
+    """(Its ids are not the scripted model's, ``toolu_N`` of the N-th request.)"""
+    use = {"type": "tool_use", "id": f"toolu_agent{n}", "name": name, "input": args}
+    done = {"type": "tool_result", "tool_use_id": f"toolu_agent{n}", "content": result}
     return [{"role": "assistant", "content": [use]}, {"role": "user", "content": [done]}]
 
 
@@ -361,15 +363,24 @@ class World:
 
             wait_for(recorded, what=f"the tracker's version of f{i}.py")
 
-    def call(self, touched: int | None = None) -> None:
+    def call(self, touched: int | None = None, ours: int | None = None) -> None:
         """The conversation as it stands, sent, then the model's answer and the user's next
         message; what the provider got, checked (``touched``: the file the agent's call just
-        read or edited)."""
+        read or edited). ``ours``: the model first reads that file with context_os's ``read``,
+        in a round the agent never sees (when it is offered: with a workspace, always)."""
         self.settled()
         first = len(self.up.requests)
+        replies = self.up.replies  # (the n-th request's reply is its n-th)
+        replies[first:] = ["ok"] * (first - len(replies))
+        replies += [] if ours is None else [ToolCall("read", {"path": f"f{ours}.py"}), "ok"]
         answer = self.agent.send(self.running, self.ws, self.msgs, self.keyed)
-        [sent] = self.up.requests[first:]
-        self.check(self.agent.sent(sent), touched)
+        sent = self.up.requests[first:]
+        assert len(sent) == (1 if ours is None else 2)
+        for body in sent[:-1]:  # the round of our read
+            self.check(self.agent.sent(body), None)
+        # after it, the file it read is shown as it is (a deleted one: not at all)
+        read = ours if ours is not None and self.path(ours).exists() else touched
+        self.check(self.agent.sent(sent[-1]), read)
         self.msgs += [self.agent.say(answer), self.agent.ask("next")]
         self.bounds.append(len(self.msgs))
 
@@ -428,7 +439,7 @@ def step(world: World, what: str, k: int) -> None:
             world.write(i)
         world.outside.add(i)
         return
-    elif what == "talk":
+    elif what in ("talk", "ours"):
         world.msgs += [agent.say("On it."), agent.ask("go on")]
     elif what == "rewind":
         keep = world.bounds[k % len(world.bounds)]
@@ -443,7 +454,7 @@ def step(world: World, what: str, k: int) -> None:
         world.start()
         return
     shows_stamp = what in ("read", "edit") or (window is not None and window[0] <= 4 <= window[1])
-    world.call(i if shows_stamp else None)
+    world.call(i if shows_stamp else None, i if what == "ours" else None)
 
 
 # (not shrunk: an example takes seconds; the failing example is printed as drawn)
