@@ -46,6 +46,38 @@ STEP = st.one_of(
 CALLS = st.lists(st.lists(STEP, min_size=1, max_size=3), min_size=2, max_size=10)
 
 
+AGENT_STEPS = ("talk", "read", "edit", "rewind", "retry")
+
+
+def _agent_step(
+    what: str, k: int, n: int, root: Path, msgs: list[dict[str, Any]], bounds: list[int], hook: PiHook, files: FileTools
+) -> list[int]:
+    """Step ``n`` of the agent's own (one of ``AGENT_STEPS``: a turn of talk, a read through
+    context_os's ``read``, an edit by Pi's own edit tool, each result seen by a model call, or a
+    rewind to turn ``k``, or a retry): ``msgs`` grows or goes back; the ends of its turns now."""
+    path = f"src/f{k}.py"
+    if what == "rewind":
+        keep = bounds[k % len(bounds)]
+        del msgs[keep:]
+        bounds = [b for b in bounds if b <= keep]
+        msgs.append(user(f"again {n}"))
+    elif what == "read":
+        hook.transform_context(msgs)  # the model asks for it: a call of its own
+        report = files.read(path)
+        msgs += [call(f"c{n}", "read", path=path)]
+        msgs += [result(f"c{n}", "read", json.dumps(report)) | {"details": {"contextOs": True}}]
+    elif what == "edit":
+        old = (root / path).read_text().split("\n")[3]
+        (root / path).write_text((root / path).read_text().replace(old, f"{old} edit {n}", 1))
+        msgs += [call(f"c{n}", "edit", path=path, oldText=old, newText=f"{old} edit {n}")]
+        msgs += [result(f"c{n}", "edit", f"Successfully replaced text in {path}.")]
+    if what in ("read", "edit"):
+        hook.transform_context(msgs)  # the model sees the result
+    elif what == "talk":
+        msgs += [say(f"reply {n}"), user(f"question {n}")]
+    return bounds if what == "retry" else [*bounds, len(msgs)]
+
+
 def _workspace(tmp: Path) -> Path:
     """A workspace under ``tmp`` with the files ``src/f0.py``… of 12 lines each."""
     root = tmp / "w"
@@ -77,28 +109,7 @@ def test_a_pi_session_going_back_shows_the_files_its_history_holds_as_they_are(
                 for steps in calls:
                     for what, k in steps:
                         n += 1
-                        path = f"src/f{k}.py"
-                        if what == "rewind":
-                            keep = bounds[k % len(bounds)]
-                            del msgs[keep:]
-                            bounds = [b for b in bounds if b <= keep]
-                            msgs.append(user(f"again {n}"))
-                        elif what == "read":
-                            hook.transform_context(msgs)  # the model asks for it: a call of its own
-                            report = files.read(path)
-                            msgs += [call(f"c{n}", "read", path=path)]
-                            msgs += [result(f"c{n}", "read", json.dumps(report)) | {"details": {"contextOs": True}}]
-                        elif what == "edit":
-                            old = (root / path).read_text().split("\n")[3]
-                            (root / path).write_text((root / path).read_text().replace(old, f"{old} edit {n}", 1))
-                            msgs += [call(f"c{n}", "edit", path=path, oldText=old, newText=f"{old} edit {n}")]
-                            msgs += [result(f"c{n}", "edit", f"Successfully replaced text in {path}.")]
-                        if what in ("read", "edit"):
-                            hook.transform_context(msgs)  # the model sees the result
-                        elif what == "talk":
-                            msgs += [say(f"reply {n}"), user(f"question {n}")]
-                        if what != "retry":
-                            bounds.append(len(msgs))
+                        bounds = _agent_step(what, k, n, root, msgs, bounds, hook, files)
                     out = hook.transform_context(msgs)
                     shown = {
                         m.group(1): text
@@ -176,23 +187,11 @@ def test_a_pi_session_with_a_file_tracker_shows_each_file_as_it_is_or_says_it_is
                         there = (root / path).exists()
                         if what in ("read", "edit", "outside", "revert", "delete") and not there:
                             continue  # (nothing to change, and Pi's tools fail on it: no call)
+                        if what in AGENT_STEPS:
+                            bounds = _agent_step(what, k, n, root, msgs, bounds, hook, files)
                         if what == "rewind":
-                            keep = bounds[k % len(bounds)]
-                            del msgs[keep:]
-                            bounds = [b for b in bounds if b <= keep]
-                            msgs.append(user(f"again {n}"))
                             own.clear()  # (what the history held of it may be gone)
-                        elif what == "read":
-                            hook.transform_context(msgs)
-                            report = files.read(path)
-                            msgs += [call(f"c{n}", "read", path=path)]
-                            msgs += [result(f"c{n}", "read", json.dumps(report)) | {"details": {"contextOs": True}}]
-                            own[path], seen[path] = True, (root / path).read_text()
-                        elif what == "edit":
-                            old = (root / path).read_text().split("\n")[3]
-                            (root / path).write_text((root / path).read_text().replace(old, f"{old} edit {n}", 1))
-                            msgs += [call(f"c{n}", "edit", path=path, oldText=old, newText=f"{old} edit {n}")]
-                            msgs += [result(f"c{n}", "edit", f"Successfully replaced text in {path}.")]
+                        elif what in ("read", "edit"):
                             own[path], seen[path] = True, (root / path).read_text()
                         elif what == "outside":
                             with (root / path).open("a") as f:
@@ -207,12 +206,6 @@ def test_a_pi_session_with_a_file_tracker_shows_each_file_as_it_is_or_says_it_is
                         elif what == "restore" and not there:
                             (root / path).write_text("".join(f"line {i} restored {n}\n" for i in range(12)))
                             own[path] = False
-                        if what in ("read", "edit"):
-                            hook.transform_context(msgs)  # the model sees the result
-                        elif what == "talk":
-                            msgs += [say(f"reply {n}"), user(f"question {n}")]
-                        if what in ("talk", "read", "edit", "rewind"):
-                            bounds.append(len(msgs))
                     flushed(tracker, db, root)
                     assert tracker.settle(timeout=30)
                     out = hook.transform_context(msgs)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import httpx
@@ -27,6 +27,9 @@ from context_os.store.base import Store
 from context_os.store.sqlite import SqliteStore
 from tests.proxy.upstream import ToolCall, Upstream, upstream
 
+if TYPE_CHECKING:  # (imported when a test makes one: most never do)
+    from google import genai
+
 __all__ = [
     "KEY",
     "OPEN",
@@ -34,6 +37,7 @@ __all__ = [
     "Running",
     "anthropic_client",
     "file_as_shown",
+    "gemini_client",
     "only_session",
     "openai_client",
     "proxy_command",
@@ -62,6 +66,15 @@ def anthropic_client(base_url: str, **headers: str) -> anthropic.Anthropic:
     return client
 
 
+def gemini_client(base_url: str) -> genai.Client:
+    from google import genai
+    from google.genai import types
+
+    client = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=base_url))
+    OPEN.append(client)
+    return client
+
+
 class Running:
     def __init__(
         self, tmp_path: Path, up: Upstream, users: frozenset[int] | None = None, *, serve: bool = True, **options: Any
@@ -85,6 +98,9 @@ class Running:
 
     def anthropic(self, **headers: str) -> anthropic.Anthropic:
         return anthropic_client(self.url, **headers)
+
+    def gemini(self) -> genai.Client:
+        return gemini_client(self.url)
 
     def close(self) -> None:
         self.server.shutdown()

@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from google import genai
 from google.genai import errors, types
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,7 +28,7 @@ from context_os.server.proxy import derive_session, error_body, stream_error
 from context_os.server.proxy_tools import Call, JsonArrayStream, dialect, with_sse
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import pairing_refused
-from tests.proxy.running import KEY, OPEN, Running, verified_frames
+from tests.proxy.running import KEY, Running, gemini_client, verified_frames
 from tests.proxy.upstream import ToolCall, Upstream, call, signature, upstream
 
 pytestmark = pytest.mark.timeout(120)
@@ -48,12 +47,6 @@ TOOLS = [
         ]
     )
 ]
-
-
-def client(running: Running) -> genai.Client:
-    made = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=running.url))
-    OPEN.append(made)
-    return made
 
 
 def config(**more: Any) -> types.GenerateContentConfig:
@@ -96,7 +89,7 @@ def proxied(tmp_path: Path, gemini_up: Upstream) -> Any:
 
 def test_the_provider_gets_the_assembled_contents(proxied: Running, gemini_up: Upstream, tmp_path: Path) -> None:
     contents = gemini_conversation(60)  # ~65k tokens: past manage_from_tokens
-    got = client(proxied).models.generate_content(model=MODEL, contents=contents, config=config())  # type: ignore[arg-type]
+    got = proxied.gemini().models.generate_content(model=MODEL, contents=contents, config=config())  # type: ignore[arg-type]
     assert got.text == "first answer here"
     sent = gemini_up.requests[0]
     assert pairing_refused("gemini", sent) is None
@@ -150,9 +143,8 @@ def test_a_short_conversation_goes_upstream_content_for_content(proxied: Running
         {"role": "user", "parts": [{"text": "thanks"}, {"fileData": {"mimeType": "application/pdf",
                                                                    "fileUri": "gs://b/spec.pdf"}}]},
     ]  # fmt: skip
-    client(proxied).models.generate_content(model=MODEL, contents=contents, config=config())  # type: ignore[arg-type]
-    direct = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=gemini_up.url))
-    OPEN.append(direct)
+    proxied.gemini().models.generate_content(model=MODEL, contents=contents, config=config())  # type: ignore[arg-type]
+    direct = gemini_client(gemini_up.url)
     direct.models.generate_content(model=MODEL, contents=contents, config=config())  # type: ignore[arg-type]
     through, alone = gemini_up.requests
     assert through["contents"] == alone["contents"]  # as the SDK sends them without the proxy
@@ -162,7 +154,7 @@ def test_a_short_conversation_goes_upstream_content_for_content(proxied: Running
 
 def test_a_stream_comes_through(proxied: Running, gemini_up: Upstream) -> None:
     contents = gemini_conversation(60)
-    chunks = list(client(proxied).models.generate_content_stream(model=MODEL, contents=contents, config=config()))  # type: ignore[arg-type]
+    chunks = list(proxied.gemini().models.generate_content_stream(model=MODEL, contents=contents, config=config()))  # type: ignore[arg-type]
     assert "".join(c.text or "" for c in chunks) == "first answer here"
     assert chunks[-1].candidates[0].finish_reason == types.FinishReason.STOP  # type: ignore[index]
     assert len(json.dumps(gemini_up.requests[0]["contents"])) < 0.3 * len(json.dumps(contents))
@@ -178,7 +170,7 @@ def test_our_tools_run_inside_the_proxy_json_and_streamed(tmp_path: Path) -> Non
     with upstream(replies=replies) as up:
         running = Running(tmp_path, up, gemini_upstream=up.url)
         try:
-            c = client(running)
+            c = running.gemini()
             contents = gemini_conversation(2, output_chars=600)
             got = c.models.generate_content(model=MODEL, contents=contents, config=config())  # type: ignore[arg-type]
             assert got.text == "pinned it, done" and len(up.requests) == 2
@@ -281,7 +273,7 @@ def test_no_tools_of_ours_for_structured_output_and_what_cannot_be_managed_goes_
 ) -> None:
     """Gemini CLI's checks on the side ask for JSON: they are managed, but offered no tools of ours
     (Gemini refuses tools with a JSON answer). A response that answers no call goes as it came."""
-    c = client(proxied)
+    c = proxied.gemini()
     json_config = types.GenerateContentConfig(response_mime_type="application/json")
     c.models.generate_content(model=MODEL, contents="is the user done?", config=json_config)
     assert "tools" not in gemini_up.requests[0] and proxied.proxy.counts["assembled"] == 1
@@ -298,7 +290,7 @@ def test_errors_come_in_googles_shape(tmp_path: Path) -> None:
     with upstream(errors={1: 429}) as up:
         running = Running(tmp_path, up, gemini_upstream=up.url)
         try:
-            c = client(running)
+            c = running.gemini()
             with pytest.raises(errors.ClientError) as limited:
                 c.models.generate_content(model=MODEL, contents="hi")
             assert (limited.value.code, limited.value.status) == (429, "RESOURCE_EXHAUSTED")
@@ -310,14 +302,14 @@ def test_errors_come_in_googles_shape(tmp_path: Path) -> None:
     gone = Running(tmp_path / "gone", up, gemini_upstream="http://127.0.0.1:9")
     try:
         with pytest.raises(errors.ServerError) as unreachable:
-            client(gone).models.generate_content(model=MODEL, contents="hi")
+            gone.gemini().models.generate_content(model=MODEL, contents="hi")
         assert (unreachable.value.code, unreachable.value.status) == (502, "UNAVAILABLE")
     finally:
         gone.close()
 
 
 def test_count_tokens_and_other_endpoints_go_upstream_untouched(proxied: Running, gemini_up: Upstream) -> None:
-    got = client(proxied).models.count_tokens(model=MODEL, contents="how many?")
+    got = proxied.gemini().models.count_tokens(model=MODEL, contents="how many?")
     assert got.total_tokens == 7
     [seen] = gemini_up.other  # (the SDK counts on /v1, not /v1beta: a path without the key in its query)
     assert seen.endswith(f"/models/{MODEL}:countTokens") and gemini_up.requests == []
@@ -329,7 +321,7 @@ def test_two_conversations_that_start_alike_are_told_apart_by_their_first_reply(
     """Gemini CLI's first content is its session context, the same for every conversation in one
     directory on one day, and it sends no key: two runs of one task are two sessions, by what the
     model first said in each."""
-    c = client(proxied)
+    c = proxied.gemini()
     start = gemini_conversation(0)
     for reply in ("I will read app.py.", "I will run the tests."):
         said = [*start, {"role": "model", "parts": [{"text": reply}]}, {"role": "user", "parts": [{"text": "go"}]}]
@@ -448,7 +440,7 @@ def test_the_key_goes_upstream_untouched_and_is_never_stored_nor_logged(
     """Google's key in its header (the SDKs') or in the query (``?key=``, as Google's REST examples
     send it): upstream as it came; not in the store; not in the log, the request line at -v included."""
     with caplog.at_level("DEBUG", logger="context_os.proxy"):
-        client(proxied).models.generate_content(model=MODEL, contents=gemini_conversation(60), config=config())  # type: ignore[arg-type]
+        proxied.gemini().models.generate_content(model=MODEL, contents=gemini_conversation(60), config=config())  # type: ignore[arg-type]
         path = f"/v1beta/models/{MODEL}:generateContent?key={KEY}&alt=json"
         got = httpx.post(proxied.url + path, json={"contents": gemini_conversation(60)}, timeout=60)
     assert got.status_code == 200 and proxied.proxy.counts["assembled"] == 2

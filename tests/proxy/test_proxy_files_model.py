@@ -32,13 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
-from google import genai
 from google.genai import types
 from hypothesis import Phase, given, settings
 
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import objects_shown, wait_for
-from tests.proxy.running import KEY, OPEN, Running, verified_frames
+from tests.proxy.running import Running, verified_frames
 from tests.proxy.upstream import ToolCall, Upstream, upstream
 from tests.reliability._adversarial import FUZZ, examples
 
@@ -254,8 +253,7 @@ def _gemini_call(n: int, name: str, args: dict[str, Any], output: str) -> list[d
 
 def _gemini_send(running: Running, ws: Path, contents: list[dict[str, Any]], keyed: bool) -> str:
     """(Gemini gives a conversation no key.)"""
-    client = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=running.url))
-    OPEN.append(client)
+    client = running.gemini()
     tools = [types.FunctionDeclaration(name=name, description=name) for name in ("read_file", "replace")]
     config = types.GenerateContentConfig(
         system_instruction="You are Gemini CLI, an interactive CLI agent.",
@@ -398,13 +396,14 @@ class World:
         shown += [
             (int(s), "", "a result as it came") for s in STAMP.findall(BLOCKS.sub("", self.agent.texts(sent, False)))
         ]
+        known = self.known()
         for s, attrs, where in shown:
             i = self.stamps[s]
             if s == newest[i]:
                 continue
             said = f"f{i}.py: S{s}x in {where}, " + (f"S{newest[i]}x on disk" if newest[i] else "deleted")
             assert newest[i] is not None, said
-            assert i not in self.known(), f"{said}, the agent's own change"
+            assert i not in known, f"{said}, the agent's own change"
             assert re.search(r'stale="version \d+ is newer', attrs), f"{said}, not marked stale"
         if touched is not None:  # the file the agent just read or edited is shown as it is now
             assert newest[touched] in {s for s, _, _ in shown}, f"f{touched}.py: S{newest[touched]}x not shown"

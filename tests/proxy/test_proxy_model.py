@@ -40,12 +40,11 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
-from google import genai
 from google.genai import types
 from hypothesis import Phase, given, settings
 
 from context_os.store.sqlite import SqliteStore
-from tests.proxy.running import KEY, OPEN, Running, verified_frames
+from tests.proxy.running import Running, verified_frames
 from tests.proxy.upstream import ToolCall, Upstream, signature, upstream
 from tests.reliability._adversarial import FUZZ, examples
 
@@ -205,8 +204,7 @@ RESPONSES = Dialect(
 def _gemini_send(world: World, body: dict[str, Any], stream: bool) -> dict[str, Any]:
     """Gemini CLI's way: the SDK, and a stream's parts taken in as they come, the texts that follow
     each other one part (so its candidate's content, kept in the conversation, is whole)."""
-    client = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=world.running.url))
-    OPEN.append(client)
+    client = world.running.gemini()
     bash = types.FunctionDeclaration(name="bash", description="Run a command.", parameters_json_schema=_BASH)
     config = types.GenerateContentConfig(
         system_instruction=body["system"], tools=[types.Tool(function_declarations=[bash])]

@@ -135,10 +135,8 @@ def test_the_code_gemini_ran_stays_where_the_model_wrote_it_in_our_rounds(tmp_pa
     sends the code and its output back with the call (JSON, streamed), and the client's next
     request, which holds the code the stream gave it, sends each part once, where the model made
     it."""
-    from google import genai
     from google.genai import types
 
-    from tests.proxy.running import KEY, OPEN
     from tests.proxy.upstream import ran_code
 
     replies: list[Any] = [call("pin", id="r1"), "json done", call("unpin", id="r1"), "stream done", "later"]
@@ -146,8 +144,7 @@ def test_the_code_gemini_ran_stays_where_the_model_wrote_it_in_our_rounds(tmp_pa
     with upstream(replies=replies) as up:
         running = Running(tmp_path, up, gemini_upstream=up.url)
         try:
-            client = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=running.url))
-            OPEN.append(client)
+            client = running.gemini()
             ask = types.GenerateContentConfig(tools=tools)  # type: ignore[arg-type]
             got = client.models.generate_content(model="gemini-2.5-pro", contents="hi", config=ask)
             assert got.text == "json done" and len(up.requests) == 2
