@@ -251,7 +251,11 @@ def test_a_file_whose_stat_a_tracker_corrected_reads_as_already_active(root: Pat
     assert (out["indexed"], out["version"], out["active"]) == ("already indexed", 1, "already active")
 
 
-def test_valid_time_is_the_mtime_and_history_stays_ordered(root: Path, tools: FileTools, db) -> None:
+def test_valid_time_is_the_mtime_then_when_a_change_came_and_history_stays_ordered(
+    root: Path, tools: FileTools, db
+) -> None:
+    """A file's first version is valid from its mtime; a later one from when it came (its ctime
+    too: an mtime set back is no time the store had not seen the old text at), so in order."""
     f = root / "t.txt"
     f.write_text("a")
     os.utime(f, ns=(1_700_000_000_123_000_000, 1_700_000_000_123_000_000))
@@ -259,8 +263,9 @@ def test_valid_time_is_the_mtime_and_history_stays_ordered(root: Path, tools: Fi
     f.write_text("b")
     os.utime(f, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))  # mtime went backwards
     call(tools, "read", path="t.txt")
-    vts = [v.valid_time for v in db.history(oid)]
-    assert vts == [1_700_000_000_123, 1_700_000_000_124]
+    first, second = db.history(oid)
+    assert first.valid_time == 1_700_000_000_123
+    assert second.valid_time == max(os.stat(f).st_ctime_ns // 1_000_000, first.tx_time + 1)
 
 
 def test_activate_deactivate_pin_accept_ids_and_paths(root: Path, tools: FileTools) -> None:

@@ -10,7 +10,10 @@ a file wins), so a look checks what holds whatever the timing, once every event 
   file re-created where a missing object was is that object again; a file moved over another
   object's takes its path, and the other is missing);
 * the index finds that object by path;
-* a rescan by the tracker, and a new tracker started on the same store, record nothing more.
+* a rescan by the tracker, and a new tracker started on the same store, record nothing more;
+* the store, asked as of the time of every earlier look, answers what that look found: a later
+  change is valid from when it came to its path, never from before (a backup restored with its
+  old times, ``cp -p``, or a file written earlier moved over one, keep an mtime from before).
 
 Operations done one at a time (a look after each) must also keep every tracked file tracked: a
 file indexed, renamed, written or saved atomically is held by an object wherever it is, and a
@@ -31,6 +34,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
 from context_os.files import FileTracker, Workspace
+from context_os.store.base import now_ms
 from context_os.store.sqlite import SqliteStore
 from tests.files.conftest import WATCHDOG_RACE_WARNING, flushed, index
 from tests.reliability._adversarial import FUZZ, examples
@@ -60,6 +64,8 @@ class TrackerMachine(RuleBasedStateMachine):
         self.sentinel = index(self.tracker, self.root, SENTINEL, "0")
         self.marked: set[str] = set()
         """(one at a time) the paths that hold a file a tracked object must follow."""
+        self.looks: list[tuple[int, dict[str, tuple[str, str | None, bool]]]] = []
+        """(time, object id → (path, content, missing)) of every look."""
 
     def teardown(self) -> None:
         self.tracker.stop()
@@ -113,6 +119,20 @@ class TrackerMachine(RuleBasedStateMachine):
                 self.marked.discard(src)
                 self.marked.add(dst)
         self.after("rename", src, dst)
+
+    @rule(rel=paths, move=st.booleans())
+    def restore(self, rel: str, move: bool) -> None:
+        """A backup made an hour ago comes back over the file, its times kept (``cp -p``), or is
+        moved there from outside the workspace (``mv``)."""
+        backup = self.tmp / "backup"
+        backup.write_text(self.text(False, rel))
+        os.utime(backup, (time.time() - 3600,) * 2)
+        (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+        if move:
+            os.replace(backup, self.root / rel)
+        else:
+            shutil.copy2(backup, self.root / rel)
+        self.after("restore", rel, move)
 
     @rule(src=paths, dst=paths)
     def hard_link(self, src: str, dst: str) -> None:
@@ -200,6 +220,15 @@ class TrackerMachine(RuleBasedStateMachine):
         with FileTracker(self.db, self.ws, rescan_interval=None):
             pass
         assert self.in_force() == docs
+        found = {oid: (d["meta"]["path"], d["content"], bool(d["meta"]["missing"])) for oid, d in docs.items()}
+        for t, seen in self.looks:
+            for oid, want in seen.items():
+                v = self.db.get(oid, valid_time=t)
+                assert v is not None and v.doc is not None, (oid, t)
+                got = (v.doc["meta"]["path"], v.doc["content"], bool(v.doc["meta"]["missing"]))
+                assert got == want, ("as of an earlier look", t, oid, got, want)
+        self.looks.append((now_ms(), found))
+        time.sleep(0.02)  # (past the kernel clock's tick: what comes next has times of its own)
 
 
 class OneAtATime(TrackerMachine):

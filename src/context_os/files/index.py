@@ -16,14 +16,16 @@ Two modes, recorded as ``meta.indexed``:
   large: no content, no hash; a new version when its size or mtime changes. Reading it later
   switches it to ``content`` mode for good.
 
-Valid time of a version is the file's mtime (ms), clamped to now, and never earlier than the
-previous version's valid time + 1 ms, so a file's history is always in order; never in the
-future either (``next_valid_time`` waits the clock out), so a read right after a write sees
-it. Renames and deletions happen "now". Writes are compare-and-set (``Match`` on the version
-they replace), so two writers (the tools and the tracker, or two processes) never record one
-change twice; a version that brings an object to a path (a new file, a move) also claims the path
-(``file-claim:<path_key>``, compare-and-set too), so two processes indexing one new file at once
-make one object of it, not two.
+Valid time of a file's first version is its mtime (ms); of a later one, when the text came to
+the path (``FileSnapshot.changed_ms``, the later of mtime and ctime: a backup restored keeps an old
+mtime, a file moved over it brings one), never before the transaction that recorded the version
+before (the disk held that one then) nor its valid time + 1 ms, so a file's history is always in
+order; both clamped to now, and never in the future either (``next_valid_time`` waits the clock
+out), so a read right after a write sees it. Renames and deletions happen "now". Writes are
+compare-and-set (``Match`` on the version they replace), so two writers (the tools and the
+tracker, or two processes) never record one change twice; a version that brings an object to a
+path (a new file, a move) also claims the path (``file-claim:<path_key>``, compare-and-set too),
+so two processes indexing one new file at once make one object of it, not two.
 
 This module never touches a session: showing a version to the agent is the tools' job.
 """
@@ -493,7 +495,17 @@ class FileIndex:
                 meta["diff_omitted"] = why
         now = now_ms()
         content_fact = prev is None or "content" in changes or "stat" in changes or "recreated" in changes
-        base = min(snap.mtime_ms, now) if content_fact else now
+        # a file's text is valid from its mtime, as first seen; a later version from when it came
+        # to the path since the store saw the one before there (``changed_ms``, its ctime too): a
+        # backup restored keeps its old mtime (``cp -p``, ``rsync -a``, ``tar x``), ``mv`` brings
+        # that of where the bytes were written, and the text was made valid from before the store
+        # last saw the old one (when the agent was shown it): reads as of then gave the new one.
+        # Never before that sight either (a write within the kernel clock's tick of it); ``min``
+        # of now: a store whose clock runs ahead is not waited out.
+        came = snap.mtime_ms if prev is None else snap.changed_ms
+        base = min(came, now) if content_fact else now
+        if prev is not None:
+            base = max(base, min(prev.tx_time + 1, now))
         vt = next_valid_time(None if prev is None else prev.valid_time, at=base)
         obj_id = prev.id if prev is not None else "file:" + uuid.uuid4().hex
         doc, encoded = FileDoc(id=obj_id, content=snap.text, meta=meta).encode()  # (the store writes it)

@@ -3,9 +3,9 @@
 Once a file is indexed (read, written, edited or discovered by the agent), a change on disk
 becomes a new version of its object:
 
-* content change → new version (valid time = mtime; unchanged bytes are a no-op, by hash: their
-  new size, mtime and inode correct the stat of the version in force, so no later start reads
-  them again); a change of times or mode only (``touch``, ``chmod``) is seen as it happens;
+* content change → new version (valid from when it came: ``FileIndex``; unchanged bytes are a
+  no-op, by hash: their new size, mtime and inode correct the stat of the version in force, so no
+  later start reads them again); a change of times or mode only (``touch``, ``chmod``) is seen as it happens;
 * a write through one hard link → a version of each tracked name of that file (also through a
   name nobody tracks, even one deleted or replaced right after the write);
 * move/rename, also across directories → the same object with a new path;
@@ -657,7 +657,7 @@ class FileTracker:
             if marked:
                 self._cond.notify_all()
         if created:
-            self._on_untracked_name(src)
+            self._on_untracked_name(src, now)
         if untracked_write:
             # (watchdog 6's modification, where closes are reported: looked at if its stat
             # changed, which a write's does too; its close is looked at as a write)
@@ -674,12 +674,25 @@ class FileTracker:
             self._see_links(oid, self._records[oid], st)
         return oids
 
-    def _on_untracked_name(self, path: str) -> None:
+    def _on_untracked_name(self, path: str, now: float) -> None:
         """A file appeared at ``path``, which no tracked file has: maybe another name of tracked
-        files (``_named_too``). One ``stat``, outside the lock."""
+        files (``_named_too``), or a tracked file moved there whose move from its path sent no
+        event: moved out of a directory created a moment before, whose watch the observer had not
+        added yet (``mkdir d && echo > d/e.txt``, the file read, ``mv d/e.txt x/``). Its arrival
+        was all that was reported: before, it stayed recorded at the path it had left, for good.
+        It is known by the inode, size and mtime a rename keeps (a new file reusing the inode of
+        one deleted has another mtime). One ``stat``, outside the lock."""
         st = _lstat(path)
         with self._cond:
-            self._named_too(st)
+            if self._named_too(st) or st is None or not stat.S_ISREG(st.st_mode):
+                return
+            key = f"{st.st_dev}:{st.st_ino}"
+            kept = (key, st.st_size, st.st_mtime_ns // 1_000_000)
+            for oid in self._by_inode.get(key, ()):
+                rec = self._records[oid]
+                if rec.path != path and kept == (rec.inode, rec.size, rec.mtime):
+                    self._hint(oid, path, now)
+                    self._cond.notify_all()
 
     def _on_untracked_write(self, path: str, now: float, *, attrib: bool = False) -> None:
         """A writer closed ``path``, which no tracked file has (a modification, where closes are

@@ -178,10 +178,22 @@ class FileSnapshot:
     secret: bool = False
     omitted: str | None = None
     """Why there is no text (binary, secret, too large, not read yet)."""
+    ctime_ns: int = 0
+    """The inode's change time: set by the kernel at any change of the file (its bytes, times,
+    mode, names), never set back by a program."""
 
     @property
     def mtime_ms(self) -> int:
         return self.mtime_ns // 1_000_000
+
+    @property
+    def changed_ms(self) -> int:
+        """When the file at this path last changed (ms): the later of its mtime and ctime. An
+        mtime alone can be set back (``cp -p``, ``rsync -a``, ``tar x``, ``touch -d``: a backup
+        restored keeps its old times) or be when the bytes were written at another path (``mv``
+        over the file); the ctime is then the time of the restore or the move. (Where ``st_ctime``
+        is the creation time, Windows, it is never later than the mtime.)"""
+        return max(self.mtime_ns, self.ctime_ns) // 1_000_000
 
 
 @dataclass
@@ -871,6 +883,7 @@ class Workspace:
             mime=mime or "application/octet-stream",
             secret=secret,
             omitted=omitted,
+            ctime_ns=st.st_ctime_ns,
         )
         return snap, None
 
@@ -902,6 +915,7 @@ class Workspace:
                 binary=True,
                 mime=kind,
                 omitted=omitted,
+                ctime_ns=st.st_ctime_ns,
             )
         text, redacted = self.redact(text)
         if redacted:
@@ -921,4 +935,5 @@ class Workspace:
             encoding=encoding,
             replaced=replaced,
             redacted=redacted,
+            ctime_ns=st.st_ctime_ns,
         )
