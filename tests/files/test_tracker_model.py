@@ -1,9 +1,10 @@
 """The file tracker (files/tracker.py) against the disk, driven by hypothesis: random writes,
-deletions, renames (over other files too), hard links, atomic saves and directory moves of tracked and
-untracked files in a real directory, with a real watchdog observer running, in bursts of a few
-operations between looks. Which object follows a file through a burst depends on when the
-observer's events arrive (an atomic save keeps the object on its path: the path that still holds
-a file wins), so a look checks what holds whatever the timing, once every event was reconciled:
+deletions, renames (over other files too), hard links, atomic saves, backups restored and
+directory moves of tracked and untracked files in a real directory, with a real watchdog observer
+running, in bursts of a few operations between looks. Which object follows a file through a burst
+depends on when the observer's events arrive (an atomic save keeps the object on its path: the
+path that still holds a file wins), so a look checks what holds whatever the timing, once every
+event was reconciled:
 
 * every object in force that is not ``missing`` holds, at its path, the bytes on disk there;
 * every path some object names that holds a file is held by exactly one object not missing (a
@@ -15,9 +16,10 @@ a file wins), so a look checks what holds whatever the timing, once every event 
   change is valid from when it came to its path, never from before (a backup restored with its
   old times, ``cp -p``, or a file written earlier moved over one, keep an mtime from before).
 
-Operations done one at a time (a look after each) must also keep every tracked file tracked: a
-file indexed, renamed, written or saved atomically is held by an object wherever it is, and a
-file moved over a tracked one is that object's new text.
+Operations in bursts may be made while no tracker runs (its start at the next look records
+them). Operations done one at a time (a look after each) must also keep every tracked file
+tracked: a file indexed, renamed, written or saved atomically is held by an object wherever it
+is, and a file moved over a tracked one is that object's new text.
 """
 
 from __future__ import annotations
@@ -165,6 +167,14 @@ class TrackerMachine(RuleBasedStateMachine):
         self.marked = {new + m[len(old) :] if m.startswith(old) else m for m in self.marked}
         self.after("move_directory")
 
+    @precondition(lambda self: not self.one_at_a_time and self.tracker.running)
+    @rule()
+    def stop_tracker(self) -> None:
+        """Nothing watches until the next look starts a tracker again (its start records what
+        changed meanwhile)."""
+        self.tracker.stop()
+        self.after("stop_tracker")
+
     @precondition(lambda self: not self.one_at_a_time)
     @rule()
     def look_now(self) -> None:
@@ -197,6 +207,8 @@ class TrackerMachine(RuleBasedStateMachine):
 
     def _look(self) -> None:
         self.ops.append(("look",))
+        if not self.tracker.running:
+            self.tracker = FileTracker(self.db, self.ws, rescan_interval=None).start()
         self.flush()
         docs = self.in_force()
         held: dict[str, list[str]] = {}
