@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -27,8 +28,9 @@ import pytest
 from hypothesis import given, settings
 
 from context_os.server.mcp import ContextOsMcp
-from context_os.store.base import now_ms
+from context_os.store.base import Store, now_ms
 from context_os.store.sqlite import SqliteStore
+from context_os.store.xtdb import XtdbStore
 from tests.files.conftest import WATCHDOG_RACE_WARNING
 from tests.helpers import wait_for
 from tests.reliability._adversarial import FUZZ, examples
@@ -44,15 +46,15 @@ steps = st.lists(st.tuples(st.sampled_from(CLIENT + USER), st.sampled_from(FILES
 class Model:
     """The disk as the user left it, what the client knows, and what every step found."""
 
-    def __init__(self, tmp: Path) -> None:
-        self.tmp, self.ws = tmp, tmp / "ws"
+    def __init__(self, tmp: Path, store: Store) -> None:
+        self.tmp, self.ws, self.store = tmp, tmp / "ws", store
+        self.session = f"s-{uuid.uuid4().hex[:8]}"
         (self.ws / "pkg").mkdir(parents=True)
         self.n = 0
         self.disk: dict[str, str | None] = {f: None for f in FILES}
         for f in FILES:
             self.put(f)
-        self.store = SqliteStore(tmp / "store.db")
-        self.app = ContextOsMcp(self.store, session="s", workspace=self.ws)
+        self.app = ContextOsMcp(self.store, session=self.session, workspace=self.ws)
         self.ids: dict[str, str] = {}
         """path → its object's id, once read"""
         self.looks: list[tuple[int, dict[str, str | None]]] = []
@@ -60,7 +62,6 @@ class Model:
 
     def close(self) -> None:
         self.app.close()
-        self.store.close()
 
     def stamp(self) -> str:
         self.n += 1
@@ -96,7 +97,7 @@ class Model:
             self.disk[f] = None
         elif what == "restart":
             self.app.close()
-            self.app = ContextOsMcp(self.store, session="s", workspace=self.ws)
+            self.app = ContextOsMcp(self.store, session=self.session, workspace=self.ws)
 
     # -- the client
 
@@ -155,7 +156,26 @@ class Model:
 @settings(FUZZ, max_examples=examples(20))
 @given(steps=steps)
 def test_what_the_mcp_server_gives_of_files_is_the_disk_now_and_then(steps: list[tuple[str, str]]) -> None:
-    m = Model(Path(tempfile.mkdtemp(prefix="ctxos-mcp-model-")))
+    tmp = Path(tempfile.mkdtemp(prefix="ctxos-mcp-model-"))
+    with SqliteStore(tmp / "store.db") as store:
+        run(steps, tmp, store)
+
+
+@pytest.mark.xtdb
+def test_what_the_mcp_server_gives_of_files_is_the_disk_now_and_then_on_xtdb(xtdb_url: str, xtdb_sidecar: Path) -> None:
+    """As above on a real XTDB node, whose transaction times come from its own clock."""
+    with XtdbStore(xtdb_url, text_index_path=xtdb_sidecar) as store:
+
+        @settings(FUZZ, max_examples=examples(8))
+        @given(steps=steps)
+        def on_xtdb(steps: list[tuple[str, str]]) -> None:
+            run(steps, Path(tempfile.mkdtemp(prefix="ctxos-mcp-model-")), store)
+
+        on_xtdb()
+
+
+def run(steps: list[tuple[str, str]], tmp: Path, store: Store) -> None:
+    m = Model(tmp, store)
     done: list[tuple[str, str]] = []
     try:
         for what, f in steps:
