@@ -56,6 +56,7 @@ from typing import Any
 
 import watchdog.events
 from watchdog.events import (
+    DirCreatedEvent,
     DirDeletedEvent,
     DirMovedEvent,
     FileClosedEvent,
@@ -88,6 +89,7 @@ _EVENTS: list[type[FileSystemEvent]] = [
     FileClosedEvent,
     FileDeletedEvent,
     FileMovedEvent,
+    DirCreatedEvent,
     DirDeletedEvent,
     DirMovedEvent,
 ]
@@ -626,10 +628,15 @@ class FileTracker:
                         marked |= self._mark(target, now, removed=True)
                     elif mover is None:
                         self._remember(dest, now)
-            elif event.is_directory:  # a deleted directory: everything below it
+            elif event.is_directory:
+                # a deleted directory: everything below it is gone. A created one: the observer
+                # has just added its watch (it does so before it reports the creation), and
+                # what happened below it until then sent no event: a file made, read and then
+                # deleted there a moment after ``mkdir`` was not recorded missing, for good
+                # (without the periodic rescan). Looked at once, whatever it is now.
                 for path, oid in list(self._by_path.items()) if src in self._dirs else ():
                     if _under(path, src):
-                        marked |= self._mark(oid, now, removed=True)
+                        marked |= self._mark(oid, now, removed=kind == "deleted")
             else:
                 hit = self._by_path.get(src) or self._hinted.get(src)
                 if hit is not None:
