@@ -156,9 +156,8 @@ class Model:
 @settings(FUZZ, max_examples=examples(20))
 @given(steps=steps)
 def test_what_the_mcp_server_gives_of_files_is_the_disk_now_and_then(steps: list[tuple[str, str]]) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="ctxos-mcp-model-"))
-    with SqliteStore(tmp / "store.db") as store:
-        run(steps, tmp, store)
+    with tempfile.TemporaryDirectory() as d, SqliteStore(Path(d) / "store.db") as store:
+        run(steps, store)
 
 
 @pytest.mark.xtdb
@@ -169,13 +168,13 @@ def test_what_the_mcp_server_gives_of_files_is_the_disk_now_and_then_on_xtdb(xtd
         @settings(FUZZ, max_examples=examples(8))
         @given(steps=steps)
         def on_xtdb(steps: list[tuple[str, str]]) -> None:
-            run(steps, Path(tempfile.mkdtemp(prefix="ctxos-mcp-model-")), store)
+            run(steps, store)
 
         on_xtdb()
 
 
-def run(steps: list[tuple[str, str]], tmp: Path, store: Store) -> None:
-    m = Model(tmp, store)
+def run(steps: list[tuple[str, str]], store: Store) -> None:
+    m = Model(Path(tempfile.mkdtemp(prefix="ctxos-mcp-model-")), store)
     done: list[tuple[str, str]] = []
     try:
         for what, f in steps:

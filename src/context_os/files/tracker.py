@@ -5,7 +5,8 @@ becomes a new version of its object:
 
 * content change → new version (valid from when it came: ``FileIndex``; unchanged bytes are a
   no-op, by hash: their new size, mtime and inode correct the stat of the version in force, so no
-  later start reads them again); a change of times or mode only (``touch``, ``chmod``) is seen as it happens;
+  later start reads them again); a change of times or mode only (``touch``, ``chmod``) is seen as
+  it happens;
 * a write through one hard link → a version of each tracked name of that file (also through a
   name nobody tracks, even one deleted or replaced right after the write);
 * move/rename, also across directories → the same object with a new path;
@@ -25,6 +26,10 @@ becomes a new version of its object:
 
 One recursive watch per root (the workspace root, and each allowed outside directory that holds
 an indexed file) catches moves between any two directories below it, with one observer thread.
+A directory made a moment before is watched only once the observer has seen its creation: what
+happened below it until then is known by that creation, which has the tracked files below it
+looked at (one deleted there), and by files arriving elsewhere with a tracked file's inode,
+size and mtime (one moved out).
 Events under ignored directories (``.git``, ``node_modules``, build output, …) are dropped unless
 they concern an indexed file. After an inotify queue overflow, an observer error, or every
 ``rescan_interval`` seconds, every indexed file is ``stat``-ed again and the changed ones
