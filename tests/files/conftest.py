@@ -3,6 +3,8 @@ inside it), sessions, file tools, and a started watchdog tracker."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +42,19 @@ def index(tracker: FileTracker, root: Path, rel: str, text: str | None = None) -
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     return tracker.index.index(tracker.workspace.resolve(rel), read=True, cause="read").id
+
+
+def restore(backup: Path, dest: Path, text: str, *, move: bool) -> None:
+    """A backup of ``text`` made an hour ago comes over ``dest``: copied with its times kept
+    (``cp -p``, ``rsync -a``, ``tar x``), or moved there (``mv``); either way ``dest``'s mtime is an
+    hour old, and only its ctime says when it came."""
+    backup.write_text(text)
+    os.utime(backup, (time.time() - 3600,) * 2)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if move:
+        os.replace(backup, dest)
+    else:
+        shutil.copy2(backup, dest)
 
 
 def wait_version(db: SqliteStore, oid: str, n: int, what: str = "") -> dict:

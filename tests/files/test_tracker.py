@@ -19,7 +19,7 @@ from context_os.files import FileIndex, FileTools, FileTracker, Trackers, Worksp
 from context_os.files.workspace import FileSnapshot
 from context_os.harness.openai import OpenAIHook
 from context_os.store.sqlite import SqliteStore
-from tests.files.conftest import WATCHDOG_RACE_WARNING, flushed, index, latest_meta, metas, wait_version
+from tests.files.conftest import WATCHDOG_RACE_WARNING, flushed, index, latest_meta, metas, restore, wait_version
 from tests.helpers import blocks_text, call, result, user, wait_for
 
 pytestmark = pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
@@ -46,18 +46,12 @@ def test_a_file_restored_or_moved_over_is_valid_from_when_it_came_not_from_its_m
     """``cp -p``, ``rsync -a``, ``tar x`` keep a file's old mtime, and ``mv`` brings the mtime of
     where its bytes were written. Its text was made valid from that mtime (or just after the old
     version's valid time), so a read as of when the agent was shown the old text gave the new."""
-    other = root.parent / "app.py.other"
-    other.write_text("came = True\n")
-    os.utime(other, (time.time() - 3600,) * 2)
     (root / "app.py").write_text("x = 1\n")
     os.utime(root / "app.py", (time.time() - 86_400,) * 2)  # last changed yesterday
     oid = index(tracker, root, "app.py")
     shown = db.history(oid)[-1].tx_time  # when the agent read it
     time.sleep(0.02)  # (past the kernel clock's tick: the file comes in a millisecond of its own)
-    if how == "mv":
-        os.replace(other, root / "app.py")
-    else:
-        shutil.copy2(other, root / "app.py")
+    restore(root.parent / "app.py.other", root / "app.py", "came = True\n", move=how == "mv")
     wait_for(lambda: db.get(oid).doc["content"] == "came = True\n", what="the text that came")
     assert db.get(oid, shown).doc["content"] == "x = 1\n"
     assert db.history(oid)[-1].valid_time > shown

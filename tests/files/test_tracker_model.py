@@ -38,7 +38,7 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_s
 from context_os.files import FileTracker, Workspace
 from context_os.store.base import now_ms
 from context_os.store.sqlite import SqliteStore
-from tests.files.conftest import WATCHDOG_RACE_WARNING, flushed, index
+from tests.files.conftest import WATCHDOG_RACE_WARNING, flushed, index, restore
 from tests.reliability._adversarial import FUZZ, examples
 
 pytestmark = pytest.mark.filterwarnings(WATCHDOG_RACE_WARNING)
@@ -126,14 +126,7 @@ class TrackerMachine(RuleBasedStateMachine):
     def restore(self, rel: str, move: bool) -> None:
         """A backup made an hour ago comes back over the file, its times kept (``cp -p``), or is
         moved there from outside the workspace (``mv``)."""
-        backup = self.tmp / "backup"
-        backup.write_text(self.text(False, rel))
-        os.utime(backup, (time.time() - 3600,) * 2)
-        (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
-        if move:
-            os.replace(backup, self.root / rel)
-        else:
-            shutil.copy2(backup, self.root / rel)
+        restore(self.tmp / "backup", self.root / rel, self.text(False, rel), move=move)
         self.after("restore", rel, move)
 
     @rule(src=paths, dst=paths)

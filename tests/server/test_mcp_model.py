@@ -16,7 +16,6 @@ the disk (the test waits for the store to hold what the disk holds), and:
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -31,7 +30,7 @@ from context_os.server.mcp import ContextOsMcp
 from context_os.store.base import Store, now_ms
 from context_os.store.sqlite import SqliteStore
 from context_os.store.xtdb import XtdbStore
-from tests.files.conftest import WATCHDOG_RACE_WARNING
+from tests.files.conftest import WATCHDOG_RACE_WARNING, restore
 from tests.helpers import wait_for
 from tests.reliability._adversarial import FUZZ, examples
 
@@ -83,15 +82,9 @@ class Model:
     def user(self, what: str, f: str) -> None:
         if what == "write":
             self.put(f)
-        elif what in ("restore", "move_in"):  # a backup made an hour ago, its times kept
-            backup = self.tmp / "backup"
-            self.disk[f] = self.stamp()
-            backup.write_text(self.disk[f])  # type: ignore[arg-type]
-            os.utime(backup, (time.time() - 3600,) * 2)
-            if what == "move_in":
-                os.replace(backup, self.ws / f)
-            else:
-                shutil.copy2(backup, self.ws / f)
+        elif what in ("restore", "move_in"):
+            text = self.disk[f] = self.stamp()
+            restore(self.tmp / "backup", self.ws / f, text, move=what == "move_in")
         elif what == "delete" and self.disk[f] is not None:
             (self.ws / f).unlink()
             self.disk[f] = None
