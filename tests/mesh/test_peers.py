@@ -786,6 +786,40 @@ def test_a_broadcast_older_than_what_a_node_remembers_is_refused(
     assert bob.node._pubsub.seen_messages.ttl == node_module.BROADCAST_SEEN_S
 
 
+def test_a_broadcast_that_comes_again_after_the_agent_restarted_is_stored_once(
+    store: Store, agents: AgentFactory, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node remembers the broadcasts it has seen in memory only: restarted, it took a copy of one
+    it had stored as new (GossipSub gossips the ids of the last seconds' broadcasts to a peer that
+    joins, and it asks for those it has not seen: one restart in two stored the last broadcast
+    again; a peer that kept one could replay it for 50 minutes), shown twice and remembered twice.
+    A copy here is the same bytes published again (the sender's clock held still)."""
+    from context_os.mesh import node as node_module
+
+    seed = os.urandom(32)
+    alice, bob = agents("alice"), agents("bob", seed=seed, session=f"{uid}-bob")
+    link(alice, bob)
+    now = node_module.now_ms()
+    monkeypatch.setattr(node_module, "now_ms", lambda: now)
+    first = alice.broadcast("the build is green", "event")
+    secret = alice.broadcast("staging is at plum-orchard-42", "event")
+    wait_for(lambda: len(bob.messages()) == 2, "both broadcasts")
+    evict(store, bob.messages()[1]["id"])
+    bob.close()
+    bob = agents("bob", seed=seed, session=f"{uid}-bob")
+    link(alice, bob)
+    again = [alice.broadcast("the build is green", "event"), alice.broadcast("staging is at plum-orchard-42", "event")]
+    assert [r["messageId"] for r in again] == [first["messageId"], secret["messageId"]]  # the same bytes
+    monkeypatch.undo()
+    alice.broadcast("deploy at noon", "event")
+    wait_for(lambda: any(m["text"] == "deploy at noon" for m in bob.messages()), "the new broadcast")
+    assert [m["text"] for m in bob.messages()] == ["the build is green", "deploy at noon"]
+    assert sorted(d["content"] for d in messages_of(store, bob)) == ["deploy at noon", "the build is green"]
+    remembered = [e.value for e in bob.memory.get(alice.peer_id, "broadcast")]
+    assert remembered.count("[event] the build is green") == 1 and "[event] deploy at noon" in remembered
+    assert bob.node.counts["broadcasts_in"] >= 3  # the copies came (GossipSub's own too, at times)
+
+
 def test_a_send_to_a_name_nobody_goes_by_says_so(store: Store, agents: AgentFactory) -> None:
     """A name no agent or peer goes by was said to be "not a peer id" (a malformed one)."""
     alice = agents("alice")
@@ -1122,6 +1156,19 @@ def test_a_restarted_peer_is_heard_at_once(store: Store, agents: AgentFactory, u
             a.broadcast(f"run {run}")
         # close() lets the broadcast leave before the connection goes
         wait_for(lambda run=run: any(m["text"] == f"run {run}" for m in b.messages()), f"run {run}'s broadcast")
+
+
+def test_a_peer_restarted_with_its_identity_and_dialled_at_once_joins_the_topic_mesh(nodes: Any) -> None:
+    # the connection to it that closed stays listed a moment, and py-libp2p's connect took it for
+    # an open one: nothing was dialled, and the peer stayed out of the topic mesh for good
+    seed = os.urandom(32)
+    alice, bob = nodes("alice"), nodes("bob", seed=seed)
+    for run in range(3):
+        alice.connect(bob.addrs[0])
+        wait_for(lambda b=bob: b.peer_id in alice.topic_peers() and alice.peer_id in b.topic_peers(), f"run {run}")
+        bob.close()
+        bob = nodes("bob", seed=seed)
+    assert alice.counts["rejected"] == 0
 
 
 def _topic_stream_live(node: MeshNode, peer: str) -> bool:

@@ -201,6 +201,14 @@ def _tombstone(obj_id: str, latest: list[Any], reason: str, blocks: list[str]) -
         # the text of every evicted version: its source reads it again from outside the store (a
         # memory file, lines of one), and sessions do not store it again while it offers that text
         content["content_hashes"] = sorted({str(d["content_hash"]) for d in docs if d.get("content_hash")})
+    if kind == "message":
+        # the broadcasts it was (their ids, hashes of what was sent, and when): the agent that
+        # received one does not store a copy that comes again (context_os/mesh/agent.py)
+        content["broadcasts"] = {
+            str(m["message_id"]): m.get("sent_at")
+            for m in (d.get("meta") or {} for d in docs)
+            if m.get("kind") == "broadcast" and m.get("message_id")
+        }
     if kind == "file":
         # the bytes of every evicted version: the index will not take them in again
         content["shas"] = sorted({str(d["meta"]["sha"]) for d in docs if (d.get("meta") or {}).get("sha")})

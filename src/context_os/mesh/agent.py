@@ -42,7 +42,7 @@ from ..times import now_ms
 from ..tokens import estimate_tokens
 from . import registry, wire
 from .memory import MAX_VALUE_CHARS, MemoryLimits, PeerMemory
-from .node import MeshConfig, MeshNode, Reply
+from .node import BROADCAST_MAX_AGE_S, MeshConfig, MeshNode, Reply
 from .queue import GIVEN_UP_MARK, MAX_QUEUE, REQUEST_TIMEOUT, PendingRequest, RequestQueue, settle
 
 if TYPE_CHECKING:
@@ -147,8 +147,15 @@ class MeshAgent:
         self._orphans: dict[tuple[str, str], dict[str, Any]] = {}
         """The requests ``_fail_orphans`` marked failed, by (peer, request id): one its sender
         tries again (its stream broke when the agent was killed) is taken up under its object."""
+        self._heard: dict[str, int] = {}
+        """The broadcasts this agent received (stored, or evicted since) that a peer may still send
+        again, by id (``wire.broadcast_id``): when each was sent. A node remembers the broadcasts it
+        has seen while it runs only: a copy that comes after a restart (GossipSub offers a peer
+        that joins the last seconds' broadcasts; a peer may replay one it kept) is not stored
+        again. One sent longer ago than a node takes (``BROADCAST_MAX_AGE_S``) is forgotten."""
         self._fail_orphans()
         self._load_shown()
+        self._load_heard()
         self.node = MeshNode(config, on_request=self._on_request, on_broadcast=self._on_broadcast)
         self.source = MeshSource(self)
 
@@ -192,6 +199,27 @@ class MeshAgent:
         versions = sorted((v for v in found if v.doc is not None), key=lambda v: (v.doc["meta"].get("at", 0), v.tx_id))  # type: ignore[index]
         for d in [v.doc for v in versions[-self.history_cap :] if v.doc is not None]:
             self._shown.append(_Shown(d["id"], str(d.get("content") or ""), d["meta"]))
+
+    def _load_heard(self) -> None:
+        """The broadcasts of this scope received, stored or evicted, not too old to come again."""
+        where = {"mesh_agent": self.name, "session": self.scope, "kind": "broadcast", "direction": "in"}
+        for _, meta in self.store.find_meta("message", where, ("message_id", "sent_at")):
+            self._hear(meta.get("message_id"), meta.get("sent_at"))
+        prefix = f"message:{self.name}:"
+        for v in self.store.find("tombstone", {"object_kind": "message", "session": self.scope}):
+            if v.doc is not None and str(v.doc["meta"].get("object")).startswith(prefix):
+                for message_id, sent_at in (v.doc["content"].get("broadcasts") or {}).items():
+                    self._hear(message_id, sent_at)
+
+    def _hear(self, message_id: object, sent_at: object) -> None:
+        """Note a broadcast received (``_heard``); forget, now and then, those too old to come again."""
+        if not isinstance(message_id, str) or not isinstance(sent_at, int):
+            return
+        since = now_ms() - BROADCAST_MAX_AGE_S * 1000
+        if sent_at >= since:
+            self._heard[message_id] = sent_at
+        if len(self._heard) % 256 == 0:
+            self._heard = {k: t for k, t in self._heard.items() if t >= since}
 
     def _fail_orphans(self) -> None:
         """Mark ``failed`` the requests this agent left ``queued`` when its process died without
@@ -614,6 +642,11 @@ class MeshAgent:
             write()
 
     def _on_broadcast(self, peer: str, b: wire.Broadcast) -> None:
+        """Store and remember a broadcast (one at a time, in the order they came), unless it is
+        a copy of one received before (``_heard``)."""
+        if b.message_id in self._heard:
+            log.info("mesh: a broadcast from %s came again (%s): received before, not stored", peer, b.message_id)
+            return
         doc = self._message_doc(
             b.message,
             direction="in",
@@ -622,8 +655,10 @@ class MeshAgent:
             peer=peer,
             peer_name=b.from_agent,
             sent_at=b.timestamp,
+            message_id=b.message_id or None,
         )
         self._record(doc)
+        self._hear(b.message_id or None, b.timestamp)
         self._remember(peer, "broadcast", f"[{b.type}] {b.message}", "broadcast", b.from_agent)
 
     # --- for the agent's loop and tools ----------------------------------------------------------

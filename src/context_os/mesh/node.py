@@ -98,6 +98,8 @@ REQUEST_TIMEOUT_MAX_MS = 600_000
 """The longest a request may ask its receiver to work on it."""
 CANCEL_POLL_S = 0.25
 """How often a call with a cancel looks at it (the setter may be a signal handler: no wake-up)."""
+CLOSING_WAIT_S = 2.0
+"""How long a dial waits for the closed connections to its peer to leave the swarm's list."""
 INBOX_SIZE = 1000
 """Broadcasts waiting for the callback; past it the newest are dropped (and counted)."""
 GIVEN_UP_GRACE = 5.0
@@ -1039,11 +1041,18 @@ class MeshNode:
         """Connect to the peer of ``info`` unless connected: at its direct addresses through the
         swarm, then at each relayed one through the relay transport (py-libp2p's swarm dials no
         relayed address itself); the last failure is raised."""
+        import trio
         from libp2p.peer.peerinfo import PeerInfo
 
         self._network.unblock_peer(info.peer_id)
-        if self._network.get_connections(info.peer_id):
+        if any(not c.is_closed for c in self._network.get_connections(info.peer_id)):
             return
+        # a connection the peer closed stays listed a moment (while its close is handled), and
+        # py-libp2p's connect takes a listed one as connected: a peer restarted with its identity
+        # and dialled at once was never dialled, and stayed out of the topic mesh
+        with trio.move_on_after(CLOSING_WAIT_S):
+            while self._network.get_connections(info.peer_id):
+                await trio.sleep(0.01)
         self._forget_addrs(info.peer_id)
         direct = [a for a in info.addrs if "/p2p-circuit" not in str(a)]
         targets: list[Any] = [PeerInfo(info.peer_id, direct)] if direct else []
@@ -1370,7 +1379,7 @@ class MeshNode:
         self._call(self._publish, body, timeout=self.config.call_timeout, what="broadcast")
         with self._lock:
             self.counts["broadcasts_out"] += 1
-        return BroadcastResult(self.config.topic, reached, hashlib.sha256(body).hexdigest()[:16])
+        return BroadcastResult(self.config.topic, reached, wire.broadcast_id(body))
 
     async def _publish(self, body: bytes) -> None:
         """Publish once every peer's outbound queue has room: py-libp2p drops what comes past 32

@@ -13,10 +13,11 @@ knows nothing of libp2p, trio, stores or sessions.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .. import hashing
@@ -30,6 +31,7 @@ __all__ = [
     "AgentResponse",
     "Broadcast",
     "WireError",
+    "broadcast_id",
     "decode_broadcast",
     "decode_request",
     "decode_response",
@@ -72,6 +74,12 @@ class WireError(ValueError):
 
 def new_request_id() -> str:
     return os.urandom(8).hex()
+
+
+def broadcast_id(body: bytes) -> str:
+    """The id of a broadcast: a hash of its encoded body (sender, timestamp, text, type), which
+    the sender is told and every receiver computes alike; a copy of one has the same."""
+    return hashlib.sha256(body).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -136,6 +144,8 @@ class Broadcast:
     timestamp: int
     message: str
     type: BroadcastType = "announce"
+    message_id: str = field(default="", compare=False)
+    """``broadcast_id`` of the body it came in (set by ``decode_broadcast``; not on the wire)."""
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -266,4 +276,5 @@ def decode_broadcast(raw: bytes) -> Broadcast:
         timestamp=_ms(m, "timestamp", what),
         message=_text(m, "message", what, limit=MAX_TEXT_CHARS, name=False),
         type=kind,
+        message_id=broadcast_id(raw),
     )
