@@ -298,6 +298,30 @@ def _sending(agent: MeshAgent, peer: str, text: str) -> tuple[threading.Thread, 
     return t, outcome
 
 
+def test_a_request_an_agent_holds_as_it_stops_is_answered_so_and_taken_in_once(
+    store: Store, agents: AgentFactory, uid: str
+) -> None:
+    """Closing a node ended the connections peers had made to it at once, before the answers its
+    agent gave as it stopped went out ("the agent stopped"): the sender's stream broke, it tried
+    again, and the agent, restarted meanwhile, took the same request in a second time and let it
+    time out (two tries in three)."""
+    seed = os.urandom(32)
+    alice, bob = agents("alice"), agents("bob", seed=seed, answer_timeout=1.0)
+    for run in range(3):
+        link(alice, bob)
+        heard: list[Any] = []
+        ask = f"deploy {run}?"
+        asker = threading.Thread(target=lambda h=heard, to=bob.peer_id, ask=ask: h.append(alice.send(to, ask)))
+        asker.start()
+        assert bob.next_request(timeout=30) is not None
+        bob.close()
+        bob = agents("bob", seed=seed, answer_timeout=1.0)
+        asker.join(30)
+        assert heard[0]["response"] == "[error] the agent stopped" and heard[0]["error"], heard
+        got = [d for d in messages_of(store, bob) if d["content"] == ask]
+        assert [d["meta"]["status"] for d in got] == ["failed"]
+
+
 def test_requests_a_killed_agent_left_queued_are_failed_when_it_starts_again_and_taken_up_if_asked_again(
     tmp_path: Path, uid: str
 ) -> None:

@@ -100,6 +100,8 @@ CANCEL_POLL_S = 0.25
 """How often a call with a cancel looks at it (the setter may be a signal handler: no wake-up)."""
 CLOSING_WAIT_S = 2.0
 """How long a dial waits for the closed connections to its peer to leave the swarm's list."""
+ANSWERS_OUT_S = 2.0
+"""How long a node that stops waits for the answers it has to go out (those not given yet: none)."""
 INBOX_SIZE = 1000
 """Broadcasts waiting for the callback; past it the newest are dropped (and counted)."""
 GIVEN_UP_GRACE = 5.0
@@ -436,6 +438,9 @@ class MeshNode:
         self._waiting: dict[concurrent.futures.Future[Reply], int] = {}
         """How many streams wait for each answer (a request asked again waits on the first's)
         (network thread)."""
+        self._answering = 0
+        """Requests read and not yet answered: waiting for their answer, or writing it (network
+        thread)."""
         self.bootstrap_failed: list[dict[str, str]] = []
         """The bootstrap peers ``start`` could not dial: ``{"address", "error"}`` each."""
         self._token: Any = None
@@ -653,13 +658,20 @@ class MeshNode:
             _close_sockets(self._open_sockets())
 
     async def _hang_up(self) -> None:
-        """Let the broadcasts still queued for peers go out, then close every connection
-        (leaving the host does not close the ones this node dialled: their sockets would stay
-        open until the node is garbage)."""
+        """Let the answers given and the broadcasts still queued for peers go out, then close
+        every connection (leaving the host does not close the ones this node dialled: their
+        sockets would stay open until the node is garbage)."""
         import trio
 
         self._discovery.cancel()  # the DHT's rounds dial peers: none while the node hangs up
         self._relaying.cancel()  # (nor the relays)
+        # the answers given as the node stops (its agent answers what still waits: "the agent
+        # stopped") are written, and read by their senders, before the listeners close: closing
+        # one ends the connections it took in at once (py-libp2p runs them in its nursery), and
+        # a sender cut off tried again, and the agent restarted took the same request in again
+        with trio.move_on_after(ANSWERS_OUT_S):
+            while self._answering > sum(n for fut, n in self._waiting.items() if not fut.done()) or self._unread():
+                await trio.sleep(0.005)
         # nor is a connection taken in meanwhile: one a peer made as this node left outlived the
         # connections closed below, and held up the peer's view of it (``_renew_topic_stream``)
         await self._stop_listening()
@@ -675,6 +687,19 @@ class MeshNode:
         # what a busy or failing close left open (py-libp2p logs and goes on), and what was
         # connected meanwhile: closed here, or the socket stays open until the node is garbage
         _close_sockets(sockets + self._open_sockets())
+
+    def _unread(self) -> bool:
+        """Whether a peer has yet to read an answer of this node: on a stream it opened, this
+        node's side is closed (the answer written) and the peer's not yet (it closes once it has
+        read the answer)."""
+        for conns in self._network.get_connections_map().values():
+            for conn in conns:
+                for s in list(getattr(conn.muxed_conn, "streams", {}).values()):
+                    ours, theirs = getattr(s, "send_closed", None), getattr(s, "recv_closed", None)
+                    reset = getattr(s, "reset_received", False)
+                    if getattr(s, "is_initiator", None) is False and ours and theirs is False and not reset:
+                        return True
+        return False
 
     async def _stop_listening(self) -> None:
         """Close every listener: the node takes no connection any more. Each is taken out of the
@@ -1531,13 +1556,17 @@ class MeshNode:
         try:
             with trio.fail_after(HANDLER_READ_SECONDS):
                 raw = await rw.read_msg()
-            resp = await self._answer(peer, raw, stream)
-            # a peer that does not read (its yamux window shut, its process stopped) held this
-            # write, and the request's place in its limits, for as long as the node ran: the
-            # writes of one connection queue behind one socket, which a frozen peer never drains
-            with trio.move_on_after(HANDLER_WRITE_SECONDS) as writing:
-                await rw.write_msg(wire.encode(resp))
-                await stream.close()
+            self._answering += 1
+            try:
+                resp = await self._answer(peer, raw, stream)
+                # a peer that does not read (its yamux window shut, its process stopped) held this
+                # write, and the request's place in its limits, for as long as the node ran: the
+                # writes of one connection queue behind one socket, which a frozen peer never drains
+                with trio.move_on_after(HANDLER_WRITE_SECONDS) as writing:
+                    await rw.write_msg(wire.encode(resp))
+                    await stream.close()
+            finally:
+                self._answering -= 1
             # a write cut off mid-frame leaves the connection unreadable, and what other streams
             # queued behind it stays stuck: the connection goes (the peer dials again when back)
             sock = _tcp_stream(stream.muxed_conn) if writing.cancelled_caught else None
