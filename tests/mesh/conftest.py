@@ -54,6 +54,12 @@ def nodes(uid: str) -> Iterator[Any]:
         node.close()
 
 
+def messages_of(store: Store, agent: MeshAgent) -> list[dict[str, Any]]:
+    """Every message ``agent`` stored, in the order stored (by ``at``, then id)."""
+    docs = [v.doc for v in store.find(kind="message", where={"mesh_agent": agent.name}) if v.doc is not None]
+    return sorted(docs, key=lambda d: (d["meta"]["at"], d["id"]))
+
+
 def link(*agents: MeshAgent) -> None:
     """Connect every agent to every other and wait until the topic mesh holds them all."""
     for i, a in enumerate(agents):

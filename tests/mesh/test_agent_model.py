@@ -37,7 +37,7 @@ from context_os.store.base import Store
 from context_os.store.sqlite import SqliteStore
 from context_os.store.xtdb import XtdbStore
 from tests.helpers import wait_for
-from tests.mesh.conftest import link
+from tests.mesh.conftest import link, messages_of
 from tests.reliability._adversarial import FUZZ, examples
 
 pytestmark = pytest.mark.timeout(900)
@@ -127,8 +127,7 @@ class Model:
         return found[0]
 
     def docs(self, name: str) -> list[dict[str, Any]]:
-        where = {"mesh_agent": self.agents[name].name}
-        return [v.doc for v in self.store.find(kind="message", where=where) if v.doc is not None]
+        return messages_of(self.store, self.agents[name])
 
     # -- steps
 

@@ -35,7 +35,7 @@ from context_os.mesh.pnet import new_swarm_key, read_swarm_key
 from context_os.store.base import Store
 from context_os.store.sqlite import SqliteStore
 from tests.helpers import blocks_text, call, result, say, stop_process, user
-from tests.mesh.conftest import AgentFactory, Answerer, link, wait_for
+from tests.mesh.conftest import AgentFactory, Answerer, link, messages_of, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,11 +44,6 @@ def hook_for(store: Store, agent: MeshAgent, sid: str) -> OpenAIHook:
     hook = OpenAIHook(Session.open(store, sid, harness="openai"))
     MeshTools(hook.session, agent).register(hook.registry)
     return hook
-
-
-def messages_of(store: Store, agent: MeshAgent) -> list[dict[str, Any]]:
-    docs = [v.doc for v in store.find(kind="message", where={"mesh_agent": agent.name}) if v.doc is not None]
-    return sorted(docs, key=lambda d: (d["meta"]["at"], d["id"]))
 
 
 def test_a_direct_message_goes_round_all_three_agents_through_their_contexts(

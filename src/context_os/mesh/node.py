@@ -692,14 +692,15 @@ class MeshNode:
         """Whether a peer has yet to read an answer of this node: on a stream it opened, this
         node's side is closed (the answer written) and the peer's not yet (it closes once it has
         read the answer)."""
-        for conns in self._network.get_connections_map().values():
-            for conn in conns:
-                for s in list(getattr(conn.muxed_conn, "streams", {}).values()):
-                    ours, theirs = getattr(s, "send_closed", None), getattr(s, "recv_closed", None)
-                    reset = getattr(s, "reset_received", False)
-                    if getattr(s, "is_initiator", None) is False and ours and theirs is False and not reset:
-                        return True
-        return False
+        conns = [c for cs in self._network.get_connections_map().values() for c in cs]
+        return any(
+            getattr(s, "is_initiator", None) is False
+            and getattr(s, "send_closed", None)
+            and getattr(s, "recv_closed", None) is False
+            and not getattr(s, "reset_received", False)
+            for c in conns
+            for s in list(getattr(c.muxed_conn, "streams", {}).values())
+        )
 
     async def _stop_listening(self) -> None:
         """Close every listener: the node takes no connection any more. Each is taken out of the
