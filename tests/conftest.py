@@ -78,6 +78,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))  # (stable)
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The files that took longest (setup, call and teardown of their tests) and each worker's
+    busy time: what ``LONGEST_FIRST`` is kept by, and how evenly a parallel run shared its work."""
+    by_file: dict[str, float] = {}
+    by_worker: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if not isinstance(report, pytest.TestReport):
+                continue
+            name = report.nodeid.partition("::")[0]
+            by_file[name] = by_file.get(name, 0.0) + report.duration
+            worker = getattr(getattr(report, "node", None), "gateway", None)
+            if worker is not None:
+                by_worker[worker.id] = by_worker.get(worker.id, 0.0) + report.duration
+    if not by_file:
+        return
+    terminalreporter.write_sep("=", "slowest test files")
+    for name, secs in sorted(by_file.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f"{secs:8.1f}s {name}")
+    if by_worker:
+        busy = ", ".join(f"{worker} {secs:.0f}s" for worker, secs in sorted(by_worker.items()))
+        terminalreporter.write_line(f"busy time by worker: {busy}")
+
+
 def _interrupted(signum: int, frame: FrameType | None) -> None:
     if interrupted():  # a second one (a process group's, after the controller's): the teardown goes on
         return
