@@ -672,13 +672,15 @@ class MeshNode:
         with trio.move_on_after(ANSWERS_OUT_S):
             while self._answering > sum(n for fut, n in self._waiting.items() if not fut.done()) or self._unread():
                 await trio.sleep(0.005)
-        # nor is a connection taken in meanwhile: one a peer made as this node left outlived the
-        # connections closed below, and held up the peer's view of it (``_renew_topic_stream``)
-        await self._stop_listening()
+        # the broadcasts still queued go out before the listeners close too: over a connection a
+        # peer made, they were cut off with it
         with trio.move_on_after(1):  # a publish only queues its message for each peer's sender
             while any(len(q) for q in self._pubsub.peer_queues.values()):
                 await trio.sleep(0.005)
             await trio.sleep(0.05)  # the last one taken off a queue is being written
+        # nor is a connection taken in meanwhile: one a peer made as this node left outlived the
+        # connections closed below, and held up the peer's view of it (``_renew_topic_stream``)
+        await self._stop_listening()
         sockets = self._open_sockets()
         with trio.move_on_after(2):
             for pid in list(self._host.get_connected_peers()):
