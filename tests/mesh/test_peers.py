@@ -317,6 +317,38 @@ def test_a_request_an_agent_holds_as_it_stops_is_answered_so_and_taken_in_once(
         assert [d["meta"]["status"] for d in got] == ["failed"]
 
 
+def test_a_request_failed_as_its_agent_stopped_and_asked_again_after_a_restart_is_taken_up_under_its_object(
+    store: Store, agents: AgentFactory, uid: str
+) -> None:
+    """A sender that did not hear the answer a closing agent gave ("the agent stopped": it had 2 s
+    to go out, ``ANSWERS_OUT_S``) heard its stream break and tried again under the same id half a
+    second later; the agent, restarted meanwhile, took the request in as a second object."""
+    seed = os.urandom(32)
+    bob = agents("bob", seed=seed)
+    with MeshNode(MeshConfig(f"alice-{uid}")) as alice:
+        alice.connect(bob.node.addrs[0])
+        rid, heard = wire.new_request_id(), []
+        asker = threading.Thread(target=lambda: heard.append(alice.request(bob.peer_id, "deploy?", request_id=rid)))
+        asker.start()
+        assert bob.next_request(timeout=30) is not None
+        bob.close()
+        asker.join(30)
+        assert heard and heard[0].message == "[error] the agent stopped"
+        bob = agents("bob", seed=seed)
+        alice.connect(bob.node.addrs[0])
+        answerer = Answerer(bob, lambda r: "deployed")
+        try:
+            assert alice.request(bob.peer_id, "deploy?", request_id=rid).message == "deployed"
+        finally:
+            answerer.stop()
+    [request] = [d for d in messages_of(store, bob) if d["meta"]["kind"] == "request"]
+    assert request["meta"]["status"] == "answered" and request["meta"]["request_id"] == rid
+    versions = store.history(request["id"], with_corrections=True)
+    statuses = [v.doc["meta"]["status"] for v in versions if v.doc is not None]
+    assert statuses == ["queued", "failed", "queued", "answered"]
+    assert [m["status"] for m in bob.messages() if m["kind"] == "request"] == ["answered"]
+
+
 def test_requests_a_killed_agent_left_queued_are_failed_when_it_starts_again_and_taken_up_if_asked_again(
     tmp_path: Path, uid: str
 ) -> None:

@@ -145,8 +145,10 @@ class MeshAgent:
         }
         """The process holding the requests it queues (``_fail_orphans``), in their metadata."""
         self._orphans: dict[tuple[str, str], dict[str, Any]] = {}
-        """The requests ``_fail_orphans`` marked failed, by (peer, request id): one its sender
-        tries again (its stream broke when the agent was killed) is taken up under its object."""
+        """The requests of this agent that failed when it stopped (closed, answering "the agent
+        stopped"; killed: ``_fail_orphans`` marks them), by (peer, request id), of the last
+        ``ORPHAN_AFTER_MS``: one its sender tries again (its stream broke as the agent stopped)
+        is taken up under its object, not taken in as a second one."""
         self._heard: dict[str, int] = {}
         """The broadcasts this agent received (stored, or evicted since) that a peer may still send
         again, by id (``wire.broadcast_id``): when each was sent. A node remembers the broadcasts it
@@ -226,7 +228,8 @@ class MeshAgent:
         closing (SIGKILL, a crash): their senders heard the stream break, and nothing will ever
         answer them. One is an orphan when the process that held it is gone (it ran on this
         machine), or when it came longer ago than any agent holds a request (``ORPHAN_AFTER_MS``:
-        another machine's process, or one written before requests named their holder)."""
+        another machine's process, or one written before requests named their holder). These and
+        the requests failed as the agent last closed are noted in ``_orphans``."""
         now, host = now_ms(), self._holder["holder_host"]
         orphans = []
         for v in self.store.find(kind="message", where={"mesh_agent": self.name, "status": "queued"}):
@@ -248,6 +251,20 @@ class MeshAgent:
         if orphans:
             self.store.submit([Put(d) for d in orphans])
             log.info("mesh: %d request(s) %s left unanswered marked failed", len(orphans), self.name)
+        # (failed as a closing agent answered "the agent stopped": its sender may not have heard
+        # that answer, and try again too)
+        for v in self.store.find(kind="message", where={"mesh_agent": self.name, "status": "failed"}):
+            meta = v.doc["meta"] if v.doc is not None else {}
+            if (
+                v.doc is not None
+                and meta.get("direction") == "in"
+                and meta.get("kind") == "request"
+                and isinstance(meta.get("at"), int)
+                and now - meta["at"] <= ORPHAN_AFTER_MS
+                and isinstance(meta.get("peer"), str)
+                and isinstance(meta.get("request_id"), str)
+            ):
+                self._orphans.setdefault((meta["peer"], meta["request_id"]), v.doc)
 
     def _message_doc(self, text: str, **meta: Any) -> dict[str, Any]:
         if self.redact is not None:
