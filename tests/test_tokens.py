@@ -62,14 +62,25 @@ def test_a_page_tree_s_count_stands_for_pages_not_found() -> None:
     [b"/Count 1 ", b"/Type /Pages ", b"/Type /ObjStm ", b"/Type /ObjStm >> stream\n", b"<< /Type /ObjStm >>"],
     ids=["counts", "trees", "streams", "stream-starts", "stream-dicts"],
 )
-def test_a_crafted_megabyte_is_counted_in_linear_time(repeated: bytes) -> None:
+def test_a_crafted_document_is_counted_in_linear_time(repeated: bytes) -> None:
     """A document of one phrase over and over (no ``>`` to end a dictionary, no ``endstream``):
     each look for a page tree's count or an object stream read on to the end from every match,
     and 360 KB of ``/Count 1`` took 85 s."""
-    document = b"%PDF-1.7\n" + repeated * (1_000_000 // len(repeated))
-    started = time.monotonic()
-    assert document_tokens(document) >= PAGE_TOKENS
-    assert time.monotonic() - started < 2
+
+    def fastest(size: int) -> float:
+        """The quickest of a few counts of a document of ``size`` bytes (3 at least, 20 at most,
+        within a second): a busy machine slows some, seldom all."""
+        document = b"%PDF-1.7\n" + repeated * (size // len(repeated))
+        took: list[float] = []
+        while len(took) < 3 or (len(took) < 20 and sum(took) < 1.0):
+            started = time.perf_counter()
+            assert document_tokens(document) >= PAGE_TOKENS
+            took.append(time.perf_counter() - started)
+        return min(took)
+
+    # eight times the bytes: eight times the time when linear (3.5-9.1× measured), 64× when
+    # quadratic; a ratio of two times of this run, no time of its own asserted
+    assert fastest(160_000) / fastest(20_000) < 24
 
 
 def _image(fmt: str, size: tuple[int, int], mode: str = "RGB", **options: object) -> bytes:
